@@ -1,0 +1,231 @@
+"""Frames: Ethernet (with VLAN tags), IPv4/IPv6, UDP and TCP, down to the RDMA headers.
+
+``decode_ethernet`` recognises RoCEv1 (EtherType 0x8915, IBA Annex A16) and RoCEv2 (UDP
+destination port 4791 over IPv4 or IPv6, any source port, IBA Annex A17).  TCP segments are
+decoded to their payload; iWARP framing needs the byte stream, which
+:mod:`rdmalab.wire.iwarp` handles.  ``encode_rocev2`` and ``encode_rocev1`` build complete frames
+with lengths, the IPv4 checksum and the ICRC filled in.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+
+from rdmalab.wire import crc as _crc
+from rdmalab.wire.errors import DecodeError, MalformedError, TruncatedError
+from rdmalab.wire.header import Header
+from rdmalab.wire.ib import BTH, GRH
+from rdmalab.wire.net import (
+    ETHERTYPE_IPV4,
+    ETHERTYPE_IPV6,
+    ETHERTYPE_QINQ,
+    ETHERTYPE_ROCE,
+    ETHERTYPE_VLAN,
+    IPPROTO_TCP,
+    IPPROTO_UDP,
+    ROCEV2_PORT,
+    TCP,
+    UDP,
+    VLAN,
+    Ethernet,
+    IPv4,
+    IPv6,
+)
+from rdmalab.wire.packet import Layer, Packet, _problem, decode_grh_packet, decode_transport, encode_transport
+
+AddressLike = str | int | ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _decode_guarded(data: bytes, pkt: Packet, lenient: bool, fn: object, *args: object) -> Packet:
+    try:
+        fn(*args)  # type: ignore[operator]
+    except DecodeError as err:
+        if not lenient:
+            raise
+        pkt.problems.append(err)
+    return pkt
+
+
+def decode_ethernet(data: bytes | bytearray | memoryview, *, lenient: bool = False, rocev2_ports: Sequence[int] = (ROCEV2_PORT,)) -> Packet:
+    """Decode an Ethernet frame (as a pcap with LINKTYPE_ETHERNET holds it)."""
+    raw = bytes(data)
+    pkt = Packet(raw, encap="eth")
+    return _decode_guarded(raw, pkt, lenient, _eth, raw, pkt, lenient, tuple(rocev2_ports))
+
+
+def decode_ip(data: bytes | bytearray | memoryview, *, lenient: bool = False, rocev2_ports: Sequence[int] = (ROCEV2_PORT,)) -> Packet:
+    """Decode a raw IPv4 or IPv6 packet (LINKTYPE_RAW)."""
+    raw = bytes(data)
+    pkt = Packet(raw, encap="ip")
+    return _decode_guarded(raw, pkt, lenient, _ip, raw, pkt, 0, lenient, tuple(rocev2_ports))
+
+
+def decode_after_ethertype(
+    data: bytes | bytearray | memoryview,
+    ethertype: int,
+    offset: int,
+    *,
+    lenient: bool = False,
+    prefix: Sequence[Header] = (),
+    rocev2_ports: Sequence[int] = (ROCEV2_PORT,),
+) -> Packet:
+    """Decode what follows an EtherType at ``offset`` (e.g. after a Linux cooked header)."""
+    raw = bytes(data)
+    pkt = Packet(raw, encap="eth")
+    pos = 0
+    for h in prefix:
+        pkt.layers.append(Layer(h, pos))
+        pos += h.LAYOUT.size
+    return _decode_guarded(raw, pkt, lenient, _after_ethertype, raw, pkt, ethertype, offset, lenient, tuple(rocev2_ports))
+
+
+def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...]) -> None:
+    eth = Ethernet.decode(data, 0)
+    pkt.layers.append(Layer(eth, 0))
+    _after_ethertype(data, pkt, eth.ethertype, 14, lenient, ports)
+
+
+def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient: bool, ports: tuple[int, ...]) -> None:
+    while ethertype in (ETHERTYPE_VLAN, ETHERTYPE_QINQ):
+        tag = VLAN.decode(data, pos)
+        pkt.layers.append(Layer(tag, pos))
+        ethertype = tag.ethertype
+        pos += 4
+    if ethertype == ETHERTYPE_ROCE:
+        pkt.encap = "rocev1"
+        decode_grh_packet(data, pkt, pos, lenient=lenient)
+    elif ethertype in (ETHERTYPE_IPV4, ETHERTYPE_IPV6):
+        _ip(data, pkt, pos, lenient, ports)
+    else:
+        pkt.payload_offset, pkt.payload_length = pos, len(data) - pos
+
+
+def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...]) -> None:
+    if pos >= len(data):
+        raise TruncatedError("IP", "version", pos, 0, "an IPv4 or IPv6 header")
+    version = data[pos] >> 4
+    ip_start = pos
+    if version == 4:
+        ip4 = IPv4.decode(data, pos)
+        pkt.layers.append(Layer(ip4, pos))
+        for p in ip4.check(pos):
+            _problem(pkt, p, lenient)
+        hl = max(20, ip4.header_len)
+        end = pos + ip4.total_length
+        proto = ip4.protocol
+        if ip4.frag_offset or ip4.flags & 1:
+            pkt.payload_offset, pkt.payload_length = pos + hl, max(0, min(end, len(data)) - pos - hl)
+            pkt.extra["ip_fragment"] = True
+            return
+        pos += hl
+    elif version == 6:
+        ip6 = IPv6.decode(data, pos)
+        pkt.layers.append(Layer(ip6, pos))
+        end = pos + 40 + ip6.payload_length
+        proto = ip6.next_header
+        pos += 40
+    else:
+        raise MalformedError("IP", "version", pos, version, "4 or 6")
+    if end > len(data):
+        _problem(pkt, TruncatedError(pkt.layers[-1].name, "length", ip_start + (2 if version == 4 else 4),
+                                     end - ip_start, f"{end - ip_start} bytes, {len(data) - ip_start} captured"),
+                 lenient)
+        end = len(data)
+    if proto == IPPROTO_UDP:
+        udp = UDP.decode(data, pos)
+        pkt.layers.append(Layer(udp, pos))
+        udp_end = min(end, pos + udp.length) if udp.length >= 8 else end
+        if udp.dport in ports:
+            pkt.encap = "rocev2"
+            crc_at = decode_transport(data, pkt, pos + 8, udp_end, 4, lenient=lenient)
+            pkt.crc_offset, pkt.crc_kind = crc_at, "icrc"
+            pkt.crc = int.from_bytes(data[crc_at : crc_at + 4], "little")
+            pkt.crc_expected = _crc.icrc_rocev2(data[ip_start:crc_at])
+        else:
+            pkt.payload_offset, pkt.payload_length = pos + 8, udp_end - pos - 8
+    elif proto == IPPROTO_TCP:
+        tcp = TCP.decode(data, pos)
+        pkt.layers.append(Layer(tcp, pos))
+        for p in tcp.check(pos):
+            _problem(pkt, p, lenient)
+        start = pos + max(20, tcp.header_len)
+        if start > end:
+            raise TruncatedError("TCP", "data_offset", pos + 12, tcp.data_offset, "options within the packet")
+        pkt.encap = "tcp"
+        pkt.payload_offset, pkt.payload_length = start, end - start
+    else:
+        pkt.payload_offset, pkt.payload_length = pos, end - pos
+
+
+# ============================================================================ encoding
+
+
+def _ip_int(addr: AddressLike, version: int) -> int:
+    if isinstance(addr, int):
+        return addr
+    a = ipaddress.ip_address(addr) if isinstance(addr, str) else addr
+    if a.version != version:
+        raise ValueError(f"address {a} is not IPv{version}")
+    return int(a)
+
+
+def encode_rocev2(
+    bth: BTH,
+    headers: Sequence[Header] = (),
+    payload: bytes = b"",
+    *,
+    src_ip: AddressLike = "10.0.0.1",
+    dst_ip: AddressLike = "10.0.0.2",
+    src_port: int = 49152,
+    dst_port: int = ROCEV2_PORT,
+    src_mac: int = 0x020000000001,
+    dst_mac: int = 0x020000000002,
+    ipv6: bool | None = None,
+    ttl: int = 64,
+    dscp: int = 0,
+    ecn: int = 0,
+    ip_id: int = 0,
+    flowlabel: int = 0,
+    vlan: VLAN | None = None,
+    udp_checksum: int = 0,
+    check: bool = True,
+) -> bytes:
+    """A complete RoCEv2 Ethernet frame, ICRC included (as Linux rxe sends: UDP checksum 0)."""
+    body = encode_transport(bth, headers, payload, check=check)
+    if ipv6 is None:
+        ipv6 = isinstance(src_ip, ipaddress.IPv6Address) or (isinstance(src_ip, str) and ":" in src_ip)
+    udp = UDP(sport=src_port, dport=dst_port, length=8 + len(body) + 4, checksum=udp_checksum).encode()
+    ip: bytes
+    if ipv6:
+        ip = IPv6(tclass=(dscp << 2) | ecn, flowlabel=flowlabel, payload_length=len(udp) + len(body) + 4,
+                  next_header=IPPROTO_UDP, hop_limit=ttl, src=_ip_int(src_ip, 6), dst=_ip_int(dst_ip, 6)).encode()
+        ethertype = ETHERTYPE_IPV6
+    else:
+        ip = IPv4(dscp=dscp, ecn=ecn, total_length=20 + len(udp) + len(body) + 4, identification=ip_id,
+                  ttl=ttl, protocol=IPPROTO_UDP, src=_ip_int(src_ip, 4), dst=_ip_int(dst_ip, 4)).with_checksum().encode()
+        ethertype = ETHERTYPE_IPV4
+    icrc = _crc.icrc_rocev2(ip + udp + body).to_bytes(4, "little")
+    if vlan is not None:
+        l2 = Ethernet(dst=dst_mac, src=src_mac, ethertype=ETHERTYPE_VLAN).encode() + vlan.replace(ethertype=ethertype).encode()
+    else:
+        l2 = Ethernet(dst=dst_mac, src=src_mac, ethertype=ethertype).encode()
+    return l2 + ip + udp + body + icrc
+
+
+def encode_rocev1(
+    bth: BTH,
+    headers: Sequence[Header] = (),
+    payload: bytes = b"",
+    *,
+    grh: GRH | None = None,
+    src_mac: int = 0x020000000001,
+    dst_mac: int = 0x020000000002,
+    check: bool = True,
+) -> bytes:
+    """A complete RoCEv1 Ethernet frame (EtherType 0x8915, GRH, ..., ICRC)."""
+    body = encode_transport(bth, headers, payload, check=check)
+    g = (grh or GRH()).replace(paylen=len(body) + 4)
+    raw = g.encode() + body
+    icrc = _crc.icrc_rocev1(raw).to_bytes(4, "little")
+    return Ethernet(dst=dst_mac, src=src_mac, ethertype=ETHERTYPE_ROCE).encode() + raw + icrc

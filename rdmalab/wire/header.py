@@ -1,0 +1,255 @@
+"""Declarative headers: a header is declared once, as fields with bit widths.
+
+Decoding, encoding, the byte span of each field (the hex dump colours by it), the Wireshark
+display-filter names and the spec citation all come from that one declaration.
+
+A header class is a frozen dataclass whose attributes are its fields, plus a ``LAYOUT`` built
+with :func:`layout`.  Fields are listed most-significant first, exactly as the specification
+draws them, and their widths add up to a whole number of bytes.  The decoder reads the header as
+one big-endian integer and takes each field with a shift and a mask, which is both simple and
+the fastest pure-Python approach for headers of a few words.
+
+Example::
+
+    @dataclass(frozen=True, slots=True)
+    class DETH(Header):
+        q_key: int = 0
+        reserved: int = 0
+        src_qp: int = 0
+        LAYOUT: ClassVar[Layout] = layout(
+            "DETH", "IBA Vol 1 9.3.3 (Datagram ETH)",
+            F("q_key", 32, "infiniband.deth.q_key"),
+            F("reserved", 8, None, reserved=True),
+            F("src_qp", 24, "infiniband.deth.srcqp"),
+        )
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+from rdmalab.wire.errors import EncodeError, MalformedError, TruncatedError
+
+
+@dataclass(frozen=True, slots=True)
+class F:
+    """One field of a header: its attribute name, width in bits and Wireshark name.
+
+    ``fmt`` says how to show the value: ``"dec"``, ``"hex"``, ``"ipv6"``, ``"ipv4"``,
+    ``"mac"`` or ``"bytes"``.  ``reserved`` fields are shown but not required on construction.
+    ``const`` is a value the specification requires; decoding records a problem otherwise.
+    """
+
+    name: str
+    bits: int
+    ws: str | None = None
+    fmt: str = "dec"
+    reserved: bool = False
+    const: int | None = None
+    doc: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    """A field placed in its header: bit offset from the header's first bit, and mask."""
+
+    name: str
+    bits: int
+    ws: str | None
+    fmt: str
+    reserved: bool
+    const: int | None
+    doc: str
+    shift: int  # right shift of the whole-header integer
+    mask: int
+    bit_offset: int  # from the header's most significant bit
+
+    @property
+    def byte_start(self) -> int:
+        return self.bit_offset // 8
+
+    @property
+    def byte_end(self) -> int:
+        """One past the last byte this field touches."""
+        return (self.bit_offset + self.bits + 7) // 8
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The compiled declaration of a header."""
+
+    name: str
+    spec: str
+    size: int
+    fields: tuple[FieldSpec, ...]
+    ws_proto: str | None
+
+    def field(self, name: str) -> FieldSpec:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+
+def layout(name: str, spec: str, *fields: F, ws: str | None = None) -> Layout:
+    """Compile a list of fields (most significant first) into a :class:`Layout`."""
+    total = sum(f.bits for f in fields)
+    if total % 8:
+        raise TypeError(f"{name}: fields add up to {total} bits, not whole bytes")
+    specs = []
+    pos = 0
+    for f in fields:
+        shift = total - pos - f.bits
+        specs.append(
+            FieldSpec(
+                f.name, f.bits, f.ws, f.fmt, f.reserved, f.const, f.doc,
+                shift, (1 << f.bits) - 1, pos,
+            )
+        )
+        pos += f.bits
+    return Layout(name, spec, total // 8, tuple(specs), ws)
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Where one field sits in a buffer: used by the hex dump and the field tree."""
+
+    layer: str
+    field: str
+    start: int  # first byte, absolute in the buffer
+    end: int  # one past the last byte
+    bit_offset: int  # within the first byte's containing header
+    bits: int
+    value: Any
+    text: str
+    ws: str | None
+
+
+def _fmt(fmt: str, bits: int, value: Any) -> str:
+    if fmt == "hex":
+        return f"0x{value:0{(bits + 3) // 4}x}"
+    if fmt == "ipv6":
+        import ipaddress
+
+        return str(ipaddress.IPv6Address(value))
+    if fmt == "ipv4":
+        import ipaddress
+
+        return str(ipaddress.IPv4Address(value))
+    if fmt == "mac":
+        raw = value.to_bytes(6, "big")
+        return ":".join(f"{b:02x}" for b in raw)
+    if fmt == "bytes":
+        return value.to_bytes((bits + 7) // 8, "big").hex()
+    return str(value)
+
+
+class Header:
+    """Base class of every declared header (a frozen dataclass in each subclass)."""
+
+    __slots__ = ()
+    LAYOUT: ClassVar[Layout]
+
+    # ------------------------------------------------------------------ decode
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview, offset: int = 0) -> Self:
+        """Decode the header starting at ``offset``; raise :class:`TruncatedError` if short."""
+        lay = cls.LAYOUT
+        end = offset + lay.size
+        if offset < 0 or end > len(data):
+            raise TruncatedError(
+                lay.name, None, offset, len(data) - offset,
+                f"{lay.size} bytes for the header", detail=f"{lay.spec}",
+            )
+        v = int.from_bytes(data[offset:end], "big")
+        return cls(*[(v >> f.shift) & f.mask for f in lay.fields])
+
+    def check(self, offset: int = 0) -> list[MalformedError]:
+        """Problems with values the specification fixes (``const`` fields) and ``validate``."""
+        problems = []
+        for f in self.LAYOUT.fields:
+            if f.const is not None:
+                val = getattr(self, f.name)
+                if val != f.const:
+                    problems.append(
+                        MalformedError(
+                            self.LAYOUT.name, f.name, offset + f.byte_start, val,
+                            f"{f.const} ({self.LAYOUT.spec})",
+                        )
+                    )
+        problems.extend(self.validate(offset))
+        return problems
+
+    def validate(self, offset: int = 0) -> list[MalformedError]:
+        """Header-specific consistency checks; subclasses override."""
+        return []
+
+    # ------------------------------------------------------------------ encode
+    def encode(self) -> bytes:
+        """The header's bytes.  Raises :class:`EncodeError` for a value that does not fit."""
+        lay = self.LAYOUT
+        v = 0
+        for f in lay.fields:
+            val = getattr(self, f.name)
+            if isinstance(val, bool):
+                val = int(val)
+            if not isinstance(val, int):
+                try:
+                    val = int(val)
+                except (TypeError, ValueError):
+                    raise EncodeError(lay.name, f.name, val, f"an integer of {f.bits} bits") from None
+            if val < 0 or val > f.mask:
+                raise EncodeError(lay.name, f.name, val, f"0..{f.mask} ({f.bits} bits)")
+            v |= val << f.shift
+        return v.to_bytes(lay.size, "big")
+
+    def __bytes__(self) -> bytes:
+        return self.encode()
+
+    # ------------------------------------------------------------------ introspection
+    @property
+    def size(self) -> int:
+        return self.LAYOUT.size
+
+    def replace(self, **changes: Any) -> Self:
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+    def values(self) -> dict[str, Any]:
+        """Field name -> value, in wire order."""
+        return {f.name: getattr(self, f.name) for f in self.LAYOUT.fields}
+
+    def spans(self, offset: int = 0) -> list[Span]:
+        """Each field's byte span, absolute when ``offset`` is where the header starts."""
+        out = []
+        name = self.LAYOUT.name
+        for f in self.LAYOUT.fields:
+            val = getattr(self, f.name)
+            out.append(
+                Span(
+                    name, f.name, offset + f.byte_start, offset + f.byte_end,
+                    f.bit_offset, f.bits, val, self.describe(f.name), f.ws,
+                )
+            )
+        return out
+
+    def describe(self, field: str) -> str:
+        """The field's value as a person reads it (subclasses add names for codes)."""
+        f = self.LAYOUT.field(field)
+        return _fmt(f.fmt, f.bits, getattr(self, field))
+
+    def ws_fields(self) -> dict[str, int]:
+        """Wireshark display-filter name -> integer value, for the fields Wireshark has."""
+        return {f.ws: getattr(self, f.name) for f in self.LAYOUT.fields if f.ws}
+
+    def summary(self) -> str:
+        """One short line, e.g. for a packet list."""
+        parts = [
+            f"{f.name}={self.describe(f.name)}" for f in self.LAYOUT.fields if not f.reserved
+        ]
+        return f"{self.LAYOUT.name}({', '.join(parts)})"
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in cls.LAYOUT.fields)

@@ -1,0 +1,204 @@
+"""The Ethernet, IP, UDP and TCP headers RDMA rides on.
+
+Declared with the same machinery as the IB headers so that a whole frame can be drawn field by
+field and so the ICRC code can mask exactly the fields RoCEv2 says are variant.  Only the fixed
+parts are declared; IPv4 and TCP options are carried as opaque bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rdmalab.wire.errors import MalformedError
+from rdmalab.wire.header import F, Header, Layout, layout
+
+ETHERTYPE_IPV4 = 0x0800
+ETHERTYPE_IPV6 = 0x86DD
+ETHERTYPE_VLAN = 0x8100
+ETHERTYPE_QINQ = 0x88A8
+ETHERTYPE_ROCE = 0x8915  # RoCEv1 (IBA Annex A16)
+IPPROTO_TCP = 6
+IPPROTO_UDP = 17
+ROCEV2_PORT = 4791  # IANA "roce", IBA Annex A17.2
+
+
+@dataclass(frozen=True, slots=True)
+class Ethernet(Header):
+    dst: int = 0
+    src: int = 0
+    ethertype: int = ETHERTYPE_IPV4
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "Ethernet",
+        "IEEE 802.3 clause 3",
+        F("dst", 48, "eth.dst", fmt="mac"),
+        F("src", 48, "eth.src", fmt="mac"),
+        F("ethertype", 16, "eth.type", fmt="hex"),
+        ws="eth",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class VLAN(Header):
+    pcp: int = 0
+    dei: int = 0
+    vid: int = 0
+    ethertype: int = ETHERTYPE_IPV4
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "VLAN",
+        "IEEE 802.1Q 9.6",
+        F("pcp", 3, "vlan.priority"),
+        F("dei", 1, "vlan.dei"),
+        F("vid", 12, "vlan.id"),
+        F("ethertype", 16, "vlan.etype", fmt="hex"),
+        ws="vlan",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class IPv4(Header):
+    version: int = 4
+    ihl: int = 5
+    dscp: int = 0
+    ecn: int = 0
+    total_length: int = 0
+    identification: int = 0
+    flags: int = 0b010
+    frag_offset: int = 0
+    ttl: int = 64
+    protocol: int = IPPROTO_UDP
+    checksum: int = 0
+    src: int = 0
+    dst: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "IPv4",
+        "RFC 791 3.1",
+        F("version", 4, "ip.version", const=4),
+        F("ihl", 4, "ip.hdr_len"),
+        F("dscp", 6, "ip.dsfield.dscp"),
+        F("ecn", 2, "ip.dsfield.ecn", doc="ECN: 3 = Congestion Experienced"),
+        F("total_length", 16, "ip.len"),
+        F("identification", 16, "ip.id", fmt="hex"),
+        F("flags", 3, "ip.flags", fmt="hex"),
+        F("frag_offset", 13, "ip.frag_offset"),
+        F("ttl", 8, "ip.ttl"),
+        F("protocol", 8, "ip.proto"),
+        F("checksum", 16, "ip.checksum", fmt="hex"),
+        F("src", 32, "ip.src", fmt="ipv4"),
+        F("dst", 32, "ip.dst", fmt="ipv4"),
+        ws="ip",
+    )
+
+    def validate(self, offset: int = 0) -> list[MalformedError]:
+        if self.ihl < 5:
+            return [MalformedError("IPv4", "ihl", offset, self.ihl, "at least 5 (20 bytes)")]
+        return []
+
+    @property
+    def header_len(self) -> int:
+        return self.ihl * 4
+
+    def with_checksum(self) -> IPv4:
+        """The same header with its checksum computed (RFC 791, one's complement sum)."""
+        raw = bytearray(self.replace(checksum=0).encode())
+        total = sum(int.from_bytes(raw[i : i + 2], "big") for i in range(0, len(raw), 2))
+        while total >> 16:
+            total = (total & 0xFFFF) + (total >> 16)
+        return self.replace(checksum=~total & 0xFFFF)
+
+
+@dataclass(frozen=True, slots=True)
+class IPv6(Header):
+    version: int = 6
+    tclass: int = 0
+    flowlabel: int = 0
+    payload_length: int = 0
+    next_header: int = IPPROTO_UDP
+    hop_limit: int = 64
+    src: int = 0
+    dst: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "IPv6",
+        "RFC 8200 3",
+        F("version", 4, "ipv6.version", const=6),
+        F("tclass", 8, "ipv6.tclass", fmt="hex"),
+        F("flowlabel", 20, "ipv6.flow", fmt="hex"),
+        F("payload_length", 16, "ipv6.plen"),
+        F("next_header", 8, "ipv6.nxt"),
+        F("hop_limit", 8, "ipv6.hlim"),
+        F("src", 128, "ipv6.src", fmt="ipv6"),
+        F("dst", 128, "ipv6.dst", fmt="ipv6"),
+        ws="ipv6",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class UDP(Header):
+    sport: int = 0
+    dport: int = ROCEV2_PORT
+    length: int = 0
+    checksum: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "UDP",
+        "RFC 768",
+        F("sport", 16, "udp.srcport"),
+        F("dport", 16, "udp.dstport"),
+        F("length", 16, "udp.length"),
+        F("checksum", 16, "udp.checksum", fmt="hex"),
+        ws="udp",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TCP(Header):
+    sport: int = 0
+    dport: int = 0
+    seq: int = 0
+    ack: int = 0
+    data_offset: int = 5
+    reserved: int = 0
+    flags: int = 0
+    window: int = 65535
+    checksum: int = 0
+    urgent: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "TCP",
+        "RFC 9293 3.1",
+        F("sport", 16, "tcp.srcport"),
+        F("dport", 16, "tcp.dstport"),
+        F("seq", 32, "tcp.seq_raw"),
+        F("ack", 32, "tcp.ack_raw"),
+        F("data_offset", 4, "tcp.hdr_len"),
+        F("reserved", 3, None, reserved=True),
+        F("flags", 9, "tcp.flags", fmt="hex"),
+        F("window", 16, "tcp.window_size_value"),
+        F("checksum", 16, "tcp.checksum", fmt="hex"),
+        F("urgent", 16, "tcp.urgent_pointer"),
+        ws="tcp",
+    )
+
+    FIN: ClassVar[int] = 0x001
+    SYN: ClassVar[int] = 0x002
+    RST: ClassVar[int] = 0x004
+    PSH: ClassVar[int] = 0x008
+    ACK: ClassVar[int] = 0x010
+
+    def validate(self, offset: int = 0) -> list[MalformedError]:
+        if self.data_offset < 5:
+            return [MalformedError("TCP", "data_offset", offset + 12, self.data_offset, "at least 5 (20 bytes)")]
+        return []
+
+    @property
+    def header_len(self) -> int:
+        return self.data_offset * 4
+
+
+def mac(text: str) -> int:
+    """``"02:00:00:00:00:01"`` -> int, for building Ethernet headers."""
+    return int(text.replace(":", "").replace("-", ""), 16)

@@ -1,0 +1,317 @@
+"""Whole packets: a decoded frame as an ordered list of headers, payload and trailer.
+
+:class:`Packet` is what every decoder returns, for RoCEv1, RoCEv2, native IB and (from
+:mod:`rdmalab.wire.iwarp`) iWARP.  Decoding is strict by default: the first problem raises a
+:class:`~rdmalab.wire.errors.DecodeError`.  With ``lenient=True`` the decoder keeps going as far
+as it can and records each problem in ``Packet.problems``, so one bad frame never stops a
+capture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from rdmalab.wire import crc as _crc
+from rdmalab.wire.errors import DecodeError, EncodeError, MalformedError, TruncatedError
+from rdmalab.wire.header import Header, Span
+from rdmalab.wire.ib import BTH, GRH, GRH_NXTHDR_IBA, LNH_IBA_GLOBAL, LNH_IBA_LOCAL, LRH
+from rdmalab.wire.opcodes import OPCODES, opcode_name
+
+H = TypeVar("H", bound=Header)
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """A decoded header and the byte offset where it starts in ``Packet.data``."""
+
+    header: Header
+    offset: int
+
+    @property
+    def name(self) -> str:
+        return self.header.LAYOUT.name
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.header.LAYOUT.size
+
+
+@dataclass
+class Packet:
+    """A decoded frame.
+
+    ``encap`` is one of ``"rocev2"``, ``"rocev1"``, ``"ib"``, ``"iwarp"``, ``"ip"``/``"eth"``
+    (not RDMA).  ``crc_status`` is ``"good"``, ``"bad"`` or ``None`` (absent or not checked);
+    ``crc`` is the CRC as read from the wire (little-endian value) and ``crc_expected`` what it
+    should be.
+    """
+
+    data: bytes
+    layers: list[Layer] = field(default_factory=list)
+    encap: str = "eth"
+    payload_offset: int = 0
+    payload_length: int = 0
+    pad: int = 0
+    crc: int | None = None
+    crc_expected: int | None = None
+    crc_offset: int | None = None
+    crc_kind: str | None = None  # "icrc" or "crc32c"
+    vcrc: int | None = None
+    vcrc_expected: int | None = None
+    problems: list[DecodeError] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # ---------------------------------------------------------------- access
+    def get(self, cls: type[H]) -> H | None:
+        for layer in self.layers:
+            if isinstance(layer.header, cls):
+                return layer.header
+        return None
+
+    def __getitem__(self, cls: type[H]) -> H:
+        h = self.get(cls)
+        if h is None:
+            raise KeyError(f"packet has no {cls.LAYOUT.name} header")
+        return h
+
+    def __contains__(self, cls: object) -> bool:
+        return isinstance(cls, type) and any(isinstance(layer.header, cls) for layer in self.layers)
+
+    def headers(self) -> Iterator[Header]:
+        for layer in self.layers:
+            yield layer.header
+
+    @property
+    def payload(self) -> bytes:
+        return self.data[self.payload_offset : self.payload_offset + self.payload_length]
+
+    @property
+    def bth(self) -> BTH | None:
+        return self.get(BTH)
+
+    @property
+    def opcode_name(self) -> str | None:
+        bth = self.bth
+        return None if bth is None else opcode_name(bth.opcode)
+
+    @property
+    def crc_status(self) -> str | None:
+        if self.crc is None or self.crc_expected is None:
+            return None
+        return "good" if self.crc == self.crc_expected else "bad"
+
+    @property
+    def vcrc_status(self) -> str | None:
+        if self.vcrc is None or self.vcrc_expected is None:
+            return None
+        return "good" if self.vcrc == self.vcrc_expected else "bad"
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and self.crc_status != "bad" and self.vcrc_status != "bad"
+
+    def spans(self) -> list[Span]:
+        """Every field's byte span, for coloured hex dumps; payload and trailer included."""
+        out: list[Span] = []
+        for layer in self.layers:
+            out.extend(layer.header.spans(layer.offset))
+        if self.payload_length:
+            out.append(Span("Payload", "data", self.payload_offset, self.payload_offset + self.payload_length,
+                            0, self.payload_length * 8, None, f"{self.payload_length} bytes", None))
+        if self.pad:
+            start = self.payload_offset + self.payload_length
+            out.append(Span("Pad", "pad", start, start + self.pad, 0, self.pad * 8, None, f"{self.pad} bytes", None))
+        if self.crc_offset is not None and self.crc is not None:
+            name = "ICRC" if self.crc_kind == "icrc" else "CRC32c"
+            status = self.crc_status or "unchecked"
+            out.append(Span(name, "crc", self.crc_offset, self.crc_offset + 4, 0, 32, self.crc,
+                            f"{self.crc.to_bytes(4, 'little').hex()} ({status})", None))
+            if self.vcrc is not None:
+                out.append(Span("VCRC", "vcrc", self.crc_offset + 4, self.crc_offset + 6, 0, 16, self.vcrc,
+                                f"{self.vcrc.to_bytes(2, 'little').hex()} ({self.vcrc_status or 'unchecked'})", None))
+        return out
+
+    def summary(self) -> str:
+        """One line: what a packet list shows (tshark's Info column, in our words)."""
+        from rdmalab.wire.summary import summarize
+
+        return summarize(self)
+
+
+# ============================================================================ IB transport
+
+
+def _problem(pkt: Packet, err: DecodeError, lenient: bool) -> None:
+    if not lenient:
+        raise err
+    pkt.problems.append(err)
+
+
+def decode_transport(
+    data: bytes,
+    pkt: Packet,
+    offset: int,
+    end: int,
+    trailer: int,
+    *,
+    lenient: bool,
+) -> int:
+    """Decode BTH, extended headers and payload from ``offset`` up to ``end``.
+
+    ``trailer`` is the number of CRC bytes between the payload and ``end`` (4 for RoCE, 6
+    for native IB).  Fills ``pkt`` and returns the offset of the first trailer byte.
+    """
+    bth = BTH.decode(data, offset)
+    if end - offset < bth.size + trailer:
+        raise TruncatedError("BTH", None, offset, end - offset, f"at least {bth.size + trailer} bytes (BTH + CRC)")
+    pkt.layers.append(Layer(bth, offset))
+    for p in bth.check(offset):
+        _problem(pkt, p, lenient)
+    pos = offset + bth.size
+    info = OPCODES.get(bth.opcode)
+    crc_at = end - trailer
+    if info is None:
+        _problem(pkt, MalformedError("BTH", "opcode", offset, bth.opcode,
+                                     "an opcode of IBA Vol 1 table 38", detail=opcode_name(bth.opcode)), lenient)
+        pkt.payload_offset, pkt.payload_length = pos, max(0, crc_at - pos)
+        return crc_at
+    for cls in info.headers:
+        if pos + cls.LAYOUT.size > crc_at:
+            err = TruncatedError(cls.LAYOUT.name, None, pos, max(0, crc_at - pos),
+                                 f"{cls.LAYOUT.size} bytes for {info.name}")
+            _problem(pkt, err, lenient)
+            pkt.payload_offset, pkt.payload_length = pos, max(0, crc_at - pos)
+            return crc_at
+        h = cls.decode(data, pos)
+        pkt.layers.append(Layer(h, pos))
+        for p in h.check(pos):
+            _problem(pkt, p, lenient)
+        pos += cls.LAYOUT.size
+    body = crc_at - pos
+    if not info.payload:
+        if body:
+            _problem(pkt, MalformedError("Payload", None, pos, body, f"no payload after the headers of {info.name}"),
+                     lenient)
+        pkt.payload_offset, pkt.payload_length, pkt.pad = pos, max(0, body), 0
+        return crc_at
+    if bth.padcnt > body:
+        _problem(pkt, MalformedError("BTH", "padcnt", offset + 1, bth.padcnt,
+                                     f"at most {body} (bytes left before the CRC)"), lenient)
+        pkt.payload_offset, pkt.payload_length = pos, body
+        return crc_at
+    pkt.payload_offset, pkt.payload_length, pkt.pad = pos, body - bth.padcnt, bth.padcnt
+    return crc_at
+
+
+def encode_transport(bth: BTH, headers: Sequence[Header] = (), payload: bytes = b"", *, check: bool = True) -> bytes:
+    """BTH + extended headers + payload + pad, with ``padcnt`` set to pad the payload to 4 bytes.
+
+    With ``check`` (the default) the headers must be the ones the opcode table lists for
+    ``bth.opcode``, and a payload only where the opcode carries one.
+    """
+    pad = -len(payload) % 4
+    info = OPCODES.get(bth.opcode)
+    if check:
+        if info is None:
+            raise EncodeError("BTH", "opcode", bth.opcode, "an opcode of the opcode table")
+        want = [c.LAYOUT.name for c in info.headers]
+        got = [type(h).LAYOUT.name for h in headers]
+        if want != got:
+            raise EncodeError(info.name, "headers", got, f"{want} after the BTH")
+        if payload and not info.payload:
+            raise EncodeError(info.name, "payload", len(payload), "no payload")
+    if bth.padcnt != pad:
+        bth = bth.replace(padcnt=pad)
+    return b"".join([bth.encode(), *(h.encode() for h in headers), bytes(payload), b"\0" * pad])
+
+
+# ============================================================================ native IB
+
+
+def decode_ib(data: bytes, *, lenient: bool = False, has_vcrc: bool = True) -> Packet:
+    """Decode a native InfiniBand packet starting at its LRH (as an ERF type 21 record carries)."""
+    data = bytes(data)
+    pkt = Packet(data, encap="ib")
+    lrh = LRH.decode(data, 0)
+    pkt.layers.append(Layer(lrh, 0))
+    trailer = 6 if has_vcrc else 4
+    end = len(data)
+    length = lrh.pktlen * 4
+    if length and length + (2 if has_vcrc else 0) != end:
+        err = MalformedError("LRH", "pktlen", 4, lrh.pktlen,
+                             f"{(end - (2 if has_vcrc else 0)) // 4} words for a {end}-byte packet")
+        if length + (2 if has_vcrc else 0) > end:
+            err = TruncatedError("LRH", "pktlen", 4, lrh.pktlen, f"{length} bytes, but only {end} captured")
+        _problem(pkt, err, lenient)
+    pos = 8
+    if lrh.lnh == LNH_IBA_GLOBAL:
+        grh = GRH.decode(data, pos)
+        pkt.layers.append(Layer(grh, pos))
+        for p in grh.check(pos):
+            _problem(pkt, p, lenient)
+        pos += 40
+    elif lrh.lnh != LNH_IBA_LOCAL:
+        _problem(pkt, MalformedError("LRH", "lnh", 1, lrh.lnh, "2 (BTH) or 3 (GRH); raw and IPv6 not decoded"),
+                 lenient)
+        pkt.payload_offset, pkt.payload_length = pos, end - pos
+        return pkt
+    crc_at = decode_transport(data, pkt, pos, end, trailer, lenient=lenient)
+    pkt.crc_offset, pkt.crc_kind = crc_at, "icrc"
+    pkt.crc = int.from_bytes(data[crc_at : crc_at + 4], "little")
+    pkt.crc_expected = _crc.icrc_ib(data[:crc_at])
+    if has_vcrc:
+        pkt.vcrc = int.from_bytes(data[crc_at + 4 : crc_at + 6], "little")
+        pkt.vcrc_expected = _crc.vcrc(data[: crc_at + 4])
+    return pkt
+
+
+def encode_ib(
+    bth: BTH,
+    headers: Sequence[Header] = (),
+    payload: bytes = b"",
+    *,
+    lrh: LRH | None = None,
+    grh: GRH | None = None,
+    vcrc: bool = True,
+    check: bool = True,
+) -> bytes:
+    """A native IB packet: LRH [GRH] BTH ... ICRC VCRC, with lengths and CRCs computed."""
+    body = encode_transport(bth, headers, payload, check=check)
+    lrh = lrh or LRH()
+    if grh is not None:
+        grh = grh.replace(paylen=len(body) + 4)
+        lrh = lrh.replace(lnh=LNH_IBA_GLOBAL)
+        body = grh.encode() + body
+    elif lrh.lnh == LNH_IBA_GLOBAL:
+        lrh = lrh.replace(lnh=LNH_IBA_LOCAL)
+    lrh = lrh.replace(pktlen=(8 + len(body) + 4) // 4)
+    raw = lrh.encode() + body
+    raw += _crc.icrc_ib(raw).to_bytes(4, "little")
+    if vcrc:
+        raw += _crc.vcrc(raw).to_bytes(2, "little")
+    return raw
+
+
+def decode_grh_packet(data: bytes, pkt: Packet, offset: int, *, lenient: bool) -> None:
+    """RoCEv1: GRH, BTH ... ICRC (no VCRC), from ``offset`` to the end of ``data``."""
+    grh = GRH.decode(data, offset)
+    pkt.layers.append(Layer(grh, offset))
+    for p in grh.check(offset):
+        _problem(pkt, p, lenient)
+    if grh.nxthdr != GRH_NXTHDR_IBA:
+        _problem(pkt, MalformedError("GRH", "nxthdr", offset + 6, grh.nxthdr, "0x1b (IBA transport)"), lenient)
+        pkt.payload_offset, pkt.payload_length = offset + 40, len(data) - offset - 40
+        return
+    end = len(data)
+    if grh.paylen and offset + 40 + grh.paylen != end:
+        if offset + 40 + grh.paylen > end:
+            _problem(pkt, TruncatedError("GRH", "paylen", offset + 4, grh.paylen,
+                                         f"{grh.paylen} bytes after the GRH, {end - offset - 40} captured"), lenient)
+        else:
+            end = offset + 40 + grh.paylen  # Ethernet padding after the packet
+    crc_at = decode_transport(data, pkt, offset + 40, end, 4, lenient=lenient)
+    pkt.crc_offset, pkt.crc_kind = crc_at, "icrc"
+    pkt.crc = int.from_bytes(data[crc_at : crc_at + 4], "little")
+    pkt.crc_expected = _crc.icrc_rocev1(data[offset:crc_at])

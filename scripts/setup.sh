@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Set up rdmalab on a fresh Debian/Ubuntu machine: system packages (when we can install them)
+# and a virtual environment in .venv with rdmalab and the extras named in $1 (e.g. "lab,test").
+# Idempotent: a second run only checks that everything is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-lab}"
+apt_pkgs="${RDMALAB_APT:-tshark}"
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else return 1; fi; }
+
+missing=()
+for p in $apt_pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+python3 -m venv --help >/dev/null 2>&1 && python3 -c 'import ensurepip' 2>/dev/null || missing+=("python3-venv")
+if [ ${#missing[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null; then
+    echo "rdmalab setup: installing system packages: ${missing[*]}"
+    # tshark asks whether non-root users may capture; answer for it.
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | as_root debconf-set-selections || true
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq || true
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+      || echo "rdmalab setup: could not install ${missing[*]}; the tests that need them will say so and skip" >&2
+  else
+    echo "rdmalab setup: no apt-get; please install ${missing[*]} yourself" >&2
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e ".[${extras}]"
+echo "rdmalab setup: ready (.venv, extras: ${extras})"
