@@ -13,7 +13,7 @@ import ipaddress
 from collections.abc import Sequence
 
 from rdmalab.wire import crc as _crc
-from rdmalab.wire.errors import DecodeError, MalformedError, TruncatedError
+from rdmalab.wire.errors import MalformedError, TruncatedError
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import BTH, GRH
 from rdmalab.wire.net import (
@@ -32,33 +32,23 @@ from rdmalab.wire.net import (
     IPv4,
     IPv6,
 )
-from rdmalab.wire.packet import Layer, Packet, _problem, decode_grh_packet, decode_transport, encode_transport
+from rdmalab.wire.packet import Layer, Packet, _problem, decode_grh_packet, decode_transport, encode_transport, guarded
 
 AddressLike = str | int | ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-def _decode_guarded(data: bytes, pkt: Packet, lenient: bool, fn: object, *args: object) -> Packet:
-    try:
-        fn(*args)  # type: ignore[operator]
-    except DecodeError as err:
-        if not lenient:
-            raise
-        pkt.problems.append(err)
-    return pkt
 
 
 def decode_ethernet(data: bytes | bytearray | memoryview, *, lenient: bool = False, rocev2_ports: Sequence[int] = (ROCEV2_PORT,)) -> Packet:
     """Decode an Ethernet frame (as a pcap with LINKTYPE_ETHERNET holds it)."""
     raw = bytes(data)
     pkt = Packet(raw, encap="eth")
-    return _decode_guarded(raw, pkt, lenient, _eth, raw, pkt, lenient, tuple(rocev2_ports))
+    return guarded(pkt, lenient, lambda: _eth(raw, pkt, lenient, tuple(rocev2_ports)))
 
 
 def decode_ip(data: bytes | bytearray | memoryview, *, lenient: bool = False, rocev2_ports: Sequence[int] = (ROCEV2_PORT,)) -> Packet:
     """Decode a raw IPv4 or IPv6 packet (LINKTYPE_RAW)."""
     raw = bytes(data)
     pkt = Packet(raw, encap="ip")
-    return _decode_guarded(raw, pkt, lenient, _ip, raw, pkt, 0, lenient, tuple(rocev2_ports))
+    return guarded(pkt, lenient, lambda: _ip(raw, pkt, 0, lenient, tuple(rocev2_ports)))
 
 
 def decode_after_ethertype(
@@ -77,7 +67,7 @@ def decode_after_ethertype(
     for h in prefix:
         pkt.layers.append(Layer(h, pos))
         pos += h.LAYOUT.size
-    return _decode_guarded(raw, pkt, lenient, _after_ethertype, raw, pkt, ethertype, offset, lenient, tuple(rocev2_ports))
+    return guarded(pkt, lenient, lambda: _after_ethertype(raw, pkt, ethertype, offset, lenient, tuple(rocev2_ports)))
 
 
 def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...]) -> None:

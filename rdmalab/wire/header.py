@@ -133,16 +133,16 @@ def _fmt(fmt: str, bits: int, value: Any) -> str:
     if fmt == "ipv6":
         import ipaddress
 
-        return str(ipaddress.IPv6Address(value))
+        return str(ipaddress.IPv6Address(int(value)))
     if fmt == "ipv4":
         import ipaddress
 
-        return str(ipaddress.IPv4Address(value))
+        return str(ipaddress.IPv4Address(int(value)))
     if fmt == "mac":
-        raw = value.to_bytes(6, "big")
+        raw = int(value).to_bytes(6, "big")
         return ":".join(f"{b:02x}" for b in raw)
     if fmt == "bytes":
-        return value.to_bytes((bits + 7) // 8, "big").hex()
+        return int(value).to_bytes((bits + 7) // 8, "big").hex()
     return str(value)
 
 

@@ -158,6 +158,7 @@ def _build() -> dict[int, OpcodeInfo]:
         table[low] = OpcodeInfo(low, Transport.RC, op, pos, hdrs, payload, imm, inv)
         if low in _UC_OPS:
             table[0x20 | low] = OpcodeInfo(0x20 | low, Transport.UC, op, pos, hdrs, payload, imm, inv)
+        xhdrs: tuple[type[Header], ...]
         if op not in (Op.RDMA_READ_RESPONSE, Op.ACKNOWLEDGE, Op.ATOMIC_ACKNOWLEDGE):
             xhdrs = (XRCETH, *hdrs)
         else:
@@ -172,6 +173,7 @@ def _build() -> dict[int, OpcodeInfo]:
         op, pos, hdrs, payload, imm, inv = _RC[low]
         if inv:
             continue  # no SEND with Invalidate on RD
+        rd: tuple[type[Header], ...]
         if op in (Op.RDMA_READ_RESPONSE, Op.ACKNOWLEDGE, Op.ATOMIC_ACKNOWLEDGE):
             rd = (RDETH, *hdrs)
         else:

@@ -9,7 +9,7 @@ capture.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -230,17 +230,32 @@ def encode_transport(bth: BTH, headers: Sequence[Header] = (), payload: bytes = 
 # ============================================================================ native IB
 
 
-def decode_ib(data: bytes, *, lenient: bool = False, has_vcrc: bool = True) -> Packet:
+def guarded(pkt: Packet, lenient: bool, fn: Callable[[], None]) -> Packet:
+    """Run a decoding step; in lenient mode a DecodeError is recorded instead of raised."""
+    try:
+        fn()
+    except DecodeError as err:
+        if not lenient:
+            raise
+        pkt.problems.append(err)
+    return pkt
+
+
+def decode_ib(data: bytes | bytearray | memoryview, *, lenient: bool = False, has_vcrc: bool = True) -> Packet:
     """Decode a native InfiniBand packet starting at its LRH (as an ERF type 21 record carries)."""
-    data = bytes(data)
-    pkt = Packet(data, encap="ib")
+    raw = bytes(data)
+    pkt = Packet(raw, encap="ib")
+    return guarded(pkt, lenient, lambda: _decode_ib(raw, pkt, lenient, has_vcrc))
+
+
+def _decode_ib(data: bytes, pkt: Packet, lenient: bool, has_vcrc: bool) -> None:
     lrh = LRH.decode(data, 0)
     pkt.layers.append(Layer(lrh, 0))
     trailer = 6 if has_vcrc else 4
     end = len(data)
     length = lrh.pktlen * 4
     if length and length + (2 if has_vcrc else 0) != end:
-        err = MalformedError("LRH", "pktlen", 4, lrh.pktlen,
+        err: DecodeError = MalformedError("LRH", "pktlen", 4, lrh.pktlen,
                              f"{(end - (2 if has_vcrc else 0)) // 4} words for a {end}-byte packet")
         if length + (2 if has_vcrc else 0) > end:
             err = TruncatedError("LRH", "pktlen", 4, lrh.pktlen, f"{length} bytes, but only {end} captured")
@@ -256,7 +271,7 @@ def decode_ib(data: bytes, *, lenient: bool = False, has_vcrc: bool = True) -> P
         _problem(pkt, MalformedError("LRH", "lnh", 1, lrh.lnh, "2 (BTH) or 3 (GRH); raw and IPv6 not decoded"),
                  lenient)
         pkt.payload_offset, pkt.payload_length = pos, end - pos
-        return pkt
+        return
     crc_at = decode_transport(data, pkt, pos, end, trailer, lenient=lenient)
     pkt.crc_offset, pkt.crc_kind = crc_at, "icrc"
     pkt.crc = int.from_bytes(data[crc_at : crc_at + 4], "little")
@@ -264,7 +279,6 @@ def decode_ib(data: bytes, *, lenient: bool = False, has_vcrc: bool = True) -> P
     if has_vcrc:
         pkt.vcrc = int.from_bytes(data[crc_at + 4 : crc_at + 6], "little")
         pkt.vcrc_expected = _crc.vcrc(data[: crc_at + 4])
-    return pkt
 
 
 def encode_ib(
