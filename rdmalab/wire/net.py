@@ -101,6 +101,11 @@ class IPv4(Header):
     def header_len(self) -> int:
         return self.ihl * 4
 
+    def ws_fields(self) -> dict[str, int]:
+        out = Header.ws_fields(self)
+        out["ip.hdr_len"] = self.ihl * 4  # Wireshark counts bytes, the header counts 32-bit words
+        return out
+
     def with_checksum(self) -> IPv4:
         """The same header with its checksum computed (RFC 791, one's complement sum)."""
         raw = bytearray(self.replace(checksum=0).encode())
@@ -197,6 +202,11 @@ class TCP(Header):
     @property
     def header_len(self) -> int:
         return self.data_offset * 4
+
+    def ws_fields(self) -> dict[str, int]:
+        out = Header.ws_fields(self)
+        out["tcp.hdr_len"] = self.data_offset * 4  # Wireshark counts bytes, the header counts 32-bit words
+        return out
 
 
 def mac(text: str) -> int:

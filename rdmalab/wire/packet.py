@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from rdmalab.wire import crc as _crc
 from rdmalab.wire.errors import DecodeError, EncodeError, MalformedError, TruncatedError
 from rdmalab.wire.header import Header, Span
-from rdmalab.wire.ib import BTH, GRH, GRH_NXTHDR_IBA, LNH_IBA_GLOBAL, LNH_IBA_LOCAL, LRH
+from rdmalab.wire.ib import BTH, DETH, GRH, GRH_NXTHDR_IBA, LNH_IBA_GLOBAL, LNH_IBA_LOCAL, LRH
 from rdmalab.wire.opcodes import OPCODES, opcode_name
 
 H = TypeVar("H", bound=Header)
@@ -202,6 +202,11 @@ def decode_transport(
         pkt.payload_offset, pkt.payload_length = pos, body
         return crc_at
     pkt.payload_offset, pkt.payload_length, pkt.pad = pos, body - bth.padcnt, bth.padcnt
+    deth = pkt.get(DETH)  # QP0/QP1 are UD QPs whose messages are MADs (IBA Vol 1 13.5.1)
+    if pkt.payload_length and deth is not None and (bth.destqp <= 1 or deth.src_qp <= 1):
+        from rdmalab.wire.mad import decode_mad_payload
+
+        decode_mad_payload(data, pkt, lenient=lenient)
     return crc_at
 
 

@@ -1,0 +1,177 @@
+# %% [markdown]
+# # One operation on four wires
+#
+# InfiniBand defined the RDMA transport: the Base Transport Header (BTH), the extended headers
+# (RETH, AETH, ...) and the invariant CRC. RoCE carries exactly that transport over Ethernet:
+# RoCEv1 under a Global Route Header with EtherType 0x8915 (IBA Annex A16), RoCEv2 inside
+# UDP/IP to port 4791 (Annex A17). iWARP is a different stack with the same ideas: RDMAP
+# (RFC 5040) over DDP (RFC 5041) over MPA (RFC 5044) over TCP.
+#
+# Here is **one RDMA WRITE** of 12 bytes to the same remote address and key, encoded by
+# rdmalab for all four, and decoded back.
+
+# %%
+BACKEND = "soft"
+from rdmalab import lab, viz
+from rdmalab.lab.samples import one_write
+
+lab.backend(BACKEND)
+wires = one_write(b"Hello, RDMA!")
+viz.compare_wires(wires)
+
+# %% [markdown]
+# The payload is the same 12 bytes everywhere; what differs is what gets it there.
+# Native IB needs only an 8-byte Local Route Header inside a subnet; RoCEv1 replaces it with
+# Ethernet plus a 40-byte GRH (shaped like IPv6); RoCEv2 uses IPv4 (or IPv6) and UDP instead,
+# so it can be routed; iWARP replaces the whole InfiniBand transport with TCP and three thin
+# layers. Hover over the bytes below to compare field by field.
+
+# %%
+for w in wires:
+    display(viz.wire_hexdump(w, fields=False))
+
+# %% [markdown]
+# The remote address and key are the same numbers on every wire but sit in different
+# headers: the RETH's `va` and `r_key` on InfiniBand and RoCE, the DDP tagged header's
+# `to` (tagged offset) and `stag` (steering tag) on iWARP.
+
+# %%
+for w in wires:
+    fields = {f"{s.layer}.{s.field}": s.text for s in w.packet.spans()
+              if s.field in ("va", "r_key", "stag", "to", "dma_length")}
+    print(f"{w.name:>10}: {fields}")
+
+# %% [markdown]
+# ## The invariant CRC, step by step
+#
+# InfiniBand protects a packet twice: the **VCRC** (CRC-16) is recomputed on every link, and the
+# **ICRC** (CRC-32) goes end to end (IBA Vol 1 7.8). A router or switch may change some
+# fields in flight (it decrements TTL, re-marks the traffic class, sets ECN), so those
+# *variant* fields are counted as all ones in the ICRC. RoCE keeps the ICRC: RoCEv2 masks
+# the IP TOS, TTL and header checksum, the UDP checksum and BTH byte 4 (FECN/BECN), and puts
+# 8 bytes of `0xff` in front where the LRH would be (Annex A17.3.3).
+#
+# Here is that computation on a frame sent by a **ConnectX-4 Lx NIC**. `viz.icrc_steps`
+# looks up each variant field in the decoder's field spans, sets its bits to one, runs
+# CRC-32, and compares with the 4 bytes the NIC sent and with `rdmalab.wire.crc`.
+
+# %%
+from rdmalab import capture
+
+hw = list(capture.read(lab.capture_path("public_hw_byte_vectors.pcap")))
+viz.icrc_steps(hw[0])
+
+# %% [markdown]
+# The same walk for RoCEv1 (a frame from the scapy test suite captured on a ConnectX NIC):
+# the coverage starts at the GRH, and the GRH's traffic class, flow label and hop limit
+# are masked instead.
+
+# %%
+viz.icrc_steps(hw[1])
+
+# %% [markdown]
+# And native IB, where the real LRH is covered (with its virtual lane masked) and a
+# VCRC follows:
+
+# %%
+viz.icrc_steps(wires[0].packet)
+
+# %% [markdown]
+# ## iWARP's CRC32c
+#
+# iWARP does not need variant-field masks: TCP delivers the bytes end to end, and MPA adds a
+# CRC32c (the Castagnoli polynomial, RFC 5044 4.4 and RFC 3385) over the whole FPDU because
+# TCP's 16-bit checksum is too weak for storage traffic.
+
+# %%
+viz.crc32c_steps(wires[3].packet)
+
+# %% [markdown]
+# ## Exercises
+#
+# ### 1. Build a BTH by hand
+#
+# Build the 12 bytes of the BTH of an **RC SEND Only** (opcode `0x04`) with the **Solicited
+# Event** bit set, **3 pad bytes**, the default partition key `0xffff`, destination QP
+# `0x0000d2`, the **AckReq** bit set and PSN `0x1234`. Everything else is zero. Use plain
+# Python (`bytes`, `int.to_bytes`), not `rdmalab.wire.BTH`.
+
+# %% tags=["exercise"]
+my_bth = ...  # 12 bytes
+### BEGIN SOLUTION
+my_bth = (bytes([0x04, 0b1011_0000]) + (0xFFFF).to_bytes(2, "big")
+          + bytes([0]) + (0xD2).to_bytes(3, "big")
+          + bytes([0x80]) + (0x1234).to_bytes(3, "big"))
+### END SOLUTION
+lab.check("wires.bth", my_bth)
+
+# %% [markdown]
+# ### 2. Compute an ICRC by hand
+#
+# `icrc_frame()` is the ConnectX-4 CNP above with its ICRC replaced by zeros. Compute the ICRC
+# with `zlib.crc32` and byte manipulation only, and give it as the 4 bytes that go on the
+# wire (or as the integer). The checker recognises the usual slips and names them.
+
+# %% tags=["exercise"]
+import zlib
+
+from rdmalab.lab.checkers.wires import icrc_frame
+
+frame = icrc_frame()
+my_icrc = ...  # 4 bytes, as on the wire
+### BEGIN SOLUTION
+b = bytearray(frame[14:-4])  # IPv4 header .. pad
+b[1] = 0xFF  # TOS (DSCP + ECN)
+b[8] = 0xFF  # TTL
+b[10:12] = b"\xff\xff"  # IPv4 header checksum
+b[26:28] = b"\xff\xff"  # UDP checksum
+b[32] = 0xFF  # BTH byte 4: FECN, BECN, reserved
+my_icrc = zlib.crc32(b"\xff" * 8 + bytes(b)).to_bytes(4, "little")
+### END SOLUTION
+lab.check("wires.icrc", my_icrc)
+
+# %% [markdown]
+# ### 3. Which FPDUs are damaged?
+#
+# `captures/synthetic_iwarp_mpa_crc.pcap` holds an iWARP conversation with several FPDUs.
+# Give the list of the FPDUs (numbered from 0 in capture order) whose CRC32c does **not**
+# match their bytes. Compute the CRC yourself with `rdmalab.wire.crc.crc32c` on each FPDU's
+# bytes (`pdu.data[:pdu.crc_offset]`) and compare with the 4 bytes after them.
+
+# %% tags=["exercise"]
+from rdmalab.wire.crc import crc32c
+
+fpdus = [p for cp in capture.read(lab.capture_path("synthetic_iwarp_mpa_crc.pcap")) for p in cp.pdus
+         if p.crc_kind == "crc32c"]
+print(len(fpdus), "FPDUs")
+bad = ...  # a list of indexes
+### BEGIN SOLUTION
+bad = [i for i, p in enumerate(fpdus)
+       if crc32c(p.data[:p.crc_offset]) != int.from_bytes(p.data[p.crc_offset:p.crc_offset + 4], "little")]
+### END SOLUTION
+lab.check("wires.crc32c", bad)
+
+# %% [markdown]
+# ### 4. Which wire is which?
+#
+# Four frames, one per encapsulation, in a secret order. Name each one: `"IB"`, `"RoCEv1"`,
+# `"RoCEv2"` or `"iWARP"`. Look at the first bytes only, not at a decoder.
+
+# %% tags=["exercise"]
+from rdmalab.lab.samples import mystery_frames
+
+for i, (_, f) in enumerate(mystery_frames()):
+    print(i, f[:48].hex(" "))
+names = [..., ..., ..., ...]
+### BEGIN SOLUTION
+names = []
+for _, f in mystery_frames():
+    ethertype = int.from_bytes(f[12:14], "big")
+    if ethertype == 0x8915:
+        names.append("RoCEv1")
+    elif ethertype == 0x0800:
+        names.append("RoCEv2" if f[23] == 17 else "iWARP")  # IPv4 protocol: 17 UDP, 6 TCP
+    else:
+        names.append("IB")
+### END SOLUTION
+lab.check("wires.which", names)

@@ -1,0 +1,7 @@
+"""``python -m rdmalab`` runs the ``rdmalab`` command."""
+
+import sys
+
+from rdmalab.cli import main
+
+sys.exit(main())

@@ -1,0 +1,355 @@
+"""Cross-check rdmalab's decoding against Wireshark's dissectors, field by field, packet by packet.
+
+``crosscheck(path)`` runs tshark on a capture and rdmalab on the same file, pairs the packets by
+frame number and compares every field both decode (same display-filter name): its value and,
+for whole-byte fields, its byte offset.  Each difference is either explained by a known
+Wireshark 4.0 defect (:data:`rdmalab.capture.defects.WIRESHARK_DEFECTS`) or left unexplained,
+which means a new Wireshark defect or an rdmalab bug.  For iWARP it also compares the CRC32c
+verdict ("Good CRC32" / "Bad CRC32" in Wireshark's tree) with rdmalab's.
+
+Why tshark directly and not pyshark: pyshark drives the same tshark, but builds its packets
+from dictionaries (losing the repeated fields that several iWARP PDUs in one frame, or
+Wireshark's doubled ``infiniband.immdt``, produce), drops the byte positions we compare, and
+costs an asyncio event loop and an object per field.  ``tshark -T pdml`` gives every field
+with its value (``show``), its label (``showname``, where the CRC verdict lives), and its
+position, and it streams: we parse it incrementally with ``xml.etree.ElementTree.iterparse``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rdmalab.capture.defects import WiresharkDefect, explain
+from rdmalab.capture.fields import frame_fields, ws_formats
+from rdmalab.capture.linktypes import ERF, ERFExt
+from rdmalab.capture.reader import CapturedPacket, read
+from rdmalab.wire.header import Header
+
+TSHARK_ARGS: tuple[str, ...] = ("-n", "--disable-protocol", "rpcordma")
+
+
+class TsharkError(RuntimeError):
+    """tshark is missing or failed on a file."""
+
+
+def tshark_path() -> str | None:
+    return shutil.which("tshark")
+
+
+@dataclass(frozen=True, slots=True)
+class WsField:
+    name: str
+    show: str
+    showname: str
+    pos: int | None
+    size: int | None
+
+
+def wireshark_packets(path: str | os.PathLike[str], *, tshark: str | None = None,
+                      extra_args: Sequence[str] = ()) -> Iterator[tuple[int, dict[str, list[WsField]]]]:
+    """(frame number, {field name: [fields in tree order]}) for each packet, as tshark decodes it."""
+    exe = tshark or tshark_path()
+    if exe is None:
+        raise TsharkError("tshark is not installed (Debian/Ubuntu: apt-get install tshark)")
+    cmd = [exe, *TSHARK_ARGS, *extra_args, "-r", os.fspath(path), "-T", "pdml"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    try:
+        for _event, elem in ET.iterparse(proc.stdout, events=("end",)):
+            if elem.tag != "packet":
+                continue
+            fields: dict[str, list[WsField]] = {}
+            number = 0
+            for f in elem.iter("field"):
+                name = f.get("name")
+                if not name:
+                    continue
+                pos, size = f.get("pos"), f.get("size")
+                wf = WsField(name, f.get("show", ""), f.get("showname", ""),
+                             int(pos) if pos is not None else None, int(size) if size is not None else None)
+                fields.setdefault(name, []).append(wf)
+                if name == "frame.number":
+                    number = int(wf.show)
+            elem.clear()
+            yield number, fields
+    except ET.ParseError as err:
+        stderr = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+        raise TsharkError(f"tshark output for {os.fspath(path)} could not be parsed ({err}); {stderr}") from None
+    finally:
+        proc.stdout.close()
+        rc = proc.wait()
+        err_text = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+        if proc.stderr:
+            proc.stderr.close()
+    if rc != 0 and "appears to have been cut short" not in err_text:
+        raise TsharkError(f"tshark failed on {os.fspath(path)} (exit {rc}): {err_text}")
+
+
+# ----------------------------------------------------------------------------- value parsing
+
+
+def parse_ws_value(show: str, fmt: str = "dec") -> Any:
+    """A tshark ``show`` string as an integer where it is one (as rdmalab holds the value)."""
+    s = show.strip()
+    if fmt in ("ipv6", "ipv4"):
+        try:
+            return int(ipaddress.IPv6Address(s) if fmt == "ipv6" else ipaddress.IPv4Address(s))
+        except ValueError:
+            pass  # Wireshark shows some GIDs as plain bytes
+    try:
+        if s.startswith(("0x", "0X")):
+            return int(s, 16)
+        if s.lstrip("-").isdigit():
+            return int(s)
+        if s in ("True", "False"):
+            return int(s == "True")
+        parts = s.split(":")
+        if len(parts) > 1 and all(len(p) == 2 for p in parts):
+            return int("".join(parts), 16)
+        if s.count(".") == 3:
+            return int(ipaddress.IPv4Address(s))
+        if ":" in s:
+            return int(ipaddress.IPv6Address(s))
+    except ValueError:
+        pass
+    return s
+
+
+def _all_header_classes() -> list[type[Header]]:
+    out: list[type[Header]] = []
+    todo: list[type[Header]] = list(Header.__subclasses__())
+    while todo:
+        c = todo.pop()
+        out.append(c)
+        todo.extend(c.__subclasses__())
+    return out
+
+
+_EXTRA_KNOWN = frozenset({
+    "infiniband.invariant.crc", "infiniband.variant.crc", "infiniband.aeth.syndrome",
+    "infiniband.aeth.syndrome.credit_count", "infiniband.aeth.syndrome.timer",
+    "infiniband.aeth.syndrome.error_code", "infiniband.aeth.syndrome.reserved_value",
+})
+
+
+def known_ws_names() -> frozenset[str]:
+    """Every InfiniBand/iWARP Wireshark field name some rdmalab header declares."""
+    import importlib
+
+    for mod in ("mad", "cm", "mpa", "rdmap", "iwarp"):
+        try:
+            importlib.import_module(f"rdmalab.wire.{mod}")
+        except ImportError:
+            pass
+    names: set[str] = set(_EXTRA_KNOWN)
+    for cls in _all_header_classes():
+        if "LAYOUT" in dir(cls):
+            names.update(ws_formats(cls))
+    return frozenset(n for n in names if n.startswith(("infiniband.", "iwarp_")))
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass(slots=True)
+class FieldResult:
+    """One compared field of one frame.
+
+    ``status``: ``"agree"``, ``"value"`` (both decode it, values differ), ``"offset"`` (same value,
+    different byte position), ``"repeated"`` (Wireshark repeats our value), ``"only_rdmalab"``,
+    ``"only_wireshark"``.
+    """
+
+    frame: int
+    key: str
+    status: str
+    ours: Any = None
+    theirs: Any = None
+    defect: WiresharkDefect | None = None
+    note: str = ""
+
+    @property
+    def explained(self) -> bool:
+        return self.status == "agree" or self.defect is not None
+
+    def __str__(self) -> str:
+        why = f"known Wireshark defect '{self.defect.id}': {self.defect.reason}" if self.defect else "UNEXPLAINED"
+        return (f"frame {self.frame}: {self.key}: {self.status}: rdmalab={_show(self.ours)} "
+                f"wireshark={_show(self.theirs)}{' (' + self.note + ')' if self.note else ''} -> {why}")
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, list):
+        return "[" + ", ".join(_show(x) for x in v) + "]"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v} (0x{v:x})"
+    return repr(v) if v is not None else "-"
+
+
+@dataclass
+class CrosscheckReport:
+    path: str
+    packets: int = 0
+    wireshark_packets: int = 0
+    fields_compared: int = 0
+    agreements: int = 0
+    crc_compared: int = 0
+    results: list[FieldResult] = field(default_factory=list)  # everything but agreements
+    per_key: Counter[str] = field(default_factory=Counter)  # key -> times compared
+    crc_status: dict[int, list[str]] = field(default_factory=dict)  # frame -> rdmalab CRC statuses
+
+    @property
+    def differences(self) -> list[FieldResult]:
+        return self.results
+
+    @property
+    def unexplained(self) -> list[FieldResult]:
+        return [r for r in self.results if not r.explained]
+
+    @property
+    def explained(self) -> list[FieldResult]:
+        return [r for r in self.results if r.explained]
+
+    @property
+    def ok(self) -> bool:
+        return not self.unexplained and self.packets == self.wireshark_packets
+
+    def text(self, *, verbose: bool = False) -> str:
+        lines = [
+            f"{self.path}: {self.packets} packets (tshark: {self.wireshark_packets}), "
+            f"{self.fields_compared} fields compared, {self.agreements} agree, "
+            f"{len(self.explained)} differences explained by known Wireshark defects, "
+            f"{len(self.unexplained)} unexplained; {self.crc_compared} CRC32c verdicts compared",
+        ]
+        by_defect = Counter(r.defect.id for r in self.explained if r.defect)
+        for did, n in sorted(by_defect.items()):
+            lines.append(f"  known defect {did}: {n} field(s)")
+        for r in self.unexplained:
+            lines.append(f"  {r}")
+        if verbose:
+            for r in self.explained:
+                lines.append(f"  {r}")
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- comparison
+
+
+def _our_offsets(cp: CapturedPacket) -> dict[str, list[int]]:
+    """Byte offsets (as Wireshark counts them) of our whole-byte fields in the frame packet."""
+    out: dict[str, list[int]] = {}
+    base = 0
+    for layer in cp.packet.layers:
+        if isinstance(layer.header, (ERF, ERFExt)):
+            base = layer.end  # Wireshark's ERF frame starts after the ERF headers
+    for layer in cp.packet.layers:
+        if isinstance(layer.header, (ERF, ERFExt)):
+            continue  # Wireshark shows the ERF header as a pseudo-header, outside the frame's bytes
+        for f in layer.header.LAYOUT.fields:
+            if f.ws and f.bits % 8 == 0 and f.bit_offset % 8 == 0:
+                out.setdefault(f.ws, []).append(layer.offset + f.byte_start - base)
+    return out
+
+
+def _formats(cp: CapturedPacket) -> dict[str, str]:
+    fm: dict[str, str] = {}
+    for p in (cp.packet, *cp.pdus):
+        for layer in p.layers:
+            fm.update(ws_formats(type(layer.header)))
+    return fm
+
+
+def compare_packet(cp: CapturedPacket, ws: dict[str, list[WsField]], report: CrosscheckReport,
+                   known: frozenset[str]) -> None:
+    ours = frame_fields(cp, raw=True)
+    fmts = _formats(cp)
+    offsets = _our_offsets(cp)
+    view = {k: [f.show for f in v] for k, v in ws.items()}
+    frame = cp.frame_number
+
+    def add(r: FieldResult) -> None:
+        if r.status != "agree":
+            r.defect = explain(cp, view, r.key, r.status)
+            report.results.append(r)
+
+    for key, val in ours.items():
+        if key.startswith(("frame.", "rdmalab.")) or key == "erf.ts":
+            continue
+        mine = list(val) if isinstance(val, list) else [val]
+        if key not in ws:
+            add(FieldResult(frame, key, "only_rdmalab", mine[0] if len(mine) == 1 else mine))
+            continue
+        fmt = fmts.get(key, "dec")
+        theirs = [parse_ws_value(f.show, fmt) for f in ws[key]]
+        report.fields_compared += 1
+        report.per_key[key] += 1
+        if theirs == mine:
+            status, note = "agree", ""
+            pos = offsets.get(key)
+            if pos is not None and len(pos) == len(ws[key]) and not cp.pdus:
+                wpos = [f.pos for f in ws[key]]
+                if wpos != pos:
+                    status, note = "offset", f"rdmalab at byte {pos}, wireshark at byte {wpos}"
+            if status == "agree":
+                report.agreements += 1
+            else:
+                add(FieldResult(frame, key, status, mine, theirs, note=note))
+        elif len(theirs) == 2 * len(mine) and theirs[::2] == mine and theirs[1::2] == mine:
+            add(FieldResult(frame, key, "repeated", mine, theirs))
+        else:
+            add(FieldResult(frame, key, "value", mine[0] if len(mine) == 1 else mine,
+                            theirs[0] if len(theirs) == 1 else theirs))
+    present = {n for p in (cp.packet, *cp.pdus) for layer in p.layers for n in ws_formats(type(layer.header))}
+    for key in ws:
+        if (key in known or key in present) and key not in ours:
+            fmt = fmts.get(key, "dec")
+            theirs = [parse_ws_value(f.show, fmt) for f in ws[key]]
+            add(FieldResult(frame, key, "only_wireshark", None, theirs[0] if len(theirs) == 1 else theirs))
+    # CRC32c verdicts: Wireshark validates the MPA CRC ("Good CRC32" / "Bad CRC32" in the label)
+    ws_verdicts = ["good" if "Good CRC32" in f.showname else "bad" if "Bad CRC32" in f.showname else "?"
+                   for f in ws.get("iwarp_mpa.crc_check", [])]
+    mine_v = ours.get("rdmalab.crc32c.status")
+    mine_verdicts = (list(mine_v) if isinstance(mine_v, list) else [mine_v]) if mine_v is not None else []
+    statuses = [s for k in ("rdmalab.icrc.status", "rdmalab.crc32c.status", "rdmalab.vcrc.status")
+                for s in (ours[k] if isinstance(ours.get(k), list) else [ours[k]] if k in ours else [])]
+    if statuses:
+        report.crc_status[frame] = statuses
+    if ws_verdicts or mine_verdicts:
+        report.crc_compared += 1
+        if ws_verdicts != mine_verdicts:
+            add(FieldResult(frame, "rdmalab.crc32c.status", "value", mine_verdicts, ws_verdicts,
+                            note="CRC32c verdict (Wireshark validates the MPA CRC)"))
+
+
+def crosscheck(path: str | os.PathLike[str], *, tshark: str | None = None) -> CrosscheckReport:
+    """Compare rdmalab and Wireshark on every packet and field of a capture."""
+    report = CrosscheckReport(os.fspath(path))
+    known = known_ws_names()
+    ws_iter = wireshark_packets(path, tshark=tshark)
+    ws_pending: dict[int, dict[str, list[WsField]]] = {}
+    ws_done = False
+    for cp in read(path, lenient=True):
+        report.packets += 1
+        while not ws_done and cp.frame_number not in ws_pending:
+            try:
+                num, fields = next(ws_iter)
+            except StopIteration:
+                ws_done = True
+                break
+            ws_pending[num] = fields
+            report.wireshark_packets += 1
+        ws = ws_pending.pop(cp.frame_number, None)
+        if ws is None:
+            continue
+        compare_packet(cp, ws, report, known)
+    for _num, _fields in ws_iter:
+        report.wireshark_packets += 1
+    return report

@@ -1,0 +1,244 @@
+"""Known Wireshark 4.0 defects: the one table both the cross-check reports and the tests use.
+
+tshark 4.0 is the oracle for every field rdmalab decodes, but it is wrong or silent in a few
+well-understood places (wire-formats.md §12).  Each :class:`WiresharkDefect` says *when* it
+applies (a predicate over the frame, described in words), *which* fields it affects (glob
+patterns over display-filter names), *why*, and where the specification says what the bytes
+mean.  :func:`explain` finds the defect that accounts for a difference, if any; a difference
+no defect explains is either a new Wireshark defect (add a row here) or an rdmalab bug.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rdmalab.wire.ib import BTH
+
+if TYPE_CHECKING:
+    from rdmalab.capture.reader import CapturedPacket
+
+WiresharkView = Mapping[str, Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class WiresharkDefect:
+    """A place where Wireshark 4.0 and the specification (and so rdmalab) part ways."""
+
+    id: str
+    condition: str  # when it applies, in words
+    fields: tuple[str, ...]  # display-filter names (fnmatch patterns) it affects
+    reason: str
+    spec: str  # what the bytes mean, per the standard
+    reference: str  # where this is documented (wire-formats.md section)
+    applies: Callable[[CapturedPacket, WiresharkView], bool]
+    kinds: tuple[str, ...] = ("value", "only_rdmalab", "only_wireshark", "repeated")
+
+    def matches(self, key: str) -> bool:
+        return any(fnmatch.fnmatchcase(key, pat) for pat in self.fields)
+
+
+def _opcodes(cp: CapturedPacket) -> list[int]:
+    return [bth.opcode for p in (cp.packet, *cp.pdus) if (bth := p.get(BTH)) is not None]
+
+
+def _has_opcode(pred: Callable[[int], bool]) -> Callable[[CapturedPacket, WiresharkView], bool]:
+    def f(cp: CapturedPacket, ws: WiresharkView) -> bool:
+        return any(pred(op) for op in _opcodes(cp))
+    return f
+
+
+def _has_bth(cp: CapturedPacket, ws: WiresharkView) -> bool:
+    return any(p.get(BTH) is not None for p in [cp.packet, *cp.pdus])
+
+
+def _always(cp: CapturedPacket, ws: WiresharkView) -> bool:
+    return True
+
+
+def _iwarp_values(cp: CapturedPacket, key: str) -> list[int]:
+    out: list[int] = []
+    for pdu in cp.pdus:
+        for layer in pdu.layers:
+            v = layer.header.ws_fields().get(key)
+            if isinstance(v, int):
+                out.append(v)
+    return out
+
+
+def _mpa_v2(cp: CapturedPacket, ws: WiresharkView) -> bool:
+    return 2 in _iwarp_values(cp, "iwarp_mpa.rev")
+
+
+def _iwarp_not_seen(cp: CapturedPacket, ws: WiresharkView) -> bool:
+    return bool(cp.pdus) and not any(k.startswith("iwarp_mpa") for k in ws)
+
+
+def _rfc7306(cp: CapturedPacket, ws: WiresharkView) -> bool:
+    return any(op in (0xB, 0xC, 0xD) for op in _iwarp_values(cp, "iwarp_rdma.opcode"))
+
+
+_AFTER_BTH = (
+    "infiniband.rdeth*", "infiniband.deth*", "infiniband.reth*", "infiniband.atomiceth*", "infiniband.aeth*",
+    "infiniband.atomicacketh*", "infiniband.immdt", "infiniband.ieth", "infiniband.feth*",
+    "infiniband.invariant.crc", "infiniband.vendor", "infiniband.payload", "infiniband.mad*", "infiniband.cm*",
+    "rdmalab.xrceth*", "rdmalab.feth*", "rdmalab.cnp*",
+)
+
+WIRESHARK_DEFECTS: list[WiresharkDefect] = [
+    WiresharkDefect(
+        "cnp-0x81",
+        "BTH opcode 0x81 (RoCEv2 CNP, what hardware sends)",
+        ("infiniband.invariant.crc", "infiniband.vendor", "rdmalab.cnp*"),
+        "Wireshark 4.0 names only 0x80 'CNP'; 0x81 is 'Unknown OpCode' and everything after the BTH, "
+        "the ICRC included, is shown as infiniband.vendor",
+        "RoCEv2 Annex A17.9.3: a CNP is opcode 0x81 (transport 100b), BECN=1, 16 reserved bytes, ICRC",
+        "wire-formats.md §3, §12.1",
+        _has_opcode(lambda op: op == 0x81),
+    ),
+    WiresharkDefect(
+        "xrc-not-parsed",
+        "BTH opcode 0xA0-0xBF (XRC)",
+        _AFTER_BTH,
+        "Wireshark 4.0 names XRC opcodes but parses no XRCETH and nothing after the BTH "
+        "(infiniband.vendor), so no RETH/AETH/... and no ICRC field",
+        "IBA Vol 1 Annex A14.6.1: XRC requests carry an XRCETH (XRC SRQ number) before the RC headers",
+        "wire-formats.md §3, §12.2",
+        _has_opcode(lambda op: 0xA0 <= op <= 0xBF),
+    ),
+    WiresharkDefect(
+        "rd-as-dc",
+        "BTH opcode 0x40-0x5F (Reliable Datagram)",
+        _AFTER_BTH,
+        "Wireshark 4.0 takes every RD opcode for Mellanox Dynamically Connected: a 20-byte BTH, DC names, "
+        "and (for 0x51) no RDETH, so every field after the BTH is misplaced",
+        "IBA Vol 1 9.3.1 and table 38: RD packets carry RDETH (+ DETH on requests) after a 12-byte BTH",
+        "wire-formats.md §2.4, §5.2, §12.3",
+        _has_opcode(lambda op: 0x40 <= op <= 0x5F),
+    ),
+    WiresharkDefect(
+        "fecn-becn",
+        "any packet with a BTH",
+        ("rdmalab.bth.fecn", "rdmalab.bth.becn", "infiniband.reserved"),
+        "Wireshark 4.0/4.4 do not decode FECN/BECN; BTH byte 4 is shown as infiniband.reserved",
+        "IBA Vol 1 9.2 and Annex A10: BTH byte 4 bit 7 FECN, bit 6 BECN",
+        "wire-formats.md §2.3, §12.4",
+        _has_bth,
+    ),
+    WiresharkDefect(
+        "immdt-ieth-twice",
+        "packets with ImmDt or IETH",
+        ("infiniband.immdt", "infiniband.ieth"),
+        "Wireshark adds infiniband.immdt / infiniband.ieth twice (the header item and the inner item share "
+        "the field), so each value appears twice",
+        "IBA Vol 1 9.3.7 / 9.3.8: one 4-byte ImmDt or IETH",
+        "wire-formats.md §5.2 item 2, §12.5",
+        _always,
+        kinds=("repeated",),
+    ),
+    WiresharkDefect(
+        "atomiceth-reth-names",
+        "CmpSwap and FetchAdd (opcode low bits 0x13/0x14)",
+        ("infiniband.reth.va", "infiniband.reth.r_key"),
+        "Wireshark reports the AtomicETH VA and R_Key under the RETH names; rdmalab emits the same names "
+        "so filters match, which a reader must not take for a RETH",
+        "IBA Vol 1 9.3.4: AtomicETH = VA(64) R_Key(32) Swap/Add(64) Compare(64)",
+        "wire-formats.md §5.2 item 3, §12.6",
+        _has_opcode(lambda op: op & 0x1F in (0x13, 0x14) and op >> 5 in (0, 2, 5)),
+        kinds=("naming",),
+    ),
+    WiresharkDefect(
+        "icrc-not-validated",
+        "every packet with an ICRC or VCRC",
+        ("rdmalab.icrc*", "rdmalab.vcrc*", "infiniband.invariant.crc", "infiniband.variant.crc"),
+        "Wireshark displays the ICRC and VCRC (read big-endian, i.e. byte-swapped from the CRC value) and "
+        "never validates them; rdmalab's status keys have no Wireshark counterpart",
+        "IBA Vol 1 7.8.1 / RoCEv2 Annex A17.3.3: ICRC = CRC-32 over the masked packet, sent LSB first",
+        "wire-formats.md §5.1, §7, §12.7",
+        _always,
+        kinds=("only_rdmalab", "not_validated"),
+    ),
+    WiresharkDefect(
+        "rpcordma-false-positive",
+        "Send payloads (RoCE and iWARP)",
+        ("rpcordma*", "_ws.malformed*"),
+        "Wireshark's RPC-over-RDMA heuristic claims plain Send payloads and flags them Malformed; the "
+        "cross-check runs tshark with --disable-protocol rpcordma",
+        "RFC 8166: RPC-over-RDMA is a ULP, recognisable only by negotiation, not by payload bytes",
+        "wire-formats.md §8.5, §12.8",
+        _always,
+    ),
+    WiresharkDefect(
+        "mpa-v2",
+        "MPA Request/Reply with Rev 2 (RFC 6581 enhanced connection setup)",
+        ("iwarp_mpa.rev", "iwarp_mpa.res", "iwarp_mpa.privatedata", "iwarp_mpa.pdlength", "rdmalab.mpa*"),
+        "Wireshark 4.0 does not understand MPA v2: it warns 'Rev field is NOT set to one' / 'Res field is "
+        "NOT set to zero' and shows IRD/ORD as raw private data",
+        "RFC 6581 §5: Rev 2, the enhanced flag, and IRD/ORD words at the start of the private data",
+        "wire-formats.md §8.1, §12.9",
+        _mpa_v2,
+    ),
+    WiresharkDefect(
+        "iwarp-mid-stream",
+        "iWARP PDUs in a TCP stream whose MPA Request/Reply tshark has not seen",
+        ("iwarp_*", "rdmalab.crc32c*", "rdmalab.mpa*", "rdmalab.ddp*", "rdmalab.rdmap*"),
+        "Wireshark recognises FPDUs only after both MPA frames; a capture that starts mid-stream is not "
+        "decoded as iWARP",
+        "RFC 5044 §7: FPDUs follow the MPA Request/Reply exchange",
+        "wire-formats.md §8.5, §12.10",
+        _iwarp_not_seen,
+    ),
+    WiresharkDefect(
+        "rfc7306-opcodes",
+        "RDMAP opcodes 0xB (Atomic Response), 0xC/0xD (Immediate Data)",
+        ("iwarp_rdma.atomic.*", "iwarp_rdma.imm*", "iwarp_rdma.reserved", "rdmalab.rdmap*", "data.*"),
+        "Wireshark 4.0 shows 0xC/0xD as 'Unknown 12/13' with no decoding, does not name atomic Swap, and "
+        "mis-parses the Atomic Response (advances 4 bytes instead of 8)",
+        "RFC 7306 §5, §6: Immediate Data (8 bytes), Atomic Response = Original Request Id(32) + data(64)",
+        "wire-formats.md §8.4, §12.11",
+        _rfc7306,
+    ),
+    WiresharkDefect(
+        "flush-atomic-write",
+        "BTH opcode FLUSH (0x1C/0x5C/0xBC) or ATOMIC WRITE (0x1D/0xBD)",
+        _AFTER_BTH,
+        "Wireshark 4.0 does not know FLUSH or ATOMIC WRITE (4.4 does): 'Unknown OpCode', rest as vendor",
+        "IBA Memory Placement Extensions (Annex A19): FLUSH = FETH + RETH; ATOMIC WRITE = RETH + 8 bytes",
+        "wire-formats.md §3, §12.12",
+        _has_opcode(lambda op: op in (0x1C, 0x1D, 0x5C, 0xBC, 0xBD)),
+    ),
+    WiresharkDefect(
+        "cm-path-pktrate",
+        "CM REQ (MAD class 0x07, attribute 0x0010)",
+        ("infiniband.cm.req.prim_pktrate", "infiniband.cm.req.alt_pktrate"),
+        "Wireshark 4.0 reads the path's PacketRate from the first byte of the FlowLabel word (the same "
+        "position as the flow label) instead of its last byte, so it shows the flow label's top bits",
+        "IBA Vol 1 12.6.5 (CM REQ): the 32-bit word is FlowLabel(20) | Reserved(6) | PacketRate(6)",
+        "wire-formats.md §6 (CM REQ body, offset 52 + 36); found by this cross-check",
+        lambda cp, ws: "infiniband.cm.req.prim_pktrate" in ws,
+    ),
+]
+
+WIRESHARK_DEFECTS.append(WiresharkDefect(
+    "cm-alt-reserved1-twice",
+    "CM REQ alternate path",
+    ("infiniband.cm.req.alt_reserved1",),
+    "Wireshark 4.0 adds infiniband.cm.req.alt_reserved1 twice (at the alternate path's last two bytes), "
+    "where the primary path has one prim_reserved1",
+    "IBA Vol 1 12.6.5 (CM REQ): the alternate path has the same layout as the primary path",
+    "wire-formats.md §6; found by this cross-check",
+    lambda cp, ws: "infiniband.cm.req.alt_reserved1" in ws,
+    kinds=("repeated", "value"),
+))
+
+DEFECTS_BY_ID = {d.id: d for d in WIRESHARK_DEFECTS}
+
+
+def explain(cp: CapturedPacket, ws: WiresharkView, key: str, kind: str) -> WiresharkDefect | None:
+    """The known defect that accounts for a ``kind`` difference on ``key`` in this frame, if any."""
+    for d in WIRESHARK_DEFECTS:
+        if kind in d.kinds and d.matches(key) and d.applies(cp, ws):
+            return d
+    return None

@@ -1,0 +1,173 @@
+"""Flat field dictionaries for packets, keyed by Wireshark display-filter names.
+
+:func:`frame_fields` turns a :class:`~rdmalab.capture.reader.CapturedPacket` into one flat
+``{name: value}`` dictionary, and :func:`to_json` into one line of JSON (what
+``rdmalab decode -T json`` prints).
+
+* Keys are Wireshark's display-filter field names wherever Wireshark has the field
+  (``infiniband.bth.psn``, ``iwarp_ddp.stag`` ...), taken from each header's declaration, plus
+  ``frame.number``, ``frame.time_epoch``, ``frame.len`` and ``frame.cap_len``.
+* Values are JSON integers, with the *meaning Wireshark gives them*: in particular
+  ``infiniband.invariant.crc`` (and ``infiniband.variant.crc``, ``iwarp_mpa.crc_check``) is the
+  CRC's wire bytes read big-endian, which is the byte-swap of the CRC value (wire-formats.md
+  §5.1).  Addresses (MAC, IPv4, IPv6/GID) are strings in Wireshark's notation, because
+  128-bit integers do not survive most JSON readers.
+* ``rdmalab.*`` keys carry what Wireshark lacks: ``rdmalab.icrc.status`` ("good"/"bad"),
+  ``rdmalab.icrc.expected``, ``rdmalab.vcrc.status``, ``rdmalab.crc32c.status``, FECN/BECN
+  (``rdmalab.bth.fecn``/``becn``), the XRCETH (``rdmalab.xrceth.xrcsrq``), CNP
+  (``rdmalab.cnp``), the opcode's name, and decoding problems (``rdmalab.problems``).
+* When a frame carries several PDUs of one protocol (iWARP FPDUs packed in one TCP segment),
+  a key that occurs more than once has a list of values, in frame order.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+from typing import TYPE_CHECKING, Any
+
+from rdmalab.wire.header import Header
+from rdmalab.wire.ib import BTH
+from rdmalab.wire.opcodes import opcode_name
+
+if TYPE_CHECKING:
+    from rdmalab.capture.reader import CapturedPacket
+    from rdmalab.wire.packet import Packet
+
+_ADDRESS_FMTS = ("mac", "ipv4", "ipv6")
+_fmt_cache: dict[type[Header], dict[str, str]] = {}
+
+
+def ws_formats(cls: type[Header]) -> dict[str, str]:
+    """Wireshark name -> display format (``"dec"``, ``"hex"``, ``"ipv6"`` ...) for a header class."""
+    m = _fmt_cache.get(cls)
+    if m is None:
+        m = {f.ws: f.fmt for f in cls.LAYOUT.fields if f.ws}
+        _fmt_cache[cls] = m
+    return m
+
+
+_opname_cache: dict[int, str] = {}
+
+
+def _opname(code: int) -> str:
+    name = _opname_cache.get(code)
+    if name is None:
+        name = _opname_cache[code] = opcode_name(code)
+    return name
+
+
+def _address(fmt: str, value: int) -> str:
+    if fmt == "mac":
+        return value.to_bytes(6, "big").hex(":")
+    if fmt == "ipv4":
+        return socket.inet_ntop(socket.AF_INET, value.to_bytes(4, "big"))
+    return str(ipaddress.IPv6Address(value))
+
+
+def _add(out: dict[str, Any], key: str, value: Any) -> None:
+    if key in out:
+        old = out[key]
+        if isinstance(old, _Multi):
+            old.append(value)
+        else:
+            out[key] = _Multi([old, value])
+    else:
+        out[key] = value
+
+
+class _Multi(list[Any]):
+    """A value list made by repetition (as opposed to a list-valued field)."""
+
+
+def header_fields(h: Header, *, raw: bool = False) -> dict[str, Any]:
+    """One header's Wireshark-named fields; addresses as strings unless ``raw``."""
+    vals: dict[str, Any] = h.ws_fields()
+    if raw:
+        return vals
+    fmts = ws_formats(type(h))
+    for k, fmt in fmts.items():
+        if fmt in _ADDRESS_FMTS and k in vals:
+            vals[k] = _address(fmt, vals[k])
+    return vals
+
+
+def _swap32(v: int) -> int:
+    return int.from_bytes(v.to_bytes(4, "little"), "big")
+
+
+def _swap16(v: int) -> int:
+    return int.from_bytes(v.to_bytes(2, "little"), "big")
+
+
+def packet_fields(pkt: Packet, out: dict[str, Any], *, raw: bool = False, skip: frozenset[type] = frozenset()) -> None:
+    """Add one packet's fields to ``out`` (repeated keys become lists)."""
+    for layer in pkt.layers:
+        h = layer.header
+        if type(h) in skip:
+            continue
+        for k, v in header_fields(h, raw=raw).items():
+            _add(out, k, v)
+    for _pos, marker in pkt.extra.get("markers", ()):  # MPA markers, stripped from the FPDU's data
+        if isinstance(marker, Header):
+            for k, v in header_fields(marker, raw=raw).items():
+                _add(out, k, v)
+    bth = pkt.get(BTH)
+    if bth is not None:
+        _add(out, "rdmalab.opcode", _opname(bth.opcode))
+        if bth.opcode == 0x81:
+            _add(out, "rdmalab.cnp", 1)
+    if pkt.crc is not None:
+        if pkt.crc_kind == "icrc":
+            _add(out, "infiniband.invariant.crc", _swap32(pkt.crc))
+            if pkt.crc_expected is not None:
+                _add(out, "rdmalab.icrc.expected", _swap32(pkt.crc_expected))
+            _add(out, "rdmalab.icrc.status", pkt.crc_status or "unchecked")
+        elif pkt.crc_kind == "crc32c":
+            key = "iwarp_mpa.crc_check" if pkt.crc_expected is not None else "iwarp_mpa.crc"
+            if key not in out or isinstance(out[key], _Multi):
+                _add(out, key, _swap32(pkt.crc))
+            if pkt.crc_expected is not None:
+                _add(out, "rdmalab.crc32c.expected", _swap32(pkt.crc_expected))
+            _add(out, "rdmalab.crc32c.status", pkt.crc_status or "unchecked")
+    if pkt.vcrc is not None:
+        _add(out, "infiniband.variant.crc", _swap16(pkt.vcrc))
+        if pkt.vcrc_expected is not None:
+            _add(out, "rdmalab.vcrc.expected", _swap16(pkt.vcrc_expected))
+        _add(out, "rdmalab.vcrc.status", pkt.vcrc_status or "unchecked")
+    if pkt.payload_length and pkt.encap in ("rocev2", "rocev1", "ib", "iwarp"):
+        _add(out, "rdmalab.payload.len", pkt.payload_length)
+    if pkt.problems:
+        for p in pkt.problems:
+            _add(out, "rdmalab.problems", str(p))
+
+
+def frame_fields(cp: CapturedPacket, *, raw: bool = False) -> dict[str, Any]:
+    """All fields of one captured frame and its PDUs, as one flat dictionary.
+
+    ``raw=True`` keeps addresses as integers (what the cross-check compares).
+    """
+    out: dict[str, Any] = {
+        "frame.number": cp.frame_number,
+        "frame.time_epoch": cp.timestamp,
+        "frame.len": cp.wire_length or len(cp.packet.data),
+        "frame.cap_len": len(cp.packet.data),
+    }
+    pkt = cp.packet
+    packet_fields(pkt, out, raw=raw)
+    out["rdmalab.encap"] = pkt.encap
+    if cp.pdus:
+        skip = frozenset(type(layer.header) for layer in pkt.layers)
+        for pdu in cp.pdus:
+            packet_fields(pdu, out, raw=raw, skip=skip)
+        out["rdmalab.pdus"] = len(cp.pdus)
+    internal = pkt.extra.get("internal_error")
+    if internal:
+        _add(out, "rdmalab.problems", f"internal decoder error: {internal}")
+    return out
+
+
+def to_json(cp: CapturedPacket) -> str:
+    """One packet as one line of JSON (``rdmalab decode -T json``)."""
+    return json.dumps(frame_fields(cp), separators=(",", ":"))

@@ -1,0 +1,534 @@
+"""iWARP over TCP in a capture: per-connection reassembly of MPA frames and FPDUs.
+
+:class:`IwarpTracker` is fed decoded Ethernet frames in capture order and returns the iWARP
+PDUs (MPA Request/Reply frames and FPDUs) that *complete* in each frame, decoded by
+:mod:`rdmalab.wire.iwarp`.  Per TCP direction it
+
+* orders segments by sequence number, drops retransmitted/duplicate bytes, holds a bounded
+  number of out-of-order segments, and treats a hole that does not fill as lost data;
+* reads the MPA Request and Reply (markers and CRC are negotiated there: a side that sets M
+  wants markers in the FPDUs it *receives*, RFC 5044; CRC is used if either side sets C);
+* cuts the stream into FPDUs, with markers stripped and CRC32c checked; FPDUs split across
+  segments and several FPDUs in one segment both work;
+* when the capture starts mid-stream (no MPA frames seen), or after lost data,
+  resynchronises by looking for an offset where ULPDU_Length, pad and CRC32c check out for two
+  consecutive FPDUs (with markers, a marker's FPDUPTR proposes the offset).  Wireshark does not
+  decode such streams at all.
+
+Flows that are not iWARP are dropped cheaply: a connection whose handshake was seen must start
+with an MPA Request, and a mid-stream flow is given up after ``give_up_bytes`` octets without a
+resynchronisation.  Memory is bounded: at most ``max_connections`` flows (least recently used
+dropped first), and per direction one FPDU's worth of bytes plus ``max_pending_bytes`` of
+out-of-order data.
+
+Each returned packet has ``encap="iwarp"`` and ``extra`` keys ``frame`` (the frame in which the
+PDU completed), ``frames`` (all frames that carried its bytes), ``tuple`` (``(src, sport, dst,
+dport)``), ``seq`` (TCP sequence number of its first byte), ``direction`` (``"initiator"``,
+``"responder"`` or ``None`` if unknown) and ``resync`` (``True`` when found by resynchronisation
+rather than by following the stream from the MPA frames).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from rdmalab.wire import crc as _crc
+from rdmalab.wire.errors import DecodeError
+from rdmalab.wire.iwarp import decode_fpdu, decode_mpa_frame
+from rdmalab.wire.mpa import (
+    MARKER_INTERVAL,
+    MAX_ULPDU,
+    MPA_KEY_PREFIX,
+    MPA_KEY_REP,
+    MPA_KEY_REQ,
+    MPAReqRep,
+    fpdu_length,
+    fpdu_wire_length,
+)
+from rdmalab.wire.net import TCP, IPv4, IPv6
+from rdmalab.wire.packet import Packet
+from rdmalab.wire.rdmap import OP_TERMINATE, RDMAP_OPCODES
+
+SEQ_MOD = 1 << 32
+MAX_FPDU_WIRE = fpdu_length(MAX_ULPDU) + 4 * (fpdu_length(MAX_ULPDU) // MARKER_INTERVAL + 2)
+
+Tuple4 = tuple[str, int, str, int]
+
+# Direction states
+START = "start"  # handshake seen: the next bytes must be an MPA frame
+MPA_MAYBE = "mpa"  # mid-stream, but the bytes start like an MPA frame
+AWAIT = "await"  # own MPA frame done, waiting for the peer's to learn markers/CRC
+FPDU = "fpdu"  # full operation, in sync
+HUNT = "hunt"  # looking for FPDU boundaries
+DEAD = "dead"  # not iWARP (or given up)
+
+
+def _sdiff(a: int, b: int) -> int:
+    """``a - b`` in TCP sequence space, as a signed number."""
+    d = (a - b) % SEQ_MOD
+    return d - SEQ_MOD if d >= SEQ_MOD // 2 else d
+
+
+# ULPDU_Length (any), DDP control (Rsvd 0, DV 1), RDMAP control (RV 1, Rsv 0): a fast prefilter
+_HEADER_RE = re.compile(rb"(?=[\x00-\xff]{2}[\x01\x41\x81\xc1][\x40-\x4f])", re.DOTALL)
+
+
+def _plausible_header(buf: bytearray, i: int) -> bool:
+    """Cheap test that ``buf[i:]`` could start an FPDU (ULPDU_Length, DDP and RDMAP control)."""
+    if i + 4 > len(buf):
+        return False
+    length = (buf[i] << 8) | buf[i + 1]
+    ddp = buf[i + 2]
+    rd = buf[i + 3]
+    if ddp & 0x3F != 0x01 or rd & 0xF0 != 0x40:  # Rsvd 0, DV 1; RV 1, Rsv 0
+        return False
+    bounds = _ULPDU_BOUNDS.get(rd & 0x0F)
+    if bounds is None or bounds[2] != bool(ddp & 0x80):
+        return False
+    return bounds[0] <= length <= bounds[1]
+
+
+def _ulpdu_bounds() -> dict[int, tuple[int, int, bool]]:
+    """opcode -> (shortest ULPDU, longest ULPDU, tagged): messages without payload have fixed sizes."""
+    out = {}
+    for op, info in RDMAP_OPCODES.items():
+        low = (14 if info.tagged else 18) + sum(h.LAYOUT.size for h in info.headers)
+        high = MAX_ULPDU if info.payload else low
+        if op == OP_TERMINATE:
+            high = low + 2 + 18 + 28  # DDP Segment Length, terminated DDP and RDMAP headers
+        out[op] = (low, high, info.tagged)
+    return out
+
+
+_ULPDU_BOUNDS = _ulpdu_bounds()
+
+
+@dataclass
+class _Dir:
+    tuple4: Tuple4
+    state: str = "new"
+    next_seq: int | None = None
+    buf: bytearray = field(default_factory=bytearray)
+    buf_seq: int = 0
+    chunks: list[tuple[int, int]] = field(default_factory=list)  # (offset in buf, frame)
+    pending: dict[int, tuple[bytes, int]] = field(default_factory=dict)  # seq -> (data, frame)
+    pending_bytes: int = 0
+    markers: bool | None = None  # markers in the FPDUs this direction sends
+    crc: bool | None = None
+    first_fpdu_seq: int | None = None
+    hunted: int = 0  # bytes given up while hunting
+    resynced: bool = False
+    role: str | None = None
+    # hunting bookkeeping: candidate starts that need more bytes, and where scanning resumes
+    waiting: list[tuple[int, int | None]] = field(default_factory=list)  # (offset, stream pos or None)
+    scan_pos: int = 0
+
+
+@dataclass
+class _Conn:
+    dirs: dict[Tuple4, _Dir] = field(default_factory=dict)
+    request: MPAReqRep | None = None
+    reply: MPAReqRep | None = None
+    initiator: Tuple4 | None = None
+    dead: bool = False
+
+
+class IwarpTracker:
+    """Stateful iWARP reassembly over every TCP connection of a capture (see module docs)."""
+
+    def __init__(
+        self,
+        *,
+        max_connections: int = 1024,
+        max_pending_bytes: int = 1 << 20,
+        give_up_bytes: int = 256 * 1024,
+        max_waiting: int = 16,
+    ) -> None:
+        self.max_connections = max_connections
+        self.max_pending_bytes = max_pending_bytes
+        self.give_up_bytes = give_up_bytes
+        self.max_waiting = max_waiting
+        self._conns: OrderedDict[tuple[Tuple4, Tuple4], _Conn] = OrderedDict()
+
+    # ---------------------------------------------------------------- public
+    def process(self, frame_number: int, pkt: Packet) -> list[Packet]:
+        """The iWARP PDUs that complete with this frame (empty for non-TCP frames)."""
+        tcp = pkt.get(TCP)
+        if tcp is None:
+            return []
+        src, dst = self._addresses(pkt)
+        fwd: Tuple4 = (src, tcp.sport, dst, tcp.dport)
+        rev: Tuple4 = (dst, tcp.dport, src, tcp.sport)
+        key = (fwd, rev) if fwd <= rev else (rev, fwd)
+        conn = self._conns.get(key)
+        if conn is None:
+            if tcp.flags & TCP.RST:
+                return []
+            conn = _Conn()
+            self._conns[key] = conn
+            while len(self._conns) > self.max_connections:
+                self._conns.popitem(last=False)
+        else:
+            self._conns.move_to_end(key)
+        if conn.dead:
+            return []
+        if tcp.flags & TCP.RST:
+            del self._conns[key]
+            return []
+        d = conn.dirs.get(fwd)
+        if d is None:
+            d = conn.dirs[fwd] = _Dir(fwd)
+        if tcp.flags & TCP.SYN:
+            d.next_seq = d.buf_seq = (tcp.seq + 1) % SEQ_MOD
+            d.buf.clear()
+            d.chunks.clear()
+            d.state = START
+            return []
+        payload = pkt.payload
+        if not payload or d.state == DEAD:
+            return []
+        out: list[Packet] = []
+        if d.next_seq is None:  # first bytes of a direction whose handshake we missed
+            d.next_seq = d.buf_seq = tcp.seq
+            d.state = MPA_MAYBE if payload[: len(MPA_KEY_PREFIX)] == MPA_KEY_PREFIX[: len(payload)] else HUNT
+            if d.state == HUNT:
+                self._inherit(conn, d)
+                self._request_missed(conn, d, out)
+        self._add_segment(d, tcp.seq, bytes(payload), frame_number)
+        self._parse(conn, d, out)
+        return out
+
+    def connections(self) -> int:
+        """Number of TCP connections currently tracked."""
+        return len(self._conns)
+
+    # ---------------------------------------------------------------- TCP
+    @staticmethod
+    def _addresses(pkt: Packet) -> tuple[str, str]:
+        ip6 = pkt.get(IPv6)
+        ip4 = pkt.get(IPv4)
+        if ip4 is not None:
+            return str(ipaddress.IPv4Address(ip4.src)), str(ipaddress.IPv4Address(ip4.dst))
+        if ip6 is not None:
+            return str(ipaddress.IPv6Address(ip6.src)), str(ipaddress.IPv6Address(ip6.dst))
+        return "?", "?"
+
+    def _add_segment(self, d: _Dir, seq: int, data: bytes, frame: int) -> None:
+        assert d.next_seq is not None
+        rel = _sdiff(seq, d.next_seq)
+        if rel < 0:
+            if rel + len(data) <= 0:
+                return  # retransmission of bytes we already have
+            data = data[-rel:]
+            seq = d.next_seq
+            rel = 0
+        if rel > 0:
+            old = d.pending.get(seq)
+            if old is None or len(old[0]) < len(data):
+                d.pending_bytes += len(data) - (len(old[0]) if old else 0)
+                d.pending[seq] = (data, frame)
+            if d.pending_bytes > self.max_pending_bytes:
+                self._skip_gap(d)
+            return
+        self._append(d, data, frame)
+        self._drain_pending(d)
+
+    def _append(self, d: _Dir, data: bytes, frame: int) -> None:
+        assert d.next_seq is not None
+        if d.state == DEAD:
+            return
+        d.chunks.append((len(d.buf), frame))
+        d.buf += data
+        d.next_seq = (d.next_seq + len(data)) % SEQ_MOD
+
+    def _drain_pending(self, d: _Dir) -> None:
+        while d.pending:
+            assert d.next_seq is not None
+            progress = False
+            for seq in list(d.pending):
+                data, frame = d.pending[seq]
+                rel = _sdiff(seq, d.next_seq)
+                if rel > 0:
+                    continue
+                del d.pending[seq]
+                d.pending_bytes -= len(data)
+                if rel + len(data) > 0:
+                    self._append(d, data[-rel:], frame)
+                    progress = True
+            if not progress:
+                return
+
+    def _skip_gap(self, d: _Dir) -> None:
+        """Bytes were lost: jump to the earliest held segment and look for FPDUs again."""
+        assert d.next_seq is not None
+        nxt = d.next_seq
+        first = min(d.pending, key=lambda s: _sdiff(s, nxt))
+        self._discard(d, len(d.buf))
+        d.next_seq = d.buf_seq = first
+        if d.state in (FPDU, HUNT, AWAIT):
+            d.state = HUNT
+        elif d.state in (START, MPA_MAYBE):
+            d.state = HUNT
+        d.waiting.clear()
+        d.scan_pos = 0
+        self._drain_pending(d)
+
+    def _discard(self, d: _Dir, n: int) -> list[int]:
+        """Drop ``n`` bytes from the front of the buffer; return the frames that carried them."""
+        frames: list[int] = []
+        keep: list[tuple[int, int]] = []
+        for i, (off, frame) in enumerate(d.chunks):
+            end = d.chunks[i + 1][0] if i + 1 < len(d.chunks) else len(d.buf)
+            if off < n and end > off:
+                frames.append(frame)
+            if end > n:
+                keep.append((max(0, off - n), frame))
+        d.chunks = keep
+        del d.buf[:n]
+        d.buf_seq = (d.buf_seq + n) % SEQ_MOD
+        return frames
+
+    # ---------------------------------------------------------------- MPA
+    def _inherit(self, conn: _Conn, d: _Dir) -> None:
+        """Marker/CRC settings a direction takes from the MPA frames seen on the connection.
+
+        Markers go in the FPDUs a side *sends* when its peer's frame set M (RFC 5044); CRC is
+        used in both directions when either frame set C.
+        """
+        if conn.initiator is None:
+            return
+        peer = conn.reply if d.tuple4 == conn.initiator else conn.request
+        if peer is not None:
+            d.markers = bool(peer.marker_flag)
+        flags = [f.crc_flag for f in (conn.request, conn.reply) if f is not None]
+        if any(flags):
+            d.crc = True
+        elif len(flags) == 2:
+            d.crc = False
+
+    def _parse(self, conn: _Conn, d: _Dir, out: list[Packet]) -> None:
+        while True:
+            before = (d.state, len(d.buf))
+            if d.state in (START, MPA_MAYBE):
+                self._parse_mpa(conn, d, out)
+            elif d.state == FPDU:
+                self._parse_fpdus(conn, d, out)
+            elif d.state == HUNT:
+                self._hunt(conn, d)
+            elif d.state == AWAIT:
+                if len(d.buf) > self.give_up_bytes:  # the peer's frame never came: look for FPDUs
+                    d.state = HUNT
+            if conn.dead or (d.state, len(d.buf)) == before:
+                return
+
+    def _parse_mpa(self, conn: _Conn, d: _Dir, out: list[Packet]) -> None:
+        head = bytes(d.buf[:16])
+        if not (MPA_KEY_REQ.startswith(head) or MPA_KEY_REP.startswith(head)):
+            if d.state == START:  # a connection we saw open must begin with MPA: not iWARP
+                self._kill(conn)
+            else:
+                d.state = HUNT
+                self._inherit(conn, d)
+                self._request_missed(conn, d, out)
+            return
+        if len(d.buf) < 20:
+            return
+        pd_length = int.from_bytes(d.buf[18:20], "big")
+        if len(d.buf) < 20 + pd_length:
+            return
+        pkt, n = decode_mpa_frame(d.buf, 0, lenient=True)
+        hdr = pkt[MPAReqRep]
+        if hdr.is_request:
+            conn.request = hdr
+            conn.initiator = d.tuple4
+            d.role = "initiator"
+        else:
+            conn.reply = hdr
+            d.role = "responder"
+            if conn.initiator is None:
+                conn.initiator = (d.tuple4[2], d.tuple4[3], d.tuple4[0], d.tuple4[1])
+        self._emit(conn, d, pkt, n, out)
+        d.first_fpdu_seq = d.buf_seq
+        d.state = AWAIT
+        if conn.request is None:
+            # No Request yet.  If the initiator has already sent other bytes, the Request was
+            # not captured: our own markers/CRC are unknown, so hunt.  Otherwise keep waiting.
+            init = conn.dirs.get(conn.initiator) if conn.initiator else None
+            if init is not None and init.state not in ("new", START, MPA_MAYBE):
+                d.state = HUNT
+            for x in conn.dirs.values():
+                self._inherit(conn, x)
+            return
+        if conn.reply is not None:
+            if conn.reply.rej_flag:
+                self._kill(conn)
+                return
+            for x in conn.dirs.values():
+                self._inherit(conn, x)
+                if x.role is None:
+                    x.role = "initiator" if x.tuple4 == conn.initiator else "responder"
+                if x.state == AWAIT:
+                    x.state = FPDU
+            for x in conn.dirs.values():
+                if x is not d and x.state == FPDU:
+                    self._parse(conn, x, out)
+
+    def _request_missed(self, conn: _Conn, d: _Dir, out: list[Packet]) -> None:
+        """``d`` turned out not to start with an MPA frame: a peer waiting for it hunts."""
+        for x in list(conn.dirs.values()):
+            if x is not d and x.state == AWAIT and (conn.request is None or conn.reply is None):
+                x.state = HUNT
+                self._parse(conn, x, out)
+
+    def _kill(self, conn: _Conn) -> None:
+        conn.dead = True
+        conn.dirs.clear()
+
+    # ---------------------------------------------------------------- FPDUs
+    def _stream_pos(self, d: _Dir, at: int = 0) -> int | None:
+        if not d.markers or d.first_fpdu_seq is None:
+            return None
+        return (d.buf_seq + at - d.first_fpdu_seq) % SEQ_MOD
+
+    def _parse_fpdus(self, conn: _Conn, d: _Dir, out: list[Packet]) -> None:
+        while d.state == FPDU:
+            pos = self._stream_pos(d)
+            need = fpdu_wire_length(d.buf, 0, pos)
+            if need is None or need > len(d.buf):
+                return
+            try:
+                pkt, n = decode_fpdu(d.buf, 0, markers=pos, crc=d.crc is not False, lenient=True)
+            except DecodeError:
+                d.state = HUNT
+                return
+            if pkt.crc_status == "bad" and pkt.problems:
+                # Nonsense headers and a wrong CRC: we have lost the FPDU boundaries.
+                d.state = HUNT
+                d.waiting.clear()
+                d.scan_pos = 1
+                return
+            self._emit(conn, d, pkt, n, out)
+
+    def _emit(self, conn: _Conn, d: _Dir, pkt: Packet, n: int, out: list[Packet]) -> None:
+        seq = d.buf_seq
+        frames = self._discard(d, n)
+        src, sport, dst, dport = d.tuple4
+        pkt.extra.update(
+            frame=frames[-1] if frames else None,
+            frames=frames,
+            tuple=d.tuple4,
+            src=src,
+            sport=sport,
+            dst=dst,
+            dport=dport,
+            seq=seq,
+            direction=d.role,
+            resync=d.resynced,
+        )
+        out.append(pkt)
+
+    # ---------------------------------------------------------------- resynchronisation
+    def _verify(self, d: _Dir, i: int, pos: int | None, count: int) -> bool | None:
+        """Do ``count`` consecutive FPDUs start at ``i`` (stream position ``pos``)?
+
+        ``True``/``False``, or ``None`` when the buffer does not hold them yet.
+        """
+        crc = d.crc is not False
+        for _ in range(count if crc else count + 1):
+            if i + 4 > len(d.buf):
+                return None
+            if pos is None:
+                if not _plausible_header(d.buf, i):
+                    return False
+                n = fpdu_length((d.buf[i] << 8) | d.buf[i + 1])
+                if i + n > len(d.buf):
+                    return None
+                if crc and _crc.crc32c(d.buf[i : i + n - 4]) != int.from_bytes(d.buf[i + n - 4 : i + n], "little"):
+                    return False
+            else:
+                n_opt = fpdu_wire_length(d.buf, i, pos)
+                if n_opt is None or i + n_opt > len(d.buf):
+                    return None
+                try:
+                    pkt, n = decode_fpdu(d.buf, i, markers=pos, crc=crc, lenient=True)
+                except DecodeError:
+                    return False
+                if pkt.problems or pkt.crc_status == "bad" or pkt.extra.get("zero_length"):
+                    return False
+                pos = (pos + n) % SEQ_MOD
+            i += n
+        return True
+
+    def _candidates(self, d: _Dir, start: int) -> list[tuple[int, int | None]]:
+        """Possible FPDU starts from ``start`` on: (offset, stream position or None)."""
+        out: list[tuple[int, int | None]] = []
+        buf = d.buf
+        end = len(buf) - 4
+        if d.markers is not True:
+            for mt in _HEADER_RE.finditer(buf, start):
+                i = mt.start()
+                if i >= end:
+                    break
+                if _plausible_header(buf, i):
+                    out.append((i, None))
+        if d.markers is not False:
+            # A marker (0x0000 | FPDUPTR) at m says an FPDU began FPDUPTR octets earlier.
+            m = buf.find(b"\0\0", start)
+            while 0 <= m < end:
+                ptr = (buf[m + 2] << 8) | buf[m + 3]
+                s = m - ptr
+                if s >= 0 and (ptr == 0 and _plausible_header(buf, m + 4) or ptr and _plausible_header(buf, s)):
+                    out.append((s, (-ptr) % MARKER_INTERVAL))
+                m = buf.find(b"\0\0", m + 1)
+        return out
+
+    def _hunt(self, conn: _Conn, d: _Dir) -> None:
+        found: tuple[int, int | None] | None = None
+        waiting: list[tuple[int, int | None]] = []
+        scanned = max(0, len(d.buf) - 4)
+        for i, pos in d.waiting + self._candidates(d, d.scan_pos):
+            ok = self._verify(d, i, pos, 2)
+            if ok:
+                found = (i, pos)
+                break
+            if ok is None:
+                if len(waiting) < self.max_waiting:
+                    waiting.append((i, pos))
+                else:  # no room to remember it: scan from here again next time
+                    scanned = min(scanned, i)
+        if found is not None:
+            i, pos = found
+            self._discard(d, i)
+            d.hunted += i
+            d.state = FPDU
+            d.resynced = True
+            d.waiting.clear()
+            d.scan_pos = 0
+            if d.crc is None:
+                d.crc = True
+            if pos is None:
+                if d.markers is None:
+                    d.markers = False
+            else:
+                d.markers = True
+                d.first_fpdu_seq = (d.buf_seq - pos) % SEQ_MOD
+            return
+        # Nothing yet: keep only what a later FPDU could still start in.
+        keep_from = min([w[0] for w in waiting] + [scanned])
+        keep_from = max(keep_from, len(d.buf) - MAX_FPDU_WIRE)
+        waiting = [(w - keep_from, p) for w, p in waiting if w >= keep_from]
+        self._discard(d, keep_from)
+        d.hunted += keep_from
+        d.waiting = waiting
+        d.scan_pos = scanned - keep_from
+        if d.hunted > self.give_up_bytes:
+            d.state = DEAD
+            d.buf.clear()
+            d.chunks.clear()
+            d.pending.clear()
+            d.pending_bytes = 0
+            if all(x.state == DEAD for x in conn.dirs.values()) and conn.request is None:
+                self._kill(conn)

@@ -1,0 +1,286 @@
+"""Link-layer headers of capture files, and frame -> :class:`~rdmalab.wire.packet.Packet`.
+
+A pcap or pcapng file says once (per interface) what its records start with: the *link type*
+(tcpdump.org "LINKTYPE_*" values).  The ones RDMA traffic shows up in:
+
+==========  ====================================  =========================================
+Link type   Record starts with                    Decoded by
+==========  ====================================  =========================================
+1           Ethernet                              :func:`rdmalab.wire.frame.decode_ethernet`
+113         Linux cooked capture v1 (SLL, 16 B)   :class:`SLL` + the EtherType in it
+276         Linux cooked capture v2 (SLL2, 20 B)  :class:`SLL2` + the EtherType in it
+101, 12, 14 raw IPv4 or IPv6 ("LINKTYPE_RAW"; 12   :func:`rdmalab.wire.frame.decode_ip`
+            and 14 are DLT_RAW on some systems)
+228 / 229   raw IPv4 / raw IPv6                   :func:`rdmalab.wire.frame.decode_ip`
+197         ERF (Endace), 16-byte record header   :class:`ERF`; type 21 = native InfiniBand
+            and extension headers                 from the LRH (:func:`rdmalab.wire.decode_ib`)
+247         native InfiniBand from the LRH         :func:`rdmalab.wire.decode_ib` (tshark 4.0
+                                                  rejects this link type)
+==========  ====================================  =========================================
+
+The link-layer header becomes the first layer of the packet, so that offsets in a decoded
+packet are offsets in the captured record, as in Wireshark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Self
+
+from rdmalab.wire.errors import DecodeError, MalformedError, TruncatedError
+from rdmalab.wire.frame import decode_after_ethertype, decode_ethernet, decode_ip
+from rdmalab.wire.header import F, Header, Layout, layout
+from rdmalab.wire.packet import Layer, Packet, decode_ib
+
+LINKTYPE_ETHERNET = 1
+LINKTYPE_RAW = 101
+LINKTYPE_DLT_RAW12 = 12
+LINKTYPE_DLT_RAW14 = 14
+LINKTYPE_LINUX_SLL = 113
+LINKTYPE_ERF = 197
+LINKTYPE_IPV4 = 228
+LINKTYPE_IPV6 = 229
+LINKTYPE_INFINIBAND = 247
+LINKTYPE_LINUX_SLL2 = 276
+
+LINKTYPE_NAMES = {
+    LINKTYPE_ETHERNET: "Ethernet",
+    LINKTYPE_RAW: "raw IP",
+    LINKTYPE_DLT_RAW12: "raw IP (DLT 12)",
+    LINKTYPE_DLT_RAW14: "raw IP (DLT 14)",
+    LINKTYPE_LINUX_SLL: "Linux cooked capture v1",
+    LINKTYPE_ERF: "ERF",
+    LINKTYPE_IPV4: "raw IPv4",
+    LINKTYPE_IPV6: "raw IPv6",
+    LINKTYPE_INFINIBAND: "InfiniBand",
+    LINKTYPE_LINUX_SLL2: "Linux cooked capture v2",
+}
+
+SUPPORTED_LINKTYPES = frozenset(LINKTYPE_NAMES)
+
+# ERF record types (Endace "ERF types" reference; Wireshark erf.types.type)
+ERF_TYPE_ETH = 2
+ERF_TYPE_COLOR_ETH = 10
+ERF_TYPE_DSM_COLOR_ETH = 16
+ERF_TYPE_COLOR_HASH_ETH = 20
+ERF_TYPE_INFINIBAND = 21
+ERF_TYPE_IPV4 = 22
+ERF_TYPE_IPV6 = 23
+ERF_TYPE_INFINIBAND_LINK = 25
+_ERF_ETHERNET_TYPES = frozenset({ERF_TYPE_ETH, ERF_TYPE_COLOR_ETH, ERF_TYPE_DSM_COLOR_ETH, ERF_TYPE_COLOR_HASH_ETH})
+
+
+@dataclass(frozen=True, slots=True)
+class SLL(Header):
+    """Linux cooked capture v1 header, 16 bytes (tcpdump.org LINKTYPE_LINUX_SLL)."""
+
+    pkttype: int = 0
+    hatype: int = 1
+    halen: int = 6
+    addr: int = 0
+    protocol: int = 0x0800
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "SLL",
+        "tcpdump.org LINKTYPE_LINUX_SLL (Linux cooked capture v1)",
+        F("pkttype", 16, "sll.pkttype", doc="0 to us, 1 broadcast, 2 multicast, 3 to another host, 4 sent by us"),
+        F("hatype", 16, "sll.hatype", doc="ARPHRD_ type of the interface"),
+        F("halen", 16, "sll.halen", doc="Link-layer address length"),
+        F("addr", 64, None, fmt="bytes", doc="Link-layer source address, padded to 8 bytes"),
+        F("protocol", 16, "sll.etype", fmt="hex", doc="EtherType of what follows"),
+        ws="sll",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SLL2(Header):
+    """Linux cooked capture v2 header, 20 bytes (tcpdump.org LINKTYPE_LINUX_SLL2)."""
+
+    protocol: int = 0x0800
+    reserved: int = 0
+    ifindex: int = 0
+    hatype: int = 1
+    pkttype: int = 0
+    halen: int = 6
+    addr: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "SLL2",
+        "tcpdump.org LINKTYPE_LINUX_SLL2 (Linux cooked capture v2)",
+        F("protocol", 16, "sll.etype", fmt="hex", doc="EtherType of what follows"),
+        F("reserved", 16, None, reserved=True),
+        F("ifindex", 32, "sll.ifindex", doc="Interface index"),
+        F("hatype", 16, "sll.hatype", doc="ARPHRD_ type of the interface"),
+        F("pkttype", 8, "sll.pkttype"),
+        F("halen", 8, "sll.halen"),
+        F("addr", 64, None, fmt="bytes", doc="Link-layer source address, padded to 8 bytes"),
+        ws="sll",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ERF(Header):
+    """ERF record header, 16 bytes (Endace Extensible Record Format).
+
+    The timestamp is a little-endian 32.32 fixed-point number of seconds, the only
+    little-endian field; ``decode``/``encode`` swap it so that ``ts`` holds its value.
+    """
+
+    ts: int = 0
+    ext: int = 0
+    type: int = ERF_TYPE_INFINIBAND
+    flags: int = 0
+    rlen: int = 16
+    lctr: int = 0
+    wlen: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "ERF",
+        "Endace ERF record format (16-byte generic header)",
+        F("ts", 64, "erf.ts", fmt="hex", doc="Timestamp, 32.32 fixed point seconds, little-endian"),
+        F("ext", 1, "erf.types.ext_header", doc="Extension headers follow"),
+        F("type", 7, "erf.types.type", doc="Record type: 21 InfiniBand, 2 Ethernet, ..."),
+        F("flags", 8, "erf.flags", fmt="hex"),
+        F("rlen", 16, "erf.rlen", doc="Record length in bytes, this header included"),
+        F("lctr", 16, "erf.lctr", doc="Loss counter or colour"),
+        F("wlen", 16, "erf.wlen", doc="Length of the packet on the wire"),
+        ws="erf",
+    )
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview, offset: int = 0) -> Self:
+        h = super(ERF, cls).decode(data, offset)
+        return h.replace(ts=int.from_bytes(h.ts.to_bytes(8, "big"), "little"))
+
+    def encode(self) -> bytes:
+        raw = Header.encode(self.replace(ts=int.from_bytes(self.ts.to_bytes(8, "little"), "big")))
+        return raw
+
+    @property
+    def timestamp(self) -> float:
+        return (self.ts >> 32) + (self.ts & 0xFFFFFFFF) / 2**32
+
+
+@dataclass(frozen=True, slots=True)
+class ERFExt(Header):
+    """One 8-byte ERF extension header."""
+
+    more: int = 0
+    type: int = 0
+    data: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "ERF extension",
+        "Endace ERF extension header",
+        F("more", 1, "erf.ehdr.types.more", doc="Another extension header follows"),
+        F("type", 7, "erf.ehdr.types.type"),
+        F("data", 56, None, fmt="hex"),
+        ws="erf.ehdr",
+    )
+
+
+def _rebase(inner: Packet, data: bytes, offset: int, prefix: list[Layer], encap: str | None = None) -> Packet:
+    """``inner`` decoded from ``data[offset:]``, re-expressed over the whole record."""
+    if offset == 0 and not prefix:
+        return inner
+    pkt = Packet(data, encap=encap or inner.encap)
+    pkt.layers = prefix + [Layer(layer.header, layer.offset + offset) for layer in inner.layers]
+    pkt.payload_offset = inner.payload_offset + offset
+    pkt.payload_length = inner.payload_length
+    pkt.pad = inner.pad
+    pkt.crc, pkt.crc_expected, pkt.crc_kind = inner.crc, inner.crc_expected, inner.crc_kind
+    pkt.crc_offset = None if inner.crc_offset is None else inner.crc_offset + offset
+    pkt.vcrc, pkt.vcrc_expected = inner.vcrc, inner.vcrc_expected
+    pkt.problems = inner.problems
+    pkt.extra = inner.extra
+    return pkt
+
+
+def _unsupported(data: bytes, offset: int, what: str, prefix: list[Layer]) -> Packet:
+    pkt = Packet(data, encap="other")
+    pkt.layers = list(prefix)
+    pkt.payload_offset, pkt.payload_length = offset, max(0, len(data) - offset)
+    pkt.extra["summary"] = what
+    return pkt
+
+
+def decode_erf(data: bytes, *, lenient: bool) -> Packet:
+    """An ERF record: header, extension headers, then the packet its type says."""
+    erf = ERF.decode(data, 0)
+    prefix = [Layer(erf, 0)]
+    pos = 16
+    more = erf.ext
+    while more:
+        ext = ERFExt.decode(data, pos)
+        prefix.append(Layer(ext, pos))
+        pos += 8
+        more = ext.more
+    if erf.rlen < pos or erf.rlen > len(data):
+        err: DecodeError
+        if erf.rlen > len(data):
+            err = TruncatedError("ERF", "rlen", 10, erf.rlen, f"{erf.rlen} bytes, {len(data)} captured")
+        else:
+            err = MalformedError("ERF", "rlen", 10, erf.rlen, f"at least {pos} (the headers)")
+        if not lenient:
+            raise err
+    end = min(len(data), max(pos, erf.rlen))
+    if erf.type in _ERF_ETHERNET_TYPES:
+        pos += 2  # offset and pad bytes before the Ethernet header
+        stop = min(end, pos + erf.wlen) if erf.wlen else end
+        inner = decode_ethernet(data[pos:stop], lenient=lenient)
+    elif erf.type == ERF_TYPE_INFINIBAND:
+        stop = min(end, pos + erf.wlen) if erf.wlen else end
+        inner = _guard(decode_ib, data[pos:stop], lenient)
+    elif erf.type in (ERF_TYPE_IPV4, ERF_TYPE_IPV6):
+        stop = min(end, pos + erf.wlen) if erf.wlen else end
+        inner = decode_ip(data[pos:stop], lenient=lenient)
+    else:
+        return _unsupported(data, pos, f"ERF record type {erf.type} (not decoded)", prefix)
+    return _rebase(inner, data, pos, prefix, inner.encap)
+
+
+def decode_frame(linktype: int, data: bytes, *, lenient: bool = True) -> Packet:
+    """Decode one captured record of the given link type.
+
+    Strict (``lenient=False``) raises :class:`~rdmalab.wire.errors.DecodeError` on the first
+    problem; lenient records problems in ``Packet.problems`` and never raises for bad bytes.
+    """
+    if linktype == LINKTYPE_ETHERNET:
+        return decode_ethernet(data, lenient=lenient)
+    if linktype in (LINKTYPE_RAW, LINKTYPE_DLT_RAW12, LINKTYPE_DLT_RAW14, LINKTYPE_IPV4, LINKTYPE_IPV6):
+        return decode_ip(data, lenient=lenient)
+    if linktype == LINKTYPE_LINUX_SLL:
+        return _cooked(SLL, data, lenient)
+    if linktype == LINKTYPE_LINUX_SLL2:
+        return _cooked(SLL2, data, lenient)
+    if linktype == LINKTYPE_ERF:
+        return _guard(decode_erf, data, lenient)
+    if linktype == LINKTYPE_INFINIBAND:
+        return _guard(decode_ib, data, lenient)
+    return _unsupported(data, 0, f"link type {linktype} (not decoded)", [])
+
+
+def _cooked(cls: type[SLL] | type[SLL2], data: bytes, lenient: bool) -> Packet:
+    size = cls.LAYOUT.size
+    try:
+        hdr = cls.decode(data, 0)
+    except DecodeError as err:
+        if not lenient:
+            raise
+        pkt = Packet(data, encap="other")
+        pkt.payload_offset, pkt.payload_length = 0, len(data)
+        pkt.problems.append(err)
+        return pkt
+    return decode_after_ethertype(data, hdr.protocol, size, lenient=lenient, prefix=(hdr,))
+
+
+def _guard(fn: object, data: bytes, lenient: bool) -> Packet:
+    try:
+        return fn(data, lenient=lenient)  # type: ignore[operator, no-any-return]
+    except DecodeError as err:
+        if not lenient:
+            raise
+        pkt = Packet(data, encap="other")
+        pkt.payload_offset, pkt.payload_length = 0, len(data)
+        pkt.problems.append(err)
+        return pkt

@@ -1,0 +1,331 @@
+"""The simulated fabric: a virtual clock, links with latency and bandwidth, seeded faults, taps.
+
+A :class:`Fabric` connects soft devices (:class:`rdmalab.verbs.engine.node.SoftDevice`).  It
+owns the only clock the engine sees, a nanosecond counter that moves only when events run, and
+one event queue (packet deliveries and QP timers).  Nothing runs on its own: ``CQ.poll`` asks
+the fabric to make progress, or a program calls :meth:`Fabric.advance` / :meth:`Fabric.run`.
+So there are no threads, and a run with the same seed is the same run, event for event.
+
+Each direction between two devices is a link: a packet takes ``wire_size * 8 / bandwidth`` to
+serialise behind the packets before it, then ``latency_ns`` to arrive.  Faults are drawn from
+one ``random.Random(seed)`` per fabric, per packet, in this order: loss, corruption (one bit
+flipped in the frame, so the receiver's ICRC check drops it as rxe does), reordering (an extra
+delay of up to a few packet times) and duplication (a second copy, delayed the same way).
+
+Taps see every frame as the sender transmits it (before faults) as complete RoCEv2 frames;
+:meth:`Fabric.write_pcap` is a tap that writes them, with virtual timestamps, via dpkt.
+"""
+
+from __future__ import annotations
+
+import heapq
+import ipaddress
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any
+
+from rdmalab.verbs.engine.node import SoftDevice
+from rdmalab.verbs.engine.packet import Pkt
+from rdmalab.verbs.trace import Trace, TraceEvent
+
+Tap = Callable[[int, str, str, bytes], None]
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Per-packet probabilities (0..1) of loss, duplication, reordering and corruption."""
+
+    loss: float = 0.0
+    duplicate: float = 0.0
+    reorder: float = 0.0
+    corrupt: float = 0.0
+
+    @property
+    def any(self) -> bool:
+        return bool(self.loss or self.duplicate or self.reorder or self.corrupt)
+
+
+@dataclass
+class Link:
+    busy_until: int = 0
+
+
+class PcapTap:
+    """Writes every frame the fabric carries to a pcap file (LINKTYPE_ETHERNET, ns timestamps)."""
+
+    def __init__(self, fabric: Fabric, dest: str | IO[bytes]) -> None:
+        import dpkt
+
+        self._own = isinstance(dest, str)
+        self._file: IO[bytes] = open(dest, "wb") if isinstance(dest, str) else dest  # noqa: SIM115
+        self._writer = dpkt.pcap.Writer(self._file, linktype=dpkt.pcap.DLT_EN10MB, nano=True)
+        self._fabric = fabric
+        self.count = 0
+        fabric.tap(self)
+
+    def __call__(self, time_ns: int, src: str, dst: str, frame: bytes) -> None:
+        self._writer.writepkt(frame, ts=time_ns / 1e9)
+        self.count += 1
+
+    def close(self) -> None:
+        self._fabric.untap(self)
+        self._file.flush()
+        if self._own:
+            self._file.close()
+
+    def __enter__(self) -> PcapTap:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Fabric:
+    """An in-process network of soft RoCEv2 devices on a virtual clock.
+
+    ``mtu`` is the IB MTU the ports offer (``port.active_mtu``; 4096 is like a 9000-byte
+    Ethernet MTU); a packet whose payload exceeds it is dropped, like a DF packet that does not
+    fit.  ``frames=True`` sends every packet as bytes and decodes it at the receiver (slower;
+    every packet then really crosses as a frame).  ``trace=False`` skips the trace.
+    """
+
+    def __init__(self, *, seed: int = 0, mtu: int = 4096, latency_ns: int = 1000, bandwidth_gbps: float = 100.0,
+                 trace: bool = True, frames: bool = False) -> None:
+        if mtu not in (256, 512, 1024, 2048, 4096):
+            raise ValueError(f"mtu must be an IB MTU (256..4096 bytes), not {mtu}")
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.mtu = mtu
+        self.latency_ns = latency_ns
+        self.bandwidth_gbps = bandwidth_gbps
+        self.frames = frames
+        self.devices: dict[str, SoftDevice] = {}
+        self.trace = Trace()
+        self._tracing = trace
+        self._now = 0
+        self._seq = 0
+        self._events: list[tuple[int, int, Callable[[Any], None], Any]] = []
+        self._by_gid: dict[int, SoftDevice] = {}
+        self._links: dict[tuple[str, str], Link] = {}
+        self._faults: dict[tuple[str | None, str | None], Faults] = {}
+        self._taps: list[Tap] = []
+        self.stats = {"sent": 0, "delivered": 0, "lost": 0, "duplicated": 0, "reordered": 0, "corrupted": 0,
+                      "oversized": 0, "unroutable": 0}
+        self._update_mode()
+
+    # ------------------------------------------------------------------ devices
+    def add_device(self, name: str | None = None, ip: str | None = None, mac: int | None = None) -> SoftDevice:
+        """A new soft device on this fabric, with GID 0 link-local and GID 1 ``::ffff:<ip>`` (as rxe)."""
+        n = len(self.devices)
+        name = name or f"soft{n}"
+        if name in self.devices:
+            raise ValueError(f"a device named {name!r} already exists on this fabric")
+        ip = ip or f"10.0.0.{n + 1}"
+        mac = mac if mac is not None else 0x020000000001 + n
+        dev = SoftDevice(name, int(ipaddress.IPv4Address(ip)), mac, self, seed=self.rng.getrandbits(32))
+        self.devices[name] = dev
+        for gid in dev.gids:
+            self._by_gid[gid] = dev
+        return dev
+
+    def resolve_mac(self, gid: int) -> int | None:
+        """The MAC of the device owning ``gid`` (what ARP/ND would answer), or None."""
+        dev = self._by_gid.get(gid)
+        return None if dev is None else dev.mac
+
+    # ------------------------------------------------------------------ clock and events
+    @property
+    def now_ns(self) -> int:
+        return self._now
+
+    def schedule(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (self._now + max(0, int(delay_ns)), self._seq, fn, arg))
+
+    @property
+    def pending(self) -> int:
+        return len(self._events)
+
+    def step(self) -> bool:
+        """Run every event due at the next event time (moving the clock there). False if idle."""
+        ev = self._events
+        if not ev:
+            return False
+        t = ev[0][0]
+        self._now = t
+        while ev and ev[0][0] == t:
+            _, _, fn, arg = heapq.heappop(ev)
+            fn(arg)
+        for dev in self.devices.values():
+            dev.flush()
+        return True
+
+    def advance(self, ns: int) -> None:
+        """Let ``ns`` nanoseconds of virtual time pass, running what falls due."""
+        end = self._now + ns
+        while self._events and self._events[0][0] <= end:
+            self.step()
+        self._now = end
+
+    def run(self, until_ns: int | None = None, max_events: int = 10_000_000) -> int:
+        """Run events until none are left (or the clock would pass ``until_ns``). Returns steps."""
+        steps = 0
+        while self._events and steps < max_events:
+            if until_ns is not None and self._events[0][0] > until_ns:
+                break
+            self.step()
+            steps += 1
+        if until_ns is not None and self._now < until_ns and not self._events:
+            self._now = until_ns
+        return steps
+
+    def progress(self, done: Callable[[], bool], max_steps: int = 20_000) -> bool:
+        """Run until ``done()`` or idle, at most ``max_steps`` time steps (what ``CQ.poll`` calls)."""
+        for _ in range(max_steps):
+            if done():
+                return True
+            if not self.step():
+                return done()
+        return done()
+
+    # ------------------------------------------------------------------ faults and taps
+    def set_faults(self, loss: float = 0.0, duplicate: float = 0.0, reorder: float = 0.0, corrupt: float = 0.0,
+                   *, src: str | None = None, dst: str | None = None) -> None:
+        """Seeded faults for packets from ``src`` to ``dst`` (device names; ``None`` = any)."""
+        for v in (loss, duplicate, reorder, corrupt):
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"fault probabilities are between 0 and 1, not {v}")
+        self._faults[(src, dst)] = Faults(loss, duplicate, reorder, corrupt)
+        self._update_mode()
+
+    def clear_faults(self) -> None:
+        self._faults.clear()
+        self._update_mode()
+
+    def faults(self, src: str, dst: str) -> Faults | None:
+        f = self._faults
+        got = f.get((src, dst)) or f.get((src, None)) or f.get((None, dst)) or f.get((None, None))
+        return got if got is not None and got.any else None
+
+    def tap(self, fn: Tap) -> Tap:
+        """Call ``fn(time_ns, src_name, dst_name, frame)`` for every frame sent."""
+        self._taps.append(fn)
+        self._update_mode()
+        return fn
+
+    def untap(self, fn: Tap) -> None:
+        self._taps.remove(fn)
+        self._update_mode()
+
+    def write_pcap(self, dest: str | IO[bytes]) -> PcapTap:
+        """Start writing every frame to ``dest`` (a path or a binary file); ``close()`` the result."""
+        return PcapTap(self, dest)
+
+    @property
+    def tracing(self) -> bool:
+        return self._tracing
+
+    @tracing.setter
+    def tracing(self, on: bool) -> None:
+        self._tracing = on
+        self._update_mode()
+
+    def _update_mode(self) -> None:
+        # Bursts (see rdmalab.verbs.engine.packet) only when nothing can tell them apart.
+        self.burst_ok = not (self._taps or self._tracing or self.frames or any(f.any for f in self._faults.values()))
+
+    def record(self, ev: TraceEvent) -> None:
+        self.trace.append(ev)
+
+    # ------------------------------------------------------------------ the wire
+    def transmit(self, src: SoftDevice, pkt: Pkt) -> None:
+        """Put a packet on the wire from ``src``; it arrives later at the device owning its DGID."""
+        dst = self._by_gid.get(pkt.dst_gid)
+        self.stats["sent"] += pkt.count
+        if self._taps or self._tracing:
+            for p in pkt.expand():
+                frame = p.frame() if self._taps or self.frames else None
+                if self._tracing:
+                    self.trace.append(TraceEvent(self._now, src.name, p.srcqp, "sent", p.psn,
+                                                 p.opcode, {"packet_id": p.id, "dqpn": p.destqp,
+                                                            "len": len(p.payload), "ackreq": p.ackreq}, frame))
+                if frame is not None:
+                    for tap in self._taps:
+                        tap(self._now, src.name, dst.name if dst else "?", frame)
+        if dst is None:
+            self.stats["unroutable"] += pkt.count
+            return
+        if pkt.count == 1 and len(pkt.payload) > self.mtu:
+            self.stats["oversized"] += 1
+            self._drop(dst, pkt, "larger than the port MTU")
+            return
+        key = (src.name, dst.name)
+        link = self._links.get(key)
+        if link is None:
+            link = self._links[key] = Link()
+        tx = int(pkt.wire_size * 8 / self.bandwidth_gbps)
+        start = link.busy_until if link.busy_until > self._now else self._now
+        link.busy_until = start + tx
+        arrival = link.busy_until + self.latency_ns
+        faults = self.faults(src.name, dst.name)
+        if faults is None:
+            self._seq += 1
+            if self.frames:
+                heapq.heappush(self._events, (arrival, self._seq, dst.receive_frame, pkt.frame()))
+            else:
+                heapq.heappush(self._events, (arrival, self._seq, dst.receive, pkt))
+            return
+        for p in pkt.expand():
+            self._faulty(dst, p, faults, arrival, tx)
+
+    def _faulty(self, dst: SoftDevice, p: Pkt, f: Faults, arrival: int, tx: int) -> None:
+        rng = self.rng
+        if f.loss and rng.random() < f.loss:
+            self.stats["lost"] += 1
+            self._drop(dst, p, "lost by the fabric")
+            return
+        copies = 2 if f.duplicate and rng.random() < f.duplicate else 1
+        if copies == 2:
+            self.stats["duplicated"] += 1
+        for _ in range(copies):
+            t = arrival
+            if f.reorder and rng.random() < f.reorder:
+                self.stats["reordered"] += 1
+                t += rng.randint(1, 4 * (tx + 1) + self.latency_ns)
+            elif _:
+                t += rng.randint(1, tx + 1)
+            frame = p.frame()
+            if f.corrupt and rng.random() < f.corrupt:
+                self.stats["corrupted"] += 1
+                b = bytearray(frame)
+                i = rng.randrange(14, len(b))
+                b[i] ^= 1 << rng.randrange(8)
+                frame = bytes(b)
+            self._seq += 1
+            heapq.heappush(self._events, (t, self._seq, dst.receive_frame, frame))
+
+    def _drop(self, dst: SoftDevice, p: Pkt, reason: str) -> None:
+        if self._tracing:
+            self.trace.append(TraceEvent(self._now, dst.name, p.destqp, "dropped", p.psn, p.opcode,
+                                         {"packet_id": p.id, "reason": reason}))
+
+
+_DEFAULT: Fabric | None = None
+
+
+def default_fabric() -> Fabric:
+    """The fabric ``get_device_list()`` uses when nothing else is configured: soft0 and soft1."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = Fabric()
+        _DEFAULT.add_device("soft0", "10.0.0.1")
+        _DEFAULT.add_device("soft1", "10.0.0.2")
+    return _DEFAULT
+
+
+def reset_default_fabric(fabric: Fabric | None = None) -> Fabric:
+    """Replace the default fabric (a fresh one with soft0/soft1 if ``fabric`` is None)."""
+    global _DEFAULT
+    _DEFAULT = fabric
+    return default_fabric()

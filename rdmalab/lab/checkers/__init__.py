@@ -1,0 +1,8 @@
+"""The exercises' checkers, one module per notebook.  Importing this package registers them all.
+
+Checkers compute the expected answer with rdmalab itself, from the same capture, bytes or
+engine run the notebook shows, so an exercise cannot drift from its notebook.  The engine is
+imported inside the checkers that need it, so this package imports even without it.
+"""
+
+from rdmalab.lab.checkers import congestion, welcome, wires  # noqa: F401

@@ -1,0 +1,133 @@
+"""Checkers for 07-four-wires: a BTH by hand, an ICRC by hand, a CRC32c, which wire is which."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+from rdmalab.lab.core import Wrong, exercise
+from rdmalab.lab.env import capture_path
+from rdmalab.lab.feedback import as_bytes, as_int, compare_header, norm_name
+from rdmalab.wire.ib import BTH
+
+NB = "07-four-wires"
+
+#: The BTH the exercise asks for (the notebook states these values in words).
+BTH_TASK = BTH(opcode=0x04, se=1, padcnt=3, p_key=0xFFFF, destqp=0x0000D2, ackreq=1, psn=0x1234)
+
+
+@exercise("wires.bth", "Build a BTH by hand", notebook=NB, hints=(
+    "A BTH is 12 bytes: opcode | SE M PadCnt TVer | P_Key (2) | FECN BECN resv6 | DestQP (3) | A resv7 | PSN (3).",
+    "Byte 1 packs four fields: SE is bit 7, MigReq bit 6, PadCnt bits 5-4, TVer bits 3-0. SE=1 and PadCnt=3 give 0xb0.",
+    "int.to_bytes(n, length, 'big') writes a field big-endian; bytes([...]) + ... joins them.",
+))
+def _bth(answer: Any) -> str:
+    compare_header(BTH_TASK, answer)
+    return "Every field of your BTH decodes to the requested value."
+
+
+def icrc_frame() -> bytes:
+    """The exercise frame: the ConnectX-4 CNP of the hardware capture with its ICRC blanked."""
+    from rdmalab import capture
+
+    cp = next(iter(capture.read(capture_path("public_hw_byte_vectors.pcap"))))
+    return cp.packet.data[:-4] + b"\x00\x00\x00\x00"
+
+
+def _true_frame() -> bytes:
+    from rdmalab import capture
+
+    return next(iter(capture.read(capture_path("public_hw_byte_vectors.pcap")))).packet.data
+
+
+@exercise("wires.icrc", "Compute an ICRC by hand", notebook=NB, hints=(
+    "Start from the IPv4 header (byte 14), stop before the last 4 bytes, and put 8 bytes of 0xff in front.",
+    "Mask to ones: IPv4 TOS (byte 15), TTL (22), header checksum (24-25), UDP checksum (40-41), BTH byte 4 (46).",
+    "zlib.crc32(data) gives the value; the wire carries it least-significant byte first: crc.to_bytes(4, 'little').",
+))
+def _icrc(answer: Any) -> str:
+    from rdmalab.viz.crcsteps import icrc_steps
+    from rdmalab.wire.frame import decode_ethernet
+
+    steps = icrc_steps(decode_ethernet(_true_frame()))
+    want = steps.crc
+    if isinstance(answer, int) and not isinstance(answer, bool):
+        got_val, as_int_given = answer, True
+    else:
+        raw = as_bytes(answer, "your ICRC")
+        if len(raw) != 4:
+            raise Wrong(f"The ICRC is 4 bytes; you gave {len(raw)}.", field="ICRC", offset=70)
+        got_val, as_int_given = int.from_bytes(raw, "little"), False
+    if got_val == want:
+        form = "as an integer" if as_int_given else f"as the wire bytes {steps.wire_bytes.hex(' ')}"
+        return f"Correct, {form}: CRC-32 of the masked input is 0x{want:08x}, and it matches the hardware's ICRC."
+    if not as_int_given and int.from_bytes(as_bytes(answer, ""), "big") == want:
+        raise Wrong("Right value, wrong byte order: the ICRC goes on the wire least-significant byte first.",
+                    field="ICRC", offset=70, details=["use crc.to_bytes(4, 'little')"])
+    frame = icrc_frame()
+    covered = frame[14:-4]
+    masked = steps.masked_input
+    diagnoses = {
+        zlib.crc32(b"\xff" * 8 + covered): "you did not mask the variant fields (TOS, TTL, IP checksum, "
+                                           "UDP checksum, BTH byte 4) to ones",
+        zlib.crc32(masked[8:]): "you left out the 8 bytes of 0xff that stand in for the LRH",
+        zlib.crc32(frame[:14] + masked[8:]): "the ICRC does not cover the Ethernet header; start at the IP header",
+        zlib.crc32(masked + b"\x00" * 4): "you included the ICRC's own 4 bytes; stop before them",
+        zlib.crc32(masked) ^ 0xFFFFFFFF: "you left out the final XOR with 0xffffffff (zlib.crc32 does it for you)",
+    }
+    for m in steps.masked:  # everything right except one field left unmasked
+        b = bytearray(masked)
+        first = m.offset - 14 + 8
+        for i in range(first, first + (m.bits + 7) // 8):
+            b[i] = (b"\xff" * 8 + covered)[i]
+        diagnoses.setdefault(zlib.crc32(bytes(b)), f"you did not mask {m.layer}.{m.field} (frame byte {m.offset})")
+    for val, why in diagnoses.items():
+        for cand in (val, int.from_bytes(val.to_bytes(4, "little"), "big")):
+            if got_val == cand:
+                raise Wrong(f"Not the ICRC: {why}.", field="ICRC", offset=70)
+    raise Wrong("That is not the ICRC of this frame, and not one of the usual slips either. Recompute step by "
+                "step: coverage (bytes 14..69), the 0xff prefix, the masks, CRC-32, byte order.", field="ICRC")
+
+
+@exercise("wires.crc32c", "Check an FPDU's CRC32c", notebook=NB, hints=(
+    "The MPA CRC covers the FPDU from its 2-byte ULPDU_Length through the pad: everything before the last 4 bytes.",
+    "rdmalab.wire.crc.crc32c(data) computes CRC32c; compare it with the last 4 bytes read little-endian.",
+))
+def _crc32c(answer: Any) -> str:
+    from rdmalab import capture
+
+    pdus = [p for cp in capture.read(capture_path("synthetic_iwarp_mpa_crc.pcap")) for p in cp.pdus
+            if p.crc_kind == "crc32c"]
+    bad = [i for i, p in enumerate(pdus) if p.crc != p.crc_expected]
+    if not isinstance(answer, (list, tuple)):
+        raise Wrong(f"Give a list of the FPDU indexes (0-based, in capture order) whose CRC is wrong; got a "
+                    f"{type(answer).__name__}.")
+    got = sorted(as_int(a, "an FPDU index") for a in answer)
+    if got == bad:
+        return f"Yes: only FPDU {bad} fails its CRC32c ({len(pdus)} FPDUs checked)."
+    extra = sorted(set(got) - set(bad))
+    missing = sorted(set(bad) - set(got))
+    details = []
+    if extra:
+        details.append(f"FPDU(s) {extra} have a correct CRC32c")
+    if missing:
+        details.append(f"{len(missing)} FPDU(s) with a bad CRC are missing from your list")
+    raise Wrong("Your list of bad FPDUs is not right.", field="MPA CRC", details=details)
+
+
+@exercise("wires.which", "Which wire is which?", notebook=NB, hints=(
+    "Look at the EtherType (bytes 12-13): 0x8915 is RoCEv1, 0x0800 is IPv4.",
+    "After IPv4: protocol 17 (UDP) to port 4791 is RoCEv2, protocol 6 (TCP) is iWARP. An LRH has no Ethernet at all.",
+))
+def _which(answer: Any) -> str:
+    from rdmalab.lab.samples import mystery_frames
+
+    want = [kind for kind, _ in mystery_frames()]
+    names = {"ib": "IB", "rocev1": "ROCEV1", "rocev2": "ROCEV2", "iwarp": "IWARP"}
+    if not isinstance(answer, (list, tuple)) or len(answer) != len(want):
+        raise Wrong(f"Give a list of {len(want)} names, one per frame, e.g. ['RoCEv2', 'IB', 'iWARP', 'RoCEv1'].")
+    for i, (a, w) in enumerate(zip(answer, want, strict=True)):
+        if norm_name(a).replace("NATIVE", "") != names[w]:
+            raise Wrong(f"Frame {i} is not {a!r}.", offset=12 if w != "ib" else 0, details=[
+                "check its first bytes: an Ethernet frame has its EtherType at bytes 12-13"])
+    return "All four identified: the same WRITE, four encapsulations."

@@ -1,0 +1,230 @@
+"""The check framework: exercises, their checkers, results that explain themselves, hints.
+
+A learner calls ``lab.check("wires.icrc", answer)``.  The checker compares the answer with what
+rdmalab itself computes from the same bytes, capture or engine run, and returns a
+:class:`Result` whose message names what is wrong: the header and field, the byte offset, and
+the kind of value expected.  An answer that is still ``...`` (the placeholder the student
+notebooks contain), ``None``, or a function that raises ``NotImplementedError`` gets the status
+``"not yet"`` rather than a failure.
+
+``lab.hint("wires.icrc")`` shows the hints of an exercise one at a time.
+
+When the environment variable ``RDMALAB_CHECK_LOG`` names a file, every check appends one JSON
+line to it (exercise id, status, message).  The notebook tests use it to require that the
+instructor notebooks pass every check and that the student notebooks report "not yet".
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+PASS = "pass"
+FAIL = "fail"
+NOT_YET = "not yet"
+ERROR = "error"
+
+_STYLE = {
+    PASS: ("#e8f5e9", "#2e7d32", "\u2714 Correct"),
+    FAIL: ("#ffebee", "#c62828", "\u2718 Not quite"),
+    NOT_YET: ("#f5f5f5", "#616161", "\u2026 Not yet answered"),
+    ERROR: ("#fff3e0", "#e65100", "! Your code raised an error"),
+}
+
+
+@dataclass
+class Result:
+    """The outcome of one check.  ``bool(result)`` is ``True`` only when it passed."""
+
+    exercise: str
+    status: str
+    message: str
+    details: list[str] = field(default_factory=list)
+    field: str | None = None  # "BTH.psn", when the problem is one field
+    offset: int | None = None  # byte offset of the problem, when there is one
+
+    def __bool__(self) -> bool:
+        return self.status == PASS
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASS
+
+    def _repr_html_(self) -> str:
+        bg, fg, head = _STYLE.get(self.status, _STYLE[ERROR])
+        where = ""
+        if self.field or self.offset is not None:
+            bits = []
+            if self.field:
+                bits.append(f"field <code>{html.escape(self.field)}</code>")
+            if self.offset is not None:
+                bits.append(f"byte offset {self.offset}")
+            where = f"<div style='font-size:90%'>Where: {', '.join(bits)}</div>"
+        details = "".join(f"<li>{html.escape(d)}</li>" for d in self.details)
+        if details:
+            details = f"<ul style='margin:.2em 0 0 1.2em;padding:0'>{details}</ul>"
+        tip = ""
+        if self.status in (FAIL, NOT_YET):
+            tip = (f"<div style='font-size:85%;color:#555;margin-top:.2em'>Stuck? "
+                   f"<code>lab.hint(\"{html.escape(self.exercise)}\")</code></div>")
+        return (
+            f"<div class='rdmalab-check rdmalab-check-{self.status.replace(' ', '-')}' "
+            f"style='border-left:4px solid {fg};background:{bg};padding:.4em .7em;margin:.4em 0'>"
+            f"<b style='color:{fg}'>{head}</b> <span style='color:#555'>[{html.escape(self.exercise)}]</span>"
+            f"<div>{html.escape(self.message)}</div>{where}{details}{tip}</div>"
+        )
+
+    def __repr__(self) -> str:
+        lines = [f"[{self.exercise}] {self.status.upper()}: {self.message}"]
+        if self.field or self.offset is not None:
+            lines.append(f"  where: field={self.field} offset={self.offset}")
+        lines += [f"  - {d}" for d in self.details]
+        return "\n".join(lines)
+
+
+class Wrong(Exception):
+    """Raised by a checker to report a wrong answer with its location."""
+
+    def __init__(self, message: str, *, field: str | None = None, offset: int | None = None,
+                 details: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.offset = offset
+        self.details = list(details)
+
+
+class NotAnswered(Exception):
+    """Raised by a checker when the answer is still the placeholder."""
+
+
+@dataclass
+class Exercise:
+    id: str
+    title: str
+    checker: Callable[[Any], str | None]
+    hints: tuple[str, ...] = ()
+    notebook: str = ""
+
+
+_REGISTRY: dict[str, Exercise] = {}
+_HINTS_SHOWN: dict[str, int] = {}
+
+
+def exercise(id: str, title: str, hints: Sequence[str] = (), notebook: str = "") -> Callable[[Callable[[Any], str | None]], Callable[[Any], str | None]]:
+    """Register a checker.  It returns a success message or raises :class:`Wrong`."""
+
+    def deco(fn: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+        if id in _REGISTRY:
+            raise ValueError(f"exercise {id!r} registered twice")
+        _REGISTRY[id] = Exercise(id, title, fn, tuple(hints), notebook)
+        return fn
+
+    return deco
+
+
+def is_placeholder(answer: Any) -> bool:
+    """``...``, ``None``, or a container whose every element is a placeholder."""
+    if answer is Ellipsis or answer is None:
+        return True
+    if isinstance(answer, (list, tuple)) and answer and all(a is Ellipsis for a in answer):
+        return True
+    if isinstance(answer, dict) and answer and all(v is Ellipsis for v in answer.values()):
+        return True
+    return False
+
+
+def _ensure_loaded() -> None:
+    import importlib
+
+    importlib.import_module("rdmalab.lab.checkers")  # registers the checkers
+
+
+def get(id: str) -> Exercise:
+    _ensure_loaded()
+    try:
+        return _REGISTRY[id]
+    except KeyError:
+        close = [k for k in _REGISTRY if k.split(".")[0] == id.split(".")[0]]
+        raise KeyError(f"no exercise {id!r}" + (f"; did you mean one of {close}?" if close else "")) from None
+
+
+def _log(result: Result) -> None:
+    path = os.environ.get("RDMALAB_CHECK_LOG")
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"exercise": result.exercise, "status": result.status, "message": result.message}) + "\n")
+
+
+def check(id: str, answer: Any) -> Result:
+    """Check an answer to exercise ``id`` and explain what, if anything, is wrong."""
+    ex = get(id)
+    if is_placeholder(answer):
+        result = Result(id, NOT_YET, f"{ex.title}: replace the ... with your answer, then run the cell again.")
+    else:
+        try:
+            msg = ex.checker(answer)
+            result = Result(id, PASS, msg or f"{ex.title}: correct.")
+        except NotAnswered as e:
+            result = Result(id, NOT_YET, str(e) or f"{ex.title}: not answered yet.")
+        except NotImplementedError:
+            result = Result(id, NOT_YET, f"{ex.title}: your function still raises NotImplementedError.")
+        except Wrong as e:
+            result = Result(id, FAIL, e.message, e.details, e.field, e.offset)
+        except Exception as e:  # the learner's code failed inside the checker: say so, don't crash
+            result = Result(id, ERROR, f"{type(e).__name__}: {e}",
+                            ["The checker ran your answer and it raised this exception."])
+    _log(result)
+    return result
+
+
+@dataclass
+class Hint:
+    exercise: str
+    number: int
+    total: int
+    text: str
+
+    def _repr_html_(self) -> str:
+        return (f"<div class='rdmalab-hint' style='border-left:4px solid #1565c0;background:#e3f2fd;"
+                f"padding:.4em .7em;margin:.4em 0'><b>Hint {self.number}/{self.total}</b> "
+                f"<span style='color:#555'>[{html.escape(self.exercise)}]</span><div>{html.escape(self.text)}</div></div>")
+
+    def __repr__(self) -> str:
+        return f"Hint {self.number}/{self.total} [{self.exercise}]: {self.text}"
+
+
+def hint(id: str, number: int | None = None) -> Hint:
+    """The next hint for an exercise (or hint ``number``, counting from 1)."""
+    ex = get(id)
+    if not ex.hints:
+        return Hint(id, 0, 0, "No hints for this one: re-read the cells above the exercise.")
+    if number is None:
+        number = min(_HINTS_SHOWN.get(id, 0) + 1, len(ex.hints))
+    number = max(1, min(number, len(ex.hints)))
+    _HINTS_SHOWN[id] = number
+    return Hint(id, number, len(ex.hints), ex.hints[number - 1])
+
+
+@dataclass
+class ExerciseList:
+    items: list[Exercise]
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><td><code>{html.escape(e.id)}</code></td><td>{html.escape(e.title)}</td>"
+                       f"<td>{len(e.hints)}</td></tr>" for e in self.items)
+        return f"<table><tr><th>id</th><th>exercise</th><th>hints</th></tr>{rows}</table>"
+
+    def __repr__(self) -> str:
+        return "\n".join(f"{e.id:28} {e.title}" for e in self.items)
+
+
+def exercises(notebook: str | None = None) -> ExerciseList:
+    """All exercises (or those of one notebook)."""
+    _ensure_loaded()
+    return ExerciseList([e for e in _REGISTRY.values() if notebook is None or e.notebook == notebook])

@@ -1,0 +1,84 @@
+"""Sample frames the notebooks and checkers share: one RDMA WRITE on four wires.
+
+Everything is built with rdmalab's own encoders (:func:`rdmalab.wire.encode_ib`,
+:func:`~rdmalab.wire.encode_rocev1`, :func:`~rdmalab.wire.encode_rocev2`,
+:func:`rdmalab.wire.iwarp.encode_fpdu`) and decoded back with its decoders, so the notebook
+shows real encoder output, not hand-made bytes.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from rdmalab.wire.frame import decode_ethernet, encode_rocev1, encode_rocev2
+from rdmalab.wire.ib import BTH, GRH, LRH, RETH
+from rdmalab.wire.net import ETHERTYPE_IPV4, IPPROTO_TCP, TCP, Ethernet, IPv4
+from rdmalab.wire.packet import Packet, decode_ib, encode_ib
+
+PAYLOAD = b"Hello, RDMA!"
+VA = 0x7F00_0000_1000
+RKEY = 0x0000_4242
+QPN = 0x000011
+PSN = 0x000100
+SRC_IP, DST_IP = "192.168.1.1", "192.168.1.2"
+
+
+def _gid(ip: str) -> int:
+    return int(ipaddress.IPv6Address(f"::ffff:{ip}"))
+
+
+def _tcp_checksum(ip: IPv4, tcp: bytes) -> int:
+    """The Internet checksum (RFC 1071) of the IPv4 pseudo-header and the TCP segment."""
+    pseudo = ip.src.to_bytes(4, "big") + ip.dst.to_bytes(4, "big") + bytes([0, IPPROTO_TCP]) + len(tcp).to_bytes(2, "big")
+    data = pseudo + tcp + (b"\0" if len(tcp) % 2 else b"")
+    s = sum(int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def iwarp_frame(fpdu: bytes, *, seq: int = 1, src_port: int = 40000, dst_port: int = 4791 + 1) -> bytes:
+    """An Ethernet/IPv4/TCP frame carrying ``fpdu`` (checksums filled in)."""
+    ip = IPv4(total_length=20 + 20 + len(fpdu), protocol=IPPROTO_TCP, ttl=64,
+              src=int(ipaddress.IPv4Address(SRC_IP)), dst=int(ipaddress.IPv4Address(DST_IP))).with_checksum()
+    tcp = TCP(sport=src_port, dport=dst_port, seq=seq, ack=1, flags=TCP.ACK | TCP.PSH, window=512)
+    csum = _tcp_checksum(ip, tcp.encode() + fpdu)
+    eth = Ethernet(dst=0x020000000002, src=0x020000000001, ethertype=ETHERTYPE_IPV4)
+    return eth.encode() + ip.encode() + tcp.replace(checksum=csum).encode() + fpdu
+
+
+@dataclass
+class Wire:
+    name: str  # "Native IB", "RoCEv1", "RoCEv2", "iWARP"
+    kind: str  # ib, rocev1, rocev2, iwarp
+    frame: bytes  # what is on the wire (for IB: LRH .. VCRC)
+    packet: Packet  # the decoded RDMA packet (for iWARP: the FPDU)
+    outer: Packet | None = None  # for iWARP: the Ethernet/IP/TCP frame around the FPDU
+
+
+def one_write(payload: bytes = PAYLOAD, *, va: int = VA, rkey: int = RKEY, qpn: int = QPN, psn: int = PSN) -> list[Wire]:
+    """The same RDMA WRITE (``payload`` to ``va``/``rkey``) on native IB, RoCEv1, RoCEv2 and iWARP."""
+    from rdmalab.wire.iwarp import decode_fpdu, encode_fpdu, rdma_write
+
+    bth = BTH(opcode=0x0A, destqp=qpn, psn=psn, ackreq=1)
+    reth = RETH(va=va, r_key=rkey, dma_length=len(payload))
+    ib = encode_ib(bth, [reth], payload, lrh=LRH(sl=0, dlid=0x0002, slid=0x0001))
+    v1 = encode_rocev1(bth, [reth], payload, grh=GRH(sgid=_gid(SRC_IP), dgid=_gid(DST_IP), hoplmt=64))
+    v2 = encode_rocev2(bth, [reth], payload, src_ip=SRC_IP, dst_ip=DST_IP)
+    fpdu = encode_fpdu(rdma_write(rkey, va, payload))
+    iw = iwarp_frame(fpdu)
+    outer = decode_ethernet(iw)
+    return [
+        Wire("Native IB", "ib", ib, decode_ib(ib)),
+        Wire("RoCEv1", "rocev1", v1, decode_ethernet(v1)),
+        Wire("RoCEv2", "rocev2", v2, decode_ethernet(v2)),
+        Wire("iWARP", "iwarp", iw, decode_fpdu(fpdu)[0], outer),
+    ]
+
+
+def mystery_frames() -> list[tuple[str, bytes]]:
+    """The four frames of the 'which wire is which' exercise, in a fixed shuffled order."""
+    wires = {w.kind: w.frame for w in one_write(b"guess me", va=0x2000, rkey=0x77, psn=9)}
+    order = ["rocev2", "iwarp", "ib", "rocev1"]
+    return [(k, wires[k]) for k in order]

@@ -1,0 +1,148 @@
+"""``pyverbs.device`` for soft devices: ``get_device_list``, ``Context`` and the attribute objects.
+
+With no configuration the devices are those of :func:`rdmalab.fabric.default_fabric`: two soft
+RoCEv2 devices, ``soft0`` (10.0.0.1) and ``soft1`` (10.0.0.2), each with GID index 0 a
+link-local address and GID index 1 the IPv4-mapped ``::ffff:10.0.0.x``, as rxe has.  A program
+that builds its own :class:`rdmalab.fabric.Fabric` passes ``Context(name=..., fabric=fab)``, or
+makes it the default with :func:`rdmalab.fabric.reset_default_fabric`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from rdmalab.verbs import enums as e
+from rdmalab.verbs.addr import GID
+from rdmalab.verbs.engine.node import SoftDevice
+from rdmalab.verbs.pyverbs_error import EINVAL, ENODEV, PyverbsRDMAError
+
+MAX_QP_WR = 16384
+MAX_SGE = 32
+MAX_QP_RD_ATOM = 128
+MAX_INLINE = 256
+MAX_MSG_SZ = 0x800000  # rxe: 8 MiB
+VENDOR_ID = 0xFFFFFF  # rxe
+
+
+def _fabric(fabric: Any = None) -> Any:
+    if fabric is not None:
+        return fabric
+    # The default fabric lives in a higher layer (rdmalab.fabric); look it up by name so the
+    # engine itself never depends on it.
+    return importlib.import_module("rdmalab.fabric.sim").default_fabric()
+
+
+@dataclass
+class Device:
+    """An entry of ``get_device_list()``: ``name`` is bytes, as in pyverbs."""
+
+    name: bytes
+    node_type: int
+    transport_type: int
+    guid: int
+
+
+def get_device_list(fabric: Any = None) -> list[Device]:
+    fab = _fabric(fabric)
+    return [Device(d.name.encode(), 1, 0, (d.mac << 16) | 0xFFFE) for d in fab.devices.values()]
+
+
+@dataclass
+class DeviceAttr:
+    fw_ver: str = "rdmalab soft 0.1"
+    node_guid: int = 0
+    sys_image_guid: int = 0
+    max_mr_size: int = 2**64 - 1
+    vendor_id: int = VENDOR_ID
+    vendor_part_id: int = 0
+    hw_ver: int = 0
+    max_qp: int = 1 << 20
+    max_qp_wr: int = MAX_QP_WR
+    max_sge: int = MAX_SGE
+    max_cq: int = 1 << 20
+    max_cqe: int = 1 << 20
+    max_mr: int = 1 << 19
+    max_pd: int = 1 << 20
+    max_qp_rd_atom: int = MAX_QP_RD_ATOM
+    max_qp_init_rd_atom: int = MAX_QP_RD_ATOM
+    max_srq: int = 1 << 20
+    max_srq_wr: int = MAX_QP_WR
+    max_srq_sge: int = MAX_SGE
+    atomic_caps: int = 1  # IBV_ATOMIC_HCA
+    phys_port_cnt: int = 1
+
+
+@dataclass
+class PortAttr:
+    state: int = e.IBV_PORT_ACTIVE
+    max_mtu: int = e.IBV_MTU_4096
+    active_mtu: int = e.IBV_MTU_4096
+    gid_tbl_len: int = 2
+    max_msg_sz: int = MAX_MSG_SZ
+    lid: int = 0
+    sm_lid: int = 0
+    pkey_tbl_len: int = 1
+    link_layer: int = e.IBV_LINK_LAYER_ETHERNET
+    active_speed: int = 0
+    active_width: int = 0
+    phys_state: int = 5
+
+
+class Context:
+    """An open soft device.  ``Context(name='soft0')``; ``fabric=`` picks a non-default fabric."""
+
+    def __init__(self, name: str | bytes | None = None, *, fabric: Any = None, **kwargs: Any) -> None:
+        fab = _fabric(fabric)
+        if isinstance(name, bytes):
+            name = name.decode()
+        if name is None:
+            if not fab.devices:
+                raise PyverbsRDMAError("No IB devices found", ENODEV)
+            name = next(iter(fab.devices))
+        dev = fab.devices.get(name)
+        if dev is None:
+            raise PyverbsRDMAError(f"Failed to open device {name}: not found (have {list(fab.devices)})", ENODEV)
+        self.name = name
+        self.device: SoftDevice = dev
+        self.fabric = fab
+        self.closed = False
+
+    def query_device(self) -> DeviceAttr:
+        guid = (self.device.mac << 16) | 0xFFFE
+        return DeviceAttr(node_guid=guid, sys_image_guid=guid)
+
+    def query_port(self, port_num: int = 1) -> PortAttr:
+        self._port(port_num)
+        mtu = e.bytes_to_mtu(self.device.active_mtu)
+        return PortAttr(active_mtu=mtu)
+
+    def query_gid(self, port_num: int, index: int) -> GID:
+        self._port(port_num)
+        if not 0 <= index < len(self.device.gids):
+            raise PyverbsRDMAError(f"Failed to query gid {index} of port {port_num}", EINVAL)
+        return GID.from_int(self.device.gids[index])
+
+    def query_gid_type(self, port_num: int, index: int) -> int:
+        self.query_gid(port_num, index)
+        return e.IBV_GID_TYPE_ROCE_V2
+
+    def query_pkey(self, port_num: int, index: int) -> int:
+        self._port(port_num)
+        if index != 0:
+            raise PyverbsRDMAError(f"Failed to query pkey {index}", EINVAL)
+        return 0xFFFF
+
+    def _port(self, port_num: int) -> None:
+        if port_num != 1:
+            raise PyverbsRDMAError(f"Failed to query port {port_num}: soft devices have port 1 only", EINVAL)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

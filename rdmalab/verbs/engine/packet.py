@@ -1,0 +1,191 @@
+"""The engine's packets: every one is a real RoCEv2 frame, built only when someone looks.
+
+A :class:`Pkt` carries the BTH fields, the extended headers as :mod:`rdmalab.wire` header
+values, and the payload as a ``memoryview``/``bytes``.  :meth:`Pkt.frame` encodes the full
+Ethernet/IPv4/UDP(4791)/BTH/.../ICRC frame with :func:`rdmalab.wire.encode_rocev2`, exactly
+once and only when asked (a tap, a pcap writer, a fault that corrupts bytes).
+:func:`from_frame` goes the other way, checking the ICRC as rxe does (``rxe_icrc.c``: a bad
+ICRC is dropped silently).
+
+A *burst* (``count > 1``) stands for ``count`` consecutive packets of one message, as the
+requester built them: PSNs ``psn .. psn+count-1``, every packet ``mtu`` bytes except the last,
+``opcode`` is the first packet's opcode and ``last_opcode`` the last's; RETH only on the first,
+ImmDt/IETH, SE and AckReq only on the last.  Bursts exist only on a fault-free, untapped,
+untraced fabric; :meth:`Pkt.expand` turns one into its packets whenever anything needs them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from rdmalab.wire.errors import DecodeError
+from rdmalab.wire.frame import decode_ethernet, encode_rocev2
+from rdmalab.wire.header import Header
+from rdmalab.wire.ib import AETH, BTH, DETH, IETH, RETH, AtomicAckETH, AtomicETH, ImmDt
+from rdmalab.wire.opcodes import OPCODES, Op, OpcodeInfo, Pos, Transport, find_opcode
+
+PSN_MASK = 0xFFFFFF
+ROCE_OVERHEAD = 14 + 20 + 8 + 12 + 4  # Ethernet, IPv4, UDP, BTH, ICRC
+_ids = itertools.count(1)
+
+
+def psn_add(psn: int, n: int) -> int:
+    return (psn + n) & PSN_MASK
+
+
+def psn_diff(a: int, b: int) -> int:
+    """Signed distance ``a - b`` in the 24-bit PSN space (rxe ``psn_compare``: a 2^23 window)."""
+    d = (a - b) & PSN_MASK
+    return d - 0x1000000 if d & 0x800000 else d
+
+
+# opcode -> OpcodeInfo, and (transport, op, pos, imm, inv) -> opcode, built from the one table
+INFO: dict[int, OpcodeInfo] = OPCODES
+_ATTR = {RETH: "reth", AETH: "aeth", DETH: "deth", ImmDt: "imm", IETH: "ieth", AtomicETH: "atomic",
+         AtomicAckETH: "atomic_ack"}
+
+
+def opcode(transport: Transport, op: Op, pos: Pos | None, imm: bool = False, inv: bool = False) -> int:
+    return _OPC[(transport, op, pos, imm, inv)]
+
+
+_OPC: dict[tuple[Transport, Op, Pos | None, bool, bool], int] = {}
+for _info in OPCODES.values():
+    if _info.transport in (Transport.RC, Transport.UC, Transport.UD):
+        _OPC[(_info.transport, _info.op, _info.pos, _info.imm, _info.inv)] = _info.code
+assert find_opcode(Transport.RC, Op.SEND, Pos.ONLY) == _OPC[(Transport.RC, Op.SEND, Pos.ONLY, False, False)]
+
+
+def middle_of(code: int) -> int:
+    """The MIDDLE opcode of the operation ``code`` belongs to."""
+    info = INFO[code]
+    return _OPC[(info.transport, info.op, Pos.MIDDLE, False, False)]
+
+
+class Pkt:
+    """One packet (or a burst of packets, see the module docstring) between two GIDs."""
+
+    __slots__ = ("opcode", "psn", "destqp", "ackreq", "se", "src_gid", "dst_gid", "sport", "src_mac", "dst_mac",
+                 "reth", "aeth", "deth", "imm", "ieth", "atomic", "atomic_ack", "payload", "count", "last_opcode",
+                 "mtu", "_frame", "id", "srcqp")
+
+    def __init__(self, opcode: int, psn: int, destqp: int, src_gid: int, dst_gid: int, sport: int,
+                 src_mac: int, dst_mac: int, payload: Any = b"", ackreq: int = 0, se: int = 0) -> None:
+        self.opcode = opcode
+        self.psn = psn
+        self.destqp = destqp
+        self.ackreq = ackreq
+        self.se = se
+        self.src_gid = src_gid
+        self.dst_gid = dst_gid
+        self.sport = sport
+        self.src_mac = src_mac
+        self.dst_mac = dst_mac
+        self.payload = payload
+        self.reth: RETH | None = None
+        self.aeth: AETH | None = None
+        self.deth: DETH | None = None
+        self.imm: ImmDt | None = None
+        self.ieth: IETH | None = None
+        self.atomic: AtomicETH | None = None
+        self.atomic_ack: AtomicAckETH | None = None
+        self.count = 1
+        self.last_opcode = opcode
+        self.mtu = 0
+        self._frame: bytes | None = None
+        self.id = next(_ids)
+        self.srcqp = 0  # the sending QP (engine bookkeeping for the trace; not on the wire)
+
+    # ------------------------------------------------------------------ info
+    @property
+    def info(self) -> OpcodeInfo:
+        return INFO[self.opcode]
+
+    @property
+    def wire_size(self) -> int:
+        """Bytes on the wire (all packets of a burst), Ethernet header to ICRC."""
+        info = INFO[self.opcode]
+        n = len(self.payload)
+        return self.count * (ROCE_OVERHEAD + info.header_size) + n + (-n % 4)
+
+    def copy(self) -> Pkt:
+        p = Pkt.__new__(Pkt)
+        for name in Pkt.__slots__:
+            setattr(p, name, getattr(self, name))
+        p.id = next(_ids)
+        return p
+
+    # ------------------------------------------------------------------ bursts
+    def expand(self) -> list[Pkt]:
+        """The single packets a burst stands for (``[self]`` for a single packet)."""
+        if self.count == 1:
+            return [self]
+        return [self.sub(i) for i in range(self.count)]
+
+    def sub(self, i: int) -> Pkt:
+        """Packet ``i`` of a burst, with the headers its opcode carries."""
+        last = i == self.count - 1
+        code = self.opcode if i == 0 else (self.last_opcode if last else middle_of(self.opcode))
+        mtu = self.mtu
+        p = Pkt(code, psn_add(self.psn, i), self.destqp, self.src_gid, self.dst_gid, self.sport,
+                self.src_mac, self.dst_mac, memoryview(self.payload)[i * mtu:(i + 1) * mtu],
+                self.ackreq if last else 0, self.se if last else 0)
+        p.srcqp = self.srcqp
+        for cls in INFO[code].headers:
+            attr = _ATTR[cls]
+            setattr(p, attr, getattr(self, attr))
+        return p
+
+    # ------------------------------------------------------------------ frames
+    def headers(self) -> tuple[Header, ...]:
+        out = []
+        for cls in INFO[self.opcode].headers:
+            h = getattr(self, _ATTR[cls])
+            out.append(h if h is not None else cls())
+        return tuple(out)
+
+    def frame(self) -> bytes:
+        """The complete RoCEv2 Ethernet frame, ICRC included (built once, then cached)."""
+        if self.count != 1:
+            raise ValueError("a burst has no single frame; expand() it first")
+        if self._frame is None:
+            bth = BTH(opcode=self.opcode, se=self.se, destqp=self.destqp, ackreq=self.ackreq, psn=self.psn)
+            src, dst = self.src_gid, self.dst_gid
+            v4 = (src >> 32) == 0xFFFF and (dst >> 32) == 0xFFFF
+            self._frame = encode_rocev2(
+                bth, self.headers(), bytes(self.payload),
+                src_ip=src & 0xFFFFFFFF if v4 else src, dst_ip=dst & 0xFFFFFFFF if v4 else dst,
+                ipv6=not v4, src_port=self.sport, src_mac=self.src_mac, dst_mac=self.dst_mac)
+        return self._frame
+
+    def __repr__(self) -> str:
+        extra = f" x{self.count}" if self.count > 1 else ""
+        return f"<Pkt {INFO[self.opcode].name} psn={self.psn} dqp={self.destqp:#x}{extra} len={len(self.payload)}>"
+
+
+def from_frame(frame: bytes) -> Pkt | None:
+    """Decode a RoCEv2 frame into a :class:`Pkt`; ``None`` if it is malformed or its ICRC is bad."""
+    try:
+        d = decode_ethernet(frame)
+    except DecodeError:
+        return None
+    bth = d.bth
+    if d.encap != "rocev2" or bth is None or d.crc_status != "good" or bth.opcode not in INFO:
+        return None
+    from rdmalab.wire.net import UDP, Ethernet, IPv4, IPv6
+
+    eth = d[Ethernet]
+    ip4 = d.get(IPv4)
+    if ip4 is not None:
+        src, dst = 0xFFFF00000000 | ip4.src, 0xFFFF00000000 | ip4.dst
+    else:
+        ip6 = d[IPv6]
+        src, dst = ip6.src, ip6.dst
+    p = Pkt(bth.opcode, bth.psn, bth.destqp, src, dst, d[UDP].sport, eth.src, eth.dst, d.payload, bth.ackreq, bth.se)
+    for layer in d.layers:
+        attr = _ATTR.get(type(layer.header))
+        if attr is not None:
+            setattr(p, attr, layer.header)
+    p._frame = bytes(frame)
+    return p

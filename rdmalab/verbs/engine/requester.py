@@ -1,0 +1,214 @@
+"""The requester: send WQEs -> request packets (rxe ``rxe_req.c``; reference section 1.5).
+
+For each WQE, in order: the opcode comes from the opcode table (FIRST/MIDDLE/LAST/ONLY by
+whether the rest fits one path MTU), PSNs are assigned once (a READ takes one PSN per
+response packet it expects), AckReq is set on the last packet of every RC message and after
+``ACK_EVERY`` packets without one, and the RC window stops the requester ``WINDOW`` PSNs
+ahead of the oldest unacknowledged one.  READs and atomics need a ``max_rd_atomic`` credit.
+UC and UD WQEs complete as soon as their last packet is sent (rxe ``wqe_state_done``).
+
+Go-back-N retransmission re-enters here: the completer rewinds ``next_pkt`` of the WQEs from
+the oldest unacknowledged PSN, and this loop sends them again with the same PSNs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rdmalab.verbs import enums as e
+from rdmalab.verbs.engine.memory import AccessError, gather, local_views
+from rdmalab.verbs.engine.packet import Pkt, opcode, psn_add, psn_diff
+from rdmalab.verbs.engine.wqe import ATOMICS, READ_ATOMIC, SUPPORTED, SendWQE
+from rdmalab.wire.ib import DETH, IETH, RETH, AtomicETH, ImmDt
+from rdmalab.wire.opcodes import Op, Pos, Transport
+
+if TYPE_CHECKING:
+    from rdmalab.verbs.qp import QP
+
+WINDOW = 128  # RXE_MAX_UNACKED_PSNS
+ACK_EVERY = 64  # RXE_MAX_PKT_PER_ACK: AckReq at least every 64 packets
+_T = {e.IBV_QPT_RC: Transport.RC, e.IBV_QPT_UC: Transport.UC, e.IBV_QPT_UD: Transport.UD}
+_SEND_OPS = {e.IBV_WR_SEND, e.IBV_WR_SEND_WITH_IMM, e.IBV_WR_SEND_WITH_INV}
+_IMM_OPS = {e.IBV_WR_SEND_WITH_IMM, e.IBV_WR_RDMA_WRITE_WITH_IMM}
+
+
+def run(qp: QP) -> None:
+    """Send what the send queue allows now."""
+    if qp.qp_state not in (e.IBV_QPS_RTS, e.IBV_QPS_SQD) or qp.rnr_wait:
+        return
+    rc = qp.qp_type == e.IBV_QPT_RC
+    sq = qp.sq
+    while qp.req_idx < len(sq):
+        w = sq[qp.req_idx]
+        if not w.started:
+            if qp.qp_state != e.IBV_QPS_RTS:
+                return  # SQD: finish what was started, start nothing new
+            if not _start(qp, w):
+                return
+            if w.complete:  # executed locally (LOCAL_INV) or a UD message too big to send
+                continue
+        if not _send(qp, w):
+            return
+        if rc:
+            qp.req_idx += 1
+        else:
+            qp.pop_head()
+            qp.complete_send(w)
+
+
+def _start(qp: QP, w: SendWQE) -> bool:
+    """Checks before a WQE's first packet; False to stop the requester (for now or for good)."""
+    op = w.opcode
+    if w.send_flags & e.IBV_SEND_FENCE and qp.rd_out:
+        return False  # a fence waits for earlier READs and atomics
+    if op == e.IBV_WR_LOCAL_INV:
+        if qp.req_idx:
+            return False  # LOCAL_INV waits for every earlier WQE
+        mr = qp.dev.mrs.get(w.inv_rkey >> 8)
+        if mr is None or w.inv_rkey not in (mr.lkey, mr.rkey) or mr.pd is not qp.pd:
+            qp.fail_wqe(w, e.IBV_WC_LOC_PROT_ERR)
+            return False
+        mr.invalidate()
+        w.started = w.complete = True
+        qp.pop_head()
+        qp.complete_send(w)
+        return True
+    if op not in SUPPORTED[qp.qp_type]:
+        qp.fail_wqe(w, e.IBV_WC_LOC_QP_OP_ERR)  # rxe next_opcode() < 0
+        return False
+    rc = qp.qp_type == e.IBV_QPT_RC
+    if op in READ_ATOMIC and qp.rd_out >= max(1, qp.attr.max_rd_atomic):
+        return False
+    if rc and psn_diff(qp.req_psn, qp.comp_psn) >= WINDOW:
+        return False
+    try:
+        if op in READ_ATOMIC:
+            w.dest = local_views(qp.dev, qp.pd, w.sg, write=True)
+        elif w.inline is not None:
+            w.payload = w.inline
+        else:
+            w.payload = memoryview(gather(local_views(qp.dev, qp.pd, w.sg, write=False)))
+    except AccessError:
+        qp.fail_wqe(w, e.IBV_WC_LOC_PROT_ERR)
+        return False
+    mtu = qp.mtu if qp.qp_type != e.IBV_QPT_UD else qp.dev.active_mtu
+    if qp.qp_type == e.IBV_QPT_UD and w.length > mtu:
+        # C10-93.1.1 as rxe does it: an oversized UD message is not sent but completes successfully
+        w.started = w.complete = True
+        qp.pop_head()
+        qp.complete_send(w)
+        return True
+    w.npkts = 1 if op in ATOMICS else max(1, -(-w.length // mtu))
+    w.first_psn = qp.req_psn
+    w.last_psn = psn_add(w.first_psn, w.npkts - 1)
+    qp.req_psn = psn_add(w.first_psn, w.npkts)
+    w.started = True
+    w.next_pkt = 0
+    if op in READ_ATOMIC:
+        w.credit = True
+        qp.rd_out += 1
+    return True
+
+
+def _pkt(qp: QP, code: int, psn: int, payload: object = b"", ackreq: int = 0, se: int = 0,
+         dgid: int | None = None, dqpn: int | None = None, dmac: int | None = None, sgid: int | None = None) -> Pkt:
+    p = Pkt(code, psn, qp.attr.dest_qp_num if dqpn is None else dqpn, qp.sgid if sgid is None else sgid,
+            qp.dgid if dgid is None else dgid, qp.sport, qp.dev.mac, qp.dmac if dmac is None else dmac,
+            payload, ackreq, se)
+    p.srcqp = qp.qp_num
+    return p
+
+
+def _send(qp: QP, w: SendWQE) -> bool:
+    """Send the WQE's packets from ``next_pkt``; False if the window stopped it."""
+    op = w.opcode
+    t = _T[qp.qp_type]
+    rc = t == Transport.RC
+    if op == e.IBV_WR_RDMA_READ:
+        if w.next_pkt:
+            return True
+        mtu = qp.mtu
+        done = w.read_off
+        p = _pkt(qp, opcode(t, Op.RDMA_READ_REQUEST, None), psn_add(w.first_psn, done // mtu), ackreq=1)
+        p.reth = RETH(va=w.remote_addr + done, r_key=w.rkey, dma_length=w.length - done)
+        w.next_pkt = w.npkts
+        qp.noack = 0
+        _xmit(qp, p)
+        return True
+    if op in ATOMICS:
+        if w.next_pkt:
+            return True
+        which = Op.CMP_SWAP if op == e.IBV_WR_ATOMIC_CMP_AND_SWP else Op.FETCH_ADD
+        p = _pkt(qp, opcode(t, which, None), w.first_psn, ackreq=1)
+        compare = w.compare_add if which == Op.CMP_SWAP else 0
+        swap_add = w.swap if which == Op.CMP_SWAP else w.compare_add
+        p.atomic = AtomicETH(va=w.remote_addr, r_key=w.rkey, swap_add=swap_add & (2**64 - 1),
+                             compare=compare & (2**64 - 1))
+        w.next_pkt = 1
+        qp.noack = 0
+        _xmit(qp, p)
+        return True
+    # SEND and RDMA WRITE: segmentation by the path MTU (UD: the port MTU)
+    ud = t == Transport.UD
+    mtu = qp.dev.active_mtu if ud else qp.mtu
+    n = w.npkts
+    send = op in _SEND_OPS
+    family = Op.SEND if send else Op.RDMA_WRITE
+    imm = op in _IMM_OPS
+    inv = op == e.IBV_WR_SEND_WITH_INV
+    burst_ok = qp.fabric.burst_ok and not ud
+    payload = w.payload
+    while w.next_pkt < n:
+        k = w.next_pkt
+        psn = psn_add(w.first_psn, k)
+        room = WINDOW - psn_diff(psn, qp.comp_psn) if rc else n
+        if room <= 0:
+            return False
+        cnt = 1
+        if burst_ok:
+            cnt = min(n - k, room, ACK_EVERY - qp.noack) if rc else n - k
+            cnt = max(cnt, 1)
+        last_i = k + cnt - 1
+        end = last_i == n - 1
+        pos_first = Pos.ONLY if n == 1 else Pos.FIRST if k == 0 else Pos.LAST if k == n - 1 else Pos.MIDDLE
+        code = opcode(t, family, pos_first, imm and pos_first in (Pos.LAST, Pos.ONLY),
+                      inv and pos_first in (Pos.LAST, Pos.ONLY))
+        ackreq = 0
+        if rc:
+            if end:
+                ackreq, qp.noack = 1, 0
+            else:
+                qp.noack += cnt
+                if qp.noack >= ACK_EVERY:
+                    ackreq, qp.noack = 1, 0
+        se = 1 if end and w.send_flags & e.IBV_SEND_SOLICITED and (send or imm) else 0
+        data = payload[k * mtu:(last_i + 1) * mtu] if n > 1 else payload
+        if ud:
+            ah = w.ah
+            qkey = qp.attr.qkey if w.remote_qkey & 0x80000000 else w.remote_qkey
+            p = _pkt(qp, code, psn, data, 0, se, dgid=ah.dgid, dqpn=w.remote_qpn,
+                     dmac=qp.fabric.resolve_mac(ah.dgid) or 0, sgid=ah.sgid)
+            p.deth = DETH(q_key=qkey, src_qp=qp.qp_num)
+        else:
+            p = _pkt(qp, code, psn, data, ackreq, se)
+        if cnt > 1:
+            p.count = cnt
+            p.mtu = mtu
+            p.last_opcode = opcode(t, family, Pos.LAST if n > 1 else Pos.ONLY, imm, inv) if end else \
+                opcode(t, family, Pos.MIDDLE)
+        if family == Op.RDMA_WRITE and k == 0:
+            p.reth = RETH(va=w.remote_addr, r_key=w.rkey, dma_length=w.length)
+        if end:
+            if imm:
+                p.imm = ImmDt(imm=w.imm)
+            if inv:
+                p.ieth = IETH(r_key=w.inv_rkey)
+        w.next_pkt = last_i + 1
+        _xmit(qp, p)
+    return True
+
+
+def _xmit(qp: QP, p: Pkt) -> None:
+    qp.dev.transmit(p)
+    if qp.qp_type == e.IBV_QPT_RC:
+        qp.arm_timer()

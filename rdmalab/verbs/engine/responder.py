@@ -1,0 +1,446 @@
+"""The responder: request packets -> execution, ACKs and NAKs (rxe ``rxe_resp.c``; reference 1.6).
+
+The checks run in rxe's order: PSN (RC: a gap gets one PSN-sequence NAK carrying the expected
+PSN; an older PSN is a duplicate; UC: resynchronise on the next FIRST/ONLY), opcode sequence,
+operation allowed by the QP's access flags, resources (a receive WQE, else RNR NAK; READ and
+atomics need ``max_dest_rd_atomic``), lengths, the R_Key, then execution.  ACKs answer packets
+with AckReq; those produced within one fabric time step are coalesced into the last one
+(IBA 9.7.5.1.1 allows a responder to coalesce).  Duplicates are never executed again: a
+duplicate SEND/WRITE is re-ACKed, a duplicate READ replayed from its responder resource,
+a duplicate atomic answered from the replay cache with its original value (IBA 9.7.5.1.4,
+C9-105; rxe ``duplicate_request``).  Class A/C errors NAK and take the QP to ERR.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from typing import TYPE_CHECKING
+
+from rdmalab.verbs import enums as e
+from rdmalab.verbs.engine.memory import AccessError, local_views, remote_view, scatter
+from rdmalab.verbs.engine.packet import INFO, Pkt, opcode, psn_add, psn_diff
+from rdmalab.verbs.engine.wqe import RecvWQE, Resource
+from rdmalab.wire.ib import (AETH, NAK_INVALID_REQUEST, NAK_PSN_SEQUENCE_ERROR, NAK_REMOTE_ACCESS_ERROR,
+                             NAK_REMOTE_OPERATIONAL_ERROR, AtomicAckETH)
+from rdmalab.wire.net import IPv4, IPv6
+from rdmalab.wire.opcodes import Op, Pos, Transport
+
+if TYPE_CHECKING:
+    from rdmalab.verbs.qp import QP
+
+_READY = (e.IBV_QPS_RTR, e.IBV_QPS_RTS, e.IBV_QPS_SQD, e.IBV_QPS_SQE)
+_ACCESS = {Op.RDMA_WRITE: e.IBV_ACCESS_REMOTE_WRITE, Op.RDMA_READ_REQUEST: e.IBV_ACCESS_REMOTE_READ,
+           Op.CMP_SWAP: e.IBV_ACCESS_REMOTE_ATOMIC, Op.FETCH_ADD: e.IBV_ACCESS_REMOTE_ATOMIC}
+_ACK = opcode(Transport.RC, Op.ACKNOWLEDGE, None)
+_ATOMIC_ACK = opcode(Transport.RC, Op.ATOMIC_ACKNOWLEDGE, None)
+_RR = {p: opcode(Transport.RC, Op.RDMA_READ_RESPONSE, p) for p in Pos}
+M64 = 2**64 - 1
+
+
+class _Drop(Exception):
+    """Stop processing this packet (it was dropped or answered)."""
+
+
+def on_request(qp: QP, pkt: Pkt) -> None:
+    if qp.qp_state not in _READY:
+        qp.dev._drop(pkt, f"responder not ready (QP in {qp.qp_state_name})")
+        return
+    if pkt.count > 1:
+        _burst(qp, pkt)
+        return
+    try:
+        if qp.qp_type == e.IBV_QPT_UD:
+            _ud(qp, pkt)
+        else:
+            _request(qp, pkt)
+    except _Drop:
+        pass
+
+
+def _burst(qp: QP, pkt: Pkt) -> None:
+    """A burst: first and last packet through the full path, the middle ones copied in one go."""
+    on_request(qp, pkt.sub(0))
+    n = pkt.count
+    op = INFO[pkt.opcode].op
+    mid = n - 2
+    mtu = pkt.mtu
+    data = memoryview(pkt.payload)[mtu:(n - 1) * mtu]
+    ok = (mid > 0 and qp.qp_state in _READY and qp.resp_op is not None and qp.resp_op.op == op
+          and qp.resp_psn == psn_add(pkt.psn, 1) and not qp.uc_drop and len(data) == mid * mtu)
+    if ok and op == Op.RDMA_WRITE and qp.resp_write is not None \
+            and qp.resp_write_off + len(data) <= qp.resp_write_len:
+        qp.resp_write[qp.resp_write_off:qp.resp_write_off + len(data)] = data
+        qp.resp_write_off += len(data)
+    elif ok and op == Op.SEND and qp.resp_wqe is not None and qp.resp_wqe.views is not None \
+            and qp.resp_off + len(data) <= qp.resp_wqe.length:
+        scatter(qp.resp_wqe.views, qp.resp_off, data)
+        qp.resp_off += len(data)
+    else:
+        for i in range(1, n - 1):
+            on_request(qp, pkt.sub(i))
+        on_request(qp, pkt.sub(n - 1))
+        return
+    qp.resp_psn = psn_add(qp.resp_psn, mid)
+    on_request(qp, pkt.sub(n - 1))
+
+
+# ---------------------------------------------------------------------------- RC and UC
+
+def _request(qp: QP, pkt: Pkt) -> None:
+    info = INFO[pkt.opcode]
+    rc = qp.qp_type == e.IBV_QPT_RC
+    psn = pkt.psn
+    if rc:
+        d = psn_diff(psn, qp.resp_psn)
+        if d > 0:  # a gap: one NAK per gap, later out-of-order packets dropped silently
+            qp.dev.counters["out_of_seq_request"] += 1
+            if not qp.sent_psn_nak:
+                qp.sent_psn_nak = True
+                _send_aeth(qp, qp.resp_psn, AETH.nak(qp.msn, NAK_PSN_SEQUENCE_ERROR))
+            return
+        if d < 0:
+            _duplicate(qp, pkt)
+            return
+        qp.sent_psn_nak = False
+    elif qp.uc_drop or psn != qp.resp_psn:
+        if not info.first_or_only:
+            qp.uc_drop = True
+            qp.resp_op = None
+            return
+        qp.uc_drop = False
+        _abandon(qp)
+    op = info.op
+    # CHK_OP_SEQ
+    prev = qp.resp_op
+    in_msg = prev is not None
+    if in_msg and not (info.op == prev.op and info.pos in (Pos.MIDDLE, Pos.LAST)):
+        if rc:
+            _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "opcode out of sequence")
+        if not info.first_or_only:
+            _uc_drop(qp)
+        _abandon(qp)
+    elif not in_msg and info.pos in (Pos.MIDDLE, Pos.LAST):
+        if rc:
+            _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "MIDDLE/LAST without FIRST")
+        _uc_drop(qp)
+    # CHK_OP_VALID
+    need = _ACCESS.get(op)
+    if need and not qp.attr.qp_access_flags & need:
+        if rc:
+            _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "QP access flags do not allow it")
+        _uc_drop(qp)
+    # CHK_RESOURCE
+    if op in (Op.RDMA_READ_REQUEST, Op.CMP_SWAP, Op.FETCH_ADD):
+        if not qp.attr.max_dest_rd_atomic:
+            _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "max_dest_rd_atomic is 0")
+        qp.sent_psn_nak = False
+        if op == Op.RDMA_READ_REQUEST:
+            _read(qp, pkt)
+        else:
+            _atomic(qp, pkt)
+        return
+    mtu = qp.mtu
+    n = len(pkt.payload)
+    if (info.pos in (Pos.FIRST, Pos.MIDDLE) and n != mtu) or n > mtu:
+        if rc:
+            _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "payload length does not fit the MTU rules")
+        _uc_drop(qp)
+    needs_wqe = (op == Op.SEND and info.first_or_only) or (op == Op.RDMA_WRITE and info.imm)
+    if needs_wqe and qp.resp_wqe is None:
+        _take_wqe(qp, pkt, rc)
+    # CHK_RKEY and EXECUTE
+    if op == Op.RDMA_WRITE:
+        if info.first_or_only:
+            reth = pkt.reth
+            assert reth is not None
+            try:
+                qp.resp_write = remote_view(qp.dev, qp.pd, reth.r_key, reth.va, reth.dma_length,
+                                            e.IBV_ACCESS_REMOTE_WRITE)
+            except AccessError as err:
+                if rc:
+                    _fail(qp, psn, NAK_REMOTE_ACCESS_ERROR, e.IBV_WC_LOC_PROT_ERR, err.why)
+                _uc_drop(qp)
+            qp.resp_write_off, qp.resp_write_len = 0, reth.dma_length
+        view = qp.resp_write
+        off = qp.resp_write_off
+        if view is None or off + n > qp.resp_write_len or (info.last_or_only and off + n != qp.resp_write_len):
+            if rc:
+                _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "WRITE length mismatch")
+            _uc_drop(qp)
+        assert view is not None
+        view[off:off + n] = pkt.payload
+        qp.resp_write_off = off + n
+    else:  # SEND
+        w = qp.resp_wqe
+        assert w is not None and w.views is not None
+        if qp.resp_off + n > w.length:
+            if rc:
+                _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_LOC_LEN_ERR, "receive buffer too small")
+            _fail_uc(qp, e.IBV_WC_LOC_LEN_ERR)
+        scatter(w.views, qp.resp_off, pkt.payload)
+        qp.resp_off += n
+    qp.resp_psn = psn_add(psn, 1)
+    if info.last_or_only:
+        qp.resp_op = None
+        qp.msn = (qp.msn + 1) & 0xFFFFFF
+        if needs_wqe or op == Op.SEND:
+            _complete_message(qp, pkt, info.imm, info.inv, op)
+    else:
+        qp.resp_op = info
+    if rc and pkt.ackreq:
+        queue_ack(qp, psn)
+
+
+def _take_wqe(qp: QP, pkt: Pkt, rc: bool) -> RecvWQE:
+    w = qp.srq.take() if qp.srq is not None else (qp.rq.popleft() if qp.rq else None)
+    if w is None:
+        if rc:  # RNR NAK with the responder's min_rnr_timer; the packet is not executed
+            qp.dev.counters["send_rnr_err"] += 1
+            _send_aeth(qp, pkt.psn, AETH.rnr_nak(qp.msn, qp.attr.min_rnr_timer))
+            raise _Drop
+        _uc_drop(qp)
+    assert w is not None
+    try:
+        w.views = local_views(qp.dev, qp.pd, w.sg, write=True)
+    except AccessError:
+        qp.resp_wqe = w
+        if rc:  # rxe RESPST_ERR_MALFORMED_WQE: class A, NAK remote operational error
+            _fail(qp, pkt.psn, NAK_REMOTE_OPERATIONAL_ERROR, e.IBV_WC_LOC_QP_OP_ERR, "receive WQE has a bad SGE")
+        _fail_uc(qp, e.IBV_WC_LOC_QP_OP_ERR)
+    qp.resp_wqe, qp.resp_off = w, 0
+    return w
+
+
+def _complete_message(qp: QP, pkt: Pkt, imm: bool, inv: bool, op: Op) -> None:
+    w = qp.resp_wqe
+    qp.resp_wqe = None
+    if w is None:
+        return
+    flags, value = 0, 0
+    if imm and pkt.imm is not None:
+        flags, value = e.IBV_WC_WITH_IMM, socket.htonl(pkt.imm.imm)
+    if inv and pkt.ieth is not None:
+        rkey = pkt.ieth.r_key
+        mr = qp.dev.mrs.get(rkey >> 8)
+        if mr is None or mr.rkey != rkey or mr.pd is not qp.pd:
+            qp.complete_recv(w, e.IBV_WC_REM_INV_REQ_ERR)
+            qp.to_error()
+            raise _Drop
+        mr.invalidate()
+        flags, value = e.IBV_WC_WITH_INV, rkey
+    if op == Op.RDMA_WRITE:
+        qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV_RDMA_WITH_IMM, qp.resp_write_len, value, flags,
+                         solicited=bool(pkt.se))
+    else:
+        qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV, qp.resp_off, value, flags, solicited=bool(pkt.se))
+
+
+def _abandon(qp: QP) -> None:
+    """UC: a new message starts before the last one ended; its receive WQE is reused."""
+    qp.resp_op = None
+    qp.resp_off = 0
+
+
+def _uc_drop(qp: QP) -> None:
+    qp.uc_drop = True
+    qp.resp_op = None
+    raise _Drop
+
+
+def _fail_uc(qp: QP, status: int) -> None:
+    w, qp.resp_wqe = qp.resp_wqe, None
+    if w is not None:
+        qp.complete_recv(w, status)
+    qp.to_error()
+    raise _Drop
+
+
+def _fail(qp: QP, psn: int, nak: int, status: int | None, why: str) -> None:
+    """RC class A/C error: NAK the packet's PSN, complete the receive WQE in error, QP to ERR."""
+    _send_aeth(qp, psn, AETH.nak(qp.msn, nak))
+    if qp.dev.tracing:
+        qp.dev.trace(qp.qp_num, "dropped", psn, None, reason=why)
+    w, qp.resp_wqe = qp.resp_wqe, None
+    if w is not None and status is not None:
+        qp.complete_recv(w, status)
+    qp.to_error()
+    raise _Drop
+
+
+# ---------------------------------------------------------------------------- READ and atomics
+
+def _add_resource(qp: QP, res: Resource) -> None:
+    if not qp.resources:
+        qp.resources = [None]
+    qp.resources[qp.res_head] = res
+    qp.res_head = (qp.res_head + 1) % len(qp.resources)
+
+
+def _read(qp: QP, pkt: Pkt) -> None:
+    reth = pkt.reth
+    assert reth is not None
+    try:
+        view = remote_view(qp.dev, qp.pd, reth.r_key, reth.va, reth.dma_length, e.IBV_ACCESS_REMOTE_READ)
+    except AccessError as err:
+        _fail(qp, pkt.psn, NAK_REMOTE_ACCESS_ERROR, None, err.why)
+        return
+    mtu = qp.mtu
+    npkts = max(1, -(-reth.dma_length // mtu))
+    _add_resource(qp, Resource("read", pkt.psn, psn_add(pkt.psn, npkts - 1), reth.r_key, reth.va, reth.dma_length))
+    qp.msn = (qp.msn + 1) & 0xFFFFFF
+    qp.resp_psn = psn_add(pkt.psn, npkts)
+    _read_reply(qp, pkt, pkt.psn, bytes(view), True)
+
+
+def _read_reply(qp: QP, req: Pkt, psn: int, data: bytes, from_first: bool) -> None:
+    """READ responses (rxe ``read_reply``): FIRST/MIDDLE/LAST or ONLY; AETH on all but MIDDLE."""
+    flush_ack(qp)
+    mtu = qp.mtu
+    n = max(1, -(-len(data) // mtu))
+    aeth = AETH.ack(qp.msn)
+    if n == 1:
+        first = last = Pos.ONLY if from_first else Pos.LAST
+    else:
+        first, last = (Pos.FIRST if from_first else Pos.MIDDLE), Pos.LAST
+    if qp.fabric.burst_ok and n > 1:
+        p = _reply(qp, req, _RR[first], psn, data)
+        p.count, p.mtu, p.last_opcode, p.aeth = n, mtu, _RR[last], aeth
+        qp.dev.transmit(p)
+        return
+    for i in range(n):
+        pos = first if i == 0 else last if i == n - 1 else Pos.MIDDLE
+        p = _reply(qp, req, _RR[pos], psn_add(psn, i), data[i * mtu:(i + 1) * mtu])
+        if pos != Pos.MIDDLE:
+            p.aeth = aeth
+        qp.dev.transmit(p)
+
+
+def _atomic(qp: QP, pkt: Pkt) -> None:
+    a = pkt.atomic
+    assert a is not None
+    if a.va & 7:
+        _fail(qp, pkt.psn, NAK_INVALID_REQUEST, None, "atomic address not 8-byte aligned")
+    try:
+        view = remote_view(qp.dev, qp.pd, a.r_key, a.va, 8, e.IBV_ACCESS_REMOTE_ATOMIC)
+    except AccessError as err:
+        _fail(qp, pkt.psn, NAK_REMOTE_ACCESS_ERROR, None, err.why)
+        return
+    orig = int.from_bytes(view, sys.byteorder)
+    if INFO[pkt.opcode].op == Op.CMP_SWAP:
+        new = a.swap_add if orig == a.compare else orig
+    else:
+        new = (orig + a.swap_add) & M64
+    view[:] = new.to_bytes(8, sys.byteorder)
+    qp.atomics_executed += 1
+    qp.msn = (qp.msn + 1) & 0xFFFFFF
+    qp.resp_psn = psn_add(pkt.psn, 1)
+    _add_resource(qp, Resource("atomic", pkt.psn, pkt.psn, a.r_key, a.va, 8, orig))
+    _atomic_ack(qp, pkt, orig)
+
+
+def _atomic_ack(qp: QP, req: Pkt, orig: int) -> None:
+    flush_ack(qp)
+    p = _reply(qp, req, _ATOMIC_ACK, req.psn)
+    p.aeth = AETH.ack(qp.msn)
+    p.atomic_ack = AtomicAckETH(orig_data=orig)
+    qp.dev.transmit(p)
+
+
+def _duplicate(qp: QP, pkt: Pkt) -> None:
+    qp.dev.counters["duplicate_request"] += 1
+    op = INFO[pkt.opcode].op
+    psn = pkt.psn
+    if op in (Op.SEND, Op.RDMA_WRITE):
+        queue_ack(qp, psn_add(qp.resp_psn, -1))  # re-ACK the last executed PSN; execute nothing
+        return
+    for res in qp.resources:
+        if res is None or psn_diff(psn, res.first_psn) < 0 or psn_diff(psn, res.last_psn) > 0:
+            continue
+        if op == Op.RDMA_READ_REQUEST and res.kind == "read":
+            reth = pkt.reth
+            assert reth is not None
+            if reth.r_key != res.rkey or reth.va < res.va or reth.va + reth.dma_length > res.va + res.length:
+                return  # not a subset of the original: dropped
+            try:
+                view = remote_view(qp.dev, qp.pd, reth.r_key, reth.va, reth.dma_length, e.IBV_ACCESS_REMOTE_READ)
+            except AccessError:
+                return
+            _read_reply(qp, pkt, psn, bytes(view), psn == res.first_psn)
+            return
+        if op in (Op.CMP_SWAP, Op.FETCH_ADD) and res.kind == "atomic" and res.first_psn == psn:
+            _atomic_ack(qp, pkt, res.orig)  # replayed, never executed twice
+            return
+    # no resource: dropped silently (class D)
+
+
+# ---------------------------------------------------------------------------- UD
+
+def _ud(qp: QP, pkt: Pkt) -> None:
+    deth = pkt.deth
+    if deth is None or deth.q_key != qp.attr.qkey:
+        qp.dev._drop(pkt, "Q_Key violation")
+        return
+    w = qp.srq.take() if qp.srq is not None else (qp.rq.popleft() if qp.rq else None)
+    if w is None:
+        qp.dev._drop(pkt, "no receive WQE (UD drops)")
+        return
+    qp.resp_wqe = w
+    try:
+        w.views = local_views(qp.dev, qp.pd, w.sg, write=True)
+    except AccessError:
+        _fail_uc(qp, e.IBV_WC_LOC_QP_OP_ERR)
+    assert w.views is not None
+    n = len(pkt.payload)
+    if 40 + n > w.length:
+        _fail_uc(qp, e.IBV_WC_LOC_LEN_ERR)
+    scatter(w.views, 0, _grh(pkt))
+    scatter(w.views, 40, pkt.payload)
+    qp.resp_wqe = None
+    info = INFO[pkt.opcode]
+    flags, value = e.IBV_WC_GRH, 0
+    if info.imm and pkt.imm is not None:
+        flags, value = flags | e.IBV_WC_WITH_IMM, socket.htonl(pkt.imm.imm)
+    qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV, 40 + n, value, flags, deth.src_qp, bool(pkt.se),
+                     (pkt.src_gid, pkt.dst_gid))
+
+
+def _grh(pkt: Pkt) -> bytes:
+    """The 40 bytes a UD receive buffer starts with: for IPv4, 20 zero bytes and the IPv4 header."""
+    src, dst = pkt.src_gid, pkt.dst_gid
+    size = 8 + 12 + 8 + len(pkt.payload) + (-len(pkt.payload) % 4) + 4
+    if (src >> 32) == 0xFFFF:
+        ip = IPv4(total_length=20 + size, src=src & 0xFFFFFFFF, dst=dst & 0xFFFFFFFF).with_checksum()
+        return bytes(20) + ip.encode()
+    return IPv6(payload_length=size, next_header=17, hop_limit=64, src=src, dst=dst).encode()
+
+
+# ---------------------------------------------------------------------------- ACKs
+
+def _reply(qp: QP, req: Pkt, code: int, psn: int, payload: object = b"") -> Pkt:
+    p = Pkt(code, psn, qp.attr.dest_qp_num, qp.sgid, qp.dgid, qp.sport, qp.dev.mac, qp.dmac, payload)
+    p.srcqp = qp.qp_num
+    return p
+
+
+def queue_ack(qp: QP, psn: int) -> None:
+    """Hold an ACK until the end of the fabric's time step, so ACKs coalesce."""
+    qp.pending_ack = psn
+    qp.dev.mark_dirty(qp)
+
+
+def flush_ack(qp: QP) -> None:
+    psn = qp.pending_ack
+    if psn is None:
+        return
+    qp.pending_ack = None
+    p = _reply(qp, None, _ACK, psn)  # type: ignore[arg-type]
+    p.aeth = AETH.ack(qp.msn)
+    qp.dev.transmit(p)
+
+
+def _send_aeth(qp: QP, psn: int, aeth: AETH) -> None:
+    flush_ack(qp)
+    p = _reply(qp, None, _ACK, psn)  # type: ignore[arg-type]
+    p.aeth = aeth
+    qp.dev.transmit(p)

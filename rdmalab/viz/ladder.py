@@ -1,0 +1,437 @@
+"""Ladder (sequence) diagrams drawn from the engine's trace or from a capture.
+
+One vertical line per node, time running down.  Every packet is an arrow from the moment it
+left its sender to the moment it arrived; a packet the fabric lost ends in a cross half way.
+Requests are blue, responses and ACKs green, NAKs and RNR NAKs red, CNPs purple, and
+retransmissions are dashed orange.  Timeouts, retransmission restarts and work completions are
+marked on the node's line.  The output is a standalone SVG (``_repr_svg_``), so it renders
+without a kernel in JupyterLab and in the book.
+
+Time is drawn compressed: a gap longer than a few rows (a retransmission timeout is thousands
+of times longer than a packet time) is cut, and the cut is labelled with the real gap.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rdmalab.wire.opcodes import OPCODES, Op, opcode_name
+
+COLOURS = {
+    "request": "#1565c0",
+    "response": "#2e7d32",
+    "ack": "#2e7d32",
+    "nak": "#c62828",
+    "rnr": "#ad1457",
+    "cnp": "#6a1b9a",
+    "retx": "#ef6c00",
+    "other": "#555555",
+}
+
+
+@dataclass
+class Arrow:
+    src: str
+    dst: str
+    t0: int  # ns
+    t1: int | None  # ns; None when lost
+    label: str
+    kind: str = "request"
+    lost: bool = False
+    note: str = ""  # hover text
+    psn: int | None = None
+    opcode: int | None = None
+
+
+@dataclass
+class Marker:
+    node: str
+    t: int
+    label: str
+    kind: str = "info"  # timeout, retx, completion, error, posted, state, info
+    note: str = ""
+
+
+@dataclass
+class Ladder:
+    """A sequence diagram; ``nodes`` left to right."""
+
+    nodes: list[str]
+    arrows: list[Arrow] = field(default_factory=list)
+    markers: list[Marker] = field(default_factory=list)
+    title: str | None = None
+    spacing: int = 380
+    row: int = 16
+
+    # ------------------------------------------------------------------ layout
+    def _times(self) -> list[int]:
+        ts = set()
+        for a in self.arrows:
+            ts.add(a.t0)
+            ts.add(a.t1 if a.t1 is not None else a.t0)
+        for m in self.markers:
+            ts.add(m.t)
+        return sorted(ts)
+
+    def _ymap(self, top: int) -> tuple[dict[int, float], list[tuple[float, int]]]:
+        times = self._times()
+        y: dict[int, float] = {}
+        breaks: list[tuple[float, int]] = []
+        if not times:
+            return y, breaks
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False) if b > a]
+        unit = sorted(gaps)[len(gaps) // 2] if gaps else 1  # the typical gap: one row
+        unit = max(unit, 1)
+        cur = float(top)
+        prev = times[0]
+        y[prev] = cur
+        for t in times[1:]:
+            rows = (t - prev) / unit
+            if rows > 6:
+                breaks.append((cur + 2.5 * self.row, t - prev))
+                cur += 5 * self.row
+            else:
+                cur += max(self.row, rows * self.row)
+            y[t] = cur
+            prev = t
+        return y, breaks
+
+    # ------------------------------------------------------------------ SVG
+    def to_svg(self) -> str:
+        top = 46 if self.title else 30
+        left = 110
+        ys, breaks = self._ymap(top + 14)
+        height = int(max(ys.values(), default=top) + 40)
+        xs = {n: left + 210 + i * self.spacing for i, n in enumerate(self.nodes)}
+        width = int(left + 420 + (len(self.nodes) - 1) * self.spacing)
+        out = [
+            f'<svg xmlns="http://www.w3.org/2000/svg" class="rdmalab-ladder" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Arial, sans-serif" font-size="11">',
+            "<defs>",
+        ]
+        for kind, colour in COLOURS.items():
+            out.append(f'<marker id="ah-{kind}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+                       f'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{colour}"/></marker>')
+        out.append("</defs>")
+        out.append(f'<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>')
+        if self.title:
+            out.append(f'<text x="{width / 2}" y="18" text-anchor="middle" font-size="13" font-weight="bold">'
+                       f"{html.escape(self.title)}</text>")
+        for n, x in xs.items():
+            out.append(f'<text x="{x}" y="{top}" text-anchor="middle" font-weight="bold">{html.escape(n)}</text>')
+            out.append(f'<line x1="{x}" y1="{top + 6}" x2="{x}" y2="{height - 10}" stroke="#999" stroke-width="1.5"/>')
+        # time labels
+        last_label = -1e9
+        for t, y in sorted(ys.items()):
+            if y - last_label >= self.row:
+                out.append(f'<text x="{left - 8}" y="{y + 4}" text-anchor="end" fill="#888" font-size="10">'
+                           f"{_fmt_time(t)}</text>")
+                last_label = y
+        for y, gap in breaks:
+            out.append(f'<text x="{left - 8}" y="{y + 4}" text-anchor="end" fill="#c62828" font-size="10">'
+                       f"\u2248 +{_fmt_time(gap)}</text>")
+            out.append(f'<line x1="{left}" y1="{y}" x2="{width - 20}" y2="{y}" stroke="#ddd" stroke-dasharray="2,4"/>')
+        for a in self.arrows:
+            out.append(self._arrow_svg(a, xs, ys))
+        for m in self.markers:
+            out.append(self._marker_svg(m, xs, ys))
+        out.append("</svg>")
+        return "".join(out)
+
+    def _arrow_svg(self, a: Arrow, xs: dict[str, float], ys: dict[int, float]) -> str:
+        if a.src not in xs or a.dst not in xs:
+            return ""
+        x0, x1 = xs[a.src], xs[a.dst]
+        y0 = ys[a.t0]
+        y1 = ys[a.t1] if a.t1 is not None else y0 + self.row
+        colour = COLOURS.get(a.kind, COLOURS["other"])
+        dash = ' stroke-dasharray="6,3"' if a.kind == "retx" else ""
+        title = f"<title>{html.escape(a.note or a.label)}</title>"
+        parts = [f'<g class="rdmalab-arrow rdmalab-{a.kind}">{title}']
+        if a.lost:
+            xm = (x0 + x1) / 2
+            ym = (y0 + y1) / 2
+            parts.append(f'<line x1="{x0}" y1="{y0}" x2="{xm}" y2="{ym}" stroke="{colour}" stroke-width="1.5"{dash}/>')
+            parts.append(f'<path d="M{xm - 5},{ym - 5} L{xm + 5},{ym + 5} M{xm - 5},{ym + 5} L{xm + 5},{ym - 5}" '
+                         f'stroke="#c62828" stroke-width="2.5"/>')
+            parts.append(f'<text x="{xm}" y="{ym + 15}" text-anchor="middle" fill="#c62828" font-size="10">lost</text>')
+        else:
+            parts.append(f'<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y1}" stroke="{colour}" stroke-width="1.5"{dash} '
+                         f'marker-end="url(#ah-{a.kind if a.kind in COLOURS else "other"})"/>')
+        anchor, dx = ("start", 6) if x1 >= x0 else ("end", -6)
+        parts.append(f'<text x="{x0 + dx}" y="{y0 - 3}" text-anchor="{anchor}" fill="{colour}">'
+                     f"{html.escape(a.label)}</text>")
+        parts.append("</g>")
+        return "".join(parts)
+
+    def _marker_svg(self, m: Marker, xs: dict[str, float], ys: dict[int, float]) -> str:
+        if m.node not in xs:
+            return ""
+        x = xs[m.node]
+        y = ys[m.t]
+        outer = -1 if list(xs).index(m.node) == 0 else 1
+        colour = {"timeout": "#c62828", "retx": "#ef6c00", "completion": "#2e7d32", "error": "#c62828",
+                  "posted": "#1565c0", "state": "#6d4c41"}.get(m.kind, "#555")
+        anchor = "end" if outer < 0 else "start"
+        tx = x + outer * 12
+        shape = (f'<circle cx="{x}" cy="{y}" r="4" fill="{colour}"/>' if m.kind != "timeout" else
+                 f'<path d="M{x - 6},{y - 6} L{x + 6},{y + 6} M{x - 6},{y + 6} L{x + 6},{y - 6}" stroke="{colour}" '
+                 f'stroke-width="2"/>')
+        return (f'<g class="rdmalab-marker rdmalab-{m.kind}"><title>{html.escape(m.note or m.label)}</title>{shape}'
+                f'<text x="{tx}" y="{y + 4}" text-anchor="{anchor}" fill="{colour}" font-size="10">'
+                f"{html.escape(m.label)}</text></g>")
+
+    def _repr_svg_(self) -> str:
+        return self.to_svg()
+
+    # ------------------------------------------------------------------ text forms
+    def to_mermaid(self) -> str:
+        """The same exchange as a Mermaid ``sequenceDiagram`` (for docs and slides)."""
+        lines = ["sequenceDiagram"] + [f"    participant {n}" for n in self.nodes]
+        items: list[tuple[int, int, str]] = []
+        for i, a in enumerate(self.arrows):
+            arrow = "-x" if a.lost else ("-->>" if a.kind == "retx" else "->>")
+            items.append((a.t0, i, f"    {a.src}{arrow}{a.dst}: {a.label}"))
+        for i, m in enumerate(self.markers):
+            items.append((m.t, 10_000 + i, f"    Note over {m.node}: {m.label}"))
+        lines += [s for _, _, s in sorted(items)]
+        return "\n".join(lines)
+
+    def text(self) -> str:
+        rows: list[tuple[int, int, str]] = []
+        for i, a in enumerate(self.arrows):
+            arrow = "--x" if a.lost else "-->"
+            rows.append((a.t0, i, f"{_fmt_time(a.t0):>12}  {a.src} {arrow} {a.dst}  {a.label}"))
+        for i, m in enumerate(self.markers):
+            rows.append((m.t, 10_000 + i, f"{_fmt_time(m.t):>12}  [{m.node}] {m.label}"))
+        return "\n".join(s for _, _, s in sorted(rows))
+
+    def __repr__(self) -> str:
+        return self.text()
+
+
+def _fmt_time(ns: int) -> str:
+    if ns >= 1_000_000:
+        return f"{ns / 1e6:.3f} ms"
+    if ns >= 1_000:
+        return f"{ns / 1e3:.3f} \u00b5s"
+    return f"{ns} ns"
+
+
+def _kind_of(opcode: int | None, syndrome: Any = None) -> str:
+    if opcode is None:
+        return "other"
+    if opcode == 0x81:
+        return "cnp"
+    info = OPCODES.get(opcode)
+    if info is None:
+        return "other"
+    if info.op in (Op.ACKNOWLEDGE, Op.ATOMIC_ACKNOWLEDGE, Op.RDMA_READ_RESPONSE):
+        if isinstance(syndrome, str):
+            s = syndrome.upper()
+            if "RNR" in s:
+                return "rnr"
+            if "NAK" in s:
+                return "nak"
+        return "ack" if info.op != Op.RDMA_READ_RESPONSE else "response"
+    return "request"
+
+
+def _short_opcode(opcode: int | None) -> str:
+    if opcode is None:
+        return "?"
+    name = opcode_name(opcode)
+    for prefix in ("RC ", "UC ", "UD ", "XRC "):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    return name.replace("RDMA ", "").replace("Acknowledge", "ACK").replace(" Request", " Req").replace(
+        " Response", " Resp").replace("with Immediate", "+Imm").replace("with Invalidate", "+Inv")
+
+
+def _aeth_text(frame: bytes | None) -> str | None:
+    if frame is None:
+        return None
+    try:
+        from rdmalab.wire.frame import decode_ethernet
+        from rdmalab.wire.ib import AETH
+
+        aeth = decode_ethernet(frame, lenient=True).get(AETH)
+    except Exception:
+        return None
+    return None if aeth is None else aeth.syndrome_text()
+
+
+def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: bool = True, posted: bool = False,
+               states: bool = False, nodes: list[str] | None = None, limit: int | None = None) -> Ladder:
+    """A ladder from engine trace events (:class:`rdmalab.verbs.trace.TraceEvent`)."""
+    events = list(trace)
+    order = nodes or []
+    for e in events:
+        if e.node not in order:
+            order.append(e.node)
+    sent: dict[Any, Arrow] = {}
+    arrows: list[Arrow] = []
+    markers: list[Marker] = []
+    seen_psn: set[tuple[str, int | None, int | None]] = set()
+    # syndromes the completer saw: (node, time, psn) -> text
+    syndromes: dict[tuple[str, int], str] = {}
+    for e in events:
+        if e.kind == "acked" and "syndrome" in e.detail:
+            syndromes[(e.node, e.time_ns)] = str(e.detail["syndrome"])
+    for e in events:
+        pid = e.detail.get("packet_id") if isinstance(e.detail, dict) else None
+        if e.kind == "sent":
+            other = [n for n in order if n != e.node]
+            dst = other[0] if other else e.node
+            aeth = _aeth_text(e.frame)
+            kind = _kind_of(e.opcode, aeth)
+            key = (e.node, e.psn, e.opcode)
+            if kind == "request" and key in seen_psn:
+                kind = "retx"
+            seen_psn.add(key)
+            label = f"{_short_opcode(e.opcode)} PSN {e.psn}"
+            if aeth and kind in ("nak", "rnr"):
+                label += f" [{aeth}]"
+            note = str(e) + (f"\n{aeth}" if aeth else "")
+            a = Arrow(e.node, dst, e.time_ns, None, label, kind, False, note, e.psn, e.opcode)
+            arrows.append(a)
+            if pid is not None:
+                sent[pid] = a
+        elif e.kind in ("received", "dropped") and pid is not None and pid in sent:
+            a = sent[pid]
+            if e.kind == "received":
+                if a.t1 is None:
+                    a.dst = e.node
+                    a.t1 = e.time_ns
+                    syn = syndromes.get((e.node, e.time_ns))
+                    if syn and a.kind == "ack":
+                        k = _kind_of(a.opcode, syn)
+                        if k != "ack":
+                            a.kind = k
+                            a.label += f" [{syn}]"
+                else:  # a duplicate copy arrived
+                    arrows.append(Arrow(a.src, e.node, a.t0, e.time_ns, a.label + " (dup)", a.kind, False, a.note,
+                                        a.psn, a.opcode))
+            else:
+                reason = e.detail.get("reason", "dropped")
+                if e.node != a.src:
+                    a.dst = e.node
+                a.lost = True
+                a.note += f"\ndropped: {reason}"
+                if "lost" not in str(reason):
+                    markers.append(Marker(e.node, e.time_ns, f"dropped: {reason}", "error", str(e)))
+        elif e.kind == "retransmitted":
+            reason = e.detail.get("reason", "")
+            kind = "timeout" if "timeout" in str(reason).lower() else "retx"
+            label = f"{'timeout' if kind == 'timeout' else 'go back'}: resend from PSN {e.psn}"
+            if reason and kind != "timeout":
+                label += f" ({reason})"
+            markers.append(Marker(e.node, e.time_ns, label, kind, str(e)))
+        elif e.kind == "completed" and completions:
+            status = e.detail.get("status", 0)
+            op = e.detail.get("opcode", "")
+            ok = status in (0, "success", "IBV_WC_SUCCESS")
+            text = e.detail.get("status_str") or ("ok" if ok else f"status {status}")
+            markers.append(Marker(e.node, e.time_ns, f"WC {_wc_name(op)} {text}".strip(),
+                                  "completion" if ok else "error", str(e)))
+        elif e.kind == "posted" and posted:
+            markers.append(Marker(e.node, e.time_ns, f"post {e.detail.get('opcode', '')}", "posted", str(e)))
+        elif e.kind == "state" and states:
+            markers.append(Marker(e.node, e.time_ns, f"{e.detail.get('from')} \u2192 {e.detail.get('to')}", "state",
+                                  str(e)))
+    if limit is not None:
+        arrows = arrows[:limit]
+        if arrows:
+            t_end = max(a.t1 or a.t0 for a in arrows)
+            markers = [m for m in markers if m.t <= t_end]
+    return Ladder(order, arrows, markers, title)
+
+
+_WC_OPCODES = {0: "SEND", 1: "RDMA_WRITE", 2: "RDMA_READ", 3: "COMP_SWAP", 4: "FETCH_ADD", 5: "BIND_MW",
+               6: "LOCAL_INV", 9: "ATOMIC_WRITE", 128: "RECV", 129: "RECV_RDMA_WITH_IMM"}
+
+
+def _wc_name(op: Any) -> str:
+    if isinstance(op, int):
+        return _WC_OPCODES.get(op, str(op))
+    return str(op).replace("IBV_WC_", "")
+
+
+def from_capture(packets: Iterable[Any], *, title: str | None = None, limit: int | None = 60,
+                 transit_ns: int = 0) -> Ladder:
+    """A ladder from captured packets (``rdmalab.capture.read``): one capture point, so arrows are level
+    unless ``transit_ns`` tilts them.  Nodes are the IP (or MAC) addresses."""
+    from rdmalab.wire.ib import AETH, BTH
+
+    arrows: list[Arrow] = []
+    nodes: list[str] = []
+    seen: set[tuple[str, int, int]] = set()
+    for cp in packets:
+        pkt = getattr(cp, "packet", cp)
+        if pkt is None:
+            continue
+        src, dst = _endpoints(pkt)
+        if src is None or dst is None:
+            continue
+        bth = pkt.get(BTH) if hasattr(pkt, "get") else None
+        if bth is None:
+            label = pkt.summary() if hasattr(pkt, "summary") else "packet"
+            kind = "other"
+            psn = op = None
+        else:
+            aeth = pkt.get(AETH)
+            syn = aeth.syndrome_text() if aeth is not None else None
+            kind = _kind_of(bth.opcode, syn)
+            key = (src, bth.psn, bth.opcode)
+            if kind == "request" and key in seen:
+                kind = "retx"
+            seen.add(key)
+            label = f"{_short_opcode(bth.opcode)} PSN {bth.psn}" + (f" [{syn}]" if kind in ("nak", "rnr") else "")
+            psn, op = bth.psn, bth.opcode
+        for n in (src, dst):
+            if n not in nodes:
+                nodes.append(n)
+        t = int(round(float(getattr(cp, "timestamp", 0.0)) * 1e9))
+        note = f"frame {getattr(cp, 'frame_number', '?')}: {pkt.summary() if hasattr(pkt, 'summary') else ''}"
+        arrows.append(Arrow(src, dst, t, t + transit_ns, label, kind, False, note, psn, op))
+        if limit is not None and len(arrows) >= limit:
+            break
+    if arrows:
+        t0 = arrows[0].t0
+        for a in arrows:
+            a.t0 -= t0
+            a.t1 = None if a.t1 is None else a.t1 - t0
+    return Ladder(nodes, arrows, [], title)
+
+
+def _endpoints(pkt: Any) -> tuple[str | None, str | None]:
+    for layer in getattr(pkt, "layers", []):
+        h = layer.header
+        name = h.LAYOUT.name
+        if name in ("IPv4", "IPv6", "GRH"):
+            vals = h.values()
+            s = vals.get("src", vals.get("sgid"))
+            d = vals.get("dst", vals.get("dgid"))
+            f = "src" if "src" in vals else "sgid"
+            return h.describe(f), h.describe("dst" if "dst" in vals else "dgid") if d is not None and s is not None else None
+        if name == "LRH":
+            return f"LID {h.slid}", f"LID {h.dlid}"
+    for layer in getattr(pkt, "layers", []):
+        if layer.header.LAYOUT.name == "Ethernet":
+            h = layer.header
+            return h.describe("src"), h.describe("dst")
+    return None, None
+
+
+def ladder(obj: Any, **kw: Any) -> Ladder:
+    """A ladder from a trace (events), a fabric (its trace), or captured packets."""
+    trace = getattr(obj, "trace", None)
+    if trace is not None and not callable(trace):
+        return from_trace(trace, **kw)
+    items = list(obj)
+    if items and hasattr(items[0], "kind") and hasattr(items[0], "time_ns"):
+        return from_trace(items, **kw)
+    return from_capture(items, **kw)

@@ -1,0 +1,206 @@
+"""Time-sequence (PSN over time) and throughput plots, for engine traces and for captures.
+
+The PSN plot is the RDMA cousin of tcptrace's time-sequence graph: each request packet is a dot
+at (time it was sent, its PSN); a retransmitted packet is an orange cross, a packet the fabric
+lost a grey x, ACKs are the green staircase of the highest PSN acknowledged, NAKs red triangles.
+A flat stretch followed by orange crosses is a timeout; a red triangle followed by a fall back
+in PSN is a NAK and go-back-N.
+
+Plots are matplotlib figures (no pyplot, no global state) wrapped in :class:`Plot`, which renders
+as SVG with fixed ids and no timestamp so that the output is the same on every run.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from rdmalab.viz.ladder import _kind_of
+from rdmalab.wire.opcodes import OPCODES
+
+
+@dataclass
+class Plot:
+    """A matplotlib figure that displays itself as a deterministic SVG."""
+
+    figure: Any
+
+    def to_svg(self) -> str:
+        import matplotlib
+
+        buf = io.StringIO()
+        with matplotlib.rc_context({"svg.hashsalt": "rdmalab", "svg.fonttype": "none"}):
+            self.figure.savefig(buf, format="svg", metadata={"Date": None}, bbox_inches="tight")
+        svg = buf.getvalue()
+        return svg[svg.index("<svg"):]
+
+    def _repr_svg_(self) -> str:
+        return self.to_svg()
+
+    def savefig(self, *args: Any, **kw: Any) -> None:
+        self.figure.savefig(*args, **kw)
+
+
+def _figure(width: float = 7.5, height: float = 3.6) -> tuple[Any, Any]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.grid(True, color="#eeeeee")
+    return fig, ax
+
+
+@dataclass
+class _Point:
+    t: float  # microseconds
+    psn: int
+    kind: str  # request, retx, ack, nak, rnr, response, lost, cnp
+    node: str
+    length: int = 0
+
+
+def _points_from_trace(events: list[Any]) -> list[_Point]:
+    pts: list[_Point] = []
+    seen: set[tuple[str, int | None, int | None]] = set()
+    lost_ids = {e.detail.get("packet_id") for e in events if e.kind == "dropped"}
+    syndromes = {(e.node, e.time_ns): str(e.detail.get("syndrome", "")) for e in events if e.kind == "acked"}
+    arrival = {e.detail.get("packet_id"): e for e in events if e.kind == "received"}
+    for e in events:
+        if e.kind != "sent" or e.psn is None:
+            continue
+        kind = _kind_of(e.opcode)
+        key = (e.node, e.psn, e.opcode)
+        if kind == "request":
+            if key in seen:
+                kind = "retx"
+            seen.add(key)
+        elif kind == "ack":
+            rcv = arrival.get(e.detail.get("packet_id"))
+            syn = syndromes.get((rcv.node, rcv.time_ns), "") if rcv is not None else ""
+            kind = _kind_of(e.opcode, syn)
+        pts.append(_Point(e.time_ns / 1000, e.psn, kind, e.node, int(e.detail.get("len", 0) or 0)))
+        if e.detail.get("packet_id") in lost_ids:
+            pts.append(_Point(e.time_ns / 1000, e.psn, "lost", e.node))
+    return pts
+
+
+def _points_from_capture(packets: list[Any]) -> list[_Point]:
+    from rdmalab.viz.ladder import _endpoints
+    from rdmalab.wire.ib import AETH, BTH
+
+    pts: list[_Point] = []
+    seen: set[tuple[str, int, int]] = set()
+    t0 = None
+    for cp in packets:
+        pkt = getattr(cp, "packet", cp)
+        if pkt is None or not hasattr(pkt, "get"):
+            continue
+        bth = pkt.get(BTH)
+        if bth is None:
+            continue
+        t = float(getattr(cp, "timestamp", 0.0)) * 1e6
+        t0 = t if t0 is None else t0
+        aeth = pkt.get(AETH)
+        kind = _kind_of(bth.opcode, aeth.syndrome_text() if aeth is not None else None)
+        src = _endpoints(pkt)[0] or "?"
+        key = (src, bth.psn, bth.opcode)
+        if kind == "request":
+            if key in seen:
+                kind = "retx"
+            seen.add(key)
+        pts.append(_Point(t - t0, bth.psn, kind, src, pkt.payload_length))
+    return pts
+
+
+def _points(source: Any) -> list[_Point]:
+    trace = getattr(source, "trace", None)
+    if trace is not None and not callable(trace):
+        source = trace
+    items = list(source)
+    if items and hasattr(items[0], "kind") and hasattr(items[0], "time_ns"):
+        return _points_from_trace(items)
+    return _points_from_capture(items)
+
+
+_STYLE = {
+    "request": dict(marker="o", color="#1565c0", s=14, label="request sent"),
+    "retx": dict(marker="x", color="#ef6c00", s=40, label="retransmitted"),
+    "lost": dict(marker="x", color="#9e9e9e", s=60, label="lost in the fabric"),
+    "response": dict(marker=".", color="#2e7d32", s=18, label="READ response"),
+    "nak": dict(marker="v", color="#c62828", s=50, label="NAK"),
+    "rnr": dict(marker="v", color="#ad1457", s=50, label="RNR NAK"),
+    "cnp": dict(marker="d", color="#6a1b9a", s=30, label="CNP"),
+}
+
+
+def psn_time(source: Any, *, title: str | None = None, width: float = 7.5, height: float = 3.6) -> Plot:
+    """PSN over time for an engine trace (or a fabric) or for captured packets."""
+    pts = _points(source)
+    fig, ax = _figure(width, height)
+    for kind, style in _STYLE.items():
+        sel = [p for p in pts if p.kind == kind]
+        if sel:
+            ax.scatter([p.t for p in sel], [p.psn for p in sel], zorder=3, **style)
+    acks = sorted((p for p in pts if p.kind == "ack"), key=lambda p: p.t)
+    if acks:
+        best = -1
+        xs, ys = [], []
+        for p in acks:
+            best = max(best, p.psn)
+            xs.append(p.t)
+            ys.append(best)
+        ax.step(xs, ys, where="post", color="#2e7d32", linewidth=1.5, label="highest PSN ACKed", zorder=2)
+    ax.set_xlabel("time (\u00b5s)")
+    ax.set_ylabel("PSN")
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    if title:
+        ax.set_title(title)
+    if pts:
+        ax.legend(loc="upper left", fontsize=8, frameon=False)
+    fig.tight_layout()
+    return Plot(fig)
+
+
+def throughput(source: Any, *, window_us: float | None = None, title: str | None = None,
+               width: float = 7.5, height: float = 3.0) -> Plot:
+    """Payload throughput (Gbit/s) over time, per sender, in windows of ``window_us``."""
+    pts = [p for p in _points(source) if p.kind in ("request", "retx", "response") and p.length]
+    fig, ax = _figure(width, height)
+    if pts:
+        t_end = max(p.t for p in pts)
+        win = window_us or max(t_end / 40, 0.5)
+        for node in sorted({p.node for p in pts}):
+            mine = [p for p in pts if p.node == node]
+            nbins = int(t_end // win) + 1
+            bins = [0] * nbins
+            for p in mine:
+                bins[int(p.t // win)] += p.length
+            xs = [(i + 0.5) * win for i in range(nbins)]
+            ax.plot(xs, [b * 8 / (win * 1000) for b in bins], drawstyle="steps-mid", label=f"{node} payload sent")
+        ax.legend(loc="upper right", fontsize=8, frameon=False)
+    ax.set_xlabel("time (\u00b5s)")
+    ax.set_ylabel("Gbit/s")
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return Plot(fig)
+
+
+def opcode_counts(source: Iterable[Any]) -> dict[str, int]:
+    """How many packets of each opcode a trace or capture holds (a quick table for notebooks)."""
+    out: dict[str, int] = {}
+    for p in source:
+        op = getattr(p, "opcode", None)
+        if op is None:
+            pkt = getattr(p, "packet", p)
+            bth = getattr(pkt, "bth", None)
+            op = bth.opcode if bth is not None else None
+        elif getattr(p, "kind", "sent") != "sent":
+            continue
+        if op is None:
+            continue
+        name = OPCODES[op].name if op in OPCODES else f"0x{op:02x}"
+        out[name] = out.get(name, 0) + 1
+    return out

@@ -1,0 +1,151 @@
+"""State diagrams drawn from a transition table (the engine's QP state machine).
+
+The diagram is generated from the same table the engine enforces (h11 draws its diagrams from
+its tables for the same reason): if the engine changes, the picture changes with it.  Edges are
+quadratic curves so that A->B and B->A do not overlap; transitions into RESET and ERR, which
+exist from almost every state, are drawn light so the main path RESET -> INIT -> RTR -> RTS
+stands out.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+# Positions for the QP states of IBA Vol 1 10.3.1 (ibv_qp_state names), in a 3-row grid.
+QP_LAYOUT = {
+    "RESET": (0, 0), "INIT": (1, 0), "RTR": (2, 0), "RTS": (3, 0),
+    "SQD": (3, 1), "SQE": (2, 1), "ERR": (1, 1), "UNKNOWN": (0, 1),
+}
+
+
+def _norm(s: Any) -> str:
+    name = getattr(s, "name", None) or str(s)
+    name = name.split(".")[-1]
+    return name.replace("IBV_QPS_", "")
+
+
+@dataclass
+class StateDiagram:
+    edges: list[tuple[str, str, str]]
+    states: list[str] = field(default_factory=list)
+    title: str | None = None
+    highlight: list[str] = field(default_factory=list)  # a path to draw bold, e.g. RESET INIT RTR RTS
+
+    def _positions(self) -> dict[str, tuple[float, float]]:
+        pos: dict[str, tuple[float, float]] = {}
+        extra = [s for s in self.states if s not in QP_LAYOUT]
+        for s in self.states:
+            if s in QP_LAYOUT:
+                c, r = QP_LAYOUT[s]
+                pos[s] = (90 + c * 170, 70 + r * 150)
+        for i, s in enumerate(extra):
+            pos[s] = (90 + i * 170, 70 + 2 * 150)
+        return pos
+
+    def to_svg(self) -> str:
+        pos = self._positions()
+        width = int(max(x for x, _ in pos.values()) + 110)
+        height = int(max(y for _, y in pos.values()) + 80)
+        path = set(zip(self.highlight, self.highlight[1:], strict=False))
+        out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="rdmalab-states" width="{width}" height="{height}" '
+               f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Arial, sans-serif" font-size="11">',
+               '<defs><marker id="st-ah" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
+               'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker>'
+               '<marker id="st-ah-b" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
+               'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#1565c0"/></marker></defs>',
+               f'<rect width="{width}" height="{height}" fill="white"/>']
+        if self.title:
+            out.append(f'<text x="{width / 2}" y="18" text-anchor="middle" font-weight="bold" font-size="13">'
+                       f"{html.escape(self.title)}</text>")
+        r = 30
+        pairs = {(a, b) for a, b, _ in self.edges}
+        labels: dict[tuple[str, str], list[str]] = {}
+        for a, b, lab in self.edges:
+            labels.setdefault((a, b), []).append(lab)
+        for (a, b), labs in labels.items():
+            if a not in pos or b not in pos:
+                continue
+            (x1, y1), (x2, y2) = pos[a], pos[b]
+            bold = (a, b) in path
+            faint = b in ("RESET", "ERR") and not bold
+            colour = "#1565c0" if bold else ("#c7c7c7" if faint else "#555")
+            if a == b:
+                out.append(f'<path d="M{x1 - 12},{y1 - r + 2} C{x1 - 30},{y1 - r - 40} {x1 + 30},{y1 - r - 40} '
+                           f'{x1 + 12},{y1 - r + 2}" fill="none" stroke="{colour}" marker-end="url(#st-ah)"/>')
+                out.append(f'<text x="{x1}" y="{y1 - r - 26}" text-anchor="middle" fill="{colour}" font-size="10">'
+                           f"{html.escape(', '.join(labs))}</text>")
+                continue
+            dx, dy = x2 - x1, y2 - y1
+            d = math.hypot(dx, dy)
+            ux, uy = dx / d, dy / d
+            bend = 18 if (b, a) in pairs else 0
+            sx, sy = x1 + ux * r, y1 + uy * r
+            ex, ey = x2 - ux * r, y2 - uy * r
+            mx, my = (sx + ex) / 2 - uy * bend, (sy + ey) / 2 + ux * bend
+            marker = "st-ah-b" if bold else "st-ah"
+            out.append(f'<path d="M{sx:.1f},{sy:.1f} Q{mx:.1f},{my:.1f} {ex:.1f},{ey:.1f}" fill="none" '
+                       f'stroke="{colour}" stroke-width="{2.2 if bold else 1.2}" marker-end="url(#{marker})">'
+                       f"<title>{html.escape(a)} \u2192 {html.escape(b)}: {html.escape(', '.join(labs))}</title></path>")
+            if not faint and labs and any(labs):
+                out.append(f'<text x="{mx:.1f}" y="{my - 4:.1f}" text-anchor="middle" fill="{colour}" font-size="10">'
+                           f"{html.escape(', '.join(x for x in labs if x)[:40])}</text>")
+        for s, (x, y) in pos.items():
+            fill = "#e3f2fd" if s in self.highlight else ("#ffebee" if s in ("ERR", "SQE") else "#f5f5f5")
+            out.append(f'<circle cx="{x}" cy="{y}" r="{r}" fill="{fill}" stroke="#333" stroke-width="1.5"/>')
+            out.append(f'<text x="{x}" y="{y + 4}" text-anchor="middle" font-weight="bold">{html.escape(s)}</text>')
+        out.append("</svg>")
+        return "".join(out)
+
+    def _repr_svg_(self) -> str:
+        return self.to_svg()
+
+    def __repr__(self) -> str:
+        return "\n".join(f"{a:>6} -> {b:<6} {lab}" for a, b, lab in self.edges)
+
+
+def state_diagram(table: Any, *, title: str | None = None, highlight: Iterable[Any] = ()) -> StateDiagram:
+    """Draw a transition table.
+
+    ``table`` may be a mapping ``{from: {to: label_or_attrs}}``, a mapping ``{(from, to): value}``,
+    ``{from: [to, ...]}``, or an iterable of ``(from, to[, label])``.  States may be enums.
+    """
+    edges: list[tuple[str, str, str]] = []
+
+    def lab(v: Any) -> str:
+        if v is None or v is True:
+            return ""
+        if isinstance(v, str):
+            return v
+        if isinstance(v, dict):
+            req = v.get("required") or v.get("req")
+            return ", ".join(_norm(x) for x in req) if req else ""
+        if isinstance(v, (set, frozenset, list, tuple)):
+            return ""
+        return ""
+
+    if isinstance(table, dict):
+        for k, v in table.items():
+            if isinstance(k, tuple) and len(k) == 2:
+                edges.append((_norm(k[0]), _norm(k[1]), lab(v)))
+            elif isinstance(v, dict):
+                for to, val in v.items():
+                    edges.append((_norm(k), _norm(to), lab(val)))
+            else:
+                for to in v:
+                    edges.append((_norm(k), _norm(to), ""))
+    else:
+        for item in table:
+            t = tuple(item)
+            edges.append((_norm(t[0]), _norm(t[1]), str(t[2]) if len(t) > 2 and t[2] is not None else ""))
+    states: list[str] = []
+    for a, b, _ in edges:
+        for s in (a, b):
+            if s not in states:
+                states.append(s)
+    order = list(QP_LAYOUT)
+    states.sort(key=lambda s: order.index(s) if s in order else 99)
+    return StateDiagram(edges, states, title, [_norm(h) for h in highlight])

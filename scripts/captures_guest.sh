@@ -1,0 +1,179 @@
+#!/bin/bash
+# Runs INSIDE one of the two virtme-ng guests started by make_captures.sh.
+#
+#   captures_guest.sh ROLE WORKDIR SIW_KO
+#
+# ROLE    "server" (10.0.0.1, runs tcpdump and the server side of every tool)
+#         or "client" (10.0.0.2, runs the client side).
+# WORKDIR host directory shared read-write with both guests (--rwdir);
+#         pcaps go to WORKDIR/pcap, logs to WORKDIR/log.
+# SIW_KO  path of the out-of-tree siw.ko built by make_captures.sh ("" = skip siw).
+#
+# The two guests are joined by one virtio NIC each, connected back to back through
+# a qemu "-netdev socket" (listen/connect), so every packet tcpdump sees on the
+# server's NIC really crossed a (virtual) wire between two kernels.
+#
+# Lock-step between the guests: for test number N the server, once its tool is
+# listening and tcpdump is running, opens a one-shot "go" TCP listener on port
+# 9000+N; the client polls that port before starting its side.  Ports 9000-9099
+# are excluded from the capture filter, so the sync traffic never lands in a pcap.
+set -u
+ROLE=$1
+WORK=$2
+SIW_KO=${3:-}
+PCAP=$WORK/pcap
+LOG=$WORK/log
+mkdir -p "$PCAP" "$LOG"
+SRV_IP=10.0.0.1
+CLI_IP=10.0.0.2
+if [ "$ROLE" = server ]; then MY_IP=$SRV_IP; else MY_IP=$CLI_IP; fi
+TO=120            # hard timeout (s) for every tool run; TCG is slow
+N=0               # test counter (must advance identically on both sides)
+
+exec > >(tee "$LOG/guest-$ROLE.log") 2>&1
+echo "== $ROLE: kernel $(uname -r), $(date -u +%FT%TZ)"
+
+# ---- network: the NIC with the MAC we gave it in make_captures.sh --------------
+ip link set lo up
+IF=$(ip -o link | awk -F': ' '/52:54:00:00:01:/ {print $2; exit}')
+IF=${IF%@*}
+echo "== NIC $IF"
+ip link set "$IF" up
+ip addr add "$MY_IP/24" dev "$IF"
+sleep 2   # let IPv6 link-local / DAD settle (rxe builds GIDs from addresses)
+
+# ---- helpers ---------------------------------------------------------------------
+# GID index of the IPv4-mapped RoCEv2 GID (::ffff:MY_IP) of rxe0 port 1.
+gid_index() {
+    local f
+    for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+        if grep -qi "0000:0000:0000:0000:0000:ffff:" "$f" 2>/dev/null; then
+            basename "$f"; return
+        fi
+    done
+    echo 1
+}
+
+wait_go() {   # client: wait until the server opened the "go" port for test $N
+    local port=$((9000 + N)) i
+    for i in $(seq 1 600); do
+        if timeout 2 bash -c "exec 3<>/dev/tcp/$SRV_IP/$port" 2>/dev/null; then return 0; fi
+        sleep 0.5
+    done
+    echo "!! timeout waiting for go $port"; return 1
+}
+
+open_go() {   # server: accept one connection on the "go" port for test $N, then close
+    local port=$((9000 + N))
+    timeout 300 python3 -c "
+import socket; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('0.0.0.0', $port)); s.listen(1); c,_=s.accept(); c.close()" &
+}
+
+wait_listen() {  # server: wait until the server tool is ready ("tcp:PORT", "cm" or seconds)
+    local what=$1 i
+    case $what in
+        tcp:*) for i in $(seq 1 120); do
+                   ss -ltn "sport = :${what#tcp:}" | grep -q LISTEN && return 0; sleep 0.5
+               done ;;
+        cm)    for i in $(seq 1 120); do
+                   rdma resource show cm_id 2>/dev/null | grep -q LISTEN && return 0; sleep 0.5
+               done ;;
+        *)     sleep "$what"; return 0 ;;
+    esac
+    echo "!! server tool not listening ($what)"
+}
+
+# t NAME READY 'SERVER COMMAND' 'CLIENT COMMAND'
+# Runs one capture.  READY tells how to detect that the server side is ready.
+t() {
+    local name=$1 ready=$2 scmd=$3 ccmd=$4
+    N=$((N + 1))
+    if [ "$ROLE" = server ]; then
+        echo "== [$N] $name  server: $scmd"
+        echo "$name|server|$scmd" >> "$LOG/commands.txt"
+        rm -f "$PCAP/$name.pcap"
+        tcpdump -i "$IF" -s 0 -U -Z root -w "$PCAP/$name.pcap" \
+            "not (tcp portrange 9000-9099)" 2> "$LOG/$name.tcpdump.log" &
+        local tdpid=$!
+        for i in $(seq 1 40); do grep -q listening "$LOG/$name.tcpdump.log" && break; sleep 0.25; done
+        eval "timeout $TO $scmd" > "$LOG/$name.server.log" 2>&1 &
+        local spid=$!
+        wait_listen "$ready"
+        open_go
+        wait $spid; echo "   server rc=$?"
+        sleep 2                      # let trailing ACKs / DREP / FIN arrive
+        kill -INT $tdpid; wait $tdpid
+        cat "$LOG/$name.tcpdump.log" | tail -2
+    else
+        echo "== [$N] $name  client: $ccmd"
+        echo "$name|client|$ccmd" >> "$LOG/commands.txt"
+        wait_go || return
+        sleep 1
+        eval "timeout $TO $ccmd" > "$LOG/$name.client.log" 2>&1; echo "   client rc=$?"
+    fi
+}
+
+# ================================ rxe (RoCEv2) ====================================
+modprobe rdma_rxe
+rdma link add rxe0 type rxe netdev "$IF"
+sleep 1
+G=$(gid_index)
+echo "== rxe0 up, IPv4 GID index $G"; rdma link show; ibv_devinfo -d rxe0 | grep -E 'state|active_mtu'
+grep -H . /sys/class/infiniband/rxe0/ports/1/gids/0 /sys/class/infiniband/rxe0/ports/1/gids/$G
+
+D="-d rxe0"
+# rdma-core example programs (TCP port 18515 out of band, then verbs traffic)
+t rxe_rc_pingpong  tcp:18515 "ibv_rc_pingpong $D -g $G -n 5 -s 4096"  "ibv_rc_pingpong $D -g $G -n 5 -s 4096 $SRV_IP"
+t rxe_uc_pingpong  tcp:18515 "ibv_uc_pingpong $D -g $G -n 5 -s 4096"  "ibv_uc_pingpong $D -g $G -n 5 -s 4096 $SRV_IP"
+t rxe_ud_pingpong  tcp:18515 "ibv_ud_pingpong $D -g $G -n 5 -s 512"   "ibv_ud_pingpong $D -g $G -n 5 -s 512 $SRV_IP"
+t rxe_srq_pingpong tcp:18515 "ibv_srq_pingpong $D -g $G -n 5 -q 2 -s 1024" "ibv_srq_pingpong $D -g $G -n 5 -q 2 -s 1024 $SRV_IP"
+# perftest, TCP out-of-band exchange on 18515
+P="$D -x $G -n 5"
+t rxe_write_bw     tcp:18515 "ib_write_bw $P -s 4096"  "ib_write_bw $P -s 4096 $SRV_IP"
+t rxe_read_bw      tcp:18515 "ib_read_bw $P -s 4096"   "ib_read_bw $P -s 4096 $SRV_IP"
+t rxe_send_bw      tcp:18515 "ib_send_bw $P -s 4096"   "ib_send_bw $P -s 4096 $SRV_IP"
+t rxe_uc_write_bw  tcp:18515 "ib_write_bw $P -s 2048 -c UC" "ib_write_bw $P -s 2048 -c UC $SRV_IP"
+t rxe_ud_send_bw   tcp:18515 "ib_send_bw $P -s 512 -c UD"   "ib_send_bw $P -s 512 -c UD $SRV_IP"
+t rxe_atomic_fadd  tcp:18515 "ib_atomic_bw $P -A FETCH_AND_ADD" "ib_atomic_bw $P -A FETCH_AND_ADD $SRV_IP"
+t rxe_atomic_cswap tcp:18515 "ib_atomic_bw $P -A CMP_AND_SWAP"  "ib_atomic_bw $P -A CMP_AND_SWAP $SRV_IP"
+t rxe_write_lat    tcp:18515 "ib_write_lat $P -s 64"   "ib_write_lat $P -s 64 $SRV_IP"
+t rxe_send_lat     tcp:18515 "ib_send_lat $P -s 64"    "ib_send_lat $P -s 64 $SRV_IP"
+t rxe_read_lat     tcp:18515 "ib_read_lat $P -s 64"    "ib_read_lat $P -s 64 $SRV_IP"
+# immediate data: perftest 4.5-0.17 and the pingpong examples have no *_WITH_IMM
+# option, so a small pyverbs program (imm_pingpong.py) does SEND/WRITE with imm.
+HERE=$(dirname "$(readlink -f "$0")")
+t rxe_imm          tcp:18516 "/usr/bin/python3 $HERE/imm_pingpong.py -d rxe0 -g $G" \
+                             "/usr/bin/python3 $HERE/imm_pingpong.py -d rxe0 -g $G $SRV_IP"
+# RDMA CM (CM MADs REQ/REP/RTU/DREQ/DREP on QP1 over RoCEv2)
+t rxe_rping        cm        "rping -s -a $SRV_IP -v -C 3 -S 64"  "rping -c -a $SRV_IP -v -C 3 -S 64"
+t rxe_write_bw_cm  cm        "ib_write_bw -d rxe0 -R -n 5 -s 4096 --report_gbits" \
+                             "ib_write_bw -d rxe0 -R -n 5 -s 4096 --report_gbits $SRV_IP"
+# UD over RDMA CM: SIDR REQ / SIDR REP MADs, then UD SENDs (rdmacm-utils udaddy)
+t rxe_udaddy       cm        "udaddy -b $SRV_IP -C 3 -S 64"      "udaddy -s $SRV_IP -C 3 -S 64"
+# packet loss: the CLIENT drops 10% of what it sends (netem on its NIC) while it
+# runs ib_send_bw, so the capture shows rxe retransmissions / NAKs / timeouts.
+if [ "$ROLE" = client ]; then tc qdisc add dev "$IF" root netem loss 10%; fi
+L="$D -x $G -n 12 -s 2048"
+t rxe_send_bw_loss tcp:18515 "ib_send_bw $L" "ib_send_bw $L $SRV_IP"
+if [ "$ROLE" = client ]; then tc qdisc del dev "$IF" root; fi
+
+# ================================ siw (iWARP) =====================================
+if [ -n "$SIW_KO" ] && [ -f "$SIW_KO" ]; then
+    rdma link delete rxe0
+    modprobe -r rdma_rxe
+    modprobe ib_core; modprobe iw_cm; modprobe libcrc32c; modprobe rdma_cm
+    insmod "$SIW_KO" || echo "!! insmod siw failed"
+    rdma link add siw0 type siw netdev "$IF"
+    sleep 1
+    rdma link show; ibv_devinfo -d siw0 | grep -E 'transport|state|active_mtu'
+    t siw_rping     cm "rping -s -a $SRV_IP -v -C 3 -S 64" "rping -c -a $SRV_IP -v -C 3 -S 64"
+    t siw_write_bw  cm "ib_write_bw -d siw0 -R -n 5 -s 4096" "ib_write_bw -d siw0 -R -n 5 -s 4096 $SRV_IP"
+    t siw_read_bw   cm "ib_read_bw -d siw0 -R -n 5 -s 4096"  "ib_read_bw -d siw0 -R -n 5 -s 4096 $SRV_IP"
+    t siw_send_bw   cm "ib_send_bw -d siw0 -R -n 5 -s 4096"  "ib_send_bw -d siw0 -R -n 5 -s 4096 $SRV_IP"
+    # longer run used to cut a "mid-stream" capture on the host (editcap -r)
+    t siw_write_bw_long cm "ib_write_bw -d siw0 -R -n 10 -s 16384" "ib_write_bw -d siw0 -R -n 10 -s 16384 $SRV_IP"
+fi
+
+dmesg > "$LOG/dmesg-$ROLE.txt"
+echo "== $ROLE done"

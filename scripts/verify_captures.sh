@@ -1,0 +1,22 @@
+#!/bin/bash
+# Check every pcap in a directory with tshark (Wireshark 4.0 on Debian 12):
+# total packets, RDMA packets (infiniband || iwarp_mpa), malformed packets, and a
+# histogram of the RoCE BTH opcodes / CM MADs / iWARP RDMAP opcodes.
+#
+#   scripts/verify_captures.sh [DIR]     (default: <repo>/captures)
+#
+# rpcordma is disabled: its heuristic dissector otherwise claims some RDMA SEND
+# payloads as RPC-over-RDMA and reports them as malformed.
+set -u
+DIR=${1:-$(cd "$(dirname "$0")/.." && pwd)/captures}
+T="tshark --disable-protocol rpcordma"
+for f in "$DIR"/*.pcap; do
+    n=$(capinfos -c -M "$f" | awk '/Number of packets/ {print $NF}')
+    rdma=$($T -r "$f" -Y 'infiniband || iwarp_mpa' 2>/dev/null | wc -l)
+    bad=$($T -r "$f" 2>/dev/null | grep -c 'Malformed')
+    printf '%-32s packets=%-5s rdma=%-5s malformed=%s\n' "$(basename "$f")" "$n" "$rdma" "$bad"
+    # operations seen (Info column of RDMA packets, QP numbers stripped)
+    $T -r "$f" -Y 'infiniband || iwarp_mpa' -T fields -e _ws.col.Info 2>/dev/null |
+        sed -E 's/ ?QP=0x[0-9a-f]+ *//; s/^[0-9]+ > [0-9]+ //; s/ +$//' |
+        sort | uniq -c | sort -rn | awk '{c=$1; $1=""; printf "      %4d %s\n", c, substr($0,2)}'
+done

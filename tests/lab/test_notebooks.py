@@ -1,0 +1,66 @@
+"""Run every lab notebook, both versions, top to bottom, and require what CI promises:
+
+* instructor version: no errors, and every ``lab.check`` passes;
+* student version: no errors, and every ``lab.check`` reports "not yet".
+
+The number of checks logged must equal the number of ``lab.check(`` calls in the source, so a
+check that silently stopped running is caught too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+nbclient = pytest.importorskip("nbclient")
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("ipykernel")
+
+from rdmalab.lab.generate import convert, parse, sources  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = sources(ROOT / "notebooks")
+
+
+def _expected_checks(src: Path) -> int:
+    return sum("".join(c["lines"]).count("lab.check(") for c in parse(src.read_text(encoding="utf-8"))
+               if c["type"] == "code" and "instructor" not in c["tags"] and "solution" not in c["tags"])
+
+
+def _run(src: Path, version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    log = tmp_path / "checks.jsonl"
+    monkeypatch.setenv("RDMALAB_CHECK_LOG", str(log))
+    monkeypatch.setenv("RDMALAB_BACKEND", "soft")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    nb = nbformat.from_dict(convert(src.read_text(encoding="utf-8"), version))
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    (tmp_path / f"{src.stem}.{version}.ipynb").write_text(nbformat.writes(nb), encoding="utf-8")
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
+
+
+def test_there_are_notebooks() -> None:
+    assert len(SOURCES) >= 4, SOURCES
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("src", SOURCES, ids=[s.stem for s in SOURCES])
+def test_instructor_version_passes_every_check(src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    results = _run(src, "instructor", tmp_path, monkeypatch)
+    assert len(results) == _expected_checks(src), results
+    failing = [r for r in results if r["status"] != "pass"]
+    assert not failing, failing
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("src", SOURCES, ids=[s.stem for s in SOURCES])
+def test_student_version_runs_and_reports_not_yet(src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    results = _run(src, "student", tmp_path, monkeypatch)
+    assert len(results) == _expected_checks(src), results
+    answered = [r for r in results if r["status"] != "not yet"]
+    assert not answered, answered

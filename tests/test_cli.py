@@ -1,0 +1,213 @@
+"""The rdmalab command: decode (summary, -V, -T json, -Y, -c), errors, crosscheck, stats, lab."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import dpkt
+import pytest
+
+from rdmalab.cli import compile_filter, main
+from rdmalab.wire import BTH, RETH, encode_rocev2
+
+CAPTURES = Path(__file__).resolve().parent.parent / "captures"
+ROCE = CAPTURES / "synthetic_rocev2.pcap"
+FRAME = encode_rocev2(BTH(opcode=0x0A, destqp=0x123, psn=7), [RETH(va=0x1000, r_key=0x42, dma_length=4)], b"abcd")
+
+
+def _pcap(path: Path, frames: list[bytes]) -> Path:
+    with open(path, "wb") as f:
+        w = dpkt.pcap.Writer(f, linktype=1)
+        for i, fr in enumerate(frames):
+            w.writepkt(fr, ts=10.0 + i)
+    return path
+
+
+@pytest.fixture
+def sample(tmp_path: Path) -> Path:
+    return _pcap(tmp_path / "s.pcap", [FRAME, FRAME[:-1] + b"\x00", FRAME])
+
+
+def test_decode_summary_lines(sample: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["decode", "-r", str(sample)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3
+    first = lines[0].split()
+    assert first[0] == "1" and first[1] == "0.000000"
+    assert "10.0.0.1" in lines[0] and "10.0.0.2" in lines[0] and "RRoCE" in lines[0]
+    assert "RC RDMA WRITE Only" in lines[0] and "PSN=7" in lines[0]
+    assert "BAD ICRC" in lines[1]
+
+
+def test_decode_positional_file_and_count(sample: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["decode", str(sample), "-c", "2"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_decode_verbose_tree(sample: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["decode", "-V", "-c", "1", "-r", str(sample)]) == 0
+    out = capsys.readouterr().out
+    for text in ("Frame 1:", "Ethernet", "IPv4", "UDP", "BTH", "RETH", "{infiniband.bth.psn}",
+                 "psn: 7", "Packet Sequence Number", "@ bytes", "ICRC:", "(good)"):
+        assert text in out, text
+
+
+def test_decode_json(sample: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["decode", "-T", "json", "-r", str(sample)]) == 0
+    objs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(objs) == 3
+    o = objs[0]
+    assert o["frame.number"] == 1
+    assert o["infiniband.bth.opcode"] == 0x0A
+    assert o["infiniband.bth.destqp"] == 0x123
+    assert o["infiniband.bth.psn"] == 7
+    assert o["infiniband.reth.va"] == 0x1000
+    assert o["infiniband.reth.r_key"] == 0x42
+    assert o["infiniband.reth.dmalen"] == 4
+    assert o["rdmalab.icrc.status"] == "good"
+    assert o["infiniband.invariant.crc"] == int.from_bytes(FRAME[-4:], "big")  # as Wireshark reads it
+    assert objs[1]["rdmalab.icrc.status"] == "bad"
+    for v in o.values():
+        assert isinstance(v, (int, float, str, list))
+
+
+@pytest.mark.skipif(not ROCE.exists(), reason="captures/synthetic_rocev2.pcap missing")
+def test_decode_json_vector_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["decode", "-T", "json", str(ROCE)]) == 0
+    objs = {o["frame.number"]: o for o in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert objs[8]["infiniband.aeth.syndrome"] == 0x60
+    assert objs[15]["infiniband.deth.q_key"] == 0x11111111 and objs[15]["infiniband.deth.srcqp"] == 0xABC
+    assert objs[10]["infiniband.atomiceth.swapdt"] == 0x1111
+    assert objs[17]["rdmalab.cnp"] == 1 and objs[17]["rdmalab.bth.becn"] == 1
+    assert objs[18]["rdmalab.xrceth.xrcsrq"] >= 0
+    assert objs[20]["rdmalab.bth.fecn"] == 1
+
+
+@pytest.mark.skipif(not (CAPTURES / "synthetic_iwarp_mpa_crc.pcap").exists(), reason="iWARP vector missing")
+def test_decode_json_iwarp(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("rdmalab.capture.iwarp")
+    assert main(["decode", "-T", "json", str(CAPTURES / "synthetic_iwarp_mpa_crc.pcap")]) == 0
+    objs = {o["frame.number"]: o for o in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert objs[7]["iwarp_ddp.stag"] == 0x11223344 and objs[7]["iwarp_ddp.tagged_offset"] == 0x1000
+    assert objs[6]["iwarp_mpa.ulpdulength"] == 34 and objs[6]["iwarp_rdma.opcode"] == 3
+    assert objs[6]["rdmalab.crc32c.status"] == "good"
+    assert objs[16]["rdmalab.crc32c.status"] == "bad"
+
+
+def test_several_pdus_in_one_frame_become_lists() -> None:
+    from rdmalab.capture.fields import frame_fields
+    from rdmalab.capture.reader import CapturedPacket
+    from rdmalab.wire import decode_ethernet
+    from rdmalab.wire.net import Ethernet
+    from rdmalab.wire.packet import Layer, Packet
+
+    pkt = Packet(FRAME[:14], [Layer(Ethernet.decode(FRAME), 0)])
+    pdu1 = decode_ethernet(FRAME)
+    pdu2 = decode_ethernet(encode_rocev2(BTH(opcode=0x0A, destqp=0x123, psn=8), [RETH()], b""))
+    pdu1.encap = pdu2.encap = "iwarp"
+    cp = CapturedPacket(1, 0.0, 1, pkt, [pdu1, pdu2])
+    f = frame_fields(cp)
+    # the frame's own layers are not repeated; the PDUs' BTH fields are lists in frame order
+    assert f["infiniband.bth.psn"] == [7, 8]
+    assert f["eth.type"] == 0x0800  # not repeated
+    assert f["rdmalab.pdus"] == 2
+
+
+def test_display_filter(sample: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["decode", "-Y", 'rdmalab.icrc.status=="bad"', str(sample)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].split()[0] == "2"
+    f = compile_filter("infiniband.bth.psn >= 7 && infiniband.reth || rdmalab.cnp")
+    assert f({"infiniband.bth.psn": 7, "infiniband.reth.va": 1})
+    assert not f({"infiniband.bth.psn": 6, "infiniband.reth.va": 1})
+    assert f({"rdmalab.cnp": 1})
+    assert compile_filter("!infiniband")({"eth.type": 1})
+
+
+def test_bad_filter_is_an_error(sample: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["decode", "-Y", "a ~ b", str(sample)]) == 1
+    assert "display filter" in capsys.readouterr().err
+
+
+def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["decode", "-r", str(tmp_path / "none.pcap")]) == 1
+    err = capsys.readouterr().err
+    assert "none.pcap" in err and "no such file" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_not_a_pcap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "notes.txt"
+    p.write_text("just some text\n")
+    assert main(["decode", str(p)]) == 1
+    err = capsys.readouterr().err
+    assert "notes.txt" in err and "not a pcap" in err and len(err.strip().splitlines()) == 1
+
+
+def test_truncated_prints_packets_before_the_damage(sample: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(sample.read_bytes()[:-10])
+    assert main(["decode", str(cut)]) == 1
+    cap = capsys.readouterr()
+    assert len(cap.out.splitlines()) == 2
+    assert "cut.pcap" in cap.err and "truncated" in cap.err and len(cap.err.strip().splitlines()) == 1
+
+
+def test_strict_stops_at_a_bad_frame(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = _pcap(tmp_path / "short.pcap", [FRAME, FRAME[:40]])
+    assert main(["decode", "--strict", str(p)]) == 1
+    cap = capsys.readouterr()
+    assert len(cap.out.splitlines()) == 1
+    assert "frame 2" in cap.err and "short.pcap" in cap.err
+    assert main(["decode", "--lenient", str(p)]) == 0
+    assert "problem" in capsys.readouterr().out
+
+
+def test_stats(sample: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["stats", str(sample)]) == 0
+    out = capsys.readouterr().out
+    assert "3 frames" in out and "RC RDMA WRITE Only" in out and "CRC failures: 1" in out
+
+
+@pytest.mark.skipif(not ROCE.exists(), reason="captures/synthetic_rocev2.pcap missing")
+def test_crosscheck_command(capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark (Wireshark) is not installed")
+    assert main(["crosscheck", str(ROCE)]) == 0
+    out = capsys.readouterr().out
+    assert "20 packets" in out and "0 unexplained" in out and "cnp-0x81" in out
+
+
+def test_no_arguments_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "decode" in out and "crosscheck" in out and "lab" in out
+
+
+def test_lab_delegates(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    seen: list[list[str]] = []
+    fake = types.ModuleType("rdmalab.lab.launch")
+    fake.main = lambda argv: seen.append(argv) or 0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "rdmalab.lab.launch", fake)
+    import rdmalab.lab
+
+    monkeypatch.setattr(rdmalab.lab, "launch", fake, raising=False)
+    assert main(["lab", "--help", "x"]) == 0
+    assert seen == [["--help", "x"]]
+
+
+def test_module_entry_point(sample: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "rdmalab", "decode", "-c", "1", str(sample)],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 0 and "RRoCE" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "rdmalab", "decode", "/nonexistent/x.pcap"],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "x.pcap" in r.stderr

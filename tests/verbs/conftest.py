@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+import pytest
+
+import rdmalab.verbs.enums as e
+from rdmalab.fabric import Fabric
+from rdmalab.verbs.harness import Pair
+
+
+@pytest.fixture
+def fabric() -> Fabric:
+    return Fabric(seed=1)
+
+
+@pytest.fixture(params=[e.IBV_QPT_RC, e.IBV_QPT_UC], ids=["RC", "UC"])
+def connected(request: pytest.FixtureRequest) -> Pair:
+    return Pair(qp_type=request.param)
