@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:  # run from a checkout without installing
@@ -52,7 +52,7 @@ def synthesize(path: str, n: int) -> None:
         lambda psn: encode_rocev2(BTH(opcode=0x64, destqp=0x33, psn=psn), [DETH(0x11111111, 0, 0x44)], payload),
     ]
 
-    def frames():  # type: ignore[no-untyped-def]
+    def frames() -> Iterator[tuple[float, bytes]]:
         for i in range(n):
             yield (1.0e9 + i * 1e-6, templates[i % len(templates)](i & 0xFFFFFF))
 

@@ -83,8 +83,12 @@ class Binding:
 
     header: type[Header]
     layer: type[Packet]
-    to_header: Callable[[Packet], Header]
+    to_header: Callable[[Packet], Header | list[Header]]  # a list where one scapy layer is several rdmalab headers
     from_header: Callable[[Header], dict[str, Any]]
+
+    def headers(self, layer: Packet) -> list[Header]:
+        out = self.to_header(layer)
+        return out if isinstance(out, list) else [out]
 
 
 _BY_HEADER: dict[type[Header], Binding] = {}
@@ -96,7 +100,7 @@ def register(
     layer: type[Packet],
     names: Mapping[str, str] | None = None,
     *,
-    to_header: Callable[[Packet], Header] | None = None,
+    to_header: Callable[[Packet], Header | list[Header]] | None = None,
     from_header: Callable[[Header], dict[str, Any]] | None = None,
     primary: bool = True,
 ) -> Binding:
@@ -186,13 +190,31 @@ def layer_from_header(h: Header) -> Packet:
     return b.layer(**b.from_header(h))
 
 
-def header_from_layer(layer: Packet) -> Header:
-    """The rdmalab header holding the field values of one scapy layer (payload ignored)."""
+def headers_from_layer(layer: Packet) -> list[Header]:
+    """The rdmalab headers holding the field values of one scapy layer (payload ignored).
+
+    Usually one; the iWARP DDP layers give two (the DDP header and the RDMAP header that
+    rdmalab, like Wireshark, shows overlapping it)."""
     b = binding_for_layer(type(layer))
     if b is None:
         raise KeyError(f"scapy layer {type(layer).__name__} has no rdmalab header")
-    return b.to_header(layer)
+    return b.headers(layer)
+
+
+def header_from_layer(layer: Packet) -> Header:
+    """The rdmalab header holding the field values of one scapy layer (payload ignored)."""
+    return headers_from_layer(layer)[0]
+
+
+_DERIVED: set[type[Header]] = set()
+
+
+def register_derived(header: type[Header]) -> None:
+    """Note an rdmalab header that scapy shows inside another layer's fields (no layer of its
+    own), e.g. RDMAP's control byte inside the DDP layer."""
+    _DERIVED.add(header)
 
 
 def registered_headers() -> tuple[type[Header], ...]:
-    return tuple(_BY_HEADER)
+    """Every rdmalab header class that scapy dissects (as a layer or inside one)."""
+    return (*_BY_HEADER, *sorted(_DERIVED - set(_BY_HEADER), key=lambda h: h.__name__))

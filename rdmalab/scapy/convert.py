@@ -110,7 +110,7 @@ def scapy_headers(spkt: Packet) -> list[tuple[Packet, Header]]:
     while not isinstance(layer, NoPayload):
         b = binding_for_layer(type(layer))
         if b is not None:
-            out.append((layer, b.to_header(layer)))
+            out.extend((layer, h) for h in b.headers(layer))
         layer = layer.payload
     return out
 
@@ -122,10 +122,11 @@ def compare_layers(spkt: Packet, rd: RdPacket) -> list[str]:
     with the scapy layers that have an rdmalab header; Ethernet/IP/UDP/TCP are scapy's own and
     are compared by bytes only.
     """
-    from ._gen import _BY_HEADER
+    from ._gen import registered_headers
 
+    known = set(registered_headers())
     problems: list[str] = []
-    mine = [layer.header for layer in rd.layers if type(layer.header) in _BY_HEADER]
+    mine = [layer.header for layer in rd.layers if type(layer.header) in known]
     theirs = [h for _, h in scapy_headers(spkt)]
     if len(mine) != len(theirs):
         problems.append(f"rdmalab has {[h.LAYOUT.name for h in mine]}, scapy {[h.LAYOUT.name for h in theirs]}")

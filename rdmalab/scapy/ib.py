@@ -45,15 +45,24 @@ ROCEV2_PORT = 4791
 
 # --------------------------------------------------------------------------- next-layer logic
 
-PayloadHook = Callable[[Packet, OpcodeInfo, bytes], "type[Packet] | None"]
+PayloadHook = Callable[[Packet, Packet, OpcodeInfo, bytes], "type[Packet] | None"]
 _PAYLOAD_HOOKS: list[PayloadHook] = []
 
 
 def add_payload_hook(hook: PayloadHook) -> None:
-    """Register ``hook(bth, info, payload) -> layer class | None`` for payloads after the
-    last extended header (used by the MAD layers for UD QP0/QP1 traffic)."""
+    """Register ``hook(layer, bth, info, payload) -> layer class | None`` for payloads after
+    the last extended header ``layer`` (used by the MAD layers for QP0/QP1 traffic).  While
+    scapy dissects, a layer's payload is not yet attached: walk ``underlayer``, not ``payload``."""
     if hook not in _PAYLOAD_HOOKS:
         _PAYLOAD_HOOKS.append(hook)
+
+
+def find_under(layer: Packet | None, cls: type[Packet]) -> Packet | None:
+    """The nearest layer of class ``cls`` at or below ``layer`` (following ``underlayer``)."""
+    cur = layer
+    while cur is not None and not isinstance(cur, cls):
+        cur = cur.underlayer
+    return cur
 
 
 def _find_bth(layer: Packet | None) -> tuple[Packet | None, int]:
@@ -84,7 +93,7 @@ def next_layer_class(layer: Packet | None, payload: bytes) -> type[Packet]:
         return scapy_class(hdr)
     if depth == len(info.headers) and payload:
         for hook in _PAYLOAD_HOOKS:
-            cls = hook(bth, info, payload)
+            cls = hook(layer, bth, info, payload)
             if cls is not None:
                 return cls
     return raw

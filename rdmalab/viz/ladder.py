@@ -332,9 +332,9 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
             markers.append(Marker(e.node, e.time_ns, label, kind, str(e)))
         elif e.kind == "completed" and completions:
             status = e.detail.get("status", 0)
-            op = e.detail.get("opcode", "")
+            op = e.detail.get("wc_opcode", e.detail.get("opcode", ""))
             ok = status in (0, "success", "IBV_WC_SUCCESS")
-            text = e.detail.get("status_str") or ("ok" if ok else f"status {status}")
+            text = "ok" if ok else (status if isinstance(status, str) else f"status {status}")
             markers.append(Marker(e.node, e.time_ns, f"WC {_wc_name(op)} {text}".strip(),
                                   "completion" if ok else "error", str(e)))
         elif e.kind == "posted" and posted:
@@ -342,12 +342,34 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
         elif e.kind == "state" and states:
             markers.append(Marker(e.node, e.time_ns, f"{e.detail.get('from')} \u2192 {e.detail.get('to')}", "state",
                                   str(e)))
+    _spread_bursts(arrows)
     if limit is not None:
         arrows = arrows[:limit]
         if arrows:
             t_end = max(a.t1 or a.t0 for a in arrows)
             markers = [m for m in markers if m.t <= t_end]
     return Ladder(order, arrows, markers, title)
+
+
+def _spread_bursts(arrows: list[Arrow]) -> None:
+    """Packets a node sends at one instant leave the wire one after another: draw each one
+    departing when it must have started to arrive when it did (arrival minus the burst's
+    shortest transit), so their labels do not sit on top of each other."""
+    groups: dict[tuple[str, int], list[Arrow]] = {}
+    for a in arrows:
+        groups.setdefault((a.src, a.t0), []).append(a)
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        delivered = [a.t1 - a.t0 for a in group if a.t1 is not None]
+        transit = min(delivered) if delivered else 0
+        prev = None
+        for a in group:
+            t = a.t0 if a.t1 is None else max(a.t0, a.t1 - transit)
+            if prev is not None and t <= prev:
+                t = prev + 1
+            a.t0 = t
+            prev = t
 
 
 _WC_OPCODES = {0: "SEND", 1: "RDMA_WRITE", 2: "RDMA_READ", 3: "COMP_SWAP", 4: "FETCH_ADD", 5: "BIND_MW",

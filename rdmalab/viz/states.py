@@ -22,6 +22,16 @@ QP_LAYOUT = {
 }
 
 
+def _wrap(text: str, width: int = 30) -> list[str]:
+    lines: list[str] = []
+    for part in text.split(" | "):
+        if lines and len(lines[-1]) + 3 + len(part) <= width:
+            lines[-1] += " | " + part
+        else:
+            lines.append(part)
+    return lines
+
+
 def _norm(s: Any) -> str:
     name = getattr(s, "name", None) or str(s)
     name = name.split(".")[-1]
@@ -41,9 +51,9 @@ class StateDiagram:
         for s in self.states:
             if s in QP_LAYOUT:
                 c, r = QP_LAYOUT[s]
-                pos[s] = (90 + c * 170, 70 + r * 150)
+                pos[s] = (90 + c * 250, 150 + r * 170)
         for i, s in enumerate(extra):
-            pos[s] = (90 + i * 170, 70 + 2 * 150)
+            pos[s] = (90 + i * 250, 150 + 2 * 170)
         return pos
 
     def to_svg(self) -> str:
@@ -91,8 +101,11 @@ class StateDiagram:
                        f'stroke="{colour}" stroke-width="{2.2 if bold else 1.2}" marker-end="url(#{marker})">'
                        f"<title>{html.escape(a)} \u2192 {html.escape(b)}: {html.escape(', '.join(labs))}</title></path>")
             if not faint and labs and any(labs):
-                out.append(f'<text x="{mx:.1f}" y="{my - 4:.1f}" text-anchor="middle" fill="{colour}" font-size="10">'
-                           f"{html.escape(', '.join(x for x in labs if x)[:40])}</text>")
+                lines = _wrap(" | ".join(x for x in labs if x))
+                y0 = my - 6 - 12 * (len(lines) - 1) if abs(dy) < 1 else my
+                spans = "".join(f'<tspan x="{mx:.1f}" y="{y0 + 12 * i:.1f}">{html.escape(t)}</tspan>'
+                                for i, t in enumerate(lines))
+                out.append(f'<text text-anchor="middle" fill="{colour}" font-size="10">{spans}</text>')
         for s, (x, y) in pos.items():
             fill = "#e3f2fd" if s in self.highlight else ("#ffebee" if s in ("ERR", "SQE") else "#f5f5f5")
             out.append(f'<circle cx="{x}" cy="{y}" r="{r}" fill="{fill}" stroke="#333" stroke-width="1.5"/>')
@@ -149,3 +162,24 @@ def state_diagram(table: Any, *, title: str | None = None, highlight: Iterable[A
     order = list(QP_LAYOUT)
     states.sort(key=lambda s: order.index(s) if s in order else 99)
     return StateDiagram(edges, states, title, [_norm(h) for h in highlight])
+
+
+def qp_state_diagram(qp_type: str = "RC", *, title: str | None = None,
+                     highlight: Iterable[Any] = ("RESET", "INIT", "RTR", "RTS")) -> StateDiagram:
+    """The QP state machine of the soft engine (``rdmalab.verbs.engine.qpstate.TABLE``) for one QP
+    type; each edge is labelled with the attributes that transition requires."""
+    from rdmalab.verbs import enums as e
+    from rdmalab.verbs.engine import qpstate
+
+    names = {v: k[len("IBV_QPS_"):] for k, v in vars(e).items() if k.startswith("IBV_QPS_") and isinstance(v, int)}
+    qpt = getattr(e, f"IBV_QPT_{qp_type}")
+    edges = []
+    for (cur, new), per_type in qpstate.TABLE.items():
+        if qpt not in per_type:
+            continue
+        required, _optional = per_type[qpt]
+        label = qpstate.mask_names(required) if required else ""
+        edges.append((names.get(cur, str(cur)), names.get(new, str(new)), "" if label == "none" else label))
+    d = state_diagram(edges, title=title or f"{qp_type} QP states (from the engine's transition table)",
+                      highlight=highlight)
+    return d

@@ -49,7 +49,7 @@ def local_views(dev: SoftDevice, pd: Any, sges: Sequence[Any], write: bool) -> l
 def remote_view(dev: SoftDevice, pd: Any, rkey: int, va: int, length: int, access: int) -> memoryview:
     """The target of a remote access, after the rkey, PD, access and range checks (rxe ``check_rkey``)."""
     if length == 0:
-        return memoryview(b"")
+        return memoryview(bytearray())
     mr = dev.mrs.get(rkey >> 8)
     if mr is None or mr.rkey != rkey or not mr.valid:
         raise AccessError(e.IBV_WC_REM_ACCESS_ERR, f"rkey {rkey:#x} is not a valid remote key on {dev.name}")
