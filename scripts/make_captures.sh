@@ -83,7 +83,6 @@ if [ -f "$OUT/siw_write_bw_long.pcap" ]; then
         > "$WORK/log/midstream.txt"
     rm "$OUT/siw_write_bw_long.pcap"
 fi
-cp "$WORK/log/commands.txt" "$OUT/.commands.txt" 2>/dev/null || true
 
 # ---- 4. verify with tshark ---------------------------------------------------------------
 "$HERE/verify_captures.sh" "$OUT" | tee "$WORK/log/verify.txt"

@@ -20,3 +20,6 @@ for f in "$DIR"/*.pcap; do
         sed -E 's/ ?QP=0x[0-9a-f]+ *//; s/^[0-9]+ > [0-9]+ //; s/ +$//' |
         sort | uniq -c | sort -rn | awk '{c=$1; $1=""; printf "      %4d %s\n", c, substr($0,2)}'
 done
+# RoCEv2 ICRC recomputation for the real rxe captures (standard library only)
+ls "$DIR"/rxe_*.pcap >/dev/null 2>&1 && python3 "$(dirname "$0")/check_icrc.py" "$DIR"/rxe_*.pcap
+exit 0

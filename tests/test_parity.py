@@ -49,7 +49,7 @@ def deliberately_bad() -> dict[str, set[int]]:
             continue
         name = re.search(r"[\w.\-]+\.pcap(?:ng)?", cells[0])
         if name:
-            out.setdefault(name.group(0), set()).update(int(n) for n in re.findall(r"\d+", cells[col]))
+            out.setdefault(name.group(0), set()).update(int(n) for n in re.findall(r"\d+", cells[col].split("(")[0]))
     return out
 
 

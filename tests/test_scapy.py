@@ -48,6 +48,8 @@ def sample_headers(code: int, draw: st.DrawFn | None = None) -> list[Header]:
     for n, cls in enumerate(OPCODES[code].headers):
         if draw is None:
             vals = {f.name: _value(f.bits, n * 31 + i) for i, f in enumerate(cls.LAYOUT.fields)}
+            if cls is ib.DETH:
+                vals["src_qp"] |= 0x100  # not QP0/QP1: their payloads are MADs
         else:
             vals = {f.name: draw(st.integers(0, f.mask)) for f in cls.LAYOUT.fields}
         if cls is ib.CNPPad:
@@ -313,9 +315,9 @@ def test_captures_agree(name: str) -> None:
 def transport_packets(draw: st.DrawFn) -> tuple[ib.BTH, list[Header], bytes]:
     code = draw(st.sampled_from(sorted(OPCODES)))
     vals = {f.name: draw(st.integers(0, f.mask)) for f in ib.BTH.LAYOUT.fields}
-    vals.update(opcode=code, tver=0)
+    vals.update(opcode=code, tver=0, destqp=max(2, vals["destqp"]))
     bth = ib.BTH(**vals)
-    headers = sample_headers(code, draw)
+    headers = [h.replace(src_qp=max(2, h.src_qp)) if isinstance(h, ib.DETH) else h for h in sample_headers(code, draw)]
     payload = draw(st.binary(max_size=64)) if OPCODES[code].payload else b""
     return bth, headers, payload
 
@@ -351,3 +353,242 @@ def test_roundtrip_scapy_rdmalab(sample: tuple[ib.BTH, list[Header], bytes], v6:
     assert [layer.header for layer in rd.layers[4:]] == headers
     assert rd.payload == payload
     assert rs.compare_layers(Ether(rd.data), rd) == []
+
+
+# ============================================================================ MAD / CM
+
+from rdmalab.wire import cm, iwarp, mad, mpa, rdmap  # noqa: E402
+
+
+def cm_messages() -> list[cm.CMMessage]:
+    req = cm.build_req("10.0.0.1", "10.0.0.2", 40000, local_comm_id=0x1234, local_qpn=0x11, starting_psn=5,
+                       private_data=b"consumer")
+    rep = cm.build_rep(req, local_comm_id=0x5678, local_qpn=0x22, starting_psn=9, private_data=b"ok")
+    dreq = cm.build_dreq(0x1234, 0x5678, 0x22)
+    out = [
+        req, rep, cm.build_rtu(rep), dreq, cm.build_drep(dreq),
+        cm.build_rej(req, cm.REJ_CONSUMER_DEFINED, local_comm_id=0x5678, private_data=b"no"),
+        cm.build_mra(req, local_comm_id=0x5678),
+    ]
+    return out
+
+
+def test_cm_messages_roundtrip() -> None:
+    msgs = cm_messages()
+    assert len(msgs) >= 2
+    seen = set()
+    for msg in msgs:
+        data = cm.gsi_frame(msg)
+        rd = decode_ethernet(data)
+        spkt = rs.to_scapy(rd)
+        assert bytes(spkt) == data
+        assert rs.compare_layers(spkt, rd) == [], spkt.summary()
+        assert spkt.haslayer(rs.MAD) and spkt[rs.MAD].attr_id == msg.mad.attr_id
+        body = rs.scapy_class(type(msg.body))
+        assert spkt.haslayer(body) and rs.header_from_layer(spkt[body]) == msg.body
+        seen.add(body)
+        back = rs.from_scapy(spkt)
+        assert back.data == data and back.crc_status == "good"
+        again = cm.CMMessage.from_packet(back)
+        assert again is not None and again.encode() == msg.encode()
+    assert seen >= {rs.CMReq, rs.CMRep, rs.CMRtu, rs.CMDreq, rs.CMDrep, rs.CMRej, rs.CMMra}
+
+
+def test_cm_req_built_with_scapy() -> None:
+    req = cm_messages()[0]
+    ipcm = req.ip_cm
+    assert ipcm is not None
+    layers = (rs.BTH(opcode=0x64, dqpn=1) / rs.DETH(q_key=ib.GSI_QKEY, src_qp=1) / rs.layer_from_header(req.mad)
+              / rs.layer_from_header(req.body) / rs.layer_from_header(ipcm)
+              / Raw(req.encode()[mad.MAD_HEADER_SIZE + req.body.LAYOUT.size + ipcm.LAYOUT.size :]))
+    spkt = eth() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=49152, dport=4791) / layers
+    rd = rs.from_scapy(spkt)
+    assert rd.crc_status == "good" and rd.ok
+    again = cm.CMMessage.from_packet(rd)
+    assert again is not None and again.encode() == req.encode()
+    assert [type(x.header) for x in rd.layers][-4:] == [ib.DETH, mad.MADHeader, cm.CMReq, cm.IPCMHeader]
+
+
+def test_rmpp_and_other_classes() -> None:
+    sa = mad.MADHeader(mgmt_class=mad.MGMT_CLASS_SA, class_version=2, method=mad.METHOD_GET_TABLE, attr_id=0x35)
+    rmpp = mad.RMPPHeader(type=mad.RMPP_TYPE_DATA, flags=7, data1=1, data2=56)
+    body = sa.encode() + rmpp.encode()
+    payload = body + bytes(mad.MAD_SIZE - len(body))
+    data = encode_rocev2(ib.BTH(opcode=0x64, destqp=1), [ib.DETH(q_key=ib.GSI_QKEY, src_qp=1)], payload)
+    spkt = Ether(data)
+    assert spkt.haslayer(rs.RMPP) and rs.header_from_layer(spkt[rs.RMPP]) == rmpp
+    assert rs.compare_layers(spkt, decode_ethernet(data)) == []
+    perf = mad.MADHeader(mgmt_class=mad.MGMT_CLASS_PERF, class_version=1, method=mad.METHOD_GET, attr_id=0x12)
+    data = encode_rocev2(ib.BTH(opcode=0x64, destqp=1), [ib.DETH(q_key=ib.GSI_QKEY, src_qp=1)],
+                         perf.encode() + bytes(232))
+    spkt = Ether(data)
+    assert isinstance(spkt[rs.MAD].payload, Raw)
+    assert rs.compare_layers(spkt, decode_ethernet(data)) == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_mad_headers_roundtrip(data: st.DataObject) -> None:
+    for cls in (mad.MADHeader, mad.RMPPHeader, cm.IPCMHeader, *cm.CM_MESSAGES.values()):
+        vals = {f.name: data.draw(st.integers(0, f.mask)) for f in cls.LAYOUT.fields}
+        h = cls(**vals)
+        layer = rs.scapy_class(cls)
+        assert bytes(rs.layer_from_header(h))[: cls.LAYOUT.size] == h.encode()
+        assert rs.header_from_layer(layer(h.encode())) == h
+
+
+# ============================================================================ iWARP
+
+
+def ulpdus() -> list[bytes]:
+    return [
+        iwarp.rdma_write(0x11, 0x2000, b"abcdefg"),
+        iwarp.read_request(1, 2, 3, 4, 5, msn=2),
+        iwarp.read_response(0x11, 0x2000, b"data"),
+        iwarp.send(b"hello world", se=True, inv_stag=0x99),
+        iwarp.send(b"", msn=7),
+        iwarp.terminate(1, 2, 3, ddp_seg_len=40, terminated_ddp=iwarp.send(b"x")[:18], terminated_rdmap=bytes(28)),
+        iwarp.terminate(1, 1, 3, ddp_seg_len=40, terminated_ddp=iwarp.rdma_write(1, 2, b"x")[:14]),
+        iwarp.terminate(0, 2, 6),
+        iwarp.atomic_request(rdmap.ATOMIC_CMP_SWAP, 7, 1, 2, 3, 4, 5, 6),
+        iwarp.atomic_response(7, 0x55),
+        iwarp.immediate_data(0x1234, se=True),
+        b"",
+    ]
+
+
+@pytest.mark.parametrize("markers", [None, 0, 500])
+@pytest.mark.parametrize("index", range(len(ulpdus())))
+def test_fpdu_rdmalab_to_scapy(index: int, markers: int | None) -> None:
+    wire = iwarp.encode_fpdu(ulpdus()[index], markers=markers)
+    rd, used = iwarp.decode_fpdu(wire, markers=markers)
+    assert rd.crc_status == "good" and rd.ok
+    spkt = rs.to_scapy(rd)
+    assert bytes(spkt) == rd.data
+    assert rs.compare_layers(spkt, rd) == []
+    assert spkt.crc == rd.crc and spkt.pad == rd.data[2 + spkt.ulpdu_length : rd.crc_offset]
+    assert rs.scapy_payload(spkt) == rd.payload
+    again, n = rs.dissect_fpdu(wire, markers=markers)
+    assert n == used == len(wire) and bytes(again) == rd.data
+    back = rs.from_scapy(spkt)
+    assert back.layers == rd.layers and back.crc == rd.crc
+    if markers is None:
+        assert bytes(spkt) == wire and back.crc_status == "good"
+    else:  # the CRC covers the markers, which the marker-free FPDU lacks
+        assert back.crc_status == ("bad" if rd.extra["markers"] else "good")
+
+
+def test_fpdu_built_with_scapy() -> None:
+    cases: list[Packet] = [
+        rs.DDPTagged(stag=5, to=0x1000, opcode=rdmap.OP_WRITE) / Raw(b"abcde"),
+        rs.DDPUntagged(opcode=rdmap.OP_READ_REQUEST, qn=1, msn=3) / rs.ReadRequest(sink_stag=1, size=64, src_stag=2),
+        rs.DDPUntagged(opcode=rdmap.OP_SEND_INVALIDATE, inval_stag=0x77, msn=1) / Raw(b"x" * 9),
+        rs.DDPUntagged(opcode=rdmap.OP_ATOMIC_RESPONSE, qn=3) / rs.AtomicResponse(req_id=1, value=2),
+        rs.DDPUntagged(opcode=rdmap.OP_TERMINATE, qn=2) / rs.Terminate(layer=2, etype=0, errcode=2),
+    ]
+    for ulpdu in cases:
+        spkt = rs.FPDU() / ulpdu
+        data = bytes(spkt)
+        assert len(data) % 4 == 0
+        rd = rs.from_scapy(spkt)
+        assert rd.crc_status == "good" and rd.ok, rd.problems
+        assert rs.compare_layers(rs.FPDU(data), rd) == []
+        assert data == iwarp.encode_fpdu(data[2 : 2 + rd[mpa.MPA].ulpdu_length])
+
+
+def test_ddp_layer_is_ddp_plus_rdmap() -> None:
+    spkt = rs.DDPUntagged(opcode=rdmap.OP_SEND_SE_INVALIDATE, inval_stag=0xABCD, qn=0, msn=4, mo=8)
+    ddp, ctrl = rs.headers_from_layer(spkt)
+    assert isinstance(ddp, rdmap.DDPUntagged) and isinstance(ctrl, rdmap.RDMAPUntagged)
+    assert ctrl == rdmap.RDMAPUntagged(opcode=rdmap.OP_SEND_SE_INVALIDATE, inval_stag=0xABCD)
+    assert bytes(spkt) == ddp.encode()
+    built = rs.layer_from_header(ddp)
+    assert all(built.getfieldval(f.name) == spkt.getfieldval(f.name) for f in spkt.fields_desc)
+
+
+def test_mpa_frames() -> None:
+    for frame in (
+        iwarp.encode_mpa_frame(private_data=b"hello"),
+        iwarp.encode_mpa_frame(reply=True, reject=True),
+        iwarp.encode_mpa_frame(rev=2, private_data=b"pd", ird=3, ord=4, p2p=True, rtr_read=True),
+    ):
+        rd, n = iwarp.decode_mpa_frame(frame)
+        spkt = rs.to_scapy(rd)
+        assert bytes(spkt) == frame and rs.compare_layers(spkt, rd) == []
+        assert rs.from_scapy(spkt).layers == rd.layers
+    built = rs.MPAReqRep(key=mpa.MPA_KEY_REP_INT, rev=2, res=mpa.MPA_FLAG_ENHANCED) / rs.MPAv2IRDORD(ird=5, ord=6) / Raw(b"z")
+    rd = rs.from_scapy(built)
+    assert rd.ok and rd[mpa.MPAReqRep].pd_length == 5 and rd[mpa.MPAv2IRDORD].ord == 6
+
+
+def test_tcp_payload_stream() -> None:
+    req = iwarp.encode_mpa_frame(private_data=b"abc")
+    stream = req + iwarp.encode_fpdus(ulpdus()[:4])
+    pkts = rs.dissect_tcp_payload(stream)
+    assert [type(p) for p in pkts] == [rs.MPAReqRep] + [rs.FPDU] * 4
+    assert b"".join(bytes(p) for p in pkts) == stream
+    partial = rs.dissect_tcp_payload(stream[:-3])
+    assert isinstance(partial[-1], Raw)
+    marked = iwarp.encode_fpdus(ulpdus()[:4], markers=True, stream_pos=0)
+    pkts = rs.dissect_tcp_payload(marked, markers=0)
+    assert len(pkts) == 4
+    pos = 0
+    for p in pkts:
+        rd, used = iwarp.decode_fpdu(marked, pos, markers=pos)
+        assert rd.crc_status == "good" and bytes(p) == rd.data and p.crc == rd.crc
+        pos += used
+    assert pos == len(marked)
+
+
+@pytest.mark.parametrize("name", ["synthetic_iwarp_mpa_crc.pcap", "synthetic_iwarp_mpa_markers.pcap"])
+def test_iwarp_captures(name: str) -> None:
+    frames = _frames(name)
+    n = 0
+    for _, data in frames:
+        rd = decode_ethernet(data, lenient=True)
+        if rd.encap != "tcp" or not rd.payload:
+            continue
+        for spkt in rs.dissect_tcp_payload(rd.payload, markers=None):
+            if isinstance(spkt, rs.FPDU | rs.MPAReqRep):
+                n += 1
+    assert n
+
+
+@st.composite
+def ulpdu_headers(draw: st.DrawFn) -> Packet:
+    tagged = draw(st.booleans())
+    if tagged:
+        op = draw(st.sampled_from([rdmap.OP_WRITE, rdmap.OP_READ_RESPONSE]))
+        layer: Packet = rs.DDPTagged(last=draw(st.integers(0, 1)), opcode=op, stag=draw(st.integers(0, 2**32 - 1)),
+                                     to=draw(st.integers(0, 2**64 - 1)))
+        return layer / Raw(draw(st.binary(max_size=40)))
+    op = draw(st.sampled_from([o for o, i in rdmap.RDMAP_OPCODES.items() if not i.tagged]))
+    info = rdmap.RDMAP_OPCODES[op]
+    inval = draw(st.integers(0, 2**32 - 1)) if info.invalidate else 0
+    layer = rs.DDPUntagged(opcode=op, inval_stag=inval, qn=info.qn or 0, msn=draw(st.integers(0, 2**32 - 1)),
+                           mo=draw(st.integers(0, 2**32 - 1)), last=draw(st.integers(0, 1)))
+    for cls in info.headers:
+        vals = {f.name: draw(st.integers(0, f.mask)) for f in cls.LAYOUT.fields if not f.reserved}
+        if cls is rdmap.Terminate:
+            vals.update(hdrct_d=0, hdrct_r=0)
+        if cls is rdmap.AtomicRequest:
+            vals["atomic_opcode"] = draw(st.sampled_from(sorted(rdmap.ATOMIC_OPCODE_NAMES)))
+        layer = layer / rs.layer_from_header(cls(**vals))
+    if info.payload:
+        layer = layer / Raw(draw(st.binary(max_size=40)))
+    return layer
+
+
+@settings(max_examples=150, deadline=None)
+@given(ulpdu_headers(), st.one_of(st.none(), st.integers(0, 2000)))
+def test_iwarp_roundtrip(ulpdu: Packet, markers: int | None) -> None:
+    fpdu = rs.FPDU() / ulpdu
+    data = bytes(fpdu)
+    rd = rs.from_scapy(fpdu)
+    assert rd.crc_status == "good" and rd.ok, rd.problems
+    assert rs.compare_layers(rs.FPDU(data), rd) == []
+    wire = iwarp.encode_fpdu(data[2 : 2 + rd[mpa.MPA].ulpdu_length], markers=markers)
+    again, n = rs.dissect_fpdu(wire, markers=markers)
+    assert n == len(wire) and bytes(again)[:-4] == data[:-4]  # with markers the CRC covers them too
+    rd_wire, _ = iwarp.decode_fpdu(wire, markers=markers)
+    assert rd_wire.crc_status == "good" and again.crc == rd_wire.crc and rd_wire.layers == rd.layers

@@ -318,6 +318,7 @@ def compare_packet(cp: CapturedPacket, ws: dict[str, list[WsField]], report: Cro
                    for f in ws.get("iwarp_mpa.crc_check", [])]
     mine_v = ours.get("rdmalab.crc32c.status")
     mine_verdicts = (list(mine_v) if isinstance(mine_v, list) else [mine_v]) if mine_v is not None else []
+    mine_verdicts = [v for v in mine_verdicts if v in ("good", "bad")]  # no CRC negotiated: nothing to compare
     statuses = [s for k in ("rdmalab.icrc.status", "rdmalab.crc32c.status", "rdmalab.vcrc.status")
                 for s in (ours[k] if isinstance(ours.get(k), list) else [ours[k]] if k in ours else [])]
     if statuses:

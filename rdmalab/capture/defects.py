@@ -212,9 +212,11 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
     WiresharkDefect(
         "cm-path-pktrate",
         "CM REQ (MAD class 0x07, attribute 0x0010)",
-        ("infiniband.cm.req.prim_pktrate", "infiniband.cm.req.alt_pktrate"),
-        "Wireshark 4.0 reads the path's PacketRate from the first byte of the FlowLabel word (the same "
-        "position as the flow label) instead of its last byte, so it shows the flow label's top bits",
+        ("infiniband.cm.req.prim_pktrate", "infiniband.cm.req.alt_pktrate",
+         "infiniband.cm.req.prim_flowlabel", "infiniband.cm.req.alt_flowlabel",
+         "infiniband.cm.req.prim_reserved0", "infiniband.cm.req.alt_reserved0"),
+        "Wireshark 4.0 mis-reads the path's FlowLabel/PacketRate word: the flow label from 3 bytes under a "
+        "32-bit mask (losing its low 8 bits) and the PacketRate from the word's first byte instead of its last",
         "IBA Vol 1 12.6.5 (CM REQ): the 32-bit word is FlowLabel(20) | Reserved(6) | PacketRate(6)",
         "wire-formats.md §6 (CM REQ body, offset 52 + 36); found by this cross-check",
         lambda cp, ws: "infiniband.cm.req.prim_pktrate" in ws,

@@ -126,8 +126,7 @@ def packet_fields(pkt: Packet, out: dict[str, Any], *, raw: bool = False, skip: 
             _add(out, "rdmalab.icrc.status", pkt.crc_status or "unchecked")
         elif pkt.crc_kind == "crc32c":
             key = "iwarp_mpa.crc_check" if pkt.crc_expected is not None else "iwarp_mpa.crc"
-            if key not in out or isinstance(out[key], _Multi):
-                _add(out, key, _swap32(pkt.crc))
+            _add(out, key, _swap32(pkt.crc))
             if pkt.crc_expected is not None:
                 _add(out, "rdmalab.crc32c.expected", _swap32(pkt.crc_expected))
             _add(out, "rdmalab.crc32c.status", pkt.crc_status or "unchecked")

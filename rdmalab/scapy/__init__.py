@@ -19,7 +19,7 @@ FPDUs are dissected from TCP payload bytes).
 
 from __future__ import annotations
 
-from ._gen import header_from_layer, layer_from_header, make_layer, registered_headers, scapy_class
+from ._gen import header_from_layer, headers_from_layer, layer_from_header, make_layer, registered_headers, scapy_class
 from .convert import (
     compare_layers,
     fix_crcs,
@@ -50,6 +50,26 @@ from .ib import (
     install_bindings,
     next_layer_class,
 )
+from .iwarp import (
+    FPDU,
+    AtomicRequest,
+    AtomicResponse,
+    DDPTagged,
+    DDPUntagged,
+    ImmediateData,
+    MPAMarker,
+    MPAReqRep,
+    MPAv2IRDORD,
+    ReadRequest,
+    Terminate,
+    TerminatedDDPTagged,
+    TerminatedDDPUntagged,
+    TerminatedRDMAP,
+    TerminateSegLen,
+    dissect_fpdu,
+    dissect_tcp_payload,
+)
+from .mad import IPCM, MAD, RMPP, CMDrep, CMDreq, CMMra, CMRej, CMRep, CMReq, CMRtu, CMSidrRep, CMSidrReq
 
 install_bindings()
 
@@ -59,5 +79,9 @@ __all__ = [
     "add_payload_hook", "install_bindings", "next_layer_class",
     "compare_layers", "fix_crcs", "from_scapy", "register_decoder", "scapy_headers", "scapy_icrc",
     "scapy_payload", "to_scapy",
-    "header_from_layer", "layer_from_header", "make_layer", "registered_headers", "scapy_class",
+    "MAD", "RMPP", "IPCM", "CMReq", "CMMra", "CMRej", "CMRep", "CMRtu", "CMDreq", "CMDrep", "CMSidrReq", "CMSidrRep",
+    "MPAReqRep", "MPAv2IRDORD", "MPAMarker", "FPDU", "DDPTagged", "DDPUntagged", "ReadRequest", "Terminate",
+    "TerminateSegLen", "TerminatedDDPTagged", "TerminatedDDPUntagged", "TerminatedRDMAP", "AtomicRequest",
+    "AtomicResponse", "ImmediateData", "dissect_fpdu", "dissect_tcp_payload",
+    "header_from_layer", "headers_from_layer", "layer_from_header", "make_layer", "registered_headers", "scapy_class",
 ]

@@ -91,7 +91,7 @@ def next_layer_class(layer: Packet | None, payload: bytes) -> type[Packet]:
         if len(payload) < hdr.LAYOUT.size:
             return raw
         return scapy_class(hdr)
-    if depth == len(info.headers) and payload:
+    if depth == len(info.headers) and payload and layer is not None:
         for hook in _PAYLOAD_HOOKS:
             cls = hook(layer, bth, info, payload)
             if cls is not None:
@@ -104,7 +104,7 @@ class IBNext(Packet):
     ``AETH -> IBNext``) and that becomes the layer the opcode table says comes next."""
 
     name = "IB next header"
-    fields_desc: list[Any] = []
+    fields_desc = []
 
     @classmethod
     def dispatch_hook(cls, _pkt: bytes | None = None, *args: Any, **kargs: Any) -> type[Packet]:
@@ -201,7 +201,7 @@ LRH = make_layer(
     base=_LRHBase,
     module=_MOD,
     defaults={"pktlen": None},
-    extra_fields=[FCSField("vcrc", None, fmt="<H")],
+    extra_fields=[FCSField("vcrc", None, fmt="<H")],  # type: ignore[list-item]
 )
 LRH.__doc__ = (LRH.__doc__ or "") + (
     "\n\nNative InfiniBand (LINKTYPE / ERF type 21 records start here).  The VCRC (2 bytes,"
@@ -218,7 +218,7 @@ _installed = False
 def _add_opcode_names() -> None:
     """Name the opcodes contrib.roce's enum lacks (XRC, FLUSH, ATOMIC WRITE, RESYNC, SEND
     with Invalidate) in its own style, e.g. ``XRC_SEND_FIRST``."""
-    fld = roce.BTH.fields_desc[0]  # ByteEnumField("opcode", ...)
+    fld: Any = roce.BTH.fields_desc[0]  # ByteEnumField("opcode", ...)
     for code, info in OPCODES.items():
         if code not in fld.i2s:
             label = info.name.upper().replace(" WITH ", "_WITH_").replace(" ", "_")

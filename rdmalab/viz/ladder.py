@@ -251,6 +251,12 @@ def _short_opcode(opcode: int | None) -> str:
         " Response", " Resp").replace("with Immediate", "+Imm").replace("with Invalidate", "+Inv")
 
 
+def _short_syndrome(text: str) -> str:
+    """'NAK, Remote Access Error (2)' -> 'NAK Remote Access Error'; 'RNR NAK, timer 0.64 ms (code 12)' -> 'RNR NAK 0.64 ms'."""
+    t = text.split(" (")[0] if text.startswith("NAK") else text
+    return t.replace("RNR NAK, timer", "RNR NAK").replace(", ", ": ")
+
+
 def _aeth_text(frame: bytes | None) -> str | None:
     if frame is None:
         return None
@@ -294,7 +300,7 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
             seen_psn.add(key)
             label = f"{_short_opcode(e.opcode)} PSN {e.psn}"
             if aeth and kind in ("nak", "rnr"):
-                label += f" [{aeth}]"
+                label = f"{_short_syndrome(aeth)} PSN {e.psn}"
             note = str(e) + (f"\n{aeth}" if aeth else "")
             a = Arrow(e.node, dst, e.time_ns, None, label, kind, False, note, e.psn, e.opcode)
             arrows.append(a)
@@ -311,7 +317,7 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
                         k = _kind_of(a.opcode, syn)
                         if k != "ack":
                             a.kind = k
-                            a.label += f" [{syn}]"
+                            a.label = f"{_short_syndrome(syn)} PSN {a.psn}"
                 else:  # a duplicate copy arrived
                     arrows.append(Arrow(a.src, e.node, a.t0, e.time_ns, a.label + " (dup)", a.kind, False, a.note,
                                         a.psn, a.opcode))
@@ -411,7 +417,8 @@ def from_capture(packets: Iterable[Any], *, title: str | None = None, limit: int
             if kind == "request" and key in seen:
                 kind = "retx"
             seen.add(key)
-            label = f"{_short_opcode(bth.opcode)} PSN {bth.psn}" + (f" [{syn}]" if kind in ("nak", "rnr") else "")
+            label = (f"{_short_syndrome(syn)} PSN {bth.psn}" if syn and kind in ("nak", "rnr")
+                     else f"{_short_opcode(bth.opcode)} PSN {bth.psn}")
             psn, op = bth.psn, bth.opcode
         for n in (src, dst):
             if n not in nodes:

@@ -289,18 +289,36 @@ class IPCMHeader(Header):
             return str(self.dst_address)
         return Header.describe(self, field)
 
+    #: Where the header's Wireshark names live; a SIDR_REQ's copy has no Wireshark names.
+    WS_PREFIX: ClassVar[str] = "infiniband.cm.req.ip_cm"
+
     def ws_fields(self) -> dict[str, int]:
         out = Header.ws_fields(self)
         if self.ipv == 4:
             del out["infiniband.cm.req.ip_cm.sip6"], out["infiniband.cm.req.ip_cm.dip6"]
             out["infiniband.cm.req.ip_cm.sip4"] = self.src_ip & 0xFFFFFFFF
             out["infiniband.cm.req.ip_cm.dip4"] = self.dst_ip & 0xFFFFFFFF
+        if self.WS_PREFIX != IPCMHeader.WS_PREFIX:
+            n = len(IPCMHeader.WS_PREFIX)
+            out = {self.WS_PREFIX + k[n:]: v for k, v in out.items()}
         return out
 
     def validate(self, offset: int = 0) -> list[MalformedError]:
         if self.ipv not in (4, 6):
             return [MalformedError("IPCM", "ipv", offset + 1, self.ipv, "4 or 6 (IBA Vol 1 A11.6.1)")]
         return []
+
+
+@dataclass(frozen=True, slots=True)
+class SidrIPCMHeader(IPCMHeader):
+    """The IP CM header inside a SIDR_REQ (IBA Annex A11.7): same layout as in a REQ.
+
+    Wireshark 4.0 does not decode SIDR_REQ at all, so these fields carry ``rdmalab.*`` names
+    rather than the REQ's ``infiniband.cm.req.ip_cm.*`` ones.
+    """
+
+    WS_PREFIX: ClassVar[str] = "rdmalab.cm.sidr_req.ip_cm"
+
 
 
 # --------------------------------------------------------------------------- CM messages
@@ -858,7 +876,7 @@ def decode_cm_layers(
     sid = getattr(body, "service_id", None)
     if isinstance(body, (CMReq, CMSidrReq)) and sid is not None and is_ip_cm_service_id(sid):
         if end - pos >= IPCMHeader.LAYOUT.size:
-            ipcm = IPCMHeader.decode(data, pos)
+            ipcm = (SidrIPCMHeader if isinstance(body, CMSidrReq) else IPCMHeader).decode(data, pos)
             out.append((ipcm, pos))
             for p in ipcm.check(pos):
                 report(p)

@@ -1,0 +1,100 @@
+# %% [markdown]
+# # RDMA READ
+#
+# RDMA READ pulls remote memory: the requester sends one small **READ Request** carrying a
+# RETH (remote address, rkey, length), and the responder's NIC answers with **READ Response**
+# packets carrying the data, which the requester places in the local buffer its work request
+# named (IBA Vol 1 9.4.4). The responder's application does nothing and sees nothing; the
+# region must allow `REMOTE_READ`.
+#
+# The responses reuse the request's PSN space: a READ of *n* packets consumes *n* PSNs at the
+# requester, and the READ Response First and Last (or Only) carry an AETH, so they also act
+# as the acknowledgement.
+
+# %%
+BACKEND = "soft"
+import rdmalab.verbs.enums as e
+from rdmalab import lab, viz
+from rdmalab.lab.pair import Pair
+from rdmalab.verbs.wr import SGE, SendWR
+
+lab.backend(BACKEND)
+pair = Pair(backend=BACKEND, mtu=1024)
+a, b = pair.a, pair.b
+b.mr.write(b"Data that lives in soft1's memory. " * 100, 3500)
+
+wr = SendWR(wr_id=7, opcode=e.IBV_WR_RDMA_READ, num_sge=1, sg=[SGE(a.mr.buf, 3000, a.mr.lkey)])
+wr.set_wr_rdma(b.mr.rkey, b.mr.buf)
+a.qp.post_send(wr)
+print("A:", a.poll())
+print("A's buffer now:", a.mr.read(35, 0))
+print("B's completions:", b.completions())
+pair.ladder(title="RDMA READ of 3000 bytes at MTU 1024")
+
+# %%
+pkts = pair.packets()
+viz.hexdump(pkts[0], title="READ Request: BTH + RETH, no payload")
+
+# %%
+viz.hexdump(pkts[1], title="READ Response First: BTH + AETH + data", end=72)
+
+# %% [markdown]
+# The PSNs: the request used PSN 100, and the three responses are numbered 100, 101, 102. The
+# requester's next request will use PSN 103:
+
+# %%
+for p in pkts:
+    print(f"{p.opcode_name:32} PSN {p.bth.psn}")
+
+# %% [markdown]
+# ## READ versus WRITE, in round trips
+#
+# A WRITE is data going one way plus an ACK. A READ needs a request to travel first, so its
+# data arrives one one-way latency later. On this fabric (1 µs latency, 100 Gbit/s):
+
+# %%
+for op, name in ((e.IBV_WR_RDMA_WRITE, "WRITE"), (e.IBV_WR_RDMA_READ, "READ")):
+    p = Pair(backend=BACKEND, mtu=4096, seed=9)
+    wr = SendWR(wr_id=1, opcode=op, num_sge=1, sg=[SGE(p.a.mr.buf, 8192, p.a.mr.lkey)])
+    wr.set_wr_rdma(p.b.mr.rkey, p.b.mr.buf)
+    t0 = p.fabric.now_ns
+    p.a.qp.post_send(wr)
+    p.a.poll()
+    print(f"{name:5}: 8 KiB completed after {(p.fabric.now_ns - t0) / 1000:.3f} µs")
+
+# %% [markdown]
+# ## Exercises
+#
+# ### 1. Write a verbs program that reads remote memory
+#
+# Complete `read_remote(pair, remote_offset, length)`: read `length` bytes starting
+# `remote_offset` bytes into B's buffer, into A's buffer at offset 0, and return them as
+# `bytes`. The checker fills B's memory with a secret and compares.
+
+# %% tags=["exercise"]
+def read_remote(pair, remote_offset, length):
+    ### BEGIN SOLUTION
+    a, b = pair.a, pair.b
+    wr = SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_READ, num_sge=1, sg=[SGE(a.mr.buf, length, a.mr.lkey)])
+    wr.set_wr_rdma(b.mr.rkey, b.mr.buf + remote_offset)
+    a.qp.post_send(wr)
+    wc = a.poll()
+    assert wc.status == e.IBV_WC_SUCCESS, wc
+    return a.mr.read(length, 0)
+    ### END SOLUTION
+
+
+lab.check("read.program", read_remote)
+
+# %% [markdown]
+# ### 2. Count the responses
+#
+# How many READ Response packets does the responder send for a **10000-byte READ at MTU
+# 4096**?
+
+# %% tags=["exercise"]
+responses = ...  # an integer
+### BEGIN SOLUTION
+responses = -(-10000 // 4096)
+### END SOLUTION
+lab.check("read.responses", responses)

@@ -1,0 +1,125 @@
+# %% [markdown]
+# # Reliability under loss: PSN, ACK, NAK, go-back-N, RNR
+#
+# The Reliable Connected (RC) transport delivers every message exactly once and in order, over
+# a network that may lose packets (IBA Vol 1 9.7). Its tools:
+#
+# - every request packet carries a 24-bit **PSN** (packet sequence number), consecutive
+#   within the connection;
+# - the responder accepts only the PSN it expects next. An older PSN is a **duplicate**
+#   (re-acknowledged, never executed twice). A newer one means packets were lost: the
+#   responder sends one **NAK** with the code *PSN Sequence Error*, naming the PSN it expected;
+# - the requester keeps every unacknowledged packet and, on a NAK or when its **retransmit
+#   timer** expires, goes back to the oldest unacknowledged PSN and resends everything from
+#   there (**go-back-N**), up to `retry_cnt` times;
+# - a responder that has no receive WQE for a SEND answers **RNR NAK** (notebook 03).
+#
+# The soft fabric loses packets at random, from a seed: the same seed gives the same run.
+
+# %%
+BACKEND = "soft"
+from rdmalab import lab, viz
+from rdmalab.lab import scenarios
+
+lab.backend(BACKEND)
+
+# %% [markdown]
+# ## A lost packet in the middle: NAK and go-back-N
+#
+# An 8 KiB RDMA WRITE at MTU 1024 is 8 packets. In this run (seed
+# `scenarios.NAK_SEED`) the fabric loses 10 % of the packets:
+
+# %%
+nak_run = scenarios.nak_run()
+print("fabric:", {k: v for k, v in nak_run.fabric.stats.items() if v})
+nak_run.ladder(title="One packet lost in the middle of a WRITE")
+
+# %% [markdown]
+# Read it top to bottom: the lost packet ends in a cross; the next packet arrives with a PSN
+# one too high; the responder sends a NAK naming the PSN it still expects; the requester goes
+# back and resends everything from there (the dashed orange arrows). That includes packets
+# that did arrive: a responder that detects a gap discards everything after it until the
+# missing PSN comes, so the requester must resend them too.
+#
+# The PSN/time plot shows the same run the way tcptrace shows TCP: blue dots are requests,
+# orange crosses retransmissions, the green staircase the highest PSN acknowledged, red
+# triangles the NAK.
+
+# %%
+nak_run.psn_plot(title="PSN over time: a NAK-driven go-back-N")
+
+# %%
+from rdmalab.wire.ib import AETH
+
+nak_pkt = next(p for p in nak_run.packets() if AETH in p and p[AETH].is_nak)
+viz.hexdump(nak_pkt, title="The NAK: AETH syndrome 0x60 = NAK (type 11), code 0 = PSN Sequence Error")
+
+# %% [markdown]
+# ## A lost last packet: the retransmission timer
+#
+# If the *last* packet of a message is lost, nothing follows it, so the responder sees no gap
+# and sends no NAK. Only the requester's timer can recover. The QP attribute `timeout` is a
+# code: the timer runs for 4.096 µs × 2^timeout, here 2^14, about 67 ms, an eternity
+# compared with the microseconds a packet takes. (Notice the cut in the ladder's time axis.)
+
+# %%
+to_run = scenarios.timeout_run()
+print("fabric:", {k: v for k, v in to_run.fabric.stats.items() if v})
+to_run.ladder(title="The tail of a message lost: a timeout, then go-back-N")
+
+# %%
+to_run.psn_plot(title="PSN over time: a timeout (the long flat gap) and a full resend")
+
+# %% [markdown]
+# The cost of loss is therefore very different: a NAK costs about one round trip, a timeout
+# costs the timer. That is why RDMA networks are engineered not to drop (notebook 10), and why
+# the choice of `timeout` matters.
+#
+# ## Throughput under loss
+#
+# The same 64 KiB WRITE at increasing loss rates, 5 runs each. Timeouts dominate quickly:
+
+# %%
+import statistics
+
+for loss in (0.0, 0.01, 0.05, 0.1):
+    times = []
+    for seed in range(5):
+        p = scenarios.lossy_write(seed, length=65536, mtu=4096, loss=loss)
+        done = [ev.time_ns for ev in p.trace if ev.kind == "completed"]
+        times.append(max(done) / 1e3)
+    print(f"loss {loss:4.0%}: median completion {statistics.median(times):10.1f} µs "
+          f"(goodput {65536 * 8 / statistics.median(times) / 1e3:6.2f} Gbit/s)")
+
+# %% [markdown]
+# ## Exercises
+#
+# ### 1. Explain the NAK
+#
+# For the first run (`nak_run`): which PSN was lost, what NAK code did the responder send, and
+# from which PSN did the requester resend? Read them from the ladder, the NAK's bytes, or the
+# trace (`nak_run.trace`).
+
+# %% tags=["exercise"]
+explanation = {"lost": ..., "code": ..., "resend_from": ...}
+### BEGIN SOLUTION
+lost = next(ev.psn for ev in nak_run.trace if ev.kind == "dropped")
+explanation = {"lost": lost, "code": nak_pkt[AETH].nak_name, "resend_from": nak_pkt.bth.psn}
+### END SOLUTION
+lab.check("reliability.nak", explanation)
+
+# %% [markdown]
+# ### 2. The price of a timeout
+#
+# In the timeout run, how many request packets were sent more than once?
+
+# %% tags=["exercise"]
+resent = ...  # an integer
+### BEGIN SOLUTION
+seen, resent = set(), 0
+for ev in to_run.trace:
+    if ev.kind == "sent" and ev.node == to_run.a.name:
+        resent += ev.psn in seen
+        seen.add(ev.psn)
+### END SOLUTION
+lab.check("reliability.timeout", resent)

@@ -1,0 +1,171 @@
+# %% [markdown]
+# # Security: keys, protection domains, access flags
+#
+# RDMA lets a remote peer write into your memory without your CPU looking. What stops it from
+# writing anywhere? Three checks, all made by the responder's NIC on every request
+# (IBA Vol 1 10.6 and 9.7.4.1.4):
+#
+# 1. the **rkey** in the request must name a memory region that is still registered,
+#    registered in the **same protection domain** as the QP the request arrived on;
+# 2. the whole range `[va, va + length)` must lie inside that region;
+# 3. the region's **access flags** must allow the operation: `REMOTE_WRITE` for WRITE,
+#    `REMOTE_READ` for READ, `REMOTE_ATOMIC` for atomics.
+#
+# A request that fails is not executed; the responder answers with a NAK *Remote Access
+# Error*, the requester's work request completes with `IBV_WC_REM_ACCESS_ERR`, and the
+# connection goes to the error state.
+
+# %%
+BACKEND = "soft"
+import rdmalab.verbs.enums as e
+from rdmalab import lab, viz
+from rdmalab.lab.pair import Pair
+from rdmalab.verbs.mr import MR
+from rdmalab.verbs.pd import PD
+from rdmalab.verbs.wr import SGE, SendWR
+
+lab.backend(BACKEND)
+
+
+def try_write(pair, rkey, addr, length=16, *, lkey=None):
+    """A writes `length` bytes to (rkey, addr); returns A's completion status as text."""
+    a = pair.a
+    wr = SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
+                sg=[SGE(a.mr.buf, length, a.mr.lkey if lkey is None else lkey)])
+    wr.set_wr_rdma(rkey, addr)
+    a.qp.post_send(wr)
+    return e.ibv_wc_status_str(a.poll().status)
+
+
+# %% [markdown]
+# ## The keys
+#
+# Each MR has an lkey (for local work requests) and an rkey (for remote peers). In the soft
+# engine, as in Linux `rxe`, a key is a 24-bit index and an 8-bit *key* part; the engine
+# draws the 8-bit part at random and never makes lkey and rkey equal.
+
+# %%
+pair = Pair(backend=BACKEND, seed=12)
+b = pair.b
+print(f"B's MR: lkey {b.mr.lkey:#010x}  rkey {b.mr.rkey:#010x}  (index {b.mr.rkey >> 8}, key byte {b.mr.rkey & 0xff:#04x})")
+print("a correct write:", try_write(pair, b.mr.rkey, b.mr.buf))
+
+# %% [markdown]
+# ## A guessed rkey
+#
+# An attacker on a connected QP who guesses an rkey... Here A uses B's *lkey* as if it were
+# the rkey (the same index, a different key byte):
+
+# %%
+pair = Pair(backend=BACKEND, seed=12)
+before = pair.b.mr.read(16, 0)
+print("write with a wrong key:", try_write(pair, pair.b.mr.lkey, pair.b.mr.buf))
+print("B's memory unchanged:", pair.b.mr.read(16, 0) == before)
+print("A's QP state now:", pair.a.qp.qp_state_name)
+pair.ladder(title="A wrong rkey: NAK Remote Access Error, and the QP is dead")
+
+# %%
+from rdmalab.wire.ib import AETH
+
+nak = next(p for p in pair.packets() if AETH in p and p[AETH].is_nak)
+viz.hexdump(nak, title="NAK code 2: Remote Access Error")
+
+# %% [markdown]
+# What a guess **cannot** do: touch memory that is not registered, go outside the region's
+# bounds, do what the access flags forbid, or use a region of another protection domain. And a
+# wrong guess is loud: the requester's connection is torn down and must be re-established.
+#
+# What a **right** guess can do: everything the region allows, inside its bounds. The 8-bit key
+# part gives 256 possibilities per region index, which is why rkeys are *not* a
+# secret to rely on across trust boundaries; real deployments also rely on the connection
+# (only connected, authenticated peers reach the QP), and on invalidating keys after use.
+#
+# ## Out of bounds, wrong access, wrong PD
+
+# %%
+cases = {}
+pair = Pair(backend=BACKEND, seed=13)
+cases["past the end of the region"] = try_write(pair, pair.b.mr.rkey, pair.b.mr.buf + pair.b.mr.length - 8, 16)
+
+pair = Pair(backend=BACKEND, seed=13)
+ro = MR(pair.b.pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ)  # readable, not writable
+cases["region without REMOTE_WRITE"] = try_write(pair, ro.rkey, ro.buf)
+
+pair = Pair(backend=BACKEND, seed=13)
+other_pd = PD(pair.b.ctx)
+foreign = MR(other_pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
+cases["region in another protection domain"] = try_write(pair, foreign.rkey, foreign.buf)
+
+pair = Pair(backend=BACKEND, seed=13)
+cases["correct rkey, inside the region"] = try_write(pair, pair.b.mr.rkey, pair.b.mr.buf)
+for what, status in cases.items():
+    print(f"{what:38} -> {status}")
+
+# %% [markdown]
+# ## The lkey/rkey mix-up
+#
+# A classic bug: swapping the keys. On hardware where lkey and rkey happen to be equal it goes
+# unnoticed (a public RDMA example carried it for years). The soft engine makes them
+# differ on purpose, so the bug shows.
+
+# %%
+def write_to_peer_buggy(pair, data):
+    a, b = pair.a, pair.b
+    a.mr.write(data, len(data))
+    wr = SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(a.mr.buf, len(data), b.mr.rkey)])
+    wr.set_wr_rdma(a.mr.lkey, b.mr.buf)
+    a.qp.post_send(wr)
+    return a.poll()
+
+
+print(write_to_peer_buggy(Pair(backend=BACKEND, seed=51), b"keys matter " * 50))
+
+# %% [markdown]
+# ## Exercises
+#
+# ### 1. Fix the bug
+#
+# Write `write_to_peer(pair, data)`: the same function with the keys right. It must return
+# A's completion, and B's buffer must hold `data` at offset 0.
+
+# %% tags=["exercise"]
+def write_to_peer(pair, data):
+    ### BEGIN SOLUTION
+    a, b = pair.a, pair.b
+    a.mr.write(data, len(data))
+    wr = SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(a.mr.buf, len(data), a.mr.lkey)])
+    wr.set_wr_rdma(b.mr.rkey, b.mr.buf)
+    a.qp.post_send(wr)
+    return a.poll()
+    ### END SOLUTION
+
+
+lab.check("security.fix", write_to_peer)
+
+# %% [markdown]
+# ### 2. What a wrong guess gets you
+#
+# Give `[the ibv_wc_status name A's work request completes with, the name of the NAK B sends]`
+# for a write with a guessed, wrong rkey.
+
+# %% tags=["exercise"]
+guess = ...  # ["IBV_WC_...", "..."]
+### BEGIN SOLUTION
+guess = ["IBV_WC_REM_ACCESS_ERR", nak[AETH].nak_name]
+### END SOLUTION
+lab.check("security.guess", guess)
+
+# %% [markdown]
+# ### 3. Least privilege
+#
+# Give the smallest set of access flags (names without the `IBV_ACCESS_` prefix) for a
+# region that remote peers may only **read**, and for a region that is only the target of
+# remote **atomics**. Try registering your choices with `MR(pd, 64, flags)` first: the verbs
+# reject some combinations.
+
+# %% tags=["exercise"]
+flags = {"read": ..., "atomic": ...}
+### BEGIN SOLUTION
+flags = {"read": {"REMOTE_READ"}, "atomic": {"LOCAL_WRITE", "REMOTE_ATOMIC"}}
+### END SOLUTION
+lab.check("security.flags", flags)

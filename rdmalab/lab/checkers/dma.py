@@ -1,0 +1,35 @@
+"""Checkers for 01-dma-to-rdma."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rdmalab.lab.core import Wrong, exercise
+from rdmalab.lab.feedback import as_int
+
+NB = "01-dma-to-rdma"
+
+
+@exercise("dma.copies", "Count the user/kernel copies of a socket transfer", notebook=NB, hints=(
+    "wchar counts bytes the thread handed to the kernel in write-like calls; rchar bytes it got back in read-like calls.",
+    "Divide the bytes that crossed the user/kernel boundary by the size of the message.",
+))
+def _copies(answer: Any) -> str:
+    got = as_int(answer, "a number of copies")
+    if got == 2:
+        return "Two: sender user buffer -> kernel socket buffer, and kernel socket buffer -> receiver user buffer."
+    if got == 1:
+        raise Wrong("The sender's send() is one copy; the receiver's recv() makes another.")
+    if got == 0:
+        raise Wrong("Zero is the RDMA answer; a socket copies through the kernel.")
+    raise Wrong(f"{got} copies through system calls would move {got} times the message; look at rchar and wchar.")
+
+
+@exercise("dma.syscalls", "System calls on the RDMA data path", notebook=NB, hints=(
+    "Look at the syscr/syscw counters of the thread before and after the RDMA WRITE.",
+))
+def _syscalls(answer: Any) -> str:
+    got = as_int(answer, "a number of system calls")
+    if got == 0:
+        return "None: posting the work request and polling the CQ stay in user space (kernel bypass)."
+    raise Wrong(f"{got}? Compare the syscr/syscw counters before and after the engine's transfer.")

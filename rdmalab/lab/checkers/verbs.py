@@ -1,0 +1,319 @@
+"""Checkers for 02-verbs-objects, 03-send-receive, 04-write-imm, 05-read and 06-atomics."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from rdmalab.lab.core import Wrong, exercise
+from rdmalab.lab.feedback import as_int, norm_name
+
+
+def _e() -> Any:
+    import rdmalab.verbs.enums as e
+
+    return e
+
+
+def _state_names() -> dict[int, str]:
+    e = _e()
+    return {v: k[len("IBV_QPS_"):] for k, v in vars(e).items() if k.startswith("IBV_QPS_") and isinstance(v, int)}
+
+
+# ----------------------------------------------------------------------------- 02 verbs objects
+
+
+@exercise("verbs.path", "The states from a new QP to RTS", notebook="02-verbs-objects", hints=(
+    "A QP is created in RESET. List the states it passes through after that, ending with RTS.",
+    "Look at the blue path of the state diagram: each arrow is one modify_qp.",
+))
+def _path(answer: Any) -> str:
+    from rdmalab.verbs.engine.qpstate import RC, TABLE
+
+    if not isinstance(answer, (list, tuple)) or not answer:
+        raise Wrong("Give a list of state names, e.g. ['INIT', ...].")
+    names = _state_names()
+    by_name = {v: k for k, v in names.items()}
+    states = []
+    for s in answer:
+        key = norm_name(s).replace("IBVQPS", "")
+        if key not in by_name:
+            raise Wrong(f"{s!r} is not a QP state; the states are {sorted(by_name)}.")
+        states.append(by_name[key])
+    cur = by_name["RESET"]
+    for s in states:
+        if (cur, s) not in TABLE or RC not in TABLE[(cur, s)]:
+            raise Wrong(f"{names[cur]} -> {names[s]} is not in the engine's transition table for RC QPs "
+                        "(modify_qp would fail with EINVAL).", field="qp_state")
+        cur = s
+    if cur != by_name["RTS"]:
+        raise Wrong(f"Your path ends in {names[cur]}; a QP can send only in RTS.", field="qp_state")
+    if len(states) != 3:
+        raise Wrong(f"Your path is legal but takes {len(states)} steps; the shortest takes 3.")
+    return "RESET -> INIT -> RTR -> RTS: three modify_qp calls, the minimum."
+
+
+@exercise("verbs.rtr", "What INIT -> RTR requires", notebook="02-verbs-objects", hints=(
+    "The diagram labels each arrow with the attributes the transition requires.",
+    "rdmalab.verbs.engine.qpstate.TABLE[(INIT, RTR)][RC] is (required, optional); mask_names() names the bits.",
+))
+def _rtr(answer: Any) -> str:
+    from rdmalab.verbs.engine.qpstate import INIT, RC, RTR, TABLE, mask_names
+
+    want = set(mask_names(TABLE[(INIT, RTR)][RC][0]).split(" | "))
+    if not isinstance(answer, (set, list, tuple, frozenset)):
+        raise Wrong("Give a set of attribute names, e.g. {'PATH_MTU', ...}.")
+    got = {norm_name(a).replace("IBVQP", "") for a in answer}
+    norm_want = {norm_name(w): w for w in want}
+    missing = [norm_want[w] for w in norm_want if w not in got]
+    extra = sorted(a for a in got if a not in norm_want)
+    if missing or extra:
+        details = []
+        if missing:
+            details.append(f"{len(missing)} required attribute(s) missing")
+        if extra:
+            details.append(f"not required for RC INIT->RTR: {extra}")
+        raise Wrong("Not the set of attributes INIT -> RTR requires for an RC QP.", field="attr_mask",
+                    details=details)
+    return ("Right: to receive, the QP must know its peer (AV, DEST_QPN), the path MTU, the PSN to expect "
+            "(RQ_PSN), how many READs/atomics it will serve and its RNR timer.")
+
+
+# ----------------------------------------------------------------------------- 03 send/receive
+
+
+def send_opcodes(length: int, mtu: int) -> list[str]:
+    """Run a SEND of ``length`` bytes at ``mtu`` and return the opcode names of the request packets."""
+    from rdmalab.lab.pair import Pair
+    from rdmalab.verbs.wr import SGE, RecvWR, SendWR
+
+    e = _e()
+    p = Pair(mtu=mtu)
+    p.b.qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(p.b.mr.buf, p.b.mr.length, p.b.mr.lkey)]))
+    p.a.qp.post_send(SendWR(wr_id=2, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(p.a.mr.buf, length, p.a.mr.lkey)]))
+    p.a.poll()
+    return [ev.opcode_name for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name]
+
+
+@exercise("send.opcodes", "The packets of a 5000-byte SEND at MTU 1024", notebook="03-send-receive", hints=(
+    "A message longer than the MTU is cut into MTU-sized packets: First, Middle..., Last.",
+    "5000 bytes at 1024 per packet is ceil(5000/1024) packets.",
+))
+def _send_opcodes(answer: Any) -> str:
+    want = send_opcodes(5000, 1024)
+    if not isinstance(answer, (list, tuple)):
+        raise Wrong("Give a list of opcode names, e.g. ['RC SEND First', ...].")
+    got = [norm_name(a) for a in answer]
+    if len(got) != len(want):
+        raise Wrong(f"You listed {len(got)} packets; the engine sent {len(want)} for 5000 bytes at MTU 1024.",
+                    field="BTH.opcode")
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        if g != norm_name(w):
+            raise Wrong(f"Packet {i} is not {answer[i]!r}.", field="BTH.opcode",
+                        details=["the first packet is a First, the last a Last, the rest Middle"])
+    return f"Right: {len(want)} packets, and only the Last asks for an ACK."
+
+
+def rnr_run() -> Any:
+    """A SEND that arrives before the receiver posted a receive (the RNR scenario of notebook 03)."""
+    from rdmalab.lab.pair import Pair
+    from rdmalab.verbs.wr import SGE, RecvWR, SendWR
+
+    e = _e()
+    p = Pair(min_rnr_timer=14)
+    p.a.mr.write(b"are you ready?", 14)
+    p.a.qp.post_send(SendWR(wr_id=1, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(p.a.mr.buf, 14, p.a.mr.lkey)]))
+    p.fabric.run(until_ns=3_000_000)  # B's application is busy for 3 ms
+    p.b.qp.post_recv(RecvWR(wr_id=7, num_sge=1, sg=[SGE(p.b.mr.buf, 64, p.b.mr.lkey)]))
+    p.a.poll()
+    p.b.poll()
+    return p
+
+
+@exercise("send.rnr", "Read the RNR NAK timer from the frame", notebook="03-send-receive", hints=(
+    "The RNR NAK is an Acknowledge whose AETH syndrome has type 01; its 5-bit value is the timer code.",
+    "rdmalab.wire.ib.RNR_TIMER_US maps the code to microseconds (IBA Vol 1 table 45).",
+))
+def _rnr(answer: Any) -> str:
+    from rdmalab.wire.ib import AETH
+
+    p = rnr_run()
+    aeth = next(pk[AETH] for pk in p.packets() if AETH in pk and pk[AETH].is_rnr_nak)
+    want = aeth.rnr_timer_ms
+    try:
+        got = float(answer)
+    except (TypeError, ValueError):
+        raise Wrong("Give the delay in milliseconds as a number.") from None
+    if abs(got - want) < 1e-9:
+        return f"Yes: timer code {aeth.value} means wait at least {want:g} ms before retrying."
+    if abs(got - aeth.value) < 1e-9:
+        raise Wrong(f"{answer} is the timer *code* (AETH bits 4-0); convert it to milliseconds.", field="AETH.value",
+                    offset=54)
+    if abs(got - want * 1000) < 1e-6:
+        raise Wrong("That is in microseconds; give milliseconds.", field="AETH.value")
+    raise Wrong("Not the delay this RNR NAK asks for.", field="AETH.value", offset=54)
+
+
+# ----------------------------------------------------------------------------- 04 write / imm
+
+
+@exercise("write.imm", "Write a program: RDMA WRITE with immediate", notebook="04-write-imm", hints=(
+    "The responder consumes a receive WQE for the immediate data: post_recv on pair.b first (an SGE may be empty).",
+    "opcode=IBV_WR_RDMA_WRITE_WITH_IMM, imm_data=imm, then wr.set_wr_rdma(pair.b.mr.rkey, pair.b.mr.buf).",
+    "Return pair.b.poll(): B's completion has opcode IBV_WC_RECV_RDMA_WITH_IMM and carries imm_data.",
+))
+def _write_imm(answer: Any) -> str:
+    from rdmalab.lab.pair import Pair
+
+    e = _e()
+    if not callable(answer):
+        raise Wrong("Give the function itself (write_with_imm), not its result.")
+    p = Pair(seed=11)
+    data = bytes(range(65, 91)) * 40
+    wc = answer(p, data, 0x1234ABCD)
+    if wc is Ellipsis or wc is None:
+        raise Wrong("Your function returned nothing: return the completion B received.")
+    got = p.b.mr.read(len(data), 0)
+    if got != data:
+        first = next(i for i, (x, y) in enumerate(zip(got, data, strict=False)) if x != y)
+        raise Wrong(f"B's memory differs from the data at offset {first}.", offset=first)
+    if getattr(wc, "opcode", None) != e.IBV_WC_RECV_RDMA_WITH_IMM:
+        raise Wrong("The completion you returned is not B's RECV_RDMA_WITH_IMM completion.", field="wc.opcode")
+    if wc.imm_data != 0x1234ABCD:
+        raise Wrong(f"B received immediate data {wc.imm_data:#x}; the test passed 0x1234abcd.", field="ImmDt.imm")
+    ops = [ev.opcode_name for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name]
+    if not any("with Immediate" in (o or "") for o in ops):
+        raise Wrong("No packet carried immediate data.", field="BTH.opcode")
+    return f"Data placed and B woke up with imm 0x1234abcd; A sent {len(ops)} packet(s): {ops[0]} ... {ops[-1]}."
+
+
+# ----------------------------------------------------------------------------- 05 read
+
+
+@exercise("read.program", "Write a program that reads remote memory", notebook="05-read", hints=(
+    "Post one work request on pair.a.qp: opcode IBV_WR_RDMA_READ, an SGE on A's own MR (the sink), "
+    "and set_wr_rdma(B's rkey, B's address + remote_offset).",
+    "Wait for A's completion (pair.a.poll()) before reading A's MR: the data is not there before.",
+    "Return pair.a.mr.read(length, 0).",
+))
+def _read_program(answer: Any) -> str:
+    import random
+
+    from rdmalab.lab.pair import Pair
+
+    if not callable(answer):
+        raise Wrong("Give the function itself (read_remote), not its result.")
+    p = Pair(seed=21)
+    secret = random.Random(7).randbytes(3000)
+    p.b.mr.write(secret, len(secret), 1000)
+    got = answer(p, 1000, 3000)
+    if got is None or got is Ellipsis:
+        raise Wrong("Your function returned nothing: return the bytes you read.")
+    got = bytes(got)
+    sent = [ev for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name]
+    if not any(ev.opcode == 0x0C for ev in sent):
+        raise Wrong("A never sent an RDMA READ Request: the bytes did not come over the wire by a READ.",
+                    field="BTH.opcode")
+    if any(ev.kind == "completed" and ev.node == p.b.name for ev in p.trace):
+        raise Wrong("B's CPU got a completion: a READ should not involve B's application at all.")
+    if got != secret:
+        if len(got) != len(secret):
+            raise Wrong(f"You returned {len(got)} bytes; the test asked for {len(secret)}.")
+        first = next(i for i, (x, y) in enumerate(zip(got, secret, strict=True)) if x != y)
+        raise Wrong(f"Your bytes differ from B's memory from offset {first} on: check the remote address "
+                    "(B's base + remote_offset) and that you waited for the completion.", offset=first)
+    return "You read 3000 bytes of B's memory; B's CPU took no part (no completion on B)."
+
+
+@exercise("read.responses", "Count the READ responses", notebook="05-read", hints=(
+    "One READ Request; the responder answers with MTU-sized READ Response packets.",
+))
+def _read_responses(answer: Any) -> str:
+    from rdmalab.lab.pair import Pair
+    from rdmalab.verbs.wr import SGE, SendWR
+
+    e = _e()
+    p = Pair(mtu=4096)
+    wr = SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_READ, num_sge=1, sg=[SGE(p.a.mr.buf, 10000, p.a.mr.lkey)])
+    wr.set_wr_rdma(p.b.mr.rkey, p.b.mr.buf)
+    p.a.qp.post_send(wr)
+    p.a.poll()
+    want = sum(1 for ev in p.trace if ev.kind == "sent" and ev.node == p.b.name and 0x0D <= (ev.opcode or 0) <= 0x10)
+    got = as_int(answer, "the number of READ responses")
+    if got == want:
+        return f"Yes: {want} responses (ceil(10000 / 4096)), First, Middle, Last."
+    if got == want + 1:
+        raise Wrong("The READ Request itself is not a response; count the packets B sends.")
+    raise Wrong(f"{got} responses would carry {got} x 4096 bytes; recount.", field="BTH.opcode")
+
+
+# ----------------------------------------------------------------------------- 06 atomics
+
+
+def atomic_sequence() -> Any:
+    """Counter at B offset 0 starts at 5; A runs FetchAdd(+3), CmpSwap(8 -> 100), CmpSwap(8 -> 7), FetchAdd(+1)."""
+    from rdmalab.lab.pair import Pair
+    from rdmalab.verbs.wr import SGE, SendWR
+
+    e = _e()
+    p = Pair(seed=31)
+    p.b.mr.write(struct.pack("<Q", 5), 8, 0)
+    ops = [(e.IBV_WR_ATOMIC_FETCH_AND_ADD, 3, 0), (e.IBV_WR_ATOMIC_CMP_AND_SWP, 8, 100),
+           (e.IBV_WR_ATOMIC_CMP_AND_SWP, 8, 7), (e.IBV_WR_ATOMIC_FETCH_AND_ADD, 1, 0)]
+    returned = []
+    for i, (op, cmp_add, swap) in enumerate(ops):
+        wr = SendWR(wr_id=i, opcode=op, num_sge=1, sg=[SGE(p.a.mr.buf + 8 * i, 8, p.a.mr.lkey)])
+        wr.set_wr_atomic(p.b.mr.rkey, p.b.mr.buf, cmp_add, swap)
+        p.a.qp.post_send(wr)
+        p.a.poll()
+        returned.append(struct.unpack("<Q", p.a.mr.read(8, 8 * i))[0])
+    return p, returned, struct.unpack("<Q", p.b.mr.read(8, 0))[0]
+
+
+@exercise("atomic.final", "Predict a sequence of atomics", notebook="06-atomics", hints=(
+    "Each atomic returns the value *before* it acted.",
+    "CmpSwap swaps only if the remote value equals the compare value.",
+))
+def _atomic_final(answer: Any) -> str:
+    _, returned, final = atomic_sequence()
+    if not isinstance(answer, (list, tuple)) or len(answer) != 2:
+        raise Wrong("Give [list of the 4 returned values, final counter value].")
+    ret, fin = answer
+    if not isinstance(ret, (list, tuple)) or len(ret) != 4:
+        raise Wrong("The first item must list the 4 values the atomics returned.")
+    for i, (g, w) in enumerate(zip(ret, returned, strict=True)):
+        if as_int(g, "a returned value") != w:
+            raise Wrong(f"The value returned by atomic #{i} is wrong.", field="AtomicAckETH.orig_data",
+                        details=["an atomic returns the remote value as it was before the operation"])
+    if as_int(fin, "the final value") != final:
+        raise Wrong("The returned values are right but the final counter value is not.")
+    return f"Right: returned {returned}, final value {final}."
+
+
+@exercise("atomic.lock", "Write a spin-lock acquire with CmpSwap", notebook="06-atomics", hints=(
+    "CmpSwap(compare=0, swap=1) on B's lock word: it succeeds only if the lock was free.",
+    "The atomic returns the old value into your local buffer: the lock was yours if the old value was 0.",
+    "Read the 8 returned bytes little-endian (struct.unpack('<Q', ...)) after pair.a.poll().",
+))
+def _lock(answer: Any) -> str:
+    from rdmalab.lab.pair import Pair
+
+    if not callable(answer):
+        raise Wrong("Give the function itself (try_lock).")
+    p = Pair(seed=41)
+    first = answer(p)
+    second = answer(p)
+    word = struct.unpack("<Q", p.b.mr.read(8, 64))[0]
+    if first is not True:
+        raise Wrong(f"The first call on a free lock returned {first!r}; it should acquire it and return True.")
+    if second is not False:
+        raise Wrong(f"The second call returned {second!r}; the lock was taken, so it must return False.")
+    if word != 1:
+        raise Wrong(f"B's lock word (offset 64) is {word}; after acquiring it should be 1.", offset=64)
+    if not any(ev.opcode == 0x13 for ev in p.trace if ev.kind == "sent"):
+        raise Wrong("No CmpSwap was sent: a read-then-write is not atomic.", field="BTH.opcode")
+    return "Acquired once, refused the second time, lock word = 1: an atomic test-and-set across the network."
+
+
+Answer = Callable[..., Any]
