@@ -87,6 +87,25 @@ viz.icrc_steps(wires[0].packet)
 viz.crc32c_steps(wires[3].packet)
 
 # %% [markdown]
+# ## Try it: the packet builder
+#
+# In JupyterLab, this widget re-encodes the frame and recomputes the ICRC whenever you change
+# a field: set ECN to CE or flip FECN and watch the ICRC stay the same; change the PSN and
+# watch it change. (In the book, the static render below shows its starting state.)
+
+# %% tags=["widget"]
+from rdmalab.viz.widgets import packet_builder
+
+packet_builder()
+
+# %%
+from rdmalab.viz.widgets import build_frame
+
+built = build_frame(0x0A, psn=7, payload=b"hello", ecn=3)
+display(viz.hexdump(built, title=built.summary(), fields=False))
+print(viz.icrc_steps(built))
+
+# %% [markdown]
 # ## Exercises
 #
 # ### 1. Build a BTH by hand

@@ -80,9 +80,10 @@ viz.hexdump(cnp)
 
 # %% [markdown]
 # The NIC sent its CNP with DSCP 48 (a high-priority class, so the signal is not itself
-# stuck behind the congestion) and ECN `10`, ECT(0). rdmalab can build the same packet; the
-# only differences from the ConnectX frame are the addresses, the UDP source port and the
-# IP identification, all chosen by the sender:
+# stuck behind the congestion) and ECN `10`, ECT(0). rdmalab can build the same packet with
+# the same addresses. The fields that still differ are ones each sender picks freely (the IP
+# identification, the UDP source port, which this NIC leaves at 0) and the two checksums that
+# follow from them:
 
 # %%
 ours = decode_ethernet(encode_rocev2(BTH(opcode=0x81, destqp=0x118, becn=1), [CNPPad()],

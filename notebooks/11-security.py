@@ -53,8 +53,8 @@ print("a correct write:", try_write(pair, b.mr.rkey, b.mr.buf))
 # %% [markdown]
 # ## A guessed rkey
 #
-# An attacker on a connected QP who guesses an rkey... Here A uses B's *lkey* as if it were
-# the rkey (the same index, a different key byte):
+# Suppose a connected peer tries an rkey it was never given. Here A uses B's *lkey* as if it
+# were the rkey: the right region index, a wrong key byte.
 
 # %%
 pair = Pair(backend=BACKEND, seed=12)
@@ -119,6 +119,11 @@ def write_to_peer_buggy(pair, data):
 
 
 print(write_to_peer_buggy(Pair(backend=BACKEND, seed=51), b"keys matter " * 50))
+
+# %% [markdown]
+# It fails before a single packet is sent: A's own NIC checks the SGE's key against A's
+# memory regions and completes the work request with a *local protection error*. Had only
+# the RETH's key been wrong, B would have answered with a Remote Access Error NAK instead.
 
 # %% [markdown]
 # ## Exercises

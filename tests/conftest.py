@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,3 @@ CAPTURES = ROOT / "captures"
 def captures_dir() -> Path:
     return CAPTURES
 
-
-def tshark_path() -> str | None:
-    return shutil.which("tshark")
-
-
-requires_tshark = pytest.mark.skipif(tshark_path() is None, reason="tshark (Wireshark) is not installed")

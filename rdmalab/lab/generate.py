@@ -15,7 +15,8 @@ solution.  The three versions differ only in what happens to them:
   ``lab.check`` sees, so it reports "not yet".  Cells tagged ``solution`` (worked explanations)
   and ``instructor`` are dropped.
 * ``book``: the instructor version, with solution cells folded (``hide-input``) so that a reader
-  sees the check pass but has to click to see how.
+  sees the check pass but has to click to see how, and cells tagged ``widget`` removed (a live
+  widget needs a kernel; the notebooks show the same renders statically next to them).
 
 Run ``python -m rdmalab.lab.generate --version student --out DIR`` (or ``instructor``/``book``).
 """
@@ -129,6 +130,8 @@ def convert(text: str, version: str) -> dict[str, Any]:
             lines = _strip_solutions(lines, keep=version != "student")
             if version == "book" and sol and "hide-input" not in tags:
                 tags.append("hide-input")
+            if version == "book" and "widget" in tags and "remove-cell" not in tags:
+                tags.append("remove-cell")  # live widgets need a kernel; the book shows the static renders
         meta: dict[str, Any] = {}
         if tags:
             meta["tags"] = [t for t in tags if t not in ("solution", "instructor")] or tags

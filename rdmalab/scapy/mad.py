@@ -79,13 +79,11 @@ def next_mad_class(layer: Packet, payload: bytes) -> type[Packet]:
 
 
 def _mad_hook(layer: Packet, bth: Packet, info: OpcodeInfo, payload: bytes) -> type[Packet] | None:
-    """rdmalab's rule (``decode_transport``): a DETH and QP0/QP1 at either end -> a MAD."""
+    """rdmalab's own rule, :func:`rdmalab.wire.mad.carries_mad`."""
     deth = find_under(layer, DETH)
-    if deth is None or len(payload) < mad.MAD_HEADER_SIZE:
+    if deth is None or not isinstance(bth, roce.BTH) or len(payload) < mad.MAD_HEADER_SIZE:
         return None
-    if isinstance(bth, roce.BTH) and (bth.dqpn <= mad.GSI_QPN or deth.src_qp <= mad.GSI_QPN):
-        return MAD
-    return None
+    return MAD if mad.carries_mad(bth.opcode, bth.dqpn, deth.src_qp, len(payload)) else None
 
 
 add_payload_hook(_mad_hook)

@@ -69,6 +69,7 @@ class MaskedField:
     bits: int
     value: Any
     text: str
+    bit0: int = 0  # absolute bit position of the field's first bit in the frame
 
     @property
     def why(self) -> str:
@@ -208,7 +209,8 @@ def icrc_steps(obj: Any) -> IcrcSteps:
                 bit0 = (_header_start(sp) - start) * 8 + sp.bit_offset
                 for b in range(bit0, bit0 + sp.bits):
                     buf[b // 8] |= 0x80 >> (b % 8)
-                masked.append(MaskedField(layer, fname, sp.start, sp.bits, sp.value, sp.text))
+                masked.append(MaskedField(layer, fname, sp.start, sp.bits, sp.value, sp.text,
+                                          _header_start(sp) * 8 + sp.bit_offset))
     prefix = PSEUDO_LRH if encap in ("rocev2", "rocev1") else b""
     return IcrcSteps(frame, spans, encap, start, pkt.crc_offset, prefix, frame[start : pkt.crc_offset],
                      prefix + bytes(buf), masked)

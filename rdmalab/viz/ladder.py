@@ -405,7 +405,14 @@ def from_capture(packets: Iterable[Any], *, title: str | None = None, limit: int
         if src is None or dst is None:
             continue
         bth = pkt.get(BTH) if hasattr(pkt, "get") else None
-        if bth is None:
+        cm = next((layer.name[3:] for layer in getattr(pkt, "layers", []) if layer.name.startswith("CM_")), None)
+        pdus = getattr(cp, "pdus", None) or []
+        if cm is not None:
+            label, kind, psn, op = f"CM {cm}", "cnp", None, None
+        elif bth is None and pdus:
+            label = "; ".join(p.summary().split(" [")[0][:40] for p in pdus[:2])
+            kind, psn, op = "request", None, None
+        elif bth is None:
             label = pkt.summary() if hasattr(pkt, "summary") else "packet"
             kind = "other"
             psn = op = None

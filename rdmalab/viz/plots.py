@@ -42,6 +42,11 @@ class Plot:
     def savefig(self, *args: Any, **kw: Any) -> None:
         self.figure.savefig(*args, **kw)
 
+    def __repr__(self) -> str:
+        ax = self.figure.axes[0] if self.figure.axes else None
+        title = ax.get_title() if ax is not None else ""
+        return f"<rdmalab plot{': ' + title if title else ''} (displays as SVG in Jupyter)>"
+
 
 def _figure(width: float = 7.5, height: float = 3.6) -> tuple[Any, Any]:
     from matplotlib.figure import Figure

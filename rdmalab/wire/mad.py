@@ -428,19 +428,28 @@ def decode_mad_layers(
     return out, pos
 
 
+def carries_mad(opcode: int, destqp: int, src_qp: int, payload_length: int) -> bool:
+    """Whether a packet's payload is a MAD: the one rule the decoder and ``rdmalab.scapy`` share.
+
+    QP0 and QP1 are UD QPs (IBA Vol 1 10.2.5), so only UD opcodes qualify.  A datagram *to*
+    QP0/QP1 is always a MAD (IBA Vol 1 13.5.1); one only *from* QP0/QP1 (a reply to a redirected
+    requester) is taken for a MAD only when it is MAD-sized, so that other datagrams from a QP
+    numbered 0 pass untouched.
+    """
+    if opcode >> 5 != 3 or payload_length == 0:  # 3: the UD transport bits
+        return False
+    if destqp <= GSI_QPN:
+        return True  # a short one is a truncated MAD, and decoding says so
+    return src_qp <= GSI_QPN and payload_length == MAD_SIZE
+
+
 def decode_mad_payload(data: bytes, pkt: Packet, *, lenient: bool) -> None:
     """Decode ``pkt``'s payload as a MAD: append its headers, leave the rest as payload.
 
-    Called for UD packets to or from QP0/QP1.  A datagram *to* QP0/QP1 is always a MAD (IBA
-    Vol 1 13.5.1); one only *from* QP0/QP1 (a reply to a redirected requester) is taken for a
-    MAD only when it is MAD-sized, so that other datagrams from a QP numbered 0 pass untouched.
+    The caller has checked :func:`carries_mad`.
     """
-    from rdmalab.wire.ib import BTH
     from rdmalab.wire.packet import Layer, _problem
 
-    bth = pkt.get(BTH)
-    if bth is not None and bth.destqp > GSI_QPN and pkt.payload_length != MAD_SIZE:
-        return
     start = pkt.payload_offset
     end = start + pkt.payload_length
 

@@ -203,10 +203,11 @@ def decode_transport(
         return crc_at
     pkt.payload_offset, pkt.payload_length, pkt.pad = pos, body - bth.padcnt, bth.padcnt
     deth = pkt.get(DETH)  # QP0/QP1 are UD QPs whose messages are MADs (IBA Vol 1 13.5.1)
-    if pkt.payload_length and deth is not None and (bth.destqp <= 1 or deth.src_qp <= 1):
-        from rdmalab.wire.mad import decode_mad_payload
+    if deth is not None:
+        from rdmalab.wire.mad import carries_mad, decode_mad_payload
 
-        decode_mad_payload(data, pkt, lenient=lenient)
+        if carries_mad(bth.opcode, bth.destqp, deth.src_qp, pkt.payload_length):
+            decode_mad_payload(data, pkt, lenient=lenient)
     return crc_at
 
 

@@ -45,7 +45,7 @@ def _run(src: Path, version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_there_are_notebooks() -> None:
-    assert len(SOURCES) >= 4, SOURCES
+    assert len(SOURCES) >= 13, SOURCES
 
 
 @pytest.mark.slow

@@ -156,5 +156,5 @@ class RCUnderFaults(RuleBasedStateMachine):
         assert p.b.qp.atomics_executed == self.atomics  # no atomic executed twice
 
 
-RCUnderFaults.TestCase.settings = settings(max_examples=400, stateful_step_count=40, deadline=None)
+RCUnderFaults.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
 TestRCUnderFaults = RCUnderFaults.TestCase

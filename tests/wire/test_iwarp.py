@@ -10,9 +10,9 @@ from typing import Any
 
 import dpkt
 import pytest
-from conftest import requires_tshark, tshark_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tshark_util import requires_tshark, tshark_path
 
 from rdmalab.wire import crc as _crc
 from rdmalab.wire.errors import DecodeError, EncodeError, MalformedError, TruncatedError

@@ -75,12 +75,18 @@ def _icrc(answer: Any) -> str:
         zlib.crc32(masked + b"\x00" * 4): "you included the ICRC's own 4 bytes; stop before them",
         zlib.crc32(masked) ^ 0xFFFFFFFF: "you left out the final XOR with 0xffffffff (zlib.crc32 does it for you)",
     }
-    for m in steps.masked:  # everything right except one field left unmasked
+    unmasked = b"\xff" * 8 + covered
+    groups: dict[str, list[Any]] = {}
+    for m in steps.masked:  # everything right except one field, or one header's fields, left unmasked
+        groups.setdefault(f"{m.layer}.{m.field} (frame byte {m.offset})", []).append(m)
+        groups.setdefault(f"the variant fields of the {m.layer} header", []).append(m)
+    for why, fields in groups.items():
         b = bytearray(masked)
-        first = m.offset - 14 + 8
-        for i in range(first, first + (m.bits + 7) // 8):
-            b[i] = (b"\xff" * 8 + covered)[i]
-        diagnoses.setdefault(zlib.crc32(bytes(b)), f"you did not mask {m.layer}.{m.field} (frame byte {m.offset})")
+        for m in fields:  # put back exactly this field's bits, as they were on the wire
+            for bit in range(m.bit0 - 14 * 8 + 64, m.bit0 - 14 * 8 + 64 + m.bits):
+                mask = 0x80 >> (bit % 8)
+                b[bit // 8] = (b[bit // 8] & ~mask) | (unmasked[bit // 8] & mask)
+        diagnoses.setdefault(zlib.crc32(bytes(b)), f"you did not mask {why}")
     for val, why in diagnoses.items():
         for cand in (val, int.from_bytes(val.to_bytes(4, "little"), "big")):
             if got_val == cand:

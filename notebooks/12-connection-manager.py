@@ -1,0 +1,134 @@
+# %% [markdown]
+# # The connection manager, decoded from a real rping
+#
+# Before two RC QPs can talk, each must learn the other's QP number, starting PSN, path MTU,
+# and how many READs/atomics it may have outstanding: exactly the attributes of the INIT ->
+# RTR -> RTS transitions (notebook 02). The **Communication Manager** (CM, IBA Vol 1 chapter
+# 12) exchanges them in management datagrams (MADs of class 0x07) sent as UD messages to the
+# well-known QP1, with Q_Key 0x80010000:
+#
+# | Message | From | Says |
+# |---|---|---|
+# | **REQ** | active side (client) | service ID, its QPN, a starting PSN, path, resources |
+# | **REP** | passive side (server) | its QPN, a starting PSN, resources |
+# | **RTU** | client | "ready to use": the server may move to RTS |
+# | **DREQ / DREP** | either | disconnect |
+#
+# `rdma_cm` (librdmacm), which rping uses, adds an IP-style addressing layer (IBA Annex A11):
+# the service ID encodes a port number, and the REQ's private data starts with an IP CM header
+# holding the IP addresses.
+
+# %%
+BACKEND = "soft"
+from rdmalab import capture, lab, viz
+from rdmalab.lab.checkers.cm import cm_messages
+from rdmalab.wire.cm import CMMessage
+
+lab.backend(BACKEND)
+frames = list(capture.read(lab.capture_path("rxe_rping.pcap")))
+msgs = cm_messages()
+for cp, m in msgs:
+    print(f"frame {cp.frame_number:2}: {m.summary()}")
+
+# %%
+viz.from_capture([cp for cp in frames if cp.frame_number <= 8 or cp.frame_number >= 40],
+                 title="rping: CM handshake, the first RC messages, and the disconnect")
+
+# %% [markdown]
+# ## The REQ, byte by byte
+#
+# A CM MAD is always 256 bytes: a 24-byte MAD header (management class 0x07, method Send,
+# attribute ID 0x0010 = REQ, a transaction ID), then the REQ's fixed fields, then private
+# data. Hover over the bytes; the field table below the dump lists all of them.
+
+# %%
+req_cp, req = msgs[0]
+viz.hexdump(req_cp, title="Frame 1: CM REQ in a RoCEv2 UD SEND to QP1")
+
+# %%
+b = req.body
+print(f"service ID      {b.service_id:#018x}  -> port {req.dst_port}, protocol {req.protocol} (TCP)")
+print(f"local QPN       {b.local_qpn:#08x}")
+print(f"starting PSN    {b.starting_psn}")
+print(f"path MTU code   {b.path_mtu}  (IBA encoding: 1=256 ... 5=4096)")
+print(f"responder res.  {b.responder_resources}, initiator depth {b.initiator_depth}")
+print(f"retry count     {b.retry_count}, RNR retry {b.rnr_retry_count}")
+print(f"IP CM header    {req.src_ip}:{req.src_port} -> {req.dst_ip}:{req.dst_port}")
+
+# %% [markdown]
+# ## What the CM set up, seen in the traffic
+#
+# The connection's QP numbers and PSNs must show up in the RC packets that follow. Let's
+# check which side uses which starting PSN, and that the DestQP of each side's packets is the
+# QPN the other side announced.
+
+# %%
+from rdmalab.wire import OPCODES
+from rdmalab.wire.net import IPv4
+
+rep_cp, rep = msgs[1]
+print("REQ (from", req_cp.packet[IPv4].describe("src") + "): local QPN", hex(req.body.local_qpn),
+      "starting PSN", req.body.starting_psn)
+print("REP (from", rep_cp.packet[IPv4].describe("src") + "): local QPN", hex(rep.body.local_qpn),
+      "starting PSN", rep.body.starting_psn)
+seen = set()
+for cp in frames:
+    info = cp.packet.bth and OPCODES.get(cp.packet.bth.opcode)
+    if not info or cp.packet.bth.destqp == 1 or not info.is_request:
+        continue  # skip CM datagrams and responses (a response carries its request's PSN)
+    src = cp.packet[IPv4].describe("src")
+    if src not in seen:
+        seen.add(src)
+        print(f"first RC request from {src}: {cp.packet.summary()}")
+
+# %% [markdown]
+# ## rdmalab and Wireshark on the CM
+#
+# Wireshark decodes CM MADs too. The comparison of frame 1 (notebook 08) shows where Wireshark
+# 4.0 mis-reads the path fields; everything else agrees.
+
+# %%
+from rdmalab.capture.crosscheck import tshark_path
+from rdmalab.viz.wireshark import side_by_side
+
+if tshark_path():
+    sbs = side_by_side(lab.capture_path("rxe_rping.pcap"), 1)
+    print(sum(r[3] == "agree" for r in sbs.rows), "of", len(sbs.rows), "fields agree")
+    sbs.rows = [r for r in sbs.rows if "cm" in r[0]][:40]
+    display(sbs)
+
+# %% [markdown]
+# ## Exercises
+#
+# ### 1. The service
+#
+# Which port does the rping server listen on? Take it from the REQ's service ID.
+
+# %% tags=["exercise"]
+port = ...  # an integer
+### BEGIN SOLUTION
+port = req.body.service_id & 0xFFFF
+### END SOLUTION
+lab.check("cm.port", port)
+
+# %% [markdown]
+# ### 2. Who numbers what?
+#
+# The REQ and the REP each carry a starting PSN. For each host, say whose starting PSN its
+# RC requests use: give `{ip: "REQ" or "REP"}`. This is the capture's answer; compare it with
+# what IBA Vol 1 12.6 says each field means, and with how the Linux CM turns them into the
+# QPs' `sq_psn` and `rq_psn`.
+
+# %% tags=["exercise"]
+numbering = {"10.0.0.1": ..., "10.0.0.2": ...}
+### BEGIN SOLUTION
+numbering = {}
+for cp in frames:
+    bth = cp.packet.bth
+    if bth is None or bth.destqp == 1 or bth.opcode in (0x11, 0x12) or 0x0D <= bth.opcode <= 0x10:
+        continue
+    src = cp.packet[IPv4].describe("src")
+    if src not in numbering:
+        numbering[src] = "REQ" if bth.psn == req.body.starting_psn else "REP"
+### END SOLUTION
+lab.check("cm.psn", numbering)

@@ -1,0 +1,73 @@
+"""Checkers for 12-connection-manager: decoded from the real rping capture."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rdmalab.lab.core import Wrong, exercise
+from rdmalab.lab.env import capture_path
+from rdmalab.lab.feedback import as_int, norm_name
+
+NB = "12-connection-manager"
+
+
+def cm_messages() -> list[tuple[Any, Any]]:
+    """(captured packet, CMMessage) for every CM MAD in rxe_rping.pcap."""
+    from rdmalab import capture
+    from rdmalab.wire.cm import CMMessage
+
+    out = []
+    for cp in capture.read(capture_path("rxe_rping.pcap")):
+        m = CMMessage.from_packet(cp.packet, lenient=True)
+        if m is not None:
+            out.append((cp, m))
+    return out
+
+
+@exercise("cm.port", "The port rping listens on", notebook=NB, hints=(
+    "rdma_cm maps a TCP-style port into the REQ's 64-bit ServiceID (IBA Annex A11): 0x0000000001 | protocol | port.",
+    "The port is the low 16 bits of service_id.",
+))
+def _port(answer: Any) -> str:
+    req = next(m for _, m in cm_messages() if m.name == "REQ")
+    got = as_int(answer, "a port number")
+    if got == req.dst_port:
+        return f"Yes: ServiceID {req.body.service_id:#018x} -> protocol {req.protocol} (TCP), port {req.dst_port}."
+    if got == req.src_port:
+        raise Wrong("That is the client's source port (from the IP CM header); the ServiceID names the server's.",
+                    field="CM_REQ.service_id", offset=62)
+    if got == req.body.service_id:
+        raise Wrong("That is the whole ServiceID; the port is only its low 16 bits.", field="CM_REQ.service_id")
+    raise Wrong("Not the port in the REQ's ServiceID.", field="CM_REQ.service_id")
+
+
+@exercise("cm.psn", "Which CM message numbers which direction?", notebook=NB, hints=(
+    "Find the PSN of the first RC request packet each host sends after the RTU.",
+    "Compare them with the starting_psn fields of the REQ and the REP.",
+))
+def _psn(answer: Any) -> str:
+    from rdmalab.wire.net import IPv4
+
+    msgs = cm_messages()
+    req = next(m for _, m in msgs if m.name == "REQ")
+    rep = next(m for _, m in msgs if m.name == "REP")
+    from rdmalab import capture
+
+    first: dict[str, int] = {}
+    for cp in capture.read(capture_path("rxe_rping.pcap")):
+        bth = cp.packet.bth
+        if bth is None or bth.opcode >> 5 != 0 or bth.opcode in (0x11, 0x12) or 0x0D <= bth.opcode <= 0x10:
+            continue
+        first.setdefault(cp.packet[IPv4].describe("src"), bth.psn)
+    want = {}
+    for host, psn in first.items():
+        want[host] = "REQ" if psn == req.body.starting_psn else "REP" if psn == rep.body.starting_psn else "?"
+    if not isinstance(answer, dict):
+        raise Wrong("Give a dict {sender IP: 'REQ' or 'REP'}.")
+    for host, name in want.items():
+        if host not in answer:
+            raise Wrong(f"Say which message numbers the packets {host} sends.")
+        if norm_name(answer[host]) != name:
+            raise Wrong(f"The first request {host} sends has PSN {first[host]}: compare with both starting PSNs.",
+                        field="BTH.psn")
+    return "Right: " + "; ".join(f"{h} sends from the {n}'s starting PSN" for h, n in want.items()) + "."

@@ -1,0 +1,103 @@
+"""The checks: right answers pass, placeholders are 'not yet', wrong answers name what is wrong."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+
+import pytest
+
+from rdmalab import lab
+from rdmalab.lab import FAIL, NOT_YET, PASS
+from rdmalab.lab.checkers.wires import BTH_TASK, icrc_frame
+
+
+def test_placeholders_are_not_yet() -> None:
+    for answer in (..., None, [..., ...], {"a": ...}):
+        assert lab.check("wires.bth", answer).status == NOT_YET
+
+
+def test_unknown_exercise_suggests_neighbours() -> None:
+    with pytest.raises(KeyError, match="did you mean"):
+        lab.check("wires.nope", 1)
+
+
+def test_bth_feedback_names_field_offset_and_kind() -> None:
+    assert lab.check("wires.bth", BTH_TASK.encode()).status == PASS
+    r = lab.check("wires.bth", BTH_TASK.replace(psn=5).encode())
+    assert r.status == FAIL and r.field == "BTH.psn" and r.offset == 9
+    assert "24-bit value (Packet Sequence Number)" in r.details[0]
+    r = lab.check("wires.bth", BTH_TASK.replace(padcnt=0).encode())
+    assert r.field == "BTH.padcnt" and r.offset == 1 and "bits 5-4" in r.details[0]
+    r = lab.check("wires.bth", BTH_TASK.encode()[:10])
+    assert r.status == FAIL and "12 bytes" in r.message
+    assert lab.check("wires.bth", "zz").status == FAIL
+    assert "hex string" not in repr(lab.check("wires.bth", BTH_TASK.encode().hex()))  # hex strings are accepted
+
+
+def test_icrc_feedback_recognises_the_usual_slips() -> None:
+    frame = icrc_frame()
+    covered = frame[14:-4]
+    assert lab.check("wires.icrc", 0x2A00FD82).status == PASS
+    assert "byte order" in lab.check("wires.icrc", bytes.fromhex("2a00fd82")).message
+    assert "did not mask the variant fields" in lab.check("wires.icrc", zlib.crc32(b"\xff" * 8 + covered)).message
+    b = bytearray(covered)
+    b[1] = 0xFF
+    b[8] = 0xFF
+    b[10:12] = b"\xff\xff"
+    b[26:28] = b"\xff\xff"  # BTH byte 4 forgotten
+    r = lab.check("wires.icrc", zlib.crc32(b"\xff" * 8 + bytes(b)))
+    assert r.status == FAIL and "the variant fields of the BTH header" in r.message
+
+
+def test_engine_program_checks_run_the_learners_function() -> None:
+    def not_done(pair, remote_offset, length):  # type: ignore[no-untyped-def]
+        raise NotImplementedError("your code here")
+
+    assert lab.check("read.program", not_done).status == NOT_YET
+
+    def wrong(pair, remote_offset, length):  # type: ignore[no-untyped-def]
+        return pair.b.mr.read(length, remote_offset)  # cheating: no READ on the wire
+
+    r = lab.check("read.program", wrong)
+    assert r.status == FAIL and "READ Request" in r.message
+
+    def crashes(pair, data):  # type: ignore[no-untyped-def]
+        return 1 / 0
+
+    assert lab.check("security.fix", crashes).status == "error"
+
+
+def test_feedback_identifies_a_wrong_value_found_elsewhere() -> None:
+    r = lab.check("captures.rkey", 10290425)  # a PSN, not the rkey
+    assert r.status == FAIL and "psn" in r.message.lower()
+
+
+def test_hints_advance_and_stop_at_the_last() -> None:
+    h1 = lab.hint("wires.icrc", 1)
+    h2 = lab.hint("wires.icrc")
+    h3 = lab.hint("wires.icrc")
+    h4 = lab.hint("wires.icrc")
+    assert (h1.number, h2.number, h3.number, h4.number) == (1, 2, 3, 3)
+    assert "Hint 3/3" in h4._repr_html_()
+
+
+def test_results_render_and_are_logged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "log.jsonl"
+    monkeypatch.setenv("RDMALAB_CHECK_LOG", str(log))
+    r = lab.check("verbs.path", ["INIT", "RTS"])
+    assert "rdmalab-check-fail" in r._repr_html_() and "lab.hint" in r._repr_html_()
+    assert "not in the engine's transition table" in r.message
+    lab.check("verbs.path", ["INIT", "RTR", "RTS"])
+    rows = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [x["status"] for x in rows] == [FAIL, PASS]
+
+
+def test_every_exercise_has_hints_and_a_notebook() -> None:
+    items = lab.exercises().items
+    assert len(items) >= 25
+    for ex in items:
+        assert ex.hints, ex.id
+        assert ex.notebook, ex.id
+        assert (Path(__file__).resolve().parents[2] / "notebooks" / f"{ex.notebook}.py").exists(), ex.id

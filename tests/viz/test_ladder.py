@@ -1,0 +1,96 @@
+"""Ladder diagrams and PSN plots drawn from the engine's trace and from captures."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from rdmalab import capture
+from rdmalab.lab import capture_path, scenarios
+from rdmalab.verbs.trace import TraceEvent
+from rdmalab.viz import from_capture, from_trace, psn_time, qp_state_diagram, state_diagram, throughput
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _events() -> list[TraceEvent]:
+    return [
+        TraceEvent(0, "a", 1, "sent", 5, 0x0A, {"packet_id": 1}),
+        TraceEvent(1000, "b", 1, "received", 5, 0x0A, {"packet_id": 1}),
+        TraceEvent(1100, "b", 1, "sent", 5, 0x11, {"packet_id": 2}),
+        TraceEvent(2100, "a", 1, "received", 5, 0x11, {"packet_id": 2}),
+        TraceEvent(2100, "a", 1, "acked", 5, 0x11, {"syndrome": "NAK, PSN Sequence Error (0)"}),
+        TraceEvent(3000, "a", 1, "sent", 6, 0x0A, {"packet_id": 3}),
+        TraceEvent(3000, "b", 1, "dropped", 6, 0x0A, {"packet_id": 3, "reason": "lost by the fabric"}),
+        TraceEvent(900_000, "a", 1, "retransmitted", 6, None, {"reason": "timeout"}),
+        TraceEvent(900_000, "a", 1, "sent", 6, 0x0A, {"packet_id": 4}),
+        TraceEvent(901_000, "b", 1, "received", 6, 0x0A, {"packet_id": 4}),
+        TraceEvent(901_000, "a", 1, "completed", None, None, {"status": "success", "wc_opcode": 1}),
+    ]
+
+
+def test_ladder_from_trace_classifies_every_arrow() -> None:
+    lad = from_trace(_events(), title="t")
+    kinds = [(a.label, a.kind, a.lost) for a in lad.arrows]
+    assert kinds == [("WRITE Only PSN 5", "request", False), ("NAK: PSN Sequence Error PSN 5", "nak", False),
+                     ("WRITE Only PSN 6", "request", True), ("WRITE Only PSN 6", "retx", False)]
+    assert [m.kind for m in lad.markers] == ["timeout", "completion"]
+    assert "WC RDMA_WRITE ok" in lad.markers[1].label
+
+
+def test_ladder_svg_is_valid_and_cuts_long_gaps() -> None:
+    svg = from_trace(_events())._repr_svg_()
+    root = ET.fromstring(svg)
+    assert root.tag == SVG + "svg"
+    assert len(root.findall(f".//{SVG}g[@class='rdmalab-arrow rdmalab-retx']")) == 1
+    assert "\u2248 +" in svg  # the 0.9 ms gap is drawn as a cut
+    assert int(root.get("height")) < 600
+
+
+def test_mermaid_export() -> None:
+    text = from_trace(_events()).to_mermaid()
+    assert text.startswith("sequenceDiagram") and "a-xb: WRITE Only PSN 6" in text
+
+
+def test_engine_run_ladder_and_plots_are_deterministic() -> None:
+    first = scenarios.nak_run()
+    second = scenarios.nak_run()
+    assert first.ladder().to_svg() == second.ladder().to_svg()
+    kinds = {a.kind for a in first.ladder().arrows}
+    assert {"request", "nak", "retx", "ack"} <= kinds
+    svg = first.psn_plot().to_svg()
+    assert svg == second.psn_plot().to_svg()
+    ET.fromstring(svg)
+    assert "<svg" in throughput(first.trace).to_svg()
+
+
+def test_ladder_and_psn_plot_from_a_real_capture() -> None:
+    cps = list(capture.read(capture_path("rxe_rping.pcap")))
+    lad = from_capture(cps, limit=8)
+    assert lad.nodes == ["10.0.0.2", "10.0.0.1"]
+    assert [a.label for a in lad.arrows[:3]] == ["CM REQ", "CM REP", "CM RTU"]
+    assert lad.arrows[5].label.startswith("READ Req")
+    ET.fromstring(psn_time(cps).to_svg())
+
+
+def test_qp_state_diagram_is_drawn_from_the_engine_table() -> None:
+    from rdmalab.verbs.engine import qpstate
+
+    d = qp_state_diagram("RC")
+    rc_edges = sum(1 for masks in qpstate.TABLE.values() if qpstate.RC in masks)
+    assert len(d.edges) == rc_edges
+    assert ("RESET", "INIT") in {(a, b) for a, b, _ in d.edges}
+    assert ("RESET", "RTS") not in {(a, b) for a, b, _ in d.edges}
+    ET.fromstring(d.to_svg())
+
+
+@pytest.mark.parametrize("table", [
+    {"A": ["B"], "B": ["A"]},
+    [("A", "B", "go"), ("B", "A")],
+    {("A", "B"): "x"},
+])
+def test_state_diagram_accepts_table_shapes(table: object) -> None:
+    d = state_diagram(table)
+    assert {e[:2] for e in d.edges} >= {("A", "B")}
+    ET.fromstring(d.to_svg())
