@@ -23,7 +23,8 @@
 # scripts/captures_guest.sh runs in both guests; the server runs tcpdump on its NIC.
 #
 # Usage: scripts/make_captures.sh [OUTDIR]      (default: <repo>/captures)
-# Takes ~10 minutes on a 2-core machine without KVM.
+# Takes ~8-10 minutes on a 2-core machine without KVM.  Env: KVER, WORK (scratch dir,
+# default /tmp/rdmalab-captures), SOCK_PORT (host port for the qemu socket), SKIP_SIW=1.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -41,7 +42,7 @@ rm -rf "$WORK/pcap" "$WORK/log"
 mkdir -p "$WORK/pcap" "$WORK/log" "$OUT"
 
 # ---- 1. build siw.ko ----------------------------------------------------------------
-SIWDIR=$WORK/siw-src
+SIWDIR=$WORK/siw-src-$KVER     # cached between runs
 SIW_KO=$SIWDIR/linux-source-6.1/drivers/infiniband/sw/siw/siw.ko
 if [ "${SKIP_SIW:-0}" = 1 ]; then
     SIW_KO=""

@@ -44,7 +44,10 @@ def summarize(pkt: Packet) -> str:
     imm = pkt.get(ImmDt)
     if imm is not None:
         parts.append(f"Imm=0x{imm.imm:08x}")
-    if pkt.payload_length:
+    mad = _mad_summary(pkt)
+    if mad:
+        parts.append(mad)
+    elif pkt.payload_length:
         parts.append(f"payload={pkt.payload_length}")
     status = pkt.crc_status
     if status == "bad":
@@ -52,3 +55,21 @@ def summarize(pkt: Packet) -> str:
     if pkt.problems:
         parts.append(f"[{len(pkt.problems)} problem(s): {pkt.problems[0]}]")
     return " ".join(parts)
+
+
+def _mad_summary(pkt: Packet) -> str | None:
+    """``MAD CM Send ConnectRequest (REQ) 10.0.0.2:35360 -> 10.0.0.1:7174`` for a MAD packet."""
+    if not any(layer.name == "MAD" for layer in pkt.layers):
+        return None
+    from rdmalab.wire.cm import IPCMHeader, parse_ip_cm_service_id
+    from rdmalab.wire.mad import MADHeader
+
+    mad = pkt[MADHeader]
+    text = f"MAD {mad.class_name} {mad.method_name} {mad.attr_name}"
+    ipcm = pkt.get(IPCMHeader)
+    if ipcm is not None:
+        sid = getattr(pkt.layers[-2].header, "service_id", None) if len(pkt.layers) > 1 else None
+        port = parse_ip_cm_service_id(sid) if isinstance(sid, int) else None
+        dst = f"{ipcm.dst_address}:{port[1]}" if port else str(ipcm.dst_address)
+        text += f" {ipcm.src_address}:{ipcm.src_port} -> {dst}"
+    return text
