@@ -40,7 +40,7 @@ BACKEND = "soft"  # the one-line backend switch used by every notebook
 
 from rdmalab import lab, viz
 
-lab.backend(BACKEND)
+BACKEND = lab.backend(BACKEND)  # checks that the backend is available
 lab.environment()
 
 # %% [markdown]

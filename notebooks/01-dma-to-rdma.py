@@ -23,7 +23,7 @@ import threading
 
 from rdmalab import lab
 
-lab.backend(BACKEND)
+BACKEND = lab.backend(BACKEND)  # checks that the backend is available
 
 
 def io_counters() -> dict:

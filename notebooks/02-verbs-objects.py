@@ -27,7 +27,7 @@ from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pd import PD
 from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 
-lab.backend(BACKEND)
+BACKEND = lab.backend(BACKEND)  # checks that the backend is available
 fabric = Fabric(seed=2)  # a fresh simulated network, so this notebook's numbers never change
 fabric.add_device("soft0", "10.0.0.1")
 fabric.add_device("soft1", "10.0.0.2")

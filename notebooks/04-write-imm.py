@@ -17,7 +17,7 @@ from rdmalab import lab, viz
 from rdmalab.lab.pair import Pair
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 
-lab.backend(BACKEND)
+BACKEND = lab.backend(BACKEND)  # checks that the backend is available
 pair = Pair(backend=BACKEND, mtu=1024)
 a, b = pair.a, pair.b
 

@@ -22,7 +22,7 @@ from rdmalab import lab, viz
 from rdmalab.lab.pair import Pair
 from rdmalab.verbs.wr import SGE, SendWR
 
-lab.backend(BACKEND)
+BACKEND = lab.backend(BACKEND)  # checks that the backend is available
 pair = Pair(backend=BACKEND)
 a, b = pair.a, pair.b
 b.mr.write(struct.pack("<Q", 41), 8, 0)  # B's counter, in B's (little-endian) host order

@@ -15,7 +15,7 @@ BACKEND = "soft"
 from rdmalab import lab, viz
 from rdmalab.lab.samples import one_write
 
-lab.backend(BACKEND)
+BACKEND = lab.backend(BACKEND)  # checks that the backend is available
 wires = one_write(b"Hello, RDMA!")
 viz.compare_wires(wires)
 

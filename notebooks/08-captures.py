@@ -13,7 +13,7 @@
 BACKEND = "soft"
 from rdmalab import capture, lab, viz
 
-lab.backend(BACKEND)
+BACKEND = lab.backend(BACKEND)  # checks that the backend is available
 rxe = list(capture.read(lab.capture_path("rxe_rping.pcap")))
 siw = list(capture.read(lab.capture_path("siw_rping.pcap")))
 print(len(rxe), "rxe frames,", len(siw), "siw frames")

@@ -21,7 +21,7 @@ BACKEND = "soft"
 from rdmalab import lab, viz
 from rdmalab.lab import scenarios
 
-lab.backend(BACKEND)
+BACKEND = lab.backend(BACKEND)  # checks that the backend is available
 
 # %% [markdown]
 # ## A lost packet in the middle: NAK and go-back-N

@@ -20,7 +20,7 @@ from rdmalab import capture, lab, viz
 from rdmalab.wire import BTH, CNPPad, decode_ethernet, encode_rocev2
 from rdmalab.wire.net import IPv4
 
-lab.backend(BACKEND)
+BACKEND = lab.backend(BACKEND)  # checks that the backend is available
 
 # %% [markdown]
 # ## The ECN field

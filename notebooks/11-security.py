@@ -24,7 +24,7 @@ from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pd import PD
 from rdmalab.verbs.wr import SGE, SendWR
 
-lab.backend(BACKEND)
+BACKEND = lab.backend(BACKEND)  # checks that the backend is available
 
 
 def try_write(pair, rkey, addr, length=16, *, lkey=None):

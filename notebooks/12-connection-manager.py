@@ -24,7 +24,7 @@ from rdmalab import capture, lab, viz
 from rdmalab.lab.checkers.cm import cm_messages
 from rdmalab.wire.cm import CMMessage
 
-lab.backend(BACKEND)
+BACKEND = lab.backend(BACKEND)  # checks that the backend is available
 frames = list(capture.read(lab.capture_path("rxe_rping.pcap")))
 msgs = cm_messages()
 for cp, m in msgs:

@@ -24,7 +24,7 @@ JB=("$PY" -c "import sys; from jupyter_book.cli.main import main; sys.exit(main(
 stage=build/book
 rm -rf "$stage"
 mkdir -p "$stage" artifacts
-cp -r book/_config.yml book/_toc.yml book/intro.md book/chapters "$stage"/
+cp -r book/_config.yml book/_toc.yml book/intro.md book/chapters book/_ext book/_static "$stage"/
 "$PY" -m rdmalab.lab.generate --version book --out "$stage/notebooks" >/dev/null
 export RDMALAB_CHECK_LOG="$PWD/build/book-checks.jsonl"
 export RDMALAB_BACKEND=soft MPLBACKEND=Agg PYDEVD_DISABLE_FILE_VALIDATION=1

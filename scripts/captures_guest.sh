@@ -1,13 +1,17 @@
 #!/bin/bash
 # Runs INSIDE one of the two virtme-ng guests started by make_captures.sh.
 #
-#   captures_guest.sh ROLE WORKDIR SIW_KO
+#   captures_guest.sh ROLE WORKDIR SIW_KO [SIW_CRC_KO [PHASES]]
 #
 # ROLE    "server" (10.0.0.1, runs tcpdump and the server side of every tool)
 #         or "client" (10.0.0.2, runs the client side).
 # WORKDIR host directory shared read-write with both guests (--rwdir);
 #         pcaps go to WORKDIR/pcap, logs to WORKDIR/log.
 # SIW_KO  path of the out-of-tree siw.ko built by make_captures.sh ("" = skip siw).
+# SIW_CRC_KO  path of siw_crc.ko, the same siw with mpa_crc_required patched to true
+#         ("" = skip siw_crc).
+# PHASES  which phases to run, in this order: "rxe siw siw_crc" (the default).
+#         Both guests must get the same list (the test counter N must agree).
 #
 # The two guests are joined by one virtio NIC each, connected back to back through
 # a qemu "-netdev socket" (listen/connect), so every packet tcpdump sees on the
@@ -21,6 +25,10 @@ set -u
 ROLE=$1
 WORK=$2
 SIW_KO=${3:-}
+SIW_CRC_KO=${4:-}
+PHASES=" ${5:-rxe siw siw_crc} "
+has_phase() { case $PHASES in *" $1 "*) return 0 ;; esac; return 1; }
+HERE=$(dirname "$(readlink -f "$0")")
 PCAP=$WORK/pcap
 LOG=$WORK/log
 mkdir -p "$PCAP" "$LOG"
@@ -31,7 +39,7 @@ TO=120            # hard timeout (s) for every tool run; TCG is slow
 N=0               # test counter (must advance identically on both sides)
 
 exec > >(tee "$LOG/guest-$ROLE.log") 2>&1
-echo "== $ROLE: kernel $(uname -r), $(date -u +%FT%TZ)"
+echo "== $ROLE: kernel $(uname -r), $(date -u +%FT%TZ), phases:$PHASES"
 
 # ---- network: the NIC with the MAC we gave it in make_captures.sh --------------
 ip link set lo up
@@ -115,6 +123,7 @@ t() {
 }
 
 # ================================ rxe (RoCEv2) ====================================
+if has_phase rxe; then
 modprobe rdma_rxe
 rdma link add rxe0 type rxe netdev "$IF"
 sleep 1
@@ -142,7 +151,6 @@ t rxe_send_lat     tcp:18515 "ib_send_lat $P -s 64"    "ib_send_lat $P -s 64 $SR
 t rxe_read_lat     tcp:18515 "ib_read_lat $P -s 64"    "ib_read_lat $P -s 64 $SRV_IP"
 # immediate data: perftest 4.5-0.17 and the pingpong examples have no *_WITH_IMM
 # option, so a small pyverbs program (imm_pingpong.py) does SEND/WRITE with imm.
-HERE=$(dirname "$(readlink -f "$0")")
 t rxe_imm          tcp:18516 "/usr/bin/python3 $HERE/imm_pingpong.py -d rxe0 -g $G" \
                              "/usr/bin/python3 $HERE/imm_pingpong.py -d rxe0 -g $G $SRV_IP"
 # RDMA CM (CM MADs REQ/REP/RTU/DREQ/DREP on QP1 over RoCEv2)
@@ -157,22 +165,46 @@ if [ "$ROLE" = client ]; then tc qdisc add dev "$IF" root netem loss 10%; fi
 L="$D -x $G -n 12 -s 2048"
 t rxe_send_bw_loss tcp:18515 "ib_send_bw $L" "ib_send_bw $L $SRV_IP"
 if [ "$ROLE" = client ]; then tc qdisc del dev "$IF" root; fi
+rdma link delete rxe0
+modprobe -r rdma_rxe
+fi
 
 # ================================ siw (iWARP) =====================================
-if [ -n "$SIW_KO" ] && [ -f "$SIW_KO" ]; then
-    rdma link delete rxe0
-    modprobe -r rdma_rxe
+siw_up() {    # siw_up KO: load one siw build and attach siw0 to the NIC
     modprobe ib_core; modprobe iw_cm; modprobe libcrc32c; modprobe rdma_cm
-    insmod "$SIW_KO" || echo "!! insmod siw failed"
+    insmod "$1" || echo "!! insmod $1 failed"
     rdma link add siw0 type siw netdev "$IF"
     sleep 1
+    dmesg | grep SoftiWARP | tail -1
     rdma link show; ibv_devinfo -d siw0 | grep -E 'transport|state|active_mtu'
+}
+siw_down() {
+    rdma link delete siw0
+    rmmod siw || echo "!! rmmod siw failed"
+}
+if has_phase siw && [ -n "$SIW_KO" ] && [ -f "$SIW_KO" ]; then
+    siw_up "$SIW_KO"
     t siw_rping     cm "rping -s -a $SRV_IP -v -C 3 -S 64" "rping -c -a $SRV_IP -v -C 3 -S 64"
     t siw_write_bw  cm "ib_write_bw -d siw0 -R -n 5 -s 4096" "ib_write_bw -d siw0 -R -n 5 -s 4096 $SRV_IP"
     t siw_read_bw   cm "ib_read_bw -d siw0 -R -n 5 -s 4096"  "ib_read_bw -d siw0 -R -n 5 -s 4096 $SRV_IP"
     t siw_send_bw   cm "ib_send_bw -d siw0 -R -n 5 -s 4096"  "ib_send_bw -d siw0 -R -n 5 -s 4096 $SRV_IP"
     # longer run used to cut a "mid-stream" capture on the host (editcap -r)
     t siw_write_bw_long cm "ib_write_bw -d siw0 -R -n 10 -s 16384" "ib_write_bw -d siw0 -R -n 10 -s 16384 $SRV_IP"
+    siw_down
+fi
+
+# ====================== siw with MPA CRC32c (siw_crc.ko) ==========================
+# Same tests as above, but with the siw build whose mpa_crc_required is true: the
+# client's MPA Request and the server's MPA Reply set the C flag, and every FPDU
+# carries a real CRC32c.  4096 B messages are > MSS 1448, so each is cut into
+# several FPDUs / segments.
+if has_phase siw_crc && [ -n "$SIW_CRC_KO" ] && [ -f "$SIW_CRC_KO" ]; then
+    siw_up "$SIW_CRC_KO"
+    t siw_crc_rping    cm "rping -s -a $SRV_IP -v -C 3 -S 64" "rping -c -a $SRV_IP -v -C 3 -S 64"
+    t siw_crc_write_bw cm "ib_write_bw -d siw0 -R -n 5 -s 4096" "ib_write_bw -d siw0 -R -n 5 -s 4096 $SRV_IP"
+    t siw_crc_read_bw  cm "ib_read_bw -d siw0 -R -n 5 -s 4096"  "ib_read_bw -d siw0 -R -n 5 -s 4096 $SRV_IP"
+    t siw_crc_send_bw  cm "ib_send_bw -d siw0 -R -n 5 -s 4096"  "ib_send_bw -d siw0 -R -n 5 -s 4096 $SRV_IP"
+    siw_down
 fi
 
 dmesg > "$LOG/dmesg-$ROLE.txt"

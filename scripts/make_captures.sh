@@ -17,14 +17,25 @@
 # from /usr/src/linux-source-6.1.tar.xz as an external module against
 # /lib/modules/$KVER/build (linux-headers-$KVER).
 #
+# siw_crc.ko: Linux 6.1 siw never negotiates MPA CRC (siw_main.c has
+# "const bool mpa_crc_required;", i.e. a hard-coded false, no module parameter), so
+# all FPDUs of siw.ko carry CRC 0.  For captures with real CRC32c we build a second
+# copy of the same source with that line patched to "= true" (and the "SoftiWARP
+# attached" load message tagged, so dmesg shows which variant is loaded) and install
+# the result as siw_crc.ko.  Its module name is still "siw"; the guests load either
+# siw.ko (phase siw) or siw_crc.ko (phase siw_crc), never both at once.
+#
 # Topology: two virtme-ng guests (TCG, --disable-kvm), each with one virtio NIC,
 # joined back to back by qemu "-netdev socket" (guest "server" listens on
 # 127.0.0.1:$SOCK_PORT, guest "client" connects).  server=10.0.0.1, client=10.0.0.2.
 # scripts/captures_guest.sh runs in both guests; the server runs tcpdump on its NIC.
 #
 # Usage: scripts/make_captures.sh [OUTDIR]      (default: <repo>/captures)
-# Takes ~8-10 minutes on a 2-core machine without KVM.  Env: KVER, WORK (scratch dir,
-# default /tmp/rdmalab-captures), SOCK_PORT (host port for the qemu socket), SKIP_SIW=1.
+# Takes ~10-12 minutes on a 2-core machine without KVM (all phases).  Env: KVER, WORK (scratch dir,
+# default /tmp/rdmalab-captures), SOCK_PORT (host port for the qemu socket),
+# PHASES (space-separated subset of "rxe siw siw_crc", default all three, run in that
+# order; e.g. PHASES=siw_crc boots the guests for the CRC captures only, ~3-4 min),
+# SKIP_SIW=1 (= drop siw and siw_crc from PHASES).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -38,28 +49,59 @@ echo "kernel: $KVER ($VMLINUZ)"
 [ -r "$VMLINUZ" ] || { echo "no $VMLINUZ"; exit 1; }
 command -v vng >/dev/null || { echo "vng missing: pip install virtme-ng"; exit 1; }
 
+PHASES=${PHASES:-rxe siw siw_crc}
+if [ "${SKIP_SIW:-0}" = 1 ]; then PHASES=$(echo " $PHASES " | sed 's/ siw_crc / /; s/ siw / /'); fi
+PHASES=$(echo $PHASES)          # normalise blanks
+has_phase() { case " $PHASES " in *" $1 "*) return 0 ;; esac; return 1; }
+for p in $PHASES; do
+    case $p in rxe|siw|siw_crc) ;; *) echo "unknown phase '$p' (PHASES=rxe siw siw_crc)"; exit 1 ;; esac
+done
+echo "phases: $PHASES"
+[ -n "$PHASES" ] || { echo "nothing to do"; exit 1; }
+
 rm -rf "$WORK/pcap" "$WORK/log"
 mkdir -p "$WORK/pcap" "$WORK/log" "$OUT"
 
-# ---- 1. build siw.ko ----------------------------------------------------------------
-SIWDIR=$WORK/siw-src-$KVER     # cached between runs
-SIW_KO=$SIWDIR/linux-source-6.1/drivers/infiniband/sw/siw/siw.ko
-if [ "${SKIP_SIW:-0}" = 1 ]; then
-    SIW_KO=""
-elif [ ! -f "$SIW_KO" ]; then
-    mkdir -p "$SIWDIR"
-    tar -C "$SIWDIR" -xJf /usr/src/linux-source-6.1.tar.xz \
+# ---- 1. build siw.ko (and siw_crc.ko) ---------------------------------------------------
+build_siw() {  # build_siw SRCDIR [patch]: extract + build siw from linux-source-6.1 in SRCDIR
+    local dir=$1 patch=${2:-} m=$1/linux-source-6.1/drivers/infiniband/sw/siw
+    rm -rf "$dir"; mkdir -p "$dir"
+    tar -C "$dir" -xJf /usr/src/linux-source-6.1.tar.xz \
         --wildcards 'linux-source-6.1/drivers/infiniband/sw/siw/*'
-    make -C "/lib/modules/$KVER/build" M="$(dirname "$SIW_KO")" CONFIG_RDMA_SIW=m modules
+    if [ "$patch" = crc ]; then
+        # the hard-coded constant, default false -> true; fail loudly if the source changed
+        grep -qx 'const bool mpa_crc_required;' "$m/siw_main.c" ||
+            { echo "siw_main.c: 'const bool mpa_crc_required;' not found"; exit 1; }
+        sed -i 's/^const bool mpa_crc_required;$/const bool mpa_crc_required = true;/;
+                s/pr_info("SoftiWARP attached\\n");/pr_info("SoftiWARP attached (rdmalab siw_crc: mpa_crc_required = true)\\n");/' \
+            "$m/siw_main.c"
+        grep -n 'mpa_crc_required = true\|SoftiWARP attached' "$m/siw_main.c"
+    fi
+    make -C "/lib/modules/$KVER/build" M="$m" CONFIG_RDMA_SIW=m modules
+}
+SIW_KO=""; SIW_CRC_KO=""
+if has_phase siw; then
+    SIWDIR=$WORK/siw-src-$KVER         # cached between runs
+    SIW_KO=$SIWDIR/linux-source-6.1/drivers/infiniband/sw/siw/siw.ko
+    [ -f "$SIW_KO" ] || build_siw "$SIWDIR"
+    modinfo "$SIW_KO" | grep vermagic
 fi
-[ -z "$SIW_KO" ] || modinfo "$SIW_KO" | grep vermagic
+if has_phase siw_crc; then
+    SIWCRCDIR=$WORK/siw-crc-src-$KVER  # cached between runs
+    SIW_CRC_KO=$SIWCRCDIR/siw_crc.ko
+    if [ ! -f "$SIW_CRC_KO" ]; then
+        build_siw "$SIWCRCDIR" crc
+        cp "$SIWCRCDIR/linux-source-6.1/drivers/infiniband/sw/siw/siw.ko" "$SIW_CRC_KO"
+    fi
+    modinfo "$SIW_CRC_KO" | grep vermagic
+fi
 
 # ---- 2. boot the two guests ----------------------------------------------------------
 vm() {  # vm ROLE NETDEV-OPTION MAC
     timeout 1800 vng --run "$VMLINUZ" --disable-kvm --user root --name "rdma-$1" \
         --cpus 2 --memory 1G --rwdir "$WORK" \
         --qemu-opts="-netdev socket,id=rnet,$2 -device virtio-net-pci,netdev=rnet,mac=$3" \
-        --exec "bash $HERE/captures_guest.sh $1 $WORK '$SIW_KO'" \
+        --exec "bash $HERE/captures_guest.sh $1 $WORK '$SIW_KO' '$SIW_CRC_KO' '$PHASES'" \
         < /dev/null > "$WORK/log/vm-$1.console" 2>&1
 }
 vm server "listen=127.0.0.1:$SOCK_PORT" 52:54:00:00:01:01 &
@@ -86,4 +128,14 @@ if [ -f "$OUT/siw_write_bw_long.pcap" ]; then
 fi
 
 # ---- 4. verify with tshark ---------------------------------------------------------------
-"$HERE/verify_captures.sh" "$OUT" | tee "$WORK/log/verify.txt"
+# all phases: the whole output directory; otherwise just the files made by this run
+if [ "$PHASES" = "rxe siw siw_crc" ]; then
+    "$HERE/verify_captures.sh" "$OUT" | tee "$WORK/log/verify.txt"
+else
+    NEW=()
+    for f in "$WORK"/pcap/*.pcap; do
+        b=$(basename "$f"); [ "$b" = siw_write_bw_long.pcap ] && b=siw_write_bw_midstream.pcap
+        NEW+=("$OUT/$b")
+    done
+    "$HERE/verify_captures.sh" "${NEW[@]}" | tee "$WORK/log/verify.txt"
+fi

@@ -33,6 +33,8 @@ def main(root_arg: str) -> int:
     root = Path(root_arg).resolve()
     pages: dict[Path, _Collect] = {}
     for f in sorted(root.rglob("*.html")):
+        if "_static" in f.relative_to(root).parts:
+            continue  # theme template fragments (Jinja macros), not pages
         c = _Collect()
         c.feed(f.read_text(encoding="utf-8", errors="replace"))
         pages[f] = c

@@ -26,7 +26,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-dev-shm-usage", "--window-size=1280,1600"]
 FIGURES_JS = """
 const q = s => document.querySelectorAll(s).length;
-return {hexdumps: q('.rdmalab-hexdump'), svgs: q('article svg, main svg'), imgs: q('article img, main img'),
+return {hexdumps: q('.cell_output .rdmalab-hexdump'), svgs: q('.cell_output svg'), imgs: q('.cell_output img'),
         checks_pass: q('.rdmalab-check-pass'), checks_other: q('.rdmalab-check-fail, .rdmalab-check-error'),
         tracebacks: (document.body.innerText.match(/Traceback \\(most recent call last\\)/g) || []).length,
         title: document.title};

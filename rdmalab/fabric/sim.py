@@ -87,11 +87,14 @@ class Fabric:
     ``mtu`` is the IB MTU the ports offer (``port.active_mtu``; 4096 is like a 9000-byte
     Ethernet MTU); a packet whose payload exceeds it is dropped, like a DF packet that does not
     fit.  ``frames=True`` sends every packet as bytes and decodes it at the receiver (slower;
-    every packet then really crosses as a frame).  ``trace=False`` skips the trace.
+    every packet then really crosses as a frame).  ``trace=False`` skips the trace.  With
+    ``bursts`` (the default) and nothing observing (no trace, tap or fault), the engine may move
+    a run of consecutive packets of one message as one burst object (see
+    :mod:`rdmalab.verbs.engine.packet`); ``bursts=False`` forces one object per packet.
     """
 
     def __init__(self, *, seed: int = 0, mtu: int = 4096, latency_ns: int = 1000, bandwidth_gbps: float = 100.0,
-                 trace: bool = True, frames: bool = False) -> None:
+                 trace: bool = True, frames: bool = False, bursts: bool = True) -> None:
         if mtu not in (256, 512, 1024, 2048, 4096):
             raise ValueError(f"mtu must be an IB MTU (256..4096 bytes), not {mtu}")
         self.seed = seed
@@ -100,6 +103,7 @@ class Fabric:
         self.latency_ns = latency_ns
         self.bandwidth_gbps = bandwidth_gbps
         self.frames = frames
+        self.bursts = bursts
         self.devices: dict[str, SoftDevice] = {}
         self.trace = Trace()
         self._tracing = trace
@@ -233,7 +237,7 @@ class Fabric:
 
     def _update_mode(self) -> None:
         # Bursts (see rdmalab.verbs.engine.packet) only when nothing can tell them apart.
-        self.burst_ok = not (self._taps or self._tracing or self.frames or any(f.any for f in self._faults.values()))
+        self.burst_ok = self.bursts and not (self._taps or self._tracing or self.frames or any(f.any for f in self._faults.values()))
 
     def record(self, ev: TraceEvent) -> None:
         self.trace.append(ev)

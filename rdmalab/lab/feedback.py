@@ -62,7 +62,7 @@ def compare_header(expected: Header, answer: Any, *, base_offset: int = 0, show_
     if not wrong:
         return
     details = []
-    for f, want, have in wrong:
+    for f, _want, _have in wrong:
         hi = 7 - f.bit_offset % 8
         bits = "" if f.bits >= 8 else (f" (bit {hi})" if f.bits == 1 else f" (bits {hi}-{hi - f.bits + 1})")
         line = (f"{name}.{f.name} at byte {base_offset + f.byte_start}{bits}"

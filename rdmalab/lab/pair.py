@@ -41,7 +41,7 @@ class Node:
     def completions(self) -> list[Any]:
         """All completions available now (after letting the fabric run to quiescence)."""
         self.ctx.fabric.run()
-        out = []
+        out: list[Any] = []
         while True:
             n, wcs = self.cq.poll(16)
             if not n:

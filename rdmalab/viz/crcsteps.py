@@ -118,7 +118,7 @@ class IcrcSteps:
 
     def masked_offsets(self) -> list[int]:
         """Offsets in ``masked_input`` whose byte changed or was forced by a variant field."""
-        out = set()
+        out: set[int] = set()
         for m in self.masked:
             first = m.offset - self.start + len(self.prefix)
             out.update(range(first, first + (m.bits + 7) // 8))

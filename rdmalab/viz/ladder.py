@@ -63,7 +63,7 @@ class Ladder:
     arrows: list[Arrow] = field(default_factory=list)
     markers: list[Marker] = field(default_factory=list)
     title: str | None = None
-    spacing: int = 380
+    spacing: int = 320
     row: int = 16
 
     # ------------------------------------------------------------------ layout
@@ -77,24 +77,28 @@ class Ladder:
         return sorted(ts)
 
     def _ymap(self, top: int) -> tuple[dict[int, float], list[tuple[float, int]]]:
+        """Time -> y.  The scale is the typical one-way transit time: a gap up to a few transits is
+        drawn to scale (so an arrow's slope shows its latency), a longer gap is cut and labelled."""
         times = self._times()
         y: dict[int, float] = {}
         breaks: list[tuple[float, int]] = []
         if not times:
             return y, breaks
-        gaps = [b - a for a, b in zip(times, times[1:], strict=False) if b > a]
-        unit = sorted(gaps)[len(gaps) // 2] if gaps else 1  # the typical gap: one row
-        unit = max(unit, 1)
+        transits = sorted(a.t1 - a.t0 for a in self.arrows if a.t1 is not None and a.t1 > a.t0)
+        gaps = sorted(b - a for a, b in zip(times, times[1:], strict=False) if b > a)
+        scale = transits[len(transits) // 2] if transits else (gaps[len(gaps) // 2] if gaps else 1)
+        scale = max(scale, 1)
+        per_transit = 4 * self.row  # one typical transit is drawn 4 rows tall
         cur = float(top)
         prev = times[0]
         y[prev] = cur
         for t in times[1:]:
-            rows = (t - prev) / unit
-            if rows > 6:
-                breaks.append((cur + 2.5 * self.row, t - prev))
-                cur += 5 * self.row
+            gap = t - prev
+            if gap > 8 * scale:
+                breaks.append((cur + 1.5 * self.row, gap))
+                cur += 3 * self.row
             else:
-                cur += max(self.row, rows * self.row)
+                cur += max(self.row, gap / scale * per_transit)
             y[t] = cur
             prev = t
         return y, breaks
@@ -102,11 +106,19 @@ class Ladder:
     # ------------------------------------------------------------------ SVG
     def to_svg(self) -> str:
         top = 46 if self.title else 30
-        left = 110
+        left = 70  # the time axis labels
         ys, breaks = self._ymap(top + 14)
         height = int(max(ys.values(), default=top) + 40)
-        xs = {n: left + 210 + i * self.spacing for i, n in enumerate(self.nodes)}
-        width = int(left + 420 + (len(self.nodes) - 1) * self.spacing)
+
+        def ext(node: str | None, arrows_start: bool) -> float:
+            labels = [len(m.label) for m in self.markers if m.node == node]
+            return max([60.0] + [n * 5.6 + 24 for n in labels])
+
+        first = self.nodes[0] if self.nodes else None
+        last = self.nodes[-1] if self.nodes else None
+        x0 = left + ext(first, True)
+        xs = {n: x0 + i * self.spacing for i, n in enumerate(self.nodes)}
+        width = int(x0 + (len(self.nodes) - 1) * self.spacing + (ext(last, False) if len(self.nodes) > 1 else 0) + 10)
         out = [
             f'<svg xmlns="http://www.w3.org/2000/svg" class="rdmalab-ladder" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Arial, sans-serif" font-size="11">',
@@ -270,6 +282,41 @@ def _aeth_text(frame: bytes | None) -> str | None:
     return None if aeth is None else aeth.syndrome_text()
 
 
+def match_arrivals(events: list[Any]) -> dict[int, Any]:
+    """For each ``sent`` event (by index), the ``received`` event of the same packet.
+
+    Events share ``detail["packet_id"]``; when a packet crossed the fabric as bytes (faults, taps)
+    the receiver may have decoded it into a new packet object with a new id, so an unmatched
+    arrival is paired with the oldest unmatched sent packet of the same PSN and opcode from
+    another node."""
+    out: dict[int, Any] = {}
+    by_id: dict[Any, int] = {}
+    pending: dict[tuple[Any, Any], list[int]] = {}
+    for i, e in enumerate(events):
+        pid = e.detail.get("packet_id") if isinstance(e.detail, dict) else None
+        if e.kind == "sent":
+            if pid is not None:
+                by_id[pid] = i
+            pending.setdefault((e.psn, e.opcode), []).append(i)
+        elif e.kind == "dropped" and pid in by_id:
+            q = pending.get((e.psn, e.opcode), [])
+            if by_id[pid] in q:
+                q.remove(by_id[pid])
+        elif e.kind == "received":
+            i_sent = by_id.get(pid) if pid is not None else None
+            q = pending.get((e.psn, e.opcode), [])
+            if i_sent is None or i_sent in out:
+                i_sent = next((j for j in q if events[j].node != e.node and events[j].time_ns <= e.time_ns), None)
+            if i_sent is None:
+                continue
+            if i_sent in q:
+                q.remove(i_sent)
+            if i_sent in out:
+                continue  # a duplicate copy; from_trace draws it separately
+            out[i_sent] = e
+    return out
+
+
 def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: bool = True, posted: bool = False,
                states: bool = False, nodes: list[str] | None = None, limit: int | None = None) -> Ladder:
     """A ladder from engine trace events (:class:`rdmalab.verbs.trace.TraceEvent`)."""
@@ -287,8 +334,22 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
     for e in events:
         if e.kind == "acked" and "syndrome" in e.detail:
             syndromes[(e.node, e.time_ns)] = str(e.detail["syndrome"])
-    for e in events:
+    arrivals = match_arrivals(events)
+    by_arrival = {id(ev): i for i, ev in arrivals.items()}
+    arrow_of: dict[int, Arrow] = {}
+    for idx, e in enumerate(events):
         pid = e.detail.get("packet_id") if isinstance(e.detail, dict) else None
+        if e.kind == "received" and id(e) in by_arrival and by_arrival[id(e)] in arrow_of:
+            a = arrow_of[by_arrival[id(e)]]
+            a.dst = e.node
+            a.t1 = e.time_ns
+            syn = syndromes.get((e.node, e.time_ns))
+            if syn and a.kind == "ack":
+                k = _kind_of(a.opcode, syn)
+                if k != "ack":
+                    a.kind = k
+                    a.label = f"{_short_syndrome(syn)} PSN {a.psn}"
+            continue
         if e.kind == "sent":
             other = [n for n in order if n != e.node]
             dst = other[0] if other else e.node
@@ -304,6 +365,7 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
             note = str(e) + (f"\n{aeth}" if aeth else "")
             a = Arrow(e.node, dst, e.time_ns, None, label, kind, False, note, e.psn, e.opcode)
             arrows.append(a)
+            arrow_of[idx] = a
             if pid is not None:
                 sent[pid] = a
         elif e.kind in ("received", "dropped") and pid is not None and pid in sent:

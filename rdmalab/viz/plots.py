@@ -71,8 +71,10 @@ def _points_from_trace(events: list[Any]) -> list[_Point]:
     seen: set[tuple[str, int | None, int | None]] = set()
     lost_ids = {e.detail.get("packet_id") for e in events if e.kind == "dropped"}
     syndromes = {(e.node, e.time_ns): str(e.detail.get("syndrome", "")) for e in events if e.kind == "acked"}
-    arrival = {e.detail.get("packet_id"): e for e in events if e.kind == "received"}
-    for e in events:
+    from rdmalab.viz.ladder import match_arrivals
+
+    arrivals = match_arrivals(events)
+    for i, e in enumerate(events):
         if e.kind != "sent" or e.psn is None:
             continue
         kind = _kind_of(e.opcode)
@@ -82,7 +84,7 @@ def _points_from_trace(events: list[Any]) -> list[_Point]:
                 kind = "retx"
             seen.add(key)
         elif kind == "ack":
-            rcv = arrival.get(e.detail.get("packet_id"))
+            rcv = arrivals.get(i)
             syn = syndromes.get((rcv.node, rcv.time_ns), "") if rcv is not None else ""
             kind = _kind_of(e.opcode, syn)
         pts.append(_Point(e.time_ns / 1000, e.psn, kind, e.node, int(e.detail.get("len", 0) or 0)))

@@ -21,6 +21,7 @@ from rdmalab.viz.crcsteps import icrc_steps
 from rdmalab.viz.hexdump import hexdump
 from rdmalab.viz.ladder import from_trace
 from rdmalab.viz.plots import psn_time
+from rdmalab.wire.header import Header
 
 BUILDER_OPCODES = {
     "RC SEND Only": 0x04,
@@ -39,11 +40,10 @@ def build_frame(opcode: int = 0x0A, *, destqp: int = 0x11, psn: int = 0, ackreq:
                 fecn: bool = False, becn: bool = False, va: int = 0x1000, rkey: int = 0x42, imm: int = 0,
                 payload: bytes = b"hello", ecn: int = 0) -> Any:
     """A decoded RoCEv2 frame for ``opcode`` with the given field values (extended headers filled in)."""
-    from rdmalab.wire import (AETH, BTH, DETH, RETH, AtomicETH, CNPPad, ImmDt, OPCODES, decode_ethernet,
-                              encode_rocev2)
+    from rdmalab.wire import AETH, BTH, DETH, OPCODES, RETH, AtomicETH, CNPPad, ImmDt, decode_ethernet, encode_rocev2
 
     info = OPCODES[opcode]
-    headers = []
+    headers: list[Header] = []
     for cls in info.headers:
         if cls is RETH:
             headers.append(RETH(va=va, r_key=rkey, dma_length=len(payload) if info.payload else max(len(payload), 1)))
@@ -102,7 +102,9 @@ def run_transfer(*, op: str = "WRITE", size: int = 8192, mtu: int = 1024, loss: 
 def packet_builder() -> Any:
     """An interactive RoCEv2 packet builder: every change re-encodes the frame and its ICRC."""
     import ipywidgets as w
-    from IPython.display import display
+    from IPython import display as ipd
+
+    display: Any = ipd.display
 
     opcode = w.Dropdown(options=list(BUILDER_OPCODES.items()), value=0x0A, description="opcode")
     destqp = w.BoundedIntText(value=0x11, min=0, max=0xFFFFFF, description="DestQP")
@@ -141,7 +143,9 @@ def packet_builder() -> Any:
 def transfer_runner() -> Any:
     """Sliders for operation, message size, MTU, loss and seed; each change re-runs the engine."""
     import ipywidgets as w
-    from IPython.display import display
+    from IPython import display as ipd
+
+    display: Any = ipd.display
 
     op = w.ToggleButtons(options=["WRITE", "READ", "SEND"], value="WRITE", description="operation")
     size = w.IntSlider(value=8192, min=64, max=65536, step=64, description="bytes", continuous_update=False)

@@ -32,7 +32,7 @@ def _rkey(answer: Any) -> str:
 
     cps = list(capture.read(capture_path("rxe_rping.pcap")))
     adv = int.from_bytes(cps[3].packet.payload[8:12], "big")
-    read = next(cp for cp in cps if cp.packet.get(RETH) is not None and cp.packet.bth.opcode == 0x0C)
+    read = next(cp for cp in cps if cp.packet.get(RETH) is not None and cp.packet.opcode_name == "RC RDMA READ Request")
     got = as_int(answer, "an rkey")
     if got == adv:
         ok = read.packet[RETH].r_key == adv

@@ -74,7 +74,7 @@ def _ce(answer: Any) -> str:
 def _cnp(answer: Any) -> str:
     from rdmalab.wire.frame import decode_ethernet
     from rdmalab.wire.ib import BTH
-    from rdmalab.wire.net import IPv4, UDP
+    from rdmalab.wire.net import UDP, IPv4
 
     got = as_bytes(answer, "your CNP")
     pkt = decode_ethernet(got, lenient=True)

@@ -214,7 +214,6 @@ def _take_wqe(qp: QP, pkt: Pkt, rc: bool) -> RecvWQE:
 
 def _complete_message(qp: QP, pkt: Pkt, imm: bool, inv: bool, op: Op) -> None:
     w = qp.resp_wqe
-    qp.resp_wqe = None
     if w is None:
         return
     flags, value = 0, 0
@@ -224,11 +223,11 @@ def _complete_message(qp: QP, pkt: Pkt, imm: bool, inv: bool, op: Op) -> None:
         rkey = pkt.ieth.r_key
         mr = qp.dev.mrs.get(rkey >> 8)
         if mr is None or mr.rkey != rkey or mr.pd is not qp.pd:
-            qp.complete_recv(w, e.IBV_WC_REM_INV_REQ_ERR)
-            qp.to_error()
-            raise _Drop
+            _fail(qp, pkt.psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, f"cannot invalidate rkey {rkey:#x}")
+        assert mr is not None
         mr.invalidate()
         flags, value = e.IBV_WC_WITH_INV, rkey
+    qp.resp_wqe = None
     if op == Op.RDMA_WRITE:
         qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV_RDMA_WITH_IMM, qp.resp_write_len, value, flags,
                          solicited=bool(pkt.se))
