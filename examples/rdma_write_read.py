@@ -10,7 +10,7 @@ real hardware (Linux rxe/Soft-RoCE or an RNIC) with pyverbs, change only the imp
 
     import pyverbs.enums as e
     from pyverbs.addr import AHAttr, GlobalRoute
-    from pyverbs.cq import CQ
+    from pyverbs.cq import CQ, WC
     from pyverbs.device import Context, get_device_list
     from pyverbs.mr import MR
     from pyverbs.pd import PD
@@ -26,7 +26,7 @@ import struct
 
 import rdmalab.verbs.enums as e
 from rdmalab.verbs.addr import AHAttr, GlobalRoute
-from rdmalab.verbs.cq import CQ
+from rdmalab.verbs.cq import CQ, WC
 from rdmalab.verbs.device import Context, get_device_list
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pd import PD
@@ -38,7 +38,7 @@ ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REM
 KEY_MSG = struct.Struct("!QI")  # the remote buffer's address and rkey, in network order
 
 
-def poll(cq):
+def poll(cq: CQ) -> WC:
     """Busy-poll one completion and check its status."""
     while True:
         n, wcs = cq.poll(1)
@@ -50,7 +50,7 @@ def poll(cq):
 
 
 class Node:
-    def __init__(self, dev_name):
+    def __init__(self, dev_name: str) -> None:
         self.ctx = Context(name=dev_name)
         self.pd = PD(self.ctx)
         self.data = MR(self.pd, SIZE, ACCESS)  # the buffer the other node may write and read
@@ -64,7 +64,7 @@ class Node:
         self.psn = random.getrandbits(24)
         self.gid = self.ctx.query_gid(PORT, GID_INDEX)
 
-    def connect(self, remote):
+    def connect(self, remote: "Node") -> None:
         """INIT -> RTR -> RTS towards ``remote`` (its QPN, PSN and GID would come out of band)."""
         attr = QPAttr(port_num=PORT)
         attr.qp_access_flags = ACCESS
@@ -76,7 +76,7 @@ class Node:
         self.qp.to_rts(attr)
 
 
-def main():
+def main() -> None:
     names = [d.name.decode() for d in get_device_list()]
     a, b = Node(names[0]), Node(names[-1])
     a.connect(b)

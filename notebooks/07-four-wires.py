@@ -87,6 +87,16 @@ viz.icrc_steps(wires[0].packet)
 viz.crc32c_steps(wires[3].packet)
 
 # %% [markdown]
+# The same check on an FPDU that Linux **siw** sent, with CRCs negotiated in the MPA
+# Request/Reply (`captures/siw_crc_rping.pcap`):
+
+# %%
+siw_fpdus = [p for cp in capture.read(lab.capture_path("siw_crc_rping.pcap")) for p in cp.pdus
+             if p.crc_kind == "crc32c" and p.crc_expected is not None]
+print(siw_fpdus[0].summary())
+viz.crc32c_steps(siw_fpdus[0])
+
+# %% [markdown]
 # ## Try it: the packet builder
 #
 # In JupyterLab, this widget re-encodes the frame and recomputes the ICRC whenever you change

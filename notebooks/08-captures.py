@@ -109,13 +109,21 @@ defect_table()
 # %% [markdown]
 # ## A capture with loss
 #
-# `rxe_send_bw_loss.pcap` was recorded with packet loss injected on the link (`tc netem`). The
-# PSN/time plot of the real capture shows the same shapes as the engine's (notebook 09):
-# retransmitted PSNs as orange crosses.
+# `rxe_send_bw_loss.pcap` was recorded while the client's NIC dropped 10 % of its packets
+# (`tc netem`). The capture was taken on the receiver, so the lost packets never appear; what
+# does appear are the gaps, the NAKs (red triangles) and the go-back-N retransmissions
+# (orange crosses): the same shapes as the engine's runs in notebook 09.
 
 # %%
 loss = list(capture.read(lab.capture_path("rxe_send_bw_loss.pcap")))
 viz.psn_time(loss, title="rxe_send_bw_loss.pcap: PSN over time")
+
+# %% [markdown]
+# And the payload throughput over the same capture, per sender, in time windows: the dips are
+# the recoveries.
+
+# %%
+viz.throughput(loss, title="rxe_send_bw_loss.pcap: payload throughput")
 
 # %% [markdown]
 # ## Exercises

@@ -90,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             print("rdmalab lab: JupyterLab is not installed; pip install 'rdmalab[lab]'", file=sys.stderr)
             return 2
+    if os.name == "posix":
+        # Become JupyterLab, so that Ctrl-C and signals reach it directly (no orphaned server).
+        os.chdir(workdir)
+        os.execve(cmd[0], cmd, env)
     try:
         return subprocess.call(cmd, cwd=workdir, env=env)
     except KeyboardInterrupt:

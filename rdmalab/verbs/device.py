@@ -95,16 +95,15 @@ class Context:
 
     def __init__(self, name: str | bytes | None = None, *, fabric: Any = None, **kwargs: Any) -> None:
         fab = _fabric(fabric)
-        if isinstance(name, bytes):
-            name = name.decode()
         if name is None:
             if not fab.devices:
                 raise PyverbsRDMAError("No IB devices found", ENODEV)
             name = next(iter(fab.devices))
-        dev = fab.devices.get(name)
+        dev_name: str = name.decode() if isinstance(name, bytes) else str(name)
+        dev = fab.devices.get(dev_name)
         if dev is None:
-            raise PyverbsRDMAError(f"Failed to open device {name}: not found (have {list(fab.devices)})", ENODEV)
-        self.name = name
+            raise PyverbsRDMAError(f"Failed to open device {dev_name}: not found (have {list(fab.devices)})", ENODEV)
+        self.name = dev_name
         self.device: SoftDevice = dev
         self.fabric = fab
         self.closed = False

@@ -81,7 +81,7 @@ class MR:
 
     @property
     def handle(self) -> int:
-        return self.lkey >> 8
+        return int(self.lkey) >> 8
 
     def invalidate(self) -> None:
         """What LOCAL_INV and SEND_WITH_INV do: both keys stop working."""

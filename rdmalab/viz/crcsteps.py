@@ -15,7 +15,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from rdmalab.viz.hexdump import MONO, HexDump, Mark, spans_of
+from rdmalab.viz.hexdump import HexDump, Mark, spans_of
 from rdmalab.wire.header import Span
 
 #: Variant fields per encapsulation: (header, field).  They are set to all ones before the CRC.
@@ -138,16 +138,18 @@ class IcrcSteps:
                          "(IBA Annex A16.8 / A17.3.3).</p>")
         else:
             parts.append("<p><b>Step 2.</b> Native IB covers its real LRH (no stand-in bytes).</p>")
+        td = "style='padding:.1em .7em'"
+        tdr = "style='padding:.1em .7em;text-align:right'"
         rows = "".join(
-            f"<tr><td>{html.escape(m.layer)}.{html.escape(m.field)}</td><td style='text-align:right'>{m.offset}</td>"
-            f"<td style='text-align:right'>{m.bits}</td><td>{html.escape(m.text)}</td><td>all ones</td>"
-            f"<td>{html.escape(m.why)}</td></tr>"
+            f"<tr><td {td}>{html.escape(m.layer)}.{html.escape(m.field)}</td><td {tdr}>{m.offset}</td>"
+            f"<td {tdr}>{m.bits}</td><td {td}>{html.escape(m.text)}</td><td {td}>all ones</td>"
+            f"<td {td}>{html.escape(m.why)}</td></tr>"
             for m in self.masked
         )
+        heads = "".join(f"<th {td}>{h}</th>" for h in ("field", "frame byte", "bits", "value on the wire",
+                                                       "in the CRC input", "why it may change in flight"))
         parts.append("<p><b>Step 3.</b> Set the variant fields to all ones:</p>"
-                     f"<table style='{MONO};font-size:12px'><tr><th>field</th><th>frame byte</th><th>bits</th>"
-                     f"<th>value on the wire</th><th>in the CRC input</th><th>why it may change in flight</th></tr>"
-                     f"{rows}</table>")
+                     f"<table style='font-size:12px;border-collapse:collapse'><tr>{heads}</tr>{rows}</table>")
         shifted = [
             Span(s.layer, s.field, s.start - self.start + p, s.end - self.start + p, s.bit_offset, s.bits,
                  s.value, s.text, s.ws)

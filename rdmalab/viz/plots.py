@@ -162,6 +162,7 @@ def psn_time(source: Any, *, title: str | None = None, width: float = 7.5, heigh
     ax.set_xlabel("time (\u00b5s)")
     ax.set_ylabel("PSN")
     ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.ticklabel_format(axis="y", style="plain", useOffset=False)
     if title:
         ax.set_title(title)
     if pts:

@@ -8,6 +8,7 @@ REM_INV_REQ_ERR there), and the sender REM_INV_REQ_ERR.
 from __future__ import annotations
 
 import errno
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from rdmalab.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from rdmalab.verbs.wr import SGE, SendWR
 
 
-def statuses(wcs: list) -> list[int]:
+def statuses(wcs: list[Any]) -> list[int]:
     return [w.status for w in wcs]
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import struct
+from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -63,7 +64,7 @@ class RCUnderFaults(RuleBasedStateMachine):
         self.next_slot += (n + 7) & ~7
         return at
 
-    def _post(self, op: int, **kw: int) -> None:
+    def _post(self, op: int, **kw: Any) -> None:
         self.posted += 1
         self.p.send(self.p.a, op, wr_id=self.posted, **kw)
 
@@ -156,5 +157,5 @@ class RCUnderFaults(RuleBasedStateMachine):
         assert p.b.qp.atomics_executed == self.atomics  # no atomic executed twice
 
 
-RCUnderFaults.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+RCUnderFaults.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
 TestRCUnderFaults = RCUnderFaults.TestCase

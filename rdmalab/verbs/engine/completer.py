@@ -23,7 +23,7 @@ from rdmalab.verbs.engine import requester
 from rdmalab.verbs.engine.memory import scatter
 from rdmalab.verbs.engine.packet import INFO, Pkt, psn_add, psn_diff
 from rdmalab.verbs.engine.wqe import ATOMICS, READ_ATOMIC
-from rdmalab.wire.ib import (NAK_INVALID_REQUEST, NAK_PSN_SEQUENCE_ERROR, NAK_REMOTE_ACCESS_ERROR, RNR_TIMER_US)
+from rdmalab.wire.ib import NAK_INVALID_REQUEST, NAK_PSN_SEQUENCE_ERROR, NAK_REMOTE_ACCESS_ERROR, RNR_TIMER_US
 from rdmalab.wire.opcodes import Op, Pos
 
 if TYPE_CHECKING:

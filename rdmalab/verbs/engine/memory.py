@@ -39,7 +39,8 @@ def local_view(dev: SoftDevice, pd: Any, addr: int, length: int, lkey: int, writ
                           f"[{addr:#x}, +{length}) is outside the MR [{mr.buf:#x}, +{mr.length}) of lkey {lkey:#x}")
     if write and not mr.access & e.IBV_ACCESS_LOCAL_WRITE:
         raise AccessError(e.IBV_WC_LOC_PROT_ERR, f"MR of lkey {lkey:#x} lacks IBV_ACCESS_LOCAL_WRITE")
-    return mr.view[off:off + length]
+    view: memoryview = mr.view[off:off + length]
+    return view
 
 
 def local_views(dev: SoftDevice, pd: Any, sges: Sequence[Any], write: bool) -> list[memoryview]:
@@ -61,7 +62,8 @@ def remote_view(dev: SoftDevice, pd: Any, rkey: int, va: int, length: int, acces
     if off < 0 or off + length > mr.length:
         raise AccessError(e.IBV_WC_REM_ACCESS_ERR,
                           f"[{va:#x}, +{length}) is outside the MR [{mr.buf:#x}, +{mr.length}) of rkey {rkey:#x}")
-    return mr.view[off:off + length]
+    view: memoryview = mr.view[off:off + length]
+    return view
 
 
 def gather(views: Sequence[memoryview]) -> memoryview | bytes:

@@ -10,7 +10,7 @@ ICRC is dropped silently).
 A *burst* (``count > 1``) stands for ``count`` consecutive packets of one message, as the
 requester built them: PSNs ``psn .. psn+count-1``, every packet ``mtu`` bytes except the last,
 ``opcode`` is the first packet's opcode and ``last_opcode`` the last's; RETH only on the first,
-ImmDt/IETH, SE and AckReq only on the last.  Bursts exist only on a fault-free, untapped,
+ImmDt/IETH and SE only on the last; AckReq on the last and on the packets listed in ``acks``.  Bursts exist only on a fault-free, untapped,
 untraced fabric; :meth:`Pkt.expand` turns one into its packets whenever anything needs them.
 """
 
@@ -68,7 +68,7 @@ class Pkt:
 
     __slots__ = ("opcode", "psn", "destqp", "ackreq", "se", "src_gid", "dst_gid", "sport", "src_mac", "dst_mac",
                  "reth", "aeth", "deth", "imm", "ieth", "atomic", "atomic_ack", "payload", "count", "last_opcode",
-                 "mtu", "_frame", "id", "srcqp")
+                 "mtu", "_frame", "id", "srcqp", "acks")
 
     def __init__(self, opcode: int, psn: int, destqp: int, src_gid: int, dst_gid: int, sport: int,
                  src_mac: int, dst_mac: int, payload: Any = b"", ackreq: int = 0, se: int = 0) -> None:
@@ -96,6 +96,7 @@ class Pkt:
         self._frame: bytes | None = None
         self.id = next(_ids)
         self.srcqp = 0  # the sending QP (engine bookkeeping for the trace; not on the wire)
+        self.acks: tuple[int, ...] = ()  # burst: indices (before the last) of packets with AckReq
 
     # ------------------------------------------------------------------ info
     @property
@@ -130,7 +131,7 @@ class Pkt:
         mtu = self.mtu
         p = Pkt(code, psn_add(self.psn, i), self.destqp, self.src_gid, self.dst_gid, self.sport,
                 self.src_mac, self.dst_mac, memoryview(self.payload)[i * mtu:(i + 1) * mtu],
-                self.ackreq if last else 0, self.se if last else 0)
+                self.ackreq if last else int(i in self.acks), self.se if last else 0)
         p.srcqp = self.srcqp
         for cls in INFO[code].headers:
             attr = _ATTR[cls]

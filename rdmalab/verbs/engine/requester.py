@@ -164,12 +164,18 @@ def _send(qp: QP, w: SendWQE) -> bool:
         room = WINDOW - psn_diff(psn, qp.comp_psn) if rc else n
         if room <= 0:
             return False
-        cnt = 1
-        if burst_ok:
-            cnt = min(n - k, room, ACK_EVERY - qp.noack) if rc else n - k
-            cnt = max(cnt, 1)
+        cnt = max(1, min(n - k, room)) if burst_ok else 1
         last_i = k + cnt - 1
         end = last_i == n - 1
+        acks: list[int] = []
+        if rc and cnt > 1:  # AckReq inside a burst, where single packets would carry it
+            noack = qp.noack
+            for i in range(cnt - 1):
+                noack += 1
+                if noack >= ACK_EVERY:
+                    acks.append(i)
+                    noack = 0
+            qp.noack = noack
         pos_first = Pos.ONLY if n == 1 else Pos.FIRST if k == 0 else Pos.LAST if k == n - 1 else Pos.MIDDLE
         code = opcode(t, family, pos_first, imm and pos_first in (Pos.LAST, Pos.ONLY),
                       inv and pos_first in (Pos.LAST, Pos.ONLY))
@@ -178,7 +184,7 @@ def _send(qp: QP, w: SendWQE) -> bool:
             if end:
                 ackreq, qp.noack = 1, 0
             else:
-                qp.noack += cnt
+                qp.noack += 1
                 if qp.noack >= ACK_EVERY:
                     ackreq, qp.noack = 1, 0
         se = 1 if end and w.send_flags & e.IBV_SEND_SOLICITED and (send or imm) else 0
@@ -192,6 +198,7 @@ def _send(qp: QP, w: SendWQE) -> bool:
         else:
             p = _pkt(qp, code, psn, data, ackreq, se)
         if cnt > 1:
+            p.acks = tuple(acks)
             p.count = cnt
             p.mtu = mtu
             p.last_opcode = opcode(t, family, Pos.LAST if n > 1 else Pos.ONLY, imm, inv) if end else \

@@ -21,8 +21,14 @@ from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine.memory import AccessError, local_views, remote_view, scatter
 from rdmalab.verbs.engine.packet import INFO, Pkt, opcode, psn_add, psn_diff
 from rdmalab.verbs.engine.wqe import RecvWQE, Resource
-from rdmalab.wire.ib import (AETH, NAK_INVALID_REQUEST, NAK_PSN_SEQUENCE_ERROR, NAK_REMOTE_ACCESS_ERROR,
-                             NAK_REMOTE_OPERATIONAL_ERROR, AtomicAckETH)
+from rdmalab.wire.ib import (
+    AETH,
+    NAK_INVALID_REQUEST,
+    NAK_PSN_SEQUENCE_ERROR,
+    NAK_REMOTE_ACCESS_ERROR,
+    NAK_REMOTE_OPERATIONAL_ERROR,
+    AtomicAckETH,
+)
 from rdmalab.wire.net import IPv4, IPv6
 from rdmalab.wire.opcodes import Op, Pos, Transport
 
@@ -82,6 +88,8 @@ def _burst(qp: QP, pkt: Pkt) -> None:
         on_request(qp, pkt.sub(n - 1))
         return
     qp.resp_psn = psn_add(qp.resp_psn, mid)
+    if qp.qp_type == e.IBV_QPT_RC and pkt.acks and pkt.acks[-1] > 0:
+        queue_ack(qp, psn_add(pkt.psn, pkt.acks[-1]))  # middle AckReqs, coalesced
     on_request(qp, pkt.sub(n - 1))
 
 
