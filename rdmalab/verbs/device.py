@@ -9,7 +9,6 @@ makes it the default with :func:`rdmalab.fabric.reset_default_fabric`.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +28,12 @@ VENDOR_ID = 0xFFFFFF  # rxe
 def _fabric(fabric: Any = None) -> Any:
     if fabric is not None:
         return fabric
-    # The default fabric lives in a higher layer (rdmalab.fabric); look it up by name so the
-    # engine itself never depends on it.
-    return importlib.import_module("rdmalab.fabric.sim").default_fabric()
+    # The pyverbs-shaped API is where a program meets a transport, so it is the one place that
+    # picks the default one: the simulated fabric.  The engine core (rdmalab.verbs.engine) never
+    # imports rdmalab.fabric; this lazy import keeps that true at import time too.
+    from rdmalab.fabric.sim import default_fabric
+
+    return default_fabric()
 
 
 @dataclass
