@@ -2,9 +2,10 @@
 # The README's test command: set everything up, then run the linters and the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RDMALAB_APT="${RDMALAB_APT:-tshark}" bash scripts/setup.sh "test,lab,wireshark"
+# tshark is the decoding oracle; chromium + chromedriver render the book in a real browser.
+RDMALAB_APT="${RDMALAB_APT:-tshark chromium chromium-driver fonts-dejavu-core}" bash scripts/setup.sh "test,lab,wireshark,book"
 export PATH="$PWD/.venv/bin:$PATH"
-echo "== ruff"; ruff check rdmalab tests benchmarks
+echo "== ruff"; ruff check rdmalab tests benchmarks examples
 echo "== mypy (strict on rdmalab.wire)"; mypy rdmalab
 echo "== pytest"
 set +e
@@ -13,4 +14,6 @@ rc=$?
 set -e
 # pytest exits 5 when it collected no tests: that is a failure of this suite, say so plainly.
 if [ "$rc" = 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi
-exit "$rc"
+if [ "$rc" != 0 ]; then exit "$rc"; fi
+echo "== the book: built offline from the notebooks, links checked, rendered in headless Chromium"
+bash scripts/build_book.sh

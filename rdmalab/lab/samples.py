@@ -11,9 +11,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from rdmalab.wire.frame import decode_ethernet, encode_rocev1, encode_rocev2
+from rdmalab.wire.frame import decode_ethernet, encode_rocev1, encode_rocev2, encode_tcp_frame
 from rdmalab.wire.ib import BTH, GRH, LRH, RETH
-from rdmalab.wire.net import ETHERTYPE_IPV4, IPPROTO_TCP, TCP, Ethernet, IPv4
 from rdmalab.wire.packet import Packet, decode_ib, encode_ib
 
 PAYLOAD = b"Hello, RDMA!"
@@ -28,24 +27,9 @@ def _gid(ip: str) -> int:
     return int(ipaddress.IPv6Address(f"::ffff:{ip}"))
 
 
-def _tcp_checksum(ip: IPv4, tcp: bytes) -> int:
-    """The Internet checksum (RFC 1071) of the IPv4 pseudo-header and the TCP segment."""
-    pseudo = ip.src.to_bytes(4, "big") + ip.dst.to_bytes(4, "big") + bytes([0, IPPROTO_TCP]) + len(tcp).to_bytes(2, "big")
-    data = pseudo + tcp + (b"\0" if len(tcp) % 2 else b"")
-    s = sum(int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
 def iwarp_frame(fpdu: bytes, *, seq: int = 1, src_port: int = 40000, dst_port: int = 4791 + 1) -> bytes:
     """An Ethernet/IPv4/TCP frame carrying ``fpdu`` (checksums filled in)."""
-    ip = IPv4(total_length=20 + 20 + len(fpdu), protocol=IPPROTO_TCP, ttl=64,
-              src=int(ipaddress.IPv4Address(SRC_IP)), dst=int(ipaddress.IPv4Address(DST_IP))).with_checksum()
-    tcp = TCP(sport=src_port, dport=dst_port, seq=seq, ack=1, flags=TCP.ACK | TCP.PSH, window=512)
-    csum = _tcp_checksum(ip, tcp.encode() + fpdu)
-    eth = Ethernet(dst=0x020000000002, src=0x020000000001, ethertype=ETHERTYPE_IPV4)
-    return eth.encode() + ip.encode() + tcp.replace(checksum=csum).encode() + fpdu
+    return encode_tcp_frame(fpdu, src_ip=SRC_IP, dst_ip=DST_IP, src_port=src_port, dst_port=dst_port, seq=seq)
 
 
 @dataclass

@@ -31,6 +31,7 @@ from rdmalab.wire.net import (
     Ethernet,
     IPv4,
     IPv6,
+    tcp_checksum,
 )
 from rdmalab.wire.packet import Layer, Packet, _problem, decode_grh_packet, decode_transport, encode_transport, guarded
 
@@ -219,3 +220,29 @@ def encode_rocev1(
     raw = g.encode() + body
     icrc = _crc.icrc_rocev1(raw).to_bytes(4, "little")
     return Ethernet(dst=dst_mac, src=src_mac, ethertype=ETHERTYPE_ROCE).encode() + raw + icrc
+
+
+def encode_tcp_frame(
+    payload: bytes,
+    *,
+    src_ip: AddressLike = "10.0.0.1",
+    dst_ip: AddressLike = "10.0.0.2",
+    src_port: int = 40000,
+    dst_port: int = 7174,
+    seq: int = 1,
+    ack: int = 1,
+    flags: int = TCP.ACK | TCP.PSH,
+    window: int = 512,
+    src_mac: int = 0x020000000001,
+    dst_mac: int = 0x020000000002,
+    ttl: int = 64,
+) -> bytes:
+    """An Ethernet/IPv4/TCP frame carrying ``payload`` (e.g. MPA frames or FPDUs, as iWARP
+    sends them), with the IPv4 and TCP checksums filled in."""
+    ip = IPv4(total_length=40 + len(payload), protocol=IPPROTO_TCP, ttl=ttl,
+              src=_ip_int(src_ip, 4), dst=_ip_int(dst_ip, 4)).with_checksum()
+    tcp = TCP(sport=src_port, dport=dst_port, seq=seq, ack=ack, flags=flags, window=window)
+    segment = tcp.encode() + bytes(payload)
+    tcp = tcp.replace(checksum=tcp_checksum(ip, segment))
+    eth = Ethernet(dst=dst_mac, src=src_mac, ethertype=ETHERTYPE_IPV4)
+    return eth.encode() + ip.encode() + tcp.encode() + bytes(payload)

@@ -108,11 +108,7 @@ class IPv4(Header):
 
     def with_checksum(self) -> IPv4:
         """The same header with its checksum computed (RFC 791, one's complement sum)."""
-        raw = bytearray(self.replace(checksum=0).encode())
-        total = sum(int.from_bytes(raw[i : i + 2], "big") for i in range(0, len(raw), 2))
-        while total >> 16:
-            total = (total & 0xFFFF) + (total >> 16)
-        return self.replace(checksum=~total & 0xFFFF)
+        return self.replace(checksum=internet_checksum(self.replace(checksum=0).encode()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +203,24 @@ class TCP(Header):
         out = Header.ws_fields(self)
         out["tcp.hdr_len"] = self.data_offset * 4  # Wireshark counts bytes, the header counts 32-bit words
         return out
+
+
+def internet_checksum(data: bytes) -> int:
+    """The Internet checksum (RFC 1071): one's complement of the one's complement sum."""
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def tcp_checksum(ip: IPv4, segment: bytes) -> int:
+    """TCP checksum over the IPv4 pseudo-header and the segment (RFC 9293 3.1), with the
+    segment's own checksum field taken as zero."""
+    seg = segment[:16] + b"\0\0" + segment[18:]
+    pseudo = ip.src.to_bytes(4, "big") + ip.dst.to_bytes(4, "big") + bytes([0, IPPROTO_TCP]) + len(seg).to_bytes(2, "big")
+    return internet_checksum(pseudo + seg)
 
 
 def mac(text: str) -> int:
