@@ -17,6 +17,7 @@ real hardware (Linux rxe/Soft-RoCE or an RNIC) with pyverbs, change only the imp
     from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
     from pyverbs.wr import SGE, RecvWR, SendWR
 
+``scripts/run_example_on_rxe.sh`` does exactly that in a virtual machine with Linux rxe.
 GID index 1 is the IPv4-mapped GID (::ffff:a.b.c.d) on rxe and on the soft devices; with one
 rxe device both nodes use it (a loopback run).
 """
