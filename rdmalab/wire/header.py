@@ -85,6 +85,7 @@ class Layout:
     size: int
     fields: tuple[FieldSpec, ...]
     ws_proto: str | None
+    consts: tuple[FieldSpec, ...] = ()  # the fields whose value the specification fixes
 
     def field(self, name: str) -> FieldSpec:
         for f in self.fields:
@@ -109,7 +110,8 @@ def layout(name: str, spec: str, *fields: F, ws: str | None = None) -> Layout:
             )
         )
         pos += f.bits
-    return Layout(name, spec, total // 8, tuple(specs), ws)
+    return Layout(name, spec, total // 8, tuple(specs), ws, tuple(f for f in specs if f.const is not None))
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,17 +171,17 @@ class Header:
     def check(self, offset: int = 0) -> list[MalformedError]:
         """Problems with values the specification fixes (``const`` fields) and ``validate``."""
         problems = []
-        for f in self.LAYOUT.fields:
-            if f.const is not None:
-                val = getattr(self, f.name)
-                if val != f.const:
-                    problems.append(
-                        MalformedError(
-                            self.LAYOUT.name, f.name, offset + f.byte_start, val,
-                            f"{f.const} ({self.LAYOUT.spec})",
-                        )
+        for f in self.LAYOUT.consts:
+            val = getattr(self, f.name)
+            if val != f.const:
+                problems.append(
+                    MalformedError(
+                        self.LAYOUT.name, f.name, offset + f.byte_start, val,
+                        f"{f.const} ({self.LAYOUT.spec})",
                     )
-        problems.extend(self.validate(offset))
+                )
+        if type(self).validate is not Header.validate:
+            problems.extend(self.validate(offset))
         return problems
 
     def validate(self, offset: int = 0) -> list[MalformedError]:

@@ -86,6 +86,9 @@ class OpcodeInfo:
 
     @property
     def name(self) -> str:
+        return _NAMES[self.code]
+
+    def _make_name(self) -> str:
         parts = [self.transport.name, self.op.value]
         if self.pos is not None:
             parts.append(self.pos.value)
@@ -189,6 +192,7 @@ def _build() -> dict[int, OpcodeInfo]:
 
 
 OPCODES: dict[int, OpcodeInfo] = _build()
+_NAMES: dict[int, str] = {code: info._make_name() for code, info in OPCODES.items()}
 
 CNP_OPCODE = 0x81
 
