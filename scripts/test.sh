@@ -5,6 +5,13 @@ cd "$(dirname "$0")/.."
 # tshark is the decoding oracle; chromium + chromedriver render the book in a real browser.
 RDMALAB_APT="${RDMALAB_APT:-tshark chromium chromium-driver fonts-dejavu-core}" bash scripts/setup.sh "test,lab,wireshark,book"
 export PATH="$PWD/.venv/bin:$PATH"
+# Locally a missing oracle makes its tests skip with a reason; in CI it must be there, so that
+# no Wireshark cross-check or browser check is skipped and counted as passing.
+if [ "${CI:-}" = true ]; then
+  for tool in tshark chromium chromedriver; do
+    command -v "$tool" >/dev/null || { echo "CI: $tool is not installed; the checks that need it would be skipped" >&2; exit 1; }
+  done
+fi
 echo "== ruff"; ruff check rdmalab tests benchmarks examples
 echo "== mypy (strict on rdmalab.wire)"; mypy rdmalab
 echo "== pytest"
