@@ -88,7 +88,6 @@ def test_decode_json_vector_fields(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.skipif(not (CAPTURES / "synthetic_iwarp_mpa_crc.pcap").exists(), reason="iWARP vector missing")
 def test_decode_json_iwarp(capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("rdmalab.capture.iwarp")
     assert main(["decode", "-T", "json", str(CAPTURES / "synthetic_iwarp_mpa_crc.pcap")]) == 0
     objs = {o["frame.number"]: o for o in map(json.loads, capsys.readouterr().out.splitlines())}
     assert objs[7]["iwarp_ddp.stag"] == 0x11223344 and objs[7]["iwarp_ddp.tagged_offset"] == 0x1000
