@@ -151,6 +151,7 @@ def _cmd_crosscheck(args: argparse.Namespace, out: TextIO) -> int:
 def _cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
     from rdmalab.capture import read
     from rdmalab.wire.ib import AETH, BTH
+    from rdmalab.wire.rdmap import RDMAPControl, RDMAPUntagged, rdmap_opcode_name
 
     path = args.file or args.read
     if path is None:
@@ -178,7 +179,13 @@ def _cmd_stats(args: argparse.Namespace, out: TextIO) -> int:
                 if aeth is not None and aeth.is_rnr_nak:
                     findings["RNR NAK (receiver not ready)"] += 1
             elif pkt.encap == "iwarp":
-                ops[pkt.summary().split(" ")[0] or "iWARP"] += 1
+                ctrl = pkt.get(RDMAPControl) or pkt.get(RDMAPUntagged)
+                if ctrl is not None:
+                    ops[f"iWARP {rdmap_opcode_name(ctrl.opcode)}"] += 1
+                else:  # MPA Request/Reply
+                    ops[" ".join(pkt.summary().split(" ")[:2])] += 1
+                if pkt.crc_status is None and ctrl is not None:
+                    findings["iWARP FPDU without CRC32c (MPA negotiated none)"] += 1
             if pkt.crc_status == "bad":
                 crc_bad.append(f"frame {cp.frame_number} ({'ICRC' if pkt.crc_kind == 'icrc' else 'CRC32c'})")
             for p in pkt.problems:

@@ -431,12 +431,15 @@ class IwarpTracker:
         out.append(pkt)
 
     # ---------------------------------------------------------------- resynchronisation
-    def _verify(self, d: _Dir, i: int, pos: int | None, count: int) -> bool | None:
+    def _verify(self, d: _Dir, i: int, pos: int | None, count: int, *, zero_crc: bool = False) -> bool | None:
         """Do ``count`` consecutive FPDUs start at ``i`` (stream position ``pos``)?
 
-        ``True``/``False``, or ``None`` when the buffer does not hold them yet.
+        ``True``/``False``, or ``None`` when the buffer does not hold them yet.  With
+        ``zero_crc`` (CRC not known to be negotiated) the chain must instead carry CRC fields of
+        zero, what a sender without CRC puts there (RFC 5044 4.4; Linux siw does so), and one
+        FPDU more must line up, since no CRC vouches for the boundaries.
         """
-        crc = d.crc is not False
+        crc = d.crc is not False and not zero_crc
         for _ in range(count if crc else count + 1):
             if i + 4 > len(d.buf):
                 return None
@@ -448,6 +451,8 @@ class IwarpTracker:
                     return None
                 if crc and _crc.crc32c(d.buf[i : i + n - 4]) != int.from_bytes(d.buf[i + n - 4 : i + n], "little"):
                     return False
+                if zero_crc and any(d.buf[i + n - 4 : i + n]):
+                    return False
             else:
                 n_opt = fpdu_wire_length(d.buf, i, pos)
                 if n_opt is None or i + n_opt > len(d.buf):
@@ -457,6 +462,8 @@ class IwarpTracker:
                 except DecodeError:
                     return False
                 if pkt.problems or pkt.crc_status == "bad" or pkt.extra.get("zero_length"):
+                    return False
+                if zero_crc and pkt.crc:
                     return False
                 pos = (pos + n) % SEQ_MOD
             i += n
@@ -489,8 +496,15 @@ class IwarpTracker:
         found: tuple[int, int | None] | None = None
         waiting: list[tuple[int, int | None]] = []
         scanned = max(0, len(d.buf) - 4)
+        crc_off = False
         for i, pos in d.waiting + self._candidates(d, d.scan_pos):
             ok = self._verify(d, i, pos, 2)
+            if not ok and d.crc is None:  # perhaps a stream without CRC (siw's default)
+                ok_zero = self._verify(d, i, pos, 2, zero_crc=True)
+                if ok_zero:
+                    ok, crc_off = True, True
+                elif ok is False:
+                    ok = ok_zero
             if ok:
                 found = (i, pos)
                 break
@@ -508,7 +522,7 @@ class IwarpTracker:
             d.waiting.clear()
             d.scan_pos = 0
             if d.crc is None:
-                d.crc = True
+                d.crc = not crc_off
             if pos is None:
                 if d.markers is None:
                     d.markers = False
