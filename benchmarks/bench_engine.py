@@ -4,7 +4,8 @@ Not a test: it prints figures.  Setup: two soft devices, a fault-free fabric, pa
 1 MiB RDMA WRITEs (256 packets each), trace off, nobody tapping.  Three modes are measured:
 
 * ``burst``      the default when nothing observes the traffic: the requester hands the fabric a
-                 run of up to 64 consecutive packets of one message as one object; the responder
+                 run of up to 128 consecutive packets of one message (rxe's window of unacknowledged PSNs,
+                 RXE_MAX_UNACKED_PSNS) as one object; the responder
                  checks the first and last packet in full and copies the middle ones in one
                  memoryview assignment.  No frame bytes or ICRCs are computed (nobody looks).
 * ``per-packet`` ``Fabric(bursts=False)``: one Python object per 4 KiB packet, still no frames.

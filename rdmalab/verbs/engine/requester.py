@@ -169,13 +169,10 @@ def _send(qp: QP, w: SendWQE) -> bool:
         end = last_i == n - 1
         acks: list[int] = []
         if rc and cnt > 1:  # AckReq inside a burst, where single packets would carry it
-            noack = qp.noack
-            for i in range(cnt - 1):
-                noack += 1
-                if noack >= ACK_EVERY:
-                    acks.append(i)
-                    noack = 0
-            qp.noack = noack
+            # packet i (of the first cnt - 1) asks for an ACK when it is the ACK_EVERY-th since the last
+            first = max(0, ACK_EVERY - 1 - qp.noack)
+            acks = list(range(first, cnt - 1, ACK_EVERY))
+            qp.noack = cnt - 2 - acks[-1] if acks else qp.noack + cnt - 1
         pos_first = Pos.ONLY if n == 1 else Pos.FIRST if k == 0 else Pos.LAST if k == n - 1 else Pos.MIDDLE
         code = opcode(t, family, pos_first, imm and pos_first in (Pos.LAST, Pos.ONLY),
                       inv and pos_first in (Pos.LAST, Pos.ONLY))
