@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tshark_util import field_types, field_value
 
 from rdmalab.wire import decode_ethernet
 from rdmalab.wire.cm import (
@@ -55,10 +56,8 @@ from rdmalab.wire.ib import BTH, DETH
 from rdmalab.wire.mad import MADHeader
 from rdmalab.wire.net import IPv4, IPv6
 
-REF = Path("/work/shared/reference/vectors")
-VECTOR = REF / "synthetic_rocev2_cm_req.pcap"
-TSV = REF / "wireshark-infiniband-fields.tsv"
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
+VECTOR = CAPTURES / "synthetic_rocev2_cm_req.pcap"
 MAD_AT = 14 + 20 + 8 + 12 + 8  # Ethernet, IPv4, UDP, BTH, DETH
 
 BODIES: list[tuple[type[CMBody], int, int]] = [  # class, fixed size, private data size (IBA 12.6 / 12.11)
@@ -366,28 +365,9 @@ needs_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark
 EXPERT_OK = {"Illegal checksum value (0)"}  # UDP over IPv6 with checksum 0, as rxe sends it
 
 
-def _types() -> dict[str, str]:
-    out = {}
-    for line in TSV.read_text().splitlines():
-        parts = line.split("\t")
-        if len(parts) > 1:
-            out[parts[0]] = parts[1]
-    return out
-
-
-def _value(kind: str, text: str) -> int:
-    if kind == "FT_IPv4":
-        return int(ipaddress.IPv4Address(text))
-    if kind == "FT_IPv6":
-        return int(ipaddress.IPv6Address(text))
-    if kind == "FT_BYTES":
-        return int.from_bytes(bytes.fromhex(text.replace(":", "")), "big")
-    return int(text, 16) if text.startswith("0x") else int(text)
-
-
 def run_tshark(path: str | Path) -> list[dict[str, list[int | str]]]:
     """Every field tshark shows for each frame: name -> values (ints where typed)."""
-    types = _types()
+    types = field_types()
     out = subprocess.run(["tshark", "-r", str(path), "-T", "json"], capture_output=True, text=True, check=True).stdout
     result = []
     for pkt in json.loads(out, object_pairs_hook=lambda pairs: pairs):
@@ -399,7 +379,7 @@ def run_tshark(path: str | Path) -> list[dict[str, list[int | str]]]:
                     if isinstance(item, tuple) and isinstance(item[1], str):
                         key, val = item
                         kind = types.get(key)
-                        flat.setdefault(key, []).append(val if kind is None else _value(kind, val))
+                        flat.setdefault(key, []).append(val if kind is None else field_value(kind, val))
                     elif isinstance(item, tuple):
                         walk(item[1])
                     else:

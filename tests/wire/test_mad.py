@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import shutil
@@ -12,6 +11,7 @@ import tempfile
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tshark_util import field_types, field_value
 
 from rdmalab.wire import decode_ethernet, encode_rocev2
 from rdmalab.wire.errors import DecodeError, MalformedError, TruncatedError
@@ -29,8 +29,6 @@ from rdmalab.wire.mad import (
     mgmt_class_name,
     status_text,
 )
-
-TSV = "/work/shared/reference/vectors/wireshark-infiniband-fields.tsv"
 
 
 def ud_frame(payload: bytes, destqp: int = 1, src_qp: int = 1) -> bytes:
@@ -176,31 +174,11 @@ def test_fuzz_only_rdmalab_errors(payload: bytes, cls: int) -> None:
 needs_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark (Wireshark) is not installed")
 
 
-def _types() -> dict[str, str]:
-    out = {}
-    with open(TSV) as fh:
-        for line in fh:
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) > 1:
-                out[parts[0]] = parts[1]
-    return out
-
-
-def _value(kind: str, text: str) -> int:
-    if kind == "FT_IPv4":
-        return int(ipaddress.IPv4Address(text))
-    if kind == "FT_IPv6":
-        return int(ipaddress.IPv6Address(text))
-    if kind == "FT_BYTES":
-        return int.from_bytes(bytes.fromhex(text.replace(":", "")), "big")
-    return int(text, 16) if text.startswith("0x") else int(text)
-
-
 def tshark_fields(frames: list[bytes]) -> list[dict[str, int | str]]:
     """tshark's fields (first occurrence) of each frame, values as ints where typed."""
     import dpkt
 
-    types = _types()
+    types = field_types()
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "t.pcap")
         with open(path, "wb") as fh:
@@ -222,7 +200,7 @@ def tshark_fields(frames: list[bytes]) -> list[dict[str, int | str]]:
                             if key.startswith("_ws.") or kind is None:
                                 flat.setdefault(key, val)
                             else:
-                                flat.setdefault(key, _value(kind, val))
+                                flat.setdefault(key, field_value(kind, val))
                         else:
                             walk(val)
                     else:
