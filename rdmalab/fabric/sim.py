@@ -23,6 +23,7 @@ import ipaddress
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import IO, Any
 
 from rdmalab.verbs.engine.node import SoftDevice
@@ -276,7 +277,8 @@ class Fabric:
         if faults is None:
             self._seq += 1
             if self.frames:
-                heapq.heappush(self._events, (arrival, self._seq, dst.receive_frame, pkt.frame()))
+                deliver: Callable[[Any], None] = partial(dst.receive_frame, packet_id=pkt.id)
+                heapq.heappush(self._events, (arrival, self._seq, deliver, pkt.frame()))
             else:
                 heapq.heappush(self._events, (arrival, self._seq, dst.receive, pkt))
             return
@@ -307,7 +309,8 @@ class Fabric:
                 b[i] ^= 1 << rng.randrange(8)
                 frame = bytes(b)
             self._seq += 1
-            heapq.heappush(self._events, (t, self._seq, dst.receive_frame, frame))
+            deliver: Callable[[Any], None] = partial(dst.receive_frame, packet_id=p.id)
+            heapq.heappush(self._events, (t, self._seq, deliver, frame))
 
     def _drop(self, dst: SoftDevice, p: Pkt, reason: str) -> None:
         if self._tracing:

@@ -130,3 +130,21 @@ def test_tshark_decodes_a_mixed_run_without_malformed_packets(tmp_path: Path) ->
         assert ours.crc is not None  # Wireshark 4.0 shows the ICRC bytes as a big-endian number
         assert int(layers["infiniband"]["infiniband.invariant.crc"], 16) == int.from_bytes(
             ours.crc.to_bytes(4, "little"), "big")
+
+
+def test_received_events_keep_the_sent_packet_id() -> None:
+    """Packets that cross the fabric as bytes (faults on) keep their id, so a ladder diagram can
+    pair each arrival with its departure."""
+    from rdmalab.verbs.harness import Pair
+
+    fab = Fabric(seed=3, mtu=1024)
+    fab.set_faults(loss=0.1, duplicate=0.1)
+    p = Pair(fab, size=16384, path_mtu=e.IBV_MTU_1024)
+    p.send(p.a, e.IBV_WR_RDMA_WRITE, length=8192)
+    p.wait(p.a.cq)
+    sent = {ev.detail["packet_id"]: ev for ev in fab.trace.of_kind("sent")}
+    received = fab.trace.of_kind("received")
+    assert received and len(fab.trace.of_kind("dropped")) > 0
+    for ev in received:
+        src = sent[ev.detail["packet_id"]]
+        assert (src.psn, src.opcode) == (ev.psn, ev.opcode)

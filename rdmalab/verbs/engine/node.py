@@ -99,8 +99,12 @@ class SoftDevice:
             for qp in dirty:
                 qp.flush_ack()
 
-    def receive_frame(self, frame: bytes) -> None:
+    def receive_frame(self, frame: bytes, packet_id: int | None = None) -> None:
+        """A packet that crossed the fabric as bytes; ``packet_id`` keeps the sender's id, so that
+        the trace can pair the "received" event with its "sent" one."""
         pkt = from_frame(frame)
+        if pkt is not None and packet_id is not None:
+            pkt.id = packet_id
         if pkt is None:
             self.counters["dropped"] += 1
             if self.tracing:
