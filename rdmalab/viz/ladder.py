@@ -285,10 +285,10 @@ def _aeth_text(frame: bytes | None) -> str | None:
 def match_arrivals(events: list[Any]) -> dict[int, Any]:
     """For each ``sent`` event (by index), the ``received`` event of the same packet.
 
-    Events share ``detail["packet_id"]``; when a packet crossed the fabric as bytes (faults, taps)
-    the receiver may have decoded it into a new packet object with a new id, so an unmatched
-    arrival is paired with the oldest unmatched sent packet of the same PSN and opcode from
-    another node."""
+    Events share ``detail["packet_id"]`` (the fabric keeps it even for packets it carries as
+    bytes).  An arrival without a usable id (a trace from elsewhere, or a second copy of a
+    duplicated packet) is paired with the oldest unmatched sent packet of the same PSN and
+    opcode from another node."""
     out: dict[int, Any] = {}
     by_id: dict[Any, int] = {}
     pending: dict[tuple[Any, Any], list[int]] = {}
