@@ -37,7 +37,7 @@ def _run(src: Path, version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     nb = nbformat.from_dict(convert(src.read_text(encoding="utf-8"), version))
-    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
     (tmp_path / f"{src.stem}.{version}.ipynb").write_text(nbformat.writes(nb), encoding="utf-8")
