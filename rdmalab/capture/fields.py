@@ -48,16 +48,6 @@ def ws_formats(cls: type[Header]) -> dict[str, str]:
     return m
 
 
-_opname_cache: dict[int, str] = {}
-
-
-def _opname(code: int) -> str:
-    name = _opname_cache.get(code)
-    if name is None:
-        name = _opname_cache[code] = opcode_name(code)
-    return name
-
-
 def _address(fmt: str, value: int) -> str:
     if fmt == "mac":
         return value.to_bytes(6, "big").hex(":")
@@ -115,7 +105,7 @@ def packet_fields(pkt: Packet, out: dict[str, Any], *, raw: bool = False, skip: 
                 _add(out, k, v)
     bth = pkt.get(BTH)
     if bth is not None:
-        _add(out, "rdmalab.opcode", _opname(bth.opcode))
+        _add(out, "rdmalab.opcode", opcode_name(bth.opcode))
         if bth.opcode == 0x81:
             _add(out, "rdmalab.cnp", 1)
     if pkt.crc is not None:

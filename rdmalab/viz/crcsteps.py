@@ -16,26 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rdmalab.viz.hexdump import HexDump, Mark, spans_of
+from rdmalab.wire.crc import ICRC_VARIANT_FIELDS
 from rdmalab.wire.header import Span
 
 #: Variant fields per encapsulation: (header, field).  They are set to all ones before the CRC.
-VARIANT_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
-    "rocev2": (
-        ("IPv4", "dscp"), ("IPv4", "ecn"), ("IPv4", "ttl"), ("IPv4", "checksum"),
-        ("IPv6", "tclass"), ("IPv6", "flowlabel"), ("IPv6", "hop_limit"),
-        ("UDP", "checksum"),
-        ("BTH", "fecn"), ("BTH", "becn"), ("BTH", "resv6"),
-    ),
-    "rocev1": (
-        ("GRH", "tclass"), ("GRH", "flowlabel"), ("GRH", "hoplmt"),
-        ("BTH", "fecn"), ("BTH", "becn"), ("BTH", "resv6"),
-    ),
-    "ib": (
-        ("LRH", "vl"),
-        ("GRH", "tclass"), ("GRH", "flowlabel"), ("GRH", "hoplmt"),
-        ("BTH", "fecn"), ("BTH", "becn"), ("BTH", "resv6"),
-    ),
-}
+VARIANT_FIELDS = ICRC_VARIANT_FIELDS
 
 #: Why each variant field is excluded from the end-to-end CRC.
 WHY_VARIANT = {

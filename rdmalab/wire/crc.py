@@ -33,6 +33,27 @@ import crc32c as _crc32c
 
 _FF8 = b"\xff" * 8
 
+#: The ICRC's variant fields per encapsulation, as (header, field) of the header declarations:
+#: the same facts as the byte masks below, in the terms a learner reads (rdmalab.viz.crcsteps
+#: draws them; tests/wire/test_packets.py checks that both give the same CRC).
+ICRC_VARIANT_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "rocev2": (
+        ("IPv4", "dscp"), ("IPv4", "ecn"), ("IPv4", "ttl"), ("IPv4", "checksum"),
+        ("IPv6", "tclass"), ("IPv6", "flowlabel"), ("IPv6", "hop_limit"),
+        ("UDP", "checksum"),
+        ("BTH", "fecn"), ("BTH", "becn"), ("BTH", "resv6"),
+    ),
+    "rocev1": (
+        ("GRH", "tclass"), ("GRH", "flowlabel"), ("GRH", "hoplmt"),
+        ("BTH", "fecn"), ("BTH", "becn"), ("BTH", "resv6"),
+    ),
+    "ib": (
+        ("LRH", "vl"),
+        ("GRH", "tclass"), ("GRH", "flowlabel"), ("GRH", "hoplmt"),
+        ("BTH", "fecn"), ("BTH", "becn"), ("BTH", "resv6"),
+    ),
+}
+
 
 def _mask_grh(b: bytearray, at: int) -> None:
     b[at] |= 0x0F  # low nibble of byte 0: TClass high bits

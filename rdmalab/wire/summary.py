@@ -68,7 +68,8 @@ def _mad_summary(pkt: Packet) -> str | None:
     text = f"MAD {mad.class_name} {mad.method_name} {mad.attr_name}"
     ipcm = pkt.get(IPCMHeader)
     if ipcm is not None:
-        sid = getattr(pkt.layers[-2].header, "service_id", None) if len(pkt.layers) > 1 else None
+        sids = [getattr(h, "service_id", None) for h in pkt.headers()]
+        sid = next((v for v in sids if isinstance(v, int)), None)
         port = parse_ip_cm_service_id(sid) if isinstance(sid, int) else None
         dst = f"{ipcm.dst_address}:{port[1]}" if port else str(ipcm.dst_address)
         text += f" {ipcm.src_address}:{ipcm.src_port} -> {dst}"

@@ -269,3 +269,34 @@ def test_tcp_frame_checksums_agree_with_wireshark(tmp_path: Path) -> None:
                           "-T", "fields", "-e", "tcp.checksum.status", "-e", "ip.checksum.status"],
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == ["1", "1"]  # 1 = "Good" in Wireshark's checksum status
+
+
+@pytest.mark.parametrize("wire", ["rocev2-ipv4", "rocev2-ipv6", "rocev1", "ib-grh"])
+def test_variant_field_table_gives_the_icrc(wire: str) -> None:
+    """crc.ICRC_VARIANT_FIELDS (by header field) and the icrc_* byte masks state the same facts:
+    masking the named fields through the header declarations gives the ICRC on the wire."""
+    import zlib
+
+    bth = ib.BTH(opcode=0x04, destqp=0x12, psn=7, fecn=1, becn=1)
+    if wire.startswith("rocev2"):
+        v6 = wire.endswith("ipv6")
+        frame = encode_rocev2(bth, [], b"payload!", ttl=9, dscp=5, ecn=3, udp_checksum=0x1234, flowlabel=0x123,
+                              src_ip="fd00::1" if v6 else "10.0.0.1", dst_ip="fd00::2" if v6 else "10.0.0.2")
+        pkt, encap = decode_ethernet(frame), "rocev2"
+    elif wire == "rocev1":
+        pkt, encap = decode_ethernet(encode_rocev1(bth, [], b"payload!", grh=ib.GRH(tclass=7, flowlabel=9, hoplmt=3))), "rocev1"
+    else:
+        pkt, encap = decode_ib(encode_ib(bth, [], b"payload!", lrh=ib.LRH(vl=5), grh=ib.GRH(tclass=7, hoplmt=3))), "ib"
+    first = {"rocev2": ("IPv4", "IPv6"), "rocev1": ("GRH",), "ib": ("LRH",)}[encap]
+    start = next(layer.offset for layer in pkt.layers if layer.name in first)
+    assert pkt.crc_offset is not None
+    buf = bytearray(pkt.data[start : pkt.crc_offset])
+    named = {(layer, field) for layer, field in crc.ICRC_VARIANT_FIELDS[encap]}
+    for layer in pkt.layers:
+        for f in layer.header.LAYOUT.fields:
+            if (layer.name, f.name) in named:
+                bit0 = (layer.offset - start) * 8 + f.bit_offset
+                for b in range(bit0, bit0 + f.bits):
+                    buf[b // 8] |= 0x80 >> (b % 8)
+    prefix = b"" if encap == "ib" else b"\xff" * 8
+    assert zlib.crc32(prefix + bytes(buf)) == pkt.crc == pkt.crc_expected
