@@ -10,7 +10,8 @@ from pathlib import Path
 import dpkt
 import pytest
 
-from rdmalab.cli import compile_filter, main
+from rdmalab.cli import main
+from rdmalab.cli.decode import compile_filter
 from rdmalab.wire import BTH, RETH, encode_rocev2
 
 CAPTURES = Path(__file__).resolve().parent.parent / "captures"

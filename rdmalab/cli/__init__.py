@@ -1,0 +1,82 @@
+"""The ``rdmalab`` command.  Thin: it parses arguments and calls the layers below.
+
+Each subcommand is one module of this package with a ``register(subparsers)`` function that adds
+its parser and sets ``func`` (called as ``func(args, out)``, returning the exit status).  A new
+subcommand is a new module plus one line in :data:`COMMANDS`.
+
+Subcommands follow tshark's habits where they fit::
+
+    rdmalab decode -r FILE [-V | -T json] [-c N] [-Y FILTER] [--strict]
+    rdmalab crosscheck FILE [-v]
+    rdmalab stats -r FILE
+    rdmalab lab [ARGS...]
+
+Errors are one sentence naming the file and what was wrong, never a traceback; the exit status
+is 0 on success, 1 when a file could not be (fully) read or a strict decode failed, 2 for bad
+usage.  The subcommand modules import the layers they drive inside their ``run_*`` functions,
+so that ``rdmalab --help`` and every command start without importing what they do not use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from rdmalab import __version__
+from rdmalab.capture.reader import CaptureError
+from rdmalab.cli import crosscheck, decode, lab, stats
+from rdmalab.cli._common import Fail
+
+# The order here is the order of `rdmalab --help`.
+COMMANDS = [decode, crosscheck, stats, lab]
+# Commands whose every argument after the command name belongs to another program (--help included).
+PASSTHROUGH = {"lab": lab.run_lab}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rdmalab",
+        description="rdmalab: an RDMA protocol lab. Decode InfiniBand, RoCE and iWARP captures, "
+                    "cross-check them against Wireshark, and run the Jupyter lab.",
+        epilog="Start with: rdmalab decode -r captures/synthetic_rocev2.pcap",
+    )
+    p.add_argument("--version", action="version", version=f"rdmalab {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for module in COMMANDS:
+        module.register(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if argv and argv[0] in PASSTHROUGH:
+        args = argparse.Namespace(command=argv[0], func=PASSTHROUGH[argv[0]], lab_args=argv[1:])
+    else:
+        args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 0
+    out = sys.stdout
+    try:
+        rc: int = args.func(args, out)
+        out.flush()
+        return rc
+    except (CaptureError, Fail) as err:
+        out.flush()
+        print(f"rdmalab: {err}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # the reader (e.g. `head`) went away: stop quietly, as tshark does
+        try:
+            sys.stdout = open("/dev/null", "w")  # noqa: SIM115
+        except OSError:
+            pass
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
