@@ -341,55 +341,68 @@ def record_blocks(path: str | os.PathLike[str], block_bytes: int = 16 << 20) -> 
             raise CaptureError(p, f"ends inside the 24-byte pcap file header (after {len(head)} bytes)", offset=0)
         order, ns_mult = formats[magic]
         linktype = struct.unpack(order + "I", head[20:24])[0] & 0x0FFFFFFF
-        hdr = struct.Struct(order + "IIII")
-        unpack = hdr.unpack_from
-        pending = b""
-        frame = 1
-        pos_file = 24
-        while True:
-            chunk = f.read(block_bytes)
-            buf = pending + chunk if pending else chunk
-            if not buf:
-                return
-            end = len(buf)
-            pos = 0
-            offs: list[int] = []
-            recs: list[tuple[int, int, int, int]] = []
-            append_off = offs.append
-            append_rec = recs.append
-            while pos + 16 <= end:
-                r = unpack(buf, pos)
-                nxt = pos + 16 + r[2]
-                if nxt > end:
-                    if r[2] > 64 << 20:
-                        raise CaptureError(p, f"is damaged: record {frame + len(offs)} at byte {pos_file + pos} "
-                                              f"claims {r[2]} bytes", offset=pos_file + pos, frames_read=frame - 1)
-                    break
-                append_off(pos + 16)
-                append_rec(r)
-                pos = nxt
-            if not chunk and pos < end:
-                at = pos_file + pos
-                what = ("inside the header of" if end - pos < 16 else "in the middle of")
-                if offs:
-                    yield _block(buf, offs, recs, ns_mult, linktype, frame, pos_file + pos)
-                raise CaptureError(p, f"is truncated: it ends {what} record {frame + len(offs)} (byte {at})",
-                                   offset=at, frames_read=frame - 1 + len(offs))
+        for raw in _pcap_raw(p, f, order, block_bytes):
+            yield _block(raw.buf, raw.offs, order, ns_mult, linktype, raw.first, raw.file_end)
+
+
+@dataclass(slots=True)
+class _Raw:
+    buf: bytes
+    offs: list[int]  # record header offsets in buf
+    first: int
+    file_start: int  # file offset of buf[0]
+    file_end: int  # file offset after the last whole record
+
+
+def _pcap_raw(p: str, f: IO[bytes], order: str, block_bytes: int) -> Iterator[_Raw]:
+    unpack = struct.Struct(order + "I").unpack_from
+    pending = b""
+    frame = 1
+    pos_file = 24
+    while True:
+        chunk = f.read(block_bytes)
+        buf = pending + chunk if pending else chunk
+        if not buf:
+            return
+        end = len(buf)
+        pos = 0
+        offs: list[int] = []
+        append = offs.append
+        # the only per-record Python: follow the captured lengths from header to header
+        while pos + 16 <= end:
+            nxt = pos + 16 + unpack(buf, pos + 8)[0]
+            if nxt > end:
+                break
+            append(pos)
+            pos = nxt
+        if pos + 16 <= end and unpack(buf, pos + 8)[0] > 64 << 20:
+            raise CaptureError(p, f"is damaged: record {frame + len(offs)} at byte {pos_file + pos} claims "
+                                  f"{unpack(buf, pos + 8)[0]} bytes", offset=pos_file + pos, frames_read=frame - 1)
+        if not chunk and pos < end:
+            at = pos_file + pos
+            what = ("inside the header of" if end - pos < 16 else "in the middle of")
             if offs:
-                yield _block(buf, offs, recs, ns_mult, linktype, frame, pos_file + pos)
-                frame += len(offs)
-            pos_file += pos
-            pending = buf[pos:]
-            if not chunk:
-                return
+                yield _Raw(buf, offs, frame, pos_file, pos_file + pos)
+            raise CaptureError(p, f"is truncated: it ends {what} record {frame + len(offs)} (byte {at})",
+                               offset=at, frames_read=frame - 1 + len(offs))
+        if offs:
+            yield _Raw(buf, offs, frame, pos_file, pos_file + pos)
+            frame += len(offs)
+        pos_file += pos
+        pending = buf[pos:]
+        if not chunk:
+            return
 
 
-def _block(buf: bytes, offs: list[int], recs: list[tuple[int, int, int, int]], ns_mult: int,
-           linktype: int, frame: int, file_pos: int) -> RecordBlock:
-    r = np.array(recs, dtype=np.int64).reshape(-1, 4)
+def _block(buf: bytes, offs: list[int], order: str, ns_mult: int, linktype: int, frame: int,
+           file_pos: int) -> RecordBlock:
+    """The record headers at ``offs``, read with numpy (ts_sec, ts_frac, caplen, wirelen)."""
+    at = np.array(offs, dtype=np.int64)
+    bufnp = np.frombuffer(buf, dtype=np.uint8)
+    hdr = np.lib.stride_tricks.sliding_window_view(bufnp, 16)[at]
+    r = np.ascontiguousarray(hdr).view(order + "u4").astype(np.int64)
     n = len(offs)
-    return RecordBlock(buf, np.array(offs, dtype=np.int64), r[:, 2], r[:, 3],
-                       r[:, 0] * 1_000_000_000 + r[:, 1] * ns_mult,
+    return RecordBlock(buf, at + 16, r[:, 2], r[:, 3], r[:, 0] * 1_000_000_000 + r[:, 1] * ns_mult,
                        np.full(n, linktype, dtype=np.int32), frame, file_pos)
 
 
@@ -479,31 +492,59 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int) -> It
 # ============================================================================ vectorised fields
 
 
-def decode_block(blk: RecordBlock, *, verify_icrc: bool = True) -> Columns:
-    """Decode one block of Ethernet records into columns."""
+def _realign(H: np.ndarray, base: np.ndarray, width: int) -> np.ndarray:
+    """Row i of the result is ``H[i, base[i]:base[i] + width]`` (zeros past the window).
+
+    Rows are grouped by their offset (a block of one capture has very few distinct ones: with or
+    without a VLAN tag, IPv4 options, the extended headers of each opcode), so this is a few
+    slices rather than a gather per byte."""
+    n, hw = H.shape
+    if n == 0:
+        return np.zeros((0, width), dtype=np.uint8)
+    b = int(base[0])
+    if 0 <= b and b + width <= hw and (base == b).all():
+        return H[:, b:b + width]
+    uniq = np.unique(base)
+    out = np.zeros((n, width), dtype=np.uint8)
+    for b in uniq.tolist():
+        if b < 0 or b >= hw:
+            continue
+        m = base == b
+        w = min(width, hw - b)
+        out[m, :w] = H[m, b:b + w]
+    return out
+
+
+def _be(M: np.ndarray, a: int, nbytes: int) -> np.ndarray:
+    """Big-endian unsigned integer of bytes ``a .. a+nbytes-1`` of every row."""
+    v = M[:, a].astype(np.uint64)
+    for i in range(1, nbytes):
+        v = (v << np.uint64(8)) | M[:, a + i]
+    return v
+
+
+def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable[str] | None = None) -> Columns:
+    """Decode one block of Ethernet records into columns.
+
+    ``fields`` (default: all) limits the work to the columns named (and what they depend on);
+    the others are left as zeros with their layer absent."""
     n = len(blk.offset)
+    wanted = None if fields is None else tuple(fields)
+
+    def need(*prefixes: str) -> bool:
+        return wanted is None or any(f.startswith(p) or p.startswith(f + ".") or p == f
+                                     for f in wanted for p in prefixes)
+
     bufnp = np.frombuffer(blk.buf, dtype=np.uint8)
     k = np.arange(WINDOW, dtype=np.int64)
-    idx = blk.offset[:, None] + k[None, :]
-    inside = k[None, :] < blk.caplen[:, None]
-    np.minimum(idx, len(bufnp) - 1, out=idx)
-    H = bufnp[idx]
-    H[~inside] = 0
-    del idx, inside
-    rows = np.arange(n)
+    # one row copy per packet: fancy indexing over a sliding-window view of the (padded) block
+    padded = np.concatenate([bufnp, np.zeros(WINDOW, dtype=np.uint8)])
+    H = np.lib.stride_tricks.sliding_window_view(padded, WINDOW)[blk.offset]
+    del padded, k
+    # bytes past a packet's captured length are the next record's: every field below is only
+    # marked present where the captured length covers it
     caplen = blk.caplen
-
-    def u(off: np.ndarray | int, nbytes: int) -> np.ndarray:
-        o = np.minimum(np.asarray(off, dtype=np.int64), WINDOW - nbytes)
-        v = H[rows, o].astype(np.uint64)
-        for i in range(1, nbytes):
-            v = (v << np.uint64(8)) | H[rows, o + i]
-        return v
-
-    def raw(off: np.ndarray | int, nbytes: int) -> np.ndarray:
-        o = np.minimum(np.asarray(off, dtype=np.int64), WINDOW - nbytes)
-        cols = np.broadcast_to(o, (n,))[:, None] + np.arange(nbytes)
-        return np.ascontiguousarray(H[rows[:, None], cols]).view(f"S{nbytes}").reshape(n)
+    u64 = np.uint64
 
     data: dict[str, np.ndarray] = {}
     L: dict[str, np.ndarray] = {}
@@ -515,102 +556,114 @@ def decode_block(blk: RecordBlock, *, verify_icrc: bool = True) -> Columns:
     L["frame"] = np.ones(n, dtype=bool)
     eth = (blk.linktype == LINKTYPE_ETHERNET) & (caplen >= 14)
     L["eth"] = eth
-    data["eth.dst"] = u(0, 6)
-    data["eth.src"] = u(6, 6)
-    etype = u(12, 2)
+    if need("eth.src", "eth.dst"):
+        data["eth.dst"] = _be(H, 0, 6)
+        data["eth.src"] = _be(H, 6, 6)
+    etype = _be(H, 12, 2)
     data["eth.type"] = etype.astype(np.uint16)
     vlan = eth & (etype == 0x8100) & (caplen >= 18)
     L["vlan"] = vlan
-    tci = u(14, 2)
-    data["vlan.id"] = (tci & np.uint64(0xFFF)).astype(np.uint16)
-    data["vlan.priority"] = (tci >> np.uint64(13)).astype(np.uint8)
-    etype = np.where(vlan, u(16, 2), etype)
+    if need("vlan"):
+        tci = _be(H, 14, 2)
+        data["vlan.id"] = (tci & u64(0xFFF)).astype(np.uint16)
+        data["vlan.priority"] = (tci >> u64(13)).astype(np.uint8)
+    etype = np.where(vlan, _be(H, 16, 2), etype)
     l3 = np.where(vlan, 18, 14).astype(np.int64)
-    b0 = H[rows, l3]
+    IP = _realign(H, l3, 40)
+    b0 = IP[:, 0]
     ip = eth & (etype == 0x0800) & (b0 >> 4 == 4) & (caplen >= l3 + 20)
     ihl = (b0 & 0x0F).astype(np.int64)
     L["ip"] = ip
-    data["ip.version"] = (b0 >> 4).astype(np.uint8)
-    data["ip.hdr_len"] = (ihl * 4).astype(np.uint8)
-    tos = H[rows, l3 + 1]
-    data["ip.dsfield.dscp"] = tos >> 2
-    data["ip.dsfield.ecn"] = tos & 3
-    data["ip.len"] = u(l3 + 2, 2).astype(np.uint16)
-    data["ip.id"] = u(l3 + 4, 2).astype(np.uint16)
-    ff = u(l3 + 6, 2)
-    data["ip.flags"] = (ff >> np.uint64(13)).astype(np.uint8)
-    frag = (ff & np.uint64(0x1FFF)).astype(np.uint16)
+    data["ip.len"] = _be(IP, 2, 2).astype(np.uint16)
+    ff = _be(IP, 6, 2)
+    frag = (ff & u64(0x1FFF)).astype(np.uint16)
     data["ip.frag_offset"] = frag
-    data["ip.ttl"] = H[rows, l3 + 8]
-    proto4 = H[rows, l3 + 9]
+    proto4 = IP[:, 9]
     data["ip.proto"] = proto4
-    data["ip.checksum"] = u(l3 + 10, 2).astype(np.uint16)
-    data["ip.src"] = u(l3 + 12, 4).astype(np.uint32)
-    data["ip.dst"] = u(l3 + 16, 4).astype(np.uint32)
+    if need("ip.", "ip"):
+        data["ip.version"] = (b0 >> 4).astype(np.uint8)
+        data["ip.hdr_len"] = (ihl * 4).astype(np.uint8)
+        tos = IP[:, 1]
+        data["ip.dsfield.dscp"] = tos >> 2
+        data["ip.dsfield.ecn"] = tos & 3
+        data["ip.id"] = _be(IP, 4, 2).astype(np.uint16)
+        data["ip.flags"] = (ff >> u64(13)).astype(np.uint8)
+        data["ip.ttl"] = IP[:, 8]
+        data["ip.checksum"] = _be(IP, 10, 2).astype(np.uint16)
+        data["ip.src"] = _be(IP, 12, 4).astype(np.uint32)
+        data["ip.dst"] = _be(IP, 16, 4).astype(np.uint32)
     ip6 = eth & (etype == 0x86DD) & (b0 >> 4 == 6) & (caplen >= l3 + 40)
     L["ipv6"] = ip6
     L["ipver"] = ip | ip6
-    w0 = u(l3, 4)
-    data["ipv6.tclass"] = ((w0 >> np.uint64(20)) & np.uint64(0xFF)).astype(np.uint8)
-    data["ipv6.flow"] = (w0 & np.uint64(0xFFFFF)).astype(np.uint32)
-    data["ipv6.plen"] = u(l3 + 4, 2).astype(np.uint16)
-    nxt6 = H[rows, l3 + 6]
+    need6 = need("ipv6", "infiniband.grh")
+    if need6:
+        w0 = _be(IP, 0, 4)
+        data["ipv6.tclass"] = ((w0 >> u64(20)) & u64(0xFF)).astype(np.uint8)
+        data["ipv6.flow"] = (w0 & u64(0xFFFFF)).astype(np.uint32)
+    data["ipv6.plen"] = _be(IP, 4, 2).astype(np.uint16)
+    nxt6 = IP[:, 6]
     data["ipv6.nxt"] = nxt6
-    data["ipv6.hlim"] = H[rows, l3 + 7]
-    data["ipv6.src"] = raw(l3 + 8, 16)
-    data["ipv6.dst"] = raw(l3 + 24, 16)
+    if need6:
+        data["ipv6.hlim"] = IP[:, 7]
+        data["ipv6.src"] = np.ascontiguousarray(IP[:, 8:24]).view("S16").reshape(n)
+        data["ipv6.dst"] = np.ascontiguousarray(IP[:, 24:40]).view("S16").reshape(n)
     l4 = np.where(ip6, l3 + 40, l3 + ihl * 4)
     proto = np.where(ip6, nxt6, proto4)
     l4ok = (ip & (frag == 0) & (ihl >= 5)) | ip6
     udp = l4ok & (proto == 17) & (caplen >= l4 + 8)
     tcp = l4ok & (proto == 6) & (caplen >= l4 + 20)
     L["udp"], L["tcp"] = udp, tcp
-    data["udp.srcport"] = u(l4, 2).astype(np.uint16)
-    data["udp.dstport"] = u(l4 + 2, 2).astype(np.uint16)
-    udplen = u(l4 + 4, 2).astype(np.int64)
+    # the UDP/TCP header and, for RoCEv2, the BTH and extended headers after it
+    T = _realign(H, l4, 8 + 12 + 48)
+    data["udp.srcport"] = _be(T, 0, 2).astype(np.uint16)
+    data["udp.dstport"] = _be(T, 2, 2).astype(np.uint16)
+    udplen = _be(T, 4, 2).astype(np.int64)
     data["udp.length"] = udplen.astype(np.uint16)
-    data["udp.checksum"] = u(l4 + 6, 2).astype(np.uint16)
-    data["tcp.srcport"] = data["udp.srcport"]
-    data["tcp.dstport"] = data["udp.dstport"]
-    data["tcp.seq_raw"] = u(l4 + 4, 4).astype(np.uint32)
-    data["tcp.ack_raw"] = u(l4 + 8, 4).astype(np.uint32)
-    thl = (H[rows, l4 + 12] >> 4).astype(np.int64) * 4
-    data["tcp.hdr_len"] = thl.astype(np.uint8)
-    data["tcp.flags"] = (u(l4 + 12, 2) & np.uint64(0x1FF)).astype(np.uint16)
-    data["tcp.window_size_value"] = u(l4 + 14, 2).astype(np.uint16)
-    iplen = np.where(ip6, data["ipv6.plen"].astype(np.int64) + 40, data["ip.len"].astype(np.int64))
-    data["tcp.len"] = np.maximum(iplen - (l4 - l3) - thl, 0).astype(np.uint32)
+    if need("udp.checksum"):
+        data["udp.checksum"] = _be(T, 6, 2).astype(np.uint16)
+    if need("tcp"):
+        data["tcp.srcport"] = data["udp.srcport"]
+        data["tcp.dstport"] = data["udp.dstport"]
+        data["tcp.seq_raw"] = _be(T, 4, 4).astype(np.uint32)
+        data["tcp.ack_raw"] = _be(T, 8, 4).astype(np.uint32)
+        thl = (T[:, 12] >> 4).astype(np.int64) * 4
+        data["tcp.hdr_len"] = thl.astype(np.uint8)
+        data["tcp.flags"] = (_be(T, 12, 2) & u64(0x1FF)).astype(np.uint16)
+        data["tcp.window_size_value"] = _be(T, 14, 2).astype(np.uint16)
+        iplen = np.where(ip6, data["ipv6.plen"].astype(np.int64) + 40, data["ip.len"].astype(np.int64))
+        data["tcp.len"] = np.maximum(iplen - (l4 - l3) - thl, 0).astype(np.uint32)
     # RoCEv2: UDP to port 4791; RoCEv1: EtherType 0x8915 and a GRH
     rocev2 = udp & (data["udp.dstport"] == ROCEV2_PORT) & (caplen >= l4 + 8 + 12)
     rocev1 = eth & (etype == 0x8915) & (caplen >= l3 + 40 + 12)
     L["rocev2"], L["rocev1"] = rocev2, rocev1
     L["infiniband.grh"] = rocev1
-    g0 = u(l3, 4)
-    data["infiniband.grh.tclass"] = ((g0 >> np.uint64(20)) & np.uint64(0xFF)).astype(np.uint8)
-    data["infiniband.grh.flowlabel"] = (g0 & np.uint64(0xFFFFF)).astype(np.uint32)
-    data["infiniband.grh.paylen"] = data["ipv6.plen"]
-    data["infiniband.grh.nxthdr"] = nxt6
-    data["infiniband.grh.hoplmt"] = data["ipv6.hlim"]
-    data["infiniband.grh.sgid"] = data["ipv6.src"]
-    data["infiniband.grh.dgid"] = data["ipv6.dst"]
+    if need6:
+        data["infiniband.grh.tclass"] = data["ipv6.tclass"]
+        data["infiniband.grh.flowlabel"] = data["ipv6.flow"]
+        data["infiniband.grh.paylen"] = data["ipv6.plen"]
+        data["infiniband.grh.nxthdr"] = nxt6
+        data["infiniband.grh.hoplmt"] = data["ipv6.hlim"]
+        data["infiniband.grh.sgid"] = data["ipv6.src"]
+        data["infiniband.grh.dgid"] = data["ipv6.dst"]
     bth = np.where(rocev1, l3 + 40, l4 + 8)
+    B = T[:, 8:] if not rocev1.any() else _realign(H, bth, 12 + 48)
     ib = rocev1 | rocev2
     L["infiniband.bth"] = ib
-    opcode = H[rows, bth]
+    opcode = B[:, 0].copy()
     data["infiniband.bth.opcode"] = opcode
-    b1 = H[rows, bth + 1]
+    b1 = B[:, 1]
     data["infiniband.bth.se"] = b1 >> 7
     data["infiniband.bth.m"] = (b1 >> 6) & 1
     pad = ((b1 >> 4) & 3).astype(np.int64)
     data["infiniband.bth.padcnt"] = pad.astype(np.uint8)
     data["infiniband.bth.tver"] = b1 & 0x0F
-    data["infiniband.bth.p_key"] = u(bth + 2, 2).astype(np.uint16)
-    b4 = H[rows, bth + 4]
+    data["infiniband.bth.p_key"] = _be(B, 2, 2).astype(np.uint16)
+    b4 = B[:, 4]
     data["rdmalab.bth.fecn"] = b4 >> 7
     data["rdmalab.bth.becn"] = (b4 >> 6) & 1
-    data["infiniband.bth.destqp"] = u(bth + 5, 3).astype(np.uint32)
-    data["infiniband.bth.a"] = H[rows, bth + 8] >> 7
-    data["infiniband.bth.psn"] = u(bth + 9, 3).astype(np.uint32)
+    data["infiniband.bth.destqp"] = _be(B, 5, 3).astype(np.uint32)
+    data["infiniband.bth.a"] = B[:, 8] >> 7
+    data["infiniband.bth.psn"] = _be(B, 9, 3).astype(np.uint32)
     # the IB packet's end (ICRC included): from the UDP length or the GRH payload length
     ib_end = np.where(rocev1, l3 + 40 + data["ipv6.plen"].astype(np.int64), l4 + udplen)
     ib_end = np.minimum(ib_end, caplen)
@@ -618,33 +671,34 @@ def decode_block(blk: RecordBlock, *, verify_icrc: bool = True) -> Columns:
     ext0 = bth + 12
     extlen = t["extlen"][opcode].astype(np.int64)
     fits = ib & (ext0 + extlen <= ib_end)
-    for key in ("rdeth", "deth", "reth", "atomiceth", "aeth", "atomicacketh", "immdt", "ieth", "xrceth"):
+    sizes = {"rdeth": 4, "deth": 8, "reth": 16, "atomiceth": 28, "aeth": 4, "atomicacketh": 8, "immdt": 4,
+             "ieth": 4, "xrceth": 4}
+    X: dict[str, np.ndarray] = {}
+    layer_of = {"rdeth": ("infiniband.rdeth",), "deth": ("infiniband.deth",), "reth": ("infiniband.reth",),
+                "atomiceth": ("infiniband.atomiceth", "infiniband.reth"), "aeth": ("infiniband.aeth",),
+                "atomicacketh": ("infiniband.atomicacketh",), "immdt": ("infiniband.immdt",),
+                "ieth": ("infiniband.ieth",), "xrceth": ("rdmalab.xrceth",)}
+    for key, size in sizes.items():
         o = t[key][opcode].astype(np.int64)
         L[f"_{key}"] = fits & (o >= 0)
-        t_off = ext0 + np.maximum(o, 0)
-        if key == "rdeth":
-            data["infiniband.rdeth.eecnxt"] = u(t_off + 1, 3).astype(np.uint32)
-        elif key == "deth":
-            data["infiniband.deth.q_key"] = u(t_off, 4)
-            data["infiniband.deth.srcqp"] = u(t_off + 5, 3).astype(np.uint32)
-        elif key == "reth":
-            reth_va, reth_rkey = u(t_off, 8), u(t_off + 8, 4).astype(np.uint32)
-            data["infiniband.reth.dmalen"] = u(t_off + 12, 4).astype(np.uint32)
-        elif key == "atomiceth":
-            at_va, at_rkey = u(t_off, 8), u(t_off + 8, 4).astype(np.uint32)
-            data["infiniband.atomiceth.swapdt"] = u(t_off + 12, 8)
-            data["infiniband.atomiceth.cmpdt"] = u(t_off + 20, 8)
-        elif key == "aeth":
-            data["infiniband.aeth.syndrome"] = H[rows, np.minimum(t_off, WINDOW - 1)]
-            data["infiniband.aeth.msn"] = u(t_off + 1, 3).astype(np.uint32)
-        elif key == "atomicacketh":
-            data["infiniband.atomicacketh.origremdt"] = u(t_off, 8)
-        elif key == "immdt":
-            data["infiniband.immdt"] = u(t_off, 4).astype(np.uint32)
-        elif key == "ieth":
-            data["infiniband.ieth"] = u(t_off, 4).astype(np.uint32)
-        elif key == "xrceth":
-            data["rdmalab.xrceth.xrcsrq"] = u(t_off + 1, 3).astype(np.uint32)
+        if need(*layer_of[key]):
+            X[key] = _realign(B, 12 + np.where(o >= 0, o, 48), size)
+        else:
+            X[key] = np.zeros((n, size), dtype=np.uint8)
+    data["infiniband.rdeth.eecnxt"] = _be(X["rdeth"], 1, 3).astype(np.uint32)
+    data["infiniband.deth.q_key"] = _be(X["deth"], 0, 4)
+    data["infiniband.deth.srcqp"] = _be(X["deth"], 5, 3).astype(np.uint32)
+    R = X["reth"]
+    A = X["atomiceth"]
+    data["infiniband.reth.dmalen"] = _be(R, 12, 4).astype(np.uint32)
+    data["infiniband.atomiceth.swapdt"] = _be(A, 12, 8)
+    data["infiniband.atomiceth.cmpdt"] = _be(A, 20, 8)
+    data["infiniband.aeth.syndrome"] = X["aeth"][:, 0].copy()
+    data["infiniband.aeth.msn"] = _be(X["aeth"], 1, 3).astype(np.uint32)
+    data["infiniband.atomicacketh.origremdt"] = _be(X["atomicacketh"], 0, 8)
+    data["infiniband.immdt"] = _be(X["immdt"], 0, 4).astype(np.uint32)
+    data["infiniband.ieth"] = _be(X["ieth"], 0, 4).astype(np.uint32)
+    data["rdmalab.xrceth.xrcsrq"] = _be(X["xrceth"], 1, 3).astype(np.uint32)
     for key, layer in (("rdeth", "infiniband.rdeth"), ("deth", "infiniband.deth"), ("reth", "infiniband.reth"),
                        ("atomiceth", "infiniband.atomiceth"), ("aeth", "infiniband.aeth"),
                        ("atomicacketh", "infiniband.atomicacketh"), ("immdt", "infiniband.immdt"),
@@ -652,8 +706,8 @@ def decode_block(blk: RecordBlock, *, verify_icrc: bool = True) -> Columns:
         L[layer] = L.pop(f"_{key}")
     # RETH and AtomicETH share Wireshark's names for the address and key
     is_at = L["infiniband.atomiceth"]
-    data["infiniband.reth.va"] = np.where(is_at, at_va, reth_va)
-    data["infiniband.reth.r_key"] = np.where(is_at, at_rkey, reth_rkey)
+    data["infiniband.reth.va"] = np.where(is_at, _be(A, 0, 8), _be(R, 0, 8))
+    data["infiniband.reth.r_key"] = np.where(is_at, _be(A, 8, 4), _be(R, 8, 4)).astype(np.uint32)
     L["infiniband.va"] = L["infiniband.reth"] | is_at
     L["rdmalab.cnp"] = ib & (opcode == 0x81)
     data["rdmalab.cnp"] = L["rdmalab.cnp"].astype(np.uint8)
@@ -661,16 +715,20 @@ def decode_block(blk: RecordBlock, *, verify_icrc: bool = True) -> Columns:
     data["rdmalab.payload.len"] = np.maximum(plen, 0).astype(np.uint32)
     crc_ok = fits & (ib_end >= ext0 + extlen + 4)
     L["infiniband.crc"] = crc_ok
-    crc_at = blk.offset + np.maximum(ib_end - 4, 0)
-    crc_at = np.minimum(crc_at, len(bufnp) - 4)
-    wire = ((bufnp[crc_at].astype(np.uint32) << 24) | (bufnp[crc_at + 1].astype(np.uint32) << 16)
-            | (bufnp[crc_at + 2].astype(np.uint32) << 8) | bufnp[crc_at + 3])
-    data["infiniband.invariant.crc"] = wire
     status = np.zeros(n, dtype=np.int8)
+    if need("infiniband.invariant", "rdmalab.icrc") or verify_icrc:
+        crc_at = blk.offset + np.maximum(ib_end - 4, 0)
+        crc_at = np.minimum(crc_at, len(bufnp) - 4)
+        wire = ((bufnp[crc_at].astype(np.uint32) << 24) | (bufnp[crc_at + 1].astype(np.uint32) << 16)
+                | (bufnp[crc_at + 2].astype(np.uint32) << 8) | bufnp[crc_at + 3])
+        data["infiniband.invariant.crc"] = wire
     if verify_icrc and crc_ok.any():
         status = _verify_icrc(blk, H, crc_ok, rocev1, l3, bth, ib_end, wire)
     data["rdmalab.icrc.ok"] = status
     L["iwarp"] = np.zeros(n, dtype=bool)
+    for c in COLUMNS:  # the columns not asked for
+        if c.name not in data:
+            data[c.name] = np.zeros(n, dtype=c.dtype)
     return Columns(n, data, L)
 
 
@@ -796,7 +854,7 @@ def _ethernet_only(blk: RecordBlock) -> bool:
 
 
 def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, verify_icrc: bool = True,
-                 progress: bool = False) -> Iterator[Columns]:
+                 progress: bool = False, fields: Iterable[str] | None = None) -> Iterator[Columns]:
     """Columns of a capture, one :class:`Columns` per block of records (bounded memory).
 
     A file with frames of other link types than Ethernet is decoded with the per-packet decoder.
@@ -808,7 +866,7 @@ def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, v
             if not _ethernet_only(blk):
                 yield columns_from_packets(p, first=blk.first)
                 return
-            cols = decode_block(blk, verify_icrc=verify_icrc)
+            cols = decode_block(blk, verify_icrc=verify_icrc, fields=fields)
             cols.path = p
             if bar is not None:
                 bar.update(blk.file_pos - bar.n)

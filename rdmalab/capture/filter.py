@@ -53,8 +53,8 @@ class FilterError(RdmalabError, ValueError):
 
 
 @lru_cache(maxsize=1)
-def known_fields() -> frozenset[str]:
-    """Every field name a filter may use: decoder fields and their protocol prefixes."""
+def declared_fields() -> dict[str, tuple[str, int]]:
+    """Wireshark name -> (display format, bits) of every field a header declares."""
     import rdmalab.capture.linktypes  # noqa: F401  - declares SLL/ERF headers
     import rdmalab.wire.cm  # noqa: F401  - the wire modules declare the headers we walk below
     import rdmalab.wire.ib  # noqa: F401
@@ -63,10 +63,9 @@ def known_fields() -> frozenset[str]:
     import rdmalab.wire.mpa  # noqa: F401
     import rdmalab.wire.net  # noqa: F401
     import rdmalab.wire.rdmap  # noqa: F401
-    from rdmalab.capture.fields import EXTRA_FIELDS
     from rdmalab.wire.header import Header
 
-    names: set[str] = set(EXTRA_FIELDS)
+    out: dict[str, tuple[str, int]] = {}
     todo: list[type] = [Header]
     while todo:
         cls = todo.pop()
@@ -74,9 +73,20 @@ def known_fields() -> frozenset[str]:
         lay = getattr(cls, "LAYOUT", None)
         if lay is None:
             continue
+        for f in lay.fields:
+            if f.ws:
+                out.setdefault(f.ws, (f.fmt, f.bits))
         if lay.ws_proto:
-            names.add(lay.ws_proto)
-        names.update(f.ws for f in lay.fields if f.ws)
+            out.setdefault(lay.ws_proto, ("proto", 0))
+    return out
+
+
+@lru_cache(maxsize=1)
+def known_fields() -> frozenset[str]:
+    """Every field name a filter may use: decoder fields and their protocol prefixes."""
+    from rdmalab.capture.fields import EXTRA_FIELDS
+
+    names: set[str] = set(EXTRA_FIELDS) | set(declared_fields())
     try:  # the columnar decoder's columns (import here: columnar imports this module)
         from rdmalab.capture.columnar import COLUMN_NAMES
         names.update(COLUMN_NAMES)
