@@ -200,7 +200,8 @@ class Columns:
             from rdmalab.wire.opcodes import opcode_name
 
             names = np.array([opcode_name(i) for i in range(256)], dtype=object)
-            return names[self.data["infiniband.bth.opcode"]]
+            out: np.ndarray = names[self.data["infiniband.bth.opcode"]]
+            return out
         if name == "rdmalab.encap":
             enc = np.full(self.n, "other", dtype=object)
             enc[self.present("tcp")] = "tcp"
@@ -229,7 +230,8 @@ class Columns:
         prefix = name + "."
         hits = [self.layers[c.layer] for c in COLUMNS if c.name.startswith(prefix)]
         if hits:
-            return np.logical_or.reduce(hits)
+            anyhit: np.ndarray = np.logical_or.reduce(hits)
+            return anyhit
         raise KeyError(name)
 
     def has(self, name: str) -> bool:
@@ -902,7 +904,7 @@ def read_columns(path: str | os.PathLike[str], *, verify_icrc: bool = True, prog
 
     parts: list[Columns] = []
     with ProcessPoolExecutor(workers) as pool:
-        futs = []
+        futs: list[Any] = []
         for blk in record_blocks(p, block_bytes):
             if not _ethernet_only(blk):
                 for fu in futs:

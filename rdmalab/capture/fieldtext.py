@@ -141,7 +141,8 @@ def render_fields(cols: Columns, names: Sequence[str], *, separator: bytes = b"\
             pieces.append(np.broadcast_to(s, (n, len(s))))
         pieces.append(p)
     flat = np.hstack(pieces).ravel()
-    return flat[flat != 0].tobytes()
+    text: bytes = flat[flat != 0].tobytes()
+    return text
 
 
 def value_text(name: str, value: object) -> str:
@@ -203,10 +204,11 @@ def _worker_task(task: tuple[Any, ...]) -> bytes:
 
 def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_expr: str | None = None,
                count: int | None = None, separator: bytes = b"\t", quote: bytes = b"", verify_icrc: bool = False,
-               workers: int | None = None, progress: bool = False, block_bytes: int = 8 << 20) -> Iterator[bytes]:
+               workers: int | None = None, progress: bool = False, block_bytes: int = 4 << 20,
+               parallel_min_bytes: int = 32 << 20) -> Iterator[bytes]:
     """The ``-T fields`` output of a capture, block by block (bounded memory).
 
-    A plain (not compressed) pcap file of 32 MiB or more, read whole, is split among ``workers``
+    A plain (not compressed) pcap file of ``parallel_min_bytes`` or more, read whole, is split among ``workers``
     processes (default: the number of cores): this process follows the record headers and hands
     each block's record offsets to a worker, which reads the block again, decodes, filters and
     renders it; the blocks come back in file order.
@@ -219,7 +221,7 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
     needed = set(names) | (set(flt.fields) if flt is not None else set())
     if workers is None:
         workers = os.cpu_count() or 1
-    parallel = workers > 1 and count is None and _plain_pcap(p) and os.path.getsize(p) >= 32 << 20
+    parallel = workers > 1 and count is None and _plain_pcap(p) and os.path.getsize(p) >= parallel_min_bytes
     if not parallel:
         left = count
         for cols in iter_columns(p, verify_icrc=verify_icrc, progress=progress, block_bytes=block_bytes,

@@ -33,7 +33,7 @@ import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from rdmalab.wire.errors import RdmalabError
@@ -63,9 +63,23 @@ def declared_fields() -> dict[str, tuple[str, int]]:
     import rdmalab.wire.mpa  # noqa: F401
     import rdmalab.wire.net  # noqa: F401
     import rdmalab.wire.rdmap  # noqa: F401
-    from rdmalab.wire.header import Header
 
     out: dict[str, tuple[str, int]] = {}
+    for _proto, f in _declarations():
+        out.setdefault(f.ws or "", (f.fmt, f.bits))
+    for proto, _f in _declarations():
+        if proto:
+            out.setdefault(proto, ("proto", 0))
+    out.pop("", None)
+    return out
+
+
+@lru_cache(maxsize=1)
+def _declarations() -> list[tuple[str | None, Any]]:
+    """(protocol name of the header, field spec) for every Wireshark-named field of every header."""
+    from rdmalab.wire.header import Header
+
+    out: list[tuple[str | None, Any]] = []
     todo: list[type] = [Header]
     while todo:
         cls = todo.pop()
@@ -73,12 +87,20 @@ def declared_fields() -> dict[str, tuple[str, int]]:
         lay = getattr(cls, "LAYOUT", None)
         if lay is None:
             continue
-        for f in lay.fields:
-            if f.ws:
-                out.setdefault(f.ws, (f.fmt, f.bits))
-        if lay.ws_proto:
-            out.setdefault(lay.ws_proto, ("proto", 0))
+        out.extend((lay.ws_proto, f) for f in lay.fields if f.ws)
     return out
+
+
+@cache
+def _borrowed(proto: str) -> frozenset[str]:
+    """Field names under ``proto`` that a header of another protocol also declares.
+
+    Wireshark puts the AtomicETH's address and key under ``infiniband.reth.va``/``r_key``: those
+    names do not mean that a RETH is present, so ``infiniband.reth`` must not match an atomic."""
+    prefix = proto + "."
+    mine = {f.ws for p, f in _declarations() if p and (p == proto or p.startswith(prefix))}
+    return frozenset(f.ws for p, f in _declarations()
+                     if f.ws.startswith(prefix) and not (p and (p == proto or p.startswith(prefix))) and f.ws in mine)
 
 
 @lru_cache(maxsize=1)
@@ -414,7 +436,8 @@ def _eval(node: Any, fields: Mapping[str, Any]) -> bool:
         if node.field in fields:
             return True
         prefix = node.field + "."
-        return any(k.startswith(prefix) for k in fields)
+        borrowed = _borrowed(node.field)
+        return any(k.startswith(prefix) and k not in borrowed for k in fields)
     if t is In:
         return any(_match_value("==", x, v) for x in _values(fields, node.field) for v in node.values)
     if t is Contains:

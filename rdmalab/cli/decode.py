@@ -76,7 +76,7 @@ def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> in
     names: list[str] = args.fields or []
     if not names:
         raise Fail("-T fields needs at least one -e FIELD (e.g. -e ip.src -e infiniband.bth.psn)")
-    unknown = [n for n in names if n not in known_fields()]
+    unknown = [n for n in names if n not in COLUMN_NAMES and n not in known_fields()]
     if unknown:
         raise Fail(f"-e {unknown[0]}: not a field rdmalab knows" + (f" (also {', '.join(unknown[1:])})"
                                                                      if unknown[1:] else ""))
