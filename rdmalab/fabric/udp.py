@@ -56,6 +56,7 @@ import zlib
 from collections.abc import Callable
 from typing import IO, Any
 
+from rdmalab.verbs.engine.carrier import Station
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import _ATTR, INFO, Pkt
 from rdmalab.verbs.trace import Trace, TraceEvent
@@ -71,8 +72,25 @@ _SO_ATTACH_FILTER = 26
 _FF8 = zlib.crc32(b"\xff" * 8)
 
 
-class CarrierError(OSError):
+class CarrierError(Exception):
     """The carrier cannot start: no such interface or address, no permission, port taken."""
+
+    def __init__(self, errno_: int, message: str) -> None:
+        super().__init__(message)
+        self.errno = errno_
+
+
+NO_RAW_SOCKET = ("rdmalab's UDP carrier needs a raw socket (to choose the IP Identification the ICRC covers, and to "
+                 "see it on receive): run as root, or give the interpreter CAP_NET_RAW "
+                 "(sudo setcap cap_net_raw+ep \"$(readlink -f \"$(which python3)\")\")")
+
+
+def check_permission() -> None:
+    """Raise :class:`CarrierError` now if this process may not open the raw socket the carrier needs."""
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP).close()
+    except PermissionError:
+        raise CarrierError(errno.EPERM, NO_RAW_SOCKET) from None
 
 
 # ---------------------------------------------------------------------- interfaces
@@ -170,6 +188,22 @@ _DROP_ALL = [(0x06, 0, 0, 0)]
 
 
 # ---------------------------------------------------------------------- the carrier
+class _Timer:
+    """What :meth:`UdpFabric.call_later` returns (a :class:`~rdmalab.verbs.engine.carrier.TimerHandle`)."""
+
+    __slots__ = ("fn", "arg", "cancelled")
+
+    def __init__(self, fn: Callable[[Any], None], arg: Any) -> None:
+        self.fn, self.arg, self.cancelled = fn, arg, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def __call__(self, _: Any) -> None:
+        if not self.cancelled:
+            self.fn(self.arg)
+
+
 class UdpFabric:
     """One soft device on a real interface, talking RoCEv2 over UDP/IPv4 port 4791.
 
@@ -226,10 +260,7 @@ class UdpFabric:
         try:
             raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
         except PermissionError:
-            raise CarrierError(errno.EPERM, "rdmalab's UDP carrier needs a raw socket (to choose the IP "
-                               "Identification the ICRC covers, and to see it on receive): run as root or give "
-                               "the interpreter CAP_NET_RAW (sudo setcap cap_net_raw+ep $(readlink -f "
-                               "$(which python3)))") from None
+            raise CarrierError(errno.EPERM, NO_RAW_SOCKET) from None
         raw.setsockopt(socket.IPPROTO_IP, socket.IP_HDRINCL, 1)
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
@@ -281,9 +312,18 @@ class UdpFabric:
     def now_ns(self) -> int:
         return time.monotonic_ns()
 
-    def schedule(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None:
+    def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> _Timer:
+        """Run ``fn(arg)`` from the event loop ``delay_ns`` from now (wall clock); ``cancel()`` forgets it."""
+        t = _Timer(fn, arg)
+        cb: Callable[[Any], None] = t
         self._seq += 1
-        heapq.heappush(self._timers, (time.monotonic_ns() + max(0, int(delay_ns)), self._seq, fn, arg))
+        heapq.heappush(self._timers, (time.monotonic_ns() + max(0, int(delay_ns)), self._seq, cb, None))
+        return t
+
+    @property
+    def scheduler(self) -> UdpFabric:
+        """The carrier is its own scheduler (:meth:`step`, :meth:`progress`, :meth:`run`)."""
+        return self
 
     @property
     def pending(self) -> int:
@@ -301,11 +341,12 @@ class UdpFabric:
         self.trace.append(ev)
 
     # ------------------------------------------------------------------ sending
-    def transmit(self, src: SoftDevice, pkt: Pkt) -> None:
+    def send(self, src: Station, pkt: Pkt) -> None:
+        """The carrier seam's outbound call: each packet leaves as one IPv4 datagram."""
         for p in pkt.expand():
             self._send_one(src, p)
 
-    def _send_one(self, src: SoftDevice, p: Pkt) -> None:
+    def _send_one(self, src: Station, p: Pkt) -> None:
         dst = p.dst_gid
         if (dst >> 32) != 0xFFFF or (p.src_gid >> 32) != 0xFFFF:
             self.stats["send_errors"] += 1
@@ -346,7 +387,7 @@ class UdpFabric:
         finally:
             sel.close()
 
-    def _record_drop(self, dev: SoftDevice, p: Pkt, reason: str) -> None:
+    def _record_drop(self, dev: Station, p: Pkt, reason: str) -> None:
         self.trace.append(TraceEvent(self.now_ns, dev.name, p.destqp, "dropped", p.psn, p.opcode,
                                      {"packet_id": p.id, "reason": reason}))
 
@@ -356,33 +397,8 @@ class UdpFabric:
         return i
 
     def encode(self, p: Pkt) -> bytes:
-        """The IPv4/UDP/BTH/.../ICRC datagram for ``p`` (DF set, the next IP ID, UDP checksum 0)."""
-        info = INFO[p.opcode]
-        payload = p.payload
-        n = len(payload)
-        pad = -n % 4
-        ext = b"".join(h.encode() for h in p.headers()) if info.headers else b""
-        bth = struct.pack(">BBHII", p.opcode, (p.se << 7) | (pad << 4), 0xFFFF, p.destqp & 0xFFFFFF,
-                          (p.ackreq << 31) | (p.psn & 0xFFFFFF))
-        udp_len = 8 + 12 + len(ext) + n + pad + 4
-        src, dst = p.src_gid & 0xFFFFFFFF, p.dst_gid & 0xFFFFFFFF
-        ip_id = self.next_ip_id()
-        # IPv4 header: version/IHL, TOS 0, total length, ID, flags DF, TTL 64, UDP, checksum 0
-        # (the kernel computes it for IP_HDRINCL sends), addresses.
-        hdr = struct.pack(">BBHHHBBHII", 0x45, 0, 20 + udp_len, ip_id, 0x4000, 64, 17, 0, src, dst)
-        udp = struct.pack(">HHHH", p.sport, ROCEV2_PORT, udp_len, 0)
-        # ICRC: the same bytes with TOS, TTL, IP checksum, UDP checksum and BTH byte 4 masked
-        # (rxe_icrc.c), after 8 bytes of 0xFF; zlib's CRC-32, written little-endian.
-        masked = struct.pack(">BBHHHBBHII", 0x45, 0xFF, 20 + udp_len, ip_id, 0x4000, 0xFF, 17, 0xFFFF, src, dst)
-        masked_udp = struct.pack(">HHHH", p.sport, ROCEV2_PORT, udp_len, 0xFFFF)
-        mbth = bth[:4] + b"\xff" + bth[5:]
-        crc = zlib.crc32(masked + masked_udp + mbth + ext, _FF8)
-        if n:
-            crc = zlib.crc32(payload, crc)
-        tail = b"\0" * pad
-        if pad:
-            crc = zlib.crc32(tail, crc)
-        return b"".join((hdr, udp, bth, ext, payload, tail, struct.pack("<I", crc)))
+        """The IPv4 datagram for ``p`` with this device's next IP Identification."""
+        return encode_datagram(p, self.next_ip_id())
 
     # ------------------------------------------------------------------ receiving
     def _receive_all(self) -> int:
@@ -414,6 +430,8 @@ class UdpFabric:
         pkt.dst_mac = self.device.mac
         pkt.src_mac = self.resolve_mac(pkt.src_gid) or 0
         self._tap(datagram, pkt.src_mac, pkt.dst_mac)
+        # The seam's fast path (Station.receive): the ICRC was checked above, over the real IP
+        # header; Station.deliver would rebuild that header from a Datagram and decode it again.
         self.device.receive(pkt)
 
     # ------------------------------------------------------------------ the event loop
@@ -440,6 +458,19 @@ class UdpFabric:
         did += self._run_timers()
         self.device.flush()
         return did > 0
+
+    def run(self, until_ns: int | None = None, max_events: int = 10_000_000) -> int:
+        """Run the loop until no timer is left (or the clock passes ``until_ns``); returns steps."""
+        steps = 0
+        while steps < max_events and not self._closed:
+            if until_ns is not None and time.monotonic_ns() >= until_ns:
+                break
+            if not self._timers and until_ns is None:
+                self.step()
+                break
+            self.step(0.01)
+            steps += 1
+        return steps
 
     def progress(self, done: Callable[[], bool], max_steps: int = 20_000, timeout: float | None = None) -> bool:
         """Run the loop until ``done()`` or ``timeout`` seconds (default ``poll_wait``) pass."""
@@ -494,7 +525,39 @@ class UdpFabric:
         self.close()
 
 
-# ---------------------------------------------------------------------- decoding
+# ---------------------------------------------------------------------- encoding and decoding
+def encode_datagram(p: Pkt, ip_id: int) -> bytes:
+    """The IPv4/UDP/BTH/.../ICRC datagram for ``p``: DF set, TTL 64, ``ip_id``, UDP checksum 0 (as rxe).
+
+    The same bytes as ``Datagram.seal`` of the carrier seam would give with this ``ip_id``, built
+    in one pass (the payload is not copied before the CRC)."""
+    info = INFO[p.opcode]
+    payload = p.payload
+    n = len(payload)
+    pad = -n % 4
+    ext = b"".join(h.encode() for h in p.headers()) if info.headers else b""
+    bth = struct.pack(">BBHII", p.opcode, (p.se << 7) | (pad << 4), 0xFFFF, p.destqp & 0xFFFFFF,
+                      (p.ackreq << 31) | (p.psn & 0xFFFFFF))
+    udp_len = 8 + 12 + len(ext) + n + pad + 4
+    src, dst = p.src_gid & 0xFFFFFFFF, p.dst_gid & 0xFFFFFFFF
+    # IPv4 header: version/IHL, TOS 0, total length, ID, flags DF, TTL 64, UDP, checksum 0
+    # (the kernel computes it for IP_HDRINCL sends), addresses.
+    hdr = struct.pack(">BBHHHBBHII", 0x45, 0, 20 + udp_len, ip_id, 0x4000, 64, 17, 0, src, dst)
+    udp = struct.pack(">HHHH", p.sport, ROCEV2_PORT, udp_len, 0)
+    # ICRC: the same bytes with TOS, TTL, IP checksum, UDP checksum and BTH byte 4 masked
+    # (rxe_icrc.c), after 8 bytes of 0xFF; zlib's CRC-32, written little-endian.
+    masked = struct.pack(">BBHHHBBHII", 0x45, 0xFF, 20 + udp_len, ip_id, 0x4000, 0xFF, 17, 0xFFFF, src, dst)
+    masked_udp = struct.pack(">HHHH", p.sport, ROCEV2_PORT, udp_len, 0xFFFF)
+    mbth = bth[:4] + b"\xff" + bth[5:]
+    crc = zlib.crc32(masked + masked_udp + mbth + ext, _FF8)
+    if n:
+        crc = zlib.crc32(payload, crc)
+    tail = b"\0" * pad
+    if pad:
+        crc = zlib.crc32(tail, crc)
+    return b"".join((hdr, udp, bth, ext, payload, tail, struct.pack("<I", crc)))
+
+
 def decode_datagram(d: bytes) -> Pkt | None:
     """An IPv4 RoCEv2 datagram (IP header first) as a :class:`Pkt`, or None if it is malformed,
     not RoCEv2, or its ICRC is wrong (rxe drops those silently: ``rxe_recv.c``)."""

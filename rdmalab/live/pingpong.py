@@ -88,7 +88,7 @@ def expected_message(opts: PingpongOptions, client_chk: bool) -> bytes:
 def run(opts: PingpongOptions, out: IO[str]) -> PingpongResult:
     """Run one pingpong; prints the stock program's lines to ``out``."""
     # The verbs layer and the carrier are imported here: ``rdmalab --help`` should not pay for them.
-    from rdmalab.fabric.udp import UdpFabric, interface_of
+    from rdmalab.fabric.udp import UdpFabric, check_permission, interface_of
     from rdmalab.verbs import enums as e
     from rdmalab.verbs.addr import AH, GID, AHAttr, GlobalRoute
     from rdmalab.verbs.cq import CQ
@@ -120,6 +120,7 @@ def run(opts: PingpongOptions, out: IO[str]) -> PingpongResult:
         if nqp >= MAX_QP:
             raise PingpongError(f"num_qp {nqp} must be less than {MAX_QP - 1}")
 
+    check_permission()
     # The out-of-band connection comes first: without -d, its local address picks the interface.
     chan: Channel
     if opts.server:
