@@ -23,8 +23,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TARGETS = {
     "pyverbs.enums": "rdmalab/verbs/libibverbs_enums.py",
     "pyverbs.cm_enums": "rdmalab/verbs/cm_enums.py",
-    "pyverbs.providers.mlx5.mlx5_enums": "tests/pyverbs/shim/mlx5_enums.py",
-    "pyverbs.providers.efa.efa_enums": "tests/pyverbs/shim/efa_enums.py",
+    "pyverbs.providers.mlx5.mlx5_enums": "rdmalab/verbs/_providers/mlx5_enums.py",
+    "pyverbs.providers.efa.efa_enums": "rdmalab/verbs/_providers/efa_enums.py",
 }
 
 
@@ -35,7 +35,10 @@ def table(modname: str) -> tuple[list[tuple[str, list[tuple[str, int]]]], list[t
     for name in sorted(dir(mod)):
         obj = getattr(mod, name)
         if isinstance(obj, type) and issubclass(obj, enum.Enum):
-            rows = [(m.name, int(m.value)) for m in obj.__members__.values()]
+            rows = []
+            for key, m in obj.__members__.items():
+                if key not in [r[0] for r in rows]:  # pyverbs has a name twice in one enum
+                    rows.append((key, int(m.value)))
             classes.append((name, rows))
             members.update(r[0] for r in rows)
     plain = [(k, int(getattr(mod, k))) for k in sorted(dir(mod))
@@ -60,9 +63,12 @@ def render(modname: str, version: str) -> str:
             out.append(f"    {m} = {v}")
         out.append("")
     out.append("")
+    done: set[str] = set()
     for name, rows in classes:
         for m, _v in rows:
-            out.append(f"{m} = {name}.{m}")
+            if m not in done:  # a name in two enums: the first wins, as in pyverbs' module
+                done.add(m)
+                out.append(f"{m} = {name}.{m}")
     for k, v in plain:
         out.append(f"{k} = {v}")
     return "\n".join(out) + "\n"
