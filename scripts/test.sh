@@ -22,5 +22,7 @@ set -e
 # pytest exits 5 when it collected no tests: that is a failure of this suite, say so plainly.
 if [ "$rc" = 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi
 if [ "$rc" != 0 ]; then exit "$rc"; fi
+echo "== the wheel: pip install rdmalab in a fresh venv, then rdmalab lab and rdmalab decode from it"
+bash scripts/check_wheel.sh "$PWD/.venv/bin/python"
 echo "== the book: built offline from the notebooks, links checked, rendered in headless Chromium"
 bash scripts/build_book.sh
