@@ -10,8 +10,8 @@ the way it would on a device without it:
   as libibverbs reports a verb the device does not implement;
 * any class of a provider module fails with ``PyverbsUserError("This is not an MLX5 device")``
   (or EFA), the error pyverbs raises when a provider's context is opened on another vendor's
-  device (rxe included);
-* upper-case constants of these modules are not stood in for: using one is an AttributeError
+  device (rxe included); only attribute holders (``...Attr...``) can be created, as in pyverbs;
+* upper-case constants (``NAME_WITH_UNDERSCORES``) of these modules are not stood in for: using one is an AttributeError
   naming the module, never a made-up value.
 
 The mlx5/EFA *enum* modules are not stand-ins: their values are generated from pyverbs
@@ -50,6 +50,15 @@ def _feature_function(module: str, name: str) -> Any:
 
 
 def _provider_class(module: str, name: str, vendor: str) -> type:
+    if "Attr" in name:
+        # Attribute holders (Mlx5DVContextAttr, ...) are plain structs in pyverbs: creating one needs no
+        # device, so it succeeds; the object that uses it (Mlx5Context, ...) is what fails.
+        def init_attr(self: Any, *args: Any, **kwargs: Any) -> None:
+            self.args = args
+            self.__dict__.update(kwargs)
+
+        return type(name, (), {"__init__": init_attr, "__module__": module})
+
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         raise PyverbsUserError(f"This is not an {vendor} device")
 
@@ -70,7 +79,7 @@ def _module(name: str, make: Any) -> types.ModuleType:
     cache: dict[str, Any] = {}
 
     def __getattr__(attr: str) -> Any:
-        if attr.startswith("__") or attr.isupper() or attr[:1] == "_":
+        if attr.startswith("__") or attr[:1] == "_" or (attr.isupper() and "_" in attr):
             raise AttributeError(f"module {name!r} (an rdmalab stand-in) has no attribute {attr!r}")
         if attr not in cache:
             cache[attr] = make(attr)

@@ -17,7 +17,7 @@ class AHAttr(_addr.AHAttr):
     """``AHAttr(dlid=0, sl=0, src_path_bits=0, static_rate=0, is_global=0, port_num=1, gr=None)``;
     the GlobalRoute's fields are also readable and writable here, as in pyverbs."""
 
-    @property  # type: ignore[override]
+    @property
     def dgid(self) -> _addr.GID:
         return _addr.GID.from_int(_addr.gid_int(self.gr.dgid))
 

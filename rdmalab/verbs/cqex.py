@@ -127,7 +127,7 @@ class CQEX(_cq.CQ):
             raise PyverbsUserError("start_poll called twice without end_poll")
         q = self._q
         if not q:
-            self.ctx.fabric.progress(lambda: bool(q))
+            self.ctx.device.scheduler.progress(lambda: bool(q))
         if not q:
             return ENOENT
         self._polling = True
@@ -139,7 +139,7 @@ class CQEX(_cq.CQ):
             raise PyverbsUserError("poll_next called without a successful start_poll")
         q = self._q
         if not q:
-            self.ctx.fabric.progress(lambda: bool(q))
+            self.ctx.device.scheduler.progress(lambda: bool(q))
         if not q:
             return ENOENT
         self._cur = q.popleft()
@@ -202,16 +202,16 @@ class CQEX(_cq.CQ):
         raise PyverbsUserError(f"read_{name}: not supported by the soft engine (as on rxe)")
 
     def read_timestamp(self) -> int:
-        return self._absent("timestamp")
+        return int(self._absent("timestamp"))
 
     def read_completion_wallclock_ns(self) -> int:
-        return self._absent("completion_wallclock_ns")
+        return int(self._absent("completion_wallclock_ns"))
 
     def read_cvlan(self) -> int:
-        return self._absent("cvlan")
+        return int(self._absent("cvlan"))
 
     def read_flow_tag(self) -> int:
-        return self._absent("flow_tag")
+        return int(self._absent("flow_tag"))
 
     def read_tm_info(self) -> Any:
         return self._absent("tm_info")

@@ -15,6 +15,7 @@ for an empty entry), ``query_port`` of a missing port ``EINVAL``.
 from __future__ import annotations
 
 import errno
+import os
 from typing import Any
 
 from rdmalab.verbs import device as _dev
@@ -25,6 +26,7 @@ from rdmalab.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 # What the soft engine enforces (rdmalab.verbs.device) and reports here.
 MAX_CQE = 1 << 20
 NUM_COMP_VECTORS = 1  # rxe: one completion vector
+GID_TBL_LEN = 1024  # rxe: RXE_PORT_GID_TBL_LEN (drivers/infiniband/sw/rxe/rxe_param.h); unused entries are zero
 PAGE_SIZE_CAP = 0xFFFFF000  # rxe: any page size from 4 KiB
 # rxe's device_cap_flags (ibv_devinfo on 6.1) minus what the soft engine does not do.
 DEVICE_CAP_FLAGS = (e.IBV_DEVICE_BAD_PKEY_CNTR | e.IBV_DEVICE_BAD_QKEY_CNTR | e.IBV_DEVICE_CHANGE_PHY_PORT
@@ -234,7 +236,27 @@ class Context(_dev.Context):
     def __init__(self, name: str | bytes | None = None, *, fabric: Any = None, **kwargs: Any) -> None:
         if kwargs.get("cmid") is not None:
             raise PyverbsUserError("rdmalab: Context(cmid=...) needs rdma-cm, which soft devices do not have")
+        if kwargs.get("cmd_fd") is not None:
+            # ibv_import_device: sharing a context between processes needs a kernel uverbs file.
+            raise PyverbsRDMAError("Failed to import device: soft devices cannot be imported", errno.EOPNOTSUPP)
         super().__init__(name, fabric=fabric)
+        self._cmd_fd = -1
+
+    @property
+    def cmd_fd(self) -> int:
+        """A file descriptor standing for the uverbs command file soft devices do not have (on /dev/null).
+
+        It can be dup'ed and closed like the real one; ``Context(cmd_fd=...)`` refuses it (EOPNOTSUPP).
+        """
+        if self._cmd_fd < 0:
+            self._cmd_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        return self._cmd_fd
+
+    def close(self) -> None:
+        if getattr(self, "_cmd_fd", -1) >= 0:
+            os.close(self._cmd_fd)
+            self._cmd_fd = -1
+        super().close()
 
     @property
     def num_comp_vectors(self) -> int:
@@ -249,15 +271,18 @@ class Context(_dev.Context):
     def query_port(self, port_num: int = 1) -> PortAttr:  # type: ignore[override]
         if port_num != 1:
             raise PyverbsRDMAError(f"Failed to query port {port_num}", errno.EINVAL)
-        return PortAttr(super().query_port(port_num).active_mtu, len(self.device.gids))
+        return PortAttr(super().query_port(port_num).active_mtu, GID_TBL_LEN)
 
     def query_gid(self, port_num: int, index: int) -> GID:
-        if port_num != 1 or not 0 <= index < len(self.device.gids):
+        """The GID at ``index``; an unused entry of the table reads as the zero GID (as rxe's sysfs does)."""
+        if port_num != 1 or not 0 <= index < GID_TBL_LEN:
             raise PyverbsRDMAError(f"Failed to query gid {index} of port {port_num}", errno.EINVAL)
-        return GID.from_int(self.device.gids[index])
+        gids = self.device.gids
+        return GID.from_int(gids[index] if index < len(gids) else 0)
 
     def query_gid_type(self, port_num: int, index: int) -> int:
-        self.query_gid(port_num, index)
+        if int(self.query_gid(port_num, index)) == 0:
+            raise PyverbsRDMAError(f"Failed to query gid type of index {index}", errno.EINVAL)
         return int(e.IBV_GID_TYPE_SYSFS_ROCE_V2)
 
     def query_gid_ex(self, port_num: int, gid_index: int, flags: int = 0) -> GIDEntry:

@@ -46,8 +46,9 @@ MODULES: dict[str, tuple[str, ...]] = {
     "pyverbs.xrcd": ("rdmalab.verbs.xrcd",),
     "pyverbs.fork": ("rdmalab.verbs.fork",),
     "pyverbs.utils": ("rdmalab.verbs.utils",),
+    "pyverbs.mem_alloc": ("rdmalab.verbs.mem_alloc",),
 }
-ABSENT = ("pyverbs.cmid", "pyverbs.flow", "pyverbs.spec", "pyverbs.wq", "pyverbs.dmabuf", "pyverbs.mem_alloc",
+ABSENT = ("pyverbs.cmid", "pyverbs.flow", "pyverbs.spec", "pyverbs.wq", "pyverbs.dmabuf",
           "pyverbs.dma_util")
 PROVIDER_ENUMS = {
     "pyverbs.providers.mlx5.mlx5_enums": "rdmalab.verbs._providers.mlx5_enums",

@@ -189,7 +189,7 @@ class QPEx(QP):
             raise PyverbsRDMAError("ibv_wr_complete failed.", errno.EINVAL)
         if not batch:
             return
-        for a, b in zip(batch, batch[1:]):
+        for a, b in zip(batch, batch[1:], strict=False):
             a.next_wr = b
         try:
             self.post_send(batch[0])

@@ -42,7 +42,7 @@ def mig_state_to_str(mig: int) -> str:
 
 
 def rereg_error_to_str(error: int) -> str:
-    names = {e.IBV_REREG_MR_ERR_INPUT: "IBV_REREG_MR_ERR_INPUT",
+    names: dict[int, str] = {e.IBV_REREG_MR_ERR_INPUT: "IBV_REREG_MR_ERR_INPUT",
              e.IBV_REREG_MR_ERR_DONT_FORK_NEW: "IBV_REREG_MR_ERR_DONT_FORK_NEW",
              e.IBV_REREG_MR_ERR_DO_FORK_OLD: "IBV_REREG_MR_ERR_DO_FORK_OLD",
              e.IBV_REREG_MR_ERR_CMD: "IBV_REREG_MR_ERR_CMD",

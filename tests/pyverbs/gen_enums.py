@@ -2,7 +2,7 @@
 
 Run with Debian's interpreter, where pyverbs imports (no RDMA device is needed to read enums)::
 
-    /usr/bin/python3 tests/pyverbs/gen_enums.py
+    /usr/bin/python3 tests/pyverbs/gen_enums.py           # --check: compare, write nothing
 
 It writes one module per pyverbs enum module: each ``IntEnum`` class with its members and values,
 then every member and plain integer constant at module level, as pyverbs exposes them.  The values
@@ -53,7 +53,9 @@ def render(modname: str, version: str) -> str:
            "",
            "Each class is an ``IntEnum`` with pyverbs' class and member names; every member is also a",
            "module-level name, as in pyverbs.  Do not edit by hand: rerun the generator.",
-           '"""', "", "from enum import IntEnum", ""]
+           '"""', ""]
+    if classes:
+        out += ["from enum import IntEnum", ""]
     for name, rows in classes:
         out.append("")
         out.append(f"class {name}(IntEnum):")
@@ -77,13 +79,23 @@ def render(modname: str, version: str) -> str:
 def main() -> int:
     version = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "python3-pyverbs"],
                              capture_output=True, text=True).stdout.strip() or "unknown"
+    check = "--check" in sys.argv[1:]
+    stale = []
     for modname, rel in TARGETS.items():
         path = os.path.join(REPO, rel)
+        text = render(modname, version)
+        if check:
+            with open(path) as f:
+                if f.read() != text:
+                    stale.append(rel)
+            continue
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as f:
-            f.write(render(modname, version))
+            f.write(text)
         print("wrote", rel)
-    return 0
+    if stale:
+        print("differ from the installed pyverbs (rerun tests/pyverbs/gen_enums.py):", ", ".join(stale))
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

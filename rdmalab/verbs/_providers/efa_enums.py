@@ -4,8 +4,6 @@ Each class is an ``IntEnum`` with pyverbs' class and member names; every member 
 module-level name, as in pyverbs.  Do not edit by hand: rerun the generator.
 """
 
-from enum import IntEnum
-
 
 EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID = 4
 EFADV_DEVICE_ATTR_CAPS_RDMA_READ = 1
