@@ -27,6 +27,8 @@ import sys
 import types
 from typing import Any
 
+from rdmalab.verbs import _absent
+
 # pyverbs module -> the rdmalab modules whose public names it gets, merged in order (later wins),
 # or ("absent", kind) for a stand-in made by rdmalab.verbs._absent.
 MODULES: dict[str, tuple[str, ...]] = {
@@ -59,8 +61,6 @@ PACKAGES = ("pyverbs", "pyverbs.providers", "pyverbs.providers.mlx5", "pyverbs.p
 
 def build(name: str) -> types.ModuleType:
     """The module object that ``import name`` (a pyverbs name) gets."""
-    from rdmalab.verbs import _absent
-
     if name in PACKAGES:
         mod = types.ModuleType(name, f"rdmalab stand-in for the {name} package")
         mod.__path__ = []
