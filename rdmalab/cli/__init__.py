@@ -25,11 +25,11 @@ from collections.abc import Sequence
 
 from rdmalab import __version__
 from rdmalab.capture.reader import CaptureError
-from rdmalab.cli import analyze, crosscheck, decode, lab, pingpong, simulate, stats
+from rdmalab.cli import analyze, convert, crosscheck, decode, lab, pingpong, simulate, stats
 from rdmalab.cli._common import Fail
 
 # The order here is the order of `rdmalab --help`.
-COMMANDS = [decode, crosscheck, stats, analyze, lab, pingpong, simulate]
+COMMANDS = [decode, crosscheck, stats, analyze, convert, lab, pingpong, simulate]
 # Commands whose every argument after the command name belongs to another program (--help included).
 PASSTHROUGH = {"lab": lab.run_lab, "pingpong": pingpong.main_argv}
 
