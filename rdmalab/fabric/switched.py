@@ -326,33 +326,39 @@ class SwitchedFabric:
                 return p
         raise KeyError(f"no link {a}-{b}")
 
-    def _path(self, src: Node, dst: Node, via: Iterable[str] | None) -> list[Port]:
-        """Egress ports along a shortest path (or through the named nodes, in order)."""
+    def _path(self, src: Node, dst: Node, via: Iterable[str] | None, key: int = 0) -> list[Port]:
+        """Egress ports along a shortest path (or through the named nodes, in order).
+
+        Where several next hops are equally short (ECMP, e.g. the spines of a leaf-spine), the
+        flow's ``key`` picks one, the same one for every packet of the flow (no reordering).
+        """
         if via is not None:
             names = [src.name, *via, dst.name]
             return [self.port(a, b) for a, b in zip(names, names[1:], strict=False)]
-        prev: dict[int, Port | None] = {src.id: None}
-        frontier = [src]
-        while frontier and dst.id not in prev:
+        dist = {dst.id: 0}
+        frontier = [dst]
+        while frontier:
             nxt = []
             for n in frontier:
                 for p in self._adj[n.id]:
                     assert p.peer is not None
                     m = p.peer.node
-                    if m.id not in prev and (m is dst or isinstance(m, Switch)):
-                        prev[m.id] = p
+                    if m.id not in dist and (isinstance(m, Switch) or m is src):
+                        dist[m.id] = dist[n.id] + 1
                         nxt.append(m)
             frontier = nxt
-        if dst.id not in prev:
+        if src.id not in dist:
             raise ValueError(f"no path from {src.name} to {dst.name}")
         path: list[Port] = []
-        cur = dst
-        while cur is not src:
-            hop = prev[cur.id]
-            assert hop is not None
+        cur = src
+        while cur is not dst:
+            cands = [p for p in self._adj[cur.id]
+                     if p.peer is not None and dist.get(p.peer.node.id, -1) == dist[cur.id] - 1]
+            hop = cands[(key * 2654435761 + cur.id * 40503) % len(cands) if len(cands) > 1 else 0]
             path.append(hop)
-            cur = hop.node
-        return path[::-1]
+            assert hop.peer is not None
+            cur = hop.peer.node
+        return path
 
     def add_flow(self, src: Host | str, dst: Host | str, *, size: int | None = None, start_us: float = 0.0,
                  stop_us: float | None = None, via: Iterable[str] | None = None, name: str | None = None,
@@ -370,8 +376,8 @@ class SwitchedFabric:
         fid = len(self.flows)
         f = Flow(fid, s, d, size, start_us * 1000, None if stop_us is None else stop_us * 1000, self.data_prio,
                  self.payload, self.msg_packets, limiter, name or f"f{fid}:{s.name}->{d.name}")
-        fwd = self._path(s, d, via)
-        rev = self._path(d, s, None if via is None else list(reversed(list(via))))
+        fwd = self._path(s, d, via, fid)
+        rev = self._path(d, s, None if via is None else list(reversed(list(via))), fid)
         f.fwd = {p.node.id: p for p in fwd}
         f.rev = {p.node.id: p for p in rev}
         self.flows.append(f)
