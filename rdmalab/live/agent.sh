@@ -24,7 +24,7 @@
 # Progress lines go to WORK/progress; errors to WORK/failed (read by the host).
 W=$1
 . "$W/config.env"                     # SIW_KO, SIW_MODPROBE, KVM
-exec >> "$W/agent.log" 2>&1
+exec 3>&1 4>&2 >> "$W/agent.log" 2>&1
 t0=$(date +%s.%N)
 step() { echo "$*" >> "$W/progress"; echo "== $*"; }
 fail() { echo "$*" > "$W/failed"; echo "!! $*"; exit 1; }
@@ -93,6 +93,14 @@ done
 } > "$W/ready.tmp"
 mv "$W/ready.tmp" "$W/ready"
 step "ready"
+
+if [ "${AGENT_MODE:-}" = shell ]; then       # rdmalab vm --shell: the devices are up, hand over
+    exec 1>&3 2>&4 3>&- 4>&-
+    echo "rdmalab vm: rxe0 on veth0 (10.0.0.1), namespace peer: veth1 (10.0.0.2); rxe1 on veth2 (10.0.1.1) <-> rxe2 on veth3 (10.0.1.2)"
+    echo "rdmalab vm: GID index 1 is the IPv4 one; try: ibv_devinfo -d rxe1; rdma link; exit to power off"
+    cd /root 2>/dev/null || cd /
+    exec bash -i
+fi
 
 # -- jobs ---------------------------------------------------------------------------------------
 run_job() {

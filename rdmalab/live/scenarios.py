@@ -106,7 +106,7 @@ class CompletionTable:
         self.r = result
 
     def rows(self) -> list[tuple[str, ...]]:
-        out = []
+        out: list[tuple[str, ...]] = []
         for s in self.r.steps:
             wc = s["wc"]
             mem = s.get("memory", {})
@@ -132,22 +132,27 @@ class CompletionTable:
 
 
 # ----------------------------------------------------------------------------- backends
-def run(name: str, *, backend: str = "soft", size: int = 4096, seed: int = 1, loss: float = 0.0,
+def run(name: str, *, backend: str = "soft", size: int = 4096, seed: int = 1, loss: float = 0.0, iters: int = 1,
         vm: VM | None = None, timeout: float = 120.0) -> ScenarioResult:
-    """Run scenario ``name`` on ``backend`` ("soft" or "rxe"); ``loss`` (0..1) drops packets A->B."""
+    """Run scenario ``name`` on ``backend`` ("soft" or "rxe").
+
+    ``size`` bytes of ``random.Random(seed).randbytes`` data; ``iters`` WRITE+READ rounds
+    (write_read); ``loss`` (0..1) drops that share of A's packets (the fabric's faults on soft,
+    netem on veth2 in the VM; a host run has no loss knob, so a lossy rxe run goes to the VM).
+    """
     if name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")
     if backend == "soft":
-        return _run_soft(name, size, seed, loss)
+        return _run_soft(name, size, seed, loss, iters)
     if backend == "rxe":
         host = host_rxe_pair()
         if host is not None and vm is None and not loss:
-            return _run_host(name, host, size, seed, timeout)
-        return _run_vm(name, vm or shared_vm(), size, seed, loss, timeout)
+            return _run_host(name, host, size, seed, iters, timeout)
+        return _run_vm(name, vm or shared_vm(), size, seed, loss, iters, timeout)
     raise ValueError(f"unknown backend {backend!r}; choose 'soft' or 'rxe'")
 
 
-def _run_soft(name: str, size: int, seed: int, loss: float) -> ScenarioResult:
+def _run_soft(name: str, size: int, seed: int, loss: float, iters: int) -> ScenarioResult:
     from rdmalab.fabric.sim import Fabric, reset_default_fabric
     from rdmalab.live.programs import lab_ops
 
@@ -162,7 +167,7 @@ def _run_soft(name: str, size: int, seed: int, loss: float) -> ScenarioResult:
     buf = io.StringIO()
     try:
         with fab.write_pcap(str(pcap)), contextlib.redirect_stdout(buf):
-            data = lab_ops.run(name, "soft0", "soft1", size, seed)
+            data = lab_ops.run(name, "soft0", "soft1", size, seed, iters)
             fab.run()
     finally:
         reset_default_fabric(None)
@@ -177,12 +182,12 @@ def host_rxe_pair() -> tuple[str, str] | None:
     return None
 
 
-def _run_host(name: str, pair: tuple[str, str], size: int, seed: int, timeout: float) -> ScenarioResult:
+def _run_host(name: str, pair: tuple[str, str], size: int, seed: int, iters: int, timeout: float) -> ScenarioResult:
     work = Path(tempfile.mkdtemp(prefix="rdmalab-host-"))
     prog = work / "lab_ops_pyverbs.py"
     prog.write_text(pyverbs_source())
     cmd = [PYVERBS_PYTHON, str(prog), name, "--dev-a", pair[0], "--dev-b", pair[1], "--size", str(size),
-           "--seed", str(seed), "--out", str(work / "result.json")]
+           "--seed", str(seed), "--iters", str(iters), "--out", str(work / "result.json")]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
         raise VMError(f"scenario {name} on host {pair[0]}/{pair[1]} failed (status {p.returncode}):\n{p.stderr[-2000:]}")
@@ -191,18 +196,18 @@ def _run_host(name: str, pair: tuple[str, str], size: int, seed: int, timeout: f
     return ScenarioResult(name, "rxe", f"host {pair[0]}/{pair[1]}", data, None, p.stdout, p.stderr)
 
 
-def vm_script(name: str, size: int, seed: int, loss: float) -> str:
+def vm_script(name: str, size: int, seed: int, loss: float, iters: int = 1) -> str:
     """The job script that runs scenario ``name`` on rxe1 -> rxe2 inside the lab VM."""
     lines = []
     if loss:
         lines.append(f"tc qdisc add dev $KA_NETDEV root netem loss {loss * 100:g}%")
     lines.append(f"$PYVERBS_PYTHON lab_ops_pyverbs.py {shlex.quote(name)} --dev-a $KA_DEV --dev-b $KB_DEV "
-                 f"--size {int(size)} --seed {int(seed)} --out result.json")
+                 f"--size {int(size)} --seed {int(seed)} --iters {int(iters)} --out result.json")
     return "\n".join(lines)
 
 
-def _run_vm(name: str, vm: VM, size: int, seed: int, loss: float, timeout: float) -> ScenarioResult:
-    res = vm.run(vm_script(name, size, seed, loss), files={"lab_ops_pyverbs.py": pyverbs_source()},
+def _run_vm(name: str, vm: VM, size: int, seed: int, loss: float, iters: int, timeout: float) -> ScenarioResult:
+    res = vm.run(vm_script(name, size, seed, loss, iters), files={"lab_ops_pyverbs.py": pyverbs_source()},
                  timeout=timeout, capture=("veth2",), name=name)
     assert res.job_dir is not None
     result_file = res.job_dir / "result.json"

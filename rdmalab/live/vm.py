@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 AGENT = Path(__file__).with_name("agent.sh")
 
@@ -95,7 +96,7 @@ class VMResult:
                           f"--- stdout\n{self.stdout[-3000:]}\n--- stderr\n{self.stderr[-3000:]}")
         return self
 
-    def packets(self) -> list:
+    def packets(self) -> list[Any]:
         """The captured frames, decoded by :func:`rdmalab.capture.read` (empty without a capture)."""
         if self.pcap_path is None or not self.pcap_path.exists():
             return []
@@ -211,9 +212,9 @@ def kvm_usable(kernel: str | None = None, *, probe_timeout: float = 12.0) -> tup
     return verdict
 
 
-def _progress_printer(stream: object = None) -> Callable[[str], None]:
+def _progress_printer() -> Callable[[str], None]:
     def show(msg: str) -> None:
-        print(f"rdmalab vm: {msg}", file=stream or sys.stderr, flush=True)
+        print(f"rdmalab vm: {msg}", file=sys.stderr, flush=True)
     return show
 
 

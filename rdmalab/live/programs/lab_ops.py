@@ -19,6 +19,7 @@ import json
 import random
 import sys
 import time
+from typing import Any
 
 import rdmalab.verbs.enums as e
 from rdmalab.verbs.addr import AHAttr, GlobalRoute
@@ -44,19 +45,19 @@ STATE_NAMES = ["IBV_QPS_RESET", "IBV_QPS_INIT", "IBV_QPS_RTR", "IBV_QPS_RTS", "I
                "IBV_QPS_ERR"]
 
 
-def _name(names, value):
+def _name(names: list[str], value: Any) -> str:
     for n in names:
         if int(getattr(e, n, -1)) == int(value):
             return n
     return str(int(value))
 
 
-def _gid_text(gid):
+def _gid_text(gid: Any) -> str:
     return str(gid)
 
 
 class Node:
-    def __init__(self, dev, psn):
+    def __init__(self, dev: str, psn: int) -> None:
         self.dev = dev
         self.ctx = Context(name=dev)
         self.pd = PD(self.ctx)
@@ -69,7 +70,7 @@ class Node:
         self.psn = psn
         self.gid = self.ctx.query_gid(PORT, GID_INDEX)
 
-    def connect(self, peer):
+    def connect(self, peer: "Node") -> None:
         attr = QPAttr(port_num=PORT)
         attr.qp_access_flags = ACCESS
         attr.path_mtu = e.IBV_MTU_1024
@@ -79,11 +80,11 @@ class Node:
         attr.dest_qp_num, attr.rq_psn, attr.sq_psn = peer.qp.qp_num, peer.psn, self.psn
         self.qp.to_rts(attr)
 
-    def info(self):
+    def info(self) -> dict[str, Any]:
         return {"device": self.dev, "qpn": self.qp.qp_num, "psn": self.psn, "gid": _gid_text(self.gid),
                 "mr_addr": self.mr.buf, "lkey": self.mr.lkey, "rkey": self.mr.rkey, "length": BUF}
 
-    def state(self):
+    def state(self) -> str:
         try:
             attr, _ = self.qp.query(e.IBV_QP_STATE)
             return _name(STATE_NAMES, attr.qp_state)
@@ -91,7 +92,7 @@ class Node:
             return f"unknown ({type(exc).__name__})"
 
 
-def poll(node, timeout_s=20.0):
+def poll(node: Node, timeout_s: float = 20.0) -> dict[str, Any]:
     """Busy-poll one completion of ``node``'s CQ (the soft engine advances its fabric meanwhile)."""
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
@@ -104,35 +105,41 @@ def poll(node, timeout_s=20.0):
     return {"node": node.dev, "status": "NO_COMPLETION", "status_code": -1, "timeout_s": timeout_s}
 
 
-def snapshot(node, length, offset=0):
+def snapshot(node: Node, length: int, offset: int = 0) -> dict[str, Any]:
     data = node.mr.read(length, offset)
     return {"node": node.dev, "offset": offset, "length": length, "head_hex": data[:64].hex(),
             "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def send_wr(node, wr_id, opcode, length, offset=0, rkey=None, remote_addr=None):
+def send_wr(node: Node, wr_id: int, opcode: int, length: int, offset: int = 0, rkey: int | None = None,
+            remote_addr: int | None = None) -> None:
     wr = SendWR(wr_id=wr_id, opcode=opcode, num_sge=1, sg=[SGE(node.mr.buf + offset, length, node.mr.lkey)])
-    if rkey is not None:
+    if rkey is not None and remote_addr is not None:
         wr.set_wr_rdma(rkey, remote_addr)
     node.qp.post_send(wr)
 
 
-def run(scenario, dev_a, dev_b, size=4096, seed=1):
+def run(scenario: str, dev_a: str, dev_b: str, size: int = 4096, seed: int = 1, iters: int = 1) -> dict[str, Any]:
     rng = random.Random(seed)
     a, b = Node(dev_a, rng.getrandbits(24)), Node(dev_b, rng.getrandbits(24))
     a.connect(b)
     b.connect(a)
     data = random.Random(seed).randbytes(size)
-    out = {"scenario": scenario, "size": size, "seed": seed, "a": a.info(), "b": b.info(), "steps": []}
+    out: dict[str, Any] = {"scenario": scenario, "size": size, "seed": seed, "iters": iters, "a": a.info(), "b": b.info(),
+           "steps": []}
     steps = out["steps"]
     if scenario == "write_read":
         a.mr.write(data, size, 0)
-        send_wr(a, 1, e.IBV_WR_RDMA_WRITE, size, 0, b.mr.rkey, b.mr.buf)
-        steps.append({"op": "RDMA_WRITE", "from": "a", "length": size, "rkey": b.mr.rkey, "remote_addr": b.mr.buf,
-                      "wc": poll(a), "memory": snapshot(b, size)})
-        send_wr(a, 2, e.IBV_WR_RDMA_READ, size, size, b.mr.rkey, b.mr.buf)
-        steps.append({"op": "RDMA_READ", "from": "a", "length": size, "rkey": b.mr.rkey, "remote_addr": b.mr.buf,
-                      "wc": poll(a), "memory": snapshot(a, size, size)})
+        for i in range(iters):
+            if i:  # wipe both targets, so every round has to move the data again
+                b.mr.write(bytes(size), size, 0)
+                a.mr.write(bytes(size), size, size)
+            send_wr(a, 1 + 2 * i, e.IBV_WR_RDMA_WRITE, size, 0, b.mr.rkey, b.mr.buf)
+            steps.append({"op": "RDMA_WRITE", "from": "a", "length": size, "rkey": b.mr.rkey,
+                          "remote_addr": b.mr.buf, "wc": poll(a), "memory": snapshot(b, size)})
+            send_wr(a, 2 + 2 * i, e.IBV_WR_RDMA_READ, size, size, b.mr.rkey, b.mr.buf)
+            steps.append({"op": "RDMA_READ", "from": "a", "length": size, "rkey": b.mr.rkey,
+                          "remote_addr": b.mr.buf, "wc": poll(a), "memory": snapshot(a, size, size)})
         out["data_sha256"] = hashlib.sha256(data).hexdigest()
         out["ok"] = (all(s["wc"]["status"] == "IBV_WC_SUCCESS" for s in steps)
                      and all(s["memory"]["sha256"] == out["data_sha256"] for s in steps))
@@ -175,18 +182,19 @@ def run(scenario, dev_a, dev_b, size=4096, seed=1):
     return out
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="lab_ops.py")
     ap.add_argument("scenario")
     ap.add_argument("--dev-a", required=True)
     ap.add_argument("--dev-b", required=True)
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--iters", type=int, default=1, help="write_read: how many WRITE+READ rounds")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     if not 1 <= args.size <= BUF // 2:
         raise SystemExit(f"lab_ops: --size must be between 1 and {BUF // 2}")
-    result = run(args.scenario, args.dev_a, args.dev_b, args.size, args.seed)
+    result = run(args.scenario, args.dev_a, args.dev_b, args.size, args.seed, args.iters)
     text = json.dumps(result, indent=1)
     if args.out:
         with open(args.out, "w") as f:
