@@ -24,6 +24,9 @@ def capture_path(name: str) -> Path:
     if env:
         candidates.append(Path(env))
     candidates += [repo_root() / "captures", Path.cwd() / "captures", Path.cwd().parent / "captures"]
+    from rdmalab.lab.data import SHIPPED  # the copies an installed wheel carries (package data)
+
+    candidates.append(SHIPPED / "captures")
     for d in candidates:
         p = d / name
         if p.exists():

@@ -38,13 +38,10 @@ _CELL = re.compile(r"^# %%(?P<rest>.*)$")
 
 
 def notebooks_dir() -> Path:
-    """The notebook sources: ``$RDMALAB_NOTEBOOKS`` or ``notebooks/`` next to the package."""
-    import os
+    """The notebook sources: ``$RDMALAB_NOTEBOOKS``, ``notebooks/`` of a clone, or the copy in the wheel."""
+    from rdmalab.lab.data import notebooks_dir as find
 
-    env = os.environ.get("RDMALAB_NOTEBOOKS")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "notebooks"
+    return find()
 
 
 def sources(directory: Path | None = None) -> list[Path]:

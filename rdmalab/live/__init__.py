@@ -1,4 +1,4 @@
-"""Real kernel RDMA devices: discovery on the host, and a small VM that has them when the host has not.
+"""Live RDMA: real kernel devices, the soft engine on real networks, and a VM that has rxe devices.
 
 * :mod:`rdmalab.live.discover` lists the host's RDMA devices (``/sys/class/infiniband``,
   ``rdma link``), their netdevs and GIDs.
@@ -6,6 +6,9 @@
   on request) and runs jobs in it: :func:`run_in_vm`, :class:`VM`, :class:`VMResult`.
 * :mod:`rdmalab.live.scenarios` are lab scenarios written once, run on the soft engine or as
   pyverbs programs on rxe (on the host or in the VM), with results as JSON and a capture.
+
+* :mod:`rdmalab.live.oob` / :mod:`rdmalab.live.pingpong`: the soft engine speaking the stock
+  tools' out-of-band exchanges (``rdmalab pingpong``).
 
 See docs/live.md.
 """
