@@ -85,12 +85,6 @@ class ScenarioResult:
             pkts = [p for p in pkts if getattr(p.packet, "bth", None) is not None]
         return pkts
 
-    def ladder(self, **kw: Any) -> Any:
-        from rdmalab.viz.ladder import from_capture
-
-        kw.setdefault("title", f"{self.name} on {self.where}")
-        return from_capture(self.packets(), **kw)
-
     def table(self) -> Any:
         """The completions as a small table (HTML in Jupyter)."""
         return CompletionTable(self)

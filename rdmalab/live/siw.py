@@ -16,14 +16,14 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from rdmalab.live.vm import VMError, _cache_dir
+from rdmalab.live.errors import VMError, cache_dir
 
 
 def siw_module(kernel: str, *, say: Callable[[str], None] = lambda _m: None) -> str | Path:
     """``"modprobe"`` if ``kernel`` ships siw, else the path of a cached (or freshly built) siw.ko."""
     if glob.glob(f"/lib/modules/{kernel}/kernel/drivers/infiniband/sw/siw/siw.ko*"):
         return "modprobe"
-    out = _cache_dir() / "siw" / kernel / "siw.ko"
+    out = cache_dir() / "siw" / kernel / "siw.ko"
     if out.exists():
         return out
     sources = sorted(glob.glob("/usr/src/linux-source-*.tar.xz"))

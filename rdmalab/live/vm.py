@@ -42,7 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rdmalab.live.errors import VMError, cache_dir
+
 AGENT = Path(__file__).with_name("agent.sh")
+__all__ = ["AGENT", "TOPOLOGY", "VM", "Missing", "VMError", "VMResult", "kvm_usable", "missing", "run_in_vm"]
 
 #: Names and addresses inside the VM (exported to every job script as shell variables).
 TOPOLOGY: dict[str, str] = {
@@ -54,10 +57,6 @@ TOPOLOGY: dict[str, str] = {
     "PYVERBS_PYTHON": "/usr/bin/python3",
 }
 DEFAULT_CAPTURE = ("veth0", "veth2")
-
-
-class VMError(RuntimeError):
-    """The VM cannot be booted or a job could not be run; the message says what and how to fix it."""
 
 
 @dataclass(frozen=True)
@@ -158,12 +157,6 @@ def require(kernel: str | None = None) -> None:
         raise VMError(f"cannot boot the rdmalab VM; missing:\n{lines}")
 
 
-def _cache_dir() -> Path:
-    d = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rdmalab"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
 def kvm_usable(kernel: str | None = None, *, probe_timeout: float = 12.0) -> tuple[bool, str]:
     """Whether qemu can run a KVM guest here, and why (``RDMALAB_VM_KVM=0|1`` overrides).
 
@@ -181,7 +174,7 @@ def kvm_usable(kernel: str | None = None, *, probe_timeout: float = 12.0) -> tup
     kernel = kernel or default_kernel()
     if kernel is None:
         return False, "no kernel image"
-    cache = _cache_dir() / "kvm-probe.json"
+    cache = cache_dir() / "kvm-probe.json"
     key = f"{kernel} {os.uname().release}"
     try:
         known = json.loads(cache.read_text())
