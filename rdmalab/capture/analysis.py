@@ -116,6 +116,8 @@ class Analysis:
     findings: list[Finding]
     mtu: int
     throughput: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    #: per connection: (time, PSN - first PSN, 0 first copy / 1 sent again / 2 NAK) for the PSN plot
+    psn_time: dict[int, list[tuple[float, int, int]]] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = defaultdict(int)
@@ -330,7 +332,8 @@ def analyze(source: str | os.PathLike[str] | Columns, *, sent: str | os.PathLike
         findings.extend(_lost(cols, sent if isinstance(sent, Columns) else read_columns(sent), conns))
     findings.sort(key=lambda f: (f.time, f.frames[0] if f.frames else 0))
     throughput = {c.id: c.summary.pop("_series", []) for c in conns}
-    return Analysis(path, n, len(idx), conns, messages, findings, mtu, throughput)
+    psn_time = {c.id: c.summary.pop("_psn", []) for c in conns}
+    return Analysis(path, n, len(idx), conns, messages, findings, mtu, throughput, psn_time)
 
 
 def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: Columns, T: dict[str, np.ndarray],
@@ -360,6 +363,7 @@ def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: 
     cid = c.id
     uniq_bytes = 0
     series: list[tuple[float, int]] = []
+    psn_points: list[tuple[float, int, int]] = []  # (time, PSN - first PSN, 0 first copy / 1 again / 2 NAK)
     for i in rows:
         t = float(ts[i])
         o = int(op[i])
@@ -406,8 +410,10 @@ def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: 
                 first_seen[p] = i
                 uniq_bytes += int(plen[i])
                 c.request_bytes += int(plen[i])
+                psn_points.append((t, p - ref, 0))
             else:
                 c.retransmitted_bytes += int(plen[i])
+                psn_points.append((t, p - ref, 1))
             prev = p
             series.append((t, int(plen[i])))
             if T["read_req"][o] and not any(w[0] == p for w in read_windows) and p >= epsn:
@@ -432,6 +438,7 @@ def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: 
                         ok = p == epsn
                         txt = f"NAK PSN sequence error at PSN {p % _PSN_MOD}"
                         txt += "" if ok else f" (the first missing PSN is {epsn % _PSN_MOD})"
+                        psn_points.append((t, p - ref, 2))
                         findings.append(Finding("nak_seq_err", cid, [int(frame[i])], t, txt,
                                                 {"psn": p % _PSN_MOD, "expected_psn": epsn % _PSN_MOD,
                                                  "names_first_missing": ok}))
@@ -503,6 +510,7 @@ def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: 
                         "p99": float(np.percentile(lat, 99)), "max": float(lat.max())} if len(lat) else {}),
         "messages": dict(fam),
         "_series": _series(series, c.first, c.last),
+        "_psn": psn_points,
     }
 
 
@@ -662,6 +670,20 @@ def html_report(a: Analysis) -> str:
             ax.set_xlabel("ms since the first packet")
             ax.set_ylabel("Mbit/s")
         parts.append("<h2>Throughput over time</h2>" + svg(fig))
+        fig, axes = plt.subplots(len(a.connections), 1, figsize=(10, 3.2 * len(a.connections)), squeeze=False)
+        for ax, c in zip(axes[:, 0], a.connections, strict=True):
+            pts = a.psn_time.get(c.id) or []
+            for kind, color, label, marker in ((0, "tab:blue", "request", "."), (1, "tab:red", "sent again", "x"),
+                                               (2, "tab:orange", "NAK (PSN it names)", "v")):
+                sel = [(x, y) for x, y, k in pts if k == kind]
+                if sel:
+                    ax.scatter([(x - c.first) * 1e3 for x, _ in sel], [y for _, y in sel], s=12, c=color,
+                               marker=marker, label=label)
+            ax.set_title(f"connection {c.id}: request PSNs over time (go-back-N shows as red steps back)", fontsize=9)
+            ax.set_xlabel("ms since the first packet")
+            ax.set_ylabel("PSN - first PSN")
+            ax.legend(fontsize=8, loc="upper left")
+        parts.append("<h2>PSN over time</h2>" + svg(fig))
         done = [m.duration * 1e6 for m in a.messages if m.duration is not None]
         if done:
             fig, ax = plt.subplots(figsize=(10, 2.6))
