@@ -11,9 +11,9 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from rdmalab.wire.frame import decode_ethernet, encode_rocev1, encode_rocev2, encode_tcp_frame
+from rdmalab.wire.frame import decode_ethernet, decode_ib, encode_rocev1, encode_rocev2, encode_tcp_frame
 from rdmalab.wire.ib import BTH, GRH, LRH, RETH
-from rdmalab.wire.packet import Packet, decode_ib, encode_ib
+from rdmalab.wire.packet import Packet, encode_ib
 
 PAYLOAD = b"Hello, RDMA!"
 VA = 0x7F00_0000_1000
