@@ -9,7 +9,7 @@ import pytest
 
 import rdmalab.verbs.enums as e
 from rdmalab.fabric import Fabric
-from rdmalab.verbs.harness import Pair
+from rdmalab.fabric.harness import Pair
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.wr import SGE, SendWR
 

@@ -23,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import rdmalab.verbs.enums as e
 from rdmalab.fabric import Fabric
-from rdmalab.verbs.harness import Pair
+from rdmalab.fabric.harness import Pair
 
 REMOTE = 1 << 15  # B's memory under test: [0, REMOTE)
 ATOMIC_BASE = REMOTE - 256  # atomics within the last 256 bytes (8-byte aligned)

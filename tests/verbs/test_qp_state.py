@@ -7,9 +7,9 @@ import errno
 import pytest
 
 import rdmalab.verbs.enums as e
+from rdmalab.fabric.harness import Pair
 from rdmalab.verbs.addr import AHAttr, GlobalRoute
 from rdmalab.verbs.engine import qpstate
-from rdmalab.verbs.harness import Pair
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 

@@ -6,7 +6,7 @@ import struct
 
 import rdmalab.verbs.enums as e
 from rdmalab.fabric import Fabric
-from rdmalab.verbs.harness import Pair
+from rdmalab.fabric.harness import Pair
 from rdmalab.wire.opcodes import OPCODES, Op
 
 

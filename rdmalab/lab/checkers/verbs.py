@@ -93,7 +93,7 @@ def send_opcodes(length: int, mtu: int) -> list[str]:
     p.b.qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(p.b.mr.buf, p.b.mr.length, p.b.mr.lkey)]))
     p.a.qp.post_send(SendWR(wr_id=2, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(p.a.mr.buf, length, p.a.mr.lkey)]))
     p.a.poll()
-    return [ev.opcode_name for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name]
+    return [ev.opcode_name for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name and ev.opcode_name]
 
 
 @exercise("send.opcodes", "The packets of a 5000-byte SEND at MTU 1024", notebook="03-send-receive", hints=(
