@@ -123,9 +123,11 @@ class QP:
         self.cap = copy.copy(cap)
         self.attr = QPAttr(qp_state=e.IBV_QPS_RESET)
         self.closed = False
-        rcq = init_attr.recv_cq if init_attr.recv_cq is not None else init_attr.send_cq
-        self.engine = SoftQP(self.dev, pd, self.qp_type, init_attr.send_cq, rcq, init_attr.srq,
-                             bool(init_attr.sq_sig_all), owner=self)
+        self.scq = init_attr.send_cq
+        self.rcq = init_attr.recv_cq if init_attr.recv_cq is not None else init_attr.send_cq
+        self.sq_sig_all = bool(init_attr.sq_sig_all)
+        self.engine = SoftQP(self.dev, pd, self.qp_type, self.scq, self.rcq, init_attr.srq, self.sq_sig_all,
+                             owner=self)
         if qp_attr is not None:
             if self.qp_type == e.IBV_QPT_UD:
                 self.to_rts(qp_attr)
