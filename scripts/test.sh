@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # tshark is the decoding oracle; chromium + chromedriver render the book in a real browser;
 # python3-pyverbs ships rdma-core's pyverbs test suite, the API oracle (docs/pyverbs.md).
-RDMALAB_APT="${RDMALAB_APT:-tshark chromium chromium-driver fonts-dejavu-core python3-pyverbs}" bash scripts/setup.sh "test,lab,wireshark,book"
+RDMALAB_APT="${RDMALAB_APT:-tshark chromium chromium-driver fonts-dejavu-core python3-pyverbs}" bash scripts/setup.sh "test,lab,wireshark,book,analysis"
 export PATH="$PWD/.venv/bin:$PATH"
 # Locally a missing oracle makes its tests skip with a reason; in CI it must be there, so that
 # no Wireshark cross-check or browser check is skipped and counted as passing.

@@ -31,7 +31,8 @@ PAGE_SIZE_CAP = 0xFFFFF000  # rxe: any page size from 4 KiB
 # rxe's device_cap_flags (ibv_devinfo on 6.1) minus what the soft engine does not do.
 DEVICE_CAP_FLAGS = (e.IBV_DEVICE_BAD_PKEY_CNTR | e.IBV_DEVICE_BAD_QKEY_CNTR | e.IBV_DEVICE_CHANGE_PHY_PORT
                     | e.IBV_DEVICE_UD_AV_PORT_ENFORCE | e.IBV_DEVICE_PORT_ACTIVE_EVENT
-                    | e.IBV_DEVICE_SYS_IMAGE_GUID | e.IBV_DEVICE_RC_RNR_NAK_GEN)
+                    | e.IBV_DEVICE_SYS_IMAGE_GUID | e.IBV_DEVICE_RC_RNR_NAK_GEN | e.IBV_DEVICE_MEM_WINDOW
+                    | e.IBV_DEVICE_MEM_WINDOW_TYPE_2B)
 
 
 class Device:
@@ -83,7 +84,7 @@ class DeviceAttr:
         self.atomic_caps = e.IBV_ATOMIC_HCA
         self.max_ee = 0
         self.max_rdd = 0
-        self.max_mw = 0  # memory windows: not in the soft engine
+        self.max_mw = base.max_mr  # windows share the MR key table (rdmalab.verbs.mr_ex.MW)
         self.max_raw_ipv6_qps = 0
         self.max_raw_ethy_qp = 0
         self.max_mcast_grp = 0  # multicast: not in the soft engine

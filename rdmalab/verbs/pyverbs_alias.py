@@ -42,7 +42,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "pyverbs.mr": ("rdmalab.verbs.mr", "rdmalab.verbs.mr_ex"),
     "pyverbs.cq": ("rdmalab.verbs.cq", "rdmalab.verbs.cqex"),
     "pyverbs.qp": ("rdmalab.verbs.qp", "rdmalab.verbs.qpex"),
-    "pyverbs.wr": ("rdmalab.verbs.wr",),
+    "pyverbs.wr": ("rdmalab.verbs.wr", "rdmalab.verbs.wr_ex"),
     "pyverbs.addr": ("rdmalab.verbs.addr", "rdmalab.verbs.addr_ex"),
     "pyverbs.srq": ("rdmalab.verbs.srq", "rdmalab.verbs.srq_ex"),
     "pyverbs.xrcd": ("rdmalab.verbs.xrcd",),

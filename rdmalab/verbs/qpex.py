@@ -13,8 +13,14 @@ Opcodes must be enabled at creation in ``QPInitAttrEx.send_ops_flags`` (``IBV_QP
 as libibverbs requires; a ``wr_*`` call for an opcode that was not enabled raises
 ``PyverbsUserError`` here (libibverbs would call a NULL function pointer).  The soft engine
 supports the rxe set: SEND, SEND_WITH_IMM, RDMA_WRITE(_WITH_IMM), RDMA_READ, the two atomics,
-SEND_WITH_INV and LOCAL_INV; asking for others (TSO, BIND_MW, ATOMIC_WRITE...) at creation fails
-with ``EOPNOTSUPP``.
+SEND_WITH_INV, LOCAL_INV and BIND_MW; asking for others (TSO, ATOMIC_WRITE...) at creation
+fails with ``EOPNOTSUPP``.
+
+Memory windows (:class:`rdmalab.verbs.mr_ex.MW`) are bound here, by ``QP.bind_mw`` (type 1) or an
+``IBV_WR_BIND_MW`` work request (type 2): as rxe executes a bind in its requester once the WQEs
+before it are done, ``post_send`` runs the simulation until the send queue before the bind has
+drained, applies the bind and completes it (``IBV_WC_BIND_MW``, or ``IBV_WC_MW_BIND_ERR`` and the
+QP to the error state, rxe_req.c).
 """
 
 from __future__ import annotations
@@ -23,10 +29,14 @@ import errno
 import socket
 from typing import Any
 
+from rdmalab.verbs import enums as _enums
 from rdmalab.verbs import libibverbs_enums as e
 from rdmalab.verbs import qp as _qp
+from rdmalab.verbs.base import inc_rkey
+from rdmalab.verbs.cq import WC
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
-from rdmalab.verbs.wr import SGE, SendWR
+from rdmalab.verbs.wr import SGE
+from rdmalab.verbs.wr_ex import SendWR
 
 QPCap = _qp.QPCap
 QPAttr = _qp.QPAttr
@@ -34,7 +44,7 @@ QPAttr = _qp.QPAttr
 SUPPORTED_SEND_OPS = (e.IBV_QP_EX_WITH_SEND | e.IBV_QP_EX_WITH_SEND_WITH_IMM | e.IBV_QP_EX_WITH_RDMA_WRITE
                       | e.IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | e.IBV_QP_EX_WITH_RDMA_READ
                       | e.IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | e.IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
-                      | e.IBV_QP_EX_WITH_SEND_WITH_INV | e.IBV_QP_EX_WITH_LOCAL_INV)
+                      | e.IBV_QP_EX_WITH_SEND_WITH_INV | e.IBV_QP_EX_WITH_LOCAL_INV | e.IBV_QP_EX_WITH_BIND_MW)
 SUPPORTED_COMP_MASK = (e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_CREATE_FLAGS
                        | e.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
 TYPES = (e.IBV_QPT_RC, e.IBV_QPT_UC, e.IBV_QPT_UD)
@@ -163,6 +173,60 @@ class QP(_qp.QP):
                         sq_sig_all=int(self.sq_sig_all))
         return attr, ia
 
+    # ------------------------------------------------------------------ posting, with binds
+    def post_send(self, wr: Any, bad_wr: Any = None) -> None:
+        """``ibv_post_send``; BIND_MW requests are executed here, LOCAL_INV/SEND_WITH_INV take their rkey
+        from ``imm_data`` when ``invalidate_rkey`` is unset (the union of libibverbs)."""
+        while wr is not None:
+            nxt = wr.next_wr
+            if wr.opcode == e.IBV_WR_BIND_MW:
+                self._bind(wr.wr_id, wr.send_flags, getattr(wr, "bind_mw", None), wr.rkey,
+                           getattr(wr, "bind_info", None))
+            else:
+                if wr.opcode in (e.IBV_WR_LOCAL_INV, e.IBV_WR_SEND_WITH_INV) and not wr.invalidate_rkey:
+                    wr.invalidate_rkey = int(wr.imm_data)
+                wr.next_wr = None  # one at a time, so a bind later in the chain keeps its place
+                try:
+                    super().post_send(wr, bad_wr)
+                finally:
+                    wr.next_wr = nxt
+            wr = nxt
+
+    def bind_mw(self, mw: Any, mw_bind: Any) -> None:
+        """``ibv_bind_mw`` (type 1 windows): posts the bind; on success ``mw.rkey`` is the new key."""
+        if mw.type != e.IBV_MW_TYPE_1:
+            raise PyverbsRDMAError("Failed to bind MW: ibv_bind_mw binds type 1 windows only", errno.EINVAL)
+        info = mw_bind.bind_info
+        if info.mr is None and (info.addr or info.length) or info.mw_access_flags & e.IBV_ACCESS_ZERO_BASED:
+            raise PyverbsRDMAError("Failed to bind MW", errno.EINVAL)
+        self._bind(mw_bind.wr_id, mw_bind.send_flags, mw, inc_rkey(mw.rkey), info)
+
+    def _bind(self, wr_id: int, send_flags: int, mw: Any, rkey: int, info: Any) -> None:
+        if self.qp_state != e.IBV_QPS_RTS:
+            raise PyverbsRDMAError(f"Failed to post send: the QP is in {_enums.QP_STATE_NAMES.get(self.qp_state)}, "
+                                   "not RTS", errno.EINVAL)
+        if mw is None or info is None:
+            raise PyverbsRDMAError("Failed to post send: a BIND_MW request needs set_bind_wr(mw, bind_info)",
+                                   errno.EINVAL)
+        # The bind executes after every earlier WQE (rxe_requester handles it in order): let them finish.
+        self.dev.scheduler.progress(lambda: not self.sq)
+        if self.sq:
+            raise PyverbsRDMAError("Failed to post BIND_MW: earlier work requests did not complete", errno.EBUSY)
+        why = mw.check_bind(self, info.mr, info.addr, info.length, info.mw_access_flags)
+        if why is None and info.length and info.mr is not None and self.dev.mrs.get(info.mr.lkey >> 8) is not info.mr:
+            why = "the MR is not registered"
+        if why is None:
+            mw.bind(self, info.mr, info.addr, info.length, info.mw_access_flags, rkey)
+            if mw.type == e.IBV_MW_TYPE_1:
+                mw.rkey = (mw.rkey & ~0xFF) | (rkey & 0xFF)
+            if self.sq_sig_all or send_flags & e.IBV_SEND_SIGNALED:
+                self.scq.push(WC(wr_id, e.IBV_WC_SUCCESS, e.IBV_WC_BIND_MW, qp_num=self.qp_num))
+            return
+        if self.dev.tracing:
+            self.dev.trace(self.qp_num, "bind_mw refused", why=why)
+        self.scq.push(WC(wr_id, e.IBV_WC_MW_BIND_ERR, e.IBV_WC_BIND_MW, qp_num=self.qp_num))
+        self.to_error()
+
     def query_data_in_order(self, op: int, flags: int = 0) -> int:
         """``ibv_query_qp_data_in_order``: 1 - the soft engine places an RC/UC message's data in order."""
         return 1 if self.qp_type in (e.IBV_QPT_RC, e.IBV_QPT_UC) else 0
@@ -252,7 +316,8 @@ class QPEx(QP):
         self._new(e.IBV_QP_EX_WITH_ATOMIC_WRITE, e.IBV_WR_ATOMIC_WRITE)
 
     def wr_bind_mw(self, mw: Any, rkey: int, bind_info: Any) -> None:
-        self._new(e.IBV_QP_EX_WITH_BIND_MW, e.IBV_WR_BIND_MW)
+        wr = self._new(e.IBV_QP_EX_WITH_BIND_MW, e.IBV_WR_BIND_MW)
+        wr.bind_mw, wr.bind_info, wr.rkey = mw, bind_info, rkey
 
     def wr_send_tso(self, hdr: Any, hdr_sz: int, mss: int) -> None:
         self._new(e.IBV_QP_EX_WITH_TSO, e.IBV_WR_TSO)
