@@ -42,6 +42,12 @@ class Pair(_HarnessPair):
                  min_rnr_timer: int = 12, max_wr: int = 64, psn: tuple[int, int] = (100, 500),
                  names: tuple[str, str] = ("soft0", "soft1")) -> None:
         self.backend = _backend(backend)
+        if self.backend != "soft":
+            # a Pair is driven call by call on the simulated fabric; on rxe the lab runs whole
+            # scenarios as pyverbs programs (rdmalab.live.scenarios), so say so instead of
+            # quietly running the simulator under the name "rxe"
+            raise RuntimeError(f"Pair runs on the soft engine only; on {self.backend!r} use "
+                               f"rdmalab.live.scenarios.run(NAME, backend={self.backend!r}) (notebook 13)")
         self.e = e
         fabric = Fabric(seed=seed, mtu=mtu, latency_ns=latency_ns, bandwidth_gbps=bandwidth_gbps)
         for n, ip in zip(names, ("10.0.0.1", "10.0.0.2"), strict=True):
