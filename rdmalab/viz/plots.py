@@ -71,22 +71,24 @@ def _points_from_trace(events: list[Any]) -> list[_Point]:
     seen: set[tuple[str, int | None, int | None]] = set()
     lost_ids = {e.detail.get("packet_id") for e in events if e.kind == "dropped"}
     syndromes = {(e.node, e.time_ns): str(e.detail.get("syndrome", "")) for e in events if e.kind == "acked"}
-    from rdmalab.viz.ladder import match_arrivals
+    from rdmalab.viz.ladder import _decoded, _kind_from_syndrome_text, match_arrivals
+    from rdmalab.wire.ib import AETH
 
     arrivals = match_arrivals(events)
     for i, e in enumerate(events):
         if e.kind != "sent" or e.psn is None:
             continue
-        kind = _kind_of(e.opcode)
+        pkt = _decoded(e.frame)
+        kind = _kind_of(e.opcode, pkt.get(AETH) if pkt is not None else None)
         key = (e.node, e.psn, e.opcode)
         if kind == "request":
             if key in seen:
                 kind = "retx"
             seen.add(key)
-        elif kind == "ack":
+        elif kind == "ack" and pkt is None:  # no frame: the completer's "acked" event says what it was
             rcv = arrivals.get(i)
             syn = syndromes.get((rcv.node, rcv.time_ns), "") if rcv is not None else ""
-            kind = _kind_of(e.opcode, syn)
+            kind = _kind_from_syndrome_text(e.opcode, syn)
         pts.append(_Point(e.time_ns / 1000, e.psn, kind, e.node, int(e.detail.get("len", 0) or 0)))
         if e.detail.get("packet_id") in lost_ids:
             pts.append(_Point(e.time_ns / 1000, e.psn, "lost", e.node))
@@ -110,7 +112,7 @@ def _points_from_capture(packets: list[Any]) -> list[_Point]:
         t = float(getattr(cp, "timestamp", 0.0)) * 1e6
         t0 = t if t0 is None else t0
         aeth = pkt.get(AETH)
-        kind = _kind_of(bth.opcode, aeth.syndrome_text() if aeth is not None else None)
+        kind = _kind_of(bth.opcode, aeth)
         src = _endpoints(pkt)[0] or "?"
         key = (src, bth.psn, bth.opcode)
         if kind == "request":
@@ -158,7 +160,15 @@ def psn_time(source: Any, *, title: str | None = None, width: float = 7.5, heigh
             best = max(best, p.psn)
             xs.append(p.t)
             ys.append(best)
-        ax.step(xs, ys, where="post", color="#2e7d32", linewidth=1.5, label="highest PSN ACKed", zorder=2)
+        # The staircase runs on to the end of the plot, so that a single ACK is a visible line, not a lone step.
+        t_end = max(p.t for p in pts)
+        if t_end > xs[-1]:
+            xs.append(t_end)
+            ys.append(best)
+        if len(xs) > 1:
+            ax.step(xs, ys, where="post", color="#2e7d32", linewidth=1.5, label="highest PSN ACKed", zorder=2)
+        ax.scatter([p.t for p in acks], [p.psn for p in acks], marker="^", color="#2e7d32", s=30, zorder=3,
+                   label="ACK")
     ax.set_xlabel("time (\u00b5s)")
     ax.set_ylabel("PSN")
     ax.yaxis.get_major_locator().set_params(integer=True)
@@ -166,7 +176,8 @@ def psn_time(source: Any, *, title: str | None = None, width: float = 7.5, heigh
     if title:
         ax.set_title(title)
     if pts:
-        ax.legend(loc="upper left", fontsize=8, frameon=False)
+        # Outside the axes, on the right: inside, it covered the first packets of a burst.
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
     fig.tight_layout()
     return Plot(fig)
 
@@ -187,7 +198,7 @@ def throughput(source: Any, *, window_us: float | None = None, title: str | None
                 bins[int(p.t // win)] += p.length
             xs = [(i + 0.5) * win for i in range(nbins)]
             ax.plot(xs, [b * 8 / (win * 1000) for b in bins], drawstyle="steps-mid", label=f"{node} payload sent")
-        ax.legend(loc="upper right", fontsize=8, frameon=False)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
     ax.set_xlabel("time (\u00b5s)")
     ax.set_ylabel("Gbit/s")
     if title:
