@@ -10,6 +10,7 @@ Subcommands follow tshark's habits where they fit::
     rdmalab crosscheck FILE [-v]
     rdmalab stats -r FILE
     rdmalab lab [ARGS...]
+    rdmalab grade DIR [-o OUT]
 
 Errors are one sentence naming the file and what was wrong, never a traceback; the exit status
 is 0 on success, 1 when a file could not be (fully) read or a strict decode failed, 2 for bad
@@ -25,11 +26,11 @@ from collections.abc import Sequence
 
 from rdmalab import __version__
 from rdmalab.capture.reader import CaptureError
-from rdmalab.cli import crosscheck, decode, lab, stats
+from rdmalab.cli import crosscheck, decode, grade, lab, stats
 from rdmalab.cli._common import Fail
 
 # The order here is the order of `rdmalab --help`.
-COMMANDS = [decode, crosscheck, stats, lab]
+COMMANDS = [decode, crosscheck, stats, lab, grade]
 # Commands whose every argument after the command name belongs to another program (--help included).
 PASSTHROUGH = {"lab": lab.run_lab}
 
