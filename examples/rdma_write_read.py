@@ -6,7 +6,8 @@ writes into that buffer with an RDMA WRITE and reads it back with an RDMA READ, 
 CPU taking part.
 
 It runs as is on rdmalab's soft engine (two soft devices on a simulated fabric).  To run it on
-real hardware (Linux rxe/Soft-RoCE or an RNIC) with pyverbs, change only the imports:
+real hardware (Linux rxe/Soft-RoCE or an RNIC) with pyverbs, change only the imports (and drop
+``import rdmalab.fabric``, which provides the soft devices):
 
     import pyverbs.enums as e
     from pyverbs.addr import AHAttr, GlobalRoute
@@ -25,6 +26,7 @@ rxe device both nodes use it (a loopback run).
 import random
 import struct
 
+import rdmalab.fabric  # noqa: F401  (the soft devices soft0 and soft1 come from the simulated fabric)
 import rdmalab.verbs.enums as e
 from rdmalab.verbs.addr import AHAttr, GlobalRoute
 from rdmalab.verbs.cq import CQ, WC

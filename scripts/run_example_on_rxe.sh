@@ -9,8 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 KVER="${KVER:-$(ls /boot/vmlinuz-6.1.* | sort -V | tail -n 1 | sed 's#/boot/vmlinuz-##')}"
 work=$(mktemp -d /tmp/rdmalab-rxe-example.XXXXXX)
-# The only change: rdmalab.verbs -> pyverbs in the imports.
-sed -e 's/^import rdmalab\.verbs\.enums as e/import pyverbs.enums as e/' \
+# The only change: rdmalab.verbs -> pyverbs in the imports (and no simulated fabric).
+sed -e '/^import rdmalab\.fabric/d' \
+    -e 's/^import rdmalab\.verbs\.enums as e/import pyverbs.enums as e/' \
     -e 's/^from rdmalab\.verbs\./from pyverbs./' examples/rdma_write_read.py > "$work/pyverbs_run.py"
 diff examples/rdma_write_read.py "$work/pyverbs_run.py" || true
 cat > "$work/guest.sh" <<GUEST

@@ -26,13 +26,13 @@ from collections.abc import Sequence
 
 from rdmalab import __version__
 from rdmalab.capture.reader import CaptureError
-from rdmalab.cli import crosscheck, decode, grade, lab, stats
+from rdmalab.cli import crosscheck, decode, grade, lab, pingpong, simulate, stats
 from rdmalab.cli._common import Fail
 
 # The order here is the order of `rdmalab --help`.
-COMMANDS = [decode, crosscheck, stats, lab, grade]
+COMMANDS = [decode, crosscheck, stats, lab, pingpong, simulate, grade]
 # Commands whose every argument after the command name belongs to another program (--help included).
-PASSTHROUGH = {"lab": lab.run_lab}
+PASSTHROUGH = {"lab": lab.run_lab, "pingpong": pingpong.main_argv}
 
 
 def build_parser() -> argparse.ArgumentParser:

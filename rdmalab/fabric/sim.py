@@ -1,9 +1,11 @@
 """The simulated fabric: a virtual clock, links with latency and bandwidth, seeded faults, taps.
 
-A :class:`Fabric` connects soft devices (:class:`rdmalab.verbs.engine.node.SoftDevice`).  It
-owns the only clock the engine sees, a nanosecond counter that moves only when events run, and
-one event queue (packet deliveries and QP timers).  Nothing runs on its own: ``CQ.poll`` asks
-the fabric to make progress, or a program calls :meth:`Fabric.advance` / :meth:`Fabric.run`.
+A :class:`Fabric` is a carrier (:class:`rdmalab.verbs.engine.carrier.Carrier`) that connects
+soft devices (:class:`rdmalab.verbs.engine.node.SoftDevice`), and it is its own scheduler
+(:class:`rdmalab.verbs.engine.carrier.Scheduler`).  It owns the only clock the engine sees, a
+nanosecond counter that moves only when events run, and one event queue (packet deliveries and
+QP timers).  Nothing runs on its own: ``CQ.poll`` asks the scheduler to make progress, or a
+program calls :meth:`Fabric.advance` / :meth:`Fabric.run`.
 So there are no threads, and a run with the same seed is the same run, event for event.
 
 Each direction between two devices is a link: a packet takes ``wire_size * 8 / bandwidth`` to
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import IO, Any
 
+from rdmalab.verbs.engine.carrier import Scheduler, Station, TimerHandle
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import Pkt
 from rdmalab.verbs.trace import Trace, TraceEvent
@@ -50,6 +53,24 @@ class Faults:
 @dataclass
 class Link:
     busy_until: int = 0
+
+
+class Timer:
+    """A pending :meth:`Fabric.call_later` (a :class:`~rdmalab.verbs.engine.carrier.TimerHandle`)."""
+
+    __slots__ = ("fn", "arg", "cancelled")
+
+    def __init__(self, fn: Callable[[Any], None], arg: Any) -> None:
+        self.fn = fn
+        self.arg = arg
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def __call__(self, _: Any) -> None:
+        if not self.cancelled:
+            self.fn(self.arg)
 
 
 class PcapTap:
@@ -145,8 +166,20 @@ class Fabric:
         return self._now
 
     def schedule(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None:
+        """Run ``fn(arg)`` ``delay_ns`` of virtual time from now (not cancellable; see ``call_later``)."""
         self._seq += 1
         heapq.heappush(self._events, (self._now + max(0, int(delay_ns)), self._seq, fn, arg))
+
+    def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> TimerHandle:
+        """The carrier's timer: ``fn(arg)`` after ``delay_ns``; ``cancel()`` the result to forget it."""
+        t = Timer(fn, arg)
+        self.schedule(delay_ns, t, None)
+        return t
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """The simulated fabric drives itself: ``step``/``progress``/``run`` below."""
+        return self
 
     @property
     def pending(self) -> int:
@@ -244,7 +277,7 @@ class Fabric:
         self.trace.append(ev)
 
     # ------------------------------------------------------------------ the wire
-    def transmit(self, src: SoftDevice, pkt: Pkt) -> None:
+    def send(self, src: Station, pkt: Pkt) -> None:
         """Put a packet on the wire from ``src``; it arrives later at the device owning its DGID."""
         dst = self._by_gid.get(pkt.dst_gid)
         self.stats["sent"] += pkt.count

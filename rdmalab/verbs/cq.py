@@ -1,9 +1,9 @@
 """``pyverbs.cq``: completion queues, work completions and completion channels.
 
-``CQ.poll`` is where a program waits, so it is also where the simulation moves: when the CQ is
-empty, ``poll`` runs the fabric's events (virtual time passes) until a completion arrives or
-a bounded number of steps has run.  A busy-poll loop written for hardware therefore works
-unchanged, and no threads are needed.
+``CQ.poll`` is where a program waits, so it is also where the engine moves: when the CQ is
+empty, ``poll`` asks the scheduler of the device's carrier to make progress (on the simulated
+fabric, virtual time passes) until a completion arrives or a bounded number of steps has run.
+A busy-poll loop written for hardware therefore works unchanged, and no threads are needed.
 """
 
 from __future__ import annotations
@@ -61,11 +61,10 @@ class CompChannel:
         self.events: deque[Any] = deque()
 
     def get_cq_event(self, cq: Any) -> None:
-        """Wait (running the fabric) for an event on ``cq``; pyverbs blocks here."""
-        fab = self.ctx.fabric
-        fab.progress(lambda: bool(self.events))
+        """Wait (running the device's scheduler) for an event on ``cq``; pyverbs blocks here."""
+        self.ctx.device.scheduler.progress(lambda: bool(self.events))
         if not self.events:
-            raise PyverbsRDMAError("Failed to get CQ event: no event will ever come (the fabric is idle)", EINVAL)
+            raise PyverbsRDMAError("Failed to get CQ event: no event will ever come (the carrier is idle)", EINVAL)
         got = self.events.popleft()
         if got is not cq:
             raise PyverbsRDMAError("Failed to get CQ event: the event is for another CQ", EINVAL)
@@ -93,10 +92,10 @@ class CQ:
 
     # ------------------------------------------------------------------ the verbs
     def poll(self, num_entries: int = 1) -> tuple[int, list[WC]]:
-        """Up to ``num_entries`` completions as ``(count, [WC, ...])``; runs the fabric if empty."""
+        """Up to ``num_entries`` completions as ``(count, [WC, ...])``; runs the scheduler if empty."""
         q = self._q
         if not q:
-            self.ctx.fabric.progress(lambda: bool(q))
+            self.ctx.device.scheduler.progress(lambda: bool(q))
         out = [q.popleft() for _ in range(min(num_entries, len(q)))]
         return len(out), out
 

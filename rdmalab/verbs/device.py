@@ -1,16 +1,21 @@
 """``pyverbs.device`` for soft devices: ``get_device_list``, ``Context`` and the attribute objects.
 
-With no configuration the devices are those of :func:`rdmalab.fabric.default_fabric`: two soft
-RoCEv2 devices, ``soft0`` (10.0.0.1) and ``soft1`` (10.0.0.2), each with GID index 0 a
-link-local address and GID index 1 the IPv4-mapped ``::ffff:10.0.0.x``, as rxe has.  A program
-that builds its own :class:`rdmalab.fabric.Fabric` passes ``Context(name=..., fabric=fab)``, or
-makes it the default with :func:`rdmalab.fabric.reset_default_fabric`.
+Devices come from a carrier (anything with a ``devices`` mapping of name to
+:class:`~rdmalab.verbs.engine.node.SoftDevice`).  As libibverbs loads its providers, this layer
+does not know the carriers: one registers itself as the default with :func:`set_default_devices`.
+Importing :mod:`rdmalab.fabric` registers the simulated fabric's
+:func:`rdmalab.fabric.default_fabric`: two soft RoCEv2 devices, ``soft0`` (10.0.0.1) and
+``soft1`` (10.0.0.2), each with GID index 0 a link-local address and GID index 1 the
+IPv4-mapped ``::ffff:10.0.0.x``, as rxe has.  A program that builds its own
+:class:`rdmalab.fabric.Fabric` passes ``Context(name=..., fabric=fab)``, or makes it the
+default with :func:`rdmalab.fabric.reset_default_fabric`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.addr import GID
@@ -25,15 +30,29 @@ MAX_MSG_SZ = 0x800000  # rxe: 8 MiB
 VENDOR_ID = 0xFFFFFF  # rxe
 
 
+class DeviceSet(Protocol):
+    """What provides devices: a carrier with its soft devices by name (e.g. a ``Fabric``)."""
+
+    @property
+    def devices(self) -> Mapping[str, SoftDevice]: ...
+
+
+_default: Callable[[], DeviceSet] | None = None
+
+
+def set_default_devices(provider: Callable[[], DeviceSet] | None) -> None:
+    """Make ``provider()`` the devices that ``get_device_list()``/``Context()`` use without ``fabric=``."""
+    global _default
+    _default = provider
+
+
 def _fabric(fabric: Any = None) -> Any:
     if fabric is not None:
         return fabric
-    # The pyverbs-shaped API is where a program meets a transport, so it is the one place that
-    # picks the default one: the simulated fabric.  The engine core (rdmalab.verbs.engine) never
-    # imports rdmalab.fabric; this lazy import keeps that true at import time too.
-    from rdmalab.fabric.sim import default_fabric
-
-    return default_fabric()
+    if _default is None:
+        raise PyverbsRDMAError("No IB devices found: no carrier is registered (import rdmalab.fabric for the "
+                               "simulated fabric's soft0 and soft1, or pass fabric=)", ENODEV)
+    return _default()
 
 
 @dataclass

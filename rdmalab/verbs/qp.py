@@ -214,9 +214,9 @@ class QP:
             bad(f"max_dest_rd_atomic {a.max_dest_rd_atomic} > {MAX_QP_RD_ATOM}")
         if mask & S.AV:
             sgid, dgid = resolve_path(self.dev, a.ah_attr)
-            mac = self.fabric.resolve_mac(dgid)
+            mac = self.dev.resolve_mac(dgid)
             if mac is None:
-                bad(f"cannot resolve the MAC address of GID {dgid:#x}: no device on this fabric has it")
+                bad(f"cannot resolve the MAC address of GID {dgid:#x}: the carrier cannot reach it")
             self.sgid, self.dgid, self.dmac = sgid, dgid, mac
             self.attr.ah_attr = a.ah_attr
         at = self.attr

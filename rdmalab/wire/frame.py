@@ -161,6 +161,43 @@ def _ip_int(addr: AddressLike, version: int) -> int:
     return int(a)
 
 
+def encode_ip_udp(
+    udp_payload_length: int,
+    *,
+    src_ip: AddressLike,
+    dst_ip: AddressLike,
+    ipv6: bool,
+    src_port: int,
+    dst_port: int = ROCEV2_PORT,
+    ttl: int = 64,
+    dscp: int = 0,
+    ecn: int = 0,
+    ip_id: int = 0,
+    flowlabel: int = 0,
+    df: bool = True,
+    udp_checksum: int = 0,
+) -> tuple[bytes, int]:
+    """The IPv4 (checksum filled in) or IPv6 header and the UDP header in front of a UDP payload
+    of ``udp_payload_length`` bytes, and the EtherType that announces them.  ``df`` sets the
+    IPv4 Don't Fragment flag (RFC 791 3.1; rxe sets it, ``rxe_net.c``)."""
+    udp = UDP(sport=src_port, dport=dst_port, length=8 + udp_payload_length, checksum=udp_checksum).encode()
+    if ipv6:
+        ip = IPv6(tclass=(dscp << 2) | ecn, flowlabel=flowlabel, payload_length=len(udp) + udp_payload_length,
+                  next_header=IPPROTO_UDP, hop_limit=ttl, src=_ip_int(src_ip, 6), dst=_ip_int(dst_ip, 6)).encode()
+        return ip + udp, ETHERTYPE_IPV6
+    ip = IPv4(dscp=dscp, ecn=ecn, total_length=20 + len(udp) + udp_payload_length, identification=ip_id,
+              flags=0b010 if df else 0, ttl=ttl, protocol=IPPROTO_UDP, src=_ip_int(src_ip, 4),
+              dst=_ip_int(dst_ip, 4)).with_checksum().encode()
+    return ip + udp, ETHERTYPE_IPV4
+
+
+def encode_l2(ethertype: int, *, src_mac: int, dst_mac: int, vlan: VLAN | None = None) -> bytes:
+    """The Ethernet header (and an 802.1Q tag when ``vlan`` is given) for ``ethertype``."""
+    if vlan is not None:
+        return Ethernet(dst=dst_mac, src=src_mac, ethertype=ETHERTYPE_VLAN).encode() + vlan.replace(ethertype=ethertype).encode()
+    return Ethernet(dst=dst_mac, src=src_mac, ethertype=ethertype).encode()
+
+
 def encode_rocev2(
     bth: BTH,
     headers: Sequence[Header] = (),
@@ -186,22 +223,11 @@ def encode_rocev2(
     body = encode_transport(bth, headers, payload, check=check)
     if ipv6 is None:
         ipv6 = isinstance(src_ip, ipaddress.IPv6Address) or (isinstance(src_ip, str) and ":" in src_ip)
-    udp = UDP(sport=src_port, dport=dst_port, length=8 + len(body) + 4, checksum=udp_checksum).encode()
-    ip: bytes
-    if ipv6:
-        ip = IPv6(tclass=(dscp << 2) | ecn, flowlabel=flowlabel, payload_length=len(udp) + len(body) + 4,
-                  next_header=IPPROTO_UDP, hop_limit=ttl, src=_ip_int(src_ip, 6), dst=_ip_int(dst_ip, 6)).encode()
-        ethertype = ETHERTYPE_IPV6
-    else:
-        ip = IPv4(dscp=dscp, ecn=ecn, total_length=20 + len(udp) + len(body) + 4, identification=ip_id,
-                  ttl=ttl, protocol=IPPROTO_UDP, src=_ip_int(src_ip, 4), dst=_ip_int(dst_ip, 4)).with_checksum().encode()
-        ethertype = ETHERTYPE_IPV4
-    icrc = _crc.icrc_rocev2(ip + udp + body).to_bytes(4, "little")
-    if vlan is not None:
-        l2 = Ethernet(dst=dst_mac, src=src_mac, ethertype=ETHERTYPE_VLAN).encode() + vlan.replace(ethertype=ethertype).encode()
-    else:
-        l2 = Ethernet(dst=dst_mac, src=src_mac, ethertype=ethertype).encode()
-    return l2 + ip + udp + body + icrc
+    l3, ethertype = encode_ip_udp(len(body) + 4, src_ip=src_ip, dst_ip=dst_ip, ipv6=ipv6, src_port=src_port,
+                                  dst_port=dst_port, ttl=ttl, dscp=dscp, ecn=ecn, ip_id=ip_id, flowlabel=flowlabel,
+                                  udp_checksum=udp_checksum)
+    icrc = _crc.icrc_rocev2(l3 + body).to_bytes(4, "little")
+    return encode_l2(ethertype, src_mac=src_mac, dst_mac=dst_mac, vlan=vlan) + l3 + body + icrc
 
 
 def encode_rocev1(

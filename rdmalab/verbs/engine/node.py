@@ -5,20 +5,23 @@ section 1.4), in order: a known destination QP, an opcode whose transport matche
 the RC/UC address check (IP destination = the QP's SGID, IP source = its DGID), then hands
 requests to the responder and ACKs/responses to the completer.  Frames that arrive as bytes
 are decoded and their ICRC checked first; a bad ICRC is dropped silently, as rxe does.
+
+A device sits on a carrier (:class:`rdmalab.verbs.engine.carrier.Carrier`), which it uses for
+everything outside the engine: sending, the clock and timers, neighbour resolution and the
+trace.  Carriers call back through :class:`~rdmalab.verbs.engine.carrier.Station`:
+``deliver`` (a datagram), ``receive_frame`` (a frame), ``receive`` (a packet object) and ``flush``.
 """
 
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rdmalab.verbs import enums as e
-from rdmalab.verbs.engine.packet import INFO, Pkt, from_frame
+from rdmalab.verbs.engine.carrier import Carrier, Datagram, Scheduler, TimerHandle
+from rdmalab.verbs.engine.packet import INFO, Pkt, from_datagram, from_frame
 from rdmalab.verbs.trace import TraceEvent
 from rdmalab.wire.opcodes import Transport
-
-if TYPE_CHECKING:
-    from rdmalab.fabric.sim import Fabric
 
 TRANSPORT = {e.IBV_QPT_RC: Transport.RC, e.IBV_QPT_UC: Transport.UC, e.IBV_QPT_UD: Transport.UD}
 
@@ -33,11 +36,11 @@ def eui64_gid(mac: int) -> int:
 class SoftDevice:
     """One node on a fabric: name, MAC, GIDs (0: link-local, 1: ``::ffff:<ipv4>``), QPs and MRs."""
 
-    def __init__(self, name: str, ipv4: int, mac: int, link: Fabric, seed: int = 0) -> None:
+    def __init__(self, name: str, ipv4: int, mac: int, carrier: Carrier, seed: int = 0) -> None:
         self.name = name
         self.ipv4 = ipv4
         self.mac = mac
-        self.link = link
+        self.carrier = carrier
         self.gids = [eui64_gid(mac), 0xFFFF00000000 | ipv4]
         self.rng = random.Random(seed)
         self.qps: dict[int, Any] = {}
@@ -52,7 +55,15 @@ class SoftDevice:
     # ------------------------------------------------------------------ resources
     @property
     def active_mtu(self) -> int:
-        return self.link.mtu
+        return self.carrier.mtu
+
+    @property
+    def burst_ok(self) -> bool:
+        """Whether the carrier takes bursts now (see :mod:`rdmalab.verbs.engine.packet`)."""
+        return self.carrier.burst_ok
+
+    def resolve_mac(self, gid: int) -> int | None:
+        return self.carrier.resolve_mac(gid)
 
     def alloc_qpn(self, qp: Any) -> int:
         qpn = self._next_qpn
@@ -71,22 +82,27 @@ class SoftDevice:
     # ------------------------------------------------------------------ time
     @property
     def now(self) -> int:
-        return self.link.now_ns
+        return self.carrier.now_ns
 
-    def schedule(self, delay_ns: int, fn: Any, arg: Any = None) -> None:
-        self.link.schedule(delay_ns, fn, arg)
+    def schedule(self, delay_ns: int, fn: Any, arg: Any = None) -> TimerHandle:
+        return self.carrier.call_later(delay_ns, fn, arg)
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """The event loop that advances this device (its carrier's)."""
+        return self.carrier.scheduler
 
     @property
     def tracing(self) -> bool:
-        return self.link.tracing
+        return self.carrier.tracing
 
     def trace(self, qpn: int, kind: str, psn: int | None = None, opcode: int | None = None, **detail: Any) -> None:
-        self.link.record(TraceEvent(self.link.now_ns, self.name, qpn, kind, psn, opcode, detail))
+        self.carrier.record(TraceEvent(self.carrier.now_ns, self.name, qpn, kind, psn, opcode, detail))
 
     # ------------------------------------------------------------------ packets
     def transmit(self, pkt: Pkt) -> None:
         self.counters["sent_pkts"] += pkt.count
-        self.link.transmit(self, pkt)
+        self.carrier.send(self, pkt)
 
     def mark_dirty(self, qp: Any) -> None:
         self._dirty.add(qp)
@@ -99,10 +115,16 @@ class SoftDevice:
             for qp in dirty:
                 qp.flush_ack()
 
+    def deliver(self, dgram: Datagram, packet_id: int | None = None) -> None:
+        """A RoCEv2 datagram arrived (UDP payload and the IP/UDP fields it came with)."""
+        self._arrived(from_datagram(dgram), packet_id)
+
     def receive_frame(self, frame: bytes, packet_id: int | None = None) -> None:
-        """A packet that crossed the fabric as bytes; ``packet_id`` keeps the sender's id, so that
-        the trace can pair the "received" event with its "sent" one."""
-        pkt = from_frame(frame)
+        """A packet that crossed the carrier as an Ethernet frame; ``packet_id`` keeps the
+        sender's id, so that the trace can pair the "received" event with its "sent" one."""
+        self._arrived(from_frame(frame), packet_id)
+
+    def _arrived(self, pkt: Pkt | None, packet_id: int | None) -> None:
         if pkt is not None and packet_id is not None:
             pkt.id = packet_id
         if pkt is None:

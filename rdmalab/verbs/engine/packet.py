@@ -19,10 +19,12 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from rdmalab.verbs.engine.datagram import V4_MAPPED, Datagram
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.frame import decode_ethernet, encode_rocev2
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import AETH, BTH, DETH, IETH, RETH, AtomicAckETH, AtomicETH, ImmDt
+from rdmalab.wire.net import UDP, Ethernet, IPv4, IPv6
 from rdmalab.wire.opcodes import OPCODES, Op, OpcodeInfo, Pos, Transport, find_opcode
 
 PSN_MASK = 0xFFFFFF
@@ -160,6 +162,14 @@ class Pkt:
                 ipv6=not v4, src_port=self.sport, src_mac=self.src_mac, dst_mac=self.dst_mac)
         return self._frame
 
+    def datagram(self) -> Datagram:
+        """This packet as a UDP payload (BTH..ICRC) with the IP/UDP fields the ICRC covers."""
+        frame = self.frame()
+        v4 = (self.src_gid >> 32) == 0xFFFF and (self.dst_gid >> 32) == 0xFFFF
+        start = 14 + (20 if v4 else 40) + 8
+        # the fields encode_rocev2 used in frame(): IP id 0, TOS 0, TTL 64, DF set (as rxe)
+        return Datagram(frame[start:], self.src_gid, self.dst_gid, self.sport)
+
     def __repr__(self) -> str:
         extra = f" x{self.count}" if self.count > 1 else ""
         return f"<Pkt {INFO[self.opcode].name} psn={self.psn} dqp={self.destqp:#x}{extra} len={len(self.payload)}>"
@@ -174,12 +184,10 @@ def from_frame(frame: bytes) -> Pkt | None:
     bth = d.bth
     if d.encap != "rocev2" or bth is None or d.crc_status != "good" or bth.opcode not in INFO:
         return None
-    from rdmalab.wire.net import UDP, Ethernet, IPv4, IPv6
-
     eth = d[Ethernet]
     ip4 = d.get(IPv4)
     if ip4 is not None:
-        src, dst = 0xFFFF00000000 | ip4.src, 0xFFFF00000000 | ip4.dst
+        src, dst = V4_MAPPED | ip4.src, V4_MAPPED | ip4.dst
     else:
         ip6 = d[IPv6]
         src, dst = ip6.src, ip6.dst
@@ -190,3 +198,8 @@ def from_frame(frame: bytes) -> Pkt | None:
             setattr(p, attr, layer.header)
     p._frame = bytes(frame)
     return p
+
+
+def from_datagram(dgram: Datagram, src_mac: int = 0, dst_mac: int = 0) -> Pkt | None:
+    """Decode a :class:`Datagram` into a :class:`Pkt`; ``None`` if malformed or its ICRC is bad."""
+    return from_frame(dgram.frame(src_mac, dst_mac))

@@ -156,7 +156,7 @@ def _send(qp: QP, w: SendWQE) -> bool:
     family = Op.SEND if send else Op.RDMA_WRITE
     imm = op in _IMM_OPS
     inv = op == e.IBV_WR_SEND_WITH_INV
-    burst_ok = qp.fabric.burst_ok and not ud
+    burst_ok = qp.dev.burst_ok and not ud
     payload = w.payload
     while w.next_pkt < n:
         k = w.next_pkt
@@ -190,7 +190,7 @@ def _send(qp: QP, w: SendWQE) -> bool:
             ah = w.ah
             qkey = qp.attr.qkey if w.remote_qkey & 0x80000000 else w.remote_qkey
             p = _pkt(qp, code, psn, data, 0, se, dgid=ah.dgid, dqpn=w.remote_qpn,
-                     dmac=qp.fabric.resolve_mac(ah.dgid) or 0, sgid=ah.sgid)
+                     dmac=qp.dev.resolve_mac(ah.dgid) or 0, sgid=ah.sgid)
             p.deth = DETH(q_key=qkey, src_qp=qp.qp_num)
         else:
             p = _pkt(qp, code, psn, data, ackreq, se)

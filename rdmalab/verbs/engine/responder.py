@@ -310,7 +310,7 @@ def _read_reply(qp: QP, req: Pkt, psn: int, data: bytes, from_first: bool) -> No
         first = last = Pos.ONLY if from_first else Pos.LAST
     else:
         first, last = (Pos.FIRST if from_first else Pos.MIDDLE), Pos.LAST
-    if qp.fabric.burst_ok and n > 1:
+    if qp.dev.burst_ok and n > 1:
         p = _reply(qp, req, _RR[first], psn, data)
         p.count, p.mtu, p.last_opcode, p.aeth = n, mtu, _RR[last], aeth
         qp.dev.transmit(p)

@@ -1,0 +1,97 @@
+"""``rdmalab pingpong rc|uc|ud|srq [OPTIONS] [SERVER]``: rdma-core's ``ibv_*_pingpong`` on the soft engine.
+
+The options are the stock programs' (``ibv_rc_pingpong`` etc., rdma-core v44), with one
+difference: ``-d`` names the network interface the engine sends on (default: the one holding
+the local address of the out-of-band TCP connection), since there is no RDMA device.  Options
+of the stock programs that need hardware features (``-o`` ODP, ``-t`` timestamps, ``-j`` device
+memory, ...) are refused with a message.  See ``docs/interop.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+from rdmalab.cli._common import Fail
+
+_UNSUPPORTED = {
+    "odp": ("-o", "--odp", "on-demand paging"),
+    "iodp": ("-O", "--iodp", "implicit on-demand paging"),
+    "prefetch": ("-P", "--prefetch", "ODP prefetch"),
+    "ts": ("-t", "--ts", "completion timestamps"),
+    "dm": ("-j", "--dm", "device memory"),
+    "new_send": ("-N", "--new_send", "the new post-send API (it puts the same packets on the wire)"),
+}
+
+
+HELP = "ibv_rc/uc/ud/srq_pingpong with the soft engine on UDP (a stock program is the peer)"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    _arguments(sub.add_parser("pingpong", help=HELP, add_help=False))
+
+
+def parser() -> argparse.ArgumentParser:
+    return _arguments(argparse.ArgumentParser(prog="rdmalab pingpong"))
+
+
+def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    s.description = ("Run rdma-core's ibv_{rc,uc,ud,srq}_pingpong exchange with the soft RoCEv2 engine on real "
+                    "UDP: the peer is the stock program on a kernel rxe device (or another rdmalab). Without "
+                    "SERVER, wait for a client. Needs root or CAP_NET_RAW.")
+    s.epilog = "Example: rdmalab pingpong rc -g 1 -n 100 -c 10.0.0.1   (peer: ibv_rc_pingpong -d rxe0 -g 1 -n 100 -c)"
+    s.add_argument("kind", choices=["rc", "uc", "ud", "srq"], help="which program: ibv_<kind>_pingpong")
+    s.add_argument("server", nargs="?", help="connect to the server at this host (default: be the server)")
+    s.add_argument("-p", "--port", type=int, default=18515, help="TCP port of the exchange (default 18515)")
+    s.add_argument("-d", "--ib-dev", dest="ifname", metavar="NETDEV",
+                   help="network interface the engine uses (default: the one of the TCP connection's local address)")
+    s.add_argument("-i", "--ib-port", type=int, default=1, help="port of the device (default 1, the only one)")
+    s.add_argument("-s", "--size", type=int, help="message size (default 4096; ud: 1024)")
+    s.add_argument("-m", "--mtu", type=int, default=1024, help="path MTU (default 1024)")
+    s.add_argument("-r", "--rx-depth", type=int, default=500, help="receives posted at a time (default 500)")
+    s.add_argument("-n", "--iters", type=int, default=1000, help="number of exchanges (default 1000)")
+    s.add_argument("-l", "--sl", type=int, default=0, help="service level (not on the wire for RoCEv2)")
+    s.add_argument("-e", "--events", action="store_true", help="sleep on CQ events (same traffic)")
+    s.add_argument("-g", "--gid-idx", type=int, default=1, help="local GID index (default 1: ::ffff:<IPv4>)")
+    s.add_argument("-c", "--chk", action="store_true", help="validate the received buffer")
+    s.add_argument("-q", "--num-qp", type=int, default=None, help="srq: number of QPs (default 16)")
+    s.add_argument("--pcap", metavar="FILE", help="write every packet the engine sends and receives to FILE")
+    s.add_argument("--timeout", type=float, default=60.0,
+                   help="give up after this many seconds without a completion (default 60)")
+    for dest, (short, long, _) in _UNSUPPORTED.items():
+        s.add_argument(short, long, dest=f"unsupported_{dest}", action="store_true", help=argparse.SUPPRESS)
+    s.set_defaults(func=run_pingpong)
+    return s
+
+
+def main_argv(args: argparse.Namespace, out: TextIO) -> int:
+    """Entry from ``rdmalab.cli.main`` (a pass-through command): options and SERVER may mix, as with getopt."""
+    return run_pingpong(parser().parse_intermixed_args(args.lab_args), out)
+
+
+def run_pingpong(args: argparse.Namespace, out: TextIO) -> int:
+    for dest, (short, long, what) in _UNSUPPORTED.items():
+        if getattr(args, f"unsupported_{dest}", False):
+            raise Fail(f"pingpong: {short}/{long} ({what}) is not supported by the soft engine")
+    if args.num_qp is not None and args.kind != "srq":
+        raise Fail(f"pingpong: -q/--num-qp is an option of srq only, not {args.kind}")
+    for name in ("size", "rx_depth", "iters"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise Fail(f"pingpong: --{name.replace('_', '-')} must be at least 1, not {v}")
+    if not 0 < args.port < 65536:
+        raise Fail(f"pingpong: port {args.port} is not a TCP port")
+    # Imported here so that `rdmalab --help` does not load the engine.
+    from rdmalab.fabric.udp import CarrierError
+    from rdmalab.live.oob import OOBError
+    from rdmalab.live.pingpong import PingpongError, PingpongOptions, run
+
+    opts = PingpongOptions(kind=args.kind, server=args.server, port=args.port, ifname=args.ifname,
+                           ib_port=args.ib_port, size=args.size, mtu=args.mtu, rx_depth=args.rx_depth,
+                           iters=args.iters, sl=args.sl, events=args.events, gid_idx=args.gid_idx, chk=args.chk,
+                           num_qp=args.num_qp or 16, timeout=args.timeout, pcap=args.pcap)
+    try:
+        res = run(opts, out)
+    except (PingpongError, OOBError, CarrierError) as exc:
+        raise Fail(f"pingpong {args.kind}: {exc}") from None
+    return 1 if res.bad_messages or res.invalid_pages else 0

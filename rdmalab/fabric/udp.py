@@ -1,0 +1,607 @@
+"""The engine on real UDP: RoCEv2 packets on port 4791 of an IPv4 address, as Linux rxe sends them.
+
+:class:`UdpFabric` puts one soft device (:class:`rdmalab.verbs.engine.node.SoftDevice`) on a
+real network interface, so that the kernel's rxe, the stock tools (``ibv_rc_pingpong``,
+``ib_write_bw`` ...) and pyverbs programs can be its peers.  What it does the way rxe 6.1 does
+(``drivers/infiniband/sw/rxe/``):
+
+* **UDP destination port 4791** for everything, also ACKs and read responses; the **source port
+  is per QP**, ``0xC000 + (hash_32(qpn, 14) & 0x3FFF)`` (``rxe_qp.c`` ``rxe_qp_init_req``; the
+  engine's QP computes it, :mod:`rdmalab.verbs.qp`).
+* **IPv4 with DF set**, TTL 64, a **nonzero IP Identification** from a per-device counter (rxe
+  calls ``__ip_select_ident`` directly in ``rxe_net.c`` ``prepare_ipv4_hdr``), UDP checksum 0.
+* **GIDs as rxe lays them out**: index 0 the link-local ``fe80::`` + modified EUI-64 of the
+  interface MAC, index 1 ``::ffff:<IPv4>``.
+* **Port MTU from the interface**: ``netdev MTU - 80`` rounded down to an IB MTU (``rxe.c``
+  ``rxe_set_mtu``, ``rxe_param.h`` ``eth_mtu_int_to_enum`` with ``RXE_MAX_HDR_LENGTH`` 80).
+* **ICRC**: computed for every packet sent, checked on every packet received; a bad one is
+  dropped silently and counted (``rxe_icrc.c``, ``rxe_recv.c``).
+
+Why a raw socket.  The ICRC covers the IPv4 header with only TOS, TTL and the checksum masked,
+so it covers the Identification field.  A plain UDP socket neither shows the IP header of what
+it receives nor lets the sender choose the ID: Linux puts ``id = 0`` on a DF datagram from an
+unconnected socket and a per-socket counter on a connected one (``include/net/ip.h``
+``ip_select_ident_segs`` in 6.1).  So the carrier uses one ``AF_INET``/``SOCK_RAW``/
+``IPPROTO_UDP`` socket with ``IP_HDRINCL``: it sends whole IPv4 packets (the kernel fills in
+only the header checksum, and the ID only when it is 0: ``net/ipv4/raw.c`` ``raw_send_hdrinc``)
+and receives every UDP packet of the network namespace with its IP header; a classic BPF filter
+keeps only UDP to port 4791 of this device's address.  A plain UDP socket is bound to
+``<ip>:4791`` with a filter that discards everything, only so that the kernel does not answer
+rxe's packets with ICMP "port unreachable".
+
+Needs: root, or ``CAP_NET_RAW`` (``setcap cap_net_raw+ep`` on the interpreter).  Without it
+:class:`UdpFabric` raises :class:`CarrierError` saying so.  In kernel 6.1, rxe holds UDP 4791 in
+the initial network namespace (``rxe_net.c`` creates its tunnel sockets in ``init_net``), so on
+a machine with rxe the engine runs in its own namespace joined by a veth pair
+(``docs/interop.md``).
+
+Time is the wall clock (``time.monotonic_ns``); timers are a heap; :meth:`UdpFabric.progress`
+is the event loop (``selectors``, no threads, no asyncio): it receives what has arrived, runs
+the timers that are due, and lets the devices send their coalesced ACKs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import heapq
+import ipaddress
+import random
+import selectors
+import socket
+import struct
+import time
+import zlib
+from collections.abc import Callable
+from typing import IO, Any
+
+from rdmalab.verbs.engine.carrier import Station
+from rdmalab.verbs.engine.node import SoftDevice
+from rdmalab.verbs.engine.packet import _ATTR, INFO, Pkt
+from rdmalab.verbs.trace import Trace, TraceEvent
+
+ROCEV2_PORT = 4791
+RXE_MAX_HDR_LENGTH = 80  # rxe_param.h: Ethernet + IP + UDP + BTH and extension headers, ICRC
+IB_MTUS = (4096, 2048, 1024, 512, 256)
+
+_SIOCGIFADDR = 0x8915
+_SIOCGIFHWADDR = 0x8927
+_SIOCGIFMTU = 0x8921
+_SO_ATTACH_FILTER = 26
+_FF8 = zlib.crc32(b"\xff" * 8)
+
+
+class CarrierError(Exception):
+    """The carrier cannot start: no such interface or address, no permission, port taken."""
+
+    def __init__(self, errno_: int, message: str) -> None:
+        super().__init__(message)
+        self.errno = errno_
+
+
+NO_RAW_SOCKET = ("rdmalab's UDP carrier needs a raw socket (to choose the IP Identification the ICRC covers, and to "
+                 "see it on receive): run as root, or give the interpreter CAP_NET_RAW "
+                 "(sudo setcap cap_net_raw+ep \"$(readlink -f \"$(which python3)\")\")")
+
+
+def check_permission() -> None:
+    """Raise :class:`CarrierError` now if this process may not open the raw socket the carrier needs."""
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP).close()
+    except PermissionError:
+        raise CarrierError(errno.EPERM, NO_RAW_SOCKET) from None
+
+
+# ---------------------------------------------------------------------- interfaces
+def _ifreq(ifname: str, request: int) -> bytes:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            return fcntl.ioctl(s.fileno(), request, struct.pack("256s", ifname.encode()[:15]))
+        except OSError as exc:
+            if exc.errno == errno.ENODEV:
+                raise CarrierError(exc.errno, f"no network interface named {ifname!r} "
+                                   f"(have: {', '.join(n for _, n in socket.if_nameindex())})") from None
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise CarrierError(exc.errno, f"interface {ifname!r} has no IPv4 address") from None
+            raise
+
+
+def interface_ipv4(ifname: str) -> str:
+    """The (first) IPv4 address of ``ifname``."""
+    return socket.inet_ntoa(_ifreq(ifname, _SIOCGIFADDR)[20:24])
+
+
+def interface_mac(ifname: str) -> int:
+    return int.from_bytes(_ifreq(ifname, _SIOCGIFHWADDR)[18:24], "big")
+
+
+def interface_mtu(ifname: str) -> int:
+    return int(struct.unpack_from("i", _ifreq(ifname, _SIOCGIFMTU), 16)[0])
+
+
+def interface_of(ip: str) -> str:
+    """The interface that holds the IPv4 address ``ip`` (in this network namespace)."""
+    for _, name in socket.if_nameindex():
+        try:
+            if interface_ipv4(name) == ip:
+                return name
+        except OSError:
+            continue
+    raise CarrierError(errno.EADDRNOTAVAIL, f"no interface in this network namespace has the address {ip}")
+
+
+def ib_mtu_for(netdev_mtu: int) -> int:
+    """rxe's port MTU for a netdev MTU: ``mtu - 80`` rounded down to an IB MTU, at least 256."""
+    room = netdev_mtu - RXE_MAX_HDR_LENGTH
+    return next((m for m in IB_MTUS if m <= room), 256)
+
+
+def neighbour_mac(ip: str) -> int | None:
+    """The MAC the kernel's ARP table has for ``ip``, if any (``/proc/net/arp``)."""
+    try:
+        with open("/proc/net/arp") as f:
+            for line in f.read().splitlines()[1:]:
+                cols = line.split()
+                if len(cols) >= 4 and cols[0] == ip and cols[3] != "00:00:00:00:00:00":
+                    return int(cols[3].replace(":", ""), 16)
+    except OSError:
+        pass
+    return None
+
+
+# ---------------------------------------------------------------------- socket filters (classic BPF)
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _attach_filter(sock: socket.socket, prog: list[tuple[int, int, int, int]]) -> None:
+    # setsockopt(SO_ATTACH_FILTER) takes a struct sock_fprog pointing at the instructions
+    # (include/uapi/linux/filter.h); Python's socket module has no helper for it.  The kernel
+    # copies the program during the call (sk_attach_filter), so the ctypes memory may go after.
+    arr = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
+    fprog = _SockFprog(len(prog), ctypes.cast(arr, ctypes.POINTER(_SockFilter)))
+    sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, bytes(ctypes.string_at(ctypes.addressof(fprog),
+                                                                                 ctypes.sizeof(fprog))))
+
+
+def _rocev2_filter(ipv4: int) -> list[tuple[int, int, int, int]]:
+    # On a raw IPv4 socket the filter sees the packet from the IP header.  Accept UDP (already
+    # guaranteed by IPPROTO_UDP) to our address and port 4791, whatever the IP header length.
+    ld_w, ld_b_msh, ldx_h, jeq, ret = 0x20, 0xB1, 0x48, 0x15, 0x06
+    return [
+        (ld_w, 0, 0, 16),               # A = ip.dst
+        (jeq, 0, 3, ipv4),              # if A != ours: reject
+        (ld_b_msh, 0, 0, 0),            # X = IHL * 4
+        (ldx_h, 0, 0, 2),               # A = udp.dport (half word at X + 2)
+        (jeq, 1, 0, ROCEV2_PORT),       # if A == 4791: accept
+        (ret, 0, 0, 0),                 # reject
+        (ret, 0, 0, 0x40000),           # accept the whole packet
+    ]
+
+
+_DROP_ALL = [(0x06, 0, 0, 0)]
+
+
+# ---------------------------------------------------------------------- the carrier
+class _Timer:
+    """What :meth:`UdpFabric.call_later` returns (a :class:`~rdmalab.verbs.engine.carrier.TimerHandle`)."""
+
+    __slots__ = ("fn", "arg", "cancelled")
+
+    def __init__(self, fn: Callable[[Any], None], arg: Any) -> None:
+        self.fn, self.arg, self.cancelled = fn, arg, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def __call__(self, _: Any) -> None:
+        if not self.cancelled:
+            self.fn(self.arg)
+
+
+class UdpFabric:
+    """One soft device on a real interface, talking RoCEv2 over UDP/IPv4 port 4791.
+
+    ``UdpFabric(ifname="veth1")`` or ``UdpFabric(ip="10.0.0.2")`` (either finds the other);
+    ``fab.device`` is the :class:`SoftDevice`; open it with
+    ``rdmalab.verbs.device.Context(name=fab.device.name, fabric=fab)``.  ``mtu`` overrides the
+    port MTU taken from the interface.  ``pcap`` (a path or binary file) records every frame
+    sent and received, with wall-clock timestamps.  ``poll_wait`` is how long :meth:`progress`
+    (what ``CQ.poll`` and ``get_cq_event`` call) waits for traffic before it gives up.
+    """
+
+    burst_ok = False  # every packet is a real datagram
+
+    def __init__(self, ifname: str | None = None, ip: str | None = None, *, name: str = "rdmalab0",
+                 mtu: int | None = None, trace: bool = False, pcap: str | IO[bytes] | None = None,
+                 poll_wait: float = 0.02, seed: int | None = None) -> None:
+        if ifname is None and ip is None:
+            raise CarrierError(errno.EINVAL, "give the interface (ifname=) or its IPv4 address (ip=)")
+        if ifname is None:
+            assert ip is not None
+            ifname = interface_of(ip)
+        if ip is None:
+            ip = interface_ipv4(ifname)
+        try:
+            ipv4 = int(ipaddress.IPv4Address(ip))
+        except ValueError:
+            raise CarrierError(errno.EINVAL, f"{ip!r} is not an IPv4 address") from None
+        self.ifname = ifname
+        self.ip = ip
+        self.netdev_mtu = interface_mtu(ifname)
+        self.mtu = mtu if mtu is not None else ib_mtu_for(self.netdev_mtu)
+        if self.mtu not in IB_MTUS:
+            raise CarrierError(errno.EINVAL, f"mtu must be an IB MTU (256..4096 bytes), not {self.mtu}")
+        mac = interface_mac(ifname)
+        self.rng = random.Random(seed)
+        self.trace = Trace()
+        self._tracing = trace
+        self._seq = 0
+        self._timers: list[tuple[int, int, Callable[[Any], None], Any]] = []
+        self.poll_wait = poll_wait
+        self.stats = {"sent": 0, "received": 0, "bad_icrc": 0, "not_rocev2": 0, "send_errors": 0, "oversized": 0}
+        self._ip_id = self.rng.randrange(1, 0x10000)
+        self._open_sockets(ip, ipv4)
+        self.device = SoftDevice(name, ipv4, mac, self, seed=self.rng.getrandbits(32))
+        self.devices = {name: self.device}
+        self._macs: dict[int, int] = {}
+        self._pcap: Any = None
+        self._pcap_file: IO[bytes] | None = None
+        self._pcap_own = False
+        if pcap is not None:
+            self.write_pcap(pcap)
+
+    def _open_sockets(self, ip: str, ipv4: int) -> None:
+        try:
+            raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
+        except PermissionError:
+            raise CarrierError(errno.EPERM, NO_RAW_SOCKET) from None
+        raw.setsockopt(socket.IPPROTO_IP, socket.IP_HDRINCL, 1)
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        _attach_filter(raw, _rocev2_filter(ipv4))
+        # Drain what arrived before the filter was attached (it may be anything).
+        raw.setblocking(False)
+        try:
+            while True:
+                raw.recv(65536)
+        except BlockingIOError:
+            pass
+        sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sink.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sink.bind((ip, ROCEV2_PORT))
+        except OSError as exc:
+            raw.close()
+            sink.close()
+            hint = (" (in this network namespace something already holds it: kernel rxe does, in the "
+                    "initial namespace, while rdma_rxe is loaded; run the engine in its own namespace, "
+                    "see docs/interop.md)") if exc.errno == errno.EADDRINUSE else ""
+            raise CarrierError(exc.errno or errno.EADDRINUSE,
+                               f"cannot bind UDP {ip}:{ROCEV2_PORT}: {exc.strerror}{hint}") from None
+        _attach_filter(sink, _DROP_ALL)
+        self._raw = raw
+        self._sink = sink
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(raw, selectors.EVENT_READ)
+        self._buf = bytearray(65536)
+        self._closed = False
+
+    # ------------------------------------------------------------------ the fabric interface of the engine
+    def add_device(self, name: str | None = None, ip: str | None = None, mac: int | None = None) -> SoftDevice:
+        raise ValueError("a UdpFabric carries one device, its interface's (fab.device)")
+
+    def resolve_mac(self, gid: int) -> int | None:
+        """The peer's MAC (for captures only: the kernel routes and resolves the real one)."""
+        mac = self._macs.get(gid)
+        if mac is None:
+            if gid in self.device.gids:
+                return self.device.mac
+            if (gid >> 32) != 0xFFFF:
+                return None  # only IPv4-mapped GIDs are carried (rxe's index 1)
+            mac = neighbour_mac(str(ipaddress.IPv4Address(gid & 0xFFFFFFFF))) or 0
+            self._macs[gid] = mac
+        return mac
+
+    @property
+    def now_ns(self) -> int:
+        return time.monotonic_ns()
+
+    def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> _Timer:
+        """Run ``fn(arg)`` from the event loop ``delay_ns`` from now (wall clock); ``cancel()`` forgets it."""
+        t = _Timer(fn, arg)
+        cb: Callable[[Any], None] = t
+        self._seq += 1
+        heapq.heappush(self._timers, (time.monotonic_ns() + max(0, int(delay_ns)), self._seq, cb, None))
+        return t
+
+    @property
+    def scheduler(self) -> UdpFabric:
+        """The carrier is its own scheduler (:meth:`step`, :meth:`progress`, :meth:`run`)."""
+        return self
+
+    @property
+    def pending(self) -> int:
+        return len(self._timers)
+
+    @property
+    def tracing(self) -> bool:
+        return self._tracing
+
+    @tracing.setter
+    def tracing(self, on: bool) -> None:
+        self._tracing = on
+
+    def record(self, ev: TraceEvent) -> None:
+        self.trace.append(ev)
+
+    # ------------------------------------------------------------------ sending
+    def send(self, src: Station, pkt: Pkt) -> None:
+        """The carrier seam's outbound call: each packet leaves as one IPv4 datagram."""
+        for p in pkt.expand():
+            self._send_one(src, p)
+
+    def _send_one(self, src: Station, p: Pkt) -> None:
+        dst = p.dst_gid
+        if (dst >> 32) != 0xFFFF or (p.src_gid >> 32) != 0xFFFF:
+            self.stats["send_errors"] += 1
+            if self._tracing:
+                self._record_drop(src, p, "only IPv4 GIDs (::ffff:a.b.c.d, rxe's index 1) are carried")
+            return
+        datagram = self.encode(p)
+        if self._tracing:
+            self.trace.append(TraceEvent(self.now_ns, src.name, p.srcqp, "sent", p.psn, p.opcode,
+                                         {"packet_id": p.id, "dqpn": p.destqp, "len": len(p.payload),
+                                          "ackreq": p.ackreq}, None))
+        self._tap(datagram, p.src_mac, p.dst_mac)
+        try:
+            self._raw.sendto(datagram, (socket.inet_ntoa(datagram[16:20]), 0))
+            self.stats["sent"] += 1
+        except BlockingIOError:
+            self._wait_writable(datagram)
+        except OSError as exc:
+            # EMSGSIZE: larger than the route MTU (a DF packet that does not fit); ENOBUFS: the
+            # qdisc is full.  Either way the packet is lost, and the engine's retry covers it.
+            self.stats["oversized" if exc.errno == errno.EMSGSIZE else "send_errors"] += 1
+            if self._tracing:
+                self._record_drop(src, p, f"send failed: {exc.strerror}")
+
+    def _wait_writable(self, datagram: bytes) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self._raw, selectors.EVENT_WRITE)
+        try:
+            for _ in range(100):
+                sel.select(0.01)
+                try:
+                    self._raw.sendto(datagram, (socket.inet_ntoa(datagram[16:20]), 0))
+                    self.stats["sent"] += 1
+                    return
+                except BlockingIOError:
+                    continue
+            self.stats["send_errors"] += 1
+        finally:
+            sel.close()
+
+    def _record_drop(self, dev: Station, p: Pkt, reason: str) -> None:
+        self.trace.append(TraceEvent(self.now_ns, dev.name, p.destqp, "dropped", p.psn, p.opcode,
+                                     {"packet_id": p.id, "reason": reason}))
+
+    def next_ip_id(self) -> int:
+        i = self._ip_id
+        self._ip_id = (i + 1) & 0xFFFF or 1  # never 0: the kernel would replace it (raw.c)
+        return i
+
+    def encode(self, p: Pkt) -> bytes:
+        """The IPv4 datagram for ``p`` with this device's next IP Identification."""
+        return encode_datagram(p, self.next_ip_id())
+
+    # ------------------------------------------------------------------ receiving
+    def _receive_all(self) -> int:
+        got = 0
+        raw = self._raw
+        buf = self._buf
+        mv = memoryview(buf)
+        while True:
+            try:
+                n = raw.recv_into(buf)
+            except BlockingIOError:
+                return got
+            except InterruptedError:
+                continue
+            got += 1
+            self.inbound(bytes(mv[:n]))
+
+    def inbound(self, datagram: bytes) -> None:
+        """One IPv4 datagram (IP header first) arrived for this device: check and deliver it."""
+        pkt = decode_datagram(datagram)
+        if pkt is None:
+            self.stats["bad_icrc" if len(datagram) > 44 and datagram[9] == 17 else "not_rocev2"] += 1
+            self.device.counters["dropped"] += 1
+            if self._tracing:
+                self.trace.append(TraceEvent(self.now_ns, self.device.name, 0, "dropped", None, None,
+                                             {"reason": "bad ICRC or malformed packet"}))
+            return
+        self.stats["received"] += 1
+        pkt.dst_mac = self.device.mac
+        pkt.src_mac = self.resolve_mac(pkt.src_gid) or 0
+        self._tap(datagram, pkt.src_mac, pkt.dst_mac)
+        # The seam's fast path (Station.receive): the ICRC was checked above, over the real IP
+        # header; Station.deliver would rebuild that header from a Datagram and decode it again.
+        self.device.receive(pkt)
+
+    # ------------------------------------------------------------------ the event loop
+    def _run_timers(self) -> int:
+        t = self._timers
+        ran = 0
+        now = time.monotonic_ns()
+        while t and t[0][0] <= now:
+            _, _, fn, arg = heapq.heappop(t)
+            fn(arg)
+            ran += 1
+        return ran
+
+    def step(self, timeout: float = 0.0) -> bool:
+        """Receive what is there (waiting up to ``timeout`` s, less if a timer falls due), run due
+        timers, send coalesced ACKs.  True if anything happened."""
+        if self._closed:
+            return False
+        if timeout > 0:
+            if self._timers:
+                timeout = min(timeout, max(0.0, (self._timers[0][0] - time.monotonic_ns()) / 1e9))
+            self._sel.select(timeout)
+        did = self._receive_all()
+        did += self._run_timers()
+        self.device.flush()
+        return did > 0
+
+    def run(self, until_ns: int | None = None, max_events: int = 10_000_000) -> int:
+        """Run the loop until no timer is left (or the clock passes ``until_ns``); returns steps."""
+        steps = 0
+        while steps < max_events and not self._closed:
+            if until_ns is not None and time.monotonic_ns() >= until_ns:
+                break
+            if not self._timers and until_ns is None:
+                self.step()
+                break
+            self.step(0.01)
+            steps += 1
+        return steps
+
+    def progress(self, done: Callable[[], bool], max_steps: int = 20_000, timeout: float | None = None) -> bool:
+        """Run the loop until ``done()`` or ``timeout`` seconds (default ``poll_wait``) pass."""
+        end = time.monotonic() + (self.poll_wait if timeout is None else timeout)
+        while not done():
+            left = end - time.monotonic()
+            if left <= 0:
+                self.step()
+                return done()
+            self.step(min(left, 0.05))
+        return True
+
+    def run_until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """:meth:`progress` with an explicit deadline (for programs that wait for a peer)."""
+        return self.progress(done, timeout=timeout)
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    # ------------------------------------------------------------------ capture
+    def write_pcap(self, dest: str | IO[bytes]) -> None:
+        """Record every datagram sent and received (as Ethernet frames) to ``dest``."""
+        import dpkt  # a project dependency; imported here so the carrier starts without it in use
+
+        own = isinstance(dest, str)
+        f: IO[bytes] = open(dest, "wb") if isinstance(dest, str) else dest  # noqa: SIM115
+        self._pcap_file, self._pcap_own = f, own
+        self._pcap = dpkt.pcap.Writer(f, linktype=dpkt.pcap.DLT_EN10MB, nano=True)
+
+    def _tap(self, datagram: bytes, src_mac: int, dst_mac: int) -> None:
+        if self._pcap is not None:
+            eth = dst_mac.to_bytes(6, "big") + src_mac.to_bytes(6, "big") + b"\x08\x00"
+            self._pcap.writepkt(eth + datagram, ts=time.time())
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._sel.close()
+        self._raw.close()
+        self._sink.close()
+        if self._pcap_file is not None:
+            self._pcap_file.flush()
+            if self._pcap_own:
+                self._pcap_file.close()
+            self._pcap = self._pcap_file = None
+
+    def __enter__(self) -> UdpFabric:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------- encoding and decoding
+def encode_datagram(p: Pkt, ip_id: int) -> bytes:
+    """The IPv4/UDP/BTH/.../ICRC datagram for ``p``: DF set, TTL 64, ``ip_id``, UDP checksum 0 (as rxe).
+
+    The same bytes as ``Datagram.seal`` of the carrier seam would give with this ``ip_id``, built
+    in one pass (the payload is not copied before the CRC)."""
+    info = INFO[p.opcode]
+    payload = p.payload
+    n = len(payload)
+    pad = -n % 4
+    ext = b"".join(h.encode() for h in p.headers()) if info.headers else b""
+    bth = struct.pack(">BBHII", p.opcode, (p.se << 7) | (pad << 4), 0xFFFF, p.destqp & 0xFFFFFF,
+                      (p.ackreq << 31) | (p.psn & 0xFFFFFF))
+    udp_len = 8 + 12 + len(ext) + n + pad + 4
+    src, dst = p.src_gid & 0xFFFFFFFF, p.dst_gid & 0xFFFFFFFF
+    # IPv4 header: version/IHL, TOS 0, total length, ID, flags DF, TTL 64, UDP, checksum 0
+    # (the kernel computes it for IP_HDRINCL sends), addresses.
+    hdr = struct.pack(">BBHHHBBHII", 0x45, 0, 20 + udp_len, ip_id, 0x4000, 64, 17, 0, src, dst)
+    udp = struct.pack(">HHHH", p.sport, ROCEV2_PORT, udp_len, 0)
+    # ICRC: the same bytes with TOS, TTL, IP checksum, UDP checksum and BTH byte 4 masked
+    # (rxe_icrc.c), after 8 bytes of 0xFF; zlib's CRC-32, written little-endian.
+    masked = struct.pack(">BBHHHBBHII", 0x45, 0xFF, 20 + udp_len, ip_id, 0x4000, 0xFF, 17, 0xFFFF, src, dst)
+    masked_udp = struct.pack(">HHHH", p.sport, ROCEV2_PORT, udp_len, 0xFFFF)
+    mbth = bth[:4] + b"\xff" + bth[5:]
+    crc = zlib.crc32(masked + masked_udp + mbth + ext, _FF8)
+    if n:
+        crc = zlib.crc32(payload, crc)
+    tail = b"\0" * pad
+    if pad:
+        crc = zlib.crc32(tail, crc)
+    return b"".join((hdr, udp, bth, ext, payload, tail, struct.pack("<I", crc)))
+
+
+def decode_datagram(d: bytes) -> Pkt | None:
+    """An IPv4 RoCEv2 datagram (IP header first) as a :class:`Pkt`, or None if it is malformed,
+    not RoCEv2, or its ICRC is wrong (rxe drops those silently: ``rxe_recv.c``)."""
+    if len(d) < 20 or d[0] >> 4 != 4:
+        return None
+    ihl = (d[0] & 0x0F) * 4
+    total = (d[2] << 8) | d[3]
+    if d[9] != 17 or total > len(d) or total < ihl + 8 + 12 + 4:
+        return None
+    d = d[:total]
+    u = ihl
+    if (d[u + 2] << 8 | d[u + 3]) != ROCEV2_PORT:
+        return None
+    b = u + 8
+    opc = d[b]
+    info = INFO.get(opc)
+    if info is None:
+        return None
+    # ICRC over the masked IP header, UDP header and BTH, then the rest (rxe_icrc.c)
+    m = bytearray(d[:b + 12])
+    m[1] = m[8] = m[10] = m[11] = 0xFF
+    m[u + 6] = m[u + 7] = 0xFF
+    m[b + 4] = 0xFF
+    crc = zlib.crc32(d[b + 12:total - 4], zlib.crc32(m, _FF8))
+    if crc != int.from_bytes(d[total - 4:total], "little"):
+        return None
+    pad = (d[b + 1] >> 4) & 3
+    at = b + 12
+    hdrs = []
+    for cls in info.headers:
+        size = cls.LAYOUT.size
+        if at + size > total - 4:
+            return None
+        hdrs.append(cls.decode(d, at))
+        at += size
+    end = total - 4 - pad
+    if end < at:
+        return None
+    src = 0xFFFF00000000 | int.from_bytes(d[12:16], "big")
+    dst = 0xFFFF00000000 | int.from_bytes(d[16:20], "big")
+    sport = (d[u] << 8) | d[u + 1]
+    w2 = int.from_bytes(d[b + 8:b + 12], "big")
+    p = Pkt(opc, w2 & 0xFFFFFF, int.from_bytes(d[b + 5:b + 8], "big"), src, dst, sport, 0, 0,
+            d[at:end], w2 >> 31, d[b + 1] >> 7)
+    for h in hdrs:
+        setattr(p, _ATTR[type(h)], h)
+    return p

@@ -1,0 +1,1 @@
+"""Live RDMA: the soft engine on real networks, with kernel rxe and the stock tools as peers."""

@@ -1,0 +1,211 @@
+"""The out-of-band exchanges of the stock test programs, over TCP: records and connections.
+
+Two families (facts from the sources, ``/work/shared/reference`` section 2):
+
+* rdma-core's ``ibv_{rc,uc,ud,srq}_pingpong`` (``libibverbs/examples/*_pingpong.c`` at v44.0):
+  a 52-byte record ``"%04x:%06x:%06x:%s"`` (LID, QPN, PSN, GID as 32 hex digits in network
+  order) plus a NUL, written and read as one unit; the client writes first; the server connects
+  its QP before it answers; the client closes with ``"done\\0"``.  srq_pingpong sends 256
+  records each way (``MAX_QP``), the unused ones zero.
+* perftest 4.5 (``src/perftest_communication.c``): a 108-byte key record
+  ``"%04x:%04x:%06x:%06x:%08x:%016llx:"`` + 16 x ``"%02x:"`` + ``"%08x:"`` + NUL (LID,
+  out_reads, QPN, PSN, rkey, vaddr, GID bytes, SRQN) and raw exchanges (version string, page
+  size, cache line, MTU, report doubles); in every exchange the client writes, then reads.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from dataclasses import dataclass
+
+PP_RECORD = 52  # sizeof "0000:000000:000000:00000000000000000000000000000000"
+PP_DONE = b"done\0"
+PERF_RECORD = 108  # KEY_MSG_SIZE_GID
+
+
+class OOBError(Exception):
+    """The out-of-band exchange failed (connection refused, peer gone, a record that does not parse)."""
+
+
+# ---------------------------------------------------------------------- pingpong records
+@dataclass
+class PPDest:
+    lid: int
+    qpn: int
+    psn: int
+    gid: bytes  # 16 bytes, network order
+
+    def encode(self) -> bytes:
+        text = f"{self.lid:04x}:{self.qpn:06x}:{self.psn:06x}:{self.gid.hex()}".encode()
+        return text + b"\0" * (PP_RECORD - len(text))
+
+    @classmethod
+    def decode(cls, raw: bytes) -> PPDest:
+        text = raw.split(b"\0", 1)[0].decode("ascii", "replace")
+        parts = text.split(":")
+        try:
+            if len(parts) != 4 or len(parts[3]) != 32:
+                raise ValueError
+            return cls(int(parts[0], 16), int(parts[1], 16), int(parts[2], 16), bytes.fromhex(parts[3]))
+        except ValueError:
+            raise OOBError(f"the peer's address record {text!r} is not LID:QPN:PSN:GID "
+                           "(is the peer an ibv_*_pingpong of the same kind?)") from None
+
+
+def gid_text(gid: bytes) -> str:
+    """A GID as the tools print it (``inet_ntop(AF_INET6)``: ``::ffff:10.0.0.1``)."""
+    return socket.inet_ntop(socket.AF_INET6, gid)
+
+
+# ---------------------------------------------------------------------- perftest records
+@dataclass
+class PerfDest:
+    lid: int
+    out_reads: int
+    qpn: int
+    psn: int
+    rkey: int
+    vaddr: int
+    gid: bytes
+    srqn: int = 0
+
+    def encode(self) -> bytes:
+        text = (f"{self.lid:04x}:{self.out_reads:04x}:{self.qpn:06x}:{self.psn:06x}:{self.rkey:08x}:"
+                f"{self.vaddr:016x}:" + "".join(f"{b:02x}:" for b in self.gid) + f"{self.srqn:08x}:").encode()
+        assert len(text) == PERF_RECORD - 1
+        return text + b"\0"
+
+    @classmethod
+    def decode(cls, raw: bytes) -> PerfDest:
+        text = raw.split(b"\0", 1)[0].decode("ascii", "replace")
+        parts = text.split(":")
+        try:
+            if len(parts) < 23:
+                raise ValueError
+            gid = bytes(int(x, 16) for x in parts[6:22])
+            return cls(int(parts[0], 16), int(parts[1], 16), int(parts[2], 16), int(parts[3], 16),
+                       int(parts[4], 16), int(parts[5], 16), gid, int(parts[22], 16))
+        except ValueError:
+            raise OOBError(f"the peer's key record {text!r} does not parse as perftest's "
+                           "LID:OUT_READS:QPN:PSN:RKEY:VADDR:GID...:SRQN (is the peer perftest 4.5 with a GID?)") from None
+
+
+# ---------------------------------------------------------------------- connections
+class Channel:
+    """A TCP connection carrying fixed-size exchanges (reads are exact: short reads are joined)."""
+
+    def __init__(self, sock: socket.socket, timeout: float = 120.0) -> None:
+        self.sock = sock
+        self.sock.settimeout(timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    @property
+    def local_ip(self) -> str:
+        return str(self.sock.getsockname()[0]).removeprefix("::ffff:")
+
+    @property
+    def peer_ip(self) -> str:
+        return str(self.sock.getpeername()[0]).removeprefix("::ffff:")
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            raise OOBError(f"the out-of-band connection failed while sending: {exc.strerror or exc}") from None
+
+    def recv(self, n: int, what: str = "data") -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            try:
+                chunk = self.sock.recv(n - len(buf))
+            except TimeoutError:
+                raise OOBError(f"the peer sent no {what} on the out-of-band connection in time") from None
+            except OSError as exc:
+                raise OOBError(f"the out-of-band connection failed while reading {what}: "
+                               f"{exc.strerror or exc}") from None
+            if not chunk:
+                raise OOBError(f"the peer closed the out-of-band connection before sending {what} "
+                               f"({len(buf)} of {n} bytes)")
+            buf += chunk
+        return bytes(buf)
+
+    def recv_upto(self, n: int, timeout: float = 5.0) -> bytes:
+        """Whatever arrives (at most ``n`` bytes) before the peer closes or ``timeout`` passes."""
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(n)
+        except OSError:
+            return b""
+
+    def exchange(self, mine: bytes, n: int, client: bool, what: str) -> bytes:
+        """Client: write then read; server: read then write (perftest's ``ctx_xchg_data``)."""
+        if client:
+            self.send(mine)
+            return self.recv(n, what)
+        got = self.recv(n, what)
+        self.send(mine)
+        return got
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def connect(host: str, port: int, *, family: int = socket.AF_UNSPEC, tries: float = 0.0) -> Channel:
+    """Connect to ``host:port`` (``tries`` seconds of retrying while the server is not up yet)."""
+    end = time.monotonic() + tries
+    last: Exception | None = None
+    while True:
+        try:
+            infos = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            raise OOBError(f"cannot resolve {host!r}: {exc.strerror}") from None
+        for fam, typ, proto, _, addr in infos:
+            s = socket.socket(fam, typ, proto)
+            try:
+                s.settimeout(10)
+                s.connect(addr)
+                return Channel(s)
+            except OSError as exc:
+                last = exc
+                s.close()
+        if time.monotonic() >= end:
+            raise OOBError(f"Couldn't connect to {host}:{port} ({last})")
+        time.sleep(0.2)
+
+
+def listen(port: int, *, family: int = socket.AF_INET6, timeout: float | None = None) -> Channel:
+    """Accept one connection on ``port`` (all addresses, v4 and v6 like ``AI_PASSIVE``/``AF_UNSPEC``)."""
+    try:
+        srv = socket.socket(family, socket.SOCK_STREAM)
+    except OSError:
+        family = socket.AF_INET
+        srv = socket.socket(family, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6:
+        srv.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    try:
+        srv.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
+        srv.listen(1)
+        srv.settimeout(timeout)
+        conn, _ = srv.accept()
+    except TimeoutError:
+        raise OOBError(f"no client connected to port {port} in time") from None
+    except OSError as exc:
+        raise OOBError(f"Couldn't listen to port {port}: {exc.strerror or exc}") from None
+    finally:
+        srv.close()
+    return Channel(conn)
+
+
+def pack_double(x: float) -> bytes:
+    """A double as perftest sends report fields (``bswap_64`` on little-endian: big-endian)."""
+    return struct.pack(">d", x)
+
+
+def pack_u64(x: int) -> bytes:
+    return struct.pack(">Q", x)

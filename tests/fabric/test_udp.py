@@ -1,0 +1,170 @@
+"""The UDP carrier (rdmalab.fabric.udp): its datagrams against the seam's Datagram, and a live run.
+
+The byte-level tests need nothing.  The live test needs a raw socket (root or CAP_NET_RAW) and
+``unshare`` (a private network namespace, so nothing else on the machine sees its port 4791);
+it skips, saying which, where those are missing.  The kernel rxe as a peer is in
+``tests/live/test_interop.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rdmalab.fabric.udp import ROCEV2_PORT, decode_datagram, encode_datagram, ib_mtu_for
+from rdmalab.verbs.engine.datagram import Datagram
+from rdmalab.verbs.engine.packet import Pkt, opcode
+from rdmalab.wire.ib import RETH, AtomicETH
+from rdmalab.wire.opcodes import Op, Pos, Transport
+
+ROOT = Path(__file__).resolve().parents[2]
+A, B = 0xFFFF_0A00_0001, 0xFFFF_0A00_0002  # ::ffff:10.0.0.1, ::ffff:10.0.0.2
+
+
+def _write_first(payload: bytes) -> Pkt:
+    p = Pkt(opcode(Transport.RC, Op.RDMA_WRITE, Pos.FIRST), 0x123456, 0x11, A, B, 0xDF94, 0, 0, payload, 0, 0)
+    p.reth = RETH(va=0x7F0000001000, r_key=0x1A2B, dma_length=8192)
+    return p
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 1021])
+def test_datagram_is_the_engines_packet_with_our_ip_id(n: int) -> None:
+    p = _write_first((bytes(range(256)) * 4)[:n])
+    # With IP ID 0 it is byte for byte the engine's own frame (rdmalab.wire.encode_rocev2), less the
+    # Ethernet header and the IP header checksum, which the kernel fills in (net/ipv4/raw.c).
+    frame = bytearray(p.frame()[14:])
+    frame[10:12] = b"\0\0"
+    assert encode_datagram(p, 0) == bytes(frame)
+    # With our ID: the seam's Datagram of the same fields finds the ICRC right.
+    ours = encode_datagram(p, 0xBEEF)
+    assert ours[4:6] == b"\xbe\xef" and ours[6] & 0x40  # the ID we chose, DF set
+    assert int.from_bytes(ours[22:24], "big") == ROCEV2_PORT
+    assert ours[:4] == bytes(frame[:4]) and ours[8:] != bytes(frame[8:])  # same lengths, another ICRC
+    assert Datagram(ours[28:], A, B, 0xDF94, ip_id=0xBEEF).icrc_ok()
+    assert not Datagram(ours[28:], A, B, 0xDF94, ip_id=0xBEEE).icrc_ok()
+
+
+def test_decode_checks_the_icrc_over_the_ip_identification() -> None:
+    p = Pkt(opcode(Transport.RC, Op.CMP_SWAP, None), 7, 0x12, A, B, 0xF806, 0, 0, b"", 1, 0)
+    p.atomic = AtomicETH(va=0x1000, r_key=0x55, swap_add=3, compare=4)
+    d = bytearray(encode_datagram(p, 0x1234))
+    got = decode_datagram(bytes(d))
+    assert got is not None
+    assert (got.opcode, got.psn, got.destqp, got.ackreq, got.sport) == (p.opcode, 7, 0x12, 1, 0xF806)
+    assert got.atomic == p.atomic and (got.src_gid, got.dst_gid) == (A, B)
+    # TTL, TOS and the IP checksum are masked by the ICRC: a router may change them.
+    d2 = bytearray(d)
+    d2[1], d2[8], d2[10] = 0x02, 17, 0x99
+    assert decode_datagram(bytes(d2)) is not None
+    # The Identification is not masked: a different ID is a different ICRC, dropped as rxe does.
+    d3 = bytearray(d)
+    d3[5] ^= 1
+    assert decode_datagram(bytes(d3)) is None
+    d4 = bytearray(d)
+    d4[-1] ^= 0x80
+    assert decode_datagram(bytes(d4)) is None
+
+
+def test_not_rocev2_is_refused() -> None:
+    d = bytearray(encode_datagram(_write_first(b"x" * 8), 1))
+    d[22:24] = (4792).to_bytes(2, "big")
+    assert decode_datagram(bytes(d)) is None
+    assert decode_datagram(b"\x45" + bytes(10)) is None
+
+
+def test_port_mtu_is_rxes_rule() -> None:
+    # rxe.c rxe_set_mtu: netdev MTU - 80, rounded down to an IB MTU
+    assert [ib_mtu_for(m) for m in (1500, 9000, 4176, 4175, 300, 65536)] == [1024, 4096, 4096, 2048, 256, 4096]
+
+
+LIVE = textwrap.dedent("""
+    import hashlib, os, subprocess, sys
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    from rdmalab.fabric.udp import UdpFabric
+    from rdmalab.verbs import enums as e
+    from rdmalab.verbs.addr import AHAttr, GlobalRoute
+    from rdmalab.verbs.device import Context
+    from rdmalab.verbs.harness import ALL_ACCESS, Endpoint
+    from rdmalab.verbs.qp import QPAttr, QPCap
+    from rdmalab.verbs.wr import SendWR
+    fa = UdpFabric("lo", "127.0.0.1", name="a", poll_wait=0)
+    fb = UdpFabric("lo", "127.0.0.2", name="b", poll_wait=0)
+    cap = QPCap(max_send_wr=64, max_recv_wr=64, max_send_sge=1, max_recv_sge=1)
+    size = 1 << 18
+    A = Endpoint(Context(name="a", fabric=fa), e.IBV_QPT_RC, size, ALL_ACCESS, ALL_ACCESS & ~1, cap, False, 0)
+    B = Endpoint(Context(name="b", fabric=fb), e.IBV_QPT_RC, size, ALL_ACCESS, ALL_ACCESS & ~1, cap, False, 0)
+    for x, y in ((A, B), (B, A)):
+        at = QPAttr(port_num=1, path_mtu=e.IBV_MTU_4096)
+        at.qp_access_flags = ALL_ACCESS & ~1
+        at.max_dest_rd_atomic = at.max_rd_atomic = 16
+        at.min_rnr_timer, at.timeout, at.retry_cnt, at.rnr_retry = 12, 14, 7, 7
+        at.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=y.gid, sgid_index=1))
+        at.dest_qp_num, at.rq_psn, at.sq_psn = y.qp.qp_num, y.psn, x.psn
+        x.qp.to_rts(at)
+    data = os.urandom(size // 2)
+    A.mr.write(data, len(data))
+    def post(opc, wr_id, length, remote, local=0, rkey=None, cmp=0, swap=0):
+        wr = SendWR(wr_id=wr_id, opcode=opc, num_sge=1, sg=[A.sge(local, length)], send_flags=e.IBV_SEND_SIGNALED)
+        if opc in (e.IBV_WR_ATOMIC_CMP_AND_SWP, e.IBV_WR_ATOMIC_FETCH_AND_ADD):
+            wr.set_wr_atomic(B.mr.rkey if rkey is None else rkey, B.mr.buf + remote, cmp, swap)
+        else:
+            wr.set_wr_rdma(B.mr.rkey if rkey is None else rkey, B.mr.buf + remote)
+        A.qp.post_send(wr)
+    def wait(n):
+        got = []
+        for _ in range(200000):
+            k, wcs = A.cq.poll(n - len(got))
+            got += wcs
+            if len(got) >= n:
+                return got
+            fa.step(0.001); fb.step(0)
+        raise SystemExit("timeout")
+    post(e.IBV_WR_RDMA_WRITE, 1, len(data), 0)
+    assert wait(1)[0].status == 0
+    assert B.mr.read(len(data), 0) == data, "WRITE data differs"
+    post(e.IBV_WR_RDMA_READ, 2, len(data), 0, local=size // 2)
+    assert wait(1)[0].status == 0
+    assert A.mr.read(len(data), size // 2) == data, "READ data differs"
+    B.mr.write((41).to_bytes(8, "little"), 8, 0)
+    post(e.IBV_WR_ATOMIC_FETCH_AND_ADD, 3, 8, 0, local=0, cmp=1)
+    post(e.IBV_WR_ATOMIC_CMP_AND_SWP, 4, 8, 0, local=8, cmp=42, swap=7)
+    assert [w.status for w in wait(2)] == [0, 0]
+    assert int.from_bytes(B.mr.read(8, 0), "little") == 7
+    assert int.from_bytes(A.mr.read(8, 0), "little") == 41 and int.from_bytes(A.mr.read(8, 8), "little") == 42
+    post(e.IBV_WR_RDMA_WRITE, 5, 64, 0, rkey=B.mr.rkey ^ 0x80)
+    w = wait(1)[0]
+    assert w.status == e.IBV_WC_REM_ACCESS_ERR, w
+    print("OK", fa.stats["sent"], fb.stats["sent"], fa.stats["bad_icrc"] + fb.stats["bad_icrc"])
+""")
+
+
+def test_live_on_loopback_in_a_private_namespace(tmp_path: Path) -> None:
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux) for a private network namespace")
+    probe = subprocess.run(["unshare", "--net", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot create a network namespace here (unshare --net: {probe.stderr.decode().strip()})")
+    script = tmp_path / "live.py"
+    script.write_text(LIVE)
+    r = subprocess.run(["unshare", "--net", sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    # 128 KiB each way at 4096 bytes a packet: at least 32 packets sent by each side
+    ok, a_sent, b_sent, bad = r.stdout.split()[-4:]
+    assert ok == "OK" and int(a_sent) >= 32 and int(b_sent) >= 32 and int(bad) == 0
+
+
+def test_without_cap_net_raw_the_error_says_what_to_do() -> None:
+    if shutil.which("setpriv") is None or os.geteuid() != 0:
+        pytest.skip("needs root and setpriv to drop CAP_NET_RAW")
+    r = subprocess.run(["setpriv", "--bounding-set", "-net_raw", sys.executable, "-m", "rdmalab", "pingpong", "rc",
+                        "-n", "1", "127.0.0.1"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    assert "CAP_NET_RAW" in r.stderr and "raw socket" in r.stderr
