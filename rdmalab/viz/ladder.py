@@ -128,8 +128,10 @@ class Ladder:
     # ------------------------------------------------------------------ SVG
     def to_svg(self) -> str:
         top = 46 if self.title else 30
-        left = 70  # the time axis labels
         ys, breaks = self._ymap(top + 14)
+        # The time axis labels: wide enough for the longest ("\u2248 +67.107 ms" at a cut), so none is clipped.
+        longest = max([len(_fmt_time(t)) + 1 for t in ys] + [len(_fmt_time(g)) + 3 for _, g in breaks] + [8])
+        left = max(70, int(longest * 6.2) + 12)
         height = int(max(ys.values(), default=top) + 40)
 
         def ext(node: str | None, arrows_start: bool) -> float:

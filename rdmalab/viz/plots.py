@@ -144,9 +144,21 @@ _STYLE = {
 }
 
 
+def _time_unit(t_max_us: float) -> tuple[str, float]:
+    """The unit that keeps a time axis's numbers short: (label, divisor of microseconds)."""
+    if t_max_us >= 10_000_000:
+        return "s", 1e6
+    if t_max_us >= 10_000:
+        return "ms", 1e3
+    return "\u00b5s", 1.0
+
+
 def psn_time(source: Any, *, title: str | None = None, width: float = 7.5, height: float = 3.6) -> Plot:
     """PSN over time for an engine trace (or a fabric) or for captured packets."""
     pts = _points(source)
+    unit, div = _time_unit(max((p.t for p in pts), default=0.0))
+    if div != 1.0:
+        pts = [_Point(p.t / div, p.psn, p.kind, p.node, p.length) for p in pts]
     fig, ax = _figure(width, height)
     for kind, style in _STYLE.items():
         sel = [p for p in pts if p.kind == kind]
@@ -169,7 +181,7 @@ def psn_time(source: Any, *, title: str | None = None, width: float = 7.5, heigh
             ax.step(xs, ys, where="post", color="#2e7d32", linewidth=1.5, label="highest PSN ACKed", zorder=2)
         ax.scatter([p.t for p in acks], [p.psn for p in acks], marker="^", color="#2e7d32", s=30, zorder=3,
                    label="ACK")
-    ax.set_xlabel("time (\u00b5s)")
+    ax.set_xlabel(f"time ({unit})")
     ax.set_ylabel("PSN")
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.ticklabel_format(axis="y", style="plain", useOffset=False)
@@ -187,20 +199,30 @@ def throughput(source: Any, *, window_us: float | None = None, title: str | None
     """Payload throughput (Gbit/s) over time, per sender, in windows of ``window_us``."""
     pts = [p for p in _points(source) if p.kind in ("request", "retx", "response") and p.length]
     fig, ax = _figure(width, height)
+    unit, div = _time_unit(max((p.t for p in pts), default=0.0))
+    rate_unit = "Gbit/s"
     if pts:
         t_end = max(p.t for p in pts)
         win = window_us or max(t_end / 40, 0.5)
+        series = []
         for node in sorted({p.node for p in pts}):
             mine = [p for p in pts if p.node == node]
             nbins = int(t_end // win) + 1
             bins = [0] * nbins
             for p in mine:
                 bins[int(p.t // win)] += p.length
-            xs = [(i + 0.5) * win for i in range(nbins)]
-            ax.plot(xs, [b * 8 / (win * 1000) for b in bins], drawstyle="steps-mid", label=f"{node} payload sent")
+            series.append((node, [(i + 0.5) * win / div for i in range(nbins)], [b * 8 / (win * 1000) for b in bins]))
+        peak = max((max(ys) for _, _, ys in series), default=0.0)
+        scale = 1.0
+        if peak < 0.001:  # a slow capture: read the rates in kbit/s or Mbit/s, not 0.000...
+            rate_unit, scale = "kbit/s", 1e6
+        elif peak < 1:
+            rate_unit, scale = "Mbit/s", 1e3
+        for node, xs, ys in series:
+            ax.plot(xs, [y * scale for y in ys], drawstyle="steps-mid", label=f"{node} payload sent")
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
-    ax.set_xlabel("time (\u00b5s)")
-    ax.set_ylabel("Gbit/s")
+    ax.set_xlabel(f"time ({unit})")
+    ax.set_ylabel(rate_unit)
     if title:
         ax.set_title(title)
     fig.tight_layout()
