@@ -119,6 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     import rdmalab.verbs.pyverbs_alias as alias
 
     only = [x.strip() for x in a.only.split(",") if x.strip()] or None
+    if only and os.path.isdir(a.suite):
+        known = {fn.split(".")[0] for fn in os.listdir(a.suite) if fn.startswith("test_")}
+        unknown = sorted(set(only) - known)
+        if unknown:
+            print(f"run_pyverbs_suite: no such test module in {a.suite}: {', '.join(unknown)} "
+                  f"(have {', '.join(sorted(known))})", file=sys.stderr)
+            return 1
     with tempfile.TemporaryDirectory(prefix="rdmalab-pyverbs-suite-") as tmp:
         suite = unpack_suite(a.suite, tmp)
         alias.install()

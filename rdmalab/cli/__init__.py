@@ -10,7 +10,11 @@ Subcommands follow tshark's habits where they fit::
     rdmalab crosscheck FILE [-v]
     rdmalab stats -r FILE
     rdmalab lab [ARGS...]
-    rdmalab grade DIR [-o OUT]
+from rdmalab.cli import capture, crosscheck, decode, grade, lab, pingpong, simulate, stats, vm
+from rdmalab.cli._common import Fail
+
+# The order here is the order of `rdmalab --help`.
+COMMANDS = [decode, crosscheck, stats, lab, pingpong, simulate, vm, capture, grade]
 
 Errors are one sentence naming the file and what was wrong, never a traceback; the exit status
 is 0 on success, 1 when a file could not be (fully) read or a strict decode failed, 2 for bad
@@ -26,11 +30,19 @@ from collections.abc import Sequence
 
 from rdmalab import __version__
 from rdmalab.capture.reader import CaptureError
+<<<<<<< HEAD
 from rdmalab.cli import crosscheck, decode, grade, lab, pingpong, simulate, stats
 from rdmalab.cli._common import Fail
 
 # The order here is the order of `rdmalab --help`.
 COMMANDS = [decode, crosscheck, stats, lab, pingpong, simulate, grade]
+=======
+from rdmalab.cli import capture, crosscheck, decode, lab, pingpong, simulate, stats, vm
+from rdmalab.cli._common import Fail
+
+# The order here is the order of `rdmalab --help`.
+COMMANDS = [decode, crosscheck, stats, lab, pingpong, simulate, vm, capture]
+>>>>>>> main
 # Commands whose every argument after the command name belongs to another program (--help included).
 PASSTHROUGH = {"lab": lab.run_lab, "pingpong": pingpong.main_argv}
 
