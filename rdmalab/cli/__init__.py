@@ -10,11 +10,9 @@ Subcommands follow tshark's habits where they fit::
     rdmalab crosscheck FILE [-v]
     rdmalab stats -r FILE
     rdmalab lab [ARGS...]
-from rdmalab.cli import capture, crosscheck, decode, grade, lab, pingpong, simulate, stats, vm
-from rdmalab.cli._common import Fail
-
-# The order here is the order of `rdmalab --help`.
-COMMANDS = [decode, crosscheck, stats, lab, pingpong, simulate, vm, capture, grade]
+    rdmalab vm [--shell | --exec CMD | --scenario NAME] [-w FILE]
+    rdmalab capture NAME... | all
+    rdmalab grade DIR [-o OUT]
 
 Errors are one sentence naming the file and what was wrong, never a traceback; the exit status
 is 0 on success, 1 when a file could not be (fully) read or a strict decode failed, 2 for bad
@@ -30,19 +28,11 @@ from collections.abc import Sequence
 
 from rdmalab import __version__
 from rdmalab.capture.reader import CaptureError
-<<<<<<< HEAD
-from rdmalab.cli import crosscheck, decode, grade, lab, pingpong, simulate, stats
+from rdmalab.cli import capture, crosscheck, decode, grade, lab, pingpong, simulate, stats, vm
 from rdmalab.cli._common import Fail
 
 # The order here is the order of `rdmalab --help`.
-COMMANDS = [decode, crosscheck, stats, lab, pingpong, simulate, grade]
-=======
-from rdmalab.cli import capture, crosscheck, decode, lab, pingpong, simulate, stats, vm
-from rdmalab.cli._common import Fail
-
-# The order here is the order of `rdmalab --help`.
-COMMANDS = [decode, crosscheck, stats, lab, pingpong, simulate, vm, capture]
->>>>>>> main
+COMMANDS = [decode, crosscheck, stats, lab, pingpong, simulate, vm, capture, grade]
 # Commands whose every argument after the command name belongs to another program (--help included).
 PASSTHROUGH = {"lab": lab.run_lab, "pingpong": pingpong.main_argv}
 
