@@ -160,6 +160,10 @@ RIGHT: dict[str, list[Any]] = {
                         "atomic": e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_ATOMIC}],
     "cm.port": [7174, "7174", 0x1C06, "0x1c06"],
     "cm.psn": [{"10.0.0.2": "REP", "10.0.0.1": "REQ"}, {"10.0.0.2": "rep", "10.0.0.1": "req"}],
+    "live.segments": [[5, 5], ("5", 0x5)],
+    "live.error_fields": [{"wr_id", "status", "qp_num"}, ["WR_ID", "status", "qp_num", "vendor_err"]],
+    "live.wrong_rkey": [["IBV_WC_REM_ACCESS_ERR", "IBV_QPS_ERR"], [e.IBV_WC_REM_ACCESS_ERR, e.IBV_QPS_ERR],
+                        ["rem_access_err", "ERR"]],
 }
 
 # (answer, the field the feedback must name, a phrase the message or details must contain)
@@ -242,6 +246,12 @@ WRONG: dict[str, list[tuple[Any, str, str]]] = {
                 (7175, "CM_REQ.service_id", "Not the port")],
     "cm.psn": [({"10.0.0.2": "REQ", "10.0.0.1": "REP"}, "BTH.psn", "starting PSN"),
                ({"10.0.0.2": "REP"}, "IPv4.src", "10.0.0.1")],
+    "live.segments": [([4, 5], "BTH.opcode", "WRITE packets"), ([5, 6], "BTH.opcode", "READ request itself"),
+                      ([5.0, 5], "BTH.opcode", "float"), (5, "answer", "Give")],
+    "live.error_fields": [({"wr_id", "status"}, "wc", "missing"),
+                          ({"wr_id", "status", "qp_num", "byte_len"}, "wc", "not defined")],
+    "live.wrong_rkey": [(["IBV_WC_LOC_PROT_ERR", "IBV_QPS_ERR"], "wc.status", "completion status"),
+                        (["IBV_WC_REM_ACCESS_ERR", "RTS"], "qp_state", "state")],
 }
 
 
