@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rdmalab.wire.ib import AETH
-from rdmalab.wire.opcodes import OPCODES, Op, opcode_name
+from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, opcode_name
 
 COLOURS = {
     "request": "#1565c0",
@@ -279,7 +279,7 @@ def _kind_of(opcode: int | None, aeth: Any = None) -> str:
     its decoded AETH (:class:`rdmalab.wire.ib.AETH`): NAK, RNR NAK or ACK."""
     if opcode is None:
         return "other"
-    if opcode == 0x81:
+    if opcode == CNP_OPCODE:
         return "cnp"
     info = OPCODES.get(opcode)
     if info is None:

@@ -43,12 +43,12 @@ def nak_code(answer: Any, field: str = "AETH.value") -> int:
 ))
 def _nak(answer: Any) -> str:
     from rdmalab.lab import scenarios
-    from rdmalab.wire.ib import AETH, NAK_NAMES
+    from rdmalab.wire.ib import AETH, BTH, NAK_NAMES
 
     p = scenarios.nak_run()
     nak = next(pk for pk in p.packets() if AETH in pk and pk[AETH].is_nak)
-    code, name, psn = nak[AETH].value, nak[AETH].nak_name, nak.bth.psn
-    lost = [ev.psn for ev in p.trace if ev.kind == "dropped"]
+    code, name, psn = nak[AETH].value, nak[AETH].nak_name, nak[BTH].psn
+    lost = [int(ev.psn) for ev in p.trace if ev.kind == "dropped" and ev.psn is not None]
     if not isinstance(answer, dict) or set(answer) != {"code", "resend_from", "lost"}:
         have = sorted(answer) if isinstance(answer, dict) else type(answer).__name__
         raise Wrong("Give a dict with keys 'code' (the NAK code: its name or number), 'resend_from' (a PSN) and "
