@@ -146,7 +146,7 @@ def victim_run() -> Any:
 def _victim(answer: Any) -> str:
     if not isinstance(answer, dict) or "port" not in answer or "reason" not in answer:
         raise Wrong("Answer with a dict {'port': ..., 'reason': ...}: the paused port on F1's path and the "
-                    "letter of the explanation.")
+                    "letter of the explanation.", field="answer", expected="{'port': 'X->Y', 'reason': 'A'|'B'|'C'}")
     fab = victim_run().fabric
     f1 = fab.flows[0]
     path = [p.name for p in f1.fwd.values()]
@@ -154,19 +154,24 @@ def _victim(answer: Any) -> str:
     port = str(answer["port"]).replace(" ", "").replace("\u2192", "->")
     if port not in path:
         raise Wrong(f"{answer['port']!r} is not on F1's path ({', '.join(path)}); the incast's own queue "
-                    "(P2->R2) is exactly what F1 avoids.", field="port")
+                    "(P2->R2) is exactly what F1 avoids.", field="port", given=answer["port"],
+                    expected=f"a port on F1's path ({', '.join(path)}) that PFC paused")
     if port not in paused:
-        raise Wrong(f"{port} is on F1's path but was never paused; the paused one is where F1 waited.", field="port")
+        raise Wrong(f"{port} is on F1's path but was never paused; the paused one is where F1 waited.", field="port",
+                    given=answer["port"], expected="the port on F1's path that PFC paused")
     reason = str(answer["reason"]).strip().upper()[:1]
     if reason == "A":
         raise Wrong("F1 never enters P2->R2: P2 sends it straight to R1, whose queue stays empty "
-                    f"(P2->R1 marked {fab.port('P2', 'R1').marks} packets).", field="reason")
+                    f"(P2->R1 marked {fab.port('P2', 'R1').marks} packets).", field="reason", given=answer["reason"],
+                    expected="the letter of the explanation that fits the pauses and marks")
     if reason == "C":
         raise Wrong("A CNP goes back to the sender of the marked packet (its IP) and names that sender's QP in "
                     "BTH.destqp: F2's CNPs go to H2, never to H1. H1's CNPs answer marks on F1's own packets: "
-                    "compare f1.marked and f1.cnps.", field="reason")
+                    "compare f1.marked and f1.cnps.", field="reason", given=answer["reason"],
+                    expected="the letter of the explanation that fits the pauses and marks")
     if reason != "B":
-        raise Wrong(f"reason must be one of {', '.join(_VICTIM_REASONS)}.", field="reason")
+        raise Wrong(f"reason must be one of {', '.join(_VICTIM_REASONS)}.", field="reason", given=answer["reason"],
+                    expected=f"one of {', '.join(_VICTIM_REASONS)}")
     p = fab.port("P1", "P2")
     return (f"Right: P1->P2 was paused for {fab.paused_time_ns(p) / 1e3:.0f} us; F1's packets queued at P1 "
             f"({p.qmax / 1024:.0f} KB at most), {f1.marked} of them were marked CE there and H1 got {f1.cnps} CNPs. "
@@ -202,23 +207,28 @@ _COSTS = {
 def _converge(answer: Any) -> str:
     from rdmalab.fabric.scenarios import incast_costs, parameter_names
 
+    shape = "{'settings': {'name': 'value', ...}, 'cost': 'queue' | 'cnps' | 'pauses' | 'goodput'}"
     if not isinstance(answer, dict) or "settings" not in answer or "cost" not in answer:
-        raise Wrong("Answer with a dict {'settings': {...}, 'cost': ...}.")
+        raise Wrong("Answer with a dict {'settings': {...}, 'cost': ...}.", field="answer", expected=shape)
     settings = {str(k): str(v) for k, v in dict(answer["settings"]).items()}
     unknown = sorted(set(settings) - set(parameter_names()))
     if unknown:
-        raise Wrong(f"unknown parameter(s): {', '.join(unknown)}.", field="settings")
+        raise Wrong(f"unknown parameter(s): {', '.join(unknown)}.", field="settings", given=answer["settings"],
+                    expected="names from rdmalab.fabric.scenarios.parameter_names()")
     if not settings:
-        raise Wrong("Change at least one parameter.", field="settings")
+        raise Wrong("Change at least one parameter.", field="settings", given=answer["settings"],
+                    expected="at least one parameter and its new value")
     try:
         mine = incast_costs(incast8(settings).fabric)
     except ValueError as err:
-        raise Wrong(f"Those settings do not run: {err}", field="settings") from None
+        raise Wrong(f"Those settings do not run: {err}", field="settings", given=answer["settings"],
+                    expected="values the model accepts") from None
     base = incast_costs(incast8().fabric)
     if not mine["recovery_ms"] <= 0.7 * base["recovery_ms"]:
         got = "never" if mine["recovery_ms"] == float("inf") else f"after {mine['recovery_ms']:.2f} ms"
         raise Wrong(f"With {settings} the senders are back at 90 % of the link {got}; with the defaults after "
-                    f"{base['recovery_ms']:.2f} ms. Aim for at least 30 % sooner.", field="settings")
+                    f"{base['recovery_ms']:.2f} ms. Aim for at least 30 % sooner.", field="settings",
+                    given=answer["settings"], expected="settings that recover at least 30 % sooner than the defaults")
     worse = []
     for name, (_, key, sign) in _COSTS.items():
         b, m = base[key], mine[key]
@@ -226,11 +236,12 @@ def _converge(answer: Any) -> str:
             worse.append(name)
     cost = str(answer["cost"]).strip().lower()
     if cost not in _COSTS:
-        raise Wrong(f"cost must be one of {', '.join(_COSTS)}.", field="cost")
+        raise Wrong(f"cost must be one of {', '.join(_COSTS)}.", field="cost", given=answer["cost"],
+                    expected=f"one of {', '.join(_COSTS)}")
     detail = ", ".join(f"{k} {base[_COSTS[k][1]]:.1f} -> {mine[_COSTS[k][1]]:.1f}" for k in _COSTS)
     if cost not in worse:
         raise Wrong(f"Your run recovers after {mine['recovery_ms']:.2f} ms instead of {base['recovery_ms']:.2f}, "
                     f"but {cost} did not get worse ({detail}). What did: {', '.join(worse) or 'nothing measurable'}.",
-                    field="cost")
+                    field="cost", given=answer["cost"], expected="the measure that got worse with your settings")
     return (f"Recovered after {mine['recovery_ms']:.2f} ms instead of {base['recovery_ms']:.2f}; the price is "
             f"{_COSTS[cost][0]} ({detail}).")
