@@ -18,6 +18,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from rdmalab.verbs import enums as e
+from rdmalab.verbs.engine import cnp
 from rdmalab.verbs.engine.memory import AccessError, local_views, remote_view, scatter
 from rdmalab.verbs.engine.packet import INFO, Pkt, opcode, psn_add, psn_diff
 from rdmalab.verbs.engine.wqe import RecvWQE, Resource
@@ -49,6 +50,8 @@ class _Drop(Exception):
 
 
 def on_request(qp: QP, pkt: Pkt) -> None:
+    if pkt.ecn == 3:  # CE: the DCQCN notification point answers with a CNP (rdmalab.verbs.engine.cnp)
+        cnp.notify(qp, pkt)
     if qp.qp_state not in _READY:
         qp.dev._drop(pkt, f"responder not ready (QP in {qp.qp_state_name})")
         return
