@@ -158,6 +158,7 @@ class Host(Node):
         self.cnp_rcvd = 0
         self.ce_rcvd = 0
         self.next_qpn = 0x11
+        self.engine_deliver: Callable[[list[Any]], None] | None = None
 
 
 class Switch(Node):
@@ -689,9 +690,8 @@ class SwitchedFabric:
     def _host_receive(self, host: Host, pkt: list[Any]) -> None:
         kind = pkt[KIND]
         if kind == ENGINE:
-            from rdmalab.fabric.switched_carrier import deliver  # here: that module builds on this one
-
-            deliver(self, host, pkt)
+            assert host.engine_deliver is not None
+            host.engine_deliver(pkt)  # a soft device's packet (rdmalab.fabric.switched_carrier)
             return
         f: Flow = pkt[FLOW]
         if kind == DATA:

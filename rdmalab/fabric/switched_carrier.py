@@ -14,11 +14,12 @@ frames: the switch rewrites the ECN bits of the frame and the receiver checks it
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from rdmalab.fabric.switched import ENGINE, Host, Node, SwitchedFabric
-from rdmalab.verbs.engine.cnp import CE
 from rdmalab.verbs.engine.carrier import Scheduler, Station, TimerHandle
+from rdmalab.verbs.engine.cnp import CE
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import Pkt
 from rdmalab.verbs.trace import TraceEvent
@@ -56,7 +57,6 @@ class SwitchedCarrier:
         self.devices: dict[str, SoftDevice] = {}
         self._hosts: dict[str, Host] = {}
         self._routes: dict[tuple[int, int], _Route] = {}
-        fabric.station_of = {}  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ building
     def add_device(self, name: str | None = None, *, switch: Node | str | None = None, rate_gbps: float = 40.0,
@@ -73,6 +73,7 @@ class SwitchedCarrier:
         self.devices[name] = dev
         self._hosts[name] = host
         host.station = dev  # type: ignore[attr-defined]
+        host.engine_deliver = partial(deliver, host)
         return dev
 
     # ------------------------------------------------------------------ the Carrier protocol
@@ -151,7 +152,7 @@ class SwitchedCarrier:
         return n
 
 
-def deliver(fab: SwitchedFabric, host: Host, pkt: list[Any]) -> None:
+def deliver(host: Host, pkt: list[Any]) -> None:
     """An engine packet reached ``host``: hand it to the device (as a frame when it crossed as one)."""
     station = host.station  # type: ignore[attr-defined]
     eng: Pkt = pkt[8]

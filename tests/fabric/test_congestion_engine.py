@@ -8,12 +8,12 @@ from typing import Any
 import dpkt
 import pytest
 
+from rdmalab.fabric.harness import Pair
 from rdmalab.fabric.switched import SwitchConfig, SwitchedFabric
 from rdmalab.fabric.switched_carrier import SwitchedCarrier
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import cnp, dcqcn
 from rdmalab.verbs.engine.dcqcn import PAPER
-from rdmalab.verbs.harness import Pair
 from rdmalab.wire import BTH, decode_ethernet
 from rdmalab.wire.net import IPv4
 
@@ -66,7 +66,7 @@ def test_engine_incast_marks_cnps_and_slows_down() -> None:
     assert fab.port("sw", "r").marks > 0 and fab.drops == 0
     assert r.counters["np_ecn_marked_roce_packets"] >= r.counters["np_cnp_sent"] > 0
     for p in pairs:
-        lim = p.a.qp.dcqcn
+        lim = p.a.qp.engine.dcqcn
         sender = p.a.ctx.device
         assert sender.counters["rp_cnp_handled"] == lim.cnps > 0 and lim.cuts > 0
     # two 1 MiB WRITEs through a 40 Gb/s port: ~420 us at line rate; DCQCN's cuts make it longer

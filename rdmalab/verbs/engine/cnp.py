@@ -96,7 +96,7 @@ def notify(qp: Any, pkt: Any) -> None:
     pacer: CnpPacer | None = getattr(dev, "cnp_pacer", None)
     if pacer is None:
         return
-    sender_qpn = pkt.deth.src_qp if pkt.deth is not None else qp.attr.dest_qp_num
+    sender_qpn = pkt.deth.src_qp if pkt.deth is not None else qp.dest_qp_num
     if not pacer.on_ce(dev.now, pkt.src_gid, pkt.dst_gid, sender_qpn):
         return
     from rdmalab.verbs.engine.packet import Pkt  # here: packet imports the wire layer only, but keep cnp light

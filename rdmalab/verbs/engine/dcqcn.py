@@ -229,7 +229,8 @@ class RateLimiter:
 
 
 def attach(qp: Any, params: DcqcnParams, line_gbps: float = 100.0) -> RateLimiter:
-    """Give ``qp`` a DCQCN reaction point: its request packets are sent ECT(0) and paced."""
+    """Give ``qp`` (a verbs QP or its engine QP) a DCQCN reaction point: its requests go ECT(0), paced."""
+    qp = getattr(qp, "engine", qp)
     carrier = qp.dev.carrier
     lim = RateLimiter(params, line_gbps, lambda delay, fn, arg: carrier.call_later(max(1, int(delay)), fn, arg))
     qp.dcqcn = lim
@@ -240,7 +241,7 @@ def attach(qp: Any, params: DcqcnParams, line_gbps: float = 100.0) -> RateLimite
 
 def ecn_only(qp: Any) -> None:
     """Send ``qp``'s requests ECT(0) without a reaction point (CNPs arrive and change nothing)."""
-    qp.ecn_capable = True
+    getattr(qp, "engine", qp).ecn_capable = True
 
 
 def wait(qp: Any) -> bool:
@@ -271,7 +272,5 @@ def sent(qp: Any, p: Any) -> None:
 
 
 def _resume(qp: Any) -> None:
-    from rdmalab.verbs.engine import requester  # here, not at the top: the requester imports this module
-
     qp.dcqcn_armed = False
-    requester.run(qp)
+    qp.kick()  # the requester goes on where the pacing stopped it
