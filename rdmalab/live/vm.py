@@ -144,6 +144,9 @@ def missing(kernel: str | None = None) -> list[Missing]:
                       ("ibv_rc_pingpong", "ibverbs-utils"), ("ib_write_bw", "perftest")):
         if not shutil.which(tool) and not Path(f"/usr/bin/{tool}").exists() and not Path(f"/sbin/{tool}").exists():
             out.append(Missing(f"{tool} (used inside the VM)", f"sudo apt-get install {pkg}"))
+    if not glob.glob("/usr/lib/python3/dist-packages/pyverbs/__init__.py"):
+        out.append(Missing("pyverbs for /usr/bin/python3 (the lab scenarios use it)",
+                           "sudo apt-get install python3-pyverbs"))
     if not glob.glob("/usr/lib/*/libibverbs/librxe-rdmav*.so"):
         out.append(Missing("the rxe user-space provider (librxe)", "sudo apt-get install ibverbs-providers"))
     return out
