@@ -304,3 +304,33 @@ def deadlock_summary(fab: SwitchedFabric) -> dict[str, Any]:
     stuck = [p.name for p in ring if any(p.queues[q] for q in range(8)) and any(pu > fab.now for pu in p.paused_until)]
     return {"ring_ports_paused_with_data": stuck, "bytes_delivered_last_ms": moved,
             "deadlocked": len(stuck) == len(ring) and moved == 0}
+
+
+def recovery_time(fab: SwitchedFabric, frac: float = 0.9) -> float | None:
+    """After the senders' summed DCQCN rate first falls below ``frac`` of the bottleneck, the time
+    (ms from the start) at which it first climbs back to it; None if it never does (or never fell)."""
+    cap = fab.watch[0].rate if fab.watch else 40.0
+    fell = False
+    for t, row in zip(fab.samples, fab.rate_series, strict=True):
+        total = sum(row)
+        if not fell and total < frac * cap:
+            fell = True
+        elif fell and total >= frac * cap:
+            return t / 1e6
+    return None
+
+
+def incast_costs(fab: SwitchedFabric) -> dict[str, float]:
+    """What an incast run cost: queue (mean and max KB after recovery), CNPs, goodput, pauses."""
+    rec = recovery_time(fab)
+    start = 0
+    if rec is not None:
+        start = next(i for i, s in enumerate(fab.samples) if s / 1e6 >= rec)
+    qs = [row[0] / 1024 for row in fab.queue_series[start:]] or [0.0]
+    dur_ns = fab.samples[-1] + fab.sample_ns if fab.samples else 1.0
+    return {
+        "recovery_ms": rec if rec is not None else float("inf"),
+        "queue_mean_kb": sum(qs) / len(qs), "queue_max_kb": max(qs),
+        "cnps": float(fab.cnps), "pauses": float(fab.pauses),
+        "goodput_gbps": sum(f.rcvd for f in fab.flows) * 8 / dur_ns,
+    }

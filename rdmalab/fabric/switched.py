@@ -43,6 +43,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from heapq import heappush
 from typing import IO, Any
 
 from rdmalab.verbs.engine.cnp import CE, CNP_PCP, ECT0, CnpPacer, cnp_frame
@@ -106,6 +107,7 @@ class Port:
     peer: Port | None = None
     queues: list[deque[list[Any]]] = field(default_factory=lambda: [deque() for _ in range(8)])
     qbytes: list[int] = field(default_factory=lambda: [0] * 8)
+    active: int = 0  # bit n set: queue n has frames
     busy_until: float = 0.0
     free_ev: bool = False
     wake_at: float = -1.0
@@ -326,33 +328,39 @@ class SwitchedFabric:
                 return p
         raise KeyError(f"no link {a}-{b}")
 
-    def _path(self, src: Node, dst: Node, via: Iterable[str] | None) -> list[Port]:
-        """Egress ports along a shortest path (or through the named nodes, in order)."""
+    def _path(self, src: Node, dst: Node, via: Iterable[str] | None, key: int = 0) -> list[Port]:
+        """Egress ports along a shortest path (or through the named nodes, in order).
+
+        Where several next hops are equally short (ECMP, e.g. the spines of a leaf-spine), the
+        flow's ``key`` picks one, the same one for every packet of the flow (no reordering).
+        """
         if via is not None:
             names = [src.name, *via, dst.name]
             return [self.port(a, b) for a, b in zip(names, names[1:], strict=False)]
-        prev: dict[int, Port | None] = {src.id: None}
-        frontier = [src]
-        while frontier and dst.id not in prev:
+        dist = {dst.id: 0}
+        frontier = [dst]
+        while frontier:
             nxt = []
             for n in frontier:
                 for p in self._adj[n.id]:
                     assert p.peer is not None
                     m = p.peer.node
-                    if m.id not in prev and (m is dst or isinstance(m, Switch)):
-                        prev[m.id] = p
+                    if m.id not in dist and (isinstance(m, Switch) or m is src):
+                        dist[m.id] = dist[n.id] + 1
                         nxt.append(m)
             frontier = nxt
-        if dst.id not in prev:
+        if src.id not in dist:
             raise ValueError(f"no path from {src.name} to {dst.name}")
         path: list[Port] = []
-        cur = dst
-        while cur is not src:
-            hop = prev[cur.id]
-            assert hop is not None
+        cur = src
+        while cur is not dst:
+            cands = [p for p in self._adj[cur.id]
+                     if p.peer is not None and dist.get(p.peer.node.id, -1) == dist[cur.id] - 1]
+            hop = cands[(key * 2654435761 + cur.id * 40503) % len(cands) if len(cands) > 1 else 0]
             path.append(hop)
-            cur = hop.node
-        return path[::-1]
+            assert hop.peer is not None
+            cur = hop.peer.node
+        return path
 
     def add_flow(self, src: Host | str, dst: Host | str, *, size: int | None = None, start_us: float = 0.0,
                  stop_us: float | None = None, via: Iterable[str] | None = None, name: str | None = None,
@@ -370,8 +378,8 @@ class SwitchedFabric:
         fid = len(self.flows)
         f = Flow(fid, s, d, size, start_us * 1000, None if stop_us is None else stop_us * 1000, self.data_prio,
                  self.payload, self.msg_packets, limiter, name or f"f{fid}:{s.name}->{d.name}")
-        fwd = self._path(s, d, via)
-        rev = self._path(d, s, None if via is None else list(reversed(list(via))))
+        fwd = self._path(s, d, via, fid)
+        rev = self._path(d, s, None if via is None else list(reversed(list(via))), fid)
         f.fwd = {p.node.id: p for p in fwd}
         f.rev = {p.node.id: p for p in rev}
         self.flows.append(f)
@@ -392,11 +400,11 @@ class SwitchedFabric:
     # ------------------------------------------------------------------ the clock
     def schedule(self, at: float, fn: Callable[[Any], None], arg: Any = None) -> None:
         self._seq += 1
-        heapq.heappush(self._q, (at, self._seq, fn, arg))
+        heappush(self._q, (at, self._seq, fn, arg))
 
     def _sched_delay(self, delay: float, fn: Callable[[Any], None], arg: Any = None) -> None:
         self._seq += 1
-        heapq.heappush(self._q, (self.now + delay, self._seq, fn, arg))
+        heappush(self._q, (self.now + delay, self._seq, fn, arg))
 
     def run(self, until_us: float, progress: Callable[[float], None] | None = None) -> None:
         """Run the events up to ``until_us`` (virtual time)."""
@@ -491,6 +499,7 @@ class SwitchedFabric:
     def _enqueue(self, port: Port, pkt: list[Any]) -> None:
         prio = pkt[PRIO]
         port.queues[prio].append(pkt)
+        port.active |= 1 << prio
         qb = port.qbytes[prio] + pkt[SIZE]
         port.qbytes[prio] = qb
         if qb > port.qmax:
@@ -499,36 +508,47 @@ class SwitchedFabric:
             self._kick(port)
 
     def _kick(self, port: Port) -> None:
+        """Start the next frame on ``port`` if it is free (strict priority, skipping paused ones)."""
         now = self.now
         if port.busy_until > now:
             if not port.free_ev:
                 port.free_ev = True
-                self.schedule(port.busy_until, self._free, port)
+                self._seq += 1
+                heappush(self._q, (port.busy_until, self._seq, self._free, port))
             return
-        queues = port.queues
+        active = port.active
+        if not active:
+            return
         paused = port.paused_until
         pick = -1
-        wake = 0.0
-        for prio in range(7, -1, -1):
-            if queues[prio]:
-                pu = paused[prio]
-                if pu > now:
-                    if wake == 0.0 or pu < wake:
-                        wake = pu
-                    continue
+        if not active & (active - 1):  # one priority has frames: the usual case
+            prio = active.bit_length() - 1
+            if paused[prio] <= now:
                 pick = prio
-                break
         if pick < 0:
-            if wake and port.wake_at != wake:
-                port.wake_at = wake
-                self.schedule(wake, self._kick, port)
-            return
-        pkt = queues[pick].popleft()
+            wake = 0.0
+            for prio in range(active.bit_length() - 1, -1, -1):
+                if active >> prio & 1:
+                    pu = paused[prio]
+                    if pu > now:
+                        if wake == 0.0 or pu < wake:
+                            wake = pu
+                        continue
+                    pick = prio
+                    break
+            if pick < 0:
+                if wake and port.wake_at != wake:
+                    port.wake_at = wake
+                    self.schedule(wake, self._kick, port)
+                return
+        q = port.queues[pick]
+        pkt = q.popleft()
+        if not q:
+            port.active = active & ~(1 << pick)
         size = pkt[SIZE]
         port.qbytes[pick] -= size
-        node = port.node
-        if node.is_switch:
-            self._dequeued(node, pkt, port, pick)  # type: ignore[arg-type]
+        if port.node.is_switch:
+            self._dequeued(port.node, pkt, port, pick)  # type: ignore[arg-type]
         elif pkt[KIND] == DATA:
             f = pkt[FLOW]
             f.inq = False
@@ -539,17 +559,17 @@ class SwitchedFabric:
         port.busy_until = end
         port.tx_bytes += size
         port.tx_pkts += 1
-        peer = port.peer
         if port.taps and pkt[FRAME] is not None:
             for t in port.taps:
                 t.write(now, pkt[FRAME])
-        self.schedule(end + port.delay, self._arrive, (peer, pkt))
-        for q in queues:
-            if q:
-                port.free_ev = True
-                self.schedule(end, self._free, port)
-                return
-        port.free_ev = False
+        pkt[INPORT] = port.peer  # where it arrives (its ingress port there)
+        self._seq += 2
+        heappush(self._q, (end + port.delay, self._seq - 1, self._arrive, pkt))
+        if port.active:
+            port.free_ev = True
+            heappush(self._q, (end, self._seq, self._free, port))
+        else:
+            port.free_ev = False
 
     def _free(self, port: Port) -> None:
         port.free_ev = False
@@ -585,8 +605,8 @@ class SwitchedFabric:
             inport.xoff_gen[prio] += 1
             self._send_pfc(inport, prio, 0)
 
-    def _arrive(self, arg: tuple[Port, list[Any]]) -> None:
-        port, pkt = arg
+    def _arrive(self, pkt: list[Any]) -> None:
+        port: Port = pkt[INPORT]
         node = port.node
         if not node.is_switch:
             self._host_receive(node, pkt)  # type: ignore[arg-type]
@@ -606,7 +626,6 @@ class SwitchedFabric:
             return
         sw.used += size
         port.in_bytes[prio] += size
-        pkt[INPORT] = port
         if lossless and not port.xoff[prio] and port.in_bytes[prio] >= self._threshold(sw):
             port.xoff[prio] = True
             port.xoff_level[prio] = port.in_bytes[prio]
