@@ -25,13 +25,13 @@ from collections.abc import Sequence
 
 from rdmalab import __version__
 from rdmalab.capture.reader import CaptureError
-from rdmalab.cli import crosscheck, decode, lab, pingpong, stats
+from rdmalab.cli import crosscheck, decode, lab, perftest, pingpong, stats
 from rdmalab.cli._common import Fail
 
 # The order here is the order of `rdmalab --help`.
-COMMANDS = [decode, crosscheck, stats, lab, pingpong]
+COMMANDS = [decode, crosscheck, stats, lab, pingpong, perftest]
 # Commands whose every argument after the command name belongs to another program (--help included).
-PASSTHROUGH = {"lab": lab.run_lab, "pingpong": pingpong.main_argv}
+PASSTHROUGH = {"lab": lab.run_lab, "pingpong": pingpong.main_argv, "perftest": perftest.main_argv}
 
 
 def build_parser() -> argparse.ArgumentParser:

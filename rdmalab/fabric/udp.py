@@ -526,49 +526,54 @@ class UdpFabric:
 
 
 # ---------------------------------------------------------------------- encoding and decoding
+_IPUDP = struct.Struct(">BBHHHBBHIIHHHH")  # IPv4 header (20 bytes) + UDP header (8 bytes)
+_BTH = struct.Struct(">BBHII")
+_ICRC = struct.Struct("<I")
+
+
 def encode_datagram(p: Pkt, ip_id: int) -> bytes:
     """The IPv4/UDP/BTH/.../ICRC datagram for ``p``: DF set, TTL 64, ``ip_id``, UDP checksum 0 (as rxe).
 
-    The same bytes as ``Datagram.seal`` of the carrier seam would give with this ``ip_id``, built
-    in one pass (the payload is not copied before the CRC)."""
+    The same fields as the carrier seam's ``Datagram`` of this packet with this ``ip_id``, built
+    in one pass (the payload is not copied before the CRC is taken over it)."""
     info = INFO[p.opcode]
     payload = p.payload
     n = len(payload)
     pad = -n % 4
-    ext = b"".join(h.encode() for h in p.headers()) if info.headers else b""
-    bth = struct.pack(">BBHII", p.opcode, (p.se << 7) | (pad << 4), 0xFFFF, p.destqp & 0xFFFFFF,
-                      (p.ackreq << 31) | (p.psn & 0xFFFFFF))
-    udp_len = 8 + 12 + len(ext) + n + pad + 4
-    src, dst = p.src_gid & 0xFFFFFFFF, p.dst_gid & 0xFFFFFFFF
-    # IPv4 header: version/IHL, TOS 0, total length, ID, flags DF, TTL 64, UDP, checksum 0
-    # (the kernel computes it for IP_HDRINCL sends), addresses.
-    hdr = struct.pack(">BBHHHBBHII", 0x45, 0, 20 + udp_len, ip_id, 0x4000, 64, 17, 0, src, dst)
-    udp = struct.pack(">HHHH", p.sport, ROCEV2_PORT, udp_len, 0)
-    # ICRC: the same bytes with TOS, TTL, IP checksum, UDP checksum and BTH byte 4 masked
-    # (rxe_icrc.c), after 8 bytes of 0xFF; zlib's CRC-32, written little-endian.
-    masked = struct.pack(">BBHHHBBHII", 0x45, 0xFF, 20 + udp_len, ip_id, 0x4000, 0xFF, 17, 0xFFFF, src, dst)
-    masked_udp = struct.pack(">HHHH", p.sport, ROCEV2_PORT, udp_len, 0xFFFF)
-    mbth = bth[:4] + b"\xff" + bth[5:]
-    crc = zlib.crc32(masked + masked_udp + mbth + ext, _FF8)
+    ext = b"".join([h.encode() for h in p.headers()]) if info.headers else b""
+    psn = (p.ackreq << 31) | (p.psn & 0xFFFFFF)
+    dqp = p.destqp & 0xFFFFFF
+    flags = (p.se << 7) | (pad << 4)
+    udp_len = 24 + len(ext) + n + pad  # UDP 8 + BTH 12 + ext + payload + pad + ICRC 4
+    src, dst, sport = p.src_gid & 0xFFFFFFFF, p.dst_gid & 0xFFFFFFFF, p.sport
+    # version/IHL, TOS 0, total length, ID, DF, TTL 64, UDP, checksum 0 (the kernel fills it in
+    # for IP_HDRINCL sends: net/ipv4/raw.c), addresses; UDP ports, length, checksum 0.
+    hdr = _IPUDP.pack(0x45, 0, 20 + udp_len, ip_id, 0x4000, 64, 17, 0, src, dst, sport, ROCEV2_PORT, udp_len, 0)
+    # ICRC (rxe_icrc.c): 8 bytes of 0xFF, then the same bytes with TOS, TTL, IP checksum, UDP
+    # checksum and BTH byte 4 (FECN/BECN/resv6) set to all ones; zlib's CRC-32, little-endian.
+    masked = _IPUDP.pack(0x45, 0xFF, 20 + udp_len, ip_id, 0x4000, 0xFF, 17, 0xFFFF, src, dst, sport, ROCEV2_PORT,
+                         udp_len, 0xFFFF)
+    crc = zlib.crc32(_BTH.pack(p.opcode, flags, 0xFFFF, 0xFF000000 | dqp, psn), zlib.crc32(masked, _FF8))
+    if ext:
+        crc = zlib.crc32(ext, crc)
+    tail = b"\0" * pad
     if n:
         crc = zlib.crc32(payload, crc)
-    tail = b"\0" * pad
-    if pad:
-        crc = zlib.crc32(tail, crc)
-    return b"".join((hdr, udp, bth, ext, payload, tail, struct.pack("<I", crc)))
+        if pad:
+            crc = zlib.crc32(tail, crc)
+    return b"".join((hdr, _BTH.pack(p.opcode, flags, 0xFFFF, dqp, psn), ext, payload, tail, _ICRC.pack(crc)))
 
 
 def decode_datagram(d: bytes) -> Pkt | None:
     """An IPv4 RoCEv2 datagram (IP header first) as a :class:`Pkt`, or None if it is malformed,
-    not RoCEv2, or its ICRC is wrong (rxe drops those silently: ``rxe_recv.c``)."""
+    not RoCEv2, or its ICRC is wrong (rxe drops those silently: ``rxe_recv.c``).  The payload of
+    the packet is a view into ``d``."""
     if len(d) < 20 or d[0] >> 4 != 4:
         return None
-    ihl = (d[0] & 0x0F) * 4
+    u = (d[0] & 0x0F) * 4
     total = (d[2] << 8) | d[3]
-    if d[9] != 17 or total > len(d) or total < ihl + 8 + 12 + 4:
+    if d[9] != 17 or total > len(d) or total < u + 8 + 12 + 4:
         return None
-    d = d[:total]
-    u = ihl
     if (d[u + 2] << 8 | d[u + 3]) != ROCEV2_PORT:
         return None
     b = u + 8
@@ -576,32 +581,33 @@ def decode_datagram(d: bytes) -> Pkt | None:
     info = INFO.get(opc)
     if info is None:
         return None
+    mv = memoryview(d)
     # ICRC over the masked IP header, UDP header and BTH, then the rest (rxe_icrc.c)
-    m = bytearray(d[:b + 12])
+    m = bytearray(mv[:b + 12])
     m[1] = m[8] = m[10] = m[11] = 0xFF
     m[u + 6] = m[u + 7] = 0xFF
     m[b + 4] = 0xFF
-    crc = zlib.crc32(d[b + 12:total - 4], zlib.crc32(m, _FF8))
-    if crc != int.from_bytes(d[total - 4:total], "little"):
+    end_crc = total - 4
+    crc = zlib.crc32(mv[b + 12:end_crc], zlib.crc32(m, _FF8))
+    if crc != int.from_bytes(mv[end_crc:total], "little"):
         return None
     pad = (d[b + 1] >> 4) & 3
     at = b + 12
     hdrs = []
     for cls in info.headers:
         size = cls.LAYOUT.size
-        if at + size > total - 4:
+        if at + size > end_crc:
             return None
         hdrs.append(cls.decode(d, at))
         at += size
-    end = total - 4 - pad
+    end = end_crc - pad
     if end < at:
         return None
-    src = 0xFFFF00000000 | int.from_bytes(d[12:16], "big")
-    dst = 0xFFFF00000000 | int.from_bytes(d[16:20], "big")
-    sport = (d[u] << 8) | d[u + 1]
-    w2 = int.from_bytes(d[b + 8:b + 12], "big")
-    p = Pkt(opc, w2 & 0xFFFFFF, int.from_bytes(d[b + 5:b + 8], "big"), src, dst, sport, 0, 0,
-            d[at:end], w2 >> 31, d[b + 1] >> 7)
+    src = 0xFFFF00000000 | int.from_bytes(mv[12:16], "big")
+    dst = 0xFFFF00000000 | int.from_bytes(mv[16:20], "big")
+    w2 = int.from_bytes(mv[b + 8:b + 12], "big")
+    p = Pkt(opc, w2 & 0xFFFFFF, int.from_bytes(mv[b + 5:b + 8], "big"), src, dst, (d[u] << 8) | d[u + 1], 0, 0,
+            mv[at:end], w2 >> 31, d[b + 1] >> 7)
     for h in hdrs:
         setattr(p, _ATTR[type(h)], h)
     return p
