@@ -121,7 +121,12 @@ def _kernel() -> str | None:
     return images[-1] if images else None
 
 
-def _why_not() -> str | None:
+def _why_not(config: pytest.Config) -> str | None:
+    # The matrix boots a VM and takes minutes: it runs in CI (CI=true), with RDMALAB_LIVE=1, or when
+    # live tests are asked for (-m live); a plain local `pytest` does not pay for it.
+    asked = "live" in (config.getoption("-m") or "") or os.environ.get("RDMALAB_LIVE") == "1"
+    if os.environ.get("CI") != "true" and not asked:
+        return "the interop matrix boots a VM (minutes): run it with -m live, RDMALAB_LIVE=1, or in CI"
     if shutil.which("vng") is None:
         return "virtme-ng (vng) is not installed: pip install virtme-ng"
     if shutil.which("qemu-system-x86_64") is None:
@@ -139,8 +144,8 @@ def _why_not() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def matrix(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    why = _why_not()
+def matrix(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Path:
+    why = _why_not(pytestconfig)
     if why:
         pytest.skip(why)
     out = tmp_path_factory.mktemp("interop")
