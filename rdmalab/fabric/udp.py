@@ -215,7 +215,13 @@ class UdpFabric:
     (what ``CQ.poll`` and ``get_cq_event`` call) waits for traffic before it gives up.
     """
 
-    burst_ok = False  # every packet is a real datagram
+    @property
+    def burst_ok(self) -> bool:
+        """The engine may hand over a run of packets of one message as one burst object
+        (:mod:`rdmalab.verbs.engine.packet`): :meth:`send` expands it into the very packets the
+        engine would have built one by one, and each leaves as its own datagram; the receiver
+        never sees a burst.  Not while tracing, so that the trace has one event per packet."""
+        return not self._tracing
 
     def __init__(self, ifname: str | None = None, ip: str | None = None, *, name: str = "rdmalab0",
                  mtu: int | None = None, trace: bool = False, pcap: str | IO[bytes] | None = None,
@@ -250,6 +256,7 @@ class UdpFabric:
         self.device = SoftDevice(name, ipv4, mac, self, seed=self.rng.getrandbits(32))
         self.devices = {name: self.device}
         self._macs: dict[int, int] = {}
+        self._addrs: dict[int, tuple[str, int]] = {}
         self._pcap: Any = None
         self._pcap_file: IO[bytes] | None = None
         self._pcap_own = False
@@ -289,7 +296,6 @@ class UdpFabric:
         self._sink = sink
         self._sel = selectors.DefaultSelector()
         self._sel.register(raw, selectors.EVENT_READ)
-        self._buf = bytearray(65536)
         self._closed = False
 
     # ------------------------------------------------------------------ the fabric interface of the engine
@@ -358,9 +364,13 @@ class UdpFabric:
             self.trace.append(TraceEvent(self.now_ns, src.name, p.srcqp, "sent", p.psn, p.opcode,
                                          {"packet_id": p.id, "dqpn": p.destqp, "len": len(p.payload),
                                           "ackreq": p.ackreq}, None))
-        self._tap(datagram, p.src_mac, p.dst_mac)
+        if self._pcap is not None:
+            self._tap(datagram, p.src_mac, p.dst_mac)
+        addr = self._addrs.get(dst)
+        if addr is None:
+            addr = self._addrs[dst] = (socket.inet_ntoa(datagram[16:20]), 0)
         try:
-            self._raw.sendto(datagram, (socket.inet_ntoa(datagram[16:20]), 0))
+            self._raw.sendto(datagram, addr)
             self.stats["sent"] += 1
         except BlockingIOError:
             self._wait_writable(datagram)
@@ -403,18 +413,17 @@ class UdpFabric:
     # ------------------------------------------------------------------ receiving
     def _receive_all(self) -> int:
         got = 0
-        raw = self._raw
-        buf = self._buf
-        mv = memoryview(buf)
+        recv = self._raw.recv
+        inbound = self.inbound
         while True:
             try:
-                n = raw.recv_into(buf)
+                d = recv(65536)  # a fresh bytes object: the packet's payload stays a view into it
             except BlockingIOError:
                 return got
             except InterruptedError:
                 continue
             got += 1
-            self.inbound(bytes(mv[:n]))
+            inbound(d)
 
     def inbound(self, datagram: bytes) -> None:
         """One IPv4 datagram (IP header first) arrived for this device: check and deliver it."""
@@ -428,8 +437,10 @@ class UdpFabric:
             return
         self.stats["received"] += 1
         pkt.dst_mac = self.device.mac
-        pkt.src_mac = self.resolve_mac(pkt.src_gid) or 0
-        self._tap(datagram, pkt.src_mac, pkt.dst_mac)
+        mac = self._macs.get(pkt.src_gid)
+        pkt.src_mac = mac if mac is not None else self.resolve_mac(pkt.src_gid) or 0
+        if self._pcap is not None:
+            self._tap(datagram, pkt.src_mac, pkt.dst_mac)
         # The seam's fast path (Station.receive): the ICRC was checked above, over the real IP
         # header; Station.deliver would rebuild that header from a Datagram and decode it again.
         self.device.receive(pkt)
