@@ -26,6 +26,7 @@
 # | 10 Congestion signals | ECN marks and CNPs |
 # | 11 Security | keys, protection domains, access flags, and a guessed rkey |
 # | 12 The connection manager | REQ, REP, RTU decoded from a real `rping` capture |
+# | 13 Live RDMA | a WRITE, a READ and a wrong rkey on the kernel's Soft-RoCE, captured and decoded |
 
 # %% [markdown]
 # ## Setup
@@ -33,7 +34,8 @@
 # The next cell is the only one you would change to move from the simulator to a real device.
 # `"soft"` is rdmalab's own verbs engine running on a simulated fabric: it needs no kernel
 # module, no privileges and no network, and the same seed gives the same run every time.
-# (Live transfers on a kernel Soft-RoCE device come with `rdmalab.live`.)
+# `"rxe"` runs the live notebook's operations on the Linux kernel's Soft-RoCE driver through
+# pyverbs, in a small virtual machine if your machine has no rxe device (`rdmalab vm`; notebook 13).
 
 # %%
 BACKEND = "soft"  # the one-line backend switch used by every notebook

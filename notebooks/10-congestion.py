@@ -17,6 +17,7 @@
 # %%
 BACKEND = "soft"
 from rdmalab import capture, lab, viz
+from rdmalab.verbs.engine.dcqcn import PAPER
 from rdmalab.wire import BTH, CNPPad, decode_ethernet, encode_rocev2
 from rdmalab.wire.net import IPv4
 
@@ -108,10 +109,166 @@ print(f20.summary())
 viz.field_table(f20[BTH])
 
 # %% [markdown]
-# What the sender does with a CNP (DCQCN cuts its rate, then recovers it step by step) is
-# a NIC algorithm outside the transport specification; rdmalab's engine does not model rate
-# control.
+# ## A switched fabric: queues, marks, CNPs and DCQCN
 #
+# Single frames show the signals; what they do shows only on a network. `rdmalab.fabric.switched`
+# simulates one: hosts and store-and-forward switches joined by 40 Gb/s links, per-priority
+# egress queues on a shared buffer, RED-style ECN marking (Kmin, Kmax, Pmax), PFC, and in every
+# NIC the two halves of **DCQCN** (Zhu et al., SIGCOMM 2015): the *notification point* that
+# answers CE-marked data with CNPs (at most one per `min_time_between_cnps`), and the
+# *reaction point* that cuts the QP's rate by a factor `(1 - alpha/2)` on a CNP and climbs back
+# in fast-recovery, additive (`rpg_ai_rate`) and hyper (`rpg_hai_rate`) steps, every
+# `rpg_time_reset` microseconds or `rpg_byte_reset` bytes. The parameter names are mlx5's.
+#
+# First the run the DCQCN author ships with his simulator (ns3-rdma's sample): **2:1 incast**,
+# two senders at 40 Gb/s into one receiver, Kmin 40 KB, Kmax 1000 KB, Pmax 1.
+
+# %%
+from rdmalab.fabric.scenarios import flow_table, queue_table, run
+from rdmalab.viz.congestion import timeline
+
+incast = run("incast", senders=2, rate=40.0, duration_ms=15.0)
+timeline(incast, title="2:1 incast, ns3-rdma constants")
+
+# %% [markdown]
+# Both senders start at line rate; the switch's queue towards the receiver fills, its packets
+# get marked, CNPs come back, both rates are cut and then hover around half the link each. The
+# queue settles near Kmin, far below Kmax, and PFC never has to pause anyone. The goodput is
+# payload only (1000 of every 1058 bytes), so a fair share is 18.9 Gb/s:
+
+# %%
+for f in flow_table(incast.fabric):
+    print(f"{f['name']:10} goodput {f['goodput_gbps']:6.2f} Gb/s   DCQCN rate {f['rate_gbps']:6.2f}   CNPs {f['cnps']}")
+q = queue_table(incast.fabric)[0]
+print(f"queue {q['port']}: mean {q['mean_kb']} KB, max {q['max_kb']} KB | pauses: {incast.fabric.pauses}")
+
+# %% [markdown]
+# ### Every frame is real
+#
+# A tap on a link writes the frames that cross it. The switch marked data frames by rewriting
+# the TOS byte of the real IP header, the receiver's CNPs went back on the same link, and every
+# ICRC still checks: the same story as the single frame at the top, now thousands of times.
+# tshark reads the same file.
+
+# %%
+import tempfile
+from collections import Counter
+
+from rdmalab.wire.pfc import is_pfc_frame
+
+with tempfile.TemporaryDirectory() as tmp:
+    path = f"{tmp}/incast.pcap"
+    run("incast", senders=2, duration_ms=1.0, capture=path, settings={"kmin": "5", "kmax": "50"})
+    kinds: Counter[str] = Counter()
+    for cp in capture.read(path):
+        p = cp.packet
+        if p.get(BTH) is None:
+            kinds["PFC" if is_pfc_frame(p.data) else "other"] += 1
+            continue
+        kinds[("CE " if p[IPv4].ecn == 3 else "") + (p.opcode_name or "?") + f" (ICRC {p.crc_status})"] += 1
+for k, n in kinds.most_common():
+    print(f"{n:6d}  {k}")
+
+# %% [markdown]
+# ## PFC and the victim flow
+#
+# Without DCQCN, or before it reacts, the switch protects its buffer with **PFC** (802.1Qbb): when
+# the bytes that came in on one port reach the XOFF threshold it sends a pause frame for that
+# priority back up the link. The pause stops *everything* of that priority on the link, also
+# traffic that was going elsewhere.
+#
+# The DCQCN-validation study (sc20anonymous/DCQCN-validation) runs exactly this: long flows F1
+# (H1 to R1) and F2 (H2 to R2) cross the P1-P2 link; at 3 ms fifteen hosts on P2 send to R2 for
+# 1 ms. F1 has nothing to do with R2. Watch its rate:
+
+# %%
+from rdmalab.fabric.scenarios import victim_summary
+from rdmalab.lab.checkers.congestion import victim_run
+
+victim = run("victim", duration_ms=30.0)
+timeline(victim, title="victim flow: 15-host incast on R2 from 3 to 4 ms", max_flows=3)
+
+# %%
+v = victim_summary(victim.fabric)
+print(f"F1's DCQCN rate: {v['f1_rate_before_gbps']} Gb/s before the incast, {v['f1_rate_min_gbps']} at its lowest; "
+      f"P1->P2 paused for {v['p1_p2_paused_ms']} ms")
+print(f"P1->P2 under 90 % of its {v['throughput_before_gbps']} Gb/s for {v['underused_ms']} ms "
+      "(the study reports 16 ms with its ns-3 setup)")
+
+# %% [markdown]
+# ## Deadlock: a cycle of pauses
+#
+# Pauses can also chase their own tail. Three switches in a ring, one host on each, every flow
+# routed two hops clockwise: each ring link carries two flows, each switch's ingress from its
+# neighbour fills, and each switch pauses the neighbour that feeds it. Each paused queue waits
+# for the next one; none of them ever drains (a *cyclic buffer dependency*, Hu et al.,
+# HotNets 2016). DCQCN is off here, as it is in a fabric running PFC alone.
+
+# %%
+dead = run("deadlock", duration_ms=3.0)
+print(dead.to_json()["deadlock"])
+alive = run("deadlock", duration_ms=3.0, settings={"routing": "shortest"})
+print("shortest-path routing (one hop each, no cycle):", alive.to_json()["deadlock"])
+
+# %% [markdown]
+# ## The fluid model beside the packets
+#
+# Zhu et al. (CoNEXT 2016) wrote DCQCN as delay-differential equations for N identical flows:
+# the queue grows with N RC - C, the marking probability follows the queue, and the expected
+# effect of CNPs, timer and byte-counter expiries drives alpha, RT and RC
+# (`rdmalab.fabric.fluid` has the equations). Integrated next to the packet simulation of the
+# same incast, N = 2, 10 and 64 senders:
+
+# %%
+import statistics
+
+from rdmalab.fabric.fluid import simulate
+from rdmalab.fabric.scenarios import NS3_RDMA
+from rdmalab.viz.congestion import fluid_vs_packets
+
+plots = []
+for n in (2, 10, 64):
+    pk = run("incast", senders=n, duration_ms=10.0)
+    model = simulate(NS3_RDMA, n=n, duration_ms=10.0, tau_star_us=4.85, dt_us=0.25, record_every=4)
+    k = len(pk.fabric.samples) // 2
+    rate = statistics.mean(statistics.mean(r) for r in pk.fabric.rate_series[k:])
+    m_rate, m_queue, _ = model.settled()
+    print(f"N={n:2d}: rate per flow {rate:6.3f} Gb/s (fluid {m_rate:6.3f}); "
+          f"queue {queue_table(pk.fabric)[0]['mean_kb']:6.1f} KB (fluid {m_queue:6.1f})")
+    plots.append(fluid_vs_packets(model, pk))
+plots[2]
+
+# %% [markdown]
+# The model says more than the means. With the paper's switch settings (Kmin 5 KB, Kmax
+# 200 KB, Pmax 1 %) and a feedback delay of 85 us, a few flows settle, but around 14 and more
+# the loop oscillates: the queue swings by hundreds of KB and runs empty, so the link idles.
+# Peak-to-peak queue over the last 40 % of 20 ms:
+
+# %%
+for tau in (4.0, 85.0):
+    row = []
+    for n in (2, 10, 20, 64):
+        m = simulate(PAPER, n=n, duration_ms=20.0, tau_star_us=tau, kmin_kb=5, kmax_kb=200, pmax=0.01, dt_us=0.5,
+                     record_every=2)
+        row.append(f"N={n}: {m.oscillation(0.4):5.0f}")
+    print(f"feedback delay {tau:4.0f} us | " + " | ".join(row) + "  (KB)")
+
+# %% [markdown]
+# In JupyterLab, this widget reruns a scenario whenever you move a slider:
+
+# %% tags=["widget"]
+from rdmalab.viz.congestion import congestion_runner
+
+congestion_runner("incast")
+
+# %% [markdown]
+# The same function without the sliders, for the static page: an 8:1 incast with the defaults.
+
+# %%
+eight = run("incast", senders=8, duration_ms=10.0)
+timeline(eight, title="8:1 incast, ns3-rdma constants")
+
+# %% [markdown]
 # ## Exercises
 #
 # ### 1. Be the switch
@@ -142,3 +299,48 @@ my_cnp = encode_rocev2(BTH(opcode=0x81, destqp=0x22, becn=1), [CNPPad()],
                        src_ip="192.168.1.2", dst_ip="192.168.1.1")
 ### END SOLUTION
 lab.check("congestion.cnp", my_cnp)
+
+# %% [markdown]
+# ### 3. The victim
+#
+# In the victim-flow run above, F1 (H1 to R1) slowed down although it never goes to R2.
+# `victim_run()` is that run (6 ms); `fabric.flows[0]` is F1, `fabric.paused_time_ns(port)`
+# says how long a port was paused, `f.fwd` lists a flow's egress ports. Which port on F1's path
+# did PFC pause, and why did F1's *DCQCN rate* fall? Pick the explanation:
+#
+# * **A**: F1's packets go through R2's congested egress queue.
+# * **B**: PFC pauses priority 3 on that link; F1's packets wait at P1, where the queue grows
+#   past Kmin and they are marked, so H1 gets CNPs.
+# * **C**: the CNPs meant for F2 are delivered to F1's QP.
+
+# %% tags=["exercise"]
+fab = victim_run().fabric
+victim_answer = {"port": ..., "reason": ...}
+### BEGIN SOLUTION
+f1 = fab.flows[0]
+paused = [p.name for p in f1.fwd.values() if fab.paused_time_ns(p) > 0]
+victim_answer = {"port": paused[0], "reason": "B"}
+### END SOLUTION
+lab.check("congestion.victim", victim_answer)
+
+# %% [markdown]
+# ### 4. Converge faster, and at what cost?
+#
+# In the 8:1 incast above, the first burst fills the queue, and while it drains every packet
+# is marked: the senders cut their rates again and again, far below their fair share, and
+# then climb back slowly. `recovery_time(fabric)` is when their summed rate is back at 90 % of
+# the link. Find a DCQCN parameter that makes this at least 30 % sooner (try it with
+# `run("incast", senders=8, duration_ms=10, settings={...})`), and say what it costs:
+# `"queue"`, `"cnps"`, `"pauses"` or `"goodput"` (`incast_costs(fabric)` measures all four).
+
+# %% tags=["exercise"]
+from rdmalab.fabric.scenarios import incast_costs, recovery_time
+
+print("defaults: back at 90 % after", recovery_time(eight.fabric), "ms")
+converge_answer = {"settings": ..., "cost": ...}
+### BEGIN SOLUTION
+faster = run("incast", senders=8, duration_ms=10.0, settings={"rpg_ai_rate": "200"})
+print("rpg_ai_rate 200:", incast_costs(faster.fabric), "| defaults:", incast_costs(eight.fabric))
+converge_answer = {"settings": {"rpg_ai_rate": "200"}, "cost": "queue"}
+### END SOLUTION
+lab.check("congestion.converge", converge_answer)

@@ -36,6 +36,16 @@ if TYPE_CHECKING:
     from rdmalab.wire.packet import Packet
 
 _ADDRESS_FMTS = ("mac", "ipv4", "ipv6")
+
+#: The names :func:`frame_fields` adds besides those the headers declare (display filters accept
+#: exactly the declared names plus these: :func:`rdmalab.capture.filter.known_fields`).
+EXTRA_FIELDS: tuple[str, ...] = (
+    "frame.number", "frame.time_epoch", "frame.len", "frame.cap_len",
+    "infiniband.invariant.crc", "infiniband.variant.crc", "iwarp_mpa.crc", "iwarp_mpa.crc_check",
+    "rdmalab.opcode", "rdmalab.cnp", "rdmalab.encap", "rdmalab.pdus", "rdmalab.payload.len", "rdmalab.problems",
+    "rdmalab.icrc.status", "rdmalab.icrc.expected", "rdmalab.vcrc.status", "rdmalab.vcrc.expected",
+    "rdmalab.crc32c.status", "rdmalab.crc32c.expected",
+)
 _fmt_cache: dict[type[Header], dict[str, str]] = {}
 
 

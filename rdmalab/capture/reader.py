@@ -13,6 +13,7 @@ message names the file and says what was wrong and where.
 
 from __future__ import annotations
 
+import gzip
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -94,7 +95,12 @@ class CapturedPacket:
 def _open(path: str | os.PathLike[str]) -> IO[bytes]:
     p = os.fspath(path)
     try:
-        return open(p, "rb")  # noqa: SIM115 - closed by the generator
+        f = open(p, "rb")  # noqa: SIM115 - closed by the generator
+        if f.read(2) == b"\x1f\x8b":  # gzip-compressed capture: read it as tshark does, directly
+            f.close()
+            return gzip.open(p, "rb")  # type: ignore[return-value]
+        f.seek(0)
+        return f
     except FileNotFoundError:
         raise CaptureError(p, "no such file") from None
     except IsADirectoryError:

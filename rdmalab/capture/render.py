@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rdmalab.capture.linktypes import LINKTYPE_NAMES
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import GRH, LRH
-from rdmalab.wire.net import Ethernet, IPv4, IPv6
+from rdmalab.wire.net import TCP, Ethernet, IPv4, IPv6
 from rdmalab.wire.packet import Packet
 
 if TYPE_CHECKING:
@@ -47,11 +47,31 @@ def protocol(cp: CapturedPacket) -> str:
     return pkt.layers[-1].name if pkt.layers else "Unknown"
 
 
+# in tshark's order (lowest bit first)
+_TCP_FLAGS = ((0x01, "FIN"), (0x02, "SYN"), (0x04, "RST"), (0x08, "PSH"), (0x10, "ACK"), (0x20, "URG"),
+              (0x40, "ECE"), (0x80, "CWR"), (0x100, "NS"))
+
+
+def tcp_info(pkt: Packet) -> str | None:
+    """tshark's Info for a TCP segment: ports, flags, raw sequence numbers, window, length.
+
+    As ``tshark -o tcp.relative_sequence_numbers:false``, except that the window is the raw
+    field (tshark scales it by the window-scale option it saw in the handshake)."""
+    tcp = pkt.get(TCP)
+    if tcp is None:
+        return None
+    flags = ", ".join(name for bit, name in _TCP_FLAGS if tcp.flags & bit)
+    text = f"{tcp.sport} → {tcp.dport} [{flags}] Seq={tcp.seq}"
+    if tcp.flags & 0x10:
+        text += f" Ack={tcp.ack}"
+    return text + f" Win={tcp.window} Len={pkt.payload_length}"
+
+
 def info(cp: CapturedPacket) -> str:
     if cp.pdus:
         text = "; ".join(p.summary() for p in cp.pdus)
     else:
-        text = cp.packet.summary()
+        text = (tcp_info(cp.packet) if cp.packet.encap == "tcp" else None) or cp.packet.summary()
     for pkt in (cp.packet, *cp.pdus):
         if pkt.problems and str(pkt.problems[0]) not in text:
             text += f" [{len(pkt.problems)} problem(s): {pkt.problems[0]}]"

@@ -1,67 +1,131 @@
-"""``rdmalab decode``: print the packets of a capture, like tshark."""
+"""``rdmalab decode``: print the packets of a capture, like tshark.
+
+Only argument handling lives here: the filter language is :mod:`rdmalab.capture.filter`, the
+per-packet decoder :mod:`rdmalab.capture.reader`, the fast path for ``-T fields``
+:mod:`rdmalab.capture.columnar` and :mod:`rdmalab.capture.fieldtext`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
-from collections.abc import Callable
+import sys
 from typing import Any, TextIO
 
 from rdmalab.cli._common import Fail
 
+_QUOTES = {"d": b'"', "s": b"'", "n": b""}
 
-def _parse_value(text: str) -> Any:
-    t = text.strip().strip('"')
+
+def _field_options(opts: list[str]) -> dict[str, Any]:
+    """tshark's ``-E`` options: separator, header, quote (occurrence/aggregator accepted)."""
+    out: dict[str, Any] = {"separator": b"\t", "header": False, "quote": b"", "occurrence": "a", "aggregator": ","}
+    for opt in opts:
+        key, eq, val = opt.partition("=")
+        if not eq:
+            raise Fail(f"-E {opt}: expected NAME=VALUE (separator=, header=y, quote=d, occurrence=f, aggregator=,)")
+        if key == "separator":
+            special = {"/t": "\t", "/s": " "}
+            out["separator"] = special.get(val, val).encode()
+        elif key == "header":
+            if val not in ("y", "n"):
+                raise Fail(f"-E header={val}: must be y or n")
+            out["header"] = val == "y"
+        elif key == "quote":
+            if val not in _QUOTES:
+                raise Fail(f"-E quote={val}: must be d (double), s (single) or n (none)")
+            out["quote"] = _QUOTES[val]
+        elif key == "occurrence":
+            if val not in ("f", "l", "a") and not val.lstrip("-").isdigit():
+                raise Fail(f"-E occurrence={val}: must be f, l, a or a number")
+            out["occurrence"] = val
+        elif key == "aggregator":
+            out["aggregator"] = {"/s": " ", "/t": "\t"}.get(val, val)
+        elif key == "bom":
+            continue
+        else:
+            raise Fail(f"-E {key}: unknown option (separator, header, quote, occurrence, aggregator)")
+    return out
+
+
+def _compile(expr: str | None) -> Any:
+    if not expr:
+        return None
+    from rdmalab.capture.filter import FilterError, compile_filter
+
     try:
-        return int(t, 0)
-    except ValueError:
-        return t
+        return compile_filter(expr)
+    except FilterError as err:
+        raise Fail(str(err)) from None
 
 
-def compile_filter(expr: str) -> Callable[[dict[str, Any]], bool]:
-    """A tiny subset of Wireshark display filters over the flat field dictionary.
+def _write_bytes(out: TextIO, data: bytes) -> None:
+    buf = getattr(out, "buffer", None)
+    if buf is not None:
+        out.flush()
+        buf.write(data)
+    else:
+        out.write(data.decode())
 
-    Terms joined by ``&&`` (or ``and``) / ``||`` (or ``or``; ``&&`` binds tighter): ``name``
-    (the field or any field under it exists), ``name == v``, ``!=``, ``<``, ``<=``, ``>``,
-    ``>=``; ``!term`` negates.  A list value matches if any element does.
-    """
-    term_re = re.compile(r"^\s*(!)?\s*([A-Za-z_][\w.\-]*)\s*(?:(==|!=|<=|>=|<|>|eq|ne)\s*(.+?))?\s*$")
-    ops: dict[str, Callable[[Any, Any], bool]] = {
-        "==": lambda a, b: a == b, "eq": lambda a, b: a == b, "!=": lambda a, b: a != b, "ne": lambda a, b: a != b,
-        "<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
-    }
 
-    def term(text: str) -> Callable[[dict[str, Any]], bool]:
-        m = term_re.match(text)
-        if not m:
-            raise Fail(f"the display filter term {text.strip()!r} is not understood "
-                        "(use name, name==value, name!=value, <, <=, >, >=, joined by && or ||)")
-        neg, name, op, raw = m.groups()
-        want = _parse_value(raw) if raw is not None else None
-        prefix = name + "."
+def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
+    """``-T fields``: columnar when every field (and the filter's) is a column, else per packet."""
+    from rdmalab.capture.columnar import COLUMN_NAMES
+    from rdmalab.capture.filter import known_fields
 
-        def f(fields: dict[str, Any]) -> bool:
-            if op is None:
-                hit = name in fields or any(k.startswith(prefix) for k in fields)
-            else:
-                v = fields.get(name)
-                vals = v if isinstance(v, list) else ([] if v is None else [v])
-                try:
-                    hit = any(ops[op](x, want) for x in vals)
-                except TypeError:
-                    hit = False
-            return not hit if neg else hit
-        return f
+    names: list[str] = args.fields or []
+    if not names:
+        raise Fail("-T fields needs at least one -e FIELD (e.g. -e ip.src -e infiniband.bth.psn)")
+    unknown = [n for n in names if n not in COLUMN_NAMES and n not in known_fields()]
+    if unknown:
+        raise Fail(f"-e {unknown[0]}: not a field rdmalab knows" + (f" (also {', '.join(unknown[1:])})"
+                                                                     if unknown[1:] else ""))
+    opts = _field_options(args.field_opts or [])
+    sep, quote = opts["separator"], opts["quote"]
+    if opts["header"]:
+        _write_bytes(out, sep.join(n.encode() for n in names) + b"\n")
+    wanted = set(names) | (set(flt.fields) if flt is not None else set())
+    if wanted <= COLUMN_NAMES and not args.no_columnar:
+        return _fields_columnar(path, names, flt, args, sep, quote, out)
+    return _fields_objects(path, names, flt, args, opts, out)
 
-    alts = []
-    for alt in re.split(r"\|\||\bor\b", expr):
-        conj = [term(t) for t in re.split(r"&&|\band\b", alt)]
-        alts.append(conj)
 
-    def match(fields: dict[str, Any]) -> bool:
-        return any(all(t(fields) for t in conj) for conj in alts)
-    return match
+def _fields_columnar(path: str, names: list[str], flt: Any, args: argparse.Namespace, sep: bytes,
+                     quote: bytes, out: TextIO) -> int:
+    from rdmalab.capture.fieldtext import field_text
+
+    verify = any(n.startswith("rdmalab.icrc") for n in names) or (
+        flt is not None and any(n.startswith("rdmalab.icrc") for n in flt.fields))
+    for text in field_text(path, names, filter_expr=args.filter, count=args.count, separator=sep, quote=quote,
+                           verify_icrc=verify, workers=args.workers, progress=sys.stderr.isatty()):
+        _write_bytes(out, text)
+    return 0
+
+
+def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namespace, opts: dict[str, Any],
+                    out: TextIO) -> int:
+    from rdmalab.capture import frame_fields, read
+    from rdmalab.capture.fieldtext import value_text
+
+    sep = opts["separator"].decode()
+    q = opts["quote"].decode()
+    occ = opts["occurrence"]
+    for cp in read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count):
+        fields = frame_fields(cp)
+        if flt is not None and not flt(fields):
+            continue
+        cells = []
+        for n in names:
+            v = fields.get(n)
+            if isinstance(v, list) and v and occ != "a":
+                v = v[0] if occ == "f" else v[-1] if occ == "l" else (v[int(occ) - 1] if 0 < int(occ) <= len(v)
+                                                                     else None)
+            text = value_text(n, v)
+            if isinstance(v, list):
+                text = text.replace(",", opts["aggregator"])
+            cells.append(f"{q}{text}{q}")
+        out.write(sep.join(cells) + "\n")
+    return 0
 
 
 def run_decode(args: argparse.Namespace, out: TextIO) -> int:
@@ -72,23 +136,24 @@ def run_decode(args: argparse.Namespace, out: TextIO) -> int:
     path = args.file or args.read
     if path is None:
         raise Fail("decode needs a capture file: rdmalab decode -r FILE")
-    flt = compile_filter(args.filter) if args.filter else None
+    if args.count is not None and args.count <= 0:
+        raise Fail(f"-c {args.count}: the packet count must be a positive number")
+    flt = _compile(args.filter)
     fmt = args.format
-    t0: float | None = None
-    shown = 0
-    bad_frames = 0
-    write = out.write
-    dumps = json.dumps
-    it = read(path, lenient=not args.strict, iwarp=not args.no_iwarp)
+    if fmt != "fields" and args.fields:
+        raise Fail("-e FIELD needs -T fields")
     try:
-        for cp in it:
+        if fmt == "fields":
+            return run_fields(path, args, flt, out)
+        t0: float | None = None
+        write = out.write
+        dumps = json.dumps
+        for cp in read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count):
             if t0 is None:
                 t0 = cp.timestamp
             fields = frame_fields(cp) if (fmt == "json" or flt is not None) else None
             if flt is not None and fields is not None and not flt(fields):
                 continue
-            if not cp.ok:
-                bad_frames += 1
             if fmt == "json":
                 write(dumps(fields, separators=(",", ":")))
                 write("\n")
@@ -98,9 +163,6 @@ def run_decode(args: argparse.Namespace, out: TextIO) -> int:
             else:
                 write(summary_line(cp, t0))
                 write("\n")
-            shown += 1
-            if args.count is not None and shown >= args.count:
-                break
     except DecodeError as err:
         out.flush()
         frame = getattr(err, "frame_number", "?")
@@ -110,18 +172,29 @@ def run_decode(args: argparse.Namespace, out: TextIO) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d = sub.add_parser("decode", help="print the packets of a pcap/pcapng file (like tshark)",
-                       description="Print one summary line per packet, the full tree (-V), or JSON (-T json).")
+                       description="Print one summary line per packet, the full tree (-V), JSON (-T json), or "
+                                   "chosen fields (-T fields -e FIELD ...). Captures may be gzip-compressed.")
     d.add_argument("file", nargs="?", help="capture file (or use -r)")
     d.add_argument("-r", "--read", metavar="FILE", help="capture file to read")
     d.add_argument("-V", dest="verbose", action="store_true", help="print every layer and field with offsets")
-    d.add_argument("-T", dest="format", choices=("text", "json"), default="text",
-                   help="output format: text (default) or json (one object per line, Wireshark field names)")
-    d.add_argument("-c", dest="count", type=int, metavar="N", help="stop after N packets")
+    d.add_argument("-T", dest="format", choices=("text", "json", "fields"), default="text",
+                   help="output format: text (default), json (one object per line, Wireshark field names), "
+                        "fields (the -e fields, one line per packet, as tshark -T fields)")
+    d.add_argument("-e", dest="fields", action="append", metavar="FIELD",
+                   help="with -T fields: a field to print (repeat for more), e.g. -e infiniband.bth.psn")
+    d.add_argument("-E", dest="field_opts", action="append", metavar="OPTION",
+                   help="with -T fields: separator=,|/t|/s  header=y|n  quote=d|s|n  occurrence=f|l|a  aggregator=,")
+    d.add_argument("-c", dest="count", type=int, metavar="N", help="read only the first N packets (as tshark)")
     d.add_argument("-Y", dest="filter", metavar="FILTER",
-                   help="display filter, e.g. 'infiniband.bth.opcode==0x11 && rdmalab.icrc.status==\"bad\"'")
+                   help="display filter in Wireshark's language, e.g. "
+                        "'infiniband.bth.opcode in {16 17} && ip.src == 10.0.0.0/24'")
     mode = d.add_mutually_exclusive_group()
     mode.add_argument("--lenient", dest="strict", action="store_false",
                       help="report bad frames and go on (the default)")
     mode.add_argument("--strict", dest="strict", action="store_true", help="stop at the first bad frame")
     d.add_argument("--no-iwarp", action="store_true", help="do not reassemble TCP streams into iWARP PDUs")
+    d.add_argument("--no-columnar", action="store_true",
+                   help="with -T fields: use the per-packet decoder even where the columnar one would do")
+    d.add_argument("-j", "--workers", type=int, metavar="N",
+                   help="with -T fields: worker processes for a large capture (default: one per core)")
     d.set_defaults(func=run_decode, strict=False)

@@ -10,7 +10,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-BACKENDS = ("soft",)  # "rxe" (kernel Soft-RoCE through pyverbs) comes with rdmalab.live
+#: "soft": rdmalab's engine on a simulated fabric.  "rxe": the kernel's Soft-RoCE through pyverbs,
+#: on the host's rxe devices if it has two, else in the lab VM (rdmalab.live.vm; docs/live.md).
+BACKENDS = ("soft", "rxe")
 
 
 def repo_root() -> Path:
@@ -35,11 +37,53 @@ def capture_path(name: str) -> Path:
 
 
 def backend(name: str | None = None) -> str:
-    """The engine backend the notebooks use: ``name``, else ``$RDMALAB_BACKEND``, else ``"soft"``."""
-    chosen = name or os.environ.get("RDMALAB_BACKEND") or "soft"
+    """The backend the notebooks use, after checking that this machine can run it.
+
+    ``name`` if it is given and is not the notebooks' default ``"soft"``; otherwise
+    ``$RDMALAB_BACKEND`` (``rdmalab lab --backend rxe`` sets it for every notebook), else
+    ``"soft"``.  ``"rxe"`` needs two rxe devices on the host or what the lab VM needs
+    (:func:`rdmalab.live.vm.missing`); if neither is there it raises ``RuntimeError`` saying what to
+    install.
+    """
+    env = os.environ.get("RDMALAB_BACKEND") or None
+    chosen = name if name and name != "soft" else (env or name or "soft")
     if chosen not in BACKENDS:
-        raise ValueError(f"backend {chosen!r} is not available yet; choose one of {BACKENDS}")
+        raise ValueError(f"backend {chosen!r} is not known; choose one of {', '.join(BACKENDS)}")
+    if chosen == "rxe":
+        where = rxe_where()
+        if where is None:
+            from rdmalab.live.vm import missing
+
+            gaps = "; ".join(str(g) for g in missing())
+            raise RuntimeError(f"backend 'rxe' needs kernel rxe devices or the lab VM; this machine lacks: {gaps}")
     return chosen
+
+
+def rxe_where() -> str | None:
+    """Where the rxe backend runs here: ``"host rxeA/rxeB"``, ``"VM"``, or ``None`` (nowhere)."""
+    from rdmalab.live.scenarios import host_rxe_pair
+    from rdmalab.live.vm import missing
+
+    pair = host_rxe_pair()
+    if pair:
+        return f"host {pair[0]}/{pair[1]}"
+    return None if missing() else "VM"
+
+
+def _backend_row() -> str:
+    chosen = backend()
+    if chosen == "rxe":
+        return f"rxe (kernel Soft-RoCE through pyverbs, on {rxe_where()})"
+    return "soft (rdmalab's engine on a simulated fabric)"
+
+
+def _vm_row() -> str:
+    from rdmalab.live.vm import default_kernel, missing
+
+    gaps = missing()
+    if gaps:
+        return "cannot boot here; missing: " + "; ".join(str(g) for g in gaps)
+    return f"can boot Linux {default_kernel()} with rxe devices (backend 'rxe' uses it)"
 
 
 @dataclass
@@ -64,8 +108,9 @@ def environment() -> Environment:
         ("rdmalab", getattr(rdmalab, "__version__", "?")),
         ("Python", sys.version.split()[0]),
         ("platform", platform.platform(terse=True)),
-        ("backend", backend()),
+        ("backend", _backend_row()),
         ("tshark (Wireshark)", shutil.which("tshark") or "not installed: the Wireshark comparisons are skipped"),
         ("kernel RDMA devices", ", ".join(devices) if devices else "none (fine: the soft engine needs none)"),
+        ("lab VM (rdmalab vm)", _vm_row()),
     ]
     return Environment(rows)

@@ -58,6 +58,12 @@ class Pair:
                  min_rnr_timer: int = 12, max_wr: int = 64, psn: tuple[int, int] = (100, 500),
                  names: tuple[str, str] = ("soft0", "soft1")) -> None:
         self.backend = _backend(backend)
+        if self.backend != "soft":
+            # a Pair is driven call by call on the simulated fabric; on rxe the lab runs whole
+            # scenarios as pyverbs programs (rdmalab.live.scenarios), so say so instead of
+            # quietly running the simulator under the name "rxe"
+            raise RuntimeError(f"Pair runs on the soft engine only; on {self.backend!r} use "
+                               f"rdmalab.live.scenarios.run(NAME, backend={self.backend!r}) (notebook 13)")
         import rdmalab.verbs.enums as e
         from rdmalab.fabric import Fabric
 

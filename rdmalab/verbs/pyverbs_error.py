@@ -21,10 +21,14 @@ class PyverbsError(Exception):
 
 
 class PyverbsRDMAError(PyverbsError):
-    """A verb failed: ``error_code`` is the errno; the message ends with its strerror."""
+    """A verb failed: ``error_code`` is the errno; the message ends with its strerror.
+
+    As pyverbs (pyverbs_error.py), any code but -1 (none given) is appended, including 0 and the
+    negative codes some verbs return (``ibv_query_gid_table``).
+    """
 
     def __init__(self, msg: str, error_code: int = -1) -> None:
-        if error_code > 0:
+        if error_code != -1:
             msg = f"{msg}. Errno: {error_code}, {os.strerror(error_code)}"
         super().__init__(msg, error_code)
 

@@ -5,4 +5,4 @@ engine run the notebook shows, so an exercise cannot drift from its notebook.  T
 imported inside the checkers that need it, so this package imports even without it.
 """
 
-from rdmalab.lab.checkers import captures, cm, congestion, dma, reliability, security, verbs, welcome, wires  # noqa: F401
+from rdmalab.lab.checkers import captures, cm, congestion, dma, live, reliability, security, verbs, welcome, wires  # noqa: F401

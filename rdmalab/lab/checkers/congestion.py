@@ -102,3 +102,122 @@ def _cnp(answer: Any) -> str:
     if pkt.crc_status != "good":
         raise Wrong("The ICRC does not match your bytes.", field="ICRC", offset=pkt.crc_offset)
     return "A valid CNP: opcode 0x81, BECN, back to QP 0x22, 16 reserved bytes, good ICRC."
+
+
+# ---------------------------------------------------------------------------- the switched fabric
+
+_VICTIM_REASONS = {
+    "A": "F1's packets go through R2's congested egress queue.",
+    "B": "PFC pauses priority 3 on the P1->P2 link; F1's packets wait at P1, where the queue grows "
+         "past Kmin and they are marked, so H1 gets CNPs.",
+    "C": "The CNPs meant for F2 are delivered to F1's QP.",
+}
+_cache: dict[str, Any] = {}
+
+
+def victim_run() -> Any:
+    """The victim-flow scenario of the notebook (6 ms: the incast runs from 3 to 4 ms)."""
+    if "victim" not in _cache:
+        from rdmalab.fabric.scenarios import run
+
+        _cache["victim"] = run("victim", duration_ms=6.0)
+    return _cache["victim"]
+
+
+@exercise("congestion.victim", "Why does a flow that never crossed the hot spot slow down?", notebook=NB, hints=(
+    "F1 goes H1 -> P1 -> P2 -> R1. Which of the ports on that path did the incast's PFC pauses stop? "
+    "fabric.paused_time_ns(port) tells you how long each port was paused.",
+    "Look at where F1's packets were marked: marks happen on an egress queue that is longer than Kmin.",
+    "Answer with a dict: {'port': 'P1->P2' or another port name, 'reason': 'A', 'B' or 'C'}.",
+))
+def _victim(answer: Any) -> str:
+    if not isinstance(answer, dict) or "port" not in answer or "reason" not in answer:
+        raise Wrong("Answer with a dict {'port': ..., 'reason': ...}: the paused port on F1's path and the "
+                    "letter of the explanation.")
+    fab = victim_run().fabric
+    f1 = fab.flows[0]
+    path = [p.name for p in f1.fwd.values()]
+    paused = [p.name for p in f1.fwd.values() if fab.paused_time_ns(p) > 0]
+    port = str(answer["port"]).replace(" ", "").replace("\u2192", "->")
+    if port not in path:
+        raise Wrong(f"{answer['port']!r} is not on F1's path ({', '.join(path)}); the incast's own queue "
+                    "(P2->R2) is exactly what F1 avoids.", field="port")
+    if port not in paused:
+        raise Wrong(f"{port} is on F1's path but was never paused; the paused one is where F1 waited.", field="port")
+    reason = str(answer["reason"]).strip().upper()[:1]
+    if reason == "A":
+        raise Wrong("F1 never enters P2->R2: P2 sends it straight to R1, whose queue stays empty "
+                    f"(P2->R1 marked {fab.port('P2', 'R1').marks} packets).", field="reason")
+    if reason == "C":
+        raise Wrong("A CNP goes back to the sender of the marked packet (its IP) and names that sender's QP in "
+                    "BTH.destqp: F2's CNPs go to H2, never to H1. H1's CNPs answer marks on F1's own packets: "
+                    "compare f1.marked and f1.cnps.", field="reason")
+    if reason != "B":
+        raise Wrong(f"reason must be one of {', '.join(_VICTIM_REASONS)}.", field="reason")
+    p = fab.port("P1", "P2")
+    return (f"Right: P1->P2 was paused for {fab.paused_time_ns(p) / 1e3:.0f} us; F1's packets queued at P1 "
+            f"({p.qmax / 1024:.0f} KB at most), {f1.marked} of them were marked CE there and H1 got {f1.cnps} CNPs. "
+            "PFC spread the congestion to a flow that never went near R2.")
+
+
+def incast8(settings: dict[str, str] | None = None) -> Any:
+    """8:1 incast at 40 Gb/s for 10 ms with the ns3-rdma constants (and ``settings``)."""
+    from rdmalab.fabric.scenarios import run
+
+    key = repr(sorted((settings or {}).items()))
+    if key not in _cache:
+        _cache[key] = run("incast", senders=8, duration_ms=10.0, settings=settings or {})
+    return _cache[key]
+
+
+_COSTS = {
+    "queue": ("a longer queue after recovery (more latency for everyone behind it)", "queue_mean_kb", +1),
+    "cnps": ("more CNPs and rate cuts", "cnps", +1),
+    "pauses": ("PFC pauses", "pauses", +1),
+    "goodput": ("less goodput", "goodput_gbps", -1),
+}
+
+
+@exercise("congestion.converge", "Make 8:1 incast converge faster, and name the cost", notebook=NB, hints=(
+    "With the default constants the eight senders cut their rates so hard while the first burst drains that the "
+    "link idles for milliseconds: recovery_time() is when their summed rate is back at 90 % of the link.",
+    "Rate increase is additive: the target rate grows by rpg_ai_rate per step, one step per rpg_time_reset. "
+    "Try changing one of them.",
+    "Answer {'settings': {'name': 'value', ...}, 'cost': 'queue' | 'cnps' | 'pauses' | 'goodput'}; the checker "
+    "runs the incast with your settings and compares what got worse.",
+))
+def _converge(answer: Any) -> str:
+    from rdmalab.fabric.scenarios import incast_costs, parameter_names
+
+    if not isinstance(answer, dict) or "settings" not in answer or "cost" not in answer:
+        raise Wrong("Answer with a dict {'settings': {...}, 'cost': ...}.")
+    settings = {str(k): str(v) for k, v in dict(answer["settings"]).items()}
+    unknown = sorted(set(settings) - set(parameter_names()))
+    if unknown:
+        raise Wrong(f"unknown parameter(s): {', '.join(unknown)}.", field="settings")
+    if not settings:
+        raise Wrong("Change at least one parameter.", field="settings")
+    try:
+        mine = incast_costs(incast8(settings).fabric)
+    except ValueError as err:
+        raise Wrong(f"Those settings do not run: {err}", field="settings") from None
+    base = incast_costs(incast8().fabric)
+    if not mine["recovery_ms"] <= 0.7 * base["recovery_ms"]:
+        got = "never" if mine["recovery_ms"] == float("inf") else f"after {mine['recovery_ms']:.2f} ms"
+        raise Wrong(f"With {settings} the senders are back at 90 % of the link {got}; with the defaults after "
+                    f"{base['recovery_ms']:.2f} ms. Aim for at least 30 % sooner.", field="settings")
+    worse = []
+    for name, (_, key, sign) in _COSTS.items():
+        b, m = base[key], mine[key]
+        if (m - b) * sign > 0.1 * max(abs(b), 1.0):
+            worse.append(name)
+    cost = str(answer["cost"]).strip().lower()
+    if cost not in _COSTS:
+        raise Wrong(f"cost must be one of {', '.join(_COSTS)}.", field="cost")
+    detail = ", ".join(f"{k} {base[_COSTS[k][1]]:.1f} -> {mine[_COSTS[k][1]]:.1f}" for k in _COSTS)
+    if cost not in worse:
+        raise Wrong(f"Your run recovers after {mine['recovery_ms']:.2f} ms instead of {base['recovery_ms']:.2f}, "
+                    f"but {cost} did not get worse ({detail}). What did: {', '.join(worse) or 'nothing measurable'}.",
+                    field="cost")
+    return (f"Recovered after {mine['recovery_ms']:.2f} ms instead of {base['recovery_ms']:.2f}; the price is "
+            f"{_COSTS[cost][0]} ({detail}).")

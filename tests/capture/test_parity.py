@@ -19,7 +19,7 @@ from rdmalab.capture import read
 from rdmalab.capture.crosscheck import crosscheck
 from rdmalab.capture.defects import DEFECTS_BY_ID, WIRESHARK_DEFECTS
 
-CAPTURES = Path(__file__).resolve().parent.parent / "captures"
+CAPTURES = Path(__file__).resolve().parents[2] / "captures"
 FILES = sorted(p for p in CAPTURES.glob("*") if p.suffix in (".pcap", ".pcapng")) if CAPTURES.is_dir() else []
 
 # Deliberately bad frames, when the manifest does not (yet) list them (vectors/README.md).

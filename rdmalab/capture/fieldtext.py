@@ -1,0 +1,273 @@
+"""tshark ``-T fields`` text from columns, built with numpy instead of one string per value.
+
+Each field becomes an ``(n, width)`` matrix of ASCII codes in which 0 means "no character"
+(leading zeros of a decimal number, an absent field); the fields, separators and newlines are
+laid side by side and the zeros dropped in one pass, which gives the output bytes of a whole
+block of packets at once.  The text follows tshark 4.0: decimal integers, ``0x``-prefixed
+hexadecimal padded to the width of Wireshark's field type, dotted IPv4, colon-separated MAC,
+``seconds.nanoseconds`` for ``frame.time_epoch``, ``0``/``1`` for booleans.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from rdmalab.capture.columnar import COLUMN_BY_NAME, DERIVED, Columns, format_column
+
+_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_POW10 = [10 ** i for i in range(20)]
+
+
+_QUADS = np.frombuffer("".join(f"{i:04d}" for i in range(10000)).encode(), dtype=np.uint8).reshape(10000, 4)
+_POW10_U64 = np.array([10 ** i for i in range(1, 20)], dtype=np.uint64)
+
+
+def _dec(v: np.ndarray, width: int | None = None, pad_zeros: bool = False) -> np.ndarray:
+    """Decimal digits of unsigned integers, one row each (0 where a leading zero would be)."""
+    n = len(v)
+    top = int(v.max()) if n else 0
+    if width is None:
+        width = max(1, len(str(top)))
+    # four digits per division: a 10000-row table of digit quadruples
+    quads = (width + 3) // 4
+    rest = v.astype(np.uint32 if top < 2**32 else np.uint64)
+    out = np.empty((n, quads * 4), dtype=np.uint8)
+    for q in range(quads - 1, -1, -1):
+        if q:
+            rest, r = np.divmod(rest, rest.dtype.type(10000))
+        else:
+            r = rest
+        out[:, 4 * q:4 * q + 4] = _QUADS[r.astype(np.intp)]
+    out = out[:, quads * 4 - width:]
+    if not pad_zeros and width > 1:
+        ndig = np.searchsorted(_POW10_U64, v.astype(np.uint64), side="right") + 1
+        out[np.arange(width)[None, :] < (width - ndig)[:, None]] = 0
+    return out
+
+
+def _hex(v: np.ndarray, digits: int, prefix: bool = True) -> np.ndarray:
+    v = v.astype(np.uint64)
+    out = np.empty((len(v), digits + (2 if prefix else 0)), dtype=np.uint8)
+    o = 0
+    if prefix:
+        out[:, 0] = ord("0")
+        out[:, 1] = ord("x")
+        o = 2
+    for k in range(digits):
+        out[:, o + k] = _HEX[((v >> np.uint64(4 * (digits - 1 - k))) & np.uint64(15)).astype(np.intp)]
+    return out
+
+
+def _join(parts: Sequence[np.ndarray], sep: bytes) -> np.ndarray:
+    n = len(parts[0])
+    s = np.frombuffer(sep, dtype=np.uint8)
+    pieces: list[np.ndarray] = []
+    for i, p in enumerate(parts):
+        if i:
+            pieces.append(np.broadcast_to(s, (n, len(s))))
+        pieces.append(p)
+    return np.hstack(pieces)
+
+
+def _strings(values: list[str]) -> np.ndarray:
+    n = len(values)
+    if n == 0:
+        return np.zeros((0, 1), dtype=np.uint8)
+    raw = np.array([v.encode() for v in values], dtype=bytes)
+    w = max(1, raw.dtype.itemsize)
+    return raw.astype(f"S{w}").view(np.uint8).reshape(n, w)
+
+
+def field_matrix(cols: Columns, name: str) -> np.ndarray:
+    """The text of one field for every row, as an ASCII matrix (0: no character)."""
+    present = cols.present(name)
+    if name == "frame.time_epoch":
+        ns = cols.data["frame.time_ns"]
+        m = np.hstack([_dec(ns // 1_000_000_000), np.full((len(ns), 1), ord("."), dtype=np.uint8),
+                       _dec(ns % 1_000_000_000, 9, pad_zeros=True)])
+    elif name in DERIVED:
+        m = _strings([str(v) for v in cols[name].tolist()])
+    else:
+        col = COLUMN_BY_NAME[name]
+        v = cols.data[name]
+        f = col.fmt
+        if f in ("dec", "bool"):
+            m = _dec(v)
+        elif f.startswith("hex"):
+            m = _hex(v, int(f[3:]))
+        elif f.startswith("bytes"):
+            m = _hex(v, 2 * int(f[5:]), prefix=False)
+        elif f == "ipv4":
+            v64 = v.astype(np.uint64)
+            m = _join([_dec((v64 >> np.uint64(s)) & np.uint64(255), 3) for s in (24, 16, 8, 0)], b".")
+        elif f == "mac":
+            v64 = v.astype(np.uint64)
+            m = _join([_hex((v64 >> np.uint64(s)) & np.uint64(255), 2, prefix=False) for s in (40, 32, 24, 16, 8, 0)],
+                      b":")
+        else:  # IPv6 and anything rare: per-value strings
+            m = _strings(format_column(cols, name))
+    if not present.all():
+        m = np.where(present[:, None], m, 0).astype(np.uint8)
+    return m
+
+
+def render_fields(cols: Columns, names: Sequence[str], *, separator: bytes = b"\t", quote: bytes = b"",
+                  rows: np.ndarray | None = None) -> bytes:
+    """The ``-T fields`` lines of ``cols`` (or of the rows a boolean mask selects)."""
+    if rows is not None:
+        cols = cols.take(rows)
+    n = cols.n
+    if n == 0:
+        return b""
+    if not names:
+        return b"\n" * n
+    parts = []
+    q = np.frombuffer(quote, dtype=np.uint8)
+    for name in names:
+        m = field_matrix(cols, name)
+        if len(q):
+            qq = np.broadcast_to(q, (n, len(q)))
+            m = np.hstack([qq, m, qq])
+        parts.append(m)
+    parts.append(np.full((n, 1), 10, dtype=np.uint8))
+    s = np.frombuffer(separator, dtype=np.uint8)
+    pieces: list[np.ndarray] = []
+    for i, p in enumerate(parts):
+        if 0 < i < len(parts) - 1 and len(s):
+            pieces.append(np.broadcast_to(s, (n, len(s))))
+        pieces.append(p)
+    flat = np.hstack(pieces).ravel()
+    text: bytes = flat[flat != 0].tobytes()
+    return text
+
+
+def value_text(name: str, value: object) -> str:
+    """One value of a per-packet field dictionary as tshark prints it (lists joined by commas)."""
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ",".join(value_text(name, v) for v in value)
+    if name == "frame.time_epoch" and isinstance(value, float):
+        return f"{value:.9f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        col = COLUMN_BY_NAME.get(name)
+        if col is not None and col.fmt.startswith("hex"):
+            return f"0x{value:0{int(col.fmt[3:])}x}"
+        if col is not None and col.fmt.startswith("bytes"):
+            return value.to_bytes(int(col.fmt[5:]), "big").hex()
+        from rdmalab.capture.filter import declared_fields
+
+        fmt, bits = declared_fields().get(name, ("dec", 0))
+        if fmt == "hex":
+            digits = next(w for w in (2, 4, 6, 8, 16, 32, 64) if w * 4 >= bits)
+            return f"0x{value:0{digits}x}"
+        if fmt == "bytes":
+            return value.to_bytes((bits + 7) // 8, "big").hex()
+    return str(value)
+
+
+# ============================================================================ whole files, in parallel
+
+
+def _block_text(cols: Columns, names: Sequence[str], flt: object, separator: bytes, quote: bytes) -> bytes:
+    rows = None
+    if flt is not None:
+        rows = flt.mask(cols, cols.present, cols.n)  # type: ignore[attr-defined]
+    return render_fields(cols, names, separator=separator, quote=quote, rows=rows)
+
+
+_WORKER_FILTERS: dict[str, object] = {}
+
+
+def _worker_task(task: tuple[Any, ...]) -> bytes:
+    """In a worker process: read one block of records again (pread), decode, filter, render."""
+    from rdmalab.capture.columnar import _block, decode_block
+    from rdmalab.capture.filter import compile_filter
+
+    path, start, end, offs, first, order, ns_mult, linktype, names, expr, verify, sep, quote = task
+    with open(path, "rb") as f:
+        buf = os.pread(f.fileno(), end - start, start)
+    blk = _block(buf, offs, order, ns_mult, linktype, first, end)
+    flt = None
+    if expr:
+        flt = _WORKER_FILTERS.get(expr)
+        if flt is None:
+            flt = _WORKER_FILTERS[expr] = compile_filter(expr)
+    needed = set(names) | (set(flt.fields) if flt is not None else set())  # type: ignore[attr-defined]
+    cols = decode_block(blk, verify_icrc=verify, fields=needed)
+    return _block_text(cols, names, flt, sep, quote)
+
+
+def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_expr: str | None = None,
+               count: int | None = None, separator: bytes = b"\t", quote: bytes = b"", verify_icrc: bool = False,
+               workers: int | None = None, progress: bool = False, block_bytes: int = 4 << 20,
+               parallel_min_bytes: int = 32 << 20) -> Iterator[bytes]:
+    """The ``-T fields`` output of a capture, block by block (bounded memory).
+
+    A plain (not compressed) pcap file of ``parallel_min_bytes`` or more, read whole, is split among ``workers``
+    processes (default: the number of cores): this process follows the record headers and hands
+    each block's record offsets to a worker, which reads the block again, decodes, filters and
+    renders it; the blocks come back in file order.
+    """
+    from rdmalab.capture.columnar import _open, _pcap_raw, iter_columns
+    from rdmalab.capture.filter import compile_filter
+
+    p = os.fspath(path)
+    flt = compile_filter(filter_expr) if filter_expr else None
+    needed = set(names) | (set(flt.fields) if flt is not None else set())
+    if workers is None:
+        workers = os.cpu_count() or 1
+    parallel = workers > 1 and count is None and _plain_pcap(p) and os.path.getsize(p) >= parallel_min_bytes
+    if not parallel:
+        left = count
+        for cols in iter_columns(p, verify_icrc=verify_icrc, progress=progress, block_bytes=block_bytes,
+                                 fields=needed):
+            if left is not None:
+                if cols.n > left:
+                    cols = cols.take(np.arange(left))
+                left -= cols.n
+            yield _block_text(cols, names, flt, separator, quote)
+            if left is not None and left <= 0:
+                return
+        return
+    import multiprocessing
+
+    with _open(p) as f:
+        head = f.read(24)
+        order = "<" if head[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+        ns_mult = 1 if head[:4] in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d") else 1000
+        linktype = int.from_bytes(head[20:24], "little" if order == "<" else "big") & 0x0FFFFFFF
+        bar = _bar(p) if progress else None
+
+        def tasks() -> Iterator[tuple[Any, ...]]:
+            for raw in _pcap_raw(p, f, order, block_bytes):
+                if bar is not None:
+                    bar.update(raw.file_end - bar.n)
+                yield (p, raw.file_start, raw.file_end, raw.offs, raw.first, order, ns_mult, linktype, list(names),
+                       filter_expr, verify_icrc, separator, quote)
+
+        ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+        with ctx.Pool(workers) as pool:
+            try:
+                yield from pool.imap(_worker_task, tasks())
+            finally:
+                if bar is not None:
+                    bar.close()
+
+
+def _plain_pcap(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
+    except OSError:
+        return False
+
+
+def _bar(path: str) -> Any:
+    from rdmalab.capture.columnar import _progress
+
+    return _progress(path)

@@ -1,0 +1,543 @@
+"""Display filters in Wireshark's language, compiled once and applied to packets or to columns.
+
+The grammar is the part of Wireshark's display-filter language (``wireshark-filter(4)``) that
+capture work needs::
+
+    expr    := or
+    or      := and  (("||" | "or")  and)*
+    and     := not  (("&&" | "and") not)*
+    not     := ("!" | "not") not | "(" expr ")" | test
+    test    := FIELD                                  field (or protocol) is present
+             | FIELD relop VALUE                      == != < <= > >=  (eq ne lt le gt ge)
+             | FIELD "in" "{" VALUE ["," ] ... "}"    any of the values; "a..b" is a range
+             | FIELD "contains" VALUE                 substring of a string field
+    VALUE   := 123 | 0x1f | 1.5 | "text" | 10.0.0.1 | 10.0.0.0/24 | fe80::1 | ::ffff:10.0.0.0/120
+             | 52:54:00:00:01:01 | bare-word
+
+``&&`` binds tighter than ``||``, as in Wireshark.  A field that holds several values in one
+frame (iWARP FPDUs packed in one TCP segment) matches when any of them does, as in Wireshark.
+
+A field name must be one the decoder can produce (:func:`known_fields`: every Wireshark name
+declared by a header in :mod:`rdmalab.wire` and :mod:`rdmalab.capture`, the protocol prefixes of
+those names, and the extra names of :mod:`rdmalab.capture.fields`).  Anything else is a
+:class:`FilterError` naming it, never a filter that silently matches nothing.
+
+:func:`compile_filter` returns a :class:`DisplayFilter`, which is callable on one flat field
+dictionary (:func:`rdmalab.capture.fields.frame_fields`) and also evaluates over columns
+(:meth:`DisplayFilter.mask`, numpy arrays as :mod:`rdmalab.capture.columnar` makes them).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from typing import Any
+
+from rdmalab.wire.errors import RdmalabError
+
+
+class FilterError(RdmalabError, ValueError):
+    """A display filter that cannot be compiled: bad syntax or an unknown field (named)."""
+
+    def __init__(self, expr: str, message: str, position: int | None = None) -> None:
+        self.expr = expr
+        self.position = position
+        where = "" if position is None else f" (at character {position + 1})"
+        super().__init__(f"display filter {expr!r}: {message}{where}")
+
+
+# ============================================================================ known fields
+
+
+@lru_cache(maxsize=1)
+def declared_fields() -> dict[str, tuple[str, int]]:
+    """Wireshark name -> (display format, bits) of every field a header declares."""
+    import rdmalab.capture.linktypes  # noqa: F401  - declares SLL/ERF headers
+    import rdmalab.wire.cm  # noqa: F401  - the wire modules declare the headers we walk below
+    import rdmalab.wire.ib  # noqa: F401
+    import rdmalab.wire.iwarp  # noqa: F401
+    import rdmalab.wire.mad  # noqa: F401
+    import rdmalab.wire.mpa  # noqa: F401
+    import rdmalab.wire.net  # noqa: F401
+    import rdmalab.wire.rdmap  # noqa: F401
+
+    out: dict[str, tuple[str, int]] = {}
+    for _proto, f in _declarations():
+        out.setdefault(f.ws or "", (f.fmt, f.bits))
+    for proto, _f in _declarations():
+        if proto:
+            out.setdefault(proto, ("proto", 0))
+    out.pop("", None)
+    return out
+
+
+@lru_cache(maxsize=1)
+def _declarations() -> list[tuple[str | None, Any]]:
+    """(protocol name of the header, field spec) for every Wireshark-named field of every header."""
+    from rdmalab.wire.header import Header
+
+    out: list[tuple[str | None, Any]] = []
+    todo: list[type] = [Header]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        lay = getattr(cls, "LAYOUT", None)
+        if lay is None:
+            continue
+        out.extend((lay.ws_proto, f) for f in lay.fields if f.ws)
+    return out
+
+
+@cache
+def _borrowed(proto: str) -> frozenset[str]:
+    """Field names under ``proto`` that a header of another protocol also declares.
+
+    Wireshark puts the AtomicETH's address and key under ``infiniband.reth.va``/``r_key``: those
+    names do not mean that a RETH is present, so ``infiniband.reth`` must not match an atomic."""
+    prefix = proto + "."
+    mine = {f.ws for p, f in _declarations() if p and (p == proto or p.startswith(prefix))}
+    return frozenset(f.ws for p, f in _declarations()
+                     if f.ws.startswith(prefix) and not (p and (p == proto or p.startswith(prefix))) and f.ws in mine)
+
+
+@lru_cache(maxsize=1)
+def known_fields() -> frozenset[str]:
+    """Every field name a filter may use: decoder fields and their protocol prefixes."""
+    from rdmalab.capture.fields import EXTRA_FIELDS
+
+    names: set[str] = set(EXTRA_FIELDS) | set(declared_fields())
+    try:  # the columnar decoder's columns (import here: columnar imports this module)
+        from rdmalab.capture.columnar import COLUMN_NAMES
+        names.update(COLUMN_NAMES)
+    except ImportError:  # pragma: no cover - numpy missing
+        pass
+    prefixes = set()
+    for n in names:
+        parts = n.split(".")
+        for i in range(1, len(parts)):
+            prefixes.add(".".join(parts[:i]))
+    return frozenset(names | prefixes)
+
+
+# ============================================================================ values
+
+
+@dataclass(frozen=True, slots=True)
+class Net:
+    """An address, or a network in CIDR notation (``prefix`` bits), as integers."""
+
+    version: int  # 4, 6, or 48 for a MAC address
+    value: int
+    prefix: int
+
+    def contains(self, addr: int) -> bool:
+        bits = 32 if self.version == 4 else 128 if self.version == 6 else 48
+        shift = bits - self.prefix
+        return (addr >> shift) == (self.value >> shift)
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    lo: Any
+    hi: Any
+
+
+_MAC_RE = re.compile(r"^[0-9A-Fa-f]{2}([:\-])(?:[0-9A-Fa-f]{2}\1){4}[0-9A-Fa-f]{2}$")
+
+
+def parse_value(text: str, quoted: bool = False) -> Any:
+    """A literal as Wireshark reads it: integer, float, address/network, MAC, or string."""
+    if quoted:
+        return text
+    t = text
+    if ".." in t and not t.startswith("..") and not t.endswith(".."):
+        lo, hi = t.split("..", 1)
+        return Range(parse_value(lo), parse_value(hi))
+    try:
+        return int(t, 0)
+    except ValueError:
+        pass
+    if _MAC_RE.match(t):
+        return Net(48, int(t.replace("-", "").replace(":", ""), 16), 48)
+    try:
+        if "/" in t:
+            net = ipaddress.ip_network(t, strict=False)
+            return Net(net.version, int(net.network_address), net.prefixlen)
+        ip = ipaddress.ip_address(t)
+        return Net(ip.version, int(ip), ip.max_prefixlen)
+    except ValueError:
+        pass
+    try:
+        return float(t)
+    except ValueError:
+        pass
+    if t.lower() in ("true", "false"):
+        return 1 if t.lower() == "true" else 0
+    return t
+
+
+def _as_address(v: Any, version: int) -> int | None:
+    """A field value (integer or Wireshark-notation string) as an integer address."""
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str):
+        try:
+            if version == 48:
+                return int(v.replace(":", "").replace("-", ""), 16)
+            return int(ipaddress.ip_address(v))
+        except ValueError:
+            return None
+    return None
+
+
+def _cmp(op: str, a: Any, b: Any) -> bool:
+    if isinstance(b, Net):
+        addr = _as_address(a, b.version)
+        if addr is None:
+            return False
+        if op == "==":
+            return b.contains(addr)
+        if op == "!=":
+            return not b.contains(addr)
+        a, b = addr, b.value
+    elif isinstance(a, str) and isinstance(b, (int, float)):
+        return False
+    elif isinstance(a, (int, float)) and isinstance(b, str):
+        return False
+    try:
+        if op == "==":
+            return bool(a == b)
+        if op == "!=":
+            return bool(a != b)
+        if op == "<":
+            return bool(a < b)
+        if op == "<=":
+            return bool(a <= b)
+        if op == ">":
+            return bool(a > b)
+        return bool(a >= b)
+    except TypeError:
+        return False
+
+
+# ============================================================================ syntax tree
+
+
+@dataclass(frozen=True, slots=True)
+class Exists:
+    field: str
+
+
+@dataclass(frozen=True, slots=True)
+class Compare:
+    field: str
+    op: str  # == != < <= > >=
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class In:
+    field: str
+    values: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Contains:
+    field: str
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Not:
+    arg: Any
+
+
+@dataclass(frozen=True, slots=True)
+class And:
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Or:
+    args: tuple[Any, ...]
+
+
+_WORD_OPS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "any_eq": "==", "all_ne": "!="}
+_TOKEN_RE = re.compile(
+    r"""\s*(?:
+        (?P<str>"(?:[^"\\]|\\.)*")
+      | (?P<op>==|!=|<=|>=|&&|\|\||[<>!(){},])
+      | (?P<word>[^\s"<>=!(){},&|]+)
+    )""",
+    re.VERBOSE,
+)
+
+
+def _tokens(expr: str) -> list[tuple[str, str, int]]:
+    out = []
+    pos = 0
+    expr_len = len(expr)
+    while pos < expr_len:
+        if expr[pos:].strip() == "":
+            break
+        m = _TOKEN_RE.match(expr, pos)
+        if m is None or m.end() == pos:
+            raise FilterError(expr, f"unexpected character {expr[pos:].lstrip()[:1]!r}", pos)
+        kind = m.lastgroup or "word"
+        text = m.group(kind)
+        out.append((kind, text, m.start(kind)))
+        pos = m.end()
+    return out
+
+
+class _Parser:
+    def __init__(self, expr: str, known: frozenset[str]) -> None:
+        self.expr = expr
+        self.toks = _tokens(expr)
+        self.i = 0
+        self.known = known
+        self.fields: set[str] = set()
+
+    def peek(self) -> tuple[str, str, int] | None:
+        return self.toks[self.i] if self.i < len(self.toks) else None
+
+    def take(self) -> tuple[str, str, int]:
+        t = self.peek()
+        if t is None:
+            raise FilterError(self.expr, "ends too early (a field or value is missing)")
+        self.i += 1
+        return t
+
+    def is_(self, *texts: str) -> bool:
+        t = self.peek()
+        return t is not None and t[0] != "str" and t[1] in texts
+
+    def parse(self) -> Any:
+        if not self.toks:
+            raise FilterError(self.expr, "is empty")
+        node = self.or_()
+        t = self.peek()
+        if t is not None:
+            raise FilterError(self.expr, f"unexpected {t[1]!r}", t[2])
+        return node
+
+    def or_(self) -> Any:
+        args = [self.and_()]
+        while self.is_("||", "or"):
+            self.take()
+            args.append(self.and_())
+        return args[0] if len(args) == 1 else Or(tuple(args))
+
+    def and_(self) -> Any:
+        args = [self.not_()]
+        while self.is_("&&", "and"):
+            self.take()
+            args.append(self.not_())
+        return args[0] if len(args) == 1 else And(tuple(args))
+
+    def not_(self) -> Any:
+        if self.is_("!", "not"):
+            self.take()
+            return Not(self.not_())
+        if self.is_("("):
+            self.take()
+            node = self.or_()
+            if not self.is_(")"):
+                t = self.peek()
+                raise FilterError(self.expr, "a '(' is not closed", None if t is None else t[2])
+            self.take()
+            return node
+        return self.test()
+
+    def field(self) -> str:
+        kind, text, pos = self.take()
+        if kind != "word" or not re.match(r"^[A-Za-z_][\w.\-]*$", text):
+            raise FilterError(self.expr, f"expected a field name, found {text!r}", pos)
+        if text not in self.known:
+            hint = _suggest(text, self.known)
+            raise FilterError(self.expr, f"{text!r} is not a field rdmalab knows{hint}", pos)
+        self.fields.add(text)
+        return text
+
+    def value(self) -> Any:
+        kind, text, pos = self.take()
+        if kind == "str":
+            return parse_value(bytes(text[1:-1], "utf-8").decode("unicode_escape"), quoted=True)
+        if kind == "op":
+            raise FilterError(self.expr, f"expected a value, found {text!r}", pos)
+        return parse_value(text)
+
+    def test(self) -> Any:
+        name = self.field()
+        t = self.peek()
+        if t is None or t[0] == "str":
+            return Exists(name)
+        op = _WORD_OPS.get(t[1], t[1])
+        if op in ("==", "!=", "<", "<=", ">", ">="):
+            self.take()
+            return Compare(name, op, self.value())
+        if t[1] == "in":
+            self.take()
+            if not self.is_("{"):
+                raise FilterError(self.expr, "'in' must be followed by a set, e.g. {1 2 3}", t[2])
+            self.take()
+            vals = []
+            while not self.is_("}"):
+                if self.is_(","):
+                    self.take()
+                    continue
+                vals.append(self.value())
+            self.take()
+            if not vals:
+                raise FilterError(self.expr, "the set after 'in' is empty", t[2])
+            return In(name, tuple(vals))
+        if t[1] == "contains":
+            self.take()
+            return Contains(name, self.value())
+        if t[1] in ("matches", "~"):
+            raise FilterError(self.expr, "'matches' (regular expressions) is not supported", t[2])
+        if t[0] == "word" and t[1] not in ("and", "or", "not"):
+            raise FilterError(self.expr, f"expected an operator (== != < <= > >= in contains) after {name!r}, "
+                                         f"found {t[1]!r}", t[2])
+        return Exists(name)
+
+
+def _suggest(name: str, known: Iterable[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.75)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+# ============================================================================ evaluation
+
+
+def _values(fields: Mapping[str, Any], name: str) -> list[Any]:
+    v = fields.get(name)
+    if v is None:
+        return []
+    return list(v) if isinstance(v, list) else [v]
+
+
+def _eval(node: Any, fields: Mapping[str, Any]) -> bool:
+    t = type(node)
+    if t is Compare:
+        return any(_match_value(node.op, x, node.value) for x in _values(fields, node.field))
+    if t is And:
+        return all(_eval(a, fields) for a in node.args)
+    if t is Or:
+        return any(_eval(a, fields) for a in node.args)
+    if t is Not:
+        return not _eval(node.arg, fields)
+    if t is Exists:
+        if node.field in fields:
+            return True
+        prefix = node.field + "."
+        borrowed = _borrowed(node.field)
+        return any(k.startswith(prefix) and k not in borrowed for k in fields)
+    if t is In:
+        return any(_match_value("==", x, v) for x in _values(fields, node.field) for v in node.values)
+    if t is Contains:
+        return any(isinstance(x, str) and str(node.value) in x for x in _values(fields, node.field))
+    raise AssertionError(node)  # pragma: no cover
+
+
+def _match_value(op: str, x: Any, want: Any) -> bool:
+    if isinstance(want, Range):
+        return _cmp(">=", x, want.lo) and _cmp("<=", x, want.hi)
+    return _cmp(op, x, want)
+
+
+class DisplayFilter:
+    """A compiled display filter: call it on a field dictionary, or :meth:`mask` on columns."""
+
+    def __init__(self, expr: str, tree: Any, fields: frozenset[str]) -> None:
+        self.expr = expr
+        self.tree = tree
+        #: the field names the filter reads
+        self.fields = fields
+
+    def __call__(self, fields: Mapping[str, Any]) -> bool:
+        return _eval(self.tree, fields)
+
+    def __repr__(self) -> str:
+        return f"DisplayFilter({self.expr!r})"
+
+    def mask(self, columns: Mapping[str, Any], present: Callable[[str], Any], n: int) -> Any:
+        """A boolean numpy array over ``n`` rows.
+
+        ``columns[name]`` is a numpy array of the field's values (addresses as integers, strings
+        as object arrays); ``present(name)`` the boolean array of rows where the field (or
+        protocol) exists.  Raises ``KeyError`` for a field the columns do not hold.
+        """
+        import numpy as np
+
+        def ev(node: Any) -> Any:
+            t = type(node)
+            if t is Exists:
+                return present(node.field)
+            if t is Not:
+                return ~ev(node.arg)
+            if t is And:
+                m = ev(node.args[0])
+                for a in node.args[1:]:
+                    m = m & ev(a)
+                return m
+            if t is Or:
+                m = ev(node.args[0])
+                for a in node.args[1:]:
+                    m = m | ev(a)
+                return m
+            col = columns[node.field]
+            ok = present(node.field)
+            if t is Compare:
+                return ok & _col_cmp(np, node.op, col, node.value)
+            if t is In:
+                m = np.zeros(n, dtype=bool)
+                for v in node.values:
+                    m |= _col_cmp(np, "==", col, v)
+                return ok & m
+            if t is Contains:
+                if col.dtype != object:
+                    return np.zeros(n, dtype=bool)
+                return ok & np.array([isinstance(x, str) and str(node.value) in x for x in col], dtype=bool)
+            raise AssertionError(node)  # pragma: no cover
+
+        return np.asarray(ev(self.tree), dtype=bool)
+
+
+def _col_cmp(np: Any, op: str, col: Any, want: Any) -> Any:
+    if isinstance(want, Range):
+        return _col_cmp(np, ">=", col, want.lo) & _col_cmp(np, "<=", col, want.hi)
+    if col.dtype == object:
+        return np.array([_cmp(op, x, want) for x in col], dtype=bool)
+    if isinstance(want, Net):
+        bits = 32 if want.version == 4 else 128 if want.version == 6 else 48
+        if want.version == 6 or bits - want.prefix >= 64:
+            return np.array([_cmp(op, int(x), want) for x in col], dtype=bool)
+        shift = bits - want.prefix
+        hit = (col.astype(np.uint64) >> np.uint64(shift)) == np.uint64(want.value >> shift)
+        if op == "==":
+            return hit
+        if op == "!=":
+            return ~hit
+        want = want.value
+    if isinstance(want, str):
+        return np.zeros(len(col), dtype=bool)
+    if isinstance(want, int) and want < 0 and col.dtype.kind == "u":
+        want = float(want)
+    if isinstance(want, int) and want > np.iinfo(np.int64).max and col.dtype.kind == "i":
+        want = float(want)
+    ops = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
+           ">": np.greater, ">=": np.greater_equal}
+    return ops[op](col, want)
+
+
+def compile_filter(expr: str, known: frozenset[str] | None = None) -> DisplayFilter:
+    """Compile a display filter; raise :class:`FilterError` for bad syntax or an unknown field."""
+    p = _Parser(expr, known_fields() if known is None else known)
+    tree = p.parse()
+    return DisplayFilter(expr, tree, frozenset(p.fields))

@@ -1,0 +1,1 @@
+"""Verbs programs that run unchanged on rdmalab's soft engine and, imports rewritten, on pyverbs."""

@@ -1,0 +1,55 @@
+"""Soft-iWARP for the lab VM: Debian's kernel does not build ``siw`` (CONFIG_RDMA_SIW is off).
+
+:func:`siw_module` answers ``"modprobe"`` when the kernel has the module, otherwise builds
+``drivers/infiniband/sw/siw`` from ``/usr/src/linux-source-6.1.tar.xz`` as an external module
+against ``/lib/modules/<version>/build`` (about 10 s) and caches it in
+``~/.cache/rdmalab/siw/<version>/siw.ko``.  The guest loads it with ``insmod`` after
+``modprobe ib_core iw_cm libcrc32c``.
+"""
+
+from __future__ import annotations
+
+import glob
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+from rdmalab.live.errors import VMError, cache_dir
+
+
+def siw_module(kernel: str, *, say: Callable[[str], None] = lambda _m: None) -> str | Path:
+    """``"modprobe"`` if ``kernel`` ships siw, else the path of a cached (or freshly built) siw.ko."""
+    if glob.glob(f"/lib/modules/{kernel}/kernel/drivers/infiniband/sw/siw/siw.ko*"):
+        return "modprobe"
+    out = cache_dir() / "siw" / kernel / "siw.ko"
+    if out.exists():
+        return out
+    sources = sorted(glob.glob("/usr/src/linux-source-*.tar.xz"))
+    if not sources:
+        raise VMError("siw: the kernel has no siw module and there are no kernel sources to build one "
+                      "(install: sudo apt-get install linux-source-6.1)")
+    build = Path(f"/lib/modules/{kernel}/build")
+    if not build.exists():
+        raise VMError(f"siw: no kernel headers for {kernel} to build siw against "
+                      f"(install: sudo apt-get install linux-headers-{kernel})")
+    if not shutil.which("make") or not shutil.which("gcc"):
+        raise VMError("siw: building the module needs make and gcc (install: sudo apt-get install build-essential)")
+    src = out.parent / "src"
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    say(f"building siw for {kernel} from {sources[-1]} (once; cached in {out.parent})")
+    with tarfile.open(sources[-1]) as tar:
+        members = [m for m in tar.getmembers() if "/drivers/infiniband/sw/siw/" in m.name]
+        if not members:
+            raise VMError(f"siw: {sources[-1]} has no drivers/infiniband/sw/siw")
+        tar.extractall(src, members=members, filter="data")
+    mdir = Path(members[0].name).parent
+    p = subprocess.run(["make", "-C", str(build), f"M={src / mdir}", "CONFIG_RDMA_SIW=m", "modules"],
+                       capture_output=True, text=True)
+    ko = src / mdir / "siw.ko"
+    if p.returncode != 0 or not ko.exists():
+        raise VMError(f"siw: building the module failed:\n{p.stderr[-2000:]}")
+    shutil.copyfile(ko, out)
+    return out

@@ -1,0 +1,117 @@
+"""The columnar decoder against tshark, field by field, on every capture in captures/."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rdmalab.capture import read
+from rdmalab.capture.columnar import COLUMNS, format_column, read_columns, record_blocks
+from rdmalab.capture.defects import explain
+
+CAPTURES = Path(__file__).resolve().parents[2] / "captures"
+FILES = sorted(p for p in CAPTURES.glob("*") if p.suffix in (".pcap", ".pcapng")) if CAPTURES.is_dir() else []
+requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None,
+                                     reason="tshark (Wireshark) is not installed; CI installs it")
+
+# Our columns that tshark 4.0 also has (rdmalab.* and frame.time_ns are ours alone).
+TSHARK_FIELDS = [c.name for c in COLUMNS if not c.name.startswith("rdmalab.") and c.name != "frame.time_ns"]
+
+
+def tshark_fields(path: Path, fields: list[str]) -> list[list[str]]:
+    cmd = ["tshark", "-n", "--disable-protocol", "rpcordma", "-r", str(path), "-T", "fields", "-E", "occurrence=f"]
+    for f in fields:
+        cmd += ["-e", f]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return [line.split("\t") for line in out.splitlines()]
+
+
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_columns_agree_with_tshark(path: Path) -> None:
+    cols = read_columns(path)
+    frames = list(read(path))
+    ours = {f: format_column(cols, f) for f in TSHARK_FIELDS}
+    theirs = tshark_fields(path, TSHARK_FIELDS)
+    assert len(theirs) == cols.n, f"tshark read {len(theirs)} packets, rdmalab {cols.n}"
+    diffs = []
+    compared = 0
+    for i, row in enumerate(theirs):
+        for j, f in enumerate(TSHARK_FIELDS):
+            want = row[j] if j < len(row) else ""
+            got = ours[f][i]
+            if got == "" and want == "":
+                continue
+            compared += 1
+            if got != want:
+                kind = "only_rdmalab" if want == "" else "only_wireshark" if got == "" else "value"
+                if explain(frames[i], {}, f, kind) is not None:
+                    continue
+                diffs.append(f"frame {i + 1} {f}: rdmalab {got!r}, tshark {want!r}")
+    assert compared > 0
+    assert not diffs, f"{len(diffs)} differences:\n" + "\n".join(diffs[:40])
+
+
+def test_parallel_and_sequential_text_agree(tmp_path: Path) -> None:
+    from rdmalab.capture.fieldtext import field_text
+
+    path = CAPTURES / "rxe_send_bw_loss.pcap"
+    names = ["frame.number", "frame.time_epoch", "ip.src", "infiniband.bth.psn", "infiniband.aeth.syndrome"]
+    seq = b"".join(field_text(path, names, workers=1))
+    par = b"".join(field_text(path, names, workers=2, block_bytes=4096, parallel_min_bytes=0,
+                              filter_expr="frame.len > 0"))
+    assert seq == par
+    assert seq.count(b"\n") == 154
+
+
+def test_gzip_and_pcapng_give_the_same_columns(tmp_path: Path) -> None:
+    import dpkt
+
+    src = CAPTURES / "rxe_read_bw.pcap"
+    plain = read_columns(src)
+    gz = tmp_path / "a.pcap.gz"
+    gz.write_bytes(gzip.compress(src.read_bytes()))
+    ng = tmp_path / "a.pcapng"
+    with open(ng, "wb") as f:
+        w = dpkt.pcapng.Writer(f, linktype=1)
+        for rec in read(src):
+            w.writepkt(rec.packet.data, ts=rec.timestamp)
+    for other in (read_columns(gz), read_columns(ng), read_columns(src, block_bytes=1000)):
+        assert other.n == plain.n
+        for name in ("infiniband.bth.psn", "ip.src", "frame.len", "infiniband.reth.va"):
+            assert np.array_equal(other[name], plain[name]), name
+        assert np.allclose(other["frame.time_epoch"], plain["frame.time_epoch"], atol=1e-6)
+
+
+def test_icrc_status_matches_the_packet_decoder() -> None:
+    for name in ("rxe_send_bw_loss.pcap", "synthetic_rocev2.pcap", "synthetic_all_opcodes_rocev1.pcap",
+                 "public_hw_byte_vectors.pcap"):
+        cols = read_columns(CAPTURES / name)
+        want = {cp.frame_number: cp.packet.crc_status for cp in read(CAPTURES / name)
+                if cp.packet.crc_kind == "icrc"}
+        got = dict(zip(cols["frame.number"].tolist(), cols["rdmalab.icrc.status"].tolist(), strict=True))
+        assert want, name
+        for frame, status in want.items():
+            assert got[frame] == status, (name, frame)
+
+
+def test_damaged_files_name_the_problem(tmp_path: Path) -> None:
+    from rdmalab.capture.reader import CaptureError
+
+    data = (CAPTURES / "rxe_read_bw.pcap").read_bytes()
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(data[:-10])
+    with pytest.raises(CaptureError, match="truncated"):
+        list(record_blocks(cut))
+    junk = tmp_path / "junk.pcap"
+    junk.write_bytes(b"hello world, not a capture")
+    with pytest.raises(CaptureError, match="not a pcap"):
+        read_columns(junk)
+    with pytest.raises(CaptureError, match="no such file"):
+        read_columns(tmp_path / "missing.pcap")

@@ -1,0 +1,96 @@
+"""Display filters: Wireshark's grammar, known fields only, the same answer per packet and per column."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rdmalab.capture import frame_fields, read
+from rdmalab.capture.columnar import read_columns
+from rdmalab.capture.filter import FilterError, compile_filter, known_fields
+
+CAPTURES = Path(__file__).resolve().parents[2] / "captures"
+
+
+def test_terms_and_precedence() -> None:
+    f = compile_filter("infiniband.bth.psn >= 7 && infiniband.reth || rdmalab.cnp")
+    assert f({"infiniband.bth.psn": 7, "infiniband.reth.va": 1, "infiniband.reth.dmalen": 4})
+    assert not f({"infiniband.bth.psn": 6, "infiniband.reth.va": 1, "infiniband.reth.dmalen": 4})
+    # an AtomicETH's address is named infiniband.reth.va (as Wireshark does): that is not a RETH
+    assert not f({"infiniband.bth.psn": 7, "infiniband.reth.va": 1, "infiniband.atomiceth.swapdt": 1})
+    assert f({"rdmalab.cnp": 1})
+    assert compile_filter("!infiniband")({"eth.type": 1})
+    assert not compile_filter("not infiniband")({"infiniband.bth.psn": 1})
+
+
+@pytest.mark.parametrize("expr,fields,want", [
+    ("infiniband.bth.opcode == 0x11", {"infiniband.bth.opcode": 17}, True),
+    ("infiniband.bth.opcode eq 17", {"infiniband.bth.opcode": 17}, True),
+    ("infiniband.bth.opcode ne 17", {"infiniband.bth.opcode": 17}, False),
+    ("infiniband.bth.psn lt 5 or infiniband.bth.psn gt 9", {"infiniband.bth.psn": 10}, True),
+    ("infiniband.bth.psn le 5", {"infiniband.bth.psn": 5}, True),
+    ("infiniband.bth.opcode in {16 17 18}", {"infiniband.bth.opcode": 17}, True),
+    ("infiniband.bth.opcode in {16, 18}", {"infiniband.bth.opcode": 17}, False),
+    ("infiniband.bth.psn in {10..20}", {"infiniband.bth.psn": 15}, True),
+    ("ip.src == 10.0.0.0/24", {"ip.src": "10.0.0.2"}, True),
+    ("ip.src == 10.0.1.0/24", {"ip.src": "10.0.0.2"}, False),
+    ("ip.src != 10.0.0.2", {"ip.src": "10.0.0.2"}, False),
+    ("ipv6.src == fe80::/10", {"ipv6.src": "fe80::1"}, True),
+    ("eth.src == 52:54:00:00:01:02", {"eth.src": "52:54:00:00:01:02"}, True),
+    ('rdmalab.icrc.status == "bad"', {"rdmalab.icrc.status": "bad"}, True),
+    ('rdmalab.opcode contains "READ"', {"rdmalab.opcode": "RC RDMA READ Request"}, True),
+    ('rdmalab.opcode contains "WRITE"', {"rdmalab.opcode": "RC RDMA READ Request"}, False),
+    ("(infiniband.aeth && !(infiniband.aeth.syndrome < 0x60)) || udp.dstport == 1",
+     {"infiniband.aeth.syndrome": 0x60, "infiniband.aeth.msn": 1}, True),
+    ("iwarp_ddp.qn == 1", {"iwarp_ddp.qn": [0, 1]}, True),  # several PDUs: any value matches
+])
+def test_expressions(expr: str, fields: dict[str, object], want: bool) -> None:
+    assert compile_filter(expr)(fields) is want
+
+
+@pytest.mark.parametrize("expr,needle", [
+    ("infiniband.bth.psnx == 1", "'infiniband.bth.psnx' is not a field"),
+    ("frobnicate", "'frobnicate' is not a field"),
+    ("ip.src ==", "ends too early"),
+    ("(ip.src", "not closed"),
+    ("ip.src 10.0.0.1", "expected an operator"),
+    ("ip.src matches \"x\"", "not supported"),
+    ("infiniband.bth.opcode in {}", "empty"),
+    ("", "is empty"),
+])
+def test_errors_name_the_problem(expr: str, needle: str) -> None:
+    with pytest.raises(FilterError) as err:
+        compile_filter(expr)
+    assert needle in str(err.value)
+
+
+def test_known_fields_come_from_the_declarations() -> None:
+    names = known_fields()
+    for n in ("infiniband.bth.psn", "infiniband.reth.dmalen", "infiniband.aeth.syndrome", "iwarp_ddp.stag",
+              "iwarp_mpa.crc_check", "ip.dsfield.ecn", "udp.srcport", "tcp.flags", "rdmalab.icrc.status",
+              "frame.time_epoch", "infiniband", "iwarp_rdma", "ip"):
+        assert n in names, n
+    assert "infiniband.bth.nonsense" not in names
+
+
+@pytest.mark.parametrize("name", ["rxe_send_bw_loss.pcap", "rxe_atomic_fadd.pcap", "synthetic_rocev2.pcap",
+                                  "rxe_rping.pcap"])
+@pytest.mark.parametrize("expr", [
+    "infiniband.aeth.syndrome >= 0x60",
+    "infiniband.bth.opcode in {0 1 2} and infiniband.bth.a",
+    "ip.src == 10.0.0.0/31 && !infiniband.reth",
+    "udp && not infiniband.bth.psn in {100..20000000}",
+    "infiniband.reth.va > 0 or infiniband.deth",
+    'rdmalab.icrc.status == "good"',
+    "tcp.flags == 0x002",
+])
+def test_columns_and_packets_agree(name: str, expr: str) -> None:
+    path = CAPTURES / name
+    flt = compile_filter(expr)
+    per_packet = [cp.frame_number for cp in read(path) if flt(frame_fields(cp))]
+    cols = read_columns(path)
+    mask = flt.mask(cols, cols.present, cols.n)
+    assert cols["frame.number"][mask].tolist() == per_packet
+    assert isinstance(mask, np.ndarray)

@@ -1,0 +1,44 @@
+"""Live tests: real kernel rxe devices in the lab VM (rdmalab.live.vm), one boot per session.
+
+They are marked ``live`` and run when asked for (``pytest -m live`` or ``RDMALAB_LIVE=1``;
+scripts/test.sh does both in CI), because one VM boot costs 30-60 s under TCG.  Where the
+machine cannot boot the VM (no qemu, no kernel image, ...) they skip and say what is missing.
+The ``lab_vm`` fixture is shared with tests/live/test_interop*.py.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from rdmalab.live.vm import VM, missing
+
+
+def _requested(config: pytest.Config) -> bool:
+    return os.environ.get("RDMALAB_LIVE") == "1" or "live" in (config.getoption("markexpr") or "")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = os.path.dirname(__file__)
+    skip = pytest.mark.skip(reason="live test: boots a VM (30-60 s); run with `pytest -m live` or RDMALAB_LIVE=1")
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.live)
+            if not _requested(config):
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def lab_vm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VM]:
+    """The lab VM (rxe0 on veth0 + namespace "peer" on veth1; rxe1 on veth2 <-> rxe2 on veth3)."""
+    gaps = missing()
+    if gaps:
+        pytest.skip("cannot boot the lab VM here: " + "; ".join(str(g) for g in gaps))
+    vm = VM(workdir=tmp_path_factory.mktemp("labvm"), progress=print)
+    vm.start()
+    try:
+        yield vm
+    finally:
+        vm.close()
