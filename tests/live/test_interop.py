@@ -1,9 +1,10 @@
 """Interoperability with the kernel's rxe and the stock tools, in a virtual machine (marked ``live``).
 
-One VM boot (virtme-ng, the distribution kernel, TCG when KVM is not there) runs the whole matrix
-and brings back every program's output and the captures; the tests below read them.  Inside:
-rxe on ``veth0`` in the initial namespace (10.77.0.1; kernel 6.1's rxe works only there), the
-soft engine on ``veth1`` in namespace ``eng`` (10.77.0.2), as ``docs/interop.md`` describes.
+One boot of :class:`rdmalab.live.vm.VM` (virtme-ng, the distribution kernel, KVM when it works
+and TCG otherwise) runs the whole matrix as one job and brings back every program's output and
+the captures; the tests below read them.  Inside: ``rxe0`` on ``veth0`` in the initial namespace
+(10.0.0.1; kernel 6.1's rxe works only there), the soft engine on ``veth1`` in namespace
+``peer`` (10.0.0.2), as ``docs/interop.md`` describes.
 
 * every ``ibv_{rc,uc,ud,srq}_pingpong``, both roles, ``-c`` (our side compares every byte of
   every message as well; the stock side prints "invalid data in page N" on a mismatch);
@@ -23,13 +24,13 @@ soft engine on ``veth1`` in namespace ``eng`` (10.77.0.2), as ``docs/interop.md`
 
 from __future__ import annotations
 
-import glob
 import os
 import re
+import shlex
 import shutil
 import subprocess
-import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,39 +38,35 @@ import pytest
 pytestmark = pytest.mark.live
 
 ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
+RXE_IP, PEER_IP = "10.0.0.1", "10.0.0.2"  # rdmalab.live.vm.TOPOLOGY: RXE0_IP, PEER_IP
 ITERS = 100
 KINDS = ("rc", "uc", "ud", "srq")
 
 GUEST = r"""#!/bin/bash
-# The interop matrix, run inside the VM as root.  Every result lands in $OUT.
-OUT="$1"; PY="$2"; ROOT="$3"; ITERS="$4"
+# The interop matrix, run as one job in rdmalab.live.vm's VM (rxe0 on $RXE0_NETDEV = $RXE0_IP in the
+# initial namespace; the engine in namespace $PEER_NS on $PEER_NETDEV = $PEER_IP).  Every result
+# lands in the job directory (the working directory, shared with the host).
+OUT="$RDMALAB_JOB"; PY="$RDMALAB_PYTHON"  # ROOT (the checkout) and ITERS come from the test
 export PYTHONPATH="$ROOT"
 RDL="$PY -m rdmalab"
+ENG="ip netns exec $PEER_NS"
 log() { echo "== $*" >> "$OUT/guest.log"; }
-modprobe rdma_rxe || { echo "no rdma_rxe module" > "$OUT/FATAL"; exit 1; }
-ip link add veth0 type veth peer name veth1
-ip netns add eng
-ip link set veth1 netns eng
-ip addr add 10.77.0.1/24 dev veth0; ip link set veth0 up; ip link set lo up
-ip -n eng addr add 10.77.0.2/24 dev veth1; ip -n eng link set veth1 up; ip -n eng link set lo up
-rdma link add rxe0 type rxe netdev veth0 || { echo "rdma link add failed" > "$OUT/FATAL"; exit 1; }
-cat /sys/class/infiniband/rxe0/ports/1/gids/1 > "$OUT/rxe_gid1"
-ping -c 1 -W 5 10.77.0.2 > /dev/null
-wait_port() {  # $1: "" or "ip netns exec eng"; waits until TCP $2 listens
+cat /sys/class/infiniband/$RXE0/ports/1/gids/1 > "$OUT/rxe_gid1"
+ping -c 1 -W 5 $PEER_IP > /dev/null
+wait_port() {  # $1: "" or "$ENG"; waits until TCP $2 listens
   for i in $(seq 1 300); do $1 ss -ltn | grep -q ":$2 " && return 0; sleep 0.1; done; return 1
 }
-stats() { rdma statistic show link rxe0/1 > "$OUT/$1.rxe_stats"; }
+stats() { rdma statistic show link $RXE0/1 > "$OUT/$1.rxe_stats"; }
 for kind in rc uc ud srq; do
   log "$kind stock server, rdmalab client"
-  timeout 120 ibv_${kind}_pingpong -d rxe0 -g 1 -n $ITERS -c > "$OUT/$kind.stock_server.out" 2>&1 &
+  timeout 120 ibv_${kind}_pingpong -d $RXE0 -g 1 -n $ITERS -c > "$OUT/$kind.stock_server.out" 2>&1 &
   wait_port "" 18515
-  timeout 120 ip netns exec eng $RDL pingpong $kind -g 1 -n $ITERS -c 10.77.0.1 > "$OUT/$kind.rdl_client.out" 2>&1
+  timeout 120 $ENG $RDL pingpong $kind -g 1 -n $ITERS -c $RXE0_IP > "$OUT/$kind.rdl_client.out" 2>&1
   echo $? > "$OUT/$kind.rdl_client.rc"; wait $!; echo $? > "$OUT/$kind.stock_server.rc"
   log "$kind rdmalab server, stock client"
-  timeout 120 ip netns exec eng $RDL pingpong $kind -g 1 -n $ITERS -c > "$OUT/$kind.rdl_server.out" 2>&1 &
-  wait_port "ip netns exec eng" 18515
-  timeout 120 ibv_${kind}_pingpong -d rxe0 -g 1 -n $ITERS -c 10.77.0.2 > "$OUT/$kind.stock_client.out" 2>&1
+  timeout 120 $ENG $RDL pingpong $kind -g 1 -n $ITERS -c > "$OUT/$kind.rdl_server.out" 2>&1 &
+  wait_port "$ENG" 18515
+  timeout 120 ibv_${kind}_pingpong -d $RXE0 -g 1 -n $ITERS -c $PEER_IP > "$OUT/$kind.stock_client.out" 2>&1
   echo $? > "$OUT/$kind.stock_client.rc"; wait $!; echo $? > "$OUT/$kind.rdl_server.rc"
 done
 stats pingpong
@@ -77,48 +74,44 @@ for verb in write read send atomic; do
   case $verb in atomic) OPTS="-n $ITERS";; *) OPTS="-s 4096 -n $ITERS";; esac
   A=""; [ $verb = atomic ] && A="-A CMP_AND_SWAP"
   log "ib_${verb}_bw stock server, rdmalab client"
-  timeout 180 ib_${verb}_bw -d rxe0 -x 1 -F $OPTS $A > "$OUT/$verb.stock_server.out" 2>&1 &
+  timeout 180 ib_${verb}_bw -d $RXE0 -x 1 -F $OPTS $A > "$OUT/$verb.stock_server.out" 2>&1 &
   wait_port "" 18515
-  timeout 180 ip netns exec eng $RDL perftest $verb -x 1 -F $OPTS $A 10.77.0.1 > "$OUT/$verb.rdl_client.out" 2>&1
+  timeout 180 $ENG $RDL perftest $verb -x 1 -F $OPTS $A $RXE0_IP > "$OUT/$verb.rdl_client.out" 2>&1
   echo $? > "$OUT/$verb.rdl_client.rc"; wait $!; echo $? > "$OUT/$verb.stock_server.rc"
   log "ib_${verb}_bw rdmalab server, stock client"
-  timeout 180 ip netns exec eng $RDL perftest $verb -x 1 -F $OPTS > "$OUT/$verb.rdl_server.out" 2>&1 &
-  wait_port "ip netns exec eng" 18515
-  timeout 180 ib_${verb}_bw -d rxe0 -x 1 -F $OPTS 10.77.0.2 > "$OUT/$verb.stock_client.out" 2>&1
+  timeout 180 $ENG $RDL perftest $verb -x 1 -F $OPTS > "$OUT/$verb.rdl_server.out" 2>&1 &
+  wait_port "$ENG" 18515
+  timeout 180 ib_${verb}_bw -d $RXE0 -x 1 -F $OPTS $PEER_IP > "$OUT/$verb.stock_client.out" 2>&1
   echo $? > "$OUT/$verb.stock_client.rc"; wait $!; echo $? > "$OUT/$verb.rdl_server.rc"
 done
 stats perftest
 log "pyverbs on rxe <-> engine: integrity, atomics, wrong rkey both ways"
-tcpdump -i veth0 -w "$OUT/integrity.pcap" udp port 4791 2> /dev/null &
+tcpdump -i $RXE0_NETDEV -w "$OUT/integrity.pcap" udp port 4791 2> /dev/null &
 TD=$!; sleep 1
-ip netns exec eng timeout 120 $PY "$ROOT/tests/live/interop_rdl_peer.py" veth1 > "$OUT/integrity.rdl.out" 2>&1 &
-wait_port "ip netns exec eng" 18600
-timeout 120 /usr/bin/python3 "$ROOT/tests/live/interop_rxe_peer.py" 10.77.0.2 > "$OUT/integrity.rxe.out" 2>&1
+$ENG timeout 120 $PY "$ROOT/tests/live/interop_rdl_peer.py" $PEER_NETDEV > "$OUT/integrity.rdl.out" 2>&1 &
+wait_port "$ENG" 18600
+timeout 120 /usr/bin/python3 "$ROOT/tests/live/interop_rxe_peer.py" $PEER_IP > "$OUT/integrity.rxe.out" 2>&1
 echo $? > "$OUT/integrity.rxe.rc"; wait %2; echo $? > "$OUT/integrity.rdl.rc"
 sleep 0.5; kill $TD; wait $TD 2>/dev/null
 stats integrity
 log "2% loss on both veths"
-tc qdisc add dev veth0 root netem loss 2%
-ip netns exec eng tc qdisc add dev veth1 root netem loss 2%
-tcpdump -i veth0 -w "$OUT/loss.pcap" udp port 4791 2> /dev/null &
+tc qdisc add dev $RXE0_NETDEV root netem loss 2%
+$ENG tc qdisc add dev $PEER_NETDEV root netem loss 2%
+tcpdump -i $RXE0_NETDEV -w "$OUT/loss.pcap" udp port 4791 2> /dev/null &
 TD=$!; sleep 1
-timeout 300 ibv_rc_pingpong -d rxe0 -g 1 -n $ITERS -c > "$OUT/loss.stock_server.out" 2>&1 &
+timeout 300 ibv_rc_pingpong -d $RXE0 -g 1 -n $ITERS -c > "$OUT/loss.stock_server.out" 2>&1 &
 wait_port "" 18515
-timeout 300 ip netns exec eng $RDL pingpong rc -g 1 -n $ITERS -c --timeout 120 10.77.0.1 > "$OUT/loss.rdl_client.out" 2>&1
+timeout 300 $ENG $RDL pingpong rc -g 1 -n $ITERS -c --timeout 120 $RXE0_IP > "$OUT/loss.rdl_client.out" 2>&1
 echo $? > "$OUT/loss.rdl_client.rc"; wait $!; echo $? > "$OUT/loss.stock_server.rc"
-timeout 300 ip netns exec eng $RDL pingpong rc -g 1 -n $ITERS -c --timeout 120 > "$OUT/loss.rdl_server.out" 2>&1 &
-wait_port "ip netns exec eng" 18515
-timeout 300 ibv_rc_pingpong -d rxe0 -g 1 -n $ITERS -c 10.77.0.2 > "$OUT/loss.stock_client.out" 2>&1
+timeout 300 $ENG $RDL pingpong rc -g 1 -n $ITERS -c --timeout 120 > "$OUT/loss.rdl_server.out" 2>&1 &
+wait_port "$ENG" 18515
+timeout 300 ibv_rc_pingpong -d $RXE0 -g 1 -n $ITERS -c $PEER_IP > "$OUT/loss.stock_client.out" 2>&1
 echo $? > "$OUT/loss.stock_client.rc"; wait $!; echo $? > "$OUT/loss.rdl_server.rc"
 sleep 0.5; kill $TD; wait $TD 2>/dev/null
 stats loss
+tc qdisc del dev $RXE0_NETDEV root; $ENG tc qdisc del dev $PEER_NETDEV root
 echo done > "$OUT/DONE"
 """
-
-
-def _kernel() -> str | None:
-    images = sorted(glob.glob("/boot/vmlinuz-*"))
-    return images[-1] if images else None
 
 
 def _why_not(config: pytest.Config) -> str | None:
@@ -127,48 +120,38 @@ def _why_not(config: pytest.Config) -> str | None:
     asked = "live" in (config.getoption("-m") or "") or os.environ.get("RDMALAB_LIVE") == "1"
     if os.environ.get("CI") != "true" and not asked:
         return "the interop matrix boots a VM (minutes): run it with -m live, RDMALAB_LIVE=1, or in CI"
-    if shutil.which("vng") is None:
-        return "virtme-ng (vng) is not installed: pip install virtme-ng"
-    if shutil.which("qemu-system-x86_64") is None:
-        return "qemu is not installed: apt-get install qemu-system-x86"
-    if _kernel() is None:
-        return "no kernel image in /boot: apt-get install linux-image-amd64"
-    for tool in ("ibv_rc_pingpong", "rdma", "tcpdump"):
+    from rdmalab.live.vm import missing
+
+    lacking = [str(m) for m in missing()]
+    for tool, pkg in (("ibv_rc_pingpong", "ibverbs-utils"), ("ib_write_bw", "perftest"), ("tcpdump", "tcpdump"),
+                      ("rdma", "iproute2")):
         if shutil.which(tool) is None:
-            return f"{tool} is not installed: apt-get install ibverbs-utils rdma-core iproute2 tcpdump"
+            lacking.append(f"{tool} (install: apt-get install {pkg})")
     if subprocess.run(["/usr/bin/python3", "-c", "import pyverbs"], capture_output=True).returncode != 0:
-        return "pyverbs is not importable by /usr/bin/python3: apt-get install python3-pyverbs"
+        lacking.append("pyverbs for /usr/bin/python3 (install: apt-get install python3-pyverbs)")
     if os.geteuid() != 0:
-        return "the VM runs the guest as root with the host's root file system: run the live tests as root"
-    return None
+        lacking.append("root (the VM's guest runs as root on the host's root file system)")
+    return "cannot run the VM matrix: " + "; ".join(lacking) if lacking else None
 
 
 @pytest.fixture(scope="module")
-def matrix(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Path:
+def matrix(pytestconfig: pytest.Config) -> Iterator[Path]:
     why = _why_not(pytestconfig)
     if why:
         pytest.skip(why)
-    out = tmp_path_factory.mktemp("interop")
-    guest = out / "guest.sh"
-    guest.write_text(GUEST)
-    guest.chmod(0o755)
-    kernel = _kernel()
-    assert kernel is not None
-    # KVM only when asked for (RDMALAB_KVM=1): a /dev/kvm that opens is no proof that it works (in
-    # nested containers the guest can hang), and TCG always does.
-    kvm = os.environ.get("RDMALAB_KVM") == "1" and os.access("/dev/kvm", os.R_OK | os.W_OK)
-    cmd = ["vng", "--run", kernel, "--user", "root", "--rwdir", str(out),
-           "--exec", f"{guest} {out} {sys.executable} {ROOT} {ITERS}"]
-    if not kvm:
-        cmd.insert(3, "--disable-kvm")
+    from rdmalab.live.vm import VM
+
     t0 = time.monotonic()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
-    (out / "vng.log").write_text(r.stdout + r.stderr)
-    (out / "seconds").write_text(f"{time.monotonic() - t0:.1f} ({'KVM' if kvm else 'TCG'})\n")
-    if (out / "FATAL").exists():
-        pytest.fail(f"VM set-up failed: {(out / 'FATAL').read_text()}")
-    assert (out / "DONE").exists(), f"the VM did not finish the matrix; see {out}/vng.log:\n{r.stderr[-3000:]}"
-    return out
+    with VM(progress=False) as vm:
+        script = f"ROOT={shlex.quote(str(ROOT))}\nITERS={ITERS}\n" + GUEST
+        r = vm.run(script, timeout=1500, capture=False,
+                   name="interop matrix")
+        out = r.job_dir
+        assert out is not None
+        (out / "seconds").write_text(f"{time.monotonic() - t0:.1f} s, boot {vm.boot_s:.1f} s, "
+                                     f"{'KVM' if vm.kvm else 'TCG'} ({vm.kvm_reason})\n")
+        assert (out / "DONE").exists(), f"the matrix did not finish (status {r.rc}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+        yield out
 
 
 def _read(out: Path, name: str) -> str:
@@ -198,8 +181,8 @@ def _check_pair(out: Path, prefix: str, stock: str, ours: str, kind: str) -> Non
     # Each side saw the other's QPs: our remote lines are the stock program's local lines, and back.
     assert {m[:2] for m in REMOTE.findall(o)} == {m[:2] for m in LOCAL.findall(s)}
     assert {m[:2] for m in REMOTE.findall(s)} == {m[:2] for m in LOCAL.findall(o)}
-    assert {m[2] for m in LOCAL.findall(o)} == {"::ffff:10.77.0.2"}
-    assert {m[2] for m in LOCAL.findall(s)} == {"::ffff:10.77.0.1"}
+    assert {m[2] for m in LOCAL.findall(o)} == {f"::ffff:{PEER_IP}"}
+    assert {m[2] for m in LOCAL.findall(s)} == {f"::ffff:{RXE_IP}"}
     nqp = 16 if kind == "srq" else 1
     assert len(LOCAL.findall(o)) == nqp
     got = OURS.search(o)
@@ -312,9 +295,9 @@ def test_two_percent_loss_completes_with_correct_data_and_retransmits(matrix: Pa
     _check_pair(matrix, "loss", "stock_server", "rdl_client", "rc")
     _check_pair(matrix, "loss", "stock_client", "rdl_server", "rc")
     pcap = matrix / "loss.pcap"
-    # The capture (on veth0) shows request packets with the same QPN and PSN more than once: a
+    # The capture (on rxe's veth) shows request packets with the same QPN and PSN more than once: a
     # go-back-N resend after a lost packet repeats the packets after it that had got through.
-    # (tcpdump sees veth0's own packets after netem, so a lost original itself is not in it.)
-    ours, theirs = _psn_repeats(pcap, "10.77.0.2"), _psn_repeats(pcap, "10.77.0.1")
+    # (tcpdump sees the veth's own packets after netem, so a lost original itself is not in it.)
+    ours, theirs = _psn_repeats(pcap, PEER_IP), _psn_repeats(pcap, RXE_IP)
     (matrix / "loss.repeats").write_text(f"engine {ours} rxe {theirs}\n")
     assert ours + theirs > 0
