@@ -22,7 +22,7 @@ import time
 
 import rdmalab.verbs.enums as e
 from rdmalab.fabric import Fabric
-from rdmalab.verbs.harness import Pair
+from rdmalab.fabric.harness import Pair
 
 MIB = 1 << 20
 

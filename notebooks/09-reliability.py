@@ -102,12 +102,12 @@ for loss in (0.0, 0.01, 0.05, 0.1):
 # static run of the same function below.)
 
 # %% tags=["widget"]
-from rdmalab.viz.widgets import transfer_runner
+from rdmalab.lab.transfer import transfer_runner
 
 transfer_runner()
 
 # %%
-from rdmalab.viz.widgets import run_transfer
+from rdmalab.lab.transfer import run_transfer
 
 run = run_transfer(op="READ", size=5000, mtu=1024, loss=0.1, seed=3)
 run.ladder

@@ -21,10 +21,10 @@ from scapy.packet import Packet, Raw, bind_layers
 
 from rdmalab import scapy as rs
 from rdmalab.wire import ib
-from rdmalab.wire.frame import decode_ethernet, encode_rocev1, encode_rocev2
+from rdmalab.wire.frame import decode_ethernet, decode_ib, encode_rocev1, encode_rocev2, gsi_frame
 from rdmalab.wire.header import Header
 from rdmalab.wire.opcodes import OPCODES
-from rdmalab.wire.packet import decode_ib, encode_ib
+from rdmalab.wire.packet import encode_ib
 
 CAPTURES = Path(__file__).resolve().parent.parent / "captures"
 
@@ -378,7 +378,7 @@ def test_cm_messages_roundtrip() -> None:
     assert len(msgs) >= 2
     seen = set()
     for msg in msgs:
-        data = cm.gsi_frame(msg)
+        data = gsi_frame(msg)
         rd = decode_ethernet(data)
         spkt = rs.to_scapy(rd)
         assert bytes(spkt) == data

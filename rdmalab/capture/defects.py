@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rdmalab.wire.ib import BTH
+from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, Transport
 
 if TYPE_CHECKING:
     from rdmalab.capture.reader import CapturedPacket
@@ -42,6 +43,11 @@ class WiresharkDefect:
 
 def _opcodes(cp: CapturedPacket) -> list[int]:
     return [bth.opcode for p in (cp.packet, *cp.pdus) if (bth := p.get(BTH)) is not None]
+
+
+def _op_of(opcode: int) -> Op | None:
+    info = OPCODES.get(opcode)
+    return None if info is None else info.op
 
 
 def _has_opcode(pred: Callable[[int], bool]) -> Callable[[CapturedPacket, WiresharkView], bool]:
@@ -96,7 +102,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "the ICRC included, is shown as infiniband.vendor",
         "RoCEv2 Annex A17.9.3: a CNP is opcode 0x81 (transport 100b), BECN=1, 16 reserved bytes, ICRC",
         "wire-formats.md §3, §12.1",
-        _has_opcode(lambda op: op == 0x81),
+        _has_opcode(lambda op: op == CNP_OPCODE),
     ),
     WiresharkDefect(
         "xrc-not-parsed",
@@ -106,7 +112,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "(infiniband.vendor), so no RETH/AETH/... and no ICRC field",
         "IBA Vol 1 Annex A14.6.1: XRC requests carry an XRCETH (XRC SRQ number) before the RC headers",
         "wire-formats.md §3, §12.2",
-        _has_opcode(lambda op: 0xA0 <= op <= 0xBF),
+        _has_opcode(lambda op: op >> 5 == Transport.XRC),
     ),
     WiresharkDefect(
         "rd-as-dc",
@@ -116,7 +122,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "and (for 0x51) no RDETH, so every field after the BTH is misplaced",
         "IBA Vol 1 9.3.1 and table 38: RD packets carry RDETH (+ DETH on requests) after a 12-byte BTH",
         "wire-formats.md §2.4, §5.2, §12.3",
-        _has_opcode(lambda op: 0x40 <= op <= 0x5F),
+        _has_opcode(lambda op: op >> 5 == Transport.RD),
     ),
     WiresharkDefect(
         "fecn-becn",
@@ -146,7 +152,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "so filters match, which a reader must not take for a RETH",
         "IBA Vol 1 9.3.4: AtomicETH = VA(64) R_Key(32) Swap/Add(64) Compare(64)",
         "wire-formats.md §5.2 item 3, §12.6",
-        _has_opcode(lambda op: op & 0x1F in (0x13, 0x14) and op >> 5 in (0, 2, 5)),
+        _has_opcode(lambda op: _op_of(op) in (Op.CMP_SWAP, Op.FETCH_ADD)),
         kinds=("naming",),
     ),
     WiresharkDefect(
@@ -207,7 +213,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "Wireshark 4.0 does not know FLUSH or ATOMIC WRITE (4.4 does): 'Unknown OpCode', rest as vendor",
         "IBA Memory Placement Extensions (Annex A19): FLUSH = FETH + RETH; ATOMIC WRITE = RETH + 8 bytes",
         "wire-formats.md §3, §12.12",
-        _has_opcode(lambda op: op in (0x1C, 0x1D, 0x5C, 0xBC, 0xBD)),
+        _has_opcode(lambda op: _op_of(op) in (Op.FLUSH, Op.ATOMIC_WRITE)),
     ),
     WiresharkDefect(
         "cm-path-pktrate",

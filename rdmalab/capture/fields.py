@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import BTH
-from rdmalab.wire.opcodes import opcode_name
+from rdmalab.wire.opcodes import CNP_OPCODE, opcode_name
 
 if TYPE_CHECKING:
     from rdmalab.capture.reader import CapturedPacket
@@ -116,7 +116,7 @@ def packet_fields(pkt: Packet, out: dict[str, Any], *, raw: bool = False, skip: 
     bth = pkt.get(BTH)
     if bth is not None:
         _add(out, "rdmalab.opcode", opcode_name(bth.opcode))
-        if bth.opcode == 0x81:
+        if bth.opcode == CNP_OPCODE:
             _add(out, "rdmalab.cnp", 1)
     if pkt.crc is not None:
         if pkt.crc_kind == "icrc":

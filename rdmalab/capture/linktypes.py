@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import ClassVar, Self
 
 from rdmalab.wire.errors import DecodeError, MalformedError, TruncatedError
-from rdmalab.wire.frame import decode_after_ethertype, decode_ethernet, decode_ip
+from rdmalab.wire.frame import decode_after_ethertype, decode_ethernet, decode_ib, decode_ip
 from rdmalab.wire.header import F, Header, Layout, layout
-from rdmalab.wire.packet import Layer, Packet, decode_ib
+from rdmalab.wire.packet import Layer, Packet
 
 LINKTYPE_ETHERNET = 1
 LINKTYPE_RAW = 101

@@ -11,9 +11,10 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from rdmalab.wire.frame import decode_ethernet, encode_rocev1, encode_rocev2, encode_tcp_frame
+from rdmalab.wire.frame import decode_ethernet, decode_ib, encode_rocev1, encode_rocev2, encode_tcp_frame
 from rdmalab.wire.ib import BTH, GRH, LRH, RETH
-from rdmalab.wire.packet import Packet, decode_ib, encode_ib
+from rdmalab.wire.opcodes import Op, Pos, Transport, find_opcode
+from rdmalab.wire.packet import Packet, encode_ib
 
 PAYLOAD = b"Hello, RDMA!"
 VA = 0x7F00_0000_1000
@@ -45,7 +46,7 @@ def one_write(payload: bytes = PAYLOAD, *, va: int = VA, rkey: int = RKEY, qpn: 
     """The same RDMA WRITE (``payload`` to ``va``/``rkey``) on native IB, RoCEv1, RoCEv2 and iWARP."""
     from rdmalab.wire.iwarp import decode_fpdu, encode_fpdu, rdma_write
 
-    bth = BTH(opcode=0x0A, destqp=qpn, psn=psn, ackreq=1)
+    bth = BTH(opcode=find_opcode(Transport.RC, Op.RDMA_WRITE, Pos.ONLY), destqp=qpn, psn=psn, ackreq=1)
     reth = RETH(va=va, r_key=rkey, dma_length=len(payload))
     ib = encode_ib(bth, [reth], payload, lrh=LRH(sl=0, dlid=0x0002, slid=0x0001))
     v1 = encode_rocev1(bth, [reth], payload, grh=GRH(sgid=_gid(SRC_IP), dgid=_gid(DST_IP), hoplmt=64))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rdmalab.lab.pair import Pair
+from rdmalab.wire.opcodes import OPCODES
 
 
 def _e() -> Any:
@@ -64,7 +65,7 @@ def retransmitted(pair: Pair) -> list[Any]:
     seen: set[tuple[str, int | None]] = set()
     out = []
     for ev in pair.trace:
-        if ev.kind != "sent" or ev.opcode is None or ev.opcode in (0x11, 0x12) or 0x0D <= ev.opcode <= 0x10:
+        if ev.kind != "sent" or ev.opcode is None or OPCODES[ev.opcode].is_response:
             continue
         key = (ev.node, ev.psn)
         if key in seen:

@@ -16,10 +16,9 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import NoPayload, Packet, Raw
 
-from rdmalab.wire.frame import decode_ethernet, decode_ip
+from rdmalab.wire.frame import decode_ethernet, decode_ib, decode_ip
 from rdmalab.wire.header import Header
 from rdmalab.wire.packet import Packet as RdPacket
-from rdmalab.wire.packet import decode_ib
 
 from ._gen import binding_for_layer
 from .ib import LRH

@@ -37,7 +37,7 @@ from scapy.packet import Packet, Raw, bind_bottom_up, bind_layers, bind_top_down
 from rdmalab.wire import crc as _crc
 from rdmalab.wire import ib
 from rdmalab.wire.header import Header
-from rdmalab.wire.opcodes import OPCODES, OpcodeInfo
+from rdmalab.wire.opcodes import OPCODES, Op, OpcodeInfo, Transport, find_opcode
 
 from ._gen import make_layer, register
 
@@ -238,7 +238,7 @@ def install_bindings() -> None:
     roce.BTH.payload_guess = [({}, IBNext)] + [g for g in roce.BTH.payload_guess if g[1] is not IBNext]
     bind_bottom_up(roce.AETH, IBNext)  # AETH -> AtomicAckETH (0x12) or payload
     # Building BTH()/AETH() without an opcode: RC Acknowledge, not contrib's last-bound RD one.
-    bind_top_down(roce.BTH, roce.AETH, opcode=0x11)
+    bind_top_down(roce.BTH, roce.AETH, opcode=find_opcode(Transport.RC, Op.ACKNOWLEDGE))
     # RoCEv2 wins over DNS (UDP's default sport is 53): move the dport=4791 binding first.
     _add_opcode_names()
     entry = ({"dport": ROCEV2_PORT}, roce.BTH)

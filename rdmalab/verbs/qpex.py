@@ -209,8 +209,8 @@ class QP(_qp.QP):
             raise PyverbsRDMAError("Failed to post send: a BIND_MW request needs set_bind_wr(mw, bind_info)",
                                    errno.EINVAL)
         # The bind executes after every earlier WQE (rxe_requester handles it in order): let them finish.
-        self.dev.scheduler.progress(lambda: not self.sq)
-        if self.sq:
+        self.dev.scheduler.progress(lambda: not self.engine.sq)
+        if self.engine.sq:
             raise PyverbsRDMAError("Failed to post BIND_MW: earlier work requests did not complete", errno.EBUSY)
         why = mw.check_bind(self, info.mr, info.addr, info.length, info.mw_access_flags)
         if why is None and info.length and info.mr is not None and self.dev.mrs.get(info.mr.lkey >> 8) is not info.mr:

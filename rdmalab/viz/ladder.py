@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rdmalab.wire.opcodes import OPCODES, Op, opcode_name
+from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, opcode_name
 
 COLOURS = {
     "request": "#1565c0",
@@ -236,7 +236,7 @@ def _fmt_time(ns: int) -> str:
 def _kind_of(opcode: int | None, syndrome: Any = None) -> str:
     if opcode is None:
         return "other"
-    if opcode == 0x81:
+    if opcode == CNP_OPCODE:
         return "cnp"
     info = OPCODES.get(opcode)
     if info is None:

@@ -3,45 +3,36 @@
 * :func:`packet_builder`: choose an opcode and edit BTH/RETH fields and the payload; the frame
   is re-encoded with :func:`rdmalab.wire.encode_rocev2`, and the hex dump and the ICRC
   walkthrough are redrawn on every change.
-* :func:`transfer_runner`: MTU, loss, message size, operation and seed sliders; each change
-  runs the soft engine (:class:`rdmalab.lab.pair.Pair`) and redraws the ladder and PSN plot.
 
-The work is done by plain functions (:func:`build_frame`, :func:`run_transfer`) that return the
-same objects the notebooks display statically, so a widget never computes anything the static
-pages cannot show.  Callbacks need a live kernel; in the book, the notebooks show the static
-output of the same functions instead.
+The work is done by a plain function (:func:`build_frame`) that returns the same objects the
+notebooks display statically, so a widget never computes anything the static pages cannot
+show.  This module reads packets and never drives the engine: the transfer runner, which runs
+the soft engine, is :func:`rdmalab.lab.transfer.transfer_runner`.  Callbacks need a live
+kernel; in the book, the notebooks show the static output of the same functions instead.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from rdmalab.viz.crcsteps import icrc_steps
 from rdmalab.viz.hexdump import hexdump
-from rdmalab.viz.ladder import from_trace
-from rdmalab.viz.plots import psn_time
+from rdmalab.wire.frame import decode_ethernet, encode_rocev2
 from rdmalab.wire.header import Header
+from rdmalab.wire.ib import AETH, BTH, DETH, RETH, AtomicETH, CNPPad, ImmDt
+from rdmalab.wire.opcodes import OPCODES
+from rdmalab.wire.packet import Packet
 
-BUILDER_OPCODES = {
-    "RC SEND Only": 0x04,
-    "RC SEND Only with Immediate": 0x05,
-    "RC RDMA WRITE Only": 0x0A,
-    "RC RDMA WRITE Only with Immediate": 0x0B,
-    "RC RDMA READ Request": 0x0C,
-    "RC Acknowledge": 0x11,
-    "RC FetchAdd": 0x14,
-    "UD SEND Only": 0x64,
-    "CNP": 0x81,
-}
+#: the opcodes the builder offers, by their names in the opcode table
+BUILDER_OPCODES = {name: next(code for code, info in OPCODES.items() if info.name == name) for name in (
+    "RC SEND Only", "RC SEND Only with Immediate", "RC RDMA WRITE Only", "RC RDMA WRITE Only with Immediate",
+    "RC RDMA READ Request", "RC Acknowledge", "RC FetchAdd", "UD SEND Only", "CNP")}
 
 
-def build_frame(opcode: int = 0x0A, *, destqp: int = 0x11, psn: int = 0, ackreq: bool = True, se: bool = False,
-                fecn: bool = False, becn: bool = False, va: int = 0x1000, rkey: int = 0x42, imm: int = 0,
-                payload: bytes = b"hello", ecn: int = 0) -> Any:
+def build_frame(opcode: int = BUILDER_OPCODES["RC RDMA WRITE Only"], *, destqp: int = 0x11, psn: int = 0,
+                ackreq: bool = True, se: bool = False, fecn: bool = False, becn: bool = False, va: int = 0x1000,
+                rkey: int = 0x42, imm: int = 0, payload: bytes = b"hello", ecn: int = 0) -> Packet:
     """A decoded RoCEv2 frame for ``opcode`` with the given field values (extended headers filled in)."""
-    from rdmalab.wire import AETH, BTH, DETH, OPCODES, RETH, AtomicETH, CNPPad, ImmDt, decode_ethernet, encode_rocev2
-
     info = OPCODES[opcode]
     headers: list[Header] = []
     for cls in info.headers:
@@ -64,49 +55,15 @@ def build_frame(opcode: int = 0x0A, *, destqp: int = 0x11, psn: int = 0, ackreq:
     return decode_ethernet(frame)
 
 
-@dataclass
-class TransferResult:
-    pair: Any
-    completions: list[Any]
-
-    @property
-    def ladder(self) -> Any:
-        return from_trace(self.pair.trace, nodes=[self.pair.a.name, self.pair.b.name])
-
-    @property
-    def psn_plot(self) -> Any:
-        return psn_time(self.pair.trace)
-
-
-def run_transfer(*, op: str = "WRITE", size: int = 8192, mtu: int = 1024, loss: float = 0.0,
-                 seed: int = 1) -> TransferResult:
-    """Run one RDMA WRITE, READ or SEND of ``size`` bytes on a fresh seeded pair."""
-    import rdmalab.verbs.enums as e
-    from rdmalab.lab.pair import Pair
-    from rdmalab.verbs.wr import SGE, RecvWR, SendWR
-
-    pair = Pair(seed=seed, mtu=mtu, loss=loss, size=max(size, 4096))
-    a, b = pair.a, pair.b
-    opcode = {"WRITE": e.IBV_WR_RDMA_WRITE, "READ": e.IBV_WR_RDMA_READ, "SEND": e.IBV_WR_SEND}[op]
-    if op == "SEND":
-        b.qp.post_recv(RecvWR(wr_id=9, num_sge=1, sg=[SGE(b.mr.buf, size, b.mr.lkey)]))
-    wr = SendWR(wr_id=1, opcode=opcode, num_sge=1, sg=[SGE(a.mr.buf, size, a.mr.lkey)])
-    if op != "SEND":
-        wr.set_wr_rdma(b.mr.rkey, b.mr.buf)
-    a.qp.post_send(wr)
-    wcs = [a.poll()]
-    pair.run()
-    return TransferResult(pair, wcs + b.completions())
-
-
 def packet_builder() -> Any:
     """An interactive RoCEv2 packet builder: every change re-encodes the frame and its ICRC."""
-    import ipywidgets as w
+    import ipywidgets as w  # optional dependency (the "notebook" extra): imported only when a widget is made
     from IPython import display as ipd
 
     display: Any = ipd.display
 
-    opcode = w.Dropdown(options=list(BUILDER_OPCODES.items()), value=0x0A, description="opcode")
+    opcode = w.Dropdown(options=list(BUILDER_OPCODES.items()), value=BUILDER_OPCODES["RC RDMA WRITE Only"],
+                        description="opcode")
     destqp = w.BoundedIntText(value=0x11, min=0, max=0xFFFFFF, description="DestQP")
     psn = w.BoundedIntText(value=0, min=0, max=0xFFFFFF, description="PSN")
     ackreq = w.Checkbox(value=True, description="AckReq")
@@ -138,33 +95,3 @@ def packet_builder() -> Any:
         c.observe(redraw, names="value")
     redraw()
     return w.VBox([w.HBox([w.VBox(controls[:6]), w.VBox(controls[6:])]), out])
-
-
-def transfer_runner() -> Any:
-    """Sliders for operation, message size, MTU, loss and seed; each change re-runs the engine."""
-    import ipywidgets as w
-    from IPython import display as ipd
-
-    display: Any = ipd.display
-
-    op = w.ToggleButtons(options=["WRITE", "READ", "SEND"], value="WRITE", description="operation")
-    size = w.IntSlider(value=8192, min=64, max=65536, step=64, description="bytes", continuous_update=False)
-    mtu = w.SelectionSlider(options=[256, 512, 1024, 2048, 4096], value=1024, description="MTU",
-                            continuous_update=False)
-    loss = w.FloatSlider(value=0.0, min=0.0, max=0.3, step=0.01, description="loss", continuous_update=False)
-    seed = w.IntSlider(value=1, min=0, max=50, description="seed", continuous_update=False)
-    out = w.Output()
-
-    def redraw(_: Any = None) -> None:
-        out.clear_output(wait=True)
-        with out:
-            res = run_transfer(op=op.value, size=size.value, mtu=mtu.value, loss=loss.value, seed=seed.value)
-            stats = {k: v for k, v in res.pair.fabric.stats.items() if v}
-            print("completions:", [str(wc) for wc in res.completions], "| fabric:", stats)
-            display(res.ladder)
-            display(res.psn_plot)
-
-    for c in (op, size, mtu, loss, seed):
-        c.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox([op]), w.HBox([size, mtu]), w.HBox([loss, seed]), out])

@@ -11,8 +11,8 @@ layer.
 :class:`CMMessage` is a whole CM MAD (header, message, private data) with convenient properties
 (``src_ip``/``dst_ip``/``src_port``/``dst_port`` for rdma_cm REQs) and ``encode()`` to the 256
 bytes; ``build_req`` / ``build_rep`` / ``build_rtu`` / ``build_dreq`` / ``build_drep`` /
-``build_rej`` / ``build_mra`` make the messages rdma_cm exchanges, and :func:`gsi_frame` wraps
-one in a RoCEv2 UD SEND Only to QP1.
+``build_rej`` / ``build_mra`` make the messages rdma_cm exchanges, and
+:func:`rdmalab.wire.frame.gsi_frame` wraps one in a RoCEv2 UD SEND Only to QP1.
 
 Layouts follow IBA Vol 1 release 1.4 12.6.5-12.6.11 and 12.11 (SIDR), cross-checked against
 Linux ``include/rdma/ibta_vol1_c12.h``; Wireshark names are those of ``packet-infiniband.c``
@@ -22,8 +22,9 @@ Linux ``include/rdma/ibta_vol1_c12.h``; Wireshark names are those of ``packet-in
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from rdmalab.wire.errors import DecodeError, EncodeError, MalformedError, TruncatedError
 from rdmalab.wire.header import F, Header, Layout, layout
@@ -42,13 +43,12 @@ from rdmalab.wire.mad import (
     MAD_SIZE,
     METHOD_SEND,
     MGMT_CLASS_CM,
+    ClassDecoder,
     MADHeader,
     Report,
     decode_mad_layers,
 )
-
-if TYPE_CHECKING:
-    from rdmalab.wire.packet import Packet
+from rdmalab.wire.packet import Layer, Packet, _problem
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 AddressLike = str | int | ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -281,6 +281,13 @@ class IPCMHeader(Header):
     @property
     def dst_address(self) -> IPAddress:
         return self._address(self.dst_ip)
+
+    def info(self, headers: Sequence[Header]) -> str | None:
+        """``10.0.0.2:35360 -> 10.0.0.1:7174``: the port comes from the message's service ID."""
+        sid = next((v for v in (getattr(h, "service_id", None) for h in headers) if isinstance(v, int)), None)
+        port = parse_ip_cm_service_id(sid) if sid is not None else None
+        dst = f"{self.dst_address}:{port[1]}" if port else str(self.dst_address)
+        return f"{self.src_address}:{self.src_port} -> {dst}"
 
     def describe(self, field: str) -> str:
         if field == "src_ip":
@@ -918,7 +925,7 @@ class CMMessage:
                 raise err
             problems.append(err)
 
-        layers, pos = decode_mad_layers(raw, offset, end, report)
+        layers, pos = decode_mad_layers(raw, offset, end, report, MAD_CLASSES)
         mad = next((h for h, _ in layers if isinstance(h, MADHeader)), None)
         body = next((h for h, _ in layers if isinstance(h, CMBody)), None)
         ip_cm = next((h for h, _ in layers if isinstance(h, IPCMHeader)), None)
@@ -1180,18 +1187,24 @@ def build_mra(msg: CMMessage, *, local_comm_id: int = 0, service_timeout: int = 
     return cm_mad(body, msg.tid, private_data)
 
 
-def gsi_frame(msg: CMMessage | bytes, *, psn: int = 0, src_qp: int = 1, dst_qp: int = 1, p_key: int = 0xFFFF,
-              **rocev2: Any) -> bytes:
-    """A RoCEv2 Ethernet frame carrying ``msg`` as a UD SEND Only to QP1 (Q_Key 0x80010000).
+#: the management classes whose data rdmalab decodes beyond the MAD header
+MAD_CLASSES: dict[int, ClassDecoder] = {MGMT_CLASS_CM: decode_cm_layers}
 
-    ``rocev2`` goes to :func:`rdmalab.wire.frame.encode_rocev2` (``src_ip``, ``dst_ip``, MACs ...).
+
+def decode_mad_payload(data: bytes, pkt: Packet, *, lenient: bool) -> None:
+    """Decode ``pkt``'s payload as a MAD: append its headers, leave the rest as payload.
+
+    The caller has checked :func:`rdmalab.wire.mad.carries_mad`.  CM MADs are decoded down to
+    their messages (:data:`MAD_CLASSES`).
     """
-    from rdmalab.wire.frame import encode_rocev2
-    from rdmalab.wire.ib import BTH, DETH, GSI_QKEY
+    start = pkt.payload_offset
+    end = start + pkt.payload_length
 
-    payload = msg.encode() if isinstance(msg, CMMessage) else bytes(msg)
-    bth = BTH(opcode=UD_SEND_ONLY, p_key=p_key, destqp=dst_qp, psn=psn)
-    return encode_rocev2(bth, [DETH(q_key=GSI_QKEY, src_qp=src_qp)], payload, **rocev2)
+    def report(err: DecodeError) -> None:
+        _problem(pkt, err, lenient)
 
+    found, pos = decode_mad_layers(data, start, end, report, MAD_CLASSES)
+    for header, at in found:
+        pkt.layers.append(Layer(header, at))
+    pkt.payload_offset, pkt.payload_length = pos, max(0, end - pos)
 
-UD_SEND_ONLY = 0x64  # IBA Vol 1 9.2, table 38: UD SEND Only

@@ -1,5 +1,9 @@
 """Frames: Ethernet (with VLAN tags), IPv4/IPv6, UDP and TCP, down to the RDMA headers.
 
+This is the top of :mod:`rdmalab.wire` (declarations -> packets -> MAD/CM -> frames): it
+decodes whole frames (``decode_ethernet``, ``decode_ip``, ``decode_ib`` for native IB from the
+LRH, RoCEv1 after its EtherType), including the MADs that QP0/QP1 datagrams carry.
+
 ``decode_ethernet`` recognises RoCEv1 (EtherType 0x8915, IBA Annex A16) and RoCEv2 (UDP
 destination port 4791 over IPv4 or IPv6, any source port, IBA Annex A17).  TCP segments are
 decoded to their payload; iWARP framing needs the byte stream, which
@@ -11,11 +15,27 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
+from typing import Any
 
 from rdmalab.wire import crc as _crc
-from rdmalab.wire.errors import MalformedError, TruncatedError
+from rdmalab.wire.cm import CMMessage, decode_mad_payload
+from rdmalab.wire.errors import DecodeError, MalformedError, TruncatedError
 from rdmalab.wire.header import Header
-from rdmalab.wire.ib import BTH, GRH
+from rdmalab.wire.ib import (
+    BTH,
+    DETH,
+    GRH,
+    GRH_NXTHDR_IBA,
+    GSI_QKEY,
+    LNH_IBA_GLOBAL,
+    LNH_IBA_LOCAL,
+    LRH,
+    Op,
+    Pos,
+    Transport,
+    find_opcode,
+)
+from rdmalab.wire.mad import carries_mad
 from rdmalab.wire.net import (
     ETHERTYPE_IPV4,
     ETHERTYPE_IPV6,
@@ -33,7 +53,7 @@ from rdmalab.wire.net import (
     IPv6,
     tcp_checksum,
 )
-from rdmalab.wire.packet import Layer, Packet, _problem, decode_grh_packet, decode_transport, encode_transport, guarded
+from rdmalab.wire.packet import Layer, Packet, _problem, decode_transport, encode_transport, guarded
 
 AddressLike = str | int | ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -129,7 +149,7 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         udp_end = min(end, pos + udp.length) if udp.length >= 8 else end
         if udp.dport in ports:
             pkt.encap = "rocev2"
-            crc_at = decode_transport(data, pkt, pos + 8, udp_end, 4, lenient=lenient)
+            crc_at = _transport(data, pkt, pos + 8, udp_end, 4, lenient)
             pkt.crc_offset, pkt.crc_kind = crc_at, "icrc"
             pkt.crc = int.from_bytes(data[crc_at : crc_at + 4], "little")
             pkt.crc_expected = _crc.icrc_rocev2(data[ip_start:crc_at])
@@ -147,6 +167,84 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         pkt.payload_offset, pkt.payload_length = start, end - start
     else:
         pkt.payload_offset, pkt.payload_length = pos, end - pos
+
+
+def _transport(data: bytes, pkt: Packet, offset: int, end: int, trailer: int, lenient: bool) -> int:
+    """The transport headers (:func:`rdmalab.wire.packet.decode_transport`), then the MAD a
+    datagram to or from QP0/QP1 carries (QP0/QP1 are UD QPs whose messages are MADs, IBA Vol 1 13.5.1)."""
+    crc_at = decode_transport(data, pkt, offset, end, trailer, lenient=lenient)
+    deth = pkt.get(DETH)
+    bth = pkt.get(BTH)
+    if deth is not None and bth is not None and carries_mad(bth.opcode, bth.destqp, deth.src_qp, pkt.payload_length):
+        decode_mad_payload(data, pkt, lenient=lenient)
+    return crc_at
+
+
+# ============================================================================ native IB and RoCEv1
+
+
+def decode_ib(data: bytes | bytearray | memoryview, *, lenient: bool = False, has_vcrc: bool = True) -> Packet:
+    """Decode a native InfiniBand packet starting at its LRH (as an ERF type 21 record carries)."""
+    raw = bytes(data)
+    pkt = Packet(raw, encap="ib")
+    return guarded(pkt, lenient, lambda: _decode_ib(raw, pkt, lenient, has_vcrc))
+
+
+def _decode_ib(data: bytes, pkt: Packet, lenient: bool, has_vcrc: bool) -> None:
+    lrh = LRH.decode(data, 0)
+    pkt.layers.append(Layer(lrh, 0))
+    trailer = 6 if has_vcrc else 4
+    end = len(data)
+    length = lrh.pktlen * 4
+    if length and length + (2 if has_vcrc else 0) != end:
+        err: DecodeError = MalformedError("LRH", "pktlen", 4, lrh.pktlen,
+                             f"{(end - (2 if has_vcrc else 0)) // 4} words for a {end}-byte packet")
+        if length + (2 if has_vcrc else 0) > end:
+            err = TruncatedError("LRH", "pktlen", 4, lrh.pktlen, f"{length} bytes, but only {end} captured")
+        _problem(pkt, err, lenient)
+    pos = 8
+    if lrh.lnh == LNH_IBA_GLOBAL:
+        grh = GRH.decode(data, pos)
+        pkt.layers.append(Layer(grh, pos))
+        for p in grh.check(pos):
+            _problem(pkt, p, lenient)
+        pos += 40
+    elif lrh.lnh != LNH_IBA_LOCAL:
+        _problem(pkt, MalformedError("LRH", "lnh", 1, lrh.lnh, "2 (BTH) or 3 (GRH); raw and IPv6 not decoded"),
+                 lenient)
+        pkt.payload_offset, pkt.payload_length = pos, end - pos
+        return
+    crc_at = _transport(data, pkt, pos, end, trailer, lenient)
+    pkt.crc_offset, pkt.crc_kind = crc_at, "icrc"
+    pkt.crc = int.from_bytes(data[crc_at : crc_at + 4], "little")
+    pkt.crc_expected = _crc.icrc_ib(data[:crc_at])
+    if has_vcrc:
+        pkt.vcrc = int.from_bytes(data[crc_at + 4 : crc_at + 6], "little")
+        pkt.vcrc_expected = _crc.vcrc(data[: crc_at + 4])
+
+
+
+def decode_grh_packet(data: bytes, pkt: Packet, offset: int, *, lenient: bool) -> None:
+    """RoCEv1: GRH, BTH ... ICRC (no VCRC), from ``offset`` to the end of ``data``."""
+    grh = GRH.decode(data, offset)
+    pkt.layers.append(Layer(grh, offset))
+    for p in grh.check(offset):
+        _problem(pkt, p, lenient)
+    if grh.nxthdr != GRH_NXTHDR_IBA:
+        _problem(pkt, MalformedError("GRH", "nxthdr", offset + 6, grh.nxthdr, "0x1b (IBA transport)"), lenient)
+        pkt.payload_offset, pkt.payload_length = offset + 40, len(data) - offset - 40
+        return
+    end = len(data)
+    if grh.paylen and offset + 40 + grh.paylen != end:
+        if offset + 40 + grh.paylen > end:
+            _problem(pkt, TruncatedError("GRH", "paylen", offset + 4, grh.paylen,
+                                         f"{grh.paylen} bytes after the GRH, {end - offset - 40} captured"), lenient)
+        else:
+            end = offset + 40 + grh.paylen  # Ethernet padding after the packet
+    crc_at = _transport(data, pkt, offset + 40, end, 4, lenient)
+    pkt.crc_offset, pkt.crc_kind = crc_at, "icrc"
+    pkt.crc = int.from_bytes(data[crc_at : crc_at + 4], "little")
+    pkt.crc_expected = _crc.icrc_rocev1(data[offset:crc_at])
 
 
 # ============================================================================ encoding
@@ -272,3 +370,17 @@ def encode_tcp_frame(
     tcp = tcp.replace(checksum=tcp_checksum(ip, segment))
     eth = Ethernet(dst=dst_mac, src=src_mac, ethertype=ETHERTYPE_IPV4)
     return eth.encode() + ip.encode() + tcp.encode() + bytes(payload)
+
+
+_UD_SEND_ONLY = find_opcode(Transport.UD, Op.SEND, Pos.ONLY)
+
+
+def gsi_frame(msg: CMMessage | bytes, *, psn: int = 0, src_qp: int = 1, dst_qp: int = 1, p_key: int = 0xFFFF,
+              **rocev2: Any) -> bytes:
+    """A RoCEv2 Ethernet frame carrying ``msg`` as a UD SEND Only to QP1 (Q_Key 0x80010000).
+
+    ``rocev2`` goes to :func:`encode_rocev2` (``src_ip``, ``dst_ip``, MACs ...).
+    """
+    payload = msg.encode() if isinstance(msg, CMMessage) else bytes(msg)
+    bth = BTH(opcode=_UD_SEND_ONLY, p_key=p_key, destqp=dst_qp, psn=psn)
+    return encode_rocev2(bth, [DETH(q_key=GSI_QKEY, src_qp=src_qp)], payload, **rocev2)

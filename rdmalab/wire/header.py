@@ -27,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
@@ -244,6 +245,11 @@ class Header:
     def ws_fields(self) -> dict[str, int]:
         """Wireshark display-filter name -> integer value, for the fields Wireshark has."""
         return {f.ws: getattr(self, f.name) for f in self.LAYOUT.fields if f.ws}
+
+    def info(self, headers: Sequence[Header]) -> str | None:
+        """What this header adds to the one-line summary of the packet whose ``headers`` it is
+        among (``Packet.summary``), or None.  MAD and CM headers override it."""
+        return None
 
     def summary(self) -> str:
         """One short line, e.g. for a packet list."""

@@ -13,15 +13,13 @@ calls for a payload addressed to QP0/QP1.  Wireshark display-filter names are th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from rdmalab.wire.errors import DecodeError, MalformedError, TruncatedError
 from rdmalab.wire.header import F, Header, Layout, layout
-
-if TYPE_CHECKING:
-    from rdmalab.wire.packet import Packet
+from rdmalab.wire.ib import Transport
 
 MAD_SIZE = 256  # IBA Vol 1 13.4.2: every MAD is 256 bytes
 MAD_HEADER_SIZE = 24
@@ -274,6 +272,9 @@ class MADHeader(Header):
     def attr_name(self) -> str:
         return attribute_name(self.mgmt_class, self.attr_id)
 
+    def info(self, headers: Sequence[Header]) -> str | None:
+        return f"MAD {self.class_name} {self.method_name} {self.attr_name}"
+
     def describe(self, field: str) -> str:
         if field == "mgmt_class":
             return f"{self.class_name} (0x{self.mgmt_class:02x})"
@@ -387,16 +388,20 @@ WIRESHARK_QUIRKS: dict[str, str] = {
 
 
 Report = Callable[[DecodeError], None]
+#: decodes a management class's data after the MAD header: ``(mad, data, offset, end, report)``
+#: -> ``([(header, offset), ...], where the undecoded rest starts)``
+ClassDecoder = Callable[["MADHeader", bytes, int, int, Report], tuple[list[tuple[Header, int]], int]]
 
 
 def decode_mad_layers(
-    data: bytes, offset: int, end: int, report: Report
+    data: bytes, offset: int, end: int, report: Report, classes: Mapping[int, ClassDecoder] | None = None,
 ) -> tuple[list[tuple[Header, int]], int]:
     """Decode the MAD in ``data[offset:end]`` into headers.
 
     Returns ``[(header, absolute offset), ...]`` and the offset where the undecoded rest (private
     data, class data) begins.  Each problem is passed to ``report``, which raises (strict) or
-    records it (lenient); a truncation stops decoding where it happened.
+    records it (lenient); a truncation stops decoding where it happened.  ``classes`` decodes
+    the data of the management classes it names (:data:`rdmalab.wire.cm.MAD_CLASSES` adds CM).
     """
     out: list[tuple[Header, int]] = []
     if end - offset < MAD_HEADER_SIZE:
@@ -420,10 +425,8 @@ def decode_mad_layers(
         for p in rmpp.check(pos):
             report(p)
         pos += RMPP_HEADER_SIZE
-    elif mad.mgmt_class == MGMT_CLASS_CM:
-        from rdmalab.wire.cm import decode_cm_layers
-
-        more, pos = decode_cm_layers(mad, data, pos, end, report)
+    elif classes and mad.mgmt_class in classes:
+        more, pos = classes[mad.mgmt_class](mad, data, pos, end, report)
         out.extend(more)
     return out, pos
 
@@ -436,27 +439,8 @@ def carries_mad(opcode: int, destqp: int, src_qp: int, payload_length: int) -> b
     requester) is taken for a MAD only when it is MAD-sized, so that other datagrams from a QP
     numbered 0 pass untouched.
     """
-    if opcode >> 5 != 3 or payload_length == 0:  # 3: the UD transport bits
+    if opcode >> 5 != Transport.UD or payload_length == 0:  # opcode bits 7-5: the transport
         return False
     if destqp <= GSI_QPN:
         return True  # a short one is a truncated MAD, and decoding says so
     return src_qp <= GSI_QPN and payload_length == MAD_SIZE
-
-
-def decode_mad_payload(data: bytes, pkt: Packet, *, lenient: bool) -> None:
-    """Decode ``pkt``'s payload as a MAD: append its headers, leave the rest as payload.
-
-    The caller has checked :func:`carries_mad`.
-    """
-    from rdmalab.wire.packet import Layer, _problem
-
-    start = pkt.payload_offset
-    end = start + pkt.payload_length
-
-    def report(err: DecodeError) -> None:
-        _problem(pkt, err, lenient)
-
-    found, pos = decode_mad_layers(data, start, end, report)
-    for header, at in found:
-        pkt.layers.append(Layer(header, at))
-    pkt.payload_offset, pkt.payload_length = pos, max(0, end - pos)

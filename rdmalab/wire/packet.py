@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from rdmalab.wire import crc as _crc
 from rdmalab.wire.errors import DecodeError, EncodeError, MalformedError, TruncatedError
 from rdmalab.wire.header import Header, Span
-from rdmalab.wire.ib import BTH, DETH, GRH, GRH_NXTHDR_IBA, LNH_IBA_GLOBAL, LNH_IBA_LOCAL, LRH
+from rdmalab.wire.ib import AETH, BTH, DETH, GRH, LNH_IBA_GLOBAL, LNH_IBA_LOCAL, LRH, RETH, AtomicETH, ImmDt
 from rdmalab.wire.opcodes import OPCODES, opcode_name
 
 H = TypeVar("H", bound=Header)
@@ -135,9 +135,44 @@ class Packet:
 
     def summary(self) -> str:
         """One line: what a packet list shows (tshark's Info column, in our words)."""
-        from rdmalab.wire.summary import summarize
-
-        return summarize(self)
+        bth = self.get(BTH)
+        if bth is None:
+            hook = self.extra.get("summary")
+            if isinstance(hook, str):
+                return hook
+            names = [layer.name for layer in self.layers]
+            return " / ".join(names) + (f" ({self.payload_length} bytes)" if self.payload_length else "")
+        parts = [f"{opcode_name(bth.opcode)} QP=0x{bth.destqp:06x} PSN={bth.psn}"]
+        for flag, word in ((bth.ackreq, "A"), (bth.se, "SE"), (bth.fecn, "FECN"), (bth.becn, "BECN")):
+            if flag:
+                parts.append(word)
+        reth = self.get(RETH)
+        if reth is not None:
+            parts.append(f"VA=0x{reth.va:x} rkey=0x{reth.r_key:x} len={reth.dma_length}")
+        atomic = self.get(AtomicETH)
+        if atomic is not None:
+            parts.append(f"VA=0x{atomic.va:x} rkey=0x{atomic.r_key:x} swap/add=0x{atomic.swap_add:x} "
+                         f"cmp=0x{atomic.compare:x}")
+        aeth = self.get(AETH)
+        if aeth is not None:
+            parts.append(f"[{aeth.syndrome_text()}] MSN={aeth.msn}")
+        deth = self.get(DETH)
+        if deth is not None:
+            parts.append(f"QKey=0x{deth.q_key:08x} SrcQP=0x{deth.src_qp:06x}")
+        imm = self.get(ImmDt)
+        if imm is not None:
+            parts.append(f"Imm=0x{imm.imm:08x}")
+        headers = list(self.headers())
+        infos = [text for h in headers if (text := h.info(headers)) is not None]  # MAD, CM
+        if infos:
+            parts.append(" ".join(infos))
+        elif self.payload_length:
+            parts.append(f"payload={self.payload_length}")
+        if self.crc_status == "bad":
+            parts.append("[BAD ICRC]")
+        if self.problems:
+            parts.append(f"[{len(self.problems)} problem(s): {self.problems[0]}]")
+        return " ".join(parts)
 
 
 # ============================================================================ IB transport
@@ -202,12 +237,6 @@ def decode_transport(
         pkt.payload_offset, pkt.payload_length = pos, body
         return crc_at
     pkt.payload_offset, pkt.payload_length, pkt.pad = pos, body - bth.padcnt, bth.padcnt
-    deth = pkt.get(DETH)  # QP0/QP1 are UD QPs whose messages are MADs (IBA Vol 1 13.5.1)
-    if deth is not None:
-        from rdmalab.wire.mad import carries_mad, decode_mad_payload
-
-        if carries_mad(bth.opcode, bth.destqp, deth.src_qp, pkt.payload_length):
-            decode_mad_payload(data, pkt, lenient=lenient)
     return crc_at
 
 
@@ -247,46 +276,6 @@ def guarded(pkt: Packet, lenient: bool, fn: Callable[[], None]) -> Packet:
     return pkt
 
 
-def decode_ib(data: bytes | bytearray | memoryview, *, lenient: bool = False, has_vcrc: bool = True) -> Packet:
-    """Decode a native InfiniBand packet starting at its LRH (as an ERF type 21 record carries)."""
-    raw = bytes(data)
-    pkt = Packet(raw, encap="ib")
-    return guarded(pkt, lenient, lambda: _decode_ib(raw, pkt, lenient, has_vcrc))
-
-
-def _decode_ib(data: bytes, pkt: Packet, lenient: bool, has_vcrc: bool) -> None:
-    lrh = LRH.decode(data, 0)
-    pkt.layers.append(Layer(lrh, 0))
-    trailer = 6 if has_vcrc else 4
-    end = len(data)
-    length = lrh.pktlen * 4
-    if length and length + (2 if has_vcrc else 0) != end:
-        err: DecodeError = MalformedError("LRH", "pktlen", 4, lrh.pktlen,
-                             f"{(end - (2 if has_vcrc else 0)) // 4} words for a {end}-byte packet")
-        if length + (2 if has_vcrc else 0) > end:
-            err = TruncatedError("LRH", "pktlen", 4, lrh.pktlen, f"{length} bytes, but only {end} captured")
-        _problem(pkt, err, lenient)
-    pos = 8
-    if lrh.lnh == LNH_IBA_GLOBAL:
-        grh = GRH.decode(data, pos)
-        pkt.layers.append(Layer(grh, pos))
-        for p in grh.check(pos):
-            _problem(pkt, p, lenient)
-        pos += 40
-    elif lrh.lnh != LNH_IBA_LOCAL:
-        _problem(pkt, MalformedError("LRH", "lnh", 1, lrh.lnh, "2 (BTH) or 3 (GRH); raw and IPv6 not decoded"),
-                 lenient)
-        pkt.payload_offset, pkt.payload_length = pos, end - pos
-        return
-    crc_at = decode_transport(data, pkt, pos, end, trailer, lenient=lenient)
-    pkt.crc_offset, pkt.crc_kind = crc_at, "icrc"
-    pkt.crc = int.from_bytes(data[crc_at : crc_at + 4], "little")
-    pkt.crc_expected = _crc.icrc_ib(data[:crc_at])
-    if has_vcrc:
-        pkt.vcrc = int.from_bytes(data[crc_at + 4 : crc_at + 6], "little")
-        pkt.vcrc_expected = _crc.vcrc(data[: crc_at + 4])
-
-
 def encode_ib(
     bth: BTH,
     headers: Sequence[Header] = (),
@@ -312,26 +301,3 @@ def encode_ib(
     if vcrc:
         raw += _crc.vcrc(raw).to_bytes(2, "little")
     return raw
-
-
-def decode_grh_packet(data: bytes, pkt: Packet, offset: int, *, lenient: bool) -> None:
-    """RoCEv1: GRH, BTH ... ICRC (no VCRC), from ``offset`` to the end of ``data``."""
-    grh = GRH.decode(data, offset)
-    pkt.layers.append(Layer(grh, offset))
-    for p in grh.check(offset):
-        _problem(pkt, p, lenient)
-    if grh.nxthdr != GRH_NXTHDR_IBA:
-        _problem(pkt, MalformedError("GRH", "nxthdr", offset + 6, grh.nxthdr, "0x1b (IBA transport)"), lenient)
-        pkt.payload_offset, pkt.payload_length = offset + 40, len(data) - offset - 40
-        return
-    end = len(data)
-    if grh.paylen and offset + 40 + grh.paylen != end:
-        if offset + 40 + grh.paylen > end:
-            _problem(pkt, TruncatedError("GRH", "paylen", offset + 4, grh.paylen,
-                                         f"{grh.paylen} bytes after the GRH, {end - offset - 40} captured"), lenient)
-        else:
-            end = offset + 40 + grh.paylen  # Ethernet padding after the packet
-    crc_at = decode_transport(data, pkt, offset + 40, end, 4, lenient=lenient)
-    pkt.crc_offset, pkt.crc_kind = crc_at, "icrc"
-    pkt.crc = int.from_bytes(data[crc_at : crc_at + 4], "little")
-    pkt.crc_expected = _crc.icrc_rocev1(data[offset:crc_at])

@@ -13,8 +13,8 @@ import pytest
 
 import rdmalab.verbs.enums as e
 from rdmalab.fabric import Fabric
+from rdmalab.fabric.harness import Pair
 from rdmalab.verbs.device import Context, get_device_list
-from rdmalab.verbs.harness import Pair
 from rdmalab.wire import decode_ethernet
 
 
@@ -135,7 +135,7 @@ def test_tshark_decodes_a_mixed_run_without_malformed_packets(tmp_path: Path) ->
 def test_received_events_keep_the_sent_packet_id() -> None:
     """Packets that cross the fabric as bytes (faults on) keep their id, so a ladder diagram can
     pair each arrival with its departure."""
-    from rdmalab.verbs.harness import Pair
+    from rdmalab.fabric.harness import Pair
 
     fab = Fabric(seed=3, mtu=1024)
     fab.set_faults(loss=0.1, duplicate=0.1)

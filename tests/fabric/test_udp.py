@@ -90,7 +90,7 @@ LIVE = textwrap.dedent("""
     from rdmalab.verbs import enums as e
     from rdmalab.verbs.addr import AHAttr, GlobalRoute
     from rdmalab.verbs.device import Context
-    from rdmalab.verbs.harness import ALL_ACCESS, Endpoint
+    from rdmalab.fabric.harness import ALL_ACCESS, Endpoint
     from rdmalab.verbs.qp import QPAttr, QPCap
     from rdmalab.verbs.wr import SendWR
     fa = UdpFabric("lo", "127.0.0.1", name="a", poll_wait=0)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import rdmalab.verbs.enums as e
-from rdmalab.verbs.harness import ALL_ACCESS, Pair
+from rdmalab.fabric.harness import ALL_ACCESS, Pair
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from rdmalab.verbs.wr import SGE, SendWR

@@ -9,7 +9,7 @@ import pytest
 
 import rdmalab.verbs.enums as e
 from rdmalab.fabric import Fabric
-from rdmalab.verbs.harness import Pair
+from rdmalab.fabric.harness import Pair
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.wr import SGE, SendWR
 
@@ -93,7 +93,7 @@ def test_atomics() -> None:
         (1, 0, e.IBV_WC_FETCH_ADD), (2, 0, e.IBV_WC_COMP_SWAP), (3, 0, e.IBV_WC_COMP_SWAP)]
     assert struct.unpack("=3Q", p.a.mr.read(24, 0)) == (40, 42, 1000)
     assert struct.unpack("=Q", p.b.mr.read(8, 64)) == (1000,)
-    assert p.b.qp.atomics_executed == 3
+    assert p.b.qp.engine.resp.atomics_executed == 3
 
 
 def test_local_inv(connected: Pair) -> None:
@@ -164,7 +164,7 @@ def test_psn_wraps_around(connected: Pair) -> None:
     q.b.recv()
     q.send(q.a, e.IBV_WR_SEND, length=100, wr_id=2)
     assert [w.status for w in q.wait(q.a.cq, 2)] == [0, 0]
-    assert q.a.qp.req_psn == (0xFFFFFD + 7) & 0xFFFFFF
+    assert q.a.qp.engine.req.psn == (0xFFFFFD + 7) & 0xFFFFFF
     q.run()
     assert q.b.mr.read(6000, 0)[:100] == b"z" * 100
 

@@ -23,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import rdmalab.verbs.enums as e
 from rdmalab.fabric import Fabric
-from rdmalab.verbs.harness import Pair
+from rdmalab.fabric.harness import Pair
 
 REMOTE = 1 << 15  # B's memory under test: [0, REMOTE)
 ATOMIC_BASE = REMOTE - 256  # atomics within the last 256 bytes (8-byte aligned)
@@ -154,7 +154,7 @@ class RCUnderFaults(RuleBasedStateMachine):
             assert p.a.mr.read(len(data), at) == data
         for (at, data), wc in zip(self.expect_recv, recvs, strict=True):
             assert wc.byte_len == len(data) and p.b.mr.read(len(data), at) == data
-        assert p.b.qp.atomics_executed == self.atomics  # no atomic executed twice
+        assert p.b.qp.engine.resp.atomics_executed == self.atomics  # no atomic executed twice
 
 
 RCUnderFaults.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)

@@ -7,9 +7,9 @@ import errno
 import pytest
 
 import rdmalab.verbs.enums as e
+from rdmalab.fabric.harness import Pair
 from rdmalab.verbs.addr import AHAttr, GlobalRoute
 from rdmalab.verbs.engine import qpstate
-from rdmalab.verbs.harness import Pair
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 
@@ -33,7 +33,7 @@ def test_created_in_reset_and_pyverbs_shortcuts() -> None:
                                      (e.IBV_QPS_INIT, e.IBV_QPS_RTS), (e.IBV_QPS_RTR, e.IBV_QPS_RTR)])
 def test_illegal_transitions_fail_with_einval(cur: int, new: int) -> None:
     qp = fresh()
-    qp.qp_state = cur
+    qp.engine.qp_state = cur  # force the state the test starts from
     attr = QPAttr(qp_state=new)
     with pytest.raises(PyverbsRDMAError) as err:
         qp.modify(attr, e.IBV_QP_STATE)
@@ -68,7 +68,7 @@ def test_roce_needs_a_grh() -> None:
 def test_value_checks() -> None:
     p = Pair(connect=False)
     qp = p.a.qp
-    qp.qp_state = e.IBV_QPS_SQD  # SQD -> SQD accepts TIMEOUT and PATH_MTU
+    qp.engine.qp_state = e.IBV_QPS_SQD  # SQD -> SQD accepts TIMEOUT and PATH_MTU
     attr = QPAttr(qp_state=e.IBV_QPS_SQD)
     attr.timeout = 40
     with pytest.raises(PyverbsRDMAError, match="timeout 40 > 31"):
@@ -86,7 +86,7 @@ def test_every_legal_edge_of_the_table_is_accepted() -> None:
             req, _opt = masks[qp_type]
             p = Pair(qp_type=qp_type, connect=False)
             qp = p.a.qp
-            qp.qp_state = cur
+            qp.engine.qp_state = cur  # force the state the test starts from
             attr = QPAttr(qp_state=new)
             attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=p.b.gid, sgid_index=1))
             if req & e.IBV_QP_CUR_STATE:
@@ -137,7 +137,7 @@ def test_reset_clears_and_allows_reconnect() -> None:
     p.b.recv(wr_id=1)
     for x in (p.a, p.b):
         x.qp.modify(QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)
-    assert len(p.b.qp.rq) == 0 and len(p.b.cq) == 0  # RESET drops queues without completions
+    assert len(p.b.qp.engine.rq) == 0 and len(p.b.cq) == 0  # RESET drops queues without completions
     for x in (p.a, p.b):
         a = QPAttr(port_num=1)
         a.qp_access_flags = p.settings["qp_access"]

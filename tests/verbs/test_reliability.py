@@ -6,7 +6,7 @@ import struct
 
 import rdmalab.verbs.enums as e
 from rdmalab.fabric import Fabric
-from rdmalab.verbs.harness import Pair
+from rdmalab.fabric.harness import Pair
 from rdmalab.wire.opcodes import OPCODES, Op
 
 
@@ -45,7 +45,7 @@ def test_duplicated_requests_execute_once() -> None:
     assert all(w.status == 0 for w in p.wait(p.a.cq, 6))
     assert struct.unpack("=Q", p.b.mr.read(8, 0)) == (5,)
     assert sorted(struct.unpack("=5Q", p.a.mr.read(40, 0))) == [0, 1, 2, 3, 4]
-    assert p.b.qp.atomics_executed == 5
+    assert p.b.qp.engine.resp.atomics_executed == 5
     assert p.b.ctx.device.counters["duplicate_request"] >= 5
     assert len(p.wait(p.b.cq, 2)) == 1  # the duplicated SEND completed once
 
@@ -60,7 +60,7 @@ def test_lost_atomic_ack_is_replayed_not_reexecuted() -> None:
     assert [w.status for w in wcs] == [0] * 8
     assert struct.unpack("=Q", p.b.mr.read(8, 64)) == (80,)
     assert sorted(struct.unpack("=8Q", p.a.mr.read(64, 0))) == list(range(0, 80, 10))
-    assert p.b.qp.atomics_executed == 8 and p.b.ctx.device.counters["duplicate_request"] > 0
+    assert p.b.qp.engine.resp.atomics_executed == 8 and p.b.ctx.device.counters["duplicate_request"] > 0
 
 
 def test_lost_read_responses_are_replayed() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rdmalab.viz.widgets import BUILDER_OPCODES, build_frame, run_transfer
+from rdmalab.viz.widgets import BUILDER_OPCODES, build_frame
 
 
 @pytest.mark.parametrize("name", list(BUILDER_OPCODES))
@@ -14,20 +14,13 @@ def test_builder_encodes_every_offered_opcode_with_a_good_icrc(name: str) -> Non
 
 
 def test_marking_ecn_does_not_change_the_icrc() -> None:
-    assert build_frame(0x04, ecn=0).crc == build_frame(0x04, ecn=3).crc
-    assert build_frame(0x04, psn=1).crc != build_frame(0x04, psn=2).crc
+    send = BUILDER_OPCODES["RC SEND Only"]
+    assert build_frame(send, ecn=0).crc == build_frame(send, ecn=3).crc
+    assert build_frame(send, psn=1).crc != build_frame(send, psn=2).crc
 
 
-@pytest.mark.parametrize("op", ["WRITE", "READ", "SEND"])
-def test_transfer_runner_function(op: str) -> None:
-    res = run_transfer(op=op, size=3000, mtu=1024, loss=0.0, seed=2)
-    assert res.completions[0].status == 0
-    assert len(res.ladder.arrows) >= 3
-    assert "<svg" in res.psn_plot.to_svg()
-
-
-def test_widgets_build_without_a_frontend() -> None:
+def test_packet_builder_builds_without_a_frontend() -> None:
     pytest.importorskip("ipywidgets")
-    from rdmalab.viz.widgets import packet_builder, transfer_runner
+    from rdmalab.viz.widgets import packet_builder
 
-    assert packet_builder().children and transfer_runner().children
+    assert packet_builder().children

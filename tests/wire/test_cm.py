@@ -46,11 +46,11 @@ from rdmalab.wire.cm import (
     build_req,
     build_rtu,
     cm_mad,
-    gsi_frame,
     ip_cm_service_id,
     parse_ip_cm_service_id,
 )
 from rdmalab.wire.errors import DecodeError, EncodeError, MalformedError, TruncatedError
+from rdmalab.wire.frame import gsi_frame
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import BTH, DETH
 from rdmalab.wire.mad import MADHeader

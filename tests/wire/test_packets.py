@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from rdmalab.wire import crc, ib
 from rdmalab.wire.errors import DecodeError, EncodeError, MalformedError, TruncatedError
-from rdmalab.wire.frame import decode_ethernet, decode_ip, encode_rocev1, encode_rocev2
+from rdmalab.wire.frame import decode_ethernet, decode_ib, decode_ip, encode_rocev1, encode_rocev2
 from rdmalab.wire.header import Header
 from rdmalab.wire.opcodes import OPCODES, Op, Pos, Transport, find_opcode
-from rdmalab.wire.packet import decode_ib, encode_ib, encode_transport
+from rdmalab.wire.packet import encode_ib, encode_transport
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
 

@@ -47,6 +47,7 @@ def _port(answer: Any) -> str:
 ))
 def _psn(answer: Any) -> str:
     from rdmalab.wire.net import IPv4
+    from rdmalab.wire.opcodes import OPCODES, Transport
 
     msgs = cm_messages()
     req = next(m for _, m in msgs if m.name == "REQ")
@@ -56,7 +57,8 @@ def _psn(answer: Any) -> str:
     first: dict[str, int] = {}
     for cp in capture.read(capture_path("rxe_rping.pcap")):
         bth = cp.packet.bth
-        if bth is None or bth.opcode >> 5 != 0 or bth.opcode in (0x11, 0x12) or 0x0D <= bth.opcode <= 0x10:
+        info = OPCODES.get(bth.opcode) if bth is not None else None
+        if bth is None or info is None or info.transport != Transport.RC or info.is_response:
             continue
         first.setdefault(cp.packet[IPv4].describe("src"), bth.psn)
     want = {}

@@ -75,13 +75,14 @@ def _cnp(answer: Any) -> str:
     from rdmalab.wire.frame import decode_ethernet
     from rdmalab.wire.ib import BTH
     from rdmalab.wire.net import UDP, IPv4
+    from rdmalab.wire.opcodes import CNP_OPCODE
 
     got = as_bytes(answer, "your CNP")
     pkt = decode_ethernet(got, lenient=True)
     bth = pkt.get(BTH)
     if pkt.encap != "rocev2" or bth is None:
         raise Wrong("Your frame does not decode as RoCEv2 (IPv4, UDP to port 4791, BTH).", offset=34)
-    if bth.opcode != 0x81:
+    if bth.opcode != CNP_OPCODE:
         raise Wrong(f"BTH.opcode is 0x{bth.opcode:02x}; a CNP has the opcode RoCEv2 reserves for it.",
                     field="BTH.opcode", offset=42)
     ip = pkt[IPv4]

@@ -17,11 +17,11 @@ NB = "09-reliability"
 ))
 def _nak(answer: Any) -> str:
     from rdmalab.lab import scenarios
-    from rdmalab.wire.ib import AETH
+    from rdmalab.wire.ib import AETH, BTH
 
     p = scenarios.nak_run()
     nak = next(pk for pk in p.packets() if AETH in pk and pk[AETH].is_nak)
-    code, psn = nak[AETH].nak_name, nak.bth.psn
+    code, psn = nak[AETH].nak_name, nak[BTH].psn
     lost = [ev.psn for ev in p.trace if ev.kind == "dropped"]
     if not isinstance(answer, dict) or set(answer) != {"code", "resend_from", "lost"}:
         raise Wrong("Give a dict with keys 'code' (the NAK's name), 'resend_from' (a PSN) and 'lost' (the PSN "

@@ -93,7 +93,7 @@ def send_opcodes(length: int, mtu: int) -> list[str]:
     p.b.qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(p.b.mr.buf, p.b.mr.length, p.b.mr.lkey)]))
     p.a.qp.post_send(SendWR(wr_id=2, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(p.a.mr.buf, length, p.a.mr.lkey)]))
     p.a.poll()
-    return [ev.opcode_name for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name]
+    return [ev.opcode_name for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name and ev.opcode_name]
 
 
 @exercise("send.opcodes", "The packets of a 5000-byte SEND at MTU 1024", notebook="03-send-receive", hints=(
@@ -201,6 +201,7 @@ def _read_program(answer: Any) -> str:
     import random
 
     from rdmalab.lab.pair import Pair
+    from rdmalab.wire.opcodes import Op, Transport, find_opcode
 
     if not callable(answer):
         raise Wrong("Give the function itself (read_remote), not its result.")
@@ -212,7 +213,7 @@ def _read_program(answer: Any) -> str:
         raise Wrong("Your function returned nothing: return the bytes you read.")
     got = bytes(got)
     sent = [ev for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name]
-    if not any(ev.opcode == 0x0C for ev in sent):
+    if not any(ev.opcode == find_opcode(Transport.RC, Op.RDMA_READ_REQUEST) for ev in sent):
         raise Wrong("A never sent an RDMA READ Request: the bytes did not come over the wire by a READ.",
                     field="BTH.opcode")
     if any(ev.kind == "completed" and ev.node == p.b.name for ev in p.trace):
@@ -232,6 +233,7 @@ def _read_program(answer: Any) -> str:
 def _read_responses(answer: Any) -> str:
     from rdmalab.lab.pair import Pair
     from rdmalab.verbs.wr import SGE, SendWR
+    from rdmalab.wire.opcodes import OPCODES, Op
 
     e = _e()
     p = Pair(mtu=4096)
@@ -239,7 +241,8 @@ def _read_responses(answer: Any) -> str:
     wr.set_wr_rdma(p.b.mr.rkey, p.b.mr.buf)
     p.a.qp.post_send(wr)
     p.a.poll()
-    want = sum(1 for ev in p.trace if ev.kind == "sent" and ev.node == p.b.name and 0x0D <= (ev.opcode or 0) <= 0x10)
+    want = sum(1 for ev in p.trace if ev.kind == "sent" and ev.node == p.b.name and ev.opcode is not None
+               and OPCODES[ev.opcode].op == Op.RDMA_READ_RESPONSE)
     got = as_int(answer, "the number of READ responses")
     if got == want:
         return f"Yes: {want} responses (ceil(10000 / 4096)), First, Middle, Last."
@@ -298,6 +301,7 @@ def _atomic_final(answer: Any) -> str:
 ))
 def _lock(answer: Any) -> str:
     from rdmalab.lab.pair import Pair
+    from rdmalab.wire.opcodes import Op, Transport, find_opcode
 
     if not callable(answer):
         raise Wrong("Give the function itself (try_lock).")
@@ -311,7 +315,7 @@ def _lock(answer: Any) -> str:
         raise Wrong(f"The second call returned {second!r}; the lock was taken, so it must return False.")
     if word != 1:
         raise Wrong(f"B's lock word (offset 64) is {word}; after acquiring it should be 1.", offset=64)
-    if not any(ev.opcode == 0x13 for ev in p.trace if ev.kind == "sent"):
+    if not any(ev.opcode == find_opcode(Transport.RC, Op.CMP_SWAP) for ev in p.trace if ev.kind == "sent"):
         raise Wrong("No CmpSwap was sent: a read-then-write is not atomic.", field="BTH.opcode")
     return "Acquired once, refused the second time, lock word = 1: an atomic test-and-set across the network."
 

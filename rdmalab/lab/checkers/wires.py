@@ -9,11 +9,12 @@ from rdmalab.lab.core import Wrong, exercise
 from rdmalab.lab.env import capture_path
 from rdmalab.lab.feedback import as_bytes, as_int, compare_header, norm_name
 from rdmalab.wire.ib import BTH
+from rdmalab.wire.opcodes import Op, Pos, Transport, find_opcode
 
 NB = "07-four-wires"
 
 #: The BTH the exercise asks for (the notebook states these values in words).
-BTH_TASK = BTH(opcode=0x04, se=1, padcnt=3, p_key=0xFFFF, destqp=0x0000D2, ackreq=1, psn=0x1234)
+BTH_TASK = BTH(opcode=find_opcode(Transport.RC, Op.SEND, Pos.ONLY), se=1, padcnt=3, p_key=0xFFFF, destqp=0x0000D2, ackreq=1, psn=0x1234)
 
 
 @exercise("wires.bth", "Build a BTH by hand", notebook=NB, hints=(

@@ -16,24 +16,21 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import requester
 from rdmalab.verbs.engine.memory import scatter
 from rdmalab.verbs.engine.packet import INFO, Pkt, psn_add, psn_diff
+from rdmalab.verbs.engine.qpcore import QPCore
 from rdmalab.verbs.engine.wqe import ATOMICS, READ_ATOMIC
 from rdmalab.wire.ib import NAK_INVALID_REQUEST, NAK_PSN_SEQUENCE_ERROR, NAK_REMOTE_ACCESS_ERROR, RNR_TIMER_US
 from rdmalab.wire.opcodes import Op, Pos
-
-if TYPE_CHECKING:
-    from rdmalab.verbs.qp import QP
 
 _READY = (e.IBV_QPS_RTS, e.IBV_QPS_SQD, e.IBV_QPS_SQE)
 _NAK_STATUS = {NAK_INVALID_REQUEST: e.IBV_WC_REM_INV_REQ_ERR, NAK_REMOTE_ACCESS_ERROR: e.IBV_WC_REM_ACCESS_ERR}
 
 
-def on_response(qp: QP, pkt: Pkt) -> None:
+def on_response(qp: QPCore, pkt: Pkt) -> None:
     if qp.qp_state not in _READY or qp.qp_type != e.IBV_QPT_RC:
         qp.dev._drop(pkt, f"completer not ready (QP in {qp.qp_state_name})")
         return
@@ -44,18 +41,18 @@ def on_response(qp: QP, pkt: Pkt) -> None:
     _after(qp)
 
 
-def _one(qp: QP, pkt: Pkt) -> None:
+def _one(qp: QPCore, pkt: Pkt) -> None:
     info = INFO[pkt.opcode]
     psn = pkt.psn
     aeth = pkt.aeth
     if qp.dev.tracing:
         qp.dev.trace(qp.qp_num, "acked", psn, pkt.opcode, syndrome=aeth.syndrome_text() if aeth else None)
-    if psn_diff(psn, qp.req_psn) >= 0:
+    if psn_diff(psn, qp.req.psn) >= 0:
         return  # a "ghost" response for a PSN never sent
     if info.op == Op.ACKNOWLEDGE:
         assert aeth is not None
         if aeth.is_ack:
-            if psn_diff(psn, qp.comp_psn) >= 0:
+            if psn_diff(psn, qp.comp.psn) >= 0:
                 _complete_through(qp, psn)
         elif aeth.is_rnr_nak:
             _rnr(qp, psn, aeth.value)
@@ -67,14 +64,14 @@ def _one(qp: QP, pkt: Pkt) -> None:
         _atomic_ack(qp, pkt)
 
 
-def _progress(qp: QP, new_comp: int) -> None:
-    if psn_diff(new_comp, qp.comp_psn) > 0:
-        qp.comp_psn = new_comp
-        qp.retry_left = qp.attr.retry_cnt
-        qp.rnr_left = qp.attr.rnr_retry
+def _progress(qp: QPCore, new_comp: int) -> None:
+    if psn_diff(new_comp, qp.comp.psn) > 0:
+        qp.comp.psn = new_comp
+        qp.comp.retry_left = qp.retry_cnt
+        qp.comp.rnr_left = qp.rnr_retry
 
 
-def _complete_through(qp: QP, psn: int) -> bool:
+def _complete_through(qp: QPCore, psn: int) -> bool:
     """Complete SEND/WRITE WQEs up to ``psn``; False if a READ/atomic in between is missing (implied NAK)."""
     sq = qp.sq
     while sq and sq[0].started and psn_diff(psn, sq[0].last_psn) >= 0:
@@ -92,12 +89,12 @@ def _complete_through(qp: QP, psn: int) -> bool:
     return True
 
 
-def _read_response(qp: QP, pkt: Pkt, pos: Pos | None) -> None:
+def _read_response(qp: QPCore, pkt: Pkt, pos: Pos | None) -> None:
     psn = pkt.psn
     if not _complete_through(qp, psn_add(psn, -1)) and qp.qp_state not in _READY:
         return
     sq = qp.sq
-    if not sq or psn != qp.comp_psn:
+    if not sq or psn != qp.comp.psn:
         return  # stale or out of order: ignored, the timer will recover
     w = sq[0]
     if w.opcode != e.IBV_WR_RDMA_READ or not w.started:
@@ -115,12 +112,12 @@ def _read_response(qp: QP, pkt: Pkt, pos: Pos | None) -> None:
         qp.complete_send(w)
 
 
-def _atomic_ack(qp: QP, pkt: Pkt) -> None:
+def _atomic_ack(qp: QPCore, pkt: Pkt) -> None:
     psn = pkt.psn
     if not _complete_through(qp, psn_add(psn, -1)) and qp.qp_state not in _READY:
         return
     sq = qp.sq
-    if not sq or psn != qp.comp_psn or sq[0].opcode not in ATOMICS or sq[0].first_psn != psn:
+    if not sq or psn != qp.comp.psn or sq[0].opcode not in ATOMICS or sq[0].first_psn != psn:
         return
     w = sq[0]
     assert w.dest is not None and pkt.atomic_ack is not None
@@ -130,36 +127,36 @@ def _atomic_ack(qp: QP, pkt: Pkt) -> None:
     qp.complete_send(w)
 
 
-def _rnr(qp: QP, psn: int, timer: int) -> None:
-    if psn_diff(psn, qp.comp_psn) < 0:
+def _rnr(qp: QPCore, psn: int, timer: int) -> None:
+    if psn_diff(psn, qp.comp.psn) < 0:
         return
     qp.dev.counters["rcvd_rnr_err"] += 1
     _complete_through(qp, psn_add(psn, -1))
     if qp.qp_state not in _READY or not qp.sq:
         return
-    if qp.attr.rnr_retry != 7:
-        if qp.rnr_left <= 0:
+    if qp.rnr_retry != 7:
+        if qp.comp.rnr_left <= 0:
             qp.dev.counters["retry_rnr_exceeded_err"] += 1
             qp.fail_wqe(qp.sq[0], e.IBV_WC_RNR_RETRY_EXC_ERR)
             return
-        qp.rnr_left -= 1
-    qp.rnr_wait = True
-    qp.timer_armed = False
+        qp.comp.rnr_left -= 1
+    qp.req.rnr_wait = True
+    qp.comp.timer_armed = False
     qp.dev.schedule(RNR_TIMER_US[timer] * 1000, _rnr_fire, (qp, qp.gen))
 
 
-def _rnr_fire(arg: tuple[QP, int]) -> None:
+def _rnr_fire(arg: tuple[QPCore, int]) -> None:
     qp, gen = arg
-    if gen != qp.gen or not qp.rnr_wait:
+    if gen != qp.gen or not qp.req.rnr_wait:
         return
-    qp.rnr_wait = False
+    qp.req.rnr_wait = False
     if qp.qp_state in _READY:
         _go_back(qp, "RNR NAK")
         _after(qp)
 
 
-def _nak(qp: QP, psn: int, code: int) -> None:
-    if psn_diff(psn, qp.comp_psn) < 0:
+def _nak(qp: QPCore, psn: int, code: int) -> None:
+    if psn_diff(psn, qp.comp.psn) < 0:
         return
     if code == NAK_PSN_SEQUENCE_ERROR:
         qp.dev.counters["rcvd_seq_err"] += 1
@@ -174,37 +171,37 @@ def _nak(qp: QP, psn: int, code: int) -> None:
     qp.fail_wqe(qp.sq[0], _NAK_STATUS.get(code, e.IBV_WC_REM_OP_ERR))
 
 
-def on_timeout(qp: QP) -> None:
-    if qp.qp_state not in _READY or qp.rnr_wait:
+def on_timeout(qp: QPCore) -> None:
+    if qp.qp_state not in _READY or qp.req.rnr_wait:
         return
     if qp.sq and qp.sq[0].started:
         _retry(qp, "timeout")
         _after(qp)
 
 
-def _retry(qp: QP, why: str) -> None:
+def _retry(qp: QPCore, why: str) -> None:
     if not (qp.sq and qp.sq[0].started):
         return
-    if qp.attr.retry_cnt != 7:  # rxe: 7 means retry forever
-        if qp.retry_left <= 0:
+    if qp.retry_cnt != 7:  # rxe: 7 means retry forever
+        if qp.comp.retry_left <= 0:
             qp.dev.counters["retry_exceeded_err"] += 1
             qp.fail_wqe(qp.sq[0], e.IBV_WC_RETRY_EXC_ERR)
             return
-        qp.retry_left -= 1
+        qp.comp.retry_left -= 1
     qp.dev.counters["completer_retry_err"] += 1
     _go_back(qp, why)
 
 
-def _go_back(qp: QP, why: str) -> None:
+def _go_back(qp: QPCore, why: str) -> None:
     """Go-back-N: resend from ``comp_psn`` (rxe ``req_retry``)."""
     if qp.dev.tracing:
-        qp.dev.trace(qp.qp_num, "retransmitted", qp.comp_psn, None, reason=why)
+        qp.dev.trace(qp.qp_num, "retransmitted", qp.comp.psn, None, reason=why)
     mtu = qp.mtu
     for w in qp.sq:
         if not w.started:
             break
-        d = psn_diff(qp.comp_psn, w.first_psn)
-        if d > 0 and psn_diff(qp.comp_psn, w.last_psn) <= 0:
+        d = psn_diff(qp.comp.psn, w.first_psn)
+        if d > 0 and psn_diff(qp.comp.psn, w.last_psn) <= 0:
             w.next_pkt = 0 if w.opcode in READ_ATOMIC else d
             if w.opcode == e.IBV_WR_RDMA_READ:
                 w.read_off = d * mtu
@@ -212,16 +209,16 @@ def _go_back(qp: QP, why: str) -> None:
             w.next_pkt = 0
             if w.opcode == e.IBV_WR_RDMA_READ:
                 w.read_off = 0
-    qp.req_idx = 0
-    qp.noack = 0
-    qp.timer_armed = False
+    qp.req.wqe_index = 0
+    qp.req.noack_pkts = 0
+    qp.comp.timer_armed = False
 
 
-def _after(qp: QP) -> None:
+def _after(qp: QPCore) -> None:
     if qp.qp_state not in _READY:
         return
-    if qp.sq and qp.sq[0].started and not qp.rnr_wait:
+    if qp.sq and qp.sq[0].started and not qp.req.rnr_wait:
         qp.arm_timer(restart=True)
     else:
-        qp.timer_armed = False
+        qp.comp.timer_armed = False
     requester.run(qp)

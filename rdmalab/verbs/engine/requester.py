@@ -13,17 +13,13 @@ the oldest unacknowledged PSN, and this loop sends them again with the same PSNs
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine.memory import AccessError, gather, local_views
 from rdmalab.verbs.engine.packet import Pkt, opcode, psn_add, psn_diff
+from rdmalab.verbs.engine.qpcore import QPCore
 from rdmalab.verbs.engine.wqe import ATOMICS, READ_ATOMIC, SUPPORTED, SendWQE
 from rdmalab.wire.ib import DETH, IETH, RETH, AtomicETH, ImmDt
 from rdmalab.wire.opcodes import Op, Pos, Transport
-
-if TYPE_CHECKING:
-    from rdmalab.verbs.qp import QP
 
 WINDOW = 128  # RXE_MAX_UNACKED_PSNS
 ACK_EVERY = 64  # RXE_MAX_PKT_PER_ACK: AckReq at least every 64 packets
@@ -32,14 +28,14 @@ _SEND_OPS = {e.IBV_WR_SEND, e.IBV_WR_SEND_WITH_IMM, e.IBV_WR_SEND_WITH_INV}
 _IMM_OPS = {e.IBV_WR_SEND_WITH_IMM, e.IBV_WR_RDMA_WRITE_WITH_IMM}
 
 
-def run(qp: QP) -> None:
+def run(qp: QPCore) -> None:
     """Send what the send queue allows now."""
-    if qp.qp_state not in (e.IBV_QPS_RTS, e.IBV_QPS_SQD) or qp.rnr_wait:
+    if qp.qp_state not in (e.IBV_QPS_RTS, e.IBV_QPS_SQD) or qp.req.rnr_wait:
         return
     rc = qp.qp_type == e.IBV_QPT_RC
     sq = qp.sq
-    while qp.req_idx < len(sq):
-        w = sq[qp.req_idx]
+    while qp.req.wqe_index < len(sq):
+        w = sq[qp.req.wqe_index]
         if not w.started:
             if qp.qp_state != e.IBV_QPS_RTS:
                 return  # SQD: finish what was started, start nothing new
@@ -50,19 +46,19 @@ def run(qp: QP) -> None:
         if not _send(qp, w):
             return
         if rc:
-            qp.req_idx += 1
+            qp.req.wqe_index += 1
         else:
             qp.pop_head()
             qp.complete_send(w)
 
 
-def _start(qp: QP, w: SendWQE) -> bool:
+def _start(qp: QPCore, w: SendWQE) -> bool:
     """Checks before a WQE's first packet; False to stop the requester (for now or for good)."""
     op = w.opcode
-    if w.send_flags & e.IBV_SEND_FENCE and qp.rd_out:
+    if w.send_flags & e.IBV_SEND_FENCE and qp.req.rd_out:
         return False  # a fence waits for earlier READs and atomics
     if op == e.IBV_WR_LOCAL_INV:
-        if qp.req_idx:
+        if qp.req.wqe_index:
             return False  # LOCAL_INV waits for every earlier WQE
         mr = qp.dev.mrs.get(w.inv_rkey >> 8)
         if mr is None or w.inv_rkey not in (mr.lkey, mr.rkey) or mr.pd is not qp.pd:
@@ -77,9 +73,9 @@ def _start(qp: QP, w: SendWQE) -> bool:
         qp.fail_wqe(w, e.IBV_WC_LOC_QP_OP_ERR)  # rxe next_opcode() < 0
         return False
     rc = qp.qp_type == e.IBV_QPT_RC
-    if op in READ_ATOMIC and qp.rd_out >= max(1, qp.attr.max_rd_atomic):
+    if op in READ_ATOMIC and qp.req.rd_out >= max(1, qp.max_rd_atomic):
         return False
-    if rc and psn_diff(qp.req_psn, qp.comp_psn) >= WINDOW:
+    if rc and psn_diff(qp.req.psn, qp.comp.psn) >= WINDOW:
         return False
     try:
         if op in READ_ATOMIC:
@@ -99,27 +95,27 @@ def _start(qp: QP, w: SendWQE) -> bool:
         qp.complete_send(w)
         return True
     w.npkts = 1 if op in ATOMICS else max(1, -(-w.length // mtu))
-    w.first_psn = qp.req_psn
+    w.first_psn = qp.req.psn
     w.last_psn = psn_add(w.first_psn, w.npkts - 1)
-    qp.req_psn = psn_add(w.first_psn, w.npkts)
+    qp.req.psn = psn_add(w.first_psn, w.npkts)
     w.started = True
     w.next_pkt = 0
     if op in READ_ATOMIC:
         w.credit = True
-        qp.rd_out += 1
+        qp.req.rd_out += 1
     return True
 
 
-def _pkt(qp: QP, code: int, psn: int, payload: object = b"", ackreq: int = 0, se: int = 0,
+def _pkt(qp: QPCore, code: int, psn: int, payload: object = b"", ackreq: int = 0, se: int = 0,
          dgid: int | None = None, dqpn: int | None = None, dmac: int | None = None, sgid: int | None = None) -> Pkt:
-    p = Pkt(code, psn, qp.attr.dest_qp_num if dqpn is None else dqpn, qp.sgid if sgid is None else sgid,
+    p = Pkt(code, psn, qp.dest_qp_num if dqpn is None else dqpn, qp.sgid if sgid is None else sgid,
             qp.dgid if dgid is None else dgid, qp.sport, qp.dev.mac, qp.dmac if dmac is None else dmac,
             payload, ackreq, se)
     p.srcqp = qp.qp_num
     return p
 
 
-def _send(qp: QP, w: SendWQE) -> bool:
+def _send(qp: QPCore, w: SendWQE) -> bool:
     """Send the WQE's packets from ``next_pkt``; False if the window stopped it."""
     op = w.opcode
     t = _T[qp.qp_type]
@@ -132,7 +128,7 @@ def _send(qp: QP, w: SendWQE) -> bool:
         p = _pkt(qp, opcode(t, Op.RDMA_READ_REQUEST, None), psn_add(w.first_psn, done // mtu), ackreq=1)
         p.reth = RETH(va=w.remote_addr + done, r_key=w.rkey, dma_length=w.length - done)
         w.next_pkt = w.npkts
-        qp.noack = 0
+        qp.req.noack_pkts = 0
         _xmit(qp, p)
         return True
     if op in ATOMICS:
@@ -145,7 +141,7 @@ def _send(qp: QP, w: SendWQE) -> bool:
         p.atomic = AtomicETH(va=w.remote_addr, r_key=w.rkey, swap_add=swap_add & (2**64 - 1),
                              compare=compare & (2**64 - 1))
         w.next_pkt = 1
-        qp.noack = 0
+        qp.req.noack_pkts = 0
         _xmit(qp, p)
         return True
     # SEND and RDMA WRITE: segmentation by the path MTU (UD: the port MTU)
@@ -161,7 +157,7 @@ def _send(qp: QP, w: SendWQE) -> bool:
     while w.next_pkt < n:
         k = w.next_pkt
         psn = psn_add(w.first_psn, k)
-        room = WINDOW - psn_diff(psn, qp.comp_psn) if rc else n
+        room = WINDOW - psn_diff(psn, qp.comp.psn) if rc else n
         if room <= 0:
             return False
         cnt = max(1, min(n - k, room)) if burst_ok else 1
@@ -170,25 +166,25 @@ def _send(qp: QP, w: SendWQE) -> bool:
         acks: list[int] = []
         if rc and cnt > 1:  # AckReq inside a burst, where single packets would carry it
             # packet i (of the first cnt - 1) asks for an ACK when it is the ACK_EVERY-th since the last
-            first = max(0, ACK_EVERY - 1 - qp.noack)
+            first = max(0, ACK_EVERY - 1 - qp.req.noack_pkts)
             acks = list(range(first, cnt - 1, ACK_EVERY))
-            qp.noack = cnt - 2 - acks[-1] if acks else qp.noack + cnt - 1
+            qp.req.noack_pkts = cnt - 2 - acks[-1] if acks else qp.req.noack_pkts + cnt - 1
         pos_first = Pos.ONLY if n == 1 else Pos.FIRST if k == 0 else Pos.LAST if k == n - 1 else Pos.MIDDLE
         code = opcode(t, family, pos_first, imm and pos_first in (Pos.LAST, Pos.ONLY),
                       inv and pos_first in (Pos.LAST, Pos.ONLY))
         ackreq = 0
         if rc:
             if end:
-                ackreq, qp.noack = 1, 0
+                ackreq, qp.req.noack_pkts = 1, 0
             else:
-                qp.noack += 1
-                if qp.noack >= ACK_EVERY:
-                    ackreq, qp.noack = 1, 0
+                qp.req.noack_pkts += 1
+                if qp.req.noack_pkts >= ACK_EVERY:
+                    ackreq, qp.req.noack_pkts = 1, 0
         se = 1 if end and w.send_flags & e.IBV_SEND_SOLICITED and (send or imm) else 0
         data = payload[k * mtu:(last_i + 1) * mtu] if n > 1 else payload
         if ud:
             ah = w.ah
-            qkey = qp.attr.qkey if w.remote_qkey & 0x80000000 else w.remote_qkey
+            qkey = qp.qkey if w.remote_qkey & 0x80000000 else w.remote_qkey
             p = _pkt(qp, code, psn, data, 0, se, dgid=ah.dgid, dqpn=w.remote_qpn,
                      dmac=qp.dev.resolve_mac(ah.dgid) or 0, sgid=ah.sgid)
             p.deth = DETH(q_key=qkey, src_qp=qp.qp_num)
@@ -212,7 +208,7 @@ def _send(qp: QP, w: SendWQE) -> bool:
     return True
 
 
-def _xmit(qp: QP, p: Pkt) -> None:
+def _xmit(qp: QPCore, p: Pkt) -> None:
     qp.dev.transmit(p)
     if qp.qp_type == e.IBV_QPT_RC:
         qp.arm_timer()

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import socket
 import sys
-from typing import TYPE_CHECKING
 
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine.memory import AccessError, local_views, remote_view, scatter
 from rdmalab.verbs.engine.packet import INFO, Pkt, opcode, psn_add, psn_diff
+from rdmalab.verbs.engine.qpcore import QPCore
 from rdmalab.verbs.engine.wqe import RecvWQE, Resource
 from rdmalab.wire.ib import (
     AETH,
@@ -31,9 +31,6 @@ from rdmalab.wire.ib import (
 )
 from rdmalab.wire.net import IPv4, IPv6
 from rdmalab.wire.opcodes import Op, Pos, Transport
-
-if TYPE_CHECKING:
-    from rdmalab.verbs.qp import QP
 
 _READY = (e.IBV_QPS_RTR, e.IBV_QPS_RTS, e.IBV_QPS_SQD, e.IBV_QPS_SQE)
 _ACCESS = {Op.RDMA_WRITE: e.IBV_ACCESS_REMOTE_WRITE, Op.RDMA_READ_REQUEST: e.IBV_ACCESS_REMOTE_READ,
@@ -48,7 +45,7 @@ class _Drop(Exception):
     """Stop processing this packet (it was dropped or answered)."""
 
 
-def on_request(qp: QP, pkt: Pkt) -> None:
+def on_request(qp: QPCore, pkt: Pkt) -> None:
     if qp.qp_state not in _READY:
         qp.dev._drop(pkt, f"responder not ready (QP in {qp.qp_state_name})")
         return
@@ -64,7 +61,7 @@ def on_request(qp: QP, pkt: Pkt) -> None:
         pass
 
 
-def _burst(qp: QP, pkt: Pkt) -> None:
+def _burst(qp: QPCore, pkt: Pkt) -> None:
     """A burst: first and last packet through the full path, the middle ones copied in one go."""
     on_request(qp, pkt.sub(0))
     n = pkt.count
@@ -72,22 +69,22 @@ def _burst(qp: QP, pkt: Pkt) -> None:
     mid = n - 2
     mtu = pkt.mtu
     data = memoryview(pkt.payload)[mtu:(n - 1) * mtu]
-    ok = (mid > 0 and qp.qp_state in _READY and qp.resp_op is not None and qp.resp_op.op == op
-          and qp.resp_psn == psn_add(pkt.psn, 1) and not qp.uc_drop and len(data) == mid * mtu)
-    if ok and op == Op.RDMA_WRITE and qp.resp_write is not None \
-            and qp.resp_write_off + len(data) <= qp.resp_write_len:
-        qp.resp_write[qp.resp_write_off:qp.resp_write_off + len(data)] = data
-        qp.resp_write_off += len(data)
-    elif ok and op == Op.SEND and qp.resp_wqe is not None and qp.resp_wqe.views is not None \
-            and qp.resp_off + len(data) <= qp.resp_wqe.length:
-        scatter(qp.resp_wqe.views, qp.resp_off, data)
-        qp.resp_off += len(data)
+    ok = (mid > 0 and qp.qp_state in _READY and qp.resp.op is not None and qp.resp.op.op == op
+          and qp.resp.psn == psn_add(pkt.psn, 1) and not qp.resp.uc_drop and len(data) == mid * mtu)
+    if ok and op == Op.RDMA_WRITE and qp.resp.write is not None \
+            and qp.resp.write_off + len(data) <= qp.resp.write_len:
+        qp.resp.write[qp.resp.write_off:qp.resp.write_off + len(data)] = data
+        qp.resp.write_off += len(data)
+    elif ok and op == Op.SEND and qp.resp.wqe is not None and qp.resp.wqe.views is not None \
+            and qp.resp.off + len(data) <= qp.resp.wqe.length:
+        scatter(qp.resp.wqe.views, qp.resp.off, data)
+        qp.resp.off += len(data)
     else:
         for i in range(1, n - 1):
             on_request(qp, pkt.sub(i))
         on_request(qp, pkt.sub(n - 1))
         return
-    qp.resp_psn = psn_add(qp.resp_psn, mid)
+    qp.resp.psn = psn_add(qp.resp.psn, mid)
     if qp.qp_type == e.IBV_QPT_RC and pkt.acks and pkt.acks[-1] > 0:
         queue_ack(qp, psn_add(pkt.psn, pkt.acks[-1]))  # middle AckReqs, coalesced
     on_request(qp, pkt.sub(n - 1))
@@ -95,32 +92,32 @@ def _burst(qp: QP, pkt: Pkt) -> None:
 
 # ---------------------------------------------------------------------------- RC and UC
 
-def _request(qp: QP, pkt: Pkt) -> None:
+def _request(qp: QPCore, pkt: Pkt) -> None:
     info = INFO[pkt.opcode]
     rc = qp.qp_type == e.IBV_QPT_RC
     psn = pkt.psn
     if rc:
-        d = psn_diff(psn, qp.resp_psn)
+        d = psn_diff(psn, qp.resp.psn)
         if d > 0:  # a gap: one NAK per gap, later out-of-order packets dropped silently
             qp.dev.counters["out_of_seq_request"] += 1
-            if not qp.sent_psn_nak:
-                qp.sent_psn_nak = True
-                _send_aeth(qp, qp.resp_psn, AETH.nak(qp.msn, NAK_PSN_SEQUENCE_ERROR))
+            if not qp.resp.sent_psn_nak:
+                qp.resp.sent_psn_nak = True
+                _send_aeth(qp, qp.resp.psn, AETH.nak(qp.resp.msn, NAK_PSN_SEQUENCE_ERROR))
             return
         if d < 0:
             _duplicate(qp, pkt)
             return
-        qp.sent_psn_nak = False
-    elif qp.uc_drop or psn != qp.resp_psn:
+        qp.resp.sent_psn_nak = False
+    elif qp.resp.uc_drop or psn != qp.resp.psn:
         if not info.first_or_only:
-            qp.uc_drop = True
-            qp.resp_op = None
+            qp.resp.uc_drop = True
+            qp.resp.op = None
             return
-        qp.uc_drop = False
+        qp.resp.uc_drop = False
         _abandon(qp)
     op = info.op
     # CHK_OP_SEQ
-    prev = qp.resp_op
+    prev = qp.resp.op
     in_msg = prev is not None
     if in_msg and not (info.op == prev.op and info.pos in (Pos.MIDDLE, Pos.LAST)):
         if rc:
@@ -134,15 +131,15 @@ def _request(qp: QP, pkt: Pkt) -> None:
         _uc_drop(qp)
     # CHK_OP_VALID
     need = _ACCESS.get(op)
-    if need and not qp.attr.qp_access_flags & need:
+    if need and not qp.access & need:
         if rc:
             _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "QP access flags do not allow it")
         _uc_drop(qp)
     # CHK_RESOURCE
     if op in (Op.RDMA_READ_REQUEST, Op.CMP_SWAP, Op.FETCH_ADD):
-        if not qp.attr.max_dest_rd_atomic:
+        if not qp.max_dest_rd_atomic:
             _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "max_dest_rd_atomic is 0")
-        qp.sent_psn_nak = False
+        qp.resp.sent_psn_nak = False
         if op == Op.RDMA_READ_REQUEST:
             _read(qp, pkt)
         else:
@@ -155,7 +152,7 @@ def _request(qp: QP, pkt: Pkt) -> None:
             _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "payload length does not fit the MTU rules")
         _uc_drop(qp)
     needs_wqe = (op == Op.SEND and info.first_or_only) or (op == Op.RDMA_WRITE and info.imm)
-    if needs_wqe and qp.resp_wqe is None:
+    if needs_wqe and qp.resp.wqe is None:
         _take_wqe(qp, pkt, rc)
     # CHK_RKEY and EXECUTE
     if op == Op.RDMA_WRITE:
@@ -163,65 +160,65 @@ def _request(qp: QP, pkt: Pkt) -> None:
             reth = pkt.reth
             assert reth is not None
             try:
-                qp.resp_write = remote_view(qp.dev, qp.pd, reth.r_key, reth.va, reth.dma_length,
+                qp.resp.write = remote_view(qp.dev, qp.pd, reth.r_key, reth.va, reth.dma_length,
                                             e.IBV_ACCESS_REMOTE_WRITE)
             except AccessError as err:
                 if rc:
                     _fail(qp, psn, NAK_REMOTE_ACCESS_ERROR, e.IBV_WC_LOC_PROT_ERR, err.why)
                 _uc_drop(qp)
-            qp.resp_write_off, qp.resp_write_len = 0, reth.dma_length
-        view = qp.resp_write
-        off = qp.resp_write_off
-        if view is None or off + n > qp.resp_write_len or (info.last_or_only and off + n != qp.resp_write_len):
+            qp.resp.write_off, qp.resp.write_len = 0, reth.dma_length
+        view = qp.resp.write
+        off = qp.resp.write_off
+        if view is None or off + n > qp.resp.write_len or (info.last_or_only and off + n != qp.resp.write_len):
             if rc:
                 _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "WRITE length mismatch")
             _uc_drop(qp)
         assert view is not None
         view[off:off + n] = pkt.payload
-        qp.resp_write_off = off + n
+        qp.resp.write_off = off + n
     else:  # SEND
-        w = qp.resp_wqe
+        w = qp.resp.wqe
         assert w is not None and w.views is not None
-        if qp.resp_off + n > w.length:
+        if qp.resp.off + n > w.length:
             if rc:
                 _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_LOC_LEN_ERR, "receive buffer too small")
             _fail_uc(qp, e.IBV_WC_LOC_LEN_ERR)
-        scatter(w.views, qp.resp_off, pkt.payload)
-        qp.resp_off += n
-    qp.resp_psn = psn_add(psn, 1)
+        scatter(w.views, qp.resp.off, pkt.payload)
+        qp.resp.off += n
+    qp.resp.psn = psn_add(psn, 1)
     if info.last_or_only:
-        qp.resp_op = None
-        qp.msn = (qp.msn + 1) & 0xFFFFFF
+        qp.resp.op = None
+        qp.resp.msn = (qp.resp.msn + 1) & 0xFFFFFF
         if needs_wqe or op == Op.SEND:
             _complete_message(qp, pkt, info.imm, info.inv, op)
     else:
-        qp.resp_op = info
+        qp.resp.op = info
     if rc and pkt.ackreq:
         queue_ack(qp, psn)
 
 
-def _take_wqe(qp: QP, pkt: Pkt, rc: bool) -> RecvWQE:
+def _take_wqe(qp: QPCore, pkt: Pkt, rc: bool) -> RecvWQE:
     w = qp.srq.take() if qp.srq is not None else (qp.rq.popleft() if qp.rq else None)
     if w is None:
         if rc:  # RNR NAK with the responder's min_rnr_timer; the packet is not executed
             qp.dev.counters["send_rnr_err"] += 1
-            _send_aeth(qp, pkt.psn, AETH.rnr_nak(qp.msn, qp.attr.min_rnr_timer))
+            _send_aeth(qp, pkt.psn, AETH.rnr_nak(qp.resp.msn, qp.min_rnr_timer))
             raise _Drop
         _uc_drop(qp)
     assert w is not None
     try:
         w.views = local_views(qp.dev, qp.pd, w.sg, write=True)
     except AccessError:
-        qp.resp_wqe = w
+        qp.resp.wqe = w
         if rc:  # rxe RESPST_ERR_MALFORMED_WQE: class A, NAK remote operational error
             _fail(qp, pkt.psn, NAK_REMOTE_OPERATIONAL_ERROR, e.IBV_WC_LOC_QP_OP_ERR, "receive WQE has a bad SGE")
         _fail_uc(qp, e.IBV_WC_LOC_QP_OP_ERR)
-    qp.resp_wqe, qp.resp_off = w, 0
+    qp.resp.wqe, qp.resp.off = w, 0
     return w
 
 
-def _complete_message(qp: QP, pkt: Pkt, imm: bool, inv: bool, op: Op) -> None:
-    w = qp.resp_wqe
+def _complete_message(qp: QPCore, pkt: Pkt, imm: bool, inv: bool, op: Op) -> None:
+    w = qp.resp.wqe
     if w is None:
         return
     flags, value = 0, 0
@@ -235,40 +232,40 @@ def _complete_message(qp: QP, pkt: Pkt, imm: bool, inv: bool, op: Op) -> None:
         assert mr is not None
         mr.invalidate()
         flags, value = e.IBV_WC_WITH_INV, rkey
-    qp.resp_wqe = None
+    qp.resp.wqe = None
     if op == Op.RDMA_WRITE:
-        qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV_RDMA_WITH_IMM, qp.resp_write_len, value, flags,
+        qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV_RDMA_WITH_IMM, qp.resp.write_len, value, flags,
                          solicited=bool(pkt.se))
     else:
-        qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV, qp.resp_off, value, flags, solicited=bool(pkt.se))
+        qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV, qp.resp.off, value, flags, solicited=bool(pkt.se))
 
 
-def _abandon(qp: QP) -> None:
+def _abandon(qp: QPCore) -> None:
     """UC: a new message starts before the last one ended; its receive WQE is reused."""
-    qp.resp_op = None
-    qp.resp_off = 0
+    qp.resp.op = None
+    qp.resp.off = 0
 
 
-def _uc_drop(qp: QP) -> None:
-    qp.uc_drop = True
-    qp.resp_op = None
+def _uc_drop(qp: QPCore) -> None:
+    qp.resp.uc_drop = True
+    qp.resp.op = None
     raise _Drop
 
 
-def _fail_uc(qp: QP, status: int) -> None:
-    w, qp.resp_wqe = qp.resp_wqe, None
+def _fail_uc(qp: QPCore, status: int) -> None:
+    w, qp.resp.wqe = qp.resp.wqe, None
     if w is not None:
         qp.complete_recv(w, status)
     qp.to_error()
     raise _Drop
 
 
-def _fail(qp: QP, psn: int, nak: int, status: int | None, why: str) -> None:
+def _fail(qp: QPCore, psn: int, nak: int, status: int | None, why: str) -> None:
     """RC class A/C error: NAK the packet's PSN, complete the receive WQE in error, QP to ERR."""
-    _send_aeth(qp, psn, AETH.nak(qp.msn, nak))
+    _send_aeth(qp, psn, AETH.nak(qp.resp.msn, nak))
     if qp.dev.tracing:
         qp.dev.trace(qp.qp_num, "dropped", psn, None, reason=why)
-    w, qp.resp_wqe = qp.resp_wqe, None
+    w, qp.resp.wqe = qp.resp.wqe, None
     if w is not None and status is not None:
         qp.complete_recv(w, status)
     qp.to_error()
@@ -277,14 +274,14 @@ def _fail(qp: QP, psn: int, nak: int, status: int | None, why: str) -> None:
 
 # ---------------------------------------------------------------------------- READ and atomics
 
-def _add_resource(qp: QP, res: Resource) -> None:
-    if not qp.resources:
-        qp.resources = [None]
-    qp.resources[qp.res_head] = res
-    qp.res_head = (qp.res_head + 1) % len(qp.resources)
+def _add_resource(qp: QPCore, res: Resource) -> None:
+    if not qp.resp.resources:
+        qp.resp.resources = [None]
+    qp.resp.resources[qp.resp.res_head] = res
+    qp.resp.res_head = (qp.resp.res_head + 1) % len(qp.resp.resources)
 
 
-def _read(qp: QP, pkt: Pkt) -> None:
+def _read(qp: QPCore, pkt: Pkt) -> None:
     reth = pkt.reth
     assert reth is not None
     try:
@@ -295,17 +292,17 @@ def _read(qp: QP, pkt: Pkt) -> None:
     mtu = qp.mtu
     npkts = max(1, -(-reth.dma_length // mtu))
     _add_resource(qp, Resource("read", pkt.psn, psn_add(pkt.psn, npkts - 1), reth.r_key, reth.va, reth.dma_length))
-    qp.msn = (qp.msn + 1) & 0xFFFFFF
-    qp.resp_psn = psn_add(pkt.psn, npkts)
+    qp.resp.msn = (qp.resp.msn + 1) & 0xFFFFFF
+    qp.resp.psn = psn_add(pkt.psn, npkts)
     _read_reply(qp, pkt, pkt.psn, bytes(view), True)
 
 
-def _read_reply(qp: QP, req: Pkt, psn: int, data: bytes, from_first: bool) -> None:
+def _read_reply(qp: QPCore, req: Pkt, psn: int, data: bytes, from_first: bool) -> None:
     """READ responses (rxe ``read_reply``): FIRST/MIDDLE/LAST or ONLY; AETH on all but MIDDLE."""
     flush_ack(qp)
     mtu = qp.mtu
     n = max(1, -(-len(data) // mtu))
-    aeth = AETH.ack(qp.msn)
+    aeth = AETH.ack(qp.resp.msn)
     if n == 1:
         first = last = Pos.ONLY if from_first else Pos.LAST
     else:
@@ -323,7 +320,7 @@ def _read_reply(qp: QP, req: Pkt, psn: int, data: bytes, from_first: bool) -> No
         qp.dev.transmit(p)
 
 
-def _atomic(qp: QP, pkt: Pkt) -> None:
+def _atomic(qp: QPCore, pkt: Pkt) -> None:
     a = pkt.atomic
     assert a is not None
     if a.va & 7:
@@ -339,29 +336,29 @@ def _atomic(qp: QP, pkt: Pkt) -> None:
     else:
         new = (orig + a.swap_add) & M64
     view[:] = new.to_bytes(8, sys.byteorder)
-    qp.atomics_executed += 1
-    qp.msn = (qp.msn + 1) & 0xFFFFFF
-    qp.resp_psn = psn_add(pkt.psn, 1)
+    qp.resp.atomics_executed += 1
+    qp.resp.msn = (qp.resp.msn + 1) & 0xFFFFFF
+    qp.resp.psn = psn_add(pkt.psn, 1)
     _add_resource(qp, Resource("atomic", pkt.psn, pkt.psn, a.r_key, a.va, 8, orig))
     _atomic_ack(qp, pkt, orig)
 
 
-def _atomic_ack(qp: QP, req: Pkt, orig: int) -> None:
+def _atomic_ack(qp: QPCore, req: Pkt, orig: int) -> None:
     flush_ack(qp)
     p = _reply(qp, req, _ATOMIC_ACK, req.psn)
-    p.aeth = AETH.ack(qp.msn)
+    p.aeth = AETH.ack(qp.resp.msn)
     p.atomic_ack = AtomicAckETH(orig_data=orig)
     qp.dev.transmit(p)
 
 
-def _duplicate(qp: QP, pkt: Pkt) -> None:
+def _duplicate(qp: QPCore, pkt: Pkt) -> None:
     qp.dev.counters["duplicate_request"] += 1
     op = INFO[pkt.opcode].op
     psn = pkt.psn
     if op in (Op.SEND, Op.RDMA_WRITE):
-        queue_ack(qp, psn_add(qp.resp_psn, -1))  # re-ACK the last executed PSN; execute nothing
+        queue_ack(qp, psn_add(qp.resp.psn, -1))  # re-ACK the last executed PSN; execute nothing
         return
-    for res in qp.resources:
+    for res in qp.resp.resources:
         if res is None or psn_diff(psn, res.first_psn) < 0 or psn_diff(psn, res.last_psn) > 0:
             continue
         if op == Op.RDMA_READ_REQUEST and res.kind == "read":
@@ -383,16 +380,16 @@ def _duplicate(qp: QP, pkt: Pkt) -> None:
 
 # ---------------------------------------------------------------------------- UD
 
-def _ud(qp: QP, pkt: Pkt) -> None:
+def _ud(qp: QPCore, pkt: Pkt) -> None:
     deth = pkt.deth
-    if deth is None or deth.q_key != qp.attr.qkey:
+    if deth is None or deth.q_key != qp.qkey:
         qp.dev._drop(pkt, "Q_Key violation")
         return
     w = qp.srq.take() if qp.srq is not None else (qp.rq.popleft() if qp.rq else None)
     if w is None:
         qp.dev._drop(pkt, "no receive WQE (UD drops)")
         return
-    qp.resp_wqe = w
+    qp.resp.wqe = w
     try:
         w.views = local_views(qp.dev, qp.pd, w.sg, write=True)
     except AccessError:
@@ -403,7 +400,7 @@ def _ud(qp: QP, pkt: Pkt) -> None:
         _fail_uc(qp, e.IBV_WC_LOC_LEN_ERR)
     scatter(w.views, 0, _grh(pkt))
     scatter(w.views, 40, pkt.payload)
-    qp.resp_wqe = None
+    qp.resp.wqe = None
     info = INFO[pkt.opcode]
     flags, value = e.IBV_WC_GRH, 0
     if info.imm and pkt.imm is not None:
@@ -424,29 +421,29 @@ def _grh(pkt: Pkt) -> bytes:
 
 # ---------------------------------------------------------------------------- ACKs
 
-def _reply(qp: QP, req: Pkt, code: int, psn: int, payload: object = b"") -> Pkt:
-    p = Pkt(code, psn, qp.attr.dest_qp_num, qp.sgid, qp.dgid, qp.sport, qp.dev.mac, qp.dmac, payload)
+def _reply(qp: QPCore, req: Pkt, code: int, psn: int, payload: object = b"") -> Pkt:
+    p = Pkt(code, psn, qp.dest_qp_num, qp.sgid, qp.dgid, qp.sport, qp.dev.mac, qp.dmac, payload)
     p.srcqp = qp.qp_num
     return p
 
 
-def queue_ack(qp: QP, psn: int) -> None:
+def queue_ack(qp: QPCore, psn: int) -> None:
     """Hold an ACK until the end of the fabric's time step, so ACKs coalesce."""
-    qp.pending_ack = psn
+    qp.resp.pending_ack = psn
     qp.dev.mark_dirty(qp)
 
 
-def flush_ack(qp: QP) -> None:
-    psn = qp.pending_ack
+def flush_ack(qp: QPCore) -> None:
+    psn = qp.resp.pending_ack
     if psn is None:
         return
-    qp.pending_ack = None
+    qp.resp.pending_ack = None
     p = _reply(qp, None, _ACK, psn)  # type: ignore[arg-type]
-    p.aeth = AETH.ack(qp.msn)
+    p.aeth = AETH.ack(qp.resp.msn)
     qp.dev.transmit(p)
 
 
-def _send_aeth(qp: QP, psn: int, aeth: AETH) -> None:
+def _send_aeth(qp: QPCore, psn: int, aeth: AETH) -> None:
     flush_ack(qp)
     p = _reply(qp, None, _ACK, psn)  # type: ignore[arg-type]
     p.aeth = aeth

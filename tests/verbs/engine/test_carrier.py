@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from rdmalab.fabric.harness import Pair
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine.carrier import Carrier, Datagram, Scheduler, Station, TimerHandle, datagram_from_frame
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import Pkt
-from rdmalab.verbs.harness import Pair
 from rdmalab.verbs.trace import TraceEvent
 from rdmalab.wire.frame import decode_ethernet
 from rdmalab.wire.opcodes import OPCODES

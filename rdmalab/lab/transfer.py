@@ -1,0 +1,80 @@
+"""One transfer on a fresh pair, for notebook 09: as a function and as a widget.
+
+:func:`run_transfer` runs one RDMA WRITE, READ or SEND on the soft engine and returns the pair
+and its completions, with the ladder and the PSN plot of the run; :func:`transfer_runner` puts
+sliders for operation, size, MTU, loss and seed in front of it (ipywidgets).  This drives the
+engine, so it lives in the lab layer; :mod:`rdmalab.viz` only draws what it produced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import rdmalab.verbs.enums as e
+from rdmalab.lab.pair import Pair
+from rdmalab.verbs.cq import WC
+from rdmalab.verbs.wr import SGE, RecvWR, SendWR
+from rdmalab.viz.ladder import Ladder, from_trace
+from rdmalab.viz.plots import Plot, psn_time
+
+
+@dataclass
+class TransferResult:
+    pair: Pair
+    completions: list[WC | None]
+
+    @property
+    def ladder(self) -> Ladder:
+        return from_trace(self.pair.trace, nodes=[self.pair.a.name, self.pair.b.name])
+
+    @property
+    def psn_plot(self) -> Plot:
+        return psn_time(self.pair.trace)
+
+
+def run_transfer(*, op: str = "WRITE", size: int = 8192, mtu: int = 1024, loss: float = 0.0,
+                 seed: int = 1) -> TransferResult:
+    """Run one RDMA WRITE, READ or SEND of ``size`` bytes on a fresh seeded pair."""
+    pair = Pair(seed=seed, mtu=mtu, loss=loss, size=max(size, 4096))
+    a, b = pair.a, pair.b
+    opcode = {"WRITE": e.IBV_WR_RDMA_WRITE, "READ": e.IBV_WR_RDMA_READ, "SEND": e.IBV_WR_SEND}[op]
+    if op == "SEND":
+        b.qp.post_recv(RecvWR(wr_id=9, num_sge=1, sg=[SGE(b.mr.buf, size, b.mr.lkey)]))
+    wr = SendWR(wr_id=1, opcode=opcode, num_sge=1, sg=[SGE(a.mr.buf, size, a.mr.lkey)])
+    if op != "SEND":
+        wr.set_wr_rdma(b.mr.rkey, b.mr.buf)
+    a.qp.post_send(wr)
+    wcs: list[WC | None] = [a.poll()]  # None if the WRITE/READ never completed
+    pair.run()
+    return TransferResult(pair, [*wcs, *b.completions()])
+
+
+def transfer_runner() -> Any:
+    """Sliders for operation, message size, MTU, loss and seed; each change re-runs the engine."""
+    import ipywidgets as w  # optional dependency (the "notebook" extra): imported only when a widget is made
+    from IPython import display as ipd
+
+    display: Any = ipd.display
+
+    op = w.ToggleButtons(options=["WRITE", "READ", "SEND"], value="WRITE", description="operation")
+    size = w.IntSlider(value=8192, min=64, max=65536, step=64, description="bytes", continuous_update=False)
+    mtu = w.SelectionSlider(options=[256, 512, 1024, 2048, 4096], value=1024, description="MTU",
+                            continuous_update=False)
+    loss = w.FloatSlider(value=0.0, min=0.0, max=0.3, step=0.01, description="loss", continuous_update=False)
+    seed = w.IntSlider(value=1, min=0, max=50, description="seed", continuous_update=False)
+    out = w.Output()
+
+    def redraw(_: Any = None) -> None:
+        out.clear_output(wait=True)
+        with out:
+            res = run_transfer(op=op.value, size=size.value, mtu=mtu.value, loss=loss.value, seed=seed.value)
+            stats = {k: v for k, v in res.pair.fabric.stats.items() if v}
+            print("completions:", [str(wc) for wc in res.completions], "| fabric:", stats)
+            display(res.ladder)
+            display(res.psn_plot)
+
+    for c in (op, size, mtu, loss, seed):
+        c.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([op]), w.HBox([size, mtu]), w.HBox([loss, seed]), out])

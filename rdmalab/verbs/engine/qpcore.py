@@ -1,0 +1,265 @@
+"""The engine's queue pair: its protocol state, split as rxe splits it, and what every part needs.
+
+rxe keeps a QP's transport state in three parts (``rxe_verbs.h``: ``struct rxe_req_info``,
+``rxe_resp_info``, ``rxe_comp_info``), each owned by one task.  So does the engine:
+
+``RequesterState``  (``qp->req``)  next PSN, next WQE to (re)send, packets since the last AckReq,
+                    READ/atomic credits in use, waiting out an RNR timer
+``CompleterState``  (``qp->comp``) oldest unacknowledged PSN, retry and RNR retry budgets, the
+                    retransmit timer (``qp->retrans_timer``)
+``ResponderState``  (``qp->resp``) expected PSN, MSN, the message in progress (receive WQE,
+                    WRITE target and offsets), the PSN-NAK and UC-drop flags, the responder
+                    resources that duplicate READs and atomics are replayed from, the ACK
+                    held back for coalescing
+
+:class:`QPCore` owns the three parts, the send and receive queues, the path (GIDs, MAC, UDP
+source port, MTU) and the attributes the protocol reads; it completes WQEs onto CQs and takes
+the QP to the error state.  The protocol itself lives in ``requester``, ``responder`` and
+``completer``, which import this module (and ``completer`` imports ``requester``, to resend);
+:class:`rdmalab.verbs.engine.softqp.SoftQP` ties them together.  Nothing here imports them,
+so there is no import loop.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rdmalab.verbs import enums as e
+from rdmalab.verbs.cq import WC
+from rdmalab.verbs.engine.node import SoftDevice
+from rdmalab.verbs.engine.packet import PSN_MASK
+from rdmalab.verbs.engine.wqe import WC_OPCODE, RecvWQE, Resource, SendWQE
+
+
+class CompletionQueue(Protocol):
+    """Where completions go (``rdmalab.verbs.cq.CQ``): False when full (an overflow)."""
+
+    def push(self, wc: WC, solicited: bool = False) -> bool: ...
+
+
+class SharedRQ(Protocol):
+    """A shared receive queue (``rdmalab.verbs.srq.SRQ``): the next receive WQE, if any."""
+
+    def take(self) -> RecvWQE | None: ...
+
+
+@dataclass(slots=True, eq=False)
+class RequesterState:
+    """rxe ``qp->req``."""
+
+    psn: int = 0  # the next PSN to assign
+    wqe_index: int = 0  # the next send WQE to (re)send
+    noack_pkts: int = 0  # packets sent since the last AckReq (RXE_MAX_PKT_PER_ACK)
+    rd_out: int = 0  # READ/atomic credits in use (max_rd_atomic)
+    rnr_wait: bool = False  # waiting for an RNR timer before going back
+
+
+@dataclass(slots=True, eq=False)
+class CompleterState:
+    """rxe ``qp->comp`` and the retransmit timer."""
+
+    psn: int = 0  # the oldest unacknowledged PSN
+    retry_left: int = 0
+    rnr_left: int = 0
+    timer_armed: bool = False
+    timer_deadline: int = 0
+    timer_pending: bool = False  # a carrier timer is scheduled
+
+
+@dataclass(slots=True, eq=False)
+class ResponderState:
+    """rxe ``qp->resp``."""
+
+    psn: int = 0  # the expected PSN
+    msn: int = 0
+    op: Any = None  # OpcodeInfo of the message in progress (FIRST/MIDDLE seen)
+    wqe: RecvWQE | None = None  # the receive WQE of the SEND in progress
+    off: int = 0  # bytes of that SEND placed so far
+    write: memoryview | None = None  # the WRITE in progress: target, offset, length
+    write_off: int = 0
+    write_len: int = 0
+    sent_psn_nak: bool = False  # one PSN-sequence NAK per gap
+    uc_drop: bool = False  # UC: dropping until the next FIRST/ONLY
+    resources: list[Resource | None] = field(default_factory=list)  # max_dest_rd_atomic of them
+    res_head: int = 0
+    pending_ack: int | None = None  # the PSN of the ACK held back for coalescing
+    atomics_executed: int = 0
+
+
+class QPCore:
+    """One QP of the engine: path, attributes, queues, and the requester/completer/responder state."""
+
+    def __init__(self, dev: SoftDevice, pd: Any, qp_type: int, scq: CompletionQueue, rcq: CompletionQueue,
+                 srq: SharedRQ | None, sq_sig_all: bool, owner: Any = None) -> None:
+        self.dev = dev
+        self.pd = pd
+        self.qp_type = qp_type
+        self.scq = scq
+        self.rcq = rcq
+        self.srq = srq
+        self.sq_sig_all = sq_sig_all
+        self.owner = owner  # the pyverbs-shaped QP in front of this one
+        self.qp_state = e.IBV_QPS_RESET
+        self.qp_num = dev.alloc_qpn(self)
+        self.sport = 0xC000 + (_hash32(self.qp_num, 14) & 0x3FFF)  # rxe_qp.c: per-QP UDP source port
+        self.gen = 0
+        self.sq: list[SendWQE] = []
+        self.rq: deque[RecvWQE] = deque()
+        self.sgid = self.dgid = self.dmac = 0  # the path (set with the address vector; kept over RESET)
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to RESET: attributes to their defaults, queues and protocol state emptied."""
+        self.mtu = 1024
+        self.dest_qp_num = self.qkey = self.access = 0
+        self.timeout = self.retry_cnt = self.rnr_retry = self.min_rnr_timer = 0
+        self.max_rd_atomic = self.max_dest_rd_atomic = 0
+        self.gen += 1  # invalidates timers of a previous life
+        self.sq = []
+        self.rq = deque()
+        self.req = RequesterState()
+        self.comp = CompleterState()
+        self.resp = ResponderState()
+
+    # ------------------------------------------------------------------ attributes
+    def set_sq_psn(self, psn: int) -> None:
+        self.req.psn = self.comp.psn = psn & PSN_MASK
+
+    def set_rq_psn(self, psn: int) -> None:
+        self.resp.psn = psn & PSN_MASK
+
+    def set_retry(self, retry_cnt: int | None = None, rnr_retry: int | None = None) -> None:
+        if retry_cnt is not None:
+            self.retry_cnt = self.comp.retry_left = retry_cnt
+        if rnr_retry is not None:
+            self.rnr_retry = self.comp.rnr_left = rnr_retry
+
+    def set_max_dest_rd_atomic(self, n: int) -> None:
+        self.max_dest_rd_atomic = n
+        self.resp.resources = [None] * n
+        self.resp.res_head = 0
+
+    @property
+    def qp_state_name(self) -> str:
+        return e.QP_STATE_NAMES[self.qp_state]
+
+    # ------------------------------------------------------------------ state
+    def set_state(self, new: int) -> None:
+        """Enter ``new`` (already checked against the transition table)."""
+        cur = self.qp_state
+        if new == cur and new != e.IBV_QPS_RESET:
+            return
+        self.qp_state = new
+        if self.dev.tracing:
+            names: dict[str, Any] = {"from": e.QP_STATE_NAMES[cur], "to": e.QP_STATE_NAMES[new]}
+            self.dev.trace(self.qp_num, "state", **names)
+        if new == e.IBV_QPS_RESET:
+            self.reset()
+        elif new == e.IBV_QPS_ERR:
+            self.flush()
+        elif new == e.IBV_QPS_RTS:
+            self.kick()
+
+    def kick(self) -> None:
+        """Let the requester send what it may (``SoftQP`` runs the requester)."""
+
+    def to_error(self) -> None:
+        if self.qp_state != e.IBV_QPS_ERR:
+            self.set_state(e.IBV_QPS_ERR)
+
+    # ------------------------------------------------------------------ completions and errors
+    def complete_send(self, w: SendWQE, status: int = e.IBV_WC_SUCCESS) -> None:
+        if w.credit:
+            w.credit = False
+            self.req.rd_out -= 1
+        if status == e.IBV_WC_SUCCESS and not w.signaled:
+            return
+        wc = WC(w.wr_id, status, WC_OPCODE.get(w.opcode, 0), byte_len=w.length, qp_num=self.qp_num)
+        self._push(self.scq, wc, False)
+
+    def complete_recv(self, w: RecvWQE, status: int, opcode: int = e.IBV_WC_RECV, byte_len: int = 0,
+                      imm: int = 0, flags: int = 0, src_qp: int = 0, solicited: bool = False,
+                      gids: tuple[int, int] | None = None) -> None:
+        wc = WC(w.wr_id, status, opcode, byte_len=byte_len, qp_num=self.qp_num, src_qp=src_qp, imm_data=imm,
+                wc_flags=flags)
+        if gids is not None:
+            wc._sgid, wc._dgid = gids
+        self._push(self.rcq, wc, solicited)
+
+    def _push(self, cq: CompletionQueue, wc: WC, solicited: bool) -> None:
+        if self.dev.tracing:
+            self.dev.trace(self.qp_num, "completed", wr_id=wc.wr_id, status=e.ibv_wc_status_str(wc.status),
+                           wc_opcode=wc.opcode, byte_len=wc.byte_len)
+        if not cq.push(wc, solicited) and self.qp_state != e.IBV_QPS_ERR:
+            self.to_error()  # CQ overflow (class G): the QP goes to the error state
+
+    def pop_head(self) -> SendWQE:
+        w = self.sq.pop(0)
+        self.req.wqe_index = max(0, self.req.wqe_index - 1)
+        return w
+
+    def fail_wqe(self, w: SendWQE, status: int) -> None:
+        """A send WQE ends in error: record its status and take the QP to ERR (which flushes)."""
+        w.status = status
+        self.to_error()
+
+    def flush(self) -> None:
+        """ERR: every outstanding WQE completes, with its own error status or ``WR_FLUSH_ERR``."""
+        self.comp.timer_armed = False
+        self.req.rnr_wait = False
+        self.resp.pending_ack = None
+        while self.sq:
+            w = self.pop_head()
+            self.complete_send(w, w.status if w.status != e.IBV_WC_SUCCESS else e.IBV_WC_WR_FLUSH_ERR)
+        self.req.wqe_index = 0
+        if self.resp.wqe is not None:
+            w2, self.resp.wqe = self.resp.wqe, None
+            self.complete_recv(w2, e.IBV_WC_WR_FLUSH_ERR)
+        if self.srq is None:
+            while self.rq:
+                self.complete_recv(self.rq.popleft(), e.IBV_WC_WR_FLUSH_ERR)
+
+    # ------------------------------------------------------------------ the retransmit timer
+    def arm_timer(self, restart: bool = False) -> None:
+        """The local ACK timer: 4.096 us x 2^timeout (IBA 9.7.6.1.3); timeout 0 disables it."""
+        t = self.timeout
+        comp = self.comp
+        if t == 0 or (comp.timer_armed and not restart):
+            return
+        comp.timer_armed = True
+        period = 4096 << t
+        comp.timer_deadline = self.dev.now + period
+        if not comp.timer_pending:
+            comp.timer_pending = True
+            self.dev.schedule(period, self._on_timer, self.gen)
+
+    def _on_timer(self, gen: int) -> None:
+        if gen != self.gen:
+            return
+        comp = self.comp
+        comp.timer_pending = False
+        if not comp.timer_armed:
+            return
+        now = self.dev.now
+        if now < comp.timer_deadline:
+            comp.timer_pending = True
+            self.dev.schedule(comp.timer_deadline - now, self._on_timer, gen)
+            return
+        comp.timer_armed = False
+        self.on_timeout()
+
+    def on_timeout(self) -> None:
+        """The retransmit timer expired (``SoftQP`` runs the completer)."""
+
+    def close(self) -> None:
+        self.gen += 1
+        self.dev.qps.pop(self.qp_num, None)
+
+    def __repr__(self) -> str:
+        return f"<engine QP {e.QP_TYPE_NAMES[self.qp_type]} {self.qp_num:#x} on {self.dev.name} {self.qp_state_name}>"
+
+
+def _hash32(v: int, bits: int) -> int:
+    return ((v * 0x61C88647) & 0xFFFFFFFF) >> (32 - bits)
