@@ -37,7 +37,7 @@ def engine_run(size: int, iters: int, depth: int) -> tuple[float, dict[str, int]
     from rdmalab.verbs import enums as e
     from rdmalab.verbs.addr import AHAttr, GlobalRoute
     from rdmalab.verbs.device import Context
-    from rdmalab.verbs.harness import ALL_ACCESS, Endpoint
+    from rdmalab.fabric.harness import ALL_ACCESS, Endpoint
     from rdmalab.verbs.qp import QPAttr, QPCap
     from rdmalab.verbs.wr import SendWR
 
