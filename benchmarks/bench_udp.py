@@ -33,11 +33,11 @@ if _ROOT not in sys.path:  # run from a checkout without installing
 
 
 def engine_run(size: int, iters: int, depth: int) -> tuple[float, dict[str, int], list[int], list[int]]:
+    from rdmalab.fabric.harness import ALL_ACCESS, Endpoint
     from rdmalab.fabric.udp import UdpFabric
     from rdmalab.verbs import enums as e
     from rdmalab.verbs.addr import AHAttr, GlobalRoute
     from rdmalab.verbs.device import Context
-    from rdmalab.fabric.harness import ALL_ACCESS, Endpoint
     from rdmalab.verbs.qp import QPAttr, QPCap
     from rdmalab.verbs.wr import SendWR
 
