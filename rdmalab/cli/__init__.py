@@ -28,7 +28,20 @@ from collections.abc import Sequence
 
 from rdmalab import __version__
 from rdmalab.capture.reader import CaptureError
-from rdmalab.cli import analyze, capture, convert, crosscheck, decode, grade, lab, perftest, pingpong, simulate, stats, vm
+from rdmalab.cli import (
+    analyze,
+    capture,
+    convert,
+    crosscheck,
+    decode,
+    grade,
+    lab,
+    perftest,
+    pingpong,
+    simulate,
+    stats,
+    vm,
+)
 from rdmalab.cli._common import Fail
 
 # The order here is the order of `rdmalab --help`.
