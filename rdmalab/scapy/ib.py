@@ -39,7 +39,7 @@ from rdmalab.wire import ib
 from rdmalab.wire.header import Header
 from rdmalab.wire.opcodes import OPCODES, Op, OpcodeInfo, Transport, find_opcode
 
-from ._gen import make_layer, register
+from ._gen import make_layer, register, scapy_class
 
 ROCEV2_PORT = 4791
 
@@ -77,8 +77,6 @@ def _find_bth(layer: Packet | None) -> tuple[Packet | None, int]:
 
 def next_layer_class(layer: Packet | None, payload: bytes) -> type[Packet]:
     """The scapy class of what follows ``layer`` in an IB transport packet, by BTH opcode."""
-    from ._gen import scapy_class
-
     bth, depth = _find_bth(layer)
     raw: type[Packet] = conf.raw_layer
     if bth is None:
