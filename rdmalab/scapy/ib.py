@@ -37,11 +37,10 @@ from scapy.packet import Packet, Raw, bind_bottom_up, bind_layers, bind_top_down
 from rdmalab.wire import crc as _crc
 from rdmalab.wire import ib
 from rdmalab.wire.header import Header
+from rdmalab.wire.net import ROCEV2_PORT
 from rdmalab.wire.opcodes import OPCODES, Op, OpcodeInfo, Transport, find_opcode
 
 from ._gen import make_layer, register, scapy_class
-
-ROCEV2_PORT = 4791
 
 # --------------------------------------------------------------------------- next-layer logic
 

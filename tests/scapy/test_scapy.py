@@ -26,7 +26,7 @@ from rdmalab.wire.header import Header
 from rdmalab.wire.opcodes import OPCODES
 from rdmalab.wire.packet import encode_ib
 
-CAPTURES = Path(__file__).resolve().parent.parent / "captures"
+CAPTURES = Path(__file__).resolve().parents[2] / "captures"
 
 # contrib.roce's BTH warns when it cannot compute a RoCEv1/IB ICRC; fix_crcs does that.
 logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
