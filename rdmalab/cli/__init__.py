@@ -27,11 +27,11 @@ from collections.abc import Sequence
 
 from rdmalab import __version__
 from rdmalab.capture.reader import CaptureError
-from rdmalab.cli import capture, crosscheck, decode, lab, pingpong, simulate, stats, vm
+from rdmalab.cli import analyze, capture, convert, crosscheck, decode, lab, pingpong, simulate, stats, vm
 from rdmalab.cli._common import Fail
 
 # The order here is the order of `rdmalab --help`.
-COMMANDS = [decode, crosscheck, stats, lab, pingpong, simulate, vm, capture]
+COMMANDS = [decode, crosscheck, stats, analyze, convert, lab, pingpong, simulate, vm, capture]
 # Commands whose every argument after the command name belongs to another program (--help included).
 PASSTHROUGH = {"lab": lab.run_lab, "pingpong": pingpong.main_argv}
 

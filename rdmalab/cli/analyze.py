@@ -1,0 +1,49 @@
+"""``rdmalab analyze``: connections, messages and reliability/congestion findings of a capture
+(:mod:`rdmalab.capture.analysis`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TextIO
+
+from rdmalab.cli._common import Fail
+
+
+def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
+    from rdmalab.capture.analysis import analyze, html_report
+
+    path = args.file or args.read
+    if path is None:
+        raise Fail("analyze needs a capture file: rdmalab analyze FILE")
+    a = analyze(path, sent=args.sent)
+    if args.format == "json":
+        json.dump(a.to_dict(), out, indent=1, default=str)
+        out.write("\n")
+    else:
+        out.write(a.text(limit=args.limit))
+    if args.html:
+        try:
+            with open(args.html, "w", encoding="utf-8") as f:
+                f.write(html_report(a))
+        except OSError as err:
+            raise Fail(f"{args.html}: cannot write the HTML report ({err.strerror or err})") from None
+        if args.format != "json":
+            out.write(f"HTML report: {args.html}\n")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("analyze", help="connections, messages, losses, NAKs, retransmissions, CNPs of a capture",
+                       description="RDMA-aware analysis: pairs requesters with responders, rebuilds messages, and "
+                                   "reports psn_gap, retransmission (NAK/implied NAK/timeout), duplicate, NAKs, "
+                                   "CNP and ECN-CE, bad ICRC, opcode sequence and MSN findings.")
+    p.add_argument("file", nargs="?", help="capture file (pcap/pcapng, also .gz)")
+    p.add_argument("-r", "--read", metavar="FILE")
+    p.add_argument("-T", dest="format", choices=("text", "json"), default="text")
+    p.add_argument("--html", metavar="FILE", help="also write an HTML report with plots")
+    p.add_argument("--sent", metavar="FILE",
+                   help="a capture of the same traffic taken before the lossy link (e.g. at the sender): "
+                        "packets it has and FILE lacks are reported as lost")
+    p.add_argument("--limit", type=int, default=200, help="findings listed in the text output (default 200)")
+    p.set_defaults(func=run_analyze)

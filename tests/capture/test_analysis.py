@@ -1,0 +1,197 @@
+"""rdmalab.capture.analysis on real captures (against their MANIFEST and tshark) and on captures
+of the simulated fabric (against the faults it injected)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import dpkt
+import pytest
+
+from rdmalab.capture.analysis import analyze, html_report
+from rdmalab.cli import main
+from rdmalab.wire import AETH, BTH, RETH, encode_rocev2
+from rdmalab.wire.ib import CNPPad
+
+CAPTURES = Path(__file__).resolve().parents[2] / "captures"
+LOSS = CAPTURES / "rxe_send_bw_loss.pcap"
+CLEAN = ["rxe_rc_pingpong.pcap", "rxe_rping.pcap", "rxe_write_bw_cm.pcap", "rxe_write_bw.pcap", "rxe_read_bw.pcap", "rxe_send_bw.pcap",
+         "rxe_atomic_fadd.pcap", "rxe_atomic_cswap.pcap", "rxe_write_lat.pcap", "rxe_read_lat.pcap",
+         "rxe_send_lat.pcap", "rxe_imm.pcap", "rxe_srq_pingpong.pcap", "rxe_uc_write_bw.pcap"]
+
+
+def test_lossy_real_capture_matches_its_manifest() -> None:
+    a = analyze(LOSS)
+    # MANIFEST: RC SEND 12 x 2048 B (First/Last at MTU 1024), 6 NAKs with syndrome 0x60
+    assert len(a.connections) == 1
+    c = a.connections[0]
+    assert (c.requester, c.responder, c.transport) == ("10.0.0.2", "10.0.0.1", "RC")
+    assert [m.op for m in a.messages] == ["SEND"] * 12
+    assert all(m.size == 2048 and m.result == "ok" for m in a.messages)
+    naks = a.of_kind("nak_seq_err")
+    assert len(naks) == 6
+    # every NAK names the first PSN the responder is missing (IBA 9.7.5.2.1)
+    assert all(f.detail["names_first_missing"] for f in naks)
+    nak_frames = {f.frames[0]: f.detail["psn"] for f in naks}
+    by_nak = [r for r in a.of_kind("retransmission") if r.detail["trigger"] == "nak"]
+    assert sorted(r.frames[1] for r in by_nak) == sorted(nak_frames)  # each NAK answered once
+    gaps_at = {g.frames[0]: g.detail["missing"] for g in a.of_kind("psn_gap")}
+    for r in by_nak:
+        want = nak_frames[r.frames[1]]
+        # go-back-N restarts at the NAKed PSN, unless that retransmission is itself missing (a gap says so)
+        assert r.detail["from_psn"] == want or want in gaps_at.get(r.frames[0], [])
+    # the capture was taken at the receiver: no request is there twice in order
+    assert not a.of_kind("duplicate") and not a.of_kind("bad_icrc") and not a.of_kind("opcode_sequence")
+    assert c.retransmitted_bytes > 0 and c.request_bytes == 12 * 2048
+
+
+RXE = sorted(CAPTURES.glob("rxe_*.pcap"))
+
+
+@pytest.mark.tshark
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark (Wireshark) is not installed; CI installs it")
+@pytest.mark.parametrize("path", RXE, ids=[p.name for p in RXE])
+def test_naks_and_go_back_n_restarts_agree_with_tshark(path: Path) -> None:
+    """The NAKs and the go-back-N restarts, recomputed from tshark's fields by a rule simple enough
+    to read: a request of a connection whose PSN is not above the previous request's."""
+    out = subprocess.run(["tshark", "-n", "-r", str(path), "-Y", "infiniband", "-T", "fields", "-e", "frame.number",
+                          "-e", "ip.src", "-e", "infiniband.bth.destqp", "-e", "infiniband.bth.opcode",
+                          "-e", "infiniband.bth.psn", "-e", "infiniband.aeth.syndrome"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [line.split("\t") for line in out.splitlines()]
+    naks = {int(r[0]) for r in rows if r[5] and int(r[5]) >> 5 in (1, 3)}
+    requests = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B, 0x0C, 0x13, 0x14}
+    last: dict[tuple[str, str], int] = {}
+    restarts = set()
+    for r in rows:
+        if int(r[3]) not in requests:
+            continue
+        key, psn = (r[1], r[2]), int(r[4])
+        if key in last and psn <= last[key]:
+            restarts.add(int(r[0]))
+        last[key] = psn
+    a = analyze(path)
+    ours = {f.frames[0] for kind in ("nak_seq_err", "nak_rnr", "nak_other") for f in a.of_kind(kind)}
+    assert naks == ours
+    assert restarts == {f.frames[0] for f in a.of_kind("retransmission")}
+
+
+@pytest.mark.parametrize("name", CLEAN)
+def test_captures_without_loss(name: str) -> None:
+    """No loss was injected: no gap, NAK or damage. Under the guests' slow emulated CPUs the
+    requester's timer sometimes fires before the ACK is processed (rxe_rc_pingpong, *_lat):
+    those retransmissions must be timeout-triggered, and what they resend is duplicate."""
+    a = analyze(CAPTURES / name)
+    assert a.connections, name
+    kinds = set(a.counts())
+    assert not kinds & {"psn_gap", "nak_seq_err", "nak_rnr", "nak_other", "implied_nak", "bad_icrc",
+                        "opcode_sequence", "msn_jump", "lost", "time_backwards"}, a.counts()
+    for r in a.of_kind("retransmission"):
+        assert r.detail["trigger"] == "timeout"
+        assert any(d.frames[0] == r.frames[0] for d in a.of_kind("duplicate"))
+    assert a.messages and all(m.result in ("ok", "sent (UC: no acknowledgement)") for m in a.messages), \
+        [(m.op, m.result) for m in a.messages if m.result != "ok"]
+
+
+def _fabric_run(tmp_path: Path, seed: int, loss: float, op: str) -> tuple[Path, Path, list]:  # type: ignore[type-arg]
+    from rdmalab.fabric import Fabric
+    from rdmalab.verbs import enums as e
+    from rdmalab.fabric.harness import Pair
+
+    fab = Fabric(seed=seed, mtu=1024)
+    p = Pair(fab, size=1 << 20, path_mtu=e.IBV_MTU_1024)
+    a_name, b_name = list(fab.devices)[:2]
+    fab.set_faults(loss=loss, src=a_name, dst=b_name)  # requests only: the requester's link drops
+    sent_path = tmp_path / "sender.pcap"
+    tap = fab.write_pcap(str(sent_path))  # what the requester put on the wire (before the loss)
+    n = 24
+    wr = e.IBV_WR_RDMA_WRITE if op == "write" else e.IBV_WR_SEND
+    if op == "send":
+        for k in range(n):
+            p.b.recv(wr_id=k, offset=k * 4096, length=4096)
+    for k in range(n):
+        p.send(p.a, wr, wr_id=k, offset=0, length=4096, remote=k * 4096)
+    assert len(p.wait(p.a.cq, n)) == n
+    tap.close()
+    # what the responder received: the frames the trace says arrived, at their arrival time
+    sent = {ev.detail["packet_id"]: ev for ev in fab.trace.of_kind("sent")}
+    recv_path = tmp_path / "receiver.pcap"
+    with open(recv_path, "wb") as f:
+        w = dpkt.pcap.Writer(f, linktype=1, nano=True)
+        for ev in fab.trace.of_kind("received"):
+            w.writepkt(sent[ev.detail["packet_id"]].frame, ts=ev.time_ns / 1e9)
+    return sent_path, recv_path, fab.trace.of_kind("dropped")
+
+
+@pytest.mark.parametrize("seed,loss,op", [(5, 0.05, "write"), (11, 0.1, "write"), (3, 0.08, "send"),
+                                          (7, 0.0, "write")])
+def test_fabric_findings_are_exactly_the_injected_losses(tmp_path: Path, seed: int, loss: float, op: str) -> None:
+    sender, receiver, dropped = _fabric_run(tmp_path, seed, loss, op)
+    a = analyze(receiver, sent=sender)
+    injected = Counter(d.psn for d in dropped)
+    assert (sum(injected.values()) > 0) == (loss > 0)
+    # with the sender's capture beside the receiver's: every loss, no more, no fewer
+    assert Counter(f.detail["psn"] for f in a.of_kind("lost")) == injected
+    # from the receiver's capture alone: every PSN gap is a real loss (never more than were injected)
+    gaps = Counter(x for f in a.of_kind("psn_gap") for x in f.detail["missing"])
+    assert all(gaps[k] <= injected[k] for k in gaps)
+    # the receiver NAKs each gap once and the sender goes back to the NAKed PSN
+    naks = a.of_kind("nak_seq_err")
+    assert all(f.detail["names_first_missing"] for f in naks)
+    assert len([r for r in a.of_kind("retransmission") if r.detail["trigger"] == "nak"]) == len(naks)
+    assert len(a.of_kind("retransmission")) == len(naks) + len(a.of_kind("timeout"))
+    assert not a.of_kind("bad_icrc") and not a.of_kind("duplicate") and not a.of_kind("opcode_sequence")
+    assert len(a.messages) == 24 and all(m.result == "ok" for m in a.messages)
+    if loss == 0:
+        assert not a.findings
+
+
+def test_cnp_reaction_time_and_bad_icrc(tmp_path: Path) -> None:
+    frames = []
+    t = 100.0
+    for k in range(4):
+        frames.append((t + k * 1e-6, encode_rocev2(BTH(opcode=0x06 if k == 0 else 0x07 if k < 3 else 0x08,
+                                                       destqp=0x22, psn=k, ackreq=int(k == 3)),
+                                                   [RETH(0x1000, 7, 4096)] if k == 0 else [], b"x" * 1024,
+                                                   ecn=3 if k == 1 else 2)))
+    frames.append((t + 5e-6, encode_rocev2(BTH(opcode=0x81, destqp=0x11, becn=1), [CNPPad()], b"",
+                                           src_ip="10.0.0.2", dst_ip="10.0.0.1")))
+    ack = bytearray(encode_rocev2(BTH(opcode=0x11, destqp=0x11, psn=3), [AETH.ack(1)], b"",
+                                  src_ip="10.0.0.2", dst_ip="10.0.0.1"))
+    ack[-1] ^= 0xFF  # damage the ICRC
+    frames.append((t + 6e-6, bytes(ack)))
+    path = tmp_path / "ce.pcap"
+    with open(path, "wb") as f:
+        w = dpkt.pcap.Writer(f, linktype=1, nano=True)
+        for ts, fr in frames:
+            w.writepkt(fr, ts=ts)
+    a = analyze(path)
+    ce = a.of_kind("ecn_ce")
+    assert len(ce) == 1 and ce[0].frames == [2, 5]
+    assert ce[0].detail["cnp_after_us"] == pytest.approx(4.0, abs=0.01)
+    assert len(a.of_kind("cnp")) == 1 and a.of_kind("cnp")[0].connection == 0
+    assert [f.frames for f in a.of_kind("bad_icrc")] == [[6]]
+
+
+def test_analyze_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    html = tmp_path / "r.html"
+    assert main(["analyze", str(LOSS), "--html", str(html)]) == 0
+    out = capsys.readouterr().out
+    assert "6 nak_seq_err" in out and "Connection 0: 10.0.0.2" in out
+    page = html.read_text()
+    assert page.startswith("<!doctype html>") and page.count("<svg") >= 2 and "nak_seq_err" in page
+    assert main(["analyze", "-T", "json", str(LOSS)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["counts"]["nak_seq_err"] == 6
+    assert all({"kind", "connection", "frames"} <= set(f) for f in doc["findings"])
+    assert main(["analyze", str(tmp_path / "missing.pcap")]) == 1
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_html_report_without_connections() -> None:
+    a = analyze(CAPTURES / "siw_rping.pcap")
+    assert "<svg" not in html_report(a) and not a.connections

@@ -1,0 +1,66 @@
+"""Captures to Parquet (rdmalab convert), read back with DuckDB; the same on a local Dask cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rdmalab.capture.columnar import read_columns
+from rdmalab.cli import main
+
+pytest.importorskip("pyarrow", reason="pyarrow is not installed (the 'analysis' extra)")
+duckdb = pytest.importorskip("duckdb", reason="duckdb is not installed (the 'analysis' extra)")
+
+CAPTURES = Path(__file__).resolve().parents[2] / "captures"
+FILES = [CAPTURES / n for n in ("rxe_send_bw_loss.pcap", "rxe_read_bw.pcap", "rxe_atomic_fadd.pcap")]
+
+
+def _query(root: Path, sql: str) -> list[tuple]:  # type: ignore[type-arg]
+    rel = duckdb.sql(sql.replace("DS", f"read_parquet('{root}/**/*.parquet', hive_partitioning = true)"))
+    return rel.fetchall()
+
+
+def test_convert_and_query_with_duckdb(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "ds"
+    assert main(["convert", *map(str, FILES), "-o", str(root)]) == 0
+    assert "3 capture(s)" in capsys.readouterr().out
+    rows = dict(_query(root, "SELECT capture, count(*) FROM DS GROUP BY capture"))
+    assert rows == {p.stem: read_columns(p).n for p in FILES}
+    # MANIFEST: 6 NAKs (AETH syndrome 0x60) in the lossy capture, none elsewhere
+    naks = dict(_query(root, 'SELECT capture, count(*) FROM DS WHERE "infiniband.aeth.syndrome" = 96 GROUP BY capture'))
+    assert naks == {"rxe_send_bw_loss": 6}
+    # the columns keep their values: PSNs and addresses as the decoder gave them
+    cols = read_columns(FILES[0])
+    psns = [r[0] for r in _query(root, 'SELECT "infiniband.bth.psn" FROM DS WHERE capture = \'rxe_send_bw_loss\' '
+                                       'AND "infiniband.bth.psn" IS NOT NULL ORDER BY "frame.number"')]
+    assert psns == cols["infiniband.bth.psn"][cols.present("infiniband.bth")].tolist()
+    src = _query(root, 'SELECT DISTINCT "ip.src" FROM DS WHERE "infiniband.bth.opcode" = 17 ORDER BY 1')
+    assert src == [("10.0.0.1",)]
+
+
+def test_partition_by_host(tmp_path: Path) -> None:
+    host_dir = tmp_path / "server1"
+    host_dir.mkdir()
+    f = host_dir / "loss.pcap"
+    f.write_bytes(FILES[0].read_bytes())
+    root = tmp_path / "ds"
+    assert main(["convert", str(f), "-o", str(root), "--partition", "host"]) == 0
+    assert _query(root, "SELECT host, capture, count(*) FROM DS GROUP BY ALL") == [("server1", "loss", 154)]
+
+
+def test_convert_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["convert", str(tmp_path / "nope.pcap"), "-o", str(tmp_path / "ds")]) == 1
+    assert "no such file" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_convert_on_a_local_dask_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("distributed", reason="dask.distributed is not installed (the 'analysis' extra)")
+    root = tmp_path / "ds"
+    assert main(["convert", *map(str, FILES), "-o", str(root), "--dask", "local", "--dask-workers", "2"]) == 0
+    assert "on Dask (local)" in capsys.readouterr().out
+    local = tmp_path / "local"
+    assert main(["convert", *map(str, FILES), "-o", str(local)]) == 0
+    sql = 'SELECT capture, count(*), sum("infiniband.bth.psn"), count("infiniband.reth.va") FROM DS GROUP BY 1 ORDER BY 1'
+    assert _query(root, sql) == _query(local, sql)
