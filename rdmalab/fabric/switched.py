@@ -55,9 +55,9 @@ from rdmalab.wire.opcodes import Op, Pos, Transport, find_opcode
 from rdmalab.wire.pfc import MAX_QUANTA, encode_pfc_frame, pause_ns
 
 # packet list fields
-KIND, FLOW, SIZE, PRIO, ECN, PSN, INPORT, FRAME = range(8)
-DATA, ACK, CNP = 0, 1, 2
-KIND_NAMES = ("data", "ack", "cnp")
+KIND, FLOW, SIZE, PRIO, ECN, PSN, INPORT, FRAME = range(8)  # an engine packet adds its Pkt at index 8
+DATA, ACK, CNP, ENGINE = 0, 1, 2, 3
+KIND_NAMES = ("data", "ack", "cnp", "engine")
 HEADER_BYTES = 14 + 20 + 8 + 12 + 4  # Ethernet, IPv4, UDP, BTH, ICRC
 ACK_BYTES = HEADER_BYTES + 4  # + AETH
 CNP_BYTES = HEADER_BYTES + 16  # + 16 reserved bytes
@@ -158,6 +158,7 @@ class Host(Node):
         self.cnp_rcvd = 0
         self.ce_rcvd = 0
         self.next_qpn = 0x11
+        self.engine_deliver: Callable[[list[Any]], None] | None = None
 
 
 class Switch(Node):
@@ -588,7 +589,7 @@ class SwitchedFabric:
         inport: Port = pkt[INPORT]
         inport.in_bytes[prio] -= size
         cfg = sw.cfg
-        if pkt[KIND] == DATA and cfg.ecn and pkt[ECN] == ECT0:
+        if cfg.ecn and pkt[ECN] == ECT0 and pkt[KIND] != ACK:  # data (bulk flows or the engine's requests)
             q = port.qbytes[prio]
             kmin = cfg.kmin * 1024
             if q > kmin:
@@ -688,6 +689,10 @@ class SwitchedFabric:
     # ------------------------------------------------------------------ receivers
     def _host_receive(self, host: Host, pkt: list[Any]) -> None:
         kind = pkt[KIND]
+        if kind == ENGINE:
+            assert host.engine_deliver is not None
+            host.engine_deliver(pkt)  # a soft device's packet (rdmalab.fabric.switched_carrier)
+            return
         f: Flow = pkt[FLOW]
         if kind == DATA:
             payload = pkt[SIZE] - HEADER_BYTES - (16 if pkt[PSN] % f.msg_packets == 0 else 0)

@@ -16,6 +16,7 @@ scope* for that long.  NICs differ in the scope (Lumina's ``CNPCheck`` tests thr
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import Any
 
 from rdmalab.wire.frame import AddressLike, encode_rocev2
 from rdmalab.wire.ib import BTH, CNPPad
@@ -76,3 +77,41 @@ class CnpPacer:
         self._last[k] = now
         self.sent += 1
         return True
+
+
+# ---------------------------------------------------------------------------- the engine's hooks
+
+
+def enable_np(dev: Any, min_time_between_cnps_us: float = 4.0, scope: str = "qp") -> CnpPacer:
+    """Make soft device ``dev`` a notification point: CE-marked requests are answered with CNPs."""
+    pacer = CnpPacer(round(min_time_between_cnps_us * 1000), scope)
+    dev.cnp_pacer = pacer
+    return pacer
+
+
+def notify(qp: Any, pkt: Any) -> None:
+    """The responder of ``qp`` got a request ``pkt`` marked CE: send a CNP if the pacing allows."""
+    dev = qp.dev
+    dev.counters["np_ecn_marked_roce_packets"] = dev.counters.get("np_ecn_marked_roce_packets", 0) + 1
+    pacer: CnpPacer | None = getattr(dev, "cnp_pacer", None)
+    if pacer is None:
+        return
+    sender_qpn = pkt.deth.src_qp if pkt.deth is not None else qp.dest_qp_num
+    if not pacer.on_ce(dev.now, pkt.src_gid, pkt.dst_gid, sender_qpn):
+        return
+    from rdmalab.verbs.engine.packet import Pkt  # here: packet imports the wire layer only, but keep cnp light
+
+    c = Pkt(CNP_OPCODE, 0, sender_qpn, pkt.dst_gid, pkt.src_gid, qp.sport, dev.mac, pkt.src_mac)
+    c.srcqp = qp.qp_num
+    dev.counters["np_cnp_sent"] = dev.counters.get("np_cnp_sent", 0) + 1
+    if dev.tracing:
+        dev.trace(qp.qp_num, "cnp", 0, CNP_OPCODE, to_qp=sender_qpn)
+    dev.transmit(c)
+
+
+def on_cnp(dev: Any, qp: Any, pkt: Any) -> None:
+    """A CNP arrived for ``qp`` (the sender): feed its DCQCN limiter, if it has one."""
+    dev.counters["rp_cnp_handled"] = dev.counters.get("rp_cnp_handled", 0) + 1
+    lim = getattr(qp, "dcqcn", None)
+    if lim is not None:
+        lim.on_cnp(dev.now)

@@ -219,3 +219,58 @@ class RateLimiter:
             self.active = False  # back at full speed: idle until the next CNP
         if self.on_change is not None:
             self.on_change(self.rate)
+
+
+# ---------------------------------------------------------------------------- the requester's hooks
+# A QP gets a limiter with :func:`attach`; the requester then asks :func:`wait` before each
+# request packet (True: not yet, a timer on the carrier's clock resumes it), reports it with
+# :func:`sent` (ECT(0), the pacing time, the byte counter), and the CNP path
+# (``SoftDevice.receive`` -> :func:`rdmalab.verbs.engine.cnp.on_cnp`) feeds it CNPs.
+
+
+def attach(qp: Any, params: DcqcnParams, line_gbps: float = 100.0) -> RateLimiter:
+    """Give ``qp`` (a verbs QP or its engine QP) a DCQCN reaction point: its requests go ECT(0), paced."""
+    qp = getattr(qp, "engine", qp)
+    carrier = qp.dev.carrier
+    lim = RateLimiter(params, line_gbps, lambda delay, fn, arg: carrier.call_later(max(1, int(delay)), fn, arg))
+    qp.dcqcn = lim
+    qp.dcqcn_next_ns = 0.0
+    qp.dcqcn_armed = False
+    return lim
+
+
+def ecn_only(qp: Any) -> None:
+    """Send ``qp``'s requests ECT(0) without a reaction point (CNPs arrive and change nothing)."""
+    getattr(qp, "engine", qp).ecn_capable = True
+
+
+def wait(qp: Any) -> bool:
+    """Before the requester builds a packet: True if the QP's rate says not yet (a timer resumes it)."""
+    lim: RateLimiter | None = getattr(qp, "dcqcn", None)
+    if lim is None:
+        return False
+    now = qp.dev.now
+    if qp.dcqcn_next_ns <= now:
+        return False
+    if not qp.dcqcn_armed:
+        qp.dcqcn_armed = True
+        qp.dev.carrier.call_later(max(1, int(qp.dcqcn_next_ns - now + 0.999)), _resume, qp)
+    return True
+
+
+def sent(qp: Any, p: Any) -> None:
+    """Request packet ``p`` goes out: mark it ECT(0), and count it against the rate and byte counter."""
+    lim: RateLimiter | None = getattr(qp, "dcqcn", None)
+    if lim is None:
+        if getattr(qp, "ecn_capable", False):
+            p.ecn = 0b10
+        return
+    size = p.wire_size
+    p.ecn = 0b10  # ECT(0): a DCQCN sender's packets may be marked (RFC 3168)
+    qp.dcqcn_next_ns = max(float(qp.dev.now), qp.dcqcn_next_ns) + size * 8 / lim.rate
+    lim.on_sent(size)
+
+
+def _resume(qp: Any) -> None:
+    qp.dcqcn_armed = False
+    qp.kick()  # the requester goes on where the pacing stopped it

@@ -18,10 +18,11 @@ import random
 from typing import Any
 
 from rdmalab.verbs import enums as e
+from rdmalab.verbs.engine import cnp
 from rdmalab.verbs.engine.carrier import Carrier, Datagram, Scheduler, TimerHandle
 from rdmalab.verbs.engine.packet import INFO, Pkt, from_datagram, from_frame
 from rdmalab.verbs.trace import TraceEvent
-from rdmalab.wire.opcodes import Transport
+from rdmalab.wire.opcodes import CNP_OPCODE, Transport
 
 TRANSPORT = {e.IBV_QPT_RC: Transport.RC, e.IBV_QPT_UC: Transport.UC, e.IBV_QPT_UD: Transport.UD}
 
@@ -143,6 +144,9 @@ class SoftDevice:
         qp = self.qps.get(pkt.destqp)
         if qp is None:
             self._drop(pkt, f"no QP {pkt.destqp:#x}")
+            return
+        if pkt.opcode == CNP_OPCODE:  # DCQCN: a CNP for this sender QP feeds its rate limiter
+            cnp.on_cnp(self, qp, pkt)
             return
         info = INFO[pkt.opcode]
         if TRANSPORT.get(qp.qp_type) != info.transport:

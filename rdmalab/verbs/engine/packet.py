@@ -25,7 +25,7 @@ from rdmalab.wire.frame import decode_ethernet, encode_rocev2
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import AETH, BTH, DETH, IETH, RETH, AtomicAckETH, AtomicETH, ImmDt
 from rdmalab.wire.net import UDP, Ethernet, IPv4, IPv6
-from rdmalab.wire.opcodes import OPCODES, Op, OpcodeInfo, Pos, Transport, find_opcode
+from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, OpcodeInfo, Pos, Transport, find_opcode
 
 PSN_MASK = 0xFFFFFF
 ROCE_OVERHEAD = 14 + 20 + 8 + 12 + 4  # Ethernet, IPv4, UDP, BTH, ICRC
@@ -70,7 +70,7 @@ class Pkt:
 
     __slots__ = ("opcode", "psn", "destqp", "ackreq", "se", "src_gid", "dst_gid", "sport", "src_mac", "dst_mac",
                  "reth", "aeth", "deth", "imm", "ieth", "atomic", "atomic_ack", "payload", "count", "last_opcode",
-                 "mtu", "_frame", "id", "srcqp", "acks")
+                 "mtu", "_frame", "id", "srcqp", "acks", "ecn")
 
     def __init__(self, opcode: int, psn: int, destqp: int, src_gid: int, dst_gid: int, sport: int,
                  src_mac: int, dst_mac: int, payload: Any = b"", ackreq: int = 0, se: int = 0) -> None:
@@ -99,6 +99,7 @@ class Pkt:
         self.id = next(_ids)
         self.srcqp = 0  # the sending QP (engine bookkeeping for the trace; not on the wire)
         self.acks: tuple[int, ...] = ()  # burst: indices (before the last) of packets with AckReq
+        self.ecn = 0  # IP ECN bits (RFC 3168): 2 = ECT(0) from a DCQCN sender, 3 = CE set by a switch
 
     # ------------------------------------------------------------------ info
     @property
@@ -135,6 +136,7 @@ class Pkt:
                 self.src_mac, self.dst_mac, memoryview(self.payload)[i * mtu:(i + 1) * mtu],
                 self.ackreq if last else int(i in self.acks), self.se if last else 0)
         p.srcqp = self.srcqp
+        p.ecn = self.ecn
         for cls in INFO[code].headers:
             attr = _ATTR[cls]
             setattr(p, attr, getattr(self, attr))
@@ -144,7 +146,8 @@ class Pkt:
     def headers(self) -> tuple[Header, ...]:
         out = []
         for cls in INFO[self.opcode].headers:
-            h = getattr(self, _ATTR[cls])
+            attr = _ATTR.get(cls)  # a CNP's reserved bytes (CNPPad) have no attribute: zeros
+            h = getattr(self, attr) if attr is not None else None
             out.append(h if h is not None else cls())
         return tuple(out)
 
@@ -153,13 +156,14 @@ class Pkt:
         if self.count != 1:
             raise ValueError("a burst has no single frame; expand() it first")
         if self._frame is None:
-            bth = BTH(opcode=self.opcode, se=self.se, destqp=self.destqp, ackreq=self.ackreq, psn=self.psn)
+            bth = BTH(opcode=self.opcode, se=self.se, destqp=self.destqp, ackreq=self.ackreq, psn=self.psn,
+                      becn=int(self.opcode == CNP_OPCODE))  # a CNP sets BECN (RoCEv2 annex A17.9.3)
             src, dst = self.src_gid, self.dst_gid
             v4 = (src >> 32) == 0xFFFF and (dst >> 32) == 0xFFFF
             self._frame = encode_rocev2(
                 bth, self.headers(), bytes(self.payload),
                 src_ip=src & 0xFFFFFFFF if v4 else src, dst_ip=dst & 0xFFFFFFFF if v4 else dst,
-                ipv6=not v4, src_port=self.sport, src_mac=self.src_mac, dst_mac=self.dst_mac)
+                ipv6=not v4, src_port=self.sport, src_mac=self.src_mac, dst_mac=self.dst_mac, ecn=self.ecn)
         return self._frame
 
     def datagram(self) -> Datagram:
@@ -167,8 +171,8 @@ class Pkt:
         frame = self.frame()
         v4 = (self.src_gid >> 32) == 0xFFFF and (self.dst_gid >> 32) == 0xFFFF
         start = 14 + (20 if v4 else 40) + 8
-        # the fields encode_rocev2 used in frame(): IP id 0, TOS 0, TTL 64, DF set (as rxe)
-        return Datagram(frame[start:], self.src_gid, self.dst_gid, self.sport)
+        # the fields encode_rocev2 used in frame(): IP id 0, TOS = the ECN bits, TTL 64, DF set (as rxe)
+        return Datagram(frame[start:], self.src_gid, self.dst_gid, self.sport, tos=self.ecn)
 
     def __repr__(self) -> str:
         extra = f" x{self.count}" if self.count > 1 else ""
@@ -196,6 +200,7 @@ def from_frame(frame: bytes) -> Pkt | None:
         attr = _ATTR.get(type(layer.header))
         if attr is not None:
             setattr(p, attr, layer.header)
+    p.ecn = ip4.ecn if ip4 is not None else d[IPv6].tclass & 3
     p._frame = bytes(frame)
     return p
 

@@ -14,6 +14,7 @@ the oldest unacknowledged PSN, and this loop sends them again with the same PSNs
 from __future__ import annotations
 
 from rdmalab.verbs import enums as e
+from rdmalab.verbs.engine import dcqcn
 from rdmalab.verbs.engine.memory import AccessError, gather, local_views
 from rdmalab.verbs.engine.packet import Pkt, opcode, psn_add, psn_diff
 from rdmalab.verbs.engine.qpcore import QPCore
@@ -152,9 +153,11 @@ def _send(qp: QPCore, w: SendWQE) -> bool:
     family = Op.SEND if send else Op.RDMA_WRITE
     imm = op in _IMM_OPS
     inv = op == e.IBV_WR_SEND_WITH_INV
-    burst_ok = qp.dev.burst_ok and not ud
+    burst_ok = qp.dev.burst_ok and not ud and getattr(qp, "dcqcn", None) is None  # DCQCN paces single packets
     payload = w.payload
     while w.next_pkt < n:
+        if dcqcn.wait(qp):  # DCQCN: not before the QP's rate allows (a timer resumes the requester)
+            return False
         k = w.next_pkt
         psn = psn_add(w.first_psn, k)
         room = WINDOW - psn_diff(psn, qp.comp.psn) if rc else n
@@ -209,6 +212,7 @@ def _send(qp: QPCore, w: SendWQE) -> bool:
 
 
 def _xmit(qp: QPCore, p: Pkt) -> None:
+    dcqcn.sent(qp, p)
     qp.dev.transmit(p)
     if qp.qp_type == e.IBV_QPT_RC:
         qp.arm_timer()

@@ -17,6 +17,7 @@ import socket
 import sys
 
 from rdmalab.verbs import enums as e
+from rdmalab.verbs.engine import cnp
 from rdmalab.verbs.engine.memory import AccessError, local_views, remote_view, scatter
 from rdmalab.verbs.engine.packet import INFO, Pkt, opcode, psn_add, psn_diff
 from rdmalab.verbs.engine.qpcore import QPCore
@@ -46,6 +47,8 @@ class _Drop(Exception):
 
 
 def on_request(qp: QPCore, pkt: Pkt) -> None:
+    if pkt.ecn == 3:  # CE: the DCQCN notification point answers with a CNP (rdmalab.verbs.engine.cnp)
+        cnp.notify(qp, pkt)
     if qp.qp_state not in _READY:
         qp.dev._drop(pkt, f"responder not ready (QP in {qp.qp_state_name})")
         return
