@@ -3,6 +3,8 @@
 #
 #   captures_guest.sh ROLE WORKDIR SIW_KO [SIW_CRC_KO [PHASES]]
 #
+# (siw phases only; the rxe captures come from `rdmalab capture`, see make_captures.sh)
+#
 # ROLE    "server" (10.0.0.1, runs tcpdump and the server side of every tool)
 #         or "client" (10.0.0.2, runs the client side).
 # WORKDIR host directory shared read-write with both guests (--rwdir);
@@ -123,51 +125,9 @@ t() {
 }
 
 # ================================ rxe (RoCEv2) ====================================
-if has_phase rxe; then
-modprobe rdma_rxe
-rdma link add rxe0 type rxe netdev "$IF"
-sleep 1
-G=$(gid_index)
-echo "== rxe0 up, IPv4 GID index $G"; rdma link show; ibv_devinfo -d rxe0 | grep -E 'state|active_mtu'
-grep -H . /sys/class/infiniband/rxe0/ports/1/gids/0 /sys/class/infiniband/rxe0/ports/1/gids/$G
-
-D="-d rxe0"
-# rdma-core example programs (TCP port 18515 out of band, then verbs traffic)
-t rxe_rc_pingpong  tcp:18515 "ibv_rc_pingpong $D -g $G -n 5 -s 4096"  "ibv_rc_pingpong $D -g $G -n 5 -s 4096 $SRV_IP"
-t rxe_uc_pingpong  tcp:18515 "ibv_uc_pingpong $D -g $G -n 5 -s 4096"  "ibv_uc_pingpong $D -g $G -n 5 -s 4096 $SRV_IP"
-t rxe_ud_pingpong  tcp:18515 "ibv_ud_pingpong $D -g $G -n 5 -s 512"   "ibv_ud_pingpong $D -g $G -n 5 -s 512 $SRV_IP"
-t rxe_srq_pingpong tcp:18515 "ibv_srq_pingpong $D -g $G -n 5 -q 2 -s 1024" "ibv_srq_pingpong $D -g $G -n 5 -q 2 -s 1024 $SRV_IP"
-# perftest, TCP out-of-band exchange on 18515
-P="$D -x $G -n 5"
-t rxe_write_bw     tcp:18515 "ib_write_bw $P -s 4096"  "ib_write_bw $P -s 4096 $SRV_IP"
-t rxe_read_bw      tcp:18515 "ib_read_bw $P -s 4096"   "ib_read_bw $P -s 4096 $SRV_IP"
-t rxe_send_bw      tcp:18515 "ib_send_bw $P -s 4096"   "ib_send_bw $P -s 4096 $SRV_IP"
-t rxe_uc_write_bw  tcp:18515 "ib_write_bw $P -s 2048 -c UC" "ib_write_bw $P -s 2048 -c UC $SRV_IP"
-t rxe_ud_send_bw   tcp:18515 "ib_send_bw $P -s 512 -c UD"   "ib_send_bw $P -s 512 -c UD $SRV_IP"
-t rxe_atomic_fadd  tcp:18515 "ib_atomic_bw $P -A FETCH_AND_ADD" "ib_atomic_bw $P -A FETCH_AND_ADD $SRV_IP"
-t rxe_atomic_cswap tcp:18515 "ib_atomic_bw $P -A CMP_AND_SWAP"  "ib_atomic_bw $P -A CMP_AND_SWAP $SRV_IP"
-t rxe_write_lat    tcp:18515 "ib_write_lat $P -s 64"   "ib_write_lat $P -s 64 $SRV_IP"
-t rxe_send_lat     tcp:18515 "ib_send_lat $P -s 64"    "ib_send_lat $P -s 64 $SRV_IP"
-t rxe_read_lat     tcp:18515 "ib_read_lat $P -s 64"    "ib_read_lat $P -s 64 $SRV_IP"
-# immediate data: perftest 4.5-0.17 and the pingpong examples have no *_WITH_IMM
-# option, so a small pyverbs program (imm_pingpong.py) does SEND/WRITE with imm.
-t rxe_imm          tcp:18516 "/usr/bin/python3 $HERE/imm_pingpong.py -d rxe0 -g $G" \
-                             "/usr/bin/python3 $HERE/imm_pingpong.py -d rxe0 -g $G $SRV_IP"
-# RDMA CM (CM MADs REQ/REP/RTU/DREQ/DREP on QP1 over RoCEv2)
-t rxe_rping        cm        "rping -s -a $SRV_IP -v -C 3 -S 64"  "rping -c -a $SRV_IP -v -C 3 -S 64"
-t rxe_write_bw_cm  cm        "ib_write_bw -d rxe0 -R -n 5 -s 4096 --report_gbits" \
-                             "ib_write_bw -d rxe0 -R -n 5 -s 4096 --report_gbits $SRV_IP"
-# UD over RDMA CM: SIDR REQ / SIDR REP MADs, then UD SENDs (rdmacm-utils udaddy)
-t rxe_udaddy       cm        "udaddy -b $SRV_IP -C 3 -S 64"      "udaddy -s $SRV_IP -C 3 -S 64"
-# packet loss: the CLIENT drops 10% of what it sends (netem on its NIC) while it
-# runs ib_send_bw, so the capture shows rxe retransmissions / NAKs / timeouts.
-if [ "$ROLE" = client ]; then tc qdisc add dev "$IF" root netem loss 10%; fi
-L="$D -x $G -n 12 -s 2048"
-t rxe_send_bw_loss tcp:18515 "ib_send_bw $L" "ib_send_bw $L $SRV_IP"
-if [ "$ROLE" = client ]; then tc qdisc del dev "$IF" root; fi
-rdma link delete rxe0
-modprobe -r rdma_rxe
-fi
+# The rxe captures are made by `rdmalab capture` in one lab VM (rdmalab/live/captures.py holds
+# their command lines); scripts/make_captures.sh calls it and runs this script for siw only.
+if has_phase rxe; then echo "!! phase rxe: use rdmalab capture (make_captures.sh does)"; fi
 
 # ================================ siw (iWARP) =====================================
 siw_up() {    # siw_up KO: load one siw build and attach siw0 to the NIC

@@ -25,7 +25,11 @@
 # the result as siw_crc.ko.  Its module name is still "siw"; the guests load either
 # siw.ko (phase siw) or siw_crc.ko (phase siw_crc), never both at once.
 #
-# Topology: two virtme-ng guests (TCG, --disable-kvm), each with one virtio NIC,
+# rxe: the rxe phase is `rdmalab capture all` (rdmalab/live/captures.py): one lab VM
+# (rdmalab.live.vm), server on rxe1 (veth2, 10.0.1.1), client on rxe2 (veth3, 10.0.1.2), tcpdump
+# on veth2; it writes OUT/rxe_*.pcap and their rows in OUT/MANIFEST.md.
+#
+# siw topology: two virtme-ng guests (TCG, --disable-kvm), each with one virtio NIC,
 # joined back to back by qemu "-netdev socket" (guest "server" listens on
 # 127.0.0.1:$SOCK_PORT, guest "client" connects).  server=10.0.0.1, client=10.0.0.2.
 # scripts/captures_guest.sh runs in both guests; the server runs tcpdump on its NIC.
@@ -62,6 +66,19 @@ echo "phases: $PHASES"
 rm -rf "$WORK/pcap" "$WORK/log"
 mkdir -p "$WORK/pcap" "$WORK/log" "$OUT"
 
+# ---- 0. rxe: one lab VM, through rdmalab.live -------------------------------------------
+PY=${PYTHON:-$( [ -x "$REPO/.venv/bin/python" ] && echo "$REPO/.venv/bin/python" || echo python3 )}
+RXE_FILES=()
+if has_phase rxe; then
+    KVM_FLAG=""; [ "${RDMALAB_VM_KVM:-}" = 0 ] && KVM_FLAG=--tcg
+    RDMALAB_VM_KERNEL=$KVER "$PY" -m rdmalab capture all -o "$OUT" $KVM_FLAG
+    for n in $("$PY" -c 'from rdmalab.live.captures import CAPTURES; print(" ".join(CAPTURES))'); do
+        RXE_FILES+=("$OUT/$n.pcap")
+    done
+fi
+# the two-guest part below makes only the siw phases
+PHASES=$(echo " $PHASES " | sed 's/ rxe / /'); PHASES=$(echo $PHASES)
+
 # ---- 1. build siw.ko (and siw_crc.ko) ---------------------------------------------------
 build_siw() {  # build_siw SRCDIR [patch]: extract + build siw from linux-source-6.1 in SRCDIR
     local dir=$1 patch=${2:-} m=$1/linux-source-6.1/drivers/infiniband/sw/siw
@@ -81,9 +98,9 @@ build_siw() {  # build_siw SRCDIR [patch]: extract + build siw from linux-source
 }
 SIW_KO=""; SIW_CRC_KO=""
 if has_phase siw; then
-    SIWDIR=$WORK/siw-src-$KVER         # cached between runs
-    SIW_KO=$SIWDIR/linux-source-6.1/drivers/infiniband/sw/siw/siw.ko
-    [ -f "$SIW_KO" ] || build_siw "$SIWDIR"
+    # the plain siw.ko: rdmalab.live.siw builds it once and caches it in ~/.cache/rdmalab/siw/
+    SIW_KO=$("$PY" -c "import sys; from rdmalab.live.siw import siw_module; print(siw_module(sys.argv[1]))" "$KVER")
+    [ -f "$SIW_KO" ] || { echo "siw: $SIW_KO (this kernel ships siw; these captures expect a built one)"; exit 1; }
     modinfo "$SIW_KO" | grep vermagic
 fi
 if has_phase siw_crc; then
@@ -96,7 +113,8 @@ if has_phase siw_crc; then
     modinfo "$SIW_CRC_KO" | grep vermagic
 fi
 
-# ---- 2. boot the two guests ----------------------------------------------------------
+# ---- 2. boot the two guests (siw phases only) --------------------------------------------
+if [ -n "$PHASES" ]; then
 vm() {  # vm ROLE NETDEV-OPTION MAC
     timeout 1800 vng --run "$VMLINUZ" --disable-kvm --user root --name "rdma-$1" \
         --cpus 2 --memory 1G --rwdir "$WORK" \
@@ -111,9 +129,10 @@ vm client "connect=127.0.0.1:$SOCK_PORT" 52:54:00:00:01:02 &
 CPID=$!
 wait $CPID || echo "client VM exited with $?"
 wait $SPID || echo "server VM exited with $?"
+fi
 
 # ---- 3. post-process on the host -------------------------------------------------------
-cp "$WORK"/pcap/*.pcap "$OUT"/
+cp "$WORK"/pcap/*.pcap "$OUT"/ 2>/dev/null || true
 # "Mid-stream" siw capture: made by CUTTING a full capture (editcap -r), not by
 # starting tcpdump late.  We keep everything from the 6th RDMA Write FPDU of the
 # long ib_write_bw run onwards, so the TCP handshake, the MPA request/reply and the
@@ -129,11 +148,12 @@ fi
 
 # ---- 4. verify with tshark ---------------------------------------------------------------
 # all phases: the whole output directory; otherwise just the files made by this run
-if [ "$PHASES" = "rxe siw siw_crc" ]; then
+if [ "$PHASES" = "siw siw_crc" ] && [ ${#RXE_FILES[@]} -gt 0 ]; then
     "$HERE/verify_captures.sh" "$OUT" | tee "$WORK/log/verify.txt"
 else
-    NEW=()
+    NEW=("${RXE_FILES[@]}")
     for f in "$WORK"/pcap/*.pcap; do
+        [ -e "$f" ] || continue
         b=$(basename "$f"); [ "$b" = siw_write_bw_long.pcap ] && b=siw_write_bw_midstream.pcap
         NEW+=("$OUT/$b")
     done

@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     what.add_argument("--shell", action="store_true", help="an interactive shell in the VM")
     what.add_argument("--exec", dest="exec_cmd", metavar="CMD", help="run CMD (bash) in the VM")
     what.add_argument("--scenario", choices=SCENARIOS, help="run one lab scenario on rxe1 -> rxe2")
-    what.add_argument("--check", action="store_true", help="only say whether this machine can boot the VM")
+    what.add_argument("--check", action="store_true",
+                      help="list the host's RDMA devices and say whether this machine can boot the VM")
     p.add_argument("-w", dest="write", metavar="FILE", help="write the capture to FILE (pcap)")
     p.add_argument("--size", type=int, default=4096, help="scenario message size in bytes (default 4096)")
     p.add_argument("--loss", type=float, default=0.0, metavar="PCT", help="scenario: netem loss on veth2, in %%")
@@ -46,6 +47,9 @@ def run_vm(args: argparse.Namespace, out: TextIO) -> int:
     from rdmalab.live.vm import VM, VMError, kvm_usable, missing
 
     if args.check:
+        from rdmalab.live.discover import describe
+
+        print(f"host RDMA devices: {describe()}", file=out)
         gaps = missing(args.kernel)
         for g in gaps:
             print(f"missing: {g}", file=out)

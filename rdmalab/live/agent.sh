@@ -108,7 +108,10 @@ run_job() {
     to=$(cat "$j/timeout" 2>/dev/null || echo 120)
     ifs=$(cat "$j/capture" 2>/dev/null)
     for i in $ifs; do
-        tcpdump -i "$i" -s 0 -U --immediate-mode -Z root -w "$j/$i.pcap" 2> "$j/$i.tcpdump.log" &
+        # --immediate-mode: nothing may wait in a ring block when tcpdump is stopped; it makes
+        # libpcap use fixed-size ring frames of snaplen bytes, so a 9216-byte snaplen (any MTU
+        # here) and a 32 MiB buffer, or a burst fills the ring and the kernel drops packets
+        tcpdump -i "$i" -s 9216 -B 32768 -U --immediate-mode -Z root -w "$j/$i.pcap" 2> "$j/$i.tcpdump.log" &
         tds+=($!)
     done
     for i in $ifs; do
@@ -118,7 +121,7 @@ run_job() {
         > "$j/stdout" 2> "$j/stderr" < /dev/null
     echo $? > "$j/rc"
     if [ ${#tds[@]} -gt 0 ]; then
-        sleep 0.3                          # trailing ACKs
+        sleep 1.5                          # trailing ACKs, and tcpdump catching up (TCG is slow)
         kill -INT "${tds[@]}"; wait "${tds[@]}"
         set -- $ifs
         if [ $# = 1 ]; then mv "$j/$1.pcap" "$j/capture.pcap"

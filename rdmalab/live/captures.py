@@ -134,7 +134,7 @@ def update_manifest(path: Path, lines: list[str]) -> None:
         text = text.rstrip("\n") + (
             f"\n\n{HEADER}\n\nOne VM (`rdmalab.live.vm`): server on rxe1 (veth2, 10.0.1.1), client on rxe2 "
             "(veth3, 10.0.1.2), the two veths wired to each other, tcpdump on veth2 "
-            "(`tcpdump -s 0 -U --immediate-mode`, no filter). Rows replace the files' earlier provenance "
+            "(`tcpdump -s 9216 -B 32768 -U --immediate-mode`, no filter). Rows replace the files' earlier provenance "
             f"above.\n\n{TABLE_HEAD}\n")
     for line in lines:
         name = re.match(r"\| `([^`]+)`", line)

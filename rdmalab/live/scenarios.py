@@ -210,7 +210,7 @@ def _run_vm(name: str, vm: VM, size: int, seed: int, loss: float, iters: int, ti
     data = json.loads(result_file.read_text())
     where = f"VM ({'KVM' if res.kvm else 'TCG'}) rxe1/rxe2"
     return ScenarioResult(name, "rxe", where, data, res.pcap_path, res.stdout, res.stderr, res.boot_s,
-                          extra={"job_dir": str(res.job_dir), "loss": loss})
+                          extra={"job_dir": str(res.job_dir), "loss": loss, "capture_drops": res.capture_drops})
 
 
 _SHARED: VM | None = None

@@ -83,6 +83,7 @@ class VMResult:
     run_s: float = 0.0
     job_dir: Path | None = None
     pcaps: dict[str, Path] = field(default_factory=dict)
+    capture_drops: int = 0      # packets tcpdump reported "dropped by kernel" (the capture misses them)
 
     @property
     def ok(self) -> bool:
@@ -144,6 +145,9 @@ def missing(kernel: str | None = None) -> list[Missing]:
                       ("ibv_rc_pingpong", "ibverbs-utils"), ("ib_write_bw", "perftest")):
         if not shutil.which(tool) and not Path(f"/usr/bin/{tool}").exists() and not Path(f"/sbin/{tool}").exists():
             out.append(Missing(f"{tool} (used inside the VM)", f"sudo apt-get install {pkg}"))
+    if not glob.glob("/usr/lib/python3/dist-packages/pyverbs/__init__.py"):
+        out.append(Missing("pyverbs for /usr/bin/python3 (the lab scenarios use it)",
+                           "sudo apt-get install python3-pyverbs"))
     if not glob.glob("/usr/lib/*/libibverbs/librxe-rdmav*.so"):
         out.append(Missing("the rxe user-space provider (librxe)", "sudo apt-get install ibverbs-providers"))
     return out
@@ -414,9 +418,11 @@ class VM:
         rc_text = (j / "rc").read_text().strip() if (j / "rc").exists() else "255"
         pcaps = {i: j / f"{i}.pcap" for i in ifaces if (j / f"{i}.pcap").exists()}
         pcap = j / "capture.pcap"
+        drops = sum(int(m) for i in ifaces
+                    for m in re.findall(r"(\d+) packets? dropped by kernel", _read(j / f"{i}.tcpdump.log")))
         return VMResult(stdout=_read(j / "stdout"), stderr=_read(j / "stderr"), rc=int(rc_text or 255),
                         pcap_path=pcap if pcap.exists() else None, kvm=self.kvm, boot_s=self.boot_s,
-                        run_s=time.monotonic() - t0, job_dir=j, pcaps=pcaps)
+                        run_s=time.monotonic() - t0, job_dir=j, pcaps=pcaps, capture_drops=drops)
 
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"

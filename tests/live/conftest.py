@@ -21,10 +21,10 @@ def _requested(config: pytest.Config) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    here = os.path.dirname(__file__)
+    """Tests that use the VM (the ``lab_vm`` fixture, or marked ``live``) are live tests."""
     skip = pytest.mark.skip(reason="live test: boots a VM (30-60 s); run with `pytest -m live` or RDMALAB_LIVE=1")
     for item in items:
-        if str(item.fspath).startswith(here):
+        if "lab_vm" in getattr(item, "fixturenames", ()) or item.get_closest_marker("live"):
             item.add_marker(pytest.mark.live)
             if not _requested(config):
                 item.add_marker(skip)

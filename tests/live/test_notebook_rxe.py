@@ -13,6 +13,7 @@ from rdmalab.live.vm import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 NB = ROOT / "notebooks" / "13-live-rdma.py"
+pytestmark = pytest.mark.live
 
 
 def test_live_notebook_on_rxe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -34,5 +35,7 @@ def test_live_notebook_on_rxe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
                      for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "on VM (" in text or "on host rxe" in text, text[:2000]   # it ran on rxe, not on the soft engine
     assert "IBV_WC_REM_ACCESS_ERR" in text
+    # the soft engine (rdmalab pingpong, namespace peer) and the kernel's ibv_rc_pingpong on rxe0, --chk both
+    assert "0 differ from the client's buffer" in text and "exit status 0" in text, text[-3000:]
     results = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(results) == 3 and all(r["status"] == "pass" for r in results), results

@@ -36,6 +36,7 @@ def test_write_then_read_moves_the_data(lab_vm: VM) -> None:
     data = random.Random(seed).randbytes(size)
     r = run("write_read", backend="rxe", vm=lab_vm, size=size, seed=seed)
     assert r.where.startswith("VM")
+    assert r.extra["capture_drops"] == 0
     assert [wc["status"] for wc in r.completions] == ["IBV_WC_SUCCESS"] * 2
     assert [wc["opcode"] for wc in r.completions] == ["IBV_WC_RDMA_WRITE", "IBV_WC_RDMA_READ"]
     digest = hashlib.sha256(data).hexdigest()

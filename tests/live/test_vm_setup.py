@@ -22,7 +22,7 @@ def test_peer_namespace_reaches_rxe0(lab_vm: VM) -> None:
 $PYVERBS_PYTHON -c "
 import socket; s = socket.socket(); s.bind(('$RXE0_IP', 7000)); s.listen(1); s.settimeout(30)
 c, a = s.accept(); print('peer', a[0])" &
-sleep 1
+for i in $(seq 1 100); do ss -ltn 'sport = :7000' | grep -q LISTEN && break; sleep 0.1; done
 ip netns exec $PEER_NS bash -c 'exec 3<>/dev/tcp/$RXE0_IP/7000'
 wait %1
 rdma link show
@@ -50,4 +50,8 @@ exit $((rc + src))
     names = {p.packet.opcode_name for p in roce}
     # 4096-byte SENDs at RoCE MTU 1024 (veth MTU 1500): FIRST, MIDDLE, LAST, and their ACKs
     assert {"RC SEND First", "RC SEND Middle", "RC SEND Last", "RC Acknowledge"} <= names, names
-    assert len(roce) >= 2 * 5 * 4
+    # ibv_rc_pingpong -n 5: each side sends 5 messages (rc_pingpong.c loops until both its send and
+    # receive counts reach iters); 4096 bytes at MTU 1024 are 4 packets each
+    sends = [p for p in roce if p.packet.opcode_name.startswith("RC SEND")]
+    logs = [t.read_text() for t in r.job_dir.glob("*.tcpdump.log")] if r.job_dir else []
+    assert len(sends) == 2 * 5 * 4, (len(sends), logs)
