@@ -99,8 +99,8 @@ def test_captures_without_loss(name: str) -> None:
 
 def _fabric_run(tmp_path: Path, seed: int, loss: float, op: str) -> tuple[Path, Path, list]:  # type: ignore[type-arg]
     from rdmalab.fabric import Fabric
-    from rdmalab.verbs import enums as e
     from rdmalab.fabric.harness import Pair
+    from rdmalab.verbs import enums as e
 
     fab = Fabric(seed=seed, mtu=1024)
     p = Pair(fab, size=1 << 20, path_mtu=e.IBV_MTU_1024)
