@@ -12,7 +12,8 @@
 # 2. The **receiver** of a marked packet (the *notification point*) sends a **Congestion
 #    Notification Packet** (CNP, BTH opcode `0x81`) back to the sender's QP, which slows down.
 #
-# This notebook shows both on real bytes.
+# This notebook shows both on real bytes, then runs them on a switched fabric: queues, marks,
+# CNPs, the DCQCN rate control NICs run, and PFC pause frames.
 
 # %%
 BACKEND = "soft"

@@ -36,3 +36,5 @@ echo "== the wheel: pip install rdmalab in a fresh venv, then rdmalab lab and rd
 bash scripts/check_wheel.sh "$PWD/.venv/bin/python"
 echo "== the book: built offline from the notebooks, links checked, rendered in headless Chromium"
 bash scripts/build_book.sh
+echo "== the instructor edition of the book (solutions folded; every check must pass)"
+bash scripts/build_book.sh --instructor --no-browser

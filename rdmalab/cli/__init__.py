@@ -12,6 +12,7 @@ Subcommands follow tshark's habits where they fit::
     rdmalab lab [ARGS...]
     rdmalab vm [--shell | --exec CMD | --scenario NAME] [-w FILE]
     rdmalab capture NAME... | all
+    rdmalab grade DIR [-o OUT]
 
 Errors are one sentence naming the file and what was wrong, never a traceback; the exit status
 is 0 on success, 1 when a file could not be (fully) read or a strict decode failed, 2 for bad
@@ -27,13 +28,26 @@ from collections.abc import Sequence
 
 from rdmalab import __version__
 from rdmalab.capture.reader import CaptureError
-from rdmalab.cli import analyze, capture, convert, crosscheck, decode, lab, pingpong, simulate, stats, vm
+from rdmalab.cli import (
+    analyze,
+    capture,
+    convert,
+    crosscheck,
+    decode,
+    grade,
+    lab,
+    perftest,
+    pingpong,
+    simulate,
+    stats,
+    vm,
+)
 from rdmalab.cli._common import Fail
 
 # The order here is the order of `rdmalab --help`.
-COMMANDS = [decode, crosscheck, stats, analyze, convert, lab, pingpong, simulate, vm, capture]
+COMMANDS = [decode, crosscheck, stats, analyze, convert, lab, pingpong, perftest, simulate, vm, capture, grade]
 # Commands whose every argument after the command name belongs to another program (--help included).
-PASSTHROUGH = {"lab": lab.run_lab, "pingpong": pingpong.main_argv}
+PASSTHROUGH = {"lab": lab.run_lab, "pingpong": pingpong.main_argv, "perftest": perftest.main_argv}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -215,7 +215,13 @@ class UdpFabric:
     (what ``CQ.poll`` and ``get_cq_event`` call) waits for traffic before it gives up.
     """
 
-    burst_ok = False  # every packet is a real datagram
+    @property
+    def burst_ok(self) -> bool:
+        """The engine may hand over a run of packets of one message as one burst object
+        (:mod:`rdmalab.verbs.engine.packet`): :meth:`send` expands it into the very packets the
+        engine would have built one by one, and each leaves as its own datagram; the receiver
+        never sees a burst.  Not while tracing, so that the trace has one event per packet."""
+        return not self._tracing
 
     def __init__(self, ifname: str | None = None, ip: str | None = None, *, name: str = "rdmalab0",
                  mtu: int | None = None, trace: bool = False, pcap: str | IO[bytes] | None = None,
@@ -250,6 +256,7 @@ class UdpFabric:
         self.device = SoftDevice(name, ipv4, mac, self, seed=self.rng.getrandbits(32))
         self.devices = {name: self.device}
         self._macs: dict[int, int] = {}
+        self._addrs: dict[int, tuple[str, int]] = {}
         self._pcap: Any = None
         self._pcap_file: IO[bytes] | None = None
         self._pcap_own = False
@@ -289,7 +296,6 @@ class UdpFabric:
         self._sink = sink
         self._sel = selectors.DefaultSelector()
         self._sel.register(raw, selectors.EVENT_READ)
-        self._buf = bytearray(65536)
         self._closed = False
 
     # ------------------------------------------------------------------ the fabric interface of the engine
@@ -358,9 +364,13 @@ class UdpFabric:
             self.trace.append(TraceEvent(self.now_ns, src.name, p.srcqp, "sent", p.psn, p.opcode,
                                          {"packet_id": p.id, "dqpn": p.destqp, "len": len(p.payload),
                                           "ackreq": p.ackreq}, None))
-        self._tap(datagram, p.src_mac, p.dst_mac)
+        if self._pcap is not None:
+            self._tap(datagram, p.src_mac, p.dst_mac)
+        addr = self._addrs.get(dst)
+        if addr is None:
+            addr = self._addrs[dst] = (socket.inet_ntoa(datagram[16:20]), 0)
         try:
-            self._raw.sendto(datagram, (socket.inet_ntoa(datagram[16:20]), 0))
+            self._raw.sendto(datagram, addr)
             self.stats["sent"] += 1
         except BlockingIOError:
             self._wait_writable(datagram)
@@ -403,18 +413,17 @@ class UdpFabric:
     # ------------------------------------------------------------------ receiving
     def _receive_all(self) -> int:
         got = 0
-        raw = self._raw
-        buf = self._buf
-        mv = memoryview(buf)
+        recv = self._raw.recv
+        inbound = self.inbound
         while True:
             try:
-                n = raw.recv_into(buf)
+                d = recv(65536)  # a fresh bytes object: the packet's payload stays a view into it
             except BlockingIOError:
                 return got
             except InterruptedError:
                 continue
             got += 1
-            self.inbound(bytes(mv[:n]))
+            inbound(d)
 
     def inbound(self, datagram: bytes) -> None:
         """One IPv4 datagram (IP header first) arrived for this device: check and deliver it."""
@@ -428,8 +437,10 @@ class UdpFabric:
             return
         self.stats["received"] += 1
         pkt.dst_mac = self.device.mac
-        pkt.src_mac = self.resolve_mac(pkt.src_gid) or 0
-        self._tap(datagram, pkt.src_mac, pkt.dst_mac)
+        mac = self._macs.get(pkt.src_gid)
+        pkt.src_mac = mac if mac is not None else self.resolve_mac(pkt.src_gid) or 0
+        if self._pcap is not None:
+            self._tap(datagram, pkt.src_mac, pkt.dst_mac)
         # The seam's fast path (Station.receive): the ICRC was checked above, over the real IP
         # header; Station.deliver would rebuild that header from a Datagram and decode it again.
         self.device.receive(pkt)
@@ -526,49 +537,54 @@ class UdpFabric:
 
 
 # ---------------------------------------------------------------------- encoding and decoding
+_IPUDP = struct.Struct(">BBHHHBBHIIHHHH")  # IPv4 header (20 bytes) + UDP header (8 bytes)
+_BTH = struct.Struct(">BBHII")
+_ICRC = struct.Struct("<I")
+
+
 def encode_datagram(p: Pkt, ip_id: int) -> bytes:
     """The IPv4/UDP/BTH/.../ICRC datagram for ``p``: DF set, TTL 64, ``ip_id``, UDP checksum 0 (as rxe).
 
-    The same bytes as ``Datagram.seal`` of the carrier seam would give with this ``ip_id``, built
-    in one pass (the payload is not copied before the CRC)."""
+    The same fields as the carrier seam's ``Datagram`` of this packet with this ``ip_id``, built
+    in one pass (the payload is not copied before the CRC is taken over it)."""
     info = INFO[p.opcode]
     payload = p.payload
     n = len(payload)
     pad = -n % 4
-    ext = b"".join(h.encode() for h in p.headers()) if info.headers else b""
-    bth = struct.pack(">BBHII", p.opcode, (p.se << 7) | (pad << 4), 0xFFFF, p.destqp & 0xFFFFFF,
-                      (p.ackreq << 31) | (p.psn & 0xFFFFFF))
-    udp_len = 8 + 12 + len(ext) + n + pad + 4
-    src, dst = p.src_gid & 0xFFFFFFFF, p.dst_gid & 0xFFFFFFFF
-    # IPv4 header: version/IHL, TOS 0, total length, ID, flags DF, TTL 64, UDP, checksum 0
-    # (the kernel computes it for IP_HDRINCL sends), addresses.
-    hdr = struct.pack(">BBHHHBBHII", 0x45, 0, 20 + udp_len, ip_id, 0x4000, 64, 17, 0, src, dst)
-    udp = struct.pack(">HHHH", p.sport, ROCEV2_PORT, udp_len, 0)
-    # ICRC: the same bytes with TOS, TTL, IP checksum, UDP checksum and BTH byte 4 masked
-    # (rxe_icrc.c), after 8 bytes of 0xFF; zlib's CRC-32, written little-endian.
-    masked = struct.pack(">BBHHHBBHII", 0x45, 0xFF, 20 + udp_len, ip_id, 0x4000, 0xFF, 17, 0xFFFF, src, dst)
-    masked_udp = struct.pack(">HHHH", p.sport, ROCEV2_PORT, udp_len, 0xFFFF)
-    mbth = bth[:4] + b"\xff" + bth[5:]
-    crc = zlib.crc32(masked + masked_udp + mbth + ext, _FF8)
+    ext = b"".join([h.encode() for h in p.headers()]) if info.headers else b""
+    psn = (p.ackreq << 31) | (p.psn & 0xFFFFFF)
+    dqp = p.destqp & 0xFFFFFF
+    flags = (p.se << 7) | (pad << 4)
+    udp_len = 24 + len(ext) + n + pad  # UDP 8 + BTH 12 + ext + payload + pad + ICRC 4
+    src, dst, sport = p.src_gid & 0xFFFFFFFF, p.dst_gid & 0xFFFFFFFF, p.sport
+    # version/IHL, TOS 0, total length, ID, DF, TTL 64, UDP, checksum 0 (the kernel fills it in
+    # for IP_HDRINCL sends: net/ipv4/raw.c), addresses; UDP ports, length, checksum 0.
+    hdr = _IPUDP.pack(0x45, 0, 20 + udp_len, ip_id, 0x4000, 64, 17, 0, src, dst, sport, ROCEV2_PORT, udp_len, 0)
+    # ICRC (rxe_icrc.c): 8 bytes of 0xFF, then the same bytes with TOS, TTL, IP checksum, UDP
+    # checksum and BTH byte 4 (FECN/BECN/resv6) set to all ones; zlib's CRC-32, little-endian.
+    masked = _IPUDP.pack(0x45, 0xFF, 20 + udp_len, ip_id, 0x4000, 0xFF, 17, 0xFFFF, src, dst, sport, ROCEV2_PORT,
+                         udp_len, 0xFFFF)
+    crc = zlib.crc32(_BTH.pack(p.opcode, flags, 0xFFFF, 0xFF000000 | dqp, psn), zlib.crc32(masked, _FF8))
+    if ext:
+        crc = zlib.crc32(ext, crc)
+    tail = b"\0" * pad
     if n:
         crc = zlib.crc32(payload, crc)
-    tail = b"\0" * pad
-    if pad:
-        crc = zlib.crc32(tail, crc)
-    return b"".join((hdr, udp, bth, ext, payload, tail, struct.pack("<I", crc)))
+        if pad:
+            crc = zlib.crc32(tail, crc)
+    return b"".join((hdr, _BTH.pack(p.opcode, flags, 0xFFFF, dqp, psn), ext, payload, tail, _ICRC.pack(crc)))
 
 
 def decode_datagram(d: bytes) -> Pkt | None:
     """An IPv4 RoCEv2 datagram (IP header first) as a :class:`Pkt`, or None if it is malformed,
-    not RoCEv2, or its ICRC is wrong (rxe drops those silently: ``rxe_recv.c``)."""
+    not RoCEv2, or its ICRC is wrong (rxe drops those silently: ``rxe_recv.c``).  The payload of
+    the packet is a view into ``d``."""
     if len(d) < 20 or d[0] >> 4 != 4:
         return None
-    ihl = (d[0] & 0x0F) * 4
+    u = (d[0] & 0x0F) * 4
     total = (d[2] << 8) | d[3]
-    if d[9] != 17 or total > len(d) or total < ihl + 8 + 12 + 4:
+    if d[9] != 17 or total > len(d) or total < u + 8 + 12 + 4:
         return None
-    d = d[:total]
-    u = ihl
     if (d[u + 2] << 8 | d[u + 3]) != ROCEV2_PORT:
         return None
     b = u + 8
@@ -576,32 +592,33 @@ def decode_datagram(d: bytes) -> Pkt | None:
     info = INFO.get(opc)
     if info is None:
         return None
+    mv = memoryview(d)
     # ICRC over the masked IP header, UDP header and BTH, then the rest (rxe_icrc.c)
-    m = bytearray(d[:b + 12])
+    m = bytearray(mv[:b + 12])
     m[1] = m[8] = m[10] = m[11] = 0xFF
     m[u + 6] = m[u + 7] = 0xFF
     m[b + 4] = 0xFF
-    crc = zlib.crc32(d[b + 12:total - 4], zlib.crc32(m, _FF8))
-    if crc != int.from_bytes(d[total - 4:total], "little"):
+    end_crc = total - 4
+    crc = zlib.crc32(mv[b + 12:end_crc], zlib.crc32(m, _FF8))
+    if crc != int.from_bytes(mv[end_crc:total], "little"):
         return None
     pad = (d[b + 1] >> 4) & 3
     at = b + 12
     hdrs = []
     for cls in info.headers:
         size = cls.LAYOUT.size
-        if at + size > total - 4:
+        if at + size > end_crc:
             return None
         hdrs.append(cls.decode(d, at))
         at += size
-    end = total - 4 - pad
+    end = end_crc - pad
     if end < at:
         return None
-    src = 0xFFFF00000000 | int.from_bytes(d[12:16], "big")
-    dst = 0xFFFF00000000 | int.from_bytes(d[16:20], "big")
-    sport = (d[u] << 8) | d[u + 1]
-    w2 = int.from_bytes(d[b + 8:b + 12], "big")
-    p = Pkt(opc, w2 & 0xFFFFFF, int.from_bytes(d[b + 5:b + 8], "big"), src, dst, sport, 0, 0,
-            d[at:end], w2 >> 31, d[b + 1] >> 7)
+    src = 0xFFFF00000000 | int.from_bytes(mv[12:16], "big")
+    dst = 0xFFFF00000000 | int.from_bytes(mv[16:20], "big")
+    w2 = int.from_bytes(mv[b + 8:b + 12], "big")
+    p = Pkt(opc, w2 & 0xFFFFFF, int.from_bytes(mv[b + 5:b + 8], "big"), src, dst, (d[u] << 8) | d[u + 1], 0, 0,
+            mv[at:end], w2 >> 31, d[b + 1] >> 7)
     for h in hdrs:
         setattr(p, _ATTR[type(h)], h)
     return p

@@ -46,6 +46,8 @@ class Result:
     details: list[str] = field(default_factory=list)
     field: str | None = None  # "BTH.psn", when the problem is one field
     offset: int | None = None  # byte offset of the problem, when there is one
+    given: str | None = None  # the learner's value, as the feedback shows it
+    expected: str | None = None  # what was expected there: a value, or a description when the value is the answer
 
     def __bool__(self) -> bool:
         return self.status == PASS
@@ -64,6 +66,9 @@ class Result:
             if self.offset is not None:
                 bits.append(f"byte offset {self.offset}")
             where = f"<div style='font-size:90%'>Where: {', '.join(bits)}</div>"
+        if self.given is not None or self.expected is not None:
+            rows = [(k, v) for k, v in (("You gave", self.given), ("Expected", self.expected)) if v is not None]
+            where += "".join(f"<div style='font-size:90%'>{k}: <code>{html.escape(v)}</code></div>" for k, v in rows)
         details = "".join(f"<li>{html.escape(d)}</li>" for d in self.details)
         if details:
             details = f"<ul style='margin:.2em 0 0 1.2em;padding:0'>{details}</ul>"
@@ -82,6 +87,10 @@ class Result:
         lines = [f"[{self.exercise}] {self.status.upper()}: {self.message}"]
         if self.field or self.offset is not None:
             lines.append(f"  where: field={self.field} offset={self.offset}")
+        if self.given is not None:
+            lines.append(f"  you gave: {self.given}")
+        if self.expected is not None:
+            lines.append(f"  expected: {self.expected}")
         lines += [f"  - {d}" for d in self.details]
         return "\n".join(lines)
 
@@ -90,12 +99,37 @@ class Wrong(Exception):
     """Raised by a checker to report a wrong answer with its location."""
 
     def __init__(self, message: str, *, field: str | None = None, offset: int | None = None,
-                 details: Sequence[str] = ()) -> None:
+                 details: Sequence[str] = (), given: Any = None, expected: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
         self.offset = offset
         self.details = list(details)
+        self.given = None if given is None else (str(given) if isinstance(given, Said) else show(given))
+        self.expected = expected
+
+
+class Said(str):
+    """Text a checker wrote to describe the learner's value (``Wrong(given=Said(...))``), shown as is."""
+
+
+def show(value: Any, limit: int = 60) -> str:
+    """A learner's value as feedback shows it: bytes in hex, integers in decimal and hex, the rest repr."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        b = bytes(value)
+        text = b[:limit // 2].hex(" ") + (" ..." if len(b) > limit // 2 else "")
+        return f"{len(b)} bytes: {text}"
+    if isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, int):
+        n = int(value)
+        text = f"{n} ({n:#x})" if n > 9 else str(n)
+        name = getattr(value, "name", None)  # an enum member: show its name too
+        return f"{name} = {text}" if isinstance(name, str) else text
+    if callable(value):
+        return f"the function {getattr(value, '__name__', repr(value))}"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + " ..."
 
 
 class NotAnswered(Exception):
@@ -158,7 +192,8 @@ def _log(result: Result) -> None:
     if not path:
         return
     with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps({"exercise": result.exercise, "status": result.status, "message": result.message}) + "\n")
+        fh.write(json.dumps({"exercise": result.exercise, "status": result.status, "message": result.message,
+                             "field": result.field, "given": result.given, "expected": result.expected}) + "\n")
 
 
 def check(id: str, answer: Any) -> Result:
@@ -175,7 +210,8 @@ def check(id: str, answer: Any) -> Result:
         except NotImplementedError:
             result = Result(id, NOT_YET, f"{ex.title}: your function still raises NotImplementedError.")
         except Wrong as e:
-            result = Result(id, FAIL, e.message, e.details, e.field, e.offset)
+            given = e.given if e.given is not None else (None if callable(answer) else show(answer))
+            result = Result(id, FAIL, e.message, e.details, e.field, e.offset, given, e.expected)
         except Exception as e:  # the learner's code failed inside the checker: say so, don't crash
             result = Result(id, ERROR, f"{type(e).__name__}: {e}",
                             ["The checker ran your answer and it raised this exception."])

@@ -6,7 +6,7 @@ and Spyder also read: ``# %%`` starts a code cell, ``# %% [markdown]`` a Markdow
 and never carry stale outputs.
 
 Inside a code cell, the lines between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` are the
-solution.  The three versions differ only in what happens to them:
+solution.  The versions differ in what happens to them:
 
 * ``instructor``: the solution lines stay; the marker lines go.
 * ``student``: the solution lines go.  Inside an indented block they become
@@ -14,9 +14,14 @@ solution.  The three versions differ only in what happens to them:
   they become a comment, and the placeholder line above them (``answer = ...``) is what
   ``lab.check`` sees, so it reports "not yet".  Cells tagged ``solution`` (worked explanations)
   and ``instructor`` are dropped.
-* ``book``: the instructor version, with solution cells folded (``hide-input``) so that a reader
-  sees the check pass but has to click to see how, and cells tagged ``widget`` removed (a live
-  widget needs a kernel; the notebooks show the same renders statically next to them).
+* ``book`` (the public web site): the student version, so neither the page, its "show source"
+  nor a downloaded notebook carries an answer.  After each exercise's check comes a folded
+  "Hints" box with the exercise's hints; glossary terms link to the glossary where a page first
+  uses them; a note at the top says how to run the page (``rdmalab lab``).  Cells tagged
+  ``widget`` are left out (a live widget needs a kernel; the notebooks show the same renders
+  statically next to them).
+* ``instructor-book`` (a separate build for instructors): the instructor version, with solution
+  cells folded (``hide-input``), widget cells left out.
 
 Run ``python -m rdmalab.lab.generate --version student --out DIR`` (or ``instructor``/``book``).
 """
@@ -33,7 +38,9 @@ from typing import Any
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
-VERSIONS = ("student", "instructor", "book")
+VERSIONS = ("student", "instructor", "book", "instructor-book")
+#: The versions that keep the solutions.
+WITH_SOLUTIONS = ("instructor", "instructor-book")
 _CELL = re.compile(r"^# %%(?P<rest>.*)$")
 
 
@@ -112,32 +119,100 @@ def has_solution(cell: dict[str, Any]) -> bool:
     return any(line.strip() == BEGIN for line in cell["lines"])
 
 
-def convert(text: str, version: str) -> dict[str, Any]:
-    """A notebook (nbformat 4 JSON as a dict) for one version of a source."""
+_CHECK = re.compile(r"""lab\.check\(\s*["']([\w.]+)["']""")
+
+
+def _hints_cell(ids: list[str]) -> dict[str, Any] | None:
+    """A folded Markdown box with the hints of the exercises checked in a cell (book version)."""
+    from rdmalab.lab.core import get
+
+    parts = []
+    for ex_id in ids:
+        try:
+            hints = get(ex_id).hints
+        except KeyError:
+            continue
+        items = "\n".join(f"{i}. {h}" for i, h in enumerate(hints, 1))
+        parts.append(f":::{{dropdown}} Hints for `{ex_id}`\n{items}\n\nIn the lab, `lab.hint(\"{ex_id}\")` "
+                     f"shows them one at a time.\n:::")
+    return {"type": "markdown", "tags": [], "lines": "\n\n".join(parts).splitlines()} if parts else None
+
+
+def _run_note(stem: str) -> dict[str, Any]:
+    return {"type": "markdown", "tags": [], "lines": [
+        ":::{note}",
+        "This page is the notebook **without its solutions**: the exercise checks below say \"not yet\". "
+        f"To run it and answer them, install rdmalab and open the lab: `pip install 'rdmalab[lab]'`, "
+        f"then `rdmalab lab` and open `{stem}.ipynb`. Words underlined like this, e.g. {{term}}`PSN`, link "
+        "to the {doc}`glossary <../chapters/glossary>`.",
+        ":::"]}
+
+
+def link_terms(text: str, terms: list[str], done: set[str]) -> str:
+    """Link the first use of each glossary term on a page (``{term}`X```): outside code, headings and
+    existing roles; whole words only.  ``done`` holds the terms already linked on this page."""
+    out = []
+    for line in text.split("\n"):
+        if line.lstrip().startswith(("#", ":::", "```", "|")) or not line.strip():
+            out.append(line)
+            continue
+        pieces = re.split(r"(`[^`]*`|\{[a-z]+\}`[^`]*`|\[[^\]]*\]\([^)]*\))", line)
+        for i in range(0, len(pieces), 2):  # even pieces are plain text
+            for term in terms:
+                if term in done:
+                    continue
+                pat = re.compile(rf"(?<![\w/.-]){re.escape(term)}(?![\w/-]|\.\w)")
+                m = pat.search(pieces[i])
+                if m:
+                    pieces[i] = pieces[i][:m.start()] + f"{{term}}`{term}`" + pieces[i][m.end():]
+                    done.add(term)
+        out.append("".join(pieces))
+    return "\n".join(out)
+
+
+def convert(text: str, version: str, *, glossary: list[str] | None = None, stem: str = "") -> dict[str, Any]:
+    """A notebook (nbformat 4 JSON as a dict) for one version of a source.
+
+    ``glossary`` (book version only): the glossary's terms, linked where the page first uses them.
+    """
     if version not in VERSIONS:
         raise ValueError(f"version must be one of {VERSIONS}")
-    nb_cells = []
-    for i, c in enumerate(parse(text)):
+    keep = version in WITH_SOLUTIONS
+    book = version in ("book", "instructor-book")
+    cells_in = parse(text)
+    if version == "book" and cells_in:
+        first_md = next((i for i, c in enumerate(cells_in) if c["type"] == "markdown"), -1)
+        cells_in.insert(first_md + 1, _run_note(stem or "the notebook"))
+    linked: set[str] = set()
+    nb_cells: list[dict[str, Any]] = []
+    for c in cells_in:
         tags = list(c["tags"])
-        if version == "student" and ("solution" in tags or "instructor" in tags):
+        if not keep and ("solution" in tags or "instructor" in tags):
             continue
+        if book and "widget" in tags:
+            continue  # live widgets need a kernel (and an unanswered widget comm can stall execution)
         lines = c["lines"]
+        extra = None
         if c["type"] == "code":
             sol = has_solution(c)
-            lines = _strip_solutions(lines, keep=version != "student")
-            if version == "book" and sol and "hide-input" not in tags:
+            lines = _strip_solutions(lines, keep=keep)
+            if version == "instructor-book" and sol and "hide-input" not in tags:
                 tags.append("hide-input")
-            if version == "book" and "widget" in tags and "remove-cell" not in tags:
-                tags.append("remove-cell")  # live widgets need a kernel; the book shows the static renders
-        meta: dict[str, Any] = {}
-        if tags:
-            meta["tags"] = [t for t in tags if t not in ("solution", "instructor")] or tags
-        cell: dict[str, Any] = {"cell_type": c["type"], "id": f"c{i:03d}", "metadata": meta,
-                                "source": "\n".join(lines)}
-        if c["type"] == "code":
-            cell["execution_count"] = None
-            cell["outputs"] = []
-        nb_cells.append(cell)
+            if version == "book":
+                extra = _hints_cell(_CHECK.findall("\n".join(lines)))
+        elif version == "book" and glossary:
+            lines = link_terms("\n".join(lines), glossary, linked).split("\n")
+        for cell_src in ([{"type": c["type"], "tags": tags, "lines": lines}] + ([extra] if extra else [])):
+            meta: dict[str, Any] = {}
+            t = cell_src["tags"]
+            if t:
+                meta["tags"] = [x for x in t if x not in ("solution", "instructor")] or t
+            cell: dict[str, Any] = {"cell_type": cell_src["type"], "id": f"c{len(nb_cells):03d}", "metadata": meta,
+                                    "source": "\n".join(cell_src["lines"])}
+            if cell_src["type"] == "code":
+                cell["execution_count"] = None
+                cell["outputs"] = []
+            nb_cells.append(cell)
     return {
         "cells": nb_cells,
         "metadata": {
@@ -150,7 +225,22 @@ def convert(text: str, version: str) -> dict[str, Any]:
     }
 
 
-def generate(version: str, out: Path, srcs: Iterable[Path] | None = None, *, overwrite: bool = True) -> list[Path]:
+def glossary_terms(path: Path) -> list[str]:
+    """The terms of a MyST ``{glossary}`` block (unindented lines inside it), longest first."""
+    terms, inside = [], False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith(("```{glossary}", ":::{glossary}")):
+            inside = True
+            continue
+        if inside and line.startswith(("```", ":::")):
+            inside = False
+        elif inside and line.strip() and not line.startswith((" ", "\t", ":")):
+            terms.append(line.strip())
+    return sorted(terms, key=len, reverse=True)
+
+
+def generate(version: str, out: Path, srcs: Iterable[Path] | None = None, *, overwrite: bool = True,
+             glossary: list[str] | None = None) -> list[Path]:
     """Write one version of every notebook into ``out``; returns the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -158,7 +248,7 @@ def generate(version: str, out: Path, srcs: Iterable[Path] | None = None, *, ove
         dst = out / (src.stem + ".ipynb")
         if dst.exists() and not overwrite:
             continue
-        nb = convert(src.read_text(encoding="utf-8"), version)
+        nb = convert(src.read_text(encoding="utf-8"), version, glossary=glossary, stem=src.stem)
         dst.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         written.append(dst)
     return written
@@ -169,8 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--version", choices=VERSIONS, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--src", type=Path, default=None, help="notebook source directory (default: notebooks/)")
+    ap.add_argument("--glossary", type=Path, default=None,
+                    help="a Markdown file with a {glossary} block: link its terms (book version)")
     args = ap.parse_args(argv)
-    paths = generate(args.version, args.out, sources(args.src) if args.src else None)
+    terms = glossary_terms(args.glossary) if args.glossary else None
+    paths = generate(args.version, args.out, sources(args.src) if args.src else None, glossary=terms)
     for p in paths:
         print(p)
     return 0

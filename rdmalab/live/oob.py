@@ -18,6 +18,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 PP_RECORD = 52  # sizeof "0000:000000:000000:00000000000000000000000000000000"
@@ -98,8 +99,12 @@ class Channel:
 
     def __init__(self, sock: socket.socket, timeout: float = 120.0) -> None:
         self.sock = sock
+        self.timeout = timeout
         self.sock.settimeout(timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # While set, called again and again while a read waits (the engine's event loop keeps
+        # answering the peer's RDMA traffic while we wait for its next out-of-band record).
+        self.pump: Callable[[], None] | None = None
 
     @property
     def local_ip(self) -> str:
@@ -117,9 +122,22 @@ class Channel:
 
     def recv(self, n: int, what: str = "data") -> bytes:
         buf = bytearray()
+        end = time.monotonic() + self.timeout
         while len(buf) < n:
             try:
-                chunk = self.sock.recv(n - len(buf))
+                if self.pump is not None:
+                    self.pump()
+                    self.sock.settimeout(0)
+                    try:
+                        chunk = self.sock.recv(n - len(buf))
+                    except BlockingIOError:
+                        if time.monotonic() > end:
+                            raise TimeoutError from None
+                        continue
+                    finally:
+                        self.sock.settimeout(self.timeout)
+                else:
+                    chunk = self.sock.recv(n - len(buf))
             except TimeoutError:
                 raise OOBError(f"the peer sent no {what} on the out-of-band connection in time") from None
             except OSError as exc:

@@ -166,8 +166,9 @@ def run(opts: PingpongOptions, out: IO[str]) -> PingpongResult:
         gid = int(ctx.query_gid(opts.ib_port, opts.gid_idx)).to_bytes(16, "big")
         rng = random.SystemRandom()
         mine = [PPDest(0, qp.qp_num, rng.getrandbits(24), gid) for qp in qps]
+        sep = ":" if kind == "ud" else ","  # ud_pingpong.c prints "PSN 0x...: GID" in this one line
         for d in mine:
-            out.write(f"  local address:  LID 0x{d.lid:04x}, QPN 0x{d.qpn:06x}, PSN 0x{d.psn:06x}, "
+            out.write(f"  local address:  LID 0x{d.lid:04x}, QPN 0x{d.qpn:06x}, PSN 0x{d.psn:06x}{sep} "
                       f"GID {gid_text(d.gid)}\n")
         out.flush()
 

@@ -209,12 +209,17 @@ class HexDump:
             items.append(
                 f'<span style="background:{layer_colour(name)};border:1px solid {layer_colour(name, True)};'
                 f'padding:0 .4em;margin-right:.3em;white-space:nowrap">{html.escape(name)} '
-                f'<span style="color:#555">{start}&ndash;{end - 1}</span></span>'
+                f'<span style="color:#555">{start if end - start == 1 else f"{start}&ndash;{end - 1}"}</span></span>'
             )
+        # One legend entry per label ("masked to ones: 9, 16, 18-19"), not one per outlined range.
+        groups: dict[tuple[str, str], list[Mark]] = {}
         for m in self.marks:
+            groups.setdefault((m.label, m.colour), []).append(m)
+        for (label, colour), ms in groups.items():
+            where = ", ".join(f"{m.start}" if m.end - m.start == 1 else f"{m.start}&ndash;{m.end - 1}" for m in ms)
             items.append(
-                f'<span style="outline:2px solid {m.colour};padding:0 .4em;margin-right:.3em">'
-                f"{html.escape(m.label)} {m.start}&ndash;{m.end - 1}</span>"
+                f'<span style="outline:2px solid {colour};padding:0 .4em;margin-right:.3em">'
+                f"{html.escape(label)}: {where}</span>"
             )
         return f'<div style="font-size:12px;margin:.3em 0;line-height:1.9">{"".join(items)}</div>'
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rdmalab.wire.ib import AETH
 from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, opcode_name
 
 COLOURS = {
@@ -30,6 +31,10 @@ COLOURS = {
     "retx": "#ef6c00",
     "other": "#555555",
 }
+
+
+#: A white outline under every label, so a label stays readable where an arrow crosses it.
+_HALO = ' stroke="white" stroke-width="3" stroke-linejoin="round" paint-order="stroke"'
 
 
 @dataclass
@@ -67,11 +72,28 @@ class Ladder:
     row: int = 16
 
     # ------------------------------------------------------------------ layout
+    def _transit(self) -> int:
+        """The typical one-way time of a delivered packet (a lost one is drawn with this slope)."""
+        transits = sorted(a.t1 - a.t0 for a in self.arrows if a.t1 is not None and a.t1 > a.t0)
+        return transits[len(transits) // 2] if transits else 0
+
+    def _lost_end(self, a: Arrow) -> int:
+        """Where a lost packet's arrow stops: half a typical transit after it left."""
+        return a.t0 + self._transit() // 2
+
+    def _real_times(self) -> set[int]:
+        ts = {m.t for m in self.markers}
+        for a in self.arrows:
+            ts.add(a.t0)
+            if a.t1 is not None:
+                ts.add(a.t1)
+        return ts
+
     def _times(self) -> list[int]:
         ts = set()
         for a in self.arrows:
             ts.add(a.t0)
-            ts.add(a.t1 if a.t1 is not None else a.t0)
+            ts.add(a.t1 if a.t1 is not None else self._lost_end(a))
         for m in self.markers:
             ts.add(m.t)
         return sorted(ts)
@@ -106,8 +128,10 @@ class Ladder:
     # ------------------------------------------------------------------ SVG
     def to_svg(self) -> str:
         top = 46 if self.title else 30
-        left = 70  # the time axis labels
         ys, breaks = self._ymap(top + 14)
+        # The time axis labels: wide enough for the longest ("\u2248 +67.107 ms" at a cut), so none is clipped.
+        longest = max([len(_fmt_time(t)) + 1 for t in ys] + [len(_fmt_time(g)) + 3 for _, g in breaks] + [8])
+        left = max(70, int(longest * 6.2) + 12)
         height = int(max(ys.values(), default=top) + 40)
 
         def ext(node: str | None, arrows_start: bool) -> float:
@@ -137,47 +161,64 @@ class Ladder:
             out.append(f'<line x1="{x}" y1="{top + 6}" x2="{x}" y2="{height - 10}" stroke="#999" stroke-width="1.5"/>')
         # time labels
         last_label = -1e9
+        drawn_only = {self._lost_end(a) for a in self.arrows if a.t1 is None} - self._real_times()
+        base: int | None = None  # after a cut, times read "+86 ns" from the first moment below the cut
+        cuts = sorted(y for y, _ in breaks)
         for t, y in sorted(ys.items()):
+            if t in drawn_only:
+                continue  # where a lost packet's arrow stops is not a moment anything happened
+            if cuts and y > cuts[0]:
+                while cuts and y > cuts[0]:
+                    cuts.pop(0)
+                base = t
             if y - last_label >= self.row:
+                text = _fmt_time(t) if base is None or t == base else f"+{_fmt_time(t - base)}"
                 out.append(f'<text x="{left - 8}" y="{y + 4}" text-anchor="end" fill="#888" font-size="10">'
-                           f"{_fmt_time(t)}</text>")
+                           f"{text}</text>")
                 last_label = y
         for y, gap in breaks:
             out.append(f'<text x="{left - 8}" y="{y + 4}" text-anchor="end" fill="#c62828" font-size="10">'
                        f"\u2248 +{_fmt_time(gap)}</text>")
             out.append(f'<line x1="{left}" y1="{y}" x2="{width - 20}" y2="{y}" stroke="#ddd" stroke-dasharray="2,4"/>')
-        for a in self.arrows:
-            out.append(self._arrow_svg(a, xs, ys))
-        for m in self.markers:
-            out.append(self._marker_svg(m, xs, ys))
+        # Lines first, labels on top: a later arrow's line must not run over an earlier arrow's label.
+        drawn = [self._arrow_svg(a, xs, ys) for a in self.arrows]
+        out += [lines for lines, _ in drawn]
+        out += [self._marker_svg(m, xs, ys) for m in self.markers]
+        out += [labels for _, labels in drawn]
         out.append("</svg>")
         return "".join(out)
 
-    def _arrow_svg(self, a: Arrow, xs: dict[str, float], ys: dict[int, float]) -> str:
+    def _arrow_svg(self, a: Arrow, xs: dict[str, float], ys: dict[int, float]) -> tuple[str, str]:
+        """The arrow's lines and its labels, as two SVG groups (drawn in two passes)."""
         if a.src not in xs or a.dst not in xs:
-            return ""
+            return "", ""
         x0, x1 = xs[a.src], xs[a.dst]
         y0 = ys[a.t0]
-        y1 = ys[a.t1] if a.t1 is not None else y0 + self.row
         colour = COLOURS.get(a.kind, COLOURS["other"])
         dash = ' stroke-dasharray="6,3"' if a.kind == "retx" else ""
         title = f"<title>{html.escape(a.note or a.label)}</title>"
         parts = [f'<g class="rdmalab-arrow rdmalab-{a.kind}">{title}']
+        labels = [f'<g class="rdmalab-label rdmalab-{a.kind}">{title}']
         if a.lost:
+            # The arrow runs at the slope of a delivered packet and stops half way, at its own cross;
+            # the "lost" note names the PSN, so it cannot be read as belonging to a neighbouring arrow.
             xm = (x0 + x1) / 2
-            ym = (y0 + y1) / 2
+            ym = max(ys[self._lost_end(a)], y0 + self.row / 2)
             parts.append(f'<line x1="{x0}" y1="{y0}" x2="{xm}" y2="{ym}" stroke="{colour}" stroke-width="1.5"{dash}/>')
             parts.append(f'<path d="M{xm - 5},{ym - 5} L{xm + 5},{ym + 5} M{xm - 5},{ym + 5} L{xm + 5},{ym - 5}" '
                          f'stroke="#c62828" stroke-width="2.5"/>')
-            parts.append(f'<text x="{xm}" y="{ym + 15}" text-anchor="middle" fill="#c62828" font-size="10">lost</text>')
+            lx, anchor_l = (xm + 9, "start") if x1 >= x0 else (xm - 9, "end")
+            lost_text = f"PSN {a.psn} lost" if a.psn is not None else "lost"
+            labels.append(f'<text x="{lx}" y="{ym + 4}" text-anchor="{anchor_l}" fill="#c62828" font-size="10" '
+                         f'font-weight="bold"{_HALO}>{html.escape(lost_text)}</text>')
         else:
+            y1 = ys[a.t1] if a.t1 is not None else y0 + self.row
             parts.append(f'<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y1}" stroke="{colour}" stroke-width="1.5"{dash} '
                          f'marker-end="url(#ah-{a.kind if a.kind in COLOURS else "other"})"/>')
         anchor, dx = ("start", 6) if x1 >= x0 else ("end", -6)
-        parts.append(f'<text x="{x0 + dx}" y="{y0 - 3}" text-anchor="{anchor}" fill="{colour}">'
-                     f"{html.escape(a.label)}</text>")
-        parts.append("</g>")
-        return "".join(parts)
+        labels.append(f'<text x="{x0 + dx}" y="{y0 - 3}" text-anchor="{anchor}" fill="{colour}"{_HALO}>'
+                      f"{html.escape(a.label)}</text>")
+        return "".join(parts) + "</g>", "".join(labels) + "</g>"
 
     def _marker_svg(self, m: Marker, xs: dict[str, float], ys: dict[int, float]) -> str:
         if m.node not in xs:
@@ -193,7 +234,7 @@ class Ladder:
                  f'<path d="M{x - 6},{y - 6} L{x + 6},{y + 6} M{x - 6},{y + 6} L{x + 6},{y - 6}" stroke="{colour}" '
                  f'stroke-width="2"/>')
         return (f'<g class="rdmalab-marker rdmalab-{m.kind}"><title>{html.escape(m.note or m.label)}</title>{shape}'
-                f'<text x="{tx}" y="{y + 4}" text-anchor="{anchor}" fill="{colour}" font-size="10">'
+                f'<text x="{tx}" y="{y + 4}" text-anchor="{anchor}" fill="{colour}" font-size="10"{_HALO}>'
                 f"{html.escape(m.label)}</text></g>")
 
     def _repr_svg_(self) -> str:
@@ -233,7 +274,9 @@ def _fmt_time(ns: int) -> str:
     return f"{ns} ns"
 
 
-def _kind_of(opcode: int | None, syndrome: Any = None) -> str:
+def _kind_of(opcode: int | None, aeth: Any = None) -> str:
+    """The arrow's colour class from the decoded packet: its opcode, and for an acknowledgement
+    its decoded AETH (:class:`rdmalab.wire.ib.AETH`): NAK, RNR NAK or ACK."""
     if opcode is None:
         return "other"
     if opcode == CNP_OPCODE:
@@ -242,14 +285,22 @@ def _kind_of(opcode: int | None, syndrome: Any = None) -> str:
     if info is None:
         return "other"
     if info.op in (Op.ACKNOWLEDGE, Op.ATOMIC_ACKNOWLEDGE, Op.RDMA_READ_RESPONSE):
-        if isinstance(syndrome, str):
-            s = syndrome.upper()
-            if "RNR" in s:
-                return "rnr"
-            if "NAK" in s:
-                return "nak"
+        if aeth is not None and aeth.is_rnr_nak:
+            return "rnr"
+        if aeth is not None and aeth.is_nak:
+            return "nak"
         return "ack" if info.op != Op.RDMA_READ_RESPONSE else "response"
     return "request"
+
+
+def _kind_from_syndrome_text(opcode: int | None, text: str | None) -> str:
+    """Fallback for traces without frames (a trace recorded elsewhere): the completer's ``acked``
+    event is all there is, and it carries the syndrome as text."""
+    kind = _kind_of(opcode)
+    if kind == "ack" and text:
+        t = text.upper()
+        return "rnr" if t.startswith("RNR NAK") else "nak" if t.startswith("NAK") else kind
+    return kind
 
 
 def _short_opcode(opcode: int | None) -> str:
@@ -263,23 +314,24 @@ def _short_opcode(opcode: int | None) -> str:
         " Response", " Resp").replace("with Immediate", "+Imm").replace("with Invalidate", "+Inv")
 
 
-def _short_syndrome(text: str) -> str:
-    """'NAK, Remote Access Error (2)' -> 'NAK Remote Access Error'; 'RNR NAK, timer 0.64 ms (code 12)' -> 'RNR NAK 0.64 ms'."""
-    t = text.split(" (")[0] if text.startswith("NAK") else text
-    return t.replace("RNR NAK, timer", "RNR NAK").replace(", ", ": ")
+def _aeth_label(aeth: Any) -> str:
+    """'NAK: PSN Sequence Error', 'RNR NAK 0.64 ms', from the decoded AETH's fields."""
+    if aeth.is_rnr_nak:
+        return f"RNR NAK {aeth.rnr_timer_ms:g} ms"
+    return f"NAK: {aeth.nak_name}"
 
 
-def _aeth_text(frame: bytes | None) -> str | None:
+def _decoded(frame: bytes | None) -> Any:
+    """The packet a trace event carries, decoded by rdmalab.wire (``None`` without a frame)."""
     if frame is None:
         return None
-    try:
-        from rdmalab.wire.frame import decode_ethernet
-        from rdmalab.wire.ib import AETH
+    from rdmalab.wire.errors import DecodeError
+    from rdmalab.wire.frame import decode_ethernet
 
-        aeth = decode_ethernet(frame, lenient=True).get(AETH)
-    except Exception:
+    try:
+        return decode_ethernet(frame, lenient=True)
+    except (DecodeError, ValueError):
         return None
-    return None if aeth is None else aeth.syndrome_text()
 
 
 def match_arrivals(events: list[Any]) -> dict[int, Any]:
@@ -329,7 +381,7 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
     arrows: list[Arrow] = []
     markers: list[Marker] = []
     seen_psn: set[tuple[str, int | None, int | None]] = set()
-    # syndromes the completer saw: (node, time, psn) -> text
+    # Without frames (a trace recorded elsewhere), the completer's "acked" events say what an ACK was.
     syndromes: dict[tuple[str, int], str] = {}
     for e in events:
         if e.kind == "acked" and "syndrome" in e.detail:
@@ -343,26 +395,24 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
             a = arrow_of[by_arrival[id(e)]]
             a.dst = e.node
             a.t1 = e.time_ns
-            syn = syndromes.get((e.node, e.time_ns))
-            if syn and a.kind == "ack":
-                k = _kind_of(a.opcode, syn)
-                if k != "ack":
-                    a.kind = k
-                    a.label = f"{_short_syndrome(syn)} PSN {a.psn}"
+            _from_acked(a, syndromes.get((e.node, e.time_ns)))
             continue
         if e.kind == "sent":
             other = [n for n in order if n != e.node]
             dst = other[0] if other else e.node
-            aeth = _aeth_text(e.frame)
+            pkt = _decoded(e.frame)
+            aeth = pkt.get(AETH) if pkt is not None else None
             kind = _kind_of(e.opcode, aeth)
             key = (e.node, e.psn, e.opcode)
             if kind == "request" and key in seen_psn:
                 kind = "retx"
             seen_psn.add(key)
             label = f"{_short_opcode(e.opcode)} PSN {e.psn}"
-            if aeth and kind in ("nak", "rnr"):
-                label = f"{_short_syndrome(aeth)} PSN {e.psn}"
-            note = str(e) + (f"\n{aeth}" if aeth else "")
+            if aeth is not None and kind in ("nak", "rnr"):
+                label = f"{_aeth_label(aeth)} PSN {e.psn}"
+            note = str(e) + (f"\n{aeth.syndrome_text()}" if aeth is not None else "")
+            if pkt is None and kind == "ack":
+                kind = "ack?"  # no frame: decided when the completer's "acked" event arrives
             a = Arrow(e.node, dst, e.time_ns, None, label, kind, False, note, e.psn, e.opcode)
             arrows.append(a)
             arrow_of[idx] = a
@@ -374,12 +424,7 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
                 if a.t1 is None:
                     a.dst = e.node
                     a.t1 = e.time_ns
-                    syn = syndromes.get((e.node, e.time_ns))
-                    if syn and a.kind == "ack":
-                        k = _kind_of(a.opcode, syn)
-                        if k != "ack":
-                            a.kind = k
-                            a.label = f"{_short_syndrome(syn)} PSN {a.psn}"
+                    _from_acked(a, syndromes.get((e.node, e.time_ns)))
                 else:  # a duplicate copy arrived
                     arrows.append(Arrow(a.src, e.node, a.t0, e.time_ns, a.label + " (dup)", a.kind, False, a.note,
                                         a.psn, a.opcode))
@@ -410,6 +455,9 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
         elif e.kind == "state" and states:
             markers.append(Marker(e.node, e.time_ns, f"{e.detail.get('from')} \u2192 {e.detail.get('to')}", "state",
                                   str(e)))
+    for a in arrows:
+        if a.kind == "ack?":
+            a.kind = "ack"
     _spread_bursts(arrows)
     if limit is not None:
         arrows = arrows[:limit]
@@ -417,6 +465,15 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
             t_end = max(a.t1 or a.t0 for a in arrows)
             markers = [m for m in markers if m.t <= t_end]
     return Ladder(order, arrows, markers, title)
+
+
+def _from_acked(a: Arrow, syndrome: str | None) -> None:
+    """A frame-less ACK arrow learns what it was from the completer's ``acked`` event."""
+    if a.kind != "ack?" or not syndrome:
+        return
+    a.kind = _kind_from_syndrome_text(a.opcode, syndrome)
+    if a.kind != "ack":
+        a.label = f"{syndrome.split(' (')[0].replace(', ', ': ').replace('RNR NAK: timer', 'RNR NAK')} PSN {a.psn}"
 
 
 def _spread_bursts(arrows: list[Arrow]) -> None:
@@ -431,9 +488,15 @@ def _spread_bursts(arrows: list[Arrow]) -> None:
             continue
         delivered = [a.t1 - a.t0 for a in group if a.t1 is not None]
         transit = min(delivered) if delivered else 0
+        departures = sorted(max(a.t0, a.t1 - transit) for a in group if a.t1 is not None)
+        steps = sorted(b - a for a, b in zip(departures, departures[1:], strict=False) if b > a)
+        step = steps[len(steps) // 2] if steps else 1  # one packet time on the wire
         prev = None
         for a in group:
-            t = a.t0 if a.t1 is None else max(a.t0, a.t1 - transit)
+            if a.t1 is None:  # lost: it left in its turn, one packet time after the one before it
+                t = a.t0 if prev is None else prev + step
+            else:
+                t = max(a.t0, a.t1 - transit)
             if prev is not None and t <= prev:
                 t = prev + 1
             a.t0 = t
@@ -454,7 +517,7 @@ def from_capture(packets: Iterable[Any], *, title: str | None = None, limit: int
                  transit_ns: int = 0) -> Ladder:
     """A ladder from captured packets (``rdmalab.capture.read``): one capture point, so arrows are level
     unless ``transit_ns`` tilts them.  Nodes are the IP (or MAC) addresses."""
-    from rdmalab.wire.ib import AETH, BTH
+    from rdmalab.wire.ib import BTH
 
     arrows: list[Arrow] = []
     nodes: list[str] = []
@@ -480,13 +543,12 @@ def from_capture(packets: Iterable[Any], *, title: str | None = None, limit: int
             psn = op = None
         else:
             aeth = pkt.get(AETH)
-            syn = aeth.syndrome_text() if aeth is not None else None
-            kind = _kind_of(bth.opcode, syn)
+            kind = _kind_of(bth.opcode, aeth)
             key = (src, bth.psn, bth.opcode)
             if kind == "request" and key in seen:
                 kind = "retx"
             seen.add(key)
-            label = (f"{_short_syndrome(syn)} PSN {bth.psn}" if syn and kind in ("nak", "rnr")
+            label = (f"{_aeth_label(aeth)} PSN {bth.psn}" if aeth is not None and kind in ("nak", "rnr")
                      else f"{_short_opcode(bth.opcode)} PSN {bth.psn}")
             psn, op = bth.psn, bth.opcode
         for n in (src, dst):

@@ -71,22 +71,24 @@ def _points_from_trace(events: list[Any]) -> list[_Point]:
     seen: set[tuple[str, int | None, int | None]] = set()
     lost_ids = {e.detail.get("packet_id") for e in events if e.kind == "dropped"}
     syndromes = {(e.node, e.time_ns): str(e.detail.get("syndrome", "")) for e in events if e.kind == "acked"}
-    from rdmalab.viz.ladder import match_arrivals
+    from rdmalab.viz.ladder import _decoded, _kind_from_syndrome_text, match_arrivals
+    from rdmalab.wire.ib import AETH
 
     arrivals = match_arrivals(events)
     for i, e in enumerate(events):
         if e.kind != "sent" or e.psn is None:
             continue
-        kind = _kind_of(e.opcode)
+        pkt = _decoded(e.frame)
+        kind = _kind_of(e.opcode, pkt.get(AETH) if pkt is not None else None)
         key = (e.node, e.psn, e.opcode)
         if kind == "request":
             if key in seen:
                 kind = "retx"
             seen.add(key)
-        elif kind == "ack":
+        elif kind == "ack" and pkt is None:  # no frame: the completer's "acked" event says what it was
             rcv = arrivals.get(i)
             syn = syndromes.get((rcv.node, rcv.time_ns), "") if rcv is not None else ""
-            kind = _kind_of(e.opcode, syn)
+            kind = _kind_from_syndrome_text(e.opcode, syn)
         pts.append(_Point(e.time_ns / 1000, e.psn, kind, e.node, int(e.detail.get("len", 0) or 0)))
         if e.detail.get("packet_id") in lost_ids:
             pts.append(_Point(e.time_ns / 1000, e.psn, "lost", e.node))
@@ -110,7 +112,7 @@ def _points_from_capture(packets: list[Any]) -> list[_Point]:
         t = float(getattr(cp, "timestamp", 0.0)) * 1e6
         t0 = t if t0 is None else t0
         aeth = pkt.get(AETH)
-        kind = _kind_of(bth.opcode, aeth.syndrome_text() if aeth is not None else None)
+        kind = _kind_of(bth.opcode, aeth)
         src = _endpoints(pkt)[0] or "?"
         key = (src, bth.psn, bth.opcode)
         if kind == "request":
@@ -142,9 +144,21 @@ _STYLE = {
 }
 
 
+def _time_unit(t_max_us: float) -> tuple[str, float]:
+    """The unit that keeps a time axis's numbers short: (label, divisor of microseconds)."""
+    if t_max_us >= 10_000_000:
+        return "s", 1e6
+    if t_max_us >= 10_000:
+        return "ms", 1e3
+    return "\u00b5s", 1.0
+
+
 def psn_time(source: Any, *, title: str | None = None, width: float = 7.5, height: float = 3.6) -> Plot:
     """PSN over time for an engine trace (or a fabric) or for captured packets."""
     pts = _points(source)
+    unit, div = _time_unit(max((p.t for p in pts), default=0.0))
+    if div != 1.0:
+        pts = [_Point(p.t / div, p.psn, p.kind, p.node, p.length) for p in pts]
     fig, ax = _figure(width, height)
     for kind, style in _STYLE.items():
         sel = [p for p in pts if p.kind == kind]
@@ -158,15 +172,24 @@ def psn_time(source: Any, *, title: str | None = None, width: float = 7.5, heigh
             best = max(best, p.psn)
             xs.append(p.t)
             ys.append(best)
-        ax.step(xs, ys, where="post", color="#2e7d32", linewidth=1.5, label="highest PSN ACKed", zorder=2)
-    ax.set_xlabel("time (\u00b5s)")
+        # The staircase runs on to the end of the plot, so that a single ACK is a visible line, not a lone step.
+        t_end = max(p.t for p in pts)
+        if t_end > xs[-1]:
+            xs.append(t_end)
+            ys.append(best)
+        if len(xs) > 1:
+            ax.step(xs, ys, where="post", color="#2e7d32", linewidth=1.5, label="highest PSN ACKed", zorder=2)
+        ax.scatter([p.t for p in acks], [p.psn for p in acks], marker="^", color="#2e7d32", s=30, zorder=3,
+                   label="ACK")
+    ax.set_xlabel(f"time ({unit})")
     ax.set_ylabel("PSN")
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.ticklabel_format(axis="y", style="plain", useOffset=False)
     if title:
         ax.set_title(title)
     if pts:
-        ax.legend(loc="upper left", fontsize=8, frameon=False)
+        # Outside the axes, on the right: inside, it covered the first packets of a burst.
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
     fig.tight_layout()
     return Plot(fig)
 
@@ -176,20 +199,30 @@ def throughput(source: Any, *, window_us: float | None = None, title: str | None
     """Payload throughput (Gbit/s) over time, per sender, in windows of ``window_us``."""
     pts = [p for p in _points(source) if p.kind in ("request", "retx", "response") and p.length]
     fig, ax = _figure(width, height)
+    unit, div = _time_unit(max((p.t for p in pts), default=0.0))
+    rate_unit = "Gbit/s"
     if pts:
         t_end = max(p.t for p in pts)
         win = window_us or max(t_end / 40, 0.5)
+        series = []
         for node in sorted({p.node for p in pts}):
             mine = [p for p in pts if p.node == node]
             nbins = int(t_end // win) + 1
             bins = [0] * nbins
             for p in mine:
                 bins[int(p.t // win)] += p.length
-            xs = [(i + 0.5) * win for i in range(nbins)]
-            ax.plot(xs, [b * 8 / (win * 1000) for b in bins], drawstyle="steps-mid", label=f"{node} payload sent")
-        ax.legend(loc="upper right", fontsize=8, frameon=False)
-    ax.set_xlabel("time (\u00b5s)")
-    ax.set_ylabel("Gbit/s")
+            series.append((node, [(i + 0.5) * win / div for i in range(nbins)], [b * 8 / (win * 1000) for b in bins]))
+        peak = max((max(ys) for _, _, ys in series), default=0.0)
+        scale = 1.0
+        if peak < 0.001:  # a slow capture: read the rates in kbit/s or Mbit/s, not 0.000...
+            rate_unit, scale = "kbit/s", 1e6
+        elif peak < 1:
+            rate_unit, scale = "Mbit/s", 1e3
+        for node, xs, ys in series:
+            ax.plot(xs, [y * scale for y in ys], drawstyle="steps-mid", label=f"{node} payload sent")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
+    ax.set_xlabel(f"time ({unit})")
+    ax.set_ylabel(rate_unit)
     if title:
         ax.set_title(title)
     fig.tight_layout()

@@ -181,3 +181,14 @@ def test_cli_json_and_errors(capsys) -> None:  # type: ignore[no-untyped-def]
     assert "senders" in capsys.readouterr().err
     assert main(["simulate", "incast", "--set", "kmin", "-q"]) == 1
     assert "NAME=VALUE" in capsys.readouterr().err
+
+
+def test_rdmalab_analyze_reads_the_capture(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    res, frames, path = _capture(tmp_path)
+    assert main(["analyze", "-r", str(path), "-T", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["packets"] == len(frames)
+    assert report["counts"]["ecn_ce"] == res.fabric.watch[0].marks
+    assert report["counts"]["cnp"] == res.fabric.cnps
+    assert len(report["connections"]) == len(res.fabric.flows)
+    assert not report["counts"].get("bad_icrc")

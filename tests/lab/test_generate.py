@@ -59,10 +59,34 @@ def test_instructor_version_keeps_solutions_without_markers() -> None:
     assert src[-1] == "The worked explanation."
 
 
-def test_book_version_folds_solution_cells() -> None:
-    nb = g.convert(SRC, "book")
+def test_instructor_book_folds_solution_cells() -> None:
+    nb = g.convert(SRC, "instructor-book")
     tags = [c["metadata"].get("tags", []) for c in nb["cells"]]
     assert "hide-input" in tags[2] and "hide-input" in tags[3] and "hide-input" not in tags[1]
+    assert "answer = x + 1" in _sources(nb)[2]
+
+
+def test_the_public_book_has_no_solutions_but_hints_and_a_way_to_run() -> None:
+    src = SRC.replace("check(answer)", 'lab.check("wires.bth", answer)')
+    nb = g.convert(src, "book", stem="99-test")
+    text = "\n".join(_sources(nb))
+    assert "x + 1" not in text and "a * 2" not in text and "worked explanation" not in text
+    assert "rdmalab lab" in text and "99-test.ipynb" in text  # how to run the page
+    hints = next(c["source"] for c in nb["cells"] if "Hints for" in c["source"])
+    assert hints.startswith(":::{dropdown} Hints for `wires.bth`") and "A BTH is 12 bytes" in hints
+    widget = SRC + '# %% tags=["widget"]\nwidget()\n'
+    assert "widget()" not in "".join(_sources(g.convert(widget, "book")))
+
+
+def test_glossary_terms_link_once_per_page_outside_code(tmp_path: Path) -> None:
+    gl = tmp_path / "glossary.md"
+    gl.write_text("# Glossary\n\n```{glossary}\nPSN\n  Packet Sequence Number.\n\nBTH\n  Base.\n```\n")
+    terms = g.glossary_terms(gl)
+    assert sorted(terms) == ["BTH", "PSN"]
+    done: set[str] = set()
+    text = g.link_terms("# The PSN\nThe `PSN` field: a PSN, then PSN again. BTH.psn and BTHs.", terms, done)
+    assert text == "# The PSN\nThe `PSN` field: a {term}`PSN`, then PSN again. BTH.psn and BTHs."
+    assert g.link_terms("A PSN.", terms, done) == "A PSN."  # already linked on this page
 
 
 def test_unbalanced_markers_are_errors() -> None:

@@ -41,6 +41,11 @@ def _run(src: Path, version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
     (tmp_path / f"{src.stem}.{version}.ipynb").write_text(nbformat.writes(nb), encoding="utf-8")
+    # A figure whose _repr_svg_/_repr_html_ raises does not fail its cell (IPython's display formatter
+    # catches it and prints the traceback as an output), so look for error outputs explicitly.
+    errors = [(c.get("id"), o.get("ename"), o.get("evalue")) for c in nb.cells for o in c.get("outputs", [])
+              if o.get("output_type") == "error" and "raises-exception" not in c.get("metadata", {}).get("tags", [])]
+    assert not errors, f"{src.stem} ({version}): error outputs in cells {errors}"
     return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdmalab.lab.core import Wrong, exercise
+from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import as_bytes
 
 NB = "10-congestion"
@@ -40,28 +40,33 @@ def _ce(answer: Any) -> str:
     from rdmalab.wire.frame import decode_ethernet
     from rdmalab.wire.net import IPv4
 
-    got = as_bytes(answer, "your marked frame")
+    got = as_bytes(answer, "your marked frame", field="frame")
     orig = decode_ethernet(data_frame())
     if len(got) != len(orig.data):
-        raise Wrong(f"The marked frame must keep its length ({len(orig.data)} bytes); yours has {len(got)}.")
+        raise Wrong(f"The marked frame must keep its length ({len(orig.data)} bytes); yours has {len(got)}.",
+                    field="frame length", given=Said(f"{len(got)} bytes"), expected=f"{len(orig.data)} bytes")
     pkt = decode_ethernet(got, lenient=True)
     ip = pkt.get(IPv4)
     if ip is None:
-        raise Wrong("Your frame no longer decodes as IPv4.", offset=14)
+        raise Wrong("Your frame no longer decodes as IPv4.", field="Ethernet.type", offset=12,
+                    given=got[12:14], expected="08 00 (IPv4), unchanged")
     if ip.ecn != 3:
         raise Wrong(f"IPv4.ecn is {ip.ecn}; Congestion Experienced is the 2-bit codepoint 0b11.", field="IPv4.ecn",
-                    offset=15)
+                    offset=15, given=ip.ecn, expected="3 (0b11, CE)")
     if ip.with_checksum().checksum != ip.checksum:
         raise Wrong("The IPv4 header checksum no longer matches the header: a router recomputes it after "
-                    "changing the TOS byte.", field="IPv4.checksum", offset=24)
+                    "changing the TOS byte.", field="IPv4.checksum", offset=24, given=ip.checksum,
+                    expected=f"{ip.with_checksum().checksum:#06x}, the checksum of your header")
     diffs = _field_diffs(orig, pkt, {"IPv4.ecn", "IPv4.checksum"})
     if diffs:
         name, off, was, now = diffs[0]
         raise Wrong(f"{len(diffs)} other field(s) changed; the first is {name} at byte {off} ({was} -> {now}). "
-                    "A switch marks ECN and leaves the rest alone.", field=name, offset=off,
+                    "A switch marks ECN and leaves the rest alone.", field=name, offset=off, given=Said(now),
+                    expected=f"{was}, as in the original frame",
                     details=[f"{n} at byte {o}: {w} -> {x}" for n, o, w, x in diffs])
     if pkt.crc_status != "good":
-        raise Wrong("The ICRC no longer matches.", field="ICRC", offset=pkt.crc_offset)
+        raise Wrong("The ICRC no longer matches.", field="ICRC", offset=pkt.crc_offset,
+                    expected="the original ICRC: ECN is a variant field, masked out of it")
     return "Marked CE, IPv4 checksum fixed, and the ICRC still matches, because ECN is a variant field."
 
 
@@ -77,31 +82,38 @@ def _cnp(answer: Any) -> str:
     from rdmalab.wire.net import UDP, IPv4
     from rdmalab.wire.opcodes import CNP_OPCODE
 
-    got = as_bytes(answer, "your CNP")
+    got = as_bytes(answer, "your CNP", field="frame")
     pkt = decode_ethernet(got, lenient=True)
     bth = pkt.get(BTH)
     if pkt.encap != "rocev2" or bth is None:
-        raise Wrong("Your frame does not decode as RoCEv2 (IPv4, UDP to port 4791, BTH).", offset=34)
+        raise Wrong("Your frame does not decode as RoCEv2 (IPv4, UDP to port 4791, BTH).", field="encapsulation",
+                    offset=34, given=Said(str(pkt.encap)), expected="rocev2: Ethernet / IPv4 / UDP 4791 / BTH")
     if bth.opcode != CNP_OPCODE:
         raise Wrong(f"BTH.opcode is 0x{bth.opcode:02x}; a CNP has the opcode RoCEv2 reserves for it.",
-                    field="BTH.opcode", offset=42)
+                    field="BTH.opcode", offset=42, given=bth.opcode, expected="the CNP opcode (RoCEv2 Annex A17.9.3)")
     ip = pkt[IPv4]
     udp = pkt[UDP]
     if ip.describe("src") != "192.168.1.2" or ip.describe("dst") != "192.168.1.1":
         raise Wrong(f"The CNP goes from the responder back to the requester; your IPv4 is {ip.describe('src')} -> "
-                    f"{ip.describe('dst')}.", field="IPv4.src", offset=26)
+                    f"{ip.describe('dst')}.", field="IPv4.src", offset=26,
+                    given=Said(f"{ip.describe('src')} -> {ip.describe('dst')}"),
+                    expected="responder -> requester: the marked packet's addresses swapped")
     if udp.dport != 4791:
         raise Wrong(f"UDP.dport is {udp.dport}; every RoCEv2 packet goes to the RoCEv2 port.", field="UDP.dport",
-                    offset=36)
+                    offset=36, given=udp.dport, expected="4791")
     if bth.destqp != 0x22:
         raise Wrong(f"BTH.destqp is 0x{bth.destqp:06x}; the CNP is addressed to the QP whose packets were marked, "
-                    "i.e. the requester's QP.", field="BTH.destqp", offset=47)
+                    "i.e. the requester's QP.", field="BTH.destqp", offset=47, given=bth.destqp,
+                    expected="the requester's QP number")
     if not bth.becn:
-        raise Wrong("BTH.becn is 0; a CNP sets the BECN bit (bit 6 of BTH byte 4).", field="BTH.becn", offset=46)
+        raise Wrong("BTH.becn is 0; a CNP sets the BECN bit (bit 6 of BTH byte 4).", field="BTH.becn", offset=46,
+                    given=0, expected="1")
     if pkt.payload_length or any(pkt.data[54:70]):
-        raise Wrong("After the BTH a CNP carries exactly 16 reserved bytes of zeros, then the ICRC.", offset=54)
+        raise Wrong("After the BTH a CNP carries exactly 16 reserved bytes of zeros, then the ICRC.",
+                    field="CNPPad", offset=54, given=pkt.data[54:70], expected="16 bytes of zeros")
     if pkt.crc_status != "good":
-        raise Wrong("The ICRC does not match your bytes.", field="ICRC", offset=pkt.crc_offset)
+        raise Wrong("The ICRC does not match your bytes.", field="ICRC", offset=pkt.crc_offset,
+                    expected="the ICRC of your frame (encode_rocev2 computes it)")
     return "A valid CNP: opcode 0x81, BECN, back to QP 0x22, 16 reserved bytes, good ICRC."
 
 
@@ -134,7 +146,7 @@ def victim_run() -> Any:
 def _victim(answer: Any) -> str:
     if not isinstance(answer, dict) or "port" not in answer or "reason" not in answer:
         raise Wrong("Answer with a dict {'port': ..., 'reason': ...}: the paused port on F1's path and the "
-                    "letter of the explanation.")
+                    "letter of the explanation.", field="answer", expected="{'port': 'X->Y', 'reason': 'A'|'B'|'C'}")
     fab = victim_run().fabric
     f1 = fab.flows[0]
     path = [p.name for p in f1.fwd.values()]
@@ -142,19 +154,24 @@ def _victim(answer: Any) -> str:
     port = str(answer["port"]).replace(" ", "").replace("\u2192", "->")
     if port not in path:
         raise Wrong(f"{answer['port']!r} is not on F1's path ({', '.join(path)}); the incast's own queue "
-                    "(P2->R2) is exactly what F1 avoids.", field="port")
+                    "(P2->R2) is exactly what F1 avoids.", field="port", given=answer["port"],
+                    expected=f"a port on F1's path ({', '.join(path)}) that PFC paused")
     if port not in paused:
-        raise Wrong(f"{port} is on F1's path but was never paused; the paused one is where F1 waited.", field="port")
+        raise Wrong(f"{port} is on F1's path but was never paused; the paused one is where F1 waited.", field="port",
+                    given=answer["port"], expected="the port on F1's path that PFC paused")
     reason = str(answer["reason"]).strip().upper()[:1]
     if reason == "A":
         raise Wrong("F1 never enters P2->R2: P2 sends it straight to R1, whose queue stays empty "
-                    f"(P2->R1 marked {fab.port('P2', 'R1').marks} packets).", field="reason")
+                    f"(P2->R1 marked {fab.port('P2', 'R1').marks} packets).", field="reason", given=answer["reason"],
+                    expected="the letter of the explanation that fits the pauses and marks")
     if reason == "C":
         raise Wrong("A CNP goes back to the sender of the marked packet (its IP) and names that sender's QP in "
                     "BTH.destqp: F2's CNPs go to H2, never to H1. H1's CNPs answer marks on F1's own packets: "
-                    "compare f1.marked and f1.cnps.", field="reason")
+                    "compare f1.marked and f1.cnps.", field="reason", given=answer["reason"],
+                    expected="the letter of the explanation that fits the pauses and marks")
     if reason != "B":
-        raise Wrong(f"reason must be one of {', '.join(_VICTIM_REASONS)}.", field="reason")
+        raise Wrong(f"reason must be one of {', '.join(_VICTIM_REASONS)}.", field="reason", given=answer["reason"],
+                    expected=f"one of {', '.join(_VICTIM_REASONS)}")
     p = fab.port("P1", "P2")
     return (f"Right: P1->P2 was paused for {fab.paused_time_ns(p) / 1e3:.0f} us; F1's packets queued at P1 "
             f"({p.qmax / 1024:.0f} KB at most), {f1.marked} of them were marked CE there and H1 got {f1.cnps} CNPs. "
@@ -190,23 +207,28 @@ _COSTS = {
 def _converge(answer: Any) -> str:
     from rdmalab.fabric.scenarios import incast_costs, parameter_names
 
+    shape = "{'settings': {'name': 'value', ...}, 'cost': 'queue' | 'cnps' | 'pauses' | 'goodput'}"
     if not isinstance(answer, dict) or "settings" not in answer or "cost" not in answer:
-        raise Wrong("Answer with a dict {'settings': {...}, 'cost': ...}.")
+        raise Wrong("Answer with a dict {'settings': {...}, 'cost': ...}.", field="answer", expected=shape)
     settings = {str(k): str(v) for k, v in dict(answer["settings"]).items()}
     unknown = sorted(set(settings) - set(parameter_names()))
     if unknown:
-        raise Wrong(f"unknown parameter(s): {', '.join(unknown)}.", field="settings")
+        raise Wrong(f"unknown parameter(s): {', '.join(unknown)}.", field="settings", given=answer["settings"],
+                    expected="names from rdmalab.fabric.scenarios.parameter_names()")
     if not settings:
-        raise Wrong("Change at least one parameter.", field="settings")
+        raise Wrong("Change at least one parameter.", field="settings", given=answer["settings"],
+                    expected="at least one parameter and its new value")
     try:
         mine = incast_costs(incast8(settings).fabric)
     except ValueError as err:
-        raise Wrong(f"Those settings do not run: {err}", field="settings") from None
+        raise Wrong(f"Those settings do not run: {err}", field="settings", given=answer["settings"],
+                    expected="values the model accepts") from None
     base = incast_costs(incast8().fabric)
     if not mine["recovery_ms"] <= 0.7 * base["recovery_ms"]:
         got = "never" if mine["recovery_ms"] == float("inf") else f"after {mine['recovery_ms']:.2f} ms"
         raise Wrong(f"With {settings} the senders are back at 90 % of the link {got}; with the defaults after "
-                    f"{base['recovery_ms']:.2f} ms. Aim for at least 30 % sooner.", field="settings")
+                    f"{base['recovery_ms']:.2f} ms. Aim for at least 30 % sooner.", field="settings",
+                    given=answer["settings"], expected="settings that recover at least 30 % sooner than the defaults")
     worse = []
     for name, (_, key, sign) in _COSTS.items():
         b, m = base[key], mine[key]
@@ -214,11 +236,12 @@ def _converge(answer: Any) -> str:
             worse.append(name)
     cost = str(answer["cost"]).strip().lower()
     if cost not in _COSTS:
-        raise Wrong(f"cost must be one of {', '.join(_COSTS)}.", field="cost")
+        raise Wrong(f"cost must be one of {', '.join(_COSTS)}.", field="cost", given=answer["cost"],
+                    expected=f"one of {', '.join(_COSTS)}")
     detail = ", ".join(f"{k} {base[_COSTS[k][1]]:.1f} -> {mine[_COSTS[k][1]]:.1f}" for k in _COSTS)
     if cost not in worse:
         raise Wrong(f"Your run recovers after {mine['recovery_ms']:.2f} ms instead of {base['recovery_ms']:.2f}, "
                     f"but {cost} did not get worse ({detail}). What did: {', '.join(worse) or 'nothing measurable'}.",
-                    field="cost")
+                    field="cost", given=answer["cost"], expected="the measure that got worse with your settings")
     return (f"Recovered after {mine['recovery_ms']:.2f} ms instead of {base['recovery_ms']:.2f}; the price is "
             f"{_COSTS[cost][0]} ({detail}).")

@@ -15,21 +15,25 @@ NB = "01-dma-to-rdma"
     "Divide the bytes that crossed the user/kernel boundary by the size of the message.",
 ))
 def _copies(answer: Any) -> str:
-    got = as_int(answer, "a number of copies")
+    got = as_int(answer, "a number of copies", field="copies")
+    expected = "how many times the message crossed the user/kernel boundary: (wchar + rchar) / message size"
     if got == 2:
         return "Two: sender user buffer -> kernel socket buffer, and kernel socket buffer -> receiver user buffer."
     if got == 1:
-        raise Wrong("The sender's send() is one copy; the receiver's recv() makes another.")
+        raise Wrong("The sender's send() is one copy; the receiver's recv() makes another.", field="copies",
+                    expected=expected)
     if got == 0:
-        raise Wrong("Zero is the RDMA answer; a socket copies through the kernel.")
-    raise Wrong(f"{got} copies through system calls would move {got} times the message; look at rchar and wchar.")
+        raise Wrong("Zero is the RDMA answer; a socket copies through the kernel.", field="copies", expected=expected)
+    raise Wrong(f"{got} copies through system calls would move {got} times the message; look at rchar and wchar.",
+                field="copies", expected=expected)
 
 
 @exercise("dma.syscalls", "System calls on the RDMA data path", notebook=NB, hints=(
     "Look at the syscr/syscw counters of the thread before and after the RDMA WRITE.",
 ))
 def _syscalls(answer: Any) -> str:
-    got = as_int(answer, "a number of system calls")
+    got = as_int(answer, "a number of system calls", field="syscalls")
     if got == 0:
         return "None: posting the work request and polling the CQ stay in user space (kernel bypass)."
-    raise Wrong(f"{got}? Compare the syscr/syscw counters before and after the engine's transfer.")
+    raise Wrong(f"{got} system calls? Compare the syscr/syscw counters before and after the engine's transfer.",
+                field="syscalls", expected="the change in syscr + syscw across the RDMA transfer")

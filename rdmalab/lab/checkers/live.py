@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from rdmalab.lab.core import Wrong, exercise
-from rdmalab.lab.feedback import norm_name
+from rdmalab.lab.feedback import as_int, norm_name
 
 NB = "13-live-rdma"
 SIZE, MTU = 5000, 1024
@@ -18,15 +18,19 @@ SIZE, MTU = 5000, 1024
 ))
 def _segments(answer: Any) -> str:
     want = math.ceil(SIZE / MTU)
+    expected = f"[WRITE packets, READ response packets] for {SIZE} bytes at path MTU {MTU}"
     if not isinstance(answer, (list, tuple)) or len(answer) != 2:
-        raise Wrong("Give [number of WRITE packets, number of READ response packets].")
-    w, r = answer
+        raise Wrong("Give [number of WRITE packets, number of READ response packets].", field="answer",
+                    expected=expected)
+    w, r = (as_int(x, "a number of packets", field="BTH.opcode") for x in answer)
     if w != want:
         raise Wrong(f"{w} WRITE packets is not it: {SIZE} bytes at path MTU {MTU}.", field="BTH.opcode",
+                    given=answer[0], expected=expected,
                     details=["First and Middle packets carry exactly the MTU; Last carries the rest"])
     if r != want:
         raise Wrong(f"{r} READ responses is not it: the responder splits the read data by the same MTU; "
-                    "the READ request itself is one packet with no payload.", field="BTH.opcode")
+                    "the READ request itself is one packet with no payload.", field="BTH.opcode", given=answer[1],
+                    expected=expected)
     return (f"Right: ceil({SIZE}/{MTU}) = {want} each way (First, {want - 2} Middle, Last); "
             "the READ adds one request packet from A.")
 
@@ -36,18 +40,20 @@ def _segments(answer: Any) -> str:
     "man ibv_poll_cq: 'If the completion status is other than IBV_WC_SUCCESS, only ... are valid'.",
 ))
 def _error_fields(answer: Any) -> str:
+    expected = "the work completion fields defined when the status is an error"
     if not isinstance(answer, (set, list, tuple, frozenset)):
-        raise Wrong("Give a set of field names, e.g. {'wr_id', ...}.")
+        raise Wrong("Give a set of field names, e.g. {'wr_id', ...}.", field="wc", expected=expected)
     got = {norm_name(str(x)) for x in answer}
     must = {norm_name(x) for x in ("wr_id", "status", "qp_num")}
     allowed = must | {norm_name("vendor_err")}
     if not must <= got:
         missing = sorted(must - got)
-        raise Wrong(f"Some fields you can rely on are missing ({len(missing)} of them).", field="wc")
+        raise Wrong(f"Some fields you can rely on are missing ({len(missing)} of them).", field="wc",
+                    expected=expected)
     extra = got - allowed
     if extra:
         raise Wrong(f"{len(extra)} of your fields are not defined on an error completion: rxe leaves opcode and "
-                    "byte_len zero, the soft engine fills them in; neither is wrong.", field="wc")
+                    "byte_len zero, the soft engine fills them in; neither is wrong.", field="wc", expected=expected)
     return "Right: wr_id, status, qp_num (and vendor_err). opcode and byte_len mean nothing on an error."
 
 
@@ -56,11 +62,21 @@ def _error_fields(answer: Any) -> str:
     "Then at run.data['qp_state']['a'].",
 ))
 def _wrong_rkey(answer: Any) -> str:
+    import rdmalab.verbs.enums as e
+
     if not isinstance(answer, (list, tuple)) or len(answer) != 2:
-        raise Wrong("Give [A's completion status name, A's QP state name afterwards].")
-    status, state = (norm_name(str(x)) for x in answer)
-    if status.replace("IBVWC", "") != "REMACCESSERR":
-        raise Wrong(f"{answer[0]!r} is not A's completion status.", field="wc.status")
-    if state.replace("IBVQPS", "") not in ("ERR", "ERROR"):
-        raise Wrong(f"{answer[1]!r} is not the state A's QP is left in.", field="qp_state")
+        raise Wrong("Give [A's completion status name, A's QP state name afterwards].", field="answer",
+                    expected="[an ibv_wc_status, an ibv_qp_state] (names or numbers)")
+    # Numbers (or IntEnum members) are accepted too: ibv_wc_status 10, ibv_qp_state 6.
+    st, qs = answer
+    status = "REMACCESSERR" if isinstance(st, int) and not isinstance(st, bool) and st == e.IBV_WC_REM_ACCESS_ERR \
+        else norm_name(str(st)).replace("IBVWC", "")
+    state = "ERR" if isinstance(qs, int) and not isinstance(qs, bool) and qs == e.IBV_QPS_ERR \
+        else norm_name(str(qs)).replace("IBVQPS", "")
+    if status != "REMACCESSERR":
+        raise Wrong(f"{st!r} is not A's completion status.", field="wc.status", given=st,
+                    expected="the status in A's completion of the wrong-rkey WRITE")
+    if state not in ("ERR", "ERROR"):
+        raise Wrong(f"{qs!r} is not the state A's QP is left in.", field="qp_state", given=qs,
+                    expected="the state of A's QP after that error completion")
     return "Right: IBV_WC_REM_ACCESS_ERR, and the QP is in IBV_QPS_ERR: it must be reset and reconnected."

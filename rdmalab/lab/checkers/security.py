@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdmalab.lab.core import Wrong, exercise
+from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import norm_name
 
 NB = "11-security"
@@ -16,21 +16,31 @@ NB = "11-security"
 ))
 def _fix(answer: Any) -> str:
     import rdmalab.verbs.enums as e
+    from rdmalab.lab.checkers.verbs import wire_trouble
     from rdmalab.lab.pair import Pair
 
     if not callable(answer):
-        raise Wrong("Give the fixed function itself (write_to_peer).")
+        raise Wrong("Give the fixed function itself (write_to_peer).", field="write_to_peer",
+                    expected="a function (pair, data) -> A's completion")
     p = Pair(seed=51)
     data = b"keys matter " * 50
     wc = answer(p, data)
+    trouble = wire_trouble(p)
+    if trouble is not None:
+        trouble.details += ["local protection error: the SGE's key is wrong (it takes the local MR's lkey)",
+                            "remote access error: the key in the RETH is wrong (it takes the peer's rkey)"]
+        raise trouble
     if wc is None or wc is Ellipsis:
-        raise Wrong("Your function returned nothing: return A's completion.")
+        raise Wrong("Your function returned nothing: return A's completion.", field="return value", given=wc,
+                    expected="A's work completion (pair.a.poll())")
     if wc.status != e.IBV_WC_SUCCESS:
         raise Wrong(f"The write still fails: status {e.ibv_wc_status_str(wc.status)}.", field="wc.status",
-                    details=["local access error: the SGE's key is wrong",
+                    given=Said(e.ibv_wc_status_str(wc.status)), expected="success",
+                    details=["local protection error: the SGE's key is wrong",
                              "remote access error: the key in the RETH is wrong"])
     if p.b.mr.read(len(data), 0) != data:
-        raise Wrong("The write completed but B's buffer does not hold the data at offset 0.", offset=0)
+        raise Wrong("The write completed but B's buffer does not hold the data at offset 0.", field="RETH.va",
+                    offset=0, expected="the data at B's MR offset 0")
     return "Fixed: lkey in the SGE (local memory), rkey in the RETH (remote memory)."
 
 
@@ -39,13 +49,23 @@ def _fix(answer: Any) -> str:
     "Give the ibv_wc_status name (e.g. 'IBV_WC_...') and the NAK name.",
 ))
 def _guess(answer: Any) -> str:
+    import rdmalab.verbs.enums as e
+    from rdmalab.lab.checkers.reliability import nak_code
+    from rdmalab.wire.ib import NAK_REMOTE_ACCESS_ERROR
+
     if not isinstance(answer, (list, tuple)) or len(answer) != 2:
-        raise Wrong("Give [A's completion status name, the NAK's name].")
+        raise Wrong("Give [A's completion status name, the NAK's name].", field="answer",
+                    expected="[an ibv_wc_status (name or number), a NAK code (name or number)]")
     status, nak = answer
-    if norm_name(status).replace("IBVWC", "") not in ("REMACCESSERR", "REMOTEACCESSERROR", "10"):
-        raise Wrong(f"{status!r} is not the completion status A gets.", field="wc.status")
-    if norm_name(nak) != norm_name("Remote Access Error"):
-        raise Wrong(f"{nak!r} is not the NAK B sends.", field="AETH.value")
+    want = e.IBV_WC_REM_ACCESS_ERR
+    ok_status = (status == want) if isinstance(status, int) and not isinstance(status, bool) else \
+        norm_name(status).replace("IBVWC", "") in ("REMACCESSERR", "REMOTEACCESSERROR", str(want))
+    if not ok_status:
+        raise Wrong(f"{status!r} is not the completion status A gets.", field="wc.status", given=status,
+                    expected="the ibv_wc_status of A's failed work request (IBV_WC_... name or its number)")
+    if nak_code(nak) != NAK_REMOTE_ACCESS_ERROR:
+        raise Wrong(f"{nak!r} is not the NAK B sends.", field="AETH.value", given=nak,
+                    expected="the NAK code in B's answer (its name or number)")
     return "Right: B NAKs with Remote Access Error, A's WR fails with IBV_WC_REM_ACCESS_ERR, and A's QP goes to ERR."
 
 
@@ -55,14 +75,24 @@ def _guess(answer: Any) -> str:
 ))
 def _flags(answer: Any) -> str:
     want = {"read": {"REMOTEREAD"}, "atomic": {"LOCALWRITE", "REMOTEATOMIC"}}
+    import rdmalab.verbs.enums as e
+
     if not isinstance(answer, dict) or set(answer) != set(want):
-        raise Wrong("Give a dict {'read': {...}, 'atomic': {...}} of flag names.")
+        raise Wrong("Give a dict {'read': {...}, 'atomic': {...}} of flag names.", field="answer",
+                    expected="a dict with keys 'read' and 'atomic', each a set of IBV_ACCESS_* names or a flags int")
+    bits = {norm_name(k).replace("IBVACCESS", ""): v for k, v in vars(e).items() if k.startswith("IBV_ACCESS_")}
     for k, w in want.items():
-        got = {norm_name(f).replace("IBVACCESS", "") for f in answer[k]}
+        flags = answer[k]
+        if isinstance(flags, int) and not isinstance(flags, bool):  # IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_...
+            flags = [n for n, v in bits.items() if v and flags & v == v and bin(v).count("1") == 1]
+        elif isinstance(flags, str):
+            flags = [flags]
+        got = {norm_name(f).replace("IBVACCESS", "") for f in flags}
         if got != w:
             extra, missing = got - w, w - got
             msg = f"For the {k} target: "
             msg += (f"{sorted(extra)} grant(s) more than needed" if extra else "") + (
                 "; " if extra and missing else "") + (f"{len(missing)} flag(s) missing" if missing else "")
-            raise Wrong(msg, field=f"mr.access[{k}]")
+            raise Wrong(msg, field=f"mr.access[{k}]", given=answer[k],
+                        expected=f"the least set of access flags the {k} target needs")
     return "Least privilege: REMOTE_READ alone for a READ target; REMOTE_ATOMIC needs LOCAL_WRITE too."

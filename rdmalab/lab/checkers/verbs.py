@@ -6,7 +6,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from rdmalab.lab.core import Wrong, exercise
+from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import as_int, norm_name
 
 
@@ -21,6 +21,45 @@ def _state_names() -> dict[int, str]:
     return {v: k[len("IBV_QPS_"):] for k, v in vars(e).items() if k.startswith("IBV_QPS_") and isinstance(v, int)}
 
 
+def wire_trouble(pair: Any) -> Wrong | None:
+    """What went wrong during a learner's program, read from the wire and the completions.
+
+    An RNR NAK (IBA Vol 1 9.7.5.2.8: no receive WQE was posted), a NAK such as Remote Access
+    Error (9.7.5.2.4: the rkey or address did not match an MR that allows the access), or an error
+    completion: each says more than "your function returned nothing".
+    """
+    from rdmalab.wire.ib import AETH
+
+    e = _e()
+    for pk in pair.packets():
+        aeth = pk.get(AETH) if pk is not None else None
+        if aeth is None:
+            continue
+        if aeth.is_rnr_nak:
+            return Wrong("B answered with an RNR NAK (Receiver Not Ready): the packet needed a receive WQE on B and "
+                         "none was posted. Post a receive on pair.b.qp before A posts its send.", field="AETH.syndrome",
+                         offset=54, given=Said(f"RNR NAK, timer code {aeth.value}"),
+                         expected="an ACK: B must have a receive posted first")
+        if aeth.is_nak:
+            why = {"Remote Access Error": "the rkey or the address range in the RETH does not name memory of B that "
+                                          "allows this access: use B's rkey (pair.b.mr.rkey) and an address inside "
+                                          "B's MR (pair.b.mr.buf + offset)",
+                   "Invalid Request": "B did not accept the request (opcode or length)"}.get(str(aeth.nak_name), "")
+            return Wrong(f"B answered with a NAK: {aeth.nak_name}" + (f"; {why}." if why else "."),
+                         field="AETH.syndrome", offset=54, given=Said(f"NAK, {aeth.nak_name} (code {aeth.value})"),
+                         expected="an ACK")
+    for ev in pair.trace:
+        status = ev.detail.get("status") if ev.kind == "completed" else None
+        if status and status != e.ibv_wc_status_str(e.IBV_WC_SUCCESS):
+            side = "A" if ev.node == pair.a.name else "B"
+            hint = {e.ibv_wc_status_str(e.IBV_WC_LOC_PROT_ERR): "the SGE's lkey or address does not match a local MR",
+                    e.ibv_wc_status_str(e.IBV_WC_LOC_LEN_ERR): "a length does not fit the buffer it goes to"}.get(status, "")
+            return Wrong(f"{side}'s work request {ev.detail.get('wr_id')} completed with an error: {status}"
+                         + (f" ({hint})." if hint else "."), field="wc.status", given=Said(status),
+                         expected="success")
+    return None
+
+
 # ----------------------------------------------------------------------------- 02 verbs objects
 
 
@@ -31,26 +70,36 @@ def _state_names() -> dict[int, str]:
 def _path(answer: Any) -> str:
     from rdmalab.verbs.engine.qpstate import RC, TABLE
 
+    expected = "the QP states after RESET, in order, ending with RTS (names or ibv_qp_state values)"
     if not isinstance(answer, (list, tuple)) or not answer:
-        raise Wrong("Give a list of state names, e.g. ['INIT', ...].")
+        raise Wrong("Give a list of state names, e.g. ['INIT', ...].", field="qp_state", expected=expected)
     names = _state_names()
     by_name = {v: k for k, v in names.items()}
     states = []
     for s in answer:
+        if isinstance(s, int) and not isinstance(s, bool) and s in names:  # an ibv_qp_state value or enum
+            states.append(int(s))
+            continue
         key = norm_name(s).replace("IBVQPS", "")
         if key not in by_name:
-            raise Wrong(f"{s!r} is not a QP state; the states are {sorted(by_name)}.")
+            raise Wrong(f"{s!r} is not a QP state; the states are {sorted(by_name)}.", field="qp_state", given=s,
+                        expected=expected)
         states.append(by_name[key])
+    if states[0] == by_name["RESET"]:
+        states = states[1:]  # the learner included the starting state: fine
     cur = by_name["RESET"]
     for s in states:
         if (cur, s) not in TABLE or RC not in TABLE[(cur, s)]:
             raise Wrong(f"{names[cur]} -> {names[s]} is not in the engine's transition table for RC QPs "
-                        "(modify_qp would fail with EINVAL).", field="qp_state")
+                        "(modify_qp would fail with EINVAL).", field="qp_state",
+                        given=Said(f"{names[cur]} -> {names[s]}"), expected=expected)
         cur = s
     if cur != by_name["RTS"]:
-        raise Wrong(f"Your path ends in {names[cur]}; a QP can send only in RTS.", field="qp_state")
+        raise Wrong(f"Your path ends in {names[cur]}; a QP can send only in RTS.", field="qp_state",
+                    given=Said(" -> ".join(names[x] for x in states)), expected=expected)
     if len(states) != 3:
-        raise Wrong(f"Your path is legal but takes {len(states)} steps; the shortest takes 3.")
+        raise Wrong(f"Your path is legal but takes {len(states)} steps; the shortest takes 3.", field="qp_state",
+                    given=Said(" -> ".join(names[x] for x in states)), expected="the shortest path: 3 transitions")
     return "RESET -> INIT -> RTR -> RTS: three modify_qp calls, the minimum."
 
 
@@ -62,8 +111,11 @@ def _rtr(answer: Any) -> str:
     from rdmalab.verbs.engine.qpstate import INIT, RC, RTR, TABLE, mask_names
 
     want = set(mask_names(TABLE[(INIT, RTR)][RC][0]).split(" | "))
+    expected = f"the {len(want)} attributes an RC QP must be given for INIT -> RTR (names or IBV_QP_* mask bits)"
+    if isinstance(answer, int) and not isinstance(answer, bool):  # an attribute mask: IBV_QP_AV | IBV_QP_PATH_MTU ...
+        answer = mask_names(answer).split(" | ")
     if not isinstance(answer, (set, list, tuple, frozenset)):
-        raise Wrong("Give a set of attribute names, e.g. {'PATH_MTU', ...}.")
+        raise Wrong("Give a set of attribute names, e.g. {'PATH_MTU', ...}.", field="attr_mask", expected=expected)
     got = {norm_name(a).replace("IBVQP", "") for a in answer}
     norm_want = {norm_name(w): w for w in want}
     missing = [norm_want[w] for w in norm_want if w not in got]
@@ -75,7 +127,7 @@ def _rtr(answer: Any) -> str:
         if extra:
             details.append(f"not required for RC INIT->RTR: {extra}")
         raise Wrong("Not the set of attributes INIT -> RTR requires for an RC QP.", field="attr_mask",
-                    details=details)
+                    details=details, expected=expected)
     return ("Right: to receive, the QP must know its peer (AV, DEST_QPN), the path MTU, the PSN to expect "
             "(RQ_PSN), how many READs/atomics it will serve and its RNR timer.")
 
@@ -101,16 +153,23 @@ def send_opcodes(length: int, mtu: int) -> list[str]:
     "5000 bytes at 1024 per packet is ceil(5000/1024) packets.",
 ))
 def _send_opcodes(answer: Any) -> str:
+    from rdmalab.wire.opcodes import opcode_name
+
     want = send_opcodes(5000, 1024)
     if not isinstance(answer, (list, tuple)):
-        raise Wrong("Give a list of opcode names, e.g. ['RC SEND First', ...].")
-    got = [norm_name(a) for a in answer]
+        raise Wrong("Give a list of opcode names, e.g. ['RC SEND First', ...].", field="BTH.opcode",
+                    expected="a list of opcode names (or numbers), one per packet")
+    got = [norm_name(opcode_name(int(a)) if isinstance(a, int) and not isinstance(a, bool) else a) for a in answer]
     if len(got) != len(want):
         raise Wrong(f"You listed {len(got)} packets; the engine sent {len(want)} for 5000 bytes at MTU 1024.",
-                    field="BTH.opcode")
+                    field="BTH.opcode", given=Said(f"{len(got)} packets"),
+                    expected=f"{len(want)} packets: ceil(5000 / 1024)")
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         if g != norm_name(w):
-            raise Wrong(f"Packet {i} is not {answer[i]!r}.", field="BTH.opcode",
+            place = "the first packet" if i == 0 else "the last packet" if i == len(want) - 1 else \
+                f"packet {i}, between the first and the last"
+            raise Wrong(f"Packet {i} is not {answer[i]!r}.", field="BTH.opcode", given=answer[i],
+                        expected=f"the opcode of {place} of a multi-packet RC SEND",
                         details=["the first packet is a First, the last a Last, the rest Middle"])
     return f"Right: {len(want)} packets, and only the Last asks for an ACK."
 
@@ -141,18 +200,23 @@ def _rnr(answer: Any) -> str:
     p = rnr_run()
     aeth = next(pk[AETH] for pk in p.packets() if AETH in pk and pk[AETH].is_rnr_nak)
     want = aeth.rnr_timer_ms
+    expected = "the minimum RNR delay in milliseconds: RNR_TIMER_US[timer code] / 1000"
     try:
-        got = float(answer)
-    except (TypeError, ValueError):
-        raise Wrong("Give the delay in milliseconds as a number.") from None
+        got = float(answer.removesuffix("ms").strip() if isinstance(answer, str) else answer)
+    except (TypeError, ValueError, AttributeError):
+        raise Wrong("Give the delay in milliseconds as a number.", field="AETH.value", expected=expected) from None
     if abs(got - want) < 1e-9:
         return f"Yes: timer code {aeth.value} means wait at least {want:g} ms before retrying."
     if abs(got - aeth.value) < 1e-9:
         raise Wrong(f"{answer} is the timer *code* (AETH bits 4-0); convert it to milliseconds.", field="AETH.value",
-                    offset=54)
+                    offset=54, expected=expected)
     if abs(got - want * 1000) < 1e-6:
-        raise Wrong("That is in microseconds; give milliseconds.", field="AETH.value")
-    raise Wrong("Not the delay this RNR NAK asks for.", field="AETH.value", offset=54)
+        raise Wrong(f"{answer} is in microseconds; give milliseconds.", field="AETH.value", offset=54,
+                    expected=expected)
+    if abs(got - want / 1000) < 1e-12:
+        raise Wrong(f"{answer} is in seconds; give milliseconds.", field="AETH.value", offset=54, expected=expected)
+    raise Wrong(f"{answer} ms is not the delay this RNR NAK asks for.", field="AETH.value", offset=54,
+                expected=expected)
 
 
 # ----------------------------------------------------------------------------- 04 write / imm
@@ -168,23 +232,39 @@ def _write_imm(answer: Any) -> str:
 
     e = _e()
     if not callable(answer):
-        raise Wrong("Give the function itself (write_with_imm), not its result.")
+        raise Wrong("Give the function itself (write_with_imm), not its result.", field="write_with_imm",
+                    expected="a function (pair, data, imm) -> B's completion")
     p = Pair(seed=11)
     data = bytes(range(65, 91)) * 40
     wc = answer(p, data, 0x1234ABCD)
+    trouble = wire_trouble(p)
+    if trouble is not None:
+        raise trouble
+    ops = [ev.opcode_name for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name]
+    if not any("with Immediate" in (o or "") for o in ops):
+        raise Wrong("No packet carried immediate data.", field="BTH.opcode",
+                    given=Said(", ".join(map(str, ops)) or "no packets"),
+                    expected="an RDMA WRITE ... with Immediate opcode (IBV_WR_RDMA_WRITE_WITH_IMM)")
     if wc is Ellipsis or wc is None:
-        raise Wrong("Your function returned nothing: return the completion B received.")
+        raise Wrong("Your function returned nothing: return the completion B received.", field="return value",
+                    given=wc, expected="B's work completion (pair.b.poll())")
     got = p.b.mr.read(len(data), 0)
     if got != data:
         first = next(i for i, (x, y) in enumerate(zip(got, data, strict=False)) if x != y)
-        raise Wrong(f"B's memory differs from the data at offset {first}.", offset=first)
+        raise Wrong(f"B's memory differs from the data at offset {first}.", field="B's MR", offset=first,
+                    given=got[first:first + 8], expected=f"the data: {data[first:first + 8].hex(' ')} ...")
     if getattr(wc, "opcode", None) != e.IBV_WC_RECV_RDMA_WITH_IMM:
-        raise Wrong("The completion you returned is not B's RECV_RDMA_WITH_IMM completion.", field="wc.opcode")
+        op = getattr(wc, "opcode", None)
+        wc_opcodes = ("SEND", "RDMA_WRITE", "RDMA_READ", "COMP_SWAP", "FETCH_ADD", "RECV", "RECV_RDMA_WITH_IMM")
+        name = [f"IBV_WC_{k}" for k in wc_opcodes if getattr(e, f"IBV_WC_{k}", None) == op]
+        raise Wrong("The completion you returned is not B's RECV_RDMA_WITH_IMM completion"
+                    + (" (IBV_WC_RDMA_WRITE is A's own completion)" if op == e.IBV_WC_RDMA_WRITE else "") + ".",
+                    field="wc.opcode", given=Said(next(iter(name), repr(op))), expected="IBV_WC_RECV_RDMA_WITH_IMM")
     if wc.imm_data != 0x1234ABCD:
-        raise Wrong(f"B received immediate data {wc.imm_data:#x}; the test passed 0x1234abcd.", field="ImmDt.imm")
-    ops = [ev.opcode_name for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name]
-    if not any("with Immediate" in (o or "") for o in ops):
-        raise Wrong("No packet carried immediate data.", field="BTH.opcode")
+        swapped = int.from_bytes((wc.imm_data & 0xFFFFFFFF).to_bytes(4, "little"), "big") == 0x1234ABCD
+        raise Wrong(f"B received immediate data {wc.imm_data:#x}; the test passed 0x1234abcd"
+                    + (" (byte-swapped)." if swapped else "."), field="ImmDt.imm", given=wc.imm_data,
+                    expected="0x1234abcd, the imm argument")
     return f"Data placed and B woke up with imm 0x1234abcd; A sent {len(ops)} packet(s): {ops[0]} ... {ops[-1]}."
 
 
@@ -204,26 +284,40 @@ def _read_program(answer: Any) -> str:
     from rdmalab.wire.opcodes import Op, Transport, find_opcode
 
     if not callable(answer):
-        raise Wrong("Give the function itself (read_remote), not its result.")
+        raise Wrong("Give the function itself (read_remote), not its result.", field="read_remote",
+                    expected="a function (pair, remote_offset, length) -> bytes")
     p = Pair(seed=21)
     secret = random.Random(7).randbytes(3000)
     p.b.mr.write(secret, len(secret), 1000)
     got = answer(p, 1000, 3000)
+    trouble = wire_trouble(p)
+    if trouble is not None:
+        raise trouble
     if got is None or got is Ellipsis:
-        raise Wrong("Your function returned nothing: return the bytes you read.")
-    got = bytes(got)
+        raise Wrong("Your function returned nothing: return the bytes you read.", field="return value", given=got,
+                    expected="the 3000 bytes read into A's MR")
     sent = [ev for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name]
     if not any(ev.opcode == find_opcode(Transport.RC, Op.RDMA_READ_REQUEST) for ev in sent):
         raise Wrong("A never sent an RDMA READ Request: the bytes did not come over the wire by a READ.",
-                    field="BTH.opcode")
+                    field="BTH.opcode", given=Said(", ".join(str(ev.opcode_name) for ev in sent) or "no packets"),
+                    expected="RC RDMA READ Request (IBV_WR_RDMA_READ)")
     if any(ev.kind == "completed" and ev.node == p.b.name for ev in p.trace):
-        raise Wrong("B's CPU got a completion: a READ should not involve B's application at all.")
+        raise Wrong("B's CPU got a completion: a READ should not involve B's application at all.",
+                    field="B's completions", expected="none: a READ is one-sided")
+    try:
+        got = bytes(got)
+    except TypeError:
+        raise Wrong(f"Your function returned a {type(got).__name__}; return the bytes (pair.a.mr.read(length, 0)).",
+                    field="return value", given=got, expected="bytes") from None
     if got != secret:
         if len(got) != len(secret):
-            raise Wrong(f"You returned {len(got)} bytes; the test asked for {len(secret)}.")
+            raise Wrong(f"You returned {len(got)} bytes; the test asked for {len(secret)}.", field="length",
+                        given=Said(f"{len(got)} bytes"), expected=f"{len(secret)} bytes")
         first = next(i for i, (x, y) in enumerate(zip(got, secret, strict=True)) if x != y)
         raise Wrong(f"Your bytes differ from B's memory from offset {first} on: check the remote address "
-                    "(B's base + remote_offset) and that you waited for the completion.", offset=first)
+                    "(B's base + remote_offset) and that you waited for the completion.", field="RETH.va",
+                    offset=first, given=got[first:first + 8],
+                    expected=f"B's bytes at remote_offset + {first}: {secret[first:first + 8].hex(' ')} ...")
     return "You read 3000 bytes of B's memory; B's CPU took no part (no completion on B)."
 
 
@@ -243,12 +337,18 @@ def _read_responses(answer: Any) -> str:
     p.a.poll()
     want = sum(1 for ev in p.trace if ev.kind == "sent" and ev.node == p.b.name and ev.opcode is not None
                and OPCODES[ev.opcode].op == Op.RDMA_READ_RESPONSE)
-    got = as_int(answer, "the number of READ responses")
+    got = as_int(answer, "the number of READ responses", field="BTH.opcode")
+    expected = "the number of RDMA READ Response packets B sends for 10000 bytes at MTU 4096"
     if got == want:
         return f"Yes: {want} responses (ceil(10000 / 4096)), First, Middle, Last."
     if got == want + 1:
-        raise Wrong("The READ Request itself is not a response; count the packets B sends.")
-    raise Wrong(f"{got} responses would carry {got} x 4096 bytes; recount.", field="BTH.opcode")
+        raise Wrong("The READ Request itself is not a response; count the packets B sends.", field="BTH.opcode",
+                    expected=expected)
+    if got == 10000 // 4096:
+        raise Wrong(f"{got} responses carry only {got * 4096} of the 10000 bytes: the remainder needs a packet too.",
+                    field="BTH.opcode", expected=expected)
+    raise Wrong(f"{got} responses would carry up to {got} x 4096 bytes; recount.", field="BTH.opcode",
+                expected=expected)
 
 
 # ----------------------------------------------------------------------------- 06 atomics
@@ -280,17 +380,21 @@ def atomic_sequence() -> Any:
 ))
 def _atomic_final(answer: Any) -> str:
     _, returned, final = atomic_sequence()
+    shape = "[list of the 4 returned values, final counter value]"
     if not isinstance(answer, (list, tuple)) or len(answer) != 2:
-        raise Wrong("Give [list of the 4 returned values, final counter value].")
+        raise Wrong(f"Give {shape}.", field="answer", expected=shape)
     ret, fin = answer
     if not isinstance(ret, (list, tuple)) or len(ret) != 4:
-        raise Wrong("The first item must list the 4 values the atomics returned.")
+        raise Wrong("The first item must list the 4 values the atomics returned.", field="returned values",
+                    given=ret, expected="a list of 4 integers")
     for i, (g, w) in enumerate(zip(ret, returned, strict=True)):
-        if as_int(g, "a returned value") != w:
+        if as_int(g, "a returned value", field="AtomicAckETH.orig_data") != w:
             raise Wrong(f"The value returned by atomic #{i} is wrong.", field="AtomicAckETH.orig_data",
+                        given=g, expected=f"the counter's value just before atomic #{i} acted",
                         details=["an atomic returns the remote value as it was before the operation"])
-    if as_int(fin, "the final value") != final:
-        raise Wrong("The returned values are right but the final counter value is not.")
+    if as_int(fin, "the final value", field="counter") != final:
+        raise Wrong("The returned values are right but the final counter value is not.", field="counter", given=fin,
+                    expected="the counter after all four atomics")
     return f"Right: returned {returned}, final value {final}."
 
 
@@ -304,19 +408,27 @@ def _lock(answer: Any) -> str:
     from rdmalab.wire.opcodes import Op, Transport, find_opcode
 
     if not callable(answer):
-        raise Wrong("Give the function itself (try_lock).")
+        raise Wrong("Give the function itself (try_lock).", field="try_lock", expected="a function (pair) -> bool")
     p = Pair(seed=41)
     first = answer(p)
     second = answer(p)
+    trouble = wire_trouble(p)
+    if trouble is not None:
+        raise trouble
     word = struct.unpack("<Q", p.b.mr.read(8, 64))[0]
-    if first is not True:
-        raise Wrong(f"The first call on a free lock returned {first!r}; it should acquire it and return True.")
-    if second is not False:
-        raise Wrong(f"The second call returned {second!r}; the lock was taken, so it must return False.")
-    if word != 1:
-        raise Wrong(f"B's lock word (offset 64) is {word}; after acquiring it should be 1.", offset=64)
     if not any(ev.opcode == find_opcode(Transport.RC, Op.CMP_SWAP) for ev in p.trace if ev.kind == "sent"):
-        raise Wrong("No CmpSwap was sent: a read-then-write is not atomic.", field="BTH.opcode")
+        sent = sorted({str(ev.opcode_name) for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name})
+        raise Wrong("No CmpSwap was sent: a read-then-write is not atomic.", field="BTH.opcode",
+                    given=Said(", ".join(sent) or "no packets"), expected="RC COMPARE & SWAP (IBV_WR_ATOMIC_CMP_AND_SWP)")
+    if first is not True:
+        raise Wrong(f"The first call on a free lock returned {first!r}; it should acquire it and return True.",
+                    field="return value", given=first, expected="True (a bool)")
+    if second is not False:
+        raise Wrong(f"The second call returned {second!r}; the lock was taken, so it must return False.",
+                    field="return value", given=second, expected="False (a bool)")
+    if word != 1:
+        raise Wrong(f"B's lock word (offset 64) is {word}; after acquiring it should be 1.", field="lock word",
+                    offset=64, given=word, expected="1")
     return "Acquired once, refused the second time, lock word = 1: an atomic test-and-set across the network."
 
 

@@ -22,13 +22,29 @@ def _packets() -> list[Any]:
     "The opcode is BTH byte 0; its name comes from rdmalab.wire.opcode_name(code).",
 ))
 def _opcode(answer: Any) -> str:
+    from rdmalab.wire.opcodes import opcode_name
+
     pkts = _packets()
     want = pkts[3].packet.opcode_name
-    if norm_name(answer) == norm_name(want):
-        return f"Yes: frame 4 is an {want}: BTH byte 0 is 0x{pkts[3].packet.bth.opcode:02x}."
+    code = pkts[3].packet.bth.opcode
+    expected = "the name of frame 4's BTH opcode, as rdmalab.wire.opcode_name() spells it (or the opcode number)"
+    if isinstance(answer, int) and not isinstance(answer, bool):  # the opcode number (an IntEnum member too)
+        given_name = opcode_name(int(answer)) if 0 <= answer < 256 else f"not an opcode ({int(answer)})"
+    elif isinstance(answer, str):
+        given_name = answer
+        try:
+            given_name = opcode_name(int(answer, 0))  # '0x0c' or '12'
+        except ValueError:
+            pass
+    else:
+        raise Wrong(f"Give the operation's name as a string (e.g. 'RC SEND Only') or its opcode number; got a "
+                    f"{type(answer).__name__}.", field="BTH.opcode", offset=42, expected=expected)
+    if norm_name(given_name) == norm_name(want):
+        return f"Yes: frame 4 is an {want}: BTH byte 0 is 0x{code:02x}."
     for cp in pkts:
-        if cp.packet.opcode_name and norm_name(answer) == norm_name(cp.packet.opcode_name):
-            raise Wrong(f"{answer!r} is the operation of frame {cp.frame_number}, not of frame 4.",
-                        field="BTH.opcode", offset=42)
+        if cp.packet.opcode_name and norm_name(given_name) == norm_name(cp.packet.opcode_name):
+            raise Wrong(f"{given_name!r} is the operation of frame {cp.frame_number}, not of frame 4.",
+                        field="BTH.opcode", offset=42, expected=expected)
     raise Wrong(f"{answer!r} is not the name rdmalab gives frame 4's opcode. Give the name as "
-                "rdmalab.wire.opcode_name() spells it, e.g. 'RC SEND Only'.", field="BTH.opcode")
+                "rdmalab.wire.opcode_name() spells it, e.g. 'RC SEND Only'.", field="BTH.opcode", offset=42,
+                expected=expected)

@@ -52,19 +52,26 @@ def _icrc(answer: Any) -> str:
 
     steps = icrc_steps(decode_ethernet(_true_frame()))
     want = steps.crc
+    expected = "the CRC-32 of the masked frame: 4 bytes least-significant first (crc.to_bytes(4, 'little')), or the integer"
+    if isinstance(answer, str) and answer.strip().lower().startswith("0x"):
+        answer = as_int(answer, "your ICRC", field="ICRC")  # '0x2a00fd82' is the integer written in hex
     if isinstance(answer, int) and not isinstance(answer, bool):
-        got_val, as_int_given = answer, True
+        got_val, as_int_given = int(answer), True
+        if not 0 <= got_val < 1 << 32:
+            raise Wrong(f"{got_val:#x} does not fit in 32 bits; a CRC-32 is 32 bits.", field="ICRC", offset=70,
+                        expected=expected)
     else:
-        raw = as_bytes(answer, "your ICRC")
+        raw = as_bytes(answer, "your ICRC", field="ICRC")
         if len(raw) != 4:
-            raise Wrong(f"The ICRC is 4 bytes; you gave {len(raw)}.", field="ICRC", offset=70)
+            raise Wrong(f"The ICRC is 4 bytes; you gave {len(raw)}.", field="ICRC", offset=70, given=raw,
+                        expected=expected)
         got_val, as_int_given = int.from_bytes(raw, "little"), False
     if got_val == want:
         form = "as an integer" if as_int_given else f"as the wire bytes {steps.wire_bytes.hex(' ')}"
         return f"Correct, {form}: CRC-32 of the masked input is 0x{want:08x}, and it matches the hardware's ICRC."
     if not as_int_given and int.from_bytes(as_bytes(answer, ""), "big") == want:
         raise Wrong("Right value, wrong byte order: the ICRC goes on the wire least-significant byte first.",
-                    field="ICRC", offset=70, details=["use crc.to_bytes(4, 'little')"])
+                    field="ICRC", offset=70, details=["use crc.to_bytes(4, 'little')"], expected=expected)
     frame = icrc_frame()
     covered = frame[14:-4]
     masked = steps.masked_input
@@ -91,9 +98,10 @@ def _icrc(answer: Any) -> str:
     for val, why in diagnoses.items():
         for cand in (val, int.from_bytes(val.to_bytes(4, "little"), "big")):
             if got_val == cand:
-                raise Wrong(f"Not the ICRC: {why}.", field="ICRC", offset=70)
+                raise Wrong(f"Not the ICRC: {why}.", field="ICRC", offset=70, expected=expected)
     raise Wrong("That is not the ICRC of this frame, and not one of the usual slips either. Recompute step by "
-                "step: coverage (bytes 14..69), the 0xff prefix, the masks, CRC-32, byte order.", field="ICRC")
+                "step: coverage (bytes 14..69), the 0xff prefix, the masks, CRC-32, byte order.", field="ICRC",
+                offset=70, expected=expected)
 
 
 @exercise("wires.crc32c", "Check an FPDU's CRC32c", notebook=NB, hints=(
@@ -106,10 +114,14 @@ def _crc32c(answer: Any) -> str:
     pdus = [p for cp in capture.read(capture_path("synthetic_iwarp_mpa_crc.pcap")) for p in cp.pdus
             if p.crc_kind == "crc32c"]
     bad = [i for i, p in enumerate(pdus) if p.crc != p.crc_expected]
+    expected = f"the 0-based indexes, among the {len(pdus)} FPDUs, of those whose CRC32c does not match"
+    if isinstance(answer, (set, frozenset)):
+        answer = sorted(answer)
     if not isinstance(answer, (list, tuple)):
+        one = f" (a list even for one: [{answer}])" if isinstance(answer, int) else ""
         raise Wrong(f"Give a list of the FPDU indexes (0-based, in capture order) whose CRC is wrong; got a "
-                    f"{type(answer).__name__}.")
-    got = sorted(as_int(a, "an FPDU index") for a in answer)
+                    f"{type(answer).__name__}{one}.", field="MPA CRC", expected=expected)
+    got = sorted(as_int(a, "an FPDU index", field="MPA CRC") for a in answer)
     if got == bad:
         return f"Yes: only FPDU {bad} fails its CRC32c ({len(pdus)} FPDUs checked)."
     extra = sorted(set(got) - set(bad))
@@ -119,7 +131,9 @@ def _crc32c(answer: Any) -> str:
         details.append(f"FPDU(s) {extra} have a correct CRC32c")
     if missing:
         details.append(f"{len(missing)} FPDU(s) with a bad CRC are missing from your list")
-    raise Wrong("Your list of bad FPDUs is not right.", field="MPA CRC", details=details)
+    if got and [g - 1 for g in got] == bad:
+        details.insert(0, "every index is one too high: the indexes count from 0")
+    raise Wrong("Your list of bad FPDUs is not right.", field="MPA CRC", details=details, expected=expected)
 
 
 @exercise("wires.which", "Which wire is which?", notebook=NB, hints=(
@@ -131,10 +145,14 @@ def _which(answer: Any) -> str:
 
     want = [kind for kind, _ in mystery_frames()]
     names = {"ib": "IB", "rocev1": "ROCEV1", "rocev2": "ROCEV2", "iwarp": "IWARP"}
+    expected = "one of 'IB', 'RoCEv1', 'RoCEv2', 'iWARP' per frame, read from the EtherType and the IP protocol"
     if not isinstance(answer, (list, tuple)) or len(answer) != len(want):
-        raise Wrong(f"Give a list of {len(want)} names, one per frame, e.g. ['RoCEv2', 'IB', 'iWARP', 'RoCEv1'].")
+        raise Wrong(f"Give a list of {len(want)} names, one per frame, e.g. ['RoCEv2', 'IB', 'iWARP', 'RoCEv1'].",
+                    field="frames", expected=f"a list of {len(want)} names")
     for i, (a, w) in enumerate(zip(answer, want, strict=True)):
         if norm_name(a).replace("NATIVE", "") != names[w]:
-            raise Wrong(f"Frame {i} is not {a!r}.", offset=12 if w != "ib" else 0, details=[
-                "check its first bytes: an Ethernet frame has its EtherType at bytes 12-13"])
+            where = "LRH" if w == "ib" else "Ethernet.type"
+            raise Wrong(f"Frame {i} is not {a!r}.", field=f"frame {i}: {where}", offset=12 if w != "ib" else 0,
+                        given=a, expected=expected, details=[
+                            "check its first bytes: an Ethernet frame has its EtherType at bytes 12-13"])
     return "All four identified: the same WRITE, four encapsulations."

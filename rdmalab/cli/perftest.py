@@ -1,0 +1,112 @@
+"""``rdmalab perftest write|read|send|atomic [OPTIONS] [SERVER]``: perftest's ``ib_*_bw`` on the soft engine.
+
+The options people use with ``ib_write_bw``, ``ib_read_bw``, ``ib_send_bw`` and ``ib_atomic_bw``
+(perftest 4.5, Debian 12), the same exchange and the same report layout; the peer is the stock
+program on a kernel rxe device.  ``-d`` names the network interface the engine uses (default:
+the one of the TCP connection's local address).  Options it does not support are refused with
+a message naming them.  See ``docs/interop.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+from rdmalab.cli._common import Fail
+
+HELP = "ib_write/read/send/atomic_bw with the soft engine on UDP (a stock perftest program is the peer)"
+
+# Options of perftest 4.5 this implementation refuses, with what they do.
+_UNSUPPORTED = {
+    "-b": "bidirectional traffic", "--bidirectional": "bidirectional traffic",
+    "-R": "RDMA CM connection", "--rdma_cm": "RDMA CM connection", "-z": "RDMA CM exchange",
+    "--comm_rdma_cm": "RDMA CM exchange", "-c": "connection types other than RC", "--connection": "connection types",
+    "-e": "CQ events", "--events": "CQ events", "-I": "inline data", "--inline_size": "inline data",
+    "-l": "post lists", "--post_list": "post lists", "-Q": "CQ moderation", "--cq-mod": "CQ moderation",
+    "-t": "TX depth", "--tx-depth": "TX depth", "-r": "RX depth", "--rx-depth": "RX depth",
+    "-o": "outstanding reads", "--outs": "outstanding reads", "-u": "QP timeout", "--qp-timeout": "QP timeout",
+    "-S": "service level", "--sl": "service level", "-T": "type of service", "--tos": "type of service",
+    "--run_infinitely": "running forever", "--mr_per_qp": "an MR per QP", "--odp": "on-demand paging",
+    "--use_hugepages": "huge pages", "--use_cuda": "GPU memory", "--out_json": "JSON output",
+    "-O": "dual port", "--dualport": "dual port", "-M": "multicast", "--mcg": "multicast",
+    "-N": "no peak", "--noPeak": "no peak", "--cpu_util": "CPU utilisation", "-w": "a BW limit",
+    "--limit_bw": "a BW limit", "-y": "a message rate limit", "--limit_msgrate": "a message rate limit",
+    "-H": "report per port (with -D)", "--report-both": "both reports", "--source_ip": "a TCP source address",
+}
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    _arguments(sub.add_parser("perftest", help=HELP, add_help=False))
+
+
+def parser() -> argparse.ArgumentParser:
+    return _arguments(argparse.ArgumentParser(prog="rdmalab perftest"))
+
+
+def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    s.description = ("Run perftest 4.5's ib_{write,read,send,atomic}_bw exchange, traffic and report with the soft "
+                     "RoCEv2 engine on real UDP: the peer is the stock program on a kernel rxe device (or another "
+                     "rdmalab). Without SERVER, wait for a client. Needs root or CAP_NET_RAW.")
+    s.epilog = "Example: rdmalab perftest write -x 1 -s 4096 -n 500 10.0.0.1   (peer: ib_write_bw -d rxe0 -x 1 -s 4096 -n 500)"
+    s.add_argument("verb", choices=["write", "read", "send", "atomic"], help="which program: ib_<verb>_bw")
+    s.add_argument("server", nargs="?", help="connect to the server at this host (default: be the server)")
+    s.add_argument("-p", "--port", type=int, default=18515, help="TCP port of the exchange (default 18515)")
+    s.add_argument("-d", "--ib-dev", dest="ifname", metavar="NETDEV",
+                   help="network interface the engine uses (default: the one of the TCP connection's local address)")
+    s.add_argument("-i", "--ib-port", type=int, default=1, help="port of the device (default 1, the only one)")
+    s.add_argument("-s", "--size", type=int, help="message size (default 65536; atomic: 8)")
+    s.add_argument("-n", "--iters", type=int, help="iterations (default 5000 for write, 1000 otherwise)")
+    s.add_argument("-D", "--duration", type=float, help="run for this many seconds instead of -n")
+    s.add_argument("-a", "--all", action="store_true", help="run sizes 2 .. 2^23 (write and read)")
+    s.add_argument("-x", "--gid-index", type=int, help="GID index (the soft device: 1, ::ffff:<IPv4>)")
+    s.add_argument("-m", "--mtu", type=int, help="MTU (default: the port's, from the interface)")
+    s.add_argument("-F", "--CPU-freq", action="store_true", help="accepted (no CPU frequency check here)")
+    s.add_argument("-q", "--qp", type=int, default=1, help="number of QPs (1 only)")
+    s.add_argument("--report_gbits", action="store_true", help="report Gb/sec instead of MB/sec")
+    s.add_argument("-A", "--atomic_type", default="FETCH_AND_ADD", help="CMP_AND_SWAP or FETCH_AND_ADD (atomic)")
+    s.add_argument("--pcap", metavar="FILE", help="write every packet the engine sends and receives to FILE")
+    s.add_argument("--timeout", type=float, default=60.0,
+                   help="give up after this many seconds without a completion (default 60)")
+    s.set_defaults(func=run_perftest)
+    return s
+
+
+def main_argv(args: argparse.Namespace, out: TextIO) -> int:
+    """Entry from ``rdmalab.cli.main`` (a pass-through command): options and SERVER may mix."""
+    argv = list(args.lab_args)
+    for a in argv:
+        name = a.split("=", 1)[0]
+        if name in _UNSUPPORTED:
+            raise Fail(f"perftest: {name} ({_UNSUPPORTED[name]}) is not supported by the soft engine's perftest")
+    return run_perftest(parser().parse_intermixed_args(argv), out)
+
+
+def run_perftest(args: argparse.Namespace, out: TextIO) -> int:
+    if args.atomic_type not in ("CMP_AND_SWAP", "FETCH_AND_ADD"):
+        raise Fail(f"perftest: -A {args.atomic_type}: the atomic type is CMP_AND_SWAP or FETCH_AND_ADD")
+    if args.atomic_type != "FETCH_AND_ADD" and args.verb != "atomic":
+        raise Fail("perftest: -A is an option of atomic only")
+    if args.all and args.verb in ("send", "atomic"):
+        raise Fail(f"perftest: -a (all sizes) is supported for write and read, not {args.verb}")
+    if args.qp != 1:
+        raise Fail(f"perftest: -q {args.qp}: the soft engine's perftest runs one QP (-q 1)")
+    if args.duration is not None and args.iters is not None:
+        raise Fail("perftest: -D and -n exclude each other (a test runs by duration or by iterations)")
+    for name in ("size", "iters", "duration"):
+        v = getattr(args, name)
+        if v is not None and v <= 0:
+            raise Fail(f"perftest: --{name} must be positive, not {v}")
+    # Imported here so that `rdmalab --help` does not load the engine.
+    from rdmalab.fabric.udp import CarrierError
+    from rdmalab.live.oob import OOBError
+    from rdmalab.live.perftest import PerftestError, PerftestOptions, run
+
+    opts = PerftestOptions(verb=args.verb, server=args.server, port=args.port, ifname=args.ifname,
+                           ib_port=args.ib_port, size=args.size, iters=args.iters, duration=args.duration,
+                           all_sizes=args.all, gid_idx=args.gid_index, mtu=args.mtu, report_gbits=args.report_gbits,
+                           atomic_type=args.atomic_type, num_qps=args.qp, timeout=args.timeout, pcap=args.pcap)
+    try:
+        res = run(opts, out)
+    except (PerftestError, OOBError, CarrierError) as exc:
+        raise Fail(f"perftest {args.verb}: {exc}") from None
+    return 1 if res.errors else 0

@@ -1,0 +1,461 @@
+"""``rdmalab perftest write|read|send|atomic``: perftest 4.5's ``ib_*_bw`` with the soft engine on UDP.
+
+The out-of-band exchange, the traffic and the report of ``ib_write_bw``, ``ib_read_bw``,
+``ib_send_bw`` and ``ib_atomic_bw`` (perftest v4.5-0.17, Debian 12; ``src/write_bw.c`` and
+siblings, ``src/perftest_communication.c``, ``src/perftest_parameters.c``), RC, one QP, TCP
+exchange (not ``-R``/``-z``):
+
+1. TCP connection; the client writes first in every exchange, the server reads first.
+2. Version strings (16 bytes; the peer must be >= 5.70), page size and cache line (4 bytes each,
+   network order, when the peer is >= 5.32), MTU (2 bytes: the ``ibv_mtu`` digit and a NUL; both
+   use the smaller).
+3. Key records (108 bytes, :class:`rdmalab.live.oob.PerfDest`): write/read/atomic: one, connect
+   the QP, one more (printed as the remote's), one "after RTR"; send: one, connect, one, one.
+4. The client runs: up to ``tx_depth`` (128) WRITE/READ/ATOMIC/SEND work requests outstanding,
+   one signalled every ``cq_mod`` (100); the server only answers (send: it posts 512 receives
+   and counts ``iters`` of them).
+5. write/read/atomic: one more key record ("client finished"), then the report fields (size,
+   iters, peak, average, message rate; 8 bytes each, big-endian), which the server prints; all
+   tools: a last key record, then ``"done"``.
+
+BW in MB/sec is bytes / 2^20 per second, in Gb/sec bits / 10^9 (``format_factor``); the peak is
+perftest's: the shortest time per message over any run of completed messages
+(``print_report_bw``).
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from rdmalab.live.oob import PERF_RECORD, Channel, PerfDest, connect, listen
+
+VERBS = ("write", "read", "send", "atomic")
+TEST_NAME = {"send": "Send", "write": "RDMA_Write", "read": "RDMA_Read", "atomic": "Atomic"}
+VERB_NUM = {"send": 0, "write": 1, "read": 2, "atomic": 3}
+VERSION = "6.06"  # what Debian 12's perftest 4.5+0.17 reports (ib_write_bw -V)
+RESULT_LINE = "-" * 87 + "\n"
+RESULT_FMT = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+RESULT_FMT_G = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+MAX_SIZE = 8388608
+PAGE, CACHE_LINE = 4096, 64
+OUT_READS = 128  # the device's max_qp_rd_atom (rxe and the soft engine: 128)
+MTU_ENUM = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}
+
+
+class PerftestError(Exception):
+    """What perftest would print before exiting 1 (one sentence)."""
+
+
+@dataclass
+class PerftestOptions:
+    verb: str = "write"
+    server: str | None = None
+    port: int = 18515
+    ifname: str | None = None
+    ib_port: int = 1
+    size: int | None = None
+    iters: int | None = None
+    duration: float | None = None
+    all_sizes: bool = False
+    gid_idx: int | None = None
+    mtu: int | None = None
+    report_gbits: bool = False
+    atomic_type: str = "FETCH_AND_ADD"
+    tx_depth: int = 128
+    rx_depth: int = 512
+    cq_mod: int = 100
+    num_qps: int = 1
+    timeout: float = 60.0
+    pcap: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.size is None:
+            self.size = 8 if self.verb == "atomic" else 65536
+        if self.iters is None:
+            self.iters = 5000 if self.verb == "write" else 1000
+
+
+@dataclass
+class BwReport:
+    size: int
+    iters: int
+    bw_peak: float
+    bw_avg: float
+    msg_rate: float
+
+
+@dataclass
+class PerftestResult:
+    reports: list[BwReport] = field(default_factory=list)
+    remote_reports: list[BwReport] = field(default_factory=list)
+    completions: int = 0
+    errors: int = 0
+
+
+def _c_hex(v: int, width: int) -> str:
+    """C's ``%#0<width>x``: ``0x``-prefixed and zero-padded, but a plain zero for 0."""
+    return "0" * width if v == 0 else f"{v:#0{width}x}"
+
+
+def report_line(r: BwReport, gbits: bool) -> str:
+    if gbits and r.bw_avg < 0.1:  # inc_accuracy: REPORT_FMT_EXT
+        return f" {r.size:<7d}    {r.iters}           {r.bw_peak:<7.6f}            {r.bw_avg:<7.6f}            {r.msg_rate:<7.6f}\n"
+    return f" {r.size:<7d}    {r.iters:<10d}       {r.bw_peak:<7.2f}            {r.bw_avg:<7.2f}\t\t   {r.msg_rate:<7.6f}\n"
+
+
+def compute_report(size: int, posted: list[float], completed: list[float], cq_mod: int, gbits: bool) -> BwReport:
+    """perftest's ``print_report_bw`` from per-message post times and completion times (seconds)."""
+    n = len(completed)
+    factor = 125_000_000 if gbits else 0x100000
+    total = completed[-1] - posted[0] if n else 0.0
+    if n == 0 or total <= 0:
+        return BwReport(size, n, 0.0, 0.0, 0.0)
+    opt = total
+    for i in range(n):
+        j = ((i + cq_mod) // cq_mod) * cq_mod - 1  # ROUND_UP(i + 1, cq_mod) - 1
+        while j < n:
+            t = (completed[j] - posted[i]) / (j - i + 1)
+            if 0 < t < opt:
+                opt = t
+            j += cq_mod
+        if n % cq_mod:
+            t = (completed[n - 1] - posted[i]) / (n - i)
+            if 0 < t < opt:
+                opt = t
+    return BwReport(size, n, size / opt / factor, size * n / total / factor, n / total / 1e6)
+
+
+def run(opts: PerftestOptions, out: IO[str]) -> PerftestResult:
+    """Run one perftest program's exchange and traffic; prints its lines to ``out``."""
+    # Imported here so that `rdmalab --help` does not load the engine.
+    from rdmalab.fabric.udp import UdpFabric, check_permission, interface_of
+
+    verb = opts.verb
+    if verb not in VERBS:
+        raise PerftestError(f"unknown test {verb!r} (write, read, send or atomic)")
+    assert opts.size is not None and opts.iters is not None
+    if opts.num_qps != 1:
+        raise PerftestError(f"-q {opts.num_qps}: the soft engine runs perftest with one QP (-q 1)")
+    if opts.ib_port != 1:
+        raise PerftestError(f"the soft device has port 1 only, not {opts.ib_port}")
+    if opts.gid_idx not in (None, 1):
+        raise PerftestError(f"GID index {opts.gid_idx}: the soft device carries IPv4 only, which is GID index 1 "
+                            "(::ffff:a.b.c.d, as rxe); use -x 1")
+    if opts.mtu is not None and opts.mtu not in MTU_ENUM:
+        raise PerftestError(f"-m {opts.mtu}: the MTU is one of 256, 512, 1024, 2048, 4096")
+    if verb == "atomic" and opts.size != 8:
+        raise PerftestError(f"-s {opts.size}: atomic operations are 8 bytes")
+    if not 1 <= opts.size <= MAX_SIZE:
+        raise PerftestError(f"-s {opts.size}: the size is 1 .. {MAX_SIZE} bytes")
+    if opts.atomic_type not in ("CMP_AND_SWAP", "FETCH_AND_ADD"):
+        raise PerftestError(f"-A {opts.atomic_type}: the atomic type is CMP_AND_SWAP or FETCH_AND_ADD")
+    check_permission()
+    client = opts.server is not None
+    sizes = [1 << i for i in range(1, 24)] if opts.all_sizes and verb != "atomic" else [opts.size]
+    if not client:
+        out.write("\n************************************\n* Waiting for client to connect... *\n"
+                  "************************************\n")
+        out.flush()
+    chan: Channel = connect(opts.server, opts.port, tries=30.0) if opts.server else listen(opts.port)
+    fab = None
+    try:
+        # ----------------------------------------------------------- versions, page size, MTU
+        mine = VERSION.encode().ljust(16, b"\0")
+        rem = chan.exchange(mine, 16, client, "its version").split(b"\0", 1)[0].decode("ascii", "replace")
+        try:
+            rem_v = float(rem)
+        except ValueError:
+            raise PerftestError(f"the peer's version {rem!r} is not perftest's") from None
+        if rem_v < 5.70:
+            raise PerftestError("Current implementation is not compatible with versions older than 5.70")
+        if rem_v >= 5.32:
+            chan.exchange(struct.pack(">i", PAGE), 4, client, "its page size")
+            chan.exchange(struct.pack(">i", CACHE_LINE), 4, client, "its cache line size")
+        ifname = opts.ifname or interface_of(chan.local_ip)
+        fab = UdpFabric(ifname, name="rdmalab0", poll_wait=0.0, pcap=opts.pcap,
+                        seed=random.SystemRandom().getrandbits(32))
+        port_mtu = fab.mtu
+        cur = MTU_ENUM[min(opts.mtu or port_mtu, port_mtu)]
+        got = chan.exchange(f"{cur}".encode() + b"\0", 2, client, "its MTU")
+        try:
+            rem_mtu = int(got.split(b"\0", 1)[0])
+        except ValueError:
+            rem_mtu = 0
+        curr = rem_mtu if 1 <= rem_mtu <= 5 and cur > rem_mtu else cur
+        mtu_bytes = 128 << curr
+        return _traffic(opts, out, chan, fab, client, sizes, curr, mtu_bytes)
+    finally:
+        chan.close()
+        if fab is not None:
+            end = time.monotonic() + 0.2
+            while time.monotonic() < end:
+                fab.step(0.02)
+            fab.close()
+
+
+def _traffic(opts: PerftestOptions, out: IO[str], chan: Channel, fab: Any, client: bool, sizes: list[int],
+             curr_mtu: int, mtu_bytes: int) -> PerftestResult:
+    from rdmalab.verbs import enums as e
+    from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
+    from rdmalab.verbs.cq import CQ
+    from rdmalab.verbs.device import Context
+    from rdmalab.verbs.mr import MR
+    from rdmalab.verbs.pd import PD
+    from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
+    from rdmalab.verbs.wr import SGE, RecvWR
+
+    verb = opts.verb
+    assert opts.iters is not None
+    ctx = Context(name=fab.device.name, fabric=fab)
+    pd = PD(ctx)
+    bufsize = max(max(sizes), PAGE)
+    access = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+              | e.IBV_ACCESS_REMOTE_ATOMIC)
+    mr = MR(pd, 2 * bufsize, access)
+    mr.write(random.randbytes(2 * bufsize) if verb != "atomic" else bytes(2 * bufsize), 2 * bufsize)
+    cq = CQ(ctx, opts.tx_depth + opts.rx_depth + 1)
+    cap = QPCap(max_send_wr=opts.tx_depth, max_recv_wr=opts.rx_depth, max_send_sge=1, max_recv_sge=1)
+    qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
+    init = QPAttr(port_num=opts.ib_port)
+    init.qp_access_flags = access & ~e.IBV_ACCESS_LOCAL_WRITE
+    qp.to_init(init)
+    gid = int(ctx.query_gid(opts.ib_port, 1)).to_bytes(16, "big")
+    # The receiving area is the second half of the buffer (perftest: buf + num_qps * BUFF_SIZE).
+    me = PerfDest(0, OUT_READS, qp.qp_num, random.SystemRandom().getrandbits(24), mr.rkey, mr.buf + bufsize, gid)
+
+    def pump() -> None:
+        fab.step(0.005)
+
+    def handshake() -> PerfDest:
+        # The engine keeps answering the peer while we wait for its next record.
+        chan.pump = pump
+        try:
+            return PerfDest.decode(chan.exchange(me.encode(), PERF_RECORD, client, "its key record"))
+        finally:
+            chan.pump = None
+
+    def print_dest(d: PerfDest, side: str) -> None:
+        line = f" {side} address: LID {_c_hex(d.lid, 4)} QPN {_c_hex(d.qpn, 6)} PSN {_c_hex(d.psn, 6)}"
+        if VERB_NUM[verb] == 2:
+            line += f" OUT {_c_hex(d.out_reads, 4)}"
+        if VERB_NUM[verb] in (1, 2):
+            line += f" RKey {_c_hex(d.rkey, 8)} VAddr {_c_hex(d.vaddr, 16)}"
+        out.write(line + "\n")
+        out.write(" GID: " + ":".join(f"{b:02d}" for b in d.gid) + "\n")
+
+    def connect_qp(rem: PerfDest) -> None:
+        if ((rem.gid[:12] == bytes(10) + b"\xff\xff") != (gid[:12] == bytes(10) + b"\xff\xff")):
+            raise PerftestError("Found Incompatibility issue with GID types. Please Try to use a different IP version.")
+        a = QPAttr(port_num=opts.ib_port, path_mtu=curr_mtu)
+        a.qp_access_flags = access & ~e.IBV_ACCESS_LOCAL_WRITE
+        a.dest_qp_num, a.rq_psn, a.sq_psn = rem.qpn, rem.psn, me.psn
+        a.max_dest_rd_atomic = OUT_READS
+        a.max_rd_atomic = max(1, min(rem.out_reads, OUT_READS))
+        a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry = 12, 14, 7, 7
+        a.ah_attr = AHAttr(port_num=opts.ib_port, is_global=1,
+                           gr=GlobalRoute(dgid=GID.from_int(int.from_bytes(rem.gid, "big")), sgid_index=1,
+                                          hop_limit=0xFF))
+        qp.to_rts(a)
+
+    def header() -> None:
+        out.write(RESULT_LINE)
+        title = TEST_NAME[verb] + " " + (opts.atomic_type + " " if verb == "atomic" else "") + "BW Test"
+        out.write(" " * 20 + title + "\n")
+        out.write(f" Dual-port       : OFF\t\tDevice         : {fab.device.name} ({fab.ifname})\n")
+        out.write(" Number of qps   : 1\t\tTransport type : IB\n")
+        out.write(" Connection type : RC\t\tUsing SRQ      : OFF\n")
+        out.write(" PCIe relax order: Unsupported\n")
+        out.write(" ibv_wr* API     : OFF\n")
+        if client:
+            out.write(f" TX depth        : {opts.tx_depth}\n")
+        if verb == "send" and not client:
+            out.write(f" RX depth        : {opts.rx_depth}\n")
+        out.write(f" CQ Moderation   : {min(opts.cq_mod, opts.iters or 1)}\n")
+        out.write(f" Mtu             : {mtu_bytes}[B]\n")
+        out.write(" Link type       : Ethernet\n")
+        out.write(" GID index       : 1\n")
+        if verb in ("read", "atomic"):
+            out.write(f" Outstand reads  : {OUT_READS}\n")
+        else:
+            out.write(" Max inline data : 0[B]\n")
+        out.write(" rdma_cm QPs\t : OFF\n")
+        out.write(" Data ex. method : Ethernet\n")
+        out.write(RESULT_LINE)
+        out.flush()
+
+    header()
+    rem = handshake()
+    connect_qp(rem)
+    if verb == "send":
+        handshake()
+        print_dest(me, "local")
+        rem2 = handshake()
+        print_dest(rem2, "remote")
+    else:
+        print_dest(me, "local")
+        rem2 = handshake()
+        print_dest(rem2, "remote")
+        handshake()  # "an additional handshake is required after moving qp to RTR"
+    out.write(RESULT_LINE)
+    out.write((RESULT_FMT_G if opts.report_gbits else RESULT_FMT) + "\n")
+    out.flush()
+    res = PerftestResult()
+
+    def post_recvs(n: int) -> None:
+        for _ in range(n):
+            qp.post_recv(RecvWR(wr_id=0, num_sge=1, sg=[SGE(mr.buf + bufsize, bufsize, mr.lkey)]))
+
+    if not client:
+        if verb == "send":
+            post_recvs(opts.rx_depth)
+            for size in sizes:
+                handshake()
+                rep = _serve_sends(opts, fab, cq, post_recvs, size, res)
+                res.reports.append(rep)
+                out.write(report_line(rep, opts.report_gbits))
+            out.write(RESULT_LINE)
+        else:
+            handshake()  # the client finished
+            chan.pump = pump
+            try:
+                for _ in sizes[:1]:
+                    fields = [chan.exchange(bytes(8), 8, False, "its report") for _ in range(5)]
+            finally:
+                chan.pump = None
+            size, iters = struct.unpack(">Q", fields[0])[0], struct.unpack(">Q", fields[1])[0]
+            peak, avg, rate = (struct.unpack(">d", f)[0] for f in fields[2:])
+            rr = BwReport(size, iters, peak, avg, rate)
+            res.remote_reports.append(rr)
+            out.write(report_line(rr, opts.report_gbits))
+        handshake()  # ctx_close_connection
+        chan.send(b"done\0")
+        if verb != "send":
+            out.write(RESULT_LINE)
+        out.flush()
+        return res
+
+    # ----------------------------------------------------------------- the client runs
+    for size in sizes:
+        if verb == "send":
+            handshake()
+        rep = _run_client(opts, fab, qp, cq, mr, bufsize, rem, size, res)
+        res.reports.append(rep)
+        out.write(report_line(rep, opts.report_gbits))
+        out.flush()
+    out.write(RESULT_LINE)
+    if verb != "send":
+        handshake()  # "client finished"
+        last = res.reports[-1]
+        for x in (struct.pack(">Q", last.size), struct.pack(">Q", last.iters), struct.pack(">d", last.bw_peak),
+                  struct.pack(">d", last.bw_avg), struct.pack(">d", last.msg_rate)):
+            chan.exchange(x, 8, True, "its report")
+    handshake()  # ctx_close_connection
+    chan.send(b"done\0")
+    out.flush()
+    return res
+
+
+def _run_client(opts: PerftestOptions, fab: Any, qp: Any, cq: Any, mr: Any, bufsize: int, rem: PerfDest, size: int,
+                res: PerftestResult) -> BwReport:
+    from rdmalab.verbs import enums as e
+    from rdmalab.verbs.wr import SGE, SendWR
+
+    verb = opts.verb
+    assert opts.iters is not None
+    iters = opts.iters
+    cq_mod = max(1, min(opts.cq_mod, iters))
+    opcode = {"write": e.IBV_WR_RDMA_WRITE, "read": e.IBV_WR_RDMA_READ, "send": e.IBV_WR_SEND,
+              "atomic": (e.IBV_WR_ATOMIC_FETCH_AND_ADD if opts.atomic_type == "FETCH_AND_ADD"
+                         else e.IBV_WR_ATOMIC_CMP_AND_SWP)}[verb]
+    posted: list[float] = []
+    completed: list[float] = []
+    done = 0
+    start = time.monotonic()
+    deadline = start + opts.duration if opts.duration else None
+    last_progress = start
+    i = 0
+    last_signalled = True
+
+    def post(signal: bool) -> None:
+        wr = SendWR(wr_id=len(posted), opcode=opcode, num_sge=1, sg=[SGE(mr.buf, size, mr.lkey)],
+                    send_flags=e.IBV_SEND_SIGNALED if signal else 0)
+        if verb == "atomic":
+            if opcode == e.IBV_WR_ATOMIC_FETCH_AND_ADD:
+                wr.set_wr_atomic(rem.rkey, rem.vaddr, 1, 0)
+            else:
+                wr.set_wr_atomic(rem.rkey, rem.vaddr, 0, 0)
+        elif verb != "send":
+            wr.set_wr_rdma(rem.rkey, rem.vaddr)
+        posted.append(time.monotonic())
+        qp.post_send(wr)
+
+    while True:
+        if deadline is None:
+            while i < iters and i - done < opts.tx_depth:
+                last_signalled = (i + 1) % cq_mod == 0 or i + 1 == iters
+                post(last_signalled)
+                i += 1
+        elif time.monotonic() < deadline:
+            while i - done < opts.tx_depth:
+                last_signalled = (i + 1) % cq_mod == 0
+                post(last_signalled)
+                i += 1
+        elif not last_signalled and i - done < opts.tx_depth:
+            # -D: the run ends after the deadline with one more, signalled, work request
+            post(True)
+            i += 1
+            last_signalled = True
+        if done >= i and (deadline is None or time.monotonic() >= deadline):
+            break
+        n, wcs = cq.poll(16)
+        if n == 0:
+            fab.step(0.01)
+            if time.monotonic() - last_progress > opts.timeout:
+                raise PerftestError(f"no completion for {opts.timeout:.0f} s ({done} of {i} done): is the peer still "
+                                    f"running, and can it reach {fab.ip} on UDP 4791?")
+            continue
+        last_progress = time.monotonic()
+        for wc in wcs:
+            if wc.status != e.IBV_WC_SUCCESS:
+                res.errors += 1
+                raise PerftestError(f"Completion with error at client: Failed status {wc.status}: "
+                                    f"{e.ibv_wc_status_str(wc.status)} (wr_id {wc.wr_id})")
+            k = wc.wr_id + 1
+            completed.extend([last_progress] * (k - done))
+            res.completions += k - done
+            done = k
+    return compute_report(size, posted[:len(completed)], completed, cq_mod, opts.report_gbits)
+
+
+def _serve_sends(opts: PerftestOptions, fab: Any, cq: Any, post_recvs: Any, size: int, res: PerftestResult) -> BwReport:
+    from rdmalab.verbs import enums as e
+
+    assert opts.iters is not None
+    rcnt = 0
+    times: list[float] = []
+    last_progress = start = time.monotonic()
+    outstanding = opts.rx_depth
+    while rcnt < opts.iters:
+        n, wcs = cq.poll(32)
+        if n == 0:
+            fab.step(0.01)
+            if time.monotonic() - last_progress > opts.timeout:
+                raise PerftestError(f"no completion for {opts.timeout:.0f} s ({rcnt} of {opts.iters} received)")
+            continue
+        last_progress = time.monotonic()
+        for wc in wcs:
+            if wc.status != e.IBV_WC_SUCCESS:
+                raise PerftestError(f"Completion with error at server: Failed status {wc.status}: "
+                                    f"{e.ibv_wc_status_str(wc.status)}")
+            rcnt += 1
+            times.append(last_progress)
+            outstanding -= 1
+        if outstanding < opts.rx_depth // 2 and rcnt < opts.iters:
+            post_recvs(opts.rx_depth - outstanding)
+            outstanding = opts.rx_depth
+    res.completions += rcnt
+    return compute_report(size, [start] + times[:-1], times, 1, opts.report_gbits)

@@ -1,0 +1,316 @@
+"""Feedback as a property of every check.
+
+For every exercise: every right answer in any reasonable form (int or enum, hex or decimal,
+name or number) passes; typical wrong answers (wrong field, wrong byte order, off-by-one,
+wrong opcode, right value in the wrong type) fail with feedback that names the field, the
+value given and what was expected.  The table must cover every registered exercise, so a new
+exercise without wrong answers fails here.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import rdmalab.verbs.enums as e
+from rdmalab import lab
+from rdmalab.lab import FAIL, PASS
+from rdmalab.lab.checkers.wires import BTH_TASK, icrc_frame
+from rdmalab.verbs.wr import SGE, RecvWR, SendWR
+
+
+class Nak(enum.IntEnum):  # a learner's own enum: an IntEnum is an int
+    PSN_SEQUENCE_ERROR = 0
+    REMOTE_ACCESS_ERROR = 2
+
+
+def _masked_icrc_input() -> bytes:
+    b = bytearray(icrc_frame()[14:-4])
+    b[1] = b[8] = 0xFF
+    b[10:12] = b[26:28] = b"\xff\xff"
+    b[32] = 0xFF
+    return b"\xff" * 8 + bytes(b)
+
+
+ICRC = zlib.crc32(_masked_icrc_input())
+
+
+def write_imm(post_recv: bool = True, rkey: str = "rkey", ret: str = "b", opcode: int = e.IBV_WR_RDMA_WRITE_WITH_IMM,
+              imm: Callable[[int], int] = lambda x: x) -> Callable[..., Any]:
+    def fn(pair: Any, data: bytes, value: int) -> Any:
+        a, b = pair.a, pair.b
+        if post_recv:
+            b.qp.post_recv(RecvWR(wr_id=1, num_sge=0, sg=[]))
+        a.mr.write(data, len(data))
+        wr = SendWR(wr_id=2, opcode=opcode, num_sge=1, sg=[SGE(a.mr.buf, len(data), a.mr.lkey)], imm_data=imm(value))
+        wr.set_wr_rdma(b.mr.rkey if rkey == "rkey" else b.mr.lkey + 1, b.mr.buf)
+        a.qp.post_send(wr)
+        wa = a.poll()
+        return b.poll() if ret == "b" else wa
+    fn.__name__ = "write_with_imm"
+    return fn
+
+
+def read_remote(offset_fix: int = 0, op: int = e.IBV_WR_RDMA_READ, length_fix: int = 0) -> Callable[..., Any]:
+    def fn(pair: Any, remote_offset: int, length: int) -> Any:
+        a, b = pair.a, pair.b
+        n = length + length_fix
+        wr = SendWR(wr_id=1, opcode=op, num_sge=1, sg=[SGE(a.mr.buf, n, a.mr.lkey)])
+        wr.set_wr_rdma(b.mr.rkey, b.mr.buf + remote_offset + offset_fix)
+        a.qp.post_send(wr)
+        a.poll()
+        return a.mr.read(n, 0)
+    fn.__name__ = "read_remote"
+    return fn
+
+
+def try_lock(op: int = e.IBV_WR_ATOMIC_CMP_AND_SWP, result: str = "bool") -> Callable[..., Any]:
+    def fn(pair: Any) -> Any:
+        a, b = pair.a, pair.b
+        wr = SendWR(wr_id=9, opcode=op, num_sge=1, sg=[SGE(a.mr.buf + 128, 8, a.mr.lkey)])
+        wr.set_wr_atomic(b.mr.rkey, b.mr.buf + 64, 0 if op == e.IBV_WR_ATOMIC_CMP_AND_SWP else 1, 1)
+        a.qp.post_send(wr)
+        a.poll()
+        old = struct.unpack("<Q", a.mr.read(8, 128))[0]
+        return (old == 0) if result == "bool" else int(old == 0)
+    fn.__name__ = "try_lock"
+    return fn
+
+
+def write_to_peer(sge_key: str = "lkey", reth_key: str = "rkey") -> Callable[..., Any]:
+    def fn(pair: Any, data: bytes) -> Any:
+        a, b = pair.a, pair.b
+        a.mr.write(data, len(data))
+        key = a.mr.lkey if sge_key == "lkey" else b.mr.rkey
+        wr = SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(a.mr.buf, len(data), key)])
+        wr.set_wr_rdma(b.mr.rkey if reth_key == "rkey" else a.mr.lkey, b.mr.buf)
+        a.qp.post_send(wr)
+        return a.poll()
+    fn.__name__ = "write_to_peer"
+    return fn
+
+
+def ce_frame(ecn: int = 3, fix_checksum: bool = True, ttl: int | None = None) -> bytes:
+    from rdmalab.lab.checkers.congestion import data_frame
+    from rdmalab.wire.frame import decode_ethernet
+    from rdmalab.wire.net import IPv4
+
+    frame = data_frame()
+    ip = decode_ethernet(frame)[IPv4].replace(ecn=ecn)
+    if ttl is not None:
+        ip = ip.replace(ttl=ttl)
+    if fix_checksum:
+        ip = ip.with_checksum()
+    return frame[:14] + ip.encode() + frame[34:]
+
+
+def cnp(**kw: Any) -> bytes:
+    from rdmalab.wire import encode_rocev2
+    from rdmalab.wire.ib import BTH, CNPPad
+
+    ips = kw.pop("ips", ("192.168.1.2", "192.168.1.1"))
+    opcode = kw.pop("opcode", None)
+    fields = {"opcode": 0x81, "destqp": 0x22, "becn": 1} | kw
+    frame = encode_rocev2(BTH(**fields), [CNPPad()], src_ip=ips[0], dst_ip=ips[1])
+    return frame if opcode is None else frame[:42] + bytes([opcode]) + frame[43:]  # a wrong opcode, patched in
+
+
+BTH_OK = BTH_TASK.encode()
+RIGHT: dict[str, list[Any]] = {
+    "welcome.opcode": ["RC RDMA READ Request", "rc_rdma_read_request", 0x0C, "0x0c", "12"],
+    "dma.copies": [2, "2", "0x2"],
+    "dma.syscalls": [0, "0"],
+    "verbs.path": [["INIT", "RTR", "RTS"], ["IBV_QPS_INIT", "ibv_qps_rtr", "rts"],
+                   [e.IBV_QPS_INIT, e.IBV_QPS_RTR, e.IBV_QPS_RTS], ["RESET", "INIT", "RTR", "RTS"]],
+    "verbs.rtr": [{"AV", "PATH_MTU", "RQ_PSN", "MIN_RNR_TIMER", "MAX_DEST_RD_ATOMIC", "DEST_QPN"},
+                  ["IBV_QP_AV", "IBV_QP_PATH_MTU", "IBV_QP_RQ_PSN", "IBV_QP_MIN_RNR_TIMER",
+                   "IBV_QP_MAX_DEST_RD_ATOMIC", "IBV_QP_DEST_QPN"],
+                  e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_RQ_PSN | e.IBV_QP_MIN_RNR_TIMER
+                  | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_DEST_QPN],
+    "send.opcodes": [["RC SEND First"] + ["RC SEND Middle"] * 3 + ["RC SEND Last"], [0x00, 0x01, 0x01, 0x01, 0x02]],
+    "send.rnr": [1.28, "1.28", "1.28 ms"],
+    "write.imm": [write_imm()],
+    "read.program": [read_remote()],
+    "read.responses": [3, "3"],
+    "atomic.final": [[[5, 8, 100, 100], 101], [["0x5", 8, 0x64, 100], "101"]],
+    "atomic.lock": [try_lock()],
+    "wires.bth": [BTH_OK, bytearray(BTH_OK), BTH_OK.hex(), BTH_OK.hex(" "), list(BTH_OK), BTH_TASK],
+    "wires.icrc": [ICRC, ICRC.to_bytes(4, "little"), ICRC.to_bytes(4, "little").hex(), hex(ICRC)],
+    "wires.crc32c": [[10], (10,), {10}, ["10"]],
+    "wires.which": [["RoCEv2", "iWARP", "IB", "RoCEv1"], ["rocev2", "IWARP", "native IB", "RoCE v1"]],
+    "captures.rkey": [0x142A, 5162, "0x142a", "5162"],
+    "captures.stag": [0x6F092200, "0x6f092200", 1862869504],
+    "captures.agree": [],  # depends on tshark; covered by test_agree_* below
+    "reliability.nak": [{"code": c, "lost": 105, "resend_from": 105} for c in
+                        (0, "0", "0x0", "PSN Sequence Error", "psn_sequence_error", Nak.PSN_SEQUENCE_ERROR, 0x60)]
+                       + [{"code": 0, "lost": "0x69", "resend_from": "105"}],
+    "reliability.timeout": [8, "8"],
+    "congestion.ce": [ce_frame()],
+    "congestion.cnp": [cnp()],
+    "security.fix": [write_to_peer()],
+    "security.guess": [["IBV_WC_REM_ACCESS_ERR", "Remote Access Error"], [e.IBV_WC_REM_ACCESS_ERR, 2],
+                       ["REM_ACCESS_ERR", Nak.REMOTE_ACCESS_ERROR]],
+    "security.flags": [{"read": {"REMOTE_READ"}, "atomic": {"LOCAL_WRITE", "REMOTE_ATOMIC"}},
+                       {"read": "IBV_ACCESS_REMOTE_READ",
+                        "atomic": e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_ATOMIC}],
+    "cm.port": [7174, "7174", 0x1C06, "0x1c06"],
+    "cm.psn": [{"10.0.0.2": "REP", "10.0.0.1": "REQ"}, {"10.0.0.2": "rep", "10.0.0.1": "req"}],
+    "live.segments": [[5, 5], ("5", 0x5)],
+    "congestion.victim": [{"port": "P1->P2", "reason": "B"}, {"port": "P1 \u2192 P2", "reason": "b"}],
+    "congestion.converge": [{"settings": {"rpg_ai_rate": "200"}, "cost": "queue"}],
+    "live.error_fields": [{"wr_id", "status", "qp_num"}, ["WR_ID", "status", "qp_num", "vendor_err"]],
+    "live.wrong_rkey": [["IBV_WC_REM_ACCESS_ERR", "IBV_QPS_ERR"], [e.IBV_WC_REM_ACCESS_ERR, e.IBV_QPS_ERR],
+                        ["rem_access_err", "ERR"]],
+}
+
+# (answer, the field the feedback must name, a phrase the message or details must contain)
+WRONG: dict[str, list[tuple[Any, str, str]]] = {
+    "welcome.opcode": [("RC RDMA WRITE Only", "BTH.opcode", "frame 2"), (0x0A, "BTH.opcode", "frame 2"),
+                       ("READ", "BTH.opcode", "opcode_name"), (12.0, "BTH.opcode", "float")],
+    "dma.copies": [(1, "copies", "another"), (3, "copies", "rchar"), (2.0, "copies", "float"),
+                   ("two", "copies", "integer")],
+    "dma.syscalls": [(2, "syscalls", "syscr"), (b"\x00", "syscalls", "int.from_bytes")],
+    "verbs.path": [(["INIT", "RTS"], "qp_state", "INIT -> RTS"), (["INIT", "RTR"], "qp_state", "ends in RTR"),
+                   (["INIT", "RTR", "SQD", "RTS"], "qp_state", "SQD"), (["INIT", "READY"], "qp_state", "not a QP state")],
+    "verbs.rtr": [({"AV", "PATH_MTU"}, "attr_mask", "missing"),
+                  ({"AV", "PATH_MTU", "RQ_PSN", "MIN_RNR_TIMER", "MAX_DEST_RD_ATOMIC", "DEST_QPN", "SQ_PSN"},
+                   "attr_mask", "SQPSN"), ("AV", "attr_mask", "set")],
+    "send.opcodes": [(["RC SEND First"] + ["RC SEND Middle"] * 2 + ["RC SEND Last"], "BTH.opcode", "4 packets"),
+                     (["RC SEND First"] + ["RC SEND Middle"] * 4 + ["RC SEND Last"], "BTH.opcode", "6 packets"),
+                     (["RC SEND Only"] + ["RC SEND Middle"] * 3 + ["RC SEND Last"], "BTH.opcode", "Packet 0"),
+                     ([0x00, 0x01, 0x01, 0x02, 0x02], "BTH.opcode", "Packet 3"), ("RC SEND First", "BTH.opcode", "list")],
+    "send.rnr": [(14, "AETH.value", "timer *code*"), (1280, "AETH.value", "microseconds"),
+                 (0.00128, "AETH.value", "seconds"), (1.92, "AETH.value", "not the delay"), ([1.28], "AETH.value", "number")],
+    "write.imm": [(write_imm(post_recv=False), "AETH.syndrome", "RNR NAK"),
+                  (write_imm(rkey="wrong"), "AETH.syndrome", "Remote Access Error"),
+                  (write_imm(ret="a"), "wc.opcode", "A's own completion"),
+                  (write_imm(opcode=e.IBV_WR_RDMA_WRITE, post_recv=False), "BTH.opcode", "immediate data"),
+                  (write_imm(imm=lambda x: int.from_bytes(x.to_bytes(4, "big"), "little")), "ImmDt.imm", "byte-swapped"),
+                  (42, "write_with_imm", "function")],
+    "read.program": [(read_remote(offset_fix=1), "RETH.va", "remote address"),
+                     (read_remote(length_fix=-1), "length", "2999 bytes"),
+                     (read_remote(op=e.IBV_WR_RDMA_WRITE), "BTH.opcode", "READ Request"),
+                     (b"secret", "read_remote", "function")],
+    "read.responses": [(2, "BTH.opcode", "remainder"), (4, "BTH.opcode", "READ Request itself"),
+                       (3.0, "BTH.opcode", "float")],
+    "atomic.final": [([[5, 8, 100, 100], 100], "counter", "final counter"),
+                     ([[8, 8, 100, 100], 101], "AtomicAckETH.orig_data", "atomic #0"),
+                     ([[5, 8, 8, 100], 101], "AtomicAckETH.orig_data", "atomic #2"),
+                     ([5, 8, 100, 100, 101], "answer", "4 returned values")],
+    "atomic.lock": [(try_lock(op=e.IBV_WR_ATOMIC_FETCH_AND_ADD), "BTH.opcode", "CmpSwap"),
+                    (try_lock(result="int"), "return value", "True")],
+    "wires.bth": [(BTH_TASK.replace(padcnt=0).encode(), "BTH.padcnt", "expected 3"),
+                  (BTH_TASK.replace(psn=0x341200).encode(), "BTH.psn", "wrong byte order"),
+                  (BTH_TASK.replace(destqp=0xD3).encode(), "BTH.destqp", "expected 0x0000d2"),
+                  (BTH_TASK.replace(opcode=0x00).encode(), "BTH.opcode", "expected RC SEND Only"),
+                  (BTH_OK[:11], "BTH", "12 bytes"), (BTH_OK + b"\x00", "BTH", "12 bytes"),
+                  (int.from_bytes(BTH_OK, "big"), "BTH", "to_bytes")],
+    "wires.icrc": [(ICRC.to_bytes(4, "big"), "ICRC", "byte order"), (ICRC.to_bytes(4, "little")[:3], "ICRC", "4 bytes"),
+                   (zlib.crc32(_masked_icrc_input()[8:]), "ICRC", "0xff"),
+                   (zlib.crc32(b"\xff" * 8 + icrc_frame()[14:-4]), "ICRC", "mask"), (ICRC + 1, "ICRC", "usual slips"),
+                   (float(ICRC), "ICRC", "bytes")],
+    "wires.crc32c": [([11], "MPA CRC", "one too high"), ([9, 10], "MPA CRC", "correct CRC32c"),
+                     (10, "MPA CRC", "[10]"), ([], "MPA CRC", "missing")],
+    "wires.which": [(["RoCEv2", "iWARP", "IB", "RoCEv2"], "frame 3: Ethernet.type", "Frame 3"),
+                    (["RoCEv1", "iWARP", "IB", "RoCEv1"], "frame 0: Ethernet.type", "Frame 0"),
+                    (["RoCEv2", "iWARP", "IB"], "frames", "4 names")],
+    "captures.rkey": [(0x2A140000, "RETH.r_key", "byte order"), (10290425, "RETH.r_key", "psn"),
+                      (b"\x00\x00\x14\x2a", "RETH.r_key", "int.from_bytes"), (0x142B, "RETH.r_key", "not the rkey")],
+    "captures.stag": [(0x0022096F, "DDP.stag", "byte order"), (0x6F092201, "DDP.stag", "not the STag"),
+                      (float(0x6F092200), "DDP.stag", "float")],
+    "captures.agree": [],
+    "reliability.nak": [({"code": 2, "lost": 105, "resend_from": 105}, "AETH.value", "Remote Access Error"),
+                        ({"code": "RNR", "lost": 105, "resend_from": 105}, "AETH.value", "not a NAK code"),
+                        ({"code": 0, "lost": 104, "resend_from": 105}, "BTH.psn", "one off"),
+                        ({"code": 0, "lost": 105, "resend_from": 106}, "BTH.psn", "resume"),
+                        ({"code": 0, "lost": 105.0, "resend_from": 105}, "BTH.psn", "float"),
+                        (["code", "lost"], "answer", "dict")],
+    "reliability.timeout": [(2, "retransmitted packets", "lost"), (7, "retransmitted packets", "off by one"),
+                            (20, "retransmitted packets", "not the number")],
+    "congestion.ce": [(ce_frame(ecn=2), "IPv4.ecn", "0b11"), (ce_frame(fix_checksum=False), "IPv4.checksum", "recomputes"),
+                      (ce_frame(ttl=1), "IPv4.ttl", "other field"), (ce_frame()[:-1], "frame length", "keep its length")],
+    "congestion.cnp": [(cnp(opcode=0x11), "BTH.opcode", "CNP"), (cnp(destqp=0x11), "BTH.destqp", "requester"),
+                       (cnp(becn=0), "BTH.becn", "BECN"), (cnp(ips=("192.168.1.1", "192.168.1.2")), "IPv4.src", "back")],
+    "security.fix": [(write_to_peer(sge_key="rkey"), "wc.status", "local protection"),
+                     (write_to_peer(reth_key="lkey"), "AETH.syndrome", "Remote Access Error")],
+    "security.guess": [(["IBV_WC_LOC_PROT_ERR", "Remote Access Error"], "wc.status", "not the completion status"),
+                       (["IBV_WC_REM_ACCESS_ERR", "PSN Sequence Error"], "AETH.value", "not the NAK"),
+                       (["IBV_WC_REM_ACCESS_ERR"], "answer", "status")],
+    "security.flags": [({"read": {"REMOTE_READ", "REMOTE_WRITE"}, "atomic": {"LOCAL_WRITE", "REMOTE_ATOMIC"}},
+                        "mr.access[read]", "more than needed"),
+                       ({"read": {"REMOTE_READ"}, "atomic": {"REMOTE_ATOMIC"}}, "mr.access[atomic]", "missing")],
+    "cm.port": [(35360, "CM_REQ.service_id", "source port"), (0x061C, "CM_REQ.service_id", "byte order"),
+                (7175, "CM_REQ.service_id", "Not the port")],
+    "cm.psn": [({"10.0.0.2": "REQ", "10.0.0.1": "REP"}, "BTH.psn", "starting PSN"),
+               ({"10.0.0.2": "REP"}, "IPv4.src", "10.0.0.1")],
+    "congestion.victim": [({"port": "P2->R2", "reason": "B"}, "port", "F1's path"),
+                          ({"port": "P1->P2", "reason": "A"}, "reason", "never enters"),
+                          ({"port": "P1->P2", "reason": "C"}, "reason", "CNP goes back"),
+                          (["P1->P2", "B"], "answer", "dict")],
+    "congestion.converge": [({"settings": {"no_such": "1"}, "cost": "queue"}, "settings", "unknown parameter"),
+                            ({"settings": {}, "cost": "queue"}, "settings", "at least one"),
+                            ({"settings": {"rpg_ai_rate": "200"}, "cost": "latency"}, "cost", "must be one of"),
+                            ({"settings": {"rpg_ai_rate": "200"}}, "answer", "dict")],
+    "live.segments": [([4, 5], "BTH.opcode", "WRITE packets"), ([5, 6], "BTH.opcode", "READ request itself"),
+                      ([5.0, 5], "BTH.opcode", "float"), (5, "answer", "Give")],
+    "live.error_fields": [({"wr_id", "status"}, "wc", "missing"),
+                          ({"wr_id", "status", "qp_num", "byte_len"}, "wc", "not defined")],
+    "live.wrong_rkey": [(["IBV_WC_LOC_PROT_ERR", "IBV_QPS_ERR"], "wc.status", "completion status"),
+                        (["IBV_WC_REM_ACCESS_ERR", "RTS"], "qp_state", "state")],
+}
+
+
+def test_every_exercise_has_right_and_wrong_answers() -> None:
+    ids = {x.id for x in lab.exercises().items}
+    assert ids == set(RIGHT) == set(WRONG)
+    no_tshark = {"captures.agree"}  # its answer comes from tshark: test_agree_* below
+    for ex in ids - no_tshark:
+        assert RIGHT[ex] and WRONG[ex], ex
+
+
+@pytest.mark.parametrize("ex,answer", [(k, a) for k, v in RIGHT.items() for a in v],
+                         ids=[f"{k}-{i}" for k, v in RIGHT.items() for i in range(len(v))])
+def test_right_answers_in_any_reasonable_form_pass(ex: str, answer: Any) -> None:
+    r = lab.check(ex, answer)
+    assert r.status == PASS, repr(r)
+
+
+@pytest.mark.parametrize("ex,answer,field,phrase", [(k, *w) for k, v in WRONG.items() for w in v],
+                         ids=[f"{k}-{i}" for k, v in WRONG.items() for i in range(len(v))])
+def test_wrong_answers_name_field_value_and_expectation(ex: str, answer: Any, field: str, phrase: str) -> None:
+    r = lab.check(ex, answer)
+    assert r.status == FAIL, repr(r)
+    assert r.field == field, repr(r)
+    assert r.given, f"the feedback does not show the value given: {r!r}"
+    assert r.expected, f"the feedback does not say what was expected: {r!r}"
+    text = " ".join([r.message, *r.details]).lower()
+    assert phrase.lower() in text, repr(r)
+    shown = repr(r)
+    assert f"you gave: {r.given}" in shown and f"expected: {r.expected}" in shown
+    html = r._repr_html_()
+    assert "You gave" in html and "Expected" in html
+
+
+def test_a_value_given_is_shown_as_given() -> None:
+    r = lab.check("captures.rkey", 0x2A140000)
+    assert r.given == f"{0x2A140000} (0x2a140000)"
+    r = lab.check("reliability.nak", {"code": 0, "lost": 104, "resend_from": 105})
+    assert r.given == "104 (0x68)"
+    r = lab.check("wires.bth", BTH_TASK.replace(padcnt=0).encode())
+    assert (r.given, r.expected) == ("BTH.padcnt = 0", "BTH.padcnt = 3")
+
+
+def test_agree_rejects_a_malformed_answer_with_the_expected_shape() -> None:
+    from rdmalab.capture.crosscheck import tshark_path
+
+    if tshark_path() is None:
+        pytest.skip("tshark is not installed: captures.agree accepts any answer without it")
+    r = lab.check("captures.agree", 5)
+    assert r.status == FAIL and r.field == "answer" and r.given == "5" and "fields_compared" in (r.expected or "")
+    r = lab.check("captures.agree", [1, 0])
+    assert r.status == FAIL and r.field == "report.fields_compared" and r.given == "1"

@@ -1,0 +1,303 @@
+"""Interoperability with the kernel's rxe and the stock tools, in a virtual machine (marked ``live``).
+
+One boot of :class:`rdmalab.live.vm.VM` (virtme-ng, the distribution kernel, KVM when it works
+and TCG otherwise) runs the whole matrix as one job and brings back every program's output and
+the captures; the tests below read them.  Inside: ``rxe0`` on ``veth0`` in the initial namespace
+(10.0.0.1; kernel 6.1's rxe works only there), the soft engine on ``veth1`` in namespace
+``peer`` (10.0.0.2), as ``docs/interop.md`` describes.
+
+* every ``ibv_{rc,uc,ud,srq}_pingpong``, both roles, ``-c`` (our side compares every byte of
+  every message as well; the stock side prints "invalid data in page N" on a mismatch);
+* a pyverbs program on rxe writes random data into an engine MR, reads it back and runs
+  FETCH_ADD and CMP_SWAP on it; both sides hash the MR; then the engine READs the kernel's MR;
+* wrong rkey both ways: the engine NAKs rxe's WRITE (rxe reports IBV_WC_REM_ACCESS_ERR), and
+  rxe NAKs the engine's (the engine reports it);
+* 2 % netem loss on both veths: RC pingpong both ways completes with correct data, and the
+  capture shows the same PSN sent more than once (retransmissions).
+
+* every ``ib_{write,read,send,atomic}_bw``, both roles (atomic: CMP_AND_SWAP one way,
+  FETCH_AND_ADD the other): every completion successful, the sizes and iteration counts in both
+  reports, and the client's figures printed by the server after perftest's report exchange.
+  perftest 4.5 has no data check of its own; data integrity is the pingpong ``-c`` runs' and
+  the pyverbs hashes'.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.live
+
+ROOT = Path(__file__).resolve().parents[2]
+RXE_IP, PEER_IP = "10.0.0.1", "10.0.0.2"  # rdmalab.live.vm.TOPOLOGY: RXE0_IP, PEER_IP
+ITERS = 100
+KINDS = ("rc", "uc", "ud", "srq")
+
+GUEST = r"""#!/bin/bash
+# The interop matrix, run as one job in rdmalab.live.vm's VM (rxe0 on $RXE0_NETDEV = $RXE0_IP in the
+# initial namespace; the engine in namespace $PEER_NS on $PEER_NETDEV = $PEER_IP).  Every result
+# lands in the job directory (the working directory, shared with the host).
+OUT="$RDMALAB_JOB"; PY="$RDMALAB_PYTHON"  # ROOT (the checkout) and ITERS come from the test
+export PYTHONPATH="$ROOT"
+RDL="$PY -m rdmalab"
+ENG="ip netns exec $PEER_NS"
+log() { echo "== $*" >> "$OUT/guest.log"; }
+cat /sys/class/infiniband/$RXE0/ports/1/gids/1 > "$OUT/rxe_gid1"
+ping -c 1 -W 5 $PEER_IP > /dev/null
+wait_port() {  # $1: "" or "$ENG"; waits until TCP $2 listens
+  for i in $(seq 1 300); do $1 ss -ltn | grep -q ":$2 " && return 0; sleep 0.1; done; return 1
+}
+stats() { rdma statistic show link $RXE0/1 > "$OUT/$1.rxe_stats"; }
+for kind in rc uc ud srq; do
+  log "$kind stock server, rdmalab client"
+  timeout 120 ibv_${kind}_pingpong -d $RXE0 -g 1 -n $ITERS -c > "$OUT/$kind.stock_server.out" 2>&1 &
+  wait_port "" 18515
+  timeout 120 $ENG $RDL pingpong $kind -g 1 -n $ITERS -c $RXE0_IP > "$OUT/$kind.rdl_client.out" 2>&1
+  echo $? > "$OUT/$kind.rdl_client.rc"; wait $!; echo $? > "$OUT/$kind.stock_server.rc"
+  log "$kind rdmalab server, stock client"
+  timeout 120 $ENG $RDL pingpong $kind -g 1 -n $ITERS -c > "$OUT/$kind.rdl_server.out" 2>&1 &
+  wait_port "$ENG" 18515
+  timeout 120 ibv_${kind}_pingpong -d $RXE0 -g 1 -n $ITERS -c $PEER_IP > "$OUT/$kind.stock_client.out" 2>&1
+  echo $? > "$OUT/$kind.stock_client.rc"; wait $!; echo $? > "$OUT/$kind.rdl_server.rc"
+done
+stats pingpong
+for verb in write read send atomic; do
+  case $verb in atomic) OPTS="-n $ITERS";; *) OPTS="-s 4096 -n $ITERS";; esac
+  A=""; [ $verb = atomic ] && A="-A CMP_AND_SWAP"
+  log "ib_${verb}_bw stock server, rdmalab client"
+  timeout 180 ib_${verb}_bw -d $RXE0 -x 1 -F $OPTS $A > "$OUT/$verb.stock_server.out" 2>&1 &
+  wait_port "" 18515
+  timeout 180 $ENG $RDL perftest $verb -x 1 -F $OPTS $A $RXE0_IP > "$OUT/$verb.rdl_client.out" 2>&1
+  echo $? > "$OUT/$verb.rdl_client.rc"; wait $!; echo $? > "$OUT/$verb.stock_server.rc"
+  log "ib_${verb}_bw rdmalab server, stock client"
+  timeout 180 $ENG $RDL perftest $verb -x 1 -F $OPTS > "$OUT/$verb.rdl_server.out" 2>&1 &
+  wait_port "$ENG" 18515
+  timeout 180 ib_${verb}_bw -d $RXE0 -x 1 -F $OPTS $PEER_IP > "$OUT/$verb.stock_client.out" 2>&1
+  echo $? > "$OUT/$verb.stock_client.rc"; wait $!; echo $? > "$OUT/$verb.rdl_server.rc"
+done
+stats perftest
+log "pyverbs on rxe <-> engine: integrity, atomics, wrong rkey both ways"
+tcpdump -i $RXE0_NETDEV -w "$OUT/integrity.pcap" udp port 4791 2> /dev/null &
+TD=$!; sleep 1
+$ENG timeout 120 $PY "$ROOT/tests/live/interop_rdl_peer.py" $PEER_NETDEV > "$OUT/integrity.rdl.out" 2>&1 &
+wait_port "$ENG" 18600
+timeout 120 /usr/bin/python3 "$ROOT/tests/live/interop_rxe_peer.py" $PEER_IP > "$OUT/integrity.rxe.out" 2>&1
+echo $? > "$OUT/integrity.rxe.rc"; wait %2; echo $? > "$OUT/integrity.rdl.rc"
+sleep 0.5; kill $TD; wait $TD 2>/dev/null
+stats integrity
+log "2% loss on both veths"
+tc qdisc add dev $RXE0_NETDEV root netem loss 2%
+$ENG tc qdisc add dev $PEER_NETDEV root netem loss 2%
+tcpdump -i $RXE0_NETDEV -w "$OUT/loss.pcap" udp port 4791 2> /dev/null &
+TD=$!; sleep 1
+timeout 300 ibv_rc_pingpong -d $RXE0 -g 1 -n $ITERS -c > "$OUT/loss.stock_server.out" 2>&1 &
+wait_port "" 18515
+timeout 300 $ENG $RDL pingpong rc -g 1 -n $ITERS -c --timeout 120 $RXE0_IP > "$OUT/loss.rdl_client.out" 2>&1
+echo $? > "$OUT/loss.rdl_client.rc"; wait $!; echo $? > "$OUT/loss.stock_server.rc"
+timeout 300 $ENG $RDL pingpong rc -g 1 -n $ITERS -c --timeout 120 > "$OUT/loss.rdl_server.out" 2>&1 &
+wait_port "$ENG" 18515
+timeout 300 ibv_rc_pingpong -d $RXE0 -g 1 -n $ITERS -c $PEER_IP > "$OUT/loss.stock_client.out" 2>&1
+echo $? > "$OUT/loss.stock_client.rc"; wait $!; echo $? > "$OUT/loss.rdl_server.rc"
+sleep 0.5; kill $TD; wait $TD 2>/dev/null
+stats loss
+tc qdisc del dev $RXE0_NETDEV root; $ENG tc qdisc del dev $PEER_NETDEV root
+echo done > "$OUT/DONE"
+"""
+
+
+def _why_not(config: pytest.Config) -> str | None:
+    # The matrix boots a VM and takes minutes: it runs in CI (CI=true), with RDMALAB_LIVE=1, or when
+    # live tests are asked for (-m live); a plain local `pytest` does not pay for it.
+    asked = "live" in (config.getoption("-m") or "") or os.environ.get("RDMALAB_LIVE") == "1"
+    if os.environ.get("CI") != "true" and not asked:
+        return "the interop matrix boots a VM (minutes): run it with -m live, RDMALAB_LIVE=1, or in CI"
+    from rdmalab.live.vm import missing
+
+    lacking = [str(m) for m in missing()]
+    for tool, pkg in (("ibv_rc_pingpong", "ibverbs-utils"), ("ib_write_bw", "perftest"), ("tcpdump", "tcpdump"),
+                      ("rdma", "iproute2")):
+        if shutil.which(tool) is None:
+            lacking.append(f"{tool} (install: apt-get install {pkg})")
+    if subprocess.run(["/usr/bin/python3", "-c", "import pyverbs"], capture_output=True).returncode != 0:
+        lacking.append("pyverbs for /usr/bin/python3 (install: apt-get install python3-pyverbs)")
+    if os.geteuid() != 0:
+        lacking.append("root (the VM's guest runs as root on the host's root file system)")
+    return "cannot run the VM matrix: " + "; ".join(lacking) if lacking else None
+
+
+@pytest.fixture(scope="module")
+def matrix(pytestconfig: pytest.Config) -> Iterator[Path]:
+    why = _why_not(pytestconfig)
+    if why:
+        pytest.skip(why)
+    from rdmalab.live.vm import VM
+
+    t0 = time.monotonic()
+    with VM(progress=False) as vm:
+        script = f"ROOT={shlex.quote(str(ROOT))}\nITERS={ITERS}\n" + GUEST
+        r = vm.run(script, timeout=1500, capture=False,
+                   name="interop matrix")
+        out = r.job_dir
+        assert out is not None
+        (out / "seconds").write_text(f"{time.monotonic() - t0:.1f} s, boot {vm.boot_s:.1f} s, "
+                                     f"{'KVM' if vm.kvm else 'TCG'} ({vm.kvm_reason})\n")
+        assert (out / "DONE").exists(), f"the matrix did not finish (status {r.rc}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+        yield out
+
+
+def _read(out: Path, name: str) -> str:
+    return (out / name).read_text(errors="replace")
+
+
+def _rc(out: Path, name: str) -> int:
+    return int(_read(out, name + ".rc").strip())
+
+
+LOCAL = re.compile(r"^  local address:  LID 0x0000, QPN 0x([0-9a-f]{6}), PSN 0x([0-9a-f]{6})[,:] GID (\S+)$", re.M)
+REMOTE = re.compile(r"^  remote address: LID 0x0000, QPN 0x([0-9a-f]{6}), PSN 0x([0-9a-f]{6}), GID (\S+)$", re.M)
+BYTES = re.compile(r"^(\d+) bytes in [\d.]+ seconds = [\d.]+ Mbit/sec$", re.M)
+ITERS_LINE = re.compile(r"^(\d+) iters in [\d.]+ seconds = [\d.]+ usec/iter$", re.M)
+OURS = re.compile(r"^rdmalab: (\d+) messages received, (\d+) differ", re.M)
+
+
+def _check_pair(out: Path, prefix: str, stock: str, ours: str, kind: str) -> None:
+    s, o = _read(out, f"{prefix}.{stock}.out"), _read(out, f"{prefix}.{ours}.out")
+    assert _rc(out, f"{prefix}.{stock}") == 0, s
+    assert _rc(out, f"{prefix}.{ours}") == 0, o
+    size = 1024 if kind == "ud" else 4096
+    for text in (s, o):
+        assert [int(x) for x in BYTES.findall(text)] == [size * ITERS * 2], text
+        assert [int(x) for x in ITERS_LINE.findall(text)] == [ITERS], text
+        assert "invalid data" not in text, text
+    # Each side saw the other's QPs: our remote lines are the stock program's local lines, and back.
+    assert {m[:2] for m in REMOTE.findall(o)} == {m[:2] for m in LOCAL.findall(s)}
+    assert {m[:2] for m in REMOTE.findall(s)} == {m[:2] for m in LOCAL.findall(o)}
+    assert {m[2] for m in LOCAL.findall(o)} == {f"::ffff:{PEER_IP}"}
+    assert {m[2] for m in LOCAL.findall(s)} == {f"::ffff:{RXE_IP}"}
+    nqp = 16 if kind == "srq" else 1
+    assert len(LOCAL.findall(o)) == nqp
+    got = OURS.search(o)
+    assert got is not None and int(got.group(1)) >= ITERS and int(got.group(2)) == 0, o
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_stock_server_rdmalab_client(matrix: Path, kind: str) -> None:
+    _check_pair(matrix, kind, "stock_server", "rdl_client", kind)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_rdmalab_server_stock_client(matrix: Path, kind: str) -> None:
+    _check_pair(matrix, kind, "stock_client", "rdl_server", kind)
+
+
+REPORT = re.compile(r"^ (\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", re.M)
+VERB_TITLE = {"write": "RDMA_Write BW Test", "read": "RDMA_Read BW Test", "send": "Send BW Test",
+              "atomic": "Atomic"}
+
+
+@pytest.mark.parametrize("verb", ["write", "read", "send", "atomic"])
+@pytest.mark.parametrize("roles", [("stock_server", "rdl_client"), ("stock_client", "rdl_server")])
+def test_perftest_pairing(matrix: Path, verb: str, roles: tuple[str, str]) -> None:
+    stock, ours = (_read(matrix, f"{verb}.{r}.out") for r in roles)
+    assert _rc(matrix, f"{verb}.{roles[0]}") == 0, stock + "\n---\n" + ours
+    assert _rc(matrix, f"{verb}.{roles[1]}") == 0, ours + "\n---\n" + stock
+    size = 8 if verb == "atomic" else 4096
+    for text in (stock, ours):
+        assert VERB_TITLE[verb] in text, text
+        assert " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]" in text
+        reps = REPORT.findall(text)
+        assert reps, text
+        assert (int(reps[-1][0]), int(reps[-1][1])) == (size, ITERS), text
+        assert "Completion with error" not in text and "Failed" not in text, text
+    # The QP numbers each side printed for the other agree.
+    qpn = re.compile(r"^ (local|remote) address: LID \S+ QPN (0x[0-9a-f]+) PSN (0x[0-9a-f]+)", re.M)
+    s_addr = {(side, q, p) for side, q, p in qpn.findall(stock)}
+    o_addr = {(side, q, p) for side, q, p in qpn.findall(ours)}
+    flip = {"local": "remote", "remote": "local"}
+    assert {(flip[a], q, p) for a, q, p in s_addr} == o_addr, (stock, ours)
+
+
+def test_rxe_counted_our_packets_as_good(matrix: Path) -> None:
+    # rxe counts rcvd_pkts only after the ICRC check (rxe_recv.c): every one of ours passed.
+    stats = _read(matrix, "pingpong.rxe_stats")
+    rcvd = int(re.search(r"rcvd_pkts (\d+)", stats).group(1))  # type: ignore[union-attr]
+    assert rcvd >= 8 * ITERS, stats
+
+
+def _kv(text: str) -> dict[str, str]:
+    out = {}
+    for tok in text.split():
+        if "=" in tok:
+            k, v = tok.split("=", 1)
+            out[k] = v
+    return out
+
+
+def test_pyverbs_on_rxe_writes_reads_and_runs_atomics_on_an_engine_mr(matrix: Path) -> None:
+    rxe, rdl = _read(matrix, "integrity.rxe.out"), _read(matrix, "integrity.rdl.out")
+    assert _rc(matrix, "integrity.rxe") == 0, rxe + rdl
+    kv = _kv(rxe)
+    assert kv["write_status"] == "0" and kv["read_status"] == "0", rxe
+    assert kv["write_sha256"] == kv["readback_sha256"], rxe
+    assert kv["fetch_add_status"] == "0" and kv["fetch_add_ok"] == "1", rxe
+    assert kv["cmp_swap_status"] == "0" and kv["cmp_swap_ok"] == "1", rxe
+    # Both sides hashed the engine's MR after the atomics: the same bytes.
+    assert kv["remote_says_sha256"] == kv["expect_remote_sha256"] == _kv(rdl)["mr_sha256"], rxe + rdl
+    assert kv["hashes_match"] == "1"
+
+
+def test_wrong_rkey_from_rxe_gets_the_engines_nak(matrix: Path) -> None:
+    rxe = _read(matrix, "integrity.rxe.out")
+    assert "wrong_rkey_status=10 (IBV_WC_REM_ACCESS_ERR)" in rxe, rxe
+
+
+def test_wrong_rkey_from_the_engine_gets_rxes_nak_and_the_engine_reads_rxe(matrix: Path) -> None:
+    import json
+
+    rdl = _read(matrix, "integrity.rdl.out")
+    assert _rc(matrix, "integrity.rdl") == 0, rdl
+    report = json.loads(rdl.split("report=", 1)[1].splitlines()[0])
+    assert report["read_status"] == 0 and report["read_sha256_match"] is True, report
+    assert report["wrong_rkey_is_rem_access_err"] is True, report
+
+
+def _psn_repeats(pcap: Path, src: str) -> int:
+    import dpkt
+
+    seen: set[tuple[int, int]] = set()
+    repeats = 0
+    with open(pcap, "rb") as f:
+        for _, buf in dpkt.pcap.Reader(f):
+            eth = dpkt.ethernet.Ethernet(buf)
+            ip = eth.data
+            if not isinstance(ip, dpkt.ip.IP) or ip.p != 17 or ip.src != bytes(map(int, src.split("."))):
+                continue
+            bth = bytes(ip.data.data)
+            if len(bth) < 12 or bth[0] > 0x10:  # RC requests only (SEND..RDMA READ request)
+                continue
+            key = (int.from_bytes(bth[5:8], "big"), int.from_bytes(bth[9:12], "big"))
+            if key in seen:
+                repeats += 1
+            seen.add(key)
+    return repeats
+
+
+def test_two_percent_loss_completes_with_correct_data_and_retransmits(matrix: Path) -> None:
+    _check_pair(matrix, "loss", "stock_server", "rdl_client", "rc")
+    _check_pair(matrix, "loss", "stock_client", "rdl_server", "rc")
+    pcap = matrix / "loss.pcap"
+    # The capture (on rxe's veth) shows request packets with the same QPN and PSN more than once: a
+    # go-back-N resend after a lost packet repeats the packets after it that had got through.
+    # (tcpdump sees the veth's own packets after netem, so a lost original itself is not in it.)
+    ours, theirs = _psn_repeats(pcap, PEER_IP), _psn_repeats(pcap, RXE_IP)
+    (matrix / "loss.repeats").write_text(f"engine {ours} rxe {theirs}\n")
+    assert ours + theirs > 0
