@@ -192,3 +192,19 @@ def test_rdmalab_analyze_reads_the_capture(tmp_path, capsys) -> None:  # type: i
     assert report["counts"]["cnp"] == res.fabric.cnps
     assert len(report["connections"]) == len(res.fabric.flows)
     assert not report["counts"].get("bad_icrc")
+
+
+def test_pfc_alone_blocks_the_victim_only_while_the_incast_lasts() -> None:
+    from rdmalab.fabric.scenarios import link_throughput
+
+    fab = run("victim", duration_ms=6.0, settings={"dcqcn": "0"}).fabric
+    # pauses propagate: P2 pauses P1, and P1 pauses the hosts feeding it
+    assert fab.paused_time_ns(fab.port("P1", "P2")) > 0 and fab.paused_time_ns(fab.port("H1", "P1")) > 0
+    assert fab.port("P2", "R1").marks == 0 and fab.flows[0].cnps == 0 and fab.drops == 0
+    ts, gb = link_throughput(fab, [0], 250.0)  # F1 alone, 250 us windows
+    before = [g for t, g in zip(ts, gb, strict=True) if 1.0 <= t < 3.0]
+    during = [g for t, g in zip(ts, gb, strict=True) if 3.25 <= t < 4.25]
+    after = [g for t, g in zip(ts, gb, strict=True) if t >= 5.0]
+    base = sum(before) / len(before)
+    assert max(during) < 0.3 * base  # head-of-line blocked behind R2's incast
+    assert min(after) > 0.9 * base  # and back at once: no rate control to recover
