@@ -119,12 +119,16 @@ def main() -> None:
         flt = ["-Y", args.filter] if args.filter else []
         rd = [sys.executable, "-m", "rdmalab", "decode", "-r", path, "-T", "fields", *ef, *flt]
         ours = run(rd)
-        print(line("rdmalab decode -T fields", n, ours))
+        print(line(f"rdmalab decode -T fields (-j {os.cpu_count()})", n, ours))
+        one = run([*rd, "-j", "1"])
+        print(line("rdmalab decode -T fields -j 1", n, one))
         if not args.no_tshark and shutil.which("tshark"):
             ts = run(["tshark", "-n", "-r", path, "-T", "fields", *ef, *flt])
             print(line("tshark -T fields", n, ts))
-            print(f"speed-up: {ts[0] / ours[0]:.1f}x tshark's packets/s; memory: rdmalab {ours[1] / 1024:.0f} MiB, "
-                  f"tshark {ts[1] / 1024:.0f} MiB")
+            print(f"speed-up: {ts[0] / ours[0]:.1f}x tshark's packets/s ({ts[0] / one[0]:.1f}x with -j 1; CPU time "
+                  f"{ts[2] / ours[2]:.1f}x / {ts[2] / one[2]:.1f}x); memory: rdmalab {ours[1] / 1024:.0f} MiB "
+                  f"({one[1] / 1024:.0f} MiB with -j 1), tshark {ts[1] / 1024:.0f} MiB")
+            print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         elif not args.no_tshark:
             print("tshark is not installed: no comparison")
     finally:

@@ -16,13 +16,15 @@ nothing pairs a NAK with the retransmission it caused.  This module does, on the
   ``psn_gap``         request PSNs missing on the wire: holes inside one pass of the sender,
                       or a retransmission pass that does not start at the first missing PSN
   ``retransmission``  the sender goes back (go-back-N): from which PSN, how long after the
-                      first copy, and the trigger: ``nak`` (a PSN sequence error NAK came
+                      first copy (and after the NAK: ``nak_response_us``, Lumina's NAK
+                      response latency), and the trigger: ``nak`` (a PSN sequence error NAK came
                       back), ``implied_nak`` (READ responses skipped a PSN), ``rnr`` or
                       ``timeout`` (nothing from the responder explains it)
   ``timeout``         a retransmission that only a timer explains (inferred)
   ``duplicate``       a request the responder had already accepted in order
   ``nak_seq_err``     NAK, PSN sequence error; ``detail.expected_psn`` is the first missing
-                      PSN, and ``detail.names_first_missing`` says whether the NAK names it
+                      PSN, ``detail.names_first_missing`` says whether the NAK names it, and
+                      ``generation_us`` how long after the packet that revealed the gap it came
   ``nak_rnr``         RNR NAK, with the wait it caused until the request came again
   ``nak_other``       NAK invalid request / remote access / remote operational error
   ``implied_nak``     READ responses resumed past a missing one (IBA 9.7.5.1.x implied NAK)
@@ -93,6 +95,8 @@ class Connection:
     requester_qpn: int | None
     responder_qpn: int
     requester_port: int | None = None
+    #: the connection manager exchange that set this connection up, when the capture holds it
+    cm: dict[str, Any] | None = None
     packets: int = 0
     request_bytes: int = 0
     retransmitted_bytes: int = 0
@@ -149,6 +153,10 @@ class Analysis:
         for c in self.connections:
             s = c.summary
             lines.append(f"\nConnection {c.id}: {c.name}")
+            if c.cm:
+                lines.append(f"  set up by CM REQ frame {c.cm['req_frame']} / REP frame {c.cm['rep_frame']} "
+                             f"(service ID {c.cm['service_id']:#x})" if isinstance(c.cm["service_id"], int) else
+                             f"  set up by CM REQ frame {c.cm['req_frame']} / REP frame {c.cm['rep_frame']}")
             lines.append(f"  {c.packets} packets, {c.request_bytes} payload bytes requested, "
                          f"{c.retransmitted_bytes} retransmitted; goodput {s.get('goodput_mbps', 0):.2f} Mbit/s "
                          f"over {s.get('duration_s', 0) * 1e3:.3f} ms")
@@ -304,6 +312,8 @@ def analyze(source: str | os.PathLike[str] | Columns, *, sent: str | os.PathLike
         c = conns[cid]
         if c.requester_qpn is not None:
             resp_of_conn[cid] = resp_streams[(c.responder, c.requester, c.requester_qpn)]
+    if path is not None and not isinstance(source, Columns):
+        _cm_exchanges(path, cols, dqp, conns)
     messages: list[Message] = []
     for key, cid in conn_of_req.items():
         _analyze_connection(conns[cid], req_streams[key], resp_of_conn.get(cid, []), cols, T, frame, ts, op, psn,
@@ -364,6 +374,7 @@ def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: 
     uniq_bytes = 0
     series: list[tuple[float, int]] = []
     psn_points: list[tuple[float, int, int]] = []  # (time, PSN - first PSN, 0 first copy / 1 again / 2 NAK)
+    gap_seen: dict[int, float] = {}  # first missing PSN -> when the capture last showed that gap
     for i in rows:
         t = float(ts[i])
         o = int(op[i])
@@ -375,8 +386,10 @@ def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: 
             if retrans:
                 trigger = "timeout"
                 cause: list[int] = []
+                response_us = None
                 if pending_nak is not None:
                     trigger, cause = "nak", [int(frame[pending_nak])]
+                    response_us = (t - float(ts[pending_nak])) * 1e6
                 elif pending_rnr is not None:
                     trigger, cause = "rnr", [int(frame[pending_rnr])]
                 elif read_gap is not None and T["read_req"][o]:
@@ -386,7 +399,8 @@ def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: 
                 txt = f"go-back-N from PSN {p % _PSN_MOD} ({trigger}"
                 txt += f", {after:.1f} us after the first copy)" if after is not None else ")"
                 findings.append(Finding("retransmission", cid, [int(frame[i])] + cause, t, txt,
-                                        {"from_psn": p % _PSN_MOD, "trigger": trigger, "after_us": after}))
+                                        {"from_psn": p % _PSN_MOD, "trigger": trigger, "after_us": after,
+                                         "nak_response_us": response_us}))
                 if trigger == "timeout":
                     findings.append(Finding("timeout", cid, [int(frame[i])], t,
                                             f"PSN {p % _PSN_MOD} sent again with no NAK to explain it (timer)",
@@ -401,8 +415,10 @@ def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: 
                 pending_nak = pending_rnr = read_gap = None
                 if p > epsn:
                     _gap(findings, cid, epsn, p, i, frame, t, "the retransmission pass starts past it")
+                    gap_seen[epsn] = t
             elif prev is not None and p > prev + 1 and p > epsn:
                 _gap(findings, cid, max(prev + 1, epsn), p, i, frame, t, "")
+                gap_seen[max(prev + 1, epsn)] = t
             if p < epsn and not (retrans and p >= epsn):
                 findings.append(Finding("duplicate", cid, [int(frame[i])], t,
                                         f"{name} PSN {p % _PSN_MOD} was already accepted", {"psn": p % _PSN_MOD}))
@@ -439,9 +455,11 @@ def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: 
                         txt = f"NAK PSN sequence error at PSN {p % _PSN_MOD}"
                         txt += "" if ok else f" (the first missing PSN is {epsn % _PSN_MOD})"
                         psn_points.append((t, p - ref, 2))
+                        seen = gap_seen.pop(p, None)
+                        gen = (t - seen) * 1e6 if seen is not None else None
                         findings.append(Finding("nak_seq_err", cid, [int(frame[i])], t, txt,
                                                 {"psn": p % _PSN_MOD, "expected_psn": epsn % _PSN_MOD,
-                                                 "names_first_missing": ok}))
+                                                 "names_first_missing": ok, "generation_us": gen}))
                         pending_nak = i
                     else:
                         nm = _NAK_NAMES.get(code, f"code {code}")
@@ -512,6 +530,44 @@ def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: 
         "_series": _series(series, c.first, c.last),
         "_psn": psn_points,
     }
+
+
+def _cm_exchanges(path: str, cols: Columns, dqp: np.ndarray, conns: list[Connection]) -> None:
+    """Attach the CM REQ/REP exchange (IBA Vol 1 12.6) to the connection whose QPNs it names.
+
+    CM MADs are UD SENDs to QP 1; only those frames go through the per-packet decoder."""
+    from rdmalab.capture.fields import frame_fields
+    from rdmalab.capture.reader import decode_record, records
+
+    want = set((cols.data["frame.number"][cols.layers["infiniband.deth"] & (dqp == 1)]).tolist())
+    if not want:
+        return
+    reqs: dict[int, dict[str, Any]] = {}
+    reps: list[dict[str, Any]] = []
+    for rec in records(path):
+        if rec.frame_number not in want:
+            continue
+        f = frame_fields(decode_record(rec))
+        if "infiniband.cm.req.localqpn" in f:
+            reqs[int(f["infiniband.cm.req"])] = {"frame": rec.frame_number, "qpn": int(f["infiniband.cm.req.localqpn"]),
+                                                 "psn": int(f.get("infiniband.cm.req.startpsn", 0)),
+                                                 "service_id": f.get("infiniband.cm.req.serviceid"),
+                                                 "ip": f.get("ip.src")}
+        elif "infiniband.cm.rep.localqpn" in f:
+            reps.append({"frame": rec.frame_number, "qpn": int(f["infiniband.cm.rep.localqpn"]),
+                         "psn": int(f.get("infiniband.cm.rep.startpsn", 0)),
+                         "remote_comm_id": int(f.get("infiniband.cm.rep.remotecommid", -1)), "ip": f.get("ip.src")})
+    for rep in reps:
+        req = reqs.get(rep["remote_comm_id"])
+        if req is None:
+            continue
+        for c in conns:
+            if {(c.requester, c.requester_qpn), (c.responder, c.responder_qpn)} == {(req["ip"], req["qpn"]),
+                                                                                   (rep["ip"], rep["qpn"])}:
+                c.cm = {"req_frame": req["frame"], "rep_frame": rep["frame"], "service_id": req["service_id"],
+                        "req_ip": req["ip"], "rep_ip": rep["ip"],
+                        "req_qpn": req["qpn"], "rep_qpn": rep["qpn"], "req_starting_psn": req["psn"],
+                        "rep_starting_psn": rep["psn"]}
 
 
 def _packet_keys(cols: Columns) -> dict[tuple[Any, ...], list[int]]:

@@ -109,7 +109,7 @@ def packet_fields(pkt: Packet, out: dict[str, Any], *, raw: bool = False, skip: 
             continue
         for k, v in header_fields(h, raw=raw).items():
             _add(out, k, v)
-    for _pos, marker in pkt.extra.get("markers", ()):  # MPA markers, stripped from the FPDU's data
+    for _pos, marker in pkt.markers or ():  # MPA markers, stripped from the FPDU's data
         if isinstance(marker, Header):
             for k, v in header_fields(marker, raw=raw).items():
                 _add(out, k, v)
@@ -161,7 +161,7 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False) -> dict[str, Any]:
         for pdu in cp.pdus:
             packet_fields(pdu, out, raw=raw, skip=skip)
         out["rdmalab.pdus"] = len(cp.pdus)
-    internal = pkt.extra.get("internal_error")
+    internal = pkt.internal_error
     if internal:
         _add(out, "rdmalab.problems", f"internal decoder error: {internal}")
     return out

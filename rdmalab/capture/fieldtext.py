@@ -44,8 +44,11 @@ def _dec(v: np.ndarray, width: int | None = None, pad_zeros: bool = False) -> np
         out[:, 4 * q:4 * q + 4] = _QUADS[r.astype(np.intp)]
     out = out[:, quads * 4 - width:]
     if not pad_zeros and width > 1:
+        # blank the leading zeros: keep column k where k >= width - (number of digits)
         ndig = np.searchsorted(_POW10_U64, v.astype(np.uint64), side="right") + 1
-        out[np.arange(width)[None, :] < (width - ndig)[:, None]] = 0
+        keep = np.arange(width, dtype=np.int64)[None, :] >= (width - ndig)[:, None]
+        out = np.ascontiguousarray(out)
+        out *= keep.view(np.uint8)
     return out
 
 

@@ -49,7 +49,7 @@ from rdmalab.wire.mpa import (
     fpdu_wire_length,
 )
 from rdmalab.wire.net import TCP, IPv4, IPv6
-from rdmalab.wire.packet import Packet
+from rdmalab.wire.packet import Packet, StreamPosition
 from rdmalab.wire.rdmap import OP_TERMINATE, RDMAP_OPCODES
 
 SEQ_MOD = 1 << 32
@@ -415,19 +415,8 @@ class IwarpTracker:
     def _emit(self, conn: _Conn, d: _Dir, pkt: Packet, n: int, out: list[Packet]) -> None:
         seq = d.buf_seq
         frames = self._discard(d, n)
-        src, sport, dst, dport = d.tuple4
-        pkt.extra.update(
-            frame=frames[-1] if frames else None,
-            frames=frames,
-            tuple=d.tuple4,
-            src=src,
-            sport=sport,
-            dst=dst,
-            dport=dport,
-            seq=seq,
-            direction=d.role,
-            resync=d.resynced,
-        )
+        pkt.stream = StreamPosition(frames[-1] if frames else None, tuple(frames), d.tuple4, seq, d.role,
+                                    d.resynced)
         out.append(pkt)
 
     # ---------------------------------------------------------------- resynchronisation
@@ -461,7 +450,7 @@ class IwarpTracker:
                     pkt, n = decode_fpdu(d.buf, i, markers=pos, crc=crc, lenient=True)
                 except DecodeError:
                     return False
-                if pkt.problems or pkt.crc_status == "bad" or pkt.extra.get("zero_length"):
+                if pkt.problems or pkt.crc_status == "bad" or pkt.zero_length:
                     return False
                 if zero_crc and pkt.crc:
                     return False

@@ -192,7 +192,7 @@ def _rebase(inner: Packet, data: bytes, offset: int, prefix: list[Layer], encap:
     pkt.crc_offset = None if inner.crc_offset is None else inner.crc_offset + offset
     pkt.vcrc, pkt.vcrc_expected = inner.vcrc, inner.vcrc_expected
     pkt.problems = inner.problems
-    pkt.extra = inner.extra
+    pkt.annotate_from(inner)
     return pkt
 
 
@@ -200,7 +200,7 @@ def _unsupported(data: bytes, offset: int, what: str, prefix: list[Layer]) -> Pa
     pkt = Packet(data, encap="other")
     pkt.layers = list(prefix)
     pkt.payload_offset, pkt.payload_length = offset, max(0, len(data) - offset)
-    pkt.extra["summary"] = what
+    pkt.info = what
     return pkt
 
 

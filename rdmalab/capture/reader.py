@@ -296,8 +296,8 @@ def decode_record(rec: RawRecord, *, lenient: bool = True, tracker: Any = None) 
             raise
         pkt = Packet(rec.data, encap="other")
         pkt.payload_offset, pkt.payload_length = 0, len(rec.data)
-        pkt.extra["internal_error"] = f"{type(err).__name__}: {err}"
-        pkt.extra["summary"] = f"[rdmalab could not decode this frame: {type(err).__name__}: {err}]"
+        pkt.internal_error = f"{type(err).__name__}: {err}"
+        pkt.info = f"[rdmalab could not decode this frame: {type(err).__name__}: {err}]"
     pdus: list[Packet] = []
     if tracker is not None and pkt.encap == "tcp":
         try:
@@ -309,7 +309,7 @@ def decode_record(rec: RawRecord, *, lenient: bool = True, tracker: Any = None) 
         except Exception as err:
             if not lenient:
                 raise
-            pkt.extra["internal_error"] = f"iWARP tracker: {type(err).__name__}: {err}"
+            pkt.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
     return CapturedPacket(rec.frame_number, rec.timestamp, rec.linktype, pkt, pdus, rec.wire_length, rec.interface)
 
 

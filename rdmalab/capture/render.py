@@ -75,7 +75,7 @@ def info(cp: CapturedPacket) -> str:
     for pkt in (cp.packet, *cp.pdus):
         if pkt.problems and str(pkt.problems[0]) not in text:
             text += f" [{len(pkt.problems)} problem(s): {pkt.problems[0]}]"
-    internal = cp.packet.extra.get("internal_error")
+    internal = cp.packet.internal_error
     if internal and internal not in text:
         text += f" [rdmalab could not fully decode this frame: {internal}]"
     return text
@@ -141,7 +141,7 @@ def frame_tree(cp: CapturedPacket) -> str:
              f"captured, {lt}, time {cp.timestamp:.6f}",
              f"    Summary: {info(cp)}"]
     lines.extend(packet_tree(pkt))
-    internal = pkt.extra.get("internal_error")
+    internal = pkt.internal_error
     if internal:
         lines.append(f"    Problem: rdmalab could not fully decode this frame: {internal}")
     for i, pdu in enumerate(cp.pdus, 1):

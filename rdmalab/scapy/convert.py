@@ -16,11 +16,12 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import NoPayload, Packet, Raw
 
+from rdmalab.wire import crc as _crc
 from rdmalab.wire.frame import decode_ethernet, decode_ib, decode_ip
 from rdmalab.wire.header import Header
 from rdmalab.wire.packet import Packet as RdPacket
 
-from ._gen import binding_for_layer
+from ._gen import binding_for_layer, registered_headers
 from .ib import LRH
 
 # First scapy layer class -> rdmalab decoder of the whole frame.  Other modules (iWARP) add
@@ -95,8 +96,6 @@ def fix_crcs(spkt: Packet) -> Packet:
     if rd.crc_offset is not None and rd.crc_expected is not None:
         data[rd.crc_offset : rd.crc_offset + 4] = rd.crc_expected.to_bytes(4, "little")
         if rd.vcrc is not None:
-            from rdmalab.wire import crc as _crc
-
             at = rd.crc_offset + 4
             data[at : at + 2] = _crc.vcrc(bytes(data[:at])).to_bytes(2, "little")
     return type(spkt)(bytes(data))
@@ -121,8 +120,6 @@ def compare_layers(spkt: Packet, rd: RdPacket) -> list[str]:
     with the scapy layers that have an rdmalab header; Ethernet/IP/UDP/TCP are scapy's own and
     are compared by bytes only.
     """
-    from ._gen import registered_headers
-
     known = set(registered_headers())
     problems: list[str] = []
     mine = [layer.header for layer in rd.layers if type(layer.header) in known]

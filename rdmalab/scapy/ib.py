@@ -37,11 +37,10 @@ from scapy.packet import Packet, Raw, bind_bottom_up, bind_layers, bind_top_down
 from rdmalab.wire import crc as _crc
 from rdmalab.wire import ib
 from rdmalab.wire.header import Header
+from rdmalab.wire.net import ROCEV2_PORT
 from rdmalab.wire.opcodes import OPCODES, Op, OpcodeInfo, Transport, find_opcode
 
-from ._gen import make_layer, register
-
-ROCEV2_PORT = 4791
+from ._gen import make_layer, register, scapy_class
 
 # --------------------------------------------------------------------------- next-layer logic
 
@@ -77,8 +76,6 @@ def _find_bth(layer: Packet | None) -> tuple[Packet | None, int]:
 
 def next_layer_class(layer: Packet | None, payload: bytes) -> type[Packet]:
     """The scapy class of what follows ``layer`` in an IB transport packet, by BTH opcode."""
-    from ._gen import scapy_class
-
     bth, depth = _find_bth(layer)
     raw: type[Packet] = conf.raw_layer
     if bth is None:

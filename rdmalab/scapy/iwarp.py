@@ -44,7 +44,9 @@ from rdmalab.wire.header import Header
 from rdmalab.wire.iwarp import decode_fpdu, decode_mpa_frame
 from rdmalab.wire.packet import Packet as RdPacket
 
-from ._gen import make_layer, register, register_derived, scapy_class, scapy_field, scapy_name
+from . import convert
+from ._gen import binding_for_layer, make_layer, register, register_derived, scapy_class, scapy_field, scapy_name
+from .convert import register_decoder
 
 _MOD = __name__
 
@@ -207,8 +209,6 @@ ImmediateData = make_layer(rdmap.ImmediateData, name="ImmediateData", base=IWARP
 
 
 def _size(cls: type[Packet]) -> int:
-    from ._gen import binding_for_layer
-
     b = binding_for_layer(cls)
     return b.header.LAYOUT.size if b is not None else 0
 
@@ -307,12 +307,8 @@ def iwarp_first_layer(data: bytes) -> Packet:
 
 
 def _install() -> None:
-    from .convert import register_decoder
-
     register_decoder(MPAReqRep, _decode_mpa_frame)
     register_decoder(FPDU, _decode_fpdu, encap=None)
-    from . import convert
-
     convert._FIRST_LAYER["iwarp"] = iwarp_first_layer
 
 

@@ -21,7 +21,7 @@ from scapy.packet import Packet
 from rdmalab.wire import cm, mad
 from rdmalab.wire.opcodes import OpcodeInfo
 
-from ._gen import make_layer
+from ._gen import binding_for_layer, make_layer, scapy_class
 from .ib import DETH, add_payload_hook, find_under
 
 _MOD = __name__
@@ -53,8 +53,6 @@ _CM_LAYERS: dict[int, type[Packet]] = {}
 
 def _cm_layers() -> dict[int, type[Packet]]:
     if not _CM_LAYERS:
-        from ._gen import scapy_class
-
         _CM_LAYERS.update({attr: scapy_class(body) for attr, body in cm.CM_MESSAGES.items()})
     return _CM_LAYERS
 
@@ -71,8 +69,6 @@ def next_mad_class(layer: Packet, payload: bytes) -> type[Packet]:
         nxt = IPCM
     if nxt is None:
         return raw
-    from ._gen import binding_for_layer
-
     b = binding_for_layer(nxt)
     size = b.header.LAYOUT.size if b is not None else 0
     return nxt if len(payload) >= size else raw

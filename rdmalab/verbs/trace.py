@@ -30,6 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rdmalab.wire.opcodes import opcode_name
+
 KINDS = ("posted", "sent", "received", "dropped", "acked", "retransmitted", "completed", "state")
 
 
@@ -48,8 +50,6 @@ class TraceEvent:
     def opcode_name(self) -> str | None:
         if self.opcode is None:
             return None
-        from rdmalab.wire.opcodes import opcode_name
-
         return opcode_name(self.opcode)
 
     def __str__(self) -> str:

@@ -31,11 +31,15 @@ import zlib
 
 import crc32c as _crc32c
 
+from rdmalab.wire.header import Header
+from rdmalab.wire.ib import BTH, GRH, LNH_IBA_GLOBAL, LRH
+from rdmalab.wire.net import UDP, IPv4, IPv6
+
 _FF8 = b"\xff" * 8
 
-#: The ICRC's variant fields per encapsulation, as (header, field) of the header declarations:
-#: the same facts as the byte masks below, in the terms a learner reads (rdmalab.viz.crcsteps
-#: draws them; tests/wire/test_packets.py checks that both give the same CRC).
+#: The ICRC's variant fields per encapsulation, as (header, field) of the header declarations.
+#: Declared once: the byte masks the CRC functions below apply are derived from this table and
+#: the header layouts, and rdmalab.viz.crcsteps draws the same table.
 ICRC_VARIANT_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
     "rocev2": (
         ("IPv4", "dscp"), ("IPv4", "ecn"), ("IPv4", "ttl"), ("IPv4", "checksum"),
@@ -55,10 +59,34 @@ ICRC_VARIANT_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
-def _mask_grh(b: bytearray, at: int) -> None:
-    b[at] |= 0x0F  # low nibble of byte 0: TClass high bits
-    b[at + 1] = b[at + 2] = b[at + 3] = 0xFF  # TClass low bits + FlowLabel
-    b[at + 7] = 0xFF  # HopLmt
+def _or_masks(header: type[Header], names: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+    """``(byte offset, bits)`` pairs that set the fields ``names`` of ``header`` to all ones."""
+    lay = header.LAYOUT
+    mask = 0
+    for name in names:
+        f = lay.field(name)
+        mask |= f.mask << f.shift
+    raw = mask.to_bytes(lay.size, "big")
+    return tuple((i, b) for i, b in enumerate(raw) if b)
+
+
+def _masks(encap: str) -> dict[str, tuple[tuple[int, int], ...]]:
+    """Header name -> its ICRC byte masks for ``encap``, from :data:`ICRC_VARIANT_FIELDS`."""
+    classes: dict[str, type[Header]] = {"IPv4": IPv4, "IPv6": IPv6, "UDP": UDP, "BTH": BTH, "GRH": GRH, "LRH": LRH}
+    out: dict[str, tuple[tuple[int, int], ...]] = {}
+    for hname in dict.fromkeys(h for h, _ in ICRC_VARIANT_FIELDS[encap]):
+        out[hname] = _or_masks(classes[hname], tuple(f for h, f in ICRC_VARIANT_FIELDS[encap] if h == hname))
+    return out
+
+
+_ROCEV2 = _masks("rocev2")
+_ROCEV1 = _masks("rocev1")
+_IB = _masks("ib")
+
+
+def _apply(b: bytearray, at: int, masks: tuple[tuple[int, int], ...]) -> None:
+    for i, bits in masks:
+        b[at + i] |= bits
 
 
 def icrc_rocev2(ip_through_pad: bytes | bytearray | memoryview) -> int:
@@ -69,38 +97,36 @@ def icrc_rocev2(ip_through_pad: bytes | bytearray | memoryview) -> int:
     b = bytearray(ip_through_pad)
     version = b[0] >> 4
     if version == 4:
-        ihl = (b[0] & 0x0F) * 4
-        b[1] = 0xFF  # TOS
-        b[8] = 0xFF  # TTL
-        b[10] = b[11] = 0xFF  # header checksum
-        udp = ihl
+        _apply(b, 0, _ROCEV2["IPv4"])
+        udp = (b[0] & 0x0F) * 4
     elif version == 6:
-        _mask_grh(b, 0)
-        udp = 40
+        _apply(b, 0, _ROCEV2["IPv6"])
+        udp = IPv6.LAYOUT.size
     else:
         raise ValueError(f"IP version {version} is neither 4 nor 6")
-    b[udp + 6] = b[udp + 7] = 0xFF  # UDP checksum
-    b[udp + 8 + 4] = 0xFF  # BTH byte 4
+    _apply(b, udp, _ROCEV2["UDP"])
+    _apply(b, udp + UDP.LAYOUT.size, _ROCEV2["BTH"])
     return zlib.crc32(b, zlib.crc32(_FF8))
 
 
 def icrc_rocev1(grh_through_pad: bytes | bytearray | memoryview) -> int:
     """ICRC of a RoCEv1 packet given from the GRH through the pad."""
     b = bytearray(grh_through_pad)
-    _mask_grh(b, 0)
-    b[40 + 4] = 0xFF
+    _apply(b, 0, _ROCEV1["GRH"])
+    _apply(b, GRH.LAYOUT.size, _ROCEV1["BTH"])
     return zlib.crc32(b, zlib.crc32(_FF8))
 
 
 def icrc_ib(lrh_through_pad: bytes | bytearray | memoryview) -> int:
     """ICRC of a native IB packet given from the LRH through the pad."""
     b = bytearray(lrh_through_pad)
-    b[0] |= 0xF0  # VL
-    bth = 8
-    if b[1] & 0x03 == 3:  # LNH: GRH follows
-        _mask_grh(b, 8)
-        bth = 48
-    b[bth + 4] = 0xFF
+    lrh = LRH.decode(b, 0)
+    _apply(b, 0, _IB["LRH"])
+    bth = LRH.LAYOUT.size
+    if lrh.lnh == LNH_IBA_GLOBAL:  # a GRH follows
+        _apply(b, bth, _IB["GRH"])
+        bth += GRH.LAYOUT.size
+    _apply(b, bth, _IB["BTH"])
     return zlib.crc32(b)
 
 

@@ -127,7 +127,7 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         proto = ip4.protocol
         if ip4.frag_offset or ip4.flags & 1:
             pkt.payload_offset, pkt.payload_length = pos + hl, max(0, min(end, len(data)) - pos - hl)
-            pkt.extra["ip_fragment"] = True
+            pkt.ip_fragment = True
             return
         pos += hl
     elif version == 6:

@@ -113,7 +113,7 @@ def decode_ulpdu(data: bytes, pkt: Packet, offset: int, end: int, *, lenient: bo
     length = end - offset
     pkt.payload_offset, pkt.payload_length = offset, 0
     if length == 0:
-        pkt.extra["zero_length"] = True
+        pkt.zero_length = True
         return
     tagged = data[offset] >> 7
     size = DDP_TAGGED_SIZE if tagged else DDP_UNTAGGED_SIZE
@@ -235,8 +235,8 @@ def decode_fpdu(
             if m.fpduptr != w & 0xFFFF:
                 _problem(pkt, MalformedError("MPA Marker", "fpduptr", offset + w + 2, m.fpduptr,
                                              f"{w} (octets back to this FPDU's header)"), lenient)
-        pkt.extra["markers"] = decoded_markers
-        pkt.extra["wire"] = bytes(buf[offset : offset + wire_len])
+        pkt.markers = decoded_markers
+        pkt.wire = bytes(buf[offset : offset + wire_len])
     # The CRC covers every wire octet before the CRC field, markers included (a marker due
     # just where the CRC starts comes before it).
     cover = body_wire + (MARKER_SIZE if crc_markers and crc_markers[0][0] == 0 else 0)
@@ -251,7 +251,7 @@ def decode_fpdu(
         if not lenient:
             raise
         pkt.problems.append(err)
-    pkt.extra["summary"] = summarize_fpdu(pkt)
+    pkt.info = summarize_fpdu(pkt)
     return pkt, wire_len
 
 
@@ -300,8 +300,8 @@ def decode_mpa_frame(buf: Buffer, offset: int = 0, *, lenient: bool = False) -> 
             pkt.layers.append(Layer(MPAv2IRDORD.decode(data, 20), 20))
             pos = 24
     pkt.payload_offset, pkt.payload_length = pos, total - pos
-    pkt.extra["private_data"] = data[20:]
-    pkt.extra["summary"] = _mpa_summary(pkt)
+    pkt.private_data = data[20:]
+    pkt.info = _mpa_summary(pkt)
     return pkt, total
 
 
@@ -374,7 +374,7 @@ def summarize_fpdu(pkt: Packet) -> str:
     """One line for a decoded FPDU, in the spirit of Wireshark's Info column."""
     if pkt.get(MPAReqRep) is not None:
         return _mpa_summary(pkt)
-    if pkt.extra.get("zero_length"):
+    if pkt.zero_length:
         text = "Zero-length FPDU"
     else:
         ctl = pkt.get(RDMAPControl) or pkt.get(RDMAPUntagged)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import ClassVar, TypeVar
 
 from rdmalab.wire import crc as _crc
 from rdmalab.wire.errors import DecodeError, EncodeError, MalformedError, TruncatedError
 from rdmalab.wire.header import Header, Span
 from rdmalab.wire.ib import AETH, BTH, DETH, GRH, LNH_IBA_GLOBAL, LNH_IBA_LOCAL, LRH, RETH, AtomicETH, ImmDt
+from rdmalab.wire.mpa import MPAMarker
 from rdmalab.wire.opcodes import OPCODES, opcode_name
 
 H = TypeVar("H", bound=Header)
@@ -36,6 +37,34 @@ class Layer:
     @property
     def end(self) -> int:
         return self.offset + self.header.LAYOUT.size
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPosition:
+    """Where a PDU sat in its TCP stream (set by :mod:`rdmalab.capture.iwarp` on iWARP PDUs)."""
+
+    frame: int | None  # the capture frame that completed the PDU
+    frames: tuple[int, ...]  # every frame that carried part of it
+    tuple4: tuple[str, int, str, int]  # (source IP, source port, destination IP, destination port)
+    seq: int  # TCP sequence number of the PDU's first byte
+    direction: str | None  # "initiator" or "responder" of the MPA connection (None before it is known)
+    resync: bool  # found after resynchronising mid-stream
+
+    @property
+    def src(self) -> str:
+        return self.tuple4[0]
+
+    @property
+    def sport(self) -> int:
+        return self.tuple4[1]
+
+    @property
+    def dst(self) -> str:
+        return self.tuple4[2]
+
+    @property
+    def dport(self) -> int:
+        return self.tuple4[3]
 
 
 @dataclass
@@ -61,7 +90,24 @@ class Packet:
     vcrc: int | None = None
     vcrc_expected: int | None = None
     problems: list[DecodeError] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
+    # what a decoder learnt beyond the headers (each set by the decoder named)
+    info: str | None = None  # the summary line of a packet without a BTH (MPA, iWARP, an unsupported link type)
+    internal_error: str | None = None  # rdmalab failed on this frame (a bug): what happened (capture.reader)
+    ip_fragment: bool = False  # an IPv4 fragment: its payload is not decoded (wire.frame)
+    zero_length: bool = False  # an MPA FPDU with ULPDU length 0 (wire.iwarp)
+    markers: list[tuple[int, MPAMarker]] | None = None  # MPA markers (wire offset, marker), stripped from data
+    wire: bytes | None = None  # the FPDU's bytes as on the wire, markers included (wire.iwarp)
+    private_data: bytes | None = None  # an MPA Request/Reply's private data (wire.iwarp)
+    stream: StreamPosition | None = None  # where an iWARP PDU sat in its TCP stream (capture.iwarp)
+
+    #: the fields above that a decoder sets beyond the headers (what ``annotate_from`` copies)
+    ANNOTATIONS: ClassVar[tuple[str, ...]] = ("info", "internal_error", "ip_fragment", "zero_length", "markers",
+                                              "wire", "private_data", "stream")
+
+    def annotate_from(self, other: Packet) -> None:
+        """Take ``other``'s annotations (``info``, ``markers``, ``stream``, ...) as this packet's."""
+        for name in self.ANNOTATIONS:
+            setattr(self, name, getattr(other, name))
 
     # ---------------------------------------------------------------- access
     def get(self, cls: type[H]) -> H | None:
@@ -137,9 +183,8 @@ class Packet:
         """One line: what a packet list shows (tshark's Info column, in our words)."""
         bth = self.get(BTH)
         if bth is None:
-            hook = self.extra.get("summary")
-            if isinstance(hook, str):
-                return hook
+            if self.info is not None:
+                return self.info
             names = [layer.name for layer in self.layers]
             return " / ".join(names) + (f" ({self.payload_length} bytes)" if self.payload_length else "")
         parts = [f"{opcode_name(bth.opcode)} QP=0x{bth.destqp:06x} PSN={bth.psn}"]

@@ -44,6 +44,10 @@ def test_lossy_real_capture_matches_its_manifest() -> None:
         want = nak_frames[r.frames[1]]
         # go-back-N restarts at the NAKed PSN, unless that retransmission is itself missing (a gap says so)
         assert r.detail["from_psn"] == want or want in gaps_at.get(r.frames[0], [])
+    # latency breakdown of each loss (Lumina B6): the capture is at the responder, so the NAK follows the
+    # packet that revealed the gap, and the NAK-triggered restart follows the NAK
+    assert all(f.detail["generation_us"] is not None and f.detail["generation_us"] >= 0 for f in naks)
+    assert all(r.detail["nak_response_us"] > 0 for r in by_nak)
     # the capture was taken at the receiver: no request is there twice in order
     assert not a.of_kind("duplicate") and not a.of_kind("bad_icrc") and not a.of_kind("opcode_sequence")
     assert c.retransmitted_bytes > 0 and c.request_bytes == 12 * 2048
@@ -99,8 +103,8 @@ def test_captures_without_loss(name: str) -> None:
 
 def _fabric_run(tmp_path: Path, seed: int, loss: float, op: str) -> tuple[Path, Path, list]:  # type: ignore[type-arg]
     from rdmalab.fabric import Fabric
-    from rdmalab.verbs import enums as e
     from rdmalab.fabric.harness import Pair
+    from rdmalab.verbs import enums as e
 
     fab = Fabric(seed=seed, mtu=1024)
     p = Pair(fab, size=1 << 20, path_mtu=e.IBV_MTU_1024)
@@ -195,3 +199,27 @@ def test_analyze_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 def test_html_report_without_connections() -> None:
     a = analyze(CAPTURES / "siw_rping.pcap")
     assert "<svg" not in html_report(a) and not a.connections
+
+
+@pytest.mark.parametrize("name,handshakes", [("rxe_write_bw_cm.pcap", 2), ("rxe_rping.pcap", 1)])
+def test_connections_from_the_cm_exchange(name: str, handshakes: int) -> None:
+    """MANIFEST: rxe_write_bw_cm has two CM REQ/REP/RTU handshakes (perftest's control QP, then the
+    data QP), rxe_rping one. Each RC connection found in the traffic names the exchange whose
+    QPNs it uses, and its first request carries the starting PSN its peer announced."""
+    from rdmalab.capture.columnar import read_columns
+
+    a = analyze(CAPTURES / name)
+    assert all(c.cm is not None for c in a.connections)
+    assert len({(c.cm["req_frame"], c.cm["rep_frame"]) for c in a.connections if c.cm}) == handshakes
+    cols = read_columns(CAPTURES / name)
+    for c in a.connections:
+        assert c.cm is not None
+        active = (c.requester, c.requester_qpn) == (c.cm["req_ip"], c.cm["req_qpn"])
+        first = next(int(p) for p, s, q, op in zip(cols["infiniband.bth.psn"], cols["ip.src"], cols["infiniband.bth.destqp"],
+                                                    cols["infiniband.bth.opcode"], strict=True)
+                     if int(q) == c.responder_qpn and op < 0x10 and
+                     f"{int(s) >> 24}.{(int(s) >> 16) & 255}.{(int(s) >> 8) & 255}.{int(s) & 255}" == c.requester)
+        # each side's Starting PSN is the one its peer will send with (the REP's is the active side's
+        # first request PSN; IBA Vol 1 12.6.5 / 12.6.8 message fields), as these captures show
+        start = c.cm["rep_starting_psn"] if active else c.cm["req_starting_psn"]
+        assert first == start

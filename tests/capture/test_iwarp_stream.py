@@ -56,7 +56,7 @@ def run(segs: list[Seg], tracker: IwarpTracker | None = None) -> list[Packet]:
 
 
 def signature(pkts: list[Packet]) -> list[tuple[str, str | None, str | None, bytes]]:
-    return [(p.summary(), p.crc_status, p.extra["direction"], p.data) for p in pkts]
+    return [(p.summary(), p.crc_status, p.stream.direction, p.data) for p in pkts]
 
 
 # ---------------------------------------------------------------- vector streams
@@ -139,17 +139,17 @@ def test_vector_pcap_through_tracker(path: Path) -> None:
     pkts = original_frames(path)
     kinds = [p.summary().split(" QN")[0].split(" STag")[0] for p in pkts]
     if path == CRC_PCAP:
-        assert [p.extra["frame"] for p in pkts] == list(range(4, 17))
+        assert [p.stream.frame for p in pkts] == list(range(4, 17))
         assert [p.crc_status for p in pkts[2:]] == ["good"] * 10 + ["bad"]
         assert kinds[:2] == ["MPA Request Rev 2 [C] IRD=16 ORD=16 RTR[P2P Write] private_data=5",
                              "MPA Reply Rev 2 [C] IRD=16 ORD=16 RTR[P2P Write]"]
-        assert [p.extra["direction"] for p in pkts[:4]] == ["initiator", "responder", "initiator", "initiator"]
+        assert [p.stream.direction for p in pkts[:4]] == ["initiator", "responder", "initiator", "initiator"]
     else:
-        assert [p.extra["frame"] for p in pkts] == list(range(4, 10))
+        assert [p.stream.frame for p in pkts] == list(range(4, 10))
         assert all(p.crc_status == "good" for p in pkts[2:])
-        assert [len(p.extra["markers"]) for p in pkts[2:]] == [1, 1, 0, 1]
+        assert [len(p.markers) for p in pkts[2:]] == [1, 1, 0, 1]
     assert all(not p.problems for p in pkts)
-    assert all(p.extra["tuple"][1] in (40000, 40001, 33333, 33334) for p in pkts)
+    assert all(p.stream.tuple4[1] in (40000, 40001, 33333, 33334) for p in pkts)
 
 
 def _by_direction(pkts: list[Packet]) -> dict[str | None, list[tuple[str, str | None, str | None, bytes]]]:
@@ -212,7 +212,7 @@ def test_mid_stream_markers_vector_resyncs() -> None:
     got = run(segs)
     assert [(p.summary(), p.crc_status, p.data) for p in got] == [(p.summary(), p.crc_status, p.data)
                                                                     for p in ref[3:]]
-    assert all(p.extra["resync"] and p.extra["markers"] is not None for p in got)
+    assert all(p.stream.resync and p.markers is not None for p in got)
 
 
 @needs_vectors
@@ -248,12 +248,12 @@ def test_long_generated_stream_with_markers(markers: bool) -> None:
     # put the Reply before any initiator FPDU (a real initiator waits for it)
     segs.sort(key=lambda s: 0 if s.data[:3] == b"MPA" or not s.data else 1)
     got = run(segs)
-    fp = [p for p in got if p.extra["direction"] == "initiator"][1:]
+    fp = [p for p in got if p.stream.direction == "initiator"][1:]
     assert len(fp) == len(ulpdus)
     assert all(p.crc_status == "good" and not p.problems for p in fp)
     assert [p.data[2 : 2 + len(u)] for p, u in zip(fp, ulpdus, strict=True)] == ulpdus
     if markers:
-        assert sum(len(p.extra["markers"]) for p in fp) >= len(fpdus) // 512
+        assert sum(len(p.markers) for p in fp) >= len(fpdus) // 512
 
 
 def test_markers_negotiated_one_way_follow_rfc() -> None:
@@ -284,7 +284,7 @@ def test_lost_segment_resyncs_after_the_gap() -> None:
     assert all(p.crc_status == "good" for p in sends)
     assert 20 <= len(sends) < 30
     assert sends[-1].payload == bytes([29]) * 200
-    assert any(p.extra["resync"] for p in sends)
+    assert any(p.stream.resync for p in sends)
 
 
 # ---------------------------------------------------------------- not iWARP

@@ -25,14 +25,14 @@ def _is_fpdu(p: object) -> bool:
 
 def _full_stream_pdus(path: Path) -> dict[tuple[object, int], bytes]:
     """(flow, TCP seq) -> FPDU bytes, for every FPDU found by following the streams from their start."""
-    return {(p.extra["tuple"], p.extra["seq"]): bytes(p.data) for cp in read(path) for p in cp.pdus if _is_fpdu(p)}
+    return {(p.stream.tuple4, p.stream.seq): bytes(p.data) for cp in read(path) for p in cp.pdus if _is_fpdu(p)}
 
 
 def test_midstream_without_crc_is_resynchronised() -> None:
     path = CAPTURES / "siw_write_bw_midstream.pcap"
     pdus = [p for cp in read(path) for p in cp.pdus]
     assert len(pdus) > 100
-    assert all(p.extra["resync"] for p in pdus)
+    assert all(p.stream.resync for p in pdus)
     assert all(p.crc_status is None for p in pdus)  # siw negotiated no CRC: nothing to verify
     # The RDMA Write segments of one message carry consecutive tagged offsets.
     tagged = [p[DDPTagged] for p in pdus if DDPTagged in p]
@@ -54,13 +54,13 @@ def test_midstream_with_crc_is_resynchronised(cut: int) -> None:
     found = []
     for n, raw in enumerate(frames[cut:], start=cut + 1):
         found.extend(p for p in tracker.process(n, decode_ethernet(raw, lenient=True)) if _is_fpdu(p))
-    resynced = [p for p in found if p.extra["resync"]]
+    resynced = [p for p in found if p.stream.resync]
     assert len(resynced) >= 10, "the mid-stream connection was not resynchronised"
     assert all(p.crc_status == "good" for p in found)
     for p in found:
-        assert full[(p.extra["tuple"], p.extra["seq"])] == bytes(p.data)
+        assert full[(p.stream.tuple4, p.stream.seq)] == bytes(p.data)
     # after the first FPDU found, none of the mid-stream connection's FPDUs is missed
-    flow = resynced[0].extra["tuple"]
-    first = resynced[0].extra["seq"]
+    flow = resynced[0].stream.tuple4
+    first = resynced[0].stream.seq
     expected = {seq for (t, seq) in full if t == flow and seq >= first}
-    assert {p.extra["seq"] for p in resynced if p.extra["tuple"] == flow} == expected
+    assert {p.stream.seq for p in resynced if p.stream.tuple4 == flow} == expected

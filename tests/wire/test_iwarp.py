@@ -101,6 +101,11 @@ def tcp_segments(path: Path) -> list[tuple[int, int, int, bytes]]:
     return out
 
 
+def wire_payloads(path: Path) -> dict[int, bytes]:
+    """Each frame's TCP payload, by frame number."""
+    return {n: payload for n, _, _, payload in tcp_segments(path)}
+
+
 def decode_vector(path: Path, markers: bool) -> dict[int, Packet]:
     """Decode each frame's payload statelessly (one MPA frame or FPDU per frame in the vectors)."""
     out: dict[int, Packet] = {}
@@ -113,7 +118,6 @@ def decode_vector(path: Path, markers: bool) -> dict[int, Packet]:
             pos = (seq - first[sport]) % (1 << 32) if markers else None
             pkt, used = decode_fpdu(payload, markers=pos, lenient=True)
         assert used == len(payload), f"frame {n}: consumed {used} of {len(payload)}"
-        pkt.extra["wire_payload"] = payload
         out[n] = pkt
     return out
 
@@ -145,7 +149,7 @@ def test_markers_vector_every_crc_good_and_markers_checked() -> None:
     for n in range(6, 10):
         p = pkts[n]
         assert p.crc_status == "good" and not p.problems, p.summary()
-        counts.append([(w, m.fpduptr) for w, m in p.extra["markers"]])
+        counts.append([(w, m.fpduptr) for w, m in p.markers])
         assert len(p.data) == fpdu_length(318)
     assert counts == [[(0, 0)], [(184, 184)], [], [(44, 44)]]
 
@@ -180,7 +184,7 @@ def test_vector_layers_values() -> None:
 def test_builders_reproduce_vector_bytes() -> None:
     """Every RDMAP builder, framed, gives the vector's bytes exactly (CRC included)."""
     pkts = decode_vector(CRC_PCAP, markers=False)
-    wire = {n: p.extra["wire_payload"] for n, p in pkts.items()}
+    wire = wire_payloads(CRC_PCAP)
     assert encode_fpdu(send(b"SEND payload 123", msn=1)) == wire[6]
     assert encode_fpdu(rdma_write(0x11223344, 0x1000, b"WRITE payload!!")) == wire[7]
     assert encode_fpdu(read_request(0xAABBCCDD, 0x2000, 64, 0x55667788, 0x3000)) == wire[8]
@@ -264,6 +268,7 @@ _TSHARK_SEPARATE = {
 def test_fields_agree_with_tshark(path: Path, markers: bool) -> None:
     frames = _tshark_json(path)
     ours = decode_vector(path, markers)
+    payloads = wire_payloads(path)
     compared = 0
     for n, pkt in ours.items():
         layers = frames[n - 1]["_source"]["layers"]
@@ -278,7 +283,7 @@ def test_fields_agree_with_tshark(path: Path, markers: bool) -> None:
             assert name in mine, f"frame {n}: tshark has {name}={value}, we do not"
             assert mine[name] == _ws_int(value), f"frame {n}: {name}: tshark {value}, ours {mine[name]:#x}"
             compared += 1
-        wire = pkt.extra["wire_payload"]
+        wire = payloads[n]
         if "iwarp_mpa.crc_check" in ws:  # tshark shows the CRC field's wire bytes read big-endian
             assert _ws_int(ws["iwarp_mpa.crc_check"]) == int.from_bytes(wire[-4:], "big")
             status = "good" if n != 16 or markers else "bad"
@@ -288,11 +293,11 @@ def test_fields_agree_with_tshark(path: Path, markers: bool) -> None:
         else:
             assert pkt.pad == 0
         if "iwarp_mpa.privatedata" in ws:
-            assert bytes.fromhex(ws["iwarp_mpa.privatedata"].replace(":", "")) == pkt.extra["private_data"]
+            assert bytes.fromhex(ws["iwarp_mpa.privatedata"].replace(":", "")) == pkt.private_data
         if "iwarp_mpa.marker_fpduptr" in ws:
             ptrs = ws["iwarp_mpa.marker_fpduptr"]
             ptrs = ptrs if isinstance(ptrs, list) else [ptrs]
-            assert [int(p) for p in ptrs] == [m.fpduptr for _, m in pkt.extra["markers"]]
+            assert [int(p) for p in ptrs] == [m.fpduptr for _, m in pkt.markers]
         if "data.data" in {k for k in layers.get("data", {})}:
             assert bytes.fromhex(layers["data"]["data.data"].replace(":", "")) == pkt.payload
     assert compared > (150 if not markers else 60)
@@ -405,7 +410,7 @@ def test_mpa_frame_checks() -> None:
 
 def test_zero_length_fpdu() -> None:
     pkt, n = decode_fpdu(encode_fpdu(b""))
-    assert n == 8 and pkt.extra["zero_length"] and pkt.crc_status == "good"
+    assert n == 8 and pkt.zero_length and pkt.crc_status == "good"
     assert pkt.summary().startswith("Zero-length FPDU")
 
 
@@ -511,8 +516,8 @@ def test_fpdu_round_trip(ulpdu: bytes, crc: bool, markers: int | None) -> None:
     assert pkt.crc_status == ("good" if crc else None)
     assert pkt[MPA].ulpdu_length == len(ulpdu)
     if markers is not None:
-        assert pkt.extra["wire"] == wire
-        assert len(wire) == len(pkt.data) + 4 * len(pkt.extra["markers"])
+        assert pkt.wire == wire
+        assert len(wire) == len(pkt.data) + 4 * len(pkt.markers)
         assert insert_markers(pkt.data[:-4], markers) == wire[: len(insert_markers(pkt.data[:-4], markers))]
     rebuilt = b"".join([pkt.data[layer.offset : layer.end] for layer in pkt.layers if layer.name in ("MPA",)])
     assert rebuilt == len(ulpdu).to_bytes(2, "big")

@@ -273,8 +273,8 @@ def test_tcp_frame_checksums_agree_with_wireshark(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("wire", ["rocev2-ipv4", "rocev2-ipv6", "rocev1", "ib-grh"])
 def test_variant_field_table_gives_the_icrc(wire: str) -> None:
-    """crc.ICRC_VARIANT_FIELDS (by header field) and the icrc_* byte masks state the same facts:
-    masking the named fields through the header declarations gives the ICRC on the wire."""
+    """The icrc_* functions derive their byte masks from crc.ICRC_VARIANT_FIELDS; applied here
+    bit by bit through the decoded layers instead, the table gives the same ICRC on the wire."""
     import zlib
 
     bth = ib.BTH(opcode=0x04, destqp=0x12, psn=7, fecn=1, becn=1)

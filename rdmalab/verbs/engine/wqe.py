@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rdmalab.verbs import enums as e
@@ -87,4 +87,3 @@ class Resource:
     va: int = 0
     length: int = 0
     orig: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
