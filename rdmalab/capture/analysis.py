@@ -16,13 +16,15 @@ nothing pairs a NAK with the retransmission it caused.  This module does, on the
   ``psn_gap``         request PSNs missing on the wire: holes inside one pass of the sender,
                       or a retransmission pass that does not start at the first missing PSN
   ``retransmission``  the sender goes back (go-back-N): from which PSN, how long after the
-                      first copy, and the trigger: ``nak`` (a PSN sequence error NAK came
+                      first copy (and after the NAK: ``nak_response_us``, Lumina's NAK
+                      response latency), and the trigger: ``nak`` (a PSN sequence error NAK came
                       back), ``implied_nak`` (READ responses skipped a PSN), ``rnr`` or
                       ``timeout`` (nothing from the responder explains it)
   ``timeout``         a retransmission that only a timer explains (inferred)
   ``duplicate``       a request the responder had already accepted in order
   ``nak_seq_err``     NAK, PSN sequence error; ``detail.expected_psn`` is the first missing
-                      PSN, and ``detail.names_first_missing`` says whether the NAK names it
+                      PSN, ``detail.names_first_missing`` says whether the NAK names it, and
+                      ``generation_us`` how long after the packet that revealed the gap it came
   ``nak_rnr``         RNR NAK, with the wait it caused until the request came again
   ``nak_other``       NAK invalid request / remote access / remote operational error
   ``implied_nak``     READ responses resumed past a missing one (IBA 9.7.5.1.x implied NAK)
@@ -364,6 +366,7 @@ def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: 
     uniq_bytes = 0
     series: list[tuple[float, int]] = []
     psn_points: list[tuple[float, int, int]] = []  # (time, PSN - first PSN, 0 first copy / 1 again / 2 NAK)
+    gap_seen: dict[int, float] = {}  # first missing PSN -> when the capture last showed that gap
     for i in rows:
         t = float(ts[i])
         o = int(op[i])
@@ -375,8 +378,10 @@ def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: 
             if retrans:
                 trigger = "timeout"
                 cause: list[int] = []
+                response_us = None
                 if pending_nak is not None:
                     trigger, cause = "nak", [int(frame[pending_nak])]
+                    response_us = (t - float(ts[pending_nak])) * 1e6
                 elif pending_rnr is not None:
                     trigger, cause = "rnr", [int(frame[pending_rnr])]
                 elif read_gap is not None and T["read_req"][o]:
@@ -386,7 +391,8 @@ def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: 
                 txt = f"go-back-N from PSN {p % _PSN_MOD} ({trigger}"
                 txt += f", {after:.1f} us after the first copy)" if after is not None else ")"
                 findings.append(Finding("retransmission", cid, [int(frame[i])] + cause, t, txt,
-                                        {"from_psn": p % _PSN_MOD, "trigger": trigger, "after_us": after}))
+                                        {"from_psn": p % _PSN_MOD, "trigger": trigger, "after_us": after,
+                                         "nak_response_us": response_us}))
                 if trigger == "timeout":
                     findings.append(Finding("timeout", cid, [int(frame[i])], t,
                                             f"PSN {p % _PSN_MOD} sent again with no NAK to explain it (timer)",
@@ -401,8 +407,10 @@ def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: 
                 pending_nak = pending_rnr = read_gap = None
                 if p > epsn:
                     _gap(findings, cid, epsn, p, i, frame, t, "the retransmission pass starts past it")
+                    gap_seen[epsn] = t
             elif prev is not None and p > prev + 1 and p > epsn:
                 _gap(findings, cid, max(prev + 1, epsn), p, i, frame, t, "")
+                gap_seen[max(prev + 1, epsn)] = t
             if p < epsn and not (retrans and p >= epsn):
                 findings.append(Finding("duplicate", cid, [int(frame[i])], t,
                                         f"{name} PSN {p % _PSN_MOD} was already accepted", {"psn": p % _PSN_MOD}))
@@ -439,9 +447,11 @@ def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: 
                         txt = f"NAK PSN sequence error at PSN {p % _PSN_MOD}"
                         txt += "" if ok else f" (the first missing PSN is {epsn % _PSN_MOD})"
                         psn_points.append((t, p - ref, 2))
+                        seen = gap_seen.pop(p, None)
+                        gen = (t - seen) * 1e6 if seen is not None else None
                         findings.append(Finding("nak_seq_err", cid, [int(frame[i])], t, txt,
                                                 {"psn": p % _PSN_MOD, "expected_psn": epsn % _PSN_MOD,
-                                                 "names_first_missing": ok}))
+                                                 "names_first_missing": ok, "generation_us": gen}))
                         pending_nak = i
                     else:
                         nm = _NAK_NAMES.get(code, f"code {code}")

@@ -44,6 +44,10 @@ def test_lossy_real_capture_matches_its_manifest() -> None:
         want = nak_frames[r.frames[1]]
         # go-back-N restarts at the NAKed PSN, unless that retransmission is itself missing (a gap says so)
         assert r.detail["from_psn"] == want or want in gaps_at.get(r.frames[0], [])
+    # latency breakdown of each loss (Lumina B6): the capture is at the responder, so the NAK follows the
+    # packet that revealed the gap, and the NAK-triggered restart follows the NAK
+    assert all(f.detail["generation_us"] is not None and f.detail["generation_us"] >= 0 for f in naks)
+    assert all(r.detail["nak_response_us"] > 0 for r in by_nak)
     # the capture was taken at the receiver: no request is there twice in order
     assert not a.of_kind("duplicate") and not a.of_kind("bad_icrc") and not a.of_kind("opcode_sequence")
     assert c.retransmitted_bytes > 0 and c.request_bytes == 12 * 2048
