@@ -197,6 +197,16 @@ print(f"P1->P2 under 90 % of its {v['throughput_before_gbps']} Gb/s for {v['unde
       "(the study reports 16 ms with its ns-3 setup)")
 
 # %% [markdown]
+# Without DCQCN the same incast looks different. PFC alone stops F1 only while the incast lasts
+# (P2 pauses P1, P1 pauses H1 and H2: the pause propagates hop by hop), and F1 is back at full
+# speed as soon as it ends. DCQCN turned a 1 ms blockage into a much longer slowdown, because it
+# read the queue that the pause built at P1 as congestion caused by F1. Goodput per flow:
+
+# %%
+pfc_only = run("victim", duration_ms=6.0, settings={"dcqcn": "0"})
+timeline(pfc_only, title="the same incast with PFC alone (DCQCN off)", max_flows=3, goodput=True, window_us=100)
+
+# %% [markdown]
 # ## Deadlock: a cycle of pauses
 #
 # Pauses can also chase their own tail. Three switches in a ring, one host on each, every flow

@@ -11,9 +11,9 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 PCAP=${1:-/tmp/rdmalab-rxe-example.pcap}
 work=$(mktemp -d /tmp/rdmalab-rxe-example.XXXXXX)
-# The only change: rdmalab.verbs -> pyverbs in the imports.
+# The only change: rdmalab.verbs -> pyverbs in the imports (and the soft-only "import rdmalab.fabric" goes).
 sed -e 's/^import rdmalab\.verbs\.enums as e/import pyverbs.enums as e/' \
-    -e 's/^from rdmalab\.verbs\./from pyverbs./' examples/rdma_write_read.py > "$work/pyverbs_run.py"
+    -e 's/^from rdmalab\.verbs\./from pyverbs./' -e '/^import rdmalab\.fabric\b/d' examples/rdma_write_read.py > "$work/pyverbs_run.py"
 diff examples/rdma_write_read.py "$work/pyverbs_run.py" || true
 # pyverbs (Debian's python3-pyverbs) imports only under Debian's own interpreter: $PYVERBS_PYTHON
 exec "$PY" -m rdmalab vm -w "$PCAP" --exec "rdma link delete rxe0 && ibv_devices && \$PYVERBS_PYTHON $work/pyverbs_run.py"

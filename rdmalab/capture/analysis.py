@@ -95,6 +95,8 @@ class Connection:
     requester_qpn: int | None
     responder_qpn: int
     requester_port: int | None = None
+    #: the connection manager exchange that set this connection up, when the capture holds it
+    cm: dict[str, Any] | None = None
     packets: int = 0
     request_bytes: int = 0
     retransmitted_bytes: int = 0
@@ -151,6 +153,10 @@ class Analysis:
         for c in self.connections:
             s = c.summary
             lines.append(f"\nConnection {c.id}: {c.name}")
+            if c.cm:
+                lines.append(f"  set up by CM REQ frame {c.cm['req_frame']} / REP frame {c.cm['rep_frame']} "
+                             f"(service ID {c.cm['service_id']:#x})" if isinstance(c.cm["service_id"], int) else
+                             f"  set up by CM REQ frame {c.cm['req_frame']} / REP frame {c.cm['rep_frame']}")
             lines.append(f"  {c.packets} packets, {c.request_bytes} payload bytes requested, "
                          f"{c.retransmitted_bytes} retransmitted; goodput {s.get('goodput_mbps', 0):.2f} Mbit/s "
                          f"over {s.get('duration_s', 0) * 1e3:.3f} ms")
@@ -306,6 +312,8 @@ def analyze(source: str | os.PathLike[str] | Columns, *, sent: str | os.PathLike
         c = conns[cid]
         if c.requester_qpn is not None:
             resp_of_conn[cid] = resp_streams[(c.responder, c.requester, c.requester_qpn)]
+    if path is not None and not isinstance(source, Columns):
+        _cm_exchanges(path, cols, dqp, conns)
     messages: list[Message] = []
     for key, cid in conn_of_req.items():
         _analyze_connection(conns[cid], req_streams[key], resp_of_conn.get(cid, []), cols, T, frame, ts, op, psn,
@@ -522,6 +530,44 @@ def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: 
         "_series": _series(series, c.first, c.last),
         "_psn": psn_points,
     }
+
+
+def _cm_exchanges(path: str, cols: Columns, dqp: np.ndarray, conns: list[Connection]) -> None:
+    """Attach the CM REQ/REP exchange (IBA Vol 1 12.6) to the connection whose QPNs it names.
+
+    CM MADs are UD SENDs to QP 1; only those frames go through the per-packet decoder."""
+    from rdmalab.capture.fields import frame_fields
+    from rdmalab.capture.reader import decode_record, records
+
+    want = set((cols.data["frame.number"][cols.layers["infiniband.deth"] & (dqp == 1)]).tolist())
+    if not want:
+        return
+    reqs: dict[int, dict[str, Any]] = {}
+    reps: list[dict[str, Any]] = []
+    for rec in records(path):
+        if rec.frame_number not in want:
+            continue
+        f = frame_fields(decode_record(rec))
+        if "infiniband.cm.req.localqpn" in f:
+            reqs[int(f["infiniband.cm.req"])] = {"frame": rec.frame_number, "qpn": int(f["infiniband.cm.req.localqpn"]),
+                                                 "psn": int(f.get("infiniband.cm.req.startpsn", 0)),
+                                                 "service_id": f.get("infiniband.cm.req.serviceid"),
+                                                 "ip": f.get("ip.src")}
+        elif "infiniband.cm.rep.localqpn" in f:
+            reps.append({"frame": rec.frame_number, "qpn": int(f["infiniband.cm.rep.localqpn"]),
+                         "psn": int(f.get("infiniband.cm.rep.startpsn", 0)),
+                         "remote_comm_id": int(f.get("infiniband.cm.rep.remotecommid", -1)), "ip": f.get("ip.src")})
+    for rep in reps:
+        req = reqs.get(rep["remote_comm_id"])
+        if req is None:
+            continue
+        for c in conns:
+            if {(c.requester, c.requester_qpn), (c.responder, c.responder_qpn)} == {(req["ip"], req["qpn"]),
+                                                                                   (rep["ip"], rep["qpn"])}:
+                c.cm = {"req_frame": req["frame"], "rep_frame": rep["frame"], "service_id": req["service_id"],
+                        "req_ip": req["ip"], "rep_ip": rep["ip"],
+                        "req_qpn": req["qpn"], "rep_qpn": rep["qpn"], "req_starting_psn": req["psn"],
+                        "rep_starting_psn": rep["psn"]}
 
 
 def _packet_keys(cols: Columns) -> dict[tuple[Any, ...], list[int]]:

@@ -39,8 +39,11 @@ PYVERBS_PYTHON = "/usr/bin/python3"
 
 
 def pyverbs_source(path: Path = PROGRAM) -> str:
-    """The program's text with ``rdmalab.verbs`` imports changed to ``pyverbs`` (and nothing else)."""
+    """The program's text with ``rdmalab.verbs`` imports changed to ``pyverbs`` and the soft-only
+    ``import rdmalab.fabric`` line removed (nothing else changes)."""
     text = path.read_text()
+    # the one soft-only line: it registers the simulated fabric's devices; pyverbs has the kernel's
+    text = re.sub(r"^import rdmalab\.fabric\b.*\n", "", text, flags=re.M)
     new = re.sub(r"^import rdmalab\.verbs\.enums as e$", "import pyverbs.enums as e", text, flags=re.M)
     new = re.sub(r"^from rdmalab\.verbs\.", "from pyverbs.", new, flags=re.M)
     if "rdmalab" in "\n".join(ln for ln in new.splitlines() if ln.startswith(("import ", "from "))):

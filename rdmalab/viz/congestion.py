@@ -22,8 +22,13 @@ def _fabric(obj: Any) -> Any:
     return getattr(obj, "fabric", obj)
 
 
-def timeline(result: Any, *, title: str = "", max_flows: int = 8, window_us: float = 50.0) -> Plot:
-    """Rate per flow, queue length, and marks/CNPs/pauses on one time axis."""
+def timeline(result: Any, *, title: str = "", max_flows: int = 8, window_us: float = 50.0,
+             goodput: bool = False) -> Plot:
+    """Rate per flow, queue length, and marks/CNPs/pauses on one time axis.
+
+    ``goodput=True`` draws each flow's delivered payload rate (per ``window_us``) instead of its
+    DCQCN rate: what PFC alone does to a flow shows there, not in a rate limiter.
+    """
     from matplotlib.figure import Figure
 
     fab = _fabric(result)
@@ -34,11 +39,17 @@ def timeline(result: Any, *, title: str = "", max_flows: int = 8, window_us: flo
     for ax in axes:
         ax.grid(True, color="#eeeeee")
     shown = fab.flows[:max_flows]
+    k = max(1, round(window_us * 1000 / fab.sample_ns))
     for i, f in enumerate(shown):
-        ax_r.plot(t, [row[i] for row in fab.rate_series], color=_COLORS[i % len(_COLORS)], lw=1.2, label=f.name)
+        if goodput:
+            xs = [t[j] for j in range(0, len(t), k)]
+            ys = [sum(row[i] for row in fab.rx_series[j:j + k]) * 8 / (k * fab.sample_ns) for j in range(0, len(t), k)]
+            ax_r.step(xs, ys, where="post", color=_COLORS[i % len(_COLORS)], lw=1.2, label=f.name)
+        else:
+            ax_r.plot(t, [row[i] for row in fab.rate_series], color=_COLORS[i % len(_COLORS)], lw=1.2, label=f.name)
     if len(fab.flows) > max_flows:
         ax_r.plot([], [], " ", label=f"(+{len(fab.flows) - max_flows} more flows)")
-    ax_r.set_ylabel("DCQCN rate (Gb/s)")
+    ax_r.set_ylabel("goodput (Gb/s)" if goodput else "DCQCN rate (Gb/s)")
     ax_r.legend(loc="upper right", fontsize=7, ncol=2)
     cfg = fab.cfg
     for j, p in enumerate(fab.watch[:4]):
@@ -49,7 +60,6 @@ def timeline(result: Any, *, title: str = "", max_flows: int = 8, window_us: flo
         ax_q.axhline(cfg.kmax, color="#d62728", ls="--", lw=0.8, label=f"Kmax {cfg.kmax:g} KB")
     ax_q.set_ylabel("queue (KB)")
     ax_q.legend(loc="upper right", fontsize=7)
-    k = max(1, round(window_us * 1000 / fab.sample_ns))
     tb = [t[i] for i in range(0, len(t), k)]
     width = k * fab.sample_ns / 1e6
 

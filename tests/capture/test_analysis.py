@@ -199,3 +199,27 @@ def test_analyze_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 def test_html_report_without_connections() -> None:
     a = analyze(CAPTURES / "siw_rping.pcap")
     assert "<svg" not in html_report(a) and not a.connections
+
+
+@pytest.mark.parametrize("name,handshakes", [("rxe_write_bw_cm.pcap", 2), ("rxe_rping.pcap", 1)])
+def test_connections_from_the_cm_exchange(name: str, handshakes: int) -> None:
+    """MANIFEST: rxe_write_bw_cm has two CM REQ/REP/RTU handshakes (perftest's control QP, then the
+    data QP), rxe_rping one. Each RC connection found in the traffic names the exchange whose
+    QPNs it uses, and its first request carries the starting PSN its peer announced."""
+    from rdmalab.capture.columnar import read_columns
+
+    a = analyze(CAPTURES / name)
+    assert all(c.cm is not None for c in a.connections)
+    assert len({(c.cm["req_frame"], c.cm["rep_frame"]) for c in a.connections if c.cm}) == handshakes
+    cols = read_columns(CAPTURES / name)
+    for c in a.connections:
+        assert c.cm is not None
+        active = (c.requester, c.requester_qpn) == (c.cm["req_ip"], c.cm["req_qpn"])
+        first = next(int(p) for p, s, q, op in zip(cols["infiniband.bth.psn"], cols["ip.src"], cols["infiniband.bth.destqp"],
+                                                    cols["infiniband.bth.opcode"], strict=True)
+                     if int(q) == c.responder_qpn and op < 0x10 and
+                     f"{int(s) >> 24}.{(int(s) >> 16) & 255}.{(int(s) >> 8) & 255}.{int(s) & 255}" == c.requester)
+        # each side's Starting PSN is the one its peer will send with (the REP's is the active side's
+        # first request PSN; IBA Vol 1 12.6.5 / 12.6.8 message fields), as these captures show
+        start = c.cm["rep_starting_psn"] if active else c.cm["req_starting_psn"]
+        assert first == start

@@ -192,3 +192,28 @@ def test_rdmalab_analyze_reads_the_capture(tmp_path, capsys) -> None:  # type: i
     assert report["counts"]["cnp"] == res.fabric.cnps
     assert len(report["connections"]) == len(res.fabric.flows)
     assert not report["counts"].get("bad_icrc")
+
+
+def test_pfc_alone_blocks_the_victim_only_while_the_incast_lasts() -> None:
+    from rdmalab.fabric.scenarios import link_throughput
+
+    fab = run("victim", duration_ms=6.0, settings={"dcqcn": "0"}).fabric
+    # pauses propagate: P2 pauses P1, and P1 pauses the hosts feeding it
+    assert fab.paused_time_ns(fab.port("P1", "P2")) > 0 and fab.paused_time_ns(fab.port("H1", "P1")) > 0
+    assert fab.port("P2", "R1").marks == 0 and fab.flows[0].cnps == 0 and fab.drops == 0
+    ts, gb = link_throughput(fab, [0], 250.0)  # F1 alone, 250 us windows
+    before = [g for t, g in zip(ts, gb, strict=True) if 1.0 <= t < 3.0]
+    during = [g for t, g in zip(ts, gb, strict=True) if 3.25 <= t < 4.25]
+    after = [g for t, g in zip(ts, gb, strict=True) if t >= 5.0]
+    base = sum(before) / len(before)
+    assert max(during) < 0.3 * base  # head-of-line blocked behind R2's incast
+    assert min(after) > 0.9 * base  # and back at once: no rate control to recover
+
+
+def test_fairness_late_joiners_get_their_share() -> None:
+    res = run("fairness", senders=4, duration_ms=20.0)
+    starts = [f.start for f in res.fabric.flows]
+    assert starts == sorted(starts) and starts[-1] == 7.5e6  # one joins every 2.5 ms
+    rates = [f["goodput_gbps"] for f in res.to_json()["flows"]]
+    jain = sum(rates) ** 2 / (len(rates) * sum(r * r for r in rates))
+    assert jain > 0.95 and min(rates) > 0.5 * 40.0 * HEADER_OVERHEAD / 4, rates

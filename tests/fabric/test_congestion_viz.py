@@ -16,5 +16,6 @@ def test_timeline_and_fluid_render() -> None:
     svg = timeline(res, title="t").to_svg()
     assert svg.startswith("<svg") and "DCQCN rate" in svg and "Kmin" in svg
     assert svg == timeline(res, title="t").to_svg()
+    assert "goodput (Gb/s)" in timeline(res, goodput=True, window_us=100).to_svg()
     model = simulate(NS3_RDMA, n=3, duration_ms=1.0, dt_us=0.5)
     assert "fluid model" in fluid_vs_packets(model, res).to_svg()

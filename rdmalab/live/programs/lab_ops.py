@@ -1,7 +1,8 @@
 """Lab operations between two RC queue pairs, written once for two verbs implementations.
 
 As written it runs on rdmalab's soft engine.  :func:`rdmalab.live.scenarios.pyverbs_source`
-rewrites the ``rdmalab.verbs`` imports to ``pyverbs`` (nothing else changes) and the result runs
+rewrites the ``rdmalab.verbs`` imports to ``pyverbs`` and drops the soft-only ``import rdmalab.fabric``
+(nothing else changes); the result runs
 under Debian's ``/usr/bin/python3`` on kernel rxe devices, on the host or in the lab VM.  So the
 program may import only the standard library and the verbs modules.
 
@@ -21,6 +22,7 @@ import sys
 import time
 from typing import Any
 
+import rdmalab.fabric  # noqa: F401  (soft engine only: registers soft0/soft1; pyverbs_source drops it)
 import rdmalab.verbs.enums as e
 from rdmalab.verbs.addr import AHAttr, GlobalRoute
 from rdmalab.verbs.cq import CQ
