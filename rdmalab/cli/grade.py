@@ -19,7 +19,7 @@ def run_grade(args: argparse.Namespace, out: TextIO) -> int:
         import nbclient  # noqa: F401
     except ImportError as err:
         raise Fail(f"grade needs the lab extras ({err.name} is missing): pip install 'rdmalab[lab]'") from None
-    from rdmalab.lab import grade
+    from rdmalab.lab import grade  # lazy: keeps `rdmalab --help` fast
 
     if not grade.find_submissions(root):
         raise Fail(f"grade: no lab notebooks (NN-name.ipynb) under {root}")

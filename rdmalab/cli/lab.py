@@ -10,7 +10,7 @@ from rdmalab.cli._common import Fail
 
 def run_lab(args: argparse.Namespace, out: TextIO) -> int:
     try:
-        from rdmalab.lab import launch
+        from rdmalab.lab import launch  # lazy: keeps `rdmalab --help` fast
     except ImportError as err:
         raise Fail(f"the lab launcher (rdmalab.lab.launch) is not available in this installation ({err}); "
                     "install the lab extras with: pip install 'rdmalab[lab]'") from None

@@ -53,8 +53,8 @@ class _Progress:
 
 
 def run_simulate(args: argparse.Namespace, out: TextIO) -> int:
-    from rdmalab.fabric import scenarios as sc
-    from rdmalab.verbs.engine.dcqcn import DcqcnParams
+    from rdmalab.fabric import scenarios as sc  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.verbs.engine.dcqcn import DcqcnParams  # lazy: keeps `rdmalab --help` fast
 
     settings = _settings(args.set or [])
     if "help" in settings or "help" in (args.set or []):

@@ -9,7 +9,7 @@ from rdmalab.cli._common import Fail
 
 
 def run_stats(args: argparse.Namespace, out: TextIO) -> int:
-    from rdmalab.capture.stats import capture_stats
+    from rdmalab.capture.stats import capture_stats  # lazy: keeps `rdmalab --help` fast
 
     path = args.file or args.read
     if path is None:

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -228,7 +229,6 @@ def run(scenario: str, *, senders: int | None = None, rate: float = 40.0, durati
         profile: str | None = None, settings: dict[str, str] | None = None, capture: str | None = None,
         progress: Callable[[float], None] | None = None) -> Result:
     """Build and run a scenario; ``capture`` writes the first watched link's frames to a pcap."""
-    import time
 
     fab, dur = build(scenario, senders=senders, rate=rate, duration_ms=duration_ms, profile=profile,
                      settings=settings)

@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from heapq import heappush
 from typing import IO, Any
 
+import dpkt
+
 from rdmalab.verbs.engine.cnp import CE, CNP_PCP, ECT0, CnpPacer, cnp_frame
 from rdmalab.verbs.engine.dcqcn import MLX5, DcqcnParams, RateLimiter
 from rdmalab.wire.frame import encode_rocev2
@@ -216,8 +218,6 @@ class Tap:
     """Writes every frame crossing one link (both directions) to a pcap (ns timestamps, via dpkt)."""
 
     def __init__(self, dest: str | IO[bytes]) -> None:
-        import dpkt
-
         self._own = isinstance(dest, str)
         self._file: IO[bytes] = open(dest, "wb") if isinstance(dest, str) else dest  # noqa: SIM115
         self._writer = dpkt.pcap.Writer(self._file, linktype=dpkt.pcap.DLT_EN10MB, nano=True)

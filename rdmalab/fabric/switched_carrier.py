@@ -13,6 +13,7 @@ frames: the switch rewrites the ECN bits of the frame and the receiver checks it
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -125,7 +126,6 @@ class SwitchedCarrier:
         q = self.fabric._q
         if not q:
             return False
-        import heapq
 
         t = q[0][0]
         self.fabric.now = t

@@ -17,6 +17,7 @@ instructor notebooks pass every check and that the student notebooks report "not
 from __future__ import annotations
 
 import html
+import importlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -173,8 +174,6 @@ def is_placeholder(answer: Any) -> bool:
 
 
 def _ensure_loaded() -> None:
-    import importlib
-
     importlib.import_module("rdmalab.lab.checkers")  # registers the checkers
 
 

@@ -36,6 +36,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from rdmalab.lab import data
+from rdmalab.lab.core import get
+
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
 VERSIONS = ("student", "instructor", "book", "instructor-book")
@@ -46,9 +49,7 @@ _CELL = re.compile(r"^# %%(?P<rest>.*)$")
 
 def notebooks_dir() -> Path:
     """The notebook sources: ``$RDMALAB_NOTEBOOKS``, ``notebooks/`` of a clone, or the copy in the wheel."""
-    from rdmalab.lab.data import notebooks_dir as find
-
-    return find()
+    return data.notebooks_dir()
 
 
 def sources(directory: Path | None = None) -> list[Path]:
@@ -124,7 +125,6 @@ _CHECK = re.compile(r"""lab\.check\(\s*["']([\w.]+)["']""")
 
 def _hints_cell(ids: list[str]) -> dict[str, Any] | None:
     """A folded Markdown box with the hints of the exercises checked in a cell (book version)."""
-    from rdmalab.lab.core import get
 
     parts = []
     for ex_id in ids:

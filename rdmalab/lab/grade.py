@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rdmalab.lab.core import exercises
+
 STATUSES = ("pass", "fail", "error", "not yet", "missing")
 _NOTEBOOK = re.compile(r"(\d\d-[a-z0-9-]+?)(?:\.student|\.instructor)?$")
 _SUSPICIOUS = re.compile(r"(lab\.check\s*=|core\.check\s*=|RDMALAB_CHECK_LOG|_log\s*=|_REGISTRY)")
@@ -69,7 +71,6 @@ class Graded:
 
 def find_submissions(root: Path) -> list[Submission]:
     """The notebooks under ``root``: per-student folders, or flat files that name the student."""
-    from rdmalab.lab.core import exercises
 
     known = {e.notebook for e in exercises().items}
     subs = []
@@ -107,11 +108,9 @@ def _clean(nb: Any) -> list[str]:
 
 def grade_one(sub: Submission, *, cell_timeout: int = 60, kernel: str = "python3") -> Graded:
     """Run one submission in a fresh kernel and collect its check results."""
-    import nbclient
+    import nbclient  # optional: nbclient, nbformat (lab extra)
     import nbformat
     from nbclient.exceptions import CellExecutionError, DeadKernelError
-
-    from rdmalab.lab.core import exercises
 
     g = Graded(sub, exercises=[e.id for e in exercises(sub.notebook).items])
     t0 = time.monotonic()

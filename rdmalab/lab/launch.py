@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if shutil.which("jupyter") is None:
         try:
-            import jupyterlab  # noqa: F401
+            import jupyterlab  # noqa: F401  # optional: jupyterlab (lab extra)
         except ImportError:
             print("rdmalab lab: JupyterLab is not installed; pip install 'rdmalab[lab]'", file=sys.stderr)
             return 2

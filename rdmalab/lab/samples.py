@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from rdmalab.wire.frame import decode_ethernet, decode_ib, encode_rocev1, encode_rocev2, encode_tcp_frame
 from rdmalab.wire.ib import BTH, GRH, LRH, RETH
+from rdmalab.wire.iwarp import decode_fpdu, encode_fpdu, rdma_write
 from rdmalab.wire.opcodes import Op, Pos, Transport, find_opcode
 from rdmalab.wire.packet import Packet, encode_ib
 
@@ -44,7 +45,6 @@ class Wire:
 
 def one_write(payload: bytes = PAYLOAD, *, va: int = VA, rkey: int = RKEY, qpn: int = QPN, psn: int = PSN) -> list[Wire]:
     """The same RDMA WRITE (``payload`` to ``va``/``rkey``) on native IB, RoCEv1, RoCEv2 and iWARP."""
-    from rdmalab.wire.iwarp import decode_fpdu, encode_fpdu, rdma_write
 
     bth = BTH(opcode=find_opcode(Transport.RC, Op.RDMA_WRITE, Pos.ONLY), destqp=qpn, psn=psn, ackreq=1)
     reth = RETH(va=va, r_key=rkey, dma_length=len(payload))

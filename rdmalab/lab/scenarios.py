@@ -9,22 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import rdmalab.verbs.enums as e
 from rdmalab.lab.pair import Pair
+from rdmalab.verbs.wr import SGE, SendWR
 from rdmalab.wire.opcodes import OPCODES
-
-
-def _e() -> Any:
-    import rdmalab.verbs.enums as e
-
-    return e
 
 
 def rdma_write(pair: Pair, length: int, *, wr_id: int = 1, offset: int = 0, remote_offset: int = 0,
                imm: int | None = None, fill: bytes = b"RDMA! ") -> Any:
     """A writes ``length`` bytes of its MR into B's MR and waits for its completion."""
-    e = _e()
-    from rdmalab.verbs.wr import SGE, SendWR
-
     a, b = pair.a, pair.b
     data = (fill * (length // len(fill) + 1))[:length]
     a.mr.write(data, length, offset)

@@ -52,7 +52,7 @@ def run_transfer(*, op: str = "WRITE", size: int = 8192, mtu: int = 1024, loss: 
 
 def transfer_runner() -> Any:
     """Sliders for operation, message size, MTU, loss and seed; each change re-runs the engine."""
-    import ipywidgets as w  # optional dependency (the "notebook" extra): imported only when a widget is made
+    import ipywidgets as w  # optional: ipywidgets, IPython (lab extra)
     from IPython import display as ipd
 
     display: Any = ipd.display

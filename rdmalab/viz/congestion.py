@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rdmalab.fabric.scenarios import SCENARIOS, run
 from rdmalab.viz.plots import Plot
 
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -29,7 +30,7 @@ def timeline(result: Any, *, title: str = "", max_flows: int = 8, window_us: flo
     ``goodput=True`` draws each flow's delivered payload rate (per ``window_us``) instead of its
     DCQCN rate: what PFC alone does to a flow shows there, not in a rate limiter.
     """
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # optional: matplotlib (lab, analysis extras)
 
     fab = _fabric(result)
     t = [s / 1e6 for s in fab.samples]
@@ -82,7 +83,7 @@ def timeline(result: Any, *, title: str = "", max_flows: int = 8, window_us: flo
 
 def fluid_vs_packets(model: Any, result: Any, *, title: str = "") -> Plot:
     """The fluid model's per-flow rate and queue (black) over the packet simulation's."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # optional: matplotlib (lab, analysis extras)
 
     fab = _fabric(result)
     t = [s / 1e6 for s in fab.samples]
@@ -108,12 +109,11 @@ def fluid_vs_packets(model: Any, result: Any, *, title: str = "") -> Plot:
 
 def congestion_runner(scenario: str = "incast") -> Any:
     """Sliders for the scenario's main parameters; each change reruns it and redraws the timeline."""
-    import ipywidgets as w
+    import ipywidgets as w  # optional: ipywidgets, IPython (lab extra)
     from IPython import display as ipd
 
     display: Any = ipd.display
 
-    from rdmalab.fabric.scenarios import SCENARIOS, run
 
     pick = w.Dropdown(options=list(SCENARIOS), value=scenario, description="scenario")
     profile = w.Dropdown(options=["ns3-rdma", "paper", "mlx5"], value="ns3-rdma", description="profile")

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rdmalab.viz.hexdump import HexDump, Mark, spans_of
-from rdmalab.wire.crc import ICRC_VARIANT_FIELDS
+from rdmalab.wire import crc as wcrc
+from rdmalab.wire.crc import ICRC_VARIANT_FIELDS, crc32c
+from rdmalab.wire.frame import decode_ethernet
 from rdmalab.wire.header import Span
 
 #: Variant fields per encapsulation: (header, field).  They are set to all ones before the CRC.
@@ -93,8 +95,6 @@ class IcrcSteps:
         return self.wire_bytes == self.on_wire
 
     def library_crc(self) -> int:
-        from rdmalab.wire import crc as wcrc
-
         if self.encap == "rocev2":
             return wcrc.icrc_rocev2(self.covered)
         if self.encap == "rocev1":
@@ -177,8 +177,6 @@ def icrc_steps(obj: Any) -> IcrcSteps:
     """Walk through the ICRC of a decoded RoCEv2, RoCEv1 or native IB packet (or its frame)."""
     pkt = getattr(obj, "packet", None) or obj
     if isinstance(pkt, (bytes, bytearray)):
-        from rdmalab.wire.frame import decode_ethernet
-
         pkt = decode_ethernet(bytes(pkt), lenient=True)
     frame, spans = spans_of(pkt)
     encap = pkt.encap
@@ -212,8 +210,6 @@ class Crc32cSteps:
 
     @property
     def crc(self) -> int:
-        from rdmalab.wire.crc import crc32c
-
         return crc32c(self.fpdu)
 
     @property

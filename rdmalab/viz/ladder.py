@@ -18,7 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rdmalab.wire.ib import AETH
+from rdmalab.wire.errors import DecodeError
+from rdmalab.wire.frame import decode_ethernet
+from rdmalab.wire.ib import AETH, BTH
 from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, opcode_name
 
 COLOURS = {
@@ -325,8 +327,6 @@ def _decoded(frame: bytes | None) -> Any:
     """The packet a trace event carries, decoded by rdmalab.wire (``None`` without a frame)."""
     if frame is None:
         return None
-    from rdmalab.wire.errors import DecodeError
-    from rdmalab.wire.frame import decode_ethernet
 
     try:
         return decode_ethernet(frame, lenient=True)
@@ -517,7 +517,6 @@ def from_capture(packets: Iterable[Any], *, title: str | None = None, limit: int
                  transit_ns: int = 0) -> Ladder:
     """A ladder from captured packets (``rdmalab.capture.read``): one capture point, so arrows are level
     unless ``transit_ns`` tilts them.  Nodes are the IP (or MAC) addresses."""
-    from rdmalab.wire.ib import BTH
 
     arrows: list[Arrow] = []
     nodes: list[str] = []

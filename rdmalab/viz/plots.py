@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from rdmalab.viz.ladder import _kind_of
+from rdmalab.viz.ladder import _decoded, _endpoints, _kind_from_syndrome_text, _kind_of, match_arrivals
+from rdmalab.wire.ib import AETH, BTH
 from rdmalab.wire.opcodes import OPCODES
 
 
@@ -28,7 +29,7 @@ class Plot:
     figure: Any
 
     def to_svg(self) -> str:
-        import matplotlib
+        import matplotlib  # optional: matplotlib (lab, analysis extras)
 
         buf = io.StringIO()
         with matplotlib.rc_context({"svg.hashsalt": "rdmalab", "svg.fonttype": "none"}):
@@ -49,7 +50,7 @@ class Plot:
 
 
 def _figure(width: float = 7.5, height: float = 3.6) -> tuple[Any, Any]:
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # optional: matplotlib (lab, analysis extras)
 
     fig = Figure(figsize=(width, height), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
@@ -71,8 +72,6 @@ def _points_from_trace(events: list[Any]) -> list[_Point]:
     seen: set[tuple[str, int | None, int | None]] = set()
     lost_ids = {e.detail.get("packet_id") for e in events if e.kind == "dropped"}
     syndromes = {(e.node, e.time_ns): str(e.detail.get("syndrome", "")) for e in events if e.kind == "acked"}
-    from rdmalab.viz.ladder import _decoded, _kind_from_syndrome_text, match_arrivals
-    from rdmalab.wire.ib import AETH
 
     arrivals = match_arrivals(events)
     for i, e in enumerate(events):
@@ -96,9 +95,6 @@ def _points_from_trace(events: list[Any]) -> list[_Point]:
 
 
 def _points_from_capture(packets: list[Any]) -> list[_Point]:
-    from rdmalab.viz.ladder import _endpoints
-    from rdmalab.wire.ib import AETH, BTH
-
     pts: list[_Point] = []
     seen: set[tuple[str, int, int]] = set()
     t0 = None

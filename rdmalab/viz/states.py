@@ -15,6 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rdmalab.verbs import enums as e
+from rdmalab.verbs.engine import qpstate
+
 # Positions for the QP states of IBA Vol 1 10.3.1 (ibv_qp_state names), in a 3-row grid.
 QP_LAYOUT = {
     "RESET": (0, 0), "INIT": (1, 0), "RTR": (2, 0), "RTS": (3, 0),
@@ -168,8 +171,6 @@ def qp_state_diagram(qp_type: str = "RC", *, title: str | None = None,
                      highlight: Iterable[Any] = ("RESET", "INIT", "RTR", "RTS")) -> StateDiagram:
     """The QP state machine of the soft engine (``rdmalab.verbs.engine.qpstate.TABLE``) for one QP
     type; each edge is labelled with the attributes that transition requires."""
-    from rdmalab.verbs import enums as e
-    from rdmalab.verbs.engine import qpstate
 
     names = {v: k[len("IBV_QPS_"):] for k, v in vars(e).items() if k.startswith("IBV_QPS_") and isinstance(v, int)}
     qpt = getattr(e, f"IBV_QPT_{qp_type}")

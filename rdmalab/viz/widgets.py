@@ -57,7 +57,7 @@ def build_frame(opcode: int = BUILDER_OPCODES["RC RDMA WRITE Only"], *, destqp: 
 
 def packet_builder() -> Any:
     """An interactive RoCEv2 packet builder: every change re-encodes the frame and its ICRC."""
-    import ipywidgets as w  # optional dependency (the "notebook" extra): imported only when a widget is made
+    import ipywidgets as w  # optional: ipywidgets, IPython (lab extra)
     from IPython import display as ipd
 
     display: Any = ipd.display

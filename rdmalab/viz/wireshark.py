@@ -12,6 +12,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from rdmalab.capture import read
+from rdmalab.capture.crosscheck import CrosscheckReport, compare_packet, known_ws_names, wireshark_packets
+from rdmalab.capture.defects import WIRESHARK_DEFECTS
+from rdmalab.capture.fields import frame_fields
+
 _COLOUR = {"agree": "#e8f5e9", "explained": "#fff8e1", "unexplained": "#ffebee", "only": "#f5f5f5"}
 
 
@@ -49,9 +54,6 @@ def _fmt(v: Any) -> str:
 
 def side_by_side(path: str | os.PathLike[str], frame: int) -> SideBySide:
     """Compare one frame of a capture as rdmalab and tshark decode it (needs tshark)."""
-    from rdmalab.capture import read
-    from rdmalab.capture.crosscheck import CrosscheckReport, compare_packet, known_ws_names, wireshark_packets
-    from rdmalab.capture.fields import frame_fields
 
     cp = next(c for c in read(path) if c.frame_number == frame)
     ws = next(f for n, f in wireshark_packets(path) if n == frame)
@@ -90,6 +92,5 @@ class DefectTable:
 
 def defect_table() -> DefectTable:
     """The known Wireshark 4.0 defects rdmalab's cross-check accounts for."""
-    from rdmalab.capture.defects import WIRESHARK_DEFECTS
 
     return DefectTable([(d.id, d.condition, d.reason, d.spec) for d in WIRESHARK_DEFECTS])

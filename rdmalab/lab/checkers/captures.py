@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from rdmalab import capture
+from rdmalab.capture.crosscheck import crosscheck, tshark_path
 from rdmalab.lab.core import Wrong, exercise
 from rdmalab.lab.env import capture_path
 from rdmalab.lab.feedback import as_int
+from rdmalab.wire.ib import RETH
 
 NB = "08-captures"
 
@@ -27,9 +30,6 @@ def _where(cps: list[Any], value: int) -> str | None:
     "The server then uses that rkey in the RETH of an RDMA READ Request: check your answer there.",
 ))
 def _rkey(answer: Any) -> str:
-    from rdmalab import capture
-    from rdmalab.wire.ib import RETH
-
     cps = list(capture.read(capture_path("rxe_rping.pcap")))
     adv = int.from_bytes(cps[3].packet.payload[8:12], "big")
     read = next(cp for cp in cps if cp.packet.get(RETH) is not None and cp.packet.opcode_name == "RC RDMA READ Request")
@@ -52,8 +52,6 @@ def _rkey(answer: Any) -> str:
     "Look at the DDP header of the first RDMA Write FPDU: its stag field.",
 ))
 def _stag(answer: Any) -> str:
-    from rdmalab import capture
-
     cps = list(capture.read(capture_path("siw_rping.pcap")))
     writes = [p for cp in cps for p in cp.pdus if p.summary().startswith("RDMA Write")]
     want = next(s.value for s in writes[0].spans() if s.field == "stag")
@@ -73,8 +71,6 @@ def _stag(answer: Any) -> str:
     "The report's fields_compared and agreements attributes count them.",
 ))
 def _agree(answer: Any) -> str:
-    from rdmalab.capture.crosscheck import crosscheck, tshark_path
-
     if tshark_path() is None:
         return "tshark is not installed here, so this check cannot compare; your answer is accepted as is."
     r = crosscheck(capture_path("rxe_rping.pcap"))

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from rdmalab import capture
 from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.env import capture_path
 from rdmalab.lab.feedback import as_int, norm_name
+from rdmalab.wire.cm import CMMessage
+from rdmalab.wire.net import IPv4
+from rdmalab.wire.opcodes import OPCODES, Transport
 
 NB = "12-connection-manager"
 
 
 def cm_messages() -> list[tuple[Any, Any]]:
     """(captured packet, CMMessage) for every CM MAD in rxe_rping.pcap."""
-    from rdmalab import capture
-    from rdmalab.wire.cm import CMMessage
 
     out = []
     for cp in capture.read(capture_path("rxe_rping.pcap")):
@@ -51,13 +53,9 @@ def _port(answer: Any) -> str:
     "Compare them with the starting_psn fields of the REQ and the REP.",
 ))
 def _psn(answer: Any) -> str:
-    from rdmalab.wire.net import IPv4
-    from rdmalab.wire.opcodes import OPCODES, Transport
-
     msgs = cm_messages()
     req = next(m for _, m in msgs if m.name == "REQ")
     rep = next(m for _, m in msgs if m.name == "REP")
-    from rdmalab import capture
 
     first: dict[str, int] = {}
     for cp in capture.read(capture_path("rxe_rping.pcap")):

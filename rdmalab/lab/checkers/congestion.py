@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from rdmalab.fabric.scenarios import incast_costs, parameter_names, run
 from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import as_bytes
+from rdmalab.lab.samples import one_write
+from rdmalab.wire.frame import decode_ethernet
+from rdmalab.wire.ib import BTH
+from rdmalab.wire.net import UDP, IPv4
+from rdmalab.wire.opcodes import CNP_OPCODE
 
 NB = "10-congestion"
 
 
 def data_frame() -> bytes:
     """The RoCEv2 WRITE of the notebook (requester QP 0x22 at 192.168.1.1 writes to QP 0x11)."""
-    from rdmalab.lab.samples import one_write
 
     return next(w.frame for w in one_write() if w.kind == "rocev2")
 
@@ -37,9 +42,6 @@ def _field_diffs(a: Any, b: Any, ignore: set[str]) -> list[tuple[str, int, str, 
     "Keep everything else, the ICRC included: a switch does not recompute the ICRC, and it does not need to.",
 ))
 def _ce(answer: Any) -> str:
-    from rdmalab.wire.frame import decode_ethernet
-    from rdmalab.wire.net import IPv4
-
     got = as_bytes(answer, "your marked frame", field="frame")
     orig = decode_ethernet(data_frame())
     if len(got) != len(orig.data):
@@ -77,11 +79,6 @@ def _ce(answer: Any) -> str:
     "rdmalab.wire.encode_rocev2(BTH(...), [CNPPad()], src_ip=..., dst_ip=...) fills in the lengths and the ICRC.",
 ))
 def _cnp(answer: Any) -> str:
-    from rdmalab.wire.frame import decode_ethernet
-    from rdmalab.wire.ib import BTH
-    from rdmalab.wire.net import UDP, IPv4
-    from rdmalab.wire.opcodes import CNP_OPCODE
-
     got = as_bytes(answer, "your CNP", field="frame")
     pkt = decode_ethernet(got, lenient=True)
     bth = pkt.get(BTH)
@@ -131,8 +128,6 @@ _cache: dict[str, Any] = {}
 def victim_run() -> Any:
     """The victim-flow scenario of the notebook (6 ms: the incast runs from 3 to 4 ms)."""
     if "victim" not in _cache:
-        from rdmalab.fabric.scenarios import run
-
         _cache["victim"] = run("victim", duration_ms=6.0)
     return _cache["victim"]
 
@@ -180,7 +175,6 @@ def _victim(answer: Any) -> str:
 
 def incast8(settings: dict[str, str] | None = None) -> Any:
     """8:1 incast at 40 Gb/s for 10 ms with the ns3-rdma constants (and ``settings``)."""
-    from rdmalab.fabric.scenarios import run
 
     key = repr(sorted((settings or {}).items()))
     if key not in _cache:
@@ -205,8 +199,6 @@ _COSTS = {
     "runs the incast with your settings and compares what got worse.",
 ))
 def _converge(answer: Any) -> str:
-    from rdmalab.fabric.scenarios import incast_costs, parameter_names
-
     shape = "{'settings': {'name': 'value', ...}, 'cost': 'queue' | 'cnps' | 'pauses' | 'goodput'}"
     if not isinstance(answer, dict) or "settings" not in answer or "cost" not in answer:
         raise Wrong("Answer with a dict {'settings': {...}, 'cost': ...}.", field="answer", expected=shape)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import rdmalab.verbs.enums as e
 from rdmalab.lab.core import Wrong, exercise
 from rdmalab.lab.feedback import as_int, norm_name
 
@@ -62,8 +63,6 @@ def _error_fields(answer: Any) -> str:
     "Then at run.data['qp_state']['a'].",
 ))
 def _wrong_rkey(answer: Any) -> str:
-    import rdmalab.verbs.enums as e
-
     if not isinstance(answer, (list, tuple)) or len(answer) != 2:
         raise Wrong("Give [A's completion status name, A's QP state name afterwards].", field="answer",
                     expected="[an ibv_wc_status, an ibv_qp_state] (names or numbers)")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from rdmalab.lab import scenarios
 from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import as_int, norm_name
+from rdmalab.wire.ib import AETH, BTH, NAK_NAMES
 
 NB = "09-reliability"
 
@@ -17,7 +19,6 @@ def _nak_key(text: str) -> str:
 def nak_code(answer: Any, field: str = "AETH.value") -> int:
     """A NAK code given as its number (0, '0x0', an IntEnum), its name ('PSN Sequence Error', an enum's
     name such as NAK_PSN_SEQUENCE_ERROR) or the whole AETH syndrome byte (0x60)."""
-    from rdmalab.wire.ib import NAK_NAMES
 
     by_name = {_nak_key(n): c for c, n in NAK_NAMES.items()}
     name = answer if isinstance(answer, str) else getattr(answer, "name", None)
@@ -42,9 +43,6 @@ def nak_code(answer: Any, field: str = "AETH.value") -> int:
     "Go-back-N: the requester resends everything from that PSN on.",
 ))
 def _nak(answer: Any) -> str:
-    from rdmalab.lab import scenarios
-    from rdmalab.wire.ib import AETH, BTH, NAK_NAMES
-
     p = scenarios.nak_run()
     nak = next(pk for pk in p.packets() if AETH in pk and pk[AETH].is_nak)
     code, name, psn = nak[AETH].value, nak[AETH].nak_name, nak[BTH].psn
@@ -79,8 +77,6 @@ def _nak(answer: Any) -> str:
     "lab.scenarios.retransmitted(pair) lists them, if you want to check your count from the ladder.",
 ))
 def _timeout(answer: Any) -> str:
-    from rdmalab.lab import scenarios
-
     p = scenarios.timeout_run()
     want = len(scenarios.retransmitted(p))
     got = as_int(answer, "a number of packets", field="retransmitted packets")

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import rdmalab.verbs.enums as e
+from rdmalab.lab.checkers.reliability import nak_code
+from rdmalab.lab.checkers.verbs import wire_trouble
 from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import norm_name
+from rdmalab.lab.pair import Pair
+from rdmalab.wire.ib import NAK_REMOTE_ACCESS_ERROR
 
 NB = "11-security"
 
@@ -15,10 +20,6 @@ NB = "11-security"
     "set_wr_rdma takes the *remote* key: the rkey the peer gave you for its MR.",
 ))
 def _fix(answer: Any) -> str:
-    import rdmalab.verbs.enums as e
-    from rdmalab.lab.checkers.verbs import wire_trouble
-    from rdmalab.lab.pair import Pair
-
     if not callable(answer):
         raise Wrong("Give the fixed function itself (write_to_peer).", field="write_to_peer",
                     expected="a function (pair, data) -> A's completion")
@@ -49,10 +50,6 @@ def _fix(answer: Any) -> str:
     "Give the ibv_wc_status name (e.g. 'IBV_WC_...') and the NAK name.",
 ))
 def _guess(answer: Any) -> str:
-    import rdmalab.verbs.enums as e
-    from rdmalab.lab.checkers.reliability import nak_code
-    from rdmalab.wire.ib import NAK_REMOTE_ACCESS_ERROR
-
     if not isinstance(answer, (list, tuple)) or len(answer) != 2:
         raise Wrong("Give [A's completion status name, the NAK's name].", field="answer",
                     expected="[an ibv_wc_status (name or number), a NAK code (name or number)]")
@@ -75,7 +72,6 @@ def _guess(answer: Any) -> str:
 ))
 def _flags(answer: Any) -> str:
     want = {"read": {"REMOTEREAD"}, "atomic": {"LOCALWRITE", "REMOTEATOMIC"}}
-    import rdmalab.verbs.enums as e
 
     if not isinstance(answer, dict) or set(answer) != set(want):
         raise Wrong("Give a dict {'read': {...}, 'atomic': {...}} of flag names.", field="answer",

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
+import random
 import struct
 from collections.abc import Callable
 from typing import Any
 
+import rdmalab.verbs.enums as e
 from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import as_int, norm_name
-
-
-def _e() -> Any:
-    import rdmalab.verbs.enums as e
-
-    return e
+from rdmalab.lab.pair import Pair
+from rdmalab.verbs.engine.qpstate import INIT, RC, RTR, TABLE, mask_names
+from rdmalab.verbs.wr import SGE, RecvWR, SendWR
+from rdmalab.wire.ib import AETH
+from rdmalab.wire.opcodes import OPCODES, Op, Transport, find_opcode, opcode_name
 
 
 def _state_names() -> dict[int, str]:
-    e = _e()
     return {v: k[len("IBV_QPS_"):] for k, v in vars(e).items() if k.startswith("IBV_QPS_") and isinstance(v, int)}
 
 
@@ -28,9 +28,7 @@ def wire_trouble(pair: Any) -> Wrong | None:
     Error (9.7.5.2.4: the rkey or address did not match an MR that allows the access), or an error
     completion: each says more than "your function returned nothing".
     """
-    from rdmalab.wire.ib import AETH
 
-    e = _e()
     for pk in pair.packets():
         aeth = pk.get(AETH) if pk is not None else None
         if aeth is None:
@@ -68,8 +66,6 @@ def wire_trouble(pair: Any) -> Wrong | None:
     "Look at the blue path of the state diagram: each arrow is one modify_qp.",
 ))
 def _path(answer: Any) -> str:
-    from rdmalab.verbs.engine.qpstate import RC, TABLE
-
     expected = "the QP states after RESET, in order, ending with RTS (names or ibv_qp_state values)"
     if not isinstance(answer, (list, tuple)) or not answer:
         raise Wrong("Give a list of state names, e.g. ['INIT', ...].", field="qp_state", expected=expected)
@@ -108,8 +104,6 @@ def _path(answer: Any) -> str:
     "rdmalab.verbs.engine.qpstate.TABLE[(INIT, RTR)][RC] is (required, optional); mask_names() names the bits.",
 ))
 def _rtr(answer: Any) -> str:
-    from rdmalab.verbs.engine.qpstate import INIT, RC, RTR, TABLE, mask_names
-
     want = set(mask_names(TABLE[(INIT, RTR)][RC][0]).split(" | "))
     expected = f"the {len(want)} attributes an RC QP must be given for INIT -> RTR (names or IBV_QP_* mask bits)"
     if isinstance(answer, int) and not isinstance(answer, bool):  # an attribute mask: IBV_QP_AV | IBV_QP_PATH_MTU ...
@@ -137,10 +131,7 @@ def _rtr(answer: Any) -> str:
 
 def send_opcodes(length: int, mtu: int) -> list[str]:
     """Run a SEND of ``length`` bytes at ``mtu`` and return the opcode names of the request packets."""
-    from rdmalab.lab.pair import Pair
-    from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 
-    e = _e()
     p = Pair(mtu=mtu)
     p.b.qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(p.b.mr.buf, p.b.mr.length, p.b.mr.lkey)]))
     p.a.qp.post_send(SendWR(wr_id=2, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(p.a.mr.buf, length, p.a.mr.lkey)]))
@@ -153,8 +144,6 @@ def send_opcodes(length: int, mtu: int) -> list[str]:
     "5000 bytes at 1024 per packet is ceil(5000/1024) packets.",
 ))
 def _send_opcodes(answer: Any) -> str:
-    from rdmalab.wire.opcodes import opcode_name
-
     want = send_opcodes(5000, 1024)
     if not isinstance(answer, (list, tuple)):
         raise Wrong("Give a list of opcode names, e.g. ['RC SEND First', ...].", field="BTH.opcode",
@@ -176,10 +165,7 @@ def _send_opcodes(answer: Any) -> str:
 
 def rnr_run() -> Any:
     """A SEND that arrives before the receiver posted a receive (the RNR scenario of notebook 03)."""
-    from rdmalab.lab.pair import Pair
-    from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 
-    e = _e()
     p = Pair(min_rnr_timer=14)
     p.a.mr.write(b"are you ready?", 14)
     p.a.qp.post_send(SendWR(wr_id=1, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(p.a.mr.buf, 14, p.a.mr.lkey)]))
@@ -195,8 +181,6 @@ def rnr_run() -> Any:
     "rdmalab.wire.ib.RNR_TIMER_US maps the code to microseconds (IBA Vol 1 table 45).",
 ))
 def _rnr(answer: Any) -> str:
-    from rdmalab.wire.ib import AETH
-
     p = rnr_run()
     aeth = next(pk[AETH] for pk in p.packets() if AETH in pk and pk[AETH].is_rnr_nak)
     want = aeth.rnr_timer_ms
@@ -228,9 +212,6 @@ def _rnr(answer: Any) -> str:
     "Return pair.b.poll(): B's completion has opcode IBV_WC_RECV_RDMA_WITH_IMM and carries imm_data.",
 ))
 def _write_imm(answer: Any) -> str:
-    from rdmalab.lab.pair import Pair
-
-    e = _e()
     if not callable(answer):
         raise Wrong("Give the function itself (write_with_imm), not its result.", field="write_with_imm",
                     expected="a function (pair, data, imm) -> B's completion")
@@ -278,11 +259,6 @@ def _write_imm(answer: Any) -> str:
     "Return pair.a.mr.read(length, 0).",
 ))
 def _read_program(answer: Any) -> str:
-    import random
-
-    from rdmalab.lab.pair import Pair
-    from rdmalab.wire.opcodes import Op, Transport, find_opcode
-
     if not callable(answer):
         raise Wrong("Give the function itself (read_remote), not its result.", field="read_remote",
                     expected="a function (pair, remote_offset, length) -> bytes")
@@ -325,11 +301,6 @@ def _read_program(answer: Any) -> str:
     "One READ Request; the responder answers with MTU-sized READ Response packets.",
 ))
 def _read_responses(answer: Any) -> str:
-    from rdmalab.lab.pair import Pair
-    from rdmalab.verbs.wr import SGE, SendWR
-    from rdmalab.wire.opcodes import OPCODES, Op
-
-    e = _e()
     p = Pair(mtu=4096)
     wr = SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_READ, num_sge=1, sg=[SGE(p.a.mr.buf, 10000, p.a.mr.lkey)])
     wr.set_wr_rdma(p.b.mr.rkey, p.b.mr.buf)
@@ -356,10 +327,7 @@ def _read_responses(answer: Any) -> str:
 
 def atomic_sequence() -> Any:
     """Counter at B offset 0 starts at 5; A runs FetchAdd(+3), CmpSwap(8 -> 100), CmpSwap(8 -> 7), FetchAdd(+1)."""
-    from rdmalab.lab.pair import Pair
-    from rdmalab.verbs.wr import SGE, SendWR
 
-    e = _e()
     p = Pair(seed=31)
     p.b.mr.write(struct.pack("<Q", 5), 8, 0)
     ops = [(e.IBV_WR_ATOMIC_FETCH_AND_ADD, 3, 0), (e.IBV_WR_ATOMIC_CMP_AND_SWP, 8, 100),
@@ -404,9 +372,6 @@ def _atomic_final(answer: Any) -> str:
     "Read the 8 returned bytes little-endian (struct.unpack('<Q', ...)) after pair.a.poll().",
 ))
 def _lock(answer: Any) -> str:
-    from rdmalab.lab.pair import Pair
-    from rdmalab.wire.opcodes import Op, Transport, find_opcode
-
     if not callable(answer):
         raise Wrong("Give the function itself (try_lock).", field="try_lock", expected="a function (pair) -> bool")
     p = Pair(seed=41)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from rdmalab import capture
 from rdmalab.lab.core import Wrong, exercise
 from rdmalab.lab.env import capture_path
 from rdmalab.lab.feedback import norm_name
+from rdmalab.wire.opcodes import opcode_name
 
 HW = "public_hw_byte_vectors.pcap"
 
 
 def _packets() -> list[Any]:
-    from rdmalab import capture
-
     return list(capture.read(capture_path(HW)))
 
 
@@ -22,8 +22,6 @@ def _packets() -> list[Any]:
     "The opcode is BTH byte 0; its name comes from rdmalab.wire.opcode_name(code).",
 ))
 def _opcode(answer: Any) -> str:
-    from rdmalab.wire.opcodes import opcode_name
-
     pkts = _packets()
     want = pkts[3].packet.opcode_name
     code = pkts[3].packet.bth.opcode

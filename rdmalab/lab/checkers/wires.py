@@ -5,9 +5,13 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
+from rdmalab import capture
 from rdmalab.lab.core import Wrong, exercise
 from rdmalab.lab.env import capture_path
 from rdmalab.lab.feedback import as_bytes, as_int, compare_header, norm_name
+from rdmalab.lab.samples import mystery_frames
+from rdmalab.viz.crcsteps import icrc_steps
+from rdmalab.wire.frame import decode_ethernet
 from rdmalab.wire.ib import BTH
 from rdmalab.wire.opcodes import Op, Pos, Transport, find_opcode
 
@@ -29,15 +33,12 @@ def _bth(answer: Any) -> str:
 
 def icrc_frame() -> bytes:
     """The exercise frame: the ConnectX-4 CNP of the hardware capture with its ICRC blanked."""
-    from rdmalab import capture
 
     cp = next(iter(capture.read(capture_path("public_hw_byte_vectors.pcap"))))
     return cp.packet.data[:-4] + b"\x00\x00\x00\x00"
 
 
 def _true_frame() -> bytes:
-    from rdmalab import capture
-
     return next(iter(capture.read(capture_path("public_hw_byte_vectors.pcap")))).packet.data
 
 
@@ -47,9 +48,6 @@ def _true_frame() -> bytes:
     "zlib.crc32(data) gives the value; the wire carries it least-significant byte first: crc.to_bytes(4, 'little').",
 ))
 def _icrc(answer: Any) -> str:
-    from rdmalab.viz.crcsteps import icrc_steps
-    from rdmalab.wire.frame import decode_ethernet
-
     steps = icrc_steps(decode_ethernet(_true_frame()))
     want = steps.crc
     expected = "the CRC-32 of the masked frame: 4 bytes least-significant first (crc.to_bytes(4, 'little')), or the integer"
@@ -109,8 +107,6 @@ def _icrc(answer: Any) -> str:
     "rdmalab.wire.crc.crc32c(data) computes CRC32c; compare it with the last 4 bytes read little-endian.",
 ))
 def _crc32c(answer: Any) -> str:
-    from rdmalab import capture
-
     pdus = [p for cp in capture.read(capture_path("synthetic_iwarp_mpa_crc.pcap")) for p in cp.pdus
             if p.crc_kind == "crc32c"]
     bad = [i for i, p in enumerate(pdus) if p.crc != p.crc_expected]
@@ -141,8 +137,6 @@ def _crc32c(answer: Any) -> str:
     "After IPv4: protocol 17 (UDP) to port 4791 is RoCEv2, protocol 6 (TCP) is iWARP. An LRH has no Ethernet at all.",
 ))
 def _which(answer: Any) -> str:
-    from rdmalab.lab.samples import mystery_frames
-
     want = [kind for kind, _ in mystery_frames()]
     names = {"ib": "IB", "rocev1": "ROCEV1", "rocev2": "ROCEV2", "iwarp": "IWARP"}
     expected = "one of 'IB', 'RoCEv1', 'RoCEv2', 'iWARP' per frame, read from the EtherType and the IP protocol"
