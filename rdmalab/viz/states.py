@@ -41,6 +41,62 @@ def _norm(s: Any) -> str:
     return name.replace("IBV_QPS_", "")
 
 
+def _route(pos: dict[str, tuple[float, float]], a: str, b: str, r: float, *, bold: bool, reverse_bold: bool,
+           paired: bool, mid_y: float) -> tuple[float, tuple[float, float, float, float, float, float]]:
+    """The quadratic curve from ``a`` to ``b``: (bend, (start, control, end)).
+
+    An edge with a reverse edge bends to one side (the highlighted one of the pair upward, the other
+    downward), and any edge that would pass through a third state bends further until it clears it.
+    """
+    (x1, y1), (x2, y2) = pos[a], pos[b]
+    dx, dy = x2 - x1, y2 - y1
+    d = math.hypot(dx, dy)
+    ux, uy = dx / d, dy / d
+    # The control point is the chord's midpoint moved by bend along the normal (-uy, ux).
+    up = -1.0 if ux > 0 else 1.0  # the sign of bend that moves the curve up the page
+    if not paired:
+        base = 0.0
+    elif bold:
+        base = 18 * up
+    elif reverse_bold:
+        base = -18 * up  # down the page, below the highlighted edge
+    else:
+        base = 18.0  # each of the pair to its own side: their normals point opposite ways
+    # Without a pair, bend toward the middle of the grid (where there is room), not across the labels.
+    towards_middle = up if (y1 + y2) / 2 > mid_y else -up
+    preferred = 1.0 if base > 0 else (-1.0 if base < 0 else towards_middle)
+    others = [(p, q) for s, (p, q) in pos.items() if s not in (a, b)]
+
+    def curve(bend: float) -> tuple[float, float, float, float, float, float]:
+        # Leave and enter each circle along the curve's tangent, so that edges bent differently
+        # meet a state at different points rather than piling their arrowheads on one spot.
+        mx, my = (x1 + x2) / 2 - uy * bend, (y1 + y2) / 2 + ux * bend
+        d1, d2 = math.hypot(mx - x1, my - y1), math.hypot(mx - x2, my - y2)
+        sx, sy = x1 + (mx - x1) / d1 * r, y1 + (my - y1) / d1 * r
+        ex, ey = x2 + (mx - x2) / d2 * r, y2 + (my - y2) / d2 * r
+        return sx, sy, mx, my, ex, ey
+
+    def clear(c: tuple[float, float, float, float, float, float]) -> bool:
+        sx, sy, mx, my, ex, ey = c
+        for i in range(1, 40):
+            t = i / 40
+            px = (1 - t) ** 2 * sx + 2 * t * (1 - t) * mx + t * t * ex
+            py = (1 - t) ** 2 * sy + 2 * t * (1 - t) * my + t * t * ey
+            if any(math.hypot(px - p, py - q) < r + 8 for p, q in others):
+                return False
+        return True
+
+    # A paired edge keeps its side (the reverse edge is on the other one); others may take either.
+    signs = (preferred,) if base else (preferred, -preferred)
+    for extra in range(0, 241, 12):
+        for sign in signs:
+            bend = sign * (abs(base) + extra)
+            c = curve(bend)
+            if clear(c):
+                return bend, c
+    return base, curve(base)
+
+
 @dataclass
 class StateDiagram:
     edges: list[tuple[str, str, str]]
@@ -79,34 +135,40 @@ class StateDiagram:
         labels: dict[tuple[str, str], list[str]] = {}
         for a, b, lab in self.edges:
             labels.setdefault((a, b), []).append(lab)
+        mid_y = (min(y for _, y in pos.values()) + max(y for _, y in pos.values())) / 2
         for (a, b), labs in labels.items():
             if a not in pos or b not in pos:
                 continue
-            (x1, y1), (x2, y2) = pos[a], pos[b]
+            x1, y1 = pos[a]
             bold = (a, b) in path
             faint = b in ("RESET", "ERR") and not bold
             colour = "#1565c0" if bold else ("#c7c7c7" if faint else "#555")
             if a == b:
-                out.append(f'<path d="M{x1 - 12},{y1 - r + 2} C{x1 - 30},{y1 - r - 40} {x1 + 30},{y1 - r - 40} '
-                           f'{x1 + 12},{y1 - r + 2}" fill="none" stroke="{colour}" marker-end="url(#st-ah)"/>')
-                out.append(f'<text x="{x1}" y="{y1 - r - 26}" text-anchor="middle" fill="{colour}" font-size="10">'
-                           f"{html.escape(', '.join(labs))}</text>")
+                # Loops go on the outside of the grid (above the top row, below the others), clear of the
+                # arrows that run between the rows.
+                k = -1 if y1 <= mid_y else 1
+                out.append(f'<path d="M{x1 - 12},{y1 + k * (r - 2)} C{x1 - 30},{y1 + k * (r + 40)} '
+                           f'{x1 + 30},{y1 + k * (r + 40)} {x1 + 12},{y1 + k * (r - 2)}" fill="none" '
+                           f'stroke="{colour}" marker-end="url(#st-ah)"/>')
+                if any(labs):
+                    ly = y1 - r - 36 if k < 0 else y1 + r + 44
+                    out.append(f'<text x="{x1}" y="{ly}" text-anchor="middle" fill="{colour}" font-size="10">'
+                               f"{html.escape(', '.join(x for x in labs if x))}</text>")
                 continue
-            dx, dy = x2 - x1, y2 - y1
-            d = math.hypot(dx, dy)
-            ux, uy = dx / d, dy / d
-            bend = 18 if (b, a) in pairs else 0
-            sx, sy = x1 + ux * r, y1 + uy * r
-            ex, ey = x2 - ux * r, y2 - uy * r
-            mx, my = (sx + ex) / 2 - uy * bend, (sy + ey) / 2 + ux * bend
+            bend, (sx, sy, mx, my, ex, ey) = _route(pos, a, b, r, bold=bold, reverse_bold=(b, a) in path,
+                                                    paired=(b, a) in pairs, mid_y=mid_y)
             marker = "st-ah-b" if bold else "st-ah"
             out.append(f'<path d="M{sx:.1f},{sy:.1f} Q{mx:.1f},{my:.1f} {ex:.1f},{ey:.1f}" fill="none" '
                        f'stroke="{colour}" stroke-width="{2.2 if bold else 1.2}" marker-end="url(#{marker})">'
                        f"<title>{html.escape(a)} \u2192 {html.escape(b)}: {html.escape(', '.join(labs))}</title></path>")
             if not faint and labs and any(labs):
                 lines = _wrap(" | ".join(x for x in labs if x))
-                y0 = my - 6 - 12 * (len(lines) - 1) if abs(dy) < 1 else my
-                spans = "".join(f'<tspan x="{mx:.1f}" y="{y0 + 12 * i:.1f}">{html.escape(t)}</tspan>'
+                # The label sits on the outer side of the curve's apex, so it never lies between an edge
+                # and its reverse edge.
+                ax, ay = (sx + 2 * mx + ex) / 4, (sy + 2 * my + ey) / 4
+                below = ay > (sy + ey) / 2 + 0.5 or (abs(ay - (sy + ey) / 2) <= 0.5 and y1 > mid_y)
+                y0 = ay + 15 if below else ay - 8 - 12 * (len(lines) - 1)
+                spans = "".join(f'<tspan x="{ax:.1f}" y="{y0 + 12 * i:.1f}">{html.escape(t)}</tspan>'
                                 for i, t in enumerate(lines))
                 out.append(f'<text text-anchor="middle" fill="{colour}" font-size="10">{spans}</text>')
         for s, (x, y) in pos.items():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -94,3 +96,31 @@ def test_state_diagram_accepts_table_shapes(table: object) -> None:
     d = state_diagram(table)
     assert {e[:2] for e in d.edges} >= {("A", "B")}
     ET.fromstring(d.to_svg())
+
+
+def test_qp_state_diagram_labels_clear_of_every_edge() -> None:
+    """No transition label lies on an arrow (the RESET -> INIT label once sat between that edge and its
+    reverse) and no arrow runs through a state it does not join."""
+    svg = ET.fromstring(qp_state_diagram("RC").to_svg())
+    ns = "{http://www.w3.org/2000/svg}"
+    curves = []
+    for p in svg.iter(f"{ns}path"):
+        m = re.fullmatch(r"M([\d.-]+),([\d.-]+) Q([\d.-]+),([\d.-]+) ([\d.-]+),([\d.-]+)", p.get("d", ""))
+        if m:
+            curves.append([float(v) for v in m.groups()])
+    assert len(curves) > 10
+    boxes = []  # label lines: 10px text, about 6.2px a character, anchored in the middle
+    for t in svg.iter(f"{ns}tspan"):
+        x, y, w = float(t.get("x", 0)), float(t.get("y", 0)), 6.2 * len(t.text or "")
+        boxes.append((x - w / 2, y - 9, x + w / 2, y + 2))
+    assert boxes
+    circles = [(float(c.get("cx", 0)), float(c.get("cy", 0))) for c in svg.iter(f"{ns}circle")]
+    for sx, sy, mx, my, ex, ey in curves:
+        for i in range(1, 50):
+            s = i / 50
+            px = (1 - s) ** 2 * sx + 2 * s * (1 - s) * mx + s * s * ex
+            py = (1 - s) ** 2 * sy + 2 * s * (1 - s) * my + s * s * ey
+            for x0, y0, x1, y1 in boxes:
+                assert not (x0 <= px <= x1 and y0 <= py <= y1), f"an edge crosses the label at ({x0}, {y0})"
+            for cx, cy in circles:
+                assert math.hypot(px - cx, py - cy) > 29, f"an edge runs through the state at ({cx}, {cy})"
