@@ -1,8 +1,9 @@
 """Flat field dictionaries for packets, keyed by Wireshark display-filter names.
 
 :func:`frame_fields` turns a :class:`~rdmalab.capture.reader.CapturedPacket` into one flat
-``{name: value}`` dictionary, and :func:`to_json` into one line of JSON (what
-``rdmalab decode -T json`` prints).
+``{name: value}`` dictionary (what display filters test), and :func:`to_json` into one line
+of JSON (``rdmalab decode -T json`` prints tshark's nested layout instead:
+:mod:`rdmalab.capture.tsjson`).
 
 * Keys are Wireshark's display-filter field names wherever Wireshark has the field
   (``infiniband.bth.psn``, ``iwarp_ddp.stag`` ...), taken from each header's declaration, plus
@@ -168,5 +169,5 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False) -> dict[str, Any]:
 
 
 def to_json(cp: CapturedPacket) -> str:
-    """One packet as one line of JSON (``rdmalab decode -T json``)."""
+    """One packet as one line of flat JSON (the dictionary of :func:`frame_fields`)."""
     return json.dumps(frame_fields(cp), separators=(",", ":"))

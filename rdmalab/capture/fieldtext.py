@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from rdmalab.capture.columnar import COLUMN_BY_NAME, DERIVED, Columns, format_column
+from rdmalab.capture.columnar import COLUMN_BY_NAME, DERIVED, Columns, _ipv6_text, format_column
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _POW10 = [10 ** i for i in range(20)]
@@ -156,8 +156,15 @@ def value_text(name: str, value: object) -> str:
         return ",".join(value_text(name, v) for v in value)
     if name == "frame.time_epoch" and isinstance(value, float):
         return f"{value:.9f}"
+    if isinstance(value, str) and value.startswith("::ffff:") and "." not in value:
+        # an IPv4-mapped IPv6 address (a RoCEv1 GID): Wireshark ends it in dotted decimal
+        import ipaddress
+
+        return _ipv6_text(ipaddress.IPv6Address(value).packed)
     if isinstance(value, int) and not isinstance(value, bool):
         col = COLUMN_BY_NAME.get(name)
+        if col is not None and col.fmt in ("dec", "bool"):
+            return str(value)
         if col is not None and col.fmt.startswith("hex"):
             return f"0x{value:0{int(col.fmt[3:])}x}"
         if col is not None and col.fmt.startswith("bytes"):

@@ -8,7 +8,6 @@ per-packet decoder :mod:`rdmalab.capture.reader`, the fast path for ``-T fields`
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, TextIO
 
@@ -128,6 +127,18 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
     return 0
 
 
+def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
+    """``-T json``: tshark's layout (an array of ``{"_index", "_type", "_score", "_source": {"layers"}}``)."""
+    from rdmalab.capture import frame_fields, read
+    from rdmalab.capture.tsjson import iter_json
+
+    keep = None if flt is None else (lambda cp: flt(frame_fields(cp)))
+    packets = read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count)
+    for piece in iter_json(packets, keep):
+        out.write(piece)
+    return 0
+
+
 def run_decode(args: argparse.Namespace, out: TextIO) -> int:
     from rdmalab.capture import frame_fields, read
     from rdmalab.capture.render import frame_tree, summary_line
@@ -145,19 +156,17 @@ def run_decode(args: argparse.Namespace, out: TextIO) -> int:
     try:
         if fmt == "fields":
             return run_fields(path, args, flt, out)
+        if fmt == "json":
+            return run_json(path, args, flt, out)
         t0: float | None = None
         write = out.write
-        dumps = json.dumps
         for cp in read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count):
             if t0 is None:
                 t0 = cp.timestamp
-            fields = frame_fields(cp) if (fmt == "json" or flt is not None) else None
+            fields = frame_fields(cp) if flt is not None else None
             if flt is not None and fields is not None and not flt(fields):
                 continue
-            if fmt == "json":
-                write(dumps(fields, separators=(",", ":")))
-                write("\n")
-            elif args.verbose:
+            if args.verbose:
                 write(frame_tree(cp))
                 write("\n\n")
             else:
@@ -178,7 +187,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.add_argument("-r", "--read", metavar="FILE", help="capture file to read")
     d.add_argument("-V", dest="verbose", action="store_true", help="print every layer and field with offsets")
     d.add_argument("-T", dest="format", choices=("text", "json", "fields"), default="text",
-                   help="output format: text (default), json (one object per line, Wireshark field names), "
+                   help="output format: text (default), json (as tshark -T json: an array of objects with "
+                        "_source.layers nested by protocol, Wireshark field names, string values), "
                         "fields (the -e fields, one line per packet, as tshark -T fields)")
     d.add_argument("-e", dest="fields", action="append", metavar="FIELD",
                    help="with -T fields: a field to print (repeat for more), e.g. -e infiniband.bth.psn")

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import IO, Any
 
+import dpkt
+
 from rdmalab.verbs.engine.carrier import Scheduler, Station, TimerHandle
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import Pkt
@@ -77,8 +79,6 @@ class PcapTap:
     """Writes every frame the fabric carries to a pcap file (LINKTYPE_ETHERNET, ns timestamps)."""
 
     def __init__(self, fabric: Fabric, dest: str | IO[bytes]) -> None:
-        import dpkt
-
         self._own = isinstance(dest, str)
         self._file: IO[bytes] = open(dest, "wb") if isinstance(dest, str) else dest  # noqa: SIM115
         self._writer = dpkt.pcap.Writer(self._file, linktype=dpkt.pcap.DLT_EN10MB, nano=True)

@@ -154,6 +154,11 @@ def run(opts: PerftestOptions, out: IO[str]) -> PerftestResult:
     if opts.atomic_type not in ("CMP_AND_SWAP", "FETCH_AND_ADD"):
         raise PerftestError(f"-A {opts.atomic_type}: the atomic type is CMP_AND_SWAP or FETCH_AND_ADD")
     check_permission()
+    if opts.duration is None:
+        # perftest (force_dependecies): neither depth exceeds the iterations
+        opts.tx_depth = min(opts.tx_depth, opts.iters)
+        if opts.verb == "send":
+            opts.rx_depth = min(opts.rx_depth, opts.iters)
     client = opts.server is not None
     sizes = [1 << i for i in range(1, 24)] if opts.all_sizes and verb != "atomic" else [opts.size]
     if not client:

@@ -173,6 +173,8 @@ def _transport(data: bytes, pkt: Packet, offset: int, end: int, trailer: int, le
     """The transport headers (:func:`rdmalab.wire.packet.decode_transport`), then the MAD a
     datagram to or from QP0/QP1 carries (QP0/QP1 are UD QPs whose messages are MADs, IBA Vol 1 13.5.1)."""
     crc_at = decode_transport(data, pkt, offset, end, trailer, lenient=lenient)
+    if data[offset] >> 5 != Transport.UD:  # the BTH opcode's transport bits: only UD datagrams carry MADs
+        return crc_at
     deth = pkt.get(DETH)
     bth = pkt.get(BTH)
     if deth is not None and bth is not None and carries_mad(bth.opcode, bth.destqp, deth.src_qp, pkt.payload_length):

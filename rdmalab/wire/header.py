@@ -27,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
@@ -134,12 +135,8 @@ def _fmt(fmt: str, bits: int, value: Any) -> str:
     if fmt == "hex":
         return f"0x{value:0{(bits + 3) // 4}x}"
     if fmt == "ipv6":
-        import ipaddress
-
         return str(ipaddress.IPv6Address(int(value)))
     if fmt == "ipv4":
-        import ipaddress
-
         return str(ipaddress.IPv4Address(int(value)))
     if fmt == "mac":
         raw = int(value).to_bytes(6, "big")

@@ -9,7 +9,7 @@ display-filter names are those of ``epan/dissectors/packet-infiniband.c`` (4.0).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from rdmalab.wire.errors import MalformedError
@@ -544,26 +544,20 @@ class OpcodeInfo:
             return "CNP"
         return " ".join(parts)
 
-    @property
-    def is_request(self) -> bool:
-        return self.op not in (Op.RDMA_READ_RESPONSE, Op.ACKNOWLEDGE, Op.ATOMIC_ACKNOWLEDGE, Op.CNP)
+    # Derived from the fields above once, in __post_init__: the engine reads them for every packet.
+    is_request: bool = field(init=False, repr=False, compare=False)
+    is_response: bool = field(init=False, repr=False, compare=False)
+    header_size: int = field(init=False, repr=False, compare=False)  # bytes of extended headers after the BTH
+    first_or_only: bool = field(init=False, repr=False, compare=False)
+    last_or_only: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def is_response(self) -> bool:
-        return self.op in (Op.RDMA_READ_RESPONSE, Op.ACKNOWLEDGE, Op.ATOMIC_ACKNOWLEDGE)
-
-    @property
-    def header_size(self) -> int:
-        """Bytes of extended headers after the BTH."""
-        return sum(h.LAYOUT.size for h in self.headers)
-
-    @property
-    def first_or_only(self) -> bool:
-        return self.pos in (Pos.FIRST, Pos.ONLY, None)
-
-    @property
-    def last_or_only(self) -> bool:
-        return self.pos in (Pos.LAST, Pos.ONLY, None)
+    def __post_init__(self) -> None:
+        put = object.__setattr__  # a frozen dataclass sets its derived fields this way
+        put(self, "is_request", self.op not in (Op.RDMA_READ_RESPONSE, Op.ACKNOWLEDGE, Op.ATOMIC_ACKNOWLEDGE, Op.CNP))
+        put(self, "is_response", self.op in (Op.RDMA_READ_RESPONSE, Op.ACKNOWLEDGE, Op.ATOMIC_ACKNOWLEDGE))
+        put(self, "header_size", sum(h.LAYOUT.size for h in self.headers))
+        put(self, "first_or_only", self.pos in (Pos.FIRST, Pos.ONLY, None))
+        put(self, "last_or_only", self.pos in (Pos.LAST, Pos.ONLY, None))
 
 
 # The RC operations, by low five bits: (op, pos, headers, payload, imm, inv).

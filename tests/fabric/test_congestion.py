@@ -208,3 +208,12 @@ def test_pfc_alone_blocks_the_victim_only_while_the_incast_lasts() -> None:
     base = sum(before) / len(before)
     assert max(during) < 0.3 * base  # head-of-line blocked behind R2's incast
     assert min(after) > 0.9 * base  # and back at once: no rate control to recover
+
+
+def test_fairness_late_joiners_get_their_share() -> None:
+    res = run("fairness", senders=4, duration_ms=20.0)
+    starts = [f.start for f in res.fabric.flows]
+    assert starts == sorted(starts) and starts[-1] == 7.5e6  # one joins every 2.5 ms
+    rates = [f["goodput_gbps"] for f in res.to_json()["flows"]]
+    jain = sum(rates) ** 2 / (len(rates) * sum(r * r for r in rates))
+    assert jain > 0.95 and min(rates) > 0.5 * 40.0 * HEADER_OVERHEAD / 4, rates

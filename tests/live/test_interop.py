@@ -39,7 +39,7 @@ pytestmark = pytest.mark.live
 
 ROOT = Path(__file__).resolve().parents[2]
 RXE_IP, PEER_IP = "10.0.0.1", "10.0.0.2"  # rdmalab.live.vm.TOPOLOGY: RXE0_IP, PEER_IP
-ITERS = 100
+ITERS = int(os.environ.get("RDMALAB_INTEROP_ITERS", "100"))  # per pingpong / perftest run
 KINDS = ("rc", "uc", "ud", "srq")
 
 GUEST = r"""#!/bin/bash
@@ -48,7 +48,7 @@ GUEST = r"""#!/bin/bash
 # lands in the job directory (the working directory, shared with the host).
 OUT="$RDMALAB_JOB"; PY="$RDMALAB_PYTHON"  # ROOT (the checkout) and ITERS come from the test
 export PYTHONPATH="$ROOT"
-RDL="$PY -m rdmalab"
+RDL="$PY -u -m rdmalab"  # unbuffered: a run that times out still shows how far it got
 ENG="ip netns exec $PEER_NS"
 log() { echo "== $*" >> "$OUT/guest.log"; }
 cat /sys/class/infiniband/$RXE0/ports/1/gids/1 > "$OUT/rxe_gid1"

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
+from rdmalab.verbs.engine.packet import Pkt
 from rdmalab.wire.frame import AddressLike, encode_rocev2
 from rdmalab.wire.ib import BTH, CNPPad
 from rdmalab.wire.opcodes import OPCODES, Op
@@ -99,8 +100,6 @@ def notify(qp: Any, pkt: Any) -> None:
     sender_qpn = pkt.deth.src_qp if pkt.deth is not None else qp.dest_qp_num
     if not pacer.on_ce(dev.now, pkt.src_gid, pkt.dst_gid, sender_qpn):
         return
-    from rdmalab.verbs.engine.packet import Pkt  # here: packet imports the wire layer only, but keep cnp light
-
     c = Pkt(CNP_OPCODE, 0, sender_qpn, pkt.dst_gid, pkt.src_gid, qp.sport, dev.mac, pkt.src_mac)
     c.srcqp = qp.qp_num
     dev.counters["np_cnp_sent"] = dev.counters.get("np_cnp_sent", 0) + 1

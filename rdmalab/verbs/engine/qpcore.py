@@ -108,6 +108,12 @@ class QPCore:
         self.sq: list[SendWQE] = []
         self.rq: deque[RecvWQE] = deque()
         self.sgid = self.dgid = self.dmac = 0  # the path (set with the address vector; kept over RESET)
+        # congestion control (rdmalab.verbs.engine.dcqcn.attach / ecn_only): the reaction point's rate
+        # limiter, when the next packet may go, whether a resume timer is pending; ECT(0) without one
+        self.dcqcn: Any = None
+        self.dcqcn_next_ns = 0.0
+        self.dcqcn_armed = False
+        self.ecn_capable = False
         self.reset()
 
     def reset(self) -> None:

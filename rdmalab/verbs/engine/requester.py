@@ -153,10 +153,11 @@ def _send(qp: QPCore, w: SendWQE) -> bool:
     family = Op.SEND if send else Op.RDMA_WRITE
     imm = op in _IMM_OPS
     inv = op == e.IBV_WR_SEND_WITH_INV
-    burst_ok = qp.dev.burst_ok and not ud and getattr(qp, "dcqcn", None) is None  # DCQCN paces single packets
+    paced = qp.dcqcn is not None
+    burst_ok = qp.dev.burst_ok and not ud and not paced  # DCQCN paces single packets
     payload = w.payload
     while w.next_pkt < n:
-        if dcqcn.wait(qp):  # DCQCN: not before the QP's rate allows (a timer resumes the requester)
+        if paced and dcqcn.wait(qp):  # DCQCN: not before the QP's rate allows (a timer resumes the requester)
             return False
         k = w.next_pkt
         psn = psn_add(w.first_psn, k)
@@ -212,7 +213,8 @@ def _send(qp: QPCore, w: SendWQE) -> bool:
 
 
 def _xmit(qp: QPCore, p: Pkt) -> None:
-    dcqcn.sent(qp, p)
+    if qp.dcqcn is not None or qp.ecn_capable:
+        dcqcn.sent(qp, p)
     qp.dev.transmit(p)
     if qp.qp_type == e.IBV_QPT_RC:
         qp.arm_timer()

@@ -1,0 +1,235 @@
+"""Packets as ``tshark -T json`` prints them (``rdmalab decode -T json``).
+
+tshark 4.0's layout: a JSON array with one object per frame, ``{"_index": "packets-DATE",
+"_type": "doc", "_score": null, "_source": {"layers": {...}}}``.  ``layers`` maps each protocol
+(``frame``, ``eth``, ``ip``, ``udp``, ``infiniband``, ``iwarp_ddp`` ...) to its fields, keyed by
+Wireshark's display-filter names, every value a *string* formatted as tshark shows it
+(decimal, ``0x``-padded hex, dotted addresses).  A header that Wireshark shows as a subtree
+(``infiniband.bth``) appears as its bytes (``"00:00:ff:ff:..."``) followed by ``NAME_tree``
+holding its fields, as tshark does.
+
+Differences from tshark, on purpose or by scope:
+
+* When a frame carries the same protocol more than once (iWARP FPDUs packed into one TCP
+  segment) tshark repeats the JSON key; we give a list instead, as ``tshark -T json
+  --no-duplicate-keys`` does, so that every JSON reader sees every value.
+* Only the fields rdmalab decodes are present (tshark adds resolved names, expert info,
+  stream indexes, TCP analysis ...).  Fields of rdmalab's own (ICRC status, FECN/BECN, the
+  opcode's name, decoding problems) are in a last layer named ``rdmalab``.
+* ``frame.time`` is in UTC (tshark uses the local time zone).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from rdmalab.capture.columnar import COLUMN_BY_NAME
+from rdmalab.capture.fields import header_fields, packet_fields
+from rdmalab.capture.fieldtext import value_text as _value_text
+
+if TYPE_CHECKING:
+    from rdmalab.capture.reader import CapturedPacket
+    from rdmalab.wire.header import Header
+    from rdmalab.wire.packet import Packet
+
+# tshark's frame.protocols names for our header classes' protocols ("ethertype" follows eth)
+_PROTO_CHAIN = {"eth": "eth:ethertype", "vlan": "vlan:ethertype"}
+# Wireshark's dissector (layer) names where one dissector decodes several of our protocols
+_LAYER = {"iwarp_ddp": "iwarp_ddp_rdmap", "iwarp_rdma": "iwarp_ddp_rdmap"}
+
+
+# CRCs (as Wireshark reads their wire bytes) and their digits
+_CRC_NAMES = {"iwarp_mpa.crc": 8, "iwarp_mpa.crc_check": 8, "rdmalab.crc32c.expected": 8,
+              "rdmalab.icrc.expected": 8, "infiniband.variant.crc": 4, "rdmalab.vcrc.expected": 4}
+
+
+def _epoch_ns(ts: float) -> int:
+    """The timestamp in nanoseconds; a microsecond-resolution time stays exact (no float noise)."""
+    us = round(ts * 1e6)
+    if abs(ts * 1e6 - us) < 0.01:
+        return us * 1000
+    return round(ts * 1e9)
+
+
+def _ns_text(ns: int) -> str:
+    sign = "-" if ns < 0 else ""
+    s, frac = divmod(abs(ns), 1_000_000_000)
+    return f"{sign}{s}.{frac:09d}"
+
+
+def value_text(name: str, value: Any) -> str:
+    """A value as tshark's JSON shows it: as ``-T fields`` does, but byte strings colon-separated."""
+    if isinstance(value, int) and name in _CRC_NAMES:
+        return f"0x{value:0{_CRC_NAMES[name]}x}"
+    text = _value_text(name, value)
+    col = COLUMN_BY_NAME.get(name)
+    if col is not None:
+        is_bytes = col.fmt.startswith("bytes")
+    else:
+        from rdmalab.capture.filter import declared_fields
+
+        is_bytes = declared_fields().get(name, ("dec", 0))[0] == "bytes"
+    if is_bytes and isinstance(value, int):
+        return ":".join(text[i:i + 2] for i in range(0, len(text), 2))
+    return text
+
+
+def _hexbytes(data: bytes) -> str:
+    return data.hex(":")
+
+
+def _put(d: dict[str, Any], key: str, value: Any) -> None:
+    """Add a key; a repeated key becomes a list of its values (tshark --no-duplicate-keys)."""
+    if key in d:
+        old = d[key]
+        if isinstance(old, _Repeated):
+            old.append(value)
+        else:
+            d[key] = _Repeated([old, value])
+    else:
+        d[key] = value
+
+
+class _Repeated(list[Any]):
+    """Values of a key that occurs more than once in one object."""
+
+
+def _header_layer(h: Header, data: bytes, offset: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(protocol, its fields in tshark's nesting, rdmalab-only fields) of one decoded header."""
+    lay = h.LAYOUT
+    proto_name = lay.ws_proto or "rdmalab"
+    proto = proto_name.split(".", 1)[0]
+    vals = header_fields(h)
+    layer_name = _LAYER.get(proto, proto)
+    ours: dict[str, Any] = {}
+    fields: dict[str, Any] = {}
+    for name, v in vals.items():
+        if proto == "rdmalab" or not name.startswith(proto + "."):
+            ours[name] = value_text(name, v)
+            continue
+        # a bit field of a byte Wireshark shows as a value (ip.dsfield.ecn under ip.dsfield_tree)
+        parent, _, _leaf = name.rpartition(".")
+        if "." in parent and parent != proto_name and parent not in vals and proto_name == proto:
+            fields.setdefault(parent + "_tree", {})[name] = value_text(name, v)
+        else:
+            fields[name] = value_text(name, v)
+    if proto == "rdmalab":
+        return "", {}, ours
+    if proto_name != proto:
+        # a header Wireshark shows as a subtree: its bytes, then its fields
+        raw = _hexbytes(data[offset:offset + lay.size])
+        return layer_name, {proto_name: raw, proto_name + "_tree": fields}, ours
+    return layer_name, fields, ours
+
+
+def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any], chain: list[str],
+                   skip: frozenset[type] = frozenset()) -> None:
+    current: dict[str, dict[str, Any]] = {}
+    order: list[str] = []
+    for layer in pkt.layers:
+        h = layer.header
+        if type(h) in skip:
+            continue
+        proto, fields, ours = _header_layer(h, pkt.data, layer.offset)
+        extras.update(ours)
+        if not proto:  # a header only rdmalab names (the CNP's reserved bytes)
+            continue
+        if proto not in current:
+            current[proto] = {}
+            order.append(proto)
+        dest = current[proto]
+        for k, v in fields.items():
+            if isinstance(v, dict) and isinstance(dest.get(k), dict):
+                dest[k].update(v)  # two headers in one subtree (Terminate control and its headers)
+            else:
+                dest[k] = v
+    # what the packet adds besides its headers (CRCs, rdmalab's own fields)
+    flat: dict[str, Any] = {}
+    packet_fields(pkt, flat, skip=frozenset(type(layer.header) for layer in pkt.layers))
+    for name, v in flat.items():
+        proto = name.split(".", 1)[0]
+        proto = _LAYER.get(proto, proto)
+        values = v if isinstance(v, list) else [v]
+        text: Any = [value_text(name, x) for x in values] if len(values) > 1 else value_text(name, values[0])
+        if proto in current and proto != "rdmalab":
+            current[proto][name] = text
+        else:
+            extras[name] = text
+    if pkt.payload_length and pkt.encap in ("rocev2", "rocev1", "ib"):
+        payload = pkt.payload
+        current["data"] = {"data.data": _hexbytes(payload), "data.len": str(len(payload))}
+        order.append("data")
+    for proto in order:
+        _put(layers, proto, current[proto])
+        chain.append(_PROTO_CHAIN.get(proto, proto))
+
+
+def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_displayed_ns: int) -> dict[str, Any]:
+    """One frame as tshark's JSON object (``_index``, ``_type``, ``_score``, ``_source.layers``)."""
+    ns = _epoch_ns(cp.timestamp)
+    when = _dt.datetime.fromtimestamp(ns // 1_000_000_000, tz=_dt.UTC)
+    frac = ns % 1_000_000_000
+    pkt = cp.packet
+    chain: list[str] = []
+    frame: dict[str, Any] = {
+        "frame.encap_type": str(_encap_type(cp.linktype)),
+        "frame.time": f"{when:%b} {when.day:2d}, {when:%Y %H:%M:%S}.{frac:09d} UTC",
+        "frame.offset_shift": "0.000000000",
+        "frame.time_epoch": _ns_text(ns),
+        "frame.time_delta": _ns_text(ns - prev_ns),
+        "frame.time_delta_displayed": _ns_text(ns - prev_displayed_ns),
+        "frame.time_relative": _ns_text(ns - first_ns),
+        "frame.number": str(cp.frame_number),
+        "frame.len": str(cp.wire_length or len(pkt.data)),
+        "frame.cap_len": str(len(pkt.data)),
+        "frame.marked": "0",
+        "frame.ignored": "0",
+        "frame.protocols": "",
+    }
+    layers: dict[str, Any] = {"frame": frame}
+    extras: dict[str, Any] = {}
+    _packet_layers(pkt, layers, extras, chain)
+    if cp.pdus:
+        skip = frozenset(type(layer.header) for layer in pkt.layers)
+        for pdu in cp.pdus:
+            _packet_layers(pdu, layers, extras, chain, skip)
+    if pkt.internal_error:
+        extras["rdmalab.problems"] = f"internal decoder error: {pkt.internal_error}"
+    extras["rdmalab.encap"] = pkt.encap
+    layers["rdmalab"] = extras
+    seen: list[str] = []
+    for c in chain:
+        if c not in seen:
+            seen.append(c)
+    frame["frame.protocols"] = ":".join(seen)
+    return {"_index": f"packets-{when:%Y-%m-%d}", "_type": "doc", "_score": None, "_source": {"layers": layers}}
+
+
+def _encap_type(linktype: int) -> int:
+    """Wireshark's WTAP_ENCAP number for the pcap link types rdmalab reads (wtap.h)."""
+    return {1: 1, 113: 25, 276: 210, 197: 98, 247: 98}.get(linktype, linktype)
+
+
+def iter_json(packets: Iterable[CapturedPacket], keep: Any = None) -> Iterator[str]:
+    """The text of ``tshark -T json`` for these frames, in pieces (``keep(cp)`` filters, None keeps all)."""
+    import json
+
+    first_ns: int | None = None
+    prev_ns = prev_disp = 0
+    yield "[\n"
+    sep = ""
+    for cp in packets:
+        ns = _epoch_ns(cp.timestamp)
+        if first_ns is None:
+            first_ns = prev_ns = prev_disp = ns
+        if keep is not None and not keep(cp):
+            prev_ns = ns
+            continue
+        obj = packet_json(cp, first_ns=first_ns, prev_ns=prev_ns, prev_displayed_ns=prev_disp)
+        prev_ns = prev_disp = ns
+        text = json.dumps(obj, indent=2, ensure_ascii=False)
+        yield sep + "  " + text.replace("\n", "\n  ")
+        sep = ",\n"
+    yield "\n]\n" if sep else "]\n"

@@ -1,0 +1,146 @@
+"""``rdmalab decode -T json`` against ``tshark -T json``, field by field, on every capture in captures/."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdmalab.capture import read
+from rdmalab.capture.columnar import COLUMN_BY_NAME
+from rdmalab.capture.crosscheck import known_ws_names, parse_ws_value
+from rdmalab.capture.defects import explain
+from rdmalab.cli import build_parser
+
+CAPTURES = Path(__file__).resolve().parents[2] / "captures"
+FILES = sorted(p for p in CAPTURES.glob("*") if p.suffix in (".pcap", ".pcapng")) if CAPTURES.is_dir() else []
+requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None,
+                                     reason="tshark (Wireshark) is not installed; CI installs it")
+# The RDMA layers compared (RoCE/IB, iWARP) and the headers carrying them.
+RDMA_LAYERS = ("infiniband", "iwarp_mpa", "iwarp_ddp_rdmap")
+CARRIER_LAYERS = ("eth", "vlan", "ip", "ipv6", "udp")
+
+
+def flatten(node: Any, out: dict[str, list[str]], heads: set[str] | None = None) -> None:
+    """Every leaf of a layer: name -> its string values in order (subtrees and lists walked).
+
+    ``heads`` collects the names that stand for a subtree's bytes (``infiniband.bth``)."""
+    if isinstance(node, list):
+        for item in node:
+            flatten(item, out, heads)
+        return
+    for key, value in node.items():
+        if heads is not None and key + "_tree" in node:
+            heads.add(key)
+        if isinstance(value, dict | list) and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            if isinstance(value, list) and all(isinstance(v, dict) for v in value) or isinstance(value, dict):
+                flatten(value, out, heads)
+                continue
+        values = value if isinstance(value, list) else [value]
+        out.setdefault(key, []).extend(v for v in values if isinstance(v, str))
+
+
+def layer_fields(obj: dict[str, Any], names: tuple[str, ...],
+                 heads: set[str] | None = None) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    layers = obj["_source"]["layers"]
+    for name in names:
+        if name in layers:
+            flatten(layers[name], out, heads)
+    return out
+
+
+def same(name: str, ours: list[str], theirs: list[str]) -> bool:
+    """Equal text; for fields that are not columns (CM, MAD: rdmalab does not know the base
+    Wireshark displays each in) equal values, whatever the notation."""
+    if ours == theirs:
+        return True
+    if name in COLUMN_BY_NAME or len(ours) != len(theirs):
+        return False
+    return all(parse_ws_value(a) == parse_ws_value(b) for a, b in zip(ours, theirs, strict=True))
+
+
+def run(argv: list[str], out: io.StringIO) -> int:
+    args = build_parser().parse_args(argv)
+    rc: int = args.func(args, out)
+    return rc
+
+
+def ours(path: Path) -> list[dict[str, Any]]:
+    buf = io.StringIO()
+    assert run(["decode", "-T", "json", str(path)], buf) == 0
+    data: list[dict[str, Any]] = json.loads(buf.getvalue())
+    return data
+
+
+def tshark_json(path: Path) -> list[dict[str, Any]]:
+    cmd = ["tshark", "-n", "--disable-protocol", "rpcordma", "-r", str(path), "-T", "json", "--no-duplicate-keys"]
+    data: list[dict[str, Any]] = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    return data
+
+
+def test_layout_is_tsharks() -> None:
+    data = ours(CAPTURES / "rxe_send_bw_loss.pcap")
+    assert isinstance(data, list) and len(data) == 154
+    first = data[0]
+    assert set(first) == {"_index", "_type", "_score", "_source"}
+    assert first["_type"] == "doc" and first["_score"] is None and first["_index"].startswith("packets-")
+    roce = next(o for o in data if "infiniband" in o["_source"]["layers"])
+    layers = roce["_source"]["layers"]
+    assert list(layers)[:5] == ["frame", "eth", "ip", "udp", "infiniband"]
+    bth = layers["infiniband"]["infiniband.bth_tree"]
+    assert all(isinstance(v, str) for v in bth.values())
+    assert layers["infiniband"]["infiniband.bth"].count(":") == 11  # the 12 BTH bytes
+    assert layers["frame"]["frame.time_epoch"].endswith("000") and layers["frame"]["frame.number"].isdigit()
+
+
+def test_filter_and_count_apply_to_json() -> None:
+    buf = io.StringIO()
+    run(["decode", "-T", "json", "-c", "40", "-Y", "infiniband.aeth", str(CAPTURES / "rxe_send_bw_loss.pcap")], buf)
+    data = json.loads(buf.getvalue())
+    assert data and all("infiniband.aeth" in o["_source"]["layers"]["infiniband"] for o in data)
+    assert all(int(o["_source"]["layers"]["frame"]["frame.number"]) <= 40 for o in data)
+    buf = io.StringIO()
+    run(["decode", "-T", "json", "-Y", "frame.len > 100000", str(CAPTURES / "rxe_send_bw_loss.pcap")], buf)
+    assert json.loads(buf.getvalue()) == []
+
+
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_json_agrees_with_tshark(path: Path) -> None:
+    mine, theirs = ours(path), tshark_json(path)
+    frames = list(read(path))
+    assert len(mine) == len(theirs) == len(frames)
+    known = known_ws_names()
+    diffs: list[str] = []
+    compared = 0
+    for cp, a, b in zip(frames, mine, theirs, strict=True):
+        if cp.linktype != 197:  # ERF: Wireshark takes the ERF record's own timestamp, rdmalab the pcap record's
+            assert a["_source"]["layers"]["frame"]["frame.time_epoch"] == b["_source"]["layers"]["frame"]["frame.time_epoch"]
+        for group in (RDMA_LAYERS, CARRIER_LAYERS):
+            heads: set[str] = set()
+            got, want = layer_fields(a, group, heads), layer_fields(b, group)
+            if group is CARRIER_LAYERS and not any(k in a["_source"]["layers"] for k in RDMA_LAYERS):
+                continue
+            for name in sorted((set(got) | (set(want) & known)) - heads):
+                g, w = got.get(name, []), want.get(name, [])
+                if name.startswith("rdmalab."):
+                    continue
+                # tshark repeats a field that is its subtree's only field (infiniband.immdt_tree)
+                if len(w) == 2 * len(g) and w[::2] == w[1::2]:
+                    w = w[::2]
+                if same(name, g, w):
+                    compared += 1
+                    continue
+                kind = "only_rdmalab" if not w else "only_wireshark" if not g else "value"
+                if explain(cp, want, name, kind) is not None:
+                    continue
+                diffs.append(f"frame {cp.frame_number} {name}: rdmalab {g}, tshark {w}")
+    assert compared > 0
+    assert not diffs, f"{len(diffs)} differences:\n" + "\n".join(diffs[:40])
