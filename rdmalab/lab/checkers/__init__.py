@@ -1,8 +1,7 @@
 """The exercises' checkers, one module per notebook.  Importing this package registers them all.
 
 Checkers compute the expected answer with rdmalab itself, from the same capture, bytes or
-engine run the notebook shows, so an exercise cannot drift from its notebook.  The engine is
-imported inside the checkers that need it, so this package imports even without it.
+engine run the notebook shows, so an exercise cannot drift from its notebook.
 """
 
 from rdmalab.lab.checkers import captures, cm, congestion, dma, live, reliability, security, verbs, welcome, wires  # noqa: F401
