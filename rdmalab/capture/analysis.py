@@ -122,6 +122,8 @@ class Analysis:
     throughput: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     #: per connection: (time, PSN - first PSN, 0 first copy / 1 sent again / 2 NAK) for the PSN plot
     psn_time: dict[int, list[tuple[float, int, int]]] = field(default_factory=dict)
+    #: checks over the whole capture: ``cnp_pacing`` (per hypothesis), ``capture`` (trust)
+    checks: dict[str, Any] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = defaultdict(int)
@@ -145,7 +147,7 @@ class Analysis:
             conns.append(d)
         return {"file": self.path, "packets": self.packets, "rdma_packets": self.rdma_packets, "mtu": self.mtu,
                 "counts": self.counts(), "connections": conns, "messages": msgs,
-                "findings": [asdict(f) for f in self.findings]}
+                "findings": [asdict(f) for f in self.findings], "checks": self.checks}
 
     def text(self, limit: int = 200) -> str:
         lines = [f"{self.path or 'capture'}: {self.packets} frames, {self.rdma_packets} RDMA packets, "
@@ -166,6 +168,16 @@ class Analysis:
             ops = s.get("messages")
             if ops:
                 lines.append("  messages: " + ", ".join(f"{n} {k}" for k, n in ops.items()))
+        pacing = self.checks.get("cnp_pacing")
+        if pacing and pacing["triggers"]:
+            lines.append(f"\nCNP pacing (minimum gap {pacing['min_gap_us']:g} us, {pacing['triggers']} CE-marked "
+                         f"requests, {pacing['cnps']} CNPs): consistent with "
+                         + (", ".join(pacing["consistent"]) or "no hypothesis"))
+            for name, h in pacing["hypotheses"].items():
+                gap = h["min_observed_gap_us"]
+                lines.append(f"  per {name:<8} expected {h['expected']:>5}, seen {h['seen']:>5}, "
+                             f"{len(h['mismatched_scopes'])} scope(s) differ; smallest gap between CNPs "
+                             + (f"{gap:.3f} us" if gap is not None else "-"))
         counts = self.counts()
         lines.append("\nFindings: " + (", ".join(f"{n} {k}" for k, n in counts.items()) if counts else "none"))
         for f in self.findings[:limit]:
@@ -225,7 +237,7 @@ def _rel(psn: int, ref: int) -> int:
 
 
 def analyze(source: str | os.PathLike[str] | Columns, *, sent: str | os.PathLike[str] | Columns | None = None,
-            cnp_window_us: float = 1000.0) -> Analysis:
+            cnp_window_us: float = 1000.0, cnp_min_gap_us: float = 4.0) -> Analysis:
     """Analyse a capture file (or its columns).
 
     ``sent`` is a second capture of the same traffic taken before the lossy part of the path
@@ -338,12 +350,73 @@ def analyze(source: str | os.PathLike[str] | Columns, *, sent: str | os.PathLike
             text = (f"PSN {psn[i]} marked CE; CNP {react:.3f} us later" if react is not None
                     else f"PSN {psn[i]} marked CE; no CNP back within {cnp_window_us:g} us")
             findings.append(Finding("ecn_ce", cid, frames, float(ts[i]), text, {"cnp_after_us": react}))
+    triggers = [(i, conns[conn_of_req[key]].requester_qpn) for key, rows in req_streams.items()
+                for i in rows if int(ecn[i]) == 3]
+    checks = {"cnp_pacing": cnp_pacing(cols, triggers, cnps, src, dst, dqp, cnp_min_gap_us)}
     if sent is not None:
         findings.extend(_lost(cols, sent if isinstance(sent, Columns) else read_columns(sent), conns))
     findings.sort(key=lambda f: (f.time, f.frames[0] if f.frames else 0))
     throughput = {c.id: c.summary.pop("_series", []) for c in conns}
     psn_time = {c.id: c.summary.pop("_psn", []) for c in conns}
-    return Analysis(path, n, len(idx), conns, messages, findings, mtu, throughput, psn_time)
+    return Analysis(path, n, len(idx), conns, messages, findings, mtu, throughput, psn_time, checks)
+
+
+#: CNP pacing hypotheses (congestion-and-analysis.md B5; rdmalab.verbs.engine.cnp.CnpPacer's
+#: scopes): what one "last CNP" timer covers.  Keys are built from (sender IP, receiver IP,
+#: sender QPN), the sender being the one the CE-marked data came from and the CNP goes to.
+PACING_HYPOTHESES: dict[str, Any] = {
+    "qp": lambda s, r, q: (s, r, q),
+    "ip_pair": lambda s, r, q: (s, r),
+    "port": lambda s, r, q: (r,),
+}
+
+
+def cnp_pacing(cols: Columns, triggers: list[tuple[int, int | None]], cnps: list[int], src: dict[int, str],
+               dst: dict[int, str], dqp: np.ndarray, min_gap_us: float) -> dict[str, Any]:
+    """Check the CNPs against each pacing hypothesis, as Lumina's ``CNPCheck`` does.
+
+    Under a hypothesis, a CE-marked request produces a CNP when no CNP was expected in its scope
+    within the last ``min_gap_us`` (the notification point's ``min_time_between_cnps``); the
+    capture is consistent with the hypothesis when, scope by scope, the CNPs seen equal the CNPs
+    expected.  Also reports the smallest gap between two CNPs seen in one scope (below the
+    minimum gap means the NIC does not pace in that scope)."""
+    tns = cols.data["frame.time_ns"].astype(np.int64)
+    gap_ns = round(min_gap_us * 1000)
+    trig = sorted(triggers, key=lambda t: int(tns[t[0]]))
+    out: dict[str, Any] = {"min_gap_us": min_gap_us, "triggers": len(trig), "cnps": len(cnps), "hypotheses": {},
+                           "consistent": []}
+    for name, key in PACING_HYPOTHESES.items():
+        expected: dict[Any, int] = defaultdict(int)
+        last: dict[Any, int] = {}
+        for i, qpn in trig:
+            k = key(src[i], dst[i], qpn)
+            t = int(tns[i])
+            if k in last and t - last[k] < gap_ns:
+                continue
+            last[k] = t
+            expected[k] += 1
+        seen: dict[Any, int] = defaultdict(int)
+        prev: dict[Any, int] = {}
+        min_gap: int | None = None
+        for j in sorted(cnps, key=lambda j: int(tns[j])):
+            k = key(dst[j], src[j], int(dqp[j]))
+            seen[k] += 1
+            t = int(tns[j])
+            if k in prev:
+                d = t - prev[k]
+                min_gap = d if min_gap is None else min(min_gap, d)
+            prev[k] = t
+        scopes = set(expected) | set(seen)
+        mismatched = sorted((list(k), expected.get(k, 0), seen.get(k, 0)) for k in scopes
+                            if expected.get(k, 0) != seen.get(k, 0))
+        out["hypotheses"][name] = {
+            "expected": sum(expected.values()), "seen": sum(seen.values()), "scopes": len(scopes),
+            "mismatched_scopes": [{"scope": k, "expected": e, "seen": n} for k, e, n in mismatched],
+            "min_observed_gap_us": None if min_gap is None else min_gap / 1000,
+        }
+        if not mismatched and scopes:
+            out["consistent"].append(name)
+    return out
 
 
 def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: Columns, T: dict[str, np.ndarray],
