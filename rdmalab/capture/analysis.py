@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -178,6 +179,13 @@ class Analysis:
                 lines.append(f"  per {name:<8} expected {h['expected']:>5}, seen {h['seen']:>5}, "
                              f"{len(h['mismatched_scopes'])} scope(s) differ; smallest gap between CNPs "
                              + (f"{gap:.3f} us" if gap is not None else "-"))
+        ctr_rows = self.checks.get("counters")
+        if ctr_rows:
+            lines.append("\nCounters (after - before) against the capture:")
+            for r in ctr_rows:
+                ctr = ", ".join(f"{k} {v}" for k, v in r["counters"].items()) or "no such counter in the dumps"
+                mark = {True: "agree", False: "DIFFER", None: ""}[r["agree"]]
+                lines.append(f"  {r['what']:<30} capture {r['capture']:>6}   {ctr}  {mark}")
         counts = self.counts()
         lines.append("\nFindings: " + (", ".join(f"{n} {k}" for k, n in counts.items()) if counts else "none"))
         for f in self.findings[:limit]:
@@ -350,6 +358,9 @@ def analyze(source: str | os.PathLike[str] | Columns, *, sent: str | os.PathLike
             text = (f"PSN {psn[i]} marked CE; CNP {react:.3f} us later" if react is not None
                     else f"PSN {psn[i]} marked CE; no CNP back within {cnp_window_us:g} us")
             findings.append(Finding("ecn_ce", cid, frames, float(ts[i]), text, {"cnp_after_us": react}))
+    if path is not None and not isinstance(source, Columns) and bool(cols.layers["tcp"].any()):
+        findings.extend(_iwarp_findings(path))
+    findings.extend(_capture_gaps(findings))
     triggers = [(i, conns[conn_of_req[key]].requester_qpn) for key, rows in req_streams.items()
                 for i in rows if int(ecn[i]) == 3]
     checks = {"cnp_pacing": cnp_pacing(cols, triggers, cnps, src, dst, dqp, cnp_min_gap_us)}
@@ -359,6 +370,116 @@ def analyze(source: str | os.PathLike[str] | Columns, *, sent: str | os.PathLike
     throughput = {c.id: c.summary.pop("_series", []) for c in conns}
     psn_time = {c.id: c.summary.pop("_psn", []) for c in conns}
     return Analysis(path, n, len(idx), conns, messages, findings, mtu, throughput, psn_time, checks)
+
+
+def _iwarp_findings(path: str) -> list[Finding]:
+    """``bad_crc32c`` and ``terminate`` from the iWARP PDUs of the capture's TCP streams.
+
+    iWARP needs TCP reassembly, which the columns do not do: the per-packet decoder
+    (:mod:`rdmalab.capture.iwarp`) finds the MPA FPDUs; a Terminate (RDMAP opcode 7, RFC 5040
+    4.8) is explained by its layer, error type and error code (RFC 5040 7, RFC 5044 8, RFC 6581)."""
+    from rdmalab.capture.reader import read
+    from rdmalab.wire.rdmap import TERM_ETYPE_NAMES, TERM_LAYER_NAMES, Terminate, term_errcode_names
+
+    out: list[Finding] = []
+    for cp in read(path):
+        for pdu in cp.pdus:
+            if pdu.crc_kind == "crc32c" and pdu.crc_status == "bad":
+                exp = f", should be {pdu.crc_expected:#010x}" if pdu.crc_expected is not None else ""
+                out.append(Finding("bad_crc32c", None, [cp.frame_number], cp.timestamp,
+                                   f"{pdu.summary()}: MPA CRC32c {pdu.crc or 0:#010x} does not verify{exp}"))
+            term = pdu.get(Terminate)
+            if term is not None:
+                layer = TERM_LAYER_NAMES.get(term.layer, f"layer {term.layer}")
+                etype = TERM_ETYPE_NAMES.get(term.layer, {}).get(term.etype, f"type {term.etype}")
+                err = term_errcode_names(term.layer, term.etype).get(term.errcode, f"code {term.errcode:#04x}")
+                out.append(Finding("terminate", None, [cp.frame_number], cp.timestamp,
+                                   f"Terminate: {layer} error, {etype}: {err} (layer {term.layer}, type {term.etype}, "
+                                   f"code {term.errcode:#04x}); the connection is closed after it (RFC 5040 7.1)",
+                                   {"layer": term.layer, "etype": term.etype, "errcode": term.errcode,
+                                    "ddp_header": bool(term.hdrct_d), "rdmap_header": bool(term.hdrct_r)}))
+    return out
+
+
+def _capture_gaps(findings: list[Finding], burst_us: float = 50.0) -> list[Finding]:
+    """Gaps in the capture rather than losses on the wire.
+
+    A PSN gap whose packets the sender never sends again (no go-back-N restart from a PSN in it)
+    was received: the responder would otherwise have NAKed or timed out and the requester resent
+    them, so the capture (a mirror port, an offloaded sniffer) missed them.  Such gaps on several
+    connections within ``burst_us`` of each other are a capture drop burst."""
+    retrans: dict[int | None, list[tuple[float, int]]] = defaultdict(list)
+    for f in findings:
+        if f.kind == "retransmission":
+            retrans[f.connection].append((f.time, int(f.detail.get("from_psn", -1))))
+    out: list[Finding] = []
+    for f in findings:
+        if f.kind != "psn_gap":
+            continue
+        missing = set(f.detail.get("missing", []))
+        lo = f.detail.get("missing", [0])[0]
+        # a later go-back-N restart from the first missing PSN or before it sends them again
+        if any(t >= f.time and 0 <= (lo - p) % _PSN_MOD < _PSN_MOD // 2 for t, p in retrans.get(f.connection, [])):
+            continue
+        out.append(Finding("capture_gap", f.connection, list(f.frames), f.time,
+                           f"{f.text.split(':')[0]} never sent again: received but not captured "
+                           f"(a capture drop, not a loss on the wire)", {"missing": sorted(missing)}))
+    out.sort(key=lambda f: f.time)
+    k = 0
+    while k < len(out):
+        j = k
+        while j + 1 < len(out) and (out[j + 1].time - out[k].time) * 1e6 <= burst_us:
+            j += 1
+        conns = {f.connection for f in out[k:j + 1]}
+        if len(conns) > 1:
+            for f in out[k:j + 1]:
+                f.detail["burst_connections"] = len(conns)
+                f.text += f"; one of {len(conns)} connections with gaps within {burst_us:g} us"
+        k = j + 1
+    return out
+
+
+#: What the capture shows against the NIC counters that count the same events: (row, finding
+#: kinds counted in the capture, counter names).  mlx5 names from Lumina's counter checks
+#: (congestion-and-analysis.md B3, B5); rxe names from rxe_hw_counters.c (soft-engine-interop.md 1.4).
+COUNTER_ROWS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("sequence-error NAKs", ("nak_seq_err",), ("out_of_sequence", "rcvd_seq_err", "out_of_seq_request")),
+    ("NAK-triggered retransmissions", ("retransmission:nak",), ("packet_seq_err",)),
+    ("timeouts", ("timeout",), ("local_ack_timeout_err", "completer_retry_err")),
+    ("duplicate requests", ("duplicate",), ("duplicate_request",)),
+    ("implied NAKs", ("implied_nak",), ("implied_nak_seq_err",)),
+    ("CNPs sent", ("cnp",), ("np_cnp_sent",)),
+    ("CNPs handled", ("cnp",), ("rp_cnp_handled",)),
+    ("ECN-marked packets", ("ecn_ce",), ("np_ecn_marked_roce_packets",)),
+    ("bad ICRC", ("bad_icrc",), ("rx_icrc_encapsulated",)),
+)
+
+_COUNTER_PAIR = re.compile(r"(?<![\w/.-])([A-Za-z_][\w.]*)\s*:?\s+(\d+)(?![\w/.])")
+
+
+def parse_counters(text: str, where: str = "counters") -> dict[str, int]:
+    """Counters from ``rdma statistic show`` (``link rxe0/1 name value ...``) or ``ethtool -S``
+    (``name: value`` lines) text; several dumps in one file add up (several ports)."""
+    out: dict[str, int] = defaultdict(int)
+    for m in _COUNTER_PAIR.finditer(text):
+        out[m.group(1)] += int(m.group(2))
+    if not out:
+        raise ValueError(f"{where}: no counters found (expected the output of `rdma statistic show` "
+                         f"or `ethtool -S IFACE`)")
+    return dict(out)
+
+
+def counters_side_by_side(a: Analysis, before: dict[str, int], after: dict[str, int]) -> list[dict[str, Any]]:
+    """One row per kind of event: the capture's count and each matching counter's change."""
+    counts = a.counts()
+    nak_retrans = sum(1 for f in a.findings if f.kind == "retransmission" and f.detail.get("trigger") == "nak")
+    rows = []
+    for what, kinds, names in COUNTER_ROWS:
+        seen = sum(nak_retrans if k == "retransmission:nak" else counts.get(k, 0) for k in kinds)
+        ctr = {n: after[n] - before.get(n, 0) for n in names if n in after}
+        rows.append({"what": what, "capture": seen, "counters": ctr,
+                     "agree": None if not ctr else any(v == seen for v in ctr.values())})
+    return rows
 
 
 #: CNP pacing hypotheses (congestion-and-analysis.md B5; rdmalab.verbs.engine.cnp.CnpPacer's

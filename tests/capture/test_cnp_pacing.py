@@ -46,3 +46,54 @@ def test_a_wrong_gap_is_inconsistent(tmp_path: Path) -> None:
     pacing = analyze(pcap, cnp_min_gap_us=0).checks["cnp_pacing"]
     assert pacing["hypotheses"]["qp"]["expected"] == sim["marks"] != sim["cnps"]
     assert pacing["consistent"] == []
+
+
+def test_capture_drops_across_connections_are_not_wire_losses(tmp_path: Path) -> None:
+    import dpkt
+
+    from rdmalab.capture import read
+    from rdmalab.wire.ib import BTH
+
+    pcap, _ = simulate(tmp_path, "qp", 20)
+    frames = list(read(pcap))
+    # drop from the capture (not from the wire) the first data packet of each sender after the
+    # middle of the run: both connections then show a gap at once that nobody retransmits
+    mid = frames[len(frames) // 2].timestamp
+    dropped: dict[str, int] = {}
+    for cp in frames:
+        bth = cp.packet.get(BTH)
+        src = cp.packet.layers[1].header.src  # type: ignore[attr-defined]
+        if cp.timestamp >= mid and bth is not None and bth.opcode != 0x81 and src not in dropped and \
+                len(cp.packet.data) > 200:
+            dropped[src] = cp.frame_number
+        if len(dropped) == 2:
+            break
+    assert len(dropped) == 2
+    cut = tmp_path / "mirror_drops.pcap"
+    with open(cut, "wb") as f:
+        w = dpkt.pcap.Writer(f, nano=True)
+        for cp in frames:
+            if cp.frame_number not in dropped.values():
+                w.writepkt(cp.packet.data, ts=cp.timestamp)
+    clean = analyze(pcap)
+    assert not clean.of_kind("capture_gap") and not clean.of_kind("psn_gap")
+    a = analyze(cut)
+    gaps = a.of_kind("capture_gap")
+    assert len(gaps) == 2 and {g.connection for g in gaps} == {0, 1}
+    assert all(g.detail.get("burst_connections") == 2 for g in gaps)
+    assert not a.of_kind("retransmission")
+
+
+def test_real_losses_are_not_capture_gaps() -> None:
+    a = analyze(Path(__file__).resolve().parents[2] / "captures" / "rxe_send_bw_loss.pcap")
+    assert a.of_kind("psn_gap") and a.of_kind("retransmission")
+    assert not a.of_kind("capture_gap")  # netem dropped them on the wire: go-back-N resent every one
+
+
+def test_iwarp_bad_crc32c_and_terminate_explained() -> None:
+    a = analyze(Path(__file__).resolve().parents[2] / "captures" / "synthetic_iwarp_mpa_crc.pcap")
+    bad = a.of_kind("bad_crc32c")
+    term = a.of_kind("terminate")
+    assert [f.frames for f in bad] == [[16]] and "should be" in bad[0].text
+    assert len(term) == 1 and term[0].detail["layer"] == 1 and term[0].detail["etype"] == 2
+    assert "Invalid MSN" in term[0].text
