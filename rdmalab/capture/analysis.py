@@ -358,6 +358,10 @@ def analyze(source: str | os.PathLike[str] | Columns, *, sent: str | os.PathLike
             text = (f"PSN {psn[i]} marked CE; CNP {react:.3f} us later" if react is not None
                     else f"PSN {psn[i]} marked CE; no CNP back within {cnp_window_us:g} us")
             findings.append(Finding("ecn_ce", cid, frames, float(ts[i]), text, {"cnp_after_us": react}))
+    ackreq = cols.data["infiniband.bth.a"]
+    for key, cid in conn_of_req.items():
+        findings.extend(_ack_coalescing(cid, req_streams[key], resp_of_conn.get(cid, []), T, op, psn, syn, has_aeth,
+                                        ackreq, frame, ts))
     if path is not None and not isinstance(source, Columns) and bool(cols.layers["tcp"].any()):
         findings.extend(_iwarp_findings(path))
     findings.extend(_capture_gaps(findings))
@@ -370,6 +374,58 @@ def analyze(source: str | os.PathLike[str] | Columns, *, sent: str | os.PathLike
     throughput = {c.id: c.summary.pop("_series", []) for c in conns}
     psn_time = {c.id: c.summary.pop("_psn", []) for c in conns}
     return Analysis(path, n, len(idx), conns, messages, findings, mtu, throughput, psn_time, checks)
+
+
+def _ack_coalescing(cid: int, reqs: list[int], resps: list[int], T: dict[str, np.ndarray], op: np.ndarray,
+                    psn: np.ndarray, syn: np.ndarray, has_aeth: np.ndarray, ackreq: np.ndarray, frame: np.ndarray,
+                    ts: np.ndarray) -> list[Finding]:
+    """``ack_coalescing`` anomalies of one connection's acknowledgements.
+
+    A responder may coalesce: one ACK acknowledges every request up to its PSN (IBA Vol 1
+    9.7.5.1.3), so fewer ACKs than requests is normal.  Anomalies: an ACK whose PSN goes below an
+    earlier ACK's (ACKs must not decrease: Lumina's ``GBNCheck``, congestion-and-analysis.md B3),
+    an ACK for a PSN the requester has not sent, and a request with the AckReq bit that no later
+    acknowledgement covers although the responder went on answering."""
+    out: list[Finding] = []
+    if not reqs or not resps:
+        return out
+    base = int(psn[reqs[0]])
+    top = None  # highest request PSN sent so far (relative to the first)
+    last_ack: tuple[int, int] | None = None  # (relative PSN, row)
+    acks: list[tuple[float, int]] = []  # (time, relative PSN) of every acknowledgement
+    for i in sorted(reqs + resps, key=lambda r: (ts[r], r)):
+        o = int(op[i])
+        p = _rel(int(psn[i]), base)
+        if T["request"][o]:
+            top = p if top is None or p > top else top
+            continue
+        if not (has_aeth[i] and T["ack"][o] and int(syn[i]) >> 5 == 0):
+            if has_aeth[i] or T["read_resp"][o] or T["atomic_ack"][o]:
+                acks.append((float(ts[i]), p if not (has_aeth[i] and int(syn[i]) >> 5 == 3) else p - 1))
+            continue
+        acks.append((float(ts[i]), p))
+        unsent = False
+        if last_ack is not None and p < last_ack[0]:
+            out.append(Finding("ack_coalescing", cid, [int(frame[last_ack[1]]), int(frame[i])], float(ts[i]),
+                               f"ACK PSN {int(psn[i])} is below the earlier ACK's {int(psn[last_ack[1]])}: "
+                               f"acknowledgements went backwards", {"anomaly": "ack_backwards"}))
+        if top is not None and p > top:
+            unsent = True
+            out.append(Finding("ack_coalescing", cid, [int(frame[i])], float(ts[i]),
+                               f"ACK PSN {int(psn[i])} acknowledges a request not sent yet (highest sent "
+                               f"{(base + top) % _PSN_MOD})", {"anomaly": "ack_unsent"}))
+        if not unsent and (last_ack is None or p >= last_ack[0]):
+            last_ack = (p, i)
+    last_t = max(t for t, _ in acks) if acks else None
+    for i in reqs:
+        if not ackreq[i] or last_t is None or ts[i] >= last_t:
+            continue
+        p = _rel(int(psn[i]), base)
+        if not any(t >= ts[i] and q >= p for t, q in acks):
+            out.append(Finding("ack_coalescing", cid, [int(frame[i])], float(ts[i]),
+                               f"PSN {int(psn[i])} asked for an ACK (AckReq) and no later acknowledgement covers "
+                               f"it, though the responder answered later requests", {"anomaly": "ackreq_unanswered"}))
+    return out
 
 
 def _iwarp_findings(path: str) -> list[Finding]:

@@ -97,3 +97,42 @@ def test_iwarp_bad_crc32c_and_terminate_explained() -> None:
     assert [f.frames for f in bad] == [[16]] and "should be" in bad[0].text
     assert len(term) == 1 and term[0].detail["layer"] == 1 and term[0].detail["etype"] == 2
     assert "Invalid MSN" in term[0].text
+
+
+def _rewrite_ack_psn(src: Path, dst: Path, which: int, delta: int) -> int:
+    """Copy a capture, changing the PSN of its ``which``-th ACK by ``delta``; returns its frame number."""
+    import dpkt
+
+    from rdmalab.capture import read
+    from rdmalab.wire.ib import BTH
+
+    k = 0
+    changed = 0
+    with open(dst, "wb") as f:
+        w = dpkt.pcap.Writer(f, nano=True)
+        for cp in read(src):
+            data = bytearray(cp.packet.data)
+            bth = cp.packet.get(BTH)
+            if bth is not None and bth.opcode == 0x11:
+                k += 1
+                if k == which:
+                    at = next(layer.offset for layer in cp.packet.layers if isinstance(layer.header, BTH)) + 9
+                    data[at:at + 3] = ((bth.psn + delta) % (1 << 24)).to_bytes(3, "big")
+                    changed = cp.frame_number
+            w.writepkt(bytes(data), ts=cp.timestamp)
+    assert changed
+    return changed
+
+
+def test_ack_coalescing_anomalies(tmp_path: Path) -> None:
+    pcap, _ = simulate(tmp_path, "qp", 20)
+    clean = analyze(pcap)
+    assert not clean.of_kind("ack_coalescing")  # one ACK per several requests is normal coalescing
+    back = tmp_path / "back.pcap"
+    frame = _rewrite_ack_psn(pcap, back, 40, -150)  # ACKs come every ~64 requests
+    found = analyze(back).of_kind("ack_coalescing")
+    assert [(f.detail["anomaly"], f.frames[-1]) for f in found] == [("ack_backwards", frame)]
+    ahead = tmp_path / "ahead.pcap"
+    frame = _rewrite_ack_psn(pcap, ahead, 40, 5000)
+    found = analyze(ahead).of_kind("ack_coalescing")
+    assert [(f.detail["anomaly"], f.frames[-1]) for f in found] == [("ack_unsent", frame)]
