@@ -119,7 +119,7 @@ def main() -> None:
         flt = ["-Y", args.filter] if args.filter else []
         rd = [sys.executable, "-m", "rdmalab", "decode", "-r", path, "-T", "fields", *ef, *flt]
         ours = run(rd)
-        print(line(f"rdmalab decode -T fields (-j {os.cpu_count()})", n, ours))
+        print(line(f"rdmalab decode -T fields (default -j {max(1, (os.cpu_count() or 1) - 1)})", n, ours))
         one = run([*rd, "-j", "1"])
         print(line("rdmalab decode -T fields -j 1", n, one))
         if not args.no_tshark and shutil.which("tshark"):

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -122,6 +123,8 @@ class Analysis:
     throughput: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     #: per connection: (time, PSN - first PSN, 0 first copy / 1 sent again / 2 NAK) for the PSN plot
     psn_time: dict[int, list[tuple[float, int, int]]] = field(default_factory=dict)
+    #: checks over the whole capture: ``cnp_pacing`` (per hypothesis), ``capture`` (trust)
+    checks: dict[str, Any] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = defaultdict(int)
@@ -145,7 +148,7 @@ class Analysis:
             conns.append(d)
         return {"file": self.path, "packets": self.packets, "rdma_packets": self.rdma_packets, "mtu": self.mtu,
                 "counts": self.counts(), "connections": conns, "messages": msgs,
-                "findings": [asdict(f) for f in self.findings]}
+                "findings": [asdict(f) for f in self.findings], "checks": self.checks}
 
     def text(self, limit: int = 200) -> str:
         lines = [f"{self.path or 'capture'}: {self.packets} frames, {self.rdma_packets} RDMA packets, "
@@ -166,6 +169,23 @@ class Analysis:
             ops = s.get("messages")
             if ops:
                 lines.append("  messages: " + ", ".join(f"{n} {k}" for k, n in ops.items()))
+        pacing = self.checks.get("cnp_pacing")
+        if pacing and pacing["triggers"]:
+            lines.append(f"\nCNP pacing (minimum gap {pacing['min_gap_us']:g} us, {pacing['triggers']} CE-marked "
+                         f"requests, {pacing['cnps']} CNPs): consistent with "
+                         + (", ".join(pacing["consistent"]) or "no hypothesis"))
+            for name, h in pacing["hypotheses"].items():
+                gap = h["min_observed_gap_us"]
+                lines.append(f"  per {name:<8} expected {h['expected']:>5}, seen {h['seen']:>5}, "
+                             f"{len(h['mismatched_scopes'])} scope(s) differ; smallest gap between CNPs "
+                             + (f"{gap:.3f} us" if gap is not None else "-"))
+        ctr_rows = self.checks.get("counters")
+        if ctr_rows:
+            lines.append("\nCounters (after - before) against the capture:")
+            for r in ctr_rows:
+                ctr = ", ".join(f"{k} {v}" for k, v in r["counters"].items()) or "no such counter in the dumps"
+                mark = {True: "agree", False: "DIFFER", None: ""}[r["agree"]]
+                lines.append(f"  {r['what']:<30} capture {r['capture']:>6}   {ctr}  {mark}")
         counts = self.counts()
         lines.append("\nFindings: " + (", ".join(f"{n} {k}" for k, n in counts.items()) if counts else "none"))
         for f in self.findings[:limit]:
@@ -225,7 +245,7 @@ def _rel(psn: int, ref: int) -> int:
 
 
 def analyze(source: str | os.PathLike[str] | Columns, *, sent: str | os.PathLike[str] | Columns | None = None,
-            cnp_window_us: float = 1000.0) -> Analysis:
+            cnp_window_us: float = 1000.0, cnp_min_gap_us: float = 4.0) -> Analysis:
     """Analyse a capture file (or its columns).
 
     ``sent`` is a second capture of the same traffic taken before the lossy part of the path
@@ -338,12 +358,242 @@ def analyze(source: str | os.PathLike[str] | Columns, *, sent: str | os.PathLike
             text = (f"PSN {psn[i]} marked CE; CNP {react:.3f} us later" if react is not None
                     else f"PSN {psn[i]} marked CE; no CNP back within {cnp_window_us:g} us")
             findings.append(Finding("ecn_ce", cid, frames, float(ts[i]), text, {"cnp_after_us": react}))
+    ackreq = cols.data["infiniband.bth.a"]
+    for key, cid in conn_of_req.items():
+        findings.extend(_ack_coalescing(cid, req_streams[key], resp_of_conn.get(cid, []), T, op, psn, syn, has_aeth,
+                                        ackreq, frame, ts))
+    if path is not None and not isinstance(source, Columns) and bool(cols.layers["tcp"].any()):
+        findings.extend(_iwarp_findings(path))
+    findings.extend(_capture_gaps(findings))
+    triggers = [(i, conns[conn_of_req[key]].requester_qpn) for key, rows in req_streams.items()
+                for i in rows if int(ecn[i]) == 3]
+    checks = {"cnp_pacing": cnp_pacing(cols, triggers, cnps, src, dst, dqp, cnp_min_gap_us)}
     if sent is not None:
         findings.extend(_lost(cols, sent if isinstance(sent, Columns) else read_columns(sent), conns))
     findings.sort(key=lambda f: (f.time, f.frames[0] if f.frames else 0))
     throughput = {c.id: c.summary.pop("_series", []) for c in conns}
     psn_time = {c.id: c.summary.pop("_psn", []) for c in conns}
-    return Analysis(path, n, len(idx), conns, messages, findings, mtu, throughput, psn_time)
+    return Analysis(path, n, len(idx), conns, messages, findings, mtu, throughput, psn_time, checks)
+
+
+def _ack_coalescing(cid: int, reqs: list[int], resps: list[int], T: dict[str, np.ndarray], op: np.ndarray,
+                    psn: np.ndarray, syn: np.ndarray, has_aeth: np.ndarray, ackreq: np.ndarray, frame: np.ndarray,
+                    ts: np.ndarray) -> list[Finding]:
+    """``ack_coalescing`` anomalies of one connection's acknowledgements.
+
+    A responder may coalesce: one ACK acknowledges every request up to its PSN (IBA Vol 1
+    9.7.5.1.3), so fewer ACKs than requests is normal.  Anomalies: an ACK whose PSN goes below an
+    earlier ACK's (ACKs must not decrease: Lumina's ``GBNCheck``, congestion-and-analysis.md B3),
+    an ACK for a PSN the requester has not sent, and a request with the AckReq bit that no later
+    acknowledgement covers although the responder went on answering."""
+    out: list[Finding] = []
+    if not reqs or not resps:
+        return out
+    base = int(psn[reqs[0]])
+    top = None  # highest request PSN sent so far (relative to the first)
+    last_ack: tuple[int, int] | None = None  # (relative PSN, row)
+    acks: list[tuple[float, int]] = []  # (time, relative PSN) of every acknowledgement
+    for i in sorted(reqs + resps, key=lambda r: (ts[r], r)):
+        o = int(op[i])
+        p = _rel(int(psn[i]), base)
+        if T["request"][o]:
+            top = p if top is None or p > top else top
+            continue
+        if not (has_aeth[i] and T["ack"][o] and int(syn[i]) >> 5 == 0):
+            if has_aeth[i] or T["read_resp"][o] or T["atomic_ack"][o]:
+                acks.append((float(ts[i]), p if not (has_aeth[i] and int(syn[i]) >> 5 == 3) else p - 1))
+            continue
+        acks.append((float(ts[i]), p))
+        unsent = False
+        if last_ack is not None and p < last_ack[0]:
+            out.append(Finding("ack_coalescing", cid, [int(frame[last_ack[1]]), int(frame[i])], float(ts[i]),
+                               f"ACK PSN {int(psn[i])} is below the earlier ACK's {int(psn[last_ack[1]])}: "
+                               f"acknowledgements went backwards", {"anomaly": "ack_backwards"}))
+        if top is not None and p > top:
+            unsent = True
+            out.append(Finding("ack_coalescing", cid, [int(frame[i])], float(ts[i]),
+                               f"ACK PSN {int(psn[i])} acknowledges a request not sent yet (highest sent "
+                               f"{(base + top) % _PSN_MOD})", {"anomaly": "ack_unsent"}))
+        if not unsent and (last_ack is None or p >= last_ack[0]):
+            last_ack = (p, i)
+    last_t = max(t for t, _ in acks) if acks else None
+    for i in reqs:
+        if not ackreq[i] or last_t is None or ts[i] >= last_t:
+            continue
+        p = _rel(int(psn[i]), base)
+        if not any(t >= ts[i] and q >= p for t, q in acks):
+            out.append(Finding("ack_coalescing", cid, [int(frame[i])], float(ts[i]),
+                               f"PSN {int(psn[i])} asked for an ACK (AckReq) and no later acknowledgement covers "
+                               f"it, though the responder answered later requests", {"anomaly": "ackreq_unanswered"}))
+    return out
+
+
+def _iwarp_findings(path: str) -> list[Finding]:
+    """``bad_crc32c`` and ``terminate`` from the iWARP PDUs of the capture's TCP streams.
+
+    iWARP needs TCP reassembly, which the columns do not do: the per-packet decoder
+    (:mod:`rdmalab.capture.iwarp`) finds the MPA FPDUs; a Terminate (RDMAP opcode 7, RFC 5040
+    4.8) is explained by its layer, error type and error code (RFC 5040 7, RFC 5044 8, RFC 6581)."""
+    from rdmalab.capture.reader import read
+    from rdmalab.wire.rdmap import TERM_ETYPE_NAMES, TERM_LAYER_NAMES, Terminate, term_errcode_names
+
+    out: list[Finding] = []
+    for cp in read(path):
+        for pdu in cp.pdus:
+            if pdu.crc_kind == "crc32c" and pdu.crc_status == "bad":
+                exp = f", should be {pdu.crc_expected:#010x}" if pdu.crc_expected is not None else ""
+                out.append(Finding("bad_crc32c", None, [cp.frame_number], cp.timestamp,
+                                   f"{pdu.summary()}: MPA CRC32c {pdu.crc or 0:#010x} does not verify{exp}"))
+            term = pdu.get(Terminate)
+            if term is not None:
+                layer = TERM_LAYER_NAMES.get(term.layer, f"layer {term.layer}")
+                etype = TERM_ETYPE_NAMES.get(term.layer, {}).get(term.etype, f"type {term.etype}")
+                err = term_errcode_names(term.layer, term.etype).get(term.errcode, f"code {term.errcode:#04x}")
+                out.append(Finding("terminate", None, [cp.frame_number], cp.timestamp,
+                                   f"Terminate: {layer} error, {etype}: {err} (layer {term.layer}, type {term.etype}, "
+                                   f"code {term.errcode:#04x}); the connection is closed after it (RFC 5040 7.1)",
+                                   {"layer": term.layer, "etype": term.etype, "errcode": term.errcode,
+                                    "ddp_header": bool(term.hdrct_d), "rdmap_header": bool(term.hdrct_r)}))
+    return out
+
+
+def _capture_gaps(findings: list[Finding], burst_us: float = 50.0) -> list[Finding]:
+    """Gaps in the capture rather than losses on the wire.
+
+    A PSN gap whose packets the sender never sends again (no go-back-N restart from a PSN in it)
+    was received: the responder would otherwise have NAKed or timed out and the requester resent
+    them, so the capture (a mirror port, an offloaded sniffer) missed them.  Such gaps on several
+    connections within ``burst_us`` of each other are a capture drop burst."""
+    retrans: dict[int | None, list[tuple[float, int]]] = defaultdict(list)
+    for f in findings:
+        if f.kind == "retransmission":
+            retrans[f.connection].append((f.time, int(f.detail.get("from_psn", -1))))
+    out: list[Finding] = []
+    for f in findings:
+        if f.kind != "psn_gap":
+            continue
+        missing = set(f.detail.get("missing", []))
+        lo = f.detail.get("missing", [0])[0]
+        # a later go-back-N restart from the first missing PSN or before it sends them again
+        if any(t >= f.time and 0 <= (lo - p) % _PSN_MOD < _PSN_MOD // 2 for t, p in retrans.get(f.connection, [])):
+            continue
+        out.append(Finding("capture_gap", f.connection, list(f.frames), f.time,
+                           f"{f.text.split(':')[0]} never sent again: received but not captured "
+                           f"(a capture drop, not a loss on the wire)", {"missing": sorted(missing)}))
+    out.sort(key=lambda f: f.time)
+    k = 0
+    while k < len(out):
+        j = k
+        while j + 1 < len(out) and (out[j + 1].time - out[k].time) * 1e6 <= burst_us:
+            j += 1
+        conns = {f.connection for f in out[k:j + 1]}
+        if len(conns) > 1:
+            for f in out[k:j + 1]:
+                f.detail["burst_connections"] = len(conns)
+                f.text += f"; one of {len(conns)} connections with gaps within {burst_us:g} us"
+        k = j + 1
+    return out
+
+
+#: What the capture shows against the NIC counters that count the same events: (row, finding
+#: kinds counted in the capture, counter names).  mlx5 names from Lumina's counter checks
+#: (congestion-and-analysis.md B3, B5); rxe names from rxe_hw_counters.c (soft-engine-interop.md 1.4).
+COUNTER_ROWS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("sequence-error NAKs", ("nak_seq_err",), ("out_of_sequence", "rcvd_seq_err", "out_of_seq_request")),
+    ("NAK-triggered retransmissions", ("retransmission:nak",), ("packet_seq_err",)),
+    ("timeouts", ("timeout",), ("local_ack_timeout_err", "completer_retry_err")),
+    ("duplicate requests", ("duplicate",), ("duplicate_request",)),
+    ("implied NAKs", ("implied_nak",), ("implied_nak_seq_err",)),
+    ("CNPs sent", ("cnp",), ("np_cnp_sent",)),
+    ("CNPs handled", ("cnp",), ("rp_cnp_handled",)),
+    ("ECN-marked packets", ("ecn_ce",), ("np_ecn_marked_roce_packets",)),
+    ("bad ICRC", ("bad_icrc",), ("rx_icrc_encapsulated",)),
+)
+
+_COUNTER_PAIR = re.compile(r"(?<![\w/.-])([A-Za-z_][\w.]*)\s*:?\s+(\d+)(?![\w/.])")
+
+
+def parse_counters(text: str, where: str = "counters") -> dict[str, int]:
+    """Counters from ``rdma statistic show`` (``link rxe0/1 name value ...``) or ``ethtool -S``
+    (``name: value`` lines) text; several dumps in one file add up (several ports)."""
+    out: dict[str, int] = defaultdict(int)
+    for m in _COUNTER_PAIR.finditer(text):
+        out[m.group(1)] += int(m.group(2))
+    if not out:
+        raise ValueError(f"{where}: no counters found (expected the output of `rdma statistic show` "
+                         f"or `ethtool -S IFACE`)")
+    return dict(out)
+
+
+def counters_side_by_side(a: Analysis, before: dict[str, int], after: dict[str, int]) -> list[dict[str, Any]]:
+    """One row per kind of event: the capture's count and each matching counter's change."""
+    counts = a.counts()
+    nak_retrans = sum(1 for f in a.findings if f.kind == "retransmission" and f.detail.get("trigger") == "nak")
+    rows = []
+    for what, kinds, names in COUNTER_ROWS:
+        seen = sum(nak_retrans if k == "retransmission:nak" else counts.get(k, 0) for k in kinds)
+        ctr = {n: after[n] - before.get(n, 0) for n in names if n in after}
+        rows.append({"what": what, "capture": seen, "counters": ctr,
+                     "agree": None if not ctr else any(v == seen for v in ctr.values())})
+    return rows
+
+
+#: CNP pacing hypotheses (congestion-and-analysis.md B5; rdmalab.verbs.engine.cnp.CnpPacer's
+#: scopes): what one "last CNP" timer covers.  Keys are built from (sender IP, receiver IP,
+#: sender QPN), the sender being the one the CE-marked data came from and the CNP goes to.
+PACING_HYPOTHESES: dict[str, Any] = {
+    "qp": lambda s, r, q: (s, r, q),
+    "ip_pair": lambda s, r, q: (s, r),
+    "port": lambda s, r, q: (r,),
+}
+
+
+def cnp_pacing(cols: Columns, triggers: list[tuple[int, int | None]], cnps: list[int], src: dict[int, str],
+               dst: dict[int, str], dqp: np.ndarray, min_gap_us: float) -> dict[str, Any]:
+    """Check the CNPs against each pacing hypothesis, as Lumina's ``CNPCheck`` does.
+
+    Under a hypothesis, a CE-marked request produces a CNP when no CNP was expected in its scope
+    within the last ``min_gap_us`` (the notification point's ``min_time_between_cnps``); the
+    capture is consistent with the hypothesis when, scope by scope, the CNPs seen equal the CNPs
+    expected.  Also reports the smallest gap between two CNPs seen in one scope (below the
+    minimum gap means the NIC does not pace in that scope)."""
+    tns = cols.data["frame.time_ns"].astype(np.int64)
+    gap_ns = round(min_gap_us * 1000)
+    trig = sorted(triggers, key=lambda t: int(tns[t[0]]))
+    out: dict[str, Any] = {"min_gap_us": min_gap_us, "triggers": len(trig), "cnps": len(cnps), "hypotheses": {},
+                           "consistent": []}
+    for name, key in PACING_HYPOTHESES.items():
+        expected: dict[Any, int] = defaultdict(int)
+        last: dict[Any, int] = {}
+        for i, qpn in trig:
+            k = key(src[i], dst[i], qpn)
+            t = int(tns[i])
+            if k in last and t - last[k] < gap_ns:
+                continue
+            last[k] = t
+            expected[k] += 1
+        seen: dict[Any, int] = defaultdict(int)
+        prev: dict[Any, int] = {}
+        min_gap: int | None = None
+        for j in sorted(cnps, key=lambda j: int(tns[j])):
+            k = key(dst[j], src[j], int(dqp[j]))
+            seen[k] += 1
+            t = int(tns[j])
+            if k in prev:
+                d = t - prev[k]
+                min_gap = d if min_gap is None else min(min_gap, d)
+            prev[k] = t
+        scopes = set(expected) | set(seen)
+        mismatched = sorted((list(k), expected.get(k, 0), seen.get(k, 0)) for k in scopes
+                            if expected.get(k, 0) != seen.get(k, 0))
+        out["hypotheses"][name] = {
+            "expected": sum(expected.values()), "seen": sum(seen.values()), "scopes": len(scopes),
+            "mismatched_scopes": [{"scope": k, "expected": e, "seen": n} for k, e, n in mismatched],
+            "min_observed_gap_us": None if min_gap is None else min_gap / 1000,
+        }
+        if not mismatched and scopes:
+            out["consistent"].append(name)
+    return out
 
 
 def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: Columns, T: dict[str, np.ndarray],

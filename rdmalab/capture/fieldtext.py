@@ -23,7 +23,16 @@ _POW10 = [10 ** i for i in range(20)]
 
 
 _QUADS = np.frombuffer("".join(f"{i:04d}" for i in range(10000)).encode(), dtype=np.uint8).reshape(10000, 4)
-_POW10_U64 = np.array([10 ** i for i in range(1, 20)], dtype=np.uint64)
+# the same four characters as one uint32 each (one gather per four digits), and with the leading
+# zeros blanked (0 bytes, dropped when the lines are joined): for the leading group of a number,
+# and for the last group when it is the whole number (0 still shows as "0")
+_QUADS32 = np.ascontiguousarray(_QUADS).view(np.uint32).ravel()
+_LEAD = np.frombuffer("".join(f"{i:>4d}" if i else "    " for i in range(10000)).encode(), dtype=np.uint8)
+_LEAD32 = np.where(_LEAD == ord(" "), 0, _LEAD).astype(np.uint8).view(np.uint32)
+_ALONE32 = _LEAD32.copy()
+_ALONE32[0] = np.frombuffer(b"\x00\x00\x000", dtype=np.uint32)[0]
+# one byte -> its two hex digits, as one uint16
+_HEX2 = np.frombuffer("".join(f"{i:02x}" for i in range(256)).encode(), dtype=np.uint16)
 
 
 def _dec(v: np.ndarray, width: int | None = None, pad_zeros: bool = False) -> np.ndarray:
@@ -32,36 +41,42 @@ def _dec(v: np.ndarray, width: int | None = None, pad_zeros: bool = False) -> np
     top = int(v.max()) if n else 0
     if width is None:
         width = max(1, len(str(top)))
-    # four digits per division: a 10000-row table of digit quadruples
     quads = (width + 3) // 4
-    rest = v.astype(np.uint32 if top < 2**32 else np.uint64)
-    out = np.empty((n, quads * 4), dtype=np.uint8)
-    for q in range(quads - 1, -1, -1):
-        if q:
-            rest, r = np.divmod(rest, rest.dtype.type(10000))
+    rest = v.astype(np.uint32 if top < 2**32 else np.uint64, copy=False)
+    groups = []  # least significant first
+    for _ in range(quads - 1):
+        rest, r = np.divmod(rest, rest.dtype.type(10000))
+        groups.append(r)
+    groups.append(rest)
+    out = np.empty((n, quads), dtype=np.uint32)
+    started = None
+    for q, r in enumerate(reversed(groups)):
+        idx = r.astype(np.intp, copy=False)
+        if pad_zeros:
+            out[:, q] = _QUADS32[idx]
+        elif q == 0:
+            out[:, q] = (_ALONE32 if quads == 1 else _LEAD32)[idx]
+            started = r != 0
         else:
-            r = rest
-        out[:, 4 * q:4 * q + 4] = _QUADS[r.astype(np.intp)]
-    out = out[:, quads * 4 - width:]
-    if not pad_zeros and width > 1:
-        # blank the leading zeros: keep column k where k >= width - (number of digits)
-        ndig = np.searchsorted(_POW10_U64, v.astype(np.uint64), side="right") + 1
-        keep = np.arange(width, dtype=np.int64)[None, :] >= (width - ndig)[:, None]
-        out = np.ascontiguousarray(out)
-        out *= keep.view(np.uint8)
-    return out
+            assert started is not None
+            table = _ALONE32 if q == quads - 1 else _LEAD32
+            out[:, q] = np.where(started, _QUADS32[idx], table[idx])
+            started |= r != 0
+    m = out.view(np.uint8).reshape(n, quads * 4)
+    return m[:, quads * 4 - width:]
 
 
 def _hex(v: np.ndarray, digits: int, prefix: bool = True) -> np.ndarray:
-    v = v.astype(np.uint64)
-    out = np.empty((len(v), digits + (2 if prefix else 0)), dtype=np.uint8)
-    o = 0
-    if prefix:
-        out[:, 0] = ord("0")
-        out[:, 1] = ord("x")
-        o = 2
-    for k in range(digits):
-        out[:, o + k] = _HEX[((v >> np.uint64(4 * (digits - 1 - k))) & np.uint64(15)).astype(np.intp)]
+    n = len(v)
+    nbytes = (digits + 1) // 2
+    b = v.astype(">u8").view(np.uint8).reshape(n, 8)[:, 8 - nbytes:]
+    pairs = _HEX2[b].view(np.uint8).reshape(n, 2 * nbytes)[:, 2 * nbytes - digits:]
+    if not prefix:
+        return pairs
+    out = np.empty((n, digits + 2), dtype=np.uint8)
+    out[:, 0] = ord("0")
+    out[:, 1] = ord("x")
+    out[:, 2:] = pairs
     return out
 
 
@@ -214,12 +229,12 @@ def _worker_task(task: tuple[Any, ...]) -> bytes:
 
 def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_expr: str | None = None,
                count: int | None = None, separator: bytes = b"\t", quote: bytes = b"", verify_icrc: bool = False,
-               workers: int | None = None, progress: bool = False, block_bytes: int = 4 << 20,
+               workers: int | None = None, progress: bool = False, block_bytes: int = 2 << 20,
                parallel_min_bytes: int = 32 << 20) -> Iterator[bytes]:
     """The ``-T fields`` output of a capture, block by block (bounded memory).
 
     A plain (not compressed) pcap file of ``parallel_min_bytes`` or more, read whole, is split among ``workers``
-    processes (default: the number of cores): this process follows the record headers and hands
+    processes (default: one fewer than the cores): this process follows the record headers and hands
     each block's record offsets to a worker, which reads the block again, decodes, filters and
     renders it; the blocks come back in file order.
     """
@@ -230,7 +245,10 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
     flt = compile_filter(filter_expr) if filter_expr else None
     needed = set(names) | (set(flt.fields) if flt is not None else set())
     if workers is None:
-        workers = os.cpu_count() or 1
+        # the main process itself keeps one core busy following the record headers and writing
+        # the text, so workers only pay off with cores to spare (on 2 cores -j 1 was faster in
+        # wall and half the CPU time: benchmarks/bench_columnar.py)
+        workers = max(1, (os.cpu_count() or 1) - 1)
     parallel = workers > 1 and count is None and _plain_pcap(p) and os.path.getsize(p) >= parallel_min_bytes
     if not parallel:
         left = count
@@ -257,7 +275,7 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
             for raw in _pcap_raw(p, f, order, block_bytes):
                 if bar is not None:
                     bar.update(raw.file_end - bar.n)
-                yield (p, raw.file_start, raw.file_end, raw.offs, raw.first, order, ns_mult, linktype, list(names),
+                yield (p, raw.file_start, raw.file_end, np.array(raw.offs, dtype=np.int64), raw.first, order, ns_mult, linktype, list(names),
                        filter_expr, verify_icrc, separator, quote)
 
         ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)

@@ -16,7 +16,22 @@ def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
     path = args.file or args.read
     if path is None:
         raise Fail("analyze needs a capture file: rdmalab analyze FILE")
-    a = analyze(path, sent=args.sent)
+    if args.cnp_gap < 0:
+        raise Fail(f"--cnp-gap {args.cnp_gap}: the minimum time between CNPs cannot be negative")
+    a = analyze(path, sent=args.sent, cnp_min_gap_us=args.cnp_gap)
+    if args.counters:
+        from rdmalab.capture.analysis import counters_side_by_side, parse_counters
+
+        dumps = []
+        for name in args.counters:
+            try:
+                with open(name, encoding="utf-8", errors="replace") as f:
+                    dumps.append(parse_counters(f.read(), name))
+            except OSError as err:
+                raise Fail(f"--counters {name}: {err.strerror}") from None
+            except ValueError as err:
+                raise Fail(str(err)) from None
+        a.checks["counters"] = counters_side_by_side(a, dumps[0], dumps[1])
     if args.format == "json":
         json.dump(a.to_dict(), out, indent=1, default=str)
         out.write("\n")
@@ -45,5 +60,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--sent", metavar="FILE",
                    help="a capture of the same traffic taken before the lossy link (e.g. at the sender): "
                         "packets it has and FILE lacks are reported as lost")
+    p.add_argument("--counters", nargs=2, metavar=("BEFORE", "AFTER"),
+                   help="text dumps of `rdma statistic show` and/or `ethtool -S IFACE` taken before and after "
+                        "the capture: shown side by side with what the capture shows")
+    p.add_argument("--cnp-gap", type=float, default=4.0, metavar="US",
+                   help="the notification point's minimum time between CNPs, for the pacing check "
+                        "(default 4 us, mlx5's np_min_time_between_cnps)")
     p.add_argument("--limit", type=int, default=200, help="findings listed in the text output (default 200)")
     p.set_defaults(func=run_analyze)

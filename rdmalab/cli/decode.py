@@ -206,5 +206,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.add_argument("--no-columnar", action="store_true",
                    help="with -T fields: use the per-packet decoder even where the columnar one would do")
     d.add_argument("-j", "--workers", type=int, metavar="N",
-                   help="with -T fields: worker processes for a large capture (default: one per core)")
+                   help="with -T fields: worker processes for a large capture (default: one fewer than the cores)")
     d.set_defaults(func=run_decode, strict=False)

@@ -117,7 +117,9 @@ class Datagram:
     def seal(cls, body: bytes, src_gid: int, dst_gid: int, sport: int, *, dport: int = ROCEV2_PORT, ip_id: int = 0,
              tos: int = 0, ttl: int = 64, df: bool = True) -> Datagram:
         """A datagram for ``body`` (BTH through pad) with its ICRC computed over these fields."""
-        d = cls(body, src_gid, dst_gid, sport, dport, ip_id, tos, ttl, df)
+        # The IP and UDP lengths the ICRC covers count the ICRC itself (IBA vol 1 annex A17.3.3),
+        # so the headers are built for a payload four bytes longer than ``body``.
+        d = cls(body + bytes(4), src_gid, dst_gid, sport, dport, ip_id, tos, ttl, df)
         icrc = _crc.icrc_rocev2(d.ip_udp_header() + body).to_bytes(4, "little")
         return replace(d, payload=body + icrc)
 

@@ -179,3 +179,23 @@ def test_the_receiver_checks_the_icrc_over_the_covered_fields(change: Callable[[
     c.run()
     assert len(p.b.cq) == int(delivered)
     assert p.b.ctx.device.counters["dropped"] == int(not delivered)
+
+
+def test_a_sealed_datagram_carries_the_icrc_rxe_would_check() -> None:
+    """``Datagram.seal`` (what a carrier uses to build a packet of its own, e.g. with its own IP
+    id) must give the ICRC the receiver computes: the IP and UDP lengths it covers count the
+    ICRC itself.  Checked three ways: ``icrc_ok``, the wire decoder, and the engine's own frame."""
+    c = ByteCarrier(lambda i, d: d)
+    p = _pair(c)
+    p.b.recv(length=64)
+    p.send(p.a, e.IBV_WR_SEND, length=64)
+    c.run()
+    sent = c.sent[0]
+    for ip_id in (sent.ip_id, 0x1234):
+        sealed = Datagram.seal(sent.payload[:-4], sent.src_gid, sent.dst_gid, sent.sport, dport=sent.dport,
+                               ip_id=ip_id, tos=sent.tos, ttl=sent.ttl, df=sent.df)
+        assert sealed.icrc_ok()
+        assert decode_ethernet(sealed.frame()).crc_status == "good"
+        if ip_id == sent.ip_id:
+            assert sealed == sent
+    assert Datagram.seal(sent.payload[:-4], sent.src_gid, sent.dst_gid, sent.sport).with_ecn(3).icrc_ok()  # ECN is masked
