@@ -43,6 +43,9 @@ through the NAKs and retransmissions they cause.
 
 from __future__ import annotations
 
+import html
+import io
+import ipaddress
 import math
 import os
 import re
@@ -53,6 +56,10 @@ from typing import Any
 import numpy as np
 
 from rdmalab.capture.columnar import Columns, read_columns
+from rdmalab.capture.fields import frame_fields
+from rdmalab.capture.reader import decode_record, read, records
+from rdmalab.wire.opcodes import OPCODES, Op, Pos, Transport, opcode_name
+from rdmalab.wire.rdmap import TERM_ETYPE_NAMES, TERM_LAYER_NAMES, Terminate, term_errcode_names
 
 _PSN_MOD = 1 << 24
 _HALF = 1 << 23
@@ -198,8 +205,6 @@ class Analysis:
 
 
 def _opcode_classes() -> dict[str, np.ndarray]:
-    from rdmalab.wire.opcodes import OPCODES, Op, Pos, Transport
-
     t = {k: np.zeros(256, dtype=bool) for k in ("request", "response", "ack", "read_resp", "atomic_ack", "read_req",
                                                   "atomic", "first", "middle", "last", "only", "rc", "uc", "ud")}
     for code, info in OPCODES.items():
@@ -234,7 +239,6 @@ def _addr(cols: Columns, i: int, which: str) -> str:
     if cols.layers["ip"][i]:
         v = int(cols.data[f"ip.{which}"][i])
         return f"{v >> 24}.{(v >> 16) & 255}.{(v >> 8) & 255}.{v & 255}"
-    import ipaddress
 
     return str(ipaddress.IPv6Address(bytes(cols.data[f"ipv6.{which}"][i]).ljust(16, b"\0")))
 
@@ -255,7 +259,6 @@ def analyze(source: str | os.PathLike[str] | Columns, *, sent: str | os.PathLike
     """
     cols = source if isinstance(source, Columns) else read_columns(source)
     path = cols.path if isinstance(source, Columns) else os.fspath(source)
-    from rdmalab.wire.opcodes import opcode_name
 
     n = cols.n
     findings: list[Finding] = []
@@ -434,9 +437,6 @@ def _iwarp_findings(path: str) -> list[Finding]:
     iWARP needs TCP reassembly, which the columns do not do: the per-packet decoder
     (:mod:`rdmalab.capture.iwarp`) finds the MPA FPDUs; a Terminate (RDMAP opcode 7, RFC 5040
     4.8) is explained by its layer, error type and error code (RFC 5040 7, RFC 5044 8, RFC 6581)."""
-    from rdmalab.capture.reader import read
-    from rdmalab.wire.rdmap import TERM_ETYPE_NAMES, TERM_LAYER_NAMES, Terminate, term_errcode_names
-
     out: list[Finding] = []
     for cp in read(path):
         for pdu in cp.pdus:
@@ -600,8 +600,6 @@ def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: 
                         frame: np.ndarray, ts: np.ndarray, op: np.ndarray, psn: np.ndarray, syn: np.ndarray,
                         has_aeth: np.ndarray, msn: np.ndarray, plen: np.ndarray, dmalen: np.ndarray, mtu: int,
                         findings: list[Finding], messages: list[Message]) -> None:
-    from rdmalab.wire.opcodes import opcode_name
-
     rows = sorted(reqs + resps)
     is_req = set(reqs)
     c.packets = len(rows)
@@ -786,9 +784,6 @@ def _cm_exchanges(path: str, cols: Columns, dqp: np.ndarray, conns: list[Connect
     """Attach the CM REQ/REP exchange (IBA Vol 1 12.6) to the connection whose QPNs it names.
 
     CM MADs are UD SENDs to QP 1; only those frames go through the per-packet decoder."""
-    from rdmalab.capture.fields import frame_fields
-    from rdmalab.capture.reader import decode_record, records
-
     want = set((cols.data["frame.number"][cols.layers["infiniband.deth"] & (dqp == 1)]).tolist())
     if not want:
         return
@@ -834,8 +829,6 @@ def _packet_keys(cols: Columns) -> dict[tuple[Any, ...], list[int]]:
 def _lost(after: Columns, before: Columns, conns: list[Connection]) -> list[Finding]:
     """Packets in ``before`` that never show up in ``after``: each arrival is matched to the earliest
     unmatched copy sent no later than it; the copies left over were lost."""
-    from rdmalab.wire.opcodes import opcode_name
-
     got = _packet_keys(after)
     out = []
     t_a, t_b = after.data["frame.time_ns"], before.data["frame.time_ns"]
@@ -929,9 +922,6 @@ def _message_step(c: Connection, open_msg: Message | None, i: int, o: int, p: in
 
 def html_report(a: Analysis) -> str:
     """A self-contained HTML page: summary table, findings, and plots (inline SVG, matplotlib)."""
-    import html
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")  # no display: render to SVG text

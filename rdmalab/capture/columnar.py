@@ -22,16 +22,20 @@ layer's mask (:meth:`Columns.present`): e.g. ``infiniband.reth.va`` only where a
 from __future__ import annotations
 
 import gzip
+import ipaddress
 import os
 import struct
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
 
 import numpy as np
 
-from rdmalab.capture.reader import CaptureError
+from rdmalab.capture.fields import frame_fields
+from rdmalab.capture.reader import CaptureError, read
+from rdmalab.wire.opcodes import OPCODES, opcode_name
 
 #: Bytes of each packet copied into the field matrix: Ethernet + VLAN + IPv6 + UDP + BTH +
 #: the longest run of extended headers (RDETH+DETH+AtomicETH) fits with room to spare.
@@ -143,8 +147,6 @@ _LAYER_ALIASES = {"infiniband.reth": "infiniband.reth", "infiniband": "infiniban
 def _opcode_tables() -> dict[str, np.ndarray]:
     """Per BTH opcode: byte offset after the BTH of each extended header (-1: absent), and the
     total length of the extended headers; from the opcode table (the one source of truth)."""
-    from rdmalab.wire.opcodes import OPCODES
-
     names = {"RDETH": "rdeth", "DETH": "deth", "RETH": "reth", "AtomicETH": "atomiceth", "AETH": "aeth",
              "AtomicAckETH": "atomicacketh", "ImmDt": "immdt", "IETH": "ieth", "XRCETH": "xrceth"}
     t = {k: np.full(256, -1, dtype=np.int16) for k in names.values()}
@@ -197,8 +199,6 @@ class Columns:
         if name == "rdmalab.icrc.status":
             return np.array(["unchecked", "good", "bad"], dtype=object)[self.data["rdmalab.icrc.ok"].astype(np.int64) + 0]
         if name == "rdmalab.opcode":
-            from rdmalab.wire.opcodes import opcode_name
-
             names = np.array([opcode_name(i) for i in range(256)], dtype=object)
             out: np.ndarray = names[self.data["infiniband.bth.opcode"]]
             return out
@@ -789,9 +789,6 @@ def _verify_icrc(blk: RecordBlock, H: np.ndarray, sel: np.ndarray, rocev1: np.nd
 
 def columns_from_packets(path: str | os.PathLike[str], *, first: int = 1, limit: int | None = None) -> Columns:
     """Columns made with the per-packet decoder (other link types, iWARP): slower, same names."""
-    from rdmalab.capture.fields import frame_fields
-    from rdmalab.capture.reader import read
-
     n_max = limit
     rows: list[dict[str, Any]] = []
     for cp in read(path):
@@ -904,7 +901,6 @@ def read_columns(path: str | os.PathLike[str], *, verify_icrc: bool = True, prog
     if workers <= 1:
         return Columns.concat(list(iter_columns(p, verify_icrc=verify_icrc, progress=progress,
                                                 block_bytes=block_bytes)))
-    from concurrent.futures import ProcessPoolExecutor
 
     parts: list[Columns] = []
     with ProcessPoolExecutor(workers) as pool:
@@ -928,7 +924,6 @@ def read_many(paths: Sequence[str | os.PathLike[str]], *, workers: int = 1,
     """Columns of many files, one file per worker process."""
     if workers <= 1 or len(paths) <= 1:
         return [read_columns(p, verify_icrc=verify_icrc) for p in paths]
-    from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(workers) as pool:
         return list(pool.map(_read_one, [(os.fspath(p), verify_icrc) for p in paths]))
@@ -962,8 +957,6 @@ def _fmt_values(col: Col, values: np.ndarray) -> list[str]:
 
 def _ipv6_text(b: bytes) -> str:
     """IPv6 as Wireshark writes it: IPv4-mapped addresses end in dotted decimal (::ffff:10.0.0.1)."""
-    import ipaddress
-
     if b[:12] == b"\0" * 10 + b"\xff\xff":
         return "::ffff:" + ".".join(str(x) for x in b[12:])
     return str(ipaddress.IPv6Address(b))

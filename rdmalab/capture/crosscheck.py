@@ -17,6 +17,7 @@ position, and it streams: we parse it incrementally with ``xml.etree.ElementTree
 
 from __future__ import annotations
 
+import importlib
 import ipaddress
 import os
 import shutil
@@ -142,8 +143,6 @@ _EXTRA_KNOWN = frozenset({
 
 def known_ws_names() -> frozenset[str]:
     """Every InfiniBand/iWARP Wireshark field name some rdmalab header declares."""
-    import importlib
-
     for mod in ("mad", "cm", "mpa", "rdmap", "iwarp"):
         try:
             importlib.import_module(f"rdmalab.wire.{mod}")

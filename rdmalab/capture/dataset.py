@@ -21,9 +21,11 @@ imported inside the functions that need them.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,16 +98,12 @@ def convert(paths: Sequence[str | os.PathLike[str]], root: str | os.PathLike[str
     if dask:
         return _convert_dask(files, out, partition, dask, dask_workers)
     if workers > 1 and len(files) > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
         with ProcessPoolExecutor(workers) as pool:
             return list(pool.map(_convert_task, files, [out] * len(files), [partition] * len(files)))
     return [convert_file(f, out, partition) for f in files]
 
 
 def _convert_dask(files: list[str], root: str, partition: str, scheduler: str, n_workers: int) -> list[Converted]:
-    import importlib
-
     dd: Any = importlib.import_module("distributed")  # optional dependency (the "analysis" extra)
     cluster: Any = None
     client: Any

@@ -10,13 +10,28 @@ hexadecimal padded to the width of Wireshark's field type, dotted IPv4, colon-se
 
 from __future__ import annotations
 
+import ipaddress
+import multiprocessing
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from rdmalab.capture.columnar import COLUMN_BY_NAME, DERIVED, Columns, _ipv6_text, format_column
+from rdmalab.capture.columnar import (
+    COLUMN_BY_NAME,
+    DERIVED,
+    Columns,
+    _block,
+    _ipv6_text,
+    _open,
+    _pcap_raw,
+    _progress,
+    decode_block,
+    format_column,
+    iter_columns,
+)
+from rdmalab.capture.filter import compile_filter, declared_fields
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _POW10 = [10 ** i for i in range(20)]
@@ -173,7 +188,6 @@ def value_text(name: str, value: object) -> str:
         return f"{value:.9f}"
     if isinstance(value, str) and value.startswith("::ffff:") and "." not in value:
         # an IPv4-mapped IPv6 address (a RoCEv1 GID): Wireshark ends it in dotted decimal
-        import ipaddress
 
         return _ipv6_text(ipaddress.IPv6Address(value).packed)
     if isinstance(value, int) and not isinstance(value, bool):
@@ -184,7 +198,6 @@ def value_text(name: str, value: object) -> str:
             return f"0x{value:0{int(col.fmt[3:])}x}"
         if col is not None and col.fmt.startswith("bytes"):
             return value.to_bytes(int(col.fmt[5:]), "big").hex()
-        from rdmalab.capture.filter import declared_fields
 
         fmt, bits = declared_fields().get(name, ("dec", 0))
         if fmt == "hex":
@@ -210,9 +223,6 @@ _WORKER_FILTERS: dict[str, object] = {}
 
 def _worker_task(task: tuple[Any, ...]) -> bytes:
     """In a worker process: read one block of records again (pread), decode, filter, render."""
-    from rdmalab.capture.columnar import _block, decode_block
-    from rdmalab.capture.filter import compile_filter
-
     path, start, end, offs, first, order, ns_mult, linktype, names, expr, verify, sep, quote = task
     with open(path, "rb") as f:
         buf = os.pread(f.fileno(), end - start, start)
@@ -238,9 +248,6 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
     each block's record offsets to a worker, which reads the block again, decodes, filters and
     renders it; the blocks come back in file order.
     """
-    from rdmalab.capture.columnar import _open, _pcap_raw, iter_columns
-    from rdmalab.capture.filter import compile_filter
-
     p = os.fspath(path)
     flt = compile_filter(filter_expr) if filter_expr else None
     needed = set(names) | (set(flt.fields) if flt is not None else set())
@@ -262,7 +269,6 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
             if left is not None and left <= 0:
                 return
         return
-    import multiprocessing
 
     with _open(p) as f:
         head = f.read(24)
@@ -296,6 +302,4 @@ def _plain_pcap(path: str) -> bool:
 
 
 def _bar(path: str) -> Any:
-    from rdmalab.capture.columnar import _progress
-
     return _progress(path)

@@ -29,6 +29,7 @@ dictionary (:func:`rdmalab.capture.fields.frame_fields`) and also evaluates over
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -36,7 +37,20 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
 
+import numpy as np
+
+import rdmalab.capture.linktypes  # noqa: F401  - declares SLL/ERF headers
+import rdmalab.wire.cm  # noqa: F401  - the wire modules declare the headers declared_fields() walks
+import rdmalab.wire.ib  # noqa: F401
+import rdmalab.wire.iwarp  # noqa: F401
+import rdmalab.wire.mad  # noqa: F401
+import rdmalab.wire.mpa  # noqa: F401
+import rdmalab.wire.net  # noqa: F401
+import rdmalab.wire.rdmap  # noqa: F401
+from rdmalab.capture.columnar import COLUMN_NAMES
+from rdmalab.capture.fields import EXTRA_FIELDS
 from rdmalab.wire.errors import RdmalabError
+from rdmalab.wire.header import Header
 
 
 class FilterError(RdmalabError, ValueError):
@@ -55,15 +69,6 @@ class FilterError(RdmalabError, ValueError):
 @lru_cache(maxsize=1)
 def declared_fields() -> dict[str, tuple[str, int]]:
     """Wireshark name -> (display format, bits) of every field a header declares."""
-    import rdmalab.capture.linktypes  # noqa: F401  - declares SLL/ERF headers
-    import rdmalab.wire.cm  # noqa: F401  - the wire modules declare the headers we walk below
-    import rdmalab.wire.ib  # noqa: F401
-    import rdmalab.wire.iwarp  # noqa: F401
-    import rdmalab.wire.mad  # noqa: F401
-    import rdmalab.wire.mpa  # noqa: F401
-    import rdmalab.wire.net  # noqa: F401
-    import rdmalab.wire.rdmap  # noqa: F401
-
     out: dict[str, tuple[str, int]] = {}
     for _proto, f in _declarations():
         out.setdefault(f.ws or "", (f.fmt, f.bits))
@@ -77,8 +82,6 @@ def declared_fields() -> dict[str, tuple[str, int]]:
 @lru_cache(maxsize=1)
 def _declarations() -> list[tuple[str | None, Any]]:
     """(protocol name of the header, field spec) for every Wireshark-named field of every header."""
-    from rdmalab.wire.header import Header
-
     out: list[tuple[str | None, Any]] = []
     todo: list[type] = [Header]
     while todo:
@@ -106,11 +109,8 @@ def _borrowed(proto: str) -> frozenset[str]:
 @lru_cache(maxsize=1)
 def known_fields() -> frozenset[str]:
     """Every field name a filter may use: decoder fields and their protocol prefixes."""
-    from rdmalab.capture.fields import EXTRA_FIELDS
-
     names: set[str] = set(EXTRA_FIELDS) | set(declared_fields())
     try:  # the columnar decoder's columns (import here: columnar imports this module)
-        from rdmalab.capture.columnar import COLUMN_NAMES
         names.update(COLUMN_NAMES)
     except ImportError:  # pragma: no cover - numpy missing
         pass
@@ -406,8 +406,6 @@ class _Parser:
 
 
 def _suggest(name: str, known: Iterable[str]) -> str:
-    import difflib
-
     close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.75)
     return f" (did you mean {', '.join(close)}?)" if close else ""
 
@@ -473,8 +471,6 @@ class DisplayFilter:
         as object arrays); ``present(name)`` the boolean array of rows where the field (or
         protocol) exists.  Raises ``KeyError`` for a field the columns do not hold.
         """
-        import numpy as np
-
         def ev(node: Any) -> Any:
             t = type(node)
             if t is Exists:

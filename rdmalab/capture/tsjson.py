@@ -22,12 +22,14 @@ Differences from tshark, on purpose or by scope:
 from __future__ import annotations
 
 import datetime as _dt
+import json
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from rdmalab.capture.columnar import COLUMN_BY_NAME
 from rdmalab.capture.fields import header_fields, packet_fields
 from rdmalab.capture.fieldtext import value_text as _value_text
+from rdmalab.capture.filter import declared_fields
 
 if TYPE_CHECKING:
     from rdmalab.capture.reader import CapturedPacket
@@ -68,8 +70,6 @@ def value_text(name: str, value: Any) -> str:
     if col is not None:
         is_bytes = col.fmt.startswith("bytes")
     else:
-        from rdmalab.capture.filter import declared_fields
-
         is_bytes = declared_fields().get(name, ("dec", 0))[0] == "bytes"
     if is_bytes and isinstance(value, int):
         return ":".join(text[i:i + 2] for i in range(0, len(text), 2))
@@ -214,8 +214,6 @@ def _encap_type(linktype: int) -> int:
 
 def iter_json(packets: Iterable[CapturedPacket], keep: Any = None) -> Iterator[str]:
     """The text of ``tshark -T json`` for these frames, in pieces (``keep(cp)`` filters, None keeps all)."""
-    import json
-
     first_ns: int | None = None
     prev_ns = prev_disp = 0
     yield "[\n"
