@@ -10,6 +10,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import rdmalab
+from rdmalab.lab.data import SHIPPED  # the copies an installed wheel carries (package data)
+from rdmalab.live.vm import default_kernel, missing
+
 #: "soft": rdmalab's engine on a simulated fabric.  "rxe": the kernel's Soft-RoCE through pyverbs,
 #: on the host's rxe devices if it has two, else in the lab VM (rdmalab.live.vm; docs/live.md).
 BACKENDS = ("soft", "rxe")
@@ -26,7 +30,6 @@ def capture_path(name: str) -> Path:
     if env:
         candidates.append(Path(env))
     candidates += [repo_root() / "captures", Path.cwd() / "captures", Path.cwd().parent / "captures"]
-    from rdmalab.lab.data import SHIPPED  # the copies an installed wheel carries (package data)
 
     candidates.append(SHIPPED / "captures")
     for d in candidates:
@@ -52,8 +55,6 @@ def backend(name: str | None = None) -> str:
     if chosen == "rxe":
         where = rxe_where()
         if where is None:
-            from rdmalab.live.vm import missing
-
             gaps = "; ".join(str(g) for g in missing())
             raise RuntimeError(f"backend 'rxe' needs kernel rxe devices or the lab VM; this machine lacks: {gaps}")
     return chosen
@@ -61,8 +62,8 @@ def backend(name: str | None = None) -> str:
 
 def rxe_where() -> str | None:
     """Where the rxe backend runs here: ``"host rxeA/rxeB"``, ``"VM"``, or ``None`` (nowhere)."""
+    # lazy: live.scenarios loads rdmalab.fabric (which registers the soft devices) and the VM code
     from rdmalab.live.scenarios import host_rxe_pair
-    from rdmalab.live.vm import missing
 
     pair = host_rxe_pair()
     if pair:
@@ -78,8 +79,6 @@ def _backend_row() -> str:
 
 
 def _vm_row() -> str:
-    from rdmalab.live.vm import default_kernel, missing
-
     gaps = missing()
     if gaps:
         return "cannot boot here; missing: " + "; ".join(str(g) for g in gaps)
@@ -100,8 +99,6 @@ class Environment:
 
 def environment() -> Environment:
     """What the lab runs on: versions, backend, optional tools, kernel RDMA devices."""
-    import rdmalab
-
     ib = Path("/sys/class/infiniband")
     devices = sorted(p.name for p in ib.iterdir()) if ib.is_dir() else []
     rows = [

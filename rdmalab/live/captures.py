@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rdmalab.capture import read
 from rdmalab.live.vm import VM, VMError
 
 SRV = "10.0.1.1"
@@ -99,7 +100,6 @@ def make(names: list[str], out_dir: Path, *, vm: VM, repo: Path,
     unknown = [n for n in names if n not in CAPTURES]
     if unknown:
         raise VMError(f"unknown capture(s) {', '.join(unknown)}; known: {', '.join(CAPTURES)}")
-    from rdmalab.capture import read
 
     made = []
     for n in names:

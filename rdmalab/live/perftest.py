@@ -31,7 +31,16 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from rdmalab.fabric.udp import UdpFabric, check_permission, interface_of
 from rdmalab.live.oob import PERF_RECORD, Channel, PerfDest, connect, listen
+from rdmalab.verbs import enums as e
+from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
+from rdmalab.verbs.cq import CQ
+from rdmalab.verbs.device import Context
+from rdmalab.verbs.mr import MR
+from rdmalab.verbs.pd import PD
+from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 
 VERBS = ("write", "read", "send", "atomic")
 TEST_NAME = {"send": "Send", "write": "RDMA_Write", "read": "RDMA_Read", "atomic": "Atomic"}
@@ -132,7 +141,6 @@ def compute_report(size: int, posted: list[float], completed: list[float], cq_mo
 def run(opts: PerftestOptions, out: IO[str]) -> PerftestResult:
     """Run one perftest program's exchange and traffic; prints its lines to ``out``."""
     # Imported here so that `rdmalab --help` does not load the engine.
-    from rdmalab.fabric.udp import UdpFabric, check_permission, interface_of
 
     verb = opts.verb
     if verb not in VERBS:
@@ -204,15 +212,6 @@ def run(opts: PerftestOptions, out: IO[str]) -> PerftestResult:
 
 def _traffic(opts: PerftestOptions, out: IO[str], chan: Channel, fab: Any, client: bool, sizes: list[int],
              curr_mtu: int, mtu_bytes: int) -> PerftestResult:
-    from rdmalab.verbs import enums as e
-    from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
-    from rdmalab.verbs.cq import CQ
-    from rdmalab.verbs.device import Context
-    from rdmalab.verbs.mr import MR
-    from rdmalab.verbs.pd import PD
-    from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
-    from rdmalab.verbs.wr import SGE, RecvWR
-
     verb = opts.verb
     assert opts.iters is not None
     ctx = Context(name=fab.device.name, fabric=fab)
@@ -366,9 +365,6 @@ def _traffic(opts: PerftestOptions, out: IO[str], chan: Channel, fab: Any, clien
 
 def _run_client(opts: PerftestOptions, fab: Any, qp: Any, cq: Any, mr: Any, bufsize: int, rem: PerfDest, size: int,
                 res: PerftestResult) -> BwReport:
-    from rdmalab.verbs import enums as e
-    from rdmalab.verbs.wr import SGE, SendWR
-
     verb = opts.verb
     assert opts.iters is not None
     iters = opts.iters
@@ -437,8 +433,6 @@ def _run_client(opts: PerftestOptions, fab: Any, qp: Any, cq: Any, mr: Any, bufs
 
 
 def _serve_sends(opts: PerftestOptions, fab: Any, cq: Any, post_recvs: Any, size: int, res: PerftestResult) -> BwReport:
-    from rdmalab.verbs import enums as e
-
     assert opts.iters is not None
     rcnt = 0
     times: list[float] = []

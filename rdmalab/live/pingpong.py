@@ -25,7 +25,17 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from rdmalab.fabric.udp import UdpFabric, check_permission, interface_of
 from rdmalab.live.oob import PP_DONE, PP_RECORD, Channel, OOBError, PPDest, connect, gid_text, listen
+from rdmalab.verbs import enums as e
+from rdmalab.verbs.addr import AH, GID, AHAttr, GlobalRoute
+from rdmalab.verbs.cq import CQ
+from rdmalab.verbs.device import Context
+from rdmalab.verbs.mr import MR
+from rdmalab.verbs.pd import PD
+from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from rdmalab.verbs.srq import SRQ, SrqAttr, SrqInitAttr
+from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 
 KINDS = ("rc", "uc", "ud", "srq")
 PAGE = os.sysconf("SC_PAGESIZE") if hasattr(os, "sysconf") else 4096
@@ -88,16 +98,6 @@ def expected_message(opts: PingpongOptions, client_chk: bool) -> bytes:
 def run(opts: PingpongOptions, out: IO[str]) -> PingpongResult:
     """Run one pingpong; prints the stock program's lines to ``out``."""
     # The verbs layer and the carrier are imported here: ``rdmalab --help`` should not pay for them.
-    from rdmalab.fabric.udp import UdpFabric, check_permission, interface_of
-    from rdmalab.verbs import enums as e
-    from rdmalab.verbs.addr import AH, GID, AHAttr, GlobalRoute
-    from rdmalab.verbs.cq import CQ
-    from rdmalab.verbs.device import Context
-    from rdmalab.verbs.mr import MR
-    from rdmalab.verbs.pd import PD
-    from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
-    from rdmalab.verbs.srq import SRQ, SrqAttr, SrqInitAttr
-    from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 
     kind = opts.kind
     size = opts.size

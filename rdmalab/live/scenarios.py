@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import html
 import io
 import json
 import re
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rdmalab.capture import read
 from rdmalab.live.discover import devices as host_devices
 from rdmalab.live.vm import VM, VMError
 
@@ -81,7 +83,6 @@ class ScenarioResult:
         """The captured frames decoded by :func:`rdmalab.capture.read` (only RoCE ones by default)."""
         if self.pcap_path is None:
             return []
-        from rdmalab.capture import read
 
         pkts = list(read(self.pcap_path))
         if roce_only:
@@ -120,8 +121,6 @@ class CompletionTable:
         return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
 
     def _repr_html_(self) -> str:
-        import html
-
         head = "".join(f"<th>{html.escape(h)}</th>" for h in self.HEAD)
         body = "".join("<tr>" + "".join(f"<td><code>{html.escape(c)}</code></td>" for c in r) + "</tr>"
                        for r in self.rows())
@@ -150,6 +149,7 @@ def run(name: str, *, backend: str = "soft", size: int = 4096, seed: int = 1, lo
 
 
 def _run_soft(name: str, size: int, seed: int, loss: float, iters: int) -> ScenarioResult:
+    # lazy: importing rdmalab.fabric registers the soft devices; only the soft backend wants that
     from rdmalab.fabric.sim import Fabric, reset_default_fabric
     from rdmalab.live.programs import lab_ops
 

@@ -42,7 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rdmalab.capture import read
 from rdmalab.live.errors import VMError, cache_dir
+from rdmalab.live.siw import siw_module
 
 AGENT = Path(__file__).with_name("agent.sh")
 __all__ = ["AGENT", "TOPOLOGY", "VM", "Missing", "VMError", "VMResult", "kvm_usable", "missing", "run_in_vm"]
@@ -100,7 +102,6 @@ class VMResult:
         """The captured frames, decoded by :func:`rdmalab.capture.read` (empty without a capture)."""
         if self.pcap_path is None or not self.pcap_path.exists():
             return []
-        from rdmalab.capture import read
 
         return list(read(self.pcap_path))
 
@@ -275,8 +276,6 @@ class VM:
                 raise VMError(f"KVM requested but not usable: {self.kvm_reason}")
         siw_ko, siw_modprobe = "", ""
         if self.siw:
-            from rdmalab.live.siw import siw_module
-
             where = siw_module(self.kernel, say=self.say)
             if where == "modprobe":
                 siw_modprobe = "1"
