@@ -11,7 +11,7 @@ from rdmalab.cli._common import Fail
 
 
 def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
-    from rdmalab.capture.analysis import analyze, html_report
+    from rdmalab.capture.analysis import analyze, html_report  # lazy: keeps `rdmalab --help` fast
 
     path = args.file or args.read
     if path is None:
@@ -20,7 +20,7 @@ def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
         raise Fail(f"--cnp-gap {args.cnp_gap}: the minimum time between CNPs cannot be negative")
     a = analyze(path, sent=args.sent, cnp_min_gap_us=args.cnp_gap)
     if args.counters:
-        from rdmalab.capture.analysis import counters_side_by_side, parse_counters
+        from rdmalab.capture.analysis import counters_side_by_side, parse_counters  # lazy: keeps `rdmalab --help` fast
 
         dumps = []
         for name in args.counters:

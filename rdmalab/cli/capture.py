@@ -30,8 +30,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run_capture(args: argparse.Namespace, out: TextIO) -> int:
-    from rdmalab.live.captures import CAPTURES, make
-    from rdmalab.live.vm import VM, VMError
+    from rdmalab.live.captures import CAPTURES, make  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.live.vm import VM, VMError  # lazy: keeps `rdmalab --help` fast
 
     if args.list or not args.names:
         for spec in CAPTURES.values():

@@ -13,12 +13,12 @@ def run_convert(args: argparse.Namespace, out: TextIO) -> int:
     try:
         import pyarrow  # noqa: F401  - optional: say so plainly when it is missing
 
-        from rdmalab.capture.dataset import convert
+        from rdmalab.capture.dataset import convert  # lazy: keeps `rdmalab --help` fast
     except ImportError:
         raise Fail("convert needs pyarrow: pip install 'rdmalab[analysis]'") from None
     if args.dask:
         try:
-            import distributed  # noqa: F401
+            import distributed  # noqa: F401  - optional: distributed (analysis extra)
         except ImportError:
             raise Fail("--dask needs dask.distributed: pip install 'rdmalab[analysis]'") from None
     for f in args.files:

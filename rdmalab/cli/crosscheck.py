@@ -9,7 +9,7 @@ from rdmalab.cli._common import Fail
 
 
 def run_crosscheck(args: argparse.Namespace, out: TextIO) -> int:
-    from rdmalab.capture.crosscheck import TsharkError, crosscheck
+    from rdmalab.capture.crosscheck import TsharkError, crosscheck  # lazy: keeps `rdmalab --help` fast
 
     status = 0
     for path in args.files:

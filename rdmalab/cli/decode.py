@@ -50,7 +50,7 @@ def _field_options(opts: list[str]) -> dict[str, Any]:
 def _compile(expr: str | None) -> Any:
     if not expr:
         return None
-    from rdmalab.capture.filter import FilterError, compile_filter
+    from rdmalab.capture.filter import FilterError, compile_filter  # lazy: keeps `rdmalab --help` fast
 
     try:
         return compile_filter(expr)
@@ -69,8 +69,8 @@ def _write_bytes(out: TextIO, data: bytes) -> None:
 
 def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     """``-T fields``: columnar when every field (and the filter's) is a column, else per packet."""
-    from rdmalab.capture.columnar import COLUMN_NAMES
-    from rdmalab.capture.filter import known_fields
+    from rdmalab.capture.columnar import COLUMN_NAMES  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.filter import known_fields  # lazy: keeps `rdmalab --help` fast
 
     names: list[str] = args.fields or []
     if not names:
@@ -91,7 +91,7 @@ def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> in
 
 def _fields_columnar(path: str, names: list[str], flt: Any, args: argparse.Namespace, sep: bytes,
                      quote: bytes, out: TextIO) -> int:
-    from rdmalab.capture.fieldtext import field_text
+    from rdmalab.capture.fieldtext import field_text  # lazy: keeps `rdmalab --help` fast
 
     verify = any(n.startswith("rdmalab.icrc") for n in names) or (
         flt is not None and any(n.startswith("rdmalab.icrc") for n in flt.fields))
@@ -103,8 +103,8 @@ def _fields_columnar(path: str, names: list[str], flt: Any, args: argparse.Names
 
 def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namespace, opts: dict[str, Any],
                     out: TextIO) -> int:
-    from rdmalab.capture import frame_fields, read
-    from rdmalab.capture.fieldtext import value_text
+    from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.fieldtext import value_text  # lazy: keeps `rdmalab --help` fast
 
     sep = opts["separator"].decode()
     q = opts["quote"].decode()
@@ -129,8 +129,8 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
 
 def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     """``-T json``: tshark's layout (an array of ``{"_index", "_type", "_score", "_source": {"layers"}}``)."""
-    from rdmalab.capture import frame_fields, read
-    from rdmalab.capture.tsjson import iter_json
+    from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.tsjson import iter_json  # lazy: keeps `rdmalab --help` fast
 
     keep = None if flt is None else (lambda cp: flt(frame_fields(cp)))
     packets = read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count)
@@ -140,9 +140,9 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
 
 
 def run_decode(args: argparse.Namespace, out: TextIO) -> int:
-    from rdmalab.capture import frame_fields, read
-    from rdmalab.capture.render import frame_tree, summary_line
-    from rdmalab.wire.errors import DecodeError
+    from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.render import frame_tree, summary_line  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.wire.errors import DecodeError  # lazy: keeps `rdmalab --help` fast
 
     path = args.file or args.read
     if path is None:

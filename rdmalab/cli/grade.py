@@ -15,8 +15,8 @@ def run_grade(args: argparse.Namespace, out: TextIO) -> int:
     if not root.is_dir():
         raise Fail(f"grade: {root} is not a folder of submitted notebooks")
     try:  # nbclient and ipykernel come with the lab extra; imported here to keep them optional
-        import ipykernel  # noqa: F401
-        import nbclient  # noqa: F401
+        import ipykernel  # noqa: F401  - optional: ipykernel (lab extra)
+        import nbclient  # noqa: F401  - optional: nbclient (lab extra)
     except ImportError as err:
         raise Fail(f"grade needs the lab extras ({err.name} is missing): pip install 'rdmalab[lab]'") from None
     from rdmalab.lab import grade  # lazy: keeps `rdmalab --help` fast

@@ -97,9 +97,9 @@ def run_perftest(args: argparse.Namespace, out: TextIO) -> int:
         if v is not None and v <= 0:
             raise Fail(f"perftest: --{name} must be positive, not {v}")
     # Imported here so that `rdmalab --help` does not load the engine.
-    from rdmalab.fabric.udp import CarrierError
-    from rdmalab.live.oob import OOBError
-    from rdmalab.live.perftest import PerftestError, PerftestOptions, run
+    from rdmalab.fabric.udp import CarrierError  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.live.oob import OOBError  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.live.perftest import PerftestError, PerftestOptions, run  # lazy: keeps `rdmalab --help` fast
 
     opts = PerftestOptions(verb=args.verb, server=args.server, port=args.port, ifname=args.ifname,
                            ib_port=args.ib_port, size=args.size, iters=args.iters, duration=args.duration,

@@ -82,9 +82,9 @@ def run_pingpong(args: argparse.Namespace, out: TextIO) -> int:
     if not 0 < args.port < 65536:
         raise Fail(f"pingpong: port {args.port} is not a TCP port")
     # Imported here so that `rdmalab --help` does not load the engine.
-    from rdmalab.fabric.udp import CarrierError
-    from rdmalab.live.oob import OOBError
-    from rdmalab.live.pingpong import PingpongError, PingpongOptions, run
+    from rdmalab.fabric.udp import CarrierError  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.live.oob import OOBError  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.live.pingpong import PingpongError, PingpongOptions, run  # lazy: keeps `rdmalab --help` fast
 
     opts = PingpongOptions(kind=args.kind, server=args.server, port=args.port, ifname=args.ifname,
                            ib_port=args.ib_port, size=args.size, mtu=args.mtu, rx_depth=args.rx_depth,

@@ -13,8 +13,12 @@ Inside: rxe0 on veth0 (10.0.0.1) facing namespace "peer" on veth1 (10.0.0.2); rx
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import TextIO
 
@@ -44,10 +48,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run_vm(args: argparse.Namespace, out: TextIO) -> int:
-    from rdmalab.live.vm import VM, VMError, kvm_usable, missing
+    from rdmalab.live.vm import VM, VMError, kvm_usable, missing  # lazy: keeps `rdmalab --help` fast
 
     if args.check:
-        from rdmalab.live.discover import describe
+        from rdmalab.live.discover import describe  # lazy: keeps `rdmalab --help` fast
 
         print(f"host RDMA devices: {describe()}", file=out)
         gaps = missing(args.kernel)
@@ -79,7 +83,7 @@ def run_vm(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _scenario(vm: object, args: argparse.Namespace, out: TextIO) -> int:
-    from rdmalab.live.scenarios import run
+    from rdmalab.live.scenarios import run  # lazy: keeps `rdmalab --help` fast
 
     name = args.scenario or "write_read"
     if args.scenario is None:
@@ -110,12 +114,13 @@ def _save(pcap: Path | None, dest: str | None, out: TextIO) -> None:
 
 
 def _shell(args: argparse.Namespace) -> int:
-    import os
-    import shlex
-    import subprocess
-    import tempfile
-
-    from rdmalab.live.vm import AGENT, TOPOLOGY, default_kernel, kvm_usable, require
+    from rdmalab.live.vm import (  # lazy: keeps `rdmalab --help` fast
+        AGENT,
+        TOPOLOGY,
+        default_kernel,
+        kvm_usable,
+        require,
+    )
 
     kernel = args.kernel or default_kernel()
     try:
