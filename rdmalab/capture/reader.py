@@ -23,6 +23,7 @@ import dpkt
 from dpkt import pcap as _pcap
 from dpkt import pcapng as _pcapng
 
+from rdmalab.capture.iwarp import IwarpTracker
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, decode_frame
 from rdmalab.wire.errors import DecodeError, RdmalabError
 from rdmalab.wire.packet import Packet
@@ -277,10 +278,6 @@ def _iface(path: str | os.PathLike[str], ifaces: list[_Iface], idx: int, pos: in
 
 
 def _load_iwarp_tracker() -> Any:
-    try:
-        from rdmalab.capture.iwarp import IwarpTracker
-    except ImportError:
-        return None
     return IwarpTracker
 
 
