@@ -922,7 +922,7 @@ def _message_step(c: Connection, open_msg: Message | None, i: int, o: int, p: in
 
 def html_report(a: Analysis) -> str:
     """A self-contained HTML page: summary table, findings, and plots (inline SVG, matplotlib)."""
-    import matplotlib
+    import matplotlib  # optional: matplotlib (analysis extra)
 
     matplotlib.use("Agg")  # no display: render to SVG text
     import matplotlib.pyplot as plt
