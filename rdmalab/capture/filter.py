@@ -110,10 +110,7 @@ def _borrowed(proto: str) -> frozenset[str]:
 def known_fields() -> frozenset[str]:
     """Every field name a filter may use: decoder fields and their protocol prefixes."""
     names: set[str] = set(EXTRA_FIELDS) | set(declared_fields())
-    try:  # the columnar decoder's columns (import here: columnar imports this module)
-        names.update(COLUMN_NAMES)
-    except ImportError:  # pragma: no cover - numpy missing
-        pass
+    names.update(COLUMN_NAMES)  # the columnar decoder's columns
     prefixes = set()
     for n in names:
         parts = n.split(".")

@@ -140,8 +140,6 @@ def compute_report(size: int, posted: list[float], completed: list[float], cq_mo
 
 def run(opts: PerftestOptions, out: IO[str]) -> PerftestResult:
     """Run one perftest program's exchange and traffic; prints its lines to ``out``."""
-    # Imported here so that `rdmalab --help` does not load the engine.
-
     verb = opts.verb
     if verb not in VERBS:
         raise PerftestError(f"unknown test {verb!r} (write, read, send or atomic)")

@@ -97,8 +97,6 @@ def expected_message(opts: PingpongOptions, client_chk: bool) -> bytes:
 
 def run(opts: PingpongOptions, out: IO[str]) -> PingpongResult:
     """Run one pingpong; prints the stock program's lines to ``out``."""
-    # The verbs layer and the carrier are imported here: ``rdmalab --help`` should not pay for them.
-
     kind = opts.kind
     size = opts.size
     assert size is not None
