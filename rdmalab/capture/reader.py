@@ -23,7 +23,6 @@ import dpkt
 from dpkt import pcap as _pcap
 from dpkt import pcapng as _pcapng
 
-from rdmalab.capture.iwarp import IwarpTracker
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, decode_frame
 from rdmalab.wire.errors import DecodeError, RdmalabError
 from rdmalab.wire.packet import Packet
@@ -278,6 +277,9 @@ def _iface(path: str | os.PathLike[str], ifaces: list[_Iface], idx: int, pos: in
 
 
 def _load_iwarp_tracker() -> Any:
+    # lazy: the iWARP decoders load only when asked for; keeps `import rdmalab.capture` and `rdmalab --help` fast
+    from rdmalab.capture.iwarp import IwarpTracker
+
     return IwarpTracker
 
 
