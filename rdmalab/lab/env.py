@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import rdmalab
-from rdmalab.lab.data import SHIPPED  # the copies an installed wheel carries (package data)
+from rdmalab.lab import data
 from rdmalab.live.vm import default_kernel, missing
 
 #: "soft": rdmalab's engine on a simulated fabric.  "rxe": the kernel's Soft-RoCE through pyverbs,
@@ -31,7 +31,7 @@ def capture_path(name: str) -> Path:
         candidates.append(Path(env))
     candidates += [repo_root() / "captures", Path.cwd() / "captures", Path.cwd().parent / "captures"]
 
-    candidates.append(SHIPPED / "captures")
+    candidates.append(data.SHIPPED / "captures")  # the copies an installed wheel carries (package data)
     for d in candidates:
         p = d / name
         if p.exists():
