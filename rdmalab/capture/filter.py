@@ -145,6 +145,14 @@ class Range:
 _MAC_RE = re.compile(r"^[0-9A-Fa-f]{2}([:\-])(?:[0-9A-Fa-f]{2}\1){4}[0-9A-Fa-f]{2}$")
 
 
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_value(text: str, quoted: bool = False) -> Any:
     """A literal as Wireshark reads it: integer, float, address/network, MAC, or string."""
     if quoted:
@@ -159,10 +167,16 @@ def parse_value(text: str, quoted: bool = False) -> Any:
         pass
     if _MAC_RE.match(t):
         return Net(48, int(t.replace("-", "").replace(":", ""), 16), 48)
-    try:
-        if "/" in t:
+    address, slash, prefix = t.partition("/")
+    if slash and _is_address(address):
+        # an address with a prefix is a network, or a mistake: never a string that matches nothing
+        try:
             net = ipaddress.ip_network(t, strict=False)
-            return Net(net.version, int(net.network_address), net.prefixlen)
+        except ValueError:
+            raise ValueError(f"{t!r} is not a network: the prefix after '/' must be 0 to "
+                             f"{ipaddress.ip_address(address).max_prefixlen}") from None
+        return Net(net.version, int(net.network_address), net.prefixlen)
+    try:
         ip = ipaddress.ip_address(t)
         return Net(ip.version, int(ip), ip.max_prefixlen)
     except ValueError:
@@ -365,7 +379,10 @@ class _Parser:
             return parse_value(bytes(text[1:-1], "utf-8").decode("unicode_escape"), quoted=True)
         if kind == "op":
             raise FilterError(self.expr, f"expected a value, found {text!r}", pos)
-        return parse_value(text)
+        try:
+            return parse_value(text)
+        except ValueError as err:
+            raise FilterError(self.expr, str(err), pos) from None
 
     def test(self) -> Any:
         name = self.field()

@@ -94,3 +94,15 @@ def test_columns_and_packets_agree(name: str, expr: str) -> None:
     mask = flt.mask(cols, cols.present, cols.n)
     assert cols["frame.number"][mask].tolist() == per_packet
     assert isinstance(mask, np.ndarray)
+
+
+@pytest.mark.parametrize("expr", ["ip.src == 10.0.0.0/33", "ipv6.src == fe80::/129", "ip.dst in {10.0.0.0/8 10.1.0.0/40}"])
+def test_a_network_with_an_impossible_prefix_is_an_error_not_an_empty_result(expr: str) -> None:
+    with pytest.raises(FilterError) as err:
+        compile_filter(expr)
+    assert "is not a network" in str(err.value)
+
+
+def test_a_valid_network_still_matches() -> None:
+    assert compile_filter("ip.src == 10.0.0.0/8")({"ip.src": "10.0.0.2"})
+    assert not compile_filter("ip.src == 10.0.0.0/24")({"ip.src": "10.0.1.2"})
