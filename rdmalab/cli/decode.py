@@ -143,7 +143,7 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
 
 def run_decode(args: argparse.Namespace, out: TextIO) -> int:
     from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.capture.render import frame_tree, summary_line  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.render import TcpWindowScaling, frame_tree, summary_line  # lazy: keeps `rdmalab --help` fast
     from rdmalab.wire.errors import DecodeError  # lazy: keeps `rdmalab --help` fast
 
     path = args.file or args.read
@@ -162,17 +162,23 @@ def run_decode(args: argparse.Namespace, out: TextIO) -> int:
             return run_json(path, args, flt, out)
         t0: float | None = None
         write = out.write
+        windows = TcpWindowScaling()  # follows every frame, filtered out or not, as tshark does
         for cp in read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count):
             if t0 is None:
                 t0 = cp.timestamp
             fields = frame_fields(cp) if flt is not None else None
+            if not args.verbose and cp.packet.encap == "tcp" and not cp.pdus:
+                line = summary_line(cp, t0, windows)
+            else:
+                windows.window(cp.packet)
+                line = None
             if flt is not None and fields is not None and not flt(fields):
                 continue
             if args.verbose:
                 write(frame_tree(cp))
                 write("\n\n")
             else:
-                write(summary_line(cp, t0))
+                write(line if line is not None else summary_line(cp, t0))
                 write("\n")
     except DecodeError as err:
         out.flush()
