@@ -47,7 +47,7 @@ from rdmalab.live.errors import VMError, cache_dir
 from rdmalab.live.siw import siw_module
 
 AGENT = Path(__file__).with_name("agent.sh")
-__all__ = ["AGENT", "TOPOLOGY", "VM", "Missing", "VMError", "VMResult", "kvm_usable", "missing", "run_in_vm"]
+__all__ = ["AGENT", "TOPOLOGY", "VM", "Job", "Missing", "VMError", "VMResult", "kvm_usable", "missing", "run_in_vm"]
 
 #: Names and addresses inside the VM (exported to every job script as shell variables).
 TOPOLOGY: dict[str, str] = {
@@ -377,6 +377,15 @@ class VM:
         name -> text, bytes, or a host path to copy.  ``capture`` is ``True`` (veth0 and veth2,
         merged), ``False``, or interface name(s).  ``timeout`` bounds the script (status 124).
         """
+        return self.submit(script, files=files, timeout=timeout, capture=capture, name=name).wait()
+
+    def submit(self, script: str, *, files: Mapping[str, str | bytes | Path] | None = None, timeout: float = 120.0,
+               capture: bool | str | tuple[str, ...] | list[str] = True, name: str | None = None) -> Job:
+        """Start a job like :meth:`run` without waiting for it; :meth:`Job.wait` collects the result.
+
+        The guest agent runs one job at a time, so a later job starts when this one ends.  A
+        long-running job (a server the host talks to through files in ``job.dir``) is the use.
+        """
         if not self.running:
             raise VMError("the VM is not running (call start() or use `with VM() as vm:`)")
         self._jobs += 1
@@ -405,27 +414,49 @@ class VM:
             ifaces = tuple(capture)
         if ifaces:
             (j / "capture").write_text(" ".join(ifaces) + "\n")
-        t0 = time.monotonic()
+        job = Job(self, jname, j, ifaces, timeout)
         (j / "go").touch()
-        while not (j / "done").exists():
-            if not self.running:
-                raise VMError(f"the VM stopped while running job {jname}:\n{_tail(self.workdir / 'console.log')}")
-            if time.monotonic() - t0 > timeout + 60:
-                raise VMError(f"job {jname} did not finish within {timeout:.0f} s + 60 s (guest log: "
-                              f"{self.workdir / 'agent.log'})")
-            time.sleep(0.1)
-        rc_text = (j / "rc").read_text().strip() if (j / "rc").exists() else "255"
-        pcaps = {i: j / f"{i}.pcap" for i in ifaces if (j / f"{i}.pcap").exists()}
-        pcap = j / "capture.pcap"
-        drops = sum(int(m) for i in ifaces
-                    for m in re.findall(r"(\d+) packets? dropped by kernel", _read(j / f"{i}.tcpdump.log")))
-        return VMResult(stdout=_read(j / "stdout"), stderr=_read(j / "stderr"), rc=int(rc_text or 255),
-                        pcap_path=pcap if pcap.exists() else None, kvm=self.kvm, boot_s=self.boot_s,
-                        run_s=time.monotonic() - t0, job_dir=j, pcaps=pcaps, capture_drops=drops)
+        return job
 
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
         return f"VM({self.kernel}, {'KVM' if self.kvm else 'TCG'}, {state}, {self.workdir})"
+
+
+class Job:
+    """A job submitted to a :class:`VM` (:meth:`VM.submit`): its directory, and its result once done."""
+
+    def __init__(self, vm: VM, name: str, job_dir: Path, ifaces: tuple[str, ...], timeout: float) -> None:
+        self.vm, self.name, self.dir, self.ifaces, self.timeout = vm, name, job_dir, ifaces, timeout
+        self.t0 = time.monotonic()
+
+    @property
+    def started(self) -> bool:
+        return (self.dir / "started").exists()
+
+    @property
+    def done(self) -> bool:
+        return (self.dir / "done").exists()
+
+    def wait(self, timeout: float | None = None) -> VMResult:
+        """Wait for the job to end (at most its own timeout + 60 s, or ``timeout``) and collect it."""
+        limit = self.timeout + 60 if timeout is None else timeout
+        j = self.dir
+        while not (j / "done").exists():
+            if not self.vm.running:
+                raise VMError(f"the VM stopped while running job {self.name}:\n{_tail(self.vm.workdir / 'console.log')}")
+            if time.monotonic() - self.t0 > limit:
+                raise VMError(f"job {self.name} did not finish within {limit:.0f} s (guest log: "
+                              f"{self.vm.workdir / 'agent.log'})")
+            time.sleep(0.1)
+        rc_text = (j / "rc").read_text().strip() if (j / "rc").exists() else "255"
+        pcaps = {i: j / f"{i}.pcap" for i in self.ifaces if (j / f"{i}.pcap").exists()}
+        pcap = j / "capture.pcap"
+        drops = sum(int(m) for i in self.ifaces
+                    for m in re.findall(r"(\d+) packets? dropped by kernel", _read(j / f"{i}.tcpdump.log")))
+        return VMResult(stdout=_read(j / "stdout"), stderr=_read(j / "stderr"), rc=int(rc_text or 255),
+                        pcap_path=pcap if pcap.exists() else None, kvm=self.vm.kvm, boot_s=self.vm.boot_s,
+                        run_s=time.monotonic() - self.t0, job_dir=j, pcaps=pcaps, capture_drops=drops)
 
 
 def run_in_vm(script: str, *, files: Mapping[str, str | bytes | Path] | None = None, timeout: float = 120.0,
