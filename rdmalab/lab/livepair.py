@@ -38,7 +38,8 @@ class LivePair:
 
     Takes :class:`rdmalab.lab.pair.Pair`'s arguments.  ``mtu``, ``size``, ``access``, ``timeout``,
     ``retry_cnt``, ``rnr_retry``, ``min_rnr_timer``, ``max_wr`` and ``psn`` go to the kernel
-    unchanged; ``loss`` becomes netem loss on A's side of the wire; ``seed``, ``latency_ns``,
+    unchanged; ``loss`` becomes netem loss on the wire (both directions, random: lost packets
+    are not in the capture, their retransmissions are); ``seed``, ``latency_ns``,
     ``bandwidth_gbps`` and ``names`` describe the simulated fabric and have no kernel meaning
     (the kernel picks its own keys and QP numbers).
     """
@@ -68,7 +69,7 @@ class LivePair:
 
     # ------------------------------------------------------------------ the wire
     def set_loss(self, loss: float) -> None:
-        """Drop ``loss`` (0..1) of A's packets at random from now on (tc netem on A's veth)."""
+        """Drop ``loss`` (0..1) of the packets each way at random from now on (tc netem on both veths)."""
         self.server.set_loss(100.0 * loss)
         self.server._loss = loss   # type: ignore[attr-defined]
         self.loss = loss

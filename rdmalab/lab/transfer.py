@@ -36,13 +36,11 @@ class TransferResult:
         return plot
 
     def stats(self) -> dict[str, Any]:
-        """What the wire did: the simulated fabric's counters, or the capture's on rxe."""
-        fabric = getattr(self.pair, "fabric", None)
-        if fabric is not None:
-            return {k: v for k, v in fabric.stats.items() if v}
-        pkts = self.pair.packets()
+        """What the wire did: request packets resent (from the packets), and the simulated fabric's
+        counters on soft or the netem loss rate on rxe."""
         seen: set[tuple[int, int]] = set()
         resent = 0
+        pkts = self.pair.packets()
         for p in pkts:
             name = str(p.opcode_name)
             if p.bth is None or "Acknowledge" in name or "Response" in name:
@@ -50,6 +48,9 @@ class TransferResult:
             key = (p.bth.destqp, p.bth.psn)        # a request PSN seen twice: a retransmission
             resent += key in seen
             seen.add(key)
+        fabric = getattr(self.pair, "fabric", None)
+        if fabric is not None:
+            return {**{k: v for k, v in fabric.stats.items() if v}, "requests resent": resent}
         return {"captured": len(pkts), "requests resent": resent, "netem loss": f"{self.pair.loss:.0%}"}
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import shlex
 import subprocess
 import tempfile
@@ -54,11 +55,13 @@ class VerbsServer:
             self.devices = ("rxe1", "rxe2")
             self.where = f"VM ({'KVM' if vm.kvm else 'TCG'}) rxe1/rxe2"
             script = ("exec $PYVERBS_PYTHON verbs_server.py \"$RDMALAB_JOB\" --dev-a $KA_DEV --dev-b $KB_DEV "
-                      "--netdev-a $KA_NETDEV --capture $KA_NETDEV")
+                      "--netdev-a $KA_NETDEV --netdev-b $KB_NETDEV --capture $KA_NETDEV")
+            _stop_orphans(vm)
             # the agent's own capture stays off: the server runs tcpdump for its whole life
             self.job = vm.submit(script, files={"verbs_server.py": PROGRAM}, timeout=6 * 3600, capture=False,
                                  name="verbs-server")
             self.dir = self.job.dir
+            (self.dir / "owner").write_text(f"{os.getpid()}\n")
         elif host_devices is not None:
             self.devices = host_devices
             self.where = f"host {host_devices[0]}/{host_devices[1]}"
@@ -155,7 +158,7 @@ class VerbsServer:
         return RemoteEndpoint(self, r["a"]), RemoteEndpoint(self, r["b"]), float(r["t"])
 
     def set_loss(self, percent: float) -> None:
-        """netem loss on A's side of the wire (veth2 egress: A's packets); 0 removes it.  VM only."""
+        """netem loss on the wire, both directions (veth2 and veth3 egress); 0 removes it.  VM only."""
         if self.vm is None:
             raise VMError("packet loss needs the lab VM (tc netem on its veth); the host's rxe devices have no loss knob")
         self.call("loss", percent=percent)
@@ -164,6 +167,35 @@ class VerbsServer:
         """A consistent copy of everything captured on the wire so far (``None`` without a capture)."""
         r = self.call("capture")
         return self.dir / r["path"] if r.get("path") else None
+
+
+def _stop_orphans(vm: VM) -> None:
+    """Stop verbs servers whose host process died without stopping them (a killed notebook kernel).
+
+    The guest runs one job at a time, so an orphan would hold up every later job in a shared VM.
+    """
+    for owner in (vm.workdir / "jobs").glob("*verbs-server/owner"):
+        d = owner.parent
+        try:
+            pid = int(owner.read_text())
+        except ValueError:
+            continue
+        if (d / "done").exists() or pid == os.getpid() or _alive(pid):
+            continue
+        seq = len(list((d / "resp").glob("*.json"))) + 1
+        (d / "req").mkdir(exist_ok=True)
+        (d / "req" / f"{seq:06d}.tmp").write_text(json.dumps({"op": "stop"}))
+        (d / "req" / f"{seq:06d}.tmp").rename(d / "req" / f"{seq:06d}.json")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 # ---------------------------------------------------------------------- proxies

@@ -250,6 +250,7 @@ class VM:
         self._proc: subprocess.Popen[bytes] | None = None
         self._console: object = None
         self._jobs = 0
+        self._attached_pid: int | None = None   # set by attach(): another process owns the VM
 
     # -- lifecycle
     def __enter__(self) -> VM:
@@ -261,7 +262,34 @@ class VM:
 
     @property
     def running(self) -> bool:
+        if self._attached_pid is not None:
+            return _alive(self._attached_pid) and not (self.workdir / "stop").exists()
         return self._proc is not None and self._proc.poll() is None
+
+    @classmethod
+    def attach(cls, workdir: str | Path, *, progress: bool | Callable[[str], None] = True) -> VM:
+        """Use a VM that another process booted (its ``workdir``); :meth:`close` leaves it running.
+
+        ``RDMALAB_VM_DIR=WORKDIR`` makes :func:`rdmalab.live.scenarios.shared_vm` attach instead of
+        booting, so several processes (notebook kernels, a test run) share one boot.  The guest
+        runs one job at a time, so their jobs queue.
+        """
+        w = Path(workdir)
+        try:
+            pid = int((w / "vm.pid").read_text())
+        except (OSError, ValueError):
+            raise VMError(f"{w} is not the work directory of a running rdmalab VM (no vm.pid)") from None
+        if not (w / "ready").exists() or not _alive(pid) or (w / "stop").exists():
+            raise VMError(f"the rdmalab VM of {w} is not running (or not ready yet)")
+        vm = cls(workdir=w, progress=progress)
+        vm._own_workdir = False
+        vm._attached_pid = pid
+        env = _read(w / "config.env")
+        vm.kvm = "export KVM=1" in env
+        vm.kvm_reason = "attached to a running VM"
+        vm._read_ready()
+        vm.say(f"using the running VM in {w} ({'KVM' if vm.kvm else 'TCG'})")
+        return vm
 
     def start(self) -> VM:
         if self.running:
@@ -304,6 +332,7 @@ class VM:
         t0 = time.monotonic()
         self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
                                       start_new_session=True)
+        (w / "vm.pid").write_text(f"{self._proc.pid}\n")
         shown = 0
         last_tick = t0
         while True:
@@ -351,7 +380,9 @@ class VM:
                 self.guest_kernel = parts[1]
 
     def close(self, timeout: float = 30.0) -> None:
-        """Ask the guest to power off (kill qemu if it does not within ``timeout`` s)."""
+        """Ask the guest to power off (kill qemu if it does not within ``timeout`` s).  An attached VM stays up."""
+        if self._attached_pid is not None:
+            return
         if self._proc is not None:
             (self.workdir / "stop").touch()
             try:
@@ -389,7 +420,8 @@ class VM:
         if not self.running:
             raise VMError("the VM is not running (call start() or use `with VM() as vm:`)")
         self._jobs += 1
-        jname = f"{self._jobs:03d}-{_slug(name or script.split(chr(10))[0])}"
+        prefix = f"{os.getpid()}-" if self._attached_pid is not None else ""   # several processes share jobs/
+        jname = f"{prefix}{self._jobs:03d}-{_slug(name or script.split(chr(10))[0])}"
         j = self.workdir / "jobs" / jname
         j.mkdir(parents=True)
         for fname, content in (files or {}).items():
@@ -472,6 +504,16 @@ def _lines(path: Path) -> list[str]:
         return [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _read(path: Path) -> str:

@@ -12,10 +12,10 @@ the VM shares with the host::
 
 Operations: ``pair`` (two endpoints, connected to RTS with the given attributes), ``pd``,
 ``mr``, ``post_send``, ``post_recv``, ``poll``, ``mr_read``, ``mr_write``, ``qp_state``,
-``loss`` (netem on A's veth), ``capture`` (a consistent copy of the running tcpdump's pcap),
+``loss`` (netem on both veths), ``capture`` (a consistent copy of the running tcpdump's pcap),
 ``sleep``, ``stop``.  The program imports only the standard library and pyverbs.
 
-    python3 verbs_server.py DIR --dev-a rxe1 --dev-b rxe2 --netdev-a veth2 [--capture veth2]
+    python3 verbs_server.py DIR --dev-a rxe1 --dev-b rxe2 [--netdev-a veth2 --netdev-b veth3] [--capture veth2]
 """
 
 import argparse
@@ -44,7 +44,7 @@ class Server:
     def __init__(self, args: argparse.Namespace) -> None:
         self.dir = args.dir
         self.dev_a, self.dev_b = args.dev_a, args.dev_b
-        self.netdev_a = args.netdev_a
+        self.netdevs = [d for d in (args.netdev_a, args.netdev_b) if d]
         self.objs: dict[int, Any] = {}
         self.kind: dict[int, str] = {}
         self.next_id = 1
@@ -182,13 +182,19 @@ class Server:
 
     # ------------------------------------------------------------------ the wire
     def op_loss(self, r: dict[str, Any]) -> dict[str, Any]:
+        """netem loss on both veths' egress: each direction loses ``percent`` of its packets.
+
+        netem drops before the capture tap (tcpdump sees a packet after the egress qdisc), so a
+        lost packet never shows in the capture; its retransmission does.
+        """
         pct = float(r["percent"])
-        subprocess.run(["tc", "qdisc", "del", "dev", self.netdev_a, "root"], capture_output=True)
-        if pct > 0:
-            p = subprocess.run(["tc", "qdisc", "add", "dev", self.netdev_a, "root", "netem", "loss", f"{pct:g}%"],
-                               capture_output=True, text=True)
-            if p.returncode:
-                raise RuntimeError(f"tc netem on {self.netdev_a} failed: {p.stderr.strip()}")
+        for dev in self.netdevs:
+            subprocess.run(["tc", "qdisc", "del", "dev", dev, "root"], capture_output=True)
+            if pct > 0:
+                p = subprocess.run(["tc", "qdisc", "add", "dev", dev, "root", "netem", "loss", f"{pct:g}%"],
+                                   capture_output=True, text=True)
+                if p.returncode:
+                    raise RuntimeError(f"tc netem on {dev} failed: {p.stderr.strip()}")
         return {}
 
     def op_capture(self, r: dict[str, Any]) -> dict[str, Any]:
@@ -220,7 +226,8 @@ class Server:
         return {"path": os.path.basename(out)}
 
     def close(self) -> None:
-        subprocess.run(["tc", "qdisc", "del", "dev", self.netdev_a, "root"], capture_output=True)
+        for dev in self.netdevs:
+            subprocess.run(["tc", "qdisc", "del", "dev", dev, "root"], capture_output=True)
         if self.tcpdump is not None:
             self.tcpdump.send_signal(2)
             self.tcpdump.wait(timeout=10)
@@ -279,7 +286,8 @@ def main(argv: list[Any] | None = None) -> None:
     ap.add_argument("dir")
     ap.add_argument("--dev-a", required=True)
     ap.add_argument("--dev-b", required=True)
-    ap.add_argument("--netdev-a", default="veth2")
+    ap.add_argument("--netdev-a", default="", help="A's network device (loss is netem on it)")
+    ap.add_argument("--netdev-b", default="", help="B's network device (loss is netem on it)")
     ap.add_argument("--capture", default="", help="interface to run tcpdump on for the server's lifetime")
     ap.add_argument("--idle-timeout", type=float, default=6 * 3600.0)
     serve(ap.parse_args(argv))
