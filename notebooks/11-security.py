@@ -134,8 +134,10 @@ print(write_to_peer_buggy(Pair(backend=BACKEND, seed=51), b"keys matter " * 50))
 
 # %% [markdown]
 # It fails before a single packet is sent: A's own NIC checks the SGE's key against A's
-# memory regions and completes the work request with a *local protection error*. Had only
-# the RETH's key been wrong, B would have answered with a Remote Access Error NAK instead.
+# memory regions and completes the work request with a local error: a *local protection
+# error* on the soft engine; rxe in Linux 6.1 reported it here as a *local QP operation
+# error*. Had only the RETH's key been wrong, B would have answered with a Remote Access Error
+# NAK instead.
 
 # %% [markdown]
 # ## Exercises

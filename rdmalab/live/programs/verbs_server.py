@@ -45,6 +45,14 @@ class Server:
         self.dir = args.dir
         self.dev_a, self.dev_b = args.dev_a, args.dev_b
         self.netdevs = [d for d in (args.netdev_a, args.netdev_b) if d]
+        # jumbo frames on the veths, so that a 4096-byte path MTU fits in one Ethernet frame: rxe
+        # accepts path_mtu 4096 on a 1500-byte netdev and its packets are then dropped on the way
+        # (DF is set).  rxe follows the change (NETDEV_CHANGEMTU in rxe_net.c); close() restores it.
+        self.mtus = {}
+        for dev in self.netdevs:
+            with open(f"/sys/class/net/{dev}/mtu") as f:
+                self.mtus[dev] = f.read().strip()
+            subprocess.run(["ip", "link", "set", "dev", dev, "mtu", "9000"], check=True)
         self.objs: dict[int, Any] = {}
         self.kind: dict[int, str] = {}
         self.next_id = 1
@@ -130,8 +138,9 @@ class Server:
         qp = self._get(r["qp"], "qp")
         w = r["wr"]
         sg = self._sges(w["sg"])
-        wr = SendWR(wr_id=int(w["wr_id"]), opcode=int(w["opcode"]), num_sge=len(sg), sg=sg or None,
+        wr = SendWR(wr_id=int(w["wr_id"]), opcode=int(w["opcode"]), num_sge=len(sg) or 1, sg=sg or [SGE(0, 0, 0)],
                     send_flags=int(w["send_flags"]), imm_data=int(w["imm_data"]))
+        wr.num_sge = len(sg)   # pyverbs' constructor refuses 0 SGEs; the verb itself takes them (see op_post_recv)
         if int(w["opcode"]) in (e.IBV_WR_ATOMIC_CMP_AND_SWP, e.IBV_WR_ATOMIC_FETCH_AND_ADD):
             wr.set_wr_atomic(int(w["rkey"]), int(w["remote_addr"]), int(w["compare_add"]), int(w["swap"]))
         elif int(w["opcode"]) in (e.IBV_WR_RDMA_WRITE, e.IBV_WR_RDMA_WRITE_WITH_IMM, e.IBV_WR_RDMA_READ):
@@ -143,7 +152,11 @@ class Server:
         qp = self._get(r["qp"], "qp")
         w = r["wr"]
         sg = self._sges(w["sg"])
-        qp.post_recv(RecvWR(wr_id=int(w["wr_id"]), num_sge=len(sg), sg=sg or None))
+        wr = RecvWR(wr_id=int(w["wr_id"]), num_sge=len(sg) or 1, sg=sg or [SGE(0, 0, 0)])
+        # pyverbs' constructor refuses a WR without SGEs, but ibv_post_recv takes num_sge = 0 (a
+        # receive that only consumes a WQE, e.g. for WRITE with immediate): set it after building
+        wr.num_sge = len(sg)
+        qp.post_recv(wr)
         return {}
 
     def op_poll(self, r: dict[str, Any]) -> dict[str, Any]:
@@ -228,6 +241,7 @@ class Server:
     def close(self) -> None:
         for dev in self.netdevs:
             subprocess.run(["tc", "qdisc", "del", "dev", dev, "root"], capture_output=True)
+            subprocess.run(["ip", "link", "set", "dev", dev, "mtu", self.mtus[dev]], capture_output=True)
         if self.tcpdump is not None:
             self.tcpdump.send_signal(2)
             self.tcpdump.wait(timeout=10)
