@@ -24,6 +24,7 @@ from rdmalab.viz.plots import Plot
 class TransferResult:
     pair: Any   # a Pair, or a LivePair on rxe
     completions: list[WC | None]
+    loss: float = 0.0
 
     @property
     def ladder(self) -> Ladder:
@@ -51,7 +52,7 @@ class TransferResult:
         fabric = getattr(self.pair, "fabric", None)
         if fabric is not None:
             return {**{k: v for k, v in fabric.stats.items() if v}, "requests resent": resent}
-        return {"captured": len(pkts), "requests resent": resent, "netem loss": f"{self.pair.loss:.0%}"}
+        return {"captured": len(pkts), "requests resent": resent, "netem loss": f"{self.loss:.0%}"}
 
 
 def run_transfer(*, op: str = "WRITE", size: int = 8192, mtu: int = 1024, loss: float = 0.0,
@@ -68,7 +69,7 @@ def run_transfer(*, op: str = "WRITE", size: int = 8192, mtu: int = 1024, loss: 
     a.qp.post_send(wr)
     wcs: list[WC | None] = [a.poll()]  # None if the WRITE/READ never completed
     pair.run()
-    result = TransferResult(pair, [*wcs, *b.completions()])
+    result = TransferResult(pair, [*wcs, *b.completions()], loss)
     if loss and getattr(pair, "fabric", None) is None:
         pair.set_loss(0.0)   # netem stays on the wire until removed; the next pair starts clean
     return result
