@@ -25,6 +25,7 @@ from rdmalab.fabric.harness import ALL_ACCESS, Endpoint
 from rdmalab.fabric.harness import Pair as _HarnessPair
 from rdmalab.fabric.sim import Fabric
 from rdmalab.lab.env import backend as _backend
+from rdmalab.lab.livepair import LivePair
 from rdmalab.verbs.qp import QPCap
 from rdmalab.viz.ladder import Ladder, from_trace
 from rdmalab.viz.plots import Plot, psn_time
@@ -41,8 +42,6 @@ class Pair(_HarnessPair):
 
     def __new__(cls, *, backend: str | None = None, **kw: Any) -> Any:
         if cls is Pair and _backend(backend) == "rxe":
-            from rdmalab.lab.livepair import LivePair  # lazy: the live backend pulls in the VM code
-
             return LivePair(**kw)  # not a Pair instance, so Python does not call Pair.__init__ on it
         return super().__new__(cls)
 

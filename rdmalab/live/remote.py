@@ -32,6 +32,7 @@ from typing import Any
 
 import rdmalab.verbs.enums as e
 from rdmalab.live.errors import VMError
+from rdmalab.live.scenarios import host_rxe_pair, shared_vm
 from rdmalab.live.vm import VM, Job
 from rdmalab.verbs.cq import WC
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
@@ -370,8 +371,6 @@ def shared_server(**vm_options: Any) -> VerbsServer:
     global _SHARED
     if _SHARED is not None and _SHARED.running:
         return _SHARED
-    from rdmalab.live.scenarios import host_rxe_pair, shared_vm  # lazy: scenarios loads the soft fabric
-
     host = host_rxe_pair()
     if host is not None:
         _SHARED = VerbsServer(host_devices=host)
