@@ -116,13 +116,35 @@ def report_line(r: BwReport, gbits: bool) -> str:
     return f" {r.size:<7d}    {r.iters:<10d}       {r.bw_peak:<7.2f}            {r.bw_avg:<7.2f}\t\t   {r.msg_rate:<7.6f}\n"
 
 
-def compute_report(size: int, posted: list[float], completed: list[float], cq_mod: int, gbits: bool) -> BwReport:
-    """perftest's ``print_report_bw`` from per-message post times and completion times (seconds)."""
-    n = len(completed)
+def sample_window(duration: float) -> tuple[float, float]:
+    """perftest's ``-D``: the run goes START -> SAMPLE after the margin -> STOP_SAMPLE at duration -
+    margin -> END at duration (perftest_resources.c ``catch_alarm``); the margin is duration / 4 in
+    whole seconds (perftest_parameters.c, DEF_INIT_MARGIN).  Seconds from the start."""
+    margin = int(duration) // 4
+    return float(margin), duration - margin
+
+
+def duration_report(size: int, iters: int, window: float, gbits: bool) -> BwReport:
+    """``print_report_bw`` for ``-D``: no peak (noPeak is forced on), the completions of the sample window."""
+    factor = 125_000_000 if gbits else 0x100000
+    if window <= 0:
+        return BwReport(size, iters, 0.0, 0.0, 0.0)
+    return BwReport(size, iters, 0.0, size * iters / window / factor, iters / window / 1e6)
+
+
+def compute_report(size: int, posted: list[float], completed: list[float], cq_mod: int, gbits: bool, *,
+                   peak: bool = True, count: int | None = None) -> BwReport:
+    """perftest's ``print_report_bw`` from per-message post times and completion times (seconds).
+
+    ``peak=False`` is perftest's noPeak (the peak prints as 0; the average runs from the first post
+    to the last completion); ``count`` is the number of messages when the lists hold only those two."""
+    n = len(completed) if count is None else count
     factor = 125_000_000 if gbits else 0x100000
     total = completed[-1] - posted[0] if n else 0.0
     if n == 0 or total <= 0:
         return BwReport(size, n, 0.0, 0.0, 0.0)
+    if not peak:
+        return BwReport(size, n, 0.0, size * n / total / factor, n / total / 1e6)
     opt = total
     for i in range(n):
         j = ((i + cq_mod) // cq_mod) * cq_mod - 1  # ROUND_UP(i + 1, cq_mod) - 1
@@ -375,6 +397,8 @@ def _run_client(opts: PerftestOptions, fab: Any, qp: Any, cq: Any, mr: Any, bufs
     done = 0
     start = time.monotonic()
     deadline = start + opts.duration if opts.duration else None
+    sample_from, sample_to = (start + t for t in sample_window(opts.duration or 0.0))
+    sampled = 0   # -D: completions polled while perftest's state is SAMPLE_STATE
     last_progress = start
     i = 0
     last_signalled = True
@@ -426,33 +450,55 @@ def _run_client(opts: PerftestOptions, fab: Any, qp: Any, cq: Any, mr: Any, bufs
             k = wc.wr_id + 1
             completed.extend([last_progress] * (k - done))
             res.completions += k - done
+            if deadline is not None and sample_from <= last_progress < sample_to:
+                sampled += k - done
             done = k
-    return compute_report(size, posted[:len(completed)], completed, cq_mod, opts.report_gbits)
+    if deadline is not None:
+        return duration_report(size, sampled, sample_to - sample_from, opts.report_gbits)
+    # perftest turns the peak off for long runs (perftest_parameters.c: ITERATIONS, iters > 20000, BW)
+    return compute_report(size, posted[:len(completed)], completed, cq_mod, opts.report_gbits,
+                          peak=iters <= 20000)
 
 
 def _serve_sends(opts: PerftestOptions, fab: Any, cq: Any, post_recvs: Any, size: int, res: PerftestResult) -> BwReport:
+    """perftest's ``run_iter_bw_server``: receive ``iters`` SENDs, or with ``-D`` receive for the duration
+    from the first one (``set_on_first_rx_packet``), counting those completed in the sample window.  The
+    receive queue is kept full to the end, so the client's last SENDs still complete after the server
+    stops counting (it answers them while it waits for the closing handshake)."""
     assert opts.iters is not None
     rcnt = 0
-    times: list[float] = []
-    last_progress = start = time.monotonic()
+    first: float | None = None
+    last = 0.0
+    sampled = 0
+    window = sample_window(opts.duration or 0.0)
+    last_progress = time.monotonic()
     outstanding = opts.rx_depth
-    while rcnt < opts.iters:
+    while rcnt < opts.iters if opts.duration is None else (first is None or time.monotonic() < first + opts.duration):
         n, wcs = cq.poll(32)
         if n == 0:
             fab.step(0.01)
             if time.monotonic() - last_progress > opts.timeout:
-                raise PerftestError(f"no completion for {opts.timeout:.0f} s ({rcnt} of {opts.iters} received)")
+                goal = f"of {opts.iters} " if opts.duration is None else ""
+                raise PerftestError(f"no completion for {opts.timeout:.0f} s ({rcnt} {goal}received)")
             continue
-        last_progress = time.monotonic()
+        last = last_progress = time.monotonic()
+        if first is None:
+            first = last_progress
         for wc in wcs:
             if wc.status != e.IBV_WC_SUCCESS:
                 raise PerftestError(f"Completion with error at server: Failed status {wc.status}: "
                                     f"{e.ibv_wc_status_str(wc.status)}")
             rcnt += 1
-            times.append(last_progress)
+            if first + window[0] <= last_progress < first + window[1]:
+                sampled += 1
             outstanding -= 1
-        if outstanding < opts.rx_depth // 2 and rcnt < opts.iters:
+        if outstanding < opts.rx_depth // 2 and (opts.duration is not None or rcnt < opts.iters):
             post_recvs(opts.rx_depth - outstanding)
             outstanding = opts.rx_depth
     res.completions += rcnt
-    return compute_report(size, [start] + times[:-1], times, 1, opts.report_gbits)
+    if opts.duration is not None:
+        return duration_report(size, sampled, window[1] - window[0], opts.report_gbits)
+    # a SEND server has no peak (perftest_parameters.c: noPeak for SEND, BW, SERVER); its time runs
+    # from the first receive (set_on_first_rx_packet) to the last
+    assert first is not None
+    return compute_report(size, [first], [last], 1, opts.report_gbits, peak=False, count=rcnt)

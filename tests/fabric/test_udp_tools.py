@@ -113,3 +113,24 @@ def test_perftest_between_two_engines(two_namespaces: tuple[str, str], verb: str
     assert line.search(cli), cli
     assert line.search(srv), srv  # the client's figures, via perftest's report exchange (send: its own)
     assert "Waiting for client to connect" in srv
+
+
+def test_perftest_send_by_duration_between_two_engines(two_namespaces: tuple[str, str]) -> None:
+    # -D: the client sends for the duration, the server receives for the duration from its first
+    # receive and keeps its queue full, so the client's last SENDs complete; perftest prints no peak
+    srv, cli = _pair(two_namespaces, ["perftest", "send", "-x", "1", "-D", "1", "-s", "4096"], 18610)
+    row = re.compile(r"^ 4096\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s*$", re.M)
+    for out in (srv, cli):
+        rows = row.findall(out)
+        assert len(rows) == 1 and int(rows[0][0]) > 0 and rows[0][1] == "0.00" and float(rows[0][2]) > 0, out
+
+
+def test_perftest_duration_report_follows_perftests_sample_window() -> None:
+    from rdmalab.live.perftest import compute_report, duration_report, sample_window
+
+    assert sample_window(2) == (0.0, 2.0) and sample_window(5) == (1.0, 4.0) and sample_window(8) == (2.0, 6.0)
+    r = duration_report(4096, 300, 3.0, False)
+    assert (r.iters, r.bw_peak) == (300, 0.0) and abs(r.bw_avg - 4096 * 300 / 3.0 / 0x100000) < 1e-9
+    # noPeak: the average from the first post to the last completion, the peak printed as 0
+    r = compute_report(4096, [10.0], [12.0], 1, False, peak=False, count=100)
+    assert r.bw_peak == 0.0 and abs(r.msg_rate - 100 / 2.0 / 1e6) < 1e-12

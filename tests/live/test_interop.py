@@ -85,6 +85,20 @@ for verb in write read send atomic; do
   echo $? > "$OUT/$verb.stock_client.rc"; wait $!; echo $? > "$OUT/$verb.rdl_server.rc"
 done
 stats perftest
+# -a (every size 2 .. 2^23) and -D (by duration), each in both roles
+for spec in "write:-a -n 3" "send:-D 2 -s 4096"; do
+  verb=${spec%%:*}; OPTS=${spec#*:}; tag=${verb}_$(echo "$OPTS" | tr -d ' -')
+  log "ib_${verb}_bw $OPTS stock server, rdmalab client"
+  timeout 240 ib_${verb}_bw -d $RXE0 -x 1 -F $OPTS > "$OUT/$tag.stock_server.out" 2>&1 &
+  wait_port "" 18515
+  timeout 240 $ENG $RDL perftest $verb -x 1 -F $OPTS $RXE0_IP > "$OUT/$tag.rdl_client.out" 2>&1
+  echo $? > "$OUT/$tag.rdl_client.rc"; wait $!; echo $? > "$OUT/$tag.stock_server.rc"
+  log "ib_${verb}_bw $OPTS rdmalab server, stock client"
+  timeout 240 $ENG $RDL perftest $verb -x 1 -F $OPTS > "$OUT/$tag.rdl_server.out" 2>&1 &
+  wait_port "$ENG" 18515
+  timeout 240 ib_${verb}_bw -d $RXE0 -x 1 -F $OPTS $PEER_IP > "$OUT/$tag.stock_client.out" 2>&1
+  echo $? > "$OUT/$tag.stock_client.rc"; wait $!; echo $? > "$OUT/$tag.rdl_server.rc"
+done
 log "pyverbs on rxe <-> engine: integrity, atomics, wrong rkey both ways"
 tcpdump -i $RXE0_NETDEV -w "$OUT/integrity.pcap" udp port 4791 2> /dev/null &
 TD=$!; sleep 1
@@ -224,6 +238,38 @@ def test_perftest_pairing(matrix: Path, verb: str, roles: tuple[str, str]) -> No
     o_addr = {(side, q, p) for side, q, p in qpn.findall(ours)}
     flip = {"local": "remote", "remote": "local"}
     assert {(flip[a], q, p) for a, q, p in s_addr} == o_addr, (stock, ours)
+
+
+ALL_SIZES = [(1 << k, 3) for k in range(1, 24)]
+
+
+@pytest.mark.parametrize("roles", [("stock_server", "rdl_client"), ("stock_client", "rdl_server")])
+def test_perftest_all_sizes_with_the_stock_tool(matrix: Path, roles: tuple[str, str]) -> None:
+    """ib_write_bw -a -n 3: the client runs every size 2 .. 2^23 (a report row each); the server, as
+    perftest 4.5's write_bw server does, prints only the last size's row, the client's figures."""
+    texts = {r: _read(matrix, f"write_an3.{r}.out") for r in roles}
+    for r in roles:
+        assert _rc(matrix, f"write_an3.{r}") == 0, "\n---\n".join(texts.values())
+        assert "Completion with error" not in texts[r] and "Failed" not in texts[r], texts[r]
+    client = next(r for r in roles if r.endswith("client"))
+    server = next(r for r in roles if r.endswith("server"))
+    assert [(int(m[0]), int(m[1])) for m in REPORT.findall(texts[client])] == ALL_SIZES, texts[client]
+    srv_rows = REPORT.findall(texts[server])
+    assert [(int(m[0]), int(m[1])) for m in srv_rows] == [ALL_SIZES[-1]], texts[server]
+    assert srv_rows[-1] == REPORT.findall(texts[client])[-1]   # the client's figures, exchanged
+
+
+@pytest.mark.parametrize("roles", [("stock_server", "rdl_client"), ("stock_client", "rdl_server")])
+def test_perftest_duration_with_the_stock_tool(matrix: Path, roles: tuple[str, str]) -> None:
+    """ib_send_bw -D 2: both sides run by time (the server from its first receive), so each counts its
+    own completions; perftest turns the peak off in duration mode (noPeak), so it prints 0.00 on both."""
+    texts = {r: _read(matrix, f"send_D2s4096.{r}.out") for r in roles}
+    for r in roles:
+        assert _rc(matrix, f"send_D2s4096.{r}") == 0, "\n---\n".join(texts.values())
+        rows = REPORT.findall(texts[r])
+        assert len(rows) == 1, texts[r]
+        size, iters, peak, avg, _rate = rows[0]
+        assert int(size) == 4096 and int(iters) > 0 and float(peak) == 0.0 and float(avg) > 0, texts[r]
 
 
 def test_rxe_counted_our_packets_as_good(matrix: Path) -> None:
