@@ -14,7 +14,7 @@ from rdmalab.wire.packet import Packet
 if TYPE_CHECKING:
     from rdmalab.capture.reader import CapturedPacket
 
-_PROTOCOL = {"rocev2": "RRoCE", "rocev1": "RoCE", "ib": "InfiniBand", "iwarp": "iWARP", "tcp": "TCP"}
+_PROTOCOL = {"rocev2": "RRoCE", "rocev1": "RoCE", "ib": "InfiniBand", "iwarp": "iWARP", "tcp": "TCP", "pfc": "MAC CTRL"}
 
 
 def endpoints(pkt: Packet) -> tuple[str, str]:

@@ -214,13 +214,14 @@ def write_html(graded: list[Graded], path: Path, *, title: str = "rdmalab grades
             cells.append(f"<td style='background:{_COLOURS[st]}' title='{html.escape(str(msg), quote=True)}'>"
                          f"{html.escape(st)}</td>")
         probs = "<br>".join(html.escape(p) for p in g.problems + g.notes)
-        rows.append(f"<tr><td>{html.escape(g.submission.student)}</td><td>{html.escape(g.submission.notebook)}</td>"
+        rows.append(f"<tr><td class='n'>{html.escape(g.submission.student)}</td>"
+                    f"<td class='n'>{html.escape(g.submission.notebook)}</td>"
                     f"<td><b>{g.score}/{len(g.exercises)}</b></td>{''.join(cells)}<td style='font-size:85%'>{probs}</td></tr>")
     legend = " ".join(f"<span style='background:{c};padding:0 .4em'>{s}</span>" for s, c in _COLOURS.items())
     path.write_text(
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>"
         "body{font-family:sans-serif} table{border-collapse:collapse} td,th{border:1px solid #ccc;padding:.2em .5em;"
-        "font-size:90%} th{background:#fafafa}</style></head><body>"
+        "font-size:90%} th{background:#fafafa} td.n{white-space:nowrap}</style></head><body>"
         f"<h1>{html.escape(title)}</h1><p>Every notebook was run again in a fresh kernel; the outputs saved in the "
         f"submissions were discarded. Hover a cell for the check's message.</p><p>{legend}</p>"
         f"<table><tr><th>student</th><th>notebook</th><th>passed</th>{head}<th>problems and notes</th></tr>"

@@ -25,7 +25,7 @@ from rdmalab.verbs.engine.wqe import ATOMICS, WR_NAMES, RecvWQE, SendWQE
 from rdmalab.verbs.pyverbs_error import EINVAL, ENOMEM, PyverbsRDMAError, PyverbsUserError
 
 S = qpstate
-_TYPE_MASKS = {  # pyverbs QP._get_comp_mask
+_TYPE_MASKS: dict[int, dict[str, int]] = {  # pyverbs QP._get_comp_mask
     e.IBV_QPT_RC: {"INIT": S.PKEY | S.PORT | S.ACC, "RTR": S.AV | S.MTU | S.DQPN | S.RQPSN | S.MDRA | S.RNRT,
                    "RTS": S.TMO | S.RETRY | S.RNRR | S.SQPSN | S.MRA},
     e.IBV_QPT_UC: {"INIT": S.PKEY | S.PORT | S.ACC, "RTR": S.AV | S.MTU | S.DQPN | S.RQPSN, "RTS": S.SQPSN},

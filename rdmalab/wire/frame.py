@@ -54,6 +54,7 @@ from rdmalab.wire.net import (
     tcp_checksum,
 )
 from rdmalab.wire.packet import Layer, Packet, _problem, decode_transport, encode_transport, guarded
+from rdmalab.wire.pfc import ETHERTYPE_MAC_CONTROL, PFC, PFC_OPCODE
 
 AddressLike = str | int | ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -108,6 +109,17 @@ def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient
         decode_grh_packet(data, pkt, pos, lenient=lenient)
     elif ethertype in (ETHERTYPE_IPV4, ETHERTYPE_IPV6):
         _ip(data, pkt, pos, lenient, ports)
+    elif ethertype == ETHERTYPE_MAC_CONTROL and data[pos:pos + 2] == PFC_OPCODE.to_bytes(2, "big"):
+        # an 802.1Qbb PFC frame (the congestion fabric's pauses); other MAC Control opcodes
+        # (802.3x PAUSE, ...) stay undecoded bytes
+        pfc = PFC.decode(data, pos)
+        pkt.layers.append(Layer(pfc, pos))
+        for p in pfc.check(pos):
+            _problem(pkt, p, lenient)
+        pkt.encap = "pfc"
+        pkt.info = pfc.summary()
+        end = pos + PFC.LAYOUT.size
+        pkt.payload_offset, pkt.payload_length = end, 0
     else:
         pkt.payload_offset, pkt.payload_length = pos, len(data) - pos
 

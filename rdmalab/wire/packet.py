@@ -71,7 +71,7 @@ class StreamPosition:
 class Packet:
     """A decoded frame.
 
-    ``encap`` is one of ``"rocev2"``, ``"rocev1"``, ``"ib"``, ``"iwarp"``, ``"ip"``/``"eth"``
+    ``encap`` is one of ``"rocev2"``, ``"rocev1"``, ``"ib"``, ``"iwarp"``, ``"pfc"``, ``"ip"``/``"eth"``
     (not RDMA).  ``crc_status`` is ``"good"``, ``"bad"`` or ``None`` (absent or not checked);
     ``crc`` is the CRC as read from the wire (little-endian value) and ``crc_expected`` what it
     should be.

@@ -39,7 +39,6 @@ class PFC(Header):
     """The MAC Control PFC body: opcode, class-enable vector, eight pause times (quanta)."""
 
     opcode: int = PFC_OPCODE
-    reserved: int = 0
     enable: int = 0
     time0: int = 0
     time1: int = 0
@@ -54,8 +53,8 @@ class PFC(Header):
         "PFC",
         "IEEE 802.1Qbb-2011 clause 36; IEEE 802.3 Annex 31D (PFC frame)",
         F("opcode", 16, "macc.opcode", fmt="hex", const=PFC_OPCODE),
-        F("reserved", 8, None, reserved=True),
-        F("enable", 8, "macc.cbfc.enbv", fmt="hex", doc="bit n enables the pause time of priority n"),
+        F("enable", 16, "macc.cbfc.enbv", fmt="hex",
+          doc="priority-enable vector (2 octets, the high one reserved): bit n enables priority n's time"),
         *(F(f"time{i}", 16, f"macc.cbfc.pause_time.c{i}", doc=f"pause time of priority {i}, quanta")
           for i in range(8)),
         ws="macc",
@@ -64,6 +63,13 @@ class PFC(Header):
     @property
     def times(self) -> tuple[int, ...]:
         return (self.time0, self.time1, self.time2, self.time3, self.time4, self.time5, self.time6, self.time7)
+
+    def check(self, offset: int = 0) -> list[MalformedError]:
+        problems = Header.check(self, offset)  # not super(): slots=True dataclasses break its cell
+        if self.enable > 0xFF:
+            problems.append(MalformedError("PFC", "enable", offset + 2, self.enable,
+                                           "the high octet of the priority-enable vector reserved (zero)"))
+        return problems
 
     def paused(self) -> dict[int, int]:
         """Enabled priority -> pause time in quanta (0 = resume)."""
@@ -98,7 +104,7 @@ def encode_pfc_frame(times: dict[int, int], *, src_mac: int = 0x020000000001) ->
             raise ValueError(f"PFC pause time must be 0..{MAX_QUANTA} quanta, not {q}")
         enable |= 1 << prio
         t[prio] = q
-    body = PFC(PFC_OPCODE, 0, enable, *t).encode()
+    body = PFC(PFC_OPCODE, enable, *t).encode()
     frame = Ethernet(dst=PFC_DST_MAC, src=src_mac, ethertype=ETHERTYPE_MAC_CONTROL).encode() + body
     return frame + bytes(MIN_FRAME - len(frame))
 

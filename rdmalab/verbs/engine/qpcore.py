@@ -101,7 +101,7 @@ class QPCore:
         self.srq = srq
         self.sq_sig_all = sq_sig_all
         self.owner = owner  # the pyverbs-shaped QP in front of this one
-        self.qp_state = e.IBV_QPS_RESET
+        self.qp_state: int = e.IBV_QPS_RESET
         self.qp_num = dev.alloc_qpn(self)
         self.sport = 0xC000 + (_hash32(self.qp_num, 14) & 0x3FFF)  # rxe_qp.c: per-QP UDP source port
         self.gen = 0

@@ -24,7 +24,7 @@ from rdmalab.wire.opcodes import Op, Pos, Transport
 
 WINDOW = 128  # RXE_MAX_UNACKED_PSNS
 ACK_EVERY = 64  # RXE_MAX_PKT_PER_ACK: AckReq at least every 64 packets
-_T = {e.IBV_QPT_RC: Transport.RC, e.IBV_QPT_UC: Transport.UC, e.IBV_QPT_UD: Transport.UD}
+_T: dict[int, Transport] = {e.IBV_QPT_RC: Transport.RC, e.IBV_QPT_UC: Transport.UC, e.IBV_QPT_UD: Transport.UD}
 _SEND_OPS = {e.IBV_WR_SEND, e.IBV_WR_SEND_WITH_IMM, e.IBV_WR_SEND_WITH_INV}
 _IMM_OPS = {e.IBV_WR_SEND_WITH_IMM, e.IBV_WR_RDMA_WRITE_WITH_IMM}
 

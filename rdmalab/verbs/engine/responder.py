@@ -478,7 +478,8 @@ def _ud(qp: QPCore, pkt: Pkt) -> None:
     scatter(w.views, 40, pkt.payload)
     qp.resp.wqe = None
     info = INFO[pkt.opcode]
-    flags, value = e.IBV_WC_GRH, 0
+    flags: int = e.IBV_WC_GRH
+    value = 0
     if info.imm and pkt.imm is not None:
         flags, value = flags | e.IBV_WC_WITH_IMM, socket.htonl(pkt.imm.imm)
     qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV, 40 + n, value, flags, deth.src_qp, bool(pkt.se),

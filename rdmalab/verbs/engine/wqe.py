@@ -8,7 +8,7 @@ from typing import Any
 from rdmalab.verbs import enums as e
 
 # wr opcode -> wc opcode (IBA 11.4.2.1; libibverbs)
-WC_OPCODE = {
+WC_OPCODE: dict[int, int] = {
     e.IBV_WR_SEND: e.IBV_WC_SEND, e.IBV_WR_SEND_WITH_IMM: e.IBV_WC_SEND, e.IBV_WR_SEND_WITH_INV: e.IBV_WC_SEND,
     e.IBV_WR_RDMA_WRITE: e.IBV_WC_RDMA_WRITE, e.IBV_WR_RDMA_WRITE_WITH_IMM: e.IBV_WC_RDMA_WRITE,
     e.IBV_WR_RDMA_READ: e.IBV_WC_RDMA_READ, e.IBV_WR_ATOMIC_CMP_AND_SWP: e.IBV_WC_COMP_SWAP,
@@ -22,7 +22,7 @@ WR_NAMES = {
     e.IBV_WR_TSO: "TSO", e.IBV_WR_ATOMIC_WRITE: "ATOMIC_WRITE",
 }
 # which wr opcodes each QP type supports (rxe_opcode.c rxe_wr_opcode_info)
-SUPPORTED = {
+SUPPORTED: dict[int, set[int]] = {
     e.IBV_QPT_RC: {e.IBV_WR_SEND, e.IBV_WR_SEND_WITH_IMM, e.IBV_WR_SEND_WITH_INV, e.IBV_WR_RDMA_WRITE,
                    e.IBV_WR_RDMA_WRITE_WITH_IMM, e.IBV_WR_RDMA_READ, e.IBV_WR_ATOMIC_CMP_AND_SWP,
                    e.IBV_WR_ATOMIC_FETCH_AND_ADD, e.IBV_WR_LOCAL_INV},
