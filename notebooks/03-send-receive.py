@@ -5,6 +5,12 @@
 # must have posted a **receive work request** that says where an incoming message goes; the
 # responder takes the next one from its receive queue, scatters the payload there, and
 # reports a completion to the receiving application (IBA Vol 1 9.4.1, 10.8).
+#
+# With `BACKEND = "rxe"` (or `rdmalab lab --backend rxe`) every cell below runs on the Linux
+# kernel's Soft-RoCE instead of the soft engine: two rxe devices in the lab VM (or on your
+# machine if it has them), real completions, real registered memory, and the ladders drawn
+# from the packets tcpdump captured between them (docs/live.md). The first cell then boots
+# the VM, which takes a minute or two.
 
 # %%
 BACKEND = "soft"
@@ -73,12 +79,13 @@ for p in pair.packets()[2:]:
 # message, so it answers with an **RNR NAK** ("receiver not ready", IBA 9.7.5.2.8) that
 # carries a timer code; the requester waits at least that long and tries again, up to
 # `rnr_retry` times (7 means forever). Below, B's application is busy for 3 ms before it
-# posts its receive.
+# posts its receive (on rxe, 3 ms of wall-clock time plus the time the request takes to reach
+# the VM, so the number of RNR NAKs varies from run to run).
 
 # %%
 from rdmalab.lab.checkers.verbs import rnr_run
 
-rnr = rnr_run()
+rnr = rnr_run(BACKEND)
 rnr.ladder(title="SEND before the receive is posted: RNR NAKs, then success")
 
 # %%

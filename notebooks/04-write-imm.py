@@ -9,6 +9,10 @@
 # The address and key travel in the **RETH** (RDMA Extended Transport Header), which only the
 # *first* packet of a WRITE carries: the responder remembers where the message goes and
 # appends the Middle and Last packets after it.
+#
+# With `BACKEND = "rxe"` the cells run on the Linux kernel's Soft-RoCE (two rxe devices in the
+# lab VM, or on your machine if it has them): real completions, real memory, and pictures of
+# the packets tcpdump captured (docs/live.md).
 
 # %%
 BACKEND = "soft"
@@ -78,7 +82,8 @@ viz.hexdump(imm_pkt, title=imm_pkt.opcode_name + ": BTH, ImmDt, data", end=64)
 #
 # Complete `write_with_imm(pair, data, imm)`: write `data` into B's buffer at offset 0 with
 # an RDMA WRITE with immediate `imm`, and return **B's** completion. Use only verbs calls on
-# `pair.a` and `pair.b` (`qp`, `mr`, `poll()`). The checker runs your function on a fresh pair.
+# `pair.a` and `pair.b` (`qp`, `mr`, `poll()`). The checker runs your function on a fresh pair
+# of the soft engine (whatever the backend), where it can also read the engine's trace.
 
 # %% tags=["exercise"]
 def write_with_imm(pair, data, imm):

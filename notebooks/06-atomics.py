@@ -12,6 +12,10 @@
 # without the remote CPU. The request carries an **AtomicETH** (address, rkey, swap/add,
 # compare); the answer is an **Atomic Acknowledge** with an AETH and an **AtomicAckETH**
 # holding the original value.
+#
+# With `BACKEND = "rxe"` the cells run on the Linux kernel's Soft-RoCE (two rxe devices in the
+# lab VM, or on your machine if it has them): real completions, real memory, and pictures of
+# the packets tcpdump captured (docs/live.md).
 
 # %%
 BACKEND = "soft"

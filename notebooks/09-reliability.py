@@ -15,6 +15,14 @@
 # - a responder that has no receive WQE for a SEND answers **RNR NAK** (notebook 03).
 #
 # The soft fabric loses packets at random, from a seed: the same seed gives the same run.
+#
+# **On rxe.** The kernel has no seeded loss and no trace of its internal events. So the runs
+# that depend on a seed (the NAK run, the timeout run, the throughput table, and the
+# exercises built on them) always come from the soft engine, which records exactly which
+# packet it dropped. With `BACKEND = "rxe"` the transfer runner and the section "The same on
+# the kernel" run on the Linux kernel's Soft-RoCE in the lab VM, with random loss from
+# `tc netem` on the wire, and the pictures come from the packets tcpdump captured
+# (docs/live.md).
 
 # %%
 BACKEND = "soft"
@@ -22,6 +30,7 @@ from rdmalab import lab, viz
 from rdmalab.lab import scenarios
 
 BACKEND = lab.backend(BACKEND)  # checks that the backend is available
+print("seeded runs: the soft engine; transfer runner and live section:", BACKEND)
 
 # %% [markdown]
 # ## A lost packet in the middle: NAK and go-back-N
@@ -98,19 +107,41 @@ for loss in (0.0, 0.01, 0.05, 0.1):
 # ## Try it: the transfer runner
 #
 # In JupyterLab, move the sliders: operation, message size, MTU, loss rate and seed. Each
-# change runs the engine again and redraws the ladder and the PSN plot. (The book shows one
-# static run of the same function below.)
+# change runs the engine again (on rxe: the kernel, with netem loss; the seed then means
+# nothing) and redraws the ladder and the PSN plot. (The book shows one static run of the
+# same function below.)
 
 # %% tags=["widget"]
 from rdmalab.lab.transfer import transfer_runner
 
-transfer_runner()
+transfer_runner(BACKEND)
 
 # %%
 from rdmalab.lab.transfer import run_transfer
 
-run = run_transfer(op="READ", size=5000, mtu=1024, loss=0.1, seed=3)
+run = run_transfer(op="READ", size=5000, mtu=1024, loss=0.1, seed=3, backend=BACKEND)
+print("wire:", run.stats())
 run.ladder
+
+# %% [markdown]
+# ## The same on the kernel
+#
+# An 8 KiB WRITE again, now through `run_transfer` with `backend=BACKEND`: with
+# `BACKEND = "rxe"` it runs between two rxe devices in the lab VM, with `tc netem` dropping
+# 10 % of the packets in each direction. netem drops a packet before the capture point, so a
+# lost packet is simply missing from the ladder; what you see is the kernel's reaction: a NAK
+# naming the PSN it still expects and a resend from there, or, when the tail was lost, a
+# pause of the retransmission timer and a resend. Loss is random, so the cell tries a few
+# times until a run shows a retransmission (on the soft engine it tries the next seeds).
+
+# %%
+for attempt in range(1, 7):
+    live = run_transfer(op="WRITE", size=8192, mtu=1024, loss=0.1, seed=attempt, backend=BACKEND)
+    if live.stats()["requests resent"]:
+        break
+print(f"attempt {attempt}: completions {[str(wc) for wc in live.completions]}")
+print("wire:", live.stats())
+live.ladder
 
 # %% [markdown]
 # ## Exercises

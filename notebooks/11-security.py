@@ -14,6 +14,11 @@
 # A request that fails is not executed; the responder answers with a NAK *Remote Access
 # Error*, the requester's work request completes with `IBV_WC_REM_ACCESS_ERR`, and the
 # connection goes to the error state.
+#
+# With `BACKEND = "rxe"` the cells run on the Linux kernel's Soft-RoCE (two rxe devices in the
+# lab VM, or on your machine if it has them), so every verdict below is the kernel's own
+# (`drivers/infiniband/sw/rxe/rxe_resp.c`, `rxe_mr.c`), and the ladders are drawn from the
+# packets tcpdump captured (docs/live.md).
 
 # %%
 BACKEND = "soft"
@@ -21,7 +26,6 @@ import rdmalab.verbs.enums as e
 from rdmalab import lab, viz
 from rdmalab.lab.pair import Pair
 from rdmalab.verbs.mr import MR
-from rdmalab.verbs.pd import PD
 from rdmalab.verbs.wr import SGE, SendWR
 
 BACKEND = lab.backend(BACKEND)  # checks that the backend is available
@@ -41,25 +45,30 @@ def try_write(pair, rkey, addr, length=16, *, lkey=None):
 # ## The keys
 #
 # Each MR has an lkey (for local work requests) and an rkey (for remote peers). In the soft
-# engine, as in Linux `rxe`, a key is a 24-bit index and an 8-bit *key* part; the engine
-# draws the 8-bit part at random and never makes lkey and rkey equal.
+# engine, as in Linux `rxe`, a key is a 24-bit index and an 8-bit *key* part. Both draw the
+# 8-bit part at random; the soft engine also never makes lkey and rkey equal, while rxe gives
+# a region one key for both (`rxe_mr.c`: `lkey = rkey = index << 8 | key` when remote access
+# is allowed). Run it with `BACKEND = "rxe"` and see.
 
 # %%
 pair = Pair(backend=BACKEND, seed=12)
 b = pair.b
 print(f"B's MR: lkey {b.mr.lkey:#010x}  rkey {b.mr.rkey:#010x}  (index {b.mr.rkey >> 8}, key byte {b.mr.rkey & 0xff:#04x})")
+print("lkey == rkey:", b.mr.lkey == b.mr.rkey)
 print("a correct write:", try_write(pair, b.mr.rkey, b.mr.buf))
 
 # %% [markdown]
 # ## A guessed rkey
 #
-# Suppose a connected peer tries an rkey it was never given. Here A uses B's *lkey* as if it
-# were the rkey: the right region index, a wrong key byte.
+# Suppose a connected peer tries an rkey it was never given: the right region index (they are
+# small and predictable) with a guessed key byte, here one more than the real one.
 
 # %%
 pair = Pair(backend=BACKEND, seed=12)
 before = pair.b.mr.read(16, 0)
-print("write with a wrong key:", try_write(pair, pair.b.mr.lkey, pair.b.mr.buf))
+guessed = (pair.b.mr.rkey & ~0xFF) | ((pair.b.mr.rkey + 1) & 0xFF)
+print(f"real rkey {pair.b.mr.rkey:#010x}, guessed {guessed:#010x}")
+print("write with a wrong key:", try_write(pair, guessed, pair.b.mr.buf))
 print("B's memory unchanged:", pair.b.mr.read(16, 0) == before)
 print("A's QP state now:", pair.a.qp.qp_state_name)
 pair.ladder(title="A wrong rkey: NAK Remote Access Error, and the QP is dead")
@@ -88,12 +97,13 @@ pair = Pair(backend=BACKEND, seed=13)
 cases["past the end of the region"] = try_write(pair, pair.b.mr.rkey, pair.b.mr.buf + pair.b.mr.length - 8, 16)
 
 pair = Pair(backend=BACKEND, seed=13)
-ro = MR(pair.b.pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ)  # readable, not writable
+# B registers one more region in its PD, readable but not writable: MR(pair.b.pd, 4096, flags)
+ro = pair.b.reg_mr(4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ)
 cases["region without REMOTE_WRITE"] = try_write(pair, ro.rkey, ro.buf)
 
 pair = Pair(backend=BACKEND, seed=13)
-other_pd = PD(pair.b.ctx)
-foreign = MR(other_pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
+other_pd = pair.b.alloc_pd()  # PD(pair.b.ctx): a second protection domain on B's device
+foreign = pair.b.reg_mr(4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE, pd=other_pd)
 cases["region in another protection domain"] = try_write(pair, foreign.rkey, foreign.buf)
 
 pair = Pair(backend=BACKEND, seed=13)
@@ -106,7 +116,9 @@ for what, status in cases.items():
 #
 # A classic bug: swapping the keys. On hardware where lkey and rkey happen to be equal it goes
 # unnoticed (a public RDMA example carried it for years). The soft engine makes them
-# differ on purpose, so the bug shows.
+# differ on purpose, so the bug shows. (rxe is such an implementation with equal keys, and
+# there the outcome depends on whether B's key happens to name a region on A's device too;
+# with `BACKEND = "rxe"` the cell shows what the kernel did.)
 
 # %%
 def write_to_peer_buggy(pair, data):
@@ -122,8 +134,10 @@ print(write_to_peer_buggy(Pair(backend=BACKEND, seed=51), b"keys matter " * 50))
 
 # %% [markdown]
 # It fails before a single packet is sent: A's own NIC checks the SGE's key against A's
-# memory regions and completes the work request with a *local protection error*. Had only
-# the RETH's key been wrong, B would have answered with a Remote Access Error NAK instead.
+# memory regions and completes the work request with a local error: a *local protection
+# error* on the soft engine; rxe in Linux 6.1 reported it here as a *local QP operation
+# error*. Had only the RETH's key been wrong, B would have answered with a Remote Access Error
+# NAK instead.
 
 # %% [markdown]
 # ## Exercises
@@ -151,7 +165,7 @@ lab.check("security.fix", write_to_peer)
 # ### 2. What a wrong guess gets you
 #
 # Give `[the ibv_wc_status name A's work request completes with, the name of the NAK B sends]`
-# for a write with a guessed, wrong rkey.
+# for a write with a guessed, wrong rkey (the cell above shows both, on either backend).
 
 # %% tags=["exercise"]
 guess = ...  # ["IBV_WC_...", "..."]

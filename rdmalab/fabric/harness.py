@@ -79,6 +79,14 @@ class Endpoint:
         wr = RecvWR(wr_id=wr_id, num_sge=len(sg), sg=sg)
         (self.srq or self.qp).post_recv(wr)
 
+    def reg_mr(self, length: int, access: int, pd: PD | None = None) -> MR:
+        """Register ``length`` more bytes in ``pd`` (this endpoint's PD by default): ``MR(pd, length, access)``."""
+        return MR(pd or self.pd, length, access)
+
+    def alloc_pd(self) -> PD:
+        """Another protection domain on this endpoint's device: ``PD(ctx)``."""
+        return PD(self.ctx)
+
     def poll(self) -> WC | None:
         """The next completion of this endpoint's CQ (``CQ.poll`` runs the scheduler until there is one), or None."""
         n, wcs = self.cq.poll(1)

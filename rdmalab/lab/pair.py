@@ -9,8 +9,11 @@ recorded, MTU in bytes) and pictures (:meth:`Pair.ladder`, :meth:`Pair.psn_plot`
 it creates is a plain verbs object (``pair.a.qp`` is a ``rdmalab.verbs.qp.QP``), so the notebook
 code that follows is ordinary verbs code that would run on pyverbs.
 
-The backend switch: ``Pair(backend="soft")`` is the simulator.  Other backends (kernel rxe via
-pyverbs) will plug in here without changing the notebooks.
+The backend switch: ``Pair(backend="soft")`` is the simulator.  ``Pair(backend="rxe")`` (or
+``RDMALAB_BACKEND=rxe``) returns a :class:`rdmalab.lab.livepair.LivePair` instead: the same
+attributes, but every object is the kernel's (rxe through pyverbs, in the lab VM or on the host)
+and the pictures come from the packets tcpdump captured.  :class:`SoftPair` is always the
+simulator, whatever the backend (the checkers replay their runs on it).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from rdmalab.fabric.harness import ALL_ACCESS, Endpoint
 from rdmalab.fabric.harness import Pair as _HarnessPair
 from rdmalab.fabric.sim import Fabric
 from rdmalab.lab.env import backend as _backend
+from rdmalab.lab.livepair import LivePair
 from rdmalab.verbs.qp import QPCap
 from rdmalab.viz.ladder import Ladder, from_trace
 from rdmalab.viz.plots import Plot, psn_time
@@ -34,20 +38,19 @@ Node = Endpoint
 
 
 class Pair(_HarnessPair):
-    """Two RC QPs connected to each other on one simulated fabric."""
+    """Two RC QPs connected to each other on one simulated fabric (or on kernel rxe, see the module)."""
+
+    def __new__(cls, *, backend: str | None = None, **kw: Any) -> Any:
+        if cls is Pair and _backend(backend) == "rxe":
+            return LivePair(**kw)  # not a Pair instance, so Python does not call Pair.__init__ on it
+        return super().__new__(cls)
 
     def __init__(self, *, backend: str | None = None, seed: int = 1, mtu: int = 1024, size: int = 65536,
                  access: int | None = None, loss: float = 0.0, latency_ns: int = 1000,
                  bandwidth_gbps: float = 100.0, timeout: int = 14, retry_cnt: int = 7, rnr_retry: int = 7,
                  min_rnr_timer: int = 12, max_wr: int = 64, psn: tuple[int, int] = (100, 500),
                  names: tuple[str, str] = ("soft0", "soft1")) -> None:
-        self.backend = _backend(backend)
-        if self.backend != "soft":
-            # a Pair is driven call by call on the simulated fabric; on rxe the lab runs whole
-            # scenarios as pyverbs programs (rdmalab.live.scenarios), so say so instead of
-            # quietly running the simulator under the name "rxe"
-            raise RuntimeError(f"Pair runs on the soft engine only; on {self.backend!r} use "
-                               f"rdmalab.live.scenarios.run(NAME, backend={self.backend!r}) (notebook 13)")
+        self.backend = "soft"  # "rxe" was sent to LivePair by __new__
         self.e = e
         fabric = Fabric(seed=seed, mtu=mtu, latency_ns=latency_ns, bandwidth_gbps=bandwidth_gbps)
         for n, ip in zip(names, ("10.0.0.1", "10.0.0.2"), strict=True):
@@ -69,6 +72,14 @@ class Pair(_HarnessPair):
     def psn_plot(self, **kw: Any) -> Plot:
         return psn_time(self.trace, **kw)
 
+    def idle(self, seconds: float) -> None:
+        """Let ``seconds`` of fabric time pass (the applications do nothing meanwhile)."""
+        self.fabric.run(until_ns=self.fabric.now_ns + int(seconds * 1e9))
+
     def __repr__(self) -> str:
         return (f"Pair({self.a.name} QP {self.a.qp.qp_num:#x} <-> {self.b.name} QP {self.b.qp.qp_num:#x}, "
                 f"MTU {self.mtu}, backend {self.backend})")
+
+
+class SoftPair(Pair):
+    """A :class:`Pair` on the soft engine whatever ``RDMALAB_BACKEND`` says (checkers replay on it)."""

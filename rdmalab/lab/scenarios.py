@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import rdmalab.verbs.enums as e
-from rdmalab.lab.pair import Pair
+from rdmalab.lab.pair import Pair, SoftPair
 from rdmalab.verbs.wr import SGE, SendWR
 from rdmalab.wire.opcodes import OPCODES
 
@@ -31,7 +31,7 @@ def rdma_write(pair: Pair, length: int, *, wr_id: int = 1, offset: int = 0, remo
 
 def lossy_write(seed: int, *, length: int = 8192, mtu: int = 1024, loss: float = 0.1) -> Pair:
     """An RDMA WRITE of ``length`` bytes over a fabric that loses ``loss`` of the packets."""
-    pair = Pair(seed=seed, mtu=mtu, loss=loss)
+    pair = SoftPair(seed=seed, mtu=mtu, loss=loss)
     rdma_write(pair, length)
     pair.run()
     return pair

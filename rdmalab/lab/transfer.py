@@ -1,7 +1,8 @@
 """One transfer on a fresh pair, for notebook 09: as a function and as a widget.
 
-:func:`run_transfer` runs one RDMA WRITE, READ or SEND on the soft engine and returns the pair
-and its completions, with the ladder and the PSN plot of the run; :func:`transfer_runner` puts
+:func:`run_transfer` runs one RDMA WRITE, READ or SEND on a fresh pair (the soft engine, or kernel
+rxe with ``backend="rxe"``, where loss is tc netem and the seed means nothing) and returns the
+pair and its completions, with the ladder and the PSN plot of the run; :func:`transfer_runner` puts
 sliders for operation, size, MTU, loss and seed in front of it (ipywidgets).  This drives the
 engine, so it lives in the lab layer; :mod:`rdmalab.viz` only draws what it produced.
 """
@@ -15,28 +16,49 @@ import rdmalab.verbs.enums as e
 from rdmalab.lab.pair import Pair
 from rdmalab.verbs.cq import WC
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
-from rdmalab.viz.ladder import Ladder, from_trace
-from rdmalab.viz.plots import Plot, psn_time
+from rdmalab.viz.ladder import Ladder
+from rdmalab.viz.plots import Plot
 
 
 @dataclass
 class TransferResult:
-    pair: Pair
+    pair: Any   # a Pair, or a LivePair on rxe
     completions: list[WC | None]
+    loss: float = 0.0
 
     @property
     def ladder(self) -> Ladder:
-        return from_trace(self.pair.trace, nodes=[self.pair.a.name, self.pair.b.name])
+        ladder: Ladder = self.pair.ladder()
+        return ladder
 
     @property
     def psn_plot(self) -> Plot:
-        return psn_time(self.pair.trace)
+        plot: Plot = self.pair.psn_plot()
+        return plot
+
+    def stats(self) -> dict[str, Any]:
+        """What the wire did: request packets resent (from the packets), and the simulated fabric's
+        counters on soft or the netem loss rate on rxe."""
+        seen: set[tuple[int, int]] = set()
+        resent = 0
+        pkts = self.pair.packets()
+        for p in pkts:
+            name = str(p.opcode_name)
+            if p.bth is None or "Acknowledge" in name or "Response" in name:
+                continue
+            key = (p.bth.destqp, p.bth.psn)        # a request PSN seen twice: a retransmission
+            resent += key in seen
+            seen.add(key)
+        fabric = getattr(self.pair, "fabric", None)
+        if fabric is not None:
+            return {**{k: v for k, v in fabric.stats.items() if v}, "requests resent": resent}
+        return {"captured": len(pkts), "requests resent": resent, "netem loss": f"{self.loss:.0%}"}
 
 
 def run_transfer(*, op: str = "WRITE", size: int = 8192, mtu: int = 1024, loss: float = 0.0,
-                 seed: int = 1) -> TransferResult:
+                 seed: int = 1, backend: str | None = None) -> TransferResult:
     """Run one RDMA WRITE, READ or SEND of ``size`` bytes on a fresh seeded pair."""
-    pair = Pair(seed=seed, mtu=mtu, loss=loss, size=max(size, 4096))
+    pair: Any = Pair(backend=backend, seed=seed, mtu=mtu, loss=loss, size=max(size, 4096))
     a, b = pair.a, pair.b
     opcode = {"WRITE": e.IBV_WR_RDMA_WRITE, "READ": e.IBV_WR_RDMA_READ, "SEND": e.IBV_WR_SEND}[op]
     if op == "SEND":
@@ -47,10 +69,13 @@ def run_transfer(*, op: str = "WRITE", size: int = 8192, mtu: int = 1024, loss: 
     a.qp.post_send(wr)
     wcs: list[WC | None] = [a.poll()]  # None if the WRITE/READ never completed
     pair.run()
-    return TransferResult(pair, [*wcs, *b.completions()])
+    result = TransferResult(pair, [*wcs, *b.completions()], loss)
+    if loss and getattr(pair, "fabric", None) is None:
+        pair.set_loss(0.0)   # netem stays on the wire until removed; the next pair starts clean
+    return result
 
 
-def transfer_runner() -> Any:
+def transfer_runner(backend: str | None = None) -> Any:
     """Sliders for operation, message size, MTU, loss and seed; each change re-runs the engine."""
     import ipywidgets as w  # optional: ipywidgets, IPython (lab extra)
     from IPython import display as ipd
@@ -68,9 +93,9 @@ def transfer_runner() -> Any:
     def redraw(_: Any = None) -> None:
         out.clear_output(wait=True)
         with out:
-            res = run_transfer(op=op.value, size=size.value, mtu=mtu.value, loss=loss.value, seed=seed.value)
-            stats = {k: v for k, v in res.pair.fabric.stats.items() if v}
-            print("completions:", [str(wc) for wc in res.completions], "| fabric:", stats)
+            res = run_transfer(op=op.value, size=size.value, mtu=mtu.value, loss=loss.value, seed=seed.value,
+                               backend=backend)
+            print("completions:", [str(wc) for wc in res.completions], "| wire:", res.stats())
             display(res.ladder)
             display(res.psn_plot)
 

@@ -23,6 +23,7 @@ import contextlib
 import html
 import io
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -220,9 +221,16 @@ _SHARED: VM | None = None
 
 
 def shared_vm(**options: Any) -> VM:
-    """One lab VM per Python process (booted on first use, powered off at exit)."""
+    """One lab VM per Python process (booted on first use, powered off at exit).
+
+    With ``RDMALAB_VM_DIR`` set to the work directory of a VM another process runs, it attaches
+    to that one instead (:meth:`VM.attach`), and leaves it running at exit.
+    """
     global _SHARED
     if _SHARED is None or not _SHARED.running:
-        _SHARED = VM(**options).start()
+        if os.environ.get("RDMALAB_VM_DIR"):
+            _SHARED = VM.attach(os.environ["RDMALAB_VM_DIR"], progress=options.get("progress", True))
+        else:
+            _SHARED = VM(**options).start()
         atexit.register(_SHARED.close)
     return _SHARED

@@ -47,7 +47,7 @@ from rdmalab.live.errors import VMError, cache_dir
 from rdmalab.live.siw import siw_module
 
 AGENT = Path(__file__).with_name("agent.sh")
-__all__ = ["AGENT", "TOPOLOGY", "VM", "Missing", "VMError", "VMResult", "kvm_usable", "missing", "run_in_vm"]
+__all__ = ["AGENT", "TOPOLOGY", "VM", "Job", "Missing", "VMError", "VMResult", "kvm_usable", "missing", "run_in_vm"]
 
 #: Names and addresses inside the VM (exported to every job script as shell variables).
 TOPOLOGY: dict[str, str] = {
@@ -250,6 +250,7 @@ class VM:
         self._proc: subprocess.Popen[bytes] | None = None
         self._console: object = None
         self._jobs = 0
+        self._attached_pid: int | None = None   # set by attach(): another process owns the VM
 
     # -- lifecycle
     def __enter__(self) -> VM:
@@ -261,7 +262,34 @@ class VM:
 
     @property
     def running(self) -> bool:
+        if self._attached_pid is not None:
+            return _alive(self._attached_pid) and not (self.workdir / "stop").exists()
         return self._proc is not None and self._proc.poll() is None
+
+    @classmethod
+    def attach(cls, workdir: str | Path, *, progress: bool | Callable[[str], None] = True) -> VM:
+        """Use a VM that another process booted (its ``workdir``); :meth:`close` leaves it running.
+
+        ``RDMALAB_VM_DIR=WORKDIR`` makes :func:`rdmalab.live.scenarios.shared_vm` attach instead of
+        booting, so several processes (notebook kernels, a test run) share one boot.  The guest
+        runs one job at a time, so their jobs queue.
+        """
+        w = Path(workdir)
+        try:
+            pid = int((w / "vm.pid").read_text())
+        except (OSError, ValueError):
+            raise VMError(f"{w} is not the work directory of a running rdmalab VM (no vm.pid)") from None
+        if not (w / "ready").exists() or not _alive(pid) or (w / "stop").exists():
+            raise VMError(f"the rdmalab VM of {w} is not running (or not ready yet)")
+        vm = cls(workdir=w, progress=progress)
+        vm._own_workdir = False
+        vm._attached_pid = pid
+        env = _read(w / "config.env")
+        vm.kvm = "export KVM=1" in env
+        vm.kvm_reason = "attached to a running VM"
+        vm._read_ready()
+        vm.say(f"using the running VM in {w} ({'KVM' if vm.kvm else 'TCG'})")
+        return vm
 
     def start(self) -> VM:
         if self.running:
@@ -304,6 +332,7 @@ class VM:
         t0 = time.monotonic()
         self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
                                       start_new_session=True)
+        (w / "vm.pid").write_text(f"{self._proc.pid}\n")
         shown = 0
         last_tick = t0
         while True:
@@ -351,7 +380,9 @@ class VM:
                 self.guest_kernel = parts[1]
 
     def close(self, timeout: float = 30.0) -> None:
-        """Ask the guest to power off (kill qemu if it does not within ``timeout`` s)."""
+        """Ask the guest to power off (kill qemu if it does not within ``timeout`` s).  An attached VM stays up."""
+        if self._attached_pid is not None:
+            return
         if self._proc is not None:
             (self.workdir / "stop").touch()
             try:
@@ -377,10 +408,20 @@ class VM:
         name -> text, bytes, or a host path to copy.  ``capture`` is ``True`` (veth0 and veth2,
         merged), ``False``, or interface name(s).  ``timeout`` bounds the script (status 124).
         """
+        return self.submit(script, files=files, timeout=timeout, capture=capture, name=name).wait()
+
+    def submit(self, script: str, *, files: Mapping[str, str | bytes | Path] | None = None, timeout: float = 120.0,
+               capture: bool | str | tuple[str, ...] | list[str] = True, name: str | None = None) -> Job:
+        """Start a job like :meth:`run` without waiting for it; :meth:`Job.wait` collects the result.
+
+        The guest agent runs one job at a time, so a later job starts when this one ends.  A
+        long-running job (a server the host talks to through files in ``job.dir``) is the use.
+        """
         if not self.running:
             raise VMError("the VM is not running (call start() or use `with VM() as vm:`)")
         self._jobs += 1
-        jname = f"{self._jobs:03d}-{_slug(name or script.split(chr(10))[0])}"
+        prefix = f"{os.getpid()}-" if self._attached_pid is not None else ""   # several processes share jobs/
+        jname = f"{prefix}{self._jobs:03d}-{_slug(name or script.split(chr(10))[0])}"
         j = self.workdir / "jobs" / jname
         j.mkdir(parents=True)
         for fname, content in (files or {}).items():
@@ -405,27 +446,49 @@ class VM:
             ifaces = tuple(capture)
         if ifaces:
             (j / "capture").write_text(" ".join(ifaces) + "\n")
-        t0 = time.monotonic()
+        job = Job(self, jname, j, ifaces, timeout)
         (j / "go").touch()
-        while not (j / "done").exists():
-            if not self.running:
-                raise VMError(f"the VM stopped while running job {jname}:\n{_tail(self.workdir / 'console.log')}")
-            if time.monotonic() - t0 > timeout + 60:
-                raise VMError(f"job {jname} did not finish within {timeout:.0f} s + 60 s (guest log: "
-                              f"{self.workdir / 'agent.log'})")
-            time.sleep(0.1)
-        rc_text = (j / "rc").read_text().strip() if (j / "rc").exists() else "255"
-        pcaps = {i: j / f"{i}.pcap" for i in ifaces if (j / f"{i}.pcap").exists()}
-        pcap = j / "capture.pcap"
-        drops = sum(int(m) for i in ifaces
-                    for m in re.findall(r"(\d+) packets? dropped by kernel", _read(j / f"{i}.tcpdump.log")))
-        return VMResult(stdout=_read(j / "stdout"), stderr=_read(j / "stderr"), rc=int(rc_text or 255),
-                        pcap_path=pcap if pcap.exists() else None, kvm=self.kvm, boot_s=self.boot_s,
-                        run_s=time.monotonic() - t0, job_dir=j, pcaps=pcaps, capture_drops=drops)
+        return job
 
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
         return f"VM({self.kernel}, {'KVM' if self.kvm else 'TCG'}, {state}, {self.workdir})"
+
+
+class Job:
+    """A job submitted to a :class:`VM` (:meth:`VM.submit`): its directory, and its result once done."""
+
+    def __init__(self, vm: VM, name: str, job_dir: Path, ifaces: tuple[str, ...], timeout: float) -> None:
+        self.vm, self.name, self.dir, self.ifaces, self.timeout = vm, name, job_dir, ifaces, timeout
+        self.t0 = time.monotonic()
+
+    @property
+    def started(self) -> bool:
+        return (self.dir / "started").exists()
+
+    @property
+    def done(self) -> bool:
+        return (self.dir / "done").exists()
+
+    def wait(self, timeout: float | None = None) -> VMResult:
+        """Wait for the job to end (at most its own timeout + 60 s, or ``timeout``) and collect it."""
+        limit = self.timeout + 60 if timeout is None else timeout
+        j = self.dir
+        while not (j / "done").exists():
+            if not self.vm.running:
+                raise VMError(f"the VM stopped while running job {self.name}:\n{_tail(self.vm.workdir / 'console.log')}")
+            if time.monotonic() - self.t0 > limit:
+                raise VMError(f"job {self.name} did not finish within {limit:.0f} s (guest log: "
+                              f"{self.vm.workdir / 'agent.log'})")
+            time.sleep(0.1)
+        rc_text = (j / "rc").read_text().strip() if (j / "rc").exists() else "255"
+        pcaps = {i: j / f"{i}.pcap" for i in self.ifaces if (j / f"{i}.pcap").exists()}
+        pcap = j / "capture.pcap"
+        drops = sum(int(m) for i in self.ifaces
+                    for m in re.findall(r"(\d+) packets? dropped by kernel", _read(j / f"{i}.tcpdump.log")))
+        return VMResult(stdout=_read(j / "stdout"), stderr=_read(j / "stderr"), rc=int(rc_text or 255),
+                        pcap_path=pcap if pcap.exists() else None, kvm=self.vm.kvm, boot_s=self.vm.boot_s,
+                        run_s=time.monotonic() - self.t0, job_dir=j, pcaps=pcaps, capture_drops=drops)
 
 
 def run_in_vm(script: str, *, files: Mapping[str, str | bytes | Path] | None = None, timeout: float = 120.0,
@@ -441,6 +504,16 @@ def _lines(path: Path) -> list[str]:
         return [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _read(path: Path) -> str:

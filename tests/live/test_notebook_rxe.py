@@ -1,4 +1,4 @@
-"""Notebook 13 run with BACKEND = "rxe": every cell on the kernel's Soft-RoCE (its own VM boot)."""
+"""Notebook 13 run with BACKEND = "rxe": every cell on the kernel's Soft-RoCE (in the session's lab VM)."""
 
 from __future__ import annotations
 
@@ -9,22 +9,20 @@ from pathlib import Path
 import pytest
 
 from rdmalab.lab.generate import convert
-from rdmalab.live.vm import missing
+from rdmalab.live.vm import VM
 
 ROOT = Path(__file__).resolve().parents[2]
 NB = ROOT / "notebooks" / "13-live-rdma.py"
 pytestmark = pytest.mark.live
 
 
-def test_live_notebook_on_rxe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    gaps = missing()
-    if gaps:
-        pytest.skip("cannot boot the lab VM here: " + "; ".join(str(g) for g in gaps))
+def test_live_notebook_on_rxe(lab_vm: VM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     nbclient = pytest.importorskip("nbclient")
     nbformat = pytest.importorskip("nbformat")
     log = tmp_path / "checks.jsonl"
     monkeypatch.setenv("RDMALAB_CHECK_LOG", str(log))
     monkeypatch.setenv("RDMALAB_BACKEND", "rxe")
+    monkeypatch.setenv("RDMALAB_VM_DIR", str(lab_vm.workdir))   # the kernel attaches: no boot of its own
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     nb = nbformat.from_dict(convert(NB.read_text(encoding="utf-8"), "instructor"))

@@ -9,7 +9,7 @@ from rdmalab.lab.checkers.reliability import nak_code
 from rdmalab.lab.checkers.verbs import wire_trouble
 from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import norm_name
-from rdmalab.lab.pair import Pair
+from rdmalab.lab.pair import SoftPair
 from rdmalab.wire.ib import NAK_REMOTE_ACCESS_ERROR
 
 NB = "11-security"
@@ -23,7 +23,7 @@ def _fix(answer: Any) -> str:
     if not callable(answer):
         raise Wrong("Give the fixed function itself (write_to_peer).", field="write_to_peer",
                     expected="a function (pair, data) -> A's completion")
-    p = Pair(seed=51)
+    p = SoftPair(seed=51)
     data = b"keys matter " * 50
     wc = answer(p, data)
     trouble = wire_trouble(p)

@@ -10,7 +10,7 @@ from typing import Any
 import rdmalab.verbs.enums as e
 from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import as_int, norm_name
-from rdmalab.lab.pair import Pair
+from rdmalab.lab.pair import Pair, SoftPair
 from rdmalab.verbs.engine.qpstate import INIT, RC, RTR, TABLE, mask_names
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 from rdmalab.wire.ib import AETH
@@ -132,7 +132,7 @@ def _rtr(answer: Any) -> str:
 def send_opcodes(length: int, mtu: int) -> list[str]:
     """Run a SEND of ``length`` bytes at ``mtu`` and return the opcode names of the request packets."""
 
-    p = Pair(mtu=mtu)
+    p = SoftPair(mtu=mtu)
     p.b.qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(p.b.mr.buf, p.b.mr.length, p.b.mr.lkey)]))
     p.a.qp.post_send(SendWR(wr_id=2, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(p.a.mr.buf, length, p.a.mr.lkey)]))
     p.a.poll()
@@ -163,13 +163,17 @@ def _send_opcodes(answer: Any) -> str:
     return f"Right: {len(want)} packets, and only the Last asks for an ACK."
 
 
-def rnr_run() -> Any:
-    """A SEND that arrives before the receiver posted a receive (the RNR scenario of notebook 03)."""
+def rnr_run(backend: str | None = None) -> Any:
+    """A SEND that arrives before the receiver posted a receive (the RNR scenario of notebook 03).
 
-    p = Pair(min_rnr_timer=14)
+    ``backend=None`` or ``"soft"``: the soft engine (what the checker replays); ``"rxe"``: the
+    kernel's Soft-RoCE (:class:`rdmalab.lab.livepair.LivePair`).
+    """
+
+    p = Pair(backend=backend, min_rnr_timer=14) if backend not in (None, "soft") else SoftPair(min_rnr_timer=14)
     p.a.mr.write(b"are you ready?", 14)
     p.a.qp.post_send(SendWR(wr_id=1, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(p.a.mr.buf, 14, p.a.mr.lkey)]))
-    p.fabric.run(until_ns=3_000_000)  # B's application is busy for 3 ms
+    p.idle(0.003)  # B's application is busy for 3 ms (fabric time on soft, wall-clock time on rxe)
     p.b.qp.post_recv(RecvWR(wr_id=7, num_sge=1, sg=[SGE(p.b.mr.buf, 64, p.b.mr.lkey)]))
     p.a.poll()
     p.b.poll()
@@ -215,7 +219,7 @@ def _write_imm(answer: Any) -> str:
     if not callable(answer):
         raise Wrong("Give the function itself (write_with_imm), not its result.", field="write_with_imm",
                     expected="a function (pair, data, imm) -> B's completion")
-    p = Pair(seed=11)
+    p = SoftPair(seed=11)
     data = bytes(range(65, 91)) * 40
     wc = answer(p, data, 0x1234ABCD)
     trouble = wire_trouble(p)
@@ -262,7 +266,7 @@ def _read_program(answer: Any) -> str:
     if not callable(answer):
         raise Wrong("Give the function itself (read_remote), not its result.", field="read_remote",
                     expected="a function (pair, remote_offset, length) -> bytes")
-    p = Pair(seed=21)
+    p = SoftPair(seed=21)
     secret = random.Random(7).randbytes(3000)
     p.b.mr.write(secret, len(secret), 1000)
     got = answer(p, 1000, 3000)
@@ -301,7 +305,7 @@ def _read_program(answer: Any) -> str:
     "One READ Request; the responder answers with MTU-sized READ Response packets.",
 ))
 def _read_responses(answer: Any) -> str:
-    p = Pair(mtu=4096)
+    p = SoftPair(mtu=4096)
     wr = SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_READ, num_sge=1, sg=[SGE(p.a.mr.buf, 10000, p.a.mr.lkey)])
     wr.set_wr_rdma(p.b.mr.rkey, p.b.mr.buf)
     p.a.qp.post_send(wr)
@@ -328,7 +332,7 @@ def _read_responses(answer: Any) -> str:
 def atomic_sequence() -> Any:
     """Counter at B offset 0 starts at 5; A runs FetchAdd(+3), CmpSwap(8 -> 100), CmpSwap(8 -> 7), FetchAdd(+1)."""
 
-    p = Pair(seed=31)
+    p = SoftPair(seed=31)
     p.b.mr.write(struct.pack("<Q", 5), 8, 0)
     ops = [(e.IBV_WR_ATOMIC_FETCH_AND_ADD, 3, 0), (e.IBV_WR_ATOMIC_CMP_AND_SWP, 8, 100),
            (e.IBV_WR_ATOMIC_CMP_AND_SWP, 8, 7), (e.IBV_WR_ATOMIC_FETCH_AND_ADD, 1, 0)]
@@ -374,7 +378,7 @@ def _atomic_final(answer: Any) -> str:
 def _lock(answer: Any) -> str:
     if not callable(answer):
         raise Wrong("Give the function itself (try_lock).", field="try_lock", expected="a function (pair) -> bool")
-    p = Pair(seed=41)
+    p = SoftPair(seed=41)
     first = answer(p)
     second = answer(p)
     trouble = wire_trouble(p)
