@@ -403,7 +403,13 @@ def _ack_coalescing(cid: int, reqs: list[int], resps: list[int], T: dict[str, np
             top = p if top is None or p > top else top
             continue
         if not (has_aeth[i] and T["ack"][o] and int(syn[i]) >> 5 == 0):
-            if has_aeth[i] or T["read_resp"][o] or T["atomic_ack"][o]:
+            if has_aeth[i] and int(syn[i]) >> 5 == 3 and int(syn[i]) & 0x1F:
+                # a NAK other than PSN sequence error (invalid request, remote access or remote
+                # operation error) answers the request it names and ends the connection: the
+                # responder goes to the error state and drops what follows, the requester flushes
+                # the rest (IBA Vol 1 9.7.5.2.5 and 9.9.3): every request from its PSN on is answered
+                acks.append((float(ts[i]), 1 << 62))
+            elif has_aeth[i] or T["read_resp"][o] or T["atomic_ack"][o]:
                 acks.append((float(ts[i]), p if not (has_aeth[i] and int(syn[i]) >> 5 == 3) else p - 1))
             continue
         acks.append((float(ts[i]), p))

@@ -10,8 +10,10 @@ headers and the ICRC (``zlib.crc32`` over the masked header row and the payload 
 
 Memory is bounded by the block size (:func:`iter_columns` yields one :class:`Columns` per block);
 :func:`read_columns` concatenates them.  Files may be pcap or pcapng, plain or gzip-compressed.
-Frames of link types other than Ethernet, and iWARP (which needs TCP reassembly), are decoded by
-the per-packet decoder instead (:func:`columns_from_packets`), with the same column names.
+Frames of link types other than Ethernet are decoded by the per-packet decoder instead
+(:func:`columns_from_packets`), with the same column names.  iWARP columns come from the TCP
+stream reassembly of :mod:`rdmalab.capture.iwarp`, fed the block's TCP segments in order
+(:func:`fill_iwarp`).
 
 Columns (see :data:`COLUMNS`): integers as unsigned numpy arrays, addresses as integers
 (``ip.src`` uint32, ``eth.src`` uint64, ``ipv6.src`` 16-byte strings), ``frame.time_epoch``
@@ -136,9 +138,61 @@ COLUMNS: tuple[Col, ...] = (
     Col("rdmalab.payload.len", "u4", "infiniband.bth"),
     Col("rdmalab.cnp", "u1", "rdmalab.cnp"),
 )
+
+
+def _iw(name: str, dtype: str, fmt: str = "dec") -> Col:
+    return Col(name, dtype, name, fmt)
+
+
+#: iWARP columns (Wireshark's ``iwarp_mpa``/``iwarp_ddp``/``iwarp_rdma`` fields, printed with
+#: the bases tshark 4.0 uses).  They come from the MPA frames and FPDUs that the TCP stream
+#: reassembly of :mod:`rdmalab.capture.iwarp` completes in each frame; each column applies to the
+#: rows where its own field occurs, and holds the field's first occurrence in the frame (a frame
+#: may complete several FPDUs: :attr:`Columns.multi` keeps all of their values).
+IWARP_COLUMNS: tuple[Col, ...] = (
+    _iw("iwarp_mpa.marker_flag", "u1", "bool"),
+    _iw("iwarp_mpa.crc_flag", "u1", "bool"),
+    _iw("iwarp_mpa.rej_flag", "u1", "bool"),
+    _iw("iwarp_mpa.res", "u1", "hex2"),
+    _iw("iwarp_mpa.rev", "u1"),
+    _iw("iwarp_mpa.pdlength", "u2"),
+    _iw("iwarp_mpa.ulpdulength", "u2"),
+    _iw("iwarp_mpa.crc", "u4", "hex8"),
+    _iw("iwarp_mpa.crc_check", "u4", "hex8"),
+    _iw("iwarp_ddp.tagged_flag", "u1", "bool"),
+    _iw("iwarp_ddp.last_flag", "u1", "bool"),
+    _iw("iwarp_ddp.rsvd", "u1", "hex2"),
+    _iw("iwarp_ddp.dv", "u1"),
+    _iw("iwarp_ddp.stag", "u4", "hex8"),
+    _iw("iwarp_ddp.tagged_offset", "u8", "hex16"),
+    _iw("iwarp_ddp.qn", "u4"),
+    _iw("iwarp_ddp.msn", "u4"),
+    _iw("iwarp_ddp.mo", "u4"),
+    _iw("iwarp_rdma.version", "u1"),
+    _iw("iwarp_rdma.rsv", "u1", "hex2"),
+    _iw("iwarp_rdma.opcode", "u1", "hex2"),
+    _iw("iwarp_rdma.inval_stag", "u4"),
+    _iw("iwarp_rdma.sinkstag", "u4", "hex8"),
+    _iw("iwarp_rdma.sinkto", "u8", "hex16"),
+    _iw("iwarp_rdma.rdmardsz", "u4"),
+    _iw("iwarp_rdma.srcstag", "u4", "hex8"),
+    _iw("iwarp_rdma.srcto", "u8", "hex16"),
+    _iw("iwarp_rdma.term_layer", "u1", "hex2"),
+    _iw("iwarp_rdma.term_hdrct_m", "u1", "bool"),
+    _iw("iwarp_rdma.hdrct_d", "u1", "bool"),
+    _iw("iwarp_rdma.hdrct_r", "u1", "bool"),
+    # ours: CRC32c status of the frame's first FPDU (1 good, 2 bad, 0 unchecked: no CRC
+    # negotiated), and how many iWARP PDUs the frame completes
+    Col("rdmalab.crc32c.ok", "i1", "rdmalab.crc32c"),
+    Col("rdmalab.pdus", "u2", "iwarp"),
+)
+IWARP_LAYERS = ("iwarp", "iwarp_mpa", "iwarp_ddp", "iwarp_rdma", "rdmalab.crc32c")
+#: Field-name prefixes that make the columnar decoder reassemble iWARP streams.
+IWARP_PREFIXES = ("iwarp", "rdmalab.crc32c", "rdmalab.pdus")
+COLUMNS = COLUMNS + IWARP_COLUMNS
 COLUMN_BY_NAME: dict[str, Col] = {c.name: c for c in COLUMNS}
 #: Derived columns, computed on demand from others (strings for people and filters).
-DERIVED = ("rdmalab.icrc.status", "rdmalab.opcode", "rdmalab.encap")
+DERIVED = ("rdmalab.icrc.status", "rdmalab.opcode", "rdmalab.encap", "rdmalab.crc32c.status")
 COLUMN_NAMES: frozenset[str] = frozenset([*COLUMN_BY_NAME, *DERIVED])
 #: Layers that share rows with another one (a protocol name a filter may test).
 _LAYER_ALIASES = {"infiniband.reth": "infiniband.reth", "infiniband": "infiniband.bth"}
@@ -181,11 +235,15 @@ class Columns:
     """Decoded columns of ``n`` packets: ``cols[name]`` arrays and per-layer row masks."""
 
     def __init__(self, n: int, data: dict[str, np.ndarray], layers: dict[str, np.ndarray],
-                 path: str | None = None) -> None:
+                 path: str | None = None, multi: dict[int, dict[str, Any]] | None = None) -> None:
         self.n = n
         self.data = data
         self.layers = layers
         self.path = path
+        #: frames that complete more than one iWARP PDU: frame number -> every iWARP field of
+        #: the frame, a list where a field occurs more than once (what tshark prints with
+        #: ``-E occurrence=a``); the columns hold each field's first occurrence
+        self.multi: dict[int, dict[str, Any]] = multi if multi is not None else {}
 
     def __len__(self) -> int:
         return self.n
@@ -198,6 +256,8 @@ class Columns:
             return self.data[name]
         if name == "rdmalab.icrc.status":
             return np.array(["unchecked", "good", "bad"], dtype=object)[self.data["rdmalab.icrc.ok"].astype(np.int64) + 0]
+        if name == "rdmalab.crc32c.status":
+            return np.array(["unchecked", "good", "bad"], dtype=object)[self.data["rdmalab.crc32c.ok"].astype(np.int64)]
         if name == "rdmalab.opcode":
             names = np.array([opcode_name(i) for i in range(256)], dtype=object)
             out: np.ndarray = names[self.data["infiniband.bth.opcode"]]
@@ -218,6 +278,8 @@ class Columns:
             return self.layers[col.layer]
         if name in ("rdmalab.icrc.status",):
             return self.layers["infiniband.crc"]
+        if name == "rdmalab.crc32c.status":
+            return self.layers["rdmalab.crc32c"]
         if name in ("rdmalab.opcode",):
             return self.layers["infiniband.bth"]
         if name == "rdmalab.encap" or name == "frame":
@@ -247,7 +309,7 @@ class Columns:
         data = {k: v[mask_or_index] for k, v in self.data.items()}
         layers = {k: v[mask_or_index] for k, v in self.layers.items()}
         n = len(data["frame.number"])
-        return Columns(n, data, layers, self.path)
+        return Columns(n, data, layers, self.path, self.multi)
 
     @staticmethod
     def concat(parts: Sequence[Columns]) -> Columns:
@@ -257,7 +319,8 @@ class Columns:
             return parts[0]
         data = {k: np.concatenate([p.data[k] for p in parts]) for k in parts[0].data}
         layers = {k: np.concatenate([p.layers[k] for p in parts]) for k in parts[0].layers}
-        return Columns(sum(p.n for p in parts), data, layers, parts[0].path)
+        multi = {k: v for p in parts for k, v in p.multi.items()}
+        return Columns(sum(p.n for p in parts), data, layers, parts[0].path, multi)
 
     # ------------------------------------------------------------------ other libraries
     def to_arrow(self, names: Iterable[str] | None = None) -> Any:
@@ -286,7 +349,7 @@ def empty_columns() -> Columns:
     return Columns(0, data, {k: np.zeros(0, dtype=bool) for k in _LAYER_NAMES})
 
 
-_LAYER_NAMES = sorted({c.layer for c in COLUMNS} | {"rocev1", "rocev2", "infiniband.reth", "iwarp"})
+_LAYER_NAMES = sorted({c.layer for c in COLUMNS} | {"rocev1", "rocev2", "infiniband.reth", *IWARP_LAYERS})
 
 
 # ============================================================================ reading records
@@ -529,12 +592,27 @@ def _be(M: np.ndarray, a: int, nbytes: int) -> np.ndarray:
     return rows.view(f">u{w}").reshape(-1).astype(np.uint64)
 
 
-def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable[str] | None = None) -> Columns:
+def wants_iwarp(fields: Iterable[str] | None) -> bool:
+    """Whether decoding ``fields`` (None: all) needs the iWARP stream reassembly."""
+    return fields is None or any(f.startswith(IWARP_PREFIXES) for f in fields)
+
+
+#: The columns the iWARP reassembly reads (added to the fields asked for when it runs).
+_TCP_INPUTS = ("ip.src", "ip.dst", "ip.hdr_len", "ipv6.src", "ipv6.dst", "tcp.srcport", "tcp.dstport",
+               "tcp.seq_raw", "tcp.flags", "tcp.hdr_len", "tcp.len", "vlan.id")
+
+
+def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable[str] | None = None,
+                 tracker: Any = None) -> Columns:
     """Decode one block of Ethernet records into columns.
 
     ``fields`` (default: all) limits the work to the columns named (and what they depend on);
-    the others are left as zeros with their layer absent."""
+    the others are left as zeros with their layer absent.  ``tracker`` (an
+    :class:`rdmalab.capture.iwarp.IwarpTracker`, kept from block to block) fills the iWARP
+    columns; without one they are absent."""
     n = len(blk.offset)
+    if tracker is not None and fields is not None:
+        fields = (*fields, *_TCP_INPUTS)
     wanted = None if fields is None else tuple(fields)
 
     def need(*prefixes: str) -> bool:
@@ -731,11 +809,80 @@ def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable
     if verify_icrc and crc_ok.any():
         status = _verify_icrc(blk, H, crc_ok, rocev1, l3, bth, ib_end, wire)
     data["rdmalab.icrc.ok"] = status
-    L["iwarp"] = np.zeros(n, dtype=bool)
     for c in COLUMNS:  # the columns not asked for
         if c.name not in data:
             data[c.name] = np.zeros(n, dtype=c.dtype)
-    return Columns(n, data, L)
+    for name in (*IWARP_LAYERS, *(c.layer for c in IWARP_COLUMNS)):
+        L[name] = np.zeros(n, dtype=bool)
+    cols = Columns(n, data, L)
+    if tracker is not None:
+        fill_iwarp(blk, cols, tracker)
+    return cols
+
+
+def fill_iwarp(blk: RecordBlock, cols: Columns, tracker: Any) -> None:
+    """Feed the block's TCP segments, in order, to the iWARP stream reassembly (the same
+    :class:`~rdmalab.capture.iwarp.IwarpTracker` the per-packet decoder uses) and put the fields
+    of the PDUs each frame completes into the iWARP columns.
+
+    Python runs per TCP segment and per PDU here (reassembly is sequential by nature); frames
+    of other protocols cost nothing."""
+    from rdmalab.capture.fields import packet_fields  # the per-packet field names, one source of truth
+    from rdmalab.wire.errors import DecodeError
+
+    tcp = cols.layers["tcp"]
+    idx = np.nonzero(tcp & (cols.data["tcp.len"] > 0) | tcp & ((cols.data["tcp.flags"] & 0x06) != 0))[0]
+    if len(idx) == 0:
+        return
+    d, L = cols.data, cols.layers
+    v6 = L["ipv6"][idx]
+    l3 = np.where(L["vlan"][idx], 18, 14)
+    l4 = l3 + np.where(v6, 40, d["ip.hdr_len"][idx].astype(np.int64))
+    start = blk.offset[idx] + l4 + d["tcp.hdr_len"][idx].astype(np.int64)
+    end = np.minimum(start + d["tcp.len"][idx].astype(np.int64), blk.offset[idx] + blk.caplen[idx])
+    end = np.maximum(end, start)
+    if v6.any():
+        src = [_ipv6_text(a) if six else "" for a, six in zip(d["ipv6.src"][idx].tolist(), v6.tolist(), strict=True)]
+        dst = [_ipv6_text(a) if six else "" for a, six in zip(d["ipv6.dst"][idx].tolist(), v6.tolist(), strict=True)]
+    else:
+        src = dst = [""] * len(idx)
+    buf = blk.buf
+    frame0 = int(d["frame.number"][0]) if cols.n else 0
+    process = tracker.process_segment
+    rows = zip(idx.tolist(), src, dst, d["ip.src"][idx].tolist(), d["ip.dst"][idx].tolist(),
+               d["tcp.srcport"][idx].tolist(), d["tcp.dstport"][idx].tolist(), d["tcp.seq_raw"][idx].tolist(),
+               d["tcp.flags"][idx].tolist(), start.tolist(), end.tolist(), v6.tolist(), strict=True)
+    for i, s6, d6, s4, d4, sport, dport, seq, flags, a, b, six in rows:
+        if not six:
+            s6 = f"{s4 >> 24}.{(s4 >> 16) & 255}.{(s4 >> 8) & 255}.{s4 & 255}"
+            d6 = f"{d4 >> 24}.{(d4 >> 16) & 255}.{(d4 >> 8) & 255}.{d4 & 255}"
+        try:
+            pdus = process(frame0 + i, s6, sport, d6, dport, seq, flags, buf[a:b])
+        except DecodeError:  # a damaged stream: the per-packet decoder reports it, columns skip it
+            continue
+        if not pdus:
+            continue
+        got: dict[str, Any] = {}
+        for pdu in pdus:
+            packet_fields(pdu, got, raw=True)
+        for key, v in got.items():
+            first = v[0] if isinstance(v, list) else v
+            if key == "rdmalab.crc32c.status":
+                d["rdmalab.crc32c.ok"][i] = {"good": 1, "bad": 2}.get(first, 0)
+                L["rdmalab.crc32c"][i] = True
+                continue
+            col = COLUMN_BY_NAME.get(key)
+            if col is None or col.layer != key:
+                continue
+            d[key][i] = first
+            L[key][i] = True
+        d["rdmalab.pdus"][i] = len(pdus)
+        L["iwarp"][i] = True
+        if len(pdus) > 1:
+            cols.multi[frame0 + i] = got
+    for proto in ("iwarp_mpa", "iwarp_ddp", "iwarp_rdma"):
+        hits = [L[c.name] for c in IWARP_COLUMNS if c.name.startswith(proto + ".")]
+        L[proto] = np.logical_or.reduce(hits)
 
 
 _FF8_STATE = zlib.crc32(b"\xff" * 8)
@@ -805,6 +952,7 @@ def columns_from_dicts(rows: list[dict[str, Any]]) -> Columns:
     data: dict[str, np.ndarray] = {}
     L: dict[str, np.ndarray] = {k: np.zeros(n, dtype=bool) for k in _LAYER_NAMES}
     layer_hits: dict[str, np.ndarray] = {}
+    multi: dict[int, dict[str, Any]] = {}
     for c in COLUMNS:
         arr = np.zeros(n, dtype=c.dtype)
         hit = np.zeros(n, dtype=bool)
@@ -844,9 +992,19 @@ def columns_from_dicts(rows: list[dict[str, Any]]) -> Columns:
         data["rdmalab.icrc.ok"][i] = {"good": 1, "bad": 2}.get(st if isinstance(st, str) else "", 0)
         if "rdmalab.icrc.status" in row:
             L["infiniband.crc"][i] = True
+        st = row.get("rdmalab.crc32c.status")
+        if isinstance(st, list):
+            st = st[0] if st else None
+        if st is not None:
+            data["rdmalab.crc32c.ok"][i] = {"good": 1, "bad": 2}.get(st, 0)
+            L["rdmalab.crc32c"][i] = True
+        if int(row.get("rdmalab.pdus", 0) or 0) > 1:
+            multi[int(row["frame.number"])] = {k: v for k, v in row.items() if k.startswith(IWARP_PREFIXES)}
     L["frame"] = np.ones(n, dtype=bool)
     L["infiniband.bth"] = L["infiniband.bth"] | L["rocev1"] | L["rocev2"]
-    return Columns(n, data, L)
+    for proto in ("iwarp_mpa", "iwarp_ddp", "iwarp_rdma"):
+        L[proto] = np.logical_or.reduce([L[c.name] for c in IWARP_COLUMNS if c.name.startswith(proto + ".")])
+    return Columns(n, data, L, multi=multi)
 
 
 # ============================================================================ whole files
@@ -864,12 +1022,15 @@ def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, v
     """
     p = os.fspath(path)
     bar = _progress(p) if progress else None
+    if fields is not None:
+        fields = tuple(fields)
+    tracker = _tracker() if wants_iwarp(fields) else None
     try:
         for blk in record_blocks(p, block_bytes):
             if not _ethernet_only(blk):
                 yield columns_from_packets(p, first=blk.first)
                 return
-            cols = decode_block(blk, verify_icrc=verify_icrc, fields=fields)
+            cols = decode_block(blk, verify_icrc=verify_icrc, fields=fields, tracker=tracker)
             cols.path = p
             if bar is not None:
                 bar.update(blk.file_pos - bar.n)
@@ -877,6 +1038,12 @@ def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, v
     finally:
         if bar is not None:
             bar.close()
+
+
+def _tracker() -> Any:
+    from rdmalab.capture.iwarp import IwarpTracker  # lazy: only captures that need iWARP columns load it
+
+    return IwarpTracker()
 
 
 def _progress(path: str) -> Any:
@@ -903,17 +1070,26 @@ def read_columns(path: str | os.PathLike[str], *, verify_icrc: bool = True, prog
                                                 block_bytes=block_bytes)))
 
     parts: list[Columns] = []
+    tracker = _tracker()
+
+    def done(item: tuple[RecordBlock, Any]) -> Columns:
+        # the iWARP reassembly follows TCP streams across blocks: it runs here, in block order
+        blk, fut = item
+        cols: Columns = fut.result()
+        fill_iwarp(blk, cols, tracker)
+        return cols
+
     with ProcessPoolExecutor(workers) as pool:
-        futs: list[Any] = []
+        futs: list[tuple[RecordBlock, Any]] = []
         for blk in record_blocks(p, block_bytes):
             if not _ethernet_only(blk):
-                for fu in futs:
+                for _b, fu in futs:
                     fu.cancel()
                 return columns_from_packets(p)
-            futs.append(pool.submit(decode_block, blk, verify_icrc=verify_icrc))
+            futs.append((blk, pool.submit(decode_block, blk, verify_icrc=verify_icrc)))
             if len(futs) > 2 * workers:  # bounded: do not read ahead of the workers
-                parts.append(futs.pop(0).result())
-        parts.extend(f.result() for f in futs)
+                parts.append(done(futs.pop(0)))
+        parts.extend(done(f) for f in futs)
     out = Columns.concat(parts)
     out.path = p
     return out

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import multiprocessing
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from rdmalab.capture.columnar import (
     decode_block,
     format_column,
     iter_columns,
+    wants_iwarp,
 )
 from rdmalab.capture.filter import compile_filter, declared_fields
 
@@ -162,8 +163,8 @@ def render_fields(cols: Columns, names: Sequence[str], *, separator: bytes = b"\
     q = np.frombuffer(quote, dtype=np.uint8)
     for name in names:
         m = field_matrix(cols, name)
-        if len(q):
-            qq = np.broadcast_to(q, (n, len(q)))
+        if len(q):  # tshark quotes values, not absent fields
+            qq = np.where(cols.present(name)[:, None], q[None, :], 0).astype(np.uint8)
             m = np.hstack([qq, m, qq])
         parts.append(m)
     parts.append(np.full((n, 1), 10, dtype=np.uint8))
@@ -211,11 +212,60 @@ def value_text(name: str, value: object) -> str:
 # ============================================================================ whole files, in parallel
 
 
-def _block_text(cols: Columns, names: Sequence[str], flt: object, separator: bytes, quote: bytes) -> bytes:
+def _row_fields(cols: Columns, i: int, names: Iterable[str]) -> dict[str, Any]:
+    """Row ``i`` as a per-packet field dictionary (the fields ``names`` and, for a frame with
+    several iWARP PDUs, every occurrence of its iWARP fields), for what columns cannot say."""
+    out: dict[str, Any] = {}
+    for name in names:
+        try:
+            present = cols.present(name)[i]
+        except KeyError:
+            continue
+        if not present:
+            continue
+        col = COLUMN_BY_NAME.get(name)
+        if col is not None and col.fmt in ("ipv4", "ipv6", "mac"):
+            out[name] = format_column(cols.take(np.array([i])), name)[0]
+        elif col is not None or name in DERIVED:
+            out[name] = cols[name][i].item() if col is not None else cols[name][i]
+        else:
+            out[name] = True  # a protocol: present
+    out.update(cols.multi.get(int(cols.data["frame.number"][i]), {}))
+    return out
+
+
+def _block_text(cols: Columns, names: Sequence[str], flt: object, separator: bytes, quote: bytes,
+                occurrence: str = "a", aggregator: str = ",") -> bytes:
     rows = None
     if flt is not None:
         rows = flt.mask(cols, cols.present, cols.n)  # type: ignore[attr-defined]
-    return render_fields(cols, names, separator=separator, quote=quote, rows=rows)
+    if not cols.multi:
+        return render_fields(cols, names, separator=separator, quote=quote, rows=rows)
+    # frames completing several iWARP PDUs: a field occurs more than once there, which a filter
+    # matches if any occurrence does and tshark prints (-E occurrence=a) joined by commas
+    frames = cols.data["frame.number"]
+    multi_rows = np.nonzero(np.isin(frames, np.fromiter(cols.multi, dtype=frames.dtype)))[0]
+    if flt is not None:
+        assert rows is not None
+        for i in multi_rows.tolist():
+            rows[i] = flt(_row_fields(cols, i, flt.fields))  # type: ignore[operator,attr-defined]
+    keep = np.arange(cols.n) if rows is None else np.nonzero(rows)[0]
+    text = render_fields(cols, names, separator=separator, quote=quote, rows=keep)
+    lines = text.split(b"\n")
+    for pos in np.nonzero(np.isin(keep, multi_rows))[0].tolist():
+        fields = _row_fields(cols, int(keep[pos]), names)
+        cells = []
+        for name in names:
+            v = fields.get(name)
+            if isinstance(v, list) and occurrence != "a":
+                k = {"f": 1, "l": len(v)}.get(occurrence) or int(occurrence)
+                v = v[k - 1] if 0 < k <= len(v) else v[k] if -len(v) <= k < 0 else None
+            cell = value_text(name, v)
+            if isinstance(v, list):
+                cell = cell.replace(",", aggregator)
+            cells.append(quote + cell.encode() + quote if cell else b"")
+        lines[pos] = separator.join(cells)
+    return b"\n".join(lines)
 
 
 _WORKER_FILTERS: dict[str, object] = {}
@@ -240,13 +290,15 @@ def _worker_task(task: tuple[Any, ...]) -> bytes:
 def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_expr: str | None = None,
                count: int | None = None, separator: bytes = b"\t", quote: bytes = b"", verify_icrc: bool = False,
                workers: int | None = None, progress: bool = False, block_bytes: int = 2 << 20,
-               parallel_min_bytes: int = 32 << 20) -> Iterator[bytes]:
+               parallel_min_bytes: int = 32 << 20, occurrence: str = "a", aggregator: str = ",") -> Iterator[bytes]:
     """The ``-T fields`` output of a capture, block by block (bounded memory).
 
     A plain (not compressed) pcap file of ``parallel_min_bytes`` or more, read whole, is split among ``workers``
     processes (default: one fewer than the cores): this process follows the record headers and hands
     each block's record offsets to a worker, which reads the block again, decodes, filters and
-    renders it; the blocks come back in file order.
+    renders it; the blocks come back in file order.  iWARP fields need the TCP streams followed
+    in order, so they are decoded in this process.  ``occurrence``/``aggregator`` are tshark's
+    ``-E`` options, for fields that occur more than once in a frame (several iWARP FPDUs).
     """
     p = os.fspath(path)
     flt = compile_filter(filter_expr) if filter_expr else None
@@ -256,7 +308,8 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
         # the text, so workers only pay off with cores to spare (on 2 cores -j 1 was faster in
         # wall and half the CPU time: benchmarks/bench_columnar.py)
         workers = max(1, (os.cpu_count() or 1) - 1)
-    parallel = workers > 1 and count is None and _plain_pcap(p) and os.path.getsize(p) >= parallel_min_bytes
+    parallel = (workers > 1 and count is None and not wants_iwarp(needed) and _plain_pcap(p)
+                and os.path.getsize(p) >= parallel_min_bytes)
     if not parallel:
         left = count
         for cols in iter_columns(p, verify_icrc=verify_icrc, progress=progress, block_bytes=block_bytes,
@@ -265,7 +318,7 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
                 if cols.n > left:
                     cols = cols.take(np.arange(left))
                 left -= cols.n
-            yield _block_text(cols, names, flt, separator, quote)
+            yield _block_text(cols, names, flt, separator, quote, occurrence, aggregator)
             if left is not None and left <= 0:
                 return
         return

@@ -160,12 +160,18 @@ class IwarpTracker:
         if tcp is None:
             return []
         src, dst = self._addresses(pkt)
-        fwd: Tuple4 = (src, tcp.sport, dst, tcp.dport)
-        rev: Tuple4 = (dst, tcp.dport, src, tcp.sport)
+        return self.process_segment(frame_number, src, tcp.sport, dst, tcp.dport, tcp.seq, tcp.flags, pkt.payload)
+
+    def process_segment(self, frame_number: int, src: str, sport: int, dst: str, dport: int, seq: int, flags: int,
+                        payload: bytes | memoryview) -> list[Packet]:
+        """The same as :meth:`process`, given one TCP segment's addresses, ports, sequence number,
+        flags and payload (what the columnar decoder has without decoding a packet object)."""
+        fwd: Tuple4 = (src, sport, dst, dport)
+        rev: Tuple4 = (dst, dport, src, sport)
         key = (fwd, rev) if fwd <= rev else (rev, fwd)
         conn = self._conns.get(key)
         if conn is None:
-            if tcp.flags & TCP.RST:
+            if flags & TCP.RST:
                 return []
             conn = _Conn()
             self._conns[key] = conn
@@ -175,29 +181,28 @@ class IwarpTracker:
             self._conns.move_to_end(key)
         if conn.dead:
             return []
-        if tcp.flags & TCP.RST:
+        if flags & TCP.RST:
             del self._conns[key]
             return []
         d = conn.dirs.get(fwd)
         if d is None:
             d = conn.dirs[fwd] = _Dir(fwd)
-        if tcp.flags & TCP.SYN:
-            d.next_seq = d.buf_seq = (tcp.seq + 1) % SEQ_MOD
+        if flags & TCP.SYN:
+            d.next_seq = d.buf_seq = (seq + 1) % SEQ_MOD
             d.buf.clear()
             d.chunks.clear()
             d.state = START
             return []
-        payload = pkt.payload
         if not payload or d.state == DEAD:
             return []
         out: list[Packet] = []
         if d.next_seq is None:  # first bytes of a direction whose handshake we missed
-            d.next_seq = d.buf_seq = tcp.seq
+            d.next_seq = d.buf_seq = seq
             d.state = MPA_MAYBE if payload[: len(MPA_KEY_PREFIX)] == MPA_KEY_PREFIX[: len(payload)] else HUNT
             if d.state == HUNT:
                 self._inherit(conn, d)
                 self._request_missed(conn, d, out)
-        self._add_segment(d, tcp.seq, bytes(payload), frame_number)
+        self._add_segment(d, seq, bytes(payload), frame_number)
         self._parse(conn, d, out)
         return out
 

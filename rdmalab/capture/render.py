@@ -52,11 +52,79 @@ _TCP_FLAGS = ((0x01, "FIN"), (0x02, "SYN"), (0x04, "RST"), (0x08, "PSH"), (0x10,
               (0x40, "ECE"), (0x80, "CWR"), (0x100, "NS"))
 
 
-def tcp_info(pkt: Packet) -> str | None:
+def tcp_window_shift(pkt: Packet) -> int | None:
+    """The shift count of the Window Scale option (RFC 7323 2.2) of a TCP segment, capped at 14
+    (RFC 7323 2.3), or None when the segment has no such option."""
+    layer = next((la for la in pkt.layers if isinstance(la.header, TCP)), None)
+    if layer is None:
+        return None
+    tcp = layer.header
+    data = pkt.data
+    o = layer.offset + 20
+    end = min(layer.offset + tcp.header_len, len(data))  # type: ignore[attr-defined]
+    while o < end:
+        kind = data[o]
+        if kind == 0:  # end of option list
+            return None
+        if kind == 1:  # no-operation
+            o += 1
+            continue
+        if o + 1 >= end or data[o + 1] < 2:
+            return None  # a damaged option list: no scale option can be trusted
+        if kind == 3 and data[o + 1] == 3 and o + 2 < end:
+            return min(int(data[o + 2]), 14)
+        o += data[o + 1]
+    return None
+
+
+class TcpWindowScaling:
+    """Window scaling per TCP direction, learnt from the handshake as Wireshark does.
+
+    Each side's SYN (or SYN-ACK) carries its shift count; the window of later segments is the
+    raw field shifted by the sender's count (``tcp.window_size`` against the raw
+    ``tcp.window_size_value``).  A SYN without the option, or a SYN-ACK answering a SYN that
+    had it (or the reverse), turns scaling off in both directions (RFC 7323 2.2: scaling is used
+    only if both sides sent the option); a direction whose SYN was not captured is left unscaled.
+    Windows of SYN segments are never scaled (RFC 7323 2.2)."""
+
+    NONE = -2  # no scaling on this connection
+    UNKNOWN = -1  # the handshake was not seen
+
+    def __init__(self) -> None:
+        self._shift: dict[tuple[int, int, int, int], int] = {}
+
+    def window(self, pkt: Packet) -> int | None:
+        """The scaled window of a TCP segment (None if it has no TCP header)."""
+        tcp = pkt.get(TCP)
+        if tcp is None:
+            return None
+        src, dst = _ip_pair(pkt)
+        fwd = (src, tcp.sport, dst, tcp.dport)
+        if tcp.flags & TCP.SYN:
+            opt = tcp_window_shift(pkt)
+            self._shift[fwd] = self.NONE if opt is None else opt
+            if tcp.flags & TCP.ACK:  # SYN-ACK: scaling only if both sides offered it
+                rev = (dst, tcp.dport, src, tcp.sport)
+                if self.NONE in (self._shift[fwd], self._shift.get(rev, self.UNKNOWN)):
+                    self._shift[fwd] = self._shift[rev] = self.NONE
+            return int(tcp.window)
+        shift = self._shift.get(fwd, self.UNKNOWN)
+        return int(tcp.window) << shift if shift >= 0 else int(tcp.window)
+
+
+def _ip_pair(pkt: Packet) -> tuple[int, int]:
+    for cls in (IPv4, IPv6):
+        ip = pkt.get(cls)
+        if ip is not None:
+            return ip.src, ip.dst  # type: ignore[attr-defined]
+    return 0, 0
+
+
+def tcp_info(pkt: Packet, window: int | None = None) -> str | None:
     """tshark's Info for a TCP segment: ports, flags, raw sequence numbers, window, length.
 
-    As ``tshark -o tcp.relative_sequence_numbers:false``, except that the window is the raw
-    field (tshark scales it by the window-scale option it saw in the handshake)."""
+    As ``tshark -o tcp.relative_sequence_numbers:false``.  ``window`` is the scaled window
+    (:class:`TcpWindowScaling`); without it the raw field is shown."""
     tcp = pkt.get(TCP)
     if tcp is None:
         return None
@@ -64,14 +132,17 @@ def tcp_info(pkt: Packet) -> str | None:
     text = f"{tcp.sport} → {tcp.dport} [{flags}] Seq={tcp.seq}"
     if tcp.flags & 0x10:
         text += f" Ack={tcp.ack}"
-    return text + f" Win={tcp.window} Len={pkt.payload_length}"
+    return text + f" Win={tcp.window if window is None else window} Len={pkt.payload_length}"
 
 
-def info(cp: CapturedPacket) -> str:
+def info(cp: CapturedPacket, tcp_windows: TcpWindowScaling | None = None) -> str:
+    """tshark's Info column.  ``tcp_windows``, fed every frame in capture order, scales TCP
+    windows as tshark does; without it they are shown raw."""
+    window = tcp_windows.window(cp.packet) if tcp_windows is not None else None
     if cp.pdus:
         text = "; ".join(p.summary() for p in cp.pdus)
     else:
-        text = (tcp_info(cp.packet) if cp.packet.encap == "tcp" else None) or cp.packet.summary()
+        text = (tcp_info(cp.packet, window) if cp.packet.encap == "tcp" else None) or cp.packet.summary()
     for pkt in (cp.packet, *cp.pdus):
         if pkt.problems and str(pkt.problems[0]) not in text:
             text += f" [{len(pkt.problems)} problem(s): {pkt.problems[0]}]"
@@ -81,11 +152,14 @@ def info(cp: CapturedPacket) -> str:
     return text
 
 
-def summary_line(cp: CapturedPacket, t0: float) -> str:
-    """One line, as tshark prints: number, relative time, source, destination, protocol, length, info."""
+def summary_line(cp: CapturedPacket, t0: float, tcp_windows: TcpWindowScaling | None = None) -> str:
+    """One line, as tshark prints: number, relative time, source, destination, protocol, length, info.
+
+    Pass one :class:`TcpWindowScaling` for all frames of a capture, in order, for TCP windows
+    scaled as tshark shows them."""
     src, dst = endpoints(cp.packet)
     return (f"{cp.frame_number:5d} {cp.timestamp - t0:11.6f} {src:>15} → {dst:<15} {protocol(cp):<10} "
-            f"{cp.wire_length or len(cp.packet.data):5d} {info(cp)}")
+            f"{cp.wire_length or len(cp.packet.data):5d} {info(cp, tcp_windows)}")
 
 
 def _header_lines(h: Header, offset: int, indent: str) -> list[str]:

@@ -80,23 +80,25 @@ def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> in
         raise Fail(f"-e {unknown[0]}: not a field rdmalab knows" + (f" (also {', '.join(unknown[1:])})"
                                                                      if unknown[1:] else ""))
     opts = _field_options(args.field_opts or [])
-    sep, quote = opts["separator"], opts["quote"]
     if opts["header"]:
-        _write_bytes(out, sep.join(n.encode() for n in names) + b"\n")
+        _write_bytes(out, opts["separator"].join(n.encode() for n in names) + b"\n")
     wanted = set(names) | (set(flt.fields) if flt is not None else set())
-    if wanted <= COLUMN_NAMES and not args.no_columnar:
-        return _fields_columnar(path, names, flt, args, sep, quote, out)
+    if wanted <= COLUMN_NAMES and not args.no_columnar and not (args.no_iwarp and any(
+            n.startswith(("iwarp", "rdmalab.crc32c", "rdmalab.pdus")) for n in wanted)):
+        return _fields_columnar(path, names, flt, args, opts, out)
     return _fields_objects(path, names, flt, args, opts, out)
 
 
-def _fields_columnar(path: str, names: list[str], flt: Any, args: argparse.Namespace, sep: bytes,
-                     quote: bytes, out: TextIO) -> int:
+def _fields_columnar(path: str, names: list[str], flt: Any, args: argparse.Namespace, opts: dict[str, Any],
+                     out: TextIO) -> int:
     from rdmalab.capture.fieldtext import field_text  # lazy: keeps `rdmalab --help` fast
 
+    sep, quote = opts["separator"], opts["quote"]
     verify = any(n.startswith("rdmalab.icrc") for n in names) or (
         flt is not None and any(n.startswith("rdmalab.icrc") for n in flt.fields))
     for text in field_text(path, names, filter_expr=args.filter, count=args.count, separator=sep, quote=quote,
-                           verify_icrc=verify, workers=args.workers, progress=sys.stderr.isatty()):
+                           verify_icrc=verify, workers=args.workers, progress=sys.stderr.isatty(),
+                           occurrence=opts["occurrence"], aggregator=opts["aggregator"]):
         _write_bytes(out, text)
     return 0
 
@@ -122,7 +124,7 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
             text = value_text(n, v)
             if isinstance(v, list):
                 text = text.replace(",", opts["aggregator"])
-            cells.append(f"{q}{text}{q}")
+            cells.append(f"{q}{text}{q}" if text else "")  # tshark quotes values, not absent fields
         out.write(sep.join(cells) + "\n")
     return 0
 
@@ -141,7 +143,7 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
 
 def run_decode(args: argparse.Namespace, out: TextIO) -> int:
     from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.capture.render import frame_tree, summary_line  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.render import TcpWindowScaling, frame_tree, summary_line  # lazy: keeps `rdmalab --help` fast
     from rdmalab.wire.errors import DecodeError  # lazy: keeps `rdmalab --help` fast
 
     path = args.file or args.read
@@ -160,17 +162,23 @@ def run_decode(args: argparse.Namespace, out: TextIO) -> int:
             return run_json(path, args, flt, out)
         t0: float | None = None
         write = out.write
+        windows = TcpWindowScaling()  # follows every frame, filtered out or not, as tshark does
         for cp in read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count):
             if t0 is None:
                 t0 = cp.timestamp
             fields = frame_fields(cp) if flt is not None else None
+            if not args.verbose and cp.packet.encap == "tcp" and not cp.pdus:
+                line = summary_line(cp, t0, windows)
+            else:
+                windows.window(cp.packet)
+                line = None
             if flt is not None and fields is not None and not flt(fields):
                 continue
             if args.verbose:
                 write(frame_tree(cp))
                 write("\n\n")
             else:
-                write(summary_line(cp, t0))
+                write(line if line is not None else summary_line(cp, t0))
                 write("\n")
     except DecodeError as err:
         out.flush()

@@ -223,3 +223,104 @@ def test_connections_from_the_cm_exchange(name: str, handshakes: int) -> None:
         # first request PSN; IBA Vol 1 12.6.5 / 12.6.8 message fields), as these captures show
         start = c.cm["rep_starting_psn"] if active else c.cm["req_starting_psn"]
         assert first == start
+
+
+# ---------------------------------------------------------------- ack_coalescing: ackreq_unanswered
+
+
+def _fabric_capture(tmp_path: Path, op: str, *, seed: int = 1, n: int = 12, bad: int | None = None,
+                    fwd: dict[str, float] | None = None, rev: dict[str, float] | None = None) -> tuple[Path, list]:  # type: ignore[type-arg]
+    """A simulated RC run of ``n`` messages (``bad``: the message that breaks a rule: a WRITE/READ
+    with an unknown R_Key, a SEND longer than the receive buffer), faults on the request (``fwd``)
+    and response (``rev``) links; the capture of every frame put on the wire, and the completions."""
+    from rdmalab.fabric import Fabric
+    from rdmalab.fabric.harness import Pair
+    from rdmalab.verbs import enums as e
+
+    fab = Fabric(seed=seed, mtu=1024)
+    p = Pair(fab, size=1 << 20, path_mtu=e.IBV_MTU_1024)
+    a_name, b_name = list(fab.devices)[:2]
+    if fwd:
+        fab.set_faults(**fwd, src=a_name, dst=b_name)
+    if rev:
+        fab.set_faults(**rev, src=b_name, dst=a_name)
+    path = tmp_path / f"{op}.pcap"
+    tap = fab.write_pcap(str(path))
+    wr = {"write": e.IBV_WR_RDMA_WRITE, "read": e.IBV_WR_RDMA_READ, "send": e.IBV_WR_SEND}[op]
+    if op == "send":
+        for k in range(n):
+            p.b.recv(wr_id=k, offset=k * 4096, length=4096)
+    for k in range(n):
+        length = 8192 if op == "send" and k == bad else 4096
+        rkey = 0xDEAD00 if op != "send" and k == bad else None
+        p.send(p.a, wr, wr_id=k, offset=0, length=length, remote=k * 4096, rkey=rkey)
+    wcs = p.wait(p.a.cq, n)
+    tap.close()
+    return path, wcs
+
+
+@pytest.mark.parametrize("op,fwd,rev", [
+    ("write", None, {"loss": 0.15}),  # lost ACKs: a later (coalesced) ACK covers the request
+    ("send", {"loss": 0.1}, {"loss": 0.1}),
+    ("read", {"loss": 0.1}, {"loss": 0.1}),  # lost READ responses: the READ is re-issued
+    ("write", {"corrupt": 0.1}, {"corrupt": 0.1}),
+    ("send", {"duplicate": 0.1, "reorder": 0.1}, {"duplicate": 0.1, "reorder": 0.1}),
+])
+def test_no_ackreq_unanswered_when_every_request_was_acknowledged(
+        tmp_path: Path, op: str, fwd: dict[str, float] | None, rev: dict[str, float] | None) -> None:
+    """Faults that delay acknowledgements but never leave a request unanswered (every work request
+    completed successfully, so the requester saw each one acknowledged) yield no ackreq_unanswered."""
+    path, wcs = _fabric_capture(tmp_path, op, fwd=fwd, rev=rev)
+    assert [w.status for w in wcs] == [0] * 12
+    found = [f for f in analyze(path).of_kind("ack_coalescing") if f.detail["anomaly"] == "ackreq_unanswered"]
+    assert not found, [f.text for f in found]
+
+
+@pytest.mark.parametrize("op,status,nak", [("write", 10, "remote access error"), ("read", 10, "remote access error"),
+                                           ("send", 9, "invalid request")])
+def test_a_fatal_nak_answers_the_requests_after_it(tmp_path: Path, op: str, status: int, nak: str) -> None:
+    """A NAK that ends the connection (IBA Vol 1 9.7.5.2.5) answers the request it names and every
+    request sent after it (the responder drops them, the requester flushes them): the injected
+    error is reported once, as nak_other, and nothing is reported as unanswered."""
+    from rdmalab.capture import read
+    from rdmalab.wire.ib import AETH
+
+    path, wcs = _fabric_capture(tmp_path, op, n=6, bad=3)
+    assert [w.status for w in wcs] == [0, 0, 0, status, 5, 5]  # 5: flushed
+    a = analyze(path)
+    naks = [cp.frame_number for cp in read(path) if (h := cp.packet.get(AETH)) is not None and h.syndrome >> 5 == 3]
+    assert [(f.kind, f.frames) for f in a.findings] == [("nak_other", naks)]
+    assert nak in a.findings[0].text
+
+
+def test_ackreq_unanswered_names_the_requests_the_responder_skipped(tmp_path: Path) -> None:
+    """The responder answers below a request that asked for an ACK and never covers it: taken from
+    a clean simulated run by dropping the ACKs of the last messages and replaying an earlier ACK
+    after them.  Exactly the AckReq requests above the replayed PSN are named."""
+    from rdmalab.capture import read
+    from rdmalab.wire.ib import BTH
+
+    path, wcs = _fabric_capture(tmp_path, "write", n=6)
+    assert [w.status for w in wcs] == [0] * 6
+    frames = list(read(path))
+    acks = [cp for cp in frames if (b := cp.packet.get(BTH)) is not None and b.opcode == 0x11]
+    assert len(acks) >= 4
+    keep_psn = acks[-3].packet[BTH].psn  # the responder's answers stop at this PSN
+    skipped = {cp.frame_number for cp in acks[-2:]}
+    out = tmp_path / "skipped.pcap"
+    with open(out, "wb") as f:
+        w = dpkt.pcap.Writer(f, nano=True)
+        kept = 0
+        want = []
+        for cp in frames:
+            if cp.frame_number in skipped:
+                continue
+            kept += 1
+            b = cp.packet.get(BTH)
+            if b is not None and b.opcode != 0x11 and b.ackreq and b.psn > keep_psn:
+                want.append(kept)
+            w.writepkt(cp.packet.data, ts=cp.timestamp)
+        w.writepkt(acks[-3].packet.data, ts=frames[-1].timestamp + 1e-6)  # the old ACK again, last
+    assert want
+    found = analyze(out).of_kind("ack_coalescing")
+    assert [(f.detail["anomaly"], f.frames) for f in found] == [("ackreq_unanswered", [k]) for k in want]

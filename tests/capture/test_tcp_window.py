@@ -1,0 +1,111 @@
+"""TCP windows in the summary line are scaled as tshark scales them (tcp.window_size, not the raw
+tcp.window_size_value), from the Window Scale options of each connection's handshake."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import dpkt
+import pytest
+
+from rdmalab.capture import read
+from rdmalab.capture.render import TcpWindowScaling, summary_line
+
+CAPTURES = Path(__file__).resolve().parents[2] / "captures"
+requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None,
+                                     reason="tshark (Wireshark) is not installed; CI installs it")
+SYN, SYNACK, ACK = 0x02, 0x12, 0x10
+A, B = "10.0.0.1", "10.0.0.2"
+
+
+def _ws(shift: int) -> bytes:
+    return b"\x01\x03\x03" + bytes([shift])  # NOP, Window Scale
+
+
+# (src, dst, sport, dport, flags, raw window, options): each handshake variant on its own ports
+HANDSHAKES = {
+    "both sides offer": [(A, B, 1, 2, SYN, 1000, _ws(7)), (B, A, 2, 1, SYNACK, 2000, _ws(5)),
+                         (A, B, 1, 2, ACK, 100, b""), (B, A, 2, 1, ACK, 200, b"")],
+    "SYN-ACK without": [(A, B, 3, 4, SYN, 1000, _ws(7)), (B, A, 4, 3, SYNACK, 2000, b""),
+                        (A, B, 3, 4, ACK, 100, b""), (B, A, 4, 3, ACK, 200, b"")],
+    "SYN without": [(A, B, 5, 6, SYN, 1000, b""), (B, A, 6, 5, SYNACK, 2000, _ws(5)),
+                    (A, B, 5, 6, ACK, 100, b""), (B, A, 6, 5, ACK, 200, b"")],
+    "no handshake": [(A, B, 7, 8, ACK, 100, b""), (B, A, 8, 7, ACK, 200, b"")],
+    "no SYN-ACK": [(A, B, 9, 10, SYN, 1000, _ws(3)), (A, B, 9, 10, ACK, 100, b""), (B, A, 10, 9, ACK, 200, b"")],
+    "shift over 14": [(A, B, 11, 12, SYN, 1000, _ws(15)), (B, A, 12, 11, SYNACK, 2000, _ws(20)),
+                      (A, B, 11, 12, ACK, 100, b""), (B, A, 12, 11, ACK, 200, b"")],
+    "SYN-ACK only": [(B, A, 14, 13, SYNACK, 2000, _ws(2)), (A, B, 13, 14, ACK, 100, b""),
+                     (B, A, 14, 13, ACK, 200, b"")],
+    "new handshake": [(A, B, 15, 16, SYN, 1000, _ws(1)), (B, A, 16, 15, SYNACK, 2000, _ws(1)),
+                      (A, B, 15, 16, ACK, 100, b""), (A, B, 15, 16, SYN, 1000, _ws(4)),
+                      (B, A, 16, 15, SYNACK, 2000, _ws(4)), (A, B, 15, 16, ACK, 100, b"")],
+    "options after MSS": [(A, B, 17, 18, SYN, 1000, b"\x02\x04\x05\xb4" + _ws(6) + b"\x00\x00\x00\x00"),
+                          (B, A, 18, 17, SYNACK, 2000, b"\x02\x04\x05\xb4\x03\x03\x02\x00"),
+                          (A, B, 17, 18, ACK, 100, b""), (B, A, 18, 17, ACK, 200, b"")],
+}
+
+
+def _frame(src: str, dst: str, sport: int, dport: int, flags: int, win: int, opts: bytes) -> bytes:
+    t = dpkt.tcp.TCP(sport=sport, dport=dport, seq=1000, ack=0, flags=flags, win=win, opts=opts)
+    t.off = (20 + len(opts)) // 4
+    ip = dpkt.ip.IP(src=socket.inet_aton(src), dst=socket.inet_aton(dst), p=6, data=t, ttl=64)
+    ip.len = 20 + len(bytes(t))
+    return bytes(dpkt.ethernet.Ethernet(src=b"\x02\0\0\0\0\1", dst=b"\x02\0\0\0\0\2", type=0x0800, data=ip))
+
+
+def _our_windows(path: Path) -> dict[int, int]:
+    scaling = TcpWindowScaling()
+    out = {}
+    for cp in read(path, iwarp=False):
+        line = summary_line(cp, 0.0, scaling)
+        m = re.search(r" Win=(\d+) ", line)
+        if m:
+            out[cp.frame_number] = int(m.group(1))
+    return out
+
+
+def _tshark_windows(path: Path) -> dict[int, int]:
+    out = subprocess.run(["tshark", "-n", "-r", str(path), "-T", "fields", "-e", "frame.number", "-e",
+                          "tcp.window_size", "-Y", "tcp"], capture_output=True, text=True, check=True).stdout
+    return {int(a): int(b) for a, b in (line.split("\t") for line in out.splitlines())}
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_handshake_variants_scale_as_tshark(tmp_path: Path) -> None:
+    path = tmp_path / "handshakes.pcap"
+    with open(path, "wb") as f:
+        w = dpkt.pcap.Writer(f)
+        for k, p in enumerate(p for pk in HANDSHAKES.values() for p in pk):
+            w.writepkt(_frame(*p), ts=k + 1)
+    ours, theirs = _our_windows(path), _tshark_windows(path)
+    assert ours == theirs
+    assert ours[3] == 100 << 7 and ours[4] == 200 << 5  # both sides offered: each scaled by its own
+
+
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("name", ["siw_rping.pcap", "siw_write_bw.pcap", "rxe_rc_pingpong.pcap", "rxe_write_bw.pcap"])
+def test_real_captures_scale_as_tshark(name: str) -> None:
+    ours, theirs = _our_windows(CAPTURES / name), _tshark_windows(CAPTURES / name)
+    assert ours == theirs
+    assert any(v > 65535 for v in ours.values()) or any(ours[k] != v for k, v in _raw(CAPTURES / name).items())
+
+
+def _raw(path: Path) -> dict[int, int]:
+    from rdmalab.wire.net import TCP
+
+    return {cp.frame_number: cp.packet[TCP].window for cp in read(path, iwarp=False) if cp.packet.get(TCP) is not None}
+
+
+def test_decode_prints_the_scaled_window(capsys: pytest.CaptureFixture[str]) -> None:
+    from rdmalab.cli import main
+
+    assert main(["decode", "-r", str(CAPTURES / "siw_rping.pcap"), "-c", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # the handshake offered WS=128 (shift 7) both ways; the SYNs themselves are not scaled
+    assert " Win=64240 " in lines[0] and " Win=65160 " in lines[1] and " Win=64256 " in lines[2]
