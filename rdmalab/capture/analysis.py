@@ -507,7 +507,9 @@ def _capture_gaps(findings: list[Finding], burst_us: float = 50.0) -> list[Findi
 COUNTER_ROWS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("sequence-error NAKs", ("nak_seq_err",), ("out_of_sequence", "rcvd_seq_err", "out_of_seq_request")),
     ("NAK-triggered retransmissions", ("retransmission:nak",), ("packet_seq_err",)),
-    ("timeouts", ("timeout",), ("local_ack_timeout_err", "completer_retry_err")),
+    ("timeouts", ("timeout",), ("local_ack_timeout_err",)),
+    # rxe counts every go-back-N retry, NAK- or timer-triggered (rxe_comp.c rxe_completer(), COMPST_ERROR_RETRY)
+    ("go-back-N retries", ("retransmission",), ("completer_retry_err",)),
     ("duplicate requests", ("duplicate",), ("duplicate_request",)),
     ("implied NAKs", ("implied_nak",), ("implied_nak_seq_err",)),
     ("CNPs sent", ("cnp",), ("np_cnp_sent",)),
