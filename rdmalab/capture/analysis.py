@@ -58,7 +58,7 @@ import numpy as np
 from rdmalab.capture.columnar import Columns, read_columns
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.reader import decode_record, read, records
-from rdmalab.wire.opcodes import OPCODES, Op, Pos, Transport, opcode_name
+from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, Pos, Transport, opcode_name
 from rdmalab.wire.rdmap import TERM_ETYPE_NAMES, TERM_LAYER_NAMES, Terminate, term_errcode_names
 
 _PSN_MOD = 1 << 24
@@ -303,7 +303,7 @@ def analyze(source: str | os.PathLike[str] | Columns, *, sent: str | os.PathLike
         if icrc[i] == 2:
             findings.append(Finding("bad_icrc", None, [int(frame[i])], float(ts[i]),
                                     f"{opcode_name(o)} PSN {psn[i]}: ICRC does not verify"))
-        if o == 0x81:
+        if o == CNP_OPCODE:
             cnps.append(i)
             continue
         key = (src[i], dst[i], int(dqp[i]))
