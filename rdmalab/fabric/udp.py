@@ -548,7 +548,11 @@ class UdpFabric:
         dst_gid = self.device.gids[1]
         stats = self.stats
         fast = 0
+        next_flush = ACK_BATCH
         while True:
+            if got >= next_flush:  # the ACKs of the last ACK_BATCH packets (see _receive_all_slow)
+                self.device.flush()
+                next_flush = got + ACK_BATCH
             try:
                 n = recv_into(buf)
             except BlockingIOError:
