@@ -269,7 +269,11 @@ def test_perftest_duration_with_the_stock_tool(matrix: Path, roles: tuple[str, s
         rows = REPORT.findall(texts[r])
         assert len(rows) == 1, texts[r]
         size, iters, peak, avg, _rate = rows[0]
-        assert int(size) == 4096 and int(iters) > 0 and float(peak) == 0.0 and float(avg) > 0, texts[r]
+        assert int(size) == 4096 and int(iters) > 0 and float(peak) == 0.0, texts[r]
+        # perftest 4.5's own average in duration mode is not dependable (a stock server against a
+        # stock client printed 0.00 here with 3968 iterations); ours must be the figures' quotient
+        if r.startswith("rdl"):
+            assert float(avg) > 0, texts[r]
 
 
 def test_rxe_counted_our_packets_as_good(matrix: Path) -> None:
