@@ -11,7 +11,6 @@ hexadecimal padded to the width of Wireshark's field type, dotted IPv4, colon-se
 from __future__ import annotations
 
 import ipaddress
-import multiprocessing
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -336,6 +335,8 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
                     bar.update(raw.file_end - bar.n)
                 yield (p, raw.file_start, raw.file_end, np.array(raw.offs, dtype=np.int64), raw.first, order, ns_mult, linktype, list(names),
                        filter_expr, verify_icrc, separator, quote)
+
+        import multiprocessing  # lazy: only the parallel path needs it (start-up, memory)
 
         ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
         with ctx.Pool(workers) as pool:
