@@ -413,7 +413,7 @@ def record_blocks(path: str | os.PathLike[str], block_bytes: int = 16 << 20) -> 
 @dataclass(slots=True)
 class _Raw:
     buf: bytes | bytearray
-    offs: list[int]  # record header offsets in buf
+    offs: np.ndarray  # int64, record header offsets in buf
     first: int
     file_start: int  # file offset of buf[0]
     file_end: int  # file offset after the last whole record
@@ -445,18 +445,22 @@ def _pcap_raw(p: str, f: IO[bytes], order: str, block_bytes: int) -> Iterator[_R
         # caplen field of a record at ``pos`` is the 32-bit word at ``pos + 8``; four unsigned-int
         # views of the buffer, one per alignment, read it without a struct call per record
         if native:
+            # q is the offset of a record's caplen field (its header starts 8 bytes before): the
+            # loop keeps every record whose header is whole, then drops the last one if its data
+            # runs past the buffer (only the last can)
             with memoryview(buf) as mv:
                 views = [mv[k:k + (end - k) // 4 * 4].cast("I") for k in range(4)]
-                lim = end - 16
-                while pos <= lim:
-                    q = pos + 8
-                    nxt = q + 8 + views[q & 3][q >> 2]
-                    if nxt > end:
-                        break
-                    append(pos)
-                    pos = nxt
+                q = 8
+                lim = end - 8
+                while q <= lim:
+                    append(q)
+                    q += 16 + views[q & 3][q >> 2]
                 for v in views:
                     v.release()
+            if offs and q - 8 > end:
+                q = offs.pop()
+            pos = q - 8
+            offs_np = np.array(offs, dtype=np.int64) - 8
         else:
             while pos + 16 <= end:
                 nxt = pos + 16 + unpack(buf, pos + 8)[0]
@@ -464,6 +468,7 @@ def _pcap_raw(p: str, f: IO[bytes], order: str, block_bytes: int) -> Iterator[_R
                     break
                 append(pos)
                 pos = nxt
+            offs_np = np.array(offs, dtype=np.int64)
         if pos + 16 <= end and unpack(buf, pos + 8)[0] > 64 << 20:
             raise CaptureError(p, f"is damaged: record {frame + len(offs)} at byte {pos_file + pos} claims "
                                   f"{unpack(buf, pos + 8)[0]} bytes", offset=pos_file + pos, frames_read=frame - 1)
@@ -471,11 +476,11 @@ def _pcap_raw(p: str, f: IO[bytes], order: str, block_bytes: int) -> Iterator[_R
             at = pos_file + pos
             what = ("inside the header of" if end - pos < 16 else "in the middle of")
             if offs:
-                yield _Raw(buf, offs, frame, pos_file, pos_file + pos)
+                yield _Raw(buf, offs_np, frame, pos_file, pos_file + pos)
             raise CaptureError(p, f"is truncated: it ends {what} record {frame + len(offs)} (byte {at})",
                                offset=at, frames_read=frame - 1 + len(offs))
         if offs:
-            yield _Raw(buf, offs, frame, pos_file, pos_file + pos)
+            yield _Raw(buf, offs_np, frame, pos_file, pos_file + pos)
             frame += len(offs)
         pos_file += pos
         pending = bytes(buf[pos:])
@@ -483,10 +488,10 @@ def _pcap_raw(p: str, f: IO[bytes], order: str, block_bytes: int) -> Iterator[_R
             return
 
 
-def _block(buf: bytes | bytearray, offs: list[int], order: str, ns_mult: int, linktype: int, frame: int,
+def _block(buf: bytes | bytearray, offs: np.ndarray, order: str, ns_mult: int, linktype: int, frame: int,
            file_pos: int) -> RecordBlock:
     """The record headers at ``offs``, read with numpy (ts_sec, ts_frac, caplen, wirelen)."""
-    at = np.array(offs, dtype=np.int64)
+    at = np.asarray(offs, dtype=np.int64)
     bufnp = np.frombuffer(buf, dtype=np.uint8)
     hdr = np.lib.stride_tricks.sliding_window_view(bufnp, 16)[at]
     r = np.ascontiguousarray(hdr).view(order + "u4").astype(np.int64)
