@@ -58,7 +58,7 @@ import numpy as np
 from rdmalab.capture.columnar import Columns, read_columns
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.reader import decode_record, read, records
-from rdmalab.wire.opcodes import OPCODES, Op, Pos, Transport, opcode_name
+from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, Pos, Transport, opcode_name
 from rdmalab.wire.rdmap import TERM_ETYPE_NAMES, TERM_LAYER_NAMES, Terminate, term_errcode_names
 
 _PSN_MOD = 1 << 24
@@ -303,7 +303,7 @@ def analyze(source: str | os.PathLike[str] | Columns, *, sent: str | os.PathLike
         if icrc[i] == 2:
             findings.append(Finding("bad_icrc", None, [int(frame[i])], float(ts[i]),
                                     f"{opcode_name(o)} PSN {psn[i]}: ICRC does not verify"))
-        if o == 0x81:
+        if o == CNP_OPCODE:
             cnps.append(i)
             continue
         key = (src[i], dst[i], int(dqp[i]))
@@ -507,7 +507,9 @@ def _capture_gaps(findings: list[Finding], burst_us: float = 50.0) -> list[Findi
 COUNTER_ROWS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("sequence-error NAKs", ("nak_seq_err",), ("out_of_sequence", "rcvd_seq_err", "out_of_seq_request")),
     ("NAK-triggered retransmissions", ("retransmission:nak",), ("packet_seq_err",)),
-    ("timeouts", ("timeout",), ("local_ack_timeout_err", "completer_retry_err")),
+    ("timeouts", ("timeout",), ("local_ack_timeout_err",)),
+    # rxe counts every go-back-N retry, NAK- or timer-triggered (rxe_comp.c rxe_completer(), COMPST_ERROR_RETRY)
+    ("go-back-N retries", ("retransmission",), ("completer_retry_err",)),
     ("duplicate requests", ("duplicate",), ("duplicate_request",)),
     ("implied NAKs", ("implied_nak",), ("implied_nak_seq_err",)),
     ("CNPs sent", ("cnp",), ("np_cnp_sent",)),

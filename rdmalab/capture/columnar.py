@@ -37,7 +37,7 @@ import numpy as np
 
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.reader import CaptureError, read
-from rdmalab.wire.opcodes import OPCODES, opcode_name
+from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, opcode_name
 
 #: Bytes of each packet copied into the field matrix: Ethernet + VLAN + IPv6 + UDP + BTH +
 #: the longest run of extended headers (RDETH+DETH+AtomicETH) fits with room to spare.
@@ -847,7 +847,7 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     data["infiniband.reth.va"] = np.where(is_at, _be(A, 0, 8), _be(R, 0, 8))
     data["infiniband.reth.r_key"] = np.where(is_at, _be(A, 8, 4), _be(R, 8, 4)).astype(np.uint32)
     L["infiniband.va"] = L["infiniband.reth"] | is_at
-    L["rdmalab.cnp"] = ib & (opcode == 0x81)
+    L["rdmalab.cnp"] = ib & (opcode == CNP_OPCODE)
     data["rdmalab.cnp"] = L["rdmalab.cnp"].astype(np.uint8)
     plen = ib_end - ext0 - extlen - pad - 4
     data["rdmalab.payload.len"] = np.maximum(plen, 0).astype(np.uint32)

@@ -19,7 +19,24 @@ def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
     if args.cnp_gap < 0:
         raise Fail(f"--cnp-gap {args.cnp_gap}: the minimum time between CNPs cannot be negative")
     a = analyze(path, sent=args.sent, cnp_min_gap_us=args.cnp_gap)
-    if args.counters:
+    rxe_rows = None
+    if args.counters and len(args.counters) > 2:
+        raise Fail(f"--counters takes NAME.counters.json or two dumps BEFORE AFTER, not {len(args.counters)} files")
+    if args.counters and len(args.counters) == 1:
+        from rdmalab.capture.counters import load_counters_json, rows_json, rxe_side_by_side  # lazy: start-up
+
+        try:
+            ctr = load_counters_json(args.counters[0])
+        except OSError as err:
+            raise Fail(f"--counters {args.counters[0]}: {err.strerror}") from None
+        except ValueError as err:
+            raise Fail(str(err)) from None
+        try:
+            rxe_rows = rxe_side_by_side(a, ctr)
+        except ValueError as err:   # e.g. an IP that is not IPv4 in the file
+            raise Fail(f"--counters {args.counters[0]}: {err}") from None
+        a.checks["rxe_counters"] = rows_json(rxe_rows)
+    elif args.counters:
         from rdmalab.capture.analysis import counters_side_by_side, parse_counters  # lazy: keeps `rdmalab --help` fast
 
         dumps = []
@@ -37,6 +54,10 @@ def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
         out.write("\n")
     else:
         out.write(a.text(limit=args.limit))
+        if rxe_rows is not None:
+            from rdmalab.capture.counters import rows_text  # lazy: keeps `rdmalab --help` fast
+
+            out.write("\n" + rows_text(rxe_rows))
     if args.html:
         try:
             with open(args.html, "w", encoding="utf-8") as f:
@@ -60,9 +81,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--sent", metavar="FILE",
                    help="a capture of the same traffic taken before the lossy link (e.g. at the sender): "
                         "packets it has and FILE lacks are reported as lost")
-    p.add_argument("--counters", nargs=2, metavar=("BEFORE", "AFTER"),
-                   help="text dumps of `rdma statistic show` and/or `ethtool -S IFACE` taken before and after "
-                        "the capture: shown side by side with what the capture shows")
+    p.add_argument("--counters", nargs="+", metavar="FILE",
+                   help="BEFORE AFTER: text dumps of `rdma statistic show` and/or `ethtool -S IFACE` taken before "
+                        "and after the capture, shown side by side with what the capture shows; or one "
+                        "NAME.counters.json written by `rdmalab capture` (both rxe devices, before and after): every "
+                        "rxe counter of each device beside the capture, with the reason where they differ")
     p.add_argument("--cnp-gap", type=float, default=4.0, metavar="US",
                    help="the notification point's minimum time between CNPs, for the pacing check "
                         "(default 4 us, mlx5's np_min_time_between_cnps)")

@@ -21,10 +21,8 @@ from typing import Any
 from rdmalab.verbs.engine.packet import Pkt
 from rdmalab.wire.frame import AddressLike, encode_rocev2
 from rdmalab.wire.ib import BTH, CNPPad
-from rdmalab.wire.opcodes import OPCODES, Op
+from rdmalab.wire.opcodes import CNP_OPCODE
 
-#: the CNP opcode, from the opcode table (0x81)
-CNP_OPCODE = next(code for code, info in OPCODES.items() if info.op == Op.CNP)
 CE = 0b11
 ECT0 = 0b10
 SCOPES = ("qp", "ip_pair", "port")
