@@ -34,8 +34,10 @@
 # The next cell is the only one you would change to move from the simulator to a real device.
 # `"soft"` is rdmalab's own verbs engine running on a simulated fabric: it needs no kernel
 # module, no privileges and no network, and the same seed gives the same run every time.
-# `"rxe"` runs the live notebook's operations on the Linux kernel's Soft-RoCE driver through
-# pyverbs, in a small virtual machine if your machine has no rxe device (`rdmalab vm`; notebook 13).
+# `"rxe"` runs the same cells on the Linux kernel's Soft-RoCE driver through pyverbs, in a
+# small virtual machine if your machine has no rxe device (`rdmalab vm`): the verbs notebooks
+# (03-06), reliability (09), security (11) and live RDMA (13), with real completions, memory and
+# captured packets. The first rxe cell of a notebook boots the VM (a minute or two).
 
 # %%
 BACKEND = "soft"  # the one-line backend switch used by every notebook

@@ -20,7 +20,8 @@ if [ "${CI:-}" = true ]; then
   # the live tests must run, not skip: say here what the VM would lack (rdmalab.live.vm.missing)
   python -c 'import sys; from rdmalab.live.vm import missing; m = missing(); [print("CI: live tests cannot run:", g, file=sys.stderr) for g in m]; sys.exit(1 if m else 0)'
 fi
-# tests/live boot one VM for the session (30-60 s under TCG, ~2-3 min for all live tests)
+# tests/live boot one VM for the session (30-60 s under TCG, ~2-3 min for all live tests); the
+# notebooks run on rxe (tests/live/test_notebook*_rxe.py) attach to it: ~3-5 min more under TCG
 export RDMALAB_LIVE="${RDMALAB_LIVE:-1}"
 echo "== ruff"; ruff check rdmalab tests benchmarks examples
 echo "== mypy (strict on rdmalab.wire)"; mypy rdmalab

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
+import zlib
 from pathlib import Path
 
 import pytest
 
-from rdmalab.fabric.udp import ROCEV2_PORT, decode_datagram, encode_datagram, ib_mtu_for
+from rdmalab.fabric import udp
+from rdmalab.fabric.udp import ROCEV2_PORT, UdpFabric, decode_datagram, encode_datagram, ib_mtu_for
 from rdmalab.verbs.engine.datagram import Datagram
 from rdmalab.verbs.engine.packet import Pkt, opcode
-from rdmalab.wire.ib import RETH, AtomicETH
+from rdmalab.wire.ib import AETH, IETH, RETH, AtomicETH, ImmDt
 from rdmalab.wire.opcodes import Op, Pos, Transport
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +72,74 @@ def test_decode_checks_the_icrc_over_the_ip_identification() -> None:
     d4 = bytearray(d)
     d4[-1] ^= 0x80
     assert decode_datagram(bytes(d4)) is None
+
+
+class _Recorder:
+    """Stands in for the carrier's raw socket: keeps what would have been sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, tuple[str, int]]] = []
+
+    def sendto(self, data: object, addr: tuple[str, int]) -> int:
+        b = bytes(data)  # type: ignore[call-overload]
+        self.sent.append((b, addr))
+        return len(b)
+
+
+def _bursts() -> list[Pkt]:
+    """Bursts and single packets as the engine's requester and responder build them."""
+    rc = Transport.RC
+    out = []
+    w = Pkt(opcode(rc, Op.RDMA_WRITE, Pos.FIRST), 0xFFFFFE, 0x11, A, B, 0xDF94, 0, 0, os.urandom(4 * 1024 + 5), 0, 0)
+    w.reth = RETH(va=0x7F0000001000, r_key=0x1A2B, dma_length=4 * 1024 + 5)  # PSNs wrap past 0xFFFFFF
+    w.count, w.mtu, w.acks, w.ackreq = 5, 1024, (1, 3), 1
+    w.last_opcode = opcode(rc, Op.RDMA_WRITE, Pos.LAST, imm=True)
+    w.imm = ImmDt(imm=0xCAFE)
+    out.append(w)
+    s = Pkt(opcode(rc, Op.SEND, Pos.FIRST), 100, 0x12, A, B, 0xC001, 0, 0, os.urandom(2 * 256 + 1), 0, 1)
+    s.count, s.mtu, s.ackreq = 3, 256, 1
+    s.last_opcode = opcode(rc, Op.SEND, Pos.LAST, inv=True)
+    s.ieth = IETH(r_key=0x4242)
+    s.ecn = 2  # ECT(0) from a DCQCN sender
+    out.append(s)
+    r = Pkt(opcode(rc, Op.RDMA_READ_RESPONSE, Pos.FIRST), 7, 0x13, B, A, 0xC002, 0, 0, os.urandom(2 * 4096), 0, 0)
+    r.count, r.mtu, r.aeth = 2, 4096, AETH.ack(5)
+    r.last_opcode = opcode(rc, Op.RDMA_READ_RESPONSE, Pos.LAST)
+    out.append(r)
+    a = Pkt(opcode(rc, Op.ACKNOWLEDGE, None), 9, 0x14, B, A, 0xC003, 0, 0, b"", 0, 0)
+    a.aeth = AETH.ack(3)
+    out.append(a)
+    out.append(Pkt(opcode(Transport.UC, Op.SEND, Pos.ONLY), 1, 0x15, A, B, 0xC004, 0, 0, b"odd", 0, 1))
+    return out
+
+
+@pytest.mark.parametrize("k", range(5))
+def test_fast_send_path_puts_the_same_bytes_on_the_wire(k: int) -> None:
+    # UdpFabric.send builds bursts and single packets in one reused buffer with the ICRC corrected
+    # for the masked fields; every datagram must be encode_datagram's for that packet and that ID.
+    pkt = _bursts()[k]
+    fab = UdpFabric.__new__(UdpFabric)
+    fab._init_state(seed=k)
+    fab._raw = rec = _Recorder()  # type: ignore[assignment]
+    fab._ip_id = 0xFFFE  # the ID wraps to 1, never 0 (raw.c would replace a 0)
+    fab.send(None, pkt)  # type: ignore[arg-type]
+    singles = pkt.expand()
+    assert len(rec.sent) == len(singles) == pkt.count == fab.stats["sent"]
+    ids = [0xFFFE, 0xFFFF, 1, 2, 3]
+    for i, (p, (data, addr)) in enumerate(zip(singles, rec.sent, strict=True)):
+        assert data == encode_datagram(p, ids[i]), f"packet {i} of {pkt}"
+        back = decode_datagram(data)
+        assert back is not None and (back.opcode, back.psn, back.ackreq) == (p.opcode, p.psn, p.ackreq)
+        assert addr == (socket.inet_ntoa(data[16:20]), 0)
+    assert sum(fab.sent_sizes.values()) == pkt.count
+    assert sorted(n for n, c in fab.sent_sizes.items() for _ in range(c)) == sorted(len(d) - 28 for d, _ in rec.sent)
+
+
+def test_crc_is_zlibs() -> None:
+    # the carrier's CRC-32 (zlib-ng's) is zlib's function, also from a running value
+    data = os.urandom(5000)
+    for cut in (0, 1, 17, 4096):
+        assert udp.crc32(data[cut:], udp.crc32(data[:cut])) == zlib.crc32(data)
 
 
 def test_not_rocev2_is_refused() -> None:
@@ -131,6 +202,19 @@ LIVE = textwrap.dedent("""
     post(e.IBV_WR_RDMA_READ, 2, len(data), 0, local=size // 2)
     assert wait(1)[0].status == 0
     assert A.mr.read(len(data), size // 2) == data, "READ data differs"
+    # a SEND of four packets: its MIDDLEs go through the carrier's fast path (SoftDevice.receive_segment)
+    n = 3 * 4096 + 100
+    B.recv(wr_id=9, offset=size // 2, length=n)
+    wr = SendWR(wr_id=6, opcode=e.IBV_WR_SEND, num_sge=1, sg=[A.sge(0, n)], send_flags=e.IBV_SEND_SIGNALED)
+    A.qp.post_send(wr)
+    assert wait(1)[0].status == 0
+    for _ in range(2000):
+        k, rwc = B.cq.poll(1)
+        if k:
+            break
+        fb.step(0.001)
+    assert k and rwc[0].status == 0 and rwc[0].byte_len == n, rwc
+    assert B.mr.read(n, size // 2) == data[:n], "SEND data differs"
     B.mr.write((41).to_bytes(8, "little"), 8, 0)
     post(e.IBV_WR_ATOMIC_FETCH_AND_ADD, 3, 8, 0, local=0, cmp=1)
     post(e.IBV_WR_ATOMIC_CMP_AND_SWP, 4, 8, 0, local=8, cmp=42, swap=7)

@@ -69,3 +69,49 @@ def test_notebook_runs_on_rxe(name: str, lab_vm: VM, tmp_path: Path, monkeypatch
     results = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     assert len(results) == _expected_checks(src), results
     assert all(r["status"] == "pass" for r in results), results
+
+
+HOST_PATH = r'''
+import json
+import rdmalab.verbs.enums as e
+from rdmalab.lab.livepair import LivePair
+from rdmalab.live.remote import VerbsServer
+from rdmalab.verbs.wr import SGE, RecvWR, SendWR
+
+srv = VerbsServer(host_devices=("rxe1", "rxe2"))   # a child /usr/bin/python3, as on a host with rxe
+try:
+    p = LivePair(server=srv, mtu=1024)
+    a, b = p.a, p.b
+    out = {"where": p.where}
+    b.qp.post_recv(RecvWR(wr_id=5, num_sge=1, sg=[SGE(b.mr.buf, 64, b.mr.lkey)]))
+    a.mr.write(b"over the host path", 18)
+    a.qp.post_send(SendWR(wr_id=6, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(a.mr.buf, 18, a.mr.lkey)]))
+    wa, wb = a.poll(), b.poll()
+    out["send"] = [wa.status, wa.opcode, wb.status, wb.opcode, wb.byte_len, wb.wr_id]
+    out["received"] = b.mr.read(18, 0).decode()
+    wr = SendWR(wr_id=7, opcode=e.IBV_WR_RDMA_READ, num_sge=1, sg=[SGE(a.mr.buf + 100, 18, a.mr.lkey)])
+    wr.set_wr_rdma(b.mr.rkey, b.mr.buf)
+    a.qp.post_send(wr)
+    out["read"] = [a.poll().status, a.mr.read(18, 100).decode()]
+    try:
+        p.packets()
+        out["capture"] = "there"
+    except RuntimeError as exc:
+        out["capture"] = str(exc)
+finally:
+    srv.close()
+print(json.dumps(out))
+'''
+
+
+def test_verbs_server_on_host_devices(lab_vm: VM) -> None:
+    """The host path of ``Pair(backend="rxe")`` (two rxe devices where rdmalab runs, no VM): run
+    from inside the VM, whose rxe1 and rxe2 play the host's devices."""
+    r = lab_vm.run("$RDMALAB_PYTHON host_path.py", files={"host_path.py": HOST_PATH}, capture=False, timeout=300)
+    assert r.rc == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["where"] == "host rxe1/rxe2"
+    assert out["send"] == [0, 0, 0, 128, 18, 5]           # success, IBV_WC_SEND; success, IBV_WC_RECV, 18 bytes
+    assert out["received"] == "over the host path"
+    assert out["read"] == [0, "over the host path"]
+    assert "tcpdump on the host needs root" in out["capture"]

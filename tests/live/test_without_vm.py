@@ -88,3 +88,47 @@ def test_cli_vm_rejects_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--loss 150" in capsys.readouterr().err
     assert main(["vm", "--shell", "-w", "x.pcap"]) == 1
     assert "-w needs a capture" in capsys.readouterr().err
+
+
+def test_send_wr_dict_carries_every_field_the_kernel_needs() -> None:
+    import rdmalab.verbs.enums as e
+    from rdmalab.live.remote import send_wr_dict
+    from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
+    from rdmalab.verbs.wr import SGE, SendWR
+
+    wr = SendWR(wr_id=9, opcode=e.IBV_WR_RDMA_WRITE_WITH_IMM, num_sge=2, imm_data=0xC0FFEE,
+                sg=[SGE(0x1000, 64, 0x11), SGE(0x2000, 32, 0x22)], send_flags=e.IBV_SEND_SIGNALED)
+    wr.set_wr_rdma(0xABCD, 0x7F0000001000)
+    d = send_wr_dict(wr)
+    assert d == {"wr_id": 9, "opcode": int(e.IBV_WR_RDMA_WRITE_WITH_IMM), "send_flags": int(e.IBV_SEND_SIGNALED),
+                 "imm_data": 0xC0FFEE, "sg": [{"addr": 0x1000, "length": 64, "lkey": 0x11},
+                                              {"addr": 0x2000, "length": 32, "lkey": 0x22}],
+                 "rkey": 0xABCD, "remote_addr": 0x7F0000001000, "compare_add": 0, "swap": 0}
+    atomic = SendWR(wr_id=1, opcode=e.IBV_WR_ATOMIC_CMP_AND_SWP, num_sge=1, sg=[SGE(0x3000, 8, 0x33)])
+    atomic.set_wr_atomic(0x44, 0x5000, 42, 7)
+    assert {k: send_wr_dict(atomic)[k] for k in ("rkey", "remote_addr", "compare_add", "swap")} == \
+        {"rkey": 0x44, "remote_addr": 0x5000, "compare_add": 42, "swap": 7}
+    assert send_wr_dict(SendWR(wr_id=2, opcode=e.IBV_WR_SEND, num_sge=0))["sg"] == []
+    wr.next_wr = atomic
+    with pytest.raises(PyverbsRDMAError, match="chained work requests"):
+        send_wr_dict(wr)
+
+
+def test_verbs_server_imports_only_the_standard_library_and_pyverbs() -> None:
+    import ast
+    import sys
+
+    from rdmalab.live.remote import PROGRAM
+
+    tree = ast.parse(PROGRAM.read_text())
+    roots = {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    roots |= {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert roots - set(sys.stdlib_module_names) == {"pyverbs"}
+
+
+def test_attach_to_a_directory_without_a_vm_says_so(tmp_path: Path) -> None:
+    with pytest.raises(vm.VMError, match="not the work directory of a running rdmalab VM"):
+        vm.VM.attach(tmp_path)
+    (tmp_path / "vm.pid").write_text("999999999\n")
+    with pytest.raises(vm.VMError, match="is not running"):
+        vm.VM.attach(tmp_path)

@@ -45,14 +45,7 @@ class Server:
         self.dir = args.dir
         self.dev_a, self.dev_b = args.dev_a, args.dev_b
         self.netdevs = [d for d in (args.netdev_a, args.netdev_b) if d]
-        # jumbo frames on the veths, so that a 4096-byte path MTU fits in one Ethernet frame: rxe
-        # accepts path_mtu 4096 on a 1500-byte netdev and its packets are then dropped on the way
-        # (DF is set).  rxe follows the change (NETDEV_CHANGEMTU in rxe_net.c); close() restores it.
-        self.mtus = {}
-        for dev in self.netdevs:
-            with open(f"/sys/class/net/{dev}/mtu") as f:
-                self.mtus[dev] = f.read().strip()
-            subprocess.run(["ip", "link", "set", "dev", dev, "mtu", "9000"], check=True)
+        self.mtus: dict[str, str] = {}   # netdev -> its MTU before _jumbo() raised it
         self.objs: dict[int, Any] = {}
         self.kind: dict[int, str] = {}
         self.next_id = 1
@@ -84,9 +77,25 @@ class Server:
             raise LookupError(f"no {kind} with id {i!r} in the verbs server")
         return self.objs[i]
 
+    def _jumbo(self) -> None:
+        """Jumbo frames on the veths, so that a 2048- or 4096-byte path MTU fits in one frame.
+
+        rxe accepts a path MTU above its netdev's (1500 bytes: active MTU 1024) and its packets
+        are then dropped on the way, since DF is set.  rxe follows the change (NETDEV_CHANGEMTU in
+        rxe_net.c); close() puts the old MTU back.  Only pairs that need it pay for it.
+        """
+        for dev in self.netdevs:
+            if dev in self.mtus:
+                continue
+            with open(f"/sys/class/net/{dev}/mtu") as f:
+                self.mtus[dev] = f.read().strip()
+            subprocess.run(["ip", "link", "set", "dev", dev, "mtu", "9000"], check=True)
+
     # ------------------------------------------------------------------ objects
     def op_pair(self, r: dict[str, Any]) -> dict[str, Any]:
         access = int(r["access"])
+        if int(r["path_mtu"]) > e.IBV_MTU_1024:
+            self._jumbo()
         ends = []
         for dev, psn in zip((self.dev_a, self.dev_b), r["psn"], strict=True):
             ctx = self.ctx[dev]
@@ -241,7 +250,8 @@ class Server:
     def close(self) -> None:
         for dev in self.netdevs:
             subprocess.run(["tc", "qdisc", "del", "dev", dev, "root"], capture_output=True)
-            subprocess.run(["ip", "link", "set", "dev", dev, "mtu", self.mtus[dev]], capture_output=True)
+            if dev in self.mtus:
+                subprocess.run(["ip", "link", "set", "dev", dev, "mtu", self.mtus[dev]], capture_output=True)
         if self.tcpdump is not None:
             self.tcpdump.send_signal(2)
             self.tcpdump.wait(timeout=10)

@@ -19,7 +19,10 @@ Names (stable; other modules build on them):
 ``Station``        what a carrier may call on an engine device (:class:`~rdmalab.verbs.engine.node.SoftDevice`):
                    ``deliver(dgram)`` (inbound bytes: the one entry point for a carrier that has bytes),
                    ``receive_frame(frame)`` (a whole Ethernet frame), ``receive(pkt)`` (the fast
-                   path for a carrier that moves packet objects), and ``flush()`` after each step
+                   path for a carrier that moves packet objects), ``receive_segment(...)`` (the
+                   fast path for a carrier that has bytes: one in-sequence WRITE/SEND packet's
+                   fields and payload, no ``Pkt``; False sends it to ``receive``), and ``flush()``
+                   after each step
 ``Carrier``        outbound ``send(station, pkt)``; ``mtu``; ``burst_ok``; the clock ``now_ns`` and
                    timers ``call_later(delay_ns, fn, arg) -> TimerHandle``; ``resolve_mac(gid)``;
                    the trace sink ``tracing``/``record(event)``; and its ``scheduler``
@@ -83,6 +86,11 @@ class Station(Protocol):
 
     def receive(self, pkt: Pkt) -> None:
         """A packet object arrived (the fast path; the carrier vouches for its integrity)."""
+
+    def receive_segment(self, destqp: int, code: int, psn: int, ackreq: int, src_gid: int, dst_gid: int,
+                        data: Any, reth: tuple[int, int, int] | None = None) -> bool:
+        """One in-sequence RC/UC WRITE or SEND packet as fields and payload (no ``Pkt``), ICRC
+        checked by the carrier; False, with nothing changed, if it needs the full path (``receive``)."""
 
     def flush(self) -> None:
         """End of one instant: send the ACKs held back for coalescing."""

@@ -140,6 +140,24 @@ class SoftDevice:
         if self.tracing:
             self.trace(pkt.destqp, "dropped", pkt.psn, pkt.opcode, packet_id=pkt.id, reason=reason)
 
+    def receive_segment(self, destqp: int, code: int, psn: int, ackreq: int, src_gid: int, dst_gid: int,
+                        data: Any, reth: tuple[int, int, int] | None = None) -> bool:
+        """The fast path for a carrier that has a packet's fields but no :class:`Pkt`: one packet of
+        an RC/UC RDMA WRITE or SEND (``code`` in :data:`~rdmalab.verbs.engine.packet.SEGMENT`), its
+        payload ``data`` (which the carrier may reuse once this returns) and a WRITE's RETH as
+        ``(va, r_key, dma_length)``.  It does what :meth:`receive` would do when the packet is the
+        next one expected and every check passes; otherwise it changes nothing and returns False,
+        and the carrier hands the packet to :meth:`receive` (which NAKs, drops or traces it).
+        Not while tracing: the trace has an event for every packet received, :meth:`receive` makes it.
+        A carrier in a hurry may do the same in one call less: ``qp = device.qps.get(destqp)``,
+        ``qp.segment(code, psn, ackreq, src_gid, dst_gid, data, reth)``, and add the packets taken
+        to ``device.counters["rcvd_pkts"]`` (the UDP carrier does, once per batch)."""
+        qp = self.qps.get(destqp)
+        if qp is None or not qp.segment(code, psn, ackreq, src_gid, dst_gid, data, reth):
+            return False
+        self.counters["rcvd_pkts"] += 1
+        return True
+
     def receive(self, pkt: Pkt) -> None:
         qp = self.qps.get(pkt.destqp)
         if qp is None:

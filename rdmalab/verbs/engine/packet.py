@@ -59,6 +59,15 @@ for _info in OPCODES.values():
 assert find_opcode(Transport.RC, Op.SEND, Pos.ONLY) == _OPC[(Transport.RC, Op.SEND, Pos.ONLY, False, False)]
 
 
+# The packets a carrier may hand over without a Pkt (SoftDevice.receive_segment): the FIRST,
+# MIDDLE, LAST and ONLY packets of RC/UC RDMA WRITEs and the MIDDLE and LAST ones of SENDs, without
+# immediate data or invalidation; of their extended headers only a WRITE's RETH.
+SEGMENT: dict[int, OpcodeInfo] = {
+    code: info for code, info in OPCODES.items()
+    if info.transport in (Transport.RC, Transport.UC) and not info.imm and not info.inv
+    and (info.op == Op.RDMA_WRITE or (info.op == Op.SEND and info.pos in (Pos.MIDDLE, Pos.LAST)))}
+
+
 def middle_of(code: int) -> int:
     """The MIDDLE opcode of the operation ``code`` belongs to."""
     info = INFO[code]

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import socket
 import sys
+from typing import Any
 
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import cnp
 from rdmalab.verbs.engine.memory import AccessError, local_views, remote_view, scatter
-from rdmalab.verbs.engine.packet import INFO, Pkt, opcode, psn_add, psn_diff
+from rdmalab.verbs.engine.packet import INFO, SEGMENT, Pkt, opcode, psn_add, psn_diff
 from rdmalab.verbs.engine.qpcore import QPCore
 from rdmalab.verbs.engine.wqe import RecvWQE, Resource
 from rdmalab.wire.ib import (
@@ -91,6 +92,78 @@ def _burst(qp: QPCore, pkt: Pkt) -> None:
     if qp.qp_type == e.IBV_QPT_RC and pkt.acks and pkt.acks[-1] > 0:
         queue_ack(qp, psn_add(pkt.psn, pkt.acks[-1]))  # middle AckReqs, coalesced
     on_request(qp, pkt.sub(n - 1))
+
+
+# ---------------------------------------------------------------------------- the fast path
+
+_WRITE_OK = e.IBV_ACCESS_REMOTE_WRITE
+_QPT = {Transport.RC: e.IBV_QPT_RC, Transport.UC: e.IBV_QPT_UC}
+# opcode -> (QP type, op is WRITE, pos is FIRST/ONLY, pos is LAST/ONLY, pos is FIRST/MIDDLE, info)
+_SEG = {code: (_QPT[i.transport], i.op == Op.RDMA_WRITE, i.first_or_only, i.last_or_only,
+               i.pos in (Pos.FIRST, Pos.MIDDLE), i) for code, i in SEGMENT.items()}
+
+
+def segment(qp: QPCore, code: int, psn: int, ackreq: int, src_gid: int, dst_gid: int, data: Any,
+            reth: tuple[int, int, int] | None = None) -> bool:
+    """One packet of an RC/UC WRITE or SEND that is the next one expected and passes every check
+    ``SoftDevice.receive`` and :func:`_request` apply, executed as they would; False, with nothing
+    changed, for anything else (a gap, a duplicate, an opcode out of sequence, a bad length,
+    address or R_Key, a SEND's LAST that completes a receive WQE, a QP not ready ...), which then
+    takes the full path.  No ``Pkt`` is built: see ``SoftDevice.receive_segment``."""
+    kind = _SEG.get(code)
+    if kind is None:
+        return False
+    qpt, write, first, last, full, info = kind
+    r = qp.resp
+    if qpt != qp.qp_type or psn != r.psn or r.uc_drop or dst_gid != qp.sgid or src_gid != qp.dgid \
+            or qp.qp_state not in _READY or dst_gid not in qp.dev.gids:
+        return False
+    n = len(data)
+    mtu = qp.mtu
+    if n > mtu or (full and n != mtu):
+        return False
+    if first:  # a WRITE's FIRST or ONLY (SEND FIRST/ONLY take a receive WQE: the full path)
+        if r.op is not None or reth is None or not qp.access & _WRITE_OK:
+            return False
+        va, rkey, dlen = reth
+        if n > dlen or (last and n != dlen):
+            return False
+        try:
+            view = remote_view(qp.dev, qp.pd, rkey, va, dlen, _WRITE_OK)
+        except AccessError:
+            return False
+        view[:n] = data
+        r.write, r.write_off, r.write_len = view, n, dlen
+    else:
+        prev = r.op
+        if prev is None or prev.op != info.op:
+            return False
+        if write:
+            target = r.write
+            off = r.write_off
+            end = off + n
+            if target is None or end > r.write_len or (last and end != r.write_len):
+                return False
+            target[off:end] = data
+            r.write_off = end
+        else:  # a SEND's MIDDLE
+            w = r.wqe
+            if last or w is None or w.views is None or r.off + n > w.length:
+                return False
+            scatter(w.views, r.off, data)
+            r.off += n
+    rc = qpt == e.IBV_QPT_RC
+    if rc:
+        r.sent_psn_nak = False
+    r.psn = (psn + 1) & 0xFFFFFF
+    if last:
+        r.op = None
+        r.msn = (r.msn + 1) & 0xFFFFFF
+    else:
+        r.op = info
+    if rc and ackreq:
+        queue_ack(qp, psn)
+    return True
 
 
 # ---------------------------------------------------------------------------- RC and UC

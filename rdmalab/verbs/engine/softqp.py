@@ -43,6 +43,10 @@ class SoftQP(QPCore):
     def on_request(self, pkt: Pkt) -> None:
         responder.on_request(self, pkt)
 
+    # the responder's fast path for one in-sequence WRITE/SEND packet (SoftDevice.receive_segment);
+    # a plain function as a class attribute, so that the call costs no extra frame
+    segment = responder.segment
+
     def on_response(self, pkt: Pkt) -> None:
         completer.on_response(self, pkt)
 
