@@ -259,6 +259,11 @@ class QPCore:
     def on_timeout(self) -> None:
         """The retransmit timer expired (``SoftQP`` runs the completer)."""
 
+    def segment(self, code: int, psn: int, ackreq: int, src_gid: int, dst_gid: int, data: Any,
+                reth: tuple[int, int, int] | None = None) -> bool:
+        """The responder's fast path for one packet (``SoftQP`` runs it); False: take the full path."""
+        return False
+
     def close(self) -> None:
         self.gen += 1
         self.dev.qps.pop(self.qp_num, None)
