@@ -117,6 +117,12 @@ def main() -> None:
         print(f"fields: {' '.join(FIELDS)}" + (f"; filter: {args.filter}" if args.filter else ""))
         ef = [a for f in FIELDS for a in ("-e", f)]
         flt = ["-Y", args.filter] if args.filter else []
+        load0 = os.getloadavg()[0]
+        # where rdmalab's memory goes: the interpreter alone, with numpy, and the whole command on
+        # a capture of a few dozen packets (imports, no data to speak of)
+        tiny = os.path.join(_ROOT, "captures", "rxe_read_bw.pcap")
+        base = [run([sys.executable, "-c", c])[1] for c in ("pass", "import numpy")]
+        small = run([sys.executable, "-m", "rdmalab", "decode", "-r", tiny, "-T", "fields", *ef, *flt])[1]
         rd = [sys.executable, "-m", "rdmalab", "decode", "-r", path, "-T", "fields", *ef, *flt]
         ours = run(rd)
         print(line(f"rdmalab decode -T fields (default -j {max(1, (os.cpu_count() or 1) - 1)})", n, ours))
@@ -128,9 +134,12 @@ def main() -> None:
             print(f"speed-up: {ts[0] / ours[0]:.1f}x tshark's packets/s ({ts[0] / one[0]:.1f}x with -j 1; CPU time "
                   f"{ts[2] / ours[2]:.1f}x / {ts[2] / one[2]:.1f}x); memory: rdmalab {ours[1] / 1024:.0f} MiB "
                   f"({one[1] / 1024:.0f} MiB with -j 1), tshark {ts[1] / 1024:.0f} MiB")
-            print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+            print(f"load average (1 min) before / after: {load0:.1f} / {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         elif not args.no_tshark:
             print("tshark is not installed: no comparison")
+        print(f"rdmalab's peak RSS: python alone {base[0] / 1024:.0f} MiB, with numpy {base[1] / 1024:.0f} MiB, the "
+              f"same command on a 68-packet capture {small / 1024:.0f} MiB (imports), on this file "
+              f"{ours[1] / 1024:.0f} MiB (+ {(ours[1] - small) / 1024:.0f} MiB of blocks, columns and text)")
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

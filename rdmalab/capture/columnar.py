@@ -27,9 +27,9 @@ import gzip
 import ipaddress
 import os
 import struct
+import sys
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -359,7 +359,7 @@ _LAYER_NAMES = sorted({c.layer for c in COLUMNS} | {"rocev1", "rocev2", "infinib
 class RecordBlock:
     """A block of raw records: one buffer and, per record, where its bytes are."""
 
-    buf: bytes
+    buf: bytes | bytearray
     offset: np.ndarray  # int64, start of the packet bytes in buf
     caplen: np.ndarray  # int64
     wirelen: np.ndarray  # int64
@@ -412,8 +412,8 @@ def record_blocks(path: str | os.PathLike[str], block_bytes: int = 16 << 20) -> 
 
 @dataclass(slots=True)
 class _Raw:
-    buf: bytes
-    offs: list[int]  # record header offsets in buf
+    buf: bytes | bytearray
+    offs: np.ndarray  # int64, record header offsets in buf
     first: int
     file_start: int  # file offset of buf[0]
     file_end: int  # file offset after the last whole record
@@ -424,22 +424,51 @@ def _pcap_raw(p: str, f: IO[bytes], order: str, block_bytes: int) -> Iterator[_R
     pending = b""
     frame = 1
     pos_file = 24
+    native = order == ("<" if sys.byteorder == "little" else ">")
     while True:
-        chunk = f.read(block_bytes)
-        buf = pending + chunk if pending else chunk
+        # read straight into the block's buffer, behind the partial record left from the last
+        # one (no second copy of the block to join them)
+        buf = bytearray(len(pending) + block_bytes)
+        buf[:len(pending)] = pending
+        with memoryview(buf) as into:
+            got = f.readinto(into[len(pending):]) or 0  # type: ignore[attr-defined]
+        chunk = got > 0
+        if got < block_bytes:
+            del buf[len(pending) + got:]
         if not buf:
             return
         end = len(buf)
         pos = 0
         offs: list[int] = []
         append = offs.append
-        # the only per-record Python: follow the captured lengths from header to header
-        while pos + 16 <= end:
-            nxt = pos + 16 + unpack(buf, pos + 8)[0]
-            if nxt > end:
-                break
-            append(pos)
-            pos = nxt
+        # the only per-record Python: follow the captured lengths from header to header.  The
+        # caplen field of a record at ``pos`` is the 32-bit word at ``pos + 8``; four unsigned-int
+        # views of the buffer, one per alignment, read it without a struct call per record
+        if native:
+            # q is the offset of a record's caplen field (its header starts 8 bytes before): the
+            # loop keeps every record whose header is whole, then drops the last one if its data
+            # runs past the buffer (only the last can)
+            with memoryview(buf) as mv:
+                views = [mv[k:k + (end - k) // 4 * 4].cast("I") for k in range(4)]
+                q = 8
+                lim = end - 8
+                while q <= lim:
+                    append(q)
+                    q += 16 + views[q & 3][q >> 2]
+                for v in views:
+                    v.release()
+            if offs and q - 8 > end:
+                q = offs.pop()
+            pos = q - 8
+            offs_np = np.array(offs, dtype=np.int64) - 8
+        else:
+            while pos + 16 <= end:
+                nxt = pos + 16 + unpack(buf, pos + 8)[0]
+                if nxt > end:
+                    break
+                append(pos)
+                pos = nxt
+            offs_np = np.array(offs, dtype=np.int64)
         if pos + 16 <= end and unpack(buf, pos + 8)[0] > 64 << 20:
             raise CaptureError(p, f"is damaged: record {frame + len(offs)} at byte {pos_file + pos} claims "
                                   f"{unpack(buf, pos + 8)[0]} bytes", offset=pos_file + pos, frames_read=frame - 1)
@@ -447,22 +476,22 @@ def _pcap_raw(p: str, f: IO[bytes], order: str, block_bytes: int) -> Iterator[_R
             at = pos_file + pos
             what = ("inside the header of" if end - pos < 16 else "in the middle of")
             if offs:
-                yield _Raw(buf, offs, frame, pos_file, pos_file + pos)
+                yield _Raw(buf, offs_np, frame, pos_file, pos_file + pos)
             raise CaptureError(p, f"is truncated: it ends {what} record {frame + len(offs)} (byte {at})",
                                offset=at, frames_read=frame - 1 + len(offs))
         if offs:
-            yield _Raw(buf, offs, frame, pos_file, pos_file + pos)
+            yield _Raw(buf, offs_np, frame, pos_file, pos_file + pos)
             frame += len(offs)
         pos_file += pos
-        pending = buf[pos:]
+        pending = bytes(buf[pos:])
         if not chunk:
             return
 
 
-def _block(buf: bytes, offs: list[int], order: str, ns_mult: int, linktype: int, frame: int,
+def _block(buf: bytes | bytearray, offs: np.ndarray, order: str, ns_mult: int, linktype: int, frame: int,
            file_pos: int) -> RecordBlock:
     """The record headers at ``offs``, read with numpy (ts_sec, ts_frac, caplen, wirelen)."""
-    at = np.array(offs, dtype=np.int64)
+    at = np.asarray(offs, dtype=np.int64)
     bufnp = np.frombuffer(buf, dtype=np.uint8)
     hdr = np.lib.stride_tricks.sliding_window_view(bufnp, 16)[at]
     r = np.ascontiguousarray(hdr).view(order + "u4").astype(np.int64)
@@ -569,7 +598,9 @@ def _realign(H: np.ndarray, base: np.ndarray, width: int) -> np.ndarray:
     b = int(base[0])
     if 0 <= b and b + width <= hw and (base == b).all():
         return H[:, b:b + width]
-    uniq = np.unique(base)
+    lo, hi = int(base.min()), int(base.max())
+    # the few distinct offsets: a count per possible offset is much cheaper than np.unique
+    uniq = np.flatnonzero(np.bincount(base - lo)) + lo if 0 <= lo and hi < 4 * hw else np.unique(base)
     out = np.zeros((n, width), dtype=np.uint8)
     for b in uniq.tolist():
         if b < 0 or b >= hw:
@@ -610,21 +641,44 @@ def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable
     the others are left as zeros with their layer absent.  ``tracker`` (an
     :class:`rdmalab.capture.iwarp.IwarpTracker`, kept from block to block) fills the iWARP
     columns; without one they are absent."""
-    n = len(blk.offset)
     if tracker is not None and fields is not None:
         fields = (*fields, *_TCP_INPUTS)
-    wanted = None if fields is None else tuple(fields)
+    return _decode(blk, verify_icrc, None if fields is None else frozenset(fields), tracker)
+
+
+def _wanted(wanted: frozenset[str] | None, prefixes: tuple[str, ...]) -> bool:
+    return wanted is None or any(f.startswith(p) or p.startswith(f + ".") or p == f
+                                 for f in wanted for p in prefixes)
+
+
+_NEED_CACHE: dict[tuple[frozenset[str] | None, tuple[str, ...]], bool] = {}
+
+
+def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, tracker: Any) -> Columns:
+    n = len(blk.offset)
 
     def need(*prefixes: str) -> bool:
-        return wanted is None or any(f.startswith(p) or p.startswith(f + ".") or p == f
-                                     for f in wanted for p in prefixes)
+        key = (wanted, prefixes)
+        hit = _NEED_CACHE.get(key)
+        if hit is None:
+            if len(_NEED_CACHE) > 4096:
+                _NEED_CACHE.clear()
+            hit = _NEED_CACHE[key] = _wanted(wanted, prefixes)
+        return hit
 
     bufnp = np.frombuffer(blk.buf, dtype=np.uint8)
-    k = np.arange(WINDOW, dtype=np.int64)
-    # one row copy per packet: fancy indexing over a sliding-window view of the (padded) block
-    padded = np.concatenate([bufnp, np.zeros(WINDOW, dtype=np.uint8)])
-    H = np.lib.stride_tricks.sliding_window_view(padded, WINDOW)[blk.offset]
-    del padded, k
+    # one row copy per packet: fancy indexing over a sliding-window view of the block; the last
+    # records, whose window runs past the buffer, are copied one by one and zero-padded
+    inside = blk.offset <= len(bufnp) - WINDOW
+    if len(bufnp) >= WINDOW and inside.all():
+        H = np.lib.stride_tricks.sliding_window_view(bufnp, WINDOW)[blk.offset]
+    else:
+        H = np.zeros((n, WINDOW), dtype=np.uint8)
+        if len(bufnp) >= WINDOW:
+            H[inside] = np.lib.stride_tricks.sliding_window_view(bufnp, WINDOW)[blk.offset[inside]]
+        for i in np.flatnonzero(~inside).tolist():
+            row = bufnp[int(blk.offset[i]):int(blk.offset[i]) + WINDOW]
+            H[i, :len(row)] = row
     # bytes past a packet's captured length are the next record's: every field below is only
     # marked present where the captured length covers it
     caplen = blk.caplen
@@ -1079,6 +1133,8 @@ def read_columns(path: str | os.PathLike[str], *, verify_icrc: bool = True, prog
         fill_iwarp(blk, cols, tracker)
         return cols
 
+    from concurrent.futures import ProcessPoolExecutor  # lazy: only parallel reads need it (start-up, memory)
+
     with ProcessPoolExecutor(workers) as pool:
         futs: list[tuple[RecordBlock, Any]] = []
         for blk in record_blocks(p, block_bytes):
@@ -1100,6 +1156,8 @@ def read_many(paths: Sequence[str | os.PathLike[str]], *, workers: int = 1,
     """Columns of many files, one file per worker process."""
     if workers <= 1 or len(paths) <= 1:
         return [read_columns(p, verify_icrc=verify_icrc) for p in paths]
+
+    from concurrent.futures import ProcessPoolExecutor  # lazy: only parallel reads need it (start-up, memory)
 
     with ProcessPoolExecutor(workers) as pool:
         return list(pool.map(_read_one, [(os.fspath(p), verify_icrc) for p in paths]))

@@ -11,7 +11,6 @@ hexadecimal padded to the width of Wireshark's field type, dotted IPv4, colon-se
 from __future__ import annotations
 
 import ipaddress
-import multiprocessing
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -49,6 +48,9 @@ _ALONE32 = _LEAD32.copy()
 _ALONE32[0] = np.frombuffer(b"\x00\x00\x000", dtype=np.uint32)[0]
 # one byte -> its two hex digits, as one uint16
 _HEX2 = np.frombuffer("".join(f"{i:02x}" for i in range(256)).encode(), dtype=np.uint16)
+# one byte -> its decimal digits and a dot, as one uint32 (0 bytes in front: dropped on output);
+# an IPv4 address is four lookups, the last dot overwritten
+_OCTET_DOT32 = np.frombuffer(b"".join(f"{i}.".encode().rjust(4, b"\0") for i in range(256)), dtype=np.uint32)
 
 
 def _dec(v: np.ndarray, width: int | None = None, pad_zeros: bool = False) -> np.ndarray:
@@ -136,8 +138,9 @@ def field_matrix(cols: Columns, name: str) -> np.ndarray:
         elif f.startswith("bytes"):
             m = _hex(v, 2 * int(f[5:]), prefix=False)
         elif f == "ipv4":
-            v64 = v.astype(np.uint64)
-            m = _join([_dec((v64 >> np.uint64(s)) & np.uint64(255), 3) for s in (24, 16, 8, 0)], b".")
+            octets = v.astype(">u4").view(np.uint8).reshape(len(v), 4)
+            m = _OCTET_DOT32[octets].view(np.uint8).reshape(len(v), 16)
+            m[:, 15] = 0  # no dot after the last octet
         elif f == "mac":
             v64 = v.astype(np.uint64)
             m = _join([_hex((v64 >> np.uint64(s)) & np.uint64(255), 2, prefix=False) for s in (40, 32, 24, 16, 8, 0)],
@@ -167,15 +170,21 @@ def render_fields(cols: Columns, names: Sequence[str], *, separator: bytes = b"\
             qq = np.where(cols.present(name)[:, None], q[None, :], 0).astype(np.uint8)
             m = np.hstack([qq, m, qq])
         parts.append(m)
-    parts.append(np.full((n, 1), 10, dtype=np.uint8))
+    # the fields and separators side by side in one matrix (each written once, in place), a
+    # newline at the end of each row, then every 0 byte dropped
     s = np.frombuffer(separator, dtype=np.uint8)
-    pieces: list[np.ndarray] = []
+    width = sum(p.shape[1] for p in parts) + len(s) * (len(parts) - 1) + 1
+    out = np.empty((n, width), dtype=np.uint8)
+    at = 0
     for i, p in enumerate(parts):
-        if 0 < i < len(parts) - 1 and len(s):
-            pieces.append(np.broadcast_to(s, (n, len(s))))
-        pieces.append(p)
-    flat = np.hstack(pieces).ravel()
-    text: bytes = flat[flat != 0].tobytes()
+        if i and len(s):
+            out[:, at:at + len(s)] = s
+            at += len(s)
+        out[:, at:at + p.shape[1]] = p
+        at += p.shape[1]
+    out[:, at] = 10
+    # bytes.translate deletes the 0 bytes in one C pass, several times faster than a boolean mask
+    text: bytes = out.tobytes().translate(None, b"\0")
     return text
 
 
@@ -336,6 +345,8 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
                     bar.update(raw.file_end - bar.n)
                 yield (p, raw.file_start, raw.file_end, np.array(raw.offs, dtype=np.int64), raw.first, order, ns_mult, linktype, list(names),
                        filter_expr, verify_icrc, separator, quote)
+
+        import multiprocessing  # lazy: only the parallel path needs it (start-up, memory)
 
         ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
         with ctx.Pool(workers) as pool:

@@ -19,10 +19,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
-import dpkt
-from dpkt import pcap as _pcap
-from dpkt import pcapng as _pcapng
-
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, decode_frame
 from rdmalab.wire.errors import DecodeError, RdmalabError
 from rdmalab.wire.packet import Packet
@@ -113,6 +109,8 @@ def _open(path: str | os.PathLike[str]) -> IO[bytes]:
 
 def records(path: str | os.PathLike[str]) -> Iterator[RawRecord]:
     """The records of a pcap or pcapng file, one at a time, undecoded."""
+    from dpkt import pcap as _pcap  # lazy: the columnar decoder reads files without dpkt (start-up, memory)
+
     f = _open(path)
     with f:
         head = f.read(4)
@@ -134,6 +132,8 @@ def records(path: str | os.PathLike[str]) -> Iterator[RawRecord]:
 
 
 def _pcap_records(path: str | os.PathLike[str], f: IO[bytes], head: bytes) -> Iterator[RawRecord]:
+    from dpkt import pcap as _pcap  # lazy: the columnar decoder reads files without dpkt (start-up, memory)
+
     rest = f.read(_pcap.FileHdr.__hdr_len__ - 4)
     buf = head + rest
     if len(buf) < _pcap.FileHdr.__hdr_len__:
@@ -179,6 +179,9 @@ class _Iface:
 
 
 def _pcapng_records(path: str | os.PathLike[str], f: IO[bytes], head: bytes) -> Iterator[RawRecord]:
+    import dpkt  # lazy: the columnar decoder reads files without dpkt (start-up, memory)
+    from dpkt import pcapng as _pcapng
+
     pos = 0
     n = 0
     le = True
@@ -340,6 +343,8 @@ def write_pcap(path: str | os.PathLike[str], frames: Iterable[Any], *, linktype:
     :class:`~rdmalab.wire.packet.Packet` or a :class:`CapturedPacket`.  Frames without a
     timestamp get 0.000001 s apart from 0, so the file is deterministic.
     """
+    from dpkt import pcap as _pcap  # lazy: the columnar decoder reads files without dpkt (start-up, memory)
+
     n = 0
     with open(os.fspath(path), "wb") as f:
         w = _pcap.Writer(f, snaplen=snaplen, linktype=linktype, nano=nano)

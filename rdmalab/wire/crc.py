@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import zlib
 
-import crc32c as _crc32c
-
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import BTH, GRH, LNH_IBA_GLOBAL, LRH
 from rdmalab.wire.net import UDP, IPv4, IPv6
@@ -153,4 +151,6 @@ def vcrc(lrh_through_icrc: bytes | bytearray | memoryview) -> int:
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:
     """CRC32c (Castagnoli) as MPA uses it; wire bytes are ``value.to_bytes(4, "little")``."""
+    import crc32c as _crc32c  # lazy: only iWARP needs it (start-up and memory of the RoCE-only paths)
+
     return int(_crc32c.crc32c(bytes(data)))
