@@ -64,14 +64,13 @@ class LivePair:
             retry_cnt=retry_cnt, rnr_retry=rnr_retry, min_rnr_timer=min_rnr_timer, max_rd_atomic=4, max_wr=max_wr,
             cqe=4 * max_wr, psn=psn)
         self.loss = loss
-        if loss or getattr(self.server, "_loss", 0.0):
+        if loss or self.server.loss:   # a pair starts with its own loss rate, 0 included
             self.set_loss(loss)
 
     # ------------------------------------------------------------------ the wire
     def set_loss(self, loss: float) -> None:
         """Drop ``loss`` (0..1) of the packets each way at random from now on (tc netem on both veths)."""
         self.server.set_loss(100.0 * loss)
-        self.server._loss = loss   # type: ignore[attr-defined]
         self.loss = loss
 
     def captured(self) -> list[CapturedPacket]:

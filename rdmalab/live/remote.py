@@ -52,6 +52,7 @@ class VerbsServer:
         self.job: Job | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.seq = 0
+        self.loss = 0.0   # the netem loss rate now on the wire (set_loss)
         if vm is not None:
             self.devices = ("rxe1", "rxe2")
             self.where = f"VM ({'KVM' if vm.kvm else 'TCG'}) rxe1/rxe2"
@@ -163,6 +164,7 @@ class VerbsServer:
         if self.vm is None:
             raise VMError("packet loss needs the lab VM (tc netem on its veth); the host's rxe devices have no loss knob")
         self.call("loss", percent=percent)
+        self.loss = percent / 100.0
 
     def capture(self) -> Path | None:
         """A consistent copy of everything captured on the wire so far (``None`` without a capture)."""
