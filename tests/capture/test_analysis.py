@@ -324,3 +324,39 @@ def test_ackreq_unanswered_names_the_requests_the_responder_skipped(tmp_path: Pa
     assert want
     found = analyze(out).of_kind("ack_coalescing")
     assert [(f.detail["anomaly"], f.frames) for f in found] == [("ackreq_unanswered", [k]) for k in want]
+
+
+@pytest.mark.parametrize("seed,direction", [(5, "responses"), (11, "both")])
+def test_read_losses_found_exactly_on_either_link(tmp_path: Path, seed: int, direction: str) -> None:
+    """READs with READ responses (and, for "both", requests too) dropped: with the sender-side
+    capture beside the arrivals, every dropped packet is one ``lost`` finding, no more, no fewer
+    (the fabric is run until idle, so nothing is still in flight when the captures are cut)."""
+    from rdmalab.fabric import Fabric
+    from rdmalab.fabric.harness import Pair
+    from rdmalab.verbs import enums as e
+
+    fab = Fabric(seed=seed, mtu=1024)
+    p = Pair(fab, size=1 << 20, path_mtu=e.IBV_MTU_1024)
+    a_name, b_name = list(fab.devices)[:2]
+    fab.set_faults(loss=0.1, src=b_name, dst=a_name)
+    if direction == "both":
+        fab.set_faults(loss=0.1, src=a_name, dst=b_name)
+    sent_path = tmp_path / "sent.pcap"
+    tap = fab.write_pcap(str(sent_path))
+    for k in range(8):
+        p.send(p.a, e.IBV_WR_RDMA_READ, wr_id=k, offset=k * 4096, length=4096, remote=k * 4096)
+    assert [w.status for w in p.wait(p.a.cq, 8)] == [0] * 8
+    p.run()
+    tap.close()
+    sent = {ev.detail["packet_id"]: ev for ev in fab.trace.of_kind("sent")}
+    recv_path = tmp_path / "arrived.pcap"
+    with open(recv_path, "wb") as f:
+        w = dpkt.pcap.Writer(f, linktype=1, nano=True)
+        for ev in fab.trace.of_kind("received"):
+            w.writepkt(sent[ev.detail["packet_id"]].frame, ts=ev.time_ns / 1e9)
+    dropped = fab.trace.of_kind("dropped")
+    assert dropped
+    a = analyze(recv_path, sent=sent_path)
+    assert Counter((f.detail["psn"], f.detail["opcode"]) for f in a.of_kind("lost")) == \
+        Counter((d.psn, d.opcode) for d in dropped)
+    assert len(a.messages) == 8 and all(m.result == "ok" for m in a.messages)
