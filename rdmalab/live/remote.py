@@ -33,7 +33,7 @@ from typing import Any
 import rdmalab.verbs.enums as e
 from rdmalab.live.errors import VMError
 from rdmalab.live.scenarios import host_rxe_pair, shared_vm
-from rdmalab.live.vm import VM, Job
+from rdmalab.live.vm import VM, Job, pid_alive
 from rdmalab.verbs.cq import WC
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
@@ -183,22 +183,12 @@ def _stop_orphans(vm: VM) -> None:
             pid = int(owner.read_text())
         except ValueError:
             continue
-        if (d / "done").exists() or pid == os.getpid() or _alive(pid):
+        if (d / "done").exists() or pid == os.getpid() or pid_alive(pid):
             continue
         seq = len(list((d / "resp").glob("*.json"))) + 1
         (d / "req").mkdir(exist_ok=True)
         (d / "req" / f"{seq:06d}.tmp").write_text(json.dumps({"op": "stop"}))
         (d / "req" / f"{seq:06d}.tmp").rename(d / "req" / f"{seq:06d}.json")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # ---------------------------------------------------------------------- proxies

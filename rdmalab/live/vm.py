@@ -263,7 +263,7 @@ class VM:
     @property
     def running(self) -> bool:
         if self._attached_pid is not None:
-            return _alive(self._attached_pid) and not (self.workdir / "stop").exists()
+            return pid_alive(self._attached_pid) and not (self.workdir / "stop").exists()
         return self._proc is not None and self._proc.poll() is None
 
     @classmethod
@@ -279,7 +279,7 @@ class VM:
             pid = int((w / "vm.pid").read_text())
         except (OSError, ValueError):
             raise VMError(f"{w} is not the work directory of a running rdmalab VM (no vm.pid)") from None
-        if not (w / "ready").exists() or not _alive(pid) or (w / "stop").exists():
+        if not (w / "ready").exists() or not pid_alive(pid) or (w / "stop").exists():
             raise VMError(f"the rdmalab VM of {w} is not running (or not ready yet)")
         vm = cls(workdir=w, progress=progress)
         vm._own_workdir = False
@@ -506,7 +506,8 @@ def _lines(path: Path) -> list[str]:
         return []
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (it may belong to another user)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
