@@ -35,8 +35,12 @@ from typing import IO, Any
 
 import numpy as np
 
-from rdmalab.capture.fields import frame_fields
+from rdmalab.capture.fields import (
+    frame_fields,
+    packet_fields,  # the per-packet field names, one source of truth
+)
 from rdmalab.capture.reader import CaptureError, read
+from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, opcode_name
 
 #: Bytes of each packet copied into the field matrix: Ethernet + VLAN + IPv6 + UDP + BTH +
@@ -881,9 +885,6 @@ def fill_iwarp(blk: RecordBlock, cols: Columns, tracker: Any) -> None:
 
     Python runs per TCP segment and per PDU here (reassembly is sequential by nature); frames
     of other protocols cost nothing."""
-    from rdmalab.capture.fields import packet_fields  # the per-packet field names, one source of truth
-    from rdmalab.wire.errors import DecodeError
-
     tcp = cols.layers["tcp"]
     idx = np.nonzero(tcp & (cols.data["tcp.len"] > 0) | tcp & ((cols.data["tcp.flags"] & 0x06) != 0))[0]
     if len(idx) == 0:
