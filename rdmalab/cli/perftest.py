@@ -96,6 +96,9 @@ def run_perftest(args: argparse.Namespace, out: TextIO) -> int:
         v = getattr(args, name)
         if v is not None and v <= 0:
             raise Fail(f"perftest: --{name} must be positive, not {v}")
+    if args.iters is not None and not 5 <= args.iters <= 100_000_000:
+        # perftest 4.5 refuses the same: `ib_write_bw -n 3` says "Iteration num should be between 5 and 100000000"
+        raise Fail(f"perftest: -n {args.iters}: the iteration count must be between 5 and 100000000, as perftest's")
     # Imported here so that `rdmalab --help` does not load the engine.
     from rdmalab.fabric.udp import CarrierError  # lazy: keeps `rdmalab --help` fast
     from rdmalab.live.oob import OOBError  # lazy: keeps `rdmalab --help` fast

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
     (["perftest", "atomic", "-a"], "-a (all sizes) is supported for write and read, not atomic"),
     (["perftest", "atomic", "-A", "SWAP"], "-A SWAP: the atomic type is CMP_AND_SWAP or FETCH_AND_ADD"),
     (["perftest", "write", "-D", "1", "-n", "5"], "-D and -n exclude each other"),
+    (["perftest", "write", "-n", "3"], "between 5 and 100000000"),
 ])
 def test_unsupported_options_get_a_message(argv: list[str], words: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 1
