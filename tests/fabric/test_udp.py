@@ -113,19 +113,41 @@ def _bursts() -> list[Pkt]:
     return out
 
 
-@pytest.mark.parametrize("k", range(5))
-def test_fast_send_path_puts_the_same_bytes_on_the_wire(k: int) -> None:
-    # UdpFabric.send builds bursts and single packets in one reused buffer with the ICRC corrected
-    # for the masked fields; every datagram must be encode_datagram's for that packet and that ID.
-    pkt = _bursts()[k]
+def _long_burst() -> Pkt:
+    """A WRITE of 150 packets at MTU 256: more MIDDLEs than one batch of the send ring holds."""
+    w = Pkt(opcode(Transport.RC, Op.RDMA_WRITE, Pos.FIRST), 0xFFFFC0, 0x16, A, B, 0xC005, 0, 0,
+            os.urandom(149 * 256 + 7), 0, 0)
+    w.reth = RETH(va=0x1000, r_key=0x77, dma_length=149 * 256 + 7)
+    w.count, w.mtu, w.acks, w.ackreq = 150, 256, (0, 63, 64, 100), 1
+    w.last_opcode = opcode(Transport.RC, Op.RDMA_WRITE, Pos.LAST)
+    return w
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["sendmmsg", "sendto"])
+@pytest.mark.parametrize("k", range(6))
+def test_fast_send_path_puts_the_same_bytes_on_the_wire(k: int, batched: bool) -> None:
+    # UdpFabric.send builds bursts and single packets in reused buffers (the MIDDLEs in the rows of
+    # the sendmmsg ring, or one by one) with the ICRC corrected for the masked fields; every
+    # datagram must be encode_datagram's for that packet and that ID, in order.
+    pkt = (_bursts() + [_long_burst()])[k]
     fab = UdpFabric.__new__(UdpFabric)
     fab._init_state(seed=k)
     fab._raw = rec = _Recorder()  # type: ignore[assignment]
+    if not batched:
+        fab._txring = None
+    elif fab._txring is not None:
+        ring = fab._txring
+
+        def submit(count: int, ip: str) -> int:  # what sendmmsg would take: rows 0 .. count-1, their lengths
+            for i in range(count):
+                rec.sendto(ring.rows[i][:int(ring.lens[i])], (ip, 0))
+            return count
+        fab._submit = submit  # type: ignore[method-assign]
     fab._ip_id = 0xFFFE  # the ID wraps to 1, never 0 (raw.c would replace a 0)
     fab.send(None, pkt)  # type: ignore[arg-type]
     singles = pkt.expand()
     assert len(rec.sent) == len(singles) == pkt.count == fab.stats["sent"]
-    ids = [0xFFFE, 0xFFFF, 1, 2, 3]
+    ids = [0xFFFE, 0xFFFF] + [1 + i for i in range(pkt.count)]
     for i, (p, (data, addr)) in enumerate(zip(singles, rec.sent, strict=True)):
         assert data == encode_datagram(p, ids[i]), f"packet {i} of {pkt}"
         back = decode_datagram(data)
@@ -166,6 +188,9 @@ LIVE = textwrap.dedent("""
     from rdmalab.verbs.wr import SendWR
     fa = UdpFabric("lo", "127.0.0.1", name="a", poll_wait=0)
     fb = UdpFabric("lo", "127.0.0.2", name="b", poll_wait=0)
+    if sys.argv[1:] == ["one-by-one"]:  # the paths for a C library without sendmmsg/recvmmsg
+        for f in (fa, fb):
+            f._txring = f._rxring = None
     cap = QPCap(max_send_wr=64, max_recv_wr=64, max_send_sge=1, max_recv_sge=1)
     size = 1 << 18
     A = Endpoint(Context(name="a", fabric=fa), e.IBV_QPT_RC, size, ALL_ACCESS, ALL_ACCESS & ~1, cap, False, 0)
@@ -228,7 +253,8 @@ LIVE = textwrap.dedent("""
 """)
 
 
-def test_live_on_loopback_in_a_private_namespace(tmp_path: Path) -> None:
+@pytest.mark.parametrize("io", ["batched", "one-by-one"])
+def test_live_on_loopback_in_a_private_namespace(tmp_path: Path, io: str) -> None:
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare (util-linux) for a private network namespace")
     probe = subprocess.run(["unshare", "--net", "true"], capture_output=True)
@@ -236,7 +262,7 @@ def test_live_on_loopback_in_a_private_namespace(tmp_path: Path) -> None:
         pytest.skip(f"cannot create a network namespace here (unshare --net: {probe.stderr.decode().strip()})")
     script = tmp_path / "live.py"
     script.write_text(LIVE)
-    r = subprocess.run(["unshare", "--net", sys.executable, str(script)], capture_output=True, text=True,
+    r = subprocess.run(["unshare", "--net", sys.executable, str(script), io], capture_output=True, text=True,
                        timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stdout + r.stderr
     # 128 KiB each way at 4096 bytes a packet: at least 32 packets sent by each side
