@@ -158,20 +158,6 @@ class SoftDevice:
         self.counters["rcvd_pkts"] += 1
         return True
 
-    def receive_run(self, destqp: int, code: int, psn: int, count: int, ack_psn: int, src_gid: int, dst_gid: int,
-                    block: Any) -> bool:
-        """:meth:`receive_segment` for ``count`` MIDDLE packets of one message at once: opcode
-        ``code``, PSNs ``psn`` onwards without a gap, each a full path MTU, their payloads the rows
-        of the 2-D numpy array ``block``; ``ack_psn`` the PSN of the last of them with AckReq set,
-        or -1.  True when all were taken as :meth:`receive` would take them one by one; False, with
-        nothing changed, otherwise (the carrier then hands them over one by one).  A carrier may
-        call ``qp.segment_run(...)`` itself and count the packets, as for ``qp.segment``."""
-        qp = self.qps.get(destqp)
-        if qp is None or not qp.segment_run(code, psn, count, ack_psn, src_gid, dst_gid, block):
-            return False
-        self.counters["rcvd_pkts"] += count
-        return True
-
     def receive(self, pkt: Pkt) -> None:
         qp = self.qps.get(pkt.destqp)
         if qp is None:

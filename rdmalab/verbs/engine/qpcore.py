@@ -264,11 +264,6 @@ class QPCore:
         """The responder's fast path for one packet (``SoftQP`` runs it); False: take the full path."""
         return False
 
-    def segment_run(self, code: int, psn: int, count: int, ack_psn: int, src_gid: int, dst_gid: int,
-                    block: Any) -> bool:
-        """The responder's fast path for a run of MIDDLE packets (``SoftQP`` runs it); False: one by one."""
-        return False
-
     def close(self) -> None:
         self.gen += 1
         self.dev.qps.pop(self.qp_num, None)

@@ -17,8 +17,6 @@ import socket
 import sys
 from typing import Any
 
-import numpy as np
-
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import cnp
 from rdmalab.verbs.engine.memory import AccessError, local_views, remote_view, scatter
@@ -165,51 +163,6 @@ def segment(qp: QPCore, code: int, psn: int, ackreq: int, src_gid: int, dst_gid:
         r.op = info
     if rc and ackreq:
         queue_ack(qp, psn)
-    return True
-
-
-def segment_run(qp: QPCore, code: int, psn: int, count: int, ack_psn: int, src_gid: int, dst_gid: int,
-                block: Any) -> bool:
-    """``count`` MIDDLE packets (opcode ``code``) of one RC/UC WRITE or SEND, PSNs ``psn``,
-    ``psn + 1`` ..., each a full path MTU, their payloads the rows of ``block`` (a 2-D numpy
-    array, ``count`` x MTU); ``ack_psn`` the PSN of the last of them that asks for an ACK, or -1.
-    Does exactly what :func:`segment` would do for each in turn when every one of them would be
-    taken, in one step; False, with nothing changed, otherwise (the carrier then hands them over
-    one by one)."""
-    kind = _SEG.get(code)
-    if kind is None:
-        return False
-    qpt, write, first, last, full, info = kind
-    r = qp.resp
-    if first or last or qpt != qp.qp_type or psn != r.psn or r.uc_drop or dst_gid != qp.sgid \
-            or src_gid != qp.dgid or qp.qp_state not in _READY or dst_gid not in qp.dev.gids:
-        return False
-    mtu = qp.mtu
-    prev = r.op
-    if block.shape != (count, mtu) or prev is None or prev.op != info.op:
-        return False
-    n = count * mtu
-    if write:
-        target = r.write
-        off = r.write_off
-        end = off + n
-        if target is None or end > r.write_len:
-            return False
-        np.frombuffer(target, np.uint8)[off:end].reshape(count, mtu)[...] = block
-        r.write_off = end
-    else:  # SEND MIDDLEs
-        w = r.wqe
-        if w is None or w.views is None or r.off + n > w.length:
-            return False
-        scatter(w.views, r.off, block.reshape(-1))
-        r.off += n
-    rc = qpt == e.IBV_QPT_RC
-    if rc:
-        r.sent_psn_nak = False
-    r.psn = (psn + count) & 0xFFFFFF
-    r.op = info
-    if rc and ack_psn >= 0:
-        queue_ack(qp, ack_psn)
     return True
 
 

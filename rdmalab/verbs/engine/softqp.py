@@ -46,7 +46,6 @@ class SoftQP(QPCore):
     # the responder's fast path for one in-sequence WRITE/SEND packet (SoftDevice.receive_segment);
     # a plain function as a class attribute, so that the call costs no extra frame
     segment = responder.segment
-    segment_run = responder.segment_run
 
     def on_response(self, pkt: Pkt) -> None:
         completer.on_response(self, pkt)

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pytest
 
 from rdmalab.fabric.harness import Pair
 from rdmalab.verbs import enums as e
-from rdmalab.verbs.engine.packet import INFO, SEGMENT, Pkt, opcode
+from rdmalab.verbs.engine.packet import SEGMENT, Pkt, opcode
 from rdmalab.wire.ib import RETH
 from rdmalab.wire.opcodes import Op, Pos, Transport
 
@@ -33,7 +32,6 @@ def _pair(qp_type: int, access: int | None = None) -> Pair:
 # (op, pos, PSN offset from B's expected, payload length, AckReq, rkey ok?, remote offset); a WRITE's
 # FIRST announces 2 * MTU + 100 bytes, an ONLY its own length
 Step = tuple[Op, Pos, int, int, int, bool, int]
-FIRST_LEN = {"write with middles": 4 * MTU + 100, "middles with a gap": 4 * MTU + 100}  # else 2 * MTU + 100
 SCENARIOS: dict[str, list[Step]] = {
     "write in order": [(Op.RDMA_WRITE, F, 0, MTU, 0, True, 0), (Op.RDMA_WRITE, M, 1, MTU, 1, True, 0),
                        (Op.RDMA_WRITE, L, 2, 100, 1, True, 0), (Op.RDMA_WRITE, ONLY, 3, 8, 1, True, 4096)],
@@ -47,21 +45,13 @@ SCENARIOS: dict[str, list[Step]] = {
     "write past its length": [(Op.RDMA_WRITE, F, 0, MTU, 0, True, 0), (Op.RDMA_WRITE, L, 1, MTU, 1, True, 0)],
     "send": [(Op.SEND, F, 0, MTU, 0, True, 0), (Op.SEND, M, 1, MTU, 0, True, 0), (Op.SEND, M, 2, MTU, 0, True, 0),
              (Op.SEND, L, 3, 10, 1, True, 0)],
-    "write with middles": [(Op.RDMA_WRITE, F, 0, MTU, 0, True, 0), (Op.RDMA_WRITE, M, 1, MTU, 0, True, 0),
-                           (Op.RDMA_WRITE, M, 2, MTU, 1, True, 0), (Op.RDMA_WRITE, M, 3, MTU, 0, True, 0),
-                           (Op.RDMA_WRITE, L, 4, 100, 1, True, 0)],
-    "middles with a gap": [(Op.RDMA_WRITE, F, 0, MTU, 0, True, 0), (Op.RDMA_WRITE, M, 1, MTU, 0, True, 0),
-                           (Op.RDMA_WRITE, M, 3, MTU, 1, True, 0), (Op.RDMA_WRITE, M, 2, MTU, 0, True, 0),
-                           (Op.RDMA_WRITE, M, 3, MTU, 1, True, 0), (Op.RDMA_WRITE, L, 4, 100, 1, True, 0)],
-    "middles past the length": [(Op.RDMA_WRITE, F, 0, MTU, 0, True, 0), (Op.RDMA_WRITE, M, 1, MTU, 0, True, 0),
-                                (Op.RDMA_WRITE, M, 2, MTU, 1, True, 0), (Op.RDMA_WRITE, L, 3, 100, 1, True, 0)],
     "send too long": [(Op.SEND, F, 0, MTU, 0, True, 0), (Op.SEND, M, 1, MTU, 0, True, 0),
                       (Op.SEND, M, 2, MTU, 0, True, 0), (Op.SEND, M, 3, MTU, 0, True, 0),
                       (Op.SEND, L, 4, 10, 1, True, 0)],
 }
 
 
-def _packets(p: Pair, qp_type: int, steps: list[Step], first_len: int = 2 * MTU + 100) -> list[Pkt]:
+def _packets(p: Pair, qp_type: int, steps: list[Step]) -> list[Pkt]:
     a, b = p.a.qp.engine, p.b.qp.engine
     t = Transport.RC if qp_type == e.IBV_QPT_RC else Transport.UC
     base = b.resp.psn
@@ -72,75 +62,40 @@ def _packets(p: Pair, qp_type: int, steps: list[Step], first_len: int = 2 * MTU 
                   ackreq if t == Transport.RC else 0, 0)
         if op == Op.RDMA_WRITE and pos in (F, ONLY):
             rkey = p.b.mr.rkey if key_ok else p.b.mr.rkey ^ 0x40
-            pkt.reth = RETH(va=p.b.mr.buf + remote, r_key=rkey, dma_length=n if pos == ONLY else first_len)
+            pkt.reth = RETH(va=p.b.mr.buf + remote, r_key=rkey, dma_length=n if pos == ONLY else 2 * MTU + 100)
         out.append(pkt)
     return out
 
 
-def _groups(pkts: list[Pkt]) -> list[list[Pkt]]:
-    """The packets as a carrier that batches would hand them over: runs of MIDDLEs of one opcode
-    with consecutive PSNs and full payloads together, everything else alone."""
-    out: list[list[Pkt]] = []
-    for pkt in pkts:
-        g = out[-1] if out else None
-        if g is not None and INFO[pkt.opcode].pos == M and g[-1].opcode == pkt.opcode \
-                and pkt.psn == (g[-1].psn + 1) & 0xFFFFFF and len(pkt.payload) == len(g[-1].payload) == MTU:
-            g.append(pkt)
-        else:
-            out.append([pkt])
-    return out
-
-
-def _run(qp_type: int, steps: list[Step], fast: bool, access: int | None = None, runs: bool = False,
-         first_len: int = 2 * MTU + 100) -> tuple[Any, ...]:
-    """``fast``: the fast paths first; ``runs``: packets grouped as :func:`_groups` says, a group
-    of MIDDLEs through ``segment_run`` (when ``fast``), the coalesced ACKs sent after each group."""
+def _run(qp_type: int, steps: list[Step], fast: bool, access: int | None = None) -> tuple[Any, ...]:
     p = _pair(qp_type, access)
     dev = p.b.ctx.device
-    qp = p.b.qp.engine
     sent: list[tuple[int, int, str | None]] = []
     dev.transmit = lambda pkt: sent.append((pkt.opcode, pkt.psn, pkt.aeth.syndrome_text() if pkt.aeth else None))
     took = 0
-    pkts = _packets(p, qp_type, steps, first_len)
-    for group in _groups(pkts) if runs else [[x] for x in pkts]:
-        if fast and len(group) > 1:
-            acks = [x.psn for x in group if x.ackreq]
-            block = np.array([np.frombuffer(x.payload, np.uint8) for x in group])
-            if dev.receive_run(qp.qp_num, group[0].opcode, group[0].psn, len(group), acks[-1] if acks else -1,
-                               group[0].src_gid, group[0].dst_gid, block):
-                took += len(group)
-                dev.flush()
-                continue
-        for pkt in group:
-            reth = (pkt.reth.va, pkt.reth.r_key, pkt.reth.dma_length) if pkt.reth is not None else None
-            if fast and pkt.opcode in SEGMENT and dev.receive_segment(pkt.destqp, pkt.opcode, pkt.psn, pkt.ackreq,
-                                                                      pkt.src_gid, pkt.dst_gid,
-                                                                      memoryview(pkt.payload), reth):
-                took += 1
-            else:
-                dev.receive(pkt)
-            if not runs:
-                dev.flush()  # the end of one carrier step: coalesced ACKs leave
-        dev.flush()
-    r = qp.resp
+    for pkt in _packets(p, qp_type, steps):
+        reth = (pkt.reth.va, pkt.reth.r_key, pkt.reth.dma_length) if pkt.reth is not None else None
+        if fast and pkt.opcode in SEGMENT and dev.receive_segment(pkt.destqp, pkt.opcode, pkt.psn, pkt.ackreq,
+                                                                  pkt.src_gid, pkt.dst_gid, memoryview(pkt.payload),
+                                                                  reth):
+            took += 1
+        else:
+            dev.receive(pkt)
+        dev.flush()  # the end of one carrier step: coalesced ACKs leave
+    r = p.b.qp.engine.resp
     wcs = [(w.wr_id, w.status, w.opcode, w.byte_len) for w in p.b.cq.poll(16)[1]]
     state = (r.psn, r.msn, r.op, r.write_off, r.write_len, r.off, r.sent_psn_nak, r.uc_drop, r.pending_ack,
-             qp.qp_state)
+             p.b.qp.engine.qp_state)
     return p.b.mr.read(1 << 16, 0), state, dict(dev.counters), wcs, sent, took
 
 
 @pytest.mark.parametrize("qp_type", [e.IBV_QPT_RC, e.IBV_QPT_UC], ids=["rc", "uc"])
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_fast_path_is_the_full_path(name: str, qp_type: int) -> None:
-    n = FIRST_LEN.get(name, 2 * MTU + 100)
-    full = _run(qp_type, SCENARIOS[name], fast=False, first_len=n)
-    fast = _run(qp_type, SCENARIOS[name], fast=True, first_len=n)
+    full = _run(qp_type, SCENARIOS[name], fast=False)
+    fast = _run(qp_type, SCENARIOS[name], fast=True)
     assert fast[:5] == full[:5]
     assert full[5] == 0
-    # the same with the MIDDLEs handed over in runs (SoftQP.segment_run, as the UDP carrier does)
-    full = _run(qp_type, SCENARIOS[name], fast=False, runs=True, first_len=n)
-    fast = _run(qp_type, SCENARIOS[name], fast=True, runs=True, first_len=n)
-    assert fast[:5] == full[:5]
 
 
 def test_a_qp_without_remote_write_access_refuses_the_write_either_way() -> None:
@@ -156,7 +111,3 @@ def test_the_fast_path_is_taken_for_the_bulk() -> None:
     assert _run(e.IBV_QPT_RC, SCENARIOS["write in order"], fast=True)[5] == 4
     assert _run(e.IBV_QPT_RC, SCENARIOS["send"], fast=True)[5] == 2
     assert _run(e.IBV_QPT_RC, SCENARIOS["gap"], fast=True)[5] == 3  # FIRST, then MIDDLE and LAST after the gap
-    n = FIRST_LEN["write with middles"]
-    assert _run(e.IBV_QPT_RC, SCENARIOS["write with middles"], fast=True, runs=True, first_len=n)[5] == 5
-    # after the gap: FIRST, MIDDLE 1, then the run of MIDDLEs 2 and 3 and the LAST
-    assert _run(e.IBV_QPT_RC, SCENARIOS["middles with a gap"], fast=True, runs=True, first_len=n)[5] == 5
