@@ -73,6 +73,11 @@ IB_MTUS = (4096, 2048, 1024, 512, 256)
 
 #: received packets after which the ACKs held back for coalescing are sent (see _receive_all)
 ACK_BATCH = 8
+#: the most packets one :meth:`UdpFabric.step` receives before it returns to the program, even if
+#: more are waiting: a peer that keeps the socket full (rxe resending a window of up to 128 PSNs,
+#: RXE_MAX_UNACKED_PSNS, after every NAK) must not keep the program from polling its CQ and posting
+#: receives (docs/interop.md, "rxe's retry storm")
+RECV_BUDGET = 128
 
 _SIOCGIFADDR = 0x8915
 _SIOCGIFHWADDR = 0x8927
@@ -549,7 +554,7 @@ class UdpFabric:
         stats = self.stats
         fast = 0
         next_flush = ACK_BATCH
-        while True:
+        while got < RECV_BUDGET:
             if got >= next_flush:  # the ACKs of the last ACK_BATCH packets (see _receive_all_slow)
                 self.device.flush()
                 next_flush = got + ACK_BATCH
@@ -595,12 +600,16 @@ class UdpFabric:
                         continue
             # everything else (ACKs, READs, atomics, a packet out of sequence ...): a Pkt and the full path
             self._deliver(bytes(mv[:n]), checked=True)
+        if fast:  # the budget is spent; what is still waiting is the next step's
+            stats["received"] += fast
+            self.device.counters["rcvd_pkts"] += fast
+        return got
 
     def _receive_all_slow(self) -> int:
         got = 0
         recv = self._raw.recv
         inbound = self.inbound
-        while True:
+        while got < RECV_BUDGET:
             try:
                 d = recv(65536)  # a fresh bytes object: the packet's payload stays a view into it
             except BlockingIOError:
@@ -617,6 +626,7 @@ class UdpFabric:
                 # fire whenever the burst takes longer than that to process (a slow CPU, TCG), and
                 # the go-back-N resends then feed the backlog.
                 self.device.flush()
+        return got
 
     def inbound(self, datagram: bytes) -> None:
         """One IPv4 datagram (IP header first) arrived for this device: check and deliver it."""

@@ -252,3 +252,109 @@ def test_without_cap_net_raw_the_error_says_what_to_do() -> None:
     assert r.returncode == 1
     assert "Traceback" not in r.stderr
     assert "CAP_NET_RAW" in r.stderr and "raw socket" in r.stderr
+
+
+class _RetryStorm:
+    """Stands in for the raw socket with rxe as the peer, resending a window of SENDs for ever.
+
+    The peer keeps 128 PSNs in flight (RXE_MAX_UNACKED_PSNS): four-packet SENDs from its oldest
+    unacknowledged PSN on, sent again from there as soon as the last window has gone out, and
+    advanced by the engine's ACKs (a NAK changes nothing: it is resent anyway).  So the socket
+    is never empty, as under rxe's RNR and PSN-sequence retries in the interop VM (an engine
+    that NAKs every window gets the next window at once).  ``limit`` reads at most: a carrier
+    that never gives control back to its program fails the test instead of hanging it."""
+
+    MTU, WINDOW = 1024, 128
+
+    def __init__(self, qpn: int, psn: int, limit: int) -> None:
+        self.qpn, self.base, self.limit = qpn, psn, limit
+        self.reads = 0
+        self.at = 0  # the next packet of the current window
+        self.acks: list[int] = []
+        self.rnr_naks = 0
+        self.data = [os.urandom(4 * self.MTU) for _ in range(4)]
+
+    def _packet(self, k: int) -> bytes:
+        psn = (self.base + k) & 0xFFFFFF
+        msg, part = divmod((psn - 0x10) & 0xFFFFFF, 4)  # messages start on PSN 0x10 + 4 m
+        pos = (Pos.FIRST, Pos.MIDDLE, Pos.MIDDLE, Pos.LAST)[part]
+        payload = self.data[msg % 4][part * self.MTU:(part + 1) * self.MTU]
+        p = Pkt(opcode(Transport.RC, Op.SEND, pos), psn, self.qpn, A, B, 0xC123, 0, 0, payload, int(part == 3), 0)
+        return encode_datagram(p, 1 + (self.reads & 0x7FFF))
+
+    def recv_into(self, buf: bytearray) -> int:
+        self.reads += 1
+        if self.reads > self.limit:
+            raise AssertionError(f"the carrier read {self.limit} packets in a row without returning to the program")
+        d = self._packet(self.at)
+        self.at = (self.at + 1) % self.WINDOW
+        buf[:len(d)] = d
+        return len(d)
+
+    def sendto(self, data: object, addr: tuple[str, int]) -> int:
+        b = bytes(data)  # type: ignore[call-overload]
+        p = decode_datagram(b)
+        assert p is not None and p.aeth is not None
+        syndrome = p.aeth.syndrome
+        if syndrome >> 5 == 0:  # an ACK: everything up to its PSN arrived; resend from after it
+            self.acks.append(p.psn)
+            self.base, self.at = (p.psn + 1) & 0xFFFFFF, 0
+        elif syndrome >> 5 == 1:
+            self.rnr_naks += 1
+        return len(b)
+
+
+def test_a_step_gives_control_back_while_the_peer_keeps_the_socket_full() -> None:
+    # ib_send_bw -D against `rdmalab perftest send` (the interop VM): the engine's 512 receives
+    # were used up before the program polled, rxe's RNR and sequence retries then kept the raw
+    # socket full, and a step that read until the socket was empty never returned, so the program
+    # never posted receives again.  A step reads at most RECV_BUDGET packets; the program posts
+    # receives between steps, and the SENDs complete.
+    from rdmalab.verbs import enums as e
+    from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
+    from rdmalab.verbs.cq import CQ
+    from rdmalab.verbs.device import Context
+    from rdmalab.verbs.engine.node import SoftDevice
+    from rdmalab.verbs.mr import MR
+    from rdmalab.verbs.pd import PD
+    from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
+    from rdmalab.verbs.wr import SGE, RecvWR
+
+    fab = UdpFabric.__new__(UdpFabric)
+    fab._init_state(poll_wait=0.0, seed=1)  # CQ.poll runs one step(0) when the CQ is empty
+    fab.mtu, fab._closed = 1024, False
+    fab.device = SoftDevice("t", B & 0xFFFFFFFF, 0x020000000002, fab)
+    fab.devices = {"t": fab.device}
+    ctx = Context(name="t", fabric=fab)
+    pd = PD(ctx)
+    cq = CQ(ctx, 64)
+    mr = MR(pd, 4 * 4096, e.IBV_ACCESS_LOCAL_WRITE)
+    qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq,
+                           cap=QPCap(max_send_wr=1, max_recv_wr=16, max_send_sge=1, max_recv_sge=1)))
+    a = QPAttr(port_num=1, path_mtu=e.IBV_MTU_1024)
+    a.qp_access_flags = 0
+    a.dest_qp_num, a.rq_psn, a.sq_psn = 0x42, 0x10, 0x777
+    a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry = 12, 14, 7, 7
+    a.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=GID.from_int(A), sgid_index=1))
+    qp.to_rts(a)
+    peer = fab._raw = _RetryStorm(qp.qp_num, 0x10, limit=2560)  # type: ignore[assignment]
+
+    # No receive posted yet: each window gets an RNR NAK, and the socket never drains.
+    fab.step()
+    assert 0 < peer.reads <= udp.RECV_BUDGET and peer.rnr_naks > 0 and cq.poll(1)[0] == 0
+    got = []
+    for _step in range(19):
+        while len(qp.engine.rq) < 4:  # the program keeps four receives posted, one buffer each
+            k = len(got) + len(qp.engine.rq)
+            qp.post_recv(RecvWR(wr_id=k, num_sge=1, sg=[SGE(mr.buf + (k % 4) * 4096, 4096, mr.lkey)]))
+        fab.step()
+        n, wcs = cq.poll(16)
+        got += wcs
+        if len(got) >= 8:
+            break
+    assert len(got) >= 8, f"{len(got)} receives completed in {peer.reads} packets read"
+    assert [w.wr_id for w in got] == list(range(len(got)))
+    for w in got:
+        assert w.status == e.IBV_WC_SUCCESS and w.byte_len == 4096
+        assert mr.read(4096, (w.wr_id % 4) * 4096) == peer.data[w.wr_id % 4]
+    assert peer.acks and peer.acks[-1] >= 0x10 + 4 * 8 - 1
