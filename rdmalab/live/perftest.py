@@ -436,10 +436,11 @@ def _run_client(opts: PerftestOptions, fab: Any, qp: Any, cq: Any, mr: Any, bufs
             break
         n, wcs = cq.poll(16)
         if n == 0:
-            fab.step(0.01)
+            # the CQ was just looked at, so a completion that came during the last step counts
             if time.monotonic() - last_progress > opts.timeout:
                 raise PerftestError(f"no completion for {opts.timeout:.0f} s ({done} of {i} done): is the peer still "
                                     f"running, and can it reach {fab.ip} on UDP 4791?")
+            fab.step(0.01)
             continue
         last_progress = time.monotonic()
         for wc in wcs:
@@ -476,10 +477,11 @@ def _serve_sends(opts: PerftestOptions, fab: Any, cq: Any, post_recvs: Any, size
     while rcnt < opts.iters if opts.duration is None else (first is None or time.monotonic() < first + opts.duration):
         n, wcs = cq.poll(32)
         if n == 0:
-            fab.step(0.01)
+            # the CQ was just looked at, so a completion that came during the last step counts
             if time.monotonic() - last_progress > opts.timeout:
                 goal = f"of {opts.iters} " if opts.duration is None else ""
                 raise PerftestError(f"no completion for {opts.timeout:.0f} s ({rcnt} {goal}received)")
+            fab.step(0.01)
             continue
         last = last_progress = time.monotonic()
         if first is None:
@@ -492,7 +494,8 @@ def _serve_sends(opts: PerftestOptions, fab: Any, cq: Any, post_recvs: Any, size
             if first + window[0] <= last_progress < first + window[1]:
                 sampled += 1
             outstanding -= 1
-        if outstanding < opts.rx_depth // 2 and (opts.duration is not None or rcnt < opts.iters):
+        # as perftest does, every receive completed is posted again at once (it refills per completion)
+        if outstanding < opts.rx_depth and (opts.duration is not None or rcnt < opts.iters):
             post_recvs(opts.rx_depth - outstanding)
             outstanding = opts.rx_depth
     res.completions += rcnt
