@@ -76,7 +76,7 @@ ACK_BATCH = 8
 #: the most packets one :meth:`UdpFabric.step` receives before it returns to the program, even if
 #: more are waiting: a peer that keeps the socket full (rxe resending a window of up to 128 PSNs,
 #: RXE_MAX_UNACKED_PSNS, after every NAK) must not keep the program from polling its CQ and posting
-#: receives (docs/interop.md, "rxe's retry storm")
+#: receives (docs/interop.md says how rxe's RNR and sequence-NAK retries once kept one step going for minutes)
 RECV_BUDGET = 128
 
 _SIOCGIFADDR = 0x8915
