@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import dpkt
 import pytest
@@ -121,14 +122,18 @@ def _fabric_run(tmp_path: Path, seed: int, loss: float, op: str) -> tuple[Path, 
         p.send(p.a, wr, wr_id=k, offset=0, length=4096, remote=k * 4096)
     assert len(p.wait(p.a.cq, n)) == n
     tap.close()
-    # what the responder received: the frames the trace says arrived, at their arrival time
+    recv_path = _write_arrivals(fab, tmp_path / "receiver.pcap")
+    return sent_path, recv_path, fab.trace.of_kind("dropped")
+
+
+def _write_arrivals(fab: Any, path: Path) -> Path:
+    """What the receivers got: the frames the fabric's trace says arrived, at their arrival times."""
     sent = {ev.detail["packet_id"]: ev for ev in fab.trace.of_kind("sent")}
-    recv_path = tmp_path / "receiver.pcap"
-    with open(recv_path, "wb") as f:
+    with open(path, "wb") as f:
         w = dpkt.pcap.Writer(f, linktype=1, nano=True)
         for ev in fab.trace.of_kind("received"):
             w.writepkt(sent[ev.detail["packet_id"]].frame, ts=ev.time_ns / 1e9)
-    return sent_path, recv_path, fab.trace.of_kind("dropped")
+    return path
 
 
 @pytest.mark.parametrize("seed,loss,op", [(5, 0.05, "write"), (11, 0.1, "write"), (3, 0.08, "send"),
@@ -348,12 +353,7 @@ def test_read_losses_found_exactly_on_either_link(tmp_path: Path, seed: int, dir
     assert [w.status for w in p.wait(p.a.cq, 8)] == [0] * 8
     p.run()
     tap.close()
-    sent = {ev.detail["packet_id"]: ev for ev in fab.trace.of_kind("sent")}
-    recv_path = tmp_path / "arrived.pcap"
-    with open(recv_path, "wb") as f:
-        w = dpkt.pcap.Writer(f, linktype=1, nano=True)
-        for ev in fab.trace.of_kind("received"):
-            w.writepkt(sent[ev.detail["packet_id"]].frame, ts=ev.time_ns / 1e9)
+    recv_path = _write_arrivals(fab, tmp_path / "arrived.pcap")
     dropped = fab.trace.of_kind("dropped")
     assert dropped
     a = analyze(recv_path, sent=sent_path)
