@@ -70,34 +70,29 @@ for kind in rc uc ud srq; do
   echo $? > "$OUT/$kind.stock_client.rc"; wait $!; echo $? > "$OUT/$kind.rdl_server.rc"
 done
 stats pingpong
+perftest_pair() {  # $1 file tag, $2 timeout (s), $3 verb, $4 options, $5 options of the first client only
+  local tag=$1 t=$2 verb=$3 opts=$4 first=$5
+  log "ib_${verb}_bw $opts $first: stock server, rdmalab client"
+  timeout $t ib_${verb}_bw -d $RXE0 -x 1 -F $opts $first > "$OUT/$tag.stock_server.out" 2>&1 &
+  wait_port "" 18515
+  timeout $t $ENG $RDL perftest $verb -x 1 -F $opts $first $RXE0_IP > "$OUT/$tag.rdl_client.out" 2>&1
+  echo $? > "$OUT/$tag.rdl_client.rc"; wait $!; echo $? > "$OUT/$tag.stock_server.rc"
+  log "ib_${verb}_bw $opts: rdmalab server, stock client"
+  timeout $t $ENG $RDL perftest $verb -x 1 -F $opts > "$OUT/$tag.rdl_server.out" 2>&1 &
+  wait_port "$ENG" 18515
+  timeout $t ib_${verb}_bw -d $RXE0 -x 1 -F $opts $PEER_IP > "$OUT/$tag.stock_client.out" 2>&1
+  echo $? > "$OUT/$tag.stock_client.rc"; wait $!; echo $? > "$OUT/$tag.rdl_server.rc"
+}
 for verb in write read send atomic; do
   case $verb in atomic) OPTS="-n $ITERS";; *) OPTS="-s 4096 -n $ITERS";; esac
-  A=""; [ $verb = atomic ] && A="-A CMP_AND_SWAP"
-  log "ib_${verb}_bw stock server, rdmalab client"
-  timeout 180 ib_${verb}_bw -d $RXE0 -x 1 -F $OPTS $A > "$OUT/$verb.stock_server.out" 2>&1 &
-  wait_port "" 18515
-  timeout 180 $ENG $RDL perftest $verb -x 1 -F $OPTS $A $RXE0_IP > "$OUT/$verb.rdl_client.out" 2>&1
-  echo $? > "$OUT/$verb.rdl_client.rc"; wait $!; echo $? > "$OUT/$verb.stock_server.rc"
-  log "ib_${verb}_bw rdmalab server, stock client"
-  timeout 180 $ENG $RDL perftest $verb -x 1 -F $OPTS > "$OUT/$verb.rdl_server.out" 2>&1 &
-  wait_port "$ENG" 18515
-  timeout 180 ib_${verb}_bw -d $RXE0 -x 1 -F $OPTS $PEER_IP > "$OUT/$verb.stock_client.out" 2>&1
-  echo $? > "$OUT/$verb.stock_client.rc"; wait $!; echo $? > "$OUT/$verb.rdl_server.rc"
+  A=""; [ $verb = atomic ] && A="-A CMP_AND_SWAP"  # the other role uses perftest's default, FETCH_AND_ADD
+  perftest_pair $verb 180 $verb "$OPTS" "$A"
 done
 stats perftest
 # -a (every size 2 .. 2^23) and -D (by duration), each in both roles
 for spec in "write:-a -n 5" "send:-D 2 -s 4096"; do
-  verb=${spec%%:*}; OPTS=${spec#*:}; tag=${verb}_$(echo "$OPTS" | tr -d ' -')
-  log "ib_${verb}_bw $OPTS stock server, rdmalab client"
-  timeout 240 ib_${verb}_bw -d $RXE0 -x 1 -F $OPTS > "$OUT/$tag.stock_server.out" 2>&1 &
-  wait_port "" 18515
-  timeout 240 $ENG $RDL perftest $verb -x 1 -F $OPTS $RXE0_IP > "$OUT/$tag.rdl_client.out" 2>&1
-  echo $? > "$OUT/$tag.rdl_client.rc"; wait $!; echo $? > "$OUT/$tag.stock_server.rc"
-  log "ib_${verb}_bw $OPTS rdmalab server, stock client"
-  timeout 240 $ENG $RDL perftest $verb -x 1 -F $OPTS > "$OUT/$tag.rdl_server.out" 2>&1 &
-  wait_port "$ENG" 18515
-  timeout 240 ib_${verb}_bw -d $RXE0 -x 1 -F $OPTS $PEER_IP > "$OUT/$tag.stock_client.out" 2>&1
-  echo $? > "$OUT/$tag.stock_client.rc"; wait $!; echo $? > "$OUT/$tag.rdl_server.rc"
+  verb=${spec%%:*}; OPTS=${spec#*:}
+  perftest_pair ${verb}_$(echo "$OPTS" | tr -d ' -') 240 $verb "$OPTS" ""
 done
 log "pyverbs on rxe <-> engine: integrity, atomics, wrong rkey both ways"
 tcpdump -i $RXE0_NETDEV -w "$OUT/integrity.pcap" udp port 4791 2> /dev/null &
