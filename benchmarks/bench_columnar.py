@@ -123,6 +123,9 @@ def main() -> None:
         tiny = os.path.join(_ROOT, "captures", "rxe_read_bw.pcap")
         base = [run([sys.executable, "-c", c])[1] for c in ("pass", "import numpy")]
         small = run([sys.executable, "-m", "rdmalab", "decode", "-r", tiny, "-T", "fields", *ef, *flt])[1]
+        from rdmalab.capture.columnar import record_blocks  # after sys.path is set (a checkout, not installed)
+
+        tiny_n = sum(len(blk.offset) for blk in record_blocks(tiny))
         rd = [sys.executable, "-m", "rdmalab", "decode", "-r", path, "-T", "fields", *ef, *flt]
         ours = run(rd)
         print(line(f"rdmalab decode -T fields (default -j {max(1, (os.cpu_count() or 1) - 1)})", n, ours))
@@ -138,7 +141,7 @@ def main() -> None:
         elif not args.no_tshark:
             print("tshark is not installed: no comparison")
         print(f"rdmalab's peak RSS: python alone {base[0] / 1024:.0f} MiB, with numpy {base[1] / 1024:.0f} MiB, the "
-              f"same command on a 68-packet capture {small / 1024:.0f} MiB (imports), on this file "
+              f"same command on a {tiny_n}-packet capture {small / 1024:.0f} MiB (imports), on this file "
               f"{ours[1] / 1024:.0f} MiB (+ {(ours[1] - small) / 1024:.0f} MiB of blocks, columns and text)")
     finally:
         if tmp is not None:
