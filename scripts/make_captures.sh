@@ -4,7 +4,7 @@
 # Host requirements (Debian 12, no RDMA needed on the host, KVM not needed):
 #   apt-get install qemu-system-x86 linux-image-amd64 rdma-core ibverbs-utils \
 #       ibverbs-providers rdmacm-utils perftest tcpdump python3-pyverbs tshark \
-#       busybox-static linux-source-6.1 linux-headers-$KVER build-essential flex bison bc
+#       busybox-static file linux-source-6.1 linux-headers-$KVER build-essential flex bison bc
 #   pip install virtme-ng            # provides "vng"
 #
 # Kernel: the Debian 6.1 kernel installed by linux-image-amd64.  We take the newest

@@ -2,7 +2,7 @@
 # The baseline for the pyverbs parity check (issue 11): run rdma-core's own pyverbs test suite,
 # with the real pyverbs, on the Linux kernel's Soft-RoCE (rxe) inside a virtme-ng VM, and store
 # every test's outcome in tests/pyverbs/rxe-<kernel>-results.json (OUT= to choose).
-# Needs: qemu-system-x86 linux-image-amd64 busybox-static rdma-core ibverbs-providers
+# Needs: qemu-system-x86 linux-image-amd64 busybox-static file rdma-core ibverbs-providers
 # python3-pyverbs (apt), virtme-ng (pip).  Boots the newest /boot/vmlinuz-6.1.* (KVER= to
 # choose) under TCG (no KVM needed): about 30 s to boot, then the suite.
 # The device: rxe0 on one end of a veth pair with 10.9.0.1/24 (GID index 1 is the IPv4-mapped

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run examples/rdma_write_read.py on the Linux kernel's Soft-RoCE (rxe) through pyverbs, with
 # only its imports changed, inside the lab VM (rdmalab.live.vm; the host kernel needs no RDMA).
-# Needs what `rdmalab vm --check` asks for (qemu-system-x86 linux-image-amd64 busybox-static
+# Needs what `rdmalab vm --check` asks for (qemu-system-x86 linux-image-amd64 busybox-static file
 # rdma-core ibverbs-providers python3-pyverbs tcpdump; pip virtme-ng).
 # The example takes the first and the last device of get_device_list(); the job removes rxe0,
 # so those are rxe1 and rxe2, wired to each other by a veth pair: the packets cross the veth and

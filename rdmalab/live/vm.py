@@ -135,6 +135,10 @@ def missing(kernel: str | None = None) -> list[Missing]:
     if not shutil.which("busybox"):
         # virtme-ng builds the guest's initramfs around a static busybox; it only says so on failure
         out.append(Missing("busybox (static, for virtme-ng's initramfs)", "sudo apt-get install busybox-static"))
+    if not shutil.which("file"):
+        # virtme-ng runs `file -L` on busybox to see that it is static (virtme/commands/run.py
+        # is_statically_linked) and dies with FileNotFoundError where the command is missing
+        out.append(Missing("file (virtme-ng runs it on busybox)", "sudo apt-get install file"))
     kernel = kernel or default_kernel()
     if kernel is None:
         out.append(Missing("a kernel image /boot/vmlinuz-* with the rdma_rxe module",
@@ -530,6 +534,8 @@ def _tail(path: Path, n: int = 15) -> str:
 
 def _hint(console_tail: str) -> str:
     low = console_tail.lower()
+    if "no such file or directory: 'file'" in low:
+        return "\nhint: virtme-ng needs the file command: sudo apt-get install file"
     if "busybox" in low:
         return "\nhint: virtme-ng needs a static busybox: sudo apt-get install busybox-static"
     if "permission denied" in low and "vmlinuz" in low:

@@ -22,6 +22,7 @@ def test_missing_names_each_tool_and_its_install_command(monkeypatch: pytest.Mon
     assert gaps["qemu"] == "sudo apt-get install qemu-system-x86"
     assert gaps["virtme-ng"] == "pip install virtme-ng"
     assert gaps["busybox"] == "sudo apt-get install busybox-static"
+    assert gaps["file"] == "sudo apt-get install file"
     assert gaps["a"] == "sudo apt-get install linux-image-amd64"            # no kernel image
     assert gaps["pyverbs"] == "sudo apt-get install python3-pyverbs"
     with pytest.raises(vm.VMError, match="busybox-static"):
@@ -132,3 +133,11 @@ def test_attach_to_a_directory_without_a_vm_says_so(tmp_path: Path) -> None:
     (tmp_path / "vm.pid").write_text("999999999\n")
     with pytest.raises(vm.VMError, match="is not running"):
         vm.VM.attach(tmp_path)
+
+
+def test_a_vm_that_dies_before_it_is_ready_gets_a_hint_naming_the_package() -> None:
+    # the last lines of virtme-ng's output when `file` or a static busybox is missing
+    assert "apt-get install file" in vm._hint("    raise child_exception_type(errno_num, err_msg, err_filename)\n"
+                                              "FileNotFoundError: [Errno 2] No such file or directory: 'file'")
+    assert "busybox-static" in vm._hint("busybox is not statically linked")
+    assert vm._hint("something else went wrong") == ""
