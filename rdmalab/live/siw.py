@@ -22,6 +22,7 @@ import subprocess
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rdmalab.live.errors import VMError, cache_dir
 
@@ -58,7 +59,10 @@ def siw_module(kernel: str, *, crc: bool = False, say: Callable[[str], None] = l
         members = [m for m in tar.getmembers() if "/drivers/infiniband/sw/siw/" in m.name]
         if not members:
             raise VMError(f"siw: {sources[-1]} has no drivers/infiniband/sw/siw")
-        tar.extractall(src, members=members, filter="data")
+        # the "data" filter (PEP 706) refuses links and paths that leave src; Debian 12's own
+        # python3 (3.11.2) predates it (3.11.4), and there only the chosen members are extracted
+        safe: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(src, members=members, **safe)
     mdir = Path(members[0].name).parent
     if crc:
         main = src / mdir / "siw_main.c"
