@@ -42,6 +42,8 @@ class SoftDevice:
         self.ipv4 = ipv4
         self.mac = mac
         self.carrier = carrier
+        #: the network interface the device sends on (rxe's netdev), when its carrier has one
+        self.ifname: str | None = None
         self.gids = [eui64_gid(mac), 0xFFFF00000000 | ipv4]
         self.rng = random.Random(seed)
         self.qps: dict[int, Any] = {}
