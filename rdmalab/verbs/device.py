@@ -64,6 +64,11 @@ def _fabric(fabric: Any = None) -> Any:
     return provided
 
 
+class _Devices:
+    def __init__(self, devices: dict[str, SoftDevice]) -> None:
+        self.devices = devices
+
+
 @dataclass
 class Device:
     """An entry of ``get_device_list()``: ``name`` is bytes, as in pyverbs."""
@@ -124,6 +129,12 @@ class Context:
     """An open soft device.  ``Context(name='soft0')``; ``fabric=`` picks a non-default fabric."""
 
     def __init__(self, name: str | bytes | None = None, *, fabric: Any = None, **kwargs: Any) -> None:
+        cmid = kwargs.get("cmid")
+        if cmid is not None:  # pyverbs' Context(cmid=...): the device the rdma_cm ID is bound to
+            if cmid.device is None:
+                raise PyverbsRDMAError("Failed to open the device of a CMID that is not bound to one", ENODEV)
+            fabric, name = {cmid.device.name: cmid.device}, cmid.device.name
+            fabric = _Devices(fabric)
         fab = _fabric(fabric)
         if name is None:
             if not fab.devices:
