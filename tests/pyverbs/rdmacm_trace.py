@@ -101,7 +101,10 @@ def install(cm: Any) -> None:
                 qpi = (f" qp_init_attr=(qp_type={qp_init_attr.qp_type} max_send_wr={c.max_send_wr} "
                        f"max_recv_wr={c.max_recv_wr} max_send_sge={c.max_send_sge} max_recv_sge={c.max_recv_sge} "
                        f"max_inline_data={c.max_inline_data})")
-            _log("new CMID(creator=" + _desc(creator) + f", port_space={port_space:#x}" + qpi +
+            # port_space counts only for an id made on a channel (rdma_create_id); an AddrInfo's
+            # id takes the AddrInfo's, and a CMEvent's (connect request) the listener's.
+            ps = f", port_space={port_space:#x}" if isinstance(creator, cm.CMEventChannel) else ""
+            _log("new CMID(creator=" + _desc(creator) + ps + qpi +
                  (", listen_id=CMID" if listen_id is not None else "") + f") qpn={self.qpn}")
 
     wrapped: dict[str, Any] = {}
