@@ -13,6 +13,7 @@ Subcommands follow tshark's habits where they fit::
     rdmalab vm [--shell | --exec CMD | --scenario NAME] [-w FILE]
     rdmalab capture NAME... | all
     rdmalab grade DIR [-o OUT]
+    rdmalab link add NAME netdev IFNAME | show | delete NAME
 
 Errors are one sentence naming the file and what was wrong, never a traceback; the exit status
 is 0 on success, 1 when a file could not be (fully) read or a strict decode failed, 2 for bad
@@ -36,6 +37,7 @@ from rdmalab.cli import (
     decode,
     grade,
     lab,
+    link,
     perftest,
     pingpong,
     simulate,
@@ -45,7 +47,7 @@ from rdmalab.cli import (
 from rdmalab.cli._common import Fail
 
 # The order here is the order of `rdmalab --help`.
-COMMANDS = [decode, crosscheck, stats, analyze, convert, lab, pingpong, perftest, simulate, vm, capture, grade]
+COMMANDS = [decode, crosscheck, stats, analyze, convert, lab, pingpong, perftest, simulate, link, vm, capture, grade]
 # Commands whose every argument after the command name belongs to another program (--help included).
 PASSTHROUGH = {"lab": lab.run_lab, "pingpong": pingpong.main_argv, "perftest": perftest.main_argv}
 
