@@ -34,6 +34,7 @@ the simulated fabric, a wait for an event that nothing left to happen can bring 
 
 from __future__ import annotations
 
+import copy
 import errno
 import ipaddress
 import socket
@@ -235,6 +236,10 @@ class CMEventChannel:
              timeout_ms: int | None = None) -> _Event:
         """The next event (the first that ``match`` takes), advancing the devices' carriers meanwhile."""
         start: dict[int, int] = {}
+
+        def found() -> bool:
+            return any(match is None or match(ev) for ev in self.queue)
+
         while True:
             for i, ev in enumerate(self.queue):
                 if match is None or match(ev):
@@ -244,14 +249,16 @@ class CMEventChannel:
             if not devs:
                 raise PyverbsRDMAError(f"waiting for {what}: no CMID of this channel is bound to a device",
                                        errno.EINVAL)
-            moved = False
+            scheds = list({id(d.scheduler): d.scheduler for d in devs}.values())
             for dev in devs:
                 start.setdefault(id(dev), dev.now)
-                if dev.scheduler.step():
-                    moved = True
+            for sched in scheds:
+                sched.progress(found)  # waits on a real carrier's socket; runs a simulated fabric's clock
+            if found():
+                continue
             if timeout_ms is not None and any(d.now - start[id(d)] > timeout_ms * 1_000_000 for d in devs):
                 raise PyverbsRDMAError(f"waiting for {what}: nothing came within {timeout_ms} ms", errno.ETIMEDOUT)
-            if not moved and not any(_external(d) for d in devs):
+            if not any(_external(d) for d in devs) and not any(getattr(s, "pending", 0) for s in scheds):
                 raise PyverbsRDMAError(f"waiting for {what}: the simulated fabric has nothing left to do, so it "
                                        "will never come (is the other side listening, or was it already consumed?)",
                                        errno.ENODATA)
@@ -357,6 +364,8 @@ class CMID:
         self._channel: CMEventChannel | None = None
         self._own_cqs: list[CQ] = []
         self._psn = 0
+        self._accept_res = (0, 0)
+        self._qp_init: QPInitAttr | None = None
         self.state = "idle"
         if creator is None:
             return
@@ -373,6 +382,7 @@ class CMID:
                 self._take(EV.RDMA_CM_EVENT_ROUTE_RESOLVED, "ROUTE_RESOLVED")
             if qp_init_attr is not None and not creator.passive:
                 self.create_qp(qp_init_attr)
+            self._qp_init = qp_init_attr if creator.passive else None
         elif isinstance(creator, CMEventChannel):
             self._set_channel(creator)
         elif isinstance(creator, CMEvent):
@@ -516,6 +526,7 @@ class CMID:
         INIT for a connected QP, RTS with Q_Key 0x01234567 for UD (as librdmacm leaves them)."""
         pd = self._need_pd()
         assert self.ctx is not None
+        qp_init = copy.copy(qp_init)  # the caller's attributes stay as they were (a listener reuses them)
         if qp_init.send_cq is None or qp_init.recv_cq is None:
             depth = max(qp_init.cap.max_send_wr + qp_init.cap.max_recv_wr, 1)
             cq = CQ(self.ctx, depth)
@@ -647,6 +658,10 @@ class CMID:
         child.state = "connect request"
         if isinstance(msg.body, w.CMReq):
             child.remote_qpn = msg.body.local_qpn
+            # what accept() will put in the REP, known now for init_qp_attr (a QP the program moves itself)
+            child._psn = dev.rng.getrandbits(24)
+            child._accept_res = (min(MAX_QP_RD_ATOM, msg.body.initiator_depth),
+                                 min(MAX_QP_RD_ATOM, msg.body.responder_resources))
         if self._channel is not None:
             self._channel.ids.append(child)
         self.backlog.append(child)
@@ -672,6 +687,8 @@ class CMID:
         if self.backlog and self.backlog[0] is child:
             self.backlog.popleft()
         self.ctx, self._pd = child.ctx, child._pd
+        if self._qp_init is not None and child.qp is None:  # rdma_get_request makes the QP of an endpoint
+            child.create_qp(self._qp_init)
         return child
 
     def accept(self, param: ConnParam | None = None) -> None:
@@ -690,7 +707,6 @@ class CMID:
         res = min(param.responder_resources, max(req.initiator_depth, 0))
         depth = min(param.initiator_depth, req.responder_resources)
         self._accept_res = (res, depth)
-        self._psn = self.device.rng.getrandbits(24)
         if self.qp is not None:
             self._modify(e.IBV_QPS_RTR)
             self._modify(e.IBV_QPS_RTS)

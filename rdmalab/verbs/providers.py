@@ -18,9 +18,12 @@ declares two (``pyproject.toml``):
            next to kernel rxe;
 ``sim``    the simulated fabric's ``soft0`` (10.0.0.1) and ``soft1`` (10.0.0.2).
 
-When two providers offer the same device name, the one first in :data:`ORDER` wins (a linked
-``soft0`` hides the simulated one, as a configured device should).  A source tree that was never
-installed has no entry points; :data:`BUILTIN` then names the same two functions.
+The simulated fabric is the *default* provider (:data:`DEFAULT`): its devices are offered only
+when no other provider offers any, so a program on a machine with linked devices sees those and
+nothing made up (``soft1`` at 10.0.0.2 next to a real ``soft0`` on 10.0.0.2's network would only
+mislead).  When two providers offer the same device name, the one first in :data:`ORDER` wins.
+A source tree that was never installed has no entry points; :data:`BUILTIN` then names the same
+two functions.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from rdmalab.verbs.engine.node import SoftDevice
 GROUP = "rdmalab.verbs.providers"
 #: providers asked first win a device name they share with a later one
 ORDER = ("links", "sim")
+#: the provider whose devices are offered only when no other provider has any
+DEFAULT = "sim"
 #: what pyproject.toml declares, for a source tree run without being installed
 BUILTIN = {"links": "rdmalab.fabric.links:provider", "sim": "rdmalab.fabric.sim:default_fabric"}
 
@@ -79,6 +84,8 @@ class ProvidedDevices:
     def devices(self) -> dict[str, SoftDevice]:
         merged: dict[str, SoftDevice] = {}
         for name in _ordered({n: "" for n in self.providers}):
+            if name == DEFAULT and merged:
+                continue
             try:
                 offered = self.providers[name]()
             except ProviderError:
