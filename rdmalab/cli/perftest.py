@@ -3,7 +3,9 @@
 The options people use with ``ib_write_bw``, ``ib_read_bw``, ``ib_send_bw`` and ``ib_atomic_bw``
 (perftest 4.5, Debian 12), the same exchange and the same report layout; the peer is the stock
 program on a kernel rxe device.  ``-d`` names the network interface the engine uses (default:
-the one of the TCP connection's local address).  Options it does not support are refused with
+the one of the TCP connection's local address).  ``-R`` is perftest's rdma_cm mode: both QPs
+connected by the engine's rdma_cm, the exchange over the first (without ``-d``, the device is a
+linked one: ``rdmalab link add soft0 netdev IFNAME`` or ``RDMALAB_LINKS``).  Options it does not support are refused with
 a message naming them.  See ``docs/interop.md``.
 """
 
@@ -19,7 +21,7 @@ HELP = "ib_write/read/send/atomic_bw with the soft engine on UDP (a stock perfte
 # Options of perftest 4.5 this implementation refuses, with what they do.
 _UNSUPPORTED = {
     "-b": "bidirectional traffic", "--bidirectional": "bidirectional traffic",
-    "-R": "RDMA CM connection", "--rdma_cm": "RDMA CM connection", "-z": "RDMA CM exchange",
+    "-z": "RDMA CM exchange",
     "--comm_rdma_cm": "RDMA CM exchange", "-c": "connection types other than RC", "--connection": "connection types",
     "-e": "CQ events", "--events": "CQ events", "-I": "inline data", "--inline_size": "inline data",
     "-l": "post lists", "--post_list": "post lists", "-Q": "CQ moderation", "--cq-mod": "CQ moderation",
@@ -52,7 +54,11 @@ def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
     s.add_argument("server", nargs="?", help="connect to the server at this host (default: be the server)")
     s.add_argument("-p", "--port", type=int, default=18515, help="TCP port of the exchange (default 18515)")
     s.add_argument("-d", "--ib-dev", dest="ifname", metavar="NETDEV",
-                   help="network interface the engine uses (default: the one of the TCP connection's local address)")
+                   help="network interface the engine uses (default: the one of the TCP connection's local address; "
+                        "with -R: the devices of `rdmalab link` / RDMALAB_LINKS)")
+    s.add_argument("-R", "--rdma_cm", action="store_true",
+                   help="connect both QPs with rdma_cm (a control QP carrying the exchange, then the data QP, "
+                        "both to --port), as perftest's -R")
     s.add_argument("-i", "--ib-port", type=int, default=1, help="port of the device (default 1, the only one)")
     s.add_argument("-s", "--size", type=int, help="message size (default 65536; atomic: 8)")
     s.add_argument("-n", "--iters", type=int, help="iterations (default 5000 for write, 1000 otherwise)")
@@ -103,13 +109,15 @@ def run_perftest(args: argparse.Namespace, out: TextIO) -> int:
     from rdmalab.fabric.udp import CarrierError  # lazy: keeps `rdmalab --help` fast
     from rdmalab.live.oob import OOBError  # lazy: keeps `rdmalab --help` fast
     from rdmalab.live.perftest import PerftestError, PerftestOptions, run  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.verbs.pyverbs_error import PyverbsRDMAError  # lazy: keeps `rdmalab --help` fast
 
     opts = PerftestOptions(verb=args.verb, server=args.server, port=args.port, ifname=args.ifname,
                            ib_port=args.ib_port, size=args.size, iters=args.iters, duration=args.duration,
                            all_sizes=args.all, gid_idx=args.gid_index, mtu=args.mtu, report_gbits=args.report_gbits,
-                           atomic_type=args.atomic_type, num_qps=args.qp, timeout=args.timeout, pcap=args.pcap)
+                           atomic_type=args.atomic_type, num_qps=args.qp, timeout=args.timeout, pcap=args.pcap,
+                           rdma_cm=args.rdma_cm)
     try:
         res = run(opts, out)
-    except (PerftestError, OOBError, CarrierError) as exc:
+    except (PerftestError, OOBError, CarrierError, PyverbsRDMAError) as exc:
         raise Fail(f"perftest {args.verb}: {exc}") from None
     return 1 if res.errors else 0

@@ -28,19 +28,27 @@ from __future__ import annotations
 import random
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from rdmalab.fabric.links import share
 from rdmalab.fabric.udp import UdpFabric, check_permission, interface_of
 from rdmalab.live.oob import PERF_RECORD, Channel, PerfDest, connect, listen
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
+from rdmalab.verbs.cm_enums import RAI_PASSIVE, rdma_cm_event_type
+from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, event_str
 from rdmalab.verbs.cq import CQ
-from rdmalab.verbs.device import Context
+from rdmalab.verbs.device import Context, _fabric, get_device_list, set_default_devices
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pd import PD
+from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
+from rdmalab.wire.cm import rej_reason_name
+
+EV = rdma_cm_event_type
 
 VERBS = ("write", "read", "send", "atomic")
 TEST_NAME = {"send": "Send", "write": "RDMA_Write", "read": "RDMA_Read", "atomic": "Atomic"}
@@ -53,6 +61,8 @@ MAX_SIZE = 8388608
 PAGE, CACHE_LINE = 4096, 64
 OUT_READS = 128  # the device's max_qp_rd_atom (rxe and the soft engine: 128)
 MTU_ENUM = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}
+ACCESS = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+          | e.IBV_ACCESS_REMOTE_ATOMIC)
 
 
 class PerftestError(Exception):
@@ -80,6 +90,7 @@ class PerftestOptions:
     num_qps: int = 1
     timeout: float = 60.0
     pcap: str | None = None
+    rdma_cm: bool = False  # -R: both QPs connected by rdma_cm, the exchange over the first one
 
     def __post_init__(self) -> None:
         if self.size is None:
@@ -193,32 +204,17 @@ def run(opts: PerftestOptions, out: IO[str]) -> PerftestResult:
         out.write("\n************************************\n* Waiting for client to connect... *\n"
                   "************************************\n")
         out.flush()
+    if opts.rdma_cm:
+        return _run_cm(opts, out, client, sizes)
     chan: Channel = connect(opts.server, opts.port, tries=30.0) if opts.server else listen(opts.port)
     fab = None
     try:
         # ----------------------------------------------------------- versions, page size, MTU
-        mine = VERSION.encode().ljust(16, b"\0")
-        rem = chan.exchange(mine, 16, client, "its version").split(b"\0", 1)[0].decode("ascii", "replace")
-        try:
-            rem_v = float(rem)
-        except ValueError:
-            raise PerftestError(f"the peer's version {rem!r} is not perftest's") from None
-        if rem_v < 5.70:
-            raise PerftestError("Current implementation is not compatible with versions older than 5.70")
-        if rem_v >= 5.32:
-            chan.exchange(struct.pack(">i", PAGE), 4, client, "its page size")
-            chan.exchange(struct.pack(">i", CACHE_LINE), 4, client, "its cache line size")
+        _versions(chan, client)
         ifname = opts.ifname or interface_of(chan.local_ip)
         fab = UdpFabric(ifname, name="rdmalab0", poll_wait=0.0, pcap=opts.pcap,
                         seed=random.SystemRandom().getrandbits(32))
-        port_mtu = fab.mtu
-        cur = MTU_ENUM[min(opts.mtu or port_mtu, port_mtu)]
-        got = chan.exchange(f"{cur}".encode() + b"\0", 2, client, "its MTU")
-        try:
-            rem_mtu = int(got.split(b"\0", 1)[0])
-        except ValueError:
-            rem_mtu = 0
-        curr = rem_mtu if 1 <= rem_mtu <= 5 and cur > rem_mtu else cur
+        curr = _mtu(chan, client, opts, fab.mtu)
         mtu_bytes = 128 << curr
         return _traffic(opts, out, chan, fab, client, sizes, curr, mtu_bytes)
     finally:
@@ -230,6 +226,32 @@ def run(opts: PerftestOptions, out: IO[str]) -> PerftestResult:
             fab.close()
 
 
+def _versions(chan: Any, client: bool) -> None:
+    """exchange_versions, check_version_compatibility, check_sys_data (perftest_communication.c)."""
+    mine = VERSION.encode().ljust(16, b"\0")
+    rem = chan.exchange(mine, 16, client, "its version").split(b"\0", 1)[0].decode("ascii", "replace")
+    try:
+        rem_v = float(rem)
+    except ValueError:
+        raise PerftestError(f"the peer's version {rem!r} is not perftest's") from None
+    if rem_v < 5.70:
+        raise PerftestError("Current implementation is not compatible with versions older than 5.70")
+    if rem_v >= 5.32:
+        chan.exchange(struct.pack(">i", PAGE), 4, client, "its page size")
+        chan.exchange(struct.pack(">i", CACHE_LINE), 4, client, "its cache line size")
+
+
+def _mtu(chan: Any, client: bool, opts: PerftestOptions, port_mtu: int) -> int:
+    """check_mtu: each side's MTU (the ibv_mtu digit and a NUL); both use the smaller.  Returns the ibv_mtu."""
+    cur = MTU_ENUM[min(opts.mtu or port_mtu, port_mtu)]
+    got = chan.exchange(f"{cur}".encode() + b"\0", 2, client, "its MTU")
+    try:
+        rem_mtu = int(got.split(b"\0", 1)[0])
+    except ValueError:
+        rem_mtu = 0
+    return rem_mtu if 1 <= rem_mtu <= 5 and cur > rem_mtu else cur
+
+
 def _traffic(opts: PerftestOptions, out: IO[str], chan: Channel, fab: Any, client: bool, sizes: list[int],
              curr_mtu: int, mtu_bytes: int) -> PerftestResult:
     verb = opts.verb
@@ -237,45 +259,22 @@ def _traffic(opts: PerftestOptions, out: IO[str], chan: Channel, fab: Any, clien
     ctx = Context(name=fab.device.name, fabric=fab)
     pd = PD(ctx)
     bufsize = max(max(sizes), PAGE)
-    access = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
-              | e.IBV_ACCESS_REMOTE_ATOMIC)
-    mr = MR(pd, 2 * bufsize, access)
-    mr.write(random.randbytes(2 * bufsize) if verb != "atomic" else bytes(2 * bufsize), 2 * bufsize)
+    mr = _data_mr(pd, bufsize, verb)
     cq = CQ(ctx, opts.tx_depth + opts.rx_depth + 1)
     cap = QPCap(max_send_wr=opts.tx_depth, max_recv_wr=opts.rx_depth, max_send_sge=1, max_recv_sge=1)
     qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
     init = QPAttr(port_num=opts.ib_port)
-    init.qp_access_flags = access & ~e.IBV_ACCESS_LOCAL_WRITE
+    init.qp_access_flags = ACCESS & ~e.IBV_ACCESS_LOCAL_WRITE
     qp.to_init(init)
     gid = int(ctx.query_gid(opts.ib_port, 1)).to_bytes(16, "big")
     # The receiving area is the second half of the buffer (perftest: buf + num_qps * BUFF_SIZE).
     me = PerfDest(0, OUT_READS, qp.qp_num, random.SystemRandom().getrandbits(24), mr.rkey, mr.buf + bufsize, gid)
 
-    def pump() -> None:
-        fab.step(0.005)
-
-    def handshake() -> PerfDest:
-        # The engine keeps answering the peer while we wait for its next record.
-        chan.pump = pump
-        try:
-            return PerfDest.decode(chan.exchange(me.encode(), PERF_RECORD, client, "its key record"))
-        finally:
-            chan.pump = None
-
-    def print_dest(d: PerfDest, side: str) -> None:
-        line = f" {side} address: LID {_c_hex(d.lid, 4)} QPN {_c_hex(d.qpn, 6)} PSN {_c_hex(d.psn, 6)}"
-        if VERB_NUM[verb] == 2:
-            line += f" OUT {_c_hex(d.out_reads, 4)}"
-        if VERB_NUM[verb] in (1, 2):
-            line += f" RKey {_c_hex(d.rkey, 8)} VAddr {_c_hex(d.vaddr, 16)}"
-        out.write(line + "\n")
-        out.write(" GID: " + ":".join(f"{b:02d}" for b in d.gid) + "\n")
-
     def connect_qp(rem: PerfDest) -> None:
         if ((rem.gid[:12] == bytes(10) + b"\xff\xff") != (gid[:12] == bytes(10) + b"\xff\xff")):
             raise PerftestError("Found Incompatibility issue with GID types. Please Try to use a different IP version.")
         a = QPAttr(port_num=opts.ib_port, path_mtu=curr_mtu)
-        a.qp_access_flags = access & ~e.IBV_ACCESS_LOCAL_WRITE
+        a.qp_access_flags = ACCESS & ~e.IBV_ACCESS_LOCAL_WRITE
         a.dest_qp_num, a.rq_psn, a.sq_psn = rem.qpn, rem.psn, me.psn
         a.max_dest_rd_atomic = OUT_READS
         a.max_rd_atomic = max(1, min(rem.out_reads, OUT_READS))
@@ -284,6 +283,49 @@ def _traffic(opts: PerftestOptions, out: IO[str], chan: Channel, fab: Any, clien
                            gr=GlobalRoute(dgid=GID.from_int(int.from_bytes(rem.gid, "big")), sgid_index=1,
                                           hop_limit=0xFF))
         qp.to_rts(a)
+
+    return _session(opts, out, chan, fab, client, sizes, mtu_bytes, qp, cq, mr, bufsize, me, connect_qp)
+
+
+def _data_mr(pd: Any, bufsize: int, verb: str) -> MR:
+    """perftest's data buffer: the sending half, then the receiving half the peer is told about."""
+    mr = MR(pd, 2 * bufsize, ACCESS)
+    mr.write(random.randbytes(2 * bufsize) if verb != "atomic" else bytes(2 * bufsize), 2 * bufsize)
+    return mr
+
+
+def _session(opts: PerftestOptions, out: IO[str], chan: Any, fab: Any, client: bool, sizes: list[int],
+             mtu_bytes: int, qp: Any, cq: Any, mr: Any, bufsize: int, me: PerfDest,
+             connect_qp: Callable[[PerfDest], None] | None) -> PerftestResult:
+    """From the first key exchange to the end: the part both exchange methods share.  ``connect_qp``
+    is None with ``-R`` (rdma_cm connected the QP; the key records are 56-byte binary
+    ``struct pingpong_dest`` over the control QP, and no "done" is written at the end)."""
+    verb = opts.verb
+    cm = connect_qp is None
+    assert opts.iters is not None
+
+    def pump() -> None:
+        fab.step(0.005)
+
+    def handshake() -> PerfDest:
+        # The engine keeps answering the peer while we wait for its next record.
+        chan.pump = pump
+        try:
+            if cm:
+                return decode_dest(chan.exchange(encode_dest(me), DEST.size, client, "its key record"))
+            return PerfDest.decode(chan.exchange(me.encode(), PERF_RECORD, client, "its key record"))
+        finally:
+            chan.pump = None
+
+    def print_dest(d: PerfDest, side: str) -> None:
+        line = f" {side} address: LID {_c_hex(d.lid, 4)} QPN {_c_hex(d.qpn, 6)} PSN {_c_hex(d.psn, 6)}"
+        # with -R the exchange's own parameters print them, and those say SEND (create_comm_struct)
+        if VERB_NUM[verb] == 2 and not cm:
+            line += f" OUT {_c_hex(d.out_reads, 4)}"
+        if VERB_NUM[verb] in (1, 2) and not cm:
+            line += f" RKey {_c_hex(d.rkey, 8)} VAddr {_c_hex(d.vaddr, 16)}"
+        out.write(line + "\n")
+        out.write(" GID: " + ":".join(f"{b:02d}" for b in d.gid) + "\n")
 
     def header() -> None:
         out.write(RESULT_LINE)
@@ -306,14 +348,23 @@ def _traffic(opts: PerftestOptions, out: IO[str], chan: Channel, fab: Any, clien
             out.write(f" Outstand reads  : {OUT_READS}\n")
         else:
             out.write(" Max inline data : 0[B]\n")
-        out.write(" rdma_cm QPs\t : OFF\n")
-        out.write(" Data ex. method : Ethernet\n")
+        if cm:
+            out.write(" rdma_cm QPs\t : ON\n")
+            out.write(" Data ex. method : rdma_cm")
+            if not client:  # ctx_print_test_info, work_rdma_cm on the server
+                out.write("\n" + RESULT_LINE + " Waiting for client rdma_cm QP to connect\n"
+                          " Please run the same command with the IB/RoCE interface IP")
+            out.write("\n")
+        else:
+            out.write(" rdma_cm QPs\t : OFF\n")
+            out.write(" Data ex. method : Ethernet\n")
         out.write(RESULT_LINE)
         out.flush()
 
     header()
     rem = handshake()
-    connect_qp(rem)
+    if connect_qp is not None:
+        connect_qp(rem)
     if verb == "send":
         handshake()
         print_dest(me, "local")
@@ -356,7 +407,8 @@ def _traffic(opts: PerftestOptions, out: IO[str], chan: Channel, fab: Any, clien
             res.remote_reports.append(rr)
             out.write(report_line(rr, opts.report_gbits))
         handshake()  # ctx_close_connection
-        chan.send(b"done\0")
+        if not cm:
+            chan.send(b"done\0")
         if verb != "send":
             out.write(RESULT_LINE)
         out.flush()
@@ -378,7 +430,8 @@ def _traffic(opts: PerftestOptions, out: IO[str], chan: Channel, fab: Any, clien
                   struct.pack(">d", last.bw_avg), struct.pack(">d", last.msg_rate)):
             chan.exchange(x, 8, True, "its report")
     handshake()  # ctx_close_connection
-    chan.send(b"done\0")
+    if not cm:
+        chan.send(b"done\0")
     out.flush()
     return res
 
@@ -505,3 +558,286 @@ def _serve_sends(opts: PerftestOptions, fab: Any, cq: Any, post_recvs: Any, size
     # from the first receive (set_on_first_rx_packet) to the last
     assert first is not None
     return compute_report(size, [first], [last], 1, opts.report_gbits, peak=False, count=rcnt)
+
+
+# ---------------------------------------------------------------------- -R: perftest's rdma_cm mode
+#: ``struct pingpong_dest`` as rdma_write_keys sends it (perftest_resources.h, perftest_communication.c):
+#: lid, out_reads, qpn, psn, rkey (be32), 4 bytes of padding, vaddr (be64), the GID, srqn, gid_index (be32)
+DEST = struct.Struct(">iiiiI4xQ16sIi")
+CM_RETRIES = 10  # rdma_cm_client_connection: max_retries, 100 ms apart
+GID_INDEX = 1  # the soft device's ::ffff:<IPv4> (perftest picks rxe's RoCEv2 IPv4 GID, index 1, the same way)
+
+
+def encode_dest(d: PerfDest, gid_index: int = GID_INDEX) -> bytes:
+    """The 56 bytes of ``rdma_write_keys``: every field big-endian (htobe32/htobe64), the GID as it is."""
+    return DEST.pack(d.lid, d.out_reads, d.qpn, d.psn, d.rkey, d.vaddr, d.gid, d.srqn, gid_index)
+
+
+def decode_dest(raw: bytes) -> PerfDest:
+    """``rdma_read_keys``: the fields perftest reads back (it ignores srqn and gid_index)."""
+    if len(raw) != DEST.size:
+        raise PerftestError(f"the peer's key record is {len(raw)} bytes, not the {DEST.size} of perftest's "
+                            "struct pingpong_dest (is the peer perftest 4.5 with -R?)")
+    lid, out_reads, qpn, psn, rkey, vaddr, gid, srqn, _ = DEST.unpack(raw)
+    return PerfDest(lid, out_reads, qpn, psn, rkey, vaddr, gid, srqn)
+
+
+class _Control:
+    """perftest's control connection with ``-R`` (create_comm_struct, rdma_{client,server}_connect): an RC QP
+    of one send and one receive on an rdma_cm connection, every exchange a signalled SEND of exactly
+    the field's size, each receive posted again once taken (rdma_read_data/rdma_write_data).  It has
+    :class:`rdmalab.live.oob.Channel`'s ``exchange``, so the TCP mode's sequence runs on it unchanged."""
+
+    RECV, SEND = 0, 1
+
+    def __init__(self, cmid: CMID, timeout: float) -> None:
+        assert cmid.ctx is not None and cmid.pd is not None and cmid.device is not None
+        self.cmid, self.timeout = cmid, timeout
+        self.fab: Any = cmid.device.carrier
+        self.cq = CQ(cmid.ctx, 4)
+        cmid.create_qp(QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq,
+                                  cap=QPCap(max_send_wr=1, max_recv_wr=1, max_send_sge=1, max_recv_sge=1)))
+        assert cmid.qp is not None
+        self.qp = cmid.qp
+        self.mr = MR(cmid.pd, 2 * DEST.size, e.IBV_ACCESS_LOCAL_WRITE)
+        self.pump: Any = None  # what oob.Channel has; the waits here step the engine themselves
+        self.gone = False
+        self._post_recv()
+
+    def _post_recv(self) -> None:
+        self.qp.post_recv(RecvWR(wr_id=self.RECV, num_sge=1, sg=[SGE(self.mr.buf, DEST.size, self.mr.lkey)]))
+
+    def _wait(self, wr_id: int, what: str) -> Any:
+        start = time.monotonic()
+        while True:
+            n, wcs = self.cq.poll(1)
+            if n:
+                wc = wcs[0]
+                if wc.status != e.IBV_WC_SUCCESS:
+                    raise PerftestError(f"the control connection failed while {what}: completion status {wc.status} "
+                                        f"({e.ibv_wc_status_str(wc.status)})")
+                if wc.wr_id != wr_id:
+                    raise PerftestError(f"the control connection: a completion of work request {wc.wr_id} came "
+                                        f"while {what}")
+                return wc
+            ch = self.cmid._channel
+            if ch is not None and any(ev.kind == EV.RDMA_CM_EVENT_DISCONNECTED and _is(ev.cmid, self.cmid)
+                                      for ev in ch.queue):
+                self.gone = True
+                raise PerftestError(f"the peer disconnected the control connection while {what}")
+            if time.monotonic() - start > self.timeout:
+                raise PerftestError(f"nothing came on the control connection for {self.timeout:.0f} s while {what}")
+            self.fab.step(0.01)
+
+    def send(self, data: bytes, what: str = "sending") -> None:
+        self.mr.write(data, len(data), DEST.size)
+        self.qp.post_send(SendWR(wr_id=self.SEND, opcode=e.IBV_WR_SEND, num_sge=1,
+                                 sg=[SGE(self.mr.buf + DEST.size, len(data), self.mr.lkey)],
+                                 send_flags=e.IBV_SEND_SIGNALED))
+        self._wait(self.SEND, what)
+
+    def recv(self, size: int, what: str) -> bytes:
+        wc = self._wait(self.RECV, f"waiting for {what}")
+        if wc.byte_len != size:
+            raise PerftestError(f"the peer sent {wc.byte_len} bytes where perftest's exchange has {what} "
+                                f"({size} bytes): is it perftest 4.5 with -R, and the same test?")
+        data = bytes(self.mr.read(size, 0))
+        self._post_recv()
+        return data
+
+    def exchange(self, mine: bytes, size: int, client: bool, what: str) -> bytes:
+        """ctx_xchg_data_rdma: the client sends first, the server receives first."""
+        if client:
+            self.send(mine, f"sending ours for {what}")
+            return self.recv(size, what)
+        got = self.recv(size, what)
+        self.send(mine, f"answering {what}")
+        return got
+
+    def close(self) -> None:
+        pass
+
+
+def _is(a: Any, b: Any) -> bool:
+    return a is b or getattr(a, "_adopted_by", None) is b or getattr(b, "_adopted_by", None) is a
+
+
+def _event(ch: CMEventChannel, cmid: CMID | None, kinds: tuple[int, ...], what: str, where: str, timeout: float,
+           listen: CMID | None = None) -> Any:
+    """The next event of ``cmid`` (or a CONNECT_REQUEST on ``listen``); a failure in words (REJ reason, retries)."""
+    def mine(ev: Any) -> bool:
+        if listen is not None:
+            return ev.kind == EV.RDMA_CM_EVENT_CONNECT_REQUEST and ev.listen is listen
+        return _is(ev.cmid, cmid) and ev.kind != EV.RDMA_CM_EVENT_TIMEWAIT_EXIT
+    try:
+        ev = ch.wait(mine, what=what, timeout_ms=int(timeout * 1000))
+    except PyverbsRDMAError as exc:
+        raise PerftestError(f"{what}: {exc}") from None
+    if ev.kind in kinds or listen is not None:
+        return ev
+    if ev.kind == EV.RDMA_CM_EVENT_REJECTED:
+        raise PerftestError(f"{what}: rejected by {where}: reason {ev.status} ({rej_reason_name(ev.status)})")
+    if ev.kind == EV.RDMA_CM_EVENT_UNREACHABLE:
+        i = ev.info
+        raise PerftestError(f"{what}: {where} is unreachable: no answer to the {i.get('message', 'REQ')} after "
+                            f"{i.get('tries', '?')} tries over {i.get('waited_ms', 0) / 1000:.1f} s")
+    raise PerftestError(f"{what}: got {event_str(ev.kind)} (status {ev.status}) from {where}")
+
+
+def _cm_device(opts: PerftestOptions) -> Any:
+    """The soft device rdma_cm will use: one made on ``-d NETDEV`` for this run, else the linked devices."""
+    if opts.ifname:
+        fab = UdpFabric(opts.ifname, name="rdmalab0", poll_wait=0.0, pcap=opts.pcap,
+                        seed=random.SystemRandom().getrandbits(32))
+        share(fab)
+        set_default_devices(lambda: fab)
+        return fab
+    try:
+        devs = get_device_list()
+    except PyverbsRDMAError as exc:
+        raise PerftestError(str(exc)) from None
+    linked = [d for d in _fabric(None).devices.values() if d.ifname is not None]
+    if not linked:
+        names = ", ".join(d.name.decode() for d in devs) or "none"
+        raise PerftestError(f"-R needs a soft device on a network interface: give -d NETDEV, or link one with "
+                            f"`rdmalab link add soft0 netdev IFNAME` (or RDMALAB_LINKS=soft0=IFNAME); devices now: {names}")
+    fab = linked[0].carrier
+    if opts.pcap:
+        fab.write_pcap(opts.pcap)
+    return fab
+
+
+def _run_cm(opts: PerftestOptions, out: IO[str], client: bool, sizes: list[int]) -> PerftestResult:
+    """``-R``: the exchange on a control rdma_cm connection, the data QP on a second one (both to ``port``)."""
+    fab = _cm_device(opts)
+    verb = opts.verb
+    out_reads = OUT_READS if verb in ("read", "atomic") else 1  # check_link: ctx_set_out_reads, else 1
+    ch = CMEventChannel()
+    where = f"{opts.server}:{opts.port}" if client else f"port {opts.port}"
+    ids: list[CMID] = []
+    listener: CMID | None = None
+    try:
+        # ------------------------------------------------------------ the control connection
+        # conn_param 0/0: the exchange's parameters say SEND whatever the test (create_comm_struct)
+        ctrl_param = ConnParam(resources=0, depth=0, retry=7, rnr_retry=7)
+        if client:
+            assert opts.server is not None
+            cid = _resolve(ch, opts.server, opts.port, opts.timeout)
+            ids.append(cid)
+            ctrl = _Control(cid, opts.timeout)
+            cid.connect(ctrl_param)
+            _event(ch, cid, (EV.RDMA_CM_EVENT_ESTABLISHED,), "connecting the control QP", where, opts.timeout)
+        else:
+            listener = CMID(ch)
+            try:
+                listener.bind_addr(AddrInfo(src="0.0.0.0", src_service=opts.port, flags=RAI_PASSIVE))
+                listener.listen(1)
+            except PyverbsRDMAError as exc:
+                raise PerftestError(f"rdma_bind_addr/rdma_listen on port {opts.port}: {exc}") from None
+            req = _event(ch, None, (), "waiting for the client's control connection", where, 1e9, listen=listener)
+            cid = _adopt(ch, req, listener)
+            ids.append(cid)
+            ctrl = _Control(cid, opts.timeout)
+            cid.accept(ctrl_param)  # perftest's server sends the REP and goes on (no wait for the RTU)
+        if verb == "write":
+            time.sleep(1)  # write_bw.c: sleep(1) after establish_connection
+        _versions(ctrl, client)
+        curr = _mtu(ctrl, client, opts, fab.device.active_mtu)
+        # ------------------------------------------------------------ the data connection
+        zero = PerfDest(0, 0, 0, 0, 0, 0, bytes(16))
+        ctrl.exchange(encode_dest(zero, 0), DEST.size, client, "the key record before the data connection")
+        data_param = ConnParam(resources=out_reads if out_reads > 1 else 0, depth=out_reads if out_reads > 1 else 0,
+                               retry=7, rnr_retry=7)
+        if client:
+            assert opts.server is not None
+            did, qp, cq, mr, bufsize = _connect_data(ch, opts, sizes, data_param, where)
+        else:
+            assert listener is not None
+            req = _event(ch, None, (), "waiting for the client's data connection", where, opts.timeout, listen=listener)
+            did = _adopt(ch, req, listener)
+            qp, cq, mr, bufsize = _data_qp(did, opts, sizes)
+            did.accept(data_param)
+        ids.append(did)
+        ctrl.exchange(encode_dest(zero, 0), DEST.size, client, "the key record after the data connection")
+        gid = int(ctrl.cmid.ctx.query_gid(1, GID_INDEX)).to_bytes(16, "big")  # type: ignore[union-attr]
+        me = PerfDest(0, out_reads, qp.qp_num, random.SystemRandom().getrandbits(24), mr.rkey, mr.buf + bufsize, gid)
+        mtu_bytes = 128 << curr
+        return _session(opts, out, ctrl, fab, client, sizes, mtu_bytes, qp, cq, mr, bufsize, me, None)
+    finally:
+        _disconnect(ch, ids, fab, min(opts.timeout, 5.0))
+        if listener is not None:
+            listener.close()
+
+
+def _resolve(ch: CMEventChannel, server: str, port: int, timeout: float) -> CMID:
+    cid = CMID(ch)
+    where = f"{server}:{port}"
+    try:
+        cid.resolve_addr(AddrInfo(dst=server, dst_service=port))
+    except PyverbsRDMAError as exc:
+        raise PerftestError(f"rdma_resolve_addr {where}: {exc}") from None
+    _event(ch, cid, (EV.RDMA_CM_EVENT_ADDR_RESOLVED,), "rdma_resolve_addr", where, timeout)
+    cid.resolve_route()
+    _event(ch, cid, (EV.RDMA_CM_EVENT_ROUTE_RESOLVED,), "rdma_resolve_route", where, timeout)
+    return cid
+
+
+def _adopt(ch: CMEventChannel, req: Any, listener: CMID) -> CMID:
+    """``CMID(CMEvent, listen_id)`` for a CONNECT_REQUEST taken out of the queue by :func:`_event`."""
+    ch.queue.appendleft(req)
+    return CMID(CMEvent(ch), listen_id=listener)
+
+
+def _data_qp(cid: CMID, opts: PerftestOptions, sizes: list[int]) -> tuple[QP, CQ, MR, int]:
+    """create_qp_main under rdma_cm (rdma_create_qp): tx_depth sends, rx_depth receives, one CQ."""
+    assert cid.ctx is not None and cid.pd is not None
+    bufsize = max(max(sizes), PAGE)
+    mr = _data_mr(cid.pd, bufsize, opts.verb)
+    cq = CQ(cid.ctx, opts.tx_depth + opts.rx_depth + 1)
+    cap = QPCap(max_send_wr=opts.tx_depth, max_recv_wr=opts.rx_depth, max_send_sge=1, max_recv_sge=1)
+    cid.create_qp(QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
+    assert cid.qp is not None  # INIT with every remote access (CMID.create_qp)
+    return cid.qp, cq, mr, bufsize
+
+
+def _connect_data(ch: CMEventChannel, opts: PerftestOptions, sizes: list[int], param: ConnParam,
+                  where: str) -> tuple[CMID, QP, CQ, MR, int]:
+    """rdma_cm_client_connection: resolve, route, QP, connect; a REJ (the server not listening yet) is
+    tried again, up to 10 times 100 ms apart, as perftest does."""
+    assert opts.server is not None
+    for attempt in range(1, CM_RETRIES + 1):
+        cid = _resolve(ch, opts.server, opts.port, opts.timeout)
+        qp, cq, mr, bufsize = _data_qp(cid, opts, sizes)
+        cid.connect(param)
+        try:
+            _event(ch, cid, (EV.RDMA_CM_EVENT_ESTABLISHED,), "connecting the data QP", where, opts.timeout)
+            return cid, qp, cq, mr, bufsize
+        except PerftestError:
+            if attempt == CM_RETRIES:
+                raise
+            cid.close()
+            time.sleep(0.1)
+    raise AssertionError("unreachable")
+
+
+def _disconnect(ch: CMEventChannel, ids: list[CMID], fab: Any, wait: float) -> None:
+    """The data connection, then the control one: rdma_disconnect (a DREQ, or the DREP answering the
+    peer's), then DISCONNECTED, as perftest's destroy_ctx and its exit do; the engine keeps answering
+    meanwhile, so the peer's own DREQs and last ACKs are answered before the process ends."""
+    for cid in reversed(ids):
+        if cid.conn is None or cid.state in ("rejected", "unreachable", "idle"):
+            continue
+        try:
+            cid.disconnect()
+        except PyverbsRDMAError:
+            continue
+    end = time.monotonic() + wait
+    pending = [c for c in ids if c.conn is not None and c.state not in ("rejected", "unreachable", "idle")]
+    while pending and time.monotonic() < end:
+        for ev in list(ch.queue):
+            if ev.kind == EV.RDMA_CM_EVENT_DISCONNECTED:
+                pending = [c for c in pending if not _is(ev.cmid, c)]
+        fab.step(0.01)
+    end = time.monotonic() + 0.2
+    while time.monotonic() < end:
+        fab.step(0.02)

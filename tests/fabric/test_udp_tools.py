@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
     (["pingpong", "uc", "-t", "10.0.0.1"], "-t/--ts (completion timestamps) is not supported"),
     (["pingpong", "rc", "-q", "4"], "-q/--num-qp is an option of srq only"),
     (["perftest", "write", "-b"], "-b (bidirectional traffic) is not supported"),
-    (["perftest", "read", "--rdma_cm"], "--rdma_cm (RDMA CM connection) is not supported"),
+    (["perftest", "read", "-z"], "-z (RDMA CM exchange) is not supported"),
     (["perftest", "send", "-q", "2"], "-q 2: the soft engine's perftest runs one QP"),
     (["perftest", "atomic", "-a"], "-a (all sizes) is supported for write and read, not atomic"),
     (["perftest", "atomic", "-A", "SWAP"], "-A SWAP: the atomic type is CMP_AND_SWAP or FETCH_AND_ADD"),
