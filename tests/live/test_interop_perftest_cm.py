@@ -1,0 +1,134 @@
+"""perftest's rdma_cm mode (``-R``) against the stock programs on kernel rxe, both roles, in the lab VM (``live``).
+
+In the session's lab VM (``lab_vm``): rxe0 on veth0 (10.0.0.1) in the initial namespace, the engine in
+namespace ``peer`` on veth1 (10.0.0.2).  For each of ``write``, ``read``, ``send`` and ``atomic``:
+
+* the stock ``ib_<verb>_bw -R`` as server, ``rdmalab perftest <verb> -R`` as client (its device from
+  ``RDMALAB_LINKS=soft0=veth1``, as a pyverbs program would find it);
+* ``rdmalab perftest <verb> -R -d veth1`` as server (a device made on the interface for the run), the
+  stock ``ib_<verb>_bw -R`` as client.
+
+Checked: every program's exit status 0 and perftest's report line (size, iterations, figures) on both
+sides; the capture holds two rdma_cm connections per run (REQ, REP, RTU each) to port 18515 and the
+DREQ/DREP of both at the end.  Then ``write`` in both roles again under 2 % netem loss on both veths.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rdmalab.capture.reader import records
+from rdmalab.wire.cm import CMMessage
+from rdmalab.wire.frame import decode_ethernet
+
+pytestmark = pytest.mark.live
+
+ROOT = Path(__file__).resolve().parents[2]
+VERBS = ("write", "read", "send", "atomic")
+ITERS, LOSS_ITERS = 20, 50
+
+GUEST = r"""
+OUT="$RDMALAB_JOB"; PY="$RDMALAB_PYTHON"
+export PYTHONPATH="$ROOT"
+RDL="$PY -u -m rdmalab"
+LINKED="ip netns exec $PEER_NS env RDMALAB_LINKS=soft0=$PEER_NETDEV"
+NS="ip netns exec $PEER_NS"
+log() { echo "== $* $(date +%T.%N)" >> "$OUT/guest.log"; }
+opts() { if [ "$1" = atomic ]; then echo "-n $2"; else echo "-s 4096 -n $2"; fi; }
+wait_for() {  # $1 file, $2 text: up to 60 s (the engine's start-up under TCG)
+  for i in $(seq 1 120); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.5; done; return 1
+}
+pair() {  # $1 tag, $2 verb, $3 iterations
+  local tag=$1 v=$2 o=$(opts $2 $3)
+  log "$tag $v: stock ib_${v}_bw -R server, rdmalab client"
+  timeout 200 ib_${v}_bw -d $RXE0 -R $o > "$OUT/$tag.$v.stock_server.out" 2>&1 &
+  sleep 1
+  timeout 200 $LINKED $RDL perftest $v -R $o $RXE0_IP > "$OUT/$tag.$v.rdl_client.out" 2>&1
+  echo $? > "$OUT/$tag.$v.rdl_client.rc"; wait $!; echo $? > "$OUT/$tag.$v.stock_server.rc"
+  log "$tag $v: rdmalab perftest -R server, stock ib_${v}_bw -R client"
+  timeout 200 $NS $RDL perftest $v -R -d $PEER_NETDEV $o > "$OUT/$tag.$v.rdl_server.out" 2>&1 &
+  local srv=$!
+  wait_for "$OUT/$tag.$v.rdl_server.out" "Waiting for client to connect"; sleep 1
+  timeout 200 ib_${v}_bw -d $RXE0 -R $o $PEER_IP > "$OUT/$tag.$v.stock_client.out" 2>&1
+  echo $? > "$OUT/$tag.$v.stock_client.rc"; wait $srv; echo $? > "$OUT/$tag.$v.rdl_server.rc"
+}
+tcpdump -i $RXE0_NETDEV -w "$OUT/cm.pcap" udp port 4791 2> /dev/null &
+TD=$!; sleep 1
+for v in VERBS; do pair plain $v ITERS; done
+sleep 0.5; kill $TD; wait $TD 2>/dev/null
+log "2% loss on both veths"
+tc qdisc add dev $RXE0_NETDEV root netem loss 2%
+ip netns exec $PEER_NS tc qdisc add dev $PEER_NETDEV root netem loss 2%
+pair loss write LOSS_ITERS
+tc qdisc del dev $RXE0_NETDEV root; ip netns exec $PEER_NS tc qdisc del dev $PEER_NETDEV root
+echo done > "$OUT/DONE"
+"""
+
+
+@pytest.fixture(scope="module")
+def perftest_cm_job(lab_vm: object) -> Iterator[Path]:
+    if shutil.which("tcpdump") is None:
+        pytest.skip("tcpdump is not installed")
+    script = (f"ROOT={shlex.quote(str(ROOT))}\n"
+              + GUEST.replace("in VERBS;", f"in {' '.join(VERBS)};").replace("$v ITERS;", f"$v {ITERS};")
+              .replace("write LOSS_ITERS", f"write {LOSS_ITERS}"))
+    r = lab_vm.run(script, timeout=1500, capture=False, name="perftest -R interop")  # type: ignore[attr-defined]
+    out = r.job_dir
+    assert out is not None
+    assert (out / "DONE").exists(), f"the perftest -R matrix did not finish (status {r.rc}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    yield out
+
+
+def _read(out: Path, name: str) -> str:
+    return (out / name).read_text(errors="replace")
+
+
+def _rc(out: Path, name: str) -> int:
+    return int(_read(out, name + ".rc").strip())
+
+
+def _report_line(verb: str, iters: int) -> re.Pattern[str]:
+    size = 8 if verb == "atomic" else 4096
+    return re.compile(rf"^ {size}\s+{iters}\s+[\d.]+\s+[\d.]+\s+[\d.]+\s*$", re.M)
+
+
+def _check_pair(out: Path, tag: str, verb: str, iters: int) -> None:
+    line = _report_line(verb, iters)
+    for who in ("stock_server", "rdl_client", "stock_client", "rdl_server"):
+        text = _read(out, f"{tag}.{verb}.{who}.out")
+        assert _rc(out, f"{tag}.{verb}.{who}") == 0, f"{who}:\n{text}"
+        # every side prints a report row: the client its own, the server the client's (send: its own)
+        assert line.search(text), f"{who}: no report line for {verb}:\n{text}"
+        assert " rdma_cm QPs\t : ON" in text and "Data ex. method : rdma_cm" in text, f"{who}:\n{text}"
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_perftest_rdma_cm_both_roles_against_the_stock_program(perftest_cm_job: Path, verb: str) -> None:
+    _check_pair(perftest_cm_job, "plain", verb, ITERS)
+
+
+def test_perftest_rdma_cm_write_both_roles_under_two_percent_loss(perftest_cm_job: Path) -> None:
+    _check_pair(perftest_cm_job, "loss", "write", LOSS_ITERS)
+
+
+def test_each_run_makes_two_connections_to_18515_and_disconnects_both(perftest_cm_job: Path) -> None:
+    names: list[str] = []
+    req_ports: list[int] = []
+    for rec in records(perftest_cm_job / "cm.pcap"):
+        msg = CMMessage.from_packet(decode_ethernet(rec.data))
+        if msg is None:
+            continue
+        names.append(msg.name)
+        if msg.name == "REQ" and msg.dst_port is not None:
+            req_ports.append(msg.dst_port)
+    runs = 2 * len(VERBS)
+    # two connections per run (control, data), each with its REQ/REP/RTU (retransmissions aside)
+    assert names.count("REQ") >= 2 * runs and names.count("REP") >= 2 * runs and names.count("RTU") >= 2 * runs, names
+    assert set(req_ports) == {18515}, req_ports
+    assert names.count("DREQ") >= 2 * runs and names.count("DREP") >= 2 * runs, names
