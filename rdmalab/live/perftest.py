@@ -726,7 +726,8 @@ def _run_cm(opts: PerftestOptions, out: IO[str], client: bool, sizes: list[int])
             ids.append(cid)
             ctrl = _Control(cid, opts.timeout)
             cid.connect(ctrl_param)
-            _event(ch, cid, (EV.RDMA_CM_EVENT_ESTABLISHED,), "connecting the control QP", where, opts.timeout)
+            # no timeout of ours: the CM ends the attempt itself (REJ, or UNREACHABLE after its retries)
+            _event(ch, cid, (EV.RDMA_CM_EVENT_ESTABLISHED,), "connecting the control QP", where, 1e9)
         else:
             listener = CMID(ch)
             try:
@@ -810,7 +811,7 @@ def _connect_data(ch: CMEventChannel, opts: PerftestOptions, sizes: list[int], p
         qp, cq, mr, bufsize = _data_qp(cid, opts, sizes)
         cid.connect(param)
         try:
-            _event(ch, cid, (EV.RDMA_CM_EVENT_ESTABLISHED,), "connecting the data QP", where, opts.timeout)
+            _event(ch, cid, (EV.RDMA_CM_EVENT_ESTABLISHED,), "connecting the data QP", where, 1e9)
             return cid, qp, cq, mr, bufsize
         except PerftestError:
             if attempt == CM_RETRIES:
