@@ -594,8 +594,10 @@ class _Control:
         assert cmid.ctx is not None and cmid.pd is not None and cmid.device is not None
         self.cmid, self.timeout = cmid, timeout
         self.fab: Any = cmid.device.carrier
-        self.cq = CQ(cmid.ctx, 4)
-        cmid.create_qp(QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq,
+        # a CQ each for sends and receives, as perftest's (a SEND verb context has a recv_cq of its own):
+        # the peer's next message may complete before the ACK of ours does
+        self.scq, self.rcq = CQ(cmid.ctx, 2), CQ(cmid.ctx, 2)
+        cmid.create_qp(QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.scq, rcq=self.rcq,
                                   cap=QPCap(max_send_wr=1, max_recv_wr=1, max_send_sge=1, max_recv_sge=1)))
         assert cmid.qp is not None
         self.qp = cmid.qp
@@ -609,8 +611,9 @@ class _Control:
 
     def _wait(self, wr_id: int, what: str) -> Any:
         start = time.monotonic()
+        cq = self.rcq if wr_id == self.RECV else self.scq
         while True:
-            n, wcs = self.cq.poll(1)
+            n, wcs = cq.poll(1)
             if n:
                 wc = wcs[0]
                 if wc.status != e.IBV_WC_SUCCESS:
