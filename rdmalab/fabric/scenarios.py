@@ -24,9 +24,9 @@ from typing import Any
 from rdmalab.fabric.switched import HEADER_BYTES, SwitchConfig, SwitchedFabric
 from rdmalab.verbs.engine.dcqcn import PROFILES, DcqcnParams
 
-#: share of a link's bits that is payload with 1000-byte packets (58 bytes of Ethernet, IPv4, UDP, BTH, ICRC)
-HEADER_OVERHEAD = 1000 / (1000 + HEADER_BYTES)
-SCENARIOS = ("incast", "fairness", "victim", "deadlock")
+#: share of a link's bits that is payload with 1024-byte packets (58 bytes of Ethernet, IPv4, UDP, BTH, ICRC)
+HEADER_OVERHEAD = 1024 / (1024 + HEADER_BYTES)
+SCENARIOS = ("incast", "fairness", "victim", "deadlock", "lossy")
 
 #: The DCQCN author's ns3-rdma sample (mix/config.txt): the paper's constants with RP_TIMER 60 us
 #: and BYTE_COUNTER 300000000.
@@ -41,8 +41,10 @@ class ScenarioConfig:
     delay_us: float = 1.0  # per link (ns3-rdma topology.txt: 1 us)
     dcqcn: int = 1  # 0 in the deadlock scenario unless set
     cnp_scope: str = "qp"
-    payload: int = 1000  # bytes per packet (PACKET_PAYLOAD_SIZE 1000)
-    msg_packets: int = 64
+    payload: int = 1024  # bytes per packet: the QPs' path MTU (ns3-rdma uses 1000, not an IB MTU)
+    msg_packets: int = 64  # packets per RDMA WRITE
+    qp_timeout: int = 10  # local ACK timeout 4.096 us x 2^10 = 4.2 ms (rxe rounds anything shorter up to 4 ms)
+    depth: int = 3  # WRITEs each flow keeps posted
     seed: int = 1
     sample_us: float = 10.0
     routing: str = "clockwise"  # deadlock: clockwise (two hops, a cycle) or shortest
@@ -92,6 +94,16 @@ def _switch_defaults(scenario: str) -> SwitchConfig:
         # DCQCN-validation README: Kmin 5 KB, Kmax 100 KB, Pmax 0.01.  It does not give the PFC
         # threshold; we fix XOFF at 200 KB per ingress queue (twice Kmax, so ECN acts first).
         return SwitchConfig(kmin=5, kmax=100, pmax=0.01, pfc_xoff=200)
+    if scenario == "deadlock":
+        # Each flow is one RC QP, and the engine's window (128 PSNs unacknowledged, rxe's
+        # RXE_MAX_UNACKED_PSNS) keeps at most 138 KB of it in flight: three flows can never fill the
+        # dynamic XOFF threshold (about 1.4 MB of a 12 MB buffer).  A fixed XOFF of 40 KB per
+        # ingress queue (a shallow-buffered switch) lets the ring's pauses build the cycle.
+        return SwitchConfig(pfc_xoff=40)
+    if scenario == "lossy":
+        # PFC off: the shared buffer is the only limit and a full buffer drops.  300 KB is a
+        # shallow buffer (a Trident II has 12 MB for 32 ports), small enough for 8 windows to fill.
+        return SwitchConfig(pfc=0, buffer=0.3)
     return SwitchConfig()  # ns3-rdma mix/config.txt: 40 KB, 1000 KB, 1.0
 
 
@@ -115,7 +127,8 @@ def build(scenario: str, *, senders: int | None = None, rate: float = 40.0, dura
     if rate <= 0:
         raise ValueError(f"--rate must be positive, not {rate}")
     fab = SwitchedFabric(seed=sc.seed, switch=sw, dcqcn=params if sc.dcqcn else None, cnp_scope=sc.cnp_scope,
-                         payload=sc.payload, msg_packets=sc.msg_packets, sample_ns=sc.sample_us * 1000)
+                         payload=sc.payload, msg_packets=sc.msg_packets, sample_ns=sc.sample_us * 1000,
+                         qp_timeout=sc.qp_timeout, depth=sc.depth)
     d = sc.delay_us
     if scenario in ("incast", "fairness"):
         n = 2 if senders is None else senders
