@@ -268,7 +268,7 @@ for tau in (4.0, 85.0):
 # In JupyterLab, this widget reruns a scenario whenever you move a slider:
 
 # %% tags=["widget"]
-from rdmalab.viz.congestion import congestion_runner
+from rdmalab.lab.congestion import congestion_runner
 
 congestion_runner("incast")
 

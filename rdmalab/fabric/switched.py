@@ -117,6 +117,7 @@ class SwitchConfig:
     pfc_shift: int = 3  # dynamic XOFF threshold = free shared buffer >> pfc_shift (HPCC)
     pfc_xoff: float = 0.0  # KB, a fixed XOFF threshold per ingress queue instead (0: dynamic)
     pfc_prios: int = 0b00001000  # priorities PFC protects (bit n = priority n): 3
+    loss: float = 0.0  # probability that a switch drops an arriving request (a lossy link; Lumina injects drops)
 
 
 @dataclass(eq=False, slots=True)
@@ -221,7 +222,7 @@ class Flow:
     ``rcvd`` payload bytes the responder accepted in sequence (duplicates and packets after a
     gap do not count), ``sent`` new payload bytes and ``retx_bytes``/``retx_pkts`` resent ones,
     ``marked`` CE-marked arrivals, ``cnps`` CNPs back at the sender, ``drops`` packets of the
-    flow (either direction) that a switch dropped.
+    flow (either direction) that a switch dropped, ``data_drops`` the requests among them.
     """
 
     def __init__(self, fab: SwitchedFabric, fid: int, src: Host, dst: Host, size: int | None, start: float,
@@ -240,7 +241,7 @@ class Flow:
         self.sent = self.rcvd = self.pkts_rcvd = 0
         self.retx_bytes = self.retx_pkts = 0
         self.sent_psn = 0  # the next PSN never sent before (the QPs start at PSN 0)
-        self.marked = self.cnps = self.drops = 0
+        self.marked = self.cnps = self.drops = self.data_drops = 0
         self.posted = self.completed = self.errors = 0
         self.started = self.stopped = self.done = False
         self.finish_ns: float | None = None
@@ -437,6 +438,7 @@ class SwitchedFabric:
         self.pauses = 0
         self.resumes = 0
         self.drops = 0
+        self.drop_bytes = 0
         self.retx_bytes = 0
         self._rx_last: list[int] = []
         self._mark_last = self._cnp_last = self._pause_last = self._drop_last = self._retx_last = 0
@@ -864,12 +866,16 @@ class SwitchedFabric:
         cfg = sw.cfg
         lossless = cfg.pfc and cfg.pfc_prios >> prio & 1
         if sw.used + size > sw.buffer or (lossless and port.xoff[prio]
-                                          and port.in_bytes[prio] + size > port.xoff_level[prio] + port.headroom):
+                                          and port.in_bytes[prio] + size > port.xoff_level[prio] + port.headroom) \
+                or (cfg.loss and pkt[KIND] < 0x11 and self.rng.random() < cfg.loss):
             port.drops += 1
             self.drops += 1
+            self.drop_bytes += size
             f = pkt[FLOW]
             if f is not None:
                 f.drops += 1
+                if pkt[KIND] < 0x11:
+                    f.data_drops += 1
             return
         sw.used += size
         port.in_bytes[prio] += size

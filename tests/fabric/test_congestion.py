@@ -16,9 +16,10 @@ from tshark_util import requires_tshark, tshark_path
 
 from rdmalab.cli import main
 from rdmalab.fabric.scenarios import HEADER_OVERHEAD, build, run
-from rdmalab.fabric.switched import CE, SwitchedFabric
+from rdmalab.fabric.switched import CE, HEADER_BYTES, SwitchedFabric
 from rdmalab.verbs.engine.cnp import CnpPacer
 from rdmalab.verbs.engine.dcqcn import PAPER, RateLimiter
+from rdmalab.verbs.engine.requester import WINDOW
 from rdmalab.wire import BTH, decode_ethernet
 from rdmalab.wire.net import IPv4
 from rdmalab.wire.pfc import decode_pfc_frame, is_pfc_frame
@@ -41,9 +42,18 @@ def test_incast_2to1_converges_to_fair_share(incast: dict) -> None:  # type: ign
     assert q["share_empty"] < 0.1
 
 
-def test_without_dcqcn_pfc_does_the_work() -> None:
+def test_without_dcqcn_the_rc_window_or_pfc_does_the_work() -> None:
+    # Without DCQCN each QP sends as fast as its RC window allows (128 PSNs unacknowledged, rxe's
+    # RXE_MAX_UNACKED_PSNS): two windows are all the queue can ever hold, far below the dynamic
+    # XOFF threshold of a 12 MB buffer, so PFC never fires
     res = run("incast", senders=2, duration_ms=5.0, settings={"dcqcn": "0"}).to_json()
+    window_kb = WINDOW * (1024 + HEADER_BYTES) / 1024
+    assert res["pauses"] == 0 and res["drops"] == 0 and res["cnps"] == 0 and res["marks"] == 0
+    assert 0.5 * window_kb < res["queues"][0]["max_all_kb"] <= 2 * window_kb
+    # with a fixed XOFF below a window, PFC does the work: pauses, no drops, no CNPs
+    res = run("incast", senders=2, duration_ms=5.0, settings={"dcqcn": "0", "pfc_xoff": "50"}).to_json()
     assert res["pauses"] > 0 and res["drops"] == 0 and res["cnps"] == 0
+    assert res["queues"][0]["max_all_kb"] < 2 * 50 + 20  # each ingress stops near its XOFF (plus headroom)
     assert res["queues"][0]["paused_ms"] == 0.0  # the receiver never pauses the switch
     fair = 40.0 * HEADER_OVERHEAD / 2
     assert all(abs(f["goodput_gbps"] - fair) < 0.1 * fair for f in res["flows"])
@@ -211,9 +221,11 @@ def test_pfc_alone_blocks_the_victim_only_while_the_incast_lasts() -> None:
 
 
 def test_fairness_late_joiners_get_their_share() -> None:
-    res = run("fairness", senders=4, duration_ms=20.0)
+    # 40 ms: the last joiner arrives at 15 ms; the first flow, cut to a few Gb/s when the third and
+    # fourth join, climbs back by R_AI = 40 Mb/s per 60 us timer, which takes longer than 10 ms
+    res = run("fairness", senders=4, duration_ms=40.0)
     starts = [f.start for f in res.fabric.flows]
-    assert starts == sorted(starts) and starts[-1] == 7.5e6  # one joins every 2.5 ms
+    assert starts == sorted(starts) and starts[-1] == 15e6  # one joins every 5 ms
     rates = [f["goodput_gbps"] for f in res.to_json()["flows"]]
     jain = sum(rates) ** 2 / (len(rates) * sum(r * r for r in rates))
     assert jain > 0.95 and min(rates) > 0.5 * 40.0 * HEADER_OVERHEAD / 4, rates

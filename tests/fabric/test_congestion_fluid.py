@@ -31,7 +31,8 @@ def test_fluid_matches_packets(n: int) -> None:
     k = len(fab.samples) // 2
     pkt_rate = statistics.mean(statistics.mean(row) for row in fab.rate_series[k:])
     pkt_queue = res.to_json()["queues"][0]["mean_kb"]
-    model = simulate(NS3_RDMA, n=n, duration_ms=40.0, tau_star_us=_base_rtt_us(fab), dt_us=0.2, record_every=5)
+    model = simulate(NS3_RDMA, n=n, duration_ms=40.0, tau_star_us=_base_rtt_us(fab), dt_us=0.2, record_every=5,
+                     packet_bytes=fab.payload + 58)
     rate, queue, _ = model.settled()
     assert rate == pytest.approx(40.0 / n, rel=0.01)
     assert pkt_rate == pytest.approx(rate, rel=0.03)
