@@ -199,6 +199,7 @@ class Switch(Node):
         self.buffer = int(cfg.buffer * 1e6)
         self.used = 0
         self.headroom_total = 0
+        self.xoff: list[tuple[Port, int]] = []  # ingress queues (port, priority) that have paused their upstream
 
 
 class _Completions(CQ):
@@ -848,10 +849,15 @@ class SwitchedFabric:
                     fr = pkt[FRAME]
                     if fr is not None:
                         pkt[FRAME] = mark_ce(fr)
-        if inport.xoff[prio] and inport.in_bytes[prio] + RESUME_OFFSET <= self._threshold(sw):
-            inport.xoff[prio] = False
-            inport.xoff_gen[prio] += 1
-            self._send_pfc(inport, prio, 0)
+        if sw.xoff:
+            # XON for every paused ingress queue now under the threshold, not only the packet's own:
+            # the threshold moves with the shared buffer, so a queue that emptied while the buffer was
+            # full must be resumed when the buffer drains (HPCC's switch checks all of them on dequeue)
+            thr = self._threshold(sw)
+            for port_, prio_ in sw.xoff:
+                if port_.in_bytes[prio_] + RESUME_OFFSET <= thr:
+                    self._resume(sw, port_, prio_)
+                    break  # one XON per dequeue; the list changed
 
     def _arrive(self, pkt: list[Any]) -> None:
         port: Port = pkt[INPORT]
@@ -883,8 +889,15 @@ class SwitchedFabric:
             port.xoff[prio] = True
             port.xoff_level[prio] = port.in_bytes[prio]
             port.xoff_gen[prio] += 1
+            sw.xoff.append((port, prio))
             self._send_pfc(port, prio, MAX_QUANTA)
         self._enqueue(out, pkt)
+
+    def _resume(self, sw: Switch, port: Port, prio: int) -> None:
+        port.xoff[prio] = False
+        port.xoff_gen[prio] += 1
+        sw.xoff.remove((port, prio))
+        self._send_pfc(port, prio, 0)
 
     def _send_pfc(self, port: Port, prio: int, quanta: int) -> None:
         """Send a PFC frame out of ``port`` (to the upstream peer) for ``prio``."""

