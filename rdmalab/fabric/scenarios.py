@@ -302,7 +302,8 @@ def loss_summary(fab: SwitchedFabric) -> dict[str, Any]:
     bounded = [f for f in fab.flows if f.size is not None]
     done = [f for f in bounded if f.finish_ns is not None]
     delivered = sum(f.rcvd for f in fab.flows)
-    span = max((f.finish_ns for f in done), default=0.0) if bounded and len(done) == len(bounded) else fab.now
+    finished = [f.finish_ns for f in done if f.finish_ns is not None]
+    span = max(finished, default=0.0) if bounded and len(done) == len(bounded) else fab.now
     return {
         "drops": fab.drops, "data_drops": sum(f.data_drops for f in fab.flows),
         "dropped_kb": round(fab.drop_bytes / 1024, 1),

@@ -56,15 +56,14 @@ import dpkt
 
 from rdmalab.fabric.switched_carrier import (
     CE,
-    ECT0,
     ECN,
+    ECT0,
     FLOW,
     FRAME,
     INPORT,
     KIND,
     PKT,
     PRIO,
-    PSN,
     ROUTE,
     SIZE,
     SwitchedCarrier,
@@ -267,7 +266,7 @@ class Flow:
         self.qpn_src = self.qp.qp_num
         self.qpn_dst = self.peer_qp.qp_num
         mtu = e.bytes_to_mtu(fab.payload)
-        for qp, me, peer, peer_qp in ((self.qp, src, dst, self.peer_qp), (self.peer_qp, dst, src, self.qp)):
+        for qp, peer, peer_qp in ((self.qp, dst, self.peer_qp), (self.peer_qp, src, self.qp)):
             a = QPAttr(port_num=1, path_mtu=mtu)
             a.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE
             a.max_dest_rd_atomic = a.max_rd_atomic = 1
@@ -678,10 +677,11 @@ class SwitchedFabric:
             else:
                 route = f.rev
         else:
-            route = host.routes.get(dst.id)
-            if route is None:
-                route = {p.node.id: p for p in self._path(host, dst, None, host.id * 7919 + dst.id)}
-                host.routes[dst.id] = route
+            known = host.routes.get(dst.id)
+            if known is None:
+                known = {p.node.id: p for p in self._path(host, dst, None, host.id * 7919 + dst.id)}
+                host.routes[dst.id] = known
+            route = known
         if opcode == 0x81:  # CNP (RoCEv2 annex A17.9.3)
             prio = self.cnp_prio
             self.cnps += 1

@@ -23,16 +23,13 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rdmalab.verbs.engine.carrier import Scheduler, Station, TimerHandle
 from rdmalab.verbs.engine.cnp import CE, ECT0
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import Pkt
 from rdmalab.verbs.trace import TraceEvent
-
-if TYPE_CHECKING:
-    from rdmalab.fabric.switched import Node, SwitchedFabric
 
 __all__ = ["CE", "ECT0", "SwitchedCarrier"]
 
@@ -65,7 +62,8 @@ class SwitchedCarrier:
     burst_ok = False  # switches see single packets
     tracing = False
 
-    def __init__(self, fabric: SwitchedFabric, *, mtu: int | None = None) -> None:
+    def __init__(self, fabric: Any, *, mtu: int | None = None) -> None:
+        # fabric: a rdmalab.fabric.switched.SwitchedFabric (which imports this module, so not named here)
         if mtu is not None and mtu != fabric.payload:
             raise ValueError(f"the fabric's QPs use a path MTU of {fabric.payload} bytes (its payload), not {mtu}")
         self.fabric = fabric
@@ -73,9 +71,10 @@ class SwitchedCarrier:
     # ------------------------------------------------------------------ building
     @property
     def devices(self) -> dict[str, SoftDevice]:
-        return self.fabric.devices
+        devices: dict[str, SoftDevice] = self.fabric.devices
+        return devices
 
-    def add_device(self, name: str | None = None, *, switch: Node | str | None = None, rate_gbps: float = 40.0,
+    def add_device(self, name: str | None = None, *, switch: Any = None, rate_gbps: float = 40.0,
                    delay_us: float = 1.0) -> SoftDevice:
         """A soft device on a new host linked to ``switch`` (default: the fabric's first switch)."""
         fab = self.fabric
@@ -85,12 +84,13 @@ class SwitchedCarrier:
             raise ValueError("add a switch to the fabric first")
         host = fab.add_host(name)
         fab.link(host, sw, rate_gbps, delay_us)
-        return host.device
+        dev: SoftDevice = host.device
+        return dev
 
     # ------------------------------------------------------------------ the Carrier protocol
     @property
     def mtu(self) -> int:
-        return self.fabric.payload
+        return int(self.fabric.payload)
 
     @property
     def now_ns(self) -> int:
@@ -104,7 +104,7 @@ class SwitchedCarrier:
         fab = self.fabric
         host = fab.by_name[src.name]
         for p in pkt.expand():
-            fab.send(host, p)  # type: ignore[arg-type]
+            fab.send(host, p)
 
     def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> TimerHandle:
         h = _Timer()
@@ -121,7 +121,7 @@ class SwitchedCarrier:
 
     # ------------------------------------------------------------------ the Scheduler protocol
     def step(self) -> bool:
-        return self.fabric.step()
+        return bool(self.fabric.step())
 
     def progress(self, done: Callable[[], bool], max_steps: int = 200_000) -> bool:
         for _ in range(max_steps):
