@@ -33,8 +33,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-from rdmalab.fabric.scenarios import run
+# the rdmalab of this checkout (or, for --previous, of the tree named in RDMALAB_BENCH_TREE), not an installed one
+_ROOT = os.environ.get("RDMALAB_BENCH_TREE") or str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import rdmalab  # noqa: E402
+from rdmalab.fabric.scenarios import run  # noqa: E402
 
 
 def bare_loop(events: int, heap_size: int, seed: int = 1) -> float:
@@ -70,12 +77,14 @@ def measure(duration_ms: float) -> dict[str, float]:
     bare = bare_loop(fab.events, heap)
     flows = res.to_json()["flows"]
     return {"duration_ms": duration_ms, "events": fab.events, "packets": pkts, "data_packets": data, "wall": wall,
-            "bare": bare, "heap": heap, "goodput": [f["goodput_gbps"] for f in flows]}  # type: ignore[dict-item]
+            "bare": bare, "heap": heap, "goodput": [f["goodput_gbps"] for f in flows],  # type: ignore[dict-item]
+            "tree": str(Path(rdmalab.__file__).resolve().parent.parent)}  # type: ignore[dict-item]
 
 
 def show(label: str, m: dict[str, float]) -> None:
     ev, pk, wall, bare = m["events"], m["packets"], m["wall"], m["bare"]
     print(f"{label}: 2:1 incast at 40 Gb/s, {m['duration_ms']:g} ms simulated (capture off), one core")
+    print(f"  rdmalab from        {m['tree']}")
     print(f"  events              {ev:>12,.0f}")
     print(f"  packets on links    {pk:>12,.0f}  ({ev / pk:.2f} events per packet)")
     print(f"  wall time           {wall:>12.2f} s   ({wall / (m['duration_ms'] / 1000):.1f} s per simulated second)")
@@ -102,7 +111,7 @@ def main() -> None:
     now = measure(args.duration)
     show("this tree (flows are engine QPs)", now)
     if args.previous:
-        env = dict(os.environ, PYTHONPATH=os.path.abspath(args.previous))
+        env = dict(os.environ, RDMALAB_BENCH_TREE=os.path.abspath(args.previous))
         out = subprocess.run([sys.executable, os.path.abspath(__file__), "--duration", str(args.duration), "--json"],
                              cwd=os.path.abspath(args.previous), env=env, capture_output=True, text=True, check=True)
         old = json.loads(out.stdout.strip().splitlines()[-1])

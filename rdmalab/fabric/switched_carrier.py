@@ -103,6 +103,9 @@ class SwitchedCarrier:
     def send(self, src: Station, pkt: Pkt) -> None:
         fab = self.fabric
         host = fab.by_name[src.name]
+        if pkt.count == 1:  # always, as burst_ok is False; a burst would be split into its packets
+            fab.send(host, pkt)
+            return
         for p in pkt.expand():
             fab.send(host, p)
 

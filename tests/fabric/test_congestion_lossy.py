@@ -84,3 +84,17 @@ def test_the_capture_shows_the_drop_and_the_resend(tmp_path) -> None:  # type: i
     # and the NAKs going back
     assert naks >= sum(h.device.counters["rcvd_seq_err"] for h in fab.hosts) > 0  # a NAK can be dropped too
     assert resent > 0
+
+
+def test_random_loss_makes_go_back_n_collapse_above_one_percent() -> None:
+    # Wang et al. (ICCCN 2019): with go-back-N the relative throughput is nearly zero once the loss
+    # rate exceeds 1 %.  One flow, no DCQCN, the switch dropping requests at random (--set loss=P).
+    def goodput(loss: str) -> float:
+        fab = run("incast", senders=1, duration_ms=20.0, settings={"loss": loss, "dcqcn": "0"}).fabric
+        assert loss == "0" or fab.drops > 0
+        return fab.flows[0].rcvd * 8 / 20e6
+
+    clean = goodput("0")
+    assert clean > 0.99 * 40 * 1024 / 1082
+    assert goodput("0.001") > 0.8 * clean  # a loss in a thousand costs a tenth
+    assert goodput("0.02") < 0.1 * clean  # two in a hundred: nearly nothing gets through
