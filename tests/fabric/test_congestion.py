@@ -260,6 +260,7 @@ def test_pfc_alone_blocks_the_victim_only_while_the_incast_lasts() -> None:
     assert min(after) > 0.9 * base  # and back at once: no rate control to recover
 
 
+@pytest.mark.slow
 def test_fairness_late_joiners_get_their_share() -> None:
     # 40 ms: the last joiner arrives at 15 ms; the first flow, cut to a few Gb/s when the third and
     # fourth join, climbs back by R_AI = 40 Mb/s per 60 us timer, which takes longer than 10 ms
