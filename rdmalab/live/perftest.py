@@ -69,6 +69,10 @@ class PerftestError(Exception):
     """What perftest would print before exiting 1 (one sentence)."""
 
 
+class Rejected(PerftestError):
+    """The peer's CM answered the REQ with a REJ."""
+
+
 @dataclass
 class PerftestOptions:
     verb: str = "write"
@@ -679,7 +683,7 @@ def _event(ch: CMEventChannel, cmid: CMID | None, kinds: tuple[int, ...], what: 
     if ev.kind in kinds or listen is not None:
         return ev
     if ev.kind == EV.RDMA_CM_EVENT_REJECTED:
-        raise PerftestError(f"{what}: rejected by {where}: reason {ev.status} ({rej_reason_name(ev.status)})")
+        raise Rejected(f"{what}: rejected by {where}: reason {ev.status} ({rej_reason_name(ev.status)})")
     if ev.kind == EV.RDMA_CM_EVENT_UNREACHABLE:
         i = ev.info
         raise PerftestError(f"{what}: {where} is unreachable: no answer to the {i.get('message', 'REQ')} after "
@@ -816,7 +820,7 @@ def _connect_data(ch: CMEventChannel, opts: PerftestOptions, sizes: list[int], p
         try:
             _event(ch, cid, (EV.RDMA_CM_EVENT_ESTABLISHED,), "connecting the data QP", where, 1e9)
             return cid, qp, cq, mr, bufsize
-        except PerftestError:
+        except Rejected:
             if attempt == CM_RETRIES:
                 raise
             cid.close()
