@@ -555,6 +555,10 @@ def _serve_sends(opts: PerftestOptions, fab: Any, cq: Any, post_recvs: Any, size
         if outstanding < opts.rx_depth and (opts.duration is not None or rcnt < opts.iters):
             post_recvs(opts.rx_depth - outstanding)
             outstanding = opts.rx_depth
+    if opts.duration is None:
+        # run_iter_bw_server takes tcompleted after its loop (get_cycles), not at the last poll: all the
+        # receives may come in one poll (a slow machine), and the time is still not zero
+        last = time.monotonic()
     res.completions += rcnt
     if opts.duration is not None:
         return duration_report(size, sampled, window[1] - window[0], opts.report_gbits)
