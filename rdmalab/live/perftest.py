@@ -18,6 +18,14 @@ exchange (not ``-R``/``-z``):
    iters, peak, average, message rate; 8 bytes each, big-endian), which the server prints; all
    tools: a last key record, then ``"done"``.
 
+With ``-R`` (:func:`_run_cm`, perftest's rdma_cm mode) the same sequence runs as SENDs on a control
+RC QP that rdma_cm connects first (conn_param 0/0, one receive posted again after each message), the
+key records as the 56-byte binary ``struct pingpong_dest`` (:data:`DEST`, big-endian fields); after
+the MTU, a zeroed record, the data QP's own rdma_cm connection to the same port (out_reads/out_reads
+for read and atomic), another zeroed record; no QP is connected by hand, no "done" is written, and
+both connections end with a DREQ (``create_rdma_cm_connection``, ``rdma_write_keys``,
+``ctx_xchg_data_rdma`` in perftest_communication.c).
+
 BW in MB/sec is bytes / 2^20 per second, in Gb/sec bits / 10^9 (``format_factor``); the peak is
 perftest's: the shortest time per message over any run of completed messages
 (``print_report_bw``).
