@@ -21,7 +21,6 @@ from typing import Any
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import cnp
 from rdmalab.verbs.engine.carrier import Carrier, Datagram, Scheduler, TimerHandle
-from rdmalab.verbs.engine.cm import GSI
 from rdmalab.verbs.engine.packet import INFO, Pkt, from_datagram, from_frame
 from rdmalab.verbs.trace import TraceEvent
 from rdmalab.wire.opcodes import CNP_OPCODE, Transport
@@ -55,12 +54,22 @@ class SoftDevice:
         self._dirty: set[Any] = set()
         #: where QP numbers come from when other processes share the device (else 0x11, 0x12, ...)
         self.qpn_source: Callable[[], int] | None = None
-        #: QP1, the GSI: the device's connection manager answers CM MADs (rdmalab.verbs.engine.cm)
-        self.gsi = GSI(self)
-        self.qps[1] = self.gsi
+        self._gsi: Any = None
         self.counters = {"rcvd_pkts": 0, "sent_pkts": 0, "dropped": 0, "duplicate_request": 0,
                          "out_of_seq_request": 0, "rcvd_rnr_err": 0, "send_rnr_err": 0, "rcvd_seq_err": 0,
                          "retry_exceeded_err": 0, "retry_rnr_exceeded_err": 0, "completer_retry_err": 0}
+
+    @property
+    def gsi(self) -> Any:
+        """QP1, the GSI: the device's connection manager answers CM MADs (:mod:`rdmalab.verbs.engine.cm`).
+        Made on first use (a MAD arriving, a CMID binding): the CM's codecs are not loaded by programs
+        that never connect through it (the live tools' start-up)."""
+        if self._gsi is None:
+            from rdmalab.verbs.engine.cm import GSI
+
+            self._gsi = GSI(self)
+            self.qps[1] = self._gsi
+        return self._gsi
 
     # ------------------------------------------------------------------ resources
     @property
@@ -172,6 +181,8 @@ class SoftDevice:
 
     def receive(self, pkt: Pkt) -> None:
         qp = self.qps.get(pkt.destqp)
+        if qp is None and pkt.destqp == 1:
+            qp = self.gsi
         if qp is None:
             self._drop(pkt, f"no QP {pkt.destqp:#x}")
             return
