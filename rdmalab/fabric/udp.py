@@ -64,7 +64,7 @@ from zlib_ng.zlib_ng import crc32
 from rdmalab.verbs.engine.carrier import Station
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import _ATTR, INFO, PSN_MASK, SEGMENT, Pkt, middle_of
-from rdmalab.verbs.trace import Trace, TraceEvent
+from rdmalab.verbs.engine.trace import Trace, TraceEvent
 from rdmalab.wire.opcodes import CNP_OPCODE
 
 ROCEV2_PORT = 4791

@@ -281,17 +281,18 @@ class AETH(Header):
         ws="infiniband.aeth",
     )
 
+    # positional: the engine builds one of these for every ACK it sends, and keywords cost twice the time
     @classmethod
     def ack(cls, msn: int, credits: int = CREDIT_INVALID) -> AETH:
-        return cls(type=AETH_ACK, value=credits, msn=msn)
+        return cls(0, AETH_ACK, credits, msn)
 
     @classmethod
     def rnr_nak(cls, msn: int, timer: int) -> AETH:
-        return cls(type=AETH_RNR_NAK, value=timer, msn=msn)
+        return cls(0, AETH_RNR_NAK, timer, msn)
 
     @classmethod
     def nak(cls, msn: int, code: int) -> AETH:
-        return cls(type=AETH_NAK, value=code, msn=msn)
+        return cls(0, AETH_NAK, code, msn)
 
     @property
     def syndrome(self) -> int:
@@ -494,6 +495,11 @@ class Transport(enum.IntEnum):
 class Op(enum.Enum):
     """The operation an opcode belongs to."""
 
+    # Members are singletons compared by identity, so the identity hash agrees with ``==``; Enum's own
+    # ``__hash__`` is a Python function (hash of the name), and the engine looks opcodes up by these
+    # several times a packet.
+    __hash__ = object.__hash__
+
     SEND = "SEND"
     RDMA_WRITE = "RDMA WRITE"
     RDMA_READ_REQUEST = "RDMA READ Request"
@@ -510,6 +516,8 @@ class Op(enum.Enum):
 
 class Pos(enum.Enum):
     """Where a packet sits in a multi-packet message."""
+
+    __hash__ = object.__hash__  # as Op's
 
     FIRST = "First"
     MIDDLE = "Middle"

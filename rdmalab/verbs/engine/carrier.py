@@ -58,7 +58,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from rdmalab.verbs.engine.datagram import Datagram, datagram_from_frame
 from rdmalab.verbs.engine.packet import Pkt
-from rdmalab.verbs.trace import TraceEvent
+from rdmalab.verbs.engine.trace import TraceEvent
 
 __all__ = ["Carrier", "Datagram", "Scheduler", "Station", "TimerHandle", "datagram_from_frame"]
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rdmalab.verbs import enums as e
-from rdmalab.verbs.cq import WC
+from rdmalab.verbs.engine.completion import WC
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import PSN_MASK
 from rdmalab.verbs.engine.wqe import WC_OPCODE, RecvWQE, Resource, SendWQE
@@ -158,7 +158,7 @@ class QPCore:
         if new == cur and new != e.IBV_QPS_RESET:
             return
         self.qp_state = new
-        if self.dev.tracing:
+        if self.dev.carrier.tracing:
             names: dict[str, Any] = {"from": e.QP_STATE_NAMES[cur], "to": e.QP_STATE_NAMES[new]}
             self.dev.trace(self.qp_num, "state", **names)
         if new == e.IBV_QPS_RESET:
@@ -195,7 +195,7 @@ class QPCore:
         self._push(self.rcq, wc, solicited)
 
     def _push(self, cq: CompletionQueue, wc: WC, solicited: bool) -> None:
-        if self.dev.tracing:
+        if self.dev.carrier.tracing:
             self.dev.trace(self.qp_num, "completed", wr_id=wc.wr_id, status=e.ibv_wc_status_str(wc.status),
                            wc_opcode=wc.opcode, byte_len=wc.byte_len)
         if not cq.push(wc, solicited) and self.qp_state != e.IBV_QPS_ERR:
@@ -236,7 +236,7 @@ class QPCore:
             return
         comp.timer_armed = True
         period = 4096 << t
-        comp.timer_deadline = self.dev.now + period
+        comp.timer_deadline = self.dev.carrier.now_ns + period
         if not comp.timer_pending:
             comp.timer_pending = True
             self.dev.schedule(period, self._on_timer, self.gen)
