@@ -6,8 +6,9 @@ real network interface, so that the kernel's rxe, the stock tools (``ibv_rc_ping
 (``drivers/infiniband/sw/rxe/``):
 
 * **UDP destination port 4791** for everything, also ACKs and read responses; the **source port
-  is per QP**, ``0xC000 + (hash_32(qpn, 14) & 0x3FFF)`` (``rxe_qp.c`` ``rxe_qp_init_req``; the
-  engine's QP computes it, :mod:`rdmalab.verbs.qp`).
+  is per connection**, ``rdma_get_udp_sport(flow_label, qpn, dest_qpn)`` (``ib_verbs.h``; set by
+  ``rxe_modify_qp`` when the address vector is given, replacing ``rxe_qp_init_req``'s initial
+  ``0xC000 + hash_32(qpn, 14)``): the engine's QP computes it (``QPCore.set_udp_sport``).
 * **IPv4 with DF set**, TTL 64, a **nonzero IP Identification** from a per-device counter (rxe
   calls ``__ip_select_ident`` directly in ``rxe_net.c`` ``prepare_ipv4_hdr``), UDP checksum 0.
 * **GIDs as rxe lays them out**: index 0 the link-local ``fe80::`` + modified EUI-64 of the

@@ -91,6 +91,33 @@ class GRH(Header):
     )
 
 
+# The RoCEv2 UDP source port of a connection (Linux include/rdma/ib_verbs.h, since 5.17; rxe sets it in
+# rxe_modify_qp whenever the address vector is given, replacing the initial 0xC000 + hash_32(qpn, 14)).
+ROCE_UDP_SPORT_MIN = 0xC000  # IB_ROCE_UDP_ENCAP_VALID_PORT_MIN: the 14 low bits carry the entropy
+FLOW_LABEL_MASK = 0xFFFFF  # IB_GRH_FLOWLABEL_MASK
+
+
+def calc_flow_label(lqpn: int, rqpn: int) -> int:
+    """ib_verbs.h ``rdma_calc_flow_label``: a 20-bit flow label from the two QP numbers, the same
+    at both ends (the product folded at bits 20 and 40)."""
+    v = (lqpn * rqpn) & 0xFFFFFFFFFFFFFFFF
+    v ^= v >> 20
+    v ^= v >> 40
+    return v & FLOW_LABEL_MASK
+
+
+def flow_label_to_udp_sport(flow_label: int) -> int:
+    """ib_verbs.h ``rdma_flow_label_to_udp_sport``: the 20-bit flow label folded into 14 bits, above 0xC000."""
+    low, high = flow_label & 0x3FFF, flow_label & 0xFC000
+    return (low ^ (high >> 14)) | ROCE_UDP_SPORT_MIN
+
+
+def udp_sport(flow_label: int, lqpn: int, rqpn: int) -> int:
+    """ib_verbs.h ``rdma_get_udp_sport``: the UDP source port of a QP's packets, from the address
+    vector's flow label, or from the QP numbers when the flow label is 0."""
+    return flow_label_to_udp_sport(flow_label or calc_flow_label(lqpn, rqpn))
+
+
 # --------------------------------------------------------------------------- BTH
 
 

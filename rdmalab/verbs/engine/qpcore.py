@@ -31,6 +31,7 @@ from rdmalab.verbs.engine.completion import WC
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import PSN_MASK
 from rdmalab.verbs.engine.wqe import WC_OPCODE, RecvWQE, Resource, SendWQE
+from rdmalab.wire.ib import udp_sport
 
 
 class CompletionQueue(Protocol):
@@ -103,7 +104,9 @@ class QPCore:
         self.owner = owner  # the pyverbs-shaped QP in front of this one
         self.qp_state: int = e.IBV_QPS_RESET
         self.qp_num = dev.alloc_qpn(self)
-        self.sport = 0xC000 + (_hash32(self.qp_num, 14) & 0x3FFF)  # rxe_qp.c: per-QP UDP source port
+        # the UDP source port: rxe_qp.c rxe_qp_init_req's initial value, until the address vector
+        # gives the connection's (set_udp_sport, as rxe_modify_qp does)
+        self.sport = 0xC000 + (_hash32(self.qp_num, 14) & 0x3FFF)
         self.gen = 0
         self.sq: list[SendWQE] = []
         self.rq: deque[RecvWQE] = deque()
@@ -141,6 +144,13 @@ class QPCore:
             self.retry_cnt = self.comp.retry_left = retry_cnt
         if rnr_retry is not None:
             self.rnr_retry = self.comp.rnr_left = rnr_retry
+
+    def set_udp_sport(self, flow_label: int) -> None:
+        """The address vector was given (with the destination QP number already set): the UDP
+        source port becomes ``rdma_get_udp_sport(flow_label, qpn, dest_qpn)``, as Linux 6.1
+        ``rxe_modify_qp`` sets it (``rxe_verbs.c``; the function is in ``ib_verbs.h``).  The
+        captures in ``captures/`` agree: both directions of an rxe connection share one port."""
+        self.sport = udp_sport(flow_label, self.qp_num, self.dest_qp_num)
 
     def set_max_dest_rd_atomic(self, n: int) -> None:
         self.max_dest_rd_atomic = n
