@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import IO, Any
 
-from rdmalab.verbs.engine.carrier import Scheduler, Station, TimerHandle
+from rdmalab.verbs.engine.carrier import Scheduler, Station, Timer, TimerHandle
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import INFO, ROCE_OVERHEAD, Pkt
 from rdmalab.verbs.engine.trace import Trace, TraceEvent
+from rdmalab.wire.ib import IB_MTUS
 
 Tap = Callable[[int, str, str, bytes], None]
 
@@ -53,24 +54,6 @@ class Faults:
 @dataclass
 class Link:
     busy_until: int = 0
-
-
-class Timer:
-    """A pending :meth:`Fabric.call_later` (a :class:`~rdmalab.verbs.engine.carrier.TimerHandle`)."""
-
-    __slots__ = ("fn", "arg", "cancelled")
-
-    def __init__(self, fn: Callable[[Any], None], arg: Any) -> None:
-        self.fn = fn
-        self.arg = arg
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-    def __call__(self, _: Any) -> None:
-        if not self.cancelled:
-            self.fn(self.arg)
 
 
 class PcapTap:
@@ -120,7 +103,7 @@ class Fabric:
 
     def __init__(self, *, seed: int = 0, mtu: int = 4096, latency_ns: int = 1000, bandwidth_gbps: float = 100.0,
                  trace: bool = True, frames: bool = False, bursts: bool = True) -> None:
-        if mtu not in (256, 512, 1024, 2048, 4096):
+        if mtu not in IB_MTUS:
             raise ValueError(f"mtu must be an IB MTU (256..4096 bytes), not {mtu}")
         self.seed = seed
         self.rng = random.Random(seed)

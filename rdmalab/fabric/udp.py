@@ -62,15 +62,15 @@ from typing import IO, Any
 # single cost.  Same results bit for bit (tests/fabric/test_udp.py checks them against zlib).
 from zlib_ng.zlib_ng import crc32
 
-from rdmalab.verbs.engine.carrier import Station
+from rdmalab.verbs.engine.carrier import Station, Timer
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import _ATTR, INFO, PSN_MASK, SEGMENT, Pkt, middle_of
 from rdmalab.verbs.engine.trace import Trace, TraceEvent
+from rdmalab.wire.ib import IB_MTUS
+from rdmalab.wire.net import ROCEV2_PORT
 from rdmalab.wire.opcodes import CNP_OPCODE
 
-ROCEV2_PORT = 4791
 RXE_MAX_HDR_LENGTH = 80  # rxe_param.h: Ethernet + IP + UDP + BTH and extension headers, ICRC
-IB_MTUS = (4096, 2048, 1024, 512, 256)
 
 #: received packets after which the ACKs held back for coalescing are sent (see _receive_all)
 ACK_BATCH = 8
@@ -149,7 +149,7 @@ def interface_of(ip: str) -> str:
 def ib_mtu_for(netdev_mtu: int) -> int:
     """rxe's port MTU for a netdev MTU: ``mtu - 80`` rounded down to an IB MTU, at least 256."""
     room = netdev_mtu - RXE_MAX_HDR_LENGTH
-    return next((m for m in IB_MTUS if m <= room), 256)
+    return max((m for m in IB_MTUS if m <= room), default=256)
 
 
 def neighbour_mac(ip: str) -> int | None:
@@ -203,22 +203,6 @@ _DROP_ALL = [(0x06, 0, 0, 0)]
 
 
 # ---------------------------------------------------------------------- the carrier
-class _Timer:
-    """What :meth:`UdpFabric.call_later` returns (a :class:`~rdmalab.verbs.engine.carrier.TimerHandle`)."""
-
-    __slots__ = ("fn", "arg", "cancelled")
-
-    def __init__(self, fn: Callable[[Any], None], arg: Any) -> None:
-        self.fn, self.arg, self.cancelled = fn, arg, False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-    def __call__(self, _: Any) -> None:
-        if not self.cancelled:
-            self.fn(self.arg)
-
-
 class UdpFabric:
     """One soft device on a real interface, talking RoCEv2 over UDP/IPv4 port 4791.
 
@@ -342,9 +326,9 @@ class UdpFabric:
     def now_ns(self) -> int:
         return time.monotonic_ns()
 
-    def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> _Timer:
+    def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> Timer:
         """Run ``fn(arg)`` from the event loop ``delay_ns`` from now (wall clock); ``cancel()`` forgets it."""
-        t = _Timer(fn, arg)
+        t = Timer(fn, arg)
         cb: Callable[[Any], None] = t
         self._seq += 1
         heapq.heappush(self._timers, (time.monotonic_ns() + max(0, int(delay_ns)), self._seq, cb, None))

@@ -25,6 +25,11 @@ LNH_NAMES = {0: "Raw", 1: "IP non-IBA", 2: "IBA local (BTH next)", 3: "IBA globa
 
 GRH_NXTHDR_IBA = 0x1B  # IBA Vol 1 8.3.1: next header value for an IBA transport header
 
+#: The IB MTUs: code -> bytes of payload a packet may carry (IBA Vol 1 14.2.5.6, PortInfo MTUCap and
+#: NeighborMTU; the same codes in a CM REQ's Path MTU, 12.6.5, and in libibverbs' ``enum ibv_mtu``).
+IB_MTU_BYTES: dict[int, int] = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
+IB_MTUS: tuple[int, ...] = tuple(IB_MTU_BYTES.values())  # 256 .. 4096, smallest first
+
 
 @dataclass(frozen=True, slots=True)
 class LRH(Header):
