@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from rdmalab.wire.errors import MalformedError
-from rdmalab.wire.header import F, Header, Layout, layout
+from rdmalab.wire.header import F, Header, Layout, compile_constructor, layout
 
 # --------------------------------------------------------------------------- routing headers
 
@@ -313,10 +313,10 @@ class AETH(Header):
         ws="infiniband.aeth",
     )
 
-    # positional: the engine builds one of these for every ACK it sends, and keywords cost twice the time
+    # the engine builds one of these for every ACK it sends: the generated constructor, not __init__
     @classmethod
     def ack(cls, msn: int, credits: int = CREDIT_INVALID) -> AETH:
-        return cls(0, AETH_ACK, credits, msn)
+        return _make_aeth(0, AETH_ACK, credits, msn) if cls is AETH else cls(0, AETH_ACK, credits, msn)
 
     @classmethod
     def rnr_nak(cls, msn: int, timer: int) -> AETH:
@@ -398,6 +398,9 @@ class AETH(Header):
 
     def summary(self) -> str:
         return f"AETH({self.syndrome_text()}, msn={self.msn})"
+
+
+_make_aeth = compile_constructor(AETH)
 
 
 @dataclass(frozen=True, slots=True)
