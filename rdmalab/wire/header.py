@@ -196,7 +196,8 @@ class Header:
         enc = _ENCODERS.get(cls)
         if enc is None:
             enc = _ENCODERS[cls] = compile_encoder(cls)
-        return enc(self)
+        out: bytes = enc(self)
+        return out
 
     def encode_reference(self) -> bytes:
         """The readable encoder: each field checked, shifted into place and or-ed in, in order."""

@@ -136,11 +136,16 @@ class SoftDevice:
         if pkt is not None and packet_id is not None:
             pkt.id = packet_id
         if pkt is None:
-            self.counters["dropped"] += 1
-            if self.carrier.tracing:
-                self.trace(0, "dropped", reason="bad ICRC or malformed frame")
+            self.discard("bad ICRC or malformed frame")
             return
         self.receive(pkt)
+
+    def discard(self, reason: str) -> None:
+        """Something arrived that is no packet of ours (malformed, or its ICRC is bad: rxe drops those
+        silently, ``rxe_icrc.c``): counted as dropped, and traced with ``reason``."""
+        self.counters["dropped"] += 1
+        if self.carrier.tracing:
+            self.trace(0, "dropped", reason=reason)
 
     def drop(self, pkt: Pkt, reason: str) -> None:
         """``pkt`` is dropped here: counted, and traced with ``reason``."""
@@ -156,10 +161,7 @@ class SoftDevice:
         ``(va, r_key, dma_length)``.  It does what :meth:`receive` would do when the packet is the
         next one expected and every check passes; otherwise it changes nothing and returns False,
         and the carrier hands the packet to :meth:`receive` (which NAKs, drops or traces it).
-        Not while tracing: the trace has an event for every packet received, :meth:`receive` makes it.
-        A carrier in a hurry may do the same in one call less: ``qp = device.qps.get(destqp)``,
-        ``qp.segment(code, psn, ackreq, src_gid, dst_gid, data, reth)``, and add the packets taken
-        to ``device.counters["rcvd_pkts"]`` (the UDP carrier does, once per batch)."""
+        Not while tracing: the trace has an event for every packet received, :meth:`receive` makes it."""
         qp = self.qps.get(destqp)
         if qp is None or not qp.segment(code, psn, ackreq, src_gid, dst_gid, data, reth):
             return False
