@@ -96,11 +96,9 @@ def _start(qp: QPCore, w: SendWQE) -> bool:
     if op not in SUPPORTED[qp.qp_type]:
         qp.fail_wqe(w, e.IBV_WC_LOC_QP_OP_ERR)  # rxe next_opcode() < 0
         return False
-    rc = qp.qp_type == e.IBV_QPT_RC
     if op in READ_ATOMIC and qp.req.rd_out >= max(1, qp.max_rd_atomic):
         return False
-    if rc and psn_diff(qp.req.psn, qp.comp.psn) >= WINDOW:
-        return False
+    # (the RC window: run() checks it before it starts a WQE)
     try:
         if op in READ_ATOMIC:
             w.dest = local_views(qp.dev, qp.pd, w.sg, write=True)
