@@ -114,7 +114,9 @@ class Fabric:
         self.bursts = bursts
         self.devices: dict[str, SoftDevice] = {}
         self.trace = Trace()
-        self._tracing = trace
+        #: whether the engine records trace events (a plain attribute: the engine reads it for every
+        #: packet; switching it on or off at any time is fine, bursts do not depend on it)
+        self.tracing = trace
         self._now = 0
         self._seq = 0
         self._events: list[tuple[int, int, Callable[[Any], None], Any]] = []
@@ -248,15 +250,6 @@ class Fabric:
         """Start writing every frame to ``dest`` (a path or a binary file); ``close()`` the result."""
         return PcapTap(self, dest)
 
-    @property
-    def tracing(self) -> bool:
-        return self._tracing
-
-    @tracing.setter
-    def tracing(self, on: bool) -> None:
-        self._tracing = on
-        self._update_mode()
-
     def _update_mode(self) -> None:
         # Bursts (see rdmalab.verbs.engine.packet) only when nothing can tell them apart: the trace can't,
         # send() expands a burst into the packets it stands for, each traced and delivered on its own.
@@ -271,7 +264,7 @@ class Fabric:
         dst = self._by_gid.get(pkt.dst_gid)
         count = pkt.count
         self.stats["sent"] += count
-        if self._taps or self._tracing:
+        if self._taps or self.tracing:
             singles = self._observe(src, dst, pkt)
             if count > 1 and dst is not None:
                 # A burst while tracing: the receiver gets the very packets the trace shows as sent, one
@@ -325,7 +318,7 @@ class Fabric:
         singles = pkt.expand()
         for p in singles:
             frame = p.frame() if want_frame else None
-            if self._tracing:
+            if self.tracing:
                 self.trace.append(TraceEvent(self._now, src.name, p.srcqp, "sent", p.psn, p.opcode,
                                              {"packet_id": p.id, "dqpn": p.destqp, "len": len(p.payload),
                                               "ackreq": p.ackreq}, frame))
@@ -362,7 +355,7 @@ class Fabric:
             heapq.heappush(self._events, (t, self._seq, deliver, frame))
 
     def _drop(self, dst: SoftDevice, p: Pkt, reason: str) -> None:
-        if self._tracing:
+        if self.tracing:
             self.trace.append(TraceEvent(self._now, dst.name, p.destqp, "dropped", p.psn, p.opcode,
                                          {"packet_id": p.id, "reason": reason}))
 
