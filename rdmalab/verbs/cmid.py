@@ -658,7 +658,10 @@ class CMID:
         child.port_space = self.port_space
         child._channel = self._channel
         child.sync = self.sync
-        child._attach(dev) if self.device is not dev else child._share(self)
+        if self.device is dev:
+            child._share(self)
+        else:
+            child._attach(dev)
         child.src_addr, child.src_port = dst, self.src_port
         child.dst_addr, child.dst_port = str(hdr.src_address), hdr.src_port
         child.conn, child.req = conn, msg
@@ -941,8 +944,8 @@ class CMID:
                         dev.gsi.agent.shared.unlisten(sid)
         if self.qp is not None:
             self.qp.close()
-        if self._channel is not None and self in self._channel.ids and not self.sync:
-            pass
+        if self._channel is not None and self in self._channel.ids:
+            self._channel.ids.remove(self)
 
     def __enter__(self) -> CMID:
         return self

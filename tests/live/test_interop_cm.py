@@ -9,6 +9,7 @@ would: ``RDMALAB_LINKS=soft0=veth1`` (rdmalab.verbs.providers), except one rping
   every cycle's data on both sides, exit status 0, the REQ/REP/RTU and DREQ/DREP in the capture,
   the engine's CM frames field by field as tshark reads them;
 * the same two pairings under 2 % netem loss on both veths (CM retries included), with ``-C 20``;
+* stock ``udaddy`` / ``rdmalab udaddy``, both roles: SIDR, ten UD SENDs with immediate each way;
 * a REJ both ways: the engine to a kernel port where nothing listens (reason 8 in words, within
   the time the stock rping takes for the same), and the stock rping to an engine port where
   nothing listens;
@@ -63,6 +64,16 @@ rping_pair() {  # $1 tag, $2 count, $3 extra options of the engine's rping
 }
 rping_pair rping COUNT ""
 rping_pair rping_netdev 3 "--netdev $PEER_NETDEV"
+log "udaddy: stock server, rdmalab client"
+timeout 120 udaddy -b $RXE0_IP -C 10 -S 100 > "$OUT/ud.stock_server.out" 2>&1 &
+sleep 1
+timeout 120 $ENG $RDL udaddy -s $RXE0_IP -C 10 -S 100 > "$OUT/ud.rdl_client.out" 2>&1
+echo $? > "$OUT/ud.rdl_client.rc"; wait $!; echo $? > "$OUT/ud.stock_server.rc"
+log "udaddy: rdmalab server, stock client"
+timeout 120 $ENG $RDL udaddy -b $PEER_IP -C 10 -S 100 > "$OUT/ud.rdl_server.out" 2>&1 &
+sleep 8
+timeout 120 udaddy -s $PEER_IP -C 10 -S 100 > "$OUT/ud.stock_client.out" 2>&1
+echo $? > "$OUT/ud.stock_client.rc"; wait $!; echo $? > "$OUT/ud.rdl_server.rc"
 log "REJ: the engine to a kernel port where nothing listens; then the stock rping for the same"
 s=$(date +%s.%N); timeout 120 $ENG $RDL rping -c -a $RXE0_IP -p 9999 -C 1 > "$OUT/rej.rdl_client.out" 2>&1
 echo $? > "$OUT/rej.rdl_client.rc"; e=$(date +%s.%N); echo "$s $e" > "$OUT/rej.rdl_client.time"
@@ -214,6 +225,16 @@ def test_a_connect_where_nothing_listens_is_rejected_in_words_both_ways(cm_job: 
     stock = _read(cm_job, "rej.stock_client.out")
     assert _rc(cm_job, "rej.stock_client") != 0, stock
     assert "RDMA_CM_EVENT_REJECTED, error 8" in stock, stock
+
+
+def test_udaddy_both_roles_against_the_stock_udaddy(cm_job: Path) -> None:
+    for stock, ours in (("stock_server", "rdl_client"), ("stock_client", "rdl_server")):
+        s, o = _read(cm_job, f"ud.{stock}.out"), _read(cm_job, f"ud.{ours}.out")
+        assert _rc(cm_job, f"ud.{stock}") == 0 and _rc(cm_job, f"ud.{ours}") == 0, s + o
+        for text in (s, o):
+            assert "data transfers complete" in text and "return status 0" in text, text
+    frames = [name for _, name in _cm_frames(cm_job / "cm.pcap")]
+    assert frames.count("SIDR_REQ") >= 2 and frames.count("SIDR_REP") >= 2, frames
 
 
 def _kv(text: str) -> dict[str, str]:
