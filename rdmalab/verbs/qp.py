@@ -214,6 +214,8 @@ class QP:
             if mask & bit:
                 setattr(at, name, getattr(a, name))
         eng.access, eng.qkey, eng.dest_qp_num = at.qp_access_flags, at.qkey, at.dest_qp_num
+        if mask & S.AV and a.ah_attr.is_global:  # rxe_modify_qp: the port from the flow label (or the QPNs)
+            eng.set_udp_sport(a.ah_attr.gr.flow_label)
         eng.timeout, eng.min_rnr_timer = at.timeout, at.min_rnr_timer
         if mask & S.MTU:
             eng.mtu = e.mtu_to_bytes(a.path_mtu)
