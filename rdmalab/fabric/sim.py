@@ -278,6 +278,11 @@ class Fabric:
                         self._carry(src, dst, p)
                 return
         if dst is None:
+            members = [d for d in self.devices.values() if pkt.dst_gid in d.mcast] if count == 1 else []
+            if members:  # multicast: a copy to every device with a QP attached to the group, the sender's too
+                for d in members:
+                    self._carry(src, d, pkt)
+                return
             self.stats["unroutable"] += count
             return
         if count == 1 and len(pkt.payload) > self.mtu:

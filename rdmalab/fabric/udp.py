@@ -204,16 +204,47 @@ class UdpFabric:
         _attach_filter(sink, _DROP_ALL)
         self._raw = raw
         self._sink = sink
+        self._groups: list[int] = []
         self._sel = selectors.DefaultSelector()
         self._sel.register(raw, selectors.EVENT_READ)
         self._closed = False
+
+    def join_group(self, group: str) -> None:
+        """Receive RoCEv2 sent to the IPv4 multicast ``group`` (IGMP membership on this interface, and the
+        filter lets it in); multicast this carrier sends leaves through this interface and loops back to
+        local members, as for rxe (rdma_cm on RoCE joins the IP group: ``cma_iboe_join_multicast``)."""
+        g = int(ipaddress.IPv4Address(group))
+        if g in self._groups:
+            return
+        mreq = socket.inet_aton(group) + socket.inet_aton(self.ip)
+        self._raw.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreq)
+        self._raw.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(self.ip))
+        self._raw.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+        self._groups.append(g)
+        _attach_filter(self._raw, _rocev2_filter(int(ipaddress.IPv4Address(self.ip)), tuple(self._groups)))
+
+    def leave_group(self, group: str) -> None:
+        g = int(ipaddress.IPv4Address(group))
+        if g not in self._groups:
+            return
+        self._groups.remove(g)
+        mreq = socket.inet_aton(group) + socket.inet_aton(self.ip)
+        try:
+            self._raw.setsockopt(socket.IPPROTO_IP, socket.IP_DROP_MEMBERSHIP, mreq)
+        except OSError:
+            pass
+        _attach_filter(self._raw, _rocev2_filter(int(ipaddress.IPv4Address(self.ip)), tuple(self._groups)))
 
     def reopen(self) -> None:
         """New sockets for this process (after ``fork()``: sockets shared with the parent would hand
         each arriving packet to only one of the two processes)."""
         for closable in (self._sel, self._raw, self._sink):
             closable.close()
+        groups = [str(ipaddress.IPv4Address(g)) for g in self._groups]
         self._open_sockets(self.ip, int(ipaddress.IPv4Address(self.ip)))
+        self._groups = []
+        for g in groups:
+            self.join_group(g)
 
     # ------------------------------------------------------------------ the fabric interface of the engine
     def add_device(self, name: str | None = None, ip: str | None = None, mac: int | None = None) -> SoftDevice:

@@ -122,19 +122,24 @@ def _attach_filter(sock: socket.socket, prog: list[tuple[int, int, int, int]]) -
                                                                                  ctypes.sizeof(fprog))))
 
 
-def _rocev2_filter(ipv4: int) -> list[tuple[int, int, int, int]]:
+def _rocev2_filter(ipv4: int, groups: tuple[int, ...] = ()) -> list[tuple[int, int, int, int]]:
     # On a raw IPv4 socket the filter sees the packet from the IP header.  Accept UDP (already
-    # guaranteed by IPPROTO_UDP) to our address and port 4791, whatever the IP header length.
+    # guaranteed by IPPROTO_UDP) to our address, or to a multicast group joined, and port 4791,
+    # whatever the IP header length.
     ld_w, ld_b_msh, ldx_h, jeq, ret = 0x20, 0xB1, 0x48, 0x15, 0x06
-    return [
-        (ld_w, 0, 0, 16),               # A = ip.dst
-        (jeq, 0, 3, ipv4),              # if A != ours: reject
+    addrs = (ipv4, *groups)
+    prog = [(ld_w, 0, 0, 16)]                              # A = ip.dst
+    for i, a in enumerate(addrs):                          # if A is ours or a group's: check the port
+        prog.append((jeq, len(addrs) - i, 0, a))
+    prog += [
+        (ret, 0, 0, 0),                 # reject
         (ld_b_msh, 0, 0, 0),            # X = IHL * 4
         (ldx_h, 0, 0, 2),               # A = udp.dport (half word at X + 2)
         (jeq, 1, 0, ROCEV2_PORT),       # if A == 4791: accept
         (ret, 0, 0, 0),                 # reject
         (ret, 0, 0, 0x40000),           # accept the whole packet
     ]
+    return prog
 
 
 _DROP_ALL = [(0x06, 0, 0, 0)]

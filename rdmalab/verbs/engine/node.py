@@ -35,6 +35,9 @@ def eui64_gid(mac: int) -> int:
     return (0xFE80 << 112) | int.from_bytes(eui, "big")
 
 
+MCAST_QPN = 0xFFFFFF  # IBA Vol 1 9.8.1: the destination QP of every multicast packet
+
+
 class SoftDevice:
     """One node on a fabric: name, MAC, GIDs (0: link-local, 1: ``::ffff:<ipv4>``), QPs and MRs."""
 
@@ -55,6 +58,8 @@ class SoftDevice:
         #: where QP numbers come from when other processes share the device (else 0x11, 0x12, ...)
         self.qpn_source: Callable[[], int] | None = None
         self._gsi: Any = None
+        #: multicast GID -> the UD QPs attached to it (ibv_attach_mcast)
+        self.mcast: dict[int, list[Any]] = {}
         self.counters = {"rcvd_pkts": 0, "sent_pkts": 0, "dropped": 0, "duplicate_request": 0,
                          "out_of_seq_request": 0, "rcvd_rnr_err": 0, "send_rnr_err": 0, "rcvd_seq_err": 0,
                          "retry_exceeded_err": 0, "retry_rnr_exceeded_err": 0, "completer_retry_err": 0}
@@ -189,10 +194,43 @@ class SoftDevice:
         self.counters["rcvd_pkts"] += 1
         return True
 
+    def attach_mcast(self, mgid: int, qp: Any) -> None:
+        """``ibv_attach_mcast``: UD packets to QP 0xFFFFFF and ``mgid`` reach ``qp`` (each attached QP
+        gets its own copy, as rxe's ``rxe_rcv_mcast_pkt``)."""
+        qps = self.mcast.setdefault(mgid, [])
+        if qp not in qps:
+            qps.append(qp)
+
+    def detach_mcast(self, mgid: int, qp: Any) -> bool:
+        qps = self.mcast.get(mgid, [])
+        if qp not in qps:
+            return False
+        qps.remove(qp)
+        if not qps:
+            del self.mcast[mgid]
+        return True
+
+    def _receive_mcast(self, pkt: Pkt) -> None:
+        qps = self.mcast.get(pkt.dst_gid)
+        if not qps:
+            self.drop(pkt, "multicast to a group no QP of this device is attached to")
+            return
+        for qp in list(qps):
+            if TRANSPORT.get(qp.qp_type) != INFO[pkt.opcode].transport:
+                continue
+            self.counters["rcvd_pkts"] += 1
+            if self.carrier.tracing:
+                self.carrier.record(TraceEvent(self.carrier.now_ns, self.name, qp.qp_num, "received", pkt.psn,
+                                               pkt.opcode, {"packet_id": pkt.id, "len": len(pkt.payload)}))
+            qp.on_request(pkt)
+
     def receive(self, pkt: Pkt) -> None:
         qp = self.qps.get(pkt.destqp)
         if qp is None and pkt.destqp == 1:
             qp = self.gsi
+        if qp is None and pkt.destqp == MCAST_QPN:
+            self._receive_mcast(pkt)
+            return
         if qp is None:
             self.drop(pkt, f"no QP {pkt.destqp:#x}")
             return
