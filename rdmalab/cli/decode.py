@@ -141,6 +141,13 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     return 0
 
 
+def _columns_answer(flt: Any) -> bool:
+    """Whether every field of a compiled filter is a column (so it can run over columns)."""
+    from rdmalab.capture.columnar import COLUMN_NAMES  # lazy: keeps `rdmalab --help` fast
+
+    return set(flt.fields) <= COLUMN_NAMES
+
+
 def run_decode(args: argparse.Namespace, out: TextIO) -> int:
     from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.render import TcpWindowScaling, frame_tree, summary_line  # lazy: keeps `rdmalab --help` fast
@@ -160,6 +167,13 @@ def run_decode(args: argparse.Namespace, out: TextIO) -> int:
             return run_fields(path, args, flt, out)
         if fmt == "json":
             return run_json(path, args, flt, out)
+        if not args.verbose and not args.no_columnar and (flt is None or _columns_answer(flt)):
+            from rdmalab.capture.columnar_summary import summary_lines  # lazy: keeps `rdmalab --help` fast
+
+            for text in summary_lines(path, count=args.count, flt=flt, lenient=not args.strict,
+                                      iwarp=not args.no_iwarp):
+                out.write(text)
+            return 0
         t0: float | None = None
         write = out.write
         windows = TcpWindowScaling()  # follows every frame, filtered out or not, as tshark does
@@ -212,7 +226,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     mode.add_argument("--strict", dest="strict", action="store_true", help="stop at the first bad frame")
     d.add_argument("--no-iwarp", action="store_true", help="do not reassemble TCP streams into iWARP PDUs")
     d.add_argument("--no-columnar", action="store_true",
-                   help="with -T fields: use the per-packet decoder even where the columnar one would do")
+                   help="use the per-packet decoder even where the columnar one would do (-T fields, summary lines)")
     d.add_argument("-j", "--workers", type=int, metavar="N",
                    help="with -T fields: worker processes for a large capture (default: one fewer than the cores)")
     d.set_defaults(func=run_decode, strict=False)

@@ -18,8 +18,7 @@ import dpkt
 import numpy as np
 import pytest
 
-from rdmalab.capture import CaptureError, read, records
-from rdmalab.capture import columnar_decode
+from rdmalab.capture import CaptureError, columnar_decode, read, records
 from rdmalab.capture.columnar import iter_columns, record_blocks
 from rdmalab.wire import crc
 
