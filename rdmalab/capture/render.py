@@ -158,8 +158,13 @@ def summary_line(cp: CapturedPacket, t0: float, tcp_windows: TcpWindowScaling | 
     Pass one :class:`TcpWindowScaling` for all frames of a capture, in order, for TCP windows
     scaled as tshark shows them."""
     src, dst = endpoints(cp.packet)
-    return (f"{cp.frame_number:5d} {cp.timestamp - t0:11.6f} {src:>15} → {dst:<15} {protocol(cp):<10} "
-            f"{cp.wire_length or len(cp.packet.data):5d} {info(cp, tcp_windows)}")
+    return format_summary(cp.frame_number, cp.timestamp - t0, src, dst, protocol(cp),
+                          cp.wire_length or len(cp.packet.data), info(cp, tcp_windows))
+
+
+def format_summary(frame: int, t: float, src: str, dst: str, proto: str, length: int, text: str) -> str:
+    """The summary line's layout (tshark's columns: No., Time, Source, Destination, Protocol, Length, Info)."""
+    return f"{frame:5d} {t:11.6f} {src:>15} → {dst:<15} {proto:<10} {length:5d} {text}"
 
 
 def _header_lines(h: Header, offset: int, indent: str) -> list[str]:

@@ -139,3 +139,21 @@ def test_strict_stops_at_the_same_frame(tmp_path: Path, capsys: Any) -> None:
         outs.append((capsys.readouterr(), err))
     assert outs[0] == outs[1]
     assert outs[0][0].out.count("\n") == 30
+
+
+def test_times_round_as_python_does() -> None:
+    """The vectorised ``%11.6f`` of relative times is Python's, including halves, nanosecond
+    times, negative times (a capture whose clock steps back) and large ones."""
+    from rdmalab.capture.columnar_summary import _seconds
+
+    rng = np.random.default_rng(19)
+    t = np.concatenate([
+        rng.random(20000) * 100,  # nanosecond resolution: anything after the sixth decimal
+        np.arange(20000) * 1e-6,  # microsecond times
+        (np.arange(5000) + 0.5) / 1e6,  # halves (as close as binary gets)
+        (rng.integers(0, 10**9, 5000) * 1e-9 + rng.integers(0, 10**6, 5000)),  # sec + ns
+        -rng.random(1000), -np.arange(10) * 1e-7, [0.0, -0.0, 1e9 + 0.5e-6, 5e8 + 0.25e-6, 123456.0000005],
+    ])
+    m = _seconds(t)
+    got = [bytes(row[row != 0]).decode() for row in m]
+    assert got == [f"{x:11.6f}" for x in t.tolist()]
