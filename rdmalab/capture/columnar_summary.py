@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ from rdmalab.capture.columnar_schema import Columns
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.fieldtext import _OCTET_DOT32, _dec, _hex, _strings
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
-from rdmalab.capture.pcapio import RecordBlock, record_blocks
+from rdmalab.capture.pcapio import PCAP_MAGICS, RecordBlock, open_capture, pcap_block, pcap_raw, record_blocks
 from rdmalab.capture.reader import RawRecord, decode_record
 from rdmalab.capture.render import TcpWindowScaling, endpoints, format_summary, info, protocol, summary_line
 from rdmalab.wire.ib import AETH, Transport
@@ -236,13 +237,117 @@ def _fast_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tup
     return m.tobytes().translate(None, b"\0"), starts
 
 
-def summary_lines(path: str | os.PathLike[str], *, count: int | None = None, flt: Any = None, lenient: bool = True,
-                  iwarp: bool = True, block_bytes: int = 4 << 20) -> Iterator[str]:
-    """The text of ``rdmalab decode -r FILE`` (one summary line a frame, each ending in a newline),
-    in pieces.  ``flt`` is a compiled display filter whose fields are all columns (or None).
+@dataclass(slots=True)
+class _BlockText:
+    """One block's lines: the text of the frames formatted from columns, and the frames left for
+    the per-packet path (row, seconds, link type, bytes, wire length, interface)."""
 
-    A frame the per-packet decoder must read raises what it raises (``lenient=False``: the
-    first :class:`~rdmalab.wire.errors.DecodeError`), after the lines before it."""
+    first: int
+    text: bytes
+    starts: np.ndarray  # where each fast line starts in text (and its end)
+    rows: np.ndarray  # the rows of those lines, ascending
+    slow: list[tuple[int, float, int, bytes, int, int]]
+
+
+def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int) -> _BlockText:
+    """The first ``n`` records of a block: decoded into columns, the fast rows formatted."""
+    cols = decode_block(blk, verify_icrc=True, fields=_FIELDS if flt is None else (*_FIELDS, *flt.fields))
+    fast = _fast_rows(blk, cols)
+    fast[n:] = False
+    if flt is not None:
+        rows = np.flatnonzero(fast & np.asarray(flt.mask(cols, cols.present, cols.n)))
+    else:
+        rows = np.flatnonzero(fast)
+    text, starts = _fast_text(blk, cols, rows, t0)
+    secs, ifs = blk.seconds(), blk.interfaces()
+    slow = []
+    for j in np.flatnonzero(~fast[:n]).tolist():
+        off, cap = int(blk.offset[j]), int(blk.caplen[j])
+        slow.append((j, float(secs[j]), int(blk.linktype[j]), bytes(blk.buf[off:off + cap]), int(blk.wirelen[j]),
+                     int(ifs[j])))
+    return _BlockText(blk.first, text, starts, rows, slow)
+
+
+_WORKER_FILTERS: dict[str, Any] = {}
+
+
+def _render_task(task: tuple[Any, ...]) -> _BlockText:
+    """In a worker process: read one block of pcap records again (pread) and render it."""
+    path, start, end, offs, first, order, ns_mult, linktype, t0, expr, n = task
+    with open(path, "rb") as f:
+        buf = os.pread(f.fileno(), end - start, start)
+    flt = None
+    if expr:
+        flt = _WORKER_FILTERS.get(expr)
+        if flt is None:
+            from rdmalab.capture.filter import compile_filter  # lazy: only filtered runs need it
+
+            flt = _WORKER_FILTERS[expr] = compile_filter(expr)
+    return _render_block(pcap_block(buf, offs, order, ns_mult, linktype, first, end), t0, flt, n)
+
+
+def _sequential(path: str, block_bytes: int, count: int | None, flt: Any) -> Iterator[tuple[_BlockText, float]]:
+    t0: float | None = None
+    left = count
+    for blk in record_blocks(path, block_bytes):
+        n = len(blk) if left is None else min(len(blk), left)
+        if t0 is None:
+            t0 = float(blk.seconds()[0])
+        yield _render_block(blk, t0, flt, n), t0
+        if left is not None:
+            left -= n
+            if left <= 0:
+                return
+
+
+def _parallel(path: str, block_bytes: int, count: int | None, expr: str | None,
+              workers: int) -> Iterator[tuple[_BlockText, float]]:
+    """As :func:`_sequential`, for a plain pcap file: this process follows the record headers and
+    hands each block's offsets to a worker, which reads the block again and renders it; the
+    results come back in file order (at most ``2 * workers`` blocks ahead)."""
+    import multiprocessing  # lazy: only the parallel path needs it (start-up, memory)
+
+    with open_capture(path) as f:
+        head = f.read(24)
+        order, ns_mult = PCAP_MAGICS[head[:4]]
+        linktype = int.from_bytes(head[20:24], "little" if order == "<" else "big") & 0x0FFFFFFF
+        ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+        with ctx.Pool(workers) as pool:
+            pending: list[tuple[Any, float]] = []
+            t0: float | None = None
+            left = count
+            for raw in pcap_raw(path, f, order, block_bytes):
+                n = len(raw.offs) if left is None else min(len(raw.offs), left)
+                if t0 is None:
+                    t0 = float(pcap_block(raw.buf, raw.offs[:1], order, ns_mult, linktype, 1, 0).seconds()[0])
+                task = (path, raw.file_start, raw.file_end, raw.offs, raw.first, order, ns_mult, linktype, t0, expr, n)
+                pending.append((pool.apply_async(_render_task, (task,)), t0))
+                while len(pending) > 2 * workers:
+                    res, t = pending.pop(0)
+                    yield res.get(), t
+                if left is not None:
+                    left -= n
+                    if left <= 0:
+                        break
+            for res, t in pending:
+                yield res.get(), t
+
+
+def summary_lines(path: str | os.PathLike[str], *, count: int | None = None, flt: Any = None,
+                  filter_expr: str | None = None, lenient: bool = True, iwarp: bool = True,
+                  block_bytes: int = 4 << 20, workers: int | None = 1,
+                  parallel_min_bytes: int = 32 << 20) -> Iterator[str]:
+    """The text of ``rdmalab decode -r FILE`` (one summary line a frame, each ending in a newline),
+    in pieces.  ``flt`` is the compiled display filter ``filter_expr`` (or None); its fields must
+    all be columns.
+
+    ``workers`` (None: one fewer than the cores) above 1 renders the blocks of a plain pcap file
+    of at least ``parallel_min_bytes`` in worker processes; this process follows the record
+    headers, decodes the frames left for the per-packet path (in order: TCP windows and iWARP
+    streams follow the capture) and writes.  A frame the per-packet decoder must read raises
+    what it raises (``lenient=False``: the first :class:`~rdmalab.wire.errors.DecodeError`),
+    after the lines before it."""
+    p = os.fspath(path)
     tracker = None
     if iwarp:
         from rdmalab.capture.iwarp import IwarpTracker  # lazy: only captures with TCP need it
@@ -253,41 +358,28 @@ def summary_lines(path: str | os.PathLike[str], *, count: int | None = None, flt
     # stream or window state): the same bytes again (repeated test runs, duplicated frames) are
     # not decoded again.  Bounded: emptied when full.
     seen: dict[tuple[int, bytes], tuple[str, str, str, str]] = {}
-    t0: float | None = None
-    left = count
-    for blk in record_blocks(path, block_bytes):
-        n = len(blk)
-        if left is not None and n > left:
-            n = left
-        if t0 is None:
-            t0 = float(blk.seconds()[0])
-        cols = decode_block(blk, verify_icrc=True, fields=_FIELDS if flt is None else (*_FIELDS, *flt.fields))
-        fast = _fast_rows(blk, cols)
-        fast[n:] = False
-        if flt is not None:
-            rows = np.flatnonzero(fast & np.asarray(flt.mask(cols, cols.present, cols.n)))
-        else:
-            rows = np.flatnonzero(fast)
-        text, starts = _fast_text(blk, cols, rows, t0)
-        slow = np.flatnonzero(~fast[:n]).tolist()
+    if workers is None:
+        workers = max(1, (os.cpu_count() or 1) - 1)
+    if workers > 1 and _plain_pcap(p) and os.path.getsize(p) >= parallel_min_bytes and (flt is None or filter_expr):
+        blocks = _parallel(p, block_bytes, count, filter_expr, workers)
+    else:
+        blocks = _sequential(p, block_bytes, count, flt)
+    for bt, t0 in blocks:
+        text, starts, rows = bt.text, bt.starts, bt.rows
         out: list[str] = []
         done = 0  # fast rows written
         failed: BaseException | None = None
         try:
-            cut = np.searchsorted(rows, slow).tolist()
-            secs = blk.seconds()
-            for j, upto in zip(slow, cut, strict=True):
+            cut = np.searchsorted(rows, [j for j, *_ in bt.slow]).tolist()
+            for (j, ts, lt, data, wire, iface), upto in zip(bt.slow, cut, strict=True):
                 if upto > done:
                     out.append(text[starts[done]:starts[upto]].decode())
                     done = upto
-                off, cap = int(blk.offset[j]), int(blk.caplen[j])
-                data = bytes(blk.buf[off:off + cap])
-                lt, ts, wire = int(blk.linktype[j]), float(secs[j]), int(blk.wirelen[j])
                 key = (lt, data)
                 parts = seen.get(key) if flt is None else None
                 if parts is None:
-                    rec = RawRecord(blk.first + j, ts, lt, data, wire, int(blk.interfaces()[j]))
-                    cp = decode_record(rec, lenient=lenient, tracker=tracker)
+                    cp = decode_record(RawRecord(bt.first + j, ts, lt, data, wire, iface), lenient=lenient,
+                                       tracker=tracker)
                     if cp.packet.encap == "tcp":
                         if not cp.pdus:
                             line = summary_line(cp, t0, windows)
@@ -304,7 +396,7 @@ def summary_lines(path: str | os.PathLike[str], *, count: int | None = None, flt
                         if len(seen) >= 4096:
                             seen.clear()
                         seen[key] = parts
-                out.append(format_summary(blk.first + j, ts - t0, parts[0], parts[1], parts[2], wire or len(data),
+                out.append(format_summary(bt.first + j, ts - t0, parts[0], parts[1], parts[2], wire or len(data),
                                           parts[3]) + "\n")
         except Exception as err:  # the lines before the frame that failed, then the error
             failed = err
@@ -314,10 +406,14 @@ def summary_lines(path: str | os.PathLike[str], *, count: int | None = None, flt
             yield "".join(out)
         if failed is not None:
             raise failed
-        if left is not None:
-            left -= n
-            if left <= 0:
-                return
+
+
+def _plain_pcap(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) in PCAP_MAGICS
+    except OSError:
+        return False
 
 
 #: The columns the summary lines read (decode_block skips the work for the others).

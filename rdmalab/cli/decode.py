@@ -170,8 +170,8 @@ def run_decode(args: argparse.Namespace, out: TextIO) -> int:
         if not args.verbose and not args.no_columnar and (flt is None or _columns_answer(flt)):
             from rdmalab.capture.columnar_summary import summary_lines  # lazy: keeps `rdmalab --help` fast
 
-            for text in summary_lines(path, count=args.count, flt=flt, lenient=not args.strict,
-                                      iwarp=not args.no_iwarp):
+            for text in summary_lines(path, count=args.count, flt=flt, filter_expr=args.filter,
+                                      lenient=not args.strict, iwarp=not args.no_iwarp, workers=args.workers):
                 out.write(text)
             return 0
         t0: float | None = None
@@ -228,5 +228,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.add_argument("--no-columnar", action="store_true",
                    help="use the per-packet decoder even where the columnar one would do (-T fields, summary lines)")
     d.add_argument("-j", "--workers", type=int, metavar="N",
-                   help="with -T fields: worker processes for a large capture (default: one fewer than the cores)")
+                   help="with -T fields and for summary lines: worker processes for a large pcap file (default: one "
+                        "fewer than the cores)")
     d.set_defaults(func=run_decode, strict=False)

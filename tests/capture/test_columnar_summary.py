@@ -157,3 +157,23 @@ def test_times_round_as_python_does() -> None:
     m = _seconds(t)
     got = [bytes(row[row != 0]).decode() for row in m]
     assert got == [f"{x:11.6f}" for x in t.tolist()]
+
+
+@pytest.mark.parametrize(("name", "expr", "count"), [
+    ("rxe_write_bw_loss.pcap", None, None),
+    ("rxe_write_bw_cm.pcap", None, 150),
+    ("siw_write_bw.pcap", "tcp || infiniband", None),
+    ("rxe_read_bw.pcap", "infiniband.bth.opcode in {12 13 14 15 16}", None),
+])
+def test_worker_processes_give_the_same_text(name: str, expr: str | None, count: int | None) -> None:
+    """Blocks rendered in worker processes (small blocks, so that there are many) give the text of
+    the single-process path."""
+    from rdmalab.capture.columnar_summary import summary_lines
+    from rdmalab.capture.filter import compile_filter
+
+    path = str(ROOT / "captures" / name)
+    flt = compile_filter(expr) if expr else None
+    one = "".join(summary_lines(path, count=count, flt=flt, filter_expr=expr, block_bytes=8192))
+    many = "".join(summary_lines(path, count=count, flt=flt, filter_expr=expr, block_bytes=8192, workers=2,
+                                 parallel_min_bytes=0))
+    assert many == one and one
