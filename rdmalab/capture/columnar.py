@@ -27,7 +27,9 @@ from rdmalab.capture.columnar_decode import (  # noqa: F401 - the public names o
     columns_from_packets,
     decode_block,
     fill_iwarp,
+    fill_tcp_windows,
     wants_iwarp,
+    wants_windows,
 )
 from rdmalab.capture.columnar_schema import (  # noqa: F401 - the public names of the columnar decoder
     COLUMN_BY_NAME,
@@ -50,12 +52,14 @@ from rdmalab.capture.pcapio import (  # noqa: F401 - the public names of the col
     RecordBlock,
     record_blocks,
 )
+from rdmalab.capture.render import TcpWindowScaling
 from rdmalab.wire.net import ROCEV2_PORT
 
 __all__ = ["COLUMNS", "COLUMN_BY_NAME", "COLUMN_NAMES", "DERIVED", "IWARP_COLUMNS", "IWARP_LAYERS", "IWARP_PREFIXES",
            "LINKTYPE_ETHERNET", "ROCEV2_PORT", "WINDOW", "CaptureError", "Col", "Columns", "RecordBlock",
            "columns_from_dicts", "columns_from_packets", "decode_block", "empty_columns", "fill_iwarp",
-           "format_column", "iter_columns", "read_columns", "read_many", "record_blocks", "wants_iwarp"]
+           "fill_tcp_windows", "format_column", "iter_columns", "read_columns", "read_many", "record_blocks",
+           "wants_iwarp", "wants_windows"]
 
 # ============================================================================ whole files
 
@@ -75,12 +79,13 @@ def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, v
     if fields is not None:
         fields = tuple(fields)
     tracker = _tracker() if wants_iwarp(fields) else None
+    windows = TcpWindowScaling() if wants_windows(fields) else None
     try:
         for blk in record_blocks(p, block_bytes):
             if not _ethernet_only(blk):
                 yield columns_from_packets(p, first=blk.first)
                 return
-            cols = decode_block(blk, verify_icrc=verify_icrc, fields=fields, tracker=tracker)
+            cols = decode_block(blk, verify_icrc=verify_icrc, fields=fields, tracker=tracker, windows=windows)
             cols.path = p
             if bar is not None:
                 bar.update(blk.file_pos - bar.n)
@@ -121,12 +126,14 @@ def read_columns(path: str | os.PathLike[str], *, verify_icrc: bool = True, prog
 
     parts: list[Columns] = []
     tracker = _tracker()
+    windows = TcpWindowScaling()
 
     def done(item: tuple[RecordBlock, Any]) -> Columns:
         # the iWARP reassembly follows TCP streams across blocks: it runs here, in block order
         blk, fut = item
         cols: Columns = fut.result()
         fill_iwarp(blk, cols, tracker)
+        fill_tcp_windows(blk, cols, windows)
         return cols
 
     from concurrent.futures import ProcessPoolExecutor  # lazy: only parallel reads need it (start-up, memory)

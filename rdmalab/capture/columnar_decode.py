@@ -36,6 +36,7 @@ from rdmalab.capture.fields import frame_fields, packet_fields  # the per-packet
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import read
+from rdmalab.capture.render import TcpWindowScaling, window_shift_option
 from rdmalab.wire.crc import ICRC_SEED, icrc_masks
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.net import ROCEV2_PORT
@@ -119,20 +120,59 @@ def wants_iwarp(fields: Iterable[str] | None) -> bool:
 
 #: The columns the iWARP reassembly reads (added to the fields asked for when it runs).
 _TCP_INPUTS = ("ip.src", "ip.dst", "ip.hdr_len", "ipv6.src", "ipv6.dst", "tcp.srcport", "tcp.dstport",
-               "tcp.seq_raw", "tcp.flags", "tcp.hdr_len", "tcp.len", "vlan.id")
+               "tcp.seq_raw", "tcp.flags", "tcp.hdr_len", "tcp.len", "tcp.window_size_value", "vlan.id")
+
+
+def wants_windows(fields: Iterable[str] | None) -> bool:
+    """Whether decoding ``fields`` (None: all) needs the TCP handshakes followed (``tcp.window_size``)."""
+    return fields is None or "tcp.window_size" in fields
 
 
 def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable[str] | None = None,
-                 tracker: Any = None) -> Columns:
+                 tracker: Any = None, windows: TcpWindowScaling | None = None) -> Columns:
     """Decode one block of Ethernet records into columns.
 
     ``fields`` (default: all) limits the work to the columns named (and what they depend on);
     the others are left as zeros with their layer absent.  ``tracker`` (an
     :class:`rdmalab.capture.iwarp.IwarpTracker`, kept from block to block) fills the iWARP
-    columns; without one they are absent."""
-    if tracker is not None and fields is not None:
+    columns; without one they are absent.  ``windows`` (a
+    :class:`~rdmalab.capture.render.TcpWindowScaling`, kept from block to block) fills
+    ``tcp.window_size``; without it that column is absent."""
+    if fields is not None and (tracker is not None or windows is not None):
         fields = (*fields, *_TCP_INPUTS)
-    return _decode(blk, verify_icrc, None if fields is None else frozenset(fields), tracker)
+    cols = _decode(blk, verify_icrc, None if fields is None else frozenset(fields), tracker)
+    if windows is not None:
+        fill_tcp_windows(blk, cols, windows)
+    return cols
+
+
+def fill_tcp_windows(blk: RecordBlock, cols: Columns, windows: TcpWindowScaling) -> None:
+    """``tcp.window_size`` of the block's TCP segments, in order: the raw window scaled by the
+    shift count each direction's SYN offered (Python per TCP segment; other frames cost nothing)."""
+    d, L = cols.data, cols.layers
+    idx = np.flatnonzero(L["tcp"])
+    if len(idx) == 0:
+        return
+    v6 = L["ipv6"][idx]
+    l4 = np.where(L["vlan"][idx], 18, 14) + np.where(v6, 40, d["ip.hdr_len"][idx].astype(np.int64))
+    opt = blk.offset[idx] + l4
+    opt_end = np.minimum(opt + d["tcp.hdr_len"][idx].astype(np.int64), blk.offset[idx] + blk.caplen[idx])
+    if v6.any():
+        src = [int.from_bytes(a, "big") if six else s for a, six, s in
+               zip(d["ipv6.src"][idx].tolist(), v6.tolist(), d["ip.src"][idx].tolist(), strict=True)]
+        dst = [int.from_bytes(a, "big") if six else s for a, six, s in
+               zip(d["ipv6.dst"][idx].tolist(), v6.tolist(), d["ip.dst"][idx].tolist(), strict=True)]
+    else:
+        src, dst = d["ip.src"][idx].tolist(), d["ip.dst"][idx].tolist()
+    buf = blk.buf
+    update = windows.update
+    out = [update(s, sp, t, dp, fl, w, window_shift_option(buf, a + 20, e) if fl & 0x02 else None)
+           for s, sp, t, dp, fl, w, a, e in zip(src, d["tcp.srcport"][idx].tolist(), dst,
+                                               d["tcp.dstport"][idx].tolist(), d["tcp.flags"][idx].tolist(),
+                                               d["tcp.window_size_value"][idx].tolist(), opt.tolist(),
+                                               opt_end.tolist(), strict=True)]
+    d["tcp.window_size"][idx] = out
+    L["tcp.window_size"][idx] = True
 
 
 def _wanted(wanted: frozenset[str] | None, prefixes: tuple[str, ...]) -> bool:
@@ -355,7 +395,7 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     for c in COLUMNS:  # the columns not asked for
         if c.name not in data:
             data[c.name] = np.zeros(n, dtype=c.dtype)
-    for name in (*IWARP_LAYERS, *(c.layer for c in IWARP_COLUMNS)):
+    for name in (*IWARP_LAYERS, *(c.layer for c in IWARP_COLUMNS), "tcp.window_size"):
         L[name] = np.zeros(n, dtype=bool)
     cols = Columns(n, data, L)
     if tracker is not None:
@@ -418,7 +458,7 @@ def fill_iwarp(blk: RecordBlock, cols: Columns, tracker: Any) -> None:
             L[key][i] = True
         d["rdmalab.pdus"][i] = len(pdus)
         L["iwarp"][i] = True
-        if len(pdus) > 1:
+        if len(pdus) > 1 or any(isinstance(v, list) for v in got.values()):  # several PDUs, or markers
             cols.multi[frame0 + i] = got
     for proto in ("iwarp_mpa", "iwarp_ddp", "iwarp_rdma"):
         hits = [L[c.name] for c in IWARP_COLUMNS if c.name.startswith(proto + ".")]
@@ -483,10 +523,15 @@ def columns_from_packets(path: str | os.PathLike[str], *, first: int = 1, limit:
     """Columns made with the per-packet decoder (other link types, iWARP): slower, same names."""
     n_max = limit
     rows: list[dict[str, Any]] = []
+    windows = TcpWindowScaling()
     for cp in read(path):
+        w = windows.window(cp.packet)  # every frame, in order: the handshakes before ``first`` too
         if cp.frame_number < first:
             continue
-        rows.append(frame_fields(cp, raw=True))
+        row = frame_fields(cp, raw=True)
+        if w is not None:
+            row["tcp.window_size"] = w
+        rows.append(row)
         if n_max is not None and len(rows) >= n_max:
             break
     return columns_from_dicts(rows)

@@ -79,6 +79,10 @@ COLUMNS: tuple[Col, ...] = (
     Col("tcp.hdr_len", "u1", "tcp"),
     Col("tcp.flags", "u2", "tcp", "hex4"),
     Col("tcp.window_size_value", "u2", "tcp"),
+    # the window scaled by the shift count of the sender's SYN (RFC 7323 2.2), as Wireshark
+    # computes it; it needs the capture's handshakes in order, so it is only filled (and present)
+    # where the decoder follows them (rdmalab.capture.render.TcpWindowScaling)
+    Col("tcp.window_size", "u4", "tcp.window_size"),
     Col("tcp.len", "u4", "tcp"),
     Col("infiniband.grh.tclass", "u1", "infiniband.grh"),
     Col("infiniband.grh.flowlabel", "u4", "infiniband.grh"),
@@ -160,6 +164,35 @@ IWARP_COLUMNS: tuple[Col, ...] = (
     _iw("iwarp_rdma.term_hdrct_m", "u1", "bool"),
     _iw("iwarp_rdma.hdrct_d", "u1", "bool"),
     _iw("iwarp_rdma.hdrct_r", "u1", "bool"),
+    # Terminate (RFC 5040 7.3.5): the error type and code, under the name Wireshark gives each
+    # layer's (packet-iwarp-ddp-rdmap.c), hexadecimal as tshark prints them
+    _iw("iwarp_rdma.term_etype", "u1", "hex2"),
+    _iw("iwarp_rdma.term_etype_rdma", "u1", "hex2"),
+    _iw("iwarp_rdma.term_etype_ddp", "u1", "hex2"),
+    _iw("iwarp_rdma.term_etype_llp", "u1", "hex2"),
+    _iw("iwarp_rdma.term_errcode", "u1", "hex2"),
+    _iw("iwarp_rdma.term_errcode_rdma", "u1", "hex2"),
+    _iw("iwarp_rdma.term_errcode_ddp_tagged", "u1", "hex2"),
+    _iw("iwarp_rdma.term_errcode_ddp_untagged", "u1", "hex2"),
+    _iw("iwarp_rdma.term_errcode_llp", "u1", "hex2"),
+    _iw("iwarp_rdma.term_rsvd", "u2", "hex4"),
+    # MPA markers (RFC 5044 5): every marker of the frame is kept in Columns.multi
+    _iw("iwarp_mpa.marker_res", "u2", "hex4"),
+    _iw("iwarp_mpa.marker_fpduptr", "u2"),
+    # RDMAP atomics (RFC 7306 5.2)
+    _iw("iwarp_rdma.atomic.opcode", "u4"),
+    _iw("iwarp_rdma.atomic.reserved", "u4"),
+    _iw("iwarp_rdma.atomic.request_identifier", "u4"),
+    _iw("iwarp_rdma.atomic.remote_stag", "u4"),
+    _iw("iwarp_rdma.atomic.remote_tagged_offset", "u8"),
+    _iw("iwarp_rdma.atomic.add_data", "u8"),
+    _iw("iwarp_rdma.atomic.add_mask", "u8", "hex16"),
+    _iw("iwarp_rdma.atomic.swap_data", "u8"),
+    _iw("iwarp_rdma.atomic.swap_mask", "u8", "hex16"),
+    _iw("iwarp_rdma.atomic.compare_data", "u8"),
+    _iw("iwarp_rdma.atomic.compare_mask", "u8", "hex16"),
+    _iw("iwarp_rdma.atomic.original_request_identifier", "u4"),
+    _iw("iwarp_rdma.atomic.original_remote_data_value", "u8"),
     # ours: CRC32c status of the frame's first FPDU (1 good, 2 bad, 0 unchecked: no CRC
     # negotiated), and how many iWARP PDUs the frame completes
     Col("rdmalab.crc32c.ok", "i1", "rdmalab.crc32c"),

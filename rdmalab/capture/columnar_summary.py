@@ -386,10 +386,10 @@ def summary_lines(path: str | os.PathLike[str], *, count: int | None = None, flt
                         else:
                             windows.window(cp.packet)
                             line = summary_line(cp, t0)
-                        if flt is None or flt(frame_fields(cp)):
+                        if flt is None or flt(frame_fields(cp, windows=windows)):
                             out.append(line + "\n")
                         continue
-                    if flt is not None and not flt(frame_fields(cp)):
+                    if flt is not None and not flt(frame_fields(cp, windows=windows)):
                         continue
                     parts = (*endpoints(cp.packet), protocol(cp), info(cp))
                     if flt is None:

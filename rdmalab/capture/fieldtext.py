@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from rdmalab.capture.columnar import _progress, iter_columns
-from rdmalab.capture.columnar_decode import decode_block, wants_iwarp
+from rdmalab.capture.columnar_decode import decode_block, wants_iwarp, wants_windows
 from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _ipv6_text, format_column
 from rdmalab.capture.filter import compile_filter, declared_fields
 from rdmalab.capture.pcapio import PCAP_MAGICS, open_capture, pcap_block, pcap_raw
@@ -307,7 +307,7 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
         # the text, so workers only pay off with cores to spare (on 2 cores -j 1 was faster in
         # wall and half the CPU time: benchmarks/bench_columnar.py)
         workers = max(1, (os.cpu_count() or 1) - 1)
-    parallel = (workers > 1 and count is None and not wants_iwarp(needed) and _plain_pcap(p)
+    parallel = (workers > 1 and count is None and not wants_iwarp(needed) and not wants_windows(needed) and _plain_pcap(p)
                 and os.path.getsize(p) >= parallel_min_bytes)
     if not parallel:
         left = count

@@ -107,12 +107,14 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
                     out: TextIO) -> int:
     from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.fieldtext import value_text  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.render import TcpWindowScaling  # lazy: keeps `rdmalab --help` fast
 
     sep = opts["separator"].decode()
     q = opts["quote"].decode()
     occ = opts["occurrence"]
+    windows = TcpWindowScaling()  # tcp.window_size: every frame's handshake, in order
     for cp in read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count):
-        fields = frame_fields(cp)
+        fields = frame_fields(cp, windows=windows)
         if flt is not None and not flt(fields):
             continue
         cells = []
@@ -132,9 +134,11 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
 def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     """``-T json``: tshark's layout (an array of ``{"_index", "_type", "_score", "_source": {"layers"}}``)."""
     from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.render import TcpWindowScaling  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.tsjson import iter_json  # lazy: keeps `rdmalab --help` fast
 
-    keep = None if flt is None else (lambda cp: flt(frame_fields(cp)))
+    windows = TcpWindowScaling()  # tcp.window_size for the filter: every frame, in order
+    keep = None if flt is None else (lambda cp: flt(frame_fields(cp, windows=windows)))
     packets = read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count)
     for piece in iter_json(packets, keep):
         out.write(piece)
@@ -180,7 +184,7 @@ def run_decode(args: argparse.Namespace, out: TextIO) -> int:
         for cp in read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count):
             if t0 is None:
                 t0 = cp.timestamp
-            fields = frame_fields(cp) if flt is not None else None
+            fields = frame_fields(cp, windows=windows) if flt is not None else None
             if not args.verbose and cp.packet.encap == "tcp" and not cp.pdus:
                 line = summary_line(cp, t0, windows)
             else:
