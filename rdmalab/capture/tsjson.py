@@ -22,8 +22,8 @@ Differences from tshark, on purpose or by scope:
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from collections.abc import Iterable, Iterator
+from json import encoder as _json_encoder
 from typing import TYPE_CHECKING, Any
 
 from rdmalab.capture.columnar import COLUMN_BY_NAME
@@ -212,6 +212,54 @@ def _encap_type(linktype: int) -> int:
     return {1: 1, 113: 25, 276: 210, 197: 98, 247: 98}.get(linktype, linktype)
 
 
+_quote = _json_encoder.encode_basestring  # the C string encoder json.dumps(ensure_ascii=False) uses
+
+
+def _dump(obj: Any, nl: str, out: list[str]) -> None:
+    """Append the text of ``json.dumps(obj, indent=2, ensure_ascii=False)`` to ``out``, each line
+    after the first starting ``nl`` (a newline and the indentation outside ``obj``).
+
+    json.dumps runs a pure-Python encoder whenever it indents; this one knows the only value types
+    packet_json makes (dicts, lists, strings, None), which a test holds it to."""
+    if isinstance(obj, str):
+        out.append(_quote(obj))
+        return
+    if obj is None:
+        out.append("null")
+        return
+    inner = nl + "  "
+    if isinstance(obj, dict):
+        if not obj:
+            out.append("{}")
+            return
+        out.append("{")
+        first = True
+        for k, v in obj.items():
+            out.append(inner if first else "," + inner)
+            first = False
+            out.append(_quote(k))
+            out.append(": ")
+            if type(v) is str:
+                out.append(_quote(v))
+            else:
+                _dump(v, inner, out)
+        out.append(nl + "}")
+        return
+    if isinstance(obj, list):
+        if not obj:
+            out.append("[]")
+            return
+        out.append("[")
+        first = True
+        for v in obj:
+            out.append(inner if first else "," + inner)
+            first = False
+            _dump(v, inner, out)
+        out.append(nl + "]")
+        return
+    raise TypeError(f"packet_json made a {type(obj).__name__}, which _dump does not write")
+
+
 def iter_json(packets: Iterable[CapturedPacket], keep: Any = None) -> Iterator[str]:
     """The text of ``tshark -T json`` for these frames, in pieces (``keep(cp)`` filters, None keeps all)."""
     first_ns: int | None = None
@@ -227,7 +275,8 @@ def iter_json(packets: Iterable[CapturedPacket], keep: Any = None) -> Iterator[s
             continue
         obj = packet_json(cp, first_ns=first_ns, prev_ns=prev_ns, prev_displayed_ns=prev_disp)
         prev_ns = prev_disp = ns
-        text = json.dumps(obj, indent=2, ensure_ascii=False)
-        yield sep + "  " + text.replace("\n", "\n  ")
+        parts = [sep, "  "]
+        _dump(obj, "\n  ", parts)
+        yield "".join(parts)
         sep = ",\n"
     yield "\n]\n" if sep else "]\n"
