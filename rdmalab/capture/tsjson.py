@@ -22,7 +22,7 @@ Differences from tshark, on purpose or by scope:
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from json import encoder as _json_encoder
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +63,15 @@ def _ns_text(ns: int) -> str:
 
 def value_text(name: str, value: Any) -> str:
     """A value as tshark's JSON shows it: as ``-T fields`` does, but byte strings colon-separated."""
+    if type(value) is int:
+        f = _INT_TEXT.get(name)
+        if f is None:
+            f = _INT_TEXT[name] = _int_text(name)
+        return f(value)
+    return _value_text_any(name, value)
+
+
+def _value_text_any(name: str, value: Any) -> str:
     if isinstance(value, int) and name in _CRC_NAMES:
         return f"0x{value:0{_CRC_NAMES[name]}x}"
     text = _value_text(name, value)
@@ -74,6 +83,43 @@ def value_text(name: str, value: Any) -> str:
     if is_bytes and isinstance(value, int):
         return ":".join(text[i:i + 2] for i in range(0, len(text), 2))
     return text
+
+
+#: field name -> how an integer value of it is written (what _value_text_any decides for each
+#: value, decided once a name: the JSON writes some 40 values a packet)
+_INT_TEXT: dict[str, Callable[[int], str]] = {}
+
+
+def _hex_digits(d: int) -> Callable[[int], str]:
+    return lambda v: f"0x{v:0{d}x}"
+
+
+def _colon_bytes(n: int) -> Callable[[int], str]:
+    return lambda v: v.to_bytes(n, "big").hex(":")
+
+
+def _int_text(name: str) -> Callable[[int], str]:
+    if name in _CRC_NAMES:
+        return _hex_digits(_CRC_NAMES[name])
+    col = COLUMN_BY_NAME.get(name)
+    if col is not None:
+        if col.fmt in ("dec", "bool"):
+            return str
+        if col.fmt.startswith("hex"):
+            return _hex_digits(int(col.fmt[3:]))
+        if col.fmt.startswith("bytes"):
+            return _colon_bytes(int(col.fmt[5:]))
+    if name == "frame.time_epoch":
+        return lambda v: _value_text_any(name, v)
+    fmt, bits = declared_fields().get(name, ("dec", 0))
+    if fmt == "hex":
+        return _hex_digits(next(w for w in (2, 4, 6, 8, 16, 32, 64) if w * 4 >= bits))
+    if fmt == "bytes":
+        n = (bits + 7) // 8
+        if col is None:
+            return _colon_bytes(n)
+        return lambda v: v.to_bytes(n, "big").hex()
+    return str
 
 
 def _hexbytes(data: bytes) -> str:

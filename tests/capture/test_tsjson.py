@@ -164,3 +164,22 @@ def test_the_fast_writer_writes_what_json_dumps_writes(name: str) -> None:
         out = []
         _dump(odd, "\n", out)
         assert "".join(out) == json.dumps(odd, indent=2, ensure_ascii=False)
+
+
+def test_value_text_decided_once_a_name_writes_what_the_general_path_writes() -> None:
+    """tsjson.value_text decides the text of an integer once per field name: for every value of every
+    field of every capture (and a few made up) it is the general path's text."""
+    from rdmalab.capture import frame_fields
+    from rdmalab.capture.tsjson import _value_text_any, value_text
+
+    seen = 0
+    for path in sorted((Path(__file__).resolve().parents[2] / "captures").glob("*.pcap")):
+        for cp in read(path):
+            for raw in (False, True):
+                for name, v in frame_fields(cp, raw=raw).items():
+                    for x in v if isinstance(v, list) else [v]:
+                        if type(x) is int:
+                            for y in (x, 0, 1, 255, 2**32 - 1):
+                                assert value_text(name, y) == _value_text_any(name, y), (name, y)
+                                seen += 1
+    assert seen > 10000
