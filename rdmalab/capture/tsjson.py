@@ -142,8 +142,30 @@ class _Repeated(list[Any]):
     """Values of a key that occurs more than once in one object."""
 
 
-def _header_layer(h: Header, data: bytes, offset: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
+_LayerParts = tuple[str, dict[str, Any], dict[str, Any]]
+#: (header, its bytes) -> what _header_layer made of it: headers repeat (the same addresses, ports,
+#: QPs, keys from packet to packet), and their text depends on nothing else.  Bounded.
+_LAYER_CACHE: dict[tuple[Header, bytes], _LayerParts] = {}
+
+
+def _header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
     """(protocol, its fields in tshark's nesting, rdmalab-only fields) of one decoded header."""
+    key = (h, data[offset:offset + h.LAYOUT.size])
+    try:
+        hit = _LAYER_CACHE.get(key)
+    except TypeError:  # a header with an unhashable field: not cached
+        return _make_header_layer(h, data, offset)
+    if hit is None:
+        hit = _make_header_layer(h, data, offset)
+        if len(_LAYER_CACHE) >= 8192:
+            _LAYER_CACHE.clear()
+        _LAYER_CACHE[key] = hit
+    # copies: the caller merges subtrees into these dicts
+    name, fields, ours = hit
+    return name, {k: dict(v) if type(v) is dict else v for k, v in fields.items()}, dict(ours)
+
+
+def _make_header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
     lay = h.LAYOUT
     proto_name = lay.ws_proto or "rdmalab"
     proto = proto_name.split(".", 1)[0]
