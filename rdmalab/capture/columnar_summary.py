@@ -4,8 +4,8 @@ The per-packet path (:func:`rdmalab.capture.render.summary_line` over
 :func:`rdmalab.capture.read`) builds a :class:`~rdmalab.capture.reader.CapturedPacket` per frame.
 Here each block of records is decoded into columns (:mod:`rdmalab.capture.columnar_decode`) and
 the lines of the frames the columns fully describe, well-formed RoCEv2 packets (which the
-per-packet decoder would decode without a problem), are formatted from the columns, with one
-format string per kind of packet.  Every other frame (TCP and iWARP, whose windows and streams
+per-packet decoder would decode without a problem), are formatted from the columns with numpy,
+a block of lines at a time.  Every other frame (TCP and iWARP, whose windows and streams
 need per-frame state; RoCEv1; MADs; anything the per-packet decoder would report a problem
 for; other link types) goes through the per-packet path, in capture order, with the same TCP
 window and iWARP stream state it has always had.  ``tests/capture/test_columnar_summary.py``
@@ -77,10 +77,9 @@ def _fast_rows(blk: RecordBlock, c: Columns) -> np.ndarray:
 # and the info text rdmalab.wire.packet.Packet.summary's for a RoCE packet.
 
 
-def _const(text: str, n: int, where: np.ndarray | None = None) -> np.ndarray:
+def _const(text: str, n: int) -> np.ndarray:
     row = np.frombuffer(text.encode(), dtype=np.uint8)
-    m = np.broadcast_to(row, (n, len(row)))
-    return m if where is None else np.where(where[:, None], m, 0).astype(np.uint8)
+    return np.broadcast_to(row, (n, len(row)))
 
 
 def _width(m: np.ndarray) -> np.ndarray:
