@@ -19,7 +19,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from zlib_ng import zlib_ng
 
 from rdmalab.capture.columnar_schema import (
     _LAYER_NAMES,
@@ -37,7 +36,7 @@ from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import read
 from rdmalab.capture.render import TcpWindowScaling, window_shift_option
-from rdmalab.wire.crc import ICRC_SEED, icrc_masks
+from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_masks
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.net import ROCEV2_PORT
 from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES
@@ -465,10 +464,9 @@ def fill_iwarp(blk: RecordBlock, cols: Columns, tracker: Any) -> None:
         L[proto] = np.logical_or.reduce(hits)
 
 
-#: The CRC function the ICRC check calls: zlib's CRC-32 as zlib-ng computes it (PCLMUL folding,
-#: several times zlib's speed; the same function as ``zlib.crc32``).  A test replaces it to see
-#: the bytes it is given.
-_crc32 = zlib_ng.crc32
+#: The CRC function the ICRC check calls: rdmalab.wire.crc's (zlib's CRC-32 as zlib-ng computes
+#: it).  A test replaces it to see the bytes it is given.
+_crc32 = crc32
 _MASKS_V2 = icrc_masks("rocev2")
 _MASKS_V1 = icrc_masks("rocev1")
 

@@ -161,11 +161,6 @@ def icrc_ib(lrh_through_pad: bytes | bytearray | memoryview) -> int:
     return zlib.crc32(b)
 
 
-#: The CRC-32 state after the eight 0xFF bytes that stand for the LRH of a RoCE packet (the seed
-#: Linux rxe_icrc.c starts from); ``zlib.crc32(masked, ICRC_SEED)`` is the ICRC.
-ICRC_SEED = zlib.crc32(_FF8)
-
-
 def icrc_masks(encap: str) -> dict[str, tuple[tuple[int, int], ...]]:
     """The ICRC's variant-field masks for ``encap`` ("rocev2", "rocev1" or "ib"): header name ->
     ``(byte offset within the header, bits set to one)`` pairs, derived from
@@ -176,18 +171,9 @@ def icrc_masks(encap: str) -> dict[str, tuple[tuple[int, int], ...]]:
 
 def icrc_masked_rocev2(ip_through_pad: bytes | bytearray | memoryview) -> bytes:
     """The bytes :func:`icrc_rocev2` runs the CRC over (after :data:`ICRC_SEED`): the packet from the
-    IP header through the pad with its variant fields set to ones."""
+    IP header through the pad with its variant fields set to ones (:func:`mask_rocev2`)."""
     b = bytearray(ip_through_pad)
-    if b[0] >> 4 == 4:
-        _apply(b, 0, _ROCEV2["IPv4"])
-        udp = (b[0] & 0x0F) * 4
-    elif b[0] >> 4 == 6:
-        _apply(b, 0, _ROCEV2["IPv6"])
-        udp = IPv6.LAYOUT.size
-    else:
-        raise ValueError(f"IP version {b[0] >> 4} is neither 4 nor 6")
-    _apply(b, udp, _ROCEV2["UDP"])
-    _apply(b, udp + UDP.LAYOUT.size, _ROCEV2["BTH"])
+    mask_rocev2(b)
     return bytes(b)
 
 
