@@ -161,6 +161,30 @@ def icrc_ib(lrh_through_pad: bytes | bytearray | memoryview) -> int:
     return zlib.crc32(b)
 
 
+def icrc_masks(encap: str) -> dict[str, tuple[tuple[int, int], ...]]:
+    """The ICRC's variant-field masks for ``encap`` ("rocev2", "rocev1" or "ib"): header name ->
+    ``(byte offset within the header, bits set to one)`` pairs, derived from
+    :data:`ICRC_VARIANT_FIELDS`.  The functions here apply them to one packet; fast paths that
+    mask many packets at once (the columnar decoder) apply the same pairs."""
+    return dict({"rocev2": _ROCEV2, "rocev1": _ROCEV1, "ib": _IB}[encap])
+
+
+def icrc_masked_rocev2(ip_through_pad: bytes | bytearray | memoryview) -> bytes:
+    """The bytes :func:`icrc_rocev2` runs the CRC over (after :data:`ICRC_SEED`): the packet from the
+    IP header through the pad with its variant fields set to ones (:func:`mask_rocev2`)."""
+    b = bytearray(ip_through_pad)
+    mask_rocev2(b)
+    return bytes(b)
+
+
+def icrc_masked_rocev1(grh_through_pad: bytes | bytearray | memoryview) -> bytes:
+    """The bytes :func:`icrc_rocev1` runs the CRC over (after :data:`ICRC_SEED`)."""
+    b = bytearray(grh_through_pad)
+    _apply(b, 0, _ROCEV1["GRH"])
+    _apply(b, GRH.LAYOUT.size, _ROCEV1["BTH"])
+    return bytes(b)
+
+
 def _vcrc_table() -> tuple[int, ...]:
     table = []
     for n in range(256):
