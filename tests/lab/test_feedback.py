@@ -314,3 +314,21 @@ def test_agree_rejects_a_malformed_answer_with_the_expected_shape() -> None:
     assert r.status == FAIL and r.field == "answer" and r.given == "5" and "fields_compared" in (r.expected or "")
     r = lab.check("captures.agree", [1, 0])
     assert r.status == FAIL and r.field == "report.fields_compared" and r.given == "1"
+
+
+_EVERY = [(k, a) for k, v in RIGHT.items() for a in v] + [(k, w[0]) for k, v in WRONG.items() for w in v]
+
+
+@pytest.mark.parametrize("ex,answer", _EVERY, ids=[f"{k}-{i}" for i, (k, _) in enumerate(_EVERY)])
+def test_the_grader_judges_the_reported_answer_as_the_kernel_did(ex: str, answer: Any, tmp_path: Any,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rdmalab grade` judges the values lab.check reported, in its own process: same verdict, same feedback."""
+    from rdmalab.lab.grade import read_reports
+
+    log = tmp_path / "checks.jsonl"
+    monkeypatch.setenv("RDMALAB_CHECK_LOG", str(log))
+    r = lab.check(ex, answer)
+    rows, notes = read_reports(log.read_text(encoding="utf-8"))
+    assert not notes and len(rows) == 1, (rows, notes)
+    assert (rows[0]["status"], rows[0]["field"], rows[0]["message"], rows[0]["given"]) == \
+        (r.status, r.field, r.message, r.given)
