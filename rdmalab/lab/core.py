@@ -290,15 +290,36 @@ class ExerciseList:
     items: list[Exercise]
 
     def _repr_html_(self) -> str:
-        rows = "".join(f"<tr><td><code>{html.escape(e.id)}</code></td><td>{html.escape(e.title)}</td>"
-                       f"<td>{len(e.hints)}</td></tr>" for e in self.items)
-        return f"<table><tr><th>id</th><th>exercise</th><th>hints</th></tr>{rows}</table>"
+        rows = "".join(f"<tr><td>{html.escape(e.notebook)}</td><td><code>{html.escape(e.id)}</code></td>"
+                       f"<td>{html.escape(e.title)}</td><td>{len(e.hints)}</td></tr>" for e in self.items)
+        return (f"<table class='rdmalab-exercises'><tr><th style='text-align:left'>notebook</th>"
+                f"<th style='text-align:left'>id</th><th style='text-align:left'>exercise</th><th>hints</th></tr>"
+                f"{rows}</table>").replace("<td>", "<td style='text-align:left'>")
 
     def __repr__(self) -> str:
-        return "\n".join(f"{e.id:28} {e.title}" for e in self.items)
+        return "\n".join(f"{e.notebook:24} {e.id:22} {e.title}" for e in self.items)
 
 
 def exercises(notebook: str | None = None) -> ExerciseList:
-    """All exercises (or those of one notebook)."""
+    """All exercises (or those of one notebook), in notebook order and, within one, in the order it asks them."""
     _ensure_loaded()
-    return ExerciseList([e for e in _REGISTRY.values() if notebook is None or e.notebook == notebook])
+    order = {e.id: i for i, e in enumerate(_in_source_order())}
+    items = [e for e in _REGISTRY.values() if notebook is None or e.notebook == notebook]
+    return ExerciseList(sorted(items, key=lambda e: (e.notebook, order.get(e.id, len(order)))))
+
+
+def _in_source_order() -> list[Exercise]:
+    """The exercises in the order the notebook sources check them (registration order when a source is missing)."""
+    import re
+
+    from rdmalab.lab import data
+
+    found: list[str] = []
+    try:
+        for src in sorted(data.notebooks_dir().glob("[0-9][0-9]-*.py")):
+            found += [m for m in re.findall(r"""lab\.check\(\s*["']([\w.]+)["']""", src.read_text(encoding="utf-8"))
+                      if m not in found]
+    except OSError:
+        pass
+    ordered = [_REGISTRY[i] for i in found if i in _REGISTRY]
+    return ordered + [e for e in _REGISTRY.values() if e.id not in found]
