@@ -22,6 +22,7 @@ import html
 import importlib
 import json
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,11 +67,12 @@ class Result:
         where = ""
         if self.field or self.offset is not None:
             bits = []
-            if self.field:
-                bits.append(f"field <code>{html.escape(self.field)}</code>")
+            if self.field:  # a header field ("BTH.psn") is a field; "retransmitted packets" is what the answer is about
+                bits.append(f"{'field ' if is_header_field(self.field) else ''}<code>{html.escape(self.field)}</code>")
             if self.offset is not None:
                 bits.append(f"byte offset {self.offset}")
-            where = f"<div style='font-size:90%'>Where: {', '.join(bits)}</div>"
+            label = "Where" if self.offset is not None or (self.field and is_header_field(self.field)) else "About"
+            where = f"<div style='font-size:90%'>{label}: {', '.join(bits)}</div>"
         if self.given is not None or self.expected is not None:
             rows = [(k, v) for k, v in (("You gave", self.given), ("Expected", self.expected)) if v is not None]
             where += "".join(f"<div style='font-size:90%'>{k}: <code>{html.escape(v)}</code></div>" for k, v in rows)
@@ -98,6 +100,18 @@ class Result:
             lines.append(f"  expected: {self.expected}")
         lines += [f"  - {d}" for d in self.details]
         return "\n".join(lines)
+
+
+def is_header_field(name: str) -> bool:
+    """``"BTH.psn"``, ``"AETH.value"``, ``"mr.access[read]"``: a header (or object) and one of its fields."""
+    return re.fullmatch(r"[A-Za-z][\w']*\.[\w\[\]]+", name) is not None
+
+
+def say(title: str, rest: str) -> str:
+    """An exercise's title, then a sentence: "Build a BTH by hand: replace ...", "Which wire is which? Replace ..."."""
+    if title.endswith(("?", "!", ".")):
+        return f"{title} {rest[:1].upper()}{rest[1:]}"
+    return f"{title}: {rest}"
 
 
 class Wrong(Exception):
@@ -220,7 +234,7 @@ def judge(id: str, answer: Any) -> Result:
     calls it in its own process on the values the kernel reported."""
     ex = get(id)
     if is_placeholder(answer):
-        return Result(id, NOT_YET, f"{ex.title}: replace the ... with your answer, then run the cell again.")
+        return Result(id, NOT_YET, say(ex.title, "replace the ... with your answer, then run the cell again."))
     if ex.program is not None and callable(answer):  # only a recorded Run is judged, never a function
         return Result(id, ERROR, "the grader received a function instead of the record of its run.")
     try:
@@ -230,11 +244,11 @@ def judge(id: str, answer: Any) -> Result:
             return Result(id, ERROR, f"{answer.type_name}: {answer.message}",
                           ["The checker ran your answer and it raised this exception."])
         msg = ex.checker(answer)
-        return Result(id, PASS, msg or f"{ex.title}: correct.")
+        return Result(id, PASS, msg or say(ex.title, "correct."))
     except NotAnswered as e:
-        return Result(id, NOT_YET, str(e) or f"{ex.title}: not answered yet.")
+        return Result(id, NOT_YET, str(e) or say(ex.title, "not answered yet."))
     except NotImplementedError:
-        return Result(id, NOT_YET, f"{ex.title}: your function still raises NotImplementedError.")
+        return Result(id, NOT_YET, say(ex.title, "your function still raises NotImplementedError."))
     except Wrong as e:
         given = e.given if e.given is not None else (None if callable(answer) or isinstance(answer, Run)
                                                      else show(answer))

@@ -16,9 +16,9 @@ import rdmalab.verbs.enums as e
 from rdmalab.lab.pair import Pair
 from rdmalab.verbs.cq import WC
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
-from rdmalab.wire.ib import RETH
 from rdmalab.viz.ladder import Ladder
 from rdmalab.viz.plots import Plot
+from rdmalab.wire.ib import RETH
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Any
 import rdmalab.verbs.enums as e
 from rdmalab.lab.answers import Program, Run
 from rdmalab.lab.core import Said, Wrong, exercise
-from rdmalab.lab.feedback import as_int, norm_name
+from rdmalab.lab.feedback import as_int, norm_name, nth, plain
 from rdmalab.lab.pair import Pair, SoftPair
 from rdmalab.verbs.engine.qpstate import INIT, RC, RTR, TABLE, mask_names
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
@@ -157,8 +157,8 @@ def _send_opcodes(answer: Any) -> str:
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         if g != norm_name(w):
             place = "the first packet" if i == 0 else "the last packet" if i == len(want) - 1 else \
-                f"packet {i}, between the first and the last"
-            raise Wrong(f"Packet {i} is not {answer[i]!r}.", field="BTH.opcode", given=answer[i],
+                f"the {nth(i)} packet, between the first and the last"
+            raise Wrong(f"The {nth(i)} packet (opcodes[{i}]) is not {answer[i]!r}.", field="BTH.opcode", given=answer[i],
                         expected=f"the opcode of {place} of a multi-packet RC SEND",
                         details=["the first packet is a First, the last a Last, the rest Middle"])
     return f"Right: {len(want)} packets, and only the Last asks for an ACK."
@@ -198,14 +198,14 @@ def _rnr(answer: Any) -> str:
         return f"Yes: timer code {aeth.value} means wait at least {want:g} ms before retrying."
     if abs(got - aeth.value) < 1e-9:
         raise Wrong(f"{answer} is the timer *code* (AETH bits 4-0); convert it to milliseconds.", field="AETH.value",
-                    offset=54, expected=expected)
+                    offset=54, expected=expected, given=plain(answer))
     if abs(got - want * 1000) < 1e-6:
         raise Wrong(f"{answer} is in microseconds; give milliseconds.", field="AETH.value", offset=54,
-                    expected=expected)
+                    expected=expected, given=plain(answer))
     if abs(got - want / 1000) < 1e-12:
-        raise Wrong(f"{answer} is in seconds; give milliseconds.", field="AETH.value", offset=54, expected=expected)
+        raise Wrong(f"{answer} is in seconds; give milliseconds.", field="AETH.value", offset=54, expected=expected, given=plain(answer))
     raise Wrong(f"{answer} ms is not the delay this RNR NAK asks for.", field="AETH.value", offset=54,
-                expected=expected)
+                expected=expected, given=plain(answer))
 
 
 # ----------------------------------------------------------------------------- 04 write / imm
