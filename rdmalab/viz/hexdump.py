@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from dataclasses import replace as dc_replace
 from typing import Any
 
 from rdmalab.wire.header import Header, Span
@@ -283,13 +284,20 @@ def hexdump(
     fields: bool = True,
     start: int = 0,
     end: int | None = None,
+    hide: Iterable[str] = (),
 ) -> HexDump:
     """A coloured hex dump of a packet, a header, a captured packet or plain bytes.
 
     ``highlight`` outlines byte ranges: ``(start, end, label)`` tuples, :class:`Mark` or spans.
     ``spans`` overrides the field spans (useful for plain bytes with known layout).
+    ``hide`` names fields (``"AETH.value"``) whose decoded value is not shown, only their bytes: for an
+    exercise that asks the learner to decode them.
     """
     data, found = spans_of(obj)
+    hidden = set(hide)
+    if hidden:
+        found = [dc_replace(sp, value=None, text="(decode it yourself)") if f"{sp.layer}.{sp.field}" in hidden else sp
+                 for sp in found]
     return HexDump(
         data, list(spans) if spans is not None else found, title, _as_marks(highlight), width, legend, fields,
         start, end,

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rdmalab.wire.errors import DecodeError
@@ -71,6 +72,9 @@ def _along(label: str, x0: float, y0: float, x1: float, y1: float, colour: str, 
             f'transform="rotate({angle:.2f} {x:.1f} {y:.1f})"{_HALO}>{html.escape(label)}{tail}</text>')
 
 
+_RNR_DELAY = re.compile(r"RNR NAK[^A-Z]*?[\d.]+ ?[mµu]?s|RNR NAK, timer [^)\n]*\)?")
+
+
 @dataclass
 class Arrow:
     src: str
@@ -104,6 +108,7 @@ class Ladder:
     title: str | None = None
     spacing: int = 320
     row: int = 20  # the least vertical step: two parallel arrows a row apart leave room for a label between them
+    times: bool = True  # the time axis and the lengths of the cut gaps (False: see without_times)
     _rise: float = field(default=64.0, init=False, repr=False, compare=False)
     _ys: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -200,7 +205,7 @@ class Ladder:
         drawn_only = {self._lost_end(a) for a in self.arrows if a.t1 is None} - self._real_times()
         base: int | None = None  # after a cut, times read "+86 ns" from the first moment below the cut
         cuts = sorted(y for y, _ in breaks)
-        for t, y in sorted(ys.items()):
+        for t, y in sorted(ys.items()) if self.times else []:
             if t in drawn_only:
                 continue  # where a lost packet's arrow stops is not a moment anything happened
             if cuts and y > cuts[0]:
@@ -213,8 +218,9 @@ class Ladder:
                            f"{text}</text>")
                 last_label = y
         for y, gap in breaks:
-            out.append(f'<text x="{left - 8}" y="{y + 4}" text-anchor="end" fill="#c62828" font-size="10">'
-                       f"\u2248 +{_fmt_time(gap)}</text>")
+            if self.times:
+                out.append(f'<text x="{left - 8}" y="{y + 4}" text-anchor="end" fill="#c62828" font-size="10">'
+                           f"\u2248 +{_fmt_time(gap)}</text>")
             out.append(f'<line x1="{left}" y1="{y}" x2="{width - 20}" y2="{y}" stroke="#ddd" stroke-dasharray="2,4"/>')
         # Lines first, labels on top: a later arrow's line must not run over an earlier arrow's label.
         rises = sorted(ys[a.t1] - ys[a.t0] for a in self.arrows if a.t1 is not None and not a.lost)
@@ -287,6 +293,17 @@ class Ladder:
 
     def _repr_svg_(self) -> str:
         return self.to_svg()
+
+    def without_times(self) -> Ladder:
+        """The same ladder with no time axis, no lengths on the cut gaps, and no RNR NAK delay in any label
+        or hover text: for a notebook whose exercise asks for a delay that the ladder would otherwise state."""
+        def quiet(text: str) -> str:
+            return _RNR_DELAY.sub("RNR NAK", text)
+
+        arrows = [replace(a, label=quiet(a.label), note=quiet(a.label) if _RNR_DELAY.search(a.note) else a.note)
+                  for a in self.arrows]
+        return replace(self, arrows=arrows, markers=[replace(m, note=quiet(m.label)) for m in self.markers],
+                       times=False)
 
     # ------------------------------------------------------------------ text forms
     def to_mermaid(self) -> str:

@@ -101,3 +101,16 @@ def test_four_wires_comparison() -> None:
     assert all(r["crc_ok"] == "good" for r in rows)
     spans = wire_hexdump(wires[3]).spans
     assert {"TCP", "MPA", "DDP", "CRC32c"} <= {s.layer for s in spans}
+
+
+def test_hide_keeps_a_fields_bytes_but_not_its_decoded_value() -> None:
+    """Notebook 03 shows an RNR NAK whose timer its exercise asks for (issue 20, item 1)."""
+    from rdmalab.lab.checkers.verbs import rnr_run
+    from rdmalab.viz.hexdump import hexdump
+    from rdmalab.wire.ib import AETH
+
+    nak = next(p for p in rnr_run(None).packets() if AETH in p and p[AETH].is_rnr_nak)
+    shown = hexdump(nak)._repr_html_()
+    hidden = hexdump(nak, hide=["AETH.value"])._repr_html_()
+    assert "1.28 ms" in shown and "1.28" not in hidden and "decode it yourself" in hidden
+    assert f"{nak.data[54]:02x}" in hidden  # the byte itself is still there to decode
