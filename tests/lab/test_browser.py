@@ -56,7 +56,7 @@ EXERCISE: dict[str, tuple[str, str, tuple[str, ...], str]] = {
     "00-welcome": ("welcome.opcode", '"RC RDMA WRITE Only"', ("BTH.opcode", "RC RDMA WRITE Only"),
                    '"RC RDMA READ Request"'),
     "01-dma-to-rdma": ("dma.copies", "1", ("copies",), "2"),
-    "02-verbs-objects": ("verbs.path", '["INIT", "RTS"]', ("qp_state", "RTR"), '["INIT", "RTR", "RTS"]'),
+    "02-verbs-objects": ("verbs.path", '["INIT", "RTS"]', ("INIT -> RTS", "transition table"), '["INIT", "RTR", "RTS"]'),
     "03-send-receive": ("send.rnr", "14", ("AETH.value", "timer"), "1.28"),
     "04-write-imm": ("write.imm", "lambda pair, data, imm: None", ("BTH.opcode", "immediate"), _WRITE_IMM),
     "05-read": ("read.responses", "2", ("BTH.opcode", "remainder"), "3"),
