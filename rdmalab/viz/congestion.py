@@ -57,8 +57,8 @@ def timeline(result: Any, *, title: str = "", max_flows: int = 8, window_us: flo
         ax_q.plot(t, [row[j] / 1024 for row in fab.queue_series], lw=1.0, label=f"queue {p.name}",
                   color=("#333333", "#9467bd", "#8c564b", "#17becf")[j])
     if cfg.ecn:
-        ax_q.axhline(cfg.kmin, color="#2ca02c", ls="--", lw=0.8, label=f"Kmin {cfg.kmin:.3g} KB")
-        ax_q.axhline(cfg.kmax, color="#d62728", ls="--", lw=0.8, label=f"Kmax {cfg.kmax:.3g} KB")
+        ax_q.axhline(cfg.kmin, color="#2ca02c", ls="--", lw=0.8, label=f"Kmin {three_figures(cfg.kmin)} KB")
+        ax_q.axhline(cfg.kmax, color="#d62728", ls="--", lw=0.8, label=f"Kmax {three_figures(cfg.kmax)} KB")
     ax_q.set_ylabel("queue (KB)")
     ax_q.legend(loc="upper right", fontsize=7)
     tb = [t[i] for i in range(0, len(t), k)]
@@ -107,10 +107,15 @@ def fluid_vs_packets(model: Any, result: Any, *, title: str = "") -> Plot:
     return Plot(fig)
 
 
+def three_figures(value: float) -> str:
+    """A number to 3 significant figures, written plainly: 39.8107 -> "39.8", 1000.0 -> "1000", 0.5 -> "0.5"."""
+    return f"{float(f'{value:.3g}'):g}"
+
+
 def runner_settings(kmin: float, kmax: float, pmax: float, ai: float, timer: float) -> dict[str, str]:
     """The runner's slider values as scenario settings, to 3 significant figures: a log slider sits at
     10**1.6 = 39.8107..., and a legend reading "Kmin 39.8107 KB" claims a precision nobody chose."""
-    return {k: f"{v:.3g}" for k, v in (("kmin", kmin), ("kmax", kmax), ("pmax", pmax), ("rpg_ai_rate", ai),
+    return {k: three_figures(v) for k, v in (("kmin", kmin), ("kmax", kmax), ("pmax", pmax), ("rpg_ai_rate", ai),
                                         ("rpg_time_reset", timer))}
 
 

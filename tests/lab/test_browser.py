@@ -314,8 +314,8 @@ def test_student_notebook_runs_in_jupyterlab(src: Path, lab_server: dict, browse
     time.sleep(2)  # widget views render after their comm messages; give them a moment before reading the page
     cells = _js(driver, _OUTPUTS_JS)
     not_run = [c["index"] for c, p in zip(cells, _prompts(driver), strict=True) if not re.search(r"\[\d+\]", p)]
-    first_widget = _js(driver, f"return document.querySelector('{_PANEL} .jupyter-widgets, {_PANEL} .jp-RenderedSVG, "
-                               f"{_PANEL} .jp-RenderedImage');")
+    first_widget = _js(driver, f"return document.querySelector('{_PANEL} .jp-OutputArea-output .jupyter-widgets') || "
+                               f"document.querySelector('{_PANEL} .jp-RenderedSVG, {_PANEL} .jp-RenderedImage');")
     if first_widget is not None:
         _js(driver, "arguments[0].scrollIntoView({block: 'center'});", first_widget)
         time.sleep(0.5)

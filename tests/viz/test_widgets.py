@@ -50,7 +50,7 @@ def test_the_congestion_runner_shows_whole_names_and_three_figures() -> None:
     from rdmalab.viz.congestion import runner_settings
 
     assert runner_settings(10 ** 1.6, 1000.0, 1.0, 40.0, 10 ** 1.78) == {
-        "kmin": "39.8", "kmax": "1e+03", "pmax": "1", "rpg_ai_rate": "40", "rpg_time_reset": "60.3"}
+        "kmin": "39.8", "kmax": "1000", "pmax": "1", "rpg_ai_rate": "40", "rpg_time_reset": "60.3"}
     pytest.importorskip("ipywidgets")
     from rdmalab.viz.congestion import congestion_runner
 
