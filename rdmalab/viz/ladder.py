@@ -250,8 +250,9 @@ class Ladder:
             xm = (x0 + x1) / 2
             ym = y0 + max(self._lost_rise(a) / 2, self.row / 2)  # parallel to its neighbours, half their length
             parts.append(f'<line x1="{x0}" y1="{y0}" x2="{xm}" y2="{ym}" stroke="{colour}" stroke-width="1.5"{dash}/>')
-            parts.append(f'<path d="M{xm - 5},{ym - 5} L{xm + 5},{ym + 5} M{xm - 5},{ym + 5} L{xm + 5},{ym - 5}" '
-                         f'stroke="#c62828" stroke-width="2.5"/>')
+            # the cross goes with the labels, drawn last: a neighbour's label (white halo) must not hide it
+            labels.append(f'<path d="M{xm - 5},{ym - 5} L{xm + 5},{ym + 5} M{xm - 5},{ym + 5} L{xm + 5},{ym - 5}" '
+                          f'stroke="#c62828" stroke-width="2.5"/>')
         else:
             y1 = ys[a.t1] if a.t1 is not None else y0 + self.row
             parts.append(f'<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y1}" stroke="{colour}" stroke-width="1.5"{dash} '
