@@ -322,6 +322,13 @@ class UdpFabric:
         self._sel.register(raw, selectors.EVENT_READ)
         self._closed = False
 
+    def reopen(self) -> None:
+        """New sockets for this process (after ``fork()``: sockets shared with the parent would hand
+        each arriving packet to only one of the two processes)."""
+        for closable in (self._sel, self._raw, self._sink):
+            closable.close()
+        self._open_sockets(self.ip, int(ipaddress.IPv4Address(self.ip)))
+
     # ------------------------------------------------------------------ the fabric interface of the engine
     def add_device(self, name: str | None = None, ip: str | None = None, mac: int | None = None) -> SoftDevice:
         raise ValueError("a UdpFabric carries one device, its interface's (fab.device)")

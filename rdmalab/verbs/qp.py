@@ -11,6 +11,7 @@ RC/UC QPs to INIT and UD QPs to RTS, and ``to_rtr``/``to_rts`` use the per-type 
 from __future__ import annotations
 
 import copy
+import errno
 import socket
 from typing import Any
 
@@ -94,6 +95,16 @@ class QPAttr:
         self.alt_port_num = 0
         self.alt_timeout = 0
         self.rate_limit = 0
+
+
+class ECE:
+    """``ECE(vendor_id=0, options=0, comp_mask=0)``: enhanced connection establishment data (pyverbs.qp)."""
+
+    def __init__(self, vendor_id: int = 0, options: int = 0, comp_mask: int = 0) -> None:
+        self.vendor_id, self.options, self.comp_mask = vendor_id, options, comp_mask
+
+    def __repr__(self) -> str:
+        return f"ECE(vendor_id={self.vendor_id:#x}, options={self.options:#x}, comp_mask={self.comp_mask})"
 
 
 class QP:
@@ -322,6 +333,14 @@ class QP:
         self.engine.post_recv(wqes)
 
     # ------------------------------------------------------------------ misc
+    def query_ece(self) -> ECE:
+        """``ibv_query_ece``: the soft devices have no ECE, as rxe has none (EOPNOTSUPP)."""
+        raise PyverbsRDMAError("Failed to query ECE: the device does not support ECE", errno.EOPNOTSUPP)
+
+    def set_ece(self, ece: ECE) -> None:
+        """``ibv_set_ece``: EOPNOTSUPP, as on rxe."""
+        raise PyverbsRDMAError("Failed to set ECE: the device does not support ECE", errno.EOPNOTSUPP)
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True

@@ -47,12 +47,12 @@ def test_the_builder_greys_out_rkey_and_va_for_opcodes_without_them() -> None:
 
 def test_the_congestion_runner_shows_whole_names_and_three_figures() -> None:
     """Issue 20, item 7: "rpg_time_..." was cut, and the legend read "Kmin 39.8107 KB"."""
-    from rdmalab.viz.congestion import runner_settings
+    from rdmalab.lab.congestion import runner_settings
 
     assert runner_settings(10 ** 1.6, 1000.0, 1.0, 40.0, 10 ** 1.78) == {
         "kmin": "39.8", "kmax": "1000", "pmax": "1", "rpg_ai_rate": "40", "rpg_time_reset": "60.3"}
     pytest.importorskip("ipywidgets")
-    from rdmalab.viz.congestion import congestion_runner
+    from rdmalab.lab.congestion import congestion_runner
 
     box = congestion_runner()
     sliders = [c for row in box.children[:3] for c in row.children]

@@ -99,7 +99,8 @@ def _req_psn(answer: Any) -> str:
     run = _handshake()
     expected = "(side, attribute): which QP attribute, on which side, the REQ's starting PSN sets"
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise Wrong("Give a pair (side, attribute), e.g. ('client', 'sq_psn').", field="answer", expected=expected)
+        raise Wrong("Give a pair (side, attribute), e.g. ('client', 'sq_psn').", field="answer",
+                    given=Said(repr(answer)), expected=expected)
     side, attr = _word(answer[0]), _word(answer[1])
     side = {"active": "client", "passive": "server"}.get(side, side)
     ok = {("server", "sq_psn"), ("client", "rq_psn")}
@@ -124,7 +125,7 @@ def _first_rts(answer: Any) -> str:
     who = "server" if first.server_qp == "RTS" else "client"
     expected = "'client' or 'server'"
     if not isinstance(answer, str):
-        raise Wrong("Give 'client' or 'server'.", field="answer", expected=expected)
+        raise Wrong("Give 'client' or 'server'.", field="answer", given=Said(repr(answer)), expected=expected)
     got = {"active": "client", "passive": "server"}.get(_word(answer), _word(answer))
     if got == who:
         return (f"Right: the {who} is in RTS after '{first.call}', before the REP leaves; the client moves to RTR "
@@ -141,7 +142,8 @@ def _service_id(answer: Any) -> str:
     sid = 0x0000000001111C06
     expected = "{'port_space': ..., 'port': ...} read from 0x0000000001111C06"
     if not isinstance(answer, dict) or set(answer) != {"port_space", "port"}:
-        raise Wrong("Give a dict with the keys 'port_space' and 'port'.", field="answer", expected=expected)
+        raise Wrong("Give a dict with the keys 'port_space' and 'port'.", field="answer", given=Said(repr(answer)),
+                    expected=expected)
     ps = as_int(answer["port_space"], "a port space", field="service_id")
     port = as_int(answer["port"], "a port", field="service_id")
     if (ps, port) == ((sid >> 16) & 0xFFFF, sid & 0xFFFF):

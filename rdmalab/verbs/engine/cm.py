@@ -281,6 +281,9 @@ class CMAgent:
         self.counters = {"cm_tx_msgs": 0, "cm_tx_retries": 0, "cm_rx_msgs": 0, "cm_rx_duplicates": 0,
                          "cm_rx_dropped": 0}
         self.log: list[str] = []
+        #: the other processes of a device they share (rdmalab.fabric.shared.SharedDevice), else None:
+        #: a REQ for a service ID one of them listens on is theirs to answer
+        self.shared: Any = None
         #: CM message name -> how many of the next ones arriving are lost (for tests and the notebook)
         self.lose: dict[str, int] = {}
 
@@ -411,6 +414,8 @@ class CMAgent:
             return
         factory = self.listeners.get(body.service_id)
         if factory is None:
+            if self.shared is not None and self.shared.listened_elsewhere(body.service_id):
+                return  # another process of this device listens on it: its CM answers
             self.send(src, w.build_rej(msg, w.REJ_INVALID_SERVICE_ID))
             return
         conn = CMConn(self, self.new_id(), _NoHandler(), active=False, started_ns=self.dev.now)
@@ -542,6 +547,8 @@ class CMAgent:
             return
         factory = self.listeners.get(body.service_id)
         if factory is None:
+            if self.shared is not None and self.shared.listened_elsewhere(body.service_id):
+                return
             conn.sidr_reply(0, 0, SIDR_UNSUPPORTED)
             return
         handler = factory(conn, msg)

@@ -15,6 +15,7 @@ trace.  Carriers call back through :class:`~rdmalab.verbs.engine.carrier.Station
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 from rdmalab.verbs import enums as e
@@ -52,6 +53,8 @@ class SoftDevice:
         self._next_qpn = 0x11  # rxe: QP pool indices from 16; the GSI QP takes one, users start at 0x11
         self._next_mr = 1
         self._dirty: set[Any] = set()
+        #: where QP numbers come from when other processes share the device (else 0x11, 0x12, ...)
+        self.qpn_source: Callable[[], int] | None = None
         #: QP1, the GSI: the device's connection manager answers CM MADs (rdmalab.verbs.engine.cm)
         self.gsi = GSI(self)
         self.qps[1] = self.gsi
@@ -73,8 +76,11 @@ class SoftDevice:
         return self.carrier.resolve_mac(gid)
 
     def alloc_qpn(self, qp: Any) -> int:
-        qpn = self._next_qpn
-        self._next_qpn += 1
+        if self.qpn_source is not None:  # a device several processes share (rdmalab.fabric.shared)
+            qpn = self.qpn_source()
+        else:
+            qpn = self._next_qpn
+            self._next_qpn += 1
         self.qps[qpn] = qp
         return qpn
 
