@@ -58,6 +58,7 @@ import numpy as np
 from rdmalab.capture.columnar import Columns, read_columns
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.reader import decode_record, read, records
+from rdmalab.wire.ib import IB_MTUS
 from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, Pos, Transport, opcode_name
 from rdmalab.wire.rdmap import TERM_ETYPE_NAMES, TERM_LAYER_NAMES, Terminate, term_errcode_names
 
@@ -288,7 +289,7 @@ def analyze(source: str | os.PathLike[str] | Columns, *, sent: str | os.PathLike
     sport = cols.data["udp.srcport"]
     # path MTU: the largest payload seen, rounded up to an IB MTU
     big = int(plen[idx].max()) if len(idx) else 0
-    mtu = next((m for m in (256, 512, 1024, 2048, 4096) if m >= big), 4096)
+    mtu = next((m for m in IB_MTUS if m >= big), 4096)
     src = {}
     dst = {}
     for i in idx.tolist():

@@ -16,6 +16,7 @@ single-threaded programs; ``RDMALAB_BACKGROUND=0`` turns it off.
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 import signal
@@ -53,6 +54,22 @@ def arm(fab: Any) -> bool:
     return True
 
 
+def _disarm_all() -> None:
+    """At exit: no more SIGIO.  The interpreter puts the default handlers back while it shuts down, and
+    SIGIO's default action ends the process (status 128 + 29): a late packet must not turn a clean exit
+    into a kill."""
+    try:
+        signal.signal(signal.SIGIO, signal.SIG_IGN)
+    except (ValueError, OSError):
+        pass
+    for fab in _driven:
+        try:
+            fd = fab.fileno()
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_ASYNC)
+        except (OSError, ValueError):
+            pass
+
+
 def drive(fab: Any) -> bool:
     """Answer ``fab``'s packets from a SIGIO handler while the program is elsewhere; False if not possible here."""
     global _installed
@@ -63,6 +80,7 @@ def drive(fab: Any) -> bool:
         if previous not in (signal.SIG_DFL, signal.SIG_IGN, None):
             return False  # the program handles SIGIO itself: leave it alone
         signal.signal(signal.SIGIO, _on_sigio)
+        atexit.register(_disarm_all)
         _installed = True
     _driven.append(fab)
     return arm(fab)

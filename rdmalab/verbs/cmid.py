@@ -178,9 +178,9 @@ class AddrInfo:
         self.src_port = _port(src_service, "source service")
         self.dst_addr = _ipv4(dst, "destination") if dst is not None else None
         self.dst_port = _port(dst_service, "destination service")
-        if not passive and self.dst_addr is None:
-            raise PyverbsRDMAError("Failed to get Address Info: an active AddrInfo needs dst "
-                                   "(or flags=RAI_PASSIVE to listen)", errno.EINVAL)
+        if src is None and dst is None and not passive:
+            raise PyverbsRDMAError("Failed to get Address Info: give src, dst, or both "
+                                   "(flags=RAI_PASSIVE to listen on any address)", errno.EINVAL)
 
     @property
     def passive(self) -> bool:
@@ -368,6 +368,7 @@ class CMID:
         self._accept_res = (0, 0)
         self._qp_init: QPInitAttr | None = None
         self._ack_timeout: int | None = None
+        self._groups: set[str] = set()
         self.state = "idle"
         if creator is None:
             return
@@ -922,11 +923,43 @@ class CMID:
     def set_local_ece(self, ece: Any) -> None:
         raise PyverbsRDMAError("Failed to set local ECE: the soft devices have no ECE (as rxe)", errno.EOPNOTSUPP)
 
-    def join_multicast(self, addr: Any = None, mc_attr: Any = None, context: int = 0) -> None:
-        raise PyverbsRDMAError("Failed to Join multicast: the soft devices have no multicast", errno.EOPNOTSUPP)
+    def join_multicast(self, addr: AddrInfo | None = None, mc_attr: JoinMCAttrEx | None = None,
+                       context: int = 0) -> None:
+        """``rdma_join_multicast``: on RoCE no SA is asked (``cma_iboe_join_multicast``): the group's MGID
+        is its IPv4-mapped address, the Q_Key RDMA_UDP_QKEY; the carrier joins the IP group, the CMID's
+        QP is attached to the MGID and MULTICAST_JOIN follows with the group's address handle."""
+        if addr is None and mc_attr is None:
+            raise PyverbsUserError("Join to multicast must have AddrInfo or JoinMCAttrEx arguments")
+        ai = mc_attr.addr if mc_attr is not None else addr
+        assert ai is not None
+        group = ai.src_addr or ai.dst_addr
+        if group is None or not ipaddress.IPv4Address(group).is_multicast:
+            raise PyverbsRDMAError(f"Failed to Join multicast: {group} is not an IPv4 multicast address",
+                                   errno.EINVAL)
+        if self.device is None:
+            raise PyverbsRDMAError("Failed to Join multicast: bind or resolve an address first", errno.EINVAL)
+        join = getattr(self.device.carrier, "join_group", None)
+        if join is not None:
+            join(group)
+        mgid = 0xFFFF00000000 | int(ipaddress.IPv4Address(group))
+        if self.qp is not None:
+            self.qp.attach_mcast(mgid)
+        self._groups.add(group)
+        ah = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=GID(_gid_text(mgid)), sgid_index=1, hop_limit=64))
+        self._post(EV.RDMA_CM_EVENT_MULTICAST_JOIN, ud=(ibcm.MCAST_QPN, ibcm.RDMA_UDP_QKEY, ah))
 
-    def leave_multicast(self, addr: Any) -> None:
-        raise PyverbsRDMAError("Failed to leave multicast: the soft devices have no multicast", errno.EOPNOTSUPP)
+    def leave_multicast(self, addr: AddrInfo) -> None:
+        """``rdma_leave_multicast``: the QP detached, the IP group left."""
+        group = addr.src_addr or addr.dst_addr
+        if group not in self._groups:
+            raise PyverbsRDMAError(f"Failed to leave multicast: this CMID has not joined {group}", errno.EINVAL)
+        self._groups.discard(group)
+        mgid = 0xFFFF00000000 | int(ipaddress.IPv4Address(group))
+        if self.qp is not None:
+            self.qp.detach_mcast(mgid)
+        leave = getattr(self.device.carrier, "leave_group", None) if self.device is not None else None
+        if leave is not None:
+            leave(group)
 
     def set_log_level(self, level: int) -> None:
         pass

@@ -59,6 +59,10 @@ for _info in OPCODES.values():
 assert find_opcode(Transport.RC, Op.SEND, Pos.ONLY) == _OPC[(Transport.RC, Op.SEND, Pos.ONLY, False, False)]
 
 
+# opcode -> the Pkt attributes of the extended headers it carries (a CNP's padding has none)
+_ATTRS: dict[int, tuple[str, ...]] = {
+    code: tuple(_ATTR[cls] for cls in info.headers if cls in _ATTR) for code, info in INFO.items()}
+
 # The packets a carrier may hand over without a Pkt (SoftDevice.receive_segment): the FIRST,
 # MIDDLE, LAST and ONLY packets of RC/UC RDMA WRITEs and the MIDDLE and LAST ones of SENDs, without
 # immediate data or invalidation; of their extended headers only a WRITE's RETH.
@@ -70,8 +74,13 @@ SEGMENT: dict[int, OpcodeInfo] = {
 
 def middle_of(code: int) -> int:
     """The MIDDLE opcode of the operation ``code`` belongs to."""
-    info = INFO[code]
-    return _OPC[(info.transport, info.op, Pos.MIDDLE, False, False)]
+    return _MIDDLE[code]
+
+
+# opcode -> the MIDDLE opcode of its operation, for the operations that have one (SEND, WRITE, READ response)
+_MIDDLE: dict[int, int] = {
+    code: _OPC[(info.transport, info.op, Pos.MIDDLE, False, False)] for code, info in INFO.items()
+    if (info.transport, info.op, Pos.MIDDLE, False, False) in _OPC}
 
 
 class Pkt:
@@ -79,7 +88,7 @@ class Pkt:
 
     __slots__ = ("opcode", "psn", "destqp", "ackreq", "se", "src_gid", "dst_gid", "sport", "src_mac", "dst_mac",
                  "reth", "aeth", "deth", "imm", "ieth", "atomic", "atomic_ack", "payload", "count", "last_opcode",
-                 "mtu", "_frame", "id", "srcqp", "acks", "ecn")
+                 "mtu", "_frame", "id", "srcqp", "acks", "ecn", "pkey")
 
     def __init__(self, opcode: int, psn: int, destqp: int, src_gid: int, dst_gid: int, sport: int,
                  src_mac: int, dst_mac: int, payload: Any = b"", ackreq: int = 0, se: int = 0) -> None:
@@ -109,6 +118,7 @@ class Pkt:
         self.srcqp = 0  # the sending QP (engine bookkeeping for the trace; not on the wire)
         self.acks: tuple[int, ...] = ()  # burst: indices (before the last) of packets with AckReq
         self.ecn = 0  # IP ECN bits (RFC 3168): 2 = ECT(0) from a DCQCN sender, 3 = CE set by a switch
+        self.pkey = 0xFFFF  # the BTH P_Key as received (the engine sends the default partition's)
 
     # ------------------------------------------------------------------ info
     @property
@@ -139,15 +149,14 @@ class Pkt:
     def sub(self, i: int) -> Pkt:
         """Packet ``i`` of a burst, with the headers its opcode carries."""
         last = i == self.count - 1
-        code = self.opcode if i == 0 else (self.last_opcode if last else middle_of(self.opcode))
+        code = self.opcode if i == 0 else (self.last_opcode if last else _MIDDLE[self.opcode])
         mtu = self.mtu
-        p = Pkt(code, psn_add(self.psn, i), self.destqp, self.src_gid, self.dst_gid, self.sport,
+        p = Pkt(code, (self.psn + i) & PSN_MASK, self.destqp, self.src_gid, self.dst_gid, self.sport,
                 self.src_mac, self.dst_mac, memoryview(self.payload)[i * mtu:(i + 1) * mtu],
                 self.ackreq if last else int(i in self.acks), self.se if last else 0)
         p.srcqp = self.srcqp
         p.ecn = self.ecn
-        for cls in INFO[code].headers:
-            attr = _ATTR[cls]
+        for attr in _ATTRS[code]:
             setattr(p, attr, getattr(self, attr))
         return p
 
@@ -210,6 +219,7 @@ def from_frame(frame: bytes) -> Pkt | None:
         if attr is not None:
             setattr(p, attr, layer.header)
     p.ecn = ip4.ecn if ip4 is not None else d[IPv6].tclass & 3
+    p.pkey = bth.p_key
     p._frame = bytes(frame)
     return p
 
