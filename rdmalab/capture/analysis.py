@@ -234,7 +234,7 @@ def _series(t_ns: np.ndarray, nbytes: np.ndarray, t0: int, t1: int, bins: int = 
     k = np.clip(((t_ns - t0) / width).astype(np.int64), 0, bins - 1)
     acc = np.bincount(k, weights=nbytes.astype(np.float64), minlength=bins)
     w_s = width / 1e9
-    return [(k_ * w_s, float(acc[k_] * 8 / w_s / 1e6)) for k_ in range(bins)]
+    return list(zip((np.arange(bins) * w_s).tolist(), (acc * 8 / w_s / 1e6).tolist(), strict=True))
 
 
 def _congestion(r: Rows, pairs: list[ConnRows], seg: np.ndarray, window_us: float) -> list[Finding]:

@@ -190,15 +190,18 @@ def connections(r: Rows, mtu: int) -> tuple[list[ConnRows], np.ndarray]:
                 resp_of_run[rn] = rows_
                 rqpn_of_run[rn] = int(a["dqp"][rows_[0]]) if len(rows_) else -1
     run_rows_order = np.argsort(runs_first, kind="stable")
+    by_run = np.argsort(run, kind="stable")  # request rows grouped by run, in capture order within each
+    bounds = np.searchsorted(run[by_run], np.arange(n_runs + 1))
+    empty = np.zeros(0, dtype=np.int64)
     for rn in run_rows_order.tolist():
-        reqs = np.sort(req_rows[run == rn])
+        reqs = req_rows[by_run[bounds[rn]:bounds[rn + 1]]]
         i0 = int(reqs[0])
         transport = "UC" if T["uc"][op[i0]] else "RC"
         rq = rqpn_of_run.get(rn)
         c = Connection(len(pairs), transport, r.addr(int(a["src"][i0])), r.addr(int(a["dst"][i0])),
                        rq if rq is not None and rq >= 0 else None, int(a["dqp"][i0]), int(a["sport"][i0]))
         c.run = int(seg[i0])
-        pairs.append(ConnRows(c, reqs, resp_of_run.get(rn, np.zeros(0, dtype=np.int64))))
+        pairs.append(ConnRows(c, reqs, resp_of_run.get(rn, empty)))
     return pairs, seg
 
 
@@ -434,13 +437,27 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
         "goodput_mbps": (uniq_bytes * 8 / dur / 1e6) if dur > 0 else 0.0,
         "throughput_mbps": ((c.request_bytes + c.retransmitted_bytes) * 8 / dur / 1e6) if dur > 0 else 0.0,
         "retransmitted_fraction": (c.retransmitted_bytes / max(1, c.request_bytes + c.retransmitted_bytes)),
-        "latency_us": ({"p50": float(np.percentile(lat, 50)), "p90": float(np.percentile(lat, 90)),
-                        "p99": float(np.percentile(lat, 99)), "max": float(lat.max())} if len(lat) else {}),
+        "latency_us": _percentiles(lat),
         "messages": fam,
     }
     req_t = a["tns"][cr.reqs]
     return {"series": (req_t, a["plen"][cr.reqs]),
             "psn": (np.array(pts_t, dtype=np.int64), np.array(pts_p, dtype=np.int64), np.array(pts_k, dtype=np.int8))}
+
+
+def _percentiles(x: np.ndarray) -> dict[str, float]:
+    """p50, p90, p99 (linear interpolation, as numpy.percentile's default) and max."""
+    if not len(x):
+        return {}
+    s = np.sort(x)
+    out = {}
+    for name, q in (("p50", 50), ("p90", 90), ("p99", 99)):
+        pos = (len(s) - 1) * q / 100
+        lo = int(pos)
+        hi = min(lo + 1, len(s) - 1)
+        out[name] = float(s[lo] + (s[hi] - s[lo]) * (pos - lo))
+    out["max"] = float(s[-1])
+    return out
 
 
 def _gap(findings: list[Finding], cid: int, lo: int, hi: int, fr: int, t: float, why: str) -> None:
