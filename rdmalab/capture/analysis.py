@@ -147,7 +147,7 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
     plen = a["plen"]
     big = int(plen.max()) if len(plen) else 0
     mtu = next((m for m in (256, 512, 1024, 2048, 4096) if m >= big), 4096)
-    bad = np.nonzero(a["icrc_ok"] == 2)[0]
+    bad = np.nonzero((a["icrc_ok"] == 2) & (a["caplen"] >= a["flen"]))[0]  # a frame cut short is not damaged
     for i in bad.tolist():
         findings.append(Finding("bad_icrc", None, [int(a["frame"][i])], int(a["tns"][i]) / 1e9,
                                 f"{opcode_name(int(op[i]))} PSN {int(a['psn'][i])}: ICRC does not verify"))

@@ -32,7 +32,7 @@ from rdmalab.capture.columnar import COLUMN_BY_NAME, Columns, iter_columns
 
 #: the columns ``analyze`` reads (the decoder computes these and what they depend on only)
 FIELDS: tuple[str, ...] = (
-    "frame.number", "frame.time_ns", "frame.len", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "ip.dsfield.ecn",
+    "frame.number", "frame.time_ns", "frame.len", "frame.cap_len", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "ip.dsfield.ecn",
     "ipv6.tclass", "udp.srcport", "infiniband.bth.opcode", "infiniband.bth.psn", "infiniband.bth.destqp",
     "infiniband.bth.a", "infiniband.aeth.syndrome", "infiniband.aeth.msn", "infiniband.reth.dmalen",
     "rdmalab.payload.len", "infiniband.invariant.crc", "rdmalab.icrc.ok", "infiniband.deth.srcqp",
@@ -44,6 +44,7 @@ _TERM_EXTRA = tuple(n for n in ("iwarp_rdma.term_etype", "iwarp_rdma.term_errcod
 #: per RDMA row: name -> (source column, dtype kept)
 _KEEP: dict[str, tuple[str, str]] = {
     "frame": ("frame.number", "i8"), "tns": ("frame.time_ns", "i8"), "flen": ("frame.len", "u4"),
+    "caplen": ("frame.cap_len", "u4"),
     "ecn": ("ip.dsfield.ecn", "u1"), "sport": ("udp.srcport", "u2"), "op": ("infiniband.bth.opcode", "u1"),
     "psn": ("infiniband.bth.psn", "i8"), "dqp": ("infiniband.bth.destqp", "i8"), "ackreq": ("infiniband.bth.a", "u1"),
     "syn": ("infiniband.aeth.syndrome", "i8"), "msn": ("infiniband.aeth.msn", "i8"),
@@ -151,9 +152,35 @@ class _Collector:
         self.parts = {}
         r.addr_v6 = list(self.v6)
         r.back = np.concatenate(self.back) if self.back else np.zeros((0, 3), dtype=np.int64)
-        r.seam_frames = r.back[r.back[:, 2] > self.seam_ns, 1] if len(r.back) else np.zeros(0, dtype=np.int64)
+        r.seam_frames = _seams(r, self.seam_ns)
         r.dup_pairs = _drop_identical(r, self.dup_ns)
         return r
+
+
+#: a step back in time is a seam when the next this many RDMA packets all stay before the time reached
+#: before the step (reordered frames catch up within a few packets; an appended capture does not)
+SEAM_LOOKAHEAD = 64
+
+
+def _seams(r: Rows, seam_ns: int) -> np.ndarray:
+    if not len(r.back):
+        return np.zeros(0, dtype=np.int64)
+    sel = r.back[:, 2] > seam_ns
+    cand, step = r.back[sel, 1], r.back[sel, 2]
+    if not len(cand):
+        return cand
+    fr, tns = r.a["frame"], r.a["tns"]
+    peak = np.maximum.accumulate(tns) if len(tns) else tns
+    out = []
+    for f, back in zip(cand.tolist(), step.tolist(), strict=True):
+        j = int(np.searchsorted(fr, f))
+        if j == 0 or j >= len(fr):  # no RDMA packet on both sides to look at: a step of a second or more
+            if back >= 1_000_000_000:
+                out.append(f)
+            continue
+        if int(tns[j:j + SEAM_LOOKAHEAD].max()) < int(peak[j - 1]):
+            out.append(f)
+    return np.array(out, dtype=np.int64)
 
 
 def _empty() -> dict[str, np.ndarray]:

@@ -1,0 +1,123 @@
+"""rdmalab analyze on hostile captures (rdmalab.capture.hostile): each is analysed without error,
+its findings stay readable, and repeated runs are analysed each on its own."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rdmalab.capture import hostile
+from rdmalab.capture.analysis import analyze
+from rdmalab.capture.columnar import read_columns
+from rdmalab.cli import main
+
+CAPTURES = Path(__file__).resolve().parents[2] / "captures"
+LOSS = CAPTURES / "rxe_write_bw_loss.pcap"
+
+
+def test_appended_to_itself_is_analysed_run_by_run(tmp_path: Path) -> None:
+    one = analyze(LOSS)
+    runs = 5
+    n = len(hostile.frames_of(LOSS))
+    path = tmp_path / "appended.pcap"
+    hostile.appended(LOSS, path, runs * n)
+    a = analyze(path)
+    # each run is the capture again: the same connections and findings, five times; no duplicates
+    assert len(a.connections) == runs * len(one.connections)
+    seams = a.of_kind("capture_seam")
+    assert len(seams) == 1 and seams[0].detail["count"] == runs - 1
+    assert seams[0].frames == [k * n + 1 for k in range(1, runs)]
+    counts = a.counts()
+    for kind, k in one.counts().items():
+        assert counts[kind] == runs * k, kind
+    assert {c.run for c in a.connections} == set(range(runs))
+
+
+def test_every_frame_duplicated_is_one_finding(tmp_path: Path) -> None:
+    one = analyze(LOSS)
+    path = tmp_path / "dup.pcap"
+    n = 2 * len(hostile.frames_of(LOSS))
+    hostile.duplicated(LOSS, path, n)
+    a = analyze(path)
+    dup = a.of_kind("duplicate_frames")
+    # RDMA frames are compared: frame f of the original is frames 2f-1 and 2f here
+    cols = read_columns(LOSS)
+    rdma = cols.data["frame.number"][cols.present("infiniband.bth")].tolist()
+    assert len(dup) == 1 and dup[0].detail["count"] == len(rdma) == one.rdma_packets
+    assert dup[0].text.startswith(f"frames duplicated in the capture: {len(rdma)}, e.g. {2 * rdma[0] - 1}/{2 * rdma[0]}")
+    assert dup[0].frames == [2 * f for f in rdma]
+    # without the copies, the analysis is the original's
+    assert {k: v for k, v in a.counts().items() if k != "duplicate_frames"} == one.counts()
+    assert not a.of_kind("duplicate")
+
+
+def test_psn_wrap(tmp_path: Path) -> None:
+    path = tmp_path / "wrap.pcap"
+    hostile.psn_wrap(path, 20_000)
+    a = analyze(path)
+    assert len(a.connections) == 1 and a.connections[0].requester_qpn == 0x13
+    assert not a.findings, a.counts()
+    assert all(m.result == "ok" for m in a.messages)
+    assert a.messages[0].first_psn == (1 << 24) - 5000 and any(m.first_psn == 0 for m in a.messages)
+
+
+def test_ten_thousand_connections(tmp_path: Path) -> None:
+    path = tmp_path / "many.pcap"
+    hostile.many_connections(path, 40_000)
+    a = analyze(path)
+    assert len(a.connections) == 10_000 and not a.findings
+    assert all(c.requester_qpn == c.responder_qpn + 10_000 for c in a.connections)
+    assert len(a.messages) == 20_000 and all(m.result == "ok" for m in a.messages)
+
+
+def test_heavy_reordering(tmp_path: Path) -> None:
+    path = tmp_path / "reordered.pcap"
+    hostile.reordered(LOSS, path, 3 * len(hostile.frames_of(LOSS)))
+    a = analyze(path)
+    tb = a.of_kind("time_backwards")
+    assert len(tb) == 1 and tb[0].detail["count"] > 100  # one finding, every step
+    # the steps back among the RDMA packets are reordering, not seams: the runs stay whole (the capture
+    # is repeated 3 times with time going on: 3 of each of its 2 connections).  (The TCP set-up frames
+    # before them are seconds apart: shuffled, they step back by seconds with no RDMA packet to tell.)
+    assert len(a.connections) == 3 * 2
+
+
+@pytest.mark.parametrize("snaplen", [60, 80])
+def test_snaplen_cut_frames(tmp_path: Path, snaplen: int) -> None:
+    path = tmp_path / "cut.pcap"
+    hostile.snaplen_cut(LOSS, path, 2000, snaplen=snaplen)
+    a = analyze(path)  # no crash; frames cut inside the BTH carry no RDMA fields
+    assert a.packets == 2000
+    assert not a.of_kind("bad_icrc")  # a cut ICRC is not a bad one
+
+
+def test_capture_that_ends_mid_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "tail.pcap"
+    n = hostile.truncated_tail(LOSS, path, 3000)
+    assert main(["analyze", "-q", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "tail.pcap" in err and str(n) in err or "record" in err, err
+
+
+@pytest.mark.tshark
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="needs tshark")
+def test_annotated_capture_read_back_with_tshark(tmp_path: Path) -> None:
+    out = tmp_path / "annotated.pcapng"
+    assert main(["analyze", "-q", str(LOSS), "--annotate", str(out)]) == 0
+    a = analyze(LOSS)
+    want = sorted({fr for f in a.findings if f.kind == "retransmission" for fr in f.frames})
+    got = subprocess.run(["tshark", "-n", "-r", str(out), "-Y", 'frame.comment contains "go-back-N"', "-T", "fields",
+                          "-e", "frame.number"], capture_output=True, text=True, check=True).stdout.split()
+    assert [int(x) for x in got] == want and want
+    # the frames are the original's, byte for byte
+    orig = subprocess.run(["tshark", "-n", "-r", str(LOSS), "-T", "fields", "-e", "frame.len", "-e", "frame.time_epoch"],
+                          capture_output=True, text=True, check=True).stdout
+    copy = subprocess.run(["tshark", "-n", "-r", str(out), "-T", "fields", "-e", "frame.len", "-e", "frame.time_epoch"],
+                          capture_output=True, text=True, check=True).stdout
+    assert orig == copy
+    naks = subprocess.run(["tshark", "-n", "-r", str(out), "-Y", 'frame.comment contains "nak_seq_err"', "-T", "fields",
+                           "-e", "frame.number"], capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(int(x) for x in naks) == sorted(f.frames[0] for f in a.of_kind("nak_seq_err"))
