@@ -20,7 +20,6 @@ import random
 import struct
 from collections.abc import Iterator
 
-
 from rdmalab.capture.columnar import record_blocks
 from rdmalab.wire import AETH, BTH, RETH, encode_rocev2
 

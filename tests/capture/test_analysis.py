@@ -14,8 +14,8 @@ import dpkt
 import pytest
 
 from rdmalab.capture.analysis import analyze
-from rdmalab.viz.report import html_report
 from rdmalab.cli import main
+from rdmalab.viz.report import html_report
 from rdmalab.wire import AETH, BTH, RETH, encode_rocev2
 from rdmalab.wire.ib import CNPPad
 
