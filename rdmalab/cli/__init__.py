@@ -13,6 +13,8 @@ Subcommands follow tshark's habits where they fit::
     rdmalab vm [--shell | --exec CMD | --scenario NAME] [-w FILE]
     rdmalab capture NAME... | all
     rdmalab grade DIR [-o OUT]
+    rdmalab link add NAME netdev IFNAME | show | delete NAME
+    rdmalab rping -s|-c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]
 
 Errors are one sentence naming the file and what was wrong, never a traceback; the exit status
 is 0 on success, 1 when a file could not be (fully) read or a strict decode failed, 2 for bad
@@ -36,8 +38,10 @@ from rdmalab.cli import (
     decode,
     grade,
     lab,
+    link,
     perftest,
     pingpong,
+    rping,
     simulate,
     stats,
     vm,
@@ -45,9 +49,10 @@ from rdmalab.cli import (
 from rdmalab.cli._common import Fail
 
 # The order here is the order of `rdmalab --help`.
-COMMANDS = [decode, crosscheck, stats, analyze, convert, lab, pingpong, perftest, simulate, vm, capture, grade]
+COMMANDS = [decode, crosscheck, stats, analyze, convert, lab, pingpong, perftest, rping, simulate, link, vm, capture, grade]
 # Commands whose every argument after the command name belongs to another program (--help included).
-PASSTHROUGH = {"lab": lab.run_lab, "pingpong": pingpong.main_argv, "perftest": perftest.main_argv}
+PASSTHROUGH = {"lab": lab.run_lab, "pingpong": pingpong.main_argv, "perftest": perftest.main_argv,
+               "rping": rping.main_argv}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,15 +1,15 @@
 """How the engine's packets move: carriers for the soft verbs engine.
 
-``sim``  an in-process simulated fabric with a virtual clock (:class:`Fabric`)
+``sim``    an in-process simulated fabric with a virtual clock (:class:`Fabric`)
+``udp``    the engine on real UDP next to kernel rxe (:class:`rdmalab.fabric.udp.UdpFabric`)
+``links``  soft devices bound to network interfaces (``rdmalab link add soft0 netdev veth1``)
 
-Importing this package makes the simulated fabric's ``soft0``/``soft1`` the devices that
-``rdmalab.verbs.device.get_device_list()`` and ``Context()`` find by default (the verbs layer
-does not import carriers; they register themselves, as libibverbs providers do).
+``rdmalab.verbs`` finds the simulated fabric's ``soft0``/``soft1`` and the linked devices without
+importing this package: ``pyproject.toml`` declares them as providers (entry points of the group
+``rdmalab.verbs.providers``), which ``rdmalab.verbs.providers`` loads on the first
+``get_device_list()``, as libibverbs loads its provider libraries.
 """
 
 from rdmalab.fabric.sim import Fabric, Faults, default_fabric, reset_default_fabric
-from rdmalab.verbs.device import set_default_devices
-
-set_default_devices(default_fabric)
 
 __all__ = ["Fabric", "Faults", "default_fabric", "reset_default_fabric"]

@@ -261,6 +261,7 @@ class UdpFabric:
         self._init_state(trace, poll_wait, seed)
         self._open_sockets(ip, ipv4)
         self.device = SoftDevice(name, ipv4, mac, self, seed=self.rng.getrandbits(32))
+        self.device.ifname = ifname
         self.devices = {name: self.device}
         if pcap is not None:
             self.write_pcap(pcap)

@@ -1,6 +1,6 @@
 """Stand-ins for the pyverbs modules of features soft devices do not have.
 
-rdma-core's pyverbs has modules for rdma-cm (``pyverbs.cmid``), flow steering (``flow``,
+rdma-core's pyverbs has modules for flow steering (``flow``,
 ``spec``), work queues and RSS (``wq``), DMA-buf (``dmabuf``), raw memory helpers
 (``mem_alloc``, ``dma_util``) and the vendor providers (``providers.mlx5``, ``providers.efa``).
 A program that imports them must still import on rdmalab, and must then find the feature missing

@@ -1,14 +1,18 @@
 """``pyverbs.device`` for soft devices: ``get_device_list``, ``Context`` and the attribute objects.
 
 Devices come from a carrier (anything with a ``devices`` mapping of name to
-:class:`~rdmalab.verbs.engine.node.SoftDevice`).  As libibverbs loads its providers, this layer
-does not know the carriers: one registers itself as the default with :func:`set_default_devices`.
-Importing :mod:`rdmalab.fabric` registers the simulated fabric's
-:func:`rdmalab.fabric.default_fabric`: two soft RoCEv2 devices, ``soft0`` (10.0.0.1) and
-``soft1`` (10.0.0.2), each with GID index 0 a link-local address and GID index 1 the
-IPv4-mapped ``::ffff:10.0.0.x``, as rxe has.  A program that builds its own
+:class:`~rdmalab.verbs.engine.node.SoftDevice`).  This layer does not import the carriers: as
+libibverbs loads its provider libraries on the first ``ibv_get_device_list()``, the first
+``get_device_list()`` or ``Context()`` loads the providers the installed packages declare
+(:mod:`rdmalab.verbs.providers`), so a pyverbs program that changed only its imports finds
+devices.  By default those are the simulated fabric's ``soft0`` (10.0.0.1) and ``soft1``
+(10.0.0.2), each with GID index 0 a link-local address and GID index 1 the IPv4-mapped
+``::ffff:10.0.0.x``, as rxe has; a device linked to a real interface with
+``rdmalab link add soft0 netdev veth1`` (or ``RDMALAB_LINKS=soft0=veth1``) runs on real UDP, and
+once any device is linked the simulated ones are not offered.  A program that builds its own
 :class:`rdmalab.fabric.Fabric` passes ``Context(name=..., fabric=fab)``, or makes it the
-default with :func:`rdmalab.fabric.reset_default_fabric`.
+default with :func:`rdmalab.fabric.reset_default_fabric`; :func:`set_default_devices`
+overrides the providers altogether.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any, Protocol
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.addr import GID
 from rdmalab.verbs.engine.node import SoftDevice
+from rdmalab.verbs.providers import ProviderError, provided_devices
 from rdmalab.verbs.pyverbs_error import EINVAL, ENODEV, PyverbsRDMAError
 
 MAX_QP_WR = 16384
@@ -49,10 +54,19 @@ def set_default_devices(provider: Callable[[], DeviceSet] | None) -> None:
 def _fabric(fabric: Any = None) -> Any:
     if fabric is not None:
         return fabric
-    if _default is None:
-        raise PyverbsRDMAError("No IB devices found: no carrier is registered (import rdmalab.fabric for the "
-                               "simulated fabric's soft0 and soft1, or pass fabric=)", ENODEV)
-    return _default()
+    if _default is not None:
+        return _default()
+    try:
+        provided = provided_devices()
+        provided.devices  # noqa: B018 - open them now, so that a provider's failure is reported here
+    except ProviderError as exc:
+        raise PyverbsRDMAError(f"No IB devices found: {exc}", ENODEV) from None
+    return provided
+
+
+class _Devices:
+    def __init__(self, devices: dict[str, SoftDevice]) -> None:
+        self.devices = devices
 
 
 @dataclass
@@ -115,6 +129,12 @@ class Context:
     """An open soft device.  ``Context(name='soft0')``; ``fabric=`` picks a non-default fabric."""
 
     def __init__(self, name: str | bytes | None = None, *, fabric: Any = None, **kwargs: Any) -> None:
+        cmid = kwargs.get("cmid")
+        if cmid is not None:  # pyverbs' Context(cmid=...): the device the rdma_cm ID is bound to
+            if cmid.device is None:
+                raise PyverbsRDMAError("Failed to open the device of a CMID that is not bound to one", ENODEV)
+            fabric, name = {cmid.device.name: cmid.device}, cmid.device.name
+            fabric = _Devices(fabric)
         fab = _fabric(fabric)
         if name is None:
             if not fab.devices:

@@ -11,7 +11,7 @@
 ``pyverbs.*`` import from :data:`MODULES`.  A pyverbs module is one or more rdmalab modules
 merged (``pyverbs.qp`` is :mod:`rdmalab.verbs.qp` plus :mod:`rdmalab.verbs.qpex`, whose ``QP``
 also takes ``QPInitAttrEx``).  The pyverbs modules for features the soft devices do not have
-(flow steering, WQs, rdma-cm, DMA-buf, vendor providers...) are the stand-ins of
+(flow steering, WQs, DMA-buf, vendor providers...) are the stand-ins of
 :mod:`rdmalab.verbs._absent`: they import, and creating their objects fails as it does on a
 device without the feature (``EOPNOTSUPP``; for mlx5/EFA "This is not an MLX5 device").
 
@@ -37,6 +37,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "pyverbs.enums": ("rdmalab.verbs.libibverbs_enums",),
     "pyverbs.libibverbs_enums": ("rdmalab.verbs.libibverbs_enums",),
     "pyverbs.cm_enums": ("rdmalab.verbs.cm_enums",),
+    "pyverbs.cmid": ("rdmalab.verbs.cmid",),
     "pyverbs.device": ("rdmalab.verbs.device", "rdmalab.verbs.device_ex"),
     "pyverbs.pd": ("rdmalab.verbs.pd", "rdmalab.verbs.pd_ex"),
     "pyverbs.mr": ("rdmalab.verbs.mr", "rdmalab.verbs.mr_ex"),
@@ -50,7 +51,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "pyverbs.utils": ("rdmalab.verbs.utils",),
     "pyverbs.mem_alloc": ("rdmalab.verbs.mem_alloc",),
 }
-ABSENT = ("pyverbs.cmid", "pyverbs.flow", "pyverbs.spec", "pyverbs.wq", "pyverbs.dmabuf",
+ABSENT = ("pyverbs.flow", "pyverbs.spec", "pyverbs.wq", "pyverbs.dmabuf",
           "pyverbs.dma_util")
 PROVIDER_ENUMS = {
     "pyverbs.providers.mlx5.mlx5_enums": "rdmalab.verbs._providers.mlx5_enums",

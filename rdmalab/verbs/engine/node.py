@@ -20,6 +20,7 @@ from typing import Any
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import cnp
 from rdmalab.verbs.engine.carrier import Carrier, Datagram, Scheduler, TimerHandle
+from rdmalab.verbs.engine.cm import GSI
 from rdmalab.verbs.engine.packet import INFO, Pkt, from_datagram, from_frame
 from rdmalab.verbs.trace import TraceEvent
 from rdmalab.wire.opcodes import CNP_OPCODE, Transport
@@ -42,6 +43,8 @@ class SoftDevice:
         self.ipv4 = ipv4
         self.mac = mac
         self.carrier = carrier
+        #: the network interface the device sends on (rxe's netdev), when its carrier has one
+        self.ifname: str | None = None
         self.gids = [eui64_gid(mac), 0xFFFF00000000 | ipv4]
         self.rng = random.Random(seed)
         self.qps: dict[int, Any] = {}
@@ -49,6 +52,9 @@ class SoftDevice:
         self._next_qpn = 0x11  # rxe: QP pool indices from 16; the GSI QP takes one, users start at 0x11
         self._next_mr = 1
         self._dirty: set[Any] = set()
+        #: QP1, the GSI: the device's connection manager answers CM MADs (rdmalab.verbs.engine.cm)
+        self.gsi = GSI(self)
+        self.qps[1] = self.gsi
         self.counters = {"rcvd_pkts": 0, "sent_pkts": 0, "dropped": 0, "duplicate_request": 0,
                          "out_of_seq_request": 0, "rcvd_rnr_err": 0, "send_rnr_err": 0, "rcvd_seq_err": 0,
                          "retry_exceeded_err": 0, "retry_rnr_exceeded_err": 0, "completer_retry_err": 0}

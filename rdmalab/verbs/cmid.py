@@ -1,0 +1,959 @@
+"""``pyverbs.cmid`` on soft devices: rdma_cm's addressing and events over the engine's own CM.
+
+The names, arguments and events are pyverbs' (rdma-core ``pyverbs/cmid.pyx``): :class:`CMID`,
+:class:`AddrInfo`, :class:`CMEventChannel`, :class:`CMEvent`, :class:`ConnParam`, :class:`UDParam`.
+Under them is what the kernel's ``rdma_cm`` (``drivers/infiniband/core/cma.c``) does for rxe, done
+here on the soft device's own connection manager (:mod:`rdmalab.verbs.engine.cm`):
+
+* **Port spaces and service IDs** (IBA Vol 1 Annex A11; ``rdma_get_service_id``):
+  ``(port_space << 16) + port``, so rping's port 7174 in RDMA_PS_TCP is 0x0000000001061C06.
+* **The cma_hdr**: the REQ's (and SIDR_REQ's) private data starts with 36 bytes: version 0, IP
+  version 4 in the high nibble, the active side's port, its address and the destination's
+  (``cma_format_hdr``).  The passive side learns the peer's port from it, and refuses a header
+  that is not version 0 / IPv4 or IPv6 with REJ 28 (``cma_save_ip_info``) and a destination
+  other than the address it listens on (``cma_match_private_data``).
+* **Address and route resolution without an SA** (RoCE has none): the local device is the one with
+  the source address, or the device that reaches the destination (another device of the same
+  fabric; a linked device for a real network); the path is built locally as
+  ``cma_resolve_iboe_route`` does: IPv4-mapped GIDs, P_Key 0xFFFF, packet life time 18, the
+  device's MTU.
+* **What librdmacm does for a QP made with** :meth:`CMID.create_qp`: INIT at once (UD: RTS with
+  Q_Key 0x01234567, ``RDMA_UDP_QKEY``); on the REP the active side moves it to RTR and RTS and sends
+  the RTU (``ucma_process_conn_resp``); :meth:`CMID.accept` moves the passive side's to RTR and
+  RTS before the REP; :meth:`CMID.disconnect` moves it to ERR before the DREQ (``rdma_disconnect``).
+* **Events**: ADDR_RESOLVED, ROUTE_RESOLVED, CONNECT_REQUEST, CONNECT_RESPONSE (a CMID without a
+  QP), ESTABLISHED, REJECTED (``status`` the REJ reason), UNREACHABLE (``status`` -ETIMEDOUT after
+  the CM's retries), DISCONNECTED, TIMEWAIT_EXIT.
+
+A :class:`CMID` made from an :class:`AddrInfo` is synchronous, as ``rdma_create_ep`` makes it:
+``connect``, ``get_request`` and ``accept`` wait for their events themselves.  Waiting advances
+the device's carrier (the simulated fabric's virtual clock, or the UDP carrier's event loop); on
+the simulated fabric, a wait for an event that nothing left to happen can bring raises
+:class:`~rdmalab.verbs.pyverbs_error.PyverbsRDMAError` instead of hanging.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import ipaddress
+import socket
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from rdmalab.verbs import enums as e
+from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
+from rdmalab.verbs.cm_enums import (
+    RAI_PASSIVE,
+    RDMA_PS_IB,
+    RDMA_PS_TCP,
+    RDMA_PS_UDP,
+    rdma_cm_event_type,
+)
+from rdmalab.verbs.cq import CQ
+from rdmalab.verbs.device import MAX_QP_RD_ATOM, Context, _fabric
+from rdmalab.verbs.engine import cm as ibcm
+from rdmalab.verbs.engine.node import SoftDevice
+from rdmalab.verbs.mr import MR
+from rdmalab.verbs.pd import PD
+from rdmalab.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
+from rdmalab.verbs.qp import QP, QPAttr, QPInitAttr
+from rdmalab.verbs.wr import SGE, RecvWR, SendWR
+from rdmalab.wire import cm as w
+from rdmalab.wire.mad import CM_ATTR_SIDR_REQ
+
+EV = rdma_cm_event_type
+CMA_HDR_SIZE = 36
+#: what librdmacm's rdma_resolve_addr/route default to in pyverbs
+DEFAULT_TIMEOUT_MS = 2000
+#: REQ private data after the cma_hdr (IBA: 92 bytes in all), SIDR_REQ's (216 in all)
+MAX_REQ_PRIVATE, MAX_SIDR_PRIVATE = 92 - CMA_HDR_SIZE, 216 - CMA_HDR_SIZE
+MAX_REP_PRIVATE, MAX_REJ_PRIVATE = 196, 148
+RNR_TIMER = 12  # the QP's min_rnr_timer librdmacm leaves to the device default; 0.64 ms
+
+
+def event_str(event: int) -> str:
+    """``rdma_event_str``: the event's name as librdmacm prints it."""
+    try:
+        return EV(event).name
+    except ValueError:
+        return "UNKNOWN EVENT"
+
+
+def service_id(port_space: int, port: int) -> int:
+    """``rdma_get_service_id``: ``(port_space << 16) + port`` (rping's 7174 in RDMA_PS_TCP: 0x1061C06)."""
+    return ((port_space & 0xFFFF) << 16) + (port & 0xFFFF)
+
+
+def _ipv4(text: Any, what: str) -> str:
+    if isinstance(text, bytes):
+        text = text.decode()
+    try:
+        return str(ipaddress.IPv4Address(str(text)))
+    except ValueError:
+        pass
+    try:
+        return socket.gethostbyname(str(text))
+    except OSError:
+        raise PyverbsRDMAError(f"Failed to get Address Info: {what} {text!r} is not an IPv4 address or a host name "
+                               "(the soft devices speak RoCEv2 over IPv4)", errno.EADDRNOTAVAIL) from None
+
+
+def _port(service: Any, what: str) -> int:
+    if service is None:
+        return 0
+    if isinstance(service, bytes):
+        service = service.decode()
+    try:
+        port = int(service)
+    except (TypeError, ValueError):
+        try:
+            port = socket.getservbyname(str(service))
+        except OSError:
+            raise PyverbsRDMAError(f"Failed to get Address Info: {what} {service!r} is not a port number",
+                                   errno.EINVAL) from None
+    if not 0 <= port <= 0xFFFF:
+        raise PyverbsRDMAError(f"Failed to get Address Info: {what} {port} is not a port (0..65535)", errno.EINVAL)
+    return port
+
+
+class ConnParam:
+    """``ConnParam(resources=1, depth=1, flow_control=0, retry=5, rnr_retry=5, srq=0, qp_num=0)``."""
+
+    def __init__(self, resources: int = 1, depth: int = 1, flow_control: int = 0, retry: int = 5,
+                 rnr_retry: int = 5, srq: int = 0, qp_num: int = 0) -> None:
+        self.responder_resources = resources
+        self.initiator_depth = depth
+        self.flow_control = flow_control
+        self.retry_count = retry
+        self.rnr_retry_count = rnr_retry
+        self.srq = srq
+        self.qp_num = qp_num
+        self._private = b""
+
+    @property
+    def qpn(self) -> int:
+        return self.qp_num
+
+    @qpn.setter
+    def qpn(self, val: int) -> None:
+        self.qp_num = val
+
+    @property
+    def private_data(self) -> bytes:
+        return self._private
+
+    def set_private_data(self, data: bytes | str, length: int | None = None) -> None:
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+        self._private = raw if length is None else raw[:length]
+
+    def __str__(self) -> str:
+        rows = [("responder resources", self.responder_resources), ("initiator depth", self.initiator_depth),
+                ("flow control", self.flow_control), ("retry count", self.retry_count),
+                ("rnr retry count", self.rnr_retry_count), ("srq", self.srq), ("qp number", self.qp_num)]
+        return "Connection parameters: \n" + "".join(f"{k:<4}: {v:<4}\n" for k, v in rows)
+
+
+class AddrInfo:
+    """``AddrInfo(src=None, dst=None, src_service=None, dst_service=None, port_space=0, flags=0)``
+    (``rdma_getaddrinfo``).  The older pyverbs keyword ``service=`` is the destination's port,
+    or the source's with ``RAI_PASSIVE``."""
+
+    def __init__(self, src: Any = None, dst: Any = None, src_service: Any = None, dst_service: Any = None,
+                 port_space: int = 0, flags: int = 0, service: Any = None) -> None:
+        self.flags = flags
+        self.port_space = port_space or RDMA_PS_TCP
+        if port_space not in (0, RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IB):
+            raise PyverbsRDMAError(f"Failed to get Address Info: port space {port_space:#x} is not "
+                                   "RDMA_PS_TCP, RDMA_PS_UDP or RDMA_PS_IB", errno.EINVAL)
+        passive = bool(flags & RAI_PASSIVE)
+        if service is not None:
+            if passive:
+                src_service = src_service if src_service is not None else service
+            else:
+                dst_service = dst_service if dst_service is not None else service
+        self.src_addr = _ipv4(src, "source") if src is not None else ("0.0.0.0" if passive else None)
+        self.src_port = _port(src_service, "source service")
+        self.dst_addr = _ipv4(dst, "destination") if dst is not None else None
+        self.dst_port = _port(dst_service, "destination service")
+        if not passive and self.dst_addr is None:
+            raise PyverbsRDMAError("Failed to get Address Info: an active AddrInfo needs dst "
+                                   "(or flags=RAI_PASSIVE to listen)", errno.EINVAL)
+
+    @property
+    def passive(self) -> bool:
+        return bool(self.flags & RAI_PASSIVE)
+
+    def close(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"<AddrInfo {self.src_addr}:{self.src_port} -> {self.dst_addr}:{self.dst_port}>"
+
+
+class JoinMCAttrEx:
+    """``JoinMCAttrEx(addr, comp_mask=0, join_flags=0)``: only an attribute holder; joining fails (no multicast)."""
+
+    def __init__(self, addr: AddrInfo, comp_mask: int = 0, join_flags: int = 0) -> None:
+        self.addr, self.comp_mask, self.join_flags = addr, comp_mask, join_flags
+
+
+class UDParam:
+    """``UDParam(event)``: the remote UD QP an ESTABLISHED event of RDMA_PS_UDP names (SIDR_REP)."""
+
+    def __init__(self, cm_event: CMEvent) -> None:
+        if cm_event.ud is None:
+            raise PyverbsUserError(f"{cm_event.event_str()} carries no UD parameters")
+        self.qp_num, self.qkey, self._ah = cm_event.ud
+
+    @property
+    def ah_attr(self) -> AHAttr:
+        return self._ah
+
+
+class _Event:
+    __slots__ = ("kind", "cmid", "listen", "status", "private_data", "ud", "info")
+
+    def __init__(self, kind: int, cmid: CMID, *, listen: CMID | None = None, status: int = 0,
+                 private_data: bytes = b"", ud: tuple[int, int, AHAttr] | None = None, **info: Any) -> None:
+        self.kind, self.cmid, self.listen, self.status = kind, cmid, listen, status
+        self.private_data, self.ud, self.info = private_data, ud, info
+
+
+class CMEventChannel:
+    """``rdma_create_event_channel``: where the events of the CMIDs made on it queue."""
+
+    def __init__(self) -> None:
+        self.queue: deque[_Event] = deque()
+        self.ids: list[CMID] = []
+        self.closed = False
+
+    def post(self, ev: _Event) -> None:
+        self.queue.append(ev)
+
+    def wait(self, match: Callable[[_Event], bool] | None = None, what: str = "an rdma_cm event",
+             timeout_ms: int | None = None) -> _Event:
+        """The next event (the first that ``match`` takes), advancing the devices' carriers meanwhile."""
+        start: dict[int, int] = {}
+
+        def found() -> bool:
+            return any(match is None or match(ev) for ev in self.queue)
+
+        while True:
+            for i, ev in enumerate(self.queue):
+                if match is None or match(ev):
+                    del self.queue[i]
+                    return ev
+            devs = list({id(c.device): c.device for c in self.ids if c.device is not None}.values())
+            if not devs:
+                raise PyverbsRDMAError(f"waiting for {what}: no CMID of this channel is bound to a device",
+                                       errno.EINVAL)
+            scheds = list({id(d.scheduler): d.scheduler for d in devs}.values())
+            for dev in devs:
+                start.setdefault(id(dev), dev.now)
+            for sched in scheds:
+                sched.progress(found)  # waits on a real carrier's socket; runs a simulated fabric's clock
+            if found():
+                continue
+            if timeout_ms is not None and any(d.now - start[id(d)] > timeout_ms * 1_000_000 for d in devs):
+                raise PyverbsRDMAError(f"waiting for {what}: nothing came within {timeout_ms} ms", errno.ETIMEDOUT)
+            if not any(_external(d) for d in devs) and not any(getattr(s, "pending", 0) for s in scheds):
+                raise PyverbsRDMAError(f"waiting for {what}: the simulated fabric has nothing left to do, so it "
+                                       "will never come (is the other side listening, or was it already consumed?)",
+                                       errno.ENODATA)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def set_log_level(self, level: int) -> None:
+        pass
+
+
+def _external(dev: SoftDevice) -> bool:
+    """Whether traffic can reach the device from outside this process (a carrier with a socket)."""
+    return hasattr(dev.carrier, "fileno")
+
+
+class CMEvent:
+    """``CMEvent(channel)``: the next event of the channel (``rdma_get_cm_event``); it waits for one."""
+
+    def __init__(self, channel: CMEventChannel) -> None:
+        self._ev: _Event | None = channel.wait()
+        self.event_type = self._ev.kind
+        self.status = self._ev.status
+        self.ud = self._ev.ud
+        self.id = self._ev.cmid
+        self.listen_id = self._ev.listen
+        self._private = self._ev.private_data
+
+    @property
+    def private_data(self) -> bytes:
+        return self._private
+
+    def event_str(self) -> str:
+        return event_str(self.event_type)
+
+    def ack_cm_event(self) -> None:
+        self._ev = None
+
+    def close(self) -> None:
+        self._ev = None
+
+    def set_log_level(self, level: int) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"<CMEvent {self.event_str()} status={self.status}>"
+
+
+def _devices() -> dict[str, SoftDevice]:
+    return dict(_fabric(None).devices)
+
+
+def _device_with(ip: str) -> SoftDevice | None:
+    v = int(ipaddress.IPv4Address(ip))
+    return next((d for d in _devices().values() if d.ipv4 == v), None)
+
+
+def _route(dst: str) -> SoftDevice:
+    """The local device that reaches ``dst``: another device of the fabric that has it, else a linked device."""
+    devs = list(_devices().values())
+    v = int(ipaddress.IPv4Address(dst))
+    owner = next((d for d in devs if d.ipv4 == v), None)
+    if owner is not None:
+        peers = [d for d in devs if d.carrier is owner.carrier and d is not owner]
+        return peers[0] if peers else owner
+    linked = [d for d in devs if d.ifname is not None]
+    if linked:
+        return linked[0]
+    raise PyverbsRDMAError(f"Failed to Resolve Address: no soft device reaches {dst} (the simulated fabric has "
+                           f"{', '.join(_ip(d.ipv4) for d in devs)}; bind a device to a network interface with "
+                           "`rdmalab link add soft0 netdev IFNAME` to reach other hosts)", errno.EHOSTUNREACH)
+
+
+def _ip(v: int) -> str:
+    return str(ipaddress.IPv4Address(v & 0xFFFFFFFF))
+
+
+class CMID:
+    """``CMID(creator=None, qp_init_attr=None, pd=None, port_space=RDMA_PS_TCP, listen_id=None)``.
+
+    ``creator`` is an :class:`AddrInfo` (synchronous, ``rdma_create_ep``), a :class:`CMEventChannel`
+    (asynchronous, ``rdma_create_id``) or a CONNECT_REQUEST :class:`CMEvent` with ``listen_id``.
+    """
+
+    def __init__(self, creator: Any = None, qp_init_attr: QPInitAttr | None = None, pd: PD | None = None,
+                 port_space: int = RDMA_PS_TCP, listen_id: CMID | None = None) -> None:
+        self.ctx: Context | None = None
+        self._pd: PD | None = pd
+        self.qp: QP | None = None
+        self.device: SoftDevice | None = None
+        self.port_space = port_space
+        self.src_addr: str | None = None
+        self.src_port = 0
+        self.dst_addr: str | None = None
+        self.dst_port = 0
+        self.conn: ibcm.CMConn | None = None
+        self.listening = False
+        self.backlog: deque[CMID] = deque()
+        self.remote_qpn = 0
+        self.req: w.CMMessage | None = None
+        self.sync = False
+        self.closed = False
+        self._channel: CMEventChannel | None = None
+        self._own_cqs: list[CQ] = []
+        self._psn = 0
+        self._accept_res = (0, 0)
+        self._qp_init: QPInitAttr | None = None
+        self.state = "idle"
+        if creator is None:
+            return
+        if isinstance(creator, AddrInfo):
+            self.sync = True
+            self.port_space = creator.port_space
+            self._set_channel(CMEventChannel())
+            if creator.passive:
+                self._bind(creator.src_addr or "0.0.0.0", creator.src_port)
+            else:
+                self._resolve(creator.src_addr, creator.dst_addr or "", creator.dst_port, DEFAULT_TIMEOUT_MS)
+                self._take(EV.RDMA_CM_EVENT_ADDR_RESOLVED, "ADDR_RESOLVED")
+                self.resolve_route()
+                self._take(EV.RDMA_CM_EVENT_ROUTE_RESOLVED, "ROUTE_RESOLVED")
+            if qp_init_attr is not None and not creator.passive:
+                self.create_qp(qp_init_attr)
+            self._qp_init = qp_init_attr if creator.passive else None
+        elif isinstance(creator, CMEventChannel):
+            self._set_channel(creator)
+        elif isinstance(creator, CMEvent):
+            if listen_id is None:
+                raise PyverbsUserError("listen ID not provided")
+            child = creator.id
+            if creator.event_type != EV.RDMA_CM_EVENT_CONNECT_REQUEST or child is None:
+                raise PyverbsUserError(f"a CMID is made from a CONNECT_REQUEST event, not {creator.event_str()}")
+            self.__dict__.update(child.__dict__)
+            child._adopted_by = self  # type: ignore[attr-defined]
+            if self.conn is not None:
+                self.conn.handler = self
+            if self._channel is not None:
+                self._channel.ids.append(self)
+        else:
+            raise PyverbsRDMAError(f"Cannot create CM ID from {type(creator)}", errno.EINVAL)
+
+    # ------------------------------------------------------------------ properties pyverbs has
+    @property
+    def event_channel(self) -> CMEventChannel | None:
+        return None if self.sync else self._channel
+
+    @property
+    def context(self) -> Context | None:
+        return self.ctx
+
+    @property
+    def pd(self) -> PD | None:
+        return self._pd
+
+    @property
+    def handle(self) -> int:
+        """So that ``MR(cmid, ...)`` and ``PD(cmid)`` work, as they do in pyverbs."""
+        return self._need_pd().handle
+
+    @property
+    def qpn(self) -> int | None:
+        return None if self.qp is None else self.qp.qp_num
+
+    @property
+    def dev_name(self) -> str | None:
+        return None if self.device is None else self.device.name
+
+    @property
+    def port_num(self) -> int:
+        return 1
+
+    def _need_pd(self) -> PD:
+        if self._pd is None:
+            raise PyverbsUserError("this CMID is not bound to a device yet (bind_addr or resolve_route first)")
+        return self._pd
+
+    def _set_channel(self, ch: CMEventChannel) -> None:
+        self._channel = ch
+        ch.ids.append(self)
+
+    def _post(self, kind: int, **kw: Any) -> None:
+        target = getattr(self, "_adopted_by", self)
+        if self._channel is not None:
+            self._channel.post(_Event(kind, target, **kw))
+
+    def _take(self, kind: int, what: str, timeout_ms: int | None = None) -> _Event:
+        assert self._channel is not None
+        me = getattr(self, "_adopted_by", self)
+        ev = self._channel.wait(lambda x: x.cmid is me, what=f"{what} on {self._where()}", timeout_ms=timeout_ms)
+        if ev.kind != kind:
+            raise PyverbsRDMAError(self._failure(ev, what), errno.ECONNREFUSED if ev.kind ==
+                                   EV.RDMA_CM_EVENT_REJECTED else errno.ETIMEDOUT)
+        return ev
+
+    def _where(self) -> str:
+        if self.dst_addr is not None:
+            return f"{self.src_addr}:{self.src_port} -> {self.dst_addr}:{self.dst_port}"
+        return f"{self.src_addr}:{self.src_port}"
+
+    def _failure(self, ev: _Event, what: str) -> str:
+        if ev.kind == EV.RDMA_CM_EVENT_REJECTED:
+            return (f"{what}: the connection to {self.dst_addr}:{self.dst_port} was rejected: reason "
+                    f"{ev.status} ({w.rej_reason_name(ev.status)})")
+        if ev.kind == EV.RDMA_CM_EVENT_UNREACHABLE:
+            i = ev.info
+            return (f"{what}: {self.dst_addr}:{self.dst_port} is unreachable: no answer to the "
+                    f"{i.get('message', 'REQ')} after {i.get('tries', 0)} tries over {i.get('waited_ms', 0) / 1000:.1f} s")
+        return f"{what}: got {event_str(ev.kind)} instead"
+
+    # ------------------------------------------------------------------ addresses
+    def _attach(self, dev: SoftDevice) -> None:
+        self.device = dev
+        if self.ctx is None:
+            self.ctx = Context(name=dev.name, fabric=_OneDevice(dev))
+        if self._pd is None:
+            self._pd = PD(self.ctx)
+
+    def _bind(self, addr: str, port: int) -> None:
+        if addr != "0.0.0.0":
+            dev = _device_with(addr)
+            if dev is None:
+                have = ", ".join(f"{n} {_ip(d.ipv4)}" for n, d in _devices().items())
+                raise PyverbsRDMAError(f"Failed to Bind ID: no soft device has address {addr} (have: {have})",
+                                       errno.EADDRNOTAVAIL)
+            self._attach(dev)
+        else:
+            devs = list(_devices().values())
+            if devs:
+                self._attach(devs[0])
+        self.src_addr, self.src_port = addr, port
+
+    def bind_addr(self, lai: AddrInfo) -> None:
+        """``rdma_bind_addr`` to the source of ``lai`` (its address picks the device)."""
+        self._bind(lai.src_addr or "0.0.0.0", lai.src_port)
+
+    def _resolve(self, src: str | None, dst: str, port: int, timeout_ms: int) -> None:
+        dev = _device_with(src) if src and src != "0.0.0.0" else _route(dst)
+        if dev is None:
+            raise PyverbsRDMAError(f"Failed to Resolve Address: no soft device has source address {src}",
+                                   errno.EADDRNOTAVAIL)
+        self._attach(dev)
+        self.src_addr = _ip(dev.ipv4)
+        if not self.src_port:
+            self.src_port = dev.rng.randrange(32768, 61000)  # Linux's ip_local_port_range
+        self.dst_addr, self.dst_port = dst, port
+        self.state = "addr resolved"
+        self._post(EV.RDMA_CM_EVENT_ADDR_RESOLVED)
+
+    def resolve_addr(self, rai: AddrInfo, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        """``rdma_resolve_addr``: pick the local device; ADDR_RESOLVED follows on the channel."""
+        if rai.dst_addr is None:
+            raise PyverbsRDMAError("Failed to Resolve Address: the AddrInfo has no destination", errno.EINVAL)
+        self._resolve(rai.src_addr if rai.src_addr else self.src_addr, rai.dst_addr, rai.dst_port, timeout_ms)
+
+    def resolve_route(self, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
+        """``rdma_resolve_route``: the path is built locally (no SA on RoCE); ROUTE_RESOLVED follows."""
+        if self.state != "addr resolved":
+            raise PyverbsRDMAError("Failed to Resolve Route: resolve the address first", errno.EINVAL)
+        self.state = "route resolved"
+        self._post(EV.RDMA_CM_EVENT_ROUTE_RESOLVED)
+
+    # ------------------------------------------------------------------ QP
+    def create_qp(self, qp_init: QPInitAttr) -> None:
+        """``rdma_create_qp``: a QP on this CMID's PD, with CQs of its own if ``qp_init`` has none;
+        INIT for a connected QP, RTS with Q_Key 0x01234567 for UD (as librdmacm leaves them)."""
+        pd = self._need_pd()
+        assert self.ctx is not None
+        qp_init = copy.copy(qp_init)  # the caller's attributes stay as they were (a listener reuses them)
+        if qp_init.send_cq is None or qp_init.recv_cq is None:
+            depth = max(qp_init.cap.max_send_wr + qp_init.cap.max_recv_wr, 1)
+            cq = CQ(self.ctx, depth)
+            self._own_cqs.append(cq)
+            qp_init.send_cq = qp_init.send_cq or cq
+            qp_init.recv_cq = qp_init.recv_cq or cq
+        if self.port_space == RDMA_PS_UDP:
+            qp_init.qp_type = e.IBV_QPT_UD
+        attr = QPAttr(port_num=1)
+        attr.pkey_index = 0
+        if qp_init.qp_type == e.IBV_QPT_UD:
+            attr.qkey = ibcm.RDMA_UDP_QKEY
+            attr.sq_psn = self.device.rng.getrandbits(24) if self.device else 0
+        else:
+            attr.qp_access_flags = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+                                    | e.IBV_ACCESS_REMOTE_ATOMIC)
+        self.qp = QP(pd, qp_init, attr)
+
+    def query_qp(self, attr_mask: int) -> tuple[QPAttr, QPInitAttr]:
+        if self.qp is None:
+            raise PyverbsRDMAError("Failed to query QP: the CMID has no QP", errno.EINVAL)
+        return self.qp.query(attr_mask)
+
+    def init_qp_attr(self, qp_state: int) -> tuple[QPAttr, int]:
+        """``rdma_init_qp_attr``: the attributes an external QP needs for ``qp_state``, and their mask."""
+        a = QPAttr(qp_state=qp_state, port_num=1)
+        mask: int = e.IBV_QP_STATE
+        if qp_state == e.IBV_QPS_INIT:
+            a.pkey_index, a.port_num = 0, 1
+            a.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+            mask |= e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS
+            if self.port_space == RDMA_PS_UDP:
+                a.qkey = ibcm.RDMA_UDP_QKEY
+                mask = e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_QKEY
+            return a, mask
+        p = self._path()
+        if qp_state == e.IBV_QPS_RTR:
+            a.path_mtu, a.dest_qp_num, a.rq_psn = p["mtu"], p["dest_qp"], p["rq_psn"]
+            a.ah_attr = p["ah"]
+            a.max_dest_rd_atomic, a.min_rnr_timer = p["resp_res"], RNR_TIMER
+            return a, (mask | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN
+                       | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+        if qp_state == e.IBV_QPS_RTS:
+            a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry = p["sq_psn"], p["timeout"], p["retry"], p["rnr_retry"]
+            a.max_rd_atomic = p["init_depth"]
+            return a, (mask | e.IBV_QP_SQ_PSN | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY
+                       | e.IBV_QP_MAX_QP_RD_ATOMIC)
+        return a, mask
+
+    def _path(self) -> dict[str, Any]:
+        """What the CM messages say about this connection, seen from this side."""
+        req = self.req.body if self.req is not None else None
+        rep = self.conn.rep.body if self.conn is not None and self.conn.rep is not None else None
+        if not isinstance(req, w.CMReq):
+            raise PyverbsRDMAError("Failed to get QP attributes: the connection has no REQ yet", errno.EINVAL)
+        assert self.device is not None and self.dst_addr is not None
+        mtu = min(req.path_mtu, e.bytes_to_mtu(self.device.active_mtu))
+        ah = AHAttr(port_num=1, is_global=1,
+                    gr=GlobalRoute(dgid=GID(_gid_text(0xFFFF00000000 | int(ipaddress.IPv4Address(self.dst_addr)))),
+                                   sgid_index=1, hop_limit=64))
+        active = self.conn is not None and self.conn.active
+        if active:
+            if not isinstance(rep, w.CMRep):
+                raise PyverbsRDMAError("Failed to get QP attributes: no REP yet", errno.EINVAL)
+            return {"mtu": mtu, "ah": ah, "dest_qp": rep.local_qpn, "rq_psn": req.starting_psn,
+                    "sq_psn": rep.starting_psn, "resp_res": rep.initiator_depth, "init_depth": rep.responder_resources,
+                    "timeout": req.primary_local_ack_timeout, "retry": req.retry_count,
+                    "rnr_retry": rep.rnr_retry_count}
+        return {"mtu": mtu, "ah": ah, "dest_qp": req.local_qpn, "rq_psn": self._psn, "sq_psn": req.starting_psn,
+                "resp_res": self._accept_res[0], "init_depth": self._accept_res[1],
+                "timeout": req.primary_local_ack_timeout, "retry": req.retry_count, "rnr_retry": req.rnr_retry_count}
+
+    def _modify(self, state: int) -> None:
+        assert self.qp is not None
+        a, mask = self.init_qp_attr(state)
+        self.qp.modify(a, mask)
+
+    # ------------------------------------------------------------------ passive side
+    def listen(self, backlog: int = 0) -> None:
+        """``rdma_listen`` on the bound address and port (0.0.0.0: every device)."""
+        if self.device is None:
+            raise PyverbsRDMAError("Listen Failed: bind_addr first", errno.EINVAL)
+        if not self.src_port:
+            self.src_port = self.device.rng.randrange(32768, 61000)
+        sid = service_id(self.port_space, self.src_port)
+        devs = list(_devices().values()) if self.src_addr == "0.0.0.0" else [self.device]
+        for dev in devs:
+            agent = dev.gsi.agent
+            if sid in agent.listeners:
+                raise PyverbsRDMAError(f"Listen Failed: port {self.src_port} is already listened on on {dev.name}",
+                                       errno.EADDRINUSE)
+        for dev in devs:
+            dev.gsi.agent.listeners[sid] = self._incoming
+            self._devs_listening = devs
+        self.listening = True
+        self.state = "listen"
+
+    def _incoming(self, conn: ibcm.CMConn, msg: w.CMMessage) -> ibcm.CMHandler | None:
+        """A REQ or SIDR_REQ for this listener: check the cma_hdr as cma.c does, then a child CMID."""
+        hdr = msg.ip_cm
+        pd = bytes(msg.private_data)
+        dev = conn.agent.dev
+        raw = msg.encode()[24 + msg.body.LAYOUT.size:]
+        version, ipv = raw[0], raw[1] >> 4
+        if hdr is None or version != 0 or ipv not in (4, 6):
+            why = f"cma_hdr version {version}, IP version {ipv} (cma_save_ip_info wants 0 and 4 or 6)"
+            conn.agent._dropped(why)
+            if msg.mad.attr_id == CM_ATTR_SIDR_REQ:
+                conn.sidr_reply(0, 0, ibcm.SIDR_REJECT)
+            else:
+                conn.agent.send(conn.remote_gid, w.build_rej(msg, w.REJ_CONSUMER_DEFINED))
+            return None
+        dst = str(hdr.dst_address)
+        if self.src_addr not in ("0.0.0.0", dst) or _ip(dev.ipv4) != dst:
+            conn.agent._dropped(f"REQ for {dst}, not this listener's {self.src_addr} (cma_match_private_data)")
+            if msg.mad.attr_id == CM_ATTR_SIDR_REQ:
+                conn.sidr_reply(0, 0, ibcm.SIDR_REJECT)
+            else:
+                conn.agent.send(conn.remote_gid, w.build_rej(msg, w.REJ_INVALID_SERVICE_ID))
+            return None
+        child = CMID()
+        child.port_space = self.port_space
+        child._channel = self._channel
+        child.sync = self.sync
+        child._attach(dev) if self.device is not dev else child._share(self)
+        child.src_addr, child.src_port = dst, self.src_port
+        child.dst_addr, child.dst_port = str(hdr.src_address), hdr.src_port
+        child.conn, child.req = conn, msg
+        child.state = "connect request"
+        if isinstance(msg.body, w.CMReq):
+            child.remote_qpn = msg.body.local_qpn
+            # what accept() will put in the REP, known now for init_qp_attr (a QP the program moves itself)
+            child._psn = dev.rng.getrandbits(24)
+            child._accept_res = (min(MAX_QP_RD_ATOM, msg.body.initiator_depth),
+                                 min(MAX_QP_RD_ATOM, msg.body.responder_resources))
+        if self._channel is not None:
+            self._channel.ids.append(child)
+        self.backlog.append(child)
+        self._channel_post_request(child, pd)
+        return child
+
+    def _share(self, parent: CMID) -> None:
+        self.device, self.ctx, self._pd = parent.device, parent.ctx, parent._pd
+
+    def _channel_post_request(self, child: CMID, private_data: bytes) -> None:
+        if self._channel is not None:
+            self._channel.post(_Event(EV.RDMA_CM_EVENT_CONNECT_REQUEST, child, listen=self,
+                                      private_data=private_data))
+
+    def get_request(self) -> CMID:
+        """``rdma_get_request`` (synchronous listener): wait for a connection request, return its CMID."""
+        if not self.listening:
+            raise PyverbsRDMAError("Failed to get request: the CMID is not listening", errno.EINVAL)
+        assert self._channel is not None
+        ev = self._channel.wait(lambda x: x.kind == EV.RDMA_CM_EVENT_CONNECT_REQUEST and x.listen is self,
+                                what=f"a connection request on {self._where()}")
+        child = ev.cmid
+        if self.backlog and self.backlog[0] is child:
+            self.backlog.popleft()
+        self.ctx, self._pd = child.ctx, child._pd
+        if self._qp_init is not None and child.qp is None:  # rdma_get_request makes the QP of an endpoint
+            child.create_qp(self._qp_init)
+        return child
+
+    def accept(self, param: ConnParam | None = None) -> None:
+        """``rdma_accept``: QP to RTR and RTS (if the CMID has one), then the REP (SIDR_REP for UD)."""
+        conn = self.conn
+        if conn is None or self.req is None:
+            raise PyverbsRDMAError("Failed to Accept Connection: no connection request on this CMID", errno.EINVAL)
+        param = param or ConnParam(resources=e_max_rd(), depth=e_max_rd())
+        if isinstance(self.req.body, w.CMSidrReq):
+            qpn = self.qp.qp_num if self.qp is not None else param.qp_num
+            conn.sidr_reply(qpn, ibcm.RDMA_UDP_QKEY, ibcm.SIDR_SUCCESS, param.private_data)
+            self.state = "established"
+            return
+        req = self.req.body
+        assert isinstance(req, w.CMReq) and self.device is not None
+        res = min(param.responder_resources, max(req.initiator_depth, 0))
+        depth = min(param.initiator_depth, req.responder_resources)
+        self._accept_res = (res, depth)
+        if self.qp is not None:
+            self._modify(e.IBV_QPS_RTR)
+            self._modify(e.IBV_QPS_RTS)
+        qpn = self.qp.qp_num if self.qp is not None else param.qp_num
+        if len(param.private_data) > MAX_REP_PRIVATE:
+            raise PyverbsRDMAError(f"Failed to Accept Connection: {len(param.private_data)} bytes of private data "
+                                   f"(a REP holds {MAX_REP_PRIVATE})", errno.EINVAL)
+        conn.accept(local_qpn=qpn, starting_psn=self._psn, responder_resources=res, initiator_depth=depth,
+                    rnr_retry_count=min(param.rnr_retry_count, 7), private_data=param.private_data)
+        self.state = "accepted"
+        if self.sync:
+            self._take(EV.RDMA_CM_EVENT_ESTABLISHED, "accept")
+
+    def reject(self, private_data: bytes | None = None, private_data_len: int = 0) -> None:
+        """``rdma_reject``: REJ reason 28 (consumer defined) with the private data (SIDR: status reject)."""
+        if self.conn is None or self.req is None:
+            raise PyverbsRDMAError("Failed to Reject Connection: no connection request on this CMID", errno.EINVAL)
+        data = bytes(private_data or b"")[:private_data_len or None]
+        if isinstance(self.req.body, w.CMSidrReq):
+            self.conn.sidr_reply(0, 0, ibcm.SIDR_REJECT, data)
+        else:
+            self.conn.reject(w.REJ_CONSUMER_DEFINED, data)
+        self.state = "rejected"
+
+    # ------------------------------------------------------------------ active side
+    def connect(self, param: ConnParam | None = None) -> None:
+        """``rdma_connect``: the REQ (SIDR_REQ in RDMA_PS_UDP); the REP and RTU follow on the channel."""
+        if self.state != "route resolved" or self.device is None or self.dst_addr is None:
+            raise PyverbsRDMAError("Failed to Connect: resolve the address and the route first", errno.EINVAL)
+        param = param or ConnParam(resources=e_max_rd(), depth=e_max_rd(), retry=7, rnr_retry=7)
+        dev = self.device
+        dst_gid = 0xFFFF00000000 | int(ipaddress.IPv4Address(self.dst_addr))
+        hdr = w.IPCMHeader.for_addresses(self.src_addr or "0.0.0.0", self.dst_addr, self.src_port)
+        user = param.private_data
+        agent = dev.gsi.agent
+        if self.port_space == RDMA_PS_UDP:
+            if len(user) > MAX_SIDR_PRIVATE:
+                raise PyverbsRDMAError(f"Failed to Connect: {len(user)} bytes of private data (a SIDR_REQ holds "
+                                       f"{MAX_SIDR_PRIVATE} after the cma_hdr)", errno.EINVAL)
+            self.conn = agent.sidr_request(self, dst_gid, service_id(self.port_space, self.dst_port),
+                                           hdr.encode() + user)
+            self.state = "connecting"
+            if self.sync:
+                self._take(EV.RDMA_CM_EVENT_ESTABLISHED, "connect")
+            return
+        if len(user) > MAX_REQ_PRIVATE:
+            raise PyverbsRDMAError(f"Failed to Connect: {len(user)} bytes of private data (a REQ holds "
+                                   f"{MAX_REQ_PRIVATE} after the cma_hdr)", errno.EINVAL)
+        qpn = self.qp.qp_num if self.qp is not None else param.qp_num
+        psn = dev.rng.getrandbits(24)
+        mtu = e.bytes_to_mtu(dev.active_mtu)
+
+        def build(local_id: int) -> w.CMMessage:
+            return w.build_req(self.src_addr or "0.0.0.0", self.dst_addr or "", self.src_port, self.dst_port,
+                               local_comm_id=local_id, local_qpn=qpn, starting_psn=psn,
+                               local_ca_guid=agent.guid, responder_resources=param.responder_resources,
+                               initiator_depth=param.initiator_depth, path_mtu=mtu,
+                               retry_count=min(param.retry_count, 7), rnr_retry_count=min(param.rnr_retry_count, 7),
+                               srq=1 if param.srq else 0, private_data=user,
+                               path=w.CMPath.roce(self.src_addr or "0.0.0.0", self.dst_addr or "", packet_rate=0,
+                                                  flow_label=_flow_label(self.src_port, self.dst_port),
+                                                  local_ack_timeout=ibcm.PACKET_LIFE_TIME + 1))
+
+        self.conn = agent.connect(self, dst_gid, build)
+        self.req = self.conn.req
+        self.state = "connecting"
+        if self.sync:
+            self._take(EV.RDMA_CM_EVENT_ESTABLISHED, "connect")
+
+    def establish(self) -> None:
+        """``rdma_establish`` (a CMID without a QP, after CONNECT_RESPONSE): send the RTU."""
+        if self.conn is None:
+            raise PyverbsRDMAError("Failed to Complete an active connection request: not connecting", errno.EINVAL)
+        try:
+            self.conn.establish()
+        except ibcm.CMStateError as exc:
+            raise PyverbsRDMAError(f"Failed to Complete an active connection request: {exc}", errno.EINVAL) from None
+        self.state = "established"
+        self._post(EV.RDMA_CM_EVENT_ESTABLISHED)
+
+    def disconnect(self) -> None:
+        """``rdma_disconnect``: the QP to ERR, then the DREQ (or the DREP answering the peer's)."""
+        if self.conn is None:
+            raise PyverbsRDMAError("Failed to Disconnect: the CMID is not connected", errno.EINVAL)
+        if self.qp is not None and self.qp.qp_state not in (e.IBV_QPS_RESET, e.IBV_QPS_ERR):
+            self.qp.to_error()
+        self.conn.disconnect()
+        self.state = "disconnecting"
+
+    # ------------------------------------------------------------------ events from the CM
+    def cm_event(self, conn: ibcm.CMConn, kind: str, msg: w.CMMessage | None, **info: Any) -> None:
+        pd = bytes(msg.private_data) if msg is not None else b""
+        if kind == "rep":
+            if self.qp is not None:
+                try:
+                    self._modify(e.IBV_QPS_RTR)
+                    self._modify(e.IBV_QPS_RTS)
+                except PyverbsRDMAError as exc:
+                    conn.reject(w.REJ_CONSUMER_DEFINED)
+                    self._post(EV.RDMA_CM_EVENT_CONNECT_ERROR, status=-errno.EINVAL, why=str(exc))
+                    return
+                conn.establish()
+                self.state = "established"
+                self._post(EV.RDMA_CM_EVENT_ESTABLISHED, private_data=pd)
+            else:
+                self._post(EV.RDMA_CM_EVENT_CONNECT_RESPONSE, private_data=pd)
+        elif kind == "established":
+            self.state = "established"
+            self._post(EV.RDMA_CM_EVENT_ESTABLISHED, private_data=pd)
+        elif kind == "rejected":
+            self.state = "rejected"
+            self._post(EV.RDMA_CM_EVENT_REJECTED, status=info.get("reason", 0), private_data=pd, **info)
+        elif kind == "unreachable":
+            self.state = "unreachable"
+            self._post(EV.RDMA_CM_EVENT_UNREACHABLE, status=-errno.ETIMEDOUT, **info)
+        elif kind == "disconnected":
+            self.state = "disconnected"
+            self._post(EV.RDMA_CM_EVENT_DISCONNECTED, **info)
+        elif kind == "sidr_req":  # the listener made this CMID and queued CONNECT_REQUEST already
+            pass
+        elif kind == "timewait_exit":
+            self._post(EV.RDMA_CM_EVENT_TIMEWAIT_EXIT)
+        elif kind == "sidr_rep":
+            if info.get("status") == ibcm.SIDR_SUCCESS:
+                assert self.dst_addr is not None
+                ah = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(
+                    dgid=GID(_gid_text(0xFFFF00000000 | int(ipaddress.IPv4Address(self.dst_addr)))), sgid_index=1,
+                    hop_limit=64))
+                self.remote_qpn = info["qpn"]
+                self.state = "established"
+                self._post(EV.RDMA_CM_EVENT_ESTABLISHED, ud=(info["qpn"], info["qkey"], ah), private_data=pd)
+            else:
+                self.state = "unreachable"
+                self._post(EV.RDMA_CM_EVENT_UNREACHABLE, status=-errno.ECONNREFUSED,
+                           sidr_status=info.get("status"))
+
+    # ------------------------------------------------------------------ rdma_verbs.h helpers
+    def reg_msgs(self, size: int) -> MR:
+        return MR(self._need_pd(), size, e.IBV_ACCESS_LOCAL_WRITE)
+
+    def reg_read(self, size: int = 0) -> MR:
+        return MR(self._need_pd(), size, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ)
+
+    def reg_write(self, size: int = 0) -> MR:
+        return MR(self._need_pd(), size, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
+
+    def _need_qp(self, what: str) -> QP:
+        if self.qp is None:
+            raise PyverbsRDMAError(f"Failed to {what}: the CMID has no QP (create_qp first)", errno.EINVAL)
+        return self.qp
+
+    def post_recv(self, mr: MR, length: int | None = None) -> None:
+        self._need_qp("Post Receive").post_recv(RecvWR(num_sge=1, sg=[SGE(mr.buf, length or mr.length, mr.lkey)]))
+
+    def post_send(self, mr: MR, flags: int = e.IBV_SEND_SIGNALED, length: int | None = None) -> None:
+        wr = SendWR(opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(mr.buf, length or mr.length, mr.lkey)], send_flags=flags)
+        self._need_qp("Post Send").post_send(wr)
+
+    def post_read(self, mr: MR, length: int, remote_addr: int, rkey: int, flags: int = 0) -> None:
+        wr = SendWR(opcode=e.IBV_WR_RDMA_READ, num_sge=1, sg=[SGE(mr.buf, length, mr.lkey)], send_flags=flags)
+        wr.set_wr_rdma(rkey, remote_addr)
+        self._need_qp("Post Read").post_send(wr)
+
+    def post_write(self, mr: MR, length: int, remote_addr: int, rkey: int, flags: int = 0) -> None:
+        wr = SendWR(opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(mr.buf, length, mr.lkey)], send_flags=flags)
+        wr.set_wr_rdma(rkey, remote_addr)
+        self._need_qp("Post Write").post_send(wr)
+
+    def post_ud_send(self, mr: MR, ah: Any, rqpn: int = 0, flags: int = e.IBV_SEND_SIGNALED,
+                     length: int | None = None) -> None:
+        wr = SendWR(opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(mr.buf, length or mr.length, mr.lkey)], send_flags=flags)
+        wr.set_wr_ud(ah, rqpn, ibcm.RDMA_UDP_QKEY)
+        self._need_qp("Post Send").post_send(wr)
+
+    def _comp(self, cq: Any) -> Any:
+        while True:
+            n, wcs = cq.poll(1)
+            if n:
+                return wcs[0]
+
+    def get_recv_comp(self) -> Any:
+        qp = self._need_qp("retrieve receive completion")
+        return self._comp(qp.rcq)
+
+    def get_send_comp(self) -> Any:
+        qp = self._need_qp("retrieve send completion")
+        return self._comp(qp.scq)
+
+    def set_option(self, level: int, optname: int, optval: int, optlen: int) -> None:
+        self._ack_timeout = optval
+
+    def get_remote_ece(self) -> Any:
+        raise PyverbsRDMAError("Failed to get remote ECE: the soft devices have no ECE (as rxe)", errno.EOPNOTSUPP)
+
+    def set_local_ece(self, ece: Any) -> None:
+        raise PyverbsRDMAError("Failed to set local ECE: the soft devices have no ECE (as rxe)", errno.EOPNOTSUPP)
+
+    def join_multicast(self, addr: Any = None, mc_attr: Any = None, context: int = 0) -> None:
+        raise PyverbsRDMAError("Failed to Join multicast: the soft devices have no multicast", errno.EOPNOTSUPP)
+
+    def leave_multicast(self, addr: Any) -> None:
+        raise PyverbsRDMAError("Failed to leave multicast: the soft devices have no multicast", errno.EOPNOTSUPP)
+
+    def set_log_level(self, level: int) -> None:
+        pass
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.listening and self.device is not None:
+            sid = service_id(self.port_space, self.src_port)
+            for dev in getattr(self, "_devs_listening", [self.device]):
+                if dev.gsi.agent.listeners.get(sid) == self._incoming:
+                    del dev.gsi.agent.listeners[sid]
+        if self.qp is not None:
+            self.qp.close()
+        if self._channel is not None and self in self._channel.ids and not self.sync:
+            pass
+
+    def __enter__(self) -> CMID:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<CMID {self._where()} {self.state}>"
+
+
+class _OneDevice:
+    """A device set of one device, for the CMID's own Context."""
+
+    def __init__(self, dev: SoftDevice) -> None:
+        self.devices = {dev.name: dev}
+
+
+def e_max_rd() -> int:
+    """What librdmacm puts in a NULL conn_param: the device's max_qp_rd_atom (rxe: 128)."""
+    return MAX_QP_RD_ATOM
+
+
+def _gid_text(gid: int) -> str:
+    h = f"{gid:032x}"
+    return ":".join(h[i:i + 4] for i in range(0, 32, 4))
+
+
+def _flow_label(sport: int, dport: int) -> int:
+    """``cma_get_roce_udp_flow_label`` (cma.c l.3228): ``(sport * 31 + dport) & 0xFFFFF``."""
+    return (sport * 31 + dport) & 0xFFFFF
