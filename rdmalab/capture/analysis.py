@@ -164,7 +164,8 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
         got = walk(cr, r, mtu, out)
         c = cr.conn
         first_ns = round(c.first * 1e9)
-        series[c.id] = _series(*got["series"], first_ns, round(c.last * 1e9))
+        req_t, req_b = got["series"]
+        series[c.id] = _series(req_t, req_b, first_ns, round(c.last * 1e9))
         pt, pp, pk = got["psn"]
         psn_time[c.id] = {"t": (pt - first_ns) / 1e9, "psn": pp, "kind": pk}
         findings.extend(ack_coalescing(cr, r))
@@ -265,13 +266,13 @@ def _congestion(r: Rows, pairs: list[ConnRows], seg: np.ndarray, window_us: floa
         for i in ce.tolist():
             tn = int(a["tns"][i])
             tl = times.get((int(seg[i]), int(a["dst"][i]), int(a["src"][i])))
-            j = None
+            hit: int | None = None
             if tl is not None:
-                k = int(np.searchsorted(tl[0], tn, side="left"))
-                if k < len(tl[0]) and tl[0][k] - tn <= win:
-                    j = int(tl[1][k])
-            react = (int(a["tns"][j]) - tn) / 1e3 if j is not None else None
-            frames = [int(a["frame"][i])] + ([int(a["frame"][j])] if j is not None else [])
+                kk = int(np.searchsorted(tl[0], tn, side="left"))
+                if kk < len(tl[0]) and tl[0][kk] - tn <= win:
+                    hit = int(tl[1][kk])
+            react = (int(a["tns"][hit]) - tn) / 1e3 if hit is not None else None
+            frames = [int(a["frame"][i])] + ([int(a["frame"][hit])] if hit is not None else [])
             text = (f"PSN {int(a['psn'][i])} marked CE; CNP {react:.3f} us later" if react is not None
                     else f"PSN {int(a['psn'][i])} marked CE; no CNP back within {window_us:g} us")
             out.append(Finding("ecn_ce", cr.conn.id, frames, tn / 1e9, text, {"cnp_after_us": react}))
@@ -440,12 +441,13 @@ def _capture_gaps(findings: list[Finding], burst_us: float = 50.0) -> list[Findi
         for _t, _k, p, _f in evs:
             prev = p if prev is None else _rel(p, prev)
             unw.append(prev)
-        lowest = None
-        for (_t, kind, _p, f), u in zip(reversed(evs), reversed(unw), strict=True):
+        lowest: int | None = None
+        for (_t, kind, _p, gf), u in zip(reversed(evs), reversed(unw), strict=True):
             if kind == 1:
                 lowest = u if lowest is None else min(lowest, u)
                 continue
-            assert f is not None
+            assert gf is not None
+            f = gf
             if lowest is not None and lowest <= u:
                 continue
             detail = {k: v for k, v in f.detail.items() if k in ("first_missing", "count", "missing")}
@@ -510,16 +512,6 @@ def counters_side_by_side(a: Analysis, before: dict[str, int], after: dict[str, 
         rows.append({"what": what, "capture": seen, "counters": ctr,
                      "agree": None if not ctr else any(v == seen for v in ctr.values())})
     return rows
-
-
-#: CNP pacing hypotheses (congestion-and-analysis.md B5; rdmalab.verbs.engine.cnp.CnpPacer's
-#: scopes): what one "last CNP" timer covers.  Keys are built from (sender IP, receiver IP,
-#: sender QPN), the sender being the one the CE-marked data came from and the CNP goes to.
-PACING_HYPOTHESES: dict[str, Any] = {
-    "qp": lambda s, r, q: (s, r, q),
-    "ip_pair": lambda s, r, q: (s, r),
-    "port": lambda s, r, q: (r,),
-}
 
 
 

@@ -94,7 +94,7 @@ class _Collector:
 
     def _ids(self, cols: Columns, sel: np.ndarray, which: str) -> np.ndarray:
         ip4 = cols.layers["ip"][sel]
-        out = cols.data[f"ip.{which}"][sel].astype(np.int64)
+        out: np.ndarray = cols.data[f"ip.{which}"][sel].astype(np.int64)
         if not ip4.all():
             raw = cols.data[f"ipv6.{which}"][sel][~ip4]
             uniq, inv = np.unique(raw, return_inverse=True)
@@ -166,7 +166,8 @@ def _seams(r: Rows, seam_ns: int) -> np.ndarray:
     if not len(r.back):
         return np.zeros(0, dtype=np.int64)
     sel = r.back[:, 2] > seam_ns
-    cand, step = r.back[sel, 1], r.back[sel, 2]
+    cand: np.ndarray = r.back[sel, 1]
+    step = r.back[sel, 2]
     if not len(cand):
         return cand
     fr, tns = r.a["frame"], r.a["tns"]
@@ -180,7 +181,8 @@ def _seams(r: Rows, seam_ns: int) -> np.ndarray:
             continue
         if int(tns[j:j + SEAM_LOOKAHEAD].max()) < int(peak[j - 1]):
             out.append(f)
-    return np.array(out, dtype=np.int64)
+    res: np.ndarray = np.array(out, dtype=np.int64)
+    return res
 
 
 def _empty() -> dict[str, np.ndarray]:

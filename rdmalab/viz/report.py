@@ -218,12 +218,12 @@ def _plots(a: Analysis) -> list[str]:
                     xs_.append((f.time - c.first) * 1e3)
                     texts.append(f"conn {c.id}, frame {f.frames[0] if f.frames else ''}: {f.text}")
         labels = {"retransmission": "retransmission", "nak_seq_err": "NAK", "psn_gap": "PSN gap", "cnp": "CNP"}
-        for j, (kind, (xs_, texts)) in enumerate(sorted(marks.items())):
+        for row, (ev, (xs_, texts)) in enumerate(sorted(marks.items())):
             # event marks in a band above the curves, one row per kind, each with its legend entry
-            fig.add_trace(go.Scattergl(x=xs_, y=[ymax * (1.05 + 0.05 * j)] * len(xs_), mode="markers",
-                                       name=labels[kind], text=texts, hoverinfo="text+x",
-                                       marker={"symbol": "line-ns-open", "size": 14, "color": _COLOURS.get(kind),
-                                               "line": {"width": 2, "color": _COLOURS.get(kind)}}))
+            fig.add_trace(go.Scattergl(x=xs_, y=[ymax * (1.05 + 0.05 * row)] * len(xs_), mode="markers",
+                                       name=labels[ev], text=texts, hoverinfo="text+x",
+                                       marker={"symbol": "line-ns-open", "size": 14, "color": _COLOURS.get(ev),
+                                               "line": {"width": 2, "color": _COLOURS.get(ev)}}))
         _layout(fig, "Throughput over time (events marked above the curves)", "ms since the connection's first packet",
                 "Mbit/s")
         figs.append(("Throughput", fig))
