@@ -108,6 +108,8 @@ KIND_HELP: dict[str, str] = {
     "capture_gap": "PSNs missing from the capture that the sender never sent again: the capture dropped them, "
                    "the wire did not.",
     "lost": "Sent (in the sender's capture) and never arrived (in this capture).",
+    "capture_damaged": "The capture file is damaged or cut short (it ends in the middle of a record): what comes "
+                       "after the damage is not in the analysis.",
 }
 
 
@@ -216,6 +218,10 @@ def _capture_trust(r: Rows) -> list[Finding]:
         out.append(Finding("time_backwards", None, [int(f) for f in small[:, 1]], int(r.first_ns or 0) / 1e9,
                            f"timestamps go back {len(small)} time(s), by up to {int(small[:, 2].max()) / 1e3:.3f} us "
                            f"(e.g. frames {eg})", {"count": len(small), "max_back_us": int(small[:, 2].max()) / 1e3}))
+    if r.damage is not None:
+        out.append(Finding("capture_damaged", None, [r.frames] if r.frames else [], int(r.last_ns or 0) / 1e9,
+                           f"the capture {r.damage}: the analysis covers the {r.frames} frames before it",
+                           {"frames_read": r.frames, "reason": r.damage}))
     d = r.dup_pairs
     if len(d):
         order = np.argsort(d[:, 0])

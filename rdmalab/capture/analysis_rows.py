@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from rdmalab.capture.columnar import COLUMN_BY_NAME, Columns, iter_columns
+from rdmalab.capture.reader import CaptureError
 
 #: the columns ``analyze`` reads (the decoder computes these and what they depend on only)
 FIELDS: tuple[str, ...] = (
@@ -71,6 +72,8 @@ class Rows:
     cm_frames: list[int] = field(default_factory=list)
     first_ns: int | None = None
     last_ns: int | None = None
+    #: what stopped the reading early (a capture that ends in the middle of a record), if anything
+    damage: str | None = None
 
     def __len__(self) -> int:
         return len(self.a.get("frame", ()))
@@ -232,6 +235,12 @@ def load_rows(source: str | os.PathLike[str] | Columns, *, seam_ms: float = 1.0,
     if isinstance(source, Columns):
         c.add(source)
     else:
-        for cols in iter_columns(source, fields=FIELDS + _TERM_EXTRA, progress=progress, block_bytes=block_bytes):
-            c.add(cols)
+        try:
+            for cols in iter_columns(source, fields=FIELDS + _TERM_EXTRA, progress=progress, block_bytes=block_bytes):
+                c.add(cols)
+        except CaptureError as err:
+            if c.rows.frames == 0:  # nothing readable: not a capture, or damaged from the start
+                raise
+            c.rows.damage = err.reason + (f" (byte {err.offset})" if err.offset is not None and
+                                          "byte" not in err.reason else "")
     return c.finish()

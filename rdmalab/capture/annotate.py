@@ -15,10 +15,11 @@ from __future__ import annotations
 import os
 import struct
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from rdmalab.capture.analysis_model import Finding
-from rdmalab.capture.columnar import record_blocks
+from rdmalab.capture.columnar import RecordBlock, record_blocks
+from rdmalab.capture.reader import CaptureError
 
 #: longest comment written on one frame (Wireshark shows comments on one line each)
 COMMENT_MAX = 1000
@@ -53,6 +54,15 @@ def comments_of(findings: Iterable[Finding]) -> dict[int, list[str]]:
     return out
 
 
+def _blocks(src: str | os.PathLike[str]) -> Iterator[RecordBlock]:
+    """The record blocks up to any damage (the analysis reports the damage; the frames before it are kept)."""
+    try:
+        yield from record_blocks(src)
+    except CaptureError as err:
+        if err.frames_read == 0 and err.offset is None:
+            raise
+
+
 def write_annotated(src: str | os.PathLike[str], dst: str | os.PathLike[str], findings: Iterable[Finding]) -> int:
     """Copy ``src`` (pcap or pcapng) to ``dst`` (pcapng) with comments on the frames the findings
     name.  Returns how many frames got a comment."""
@@ -63,7 +73,7 @@ def write_annotated(src: str | os.PathLike[str], dst: str | os.PathLike[str], fi
         # SHB: byte-order magic, version 1.0, section length unknown (-1), shb_userappl
         shb_opts = _options([(4, b"rdmalab analyze --annotate")])
         out.write(_block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1) + shb_opts))
-        for blk in record_blocks(src):
+        for blk in _blocks(src):
             buf = blk.buf
             for i, (off, cap, wire, tns, lt) in enumerate(zip(blk.offset.tolist(), blk.caplen.tolist(),
                                                                 blk.wirelen.tolist(), blk.ts_ns.tolist(),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import TextIO
 
 from rdmalab.cli._common import Fail
@@ -31,6 +32,8 @@ def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
             raise Fail(str(err)) from None
     else:
         a = analyze(paths[0], sent=args.sent, cnp_min_gap_us=args.cnp_gap, progress=not args.quiet)
+    for f in a.of_kind("capture_damaged"):
+        print(f"rdmalab: warning: {paths[0]}: {f.text}", file=sys.stderr)
     rxe_rows = None
     if args.counters and len(args.counters) > 2:
         raise Fail(f"--counters takes NAME.counters.json or two dumps BEFORE AFTER, not {len(args.counters)} files")

@@ -97,9 +97,20 @@ def test_snaplen_cut_frames(tmp_path: Path, snaplen: int) -> None:
 def test_capture_that_ends_mid_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "tail.pcap"
     n = hostile.truncated_tail(LOSS, path, 3000)
-    assert main(["analyze", "-q", str(path)]) == 1
-    err = capsys.readouterr().err
-    assert "tail.pcap" in err and str(n) in err or "record" in err, err
+    # what is before the damage is analysed; the damage is a finding, and a warning on stderr
+    assert main(["analyze", "-q", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "warning" in captured.err and "tail.pcap" in captured.err and f"in the middle of record {n}" in captured.err
+    a = analyze(path)
+    assert a.packets == n - 1
+    (f,) = a.of_kind("capture_damaged")
+    assert f.detail["frames_read"] == n - 1 and "byte" in f.text
+    one = analyze(LOSS)
+    assert len(a.connections) == len(analyze(path).connections) >= len(one.connections)
+    # a file with nothing readable is still an error
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"\xd4\xc3\xb2\xa1" + b"\0" * 10)
+    assert main(["analyze", "-q", str(bad)]) == 1 and "bad.pcap" in capsys.readouterr().err
 
 
 @pytest.mark.tshark
