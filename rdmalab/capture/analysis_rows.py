@@ -23,13 +23,24 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from rdmalab.capture.columnar import COLUMN_BY_NAME, Columns, iter_columns
-from rdmalab.capture.reader import CaptureError
+from rdmalab.capture.columnar import (
+    COLUMN_BY_NAME,
+    Columns,
+    _progress,
+    _tracker,
+    columns_from_dicts,
+    decode_block,
+    record_blocks,
+)
+from rdmalab.capture.fields import frame_fields
+from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
+from rdmalab.capture.reader import CaptureError, RawRecord, decode_record
 
 #: the columns ``analyze`` reads (the decoder computes these and what they depend on only)
 FIELDS: tuple[str, ...] = (
@@ -228,6 +239,40 @@ def _drop_identical(r: Rows, dup_ns: int) -> np.ndarray:
     return pairs
 
 
+def _columns(path: str | os.PathLike[str], fields: tuple[str, ...], progress: bool,
+             block_bytes: int) -> Iterator[Columns]:
+    """The capture's columns block by block.  Unlike :func:`~rdmalab.capture.columnar.iter_columns`,
+    which hands the rest of the file to the per-packet decoder at the first frame of another link
+    type than Ethernet, only those frames go through the per-packet decoder here (a merged capture
+    with one native InfiniBand frame in it stays fast)."""
+    p = os.fspath(path)
+    bar = _progress(p) if progress else None
+    tracker = _tracker()
+    try:
+        for blk in record_blocks(p, block_bytes):
+            cols = decode_block(blk, fields=fields, tracker=tracker)
+            eth = blk.linktype == LINKTYPE_ETHERNET
+            if not eth.all():
+                other = np.nonzero(~eth)[0].tolist()
+                dicts = []
+                for i in other:
+                    off, cap = int(blk.offset[i]), int(blk.caplen[i])
+                    rec = RawRecord(blk.first + i, int(blk.ts_ns[i]) / 1e9, int(blk.linktype[i]),
+                                    bytes(blk.buf[off:off + cap]), int(blk.wirelen[i]))
+                    dicts.append(frame_fields(decode_record(rec), raw=True))
+                oc = columns_from_dicts(dicts)
+                oc.data["frame.time_ns"] = blk.ts_ns[other].astype(oc.data["frame.time_ns"].dtype)
+                both = Columns.concat([cols.take(eth), oc])
+                cols = both.take(np.argsort(both.data["frame.number"], kind="stable"))
+            cols.path = p
+            if bar is not None:
+                bar.update(blk.file_pos - bar.n)
+            yield cols
+    finally:
+        if bar is not None:
+            bar.close()
+
+
 def load_rows(source: str | os.PathLike[str] | Columns, *, seam_ms: float = 1.0, dup_us: float = 20.0,
               progress: bool = False, block_bytes: int = 8 << 20) -> Rows:
     """The rows of a capture file (read block by block) or of columns already in memory."""
@@ -236,7 +281,7 @@ def load_rows(source: str | os.PathLike[str] | Columns, *, seam_ms: float = 1.0,
         c.add(source)
     else:
         try:
-            for cols in iter_columns(source, fields=FIELDS + _TERM_EXTRA, progress=progress, block_bytes=block_bytes):
+            for cols in _columns(source, FIELDS + _TERM_EXTRA, progress, block_bytes):
                 c.add(cols)
         except CaptureError as err:
             if c.rows.frames == 0:  # nothing readable: not a capture, or damaged from the start

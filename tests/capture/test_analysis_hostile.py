@@ -148,3 +148,19 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     subprocess.run([*cmd, "--window-size=1400,2000", f"--screenshot={png}", page.as_uri()], capture_output=True,
                    timeout=120)
     assert png.stat().st_size > 50_000
+
+
+@pytest.mark.skipif(shutil.which("mergecap") is None, reason="needs mergecap")
+def test_a_frame_of_another_link_type_does_not_slow_the_rest(tmp_path: Path) -> None:
+    """Captures appended with mergecap -a, one of them native InfiniBand (ERF): only that frame goes
+    through the per-packet decoder; the Ethernet captures around it are analysed as on their own."""
+    path = tmp_path / "mixed.pcapng"
+    erf = CAPTURES / "synthetic_native_ib_erf.pcap"
+    subprocess.run(["mergecap", "-a", "-w", str(path), str(LOSS), str(erf), str(LOSS)], check=True)
+    a = analyze(path)
+    one = analyze(LOSS)
+    ib = analyze(erf)
+    assert a.packets == 2 * one.packets + ib.packets
+    assert a.rdma_packets == 2 * one.rdma_packets + ib.rdma_packets
+    counts = {k: v for k, v in a.counts().items() if k != "capture_seam"}
+    assert counts == {k: 2 * v + ib.counts().get(k, 0) for k, v in one.counts().items()}
