@@ -121,26 +121,38 @@ def _seams(a: Analysis) -> int:
     return int(f[0].detail["count"]) if f else 0
 
 
-def _connections_table(a: Analysis) -> str:
-    rows = ["<h2>Connections</h2><table><tr><th>#</th><th>requester → responder</th><th>run</th><th>packets</th>"
-            "<th>bytes requested</th><th>bytes sent again</th><th>goodput Mbit/s</th>"
-            "<th>latency p50 / p99 (µs)</th><th>findings</th></tr>"]
+def _connections_table(a: Analysis, shown: int = 20, limit: int = 2000) -> str:
+    """The connections, those with the most findings first: the first ``shown`` in view, the rest
+    (up to ``limit``) folded away."""
     per: dict[int | None, int] = defaultdict(int)
     for f in a.findings:
         per[f.connection] += 1
-    for c in a.connections[:500]:
+    head = ("<table><tr><th>#</th><th>requester → responder</th><th>run</th><th>packets</th>"
+            "<th>bytes requested</th><th>bytes sent again</th><th>goodput Mbit/s</th>"
+            "<th>latency p50 / p99 (µs)</th><th>findings</th></tr>")
+    ranked = sorted(a.connections, key=lambda c: (-per.get(c.id, 0), c.id)) if len(a.connections) > shown else \
+        a.connections
+    rows = []
+    for c in ranked[:limit]:
         lat = c.summary.get("latency_us") or {}
         pct = 100 * c.retransmitted_bytes / max(1, c.request_bytes)
-        rows.append(f"<tr><td>{c.id}</td><td>{html.escape(c.name)}</td><td class=n>{c.run}</td>"
+        cap = f"{html.escape(c.capture)}: " if c.capture else ""
+        rows.append(f"<tr><td>{c.id}</td><td>{cap}{html.escape(c.name)}</td><td class=n>{c.run}</td>"
                     f"<td class=n>{c.packets}</td><td class=n>{c.request_bytes:,}</td>"
                     f"<td class=n>{c.retransmitted_bytes:,} ({pct:.1f}%)</td>"
                     f"<td class=n>{c.summary.get('goodput_mbps', 0):.2f}</td>"
                     f"<td class=n>{lat.get('p50', float('nan')):.1f} / {lat.get('p99', float('nan')):.1f}</td>"
                     f"<td class=n>{per.get(c.id, 0)}</td></tr>")
-    rows.append("</table>")
-    if len(a.connections) > 500:
-        rows.append(f"<p class=muted>... and {len(a.connections) - 500} more connections (-T json has all).</p>")
-    return "".join(rows)
+    out = ["<h2>Connections</h2>"]
+    if len(a.connections) > shown:
+        out.append(f"<p class=muted>{len(a.connections)} connections; the {shown} with the most findings:</p>")
+    out.append(head + "".join(rows[:shown]) + "</table>")
+    if len(rows) > shown:
+        out.append(f"<details><summary>{len(rows) - shown} more connections</summary>{head}{''.join(rows[shown:])}"
+                   "</table></details>")
+    if len(a.connections) > limit:
+        out.append(f"<p class=muted>... and {len(a.connections) - limit} more (-T json has all).</p>")
+    return "".join(out)
 
 
 # ---------------------------------------------------------------------------- plots
