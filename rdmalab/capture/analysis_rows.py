@@ -2,9 +2,8 @@
 
 ``analyze`` needs about twenty numbers per RDMA packet, not the 111 columns of the decoder: the
 capture is decoded block by block (:func:`rdmalab.capture.columnar.iter_columns` with only the
-fields named in :data:`FIELDS`), each block's RDMA rows are kept in narrow arrays and the block
-is dropped.  What ``analyze`` keeps of a million packets is then about 60 MB of arrays, whatever
-the capture holds; addresses are small integers (IPv4 as its 32-bit value, IPv6 and RoCEv1 GIDs
+fields named in :data:`FIELDS`), each block's RDMA rows are kept in narrow arrays (about 110
+bytes a packet) and the block is dropped, whatever else the capture holds; addresses are small integers (IPv4 as its 32-bit value, IPv6 and RoCEv1 GIDs
 numbered as they come) so no Python object is made per packet.
 
 Three things about the capture itself are found here, where every frame passes once:

@@ -164,3 +164,14 @@ def test_a_frame_of_another_link_type_does_not_slow_the_rest(tmp_path: Path) -> 
     assert a.rdma_packets == 2 * one.rdma_packets + ib.rdma_packets
     counts = {k: v for k, v in a.counts().items() if k != "capture_seam"}
     assert counts == {k: 2 * v + ib.counts().get(k, 0) for k, v in one.counts().items()}
+
+
+def test_the_rows_kept_are_narrow() -> None:
+    """analysis_rows keeps about 110 bytes per RDMA packet, and nothing per frame of other protocols."""
+    from rdmalab.capture.analysis_rows import load_rows
+
+    r = load_rows(CAPTURES / "siw_write_bw.pcap")  # iWARP only: no RDMA row kept
+    assert len(r) == 0 and r.frames > 0
+    r = load_rows(LOSS)
+    assert sum(v.itemsize for v in r.a.values()) <= 112
+    assert all(len(v) == len(r) == r.frames - 49 for v in r.a.values())
