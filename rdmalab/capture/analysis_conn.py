@@ -231,7 +231,8 @@ class _Out:
 
 
 def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
-    """Walk one connection's packets in capture order as its responder and requester would.
+    """Walk one connection's packets in time order (capture order unless the timestamps go back)
+    as its responder and requester would.
 
     Returns the connection's plot data: ``series`` (time, bytes) and ``psn`` (time, PSN - first,
     kind 0 first copy / 1 sent again / 2 NAK) as arrays."""
@@ -240,6 +241,12 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
     rows = np.sort(np.concatenate([cr.reqs, cr.resps]))
     isreq_a = np.zeros(len(rows), dtype=bool)
     isreq_a[np.searchsorted(rows, cr.reqs)] = True
+    tns_rows = a["tns"][rows]
+    if len(rows) > 1 and bool((np.diff(tns_rows) < 0).any()):
+        # frames captured out of order (their timestamps say so; seams split runs before this): walk
+        # them in the order they were on the wire, as the timestamps give it
+        by_time = np.argsort(tns_rows, kind="stable")
+        rows, isreq_a = rows[by_time], isreq_a[by_time]
     L = {k: a[k][rows].tolist() for k in ("frame", "tns", "op", "psn", "syn", "aeth", "msn", "plen", "dmalen")}
     frame_l, tns_l, op_l, psn_l, syn_l = L["frame"], L["tns"], L["op"], L["psn"], L["syn"]
     aeth_l, msn_l, plen_l, dmalen_l = L["aeth"], L["msn"], L["plen"], L["dmalen"]
@@ -248,7 +255,7 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
     messages: list[Message] = []
     c.packets = len(rows)
     c.first, c.last = tns_l[0] / 1e9, tns_l[-1] / 1e9
-    ref = int(a["psn"][cr.reqs[0]])
+    ref = int(a["psn"][rows[np.argmax(isreq_a)]])  # the first request walked
     epsn = ref  # the responder's expected PSN
     prev: int | None = None  # last request PSN seen (unwrapped)
     first_seen: dict[int, int] = {}  # unwrapped PSN -> position of its first copy
