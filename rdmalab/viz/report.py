@@ -323,6 +323,6 @@ def _frames_index(a: Analysis, limit: int = 5000) -> str:
     frames = sorted(on)[:limit]
     rows = [f"<tr id='frame-{fr}'><td class=n>{fr}</td><td><code>frame.number == {fr}</code></td>"
             f"<td>{html.escape(', '.join(sorted(set(on[fr]))))}</td></tr>" for fr in frames]
-    return ("<h2>Frames</h2><details><summary>the frames named above, ascending (Wireshark display filters)"
+    return ("<h2>Frames</h2><details open><summary>the frames named above, ascending (Wireshark display filters)"
             "</summary><table><tr><th>frame</th><th>filter</th><th>findings</th></tr>" + "".join(rows)
             + "</table></details>")
