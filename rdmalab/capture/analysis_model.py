@@ -117,7 +117,8 @@ class Analysis:
         runs = any(c.run for c in self.connections)
         for c in self.connections[:conn_limit]:
             s = c.summary
-            lines.append(f"\nConnection {c.id}: {c.name}" + (f" (run {c.run} of the capture)" if runs else ""))
+            where = f" [{c.capture}]" if c.capture else ""
+            lines.append(f"\nConnection {c.id}{where}: {c.name}" + (f" (run {c.run} of the capture)" if runs else ""))
             if c.cm:
                 lines.append(f"  set up by CM REQ frame {c.cm['req_frame']} / REP frame {c.cm['rep_frame']} "
                              f"(service ID {c.cm['service_id']:#x})" if isinstance(c.cm["service_id"], int) else
