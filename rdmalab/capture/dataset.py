@@ -231,7 +231,7 @@ def analyze_many(paths: Sequence[str | os.PathLike[str]], *, dask: str | None = 
     sources = capture_sources(paths)
     names = [os.path.relpath(s, os.path.commonpath([os.path.abspath(x) for x in sources]) if len(sources) > 1
                              else os.path.dirname(os.path.abspath(s))) for s in sources]
-    if not dask or len(sources) == 1:
+    if not dask or dask == "none" or len(sources) == 1:
         return merge_analyses([_analyze_task(s, cnp_min_gap_us) for s in sources], names)
     dd: Any = importlib.import_module("distributed")  # optional dependency (the "analysis" extra)
     cluster: Any = None

@@ -133,7 +133,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="write the capture again as pcapng with each finding as a comment on its frames "
                         "(Wireshark: frame.comment contains \"go-back-N\")")
     p.add_argument("--dask", metavar="SCHEDULER", default="local",
-                   help="for several captures: a Dask scheduler address (tcp://host:8786), or 'local' (default: "
+                   help="for several captures: a Dask scheduler address (tcp://host:8786), 'none' (here, one after the other), or 'local' (default: "
                         "a local cluster of worker processes)")
     p.add_argument("--dask-workers", type=int, default=2, metavar="N", help="workers of the local Dask cluster")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
