@@ -12,7 +12,9 @@ connections or of a run repeated a thousand times costs what its packets cost.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -230,6 +232,19 @@ class _Out:
         self.messages: list[Message] = []
 
 
+_CHUNK = 1 << 16
+
+
+def _rows(a: dict[str, np.ndarray], rows: np.ndarray, isreq: np.ndarray) -> Iterator[tuple[Any, ...]]:
+    """(frame, ns, opcode, PSN, syndrome, has AETH, MSN, payload length, DMA length, is a request) per
+    row, as Python values made a chunk at a time (a list per column of a million rows is 40 MB)."""
+    for k in range(0, len(rows), _CHUNK):
+        sel = rows[k:k + _CHUNK]
+        yield from zip(*(a[name][sel].tolist() for name in ("frame", "tns", "op", "psn", "syn", "aeth", "msn",
+                                                            "plen", "dmalen")), isreq[k:k + _CHUNK].tolist(),
+                       strict=True)
+
+
 def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
     """Walk one connection's packets in time order (capture order unless the timestamps go back)
     as its responder and requester would.
@@ -247,21 +262,17 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
         # them in the order they were on the wire, as the timestamps give it
         by_time = np.argsort(tns_rows, kind="stable")
         rows, isreq_a = rows[by_time], isreq_a[by_time]
-    L = {k: a[k][rows].tolist() for k in ("frame", "tns", "op", "psn", "syn", "aeth", "msn", "plen", "dmalen")}
-    frame_l, tns_l, op_l, psn_l, syn_l = L["frame"], L["tns"], L["op"], L["psn"], L["syn"]
-    aeth_l, msn_l, plen_l, dmalen_l = L["aeth"], L["msn"], L["plen"], L["dmalen"]
-    isreq = isreq_a.tolist()
     findings = out.findings
     messages: list[Message] = []
     c.packets = len(rows)
-    c.first, c.last = tns_l[0] / 1e9, tns_l[-1] / 1e9
+    c.first, c.last = int(a["tns"][rows[0]]) / 1e9, int(a["tns"][rows[-1]]) / 1e9
     ref = int(a["psn"][rows[np.argmax(isreq_a)]])  # the first request walked
     epsn = ref  # the responder's expected PSN
     prev: int | None = None  # last request PSN seen (unwrapped)
-    first_seen: dict[int, int] = {}  # unwrapped PSN -> position of its first copy
-    pending_nak: int | None = None  # position of a NAK (seq err) not yet answered by a retransmission
-    pending_rnr: tuple[int, Finding] | None = None
-    read_gap: int | None = None  # position of READ responses resuming past a missing PSN
+    first_seen: dict[int, int] = {}  # unwrapped PSN -> time (ns) of its first copy
+    pending_nak: tuple[int, int] | None = None  # (frame, ns) of a NAK (seq err) not yet answered by a retransmission
+    pending_rnr: tuple[int, int, Finding] | None = None
+    read_gap: int | None = None  # frame of READ responses resuming past a missing PSN
     last_msn: int | None = None
     open_msg: Message | None = None
     unacked: deque[Message] = deque()  # PSN order
@@ -271,35 +282,32 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
     read_end: dict[int, Message] = {}
     cid = c.id
     uniq_bytes = 0
-    pts_t: list[int] = []
-    pts_p: list[int] = []
-    pts_k: list[int] = []
+    pts_t = array("q")  # machine integers, not Python objects: a connection may have a million packets
+    pts_p = array("q")
+    pts_k = array("b")
     gap_seen: dict[int, float] = {}  # first missing PSN -> when the capture last showed that gap
     T_read_req, T_read_resp, T_atomic_ack = T["read_req"], T["read_resp"], T["atomic_ack"]
     uc = c.transport == "UC"
-    for pos in range(len(rows)):
-        tn = tns_l[pos]
+    for fr, tn, o, ps, s, has_aeth, m, pl, dml, is_req in _rows(a, rows, isreq_a):
         t = tn / 1e9
-        o = op_l[pos]
-        fr = frame_l[pos]
-        if isreq[pos]:
-            p = rel(psn_l[pos], prev if prev is not None else ref)
+        if is_req:
+            p = rel(ps, prev if prev is not None else ref)
             rdreq = bool(T_read_req[o])
-            nps = max(1, math.ceil(dmalen_l[pos] / mtu)) if rdreq else 1
+            nps = max(1, math.ceil(dml / mtu)) if rdreq else 1
             retrans = prev is not None and p <= prev
             if retrans:
                 trigger = "timeout"
                 cause: list[int] = []
                 response_us = None
                 if pending_nak is not None:
-                    trigger, cause = "nak", [frame_l[pending_nak]]
-                    response_us = (tn - tns_l[pending_nak]) / 1e3
+                    trigger, cause = "nak", [pending_nak[0]]
+                    response_us = (tn - pending_nak[1]) / 1e3
                 elif pending_rnr is not None:
-                    trigger, cause = "rnr", [frame_l[pending_rnr[0]]]
+                    trigger, cause = "rnr", [pending_rnr[0]]
                 elif read_gap is not None and rdreq:
-                    trigger, cause = "implied_nak", [frame_l[read_gap]]
+                    trigger, cause = "implied_nak", [read_gap]
                 orig = first_seen.get(p)
-                after = (tn - tns_l[orig]) / 1e3 if orig is not None else None
+                after = (tn - orig) / 1e3 if orig is not None else None
                 txt = f"go-back-N from PSN {p % PSN_MOD} ({trigger}"
                 txt += f", {after:.1f} us after the first copy)" if after is not None else ")"
                 findings.append(Finding("retransmission", cid, [fr] + cause, t, txt,
@@ -310,8 +318,8 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
                                             f"PSN {p % PSN_MOD} sent again with no NAK to explain it (timer)",
                                             {"psn": p % PSN_MOD, "after_us": after}))
                 if pending_rnr is not None:
-                    wait = (tn - tns_l[pending_rnr[0]]) / 1e3
-                    f = pending_rnr[1]
+                    wait = (tn - pending_rnr[1]) / 1e3
+                    f = pending_rnr[2]
                     f.detail["wait_us"] = wait
                     f.text += f"; the request came again {wait:.1f} us later"
                 pending_nak = pending_rnr = read_gap = None
@@ -325,9 +333,8 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
             if p < epsn:
                 findings.append(Finding("duplicate", cid, [fr], t,
                                         f"{_NAMES[o]} PSN {p % PSN_MOD} was already accepted", {"psn": p % PSN_MOD}))
-            pl = plen_l[pos]
             if p not in first_seen:
-                first_seen[p] = pos
+                first_seen[p] = tn
                 uniq_bytes += pl
                 c.request_bytes += pl
                 kind = 0
@@ -343,15 +350,13 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
                 window_starts.add(p)
             if p == epsn:  # accepted in order
                 epsn += nps
-                open_msg = _message_step(c, open_msg, pos, o, p, nps, fr, t, pl, dmalen_l[pos], findings, messages,
+                open_msg = _message_step(c, open_msg, o, p, nps, fr, t, pl, dml, findings, messages,
                                          unacked, read_end, uc)
             continue
         # a response
-        p = rel(psn_l[pos], prev if prev is not None else ref)
-        if aeth_l[pos]:
-            s = syn_l[pos]
+        p = rel(ps, prev if prev is not None else ref)
+        if has_aeth:
             kind = (s >> 5) & 3
-            m = msn_l[pos]
             if last_msn is not None and ((m - last_msn) % PSN_MOD) > HALF:
                 findings.append(Finding("msn_jump", cid, [fr], t, f"MSN goes back from {last_msn} to {m}",
                                         {"from": last_msn, "to": m}))
@@ -370,7 +375,7 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
                     findings.append(Finding("nak_seq_err", cid, [fr], t, txt,
                                             {"psn": p % PSN_MOD, "expected_psn": epsn % PSN_MOD,
                                              "names_first_missing": ok, "generation_us": gen}))
-                    pending_nak = pos
+                    pending_nak = (fr, tn)
                 else:
                     nm = NAK_NAMES.get(code, f"code {code}")
                     findings.append(Finding("nak_other", cid, [fr], t, f"NAK {nm} at PSN {p % PSN_MOD}",
@@ -386,7 +391,7 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
                 f = Finding("nak_rnr", cid, [fr], t, f"RNR NAK at PSN {p % PSN_MOD} (timer code {s & 0x1F})",
                             {"psn": p % PSN_MOD, "timer": s & 0x1F})
                 findings.append(f)
-                pending_rnr = (pos, f)
+                pending_rnr = (fr, tn, f)
                 continue
             # an ACK (or a READ response / atomic ACK carrying an AETH): completes the messages up to PSN p.
             # Responses come in PSN order (IBA Vol 1 9.7.5.1.x), so what is left below p is done too or
@@ -411,7 +416,7 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
                 window_starts.discard(lo)
                 want = resp_expect if resp_expect is not None and lo <= resp_expect <= hi else lo
                 if read_gap is None:
-                    read_gap = pos
+                    read_gap = fr
                     findings.append(Finding("implied_nak", cid, [fr], t,
                                             f"READ response PSN {p % PSN_MOD} arrives while {want % PSN_MOD} "
                                             "is missing: the requester must re-issue the READ",
@@ -420,7 +425,7 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
             if read_windows and read_windows[0][0] <= p <= read_windows[0][1]:
                 want = resp_expect if resp_expect is not None else read_windows[0][0]
                 if p > want and read_gap is None:
-                    read_gap = pos
+                    read_gap = fr
                     findings.append(Finding("implied_nak", cid, [fr], t,
                                             f"READ response PSN {p % PSN_MOD} arrives while {want % PSN_MOD} "
                                             "is missing: the requester must re-issue the READ",
@@ -449,7 +454,8 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
     }
     req_t = a["tns"][cr.reqs]
     return {"series": (req_t, a["plen"][cr.reqs]),
-            "psn": (np.array(pts_t, dtype=np.int64), np.array(pts_p, dtype=np.int64), np.array(pts_k, dtype=np.int8))}
+            "psn": (np.frombuffer(pts_t, dtype=np.int64).copy(), np.frombuffer(pts_p, dtype=np.int64).copy(),
+                    np.frombuffer(pts_k, dtype=np.int8).copy())}
 
 
 def _percentiles(x: np.ndarray) -> dict[str, float]:
@@ -478,7 +484,7 @@ def _gap(findings: list[Finding], cid: int, lo: int, hi: int, fr: int, t: float,
     findings.append(Finding("psn_gap", cid, [fr], t, txt, detail))
 
 
-def _message_step(c: Connection, open_msg: Message | None, pos: int, o: int, p: int, nps: int, fr: int, t: float,
+def _message_step(c: Connection, open_msg: Message | None, o: int, p: int, nps: int, fr: int, t: float,
                   plen: int, dmalen: int, findings: list[Finding], messages: list[Message], unacked: deque[Message],
                   read_end: dict[int, Message], uc: bool) -> Message | None:
     name = _NAMES[o]
