@@ -121,6 +121,10 @@ viz.field_table(f20[BTH])
 # in fast-recovery, additive (`rpg_ai_rate`) and hyper (`rpg_hai_rate`) steps, every
 # `rpg_time_reset` microseconds or `rpg_byte_reset` bytes. The parameter names are mlx5's.
 #
+# Every flow on this fabric is an RC QP pair of the soft verbs engine you drove in notebooks 03
+# to 09, posting RDMA WRITEs: its requester numbers the packets (PSNs) and sets AckReq, the
+# receiver's responder ACKs them, and when a switch drops one its completer goes back N.
+#
 # First the run the DCQCN author ships with his simulator (ns3-rdma's sample): **2:1 incast**,
 # two senders at 40 Gb/s into one receiver, Kmin 40 KB, Kmax 1000 KB, Pmax 1.
 
@@ -135,7 +139,7 @@ timeline(incast, title="2:1 incast, ns3-rdma constants")
 # Both senders start at line rate; the switch's queue towards the receiver fills, its packets
 # get marked, CNPs come back, both rates are cut and then hover around half the link each. The
 # queue settles near Kmin, far below Kmax, and PFC never has to pause anyone. The goodput is
-# payload only (1000 of every 1058 bytes), so a fair share is 18.9 Gb/s:
+# payload only (1024 of every 1082 bytes), so a fair share is 18.9 Gb/s:
 
 # %%
 for f in flow_table(incast.fabric):
@@ -222,6 +226,46 @@ alive = run("deadlock", duration_ms=3.0, settings={"routing": "shortest"})
 print("shortest-path routing (one hop each, no cycle):", alive.to_json()["deadlock"])
 
 # %% [markdown]
+# ## Without PFC: drops, and go-back-N
+#
+# Turn PFC off and the buffer is all the switch has. Sixteen senders each WRITE 512 KB to one
+# receiver at the same moment, through a shallow 150 KB buffer: the first burst overflows it
+# before DCQCN can react, and the switch drops. Nothing is lost for good: the receiver's
+# responder sees a gap in the PSNs and NAKs the first missing one (once), discards what comes
+# after it, and the sender's completer goes back to that PSN and resends everything from there,
+# also the packets that had arrived (*go-back-N*). A resend that is lost again waits for the
+# local ACK timeout. The tap on the receiver's link sees the NAKs and the same PSNs twice:
+
+# %%
+from rdmalab.wire.ib import AETH
+
+with tempfile.TemporaryDirectory() as tmp:
+    path = f"{tmp}/lossy.pcap"
+    lossy = run("lossy", duration_ms=8.0, capture=path, settings={"buffer": "0.15", "flow_kb": "512"})
+    naks = repeats = 0
+    seen: set[tuple[int, int]] = set()
+    for cp in capture.read(path):
+        p = cp.packet
+        bth = p.get(BTH)
+        if bth is None:
+            continue
+        if bth.opcode == 0x11 and p[AETH].is_nak:
+            naks += 1
+        elif bth.opcode < 0x11:
+            repeats += (bth.destqp, bth.psn) in seen
+            seen.add((bth.destqp, bth.psn))
+print(f"on the receiver's link: {naks} NAKs, {repeats} requests carrying a PSN already seen")
+loss = lossy.to_json()["loss"]
+print(f"{loss['data_drops']} requests dropped; go-back-N resent {loss['retransmitted_kb']:.0f} KB "
+      f"({loss['retransmitted_share']:.0%} of what was sent) after {loss['naks']} NAKs and {loss['timeouts']} timeouts; "
+      f"all data intact: {loss['intact']}")
+timeline(lossy, title="16:1 incast, PFC off, 150 KB buffer", goodput=True, window_us=100)
+
+# %% [markdown]
+# The same incast with PFC on (`settings={"pfc": "1"}`, on a 500 KB buffer that leaves room for
+# PFC's headroom) drops nothing and resends nothing; `rdmalab simulate lossy` compares the two.
+
+# %% [markdown]
 # ## The fluid model beside the packets
 #
 # Zhu et al. (CoNEXT 2016) wrote DCQCN as delay-differential equations for N identical flows:
@@ -240,7 +284,7 @@ from rdmalab.viz.congestion import fluid_vs_packets
 plots = []
 for n in (2, 10, 64):
     pk = run("incast", senders=n, duration_ms=10.0)
-    model = simulate(NS3_RDMA, n=n, duration_ms=10.0, tau_star_us=4.85, dt_us=0.25, record_every=4)
+    model = simulate(NS3_RDMA, n=n, duration_ms=10.0, tau_star_us=4.87, dt_us=0.25, record_every=4)
     k = len(pk.fabric.samples) // 2
     rate = statistics.mean(statistics.mean(r) for r in pk.fabric.rate_series[k:])
     m_rate, m_queue, _ = model.settled()
@@ -268,7 +312,7 @@ for tau in (4.0, 85.0):
 # In JupyterLab, this widget reruns a scenario whenever you move a slider:
 
 # %% tags=["widget"]
-from rdmalab.viz.congestion import congestion_runner
+from rdmalab.lab.congestion import congestion_runner
 
 congestion_runner("incast")
 

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # The connection manager, decoded from a real rping
+# # The connection manager: decoded from a real rping, then performed
 #
 # Before two RC QPs can talk, each must learn the other's QP number, starting PSN, path MTU,
 # and how many READs/atomics it may have outstanding: exactly the attributes of the INIT ->
@@ -98,6 +98,67 @@ if tshark_path():
     display(sbs)
 
 # %% [markdown]
+# ## Performing it: a connection on the soft engine
+#
+# The soft devices have a connection manager of their own: QP1 answers CM MADs, and the calls
+# rping makes (`rdma_resolve_addr`, `rdma_connect`, `rdma_accept`, `rdma_disconnect`) are
+# `pyverbs.cmid`'s (`rdmalab.verbs.cmid`). `run_connect` makes them one at a time, a client on
+# soft0 (10.0.0.1) and a server on soft1 (10.0.0.2), and writes down after each call what each
+# side's QP and CM were doing. Read the table row by row: who is in RTS when?
+
+# %%
+from rdmalab.lab.connect import run_connect
+
+run = run_connect(backend=BACKEND)
+print("CM messages on the wire:", run.names())
+run.table()
+
+# %%
+run.ladder
+
+# %% [markdown]
+# The REQ and the REP carry what `modify_qp` needs (QPN, starting PSN, MTU, READ/atomic
+# depths); each side moves its QP with it at a different moment. The passive side is already
+# in RTS when its REP leaves; the active side goes to RTR and RTS when the REP arrives, then
+# sends the RTU. After `disconnect()` each side waits in **timewait** (about 2 s: 2^(19-8) ms on
+# RoCE) so that stray packets of the old connection die before its QPN can be used again.
+#
+# ### A lost REP
+#
+# CM messages are UD datagrams: nothing below the CM resends them. The CM keeps a timer for
+# each message it expects an answer to: the server resends its REP after 2^(20-8) = 4096 ms
+# (the REQ's *local CM response timeout*), up to the REQ's *max CM retries* times.
+
+# %%
+lost = run_connect(lose=("REP",))
+print(lost.names())
+lost.ladder
+
+# %% [markdown]
+# ### Nobody listening
+#
+# A REQ for a service ID no one listens on is answered at once with a **REJ**, reason 8
+# (*invalid service ID*); this is what rping prints when the server is not started.
+
+# %%
+rej = run_connect(port=7175)
+print(rej.names(), "->", rej.error)
+rej.ladder
+
+# %% [markdown]
+# ### The same bytes as Linux sends, checked by Wireshark
+#
+# Every CM message above is a real frame. Written to a pcap, tshark decodes it as it decodes
+# the kernel's (notebook 08 explains the cross-check):
+
+# %%
+from rdmalab.capture.crosscheck import crosscheck
+
+path = run.write_pcap("connect.pcap")
+if tshark_path():
+    print(crosscheck(path).text())
+
+# %% [markdown]
 # ## Exercises
 #
 # ### 1. The service
@@ -132,3 +193,41 @@ for cp in frames:
         numbering[src] = "REQ" if bth.psn == req.body.starting_psn else "REP"
 ### END SOLUTION
 lab.check("cm.psn", numbering)
+
+# %% [markdown]
+# ### 3. What the REQ's starting PSN is for
+#
+# Run `run_connect()` and compare the REQ's `starting_psn` (`run.messages()[0].body`) with the
+# `sq_psn` and `rq_psn` of the two QPs. Give the pair `(side, attribute)` it sets.
+
+# %% tags=["exercise"]
+req_psn_sets = (..., ...)  # e.g. ("client", "rq_psn")
+### BEGIN SOLUTION
+req_psn_sets = ("server", "sq_psn")
+### END SOLUTION
+lab.check("cm.req_psn", req_psn_sets)
+
+# %% [markdown]
+# ### 4. Who is in RTS first?
+#
+# From the step table above: which side's QP reaches RTS first, `"client"` or `"server"`?
+
+# %% tags=["exercise"]
+first_to_rts = ...
+### BEGIN SOLUTION
+first_to_rts = next("server" if s.server_qp == "RTS" else "client" for s in run.steps
+                    if "RTS" in (s.client_qp, s.server_qp))
+### END SOLUTION
+lab.check("cm.first_rts", first_to_rts)
+
+# %% [markdown]
+# ### 5. What a service ID encodes
+#
+# udaddy's SIDR_REQ carries the service ID `0x0000000001111C06`. Which port space and which port?
+
+# %% tags=["exercise"]
+decoded = {"port_space": ..., "port": ...}
+### BEGIN SOLUTION
+decoded = {"port_space": (0x0000000001111C06 >> 16) & 0xFFFF, "port": 0x0000000001111C06 & 0xFFFF}
+### END SOLUTION
+lab.check("cm.service_id", decoded)

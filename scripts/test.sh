@@ -36,6 +36,8 @@ if [ "$rc" != 0 ]; then exit "$rc"; fi
 # python3-pyverbs provides only the test files here (no kernel device): the suite runs on rdmalab.verbs.
 echo "== rdma-core's pyverbs tests on rdmalab.verbs, side by side with kernel rxe"
 python scripts/run_pyverbs_suite.py --check
+echo "== the same suite with soft0 given a net interface (rdma-cm tests included), side by side with rxe's"
+bash scripts/pyverbs_in_netns.sh --check --rxe tests/pyverbs/rxe-6.1-netif-results.json --exceptions tests/pyverbs/exceptions-netif.json
 echo "== the wheel: pip install rdmalab in a fresh venv, then rdmalab lab and rdmalab decode from it"
 bash scripts/check_wheel.sh "$PWD/.venv/bin/python"
 echo "== the book: built offline from the notebooks, links checked, rendered in headless Chromium"

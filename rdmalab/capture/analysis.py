@@ -65,6 +65,7 @@ from rdmalab.capture.analysis_conn import rel as _rel
 from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Message
 from rdmalab.capture.analysis_rows import Rows, load_rows
 from rdmalab.capture.columnar import Columns, read_columns
+from rdmalab.wire.ib import IB_MTUS
 from rdmalab.wire.opcodes import opcode_name
 from rdmalab.wire.rdmap import TERM_ETYPE_NAMES, TERM_LAYER_NAMES, term_errcode_names
 
@@ -148,7 +149,7 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
     op = a["op"]
     plen = a["plen"]
     big = int(plen.max()) if len(plen) else 0
-    mtu = next((m for m in (256, 512, 1024, 2048, 4096) if m >= big), 4096)
+    mtu = next((m for m in IB_MTUS if m >= big), 4096)
     bad = np.nonzero((a["icrc_ok"] == 2) & (a["caplen"] >= a["flen"]))[0]  # a frame cut short is not damaged
     for i in bad.tolist():
         findings.append(Finding("bad_icrc", None, [int(a["frame"][i])], int(a["tns"][i]) / 1e9,

@@ -34,6 +34,7 @@ from rdmalab.wire.opcodes import CNP_OPCODE, opcode_name
 
 if TYPE_CHECKING:
     from rdmalab.capture.reader import CapturedPacket
+    from rdmalab.capture.render import TcpWindowScaling
     from rdmalab.wire.packet import Packet
 
 _ADDRESS_FMTS = ("mac", "ipv4", "ipv6")
@@ -41,7 +42,7 @@ _ADDRESS_FMTS = ("mac", "ipv4", "ipv6")
 #: The names :func:`frame_fields` adds besides those the headers declare (display filters accept
 #: exactly the declared names plus these: :func:`rdmalab.capture.filter.known_fields`).
 EXTRA_FIELDS: tuple[str, ...] = (
-    "frame.number", "frame.time_epoch", "frame.len", "frame.cap_len",
+    "frame.number", "frame.time_epoch", "frame.len", "frame.cap_len", "tcp.window_size",
     "infiniband.invariant.crc", "infiniband.variant.crc", "iwarp_mpa.crc", "iwarp_mpa.crc_check",
     "rdmalab.opcode", "rdmalab.cnp", "rdmalab.encap", "rdmalab.pdus", "rdmalab.payload.len", "rdmalab.problems",
     "rdmalab.icrc.status", "rdmalab.icrc.expected", "rdmalab.vcrc.status", "rdmalab.vcrc.expected",
@@ -143,10 +144,12 @@ def packet_fields(pkt: Packet, out: dict[str, Any], *, raw: bool = False, skip: 
             _add(out, "rdmalab.problems", str(p))
 
 
-def frame_fields(cp: CapturedPacket, *, raw: bool = False) -> dict[str, Any]:
+def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowScaling | None = None) -> dict[str, Any]:
     """All fields of one captured frame and its PDUs, as one flat dictionary.
 
-    ``raw=True`` keeps addresses as integers (what the cross-check compares).
+    ``raw=True`` keeps addresses as integers (what the cross-check compares).  ``windows``, one
+    :class:`~rdmalab.capture.render.TcpWindowScaling` fed every frame of the capture in order,
+    adds ``tcp.window_size`` (the scaled window) to TCP segments.
     """
     out: dict[str, Any] = {
         "frame.number": cp.frame_number,
@@ -165,6 +168,10 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False) -> dict[str, Any]:
     internal = pkt.internal_error
     if internal:
         _add(out, "rdmalab.problems", f"internal decoder error: {internal}")
+    if windows is not None:
+        w = windows.window(pkt)
+        if w is not None:
+            out["tcp.window_size"] = w
     return out
 
 

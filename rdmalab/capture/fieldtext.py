@@ -17,21 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from rdmalab.capture.columnar import (
-    COLUMN_BY_NAME,
-    DERIVED,
-    Columns,
-    _block,
-    _ipv6_text,
-    _open,
-    _pcap_raw,
-    _progress,
-    decode_block,
-    format_column,
-    iter_columns,
-    wants_iwarp,
-)
+from rdmalab.capture.columnar import _progress, iter_columns
+from rdmalab.capture.columnar_decode import decode_block, wants_iwarp, wants_windows
+from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _ipv6_text, format_column
 from rdmalab.capture.filter import compile_filter, declared_fields
+from rdmalab.capture.pcapio import PCAP_MAGICS, open_capture, pcap_block, pcap_raw
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _POW10 = [10 ** i for i in range(20)]
@@ -285,7 +275,7 @@ def _worker_task(task: tuple[Any, ...]) -> bytes:
     path, start, end, offs, first, order, ns_mult, linktype, names, expr, verify, sep, quote = task
     with open(path, "rb") as f:
         buf = os.pread(f.fileno(), end - start, start)
-    blk = _block(buf, offs, order, ns_mult, linktype, first, end)
+    blk = pcap_block(buf, offs, order, ns_mult, linktype, first, end)
     flt = None
     if expr:
         flt = _WORKER_FILTERS.get(expr)
@@ -317,7 +307,7 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
         # the text, so workers only pay off with cores to spare (on 2 cores -j 1 was faster in
         # wall and half the CPU time: benchmarks/bench_columnar.py)
         workers = max(1, (os.cpu_count() or 1) - 1)
-    parallel = (workers > 1 and count is None and not wants_iwarp(needed) and _plain_pcap(p)
+    parallel = (workers > 1 and count is None and not wants_iwarp(needed) and not wants_windows(needed) and _plain_pcap(p)
                 and os.path.getsize(p) >= parallel_min_bytes)
     if not parallel:
         left = count
@@ -332,15 +322,14 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
                 return
         return
 
-    with _open(p) as f:
+    with open_capture(p) as f:
         head = f.read(24)
-        order = "<" if head[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
-        ns_mult = 1 if head[:4] in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d") else 1000
+        order, ns_mult = PCAP_MAGICS[head[:4]]
         linktype = int.from_bytes(head[20:24], "little" if order == "<" else "big") & 0x0FFFFFFF
         bar = _bar(p) if progress else None
 
         def tasks() -> Iterator[tuple[Any, ...]]:
-            for raw in _pcap_raw(p, f, order, block_bytes):
+            for raw in pcap_raw(p, f, order, block_bytes):
                 if bar is not None:
                     bar.update(raw.file_end - bar.n)
                 yield (p, raw.file_start, raw.file_end, np.array(raw.offs, dtype=np.int64), raw.first, order, ns_mult, linktype, list(names),
@@ -360,7 +349,7 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
 def _plain_pcap(path: str) -> bool:
     try:
         with open(path, "rb") as f:
-            return f.read(4) in (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
+            return f.read(4) in PCAP_MAGICS
     except OSError:
         return False
 

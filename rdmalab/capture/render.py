@@ -58,10 +58,13 @@ def tcp_window_shift(pkt: Packet) -> int | None:
     layer = next((la for la in pkt.layers if isinstance(la.header, TCP)), None)
     if layer is None:
         return None
-    tcp = layer.header
-    data = pkt.data
-    o = layer.offset + 20
-    end = min(layer.offset + tcp.header_len, len(data))  # type: ignore[attr-defined]
+    return window_shift_option(pkt.data, layer.offset + 20, layer.offset + layer.header.header_len)  # type: ignore[attr-defined]
+
+
+def window_shift_option(data: bytes | bytearray | memoryview, start: int, end: int) -> int | None:
+    """The Window Scale shift count in the TCP options ``data[start:end]`` (capped at 14), or None."""
+    o = start
+    end = min(end, len(data))
     while o < end:
         kind = data[o]
         if kind == 0:  # end of option list
@@ -91,7 +94,7 @@ class TcpWindowScaling:
     UNKNOWN = -1  # the handshake was not seen
 
     def __init__(self) -> None:
-        self._shift: dict[tuple[int, int, int, int], int] = {}
+        self._shift: dict[tuple[object, int, object, int], int] = {}
 
     def window(self, pkt: Packet) -> int | None:
         """The scaled window of a TCP segment (None if it has no TCP header)."""
@@ -99,17 +102,24 @@ class TcpWindowScaling:
         if tcp is None:
             return None
         src, dst = _ip_pair(pkt)
-        fwd = (src, tcp.sport, dst, tcp.dport)
-        if tcp.flags & TCP.SYN:
-            opt = tcp_window_shift(pkt)
-            self._shift[fwd] = self.NONE if opt is None else opt
-            if tcp.flags & TCP.ACK:  # SYN-ACK: scaling only if both sides offered it
-                rev = (dst, tcp.dport, src, tcp.sport)
+        syn = bool(tcp.flags & TCP.SYN)
+        return self.update(src, tcp.sport, dst, tcp.dport, tcp.flags, int(tcp.window),
+                           tcp_window_shift(pkt) if syn else None)
+
+    def update(self, src: object, sport: int, dst: object, dport: int, flags: int, window: int,
+               shift: int | None) -> int:
+        """The scaled window of one segment, given its addresses, ports, flags, raw window and (for
+        a SYN) its Window Scale option's shift count; learns from SYNs."""
+        fwd = (src, sport, dst, dport)
+        if flags & TCP.SYN:
+            self._shift[fwd] = self.NONE if shift is None else shift
+            if flags & TCP.ACK:  # SYN-ACK: scaling only if both sides offered it
+                rev = (dst, dport, src, sport)
                 if self.NONE in (self._shift[fwd], self._shift.get(rev, self.UNKNOWN)):
                     self._shift[fwd] = self._shift[rev] = self.NONE
-            return int(tcp.window)
-        shift = self._shift.get(fwd, self.UNKNOWN)
-        return int(tcp.window) << shift if shift >= 0 else int(tcp.window)
+            return window
+        sh = self._shift.get(fwd, self.UNKNOWN)
+        return window << sh if sh >= 0 else window
 
 
 def _ip_pair(pkt: Packet) -> tuple[int, int]:
@@ -158,8 +168,13 @@ def summary_line(cp: CapturedPacket, t0: float, tcp_windows: TcpWindowScaling | 
     Pass one :class:`TcpWindowScaling` for all frames of a capture, in order, for TCP windows
     scaled as tshark shows them."""
     src, dst = endpoints(cp.packet)
-    return (f"{cp.frame_number:5d} {cp.timestamp - t0:11.6f} {src:>15} → {dst:<15} {protocol(cp):<10} "
-            f"{cp.wire_length or len(cp.packet.data):5d} {info(cp, tcp_windows)}")
+    return format_summary(cp.frame_number, cp.timestamp - t0, src, dst, protocol(cp),
+                          cp.wire_length or len(cp.packet.data), info(cp, tcp_windows))
+
+
+def format_summary(frame: int, t: float, src: str, dst: str, proto: str, length: int, text: str) -> str:
+    """The summary line's layout (tshark's columns: No., Time, Source, Destination, Protocol, Length, Info)."""
+    return f"{frame:5d} {t:11.6f} {src:>15} → {dst:<15} {proto:<10} {length:5d} {text}"
 
 
 def _header_lines(h: Header, offset: int, indent: str) -> list[str]:

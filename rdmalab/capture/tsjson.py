@@ -22,8 +22,8 @@ Differences from tshark, on purpose or by scope:
 from __future__ import annotations
 
 import datetime as _dt
-import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from json import encoder as _json_encoder
 from typing import TYPE_CHECKING, Any
 
 from rdmalab.capture.columnar import COLUMN_BY_NAME
@@ -63,6 +63,15 @@ def _ns_text(ns: int) -> str:
 
 def value_text(name: str, value: Any) -> str:
     """A value as tshark's JSON shows it: as ``-T fields`` does, but byte strings colon-separated."""
+    if type(value) is int:
+        f = _INT_TEXT.get(name)
+        if f is None:
+            f = _INT_TEXT[name] = _int_text(name)
+        return f(value)
+    return _value_text_any(name, value)
+
+
+def _value_text_any(name: str, value: Any) -> str:
     if isinstance(value, int) and name in _CRC_NAMES:
         return f"0x{value:0{_CRC_NAMES[name]}x}"
     text = _value_text(name, value)
@@ -74,6 +83,43 @@ def value_text(name: str, value: Any) -> str:
     if is_bytes and isinstance(value, int):
         return ":".join(text[i:i + 2] for i in range(0, len(text), 2))
     return text
+
+
+#: field name -> how an integer value of it is written (what _value_text_any decides for each
+#: value, decided once a name: the JSON writes some 40 values a packet)
+_INT_TEXT: dict[str, Callable[[int], str]] = {}
+
+
+def _hex_digits(d: int) -> Callable[[int], str]:
+    return lambda v: f"0x{v:0{d}x}"
+
+
+def _colon_bytes(n: int) -> Callable[[int], str]:
+    return lambda v: v.to_bytes(n, "big").hex(":")
+
+
+def _int_text(name: str) -> Callable[[int], str]:
+    if name in _CRC_NAMES:
+        return _hex_digits(_CRC_NAMES[name])
+    col = COLUMN_BY_NAME.get(name)
+    if col is not None:
+        if col.fmt in ("dec", "bool"):
+            return str
+        if col.fmt.startswith("hex"):
+            return _hex_digits(int(col.fmt[3:]))
+        if col.fmt.startswith("bytes"):
+            return _colon_bytes(int(col.fmt[5:]))
+    if name == "frame.time_epoch":
+        return lambda v: _value_text_any(name, v)
+    fmt, bits = declared_fields().get(name, ("dec", 0))
+    if fmt == "hex":
+        return _hex_digits(next(w for w in (2, 4, 6, 8, 16, 32, 64) if w * 4 >= bits))
+    if fmt == "bytes":
+        n = (bits + 7) // 8
+        if col is None:
+            return _colon_bytes(n)
+        return lambda v: v.to_bytes(n, "big").hex()
+    return str
 
 
 def _hexbytes(data: bytes) -> str:
@@ -96,8 +142,30 @@ class _Repeated(list[Any]):
     """Values of a key that occurs more than once in one object."""
 
 
-def _header_layer(h: Header, data: bytes, offset: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
+_LayerParts = tuple[str, dict[str, Any], dict[str, Any]]
+#: (header, its bytes) -> what _header_layer made of it: headers repeat (the same addresses, ports,
+#: QPs, keys from packet to packet), and their text depends on nothing else.  Bounded.
+_LAYER_CACHE: dict[tuple[Header, bytes], _LayerParts] = {}
+
+
+def _header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
     """(protocol, its fields in tshark's nesting, rdmalab-only fields) of one decoded header."""
+    key = (h, data[offset:offset + h.LAYOUT.size])
+    try:
+        hit = _LAYER_CACHE.get(key)
+    except TypeError:  # a header with an unhashable field: not cached
+        return _make_header_layer(h, data, offset)
+    if hit is None:
+        hit = _make_header_layer(h, data, offset)
+        if len(_LAYER_CACHE) >= 8192:
+            _LAYER_CACHE.clear()
+        _LAYER_CACHE[key] = hit
+    # copies: the caller merges subtrees into these dicts
+    name, fields, ours = hit
+    return name, {k: dict(v) if type(v) is dict else v for k, v in fields.items()}, dict(ours)
+
+
+def _make_header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
     lay = h.LAYOUT
     proto_name = lay.ws_proto or "rdmalab"
     proto = proto_name.split(".", 1)[0]
@@ -212,6 +280,54 @@ def _encap_type(linktype: int) -> int:
     return {1: 1, 113: 25, 276: 210, 197: 98, 247: 98}.get(linktype, linktype)
 
 
+_quote = _json_encoder.encode_basestring  # the C string encoder json.dumps(ensure_ascii=False) uses
+
+
+def _dump(obj: Any, nl: str, out: list[str]) -> None:
+    """Append the text of ``json.dumps(obj, indent=2, ensure_ascii=False)`` to ``out``, each line
+    after the first starting ``nl`` (a newline and the indentation outside ``obj``).
+
+    json.dumps runs a pure-Python encoder whenever it indents; this one knows the only value types
+    packet_json makes (dicts, lists, strings, None), which a test holds it to."""
+    if isinstance(obj, str):
+        out.append(_quote(obj))
+        return
+    if obj is None:
+        out.append("null")
+        return
+    inner = nl + "  "
+    if isinstance(obj, dict):
+        if not obj:
+            out.append("{}")
+            return
+        out.append("{")
+        first = True
+        for k, v in obj.items():
+            out.append(inner if first else "," + inner)
+            first = False
+            out.append(_quote(k))
+            out.append(": ")
+            if type(v) is str:
+                out.append(_quote(v))
+            else:
+                _dump(v, inner, out)
+        out.append(nl + "}")
+        return
+    if isinstance(obj, list):
+        if not obj:
+            out.append("[]")
+            return
+        out.append("[")
+        first = True
+        for v in obj:
+            out.append(inner if first else "," + inner)
+            first = False
+            _dump(v, inner, out)
+        out.append(nl + "]")
+        return
+    raise TypeError(f"packet_json made a {type(obj).__name__}, which _dump does not write")
+
+
 def iter_json(packets: Iterable[CapturedPacket], keep: Any = None) -> Iterator[str]:
     """The text of ``tshark -T json`` for these frames, in pieces (``keep(cp)`` filters, None keeps all)."""
     first_ns: int | None = None
@@ -227,7 +343,8 @@ def iter_json(packets: Iterable[CapturedPacket], keep: Any = None) -> Iterator[s
             continue
         obj = packet_json(cp, first_ns=first_ns, prev_ns=prev_ns, prev_displayed_ns=prev_disp)
         prev_ns = prev_disp = ns
-        text = json.dumps(obj, indent=2, ensure_ascii=False)
-        yield sep + "  " + text.replace("\n", "\n  ")
+        parts = [sep, "  "]
+        _dump(obj, "\n  ", parts)
+        yield "".join(parts)
         sep = ",\n"
     yield "\n]\n" if sep else "]\n"

@@ -15,6 +15,7 @@ Subcommands follow tshark's habits where they fit::
     rdmalab grade DIR [-o OUT]
     rdmalab link add NAME netdev IFNAME | show | delete NAME
     rdmalab rping -s|-c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]
+    rdmalab udaddy [-s server] [-b bind] [-C count] [-S size]
 
 Errors are one sentence naming the file and what was wrong, never a traceback; the exit status
 is 0 on success, 1 when a file could not be (fully) read or a strict decode failed, 2 for bad
@@ -44,15 +45,16 @@ from rdmalab.cli import (
     rping,
     simulate,
     stats,
+    udaddy,
     vm,
 )
 from rdmalab.cli._common import Fail
 
 # The order here is the order of `rdmalab --help`.
-COMMANDS = [decode, crosscheck, stats, analyze, convert, lab, pingpong, perftest, rping, simulate, link, vm, capture, grade]
+COMMANDS = [decode, crosscheck, stats, analyze, convert, lab, pingpong, perftest, rping, udaddy, simulate, link, vm, capture, grade]
 # Commands whose every argument after the command name belongs to another program (--help included).
 PASSTHROUGH = {"lab": lab.run_lab, "pingpong": pingpong.main_argv, "perftest": perftest.main_argv,
-               "rping": rping.main_argv}
+               "rping": rping.main_argv, "udaddy": udaddy.main_argv}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -107,12 +107,14 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
                     out: TextIO) -> int:
     from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.fieldtext import value_text  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.render import TcpWindowScaling  # lazy: keeps `rdmalab --help` fast
 
     sep = opts["separator"].decode()
     q = opts["quote"].decode()
     occ = opts["occurrence"]
+    windows = TcpWindowScaling()  # tcp.window_size: every frame's handshake, in order
     for cp in read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count):
-        fields = frame_fields(cp)
+        fields = frame_fields(cp, windows=windows)
         if flt is not None and not flt(fields):
             continue
         cells = []
@@ -132,13 +134,22 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
 def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     """``-T json``: tshark's layout (an array of ``{"_index", "_type", "_score", "_source": {"layers"}}``)."""
     from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.render import TcpWindowScaling  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.tsjson import iter_json  # lazy: keeps `rdmalab --help` fast
 
-    keep = None if flt is None else (lambda cp: flt(frame_fields(cp)))
+    windows = TcpWindowScaling()  # tcp.window_size for the filter: every frame, in order
+    keep = None if flt is None else (lambda cp: flt(frame_fields(cp, windows=windows)))
     packets = read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count)
     for piece in iter_json(packets, keep):
         out.write(piece)
     return 0
+
+
+def _columns_answer(flt: Any) -> bool:
+    """Whether every field of a compiled filter is a column (so it can run over columns)."""
+    from rdmalab.capture.columnar import COLUMN_NAMES  # lazy: keeps `rdmalab --help` fast
+
+    return set(flt.fields) <= COLUMN_NAMES
 
 
 def run_decode(args: argparse.Namespace, out: TextIO) -> int:
@@ -160,13 +171,20 @@ def run_decode(args: argparse.Namespace, out: TextIO) -> int:
             return run_fields(path, args, flt, out)
         if fmt == "json":
             return run_json(path, args, flt, out)
+        if not args.verbose and not args.no_columnar and (flt is None or _columns_answer(flt)):
+            from rdmalab.capture.columnar_summary import summary_lines  # lazy: keeps `rdmalab --help` fast
+
+            for text in summary_lines(path, count=args.count, flt=flt, filter_expr=args.filter,
+                                      lenient=not args.strict, iwarp=not args.no_iwarp, workers=args.workers):
+                out.write(text)
+            return 0
         t0: float | None = None
         write = out.write
         windows = TcpWindowScaling()  # follows every frame, filtered out or not, as tshark does
         for cp in read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count):
             if t0 is None:
                 t0 = cp.timestamp
-            fields = frame_fields(cp) if flt is not None else None
+            fields = frame_fields(cp, windows=windows) if flt is not None else None
             if not args.verbose and cp.packet.encap == "tcp" and not cp.pdus:
                 line = summary_line(cp, t0, windows)
             else:
@@ -212,7 +230,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     mode.add_argument("--strict", dest="strict", action="store_true", help="stop at the first bad frame")
     d.add_argument("--no-iwarp", action="store_true", help="do not reassemble TCP streams into iWARP PDUs")
     d.add_argument("--no-columnar", action="store_true",
-                   help="with -T fields: use the per-packet decoder even where the columnar one would do")
+                   help="use the per-packet decoder even where the columnar one would do (-T fields, summary lines)")
     d.add_argument("-j", "--workers", type=int, metavar="N",
-                   help="with -T fields: worker processes for a large capture (default: one fewer than the cores)")
+                   help="with -T fields and for summary lines: worker processes for a large pcap file (default: one "
+                        "fewer than the cores)")
     d.set_defaults(func=run_decode, strict=False)

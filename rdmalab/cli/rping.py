@@ -68,6 +68,7 @@ def run_cli(args: argparse.Namespace, out: TextIO) -> int:
                         size=args.size, verbose=args.verbose, validate=args.validate, debug=args.debug,
                         persistent=args.persistent, self_qp=args.self_qp, timeout=args.timeout)
     if args.netdev:
+        from rdmalab.fabric.links import share
         from rdmalab.fabric.udp import CarrierError, UdpFabric
         from rdmalab.verbs.device import set_default_devices
 
@@ -75,6 +76,7 @@ def run_cli(args: argparse.Namespace, out: TextIO) -> int:
             fab = UdpFabric(ifname=args.netdev, name="rdmalab0", poll_wait=0.05)
         except CarrierError as exc:
             raise Fail(str(exc)) from None
+        share(fab)
         set_default_devices(lambda: fab)
     try:
         return run(opts, out)

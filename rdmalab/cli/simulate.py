@@ -1,11 +1,12 @@
 """``rdmalab simulate``: run a congestion scenario on the switched fabric and summarise it.
 
-    rdmalab simulate incast|fairness|victim|deadlock [--senders N] [--rate GBPS] [--duration MS]
+    rdmalab simulate incast|fairness|victim|deadlock|lossy [--senders N] [--rate GBPS] [--duration MS]
                      [--profile paper|mlx5|ns3-rdma] [--set NAME=VALUE ...] [-w FILE] [-T json]
 
-Prints per flow its goodput over the second half of the run, the DCQCN rate at the end, marks
-and CNPs; per watched egress queue its length statistics and pause time; totals of marks, CNPs,
-pauses and drops.  ``-w`` writes the frames of the first watched link to a pcap (slower: every
+Every flow is an RC QP pair of the soft verbs engine writing RDMA WRITEs.  Prints per flow its
+goodput over the second half of the run, the DCQCN rate at the end, marks, CNPs, drops and the
+bytes go-back-N resent; per watched egress queue its length statistics and pause time; totals of
+marks, CNPs, pauses, drops and resent bytes; for ``lossy`` (PFC off) what the drops cost.  ``-w`` writes the frames of the first watched link to a pcap (slower: every
 frame is then built as bytes).  ``--set`` takes DCQCN parameters under their mlx5 names, switch
 parameters (kmin, kmax in KB, pmax, buffer in MB, pfc, ecn, pfc_xoff in KB ...) and scenario
 knobs (delay_us, cnp_scope, routing ...); ``--set help`` lists them.
@@ -20,7 +21,7 @@ from typing import Any, TextIO
 
 from rdmalab.cli._common import Fail
 
-SCENARIOS = ("incast", "fairness", "victim", "deadlock")
+SCENARIOS = ("incast", "fairness", "victim", "deadlock", "lossy")  # rdmalab.fabric.scenarios.SCENARIOS
 
 
 def _settings(items: list[str]) -> dict[str, str]:
@@ -94,10 +95,11 @@ def _text(d: dict[str, Any], out: TextIO) -> None:
     w(f"{d['scenario']}: {d['duration_ms']:g} ms simulated, profile {d['profile']}, "
       f"{d['events']} events in {d['wall_s']:.2f} s\n")
     w("Flows (goodput over the second half of the run):\n")
-    w(f"  {'flow':<28} {'goodput Gb/s':>12} {'rate Gb/s':>10} {'CE marked':>10} {'CNPs':>6} {'drops':>6}\n")
+    w(f"  {'flow':<28} {'goodput Gb/s':>12} {'rate Gb/s':>10} {'CE marked':>10} {'CNPs':>6} {'drops':>6} "
+      f"{'resent KB':>9}\n")
     for f in d["flows"]:
         w(f"  {f['name']:<28} {f['goodput_gbps']:12.3f} {f['rate_gbps']:10.3f} {f['ce_marked']:10d} "
-          f"{f['cnps']:6d} {f['drops']:6d}\n")
+          f"{f['cnps']:6d} {f['drops']:6d} {f['retransmitted_bytes'] / 1024:9.1f}\n")
     w("Egress queues (second half):\n")
     w(f"  {'port':<12} {'mean KB':>9} {'max KB':>9} {'max ever':>9} {'in Kmin..Kmax':>13} {'empty':>6} "
       f"{'marks':>7} {'paused ms':>9}\n")
@@ -105,7 +107,15 @@ def _text(d: dict[str, Any], out: TextIO) -> None:
         w(f"  {q['port']:<12} {q['mean_kb']:9.1f} {q['max_kb']:9.1f} {q['max_all_kb']:9.1f} "
           f"{q['share_in_kmin_kmax']:13.0%} {q['share_empty']:6.0%} {q['marks']:7d} {q['paused_ms']:9.3f}\n")
     w(f"Totals: {d['marks']} ECN marks, {d['cnps']} CNPs, {d['pauses']} PFC pauses, {d['resumes']} resumes, "
-      f"{d['drops']} drops\n")
+      f"{d['drops']} drops, {d['retransmitted_bytes'] / 1024:.1f} KB resent\n")
+    if "loss" in d:
+        x = d["loss"]
+        done = (f"all {x['flows']} flows done at {x['last_done_ms']} ms" if x["last_done_ms"] is not None
+                else f"{x['flows_done']} of {x['flows']} flows done")
+        w(f"Loss: {x['data_drops']} requests dropped ({x['dropped_kb']:.1f} KB with the rest); go-back-N resent "
+          f"{x['retransmitted_packets']} packets ({x['retransmitted_kb']:.1f} KB, {x['retransmitted_share']:.1%} of "
+          f"what was sent) after {x['naks']} NAKs and {x['timeouts']} timeouts; {done}, goodput "
+          f"{x['goodput_gbps']:.2f} Gb/s; data intact: {'yes' if x['intact'] else 'NO'}\n")
     if "victim" in d:
         v = d["victim"]
         w(f"Victim: F1's DCQCN rate {v['f1_rate_before_gbps']:.2f} Gb/s before the incast, down to "

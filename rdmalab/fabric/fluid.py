@@ -57,7 +57,7 @@ class FluidResult:
 
 
 def simulate(params: DcqcnParams, *, n: int, capacity_gbps: float = 40.0, kmin_kb: float = 40.0,
-             kmax_kb: float = 1000.0, pmax: float = 1.0, tau_star_us: float = 4.0, packet_bytes: int = 1058,
+             kmax_kb: float = 1000.0, pmax: float = 1.0, tau_star_us: float = 4.0, packet_bytes: int = 1082,
              duration_ms: float = 50.0, dt_us: float = 0.1, record_every: int = 10,
              start_gbps: float | None = None) -> FluidResult:
     """Integrate the model for ``n`` flows starting at ``start_gbps`` (default: line rate)."""

@@ -22,6 +22,7 @@ the raw socket the UDP carrier needs), once per process, by :func:`provider`, th
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -29,6 +30,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from rdmalab.fabric import background
+from rdmalab.fabric.shared import SharedDevice
 from rdmalab.fabric.udp import CarrierError, UdpFabric, interface_ipv4
 from rdmalab.verbs.engine.node import SoftDevice
 
@@ -141,6 +144,42 @@ _opened: dict[str, UdpFabric] = {}
 _linked = LinkedDevices()
 
 
+def share(fab: UdpFabric) -> SharedDevice:
+    """Make ``fab``'s device one that other processes on the same interface and address may share
+    (:mod:`rdmalab.fabric.shared`): QP numbers and listeners agreed with them, and fresh sockets
+    and random numbers in a child after ``fork()`` (a socket shared with the parent would hand each
+    packet to only one of the two); its packets are answered while the program is busy elsewhere
+    (:mod:`rdmalab.fabric.background`)."""
+    sd = SharedDevice(fab.ifname, fab.ip)
+    fab.device.qpn_source = sd.next_qpn
+    fab.device.gsi.agent.shared = sd
+    _shared.append((fab, sd))
+    background.drive(fab)
+    return sd
+
+
+_shared: list[tuple[UdpFabric, SharedDevice]] = []
+
+
+def _after_fork_in_child() -> None:
+    for fab, sd in _shared:
+        sd.forked()
+        fab.reopen()
+        if fab in background._driven:
+            background.arm(fab)
+        fab.device.rng.seed(os.urandom(16))
+        fab.device.gsi.agent.psn = fab.device.rng.getrandbits(24)
+
+
+def _at_exit() -> None:
+    for _, sd in _shared:
+        sd.close()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_at_exit)
+
+
 def provider(**udp_options: Any) -> LinkedDevices | None:
     """The ``links`` provider of :mod:`rdmalab.verbs.providers`: every configured link as a device, or None."""
     links = read_links()
@@ -153,6 +192,7 @@ def provider(**udp_options: Any) -> LinkedDevices | None:
                 fab = UdpFabric(ifname=netdev, name=name, **udp_options)
             except CarrierError as exc:
                 raise LinkError(f"soft device {name} on {netdev}: {exc}") from None
+            share(fab)
             _opened[name] = fab
     _linked.fabrics = {n: _opened[n] for n in links}
     return _linked

@@ -11,6 +11,13 @@
 * ``deadlock``: three switches in a ring, one host each, every flow routed two hops clockwise;
   PFC with DCQCN off builds a cyclic buffer dependency and the ring stops for good.  With
   ``routing=shortest`` the same flows take one hop and nothing deadlocks.
+* ``lossy``: DCQCN without PFC.  16 senders each WRITE 2 MB to one receiver, all starting at
+  once, through a switch with PFC off and a shallow 500 KB buffer: the first burst overflows
+  it, and the engine recovers the drops by go-back-N (NAKs, timeouts, resends), which
+  :func:`loss_summary` counts.  ``--set pfc=1`` is the same incast on the lossless fabric.
+
+Every flow is an RC QP pair of the soft verbs engine (:class:`rdmalab.fabric.switched.Flow`),
+payload 1024 bytes per packet (the path MTU), 64-packet RDMA WRITEs.
 """
 
 from __future__ import annotations
@@ -24,9 +31,9 @@ from typing import Any
 from rdmalab.fabric.switched import HEADER_BYTES, SwitchConfig, SwitchedFabric
 from rdmalab.verbs.engine.dcqcn import PROFILES, DcqcnParams
 
-#: share of a link's bits that is payload with 1000-byte packets (58 bytes of Ethernet, IPv4, UDP, BTH, ICRC)
-HEADER_OVERHEAD = 1000 / (1000 + HEADER_BYTES)
-SCENARIOS = ("incast", "fairness", "victim", "deadlock")
+#: share of a link's bits that is payload with 1024-byte packets (58 bytes of Ethernet, IPv4, UDP, BTH, ICRC)
+HEADER_OVERHEAD = 1024 / (1024 + HEADER_BYTES)
+SCENARIOS = ("incast", "fairness", "victim", "deadlock", "lossy")
 
 #: The DCQCN author's ns3-rdma sample (mix/config.txt): the paper's constants with RP_TIMER 60 us
 #: and BYTE_COUNTER 300000000.
@@ -41,8 +48,11 @@ class ScenarioConfig:
     delay_us: float = 1.0  # per link (ns3-rdma topology.txt: 1 us)
     dcqcn: int = 1  # 0 in the deadlock scenario unless set
     cnp_scope: str = "qp"
-    payload: int = 1000  # bytes per packet (PACKET_PAYLOAD_SIZE 1000)
-    msg_packets: int = 64
+    payload: int = 1024  # bytes per packet: the QPs' path MTU (ns3-rdma uses 1000, not an IB MTU)
+    msg_packets: int = 64  # packets per RDMA WRITE
+    qp_timeout: int = 10  # local ACK timeout 4.096 us x 2^10 = 4.2 ms (rxe rounds anything shorter up to 4 ms)
+    depth: int = 3  # WRITEs each flow keeps posted
+    flow_kb: float = 0.0  # KB each sender writes (0: until the run ends); lossy: 2048
     seed: int = 1
     sample_us: float = 10.0
     routing: str = "clockwise"  # deadlock: clockwise (two hops, a cycle) or shortest
@@ -64,7 +74,7 @@ def split_settings(settings: dict[str, str], scenario: str) -> tuple[dict[str, s
     if bad:
         raise KeyError(", ".join(bad))
     sw = _switch_defaults(scenario)
-    sc = ScenarioConfig(dcqcn=0 if scenario == "deadlock" else 1)
+    sc = ScenarioConfig(dcqcn=0 if scenario == "deadlock" else 1, flow_kb=2048.0 if scenario == "lossy" else 0.0)
     dc: dict[str, str] = {}
     for k, v in settings.items():
         if k in SWITCH_NAMES:
@@ -90,13 +100,27 @@ def _num(name: str, v: str, kind: type) -> Any:
 def _switch_defaults(scenario: str) -> SwitchConfig:
     if scenario == "victim":
         # DCQCN-validation README: Kmin 5 KB, Kmax 100 KB, Pmax 0.01.  It does not give the PFC
-        # threshold; we fix XOFF at 200 KB per ingress queue (twice Kmax, so ECN acts first).
-        return SwitchConfig(kmin=5, kmax=100, pmax=0.01, pfc_xoff=200)
+        # threshold.  Each incast host is one RC QP of the engine, whose window (128 PSNs, rxe's
+        # RXE_MAX_UNACKED_PSNS) puts at most 138 KB in one ingress queue, so the XOFF must be below
+        # that for PFC to act at all: we fix it at 64 KB per ingress queue, half a window.
+        return SwitchConfig(kmin=5, kmax=100, pmax=0.01, pfc_xoff=64)
+    if scenario == "deadlock":
+        # Each flow is one RC QP, and the engine's window (128 PSNs unacknowledged, rxe's
+        # RXE_MAX_UNACKED_PSNS) keeps at most 138 KB of it in flight: three flows can never fill the
+        # dynamic XOFF threshold (about 1.4 MB of a 12 MB buffer).  A fixed XOFF of 40 KB per
+        # ingress queue (a shallow-buffered switch) lets the ring's pauses build the cycle.
+        return SwitchConfig(pfc_xoff=40)
+    if scenario == "lossy":
+        # PFC off: the shared buffer is the only limit and a full buffer drops.  500 KB is a shallow
+        # buffer (a Trident II has 12 MB for 32 ports): the smallest in which PFC still works here
+        # (the headroom of 17 ports takes 290 KB), so that ``--set pfc=1`` compares like with like.
+        return SwitchConfig(pfc=0, buffer=0.5)
     return SwitchConfig()  # ns3-rdma mix/config.txt: 40 KB, 1000 KB, 1.0
 
 
 def default_profile(scenario: str) -> str:
-    return {"incast": "ns3-rdma", "fairness": "ns3-rdma", "victim": "paper", "deadlock": "paper"}[scenario]
+    return {"incast": "ns3-rdma", "fairness": "ns3-rdma", "victim": "paper", "deadlock": "paper",
+            "lossy": "ns3-rdma"}[scenario]
 
 
 def build(scenario: str, *, senders: int | None = None, rate: float = 40.0, duration_ms: float | None = None,
@@ -115,21 +139,23 @@ def build(scenario: str, *, senders: int | None = None, rate: float = 40.0, dura
     if rate <= 0:
         raise ValueError(f"--rate must be positive, not {rate}")
     fab = SwitchedFabric(seed=sc.seed, switch=sw, dcqcn=params if sc.dcqcn else None, cnp_scope=sc.cnp_scope,
-                         payload=sc.payload, msg_packets=sc.msg_packets, sample_ns=sc.sample_us * 1000)
+                         payload=sc.payload, msg_packets=sc.msg_packets, sample_ns=sc.sample_us * 1000,
+                         qp_timeout=sc.qp_timeout, depth=sc.depth)
     d = sc.delay_us
-    if scenario in ("incast", "fairness"):
-        n = 2 if senders is None else senders
+    if scenario in ("incast", "fairness", "lossy"):
+        n = (16 if scenario == "lossy" else 2) if senders is None else senders
         if n < 1:
             raise ValueError("--senders must be at least 1")
-        dur = 100.0 if duration_ms is None else duration_ms
+        dur = (20.0 if scenario == "lossy" else 100.0) if duration_ms is None else duration_ms
         s = fab.add_switch("sw")
         r = fab.add_host("recv")
         fab.link(s, r, rate, d)
         for i in range(n):
             h = fab.add_host(f"h{i + 1}")
             fab.link(h, s, rate, d)
-            start = 0.0 if scenario == "incast" else i * dur * 1000 / (2 * n)
-            fab.add_flow(h, r, start_us=start, name=f"h{i + 1}->recv")
+            start = i * dur * 1000 / (2 * n) if scenario == "fairness" else 0.0
+            size = round(sc.flow_kb * 1024) or None
+            fab.add_flow(h, r, start_us=start, size=size, name=f"h{i + 1}->recv")
         fab.watch = [fab.port("sw", "recv")]
     elif scenario == "victim":
         n = 15 if senders is None else senders
@@ -182,6 +208,7 @@ class Result:
             "scenario": self.scenario, "profile": self.profile, "duration_ms": self.duration_ms,
             "flows": flow_table(fab), "queues": queue_table(fab),
             "marks": fab.marks, "cnps": fab.cnps, "pauses": fab.pauses, "resumes": fab.resumes, "drops": fab.drops,
+            "retransmitted_bytes": fab.retx_bytes,
             "events": fab.events, "wall_s": round(self.wall_s, 3), **self.extra,
         }
 
@@ -199,7 +226,8 @@ def flow_table(fab: SwitchedFabric) -> list[dict[str, Any]]:
             "goodput_gbps": round(got * 8 / span_ns, 4) if span_ns else 0.0,
             "bytes": f.rcvd,
             "rate_gbps": round(f.rate, 4),
-            "ce_marked": f.marked, "cnps": f.cnps, "drops": f.drops,
+            "ce_marked": f.marked, "cnps": f.cnps, "drops": f.drops, "retransmitted_bytes": f.retx_bytes,
+            "done_ms": None if f.finish_ns is None else round(f.finish_ns / 1e6, 3),
             "cuts": f.limiter.cuts if f.limiter is not None else 0,
         })
     return out
@@ -250,7 +278,44 @@ def run(scenario: str, *, senders: int | None = None, rate: float = 40.0, durati
         res.extra["victim"] = victim_summary(fab)
     if scenario == "deadlock":
         res.extra["deadlock"] = deadlock_summary(fab)
+    if scenario == "lossy" or fab.drops:
+        res.extra["loss"] = loss_summary(fab)
     return res
+
+
+def loss_summary(fab: SwitchedFabric) -> dict[str, Any]:
+    """What the drops cost and how the engine recovered: go-back-N resends, NAKs, timeouts, goodput.
+
+    ``retransmitted_kb`` counts request payload sent again (a PSN sent before: go-back-N resends
+    every packet from the oldest unacknowledged one: the receiver discarded those that arrived
+    after a gap, ``out_of_sequence``, and counts resends of packets it had taken as ``duplicates``);
+    ``naks`` the PSN-sequence NAKs the senders got, ``timeouts``
+    the retries the local ACK timer started.  For flows of a given size, ``goodput_gbps`` is the
+    bytes they wrote over the time the last one took (all of them if all finished, else over the run).
+    """
+    def count(name: str) -> int:
+        return sum(h.device.counters.get(name, 0) for h in fab.hosts)
+
+    naks = count("rcvd_seq_err")
+    sent = sum(f.sent for f in fab.flows)
+    retx = fab.retx_bytes
+    bounded = [f for f in fab.flows if f.size is not None]
+    done = [f for f in bounded if f.finish_ns is not None]
+    delivered = sum(f.rcvd for f in fab.flows)
+    finished = [f.finish_ns for f in done if f.finish_ns is not None]
+    span = max(finished, default=0.0) if bounded and len(done) == len(bounded) else fab.now
+    return {
+        "drops": fab.drops, "data_drops": sum(f.data_drops for f in fab.flows),
+        "dropped_kb": round(fab.drop_bytes / 1024, 1),
+        "retransmitted_kb": round(retx / 1024, 1), "retransmitted_packets": sum(f.retx_pkts for f in fab.flows),
+        "new_kb": round(sent / 1024, 1), "retransmitted_share": round(retx / (retx + sent), 4) if retx + sent else 0.0,
+        "naks": naks, "timeouts": count("completer_retry_err") - naks,
+        "out_of_sequence": count("out_of_seq_request"), "duplicates": count("duplicate_request"),
+        "flows": len(bounded), "flows_done": len(done),
+        "last_done_ms": round(span / 1e6, 3) if bounded and len(done) == len(bounded) else None,
+        "goodput_gbps": round(delivered * 8 / span, 3) if span else 0.0,
+        "intact": all(f.intact() for f in done),
+    }
 
 
 def link_throughput(fab: SwitchedFabric, flows: list[int], window_us: float = 100.0) -> tuple[list[float], list[float]]:

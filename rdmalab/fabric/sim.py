@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import IO, Any
 
-from rdmalab.verbs.engine.carrier import Scheduler, Station, TimerHandle
+from rdmalab.verbs.engine.carrier import Scheduler, Station, Timer, TimerHandle
 from rdmalab.verbs.engine.node import SoftDevice
-from rdmalab.verbs.engine.packet import Pkt
-from rdmalab.verbs.trace import Trace, TraceEvent
+from rdmalab.verbs.engine.packet import INFO, ROCE_OVERHEAD, Pkt
+from rdmalab.verbs.engine.trace import Trace, TraceEvent
+from rdmalab.wire.ib import IB_MTUS
 
 Tap = Callable[[int, str, str, bytes], None]
 
@@ -53,24 +54,6 @@ class Faults:
 @dataclass
 class Link:
     busy_until: int = 0
-
-
-class Timer:
-    """A pending :meth:`Fabric.call_later` (a :class:`~rdmalab.verbs.engine.carrier.TimerHandle`)."""
-
-    __slots__ = ("fn", "arg", "cancelled")
-
-    def __init__(self, fn: Callable[[Any], None], arg: Any) -> None:
-        self.fn = fn
-        self.arg = arg
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-    def __call__(self, _: Any) -> None:
-        if not self.cancelled:
-            self.fn(self.arg)
 
 
 class PcapTap:
@@ -113,14 +96,14 @@ class Fabric:
     Ethernet MTU); a packet whose payload exceeds it is dropped, like a DF packet that does not
     fit.  ``frames=True`` sends every packet as bytes and decodes it at the receiver (slower;
     every packet then really crosses as a frame).  ``trace=False`` skips the trace.  With
-    ``bursts`` (the default) and nothing observing (no trace, tap or fault), the engine may move
+    ``bursts`` (the default) and nothing observing the bytes (no tap or fault), the engine may move
     a run of consecutive packets of one message as one burst object (see
     :mod:`rdmalab.verbs.engine.packet`); ``bursts=False`` forces one object per packet.
     """
 
     def __init__(self, *, seed: int = 0, mtu: int = 4096, latency_ns: int = 1000, bandwidth_gbps: float = 100.0,
                  trace: bool = True, frames: bool = False, bursts: bool = True) -> None:
-        if mtu not in (256, 512, 1024, 2048, 4096):
+        if mtu not in IB_MTUS:
             raise ValueError(f"mtu must be an IB MTU (256..4096 bytes), not {mtu}")
         self.seed = seed
         self.rng = random.Random(seed)
@@ -131,7 +114,9 @@ class Fabric:
         self.bursts = bursts
         self.devices: dict[str, SoftDevice] = {}
         self.trace = Trace()
-        self._tracing = trace
+        #: whether the engine records trace events (a plain attribute: the engine reads it for every
+        #: packet; switching it on or off at any time is fine, bursts do not depend on it)
+        self.tracing = trace
         self._now = 0
         self._seq = 0
         self._events: list[tuple[int, int, Callable[[Any], None], Any]] = []
@@ -195,11 +180,13 @@ class Fabric:
             return False
         t = ev[0][0]
         self._now = t
+        pop = heapq.heappop
         while ev and ev[0][0] == t:
-            _, _, fn, arg = heapq.heappop(ev)
+            _, _, fn, arg = pop(ev)
             fn(arg)
         for dev in self.devices.values():
-            dev.flush()
+            if dev.held_acks:  # the ACKs held back for coalescing within this instant
+                dev.flush()
         return True
 
     def advance(self, ns: int) -> None:
@@ -263,18 +250,10 @@ class Fabric:
         """Start writing every frame to ``dest`` (a path or a binary file); ``close()`` the result."""
         return PcapTap(self, dest)
 
-    @property
-    def tracing(self) -> bool:
-        return self._tracing
-
-    @tracing.setter
-    def tracing(self, on: bool) -> None:
-        self._tracing = on
-        self._update_mode()
-
     def _update_mode(self) -> None:
-        # Bursts (see rdmalab.verbs.engine.packet) only when nothing can tell them apart.
-        self.burst_ok = self.bursts and not (self._taps or self._tracing or self.frames or any(f.any for f in self._faults.values()))
+        # Bursts (see rdmalab.verbs.engine.packet) only when nothing can tell them apart: the trace can't,
+        # send() expands a burst into the packets it stands for, each traced and delivered on its own.
+        self.burst_ok = self.bursts and not (self._taps or self.frames or any(f.any for f in self._faults.values()))
 
     def record(self, ev: TraceEvent) -> None:
         self.trace.append(ev)
@@ -283,33 +262,50 @@ class Fabric:
     def send(self, src: Station, pkt: Pkt) -> None:
         """Put a packet on the wire from ``src``; it arrives later at the device owning its DGID."""
         dst = self._by_gid.get(pkt.dst_gid)
-        self.stats["sent"] += pkt.count
-        if self._taps or self._tracing:
-            for p in pkt.expand():
-                frame = p.frame() if self._taps or self.frames else None
-                if self._tracing:
-                    self.trace.append(TraceEvent(self._now, src.name, p.srcqp, "sent", p.psn,
-                                                 p.opcode, {"packet_id": p.id, "dqpn": p.destqp,
-                                                            "len": len(p.payload), "ackreq": p.ackreq}, frame))
-                if frame is not None:
-                    for tap in self._taps:
-                        tap(self._now, src.name, dst.name if dst else "?", frame)
+        count = pkt.count
+        self.stats["sent"] += count
+        if self._taps or self.tracing:
+            singles = self._observe(src, dst, pkt)
+            if count > 1 and dst is not None:
+                # A burst while tracing: the receiver gets the very packets the trace shows as sent, one
+                # by one, each when it would have arrived had the requester sent them singly (it sends
+                # a run of packets at one instant either way).
+                for p in singles:
+                    if len(p.payload) > self.mtu:
+                        self.stats["oversized"] += 1
+                        self._drop(dst, p, "larger than the port MTU")
+                    else:
+                        self._carry(src, dst, p)
+                return
         if dst is None:
-            self.stats["unroutable"] += pkt.count
+            members = [d for d in self.devices.values() if pkt.dst_gid in d.mcast] if count == 1 else []
+            if members:  # multicast: a copy to every device with a QP attached to the group, the sender's too
+                for d in members:
+                    self._carry(src, d, pkt)
+                return
+            self.stats["unroutable"] += count
             return
-        if pkt.count == 1 and len(pkt.payload) > self.mtu:
+        if count == 1 and len(pkt.payload) > self.mtu:
             self.stats["oversized"] += 1
             self._drop(dst, pkt, "larger than the port MTU")
             return
+        self._carry(src, dst, pkt)
+
+    def _carry(self, src: Station, dst: SoftDevice, pkt: Pkt) -> None:
+        """Serialise ``pkt`` on the link behind what is queued there, and deliver it (or fault it)."""
         key = (src.name, dst.name)
         link = self._links.get(key)
         if link is None:
             link = self._links[key] = Link()
-        tx = int(pkt.wire_size * 8 / self.bandwidth_gbps)
-        start = link.busy_until if link.busy_until > self._now else self._now
+        n = len(pkt.payload)
+        # Pkt.wire_size, spelled out: Ethernet to ICRC of every packet, payload padded to 4 bytes
+        wire_size = pkt.count * (ROCE_OVERHEAD + INFO[pkt.opcode].header_size) + n + (-n & 3)
+        tx = int(wire_size * 8 / self.bandwidth_gbps)
+        now = self._now
+        start = link.busy_until if link.busy_until > now else now
         link.busy_until = start + tx
         arrival = link.busy_until + self.latency_ns
-        faults = self.faults(src.name, dst.name)
+        faults = self.faults(src.name, dst.name) if self._faults else None
         if faults is None:
             self._seq += 1
             if self.frames:
@@ -320,6 +316,21 @@ class Fabric:
             return
         for p in pkt.expand():
             self._faulty(dst, p, faults, arrival, tx)
+
+    def _observe(self, src: Station, dst: SoftDevice | None, pkt: Pkt) -> list[Pkt]:
+        """The trace's "sent" events and the taps' frames for ``pkt``; returns its single packets."""
+        want_frame = bool(self._taps) or self.frames
+        singles = pkt.expand()
+        for p in singles:
+            frame = p.frame() if want_frame else None
+            if self.tracing:
+                self.trace.append(TraceEvent(self._now, src.name, p.srcqp, "sent", p.psn, p.opcode,
+                                             {"packet_id": p.id, "dqpn": p.destqp, "len": len(p.payload),
+                                              "ackreq": p.ackreq}, frame))
+            if frame is not None:
+                for tap in self._taps:
+                    tap(self._now, src.name, dst.name if dst else "?", frame)
+        return singles
 
     def _faulty(self, dst: SoftDevice, p: Pkt, f: Faults, arrival: int, tx: int) -> None:
         rng = self.rng
@@ -349,7 +360,7 @@ class Fabric:
             heapq.heappush(self._events, (t, self._seq, deliver, frame))
 
     def _drop(self, dst: SoftDevice, p: Pkt, reason: str) -> None:
-        if self._tracing:
+        if self.tracing:
             self.trace.append(TraceEvent(self._now, dst.name, p.destqp, "dropped", p.psn, p.opcode,
                                          {"packet_id": p.id, "reason": reason}))
 

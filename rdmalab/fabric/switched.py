@@ -1,4 +1,4 @@
-"""A switched RoCEv2 fabric: links, store-and-forward switches, ECN marking, PFC, DCQCN.
+"""A switched RoCEv2 fabric: links, store-and-forward switches, ECN marking, PFC, DCQCN, and the engine.
 
 Hosts and switches are joined by full-duplex links, each direction with a rate (Gb/s = bits
 per ns) and a propagation delay.  A switch receives a whole frame before forwarding it
@@ -6,31 +6,37 @@ per ns) and a propagation delay.  A switch receives a whole frame before forward
 all of them sharing the switch's buffer, and serves the queues in strict priority order
 (7 first), skipping the priorities the next hop has paused.
 
-* **ECN** (the DCQCN congestion point): when a data frame leaves an egress queue, it is marked
-  CE with the RED probability of that queue's byte count: 0 up to Kmin, Pmax (q-Kmin)/(Kmax-Kmin)
-  up to Kmax, 1 beyond (HPCC's ``SwitchMmu::ShouldSendCN``, which tests the egress queue at
-  dequeue; reference A1).  Marking rewrites the ECN bits of the real IPv4 header (and its
-  checksum) when frames are carried; the ICRC masks the TOS byte, so it stays valid.
+* **ECN** (the DCQCN congestion point): when an ECN-capable frame leaves an egress queue, it is
+  marked CE with the RED probability of that queue's byte count: 0 up to Kmin, Pmax
+  (q-Kmin)/(Kmax-Kmin) up to Kmax, 1 beyond (HPCC's ``SwitchMmu::ShouldSendCN``, which tests the
+  egress queue at dequeue; reference A1).  Marking rewrites the ECN bits of the real IPv4 header
+  (and its checksum) when frames are carried; the ICRC masks the TOS byte, so it stays valid.
 * **PFC** (802.1Qbb, :mod:`rdmalab.wire.pfc`): bytes are counted per ingress port and
   priority.  When an ingress queue reaches the XOFF threshold the switch sends a PFC frame
   upstream pausing that priority (65535 quanta, refreshed while the queue stays above XON); when
   it drains to XON it sends the XON (time 0).  The threshold is HPCC's dynamic one (free shared
   buffer >> ``pfc_shift``; ``switch-mmu.cc``) unless ``pfc_xoff`` fixes it; each ingress queue
   has a headroom of 3 x rate x delay + 2 frames for what is in flight when the pause goes out.
-  A frame that would overflow the buffer or the headroom is dropped and counted.
-* **Hosts** run the DCQCN reaction point (:class:`rdmalab.verbs.engine.dcqcn.RateLimiter`) per
-  flow, pacing each flow's packets at its current rate, and the notification point
-  (:class:`rdmalab.verbs.engine.cnp.CnpPacer`): a CE-marked data frame produces a CNP back to the
-  sender's QP, paced by ``min_time_between_cnps`` in the chosen scope.  The receiver ACKs each
-  message (RDMA WRITE, ``msg_packets`` packets, AckReq on the last).
+  A frame that would overflow the buffer or the headroom is dropped and counted; with ``pfc=0``
+  the buffer is the only limit, so congestion drops packets.
+* **Hosts** are soft RoCEv2 devices of the verbs engine (:class:`rdmalab.verbs.engine.node.SoftDevice`,
+  one per host, ``host.device``); the fabric is their carrier (:mod:`rdmalab.fabric.switched_carrier`).
+  A **flow** (:meth:`SwitchedFabric.add_flow`) is an RC QP pair of the engine, created through the
+  pyverbs-shaped API, whose sender posts RDMA WRITEs of ``msg_packets`` packets: the engine's
+  requester assigns the PSNs, sets AckReq, keeps its window of 128 PSNs, the responder ACKs and
+  NAKs, the completer completes and goes back N on a NAK or a timeout, so a packet a switch
+  drops is resent and the resend is on the wire.  With DCQCN each sending QP has the engine's
+  reaction point (:func:`rdmalab.verbs.engine.dcqcn.attach`, pacing its packets at the current
+  rate) and every host the notification point (:func:`rdmalab.verbs.engine.cnp.enable_np`,
+  CNPs paced by ``min_time_between_cnps`` in the chosen scope).
 
-For speed, a packet is a short Python list, not a frame: bulk flows are simulated packet by
-packet without building bytes.  When a :class:`Tap` is attached (or ``frames=True``), every
-packet carries its real frame from the sender on (RoCEv2 RDMA WRITE with RETH on the first
-packet, ACK with AETH, CNP; PFC frames), the switch marks the bytes, and the tap writes them to a
-pcap that tshark and ``rdmalab decode`` read.  Not modelled: retransmission (a dropped packet is
-counted, not resent; with PFC on nothing is dropped), the inter-frame gap and preamble, and the
-link time of PFC frames themselves (64 bytes).
+A packet crosses the fabric as a short Python list around the engine's own
+:class:`~rdmalab.verbs.engine.packet.Pkt` (no bytes are built).  When a :class:`Tap` is attached
+(or ``frames=True``), every packet carries its real frame from the sender on (the engine's
+WRITE First/Middle/Last with RETH, ACKs and NAKs with AETH, CNPs; and PFC frames), the switch
+marks the bytes, the receiving device decodes the frame and checks its ICRC, and the tap writes
+the frames to a pcap that tshark and ``rdmalab decode`` read.  Not modelled: the inter-frame gap
+and preamble, and the link time of PFC frames themselves (64 bytes).
 
 Everything runs on one ``heapq`` of ``(time_ns, seq, fn, arg)`` with a seeded
 ``random.Random``, so the same seed gives the same run, event for event.
@@ -48,29 +54,43 @@ from typing import IO, Any
 
 import dpkt
 
-from rdmalab.verbs.engine.cnp import CE, CNP_PCP, ECT0, CnpPacer, cnp_frame
+from rdmalab.fabric.switched_carrier import (
+    CE,
+    ECN,
+    ECT0,
+    FLOW,
+    FRAME,
+    INPORT,
+    KIND,
+    PKT,
+    PRIO,
+    ROUTE,
+    SIZE,
+    SwitchedCarrier,
+)
+from rdmalab.verbs import enums as e
+from rdmalab.verbs.addr import AHAttr, GlobalRoute
+from rdmalab.verbs.cq import CQ, WC
+from rdmalab.verbs.device import Context
+from rdmalab.verbs.engine import dcqcn as dcqcn_rp
+from rdmalab.verbs.engine.cnp import CNP_PCP, enable_np
 from rdmalab.verbs.engine.dcqcn import MLX5, DcqcnParams, RateLimiter
-from rdmalab.wire.frame import encode_rocev2
-from rdmalab.wire.ib import AETH, BTH, RETH
+from rdmalab.verbs.engine.node import SoftDevice
+from rdmalab.verbs.engine.packet import ROCE_OVERHEAD
+from rdmalab.verbs.mr import MR
+from rdmalab.verbs.pd import PD
+from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from rdmalab.verbs.wr import SGE, SendWR
 from rdmalab.wire.net import internet_checksum
-from rdmalab.wire.opcodes import Op, Pos, Transport, find_opcode
 from rdmalab.wire.pfc import MAX_QUANTA, encode_pfc_frame, pause_ns
 
-# packet list fields
-KIND, FLOW, SIZE, PRIO, ECN, PSN, INPORT, FRAME = range(8)  # an engine packet adds its Pkt at index 8
-DATA, ACK, CNP, ENGINE = 0, 1, 2, 3
-KIND_NAMES = ("data", "ack", "cnp", "engine")
-HEADER_BYTES = 14 + 20 + 8 + 12 + 4  # Ethernet, IPv4, UDP, BTH, ICRC
-ACK_BYTES = HEADER_BYTES + 4  # + AETH
-CNP_BYTES = HEADER_BYTES + 16  # + 16 reserved bytes
+__all__ = ["CE", "ECT0", "Flow", "Host", "Port", "Switch", "SwitchConfig", "SwitchedFabric", "Tap", "mark_ce"]
+
+HEADER_BYTES = ROCE_OVERHEAD  # Ethernet, IPv4, UDP, BTH, ICRC: 58 bytes around every payload
 PFC_BYTES = 64
 RESUME_OFFSET = 3 * 1024  # HPCC switch-mmu.cc resume_offset
-
-_OP_FIRST = find_opcode(Transport.RC, Op.RDMA_WRITE, Pos.FIRST)
-_OP_MIDDLE = find_opcode(Transport.RC, Op.RDMA_WRITE, Pos.MIDDLE)
-_OP_LAST = find_opcode(Transport.RC, Op.RDMA_WRITE, Pos.LAST)
-_OP_ONLY = find_opcode(Transport.RC, Op.RDMA_WRITE, Pos.ONLY)
-_OP_ACK = find_opcode(Transport.RC, Op.ACKNOWLEDGE)
+IB_MTUS = (256, 512, 1024, 2048, 4096)
+_FLOW_ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
 
 
 def mark_ce(frame: bytes, ip_offset: int = 14) -> bytes:
@@ -96,6 +116,7 @@ class SwitchConfig:
     pfc_shift: int = 3  # dynamic XOFF threshold = free shared buffer >> pfc_shift (HPCC)
     pfc_xoff: float = 0.0  # KB, a fixed XOFF threshold per ingress queue instead (0: dynamic)
     pfc_prios: int = 0b00001000  # priorities PFC protects (bit n = priority n): 3
+    loss: float = 0.0  # probability that a switch drops an arriving request (a lossy link; Lumina injects drops)
 
 
 @dataclass(eq=False, slots=True)
@@ -130,6 +151,7 @@ class Port:
     pause_rx: int = 0
     paused_ns: float = 0.0
     qmax: int = 0
+    ahead: list[int] = field(default_factory=lambda: [0] * 8)  # host ports: responses queued ahead of requests
 
     @property
     def name(self) -> str:
@@ -149,18 +171,23 @@ class Node:
 
 
 class Host(Node):
-    """A RoCEv2 NIC: one port, DCQCN reaction point per flow, notification point for arrivals."""
+    """A RoCEv2 NIC with one port: a soft device of the engine (``device``) and its flows' counters."""
 
     def __init__(self, fabric: SwitchedFabric, name: str, nid: int, ip: int, mac: int) -> None:
         super().__init__(fabric, name, nid)
         self.ip = ip
         self.mac = mac
-        self.pacer = CnpPacer(0)
+        self.device = SoftDevice(name, ip, mac, fabric.carrier, seed=fabric.seed * 1000 + nid)
         self.cnp_sent = 0
         self.cnp_rcvd = 0
         self.ce_rcvd = 0
-        self.next_qpn = 0x11
-        self.engine_deliver: Callable[[list[Any]], None] | None = None
+        self.touched = False  # received a packet in the current instant (its ACKs are flushed after it)
+        self.routes: dict[int, dict[int, Port]] = {}  # egress port per node towards another host, by host id
+
+    @property
+    def pacer(self) -> Any:
+        """The notification point's CNP pacer (:func:`rdmalab.verbs.engine.cnp.enable_np`), if any."""
+        return getattr(self.device, "cnp_pacer", None)
 
 
 class Switch(Node):
@@ -171,13 +198,37 @@ class Switch(Node):
         self.buffer = int(cfg.buffer * 1e6)
         self.used = 0
         self.headroom_total = 0
+        self.xoff: list[tuple[Port, int]] = []  # ingress queues (port, priority) that have paused their upstream
+
+
+class _Completions(CQ):
+    """The send CQ of a flow's QP: each completion goes straight to the flow (which posts the next WRITE)."""
+
+    def __init__(self, ctx: Context, flow: Flow) -> None:
+        super().__init__(ctx, 1 << 20)
+        self._flow = flow
+
+    def push(self, wc: WC, solicited: bool = False) -> bool:
+        self._flow._completed(wc)
+        return True
 
 
 class Flow:
-    """One RC QP pair moving RDMA WRITEs from ``src`` to ``dst``."""
+    """One RC QP pair of the engine moving RDMA WRITEs from ``src`` to ``dst``.
 
-    def __init__(self, fid: int, src: Host, dst: Host, size: int | None, start: float, stop: float | None,
-                 prio: int, payload: int, msg_packets: int, limiter: RateLimiter | None, name: str) -> None:
+    The sender keeps ``depth`` WRITEs of ``msg_bytes`` posted (``size`` bytes in all, or until
+    ``stop``); each completion posts the next.  ``qp``/``peer_qp`` are the pyverbs-shaped QPs,
+    ``limiter`` the sender's DCQCN reaction point (None without DCQCN).  Counted by the fabric:
+    ``rcvd`` payload bytes the responder accepted in sequence (duplicates and packets after a
+    gap do not count), ``sent`` new payload bytes and ``retx_bytes``/``retx_pkts`` resent ones,
+    ``marked`` CE-marked arrivals, ``cnps`` CNPs back at the sender, ``drops`` packets of the
+    flow (either direction) that a switch dropped, ``data_drops`` the requests among them.
+    """
+
+    def __init__(self, fab: SwitchedFabric, fid: int, src: Host, dst: Host, size: int | None, start: float,
+                 stop: float | None, msg_bytes: int, dcqcn: DcqcnParams | None, name: str, depth: int = 3,
+                 timeout: int = 10) -> None:
+        self.fabric = fab
         self.id = fid
         self.name = name
         self.src = src
@@ -185,33 +236,120 @@ class Flow:
         self.size = size
         self.start = start
         self.stop = stop
-        self.prio = prio
-        self.payload = payload
-        self.msg_packets = msg_packets
-        self.limiter = limiter
-        self.qpn_src = src.next_qpn
-        src.next_qpn += 1
-        self.qpn_dst = dst.next_qpn
-        dst.next_qpn += 1
-        self.sent = 0
-        self.rcvd = 0
-        self.pkts_rcvd = 0
-        self.psn = 0
-        self.msn = 0
-        self.next_t = start
-        self.inq = False
-        self.blocked = False
-        self.done = False
+        self.msg_bytes = msg_bytes
+        self.depth = depth
+        self.sent = self.rcvd = self.pkts_rcvd = 0
+        self.retx_bytes = self.retx_pkts = 0
+        self.sent_psn = 0  # the next PSN never sent before (the QPs start at PSN 0)
+        self.marked = self.cnps = self.drops = self.data_drops = 0
+        self.posted = self.completed = self.errors = 0
+        self.started = self.stopped = self.done = False
         self.finish_ns: float | None = None
         self.fwd: dict[int, Port] = {}
         self.rev: dict[int, Port] = {}
-        self.marked = 0
-        self.cnps = 0
-        self.drops = 0
+        # the QPs, through the pyverbs-shaped API, as a program would build them
+        mr_len = size if size is not None else msg_bytes
+        self._a = Context(name=src.name, fabric=fab)
+        self._b = Context(name=dst.name, fabric=fab)
+        pd_a, pd_b = PD(self._a), PD(self._b)
+        self.cq = _Completions(self._a, self)
+        self.peer_cq = CQ(self._b, 16)
+        self.mr = MR(pd_a, mr_len, _FLOW_ACCESS)
+        self.peer_mr = MR(pd_b, mr_len, _FLOW_ACCESS)
+        if size is not None:  # a bounded flow writes distinct bytes, so that the receiver's copy can be checked
+            self.mr.write(random.Random(fab.seed * 7919 + fid).randbytes(mr_len), mr_len)
+        cap = QPCap(max_send_wr=max(depth, 1), max_recv_wr=1, max_send_sge=1, max_recv_sge=1)
+        self.qp = QP(pd_a, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap),
+                     _attr(e.IBV_QPS_INIT))
+        self.peer_qp = QP(pd_b, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.peer_cq, rcq=self.peer_cq, cap=cap),
+                          _attr(e.IBV_QPS_INIT))
+        self.qpn_src = self.qp.qp_num
+        self.qpn_dst = self.peer_qp.qp_num
+        mtu = e.bytes_to_mtu(fab.payload)
+        for qp, peer, peer_qp in ((self.qp, dst, self.peer_qp), (self.peer_qp, src, self.qp)):
+            a = QPAttr(port_num=1, path_mtu=mtu)
+            a.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE
+            a.max_dest_rd_atomic = a.max_rd_atomic = 1
+            a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry = 12, timeout, 7, 7
+            a.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=_gid(peer), sgid_index=1))
+            a.dest_qp_num, a.rq_psn, a.sq_psn = peer_qp.qp_num, 0, 0
+            qp.to_rts(a)
+        self.engine = self.qp.engine
+        self.peer_engine = self.peer_qp.engine
+        self.limiter: RateLimiter | None = None
+        if dcqcn is not None:
+            self.limiter = dcqcn_rp.attach(self.qp, dcqcn, line_gbps=src.ports[0].rate)
+        self._line = src.ports[0].rate
 
     @property
     def rate(self) -> float:
-        return self.limiter.rate if self.limiter is not None else self.src.ports[0].rate
+        """What the requester paces at (Gb/s): the DCQCN rate, or the line rate without DCQCN."""
+        return self.limiter.rate if self.limiter is not None else self._line
+
+    @property
+    def active(self) -> bool:
+        return self.started and not self.stopped and not self.done
+
+    # ------------------------------------------------------------------ the application
+    def _begin(self, _: Any = None) -> None:
+        self.started = True
+        for _i in range(self.depth):
+            if not self._post():
+                break
+
+    def _post(self) -> bool:
+        if self.stopped or self.done:
+            return False
+        off = 0
+        n = self.msg_bytes
+        if self.size is not None:
+            off = self.posted * self.msg_bytes
+            if off >= self.size:
+                return False
+            n = min(n, self.size - off)
+        wr = SendWR(wr_id=self.posted, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
+                    sg=[SGE(self.mr.buf + off, n, self.mr.lkey)], send_flags=e.IBV_SEND_SIGNALED)
+        wr.set_wr_rdma(self.peer_mr.rkey, self.peer_mr.buf + off)
+        self.posted += 1
+        self.qp.post_send(wr)
+        return True
+
+    def _halt(self, _: Any = None) -> None:
+        """``stop``: post nothing more and drain the send queue (SQD: the WRITEs under way finish)."""
+        self.stopped = True
+        if self.engine.qp_state == e.IBV_QPS_RTS:
+            self.qp.modify(QPAttr(qp_state=e.IBV_QPS_SQD), e.IBV_QP_STATE)
+
+    def _completed(self, wc: WC) -> None:
+        if wc.status != e.IBV_WC_SUCCESS:
+            self.errors += 1
+            self.done = True
+            return
+        self.completed += 1
+        if self.size is not None and self.completed * self.msg_bytes >= self.size:
+            self.done = True
+            self.finish_ns = self.fabric.now
+            return
+        self._post()
+
+    def intact(self) -> bool:
+        """A finished bounded flow: does the receiver's memory hold exactly what the sender wrote?"""
+        if self.size is None:
+            raise ValueError(f"flow {self.name} has no size: its WRITEs overwrite one buffer")
+        return self.done and not self.errors and self.peer_mr.read(self.size, 0) == self.mr.read(self.size, 0)
+
+    def __repr__(self) -> str:
+        return f"Flow({self.name}, QP {self.qpn_src:#x} -> {self.qpn_dst:#x})"
+
+
+def _attr(state: int) -> QPAttr:
+    a = QPAttr(qp_state=state, port_num=1)
+    a.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE
+    return a
+
+
+def _gid(host: Host) -> Any:
+    return Context(name=host.name, fabric=host.fabric).query_gid(1, 1)
 
 
 class Tap:
@@ -234,12 +372,27 @@ class Tap:
 
 
 class SwitchedFabric:
-    """Hosts, switches and links on one virtual clock (ns)."""
+    """Hosts, switches and links on one virtual clock (ns); the hosts are soft devices of the engine.
+
+    ``payload`` is the path MTU of the flows' QPs (an IB MTU: 256 .. 4096 bytes), ``msg_packets``
+    the packets per RDMA WRITE, ``qp_timeout`` the flows' local ACK timeout exponent
+    (4.096 us x 2^qp_timeout, IBA 9.7.6.1.3) and ``depth`` the WRITEs each flow keeps posted.
+    ``devices`` maps host names to their soft devices, so ``Context(name=..., fabric=fab)`` opens
+    one; ``carrier`` is the engine's view of the fabric (:class:`SwitchedCarrier`).
+    """
 
     def __init__(self, *, seed: int = 0, switch: SwitchConfig | None = None, dcqcn: DcqcnParams | None = MLX5,
-                 cnp_scope: str = "qp", payload: int = 1000, msg_packets: int = 64, data_prio: int = 3,
+                 cnp_scope: str = "qp", payload: int = 1024, msg_packets: int = 64, data_prio: int = 3,
                  cnp_prio: int = CNP_PCP, ack_prio: int | None = None, sample_ns: float = 10_000.0,
-                 frames: bool = False) -> None:
+                 frames: bool = False, qp_timeout: int = 10, depth: int = 3) -> None:
+        if payload not in IB_MTUS:
+            raise ValueError(f"payload is the QPs' path MTU: one of {', '.join(map(str, IB_MTUS))}, not {payload}")
+        if msg_packets < 1:
+            raise ValueError(f"msg_packets must be at least 1, not {msg_packets}")
+        if not 0 <= qp_timeout <= 31:
+            raise ValueError(f"qp_timeout is a 5-bit exponent (0..31), not {qp_timeout}")
+        if depth < 1:
+            raise ValueError(f"depth (WRITEs posted per flow) must be at least 1, not {depth}")
         self.seed = seed
         self.rng = random.Random(seed)
         self.cfg = switch or SwitchConfig()
@@ -252,6 +405,8 @@ class SwitchedFabric:
         self.ack_prio = data_prio if ack_prio is None else ack_prio
         self.sample_ns = sample_ns
         self.frames = frames
+        self.qp_timeout = qp_timeout
+        self.depth = depth
         self.now = 0.0
         self.events = 0
         self._q: list[tuple[float, int, Callable[[Any], None], Any]] = []
@@ -261,7 +416,12 @@ class SwitchedFabric:
         self.hosts: list[Host] = []
         self.switches: list[Switch] = []
         self.flows: list[Flow] = []
+        self.devices: dict[str, SoftDevice] = {}
+        self._by_gid: dict[int, Host] = {}
+        self._qp_flow: dict[tuple[int, int], Flow] = {}  # (host id, QPN) -> the flow that QP belongs to
+        self._touched: list[Host] = []
         self._adj: dict[int, list[Port]] = {}
+        self.carrier = SwitchedCarrier(self)
         # time series, one entry per sample
         self.samples: list[float] = []
         self.rate_series: list[list[float]] = []
@@ -270,22 +430,32 @@ class SwitchedFabric:
         self.mark_series: list[int] = []
         self.cnp_series: list[int] = []
         self.pause_series: list[int] = []
+        self.drop_series: list[int] = []
+        self.retx_series: list[int] = []
         self.watch: list[Port] = []
         self.marks = 0
         self.cnps = 0
         self.pauses = 0
         self.resumes = 0
         self.drops = 0
+        self.drop_bytes = 0
+        self.retx_bytes = 0
         self._rx_last: list[int] = []
-        self._mark_last = self._cnp_last = self._pause_last = 0
+        self._mark_last = self._cnp_last = self._pause_last = self._drop_last = self._retx_last = 0
 
     # ------------------------------------------------------------------ building
     def add_host(self, name: str) -> Host:
         n = len(self.hosts) + 1
+        if name in self.by_name:
+            raise ValueError(f"a node named {name!r} already exists")
         h = Host(self, name, len(self.nodes), (10 << 24) | n, 0x020000000000 | n)
-        h.pacer = CnpPacer(0 if self.dcqcn is None else round(self.dcqcn.min_time_between_cnps * 1000), self.cnp_scope)
+        if self.dcqcn is not None:  # the notification point: CE-marked requests are answered with CNPs
+            enable_np(h.device, self.dcqcn.min_time_between_cnps, self.cnp_scope)
         self._add(h)
         self.hosts.append(h)
+        self.devices[name] = h.device
+        for gid in h.device.gids:
+            self._by_gid[gid] = h
         return h
 
     def add_switch(self, name: str) -> Switch:
@@ -366,26 +536,34 @@ class SwitchedFabric:
     def add_flow(self, src: Host | str, dst: Host | str, *, size: int | None = None, start_us: float = 0.0,
                  stop_us: float | None = None, via: Iterable[str] | None = None, name: str | None = None,
                  dcqcn: bool = True) -> Flow:
-        """A flow of RDMA WRITEs (``size`` bytes, None = until the run ends) starting at ``start_us``."""
+        """An RC QP pair from ``src`` to ``dst`` writing ``size`` bytes (None: until the run ends, or
+        ``stop_us``), starting at ``start_us``; ``via`` names the nodes the data goes through."""
         s = self.by_name[src] if isinstance(src, str) else src
         d = self.by_name[dst] if isinstance(dst, str) else dst
         if not isinstance(s, Host) or not isinstance(d, Host):
             raise ValueError("flows run between hosts")
+        if s is d:
+            raise ValueError(f"a flow needs two hosts, not {s.name} twice")
         if not s.ports or not d.ports:
             raise ValueError(f"{s.name} and {d.name} must be linked to the fabric first")
-        limiter = None
-        if dcqcn and self.dcqcn is not None:
-            limiter = RateLimiter(self.dcqcn, s.ports[0].rate, self._sched_delay)
+        if size is not None and size <= 0:
+            raise ValueError(f"size must be positive, not {size}")
         fid = len(self.flows)
-        f = Flow(fid, s, d, size, start_us * 1000, None if stop_us is None else stop_us * 1000, self.data_prio,
-                 self.payload, self.msg_packets, limiter, name or f"f{fid}:{s.name}->{d.name}")
+        via = None if via is None else list(via)
         fwd = self._path(s, d, via, fid)
-        rev = self._path(d, s, None if via is None else list(reversed(list(via))), fid)
+        rev = self._path(d, s, None if via is None else list(reversed(via)), fid)
+        f = Flow(self, fid, s, d, size, start_us * 1000, None if stop_us is None else stop_us * 1000,
+                 self.payload * self.msg_packets, self.dcqcn if dcqcn else None, name or f"f{fid}:{s.name}->{d.name}",
+                 self.depth, self.qp_timeout)
         f.fwd = {p.node.id: p for p in fwd}
         f.rev = {p.node.id: p for p in rev}
+        self._qp_flow[(s.id, f.qpn_src)] = f
+        self._qp_flow[(d.id, f.qpn_dst)] = f
         self.flows.append(f)
         self._rx_last.append(0)
-        self.schedule(f.start, self._flow_send, f)
+        self.schedule(f.start, f._begin, None)
+        if f.stop is not None:
+            self.schedule(f.stop, f._halt, None)
         return f
 
     def tap(self, a: str, b: str, dest: str | IO[bytes]) -> Tap:
@@ -403,39 +581,64 @@ class SwitchedFabric:
         self._seq += 1
         heappush(self._q, (at, self._seq, fn, arg))
 
-    def _sched_delay(self, delay: float, fn: Callable[[Any], None], arg: Any = None) -> None:
-        self._seq += 1
-        heappush(self._q, (self.now + delay, self._seq, fn, arg))
-
     def run(self, until_us: float, progress: Callable[[float], None] | None = None) -> None:
         """Run the events up to ``until_us`` (virtual time)."""
         until = until_us * 1000
         if not self.samples:
             self.watch = self.watch or [p for s in self.switches for p in s.ports]
-            self.schedule(0.0, self._sample, None)
+            self.schedule(self.now, self._sample, None)
         q = self._q
         pop = heapq.heappop
         n = self.events
         step = 1 << 15
+        touched = self._touched
         while q:
             ev = q[0]
-            if ev[0] > until:
+            t = ev[0]
+            if t > until:
                 break
+            if touched and t != self.now:
+                self._flush()  # the instant is over: the devices that received send their coalesced ACKs
+                continue  # (which may have put earlier events on the heap)
             pop(q)
-            self.now = ev[0]
+            self.now = t
             ev[2](ev[3])
             n += 1
             if progress is not None and not n % step:
                 progress(self.now / until)
+        if touched:
+            self._flush()
         self.events = n
         self.now = max(self.now, until)
         if progress is not None:
             progress(1.0)
 
+    def step(self) -> bool:
+        """Run every event of the next instant (then flush the devices); False if nothing is left."""
+        q = self._q
+        if not q:
+            return False
+        t = q[0][0]
+        self.now = t
+        pop = heapq.heappop
+        while q and q[0][0] == t:
+            ev = pop(q)
+            ev[2](ev[3])
+            self.events += 1
+        if self._touched:
+            self._flush()
+        return True
+
+    def _flush(self) -> None:
+        hosts = self._touched[:]
+        self._touched.clear()  # in place: run() holds this list
+        for h in hosts:
+            h.touched = False
+            h.device.flush()
+
     def _sample(self, _: Any) -> None:
         self.samples.append(self.now)
-        self.rate_series.append([f.rate if not f.done and f.next_t >= f.start and self.now >= f.start else 0.0
-                                 for f in self.flows])
+        self.rate_series.append([f.rate if f.active else 0.0 for f in self.flows])
         rx = []
         for i, f in enumerate(self.flows):
             rx.append(f.rcvd - self._rx_last[i])
@@ -445,56 +648,105 @@ class SwitchedFabric:
         self.mark_series.append(self.marks - self._mark_last)
         self.cnp_series.append(self.cnps - self._cnp_last)
         self.pause_series.append(self.pauses - self._pause_last)
+        self.drop_series.append(self.drops - self._drop_last)
+        self.retx_series.append(self.retx_bytes - self._retx_last)
         self._mark_last, self._cnp_last, self._pause_last = self.marks, self.cnps, self.pauses
+        self._drop_last, self._retx_last = self.drops, self.retx_bytes
         self.schedule(self.now + self.sample_ns, self._sample, None)
 
-    # ------------------------------------------------------------------ senders
-    def _flow_send(self, f: Flow) -> None:
-        if f.done:
-            return
-        if f.stop is not None and self.now >= f.stop:
-            f.done = True
-            return
-        if f.inq:
-            f.blocked = True
-            return
-        payload = f.payload
-        if f.size is not None:
-            payload = min(payload, f.size - f.sent)
-        size = payload + HEADER_BYTES
-        idx = f.psn % f.msg_packets
-        frame = None
-        last = idx == f.msg_packets - 1 or (f.size is not None and f.sent + payload >= f.size)
-        if self.frames:
-            frame = self._data_frame(f, idx, last, payload)
-        if idx == 0:
-            size += 16  # RETH
-        pkt = [DATA, f, size, f.prio, ECT0, f.psn, None, frame]
-        f.psn += 1
-        f.sent += payload
-        f.inq = True
-        self._enqueue(f.src.ports[0], pkt)
-        lim = f.limiter
-        rate = f.src.ports[0].rate
-        if lim is not None:
-            lim.on_sent(size)
-            rate = lim.rate
-        if f.size is not None and f.sent >= f.size:
-            f.done = True
-            return
-        f.next_t = self.now + size * 8 / rate
-        self.schedule(f.next_t, self._flow_send, f)
-
-    def _data_frame(self, f: Flow, idx: int, last: bool, payload: int) -> bytes:
-        headers: list[Any] = []
-        if idx == 0:
-            op = _OP_ONLY if last else _OP_FIRST
-            headers = [RETH(va=0x10000 + f.sent, r_key=0x1234, dma_length=f.payload * f.msg_packets)]
+    # ------------------------------------------------------------------ the engine's packets
+    def send(self, host: Host, eng: Any) -> None:
+        """A packet of ``host``'s device (an engine :class:`~rdmalab.verbs.engine.packet.Pkt`) onto its port."""
+        dst = self._by_gid.get(eng.dst_gid)
+        if dst is None:
+            return  # nobody has that address: the packet goes nowhere, as on a wire
+        f = self._qp_flow.get((host.id, eng.srcqp))
+        opcode = eng.opcode
+        if f is not None:
+            if host is f.src:
+                route = f.fwd
+                if opcode < 0x11:  # an RC request: new bytes, or a resend of a PSN sent before
+                    n = len(eng.payload)
+                    if (eng.psn - f.sent_psn) & 0x800000:  # behind the next new PSN: go-back-N resends it
+                        f.retx_bytes += n
+                        f.retx_pkts += 1
+                        self.retx_bytes += n
+                    else:
+                        f.sent += n
+                        f.sent_psn = eng.psn + 1 & 0xFFFFFF
+            else:
+                route = f.rev
         else:
-            op = _OP_LAST if last else _OP_MIDDLE
-        bth = BTH(opcode=op, destqp=f.qpn_dst, psn=f.psn & 0xFFFFFF, ackreq=int(last))
-        return encode_rocev2(bth, headers, bytes(payload), src_ip=f.src.ip, dst_ip=f.dst.ip, src_mac=f.src.mac,
-                             dst_mac=f.dst.mac, src_port=0xC000 | f.qpn_src, dscp=26, ecn=ECT0)
+            known = host.routes.get(dst.id)
+            if known is None:
+                known = {p.node.id: p for p in self._path(host, dst, None, host.id * 7919 + dst.id)}
+                host.routes[dst.id] = known
+            route = known
+        if opcode == 0x81:  # CNP (RoCEv2 annex A17.9.3)
+            prio = self.cnp_prio
+            self.cnps += 1
+            host.cnp_sent += 1
+        elif opcode == 0x11:  # ACK / NAK
+            prio = self.ack_prio
+        else:
+            prio = self.data_prio
+        frame = eng.frame() if self.frames else None
+        pkt = [opcode, f, eng.wire_size, prio, eng.ecn, eng.psn, None, frame, eng, route]
+        port = host.ports[0]
+        if opcode < 0x11 or opcode > 0x81:
+            self._enqueue(port, pkt)
+            return
+        # An ACK, NAK, READ response or CNP: the NIC's responder is a pipeline of its own (rxe's resp
+        # task beside req), so it does not wait behind the requests the requester has queued: it goes
+        # ahead of them, behind the responses already waiting (same priority on the wire, same pauses).
+        i = port.ahead[prio]
+        port.ahead[prio] = i + 1
+        port.queues[prio].insert(i, pkt)
+        port.active |= 1 << prio
+        qb = port.qbytes[prio] + pkt[SIZE]
+        port.qbytes[prio] = qb
+        if qb > port.qmax:
+            port.qmax = qb
+        if not port.free_ev:
+            self._kick(port)
+
+    def _deliver(self, host: Host, pkt: list[Any]) -> None:
+        """A packet reached ``host``: hand it to the device (as a frame when it crossed as one) and count it."""
+        eng = pkt[PKT]
+        dev = host.device
+        f: Flow | None = pkt[FLOW]
+        ce = pkt[ECN] == CE
+        if not host.touched:
+            host.touched = True
+            self._touched.append(host)
+        if f is not None and host is f.dst and eng.opcode < 0x11:
+            if ce:
+                f.marked += 1
+                host.ce_rcvd += 1
+            r = f.peer_engine.resp
+            before = r.psn
+            self._hand(dev, pkt, eng, ce)
+            if r.psn != before:  # the responder took it: payload delivered in sequence
+                f.rcvd += len(eng.payload)
+                f.pkts_rcvd += 1
+            return
+        if eng.opcode == 0x81:
+            host.cnp_rcvd += 1
+            if f is None:
+                f = self._qp_flow.get((host.id, eng.destqp))
+            if f is not None:
+                f.cnps += 1
+        self._hand(dev, pkt, eng, ce)
+
+    @staticmethod
+    def _hand(dev: SoftDevice, pkt: list[Any], eng: Any, ce: bool) -> None:
+        frame = pkt[FRAME]
+        if frame is not None:
+            dev.receive_frame(frame, eng.id)  # the frame the switches marked: decoded, its ICRC checked
+            return
+        if ce:
+            eng.ecn = CE
+        dev.receive(eng)
 
     # ------------------------------------------------------------------ ports
     def _enqueue(self, port: Port, pkt: list[Any]) -> None:
@@ -550,12 +802,8 @@ class SwitchedFabric:
         port.qbytes[pick] -= size
         if port.node.is_switch:
             self._dequeued(port.node, pkt, port, pick)  # type: ignore[arg-type]
-        elif pkt[KIND] == DATA:
-            f = pkt[FLOW]
-            f.inq = False
-            if f.blocked:
-                f.blocked = False
-                self.schedule(max(now, f.next_t), self._flow_send, f)
+        elif port.ahead[pick]:
+            port.ahead[pick] -= 1
         end = now + size * 8 / port.rate
         port.busy_until = end
         port.tx_bytes += size
@@ -589,7 +837,7 @@ class SwitchedFabric:
         inport: Port = pkt[INPORT]
         inport.in_bytes[prio] -= size
         cfg = sw.cfg
-        if cfg.ecn and pkt[ECN] == ECT0 and pkt[KIND] != ACK:  # data (bulk flows or the engine's requests)
+        if cfg.ecn and pkt[ECN] == ECT0:  # an ECN-capable packet: a DCQCN sender's requests
             q = port.qbytes[prio]
             kmin = cfg.kmin * 1024
             if q > kmin:
@@ -601,29 +849,39 @@ class SwitchedFabric:
                     fr = pkt[FRAME]
                     if fr is not None:
                         pkt[FRAME] = mark_ce(fr)
-        if inport.xoff[prio] and inport.in_bytes[prio] + RESUME_OFFSET <= self._threshold(sw):
-            inport.xoff[prio] = False
-            inport.xoff_gen[prio] += 1
-            self._send_pfc(inport, prio, 0)
+        if sw.xoff:
+            # XON for every paused ingress queue now under the threshold, not only the packet's own:
+            # the threshold moves with the shared buffer, so a queue that emptied while the buffer was
+            # full must be resumed when the buffer drains (HPCC's switch checks all of them on dequeue)
+            thr = self._threshold(sw)
+            for port_, prio_ in sw.xoff:
+                if port_.in_bytes[prio_] + RESUME_OFFSET <= thr:
+                    self._resume(sw, port_, prio_)
+                    break  # one XON per dequeue; the list changed
 
     def _arrive(self, pkt: list[Any]) -> None:
         port: Port = pkt[INPORT]
         node = port.node
         if not node.is_switch:
-            self._host_receive(node, pkt)  # type: ignore[arg-type]
+            self._deliver(node, pkt)  # type: ignore[arg-type]
             return
         sw: Switch = node  # type: ignore[assignment]
-        f: Flow = pkt[FLOW]
-        out = f.fwd[sw.id] if pkt[KIND] == DATA else f.rev[sw.id]
+        out = pkt[ROUTE][sw.id]
         size = pkt[SIZE]
         prio = pkt[PRIO]
         cfg = sw.cfg
         lossless = cfg.pfc and cfg.pfc_prios >> prio & 1
         if sw.used + size > sw.buffer or (lossless and port.xoff[prio]
-                                          and port.in_bytes[prio] + size > port.xoff_level[prio] + port.headroom):
+                                          and port.in_bytes[prio] + size > port.xoff_level[prio] + port.headroom) \
+                or (cfg.loss and pkt[KIND] < 0x11 and self.rng.random() < cfg.loss):
             port.drops += 1
             self.drops += 1
-            f.drops += 1
+            self.drop_bytes += size
+            f = pkt[FLOW]
+            if f is not None:
+                f.drops += 1
+                if pkt[KIND] < 0x11:
+                    f.data_drops += 1
             return
         sw.used += size
         port.in_bytes[prio] += size
@@ -631,8 +889,15 @@ class SwitchedFabric:
             port.xoff[prio] = True
             port.xoff_level[prio] = port.in_bytes[prio]
             port.xoff_gen[prio] += 1
+            sw.xoff.append((port, prio))
             self._send_pfc(port, prio, MAX_QUANTA)
         self._enqueue(out, pkt)
+
+    def _resume(self, sw: Switch, port: Port, prio: int) -> None:
+        port.xoff[prio] = False
+        port.xoff_gen[prio] += 1
+        sw.xoff.remove((port, prio))
+        self._send_pfc(port, prio, 0)
 
     def _send_pfc(self, port: Port, prio: int, quanta: int) -> None:
         """Send a PFC frame out of ``port`` (to the upstream peer) for ``prio``."""
@@ -685,46 +950,6 @@ class SwitchedFabric:
             port.pause_start = end
             return length
         return 0.0
-
-    # ------------------------------------------------------------------ receivers
-    def _host_receive(self, host: Host, pkt: list[Any]) -> None:
-        kind = pkt[KIND]
-        if kind == ENGINE:
-            assert host.engine_deliver is not None
-            host.engine_deliver(pkt)  # a soft device's packet (rdmalab.fabric.switched_carrier)
-            return
-        f: Flow = pkt[FLOW]
-        if kind == DATA:
-            payload = pkt[SIZE] - HEADER_BYTES - (16 if pkt[PSN] % f.msg_packets == 0 else 0)
-            f.rcvd += payload
-            f.pkts_rcvd += 1
-            if f.size is not None and f.rcvd >= f.size and f.finish_ns is None:
-                f.finish_ns = self.now
-            if pkt[ECN] == CE:
-                f.marked += 1
-                host.ce_rcvd += 1
-                if f.limiter is not None and host.pacer.on_ce(int(self.now), f.src.ip, host.ip, f.qpn_src):
-                    host.cnp_sent += 1
-                    self.cnps += 1
-                    fr = None
-                    if self.frames:
-                        fr = cnp_frame(f.qpn_src, src_ip=host.ip, dst_ip=f.src.ip, src_mac=host.mac,
-                                       dst_mac=f.src.mac, src_port=0xC000 | f.qpn_dst)
-                    self._enqueue(host.ports[0], [CNP, f, CNP_BYTES, self.cnp_prio, 0, 0, None, fr])
-            if (pkt[PSN] % f.msg_packets == f.msg_packets - 1) or (f.size is not None and f.rcvd >= f.size):
-                f.msn += 1
-                fr = None
-                if self.frames:
-                    fr = encode_rocev2(BTH(opcode=_OP_ACK, destqp=f.qpn_src, psn=pkt[PSN] & 0xFFFFFF),
-                                       [AETH.ack(f.msn & 0xFFFFFF, 31)], src_ip=host.ip, dst_ip=f.src.ip,
-                                       src_mac=host.mac, dst_mac=f.src.mac, src_port=0xC000 | f.qpn_dst, dscp=26,
-                                       ecn=ECT0)
-                self._enqueue(host.ports[0], [ACK, f, ACK_BYTES, self.ack_prio, ECT0, pkt[PSN], None, fr])
-        elif kind == CNP:
-            f.cnps += 1
-            host.cnp_rcvd += 1
-            if f.limiter is not None:
-                f.limiter.on_cnp(int(self.now))
 
     # ------------------------------------------------------------------ results
     def paused_time_ns(self, port: Port) -> float:

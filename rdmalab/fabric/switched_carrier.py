@@ -1,39 +1,39 @@
-"""Soft verbs devices on the switched fabric: the engine's own packets through queues, ECN and PFC.
+"""The switched fabric as the engine's carrier: soft devices send and receive through its queues.
 
-:class:`SwitchedCarrier` implements the carrier seam (:mod:`rdmalab.verbs.engine.carrier`) on a
-:class:`~rdmalab.fabric.switched.SwitchedFabric`: each :class:`~rdmalab.verbs.engine.node.SoftDevice`
-is a host of the fabric, ``send`` puts the engine's packet on the host's port, switches queue,
-mark and pause it like any other frame, and the receiving host hands it to its device.  So a
-pyverbs-style program (``Pair``, ``Context(fabric=carrier)``) runs RDMA over a congested switch,
-with the engine's notification point (:func:`rdmalab.verbs.engine.cnp.enable_np`) answering
-CE-marked requests with CNPs and its reaction point (:func:`rdmalab.verbs.engine.dcqcn.attach`)
-pacing the QP.  With a tap on a link (or ``frames=True`` on the fabric) packets cross as real
-frames: the switch rewrites the ECN bits of the frame and the receiver checks its ICRC.
+:class:`SwitchedCarrier` implements the carrier seam (:mod:`rdmalab.verbs.engine.carrier`) and
+its scheduler on a :class:`~rdmalab.fabric.switched.SwitchedFabric`.  Every host of the fabric
+is a :class:`~rdmalab.verbs.engine.node.SoftDevice` on this carrier: ``send`` puts the engine's
+packet on the host's port, switches queue, mark, pause and drop it like any other frame, and the
+receiving host hands it to its device.  The fabric's flows are RC QPs of the engine, and a
+pyverbs-style program (``Context(name=..., fabric=fab)``, or the harness's ``Pair``) runs RDMA
+over a congested switch the same way, with the engine's notification point
+(:func:`rdmalab.verbs.engine.cnp.enable_np`) answering CE-marked requests with CNPs and its
+reaction point (:func:`rdmalab.verbs.engine.dcqcn.attach`) pacing the QP.  With a tap on a link
+(or ``frames=True`` on the fabric) packets cross as real frames: the switch rewrites the ECN
+bits of the frame and the receiver checks its ICRC.
+
+A packet in the fabric is a list (fast to build and index); its fields, by index:
+``KIND`` the BTH opcode, ``FLOW`` the fabric flow it belongs to (or None), ``SIZE`` bytes on
+the wire, ``PRIO`` the 802.1p priority, ``ECN`` the IP ECN bits, ``PSN``, ``INPORT`` the port
+it arrives on, ``FRAME`` its bytes (or None), ``PKT`` the engine's packet, ``ROUTE`` the egress
+port per node.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
-from rdmalab.fabric.switched import ENGINE, Host, Node, SwitchedFabric
 from rdmalab.verbs.engine.carrier import Scheduler, Station, TimerHandle
-from rdmalab.verbs.engine.cnp import CE
+from rdmalab.verbs.engine.cnp import CE, ECT0
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import Pkt
 from rdmalab.verbs.trace import TraceEvent
-from rdmalab.wire.opcodes import CNP_OPCODE
 
+__all__ = ["CE", "ECT0", "SwitchedCarrier"]
 
-class _Route:
-    """Egress port per switch for packets between two hosts (what a flow's fwd/rev are)."""
-
-    __slots__ = ("fwd", "rev")
-
-    def __init__(self, hops: dict[int, Any]) -> None:
-        self.fwd = self.rev = hops
+KIND, FLOW, SIZE, PRIO, ECN, PSN, INPORT, FRAME, PKT, ROUTE = range(10)
 
 
 class _Timer:
@@ -46,41 +46,51 @@ class _Timer:
         self.cancelled = True
 
 
+def _fire(arg: tuple[_Timer, Callable[[Any], None], Any]) -> None:
+    h, fn, a = arg
+    if not h.cancelled:
+        fn(a)
+
+
 class SwitchedCarrier:
-    """The switched fabric as a carrier (and scheduler) for soft RoCEv2 devices."""
+    """The switched fabric as a carrier (and scheduler) for its hosts' soft RoCEv2 devices.
+
+    A fabric makes its own (``fabric.carrier``); ``SwitchedCarrier(fabric)`` returns a view of
+    the same fabric, and ``mtu`` must then be the fabric's ``payload``.
+    """
 
     burst_ok = False  # switches see single packets
     tracing = False
 
-    def __init__(self, fabric: SwitchedFabric, *, mtu: int = 1024) -> None:
+    def __init__(self, fabric: Any, *, mtu: int | None = None) -> None:
+        # fabric: a rdmalab.fabric.switched.SwitchedFabric (which imports this module, so not named here)
+        if mtu is not None and mtu != fabric.payload:
+            raise ValueError(f"the fabric's QPs use a path MTU of {fabric.payload} bytes (its payload), not {mtu}")
         self.fabric = fabric
-        self._mtu = mtu
-        self.devices: dict[str, SoftDevice] = {}
-        self._hosts: dict[str, Host] = {}
-        self._routes: dict[tuple[int, int], _Route] = {}
 
     # ------------------------------------------------------------------ building
-    def add_device(self, name: str | None = None, *, switch: Node | str | None = None, rate_gbps: float = 40.0,
+    @property
+    def devices(self) -> dict[str, SoftDevice]:
+        devices: dict[str, SoftDevice] = self.fabric.devices
+        return devices
+
+    def add_device(self, name: str | None = None, *, switch: Any = None, rate_gbps: float = 40.0,
                    delay_us: float = 1.0) -> SoftDevice:
         """A soft device on a new host linked to ``switch`` (default: the fabric's first switch)."""
         fab = self.fabric
-        name = name or f"soft{len(self.devices)}"
+        name = name or f"soft{len(fab.devices)}"
         sw = switch if switch is not None else (fab.switches[0] if fab.switches else None)
         if sw is None:
             raise ValueError("add a switch to the fabric first")
         host = fab.add_host(name)
         fab.link(host, sw, rate_gbps, delay_us)
-        dev = SoftDevice(name, host.ip, host.mac, self, seed=len(self.devices))
-        self.devices[name] = dev
-        self._hosts[name] = host
-        host.station = dev  # type: ignore[attr-defined]
-        host.engine_deliver = partial(deliver, host)
+        dev: SoftDevice = host.device
         return dev
 
     # ------------------------------------------------------------------ the Carrier protocol
     @property
     def mtu(self) -> int:
-        return self._mtu
+        return int(self.fabric.payload)
 
     @property
     def now_ns(self) -> int:
@@ -92,50 +102,29 @@ class SwitchedCarrier:
 
     def send(self, src: Station, pkt: Pkt) -> None:
         fab = self.fabric
-        host = self._hosts[src.name]
-        dst = next((self._hosts[n] for n, d in self.devices.items() if pkt.dst_gid in d.gids), None)
-        if dst is None:
-            return  # nobody has that address: the packet goes nowhere, as on a wire
-        route = self._routes.get((host.id, dst.id))
-        if route is None:
-            route = _Route({p.node.id: p for p in fab._path(host, dst, None, host.id * 7919 + dst.id)})
-            self._routes[(host.id, dst.id)] = route
+        host = fab.by_name[src.name]
+        if pkt.count == 1:  # always, as burst_ok is False; a burst would be split into its packets
+            fab.send(host, pkt)
+            return
         for p in pkt.expand():
-            prio = fab.cnp_prio if p.opcode == CNP_OPCODE else fab.data_prio
-            frame = p.frame() if fab.frames else None
-            fab._enqueue(host.ports[0], [ENGINE, route, p.wire_size, prio, p.ecn, p.psn, None, frame, p])
+            fab.send(host, p)
 
     def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> TimerHandle:
         h = _Timer()
-
-        def fire(a: Any) -> None:
-            if not h.cancelled:
-                fn(a)
-
-        self.fabric.schedule(self.fabric.now + delay_ns, fire, arg)
+        fab = self.fabric
+        fab._seq += 1
+        heapq.heappush(fab._q, (fab.now + delay_ns, fab._seq, _fire, (h, fn, arg)))
         return h
 
     def resolve_mac(self, gid: int) -> int | None:
-        return next((d.mac for d in self.devices.values() if gid in d.gids), None)
+        return next((d.mac for d in self.fabric.devices.values() if gid in d.gids), None)
 
     def record(self, event: TraceEvent) -> None:  # tracing is off: the fabric keeps its own series
         return None
 
     # ------------------------------------------------------------------ the Scheduler protocol
     def step(self) -> bool:
-        q = self.fabric._q
-        if not q:
-            return False
-
-        t = q[0][0]
-        self.fabric.now = t
-        while q and q[0][0] == t:
-            ev = heapq.heappop(q)
-            ev[2](ev[3])
-            self.fabric.events += 1
-        for d in self.devices.values():
-            d.flush()
-        return True
+        return bool(self.fabric.step())
 
     def progress(self, done: Callable[[], bool], max_steps: int = 200_000) -> bool:
         for _ in range(max_steps):
@@ -150,15 +139,3 @@ class SwitchedCarrier:
             self.step()
             n += 1
         return n
-
-
-def deliver(host: Host, pkt: list[Any]) -> None:
-    """An engine packet reached ``host``: hand it to the device (as a frame when it crossed as one)."""
-    station = host.station  # type: ignore[attr-defined]
-    eng: Pkt = pkt[8]
-    if pkt[7] is not None:
-        station.receive_frame(pkt[7], eng.id)  # the frame the switches marked: its ICRC is checked
-        return
-    if pkt[4] == CE:
-        eng.ecn = CE
-    station.receive(eng)

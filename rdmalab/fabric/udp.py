@@ -6,8 +6,9 @@ real network interface, so that the kernel's rxe, the stock tools (``ibv_rc_ping
 (``drivers/infiniband/sw/rxe/``):
 
 * **UDP destination port 4791** for everything, also ACKs and read responses; the **source port
-  is per QP**, ``0xC000 + (hash_32(qpn, 14) & 0x3FFF)`` (``rxe_qp.c`` ``rxe_qp_init_req``; the
-  engine's QP computes it, :mod:`rdmalab.verbs.qp`).
+  is per connection**, ``rdma_get_udp_sport(flow_label, qpn, dest_qpn)`` (``ib_verbs.h``; set by
+  ``rxe_modify_qp`` when the address vector is given, replacing ``rxe_qp_init_req``'s initial
+  ``0xC000 + hash_32(qpn, 14)``): the engine's QP computes it (``QPCore.set_udp_sport``).
 * **IPv4 with DF set**, TTL 64, a **nonzero IP Identification** from a per-device counter (rxe
   calls ``__ip_select_ident`` directly in ``rxe_net.c`` ``prepare_ipv4_hdr``), UDP checksum 0.
 * **GIDs as rxe lays them out**: index 0 the link-local ``fe80::`` + modified EUI-64 of the
@@ -42,34 +43,56 @@ the timers that are due, and lets the devices send their coalesced ACKs.
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import fcntl
 import heapq
 import ipaddress
 import random
 import selectors
 import socket
-import struct
 import time
 from collections.abc import Callable
 from typing import IO, Any
 
-# zlib-ng's CRC-32 is the same function as zlib's (the ICRC's, IBA vol 1 7.8.1 / RoCEv2 annex A17.3.3)
-# with a folding (PCLMULQDQ/VPCLMULQDQ) implementation: about 10 times faster than the stdlib's over
-# a 4 KiB packet, where the ICRC, computed once to send and once to check, was the carrier's largest
-# single cost.  Same results bit for bit (tests/fabric/test_udp.py checks them against zlib).
-from zlib_ng.zlib_ng import crc32
-
-from rdmalab.verbs.engine.carrier import Station
+from rdmalab.fabric.udp_codec import (
+    HDR,
+    ICRC,
+    RETH_WORDS,
+    SRC_BTH,
+    U16,
+    U32,
+    ZEROS,
+    decode_datagram,
+    encode_datagram,
+    ext_headers,
+    mask_delta,
+)
+from rdmalab.fabric.udp_setup import (
+    _DROP_ALL,
+    NO_RAW_SOCKET,
+    CarrierError,
+    _attach_filter,
+    _rocev2_filter,
+    check_permission,
+    ib_mtu_for,
+    interface_ipv4,
+    interface_mac,
+    interface_mtu,
+    interface_of,
+    neighbour_mac,
+)
+from rdmalab.verbs.engine.carrier import Station, Timer
 from rdmalab.verbs.engine.node import SoftDevice
-from rdmalab.verbs.engine.packet import _ATTR, INFO, PSN_MASK, SEGMENT, Pkt, middle_of
-from rdmalab.verbs.trace import Trace, TraceEvent
+from rdmalab.verbs.engine.packet import PSN_MASK, SEGMENT, Pkt, middle_of
+from rdmalab.verbs.engine.trace import Trace, TraceEvent
+from rdmalab.wire.crc import ICRC_SEED, crc32, mask_rocev2
+from rdmalab.wire.ib import IB_MTUS
+from rdmalab.wire.net import ROCEV2_PORT
 from rdmalab.wire.opcodes import CNP_OPCODE
 
-ROCEV2_PORT = 4791
-RXE_MAX_HDR_LENGTH = 80  # rxe_param.h: Ethernet + IP + UDP + BTH and extension headers, ICRC
-IB_MTUS = (4096, 2048, 1024, 512, 256)
+# the names programs and tests import from here (set-up and codec live in udp_setup and udp_codec)
+__all__ = ["ACK_BATCH", "RECV_BUDGET", "ROCEV2_PORT", "CarrierError", "UdpFabric", "check_permission",
+           "decode_datagram", "encode_datagram", "ib_mtu_for", "interface_ipv4", "interface_mac", "interface_mtu",
+           "interface_of", "neighbour_mac"]
 
 #: received packets after which the ACKs held back for coalescing are sent (see _receive_all)
 ACK_BATCH = 8
@@ -79,145 +102,8 @@ ACK_BATCH = 8
 #: receives (docs/interop.md says how rxe's RNR and sequence-NAK retries once kept one step going for minutes)
 RECV_BUDGET = 128
 
-_SIOCGIFADDR = 0x8915
-_SIOCGIFHWADDR = 0x8927
-_SIOCGIFMTU = 0x8921
-_SO_ATTACH_FILTER = 26
-_FF8 = crc32(b"\xff" * 8)
-
-
-class CarrierError(Exception):
-    """The carrier cannot start: no such interface or address, no permission, port taken."""
-
-    def __init__(self, errno_: int, message: str) -> None:
-        super().__init__(message)
-        self.errno = errno_
-
-
-NO_RAW_SOCKET = ("rdmalab's UDP carrier needs a raw socket (to choose the IP Identification the ICRC covers, and to "
-                 "see it on receive): run as root, or give the interpreter CAP_NET_RAW "
-                 "(sudo setcap cap_net_raw+ep \"$(readlink -f \"$(which python3)\")\")")
-
-
-def check_permission() -> None:
-    """Raise :class:`CarrierError` now if this process may not open the raw socket the carrier needs."""
-    try:
-        socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP).close()
-    except PermissionError:
-        raise CarrierError(errno.EPERM, NO_RAW_SOCKET) from None
-
-
-# ---------------------------------------------------------------------- interfaces
-def _ifreq(ifname: str, request: int) -> bytes:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            return fcntl.ioctl(s.fileno(), request, struct.pack("256s", ifname.encode()[:15]))
-        except OSError as exc:
-            if exc.errno == errno.ENODEV:
-                raise CarrierError(exc.errno, f"no network interface named {ifname!r} "
-                                   f"(have: {', '.join(n for _, n in socket.if_nameindex())})") from None
-            if exc.errno == errno.EADDRNOTAVAIL:
-                raise CarrierError(exc.errno, f"interface {ifname!r} has no IPv4 address") from None
-            raise
-
-
-def interface_ipv4(ifname: str) -> str:
-    """The (first) IPv4 address of ``ifname``."""
-    return socket.inet_ntoa(_ifreq(ifname, _SIOCGIFADDR)[20:24])
-
-
-def interface_mac(ifname: str) -> int:
-    return int.from_bytes(_ifreq(ifname, _SIOCGIFHWADDR)[18:24], "big")
-
-
-def interface_mtu(ifname: str) -> int:
-    return int(struct.unpack_from("i", _ifreq(ifname, _SIOCGIFMTU), 16)[0])
-
-
-def interface_of(ip: str) -> str:
-    """The interface that holds the IPv4 address ``ip`` (in this network namespace)."""
-    for _, name in socket.if_nameindex():
-        try:
-            if interface_ipv4(name) == ip:
-                return name
-        except OSError:
-            continue
-    raise CarrierError(errno.EADDRNOTAVAIL, f"no interface in this network namespace has the address {ip}")
-
-
-def ib_mtu_for(netdev_mtu: int) -> int:
-    """rxe's port MTU for a netdev MTU: ``mtu - 80`` rounded down to an IB MTU, at least 256."""
-    room = netdev_mtu - RXE_MAX_HDR_LENGTH
-    return next((m for m in IB_MTUS if m <= room), 256)
-
-
-def neighbour_mac(ip: str) -> int | None:
-    """The MAC the kernel's ARP table has for ``ip``, if any (``/proc/net/arp``)."""
-    try:
-        with open("/proc/net/arp") as f:
-            for line in f.read().splitlines()[1:]:
-                cols = line.split()
-                if len(cols) >= 4 and cols[0] == ip and cols[3] != "00:00:00:00:00:00":
-                    return int(cols[3].replace(":", ""), 16)
-    except OSError:
-        pass
-    return None
-
-
-# ---------------------------------------------------------------------- socket filters (classic BPF)
-class _SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
-
-
-def _attach_filter(sock: socket.socket, prog: list[tuple[int, int, int, int]]) -> None:
-    # setsockopt(SO_ATTACH_FILTER) takes a struct sock_fprog pointing at the instructions
-    # (include/uapi/linux/filter.h); Python's socket module has no helper for it.  The kernel
-    # copies the program during the call (sk_attach_filter), so the ctypes memory may go after.
-    arr = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
-    fprog = _SockFprog(len(prog), ctypes.cast(arr, ctypes.POINTER(_SockFilter)))
-    sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, bytes(ctypes.string_at(ctypes.addressof(fprog),
-                                                                                 ctypes.sizeof(fprog))))
-
-
-def _rocev2_filter(ipv4: int) -> list[tuple[int, int, int, int]]:
-    # On a raw IPv4 socket the filter sees the packet from the IP header.  Accept UDP (already
-    # guaranteed by IPPROTO_UDP) to our address and port 4791, whatever the IP header length.
-    ld_w, ld_b_msh, ldx_h, jeq, ret = 0x20, 0xB1, 0x48, 0x15, 0x06
-    return [
-        (ld_w, 0, 0, 16),               # A = ip.dst
-        (jeq, 0, 3, ipv4),              # if A != ours: reject
-        (ld_b_msh, 0, 0, 0),            # X = IHL * 4
-        (ldx_h, 0, 0, 2),               # A = udp.dport (half word at X + 2)
-        (jeq, 1, 0, ROCEV2_PORT),       # if A == 4791: accept
-        (ret, 0, 0, 0),                 # reject
-        (ret, 0, 0, 0x40000),           # accept the whole packet
-    ]
-
-
-_DROP_ALL = [(0x06, 0, 0, 0)]
-
 
 # ---------------------------------------------------------------------- the carrier
-class _Timer:
-    """What :meth:`UdpFabric.call_later` returns (a :class:`~rdmalab.verbs.engine.carrier.TimerHandle`)."""
-
-    __slots__ = ("fn", "arg", "cancelled")
-
-    def __init__(self, fn: Callable[[Any], None], arg: Any) -> None:
-        self.fn, self.arg, self.cancelled = fn, arg, False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-    def __call__(self, _: Any) -> None:
-        if not self.cancelled:
-            self.fn(self.arg)
-
-
 class UdpFabric:
     """One soft device on a real interface, talking RoCEv2 over UDP/IPv4 port 4791.
 
@@ -318,9 +204,47 @@ class UdpFabric:
         _attach_filter(sink, _DROP_ALL)
         self._raw = raw
         self._sink = sink
+        self._groups: list[int] = []
         self._sel = selectors.DefaultSelector()
         self._sel.register(raw, selectors.EVENT_READ)
         self._closed = False
+
+    def join_group(self, group: str) -> None:
+        """Receive RoCEv2 sent to the IPv4 multicast ``group`` (IGMP membership on this interface, and the
+        filter lets it in); multicast this carrier sends leaves through this interface and loops back to
+        local members, as for rxe (rdma_cm on RoCE joins the IP group: ``cma_iboe_join_multicast``)."""
+        g = int(ipaddress.IPv4Address(group))
+        if g in self._groups:
+            return
+        mreq = socket.inet_aton(group) + socket.inet_aton(self.ip)
+        self._raw.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreq)
+        self._raw.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(self.ip))
+        self._raw.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+        self._groups.append(g)
+        _attach_filter(self._raw, _rocev2_filter(int(ipaddress.IPv4Address(self.ip)), tuple(self._groups)))
+
+    def leave_group(self, group: str) -> None:
+        g = int(ipaddress.IPv4Address(group))
+        if g not in self._groups:
+            return
+        self._groups.remove(g)
+        mreq = socket.inet_aton(group) + socket.inet_aton(self.ip)
+        try:
+            self._raw.setsockopt(socket.IPPROTO_IP, socket.IP_DROP_MEMBERSHIP, mreq)
+        except OSError:
+            pass
+        _attach_filter(self._raw, _rocev2_filter(int(ipaddress.IPv4Address(self.ip)), tuple(self._groups)))
+
+    def reopen(self) -> None:
+        """New sockets for this process (after ``fork()``: sockets shared with the parent would hand
+        each arriving packet to only one of the two processes)."""
+        for closable in (self._sel, self._raw, self._sink):
+            closable.close()
+        groups = [str(ipaddress.IPv4Address(g)) for g in self._groups]
+        self._open_sockets(self.ip, int(ipaddress.IPv4Address(self.ip)))
+        self._groups = []
+        for g in groups:
+            self.join_group(g)
 
     # ------------------------------------------------------------------ the fabric interface of the engine
     def add_device(self, name: str | None = None, ip: str | None = None, mac: int | None = None) -> SoftDevice:
@@ -342,9 +266,9 @@ class UdpFabric:
     def now_ns(self) -> int:
         return time.monotonic_ns()
 
-    def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> _Timer:
+    def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> Timer:
         """Run ``fn(arg)`` from the event loop ``delay_ns`` from now (wall clock); ``cancel()`` forgets it."""
-        t = _Timer(fn, arg)
+        t = Timer(fn, arg)
         cb: Callable[[Any], None] = t
         self._seq += 1
         heapq.heappush(self._timers, (time.monotonic_ns() + max(0, int(delay_ns)), self._seq, cb, None))
@@ -385,7 +309,7 @@ class UdpFabric:
 
         Each datagram is built in one reused buffer, headers packed in place, payload copied after
         them.  The ICRC is one CRC-32 over the datagram as it goes on the wire, corrected for the
-        fields the ICRC masks (:func:`_mask_delta`); in a burst the MIDDLE packets differ only in
+        fields the ICRC masks (:func:`mask_delta`); in a burst the MIDDLE packets differ only in
         IP Identification, PSN, AckReq and payload, so only those are rewritten.  The bytes are
         those of :func:`encode_datagram` for the packets ``pkt.expand()`` gives
         (``tests/fabric/test_udp.py`` compares them)."""
@@ -402,26 +326,26 @@ class UdpFabric:
             addr = self._addrs[dst] = (socket.inet_ntoa(dst.to_bytes(4, "big")), 0)
         self._ip_id = ip_id = self._ip_id
         if count == 1:
-            self._emit(first, _ext(pkt, first), pkt.payload, pkt.ackreq, pkt.se, psn0, src, dst, sport, dqp, tos,
+            self._emit(first, ext_headers(pkt, first), pkt.payload, pkt.ackreq, pkt.se, psn0, src, dst, sport, dqp, tos,
                        addr)
             return
         mtu = pkt.mtu
         data = memoryview(pkt.payload)
         acks = pkt.acks
-        self._emit(first, _ext(pkt, first), data[:mtu], int(0 in acks), 0, psn0, src, dst, sport, dqp, tos, addr)
+        self._emit(first, ext_headers(pkt, first), data[:mtu], int(0 in acks), 0, psn0, src, dst, sport, dqp, tos, addr)
         if count > 2:
             # the MIDDLE packets: one header template, then per packet the ID, the PSN and the payload
             udp_len = 24 + mtu  # no extended header, no pad (an IB MTU is a multiple of 4)
             end = 40 + mtu
             buf = self._tx
-            _HDR.pack_into(buf, 0, 0x45, tos, 20 + udp_len, 0, 0x4000, 64, 17, 0, src, dst, sport, ROCEV2_PORT,
+            HDR.pack_into(buf, 0, 0x45, tos, 20 + udp_len, 0, 0x4000, 64, 17, 0, src, dst, sport, ROCEV2_PORT,
                            udp_len, 0, middle_of(first), 0, 0xFFFF, dqp, 0)
-            delta = _mask_delta(tos, end)
+            delta = mask_delta(tos, end)
             body = self._txmv[:end]
             whole = self._txmv[:end + 4]
-            pack_id = _U16.pack_into
-            pack_psn = _U32.pack_into
-            pack_icrc = _ICRC.pack_into
+            pack_id = U16.pack_into
+            pack_psn = U32.pack_into
+            pack_icrc = ICRC.pack_into
             sendto = self._raw.sendto
             ip_id = self._ip_id
             sent = 0
@@ -430,7 +354,7 @@ class UdpFabric:
                 pack_id(buf, 4, ip_id)
                 pack_psn(buf, 36, (psn0 + i) & PSN_MASK | (0x80000000 if i in acks else 0))
                 buf[40:end] = data[off:off + mtu]
-                pack_icrc(buf, end, crc32(body, _FF8) ^ delta)
+                pack_icrc(buf, end, crc32(body, ICRC_SEED) ^ delta)
                 ip_id = (ip_id + 1) & 0xFFFF or 1  # never 0: the kernel would replace it (raw.c)
                 off += mtu
                 try:
@@ -442,7 +366,7 @@ class UdpFabric:
             self.stats["sent"] += sent
             self.sent_sizes[udp_len - 8] = self.sent_sizes.get(udp_len - 8, 0) + count - 2
         last = pkt.last_opcode
-        self._emit(last, _ext(pkt, last), data[(count - 1) * mtu:], pkt.ackreq, pkt.se, (psn0 + count - 1) & PSN_MASK,
+        self._emit(last, ext_headers(pkt, last), data[(count - 1) * mtu:], pkt.ackreq, pkt.se, (psn0 + count - 1) & PSN_MASK,
                    src, dst, sport, dqp, tos, addr)
 
     def _emit(self, code: int, ext: bytes, data: Any, ackreq: int, se: int, psn: int, src: int, dst: int, sport: int,
@@ -455,15 +379,15 @@ class UdpFabric:
         end = at + n
         udp_len = end - 16 + pad  # UDP 8 + BTH 12 + extended headers + payload + pad + ICRC 4
         ip_id = self._ip_id
-        _HDR.pack_into(buf, 0, 0x45, tos, 20 + udp_len, ip_id, 0x4000, 64, 17, 0, src, dst, sport, ROCEV2_PORT,
+        HDR.pack_into(buf, 0, 0x45, tos, 20 + udp_len, ip_id, 0x4000, 64, 17, 0, src, dst, sport, ROCEV2_PORT,
                        udp_len, 0, code, (se << 7) | (pad << 4), 0xFFFF, dqp, (ackreq << 31) | psn)
         if ext:
             buf[40:at] = ext
         buf[at:end] = data
         if pad:
-            buf[end:end + pad] = _ZEROS[pad]
+            buf[end:end + pad] = ZEROS[pad]
             end += pad
-        _ICRC.pack_into(buf, end, crc32(self._txmv[:end], _FF8) ^ _mask_delta(tos, end))
+        ICRC.pack_into(buf, end, crc32(self._txmv[:end], ICRC_SEED) ^ mask_delta(tos, end))
         self._ip_id = (ip_id + 1) & 0xFFFF or 1  # never 0: the kernel would replace it (raw.c)
         whole = self._txmv[:end + 4]
         self.sent_sizes[udp_len - 8] = self.sent_sizes.get(udp_len - 8, 0) + 1
@@ -548,23 +472,22 @@ class UdpFabric:
         buf = self._rx
         mv = self._rxmv
         recv_into = self._raw.recv_into
-        # the device's fast path for the bulk of WRITEs and SENDs, called as SoftDevice.receive_segment
-        # says a carrier may (one Python call a packet less); the packets taken are counted per batch
-        qps = self.device.qps
-        dst_gid = self.device.gids[1]
+        # the device's fast path for the bulk of WRITEs and SENDs (SoftDevice.receive_segment: no Pkt;
+        # it counts what it takes), the full path for the rest
+        device = self.device
+        receive_segment = device.receive_segment
+        dst_gid = device.gids[1]
         stats = self.stats
         fast = 0
         next_flush = ACK_BATCH
         while got < RECV_BUDGET:
             if got >= next_flush:  # the ACKs of the last ACK_BATCH packets (see _receive_all_slow)
-                self.device.flush()
+                device.flush()
                 next_flush = got + ACK_BATCH
             try:
                 n = recv_into(buf)
             except BlockingIOError:
-                if fast:
-                    stats["received"] += fast
-                    self.device.counters["rcvd_pkts"] += fast
+                stats["received"] += fast
                 return got
             except InterruptedError:
                 continue
@@ -572,38 +495,31 @@ class UdpFabric:
             if buf[0] != 0x45 or n < 48 or (buf[2] << 8 | buf[3]) != n:
                 self.inbound(bytes(mv[:n]))  # IP options, a truncated or odd datagram: the general path
                 continue
-            # The ICRC (rxe_icrc.c), checked in place: the masked fields set to ones (TOS, TTL, IP
-            # checksum; the protocol between them is UDP, the socket's), UDP checksum, BTH byte 4.
+            # The ICRC (rxe_icrc.c), checked in place: the variant fields set to ones (wire.crc)
             end = n - 4
-            buf[1] = 0xFF
-            buf[8:12] = _MASK_TTL_PROTO_CSUM
-            buf[26:28] = b"\xff\xff"
-            buf[32] = 0xFF
-            if crc32(mv[:end], _FF8) != _ICRC.unpack_from(buf, end)[0]:
+            mask_rocev2(buf)  # (the fields it sets to ones are read no further)
+            if crc32(mv[:end], ICRC_SEED) != ICRC.unpack_from(buf, end)[0]:
                 stats["bad_icrc"] += 1
-                self.device.counters["dropped"] += 1
+                device.discard("bad ICRC or malformed packet")
                 continue
             code = buf[28]
             info = SEGMENT.get(code)
             if info is not None:
-                ip_src, w1, w2 = _SRC_BTH.unpack_from(buf, 12)
+                ip_src, w1, w2 = SRC_BTH.unpack_from(buf, 12)
                 stop = end - ((buf[29] >> 4) & 3)
-                qp = qps.get(w1 & 0xFFFFFF)
-                if qp is not None:
-                    if info.headers:  # a WRITE's FIRST or ONLY: the RETH
-                        if stop >= 56 and qp.segment(code, w2 & PSN_MASK, w2 >> 31, 0xFFFF00000000 | ip_src, dst_gid,
-                                                     mv[56:stop], _RETH.unpack_from(buf, 40)):
-                            fast += 1
-                            continue
-                    elif stop >= 40 and qp.segment(code, w2 & PSN_MASK, w2 >> 31, 0xFFFF00000000 | ip_src, dst_gid,
-                                                   mv[40:stop]):
+                if info.headers:  # a WRITE's FIRST or ONLY: the RETH
+                    if stop >= 56 and receive_segment(w1 & 0xFFFFFF, code, w2 & PSN_MASK, w2 >> 31,
+                                                      0xFFFF00000000 | ip_src, dst_gid, mv[56:stop],
+                                                      RETH_WORDS.unpack_from(buf, 40)):
                         fast += 1
                         continue
+                elif stop >= 40 and receive_segment(w1 & 0xFFFFFF, code, w2 & PSN_MASK, w2 >> 31,
+                                                    0xFFFF00000000 | ip_src, dst_gid, mv[40:stop]):
+                    fast += 1
+                    continue
             # everything else (ACKs, READs, atomics, a packet out of sequence ...): a Pkt and the full path
             self._deliver(bytes(mv[:n]), checked=True)
-        if fast:  # the budget is spent; what is still waiting is the next step's
-            stats["received"] += fast
-            self.device.counters["rcvd_pkts"] += fast
+        stats["received"] += fast  # the budget is spent; what is still waiting is the next step's
         return got
 
     def _receive_all_slow(self) -> int:
@@ -637,10 +553,7 @@ class UdpFabric:
         pkt = decode_datagram(datagram, icrc_checked=checked)
         if pkt is None:
             self.stats["bad_icrc" if len(datagram) > 44 and datagram[9] == 17 else "not_rocev2"] += 1
-            self.device.counters["dropped"] += 1
-            if self._tracing:
-                self.trace.append(TraceEvent(self.now_ns, self.device.name, 0, "dropped", None, None,
-                                             {"reason": "bad ICRC or malformed packet"}))
+            self.device.discard("bad ICRC or malformed packet")
             return
         self.stats["received"] += 1
         pkt.dst_mac = self.device.mac
@@ -741,133 +654,3 @@ class UdpFabric:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-# ---------------------------------------------------------------------- encoding and decoding
-_IPUDP = struct.Struct(">BBHHHBBHIIHHHH")  # IPv4 header (20 bytes) + UDP header (8 bytes)
-_BTH = struct.Struct(">BBHII")
-_HDR = struct.Struct(">BBHHHBBHIIHHHHBBHII")  # IPv4 + UDP + BTH, 40 bytes
-_ICRC = struct.Struct("<I")
-_ZEROS = (b"", b"\0", b"\0\0", b"\0\0\0")
-_MASK_TTL_PROTO_CSUM = b"\xff\x11\xff\xff"
-_SRC_BTH = struct.Struct(">I16xII")  # from offset 12: IPv4 source; BTH words 1 and 2 (dest QP; AckReq, PSN)
-_RETH = struct.Struct(">QII")
-
-
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_DELTAS: dict[tuple[int, int], int] = {}
-
-
-def _mask_delta(tos: int, length: int) -> int:
-    """What to XOR into the CRC-32 of the first ``length`` bytes of a datagram as sent (TOS ``tos``,
-    TTL 64, IP and UDP checksums 0, BTH byte 4 zero), after the 8 bytes of ones, to get its ICRC.
-
-    The ICRC is the CRC over the same bytes with those fields set to ones (rxe_icrc.c).  CRC-32 is
-    affine: for two messages of one length, ``crc(x) ^ crc(y) == crc(x ^ y) ^ crc(zeros)`` from the
-    same starting value.  The two versions differ by a fixed pattern, so the difference of their
-    CRCs depends only on ``tos`` and ``length``, and is computed once per pair."""
-    d = _DELTAS.get((tos, length))
-    if d is None:
-        pat = bytearray(length)
-        pat[1] = 0xFF ^ tos
-        pat[8] = 0xFF ^ 64
-        pat[10] = pat[11] = pat[26] = pat[27] = pat[32] = 0xFF
-        d = _DELTAS[(tos, length)] = crc32(pat, _FF8) ^ crc32(bytes(length), _FF8)
-    return d
-
-
-def _ext(p: Pkt, code: int) -> bytes:
-    """The extended headers (after the BTH) that packet ``p`` carries with opcode ``code``."""
-    classes = INFO[code].headers
-    if not classes:
-        return b""
-    out = []
-    for cls in classes:
-        h = getattr(p, _ATTR[cls], None) if cls in _ATTR else None
-        out.append((h if h is not None else cls()).encode())
-    return b"".join(out)
-
-
-def encode_datagram(p: Pkt, ip_id: int) -> bytes:
-    """The IPv4/UDP/BTH/.../ICRC datagram for ``p``: DF set, TTL 64, ``ip_id``, UDP checksum 0 (as rxe).
-
-    The same fields as the carrier seam's ``Datagram`` of this packet with this ``ip_id``, built
-    in one pass (the payload is not copied before the CRC is taken over it)."""
-    info = INFO[p.opcode]
-    payload = p.payload
-    n = len(payload)
-    pad = -n % 4
-    ext = b"".join([h.encode() for h in p.headers()]) if info.headers else b""
-    psn = (p.ackreq << 31) | (p.psn & 0xFFFFFF)
-    dqp = p.destqp & 0xFFFFFF
-    flags = (p.se << 7) | (pad << 4)
-    udp_len = 24 + len(ext) + n + pad  # UDP 8 + BTH 12 + ext + payload + pad + ICRC 4
-    src, dst, sport = p.src_gid & 0xFFFFFFFF, p.dst_gid & 0xFFFFFFFF, p.sport
-    # version/IHL, TOS (the ECN bits: 0 unless DCQCN marks ECT), total length, ID, DF, TTL 64, UDP,
-    # checksum 0 (the kernel fills it in for IP_HDRINCL sends: net/ipv4/raw.c), addresses; UDP
-    # ports, length, checksum 0.
-    hdr = _IPUDP.pack(0x45, p.ecn & 0xFF, 20 + udp_len, ip_id, 0x4000, 64, 17, 0, src, dst, sport, ROCEV2_PORT, udp_len, 0)
-    # ICRC (rxe_icrc.c): 8 bytes of 0xFF, then the same bytes with TOS, TTL, IP checksum, UDP
-    # checksum and BTH byte 4 (FECN/BECN/resv6) set to all ones; zlib's CRC-32, little-endian.
-    masked = _IPUDP.pack(0x45, 0xFF, 20 + udp_len, ip_id, 0x4000, 0xFF, 17, 0xFFFF, src, dst, sport, ROCEV2_PORT,
-                         udp_len, 0xFFFF)
-    crc = crc32(_BTH.pack(p.opcode, flags, 0xFFFF, 0xFF000000 | dqp, psn), crc32(masked, _FF8))
-    if ext:
-        crc = crc32(ext, crc)
-    tail = b"\0" * pad
-    if n:
-        crc = crc32(payload, crc)
-        if pad:
-            crc = crc32(tail, crc)
-    return b"".join((hdr, _BTH.pack(p.opcode, flags, 0xFFFF, dqp, psn), ext, payload, tail, _ICRC.pack(crc)))
-
-
-def decode_datagram(d: bytes, icrc_checked: bool = False) -> Pkt | None:
-    """An IPv4 RoCEv2 datagram (IP header first) as a :class:`Pkt`, or None if it is malformed,
-    not RoCEv2, or its ICRC is wrong (rxe drops those silently: ``rxe_recv.c``).  The payload of
-    the packet is a view into ``d``.  ``icrc_checked``: the caller has checked the ICRC already."""
-    if len(d) < 20 or d[0] >> 4 != 4:
-        return None
-    u = (d[0] & 0x0F) * 4
-    total = (d[2] << 8) | d[3]
-    if d[9] != 17 or total > len(d) or total < u + 8 + 12 + 4:
-        return None
-    if (d[u + 2] << 8 | d[u + 3]) != ROCEV2_PORT:
-        return None
-    b = u + 8
-    opc = d[b]
-    info = INFO.get(opc)
-    if info is None:
-        return None
-    mv = memoryview(d)
-    end_crc = total - 4
-    if not icrc_checked:
-        # ICRC over the masked IP header, UDP header and BTH, then the rest (rxe_icrc.c)
-        m = bytearray(mv[:b + 12])
-        m[1] = m[8] = m[10] = m[11] = 0xFF
-        m[u + 6] = m[u + 7] = 0xFF
-        m[b + 4] = 0xFF
-        crc = crc32(mv[b + 12:end_crc], crc32(m, _FF8))
-        if crc != int.from_bytes(mv[end_crc:total], "little"):
-            return None
-    pad = (d[b + 1] >> 4) & 3
-    at = b + 12
-    hdrs = []
-    for cls in info.headers:
-        size = cls.LAYOUT.size
-        if at + size > end_crc:
-            return None
-        hdrs.append(cls.decode(d, at))
-        at += size
-    end = end_crc - pad
-    if end < at:
-        return None
-    src = 0xFFFF00000000 | int.from_bytes(mv[12:16], "big")
-    dst = 0xFFFF00000000 | int.from_bytes(mv[16:20], "big")
-    w2 = int.from_bytes(mv[b + 8:b + 12], "big")
-    p = Pkt(opc, w2 & 0xFFFFFF, int.from_bytes(mv[b + 5:b + 8], "big"), src, dst, (d[u] << 8) | d[u + 1], 0, 0,
-            mv[at:end], w2 >> 31, d[b + 1] >> 7)
-    for h in hdrs:
-        setattr(p, _ATTR[type(h)], h)
-    return p

@@ -13,6 +13,11 @@ its imports::
     from rdmalab.verbs.srq import SRQ, SrqInitAttr, SrqAttr     # pyverbs.srq
     import rdmalab.verbs.enums as e                             # pyverbs.enums
     from rdmalab.verbs.pyverbs_error import PyverbsRDMAError    # pyverbs.pyverbs_error
+    from rdmalab.verbs.cmid import CMID, AddrInfo, ConnParam    # pyverbs.cmid (rdma_cm)
+
+or by changing nothing at all: ``rdmalab.verbs.pyverbs_alias.install()`` makes ``import pyverbs...``
+load these modules.  No other import is needed: ``get_device_list()`` loads the devices the installed
+providers offer on first use (:mod:`rdmalab.verbs.providers`), as libibverbs does.
 """
 
 from rdmalab.verbs.pyverbs_error import PyverbsError, PyverbsRDMAError, PyverbsUserError

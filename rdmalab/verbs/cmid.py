@@ -46,6 +46,7 @@ from rdmalab.verbs import enums as e
 from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
 from rdmalab.verbs.cm_enums import (
     RAI_PASSIVE,
+    RDMA_OPTION_ID_ACK_TIMEOUT,
     RDMA_PS_IB,
     RDMA_PS_TCP,
     RDMA_PS_UDP,
@@ -58,7 +59,7 @@ from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pd import PD
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
-from rdmalab.verbs.qp import QP, QPAttr, QPInitAttr
+from rdmalab.verbs.qp import ECE, QP, QPAttr, QPInitAttr
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 from rdmalab.wire import cm as w
 from rdmalab.wire.mad import CM_ATTR_SIDR_REQ
@@ -177,9 +178,9 @@ class AddrInfo:
         self.src_port = _port(src_service, "source service")
         self.dst_addr = _ipv4(dst, "destination") if dst is not None else None
         self.dst_port = _port(dst_service, "destination service")
-        if not passive and self.dst_addr is None:
-            raise PyverbsRDMAError("Failed to get Address Info: an active AddrInfo needs dst "
-                                   "(or flags=RAI_PASSIVE to listen)", errno.EINVAL)
+        if src is None and dst is None and not passive:
+            raise PyverbsRDMAError("Failed to get Address Info: give src, dst, or both "
+                                   "(flags=RAI_PASSIVE to listen on any address)", errno.EINVAL)
 
     @property
     def passive(self) -> bool:
@@ -366,6 +367,8 @@ class CMID:
         self._psn = 0
         self._accept_res = (0, 0)
         self._qp_init: QPInitAttr | None = None
+        self._ack_timeout: int | None = None
+        self._groups: set[str] = set()
         self.state = "idle"
         if creator is None:
             return
@@ -570,7 +573,8 @@ class CMID:
             return a, (mask | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN
                        | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
         if qp_state == e.IBV_QPS_RTS:
-            a.sq_psn, a.timeout, a.retry_cnt, a.rnr_retry = p["sq_psn"], p["timeout"], p["retry"], p["rnr_retry"]
+            a.sq_psn, a.retry_cnt, a.rnr_retry = p["sq_psn"], p["retry"], p["rnr_retry"]
+            a.timeout = self._ack_timeout if self._ack_timeout is not None else p["timeout"]
             a.max_rd_atomic = p["init_depth"]
             return a, (mask | e.IBV_QP_SQ_PSN | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY
                        | e.IBV_QP_MAX_QP_RD_ATOMIC)
@@ -619,6 +623,10 @@ class CMID:
                 raise PyverbsRDMAError(f"Listen Failed: port {self.src_port} is already listened on on {dev.name}",
                                        errno.EADDRINUSE)
         for dev in devs:
+            shared = dev.gsi.agent.shared
+            if shared is not None and not shared.listen(sid):
+                raise PyverbsRDMAError(f"Listen Failed: another process listens on port {self.src_port} of "
+                                       f"{dev.name}", errno.EADDRINUSE)
             dev.gsi.agent.listeners[sid] = self._incoming
             self._devs_listening = devs
         self.listening = True
@@ -651,7 +659,10 @@ class CMID:
         child.port_space = self.port_space
         child._channel = self._channel
         child.sync = self.sync
-        child._attach(dev) if self.device is not dev else child._share(self)
+        if self.device is dev:
+            child._share(self)
+        else:
+            child._attach(dev)
         child.src_addr, child.src_port = dst, self.src_port
         child.dst_addr, child.dst_port = str(hdr.src_address), hdr.src_port
         child.conn, child.req = conn, msg
@@ -768,7 +779,8 @@ class CMID:
                                srq=1 if param.srq else 0, private_data=user,
                                path=w.CMPath.roce(self.src_addr or "0.0.0.0", self.dst_addr or "", packet_rate=0,
                                                   flow_label=_flow_label(self.src_port, self.dst_port),
-                                                  local_ack_timeout=ibcm.PACKET_LIFE_TIME + 1))
+                                                  local_ack_timeout=self._ack_timeout if self._ack_timeout
+                                                  is not None else ibcm.PACKET_LIFE_TIME + 1))
 
         self.conn = agent.connect(self, dst_gid, build)
         self.req = self.conn.req
@@ -777,15 +789,15 @@ class CMID:
             self._take(EV.RDMA_CM_EVENT_ESTABLISHED, "connect")
 
     def establish(self) -> None:
-        """``rdma_establish`` (a CMID without a QP, after CONNECT_RESPONSE): send the RTU."""
+        """``rdma_establish`` (a CMID without a QP, after CONNECT_RESPONSE): send the RTU.  The active
+        side gets no ESTABLISHED event for it (librdmacm ``rdma_establish``); the passive side does."""
         if self.conn is None:
             raise PyverbsRDMAError("Failed to Complete an active connection request: not connecting", errno.EINVAL)
         try:
             self.conn.establish()
         except ibcm.CMStateError as exc:
             raise PyverbsRDMAError(f"Failed to Complete an active connection request: {exc}", errno.EINVAL) from None
-        self.state = "established"
-        self._post(EV.RDMA_CM_EVENT_ESTABLISHED)
+        self.state = "established"  # no event on this side: librdmacm reports none after rdma_establish
 
     def disconnect(self) -> None:
         """``rdma_disconnect``: the QP to ERR, then the DREQ (or the DREP answering the peer's)."""
@@ -896,19 +908,58 @@ class CMID:
         return self._comp(qp.scq)
 
     def set_option(self, level: int, optname: int, optval: int, optlen: int) -> None:
+        """``rdma_set_option``: only RDMA_OPTION_ID_ACK_TIMEOUT, as pyverbs: the QP's ACK timeout
+        (and the REQ's local ACK timeout) from now on (cma.c ``rdma_set_ack_timeout``)."""
+        if optname != RDMA_OPTION_ID_ACK_TIMEOUT:
+            raise PyverbsUserError("Currently only RDMA_OPTION_ID_ACK_TIMEOUT is supported in Pyverbs.")
+        if not 0 <= optval <= 31:
+            raise PyverbsRDMAError(f"Failed to set option: ACK timeout {optval} is not 0..31", errno.EINVAL)
         self._ack_timeout = optval
 
-    def get_remote_ece(self) -> Any:
-        raise PyverbsRDMAError("Failed to get remote ECE: the soft devices have no ECE (as rxe)", errno.EOPNOTSUPP)
+    def get_remote_ece(self) -> ECE:
+        """``rdma_get_remote_ece``: the peer's ECE from the REQ/REP, zeros (the soft devices send none, as rxe)."""
+        return ECE()
 
     def set_local_ece(self, ece: Any) -> None:
         raise PyverbsRDMAError("Failed to set local ECE: the soft devices have no ECE (as rxe)", errno.EOPNOTSUPP)
 
-    def join_multicast(self, addr: Any = None, mc_attr: Any = None, context: int = 0) -> None:
-        raise PyverbsRDMAError("Failed to Join multicast: the soft devices have no multicast", errno.EOPNOTSUPP)
+    def join_multicast(self, addr: AddrInfo | None = None, mc_attr: JoinMCAttrEx | None = None,
+                       context: int = 0) -> None:
+        """``rdma_join_multicast``: on RoCE no SA is asked (``cma_iboe_join_multicast``): the group's MGID
+        is its IPv4-mapped address, the Q_Key RDMA_UDP_QKEY; the carrier joins the IP group, the CMID's
+        QP is attached to the MGID and MULTICAST_JOIN follows with the group's address handle."""
+        if addr is None and mc_attr is None:
+            raise PyverbsUserError("Join to multicast must have AddrInfo or JoinMCAttrEx arguments")
+        ai = mc_attr.addr if mc_attr is not None else addr
+        assert ai is not None
+        group = ai.src_addr or ai.dst_addr
+        if group is None or not ipaddress.IPv4Address(group).is_multicast:
+            raise PyverbsRDMAError(f"Failed to Join multicast: {group} is not an IPv4 multicast address",
+                                   errno.EINVAL)
+        if self.device is None:
+            raise PyverbsRDMAError("Failed to Join multicast: bind or resolve an address first", errno.EINVAL)
+        join = getattr(self.device.carrier, "join_group", None)
+        if join is not None:
+            join(group)
+        mgid = 0xFFFF00000000 | int(ipaddress.IPv4Address(group))
+        if self.qp is not None:
+            self.qp.attach_mcast(mgid)
+        self._groups.add(group)
+        ah = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=GID(_gid_text(mgid)), sgid_index=1, hop_limit=64))
+        self._post(EV.RDMA_CM_EVENT_MULTICAST_JOIN, ud=(ibcm.MCAST_QPN, ibcm.RDMA_UDP_QKEY, ah))
 
-    def leave_multicast(self, addr: Any) -> None:
-        raise PyverbsRDMAError("Failed to leave multicast: the soft devices have no multicast", errno.EOPNOTSUPP)
+    def leave_multicast(self, addr: AddrInfo) -> None:
+        """``rdma_leave_multicast``: the QP detached, the IP group left."""
+        group = addr.src_addr or addr.dst_addr
+        if group not in self._groups:
+            raise PyverbsRDMAError(f"Failed to leave multicast: this CMID has not joined {group}", errno.EINVAL)
+        self._groups.discard(group)
+        mgid = 0xFFFF00000000 | int(ipaddress.IPv4Address(group))
+        if self.qp is not None:
+            self.qp.detach_mcast(mgid)
+        leave = getattr(self.device.carrier, "leave_group", None) if self.device is not None else None
+        if leave is not None:
+            leave(group)
 
     def set_log_level(self, level: int) -> None:
         pass
@@ -922,10 +973,12 @@ class CMID:
             for dev in getattr(self, "_devs_listening", [self.device]):
                 if dev.gsi.agent.listeners.get(sid) == self._incoming:
                     del dev.gsi.agent.listeners[sid]
+                    if dev.gsi.agent.shared is not None:
+                        dev.gsi.agent.shared.unlisten(sid)
         if self.qp is not None:
             self.qp.close()
-        if self._channel is not None and self in self._channel.ids and not self.sync:
-            pass
+        if self._channel is not None and self in self._channel.ids:
+            self._channel.ids.remove(self)
 
     def __enter__(self) -> CMID:
         return self

@@ -87,9 +87,9 @@ class DeviceAttr:
         self.max_mw = base.max_mr  # windows share the MR key table (rdmalab.verbs.mr_ex.MW)
         self.max_raw_ipv6_qps = 0
         self.max_raw_ethy_qp = 0
-        self.max_mcast_grp = 0  # multicast: not in the soft engine
-        self.max_mcast_qp_attach = 0
-        self.max_total_mcast_qp_attach = 0
+        self.max_mcast_grp = 8192  # rxe_param.h RXE_MAX_MCAST_GRP
+        self.max_mcast_qp_attach = 56  # RXE_MAX_MCAST_QP_ATTACH
+        self.max_total_mcast_qp_attach = 0x70000  # RXE_MAX_TOT_MCAST_QP_ATTACH
         self.max_ah = 1 << 15
         self.max_fmr = 0
         self.max_map_per_fmr = 0

@@ -9,8 +9,6 @@ and ``import pyverbs.enums as e`` are interchangeable for these names.
 
 from __future__ import annotations
 
-# wc status/opcode/flags, wr opcode, send and access flags, QP state/type/attr mask, MTU, port
-# state, link layer, GID type, migration state (libibverbs/verbs.h)
 from rdmalab.verbs.libibverbs_enums import (
     IBV_ACCESS_HUGETLB,
     IBV_ACCESS_LOCAL_WRITE,
@@ -134,6 +132,10 @@ from rdmalab.verbs.libibverbs_enums import (
     IBV_WR_SEND_WITH_INV,
     IBV_WR_TSO,
 )
+
+# wc status/opcode/flags, wr opcode, send and access flags, QP state/type/attr mask, MTU, port
+# state, link layer, GID type, migration state (libibverbs/verbs.h)
+from rdmalab.wire.ib import IB_MTU_BYTES
 
 __all__ = [
     "IBV_WC_SUCCESS",
@@ -293,4 +295,7 @@ def mtu_to_bytes(mtu: int) -> int:
 
 
 def bytes_to_mtu(nbytes: int) -> int:
-    return {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}[nbytes]
+    return _MTU_CODES[nbytes]
+
+
+_MTU_CODES = {nbytes: code for code, nbytes in IB_MTU_BYTES.items()}

@@ -11,11 +11,12 @@ RC/UC QPs to INIT and UD QPs to RTS, and ``to_rtr``/``to_rts`` use the per-type 
 from __future__ import annotations
 
 import copy
+import errno
 import socket
 from typing import Any
 
 from rdmalab.verbs import enums as e
-from rdmalab.verbs.addr import resolve_path
+from rdmalab.verbs.addr import GID, resolve_path
 from rdmalab.verbs.device import MAX_INLINE, MAX_QP_RD_ATOM, MAX_QP_WR, MAX_SGE
 from rdmalab.verbs.engine import qpstate
 from rdmalab.verbs.engine.memory import AccessError
@@ -94,6 +95,28 @@ class QPAttr:
         self.alt_port_num = 0
         self.alt_timeout = 0
         self.rate_limit = 0
+
+
+def is_multicast_gid(v: int) -> bool:
+    """ff00::/8, or an IPv4-mapped 224.0.0.0/4 address (RoCEv2 with IPv4: rdma_ip2gid of the group)."""
+    return (v >> 120) == 0xFF or ((v >> 32) == 0xFFFF and (v & 0xF0000000) == 0xE0000000)
+
+
+def _mgid(gid: Any, what: str) -> int:
+    v = int(gid) if not isinstance(gid, int) else gid
+    if not is_multicast_gid(v):
+        raise PyverbsRDMAError(f"Failed to {what}: {GID.from_int(v).gid} is not a multicast GID", errno.EINVAL)
+    return v
+
+
+class ECE:
+    """``ECE(vendor_id=0, options=0, comp_mask=0)``: enhanced connection establishment data (pyverbs.qp)."""
+
+    def __init__(self, vendor_id: int = 0, options: int = 0, comp_mask: int = 0) -> None:
+        self.vendor_id, self.options, self.comp_mask = vendor_id, options, comp_mask
+
+    def __repr__(self) -> str:
+        return f"ECE(vendor_id={self.vendor_id:#x}, options={self.options:#x}, comp_mask={self.comp_mask})"
 
 
 class QP:
@@ -203,6 +226,8 @@ class QP:
             if mask & bit:
                 setattr(at, name, getattr(a, name))
         eng.access, eng.qkey, eng.dest_qp_num = at.qp_access_flags, at.qkey, at.dest_qp_num
+        if mask & S.AV and a.ah_attr.is_global:  # rxe_modify_qp: the port from the flow label (or the QPNs)
+            eng.set_udp_sport(a.ah_attr.gr.flow_label)
         eng.timeout, eng.min_rnr_timer = at.timeout, at.min_rnr_timer
         if mask & S.MTU:
             eng.mtu = e.mtu_to_bytes(a.path_mtu)
@@ -322,6 +347,26 @@ class QP:
         self.engine.post_recv(wqes)
 
     # ------------------------------------------------------------------ misc
+    def attach_mcast(self, gid: Any, lid: int = 0) -> None:
+        """``ibv_attach_mcast``: a UD QP receives what is sent to the multicast GID ``gid``."""
+        mgid = _mgid(gid, "attach QP to mcast")
+        if self.qp_type != e.IBV_QPT_UD:
+            raise PyverbsRDMAError("Failed to attach QP to mcast: only UD QPs join multicast groups", errno.EINVAL)
+        self.dev.attach_mcast(mgid, self.engine)
+
+    def detach_mcast(self, gid: Any, lid: int = 0) -> None:
+        """``ibv_detach_mcast``."""
+        if not self.dev.detach_mcast(_mgid(gid, "detach QP from mcast"), self.engine):
+            raise PyverbsRDMAError("Failed to detach QP from mcast: the QP is not attached to that group", errno.EINVAL)
+
+    def query_ece(self) -> ECE:
+        """``ibv_query_ece``: the soft devices have no ECE, as rxe has none (EOPNOTSUPP)."""
+        raise PyverbsRDMAError("Failed to query ECE: the device does not support ECE", errno.EOPNOTSUPP)
+
+    def set_ece(self, ece: ECE) -> None:
+        """``ibv_set_ece``: EOPNOTSUPP, as on rxe."""
+        raise PyverbsRDMAError("Failed to set ECE: the device does not support ECE", errno.EOPNOTSUPP)
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rdmalab.verbs import libibverbs_enums as e
 from rdmalab.verbs.pyverbs_error import PyverbsUserError
+from rdmalab.wire.ib import IB_MTU_BYTES
 
 _QP_TYPES = {2: "RC", 3: "UC", 4: "UD", 8: "Raw Packet", 9: "XRCD_SEND", 10: "XRCD_RECV", 0xFF: "Driver QP"}
 _QP_STATES = {0: "Reset", 1: "Init", 2: "RTR", 3: "RTS", 4: "SQD", 5: "SQE", 6: "Error", 7: "Unknown"}
@@ -30,7 +31,7 @@ def qp_state_to_str(qp_state: int) -> str:
 
 
 def mtu_to_str(mtu: int) -> int:
-    return {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}.get(mtu, 0)
+    return IB_MTU_BYTES.get(mtu, 0)
 
 
 def access_flags_to_str(flags: int) -> str:

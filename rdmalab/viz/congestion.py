@@ -1,19 +1,19 @@
 """Pictures of congestion on the switched fabric: rates, queues, marks, CNPs and pauses in time.
 
 * :func:`timeline`: one figure, one time axis, three panels: each flow's DCQCN rate (what the
-  requester paces at), the watched egress queues with Kmin/Kmax, and the ECN marks, CNPs and
-  PFC pauses per sample interval.
+  requester paces at), the watched egress queues with Kmin/Kmax, and the ECN marks, CNPs,
+  PFC pauses and drops per sample interval.
 * :func:`fluid_vs_packets`: the fluid model's rate and queue over the packet simulation's.
-* :func:`congestion_runner`: sliders and a scenario picker; each change runs the scenario and
-  redraws :func:`timeline` (a thin ipywidgets layer; the notebooks show the same figure
-  statically).
+
+They draw a finished run (a scenario's result, or a :class:`~rdmalab.fabric.switched.SwitchedFabric`);
+running scenarios is the lab's business (:func:`rdmalab.lab.congestion.congestion_runner` puts
+sliders in front of them and redraws :func:`timeline`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rdmalab.fabric.scenarios import SCENARIOS, run
 from rdmalab.viz.plots import Plot
 
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -72,6 +72,9 @@ def timeline(result: Any, *, title: str = "", max_flows: int = 8, window_us: flo
     pauses = binned(fab.pause_series)
     if any(pauses):
         ax_e.step(tb, pauses, where="post", color="#d62728", lw=1.0, label="PFC pauses sent")
+    drops = binned(getattr(fab, "drop_series", []))
+    if any(drops):  # PFC off: what the switch dropped, which the engine's go-back-N resends
+        ax_e.step(tb, drops, where="post", color="#000000", lw=1.0, label="drops")
     ax_e.set_ylabel(f"per {window_us:g} us")
     ax_e.set_xlabel("time (ms)")
     ax_e.legend(loc="upper right", fontsize=7, ncol=3)
@@ -105,41 +108,3 @@ def fluid_vs_packets(model: Any, result: Any, *, title: str = "") -> Plot:
     ax_r.set_title(title or f"N = {model.n}: fluid model over packets")
     fig.tight_layout()
     return Plot(fig)
-
-
-def congestion_runner(scenario: str = "incast") -> Any:
-    """Sliders for the scenario's main parameters; each change reruns it and redraws the timeline."""
-    import ipywidgets as w  # optional: ipywidgets, IPython (lab extra)
-    from IPython import display as ipd
-
-    display: Any = ipd.display
-
-
-    pick = w.Dropdown(options=list(SCENARIOS), value=scenario, description="scenario")
-    profile = w.Dropdown(options=["ns3-rdma", "paper", "mlx5"], value="ns3-rdma", description="profile")
-    senders = w.IntSlider(value=2, min=1, max=16, description="senders")
-    kmin = w.FloatLogSlider(value=40, base=10, min=0, max=3, description="Kmin KB")
-    kmax = w.FloatLogSlider(value=1000, base=10, min=1, max=3.5, description="Kmax KB")
-    pmax = w.FloatSlider(value=1.0, min=0.01, max=1.0, step=0.01, description="Pmax")
-    ai = w.FloatLogSlider(value=40, base=10, min=0, max=3, description="rpg_ai_rate")
-    timer = w.FloatLogSlider(value=60, base=10, min=0.5, max=3, description="rpg_time_reset")
-    dur = w.FloatSlider(value=10, min=1, max=40, step=1, description="ms")
-    out = w.Output()
-
-    def redraw(_: Any = None) -> None:
-        sets = {"kmin": str(kmin.value), "kmax": str(kmax.value), "pmax": str(pmax.value),
-                "rpg_ai_rate": str(ai.value), "rpg_time_reset": str(timer.value)}
-        with out:
-            out.clear_output(wait=True)
-            try:
-                res = run(pick.value, senders=senders.value if pick.value in ("incast", "fairness") else None,
-                          duration_ms=dur.value, profile=profile.value, settings=sets)
-            except ValueError as err:
-                print(f"cannot run: {err}")
-                return
-            display(timeline(res, title=f"{pick.value}, {profile.value}"))
-
-    for c in (pick, profile, senders, kmin, kmax, pmax, ai, timer, dur):
-        c.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox([pick, profile, senders]), w.HBox([kmin, kmax, pmax]), w.HBox([ai, timer, dur]), out])

@@ -305,6 +305,17 @@ def _kind_from_syndrome_text(opcode: int | None, text: str | None) -> str:
     return kind
 
 
+def _cm_of(pkt: Any) -> tuple[str, int] | None:
+    """(message name, TID) of a decoded packet carrying a CM MAD, else None."""
+    if pkt is None:
+        return None
+    name = next((layer.name[3:] for layer in getattr(pkt, "layers", []) if layer.name.startswith("CM_")), None)
+    if name is None:
+        return None
+    mad = next((layer.header for layer in pkt.layers if layer.name == "MAD"), None)
+    return name, int(getattr(mad, "tid", 0))
+
+
 def _short_opcode(opcode: int | None) -> str:
     if opcode is None:
         return "?"
@@ -381,6 +392,7 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
     arrows: list[Arrow] = []
     markers: list[Marker] = []
     seen_psn: set[tuple[str, int | None, int | None]] = set()
+    seen_cm: set[tuple[str, str, int]] = set()
     # Without frames (a trace recorded elsewhere), the completer's "acked" events say what an ACK was.
     syndromes: dict[tuple[str, int], str] = {}
     for e in events:
@@ -410,6 +422,12 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
             label = f"{_short_opcode(e.opcode)} PSN {e.psn}"
             if aeth is not None and kind in ("nak", "rnr"):
                 label = f"{_aeth_label(aeth)} PSN {e.psn}"
+            cm = _cm_of(pkt)
+            if cm is not None:  # a CM MAD to QP1: name the message; the same MAD again is a resend
+                name, tid = cm
+                kind = "retx" if (e.node, name, tid) in seen_cm else "cnp"
+                label = f"CM {name}" + (" (again)" if kind == "retx" else "")
+                seen_cm.add((e.node, name, tid))
             note = str(e) + (f"\n{aeth.syndrome_text()}" if aeth is not None else "")
             if pkt is None and kind == "ack":
                 kind = "ack?"  # no frame: decided when the completer's "acked" event arrives
@@ -433,6 +451,8 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
                 if e.node != a.src:
                     a.dst = e.node
                 a.lost = True
+                if "lost" in str(reason):
+                    a.t1 = None  # lost on the way: drawn as stopping short of the receiver
                 a.note += f"\ndropped: {reason}"
                 if "lost" not in str(reason):
                     markers.append(Marker(e.node, e.time_ns, f"dropped: {reason}", "error", str(e)))
@@ -453,18 +473,43 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
         elif e.kind == "posted" and posted:
             markers.append(Marker(e.node, e.time_ns, f"post {e.detail.get('opcode', '')}", "posted", str(e)))
         elif e.kind == "state" and states:
-            markers.append(Marker(e.node, e.time_ns, f"{e.detail.get('from')} \u2192 {e.detail.get('to')}", "state",
-                                  str(e)))
+            last = markers[-1] if markers else None
+            if last is not None and last.kind == "state" and last.node == e.node and last.t == e.time_ns \
+                    and last.label.endswith(str(e.detail.get("from"))):
+                last.label += f" \u2192 {e.detail.get('to')}"  # INIT -> RTR -> RTS in one instant: one marker
+            else:
+                markers.append(Marker(e.node, e.time_ns, f"{e.detail.get('from')} \u2192 {e.detail.get('to')}",
+                                      "state", str(e)))
+        elif e.kind == "cm state" and states:
+            text = str(e.detail.get("detail", "")).split(" ", 1)[-1]
+            if text in ("established", "timewait", "closed"):
+                markers.append(Marker(e.node, e.time_ns, f"CM {text}", "state", str(e)))
     for a in arrows:
         if a.kind == "ack?":
             a.kind = "ack"
     _spread_bursts(arrows)
+    markers = _merge_markers(markers)
     if limit is not None:
         arrows = arrows[:limit]
         if arrows:
             t_end = max(a.t1 or a.t0 for a in arrows)
             markers = [m for m in markers if m.t <= t_end]
     return Ladder(order, arrows, markers, title)
+
+
+def _merge_markers(markers: list[Marker]) -> list[Marker]:
+    """Markers of one node at one instant become one ("WC SEND ok; RTS -> ERR"): drawn apart they overlap."""
+    out: list[Marker] = []
+    at: dict[tuple[str, int], Marker] = {}
+    for m in markers:
+        first = at.get((m.node, m.t))
+        if first is None:
+            at[(m.node, m.t)] = m
+            out.append(m)
+        elif m.label not in first.label:
+            first.label += f"; {m.label}"
+            first.note += f"\n{m.note}"
+    return out
 
 
 def _from_acked(a: Arrow, syndrome: str | None) -> None:

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 from rdmalab.wire.errors import DecodeError, EncodeError, MalformedError, TruncatedError
 from rdmalab.wire.header import F, Header, Layout, layout
+from rdmalab.wire.ib import IB_MTU_BYTES
 from rdmalab.wire.mad import (
     CM_ATTR_DREP,
     CM_ATTR_DREQ,
@@ -64,7 +65,7 @@ TST_NAMES = {0: "RC", 1: "UC", 2: "RD", 3: "Reserved (XRC with extended transpor
 
 # Path MTU codes, IBA Vol 1 9.4 / 12.6.5 (same as ibv_mtu)
 MTU_256, MTU_512, MTU_1024, MTU_2048, MTU_4096 = 1, 2, 3, 4, 5
-MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
+MTU_BYTES = IB_MTU_BYTES  # the path MTU codes (IBA Vol 1 12.6.5), wire.ib's table
 
 # REJ "Message REJected" and MRA "Message MRAed", IBA Vol 1 12.6.6 / 12.6.7
 MSG_REQ = 0

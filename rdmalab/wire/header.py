@@ -188,7 +188,19 @@ class Header:
 
     # ------------------------------------------------------------------ encode
     def encode(self) -> bytes:
-        """The header's bytes.  Raises :class:`EncodeError` for a value that does not fit."""
+        """The header's bytes.  Raises :class:`EncodeError` for a value that does not fit.
+
+        Runs the encoder generated from the declaration (:func:`compile_encoder`), which gives the
+        bytes of :meth:`encode_reference` or, for a value that does not fit, hands over to it."""
+        cls = type(self)
+        enc = _ENCODERS.get(cls)
+        if enc is None:
+            enc = _ENCODERS[cls] = compile_encoder(cls)
+        out: bytes = enc(self)
+        return out
+
+    def encode_reference(self) -> bytes:
+        """The readable encoder: each field checked, shifted into place and or-ed in, in order."""
         lay = self.LAYOUT
         v = 0
         for f in lay.fields:
@@ -258,3 +270,47 @@ class Header:
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in cls.LAYOUT.fields)
+
+
+# ---------------------------------------------------------------------- code generated from the declarations
+# A header is declared once (its LAYOUT); these build, from that declaration, the straight-line
+# Python that the generic loops above spell out field by field: no field is written twice, and
+# tests/wire/test_header_fast.py holds each generated function to its readable reference.
+
+_ENCODERS: dict[type, Any] = {}
+
+
+def compile_encoder(cls: type[Header]) -> Any:
+    """``encode(h) -> bytes`` for header class ``cls``: the fields' shifts and widths written out
+    as one expression.  A value that is not an ``int`` in range goes to :meth:`Header.encode_reference`,
+    which raises the :class:`EncodeError` that names it."""
+    lay = cls.LAYOUT
+    names = [f"_v{i}" for i in range(len(lay.fields))]
+    lines = ["def encode(h):"]
+    lines.append("    " + ", ".join(names) + ", = " + ", ".join(f"h.{f.name}" for f in lay.fields) + ",")
+    check = " or ".join(f"{n}.__class__ is not int or {n} >> {f.bits} or {n} < 0"
+                        for n, f in zip(names, lay.fields, strict=True))
+    lines.append(f"    if {check}:")
+    lines.append("        return h.encode_reference()")  # bools, big or negative values: checked there
+    value = " | ".join(f"({n} << {f.shift})" if f.shift else n for n, f in zip(names, lay.fields, strict=True))
+    lines.append(f"    return ({value}).to_bytes({lay.size}, 'big')")
+    ns: dict[str, Any] = {}
+    exec("\n".join(lines), ns)  # noqa: S102 - source built above from the layout, no outside input
+    encode: Any = ns["encode"]
+    encode.__qualname__ = f"{cls.__name__}.encode (generated)"
+    return encode
+
+
+def compile_constructor(cls: type[Header]) -> Any:
+    """``make(field, ...) -> cls``: a header from its field values in wire order, unchecked, as the
+    frozen dataclass's ``__init__`` would build it but without its per-field ``object.__setattr__``
+    lookups (for the engine, which builds an AETH for every ACK)."""
+    names = [f.name for f in cls.LAYOUT.fields]
+    ns: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    for i, n in enumerate(names):
+        ns[f"_set{i}"] = getattr(cls, n).__set__  # the slot's own descriptor: no __setattr__
+    body = "".join(f"    _set{i}(h, {n})\n" for i, n in enumerate(names))
+    exec(f"def make({', '.join(names)}):\n    h = _new(_cls)\n{body}    return h\n", ns)  # noqa: S102
+    make: Any = ns["make"]
+    make.__qualname__ = f"{cls.__name__}.make (generated)"
+    return make

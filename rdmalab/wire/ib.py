@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from rdmalab.wire.errors import MalformedError
-from rdmalab.wire.header import F, Header, Layout, layout
+from rdmalab.wire.header import F, Header, Layout, compile_constructor, layout
 
 # --------------------------------------------------------------------------- routing headers
 
@@ -24,6 +24,11 @@ LNH_IBA_GLOBAL = 3
 LNH_NAMES = {0: "Raw", 1: "IP non-IBA", 2: "IBA local (BTH next)", 3: "IBA global (GRH next)"}
 
 GRH_NXTHDR_IBA = 0x1B  # IBA Vol 1 8.3.1: next header value for an IBA transport header
+
+#: The IB MTUs: code -> bytes of payload a packet may carry (IBA Vol 1 14.2.5.6, PortInfo MTUCap and
+#: NeighborMTU; the same codes in a CM REQ's Path MTU, 12.6.5, and in libibverbs' ``enum ibv_mtu``).
+IB_MTU_BYTES: dict[int, int] = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
+IB_MTUS: tuple[int, ...] = tuple(IB_MTU_BYTES.values())  # 256 .. 4096, smallest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +94,33 @@ class GRH(Header):
         F("dgid", 128, "infiniband.grh.dgid", fmt="ipv6", doc="Destination GID"),
         ws="infiniband.grh",
     )
+
+
+# The RoCEv2 UDP source port of a connection (Linux include/rdma/ib_verbs.h, since 5.17; rxe sets it in
+# rxe_modify_qp whenever the address vector is given, replacing the initial 0xC000 + hash_32(qpn, 14)).
+ROCE_UDP_SPORT_MIN = 0xC000  # IB_ROCE_UDP_ENCAP_VALID_PORT_MIN: the 14 low bits carry the entropy
+FLOW_LABEL_MASK = 0xFFFFF  # IB_GRH_FLOWLABEL_MASK
+
+
+def calc_flow_label(lqpn: int, rqpn: int) -> int:
+    """ib_verbs.h ``rdma_calc_flow_label``: a 20-bit flow label from the two QP numbers, the same
+    at both ends (the product folded at bits 20 and 40)."""
+    v = (lqpn * rqpn) & 0xFFFFFFFFFFFFFFFF
+    v ^= v >> 20
+    v ^= v >> 40
+    return v & FLOW_LABEL_MASK
+
+
+def flow_label_to_udp_sport(flow_label: int) -> int:
+    """ib_verbs.h ``rdma_flow_label_to_udp_sport``: the 20-bit flow label folded into 14 bits, above 0xC000."""
+    low, high = flow_label & 0x3FFF, flow_label & 0xFC000
+    return (low ^ (high >> 14)) | ROCE_UDP_SPORT_MIN
+
+
+def udp_sport(flow_label: int, lqpn: int, rqpn: int) -> int:
+    """ib_verbs.h ``rdma_get_udp_sport``: the UDP source port of a QP's packets, from the address
+    vector's flow label, or from the QP numbers when the flow label is 0."""
+    return flow_label_to_udp_sport(flow_label or calc_flow_label(lqpn, rqpn))
 
 
 # --------------------------------------------------------------------------- BTH
@@ -281,17 +313,18 @@ class AETH(Header):
         ws="infiniband.aeth",
     )
 
+    # the engine builds one of these for every ACK it sends: the generated constructor, not __init__
     @classmethod
     def ack(cls, msn: int, credits: int = CREDIT_INVALID) -> AETH:
-        return cls(type=AETH_ACK, value=credits, msn=msn)
+        return _make_aeth(0, AETH_ACK, credits, msn) if cls is AETH else cls(0, AETH_ACK, credits, msn)
 
     @classmethod
     def rnr_nak(cls, msn: int, timer: int) -> AETH:
-        return cls(type=AETH_RNR_NAK, value=timer, msn=msn)
+        return cls(0, AETH_RNR_NAK, timer, msn)
 
     @classmethod
     def nak(cls, msn: int, code: int) -> AETH:
-        return cls(type=AETH_NAK, value=code, msn=msn)
+        return cls(0, AETH_NAK, code, msn)
 
     @property
     def syndrome(self) -> int:
@@ -365,6 +398,9 @@ class AETH(Header):
 
     def summary(self) -> str:
         return f"AETH({self.syndrome_text()}, msn={self.msn})"
+
+
+_make_aeth = compile_constructor(AETH)
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,6 +530,11 @@ class Transport(enum.IntEnum):
 class Op(enum.Enum):
     """The operation an opcode belongs to."""
 
+    # Members are singletons compared by identity, so the identity hash agrees with ``==``; Enum's own
+    # ``__hash__`` is a Python function (hash of the name), and the engine looks opcodes up by these
+    # several times a packet.
+    __hash__ = object.__hash__
+
     SEND = "SEND"
     RDMA_WRITE = "RDMA WRITE"
     RDMA_READ_REQUEST = "RDMA READ Request"
@@ -510,6 +551,8 @@ class Op(enum.Enum):
 
 class Pos(enum.Enum):
     """Where a packet sits in a multi-packet message."""
+
+    __hash__ = object.__hash__  # as Op's
 
     FIRST = "First"
     MIDDLE = "Middle"

@@ -22,6 +22,19 @@ COMPUTED = {
     "infiniband.invariant.crc": "the ICRC trailer, not a header field",
     "iwarp_mpa.crc": "the MPA CRC32c trailer, not a header field",
     "iwarp_mpa.crc_check": "whether that trailer checks (computed)",
+    "tcp.window_size": "the raw window scaled by the shift count of the sender's SYN (RFC 7323 2.2)",
+    # Wireshark names the Terminate's error type and code by the layer that reported the error
+    # (packet-iwarp-ddp-rdmap.c); the declaration has one field each, term_etype and term_errcode
+    "iwarp_rdma.term_etype_rdma": "term_etype when the layer is RDMAP",
+    "iwarp_rdma.term_etype_ddp": "term_etype when the layer is DDP",
+    "iwarp_rdma.term_etype_llp": "term_etype when the layer is the LLP (MPA)",
+    "iwarp_rdma.term_errcode_rdma": "term_errcode for an RDMAP error",
+    "iwarp_rdma.term_errcode_ddp_tagged": "term_errcode for a DDP tagged-buffer error",
+    "iwarp_rdma.term_errcode_ddp_untagged": "term_errcode for a DDP untagged-buffer error",
+    "iwarp_rdma.term_errcode_llp": "term_errcode for an LLP error",
+    # the atomic's add/swap operand: Wireshark names it by the atomic's opcode
+    "iwarp_rdma.atomic.swap_data": "add_data of a Swap or CompareSwap",
+    "iwarp_rdma.atomic.swap_mask": "add_mask of a Swap or CompareSwap",
 }
 
 

@@ -182,3 +182,32 @@ def test_damaged_files_name_the_problem(tmp_path: Path) -> None:
         read_columns(junk)
     with pytest.raises(CaptureError, match="no such file"):
         read_columns(tmp_path / "missing.pcap")
+
+
+#: The Terminate, MPA marker and RDMAP atomic columns (issue 19).
+NEW_IWARP_FIELDS = [c.name for c in IWARP_COLUMNS if c.name.startswith(
+    ("iwarp_rdma.term_e", "iwarp_rdma.term_rsvd", "iwarp_mpa.marker_res", "iwarp_mpa.marker_fpduptr",
+     "iwarp_rdma.atomic."))]
+
+
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("path", [p for p in FILES if p.name.startswith(("siw_", "synthetic_iwarp"))],
+                         ids=lambda p: p.name)
+def test_terminate_marker_atomic_columns_print_like_tshark(path: Path, capsys: Any) -> None:
+    """Each new column, on the columnar and the per-packet path, with a filter on it, prints tshark's
+    bytes (every real siw capture: none carries a Terminate, a marker or an atomic, and both tools
+    agree on that; the synthetic ones carry all three)."""
+    from rdmalab.cli import main
+
+    assert len(NEW_IWARP_FIELDS) == 25
+    args = ["-e", "frame.number", *[a for f in NEW_IWARP_FIELDS for a in ("-e", f)]]
+    expr = " || ".join(NEW_IWARP_FIELDS[:12] + ["iwarp_rdma.atomic.opcode >= 0"])
+    for flt in ([], ["-Y", expr]):
+        want = subprocess.run(["tshark", "-n", "--disable-protocol", "rpcordma", "-r", str(path), "-T", "fields",
+                               *args, *flt], capture_output=True, text=True, check=True).stdout
+        for extra in ([], ["--no-columnar"]):
+            assert main(["decode", *extra, "-r", str(path), "-T", "fields", *args, *flt]) == 0
+            assert capsys.readouterr().out == want, (extra, flt)
+        if path.name.startswith("synthetic"):
+            assert any(len(line.strip("\t")) > len(line.split("\t")[0]) for line in want.splitlines())

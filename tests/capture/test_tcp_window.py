@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import dpkt
+import numpy as np
 import pytest
 
 from rdmalab.capture import read
@@ -109,3 +110,48 @@ def test_decode_prints_the_scaled_window(capsys: pytest.CaptureFixture[str]) -> 
     lines = capsys.readouterr().out.splitlines()
     # the handshake offered WS=128 (shift 7) both ways; the SYNs themselves are not scaled
     assert " Win=64240 " in lines[0] and " Win=65160 " in lines[1] and " Win=64256 " in lines[2]
+
+
+def _handshakes(tmp_path: Path) -> Path:
+    path = tmp_path / "handshakes.pcap"
+    with open(path, "wb") as f:
+        w = dpkt.pcap.Writer(f)
+        for k, p in enumerate(p for pk in HANDSHAKES.values() for p in pk):
+            w.writepkt(_frame(*p), ts=k + 1)
+    return path
+
+
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("name", ["handshakes", "siw_rping.pcap", "siw_write_bw.pcap", "siw_crc_read_bw.pcap",
+                                  "siw_write_bw_midstream.pcap", "rxe_rc_pingpong.pcap"])
+@pytest.mark.parametrize("path_opt", [[], ["--no-columnar"]])
+def test_window_size_field_and_filter_as_tshark(name: str, path_opt: list[str], tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``-e tcp.window_size`` and ``-Y 'tcp.window_size ...'`` print what tshark prints, on the
+    columnar path (the handshakes followed across blocks) and the per-packet one."""
+    from rdmalab.cli import main
+
+    path = _handshakes(tmp_path) if name == "handshakes" else CAPTURES / name
+    for flt in ("tcp", "tcp.window_size > 65535", "tcp.window_size == tcp.window_size_value"):
+        if "==" in flt and "tcp.window_size_value" in flt:
+            flt = "tcp.window_size >= 1000 && tcp.window_size_value < 1000"
+        args = ["-T", "fields", "-e", "frame.number", "-e", "tcp.window_size_value", "-e", "tcp.window_size",
+                "-Y", flt]
+        want = subprocess.run(["tshark", "-n", "-r", str(path), *args], capture_output=True, text=True,
+                              check=True).stdout
+        assert main(["decode", *path_opt, "-r", str(path), *args]) == 0
+        assert capsys.readouterr().out == want, flt
+
+
+def test_window_size_column_follows_handshakes_across_blocks(tmp_path: Path) -> None:
+    from rdmalab.capture.columnar import iter_columns
+
+    path = CAPTURES / "siw_write_bw.pcap"
+    names = ["tcp.window_size", "tcp.window_size_value"]
+    whole = next(iter(iter_columns(path, fields=names)))
+    parts = list(iter_columns(path, fields=names, block_bytes=2048))
+    assert len(parts) > 5
+    got = np.concatenate([p["tcp.window_size"] for p in parts])
+    assert np.array_equal(got, whole["tcp.window_size"])
+    assert (got != whole["tcp.window_size_value"]).sum() > 10  # scaled: the handshake offered a shift

@@ -144,3 +144,42 @@ def test_json_agrees_with_tshark(path: Path) -> None:
                 diffs.append(f"frame {cp.frame_number} {name}: rdmalab {g}, tshark {w}")
     assert compared > 0
     assert not diffs, f"{len(diffs)} differences:\n" + "\n".join(diffs[:40])
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (Path(__file__).resolve().parents[2] / "captures").glob("*.pcap")))
+def test_the_fast_writer_writes_what_json_dumps_writes(name: str) -> None:
+    """iter_json's own writer gives json.dumps(indent=2, ensure_ascii=False)'s bytes, indented by two."""
+    import json
+
+    from rdmalab.capture import read
+    from rdmalab.capture.tsjson import _dump, packet_json
+
+    path = Path(__file__).resolve().parents[2] / "captures" / name
+    for cp in read(path):
+        obj = packet_json(cp, first_ns=0, prev_ns=0, prev_displayed_ns=0)
+        out: list[str] = []
+        _dump(obj, "\n  ", out)
+        assert "".join(out) == json.dumps(obj, indent=2, ensure_ascii=False).replace("\n", "\n  ")
+    for odd in ({}, [], {"a": [], "b": {}, "c": None, "d": ["x", {"é\u2192\"\\": "\x01"}]}):
+        out = []
+        _dump(odd, "\n", out)
+        assert "".join(out) == json.dumps(odd, indent=2, ensure_ascii=False)
+
+
+def test_value_text_decided_once_a_name_writes_what_the_general_path_writes() -> None:
+    """tsjson.value_text decides the text of an integer once per field name: for every value of every
+    field of every capture (and a few made up) it is the general path's text."""
+    from rdmalab.capture import frame_fields
+    from rdmalab.capture.tsjson import _value_text_any, value_text
+
+    seen = 0
+    for path in sorted((Path(__file__).resolve().parents[2] / "captures").glob("*.pcap")):
+        for cp in read(path):
+            for raw in (False, True):
+                for name, v in frame_fields(cp, raw=raw).items():
+                    for x in v if isinstance(v, list) else [v]:
+                        if type(x) is int:
+                            for y in (x, 0, 1, 255, 2**32 - 1):
+                                assert value_text(name, y) == _value_text_any(name, y), (name, y)
+                                seen += 1
+    assert seen > 10000

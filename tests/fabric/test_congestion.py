@@ -15,10 +15,12 @@ import pytest
 from tshark_util import requires_tshark, tshark_path
 
 from rdmalab.cli import main
-from rdmalab.fabric.scenarios import HEADER_OVERHEAD, build, run
-from rdmalab.fabric.switched import CE, SwitchedFabric
+from rdmalab.fabric.scenarios import HEADER_OVERHEAD, build, flow_table, run
+from rdmalab.fabric.switched import CE, HEADER_BYTES, SwitchedFabric
+from rdmalab.fabric.switched_carrier import SwitchedCarrier
 from rdmalab.verbs.engine.cnp import CnpPacer
 from rdmalab.verbs.engine.dcqcn import PAPER, RateLimiter
+from rdmalab.verbs.engine.requester import WINDOW
 from rdmalab.wire import BTH, decode_ethernet
 from rdmalab.wire.net import IPv4
 from rdmalab.wire.pfc import decode_pfc_frame, is_pfc_frame
@@ -41,9 +43,18 @@ def test_incast_2to1_converges_to_fair_share(incast: dict) -> None:  # type: ign
     assert q["share_empty"] < 0.1
 
 
-def test_without_dcqcn_pfc_does_the_work() -> None:
+def test_without_dcqcn_the_rc_window_or_pfc_does_the_work() -> None:
+    # Without DCQCN each QP sends as fast as its RC window allows (128 PSNs unacknowledged, rxe's
+    # RXE_MAX_UNACKED_PSNS): two windows are all the queue can ever hold, far below the dynamic
+    # XOFF threshold of a 12 MB buffer, so PFC never fires
     res = run("incast", senders=2, duration_ms=5.0, settings={"dcqcn": "0"}).to_json()
+    window_kb = WINDOW * (1024 + HEADER_BYTES) / 1024
+    assert res["pauses"] == 0 and res["drops"] == 0 and res["cnps"] == 0 and res["marks"] == 0
+    assert 0.5 * window_kb < res["queues"][0]["max_all_kb"] <= 2 * window_kb
+    # with a fixed XOFF below a window, PFC does the work: pauses, no drops, no CNPs
+    res = run("incast", senders=2, duration_ms=5.0, settings={"dcqcn": "0", "pfc_xoff": "50"}).to_json()
     assert res["pauses"] > 0 and res["drops"] == 0 and res["cnps"] == 0
+    assert res["queues"][0]["max_all_kb"] < 2 * 50 + 20  # each ingress stops near its XOFF (plus headroom)
     assert res["queues"][0]["paused_ms"] == 0.0  # the receiver never pauses the switch
     fair = 40.0 * HEADER_OVERHEAD / 2
     assert all(abs(f["goodput_gbps"] - fair) < 0.1 * fair for f in res["flows"])
@@ -104,6 +115,45 @@ def test_bad_parameters() -> None:
         build("incast", settings={"nonsense": "1"})
     with pytest.raises(ValueError, match="scope"):
         SwitchedFabric(cnp_scope="qp").add_host("a").pacer.__class__(1, "rack")
+    with pytest.raises(ValueError, match="scope"):
+        SwitchedFabric(cnp_scope="rack").add_host("a")
+    with pytest.raises(ValueError, match="path MTU.*1000"):
+        build("incast", settings={"payload": "1000"})
+    with pytest.raises(ValueError, match="qp_timeout"):
+        SwitchedFabric(qp_timeout=40)
+    with pytest.raises(ValueError, match="depth"):
+        SwitchedFabric(depth=0)
+    fab = SwitchedFabric()
+    with pytest.raises(ValueError, match="path MTU of 1024"):
+        SwitchedCarrier(fab, mtu=2048)
+    sw = fab.add_switch("sw")
+    a = fab.add_host("a")
+    fab.link(a, sw)
+    with pytest.raises(ValueError, match="two hosts"):
+        fab.add_flow(a, a)
+    b = fab.add_host("b")
+    with pytest.raises(ValueError, match="linked"):
+        fab.add_flow(a, b)
+    fab.link(b, sw)
+    with pytest.raises(ValueError, match="size"):
+        fab.add_flow(a, b, size=0)
+
+
+def test_acks_go_ahead_of_queued_requests() -> None:
+    # Two flows in opposite directions, no DCQCN: each NIC's queue holds up to a window of its own
+    # requests, and the ACKs for the other flow go out ahead of them (rxe's responder and requester
+    # are separate tasks), so both flows run at line rate instead of waiting a window for each ACK
+    fab = SwitchedFabric(dcqcn=None)
+    sw = fab.add_switch("sw")
+    a, b = fab.add_host("a"), fab.add_host("b")
+    fab.link(a, sw)
+    fab.link(b, sw)
+    fab.add_flow(a, b)
+    fab.add_flow(b, a)
+    fab.watch = [fab.port("sw", "b")]
+    fab.run(2000)
+    line = 40.0 * HEADER_OVERHEAD
+    assert all(r["goodput_gbps"] > 0.97 * line for r in flow_table(fab)), flow_table(fab)
 
 
 def _capture(tmp_path) -> tuple:  # type: ignore[no-untyped-def,type-arg]
@@ -210,10 +260,13 @@ def test_pfc_alone_blocks_the_victim_only_while_the_incast_lasts() -> None:
     assert min(after) > 0.9 * base  # and back at once: no rate control to recover
 
 
+@pytest.mark.slow
 def test_fairness_late_joiners_get_their_share() -> None:
-    res = run("fairness", senders=4, duration_ms=20.0)
+    # 40 ms: the last joiner arrives at 15 ms; the first flow, cut to a few Gb/s when the third and
+    # fourth join, climbs back by R_AI = 40 Mb/s per 60 us timer, which takes longer than 10 ms
+    res = run("fairness", senders=4, duration_ms=40.0)
     starts = [f.start for f in res.fabric.flows]
-    assert starts == sorted(starts) and starts[-1] == 7.5e6  # one joins every 2.5 ms
+    assert starts == sorted(starts) and starts[-1] == 15e6  # one joins every 5 ms
     rates = [f["goodput_gbps"] for f in res.to_json()["flows"]]
     jain = sum(rates) ** 2 / (len(rates) * sum(r * r for r in rates))
     assert jain > 0.95 and min(rates) > 0.5 * 40.0 * HEADER_OVERHEAD / 4, rates

@@ -24,6 +24,7 @@ def _base_rtt_us(fab) -> float:  # type: ignore[no-untyped-def]
     return 4 * (port.delay + (fab.payload + 58) * 8 / port.rate) / 1000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 10, 64])
 def test_fluid_matches_packets(n: int) -> None:
     res = run("incast", senders=n, duration_ms=40.0)
@@ -31,13 +32,15 @@ def test_fluid_matches_packets(n: int) -> None:
     k = len(fab.samples) // 2
     pkt_rate = statistics.mean(statistics.mean(row) for row in fab.rate_series[k:])
     pkt_queue = res.to_json()["queues"][0]["mean_kb"]
-    model = simulate(NS3_RDMA, n=n, duration_ms=40.0, tau_star_us=_base_rtt_us(fab), dt_us=0.2, record_every=5)
+    model = simulate(NS3_RDMA, n=n, duration_ms=40.0, tau_star_us=_base_rtt_us(fab), dt_us=0.2, record_every=5,
+                     packet_bytes=fab.payload + 58)
     rate, queue, _ = model.settled()
     assert rate == pytest.approx(40.0 / n, rel=0.01)
     assert pkt_rate == pytest.approx(rate, rel=0.03)
     assert abs(pkt_queue - queue) < 40.0, (pkt_queue, queue)
 
 
+@pytest.mark.slow
 def test_instability_with_feedback_delay() -> None:
     paper_switch = {"kmin_kb": 5.0, "kmax_kb": 200.0, "pmax": 0.01}
     calm = simulate(PAPER, n=2, duration_ms=40.0, tau_star_us=85.0, dt_us=0.2, record_every=5, **paper_switch)

@@ -310,3 +310,43 @@ def test_bind_to_an_address_no_device_has_names_the_devices(fab: Fabric) -> None
         s.bind_addr(AddrInfo(src="10.9.9.9", src_service=1, flags=RAI_PASSIVE))
     with pytest.raises(PyverbsRDMAError, match=r"'nonsense!' is not an IPv4 address"):
         AddrInfo(dst="nonsense!", dst_service=1)
+
+
+def test_multicast_join_send_and_leave(fab: Fabric) -> None:
+    # rdma_cm on RoCE (no SA): the group's MGID is its IPv4-mapped address, the Q_Key RDMA_UDP_QKEY; a UD
+    # SEND to QP 0xFFFFFF reaches every QP attached to the group, the sender's own included, until it leaves.
+    from rdmalab.verbs.addr import AH
+
+    group = "230.0.0.7"
+    members = []
+    for src in ("10.0.0.1", "10.0.0.2"):
+        s = Side()
+        s.id = CMID(s.ch, port_space=RDMA_PS_UDP)
+        s.id.resolve_addr(AddrInfo(src=src, dst=group))
+        s.event(EV.RDMA_CM_EVENT_ADDR_RESOLVED)
+        s.id.create_qp(_init(e.IBV_QPT_UD))
+        s.id.join_multicast(addr=AddrInfo(src=group))
+        ev = s.event(EV.RDMA_CM_EVENT_MULTICAST_JOIN)
+        ud = UDParam(ev)
+        assert (ud.qp_num, ud.qkey) == (0xFFFFFF, ibcm.RDMA_UDP_QKEY)
+        assert ud.ah_attr.gr.dgid.gid == "0000:0000:0000:0000:0000:ffff:e600:0007"
+        members.append((s, ud))
+    (sender, ud), (receiver, _) = members
+    rmr = receiver.id.reg_msgs(64 + 40)
+    receiver.id.post_recv(rmr)
+    smr = sender.id.reg_msgs(64)
+    smr.write(b"to the group", 12)
+    sender.id.post_ud_send(smr, AH(sender.id.pd, attr=ud.ah_attr), rqpn=0xFFFFFF, length=12)
+    assert sender.id.get_send_comp().status == e.IBV_WC_SUCCESS
+    wc = receiver.id.get_recv_comp()
+    assert (wc.status, wc.byte_len, wc.src_qp) == (e.IBV_WC_SUCCESS, 52, sender.id.qpn)
+    assert bytes(rmr.read(12, 40)) == b"to the group"
+    # after leaving, the group's packets no longer reach the receiver's QP
+    receiver.id.leave_multicast(AddrInfo(src=group))
+    receiver.id.post_recv(rmr)
+    sender.id.post_ud_send(smr, AH(sender.id.pd, attr=ud.ah_attr), rqpn=0xFFFFFF, length=12)
+    assert sender.id.get_send_comp().status == e.IBV_WC_SUCCESS
+    fab.run()
+    assert receiver.id.qp is not None and len(receiver.id.qp.rcq) == 0
+    with pytest.raises(PyverbsRDMAError, match="has not joined 230.0.0.7"):
+        receiver.id.leave_multicast(AddrInfo(src=group))

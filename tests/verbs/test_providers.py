@@ -126,3 +126,20 @@ def test_context_of_an_unknown_device_names_what_there_is() -> None:
     with pytest.raises(PyverbsRDMAError, match=r"soft9: not found \(have \['soft0', 'soft1'"):
         Context(name="soft9")
     assert [d.name for d in get_device_list()][:2] == [b"soft0", b"soft1"]
+
+
+@pytest.mark.skipif(not _can_raw(), reason="a linked device opens a raw socket: needs root or CAP_NET_RAW")
+def test_a_linked_device_leaves_sigio_ignored_at_exit() -> None:
+    # SIGIO answers packets while the program waits elsewhere (rdmalab.fabric.background); the
+    # interpreter puts SIGIO's default action (terminate) back while it shuts down, so a late packet
+    # would kill a program that ended well: at exit SIGIO must be ignored and the socket not signal.
+    code = ("import atexit, signal\n"
+            "atexit.register(lambda: print('at exit:', signal.getsignal(signal.SIGIO) == signal.SIG_IGN))\n"
+            "from rdmalab.verbs.device import Context\n"
+            "ctx = Context(name='soft0')\n"
+            "print('during:', signal.getsignal(signal.SIGIO).__name__)\n")
+    r = _fresh(code, RDMALAB_LINKS="soft0=lo")
+    if "cannot bind UDP 127.0.0.1:4791" in r.stderr + r.stdout:
+        pytest.skip("UDP 4791 on lo is taken on this machine")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["during: _on_sigio", "at exit: True"]

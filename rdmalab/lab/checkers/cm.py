@@ -78,3 +78,78 @@ def _psn(answer: Any) -> str:
             raise Wrong(f"The first request {host} sends has PSN {first[host]}: compare with both starting PSNs.",
                         field="BTH.psn", given=Said(f"{host}: {answer[host]!r}"), expected=expected)
     return "Right: " + "; ".join(f"{h} sends from the {n}'s starting PSN" for h, n in want.items()) + "."
+
+
+# ---------------------------------------------------------------- the handshake performed on the soft engine
+def _word(s: Any) -> str:
+    return str(s).strip().lower().replace("-", "_").replace(" ", "_")
+
+
+def _handshake() -> Any:
+    from rdmalab.lab.connect import run_connect
+
+    return run_connect()
+
+
+@exercise("cm.req_psn", "What the REQ's starting PSN becomes", notebook=NB, hints=(
+    "Compare the REQ's starting_psn with the sq_psn and rq_psn of both QPs after the connection is up.",
+    "One side sends with it, the other expects it: both are right answers, give one.",
+))
+def _req_psn(answer: Any) -> str:
+    run = _handshake()
+    expected = "(side, attribute): which QP attribute, on which side, the REQ's starting PSN sets"
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        raise Wrong("Give a pair (side, attribute), e.g. ('client', 'sq_psn').", field="answer",
+                    given=Said(repr(answer)), expected=expected)
+    side, attr = _word(answer[0]), _word(answer[1])
+    side = {"active": "client", "passive": "server"}.get(side, side)
+    ok = {("server", "sq_psn"), ("client", "rq_psn")}
+    if (side, attr) in ok:
+        return (f"Yes: the REQ's starting PSN {run.req_psn} is the PSN the server sends from (its sq_psn) and so "
+                "the PSN the client expects (its rq_psn); Linux's ib_cm does this (cm_req_handler) and the "
+                "capture of rping shows it. The REP's starting PSN numbers the other direction.")
+    if (side, attr) in {("client", "sq_psn"), ("server", "rq_psn")}:
+        raise Wrong("That is the direction the REP's starting PSN numbers. Look at the first request each side sends.",
+                    field="CM_REQ.starting_psn", given=Said(f"{answer[0]!r}, {answer[1]!r}"), expected=expected)
+    raise Wrong("Name a side ('client' or 'server') and a QP attribute ('sq_psn' or 'rq_psn').",
+                field="CM_REQ.starting_psn", given=Said(repr(tuple(answer))), expected=expected)
+
+
+@exercise("cm.first_rts", "Which side reaches RTS first", notebook=NB, hints=(
+    "Read the QP columns of the step table: after which call does each QP show RTS?",
+    "librdmacm moves the passive side's QP to RTR and RTS inside rdma_accept, before the REP leaves.",
+))
+def _first_rts(answer: Any) -> str:
+    run = _handshake()
+    first = next(s for s in run.steps if "RTS" in (s.client_qp, s.server_qp))
+    who = "server" if first.server_qp == "RTS" else "client"
+    expected = "'client' or 'server'"
+    if not isinstance(answer, str):
+        raise Wrong("Give 'client' or 'server'.", field="answer", given=Said(repr(answer)), expected=expected)
+    got = {"active": "client", "passive": "server"}.get(_word(answer), _word(answer))
+    if got == who:
+        return (f"Right: the {who} is in RTS after '{first.call}', before the REP leaves; the client moves to RTR "
+                "and RTS only when the REP arrives, then sends the RTU.")
+    raise Wrong("Look at the step where a QP column first shows RTS.", field="QP.state", given=Said(repr(answer)),
+                expected=expected)
+
+
+@exercise("cm.service_id", "What a service ID encodes", notebook=NB, hints=(
+    "IBA Annex A11: 0x0000000001 | port space (two bytes) | port (two bytes). rdma_cm writes (ps << 16) + port.",
+    "RDMA_PS_TCP is 0x0106, RDMA_PS_UDP 0x0111.",
+))
+def _service_id(answer: Any) -> str:
+    sid = 0x0000000001111C06
+    expected = "{'port_space': ..., 'port': ...} read from 0x0000000001111C06"
+    if not isinstance(answer, dict) or set(answer) != {"port_space", "port"}:
+        raise Wrong("Give a dict with the keys 'port_space' and 'port'.", field="answer", given=Said(repr(answer)),
+                    expected=expected)
+    ps = as_int(answer["port_space"], "a port space", field="service_id")
+    port = as_int(answer["port"], "a port", field="service_id")
+    if (ps, port) == ((sid >> 16) & 0xFFFF, sid & 0xFFFF):
+        return "Yes: port space 0x0111 (RDMA_PS_UDP: udaddy's), port 7174; rping's would be 0x0000000001061C06."
+    if port == 0x061C:
+        raise Wrong("Byte order: the service ID is a big-endian number; its low 16 bits are the port.",
+                    field="service_id", given=Said(f"port {port}"), expected=expected)
+    raise Wrong(f"Split {sid:#018x} into (port_space << 16) + port.", field="service_id",
+                given=Said(f"port_space {ps:#x}, port {port}"), expected=expected)

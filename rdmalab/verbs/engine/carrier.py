@@ -26,7 +26,8 @@ Names (stable; other modules build on them):
 ``Carrier``        outbound ``send(station, pkt)``; ``mtu``; ``burst_ok``; the clock ``now_ns`` and
                    timers ``call_later(delay_ns, fn, arg) -> TimerHandle``; ``resolve_mac(gid)``;
                    the trace sink ``tracing``/``record(event)``; and its ``scheduler``
-``TimerHandle``    what ``call_later`` returns: ``cancel()``
+``TimerHandle``    what ``call_later`` returns: ``cancel()``; ``Timer`` is one for carriers that keep
+                   a heap of ``(due, seq, callback, arg)`` (the simulated and the UDP carrier)
 ``Scheduler``      advances the engine: ``step()``, ``progress(done, max_steps)``,
                    ``run(until_ns)``.  ``CQ.poll`` and ``CompChannel.get_cq_event`` advance time
                    only through the scheduler of their device's carrier.
@@ -58,9 +59,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from rdmalab.verbs.engine.datagram import Datagram, datagram_from_frame
 from rdmalab.verbs.engine.packet import Pkt
-from rdmalab.verbs.trace import TraceEvent
+from rdmalab.verbs.engine.trace import TraceEvent
 
-__all__ = ["Carrier", "Datagram", "Scheduler", "Station", "TimerHandle", "datagram_from_frame"]
+__all__ = ["Carrier", "Datagram", "Scheduler", "Station", "Timer", "TimerHandle", "datagram_from_frame"]
 
 
 @runtime_checkable
@@ -68,6 +69,25 @@ class TimerHandle(Protocol):
     """A pending ``call_later``; ``cancel()`` makes it never run (idempotent)."""
 
     def cancel(self) -> None: ...
+
+
+class Timer:
+    """A :class:`TimerHandle` for carriers that keep ``(due, seq, callback, arg)`` in a heap: call it
+    (with any argument) when it falls due; it runs ``fn(arg)`` unless cancelled."""
+
+    __slots__ = ("fn", "arg", "cancelled")
+
+    def __init__(self, fn: Callable[[Any], None], arg: Any) -> None:
+        self.fn = fn
+        self.arg = arg
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def __call__(self, _: Any) -> None:
+        if not self.cancelled:
+            self.fn(self.arg)
 
 
 @runtime_checkable

@@ -72,6 +72,7 @@ MAX_CM_RETRIES = 15
 MRA_SERVICE_TIMEOUT = 24  # CMA_CM_MRA_SETTING's timeout (cma.c l.49)
 SIDR_TIMEOUT = 20  # cma_resolve_ib_udp: 1 << (20 - 8) ms
 RDMA_UDP_QKEY = 0x01234567  # include/rdma/rdma_cm_ib.h
+MCAST_QPN = 0xFFFFFF  # IBA Vol 1 9.8.1: what a multicast UD SEND is addressed to
 SIDR_SUCCESS, SIDR_UNSUPPORTED, SIDR_REJECT = 0, 1, 2
 
 
@@ -281,6 +282,9 @@ class CMAgent:
         self.counters = {"cm_tx_msgs": 0, "cm_tx_retries": 0, "cm_rx_msgs": 0, "cm_rx_duplicates": 0,
                          "cm_rx_dropped": 0}
         self.log: list[str] = []
+        #: the other processes of a device they share (rdmalab.fabric.shared.SharedDevice), else None:
+        #: a REQ for a service ID one of them listens on is theirs to answer
+        self.shared: Any = None
         #: CM message name -> how many of the next ones arriving are lost (for tests and the notebook)
         self.lose: dict[str, int] = {}
 
@@ -351,7 +355,7 @@ class CMAgent:
         return conn
 
     # ------------------------------------------------------------------ receiving
-    def on_mad(self, mad: bytes, src_gid: int) -> None:
+    def on_mad(self, mad: bytes, src_gid: int, packet_id: int | None = None) -> None:
         self.counters["cm_rx_msgs"] += 1
         try:  # lenient: a REQ whose cma_hdr is malformed still reaches rdma_cm, which refuses it with REJ 28
             msg = w.CMMessage.decode(mad, lenient=True)
@@ -360,7 +364,7 @@ class CMAgent:
             return
         if self.lose.get(msg.name):
             self.lose[msg.name] -= 1
-            self._dropped(f"{msg.name} lost on the way (lose_next)")
+            self._dropped(f"{msg.name} lost on the way (lose_next)", packet_id)
             return
         hdr = msg.mad
         if hdr.base_version != 1 or hdr.method != METHOD_SEND or hdr.class_version != w.CM_CLASS_VERSION:
@@ -376,11 +380,14 @@ class CMAgent:
             return
         handler(msg, src_gid)
 
-    def _dropped(self, why: str) -> None:
+    def _dropped(self, why: str, packet_id: int | None = None) -> None:
         self.counters["cm_rx_dropped"] += 1
         self.log.append(why)
         if self.dev.tracing:
-            self.dev.trace(GSI_QPN, "dropped", reason=why)
+            if packet_id is not None:
+                self.dev.trace(GSI_QPN, "dropped", packet_id=packet_id, reason=why)
+            else:
+                self.dev.trace(GSI_QPN, "dropped", reason=why)
 
     def _mine(self, msg: w.CMMessage) -> CMConn | None:
         rid = msg.remote_comm_id
@@ -408,6 +415,8 @@ class CMAgent:
             return
         factory = self.listeners.get(body.service_id)
         if factory is None:
+            if self.shared is not None and self.shared.listened_elsewhere(body.service_id):
+                return  # another process of this device listens on it: its CM answers
             self.send(src, w.build_rej(msg, w.REJ_INVALID_SERVICE_ID))
             return
         conn = CMConn(self, self.new_id(), _NoHandler(), active=False, started_ns=self.dev.now)
@@ -539,6 +548,8 @@ class CMAgent:
             return
         factory = self.listeners.get(body.service_id)
         if factory is None:
+            if self.shared is not None and self.shared.listened_elsewhere(body.service_id):
+                return
             conn.sidr_reply(0, 0, SIDR_UNSUPPORTED)
             return
         handler = factory(conn, msg)
@@ -605,7 +616,7 @@ class GSI:
         if mad[1] != MGMT_CLASS_CM:
             self.agent._dropped(f"MAD of management class {mad[1]:#x}: only the CM (0x07) is served")
             return
-        self.agent.on_mad(mad[:MAD_SIZE], pkt.src_gid)
+        self.agent.on_mad(mad[:MAD_SIZE], pkt.src_gid, pkt.id)
 
     def on_response(self, pkt: Pkt) -> None:
         self.agent._dropped("a response opcode to QP1")

@@ -20,10 +20,18 @@ import sys
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import requester
 from rdmalab.verbs.engine.memory import scatter
-from rdmalab.verbs.engine.packet import INFO, Pkt, psn_add, psn_diff
+from rdmalab.verbs.engine.packet import INFO, PSN_MASK, Pkt, psn_add, psn_diff
 from rdmalab.verbs.engine.qpcore import QPCore
 from rdmalab.verbs.engine.wqe import ATOMICS, READ_ATOMIC
-from rdmalab.wire.ib import NAK_INVALID_REQUEST, NAK_PSN_SEQUENCE_ERROR, NAK_REMOTE_ACCESS_ERROR, RNR_TIMER_US
+from rdmalab.wire.ib import (
+    AETH_ACK,
+    AETH_NAK,
+    AETH_RNR_NAK,
+    NAK_INVALID_REQUEST,
+    NAK_PSN_SEQUENCE_ERROR,
+    NAK_REMOTE_ACCESS_ERROR,
+    RNR_TIMER_US,
+)
 from rdmalab.wire.opcodes import Op, Pos
 
 _READY = (e.IBV_QPS_RTS, e.IBV_QPS_SQD, e.IBV_QPS_SQE)
@@ -32,35 +40,40 @@ _NAK_STATUS = {NAK_INVALID_REQUEST: e.IBV_WC_REM_INV_REQ_ERR, NAK_REMOTE_ACCESS_
 
 def on_response(qp: QPCore, pkt: Pkt) -> None:
     if qp.qp_state not in _READY or qp.qp_type != e.IBV_QPT_RC:
-        qp.dev._drop(pkt, f"completer not ready (QP in {qp.qp_state_name})")
+        qp.dev.drop(pkt, f"completer not ready (QP in {qp.qp_state_name})")
         return
-    for p in pkt.expand():
-        _one(qp, p)
-        if qp.qp_state not in _READY:
-            return
-    _after(qp)
+    if pkt.count == 1:
+        _one(qp, pkt)
+    else:
+        for p in pkt.expand():
+            _one(qp, p)
+            if qp.qp_state not in _READY:
+                return
+    _after(qp)  # (which does nothing if the QP left the ready states)
 
 
 def _one(qp: QPCore, pkt: Pkt) -> None:
     info = INFO[pkt.opcode]
     psn = pkt.psn
     aeth = pkt.aeth
-    if qp.dev.tracing:
+    if qp.dev.carrier.tracing:
         qp.dev.trace(qp.qp_num, "acked", psn, pkt.opcode, syndrome=aeth.syndrome_text() if aeth else None)
     if psn_diff(psn, qp.req.psn) >= 0:
         return  # a "ghost" response for a PSN never sent
-    if info.op == Op.ACKNOWLEDGE:
+    op = info.op
+    if op is Op.ACKNOWLEDGE:
         assert aeth is not None
-        if aeth.is_ack:
+        kind = aeth.type  # (AETH.is_ack, is_rnr_nak and is_nak, without their calls)
+        if kind == AETH_ACK:
             if psn_diff(psn, qp.comp.psn) >= 0:
                 _complete_through(qp, psn)
-        elif aeth.is_rnr_nak:
+        elif kind == AETH_RNR_NAK:
             _rnr(qp, psn, aeth.value)
-        elif aeth.is_nak:
+        elif kind == AETH_NAK:
             _nak(qp, psn, aeth.value)
-    elif info.op == Op.RDMA_READ_RESPONSE:
+    elif op is Op.RDMA_READ_RESPONSE:
         _read_response(qp, pkt, info.pos)
-    elif info.op == Op.ATOMIC_ACKNOWLEDGE:
+    elif op is Op.ATOMIC_ACKNOWLEDGE:
         _atomic_ack(qp, pkt)
 
 
@@ -74,18 +87,22 @@ def _progress(qp: QPCore, new_comp: int) -> None:
 def _complete_through(qp: QPCore, psn: int) -> bool:
     """Complete SEND/WRITE WQEs up to ``psn``; False if a READ/atomic in between is missing (implied NAK)."""
     sq = qp.sq
-    while sq and sq[0].started and psn_diff(psn, sq[0].last_psn) >= 0:
+    while sq:
         w = sq[0]
+        if not w.started or psn_diff(psn, w.last_psn) < 0:
+            break
         if w.opcode in READ_ATOMIC:
             _retry(qp, "implied NAK")
             return False
         qp.pop_head()
-        _progress(qp, psn_add(w.last_psn, 1))
+        _progress(qp, (w.last_psn + 1) & PSN_MASK)
         qp.complete_send(w)
         if qp.qp_state not in _READY:
             return False
-    if sq and sq[0].started and sq[0].opcode not in READ_ATOMIC and psn_diff(psn, sq[0].first_psn) >= 0:
-        _progress(qp, psn_add(psn, 1))  # part of a multi-packet SEND/WRITE
+    if sq:
+        w = sq[0]
+        if w.started and w.opcode not in READ_ATOMIC and psn_diff(psn, w.first_psn) >= 0:
+            _progress(qp, (psn + 1) & PSN_MASK)  # part of a multi-packet SEND/WRITE
     return True
 
 
@@ -194,7 +211,7 @@ def _retry(qp: QPCore, why: str) -> None:
 
 def _go_back(qp: QPCore, why: str) -> None:
     """Go-back-N: resend from ``comp_psn`` (rxe ``req_retry``)."""
-    if qp.dev.tracing:
+    if qp.dev.carrier.tracing:
         qp.dev.trace(qp.qp_num, "retransmitted", qp.comp.psn, None, reason=why)
     mtu = qp.mtu
     for w in qp.sq:

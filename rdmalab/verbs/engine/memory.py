@@ -44,6 +44,9 @@ def local_view(dev: SoftDevice, pd: Any, addr: int, length: int, lkey: int, writ
 
 
 def local_views(dev: SoftDevice, pd: Any, sges: Sequence[Any], write: bool) -> list[memoryview]:
+    if len(sges) == 1:  # the usual case, without a list comprehension's frame
+        s = sges[0]
+        return [local_view(dev, pd, s.addr, s.length, s.lkey, write)]
     return [local_view(dev, pd, s.addr, s.length, s.lkey, write) for s in sges]
 
 

@@ -15,14 +15,14 @@ trace.  Carriers call back through :class:`~rdmalab.verbs.engine.carrier.Station
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import cnp
 from rdmalab.verbs.engine.carrier import Carrier, Datagram, Scheduler, TimerHandle
-from rdmalab.verbs.engine.cm import GSI
 from rdmalab.verbs.engine.packet import INFO, Pkt, from_datagram, from_frame
-from rdmalab.verbs.trace import TraceEvent
+from rdmalab.verbs.engine.trace import TraceEvent
 from rdmalab.wire.opcodes import CNP_OPCODE, Transport
 
 TRANSPORT = {e.IBV_QPT_RC: Transport.RC, e.IBV_QPT_UC: Transport.UC, e.IBV_QPT_UD: Transport.UD}
@@ -33,6 +33,9 @@ def eui64_gid(mac: int) -> int:
     b = mac.to_bytes(6, "big")
     eui = bytes([b[0] ^ 0x02]) + b[1:3] + b"\xff\xfe" + b[3:]
     return (0xFE80 << 112) | int.from_bytes(eui, "big")
+
+
+MCAST_QPN = 0xFFFFFF  # IBA Vol 1 9.8.1: the destination QP of every multicast packet
 
 
 class SoftDevice:
@@ -51,13 +54,27 @@ class SoftDevice:
         self.mrs: dict[int, Any] = {}
         self._next_qpn = 0x11  # rxe: QP pool indices from 16; the GSI QP takes one, users start at 0x11
         self._next_mr = 1
-        self._dirty: set[Any] = set()
-        #: QP1, the GSI: the device's connection manager answers CM MADs (rdmalab.verbs.engine.cm)
-        self.gsi = GSI(self)
-        self.qps[1] = self.gsi
+        self.held_acks: set[Any] = set()  # the QPs holding back an ACK until flush() (see mark_dirty)
+        #: where QP numbers come from when other processes share the device (else 0x11, 0x12, ...)
+        self.qpn_source: Callable[[], int] | None = None
+        self._gsi: Any = None
+        #: multicast GID -> the UD QPs attached to it (ibv_attach_mcast)
+        self.mcast: dict[int, list[Any]] = {}
         self.counters = {"rcvd_pkts": 0, "sent_pkts": 0, "dropped": 0, "duplicate_request": 0,
                          "out_of_seq_request": 0, "rcvd_rnr_err": 0, "send_rnr_err": 0, "rcvd_seq_err": 0,
                          "retry_exceeded_err": 0, "retry_rnr_exceeded_err": 0, "completer_retry_err": 0}
+
+    @property
+    def gsi(self) -> Any:
+        """QP1, the GSI: the device's connection manager answers CM MADs (:mod:`rdmalab.verbs.engine.cm`).
+        Made on first use (a MAD arriving, a CMID binding): the CM's codecs are not loaded by programs
+        that never connect through it (the live tools' start-up)."""
+        if self._gsi is None:
+            from rdmalab.verbs.engine.cm import GSI
+
+            self._gsi = GSI(self)
+            self.qps[1] = self._gsi
+        return self._gsi
 
     # ------------------------------------------------------------------ resources
     @property
@@ -73,8 +90,11 @@ class SoftDevice:
         return self.carrier.resolve_mac(gid)
 
     def alloc_qpn(self, qp: Any) -> int:
-        qpn = self._next_qpn
-        self._next_qpn += 1
+        if self.qpn_source is not None:  # a device several processes share (rdmalab.fabric.shared)
+            qpn = self.qpn_source()
+        else:
+            qpn = self._next_qpn
+            self._next_qpn += 1
         self.qps[qpn] = qp
         return qpn
 
@@ -112,15 +132,22 @@ class SoftDevice:
         self.carrier.send(self, pkt)
 
     def mark_dirty(self, qp: Any) -> None:
-        self._dirty.add(qp)
+        """``qp`` holds back an ACK for coalescing: :meth:`flush` sends it (a carrier may skip
+        ``flush`` while ``held_acks`` is empty)."""
+        self.held_acks.add(qp)
 
     def flush(self) -> None:
         """Send the ACKs held back for coalescing (the fabric calls this after each time step)."""
-        if self._dirty:
-            dirty = sorted(self._dirty, key=lambda q: q.qp_num)
-            self._dirty.clear()
-            for qp in dirty:
-                qp.flush_ack()
+        dirty = self.held_acks
+        if not dirty:
+            return
+        if len(dirty) == 1:  # the usual case: one QP has an ACK held back
+            dirty.pop().flush_ack()
+            return
+        qps = sorted(dirty, key=lambda q: q.qp_num)
+        dirty.clear()
+        for qp in qps:
+            qp.flush_ack()
 
     def deliver(self, dgram: Datagram, packet_id: int | None = None) -> None:
         """A RoCEv2 datagram arrived (UDP payload and the IP/UDP fields it came with)."""
@@ -135,15 +162,21 @@ class SoftDevice:
         if pkt is not None and packet_id is not None:
             pkt.id = packet_id
         if pkt is None:
-            self.counters["dropped"] += 1
-            if self.tracing:
-                self.trace(0, "dropped", reason="bad ICRC or malformed frame")
+            self.discard("bad ICRC or malformed frame")
             return
         self.receive(pkt)
 
-    def _drop(self, pkt: Pkt, reason: str) -> None:
+    def discard(self, reason: str) -> None:
+        """Something arrived that is no packet of ours (malformed, or its ICRC is bad: rxe drops those
+        silently, ``rxe_icrc.c``): counted as dropped, and traced with ``reason``."""
+        self.counters["dropped"] += 1
+        if self.carrier.tracing:
+            self.trace(0, "dropped", reason=reason)
+
+    def drop(self, pkt: Pkt, reason: str) -> None:
+        """``pkt`` is dropped here: counted, and traced with ``reason``."""
         self.counters["dropped"] += pkt.count
-        if self.tracing:
+        if self.carrier.tracing:
             self.trace(pkt.destqp, "dropped", pkt.psn, pkt.opcode, packet_id=pkt.id, reason=reason)
 
     def receive_segment(self, destqp: int, code: int, psn: int, ackreq: int, src_gid: int, dst_gid: int,
@@ -154,37 +187,72 @@ class SoftDevice:
         ``(va, r_key, dma_length)``.  It does what :meth:`receive` would do when the packet is the
         next one expected and every check passes; otherwise it changes nothing and returns False,
         and the carrier hands the packet to :meth:`receive` (which NAKs, drops or traces it).
-        Not while tracing: the trace has an event for every packet received, :meth:`receive` makes it.
-        A carrier in a hurry may do the same in one call less: ``qp = device.qps.get(destqp)``,
-        ``qp.segment(code, psn, ackreq, src_gid, dst_gid, data, reth)``, and add the packets taken
-        to ``device.counters["rcvd_pkts"]`` (the UDP carrier does, once per batch)."""
+        Not while tracing: the trace has an event for every packet received, :meth:`receive` makes it."""
         qp = self.qps.get(destqp)
         if qp is None or not qp.segment(code, psn, ackreq, src_gid, dst_gid, data, reth):
             return False
         self.counters["rcvd_pkts"] += 1
         return True
 
+    def attach_mcast(self, mgid: int, qp: Any) -> None:
+        """``ibv_attach_mcast``: UD packets to QP 0xFFFFFF and ``mgid`` reach ``qp`` (each attached QP
+        gets its own copy, as rxe's ``rxe_rcv_mcast_pkt``)."""
+        qps = self.mcast.setdefault(mgid, [])
+        if qp not in qps:
+            qps.append(qp)
+
+    def detach_mcast(self, mgid: int, qp: Any) -> bool:
+        qps = self.mcast.get(mgid, [])
+        if qp not in qps:
+            return False
+        qps.remove(qp)
+        if not qps:
+            del self.mcast[mgid]
+        return True
+
+    def _receive_mcast(self, pkt: Pkt) -> None:
+        qps = self.mcast.get(pkt.dst_gid)
+        if not qps:
+            self.drop(pkt, "multicast to a group no QP of this device is attached to")
+            return
+        for qp in list(qps):
+            if TRANSPORT.get(qp.qp_type) != INFO[pkt.opcode].transport:
+                continue
+            self.counters["rcvd_pkts"] += 1
+            if self.carrier.tracing:
+                self.carrier.record(TraceEvent(self.carrier.now_ns, self.name, qp.qp_num, "received", pkt.psn,
+                                               pkt.opcode, {"packet_id": pkt.id, "len": len(pkt.payload)}))
+            qp.on_request(pkt)
+
     def receive(self, pkt: Pkt) -> None:
         qp = self.qps.get(pkt.destqp)
-        if qp is None:
-            self._drop(pkt, f"no QP {pkt.destqp:#x}")
+        if qp is None and pkt.destqp == 1:
+            qp = self.gsi
+        if qp is None and pkt.destqp == MCAST_QPN:
+            self._receive_mcast(pkt)
             return
-        if pkt.opcode == CNP_OPCODE:  # DCQCN: a CNP for this sender QP feeds its rate limiter
+        if qp is None:
+            self.drop(pkt, f"no QP {pkt.destqp:#x}")
+            return
+        code = pkt.opcode
+        if code == CNP_OPCODE:  # DCQCN: a CNP for this sender QP feeds its rate limiter
             cnp.on_cnp(self, qp, pkt)
             return
-        info = INFO[pkt.opcode]
+        info = INFO[code]
         if TRANSPORT.get(qp.qp_type) != info.transport:
-            self._drop(pkt, "opcode transport does not match the QP type")
+            self.drop(pkt, "opcode transport does not match the QP type")
             return
         if pkt.dst_gid not in self.gids:
-            self._drop(pkt, "destination IP is not one of this device's GIDs")
+            self.drop(pkt, "destination IP is not one of this device's GIDs")
             return
         if qp.qp_type != e.IBV_QPT_UD and (pkt.dst_gid != qp.sgid or pkt.src_gid != qp.dgid):
-            self._drop(pkt, "address check: IP source/destination do not match the QP's path")
+            self.drop(pkt, "address check: IP source/destination do not match the QP's path")
             return
         self.counters["rcvd_pkts"] += pkt.count
-        if self.tracing:
-            self.trace(qp.qp_num, "received", pkt.psn, pkt.opcode, packet_id=pkt.id, len=len(pkt.payload))
+        carrier = self.carrier
+        if carrier.tracing:  # self.trace(...), spelled out: this runs for every packet received
+            carrier.record(TraceEvent(carrier.now_ns, self.name, qp.qp_num, "received", pkt.psn, code,
+                                      {"packet_id": pkt.id, "len": len(pkt.payload)}))
         if info.is_request:
             qp.on_request(pkt)
         else:

@@ -59,6 +59,10 @@ for _info in OPCODES.values():
 assert find_opcode(Transport.RC, Op.SEND, Pos.ONLY) == _OPC[(Transport.RC, Op.SEND, Pos.ONLY, False, False)]
 
 
+# opcode -> the Pkt attributes of the extended headers it carries (a CNP's padding has none)
+_ATTRS: dict[int, tuple[str, ...]] = {
+    code: tuple(_ATTR[cls] for cls in info.headers if cls in _ATTR) for code, info in INFO.items()}
+
 # The packets a carrier may hand over without a Pkt (SoftDevice.receive_segment): the FIRST,
 # MIDDLE, LAST and ONLY packets of RC/UC RDMA WRITEs and the MIDDLE and LAST ones of SENDs, without
 # immediate data or invalidation; of their extended headers only a WRITE's RETH.
@@ -70,8 +74,13 @@ SEGMENT: dict[int, OpcodeInfo] = {
 
 def middle_of(code: int) -> int:
     """The MIDDLE opcode of the operation ``code`` belongs to."""
-    info = INFO[code]
-    return _OPC[(info.transport, info.op, Pos.MIDDLE, False, False)]
+    return _MIDDLE[code]
+
+
+# opcode -> the MIDDLE opcode of its operation, for the operations that have one (SEND, WRITE, READ response)
+_MIDDLE: dict[int, int] = {
+    code: _OPC[(info.transport, info.op, Pos.MIDDLE, False, False)] for code, info in INFO.items()
+    if (info.transport, info.op, Pos.MIDDLE, False, False) in _OPC}
 
 
 class Pkt:
@@ -139,15 +148,14 @@ class Pkt:
     def sub(self, i: int) -> Pkt:
         """Packet ``i`` of a burst, with the headers its opcode carries."""
         last = i == self.count - 1
-        code = self.opcode if i == 0 else (self.last_opcode if last else middle_of(self.opcode))
+        code = self.opcode if i == 0 else (self.last_opcode if last else _MIDDLE[self.opcode])
         mtu = self.mtu
-        p = Pkt(code, psn_add(self.psn, i), self.destqp, self.src_gid, self.dst_gid, self.sport,
+        p = Pkt(code, (self.psn + i) & PSN_MASK, self.destqp, self.src_gid, self.dst_gid, self.sport,
                 self.src_mac, self.dst_mac, memoryview(self.payload)[i * mtu:(i + 1) * mtu],
                 self.ackreq if last else int(i in self.acks), self.se if last else 0)
         p.srcqp = self.srcqp
         p.ecn = self.ecn
-        for cls in INFO[code].headers:
-            attr = _ATTR[cls]
+        for attr in _ATTRS[code]:
             setattr(p, attr, getattr(self, attr))
         return p
 

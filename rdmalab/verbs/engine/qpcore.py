@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rdmalab.verbs import enums as e
-from rdmalab.verbs.cq import WC
+from rdmalab.verbs.engine.completion import WC
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import PSN_MASK
 from rdmalab.verbs.engine.wqe import WC_OPCODE, RecvWQE, Resource, SendWQE
+from rdmalab.wire.ib import udp_sport
 
 
 class CompletionQueue(Protocol):
@@ -103,7 +104,9 @@ class QPCore:
         self.owner = owner  # the pyverbs-shaped QP in front of this one
         self.qp_state: int = e.IBV_QPS_RESET
         self.qp_num = dev.alloc_qpn(self)
-        self.sport = 0xC000 + (_hash32(self.qp_num, 14) & 0x3FFF)  # rxe_qp.c: per-QP UDP source port
+        # the UDP source port: rxe_qp.c rxe_qp_init_req's initial value, until the address vector
+        # gives the connection's (set_udp_sport, as rxe_modify_qp does)
+        self.sport = 0xC000 + (_hash32(self.qp_num, 14) & 0x3FFF)
         self.gen = 0
         self.sq: list[SendWQE] = []
         self.rq: deque[RecvWQE] = deque()
@@ -142,6 +145,13 @@ class QPCore:
         if rnr_retry is not None:
             self.rnr_retry = self.comp.rnr_left = rnr_retry
 
+    def set_udp_sport(self, flow_label: int) -> None:
+        """The address vector was given (with the destination QP number already set): the UDP
+        source port becomes ``rdma_get_udp_sport(flow_label, qpn, dest_qpn)``, as Linux 6.1
+        ``rxe_modify_qp`` sets it (``rxe_verbs.c``; the function is in ``ib_verbs.h``).  The
+        captures in ``captures/`` agree: both directions of an rxe connection share one port."""
+        self.sport = udp_sport(flow_label, self.qp_num, self.dest_qp_num)
+
     def set_max_dest_rd_atomic(self, n: int) -> None:
         self.max_dest_rd_atomic = n
         self.resp.resources = [None] * n
@@ -158,7 +168,7 @@ class QPCore:
         if new == cur and new != e.IBV_QPS_RESET:
             return
         self.qp_state = new
-        if self.dev.tracing:
+        if self.dev.carrier.tracing:
             names: dict[str, Any] = {"from": e.QP_STATE_NAMES[cur], "to": e.QP_STATE_NAMES[new]}
             self.dev.trace(self.qp_num, "state", **names)
         if new == e.IBV_QPS_RESET:
@@ -195,7 +205,7 @@ class QPCore:
         self._push(self.rcq, wc, solicited)
 
     def _push(self, cq: CompletionQueue, wc: WC, solicited: bool) -> None:
-        if self.dev.tracing:
+        if self.dev.carrier.tracing:
             self.dev.trace(self.qp_num, "completed", wr_id=wc.wr_id, status=e.ibv_wc_status_str(wc.status),
                            wc_opcode=wc.opcode, byte_len=wc.byte_len)
         if not cq.push(wc, solicited) and self.qp_state != e.IBV_QPS_ERR:
@@ -236,7 +246,7 @@ class QPCore:
             return
         comp.timer_armed = True
         period = 4096 << t
-        comp.timer_deadline = self.dev.now + period
+        comp.timer_deadline = self.dev.carrier.now_ns + period
         if not comp.timer_pending:
             comp.timer_pending = True
             self.dev.schedule(period, self._on_timer, self.gen)

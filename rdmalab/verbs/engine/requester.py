@@ -13,10 +13,12 @@ the oldest unacknowledged PSN, and this loop sends them again with the same PSNs
 
 from __future__ import annotations
 
+from typing import Any
+
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import dcqcn
 from rdmalab.verbs.engine.memory import AccessError, gather, local_views
-from rdmalab.verbs.engine.packet import Pkt, opcode, psn_add, psn_diff
+from rdmalab.verbs.engine.packet import PSN_MASK, Pkt, opcode, psn_add, psn_diff
 from rdmalab.verbs.engine.qpcore import QPCore
 from rdmalab.verbs.engine.wqe import ATOMICS, READ_ATOMIC, SUPPORTED, SendWQE
 from rdmalab.wire.ib import DETH, IETH, RETH, AtomicETH, ImmDt
@@ -26,7 +28,25 @@ WINDOW = 128  # RXE_MAX_UNACKED_PSNS
 ACK_EVERY = 64  # RXE_MAX_PKT_PER_ACK: AckReq at least every 64 packets
 _T: dict[int, Transport] = {e.IBV_QPT_RC: Transport.RC, e.IBV_QPT_UC: Transport.UC, e.IBV_QPT_UD: Transport.UD}
 _SEND_OPS = {e.IBV_WR_SEND, e.IBV_WR_SEND_WITH_IMM, e.IBV_WR_SEND_WITH_INV}
+_WRITE_OPS = {e.IBV_WR_RDMA_WRITE, e.IBV_WR_RDMA_WRITE_WITH_IMM}
 _IMM_OPS = {e.IBV_WR_SEND_WITH_IMM, e.IBV_WR_RDMA_WRITE_WITH_IMM}
+
+
+def _codes(t: Transport, op: int) -> tuple[int | None, int | None, int, int]:
+    """The BTH opcodes of a message of work request ``op`` on transport ``t``: its FIRST, MIDDLE,
+    LAST and ONLY packets (immediate data and invalidation ride on the LAST or ONLY one)."""
+    family = Op.SEND if op in _SEND_OPS else Op.RDMA_WRITE
+    imm, inv = op in _IMM_OPS, op == e.IBV_WR_SEND_WITH_INV
+    only = opcode(t, family, Pos.ONLY, imm, inv)
+    if t == Transport.UD:  # UD messages are one packet
+        return None, None, only, only
+    return opcode(t, family, Pos.FIRST), opcode(t, family, Pos.MIDDLE), opcode(t, family, Pos.LAST, imm, inv), only
+
+
+# (QP type, SEND/WRITE work request opcode) -> its packets' opcodes, looked up once per WQE sent
+_CODES: dict[tuple[int, int], tuple[Any, Any, int, int]] = {
+    (qpt, op): _codes(_T[qpt], op) for qpt, ops in SUPPORTED.items() for op in ops
+    if op in _SEND_OPS or op in _WRITE_OPS}
 
 
 def run(qp: QPCore) -> None:
@@ -35,11 +55,14 @@ def run(qp: QPCore) -> None:
         return
     rc = qp.qp_type == e.IBV_QPT_RC
     sq = qp.sq
-    while qp.req.wqe_index < len(sq):
-        w = sq[qp.req.wqe_index]
+    req = qp.req
+    while req.wqe_index < len(sq):
+        w = sq[req.wqe_index]
         if not w.started:
             if qp.qp_state != e.IBV_QPS_RTS:
                 return  # SQD: finish what was started, start nothing new
+            if rc and psn_diff(req.psn, qp.comp.psn) >= WINDOW:
+                return  # the RC window is full: an ACK will run the requester again
             if not _start(qp, w):
                 return
             if w.complete:  # executed locally (LOCAL_INV) or a UD message too big to send
@@ -47,7 +70,7 @@ def run(qp: QPCore) -> None:
         if not _send(qp, w):
             return
         if rc:
-            qp.req.wqe_index += 1
+            req.wqe_index += 1
         else:
             qp.pop_head()
             qp.complete_send(w)
@@ -73,11 +96,9 @@ def _start(qp: QPCore, w: SendWQE) -> bool:
     if op not in SUPPORTED[qp.qp_type]:
         qp.fail_wqe(w, e.IBV_WC_LOC_QP_OP_ERR)  # rxe next_opcode() < 0
         return False
-    rc = qp.qp_type == e.IBV_QPT_RC
     if op in READ_ATOMIC and qp.req.rd_out >= max(1, qp.max_rd_atomic):
         return False
-    if rc and psn_diff(qp.req.psn, qp.comp.psn) >= WINDOW:
-        return False
+    # (the RC window: run() checks it before it starts a WQE)
     try:
         if op in READ_ATOMIC:
             w.dest = local_views(qp.dev, qp.pd, w.sg, write=True)
@@ -149,66 +170,72 @@ def _send(qp: QPCore, w: SendWQE) -> bool:
     ud = t == Transport.UD
     mtu = qp.dev.active_mtu if ud else qp.mtu
     n = w.npkts
-    send = op in _SEND_OPS
-    family = Op.SEND if send else Op.RDMA_WRITE
+    first_code, middle_code, last_code, only_code = _CODES[(qp.qp_type, op)]
+    write = op in _WRITE_OPS
     imm = op in _IMM_OPS
     inv = op == e.IBV_WR_SEND_WITH_INV
+    solicited = bool(w.send_flags & e.IBV_SEND_SOLICITED) and not (write and not imm)  # SE: SENDs, WRITE w/ imm
     paced = qp.dcqcn is not None
-    burst_ok = qp.dev.burst_ok and not ud and not paced  # DCQCN paces single packets
+    marks = paced or qp.ecn_capable
+    dev = qp.dev
+    burst_ok = dev.burst_ok and not ud and not paced  # DCQCN paces single packets
     payload = w.payload
+    req, comp = qp.req, qp.comp
     while w.next_pkt < n:
         if paced and dcqcn.wait(qp):  # DCQCN: not before the QP's rate allows (a timer resumes the requester)
             return False
         k = w.next_pkt
-        psn = psn_add(w.first_psn, k)
-        room = WINDOW - psn_diff(psn, qp.comp.psn) if rc else n
+        psn = (w.first_psn + k) & PSN_MASK
+        room = WINDOW - psn_diff(psn, comp.psn) if rc else n
         if room <= 0:
             return False
-        cnt = max(1, min(n - k, room)) if burst_ok else 1
+        cnt = min(n - k, room) if burst_ok else 1
         last_i = k + cnt - 1
         end = last_i == n - 1
         acks: list[int] = []
         if rc and cnt > 1:  # AckReq inside a burst, where single packets would carry it
             # packet i (of the first cnt - 1) asks for an ACK when it is the ACK_EVERY-th since the last
-            first = max(0, ACK_EVERY - 1 - qp.req.noack_pkts)
+            first = max(0, ACK_EVERY - 1 - req.noack_pkts)
             acks = list(range(first, cnt - 1, ACK_EVERY))
-            qp.req.noack_pkts = cnt - 2 - acks[-1] if acks else qp.req.noack_pkts + cnt - 1
-        pos_first = Pos.ONLY if n == 1 else Pos.FIRST if k == 0 else Pos.LAST if k == n - 1 else Pos.MIDDLE
-        code = opcode(t, family, pos_first, imm and pos_first in (Pos.LAST, Pos.ONLY),
-                      inv and pos_first in (Pos.LAST, Pos.ONLY))
+            req.noack_pkts = cnt - 2 - acks[-1] if acks else req.noack_pkts + cnt - 1
+        code = only_code if n == 1 else first_code if k == 0 else last_code if k == n - 1 else middle_code
         ackreq = 0
         if rc:
             if end:
-                ackreq, qp.req.noack_pkts = 1, 0
+                ackreq, req.noack_pkts = 1, 0
             else:
-                qp.req.noack_pkts += 1
-                if qp.req.noack_pkts >= ACK_EVERY:
-                    ackreq, qp.req.noack_pkts = 1, 0
-        se = 1 if end and w.send_flags & e.IBV_SEND_SOLICITED and (send or imm) else 0
+                req.noack_pkts += 1
+                if req.noack_pkts >= ACK_EVERY:
+                    ackreq, req.noack_pkts = 1, 0
+        se = 1 if end and solicited else 0
         data = payload[k * mtu:(last_i + 1) * mtu] if n > 1 else payload
         if ud:
             ah = w.ah
             qkey = qp.qkey if w.remote_qkey & 0x80000000 else w.remote_qkey
             p = _pkt(qp, code, psn, data, 0, se, dgid=ah.dgid, dqpn=w.remote_qpn,
-                     dmac=qp.dev.resolve_mac(ah.dgid) or 0, sgid=ah.sgid)
+                     dmac=dev.resolve_mac(ah.dgid) or 0, sgid=ah.sgid)
             p.deth = DETH(q_key=qkey, src_qp=qp.qp_num)
         else:
-            p = _pkt(qp, code, psn, data, ackreq, se)
+            p = Pkt(code, psn, qp.dest_qp_num, qp.sgid, qp.dgid, qp.sport, dev.mac, qp.dmac, data, ackreq, se)
+            p.srcqp = qp.qp_num
         if cnt > 1:
             p.acks = tuple(acks)
             p.count = cnt
             p.mtu = mtu
-            p.last_opcode = opcode(t, family, Pos.LAST if n > 1 else Pos.ONLY, imm, inv) if end else \
-                opcode(t, family, Pos.MIDDLE)
-        if family == Op.RDMA_WRITE and k == 0:
-            p.reth = RETH(va=w.remote_addr, r_key=w.rkey, dma_length=w.length)
+            p.last_opcode = (last_code if n > 1 else only_code) if end else middle_code
+        if write and k == 0:
+            p.reth = RETH(w.remote_addr, w.rkey, w.length)
         if end:
             if imm:
-                p.imm = ImmDt(imm=w.imm)
+                p.imm = ImmDt(w.imm)
             if inv:
-                p.ieth = IETH(r_key=w.inv_rkey)
+                p.ieth = IETH(w.inv_rkey)
         w.next_pkt = last_i + 1
-        _xmit(qp, p)
+        if marks:
+            dcqcn.sent(qp, p)
+        dev.transmit(p)
+        if rc and not comp.timer_armed:
+            qp.arm_timer()
     return True
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import cnp
 from rdmalab.verbs.engine.memory import AccessError, local_views, remote_view, scatter
-from rdmalab.verbs.engine.packet import INFO, SEGMENT, Pkt, opcode, psn_add, psn_diff
+from rdmalab.verbs.engine.packet import INFO, PSN_MASK, SEGMENT, Pkt, opcode, psn_add, psn_diff
 from rdmalab.verbs.engine.qpcore import QPCore
 from rdmalab.verbs.engine.wqe import RecvWQE, Resource
 from rdmalab.wire.ib import (
@@ -51,7 +51,7 @@ def on_request(qp: QPCore, pkt: Pkt) -> None:
     if pkt.ecn == 3:  # CE: the DCQCN notification point answers with a CNP (rdmalab.verbs.engine.cnp)
         cnp.notify(qp, pkt)
     if qp.qp_state not in _READY:
-        qp.dev._drop(pkt, f"responder not ready (QP in {qp.qp_state_name})")
+        qp.dev.drop(pkt, f"responder not ready (QP in {qp.qp_state_name})")
         return
     if pkt.count > 1:
         _burst(qp, pkt)
@@ -66,32 +66,43 @@ def on_request(qp: QPCore, pkt: Pkt) -> None:
 
 
 def _burst(qp: QPCore, pkt: Pkt) -> None:
-    """A burst: first and last packet through the full path, the middle ones copied in one go."""
-    on_request(qp, pkt.sub(0))
+    """A burst: first and last packet as single packets, the middle ones copied in one go.
+
+    The first and last packets take :func:`segment` when it applies (a WRITE's), the full path
+    (:func:`on_request` of the packet itself) otherwise; either does the same to the QP."""
     n = pkt.count
+    mtu = pkt.mtu
+    payload = memoryview(pkt.payload)
+    src, dst, psn0 = pkt.src_gid, pkt.dst_gid, pkt.psn
+    reth = pkt.reth
+    if pkt.ecn == 3 or reth is None or not segment(qp, pkt.opcode, psn0, int(0 in pkt.acks), src, dst,
+                                                   payload[:mtu], (reth.va, reth.r_key, reth.dma_length)):
+        on_request(qp, pkt.sub(0))
     op = INFO[pkt.opcode].op
     mid = n - 2
-    mtu = pkt.mtu
-    data = memoryview(pkt.payload)[mtu:(n - 1) * mtu]
-    ok = (mid > 0 and qp.qp_state in _READY and qp.resp.op is not None and qp.resp.op.op == op
-          and qp.resp.psn == psn_add(pkt.psn, 1) and not qp.resp.uc_drop and len(data) == mid * mtu)
-    if ok and op == Op.RDMA_WRITE and qp.resp.write is not None \
-            and qp.resp.write_off + len(data) <= qp.resp.write_len:
-        qp.resp.write[qp.resp.write_off:qp.resp.write_off + len(data)] = data
-        qp.resp.write_off += len(data)
-    elif ok and op == Op.SEND and qp.resp.wqe is not None and qp.resp.wqe.views is not None \
-            and qp.resp.off + len(data) <= qp.resp.wqe.length:
-        scatter(qp.resp.wqe.views, qp.resp.off, data)
-        qp.resp.off += len(data)
+    data = payload[mtu:(n - 1) * mtu]
+    r = qp.resp
+    ok = (mid > 0 and qp.qp_state in _READY and r.op is not None and r.op.op is op
+          and r.psn == (psn0 + 1) & PSN_MASK and not r.uc_drop and len(data) == mid * mtu)
+    if ok and op is Op.RDMA_WRITE and r.write is not None and r.write_off + len(data) <= r.write_len:
+        r.write[r.write_off:r.write_off + len(data)] = data
+        r.write_off += len(data)
+    elif ok and op is Op.SEND and r.wqe is not None and r.wqe.views is not None \
+            and r.off + len(data) <= r.wqe.length:
+        scatter(r.wqe.views, r.off, data)
+        r.off += len(data)
     else:
         for i in range(1, n - 1):
             on_request(qp, pkt.sub(i))
         on_request(qp, pkt.sub(n - 1))
         return
-    qp.resp.psn = psn_add(qp.resp.psn, mid)
+    r.psn = (r.psn + mid) & PSN_MASK
     if qp.qp_type == e.IBV_QPT_RC and pkt.acks and pkt.acks[-1] > 0:
-        queue_ack(qp, psn_add(pkt.psn, pkt.acks[-1]))  # middle AckReqs, coalesced
-    on_request(qp, pkt.sub(n - 1))
+        queue_ack(qp, psn_add(psn0, pkt.acks[-1]))  # middle AckReqs, coalesced
+    last = n - 1
+    if pkt.ecn == 3 or not segment(qp, pkt.last_opcode, (psn0 + last) & PSN_MASK, pkt.ackreq, src, dst,
+                                   payload[last * mtu:]):
+        on_request(qp, pkt.sub(last))
 
 
 # ---------------------------------------------------------------------------- the fast path
@@ -170,38 +181,38 @@ def segment(qp: QPCore, code: int, psn: int, ackreq: int, src_gid: int, dst_gid:
 
 def _request(qp: QPCore, pkt: Pkt) -> None:
     info = INFO[pkt.opcode]
+    r = qp.resp
     rc = qp.qp_type == e.IBV_QPT_RC
     psn = pkt.psn
     if rc:
-        d = psn_diff(psn, qp.resp.psn)
-        if d > 0:  # a gap: one NAK per gap, later out-of-order packets dropped silently
-            qp.dev.counters["out_of_seq_request"] += 1
-            if not qp.resp.sent_psn_nak:
-                qp.resp.sent_psn_nak = True
-                _send_aeth(qp, qp.resp.psn, AETH.nak(qp.resp.msn, NAK_PSN_SEQUENCE_ERROR))
-            return
-        if d < 0:
+        if psn != r.psn:
+            if psn_diff(psn, r.psn) > 0:  # a gap: one NAK per gap, later out-of-order packets dropped silently
+                qp.dev.counters["out_of_seq_request"] += 1
+                if not r.sent_psn_nak:
+                    r.sent_psn_nak = True
+                    _send_aeth(qp, r.psn, AETH.nak(r.msn, NAK_PSN_SEQUENCE_ERROR))
+                return
             _duplicate(qp, pkt)
             return
-        qp.resp.sent_psn_nak = False
-    elif qp.resp.uc_drop or psn != qp.resp.psn:
+        r.sent_psn_nak = False
+    elif r.uc_drop or psn != r.psn:
         if not info.first_or_only:
-            qp.resp.uc_drop = True
-            qp.resp.op = None
+            r.uc_drop = True
+            r.op = None
             return
-        qp.resp.uc_drop = False
+        r.uc_drop = False
         _abandon(qp)
     op = info.op
-    # CHK_OP_SEQ
-    prev = qp.resp.op
-    in_msg = prev is not None
-    if in_msg and not (info.op == prev.op and info.pos in (Pos.MIDDLE, Pos.LAST)):
-        if rc:
-            _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "opcode out of sequence")
-        if not info.first_or_only:
-            _uc_drop(qp)
-        _abandon(qp)
-    elif not in_msg and info.pos in (Pos.MIDDLE, Pos.LAST):
+    # CHK_OP_SEQ (a MIDDLE or LAST packet is one that is not FIRST or ONLY)
+    prev = r.op
+    if prev is not None:
+        if op is not prev.op or info.first_or_only:
+            if rc:
+                _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "opcode out of sequence")
+            if not info.first_or_only:
+                _uc_drop(qp)
+            _abandon(qp)
+    elif not info.first_or_only:
         if rc:
             _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "MIDDLE/LAST without FIRST")
         _uc_drop(qp)
@@ -212,65 +223,72 @@ def _request(qp: QPCore, pkt: Pkt) -> None:
             _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "QP access flags do not allow it")
         _uc_drop(qp)
     # CHK_RESOURCE
-    if op in (Op.RDMA_READ_REQUEST, Op.CMP_SWAP, Op.FETCH_ADD):
+    if op is Op.RDMA_READ_REQUEST or op is Op.CMP_SWAP or op is Op.FETCH_ADD:
         if not qp.max_dest_rd_atomic:
             _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "max_dest_rd_atomic is 0")
-        qp.resp.sent_psn_nak = False
-        if op == Op.RDMA_READ_REQUEST:
+        r.sent_psn_nak = False
+        if op is Op.RDMA_READ_REQUEST:
             _read(qp, pkt)
         else:
             _atomic(qp, pkt)
         return
     mtu = qp.mtu
-    n = len(pkt.payload)
-    if (info.pos in (Pos.FIRST, Pos.MIDDLE) and n != mtu) or n > mtu:
+    payload = pkt.payload
+    n = len(payload)
+    if (n != mtu and not info.last_or_only) or n > mtu:  # FIRST and MIDDLE packets are full
         if rc:
             _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "payload length does not fit the MTU rules")
         _uc_drop(qp)
-    needs_wqe = (op == Op.SEND and info.first_or_only) or (op == Op.RDMA_WRITE and info.imm)
-    if needs_wqe and qp.resp.wqe is None:
+    write = op is Op.RDMA_WRITE
+    send = op is Op.SEND
+    needs_wqe = (send and info.first_or_only) or (write and info.imm)
+    if needs_wqe and r.wqe is None:
         _take_wqe(qp, pkt, rc)
     # CHK_RKEY and EXECUTE
-    if op == Op.RDMA_WRITE:
+    if write:
         if info.first_or_only:
             reth = pkt.reth
             assert reth is not None
             try:
-                qp.resp.write = remote_view(qp.dev, qp.pd, reth.r_key, reth.va, reth.dma_length,
-                                            e.IBV_ACCESS_REMOTE_WRITE)
+                r.write = remote_view(qp.dev, qp.pd, reth.r_key, reth.va, reth.dma_length, e.IBV_ACCESS_REMOTE_WRITE)
             except AccessError as err:
                 if rc:
                     _fail(qp, psn, NAK_REMOTE_ACCESS_ERROR, e.IBV_WC_LOC_PROT_ERR, err.why)
                 _uc_drop(qp)
-            qp.resp.write_off, qp.resp.write_len = 0, reth.dma_length
-        view = qp.resp.write
-        off = qp.resp.write_off
-        if view is None or off + n > qp.resp.write_len or (info.last_or_only and off + n != qp.resp.write_len):
+            r.write_off, r.write_len = 0, reth.dma_length
+        view = r.write
+        off = r.write_off
+        if view is None or off + n > r.write_len or (info.last_or_only and off + n != r.write_len):
             if rc:
                 _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "WRITE length mismatch")
             _uc_drop(qp)
         assert view is not None
-        view[off:off + n] = pkt.payload
-        qp.resp.write_off = off + n
+        view[off:off + n] = payload
+        r.write_off = off + n
     else:  # SEND
-        w = qp.resp.wqe
+        w = r.wqe
         assert w is not None and w.views is not None
-        if qp.resp.off + n > w.length:
+        if r.off + n > w.length:
             if rc:
                 _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_LOC_LEN_ERR, "receive buffer too small")
             _fail_uc(qp, e.IBV_WC_LOC_LEN_ERR)
-        scatter(w.views, qp.resp.off, pkt.payload)
-        qp.resp.off += n
-    qp.resp.psn = psn_add(psn, 1)
+        views = w.views
+        if len(views) == 1 and r.off + n <= len(views[0]):  # memory.scatter for the one-SGE case
+            views[0][r.off:r.off + n] = payload
+        else:
+            scatter(views, r.off, payload)
+        r.off += n
+    r.psn = (psn + 1) & PSN_MASK
     if info.last_or_only:
-        qp.resp.op = None
-        qp.resp.msn = (qp.resp.msn + 1) & 0xFFFFFF
-        if needs_wqe or op == Op.SEND:
+        r.op = None
+        r.msn = (r.msn + 1) & PSN_MASK
+        if needs_wqe or send:
             _complete_message(qp, pkt, info.imm, info.inv, op)
     else:
-        qp.resp.op = info
+        r.op = info
     if rc and pkt.ackreq:
-        queue_ack(qp, psn)
+        r.pending_ack = psn  # queue_ack: held until the end of the time step, so ACKs coalesce
+        qp.dev.mark_dirty(qp)
 
 
 def _take_wqe(qp: QPCore, pkt: Pkt, rc: bool) -> RecvWQE:
@@ -459,11 +477,11 @@ def _duplicate(qp: QPCore, pkt: Pkt) -> None:
 def _ud(qp: QPCore, pkt: Pkt) -> None:
     deth = pkt.deth
     if deth is None or deth.q_key != qp.qkey:
-        qp.dev._drop(pkt, "Q_Key violation")
+        qp.dev.drop(pkt, "Q_Key violation")
         return
     w = qp.srq.take() if qp.srq is not None else (qp.rq.popleft() if qp.rq else None)
     if w is None:
-        qp.dev._drop(pkt, "no receive WQE (UD drops)")
+        qp.dev.drop(pkt, "no receive WQE (UD drops)")
         return
     qp.resp.wqe = w
     try:
@@ -511,12 +529,14 @@ def queue_ack(qp: QPCore, psn: int) -> None:
 
 
 def flush_ack(qp: QPCore) -> None:
-    psn = qp.resp.pending_ack
+    r = qp.resp
+    psn = r.pending_ack
     if psn is None:
         return
-    qp.resp.pending_ack = None
-    p = _reply(qp, None, _ACK, psn)  # type: ignore[arg-type]
-    p.aeth = AETH.ack(qp.resp.msn)
+    r.pending_ack = None
+    p = Pkt(_ACK, psn, qp.dest_qp_num, qp.sgid, qp.dgid, qp.sport, qp.dev.mac, qp.dmac)  # _reply, spelled out
+    p.srcqp = qp.qp_num
+    p.aeth = AETH.ack(r.msn)
     qp.dev.transmit(p)
 
 

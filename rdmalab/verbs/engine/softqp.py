@@ -11,19 +11,24 @@ from __future__ import annotations
 
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import completer, requester, responder
-from rdmalab.verbs.engine.packet import Pkt
 from rdmalab.verbs.engine.qpcore import QPCore
 from rdmalab.verbs.engine.wqe import RecvWQE, SendWQE
 
 
 class SoftQP(QPCore):
-    """An engine QP (see :mod:`rdmalab.verbs.engine.qpcore` for its state)."""
+    """An engine QP (see :mod:`rdmalab.verbs.engine.qpcore` for its state).
 
-    def kick(self) -> None:
-        requester.run(self)
+    The protocol's entry points are the plain functions of ``requester``, ``responder`` and
+    ``completer`` (each takes the QP first), bound here as methods: a call from a device costs
+    no extra frame, and a profile names the protocol function itself."""
 
-    def on_timeout(self) -> None:
-        completer.on_timeout(self)
+    kick = requester.run  # the requester sends what it may
+    on_timeout = completer.on_timeout  # the retransmit timer expired
+    on_request = responder.on_request  # a request packet arrived (from SoftDevice.receive)
+    on_response = completer.on_response  # an ACK, NAK or response arrived
+    flush_ack = responder.flush_ack  # end of the time step: send the ACK held back
+    # the responder's fast path for one in-sequence WRITE/SEND packet (SoftDevice.receive_segment)
+    segment = responder.segment
 
     # ------------------------------------------------------------------ work requests
     def post_send(self, wqes: list[SendWQE]) -> None:
@@ -38,17 +43,3 @@ class SoftQP(QPCore):
         self.rq.extend(wqes)
         if self.qp_state == e.IBV_QPS_ERR:
             self.flush()
-
-    # ------------------------------------------------------------------ packets in (from SoftDevice)
-    def on_request(self, pkt: Pkt) -> None:
-        responder.on_request(self, pkt)
-
-    # the responder's fast path for one in-sequence WRITE/SEND packet (SoftDevice.receive_segment);
-    # a plain function as a class attribute, so that the call costs no extra frame
-    segment = responder.segment
-
-    def on_response(self, pkt: Pkt) -> None:
-        completer.on_response(self, pkt)
-
-    def flush_ack(self) -> None:
-        responder.flush_ack(self)

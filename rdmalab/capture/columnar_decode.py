@@ -1,0 +1,595 @@
+"""Decoding blocks of records into columns, with numpy over a byte matrix.
+
+Each block of records (:class:`rdmalab.capture.pcapio.RecordBlock`) has the first
+:data:`~rdmalab.capture.columnar_schema.WINDOW` bytes of every packet copied into one
+``(n, WINDOW)`` byte matrix, and every field is taken with numpy over that matrix: each row
+carries its own offsets (VLAN tag or not, IPv4 header length, IPv4/IPv6, the extended headers
+the BTH opcode implies, looked up in the opcode table of :mod:`rdmalab.wire.opcodes`), so no
+Python code runs per packet except the ICRC (``zlib.crc32`` over the header row, masked with the
+masks of :mod:`rdmalab.wire.crc`, and the payload bytes).  iWARP columns come from the TCP
+stream reassembly of :mod:`rdmalab.capture.iwarp`, fed the block's TCP segments in order
+(:func:`fill_iwarp`).  Frames of other link types are decoded by the per-packet decoder
+(:func:`columns_from_packets`), into the same columns.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from rdmalab.capture.columnar_schema import (
+    _LAYER_NAMES,
+    COLUMN_BY_NAME,
+    COLUMNS,
+    IWARP_COLUMNS,
+    IWARP_LAYERS,
+    IWARP_PREFIXES,
+    WINDOW,
+    Columns,
+    _ipv6_text,
+)
+from rdmalab.capture.fields import frame_fields, packet_fields  # the per-packet field names, one source of truth
+from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
+from rdmalab.capture.pcapio import RecordBlock
+from rdmalab.capture.reader import read
+from rdmalab.capture.render import TcpWindowScaling, window_shift_option
+from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_masks
+from rdmalab.wire.errors import DecodeError
+from rdmalab.wire.net import ROCEV2_PORT
+from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES
+
+
+def _opcode_tables() -> dict[str, np.ndarray]:
+    """Per BTH opcode: byte offset after the BTH of each extended header (-1: absent), and the
+    total length of the extended headers; from the opcode table (the one source of truth)."""
+    names = {"RDETH": "rdeth", "DETH": "deth", "RETH": "reth", "AtomicETH": "atomiceth", "AETH": "aeth",
+             "AtomicAckETH": "atomicacketh", "ImmDt": "immdt", "IETH": "ieth", "XRCETH": "xrceth"}
+    t = {k: np.full(256, -1, dtype=np.int16) for k in names.values()}
+    t["extlen"] = np.zeros(256, dtype=np.int16)
+    t["known"] = np.zeros(256, dtype=bool)
+    for code, info in OPCODES.items():
+        pos = 0
+        for h in info.headers:
+            key = names.get(h.__name__)
+            if key is not None:
+                t[key][code] = pos
+            pos += h.LAYOUT.size
+        t["extlen"][code] = pos
+        t["known"][code] = True
+    return t
+
+
+_OPT: dict[str, np.ndarray] | None = None
+
+
+def _opt() -> dict[str, np.ndarray]:
+    global _OPT
+    if _OPT is None:
+        _OPT = _opcode_tables()
+    return _OPT
+
+
+# ============================================================================ vectorised fields
+
+
+def _realign(H: np.ndarray, base: np.ndarray, width: int) -> np.ndarray:
+    """Row i of the result is ``H[i, base[i]:base[i] + width]`` (zeros past the window).
+
+    Rows are grouped by their offset (a block of one capture has very few distinct ones: with or
+    without a VLAN tag, IPv4 options, the extended headers of each opcode), so this is a few
+    slices rather than a gather per byte."""
+    n, hw = H.shape
+    if n == 0:
+        return np.zeros((0, width), dtype=np.uint8)
+    b = int(base[0])
+    if 0 <= b and b + width <= hw and (base == b).all():
+        return H[:, b:b + width]
+    lo, hi = int(base.min()), int(base.max())
+    # the few distinct offsets: a count per possible offset is much cheaper than np.unique
+    uniq = np.flatnonzero(np.bincount(base - lo)) + lo if 0 <= lo and hi < 4 * hw else np.unique(base)
+    out = np.zeros((n, width), dtype=np.uint8)
+    for b in uniq.tolist():
+        if b < 0 or b >= hw:
+            continue
+        m = base == b
+        w = min(width, hw - b)
+        out[m, :w] = H[m, b:b + w]
+    return out
+
+
+def _be(M: np.ndarray, a: int, nbytes: int) -> np.ndarray:
+    """Big-endian unsigned integer of bytes ``a .. a+nbytes-1`` of every row."""
+    if nbytes == 1:
+        return M[:, a].astype(np.uint64)
+    # copy the bytes into rows of 2, 4 or 8 (zero-padded in front) and read them as big-endian
+    # integers: one copy and one conversion instead of a shift and an OR per byte
+    w = 2 if nbytes == 2 else 4 if nbytes <= 4 else 8
+    rows = np.zeros((M.shape[0], w), dtype=np.uint8)
+    rows[:, w - nbytes:] = M[:, a:a + nbytes]
+    return rows.view(f">u{w}").reshape(-1).astype(np.uint64)
+
+
+def wants_iwarp(fields: Iterable[str] | None) -> bool:
+    """Whether decoding ``fields`` (None: all) needs the iWARP stream reassembly."""
+    return fields is None or any(f.startswith(IWARP_PREFIXES) for f in fields)
+
+
+#: The columns the iWARP reassembly reads (added to the fields asked for when it runs).
+_TCP_INPUTS = ("ip.src", "ip.dst", "ip.hdr_len", "ipv6.src", "ipv6.dst", "tcp.srcport", "tcp.dstport",
+               "tcp.seq_raw", "tcp.flags", "tcp.hdr_len", "tcp.len", "tcp.window_size_value", "vlan.id")
+
+
+def wants_windows(fields: Iterable[str] | None) -> bool:
+    """Whether decoding ``fields`` (None: all) needs the TCP handshakes followed (``tcp.window_size``)."""
+    return fields is None or "tcp.window_size" in fields
+
+
+def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable[str] | None = None,
+                 tracker: Any = None, windows: TcpWindowScaling | None = None) -> Columns:
+    """Decode one block of Ethernet records into columns.
+
+    ``fields`` (default: all) limits the work to the columns named (and what they depend on);
+    the others are left as zeros with their layer absent.  ``tracker`` (an
+    :class:`rdmalab.capture.iwarp.IwarpTracker`, kept from block to block) fills the iWARP
+    columns; without one they are absent.  ``windows`` (a
+    :class:`~rdmalab.capture.render.TcpWindowScaling`, kept from block to block) fills
+    ``tcp.window_size``; without it that column is absent."""
+    if fields is not None and (tracker is not None or windows is not None):
+        fields = (*fields, *_TCP_INPUTS)
+    cols = _decode(blk, verify_icrc, None if fields is None else frozenset(fields), tracker)
+    if windows is not None:
+        fill_tcp_windows(blk, cols, windows)
+    return cols
+
+
+def fill_tcp_windows(blk: RecordBlock, cols: Columns, windows: TcpWindowScaling) -> None:
+    """``tcp.window_size`` of the block's TCP segments, in order: the raw window scaled by the
+    shift count each direction's SYN offered (Python per TCP segment; other frames cost nothing)."""
+    d, L = cols.data, cols.layers
+    idx = np.flatnonzero(L["tcp"])
+    if len(idx) == 0:
+        return
+    v6 = L["ipv6"][idx]
+    l4 = np.where(L["vlan"][idx], 18, 14) + np.where(v6, 40, d["ip.hdr_len"][idx].astype(np.int64))
+    opt = blk.offset[idx] + l4
+    opt_end = np.minimum(opt + d["tcp.hdr_len"][idx].astype(np.int64), blk.offset[idx] + blk.caplen[idx])
+    if v6.any():
+        src = [int.from_bytes(a, "big") if six else s for a, six, s in
+               zip(d["ipv6.src"][idx].tolist(), v6.tolist(), d["ip.src"][idx].tolist(), strict=True)]
+        dst = [int.from_bytes(a, "big") if six else s for a, six, s in
+               zip(d["ipv6.dst"][idx].tolist(), v6.tolist(), d["ip.dst"][idx].tolist(), strict=True)]
+    else:
+        src, dst = d["ip.src"][idx].tolist(), d["ip.dst"][idx].tolist()
+    buf = blk.buf
+    update = windows.update
+    out = [update(s, sp, t, dp, fl, w, window_shift_option(buf, a + 20, e) if fl & 0x02 else None)
+           for s, sp, t, dp, fl, w, a, e in zip(src, d["tcp.srcport"][idx].tolist(), dst,
+                                               d["tcp.dstport"][idx].tolist(), d["tcp.flags"][idx].tolist(),
+                                               d["tcp.window_size_value"][idx].tolist(), opt.tolist(),
+                                               opt_end.tolist(), strict=True)]
+    d["tcp.window_size"][idx] = out
+    L["tcp.window_size"][idx] = True
+
+
+def _wanted(wanted: frozenset[str] | None, prefixes: tuple[str, ...]) -> bool:
+    return wanted is None or any(f.startswith(p) or p.startswith(f + ".") or p == f
+                                 for f in wanted for p in prefixes)
+
+
+_NEED_CACHE: dict[tuple[frozenset[str] | None, tuple[str, ...]], bool] = {}
+
+
+def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, tracker: Any) -> Columns:
+    n = len(blk.offset)
+
+    def need(*prefixes: str) -> bool:
+        key = (wanted, prefixes)
+        hit = _NEED_CACHE.get(key)
+        if hit is None:
+            if len(_NEED_CACHE) > 4096:
+                _NEED_CACHE.clear()
+            hit = _NEED_CACHE[key] = _wanted(wanted, prefixes)
+        return hit
+
+    bufnp = np.frombuffer(blk.buf, dtype=np.uint8)
+    # one row copy per packet: fancy indexing over a sliding-window view of the block; the last
+    # records, whose window runs past the buffer, are copied one by one and zero-padded
+    inside = blk.offset <= len(bufnp) - WINDOW
+    if len(bufnp) >= WINDOW and inside.all():
+        H = np.lib.stride_tricks.sliding_window_view(bufnp, WINDOW)[blk.offset]
+    else:
+        H = np.zeros((n, WINDOW), dtype=np.uint8)
+        if len(bufnp) >= WINDOW:
+            H[inside] = np.lib.stride_tricks.sliding_window_view(bufnp, WINDOW)[blk.offset[inside]]
+        for i in np.flatnonzero(~inside).tolist():
+            row = bufnp[int(blk.offset[i]):int(blk.offset[i]) + WINDOW]
+            H[i, :len(row)] = row
+    # bytes past a packet's captured length are the next record's: every field below is only
+    # marked present where the captured length covers it
+    caplen = blk.caplen
+    u64 = np.uint64
+
+    data: dict[str, np.ndarray] = {}
+    L: dict[str, np.ndarray] = {}
+    data["frame.number"] = np.arange(blk.first, blk.first + n, dtype=np.uint64)
+    data["frame.time_ns"] = blk.ts_ns
+    data["frame.time_epoch"] = blk.ts_ns / 1e9
+    data["frame.len"] = blk.wirelen.astype(np.uint32)
+    data["frame.cap_len"] = caplen.astype(np.uint32)
+    L["frame"] = np.ones(n, dtype=bool)
+    eth = (blk.linktype == LINKTYPE_ETHERNET) & (caplen >= 14)
+    L["eth"] = eth
+    if need("eth.src", "eth.dst"):
+        data["eth.dst"] = _be(H, 0, 6)
+        data["eth.src"] = _be(H, 6, 6)
+    etype = _be(H, 12, 2)
+    data["eth.type"] = etype.astype(np.uint16)
+    vlan = eth & (etype == 0x8100) & (caplen >= 18)
+    L["vlan"] = vlan
+    if need("vlan"):
+        tci = _be(H, 14, 2)
+        data["vlan.id"] = (tci & u64(0xFFF)).astype(np.uint16)
+        data["vlan.priority"] = (tci >> u64(13)).astype(np.uint8)
+    etype = np.where(vlan, _be(H, 16, 2), etype)
+    l3 = np.where(vlan, 18, 14).astype(np.int64)
+    IP = _realign(H, l3, 40)
+    b0 = IP[:, 0]
+    ip = eth & (etype == 0x0800) & (b0 >> 4 == 4) & (caplen >= l3 + 20)
+    ihl = (b0 & 0x0F).astype(np.int64)
+    L["ip"] = ip
+    data["ip.len"] = _be(IP, 2, 2).astype(np.uint16)
+    ff = _be(IP, 6, 2)
+    frag = (ff & u64(0x1FFF)).astype(np.uint16)
+    data["ip.frag_offset"] = frag
+    proto4 = IP[:, 9]
+    data["ip.proto"] = proto4
+    if need("ip.", "ip"):
+        data["ip.version"] = (b0 >> 4).astype(np.uint8)
+        data["ip.hdr_len"] = (ihl * 4).astype(np.uint8)
+        tos = IP[:, 1]
+        data["ip.dsfield.dscp"] = tos >> 2
+        data["ip.dsfield.ecn"] = tos & 3
+        data["ip.id"] = _be(IP, 4, 2).astype(np.uint16)
+        data["ip.flags"] = (ff >> u64(13)).astype(np.uint8)
+        data["ip.ttl"] = IP[:, 8]
+        data["ip.checksum"] = _be(IP, 10, 2).astype(np.uint16)
+        data["ip.src"] = _be(IP, 12, 4).astype(np.uint32)
+        data["ip.dst"] = _be(IP, 16, 4).astype(np.uint32)
+    ip6 = eth & (etype == 0x86DD) & (b0 >> 4 == 6) & (caplen >= l3 + 40)
+    L["ipv6"] = ip6
+    L["ipver"] = ip | ip6
+    need6 = need("ipv6", "infiniband.grh")
+    if need6:
+        w0 = _be(IP, 0, 4)
+        data["ipv6.tclass"] = ((w0 >> u64(20)) & u64(0xFF)).astype(np.uint8)
+        data["ipv6.flow"] = (w0 & u64(0xFFFFF)).astype(np.uint32)
+    data["ipv6.plen"] = _be(IP, 4, 2).astype(np.uint16)
+    nxt6 = IP[:, 6]
+    data["ipv6.nxt"] = nxt6
+    if need6:
+        data["ipv6.hlim"] = IP[:, 7]
+        data["ipv6.src"] = np.ascontiguousarray(IP[:, 8:24]).view("S16").reshape(n)
+        data["ipv6.dst"] = np.ascontiguousarray(IP[:, 24:40]).view("S16").reshape(n)
+    l4 = np.where(ip6, l3 + 40, l3 + ihl * 4)
+    proto = np.where(ip6, nxt6, proto4)
+    l4ok = (ip & (frag == 0) & (ihl >= 5)) | ip6
+    udp = l4ok & (proto == 17) & (caplen >= l4 + 8)
+    tcp = l4ok & (proto == 6) & (caplen >= l4 + 20)
+    L["udp"], L["tcp"] = udp, tcp
+    # the UDP/TCP header and, for RoCEv2, the BTH and extended headers after it
+    T = _realign(H, l4, 8 + 12 + 48)
+    data["udp.srcport"] = _be(T, 0, 2).astype(np.uint16)
+    data["udp.dstport"] = _be(T, 2, 2).astype(np.uint16)
+    udplen = _be(T, 4, 2).astype(np.int64)
+    data["udp.length"] = udplen.astype(np.uint16)
+    if need("udp.checksum"):
+        data["udp.checksum"] = _be(T, 6, 2).astype(np.uint16)
+    if need("tcp"):
+        data["tcp.srcport"] = data["udp.srcport"]
+        data["tcp.dstport"] = data["udp.dstport"]
+        data["tcp.seq_raw"] = _be(T, 4, 4).astype(np.uint32)
+        data["tcp.ack_raw"] = _be(T, 8, 4).astype(np.uint32)
+        thl = (T[:, 12] >> 4).astype(np.int64) * 4
+        data["tcp.hdr_len"] = thl.astype(np.uint8)
+        data["tcp.flags"] = (_be(T, 12, 2) & u64(0x1FF)).astype(np.uint16)
+        data["tcp.window_size_value"] = _be(T, 14, 2).astype(np.uint16)
+        iplen = np.where(ip6, data["ipv6.plen"].astype(np.int64) + 40, data["ip.len"].astype(np.int64))
+        data["tcp.len"] = np.maximum(iplen - (l4 - l3) - thl, 0).astype(np.uint32)
+    # RoCEv2: UDP to port 4791; RoCEv1: EtherType 0x8915 and a GRH
+    rocev2 = udp & (data["udp.dstport"] == ROCEV2_PORT) & (caplen >= l4 + 8 + 12)
+    rocev1 = eth & (etype == 0x8915) & (caplen >= l3 + 40 + 12)
+    L["rocev2"], L["rocev1"] = rocev2, rocev1
+    L["infiniband.grh"] = rocev1
+    if need6:
+        data["infiniband.grh.tclass"] = data["ipv6.tclass"]
+        data["infiniband.grh.flowlabel"] = data["ipv6.flow"]
+        data["infiniband.grh.paylen"] = data["ipv6.plen"]
+        data["infiniband.grh.nxthdr"] = nxt6
+        data["infiniband.grh.hoplmt"] = data["ipv6.hlim"]
+        data["infiniband.grh.sgid"] = data["ipv6.src"]
+        data["infiniband.grh.dgid"] = data["ipv6.dst"]
+    bth = np.where(rocev1, l3 + 40, l4 + 8)
+    B = T[:, 8:] if not rocev1.any() else _realign(H, bth, 12 + 48)
+    ib = rocev1 | rocev2
+    L["infiniband.bth"] = ib
+    opcode = B[:, 0].copy()
+    data["infiniband.bth.opcode"] = opcode
+    b1 = B[:, 1]
+    data["infiniband.bth.se"] = b1 >> 7
+    data["infiniband.bth.m"] = (b1 >> 6) & 1
+    pad = ((b1 >> 4) & 3).astype(np.int64)
+    data["infiniband.bth.padcnt"] = pad.astype(np.uint8)
+    data["infiniband.bth.tver"] = b1 & 0x0F
+    data["infiniband.bth.p_key"] = _be(B, 2, 2).astype(np.uint16)
+    b4 = B[:, 4]
+    data["rdmalab.bth.fecn"] = b4 >> 7
+    data["rdmalab.bth.becn"] = (b4 >> 6) & 1
+    data["infiniband.bth.destqp"] = _be(B, 5, 3).astype(np.uint32)
+    data["infiniband.bth.a"] = B[:, 8] >> 7
+    data["infiniband.bth.psn"] = _be(B, 9, 3).astype(np.uint32)
+    # the IB packet's end (ICRC included): from the UDP length or the GRH payload length
+    ib_end = np.where(rocev1, l3 + 40 + data["ipv6.plen"].astype(np.int64), l4 + udplen)
+    ib_end = np.minimum(ib_end, caplen)
+    t = _opt()
+    ext0 = bth + 12
+    extlen = t["extlen"][opcode].astype(np.int64)
+    fits = ib & (ext0 + extlen <= ib_end)
+    sizes = {"rdeth": 4, "deth": 8, "reth": 16, "atomiceth": 28, "aeth": 4, "atomicacketh": 8, "immdt": 4,
+             "ieth": 4, "xrceth": 4}
+    X: dict[str, np.ndarray] = {}
+    layer_of = {"rdeth": ("infiniband.rdeth",), "deth": ("infiniband.deth",), "reth": ("infiniband.reth",),
+                "atomiceth": ("infiniband.atomiceth", "infiniband.reth"), "aeth": ("infiniband.aeth",),
+                "atomicacketh": ("infiniband.atomicacketh",), "immdt": ("infiniband.immdt",),
+                "ieth": ("infiniband.ieth",), "xrceth": ("rdmalab.xrceth",)}
+    for key, size in sizes.items():
+        o = t[key][opcode].astype(np.int64)
+        L[f"_{key}"] = fits & (o >= 0)
+        if need(*layer_of[key]):
+            X[key] = _realign(B, 12 + np.where(o >= 0, o, 48), size)
+        else:
+            X[key] = np.zeros((n, size), dtype=np.uint8)
+    data["infiniband.rdeth.eecnxt"] = _be(X["rdeth"], 1, 3).astype(np.uint32)
+    data["infiniband.deth.q_key"] = _be(X["deth"], 0, 4)
+    data["infiniband.deth.srcqp"] = _be(X["deth"], 5, 3).astype(np.uint32)
+    R = X["reth"]
+    A = X["atomiceth"]
+    data["infiniband.reth.dmalen"] = _be(R, 12, 4).astype(np.uint32)
+    data["infiniband.atomiceth.swapdt"] = _be(A, 12, 8)
+    data["infiniband.atomiceth.cmpdt"] = _be(A, 20, 8)
+    data["infiniband.aeth.syndrome"] = X["aeth"][:, 0].copy()
+    data["infiniband.aeth.msn"] = _be(X["aeth"], 1, 3).astype(np.uint32)
+    data["infiniband.atomicacketh.origremdt"] = _be(X["atomicacketh"], 0, 8)
+    data["infiniband.immdt"] = _be(X["immdt"], 0, 4).astype(np.uint32)
+    data["infiniband.ieth"] = _be(X["ieth"], 0, 4).astype(np.uint32)
+    data["rdmalab.xrceth.xrcsrq"] = _be(X["xrceth"], 1, 3).astype(np.uint32)
+    for key, layer in (("rdeth", "infiniband.rdeth"), ("deth", "infiniband.deth"), ("reth", "infiniband.reth"),
+                       ("atomiceth", "infiniband.atomiceth"), ("aeth", "infiniband.aeth"),
+                       ("atomicacketh", "infiniband.atomicacketh"), ("immdt", "infiniband.immdt"),
+                       ("ieth", "infiniband.ieth"), ("xrceth", "rdmalab.xrceth")):
+        L[layer] = L.pop(f"_{key}")
+    # RETH and AtomicETH share Wireshark's names for the address and key
+    is_at = L["infiniband.atomiceth"]
+    data["infiniband.reth.va"] = np.where(is_at, _be(A, 0, 8), _be(R, 0, 8))
+    data["infiniband.reth.r_key"] = np.where(is_at, _be(A, 8, 4), _be(R, 8, 4)).astype(np.uint32)
+    L["infiniband.va"] = L["infiniband.reth"] | is_at
+    L["rdmalab.cnp"] = ib & (opcode == CNP_OPCODE)
+    data["rdmalab.cnp"] = L["rdmalab.cnp"].astype(np.uint8)
+    plen = ib_end - ext0 - extlen - pad - 4
+    data["rdmalab.payload.len"] = np.maximum(plen, 0).astype(np.uint32)
+    crc_ok = fits & (ib_end >= ext0 + extlen + 4)
+    L["infiniband.crc"] = crc_ok
+    status = np.zeros(n, dtype=np.int8)
+    if need("infiniband.invariant", "rdmalab.icrc") or verify_icrc:
+        crc_at = blk.offset + np.maximum(ib_end - 4, 0)
+        crc_at = np.minimum(crc_at, len(bufnp) - 4)
+        wire = ((bufnp[crc_at].astype(np.uint32) << 24) | (bufnp[crc_at + 1].astype(np.uint32) << 16)
+                | (bufnp[crc_at + 2].astype(np.uint32) << 8) | bufnp[crc_at + 3])
+        data["infiniband.invariant.crc"] = wire
+    if verify_icrc and crc_ok.any():
+        status = _verify_icrc(blk, H, crc_ok, rocev1, l3, bth, ib_end, wire)
+    data["rdmalab.icrc.ok"] = status
+    for c in COLUMNS:  # the columns not asked for
+        if c.name not in data:
+            data[c.name] = np.zeros(n, dtype=c.dtype)
+    for name in (*IWARP_LAYERS, *(c.layer for c in IWARP_COLUMNS), "tcp.window_size"):
+        L[name] = np.zeros(n, dtype=bool)
+    cols = Columns(n, data, L)
+    if tracker is not None:
+        fill_iwarp(blk, cols, tracker)
+    return cols
+
+
+def fill_iwarp(blk: RecordBlock, cols: Columns, tracker: Any) -> None:
+    """Feed the block's TCP segments, in order, to the iWARP stream reassembly (the same
+    :class:`~rdmalab.capture.iwarp.IwarpTracker` the per-packet decoder uses) and put the fields
+    of the PDUs each frame completes into the iWARP columns.
+
+    Python runs per TCP segment and per PDU here (reassembly is sequential by nature); frames
+    of other protocols cost nothing."""
+    tcp = cols.layers["tcp"]
+    idx = np.nonzero(tcp & (cols.data["tcp.len"] > 0) | tcp & ((cols.data["tcp.flags"] & 0x06) != 0))[0]
+    if len(idx) == 0:
+        return
+    d, L = cols.data, cols.layers
+    v6 = L["ipv6"][idx]
+    l3 = np.where(L["vlan"][idx], 18, 14)
+    l4 = l3 + np.where(v6, 40, d["ip.hdr_len"][idx].astype(np.int64))
+    start = blk.offset[idx] + l4 + d["tcp.hdr_len"][idx].astype(np.int64)
+    end = np.minimum(start + d["tcp.len"][idx].astype(np.int64), blk.offset[idx] + blk.caplen[idx])
+    end = np.maximum(end, start)
+    if v6.any():
+        src = [_ipv6_text(a) if six else "" for a, six in zip(d["ipv6.src"][idx].tolist(), v6.tolist(), strict=True)]
+        dst = [_ipv6_text(a) if six else "" for a, six in zip(d["ipv6.dst"][idx].tolist(), v6.tolist(), strict=True)]
+    else:
+        src = dst = [""] * len(idx)
+    buf = blk.buf
+    frame0 = int(d["frame.number"][0]) if cols.n else 0
+    process = tracker.process_segment
+    rows = zip(idx.tolist(), src, dst, d["ip.src"][idx].tolist(), d["ip.dst"][idx].tolist(),
+               d["tcp.srcport"][idx].tolist(), d["tcp.dstport"][idx].tolist(), d["tcp.seq_raw"][idx].tolist(),
+               d["tcp.flags"][idx].tolist(), start.tolist(), end.tolist(), v6.tolist(), strict=True)
+    for i, s6, d6, s4, d4, sport, dport, seq, flags, a, b, six in rows:
+        if not six:
+            s6 = f"{s4 >> 24}.{(s4 >> 16) & 255}.{(s4 >> 8) & 255}.{s4 & 255}"
+            d6 = f"{d4 >> 24}.{(d4 >> 16) & 255}.{(d4 >> 8) & 255}.{d4 & 255}"
+        try:
+            pdus = process(frame0 + i, s6, sport, d6, dport, seq, flags, buf[a:b])
+        except DecodeError:  # a damaged stream: the per-packet decoder reports it, columns skip it
+            continue
+        if not pdus:
+            continue
+        got: dict[str, Any] = {}
+        for pdu in pdus:
+            packet_fields(pdu, got, raw=True)
+        for key, v in got.items():
+            first = v[0] if isinstance(v, list) else v
+            if key == "rdmalab.crc32c.status":
+                d["rdmalab.crc32c.ok"][i] = {"good": 1, "bad": 2}.get(first, 0)
+                L["rdmalab.crc32c"][i] = True
+                continue
+            col = COLUMN_BY_NAME.get(key)
+            if col is None or col.layer != key:
+                continue
+            d[key][i] = first
+            L[key][i] = True
+        d["rdmalab.pdus"][i] = len(pdus)
+        L["iwarp"][i] = True
+        if len(pdus) > 1 or any(isinstance(v, list) for v in got.values()):  # several PDUs, or markers
+            cols.multi[frame0 + i] = got
+    for proto in ("iwarp_mpa", "iwarp_ddp", "iwarp_rdma"):
+        hits = [L[c.name] for c in IWARP_COLUMNS if c.name.startswith(proto + ".")]
+        L[proto] = np.logical_or.reduce(hits)
+
+
+#: The CRC function the ICRC check calls: rdmalab.wire.crc's (zlib's CRC-32 as zlib-ng computes
+#: it).  A test replaces it to see the bytes it is given.
+_crc32 = crc32
+_MASKS_V2 = icrc_masks("rocev2")
+_MASKS_V1 = icrc_masks("rocev1")
+
+
+def _mask(buf: np.ndarray, at: np.ndarray, masks: tuple[tuple[int, int], ...]) -> None:
+    """Set the variant bits ``masks`` (:func:`rdmalab.wire.crc.icrc_masks`) of the headers that
+    start at the byte offsets ``at`` of ``buf``."""
+    if len(at):
+        for i, bits in masks:
+            buf[at + i] |= bits
+
+
+def _verify_icrc(blk: RecordBlock, H: np.ndarray, sel: np.ndarray, rocev1: np.ndarray, l3: np.ndarray,
+                 bth: np.ndarray, ib_end: np.ndarray, wire: np.ndarray) -> np.ndarray:
+    """ICRC status per row (1 good, 2 bad, 0 unchecked): the variant fields are masked with numpy
+    in a copy of the block's buffer, with the masks of :func:`rdmalab.wire.crc.icrc_masks` (IBA
+    Vol 1 7.8.1, RoCEv2 Annex A17.3.3), then the CRC runs over each packet from
+    :data:`rdmalab.wire.crc.ICRC_SEED` (one ``zlib.crc32`` call a packet)."""
+    idx = np.nonzero(sel)[0]
+    start = blk.offset[idx] + l3[idx]
+    bths = blk.offset[idx] + bth[idx]
+    v1 = rocev1[idx]
+    v6 = ~v1 & ((H[idx, l3[idx]] >> 4) == 6)
+    v4 = ~v1 & ~v6
+    v2 = ~v1
+    copy = bytearray(blk.buf)
+    B = np.frombuffer(copy, dtype=np.uint8)
+    _mask(B, start[v4], _MASKS_V2["IPv4"])  # TOS, TTL, header checksum
+    _mask(B, start[v6], _MASKS_V2["IPv6"])  # traffic class, flow label, hop limit
+    _mask(B, start[v1], _MASKS_V1["GRH"])
+    _mask(B, bths[v2] - 8, _MASKS_V2["UDP"])  # UDP checksum
+    _mask(B, bths[v2], _MASKS_V2["BTH"])  # BTH byte 4: FECN, BECN, Resv6
+    _mask(B, bths[v1], _MASKS_V1["BTH"])
+    end = blk.offset[idx] + ib_end[idx] - 4
+    crc32 = _crc32
+    seed = ICRC_SEED
+    with memoryview(copy) as mv:
+        got = np.array([crc32(mv[a:e], seed) for a, e in zip(start.tolist(), end.tolist(), strict=True)],
+                       dtype=np.uint32)
+    del B
+    out = np.zeros(len(H), dtype=np.int8)
+    # the ICRC goes least-significant byte first; ``wire`` reads its bytes big-endian
+    want = wire[idx].byteswap()
+    out[idx] = np.where(got == want, 1, 2)
+    return out
+
+
+# ============================================================================ objects -> columns
+
+
+def columns_from_packets(path: str | os.PathLike[str], *, first: int = 1, limit: int | None = None) -> Columns:
+    """Columns made with the per-packet decoder (other link types, iWARP): slower, same names."""
+    n_max = limit
+    rows: list[dict[str, Any]] = []
+    windows = TcpWindowScaling()
+    for cp in read(path):
+        w = windows.window(cp.packet)  # every frame, in order: the handshakes before ``first`` too
+        if cp.frame_number < first:
+            continue
+        row = frame_fields(cp, raw=True)
+        if w is not None:
+            row["tcp.window_size"] = w
+        rows.append(row)
+        if n_max is not None and len(rows) >= n_max:
+            break
+    return columns_from_dicts(rows)
+
+
+def columns_from_dicts(rows: list[dict[str, Any]]) -> Columns:
+    n = len(rows)
+    data: dict[str, np.ndarray] = {}
+    L: dict[str, np.ndarray] = {k: np.zeros(n, dtype=bool) for k in _LAYER_NAMES}
+    layer_hits: dict[str, np.ndarray] = {}
+    multi: dict[int, dict[str, Any]] = {}
+    for c in COLUMNS:
+        arr = np.zeros(n, dtype=c.dtype)
+        hit = np.zeros(n, dtype=bool)
+        for i, row in enumerate(rows):
+            v = row.get(c.name)
+            if isinstance(v, list):
+                v = v[0] if v else None
+            if v is None:
+                continue
+            if c.name == "frame.time_epoch":
+                arr[i] = v
+            elif c.dtype == "S16":
+                arr[i] = int(v).to_bytes(16, "big")
+            else:
+                arr[i] = int(v)
+            hit[i] = True
+        data[c.name] = arr
+        layer_hits.setdefault(c.layer, np.zeros(n, dtype=bool))
+        layer_hits[c.layer] |= hit
+    data["frame.time_ns"] = np.array([round(r["frame.time_epoch"] * 1e9) for r in rows], dtype=np.int64)
+    for i, row in enumerate(rows):
+        if "erf.ts" in row:  # Wireshark's frame time and length for ERF are the ERF record's own
+            ts = int(row["erf.ts"])
+            data["frame.time_ns"][i] = (ts >> 32) * 1_000_000_000 + ((ts & 0xFFFFFFFF) * 1_000_000_000 >> 32)
+            data["frame.time_epoch"][i] = data["frame.time_ns"][i] / 1e9
+            wlen = int(row.get("erf.wlen", 0))
+            data["frame.len"][i] = wlen
+            data["frame.cap_len"][i] = min(wlen, int(data["frame.cap_len"][i]) - 16)
+    L.update(layer_hits)
+    for i, row in enumerate(rows):
+        enc = row.get("rdmalab.encap")
+        if enc in ("rocev1", "rocev2"):
+            L[enc][i] = True
+        if "iwarp_ddp.qn" in row or "iwarp_ddp.stag" in row:
+            L["iwarp"][i] = True
+        st = row.get("rdmalab.icrc.status")
+        data["rdmalab.icrc.ok"][i] = {"good": 1, "bad": 2}.get(st if isinstance(st, str) else "", 0)
+        if "rdmalab.icrc.status" in row:
+            L["infiniband.crc"][i] = True
+        st = row.get("rdmalab.crc32c.status")
+        if isinstance(st, list):
+            st = st[0] if st else None
+        if st is not None:
+            data["rdmalab.crc32c.ok"][i] = {"good": 1, "bad": 2}.get(st, 0)
+            L["rdmalab.crc32c"][i] = True
+        if int(row.get("rdmalab.pdus", 0) or 0) > 1:
+            multi[int(row["frame.number"])] = {k: v for k, v in row.items() if k.startswith(IWARP_PREFIXES)}
+    L["frame"] = np.ones(n, dtype=bool)
+    L["infiniband.bth"] = L["infiniband.bth"] | L["rocev1"] | L["rocev2"]
+    for proto in ("iwarp_mpa", "iwarp_ddp", "iwarp_rdma"):
+        L[proto] = np.logical_or.reduce([L[c.name] for c in IWARP_COLUMNS if c.name.startswith(proto + ".")])
+    return Columns(n, data, L, multi=multi)

@@ -1,0 +1,135 @@
+"""The UDP carrier's codec: engine packets to IPv4 RoCEv2 datagrams and back, as rxe puts them on the wire.
+
+:func:`encode_datagram` and :func:`decode_datagram` are the reference (one packet, readable);
+the carrier's fast paths (:mod:`rdmalab.fabric.udp`: a burst's datagrams built in one reused
+buffer, the receive path that checks the ICRC in place) use the struct layouts and the ICRC
+correction below, and ``tests/fabric/test_udp.py`` holds them to these functions byte for byte.
+The ICRC's masking itself has one home, :mod:`rdmalab.wire.crc`.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from rdmalab.verbs.engine.packet import _ATTR, INFO, Pkt
+from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_mask_delta, mask_rocev2
+from rdmalab.wire.net import ROCEV2_PORT
+
+IPUDP = struct.Struct(">BBHHHBBHIIHHHH")  # IPv4 header (20 bytes) + UDP header (8 bytes)
+BTH_WORDS = struct.Struct(">BBHII")
+HDR = struct.Struct(">BBHHHBBHIIHHHHBBHII")  # IPv4 + UDP + BTH, 40 bytes
+ICRC = struct.Struct("<I")
+ZEROS = (b"", b"\0", b"\0\0", b"\0\0\0")
+SRC_BTH = struct.Struct(">I16xII")  # from offset 12: IPv4 source; BTH words 1 and 2 (dest QP; AckReq, PSN)
+RETH_WORDS = struct.Struct(">QII")
+
+
+U16 = struct.Struct(">H")
+U32 = struct.Struct(">I")
+_DELTAS: dict[tuple[int, int], int] = {}
+
+
+def mask_delta(tos: int, length: int) -> int:
+    """What to XOR into ``crc32(datagram, ICRC_SEED)`` of a datagram of ``length`` bytes as this carrier
+    sends it (TOS ``tos``, TTL 64, IP and UDP checksums 0, BTH byte 4 zero) to get its ICRC
+    (:func:`rdmalab.wire.crc.icrc_mask_delta`), computed once per ``(tos, length)``."""
+    d = _DELTAS.get((tos, length))
+    if d is None:
+        head = HDR.pack(0x45, tos, 0, 0, 0x4000, 64, 17, 0, 0, 0, 0, ROCEV2_PORT, 0, 0, 0, 0, 0xFFFF, 0, 0)
+        d = _DELTAS[(tos, length)] = icrc_mask_delta(head, length)
+    return d
+
+
+def ext_headers(p: Pkt, code: int) -> bytes:
+    """The extended headers (after the BTH) that packet ``p`` carries with opcode ``code``."""
+    classes = INFO[code].headers
+    if not classes:
+        return b""
+    out = []
+    for cls in classes:
+        h = getattr(p, _ATTR[cls], None) if cls in _ATTR else None
+        out.append((h if h is not None else cls()).encode())
+    return b"".join(out)
+
+
+def encode_datagram(p: Pkt, ip_id: int) -> bytes:
+    """The IPv4/UDP/BTH/.../ICRC datagram for ``p``: DF set, TTL 64, ``ip_id``, UDP checksum 0 (as rxe).
+
+    The same fields as the carrier seam's ``Datagram`` of this packet with this ``ip_id``, built
+    in one pass (the payload is not copied before the CRC is taken over it)."""
+    info = INFO[p.opcode]
+    payload = p.payload
+    n = len(payload)
+    pad = -n % 4
+    ext = b"".join([h.encode() for h in p.headers()]) if info.headers else b""
+    psn = (p.ackreq << 31) | (p.psn & 0xFFFFFF)
+    dqp = p.destqp & 0xFFFFFF
+    flags = (p.se << 7) | (pad << 4)
+    udp_len = 24 + len(ext) + n + pad  # UDP 8 + BTH 12 + ext + payload + pad + ICRC 4
+    src, dst, sport = p.src_gid & 0xFFFFFFFF, p.dst_gid & 0xFFFFFFFF, p.sport
+    # version/IHL, TOS (the ECN bits: 0 unless DCQCN marks ECT), total length, ID, DF, TTL 64, UDP,
+    # checksum 0 (the kernel fills it in for IP_HDRINCL sends: net/ipv4/raw.c), addresses; UDP
+    # ports, length, checksum 0.
+    hdr = IPUDP.pack(0x45, p.ecn & 0xFF, 20 + udp_len, ip_id, 0x4000, 64, 17, 0, src, dst, sport, ROCEV2_PORT, udp_len, 0)
+    bth = BTH_WORDS.pack(p.opcode, flags, 0xFFFF, dqp, psn)
+    # ICRC (rxe_icrc.c): the headers with their variant fields set to ones (wire.crc.mask_rocev2), then
+    # the rest as sent; zlib's CRC-32, little-endian
+    masked = bytearray(hdr + bth)
+    mask_rocev2(masked)
+    crc = crc32(masked, ICRC_SEED)
+    if ext:
+        crc = crc32(ext, crc)
+    tail = b"\0" * pad
+    if n:
+        crc = crc32(payload, crc)
+        if pad:
+            crc = crc32(tail, crc)
+    return b"".join((hdr, bth, ext, payload, tail, ICRC.pack(crc)))
+
+
+def decode_datagram(d: bytes, icrc_checked: bool = False) -> Pkt | None:
+    """An IPv4 RoCEv2 datagram (IP header first) as a :class:`Pkt`, or None if it is malformed,
+    not RoCEv2, or its ICRC is wrong (rxe drops those silently: ``rxe_recv.c``).  The payload of
+    the packet is a view into ``d``.  ``icrc_checked``: the caller has checked the ICRC already."""
+    if len(d) < 20 or d[0] >> 4 != 4:
+        return None
+    u = (d[0] & 0x0F) * 4
+    total = (d[2] << 8) | d[3]
+    if d[9] != 17 or total > len(d) or total < u + 8 + 12 + 4:
+        return None
+    if (d[u + 2] << 8 | d[u + 3]) != ROCEV2_PORT:
+        return None
+    b = u + 8
+    opc = d[b]
+    info = INFO.get(opc)
+    if info is None:
+        return None
+    mv = memoryview(d)
+    end_crc = total - 4
+    if not icrc_checked:
+        # ICRC over the masked IP header, UDP header and BTH, then the rest (rxe_icrc.c)
+        m = bytearray(mv[:b + 12])
+        mask_rocev2(m)
+        crc = crc32(mv[b + 12:end_crc], crc32(m, ICRC_SEED))
+        if crc != int.from_bytes(mv[end_crc:total], "little"):
+            return None
+    pad = (d[b + 1] >> 4) & 3
+    at = b + 12
+    hdrs = []
+    for cls in info.headers:
+        size = cls.LAYOUT.size
+        if at + size > end_crc:
+            return None
+        hdrs.append(cls.decode(d, at))
+        at += size
+    end = end_crc - pad
+    if end < at:
+        return None
+    src = 0xFFFF00000000 | int.from_bytes(mv[12:16], "big")
+    dst = 0xFFFF00000000 | int.from_bytes(mv[16:20], "big")
+    w2 = int.from_bytes(mv[b + 8:b + 12], "big")
+    p = Pkt(opc, w2 & 0xFFFFFF, int.from_bytes(mv[b + 5:b + 8], "big"), src, dst, (d[u] << 8) | d[u + 1], 0, 0,
+            mv[at:end], w2 >> 31, d[b + 1] >> 7)
+    for h in hdrs:
+        setattr(p, _ATTR[type(h)], h)
+    return p
