@@ -49,8 +49,11 @@ FIELDS: tuple[str, ...] = (
     "rdmalab.payload.len", "infiniband.invariant.crc", "rdmalab.icrc.ok", "infiniband.deth.srcqp",
     "rdmalab.crc32c.ok", "iwarp_mpa.crc", "iwarp_mpa.crc_check", "iwarp_rdma.opcode", "iwarp_rdma.term_layer",
 )
-#: Terminate columns the decoder may have (error type and code): read when it has them
-_TERM_EXTRA = tuple(n for n in ("iwarp_rdma.term_etype", "iwarp_rdma.term_errcode") if n in COLUMN_BY_NAME)
+#: Terminate error type and code columns (one per layer, as tshark's ``iwarp_rdma.term_etype_ddp`` ...):
+#: a Terminate has its type and code in the columns of its layer
+_TERM_ETYPE = tuple(n for n in COLUMN_BY_NAME if n.startswith("iwarp_rdma.term_etype"))
+_TERM_ERRCODE = tuple(n for n in COLUMN_BY_NAME if n.startswith("iwarp_rdma.term_errcode"))
+_TERM_EXTRA = _TERM_ETYPE + _TERM_ERRCODE
 
 #: per RDMA row: name -> (source column, dtype kept)
 _KEEP: dict[str, tuple[str, str]] = {
@@ -154,9 +157,11 @@ class _Collector:
                 row = {"frame": int(fr[i]), "time_ns": int(tns[i]), "bad_crc": bool(bad[i]), "terminate": bool(term[i]),
                        "crc": int(cols.data["iwarp_mpa.crc"][i]), "crc_check": int(cols.data["iwarp_mpa.crc_check"][i]),
                        "term_layer": int(cols.data["iwarp_rdma.term_layer"][i])}
-                for name in _TERM_EXTRA:
-                    if name in cols.data:
-                        row[name.rsplit(".", 1)[1]] = int(cols.data[name][i])
+                for key, names in (("term_etype", _TERM_ETYPE), ("term_errcode", _TERM_ERRCODE)):
+                    for name in names:
+                        if name in cols.layers and cols.layers[name][i]:
+                            row[key] = int(cols.data[name][i])
+                            break
                 r.iwarp.append(row)
 
     def finish(self) -> Rows:
