@@ -357,20 +357,24 @@ def _iwarp_findings(r: Rows, path: str | None) -> list[Finding]:
     its layer, error type and error code (RFC 5040 7, RFC 5044 8, RFC 6581); when the columns do
     not carry the type and code, the Terminate frames alone are decoded again for them."""
     out: list[Finding] = []
-    need_detail = [row["frame"] for row in r.iwarp if row["terminate"] and "term_etype" not in row]
-    detail = _terminate_details(path, set(need_detail)) if need_detail and path is not None else {}
+    need_detail = [row["frame"] for row in r.iwarp if row["bad_crc"] or row["terminate"] and "term_etype" not in row]
+    detail = _pdu_details(path, set(need_detail)) if need_detail and path is not None else {}
     for row in r.iwarp:
         t = row["time_ns"] / 1e9
         if row["bad_crc"]:
-            out.append(Finding("bad_crc32c", None, [row["frame"]], t,
-                               f"MPA CRC32c {row['crc']:#010x} does not verify, should be {row['crc_check']:#010x}",
-                               {"crc": row["crc"], "expected": row["crc_check"]}))
+            crc = row["crc_check"]  # the CRC field of the FPDU (tshark's iwarp_mpa.crc_check)
+            want = detail.get(row["frame"], {}).get("crc_expected")
+            exp = f", should be {want:#010x}" if want is not None else ""
+            out.append(Finding("bad_crc32c", None, [row["frame"]], t, f"MPA CRC32c {crc:#010x} does not verify{exp}",
+                               {"crc": crc, "expected": want}))
         if row["terminate"]:
             layer = row["term_layer"]
             etype, code = row.get("term_etype"), row.get("term_errcode")
             extra: dict[str, Any] = {}
-            if etype is None and row["frame"] in detail:
-                etype, code, extra = detail[row["frame"]]
+            if etype is None and "etype" in detail.get(row["frame"], {}):
+                d = detail[row["frame"]]
+                etype, code = d["etype"], d["errcode"]
+                extra = {"ddp_header": d["ddp_header"], "rdmap_header": d["rdmap_header"]}
             lname = TERM_LAYER_NAMES.get(layer, f"layer {layer}")
             if etype is None or code is None:
                 out.append(Finding("terminate", None, [row["frame"]], t,
@@ -386,22 +390,26 @@ def _iwarp_findings(r: Rows, path: str | None) -> list[Finding]:
     return out
 
 
-def _terminate_details(path: str, frames: set[int]) -> dict[int, tuple[int, int, dict[str, Any]]]:
-    """Error type and code of the Terminate PDUs completing in ``frames`` (per-packet decoder, with the
-    TCP reassembly: only the capture's TCP frames are decoded)."""
-    from rdmalab.capture.reader import read  # the per-packet decoder: only captures with a Terminate need it
+def _pdu_details(path: str, frames: set[int]) -> dict[int, dict[str, Any]]:
+    """What the columns do not hold of the iWARP PDUs completing in ``frames``: the CRC32c a bad
+    FPDU should carry, a Terminate's type and code when the decoder has no columns for them
+    (per-packet decoder with the TCP reassembly, read up to the last of ``frames``)."""
+    from rdmalab.capture.reader import read  # the per-packet decoder: only captures with such PDUs need it
     from rdmalab.wire.rdmap import Terminate
 
-    out: dict[int, tuple[int, int, dict[str, Any]]] = {}
+    out: dict[int, dict[str, Any]] = {}
     last = max(frames)
     for cp in read(path, count=last):
         if cp.frame_number not in frames:
             continue
+        d = out.setdefault(cp.frame_number, {})
         for pdu in cp.pdus:
+            if pdu.crc_kind == "crc32c" and pdu.crc_status == "bad" and pdu.crc_expected is not None:
+                d.setdefault("crc_expected", pdu.crc_expected)
             term = pdu.get(Terminate)
             if term is not None:
-                out[cp.frame_number] = (term.etype, term.errcode, {"ddp_header": bool(term.hdrct_d),
-                                                                    "rdmap_header": bool(term.hdrct_r)})
+                d.update(etype=term.etype, errcode=term.errcode, ddp_header=bool(term.hdrct_d),
+                         rdmap_header=bool(term.hdrct_r))
     return out
 
 
