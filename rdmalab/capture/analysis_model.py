@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 
-@dataclass
+@dataclass(slots=True)
 class Finding:
     kind: str
     connection: int | None
