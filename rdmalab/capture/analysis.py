@@ -185,7 +185,10 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
         after = cols if cols is not None else read_columns(path) if path is not None and read_file else None
         if after is not None:
             findings.extend(_lost(after, before, conns))
-    findings.sort(key=lambda f: (f.time, f.frames[0] if f.frames else 0))
+    # by time, then first frame: two stable sorts with one number a key each (a (time, frame) tuple a
+    # finding is 100 MB more at a million findings)
+    findings.sort(key=lambda f: f.frames[0] if f.frames else 0)
+    findings.sort(key=lambda f: f.time)
     return Analysis(path, r.frames, len(r) + len(r.dup_pairs), conns, out.messages, findings, mtu, series, psn_time,
                     checks)
 
