@@ -86,13 +86,16 @@ for p in pair.packets()[2:]:
 from rdmalab.lab.checkers.verbs import rnr_run
 
 rnr = rnr_run(BACKEND)
-rnr.ladder(title="SEND before the receive is posted: RNR NAKs, then success")
+# without_times(): exercise 2 below asks how long an RNR NAK tells A to wait; this ladder would say it.
+# Once you have answered it, run rnr.ladder() to see the waits drawn to their real length.
+rnr.ladder(title="SEND before the receive is posted: RNR NAKs, then success").without_times()
 
 # %%
 from rdmalab.wire.ib import AETH
 
 rnr_nak = next(p for p in rnr.packets() if AETH in p and p[AETH].is_rnr_nak)
-viz.hexdump(rnr_nak, title="An RNR NAK: AETH syndrome type 01, value = timer code", highlight=[(54, 55, "syndrome")])
+viz.hexdump(rnr_nak, title="An RNR NAK: AETH syndrome type 01, value = timer code", highlight=[(54, 55, "syndrome")],
+            hide=["AETH.value"])  # exercise 2 asks you to decode it
 
 # %% [markdown]
 # ## Exercises

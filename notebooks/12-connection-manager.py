@@ -110,13 +110,17 @@ if tshark_path():
 from rdmalab.lab.connect import run_connect
 
 run = run_connect(backend=BACKEND)
-print("CM messages on the wire:", run.names())
+print("backend:", run.backend, "| CM messages on the wire:", run.names())
 run.table()
 
 # %%
 run.ladder
 
 # %% [markdown]
+# (On `BACKEND = "rxe"` the handshake above is rping's between two kernel rxe devices, read from
+# the capture: the kernel keeps its QP states to itself. The rest of this part uses the soft
+# engine, which can lose a chosen message and shows every state.)
+#
 # The REQ and the REP carry what `modify_qp` needs (QPN, starting PSN, MTU, READ/atomic
 # depths); each side moves its QP with it at a different moment. The passive side is already
 # in RTS when its REP leaves; the active side goes to RTR and RTS when the REP arrives, then
@@ -210,12 +214,13 @@ lab.check("cm.req_psn", req_psn_sets)
 # %% [markdown]
 # ### 4. Who is in RTS first?
 #
-# From the step table above: which side's QP reaches RTS first, `"client"` or `"server"`?
+# From the soft engine's step table (`run_connect().table()`): which side's QP reaches RTS first,
+# `"client"` or `"server"`?
 
 # %% tags=["exercise"]
 first_to_rts = ...
 ### BEGIN SOLUTION
-first_to_rts = next("server" if s.server_qp == "RTS" else "client" for s in run.steps
+first_to_rts = next("server" if s.server_qp == "RTS" else "client" for s in run_connect().steps
                     if "RTS" in (s.client_qp, s.server_qp))
 ### END SOLUTION
 lab.check("cm.first_rts", first_to_rts)

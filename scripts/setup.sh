@@ -29,5 +29,8 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e ".[${extras}]"
+# setuptools' build backend prints a boxed "Editable installation" warning (about folders named like the
+# package in the working directory, which is exactly what a checkout is): not the learner's concern.
+RDMALAB_PIP_WARNINGS="ignore:Editable installation:UserWarning"
+PYTHONWARNINGS="$RDMALAB_PIP_WARNINGS" .venv/bin/python -m pip install -q -e ".[${extras}]"
 echo "rdmalab setup: ready (.venv, extras: ${extras})"

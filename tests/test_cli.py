@@ -310,3 +310,17 @@ def test_tcp_summary_has_ports_and_flags(capsys: pytest.CaptureFixture[str]) -> 
     lines = capsys.readouterr().out.splitlines()
     assert "38746 → 18515 [SYN] Seq=4068843508" in lines[0]
     assert "18515 → 38746 [SYN, ACK]" in lines[1] and "Ack=4068843509" in lines[1]
+
+
+def test_the_live_tools_start_without_the_capture_stack_or_numpy() -> None:
+    # Start-up counts in the lab VM (TCG, ~10-20x slower): `rdmalab pingpong|perftest|rping|udaddy` must
+    # not load what listening does not need (numpy, the capture decoder, dpkt) before they listen.
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import rdmalab.cli, rdmalab.live.pingpong, rdmalab.live.perftest, rdmalab.live.rping, rdmalab.live.udaddy\n"
+            "print(sorted(m for m in ('numpy', 'dpkt', 'rdmalab.capture', 'pyarrow') if m in sys.modules))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

@@ -30,7 +30,6 @@ import sys
 from collections.abc import Sequence
 
 from rdmalab import __version__
-from rdmalab.capture.reader import CaptureError
 from rdmalab.cli import (
     analyze,
     capture,
@@ -49,6 +48,7 @@ from rdmalab.cli import (
     vm,
 )
 from rdmalab.cli._common import Fail
+from rdmalab.wire.errors import RdmalabError
 
 # The order here is the order of `rdmalab --help`.
 COMMANDS = [decode, crosscheck, stats, analyze, convert, lab, pingpong, perftest, rping, udaddy, simulate, link, vm, capture, grade]
@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rc: int = args.func(args, out)
         out.flush()
         return rc
-    except (CaptureError, Fail) as err:
+    except (RdmalabError, Fail) as err:  # CaptureError, DecodeError...: one sentence, no traceback
         out.flush()
         print(f"rdmalab: {err}", file=sys.stderr)
         return 1

@@ -130,6 +130,7 @@ def decode_datagram(d: bytes, icrc_checked: bool = False) -> Pkt | None:
     w2 = int.from_bytes(mv[b + 8:b + 12], "big")
     p = Pkt(opc, w2 & 0xFFFFFF, int.from_bytes(mv[b + 5:b + 8], "big"), src, dst, (d[u] << 8) | d[u + 1], 0, 0,
             mv[at:end], w2 >> 31, d[b + 1] >> 7)
+    p.pkey = (d[b + 2] << 8) | d[b + 3]
     for h in hdrs:
         setattr(p, _ATTR[type(h)], h)
     return p

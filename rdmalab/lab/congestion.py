@@ -13,9 +13,16 @@ from __future__ import annotations
 from typing import Any
 
 from rdmalab.fabric.scenarios import SCENARIOS, run
-from rdmalab.viz.congestion import timeline
+from rdmalab.viz.congestion import three_figures, timeline
 
-__all__ = ["congestion_runner"]
+__all__ = ["congestion_runner", "runner_settings"]
+
+
+def runner_settings(kmin: float, kmax: float, pmax: float, ai: float, timer: float) -> dict[str, str]:
+    """The runner's slider values as scenario settings, to 3 significant figures: a log slider sits at
+    10**1.6 = 39.8107..., and a legend reading "Kmin 39.8107 KB" claims a precision nobody chose."""
+    return {k: three_figures(v) for k, v in (("kmin", kmin), ("kmax", kmax), ("pmax", pmax), ("rpg_ai_rate", ai),
+                                              ("rpg_time_reset", timer))}
 
 
 def congestion_runner(scenario: str = "incast") -> Any:
@@ -25,20 +32,23 @@ def congestion_runner(scenario: str = "incast") -> Any:
 
     display: Any = ipd.display
 
-    pick = w.Dropdown(options=list(SCENARIOS), value=scenario, description="scenario")
-    profile = w.Dropdown(options=["ns3-rdma", "paper", "mlx5"], value="ns3-rdma", description="profile")
-    senders = w.IntSlider(value=2, min=1, max=16, description="senders")
-    kmin = w.FloatLogSlider(value=40, base=10, min=0, max=3, description="Kmin KB")
-    kmax = w.FloatLogSlider(value=1000, base=10, min=1, max=3.5, description="Kmax KB")
-    pmax = w.FloatSlider(value=1.0, min=0.01, max=1.0, step=0.01, description="Pmax")
-    ai = w.FloatLogSlider(value=40, base=10, min=0, max=3, description="rpg_ai_rate")
-    timer = w.FloatLogSlider(value=60, base=10, min=0.5, max=3, description="rpg_time_reset")
-    dur = w.FloatSlider(value=10, min=1, max=40, step=1, description="ms")
+    # the descriptions are parameter names ("rpg_time_reset"): a fixed width wide enough for the longest,
+    # not ipywidgets' default, which cuts them ("rpg_time_...")
+    style = {"description_width": "105px"}
+    log = {"base": 10, "readout_format": ".3g", "style": style}
+    pick = w.Dropdown(options=list(SCENARIOS), value=scenario, description="scenario", style=style)
+    profile = w.Dropdown(options=["ns3-rdma", "paper", "mlx5"], value="ns3-rdma", description="profile", style=style)
+    senders = w.IntSlider(value=2, min=1, max=16, description="senders", style=style)
+    kmin = w.FloatLogSlider(value=40, min=0, max=3, description="Kmin KB", **log)
+    kmax = w.FloatLogSlider(value=1000, min=1, max=3.5, description="Kmax KB", **log)
+    pmax = w.FloatSlider(value=1.0, min=0.01, max=1.0, step=0.01, description="Pmax", style=style)
+    ai = w.FloatLogSlider(value=40, min=0, max=3, description="rpg_ai_rate", **log)
+    timer = w.FloatLogSlider(value=60, min=0.5, max=3, description="rpg_time_reset", **log)
+    dur = w.FloatSlider(value=10, min=1, max=40, step=1, description="ms", style=style)
     out = w.Output()
 
     def redraw(_: Any = None) -> None:
-        sets = {"kmin": str(kmin.value), "kmax": str(kmax.value), "pmax": str(pmax.value),
-                "rpg_ai_rate": str(ai.value), "rpg_time_reset": str(timer.value)}
+        sets = runner_settings(kmin.value, kmax.value, pmax.value, ai.value, timer.value)
         with out:
             out.clear_output(wait=True)
             try:

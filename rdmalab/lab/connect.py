@@ -208,16 +208,26 @@ def _run_rxe(port: int) -> ConnectResult:
     from rdmalab.live.scenarios import shared_vm
 
     vm = shared_vm()
-    script = (f"timeout 60 rping -s -a $KB_IP -p {PORT} -C 1 -S 64 > server.out 2>&1 &\nsleep 1\n"
-              f"timeout 60 rping -c -a $KB_IP -p {port} -C 1 -S 64 -V > client.out 2>&1; echo $? > client.rc\n"
-              "wait\n")
-    r = vm.run(script, timeout=120, capture="veth2", name="notebook 12 rping")
+    # rping between the lab VM's rxe1 ($KA_IP, the server) and rxe2, as rdmalab.live.captures makes
+    # captures/rxe_rping.pcap; the server is ready when rdma_cm lists its cm_id as listening
+    script = (f"timeout 60 rping -s -a $KA_IP -p {PORT} -v -C 1 -S 64 > server.out 2>&1 &\n"
+              "for i in $(seq 1 200); do rdma resource show cm_id 2>/dev/null | grep -q LISTEN && break; sleep 0.1; done\n"
+              f"timeout 60 rping -c -a $KA_IP -p {port} -v -C 1 -S 64 -V > client.out 2>&1; echo $? > client.rc\n"
+              "kill %1 2>/dev/null; wait\n")
+    r = vm.run(script, timeout=150, capture="veth2", name="notebook 12 rping")
     captured = list(read(r.pcap_path)) if r.pcap_path is not None else []
     frames = [bytes(cp.packet.data) for cp in captured]
-    steps = []
+    steps: list[Step] = []
+    t0 = None
     for cp in captured:
         m = CMMessage.from_packet(cp.packet, lenient=True)
         if m is not None:
-            steps.append(Step(int((cp.timestamp - captured[0].timestamp) * 1e9), "wire", m.summary(), "?", "?", "?",
+            t0 = cp.timestamp if t0 is None else t0
+            steps.append(Step(int((cp.timestamp - t0) * 1e9), "wire", m.summary(), "?", "?", "?",
                               "?", "the kernel keeps its QP states to itself"))
-    return ConnectResult(steps, None, frames, captured, backend="rxe")
+    error = None
+    rej = next((m for m in (CMMessage.from_packet(cp.packet, lenient=True) for cp in captured)
+                if m is not None and m.name == "REJ"), None)
+    if rej is not None:
+        error = f"REJECTED: reason {rej.body.reason} ({rej_reason_name(rej.body.reason)})"  # type: ignore[attr-defined]
+    return ConnectResult(steps, None, frames, captured, error=error, backend="rxe")

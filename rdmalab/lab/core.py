@@ -10,8 +10,10 @@ notebooks contain), ``None``, or a function that raises ``NotImplementedError`` 
 ``lab.hint("wires.icrc")`` shows the hints of an exercise one at a time.
 
 When the environment variable ``RDMALAB_CHECK_LOG`` names a file, every check appends one JSON
-line to it (exercise id, status, message).  The notebook tests use it to require that the
-instructor notebooks pass every check and that the student notebooks report "not yet".
+line to it: exercise id, status, message, and the answer itself as data
+(:func:`rdmalab.lab.answers.encode`).  The notebook tests use the statuses to require that the
+instructor notebooks pass every check and that the student notebooks report "not yet";
+``rdmalab grade`` ignores them and judges the answers again in its own process (:func:`judge`).
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ import html
 import importlib
 import json
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from rdmalab.lab.answers import Opaque, Program, Raised, Run, encode
 
 PASS = "pass"
 FAIL = "fail"
@@ -62,11 +67,12 @@ class Result:
         where = ""
         if self.field or self.offset is not None:
             bits = []
-            if self.field:
-                bits.append(f"field <code>{html.escape(self.field)}</code>")
+            if self.field:  # a header field ("BTH.psn") is a field; "retransmitted packets" is what the answer is about
+                bits.append(f"{'field ' if is_header_field(self.field) else ''}<code>{html.escape(self.field)}</code>")
             if self.offset is not None:
                 bits.append(f"byte offset {self.offset}")
-            where = f"<div style='font-size:90%'>Where: {', '.join(bits)}</div>"
+            label = "Where" if self.offset is not None or (self.field and is_header_field(self.field)) else "About"
+            where = f"<div style='font-size:90%'>{label}: {', '.join(bits)}</div>"
         if self.given is not None or self.expected is not None:
             rows = [(k, v) for k, v in (("You gave", self.given), ("Expected", self.expected)) if v is not None]
             where += "".join(f"<div style='font-size:90%'>{k}: <code>{html.escape(v)}</code></div>" for k, v in rows)
@@ -94,6 +100,18 @@ class Result:
             lines.append(f"  expected: {self.expected}")
         lines += [f"  - {d}" for d in self.details]
         return "\n".join(lines)
+
+
+def is_header_field(name: str) -> bool:
+    """``"BTH.psn"``, ``"AETH.value"``, ``"mr.access[read]"``: a header (or object) and one of its fields."""
+    return re.fullmatch(r"[A-Za-z][\w']*\.[\w\[\]]+", name) is not None
+
+
+def say(title: str, rest: str) -> str:
+    """An exercise's title, then a sentence: "Build a BTH by hand: replace ...", "Which wire is which? Replace ..."."""
+    if title.endswith(("?", "!", ".")):
+        return f"{title} {rest[:1].upper()}{rest[1:]}"
+    return f"{title}: {rest}"
 
 
 class Wrong(Exception):
@@ -129,7 +147,10 @@ def show(value: Any, limit: int = 60) -> str:
         return f"{name} = {text}" if isinstance(name, str) else text
     if callable(value):
         return f"the function {getattr(value, '__name__', repr(value))}"
-    text = repr(value)
+    if isinstance(value, (set, frozenset)) and value:  # in a stable order, so that the same answer reads the same
+        text = "{" + ", ".join(sorted(map(repr, value))) + "}"
+    else:
+        text = repr(value)
     return text if len(text) <= limit else text[: limit - 4] + " ..."
 
 
@@ -144,19 +165,25 @@ class Exercise:
     checker: Callable[[Any], str | None]
     hints: tuple[str, ...] = ()
     notebook: str = ""
+    program: Program | None = None  # the answer is a function: how to run it (rdmalab.lab.answers)
 
 
 _REGISTRY: dict[str, Exercise] = {}
 _HINTS_SHOWN: dict[str, int] = {}
 
 
-def exercise(id: str, title: str, hints: Sequence[str] = (), notebook: str = "") -> Callable[[Callable[[Any], str | None]], Callable[[Any], str | None]]:
-    """Register a checker.  It returns a success message or raises :class:`Wrong`."""
+def exercise(id: str, title: str, hints: Sequence[str] = (), notebook: str = "",
+             program: Program | None = None) -> Callable[[Callable[[Any], str | None]], Callable[[Any], str | None]]:
+    """Register a checker.  It returns a success message or raises :class:`Wrong`.
+
+    With ``program``, the answer is a function: :func:`check` runs it as the :class:`Program` says and
+    the checker receives the :class:`~rdmalab.lab.answers.Run` (what the function did), not the function.
+    """
 
     def deco(fn: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
         if id in _REGISTRY:
             raise ValueError(f"exercise {id!r} registered twice")
-        _REGISTRY[id] = Exercise(id, title, fn, tuple(hints), notebook)
+        _REGISTRY[id] = Exercise(id, title, fn, tuple(hints), notebook, program)
         return fn
 
     return deco
@@ -186,35 +213,61 @@ def get(id: str) -> Exercise:
         raise KeyError(f"no exercise {id!r}" + (f"; did you mean one of {close}?" if close else "")) from None
 
 
-def _log(result: Result) -> None:
+def _log(result: Result, answer: Any) -> None:
     path = os.environ.get("RDMALAB_CHECK_LOG")
     if not path:
         return
+    try:
+        reported = encode(answer)
+    except Exception as err:  # an answer that cannot be reported (nested too deep, ...): report that
+        reported = encode(Opaque(f"unreportable answer ({type(err).__name__})"))
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps({"exercise": result.exercise, "status": result.status, "message": result.message,
-                             "field": result.field, "given": result.given, "expected": result.expected}) + "\n")
+                             "field": result.field, "given": result.given, "expected": result.expected,
+                             "answer": reported}) + "\n")
+
+
+def judge(id: str, answer: Any) -> Result:
+    """Check an answer given as a value (or a :class:`~rdmalab.lab.answers.Run`), without logging it.
+
+    This is the whole verdict: :func:`check` calls it in the learner's kernel, ``rdmalab grade``
+    calls it in its own process on the values the kernel reported."""
+    ex = get(id)
+    if is_placeholder(answer):
+        return Result(id, NOT_YET, say(ex.title, "replace the ... with your answer, then run the cell again."))
+    if ex.program is not None and callable(answer):  # only a recorded Run is judged, never a function
+        return Result(id, ERROR, "the grader received a function instead of the record of its run.")
+    try:
+        if isinstance(answer, Raised):
+            if answer.type_name == "NotImplementedError":
+                raise NotImplementedError
+            return Result(id, ERROR, f"{answer.type_name}: {answer.message}",
+                          ["The checker ran your answer and it raised this exception."])
+        msg = ex.checker(answer)
+        return Result(id, PASS, msg or say(ex.title, "correct."))
+    except NotAnswered as e:
+        return Result(id, NOT_YET, str(e) or say(ex.title, "not answered yet."))
+    except NotImplementedError:
+        return Result(id, NOT_YET, say(ex.title, "your function still raises NotImplementedError."))
+    except Wrong as e:
+        given = e.given if e.given is not None else (None if callable(answer) or isinstance(answer, Run)
+                                                     else show(answer))
+        return Result(id, FAIL, e.message, e.details, e.field, e.offset, given, e.expected)
+    except Exception as e:  # the learner's code failed inside the checker: say so, don't crash
+        return Result(id, ERROR, f"{type(e).__name__}: {e}",
+                      ["The checker ran your answer and it raised this exception."])
 
 
 def check(id: str, answer: Any) -> Result:
     """Check an answer to exercise ``id`` and explain what, if anything, is wrong."""
     ex = get(id)
-    if is_placeholder(answer):
-        result = Result(id, NOT_YET, f"{ex.title}: replace the ... with your answer, then run the cell again.")
-    else:
+    if ex.program is not None and callable(answer):
         try:
-            msg = ex.checker(answer)
-            result = Result(id, PASS, msg or f"{ex.title}: correct.")
-        except NotAnswered as e:
-            result = Result(id, NOT_YET, str(e) or f"{ex.title}: not answered yet.")
-        except NotImplementedError:
-            result = Result(id, NOT_YET, f"{ex.title}: your function still raises NotImplementedError.")
-        except Wrong as e:
-            given = e.given if e.given is not None else (None if callable(answer) else show(answer))
-            result = Result(id, FAIL, e.message, e.details, e.field, e.offset, given, e.expected)
-        except Exception as e:  # the learner's code failed inside the checker: say so, don't crash
-            result = Result(id, ERROR, f"{type(e).__name__}: {e}",
-                            ["The checker ran your answer and it raised this exception."])
-    _log(result)
+            answer = ex.program.record(answer)  # run the learner's function; the checker judges what it did
+        except Exception as e:
+            answer = Raised(type(e).__name__, str(e))
+    result = judge(id, answer)
+    _log(result, answer)
     return result
 
 
@@ -251,15 +304,36 @@ class ExerciseList:
     items: list[Exercise]
 
     def _repr_html_(self) -> str:
-        rows = "".join(f"<tr><td><code>{html.escape(e.id)}</code></td><td>{html.escape(e.title)}</td>"
-                       f"<td>{len(e.hints)}</td></tr>" for e in self.items)
-        return f"<table><tr><th>id</th><th>exercise</th><th>hints</th></tr>{rows}</table>"
+        rows = "".join(f"<tr><td>{html.escape(e.notebook)}</td><td><code>{html.escape(e.id)}</code></td>"
+                       f"<td>{html.escape(e.title)}</td><td>{len(e.hints)}</td></tr>" for e in self.items)
+        return (f"<table class='rdmalab-exercises'><tr><th style='text-align:left'>notebook</th>"
+                f"<th style='text-align:left'>id</th><th style='text-align:left'>exercise</th><th>hints</th></tr>"
+                f"{rows}</table>").replace("<td>", "<td style='text-align:left'>")
 
     def __repr__(self) -> str:
-        return "\n".join(f"{e.id:28} {e.title}" for e in self.items)
+        return "\n".join(f"{e.notebook:24} {e.id:22} {e.title}" for e in self.items)
 
 
 def exercises(notebook: str | None = None) -> ExerciseList:
-    """All exercises (or those of one notebook)."""
+    """All exercises (or those of one notebook), in notebook order and, within one, in the order it asks them."""
     _ensure_loaded()
-    return ExerciseList([e for e in _REGISTRY.values() if notebook is None or e.notebook == notebook])
+    order = {e.id: i for i, e in enumerate(_in_source_order())}
+    items = [e for e in _REGISTRY.values() if notebook is None or e.notebook == notebook]
+    return ExerciseList(sorted(items, key=lambda e: (e.notebook, order.get(e.id, len(order)))))
+
+
+def _in_source_order() -> list[Exercise]:
+    """The exercises in the order the notebook sources check them (registration order when a source is missing)."""
+    import re
+
+    from rdmalab.lab import data
+
+    found: list[str] = []
+    try:
+        for src in sorted(data.notebooks_dir().glob("[0-9][0-9]-*.py")):
+            found += [m for m in re.findall(r"""lab\.check\(\s*["']([\w.]+)["']""", src.read_text(encoding="utf-8"))
+                      if m not in found]
+    except OSError:
+        pass
+    ordered = [_REGISTRY[i] for i in found if i in _REGISTRY]
+    return ordered + [e for e in _REGISTRY.values() if e.id not in found]

@@ -118,3 +118,16 @@ def compare_sequence(expected: list[Any], answer: Any, what: str) -> None:
 def norm_name(s: Any) -> str:
     """Normalise an opcode or status name for comparison: case, spaces, underscores, dashes."""
     return "".join(ch for ch in str(s).upper() if ch.isalnum())
+
+
+def plain(value: Any) -> Said:
+    """A count or a duration as the learner wrote it (``show`` would add the hex: "1280 (0x500)")."""
+    return Said(str(value))
+
+
+_NTH = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
+
+
+def nth(index: int) -> str:
+    """The ordinal of a 0-based index, as people count: 0 -> "first", 4 -> "fifth", 11 -> "12th"."""
+    return _NTH[index] if 0 <= index < len(_NTH) else f"{index + 1}th"

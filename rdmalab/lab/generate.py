@@ -216,12 +216,29 @@ def convert(text: str, version: str, *, glossary: list[str] | None = None, stem:
     return {
         "cells": nb_cells,
         "metadata": {
-            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-            "language_info": {"name": "python"},
+            **kernel_metadata(),
             "rdmalab": {"version": version},
         },
         "nbformat": 4,
         "nbformat_minor": 5,
+    }
+
+
+def kernel_metadata() -> dict[str, Any]:
+    """The ``kernelspec`` and ``language_info`` that ipykernel's ``python3`` kernel on this Python reports.
+
+    JupyterLab writes both into a notebook's metadata when the kernel starts; a notebook that
+    carried anything else would open already modified (and ask to be saved when closed untouched).
+    The values are ipykernel's (``ipykernel/kernelspec.py``, ``IPythonKernel.language_info``), for the
+    Python that generates the notebooks, which is the one ``rdmalab lab`` starts JupyterLab with.
+    """
+    return {
+        "kernelspec": {"display_name": f"Python {sys.version_info[0]} (ipykernel)", "language": "python",
+                       "name": "python3"},
+        "language_info": {"codemirror_mode": {"name": "ipython", "version": sys.version_info[0]},
+                          "file_extension": ".py", "mimetype": "text/x-python", "name": "python",
+                          "nbconvert_exporter": "python", "pygments_lexer": f"ipython{sys.version_info[0]}",
+                          "version": sys.version.split()[0]},
     }
 
 

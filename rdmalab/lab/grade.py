@@ -9,18 +9,22 @@ for each one:
 * runs it in a fresh kernel in a scratch folder, with a time limit per cell; a cell that runs
   too long is interrupted and the run goes on (the exercises after a hanging one still count);
   a cell that raises does not stop the run either;
-* reads the result of every ``lab.check`` from the run's own log (``RDMALAB_CHECK_LOG``, a
-  new file per run) and keeps, per exercise, the last result.
+* reads the *answers* every ``lab.check`` reported to the run's own log (``RDMALAB_CHECK_LOG``, a
+  new file per run), and judges each one again here, in the grader's own process
+  (:func:`rdmalab.lab.core.judge` on :func:`rdmalab.lab.answers.decode`'s values); the status the
+  kernel wrote is never read.  Per exercise the last answer counts.
 
 The table has one row per (student, notebook) and one column per exercise of that notebook:
 ``pass``, ``fail``, ``error``, ``not yet`` or ``missing`` (never checked: the cell was deleted,
 never reached, or timed out).  It is written as CSV (for the gradebook) and as an HTML page
 (for reading: hover a cell for the check's message).
 
-What it does not defend against: the student's code runs in the same kernel as ``lab.check``,
-so a student who deliberately patches the checker can fake a pass.  Cells that reassign
-``lab.check`` or touch ``RDMALAB_CHECK_LOG`` are flagged in the ``notes`` column; look at
-flagged notebooks yourself.
+So a student who patches ``lab.check``, the checkers or the feedback module in the kernel, gives
+answers whose ``__eq__`` is always true, or writes statuses into the log gains nothing: only
+values travel, and they are checked here.  A log line that is not a report (garbage, two JSON
+objects on one line, an unknown exercise) is noted and skipped; it never stops the grading of this
+notebook or of the others.  What remains possible is listed in docs/teaching.md.  Cells that
+reassign ``lab.check`` or touch ``RDMALAB_CHECK_LOG`` are still flagged in the ``notes`` column.
 """
 
 from __future__ import annotations
@@ -37,10 +41,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rdmalab.lab.core import exercises
+from rdmalab.lab.answers import BadReport, decode
+from rdmalab.lab.core import exercises, get, judge
 
 STATUSES = ("pass", "fail", "error", "not yet", "missing")
 _NOTEBOOK = re.compile(r"(\d\d-[a-z0-9-]+?)(?:\.student|\.instructor)?$")
+#: the most of a run's check log that is read (a submission that floods it is noted, not trusted further)
+LOG_LIMIT = 64 << 20
 _SUSPICIOUS = re.compile(r"(lab\.check\s*=|core\.check\s*=|RDMALAB_CHECK_LOG|_log\s*=|_REGISTRY)")
 
 
@@ -122,8 +129,11 @@ def grade_one(sub: Submission, *, cell_timeout: int = 60, kernel: str = "python3
     g.notes += _clean(nb)
     with tempfile.TemporaryDirectory(prefix="rdmalab-grade-") as tmp:
         log = Path(tmp) / "checks.jsonl"
-        env_before = {k: os.environ.get(k) for k in ("RDMALAB_CHECK_LOG", "RDMALAB_BACKEND", "MPLBACKEND")}
-        os.environ.update(RDMALAB_CHECK_LOG=str(log), RDMALAB_BACKEND="soft", MPLBACKEND="Agg")
+        env_before = {k: os.environ.get(k) for k in ("RDMALAB_CHECK_LOG", "RDMALAB_BACKEND", "MPLBACKEND", "PYTHONPATH")}
+        # the kernel imports the same rdmalab as this grader, so that it reports answers the way we read them
+        here = str(Path(__file__).resolve().parents[2])
+        os.environ.update(RDMALAB_CHECK_LOG=str(log), RDMALAB_BACKEND="soft", MPLBACKEND="Agg",
+                          PYTHONPATH=os.pathsep.join([here, *filter(None, [env_before["PYTHONPATH"]])]))
         client = nbclient.NotebookClient(
             nb, timeout=cell_timeout, kernel_name=kernel, allow_errors=True, interrupt_on_timeout=True,
             error_on_timeout={"ename": "CellTimeoutError", "evalue": f"ran longer than {cell_timeout} s",
@@ -146,7 +156,15 @@ def grade_one(sub: Submission, *, cell_timeout: int = 60, kernel: str = "python3
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-        rows = [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
+        raw = ""
+        if log.exists():
+            with log.open("r", encoding="utf-8", errors="replace") as fh:
+                raw = fh.read(LOG_LIMIT + 1)
+            if len(raw) > LOG_LIMIT:
+                g.notes.append(f"the check log is larger than {LOG_LIMIT >> 20} MB; only its start was read")
+                raw = raw[:LOG_LIMIT]
+    rows, bad = read_reports(raw)
+    g.notes += bad
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
@@ -156,12 +174,55 @@ def grade_one(sub: Submission, *, cell_timeout: int = 60, kernel: str = "python3
                     what = f"ran longer than {cell_timeout} s and was interrupted"
                 g.problems.append(f"cell {cell.get('id', '?')} ({first!r}): {what}")
     for r in rows:
-        g.results[r["exercise"]] = r
-    for ex in g.results:
-        if ex not in g.exercises:
-            g.exercises.append(ex)  # a check of another notebook's exercise: shown, not hidden
+        if r["exercise"] in g.exercises:
+            g.results[r["exercise"]] = r
+        elif f"answered {r['exercise']}" not in " ".join(g.notes):  # another notebook's exercise: not counted here
+            g.notes.append(f"answered {r['exercise']}, an exercise of another notebook: not counted")
     g.seconds = time.monotonic() - t0
     return g
+
+
+def read_reports(text: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Judge every answer a run reported: ``(results, notes)``.
+
+    Each result is ``{"exercise", "status", "message", "field", "given", "expected"}`` as
+    :func:`rdmalab.lab.core.judge` decides it here; the statuses and messages in ``text`` are ignored.
+    Whatever is not a report (a broken line, a value of an unknown shape, an unknown exercise) becomes
+    a note naming the line, and the reading goes on: a line may even hold several JSON objects.
+    """
+    dec = json.JSONDecoder()
+    results: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        pos = 0
+        while pos < len(line):
+            while pos < len(line) and line[pos].isspace():
+                pos += 1
+            if pos >= len(line):
+                break
+            try:
+                obj, pos = dec.raw_decode(line, pos)
+            except json.JSONDecodeError as err:
+                notes.append(f"check log line {n}: not JSON from column {pos + 1} ({err.msg}); the rest of the line "
+                             "was skipped")
+                break
+            if not isinstance(obj, dict) or not isinstance(obj.get("exercise"), str) or "answer" not in obj:
+                notes.append(f"check log line {n}: not a check report (no exercise and answer); skipped")
+                continue
+            ex = obj["exercise"]
+            try:
+                get(ex)
+                answer = decode(obj["answer"])
+            except KeyError:
+                notes.append(f"check log line {n}: unknown exercise {ex[:40]!r}; skipped")
+                continue
+            except BadReport as err:
+                notes.append(f"check log line {n}: the answer to {ex} cannot be read ({err}); skipped")
+                continue
+            r = judge(ex, answer)
+            results.append({"exercise": r.exercise, "status": r.status, "message": r.message, "field": r.field,
+                            "given": r.given, "expected": r.expected})
+    return results, notes
 
 
 def grade(root: Path, *, cell_timeout: int = 60, progress: Callable[[str], None] | None = None) -> list[Graded]:
@@ -170,7 +231,11 @@ def grade(root: Path, *, cell_timeout: int = 60, progress: Callable[[str], None]
     for i, sub in enumerate(subs, 1):
         if progress:
             progress(f"[{i}/{len(subs)}] {sub.student}: {sub.notebook} ...")
-        g = grade_one(sub, cell_timeout=cell_timeout)
+        try:
+            g = grade_one(sub, cell_timeout=cell_timeout)
+        except Exception as err:  # a bug of ours or a hostile submission: this one ungraded, the others go on
+            g = Graded(sub, exercises=[e.id for e in exercises(sub.notebook).items])
+            g.problems.append(f"the grader failed on this submission: {type(err).__name__}: {str(err)[:200]}")
         if progress:
             progress(f"    {g.score}/{len(g.exercises)} checks passed in {g.seconds:.1f} s"
                      + (f"; {len(g.problems)} problem(s)" if g.problems else ""))

@@ -4,6 +4,12 @@ The notebooks are generated (student version by default) into a writable work di
 that a learner's edits never touch the sources and a ``git pull`` never clobbers a learner's
 work: notebooks that already exist there are left alone unless ``--reset`` is given.  The soft
 engine is the default backend (``RDMALAB_BACKEND=soft``), so every notebook runs on any machine.
+
+The Jupyter server listens on 127.0.0.1 only and asks for a token unless told otherwise (``--ip``,
+``--no-token``): a notebook server runs arbitrary code as its user, so nobody else on the network,
+nor another local program without the token, may reach it.
+The token is ``$JUPYTER_TOKEN`` when that is set, else the random one Jupyter Server makes at each
+start (it prints the URL that carries it, and opens the browser with it).
 """
 
 from __future__ import annotations
@@ -47,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--backend", default=None, help="engine backend for the notebooks (default: soft)")
     ap.add_argument("--no-browser", action="store_true", help="do not open a browser")
     ap.add_argument("--port", type=int, default=None)
-    ap.add_argument("--ip", default=None, help="address to listen on (default: JupyterLab's, localhost)")
+    ap.add_argument("--ip", default=None, help="address to listen on (default: 127.0.0.1, this machine only)")
+    ap.add_argument("--no-token", action="store_true",
+                    help="let anyone who can reach the port in without a token (default: a random token)")
     ap.add_argument("--prepare-only", action="store_true", help="generate the notebooks, print the directory, exit")
     ap.add_argument("--dry-run", action="store_true", help="print the JupyterLab command instead of running it")
     return ap
@@ -59,8 +67,9 @@ def jupyter_command(workdir: Path, args: argparse.Namespace, extra: list[str]) -
         cmd.append("--no-browser")
     if args.port:
         cmd.append(f"--port={args.port}")
-    if args.ip:
-        cmd.append(f"--ip={args.ip}")
+    cmd.append(f"--ServerApp.ip={args.ip or '127.0.0.1'}")
+    if args.no_token:
+        cmd.append("--IdentityProvider.token=")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     return cmd + extra
@@ -80,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     env.setdefault("RDMALAB_BACKEND", args.backend or "soft")
     if args.backend:
         env["RDMALAB_BACKEND"] = args.backend
+    if args.no_token:
+        env.pop("JUPYTER_TOKEN", None)
+        print("rdmalab lab: --no-token: anyone who can reach the port can run code as you", file=sys.stderr)
     cmd = jupyter_command(workdir, args, extra)
     if args.dry_run:
         print(" ".join(cmd))

@@ -18,6 +18,7 @@ from rdmalab.verbs.cq import WC
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 from rdmalab.viz.ladder import Ladder
 from rdmalab.viz.plots import Plot
+from rdmalab.wire.ib import RETH
 
 
 @dataclass
@@ -38,21 +39,48 @@ class TransferResult:
 
     def stats(self) -> dict[str, Any]:
         """What the wire did: request packets resent (from the packets), and the simulated fabric's
-        counters on soft or the netem loss rate on rxe."""
-        seen: set[tuple[int, int]] = set()
+        counters on soft or the netem loss rate on rxe.
+
+        A request packet is resent when its PSN falls inside the PSNs an earlier request of the same
+        QP already used.  A READ Request uses one PSN per response it asks for (IBA Vol 1 9.4.3: the
+        responses take ceil(length / PMTU) PSNs from the request's), so a READ reissued after a
+        timeout starts at the first response that did not arrive: a PSN no earlier request carried,
+        but one the first READ covered.
+        """
+        mtu = int(getattr(self.pair, "mtu", 0) or 0)
+        used: dict[int, list[tuple[int, int]]] = {}  # destqp -> [first PSN, PSN after the last) of each request
         resent = 0
         pkts = self.pair.packets()
         for p in pkts:
             name = str(p.opcode_name)
             if p.bth is None or "Acknowledge" in name or "Response" in name:
                 continue
-            key = (p.bth.destqp, p.bth.psn)        # a request PSN seen twice: a retransmission
-            resent += key in seen
-            seen.add(key)
+            psn = p.bth.psn
+            ranges = used.setdefault(p.bth.destqp, [])
+            resent += any(lo <= psn < hi for lo, hi in ranges)
+            reth = p.get(RETH) if "READ Request" in name else None
+            span = max(1, -(-reth.dma_length // mtu)) if reth is not None and mtu else 1
+            ranges.append((psn, psn + span))
         fabric = getattr(self.pair, "fabric", None)
         if fabric is not None:
             return {**{k: v for k, v in fabric.stats.items() if v}, "requests resent": resent}
         return {"captured": len(pkts), "requests resent": resent, "netem loss": f"{self.loss:.0%}"}
+
+
+    def summary(self) -> list[str]:
+        """Short lines for the widget: each completion's essentials, then the wire's counters (a line
+        short enough that an output area never wraps it inside a word)."""
+        lines = []
+        for who, wc in zip(("A", *["B"] * (len(self.completions) - 1)), self.completions, strict=True):
+            if wc is None:
+                lines.append(f"{who}: no completion (the work request never finished)")
+                continue
+            text = str(wc)  # WC(wr_id=1, status=success, opcode=SEND, byte_len=8192, ...)
+            keep = [kv for kv in text[text.find("(") + 1:-1].split(", ")
+                    if kv.split("=")[0] in ("wr_id", "status", "opcode", "byte_len")]
+            lines.append(f"{who}'s completion: " + ", ".join(keep))
+        lines.append("wire: " + ", ".join(f"{k} {v}" for k, v in self.stats().items()))
+        return lines
 
 
 def run_transfer(*, op: str = "WRITE", size: int = 8192, mtu: int = 1024, loss: float = 0.0,
@@ -95,7 +123,7 @@ def transfer_runner(backend: str | None = None) -> Any:
         with out:
             res = run_transfer(op=op.value, size=size.value, mtu=mtu.value, loss=loss.value, seed=seed.value,
                                backend=backend)
-            print("completions:", [str(wc) for wc in res.completions], "| wire:", res.stats())
+            print("\n".join(res.summary()))
             display(res.ladder)
             display(res.psn_plot)
 

@@ -57,8 +57,8 @@ def timeline(result: Any, *, title: str = "", max_flows: int = 8, window_us: flo
         ax_q.plot(t, [row[j] / 1024 for row in fab.queue_series], lw=1.0, label=f"queue {p.name}",
                   color=("#333333", "#9467bd", "#8c564b", "#17becf")[j])
     if cfg.ecn:
-        ax_q.axhline(cfg.kmin, color="#2ca02c", ls="--", lw=0.8, label=f"Kmin {cfg.kmin:g} KB")
-        ax_q.axhline(cfg.kmax, color="#d62728", ls="--", lw=0.8, label=f"Kmax {cfg.kmax:g} KB")
+        ax_q.axhline(cfg.kmin, color="#2ca02c", ls="--", lw=0.8, label=f"Kmin {three_figures(cfg.kmin)} KB")
+        ax_q.axhline(cfg.kmax, color="#d62728", ls="--", lw=0.8, label=f"Kmax {three_figures(cfg.kmax)} KB")
     ax_q.set_ylabel("queue (KB)")
     ax_q.legend(loc="upper right", fontsize=7)
     tb = [t[i] for i in range(0, len(t), k)]
@@ -108,3 +108,8 @@ def fluid_vs_packets(model: Any, result: Any, *, title: str = "") -> Plot:
     ax_r.set_title(title or f"N = {model.n}: fluid model over packets")
     fig.tight_layout()
     return Plot(fig)
+
+
+def three_figures(value: float) -> str:
+    """A number to 3 significant figures, written plainly: 39.8107 -> "39.8", 1000.0 -> "1000", 0.5 -> "0.5"."""
+    return f"{float(f'{value:.3g}'):g}"

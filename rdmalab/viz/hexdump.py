@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from dataclasses import replace as dc_replace
 from typing import Any
 
 from rdmalab.wire.header import Header, Span
@@ -156,12 +157,18 @@ class HexDump:
         marks = self.marks
         rows = []
         first_row = self.start - self.start % self.width
+        # Every cell states its own padding, border and alignment: a notebook's table CSS (JupyterLab pads
+        # a td by .5em and right-aligns it) must not widen the cells a style left unset, which made the
+        # spacing between bytes uneven (blank cells and the mid-row gap were wider than byte cells).
+        cell = "padding:1px 2px;border:none;text-align:center;"
         for row in range(first_row, end, self.width):
-            cells = [f'<td style="color:#888;padding:0 .6em 0 0">{row:04x}</td>']
+            cells = [f'<td style="color:#888;padding:1px .6em 1px 0;border:none;text-align:right">{row:04x}</td>']
             for i in range(row, row + self.width):
-                gap = "margin-left:.5em;" if (i - row) == self.width // 2 else ""
+                gap = "x" if (i - row) == self.width // 2 else ""
+                if gap:
+                    cells.append('<td style="width:.5em;min-width:.5em;padding:0;border:none"></td>')
                 if i < self.start or i >= end:
-                    cells.append(f'<td style="{gap}">&nbsp;&nbsp;</td>')
+                    cells.append(f'<td style="{cell}">&nbsp;&nbsp;</td>')
                     continue
                 hits = per[i]
                 if hits:
@@ -170,13 +177,11 @@ class HexDump:
                 else:
                     bg = "#ffffff"
                 my_marks = [m for m in marks if m.start <= i < m.end]
-                style = f"background:{bg};padding:1px 2px;"
+                style = f"background:{bg};{cell}"
                 if my_marks:
                     style += f"outline:2px solid {my_marks[0].colour};outline-offset:-2px;font-weight:bold;"
                 if len(hits) > 1:
                     style += "text-decoration:underline dotted;"
-                if gap:
-                    cells.append('<td style="width:.5em"></td>')
                 title = self._byte_title(i, hits, my_marks)
                 cells.append(f'<td style="{style}" title="{title}">{data[i]:02x}</td>')
             rows.append("<tr>" + "".join(cells) + "</tr>")
@@ -283,13 +288,20 @@ def hexdump(
     fields: bool = True,
     start: int = 0,
     end: int | None = None,
+    hide: Iterable[str] = (),
 ) -> HexDump:
     """A coloured hex dump of a packet, a header, a captured packet or plain bytes.
 
     ``highlight`` outlines byte ranges: ``(start, end, label)`` tuples, :class:`Mark` or spans.
     ``spans`` overrides the field spans (useful for plain bytes with known layout).
+    ``hide`` names fields (``"AETH.value"``) whose decoded value is not shown, only their bytes: for an
+    exercise that asks the learner to decode them.
     """
     data, found = spans_of(obj)
+    hidden = set(hide)
+    if hidden:
+        found = [dc_replace(sp, value=None, text="(decode it yourself)") if f"{sp.layer}.{sp.field}" in hidden else sp
+                 for sp in found]
     return HexDump(
         data, list(spans) if spans is not None else found, title, _as_marks(highlight), width, legend, fields,
         start, end,

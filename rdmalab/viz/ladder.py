@@ -14,8 +14,10 @@ of times longer than a packet time) is cut, and the cut is labelled with the rea
 from __future__ import annotations
 
 import html
+import math
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rdmalab.wire.errors import DecodeError
@@ -37,6 +39,40 @@ COLOURS = {
 
 #: A white outline under every label, so a label stays readable where an arrow crosses it.
 _HALO = ' stroke="white" stroke-width="3" stroke-linejoin="round" paint-order="stroke"'
+
+
+def label_place(x0: float, y0: float, x1: float, y1: float, *, at_start: bool = False) -> tuple[float, float, float]:
+    """Where an arrow's label goes: centred on the arrow's middle, turned to run along it (reading left to
+    right whichever way the arrow points), 4 px above the line.  Returns (x, y, degrees) of the text's
+    anchor.  A label there is never crossed by its own arrow, nor by the arrows that arrive where this one
+    leaves (a label at the arrow's start was: "ACK PSN 100" under the head of the packet it answers).
+    ``at_start`` (a lost packet's short arrow): from the arrow's start instead, text-anchor start/end."""
+    if at_start:
+        rad = math.atan2(y1 - y0, x1 - x0)
+        nx, ny = math.sin(rad), -math.cos(rad)  # a normal of the line; the one that points up the page
+        if ny > 0:
+            nx, ny = -nx, -ny
+        return x0 + 8 * math.cos(rad) + 4 * nx, y0 + 8 * math.sin(rad) + 4 * ny, \
+            math.degrees(rad) if x1 >= x0 else math.degrees(rad) - 180
+    if x1 < x0:
+        x0, y0, x1, y1 = x1, y1, x0, y0
+    angle = math.degrees(math.atan2(y1 - y0, x1 - x0))
+    rad = math.radians(angle)
+    xm, ym = (x0 + x1) / 2, (y0 + y1) / 2
+    return xm + 4 * math.sin(rad), ym - 4 * math.cos(rad), angle
+
+
+def _along(label: str, x0: float, y0: float, x1: float, y1: float, colour: str, lost: bool = False) -> str:
+    """The label of an arrow, along it; a lost packet's label starts at its sender and ends in a red "lost"
+    (a label at the cross, in a burst, landed on the neighbours' labels)."""
+    x, y, angle = label_place(x0, y0, x1, y1, at_start=lost)
+    anchor = "middle" if not lost else "start" if x1 >= x0 else "end"
+    tail = ' <tspan fill="#c62828" font-weight="bold">lost</tspan>' if lost else ""
+    return (f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" fill="{colour}" '
+            f'transform="rotate({angle:.2f} {x:.1f} {y:.1f})"{_HALO}>{html.escape(label)}{tail}</text>')
+
+
+_RNR_DELAY = re.compile(r"RNR NAK[^A-Z]*?[\d.]+ ?[mµu]?s|RNR NAK, timer [^)\n]*\)?")
 
 
 @dataclass
@@ -71,7 +107,10 @@ class Ladder:
     markers: list[Marker] = field(default_factory=list)
     title: str | None = None
     spacing: int = 320
-    row: int = 16
+    row: int = 20  # the least vertical step: two parallel arrows a row apart leave room for a label between them
+    times: bool = True  # the time axis and the lengths of the cut gaps (False: see without_times)
+    _rise: float = field(default=64.0, init=False, repr=False, compare=False)
+    _ys: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------------ layout
     def _transit(self) -> int:
@@ -166,7 +205,7 @@ class Ladder:
         drawn_only = {self._lost_end(a) for a in self.arrows if a.t1 is None} - self._real_times()
         base: int | None = None  # after a cut, times read "+86 ns" from the first moment below the cut
         cuts = sorted(y for y, _ in breaks)
-        for t, y in sorted(ys.items()):
+        for t, y in sorted(ys.items()) if self.times else []:
             if t in drawn_only:
                 continue  # where a lost packet's arrow stops is not a moment anything happened
             if cuts and y > cuts[0]:
@@ -179,10 +218,14 @@ class Ladder:
                            f"{text}</text>")
                 last_label = y
         for y, gap in breaks:
-            out.append(f'<text x="{left - 8}" y="{y + 4}" text-anchor="end" fill="#c62828" font-size="10">'
-                       f"\u2248 +{_fmt_time(gap)}</text>")
+            if self.times:
+                out.append(f'<text x="{left - 8}" y="{y + 4}" text-anchor="end" fill="#c62828" font-size="10">'
+                           f"\u2248 +{_fmt_time(gap)}</text>")
             out.append(f'<line x1="{left}" y1="{y}" x2="{width - 20}" y2="{y}" stroke="#ddd" stroke-dasharray="2,4"/>')
         # Lines first, labels on top: a later arrow's line must not run over an earlier arrow's label.
+        rises = sorted(ys[a.t1] - ys[a.t0] for a in self.arrows if a.t1 is not None and not a.lost)
+        self._rise = rises[len(rises) // 2] if rises else 4.0 * self.row  # how far down a delivered arrow runs
+        self._ys = ys
         drawn = [self._arrow_svg(a, xs, ys) for a in self.arrows]
         out += [lines for lines, _ in drawn]
         out += [self._marker_svg(m, xs, ys) for m in self.markers]
@@ -205,22 +248,32 @@ class Ladder:
             # The arrow runs at the slope of a delivered packet and stops half way, at its own cross;
             # the "lost" note names the PSN, so it cannot be read as belonging to a neighbouring arrow.
             xm = (x0 + x1) / 2
-            ym = max(ys[self._lost_end(a)], y0 + self.row / 2)
+            ym = y0 + max(self._lost_rise(a) / 2, self.row / 2)  # parallel to its neighbours, half their length
             parts.append(f'<line x1="{x0}" y1="{y0}" x2="{xm}" y2="{ym}" stroke="{colour}" stroke-width="1.5"{dash}/>')
-            parts.append(f'<path d="M{xm - 5},{ym - 5} L{xm + 5},{ym + 5} M{xm - 5},{ym + 5} L{xm + 5},{ym - 5}" '
-                         f'stroke="#c62828" stroke-width="2.5"/>')
-            lx, anchor_l = (xm + 9, "start") if x1 >= x0 else (xm - 9, "end")
-            lost_text = f"PSN {a.psn} lost" if a.psn is not None else "lost"
-            labels.append(f'<text x="{lx}" y="{ym + 4}" text-anchor="{anchor_l}" fill="#c62828" font-size="10" '
-                         f'font-weight="bold"{_HALO}>{html.escape(lost_text)}</text>')
+            # the cross goes with the labels, drawn last: a neighbour's label (white halo) must not hide it
+            labels.append(f'<path d="M{xm - 5},{ym - 5} L{xm + 5},{ym + 5} M{xm - 5},{ym + 5} L{xm + 5},{ym - 5}" '
+                          f'stroke="#c62828" stroke-width="2.5"/>')
         else:
             y1 = ys[a.t1] if a.t1 is not None else y0 + self.row
             parts.append(f'<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y1}" stroke="{colour}" stroke-width="1.5"{dash} '
                          f'marker-end="url(#ah-{a.kind if a.kind in COLOURS else "other"})"/>')
-        anchor, dx = ("start", 6) if x1 >= x0 else ("end", -6)
-        labels.append(f'<text x="{x0 + dx}" y="{y0 - 3}" text-anchor="{anchor}" fill="{colour}"{_HALO}>'
-                      f"{html.escape(a.label)}</text>")
+        ex, ey = ((x0 + x1) / 2, y0 + max(self._lost_rise(a) / 2, self.row / 2)) if a.lost else \
+            (x1, ys[a.t1] if a.t1 is not None else y0 + self.row)
+        labels.append(_along(a.label, x0, y0, ex, ey, colour, lost=a.lost))
         return "".join(parts) + "</g>", "".join(labels) + "</g>"
+
+    def _lost_rise(self, lost: Arrow) -> float:
+        """How far down a lost packet's arrow would have run: as far as the last delivered arrow of the same
+        direction sent before it (the next one when there is none), so that it runs parallel to the arrow
+        above it and its label, in the band between the two, stays clear of both lines."""
+        same = sorted((a for a in self.arrows
+                       if not a.lost and a.t1 is not None and (a.src, a.dst) == (lost.src, lost.dst)),
+                      key=lambda a: a.t0)
+        before = [a for a in same if a.t0 <= lost.t0]
+        near = before[-1] if before else (same[0] if same else None)
+        if near is None or near.t1 is None:
+            return self._rise
+        return self._ys[near.t1] - self._ys[near.t0]
 
     def _marker_svg(self, m: Marker, xs: dict[str, float], ys: dict[int, float]) -> str:
         if m.node not in xs:
@@ -241,6 +294,17 @@ class Ladder:
 
     def _repr_svg_(self) -> str:
         return self.to_svg()
+
+    def without_times(self) -> Ladder:
+        """The same ladder with no time axis, no lengths on the cut gaps, and no RNR NAK delay in any label
+        or hover text: for a notebook whose exercise asks for a delay that the ladder would otherwise state."""
+        def quiet(text: str) -> str:
+            return _RNR_DELAY.sub("RNR NAK", text)
+
+        arrows = [replace(a, label=quiet(a.label), note=quiet(a.label) if _RNR_DELAY.search(a.note) else a.note)
+                  for a in self.arrows]
+        return replace(self, arrows=arrows, markers=[replace(m, note=quiet(m.label)) for m in self.markers],
+                       times=False)
 
     # ------------------------------------------------------------------ text forms
     def to_mermaid(self) -> str:

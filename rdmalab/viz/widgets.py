@@ -55,6 +55,12 @@ def build_frame(opcode: int = BUILDER_OPCODES["RC RDMA WRITE Only"], *, destqp: 
     return decode_ethernet(frame)
 
 
+def uses_remote_address(opcode: int) -> bool:
+    """Whether a packet of ``opcode`` carries a remote address and key (a RETH or an AtomicETH): a SEND, an
+    ACK or a CNP ignores the builder's rkey and VA, so the builder greys them out."""
+    return any(cls in (RETH, AtomicETH) for cls in OPCODES[opcode].headers)
+
+
 def packet_builder() -> Any:
     """An interactive RoCEv2 packet builder: every change re-encodes the frame and its ICRC."""
     import ipywidgets as w  # optional: ipywidgets, IPython (lab extra)
@@ -91,7 +97,12 @@ def packet_builder() -> Any:
             display(hexdump(pkt, title=pkt.summary()))
             display(icrc_steps(pkt))
 
+    def remote(_: Any = None) -> None:
+        rkey.disabled = va.disabled = not uses_remote_address(opcode.value)
+
+    opcode.observe(remote, names="value")
     for c in controls:
         c.observe(redraw, names="value")
+    remote()
     redraw()
     return w.VBox([w.HBox([w.VBox(controls[:6]), w.VBox(controls[6:])]), out])

@@ -101,3 +101,21 @@ def test_every_exercise_has_hints_and_a_notebook() -> None:
         assert ex.hints, ex.id
         assert ex.notebook, ex.id
         assert (Path(__file__).resolve().parents[2] / "notebooks" / f"{ex.notebook}.py").exists(), ex.id
+
+
+def test_exercises_are_listed_in_notebook_order_with_their_notebook() -> None:
+    """lab.exercises(): notebook by notebook, in the order each notebook asks them, with a notebook column."""
+    import re
+
+    from rdmalab.lab.generate import sources
+
+    want: list[tuple[str, str]] = []
+    for src in sources(Path(__file__).resolve().parents[2] / "notebooks"):
+        for ex in re.findall(r"""lab\.check\(\s*["']([\w.]+)["']""", src.read_text(encoding="utf-8")):
+            if (src.stem, ex) not in want:
+                want.append((src.stem, ex))
+    listed = lab.exercises()
+    assert [(e.notebook, e.id) for e in listed.items] == want
+    html = listed._repr_html_()
+    assert "<th style='text-align:left'>notebook</th>" in html and html.index("00-welcome") < html.index("13-live-rdma")
+    assert repr(listed).splitlines()[0].split()[:2] == ["00-welcome", "welcome.opcode"]

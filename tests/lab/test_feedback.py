@@ -185,8 +185,8 @@ WRONG: dict[str, list[tuple[Any, str, str]]] = {
                    "attr_mask", "SQPSN"), ("AV", "attr_mask", "set")],
     "send.opcodes": [(["RC SEND First"] + ["RC SEND Middle"] * 2 + ["RC SEND Last"], "BTH.opcode", "4 packets"),
                      (["RC SEND First"] + ["RC SEND Middle"] * 4 + ["RC SEND Last"], "BTH.opcode", "6 packets"),
-                     (["RC SEND Only"] + ["RC SEND Middle"] * 3 + ["RC SEND Last"], "BTH.opcode", "Packet 0"),
-                     ([0x00, 0x01, 0x01, 0x02, 0x02], "BTH.opcode", "Packet 3"), ("RC SEND First", "BTH.opcode", "list")],
+                     (["RC SEND Only"] + ["RC SEND Middle"] * 3 + ["RC SEND Last"], "BTH.opcode", "first packet (opcodes[0])"),
+                     ([0x00, 0x01, 0x01, 0x02, 0x02], "BTH.opcode", "fourth packet (opcodes[3])"), ("RC SEND First", "BTH.opcode", "list")],
     "send.rnr": [(14, "AETH.value", "timer *code*"), (1280, "AETH.value", "microseconds"),
                  (0.00128, "AETH.value", "seconds"), (1.92, "AETH.value", "not the delay"), ([1.28], "AETH.value", "number")],
     "write.imm": [(write_imm(post_recv=False), "AETH.syndrome", "RNR NAK"),
@@ -219,8 +219,8 @@ WRONG: dict[str, list[tuple[Any, str, str]]] = {
                    (float(ICRC), "ICRC", "bytes")],
     "wires.crc32c": [([11], "MPA CRC", "one too high"), ([9, 10], "MPA CRC", "correct CRC32c"),
                      (10, "MPA CRC", "[10]"), ([], "MPA CRC", "missing")],
-    "wires.which": [(["RoCEv2", "iWARP", "IB", "RoCEv2"], "frame 3: Ethernet.type", "Frame 3"),
-                    (["RoCEv1", "iWARP", "IB", "RoCEv1"], "frame 0: Ethernet.type", "Frame 0"),
+    "wires.which": [(["RoCEv2", "iWARP", "IB", "RoCEv2"], "names[3]: Ethernet.type", "fourth frame"),
+                    (["RoCEv1", "iWARP", "IB", "RoCEv1"], "names[0]: Ethernet.type", "first frame"),
                     (["RoCEv2", "iWARP", "IB"], "frames", "4 names")],
     "captures.rkey": [(0x2A140000, "RETH.r_key", "byte order"), (10290425, "RETH.r_key", "psn"),
                       (b"\x00\x00\x14\x2a", "RETH.r_key", "int.from_bytes"), (0x142B, "RETH.r_key", "not the rkey")],
@@ -324,3 +324,38 @@ def test_agree_rejects_a_malformed_answer_with_the_expected_shape() -> None:
     assert r.status == FAIL and r.field == "answer" and r.given == "5" and "fields_compared" in (r.expected or "")
     r = lab.check("captures.agree", [1, 0])
     assert r.status == FAIL and r.field == "report.fields_compared" and r.given == "1"
+
+
+_EVERY = [(k, a) for k, v in RIGHT.items() for a in v] + [(k, w[0]) for k, v in WRONG.items() for w in v]
+
+
+@pytest.mark.parametrize("ex,answer", _EVERY, ids=[f"{k}-{i}" for i, (k, _) in enumerate(_EVERY)])
+def test_the_grader_judges_the_reported_answer_as_the_kernel_did(ex: str, answer: Any, tmp_path: Any,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rdmalab grade` judges the values lab.check reported, in its own process: same verdict, same feedback."""
+    from rdmalab.lab.grade import read_reports
+
+    log = tmp_path / "checks.jsonl"
+    monkeypatch.setenv("RDMALAB_CHECK_LOG", str(log))
+    r = lab.check(ex, answer)
+    rows, notes = read_reports(log.read_text(encoding="utf-8"))
+    assert not notes and len(rows) == 1, (rows, notes)
+    assert (rows[0]["status"], rows[0]["field"], rows[0]["message"], rows[0]["given"]) == \
+        (r.status, r.field, r.message, r.given)
+
+
+def test_wording_counts_like_people_and_rdmalab_decode() -> None:
+    """Issue 20, item 5: packets counted from 1 in words (with the list index), a duration or a count never
+    shown in hex, no doubled punctuation after a title ending in '?', and a count is not called a field."""
+    r = lab.check("send.opcodes", ["RC SEND First"] + ["RC SEND Middle"] * 3 + ["RC SEND Only"])
+    assert "The fifth packet (opcodes[4])" in r.message and "Packet 4" not in r.message
+    r = lab.check("send.rnr", 1280)
+    assert r.given == "1280" and "0x" not in repr(r)
+    r = lab.check("reliability.timeout", 12)
+    assert r.given == "12"
+    html = r._repr_html_()
+    assert "About: <code>retransmitted packets</code>" in html and "field <code>retransmitted" not in html
+    assert "Where: field <code>BTH.opcode</code>" in lab.check("send.opcodes", ["x"] * 5)._repr_html_()
+    r = lab.check("wires.which", [..., ..., ..., ...])
+    assert r.message.startswith("Which wire is which? Replace the ...") and "?:" not in r.message
+    assert lab.check("wires.bth", ...).message.startswith("Build a BTH by hand: replace the ...")

@@ -117,3 +117,19 @@ def test_every_source_has_balanced_markers_and_checks() -> None:
         for version in g.VERSIONS:
             g.convert(text, version)
         assert text.count("### BEGIN SOLUTION") == text.count("### END SOLUTION"), src
+
+
+def test_notebooks_carry_the_metadata_the_kernel_reports_so_they_open_unmodified() -> None:
+    """JupyterLab rewrites kernelspec and language_info from the kernel it starts; if they differ, the notebook
+    opens modified (issue 20, item 3).  The oracle is ipykernel itself."""
+    pytest.importorskip("ipykernel")
+    from ipykernel.ipkernel import IPythonKernel
+    from ipykernel.kernelspec import get_kernel_dict
+
+    from rdmalab.lab.generate import convert
+
+    meta = convert("# %%\nx = 1\n", "student")["metadata"]
+    spec = get_kernel_dict()
+    assert meta["kernelspec"] == {"display_name": spec["display_name"], "language": spec["language"],
+                                  "name": "python3"}
+    assert meta["language_info"] == IPythonKernel.language_info

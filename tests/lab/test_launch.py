@@ -30,3 +30,14 @@ def test_dry_run_prints_the_jupyterlab_command(tmp_path: Path, capsys) -> None: 
     out = capsys.readouterr().out
     assert "-m jupyterlab" in out and f"--ServerApp.root_dir={tmp_path.resolve()}" in out
     assert "--no-browser" in out and "--port=8899" in out
+
+
+def test_the_server_is_local_with_a_token_unless_told_otherwise(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The defaults (tests/lab/test_browser.py proves them on a running server); --ip and --no-token change them."""
+    assert launch.main(["--dir", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "--ServerApp.ip=127.0.0.1" in out and "IdentityProvider.token" not in out
+    assert launch.main(["--dir", str(tmp_path), "--dry-run", "--ip", "0.0.0.0", "--no-token"]) == 0
+    cap = capsys.readouterr()
+    assert "--ServerApp.ip=0.0.0.0" in cap.out and "--IdentityProvider.token= " in cap.out + " "
+    assert "anyone who can reach the port" in cap.err

@@ -62,6 +62,13 @@ def test_instructor_version_passes_every_check(src: Path, tmp_path: Path, monkey
     assert not failing, failing
 
 
+#: What a student notebook must not show above an exercise, because it is the exercise's answer
+#: (issue 20, item 1: notebook 03's RNR ladder labelled every NAK "RNR NAK 1.28 ms" above "read the RNR timer").
+GIVEAWAYS = {
+    "03-send-receive": ("send.rnr", ("1.28 ms", "1.280 ms", "1.28 ", "1280 us", "1280 \u00b5s")),
+}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("src", SOURCES, ids=[s.stem for s in SOURCES])
 def test_student_version_runs_and_reports_not_yet(src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -69,3 +76,14 @@ def test_student_version_runs_and_reports_not_yet(src: Path, tmp_path: Path, mon
     assert len(results) == _expected_checks(src), results
     answered = [r for r in results if r["status"] != "not yet"]
     assert not answered, answered
+    if src.stem in GIVEAWAYS:
+        ex, answers = GIVEAWAYS[src.stem]
+        nb = nbformat.read(tmp_path / f"{src.stem}.student.ipynb", as_version=4)
+        shown = ""
+        for cell in nb.cells:
+            if f'lab.check("{ex}"' in cell.get("source", ""):
+                break
+            for out in cell.get("outputs", []):
+                shown += json.dumps(out.get("data", {})) + out.get("text", "")
+        leaks = [a for a in answers if a in shown]
+        assert not leaks, f"{src.stem}: the output above exercise {ex} shows its answer: {leaks}"

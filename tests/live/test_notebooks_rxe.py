@@ -1,4 +1,4 @@
-"""The call-by-call notebooks (03-06, 09, 11) run top to bottom with BACKEND = "rxe".
+"""The call-by-call notebooks (03-06, 09, 11, 12) run top to bottom with BACKEND = "rxe".
 
 Each notebook's kernel attaches to the session's lab VM (``RDMALAB_VM_DIR``, so the whole file
 costs no extra boot) and drives a verbs server on rxe1/rxe2 through ``Pair(backend="rxe")``.
@@ -33,6 +33,8 @@ EVIDENCE = {
     "06-atomics": ["returned: 41 | B's counter now: 42", "rxe2 --> rxe1  ATOMIC ACK PSN 102",
                    "CmpSwap(compare=42, swap=7): returned 100, swapped: False, counter now 100"],
     "09-reliability": ["transfer runner and live section: rxe", "'netem loss': '10%'", "rxe1 --> rxe2"],
+    "12-connection-manager": ["backend: rxe | CM messages on the wire: ['REQ', 'REP', 'RTU', 'DREQ', 'DREP']",
+                              "-> 10.0.1.1:7174", "the kernel keeps its QP states to itself"],
     "11-security": ["lkey == rkey: True", "write with a wrong key: remote access error", "A's QP state now: ERR",
                     "NAK: Remote Access Error", "region in another protection domain    -> remote access error"],
 }

@@ -101,3 +101,34 @@ def test_four_wires_comparison() -> None:
     assert all(r["crc_ok"] == "good" for r in rows)
     spans = wire_hexdump(wires[3]).spans
     assert {"TCP", "MPA", "DDP", "CRC32c"} <= {s.layer for s in spans}
+
+
+def test_hide_keeps_a_fields_bytes_but_not_its_decoded_value() -> None:
+    """Notebook 03 shows an RNR NAK whose timer its exercise asks for (issue 20, item 1)."""
+    from rdmalab.lab.checkers.verbs import rnr_run
+    from rdmalab.viz.hexdump import hexdump
+    from rdmalab.wire.ib import AETH
+
+    nak = next(p for p in rnr_run(None).packets() if AETH in p and p[AETH].is_rnr_nak)
+    shown = hexdump(nak)._repr_html_()
+    hidden = hexdump(nak, hide=["AETH.value"])._repr_html_()
+    assert "1.28 ms" in shown and "1.28" not in hidden and "decode it yourself" in hidden
+    assert f"{nak.data[54]:02x}" in hidden  # the byte itself is still there to decode
+
+
+def test_every_cell_of_the_dump_sets_its_own_spacing() -> None:
+    """Issue 20, item 7: in JupyterLab the byte spacing was uneven, because cells without an explicit padding
+    (blanks, the mid-row gap) took the notebook's table padding.  Every cell now states padding and border, and
+    the byte cells and blanks the same ones."""
+    import re
+
+    from rdmalab.viz.hexdump import hexdump
+    from rdmalab.viz.widgets import build_frame
+
+    html = hexdump(build_frame(payload=b"x" * 21), start=3).to_html().split("</table>")[0]  # the bytes
+    tds = re.findall(r"<td style=\"([^\"]*)\"[^>]*>([^<]*)</td>", html)
+    table_tds = [t for t in tds if "padding" in t[0] or t[1]]
+    assert table_tds and all("padding:" in style and "border:none" in style for style, _ in table_tds)
+    byte_pad = {re.search(r"padding:[^;]+", st).group(0) for st, text in tds if re.fullmatch(r"[0-9a-f]{2}", text)}
+    blank_pad = {re.search(r"padding:[^;]+", st).group(0) for st, text in tds if text == "&nbsp;&nbsp;"}
+    assert byte_pad == blank_pad == {"padding:1px 2px"}

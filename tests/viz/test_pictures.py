@@ -34,14 +34,14 @@ def test_the_lost_mark_names_and_sits_on_the_lost_packet() -> None:
     lad = pair.ladder()
     lost = [a for a in lad.arrows if a.lost]
     assert [a.psn for a in lost] == [lost_psn]
-    lines, texts = _lines_and_labels(lad.to_svg())
-    (x, y, _), = [(x, y, t) for x, y, t in texts if t == f"PSN {lost_psn} lost"]
-    # The lost packet's line ends at its cross, right beside the label ...
-    ends = [(ln["x2"], ln["y2"]) for ln in lines]
-    lx, ly = min(ends, key=lambda p: abs(p[0] - (x - 9)) + abs(p[1] - (y - 4)))
-    assert abs(lx - (x - 9)) < 1 and abs(ly - (y - 4)) < 1
-    # ... and it slopes like a delivered packet from the same burst (it was drawn flat before).
-    mine = next(ln for ln in lines if (ln["x2"], ln["y2"]) == (lx, ly))
+    lines, _ = _lines_and_labels(lad.to_svg())
+    # Its label names the packet and ends in "lost", and starts at the lost packet's own line
+    root = ET.fromstring(lad.to_svg())
+    (label,) = [t for t in root.iter(f"{SVG}text") if "".join(t.itertext()).endswith(f"PSN {lost_psn} lost")]
+    x, y = float(label.get("x", 0)), float(label.get("y", 0))
+    mine = min(lines, key=lambda ln: abs(ln["x1"] - x) + abs(ln["y1"] - y))
+    assert abs(mine["x1"] - x) < 12 and abs(mine["y1"] - y) < 12
+    # The lost packet's line stops half way, at its cross, and slopes like a delivered packet of the burst
     full = [ln for ln in lines if ln["x2"] > ln["x1"] and ln is not mine]
     slope = (mine["y2"] - mine["y1"]) / (mine["x2"] - mine["x1"])
     slopes = sorted((ln["y2"] - ln["y1"]) / (ln["x2"] - ln["x1"]) for ln in full)

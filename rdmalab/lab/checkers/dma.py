@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rdmalab.lab.core import Wrong, exercise
-from rdmalab.lab.feedback import as_int
+from rdmalab.lab.feedback import as_int, plain
 
 NB = "01-dma-to-rdma"
 
@@ -21,11 +21,11 @@ def _copies(answer: Any) -> str:
         return "Two: sender user buffer -> kernel socket buffer, and kernel socket buffer -> receiver user buffer."
     if got == 1:
         raise Wrong("The sender's send() is one copy; the receiver's recv() makes another.", field="copies",
-                    expected=expected)
+                    expected=expected, given=plain(got))
     if got == 0:
-        raise Wrong("Zero is the RDMA answer; a socket copies through the kernel.", field="copies", expected=expected)
+        raise Wrong("Zero is the RDMA answer; a socket copies through the kernel.", field="copies", expected=expected, given=plain(got))
     raise Wrong(f"{got} copies through system calls would move {got} times the message; look at rchar and wchar.",
-                field="copies", expected=expected)
+                field="copies", expected=expected, given=plain(got))
 
 
 @exercise("dma.syscalls", "System calls on the RDMA data path", notebook=NB, hints=(

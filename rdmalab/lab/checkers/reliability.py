@@ -6,7 +6,7 @@ from typing import Any
 
 from rdmalab.lab import scenarios
 from rdmalab.lab.core import Said, Wrong, exercise
-from rdmalab.lab.feedback import as_int, norm_name
+from rdmalab.lab.feedback import as_int, norm_name, plain
 from rdmalab.wire.ib import AETH, BTH, NAK_NAMES
 
 NB = "09-reliability"
@@ -86,9 +86,9 @@ def _timeout(answer: Any) -> str:
     lost = p.fabric.stats["lost"]
     if got == lost:
         raise Wrong(f"{lost} is the number of packets lost; go-back-N resends more than the lost ones.",
-                    field="retransmitted packets", expected=expected)
+                    field="retransmitted packets", expected=expected, given=plain(got))
     if abs(got - want) == 1:
         raise Wrong(f"{got} is off by one: count the packets whose PSN was already sent once, no more, no less.",
-                    field="retransmitted packets", expected=expected)
+                    field="retransmitted packets", expected=expected, given=plain(got))
     raise Wrong(f"{got} is not the number of retransmitted request packets in this run.",
-                field="retransmitted packets", expected=expected)
+                field="retransmitted packets", expected=expected, given=plain(got))

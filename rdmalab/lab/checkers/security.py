@@ -5,27 +5,29 @@ from __future__ import annotations
 from typing import Any
 
 import rdmalab.verbs.enums as e
+from rdmalab.lab.answers import Program, Run
 from rdmalab.lab.checkers.reliability import nak_code
 from rdmalab.lab.checkers.verbs import wire_trouble
 from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import norm_name
-from rdmalab.lab.pair import SoftPair
 from rdmalab.wire.ib import NAK_REMOTE_ACCESS_ERROR
 
 NB = "11-security"
 
 
-@exercise("security.fix", "Fix the lkey/rkey mix-up", notebook=NB, hints=(
+_FIX_DATA = b"keys matter " * 50
+
+
+@exercise("security.fix", "Fix the lkey/rkey mix-up", notebook=NB, program=Program(51, lambda p: [(_FIX_DATA,)]), hints=(
     "The SGE describes *local* memory: it takes the local MR's lkey.",
     "set_wr_rdma takes the *remote* key: the rkey the peer gave you for its MR.",
 ))
 def _fix(answer: Any) -> str:
-    if not callable(answer):
+    if not isinstance(answer, Run):  # lab.check runs a function on SoftPair(seed=51) and passes its Run
         raise Wrong("Give the fixed function itself (write_to_peer).", field="write_to_peer",
                     expected="a function (pair, data) -> A's completion")
-    p = SoftPair(seed=51)
-    data = b"keys matter " * 50
-    wc = answer(p, data)
+    p, data = answer, _FIX_DATA
+    wc, = answer.returned
     trouble = wire_trouble(p)
     if trouble is not None:
         trouble.details += ["local protection error: the SGE's key is wrong (it takes the local MR's lkey)",

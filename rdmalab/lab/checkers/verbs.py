@@ -8,8 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 import rdmalab.verbs.enums as e
+from rdmalab.lab.answers import Program, Run
 from rdmalab.lab.core import Said, Wrong, exercise
-from rdmalab.lab.feedback import as_int, norm_name
+from rdmalab.lab.feedback import as_int, norm_name, nth, plain
 from rdmalab.lab.pair import Pair, SoftPair
 from rdmalab.verbs.engine.qpstate import INIT, RC, RTR, TABLE, mask_names
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
@@ -156,8 +157,8 @@ def _send_opcodes(answer: Any) -> str:
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         if g != norm_name(w):
             place = "the first packet" if i == 0 else "the last packet" if i == len(want) - 1 else \
-                f"packet {i}, between the first and the last"
-            raise Wrong(f"Packet {i} is not {answer[i]!r}.", field="BTH.opcode", given=answer[i],
+                f"the {nth(i)} packet, between the first and the last"
+            raise Wrong(f"The {nth(i)} packet (opcodes[{i}]) is not {answer[i]!r}.", field="BTH.opcode", given=answer[i],
                         expected=f"the opcode of {place} of a multi-packet RC SEND",
                         details=["the first packet is a First, the last a Last, the rest Middle"])
     return f"Right: {len(want)} packets, and only the Last asks for an ACK."
@@ -197,31 +198,34 @@ def _rnr(answer: Any) -> str:
         return f"Yes: timer code {aeth.value} means wait at least {want:g} ms before retrying."
     if abs(got - aeth.value) < 1e-9:
         raise Wrong(f"{answer} is the timer *code* (AETH bits 4-0); convert it to milliseconds.", field="AETH.value",
-                    offset=54, expected=expected)
+                    offset=54, expected=expected, given=plain(answer))
     if abs(got - want * 1000) < 1e-6:
         raise Wrong(f"{answer} is in microseconds; give milliseconds.", field="AETH.value", offset=54,
-                    expected=expected)
+                    expected=expected, given=plain(answer))
     if abs(got - want / 1000) < 1e-12:
-        raise Wrong(f"{answer} is in seconds; give milliseconds.", field="AETH.value", offset=54, expected=expected)
+        raise Wrong(f"{answer} is in seconds; give milliseconds.", field="AETH.value", offset=54, expected=expected, given=plain(answer))
     raise Wrong(f"{answer} ms is not the delay this RNR NAK asks for.", field="AETH.value", offset=54,
-                expected=expected)
+                expected=expected, given=plain(answer))
 
 
 # ----------------------------------------------------------------------------- 04 write / imm
 
 
-@exercise("write.imm", "Write a program: RDMA WRITE with immediate", notebook="04-write-imm", hints=(
+_IMM_DATA = bytes(range(65, 91)) * 40
+
+
+@exercise("write.imm", "Write a program: RDMA WRITE with immediate", notebook="04-write-imm",
+          program=Program(11, lambda p: [(_IMM_DATA, 0x1234ABCD)]), hints=(
     "The responder consumes a receive WQE for the immediate data: post_recv on pair.b first (an SGE may be empty).",
     "opcode=IBV_WR_RDMA_WRITE_WITH_IMM, imm_data=imm, then wr.set_wr_rdma(pair.b.mr.rkey, pair.b.mr.buf).",
     "Return pair.b.poll(): B's completion has opcode IBV_WC_RECV_RDMA_WITH_IMM and carries imm_data.",
 ))
 def _write_imm(answer: Any) -> str:
-    if not callable(answer):
+    if not isinstance(answer, Run):  # lab.check runs a function on SoftPair(seed=11) and passes its Run
         raise Wrong("Give the function itself (write_with_imm), not its result.", field="write_with_imm",
                     expected="a function (pair, data, imm) -> B's completion")
-    p = SoftPair(seed=11)
-    data = bytes(range(65, 91)) * 40
-    wc = answer(p, data, 0x1234ABCD)
+    p, data = answer, _IMM_DATA
+    wc, = answer.returned
     trouble = wire_trouble(p)
     if trouble is not None:
         raise trouble
@@ -256,20 +260,27 @@ def _write_imm(answer: Any) -> str:
 # ----------------------------------------------------------------------------- 05 read
 
 
-@exercise("read.program", "Write a program that reads remote memory", notebook="05-read", hints=(
+_SECRET = random.Random(7).randbytes(3000)
+
+
+def _read_setup(p: Any) -> list[tuple[Any, ...]]:
+    p.b.mr.write(_SECRET, len(_SECRET), 1000)
+    return [(1000, 3000)]
+
+
+@exercise("read.program", "Write a program that reads remote memory", notebook="05-read",
+          program=Program(21, _read_setup), hints=(
     "Post one work request on pair.a.qp: opcode IBV_WR_RDMA_READ, an SGE on A's own MR (the sink), "
     "and set_wr_rdma(B's rkey, B's address + remote_offset).",
     "Wait for A's completion (pair.a.poll()) before reading A's MR: the data is not there before.",
     "Return pair.a.mr.read(length, 0).",
 ))
 def _read_program(answer: Any) -> str:
-    if not callable(answer):
+    if not isinstance(answer, Run):  # lab.check runs a function on SoftPair(seed=21) and passes its Run
         raise Wrong("Give the function itself (read_remote), not its result.", field="read_remote",
                     expected="a function (pair, remote_offset, length) -> bytes")
-    p = SoftPair(seed=21)
-    secret = random.Random(7).randbytes(3000)
-    p.b.mr.write(secret, len(secret), 1000)
-    got = answer(p, 1000, 3000)
+    p, secret = answer, _SECRET
+    got, = answer.returned
     trouble = wire_trouble(p)
     if trouble is not None:
         raise trouble
@@ -370,17 +381,17 @@ def _atomic_final(answer: Any) -> str:
     return f"Right: returned {returned}, final value {final}."
 
 
-@exercise("atomic.lock", "Write a spin-lock acquire with CmpSwap", notebook="06-atomics", hints=(
+@exercise("atomic.lock", "Write a spin-lock acquire with CmpSwap", notebook="06-atomics",
+          program=Program(41, lambda p: [(), ()]), hints=(
     "CmpSwap(compare=0, swap=1) on B's lock word: it succeeds only if the lock was free.",
     "The atomic returns the old value into your local buffer: the lock was yours if the old value was 0.",
     "Read the 8 returned bytes little-endian (struct.unpack('<Q', ...)) after pair.a.poll().",
 ))
 def _lock(answer: Any) -> str:
-    if not callable(answer):
+    if not isinstance(answer, Run):  # lab.check calls a function twice on SoftPair(seed=41) and passes the Run
         raise Wrong("Give the function itself (try_lock).", field="try_lock", expected="a function (pair) -> bool")
-    p = SoftPair(seed=41)
-    first = answer(p)
-    second = answer(p)
+    p = answer
+    first, second = answer.returned
     trouble = wire_trouble(p)
     if trouble is not None:
         raise trouble

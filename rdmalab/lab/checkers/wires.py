@@ -8,7 +8,7 @@ from typing import Any
 from rdmalab import capture
 from rdmalab.lab.core import Wrong, exercise
 from rdmalab.lab.env import capture_path
-from rdmalab.lab.feedback import as_bytes, as_int, compare_header, norm_name
+from rdmalab.lab.feedback import as_bytes, as_int, compare_header, norm_name, nth
 from rdmalab.lab.samples import mystery_frames
 from rdmalab.viz.crcsteps import icrc_steps
 from rdmalab.wire.frame import decode_ethernet
@@ -146,7 +146,8 @@ def _which(answer: Any) -> str:
     for i, (a, w) in enumerate(zip(answer, want, strict=True)):
         if norm_name(a).replace("NATIVE", "") != names[w]:
             where = "LRH" if w == "ib" else "Ethernet.type"
-            raise Wrong(f"Frame {i} is not {a!r}.", field=f"frame {i}: {where}", offset=12 if w != "ib" else 0,
+            raise Wrong(f"The {nth(i)} frame (names[{i}], printed as {i} above) is not {a!r}.",
+                        field=f"names[{i}]: {where}", offset=12 if w != "ib" else 0,
                         given=a, expected=expected, details=[
                             "check its first bytes: an Ethernet frame has its EtherType at bytes 12-13"])
     return "All four identified: the same WRITE, four encapsulations."

@@ -583,6 +583,11 @@ def _ip(gid: int) -> str:
     return hex(gid)
 
 
+def _pkey_match(a: int, b: int) -> bool:
+    """rxe's ``pkey_match`` (rxe_recv.c): the same partition (low 15 bits, not 0), one of them a full member."""
+    return (a & 0x7FFF) != 0 and (a & 0x7FFF) == (b & 0x7FFF) and bool((a | b) & 0x8000)
+
+
 class GSI:
     """QP1 of a soft device: UD, Q_Key 0x80010000; it takes CM MADs and gives them to the agent."""
 
@@ -597,6 +602,9 @@ class GSI:
         deth = pkt.deth
         if pkt.opcode != UD_SEND_ONLY or deth is None:
             self.agent._dropped(f"QP1 takes UD SEND Only, not opcode {pkt.opcode:#x}")
+            return
+        if not _pkey_match(pkt.pkey, 0xFFFF):  # rxe_recv.c check_keys: QP1 takes the default partition's
+            self.agent._dropped(f"QP1 packet with P_Key {pkt.pkey:#06x}, not the default partition's 0xffff")
             return
         if deth.q_key != GSI_QKEY:  # rxe_recv.c check_keys
             self.agent._dropped(f"QP1 packet with Q_Key {deth.q_key:#x}, not 0x80010000")

@@ -88,7 +88,7 @@ class Pkt:
 
     __slots__ = ("opcode", "psn", "destqp", "ackreq", "se", "src_gid", "dst_gid", "sport", "src_mac", "dst_mac",
                  "reth", "aeth", "deth", "imm", "ieth", "atomic", "atomic_ack", "payload", "count", "last_opcode",
-                 "mtu", "_frame", "id", "srcqp", "acks", "ecn")
+                 "mtu", "_frame", "id", "srcqp", "acks", "ecn", "pkey")
 
     def __init__(self, opcode: int, psn: int, destqp: int, src_gid: int, dst_gid: int, sport: int,
                  src_mac: int, dst_mac: int, payload: Any = b"", ackreq: int = 0, se: int = 0) -> None:
@@ -118,6 +118,7 @@ class Pkt:
         self.srcqp = 0  # the sending QP (engine bookkeeping for the trace; not on the wire)
         self.acks: tuple[int, ...] = ()  # burst: indices (before the last) of packets with AckReq
         self.ecn = 0  # IP ECN bits (RFC 3168): 2 = ECT(0) from a DCQCN sender, 3 = CE set by a switch
+        self.pkey = 0xFFFF  # the BTH P_Key as received (the engine sends the default partition's)
 
     # ------------------------------------------------------------------ info
     @property
@@ -218,6 +219,7 @@ def from_frame(frame: bytes) -> Pkt | None:
         if attr is not None:
             setattr(p, attr, layer.header)
     p.ecn = ip4.ecn if ip4 is not None else d[IPv6].tclass & 3
+    p.pkey = bth.p_key
     p._frame = bytes(frame)
     return p
 

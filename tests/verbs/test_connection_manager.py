@@ -350,3 +350,24 @@ def test_multicast_join_send_and_leave(fab: Fabric) -> None:
     assert receiver.id.qp is not None and len(receiver.id.qp.rcq) == 0
     with pytest.raises(PyverbsRDMAError, match="has not joined 230.0.0.7"):
         receiver.id.leave_multicast(AddrInfo(src=group))
+
+
+def test_qp1_drops_a_mad_from_another_partition(fab: Fabric) -> None:
+    _listen()
+    soft0 = fab.devices["soft0"]
+    req = w.build_req("10.0.0.1", "10.0.0.2", 40000, PORT, local_comm_id=0x1234, local_qpn=0x99, starting_psn=1)
+    from rdmalab.verbs.engine.packet import Pkt
+    from rdmalab.wire.ib import DETH
+
+    p = Pkt(ibcm.UD_SEND_ONLY, 0, 1, soft0.gids[1], 0xFFFF0A000002, 55410, soft0.mac, 0, req.encode(), ackreq=1)
+    p.deth = DETH(q_key=ibcm.GSI_QKEY, src_qp=1)
+    p.pkey = 0x8001  # partition 1, full member: not the default partition
+    fab.devices["soft1"].receive(p)
+    peer = fab.devices["soft1"].gsi.agent
+    assert peer.counters["cm_rx_dropped"] == 1 and "P_Key 0x8001" in peer.log[-1]
+    p2 = Pkt(ibcm.UD_SEND_ONLY, 1, 1, soft0.gids[1], 0xFFFF0A000002, 55410, soft0.mac, 0, req.encode(), ackreq=1)
+    p2.deth = DETH(q_key=ibcm.GSI_QKEY, src_qp=1)
+    p2.pkey = 0x7FFF  # the default partition, limited member: matches 0xFFFF (rxe pkey_match)
+    fab.devices["soft1"].receive(p2)
+    fab.run()
+    assert peer.counters["cm_rx_msgs"] == 1
