@@ -33,7 +33,15 @@ nothing pairs a NAK with the retransmission it caused.  This module does, on the
   ``bad_icrc``        an ICRC that does not verify
   ``opcode_sequence`` a Middle/Last without its First, or a First while a message is open
   ``msn_jump``        the MSN in the ACKs goes backwards
-  ``time_backwards``  capture timestamps that go backwards (can the capture be trusted?)
+  ``time_backwards``  capture timestamps that go back a little (can the capture be trusted?):
+                      one finding for the capture, with every frame
+  ``capture_seam``    time goes back more than ``seam_ms``: captures appended to each other;
+                      the analysis starts over after each seam (one finding, every seam)
+  ``duplicate_frames`` frames that are in the capture twice (one finding, every copy)
+  ``capture_gap``     a PSN gap never sent again: the capture missed it, the wire did not
+  ``ack_coalescing``  ACKs backwards, ACKs of PSNs not sent, AckReq left unanswered
+  ``bad_crc32c``      (iWARP) an MPA CRC that does not verify
+  ``terminate``       (iWARP) a Terminate, with its layer, type and code explained
   ==================  =======================================================================
 
 The analysis reads what is on the capture.  A capture taken at the receiver (or after the lossy
@@ -41,452 +49,429 @@ link) shows losses as PSN gaps; one taken at the sender shows every packet once 
 through the NAKs and retransmissions they cause.
 """
 
+
 from __future__ import annotations
 
-import html
-import io
 import ipaddress
-import math
 import os
 import re
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from rdmalab.capture.analysis_conn import PSN_MOD, ConnRows, T, _Out, ack_coalescing, connections, walk
+from rdmalab.capture.analysis_conn import rel as _rel
+from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Message
+from rdmalab.capture.analysis_rows import Rows, load_rows
 from rdmalab.capture.columnar import Columns, read_columns
-from rdmalab.capture.fields import frame_fields
-from rdmalab.capture.reader import decode_record, read, records
 from rdmalab.wire.ib import IB_MTUS
-from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, Pos, Transport, opcode_name
-from rdmalab.wire.rdmap import TERM_ETYPE_NAMES, TERM_LAYER_NAMES, Terminate, term_errcode_names
+from rdmalab.wire.opcodes import opcode_name
+from rdmalab.wire.rdmap import TERM_ETYPE_NAMES, TERM_LAYER_NAMES, term_errcode_names
 
-_PSN_MOD = 1 << 24
-_HALF = 1 << 23
-_NAK_NAMES = {0: "PSN sequence error", 1: "invalid request", 2: "remote access error",
-              3: "remote operational error", 4: "invalid RD request"}
+__all__ = ["Analysis", "Connection", "Finding", "Message", "analyze", "cnp_pacing", "counters_side_by_side",
+           "parse_counters", "KIND_HELP", "COUNTER_ROWS", "PACING_HYPOTHESES"]
 
+_PSN_MOD = PSN_MOD
 
-@dataclass
-class Finding:
-    kind: str
-    connection: int | None
-    frames: list[int]
-    time: float
-    text: str
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Message:
-    connection: int
-    op: str
-    first_psn: int
-    last_psn: int
-    size: int
-    start: float
-    completion: float | None = None
-    result: str = "incomplete"
-    frames: list[int] = field(default_factory=list)
-
-    @property
-    def duration(self) -> float | None:
-        return None if self.completion is None else self.completion - self.start
-
-
-@dataclass
-class Connection:
-    id: int
-    transport: str
-    requester: str
-    responder: str
-    requester_qpn: int | None
-    responder_qpn: int
-    requester_port: int | None = None
-    #: the connection manager exchange that set this connection up, when the capture holds it
-    cm: dict[str, Any] | None = None
-    packets: int = 0
-    request_bytes: int = 0
-    retransmitted_bytes: int = 0
-    first: float = 0.0
-    last: float = 0.0
-    summary: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        rq = f"{self.requester_qpn:#x}" if self.requester_qpn is not None else "?"
-        return f"{self.requester} QP {rq} -> {self.responder} QP {self.responder_qpn:#x} ({self.transport})"
-
-
-@dataclass
-class Analysis:
-    path: str | None
-    packets: int
-    rdma_packets: int
-    connections: list[Connection]
-    messages: list[Message]
-    findings: list[Finding]
-    mtu: int
-    throughput: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
-    #: per connection: (time, PSN - first PSN, 0 first copy / 1 sent again / 2 NAK) for the PSN plot
-    psn_time: dict[int, list[tuple[float, int, int]]] = field(default_factory=dict)
-    #: checks over the whole capture: ``cnp_pacing`` (per hypothesis), ``capture`` (trust)
-    checks: dict[str, Any] = field(default_factory=dict)
-
-    def counts(self) -> dict[str, int]:
-        out: dict[str, int] = defaultdict(int)
-        for f in self.findings:
-            out[f.kind] += 1
-        return dict(sorted(out.items()))
-
-    def of_kind(self, kind: str) -> list[Finding]:
-        return [f for f in self.findings if f.kind == kind]
-
-    def to_dict(self) -> dict[str, Any]:
-        msgs = []
-        for m in self.messages:
-            d = asdict(m)
-            d["duration"] = m.duration
-            msgs.append(d)
-        conns = []
-        for c in self.connections:
-            d = asdict(c)
-            d["name"] = c.name
-            conns.append(d)
-        return {"file": self.path, "packets": self.packets, "rdma_packets": self.rdma_packets, "mtu": self.mtu,
-                "counts": self.counts(), "connections": conns, "messages": msgs,
-                "findings": [asdict(f) for f in self.findings], "checks": self.checks}
-
-    def text(self, limit: int = 200) -> str:
-        lines = [f"{self.path or 'capture'}: {self.packets} frames, {self.rdma_packets} RDMA packets, "
-                 f"{len(self.connections)} connection(s), {len(self.messages)} message(s), path MTU ~{self.mtu}"]
-        for c in self.connections:
-            s = c.summary
-            lines.append(f"\nConnection {c.id}: {c.name}")
-            if c.cm:
-                lines.append(f"  set up by CM REQ frame {c.cm['req_frame']} / REP frame {c.cm['rep_frame']} "
-                             f"(service ID {c.cm['service_id']:#x})" if isinstance(c.cm["service_id"], int) else
-                             f"  set up by CM REQ frame {c.cm['req_frame']} / REP frame {c.cm['rep_frame']}")
-            lines.append(f"  {c.packets} packets, {c.request_bytes} payload bytes requested, "
-                         f"{c.retransmitted_bytes} retransmitted; goodput {s.get('goodput_mbps', 0):.2f} Mbit/s "
-                         f"over {s.get('duration_s', 0) * 1e3:.3f} ms")
-            lat = s.get("latency_us")
-            if lat:
-                lines.append("  message latency (us): " + ", ".join(f"{k} {v:.1f}" for k, v in lat.items()))
-            ops = s.get("messages")
-            if ops:
-                lines.append("  messages: " + ", ".join(f"{n} {k}" for k, n in ops.items()))
-        pacing = self.checks.get("cnp_pacing")
-        if pacing and pacing["triggers"]:
-            lines.append(f"\nCNP pacing (minimum gap {pacing['min_gap_us']:g} us, {pacing['triggers']} CE-marked "
-                         f"requests, {pacing['cnps']} CNPs): consistent with "
-                         + (", ".join(pacing["consistent"]) or "no hypothesis"))
-            for name, h in pacing["hypotheses"].items():
-                gap = h["min_observed_gap_us"]
-                lines.append(f"  per {name:<8} expected {h['expected']:>5}, seen {h['seen']:>5}, "
-                             f"{len(h['mismatched_scopes'])} scope(s) differ; smallest gap between CNPs "
-                             + (f"{gap:.3f} us" if gap is not None else "-"))
-        ctr_rows = self.checks.get("counters")
-        if ctr_rows:
-            lines.append("\nCounters (after - before) against the capture:")
-            for r in ctr_rows:
-                ctr = ", ".join(f"{k} {v}" for k, v in r["counters"].items()) or "no such counter in the dumps"
-                mark = {True: "agree", False: "DIFFER", None: ""}[r["agree"]]
-                lines.append(f"  {r['what']:<30} capture {r['capture']:>6}   {ctr}  {mark}")
-        counts = self.counts()
-        lines.append("\nFindings: " + (", ".join(f"{n} {k}" for k, n in counts.items()) if counts else "none"))
-        for f in self.findings[:limit]:
-            conn = f"conn {f.connection}" if f.connection is not None else "capture"
-            frames = ",".join(str(x) for x in f.frames[:8]) + ("..." if len(f.frames) > 8 else "")
-            lines.append(f"  {f.kind:<16} {conn:<8} frames {frames:<20} {f.text}")
-        if len(self.findings) > limit:
-            lines.append(f"  ... {len(self.findings) - limit} more (use -T json for all)")
-        return "\n".join(lines) + "\n"
-
-
-def _opcode_classes() -> dict[str, np.ndarray]:
-    t = {k: np.zeros(256, dtype=bool) for k in ("request", "response", "ack", "read_resp", "atomic_ack", "read_req",
-                                                  "atomic", "first", "middle", "last", "only", "rc", "uc", "ud")}
-    for code, info in OPCODES.items():
-        if info.op in (Op.RDMA_READ_RESPONSE, Op.ACKNOWLEDGE, Op.ATOMIC_ACKNOWLEDGE):
-            t["response"][code] = True
-        elif info.op is not Op.CNP:
-            t["request"][code] = True
-        t["ack"][code] = info.op is Op.ACKNOWLEDGE
-        t["read_resp"][code] = info.op is Op.RDMA_READ_RESPONSE
-        t["atomic_ack"][code] = info.op is Op.ATOMIC_ACKNOWLEDGE
-        t["read_req"][code] = info.op is Op.RDMA_READ_REQUEST
-        t["atomic"][code] = info.op in (Op.CMP_SWAP, Op.FETCH_ADD)
-        t["first"][code] = info.pos is Pos.FIRST
-        t["middle"][code] = info.pos is Pos.MIDDLE
-        t["last"][code] = info.pos is Pos.LAST
-        t["only"][code] = info.pos is Pos.ONLY or info.pos is None
-        t["rc"][code] = info.transport is Transport.RC
-        t["uc"][code] = info.transport is Transport.UC
-        t["ud"][code] = info.transport is Transport.UD
-    return t
-
-
-def _op_family(name: str) -> str:
-    for fam in ("SEND", "RDMA WRITE", "RDMA READ Request", "RDMA READ Response", "CmpSwap", "FetchAdd",
-                "Acknowledge"):
-        if fam in name:
-            return {"RDMA READ Request": "READ", "RDMA READ Response": "READ", "RDMA WRITE": "WRITE"}.get(fam, fam)
-    return name
-
-
-def _addr(cols: Columns, i: int, which: str) -> str:
-    if cols.layers["ip"][i]:
-        v = int(cols.data[f"ip.{which}"][i])
-        return f"{v >> 24}.{(v >> 16) & 255}.{(v >> 8) & 255}.{v & 255}"
-
-    return str(ipaddress.IPv6Address(bytes(cols.data[f"ipv6.{which}"][i]).ljust(16, b"\0")))
-
-
-def _rel(psn: int, ref: int) -> int:
-    """``psn`` unwrapped next to ``ref`` (24-bit PSN arithmetic, IBA Vol 1 9.7.1)."""
-    return ref + ((psn - ref + _HALF) % _PSN_MOD - _HALF)
+#: One sentence per finding kind, for readers of the report (and of ``--annotate``d captures).
+KIND_HELP: dict[str, str] = {
+    "psn_gap": "Request PSNs missing on the wire: packets lost before the capture point (or not captured).",
+    "retransmission": "The requester went back and sent PSNs again (go-back-N), after a NAK, an implied NAK, an "
+                      "RNR NAK or its timer.",
+    "timeout": "A retransmission that only the requester's timer explains: nothing from the responder asked "
+               "for it.",
+    "duplicate": "A request the responder had already accepted in order arrives again (it answers with a "
+                 "duplicate ACK).",
+    "duplicate_frames": "The same frame is in the capture twice (a mirror port or a merge copied it): the copies "
+                        "are left out of the analysis.",
+    "capture_seam": "The capture's time jumps back: captures appended to each other (mergecap -a) or a clock step. "
+                    "Each run between seams is analysed on its own.",
+    "time_backwards": "Timestamps that go back a little: frames captured out of order (several queues or "
+                      "sniffers). Latencies near them are not to be trusted.",
+    "nak_seq_err": "The responder saw a PSN past the one it expected and asked for a retransmission from the "
+                   "first missing PSN (NAK, PSN sequence error).",
+    "nak_rnr": "Receiver not ready: no receive buffer was posted; the requester waits and sends again.",
+    "nak_other": "A fatal NAK (invalid request, remote access or operational error): the connection goes to "
+                 "the error state.",
+    "implied_nak": "READ responses resumed past a missing one: the requester must issue the READ again.",
+    "cnp": "A RoCEv2 congestion notification packet: the receiver saw congestion marks and asks the sender "
+           "to slow down.",
+    "ecn_ce": "A request marked Congestion Experienced by a switch, with how long the CNP took to come back.",
+    "bad_icrc": "The packet's invariant CRC does not verify: it was damaged on the way (or the capture cut it).",
+    "bad_crc32c": "An iWARP MPA FPDU whose CRC32c does not verify.",
+    "terminate": "An iWARP Terminate message: the peer closes the connection, and says why.",
+    "opcode_sequence": "Message packets out of order: a Middle or Last without its First, or a First while "
+                       "another message is still open.",
+    "msn_jump": "The message sequence number in the ACKs goes backwards.",
+    "ack_coalescing": "Acknowledgements that break the coalescing rules: going backwards, acknowledging what was "
+                      "not sent, or an AckReq left unanswered.",
+    "capture_gap": "PSNs missing from the capture that the sender never sent again: the capture dropped them, "
+                   "the wire did not.",
+    "lost": "Sent (in the sender's capture) and never arrived (in this capture).",
+    "capture_damaged": "The capture file is damaged or cut short (it ends in the middle of a record): what comes "
+                       "after the damage is not in the analysis.",
+}
 
 
 def analyze(source: str | os.PathLike[str] | Columns, *, sent: str | os.PathLike[str] | Columns | None = None,
-            cnp_window_us: float = 1000.0, cnp_min_gap_us: float = 4.0) -> Analysis:
+            cnp_window_us: float = 1000.0, cnp_min_gap_us: float = 4.0, progress: bool = False,
+            seam_ms: float = 1.0, dup_us: float = 20.0) -> Analysis:
     """Analyse a capture file (or its columns).
+
+    The file is read block by block and only the RDMA packets' few columns the analysis needs
+    are kept (:mod:`rdmalab.capture.analysis_rows`), so memory stays bounded on long captures.
+    ``progress`` shows progress bars (tqdm, on stderr) for long files.
 
     ``sent`` is a second capture of the same traffic taken before the lossy part of the path
     (at the sender, or a switch's ingress mirror) while ``source`` was taken after it: every RDMA
     packet the first holds and the second lacks is then a ``lost`` finding, exactly, including
     the losses no gap reveals (a packet the go-back-N restart would have discarded anyway).
+
+    ``seam_ms``: a timestamp that goes back more than this starts a new run of the capture
+    (``capture_seam``).  ``dup_us``: an RDMA frame identical to one at most this much earlier
+    (with nothing from the other direction between them) is a copy (``duplicate_frames``).
     """
-    cols = source if isinstance(source, Columns) else read_columns(source)
-    path = cols.path if isinstance(source, Columns) else os.fspath(source)
+    path = source.path if isinstance(source, Columns) else os.fspath(source)
+    r = load_rows(source, seam_ms=seam_ms, dup_us=dup_us, progress=progress)
+    return analyze_rows(r, path, sent=sent, cnp_window_us=cnp_window_us, cnp_min_gap_us=cnp_min_gap_us,
+                        progress=progress, read_file=not isinstance(source, Columns),
+                        cols=source if isinstance(source, Columns) else None)
 
-    n = cols.n
+
+def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Columns | None = None,
+                 cnp_window_us: float = 1000.0, cnp_min_gap_us: float = 4.0, progress: bool = False,
+                 read_file: bool = True, cols: Columns | None = None) -> Analysis:
+    """:func:`analyze` on rows already loaded (``cols``: the capture's columns, when in memory)."""
+    a = r.a
     findings: list[Finding] = []
-    frame = cols.data["frame.number"].astype(np.int64)
-    ts = cols.data["frame.time_epoch"]
-    # capture trust: timestamps that go backwards
-    if n > 1:
-        back = np.nonzero(np.diff(cols.data["frame.time_ns"]) < 0)[0]
-        for i in back.tolist():
-            findings.append(Finding("time_backwards", None, [int(frame[i]), int(frame[i + 1])], float(ts[i + 1]),
-                                    f"timestamp goes back {(ts[i] - ts[i + 1]) * 1e6:.3f} us"))
-    ib = cols.present("infiniband.bth")
-    idx = np.nonzero(ib)[0]
-    T = _opcode_classes()
-    op = cols.data["infiniband.bth.opcode"]
-    psn = cols.data["infiniband.bth.psn"].astype(np.int64)
-    dqp = cols.data["infiniband.bth.destqp"].astype(np.int64)
-    syn = cols.data["infiniband.aeth.syndrome"].astype(np.int64)
-    has_aeth = cols.layers["infiniband.aeth"]
-    msn = cols.data["infiniband.aeth.msn"].astype(np.int64)
-    plen = cols.data["rdmalab.payload.len"].astype(np.int64)
-    dmalen = cols.data["infiniband.reth.dmalen"].astype(np.int64)
-    ecn = cols.data["ip.dsfield.ecn"]
-    v6 = cols.layers["ipv6"] | cols.layers["rocev1"]
-    ecn = np.where(v6, cols.data["ipv6.tclass"] & 3, ecn)
-    icrc = cols.data["rdmalab.icrc.ok"]
-    sport = cols.data["udp.srcport"]
-    # path MTU: the largest payload seen, rounded up to an IB MTU
-    big = int(plen[idx].max()) if len(idx) else 0
+    findings.extend(_capture_trust(r))
+    op = a["op"]
+    plen = a["plen"]
+    big = int(plen.max()) if len(plen) else 0
     mtu = next((m for m in IB_MTUS if m >= big), 4096)
-    src = {}
-    dst = {}
-    for i in idx.tolist():
-        src[i] = _addr(cols, i, "src")
-        dst[i] = _addr(cols, i, "dst")
-    # ---------------------------------------------------------------- streams and connections
-    req_streams: dict[tuple[str, str, int], list[int]] = defaultdict(list)
-    resp_streams: dict[tuple[str, str, int], list[int]] = defaultdict(list)
-    cnps: list[int] = []
-    for i in idx.tolist():
-        o = int(op[i])
-        if icrc[i] == 2:
-            findings.append(Finding("bad_icrc", None, [int(frame[i])], float(ts[i]),
-                                    f"{opcode_name(o)} PSN {psn[i]}: ICRC does not verify"))
-        if o == CNP_OPCODE:
-            cnps.append(i)
-            continue
-        key = (src[i], dst[i], int(dqp[i]))
-        if T["response"][o]:
-            resp_streams[key].append(i)
-        elif T["request"][o] and not T["ud"][o]:
-            req_streams[key].append(i)
-    conns: list[Connection] = []
-    conn_of_req: dict[tuple[str, str, int], int] = {}
-    used_resp: set[tuple[str, str, int]] = set()
-    for key, rows in sorted(req_streams.items(), key=lambda kv: kv[1][0]):
-        a, b, q = key
-        req_psns = {int(psn[i]) for i in rows}
-        best, score = None, 0
-        for rkey, rrows in resp_streams.items():
-            if rkey[0] != b or rkey[1] != a or rkey in used_resp:
-                continue
-            s = sum(1 for i in rrows if int(psn[i]) in req_psns or (T["read_resp"][op[i]]))
-            if s > score:
-                best, score = rkey, s
-        if best is not None:
-            used_resp.add(best)
-        transport = "UC" if T["uc"][op[rows[0]]] else "RC"
-        c = Connection(len(conns), transport, a, b, best[2] if best else None, q, int(sport[rows[0]]))
-        conns.append(c)
-        conn_of_req[key] = c.id
-    resp_of_conn = {}
-    for cid in conn_of_req.values():
-        c = conns[cid]
-        if c.requester_qpn is not None:
-            resp_of_conn[cid] = resp_streams[(c.responder, c.requester, c.requester_qpn)]
-    if path is not None and not isinstance(source, Columns):
-        _cm_exchanges(path, cols, dqp, conns)
-    messages: list[Message] = []
-    for key, cid in conn_of_req.items():
-        _analyze_connection(conns[cid], req_streams[key], resp_of_conn.get(cid, []), cols, T, frame, ts, op, psn,
-                            syn, has_aeth, msn, plen, dmalen, mtu, findings, messages)
-    # ---------------------------------------------------------------- congestion: CE marks and CNPs
-    cnp_by_pair: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for i in cnps:
-        cnp_by_pair[(src[i], dst[i])].append(i)
-        owner = next((c.id for c in conns if c.requester == dst[i] and c.responder == src[i]
-                      and c.requester_qpn == int(dqp[i])), None)
-        findings.append(Finding("cnp", owner, [int(frame[i])], float(ts[i]),
-                                f"CNP from {src[i]} to {dst[i]} QP {int(dqp[i]):#x}"))
-    for key, rows in req_streams.items():
-        cid = conn_of_req[key]
-        for i in rows:
-            if int(ecn[i]) != 3:
-                continue
-            later = [j for j in cnp_by_pair.get((dst[i], src[i]), []) if ts[j] >= ts[i]
-                     and (ts[j] - ts[i]) * 1e6 <= cnp_window_us]
-            react = (float(ts[later[0]] - ts[i]) * 1e6) if later else None
-            frames = [int(frame[i])] + ([int(frame[later[0]])] if later else [])
-            text = (f"PSN {psn[i]} marked CE; CNP {react:.3f} us later" if react is not None
-                    else f"PSN {psn[i]} marked CE; no CNP back within {cnp_window_us:g} us")
-            findings.append(Finding("ecn_ce", cid, frames, float(ts[i]), text, {"cnp_after_us": react}))
-    ackreq = cols.data["infiniband.bth.a"]
-    for key, cid in conn_of_req.items():
-        findings.extend(_ack_coalescing(cid, req_streams[key], resp_of_conn.get(cid, []), T, op, psn, syn, has_aeth,
-                                        ackreq, frame, ts))
-    if path is not None and not isinstance(source, Columns) and bool(cols.layers["tcp"].any()):
-        findings.extend(_iwarp_findings(path))
+    bad = np.nonzero((a["icrc_ok"] == 2) & (a["caplen"] >= a["flen"]))[0]  # a frame cut short is not damaged
+    for i in bad.tolist():
+        findings.append(Finding("bad_icrc", None, [int(a["frame"][i])], int(a["tns"][i]) / 1e9,
+                                f"{opcode_name(int(op[i]))} PSN {int(a['psn'][i])}: ICRC does not verify"))
+    pairs, seg = connections(r, mtu)
+    conns = [cr.conn for cr in pairs]
+    if read_file and path is not None and r.cm_frames:
+        _cm_exchanges(path, r.cm_frames, conns, r.seam_frames)
+    out = _Out()
+    out.findings = findings
+    bar = _bar(len(pairs), "connections") if progress else None
+    series: dict[int, Any] = {}
+    psn_time: dict[int, dict[str, np.ndarray]] = {}
+    for cr in pairs:
+        got = walk(cr, r, mtu, out)
+        c = cr.conn
+        first_ns = round(c.first * 1e9)
+        req_t, req_b = got["series"]
+        series[c.id] = _series(req_t, req_b, first_ns, round(c.last * 1e9))
+        pt, pp, pk = got["psn"]
+        psn_time[c.id] = {"t": (pt - first_ns) / 1e9, "psn": pp, "kind": pk}
+        findings.extend(ack_coalescing(cr, r))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    findings.extend(_congestion(r, pairs, seg, cnp_window_us))
+    checks: dict[str, Any] = {"cnp_pacing": cnp_pacing(r, pairs, seg, cnp_min_gap_us)}
+    findings.extend(_iwarp_findings(r, path if read_file else None))
     findings.extend(_capture_gaps(findings))
-    triggers = [(i, conns[conn_of_req[key]].requester_qpn) for key, rows in req_streams.items()
-                for i in rows if int(ecn[i]) == 3]
-    checks = {"cnp_pacing": cnp_pacing(cols, triggers, cnps, src, dst, dqp, cnp_min_gap_us)}
     if sent is not None:
-        findings.extend(_lost(cols, sent if isinstance(sent, Columns) else read_columns(sent), conns))
-    findings.sort(key=lambda f: (f.time, f.frames[0] if f.frames else 0))
-    throughput = {c.id: c.summary.pop("_series", []) for c in conns}
-    psn_time = {c.id: c.summary.pop("_psn", []) for c in conns}
-    return Analysis(path, n, len(idx), conns, messages, findings, mtu, throughput, psn_time, checks)
+        before = sent if isinstance(sent, Columns) else read_columns(sent)
+        after = cols if cols is not None else read_columns(path) if path is not None and read_file else None
+        if after is not None:
+            findings.extend(_lost(after, before, conns))
+    # by time, then first frame: two stable sorts with one number a key each (a (time, frame) tuple a
+    # finding is 100 MB more at a million findings)
+    findings.sort(key=lambda f: f.frames[0] if f.frames else 0)
+    findings.sort(key=lambda f: f.time)
+    return Analysis(path, r.frames, len(r) + len(r.dup_pairs), conns, out.messages, findings, mtu, series, psn_time,
+                    checks)
 
 
-def _ack_coalescing(cid: int, reqs: list[int], resps: list[int], T: dict[str, np.ndarray], op: np.ndarray,
-                    psn: np.ndarray, syn: np.ndarray, has_aeth: np.ndarray, ackreq: np.ndarray, frame: np.ndarray,
-                    ts: np.ndarray) -> list[Finding]:
-    """``ack_coalescing`` anomalies of one connection's acknowledgements.
+def _bar(total: int, what: str) -> Any:
+    if total < 2000:
+        return None
+    try:
+        from tqdm import tqdm  # optional dependency (the "analysis" extra)
+    except ImportError:
+        return None
+    return tqdm(total=total, unit=" " + what, desc="analysing", leave=False)
 
-    A responder may coalesce: one ACK acknowledges every request up to its PSN (IBA Vol 1
-    9.7.5.1.3), so fewer ACKs than requests is normal.  Anomalies: an ACK whose PSN goes below an
-    earlier ACK's (ACKs must not decrease: Lumina's ``GBNCheck``, congestion-and-analysis.md B3),
-    an ACK for a PSN the requester has not sent, and a request with the AckReq bit that no later
-    acknowledgement covers although the responder went on answering."""
+
+def _capture_trust(r: Rows) -> list[Finding]:
+    """``capture_seam``, ``time_backwards`` and ``duplicate_frames``: one finding each, for the whole capture."""
     out: list[Finding] = []
-    if not reqs or not resps:
-        return out
-    base = int(psn[reqs[0]])
-    top = None  # highest request PSN sent so far (relative to the first)
-    last_ack: tuple[int, int] | None = None  # (relative PSN, row)
-    acks: list[tuple[float, int]] = []  # (time, relative PSN) of every acknowledgement
-    for i in sorted(reqs + resps, key=lambda r: (ts[r], r)):
-        o = int(op[i])
-        p = _rel(int(psn[i]), base)
-        if T["request"][o]:
-            top = p if top is None or p > top else top
-            continue
-        if not (has_aeth[i] and T["ack"][o] and int(syn[i]) >> 5 == 0):
-            if has_aeth[i] and int(syn[i]) >> 5 == 3 and int(syn[i]) & 0x1F:
-                # a NAK other than PSN sequence error (invalid request, remote access or remote
-                # operation error) answers the request it names and ends the connection: the
-                # responder goes to the error state and drops what follows, the requester flushes
-                # the rest (IBA Vol 1 9.7.5.2.5 and 9.9.3): every request from its PSN on is answered
-                acks.append((float(ts[i]), 1 << 62))
-            elif has_aeth[i] or T["read_resp"][o] or T["atomic_ack"][o]:
-                acks.append((float(ts[i]), p if not (has_aeth[i] and int(syn[i]) >> 5 == 3) else p - 1))
-            continue
-        acks.append((float(ts[i]), p))
-        unsent = False
-        if last_ack is not None and p < last_ack[0]:
-            out.append(Finding("ack_coalescing", cid, [int(frame[last_ack[1]]), int(frame[i])], float(ts[i]),
-                               f"ACK PSN {int(psn[i])} is below the earlier ACK's {int(psn[last_ack[1]])}: "
-                               f"acknowledgements went backwards", {"anomaly": "ack_backwards"}))
-        if top is not None and p > top:
-            unsent = True
-            out.append(Finding("ack_coalescing", cid, [int(frame[i])], float(ts[i]),
-                               f"ACK PSN {int(psn[i])} acknowledges a request not sent yet (highest sent "
-                               f"{(base + top) % _PSN_MOD})", {"anomaly": "ack_unsent"}))
-        if not unsent and (last_ack is None or p >= last_ack[0]):
-            last_ack = (p, i)
-    last_t = max(t for t, _ in acks) if acks else None
-    for i in reqs:
-        if not ackreq[i] or last_t is None or ts[i] >= last_t:
-            continue
-        p = _rel(int(psn[i]), base)
-        if not any(t >= ts[i] and q >= p for t, q in acks):
-            out.append(Finding("ack_coalescing", cid, [int(frame[i])], float(ts[i]),
-                               f"PSN {int(psn[i])} asked for an ACK (AckReq) and no later acknowledgement covers "
-                               f"it, though the responder answered later requests", {"anomaly": "ackreq_unanswered"}))
+    back = r.back
+    if len(r.seam_frames):
+        seams = back[np.isin(back[:, 1], r.seam_frames)]
+        eg = ", ".join(str(int(f)) for f in seams[:5, 1])
+        out.append(Finding("capture_seam", None, [int(f) for f in seams[:, 1]], int(r.first_ns or 0) / 1e9,
+                           f"time goes back at {len(seams)} frame(s) (e.g. {eg}; by up to "
+                           f"{int(seams[:, 2].max()) / 1e9:.6g} s): {len(seams) + 1} runs appended to each other "
+                           "(or clock steps); each run is analysed on its own",
+                           {"count": len(seams), "max_back_s": int(seams[:, 2].max()) / 1e9,
+                            "seams": [[int(x), int(y)] for x, y in seams[:1000, :2]]}))
+    small = back[~np.isin(back[:, 1], r.seam_frames)] if len(back) else back
+    if len(small):
+        eg = ", ".join(f"{int(x)}/{int(y)}" for x, y in small[:3, :2])
+        out.append(Finding("time_backwards", None, [int(f) for f in small[:, 1]], int(r.first_ns or 0) / 1e9,
+                           f"timestamps go back {len(small)} time(s), by up to {int(small[:, 2].max()) / 1e3:.3f} us "
+                           f"(e.g. frames {eg})", {"count": len(small), "max_back_us": int(small[:, 2].max()) / 1e3}))
+    if r.damage is not None:
+        out.append(Finding("capture_damaged", None, [r.frames] if r.frames else [], int(r.last_ns or 0) / 1e9,
+                           f"the capture {r.damage}: the analysis covers the {r.frames} frames before it",
+                           {"frames_read": r.frames, "reason": r.damage}))
+    d = r.dup_pairs
+    if len(d):
+        order = np.argsort(d[:, 0])
+        d = d[order]
+        eg = ", ".join(f"{int(y)}/{int(x)}" for x, y in d[:3])
+        out.append(Finding("duplicate_frames", None, [int(x) for x in d[:, 0]], int(r.first_ns or 0) / 1e9,
+                           f"frames duplicated in the capture: {len(d)}, e.g. {eg}",
+                           {"count": len(d), "examples": [[int(y), int(x)] for x, y in d[:20]]}))
     return out
 
 
-def _iwarp_findings(path: str) -> list[Finding]:
-    """``bad_crc32c`` and ``terminate`` from the iWARP PDUs of the capture's TCP streams.
+def _series(t_ns: np.ndarray, nbytes: np.ndarray, t0: int, t1: int, bins: int = 50) -> list[tuple[float, float]]:
+    """Throughput over time: (seconds since the connection's first packet, Mbit/s) per bin."""
+    if len(t_ns) == 0 or t1 <= t0:
+        return []
+    width = (t1 - t0) / bins
+    k = np.clip(((t_ns - t0) / width).astype(np.int64), 0, bins - 1)
+    acc = np.bincount(k, weights=nbytes.astype(np.float64), minlength=bins)
+    w_s = width / 1e9
+    return list(zip((np.arange(bins) * w_s).tolist(), (acc * 8 / w_s / 1e6).tolist(), strict=True))
 
-    iWARP needs TCP reassembly, which the columns do not do: the per-packet decoder
-    (:mod:`rdmalab.capture.iwarp`) finds the MPA FPDUs; a Terminate (RDMAP opcode 7, RFC 5040
-    4.8) is explained by its layer, error type and error code (RFC 5040 7, RFC 5044 8, RFC 6581)."""
+
+def _congestion(r: Rows, pairs: list[ConnRows], seg: np.ndarray, window_us: float) -> list[Finding]:
+    """``cnp`` and ``ecn_ce`` findings: the CNP's connection, and each CE mark's reaction time."""
+    a = r.a
     out: list[Finding] = []
-    for cp in read(path):
+    cnps = np.nonzero(T["cnp"][a["op"]])[0]
+    owner = {}
+    for cr in pairs:
+        c = cr.conn
+        i0 = int(cr.reqs[0])
+        if c.requester_qpn is not None:
+            owner[(int(seg[i0]), int(a["src"][i0]), int(a["dst"][i0]), c.requester_qpn)] = c.id
+    # CNP times per (run, from, to), sorted: the CNP for data from A to B goes from B to A
+    by_pair: dict[tuple[int, int, int], list[int]] = defaultdict(list)
+    for j in cnps.tolist():
+        s, d, q = int(a["src"][j]), int(a["dst"][j]), int(a["dqp"][j])
+        by_pair[(int(seg[j]), s, d)].append(j)
+        out.append(Finding("cnp", owner.get((int(seg[j]), d, s, q)), [int(a["frame"][j])], int(a["tns"][j]) / 1e9,
+                           f"CNP from {r.addr(s)} to {r.addr(d)} QP {q:#x}"))
+    times = {k: (np.array([a["tns"][j] for j in v], dtype=np.int64), np.array(v)) for k, v in by_pair.items()}
+    for k in times:
+        o = np.argsort(times[k][0], kind="stable")
+        times[k] = (times[k][0][o], times[k][1][o])
+    win = round(window_us * 1e3)
+    for cr in pairs:
+        ce = cr.reqs[a["ecn"][cr.reqs] == 3]
+        for i in ce.tolist():
+            tn = int(a["tns"][i])
+            tl = times.get((int(seg[i]), int(a["dst"][i]), int(a["src"][i])))
+            hit: int | None = None
+            if tl is not None:
+                kk = int(np.searchsorted(tl[0], tn, side="left"))
+                if kk < len(tl[0]) and tl[0][kk] - tn <= win:
+                    hit = int(tl[1][kk])
+            react = (int(a["tns"][hit]) - tn) / 1e3 if hit is not None else None
+            frames = [int(a["frame"][i])] + ([int(a["frame"][hit])] if hit is not None else [])
+            text = (f"PSN {int(a['psn'][i])} marked CE; CNP {react:.3f} us later" if react is not None
+                    else f"PSN {int(a['psn'][i])} marked CE; no CNP back within {window_us:g} us")
+            out.append(Finding("ecn_ce", cr.conn.id, frames, tn / 1e9, text, {"cnp_after_us": react}))
+    return out
+
+
+#: CNP pacing hypotheses (congestion-and-analysis.md B5; rdmalab.verbs.engine.cnp.CnpPacer's
+#: scopes): what one "last CNP" timer covers.  Keys are built from (sender IP, receiver IP,
+#: sender QPN), the sender being the one the CE-marked data came from and the CNP goes to.
+PACING_HYPOTHESES: dict[str, Any] = {
+    "qp": lambda s, r, q: (s, r, q),
+    "ip_pair": lambda s, r, q: (s, r),
+    "port": lambda s, r, q: (r,),
+}
+
+
+def cnp_pacing(r: Rows, pairs: list[ConnRows], seg: np.ndarray, min_gap_us: float) -> dict[str, Any]:
+    """Check the CNPs against each pacing hypothesis, as Lumina's ``CNPCheck`` does.
+
+    Under a hypothesis, a CE-marked request produces a CNP when no CNP was expected in its scope
+    within the last ``min_gap_us`` (the notification point's ``min_time_between_cnps``); the
+    capture is consistent with the hypothesis when, scope by scope, the CNPs seen equal the CNPs
+    expected.  Also reports the smallest gap between two CNPs seen in one scope (below the
+    minimum gap means the NIC does not pace in that scope).  Scopes are per run of the capture."""
+    a = r.a
+    tns = a["tns"]
+    gap_ns = round(min_gap_us * 1000)
+    trig = [(i, cr.conn.requester_qpn) for cr in pairs for i in cr.reqs[a["ecn"][cr.reqs] == 3].tolist()]
+    trig.sort(key=lambda t: int(tns[t[0]]))
+    cnps = np.nonzero(T["cnp"][a["op"]])[0].tolist()
+    out: dict[str, Any] = {"min_gap_us": min_gap_us, "triggers": len(trig), "cnps": len(cnps), "hypotheses": {},
+                           "consistent": []}
+    for name, key in PACING_HYPOTHESES.items():
+        expected: dict[Any, int] = defaultdict(int)
+        last: dict[Any, int] = {}
+        for i, qpn in trig:
+            k = (int(seg[i]), *key(int(a["src"][i]), int(a["dst"][i]), qpn))
+            t = int(tns[i])
+            if k in last and t - last[k] < gap_ns:
+                continue
+            last[k] = t
+            expected[k] += 1
+        seen: dict[Any, int] = defaultdict(int)
+        prev: dict[Any, int] = {}
+        min_gap: int | None = None
+        for j in sorted(cnps, key=lambda j: int(tns[j])):
+            k = (int(seg[j]), *key(int(a["dst"][j]), int(a["src"][j]), int(a["dqp"][j])))
+            seen[k] += 1
+            t = int(tns[j])
+            if k in prev:
+                d = t - prev[k]
+                min_gap = d if min_gap is None else min(min_gap, d)
+            prev[k] = t
+        scopes = set(expected) | set(seen)
+        mismatched = sorted((k, expected.get(k, 0), seen.get(k, 0)) for k in scopes
+                            if expected.get(k, 0) != seen.get(k, 0))
+
+        def scope_text(k: tuple[Any, ...], name: str = name) -> list[Any]:
+            names = {"qp": (True, True, False), "ip_pair": (True, True), "port": (True,)}[name]
+            return [r.addr(v) if is_ip and v is not None else v for v, is_ip in zip(k[1:], names, strict=True)]
+
+        out["hypotheses"][name] = {
+            "expected": sum(expected.values()), "seen": sum(seen.values()), "scopes": len(scopes),
+            "mismatched_scopes": [{"scope": scope_text(k), "expected": e, "seen": n} for k, e, n in mismatched],
+            "min_observed_gap_us": None if min_gap is None else min_gap / 1000,
+        }
+        if not mismatched and scopes:
+            out["consistent"].append(name)
+    return out
+
+
+def _iwarp_findings(r: Rows, path: str | None) -> list[Finding]:
+    """``bad_crc32c`` and ``terminate`` from the iWARP columns (the decoder reassembles the TCP
+    streams as it reads the blocks).  A Terminate (RDMAP opcode 7, RFC 5040 4.8) is explained by
+    its layer, error type and error code (RFC 5040 7, RFC 5044 8, RFC 6581); when the columns do
+    not carry the type and code, the Terminate frames alone are decoded again for them."""
+    out: list[Finding] = []
+    need_detail = [row["frame"] for row in r.iwarp if row["bad_crc"] or row["terminate"] and "term_etype" not in row]
+    detail = _pdu_details(path, set(need_detail)) if need_detail and path is not None else {}
+    for row in r.iwarp:
+        t = row["time_ns"] / 1e9
+        if row["bad_crc"]:
+            crc = row["crc_check"]  # the CRC field of the FPDU (tshark's iwarp_mpa.crc_check)
+            want = detail.get(row["frame"], {}).get("crc_expected")
+            exp = f", should be {want:#010x}" if want is not None else ""
+            out.append(Finding("bad_crc32c", None, [row["frame"]], t, f"MPA CRC32c {crc:#010x} does not verify{exp}",
+                               {"crc": crc, "expected": want}))
+        if row["terminate"]:
+            layer = row["term_layer"]
+            etype, code = row.get("term_etype"), row.get("term_errcode")
+            extra: dict[str, Any] = {}
+            if etype is None and "etype" in detail.get(row["frame"], {}):
+                d = detail[row["frame"]]
+                etype, code = d["etype"], d["errcode"]
+                extra = {"ddp_header": d["ddp_header"], "rdmap_header": d["rdmap_header"]}
+            lname = TERM_LAYER_NAMES.get(layer, f"layer {layer}")
+            if etype is None or code is None:
+                out.append(Finding("terminate", None, [row["frame"]], t,
+                                   f"Terminate: {lname} error; the connection is closed after it (RFC 5040 7.1)",
+                                   {"layer": layer}))
+                continue
+            ename = TERM_ETYPE_NAMES.get(layer, {}).get(etype, f"type {etype}")
+            err = term_errcode_names(layer, etype).get(code, f"code {code:#04x}")
+            out.append(Finding("terminate", None, [row["frame"]], t,
+                               f"Terminate: {lname} error, {ename}: {err} (layer {layer}, type {etype}, "
+                               f"code {code:#04x}); the connection is closed after it (RFC 5040 7.1)",
+                               {"layer": layer, "etype": etype, "errcode": code, **extra}))
+    return out
+
+
+def _pdu_details(path: str, frames: set[int]) -> dict[int, dict[str, Any]]:
+    """What the columns do not hold of the iWARP PDUs completing in ``frames``: the CRC32c a bad
+    FPDU should carry, a Terminate's type and code when the decoder has no columns for them
+    (per-packet decoder with the TCP reassembly, read up to the last of ``frames``)."""
+    from rdmalab.capture.reader import read  # the per-packet decoder: only captures with such PDUs need it
+    from rdmalab.wire.rdmap import Terminate
+
+    out: dict[int, dict[str, Any]] = {}
+    last = max(frames)
+    for cp in read(path, count=last):
+        if cp.frame_number not in frames:
+            continue
+        d = out.setdefault(cp.frame_number, {})
         for pdu in cp.pdus:
-            if pdu.crc_kind == "crc32c" and pdu.crc_status == "bad":
-                exp = f", should be {pdu.crc_expected:#010x}" if pdu.crc_expected is not None else ""
-                out.append(Finding("bad_crc32c", None, [cp.frame_number], cp.timestamp,
-                                   f"{pdu.summary()}: MPA CRC32c {pdu.crc or 0:#010x} does not verify{exp}"))
+            if pdu.crc_kind == "crc32c" and pdu.crc_status == "bad" and pdu.crc_expected is not None:
+                d.setdefault("crc_expected", pdu.crc_expected)
             term = pdu.get(Terminate)
             if term is not None:
-                layer = TERM_LAYER_NAMES.get(term.layer, f"layer {term.layer}")
-                etype = TERM_ETYPE_NAMES.get(term.layer, {}).get(term.etype, f"type {term.etype}")
-                err = term_errcode_names(term.layer, term.etype).get(term.errcode, f"code {term.errcode:#04x}")
-                out.append(Finding("terminate", None, [cp.frame_number], cp.timestamp,
-                                   f"Terminate: {layer} error, {etype}: {err} (layer {term.layer}, type {term.etype}, "
-                                   f"code {term.errcode:#04x}); the connection is closed after it (RFC 5040 7.1)",
-                                   {"layer": term.layer, "etype": term.etype, "errcode": term.errcode,
-                                    "ddp_header": bool(term.hdrct_d), "rdmap_header": bool(term.hdrct_r)}))
+                d.update(etype=term.etype, errcode=term.errcode, ddp_header=bool(term.hdrct_d),
+                         rdmap_header=bool(term.hdrct_r))
+    return out
+
+
+def _raw_frames(path: str, frames: set[int]) -> dict[int, Any]:
+    """The raw records of ``frames``, read block by block (no decoding)."""
+    from rdmalab.capture.columnar import record_blocks
+    from rdmalab.capture.reader import RawRecord
+
+    out: dict[int, Any] = {}
+    want = np.array(sorted(frames), dtype=np.int64)
+    for blk in record_blocks(path):
+        n = len(blk.offset)
+        lo, hi = np.searchsorted(want, [blk.first, blk.first + n])
+        for f in want[lo:hi].tolist():
+            i = f - blk.first
+            off, cap = int(blk.offset[i]), int(blk.caplen[i])
+            out[f] = RawRecord(f, int(blk.ts_ns[i]) / 1e9, int(blk.linktype[i]), bytes(blk.buf[off:off + cap]),
+                               int(blk.wirelen[i]))
+        if hi >= len(want):
+            break
     return out
 
 
 def _capture_gaps(findings: list[Finding], burst_us: float = 50.0) -> list[Finding]:
     """Gaps in the capture rather than losses on the wire.
 
-    A PSN gap whose packets the sender never sends again (no go-back-N restart from a PSN in it)
-    was received: the responder would otherwise have NAKed or timed out and the requester resent
-    them, so the capture (a mirror port, an offloaded sniffer) missed them.  Such gaps on several
-    connections within ``burst_us`` of each other are a capture drop burst."""
-    retrans: dict[int | None, list[tuple[float, int]]] = defaultdict(list)
+    A PSN gap whose packets the sender never sends again (no go-back-N restart from a PSN in it
+    or before it, later) was received: the responder would otherwise have NAKed or timed out and
+    the requester resent them, so the capture (a mirror port, an offloaded sniffer) missed them.
+    Such gaps on several connections within ``burst_us`` of each other are a capture drop burst."""
+    events: dict[int | None, list[tuple[float, int, int, Finding | None]]] = defaultdict(list)
     for f in findings:
         if f.kind == "retransmission":
-            retrans[f.connection].append((f.time, int(f.detail.get("from_psn", -1))))
+            events[f.connection].append((f.time, 1, int(f.detail.get("from_psn", 0)), None))
+        elif f.kind == "psn_gap":
+            events[f.connection].append((f.time, 0, int(f.detail["first_missing"]), f))
     out: list[Finding] = []
-    for f in findings:
-        if f.kind != "psn_gap":
-            continue
-        missing = set(f.detail.get("missing", []))
-        lo = f.detail.get("missing", [0])[0]
-        # a later go-back-N restart from the first missing PSN or before it sends them again
-        if any(t >= f.time and 0 <= (lo - p) % _PSN_MOD < _PSN_MOD // 2 for t, p in retrans.get(f.connection, [])):
-            continue
-        out.append(Finding("capture_gap", f.connection, list(f.frames), f.time,
-                           f"{f.text.split(':')[0]} never sent again: received but not captured "
-                           f"(a capture drop, not a loss on the wire)", {"missing": sorted(missing)}))
+    for evs in events.values():
+        evs.sort(key=lambda e: (e[0], e[1]))
+        # PSNs unwrapped one after the other (24-bit arithmetic), then, going back in time, the
+        # lowest PSN any later restart goes back to
+        unw: list[int] = []
+        prev: int | None = None
+        for _t, _k, p, _f in evs:
+            prev = p if prev is None else _rel(p, prev)
+            unw.append(prev)
+        lowest: int | None = None
+        for (_t, kind, _p, gf), u in zip(reversed(evs), reversed(unw), strict=True):
+            if kind == 1:
+                lowest = u if lowest is None else min(lowest, u)
+                continue
+            assert gf is not None
+            f = gf
+            if lowest is not None and lowest <= u:
+                continue
+            detail = {k: v for k, v in f.detail.items() if k in ("first_missing", "count", "missing")}
+            out.append(Finding("capture_gap", f.connection, list(f.frames), f.time,
+                               f"{f.text.split(':')[0]} never sent again: received but not captured "
+                               f"(a capture drop, not a loss on the wire)", detail))
     out.sort(key=lambda f: f.time)
     k = 0
     while k < len(out):
@@ -547,281 +532,51 @@ def counters_side_by_side(a: Analysis, before: dict[str, int], after: dict[str, 
     return rows
 
 
-#: CNP pacing hypotheses (congestion-and-analysis.md B5; rdmalab.verbs.engine.cnp.CnpPacer's
-#: scopes): what one "last CNP" timer covers.  Keys are built from (sender IP, receiver IP,
-#: sender QPN), the sender being the one the CE-marked data came from and the CNP goes to.
-PACING_HYPOTHESES: dict[str, Any] = {
-    "qp": lambda s, r, q: (s, r, q),
-    "ip_pair": lambda s, r, q: (s, r),
-    "port": lambda s, r, q: (r,),
-}
 
-
-def cnp_pacing(cols: Columns, triggers: list[tuple[int, int | None]], cnps: list[int], src: dict[int, str],
-               dst: dict[int, str], dqp: np.ndarray, min_gap_us: float) -> dict[str, Any]:
-    """Check the CNPs against each pacing hypothesis, as Lumina's ``CNPCheck`` does.
-
-    Under a hypothesis, a CE-marked request produces a CNP when no CNP was expected in its scope
-    within the last ``min_gap_us`` (the notification point's ``min_time_between_cnps``); the
-    capture is consistent with the hypothesis when, scope by scope, the CNPs seen equal the CNPs
-    expected.  Also reports the smallest gap between two CNPs seen in one scope (below the
-    minimum gap means the NIC does not pace in that scope)."""
-    tns = cols.data["frame.time_ns"].astype(np.int64)
-    gap_ns = round(min_gap_us * 1000)
-    trig = sorted(triggers, key=lambda t: int(tns[t[0]]))
-    out: dict[str, Any] = {"min_gap_us": min_gap_us, "triggers": len(trig), "cnps": len(cnps), "hypotheses": {},
-                           "consistent": []}
-    for name, key in PACING_HYPOTHESES.items():
-        expected: dict[Any, int] = defaultdict(int)
-        last: dict[Any, int] = {}
-        for i, qpn in trig:
-            k = key(src[i], dst[i], qpn)
-            t = int(tns[i])
-            if k in last and t - last[k] < gap_ns:
-                continue
-            last[k] = t
-            expected[k] += 1
-        seen: dict[Any, int] = defaultdict(int)
-        prev: dict[Any, int] = {}
-        min_gap: int | None = None
-        for j in sorted(cnps, key=lambda j: int(tns[j])):
-            k = key(dst[j], src[j], int(dqp[j]))
-            seen[k] += 1
-            t = int(tns[j])
-            if k in prev:
-                d = t - prev[k]
-                min_gap = d if min_gap is None else min(min_gap, d)
-            prev[k] = t
-        scopes = set(expected) | set(seen)
-        mismatched = sorted((list(k), expected.get(k, 0), seen.get(k, 0)) for k in scopes
-                            if expected.get(k, 0) != seen.get(k, 0))
-        out["hypotheses"][name] = {
-            "expected": sum(expected.values()), "seen": sum(seen.values()), "scopes": len(scopes),
-            "mismatched_scopes": [{"scope": k, "expected": e, "seen": n} for k, e, n in mismatched],
-            "min_observed_gap_us": None if min_gap is None else min_gap / 1000,
-        }
-        if not mismatched and scopes:
-            out["consistent"].append(name)
-    return out
-
-
-def _analyze_connection(c: Connection, reqs: list[int], resps: list[int], cols: Columns, T: dict[str, np.ndarray],
-                        frame: np.ndarray, ts: np.ndarray, op: np.ndarray, psn: np.ndarray, syn: np.ndarray,
-                        has_aeth: np.ndarray, msn: np.ndarray, plen: np.ndarray, dmalen: np.ndarray, mtu: int,
-                        findings: list[Finding], messages: list[Message]) -> None:
-    rows = sorted(reqs + resps)
-    is_req = set(reqs)
-    c.packets = len(rows)
-    c.first, c.last = float(ts[rows[0]]), float(ts[rows[-1]])
-    ref = int(psn[reqs[0]])
-    epsn = ref  # the responder's expected PSN
-    prev = None  # last request PSN seen (unwrapped)
-    first_seen: dict[int, int] = {}  # unwrapped PSN -> row of its first copy
-    pending_nak: int | None = None  # row of a NAK (seq err) not yet answered by a retransmission
-    pending_rnr: int | None = None
-    read_gap: int | None = None  # row of READ responses resuming past a missing PSN
-    last_msn: int | None = None
-    open_msg: Message | None = None
-    open_reads: list[tuple[Message, int]] = []  # (message, last response PSN)
-    unacked: list[Message] = []
-    resp_expect: int | None = None  # next READ response PSN the requester expects
-    read_windows: list[tuple[int, int]] = []  # response PSNs of the READ requests not yet answered
-    read_end: dict[int, Message] = {}
-    cid = c.id
-    uniq_bytes = 0
-    series: list[tuple[float, int]] = []
-    psn_points: list[tuple[float, int, int]] = []  # (time, PSN - first PSN, 0 first copy / 1 again / 2 NAK)
-    gap_seen: dict[int, float] = {}  # first missing PSN -> when the capture last showed that gap
-    for i in rows:
-        t = float(ts[i])
-        o = int(op[i])
-        name = opcode_name(o)
-        if i in is_req:
-            p = _rel(int(psn[i]), prev if prev is not None else ref)
-            nps = max(1, math.ceil(int(dmalen[i]) / mtu)) if T["read_req"][o] else 1
-            retrans = prev is not None and p <= prev
-            if retrans:
-                trigger = "timeout"
-                cause: list[int] = []
-                response_us = None
-                if pending_nak is not None:
-                    trigger, cause = "nak", [int(frame[pending_nak])]
-                    response_us = (t - float(ts[pending_nak])) * 1e6
-                elif pending_rnr is not None:
-                    trigger, cause = "rnr", [int(frame[pending_rnr])]
-                elif read_gap is not None and T["read_req"][o]:
-                    trigger, cause = "implied_nak", [int(frame[read_gap])]
-                orig = first_seen.get(p)
-                after = (t - float(ts[orig])) * 1e6 if orig is not None else None
-                txt = f"go-back-N from PSN {p % _PSN_MOD} ({trigger}"
-                txt += f", {after:.1f} us after the first copy)" if after is not None else ")"
-                findings.append(Finding("retransmission", cid, [int(frame[i])] + cause, t, txt,
-                                        {"from_psn": p % _PSN_MOD, "trigger": trigger, "after_us": after,
-                                         "nak_response_us": response_us}))
-                if trigger == "timeout":
-                    findings.append(Finding("timeout", cid, [int(frame[i])], t,
-                                            f"PSN {p % _PSN_MOD} sent again with no NAK to explain it (timer)",
-                                            {"psn": p % _PSN_MOD, "after_us": after}))
-                if pending_rnr is not None:
-                    wait = (t - float(ts[pending_rnr])) * 1e6
-                    for f in reversed(findings):
-                        if f.kind == "nak_rnr" and f.frames[0] == int(frame[pending_rnr]):
-                            f.detail["wait_us"] = wait
-                            f.text += f"; the request came again {wait:.1f} us later"
-                            break
-                pending_nak = pending_rnr = read_gap = None
-                if p > epsn:
-                    _gap(findings, cid, epsn, p, i, frame, t, "the retransmission pass starts past it")
-                    gap_seen[epsn] = t
-            elif prev is not None and p > prev + 1 and p > epsn:
-                _gap(findings, cid, max(prev + 1, epsn), p, i, frame, t, "")
-                gap_seen[max(prev + 1, epsn)] = t
-            if p < epsn and not (retrans and p >= epsn):
-                findings.append(Finding("duplicate", cid, [int(frame[i])], t,
-                                        f"{name} PSN {p % _PSN_MOD} was already accepted", {"psn": p % _PSN_MOD}))
-            if p not in first_seen:
-                first_seen[p] = i
-                uniq_bytes += int(plen[i])
-                c.request_bytes += int(plen[i])
-                psn_points.append((t, p - ref, 0))
-            else:
-                c.retransmitted_bytes += int(plen[i])
-                psn_points.append((t, p - ref, 1))
-            prev = p
-            series.append((t, int(plen[i])))
-            if T["read_req"][o] and not any(w[0] == p for w in read_windows) and p >= epsn:
-                read_windows.append((p, p + nps - 1))
-            if p == epsn:  # accepted in order
-                epsn += nps
-                open_msg = _message_step(c, open_msg, i, o, p, nps, name, T, frame, t, plen, dmalen, findings,
-                                         messages, unacked, open_reads, read_end)
-        else:  # a response
-            p = _rel(int(psn[i]), prev if prev is not None else ref)
-            if has_aeth[i]:
-                s = int(syn[i])
-                kind = (s >> 5) & 3
-                m = int(msn[i])
-                if last_msn is not None and ((m - last_msn) % _PSN_MOD) > _HALF:
-                    findings.append(Finding("msn_jump", cid, [int(frame[i])], t,
-                                            f"MSN goes back from {last_msn} to {m}", {"from": last_msn, "to": m}))
-                last_msn = m
-                if kind == 3:
-                    code = s & 0x1F
-                    if code == 0:
-                        ok = p == epsn
-                        txt = f"NAK PSN sequence error at PSN {p % _PSN_MOD}"
-                        txt += "" if ok else f" (the first missing PSN is {epsn % _PSN_MOD})"
-                        psn_points.append((t, p - ref, 2))
-                        seen = gap_seen.pop(p, None)
-                        gen = (t - seen) * 1e6 if seen is not None else None
-                        findings.append(Finding("nak_seq_err", cid, [int(frame[i])], t, txt,
-                                                {"psn": p % _PSN_MOD, "expected_psn": epsn % _PSN_MOD,
-                                                 "names_first_missing": ok, "generation_us": gen}))
-                        pending_nak = i
-                    else:
-                        nm = _NAK_NAMES.get(code, f"code {code}")
-                        findings.append(Finding("nak_other", cid, [int(frame[i])], t, f"NAK {nm} at PSN {p % _PSN_MOD}",
-                                                {"psn": p % _PSN_MOD, "code": code, "name": nm}))
-                        for msg in unacked:
-                            if msg.first_psn <= p % _PSN_MOD <= msg.last_psn or msg.first_psn == p % _PSN_MOD:
-                                msg.result, msg.completion = f"NAK {nm}", t
-                        unacked[:] = [x for x in unacked if x.result == "incomplete"]
-                    continue
-                if kind == 1:
-                    findings.append(Finding("nak_rnr", cid, [int(frame[i])], t,
-                                            f"RNR NAK at PSN {p % _PSN_MOD} (timer code {s & 0x1F})",
-                                            {"psn": p % _PSN_MOD, "timer": s & 0x1F}))
-                    pending_rnr = i
-                    continue
-                # an ACK (or a READ response / atomic ACK carrying an AETH): completes messages up to PSN p
-                for msg in unacked:
-                    if msg.op in ("SEND", "WRITE") and _rel(msg.last_psn, p) <= p:
-                        msg.completion, msg.result = t, "ok"
-                    elif msg.op in ("CmpSwap", "FetchAdd") and T["atomic_ack"][o] and _rel(msg.first_psn, p) == p:
-                        msg.completion, msg.result = t, "ok"
-                unacked[:] = [x for x in unacked if x.result == "incomplete"]
-            if T["read_resp"][o]:
-                # the READ requests' response windows, oldest first (IBA 9.7.5.1.4: responses in order)
-                while read_windows and p > read_windows[0][1]:  # past the oldest window: its tail is missing
-                    lo, hi = read_windows.pop(0)
-                    want = resp_expect if resp_expect is not None and lo <= resp_expect <= hi else lo
-                    if read_gap is None:
-                        read_gap = i
-                        findings.append(Finding("implied_nak", cid, [int(frame[i])], t,
-                                                f"READ response PSN {p % _PSN_MOD} arrives while {want % _PSN_MOD} "
-                                                "is missing: the requester must re-issue the READ",
-                                                {"psn": p % _PSN_MOD, "expected_psn": want % _PSN_MOD}))
-                    resp_expect = None
-                if read_windows and read_windows[0][0] <= p <= read_windows[0][1]:
-                    want = resp_expect if resp_expect is not None else read_windows[0][0]
-                    if p > want and read_gap is None:
-                        read_gap = i
-                        findings.append(Finding("implied_nak", cid, [int(frame[i])], t,
-                                                f"READ response PSN {p % _PSN_MOD} arrives while {want % _PSN_MOD} "
-                                                "is missing: the requester must re-issue the READ",
-                                                {"psn": p % _PSN_MOD, "expected_psn": want % _PSN_MOD}))
-                    resp_expect = p + 1
-                    if p == read_windows[0][1]:
-                        read_windows.pop(0)
-                        resp_expect = None
-                rmsg = read_end.get(p % _PSN_MOD)
-                if rmsg is not None and rmsg.result == "incomplete":
-                    rmsg.completion, rmsg.result = t, "ok"
-                    if rmsg in unacked:
-                        unacked.remove(rmsg)
-    dur = c.last - c.first
-    done = [m for m in messages if m.connection == cid and m.duration is not None]
-    lat = np.array([m.duration for m in done], dtype=float) * 1e6 if done else np.zeros(0)
-    fam: dict[str, int] = defaultdict(int)
-    for mm in messages:
-        if mm.connection == cid:
-            fam[mm.op] += 1
-    c.summary = {
-        "duration_s": dur,
-        "goodput_mbps": (uniq_bytes * 8 / dur / 1e6) if dur > 0 else 0.0,
-        "throughput_mbps": ((c.request_bytes + c.retransmitted_bytes) * 8 / dur / 1e6) if dur > 0 else 0.0,
-        "retransmitted_fraction": (c.retransmitted_bytes / max(1, c.request_bytes + c.retransmitted_bytes)),
-        "latency_us": ({"p50": float(np.percentile(lat, 50)), "p90": float(np.percentile(lat, 90)),
-                        "p99": float(np.percentile(lat, 99)), "max": float(lat.max())} if len(lat) else {}),
-        "messages": dict(fam),
-        "_series": _series(series, c.first, c.last),
-        "_psn": psn_points,
-    }
-
-
-def _cm_exchanges(path: str, cols: Columns, dqp: np.ndarray, conns: list[Connection]) -> None:
+def _cm_exchanges(path: str, cm_frames: list[int], conns: list[Connection], seams: np.ndarray) -> None:
     """Attach the CM REQ/REP exchange (IBA Vol 1 12.6) to the connection whose QPNs it names.
 
-    CM MADs are UD SENDs to QP 1; only those frames go through the per-packet decoder."""
-    want = set((cols.data["frame.number"][cols.layers["infiniband.deth"] & (dqp == 1)]).tolist())
-    if not want:
-        return
+    CM MADs are UD SENDs to QP 1; only those frames go through the per-packet decoder.  A run of
+    the capture (between seams) pairs its own REQs and REPs."""
+    from rdmalab.capture.fields import frame_fields
+    from rdmalab.capture.reader import decode_record
+
+    raw = _raw_frames(path, set(cm_frames))
     reqs: dict[int, dict[str, Any]] = {}
     reps: list[dict[str, Any]] = []
-    for rec in records(path):
-        if rec.frame_number not in want:
-            continue
-        f = frame_fields(decode_record(rec))
+    for fr in sorted(raw):
+        f = frame_fields(decode_record(raw[fr]))
         if "infiniband.cm.req.localqpn" in f:
-            reqs[int(f["infiniband.cm.req"])] = {"frame": rec.frame_number, "qpn": int(f["infiniband.cm.req.localqpn"]),
+            reqs[int(f["infiniband.cm.req"])] = {"frame": fr, "qpn": int(f["infiniband.cm.req.localqpn"]),
                                                  "psn": int(f.get("infiniband.cm.req.startpsn", 0)),
                                                  "service_id": f.get("infiniband.cm.req.serviceid"),
                                                  "ip": f.get("ip.src")}
         elif "infiniband.cm.rep.localqpn" in f:
-            reps.append({"frame": rec.frame_number, "qpn": int(f["infiniband.cm.rep.localqpn"]),
+            reps.append({"frame": fr, "qpn": int(f["infiniband.cm.rep.localqpn"]),
                          "psn": int(f.get("infiniband.cm.rep.startpsn", 0)),
                          "remote_comm_id": int(f.get("infiniband.cm.rep.remotecommid", -1)), "ip": f.get("ip.src")})
+    by_ends: dict[frozenset[tuple[Any, Any]], list[Connection]] = defaultdict(list)
+    for c in conns:
+        by_ends[frozenset({(c.requester, c.requester_qpn), (c.responder, c.responder_qpn)})].append(c)
     for rep in reps:
         req = reqs.get(rep["remote_comm_id"])
         if req is None:
             continue
-        for c in conns:
-            if {(c.requester, c.requester_qpn), (c.responder, c.responder_qpn)} == {(req["ip"], req["qpn"]),
-                                                                                   (rep["ip"], rep["qpn"])}:
-                c.cm = {"req_frame": req["frame"], "rep_frame": rep["frame"], "service_id": req["service_id"],
-                        "req_ip": req["ip"], "rep_ip": rep["ip"],
-                        "req_qpn": req["qpn"], "rep_qpn": rep["qpn"], "req_starting_psn": req["psn"],
-                        "rep_starting_psn": rep["psn"]}
+        run = int(np.searchsorted(seams, req["frame"], side="right"))
+        for c in by_ends.get(frozenset({(req["ip"], req["qpn"]), (rep["ip"], rep["qpn"])}), []):
+            if c.run != run:
+                continue
+            c.cm = {"req_frame": req["frame"], "rep_frame": rep["frame"], "service_id": req["service_id"],
+                    "req_ip": req["ip"], "rep_ip": rep["ip"],
+                    "req_qpn": req["qpn"], "rep_qpn": rep["qpn"], "req_starting_psn": req["psn"],
+                    "rep_starting_psn": rep["psn"]}
+
+
+def _addr(cols: Columns, i: int, which: str) -> str:
+    if cols.layers["ip"][i]:
+        v = int(cols.data[f"ip.{which}"][i])
+        return f"{v >> 24}.{(v >> 16) & 255}.{(v >> 8) & 255}.{v & 255}"
+    return str(ipaddress.IPv6Address(bytes(cols.data[f"ipv6.{which}"][i]).ljust(16, b"\0")))
 
 
 def _packet_keys(cols: Columns) -> dict[tuple[Any, ...], list[int]]:
@@ -864,147 +619,3 @@ def _lost(after: Columns, before: Columns, conns: list[Connection]) -> list[Find
                                    f"{opcode_name(op)} PSN {psn} from {src} to QP {qp:#x} was sent and never arrived "
                                    "(frame number in the sender's capture)", {"psn": psn, "qp": qp, "opcode": op}))
     return out
-
-
-def _series(points: list[tuple[float, int]], t0: float, t1: float, bins: int = 50) -> list[tuple[float, float]]:
-    """Throughput over time: (seconds since the connection's first packet, Mbit/s) per bin."""
-    if not points or t1 <= t0:
-        return []
-    width = (t1 - t0) / bins
-    acc = np.zeros(bins)
-    for t, b in points:
-        acc[min(bins - 1, int((t - t0) / width))] += b
-    return [(k * width, float(acc[k] * 8 / width / 1e6)) for k in range(bins)]
-
-
-def _gap(findings: list[Finding], cid: int, lo: int, hi: int, i: int, frame: np.ndarray, t: float, why: str) -> None:
-    missing = [p % _PSN_MOD for p in range(lo, hi)]
-    txt = f"PSN {missing[0]}" + (f"..{missing[-1]}" if len(missing) > 1 else "") + \
-        f" missing ({len(missing)} packet{'s' if len(missing) > 1 else ''})" + (f": {why}" if why else "")
-    findings.append(Finding("psn_gap", cid, [int(frame[i])], t, txt, {"missing": missing}))
-
-
-def _message_step(c: Connection, open_msg: Message | None, i: int, o: int, p: int, nps: int, name: str,
-                  T: dict[str, np.ndarray], frame: np.ndarray, t: float, plen: np.ndarray, dmalen: np.ndarray,
-                  findings: list[Finding], messages: list[Message], unacked: list[Message],
-                  open_reads: list[tuple[Message, int]], read_end: dict[int, Message]) -> Message | None:
-    fam = _op_family(name)
-    first, middle, last, only = T["first"][o], T["middle"][o], T["last"][o], T["only"][o]
-    if (middle or last) and (open_msg is None or open_msg.op != fam):
-        findings.append(Finding("opcode_sequence", c.id, [int(frame[i])], t,
-                                f"{name} PSN {p % _PSN_MOD} without a {fam} First before it"))
-        return open_msg
-    if (first or only) and open_msg is not None:
-        findings.append(Finding("opcode_sequence", c.id, [int(frame[i])], t,
-                                f"{name} PSN {p % _PSN_MOD} while the {open_msg.op} from PSN {open_msg.first_psn} "
-                                "is not finished"))
-        open_msg = None
-    if first or only:
-        size = int(dmalen[i]) if T["read_req"][o] else 8 if T["atomic"][o] else int(plen[i])
-        msg = Message(c.id, fam, p % _PSN_MOD, (p + nps - 1) % _PSN_MOD, size, t, frames=[int(frame[i])])
-        if only:
-            messages.append(msg)
-            if T["read_req"][o]:
-                read_end[(p + nps - 1) % _PSN_MOD] = msg
-            if c.transport == "UC":
-                msg.result, msg.completion = "sent (UC: no acknowledgement)", t
-            else:
-                unacked.append(msg)
-            return None
-        return msg
-    assert open_msg is not None
-    open_msg.size += int(plen[i])
-    open_msg.frames.append(int(frame[i]))
-    open_msg.last_psn = p % _PSN_MOD
-    if last:
-        messages.append(open_msg)
-        if c.transport == "UC":
-            open_msg.result, open_msg.completion = "sent (UC: no acknowledgement)", t
-        else:
-            unacked.append(open_msg)
-        return None
-    return open_msg
-
-
-# ============================================================================ HTML report
-
-
-def html_report(a: Analysis) -> str:
-    """A self-contained HTML page: summary table, findings, and plots (inline SVG, matplotlib)."""
-    import matplotlib  # optional: matplotlib (analysis extra)
-
-    matplotlib.use("Agg")  # no display: render to SVG text
-    import matplotlib.pyplot as plt
-
-    def svg(fig: Any) -> str:
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", bbox_inches="tight")
-        plt.close(fig)
-        text = buf.getvalue()
-        return text[text.find("<svg"):]
-
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>rdmalab analysis: "
-             f"{html.escape(str(a.path))}</title><style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}"
-             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
-             ".k{font-family:monospace}</style></head><body>",
-             f"<h1>{html.escape(os.path.basename(str(a.path)))}</h1>",
-             f"<p>{a.packets} frames, {a.rdma_packets} RDMA packets, {len(a.connections)} connection(s), "
-             f"{len(a.messages)} message(s). Findings: "
-             + (", ".join(f"<b>{n}</b> {html.escape(k)}" for k, n in a.counts().items()) or "none") + "</p>",
-             "<h2>Connections</h2><table><tr><th>#</th><th>requester → responder</th><th>packets</th>"
-             "<th>goodput Mbit/s</th><th>retransmitted bytes</th><th>latency p50/p99 (µs)</th></tr>"]
-    for c in a.connections:
-        lat = c.summary.get("latency_us") or {}
-        parts.append(f"<tr><td>{c.id}</td><td>{html.escape(c.name)}</td><td>{c.packets}</td>"
-                     f"<td>{c.summary.get('goodput_mbps', 0):.2f}</td><td>{c.retransmitted_bytes}</td>"
-                     f"<td>{lat.get('p50', float('nan')):.1f} / {lat.get('p99', float('nan')):.1f}</td></tr>")
-    parts.append("</table>")
-    if a.connections:
-        fig, axes = plt.subplots(len(a.connections), 1, figsize=(10, 2.6 * len(a.connections)), squeeze=False)
-        for ax, c in zip(axes[:, 0], a.connections, strict=True):
-            ser = a.throughput.get(c.id) or []
-            if ser:
-                ax.step([x * 1e3 for x, _ in ser], [y for _, y in ser], where="post")
-            for f in a.findings:
-                if f.connection == c.id and f.kind in ("retransmission", "nak_seq_err", "psn_gap", "cnp"):
-                    ax.axvline((f.time - c.first) * 1e3, color={"retransmission": "tab:red", "nak_seq_err": "tab:orange",
-                                                               "psn_gap": "tab:purple", "cnp": "tab:green"}[f.kind],
-                               alpha=0.5, lw=1)
-            ax.set_title(f"connection {c.id}: throughput (red: retransmission, orange: NAK, purple: gap, green: CNP)",
-                         fontsize=9)
-            ax.set_xlabel("ms since the first packet")
-            ax.set_ylabel("Mbit/s")
-        parts.append("<h2>Throughput over time</h2>" + svg(fig))
-        fig, axes = plt.subplots(len(a.connections), 1, figsize=(10, 3.2 * len(a.connections)), squeeze=False)
-        for ax, c in zip(axes[:, 0], a.connections, strict=True):
-            pts = a.psn_time.get(c.id) or []
-            for kind, color, label, marker in ((0, "tab:blue", "request", "."), (1, "tab:red", "sent again", "x"),
-                                               (2, "tab:orange", "NAK (PSN it names)", "v")):
-                sel = [(x, y) for x, y, k in pts if k == kind]
-                if sel:
-                    ax.scatter([(x - c.first) * 1e3 for x, _ in sel], [y for _, y in sel], s=12, c=color,
-                               marker=marker, label=label)
-            ax.set_title(f"connection {c.id}: request PSNs over time (go-back-N shows as red steps back)", fontsize=9)
-            ax.set_xlabel("ms since the first packet")
-            ax.set_ylabel("PSN - first PSN")
-            ax.legend(fontsize=8, loc="upper left")
-        parts.append("<h2>PSN over time</h2>" + svg(fig))
-        done = [m.duration * 1e6 for m in a.messages if m.duration is not None]
-        if done:
-            fig, ax = plt.subplots(figsize=(10, 2.6))
-            ax.hist(done, bins=min(50, max(5, len(done) // 2)))
-            ax.set_xlabel("message latency (µs)")
-            ax.set_ylabel("messages")
-            parts.append("<h2>Message latency</h2>" + svg(fig))
-    parts.append("<h2>Findings</h2><table><tr><th>kind</th><th>conn</th><th>frames</th><th>what</th></tr>")
-    for f in a.findings:
-        parts.append(f"<tr><td class=k>{html.escape(f.kind)}</td><td>{'' if f.connection is None else f.connection}"
-                     f"</td><td>{', '.join(map(str, f.frames))}</td><td>{html.escape(f.text)}</td></tr>")
-    parts.append("</table><h2>Messages</h2><table><tr><th>conn</th><th>op</th><th>PSN</th><th>size</th>"
-                 "<th>duration (µs)</th><th>result</th></tr>")
-    for m in a.messages[:2000]:
-        d = "" if m.duration is None else f"{m.duration * 1e6:.1f}"
-        parts.append(f"<tr><td>{m.connection}</td><td>{html.escape(m.op)}</td><td>{m.first_psn}..{m.last_psn}</td>"
-                     f"<td>{m.size}</td><td>{d}</td><td>{html.escape(m.result)}</td></tr>")
-    parts.append("</table></body></html>")
-    return "\n".join(parts)

@@ -22,6 +22,7 @@ imported inside the functions that need them.
 from __future__ import annotations
 
 import importlib
+import ipaddress
 import os
 import re
 from collections.abc import Sequence
@@ -116,6 +117,134 @@ def _convert_dask(files: list[str], root: str, partition: str, scheduler: str, n
         futures = client.map(_convert_task, files, root=root, partition=partition, pure=False)
         results: list[Converted] = client.gather(futures)
         return results
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+# ============================================================================ analysing many captures
+
+
+def capture_sources(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The captures named by ``paths``: capture files as they are, and in each directory (a dataset
+    written by :func:`convert`) every directory holding ``part-*.parquet`` files (one capture each)."""
+    out: list[str] = []
+    for p in paths:
+        p = os.fspath(p)
+        if os.path.isdir(p):
+            found = sorted(d for d, _dirs, files in os.walk(p)
+                           if any(f.startswith("part-") and f.endswith(".parquet") for f in files))
+            if not found:
+                raise ValueError(f"{p}: a directory without part-*.parquet files (not a `rdmalab convert` dataset)")
+            out.extend(found)
+        elif os.path.exists(p):
+            out.append(p)
+        else:
+            raise ValueError(f"{p}: no such file or directory")
+    return out
+
+
+def columns_from_parquet(directory: str) -> Any:
+    """The analysis' columns of one capture of a dataset (its part files, in order)."""
+    import numpy as np
+    import pyarrow.parquet as pq  # optional dependency (the "analysis" extra)
+
+    from rdmalab.capture.analysis_rows import FIELDS
+    from rdmalab.capture.columnar import COLUMN_BY_NAME, Columns, empty_columns
+
+    parts = sorted(f for f in os.listdir(directory) if f.startswith("part-") and f.endswith(".parquet"))
+    tables = []
+    for f in parts:
+        t = pq.read_table(os.path.join(directory, f))
+        tables.append(t.select([c for c in FIELDS if c in t.column_names]))
+    import pyarrow as pa
+
+    table = pa.concat_tables(tables) if tables else None
+    base = empty_columns()
+    n = table.num_rows if table is not None else 0
+    data = {k: np.zeros(n, dtype=v.dtype) for k, v in base.data.items()}
+    layers = {k: np.zeros(n, dtype=bool) for k in base.layers}
+    layers["frame"][:] = True
+    if table is not None:
+        for name in table.column_names:
+            col = table.column(name)
+            valid = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+            spec = COLUMN_BY_NAME[name]
+            if spec.fmt == "ipv4":
+                vals = [int(ipaddress.IPv4Address(v)) if v else 0 for v in col.to_pylist()]
+                data[name] = np.array(vals, dtype=data[name].dtype)
+            elif spec.fmt == "ipv6":
+                vals6 = [ipaddress.IPv6Address(v).packed if v else b"" for v in col.to_pylist()]
+                data[name] = np.array(vals6, dtype=data[name].dtype)
+            else:
+                data[name] = np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False)).astype(data[name].dtype)
+            layers[spec.layer] |= valid
+        layers["ip"] = layers.get("ip", np.zeros(n, bool)) | (data["ip.src"] != 0)
+    data["frame.time_epoch"] = data["frame.time_ns"] / 1e9
+    return Columns(n, data, layers, directory)
+
+
+def _analyze_task(source: str, cnp_min_gap_us: float) -> Any:
+    from rdmalab.capture.analysis import analyze
+
+    if os.path.isdir(source):
+        return analyze(columns_from_parquet(source), cnp_min_gap_us=cnp_min_gap_us)
+    return analyze(source, cnp_min_gap_us=cnp_min_gap_us)
+
+
+def merge_analyses(parts: Sequence[Any], names: Sequence[str]) -> Any:
+    """One :class:`~rdmalab.capture.analysis.Analysis` of several captures: connections numbered
+    one after the other, every connection and finding naming its capture."""
+    from rdmalab.capture.analysis import Analysis
+
+    conns, msgs, finds = [], [], []
+    throughput, psn_time, checks = {}, {}, {}
+    off = 0
+    for a, name in zip(parts, names, strict=True):
+        for c in a.connections:
+            c.id += off
+            c.capture = name
+            conns.append(c)
+        for m in a.messages:
+            m.connection += off
+            msgs.append(m)
+        for f in a.findings:
+            if f.connection is not None:
+                f.connection += off
+            f.capture = name
+            finds.append(f)
+        throughput.update({k + off: v for k, v in a.throughput.items()})
+        psn_time.update({k + off: v for k, v in a.psn_time.items()})
+        checks[name] = a.checks
+        off += len(a.connections)
+    return Analysis(f"{len(parts)} captures", sum(a.packets for a in parts), sum(a.rdma_packets for a in parts),
+                    conns, msgs, finds, max((a.mtu for a in parts), default=1024), throughput, psn_time,
+                    {"captures": checks})
+
+
+def analyze_many(paths: Sequence[str | os.PathLike[str]], *, dask: str | None = "local", dask_workers: int = 2,
+                 cnp_min_gap_us: float = 4.0) -> Any:
+    """Analyse many captures (files, or the captures of a :func:`convert` dataset), one Dask task
+    per capture (``dask``: a scheduler address, ``"local"`` for a LocalCluster, None: here, one
+    after the other), and merge the results (:func:`merge_analyses`)."""
+    sources = capture_sources(paths)
+    names = [os.path.relpath(s, os.path.commonpath([os.path.abspath(x) for x in sources]) if len(sources) > 1
+                             else os.path.dirname(os.path.abspath(s))) for s in sources]
+    if not dask or dask == "none" or len(sources) == 1:
+        return merge_analyses([_analyze_task(s, cnp_min_gap_us) for s in sources], names)
+    dd: Any = importlib.import_module("distributed")  # optional dependency (the "analysis" extra)
+    cluster: Any = None
+    client: Any
+    if dask == "local":
+        cluster = dd.LocalCluster(n_workers=dask_workers, threads_per_worker=1, processes=True, dashboard_address=None)
+        client = dd.Client(cluster)
+    else:
+        client = dd.Client(dask)
+    try:
+        futures = client.map(_analyze_task, [os.path.abspath(s) for s in sources], cnp_min_gap_us=cnp_min_gap_us,
+                             pure=False)
+        return merge_analyses(client.gather(futures), names)
     finally:
         client.close()
         if cluster is not None:

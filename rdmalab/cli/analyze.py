@@ -5,20 +5,35 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from typing import TextIO
 
 from rdmalab.cli._common import Fail
 
 
 def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
-    from rdmalab.capture.analysis import analyze, html_report  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.analysis import analyze  # lazy: keeps `rdmalab --help` fast
 
-    path = args.file or args.read
-    if path is None:
-        raise Fail("analyze needs a capture file: rdmalab analyze FILE")
+    paths = list(args.files or []) + ([args.read] if args.read else [])
+    if not paths:
+        raise Fail("analyze needs a capture file: rdmalab analyze FILE (or several, or a `rdmalab convert` dataset)")
     if args.cnp_gap < 0:
         raise Fail(f"--cnp-gap {args.cnp_gap}: the minimum time between CNPs cannot be negative")
-    a = analyze(path, sent=args.sent, cnp_min_gap_us=args.cnp_gap)
+    many = len(paths) > 1 or os.path.isdir(paths[0])
+    if many:
+        if args.sent or args.counters or args.annotate:
+            raise Fail("--sent, --counters and --annotate take one capture file, not a dataset or several files")
+        from rdmalab.capture.dataset import analyze_many  # lazy: keeps `rdmalab --help` fast
+
+        try:
+            a = analyze_many(paths, dask=args.dask, dask_workers=args.dask_workers, cnp_min_gap_us=args.cnp_gap)
+        except (ValueError, OSError) as err:
+            raise Fail(str(err)) from None
+    else:
+        a = analyze(paths[0], sent=args.sent, cnp_min_gap_us=args.cnp_gap, progress=not args.quiet)
+    for f in a.of_kind("capture_damaged"):
+        print(f"rdmalab: warning: {paths[0]}: {f.text}", file=sys.stderr)
     rxe_rows = None
     if args.counters and len(args.counters) > 2:
         raise Fail(f"--counters takes NAME.counters.json or two dumps BEFORE AFTER, not {len(args.counters)} files")
@@ -50,15 +65,25 @@ def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
                 raise Fail(str(err)) from None
         a.checks["counters"] = counters_side_by_side(a, dumps[0], dumps[1])
     if args.format == "json":
-        json.dump(a.to_dict(), out, indent=1, default=str)
-        out.write("\n")
+        _write_json(a.to_dict(), out)
     else:
         out.write(a.text(limit=args.limit))
         if rxe_rows is not None:
             from rdmalab.capture.counters import rows_text  # lazy: keeps `rdmalab --help` fast
 
             out.write("\n" + rows_text(rxe_rows))
+    if args.annotate:
+        from rdmalab.capture.annotate import write_annotated  # lazy: keeps `rdmalab --help` fast
+
+        try:
+            n = write_annotated(paths[0], args.annotate, a.findings)
+        except OSError as err:
+            raise Fail(f"{args.annotate}: cannot write the annotated capture ({err.strerror or err})") from None
+        if args.format != "json":
+            out.write(f"annotated capture: {args.annotate} ({n} frames with comments)\n")
     if args.html:
+        from rdmalab.viz.report import html_report  # lazy: plotly loads only for the report
+
         try:
             with open(args.html, "w", encoding="utf-8") as f:
                 f.write(html_report(a))
@@ -69,12 +94,27 @@ def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _write_json(doc: dict[str, object], out: TextIO) -> None:
+    """One JSON document, each finding, message and connection on its own line (json's C encoder
+    writes each: an indented dump of a million-packet analysis takes longer than the analysis)."""
+    items = []
+    for k, v in doc.items():
+        if isinstance(v, list) and v:
+            body = ",\n  ".join(json.dumps(x, default=str) for x in v)
+            items.append(f" {json.dumps(k)}: [\n  {body}\n ]")
+        else:
+            items.append(f" {json.dumps(k)}: {json.dumps(v, default=str)}")
+    out.write("{\n" + ",\n".join(items) + "\n}\n")
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("analyze", help="connections, messages, losses, NAKs, retransmissions, CNPs of a capture",
                        description="RDMA-aware analysis: pairs requesters with responders, rebuilds messages, and "
                                    "reports psn_gap, retransmission (NAK/implied NAK/timeout), duplicate, NAKs, "
                                    "CNP and ECN-CE, bad ICRC, opcode sequence and MSN findings.")
-    p.add_argument("file", nargs="?", help="capture file (pcap/pcapng, also .gz)")
+    p.add_argument("files", nargs="*", metavar="FILE",
+                   help="capture file (pcap/pcapng, also .gz); several files, or a dataset directory written by "
+                        "`rdmalab convert`, are analysed one task per capture on Dask and reported together")
     p.add_argument("-r", "--read", metavar="FILE")
     p.add_argument("-T", dest="format", choices=("text", "json"), default="text")
     p.add_argument("--html", metavar="FILE", help="also write an HTML report with plots")
@@ -89,5 +129,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--cnp-gap", type=float, default=4.0, metavar="US",
                    help="the notification point's minimum time between CNPs, for the pacing check "
                         "(default 4 us, mlx5's np_min_time_between_cnps)")
+    p.add_argument("--annotate", metavar="OUT.pcapng",
+                   help="write the capture again as pcapng with each finding as a comment on its frames "
+                        "(Wireshark: frame.comment contains \"go-back-N\")")
+    p.add_argument("--dask", metavar="SCHEDULER", default="local",
+                   help="for several captures: a Dask scheduler address (tcp://host:8786), 'none' (here, one after the other), or 'local' (default: "
+                        "a local cluster of worker processes)")
+    p.add_argument("--dask-workers", type=int, default=2, metavar="N", help="workers of the local Dask cluster")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.add_argument("--limit", type=int, default=200, help="findings listed in the text output (default 200)")
     p.set_defaults(func=run_analyze)

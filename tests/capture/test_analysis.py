@@ -13,8 +13,9 @@ from typing import Any
 import dpkt
 import pytest
 
-from rdmalab.capture.analysis import analyze, html_report
+from rdmalab.capture.analysis import analyze
 from rdmalab.cli import main
+from rdmalab.viz.report import html_report
 from rdmalab.wire import AETH, BTH, RETH, encode_rocev2
 from rdmalab.wire.ib import CNPPad
 
@@ -192,7 +193,9 @@ def test_analyze_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     out = capsys.readouterr().out
     assert "6 nak_seq_err" in out and "Connection 0: 10.0.0.2" in out
     page = html.read_text()
-    assert page.startswith("<!doctype html>") and page.count("<svg") >= 2 and "nak_seq_err" in page
+    # plotly figures (PSN over time, throughput, latency, bytes), plotly.js inline once (offline)
+    assert page.startswith("<!doctype html>") and page.count('class="plotly-graph-div"') >= 4 and "nak_seq_err" in page
+    assert page.count("* plotly.js v") == 1 and "<script src=" not in page
     assert main(["analyze", "-T", "json", str(LOSS)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["counts"]["nak_seq_err"] == 6
@@ -203,7 +206,7 @@ def test_analyze_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 def test_html_report_without_connections() -> None:
     a = analyze(CAPTURES / "siw_rping.pcap")
-    assert "<svg" not in html_report(a) and not a.connections
+    assert "plotly-graph-div" not in html_report(a) and not a.connections
 
 
 @pytest.mark.parametrize("name,handshakes", [("rxe_write_bw_cm.pcap", 2), ("rxe_rping.pcap", 1)])

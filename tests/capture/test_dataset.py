@@ -64,3 +64,57 @@ def test_convert_on_a_local_dask_cluster(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["convert", *map(str, FILES), "-o", str(local)]) == 0
     sql = 'SELECT capture, count(*), sum("infiniband.bth.psn"), count("infiniband.reth.va") FROM DS GROUP BY 1 ORDER BY 1'
     assert _query(root, sql) == _query(local, sql)
+
+
+def _summary(a: object) -> list[tuple]:  # type: ignore[type-arg]
+    from rdmalab.capture.analysis import Analysis
+
+    assert isinstance(a, Analysis)
+    return sorted((c.capture or "", c.name, c.packets, c.request_bytes, c.retransmitted_bytes) for c in a.connections)
+
+
+def test_analyze_a_dataset_is_analyze_of_each_capture(tmp_path: Path) -> None:
+    """`rdmalab analyze DATASET`: each capture of a convert dataset analysed from its Parquet parts
+    gives what analysing the pcap gives; the merged report covers them all."""
+    from rdmalab.capture.analysis import analyze
+    from rdmalab.capture.dataset import analyze_many
+
+    root = tmp_path / "ds"
+    assert main(["convert", *map(str, FILES), "-o", str(root)]) == 0
+    merged = analyze_many([root], dask=None)
+    each = [analyze(p) for p in FILES]
+    assert merged.packets == sum(a.packets for a in each)
+    assert len(merged.connections) == sum(len(a.connections) for a in each)
+    assert [c.id for c in merged.connections] == list(range(len(merged.connections)))
+    by_capture: dict[str, dict[str, int]] = {}
+    for f in merged.findings:
+        by_capture.setdefault(f.capture or "", {}).setdefault(f.kind, 0)
+        by_capture[f.capture or ""][f.kind] += 1
+    for p, a in zip(FILES, each, strict=True):
+        assert by_capture.get(f"capture={p.stem}", {}) == a.counts(), p.name
+        mine = [c for c in merged.connections if c.capture == f"capture={p.stem}"]
+        assert [(c.name, c.packets, c.request_bytes, c.retransmitted_bytes) for c in mine] == \
+            [(c.name, c.packets, c.request_bytes, c.retransmitted_bytes) for c in a.connections]
+    # findings name connections of their own capture
+    caps = {c.id: c.capture for c in merged.connections}
+    assert all(caps[f.connection] == f.capture for f in merged.findings if f.connection is not None)
+
+
+@pytest.mark.slow
+def test_analyze_many_pcaps_on_dask(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Several pcaps on a local Dask cluster (the default), then on a cluster named by its tcp:// address:
+    the same merged analysis as one after the other here."""
+    distributed = pytest.importorskip("distributed", reason="dask.distributed is not installed (the 'analysis' extra)")
+    from rdmalab.capture.dataset import analyze_many
+
+    here = analyze_many(FILES, dask=None)
+    assert main(["analyze", "-q", "-T", "json", *map(str, FILES), "--dask-workers", "2"]) == 0
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["connections"]) == len(here.connections) and doc["counts"] == here.counts()
+    assert {c["capture"] for c in doc["connections"]} == {c.capture for c in here.connections} == {p.name for p in FILES}
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cl:
+        remote = analyze_many(FILES, dask=cl.scheduler_address)
+    assert cl.scheduler_address.startswith("tcp://")
+    assert _summary(remote) == _summary(here) and remote.counts() == here.counts()

@@ -1,0 +1,88 @@
+"""`rdmalab analyze` beside `tshark -T fields` on the same files, whole processes, same run.
+
+For each hostile capture (rdmalab.capture.hostile) at two or more sizes: wall time and peak RSS
+of `rdmalab analyze -q FILE` (text output to /dev/null) and of `tshark -n -r FILE -T fields` with
+the fields the analysis reads.  Time and memory should grow no faster than the packet count.
+
+    python benchmarks/bench_analyze.py [--sizes 100000,1000000] [--kinds appended,duplicated,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from rdmalab.capture import hostile
+
+CAPTURES = Path(__file__).resolve().parents[1] / "captures"
+FIELDS = ["frame.number", "frame.time_epoch", "ip.src", "ip.dst", "infiniband.bth.opcode", "infiniband.bth.psn",
+          "infiniband.bth.destqp", "infiniband.aeth.syndrome", "infiniband.aeth.msn"]
+
+
+def build(kind: str, path: str, n: int) -> int:
+    real = CAPTURES / "rxe_write_bw_loss.pcap"
+    if kind == "appended":  # the real rxe captures, appended one after the other, then repeated
+        base = path + ".base.pcapng"
+        subprocess.run(["mergecap", "-a", "-w", base, *map(str, sorted(CAPTURES.glob("rxe_*.pcap")))], check=True)
+        got = hostile.appended(base, path, n)
+        os.remove(base)
+        return got
+    if kind == "duplicated":
+        return hostile.duplicated(real, path, n)
+    if kind == "psn_wrap":
+        return hostile.psn_wrap(path, n)
+    if kind == "10k_connections":
+        return hostile.many_connections(path, n)
+    if kind == "reordered":
+        return hostile.reordered(real, path, n)
+    if kind == "snaplen_60":
+        return hostile.snaplen_cut(real, path, n, 60)
+    if kind == "truncated_tail":
+        return hostile.truncated_tail(real, path, n)
+    raise SystemExit(f"unknown kind {kind}")
+
+
+def run(cmd: list[str]) -> tuple[float, float, int]:
+    """(seconds, peak RSS MiB of the child, exit status): each command in its own child of a fresh
+    `python -c` so that RUSAGE_CHILDREN is this command's alone."""
+    probe = ("import resource,subprocess,sys,time;t=time.perf_counter();"
+             "r=subprocess.run(sys.argv[1:],stdout=subprocess.DEVNULL,stderr=subprocess.DEVNULL);"
+             "print(time.perf_counter()-t,resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,r.returncode)")
+    out = subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True, check=True).stdout.split()
+    return float(out[0]), int(out[1]) / 1024, int(out[2])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="100000,1000000")
+    ap.add_argument("--kinds", default="appended,duplicated,psn_wrap,10k_connections,reordered,snaplen_60,"
+                                       "truncated_tail")
+    ap.add_argument("--no-tshark", action="store_true")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(f"{'capture':<16} {'packets':>9} | {'analyze s':>9} {'MiB':>6} | {'tshark s':>8} {'MiB':>6} | "
+          f"{'speed vs tshark':>15} | {'s per 1M pkts':>13} {'MiB per 1M':>10}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in args.kinds.split(","):
+            for n in sizes:
+                path = os.path.join(tmp, f"{kind}_{n}.pcap")
+                got = build(kind, path, n)
+                ta, ma, rc = run([sys.executable, "-m", "rdmalab", "analyze", "-q", path])
+                why = "the capture ends mid-record" if kind == "truncated_tail" else "error"
+                note = "" if rc == 0 else f" (exit {rc}: {why})"
+                if args.no_tshark:
+                    tt, mt = float("nan"), float("nan")
+                else:
+                    tt, mt, _ = run(["tshark", "-n", "-r", path, "-T", "fields",
+                                     *[x for f in FIELDS for x in ("-e", f)]])
+                print(f"{kind:<16} {got:>9} | {ta:>9.2f} {ma:>6.0f} | {tt:>8.2f} {mt:>6.0f} | {tt / ta:>14.2f}x | "
+                      f"{ta / got * 1e6:>13.1f} {ma / got * 1e6:>10.0f}{note}", flush=True)
+                os.remove(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""The results of :func:`rdmalab.capture.analysis.analyze`: findings, messages, connections."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class Finding:
+    kind: str
+    connection: int | None
+    frames: list[int]
+    time: float
+    text: str
+    detail: dict[str, Any] = field(default_factory=dict)
+    #: the capture the frames are in, when several captures are analysed together
+    capture: str | None = None
+
+
+@dataclass(slots=True)
+class Message:
+    connection: int
+    op: str
+    first_psn: int
+    last_psn: int
+    size: int
+    start: float
+    completion: float | None = None
+    result: str = "incomplete"
+    frames: list[int] = field(default_factory=list)
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.completion is None else self.completion - self.start
+
+
+@dataclass
+class Connection:
+    id: int
+    transport: str
+    requester: str
+    responder: str
+    requester_qpn: int | None
+    responder_qpn: int
+    requester_port: int | None = None
+    #: which run of the capture the connection is in (0, then one more after each seam where the
+    #: capture's time goes back: captures appended to each other)
+    run: int = 0
+    #: the capture the connection is in, when several captures are analysed together
+    capture: str | None = None
+    #: the connection manager exchange that set this connection up, when the capture holds it
+    cm: dict[str, Any] | None = None
+    packets: int = 0
+    request_bytes: int = 0
+    retransmitted_bytes: int = 0
+    first: float = 0.0
+    last: float = 0.0
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        rq = f"{self.requester_qpn:#x}" if self.requester_qpn is not None else "?"
+        return f"{self.requester} QP {rq} -> {self.responder} QP {self.responder_qpn:#x} ({self.transport})"
+
+
+@dataclass
+class Analysis:
+    path: str | None
+    packets: int
+    rdma_packets: int
+    connections: list[Connection]
+    messages: list[Message]
+    findings: list[Finding]
+    mtu: int
+    #: per connection: (seconds since its first packet, Mbit/s) per bin
+    throughput: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    #: per connection, for the PSN plot: arrays ``t`` (seconds since the connection's first packet),
+    #: ``psn`` (PSN - first PSN), ``kind`` (0 first copy / 1 sent again / 2 NAK)
+    psn_time: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    #: checks over the whole capture: ``cnp_pacing`` (per hypothesis), ``capture`` (trust)
+    checks: dict[str, Any] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for f in self.findings:
+            out[f.kind] += 1
+        return dict(sorted(out.items()))
+
+    def of_kind(self, kind: str) -> list[Finding]:
+        return [f for f in self.findings if f.kind == kind]
+
+    def to_dict(self) -> dict[str, Any]:
+        names = [f.name for f in fields(Message)]
+        msgs = []
+        for m in self.messages:  # not asdict: it deep-copies every value, slow on a million packets
+            d = {k: getattr(m, k) for k in names}
+            d["duration"] = m.duration
+            msgs.append(d)
+        conns = []
+        for c in self.connections:
+            d = asdict(c)
+            d["name"] = c.name
+            conns.append(d)
+        return {"file": self.path, "packets": self.packets, "rdma_packets": self.rdma_packets, "mtu": self.mtu,
+                "counts": self.counts(), "connections": conns, "messages": msgs,
+                "findings": [{"kind": f.kind, "connection": f.connection, "frames": f.frames, "time": f.time,
+                              "text": f.text, "detail": f.detail, "capture": f.capture} for f in self.findings],
+                "checks": self.checks}
+
+    def text(self, limit: int = 200, conn_limit: int = 50) -> str:
+        lines = [f"{self.path or 'capture'}: {self.packets} frames, {self.rdma_packets} RDMA packets, "
+                 f"{len(self.connections)} connection(s), {len(self.messages)} message(s), path MTU ~{self.mtu}"]
+        runs = any(c.run for c in self.connections)
+        for c in self.connections[:conn_limit]:
+            s = c.summary
+            where = f" [{c.capture}]" if c.capture else ""
+            lines.append(f"\nConnection {c.id}{where}: {c.name}" + (f" (run {c.run} of the capture)" if runs else ""))
+            if c.cm:
+                lines.append(f"  set up by CM REQ frame {c.cm['req_frame']} / REP frame {c.cm['rep_frame']} "
+                             f"(service ID {c.cm['service_id']:#x})" if isinstance(c.cm["service_id"], int) else
+                             f"  set up by CM REQ frame {c.cm['req_frame']} / REP frame {c.cm['rep_frame']}")
+            lines.append(f"  {c.packets} packets, {c.request_bytes} payload bytes requested, "
+                         f"{c.retransmitted_bytes} retransmitted; goodput {s.get('goodput_mbps', 0):.2f} Mbit/s "
+                         f"over {s.get('duration_s', 0) * 1e3:.3f} ms")
+            lat = s.get("latency_us")
+            if lat:
+                lines.append("  message latency (us): " + ", ".join(f"{k} {v:.1f}" for k, v in lat.items()))
+            ops = s.get("messages")
+            if ops:
+                lines.append("  messages: " + ", ".join(f"{n} {k}" for k, n in ops.items()))
+        if len(self.connections) > conn_limit:
+            lines.append(f"\n... {len(self.connections) - conn_limit} more connections (use -T json for all)")
+        pacing = self.checks.get("cnp_pacing")
+        if pacing and pacing["triggers"]:
+            lines.append(f"\nCNP pacing (minimum gap {pacing['min_gap_us']:g} us, {pacing['triggers']} CE-marked "
+                         f"requests, {pacing['cnps']} CNPs): consistent with "
+                         + (", ".join(pacing["consistent"]) or "no hypothesis"))
+            for name, h in pacing["hypotheses"].items():
+                gap = h["min_observed_gap_us"]
+                lines.append(f"  per {name:<8} expected {h['expected']:>5}, seen {h['seen']:>5}, "
+                             f"{len(h['mismatched_scopes'])} scope(s) differ; smallest gap between CNPs "
+                             + (f"{gap:.3f} us" if gap is not None else "-"))
+        ctr_rows = self.checks.get("counters")
+        if ctr_rows:
+            lines.append("\nCounters (after - before) against the capture:")
+            for r in ctr_rows:
+                ctr = ", ".join(f"{k} {v}" for k, v in r["counters"].items()) or "no such counter in the dumps"
+                mark = {True: "agree", False: "DIFFER", None: ""}[r["agree"]]
+                lines.append(f"  {r['what']:<30} capture {r['capture']:>6}   {ctr}  {mark}")
+        counts = self.counts()
+        lines.append("\nFindings: " + (", ".join(f"{n} {k}" for k, n in counts.items()) if counts else "none"))
+        for f in self.findings[:limit]:
+            conn = f"conn {f.connection}" if f.connection is not None else "capture"
+            frames = ",".join(str(x) for x in f.frames[:8]) + ("..." if len(f.frames) > 8 else "")
+            lines.append(f"  {f.kind:<16} {conn:<8} frames {frames:<20} {f.text}")
+        if len(self.findings) > limit:
+            lines.append(f"  ... {len(self.findings) - limit} more (use -T json for all)")
+        return "\n".join(lines) + "\n"

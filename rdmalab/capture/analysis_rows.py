@@ -1,0 +1,295 @@
+"""The rows :func:`rdmalab.capture.analysis.analyze` works on, read block by block in bounded memory.
+
+``analyze`` needs about twenty numbers per RDMA packet, not the 111 columns of the decoder: the
+capture is decoded block by block (:func:`rdmalab.capture.columnar.iter_columns` with only the
+fields named in :data:`FIELDS`), each block's RDMA rows are kept in narrow arrays (about 110
+bytes a packet) and the block is dropped, whatever else the capture holds; addresses are small integers (IPv4 as its 32-bit value, IPv6 and RoCEv1 GIDs
+numbered as they come) so no Python object is made per packet.
+
+Three things about the capture itself are found here, where every frame passes once:
+
+* **seams**: a timestamp that goes back by more than ``seam_ms`` (captures appended to each
+  other with ``mergecap -a``, a clock step).  The analysis starts over at each seam: the same
+  QPNs, PSNs and addresses after it are a new run, not duplicates of the first.
+* smaller steps back in time (reordered timestamps: can the capture be trusted?).
+* **identical frames**: an RDMA frame equal to one of the few RDMA frames before it (addresses,
+  QP, PSN, opcode, length and ICRC, hence its bytes) within ``dup_us``, with nothing from the
+  other direction in between: a mirror port or a merge that copied the frame twice.  The copy is
+  left out of the analysis and reported once for the whole capture.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rdmalab.capture.columnar import (
+    COLUMN_BY_NAME,
+    Columns,
+    _progress,
+    _tracker,
+    columns_from_dicts,
+    decode_block,
+    record_blocks,
+)
+from rdmalab.capture.fields import frame_fields
+from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
+from rdmalab.capture.reader import CaptureError, RawRecord, decode_record
+
+#: the columns ``analyze`` reads (the decoder computes these and what they depend on only)
+FIELDS: tuple[str, ...] = (
+    "frame.number", "frame.time_ns", "frame.len", "frame.cap_len", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "ip.dsfield.ecn",
+    "ipv6.tclass", "udp.srcport", "infiniband.bth.opcode", "infiniband.bth.psn", "infiniband.bth.destqp",
+    "infiniband.bth.a", "infiniband.aeth.syndrome", "infiniband.aeth.msn", "infiniband.reth.dmalen",
+    "rdmalab.payload.len", "infiniband.invariant.crc", "rdmalab.icrc.ok", "infiniband.deth.srcqp",
+    "rdmalab.crc32c.ok", "iwarp_mpa.crc", "iwarp_mpa.crc_check", "iwarp_rdma.opcode", "iwarp_rdma.term_layer",
+)
+#: Terminate error type and code columns (one per layer, as tshark's ``iwarp_rdma.term_etype_ddp`` ...):
+#: a Terminate has its type and code in the columns of its layer
+_TERM_ETYPE = tuple(n for n in COLUMN_BY_NAME if n.startswith("iwarp_rdma.term_etype"))
+_TERM_ERRCODE = tuple(n for n in COLUMN_BY_NAME if n.startswith("iwarp_rdma.term_errcode"))
+_TERM_EXTRA = _TERM_ETYPE + _TERM_ERRCODE
+
+#: per RDMA row: name -> (source column, dtype kept)
+_KEEP: dict[str, tuple[str, str]] = {
+    "frame": ("frame.number", "i8"), "tns": ("frame.time_ns", "i8"), "flen": ("frame.len", "u4"),
+    "caplen": ("frame.cap_len", "u4"),
+    "ecn": ("ip.dsfield.ecn", "u1"), "sport": ("udp.srcport", "u2"), "op": ("infiniband.bth.opcode", "u1"),
+    "psn": ("infiniband.bth.psn", "i8"), "dqp": ("infiniband.bth.destqp", "i8"), "ackreq": ("infiniband.bth.a", "u1"),
+    "syn": ("infiniband.aeth.syndrome", "i8"), "msn": ("infiniband.aeth.msn", "i8"),
+    "dmalen": ("infiniband.reth.dmalen", "i8"), "plen": ("rdmalab.payload.len", "i8"),
+    "icrc": ("infiniband.invariant.crc", "u4"), "icrc_ok": ("rdmalab.icrc.ok", "i1"),
+}
+
+
+@dataclass
+class Rows:
+    """The RDMA packets of a capture, one array element per packet, in capture order."""
+
+    frames: int = 0  #: frames in the capture (all protocols)
+    a: dict[str, np.ndarray] = field(default_factory=dict)  #: per-row arrays (see _KEEP, src, dst, aeth, deth)
+    addr_v6: list[bytes] = field(default_factory=list)  #: address id - 2**32 -> 16 address bytes
+    #: steps back in time: (frame before, frame, nanoseconds back), every one
+    back: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype=np.int64))
+    seam_frames: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  #: first frame of each new run
+    #: identical copies left out: (frame of the copy, frame it copies)
+    dup_pairs: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
+    #: iWARP rows worth a finding (bad MPA CRC, Terminate): dicts of their columns
+    iwarp: list[dict[str, Any]] = field(default_factory=list)
+    #: frames of UD packets to QP 1 (CM MADs), decoded one by one afterwards
+    cm_frames: list[int] = field(default_factory=list)
+    first_ns: int | None = None
+    last_ns: int | None = None
+    #: what stopped the reading early (a capture that ends in the middle of a record), if anything
+    damage: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.a.get("frame", ()))
+
+    def addr(self, aid: int) -> str:
+        if aid < 1 << 32:
+            return f"{aid >> 24}.{(aid >> 16) & 255}.{(aid >> 8) & 255}.{aid & 255}"
+        return str(ipaddress.IPv6Address(self.addr_v6[aid - (1 << 32)].ljust(16, b"\0")))
+
+
+class _Collector:
+    def __init__(self, seam_ns: int, dup_ns: int) -> None:
+        self.seam_ns = seam_ns
+        self.dup_ns = dup_ns
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self.v6: dict[bytes, int] = {}
+        self.rows = Rows()
+        self.back: list[np.ndarray] = []
+        self.prev_ns: int | None = None
+        self.prev_frame = 0
+
+    def _ids(self, cols: Columns, sel: np.ndarray, which: str) -> np.ndarray:
+        ip4 = cols.layers["ip"][sel]
+        out: np.ndarray = cols.data[f"ip.{which}"][sel].astype(np.int64)
+        if not ip4.all():
+            raw = cols.data[f"ipv6.{which}"][sel][~ip4]
+            uniq, inv = np.unique(raw, return_inverse=True)
+            ids = np.array([self.v6.setdefault(bytes(u), len(self.v6)) for u in uniq.tolist()], dtype=np.int64)
+            out[~ip4] = (1 << 32) + ids[inv]
+        return out
+
+    def add(self, cols: Columns) -> None:
+        n = cols.n
+        if n == 0:
+            return
+        r = self.rows
+        r.frames += n
+        tns = cols.data["frame.time_ns"].astype(np.int64)
+        fr = cols.data["frame.number"].astype(np.int64)
+        r.first_ns = int(tns[0]) if r.first_ns is None else r.first_ns
+        r.last_ns = int(tns[-1])
+        prev = np.concatenate(([self.prev_ns if self.prev_ns is not None else tns[0]], tns[:-1]))
+        prev_fr = np.concatenate(([self.prev_frame], fr[:-1]))
+        step = tns - prev
+        k = np.nonzero(step < 0)[0]
+        if len(k):
+            self.back.append(np.stack([prev_fr[k], fr[k], -step[k]], axis=1))
+        self.prev_ns, self.prev_frame = int(tns[-1]), int(fr[-1])
+        sel = np.nonzero(cols.layers["infiniband.bth"])[0]
+        if len(sel):
+            part = {k: cols.data[src][sel].astype(dt) for k, (src, dt) in _KEEP.items()}
+            part["src"] = self._ids(cols, sel, "src")
+            part["dst"] = self._ids(cols, sel, "dst")
+            v6 = (cols.layers["ipv6"] | cols.layers["rocev1"])[sel]
+            if v6.any():
+                part["ecn"] = np.where(v6, cols.data["ipv6.tclass"][sel] & 3, part["ecn"]).astype("u1")
+            part["aeth"] = cols.layers["infiniband.aeth"][sel]
+            part["deth"] = cols.layers["infiniband.deth"][sel]
+            for key, arr in part.items():
+                self.parts.setdefault(key, []).append(arr)
+            cm = part["deth"] & (part["dqp"] == 1)
+            if cm.any():
+                r.cm_frames.extend(part["frame"][cm].tolist())
+        if "rdmalab.crc32c" in cols.layers:
+            bad = cols.layers["rdmalab.crc32c"] & (cols.data["rdmalab.crc32c.ok"] == 2)
+            term = cols.layers["iwarp_rdma.opcode"] & (cols.data["iwarp_rdma.opcode"] == 7)
+            for i in np.nonzero(bad | term)[0].tolist():
+                row = {"frame": int(fr[i]), "time_ns": int(tns[i]), "bad_crc": bool(bad[i]), "terminate": bool(term[i]),
+                       "crc": int(cols.data["iwarp_mpa.crc"][i]), "crc_check": int(cols.data["iwarp_mpa.crc_check"][i]),
+                       "term_layer": int(cols.data["iwarp_rdma.term_layer"][i])}
+                for key, names in (("term_etype", _TERM_ETYPE), ("term_errcode", _TERM_ERRCODE)):
+                    for name in names:
+                        if name in cols.layers and cols.layers[name][i]:
+                            row[key] = int(cols.data[name][i])
+                            break
+                r.iwarp.append(row)
+
+    def finish(self) -> Rows:
+        r = self.rows
+        r.a = {k: np.concatenate(v) for k, v in self.parts.items()} if self.parts else _empty()
+        self.parts = {}
+        r.addr_v6 = list(self.v6)
+        r.back = np.concatenate(self.back) if self.back else np.zeros((0, 3), dtype=np.int64)
+        r.seam_frames = _seams(r, self.seam_ns)
+        r.dup_pairs = _drop_identical(r, self.dup_ns)
+        return r
+
+
+#: a step back in time is a seam when the next this many RDMA packets all stay before the time reached
+#: before the step (reordered frames catch up within a few packets; an appended capture does not)
+SEAM_LOOKAHEAD = 64
+
+
+def _seams(r: Rows, seam_ns: int) -> np.ndarray:
+    if not len(r.back):
+        return np.zeros(0, dtype=np.int64)
+    sel = r.back[:, 2] > seam_ns
+    cand: np.ndarray = r.back[sel, 1]
+    step = r.back[sel, 2]
+    if not len(cand):
+        return cand
+    fr, tns = r.a["frame"], r.a["tns"]
+    peak = np.maximum.accumulate(tns) if len(tns) else tns
+    out = []
+    for f, back in zip(cand.tolist(), step.tolist(), strict=True):
+        j = int(np.searchsorted(fr, f))
+        if j == 0 or j >= len(fr):  # no RDMA packet on both sides to look at: a step of a second or more
+            if back >= 1_000_000_000:
+                out.append(f)
+            continue
+        if int(tns[j:j + SEAM_LOOKAHEAD].max()) < int(peak[j - 1]):
+            out.append(f)
+    res: np.ndarray = np.array(out, dtype=np.int64)
+    return res
+
+
+def _empty() -> dict[str, np.ndarray]:
+    out = {k: np.zeros(0, dtype=dt) for k, (_, dt) in _KEEP.items()}
+    out.update(src=np.zeros(0, np.int64), dst=np.zeros(0, np.int64), aeth=np.zeros(0, bool), deth=np.zeros(0, bool))
+    return out
+
+
+_DUP_LAGS = 4
+_SAME = ("src", "dst", "dqp", "psn", "op", "plen", "icrc", "flen", "syn", "msn")
+
+
+def _drop_identical(r: Rows, dup_ns: int) -> np.ndarray:
+    """Find the identical copies (module docstring), drop them from the rows, return the pairs."""
+    a = r.a
+    n = len(a["frame"])
+    dup = np.zeros(n, dtype=bool)
+    orig = np.full(n, -1, dtype=np.int64)
+    reverse_between = np.zeros(n, dtype=bool)  # a frame of the other direction lies between row i-L and i
+    for lag in range(1, _DUP_LAGS + 1):
+        if n <= lag:
+            break
+        i = np.arange(lag, n)
+        j = i - lag
+        if lag > 1:  # the row just before i-(lag-1)... i-1: is it the reverse direction of i?
+            k = i - (lag - 1)
+            reverse_between[lag:] |= (a["src"][k] == a["dst"][i]) & (a["dst"][k] == a["src"][i])
+        same = ~reverse_between[lag:] & ~dup[lag:] & (orig[lag:] < 0)
+        for name in _SAME:
+            same &= a[name][i] == a[name][j]
+        same &= np.abs(a["tns"][i] - a["tns"][j]) <= dup_ns
+        same &= ~dup[j]
+        hit = i[same]
+        dup[hit] = True
+        orig[hit] = j[same]
+    pairs = np.stack([a["frame"][dup], a["frame"][orig[dup]]], axis=1) if dup.any() else np.zeros((0, 2), np.int64)
+    if dup.any():
+        keep = ~dup
+        r.a = {k: v[keep] for k, v in a.items()}
+    return pairs
+
+
+def _columns(path: str | os.PathLike[str], fields: tuple[str, ...], progress: bool,
+             block_bytes: int) -> Iterator[Columns]:
+    """The capture's columns block by block.  Unlike :func:`~rdmalab.capture.columnar.iter_columns`,
+    which hands the rest of the file to the per-packet decoder at the first frame of another link
+    type than Ethernet, only those frames go through the per-packet decoder here (a merged capture
+    with one native InfiniBand frame in it stays fast)."""
+    p = os.fspath(path)
+    bar = _progress(p) if progress else None
+    tracker = _tracker()
+    try:
+        for blk in record_blocks(p, block_bytes):
+            cols = decode_block(blk, fields=fields, tracker=tracker)
+            eth = blk.linktype == LINKTYPE_ETHERNET
+            if not eth.all():
+                other = np.nonzero(~eth)[0].tolist()
+                dicts = []
+                for i in other:
+                    off, cap = int(blk.offset[i]), int(blk.caplen[i])
+                    rec = RawRecord(blk.first + i, int(blk.ts_ns[i]) / 1e9, int(blk.linktype[i]),
+                                    bytes(blk.buf[off:off + cap]), int(blk.wirelen[i]))
+                    dicts.append(frame_fields(decode_record(rec), raw=True))
+                oc = columns_from_dicts(dicts)
+                oc.data["frame.time_ns"] = blk.ts_ns[other].astype(oc.data["frame.time_ns"].dtype)
+                both = Columns.concat([cols.take(eth), oc])
+                cols = both.take(np.argsort(both.data["frame.number"], kind="stable"))
+            cols.path = p
+            if bar is not None:
+                bar.update(blk.file_pos - bar.n)
+            yield cols
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def load_rows(source: str | os.PathLike[str] | Columns, *, seam_ms: float = 1.0, dup_us: float = 20.0,
+              progress: bool = False, block_bytes: int = 8 << 20) -> Rows:
+    """The rows of a capture file (read block by block) or of columns already in memory."""
+    c = _Collector(round(seam_ms * 1e6), round(dup_us * 1e3))
+    if isinstance(source, Columns):
+        c.add(source)
+    else:
+        try:
+            for cols in _columns(source, FIELDS + _TERM_EXTRA, progress, block_bytes):
+                c.add(cols)
+        except CaptureError as err:
+            if c.rows.frames == 0:  # nothing readable: not a capture, or damaged from the start
+                raise
+            c.rows.damage = err.reason + (f" (byte {err.offset})" if err.offset is not None and
+                                          "byte" not in err.reason else "")
+    return c.finish()

@@ -1,0 +1,156 @@
+"""Hostile captures for the analyzer's tests and benchmarks (``benchmarks/bench_analyze.py``).
+
+Each builder writes a pcap (nanosecond timestamps) of about ``n`` frames:
+
+* :func:`appended`: a real capture appended to itself (``mergecap -a``): the same QPNs, PSNs and
+  addresses again, time jumping back at each seam.
+* :func:`duplicated`: every frame of a real capture twice (a mirror port copying twice).
+* :func:`psn_wrap`: RC WRITEs whose PSNs wrap past 2^24, with coalesced ACKs.
+* :func:`many_connections`: 10,000 (or ``conns``) RC connections between two hosts, interleaved.
+* :func:`reordered`: a real capture with frames shuffled inside windows of 8 (timestamps kept,
+  so they go back).
+* :func:`snaplen_cut`: a real capture with every frame cut to ``snaplen`` bytes (``editcap -s``),
+  and :func:`truncated_tail`: a capture that ends in the middle of its last record.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+from collections.abc import Iterator
+
+from rdmalab.capture.columnar import record_blocks
+from rdmalab.wire import AETH, BTH, RETH, encode_rocev2
+
+Frame = tuple[int, bytes, int]  # (time in ns, captured bytes, length on the wire)
+
+
+def frames_of(path: str | os.PathLike[str]) -> list[Frame]:
+    out: list[Frame] = []
+    for blk in record_blocks(path):
+        for off, cap, wire, t in zip(blk.offset.tolist(), blk.caplen.tolist(), blk.wirelen.tolist(),
+                                     blk.ts_ns.tolist(), strict=True):
+            out.append((t, bytes(blk.buf[off:off + cap]), wire))
+    return out
+
+
+def write(path: str | os.PathLike[str], frames: Iterator[Frame] | list[Frame], snaplen: int = 65535) -> int:
+    """Write frames as a nanosecond pcap; returns how many."""
+    n = 0
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, snaplen, 1))
+        for t, data, wire in frames:
+            f.write(struct.pack("<IIII", t // 1_000_000_000, t % 1_000_000_000, len(data), wire) + data)
+            n += 1
+    return n
+
+
+def appended(src: str | os.PathLike[str], dst: str | os.PathLike[str], n: int) -> int:
+    base = frames_of(src)
+    return write(dst, (base[k % len(base)] for k in range(n)))
+
+
+def duplicated(src: str | os.PathLike[str], dst: str | os.PathLike[str], n: int) -> int:
+    base = frames_of(src)
+
+    def gen() -> Iterator[Frame]:
+        k = 0
+        rep = 0
+        span = base[-1][0] - base[0][0] + 1_000_000
+        while k < n:
+            for fr in base:
+                t = fr[0] + rep * span  # repeated copies go on in time: only the duplicates are hostile here
+                yield (t, fr[1], fr[2])
+                yield (t, fr[1], fr[2])
+                k += 2
+                if k >= n:
+                    return
+            rep += 1
+    return write(dst, gen())
+
+
+def psn_wrap(dst: str | os.PathLike[str], n: int, start: int = (1 << 24) - 5000) -> int:
+    """RC WRITE Only packets from PSN ``start`` on (wrapping at 2^24), an ACK every 16."""
+    def gen() -> Iterator[Frame]:
+        t = 1_700_000_000_000_000_000
+        psn = start
+        k = 0
+        while k < n:
+            fr = encode_rocev2(BTH(opcode=0x0A, destqp=0x12, psn=psn, ackreq=int(k % 16 == 15)),
+                               [RETH(0x1000, 7, 64)], b"w" * 64)
+            yield (t, fr, len(fr))
+            k += 1
+            t += 1000
+            if k % 16 == 0:
+                ack = encode_rocev2(BTH(opcode=0x11, destqp=0x13, psn=psn), [AETH.ack(psn & 0xFFFFFF)], b"",
+                                    src_ip="10.0.0.2", dst_ip="10.0.0.1")
+                yield (t, ack, len(ack))
+                k += 1
+                t += 1000
+            psn = (psn + 1) & 0xFFFFFF
+    return write(dst, gen())
+
+
+def many_connections(dst: str | os.PathLike[str], n: int, conns: int = 10_000) -> int:
+    """``conns`` RC connections (QPNs 0x100..), each WRITE Only + ACK, round robin."""
+    def gen() -> Iterator[Frame]:
+        t = 1_700_000_000_000_000_000
+        rnd = random.Random(7)
+        # distinct starting PSNs: with a packet or two per connection, connections whose PSNs collide
+        # between the same two hosts cannot be told apart by their ACKs (which name only a PSN)
+        start = rnd.sample(range(0, 1 << 24, 1 << 10), conns)
+        k = 0
+        rnd_i = 0
+        while k < n:
+            c = rnd_i % conns
+            psn = (start[c] + rnd_i // conns) & 0xFFFFFF
+            fr = encode_rocev2(BTH(opcode=0x0A, destqp=0x100 + c, psn=psn, ackreq=1), [RETH(0x1000, 7, 32)], b"m" * 32)
+            ack = encode_rocev2(BTH(opcode=0x11, destqp=0x100 + conns + c, psn=psn), [AETH.ack(0)], b"",
+                                src_ip="10.0.0.2", dst_ip="10.0.0.1")
+            yield (t, fr, len(fr))
+            yield (t + 500, ack, len(ack))
+            t += 1000
+            k += 2
+            rnd_i += 1
+    return write(dst, gen())
+
+
+def reordered(src: str | os.PathLike[str], dst: str | os.PathLike[str], n: int, window: int = 8) -> int:
+    base = frames_of(src)
+    rnd = random.Random(3)
+
+    def gen() -> Iterator[Frame]:
+        k = 0
+        rep = 0
+        span = base[-1][0] - base[0][0] + 1_000_000
+        while k < n:
+            for i in range(0, len(base), window):
+                chunk = [(t + rep * span, d, w) for t, d, w in base[i:i + window]]
+                rnd.shuffle(chunk)
+                for fr in chunk:
+                    yield fr
+                    k += 1
+                    if k >= n:
+                        return
+            rep += 1
+    return write(dst, gen())
+
+
+def snaplen_cut(src: str | os.PathLike[str], dst: str | os.PathLike[str], n: int, snaplen: int = 60) -> int:
+    base = frames_of(src)
+    return write(dst, ((base[k % len(base)][0] + (k // len(base)) * 10**9, base[k % len(base)][1][:snaplen],
+                        base[k % len(base)][2]) for k in range(n)), snaplen=snaplen)
+
+
+def truncated_tail(src: str | os.PathLike[str], dst: str | os.PathLike[str], n: int) -> int:
+    """:func:`appended`, then the file cut in the middle of its last record."""
+    got = appended(src, dst, n)
+    size = os.path.getsize(dst)
+    with open(dst, "r+b") as f:
+        f.truncate(size - 30)
+    return got
+
+
+__all__ = ["appended", "duplicated", "frames_of", "many_connections", "psn_wrap", "reordered", "snaplen_cut",
+           "truncated_tail", "write"]

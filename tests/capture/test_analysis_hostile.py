@@ -1,0 +1,183 @@
+"""rdmalab analyze on hostile captures (rdmalab.capture.hostile): each is analysed without error,
+its findings stay readable, and repeated runs are analysed each on its own."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rdmalab.capture import hostile
+from rdmalab.capture.analysis import analyze
+from rdmalab.capture.columnar import read_columns
+from rdmalab.cli import main
+
+CAPTURES = Path(__file__).resolve().parents[2] / "captures"
+LOSS = CAPTURES / "rxe_write_bw_loss.pcap"
+
+
+def test_appended_to_itself_is_analysed_run_by_run(tmp_path: Path) -> None:
+    one = analyze(LOSS)
+    runs = 5
+    n = len(hostile.frames_of(LOSS))
+    path = tmp_path / "appended.pcap"
+    hostile.appended(LOSS, path, runs * n)
+    a = analyze(path)
+    # each run is the capture again: the same connections and findings, five times; no duplicates
+    assert len(a.connections) == runs * len(one.connections)
+    seams = a.of_kind("capture_seam")
+    assert len(seams) == 1 and seams[0].detail["count"] == runs - 1
+    assert seams[0].frames == [k * n + 1 for k in range(1, runs)]
+    counts = a.counts()
+    for kind, k in one.counts().items():
+        assert counts[kind] == runs * k, kind
+    assert {c.run for c in a.connections} == set(range(runs))
+
+
+def test_every_frame_duplicated_is_one_finding(tmp_path: Path) -> None:
+    one = analyze(LOSS)
+    path = tmp_path / "dup.pcap"
+    n = 2 * len(hostile.frames_of(LOSS))
+    hostile.duplicated(LOSS, path, n)
+    a = analyze(path)
+    dup = a.of_kind("duplicate_frames")
+    # RDMA frames are compared: frame f of the original is frames 2f-1 and 2f here
+    cols = read_columns(LOSS)
+    rdma = cols.data["frame.number"][cols.present("infiniband.bth")].tolist()
+    assert len(dup) == 1 and dup[0].detail["count"] == len(rdma) == one.rdma_packets
+    assert dup[0].text.startswith(f"frames duplicated in the capture: {len(rdma)}, e.g. {2 * rdma[0] - 1}/{2 * rdma[0]}")
+    assert dup[0].frames == [2 * f for f in rdma]
+    # without the copies, the analysis is the original's
+    assert {k: v for k, v in a.counts().items() if k != "duplicate_frames"} == one.counts()
+    assert not a.of_kind("duplicate")
+
+
+def test_psn_wrap(tmp_path: Path) -> None:
+    path = tmp_path / "wrap.pcap"
+    hostile.psn_wrap(path, 20_000)
+    a = analyze(path)
+    assert len(a.connections) == 1 and a.connections[0].requester_qpn == 0x13
+    assert not a.findings, a.counts()
+    assert all(m.result == "ok" for m in a.messages)
+    assert a.messages[0].first_psn == (1 << 24) - 5000 and any(m.first_psn == 0 for m in a.messages)
+
+
+def test_ten_thousand_connections(tmp_path: Path) -> None:
+    path = tmp_path / "many.pcap"
+    hostile.many_connections(path, 40_000)
+    a = analyze(path)
+    assert len(a.connections) == 10_000 and not a.findings
+    assert all(c.requester_qpn == c.responder_qpn + 10_000 for c in a.connections)
+    assert len(a.messages) == 20_000 and all(m.result == "ok" for m in a.messages)
+
+
+def test_heavy_reordering(tmp_path: Path) -> None:
+    """Frames shuffled in windows of 8 with their timestamps: each connection is walked in time
+    order, so the findings are those of the capture in order; the steps back are one finding."""
+    path = tmp_path / "reordered.pcap"
+    inorder = tmp_path / "inorder.pcap"
+    n = 3 * len(hostile.frames_of(LOSS))
+    hostile.reordered(LOSS, path, n)
+    hostile.reordered(LOSS, inorder, n, window=1)
+    a, b = analyze(path), analyze(inorder)
+    tb = a.of_kind("time_backwards")
+    assert len(tb) == 1 and tb[0].detail["count"] > 100  # one finding, every step
+    assert not b.of_kind("time_backwards")
+    trust = {"time_backwards", "capture_seam"}  # the TCP set-up frames are seconds apart: shuffled, they step back
+    assert {k: v for k, v in a.counts().items() if k not in trust} == b.counts()
+    assert [(c.name, c.packets, c.request_bytes, c.retransmitted_bytes) for c in a.connections] == \
+        [(c.name, c.packets, c.request_bytes, c.retransmitted_bytes) for c in b.connections]
+
+
+@pytest.mark.parametrize("snaplen", [60, 80])
+def test_snaplen_cut_frames(tmp_path: Path, snaplen: int) -> None:
+    path = tmp_path / "cut.pcap"
+    hostile.snaplen_cut(LOSS, path, 2000, snaplen=snaplen)
+    a = analyze(path)  # no crash; frames cut inside the BTH carry no RDMA fields
+    assert a.packets == 2000
+    assert not a.of_kind("bad_icrc")  # a cut ICRC is not a bad one
+
+
+def test_capture_that_ends_mid_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "tail.pcap"
+    n = hostile.truncated_tail(LOSS, path, 3000)
+    # what is before the damage is analysed; the damage is a finding, and a warning on stderr
+    assert main(["analyze", "-q", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "warning" in captured.err and "tail.pcap" in captured.err and f"record {n}" in captured.err
+    a = analyze(path)
+    assert a.packets == n - 1
+    (f,) = a.of_kind("capture_damaged")
+    assert f.detail["frames_read"] == n - 1 and "byte" in f.text
+    one = analyze(LOSS)
+    assert len(a.connections) == len(analyze(path).connections) >= len(one.connections)
+    # a file with nothing readable is still an error
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"\xd4\xc3\xb2\xa1" + b"\0" * 10)
+    assert main(["analyze", "-q", str(bad)]) == 1 and "bad.pcap" in capsys.readouterr().err
+
+
+@pytest.mark.tshark
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="needs tshark")
+def test_annotated_capture_read_back_with_tshark(tmp_path: Path) -> None:
+    out = tmp_path / "annotated.pcapng"
+    assert main(["analyze", "-q", str(LOSS), "--annotate", str(out)]) == 0
+    a = analyze(LOSS)
+    want = sorted({fr for f in a.findings if f.kind == "retransmission" for fr in f.frames})
+    got = subprocess.run(["tshark", "-n", "-r", str(out), "-Y", 'frame.comment contains "go-back-N"', "-T", "fields",
+                          "-e", "frame.number"], capture_output=True, text=True, check=True).stdout.split()
+    assert [int(x) for x in got] == want and want
+    # the frames are the original's, byte for byte
+    orig = subprocess.run(["tshark", "-n", "-r", str(LOSS), "-T", "fields", "-e", "frame.len", "-e", "frame.time_epoch"],
+                          capture_output=True, text=True, check=True).stdout
+    copy = subprocess.run(["tshark", "-n", "-r", str(out), "-T", "fields", "-e", "frame.len", "-e", "frame.time_epoch"],
+                          capture_output=True, text=True, check=True).stdout
+    assert orig == copy
+    naks = subprocess.run(["tshark", "-n", "-r", str(out), "-Y", 'frame.comment contains "nak_seq_err"', "-T", "fields",
+                           "-e", "frame.number"], capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(int(x) for x in naks) == sorted(f.frames[0] for f in a.of_kind("nak_seq_err"))
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs chromium")
+def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    """The page's plots draw offline: plotly.js (inline) turned each figure into SVG in the browser."""
+    page = tmp_path / "r.html"
+    assert main(["analyze", "-q", str(LOSS), "--html", str(page)]) == 0
+    cmd = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--virtual-time-budget=8000"]
+    dom = subprocess.run([*cmd, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert dom.count('class="main-svg"') >= 4  # the four figures were drawn
+    assert "Packets were lost on the wire" in dom and "psn_gap" in dom
+    png = tmp_path / "r.png"
+    subprocess.run([*cmd, "--window-size=1400,2000", f"--screenshot={png}", page.as_uri()], capture_output=True,
+                   timeout=120)
+    assert png.stat().st_size > 50_000
+
+
+@pytest.mark.skipif(shutil.which("mergecap") is None, reason="needs mergecap")
+def test_a_frame_of_another_link_type_does_not_slow_the_rest(tmp_path: Path) -> None:
+    """Captures appended with mergecap -a, one of them native InfiniBand (ERF): only that frame goes
+    through the per-packet decoder; the Ethernet captures around it are analysed as on their own."""
+    path = tmp_path / "mixed.pcapng"
+    erf = CAPTURES / "synthetic_native_ib_erf.pcap"
+    subprocess.run(["mergecap", "-a", "-w", str(path), str(LOSS), str(erf), str(LOSS)], check=True)
+    a = analyze(path)
+    one = analyze(LOSS)
+    ib = analyze(erf)
+    assert a.packets == 2 * one.packets + ib.packets
+    assert a.rdma_packets == 2 * one.rdma_packets + ib.rdma_packets
+    counts = {k: v for k, v in a.counts().items() if k != "capture_seam"}
+    assert counts == {k: 2 * v + ib.counts().get(k, 0) for k, v in one.counts().items()}
+
+
+def test_the_rows_kept_are_narrow() -> None:
+    """analysis_rows keeps about 110 bytes per RDMA packet, and nothing per frame of other protocols."""
+    from rdmalab.capture.analysis_rows import load_rows
+
+    r = load_rows(CAPTURES / "siw_write_bw.pcap")  # iWARP only: no RDMA row kept
+    assert len(r) == 0 and r.frames > 0
+    r = load_rows(LOSS)
+    assert sum(v.itemsize for v in r.a.values()) <= 112
+    assert all(len(v) == len(r) == r.frames - 49 for v in r.a.values())
