@@ -137,7 +137,8 @@ lab.check("wires.bth", my_bth)
 # %% [markdown]
 # ### 2. Compute an ICRC by hand
 #
-# `icrc_frame()` is the ConnectX-4 CNP above with its ICRC replaced by zeros. Compute the ICRC
+# `icrc_frame()` is the ConnectX-4 CNP above, sent this time to QP `0x0002a7`, with its ICRC
+# replaced by zeros (so the walk-through above does not give you the answer). Compute the ICRC
 # with `zlib.crc32` and byte manipulation only, and give it as the 4 bytes that go on the
 # wire (or as the integer). The checker recognises the usual slips and names them.
 

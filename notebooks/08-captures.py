@@ -17,17 +17,8 @@ BACKEND = lab.backend(BACKEND)  # checks that the backend is available
 rxe = list(capture.read(lab.capture_path("rxe_rping.pcap")))
 siw = list(capture.read(lab.capture_path("siw_rping.pcap")))
 print(len(rxe), "rxe frames,", len(siw), "siw frames")
-for cp in rxe[:12]:
+for cp in rxe[:5]:  # the rest comes after exercise 1, whose answer it shows
     print(f"{cp.frame_number:3} {cp.timestamp - rxe[0].timestamp:8.4f} s  {cp.packet.summary()}")
-
-# %% [markdown]
-# The first three frames are the connection manager's REQ, REP and RTU (notebook 12), sent as
-# UD datagrams to QP1. Then rping's own protocol on the new RC connection: the client SENDs
-# the address, rkey and length of its buffer; the server READs from it, and later WRITEs
-# into it. As a ladder:
-
-# %%
-viz.from_capture(rxe, limit=16, title="rping over rxe (the first 16 frames)")
 
 # %% [markdown]
 # ## Keys on the wire
@@ -37,6 +28,28 @@ viz.from_capture(rxe, limit=16, title="rping over rxe (the first 16 frames)")
 
 # %%
 viz.hexdump(rxe[3], title="Frame 4: the client advertises its buffer")
+
+# %% [markdown]
+# ### Exercise 1. Find the rkey
+#
+# What rkey did the rping client advertise in frame 4? Read it from the payload bytes above,
+# before the frames below show it again.
+
+# %% tags=["exercise"]
+rkey = ...  # an integer
+### BEGIN SOLUTION
+rkey = int.from_bytes(rxe[3].packet.payload[8:12], "big")
+### END SOLUTION
+lab.check("captures.rkey", rkey)
+
+# %% [markdown]
+# The first three frames are the connection manager's REQ, REP and RTU (notebook 12), sent as
+# UD datagrams to QP1. Then rping's own protocol on the new RC connection: the client SENDs
+# the address, rkey and length of its buffer; the server READs from it, and later WRITEs
+# into it. As a ladder (hover over an arrow for its packet):
+
+# %%
+viz.from_capture(rxe, limit=16, title="rping over rxe (the first 16 frames)")
 
 # %% [markdown]
 # The server uses exactly those values in the RETH of its RDMA READ (frame 6). An rkey that
@@ -55,7 +68,7 @@ viz.hexdump(rxe[5], title="Frame 6: RDMA READ Request with the advertised addres
 # it completes (`cp.pdus`).
 
 # %%
-for cp in siw[:14]:
+for cp in siw[:12]:  # up to the first RDMA Write, whose STag is exercise 2
     print(f"{cp.frame_number:3}  {cp.packet.summary():40}  {' | '.join(p.summary() for p in cp.pdus)}")
 
 # %%
@@ -77,7 +90,7 @@ viz.hexdump(fpdu_frame.pdus[0], title="The FPDU inside it: MPA length, DDP untag
 from rdmalab.capture.crosscheck import crosscheck, tshark_path
 
 if tshark_path():
-    for name in ("rxe_rping.pcap", "siw_rping.pcap", "rxe_write_bw.pcap"):
+    for name in ("siw_rping.pcap", "rxe_write_bw.pcap"):  # rxe_rping.pcap is exercise 3's
         print(crosscheck(lab.capture_path(name)).text())
 else:
     print("tshark is not installed: install it (Debian/Ubuntu: apt-get install tshark) to compare.")
@@ -128,18 +141,8 @@ viz.throughput(loss, title="rxe_send_bw_loss.pcap: payload throughput")
 # %% [markdown]
 # ## Exercises
 #
-# ### 1. Find the rkey
+# (Exercise 1 is above, next to frame 4.)
 #
-# What rkey did the rping client advertise in frame 4? Read it from the payload bytes yourself.
-
-# %% tags=["exercise"]
-rkey = ...  # an integer
-### BEGIN SOLUTION
-rkey = int.from_bytes(rxe[3].packet.payload[8:12], "big")
-### END SOLUTION
-lab.check("captures.rkey", rkey)
-
-# %% [markdown]
 # ### 2. Find the STag
 #
 # In `siw_rping.pcap`, what STag does the first RDMA Write carry?

@@ -196,15 +196,15 @@ timeline(victim, title="victim flow: 15-host incast on R2 from 3 to 4 ms", max_f
 # %%
 v = victim_summary(victim.fabric)
 print(f"F1's DCQCN rate: {v['f1_rate_before_gbps']} Gb/s before the incast, {v['f1_rate_min_gbps']} at its lowest; "
-      f"P1->P2 paused for {v['p1_p2_paused_ms']} ms")
-print(f"P1->P2 under 90 % of its {v['throughput_before_gbps']} Gb/s for {v['underused_ms']} ms "
+      f"a port on F1's path paused for {v['p1_p2_paused_ms']} ms (exercise 3: which one, and why?)")
+print(f"the link F1 and F2 share under 90 % of its {v['throughput_before_gbps']} Gb/s for {v['underused_ms']} ms "
       "(the study reports 16 ms with its ns-3 setup)")
 
 # %% [markdown]
 # Without DCQCN the same incast looks different. PFC alone stops F1 only while the incast lasts
-# (P2 pauses P1, P1 pauses H1 and H2: the pause propagates hop by hop), and F1 is back at full
-# speed as soon as it ends. DCQCN turned a 1 ms blockage into a much longer slowdown, because it
-# read the queue that the pause built at P1 as congestion caused by F1. Goodput per flow:
+# (the pause propagates hop by hop towards the senders), and F1 is back at full speed as soon as
+# it ends. DCQCN turned a 1 ms blockage into a much longer slowdown: why is exercise 3.
+# Goodput per flow:
 
 # %%
 pfc_only = run("victim", duration_ms=6.0, settings={"dcqcn": "0"})

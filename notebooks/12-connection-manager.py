@@ -27,8 +27,21 @@ from rdmalab.wire.cm import CMMessage
 BACKEND = lab.backend(BACKEND)  # checks that the backend is available
 frames = list(capture.read(lab.capture_path("rxe_rping.pcap")))
 msgs = cm_messages()
-for cp, m in msgs:
-    print(f"frame {cp.frame_number:2}: {m.summary()}")
+for cp, m in msgs:  # (the REQ's addresses and ports are exercise 1's: decode them yourself below)
+    print(f"frame {cp.frame_number:2}: CM {m.name} TID={m.tid:#x}")
+
+# %% [markdown]
+# ### Exercise 1. The service
+#
+# Which port does the rping server listen on? Take it from the REQ's service ID
+# (`msgs[0][1].body.service_id`): the pictures below show it, so decide first.
+
+# %% tags=["exercise"]
+port = ...  # an integer
+### BEGIN SOLUTION
+port = msgs[0][1].body.service_id & 0xFFFF
+### END SOLUTION
+lab.check("cm.port", port)
 
 # %%
 viz.from_capture([cp for cp in frames if cp.frame_number <= 8 or cp.frame_number >= 40],
@@ -47,13 +60,13 @@ viz.hexdump(req_cp, title="Frame 1: CM REQ in a RoCEv2 UD SEND to QP1")
 
 # %%
 b = req.body
-print(f"service ID      {b.service_id:#018x}  -> port {req.dst_port}, protocol {req.protocol} (TCP)")
+print(f"service ID      {b.service_id:#018x}  (exercise 1: which port does it name?)")
 print(f"local QPN       {b.local_qpn:#08x}")
 print(f"starting PSN    {b.starting_psn}")
 print(f"path MTU code   {b.path_mtu}  (IBA encoding: 1=256 ... 5=4096)")
 print(f"responder res.  {b.responder_resources}, initiator depth {b.initiator_depth}")
 print(f"retry count     {b.retry_count}, RNR retry {b.rnr_retry_count}")
-print(f"IP CM header    {req.src_ip}:{req.src_port} -> {req.dst_ip}:{req.dst_port}")
+print(f"IP CM header    from {req.src_ip}:{req.src_port} to {req.dst_ip}")
 
 # %% [markdown]
 # ## What the CM set up, seen in the traffic
@@ -71,15 +84,8 @@ print("REQ (from", req_cp.packet[IPv4].describe("src") + "): local QPN", hex(req
       "starting PSN", req.body.starting_psn)
 print("REP (from", rep_cp.packet[IPv4].describe("src") + "): local QPN", hex(rep.body.local_qpn),
       "starting PSN", rep.body.starting_psn)
-seen = set()
-for cp in frames:
-    info = cp.packet.bth and OPCODES.get(cp.packet.bth.opcode)
-    if not info or cp.packet.bth.destqp == 1 or not info.is_request:
-        continue  # skip CM datagrams and responses (a response carries its request's PSN)
-    src = cp.packet[IPv4].describe("src")
-    if src not in seen:
-        seen.add(src)
-        print(f"first RC request from {src}: {cp.packet.summary()}")
+# Which of the two numbers the traffic uses in each direction is exercise 2: find the first
+# RC request each host sends in `frames` (skip the CM datagrams to QP1, and the responses).
 
 # %% [markdown]
 # ## rdmalab and Wireshark on the CM
@@ -165,18 +171,8 @@ if tshark_path():
 # %% [markdown]
 # ## Exercises
 #
-# ### 1. The service
+# (Exercise 1 is near the top, before the pictures that show its answer.)
 #
-# Which port does the rping server listen on? Take it from the REQ's service ID.
-
-# %% tags=["exercise"]
-port = ...  # an integer
-### BEGIN SOLUTION
-port = req.body.service_id & 0xFFFF
-### END SOLUTION
-lab.check("cm.port", port)
-
-# %% [markdown]
 # ### 2. Who numbers what?
 #
 # The REQ and the REP each carry a starting PSN. For each host, say whose starting PSN its

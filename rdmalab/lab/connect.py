@@ -152,7 +152,7 @@ def run_connect(*, lose: tuple[str, ...] = (), port: int = PORT, seed: int = 1, 
     listener = CMID(sch)
     listener.bind_addr(AddrInfo(src=SERVER, src_service=PORT, flags=RAI_PASSIVE))
     listener.listen()
-    step("server", f"listen({SERVER}:{PORT})")
+    step("server", f"listen() on {SERVER}")
     client = CMID(cch)
     client.resolve_addr(AddrInfo(dst=SERVER, dst_service=port))
     CMEvent(cch)
@@ -223,7 +223,7 @@ def _run_rxe(port: int) -> ConnectResult:
         m = CMMessage.from_packet(cp.packet, lenient=True)
         if m is not None:
             t0 = cp.timestamp if t0 is None else t0
-            steps.append(Step(int((cp.timestamp - t0) * 1e9), "wire", m.summary(), "?", "?", "?",
+            steps.append(Step(int((cp.timestamp - t0) * 1e9), "wire", f"CM {m.name}", "?", "?", "?",
                               "?", "the kernel keeps its QP states to itself"))
     error = None
     rej = next((m for m in (CMMessage.from_packet(cp.packet, lenient=True) for cp in captured)

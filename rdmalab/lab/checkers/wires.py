@@ -11,6 +11,7 @@ from rdmalab.lab.env import capture_path
 from rdmalab.lab.feedback import as_bytes, as_int, compare_header, norm_name, nth
 from rdmalab.lab.samples import mystery_frames
 from rdmalab.viz.crcsteps import icrc_steps
+from rdmalab.wire.crc import icrc_rocev2
 from rdmalab.wire.frame import decode_ethernet
 from rdmalab.wire.ib import BTH
 from rdmalab.wire.opcodes import Op, Pos, Transport, find_opcode
@@ -31,15 +32,23 @@ def _bth(answer: Any) -> str:
     return "Every field of your BTH decodes to the requested value."
 
 
-def icrc_frame() -> bytes:
-    """The exercise frame: the ConnectX-4 CNP of the hardware capture with its ICRC blanked."""
-
-    cp = next(iter(capture.read(capture_path("public_hw_byte_vectors.pcap"))))
-    return cp.packet.data[:-4] + b"\x00\x00\x00\x00"
+#: The exercise's CNP goes to this QP instead of the captured one (0x000118): the notebook works through
+#: the captured frame's ICRC step by step, so the exercise's answer must be another frame's.
+EXERCISE_DESTQP = 0x0002A7
 
 
 def _true_frame() -> bytes:
-    return next(iter(capture.read(capture_path("public_hw_byte_vectors.pcap")))).packet.data
+    """The ConnectX-4 CNP of the hardware capture, sent to :data:`EXERCISE_DESTQP`, with its ICRC
+    recomputed (rdmalab.wire.crc, which matches the NIC's on the captured frame)."""
+    frame = bytearray(next(iter(capture.read(capture_path("public_hw_byte_vectors.pcap")))).packet.data)
+    frame[14 + 20 + 8 + 5:14 + 20 + 8 + 8] = EXERCISE_DESTQP.to_bytes(3, "big")  # BTH DestQP (bytes 5-7)
+    frame[-4:] = icrc_rocev2(bytes(frame[14:-4])).to_bytes(4, "little")
+    return bytes(frame)
+
+
+def icrc_frame() -> bytes:
+    """The exercise frame: a CNP like the ConnectX-4 one, to QP 0x0002a7, with its ICRC blanked."""
+    return _true_frame()[:-4] + b"\x00\x00\x00\x00"
 
 
 @exercise("wires.icrc", "Compute an ICRC by hand", notebook=NB, hints=(
