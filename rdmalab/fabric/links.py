@@ -72,6 +72,11 @@ def read_links() -> dict[str, str]:
     env = os.environ.get("RDMALAB_LINKS")
     if env is not None:
         return _parse_env(env)
+    return _file_links()
+
+
+def _file_links() -> dict[str, str]:
+    """The links in :func:`link_file` (what ``rdmalab link`` adds to and deletes from, whatever the environment)."""
     path = link_file()
     try:
         text = path.read_text()
@@ -109,7 +114,7 @@ def add_link(name: str, netdev: str) -> str:
         ip = interface_ipv4(netdev)
     except CarrierError as exc:
         raise LinkError(f"{netdev}: {exc} (the engine sends RoCEv2 from the interface's IPv4 address)") from None
-    links = read_links() if "RDMALAB_LINKS" not in os.environ else {}
+    links = _file_links()
     for other, dev in links.items():
         if other == name:
             raise LinkError(f"device {name} already exists (on {dev}); delete it first: rdmalab link delete {name}")
@@ -121,7 +126,7 @@ def add_link(name: str, netdev: str) -> str:
 
 
 def delete_link(name: str) -> None:
-    links = read_links() if "RDMALAB_LINKS" not in os.environ else {}
+    links = _file_links()
     if name not in links:
         raise LinkError(f"no link named {name} (have: {', '.join(links) or 'none'})")
     del links[name]

@@ -143,3 +143,14 @@ def test_a_linked_device_leaves_sigio_ignored_at_exit() -> None:
         pytest.skip("UDP 4791 on lo is taken on this machine")
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["during: _on_sigio", "at exit: True"]
+
+
+def test_link_add_keeps_the_files_links_when_rdmalab_links_is_set(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "links.json"
+    f.write_text(json.dumps({"soft3": {"netdev": "nosuchif9"}}))
+    monkeypatch.setenv("RDMALAB_LINK_FILE", str(f))
+    monkeypatch.setenv("RDMALAB_LINKS", "soft0=eth9")  # what a program would use; `rdmalab link` edits the file
+    assert cli_main(["link", "add", "soft5", "netdev", "lo"]) == 0
+    assert json.loads(f.read_text()) == {"soft3": {"netdev": "nosuchif9"}, "soft5": {"netdev": "lo"}}
+    assert links.read_links() == {"soft0": "eth9"}
