@@ -31,7 +31,7 @@ for cp, m in msgs:  # (the REQ's addresses and ports are exercise 1's: decode th
     print(f"frame {cp.frame_number:2}: CM {m.name} TID={m.tid:#x}")
 
 # %% [markdown]
-# ### Exercise 1. The service
+# ## Exercise 1: the service
 #
 # Which port does the rping server listen on? Take it from the REQ's service ID
 # (`msgs[0][1].body.service_id`): the pictures below show it, so decide first.
