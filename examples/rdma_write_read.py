@@ -26,7 +26,7 @@ rxe device both nodes use it (a loopback run).
 import random
 import struct
 
-import rdmalab.fabric  # noqa: F401  (the soft devices soft0 and soft1 come from the simulated fabric)
+import rdmalab.fabric  # noqa: F401  (soft0 and soft1 are the simulated fabric's; the rxe run drops this line)
 import rdmalab.verbs.enums as e
 from rdmalab.verbs.addr import AHAttr, GlobalRoute
 from rdmalab.verbs.cq import CQ, WC

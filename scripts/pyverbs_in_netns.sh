@@ -2,18 +2,22 @@
 # Run rdma-core's pyverbs suite on rdmalab with a soft device that has a net interface and an
 # address where the suite looks for them (issue 18): the rdma-cm tests run only for a device whose
 # /sys/class/infiniband/<dev>/device/net/ lists an interface (tests/base.py, _get_ip_mac), whose
-# address `ip -j addr show` gives.  No root needed: new user, mount and network namespaces hold
+# address `ip -j addr show` gives.  Run as root or not (a user namespace then): new mount and network namespaces hold
 #   - veth0 10.9.0.1/24 <-> veth1 10.9.0.2/24 (and lo), soft0 linked to veth0 (RDMALAB_LINKS);
 #   - a tmpfs over /sys/class made of symlinks to the real class directories, plus
 #     infiniband/soft0/device/net/veth0 (on a machine without ib_core, /sys/class/infiniband does
 #     not exist and cannot be created, so the whole of /sys/class is shadowed).
 # The suite itself runs unchanged, through scripts/run_pyverbs_suite.py; arguments go to it:
 #   bash scripts/pyverbs_in_netns.sh --only test_rdmacm -v --rxe tests/pyverbs/rxe-6.1-netif-results.json
-# Needs: unshare (util-linux), ip (iproute2), user namespaces enabled.  See docs/rdmacm-tests.md.
+# Needs: unshare (util-linux), ip (iproute2), and root or user namespaces enabled.  See docs/rdmacm-tests.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${RDMALAB_IN_NETNS:-}" != 1 ]; then
-    exec env RDMALAB_IN_NETNS=1 unshare --user --map-root-user --mount --net bash "$0" "$@"
+    # as root, mount and network namespaces are enough (and user namespaces may be disabled);
+    # otherwise a user namespace maps this user to root inside
+    userns=(--user --map-root-user)
+    [ "$(id -u)" = 0 ] && userns=()
+    exec env RDMALAB_IN_NETNS=1 unshare "${userns[@]}" --mount --net bash "$0" "$@"
 fi
 ip link set lo up
 ip link add veth0 type veth peer name veth1

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     collect = _load_collect()
-    import rdmalab.fabric  # noqa: F401 - registers the simulated fabric's soft0/soft1 as the default devices
+    import rdmalab.fabric  # noqa: F401 - not needed to find soft0/soft1 (rdmalab.verbs.providers loads them); kept explicit
     import rdmalab.verbs.pyverbs_alias as alias
 
     only = [x.strip() for x in a.only.split(",") if x.strip()] or None

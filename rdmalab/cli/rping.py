@@ -68,21 +68,14 @@ def run_cli(args: argparse.Namespace, out: TextIO) -> int:
                         size=args.size, verbose=args.verbose, validate=args.validate, debug=args.debug,
                         persistent=args.persistent, self_qp=args.self_qp, timeout=args.timeout)
     if args.netdev:
-        from rdmalab.fabric.links import share
-        from rdmalab.fabric.udp import CarrierError, UdpFabric
-        from rdmalab.verbs.device import set_default_devices
+        from rdmalab.fabric.links import LinkError, use_interface
 
         try:
-            fab = UdpFabric(ifname=args.netdev, name="rdmalab0", poll_wait=0.05)
-        except CarrierError as exc:
+            use_interface(args.netdev, poll_wait=0.05)
+        except LinkError as exc:
             raise Fail(str(exc)) from None
-        share(fab)
-        set_default_devices(lambda: fab)
     try:
         return run(opts, out)
-    except RpingError as exc:
-        print(f"rping: {exc}", file=sys.stderr)
-        return 1
-    except PyverbsRDMAError as exc:
+    except (RpingError, PyverbsRDMAError) as exc:
         print(f"rping: {exc}", file=sys.stderr)
         return 1

@@ -60,16 +60,12 @@ def run_cli(args: argparse.Namespace, out: TextIO) -> int:
         if value is not None and not (flag == "P" and value.lower() == "udp") and not (flag == "c" and value == "1"):
             raise Fail(f"udaddy -{flag} ({why}) is not supported by rdmalab's udaddy")
     if args.netdev:
-        from rdmalab.fabric.links import share
-        from rdmalab.fabric.udp import CarrierError, UdpFabric
-        from rdmalab.verbs.device import set_default_devices
+        from rdmalab.fabric.links import LinkError, use_interface
 
         try:
-            fab = UdpFabric(ifname=args.netdev, name="rdmalab0", poll_wait=0.05)
-        except CarrierError as exc:
+            use_interface(args.netdev, poll_wait=0.05)
+        except LinkError as exc:
             raise Fail(str(exc)) from None
-        share(fab)
-        set_default_devices(lambda: fab)
     opts = UdaddyOptions(server_addr=args.server, bind_addr=args.bind, port=args.port, count=args.count,
                          size=args.size, check=args.check, timeout=args.timeout)
     try:

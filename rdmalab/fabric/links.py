@@ -33,6 +33,7 @@ from typing import Any
 from rdmalab.fabric import background
 from rdmalab.fabric.shared import SharedDevice
 from rdmalab.fabric.udp import CarrierError, UdpFabric, interface_ipv4
+from rdmalab.verbs.device import set_default_devices
 from rdmalab.verbs.engine.node import SoftDevice
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
@@ -164,6 +165,18 @@ def share(fab: UdpFabric) -> SharedDevice:
 
 
 _shared: list[tuple[UdpFabric, SharedDevice]] = []
+
+
+def use_interface(ifname: str, name: str = "rdmalab0", **udp_options: Any) -> UdpFabric:
+    """A soft device on ``ifname`` for this run only, shared as a linked one (:func:`share`), made the
+    devices ``get_device_list()`` offers: what the tools' ``--netdev`` / ``-d NETDEV`` options do."""
+    try:
+        fab = UdpFabric(ifname=ifname, name=name, **udp_options)
+    except CarrierError as exc:
+        raise LinkError(str(exc)) from None
+    share(fab)
+    set_default_devices(lambda: fab)
+    return fab
 
 
 def _after_fork_in_child() -> None:

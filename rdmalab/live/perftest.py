@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from rdmalab.fabric.links import share
+from rdmalab.fabric.links import LinkError, use_interface
 from rdmalab.fabric.udp import UdpFabric, check_permission, interface_of
 from rdmalab.live.oob import PERF_RECORD, Channel, PerfDest, connect, listen
 from rdmalab.verbs import enums as e
@@ -48,7 +48,7 @@ from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
 from rdmalab.verbs.cm_enums import RAI_PASSIVE, rdma_cm_event_type
 from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, event_str
 from rdmalab.verbs.cq import CQ
-from rdmalab.verbs.device import Context, _fabric, get_device_list, set_default_devices
+from rdmalab.verbs.device import Context, _fabric, get_device_list
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pd import PD
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
@@ -706,11 +706,10 @@ def _event(ch: CMEventChannel, cmid: CMID | None, kinds: tuple[int, ...], what: 
 def _cm_device(opts: PerftestOptions) -> Any:
     """The soft device rdma_cm will use: one made on ``-d NETDEV`` for this run, else the linked devices."""
     if opts.ifname:
-        fab = UdpFabric(opts.ifname, name="rdmalab0", poll_wait=0.0, pcap=opts.pcap,
-                        seed=random.SystemRandom().getrandbits(32))
-        share(fab)
-        set_default_devices(lambda: fab)
-        return fab
+        try:
+            return use_interface(opts.ifname, poll_wait=0.0, pcap=opts.pcap, seed=random.SystemRandom().getrandbits(32))
+        except LinkError as exc:
+            raise PerftestError(str(exc)) from None
     try:
         devs = get_device_list()
     except PyverbsRDMAError as exc:

@@ -45,7 +45,7 @@ def pyverbs_source(path: Path = PROGRAM) -> str:
     """The program's text with ``rdmalab.verbs`` imports changed to ``pyverbs`` and the soft-only
     ``import rdmalab.fabric`` line removed (nothing else changes)."""
     text = path.read_text()
-    # the one soft-only line: it registers the simulated fabric's devices; pyverbs has the kernel's
+    # the one soft-only line: it names the simulated fabric; pyverbs has the kernel's devices
     text = re.sub(r"^import rdmalab\.fabric\b.*\n", "", text, flags=re.M)
     new = re.sub(r"^import rdmalab\.verbs\.enums as e$", "import pyverbs.enums as e", text, flags=re.M)
     new = re.sub(r"^from rdmalab\.verbs\.", "from pyverbs.", new, flags=re.M)
@@ -150,7 +150,7 @@ def run(name: str, *, backend: str = "soft", size: int = 4096, seed: int = 1, lo
 
 
 def _run_soft(name: str, size: int, seed: int, loss: float, iters: int) -> ScenarioResult:
-    # lazy: importing rdmalab.fabric registers the soft devices; only the soft backend wants that
+    # lazy: the simulated fabric is only the soft backend's
     from rdmalab.fabric.sim import Fabric, reset_default_fabric
     from rdmalab.live.programs import lab_ops
 

@@ -29,6 +29,7 @@ from rdmalab.verbs.addr import AH
 from rdmalab.verbs.cm_enums import RAI_PASSIVE, RDMA_PS_UDP, rdma_cm_event_type
 from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, UDParam
 from rdmalab.verbs.cq import CQ
+from rdmalab.verbs.engine.cm import RDMA_UDP_QKEY
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.qp import QPCap, QPInitAttr
@@ -36,7 +37,7 @@ from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 
 EV = rdma_cm_event_type
 GRH = 40
-QKEY = 0x01234567
+QKEY = RDMA_UDP_QKEY
 
 
 class UdaddyError(Exception):

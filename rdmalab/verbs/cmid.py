@@ -56,6 +56,7 @@ from rdmalab.verbs.cq import CQ
 from rdmalab.verbs.device import MAX_QP_RD_ATOM, Context, _fabric
 from rdmalab.verbs.engine import cm as ibcm
 from rdmalab.verbs.engine.node import SoftDevice
+from rdmalab.verbs.engine.packet import MCAST_QPN
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pd import PD
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
@@ -588,9 +589,7 @@ class CMID:
             raise PyverbsRDMAError("Failed to get QP attributes: the connection has no REQ yet", errno.EINVAL)
         assert self.device is not None and self.dst_addr is not None
         mtu = min(req.path_mtu, e.bytes_to_mtu(self.device.active_mtu))
-        ah = AHAttr(port_num=1, is_global=1,
-                    gr=GlobalRoute(dgid=GID(_gid_text(0xFFFF00000000 | int(ipaddress.IPv4Address(self.dst_addr)))),
-                                   sgid_index=1, hop_limit=64))
+        ah = _ah_to(self.dst_addr)
         active = self.conn is not None and self.conn.active
         if active:
             if not isinstance(rep, w.CMRep):
@@ -844,9 +843,7 @@ class CMID:
         elif kind == "sidr_rep":
             if info.get("status") == ibcm.SIDR_SUCCESS:
                 assert self.dst_addr is not None
-                ah = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(
-                    dgid=GID(_gid_text(0xFFFF00000000 | int(ipaddress.IPv4Address(self.dst_addr)))), sgid_index=1,
-                    hop_limit=64))
+                ah = _ah_to(self.dst_addr)
                 self.remote_qpn = info["qpn"]
                 self.state = "established"
                 self._post(EV.RDMA_CM_EVENT_ESTABLISHED, ud=(info["qpn"], info["qkey"], ah), private_data=pd)
@@ -945,8 +942,7 @@ class CMID:
         if self.qp is not None:
             self.qp.attach_mcast(mgid)
         self._groups.add(group)
-        ah = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=GID(_gid_text(mgid)), sgid_index=1, hop_limit=64))
-        self._post(EV.RDMA_CM_EVENT_MULTICAST_JOIN, ud=(ibcm.MCAST_QPN, ibcm.RDMA_UDP_QKEY, ah))
+        self._post(EV.RDMA_CM_EVENT_MULTICAST_JOIN, ud=(MCAST_QPN, ibcm.RDMA_UDP_QKEY, _ah_to(group)))
 
     def leave_multicast(self, addr: AddrInfo) -> None:
         """``rdma_leave_multicast``: the QP detached, the IP group left."""
@@ -1002,9 +998,11 @@ def e_max_rd() -> int:
     return MAX_QP_RD_ATOM
 
 
-def _gid_text(gid: int) -> str:
-    h = f"{gid:032x}"
-    return ":".join(h[i:i + 4] for i in range(0, 32, 4))
+def _ah_to(ipv4: str) -> AHAttr:
+    """The address handle rdma_cm gives for an IPv4 peer or group on RoCE: GRH to its IPv4-mapped GID,
+    source GID index 1, hop limit 64."""
+    gid = GID.from_int(0xFFFF00000000 | int(ipaddress.IPv4Address(ipv4)))
+    return AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=gid, sgid_index=1, hop_limit=64))
 
 
 def _flow_label(sport: int, dport: int) -> int:

@@ -31,9 +31,10 @@ def _why_not() -> str | None:
     for tool in ("unshare", "ip"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
-    r = subprocess.run(["unshare", "--user", "--map-root-user", "--net", "true"], capture_output=True)
+    userns = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]  # as scripts/pyverbs_in_netns.sh does
+    r = subprocess.run(["unshare", *userns, "--mount", "--net", "true"], capture_output=True)
     if r.returncode != 0:
-        return f"user and network namespaces are not available here: {r.stderr.decode().strip()}"
+        return f"mount and network namespaces are not available here: {r.stderr.decode().strip()}"
     return None
 
 

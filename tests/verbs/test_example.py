@@ -21,7 +21,7 @@ def test_lab_script_runs_on_the_soft_engine(capsys: pytest.CaptureFixture[str]) 
 
 def test_lab_script_imports_only_pyverbs_shaped_modules() -> None:
     imports = [ln for ln in SCRIPT.read_text().splitlines() if ln.startswith(("import rdmalab", "from rdmalab"))]
-    # one line picks the carrier (the simulated fabric registers soft0/soft1); the rxe run drops it
+    # one line names the carrier (the simulated fabric, which offers soft0/soft1); the rxe run drops it
     carrier = [ln for ln in imports if not ln.startswith(("import rdmalab.verbs", "from rdmalab.verbs"))]
     assert [ln.split("#")[0].strip() for ln in carrier] == ["import rdmalab.fabric"]
     imports = [ln for ln in imports if ln not in carrier]

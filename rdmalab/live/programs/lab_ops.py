@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-import rdmalab.fabric  # noqa: F401  (soft engine only: registers soft0/soft1; pyverbs_source drops it)
+import rdmalab.fabric  # noqa: F401  (soft engine only: the simulated fabric; pyverbs_source drops it)
 import rdmalab.verbs.enums as e
 from rdmalab.verbs.addr import AHAttr, GlobalRoute
 from rdmalab.verbs.cq import CQ

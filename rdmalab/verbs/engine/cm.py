@@ -72,7 +72,6 @@ MAX_CM_RETRIES = 15
 MRA_SERVICE_TIMEOUT = 24  # CMA_CM_MRA_SETTING's timeout (cma.c l.49)
 SIDR_TIMEOUT = 20  # cma_resolve_ib_udp: 1 << (20 - 8) ms
 RDMA_UDP_QKEY = 0x01234567  # include/rdma/rdma_cm_ib.h
-MCAST_QPN = 0xFFFFFF  # IBA Vol 1 9.8.1: what a multicast UD SEND is addressed to
 SIDR_SUCCESS, SIDR_UNSUPPORTED, SIDR_REJECT = 0, 1, 2
 
 

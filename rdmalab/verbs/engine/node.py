@@ -21,7 +21,7 @@ from typing import Any
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import cnp
 from rdmalab.verbs.engine.carrier import Carrier, Datagram, Scheduler, TimerHandle
-from rdmalab.verbs.engine.packet import INFO, Pkt, from_datagram, from_frame
+from rdmalab.verbs.engine.packet import INFO, MCAST_QPN, Pkt, from_datagram, from_frame
 from rdmalab.verbs.engine.trace import TraceEvent
 from rdmalab.wire.opcodes import CNP_OPCODE, Transport
 
@@ -33,9 +33,6 @@ def eui64_gid(mac: int) -> int:
     b = mac.to_bytes(6, "big")
     eui = bytes([b[0] ^ 0x02]) + b[1:3] + b"\xff\xfe" + b[3:]
     return (0xFE80 << 112) | int.from_bytes(eui, "big")
-
-
-MCAST_QPN = 0xFFFFFF  # IBA Vol 1 9.8.1: the destination QP of every multicast packet
 
 
 class SoftDevice:

@@ -28,6 +28,7 @@ from rdmalab.wire.net import UDP, Ethernet, IPv4, IPv6
 from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, OpcodeInfo, Pos, Transport, find_opcode
 
 PSN_MASK = 0xFFFFFF
+MCAST_QPN = 0xFFFFFF  # IBA Vol 1 9.8.1: the destination QP of every multicast packet
 ROCE_OVERHEAD = 14 + 20 + 8 + 12 + 4  # Ethernet, IPv4, UDP, BTH, ICRC
 _ids = itertools.count(1)
 
