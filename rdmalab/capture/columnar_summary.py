@@ -15,6 +15,7 @@ holds the two paths to the same bytes on every capture in ``captures/`` and on d
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -180,8 +181,9 @@ class _Taken(dict[str, np.ndarray]):
         return v
 
 
-def _fast_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tuple[bytes, np.ndarray]:
-    """The lines of ``rows`` (each ending in a newline) and where each starts in that text."""
+def _column_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tuple[bytes, np.ndarray]:
+    """The lines of ``rows`` (each ending in a newline) and where each starts in that text, formatted
+    column by column."""
     d, L = c.data, c.layers
     n = len(rows)
     if n == 0:
@@ -236,6 +238,206 @@ def _fast_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tup
     return m.tobytes().translate(None, b"\0"), starts
 
 
+# ---------------------------------------------------------------------------- lines from templates
+# Most of a line takes few values in a capture: the addresses, the frame length, the opcode and
+# QP, the flags, the AETH syndrome, the R_Key and DMA length, the Q_Key and source QP, the payload
+# length, a bad ICRC.  The rows of a block are grouped by all of these at once (a 64-bit hash of
+# them, each group checked field by field), each group's text is formatted once in Python, and
+# every line is the group's literal pieces with the numbers that change from packet to packet
+# (frame number, time, PSN, VA, swap/compare data, MSN, immediate data) put between them:
+#
+#   frame time L0 PSN L1 VA L2 swap L3 cmp L4 MSN L5 imm L6
+#
+# L0..L6 (each possibly empty) follow rdmalab.wire.packet.Packet.summary's order; a number a
+# packet does not carry is simply absent from its line.  A block with too many groups (QPs or
+# lengths that change with every packet) is formatted column by column (_column_text) instead.
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _groups(keys: list[np.ndarray], most: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Rows with equal values in every one of ``keys`` (uint64 arrays): (a row of each group, each
+    row's group), or None when there are more than ``most`` groups or two groups share a hash."""
+    h = np.zeros(len(keys[0]), dtype=np.uint64)
+    for k in keys:
+        h ^= k
+        h *= _MIX  # wraps modulo 2**64, as a hash should
+        h ^= h >> np.uint64(29)
+    uniq, inv = np.unique(h, return_inverse=True)
+    if len(uniq) > most:
+        return None
+    rep = np.empty(len(uniq), dtype=np.intp)
+    rep[inv] = np.arange(len(h))
+    for k in keys:  # a hash shared by two different keys: format the block column by column
+        if not np.array_equal(k[rep][inv], k):
+            return None
+    return rep, inv
+
+
+def _literal_table(texts: list[bytes]) -> np.ndarray:
+    w = max((len(t) for t in texts), default=0)
+    if w == 0:
+        return np.zeros((len(texts), 0), dtype=np.uint8)
+    return np.frombuffer(b"".join(t.ljust(w, b"\0") for t in texts), dtype=np.uint8).reshape(len(texts), w)
+
+
+#: group key -> its literal pieces (L0..L6); bounded
+_TEMPLATES: dict[tuple[int, ...], tuple[bytes, ...]] = {}
+_FLAG_WORDS = [b"".join(w for bit, w in ((1, b" A"), (2, b" SE"), (4, b" FECN"), (8, b" BECN")) if f & bit)
+               for f in range(16)]
+
+
+def _template(src: str, dst: str, length: int, opcode: int, flags: int, bad: int, synd: int, has: int, qp: int,
+              pay: int, rkey: int, dmalen: int, qkey: int, srcqp: int) -> tuple[bytes, ...]:
+    """The literal pieces L0..L6 of one group's lines (see above); ``has`` the headers the opcode
+    carries: 1 RETH, 2 AtomicETH, 4 AETH, 8 DETH, 16 ImmDt."""
+    head = f" {src:>15} \u2192 {dst:<15} {'RRoCE':<10} {length:5d} {opcode_name(opcode)} QP=0x{qp:06x} PSN="
+    l1 = _FLAG_WORDS[flags] + (b" VA=0x" if has & 3 else b"")
+    l2 = (f" rkey=0x{rkey:x} len={dmalen}" if has & 1 else f" rkey=0x{rkey:x} swap/add=0x" if has & 2 else "")
+    l4 = f" [{_SYNDROME[synd]}] MSN=" if has & 4 else ""
+    l5 = (f" QKey=0x{qkey:08x} SrcQP=0x{srcqp:06x}" if has & 8 else "") + (" Imm=0x" if has & 16 else "")
+    l6 = (f" payload={pay}" if pay else "") + (" [BAD ICRC]" if bad else "") + "\n"
+    return (head.encode(), l1, l2.encode(), b" cmp=0x" if has & 2 else b"", l4.encode(), l5.encode(), l6.encode())
+
+
+def _template_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> bytes | None:
+    """The lines of ``rows`` built from group templates, or None when the block has too many groups."""
+    d, L = c.data, c.layers
+    n = len(rows)
+    get = _Taken(d, rows)
+    u64 = np.uint64
+    has_r, has_a = L["infiniband.reth"][rows], L["infiniband.atomiceth"][rows]
+    has_k, has_d, has_i = L["infiniband.aeth"][rows], L["infiniband.deth"][rows], L["infiniband.immdt"][rows]
+    if (has_r & has_a).any() or ((has_r | has_a) & has_k).any():
+        return None  # no opcode carries these together; the layout above assumes it
+    has = (has_r.astype(u64) | has_a.astype(u64) << u64(1) | has_k.astype(u64) << u64(2)
+           | has_d.astype(u64) << u64(3) | has_i.astype(u64) << u64(4))
+    v6 = L["ipv6"][rows]
+    wire = blk.wirelen[rows]
+    length = np.where(wire != 0, wire, blk.caplen[rows]).astype(u64)
+    flags = (get["infiniband.bth.a"].astype(u64) | get["infiniband.bth.se"].astype(u64) << u64(1)
+             | get["rdmalab.bth.fecn"].astype(u64) << u64(2) | get["rdmalab.bth.becn"].astype(u64) << u64(3))
+    bad = (get["rdmalab.icrc.ok"] == 2).astype(u64)
+    synd = np.where(has_k, get["infiniband.aeth.syndrome"], 0).astype(u64)
+    opcode = get["infiniband.bth.opcode"].astype(u64)
+    b = (length | opcode << u64(32) | flags << u64(40) | bad << u64(44) | synd << u64(45) | has << u64(53)
+         | v6.astype(u64) << u64(58))
+    qp = get["infiniband.bth.destqp"].astype(u64)
+    pay = get["rdmalab.payload.len"].astype(u64)
+    e = qp | pay << u64(24)
+    has_va = has_r | has_a
+    rkey = np.where(has_va, get["infiniband.reth.r_key"], 0).astype(u64)
+    dmalen = np.where(has_r, get["infiniband.reth.dmalen"], 0).astype(u64)
+    cc = rkey | dmalen << u64(32)
+    qkey = np.where(has_d, get["infiniband.deth.q_key"], 0).astype(u64)
+    srcqp = np.where(has_d, get["infiniband.deth.srcqp"], 0).astype(u64)
+    dd = qkey | srcqp << u64(32)
+    src4 = np.where(v6, 0, get["ip.src"]).astype(u64)
+    dst4 = np.where(v6, 0, get["ip.dst"]).astype(u64)
+    keys = [src4 << u64(32) | dst4, b, e, cc, dd]
+    if v6.any():
+        for end in ("ipv6.src", "ipv6.dst"):
+            words = np.ascontiguousarray(get[end]).view(np.uint64).reshape(n, 2)
+            keys += [np.where(v6, words[:, 0], 0), np.where(v6, words[:, 1], 0)]
+    got = _groups(keys, max(64, n // 8))
+    if got is None:
+        return None
+    rep, inv = got
+    # one template a group, formatted in Python (and remembered from block to block)
+    vals = [k[rep].tolist() for k in keys]
+    lit: list[list[bytes]] = [[] for _ in range(7)]
+    v6_names: dict[bytes, str] = {}
+
+    def ip6(a: bytes) -> str:
+        text = v6_names.get(a)
+        if text is None:
+            import ipaddress
+
+            text = v6_names[a] = str(ipaddress.IPv6Address(a))
+        return text
+
+    for key in zip(*vals, strict=True):
+        t = _TEMPLATES.get(key)
+        if t is None:
+            addr, bb, ee, c2, d2 = key[:5]
+            if (bb >> 58) & 1:
+                s6 = key[5].to_bytes(8, sys.byteorder) + key[6].to_bytes(8, sys.byteorder)
+                d6 = key[7].to_bytes(8, sys.byteorder) + key[8].to_bytes(8, sys.byteorder)
+                src, dst = ip6(s6), ip6(d6)
+            else:
+                s, t4 = (addr >> 32) & 0xFFFFFFFF, addr & 0xFFFFFFFF
+                src = f"{s >> 24}.{(s >> 16) & 255}.{(s >> 8) & 255}.{s & 255}"
+                dst = f"{t4 >> 24}.{(t4 >> 16) & 255}.{(t4 >> 8) & 255}.{t4 & 255}"
+            t = _template(src, dst, bb & 0xFFFFFFFF, (bb >> 32) & 255, (bb >> 40) & 15, (bb >> 44) & 1,
+                          (bb >> 45) & 255, (bb >> 53) & 31, ee & 0xFFFFFF, ee >> 24, c2 & 0xFFFFFFFF, c2 >> 32,
+                          d2 & 0xFFFFFFFF, d2 >> 32)
+            if len(_TEMPLATES) >= 1 << 16:
+                _TEMPLATES.clear()
+            _TEMPLATES[key] = t
+        for i in range(7):
+            lit[i].append(t[i])
+    tables = [_literal_table(x) for x in lit]
+    # the numbers, each as a byte matrix (0: no character), for the rows that carry them
+    fr = get["frame.number"]
+    frame = _dec(fr, max(5, len(str(int(fr.max())))))
+    tail = frame[:, -5:]
+    tail[tail == 0] = 32  # %5d: spaces in front of a short number
+    va_rows = np.flatnonzero(has_va)
+    at_rows = np.flatnonzero(has_a)
+    k_rows = np.flatnonzero(has_k)
+    i_rows = np.flatnonzero(has_i)
+    slots: list[tuple[np.ndarray | None, np.ndarray]] = [
+        (None, frame), (None, _const(" ", n)), (None, _seconds(blk.seconds()[rows] - t0)), (None, tables[0][inv]),
+        (None, _dec(get["infiniband.bth.psn"])), (None, tables[1][inv])]
+    if len(va_rows):
+        slots.append((va_rows, _varhex(get["infiniband.reth.va"][va_rows])))
+    slots.append((None, tables[2][inv]))
+    if len(at_rows):
+        slots.append((at_rows, _varhex(get["infiniband.atomiceth.swapdt"][at_rows])))
+        slots.append((None, tables[3][inv]))
+        slots.append((at_rows, _varhex(get["infiniband.atomiceth.cmpdt"][at_rows])))
+    slots.append((None, tables[4][inv]))
+    if len(k_rows):
+        slots.append((k_rows, _dec(get["infiniband.aeth.msn"][k_rows])))
+    slots.append((None, tables[5][inv]))
+    if len(i_rows):
+        slots.append((i_rows, _hex(get["infiniband.immdt"][i_rows].astype(u64), 8, prefix=False)))
+    slots.append((None, tables[6][inv]))
+    width = sum(m.shape[1] for _, m in slots)
+    out = np.zeros((n, width), dtype=np.uint8)
+    at = 0
+    for which, m in slots:
+        w = m.shape[1]
+        if w:
+            if which is None:
+                out[:, at:at + w] = m
+            else:
+                out[which, at:at + w] = m
+            at += w
+    # bytes.translate deletes the 0 bytes in one C pass
+    text: bytes = out.tobytes().translate(None, b"\0")
+    return text
+
+
+def _fast_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float, starts: bool = True) -> tuple[bytes, np.ndarray | None]:
+    """The lines of ``rows`` (each ending in a newline) and, when ``starts``, where each starts in that text."""
+    if len(rows) == 0:
+        return b"", np.zeros(1, dtype=np.int64)
+    text = _template_text(blk, c, rows, t0) if _USE_TEMPLATES else None
+    if text is None:
+        return _column_text(blk, c, rows, t0)
+    if not starts:
+        return text, None
+    nl = np.frombuffer(text, dtype=np.uint8) == 10
+    at = np.zeros(len(rows) + 1, dtype=np.int64)
+    at[1:] = np.flatnonzero(nl) + 1
+    return text, at
+
+
+#: False: every block formatted column by column (a test compares the two ways)
+_USE_TEMPLATES = True
+
+
 @dataclass(slots=True)
 class _BlockText:
     """One block's lines: the text of the frames formatted from columns, and the frames left for
@@ -243,7 +445,7 @@ class _BlockText:
 
     first: int
     text: bytes
-    starts: np.ndarray  # where each fast line starts in text (and its end)
+    starts: np.ndarray | None  # where each fast line starts in text (and its end); None: no slow frames
     rows: np.ndarray  # the rows of those lines, ascending
     slow: list[tuple[int, float, int, bytes, int, int]]
 
@@ -257,13 +459,15 @@ def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int) -> _BlockText:
         rows = np.flatnonzero(fast & np.asarray(flt.mask(cols, cols.present, cols.n)))
     else:
         rows = np.flatnonzero(fast)
-    text, starts = _fast_text(blk, cols, rows, t0)
-    secs, ifs = blk.seconds(), blk.interfaces()
     slow = []
-    for j in np.flatnonzero(~fast[:n]).tolist():
-        off, cap = int(blk.offset[j]), int(blk.caplen[j])
-        slow.append((j, float(secs[j]), int(blk.linktype[j]), bytes(blk.buf[off:off + cap]), int(blk.wirelen[j]),
-                     int(ifs[j])))
+    others = np.flatnonzero(~fast[:n])
+    if len(others):
+        secs, ifs = blk.seconds(), blk.interfaces()
+        for j in others.tolist():
+            off, cap = int(blk.offset[j]), int(blk.caplen[j])
+            slow.append((j, float(secs[j]), int(blk.linktype[j]), bytes(blk.buf[off:off + cap]),
+                         int(blk.wirelen[j]), int(ifs[j])))
+    text, starts = _fast_text(blk, cols, rows, t0, starts=bool(slow))
     return _BlockText(blk.first, text, starts, rows, slow)
 
 
@@ -337,7 +541,18 @@ def summary_lines(path: str | os.PathLike[str], *, count: int | None = None, flt
                   block_bytes: int = 4 << 20, workers: int | None = 1,
                   parallel_min_bytes: int = 32 << 20) -> Iterator[str]:
     """The text of ``rdmalab decode -r FILE`` (one summary line a frame, each ending in a newline),
-    in pieces.  ``flt`` is the compiled display filter ``filter_expr`` (or None); its fields must
+    in pieces: :func:`summary_bytes`, decoded."""
+    for piece in summary_bytes(path, count=count, flt=flt, filter_expr=filter_expr, lenient=lenient, iwarp=iwarp,
+                               block_bytes=block_bytes, workers=workers, parallel_min_bytes=parallel_min_bytes):
+        yield piece.decode()
+
+
+def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt: Any = None,
+                  filter_expr: str | None = None, lenient: bool = True, iwarp: bool = True,
+                  block_bytes: int = 4 << 20, workers: int | None = 1,
+                  parallel_min_bytes: int = 32 << 20) -> Iterator[bytes]:
+    """The text of ``rdmalab decode -r FILE`` (one summary line a frame, each ending in a newline),
+    UTF-8, in pieces.  ``flt`` is the compiled display filter ``filter_expr`` (or None); its fields must
     all be columns.
 
     ``workers`` (None: one fewer than the cores) above 1 renders the blocks of a plain pcap file
@@ -365,14 +580,19 @@ def summary_lines(path: str | os.PathLike[str], *, count: int | None = None, flt
         blocks = _sequential(p, block_bytes, count, flt)
     for bt, t0 in blocks:
         text, starts, rows = bt.text, bt.starts, bt.rows
-        out: list[str] = []
+        if not bt.slow:
+            if text:
+                yield text
+            continue
+        assert starts is not None
+        out: list[bytes] = []
         done = 0  # fast rows written
         failed: BaseException | None = None
         try:
             cut = np.searchsorted(rows, [j for j, *_ in bt.slow]).tolist()
             for (j, ts, lt, data, wire, iface), upto in zip(bt.slow, cut, strict=True):
                 if upto > done:
-                    out.append(text[starts[done]:starts[upto]].decode())
+                    out.append(text[starts[done]:starts[upto]])
                     done = upto
                 key = (lt, data)
                 parts = seen.get(key) if flt is None else None
@@ -386,7 +606,7 @@ def summary_lines(path: str | os.PathLike[str], *, count: int | None = None, flt
                             windows.window(cp.packet)
                             line = summary_line(cp, t0)
                         if flt is None or flt(frame_fields(cp, windows=windows)):
-                            out.append(line + "\n")
+                            out.append((line + "\n").encode())
                         continue
                     if flt is not None and not flt(frame_fields(cp, windows=windows)):
                         continue
@@ -395,14 +615,14 @@ def summary_lines(path: str | os.PathLike[str], *, count: int | None = None, flt
                         if len(seen) >= 4096:
                             seen.clear()
                         seen[key] = parts
-                out.append(format_summary(bt.first + j, ts - t0, parts[0], parts[1], parts[2], wire or len(data),
-                                          parts[3]) + "\n")
+                out.append((format_summary(bt.first + j, ts - t0, parts[0], parts[1], parts[2], wire or len(data),
+                                           parts[3]) + "\n").encode())
         except Exception as err:  # the lines before the frame that failed, then the error
             failed = err
         if failed is None and done < len(rows):
-            out.append(text[starts[done]:].decode())
+            out.append(text[starts[done]:])
         if out:
-            yield "".join(out)
+            yield b"".join(out)
         if failed is not None:
             raise failed
 
