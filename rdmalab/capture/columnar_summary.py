@@ -244,12 +244,14 @@ def _column_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> t
 # length, a bad ICRC.  The rows of a block are grouped by all of these at once (a 64-bit hash of
 # them, each group checked field by field), each group's text is formatted once in Python, and
 # every line is the group's literal pieces with the numbers that change from packet to packet
-# (frame number, time, PSN, VA, swap/compare data, MSN, immediate data) put between them:
+# (frame number, time, PSN, and after it the VA, swap/compare data, MSN and immediate data that
+# packet carries, at most three of them) put between them:
 #
-#   frame time L0 PSN L1 VA L2 swap L3 cmp L4 MSN L5 imm L6
+#   frame time L0 PSN L1 X1 L2 X2 L3 X3 L4
 #
-# L0..L6 (each possibly empty) follow rdmalab.wire.packet.Packet.summary's order; a number a
-# packet does not carry is simply absent from its line.  A block with too many groups (QPs or
+# in rdmalab.wire.packet.Packet.summary's order; X1..X3 are the packet's own numbers after the
+# PSN (an RDMA WRITE with immediate: VA, Imm; an atomic: VA, swap/add, compare; an ACK: MSN), and
+# L1..L4 the text between them (empty past the last).  A block with too many groups (QPs or
 # lengths that change with every packet) is formatted column by column (_column_text) instead.
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)
@@ -289,15 +291,29 @@ _FLAG_WORDS = [b"".join(w for bit, w in ((1, b" A"), (2, b" SE"), (4, b" FECN"),
 
 def _template(src: str, dst: str, length: int, opcode: int, flags: int, bad: int, synd: int, has: int, qp: int,
               pay: int, rkey: int, dmalen: int, qkey: int, srcqp: int) -> tuple[bytes, ...]:
-    """The literal pieces L0..L6 of one group's lines (see above); ``has`` the headers the opcode
+    """The literal pieces L0..L4 of one group's lines (see above); ``has`` the headers the opcode
     carries: 1 RETH, 2 AtomicETH, 4 AETH, 8 DETH, 16 ImmDt."""
     head = f" {src:>15} \u2192 {dst:<15} {'RRoCE':<10} {length:5d} {opcode_name(opcode)} QP=0x{qp:06x} PSN="
-    l1 = _FLAG_WORDS[flags] + (b" VA=0x" if has & 3 else b"")
-    l2 = (f" rkey=0x{rkey:x} len={dmalen}" if has & 1 else f" rkey=0x{rkey:x} swap/add=0x" if has & 2 else "")
-    l4 = f" [{_SYNDROME[synd]}] MSN=" if has & 4 else ""
-    l5 = (f" QKey=0x{qkey:08x} SrcQP=0x{srcqp:06x}" if has & 8 else "") + (" Imm=0x" if has & 16 else "")
-    l6 = (f" payload={pay}" if pay else "") + (" [BAD ICRC]" if bad else "") + "\n"
-    return (head.encode(), l1, l2.encode(), b" cmp=0x" if has & 2 else b"", l4.encode(), l5.encode(), l6.encode())
+    segs = [head.encode()]
+    cur = _FLAG_WORDS[flags].decode()
+    if has & 1:
+        segs.append((cur + " VA=0x").encode())
+        cur = f" rkey=0x{rkey:x} len={dmalen}"
+    if has & 2:
+        segs.append((cur + " VA=0x").encode())
+        segs.append(f" rkey=0x{rkey:x} swap/add=0x".encode())
+        segs.append(b" cmp=0x")
+        cur = ""
+    if has & 4:
+        segs.append((cur + f" [{_SYNDROME[synd]}] MSN=").encode())
+        cur = ""
+    if has & 8:
+        cur += f" QKey=0x{qkey:08x} SrcQP=0x{srcqp:06x}"
+    if has & 16:
+        segs.append((cur + " Imm=0x").encode())
+        cur = ""
+    segs.append((cur + (f" payload={pay}" if pay else "") + (" [BAD ICRC]" if bad else "") + "\n").encode())
+    return tuple(segs) + (b"",) * (5 - len(segs))
 
 
 def _template_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> bytes | None:
@@ -308,7 +324,7 @@ def _template_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) ->
     u64 = np.uint64
     has_r, has_a = L["infiniband.reth"][rows], L["infiniband.atomiceth"][rows]
     has_k, has_d, has_i = L["infiniband.aeth"][rows], L["infiniband.deth"][rows], L["infiniband.immdt"][rows]
-    if (has_r & has_a).any() or ((has_r | has_a) & has_k).any():
+    if (has_r & has_a).any() or ((has_r | has_a) & has_k).any() or (has_a & has_i).any():
         return None  # no opcode carries these together; the layout above assumes it
     has = (has_r.astype(u64) | has_a.astype(u64) << u64(1) | has_k.astype(u64) << u64(2)
            | has_d.astype(u64) << u64(3) | has_i.astype(u64) << u64(4))
@@ -339,13 +355,13 @@ def _template_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) ->
         for end in ("ipv6.src", "ipv6.dst"):
             words = np.ascontiguousarray(get[end]).view(np.uint64).reshape(n, 2)
             keys += [np.where(v6, words[:, 0], 0), np.where(v6, words[:, 1], 0)]
-    got = _groups(keys, max(64, n // 8))
+    got = _groups(keys, max(64, n // _GROUPS_PER_ROW))
     if got is None:
         return None
     rep, inv = got
     # one template a group, formatted in Python (and remembered from block to block)
     vals = [k[rep].tolist() for k in keys]
-    lit: list[list[bytes]] = [[] for _ in range(7)]
+    lit: list[list[bytes]] = [[] for _ in range(5)]
     v6_names: dict[bytes, str] = {}
 
     def ip6(a: bytes) -> str:
@@ -374,7 +390,7 @@ def _template_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) ->
             if len(_TEMPLATES) >= 1 << 16:
                 _TEMPLATES.clear()
             _TEMPLATES[key] = t
-        for i in range(7):
+        for i in range(5):
             lit[i].append(t[i])
     tables = [_literal_table(x) for x in lit]
     # the numbers, each as a byte matrix (0: no character), for the rows that carry them
@@ -382,38 +398,47 @@ def _template_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) ->
     frame = _dec(fr, max(5, len(str(int(fr.max())))))
     tail = frame[:, -5:]
     tail[tail == 0] = 32  # %5d: spaces in front of a short number
+    # X1..X3: where each number of a row goes
+    imm_at = 1 + has_va.astype(np.int8) + 2 * has_a.astype(np.int8) + has_k.astype(np.int8)
+    xs: list[list[tuple[np.ndarray, np.ndarray]]] = [[], [], []]
     va_rows = np.flatnonzero(has_va)
+    if len(va_rows):
+        xs[0].append((va_rows, _varhex(get["infiniband.reth.va"][va_rows])))
     at_rows = np.flatnonzero(has_a)
+    if len(at_rows):
+        xs[1].append((at_rows, _varhex(get["infiniband.atomiceth.swapdt"][at_rows])))
+        xs[2].append((at_rows, _varhex(get["infiniband.atomiceth.cmpdt"][at_rows])))
     k_rows = np.flatnonzero(has_k)
+    if len(k_rows):
+        xs[0].append((k_rows, _dec(get["infiniband.aeth.msn"][k_rows])))
     i_rows = np.flatnonzero(has_i)
+    if len(i_rows):
+        imm = _hex(get["infiniband.immdt"][i_rows].astype(u64), 8, prefix=False)
+        for x in (1, 2, 3):
+            sel = imm_at[i_rows] == x
+            if sel.any():
+                xs[x - 1].append((i_rows[sel], imm[sel]))
     slots: list[tuple[np.ndarray | None, np.ndarray]] = [
         (None, frame), (None, _const(" ", n)), (None, _seconds(blk.seconds()[rows] - t0)), (None, tables[0][inv]),
         (None, _dec(get["infiniband.bth.psn"])), (None, tables[1][inv])]
-    if len(va_rows):
-        slots.append((va_rows, _varhex(get["infiniband.reth.va"][va_rows])))
-    slots.append((None, tables[2][inv]))
-    if len(at_rows):
-        slots.append((at_rows, _varhex(get["infiniband.atomiceth.swapdt"][at_rows])))
-        slots.append((None, tables[3][inv]))
-        slots.append((at_rows, _varhex(get["infiniband.atomiceth.cmpdt"][at_rows])))
-    slots.append((None, tables[4][inv]))
-    if len(k_rows):
-        slots.append((k_rows, _dec(get["infiniband.aeth.msn"][k_rows])))
-    slots.append((None, tables[5][inv]))
-    if len(i_rows):
-        slots.append((i_rows, _hex(get["infiniband.immdt"][i_rows].astype(u64), 8, prefix=False)))
-    slots.append((None, tables[6][inv]))
-    width = sum(m.shape[1] for _, m in slots)
+    for x in range(3):
+        w = max((m.shape[1] for _, m in xs[x]), default=0)
+        if w:
+            slots.append((None, np.zeros((0, w), dtype=np.uint8)))  # a slot wide enough for every kind
+            slots += [(r, m) for r, m in xs[x]]
+        slots.append((None, tables[2 + x][inv]))
+    width = sum(m.shape[1] for r, m in slots if r is None)
     out = np.zeros((n, width), dtype=np.uint8)
-    at = 0
+    at = opened = 0  # where the next slot starts; where the last one started
     for which, m in slots:
         w = m.shape[1]
-        if w:
-            if which is None:
-                out[:, at:at + w] = m
-            else:
-                out[which, at:at + w] = m
-            at += w
+        if which is not None:  # rows of the number slot just opened
+            out[which, opened:opened + w] = m
+            continue
+        if len(m):
+            out[:, at:at + w] = m
+        opened = at
+        at += w
     # bytes.translate deletes the 0 bytes in one C pass
     text: bytes = out.tobytes().translate(None, b"\0")
     return text
@@ -436,6 +461,8 @@ def _fast_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float, starts
 
 #: False: every block formatted column by column (a test compares the two ways)
 _USE_TEMPLATES = True
+#: a block of n rows is formatted from templates when it has at most max(64, n // this) groups
+_GROUPS_PER_ROW = 8
 
 
 @dataclass(slots=True)
@@ -636,5 +663,6 @@ def _plain_pcap(path: str) -> bool:
 
 
 #: The columns the summary lines read (decode_block skips the work for the others).
-_FIELDS = ("frame.number", "ip", "ipv6.src", "ipv6.dst", "udp.length", "infiniband", "rdmalab.payload.len",
-           "rdmalab.bth", "rdmalab.icrc")
+_FIELDS = ("frame.number", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "udp.length", "infiniband.bth",
+           "infiniband.reth", "infiniband.atomiceth", "infiniband.aeth", "infiniband.deth", "infiniband.immdt",
+           "rdmalab.payload.len", "rdmalab.bth", "rdmalab.icrc")
