@@ -465,20 +465,53 @@ _USE_TEMPLATES = True
 _GROUPS_PER_ROW = 8
 
 
+_Record = tuple[int, float, int, bytes, int, int]
+
+
 @dataclass(slots=True)
 class _BlockText:
-    """One block's lines: the text of the frames formatted from columns, and the frames left for
-    the per-packet path (row, seconds, link type, bytes, wire length, interface)."""
+    """One block's lines, in order: text (bytes), and the frames only this process can write (a
+    record: row, seconds, link type, bytes, wire length, interface), TCP segments (whose windows and
+    iWARP streams follow the whole capture) and any frame the decoder must report in order."""
 
     first: int
-    text: bytes
-    starts: np.ndarray | None  # where each fast line starts in text (and its end); None: no slow frames
-    rows: np.ndarray  # the rows of those lines, ascending
-    slow: list[tuple[int, float, int, bytes, int, int]]
+    pieces: list[bytes | _Record]
 
 
-def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int) -> _BlockText:
-    """The first ``n`` records of a block: decoded into columns, the fast rows formatted."""
+#: what the per-packet path says of a frame that is not TCP depends on its bytes alone (no stream
+#: or window state): the same bytes again (repeated test runs, duplicated frames) are not decoded
+#: again.  Bounded: emptied when full.
+#: Keyed by how the frame is decoded too (lenient or not).
+_SEEN: dict[tuple[int, bytes, bool], tuple[str, str, str, str]] = {}
+
+
+def _stateless_line(first: int, rec: _Record, t0: float, flt: Any, lenient: bool) -> bytes | None:
+    """The line of a frame that is not TCP (b"": the filter drops it), or None when the frame is
+    left to the caller's per-packet loop (TCP after all, or an error to raise in order)."""
+    j, ts, lt, data, wire, iface = rec
+    key = (lt, data, lenient)
+    parts = _SEEN.get(key) if flt is None else None
+    if parts is None:
+        try:
+            cp = decode_record(RawRecord(first + j, ts, lt, data, wire, iface), lenient=lenient)
+        except Exception:  # noqa: BLE001 - decoded again, and raised in order, by the caller
+            return None
+        if cp.packet.encap == "tcp":
+            return None
+        if flt is not None and not flt(frame_fields(cp)):
+            return b""
+        parts = (*endpoints(cp.packet), protocol(cp), info(cp))
+        if flt is None:
+            if len(_SEEN) >= 4096:
+                _SEEN.clear()
+            _SEEN[key] = parts
+    return (format_summary(first + j, ts - t0, parts[0], parts[1], parts[2], wire or len(data), parts[3])
+            + "\n").encode()
+
+
+def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int, lenient: bool = True) -> _BlockText:
+    """The first ``n`` records of a block: decoded into columns, the fast rows formatted from them,
+    the other frames that are not TCP by the per-packet decoder; TCP segments are left as records."""
     cols = decode_block(blk, verify_icrc=True, fields=_FIELDS if flt is None else (*_FIELDS, *flt.fields))
     fast = _fast_rows(blk, cols)
     fast[n:] = False
@@ -486,16 +519,36 @@ def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int) -> _BlockText:
         rows = np.flatnonzero(fast & np.asarray(flt.mask(cols, cols.present, cols.n)))
     else:
         rows = np.flatnonzero(fast)
-    slow = []
     others = np.flatnonzero(~fast[:n])
-    if len(others):
-        secs, ifs = blk.seconds(), blk.interfaces()
-        for j in others.tolist():
-            off, cap = int(blk.offset[j]), int(blk.caplen[j])
-            slow.append((j, float(secs[j]), int(blk.linktype[j]), bytes(blk.buf[off:off + cap]),
-                         int(blk.wirelen[j]), int(ifs[j])))
-    text, starts = _fast_text(blk, cols, rows, t0, starts=bool(slow))
-    return _BlockText(blk.first, text, starts, rows, slow)
+    text, starts = _fast_text(blk, cols, rows, t0, starts=len(others) > 0)
+    if not len(others):
+        return _BlockText(blk.first, [text] if text else [])
+    assert starts is not None
+    secs, ifs = blk.seconds(), blk.interfaces()
+    tcp = cols.layers["tcp"]
+    pieces: list[bytes | _Record] = []
+    run: list[bytes] = []  # text since the last record
+    done = 0  # fast rows written
+    for j, upto in zip(others.tolist(), np.searchsorted(rows, others).tolist(), strict=True):
+        if upto > done:
+            run.append(text[starts[done]:starts[upto]])
+            done = upto
+        off, cap = int(blk.offset[j]), int(blk.caplen[j])
+        rec = (j, float(secs[j]), int(blk.linktype[j]), bytes(blk.buf[off:off + cap]), int(blk.wirelen[j]),
+               int(ifs[j]))
+        line = None if tcp[j] else _stateless_line(blk.first, rec, t0, flt, lenient)
+        if line is None:
+            if run:
+                pieces.append(b"".join(run))
+                run = []
+            pieces.append(rec)
+        elif line:
+            run.append(line)
+    if done < len(rows):
+        run.append(text[starts[done]:])
+    if run:
+        pieces.append(b"".join(run))
+    return _BlockText(blk.first, pieces)
 
 
 _WORKER_FILTERS: dict[str, Any] = {}
@@ -503,9 +556,13 @@ _WORKER_FILTERS: dict[str, Any] = {}
 
 def _render_task(task: tuple[Any, ...]) -> _BlockText:
     """In a worker process: read one block of pcap records again (pread) and render it."""
-    path, start, end, offs, first, order, ns_mult, linktype, t0, expr, n = task
-    with open(path, "rb") as f:
-        buf = os.pread(f.fileno(), end - start, start)
+    path, start, end, offs, first, order, ns_mult, linktype, t0, expr, n, lenient = task
+    buf = bytearray(end - start)  # a bytearray: the ICRC check masks it in place (no copy)
+    with open(path, "rb", buffering=0) as f:
+        f.seek(start)
+        got = f.readinto(buf)
+    if got != len(buf):
+        raise OSError(f"{path}: {len(buf)} bytes at {start} read as {got} (was the file changed?)")
     flt = None
     if expr:
         flt = _WORKER_FILTERS.get(expr)
@@ -513,25 +570,26 @@ def _render_task(task: tuple[Any, ...]) -> _BlockText:
             from rdmalab.capture.filter import compile_filter  # lazy: only filtered runs need it
 
             flt = _WORKER_FILTERS[expr] = compile_filter(expr)
-    return _render_block(pcap_block(buf, offs, order, ns_mult, linktype, first, end), t0, flt, n)
+    return _render_block(pcap_block(buf, offs, order, ns_mult, linktype, first, end), t0, flt, n, lenient)
 
 
-def _sequential(path: str, block_bytes: int, count: int | None, flt: Any) -> Iterator[tuple[_BlockText, float]]:
+def _sequential(path: str, block_bytes: int, count: int | None, flt: Any,
+                lenient: bool) -> Iterator[tuple[_BlockText, float]]:
     t0: float | None = None
     left = count
     for blk in record_blocks(path, block_bytes):
         n = len(blk) if left is None else min(len(blk), left)
         if t0 is None:
             t0 = float(blk.seconds()[0])
-        yield _render_block(blk, t0, flt, n), t0
+        yield _render_block(blk, t0, flt, n, lenient), t0
         if left is not None:
             left -= n
             if left <= 0:
                 return
 
 
-def _parallel(path: str, block_bytes: int, count: int | None, expr: str | None,
-              workers: int) -> Iterator[tuple[_BlockText, float]]:
+def _parallel(path: str, block_bytes: int, count: int | None, expr: str | None, workers: int,
+              lenient: bool) -> Iterator[tuple[_BlockText, float]]:
     """As :func:`_sequential`, for a plain pcap file: this process follows the record headers and
     hands each block's offsets to a worker, which reads the block again and renders it; the
     results come back in file order (at most ``2 * workers`` blocks ahead)."""
@@ -550,7 +608,8 @@ def _parallel(path: str, block_bytes: int, count: int | None, expr: str | None,
                 n = len(raw.offs) if left is None else min(len(raw.offs), left)
                 if t0 is None:
                     t0 = float(pcap_block(raw.buf, raw.offs[:1], order, ns_mult, linktype, 1, 0).seconds()[0])
-                task = (path, raw.file_start, raw.file_end, raw.offs, raw.first, order, ns_mult, linktype, t0, expr, n)
+                task = (path, raw.file_start, raw.file_end, raw.offs, raw.first, order, ns_mult, linktype, t0, expr, n,
+                        lenient)
                 pending.append((pool.apply_async(_render_task, (task,)), t0))
                 while len(pending) > 2 * workers:
                     res, t = pending.pop(0)
@@ -582,10 +641,11 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     UTF-8, in pieces.  ``flt`` is the compiled display filter ``filter_expr`` (or None); its fields must
     all be columns.
 
-    ``workers`` (None: one fewer than the cores) above 1 renders the blocks of a plain pcap file
-    of at least ``parallel_min_bytes`` in worker processes; this process follows the record
-    headers, decodes the frames left for the per-packet path (in order: TCP windows and iWARP
-    streams follow the capture) and writes.  A frame the per-packet decoder must read raises
+    ``workers`` (None: :func:`default_workers`) above 1 renders the blocks of a plain pcap file
+    of at least ``parallel_min_bytes`` in worker processes, which also write the lines of the
+    frames the per-packet decoder reads without state; this process follows the record headers,
+    decodes the TCP segments (in order: TCP windows and iWARP streams follow the capture) and
+    writes.  A frame the per-packet decoder must read raises
     what it raises (``lenient=False``: the first :class:`~rdmalab.wire.errors.DecodeError`),
     after the lines before it."""
     p = os.fspath(path)
@@ -600,27 +660,24 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     # not decoded again.  Bounded: emptied when full.
     seen: dict[tuple[int, bytes], tuple[str, str, str, str]] = {}
     if workers is None:
-        workers = max(1, (os.cpu_count() or 1) - 1)
+        workers = default_workers()
     if workers > 1 and _plain_pcap(p) and os.path.getsize(p) >= parallel_min_bytes and (flt is None or filter_expr):
-        blocks = _parallel(p, block_bytes, count, filter_expr, workers)
+        blocks = _parallel(p, block_bytes, count, filter_expr, workers, lenient)
     else:
-        blocks = _sequential(p, block_bytes, count, flt)
+        blocks = _sequential(p, block_bytes, count, flt, lenient)
     for bt, t0 in blocks:
-        text, starts, rows = bt.text, bt.starts, bt.rows
-        if not bt.slow:
-            if text:
-                yield text
+        first = bt.pieces[0] if len(bt.pieces) == 1 else None
+        if isinstance(first, bytes):
+            yield first
             continue
-        assert starts is not None
         out: list[bytes] = []
-        done = 0  # fast rows written
         failed: BaseException | None = None
         try:
-            cut = np.searchsorted(rows, [j for j, *_ in bt.slow]).tolist()
-            for (j, ts, lt, data, wire, iface), upto in zip(bt.slow, cut, strict=True):
-                if upto > done:
-                    out.append(text[starts[done]:starts[upto]])
-                    done = upto
+            for piece in bt.pieces:
+                if isinstance(piece, bytes):
+                    out.append(piece)
+                    continue
+                j, ts, lt, data, wire, iface = piece
                 key = (lt, data)
                 parts = seen.get(key) if flt is None else None
                 if parts is None:
@@ -646,12 +703,18 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
                                            parts[3]) + "\n").encode())
         except Exception as err:  # the lines before the frame that failed, then the error
             failed = err
-        if failed is None and done < len(rows):
-            out.append(text[starts[done]:])
         if out:
             yield b"".join(out)
         if failed is not None:
             raise failed
+
+
+def default_workers() -> int:
+    """Worker processes for summary lines when not told: one a core, at most four.  This process
+    only follows the record headers, writes, and decodes the TCP segments (about a third of one
+    worker's work on real rxe captures), so it does not take a core of its own; past four workers
+    it could not keep them fed."""
+    return max(1, min(os.cpu_count() or 1, 4))
 
 
 def _plain_pcap(path: str) -> bool:

@@ -239,3 +239,41 @@ def test_worker_processes_give_the_same_text(name: str, expr: str | None, count:
     many = "".join(summary_lines(path, count=count, flt=flt, filter_expr=expr, block_bytes=8192, workers=2,
                                  parallel_min_bytes=0))
     assert many == one and one
+
+
+@pytest.mark.parametrize("lenient", [True, False])
+def test_worker_processes_on_a_damaged_capture(tmp_path: Path, lenient: bool) -> None:
+    """Frames the per-packet decoder must report (a frame cut inside its BTH, a MAD, bad ICRCs)
+    rendered in worker processes: the same lines as one process, and with --strict the same error
+    after the same lines."""
+    from rdmalab.capture.columnar_summary import summary_bytes
+
+    head, recs = _pcap_records(ROOT / "captures" / "rxe_write_bw_loss.pcap")
+    _h, cm = _pcap_records(ROOT / "captures" / "rxe_write_bw_cm.pcap")
+    recs = recs + cm + recs
+    h, d = recs[300]
+    recs[300] = (h[:8] + struct.pack("<II", 40, 40), d[:40])  # a frame cut inside the BTH
+    p = _write(tmp_path / "damaged.pcap", head, recs)
+
+    def run(workers: int) -> tuple[bytes, str]:
+        got: list[bytes] = []
+        try:
+            for piece in summary_bytes(p, lenient=lenient, block_bytes=8192, workers=workers, parallel_min_bytes=0):
+                got.append(piece)
+        except Exception as err:  # noqa: BLE001 - compared below
+            return b"".join(got), f"{type(err).__name__}: {err}"
+        return b"".join(got), ""
+
+    one, many = run(1), run(2)
+    assert one == many
+    assert (one[1] == "") == lenient
+    assert one[0].count(b"\n") == (len(recs) if lenient else 300)
+
+
+def test_default_workers(monkeypatch: Any) -> None:
+    """One worker a core, at most four; one when the cores are unknown."""
+    from rdmalab.capture import columnar_summary as cs
+
+    for cores, want in ((None, 1), (1, 1), (2, 2), (3, 3), (64, 4)):
+        monkeypatch.setattr(cs.os, "cpu_count", lambda c=cores: c)
+        assert cs.default_workers() == want
