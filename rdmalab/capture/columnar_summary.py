@@ -710,11 +710,19 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
 
 
 def default_workers() -> int:
-    """Worker processes for summary lines when not told: one a core, at most four.  This process
-    only follows the record headers, writes, and decodes the TCP segments (about a third of one
-    worker's work on real rxe captures), so it does not take a core of its own; past four workers
-    it could not keep them fed."""
-    return max(1, min(os.cpu_count() or 1, 4))
+    """Worker processes for summary lines when not told: one a core that is idle (the cores less
+    the one-minute load average, as ``make -l`` weighs it), at most four, at least one.
+
+    This process only follows the record headers, writes, and decodes TCP segments, so it does
+    not take a core of its own; past four workers it could not keep them fed.  On a busy machine
+    the workers would only compete with each other, and cost more CPU time than one process
+    (results passed back through pipes), so they are not started."""
+    cores = os.cpu_count() or 1
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:  # no load average on this system
+        busy = 0.0
+    return max(1, min(cores - int(busy + 0.5), 4))
 
 
 def _plain_pcap(path: str) -> bool:

@@ -233,5 +233,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="use the per-packet decoder even where the columnar one would do (-T fields, summary lines)")
     d.add_argument("-j", "--workers", type=int, metavar="N",
                    help="with -T fields and for summary lines: worker processes for a large pcap file (default: one "
-                        "fewer than the cores for -T fields; one a core, at most 4, for summary lines)")
+                        "fewer than the cores for -T fields; for summary lines one an idle core, cores less the load "
+                        "average, at most 4)")
     d.set_defaults(func=run_decode, strict=False)
