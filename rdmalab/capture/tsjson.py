@@ -168,6 +168,18 @@ class _Rendered(dict[str, Any]):
         self.nl = nl
 
 
+class _Shared(dict[str, Any]):
+    """A header's subtree (``infiniband.bth_tree``), shared by every frame with that header (the
+    layer cache): it refuses changes, so that no caller of packet_json changes another frame's."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_args: Any, **_kw: Any) -> None:
+        raise TypeError("this subtree is shared with other frames' JSON (a cache): copy it (dict(x)) to change it")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _refuse  # type: ignore[assignment]
+
+
 def _entries(fields: dict[str, Any], nl: str) -> str:
     """The entries of a dict as _dump writes them inside it at ``nl``, each starting with a comma."""
     inner = nl + "  "
@@ -217,10 +229,13 @@ def _make_header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
             fields[name] = value_text(name, v)
     if proto == "rdmalab":
         return "", {}, ours, ""
+    for k, v in fields.items():
+        if type(v) is dict:
+            fields[k] = _Shared(v)
     if proto_name != proto:
         # a header Wireshark shows as a subtree: its bytes, then its fields
         raw = _hexbytes(data[offset:offset + lay.size])
-        fields = {proto_name: raw, proto_name + "_tree": fields}
+        fields = {proto_name: raw, proto_name + "_tree": _Shared(fields)}
     return layer_name, fields, ours, _entries(fields, _FIELD_NL)
 
 
@@ -398,6 +413,38 @@ def _dump(obj: Any, nl: str, out: list[str]) -> None:
     raise TypeError(f"packet_json made a {type(obj).__name__}, which _dump does not write")
 
 
+_LAYERS_NL = "\n" + " " * 8  # where iter_json writes each protocol's key (its fields: _FIELD_NL + 2)
+
+
+def _frame_text(obj: dict[str, Any]) -> str:
+    """``_dump(obj, "\n  ")`` of a packet_json object, with its fixed outer keys written as one
+    template and the layers' own text where they have it."""
+    if len(obj) != 4 or obj.get("_type") != "doc" or obj.get("_score", 0) is not None or \
+            type(obj.get("_index")) is not str or list(obj.get("_source", ())) != ["layers"] or \
+            not obj["_source"]["layers"]:
+        out: list[str] = []
+        _dump(obj, "\n  ", out)
+        return "".join(out)
+    nl = _LAYERS_NL
+    inner = nl + "  "
+    parts = ['{\n    "_index": ', _quote(obj["_index"]), ',\n    "_type": "doc",\n    "_score": null,\n    "_source": {'
+             '\n      "layers": {']
+    sep = nl
+    for name, layer in obj["_source"]["layers"].items():
+        parts.append(sep)
+        sep = "," + nl
+        parts.append(_quote(name))
+        parts.append(": ")
+        if type(layer) is _Rendered and layer.nl == nl:
+            parts.append(layer.text)
+        elif type(layer) is dict and layer and all(type(v) is str for v in layer.values()):  # data, rdmalab
+            parts.append("{" + ",".join([inner + _quote(k) + ": " + _quote(v) for k, v in layer.items()]) + nl + "}")
+        else:
+            _dump(layer, nl, parts)
+    parts.append("\n      }\n    }\n  }")
+    return "".join(parts)
+
+
 def iter_json(packets: Iterable[CapturedPacket], keep: Any = None) -> Iterator[str]:
     """The text of ``tshark -T json`` for these frames, in pieces (``keep(cp)`` filters, None keeps all)."""
     first_ns: int | None = None
@@ -413,8 +460,6 @@ def iter_json(packets: Iterable[CapturedPacket], keep: Any = None) -> Iterator[s
             continue
         obj = packet_json(cp, first_ns=first_ns, prev_ns=prev_ns, prev_displayed_ns=prev_disp)
         prev_ns = prev_disp = ns
-        parts = [sep, "  "]
-        _dump(obj, "\n  ", parts)
-        yield "".join(parts)
+        yield sep + "  " + _frame_text(obj)
         sep = ",\n"
     yield "\n]\n" if sep else "]\n"
