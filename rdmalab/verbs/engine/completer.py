@@ -78,15 +78,17 @@ def _one(qp: QPCore, pkt: Pkt) -> None:
 
 
 def _progress(qp: QPCore, new_comp: int) -> None:
-    if psn_diff(new_comp, qp.comp.psn) > 0:
-        qp.comp.psn = new_comp
-        qp.comp.retry_left = qp.retry_cnt
-        qp.comp.rnr_left = qp.rnr_retry
+    comp = qp.comp
+    if psn_diff(new_comp, comp.psn) > 0:
+        comp.psn = new_comp
+        comp.retry_left = qp.retry_cnt
+        comp.rnr_left = qp.rnr_retry
 
 
 def _complete_through(qp: QPCore, psn: int) -> bool:
     """Complete SEND/WRITE WQEs up to ``psn``; False if a READ/atomic in between is missing (implied NAK)."""
     sq = qp.sq
+    comp, req = qp.comp, qp.req
     while sq:
         w = sq[0]
         if not w.started or psn_diff(psn, w.last_psn) < 0:
@@ -94,9 +96,16 @@ def _complete_through(qp: QPCore, psn: int) -> bool:
         if w.opcode in READ_ATOMIC:
             _retry(qp, "implied NAK")
             return False
-        qp.pop_head()
-        _progress(qp, (w.last_psn + 1) & PSN_MASK)
-        qp.complete_send(w)
+        del sq[0]  # qp.pop_head(), spelled out: this runs for every WQE completed
+        if req.wqe_index:
+            req.wqe_index -= 1
+        new_comp = (w.last_psn + 1) & PSN_MASK
+        if psn_diff(new_comp, comp.psn) > 0:  # _progress(qp, new_comp), spelled out
+            comp.psn = new_comp
+            comp.retry_left = qp.retry_cnt
+            comp.rnr_left = qp.rnr_retry
+        if w.signaled or w.credit:  # (complete_send does nothing for the others)
+            qp.complete_send(w)
         if qp.qp_state not in _READY:
             return False
     if sq:
@@ -234,8 +243,9 @@ def _go_back(qp: QPCore, why: str) -> None:
 def _after(qp: QPCore) -> None:
     if qp.qp_state not in _READY:
         return
-    if qp.sq and qp.sq[0].started and not qp.req.rnr_wait:
-        qp.arm_timer(restart=True)
+    sq = qp.sq
+    if sq and sq[0].started and not qp.req.rnr_wait:
+        qp.arm_timer(True)  # restart
     else:
         qp.comp.timer_armed = False
     requester.run(qp)

@@ -37,10 +37,15 @@ def psn_add(psn: int, n: int) -> int:
     return (psn + n) & PSN_MASK
 
 
+PSN_HALF = 0x800000
+
+
 def psn_diff(a: int, b: int) -> int:
-    """Signed distance ``a - b`` in the 24-bit PSN space (rxe ``psn_compare``: a 2^23 window)."""
-    d = (a - b) & PSN_MASK
-    return d - 0x1000000 if d & 0x800000 else d
+    """Signed distance ``a - b`` in the 24-bit PSN space (rxe ``psn_compare``: a 2^23 window).
+
+    The hot paths spell it out as ``((a - b + PSN_HALF) & PSN_MASK) - PSN_HALF``: shifting by half the
+    space, wrapping, and shifting back maps ``a - b`` into [-2^23, 2^23)."""
+    return ((a - b + PSN_HALF) & PSN_MASK) - PSN_HALF
 
 
 # opcode -> OpcodeInfo, and (transport, op, pos, imm, inv) -> opcode, built from the one table

@@ -19,7 +19,7 @@ from typing import Any
 
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import cnp
-from rdmalab.verbs.engine.memory import AccessError, local_views, remote_view, scatter
+from rdmalab.verbs.engine.memory import AccessError, local_view, local_views, remote_view, scatter
 from rdmalab.verbs.engine.packet import INFO, PSN_MASK, SEGMENT, Pkt, opcode, psn_add, psn_diff
 from rdmalab.verbs.engine.qpcore import QPCore
 from rdmalab.verbs.engine.wqe import RecvWQE, Resource
@@ -287,8 +287,8 @@ def _request(qp: QPCore, pkt: Pkt) -> None:
     else:
         r.op = info
     if rc and pkt.ackreq:
-        r.pending_ack = psn  # queue_ack: held until the end of the time step, so ACKs coalesce
-        qp.dev.mark_dirty(qp)
+        r.pending_ack = psn  # queue_ack, spelled out: held until the end of the time step, so ACKs coalesce
+        qp.dev.held_acks.add(qp)
 
 
 def _take_wqe(qp: QPCore, pkt: Pkt, rc: bool) -> RecvWQE:
@@ -301,7 +301,12 @@ def _take_wqe(qp: QPCore, pkt: Pkt, rc: bool) -> RecvWQE:
         _uc_drop(qp)
     assert w is not None
     try:
-        w.views = local_views(qp.dev, qp.pd, w.sg, write=True)
+        sg = w.sg
+        if len(sg) == 1:  # local_views for the usual one SGE
+            sge = sg[0]
+            w.views = [local_view(qp.dev, qp.pd, sge.addr, sge.length, sge.lkey, True)]
+        else:
+            w.views = local_views(qp.dev, qp.pd, sg, write=True)
     except AccessError:
         qp.resp.wqe = w
         if rc:  # rxe RESPST_ERR_MALFORMED_WQE: class A, NAK remote operational error
@@ -326,12 +331,13 @@ def _complete_message(qp: QPCore, pkt: Pkt, imm: bool, inv: bool, op: Op) -> Non
         assert mr is not None
         mr.invalidate()
         flags, value = e.IBV_WC_WITH_INV, rkey
-    qp.resp.wqe = None
-    if op == Op.RDMA_WRITE:
-        qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV_RDMA_WITH_IMM, qp.resp.write_len, value, flags,
-                         solicited=bool(pkt.se))
+    r = qp.resp
+    r.wqe = None
+    if op is Op.RDMA_WRITE:
+        qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV_RDMA_WITH_IMM, r.write_len, value, flags, 0,
+                         bool(pkt.se))
     else:
-        qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV, qp.resp.off, value, flags, solicited=bool(pkt.se))
+        qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV, r.off, value, flags, 0, bool(pkt.se))
 
 
 def _abandon(qp: QPCore) -> None:
@@ -537,7 +543,9 @@ def flush_ack(qp: QPCore) -> None:
     p = Pkt(_ACK, psn, qp.dest_qp_num, qp.sgid, qp.dgid, qp.sport, qp.dev.mac, qp.dmac)  # _reply, spelled out
     p.srcqp = qp.qp_num
     p.aeth = AETH.ack(r.msn)
-    qp.dev.transmit(p)
+    dev = qp.dev
+    dev.counters["sent_pkts"] += 1  # dev.transmit(p), spelled out
+    dev.carrier.send(dev, p)
 
 
 def _send_aeth(qp: QPCore, psn: int, aeth: AETH) -> None:
