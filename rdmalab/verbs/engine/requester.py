@@ -21,7 +21,7 @@ from rdmalab.verbs.engine.memory import AccessError, gather, local_view, local_v
 from rdmalab.verbs.engine.packet import PSN_MASK, Pkt, opcode, psn_add, psn_diff
 from rdmalab.verbs.engine.qpcore import QPCore
 from rdmalab.verbs.engine.wqe import ATOMICS, READ_ATOMIC, SUPPORTED, SendWQE
-from rdmalab.wire.ib import DETH, IETH, RETH, AtomicETH, ImmDt
+from rdmalab.wire.ib import DETH, IETH, RETH, AtomicETH, ImmDt, make_reth
 from rdmalab.wire.opcodes import Op, Pos, Transport
 
 WINDOW = 128  # RXE_MAX_UNACKED_PSNS
@@ -231,7 +231,7 @@ def _send(qp: QPCore, w: SendWQE) -> bool:
                 req.noack_pkts += 1
                 if req.noack_pkts >= ACK_EVERY:
                     ackreq, req.noack_pkts = 1, 0
-        data = payload[k * mtu:(last_i + 1) * mtu] if n > 1 else payload
+        data = payload if cnt == n else payload[k * mtu:(last_i + 1) * mtu]  # (a whole message: no slice)
         if ud:
             ah = w.ah
             qkey = qp.qkey if w.remote_qkey & 0x80000000 else w.remote_qkey
@@ -248,7 +248,7 @@ def _send(qp: QPCore, w: SendWQE) -> bool:
             p.mtu = mtu
             p.last_opcode = (last_code if n > 1 else only_code) if end else middle_code
         if write and k == 0:
-            p.reth = RETH(w.remote_addr, w.rkey, w.length)
+            p.reth = make_reth(w.remote_addr, w.rkey, w.length)
         if end:
             if imm:
                 p.imm = ImmDt(w.imm)

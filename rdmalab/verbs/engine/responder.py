@@ -70,6 +70,9 @@ def _burst(qp: QPCore, pkt: Pkt) -> None:
 
     The first and last packets take :func:`segment` when it applies (a WRITE's), the full path
     (:func:`on_request` of the packet itself) otherwise; either does the same to the QP."""
+    if pkt.opcode in _WRITE_FIRST and pkt.last_opcode == _WRITE_FIRST[pkt.opcode] and pkt.ecn != 3 \
+            and _whole_write(qp, pkt):
+        return
     n = pkt.count
     mtu = pkt.mtu
     payload = memoryview(pkt.payload)
@@ -103,6 +106,46 @@ def _burst(qp: QPCore, pkt: Pkt) -> None:
     if pkt.ecn == 3 or not segment(qp, pkt.last_opcode, (psn0 + last) & PSN_MASK, pkt.ackreq, src, dst,
                                    payload[last * mtu:]):
         on_request(qp, pkt.sub(last))
+
+
+# RC/UC WRITE FIRST opcode -> the WRITE LAST opcode of the same transport
+_WRITE_FIRST = {opcode(t, Op.RDMA_WRITE, Pos.FIRST): opcode(t, Op.RDMA_WRITE, Pos.LAST)
+                for t in (Transport.RC, Transport.UC)}
+
+
+def _whole_write(qp: QPCore, pkt: Pkt) -> bool:
+    """A burst that is a whole WRITE (FIRST .. LAST, no immediate data): placed with one copy when
+    every packet would pass :func:`segment` (the next PSN expected, no message in progress, the
+    path MTU, a RETH whose R_Key, range and length fit), with the state and the ACK that the
+    packets one by one would leave; False, with nothing changed, otherwise (the packets then go
+    their own way)."""
+    r = qp.resp
+    reth = pkt.reth
+    mtu = qp.mtu
+    payload = pkt.payload
+    total = len(payload)
+    n = pkt.count
+    if pkt.psn != r.psn or r.uc_drop or r.op is not None or reth is None or pkt.mtu != mtu \
+            or not qp.access & _WRITE_OK or total != reth.dma_length or not (n - 1) * mtu < total <= n * mtu \
+            or pkt.dst_gid != qp.sgid or pkt.src_gid != qp.dgid:
+        return False
+    try:
+        view = remote_view(qp.dev, qp.pd, reth.r_key, reth.va, total, _WRITE_OK)
+    except AccessError:
+        return False
+    view[:] = payload
+    psn0 = pkt.psn
+    r.write, r.write_off, r.write_len = view, total, total
+    r.psn = (psn0 + n) & PSN_MASK
+    r.op = None
+    r.msn = (r.msn + 1) & PSN_MASK
+    if qp.qp_type == e.IBV_QPT_RC:
+        r.sent_psn_nak = False
+        # the ACK the last packet asking for one would queue (ACKs queued in one instant coalesce)
+        last = n - 1 if pkt.ackreq else max(pkt.acks, default=-1)
+        if last >= 0:
+            queue_ack(qp, (psn0 + last) & PSN_MASK)
+    return True
 
 
 # ---------------------------------------------------------------------------- the fast path
