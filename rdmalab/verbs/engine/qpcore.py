@@ -202,14 +202,20 @@ class QPCore:
         wc = WC(w.wr_id, status, opcode, 0, byte_len, self.qp_num, src_qp, imm, flags)
         if gids is not None:
             wc._sgid, wc._dgid = gids
-        self._push(self.rcq, wc, solicited)
+        if self.dev.carrier.tracing:
+            self._trace_wc(wc)
+        if not self.rcq.push(wc, solicited) and self.qp_state != e.IBV_QPS_ERR:  # self._push, spelled out
+            self.to_error()  # CQ overflow (class G): the QP goes to the error state
 
     def _push(self, cq: CompletionQueue, wc: WC, solicited: bool) -> None:
         if self.dev.carrier.tracing:
-            self.dev.trace(self.qp_num, "completed", wr_id=wc.wr_id, status=e.ibv_wc_status_str(wc.status),
-                           wc_opcode=wc.opcode, byte_len=wc.byte_len)
+            self._trace_wc(wc)
         if not cq.push(wc, solicited) and self.qp_state != e.IBV_QPS_ERR:
             self.to_error()  # CQ overflow (class G): the QP goes to the error state
+
+    def _trace_wc(self, wc: WC) -> None:
+        self.dev.trace(self.qp_num, "completed", wr_id=wc.wr_id, status=e.ibv_wc_status_str(wc.status),
+                       wc_opcode=wc.opcode, byte_len=wc.byte_len)
 
     def pop_head(self) -> SendWQE:
         w = self.sq.pop(0)

@@ -18,7 +18,7 @@ from typing import Any
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import dcqcn
 from rdmalab.verbs.engine.memory import AccessError, gather, local_view, local_views
-from rdmalab.verbs.engine.packet import PSN_MASK, Pkt, opcode, psn_add, psn_diff
+from rdmalab.verbs.engine.packet import PSN_HALF, PSN_MASK, Pkt, opcode, psn_add, psn_diff
 from rdmalab.verbs.engine.qpcore import QPCore
 from rdmalab.verbs.engine.wqe import ATOMICS, READ_ATOMIC, SUPPORTED, SendWQE
 from rdmalab.wire.ib import DETH, IETH, RETH, AtomicETH, ImmDt, make_reth
@@ -163,14 +163,13 @@ def _pkt(qp: QPCore, code: int, psn: int, payload: object = b"", ackreq: int = 0
 def _send(qp: QPCore, w: SendWQE) -> bool:
     """Send the WQE's packets from ``next_pkt``; False if the window stopped it."""
     op = w.opcode
-    t = _T[qp.qp_type]
-    rc = t == Transport.RC
+    rc = qp.qp_type == e.IBV_QPT_RC
     if op == e.IBV_WR_RDMA_READ:
         if w.next_pkt:
             return True
         mtu = qp.mtu
         done = w.read_off
-        p = _pkt(qp, opcode(t, Op.RDMA_READ_REQUEST, None), psn_add(w.first_psn, done // mtu), ackreq=1)
+        p = _pkt(qp, opcode(_T[qp.qp_type], Op.RDMA_READ_REQUEST, None), psn_add(w.first_psn, done // mtu), ackreq=1)
         p.reth = RETH(va=w.remote_addr + done, r_key=w.rkey, dma_length=w.length - done)
         w.next_pkt = w.npkts
         qp.req.noack_pkts = 0
@@ -180,7 +179,7 @@ def _send(qp: QPCore, w: SendWQE) -> bool:
         if w.next_pkt:
             return True
         which = Op.CMP_SWAP if op == e.IBV_WR_ATOMIC_CMP_AND_SWP else Op.FETCH_ADD
-        p = _pkt(qp, opcode(t, which, None), w.first_psn, ackreq=1)
+        p = _pkt(qp, opcode(_T[qp.qp_type], which, None), w.first_psn, ackreq=1)
         compare = w.compare_add if which == Op.CMP_SWAP else 0
         swap_add = w.swap if which == Op.CMP_SWAP else w.compare_add
         p.atomic = AtomicETH(va=w.remote_addr, r_key=w.rkey, swap_add=swap_add & (2**64 - 1),
@@ -191,7 +190,7 @@ def _send(qp: QPCore, w: SendWQE) -> bool:
         return True
     # SEND and RDMA WRITE: segmentation by the path MTU (UD: the port MTU)
     first_code, middle_code, last_code, only_code, write, imm, inv, se_ok = _PLAN[qp.qp_type][op]
-    ud = t == Transport.UD
+    ud = qp.qp_type == e.IBV_QPT_UD
     dev = qp.dev
     carrier = dev.carrier
     mtu = carrier.mtu if ud else qp.mtu
@@ -209,7 +208,7 @@ def _send(qp: QPCore, w: SendWQE) -> bool:
             return False
         psn = (w.first_psn + k) & PSN_MASK
         if rc:
-            room = WINDOW - psn_diff(psn, comp.psn)
+            room = WINDOW - (((psn - comp.psn + PSN_HALF) & PSN_MASK) - PSN_HALF)  # WINDOW - psn_diff(psn, comp.psn)
             if room <= 0:
                 return False
         else:
