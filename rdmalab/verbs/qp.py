@@ -324,7 +324,7 @@ class QP:
                     wr.compare_add, wr.swap, wr.ah, wr.remote_qpn, wr.remote_qkey, inline,
                     self.sq_sig_all or bool(flags & e.IBV_SEND_SIGNALED))
         if self.dev.carrier.tracing:
-            self.dev.trace(self.qp_num, "posted", wr_id=wr.wr_id, op=WR_NAMES.get(op, str(op)), queue="send",
+            self.dev.trace(self.qp_num, "posted", wr_id=wr.wr_id, op=WR_NAMES.get(op) or str(op), queue="send",
                            length=length)
         return w
 

@@ -330,7 +330,12 @@ def _request(qp: QPCore, pkt: Pkt) -> None:
     if info.last_or_only:
         r.op = None
         r.msn = (r.msn + 1) & PSN_MASK
-        if needs_wqe or send:
+        if send and not info.imm and not info.inv:  # a plain SEND: _complete_message, spelled out
+            w = r.wqe
+            if w is not None:
+                r.wqe = None
+                qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV, r.off, 0, 0, 0, bool(pkt.se))
+        elif needs_wqe or send:
             _complete_message(qp, pkt, info.imm, info.inv, op)
     else:
         r.op = info
