@@ -204,7 +204,9 @@ def _send(qp: QPCore, w: SendWQE) -> bool:
     counters = dev.counters
     k = w.next_pkt
     while k < n:
-        if paced and dcqcn.wait(qp):  # DCQCN: not before the QP's rate allows (a timer resumes the requester)
+        # DCQCN: not before the QP's rate allows (a timer resumes the requester); the time is compared here
+        # first, dcqcn.wait arms the timer
+        if paced and qp.dcqcn_next_ns > carrier.now_ns and dcqcn.wait(qp):
             return False
         psn = (w.first_psn + k) & PSN_MASK
         if rc:
