@@ -525,7 +525,7 @@ def counters_side_by_side(a: Analysis, before: dict[str, int], after: dict[str, 
     nak_retrans = sum(1 for f in a.findings if f.kind == "retransmission" and f.detail.get("trigger") == "nak")
     rows = []
     for what, kinds, names in COUNTER_ROWS:
-        seen = sum(nak_retrans if k == "retransmission:nak" else counts.get(k, 0) for k in kinds)
+        seen = sum(nak_retrans if k == "retransmission:nak" else a.events(k) if k in counts else 0 for k in kinds)
         ctr = {n: after[n] - before.get(n, 0) for n in names if n in after}
         rows.append({"what": what, "capture": seen, "counters": ctr,
                      "agree": None if not ctr else any(v == seen for v in ctr.values())})

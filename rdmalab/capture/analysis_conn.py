@@ -288,6 +288,7 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
     gap_seen: dict[int, float] = {}  # first missing PSN -> when the capture last showed that gap
     T_read_req, T_read_resp, T_atomic_ack = T["read_req"], T["read_resp"], T["atomic_ack"]
     uc = c.transport == "UC"
+    dup: Finding | None = None  # the duplicate requests of the current pass (one finding)
     for fr, tn, o, ps, s, has_aeth, m, pl, dml, is_req in _rows(a, rows, isreq_a):
         t = tn / 1e9
         if is_req:
@@ -330,9 +331,22 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
                 lo = max(prev + 1, epsn)
                 _gap(findings, cid, lo, p, fr, t, "")
                 gap_seen[lo] = t
+            if retrans and dup is not None:  # a new go-back-N pass: its duplicates are a finding of their own
+                _close_dup(dup)
+                dup = None
             if p < epsn:
-                findings.append(Finding("duplicate", cid, [fr], t,
-                                        f"{_NAMES[o]} PSN {p % PSN_MOD} was already accepted", {"psn": p % PSN_MOD}))
+                if dup is None:
+                    dup = Finding("duplicate", cid, [fr], t, f"{_NAMES[o]} PSN {p % PSN_MOD} was already accepted",
+                                  {"psn": p % PSN_MOD, "count": 1, "last_psn": p % PSN_MOD})
+                    findings.append(dup)
+                else:  # one finding for the duplicates of one pass: their count, every frame
+                    dup.frames.append(fr)
+                    dd = dup.detail
+                    dd["count"] += 1
+                    dd["last_psn"] = p % PSN_MOD
+            elif dup is not None:
+                _close_dup(dup)
+                dup = None
             if p not in first_seen:
                 first_seen[p] = tn
                 uniq_bytes += pl
@@ -437,6 +451,8 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
             rmsg = read_end.get(p % PSN_MOD)
             if rmsg is not None and rmsg.result == "incomplete":
                 rmsg.completion, rmsg.result = t, "ok"
+    if dup is not None:
+        _close_dup(dup)
     dur = c.last - c.first
     out.messages.extend(messages)
     mine = messages
@@ -456,6 +472,15 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
     return {"series": (req_t, a["plen"][cr.reqs]),
             "psn": (np.frombuffer(pts_t, dtype=np.int64).copy(), np.frombuffer(pts_p, dtype=np.int64).copy(),
                     np.frombuffer(pts_k, dtype=np.int8).copy())}
+
+
+def _close_dup(f: Finding) -> None:
+    """The text of a ``duplicate`` finding that holds several requests (one pass sent again)."""
+    d = f.detail
+    n = d["count"]
+    if n > 1:
+        f.text = (f"{n} requests the responder had already accepted came again, PSN {d['psn']}..{d['last_psn']} "
+                  f"(frames {f.frames[0]}..{f.frames[-1]})")
 
 
 def _percentiles(x: np.ndarray) -> dict[str, float]:

@@ -9,6 +9,11 @@ from typing import Any
 import numpy as np
 
 
+#: finding kinds where one finding stands for ``detail["count"]`` events of the same kind (readable
+#: findings: "frames duplicated in the capture: N, e.g. 12/13", not one finding a frame)
+AGGREGATED = frozenset({"duplicate", "duplicate_frames", "capture_seam", "time_backwards"})
+
+
 @dataclass(slots=True)
 class Finding:
     kind: str
@@ -89,6 +94,14 @@ class Analysis:
         for f in self.findings:
             out[f.kind] += 1
         return dict(sorted(out.items()))
+
+    def events(self, kind: str) -> int:
+        """How many events the findings of ``kind`` stand for: a finding of a kind in
+        :data:`AGGREGATED` holds ``detail["count"]`` of them (the duplicate requests of one pass,
+        every copied frame, every seam, every step back in time), any other finding one."""
+        if kind in AGGREGATED:
+            return sum(int(f.detail.get("count", 1)) for f in self.findings if f.kind == kind)
+        return sum(1 for f in self.findings if f.kind == kind)
 
     def of_kind(self, kind: str) -> list[Finding]:
         return [f for f in self.findings if f.kind == kind]
