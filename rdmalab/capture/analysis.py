@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from rdmalab.capture.analysis_conn import PSN_MOD, ConnRows, T, _Out, ack_coalescing, connections, walk
+from rdmalab.capture.analysis_conn import PSN_MOD, ConnRows, T, _Out, ack_coalescing, connections, walk, walk_order
 from rdmalab.capture.analysis_conn import rel as _rel
 from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Message
 from rdmalab.capture.analysis_rows import Rows, load_rows
@@ -161,21 +161,21 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
     out = _Out()
     out.findings = findings
     bar = _bar(len(pairs), "connections") if progress else None
-    series: dict[int, Any] = {}
     psn_time: dict[int, dict[str, np.ndarray]] = {}
-    for cr in pairs:
-        got = walk(cr, r, mtu, out)
+    wo = walk_order(pairs, r)
+    for k, cr in enumerate(pairs):
+        got = walk(cr, r, mtu, out, wo, k)
         c = cr.conn
         first_ns = round(c.first * 1e9)
-        req_t, req_b = got["series"]
-        series[c.id] = _series(req_t, req_b, first_ns, round(c.last * 1e9))
         pt, pp, pk = got["psn"]
         psn_time[c.id] = {"t": (pt - first_ns) / 1e9, "psn": pp, "kind": pk}
-        findings.extend(ack_coalescing(cr, r))
+        findings.extend(ack_coalescing(cr, r, wo, k))
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
+    del wo
+    series = _series_all(r, pairs)
     findings.extend(_congestion(r, pairs, seg, cnp_window_us))
     checks: dict[str, Any] = {"cnp_pacing": cnp_pacing(r, pairs, seg, cnp_min_gap_us)}
     findings.extend(_iwarp_findings(r, path if read_file else None))
@@ -237,15 +237,31 @@ def _capture_trust(r: Rows) -> list[Finding]:
     return out
 
 
-def _series(t_ns: np.ndarray, nbytes: np.ndarray, t0: int, t1: int, bins: int = 50) -> list[tuple[float, float]]:
-    """Throughput over time: (seconds since the connection's first packet, Mbit/s) per bin."""
-    if len(t_ns) == 0 or t1 <= t0:
-        return []
+def _series_all(r: Rows, pairs: list[ConnRows], bins: int = 50) -> dict[int, list[tuple[float, float]]]:
+    """Throughput over time per connection: (seconds since the connection's first packet, Mbit/s)
+    per bin, its requests' payload bytes in ``bins`` bins from its first to its last packet; all
+    the connections in one pass of array operations."""
+    out: dict[int, list[tuple[float, float]]] = {}
+    if not pairs:
+        return out
+    a = r.a
+    t0 = np.array([round(cr.conn.first * 1e9) for cr in pairs], dtype=np.int64)
+    t1 = np.array([round(cr.conn.last * 1e9) for cr in pairs], dtype=np.int64)
+    nreq = np.array([len(cr.reqs) for cr in pairs], dtype=np.int64)
+    rows = np.concatenate([cr.reqs for cr in pairs])
+    owner = np.repeat(np.arange(len(pairs)), nreq)
     width = (t1 - t0) / bins
-    k = np.clip(((t_ns - t0) / width).astype(np.int64), 0, bins - 1)
-    acc = np.bincount(k, weights=nbytes.astype(np.float64), minlength=bins)
-    w_s = width / 1e9
-    return list(zip((np.arange(bins) * w_s).tolist(), (acc * 8 / w_s / 1e6).tolist(), strict=True))
+    ok = width > 0
+    w = np.where(ok, width, 1.0)
+    k = np.clip(((a["tns"][rows] - t0[owner]) / w[owner]).astype(np.int64), 0, bins - 1)
+    acc = np.bincount(owner * bins + k, weights=a["plen"][rows].astype(np.float64),
+                      minlength=len(pairs) * bins).reshape(len(pairs), bins)
+    w_s = w / 1e9
+    x = (np.arange(bins)[None, :] * w_s[:, None]).tolist()
+    y = (acc * 8 / w_s[:, None] / 1e6).tolist()
+    for i, cr in enumerate(pairs):
+        out[cr.conn.id] = list(zip(x[i], y[i], strict=True)) if ok[i] and nreq[i] else []
+    return out
 
 
 def _congestion(r: Rows, pairs: list[ConnRows], seg: np.ndarray, window_us: float) -> list[Finding]:
