@@ -62,7 +62,7 @@ import numpy as np
 
 from rdmalab.capture.analysis_conn import PSN_MOD, ConnRows, T, _Out, ack_coalescing, connections, walk, walk_order
 from rdmalab.capture.analysis_conn import rel as _rel
-from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Message
+from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Findings, Message
 from rdmalab.capture.analysis_rows import Rows, load_rows
 from rdmalab.capture.columnar import Columns, read_columns
 from rdmalab.wire.ib import IB_MTUS
@@ -144,7 +144,7 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
                  read_file: bool = True, cols: Columns | None = None) -> Analysis:
     """:func:`analyze` on rows already loaded (``cols``: the capture's columns, when in memory)."""
     a = r.a
-    findings: list[Finding] = []
+    findings = Findings()
     findings.extend(_capture_trust(r))
     op = a["op"]
     plen = a["plen"]
@@ -189,8 +189,9 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
     # finding is 100 MB more at a million findings)
     findings.sort(key=lambda f: f.frames[0] if f.frames else 0)
     findings.sort(key=lambda f: f.time)
-    return Analysis(path, r.frames, len(r) + len(r.dup_pairs), conns, out.messages, findings, mtu, series, psn_time,
-                    checks)
+    # a plain list in the result (it pickles to Dask workers and back; the budget was for the analysis)
+    return Analysis(path, r.frames, len(r) + len(r.dup_pairs), conns, out.messages, list(findings), mtu, series,
+                    psn_time, checks)
 
 
 def _bar(total: int, what: str) -> Any:
@@ -461,6 +462,8 @@ def _capture_gaps(findings: list[Finding], burst_us: float = 50.0) -> list[Findi
     Such gaps on several connections within ``burst_us`` of each other are a capture drop burst."""
     events: dict[int | None, list[tuple[float, int, int, Finding | None]]] = defaultdict(list)
     for f in findings:
+        if f.detail.get("folded"):  # past the budget of its kind: no PSNs kept
+            continue
         if f.kind == "retransmission":
             events[f.connection].append((f.time, 1, int(f.detail.get("from_psn", 0)), None))
         elif f.kind == "psn_gap":

@@ -369,20 +369,19 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out, wo: WalkOrder, k: int) -> d
                 _gap(findings, cid, lo, p, fr, t, "")
                 gap_seen[lo] = t
             if retrans and dup is not None:  # a new go-back-N pass: its duplicates are a finding of their own
-                _close_dup(dup)
+                _close_dup(dup, findings)
                 dup = None
             if p < epsn:
-                if dup is None:
+                if dup is None:  # appended when the pass ends (a full count for a folded list)
                     dup = Finding("duplicate", cid, [fr], t, f"{_NAMES[o]} PSN {p % PSN_MOD} was already accepted",
                                   {"psn": p % PSN_MOD, "count": 1, "last_psn": p % PSN_MOD})
-                    findings.append(dup)
                 else:  # one finding for the duplicates of one pass: their count, every frame
                     dup.frames.append(fr)
                     dd = dup.detail
                     dd["count"] += 1
                     dd["last_psn"] = p % PSN_MOD
             elif dup is not None:
-                _close_dup(dup)
+                _close_dup(dup, findings)
                 dup = None
             if p not in first_seen:
                 first_seen[p] = tn
@@ -489,7 +488,7 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out, wo: WalkOrder, k: int) -> d
             if rmsg is not None and rmsg.result == "incomplete":
                 rmsg.completion, rmsg.result = t, "ok"
     if dup is not None:
-        _close_dup(dup)
+        _close_dup(dup, findings)
     dur = c.last - c.first
     out.messages.extend(messages)
     mine = messages
@@ -509,8 +508,9 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out, wo: WalkOrder, k: int) -> d
                     np.frombuffer(pts_k, dtype=np.int8).copy())}
 
 
-def _close_dup(f: Finding) -> None:
-    """The text of a ``duplicate`` finding that holds several requests (one pass sent again)."""
+def _close_dup(f: Finding, findings: list[Finding]) -> None:
+    """A ``duplicate`` finding, its pass ended: its text when it holds several requests."""
+    findings.append(f)
     d = f.detail
     n = d["count"]
     if n > 1:
@@ -658,69 +658,6 @@ def ack_coalescing(cr: ConnRows, r: Rows, wo: WalkOrder, k: int) -> list[Finding
         p = rel(ps, base)
         x = bisect_left(ack_t, tn)
         if x >= len(ack_t) or suffix[x] < p:
-            out.append(Finding("ack_coalescing", cid, [fr], tn / 1e9,
-                               f"PSN {ps} asked for an ACK (AckReq) and no later acknowledgement covers "
-                               f"it, though the responder answered later requests", {"anomaly": "ackreq_unanswered"}))
-    return out
-    a = r.a
-    cid = cr.conn.id
-    rows = np.concatenate([cr.reqs, cr.resps])
-    rows = rows[np.lexsort((rows, a["tns"][rows]))]
-    psn_raw = a["psn"]
-    base = int(psn_raw[cr.reqs[0]])
-    top = None  # highest request PSN sent so far (relative to the first)
-    last_ack: tuple[int, int] | None = None  # (relative PSN, row)
-    ack_t: list[int] = []
-    ack_q: list[int] = []
-    for i, o, ps, has, s, tn, fr in zip(rows.tolist(), a["op"][rows].tolist(), psn_raw[rows].tolist(),
-                                        a["aeth"][rows].tolist(), a["syn"][rows].tolist(), a["tns"][rows].tolist(),
-                                        a["frame"][rows].tolist(), strict=True):
-        p = rel(ps, base)
-        if T["request"][o]:
-            top = p if top is None or p > top else top
-            continue
-        if not (has and T["ack"][o] and s >> 5 == 0):
-            if has and s >> 5 == 3 and s & 0x1F:
-                # a NAK other than PSN sequence error (invalid request, remote access or remote
-                # operation error) answers the request it names and ends the connection: the
-                # responder goes to the error state and drops what follows, the requester flushes
-                # the rest (IBA Vol 1 9.7.5.2.5 and 9.9.3): every request from its PSN on is answered
-                ack_t.append(tn)
-                ack_q.append(1 << 62)
-            elif has or T["read_resp"][o] or T["atomic_ack"][o]:
-                ack_t.append(tn)
-                ack_q.append(p if not (has and s >> 5 == 3) else p - 1)
-            continue
-        ack_t.append(tn)
-        ack_q.append(p)
-        unsent = False
-        if last_ack is not None and p < last_ack[0]:
-            out.append(Finding("ack_coalescing", cid, [int(a["frame"][last_ack[1]]), fr], tn / 1e9,
-                               f"ACK PSN {ps} is below the earlier ACK's {int(psn_raw[last_ack[1]])}: "
-                               f"acknowledgements went backwards", {"anomaly": "ack_backwards"}))
-        if top is not None and p > top:
-            unsent = True
-            out.append(Finding("ack_coalescing", cid, [fr], tn / 1e9,
-                               f"ACK PSN {ps} acknowledges a request not sent yet (highest sent "
-                               f"{(base + top) % PSN_MOD})", {"anomaly": "ack_unsent"}))
-        if not unsent and (last_ack is None or p >= last_ack[0]):
-            last_ack = (p, i)
-    if not ack_t:
-        return out
-    # the highest PSN acknowledged at or after each time: suffix maxima over the acknowledgements by time
-    at = np.array(ack_t, dtype=np.int64)
-    aq = np.array(ack_q, dtype=np.int64)
-    o2 = np.argsort(at, kind="stable")
-    at, aq = at[o2], aq[o2]
-    suffix = np.maximum.accumulate(aq[::-1])[::-1]
-    last_t = int(at[-1])
-    reqs = cr.reqs[a["ackreq"][cr.reqs].astype(bool)]
-    for tn, ps, fr in zip(a["tns"][reqs].tolist(), psn_raw[reqs].tolist(), a["frame"][reqs].tolist(), strict=True):
-        if tn >= last_t:
-            continue
-        p = rel(ps, base)
-        k = int(np.searchsorted(at, tn, side="left"))
-        if k >= len(at) or int(suffix[k]) < p:
             out.append(Finding("ack_coalescing", cid, [fr], tn / 1e9,
                                f"PSN {ps} asked for an ACK (AckReq) and no later acknowledgement covers "
                                f"it, though the responder answered later requests", {"anomaly": "ackreq_unanswered"}))
