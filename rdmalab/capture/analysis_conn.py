@@ -306,7 +306,7 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out, wo: WalkOrder, k: int) -> d
     ref = int(wo.cols["psn"][lo + int(np.argmax(isreq_a))])  # the first request walked
     epsn = ref  # the responder's expected PSN
     prev: int | None = None  # last request PSN seen (unwrapped)
-    first_seen: dict[int, int] = {}  # unwrapped PSN -> time (ns) of its first copy
+    first_seen = _FirstSeen(ref)  # unwrapped PSN -> time (ns) of its first copy
     pending_nak: tuple[int, int] | None = None  # (frame, ns) of a NAK (seq err) not yet answered by a retransmission
     pending_rnr: tuple[int, int, Finding] | None = None
     read_gap: int | None = None  # frame of READ responses resuming past a missing PSN
@@ -383,8 +383,7 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out, wo: WalkOrder, k: int) -> d
             elif dup is not None:
                 _close_dup(dup, findings)
                 dup = None
-            if p not in first_seen:
-                first_seen[p] = tn
+            if first_seen.add(p, tn):
                 uniq_bytes += pl
                 c.request_bytes += pl
                 kind = 0
@@ -506,6 +505,53 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out, wo: WalkOrder, k: int) -> d
     }
     return {"psn": (np.frombuffer(pts_t, dtype=np.int64).copy(), np.frombuffer(pts_p, dtype=np.int64).copy(),
                     np.frombuffer(pts_k, dtype=np.int8).copy())}
+
+
+_UNSEEN = -(1 << 63)
+
+
+class _FirstSeen:
+    """Unwrapped PSN -> time (ns) of its first copy: machine integers in an array indexed from the
+    connection's first PSN (8 bytes a PSN, where a dict of a million PSNs is 100 MB), PSNs before
+    it or far past the last one in a dict."""
+
+    __slots__ = ("base", "t", "other")
+
+    def __init__(self, base: int) -> None:
+        self.base = base
+        self.t = array("q")
+        self.other: dict[int, int] = {}
+
+    def get(self, p: int) -> int | None:
+        i = p - self.base
+        if 0 <= i < len(self.t):
+            v = self.t[i]
+            if v != _UNSEEN:
+                return v
+        return self.other.get(p) if self.other else None
+
+    def add(self, p: int, tn: int) -> bool:
+        """Record ``p`` first seen at ``tn``; False (nothing changed) when it was seen before."""
+        t = self.t
+        i = p - self.base
+        n = len(t)
+        if 0 <= i < n:
+            if t[i] != _UNSEEN:
+                return False
+        elif not n <= i < n + 65536:
+            if p in self.other:
+                return False
+            self.other[p] = tn
+            return True
+        if self.other and p in self.other:  # seen when it was far ahead of the array
+            return False
+        if i < n:
+            t[i] = tn
+        else:
+            if i > n:
+                t.extend(array("q", [_UNSEEN]) * (i - n))
+            t.append(tn)
+        return True
 
 
 def _close_dup(f: Finding, findings: list[Finding]) -> None:

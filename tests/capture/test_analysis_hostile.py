@@ -254,3 +254,25 @@ def test_findings_past_the_budget_of_their_kind_are_folded(tmp_path: Path, monke
             left.subtract(Counter(tuple(g.frames) for g in kept))
             frames = sorted(fr for fs, k in left.items() for _ in range(k) for fr in fs)
             assert len(frames) <= analysis_model.FOLDED_FRAMES and sorted(f.frames) == frames
+
+
+def test_first_seen_psns_as_a_dict_would_keep_them() -> None:
+    """The walk's compact first-seen table (an array from the first PSN, a dict for PSNs before it or
+    far past it) answers as a dict does, PSNs far ahead that the array later reaches included."""
+    import random
+
+    from rdmalab.capture.analysis_conn import _FirstSeen
+
+    rnd = random.Random(1)
+    for _ in range(100):
+        base = rnd.randrange(-1000, 1000)
+        fs, d = _FirstSeen(base), {}
+        for _ in range(300):
+            p = base + rnd.choice([rnd.randrange(-50, 200), rnd.randrange(-200_000, 200_000),
+                                   rnd.randrange(60_000, 70_000)])
+            t = rnd.randrange(10**9)
+            new = p not in d
+            d.setdefault(p, t)
+            assert fs.add(p, t) is new and fs.get(p) == d[p]
+            q = base + rnd.randrange(-300_000, 300_000)
+            assert fs.get(q) == d.get(q)
