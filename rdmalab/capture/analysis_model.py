@@ -151,6 +151,13 @@ class Analysis:
         return sum(int(f.detail.get("count", 1)) if kind in AGGREGATED or f.detail.get("folded") else 1
                    for f in self.findings if f.kind == kind)
 
+    def all_events(self) -> dict[str, int]:
+        """:meth:`events` of every kind found (``counts()`` counts the findings)."""
+        out: dict[str, int] = defaultdict(int)
+        for f in self.findings:
+            out[f.kind] += int(f.detail.get("count", 1)) if f.kind in AGGREGATED or f.detail.get("folded") else 1
+        return dict(sorted(out.items()))
+
     def of_kind(self, kind: str) -> list[Finding]:
         return [f for f in self.findings if f.kind == kind]
 
@@ -167,7 +174,7 @@ class Analysis:
             d["name"] = c.name
             conns.append(d)
         return {"file": self.path, "packets": self.packets, "rdma_packets": self.rdma_packets, "mtu": self.mtu,
-                "counts": self.counts(), "connections": conns, "messages": msgs,
+                "counts": self.counts(), "events": self.all_events(), "connections": conns, "messages": msgs,
                 "findings": [{"kind": f.kind, "connection": f.connection, "frames": f.frames, "time": f.time,
                               "text": f.text, "detail": f.detail, "capture": f.capture} for f in self.findings],
                 "checks": self.checks}
@@ -213,7 +220,9 @@ class Analysis:
                 mark = {True: "agree", False: "DIFFER", None: ""}[r["agree"]]
                 lines.append(f"  {r['what']:<30} capture {r['capture']:>6}   {ctr}  {mark}")
         counts = self.counts()
-        lines.append("\nFindings: " + (", ".join(f"{n} {k}" for k, n in counts.items()) if counts else "none"))
+        events = self.all_events()
+        lines.append("\nFindings: " + (", ".join(f"{n} {k}" + (f" ({events[k]} events)" if events[k] != n else "")
+                                                 for k, n in counts.items()) if counts else "none"))
         for f in self.findings[:limit]:
             conn = f"conn {f.connection}" if f.connection is not None else "capture"
             frames = ",".join(str(x) for x in f.frames[:8]) + ("..." if len(f.frames) > 8 else "")

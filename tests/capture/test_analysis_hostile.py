@@ -225,6 +225,10 @@ def test_a_pass_sent_again_is_one_duplicate_finding(tmp_path: Path) -> None:
     assert big.detail["count"] > 40 and big.text.startswith(f"{big.detail['count']} requests the responder had "
                                                             "already accepted came again")
     assert 10 * len(dups) < a.events("duplicate")
+    # the summary line and the JSON say both: findings and the requests they stand for
+    assert f"{len(dups)} duplicate ({a.events('duplicate')} events)" in a.text()
+    doc = a.to_dict()
+    assert doc["counts"]["duplicate"] == len(dups) and doc["events"]["duplicate"] == a.events("duplicate")
 
 
 def test_findings_past_the_budget_of_their_kind_are_folded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
