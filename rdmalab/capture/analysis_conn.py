@@ -257,9 +257,20 @@ class WalkOrder:
     isreq: np.ndarray
     bounds: np.ndarray
     cols: dict[str, np.ndarray]
+    #: the rows of one chunk of the walk order as Python lists (``_WALK_COLS`` and is-a-request):
+    #: made once for the many small connections in it, not a ``tolist`` a column a connection
+    _chunk_no: int = -1
+    _lists: list[list[Any]] = field(default_factory=list)
 
     def span(self, k: int) -> tuple[int, int]:
         return int(self.bounds[k]), int(self.bounds[k + 1])
+
+    def lists(self, c: int) -> list[list[Any]]:
+        if c != self._chunk_no:
+            lo, hi = c * _CHUNK, min(len(self.rows), (c + 1) * _CHUNK)
+            self._lists = [self.cols[name][lo:hi].tolist() for name in _WALK_COLS] + [self.isreq[lo:hi].tolist()]
+            self._chunk_no = c
+        return self._lists
 
 
 def walk_order(pairs: list[ConnRows], r: Rows) -> WalkOrder:
@@ -281,12 +292,14 @@ def walk_order(pairs: list[ConnRows], r: Rows) -> WalkOrder:
 
 def _rows(wo: WalkOrder, lo: int, hi: int) -> Iterator[tuple[Any, ...]]:
     """(frame, ns, opcode, PSN, syndrome, has AETH, MSN, payload length, DMA length, AckReq, is a
-    request) per row, as Python values made a chunk at a time (a list per column of a million rows
-    is 40 MB)."""
-    cols = [wo.cols[name] for name in _WALK_COLS]
-    for k in range(lo, hi, _CHUNK):
-        e = min(hi, k + _CHUNK)
-        yield from zip(*(c[k:e].tolist() for c in cols), wo.isreq[k:e].tolist(), strict=True)
+    request) per row, as Python values made a chunk of the walk order at a time (a list per column
+    of a million rows is 40 MB)."""
+    while lo < hi:
+        c = lo // _CHUNK
+        base = c * _CHUNK
+        e = min(hi, base + _CHUNK)
+        yield from zip(*(col[lo - base:e - base] for col in wo.lists(c)))  # noqa: B905 (same lengths)
+        lo = e
 
 
 def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out, wo: WalkOrder, k: int) -> dict[str, Any]:
