@@ -185,7 +185,9 @@ class KernelTcp:
     def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> Timer:
         t = Timer(fn, arg)
         self._seq += 1
-        heapq.heappush(self._timers, (time.monotonic_ns() + max(0, int(delay_ns)), self._seq, t, None))
+        entry: tuple[int, int, Callable[[Any], None], Any] = (time.monotonic_ns() + max(0, int(delay_ns)), self._seq,
+                                                              t, None)
+        heapq.heappush(self._timers, entry)
         return t
 
     @property
