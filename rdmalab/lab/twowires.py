@@ -91,7 +91,7 @@ def _iwarp_rows(packets: list[CapturedPacket], requester_ip: str) -> list[Row]:
         if tcp.flags & TCP.SYN:
             iss[direction] = tcp.seq
         if cp.pdus:
-            what = "; ".join(p.info.split(" [")[0].split(" STag")[0].split(" QN")[0].split(" sink")[0]
+            what = "; ".join((p.info or "").split(" [")[0].split(" STag")[0].split(" QN")[0].split(" sink")[0]
                              for p in cp.pdus)
         elif tcp.flags & (TCP.SYN | TCP.FIN):
             what = "TCP " + "+".join(n for b, n in ((TCP.SYN, "SYN"), (TCP.FIN, "FIN"), (TCP.ACK, "ACK"))
