@@ -74,8 +74,9 @@ class SockStream:
             if n == len(data):
                 return
             data = data[n:]
+        if not self._out:
+            self.kt._want_write(self, True)
         self._out += data
-        self.kt._want_write(self, True)
 
     def close(self) -> None:
         if self.closed or self._closing:

@@ -231,3 +231,34 @@ def test_write_read_send_over_kernel_tcp_sockets(crc: bool) -> None:
     finally:
         kt.close()
         set_default_devices(None)
+
+
+# ============================================================================ the engine's fast framing against the codecs
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(min_value=0, max_value=5000), room=st.integers(min_value=40, max_value=3000),
+       crc=st.booleans(), opcode=st.sampled_from([0x0, 0x2]), to=st.integers(min_value=0, max_value=2**64 - 1),
+       stag=st.integers(min_value=0, max_value=2**32 - 1))
+def test_tagged_fpdus_are_the_codecs_segments_framed(n: int, room: int, crc: bool, opcode: int, to: int,
+                                                     stag: int) -> None:
+    from rdmalab.verbs.engine.iwarp import tagged_fpdus
+    from rdmalab.wire.iwarp import segment_tagged
+
+    payload = bytes(random.Random(n).randbytes(n))
+    want = [frame_fpdu(u, crc=crc) for u in segment_tagged(opcode, stag, to, payload, room)]
+    assert tagged_fpdus(opcode, stag, to, payload, room, crc) == want
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(min_value=0, max_value=5000), room=st.integers(min_value=40, max_value=3000),
+       crc=st.booleans(), opcode=st.sampled_from([0x3, 0x4, 0x5, 0x6]), msn=st.integers(min_value=1, max_value=2**32 - 1),
+       inv=st.integers(min_value=0, max_value=2**32 - 1))
+def test_untagged_fpdus_are_the_codecs_segments_framed(n: int, room: int, crc: bool, opcode: int, msn: int,
+                                                       inv: int) -> None:
+    from rdmalab.verbs.engine.iwarp import untagged_fpdus
+
+    payload = bytes(random.Random(n).randbytes(n))
+    inv_stag = inv if opcode in (0x4, 0x6) else 0
+    want = [frame_fpdu(u, crc=crc) for u in segment_untagged(opcode, payload, room, msn=msn, inv_stag=inv_stag)]
+    assert untagged_fpdus(opcode, 0, msn, payload, room, crc, inv_stag) == want
