@@ -8,9 +8,10 @@ event loop that waits on its sockets and timers) and the :class:`~rdmalab.verbs.
 of the devices made on it::
 
     kt = KernelTcp()
-    dev = kt.add_device("siw0", "10.77.0.2")        # an address of this host (or 127.0.0.x)
-    Context(name="siw0", fabric=kt)                  # ... or rdma_cm: reset_default_fabric-like
-                                                     #     set_default_devices(lambda: kt)
+    dev = kt.add_device("siw0", "10.77.0.2")        # an address of this host (or 127.0.0.x), or
+    dev = kt.add_interface_device("siw0", "veth1")   # the address of an interface
+    Context(name="siw0", fabric=kt)                  # pyverbs on it, or make it the default device
+    set_default_devices(lambda: kt)                  # set, so that rdma_cm (pyverbs.cmid) finds it
 
 The sockets are non-blocking; writes that the kernel does not take at once wait in a buffer
 and go when the socket is writable, in order.  Each stream reports the kernel's MSS
@@ -173,6 +174,15 @@ class KernelTcp:
         dev = IwDevice(name, v, mac, self, self, seed=seed if seed is not None else v, mpa_crc=mpa_crc)
         self.devices[name] = dev
         self._by_ip[ip] = dev
+        return dev
+
+    def add_interface_device(self, name: str, ifname: str, *, mpa_crc: bool = False) -> IwDevice:
+        """A soft iWARP device on the IPv4 address of network interface ``ifname`` (as ``rdma link add
+        siw0 type siw netdev IFNAME`` puts siw on one); ``dev.ifname`` names it."""
+        from rdmalab.fabric.udp_setup import interface_ipv4
+
+        dev = self.add_device(name, interface_ipv4(ifname), mpa_crc=mpa_crc)
+        dev.ifname = ifname
         return dev
 
     def resolve_mac(self, gid: int) -> int | None:

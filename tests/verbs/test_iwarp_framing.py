@@ -262,3 +262,14 @@ def test_untagged_fpdus_are_the_codecs_segments_framed(n: int, room: int, crc: b
     inv_stag = inv if opcode in (0x4, 0x6) else 0
     want = [frame_fpdu(u, crc=crc) for u in segment_untagged(opcode, payload, room, msn=msn, inv_stag=inv_stag)]
     assert untagged_fpdus(opcode, 0, msn, payload, room, crc, inv_stag) == want
+
+
+def test_a_kernel_tcp_device_on_an_interface_takes_its_address() -> None:
+    from rdmalab.fabric.tcpkernel import KernelTcp
+    from rdmalab.verbs.device import get_device_list
+
+    with KernelTcp() as kt:
+        dev = kt.add_interface_device("kiw0", "lo")
+        assert (dev.ipv4, dev.ifname) == (0x7F000001, "lo")
+        (entry,) = get_device_list(kt)
+        assert (entry.name, entry.node_type, entry.transport_type) == (b"kiw0", 4, 1)
