@@ -152,6 +152,22 @@ side_by_side(roce_run, iwarp_run)
 #   moves more frames, mostly the ACKs.
 
 # %% [markdown]
+# ### Who repairs a loss
+#
+# On RoCEv2 the RC transport repairs a loss itself (notebook 09: the responder NAKs the gap in
+# the PSNs, the requester goes back). On iWARP, RDMAP and DDP never learn of it: TCP does. Here
+# the fabric loses the second segment of a 4000-byte WRITE (its second FPDU). The responder's
+# TCP acknowledges the bytes before the gap at once and keeps nothing after it (this TCP model
+# has no out-of-order queue); when the retransmission timer expires (200 ms, Linux's minimum) the
+# requester sends everything from the gap again, and one ACK covers it all. The capture was
+# taken where frames are sent, so the lost segment is in it too (frame 7).
+
+# %%
+from rdmalab.lab.twowires import iwarp_with_a_loss
+
+print(iwarp_with_a_loss(4000))
+
+# %% [markdown]
 # ## Exercises
 #
 # ### 1. Build a BTH by hand
