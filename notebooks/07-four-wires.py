@@ -147,8 +147,8 @@ side_by_side(roce_run, iwarp_run)
 #   anything: the ACKs are TCP's, cumulative counts of *bytes* of the stream, sent every second
 #   segment or after the delayed-ACK timer (40 ms here, at the end). A WRITE completes on the
 #   iWARP requester as soon as TCP has its bytes, as it does on siw.
-# * **Cost.** iWARP carries 54 bytes of Ethernet/IPv4/TCP per segment plus 20 of MPA/DDP/RDMAP,
-#   against RoCEv2's 58 bytes of Ethernet/IPv4/UDP/BTH/ICRC plus a RETH on the first packet; it
+# * **Cost.** iWARP carries 54 bytes of Ethernet/IPv4/TCP per segment plus its own layers (exercise
+#   5), against RoCEv2's 58 bytes of Ethernet/IPv4/UDP/BTH/ICRC plus a RETH on the first packet; it
 #   moves more frames, mostly the ACKs.
 
 # %% [markdown]
@@ -257,3 +257,19 @@ for _, f in mystery_frames():
         names.append("IB")
 ### END SOLUTION
 lab.check("wires.which", names)
+
+# %% [markdown]
+# ### 5. What iWARP adds to each FPDU
+#
+# In `iwarp_run` (the iWARP column of the table above), each RDMA Write FPDU filled one TCP
+# segment. How many bytes of each Write FPDU are iWARP's own, that is MPA's, DDP's and RDMAP's
+# (length field, headers, pad, CRC), and not the data it places? Compute it from
+# `iwarp_run.packets`: each `cp.pdus` holds the PDUs that completed in that frame.
+
+# %% tags=["exercise"]
+writes = [p for cp in iwarp_run.packets for p in cp.pdus if p.info.startswith("RDMA Write")]
+overhead = ...  # bytes per FPDU
+### BEGIN SOLUTION
+overhead = len(writes[0].data) - len(writes[0].payload)
+### END SOLUTION
+lab.check("wires.iwarp_overhead", overhead)

@@ -91,3 +91,28 @@ def test_a_ladder_of_an_iwarp_capture_names_tcp_frames_and_marks_retransmissions
     assert labels[:3] == [("TCP SYN", "other"), ("TCP SYN+ACK", "other"), ("TCP ACK", "ack")]
     assert [lbl for lbl, kind in labels if kind == "retx"] == ["TCP retransmission (1460 B)",
                                                                 "TCP retransmission (1140 B)"]
+
+
+@pytest.mark.parametrize("answer,status,says", [
+    (20, "PASS", "20 bytes per FPDU"), ("20", "PASS", "20 bytes"),
+    (16, "FAIL", "CRC32c"), (18, "FAIL", "ULPDU_Length"), (14, "FAIL", "only the DDP tagged header"),
+    (74, "FAIL", "Ethernet, IPv4 and TCP"), (60, "FAIL", "per FPDU"), (24, "FAIL", "tagged (14)"),
+    (99, "FAIL", "len(p.data)"),
+])
+def test_the_iwarp_overhead_exercise_names_each_slip(answer: object, status: str, says: str) -> None:
+    from rdmalab import lab
+
+    r = lab.check("wires.iwarp_overhead", answer)
+    assert r.status == {"PASS": lab.PASS, "FAIL": lab.FAIL}[status]
+    assert says in r.message + " ".join(r.details), r.message
+
+
+def test_the_exercise_answer_is_what_the_run_shows(runs: tuple[Run, Run]) -> None:
+    from rdmalab import lab
+
+    _, iw = runs
+    writes = [p for cp in iw.packets for p in cp.pdus if (p.info or "").startswith("RDMA Write")]
+    assert len(writes) == 3
+    sizes = {len(p.data) - len(p.payload) for p in writes}
+    assert sizes == {20}
+    assert lab.check("wires.iwarp_overhead", sizes.pop()).status == lab.PASS
