@@ -122,6 +122,7 @@ step "ready"
 if [ "${AGENT_MODE:-}" = shell ]; then       # rdmalab vm --shell: the devices are up, hand over
     exec 1>&3 2>&4 3>&- 4>&-
     echo "rdmalab vm: rxe0 on veth0 (10.0.0.1), namespace peer: veth1 (10.0.0.2); rxe1 on veth2 (10.0.1.1) <-> rxe2 on veth3 (10.0.1.2)"
+    echo "rdmalab vm: iWARP: veth4 (10.0.2.1) <-> namespace peer: veth5 (10.0.2.2); veth6 (10.0.3.1) <-> veth7 (10.0.3.2); siw0/siw1/siw2 on them with --siw"
     echo "rdmalab vm: GID index 1 is the IPv4 one; try: ibv_devinfo -d rxe1; rdma link; exit to power off"
     cd /root 2>/dev/null || cd /
     exec bash -i
