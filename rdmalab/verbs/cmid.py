@@ -43,6 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rdmalab.verbs import enums as e
+from rdmalab.verbs import iwcm
 from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
 from rdmalab.verbs.cm_enums import (
     RAI_PASSIVE,
@@ -370,6 +371,7 @@ class CMID:
         self._qp_init: QPInitAttr | None = None
         self._ack_timeout: int | None = None
         self._groups: set[str] = set()
+        self._iw: Any = None  # iWARP (rdmalab.verbs.iwcm): the TCP/MPA connection, or the listener's address
         self.state = "idle"
         if creator is None:
             return
@@ -612,6 +614,9 @@ class CMID:
         """``rdma_listen`` on the bound address and port (0.0.0.0: every device)."""
         if self.device is None:
             raise PyverbsRDMAError("Listen Failed: bind_addr first", errno.EINVAL)
+        if iwcm.is_iwarp(self.device):  # a TCP listener on the rdma_cm port
+            iwcm.listen(self)
+            return
         if not self.src_port:
             self.src_port = self.device.rng.randrange(32768, 61000)
         sid = service_id(self.port_space, self.src_port)
@@ -703,10 +708,13 @@ class CMID:
 
     def accept(self, param: ConnParam | None = None) -> None:
         """``rdma_accept``: QP to RTR and RTS (if the CMID has one), then the REP (SIDR_REP for UD)."""
+        param = param or ConnParam(resources=e_max_rd(), depth=e_max_rd())
+        if self._iw is not None:  # iWARP: the MPA Reply
+            iwcm.accept(self, param)
+            return
         conn = self.conn
         if conn is None or self.req is None:
             raise PyverbsRDMAError("Failed to Accept Connection: no connection request on this CMID", errno.EINVAL)
-        param = param or ConnParam(resources=e_max_rd(), depth=e_max_rd())
         if isinstance(self.req.body, w.CMSidrReq):
             qpn = self.qp.qp_num if self.qp is not None else param.qp_num
             conn.sidr_reply(qpn, ibcm.RDMA_UDP_QKEY, ibcm.SIDR_SUCCESS, param.private_data)
@@ -731,7 +739,12 @@ class CMID:
             self._take(EV.RDMA_CM_EVENT_ESTABLISHED, "accept")
 
     def reject(self, private_data: bytes | None = None, private_data_len: int = 0) -> None:
-        """``rdma_reject``: REJ reason 28 (consumer defined) with the private data (SIDR: status reject)."""
+        """``rdma_reject``: REJ reason 28 (consumer defined) with the private data (SIDR: status reject);
+        on iWARP an MPA Reply with R and the private data."""
+        if self._iw is not None:
+            iwcm.reject(self, bytes(private_data or b"")[:private_data_len or None])
+            self.state = "rejected"
+            return
         if self.conn is None or self.req is None:
             raise PyverbsRDMAError("Failed to Reject Connection: no connection request on this CMID", errno.EINVAL)
         data = bytes(private_data or b"")[:private_data_len or None]
@@ -747,6 +760,9 @@ class CMID:
         if self.state != "route resolved" or self.device is None or self.dst_addr is None:
             raise PyverbsRDMAError("Failed to Connect: resolve the address and the route first", errno.EINVAL)
         param = param or ConnParam(resources=e_max_rd(), depth=e_max_rd(), retry=7, rnr_retry=7)
+        if iwcm.is_iwarp(self.device):  # TCP connect, then the MPA Request
+            iwcm.connect(self, param)
+            return
         dev = self.device
         dst_gid = 0xFFFF00000000 | int(ipaddress.IPv4Address(self.dst_addr))
         hdr = w.IPCMHeader.for_addresses(self.src_addr or "0.0.0.0", self.dst_addr, self.src_port)
@@ -799,7 +815,10 @@ class CMID:
         self.state = "established"  # no event on this side: librdmacm reports none after rdma_establish
 
     def disconnect(self) -> None:
-        """``rdma_disconnect``: the QP to ERR, then the DREQ (or the DREP answering the peer's)."""
+        """``rdma_disconnect``: the QP to ERR, then the DREQ (or the DREP answering the peer's); on iWARP a TCP FIN."""
+        if self._iw is not None:
+            iwcm.disconnect(self)
+            return
         if self.conn is None:
             raise PyverbsRDMAError("Failed to Disconnect: the CMID is not connected", errno.EINVAL)
         if self.qp is not None and self.qp.qp_state not in (e.IBV_QPS_RESET, e.IBV_QPS_ERR):
@@ -964,7 +983,9 @@ class CMID:
         if self.closed:
             return
         self.closed = True
-        if self.listening and self.device is not None:
+        if self.listening and iwcm.is_iwarp(self.device):
+            iwcm.unlisten(self)
+        elif self.listening and self.device is not None:
             sid = service_id(self.port_space, self.src_port)
             for dev in getattr(self, "_devs_listening", [self.device]):
                 if dev.gsi.agent.listeners.get(sid) == self._incoming:

@@ -149,8 +149,13 @@ class QP:
         self.scq = init_attr.send_cq
         self.rcq = init_attr.recv_cq if init_attr.recv_cq is not None else init_attr.send_cq
         self.sq_sig_all = bool(init_attr.sq_sig_all)
-        self.engine = SoftQP(self.dev, pd, self.qp_type, self.scq, self.rcq, init_attr.srq, self.sq_sig_all,
-                             owner=self)
+        # the device's transport picks the engine QP: SoftQP (RoCE), or IwQP on an iWARP device
+        engine_cls = getattr(self.dev, "qp_engine", SoftQP)
+        try:
+            self.engine = engine_cls(self.dev, pd, self.qp_type, self.scq, self.rcq, init_attr.srq, self.sq_sig_all,
+                                     owner=self)
+        except ValueError as exc:
+            raise PyverbsRDMAError(f"Failed to create QP: {exc}", errno.EOPNOTSUPP) from None
         if qp_attr is not None:
             if self.qp_type == e.IBV_QPT_UD:
                 self.to_rts(qp_attr)
