@@ -75,7 +75,17 @@ def run_cli(args: argparse.Namespace, out: TextIO) -> int:
                         transport=args.transport)
     if args.mpa_crc and args.transport == "roce":
         raise Fail("rping: --mpa-crc is an iWARP option (MPA CRC32c); RoCE has the ICRC always")
-    if args.netdev:
+    if args.mpa_crc and not (args.netdev and args.transport == "iwarp"):
+        raise Fail("rping: --mpa-crc goes with the device it makes: --netdev IFNAME --transport iwarp")
+    if args.netdev and args.transport == "iwarp":
+        from rdmalab.fabric import tcpkernel
+        from rdmalab.fabric.udp_setup import CarrierError
+
+        try:
+            tcpkernel.use_interface(args.netdev, mpa_crc=args.mpa_crc, poll_wait=0.05)
+        except (CarrierError, OSError) as exc:
+            raise Fail(f"rping: a soft iWARP device on {args.netdev}: {exc}") from None
+    elif args.netdev:
         from rdmalab.fabric.links import LinkError, use_interface
 
         try:

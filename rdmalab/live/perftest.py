@@ -41,6 +41,8 @@ perftest's: the shortest time per message over any run of completed messages
 
 from __future__ import annotations
 
+import errno
+import os
 import random
 import struct
 import time
@@ -50,6 +52,7 @@ from typing import IO, Any
 
 from rdmalab.fabric.links import LinkError, use_interface
 from rdmalab.fabric.udp import UdpFabric, check_permission, interface_of
+from rdmalab.fabric.udp_setup import CarrierError
 from rdmalab.live.oob import PERF_RECORD, Channel, PerfDest, connect, listen
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
@@ -224,7 +227,11 @@ def run(opts: PerftestOptions, out: IO[str]) -> PerftestResult:
         raise PerftestError(f"-s {opts.size}: the size is 1 .. {MAX_SIZE} bytes")
     if opts.atomic_type not in ("CMP_AND_SWAP", "FETCH_AND_ADD"):
         raise PerftestError(f"-A {opts.atomic_type}: the atomic type is CMP_AND_SWAP or FETCH_AND_ADD")
-    check_permission()
+    if opts.transport == "iwarp" and opts.pcap:
+        raise PerftestError("--pcap records the RoCE engine's datagrams; over iWARP the kernel's TCP carries the "
+                            "bytes: capture with tcpdump on the interface")
+    if opts.transport != "iwarp":
+        check_permission()   # the RoCE carrier's raw socket; iWARP uses plain TCP sockets
     if opts.duration is None:
         # perftest (force_dependecies): neither depth exceeds the iterations
         opts.tx_depth = min(opts.tx_depth, opts.iters)
@@ -830,7 +837,9 @@ def _event(ch: CMEventChannel, cmid: CMID | None, kinds: tuple[int, ...], what: 
     if ev.kind in kinds or listen is not None:
         return ev
     if ev.kind == EV.RDMA_CM_EVENT_REJECTED:
-        raise Rejected(f"{what}: rejected by {where}: reason {ev.status} ({rej_reason_name(ev.status)})")
+        why = (f"{errno.errorcode.get(-ev.status, str(-ev.status))} ({os.strerror(-ev.status)})" if ev.status < 0
+               else f"reason {ev.status} ({rej_reason_name(ev.status)})")
+        raise Rejected(f"{what}: rejected by {where}: {why}")
     if ev.kind == EV.RDMA_CM_EVENT_UNREACHABLE:
         i = ev.info
         raise PerftestError(f"{what}: {where} is unreachable: no answer to the {i.get('message', 'REQ')} after "
@@ -839,7 +848,18 @@ def _event(ch: CMEventChannel, cmid: CMID | None, kinds: tuple[int, ...], what: 
 
 
 def _cm_device(opts: PerftestOptions) -> Any:
-    """The soft device rdma_cm will use: one made on ``-d NETDEV`` for this run, else the linked devices."""
+    """The soft device rdma_cm will use: one made on ``-d NETDEV`` for this run (iWARP with
+    ``transport="iwarp"``: :mod:`rdmalab.fabric.tcpkernel`), else the linked devices."""
+    if opts.mpa_crc and not (opts.ifname and opts.transport == "iwarp"):
+        raise PerftestError("--mpa-crc goes with the device it makes: -d NETDEV --transport iwarp")
+    if opts.ifname and opts.transport == "iwarp":
+        from rdmalab.fabric import tcpkernel
+
+        try:
+            return tcpkernel.use_interface(opts.ifname, mpa_crc=opts.mpa_crc, poll_wait=0.0,
+                                           seed=random.SystemRandom().getrandbits(32))
+        except (CarrierError, OSError) as exc:
+            raise PerftestError(f"a soft iWARP device on {opts.ifname}: {exc}") from None
     if opts.ifname:
         try:
             return use_interface(opts.ifname, poll_wait=0.0, pcap=opts.pcap, seed=random.SystemRandom().getrandbits(32))
@@ -855,6 +875,9 @@ def _cm_device(opts: PerftestOptions) -> Any:
         raise PerftestError(f"-R needs a soft device on a network interface: give -d NETDEV, or link one with "
                             f"`rdmalab link add soft0 netdev IFNAME` (or RDMALAB_LINKS=soft0=IFNAME); devices now: {names}")
     fab = linked[0].carrier
+    if opts.transport == "iwarp" and not is_iwarp(fab.device):
+        raise PerftestError(f"--transport iwarp: the linked device {fab.device.name} is RoCE; give -d NETDEV to make "
+                            "a soft iWARP device on that interface")
     if opts.pcap:
         fab.write_pcap(opts.pcap)
     return fab

@@ -27,6 +27,8 @@ device is the soft device with the server's address (``-s``), or the one that re
 
 from __future__ import annotations
 
+import errno
+import os
 import struct
 import time
 from dataclasses import dataclass
@@ -206,7 +208,7 @@ def _expect(ch: CMEventChannel, kind: int, what: str, where: str) -> CMEvent:
     if ev.event_type == kind:
         return ev
     if ev.event_type == EV.RDMA_CM_EVENT_REJECTED:
-        raise RpingError(f"{what}: rejected by {where}: reason {ev.status} ({rej_reason_name(ev.status)})")
+        raise RpingError(f"{what}: rejected by {where}: {_reason(ev.status)}")
     if ev.event_type == EV.RDMA_CM_EVENT_UNREACHABLE:
         i = ev._ev.info if ev._ev is not None else {}
         raise RpingError(f"{what}: {where} is unreachable: no answer to the {i.get('message', 'REQ')} after "
@@ -336,6 +338,14 @@ def run_server(opts: RpingOptions, out: IO[str]) -> int:
 
 def run(opts: RpingOptions, out: IO[str]) -> int:
     return run_server(opts, out) if opts.server else run_client(opts, out)
+
+
+def _reason(status: int) -> str:
+    """A REJECTED event's status in words: a CM REJ reason (RoCE), or an errno (iWARP: -ECONNREFUSED for
+    a refused TCP connection or an MPA Reply with R, as cma_iw_handler reports them)."""
+    if status < 0:
+        return f"{errno.errorcode.get(-status, str(-status))} ({os.strerror(-status)})"
+    return f"reason {status} ({rej_reason_name(status)})"
 
 
 def _text(buf: bytes) -> str:
