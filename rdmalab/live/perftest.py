@@ -539,7 +539,8 @@ def _run_client(opts: PerftestOptions, fab: Any, qp: Any, cq: Any, mr: Any, bufs
             post(True)
             i += 1
             last_signalled = True
-        if done >= i and (deadline is None or time.monotonic() >= deadline):
+        # (with -n, all posted: a sender held back by iWARP receive credits has i < iters meanwhile)
+        if done >= i and (i >= iters if deadline is None else time.monotonic() >= deadline):
             break
         n, wcs = cq.poll(16)
         if n == 0:
