@@ -53,7 +53,8 @@ from rdmalab.live.errors import VMError, cache_dir
 from rdmalab.live.siw import siw_module
 
 AGENT = Path(__file__).with_name("agent.sh")
-__all__ = ["AGENT", "TOPOLOGY", "VM", "Job", "Missing", "VMError", "VMResult", "kvm_usable", "missing", "run_in_vm"]
+__all__ = ["AGENT", "TOPOLOGY", "VM", "Job", "Missing", "VMError", "VMResult", "kvm_usable", "missing", "run_in_vm",
+           "siw_load_script"]
 
 #: Names and addresses inside the VM (exported to every job script as shell variables).
 TOPOLOGY: dict[str, str] = {
@@ -475,22 +476,7 @@ class VM:
         raises :class:`VMError` with the job's output when a step fails.
         """
         assert self.kernel is not None
-        where = siw_module(self.kernel, crc=crc, say=self.say)
-        load = "modprobe siw" if where == "modprobe" else f"insmod {shlex.quote(str(where))}"
-        script = f"""set -e
-for d in /sys/class/infiniband/*; do
-  if [ "$(cut -d: -f1 $d/node_type 2>/dev/null)" = 4 ]; then rdma link delete "$(basename $d)"; fi
-done
-if grep -q '^siw ' /proc/modules; then rmmod siw; fi
-modprobe ib_core; modprobe iw_cm; modprobe libcrc32c; modprobe rdma_cm
-dmesg -c > /dev/null
-{load}
-rdma link add $IW_DEV type siw netdev $IW_NETDEV
-rdma link add $IWA_DEV type siw netdev $IWA_NETDEV
-rdma link add $IWB_DEV type siw netdev $IWB_NETDEV
-dmesg | grep SoftiWARP | tail -1
-rdma link show | grep siw
-"""
+        script = siw_load_script(siw_module(self.kernel, crc=crc, say=self.say))
         r = self.run(script, capture=False, timeout=timeout, name="siw-crc" if crc else "siw")
         if r.rc != 0:
             raise VMError(f"could not load siw{' (siw_crc.ko)' if crc else ''} in the VM (status {r.rc}):\n"
@@ -546,6 +532,28 @@ def run_in_vm(script: str, *, files: Mapping[str, str | bytes | Path] | None = N
     """Boot a VM, run one job (see :meth:`VM.run`), power it off; ``vm_options`` go to :class:`VM`."""
     with VM(**vm_options) as vm:  # type: ignore[arg-type]
         return vm.run(script, files=files, timeout=timeout, capture=capture)
+
+
+def siw_load_script(where: str | Path) -> str:
+    """A guest script (initial namespace) that unloads any siw, loads ``where`` (a siw.ko path, or
+    ``"modprobe"``) and attaches siw0/siw1/siw2 to their veths (:data:`TOPOLOGY`); it prints siw's
+    load line from the kernel log and exits non-zero at the first failure."""
+    load = "modprobe siw" if where == "modprobe" else f"insmod {shlex.quote(str(where))}"
+    t = TOPOLOGY
+    return f"""set -e
+for d in /sys/class/infiniband/*; do
+  if [ "$(cut -d: -f1 $d/node_type 2>/dev/null)" = 4 ]; then rdma link delete "$(basename $d)"; fi
+done
+if grep -q '^siw ' /proc/modules; then rmmod siw; fi
+modprobe ib_core; modprobe iw_cm; modprobe libcrc32c; modprobe rdma_cm
+dmesg -c > /dev/null
+{load}
+rdma link add {t["IW_DEV"]} type siw netdev {t["IW_NETDEV"]}
+rdma link add {t["IWA_DEV"]} type siw netdev {t["IWA_NETDEV"]}
+rdma link add {t["IWB_DEV"]} type siw netdev {t["IWB_NETDEV"]}
+dmesg | grep SoftiWARP | tail -1
+rdma link show | grep siw
+"""
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -21,6 +21,7 @@ differences.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -30,7 +31,8 @@ from pathlib import Path
 import pytest
 
 from rdmalab.capture import read
-from rdmalab.live.vm import VM, VMError
+from rdmalab.live.siw import siw_module
+from rdmalab.live.vm import TOPOLOGY, VM, VMError, siw_load_script
 
 pytestmark = pytest.mark.live
 
@@ -47,87 +49,50 @@ MODES: dict[str, tuple[str, ...]] = {
 
 GUEST = r"""
 OUT="$RDMALAB_JOB"; PY="$RDMALAB_PYTHON"
-export PYTHONPATH="$ROOT"
-RDL="$PY -u -m rdmalab"
-NS="ip netns exec $PEER_NS"
-log() { echo "== $* $(date +%T.%N)" >> "$OUT/guest.log"; }
-listening() {  # $1 port, $2 "ns" for the engine's namespace: up to 90 s (the engine's start-up under TCG)
-  for i in $(seq 1 180); do
-    if [ "$2" = ns ]; then $NS ss -ltn "sport = :$1" | grep -q LISTEN && return 0
-    else ss -ltn "sport = :$1" | grep -q LISTEN && return 0; fi
-    sleep 0.5
-  done; return 1
-}
-tcpdump -i $IW_NETDEV -s 9216 -B 32768 -U --immediate-mode -w "$OUT/iw.pcap" tcp 2> "$OUT/tcpdump.log" &
-TD=$!
-for i in $(seq 1 50); do grep -q listening "$OUT/tcpdump.log" && break; sleep 0.1; done
-if [ -n "$BASELINE" ]; then
-  log "baseline: stock rping and ib_write_bw -R, siw1 <-> siw2"
-  timeout 60 rping -s -a $IWA_IP -v -V -C $COUNT -S 64 > "$OUT/base.rping_server.out" 2>&1 &
-  listening 7174; timeout 60 rping -c -a $IWA_IP -v -V -C $COUNT -S 64 > "$OUT/base.rping_client.out" 2>&1
-  echo $? > "$OUT/base.rping_client.rc"; wait $!; echo $? > "$OUT/base.rping_server.rc"
-  timeout 60 ib_write_bw -d $IWA_DEV -R -n $ITERS -s 4096 > "$OUT/base.write_server.out" 2>&1 &
-  listening 18515; timeout 60 ib_write_bw -d $IWB_DEV -R -n $ITERS -s 4096 $IWA_IP > "$OUT/base.write_client.out" 2>&1
-  echo $? > "$OUT/base.write_client.rc"; wait $!; echo $? > "$OUT/base.write_server.rc"
-fi
-for what in $PAIRINGS; do
-  if [ $what = rping ]; then
-    STOCK="rping -v -V -C $COUNT -S 64"; RDLCMD="rping -v -V -C $COUNT -S 64 --netdev $IW_PEER_NETDEV --transport iwarp $ENGOPT"
-    port=7174; SRV="-s -a"; CLI="-c -a"; SARG=""; CARG=""
-  else
-    STOCK="ib_${what}_bw -d $IW_DEV -R -n $ITERS -s 4096"; RDLCMD="perftest $what -R -n $ITERS -s 4096 -d $IW_PEER_NETDEV --transport iwarp $ENGOPT"
-    port=18515
-  fi
-  log "$what: stock server on siw0, rdmalab client"
-  if [ $what = rping ]; then timeout 200 $STOCK -s -a $IW_IP > "$OUT/$what.stock_server.out" 2>&1 &
-  else timeout 200 $STOCK > "$OUT/$what.stock_server.out" 2>&1 & fi
-  srv=$!; listening $port
-  if [ $what = rping ]; then timeout 200 $NS $RDL $RDLCMD -c -a $IW_IP > "$OUT/$what.rdl_client.out" 2>&1
-  else timeout 200 $NS $RDL $RDLCMD $IW_IP > "$OUT/$what.rdl_client.out" 2>&1; fi
-  echo $? > "$OUT/$what.rdl_client.rc"; wait $srv; echo $? > "$OUT/$what.stock_server.rc"
-  log "$what: rdmalab server, stock client on siw0"
-  if [ $what = rping ]; then timeout 200 $NS $RDL $RDLCMD -s -a $IW_PEER_IP > "$OUT/$what.rdl_server.out" 2>&1 &
-  else timeout 200 $NS $RDL $RDLCMD > "$OUT/$what.rdl_server.out" 2>&1 & fi
-  srv=$!; listening $port ns; sleep 0.5
-  if [ $what = rping ]; then timeout 200 $STOCK -c -a $IW_PEER_IP > "$OUT/$what.stock_client.out" 2>&1
-  else timeout 200 $STOCK $IW_PEER_IP > "$OUT/$what.stock_client.out" 2>&1; fi
-  echo $? > "$OUT/$what.stock_client.rc"; wait $srv; echo $? > "$OUT/$what.rdl_server.rc"
-done
-sleep 1; kill -INT $TD; wait $TD 2>/dev/null
-dmesg | grep -i siw | tail -20 > "$OUT/dmesg.txt"
-log done
-echo done > "$OUT/DONE"
+log() { echo "$(date +%T) $*" >> "$OUT/driver.log"; }
+listening() { for i in $(seq 1 100); do ss -ltn "sport = :$1" | grep -q LISTEN && return 0; sleep 0.2; done; return 1; }
+log "baseline: stock rping and ib_write_bw -R, siw1 <-> siw2"
+timeout 60 rping -s -a $IWA_IP -v -V -C $COUNT -S 64 > "$OUT/base.rping_server.out" 2>&1 &
+listening 7174; timeout 60 rping -c -a $IWA_IP -v -V -C $COUNT -S 64 > "$OUT/base.rping_client.out" 2>&1
+echo $? > "$OUT/base.rping_client.rc"; wait $!; echo $? > "$OUT/base.rping_server.rc"
+timeout 60 ib_write_bw -d $IWA_DEV -R -n $ITERS -s 4096 > "$OUT/base.write_server.out" 2>&1 &
+listening 18515; timeout 60 ib_write_bw -d $IWB_DEV -R -n $ITERS -s 4096 $IWA_IP > "$OUT/base.write_client.out" 2>&1
+echo $? > "$OUT/base.write_client.rc"; wait $!; echo $? > "$OUT/base.write_server.rc"
+ip netns exec $PEER_NS env PYTHONPATH="$ROOT" $PY -u "$ROOT/tests/live/iwarp_driver.py" config.json "$OUT" \
+    > "$OUT/driver.out" 2>&1
+echo "driver exit $?" >> "$OUT/driver.log"
 """
 
 
 @pytest.fixture(scope="module")
-def iw_jobs(lab_vm: VM) -> Iterator[dict[str, Path]]:
-    """One guest job per CRC mode (:data:`MODES`); the VM is left with stock siw loaded."""
-    for tool in ("rping", "tcpdump", "ib_write_bw"):
+def iw_job(lab_vm: VM) -> Iterator[Path]:
+    """One guest job: the siw1 <-> siw2 baseline, then tests/live/iwarp_driver.py over :data:`MODES`."""
+    for tool in ("rping", "tcpdump", "ib_write_bw", "nsenter"):
         if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed (apt-get install rdmacm-utils perftest tcpdump)")
-    out: dict[str, Path] = {}
-    loaded = ""
+            pytest.skip(f"{tool} is not installed (apt-get install rdmacm-utils perftest tcpdump util-linux)")
+    assert lab_vm.kernel is not None
+    kos = {crc: siw_module(lab_vm.kernel, crc=crc, say=print) for crc in (False, True)}
+    lab_vm.load_siw(crc=False)
+    modes = []
+    loaded: bool | None = False
+    for mode, pairings in MODES.items():
+        crc = mode == "siw"
+        load = "dmesg | grep SoftiWARP | tail -1  # kept" if crc == loaded else siw_load_script(kos[crc])
+        loaded = crc
+        modes.append({"name": mode, "pairings": list(pairings), "engine_crc": mode == "engine", "load": load})
+    config = {"topology": TOPOLOGY, "count": COUNT, "iters": ITERS, "modes": modes}
+    script = f"ROOT={shlex.quote(str(ROOT))}\nCOUNT={COUNT}\nITERS={ITERS}\n" + GUEST
     try:
-        for mode, pairings in MODES.items():
-            want = "siw_crc" if mode == "siw" else "siw"
-            if want != loaded:
-                lab_vm.load_siw(crc=want == "siw_crc")
-                loaded = want
-            script = (f"ROOT={shlex.quote(str(ROOT))}\nCOUNT={COUNT}\nITERS={ITERS}\n"
-                      f"PAIRINGS={shlex.quote(' '.join(pairings))}\n"
-                      f"ENGOPT={'--mpa-crc' if mode == 'engine' else ''}\n"
-                      f"BASELINE={'1' if mode == 'off' else ''}\n" + GUEST)
-            r = lab_vm.run(script, timeout=1200, capture=False, name=f"iwarp interop crc={mode}")
-            assert r.job_dir is not None
-            assert (r.job_dir / "DONE").exists(), (f"the iWARP matrix ({mode}) did not finish (status {r.rc}):\n"
-                                                   f"{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
-            out[mode] = r.job_dir
-        yield out
+        r = lab_vm.run(script, files={"config.json": json.dumps(config)}, timeout=1500, capture=False,
+                       name="iwarp interop")
+        assert r.job_dir is not None
+        assert (r.job_dir / "DONE").exists(), (f"the iWARP matrix did not finish (status {r.rc}):\n"
+                                               f"{_read(r.job_dir, 'driver.log')}\n{_read(r.job_dir, 'driver.out')[-3000:]}")
+        yield r.job_dir
     finally:
-        if loaded == "siw_crc" and lab_vm.running:
+        if loaded and lab_vm.running:
             try:
-                lab_vm.load_siw(crc=False)  # the next modules expect stock siw (or none)
+                lab_vm.load_siw(crc=False)  # leave stock siw for whatever runs next
             except VMError:
                 pass
 
@@ -162,9 +127,9 @@ def _pairs() -> list[tuple[str, str]]:
     return [(mode, what) for mode, whats in MODES.items() for what in whats]
 
 
-def test_the_stock_tools_run_between_two_kernel_siw_devices(iw_jobs: dict[str, Path]) -> None:
+def test_the_stock_tools_run_between_two_kernel_siw_devices(iw_job: Path) -> None:
     """The oracle's own baseline (siw1 <-> siw2): what the engine is held to works on this VM."""
-    out = iw_jobs["off"]
+    out = iw_job
     for name in ("base.rping_server", "base.rping_client", "base.write_server", "base.write_client"):
         assert _rc(out, name) == 0, _read(out, name + ".out")
     assert _ping_lines(_read(out, "base.rping_client.out"), "") == _expected(COUNT)
@@ -172,12 +137,13 @@ def test_the_stock_tools_run_between_two_kernel_siw_devices(iw_jobs: dict[str, P
 
 
 @pytest.mark.parametrize(("mode", "what"), _pairs())
-def test_both_roles_against_the_stock_program_on_siw(iw_jobs: dict[str, Path], mode: str, what: str) -> None:
-    out = iw_jobs[mode]
+def test_both_roles_against_the_stock_program_on_siw(iw_job: Path, mode: str, what: str) -> None:
+    out, tag = iw_job, f"{mode}.{what}"
+    assert "SoftiWARP attached" in _read(out, f"{mode}.siw.txt"), _read(out, f"{mode}.siw.txt")
     for stock, ours in (("stock_server", "rdl_client"), ("stock_client", "rdl_server")):
-        s, o = _read(out, f"{what}.{stock}.out"), _read(out, f"{what}.{ours}.out")
-        assert _rc(out, f"{what}.{ours}") == 0, f"rdmalab {ours} (crc {mode}):\n{o}\n--- stock {stock}:\n{s}"
-        assert _rc(out, f"{what}.{stock}") == 0, f"stock {stock} (crc {mode}):\n{s}\n--- rdmalab {ours}:\n{o}"
+        s, o = _read(out, f"{tag}.{stock}.out"), _read(out, f"{tag}.{ours}.out")
+        assert _rc(out, f"{tag}.{ours}") == 0, f"rdmalab {ours} (crc {mode}):\n{o}\n--- stock {stock}:\n{s}"
+        assert _rc(out, f"{tag}.{stock}") == 0, f"stock {stock} (crc {mode}):\n{s}\n--- rdmalab {ours}:\n{o}"
         if what == "rping":
             client, server = (o, s) if ours == "rdl_client" else (s, o)
             assert _ping_lines(client, "") == _expected(COUNT), client
@@ -202,8 +168,10 @@ def _mpa_frames(pcap: Path) -> list[tuple[int, str, int]]:
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_each_connection_negotiated_the_modes_crc_and_every_fpdu_checks(iw_jobs: dict[str, Path], mode: str) -> None:
-    pcap = iw_jobs[mode] / "iw.pcap"
+def test_each_connection_negotiated_the_modes_crc_and_every_fpdu_checks(iw_job: Path, mode: str) -> None:
+    pcap = iw_job / f"{mode}.pcap"
+    if mode == "siw":
+        assert "mpa_crc_required = true" in _read(iw_job, "siw.siw.txt")
     frames = _mpa_frames(pcap)
     # rping: one connection per role; perftest -R: two (control, data) per role
     conns = sum(2 if w == "rping" else 4 for w in MODES[mode])
@@ -225,13 +193,13 @@ def test_each_connection_negotiated_the_modes_crc_and_every_fpdu_checks(iw_jobs:
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_tshark_reads_the_captured_pairings_as_rdmalab_does(iw_jobs: dict[str, Path], mode: str) -> None:
+def test_tshark_reads_the_captured_pairings_as_rdmalab_does(iw_job: Path, mode: str) -> None:
     if shutil.which("tshark") is None:
         pytest.skip("tshark is not installed")
     from rdmalab.capture.crosscheck import crosscheck
 
-    report = crosscheck(iw_jobs[mode] / "iw.pcap")
-    (iw_jobs[mode] / "crosscheck.txt").write_text(report.text(verbose=True) + "\n")
+    report = crosscheck(iw_job / f"{mode}.pcap")
+    (iw_job / f"{mode}.crosscheck.txt").write_text(report.text(verbose=True) + "\n")
     assert report.fields_compared > 0
     assert not report.unexplained, report.text(verbose=True)
     if mode != "off":
