@@ -116,6 +116,42 @@ display(viz.hexdump(built, title=built.summary(), fields=False))
 print(viz.icrc_steps(built))
 
 # %% [markdown]
+# ## The same WRITE and READ, run on two wires
+#
+# Everything above was one frame built by hand. Now the engine *runs* an RDMA WRITE of 3000
+# bytes and an RDMA READ of the same bytes back, twice: between two soft **RoCEv2** devices (RC
+# QPs, path MTU 1024 as rxe uses on a 1500-byte Ethernet), and between two soft **iWARP**
+# devices that rdma_cm connected the iWARP way: a TCP connection to the rdma_cm port, then the
+# MPA Request and Reply (revision 2, with the IRD/ORD words), as Linux siw does. Both run on the
+# simulated fabric; each run is written to a pcap and read back with `capture.read`, as
+# `rdmalab decode` reads it (tshark decodes both files the same way).
+
+# %%
+from rdmalab.lab.twowires import side_by_side, write_and_read
+
+roce_run, iwarp_run = write_and_read(3000)
+side_by_side(roce_run, iwarp_run)
+
+# %% [markdown]
+# Read the two columns against each other:
+#
+# * **Setting up.** RoCEv2's QPs were connected before the first frame (here by hand; rdma_cm
+#   would send CM MADs). iWARP spends five frames first: TCP's handshake, then the MPA Request
+#   and Reply, which carry the IRD/ORD and whether FPDUs will have a CRC32c.
+# * **Cutting the message.** RoCEv2 cuts the WRITE by the path MTU into FIRST/MIDDLE/LAST
+#   packets with consecutive PSNs; iWARP cuts it into FPDUs that each fit one TCP segment, and
+#   every segment says where its bytes go (STag and tagged offset), so each can be placed on
+#   its own.
+# * **Acknowledging.** RoCEv2's responder acknowledges *packets* by PSN (one ACK covers the
+#   WRITE; the READ responses carry an AETH themselves). iWARP's RDMAP and DDP never acknowledge
+#   anything: the ACKs are TCP's, cumulative counts of *bytes* of the stream, sent every second
+#   segment or after the delayed-ACK timer (40 ms here, at the end). A WRITE completes on the
+#   iWARP requester as soon as TCP has its bytes, as it does on siw.
+# * **Cost.** iWARP carries 54 bytes of Ethernet/IPv4/TCP per segment plus 20 of MPA/DDP/RDMAP,
+#   against RoCEv2's 58 bytes of Ethernet/IPv4/UDP/BTH/ICRC plus a RETH on the first packet; it
+#   moves more frames, mostly the ACKs.
+
+# %% [markdown]
 # ## Exercises
 #
 # ### 1. Build a BTH by hand

@@ -78,11 +78,11 @@ def run_cli(args: argparse.Namespace, out: TextIO) -> int:
     if args.mpa_crc and not (args.netdev and args.transport == "iwarp"):
         raise Fail("rping: --mpa-crc goes with the device it makes: --netdev IFNAME --transport iwarp")
     if args.netdev and args.transport == "iwarp":
-        from rdmalab.fabric import tcpkernel
         from rdmalab.fabric.udp_setup import CarrierError
+        from rdmalab.live import iwlink
 
         try:
-            tcpkernel.use_interface(args.netdev, mpa_crc=args.mpa_crc, poll_wait=0.05)
+            iwlink.use_interface(args.netdev, mpa_crc=args.mpa_crc, poll_wait=0.05)
         except (CarrierError, OSError) as exc:
             raise Fail(f"rping: a soft iWARP device on {args.netdev}: {exc}") from None
     elif args.netdev:

@@ -1,25 +1,23 @@
-"""A soft iWARP device on a real interface, its TCP the kernel's: the engine's peer is kernel siw.
+"""iWARP on the kernel's TCP: soft iWARP devices whose streams are real TCP sockets (the peer of Linux siw).
 
-:class:`KernelTcpFabric` is three things for one :class:`~rdmalab.verbs.engine.iwdevice.IwDevice`:
+siw speaks iWARP over ordinary in-kernel TCP sockets (``siw_cm.c``: ``kernel_bindconnect``,
+``kernel_accept``, ``kernel_sendmsg``, ``tcp_read_sock``), so a user-space process is its peer
+with plain ``socket(AF_INET, SOCK_STREAM)`` and ``TCP_NODELAY`` (reference B.4): no raw socket,
+no privilege.  A :class:`KernelTcp` is a carrier (wall clock, timers), its own scheduler (an
+event loop that waits on its sockets and timers) and the :class:`~rdmalab.verbs.engine.iwdevice.TcpStack`
+of the devices made on it::
 
-* its **TCP stack** (:class:`~rdmalab.verbs.engine.iwdevice.TcpStack`): ``listen``/``connect`` open
-  plain ``SOCK_STREAM`` sockets of this process (``TCP_NODELAY``, as siw sets on its own,
-  ``siw_cm.c``), bound to the interface's IPv4 address; each connection is a
-  :class:`KernelStream` handing the QP the bytes in order, however TCP cut them.  No raw socket
-  and no privilege is needed: the kernel does TCP's handshake, ACKs and retransmissions, and
-  what goes on the wire is ordinary Linux TCP, which is all siw uses either
-  (``/work/shared/reference/connection-management.md`` B.4);
-* its **carrier**: the wall clock and timers (``now_ns``, ``call_later``), as the UDP carrier's;
-* its **scheduler**: :meth:`step` waits on every socket and the next timer, reads what came,
-  writes what is queued, runs due timers; ``CQ.poll`` and rdma_cm's waits advance through it.
+    kt = KernelTcp()
+    dev = kt.add_device("siw0", "10.77.0.2")        # an address of this host (or 127.0.0.x), or
+    dev = kt.add_interface_device("siw0", "veth1")   # the address of an interface
+    Context(name="siw0", fabric=kt)                  # pyverbs on it, or make it the default device
+    set_default_devices(lambda: kt)                  # set, so that rdma_cm (pyverbs.cmid) finds it
 
-Every callback into the engine (``receiver.on_bytes``, ``on_closed``, ``on_accept``,
-``on_result``) runs from :meth:`step`, never from inside ``write``/``connect``/``listen``, as the
-carrier rules ask (:mod:`rdmalab.verbs.engine.carrier`).
-
-:func:`use_interface` makes one on an interface for this run and makes it the device
-``get_device_list()`` and rdma_cm use (what ``rdmalab rping --netdev IF --transport iwarp`` and
-``rdmalab perftest -R -d IF --transport iwarp`` do).
+The sockets are non-blocking; writes that the kernel does not take at once wait in a buffer
+and go when the socket is writable, in order.  Each stream reports the kernel's MSS
+(``TCP_MAXSEG``) so that FPDUs fit a segment, as siw sizes them.  The kernel does the segments,
+ACKs and retransmissions; to see them, capture on the interface (tcpdump), since this carrier
+sees only the byte stream.
 """
 
 from __future__ import annotations
@@ -27,328 +25,310 @@ from __future__ import annotations
 import errno
 import heapq
 import ipaddress
-import os
-import random
 import selectors
 import socket
 import time
 from collections.abc import Callable
 from typing import Any
 
-from rdmalab.fabric.udp_setup import (
-    CarrierError,
-    ib_mtu_for,
-    interface_ipv4,
-    interface_mac,
-    interface_mtu,
-    interface_of,
-)
-from rdmalab.verbs.device import set_default_devices
 from rdmalab.verbs.engine.carrier import Timer
 from rdmalab.verbs.engine.iwdevice import ConnectResult, IwDevice
-from rdmalab.verbs.engine.trace import Trace, TraceEvent
+from rdmalab.verbs.engine.trace import TraceEvent
 
-__all__ = ["KernelStream", "KernelTcpFabric", "use_interface"]
-
-RECV_CHUNK = 1 << 16
+_READ = 262144
 
 
-class KernelStream:
-    """One kernel TCP connection as an iWARP QP's :class:`~rdmalab.verbs.engine.iwarp.Stream`.
+class SockStream:
+    """A connected TCP socket as an iWARP :class:`~rdmalab.verbs.engine.iwarp.Stream`."""
 
-    ``local``/``peer`` are ``(ip, port)``; ``mss`` is the kernel's ``TCP_MAXSEG`` for it (siw
-    sizes its FPDUs by ``mss_cache`` the same way).  ``write`` queues and sends what the socket
-    takes at once; the rest leaves from :meth:`KernelTcpFabric.step`.  ``close`` sends what is
-    queued, then a FIN; the receiver hears ``on_closed`` once, when the peer's FIN (or a reset)
-    has come."""
-
-    def __init__(self, fab: KernelTcpFabric, sock: socket.socket) -> None:
-        self.fab, self.sock = fab, sock
+    def __init__(self, kt: KernelTcp, sock: socket.socket, dev: IwDevice | None) -> None:
+        self.kt, self.sock, self.dev = kt, sock, dev
         self.receiver: Any = None
         sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.local: tuple[str, int] = sock.getsockname()[:2]
-        self.peer: tuple[str, int] = sock.getpeername()[:2]
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # siw: siw_tcp_nagle is false
         try:
-            self.mss = int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)) or 1448
+            self.mss = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG) or 1448
         except OSError:
             self.mss = 1448
-        self.dev = fab.device
+        lip, lport = sock.getsockname()[:2]
+        pip, pport = sock.getpeername()[:2]
+        self.local: tuple[str, int] = (lip, lport)
+        self.peer: tuple[str, int] = (pip, pport)
         self._out = bytearray()
-        self._closing = False    # close() called: FIN once the queue is out
-        self._fin_sent = False
-        self._done = False       # the socket is closed, on_closed said
+        self._closing = False
+        self.closed = False
         self.bytes_in = self.bytes_out = 0
-        fab._sel.register(sock, selectors.EVENT_READ, self)
+        kt._register(self)
 
     def write(self, data: bytes) -> None:
-        if self._done or self._closing:
+        if self.closed or self._closing:
             return
-        self._out += data
-        self._flush()
-
-    def close(self) -> None:
-        if self._done or self._closing:
-            return
-        self._closing = True
-        self._flush()
-
-    # -- from the scheduler
-    def _flush(self) -> None:
-        while self._out:
+        if not self._out:
             try:
-                n = self.sock.send(self._out)
-            except (BlockingIOError, InterruptedError):
-                break
+                n = self.sock.send(data)
+            except BlockingIOError:
+                n = 0
             except OSError as exc:
-                self._out.clear()
-                self.fab._later(self._finish, f"TCP send failed: {exc.strerror or exc}")
+                self._fail(f"send failed: {exc.strerror or exc}")
                 return
             self.bytes_out += n
-            del self._out[:n]
-        if self._out:
-            self._interest(selectors.EVENT_READ | selectors.EVENT_WRITE)
-            return
-        self._interest(selectors.EVENT_READ)
-        if self._closing and not self._fin_sent:
-            self._fin_sent = True
-            try:
-                self.sock.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
+            if n == len(data):
+                return
+            data = data[n:]
+        if not self._out:
+            self.kt._want_write(self, True)
+        self._out += data
 
-    def _interest(self, events: int) -> None:
-        if self._done:
+    def close(self) -> None:
+        if self.closed or self._closing:
             return
-        key = self.fab._sel.get_key(self.sock)
-        if key.events != events:
-            self.fab._sel.modify(self.sock, events, self)
+        self._closing = True
+        if not self._out:
+            self._shut()
 
-    def _ready(self, mask: int) -> None:
-        if mask & selectors.EVENT_WRITE:
-            self._flush()
-        if mask & selectors.EVENT_READ and not self._done:
-            try:
-                data = self.sock.recv(RECV_CHUNK)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                self._finish(f"TCP connection reset ({exc.strerror or exc})")
-                return
-            if not data:
-                self._finish("the peer closed the TCP connection (FIN)")
-                return
-            self.bytes_in += len(data)
-            if self.receiver is not None:
-                self.receiver.on_bytes(data)
+    def _shut(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_WR)  # FIN; the peer's FIN (or RST) closes the socket for good
+        except OSError:
+            self._finish("closed")
+
+    def _on_writable(self) -> None:
+        try:
+            n = self.sock.send(self._out)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._fail(f"send failed: {exc.strerror or exc}")
+            return
+        self.bytes_out += n
+        del self._out[:n]
+        if not self._out:
+            self.kt._want_write(self, False)
+            if self._closing:
+                self._shut()
+
+    def _on_readable(self) -> None:
+        try:
+            data = self.sock.recv(_READ)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._fail(f"connection error: {exc.strerror or exc}")
+            return
+        if not data:
+            self._finish("the peer closed the connection (FIN)")
+            return
+        self.bytes_in += len(data)
+        if self.receiver is not None:
+            self.receiver.on_bytes(data)
+
+    def _fail(self, why: str) -> None:
+        self._finish(why)
 
     def _finish(self, why: str) -> None:
-        if self._done:
+        if self.closed:
             return
-        self._done = True
+        self.closed = True
+        self.kt._unregister(self)
         try:
-            self.fab._sel.unregister(self.sock)
-        except (KeyError, ValueError):
+            self.sock.close()
+        except OSError:
             pass
-        self.sock.close()
-        self.fab._streams.discard(self)
         if self.receiver is not None:
             self.receiver.on_closed(why)
 
     def __repr__(self) -> str:
-        return f"<KernelStream {self.local[0]}:{self.local[1]} -> {self.peer[0]}:{self.peer[1]}>"
+        return f"<TCP socket {self.local[0]}:{self.local[1]} -> {self.peer[0]}:{self.peer[1]}>"
 
 
-class _Listener:
-    def __init__(self, fab: KernelTcpFabric, sock: socket.socket, on_accept: Callable[[Any], None]) -> None:
-        self.fab, self.sock, self.on_accept = fab, sock, on_accept
+class KernelTcp:
+    """Soft iWARP devices on kernel TCP sockets: carrier, scheduler and TCP stack in one.
 
-    def _ready(self, mask: int) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                return
-            stream = KernelStream(self.fab, conn)
-            self.fab._streams.add(stream)
-            self.on_accept(stream)
+    ``poll_wait`` is how long ``CQ.poll`` (through :meth:`progress`) waits for the network when
+    its queue is empty, as the UDP carrier's."""
 
-
-class _Connecting:
-    def __init__(self, fab: KernelTcpFabric, sock: socket.socket, dst: tuple[str, int], on_result: ConnectResult) -> None:
-        self.fab, self.sock, self.dst, self.on_result = fab, sock, dst, on_result
-
-    def _ready(self, mask: int) -> None:
-        self.fab._sel.unregister(self.sock)
-        err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if err:
-            self.sock.close()
-            why = "connection refused" if err == errno.ECONNREFUSED else f"TCP connect to {self.dst[0]}:{self.dst[1]}: {os.strerror(err)}"
-            self.on_result(None, why)
-            return
-        stream = KernelStream(self.fab, self.sock)
-        self.fab._streams.add(stream)
-        self.on_result(stream, None)
-
-
-class KernelTcpFabric:
-    """One soft iWARP device on interface ``ifname`` (or the one with address ``ip``), TCP by the kernel.
-
-    ``fab.device`` is the :class:`IwDevice` (named ``name``); ``mpa_crc`` makes it ask for MPA
-    CRC32c.  ``poll_wait`` is how long :meth:`progress` waits for traffic before giving up."""
-
+    mtu = 4096
     burst_ok = False
 
-    def __init__(self, ifname: str | None = None, ip: str | None = None, *, name: str = "rdmalab0",
-                 mpa_crc: bool = False, poll_wait: float = 0.02, seed: int | None = None) -> None:
-        if ifname is None and ip is None:
-            raise CarrierError(errno.EINVAL, "give the interface (ifname=) or its IPv4 address (ip=)")
-        if ifname is None:
-            assert ip is not None
-            ifname = interface_of(ip)
-        if ip is None:
-            ip = interface_ipv4(ifname)
-        try:
-            ipv4 = int(ipaddress.IPv4Address(ip))
-        except ValueError:
-            raise CarrierError(errno.EINVAL, f"{ip!r} is not an IPv4 address") from None
-        self.ifname, self.ip = ifname, ip
-        self.netdev_mtu = interface_mtu(ifname)
-        self.mtu = ib_mtu_for(self.netdev_mtu)   # what the device reports as active MTU (siw: 1024 on 1500)
-        self.rng = random.Random(seed)
-        self.trace = Trace()
-        self._tracing = False
+    def __init__(self, *, poll_wait: float = 0.02, trace: bool = False) -> None:
+        self.devices: dict[str, IwDevice] = {}
+        self._by_ip: dict[str, IwDevice] = {}
         self.poll_wait = poll_wait
-        self._seq = 0
-        self._timers: list[tuple[int, int, Callable[[Any], None], Any]] = []
+        self.tracing = trace
+        self.events: list[TraceEvent] = []
         self._sel = selectors.DefaultSelector()
-        self._listeners: dict[tuple[str, int], _Listener] = {}
-        self._streams: set[KernelStream] = set()
-        self._closed = False
-        self.device = IwDevice(name, ipv4, interface_mac(ifname), self, self, seed=self.rng.getrandbits(32),
-                               mpa_crc=mpa_crc)
-        self.device.ifname = ifname
-        self.devices = {name: self.device}
+        self._timers: list[tuple[int, int, Callable[[Any], None], Any]] = []
+        self._seq = 0
+        self._listeners: dict[tuple[str, int], socket.socket] = {}
+        self._pending: dict[int, tuple[socket.socket, ConnectResult, IwDevice | None]] = {}
+        self.closed = False
 
-    # ------------------------------------------------------------------ the TCP stack
-    def _addr(self, ip: str) -> str:
-        # a wildcard listener is pinned to the device (siw pins it to the netdev: sk_bound_dev_if)
-        return self.ip if ip in ("", "0.0.0.0") else ip
+    # ------------------------------------------------------------------ devices
+    def add_device(self, name: str, ip: str, mac: int | None = None, *, mpa_crc: bool = False,
+                   seed: int | None = None) -> IwDevice:
+        """A soft iWARP device with address ``ip`` (which must be one of this host's, or 127.x.y.z)."""
+        if name in self.devices:
+            raise ValueError(f"a device named {name!r} already exists")
+        v = int(ipaddress.IPv4Address(ip))
+        mac = mac if mac is not None else 0x020000000000 | (v & 0xFFFFFFFF)
+        dev = IwDevice(name, v, mac, self, self, seed=seed if seed is not None else v, mpa_crc=mpa_crc)
+        self.devices[name] = dev
+        self._by_ip[ip] = dev
+        return dev
 
-    def listen(self, ip: str, port: int, on_accept: Callable[[Any], None]) -> None:
-        addr = (self._addr(ip), port)
-        if addr in self._listeners:
-            raise OSError(errno.EADDRINUSE, f"{addr[0]}:{port} is already listened on")
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(addr)
-            s.listen(16)
-        except OSError:
-            s.close()
-            raise
-        s.setblocking(False)
-        lst = _Listener(self, s, on_accept)
-        self._listeners[addr] = lst
-        self._sel.register(s, selectors.EVENT_READ, lst)
+    def add_interface_device(self, name: str, ifname: str, *, mpa_crc: bool = False) -> IwDevice:
+        """A soft iWARP device on the IPv4 address of network interface ``ifname`` (as ``rdma link add
+        siw0 type siw netdev IFNAME`` puts siw on one); ``dev.ifname`` names it."""
+        from rdmalab.fabric.udp_setup import interface_ipv4
 
-    def unlisten(self, ip: str, port: int) -> None:
-        lst = self._listeners.pop((self._addr(ip), port), None)
-        if lst is not None:
-            self._sel.unregister(lst.sock)
-            lst.sock.close()
+        dev = self.add_device(name, interface_ipv4(ifname), mpa_crc=mpa_crc)
+        dev.ifname = ifname
+        return dev
 
-    def connect(self, src: tuple[str, int], dst: tuple[str, int], on_result: ConnectResult) -> None:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((self._addr(src[0]), src[1]))
-            s.setblocking(False)
-            err = s.connect_ex(dst)
-        except OSError:
-            s.close()
-            raise
-        if err not in (0, errno.EINPROGRESS):
-            s.close()
-            why = "connection refused" if err == errno.ECONNREFUSED else f"TCP connect to {dst[0]}:{dst[1]}: {os.strerror(err)}"
-            self._later(lambda w: on_result(None, w), why)
-            return
-        self._sel.register(s, selectors.EVENT_WRITE, _Connecting(self, s, dst, on_result))
+    def resolve_mac(self, gid: int) -> int | None:
+        return None
 
-    # ------------------------------------------------------------------ the carrier
+    # ------------------------------------------------------------------ carrier: clock, timers, trace
     @property
     def now_ns(self) -> int:
         return time.monotonic_ns()
 
     def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> Timer:
         t = Timer(fn, arg)
-        cb: Callable[[Any], None] = t
         self._seq += 1
-        heapq.heappush(self._timers, (time.monotonic_ns() + max(0, int(delay_ns)), self._seq, cb, None))
+        entry: tuple[int, int, Callable[[Any], None], Any] = (time.monotonic_ns() + max(0, int(delay_ns)), self._seq,
+                                                              t, None)
+        heapq.heappush(self._timers, entry)
         return t
 
-    def _later(self, fn: Callable[[Any], None], arg: Any) -> None:
-        self.call_later(0, fn, arg)
-
     @property
-    def scheduler(self) -> KernelTcpFabric:
+    def scheduler(self) -> KernelTcp:
         return self
 
     @property
-    def tracing(self) -> bool:
-        return self._tracing
-
-    @tracing.setter
-    def tracing(self, on: bool) -> None:
-        self._tracing = on
+    def pending(self) -> int:
+        return len(self._timers)
 
     def record(self, ev: TraceEvent) -> None:
-        self.trace.append(ev)
-
-    def resolve_mac(self, gid: int) -> int | None:
-        return None   # the kernel resolves and routes; the engine puts no frame on the wire itself
+        self.events.append(ev)
 
     def send(self, src: Any, pkt: Any) -> None:
-        raise CarrierError(errno.EPROTO, "an iWARP device sends bytes on its TCP streams, no RoCE packets")
+        raise RuntimeError("a soft iWARP device sends no RoCE packets")
 
-    def add_device(self, name: str | None = None, ip: str | None = None, mac: int | None = None) -> Any:
-        raise ValueError("a KernelTcpFabric carries one device, its interface's (fab.device)")
+    def fileno(self) -> int:
+        """(So that rdma_cm waits for events from outside the process instead of giving up.)"""
+        return self._sel.fileno() if hasattr(self._sel, "fileno") else -1
 
-    # ------------------------------------------------------------------ the scheduler
-    def step(self, timeout: float = 0.0) -> bool:
-        """Wait up to ``timeout`` s (less if a timer falls due) for any socket, handle what is ready, run due
-        timers.  True if anything happened."""
-        if self._closed:
-            return False
-        if self._timers:
-            timeout = min(timeout, max(0.0, (self._timers[0][0] - time.monotonic_ns()) / 1e9))
-        did = 0
-        for key, mask in self._sel.select(timeout if timeout > 0 else 0):
-            key.data._ready(mask)
-            did += 1
+    # ------------------------------------------------------------------ TcpStack
+    def listen(self, ip: str, port: int, on_accept: Callable[[Any], None]) -> None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((ip, port))
+            s.listen(16)
+        except OSError:
+            s.close()
+            raise
+        s.setblocking(False)
+        self._listeners[(ip, port)] = s
+        self._sel.register(s, selectors.EVENT_READ, ("listen", on_accept, ip))
+
+    def unlisten(self, ip: str, port: int) -> None:
+        s = self._listeners.pop((ip, port), None)
+        if s is not None:
+            self._sel.unregister(s)
+            s.close()
+
+    def connect(self, src: tuple[str, int], dst: tuple[str, int], on_result: ConnectResult) -> None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.setblocking(False)
+        try:
+            if src[0] not in ("", "0.0.0.0"):
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(src)  # siw: kernel_bindconnect to rdma_cm's local address and port
+            rc = s.connect_ex(dst)
+        except OSError:
+            s.close()
+            raise
+        if rc not in (0, errno.EINPROGRESS):
+            s.close()
+            self.call_later(0, lambda _: on_result(None, f"connect to {dst[0]}:{dst[1]}: {errno.errorcode.get(rc, rc)}"
+                                                   + (" (connection refused)" if rc == errno.ECONNREFUSED else "")))
+            return
+        self._pending[s.fileno()] = (s, on_result, self._by_ip.get(src[0]))
+        self._sel.register(s, selectors.EVENT_WRITE, ("connect", dst))
+
+    # ------------------------------------------------------------------ the event loop
+    def _register(self, st: SockStream) -> None:
+        self._sel.register(st.sock, selectors.EVENT_READ, ("stream", st))
+
+    def _unregister(self, st: SockStream) -> None:
+        try:
+            self._sel.unregister(st.sock)
+        except (KeyError, ValueError):
+            pass
+
+    def _want_write(self, st: SockStream, on: bool) -> None:
+        ev = selectors.EVENT_READ | (selectors.EVENT_WRITE if on else 0)
+        try:
+            self._sel.modify(st.sock, ev, ("stream", st))
+        except (KeyError, ValueError):
+            pass
+
+    def _ready(self, key: selectors.SelectorKey, mask: int) -> None:
+        kind = key.data[0]
+        if kind == "stream":
+            st: SockStream = key.data[1]
+            if mask & selectors.EVENT_WRITE:
+                st._on_writable()
+            if mask & selectors.EVENT_READ and not st.closed:
+                st._on_readable()
+        elif kind == "listen":
+            _, on_accept, ip = key.data
+            try:
+                conn, _ = key.fileobj.accept()  # type: ignore[union-attr]
+            except BlockingIOError:
+                return
+            local_ip = conn.getsockname()[0]
+            dev = self._by_ip.get(local_ip) or self._by_ip.get(ip)
+            on_accept(SockStream(self, conn, dev))
+        elif kind == "connect":
+            s = key.fileobj
+            assert isinstance(s, socket.socket)
+            self._sel.unregister(s)
+            _, on_result, dev = self._pending.pop(s.fileno())
+            err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                s.close()
+                dst = key.data[1]
+                on_result(None, f"connect to {dst[0]}:{dst[1]}: {errno.errorcode.get(err, err)}"
+                          + (" (connection refused)" if err == errno.ECONNREFUSED else ""))
+                return
+            on_result(SockStream(self, s, dev), None)
+
+    def _run_timers(self) -> int:
         t = self._timers
+        ran = 0
         now = time.monotonic_ns()
         while t and t[0][0] <= now:
             _, _, fn, arg = heapq.heappop(t)
             fn(arg)
-            did += 1
-        self.device.flush()
-        return did > 0
+            ran += 1
+        return ran
 
-    def run(self, until_ns: int | None = None, max_events: int = 10_000_000) -> int:
-        steps = 0
-        while steps < max_events and not self._closed:
-            if until_ns is not None and time.monotonic_ns() >= until_ns:
-                break
-            if not self._timers and until_ns is None:
-                self.step()
-                break
-            self.step(0.01)
-            steps += 1
-        return steps
+    def step(self, timeout: float = 0.0) -> bool:
+        """Handle what the sockets have (waiting up to ``timeout`` s, less if a timer falls due) and run due timers."""
+        if self.closed:
+            return False
+        if self._timers:
+            timeout = min(timeout, max(0.0, (self._timers[0][0] - time.monotonic_ns()) / 1e9))
+        did = 0
+        for key, mask in self._sel.select(timeout):
+            self._ready(key, mask)
+            did += 1
+        did += self._run_timers()
+        return did > 0
 
     def progress(self, done: Callable[[], bool], max_steps: int = 20_000, timeout: float | None = None) -> bool:
         end = time.monotonic() + (self.poll_wait if timeout is None else timeout)
@@ -361,34 +341,32 @@ class KernelTcpFabric:
         return True
 
     def run_until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Run the loop until ``done()`` or ``timeout`` seconds pass (for programs that wait for a peer)."""
         return self.progress(done, timeout=timeout)
 
-    def fileno(self) -> int:
-        """The selector's descriptor: traffic can come from outside this process (rdma_cm waits for it)."""
-        return self._sel.fileno()
+    def run(self, until_ns: int | None = None, max_events: int = 10_000_000) -> int:
+        steps = 0
+        while steps < max_events and not self.closed:
+            if until_ns is not None and time.monotonic_ns() >= until_ns:
+                break
+            if not self.step(0.01) and until_ns is None:
+                break
+            steps += 1
+        return steps
 
     def close(self) -> None:
-        """Close every socket (connections end with a FIN, or a reset if data was still unread)."""
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
-        for stream in list(self._streams):
-            stream._flush()
-            stream.sock.close()
-        for lst in self._listeners.values():
-            lst.sock.close()
-        self._listeners.clear()
+        for key in list(self._sel.get_map().values()):
+            try:
+                key.fileobj.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
         self._sel.close()
+        self.closed = True
 
-    def __enter__(self) -> KernelTcpFabric:
+    def __enter__(self) -> KernelTcp:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def use_interface(ifname: str, name: str = "rdmalab0", *, mpa_crc: bool = False, **options: Any) -> KernelTcpFabric:
-    """A soft iWARP device on ``ifname`` for this run, made the devices ``get_device_list()`` offers."""
-    fab = KernelTcpFabric(ifname=ifname, name=name, mpa_crc=mpa_crc, **options)
-    set_default_devices(lambda: fab)
-    return fab

@@ -854,10 +854,10 @@ def _cm_device(opts: PerftestOptions) -> Any:
     if opts.mpa_crc and not (opts.ifname and opts.transport == "iwarp"):
         raise PerftestError("--mpa-crc goes with the device it makes: -d NETDEV --transport iwarp")
     if opts.ifname and opts.transport == "iwarp":
-        from rdmalab.fabric import tcpkernel
+        from rdmalab.live import iwlink
 
         try:
-            return tcpkernel.use_interface(opts.ifname, mpa_crc=opts.mpa_crc, poll_wait=0.0,
+            return iwlink.use_interface(opts.ifname, mpa_crc=opts.mpa_crc, poll_wait=0.0,
                                            seed=random.SystemRandom().getrandbits(32))
         except (CarrierError, OSError) as exc:
             raise PerftestError(f"a soft iWARP device on {opts.ifname}: {exc}") from None

@@ -43,7 +43,6 @@ from collections.abc import Callable
 from typing import Any
 
 from rdmalab.verbs import enums as e
-from rdmalab.verbs import iwcm
 from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
 from rdmalab.verbs.cm_enums import (
     RAI_PASSIVE,
@@ -74,6 +73,16 @@ DEFAULT_TIMEOUT_MS = 2000
 MAX_REQ_PRIVATE, MAX_SIDR_PRIVATE = 92 - CMA_HDR_SIZE, 216 - CMA_HDR_SIZE
 MAX_REP_PRIVATE, MAX_REJ_PRIVATE = 196, 148
 RNR_TIMER = 12  # the QP's min_rnr_timer librdmacm leaves to the device default; 0.64 ms
+
+
+def _iwcm(dev: Any) -> Any:
+    """``rdmalab.verbs.iwcm`` if ``dev`` is a soft iWARP device, else None (loaded only then: a RoCE
+    program does not load the iWARP modules)."""
+    if getattr(dev, "transport", None) != "iwarp":
+        return None
+    from rdmalab.verbs import iwcm
+
+    return iwcm
 
 
 def event_str(event: int) -> str:
@@ -614,8 +623,9 @@ class CMID:
         """``rdma_listen`` on the bound address and port (0.0.0.0: every device)."""
         if self.device is None:
             raise PyverbsRDMAError("Listen Failed: bind_addr first", errno.EINVAL)
-        if iwcm.is_iwarp(self.device):  # a TCP listener on the rdma_cm port
-            iwcm.listen(self)
+        iw = _iwcm(self.device)
+        if iw is not None:  # a TCP listener on the rdma_cm port
+            iw.listen(self)
             return
         if not self.src_port:
             self.src_port = self.device.rng.randrange(32768, 61000)
@@ -710,7 +720,7 @@ class CMID:
         """``rdma_accept``: QP to RTR and RTS (if the CMID has one), then the REP (SIDR_REP for UD)."""
         param = param or ConnParam(resources=e_max_rd(), depth=e_max_rd())
         if self._iw is not None:  # iWARP: the MPA Reply
-            iwcm.accept(self, param)
+            _iwcm(self.device).accept(self, param)
             return
         conn = self.conn
         if conn is None or self.req is None:
@@ -742,7 +752,7 @@ class CMID:
         """``rdma_reject``: REJ reason 28 (consumer defined) with the private data (SIDR: status reject);
         on iWARP an MPA Reply with R and the private data."""
         if self._iw is not None:
-            iwcm.reject(self, bytes(private_data or b"")[:private_data_len or None])
+            _iwcm(self.device).reject(self, bytes(private_data or b"")[:private_data_len or None])
             self.state = "rejected"
             return
         if self.conn is None or self.req is None:
@@ -760,8 +770,9 @@ class CMID:
         if self.state != "route resolved" or self.device is None or self.dst_addr is None:
             raise PyverbsRDMAError("Failed to Connect: resolve the address and the route first", errno.EINVAL)
         param = param or ConnParam(resources=e_max_rd(), depth=e_max_rd(), retry=7, rnr_retry=7)
-        if iwcm.is_iwarp(self.device):  # TCP connect, then the MPA Request
-            iwcm.connect(self, param)
+        iw = _iwcm(self.device)
+        if iw is not None:  # TCP connect, then the MPA Request
+            iw.connect(self, param)
             return
         dev = self.device
         dst_gid = 0xFFFF00000000 | int(ipaddress.IPv4Address(self.dst_addr))
@@ -817,7 +828,7 @@ class CMID:
     def disconnect(self) -> None:
         """``rdma_disconnect``: the QP to ERR, then the DREQ (or the DREP answering the peer's); on iWARP a TCP FIN."""
         if self._iw is not None:
-            iwcm.disconnect(self)
+            _iwcm(self.device).disconnect(self)
             return
         if self.conn is None:
             raise PyverbsRDMAError("Failed to Disconnect: the CMID is not connected", errno.EINVAL)
@@ -983,8 +994,8 @@ class CMID:
         if self.closed:
             return
         self.closed = True
-        if self.listening and iwcm.is_iwarp(self.device):
-            iwcm.unlisten(self)
+        if self.listening and _iwcm(self.device) is not None:
+            _iwcm(self.device).unlisten(self)
         elif self.listening and self.device is not None:
             sid = service_id(self.port_space, self.src_port)
             for dev in getattr(self, "_devs_listening", [self.device]):

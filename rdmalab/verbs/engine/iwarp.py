@@ -46,6 +46,7 @@ does (``siw_qp_rx.c``, ``siw_qp_tx.c``; ``/work/shared/reference/connection-mana
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -59,11 +60,9 @@ from rdmalab.wire.iwarp import (
     DDP_TAGGED_SIZE,
     DDP_UNTAGGED_SIZE,
     read_request,
-    segment_tagged,
-    segment_untagged,
     terminate,
 )
-from rdmalab.wire.mpa import MPA_CRC_SIZE, MPA_HEADER_SIZE, frame_fpdu, mulpdu, pad_length
+from rdmalab.wire.mpa import MAX_ULPDU, MPA_CRC_SIZE, MPA_HEADER_SIZE, frame_fpdu, mulpdu, pad_length
 from rdmalab.wire.rdmap import (
     OP_READ_REQUEST,
     OP_READ_RESPONSE,
@@ -76,8 +75,6 @@ from rdmalab.wire.rdmap import (
     QN_READ_REQUEST,
     QN_SEND,
     QN_TERMINATE,
-    DDPTagged,
-    DDPUntagged,
     ReadRequest,
     Terminate,
 )
@@ -106,6 +103,59 @@ _SEND_OPCODE = {(False, False): OP_SEND, (True, False): OP_SEND_SE, (False, True
 _SENDS = {OP_SEND, OP_SEND_SE, OP_SEND_INVALIDATE, OP_SEND_SE_INVALIDATE}
 _QN_OF = {OP_SEND: QN_SEND, OP_SEND_SE: QN_SEND, OP_SEND_INVALIDATE: QN_SEND, OP_SEND_SE_INVALIDATE: QN_SEND,
           OP_READ_REQUEST: QN_READ_REQUEST, OP_TERMINATE: QN_TERMINATE}
+
+
+# The FPDUs of the data-carrying messages, framed in one step (the hot path): ULPDU_Length, the DDP
+# control byte (T 0x80, L 0x40, DV 1), the RDMAP control byte (RV 1, opcode), then the tagged header's
+# STag and TO, or the untagged header's Invalidate STag, QN, MSN and MO (RFC 5041 4.2/4.3, RFC 5040 4.1).
+# The wire codecs are the reference: tests/verbs/test_iwarp_framing.py checks these bytes against
+# rdmalab.wire.iwarp.segment_tagged/segment_untagged and rdmalab.wire.mpa.frame_fpdu.
+_TAGGED = struct.Struct(">HBBIQ")
+_UNTAGGED = struct.Struct(">HBBIIII")
+_PADS = (b"", b"\0", b"\0\0", b"\0\0\0")
+_NO_CRC = b"\0\0\0\0"
+_U64 = (1 << 64) - 1
+
+
+def _seal(parts: list[Any], crc: bool) -> bytes:
+    body = b"".join(parts)
+    return body + (_crc.crc32c(body).to_bytes(4, "little") if crc else _NO_CRC)
+
+
+def tagged_fpdus(opcode: int, stag: int, to: int, payload: Any, room: int, crc: bool) -> list[bytes]:
+    """The FPDUs of a tagged message (RDMA Write, Read Response) cut into ULPDUs of at most ``room`` octets."""
+    chunk = min(room, MAX_ULPDU) - DDP_TAGGED_SIZE
+    n = len(payload)
+    rctl = 0x40 | opcode
+    out = []
+    off = 0
+    while True:
+        data = payload[off:off + chunk]
+        last = off + chunk >= n
+        ulen = DDP_TAGGED_SIZE + len(data)
+        head = _TAGGED.pack(ulen, 0xC1 if last else 0x81, rctl, stag, (to + off) & _U64)
+        out.append(_seal([head, data, _PADS[-(ulen + 2) % 4]], crc))
+        off += chunk
+        if last:
+            return out
+
+
+def untagged_fpdus(opcode: int, qn: int, msn: int, payload: Any, room: int, crc: bool, inv_stag: int = 0) -> list[bytes]:
+    """The FPDUs of an untagged message with a payload (the Sends): one MSN, MO advancing, L on the last."""
+    chunk = min(room, MAX_ULPDU) - DDP_UNTAGGED_SIZE
+    n = len(payload)
+    rctl = 0x40 | opcode
+    out = []
+    off = 0
+    while True:
+        data = payload[off:off + chunk]
+        last = off + chunk >= n
+        ulen = DDP_UNTAGGED_SIZE + len(data)
+        head = _UNTAGGED.pack(ulen, 0x41 if last else 0x01, rctl, inv_stag, qn, msn, off)
+        out.append(_seal([head, data, _PADS[-(ulen + 2) % 4]], crc))
+        off += chunk
+        if last:
+            return out
 
 
 class Stream(Protocol):
@@ -183,6 +233,14 @@ class IwQP(QPCore):
 
     def _fpdu(self, ulpdu: bytes) -> None:
         self._write(frame_fpdu(ulpdu, crc=self.crc))
+
+    def _writes(self, fpdus: list[bytes]) -> None:
+        """Several FPDUs of one message: one write to the stream."""
+        self.fpdus_sent += len(fpdus)
+        if self.hold_tx:
+            self._held.extend(fpdus)
+        elif self.llp is not None:
+            self.llp.write(fpdus[0] if len(fpdus) == 1 else b"".join(fpdus))
 
     def on_bytes(self, data: bytes) -> None:
         """Bytes arrived on the stream, in order: frame them into FPDUs by ULPDU_Length and process each."""
@@ -321,15 +379,13 @@ class IwQP(QPCore):
             self.fail_wqe(w, e.IBV_WC_LOC_PROT_ERR)
             return False
         if op == e.IBV_WR_RDMA_WRITE:
-            ulpdus = segment_tagged(OP_WRITE, w.rkey, w.remote_addr, bytes(payload), self.mulpdu)
+            self._writes(tagged_fpdus(OP_WRITE, w.rkey, w.remote_addr, payload, self.mulpdu, self.crc))
         else:
             se = bool(w.send_flags & e.IBV_SEND_SOLICITED)
             inv = op == e.IBV_WR_SEND_WITH_INV
             self.tx_msn[QN_SEND] += 1
-            ulpdus = segment_untagged(_SEND_OPCODE[(se, inv)], bytes(payload), self.mulpdu,
-                                      msn=self.tx_msn[QN_SEND], inv_stag=w.inv_rkey if inv else 0)
-        for u in ulpdus:
-            self._fpdu(u)
+            self._writes(untagged_fpdus(_SEND_OPCODE[(se, inv)], QN_SEND, self.tx_msn[QN_SEND], payload, self.mulpdu,
+                                        self.crc, w.inv_rkey if inv else 0))
         w.started = w.done_sending = w.complete = True  # handed to TCP: siw completes it now
         return True
 
@@ -356,29 +412,46 @@ class IwQP(QPCore):
             if ulen < DDP_TAGGED_SIZE:
                 self._terminate(LAYER_LLP, LLP_MPA, MPA_INVALID_REQ_REP, f"ULPDU of {ulen} bytes < a tagged header")
                 return
-            self._tagged(DDPTagged.decode(u, 0), u, ulen)
+            _, ctrl, rctl, stag, to = _TAGGED.unpack_from(fpdu, 0)
+            if not self._versions(ctrl, rctl, DDP_TAGGED, 0x04, u, ulen):
+                return
+            self._tagged(ctrl, rctl & 0x0F, stag, to, u, ulen)
         else:
             if ulen < DDP_UNTAGGED_SIZE:
                 self._terminate(LAYER_LLP, LLP_MPA, MPA_INVALID_REQ_REP, f"ULPDU of {ulen} bytes < an untagged header")
                 return
-            self._untagged(DDPUntagged.decode(u, 0), u, ulen)
+            _, ctrl, rctl, inv, qn, msn, mo = _UNTAGGED.unpack_from(fpdu, 0)
+            if not self._versions(ctrl, rctl, DDP_UNTAGGED, 0x06, u, ulen):
+                return
+            self._untagged(ctrl, rctl & 0x0F, inv, qn, msn, mo, u, ulen)
 
-    def _tagged(self, ddp: DDPTagged, u: memoryview, ulen: int) -> None:
-        op = ddp.rsvdulp & 0x0F
+    def _versions(self, ctrl: int, rctl: int, etype: int, code: int, u: memoryview, ulen: int) -> bool:
+        """DDP version 1 and RDMAP version 1, else a Terminate (RFC 5041 7.2, RFC 5040 4.8)."""
+        if ctrl & 0x03 != 1:
+            size = DDP_TAGGED_SIZE if etype == DDP_TAGGED else DDP_UNTAGGED_SIZE
+            self._terminate(LAYER_DDP, etype, code, f"DDP version {ctrl & 0x03}", bytes(u[:size]), ulen)
+            return False
+        if rctl >> 6 != 1:
+            self._terminate(LAYER_RDMAP, RDMAP_REMOTE_OPERATION, 0x05, f"RDMAP version {rctl >> 6}")
+            return False
+        return True
+
+    def _tagged(self, ctrl: int, op: int, stag: int, to: int, u: memoryview, ulen: int) -> None:
+        last = ctrl & 0x40
         hdr = bytes(u[:DDP_TAGGED_SIZE])
         data = u[DDP_TAGGED_SIZE:]
         if op == OP_WRITE:
-            if self.rx_write is not None and self.rx_write != (ddp.stag, ddp.to):
-                stag, to = self.rx_write
-                code = DDP_T_INVALID_STAG if stag != ddp.stag else DDP_T_BASE_BOUNDS
-                self._terminate(LAYER_DDP, DDP_TAGGED, code, f"Write segment at STag {ddp.stag:#x} TO {ddp.to:#x}, "
-                                f"expected STag {stag:#x} TO {to:#x}", hdr, ulen)
+            if self.rx_write is not None and self.rx_write != (stag, to):
+                want_stag, want_to = self.rx_write
+                code = DDP_T_INVALID_STAG if want_stag != stag else DDP_T_BASE_BOUNDS
+                self._terminate(LAYER_DDP, DDP_TAGGED, code, f"Write segment at STag {stag:#x} TO {to:#x}, "
+                                f"expected STag {want_stag:#x} TO {want_to:#x}", hdr, ulen)
                 return
-            view = self._remote(ddp.stag, ddp.to, len(data), e.IBV_ACCESS_REMOTE_WRITE, hdr, ulen)
+            view = self._remote(stag, to, len(data), e.IBV_ACCESS_REMOTE_WRITE, hdr, ulen)
             if view is None:
                 return
             view[:] = data
-            self.rx_write = None if ddp.last else (ddp.stag, ddp.to + len(data))
+            self.rx_write = None if last else (stag, to + len(data))
             return
         if op == OP_READ_RESPONSE:
             if not self.reads_out:
@@ -388,16 +461,16 @@ class IwQP(QPCore):
             w = self.reads_out[0]
             sink_stag, sink_to = w.payload
             want_to = sink_to + w.read_off
-            if ddp.stag != sink_stag or ddp.to != want_to or w.read_off + len(data) > w.length:
-                code = DDP_T_INVALID_STAG if ddp.stag != sink_stag else DDP_T_BASE_BOUNDS
+            if stag != sink_stag or to != want_to or w.read_off + len(data) > w.length:
+                code = DDP_T_INVALID_STAG if stag != sink_stag else DDP_T_BASE_BOUNDS
                 self._terminate(LAYER_DDP, DDP_TAGGED, code,
-                                f"Read Response to STag {ddp.stag:#x} TO {ddp.to:#x} (+{len(data)}), expected STag "
+                                f"Read Response to STag {stag:#x} TO {to:#x} (+{len(data)}), expected STag "
                                 f"{sink_stag:#x} TO {want_to:#x} of a {w.length}-byte READ", hdr, ulen)
                 return
             assert w.dest is not None
             scatter(w.dest, w.read_off, data)
             w.read_off += len(data)
-            if ddp.last:
+            if last:
                 if w.read_off != w.length:
                     self._terminate(LAYER_DDP, DDP_TAGGED, DDP_T_BASE_BOUNDS,
                                     f"Read Response ended after {w.read_off} of {w.length} bytes", hdr, ulen)
@@ -439,10 +512,8 @@ class IwQP(QPCore):
         view: memoryview = mr.view[off:off + length]
         return view
 
-    def _untagged(self, ddp: DDPUntagged, u: memoryview, ulen: int) -> None:
-        op = (ddp.rsvdulp >> 32) & 0x0F
+    def _untagged(self, ctrl: int, op: int, inv: int, qn: int, msn: int, mo: int, u: memoryview, ulen: int) -> None:
         hdr = bytes(u[:DDP_UNTAGGED_SIZE])
-        qn = ddp.qn
         if qn > QN_TERMINATE:
             self._terminate(LAYER_DDP, DDP_UNTAGGED, DDP_UT_INVALID_QN, f"queue number {qn}", hdr, ulen)
             return
@@ -458,18 +529,18 @@ class IwQP(QPCore):
                                etype=self.terminate_received[1], errcode=self.terminate_received[2])
             self._end("Terminate received")
             return
-        if ddp.msn != self.rx_msn[qn]:
+        if msn != self.rx_msn[qn]:
             self._terminate(LAYER_DDP, DDP_UNTAGGED, DDP_UT_INVALID_MSN_RANGE,
-                            f"MSN {ddp.msn} on queue {qn}, expected {self.rx_msn[qn]}", hdr, ulen)
+                            f"MSN {msn} on queue {qn}, expected {self.rx_msn[qn]}", hdr, ulen)
             return
         if op == OP_READ_REQUEST:
-            self._read_request(ddp, u, ulen, hdr)
+            self._read_request(mo, u, ulen, hdr)
             return
-        self._send(ddp, op, u[DDP_UNTAGGED_SIZE:], ulen, hdr)
+        self._send(ctrl & 0x40, op, inv, msn, mo, u[DDP_UNTAGGED_SIZE:], ulen, hdr)
 
-    def _send(self, ddp: DDPUntagged, op: int, data: memoryview, ulen: int, hdr: bytes) -> None:
-        if ddp.mo != self.rx_mo:
-            self._terminate(LAYER_DDP, DDP_UNTAGGED, DDP_UT_INVALID_MO, f"MO {ddp.mo}, expected {self.rx_mo}",
+    def _send(self, last: int, op: int, inv: int, msn: int, mo: int, data: memoryview, ulen: int, hdr: bytes) -> None:
+        if mo != self.rx_mo:
+            self._terminate(LAYER_DDP, DDP_UNTAGGED, DDP_UT_INVALID_MO, f"MO {mo}, expected {self.rx_mo}",
                             hdr, ulen)
             return
         w = self.rx_send
@@ -477,7 +548,7 @@ class IwQP(QPCore):
             w = self.srq.take() if self.srq is not None else (self.rq.popleft() if self.rq else None)
             if w is None:  # no RNR on iWARP
                 self._terminate(LAYER_DDP, DDP_UNTAGGED, DDP_UT_NO_BUFFER,
-                                f"Send MSN {ddp.msn} found no posted receive", hdr, ulen)
+                                f"Send MSN {msn} found no posted receive", hdr, ulen)
                 return
             try:
                 self.rx_views = local_views(self.dev, self.pd, w.sg, write=True)
@@ -494,14 +565,14 @@ class IwQP(QPCore):
             return
         scatter(self.rx_views, self.rx_mo, data)
         self.rx_mo += len(data)
-        if not ddp.last:
+        if not last:
             return
         self.rx_send = None
         self.rx_msn[QN_SEND] += 1
         length, self.rx_mo = self.rx_mo, 0
         flags = value = 0
         if op in (OP_SEND_INVALIDATE, OP_SEND_SE_INVALIDATE):
-            stag = ddp.rsvdulp & 0xFFFFFFFF
+            stag = inv
             mr = self.dev.mrs.get(stag >> 8)
             if mr is None or mr.rkey != stag or mr.pd is not self.pd:
                 self.complete_recv(w, e.IBV_WC_REM_INV_REQ_ERR)
@@ -513,8 +584,8 @@ class IwQP(QPCore):
         self.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV, length, value, flags,
                            solicited=op in (OP_SEND_SE, OP_SEND_SE_INVALIDATE))
 
-    def _read_request(self, ddp: DDPUntagged, u: memoryview, ulen: int, hdr: bytes) -> None:
-        if ulen < DDP_UNTAGGED_SIZE + ReadRequest.LAYOUT.size or ddp.mo != 0:
+    def _read_request(self, mo: int, u: memoryview, ulen: int, hdr: bytes) -> None:
+        if ulen < DDP_UNTAGGED_SIZE + ReadRequest.LAYOUT.size or mo != 0:
             self._terminate(LAYER_DDP, DDP_UNTAGGED, DDP_UT_INVALID_MO, "malformed Read Request", hdr, ulen)
             return
         if self.ird == 0:  # siw_init_rresp: IRD 0 (or full) is an error
@@ -526,8 +597,7 @@ class IwQP(QPCore):
         view = self._remote(rr.src_stag, rr.src_to, rr.size, e.IBV_ACCESS_REMOTE_READ, hdr, ulen, ddp_layer=False)
         if view is None:
             return
-        for seg in segment_tagged(OP_READ_RESPONSE, rr.sink_stag, rr.sink_to, bytes(view), self.mulpdu):
-            self._fpdu(seg)
+        self._writes(tagged_fpdus(OP_READ_RESPONSE, rr.sink_stag, rr.sink_to, view, self.mulpdu, self.crc))
 
     # ------------------------------------------------------------------ errors
     def flush(self) -> None:

@@ -1,4 +1,4 @@
-"""The soft iWARP device on the kernel's TCP (rdmalab.fabric.tcpkernel), and the tools over it, on loopback.
+"""The tools over a soft iWARP device on the kernel's TCP (rdmalab.live.iwlink, rdmalab.fabric.tcpkernel), on loopback.
 
 Two rdmalab processes talk iWARP (MPA, DDP, RDMAP) over a real TCP connection on 127.0.0.1: rping
 both ways with its data checked, perftest ``-R`` write/read/send (send with iWARP's receive credits,
