@@ -153,11 +153,15 @@ def test_both_roles_against_the_stock_program_on_siw(iw_job: Path, mode: str, wh
             assert _ping_lines(client, "") == _expected(COUNT), client
             assert _ping_lines(server, "server ") == _expected(COUNT), server
         else:
-            line = re.compile(rf"^ 4096\s+{ITERS}\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s*$", re.M)
+            line = re.compile(rf"^ 4096\s+{ITERS}\s+(\S+)\s+(\S+)\s+(\S+)\s*$", re.M)
             for who, text in ((stock, s), (ours, o)):
                 m = line.search(text)
-                assert m and float(m.group(1)) > 0, f"{who}: no report line:\n{text}"
+                assert m, f"{who}: no report line:\n{text}"
                 assert "Transport type : IW" in text, f"{who}:\n{text}"
+                # the figures rdmalab measured itself (the client's; a send server's own) are real; the stock
+                # program's may be inf when its cycle-counter calibration fails in the TCG VM (iwarp_driver.py, -F)
+                if who == "rdl_client" or (who == "rdl_server" and what == "send"):
+                    assert float(m.group(3)) > 0, f"{who}: a report of no messages:\n{text}"
 
 
 def _connections(pcap: Path) -> dict[tuple[int, int], dict[str, Any]]:
