@@ -25,7 +25,8 @@ What the model does (RFC 9293 in outline; deliberately small):
 
 Segments cross the fabric's links like packets (serialisation at the link bandwidth behind what
 is queued there, then the latency) and meet the fabric's faults (``Fabric.set_faults``): loss,
-duplication, and corruption (which the receiver's TCP checksum would catch: it is dropped).
+duplication, and corruption (which the receiver's TCP checksum would catch: it is dropped);
+``SimTcp.drop`` drops chosen segments.
 Taps (``Fabric.write_pcap``) see every segment as an Ethernet/IPv4/TCP frame, so tshark and
 ``rdmalab decode`` read the iWARP inside.  The receiver is handed the bytes in order, however
 the segments were cut: the iWARP QP frames FPDUs itself (:mod:`rdmalab.verbs.engine.iwarp`).
@@ -333,6 +334,9 @@ class SimTcp:
         self.stats = {"segments": 0, "delivered": 0, "lost": 0, "duplicated": 0, "corrupted": 0, "timeouts": 0,
                       "retransmitted": 0, "fast_retransmits": 0, "out_of_order": 0}
         self._ip_id = 0
+        #: a test or notebook may drop chosen segments: ``drop(src_device, segment)`` true = lost
+        #: (after the taps saw it, as a lost frame is seen where it was sent)
+        self.drop: Callable[[IwDevice, Segment], bool] | None = None
 
     @classmethod
     def of(cls, fabric: Fabric) -> SimTcp:
@@ -390,6 +394,10 @@ class SimTcp:
         start = max(fab.now_ns, link.busy_until)
         link.busy_until = start + tx
         arrival = start + tx + fab.latency_ns
+        if self.drop is not None and self.drop(src, seg):
+            self.stats["lost"] += 1
+            self._dropped(dst, seg, "dropped on purpose")
+            return
         f = fab.faults(src.name, dst.name)
         if f is not None:
             rng = fab.rng

@@ -58,6 +58,16 @@ class Run:
         """Frames that only acknowledge (no payload, no request)."""
         return sum(1 for r in self.rows if r.acks and not r.carries_data)
 
+    def __str__(self) -> str:
+        t0 = self.packets[0].timestamp if self.packets else 0.0
+        times = {cp.frame_number: cp.timestamp - t0 for cp in self.packets}
+        lines = [f"{self.wire}: {self.frames} frames, {self.wire_bytes} bytes on the wire"]
+        for r in self.rows:
+            t = times.get(r.frame, 0.0)
+            when = f"{t * 1e3:9.3f} ms" if t >= 1e-3 else f"{t * 1e6:9.3f} us"
+            lines.append(f"{r.frame:>3} {when} {r.direction} {r.what[:34]:34} {r.size:>5}  {r.acks}")
+        return "\n".join(lines)
+
 
 def _roce_rows(packets: list[CapturedPacket], requester_ip: str) -> list[Row]:
     rows = []
@@ -79,6 +89,7 @@ def _roce_rows(packets: list[CapturedPacket], requester_ip: str) -> list[Row]:
 def _iwarp_rows(packets: list[CapturedPacket], requester_ip: str) -> list[Row]:
     rows = []
     iss: dict[str, int] = {}  # per direction: the sequence number before the first byte
+    sent: dict[str, int] = {}  # per direction: the sequence number after the last byte seen (no wrap: short runs)
     for cp in packets:
         pkt = cp.packet
         tcp = pkt.get(TCP)
@@ -90,9 +101,13 @@ def _iwarp_rows(packets: list[CapturedPacket], requester_ip: str) -> list[Row]:
         other = "<-" if direction == "->" else "->"
         if tcp.flags & TCP.SYN:
             iss[direction] = tcp.seq
+        if pkt.payload_length and not cp.pdus and sent.get(direction, -1) < tcp.seq + pkt.payload_length:
+            pass  # new bytes that end no PDU (the middle of an FPDU): shown as a TCP ACK with data
         if cp.pdus:
             what = "; ".join((p.info or "").split(" [")[0].split(" STag")[0].split(" QN")[0].split(" sink")[0]
                              for p in cp.pdus)
+        elif pkt.payload_length and sent.get(direction, -1) >= tcp.seq + pkt.payload_length:
+            what = "TCP retransmission"
         elif tcp.flags & (TCP.SYN | TCP.FIN):
             what = "TCP " + "+".join(n for b, n in ((TCP.SYN, "SYN"), (TCP.FIN, "FIN"), (TCP.ACK, "ACK"))
                                      if tcp.flags & b)
@@ -102,6 +117,8 @@ def _iwarp_rows(packets: list[CapturedPacket], requester_ip: str) -> list[Row]:
         if tcp.flags & TCP.ACK and other in iss:
             acks = f"bytes up to {(tcp.ack - iss[other] - 1) % (1 << 32)}"
         rows.append(Row(cp.frame_number, direction, what, len(pkt.data), acks, pkt.payload_length > 0))
+        if pkt.payload_length:
+            sent[direction] = max(sent.get(direction, -1), tcp.seq + pkt.payload_length)
     return rows
 
 
@@ -138,6 +155,38 @@ def write_and_read(size: int = 3000, *, seed: int = 0, directory: str | Path | N
     i = Run("iWARP", iw_pcap, list(read(iw_pcap)))
     i.rows = _iwarp_rows(i.packets, "10.0.0.1")
     return r, i
+
+
+def iwarp_with_a_loss(size: int = 4000, *, lose: int = 2, seed: int = 0,
+                      directory: str | Path | None = None) -> Run:
+    """One WRITE of ``size`` bytes over iWARP whose ``lose``-th data segment (counting from 1, the
+    requester's segments after the MPA exchange) is lost once; TCP repairs it.  Captured as sent."""
+    from rdmalab.fabric.simtcp import SimTcp
+
+    where = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="rdmalab-iwarp-loss-"))
+    path = where / "iwarp-loss.pcap"
+    iw = IwPair(seed=seed, capture=str(path), recvs=0)
+    tcp = SimTcp.of(iw.fabric)
+    seen = {"n": 0}
+
+    def drop(src: Any, seg: Any) -> bool:
+        if src is not iw.dev_a or not seg.data or seen["n"] >= lose:
+            return False
+        seen["n"] += 1
+        return seen["n"] == lose
+
+    tcp.drop = drop
+    data = bytes((i * 7) & 0xFF for i in range(size))
+    iw.a.mr.write(data, size, 0)
+    iw.a.post(e.IBV_WR_RDMA_WRITE, 0, size, wr_id=1, remote=iw.b.mr.buf, rkey=iw.b.mr.rkey)
+    iw.wait(iw.a)
+    iw.run()
+    iw.close()
+    if iw.b.mr.read(size, 0) != data:
+        raise RuntimeError("the WRITE did not arrive whole")
+    r = Run("iWARP", path, list(read(path)))
+    r.rows = _iwarp_rows(r.packets, "10.0.0.1")
+    return r
 
 
 class SideBySide:

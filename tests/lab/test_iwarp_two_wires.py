@@ -61,3 +61,58 @@ def test_side_by_side_renders_both_columns(runs: tuple[Run, Run], tmp_path: Path
     html = sbs._repr_html_()
     assert html.count("<tr>") == max(r.frames for r in runs) + 3
     assert sbs.totals()["iWARP"]["frames"] == runs[1].frames
+
+
+def test_the_lost_segment_is_repaired_by_tcp_after_the_200_ms_timer(tmp_path: Path) -> None:
+    from rdmalab.lab.twowires import iwarp_with_a_loss
+
+    run = iwarp_with_a_loss(4000, directory=tmp_path)
+    reset_default_fabric()
+    rows = {r.frame: r for r in run.rows}
+    assert [rows[n].what for n in (6, 7, 8)] == ["RDMA Write"] * 3  # frame 7 was sent, then lost
+    assert rows[9].direction == "<-" and rows[9].acks == "bytes up to 1484"  # 24 + the first FPDU (1460)
+    retx = [r for r in run.rows if r.what == "TCP retransmission"]
+    assert [r.frame for r in retx] == [10, 11]
+    t0 = run.packets[0].timestamp
+    times = {cp.frame_number: cp.timestamp - t0 for cp in run.packets}
+    assert 0.2 <= times[10] - times[7] < 0.201  # the retransmission timer: 200 ms
+    assert run.rows[-1].acks == "bytes up to 4084"  # one ACK covers everything after the gap
+    assert "TCP retransmission" in str(run)
+
+
+def test_a_ladder_of_an_iwarp_capture_names_tcp_frames_and_marks_retransmissions(tmp_path: Path) -> None:
+    from rdmalab import viz
+    from rdmalab.lab.twowires import iwarp_with_a_loss
+
+    run = iwarp_with_a_loss(4000, directory=tmp_path)
+    reset_default_fabric()
+    arrows = viz.ladder(run.packets, limit=None).arrows
+    labels = [(a.label, a.kind) for a in arrows]
+    assert labels[:3] == [("TCP SYN", "other"), ("TCP SYN+ACK", "other"), ("TCP ACK", "ack")]
+    assert [lbl for lbl, kind in labels if kind == "retx"] == ["TCP retransmission (1460 B)",
+                                                                "TCP retransmission (1140 B)"]
+
+
+@pytest.mark.parametrize("answer,status,says", [
+    (20, "PASS", "20 bytes per FPDU"), ("20", "PASS", "20 bytes"),
+    (16, "FAIL", "CRC32c"), (18, "FAIL", "ULPDU_Length"), (14, "FAIL", "only the DDP tagged header"),
+    (74, "FAIL", "Ethernet, IPv4 and TCP"), (60, "FAIL", "per FPDU"), (24, "FAIL", "tagged (14)"),
+    (99, "FAIL", "len(p.data)"),
+])
+def test_the_iwarp_overhead_exercise_names_each_slip(answer: object, status: str, says: str) -> None:
+    from rdmalab import lab
+
+    r = lab.check("wires.iwarp_overhead", answer)
+    assert r.status == {"PASS": lab.PASS, "FAIL": lab.FAIL}[status]
+    assert says in r.message + " ".join(r.details), r.message
+
+
+def test_the_exercise_answer_is_what_the_run_shows(runs: tuple[Run, Run]) -> None:
+    from rdmalab import lab
+
+    _, iw = runs
+    writes = [p for cp in iw.packets for p in cp.pdus if (p.info or "").startswith("RDMA Write")]
+    assert len(writes) == 3
+    sizes = {len(p.data) - len(p.payload) for p in writes}
+    assert sizes == {20}
+    assert lab.check("wires.iwarp_overhead", sizes.pop()).status == lab.PASS
