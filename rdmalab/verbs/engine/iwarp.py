@@ -199,7 +199,6 @@ class IwQP(QPCore):
         self.rx_mo = 0  # bytes of that Send placed (the next MO expected)
         self.rx_write: tuple[int, int] | None = None  # a multi-segment Write in progress: (STag, next TO)
         self.reads_out: deque[SendWQE] = deque()  # READs waiting for their Read Response, oldest first
-        self.rresp_to = 0  # the TO the next Read Response segment must carry
         self.fpdus_received = 0
         self.fpdus_sent = 0
         #: (layer, etype, errcode, why) of the Terminate this QP sent, or received, if any
