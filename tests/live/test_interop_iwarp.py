@@ -59,8 +59,8 @@ log "baseline: stock rping and ib_write_bw -R, siw1 <-> siw2"
 timeout 60 rping -s -a $IWA_IP -v -V -C $COUNT -S 64 > "$OUT/base.rping_server.out" 2>&1 &
 listening 7174; timeout 60 rping -c -a $IWA_IP -v -V -C $COUNT -S 64 > "$OUT/base.rping_client.out" 2>&1
 echo $? > "$OUT/base.rping_client.rc"; wait $!; echo $? > "$OUT/base.rping_server.rc"
-timeout 60 ib_write_bw -d $IWA_DEV -R -n $ITERS -s 4096 > "$OUT/base.write_server.out" 2>&1 &
-listening 18515; timeout 60 ib_write_bw -d $IWB_DEV -R -n $ITERS -s 4096 $IWA_IP > "$OUT/base.write_client.out" 2>&1
+timeout 60 ib_write_bw -d $IWA_DEV -R -F -n $ITERS -s 4096 > "$OUT/base.write_server.out" 2>&1 &
+listening 18515; timeout 60 ib_write_bw -d $IWB_DEV -R -F -n $ITERS -s 4096 $IWA_IP > "$OUT/base.write_client.out" 2>&1
 echo $? > "$OUT/base.write_client.rc"; wait $!; echo $? > "$OUT/base.write_server.rc"
 ip netns exec $PEER_NS env PYTHONPATH="$ROOT" $PY -u "$ROOT/tests/live/iwarp_driver.py" config.json "$OUT" \
     > "$OUT/driver.out" 2>&1
