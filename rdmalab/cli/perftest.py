@@ -59,6 +59,11 @@ def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
     s.add_argument("-R", "--rdma_cm", action="store_true",
                    help="connect both QPs with rdma_cm (a control QP carrying the exchange, then the data QP, "
                         "both to --port), as perftest's -R")
+    s.add_argument("--transport", choices=["auto", "roce", "iwarp"], default="auto",
+                   help="the device's transport with -R: iwarp connects over TCP and MPA (the peer: ib_*_bw -R on "
+                        "kernel siw); auto (default) takes the linked device's, roce with -d NETDEV")
+    s.add_argument("--mpa-crc", action="store_true",
+                   help="iWARP: ask for MPA CRC32c (the C flag of the MPA Request/Reply; siw honours it)")
     s.add_argument("-i", "--ib-port", type=int, default=1, help="port of the device (default 1, the only one)")
     s.add_argument("-s", "--size", type=int, help="message size (default 65536; atomic: 8)")
     s.add_argument("-n", "--iters", type=int, help="iterations (default 5000 for write, 1000 otherwise)")
@@ -94,6 +99,13 @@ def run_perftest(args: argparse.Namespace, out: TextIO) -> int:
         raise Fail("perftest: -A is an option of atomic only")
     if args.all and args.verb in ("send", "atomic"):
         raise Fail(f"perftest: -a (all sizes) is supported for write and read, not {args.verb}")
+    if args.transport == "iwarp" and not args.rdma_cm:
+        raise Fail("perftest: --transport iwarp needs -R: iWARP connects with rdma_cm only (TCP and MPA)")
+    if args.mpa_crc and args.transport == "roce":
+        raise Fail("perftest: --mpa-crc is an iWARP option (MPA CRC32c); RoCE has the ICRC always")
+    if args.transport == "iwarp" and args.verb == "atomic":
+        raise Fail("perftest atomic: iWARP has no atomics (kernel siw answers them with a TERMINATE): "
+                   "ib_atomic_bw has no iWARP peer")
     if args.qp != 1:
         raise Fail(f"perftest: -q {args.qp}: the soft engine's perftest runs one QP (-q 1)")
     if args.duration is not None and args.iters is not None:
@@ -115,7 +127,7 @@ def run_perftest(args: argparse.Namespace, out: TextIO) -> int:
                            ib_port=args.ib_port, size=args.size, iters=args.iters, duration=args.duration,
                            all_sizes=args.all, gid_idx=args.gid_index, mtu=args.mtu, report_gbits=args.report_gbits,
                            atomic_type=args.atomic_type, num_qps=args.qp, timeout=args.timeout, pcap=args.pcap,
-                           rdma_cm=args.rdma_cm)
+                           rdma_cm=args.rdma_cm, transport=args.transport, mpa_crc=args.mpa_crc)
     try:
         res = run(opts, out)
     except (PerftestError, OOBError, CarrierError, PyverbsRDMAError) as exc:

@@ -46,6 +46,11 @@ def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
     s.add_argument("-t", dest="tos", help=argparse.SUPPRESS)
     s.add_argument("--netdev", help="make a soft device on this network interface for this run "
                                     "(else: the devices of `rdmalab link` / RDMALAB_LINKS)")
+    s.add_argument("--transport", choices=["auto", "roce", "iwarp"], default="auto",
+                   help="iwarp: connect over TCP and MPA (the peer: rping on kernel siw); auto (default): the "
+                        "transport of the device that has the address (a --netdev device is roce unless told)")
+    s.add_argument("--mpa-crc", action="store_true",
+                   help="iWARP: ask for MPA CRC32c (the C flag of the MPA Request/Reply; siw honours it)")
     s.add_argument("--timeout", type=float, default=120.0,
                    help="seconds without progress before giving up (rping waits for ever; default 120)")
     s.set_defaults(func=run_cli)
@@ -66,8 +71,21 @@ def run_cli(args: argparse.Namespace, out: TextIO) -> int:
         raise Fail("give -s (server) or -c (client), as rping")
     opts = RpingOptions(server=args.server, addr=args.addr, source=args.source, port=args.port, count=args.count,
                         size=args.size, verbose=args.verbose, validate=args.validate, debug=args.debug,
-                        persistent=args.persistent, self_qp=args.self_qp, timeout=args.timeout)
-    if args.netdev:
+                        persistent=args.persistent, self_qp=args.self_qp, timeout=args.timeout,
+                        transport=args.transport)
+    if args.mpa_crc and args.transport == "roce":
+        raise Fail("rping: --mpa-crc is an iWARP option (MPA CRC32c); RoCE has the ICRC always")
+    if args.mpa_crc and not (args.netdev and args.transport == "iwarp"):
+        raise Fail("rping: --mpa-crc goes with the device it makes: --netdev IFNAME --transport iwarp")
+    if args.netdev and args.transport == "iwarp":
+        from rdmalab.fabric.udp_setup import CarrierError
+        from rdmalab.live import iwlink
+
+        try:
+            iwlink.use_interface(args.netdev, mpa_crc=args.mpa_crc, poll_wait=0.05)
+        except (CarrierError, OSError) as exc:
+            raise Fail(f"rping: a soft iWARP device on {args.netdev}: {exc}") from None
+    elif args.netdev:
         from rdmalab.fabric.links import LinkError, use_interface
 
         try:

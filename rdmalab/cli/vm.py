@@ -7,7 +7,9 @@
     -w FILE                            save the capture (tcpdump on veth0 and veth2) as FILE
 
 Inside: rxe0 on veth0 (10.0.0.1) facing namespace "peer" on veth1 (10.0.0.2); rxe1 on veth2
-(10.0.1.1) wired to rxe2 on veth3 (10.0.1.2).  See docs/live.md.
+(10.0.1.1) wired to rxe2 on veth3 (10.0.1.2); with --siw also siw0 on veth4 (10.0.2.1) facing
+"peer" on veth5 (10.0.2.2), and siw1 on veth6 (10.0.3.1) wired to siw2 on veth7 (10.0.3.2).
+See docs/live.md.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed for the command (default 300)")
     p.add_argument("--kernel", help="kernel version to boot (default: newest /boot/vmlinuz-* with rdma_rxe)")
     p.add_argument("--tcg", action="store_true", help="never use KVM")
-    p.add_argument("--siw", action="store_true", help="also load Soft-iWARP: siw0 on veth2, siw1 on veth3")
+    p.add_argument("--siw", action="store_true",
+                   help="also load Soft-iWARP: siw0 on veth4 (facing namespace peer on veth5), siw1 on veth6 <-> siw2 on veth7")
     p.add_argument("--no-capture", action="store_true", help="do not run tcpdump")
     p.set_defaults(func=run_vm)
 

@@ -2,13 +2,15 @@
 
 * :mod:`rdmalab.live.discover` lists the host's RDMA devices (``/sys/class/infiniband``,
   ``rdma link``), their netdevs and GIDs.
-* :mod:`rdmalab.live.vm` boots a virtme-ng VM with ``rxe0``/``rxe1``/``rxe2`` (and ``siw``
-  on request) and runs jobs in it: :func:`run_in_vm`, :class:`VM`, :class:`VMResult`.
+* :mod:`rdmalab.live.vm` boots a virtme-ng VM with ``rxe0``/``rxe1``/``rxe2`` (and
+  ``siw0``/``siw1``/``siw2`` on request, or later with ``VM.load_siw``) and runs jobs in it: :func:`run_in_vm`, :class:`VM`, :class:`VMResult`.
 * :mod:`rdmalab.live.scenarios` are lab scenarios written once, run on the soft engine or as
   pyverbs programs on rxe (on the host or in the VM), with results as JSON and a capture.
 
 * :mod:`rdmalab.live.oob` / :mod:`rdmalab.live.pingpong`: the soft engine speaking the stock
   tools' out-of-band exchanges (``rdmalab pingpong``).
+* :mod:`rdmalab.live.iwlink`: a soft iWARP device on a named interface, its TCP the kernel's
+  (``--transport iwarp`` of ``rdmalab rping`` and ``rdmalab perftest -R``; kernel siw is the peer).
 
 See docs/live.md.
 """

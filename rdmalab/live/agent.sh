@@ -8,6 +8,9 @@
 #      init namespace                                   namespace "peer"
 #      rxe0 - veth0 10.0.0.1/24  ====================  veth1 10.0.0.2/24   (user-space peer)
 #      rxe1 - veth2 10.0.1.1/24  ====  veth3 10.0.1.2/24 - rxe2            (kernel <-> kernel)
+#      siw0 - veth4 10.0.2.1/24  ====================  veth5 10.0.2.2/24   (iWARP: user-space peer)
+#      siw1 - veth6 10.0.3.1/24  ====  veth7 10.0.3.2/24 - siw2            (iWARP: kernel <-> kernel)
+#    (the siw devices only when siw is loaded: VM(siw=True), or a job, rdmalab.live.siw)
 #    rxe in Linux 6.1 works only in the initial namespace (its UDP 4791 sockets live there,
 #    drivers/infiniband/sw/rxe/rxe_net.c), so a user-space peer sits in its own namespace on
 #    veth1.  rxe1 and rxe2 are both in the initial namespace: policy routing sends locally
@@ -63,14 +66,36 @@ rdma link add rxe1 type rxe netdev veth2 || fail "rdma link add rxe1 failed"
 rdma link add rxe2 type rxe netdev veth3 || fail "rdma link add rxe2 failed"
 step "rxe0 on veth0, rxe1 on veth2, rxe2 on veth3"
 
-# -- siw (optional): siw0 on veth2, siw1 on veth3 ---------------------------------------------
+# -- the iWARP wires (netdevs only; the siw devices come with siw, below) ------------------------
+# veth4 10.0.2.1 (init namespace, siw0's) <-> veth5 10.0.2.2 in namespace "peer" (the engine's):
+# siw follows only netdevs of the initial namespace (siw_netdev_event, siw_main.c), and rxe0 keeps
+# veth0 to itself (two RDMA devices on one netdev would leave rdma_cm to pick either).
+# veth6 10.0.3.1 <-> veth7 10.0.3.2, both in the initial namespace, routed like veth2/veth3: a
+# kernel siw1 <-> kernel siw2 pair, the stock tools' own baseline.
+ip link add veth4 type veth peer name veth5 || fail "ip link add veth4 failed"
+ip link set veth5 netns peer
+ip addr add 10.0.2.1/24 dev veth4
+ip link set veth4 up
+ip -n peer addr add 10.0.2.2/24 dev veth5
+ip -n peer link set veth5 up
+ip link add veth6 type veth peer name veth7 || fail "ip link add veth6 failed"
+for d in veth4 veth6 veth7; do sysctl -qw net.ipv4.conf.$d.rp_filter=0 net.ipv4.conf.$d.accept_local=1; done
+ip addr add 10.0.3.1/24 dev veth6
+ip addr add 10.0.3.2/24 dev veth7
+ip link set veth6 up
+ip link set veth7 up
+ip route add 10.0.3.2/32 dev veth6 src 10.0.3.1 table 101
+ip route add 10.0.3.1/32 dev veth7 src 10.0.3.2 table 101
+
+# -- siw (optional): siw0 on veth4 (facing the engine), siw1 on veth6 <-> siw2 on veth7 ----------
 if [ -n "${SIW_KO:-}${SIW_MODPROBE:-}" ]; then
     modprobe ib_core; modprobe iw_cm; modprobe libcrc32c; modprobe rdma_cm
     if [ -n "${SIW_MODPROBE:-}" ]; then modprobe siw || fail "modprobe siw failed"
     else insmod "$SIW_KO" || fail "insmod $SIW_KO failed"; fi
-    rdma link add siw0 type siw netdev veth2 || fail "rdma link add siw0 failed"
-    rdma link add siw1 type siw netdev veth3 || fail "rdma link add siw1 failed"
-    step "siw0 on veth2, siw1 on veth3"
+    rdma link add siw0 type siw netdev veth4 || fail "rdma link add siw0 failed"
+    rdma link add siw1 type siw netdev veth6 || fail "rdma link add siw1 failed"
+    rdma link add siw2 type siw netdev veth7 || fail "rdma link add siw2 failed"
+    step "siw0 on veth4, siw1 on veth6, siw2 on veth7"
 fi
 
 # -- wait for the IPv4-mapped GIDs (index 1) ----------------------------------------------------
@@ -97,6 +122,7 @@ step "ready"
 if [ "${AGENT_MODE:-}" = shell ]; then       # rdmalab vm --shell: the devices are up, hand over
     exec 1>&3 2>&4 3>&- 4>&-
     echo "rdmalab vm: rxe0 on veth0 (10.0.0.1), namespace peer: veth1 (10.0.0.2); rxe1 on veth2 (10.0.1.1) <-> rxe2 on veth3 (10.0.1.2)"
+    echo "rdmalab vm: iWARP: veth4 (10.0.2.1) <-> namespace peer: veth5 (10.0.2.2); veth6 (10.0.3.1) <-> veth7 (10.0.3.2); siw0/siw1/siw2 on them with --siw"
     echo "rdmalab vm: GID index 1 is the IPv4 one; try: ibv_devinfo -d rxe1; rdma link; exit to power off"
     cd /root 2>/dev/null || cd /
     exec bash -i
@@ -130,8 +156,8 @@ run_job() {
         fi
     fi
     # leave the VM as the next job expects it: no qdisc left behind
-    for d in veth0 veth2 veth3; do tc qdisc del dev $d root 2>/dev/null; done
-    ip netns exec peer tc qdisc del dev veth1 root 2>/dev/null
+    for d in veth0 veth2 veth3 veth4 veth6 veth7; do tc qdisc del dev $d root 2>/dev/null; done
+    for d in veth1 veth5; do ip netns exec peer tc qdisc del dev $d root 2>/dev/null; done
     touch "$j/done"
 }
 while [ ! -e "$W/stop" ]; do

@@ -113,7 +113,7 @@ CAPTURES: dict[str, CaptureSpec] = {c.name: c for c in [
 def driver_script(driver: str, ko: str) -> str:
     """The job that makes ``driver``'s two devices the only ones on veth2/veth3."""
     sd, cd = DRIVERS[driver]
-    common = """for d in rxe1 rxe2 siw0 siw1; do [ -e /sys/class/infiniband/$d ] && rdma link delete $d; done
+    common = """for d in rxe1 rxe2 siw0 siw1 siw2; do [ -e /sys/class/infiniband/$d ] && rdma link delete $d; done
 if grep -q '^siw ' /proc/modules; then rmmod siw || { echo "rmmod siw failed"; exit 1; }; fi
 """
     if driver == "rxe":

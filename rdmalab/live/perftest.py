@@ -26,6 +26,14 @@ for read and atomic), another zeroed record; no QP is connected by hand, no "don
 both connections end with a DREQ (``create_rdma_cm_connection``, ``rdma_write_keys``,
 ``ctx_xchg_data_rdma`` in perftest_communication.c).
 
+Over iWARP (``-R`` on an iWARP device: ``transport="iwarp"``, or a linked device whose transport is
+iWARP; the peer is ``ib_*_bw -R`` on kernel siw) rdma_cm connects with TCP and MPA instead of CM MADs,
+and perftest itself differs in what :class:`PerftestOptions` documents for ``transport``: the read
+sink also gets REMOTE_WRITE (``ctx_alloc_mr`` in perftest_resources.c), GID index 0 (siw's only GID),
+``Transport type : IW``, and ``ib_send_bw`` runs with receive credits (:class:`_Credits`,
+``send_rcredit`` in send_bw.c).  iWARP has no atomics (siw 6.1 refuses opcodes above Terminate), so
+``atomic`` is refused by name.
+
 BW in MB/sec is bytes / 2^20 per second, in Gb/sec bits / 10^9 (``format_factor``); the peak is
 perftest's: the shortest time per message over any run of completed messages
 (``print_report_bw``).
@@ -33,6 +41,8 @@ perftest's: the shortest time per message over any run of completed messages
 
 from __future__ import annotations
 
+import errno
+import os
 import random
 import struct
 import time
@@ -42,6 +52,7 @@ from typing import IO, Any
 
 from rdmalab.fabric.links import LinkError, use_interface
 from rdmalab.fabric.udp import UdpFabric, check_permission, interface_of
+from rdmalab.fabric.udp_setup import CarrierError
 from rdmalab.live.oob import PERF_RECORD, Channel, PerfDest, connect, listen
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
@@ -49,6 +60,7 @@ from rdmalab.verbs.cm_enums import RAI_PASSIVE, rdma_cm_event_type
 from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, event_str
 from rdmalab.verbs.cq import CQ
 from rdmalab.verbs.device import Context, _fabric, get_device_list
+from rdmalab.verbs.libibverbs_enums import IBV_TRANSPORT_IB, IBV_TRANSPORT_IWARP
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pd import PD
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
@@ -71,6 +83,13 @@ OUT_READS = 128  # the device's max_qp_rd_atom (rxe and the soft engine: 128)
 MTU_ENUM = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}
 ACCESS = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
           | e.IBV_ACCESS_REMOTE_ATOMIC)
+#: ctx_alloc_mr's flags on iWARP (perftest_resources.c): the read sink also takes REMOTE_WRITE there
+ACCESS_IWARP = {"write": e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE,
+                "read": e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_WRITE,
+                "send": e.IBV_ACCESS_LOCAL_WRITE}
+ATOMIC_IWARP = ("atomic over iWARP: RDMAP (RFC 5040) as kernel siw implements it has no atomic operations "
+                "(siw 6.1 answers any opcode above Terminate with a TERMINATE), so ib_atomic_bw has no iWARP peer")
+CREDIT_WRID = 0xC4ED17  # the work request id of a credit RDMA WRITE (perftest uses the QP index)
 
 
 class PerftestError(Exception):
@@ -103,6 +122,10 @@ class PerftestOptions:
     timeout: float = 60.0
     pcap: str | None = None
     rdma_cm: bool = False  # -R: both QPs connected by rdma_cm, the exchange over the first one
+    #: "auto" (the device's), "roce" or "iwarp": the transport of the device -R uses; with ``ifname`` the
+    #: device made on that interface has it, without, a linked device of that transport is taken
+    transport: str = "auto"
+    mpa_crc: bool = False  # iWARP: ask for MPA CRC32c in the MPA Request/Reply (the C flag)
 
     def __post_init__(self) -> None:
         if self.size is None:
@@ -204,12 +227,24 @@ def run(opts: PerftestOptions, out: IO[str]) -> PerftestResult:
         raise PerftestError(f"-s {opts.size}: the size is 1 .. {MAX_SIZE} bytes")
     if opts.atomic_type not in ("CMP_AND_SWAP", "FETCH_AND_ADD"):
         raise PerftestError(f"-A {opts.atomic_type}: the atomic type is CMP_AND_SWAP or FETCH_AND_ADD")
-    check_permission()
+    if opts.transport == "iwarp" and opts.pcap:
+        raise PerftestError("--pcap records the RoCE engine's datagrams; over iWARP the kernel's TCP carries the "
+                            "bytes: capture with tcpdump on the interface")
+    if opts.transport != "iwarp":
+        check_permission()   # the RoCE carrier's raw socket; iWARP uses plain TCP sockets
     if opts.duration is None:
         # perftest (force_dependecies): neither depth exceeds the iterations
         opts.tx_depth = min(opts.tx_depth, opts.iters)
         if opts.verb == "send":
             opts.rx_depth = min(opts.rx_depth, opts.iters)
+    if opts.verb == "send" and opts.rx_depth % 2:
+        opts.rx_depth += 1  # perftest_parameters.c: "WA for a bug when rx_depth is odd in SEND"
+    if opts.transport not in ("auto", "roce", "iwarp"):
+        raise PerftestError(f"transport {opts.transport!r}: auto, roce or iwarp")
+    if opts.transport == "iwarp" and not opts.rdma_cm:
+        raise PerftestError("iWARP connects with rdma_cm only (TCP and MPA): add -R")
+    if opts.transport == "iwarp" and verb == "atomic":
+        raise PerftestError(ATOMIC_IWARP)
     client = opts.server is not None
     sizes = [1 << i for i in range(1, 24)] if opts.all_sizes and verb != "atomic" else [opts.size]
     if not client:
@@ -299,16 +334,17 @@ def _traffic(opts: PerftestOptions, out: IO[str], chan: Channel, fab: Any, clien
     return _session(opts, out, chan, fab, client, sizes, mtu_bytes, qp, cq, mr, bufsize, me, connect_qp)
 
 
-def _data_mr(pd: Any, bufsize: int, verb: str) -> MR:
+def _data_mr(pd: Any, bufsize: int, verb: str, iwarp: bool = False) -> MR:
     """perftest's data buffer: the sending half, then the receiving half the peer is told about."""
-    mr = MR(pd, 2 * bufsize, ACCESS)
+    mr = MR(pd, 2 * bufsize, ACCESS_IWARP[verb] if iwarp else ACCESS)
     mr.write(random.randbytes(2 * bufsize) if verb != "atomic" else bytes(2 * bufsize), 2 * bufsize)
     return mr
 
 
 def _session(opts: PerftestOptions, out: IO[str], chan: Any, fab: Any, client: bool, sizes: list[int],
              mtu_bytes: int, qp: Any, cq: Any, mr: Any, bufsize: int, me: PerfDest,
-             connect_qp: Callable[[PerfDest], None] | None) -> PerftestResult:
+             connect_qp: Callable[[PerfDest], None] | None, iwarp: bool = False,
+             credits: _Credits | None = None) -> PerftestResult:
     """From the first key exchange to the end: the part both exchange methods share.  ``connect_qp``
     is None with ``-R`` (rdma_cm connected the QP; the key records are 56-byte binary
     ``struct pingpong_dest`` over the control QP, and no "done" is written at the end)."""
@@ -344,7 +380,7 @@ def _session(opts: PerftestOptions, out: IO[str], chan: Any, fab: Any, client: b
         title = TEST_NAME[verb] + " " + (opts.atomic_type + " " if verb == "atomic" else "") + "BW Test"
         out.write(" " * 20 + title + "\n")
         out.write(f" Dual-port       : OFF\t\tDevice         : {fab.device.name} ({fab.ifname})\n")
-        out.write(" Number of qps   : 1\t\tTransport type : IB\n")
+        out.write(f" Number of qps   : 1\t\tTransport type : {'IW' if iwarp else 'IB'}\n")
         out.write(" Connection type : RC\t\tUsing SRQ      : OFF\n")
         out.write(" PCIe relax order: Unsupported\n")
         out.write(" ibv_wr* API     : OFF\n")
@@ -355,7 +391,7 @@ def _session(opts: PerftestOptions, out: IO[str], chan: Any, fab: Any, client: b
         out.write(f" CQ Moderation   : {min(opts.cq_mod, opts.iters or 1)}\n")
         out.write(f" Mtu             : {mtu_bytes}[B]\n")
         out.write(" Link type       : Ethernet\n")
-        out.write(" GID index       : 1\n")
+        out.write(f" GID index       : {0 if iwarp else 1}\n")
         if verb in ("read", "atomic"):
             out.write(f" Outstand reads  : {OUT_READS}\n")
         else:
@@ -396,12 +432,16 @@ def _session(opts: PerftestOptions, out: IO[str], chan: Any, fab: Any, client: b
         for _ in range(n):
             qp.post_recv(RecvWR(wr_id=0, num_sge=1, sg=[SGE(mr.buf + bufsize, bufsize, mr.lkey)]))
 
+    if credits is not None:
+        credits.remote = rem  # ctx_set_credit_wqes: the peer's credit word, from the first record
     if not client:
         if verb == "send":
             post_recvs(opts.rx_depth)
             for size in sizes:
                 handshake()
-                rep = _serve_sends(opts, fab, cq, post_recvs, size, res)
+                if credits is not None:
+                    credits.reset()
+                rep = _serve_sends(opts, fab, cq, post_recvs, size, res, qp, credits)
                 res.reports.append(rep)
                 out.write(report_line(rep, opts.report_gbits))
             out.write(RESULT_LINE)
@@ -430,7 +470,9 @@ def _session(opts: PerftestOptions, out: IO[str], chan: Any, fab: Any, client: b
     for size in sizes:
         if verb == "send":
             handshake()
-        rep = _run_client(opts, fab, qp, cq, mr, bufsize, rem, size, res)
+            if credits is not None:
+                credits.reset()
+        rep = _run_client(opts, fab, qp, cq, mr, bufsize, rem, size, res, credits)
         res.reports.append(rep)
         out.write(report_line(rep, opts.report_gbits))
         out.flush()
@@ -449,7 +491,7 @@ def _session(opts: PerftestOptions, out: IO[str], chan: Any, fab: Any, client: b
 
 
 def _run_client(opts: PerftestOptions, fab: Any, qp: Any, cq: Any, mr: Any, bufsize: int, rem: PerfDest, size: int,
-                res: PerftestResult) -> BwReport:
+                res: PerftestResult, credits: _Credits | None = None) -> BwReport:
     verb = opts.verb
     assert opts.iters is not None
     iters = opts.iters
@@ -483,26 +525,30 @@ def _run_client(opts: PerftestOptions, fab: Any, qp: Any, cq: Any, mr: Any, bufs
 
     while True:
         if deadline is None:
-            while i < iters and i - done < opts.tx_depth:
+            while i < iters and i - done < opts.tx_depth and (credits is None or credits.may_send(i, opts.rx_depth)):
                 last_signalled = (i + 1) % cq_mod == 0 or i + 1 == iters
                 post(last_signalled)
                 i += 1
         elif time.monotonic() < deadline:
-            while i - done < opts.tx_depth:
+            while i - done < opts.tx_depth and (credits is None or credits.may_send(i, opts.rx_depth)):
                 last_signalled = (i + 1) % cq_mod == 0
                 post(last_signalled)
                 i += 1
-        elif not last_signalled and i - done < opts.tx_depth:
+        elif not last_signalled and i - done < opts.tx_depth and (credits is None or credits.may_send(i, opts.rx_depth)):
             # -D: the run ends after the deadline with one more, signalled, work request
             post(True)
             i += 1
             last_signalled = True
-        if done >= i and (deadline is None or time.monotonic() >= deadline):
+        # (with -n, all posted: a sender held back by iWARP receive credits has i < iters meanwhile)
+        if done >= i and (i >= iters if deadline is None else time.monotonic() >= deadline):
             break
         n, wcs = cq.poll(16)
         if n == 0:
             # the CQ was just looked at, so a completion that came during the last step counts
             if time.monotonic() - last_progress > opts.timeout:
+                if credits is not None and done >= i:
+                    raise PerftestError(f"no receive credit for {opts.timeout:.0f} s ({done} sent, the peer's credit "
+                                        f"says {credits.received()} received; the window is {opts.rx_depth})")
                 raise PerftestError(f"no completion for {opts.timeout:.0f} s ({done} of {i} done): is the peer still "
                                     f"running, and can it reach {fab.ip} on UDP 4791?")
             fab.step(0.01)
@@ -526,11 +572,13 @@ def _run_client(opts: PerftestOptions, fab: Any, qp: Any, cq: Any, mr: Any, bufs
                           peak=iters <= 20000)
 
 
-def _serve_sends(opts: PerftestOptions, fab: Any, cq: Any, post_recvs: Any, size: int, res: PerftestResult) -> BwReport:
+def _serve_sends(opts: PerftestOptions, fab: Any, cq: Any, post_recvs: Any, size: int, res: PerftestResult,
+                 qp: Any = None, credits: _Credits | None = None) -> BwReport:
     """perftest's ``run_iter_bw_server``: receive ``iters`` SENDs, or with ``-D`` receive for the duration
     from the first one (``set_on_first_rx_packet``), counting those completed in the sample window.  The
     receive queue is kept full to the end, so the client's last SENDs still complete after the server
-    stops counting (it answers them while it waits for the closing handshake)."""
+    stops counting (it answers them while it waits for the closing handshake).  With ``credits``
+    (iWARP) every ``rx_depth // 3``-th receive is answered by a credit RDMA WRITE of the count."""
     assert opts.iters is not None
     rcnt = 0
     first: float | None = None
@@ -540,7 +588,10 @@ def _serve_sends(opts: PerftestOptions, fab: Any, cq: Any, post_recvs: Any, size
     last_progress = time.monotonic()
     outstanding = opts.rx_depth
     while rcnt < opts.iters if opts.duration is None else (first is None or time.monotonic() < first + opts.duration):
-        n, wcs = cq.poll(32)
+        wcs = credits.take_stash() if credits is not None else []
+        n = len(wcs)
+        if not n:
+            n, wcs = cq.poll(32)
         if n == 0:
             # the CQ was just looked at, so a completion that came during the last step counts
             if time.monotonic() - last_progress > opts.timeout:
@@ -553,9 +604,16 @@ def _serve_sends(opts: PerftestOptions, fab: Any, cq: Any, post_recvs: Any, size
             first = last_progress
         for wc in wcs:
             if wc.status != e.IBV_WC_SUCCESS:
-                raise PerftestError(f"Completion with error at server: Failed status {wc.status}: "
+                what = "a credit RDMA WRITE" if wc.wr_id == CREDIT_WRID else "a receive"
+                raise PerftestError(f"Completion with error at server ({what}): Failed status {wc.status}: "
                                     f"{e.ibv_wc_status_str(wc.status)}")
+            if wc.wr_id == CREDIT_WRID:
+                assert credits is not None
+                credits.outstanding -= 1
+                continue
             rcnt += 1
+            if credits is not None:
+                credits.after_receive(qp, cq, rcnt, opts, fab)
             if first + window[0] <= last_progress < first + window[1]:
                 sampled += 1
             outstanding -= 1
@@ -568,12 +626,92 @@ def _serve_sends(opts: PerftestOptions, fab: Any, cq: Any, post_recvs: Any, size
         # receives may come in one poll (a slow machine), and the time is still not zero
         last = time.monotonic()
     res.completions += rcnt
+    if credits is not None:
+        credits.drain(cq, opts, fab)
     if opts.duration is not None:
         return duration_report(size, sampled, window[1] - window[0], opts.report_gbits)
     # a SEND server has no peak (perftest_parameters.c: noPeak for SEND, BW, SERVER); its time runs
     # from the first receive (set_on_first_rx_packet) to the last
     assert first is not None
     return compute_report(size, [first], [last], 1, opts.report_gbits, peak=False, count=rcnt)
+
+
+class _Credits:
+    """``ib_send_bw``'s receive credits on iWARP (send_bw.c ``send_rcredit``; perftest_resources.c
+    ``ctx_alloc_credit``, ``ctx_set_credit_wqes``, ``run_iter_bw``, ``run_iter_bw_server``).
+
+    iWARP has no RNR: a SEND that finds no receive posted ends the connection with a TERMINATE, so
+    perftest paces its sender by credits.  Each side registers 8 bytes (LOCAL_WRITE | REMOTE_WRITE):
+    word 0 is the count it writes, word 1 the credit word the peer writes into, whose address and
+    rkey go in the first key record in place of the data buffer's.  The receiver RDMA WRITEs its
+    receive count (4 bytes, host order: little-endian on x86, as the stock program) into the
+    sender's word every ``rx_depth // 3`` receives; the sender posts SEND number ``n`` only while
+    ``n + 1 - credit < rx_depth``.  The word is zeroed before each size's run."""
+
+    def __init__(self, pd: Any, rx_depth: int, tx_depth: int) -> None:
+        self.mr = MR(pd, 8, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
+        self.mr.write(bytes(8), 8)
+        self.every = max(1, rx_depth // 3)
+        self.rx_depth, self.tx_depth = rx_depth, tx_depth
+        self.remote: PerfDest | None = None
+        self.outstanding = 0          # credit WRITEs posted and not completed
+        self.stash: list[Any] = []    # receive completions polled while waiting for a credit WRITE's
+        self.written = 0              # credit WRITEs posted in all
+
+    @property
+    def addr(self) -> int:
+        return self.mr.buf + 4
+
+    def received(self) -> int:
+        return int(struct.unpack("<I", bytes(self.mr.read(4, 4)))[0])
+
+    def reset(self) -> None:
+        self.mr.write(bytes(4), 4, 4)
+
+    def may_send(self, scnt: int, rx_depth: int) -> bool:
+        return scnt + 1 - self.received() < rx_depth
+
+    def take_stash(self) -> list[Any]:
+        out, self.stash = self.stash, []
+        return out
+
+    def after_receive(self, qp: Any, cq: Any, rcnt: int, opts: PerftestOptions, fab: Any) -> None:
+        if (rcnt % self.rx_depth) % self.every:
+            return
+        if self.remote is None:
+            raise PerftestError("a credit is due but the peer's credit word is unknown (no key record yet)")
+        while self.outstanding >= self.tx_depth:
+            self._poll_credit(cq, opts, fab, "a free send slot for the next credit")
+        self.mr.write(struct.pack("<I", rcnt & 0xFFFFFFFF), 4)
+        wr = SendWR(wr_id=CREDIT_WRID, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(self.mr.buf, 4, self.mr.lkey)],
+                    send_flags=e.IBV_SEND_SIGNALED)
+        wr.set_wr_rdma(self.remote.rkey, self.remote.vaddr)
+        qp.post_send(wr)
+        self.outstanding += 1
+        self.written += 1
+
+    def _poll_credit(self, cq: Any, opts: PerftestOptions, fab: Any, what: str) -> None:
+        start = time.monotonic()
+        while True:
+            n, wcs = cq.poll(16)
+            for wc in wcs[:n]:
+                if wc.wr_id != CREDIT_WRID:
+                    self.stash.append(wc)
+                    continue
+                if wc.status != e.IBV_WC_SUCCESS:
+                    raise PerftestError(f"Poll send CQ error status={wc.status} ({e.ibv_wc_status_str(wc.status)}) "
+                                        "on a credit RDMA WRITE")
+                self.outstanding -= 1
+            if n:
+                return
+            if time.monotonic() - start > opts.timeout:
+                raise PerftestError(f"no completion of a credit RDMA WRITE for {opts.timeout:.0f} s while waiting for {what}")
+            fab.step(0.01)
+
+    def drain(self, cq: Any, opts: PerftestOptions, fab: Any) -> None:
+        """clean_scq_credit: the credit WRITEs still outstanding complete before the report."""
+        while self.outstanding > 0:
+            self._poll_credit(cq, opts, fab, "the last credit WRITEs (clean_scq_credit)")
 
 
 # ---------------------------------------------------------------------- -R: perftest's rdma_cm mode
@@ -677,6 +815,11 @@ class _Control:
         pass
 
 
+def is_iwarp(device: Any) -> bool:
+    """Whether a soft device runs the iWARP transport (libibverbs' transport type, as siw's)."""
+    return bool(getattr(device, "transport_type", IBV_TRANSPORT_IB) == IBV_TRANSPORT_IWARP)
+
+
 def _is(a: Any, b: Any) -> bool:
     return a is b or getattr(a, "_adopted_by", None) is b or getattr(b, "_adopted_by", None) is a
 
@@ -695,7 +838,9 @@ def _event(ch: CMEventChannel, cmid: CMID | None, kinds: tuple[int, ...], what: 
     if ev.kind in kinds or listen is not None:
         return ev
     if ev.kind == EV.RDMA_CM_EVENT_REJECTED:
-        raise Rejected(f"{what}: rejected by {where}: reason {ev.status} ({rej_reason_name(ev.status)})")
+        why = (f"{errno.errorcode.get(-ev.status, str(-ev.status))} ({os.strerror(-ev.status)})" if ev.status < 0
+               else f"reason {ev.status} ({rej_reason_name(ev.status)})")
+        raise Rejected(f"{what}: rejected by {where}: {why}")
     if ev.kind == EV.RDMA_CM_EVENT_UNREACHABLE:
         i = ev.info
         raise PerftestError(f"{what}: {where} is unreachable: no answer to the {i.get('message', 'REQ')} after "
@@ -704,7 +849,18 @@ def _event(ch: CMEventChannel, cmid: CMID | None, kinds: tuple[int, ...], what: 
 
 
 def _cm_device(opts: PerftestOptions) -> Any:
-    """The soft device rdma_cm will use: one made on ``-d NETDEV`` for this run, else the linked devices."""
+    """The soft device rdma_cm will use: one made on ``-d NETDEV`` for this run (iWARP with
+    ``transport="iwarp"``: :mod:`rdmalab.fabric.tcpkernel`), else the linked devices."""
+    if opts.mpa_crc and not (opts.ifname and opts.transport == "iwarp"):
+        raise PerftestError("--mpa-crc goes with the device it makes: -d NETDEV --transport iwarp")
+    if opts.ifname and opts.transport == "iwarp":
+        from rdmalab.live import iwlink
+
+        try:
+            return iwlink.use_interface(opts.ifname, mpa_crc=opts.mpa_crc, poll_wait=0.0,
+                                           seed=random.SystemRandom().getrandbits(32))
+        except (CarrierError, OSError) as exc:
+            raise PerftestError(f"a soft iWARP device on {opts.ifname}: {exc}") from None
     if opts.ifname:
         try:
             return use_interface(opts.ifname, poll_wait=0.0, pcap=opts.pcap, seed=random.SystemRandom().getrandbits(32))
@@ -720,6 +876,9 @@ def _cm_device(opts: PerftestOptions) -> Any:
         raise PerftestError(f"-R needs a soft device on a network interface: give -d NETDEV, or link one with "
                             f"`rdmalab link add soft0 netdev IFNAME` (or RDMALAB_LINKS=soft0=IFNAME); devices now: {names}")
     fab = linked[0].carrier
+    if opts.transport == "iwarp" and not is_iwarp(fab.device):
+        raise PerftestError(f"--transport iwarp: the linked device {fab.device.name} is RoCE; give -d NETDEV to make "
+                            "a soft iWARP device on that interface")
     if opts.pcap:
         fab.write_pcap(opts.pcap)
     return fab
@@ -729,6 +888,9 @@ def _run_cm(opts: PerftestOptions, out: IO[str], client: bool, sizes: list[int])
     """``-R``: the exchange on a control rdma_cm connection, the data QP on a second one (both to ``port``)."""
     fab = _cm_device(opts)
     verb = opts.verb
+    iwarp = is_iwarp(fab.device)
+    if iwarp and verb == "atomic":
+        raise PerftestError(ATOMIC_IWARP)
     out_reads = OUT_READS if verb in ("read", "atomic") else 1  # check_link: ctx_set_out_reads, else 1
     ch = CMEventChannel()
     where = f"{opts.server}:{opts.port}" if client else f"port {opts.port}"
@@ -769,19 +931,26 @@ def _run_cm(opts: PerftestOptions, out: IO[str], client: bool, sizes: list[int])
                                retry=7, rnr_retry=7)
         if client:
             assert opts.server is not None
-            did, qp, cq, mr, bufsize = _connect_data(ch, opts, sizes, data_param, where)
+            did, qp, cq, mr, bufsize = _connect_data(ch, opts, sizes, data_param, where, iwarp)
         else:
             assert listener is not None
             req = _event(ch, None, (), "waiting for the client's data connection", where, opts.timeout, listen=listener)
             did = _adopt(ch, req, listener)
-            qp, cq, mr, bufsize = _data_qp(did, opts, sizes)
+            qp, cq, mr, bufsize = _data_qp(did, opts, sizes, iwarp)
             did.accept(data_param)
         ids.append(did)
         ctrl.exchange(encode_dest(zero, 0), DEST.size, client, "the key record after the data connection")
-        gid = int(ctrl.cmid.ctx.query_gid(1, GID_INDEX)).to_bytes(16, "big")  # type: ignore[union-attr]
+        gid_index = 0 if iwarp else GID_INDEX   # siw has one GID, from its MAC; rxe's IPv4 one is index 1
+        gid = int(ctrl.cmid.ctx.query_gid(1, gid_index)).to_bytes(16, "big")  # type: ignore[union-attr]
         me = PerfDest(0, out_reads, qp.qp_num, random.SystemRandom().getrandbits(24), mr.rkey, mr.buf + bufsize, gid)
+        credits = None
+        if iwarp and verb == "send":  # send_bw.c: send_rcredit on iWARP; the record carries the credit word
+            assert did.pd is not None
+            credits = _Credits(did.pd, opts.rx_depth, opts.tx_depth)
+            me.rkey, me.vaddr = credits.mr.rkey, credits.addr
         mtu_bytes = 128 << curr
-        return _session(opts, out, ctrl, fab, client, sizes, mtu_bytes, qp, cq, mr, bufsize, me, None)
+        return _session(opts, out, ctrl, fab, client, sizes, mtu_bytes, qp, cq, mr, bufsize, me, None,
+                        iwarp=iwarp, credits=credits)
     finally:
         _disconnect(ch, ids, fab, min(opts.timeout, 5.0))
         if listener is not None:
@@ -807,11 +976,11 @@ def _adopt(ch: CMEventChannel, req: Any, listener: CMID) -> CMID:
     return CMID(CMEvent(ch), listen_id=listener)
 
 
-def _data_qp(cid: CMID, opts: PerftestOptions, sizes: list[int]) -> tuple[QP, CQ, MR, int]:
+def _data_qp(cid: CMID, opts: PerftestOptions, sizes: list[int], iwarp: bool = False) -> tuple[QP, CQ, MR, int]:
     """create_qp_main under rdma_cm (rdma_create_qp): tx_depth sends, rx_depth receives, one CQ."""
     assert cid.ctx is not None and cid.pd is not None
     bufsize = max(max(sizes), PAGE)
-    mr = _data_mr(cid.pd, bufsize, opts.verb)
+    mr = _data_mr(cid.pd, bufsize, opts.verb, iwarp)
     cq = CQ(cid.ctx, opts.tx_depth + opts.rx_depth + 1)
     cap = QPCap(max_send_wr=opts.tx_depth, max_recv_wr=opts.rx_depth, max_send_sge=1, max_recv_sge=1)
     cid.create_qp(QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
@@ -820,13 +989,13 @@ def _data_qp(cid: CMID, opts: PerftestOptions, sizes: list[int]) -> tuple[QP, CQ
 
 
 def _connect_data(ch: CMEventChannel, opts: PerftestOptions, sizes: list[int], param: ConnParam,
-                  where: str) -> tuple[CMID, QP, CQ, MR, int]:
+                  where: str, iwarp: bool = False) -> tuple[CMID, QP, CQ, MR, int]:
     """rdma_cm_client_connection: resolve, route, QP, connect; a REJ (the server not listening yet) is
     tried again, up to 10 times 100 ms apart, as perftest does."""
     assert opts.server is not None
     for attempt in range(1, CM_RETRIES + 1):
         cid = _resolve(ch, opts.server, opts.port, opts.timeout)
-        qp, cq, mr, bufsize = _data_qp(cid, opts, sizes)
+        qp, cq, mr, bufsize = _data_qp(cid, opts, sizes, iwarp)
         cid.connect(param)
         try:
             _event(ch, cid, (EV.RDMA_CM_EVENT_ESTABLISHED,), "connecting the data QP", where, 1e9)

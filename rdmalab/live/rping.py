@@ -27,6 +27,8 @@ device is the soft device with the server's address (``-s``), or the one that re
 
 from __future__ import annotations
 
+import errno
+import os
 import struct
 import time
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from rdmalab.verbs import enums as e
 from rdmalab.verbs.cm_enums import RAI_PASSIVE, rdma_cm_event_type
 from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam
 from rdmalab.verbs.cq import CQ
+from rdmalab.verbs.libibverbs_enums import IBV_TRANSPORT_IB, IBV_TRANSPORT_IWARP
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.qp import QP, QPCap, QPInitAttr
@@ -69,6 +72,7 @@ class RpingOptions:
     persistent: bool = False
     self_qp: bool = False
     timeout: float = 120.0  # seconds without progress before giving up (rping waits for ever)
+    transport: str = "auto"  # "roce" or "iwarp": the device rdma_cm picks must have it (auto: whichever)
 
     def check(self) -> None:
         if not MIN_BUFSIZE <= self.size <= BUFSIZE - 1:
@@ -77,6 +81,19 @@ class RpingOptions:
             raise RpingError(f"Invalid count {self.count}")
         if not self.server and not self.addr:
             raise RpingError("the client needs the server's address (-a addr)")
+        if self.transport not in ("auto", "roce", "iwarp"):
+            raise RpingError(f"transport {self.transport!r}: auto, roce or iwarp")
+
+
+def check_transport(cmid: CMID, want: str, what: str) -> None:
+    """Refuse a device of the other transport than ``want`` ("auto": either), naming it."""
+    dev = cmid.device
+    if want == "auto" or dev is None:
+        return
+    have = "iwarp" if getattr(dev, "transport_type", IBV_TRANSPORT_IB) == IBV_TRANSPORT_IWARP else "roce"
+    if have != want:
+        raise RpingError(f"{what}: the device rdma_cm chose, {dev.name} ({have}), is not {want} "
+                         f"(make one with --netdev IFNAME --transport {want}, or link one)")
 
 
 def ping_text(ping: int, start: int, size: int) -> bytes:
@@ -191,7 +208,7 @@ def _expect(ch: CMEventChannel, kind: int, what: str, where: str) -> CMEvent:
     if ev.event_type == kind:
         return ev
     if ev.event_type == EV.RDMA_CM_EVENT_REJECTED:
-        raise RpingError(f"{what}: rejected by {where}: reason {ev.status} ({rej_reason_name(ev.status)})")
+        raise RpingError(f"{what}: rejected by {where}: {_reason(ev.status)}")
     if ev.event_type == EV.RDMA_CM_EVENT_UNREACHABLE:
         i = ev._ev.info if ev._ev is not None else {}
         raise RpingError(f"{what}: {where} is unreachable: no answer to the {i.get('message', 'REQ')} after "
@@ -209,6 +226,7 @@ def run_client(opts: RpingOptions, out: IO[str]) -> int:
     except PyverbsRDMAError as exc:
         raise RpingError(f"rdma_resolve_addr: {exc}") from None
     _expect(ch, EV.RDMA_CM_EVENT_ADDR_RESOLVED, "rdma_resolve_addr", where)
+    check_transport(cmid, opts.transport, f"rdma_resolve_addr {where}")
     cmid.resolve_route()
     _expect(ch, EV.RDMA_CM_EVENT_ROUTE_RESOLVED, "rdma_resolve_route", where)
     side = _Side(cmid, opts, out)
@@ -306,6 +324,7 @@ def run_server(opts: RpingOptions, out: IO[str]) -> int:
     lid = CMID(ch)
     try:
         lid.bind_addr(AddrInfo(src=opts.addr or "0.0.0.0", src_service=opts.port, flags=RAI_PASSIVE))
+        check_transport(lid, opts.transport, f"rdma_bind_addr {opts.addr or '0.0.0.0'}:{opts.port}")
         lid.listen(3)
     except PyverbsRDMAError as exc:
         raise RpingError(f"rdma_bind_addr/rdma_listen: {exc}") from None
@@ -319,6 +338,14 @@ def run_server(opts: RpingOptions, out: IO[str]) -> int:
 
 def run(opts: RpingOptions, out: IO[str]) -> int:
     return run_server(opts, out) if opts.server else run_client(opts, out)
+
+
+def _reason(status: int) -> str:
+    """A REJECTED event's status in words: a CM REJ reason (RoCE), or an errno (iWARP: -ECONNREFUSED for
+    a refused TCP connection or an MPA Reply with R, as cma_iw_handler reports them)."""
+    if status < 0:
+        return f"{errno.errorcode.get(-status, str(-status))} ({os.strerror(-status)})"
+    return f"reason {status} ({rej_reason_name(status)})"
 
 
 def _text(buf: bytes) -> str:

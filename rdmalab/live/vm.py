@@ -9,6 +9,12 @@ directory::
     init namespace                                     namespace "peer"
     rxe0 - veth0 10.0.0.1/24  ======================  veth1 10.0.0.2/24   (user-space peer)
     rxe1 - veth2 10.0.1.1/24  ====  veth3 10.0.1.2/24 - rxe2              (kernel <-> kernel)
+    siw0 - veth4 10.0.2.1/24  ======================  veth5 10.0.2.2/24   (iWARP: user-space peer)
+    siw1 - veth6 10.0.3.1/24  ====  veth7 10.0.3.2/24 - siw2              (iWARP: kernel <-> kernel)
+
+The siw devices appear when Soft-iWARP is loaded (``VM(siw=True)`` at boot, or
+:meth:`VM.load_siw` in a running VM, which also switches to the MPA-CRC build); the veths are
+always there.
 
 Every job is a bash script.  Its stdout, stderr, exit status and (by default) a capture of
 veth0 and veth2 come back as a :class:`VMResult`.  One :class:`VM` runs any number of jobs
@@ -47,7 +53,8 @@ from rdmalab.live.errors import VMError, cache_dir
 from rdmalab.live.siw import siw_module
 
 AGENT = Path(__file__).with_name("agent.sh")
-__all__ = ["AGENT", "TOPOLOGY", "VM", "Job", "Missing", "VMError", "VMResult", "kvm_usable", "missing", "run_in_vm"]
+__all__ = ["AGENT", "TOPOLOGY", "VM", "Job", "Missing", "VMError", "VMResult", "kvm_usable", "missing", "run_in_vm",
+           "siw_load_script"]
 
 #: Names and addresses inside the VM (exported to every job script as shell variables).
 TOPOLOGY: dict[str, str] = {
@@ -55,6 +62,11 @@ TOPOLOGY: dict[str, str] = {
     "PEER_NS": "peer", "PEER_NETDEV": "veth1", "PEER_IP": "10.0.0.2",
     "KA_DEV": "rxe1", "KA_NETDEV": "veth2", "KA_IP": "10.0.1.1",
     "KB_DEV": "rxe2", "KB_NETDEV": "veth3", "KB_IP": "10.0.1.2",
+    # iWARP (the siw devices exist once siw is loaded: VM(siw=True) or VM.load_siw())
+    "IW_DEV": "siw0", "IW_NETDEV": "veth4", "IW_IP": "10.0.2.1",
+    "IW_PEER_NETDEV": "veth5", "IW_PEER_IP": "10.0.2.2",          # in namespace PEER_NS
+    "IWA_DEV": "siw1", "IWA_NETDEV": "veth6", "IWA_IP": "10.0.3.1",
+    "IWB_DEV": "siw2", "IWB_NETDEV": "veth7", "IWB_IP": "10.0.3.2",
     "GID_INDEX": "1",   # the IPv4-mapped GID ::ffff:a.b.c.d; index 0 is the fe80:: one
     "PYVERBS_PYTHON": "/usr/bin/python3",
 }
@@ -226,7 +238,8 @@ class VM:
 
     ``kvm=None`` probes (:func:`kvm_usable`), ``False`` forces TCG.  ``siw=True`` also loads
     Soft-iWARP (built from the kernel sources when the kernel lacks it, see
-    :mod:`rdmalab.live.siw`) as ``siw0`` on veth2 and ``siw1`` on veth3.  ``progress`` is
+    :mod:`rdmalab.live.siw`) as ``siw0`` on veth4 (facing namespace ``peer``), ``siw1`` on veth6
+    and ``siw2`` on veth7.  ``progress`` is
     ``True`` (lines on stderr), ``False`` or a callable taking one message.
     """
 
@@ -454,6 +467,25 @@ class VM:
         (j / "go").touch()
         return job
 
+    def load_siw(self, *, crc: bool = False, timeout: float = 120.0) -> str:
+        """Load Soft-iWARP in the running VM and attach ``siw0``/``siw1``/``siw2`` (see :data:`TOPOLOGY`).
+
+        Whatever siw was loaded goes first (its devices with it), so this also switches between
+        the stock build and ``crc=True``'s ``siw_crc.ko`` (requires MPA CRC32c,
+        :func:`rdmalab.live.siw.siw_module`).  Returns siw's load message from the kernel log;
+        raises :class:`VMError` with the job's output when a step fails.
+        """
+        assert self.kernel is not None
+        script = siw_load_script(siw_module(self.kernel, crc=crc, say=self.say))
+        r = self.run(script, capture=False, timeout=timeout, name="siw-crc" if crc else "siw")
+        if r.rc != 0:
+            raise VMError(f"could not load siw{' (siw_crc.ko)' if crc else ''} in the VM (status {r.rc}):\n"
+                          f"{r.stdout[-2000:]}{r.stderr[-2000:]}")
+        loaded = next((ln for ln in r.stdout.splitlines() if "SoftiWARP" in ln), "")
+        if crc and "mpa_crc_required = true" not in loaded:
+            raise VMError(f"siw_crc.ko was loaded but the kernel log does not say so: {loaded!r}")
+        return loaded
+
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
         return f"VM({self.kernel}, {'KVM' if self.kvm else 'TCG'}, {state}, {self.workdir})"
@@ -500,6 +532,28 @@ def run_in_vm(script: str, *, files: Mapping[str, str | bytes | Path] | None = N
     """Boot a VM, run one job (see :meth:`VM.run`), power it off; ``vm_options`` go to :class:`VM`."""
     with VM(**vm_options) as vm:  # type: ignore[arg-type]
         return vm.run(script, files=files, timeout=timeout, capture=capture)
+
+
+def siw_load_script(where: str | Path) -> str:
+    """A guest script (initial namespace) that unloads any siw, loads ``where`` (a siw.ko path, or
+    ``"modprobe"``) and attaches siw0/siw1/siw2 to their veths (:data:`TOPOLOGY`); it prints siw's
+    load line from the kernel log and exits non-zero at the first failure."""
+    load = "modprobe siw" if where == "modprobe" else f"insmod {shlex.quote(str(where))}"
+    t = TOPOLOGY
+    return f"""set -e
+for d in /sys/class/infiniband/*; do
+  if [ "$(cut -d: -f1 $d/node_type 2>/dev/null)" = 4 ]; then rdma link delete "$(basename $d)"; fi
+done
+if grep -q '^siw ' /proc/modules; then rmmod siw; fi
+modprobe ib_core; modprobe iw_cm; modprobe libcrc32c; modprobe rdma_cm
+dmesg -c > /dev/null
+{load}
+rdma link add {t["IW_DEV"]} type siw netdev {t["IW_NETDEV"]}
+rdma link add {t["IWA_DEV"]} type siw netdev {t["IWA_NETDEV"]}
+rdma link add {t["IWB_DEV"]} type siw netdev {t["IWB_NETDEV"]}
+dmesg | grep SoftiWARP | tail -1
+rdma link show | grep siw
+"""
 
 
 # ----------------------------------------------------------------------------- helpers

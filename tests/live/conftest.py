@@ -36,6 +36,9 @@ def lab_vm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VM]:
     gaps = missing()
     if gaps:
         pytest.skip("cannot boot the lab VM here: " + "; ".join(str(g) for g in gaps))
+    if os.environ.get("RDMALAB_VM_DIR"):  # a VM booted by another process (VM.attach): it stays up
+        yield VM.attach(os.environ["RDMALAB_VM_DIR"], progress=print)
+        return
     vm = VM(workdir=tmp_path_factory.mktemp("labvm"), progress=print)
     vm.start()
     try:
