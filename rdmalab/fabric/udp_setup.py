@@ -14,9 +14,6 @@ import fcntl
 import socket
 import struct
 
-from rdmalab.wire.ib import IB_MTUS
-from rdmalab.wire.net import ROCEV2_PORT
-
 RXE_MAX_HDR_LENGTH = 80  # rxe_param.h: Ethernet + IP + UDP + BTH and extension headers, ICRC
 
 _SIOCGIFADDR = 0x8915
@@ -86,6 +83,8 @@ def interface_of(ip: str) -> str:
 
 def ib_mtu_for(netdev_mtu: int) -> int:
     """rxe's port MTU for a netdev MTU: ``mtu - 80`` rounded down to an IB MTU, at least 256."""
+    from rdmalab.wire.ib import IB_MTUS  # (here: the live tools check permission before they load the codecs)
+
     room = netdev_mtu - RXE_MAX_HDR_LENGTH
     return max((m for m in IB_MTUS if m <= room), default=256)
 
@@ -126,6 +125,8 @@ def _rocev2_filter(ipv4: int, groups: tuple[int, ...] = ()) -> list[tuple[int, i
     # On a raw IPv4 socket the filter sees the packet from the IP header.  Accept UDP (already
     # guaranteed by IPPROTO_UDP) to our address, or to a multicast group joined, and port 4791,
     # whatever the IP header length.
+    from rdmalab.wire.net import ROCEV2_PORT
+
     ld_w, ld_b_msh, ldx_h, jeq, ret = 0x20, 0xB1, 0x48, 0x15, 0x06
     addrs = (ipv4, *groups)
     prog = [(ld_w, 0, 0, 16)]                              # A = ip.dst

@@ -196,8 +196,10 @@ def connect(host: str, port: int, *, family: int = socket.AF_UNSPEC, tries: floa
         time.sleep(0.2)
 
 
-def listen(port: int, *, family: int = socket.AF_INET6, timeout: float | None = None) -> Channel:
-    """Accept one connection on ``port`` (all addresses, v4 and v6 like ``AI_PASSIVE``/``AF_UNSPEC``)."""
+def open_listener(port: int, *, family: int = socket.AF_INET6) -> socket.socket:
+    """A TCP socket listening on ``port`` (all addresses, v4 and v6 like ``AI_PASSIVE``/``AF_UNSPEC``),
+    for :func:`listen` to accept on.  A server opens it before it loads the engine: a client may
+    connect while the engine loads (the kernel queues the connection), and waits for the exchange."""
     try:
         srv = socket.socket(family, socket.SOCK_STREAM)
     except OSError:
@@ -209,6 +211,18 @@ def listen(port: int, *, family: int = socket.AF_INET6, timeout: float | None = 
     try:
         srv.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
         srv.listen(1)
+    except OSError as exc:
+        srv.close()
+        raise OOBError(f"Couldn't listen to port {port}: {exc.strerror or exc}") from None
+    return srv
+
+
+def listen(port: int, *, family: int = socket.AF_INET6, timeout: float | None = None,
+           listener: socket.socket | None = None) -> Channel:
+    """Accept one connection on ``port`` (on ``listener`` if given: :func:`open_listener`'s socket); the
+    listening socket is closed once the connection is accepted (or on failure)."""
+    srv = listener if listener is not None else open_listener(port, family=family)
+    try:
         srv.settimeout(timeout)
         conn, _ = srv.accept()
     except TimeoutError:
