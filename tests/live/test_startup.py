@@ -1,6 +1,6 @@
 """Start-up of the engine's servers beside the stock tools', in the lab VM (marked ``live``; issue 21).
 
-One boot of :class:`rdmalab.live.vm.VM` (TCG when KVM is not there, as in the lab): each server is
+The lab VM (``lab_vm``: TCG when KVM is not there, as in the lab): each server is
 started ``ROUNDS`` times and timed from its launch to the moment its TCP port listens (``ss -ltn``
 every 50 ms, the interop matrix's ``wait_port``), then stopped:
 
@@ -21,14 +21,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import statistics
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from tests.live.test_interop import _why_not
 
 pytestmark = pytest.mark.live
 
@@ -78,22 +76,18 @@ LABELS = ("ibv_rc_pingpong", "ib_send_lat", "rdmalab_pingpong", "ib_write_bw", "
 
 
 @pytest.fixture(scope="module")
-def startup_job(pytestconfig: pytest.Config) -> Iterator[Path]:
-    why = _why_not(pytestconfig)
-    if why:
-        pytest.skip(why)
-    from rdmalab.live.vm import VM
-
-    t0 = time.monotonic()
-    with VM(progress=False) as vm:
-        script = f"ROOT={shlex.quote(str(ROOT))}\nROUNDS={ROUNDS}\n" + GUEST
-        r = vm.run(script, timeout=2400, capture=False, name="start-up")
-        out = r.job_dir
-        assert out is not None
-        (out / "seconds").write_text(f"{time.monotonic() - t0:.1f} s, boot {vm.boot_s:.1f} s, "
-                                     f"{'KVM' if vm.kvm else 'TCG'} ({vm.kvm_reason})\n")
-        assert (out / "DONE").exists(), f"the job did not finish (status {r.rc}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
-        yield out
+def startup_job(lab_vm: object) -> Iterator[Path]:
+    for tool, pkg in (("ibv_rc_pingpong", "ibverbs-utils"), ("ib_write_bw", "perftest")):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (apt-get install {pkg})")
+    script = f"ROOT={shlex.quote(str(ROOT))}\nROUNDS={ROUNDS}\n" + GUEST
+    r = lab_vm.run(script, timeout=2400, capture=False, name="start-up")  # type: ignore[attr-defined]
+    out = r.job_dir
+    assert out is not None
+    vm = lab_vm
+    (out / "seconds").write_text(f"{'KVM' if vm.kvm else 'TCG'} ({vm.kvm_reason})\n")  # type: ignore[attr-defined]
+    assert (out / "DONE").exists(), f"the job did not finish (status {r.rc}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+    yield out
 
 
 def test_servers_listen_and_the_figures_are_printed(startup_job: Path) -> None:
