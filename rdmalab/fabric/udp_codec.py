@@ -13,7 +13,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from rdmalab.verbs.engine.packet import _ATTR, INFO, Pkt
+from rdmalab.verbs.engine.packet import _ATTR, INFO, SEGMENT, Pkt
 from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_mask_delta, mask_rocev2
 from rdmalab.wire.header import Header, compile_constructor
 from rdmalab.wire.net import ROCEV2_PORT
@@ -23,9 +23,14 @@ BTH_WORDS = struct.Struct(">BBHII")
 HDR = struct.Struct(">BBHHHBBHIIHHHHBBHII")  # IPv4 + UDP + BTH, 40 bytes
 ICRC = struct.Struct("<I")
 ZEROS = (b"", b"\0", b"\0\0", b"\0\0\0")
-SRC_BTH = struct.Struct(">I16xII")  # from offset 12: IPv4 source; BTH words 1 and 2 (dest QP; AckReq, PSN)
+#: what the receive loop reads of a datagram, from offset 0: version/IHL, total length, IPv4 source; BTH
+#: opcode, flags (SE, MigReq, pad count, version), words 1 (dest QP) and 2 (AckReq, PSN)
+RX_FIELDS = struct.Struct(">BxH8xI12xBBxxII")
 RETH_WORDS = struct.Struct(">QII")
 
+#: the opcodes the receive loop hands to ``SoftDevice.receive_segment`` (:data:`SEGMENT`) -> whether a
+#: RETH follows the BTH (a WRITE's FIRST or ONLY)
+SEGMENT_RETH: dict[int, bool] = {code: bool(info.headers) for code, info in SEGMENT.items()}
 
 U16 = struct.Struct(">H")
 U32 = struct.Struct(">I")
