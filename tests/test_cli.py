@@ -329,16 +329,16 @@ def test_the_live_tools_start_without_the_capture_stack_or_numpy() -> None:
 _AT_LISTEN = """
 import sys
 import rdmalab.fabric.udp_setup as setup
-import rdmalab.live.oob as oob
+import rdmalab.live.listener as listener
 setup.check_permission = lambda: None  # (the test may run without CAP_NET_RAW)
 def probe(port, **kw):
     # what the server has loaded when it listens: none of the engine, the carrier, the frame codecs
     heavy = ("rdmalab.verbs", "rdmalab.fabric.udp", "rdmalab.fabric.sim", "rdmalab.live.pingpong",
              "rdmalab.live.perftest", "rdmalab.wire.frame", "rdmalab.wire.cm", "rdmalab.wire.ib",
-             "rdmalab.capture", "numpy", "dpkt")
+             "rdmalab.capture", "rdmalab.live.oob", "numpy", "dpkt", "dataclasses", "typing", "ctypes")
     print("listening on", port, sorted(m for m in sys.modules if m.startswith(heavy) and m != "rdmalab.fabric.udp_setup"))
     raise SystemExit(0)
-oob.open_listener = probe
+listener.open_listener = probe
 from rdmalab.cli import main
 sys.exit(main(sys.argv[1:]))
 """

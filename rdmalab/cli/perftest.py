@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import socket
-from typing import TextIO
 
 from rdmalab.cli._common import Fail
+
+TYPE_CHECKING = False  # (typing is not imported at run time: start-up of the live tools)
+if TYPE_CHECKING:
+    from typing import TextIO
 
 HELP = "ib_write/read/send/atomic_bw with the soft engine on UDP (a stock perftest program is the peer)"
 
@@ -111,7 +114,7 @@ def run_perftest(args: argparse.Namespace, out: TextIO) -> int:
     # connects meanwhile waits in the kernel's accept queue.  The permission check comes first, as perftest
     # fails at once without a device.
     from rdmalab.fabric.udp_setup import CarrierError, check_permission
-    from rdmalab.live.oob import OOBError, open_listener
+    from rdmalab.live.listener import OOBError, open_listener
 
     listener = None
     if args.server is None and not args.rdma_cm:

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import argparse
 import socket
-from typing import TextIO
 
 from rdmalab.cli._common import Fail
+
+TYPE_CHECKING = False  # (typing is not imported at run time: start-up of the live tools)
+if TYPE_CHECKING:
+    from typing import TextIO
 
 _UNSUPPORTED = {
     "odp": ("-o", "--odp", "on-demand paging"),
@@ -86,7 +89,7 @@ def run_pingpong(args: argparse.Namespace, out: TextIO) -> int:
     # the engine after (issue 21: start-up in the lab VM); a client that connects meanwhile waits in the
     # kernel's accept queue.  The permission check comes first, as the stock programs fail at once without it.
     from rdmalab.fabric.udp_setup import CarrierError, check_permission
-    from rdmalab.live.oob import OOBError, open_listener
+    from rdmalab.live.listener import OOBError, open_listener
 
     listener = None
     if not args.server:

@@ -13,9 +13,12 @@ importing this package: ``pyproject.toml`` declares them as providers (entry poi
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # (typing is not imported at run time: start-up of the live tools)
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from rdmalab.fabric.sim import Fabric, Faults, default_fabric, reset_default_fabric
 
 # Loaded on first use (PEP 562): the UDP carrier of the live tools does not need the simulated fabric.

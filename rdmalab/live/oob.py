@@ -21,13 +21,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rdmalab.live.listener import OOBError as OOBError  # (its home; programs import it from here too)
+from rdmalab.live.listener import open_listener as open_listener
+
 PP_RECORD = 52  # sizeof "0000:000000:000000:00000000000000000000000000000000"
 PP_DONE = b"done\0"
 PERF_RECORD = 108  # KEY_MSG_SIZE_GID
-
-
-class OOBError(Exception):
-    """The out-of-band exchange failed (connection refused, peer gone, a record that does not parse)."""
 
 
 # ---------------------------------------------------------------------- pingpong records
@@ -194,27 +193,6 @@ def connect(host: str, port: int, *, family: int = socket.AF_UNSPEC, tries: floa
         if time.monotonic() >= end:
             raise OOBError(f"Couldn't connect to {host}:{port} ({last})")
         time.sleep(0.2)
-
-
-def open_listener(port: int, *, family: int = socket.AF_INET6) -> socket.socket:
-    """A TCP socket listening on ``port`` (all addresses, v4 and v6 like ``AI_PASSIVE``/``AF_UNSPEC``),
-    for :func:`listen` to accept on.  A server opens it before it loads the engine: a client may
-    connect while the engine loads (the kernel queues the connection), and waits for the exchange."""
-    try:
-        srv = socket.socket(family, socket.SOCK_STREAM)
-    except OSError:
-        family = socket.AF_INET
-        srv = socket.socket(family, socket.SOCK_STREAM)
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if family == socket.AF_INET6:
-        srv.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-    try:
-        srv.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
-        srv.listen(1)
-    except OSError as exc:
-        srv.close()
-        raise OOBError(f"Couldn't listen to port {port}: {exc.strerror or exc}") from None
-    return srv
 
 
 def listen(port: int, *, family: int = socket.AF_INET6, timeout: float | None = None,

@@ -10,9 +10,12 @@ iWARP, which the live tools' start-up in the lab VM would otherwise pay for befo
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # (typing is not imported at run time: start-up of the live tools)
 
 if TYPE_CHECKING:  # the same names, for type checkers and readers
+    from typing import Any
+
     from rdmalab.wire.errors import DecodeError, EncodeError, MalformedError, RdmalabError, TruncatedError
     from rdmalab.wire.frame import (
         decode_after_ethertype,
