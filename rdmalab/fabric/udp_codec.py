@@ -128,10 +128,22 @@ def _compile_decoder(cls: type[Header]) -> Callable[[Any, int], Header]:
 
 
 #: opcode -> its extended headers as (Pkt attribute or None, size, decoder); None for a header the
-#: engine's packet has no attribute for (RD's RDETH, FLUSH's FETH: decoded for the length check, not kept)
+#: engine's packet has no attribute for (RD's RDETH, FLUSH's FETH: decoded for the length check, not kept).
+#: Filled on first use of each opcode (:func:`_plan`): compiling every decoder up front would cost the
+#: engine's start-up in the lab VM for opcodes most runs never receive.
 _PLANS: dict[int, tuple[tuple[str | None, int, Callable[[Any, int], Header]], ...]] = {}
-for _code, _info in INFO.items():
-    _PLANS[_code] = tuple((_ATTR.get(cls), cls.LAYOUT.size, _compile_decoder(cls)) for cls in _info.headers)
+_DECODERS: dict[type[Header], Callable[[Any, int], Header]] = {}
+
+
+def _plan(code: int) -> tuple[tuple[str | None, int, Callable[[Any, int], Header]], ...] | None:
+    info = INFO.get(code)
+    if info is None:
+        return None
+    for cls in info.headers:
+        if cls not in _DECODERS:
+            _DECODERS[cls] = _compile_decoder(cls)
+    plan = _PLANS[code] = tuple((_ATTR.get(cls), cls.LAYOUT.size, _DECODERS[cls]) for cls in info.headers)
+    return plan
 
 
 def _decode_ipv4(d: bytes, icrc_checked: bool) -> Pkt | None:
@@ -141,7 +153,9 @@ def _decode_ipv4(d: bytes, icrc_checked: bool) -> Pkt | None:
         return None
     plan = _PLANS.get(opc)
     if plan is None:
-        return None
+        plan = _plan(opc)
+        if plan is None:
+            return None
     mv = memoryview(d)
     end_crc = total - 4
     if not icrc_checked:
