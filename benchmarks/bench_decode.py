@@ -5,7 +5,8 @@ repetition shifted in time: :func:`bench_columnar.build`), then runs each pair o
 processes, output discarded, and prints wall time, CPU time and peak RSS side by side:
 
 * one-line summaries, ``decode -r FILE`` against ``tshark -r FILE`` (``--packets``, default
-  1,000,000), with rdmalab's default workers and with ``-j 1``;
+  1,000,000), with rdmalab's default workers (one an idle core: it depends on the load when the
+  command starts; the bench prints what it would be), with ``-j 1`` and with ``-j 2``;
 * ``-T json`` against ``tshark -T json`` and ``-V`` against ``tshark -V`` on the first
   ``--json-packets`` (default 50,000) of the same packets (tshark's JSON and trees are slow).
 
@@ -84,8 +85,13 @@ def main() -> None:
               f"{'identical' if same[0] == same[1] else 'DIFFERENT'} ({len(same[0]):,} bytes)")
         tshark = None if args.no_tshark or not shutil.which("tshark") else "tshark"
         rows = []
+        from rdmalab.capture.columnar_summary import default_workers
+
+        print(f"default workers for summary lines now: {default_workers()} (load average {os.getloadavg()[0]:.1f}, "
+              f"{os.cpu_count()} cores); peak RSS below is the largest process's")
         rows += compare("summary lines", n, [("rdmalab decode -r FILE", [*py, "-r", big]),
-                                             ("rdmalab decode -r FILE -j 1", [*py, "-j", "1", "-r", big])],
+                                             ("rdmalab decode -r FILE -j 1", [*py, "-j", "1", "-r", big]),
+                                             ("rdmalab decode -r FILE -j 2", [*py, "-j", "2", "-r", big])],
                         [tshark, "-n", "-r", big] if tshark else None)
         rows += compare("-T json", m, [("rdmalab decode -T json", [*py, "-T", "json", "-r", small])],
                         [tshark, "-n", "-r", small, "-T", "json"] if tshark else None)

@@ -116,6 +116,58 @@ display(viz.hexdump(built, title=built.summary(), fields=False))
 print(viz.icrc_steps(built))
 
 # %% [markdown]
+# ## The same WRITE and READ, run on two wires
+#
+# Everything above was one frame built by hand. Now the engine *runs* an RDMA WRITE of 3000
+# bytes and an RDMA READ of the same bytes back, twice: between two soft **RoCEv2** devices (RC
+# QPs, path MTU 1024 as rxe uses on a 1500-byte Ethernet), and between two soft **iWARP**
+# devices that rdma_cm connected the iWARP way: a TCP connection to the rdma_cm port, then the
+# MPA Request and Reply (revision 2, with the IRD/ORD words), as Linux siw does. Both run on the
+# simulated fabric; each run is written to a pcap and read back with `capture.read`, as
+# `rdmalab decode` reads it (tshark decodes both files the same way).
+
+# %%
+from rdmalab.lab.twowires import side_by_side, write_and_read
+
+roce_run, iwarp_run = write_and_read(3000)
+side_by_side(roce_run, iwarp_run)
+
+# %% [markdown]
+# Read the two columns against each other:
+#
+# * **Setting up.** RoCEv2's QPs were connected before the first frame (here by hand; rdma_cm
+#   would send CM MADs). iWARP spends five frames first: TCP's handshake, then the MPA Request
+#   and Reply, which carry the IRD/ORD and whether FPDUs will have a CRC32c.
+# * **Cutting the message.** RoCEv2 cuts the WRITE by the path MTU into FIRST/MIDDLE/LAST
+#   packets with consecutive PSNs; iWARP cuts it into FPDUs that each fit one TCP segment, and
+#   every segment says where its bytes go (STag and tagged offset), so each can be placed on
+#   its own.
+# * **Acknowledging.** RoCEv2's responder acknowledges *packets* by PSN (one ACK covers the
+#   WRITE; the READ responses carry an AETH themselves). iWARP's RDMAP and DDP never acknowledge
+#   anything: the ACKs are TCP's, cumulative counts of *bytes* of the stream, sent every second
+#   segment or after the delayed-ACK timer (40 ms here, at the end). A WRITE completes on the
+#   iWARP requester as soon as TCP has its bytes, as it does on siw.
+# * **Cost.** iWARP carries 54 bytes of Ethernet/IPv4/TCP per segment plus its own layers (exercise
+#   5), against RoCEv2's 58 bytes of Ethernet/IPv4/UDP/BTH/ICRC plus a RETH on the first packet; it
+#   moves more frames, mostly the ACKs.
+
+# %% [markdown]
+# ### Who repairs a loss
+#
+# On RoCEv2 the RC transport repairs a loss itself (notebook 09: the responder NAKs the gap in
+# the PSNs, the requester goes back). On iWARP, RDMAP and DDP never learn of it: TCP does. Here
+# the fabric loses the second segment of a 4000-byte WRITE (its second FPDU). The responder's
+# TCP acknowledges the bytes before the gap at once and keeps nothing after it (this TCP model
+# has no out-of-order queue); when the retransmission timer expires (200 ms, Linux's minimum) the
+# requester sends everything from the gap again, and one ACK covers it all. The capture was
+# taken where frames are sent, so the lost segment is in it too (frame 7).
+
+# %%
+from rdmalab.lab.twowires import iwarp_with_a_loss
+
+print(iwarp_with_a_loss(4000))
+
+# %% [markdown]
 # ## Exercises
 #
 # ### 1. Build a BTH by hand
@@ -205,3 +257,19 @@ for _, f in mystery_frames():
         names.append("IB")
 ### END SOLUTION
 lab.check("wires.which", names)
+
+# %% [markdown]
+# ### 5. What iWARP adds to each FPDU
+#
+# In `iwarp_run` (the iWARP column of the table above), each RDMA Write FPDU filled one TCP
+# segment. How many bytes of each Write FPDU are iWARP's own, that is MPA's, DDP's and RDMAP's
+# (length field, headers, pad, CRC), and not the data it places? Compute it from
+# `iwarp_run.packets`: each `cp.pdus` holds the PDUs that completed in that frame.
+
+# %% tags=["exercise"]
+writes = [p for cp in iwarp_run.packets for p in cp.pdus if p.info.startswith("RDMA Write")]
+overhead = ...  # bytes per FPDU
+### BEGIN SOLUTION
+overhead = len(writes[0].data) - len(writes[0].payload)
+### END SOLUTION
+lab.check("wires.iwarp_overhead", overhead)

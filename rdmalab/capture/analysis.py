@@ -60,9 +60,9 @@ from typing import Any
 
 import numpy as np
 
-from rdmalab.capture.analysis_conn import PSN_MOD, ConnRows, T, _Out, ack_coalescing, connections, walk
+from rdmalab.capture.analysis_conn import PSN_MOD, ConnRows, T, _Out, ack_coalescing, connections, walk, walk_order
 from rdmalab.capture.analysis_conn import rel as _rel
-from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Message
+from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Findings, Message
 from rdmalab.capture.analysis_rows import Rows, load_rows
 from rdmalab.capture.columnar import Columns, read_columns
 from rdmalab.wire.ib import IB_MTUS
@@ -144,7 +144,7 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
                  read_file: bool = True, cols: Columns | None = None) -> Analysis:
     """:func:`analyze` on rows already loaded (``cols``: the capture's columns, when in memory)."""
     a = r.a
-    findings: list[Finding] = []
+    findings = Findings()
     findings.extend(_capture_trust(r))
     op = a["op"]
     plen = a["plen"]
@@ -161,21 +161,21 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
     out = _Out()
     out.findings = findings
     bar = _bar(len(pairs), "connections") if progress else None
-    series: dict[int, Any] = {}
     psn_time: dict[int, dict[str, np.ndarray]] = {}
-    for cr in pairs:
-        got = walk(cr, r, mtu, out)
+    wo = walk_order(pairs, r)
+    for k, cr in enumerate(pairs):
+        got = walk(cr, r, mtu, out, wo, k)
         c = cr.conn
         first_ns = round(c.first * 1e9)
-        req_t, req_b = got["series"]
-        series[c.id] = _series(req_t, req_b, first_ns, round(c.last * 1e9))
         pt, pp, pk = got["psn"]
         psn_time[c.id] = {"t": (pt - first_ns) / 1e9, "psn": pp, "kind": pk}
-        findings.extend(ack_coalescing(cr, r))
+        findings.extend(ack_coalescing(cr, r, wo, k))
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
+    del wo
+    series = _series_all(r, pairs)
     findings.extend(_congestion(r, pairs, seg, cnp_window_us))
     checks: dict[str, Any] = {"cnp_pacing": cnp_pacing(r, pairs, seg, cnp_min_gap_us)}
     findings.extend(_iwarp_findings(r, path if read_file else None))
@@ -189,8 +189,9 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
     # finding is 100 MB more at a million findings)
     findings.sort(key=lambda f: f.frames[0] if f.frames else 0)
     findings.sort(key=lambda f: f.time)
-    return Analysis(path, r.frames, len(r) + len(r.dup_pairs), conns, out.messages, findings, mtu, series, psn_time,
-                    checks)
+    # a plain list in the result (it pickles to Dask workers and back; the budget was for the analysis)
+    return Analysis(path, r.frames, len(r) + len(r.dup_pairs), conns, out.messages, list(findings), mtu, series,
+                    psn_time, checks)
 
 
 def _bar(total: int, what: str) -> Any:
@@ -237,15 +238,31 @@ def _capture_trust(r: Rows) -> list[Finding]:
     return out
 
 
-def _series(t_ns: np.ndarray, nbytes: np.ndarray, t0: int, t1: int, bins: int = 50) -> list[tuple[float, float]]:
-    """Throughput over time: (seconds since the connection's first packet, Mbit/s) per bin."""
-    if len(t_ns) == 0 or t1 <= t0:
-        return []
+def _series_all(r: Rows, pairs: list[ConnRows], bins: int = 50) -> dict[int, list[tuple[float, float]]]:
+    """Throughput over time per connection: (seconds since the connection's first packet, Mbit/s)
+    per bin, its requests' payload bytes in ``bins`` bins from its first to its last packet; all
+    the connections in one pass of array operations."""
+    out: dict[int, list[tuple[float, float]]] = {}
+    if not pairs:
+        return out
+    a = r.a
+    t0 = np.array([round(cr.conn.first * 1e9) for cr in pairs], dtype=np.int64)
+    t1 = np.array([round(cr.conn.last * 1e9) for cr in pairs], dtype=np.int64)
+    nreq = np.array([len(cr.reqs) for cr in pairs], dtype=np.int64)
+    rows = np.concatenate([cr.reqs for cr in pairs])
+    owner = np.repeat(np.arange(len(pairs)), nreq)
     width = (t1 - t0) / bins
-    k = np.clip(((t_ns - t0) / width).astype(np.int64), 0, bins - 1)
-    acc = np.bincount(k, weights=nbytes.astype(np.float64), minlength=bins)
-    w_s = width / 1e9
-    return list(zip((np.arange(bins) * w_s).tolist(), (acc * 8 / w_s / 1e6).tolist(), strict=True))
+    ok = width > 0
+    w = np.where(ok, width, 1.0)
+    k = np.clip(((a["tns"][rows] - t0[owner]) / w[owner]).astype(np.int64), 0, bins - 1)
+    acc = np.bincount(owner * bins + k, weights=a["plen"][rows].astype(np.float64),
+                      minlength=len(pairs) * bins).reshape(len(pairs), bins)
+    w_s = w / 1e9
+    x = (np.arange(bins)[None, :] * w_s[:, None]).tolist()
+    y = (acc * 8 / w_s[:, None] / 1e6).tolist()
+    for i, cr in enumerate(pairs):
+        out[cr.conn.id] = list(zip(x[i], y[i], strict=True)) if ok[i] and nreq[i] else []
+    return out
 
 
 def _congestion(r: Rows, pairs: list[ConnRows], seg: np.ndarray, window_us: float) -> list[Finding]:
@@ -445,6 +462,8 @@ def _capture_gaps(findings: list[Finding], burst_us: float = 50.0) -> list[Findi
     Such gaps on several connections within ``burst_us`` of each other are a capture drop burst."""
     events: dict[int | None, list[tuple[float, int, int, Finding | None]]] = defaultdict(list)
     for f in findings:
+        if f.detail.get("folded"):  # past the budget of its kind: no PSNs kept
+            continue
         if f.kind == "retransmission":
             events[f.connection].append((f.time, 1, int(f.detail.get("from_psn", 0)), None))
         elif f.kind == "psn_gap":
@@ -525,7 +544,7 @@ def counters_side_by_side(a: Analysis, before: dict[str, int], after: dict[str, 
     nak_retrans = sum(1 for f in a.findings if f.kind == "retransmission" and f.detail.get("trigger") == "nak")
     rows = []
     for what, kinds, names in COUNTER_ROWS:
-        seen = sum(nak_retrans if k == "retransmission:nak" else counts.get(k, 0) for k in kinds)
+        seen = sum(nak_retrans if k == "retransmission:nak" else a.events(k) if k in counts else 0 for k in kinds)
         ctr = {n: after[n] - before.get(n, 0) for n in names if n in after}
         rows.append({"what": what, "capture": seen, "counters": ctr,
                      "agree": None if not ctr else any(v == seen for v in ctr.values())})

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -85,13 +86,21 @@ def rel(psn: int, ref: int) -> int:
 
 
 def _group_ids(*keys: np.ndarray) -> tuple[np.ndarray, int]:
-    """A group number per row for the distinct tuples of ``keys``."""
-    if len(keys[0]) == 0:
+    """A group number per row for the distinct tuples of ``keys``, numbered in the tuples' sorted
+    order (one lexsort: sorting a record array of the keys is several times slower)."""
+    n = len(keys[0])
+    if n == 0:
         return np.zeros(0, dtype=np.int64), 0
-    rec = np.rec.fromarrays(keys)
-    _, inv = np.unique(rec, return_inverse=True)
-    inv = inv.reshape(-1).astype(np.int64)
-    return inv, int(inv.max()) + 1
+    order = np.lexsort(keys[::-1])  # the first key is the primary one
+    new = np.zeros(n, dtype=bool)
+    new[0] = True
+    for k in keys:
+        ks = k[order]
+        new[1:] |= ks[1:] != ks[:-1]
+    gid = np.cumsum(new) - 1
+    inv = np.empty(n, dtype=np.int64)
+    inv[order] = gid
+    return inv, int(gid[-1]) + 1
 
 
 @dataclass
@@ -233,43 +242,84 @@ class _Out:
 
 
 _CHUNK = 1 << 16
+#: the columns the walk reads, gathered in walk order (:class:`WalkOrder`)
+_WALK_COLS = ("frame", "tns", "op", "psn", "syn", "aeth", "msn", "plen", "dmalen", "ackreq")
 
 
-def _rows(a: dict[str, np.ndarray], rows: np.ndarray, isreq: np.ndarray) -> Iterator[tuple[Any, ...]]:
-    """(frame, ns, opcode, PSN, syndrome, has AETH, MSN, payload length, DMA length, is a request) per
-    row, as Python values made a chunk at a time (a list per column of a million rows is 40 MB)."""
-    for k in range(0, len(rows), _CHUNK):
-        sel = rows[k:k + _CHUNK]
-        yield from zip(*(a[name][sel].tolist() for name in ("frame", "tns", "op", "psn", "syn", "aeth", "msn",
-                                                            "plen", "dmalen")), isreq[k:k + _CHUNK].tolist(),
-                       strict=True)
+@dataclass
+class WalkOrder:
+    """Every connection's rows in the order its walk takes them, found with one sort for all the
+    connections (a sort and a gather per connection cost more than the walk of a small one):
+    connection ``k`` is ``rows[bounds[k]:bounds[k + 1]]``, in time order (capture order unless
+    the timestamps go back), and ``cols`` holds the columns the walk reads, in that order."""
+
+    rows: np.ndarray
+    isreq: np.ndarray
+    bounds: np.ndarray
+    cols: dict[str, np.ndarray]
+    #: the rows of one chunk of the walk order as Python lists (``_WALK_COLS`` and is-a-request):
+    #: made once for the many small connections in it, not a ``tolist`` a column a connection
+    _chunk_no: int = -1
+    _lists: list[list[Any]] = field(default_factory=list)
+
+    def span(self, k: int) -> tuple[int, int]:
+        return int(self.bounds[k]), int(self.bounds[k + 1])
+
+    def lists(self, c: int) -> list[list[Any]]:
+        if c != self._chunk_no:
+            lo, hi = c * _CHUNK, min(len(self.rows), (c + 1) * _CHUNK)
+            self._lists = [self.cols[name][lo:hi].tolist() for name in _WALK_COLS] + [self.isreq[lo:hi].tolist()]
+            self._chunk_no = c
+        return self._lists
 
 
-def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
-    """Walk one connection's packets in time order (capture order unless the timestamps go back)
+def walk_order(pairs: list[ConnRows], r: Rows) -> WalkOrder:
+    a = r.a
+    n = len(r)
+    owner = np.full(n, -1, dtype=np.int64)
+    isreq = np.zeros(n, dtype=bool)
+    for k, cr in enumerate(pairs):
+        owner[cr.reqs] = k
+        owner[cr.resps] = k
+        isreq[cr.reqs] = True
+    sel = np.nonzero(owner >= 0)[0]
+    # by connection, then time (frames captured out of order are walked in the order they were on
+    # the wire, as the timestamps give it; seams split runs before this), then capture order
+    rows = sel[np.lexsort((sel, a["tns"][sel], owner[sel]))]
+    bounds = np.searchsorted(owner[rows], np.arange(len(pairs) + 1))
+    return WalkOrder(rows, isreq[rows], bounds, {name: a[name][rows] for name in _WALK_COLS})
+
+
+def _rows(wo: WalkOrder, lo: int, hi: int) -> Iterator[tuple[Any, ...]]:
+    """(frame, ns, opcode, PSN, syndrome, has AETH, MSN, payload length, DMA length, AckReq, is a
+    request) per row, as Python values made a chunk of the walk order at a time (a list per column
+    of a million rows is 40 MB)."""
+    while lo < hi:
+        c = lo // _CHUNK
+        base = c * _CHUNK
+        e = min(hi, base + _CHUNK)
+        yield from zip(*(col[lo - base:e - base] for col in wo.lists(c)))  # noqa: B905 (same lengths)
+        lo = e
+
+
+def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out, wo: WalkOrder, k: int) -> dict[str, Any]:
+    """Walk connection ``k``'s packets in time order (capture order unless the timestamps go back)
     as its responder and requester would.
 
-    Returns the connection's plot data: ``series`` (time, bytes) and ``psn`` (time, PSN - first,
-    kind 0 first copy / 1 sent again / 2 NAK) as arrays."""
+    Returns the connection's plot data: ``psn`` (time, PSN - first, kind 0 first copy / 1 sent
+    again / 2 NAK) as arrays."""
     c = cr.conn
-    a = r.a
-    rows = np.sort(np.concatenate([cr.reqs, cr.resps]))
-    isreq_a = np.zeros(len(rows), dtype=bool)
-    isreq_a[np.searchsorted(rows, cr.reqs)] = True
-    tns_rows = a["tns"][rows]
-    if len(rows) > 1 and bool((np.diff(tns_rows) < 0).any()):
-        # frames captured out of order (their timestamps say so; seams split runs before this): walk
-        # them in the order they were on the wire, as the timestamps give it
-        by_time = np.argsort(tns_rows, kind="stable")
-        rows, isreq_a = rows[by_time], isreq_a[by_time]
+    lo, hi = wo.span(k)
+    isreq_a = wo.isreq[lo:hi]
+    tns_w = wo.cols["tns"]
     findings = out.findings
     messages: list[Message] = []
-    c.packets = len(rows)
-    c.first, c.last = int(a["tns"][rows[0]]) / 1e9, int(a["tns"][rows[-1]]) / 1e9
-    ref = int(a["psn"][rows[np.argmax(isreq_a)]])  # the first request walked
+    c.packets = hi - lo
+    c.first, c.last = int(tns_w[lo]) / 1e9, int(tns_w[hi - 1]) / 1e9
+    ref = int(wo.cols["psn"][lo + int(np.argmax(isreq_a))])  # the first request walked
     epsn = ref  # the responder's expected PSN
     prev: int | None = None  # last request PSN seen (unwrapped)
-    first_seen: dict[int, int] = {}  # unwrapped PSN -> time (ns) of its first copy
+    first_seen = _FirstSeen(ref)  # unwrapped PSN -> time (ns) of its first copy
     pending_nak: tuple[int, int] | None = None  # (frame, ns) of a NAK (seq err) not yet answered by a retransmission
     pending_rnr: tuple[int, int, Finding] | None = None
     read_gap: int | None = None  # frame of READ responses resuming past a missing PSN
@@ -288,7 +338,8 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
     gap_seen: dict[int, float] = {}  # first missing PSN -> when the capture last showed that gap
     T_read_req, T_read_resp, T_atomic_ack = T["read_req"], T["read_resp"], T["atomic_ack"]
     uc = c.transport == "UC"
-    for fr, tn, o, ps, s, has_aeth, m, pl, dml, is_req in _rows(a, rows, isreq_a):
+    dup: Finding | None = None  # the duplicate requests of the current pass (one finding)
+    for fr, tn, o, ps, s, has_aeth, m, pl, dml, _ar, is_req in _rows(wo, lo, hi):
         t = tn / 1e9
         if is_req:
             p = rel(ps, prev if prev is not None else ref)
@@ -330,11 +381,22 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
                 lo = max(prev + 1, epsn)
                 _gap(findings, cid, lo, p, fr, t, "")
                 gap_seen[lo] = t
+            if retrans and dup is not None:  # a new go-back-N pass: its duplicates are a finding of their own
+                _close_dup(dup, findings)
+                dup = None
             if p < epsn:
-                findings.append(Finding("duplicate", cid, [fr], t,
-                                        f"{_NAMES[o]} PSN {p % PSN_MOD} was already accepted", {"psn": p % PSN_MOD}))
-            if p not in first_seen:
-                first_seen[p] = tn
+                if dup is None:  # appended when the pass ends (a full count for a folded list)
+                    dup = Finding("duplicate", cid, [fr], t, f"{_NAMES[o]} PSN {p % PSN_MOD} was already accepted",
+                                  {"psn": p % PSN_MOD, "count": 1, "last_psn": p % PSN_MOD})
+                else:  # one finding for the duplicates of one pass: their count, every frame
+                    dup.frames.append(fr)
+                    dd = dup.detail
+                    dd["count"] += 1
+                    dd["last_psn"] = p % PSN_MOD
+            elif dup is not None:
+                _close_dup(dup, findings)
+                dup = None
+            if first_seen.add(p, tn):
                 uniq_bytes += pl
                 c.request_bytes += pl
                 kind = 0
@@ -437,10 +499,12 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
             rmsg = read_end.get(p % PSN_MOD)
             if rmsg is not None and rmsg.result == "incomplete":
                 rmsg.completion, rmsg.result = t, "ok"
+    if dup is not None:
+        _close_dup(dup, findings)
     dur = c.last - c.first
     out.messages.extend(messages)
     mine = messages
-    lat = np.array([m.duration for m in mine if m.duration is not None], dtype=float) * 1e6
+    lat = [d * 1e6 for m in mine if (d := m.duration) is not None]
     fam: dict[str, int] = {}
     for mm in mine:
         fam[mm.op] = fam.get(mm.op, 0) + 1
@@ -452,17 +516,72 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out) -> dict[str, Any]:
         "latency_us": _percentiles(lat),
         "messages": fam,
     }
-    req_t = a["tns"][cr.reqs]
-    return {"series": (req_t, a["plen"][cr.reqs]),
-            "psn": (np.frombuffer(pts_t, dtype=np.int64).copy(), np.frombuffer(pts_p, dtype=np.int64).copy(),
+    return {"psn": (np.frombuffer(pts_t, dtype=np.int64).copy(), np.frombuffer(pts_p, dtype=np.int64).copy(),
                     np.frombuffer(pts_k, dtype=np.int8).copy())}
 
 
-def _percentiles(x: np.ndarray) -> dict[str, float]:
+_UNSEEN = -(1 << 63)
+
+
+class _FirstSeen:
+    """Unwrapped PSN -> time (ns) of its first copy: machine integers in an array indexed from the
+    connection's first PSN (8 bytes a PSN, where a dict of a million PSNs is 100 MB), PSNs before
+    it or far past the last one in a dict."""
+
+    __slots__ = ("base", "t", "other")
+
+    def __init__(self, base: int) -> None:
+        self.base = base
+        self.t = array("q")
+        self.other: dict[int, int] = {}
+
+    def get(self, p: int) -> int | None:
+        i = p - self.base
+        if 0 <= i < len(self.t):
+            v = self.t[i]
+            if v != _UNSEEN:
+                return v
+        return self.other.get(p) if self.other else None
+
+    def add(self, p: int, tn: int) -> bool:
+        """Record ``p`` first seen at ``tn``; False (nothing changed) when it was seen before."""
+        t = self.t
+        i = p - self.base
+        n = len(t)
+        if 0 <= i < n:
+            if t[i] != _UNSEEN:
+                return False
+        elif not n <= i < n + 65536:
+            if p in self.other:
+                return False
+            self.other[p] = tn
+            return True
+        if self.other and p in self.other:  # seen when it was far ahead of the array
+            return False
+        if i < n:
+            t[i] = tn
+        else:
+            if i > n:
+                t.extend(array("q", [_UNSEEN]) * (i - n))
+            t.append(tn)
+        return True
+
+
+def _close_dup(f: Finding, findings: list[Finding]) -> None:
+    """A ``duplicate`` finding, its pass ended: its text when it holds several requests."""
+    findings.append(f)
+    d = f.detail
+    n = d["count"]
+    if n > 1:
+        f.text = (f"{n} requests the responder had already accepted came again, PSN {d['psn']}..{d['last_psn']} "
+                  f"(frames {f.frames[0]}..{f.frames[-1]})")
+
+
+def _percentiles(x: list[float]) -> dict[str, float]:
     """p50, p90, p99 (linear interpolation, as numpy.percentile's default) and max."""
-    if not len(x):
+    if not x:
         return {}
-    s = np.sort(x)
+    s = sorted(x)
     out = {}
     for name, q in (("p50", 50), ("p90", 90), ("p99", 99)):
         pos = (len(s) - 1) * q / 100
@@ -526,7 +645,7 @@ def _message_step(c: Connection, open_msg: Message | None, o: int, p: int, nps: 
     return open_msg
 
 
-def ack_coalescing(cr: ConnRows, r: Rows) -> list[Finding]:
+def ack_coalescing(cr: ConnRows, r: Rows, wo: WalkOrder, k: int) -> list[Finding]:
     """``ack_coalescing`` anomalies of one connection's acknowledgements.
 
     A responder may coalesce: one ACK acknowledges every request up to its PSN (IBA Vol 1
@@ -537,24 +656,27 @@ def ack_coalescing(cr: ConnRows, r: Rows) -> list[Finding]:
     out: list[Finding] = []
     if not len(cr.reqs) or not len(cr.resps):
         return out
-    a = r.a
     cid = cr.conn.id
-    rows = np.concatenate([cr.reqs, cr.resps])
-    rows = rows[np.lexsort((rows, a["tns"][rows]))]
-    psn_raw = a["psn"]
+    psn_raw = r.a["psn"]
     base = int(psn_raw[cr.reqs[0]])
     top = None  # highest request PSN sent so far (relative to the first)
-    last_ack: tuple[int, int] | None = None  # (relative PSN, row)
-    ack_t: list[int] = []
-    ack_q: list[int] = []
-    for i, o, ps, has, s, tn, fr in zip(rows.tolist(), a["op"][rows].tolist(), psn_raw[rows].tolist(),
-                                        a["aeth"][rows].tolist(), a["syn"][rows].tolist(), a["tns"][rows].tolist(),
-                                        a["frame"][rows].tolist(), strict=True):
+    last_ack: tuple[int, int, int] | None = None  # (relative PSN, raw PSN, frame)
+    # acknowledgements in time order (the walk's order): time and the highest PSN each answers;
+    # the AckReq requests: time, raw PSN, frame (machine integers: a connection may have a million)
+    ack_t, ack_q = array("q"), array("q")
+    ar_t, ar_p, ar_f = array("q"), array("q"), array("q")
+    T_ack, T_read_resp, T_atomic_ack = T["ack"], T["read_resp"], T["atomic_ack"]
+    lo, hi = wo.span(k)
+    for fr, tn, o, ps, s, has, _m, _pl, _dml, ackreq, is_req in _rows(wo, lo, hi):
         p = rel(ps, base)
-        if T["request"][o]:
+        if is_req:
             top = p if top is None or p > top else top
+            if ackreq:
+                ar_t.append(tn)
+                ar_p.append(ps)
+                ar_f.append(fr)
             continue
-        if not (has and T["ack"][o] and s >> 5 == 0):
+        if not (has and T_ack[o] and s >> 5 == 0):
             if has and s >> 5 == 3 and s & 0x1F:
                 # a NAK other than PSN sequence error (invalid request, remote access or remote
                 # operation error) answers the request it names and ends the connection: the
@@ -562,7 +684,7 @@ def ack_coalescing(cr: ConnRows, r: Rows) -> list[Finding]:
                 # the rest (IBA Vol 1 9.7.5.2.5 and 9.9.3): every request from its PSN on is answered
                 ack_t.append(tn)
                 ack_q.append(1 << 62)
-            elif has or T["read_resp"][o] or T["atomic_ack"][o]:
+            elif has or T_read_resp[o] or T_atomic_ack[o]:
                 ack_t.append(tn)
                 ack_q.append(p if not (has and s >> 5 == 3) else p - 1)
             continue
@@ -570,8 +692,8 @@ def ack_coalescing(cr: ConnRows, r: Rows) -> list[Finding]:
         ack_q.append(p)
         unsent = False
         if last_ack is not None and p < last_ack[0]:
-            out.append(Finding("ack_coalescing", cid, [int(a["frame"][last_ack[1]]), fr], tn / 1e9,
-                               f"ACK PSN {ps} is below the earlier ACK's {int(psn_raw[last_ack[1]])}: "
+            out.append(Finding("ack_coalescing", cid, [last_ack[2], fr], tn / 1e9,
+                               f"ACK PSN {ps} is below the earlier ACK's {last_ack[1]}: "
                                f"acknowledgements went backwards", {"anomaly": "ack_backwards"}))
         if top is not None and p > top:
             unsent = True
@@ -579,23 +701,22 @@ def ack_coalescing(cr: ConnRows, r: Rows) -> list[Finding]:
                                f"ACK PSN {ps} acknowledges a request not sent yet (highest sent "
                                f"{(base + top) % PSN_MOD})", {"anomaly": "ack_unsent"}))
         if not unsent and (last_ack is None or p >= last_ack[0]):
-            last_ack = (p, i)
+            last_ack = (p, ps, fr)
     if not ack_t:
         return out
-    # the highest PSN acknowledged at or after each time: suffix maxima over the acknowledgements by time
-    at = np.array(ack_t, dtype=np.int64)
-    aq = np.array(ack_q, dtype=np.int64)
-    o2 = np.argsort(at, kind="stable")
-    at, aq = at[o2], aq[o2]
-    suffix = np.maximum.accumulate(aq[::-1])[::-1]
-    last_t = int(at[-1])
-    reqs = cr.reqs[a["ackreq"][cr.reqs].astype(bool)]
-    for tn, ps, fr in zip(a["tns"][reqs].tolist(), psn_raw[reqs].tolist(), a["frame"][reqs].tolist(), strict=True):
+    # the highest PSN acknowledged at or after each time: suffix maxima over the acknowledgements
+    # (already in time order)
+    suffix = array("q", ack_q)
+    for x in range(len(suffix) - 2, -1, -1):
+        if suffix[x + 1] > suffix[x]:
+            suffix[x] = suffix[x + 1]
+    last_t = ack_t[-1]
+    for tn, ps, fr in zip(ar_t, ar_p, ar_f, strict=True):
         if tn >= last_t:
             continue
         p = rel(ps, base)
-        k = int(np.searchsorted(at, tn, side="left"))
-        if k >= len(at) or int(suffix[k]) < p:
+        x = bisect_left(ack_t, tn)
+        if x >= len(ack_t) or suffix[x] < p:
             out.append(Finding("ack_coalescing", cid, [fr], tn / 1e9,
                                f"PSN {ps} asked for an ACK (AckReq) and no later acknowledgement covers "
                                f"it, though the responder answered later requests", {"anomaly": "ackreq_unanswered"}))

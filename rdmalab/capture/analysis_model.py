@@ -8,6 +8,10 @@ from typing import Any
 
 import numpy as np
 
+#: finding kinds where one finding stands for ``detail["count"]`` events of the same kind (readable
+#: findings: "frames duplicated in the capture: N, e.g. 12/13", not one finding a frame)
+AGGREGATED = frozenset({"duplicate", "duplicate_frames", "capture_seam", "time_backwards"})
+
 
 @dataclass(slots=True)
 class Finding:
@@ -67,6 +71,55 @@ class Connection:
         return f"{self.requester} QP {rq} -> {self.responder} QP {self.responder_qpn:#x} ({self.transport})"
 
 
+#: findings of one kind kept one by one over a whole capture; past this, each connection's further
+#: findings of that kind are one ``folded`` finding (their count, their first frames): memory stays
+#: bounded whatever the capture holds (a million packets that are each a finding)
+KIND_BUDGET = 50_000
+#: frames a folded finding lists (the first ones; ``detail["count"]`` says how many it stands for)
+FOLDED_FRAMES = 1000
+
+
+class Findings(list[Finding]):
+    """The findings of an analysis: a list that keeps at most :data:`KIND_BUDGET` findings of each
+    kind one by one and folds the rest, per kind and connection, into one finding with
+    ``detail = {"folded": True, "count": N, ...}`` (N events: what the folded findings stood for)."""
+
+    def __init__(self, budget: int | None = None) -> None:
+        super().__init__()
+        self.budget = KIND_BUDGET if budget is None else budget
+        self.per_kind: dict[str, int] = {}
+        self.folded: dict[tuple[str, int | None], Finding] = {}
+
+    def append(self, f: Finding) -> None:
+        n = self.per_kind.get(f.kind, 0) + 1
+        self.per_kind[f.kind] = n
+        if n <= self.budget or f.detail.get("folded"):
+            super().append(f)
+            return
+        k = (f.kind, f.connection)
+        events = int(f.detail.get("count", 1)) if f.kind in AGGREGATED else 1
+        agg = self.folded.get(k)
+        if agg is None:
+            agg = Finding(f.kind, f.connection, [], f.time, "", {"folded": True, "count": 0, "findings": 0},
+                          f.capture)
+            self.folded[k] = agg
+            super().append(agg)
+        d = agg.detail
+        d["count"] += events
+        d["findings"] += 1
+        room = FOLDED_FRAMES - len(agg.frames)
+        if room > 0:
+            agg.frames.extend(f.frames[:room])
+        agg.text = (f"{d['findings']} more {f.kind} findings ({d['count']} events) on this "
+                    f"{'connection' if f.connection is not None else 'capture'}, not listed one by one "
+                    f"(the capture has more than {self.budget} of this kind): the first from frame {agg.frames[0]}, "
+                    f"time {agg.time:.6f}" if agg.frames else f"{d['findings']} more {f.kind} findings")
+
+    def extend(self, items: Any) -> None:
+        for f in items:
+            self.append(f)
+
+
 @dataclass
 class Analysis:
     path: str | None
@@ -90,6 +143,21 @@ class Analysis:
             out[f.kind] += 1
         return dict(sorted(out.items()))
 
+    def events(self, kind: str) -> int:
+        """How many events the findings of ``kind`` stand for: a finding of a kind in
+        :data:`AGGREGATED` holds ``detail["count"]`` of them (the duplicate requests of one pass,
+        every copied frame, every seam, every step back in time), and so does a folded finding
+        (:class:`Findings`); any other finding one."""
+        return sum(int(f.detail.get("count", 1)) if kind in AGGREGATED or f.detail.get("folded") else 1
+                   for f in self.findings if f.kind == kind)
+
+    def all_events(self) -> dict[str, int]:
+        """:meth:`events` of every kind found (``counts()`` counts the findings)."""
+        out: dict[str, int] = defaultdict(int)
+        for f in self.findings:
+            out[f.kind] += int(f.detail.get("count", 1)) if f.kind in AGGREGATED or f.detail.get("folded") else 1
+        return dict(sorted(out.items()))
+
     def of_kind(self, kind: str) -> list[Finding]:
         return [f for f in self.findings if f.kind == kind]
 
@@ -106,7 +174,7 @@ class Analysis:
             d["name"] = c.name
             conns.append(d)
         return {"file": self.path, "packets": self.packets, "rdma_packets": self.rdma_packets, "mtu": self.mtu,
-                "counts": self.counts(), "connections": conns, "messages": msgs,
+                "counts": self.counts(), "events": self.all_events(), "connections": conns, "messages": msgs,
                 "findings": [{"kind": f.kind, "connection": f.connection, "frames": f.frames, "time": f.time,
                               "text": f.text, "detail": f.detail, "capture": f.capture} for f in self.findings],
                 "checks": self.checks}
@@ -152,7 +220,9 @@ class Analysis:
                 mark = {True: "agree", False: "DIFFER", None: ""}[r["agree"]]
                 lines.append(f"  {r['what']:<30} capture {r['capture']:>6}   {ctr}  {mark}")
         counts = self.counts()
-        lines.append("\nFindings: " + (", ".join(f"{n} {k}" for k, n in counts.items()) if counts else "none"))
+        events = self.all_events()
+        lines.append("\nFindings: " + (", ".join(f"{n} {k}" + (f" ({events[k]} events)" if events[k] != n else "")
+                                                 for k, n in counts.items()) if counts else "none"))
         for f in self.findings[:limit]:
             conn = f"conn {f.connection}" if f.connection is not None else "capture"
             frames = ",".join(str(x) for x in f.frames[:8]) + ("..." if len(f.frames) > 8 else "")

@@ -40,6 +40,7 @@ from rdmalab.capture.columnar import (
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.reader import CaptureError, RawRecord, decode_record
+from rdmalab.wire.opcodes import OPCODES
 
 #: the columns ``analyze`` reads (the decoder computes these and what they depend on only)
 FIELDS: tuple[str, ...] = (
@@ -48,6 +49,7 @@ FIELDS: tuple[str, ...] = (
     "infiniband.bth.a", "infiniband.aeth.syndrome", "infiniband.aeth.msn", "infiniband.reth.dmalen",
     "rdmalab.payload.len", "infiniband.invariant.crc", "rdmalab.icrc.ok", "infiniband.deth.srcqp",
     "rdmalab.crc32c.ok", "iwarp_mpa.crc", "iwarp_mpa.crc_check", "iwarp_rdma.opcode", "iwarp_rdma.term_layer",
+    "udp.length", "ipv6.plen", "infiniband.bth.padcnt",
 )
 #: Terminate error type and code columns (one per layer, as tshark's ``iwarp_rdma.term_etype_ddp`` ...):
 #: a Terminate has its type and code in the columns of its layer
@@ -97,6 +99,38 @@ class Rows:
         return str(ipaddress.IPv6Address(self.addr_v6[aid - (1 << 32)].ljust(16, b"\0")))
 
 
+def _extlen() -> np.ndarray:
+    """Per BTH opcode: the length of the extended headers after the BTH (the opcode table's)."""
+    t = np.zeros(256, dtype=np.int64)
+    for code, info in OPCODES.items():
+        t[code] = sum(h.LAYOUT.size for h in info.headers)
+    return t
+
+
+_EXTLEN = _extlen()
+
+
+def _payload_on_the_wire(cols: Columns, sel: np.ndarray, plen: np.ndarray, caplen: np.ndarray,
+                         flen: np.ndarray) -> np.ndarray:
+    """The payload length of frames the capture cut short (a snap length): the decoder gives what
+    was captured; the UDP length (RoCEv2) or the GRH's payload length (RoCEv1) in the headers that
+    were captured give what was sent: that length less the BTH, the extended headers, the pad and
+    the ICRC (IBA Vol 1 9.2, Annex A17 for the UDP encapsulation)."""
+    cut = caplen < flen
+    if not cut.any():
+        return plen
+    rows = sel[cut]
+    udp = cols.layers["udp"][rows]
+    ib_len = np.where(udp, cols.data["udp.length"][rows].astype(np.int64) - 8,
+                      cols.data["ipv6.plen"][rows].astype(np.int64))
+    known = udp | cols.layers["rocev1"][rows]
+    op = cols.data["infiniband.bth.opcode"][rows].astype(np.int64)
+    full = ib_len - 12 - _EXTLEN[op] - cols.data["infiniband.bth.padcnt"][rows].astype(np.int64) - 4
+    out = plen.copy()
+    out[cut] = np.where(known & (full >= 0), full, plen[cut])
+    return out
+
+
 class _Collector:
     def __init__(self, seam_ns: int, dup_ns: int) -> None:
         self.seam_ns = seam_ns
@@ -138,6 +172,7 @@ class _Collector:
         sel = np.nonzero(cols.layers["infiniband.bth"])[0]
         if len(sel):
             part = {k: cols.data[src][sel].astype(dt) for k, (src, dt) in _KEEP.items()}
+            part["plen"] = _payload_on_the_wire(cols, sel, part["plen"], part["caplen"], part["flen"])
             part["src"] = self._ids(cols, sel, "src")
             part["dst"] = self._ids(cols, sel, "dst")
             v6 = (cols.layers["ipv6"] | cols.layers["rocev1"])[sel]

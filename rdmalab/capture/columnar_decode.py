@@ -492,20 +492,32 @@ def _verify_icrc(blk: RecordBlock, H: np.ndarray, sel: np.ndarray, rocev1: np.nd
     v6 = ~v1 & ((H[idx, l3[idx]] >> 4) == 6)
     v4 = ~v1 & ~v6
     v2 = ~v1
-    copy = bytearray(blk.buf)
+    masks = [(start[v4], _MASKS_V2["IPv4"]),  # TOS, TTL, header checksum
+             (start[v6], _MASKS_V2["IPv6"]),  # traffic class, flow label, hop limit
+             (start[v1], _MASKS_V1["GRH"]),
+             (bths[v2] - 8, _MASKS_V2["UDP"]),  # UDP checksum
+             (bths[v2], _MASKS_V2["BTH"]),  # BTH byte 4: FECN, BECN, Resv6
+             (bths[v1], _MASKS_V1["BTH"])]
+    # a block read into a bytearray is masked in place and put back after (the bytes masked are
+    # saved first): no copy of the whole block; an immutable one is copied
+    inplace = isinstance(blk.buf, bytearray)
+    copy = blk.buf if inplace else bytearray(blk.buf)
     B = np.frombuffer(copy, dtype=np.uint8)
-    _mask(B, start[v4], _MASKS_V2["IPv4"])  # TOS, TTL, header checksum
-    _mask(B, start[v6], _MASKS_V2["IPv6"])  # traffic class, flow label, hop limit
-    _mask(B, start[v1], _MASKS_V1["GRH"])
-    _mask(B, bths[v2] - 8, _MASKS_V2["UDP"])  # UDP checksum
-    _mask(B, bths[v2], _MASKS_V2["BTH"])  # BTH byte 4: FECN, BECN, Resv6
-    _mask(B, bths[v1], _MASKS_V1["BTH"])
+    if inplace:
+        where = np.concatenate([at + i for at, ms in masks for i, _ in ms] or [np.zeros(0, dtype=np.int64)])
+        saved = B[where]
+    for at, ms in masks:
+        _mask(B, at, ms)
     end = blk.offset[idx] + ib_end[idx] - 4
     crc32 = _crc32
     seed = ICRC_SEED
-    with memoryview(copy) as mv:
-        got = np.array([crc32(mv[a:e], seed) for a, e in zip(start.tolist(), end.tolist(), strict=True)],
-                       dtype=np.uint32)
+    try:
+        with memoryview(copy) as mv:
+            got = np.array([crc32(mv[a:e], seed) for a, e in zip(start.tolist(), end.tolist(), strict=True)],
+                           dtype=np.uint32)
+    finally:
+        if inplace:
+            B[where[::-1]] = saved[::-1]  # the first value saved of a byte masked twice is its own
     del B
     out = np.zeros(len(H), dtype=np.int8)
     # the ICRC goes least-significant byte first; ``wire`` reads its bytes big-endian

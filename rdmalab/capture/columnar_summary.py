@@ -15,6 +15,7 @@ holds the two paths to the same bytes on every capture in ``captures/`` and on d
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -180,8 +181,9 @@ class _Taken(dict[str, np.ndarray]):
         return v
 
 
-def _fast_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tuple[bytes, np.ndarray]:
-    """The lines of ``rows`` (each ending in a newline) and where each starts in that text."""
+def _column_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tuple[bytes, np.ndarray]:
+    """The lines of ``rows`` (each ending in a newline) and where each starts in that text, formatted
+    column by column."""
     d, L = c.data, c.layers
     n = len(rows)
     if n == 0:
@@ -236,20 +238,280 @@ def _fast_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tup
     return m.tobytes().translate(None, b"\0"), starts
 
 
+# ---------------------------------------------------------------------------- lines from templates
+# Most of a line takes few values in a capture: the addresses, the frame length, the opcode and
+# QP, the flags, the AETH syndrome, the R_Key and DMA length, the Q_Key and source QP, the payload
+# length, a bad ICRC.  The rows of a block are grouped by all of these at once (a 64-bit hash of
+# them, each group checked field by field), each group's text is formatted once in Python, and
+# every line is the group's literal pieces with the numbers that change from packet to packet
+# (frame number, time, PSN, and after it the VA, swap/compare data, MSN and immediate data that
+# packet carries, at most three of them) put between them:
+#
+#   frame time L0 PSN L1 X1 L2 X2 L3 X3 L4
+#
+# in rdmalab.wire.packet.Packet.summary's order; X1..X3 are the packet's own numbers after the
+# PSN (an RDMA WRITE with immediate: VA, Imm; an atomic: VA, swap/add, compare; an ACK: MSN), and
+# L1..L4 the text between them (empty past the last).  A block with too many groups (QPs or
+# lengths that change with every packet) is formatted column by column (_column_text) instead.
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _groups(keys: list[np.ndarray], most: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Rows with equal values in every one of ``keys`` (uint64 arrays): (a row of each group, each
+    row's group), or None when there are more than ``most`` groups or two groups share a hash."""
+    h = np.zeros(len(keys[0]), dtype=np.uint64)
+    for k in keys:
+        h ^= k
+        h *= _MIX  # wraps modulo 2**64, as a hash should
+        h ^= h >> np.uint64(29)
+    uniq, inv = np.unique(h, return_inverse=True)
+    if len(uniq) > most:
+        return None
+    rep = np.empty(len(uniq), dtype=np.intp)
+    rep[inv] = np.arange(len(h))
+    for k in keys:  # a hash shared by two different keys: format the block column by column
+        if not np.array_equal(k[rep][inv], k):
+            return None
+    return rep, inv
+
+
+def _literal_table(texts: list[bytes]) -> np.ndarray:
+    w = max((len(t) for t in texts), default=0)
+    if w == 0:
+        return np.zeros((len(texts), 0), dtype=np.uint8)
+    return np.frombuffer(b"".join(t.ljust(w, b"\0") for t in texts), dtype=np.uint8).reshape(len(texts), w)
+
+
+#: group key -> its literal pieces (L0..L6); bounded
+_TEMPLATES: dict[tuple[int, ...], tuple[bytes, ...]] = {}
+_FLAG_WORDS = [b"".join(w for bit, w in ((1, b" A"), (2, b" SE"), (4, b" FECN"), (8, b" BECN")) if f & bit)
+               for f in range(16)]
+
+
+def _template(src: str, dst: str, length: int, opcode: int, flags: int, bad: int, synd: int, has: int, qp: int,
+              pay: int, rkey: int, dmalen: int, qkey: int, srcqp: int) -> tuple[bytes, ...]:
+    """The literal pieces L0..L4 of one group's lines (see above); ``has`` the headers the opcode
+    carries: 1 RETH, 2 AtomicETH, 4 AETH, 8 DETH, 16 ImmDt."""
+    head = f" {src:>15} \u2192 {dst:<15} {'RRoCE':<10} {length:5d} {opcode_name(opcode)} QP=0x{qp:06x} PSN="
+    segs = [head.encode()]
+    cur = _FLAG_WORDS[flags].decode()
+    if has & 1:
+        segs.append((cur + " VA=0x").encode())
+        cur = f" rkey=0x{rkey:x} len={dmalen}"
+    if has & 2:
+        segs.append((cur + " VA=0x").encode())
+        segs.append(f" rkey=0x{rkey:x} swap/add=0x".encode())
+        segs.append(b" cmp=0x")
+        cur = ""
+    if has & 4:
+        segs.append((cur + f" [{_SYNDROME[synd]}] MSN=").encode())
+        cur = ""
+    if has & 8:
+        cur += f" QKey=0x{qkey:08x} SrcQP=0x{srcqp:06x}"
+    if has & 16:
+        segs.append((cur + " Imm=0x").encode())
+        cur = ""
+    segs.append((cur + (f" payload={pay}" if pay else "") + (" [BAD ICRC]" if bad else "") + "\n").encode())
+    return tuple(segs) + (b"",) * (5 - len(segs))
+
+
+def _template_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> bytes | None:
+    """The lines of ``rows`` built from group templates, or None when the block has too many groups."""
+    d, L = c.data, c.layers
+    n = len(rows)
+    get = _Taken(d, rows)
+    u64 = np.uint64
+    has_r, has_a = L["infiniband.reth"][rows], L["infiniband.atomiceth"][rows]
+    has_k, has_d, has_i = L["infiniband.aeth"][rows], L["infiniband.deth"][rows], L["infiniband.immdt"][rows]
+    if (has_r & has_a).any() or ((has_r | has_a) & has_k).any() or (has_a & has_i).any():
+        return None  # no opcode carries these together; the layout above assumes it
+    has = (has_r.astype(u64) | has_a.astype(u64) << u64(1) | has_k.astype(u64) << u64(2)
+           | has_d.astype(u64) << u64(3) | has_i.astype(u64) << u64(4))
+    v6 = L["ipv6"][rows]
+    wire = blk.wirelen[rows]
+    length = np.where(wire != 0, wire, blk.caplen[rows]).astype(u64)
+    flags = (get["infiniband.bth.a"].astype(u64) | get["infiniband.bth.se"].astype(u64) << u64(1)
+             | get["rdmalab.bth.fecn"].astype(u64) << u64(2) | get["rdmalab.bth.becn"].astype(u64) << u64(3))
+    bad = (get["rdmalab.icrc.ok"] == 2).astype(u64)
+    synd = np.where(has_k, get["infiniband.aeth.syndrome"], 0).astype(u64)
+    opcode = get["infiniband.bth.opcode"].astype(u64)
+    b = (length | opcode << u64(32) | flags << u64(40) | bad << u64(44) | synd << u64(45) | has << u64(53)
+         | v6.astype(u64) << u64(58))
+    qp = get["infiniband.bth.destqp"].astype(u64)
+    pay = get["rdmalab.payload.len"].astype(u64)
+    e = qp | pay << u64(24)
+    has_va = has_r | has_a
+    rkey = np.where(has_va, get["infiniband.reth.r_key"], 0).astype(u64)
+    dmalen = np.where(has_r, get["infiniband.reth.dmalen"], 0).astype(u64)
+    cc = rkey | dmalen << u64(32)
+    qkey = np.where(has_d, get["infiniband.deth.q_key"], 0).astype(u64)
+    srcqp = np.where(has_d, get["infiniband.deth.srcqp"], 0).astype(u64)
+    dd = qkey | srcqp << u64(32)
+    src4 = np.where(v6, 0, get["ip.src"]).astype(u64)
+    dst4 = np.where(v6, 0, get["ip.dst"]).astype(u64)
+    keys = [src4 << u64(32) | dst4, b, e, cc, dd]
+    if v6.any():
+        for end in ("ipv6.src", "ipv6.dst"):
+            words = np.ascontiguousarray(get[end]).view(np.uint64).reshape(n, 2)
+            keys += [np.where(v6, words[:, 0], 0), np.where(v6, words[:, 1], 0)]
+    got = _groups(keys, max(64, n // _GROUPS_PER_ROW))
+    if got is None:
+        return None
+    rep, inv = got
+    # one template a group, formatted in Python (and remembered from block to block)
+    vals = [k[rep].tolist() for k in keys]
+    lit: list[list[bytes]] = [[] for _ in range(5)]
+    v6_names: dict[bytes, str] = {}
+
+    def ip6(a: bytes) -> str:
+        text = v6_names.get(a)
+        if text is None:
+            import ipaddress
+
+            text = v6_names[a] = str(ipaddress.IPv6Address(a))
+        return text
+
+    for key in zip(*vals, strict=True):
+        t = _TEMPLATES.get(key)
+        if t is None:
+            addr, bb, ee, c2, d2 = key[:5]
+            if (bb >> 58) & 1:
+                s6 = key[5].to_bytes(8, sys.byteorder) + key[6].to_bytes(8, sys.byteorder)
+                d6 = key[7].to_bytes(8, sys.byteorder) + key[8].to_bytes(8, sys.byteorder)
+                src, dst = ip6(s6), ip6(d6)
+            else:
+                s, t4 = (addr >> 32) & 0xFFFFFFFF, addr & 0xFFFFFFFF
+                src = f"{s >> 24}.{(s >> 16) & 255}.{(s >> 8) & 255}.{s & 255}"
+                dst = f"{t4 >> 24}.{(t4 >> 16) & 255}.{(t4 >> 8) & 255}.{t4 & 255}"
+            t = _template(src, dst, bb & 0xFFFFFFFF, (bb >> 32) & 255, (bb >> 40) & 15, (bb >> 44) & 1,
+                          (bb >> 45) & 255, (bb >> 53) & 31, ee & 0xFFFFFF, ee >> 24, c2 & 0xFFFFFFFF, c2 >> 32,
+                          d2 & 0xFFFFFFFF, d2 >> 32)
+            if len(_TEMPLATES) >= 1 << 16:
+                _TEMPLATES.clear()
+            _TEMPLATES[key] = t
+        for i in range(5):
+            lit[i].append(t[i])
+    tables = [_literal_table(x) for x in lit]
+    # the numbers, each as a byte matrix (0: no character), for the rows that carry them
+    fr = get["frame.number"]
+    frame = _dec(fr, max(5, len(str(int(fr.max())))))
+    tail = frame[:, -5:]
+    tail[tail == 0] = 32  # %5d: spaces in front of a short number
+    # X1..X3: where each number of a row goes
+    imm_at = 1 + has_va.astype(np.int8) + 2 * has_a.astype(np.int8) + has_k.astype(np.int8)
+    xs: list[list[tuple[np.ndarray, np.ndarray]]] = [[], [], []]
+    va_rows = np.flatnonzero(has_va)
+    if len(va_rows):
+        xs[0].append((va_rows, _varhex(get["infiniband.reth.va"][va_rows])))
+    at_rows = np.flatnonzero(has_a)
+    if len(at_rows):
+        xs[1].append((at_rows, _varhex(get["infiniband.atomiceth.swapdt"][at_rows])))
+        xs[2].append((at_rows, _varhex(get["infiniband.atomiceth.cmpdt"][at_rows])))
+    k_rows = np.flatnonzero(has_k)
+    if len(k_rows):
+        xs[0].append((k_rows, _dec(get["infiniband.aeth.msn"][k_rows])))
+    i_rows = np.flatnonzero(has_i)
+    if len(i_rows):
+        imm = _hex(get["infiniband.immdt"][i_rows].astype(u64), 8, prefix=False)
+        for x in (1, 2, 3):
+            sel = imm_at[i_rows] == x
+            if sel.any():
+                xs[x - 1].append((i_rows[sel], imm[sel]))
+    slots: list[tuple[np.ndarray | None, np.ndarray]] = [
+        (None, frame), (None, _const(" ", n)), (None, _seconds(blk.seconds()[rows] - t0)), (None, tables[0][inv]),
+        (None, _dec(get["infiniband.bth.psn"])), (None, tables[1][inv])]
+    for x in range(3):
+        w = max((m.shape[1] for _, m in xs[x]), default=0)
+        if w:
+            slots.append((None, np.zeros((0, w), dtype=np.uint8)))  # a slot wide enough for every kind
+            slots += [(r, m) for r, m in xs[x]]
+        slots.append((None, tables[2 + x][inv]))
+    width = sum(m.shape[1] for r, m in slots if r is None)
+    out = np.zeros((n, width), dtype=np.uint8)
+    at = opened = 0  # where the next slot starts; where the last one started
+    for which, m in slots:
+        w = m.shape[1]
+        if which is not None:  # rows of the number slot just opened
+            out[which, opened:opened + w] = m
+            continue
+        if len(m):
+            out[:, at:at + w] = m
+        opened = at
+        at += w
+    # bytes.translate deletes the 0 bytes in one C pass
+    text: bytes = out.tobytes().translate(None, b"\0")
+    return text
+
+
+def _fast_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float, starts: bool = True) -> tuple[bytes, np.ndarray | None]:
+    """The lines of ``rows`` (each ending in a newline) and, when ``starts``, where each starts in that text."""
+    if len(rows) == 0:
+        return b"", np.zeros(1, dtype=np.int64)
+    text = _template_text(blk, c, rows, t0) if _USE_TEMPLATES else None
+    if text is None:
+        return _column_text(blk, c, rows, t0)
+    if not starts:
+        return text, None
+    nl = np.frombuffer(text, dtype=np.uint8) == 10
+    at = np.zeros(len(rows) + 1, dtype=np.int64)
+    at[1:] = np.flatnonzero(nl) + 1
+    return text, at
+
+
+#: False: every block formatted column by column (a test compares the two ways)
+_USE_TEMPLATES = True
+#: a block of n rows is formatted from templates when it has at most max(64, n // this) groups
+_GROUPS_PER_ROW = 8
+
+
+_Record = tuple[int, float, int, bytes, int, int]
+
+
 @dataclass(slots=True)
 class _BlockText:
-    """One block's lines: the text of the frames formatted from columns, and the frames left for
-    the per-packet path (row, seconds, link type, bytes, wire length, interface)."""
+    """One block's lines, in order: text (bytes), and the frames only this process can write (a
+    record: row, seconds, link type, bytes, wire length, interface), TCP segments (whose windows and
+    iWARP streams follow the whole capture) and any frame the decoder must report in order."""
 
     first: int
-    text: bytes
-    starts: np.ndarray  # where each fast line starts in text (and its end)
-    rows: np.ndarray  # the rows of those lines, ascending
-    slow: list[tuple[int, float, int, bytes, int, int]]
+    pieces: list[bytes | _Record]
 
 
-def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int) -> _BlockText:
-    """The first ``n`` records of a block: decoded into columns, the fast rows formatted."""
+#: what the per-packet path says of a frame that is not TCP depends on its bytes alone (no stream
+#: or window state): the same bytes again (repeated test runs, duplicated frames) are not decoded
+#: again.  Bounded: emptied when full.
+#: Keyed by how the frame is decoded too (lenient or not).
+_SEEN: dict[tuple[int, bytes, bool], tuple[str, str, str, str]] = {}
+
+
+def _stateless_line(first: int, rec: _Record, t0: float, flt: Any, lenient: bool) -> bytes | None:
+    """The line of a frame that is not TCP (b"": the filter drops it), or None when the frame is
+    left to the caller's per-packet loop (TCP after all, or an error to raise in order)."""
+    j, ts, lt, data, wire, iface = rec
+    key = (lt, data, lenient)
+    parts = _SEEN.get(key) if flt is None else None
+    if parts is None:
+        try:
+            cp = decode_record(RawRecord(first + j, ts, lt, data, wire, iface), lenient=lenient)
+        except Exception:  # noqa: BLE001 - decoded again, and raised in order, by the caller
+            return None
+        if cp.packet.encap == "tcp":
+            return None
+        if flt is not None and not flt(frame_fields(cp)):
+            return b""
+        parts = (*endpoints(cp.packet), protocol(cp), info(cp))
+        if flt is None:
+            if len(_SEEN) >= 4096:
+                _SEEN.clear()
+            _SEEN[key] = parts
+    return (format_summary(first + j, ts - t0, parts[0], parts[1], parts[2], wire or len(data), parts[3])
+            + "\n").encode()
+
+
+def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int, lenient: bool = True) -> _BlockText:
+    """The first ``n`` records of a block: decoded into columns, the fast rows formatted from them,
+    the other frames that are not TCP by the per-packet decoder; TCP segments are left as records."""
     cols = decode_block(blk, verify_icrc=True, fields=_FIELDS if flt is None else (*_FIELDS, *flt.fields))
     fast = _fast_rows(blk, cols)
     fast[n:] = False
@@ -257,14 +519,36 @@ def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int) -> _BlockText:
         rows = np.flatnonzero(fast & np.asarray(flt.mask(cols, cols.present, cols.n)))
     else:
         rows = np.flatnonzero(fast)
-    text, starts = _fast_text(blk, cols, rows, t0)
+    others = np.flatnonzero(~fast[:n])
+    text, starts = _fast_text(blk, cols, rows, t0, starts=len(others) > 0)
+    if not len(others):
+        return _BlockText(blk.first, [text] if text else [])
+    assert starts is not None
     secs, ifs = blk.seconds(), blk.interfaces()
-    slow = []
-    for j in np.flatnonzero(~fast[:n]).tolist():
+    tcp = cols.layers["tcp"]
+    pieces: list[bytes | _Record] = []
+    run: list[bytes] = []  # text since the last record
+    done = 0  # fast rows written
+    for j, upto in zip(others.tolist(), np.searchsorted(rows, others).tolist(), strict=True):
+        if upto > done:
+            run.append(text[starts[done]:starts[upto]])
+            done = upto
         off, cap = int(blk.offset[j]), int(blk.caplen[j])
-        slow.append((j, float(secs[j]), int(blk.linktype[j]), bytes(blk.buf[off:off + cap]), int(blk.wirelen[j]),
-                     int(ifs[j])))
-    return _BlockText(blk.first, text, starts, rows, slow)
+        rec = (j, float(secs[j]), int(blk.linktype[j]), bytes(blk.buf[off:off + cap]), int(blk.wirelen[j]),
+               int(ifs[j]))
+        line = None if tcp[j] else _stateless_line(blk.first, rec, t0, flt, lenient)
+        if line is None:
+            if run:
+                pieces.append(b"".join(run))
+                run = []
+            pieces.append(rec)
+        elif line:
+            run.append(line)
+    if done < len(rows):
+        run.append(text[starts[done]:])
+    if run:
+        pieces.append(b"".join(run))
+    return _BlockText(blk.first, pieces)
 
 
 _WORKER_FILTERS: dict[str, Any] = {}
@@ -272,9 +556,13 @@ _WORKER_FILTERS: dict[str, Any] = {}
 
 def _render_task(task: tuple[Any, ...]) -> _BlockText:
     """In a worker process: read one block of pcap records again (pread) and render it."""
-    path, start, end, offs, first, order, ns_mult, linktype, t0, expr, n = task
-    with open(path, "rb") as f:
-        buf = os.pread(f.fileno(), end - start, start)
+    path, start, end, offs, first, order, ns_mult, linktype, t0, expr, n, lenient = task
+    buf = bytearray(end - start)  # a bytearray: the ICRC check masks it in place (no copy)
+    with open(path, "rb", buffering=0) as f:
+        f.seek(start)
+        got = f.readinto(buf)
+    if got != len(buf):
+        raise OSError(f"{path}: {len(buf)} bytes at {start} read as {got} (was the file changed?)")
     flt = None
     if expr:
         flt = _WORKER_FILTERS.get(expr)
@@ -282,25 +570,26 @@ def _render_task(task: tuple[Any, ...]) -> _BlockText:
             from rdmalab.capture.filter import compile_filter  # lazy: only filtered runs need it
 
             flt = _WORKER_FILTERS[expr] = compile_filter(expr)
-    return _render_block(pcap_block(buf, offs, order, ns_mult, linktype, first, end), t0, flt, n)
+    return _render_block(pcap_block(buf, offs, order, ns_mult, linktype, first, end), t0, flt, n, lenient)
 
 
-def _sequential(path: str, block_bytes: int, count: int | None, flt: Any) -> Iterator[tuple[_BlockText, float]]:
+def _sequential(path: str, block_bytes: int, count: int | None, flt: Any,
+                lenient: bool) -> Iterator[tuple[_BlockText, float]]:
     t0: float | None = None
     left = count
     for blk in record_blocks(path, block_bytes):
         n = len(blk) if left is None else min(len(blk), left)
         if t0 is None:
             t0 = float(blk.seconds()[0])
-        yield _render_block(blk, t0, flt, n), t0
+        yield _render_block(blk, t0, flt, n, lenient), t0
         if left is not None:
             left -= n
             if left <= 0:
                 return
 
 
-def _parallel(path: str, block_bytes: int, count: int | None, expr: str | None,
-              workers: int) -> Iterator[tuple[_BlockText, float]]:
+def _parallel(path: str, block_bytes: int, count: int | None, expr: str | None, workers: int,
+              lenient: bool) -> Iterator[tuple[_BlockText, float]]:
     """As :func:`_sequential`, for a plain pcap file: this process follows the record headers and
     hands each block's offsets to a worker, which reads the block again and renders it; the
     results come back in file order (at most ``2 * workers`` blocks ahead)."""
@@ -319,7 +608,8 @@ def _parallel(path: str, block_bytes: int, count: int | None, expr: str | None,
                 n = len(raw.offs) if left is None else min(len(raw.offs), left)
                 if t0 is None:
                     t0 = float(pcap_block(raw.buf, raw.offs[:1], order, ns_mult, linktype, 1, 0).seconds()[0])
-                task = (path, raw.file_start, raw.file_end, raw.offs, raw.first, order, ns_mult, linktype, t0, expr, n)
+                task = (path, raw.file_start, raw.file_end, raw.offs, raw.first, order, ns_mult, linktype, t0, expr, n,
+                        lenient)
                 pending.append((pool.apply_async(_render_task, (task,)), t0))
                 while len(pending) > 2 * workers:
                     res, t = pending.pop(0)
@@ -337,13 +627,25 @@ def summary_lines(path: str | os.PathLike[str], *, count: int | None = None, flt
                   block_bytes: int = 4 << 20, workers: int | None = 1,
                   parallel_min_bytes: int = 32 << 20) -> Iterator[str]:
     """The text of ``rdmalab decode -r FILE`` (one summary line a frame, each ending in a newline),
-    in pieces.  ``flt`` is the compiled display filter ``filter_expr`` (or None); its fields must
+    in pieces: :func:`summary_bytes`, decoded."""
+    for piece in summary_bytes(path, count=count, flt=flt, filter_expr=filter_expr, lenient=lenient, iwarp=iwarp,
+                               block_bytes=block_bytes, workers=workers, parallel_min_bytes=parallel_min_bytes):
+        yield piece.decode()
+
+
+def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt: Any = None,
+                  filter_expr: str | None = None, lenient: bool = True, iwarp: bool = True,
+                  block_bytes: int = 4 << 20, workers: int | None = 1,
+                  parallel_min_bytes: int = 32 << 20) -> Iterator[bytes]:
+    """The text of ``rdmalab decode -r FILE`` (one summary line a frame, each ending in a newline),
+    UTF-8, in pieces.  ``flt`` is the compiled display filter ``filter_expr`` (or None); its fields must
     all be columns.
 
-    ``workers`` (None: one fewer than the cores) above 1 renders the blocks of a plain pcap file
-    of at least ``parallel_min_bytes`` in worker processes; this process follows the record
-    headers, decodes the frames left for the per-packet path (in order: TCP windows and iWARP
-    streams follow the capture) and writes.  A frame the per-packet decoder must read raises
+    ``workers`` (None: :func:`default_workers`) above 1 renders the blocks of a plain pcap file
+    of at least ``parallel_min_bytes`` in worker processes, which also write the lines of the
+    frames the per-packet decoder reads without state; this process follows the record headers,
+    decodes the TCP segments (in order: TCP windows and iWARP streams follow the capture) and
+    writes.  A frame the per-packet decoder must read raises
     what it raises (``lenient=False``: the first :class:`~rdmalab.wire.errors.DecodeError`),
     after the lines before it."""
     p = os.fspath(path)
@@ -358,22 +660,24 @@ def summary_lines(path: str | os.PathLike[str], *, count: int | None = None, flt
     # not decoded again.  Bounded: emptied when full.
     seen: dict[tuple[int, bytes], tuple[str, str, str, str]] = {}
     if workers is None:
-        workers = max(1, (os.cpu_count() or 1) - 1)
+        workers = default_workers()
     if workers > 1 and _plain_pcap(p) and os.path.getsize(p) >= parallel_min_bytes and (flt is None or filter_expr):
-        blocks = _parallel(p, block_bytes, count, filter_expr, workers)
+        blocks = _parallel(p, block_bytes, count, filter_expr, workers, lenient)
     else:
-        blocks = _sequential(p, block_bytes, count, flt)
+        blocks = _sequential(p, block_bytes, count, flt, lenient)
     for bt, t0 in blocks:
-        text, starts, rows = bt.text, bt.starts, bt.rows
-        out: list[str] = []
-        done = 0  # fast rows written
+        first = bt.pieces[0] if len(bt.pieces) == 1 else None
+        if isinstance(first, bytes):
+            yield first
+            continue
+        out: list[bytes] = []
         failed: BaseException | None = None
         try:
-            cut = np.searchsorted(rows, [j for j, *_ in bt.slow]).tolist()
-            for (j, ts, lt, data, wire, iface), upto in zip(bt.slow, cut, strict=True):
-                if upto > done:
-                    out.append(text[starts[done]:starts[upto]].decode())
-                    done = upto
+            for piece in bt.pieces:
+                if isinstance(piece, bytes):
+                    out.append(piece)
+                    continue
+                j, ts, lt, data, wire, iface = piece
                 key = (lt, data)
                 parts = seen.get(key) if flt is None else None
                 if parts is None:
@@ -386,7 +690,7 @@ def summary_lines(path: str | os.PathLike[str], *, count: int | None = None, flt
                             windows.window(cp.packet)
                             line = summary_line(cp, t0)
                         if flt is None or flt(frame_fields(cp, windows=windows)):
-                            out.append(line + "\n")
+                            out.append((line + "\n").encode())
                         continue
                     if flt is not None and not flt(frame_fields(cp, windows=windows)):
                         continue
@@ -395,16 +699,30 @@ def summary_lines(path: str | os.PathLike[str], *, count: int | None = None, flt
                         if len(seen) >= 4096:
                             seen.clear()
                         seen[key] = parts
-                out.append(format_summary(bt.first + j, ts - t0, parts[0], parts[1], parts[2], wire or len(data),
-                                          parts[3]) + "\n")
+                out.append((format_summary(bt.first + j, ts - t0, parts[0], parts[1], parts[2], wire or len(data),
+                                           parts[3]) + "\n").encode())
         except Exception as err:  # the lines before the frame that failed, then the error
             failed = err
-        if failed is None and done < len(rows):
-            out.append(text[starts[done]:].decode())
         if out:
-            yield "".join(out)
+            yield b"".join(out)
         if failed is not None:
             raise failed
+
+
+def default_workers() -> int:
+    """Worker processes for summary lines when not told: one a core that is idle (the cores less
+    the one-minute load average, as ``make -l`` weighs it), at most four, at least one.
+
+    This process only follows the record headers, writes, and decodes TCP segments, so it does
+    not take a core of its own; past four workers it could not keep them fed.  On a busy machine
+    the workers would only compete with each other, and cost more CPU time than one process
+    (results passed back through pipes), so they are not started."""
+    cores = os.cpu_count() or 1
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:  # no load average on this system
+        busy = 0.0
+    return max(1, min(cores - int(busy + 0.5), 4))
 
 
 def _plain_pcap(path: str) -> bool:
@@ -416,5 +734,6 @@ def _plain_pcap(path: str) -> bool:
 
 
 #: The columns the summary lines read (decode_block skips the work for the others).
-_FIELDS = ("frame.number", "ip", "ipv6.src", "ipv6.dst", "udp.length", "infiniband", "rdmalab.payload.len",
-           "rdmalab.bth", "rdmalab.icrc")
+_FIELDS = ("frame.number", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "udp.length", "infiniband.bth",
+           "infiniband.reth", "infiniband.atomiceth", "infiniband.aeth", "infiniband.deth", "infiniband.immdt",
+           "rdmalab.payload.len", "rdmalab.bth", "rdmalab.icrc")

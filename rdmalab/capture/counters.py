@@ -206,7 +206,8 @@ def rxe_side_by_side(a: Analysis, counters: dict[str, Any], cols: Columns | None
         row("out_of_seq_request", len(naks), f"NAK sequence errors sent by {dev} (frames "
             f"{','.join(str(f.frames[0]) for f in naks[:12])}{'...' if len(naks) > 12 else ''})" if naks else
             f"no NAK sequence error from {dev} in the capture")
-        row("duplicate_request", len(kinds("duplicate", as_resp)), f"duplicate requests to {dev}")
+        row("duplicate_request", sum(f.detail.get("count", 1) for f in kinds("duplicate", as_resp)),
+            f"duplicate requests to {dev}")
         counted, skipped = _counted_naks(a, cols, as_req, ip)
         all_naks = len(counted) + len(skipped)
         row("rcvd_seq_err", len(counted),

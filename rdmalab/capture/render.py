@@ -177,7 +177,25 @@ def format_summary(frame: int, t: float, src: str, dst: str, proto: str, length:
     return f"{frame:5d} {t:11.6f} {src:>15} → {dst:<15} {proto:<10} {length:5d} {text}"
 
 
-def _header_lines(h: Header, offset: int, indent: str) -> list[str]:
+#: (header, offset, indent) -> its lines: a header's lines depend on its values, where it starts
+#: and the indentation alone, and most headers repeat from frame to frame.  Bounded.
+_LINES: dict[tuple[Header, int, str], tuple[str, ...]] = {}
+
+
+def _header_lines(h: Header, offset: int, indent: str) -> tuple[str, ...]:
+    key = (h, offset, indent)
+    try:
+        hit = _LINES.get(key)
+    except TypeError:  # a header with an unhashable field: not remembered
+        return tuple(_make_header_lines(h, offset, indent))
+    if hit is None:
+        if len(_LINES) >= 8192:
+            _LINES.clear()
+        hit = _LINES[key] = tuple(_make_header_lines(h, offset, indent))
+    return hit
+
+
+def _make_header_lines(h: Header, offset: int, indent: str) -> list[str]:
     lay = h.LAYOUT
     out = [f"{indent}{lay.name}  [{lay.spec}]  bytes {offset}-{offset + lay.size - 1}"]
     docs = {f.name: f.doc for f in lay.fields}

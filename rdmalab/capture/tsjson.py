@@ -42,6 +42,8 @@ _PROTO_CHAIN = {"eth": "eth:ethertype", "vlan": "vlan:ethertype"}
 _LAYER = {"iwarp_ddp": "iwarp_ddp_rdmap", "iwarp_rdma": "iwarp_ddp_rdmap"}
 
 
+_quote = _json_encoder.encode_basestring  # the C string encoder json.dumps(ensure_ascii=False) uses
+
 # CRCs (as Wireshark reads their wire bytes) and their digits
 _CRC_NAMES = {"iwarp_mpa.crc": 8, "iwarp_mpa.crc_check": 8, "rdmalab.crc32c.expected": 8,
               "rdmalab.icrc.expected": 8, "infiniband.variant.crc": 4, "rdmalab.vcrc.expected": 4}
@@ -142,14 +144,58 @@ class _Repeated(list[Any]):
     """Values of a key that occurs more than once in one object."""
 
 
-_LayerParts = tuple[str, dict[str, Any], dict[str, Any]]
+_LayerParts = tuple[str, dict[str, Any], dict[str, Any], str]
 #: (header, its bytes) -> what _header_layer made of it: headers repeat (the same addresses, ports,
 #: QPs, keys from packet to packet), and their text depends on nothing else.  Bounded.
 _LAYER_CACHE: dict[tuple[Header, bytes], _LayerParts] = {}
 
+#: where the fields of a protocol's layer are written: iter_json writes each frame from ``"\n  "``,
+#: its ``_source`` at 4 spaces, ``layers`` at 6, each protocol at 8, and so its fields at 10
+_FIELD_NL = "\n" + " " * 8
+
+
+class _Rendered(dict[str, Any]):
+    """A protocol's fields and, in ``text``, the JSON _dump writes for them at the indentation
+    ``nl`` (written once for the header's fields, then joined): _dump writes ``text`` where the
+    layer sits at ``nl``, and the fields themselves anywhere else (a protocol repeated in one frame
+    becomes a list, one level deeper)."""
+
+    __slots__ = ("nl", "text")
+
+    def __init__(self, fields: dict[str, Any], text: str, nl: str) -> None:
+        super().__init__(fields)
+        self.text = text
+        self.nl = nl
+
+
+class _Shared(dict[str, Any]):
+    """A header's subtree (``infiniband.bth_tree``), shared by every frame with that header (the
+    layer cache): it refuses changes, so that no caller of packet_json changes another frame's."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_args: Any, **_kw: Any) -> None:
+        raise TypeError("this subtree is shared with other frames' JSON (a cache): copy it (dict(x)) to change it")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _refuse  # type: ignore[assignment]
+
+
+def _entries(fields: dict[str, Any], nl: str) -> str:
+    """The entries of a dict as _dump writes them inside it at ``nl``, each starting with a comma."""
+    inner = nl + "  "
+    out: list[str] = []
+    for k, v in fields.items():
+        out.append("," + inner)
+        out.append(_quote(k))
+        out.append(": ")
+        _dump(v, inner, out)
+    return "".join(out)
+
 
 def _header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
-    """(protocol, its fields in tshark's nesting, rdmalab-only fields) of one decoded header."""
+    """(protocol, its fields in tshark's nesting, rdmalab-only fields, the fields' JSON entries at
+    the indentation of a protocol's fields) of one decoded header.  The dicts are shared (cached):
+    callers must not change them."""
     key = (h, data[offset:offset + h.LAYOUT.size])
     try:
         hit = _LAYER_CACHE.get(key)
@@ -160,9 +206,7 @@ def _header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
         if len(_LAYER_CACHE) >= 8192:
             _LAYER_CACHE.clear()
         _LAYER_CACHE[key] = hit
-    # copies: the caller merges subtrees into these dicts
-    name, fields, ours = hit
-    return name, {k: dict(v) if type(v) is dict else v for k, v in fields.items()}, dict(ours)
+    return hit
 
 
 def _make_header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
@@ -184,33 +228,48 @@ def _make_header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
         else:
             fields[name] = value_text(name, v)
     if proto == "rdmalab":
-        return "", {}, ours
+        return "", {}, ours, ""
+    for k, v in fields.items():
+        if type(v) is dict:
+            fields[k] = _Shared(v)
     if proto_name != proto:
         # a header Wireshark shows as a subtree: its bytes, then its fields
         raw = _hexbytes(data[offset:offset + lay.size])
-        return layer_name, {proto_name: raw, proto_name + "_tree": fields}, ours
-    return layer_name, fields, ours
+        fields = {proto_name: raw, proto_name + "_tree": _Shared(fields)}
+    return layer_name, fields, ours, _entries(fields, _FIELD_NL)
 
 
 def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any], chain: list[str],
                    skip: frozenset[type] = frozenset()) -> None:
     current: dict[str, dict[str, Any]] = {}
+    texts: dict[str, list[str] | None] = {}  # a protocol's entries as text; None: written from the dict
     order: list[str] = []
     for layer in pkt.layers:
         h = layer.header
         if type(h) in skip:
             continue
-        proto, fields, ours = _header_layer(h, pkt.data, layer.offset)
-        extras.update(ours)
+        proto, fields, ours, text = _header_layer(h, pkt.data, layer.offset)
+        if ours:
+            extras.update(ours)
         if not proto:  # a header only rdmalab names (the CNP's reserved bytes)
             continue
-        if proto not in current:
-            current[proto] = {}
+        dest = current.get(proto)
+        if dest is None:
+            current[proto] = dict(fields)
+            texts[proto] = [text]
             order.append(proto)
-        dest = current[proto]
+            continue
+        if dest.keys().isdisjoint(fields):
+            dest.update(fields)
+            parts = texts[proto]
+            if parts is not None:
+                parts.append(text)
+            continue
+        texts[proto] = None  # keys in common: written from the dict
         for k, v in fields.items():
-            if isinstance(v, dict) and isinstance(dest.get(k), dict):
-                dest[k].update(v)  # two headers in one subtree (Terminate control and its headers)
+            old = dest.get(k)
+            if isinstance(v, dict) and isinstance(old, dict):
+                dest[k] = {**old, **v}  # two headers in one subtree (Terminate control and its headers)
             else:
                 dest[k] = v
     # what the packet adds besides its headers (CRCs, rdmalab's own fields)
@@ -220,42 +279,67 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any], 
         proto = name.split(".", 1)[0]
         proto = _LAYER.get(proto, proto)
         values = v if isinstance(v, list) else [v]
-        text: Any = [value_text(name, x) for x in values] if len(values) > 1 else value_text(name, values[0])
+        shown: Any = [value_text(name, x) for x in values] if len(values) > 1 else value_text(name, values[0])
         if proto in current and proto != "rdmalab":
-            current[proto][name] = text
+            dest = current[proto]
+            parts = texts[proto]
+            if parts is not None:
+                if name in dest:
+                    texts[proto] = None
+                else:
+                    entry: list[str] = ["," + _FIELD_NL + "  ", _quote(name), ": "]
+                    _dump(shown, _FIELD_NL + "  ", entry)
+                    parts.append("".join(entry))
+            dest[name] = shown
         else:
-            extras[name] = text
+            extras[name] = shown
     if pkt.payload_length and pkt.encap in ("rocev2", "rocev1", "ib"):
         payload = pkt.payload
         current["data"] = {"data.data": _hexbytes(payload), "data.len": str(len(payload))}
+        texts["data"] = None
         order.append("data")
     for proto in order:
-        _put(layers, proto, current[proto])
+        dest = current[proto]
+        parts = texts[proto]
+        if parts is not None and dest:
+            dest = _Rendered(dest, "{" + "".join(parts)[1:] + _FIELD_NL + "}", _FIELD_NL)
+        _put(layers, proto, dest)
         chain.append(_PROTO_CHAIN.get(proto, proto))
+
+
+#: seconds since the epoch -> (the date and time of frame.time up to the second, _index): frames
+#: of the same second share them (strftime three times a frame otherwise)
+_WHEN: dict[int, tuple[str, str]] = {}
+_FRAME_KEYS = ("frame.encap_type", "frame.time", "frame.offset_shift", "frame.time_epoch", "frame.time_delta",
+               "frame.time_delta_displayed", "frame.time_relative", "frame.number", "frame.len", "frame.cap_len",
+               "frame.marked", "frame.ignored", "frame.protocols")
+#: the frame layer's keys as _dump writes them at a protocol's indentation, with what comes before each value
+_FRAME_HEADS = ["{" + _FIELD_NL + "  " + _quote(_FRAME_KEYS[0]) + ": "] + [
+    "," + _FIELD_NL + "  " + _quote(k) + ": " for k in _FRAME_KEYS[1:]]
+
+
+def _when(sec: int) -> tuple[str, str]:
+    hit = _WHEN.get(sec)
+    if hit is None:
+        when = _dt.datetime.fromtimestamp(sec, tz=_dt.UTC)
+        hit = (f"{when:%b} {when.day:2d}, {when:%Y %H:%M:%S}", f"packets-{when:%Y-%m-%d}")
+        if len(_WHEN) >= 4096:
+            _WHEN.clear()
+        _WHEN[sec] = hit
+    return hit
 
 
 def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_displayed_ns: int) -> dict[str, Any]:
     """One frame as tshark's JSON object (``_index``, ``_type``, ``_score``, ``_source.layers``)."""
     ns = _epoch_ns(cp.timestamp)
-    when = _dt.datetime.fromtimestamp(ns // 1_000_000_000, tz=_dt.UTC)
+    day, index = _when(ns // 1_000_000_000)
     frac = ns % 1_000_000_000
     pkt = cp.packet
     chain: list[str] = []
-    frame: dict[str, Any] = {
-        "frame.encap_type": str(_encap_type(cp.linktype)),
-        "frame.time": f"{when:%b} {when.day:2d}, {when:%Y %H:%M:%S}.{frac:09d} UTC",
-        "frame.offset_shift": "0.000000000",
-        "frame.time_epoch": _ns_text(ns),
-        "frame.time_delta": _ns_text(ns - prev_ns),
-        "frame.time_delta_displayed": _ns_text(ns - prev_displayed_ns),
-        "frame.time_relative": _ns_text(ns - first_ns),
-        "frame.number": str(cp.frame_number),
-        "frame.len": str(cp.wire_length or len(pkt.data)),
-        "frame.cap_len": str(len(pkt.data)),
-        "frame.marked": "0",
-        "frame.ignored": "0",
-        "frame.protocols": "",
-    }
+    values = [str(_encap_type(cp.linktype)), f"{day}.{frac:09d} UTC", "0.000000000", _ns_text(ns),
+              _ns_text(ns - prev_ns), _ns_text(ns - prev_displayed_ns), _ns_text(ns - first_ns), str(cp.frame_number),
+              str(cp.wire_length or len(pkt.data)), str(len(pkt.data)), "0", "0", ""]
+    frame: dict[str, Any] = dict(zip(_FRAME_KEYS, values, strict=True))
     layers: dict[str, Any] = {"frame": frame}
     extras: dict[str, Any] = {}
     _packet_layers(pkt, layers, extras, chain)
@@ -267,12 +351,11 @@ def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_display
         extras["rdmalab.problems"] = f"internal decoder error: {pkt.internal_error}"
     extras["rdmalab.encap"] = pkt.encap
     layers["rdmalab"] = extras
-    seen: list[str] = []
-    for c in chain:
-        if c not in seen:
-            seen.append(c)
-    frame["frame.protocols"] = ":".join(seen)
-    return {"_index": f"packets-{when:%Y-%m-%d}", "_type": "doc", "_score": None, "_source": {"layers": layers}}
+    protocols = ":".join(dict.fromkeys(chain))
+    frame["frame.protocols"] = values[-1] = protocols
+    text = "".join([h + _quote(v) for h, v in zip(_FRAME_HEADS, values, strict=True)]) + _FIELD_NL + "}"
+    layers["frame"] = _Rendered(frame, text, _FIELD_NL)
+    return {"_index": index, "_type": "doc", "_score": None, "_source": {"layers": layers}}
 
 
 def _encap_type(linktype: int) -> int:
@@ -280,7 +363,6 @@ def _encap_type(linktype: int) -> int:
     return {1: 1, 113: 25, 276: 210, 197: 98, 247: 98}.get(linktype, linktype)
 
 
-_quote = _json_encoder.encode_basestring  # the C string encoder json.dumps(ensure_ascii=False) uses
 
 
 def _dump(obj: Any, nl: str, out: list[str]) -> None:
@@ -297,6 +379,9 @@ def _dump(obj: Any, nl: str, out: list[str]) -> None:
         return
     inner = nl + "  "
     if isinstance(obj, dict):
+        if type(obj) is _Rendered and obj.nl == nl:
+            out.append(obj.text)
+            return
         if not obj:
             out.append("{}")
             return
@@ -328,6 +413,38 @@ def _dump(obj: Any, nl: str, out: list[str]) -> None:
     raise TypeError(f"packet_json made a {type(obj).__name__}, which _dump does not write")
 
 
+_LAYERS_NL = "\n" + " " * 8  # where iter_json writes each protocol's key (its fields: _FIELD_NL + 2)
+
+
+def _frame_text(obj: dict[str, Any]) -> str:
+    """``_dump(obj, "\n  ")`` of a packet_json object, with its fixed outer keys written as one
+    template and the layers' own text where they have it."""
+    if len(obj) != 4 or obj.get("_type") != "doc" or obj.get("_score", 0) is not None or \
+            type(obj.get("_index")) is not str or list(obj.get("_source", ())) != ["layers"] or \
+            not obj["_source"]["layers"]:
+        out: list[str] = []
+        _dump(obj, "\n  ", out)
+        return "".join(out)
+    nl = _LAYERS_NL
+    inner = nl + "  "
+    parts = ['{\n    "_index": ', _quote(obj["_index"]), ',\n    "_type": "doc",\n    "_score": null,\n    "_source": {'
+             '\n      "layers": {']
+    sep = nl
+    for name, layer in obj["_source"]["layers"].items():
+        parts.append(sep)
+        sep = "," + nl
+        parts.append(_quote(name))
+        parts.append(": ")
+        if type(layer) is _Rendered and layer.nl == nl:
+            parts.append(layer.text)
+        elif type(layer) is dict and layer and all(type(v) is str for v in layer.values()):  # data, rdmalab
+            parts.append("{" + ",".join([inner + _quote(k) + ": " + _quote(v) for k, v in layer.items()]) + nl + "}")
+        else:
+            _dump(layer, nl, parts)
+    parts.append("\n      }\n    }\n  }")
+    return "".join(parts)
+
+
 def iter_json(packets: Iterable[CapturedPacket], keep: Any = None) -> Iterator[str]:
     """The text of ``tshark -T json`` for these frames, in pieces (``keep(cp)`` filters, None keeps all)."""
     first_ns: int | None = None
@@ -343,8 +460,6 @@ def iter_json(packets: Iterable[CapturedPacket], keep: Any = None) -> Iterator[s
             continue
         obj = packet_json(cp, first_ns=first_ns, prev_ns=prev_ns, prev_displayed_ns=prev_disp)
         prev_ns = prev_disp = ns
-        parts = [sep, "  "]
-        _dump(obj, "\n  ", parts)
-        yield "".join(parts)
+        yield sep + "  " + _frame_text(obj)
         sep = ",\n"
     yield "\n]\n" if sep else "]\n"

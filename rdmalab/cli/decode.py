@@ -172,11 +172,11 @@ def run_decode(args: argparse.Namespace, out: TextIO) -> int:
         if fmt == "json":
             return run_json(path, args, flt, out)
         if not args.verbose and not args.no_columnar and (flt is None or _columns_answer(flt)):
-            from rdmalab.capture.columnar_summary import summary_lines  # lazy: keeps `rdmalab --help` fast
+            from rdmalab.capture.columnar_summary import summary_bytes  # lazy: keeps `rdmalab --help` fast
 
-            for text in summary_lines(path, count=args.count, flt=flt, filter_expr=args.filter,
+            for text in summary_bytes(path, count=args.count, flt=flt, filter_expr=args.filter,
                                       lenient=not args.strict, iwarp=not args.no_iwarp, workers=args.workers):
-                out.write(text)
+                _write_bytes(out, text)
             return 0
         t0: float | None = None
         write = out.write
@@ -233,5 +233,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="use the per-packet decoder even where the columnar one would do (-T fields, summary lines)")
     d.add_argument("-j", "--workers", type=int, metavar="N",
                    help="with -T fields and for summary lines: worker processes for a large pcap file (default: one "
-                        "fewer than the cores)")
+                        "fewer than the cores for -T fields; for summary lines one an idle core, cores less the load "
+                        "average, at most 4)")
     d.set_defaults(func=run_decode, strict=False)

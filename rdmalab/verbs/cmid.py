@@ -75,6 +75,16 @@ MAX_REP_PRIVATE, MAX_REJ_PRIVATE = 196, 148
 RNR_TIMER = 12  # the QP's min_rnr_timer librdmacm leaves to the device default; 0.64 ms
 
 
+def _iwcm(dev: Any) -> Any:
+    """``rdmalab.verbs.iwcm`` if ``dev`` is a soft iWARP device, else None (loaded only then: a RoCE
+    program does not load the iWARP modules)."""
+    if getattr(dev, "transport", None) != "iwarp":
+        return None
+    from rdmalab.verbs import iwcm
+
+    return iwcm
+
+
 def event_str(event: int) -> str:
     """``rdma_event_str``: the event's name as librdmacm prints it."""
     try:
@@ -370,6 +380,7 @@ class CMID:
         self._qp_init: QPInitAttr | None = None
         self._ack_timeout: int | None = None
         self._groups: set[str] = set()
+        self._iw: Any = None  # iWARP (rdmalab.verbs.iwcm): the TCP/MPA connection, or the listener's address
         self.state = "idle"
         if creator is None:
             return
@@ -612,6 +623,10 @@ class CMID:
         """``rdma_listen`` on the bound address and port (0.0.0.0: every device)."""
         if self.device is None:
             raise PyverbsRDMAError("Listen Failed: bind_addr first", errno.EINVAL)
+        iw = _iwcm(self.device)
+        if iw is not None:  # a TCP listener on the rdma_cm port
+            iw.listen(self)
+            return
         if not self.src_port:
             self.src_port = self.device.rng.randrange(32768, 61000)
         sid = service_id(self.port_space, self.src_port)
@@ -703,10 +718,13 @@ class CMID:
 
     def accept(self, param: ConnParam | None = None) -> None:
         """``rdma_accept``: QP to RTR and RTS (if the CMID has one), then the REP (SIDR_REP for UD)."""
+        param = param or ConnParam(resources=e_max_rd(), depth=e_max_rd())
+        if self._iw is not None:  # iWARP: the MPA Reply
+            _iwcm(self.device).accept(self, param)
+            return
         conn = self.conn
         if conn is None or self.req is None:
             raise PyverbsRDMAError("Failed to Accept Connection: no connection request on this CMID", errno.EINVAL)
-        param = param or ConnParam(resources=e_max_rd(), depth=e_max_rd())
         if isinstance(self.req.body, w.CMSidrReq):
             qpn = self.qp.qp_num if self.qp is not None else param.qp_num
             conn.sidr_reply(qpn, ibcm.RDMA_UDP_QKEY, ibcm.SIDR_SUCCESS, param.private_data)
@@ -731,7 +749,12 @@ class CMID:
             self._take(EV.RDMA_CM_EVENT_ESTABLISHED, "accept")
 
     def reject(self, private_data: bytes | None = None, private_data_len: int = 0) -> None:
-        """``rdma_reject``: REJ reason 28 (consumer defined) with the private data (SIDR: status reject)."""
+        """``rdma_reject``: REJ reason 28 (consumer defined) with the private data (SIDR: status reject);
+        on iWARP an MPA Reply with R and the private data."""
+        if self._iw is not None:
+            _iwcm(self.device).reject(self, bytes(private_data or b"")[:private_data_len or None])
+            self.state = "rejected"
+            return
         if self.conn is None or self.req is None:
             raise PyverbsRDMAError("Failed to Reject Connection: no connection request on this CMID", errno.EINVAL)
         data = bytes(private_data or b"")[:private_data_len or None]
@@ -747,6 +770,10 @@ class CMID:
         if self.state != "route resolved" or self.device is None or self.dst_addr is None:
             raise PyverbsRDMAError("Failed to Connect: resolve the address and the route first", errno.EINVAL)
         param = param or ConnParam(resources=e_max_rd(), depth=e_max_rd(), retry=7, rnr_retry=7)
+        iw = _iwcm(self.device)
+        if iw is not None:  # TCP connect, then the MPA Request
+            iw.connect(self, param)
+            return
         dev = self.device
         dst_gid = 0xFFFF00000000 | int(ipaddress.IPv4Address(self.dst_addr))
         hdr = w.IPCMHeader.for_addresses(self.src_addr or "0.0.0.0", self.dst_addr, self.src_port)
@@ -799,7 +826,10 @@ class CMID:
         self.state = "established"  # no event on this side: librdmacm reports none after rdma_establish
 
     def disconnect(self) -> None:
-        """``rdma_disconnect``: the QP to ERR, then the DREQ (or the DREP answering the peer's)."""
+        """``rdma_disconnect``: the QP to ERR, then the DREQ (or the DREP answering the peer's); on iWARP a TCP FIN."""
+        if self._iw is not None:
+            _iwcm(self.device).disconnect(self)
+            return
         if self.conn is None:
             raise PyverbsRDMAError("Failed to Disconnect: the CMID is not connected", errno.EINVAL)
         if self.qp is not None and self.qp.qp_state not in (e.IBV_QPS_RESET, e.IBV_QPS_ERR):
@@ -964,7 +994,9 @@ class CMID:
         if self.closed:
             return
         self.closed = True
-        if self.listening and self.device is not None:
+        if self.listening and _iwcm(self.device) is not None:
+            _iwcm(self.device).unlisten(self)
+        elif self.listening and self.device is not None:
             sid = service_id(self.port_space, self.src_port)
             for dev in getattr(self, "_devs_listening", [self.device]):
                 if dev.gsi.agent.listeners.get(sid) == self._incoming:

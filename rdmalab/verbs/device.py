@@ -81,7 +81,8 @@ class Device:
 
 def get_device_list(fabric: Any = None) -> list[Device]:
     fab = _fabric(fabric)
-    return [Device(d.name.encode(), 1, 0, (d.mac << 16) | 0xFFFE) for d in fab.devices.values()]
+    return [Device(d.name.encode(), getattr(d, "node_type", 1), getattr(d, "transport_type", 0),
+                   (d.mac << 16) | 0xFFFE) for d in fab.devices.values()]
 
 
 @dataclass

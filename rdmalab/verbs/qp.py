@@ -34,6 +34,9 @@ _TYPE_MASKS: dict[int, dict[str, int]] = {  # pyverbs QP._get_comp_mask
 }
 
 
+_NO_SEND = (e.IBV_QPS_RESET, e.IBV_QPS_INIT, e.IBV_QPS_RTR)  # ibv_post_send is refused in these states
+
+
 def _pow2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 0 else 0
 
@@ -149,8 +152,13 @@ class QP:
         self.scq = init_attr.send_cq
         self.rcq = init_attr.recv_cq if init_attr.recv_cq is not None else init_attr.send_cq
         self.sq_sig_all = bool(init_attr.sq_sig_all)
-        self.engine = SoftQP(self.dev, pd, self.qp_type, self.scq, self.rcq, init_attr.srq, self.sq_sig_all,
-                             owner=self)
+        # the device's transport picks the engine QP: SoftQP (RoCE), or IwQP on an iWARP device
+        engine_cls = getattr(self.dev, "qp_engine", SoftQP)
+        try:
+            self.engine = engine_cls(self.dev, pd, self.qp_type, self.scq, self.rcq, init_attr.srq, self.sq_sig_all,
+                                     owner=self)
+        except ValueError as exc:
+            raise PyverbsRDMAError(f"Failed to create QP: {exc}", errno.EOPNOTSUPP) from None
         if qp_attr is not None:
             if self.qp_type == e.IBV_QPT_UD:
                 self.to_rts(qp_attr)
@@ -276,43 +284,52 @@ class QP:
     # ------------------------------------------------------------------ posting
     def post_send(self, wr: Any, bad_wr: Any = None) -> None:
         """``ibv_post_send``: validated as rxe's ``validate_send_wr``; errors on the wire end as WCs."""
-        if self.qp_state in (e.IBV_QPS_RESET, e.IBV_QPS_INIT, e.IBV_QPS_RTR):
+        eng = self.engine
+        if eng.qp_state in _NO_SEND:
             raise PyverbsRDMAError(f"Failed to post send: the QP is in {e.QP_STATE_NAMES[self.qp_state]}, "
                                    "not RTS", EINVAL)
+        queued = len(eng.sq)
+        if wr.next_wr is None:  # one work request (the usual case): no list to grow
+            eng.post_send([self._send_wqe(wr, queued)])
+            return
         wqes: list[SendWQE] = []
-        queued = len(self.engine.sq)
         while wr is not None:
             wqes.append(self._send_wqe(wr, queued + len(wqes)))
             wr = wr.next_wr
-        self.engine.post_send(wqes)
+        eng.post_send(wqes)
 
     def _send_wqe(self, wr: Any, queued: int) -> SendWQE:
         sg = list(wr.sg)
-        if len(sg) > self.cap.max_send_sge:
-            raise PyverbsRDMAError(f"Failed to post send: {len(sg)} SGEs > max_send_sge {self.cap.max_send_sge}",
+        cap = self.cap
+        if len(sg) > cap.max_send_sge:
+            raise PyverbsRDMAError(f"Failed to post send: {len(sg)} SGEs > max_send_sge {cap.max_send_sge}",
                                    EINVAL)
-        if queued >= self.cap.max_send_wr:
-            raise PyverbsRDMAError(f"Failed to post send: the send queue is full ({self.cap.max_send_wr})", ENOMEM)
-        length = sum(s.length for s in sg)
+        if queued >= cap.max_send_wr:
+            raise PyverbsRDMAError(f"Failed to post send: the send queue is full ({cap.max_send_wr})", ENOMEM)
+        length = sg[0].length if len(sg) == 1 else sum(s.length for s in sg)
         op = wr.opcode
+        flags = wr.send_flags
         if op in ATOMICS and (length != 8 or wr.remote_addr & 7):
             raise PyverbsRDMAError("Failed to post send: an atomic needs one 8-byte SGE and an 8-byte aligned "
                                    "remote address", EINVAL)
         if self.qp_type == e.IBV_QPT_UD and wr.ah is None:
             raise PyverbsRDMAError("Failed to post send: a UD send needs set_wr_ud(ah, rqpn, rqkey)", EINVAL)
         inline = None
-        if wr.send_flags & e.IBV_SEND_INLINE:
-            if length > self.cap.max_inline_data:
+        if flags & e.IBV_SEND_INLINE:
+            if length > cap.max_inline_data:
                 raise PyverbsRDMAError(f"Failed to post send: {length} bytes inline > max_inline_data "
-                                       f"{self.cap.max_inline_data}", EINVAL)
+                                       f"{cap.max_inline_data}", EINVAL)
             inline = b"".join(self._inline_bytes(s) for s in sg)
-        imm = socket.ntohl(wr.imm_data & 0xFFFFFFFF)
-        w = SendWQE(wr.wr_id, op, wr.send_flags, sg, length, imm=imm, inv_rkey=wr.invalidate_rkey,
-                    remote_addr=wr.remote_addr, rkey=wr.rkey, compare_add=wr.compare_add, swap=wr.swap,
-                    ah=wr.ah, remote_qpn=wr.remote_qpn, remote_qkey=wr.remote_qkey, inline=inline,
-                    signaled=self.engine.sq_sig_all or bool(wr.send_flags & e.IBV_SEND_SIGNALED))
-        if self.dev.tracing:
-            self.dev.trace(self.qp_num, "posted", wr_id=wr.wr_id, op=WR_NAMES.get(op, str(op)), queue="send",
+        imm = wr.imm_data
+        if imm:
+            imm = socket.ntohl(imm & 0xFFFFFFFF)
+        # positional: SendWQE(wr_id, opcode, send_flags, sg, length, imm, inv_rkey, remote_addr, rkey,
+        # compare_add, swap, ah, remote_qpn, remote_qkey, inline, signaled)
+        w = SendWQE(wr.wr_id, op, flags, sg, length, imm, wr.invalidate_rkey, wr.remote_addr, wr.rkey,
+                    wr.compare_add, wr.swap, wr.ah, wr.remote_qpn, wr.remote_qkey, inline,
+                    self.sq_sig_all or bool(flags & e.IBV_SEND_SIGNALED))
+        if self.dev.carrier.tracing:
+            self.dev.trace(self.qp_num, "posted", wr_id=wr.wr_id, op=WR_NAMES.get(op) or str(op), queue="send",
                            length=length)
         return w
 
@@ -329,22 +346,26 @@ class QP:
         """``ibv_post_recv``."""
         if self.srq is not None:
             raise PyverbsRDMAError("Failed to post receive: this QP takes its receives from an SRQ", EINVAL)
-        if self.qp_state == e.IBV_QPS_RESET:
+        eng = self.engine
+        if eng.qp_state == e.IBV_QPS_RESET:
             raise PyverbsRDMAError("Failed to post receive: the QP is in RESET", EINVAL)
         wqes: list[RecvWQE] = []
-        queued = len(self.engine.rq)
+        queued = len(eng.rq)
+        cap = self.cap
+        tracing = self.dev.carrier.tracing
         while wr is not None:
-            if len(wr.sg) > self.cap.max_recv_sge:
-                raise PyverbsRDMAError(f"Failed to post receive: {len(wr.sg)} SGEs > max_recv_sge "
-                                       f"{self.cap.max_recv_sge}", EINVAL)
-            if queued + len(wqes) >= self.cap.max_recv_wr:
-                raise PyverbsRDMAError(f"Failed to post receive: the receive queue is full ({self.cap.max_recv_wr})",
+            sg = list(wr.sg)
+            if len(sg) > cap.max_recv_sge:
+                raise PyverbsRDMAError(f"Failed to post receive: {len(sg)} SGEs > max_recv_sge "
+                                       f"{cap.max_recv_sge}", EINVAL)
+            if queued + len(wqes) >= cap.max_recv_wr:
+                raise PyverbsRDMAError(f"Failed to post receive: the receive queue is full ({cap.max_recv_wr})",
                                        ENOMEM)
-            wqes.append(RecvWQE(wr.wr_id, list(wr.sg), sum(s.length for s in wr.sg)))
-            if self.dev.tracing:
+            wqes.append(RecvWQE(wr.wr_id, sg, sg[0].length if len(sg) == 1 else sum(s.length for s in sg)))
+            if tracing:
                 self.dev.trace(self.qp_num, "posted", wr_id=wr.wr_id, op="RECV", queue="recv")
             wr = wr.next_wr
-        self.engine.post_recv(wqes)
+        eng.post_recv(wqes)
 
     # ------------------------------------------------------------------ misc
     def attach_mcast(self, gid: Any, lid: int = 0) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.frame import decode_ethernet
 from rdmalab.wire.ib import AETH, BTH
+from rdmalab.wire.net import TCP
 from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, opcode_name
 
 COLOURS = {
@@ -630,6 +631,7 @@ def from_capture(packets: Iterable[Any], *, title: str | None = None, limit: int
     arrows: list[Arrow] = []
     nodes: list[str] = []
     seen: set[tuple[str, int, int]] = set()
+    tcp_sent: dict[str, int] = {}  # per sender: the TCP sequence number after the last byte seen
     for cp in packets:
         pkt = getattr(cp, "packet", cp)
         if pkt is None:
@@ -645,6 +647,18 @@ def from_capture(packets: Iterable[Any], *, title: str | None = None, limit: int
         elif bth is None and pdus:
             label = "; ".join(p.summary().split(" [")[0][:40] for p in pdus[:2])
             kind, psn, op = "request", None, None
+        elif bth is None and hasattr(pkt, "get") and pkt.get(TCP) is not None:
+            tcp = pkt.get(TCP)  # iWARP's carrier: a handshake, a FIN, a bare ACK or part of an FPDU
+            flags = "+".join(n for b, n in ((TCP.SYN, "SYN"), (TCP.FIN, "FIN"), (TCP.RST, "RST"), (TCP.ACK, "ACK"))
+                             if tcp.flags & b)
+            label = f"TCP {flags}" + (f" ({pkt.payload_length} B)" if pkt.payload_length else "")
+            kind = "ack" if tcp.flags & (TCP.SYN | TCP.FIN | TCP.RST) == 0 and not pkt.payload_length else "other"
+            if pkt.payload_length:  # bytes this capture saw go out before: a TCP retransmission
+                end = tcp_sent.get(src)
+                behind = (tcp.seq + pkt.payload_length - end) & 0xFFFFFFFF if end is not None else 1
+                if behind == 0 or behind >= 0x80000000:  # ends at or before the furthest byte already seen
+                    label, kind = f"TCP retransmission ({pkt.payload_length} B)", "retx"
+            psn = op = None
         elif bth is None:
             label = pkt.summary() if hasattr(pkt, "summary") else "packet"
             kind = "other"
@@ -659,6 +673,12 @@ def from_capture(packets: Iterable[Any], *, title: str | None = None, limit: int
             label = (f"{_aeth_label(aeth)} PSN {bth.psn}" if aeth is not None and kind in ("nak", "rnr")
                      else f"{_short_opcode(bth.opcode)} PSN {bth.psn}")
             psn, op = bth.psn, bth.opcode
+        tcp_h = pkt.get(TCP) if hasattr(pkt, "get") else None
+        if tcp_h is not None:
+            end = (tcp_h.seq + pkt.payload_length + (1 if tcp_h.flags & (TCP.SYN | TCP.FIN) else 0)) & 0xFFFFFFFF
+            last = tcp_sent.get(src)
+            if last is None or 0 < ((end - last) & 0xFFFFFFFF) < 0x80000000:
+                tcp_sent[src] = end
         for n in (src, dst):
             if n not in nodes:
                 nodes.append(n)

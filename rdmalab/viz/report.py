@@ -64,7 +64,7 @@ def html_report(a: Analysis) -> str:
 
 
 def _summary(a: Analysis) -> str:
-    n = a.counts()
+    n = a.all_events()  # what the findings stand for (a pass of duplicates, findings folded past a budget)
     say: list[str] = []
     if not a.connections:
         say.append("No RDMA connection in this capture.")

@@ -231,6 +231,11 @@ class RETH(Header):
     )
 
 
+#: ``make_reth(va, r_key, dma_length)``: a RETH built by the generated constructor (see
+#: :func:`~rdmalab.wire.header.compile_constructor`); the engine builds one for every WRITE it sends
+make_reth = compile_constructor(RETH)
+
+
 @dataclass(frozen=True, slots=True)
 class AtomicETH(Header):
     """Atomic Extended Transport Header, 28 bytes (CmpSwap and FetchAdd).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -93,11 +94,24 @@ def test_heavy_reordering(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("snaplen", [60, 80])
 def test_snaplen_cut_frames(tmp_path: Path, snaplen: int) -> None:
+    """Every frame cut to 60 bytes (the BTH and a few bytes after it) or 80: the analysis is the
+    uncut capture's, findings, messages and byte counts alike (payload lengths from the UDP length
+    the headers carry), and a cut ICRC is not a bad one."""
+    one = analyze(LOSS)
     path = tmp_path / "cut.pcap"
+    hostile.snaplen_cut(LOSS, path, len(hostile.frames_of(LOSS)), snaplen=snaplen)
+    a = analyze(path)
+    assert a.packets == one.packets and a.rdma_packets == one.rdma_packets
+    assert [(f.kind, f.frames, f.text) for f in a.findings] == [(f.kind, f.frames, f.text) for f in one.findings]
+    assert [(m.op, m.first_psn, m.last_psn, m.size, m.result, m.frames) for m in a.messages] == \
+        [(m.op, m.first_psn, m.last_psn, m.size, m.result, m.frames) for m in one.messages]
+    assert [(c.name, c.packets, c.request_bytes, c.retransmitted_bytes) for c in a.connections] == \
+        [(c.name, c.packets, c.request_bytes, c.retransmitted_bytes) for c in one.connections]
+    assert one.connections[0].request_bytes > 80_000  # 4 KiB writes, not the bytes the capture kept
+    # the capture cut and repeated (time going on): no crash, no bad ICRC
     hostile.snaplen_cut(LOSS, path, 2000, snaplen=snaplen)
-    a = analyze(path)  # no crash; frames cut inside the BTH carry no RDMA fields
-    assert a.packets == 2000
-    assert not a.of_kind("bad_icrc")  # a cut ICRC is not a bad one
+    b = analyze(path)
+    assert b.packets == 2000 and not b.of_kind("bad_icrc")
 
 
 def test_capture_that_ends_mid_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -181,3 +195,88 @@ def test_the_rows_kept_are_narrow() -> None:
     r = load_rows(LOSS)
     assert sum(v.itemsize for v in r.a.values()) <= 112
     assert all(len(v) == len(r) == r.frames - 49 for v in r.a.values())
+
+
+def _requests(path: Path) -> int:
+    """RDMA requests in a capture (every opcode but ACKs, READ responses, atomic ACKs and CNPs)."""
+    cols = read_columns(path)
+    op = cols.data["infiniband.bth.opcode"][cols.present("infiniband.bth")]
+    responses = {0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x12, 0x81}
+    return sum(1 for o in op.tolist() if o not in responses)
+
+
+def test_a_pass_sent_again_is_one_duplicate_finding(tmp_path: Path) -> None:
+    """The capture repeated with time going on (the same QP sends its PSNs again): every request of
+    the later passes is a duplicate, and each pass of them is one finding, with their count and
+    every frame, not one finding a packet."""
+    one = analyze(LOSS)
+    n = len(hostile.frames_of(LOSS))
+    path = tmp_path / "again.pcap"
+    hostile.reordered(LOSS, path, 3 * n, window=1)  # in order: the capture three times, time going on
+    a = analyze(path)
+    assert len(a.connections) == 1 and not one.of_kind("duplicate")
+    dups = a.of_kind("duplicate")
+    assert a.events("duplicate") == 2 * _requests(LOSS) == sum(len(f.frames) for f in dups)
+    # a pass of duplicates begins where the requester goes back: one finding per go-back-N of the later passes
+    restarts = {f.frames[0] for f in a.of_kind("retransmission")}
+    assert len(dups) == len(restarts) - len(one.of_kind("retransmission"))
+    assert all(f.frames[0] in restarts for f in dups)
+    big = max(dups, key=lambda f: f.detail["count"])
+    assert big.detail["count"] > 40 and big.text.startswith(f"{big.detail['count']} requests the responder had "
+                                                            "already accepted came again")
+    assert 10 * len(dups) < a.events("duplicate")
+    # the summary line and the JSON say both: findings and the requests they stand for
+    assert f"{len(dups)} duplicate ({a.events('duplicate')} events)" in a.text()
+    doc = a.to_dict()
+    assert doc["counts"]["duplicate"] == len(dups) and doc["events"]["duplicate"] == a.events("duplicate")
+
+
+def test_findings_past_the_budget_of_their_kind_are_folded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past KIND_BUDGET findings of one kind, a connection's further ones are one folded finding
+    that counts them: the events of every kind are the same as with no budget."""
+    from rdmalab.capture import analysis_model
+
+    n = len(hostile.frames_of(LOSS))
+    path = tmp_path / "again.pcap"
+    hostile.reordered(LOSS, path, 3 * n, window=1)
+    full = analyze(path)
+    monkeypatch.setattr(analysis_model, "KIND_BUDGET", 5)
+    a = analyze(path)
+    # capture_gap reads the PSNs of the psn_gap findings: not kept in folded ones
+    kinds = set(full.counts()) - {"capture_gap"}
+    assert {k: a.events(k) for k in kinds} == {k: full.events(k) for k in kinds}
+    for kind, count in a.counts().items():
+        folded = [f for f in a.of_kind(kind) if f.detail.get("folded")]
+        assert count <= 5 + len(folded) and len(folded) <= 1  # one connection
+        if full.counts()[kind] > 5:
+            (f,) = folded
+            kept = [g for g in a.of_kind(kind) if not g.detail.get("folded")]
+            assert f.detail["findings"] == full.counts()[kind] - 5 == len(full.of_kind(kind)) - len(kept)
+            assert f"{f.detail['findings']} more {kind} findings" in f.text
+            # the frames the folded finding lists are those of the findings left out, in the order found
+            left = Counter(tuple(g.frames) for g in full.of_kind(kind))
+            left.subtract(Counter(tuple(g.frames) for g in kept))
+            frames = sorted(fr for fs, k in left.items() for _ in range(k) for fr in fs)
+            assert len(frames) <= analysis_model.FOLDED_FRAMES and sorted(f.frames) == frames
+
+
+def test_first_seen_psns_as_a_dict_would_keep_them() -> None:
+    """The walk's compact first-seen table (an array from the first PSN, a dict for PSNs before it or
+    far past it) answers as a dict does, PSNs far ahead that the array later reaches included."""
+    import random
+
+    from rdmalab.capture.analysis_conn import _FirstSeen
+
+    rnd = random.Random(1)
+    for _ in range(100):
+        base = rnd.randrange(-1000, 1000)
+        fs, d = _FirstSeen(base), {}
+        for _ in range(300):
+            p = base + rnd.choice([rnd.randrange(-50, 200), rnd.randrange(-200_000, 200_000),
+                                   rnd.randrange(60_000, 70_000)])
+            t = rnd.randrange(10**9)
+            new = p not in d
+            d.setdefault(p, t)
+            assert fs.add(p, t) is new and fs.get(p) == d[p]
+            q = base + rnd.randrange(-300_000, 300_000)
+            assert fs.get(q) == d.get(q)

@@ -20,7 +20,7 @@ import pytest
 
 from rdmalab.capture import records
 from rdmalab.capture.columnar import decode_block, record_blocks
-from rdmalab.capture.columnar_summary import _fast_rows
+from rdmalab.capture.columnar_summary import _fast_rows, _template_text
 from rdmalab.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,10 +44,63 @@ def test_every_capture(path: str, capsys: Any) -> None:
 
 
 def test_the_fast_path_is_taken() -> None:
-    """Most frames of a real rxe capture are formatted from columns (else the test above proves little)."""
+    """Most frames of a real rxe capture are formatted from columns, from group templates (else
+    the test above proves little)."""
     blk = next(record_blocks(ROOT / "captures" / "rxe_write_bw_loss.pcap"))
-    fast = _fast_rows(blk, decode_block(blk))
+    cols = decode_block(blk)
+    fast = _fast_rows(blk, cols)
     assert fast.mean() > 0.8
+    assert _template_text(blk, cols, np.flatnonzero(fast), 0.0) is not None
+
+
+@pytest.mark.parametrize("how", ["templates", "columns"])
+@pytest.mark.parametrize("path", [p for p in CAPTURES if "siw" not in p and "iwarp" not in p], ids=os.path.basename)
+def test_both_fast_formats_on_every_capture(path: str, how: str, capsys: Any, monkeypatch: Any) -> None:
+    """Each way of formatting the fast rows alone (templates for every block however many groups
+    it has, or column by column for every block) gives the per-packet path's lines, IPv6 and
+    every opcode included."""
+    import rdmalab.capture.columnar_summary as cs
+
+    monkeypatch.setattr(cs, "_GROUPS_PER_ROW", 1)
+    if how == "columns":
+        monkeypatch.setattr(cs, "_USE_TEMPLATES", False)
+    else:
+        calls = []
+        real = cs._template_text
+        monkeypatch.setattr(cs, "_template_text", lambda *a: calls.append(r := real(*a)) or r)
+    fast, ref, rc1, rc2 = _both(["-r", path], capsys)
+    assert rc1 == rc2 == 0
+    assert fast == ref
+    if how == "templates":
+        assert None not in calls
+
+
+def test_groups_check_their_hash(monkeypatch: Any) -> None:
+    """Rows are grouped by a 64-bit hash of their fields; two groups sharing a hash are caught
+    (every field compared) and the block is formatted column by column instead."""
+    import rdmalab.capture.columnar_summary as cs
+
+    keys = [np.array([1, 2, 1, 3], dtype=np.uint64), np.array([5, 5, 5, 6], dtype=np.uint64)]
+    rep, inv = cs._groups(keys, 10)
+    assert len(rep) == 3 and inv[0] == inv[2] and len({int(inv[0]), int(inv[1]), int(inv[3])}) == 3
+    assert cs._groups(keys, 2) is None  # more groups than allowed
+    monkeypatch.setattr(cs, "_MIX", np.uint64(0))  # every row hashes to 0
+    assert cs._groups(keys, 10) is None
+    same = [np.array([7, 7, 7], dtype=np.uint64)]
+    rep, inv = cs._groups(same, 10)
+    assert len(rep) == 1 and (inv == 0).all()
+
+
+def test_icrc_check_leaves_the_block_as_read() -> None:
+    """The ICRC check masks the variant fields of a block read into a bytearray in place, then
+    puts them back: the block's bytes after decoding are the file's."""
+    for name in ("rxe_write_bw_loss.pcap", "synthetic_all_opcodes_rocev2.pcap", "synthetic_all_opcodes_rocev1.pcap"):
+        for blk in record_blocks(ROOT / "captures" / name):
+            assert isinstance(blk.buf, bytearray)
+            before = bytes(blk.buf)
+            cols = decode_block(blk, verify_icrc=True)
+            assert (cols.data["rdmalab.icrc.ok"] != 0).any()
+            assert bytes(blk.buf) == before
 
 
 @pytest.mark.parametrize(("name", "flt", "count"), [
@@ -100,6 +153,15 @@ def test_hostile_captures(tmp_path: Path, capsys: Any) -> None:
             b[at] ^= int(rng.integers(1, 256))
         damaged.append((h, bytes(b)))
     cases["damaged"] = damaged
+    # a QP number that changes with every frame (10,000 connections): more groups than templates
+    # are made for, formatted column by column
+    many = []
+    for h, d in recs * 4:
+        b = bytearray(d)
+        if len(b) > 54 and b[23] == 17:
+            b[47:50] = int(rng.integers(0, 1 << 24)).to_bytes(3, "big")
+        many.append((h, bytes(b)))
+    cases["many_qps"] = many
     for name, rs in cases.items():
         p = _write(tmp_path / f"{name}.pcap", head, rs)
         fast, ref, rc1, rc2 = _both(["-r", str(p)], capsys)
@@ -177,3 +239,46 @@ def test_worker_processes_give_the_same_text(name: str, expr: str | None, count:
     many = "".join(summary_lines(path, count=count, flt=flt, filter_expr=expr, block_bytes=8192, workers=2,
                                  parallel_min_bytes=0))
     assert many == one and one
+
+
+@pytest.mark.parametrize("lenient", [True, False])
+def test_worker_processes_on_a_damaged_capture(tmp_path: Path, lenient: bool) -> None:
+    """Frames the per-packet decoder must report (a frame cut inside its BTH, a MAD, bad ICRCs)
+    rendered in worker processes: the same lines as one process, and with --strict the same error
+    after the same lines."""
+    from rdmalab.capture.columnar_summary import summary_bytes
+
+    head, recs = _pcap_records(ROOT / "captures" / "rxe_write_bw_loss.pcap")
+    _h, cm = _pcap_records(ROOT / "captures" / "rxe_write_bw_cm.pcap")
+    recs = recs + cm + recs
+    h, d = recs[300]
+    recs[300] = (h[:8] + struct.pack("<II", 40, 40), d[:40])  # a frame cut inside the BTH
+    p = _write(tmp_path / "damaged.pcap", head, recs)
+
+    def run(workers: int) -> tuple[bytes, str]:
+        got: list[bytes] = []
+        try:
+            for piece in summary_bytes(p, lenient=lenient, block_bytes=8192, workers=workers, parallel_min_bytes=0):
+                got.append(piece)
+        except Exception as err:  # noqa: BLE001 - compared below
+            return b"".join(got), f"{type(err).__name__}: {err}"
+        return b"".join(got), ""
+
+    one, many = run(1), run(2)
+    assert one == many
+    assert (one[1] == "") == lenient
+    assert one[0].count(b"\n") == (len(recs) if lenient else 300)
+
+
+def test_default_workers(monkeypatch: Any) -> None:
+    """One worker an idle core (cores less the load average), at most four, at least one."""
+    from rdmalab.capture import columnar_summary as cs
+
+    def no_load() -> tuple[float, float, float]:
+        raise OSError("no load average here")
+
+    for cores, load, want in ((None, 0.0, 1), (1, 0.0, 1), (2, 0.0, 2), (2, 0.4, 2), (2, 0.6, 1), (2, 7.5, 1),
+                              (3, 1.0, 2), (64, 0.0, 4), (64, 61.0, 3), (8, None, 4)):
+        monkeypatch.setattr(cs.os, "cpu_count", lambda c=cores: c)
+        monkeypatch.setattr(cs.os, "getloadavg", no_load if load is None else lambda x=load: (x, x, x))
+        assert cs.default_workers() == want, (cores, load)

@@ -152,14 +152,16 @@ def test_the_fast_writer_writes_what_json_dumps_writes(name: str) -> None:
     import json
 
     from rdmalab.capture import read
-    from rdmalab.capture.tsjson import _dump, packet_json
+    from rdmalab.capture.tsjson import _dump, _frame_text, packet_json
 
     path = Path(__file__).resolve().parents[2] / "captures" / name
     for cp in read(path):
         obj = packet_json(cp, first_ns=0, prev_ns=0, prev_displayed_ns=0)
         out: list[str] = []
         _dump(obj, "\n  ", out)
-        assert "".join(out) == json.dumps(obj, indent=2, ensure_ascii=False).replace("\n", "\n  ")
+        want = json.dumps(obj, indent=2, ensure_ascii=False).replace("\n", "\n  ")
+        assert "".join(out) == want
+        assert _frame_text(obj) == want  # the frame's outer keys from a template
     for odd in ({}, [], {"a": [], "b": {}, "c": None, "d": ["x", {"é\u2192\"\\": "\x01"}]}):
         out = []
         _dump(odd, "\n", out)
@@ -183,3 +185,51 @@ def test_value_text_decided_once_a_name_writes_what_the_general_path_writes() ->
                                 assert value_text(name, y) == _value_text_any(name, y), (name, y)
                                 seen += 1
     assert seen > 10000
+
+
+def test_layers_are_written_from_their_cached_text() -> None:
+    """The protocol layers of a RoCE frame carry the JSON text written once for their headers (the
+    test above holds that text to json.dumps'); a layer repeated in one frame (iWARP PDUs packed
+    in one segment) sits one level deeper and is written from its fields."""
+    import json
+
+    from rdmalab.capture import read
+    from rdmalab.capture.tsjson import _Rendered, iter_json, packet_json
+
+    root = Path(__file__).resolve().parents[2] / "captures"
+    cp = next(c for c in read(root / "rxe_write_bw_loss.pcap") if c.packet.encap == "rocev2")
+    layers = packet_json(cp, first_ns=0, prev_ns=0, prev_displayed_ns=0)["_source"]["layers"]
+    for name in ("frame", "eth", "ip", "udp", "infiniband"):
+        assert type(layers[name]) is _Rendered, name
+    repeated = 0
+    for path in sorted(root.glob("*iwarp*.pcap")) + sorted(root.glob("siw_*.pcap")):
+        packets = list(read(path))
+        text = "".join(iter_json(packets))
+        objs = json.loads(text)
+        assert len(objs) == len(packets)
+        for obj, c in zip(objs, packets, strict=True):
+            want = packet_json(c, first_ns=0, prev_ns=0, prev_displayed_ns=0)["_source"]["layers"]
+            got = obj["_source"]["layers"]
+            repeated += sum(isinstance(v, list) for v in want.values())
+            want.pop("frame")
+            got.pop("frame")  # times differ: packet_json was given other reference times here
+            assert got == json.loads(json.dumps(want))
+    assert repeated > 0
+
+
+def test_shared_subtrees_refuse_changes() -> None:
+    """A header's subtree is shared by every frame with that header (the layer cache): changing it
+    through one frame's object is refused rather than silently changing other frames' JSON."""
+    from rdmalab.capture import read
+    from rdmalab.capture.tsjson import packet_json
+
+    cp = next(c for c in read(Path(__file__).resolve().parents[2] / "captures" / "rxe_write_bw_loss.pcap")
+              if c.packet.encap == "rocev2")
+    obj = packet_json(cp, first_ns=0, prev_ns=0, prev_displayed_ns=0)
+    tree = obj["_source"]["layers"]["infiniband"]["infiniband.bth_tree"]
+    with pytest.raises(TypeError, match="shared"):
+        tree["infiniband.bth.psn"] = "0"
+    mine = dict(tree)
+    mine["infiniband.bth.psn"] = "0"  # a copy changes freely
+    again = packet_json(cp, first_ns=0, prev_ns=0, prev_displayed_ns=0)
+    assert again["_source"]["layers"]["infiniband"]["infiniband.bth_tree"] == tree != mine

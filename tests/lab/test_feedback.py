@@ -143,6 +143,7 @@ RIGHT: dict[str, list[Any]] = {
     "wires.icrc": [ICRC, ICRC.to_bytes(4, "little"), ICRC.to_bytes(4, "little").hex(), hex(ICRC)],
     "wires.crc32c": [[10], (10,), {10}, ["10"]],
     "wires.which": [["RoCEv2", "iWARP", "IB", "RoCEv1"], ["rocev2", "IWARP", "native IB", "RoCE v1"]],
+    "wires.iwarp_overhead": [20, "20", " 20 "],
     "captures.rkey": [0x142A, 5162, "0x142a", "5162"],
     "captures.stag": [0x6F092200, "0x6f092200", 1862869504],
     "captures.agree": [],  # depends on tshark; covered by test_agree_* below
@@ -219,6 +220,8 @@ WRONG: dict[str, list[tuple[Any, str, str]]] = {
                    (float(ICRC), "ICRC", "bytes")],
     "wires.crc32c": [([11], "MPA CRC", "one too high"), ([9, 10], "MPA CRC", "correct CRC32c"),
                      (10, "MPA CRC", "[10]"), ([], "MPA CRC", "missing")],
+    "wires.iwarp_overhead": [(16, "FPDU", "CRC32c"), (74, "FPDU", "Ethernet, IPv4 and TCP"),
+                             (60, "FPDU", "per FPDU")],
     "wires.which": [(["RoCEv2", "iWARP", "IB", "RoCEv2"], "names[3]: Ethernet.type", "fourth frame"),
                     (["RoCEv1", "iWARP", "IB", "RoCEv1"], "names[0]: Ethernet.type", "first frame"),
                     (["RoCEv2", "iWARP", "IB"], "frames", "4 names")],

@@ -66,18 +66,20 @@ def test_right_wrong_and_broken_submissions(tmp_path: Path, capsys: pytest.Captu
     printed = capsys.readouterr().out
     rows = {r["student"]: r for r in csv.DictReader((out / "grades.csv").open(encoding="utf-8"))}
     assert set(rows) == {"alice", "bob", "carol"}
-    assert rows["alice"]["passed"] == "4" and rows["alice"]["of"] == "4"
-    assert [rows["alice"][e] for e in ("wires.bth", "wires.icrc", "wires.crc32c", "wires.which")] == ["pass"] * 4
+    assert rows["alice"]["passed"] == "5" and rows["alice"]["of"] == "5"
+    assert [rows["alice"][e] for e in ("wires.bth", "wires.icrc", "wires.crc32c", "wires.which",
+                                       "wires.iwarp_overhead")] == ["pass"] * 5
     # bob's faked "Correct" output is ignored: his BTH is run again and fails
     assert rows["bob"]["wires.bth"] == "fail" and rows["bob"]["wires.which"] == "fail"
     assert rows["bob"]["wires.icrc"] == "not yet" and rows["bob"]["passed"] == "0"
     # carol: the raising cell is an error, the hanging cell is interrupted and the run goes on
     assert rows["carol"]["wires.bth"] == "pass" and rows["carol"]["wires.which"] == "pass"
+    assert rows["carol"]["wires.iwarp_overhead"] == "pass"
     assert rows["carol"]["wires.icrc"] == "missing" and rows["carol"]["wires.crc32c"] == "missing"
     assert "ZeroDivisionError" in rows["carol"]["problems"] and "8 s" in rows["carol"]["problems"]
     html = (out / "grades.html").read_text(encoding="utf-8")
     assert html.count("<tr>") == 4 and "fresh kernel" in html
-    assert "alice" in printed and "4/4" in printed
+    assert "alice" in printed and "5/5" in printed
 
 
 def test_grade_says_what_is_wrong_with_its_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

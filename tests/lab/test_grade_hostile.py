@@ -21,7 +21,7 @@ from rdmalab.lab.generate import convert  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NB = "07-four-wires"
-EXERCISES = ("wires.bth", "wires.icrc", "wires.crc32c", "wires.which")
+EXERCISES = ("wires.bth", "wires.icrc", "wires.crc32c", "wires.which", "wires.iwarp_overhead")
 WRONG_BTH = 'my_bth = bytes.fromhex("04 b0 ff ff 00 00 00 d2 80 00 12 35")'
 
 # Each is one code cell put right after the notebook's first code cell (which imports lab).
@@ -145,10 +145,10 @@ def test_hostile_submissions_are_graded_failing_and_the_class_still_graded(tmp_p
     out = tmp_path / "out"
     assert main(["grade", str(root), "-o", str(out), "--cell-timeout", "60"]) == 0
     rows = {r["student"]: r for r in csv.DictReader((out / "grades.csv").open(encoding="utf-8"))}
-    assert rows["honest"]["passed"] == "4", rows["honest"]
+    assert rows["honest"]["passed"] == "5", rows["honest"]
     for name in ATTACKS:
         row = rows[name]
-        assert row["passed"] == "0" and row["of"] == "4", (name, row)
+        assert row["passed"] == "0" and row["of"] == "5", (name, row)
         assert not any(row[e] == "pass" for e in EXERCISES), (name, row)
     # the answered-but-wrong ones are fails, not just "missing"
     assert rows["patch_check"]["wires.bth"] == "fail" and rows["patch_checkers"]["wires.which"] == "fail"

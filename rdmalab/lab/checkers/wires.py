@@ -160,3 +160,34 @@ def _which(answer: Any) -> str:
                         given=a, expected=expected, details=[
                             "check its first bytes: an Ethernet frame has its EtherType at bytes 12-13"])
     return "All four identified: the same WRITE, four encapsulations."
+
+
+@exercise("wires.iwarp_overhead", "What iWARP adds to each FPDU", notebook=NB, hints=(
+    "Take the RDMA Write PDUs of iwarp_run: [p for cp in iwarp_run.packets for p in cp.pdus if p.info.startswith('RDMA Write')].",
+    "p.data is the whole FPDU (ULPDU_Length through the CRC); p.payload is the data it places. The difference is iWARP's own bytes.",
+    "Count MPA's 2-byte length and 4-byte CRC, DDP's tagged header (the RDMAP control byte is inside it) and any pad; "
+    "not Ethernet, IPv4 or TCP.",
+))
+def _iwarp_overhead(answer: Any) -> str:
+    from rdmalab.wire.iwarp import DDP_TAGGED_SIZE
+    from rdmalab.wire.mpa import MPA_CRC_SIZE, MPA_HEADER_SIZE
+
+    want = MPA_HEADER_SIZE + DDP_TAGGED_SIZE + MPA_CRC_SIZE  # the Write FPDUs of 1454-byte ULPDUs have no pad
+    expected = "one number of bytes: an RDMA Write FPDU's length field, DDP/RDMAP header, pad and CRC"
+    got = as_int(answer, "your byte count", field="FPDU")
+    if got == want:
+        return (f"Yes: {want} bytes per FPDU (2 ULPDU_Length + {DDP_TAGGED_SIZE} DDP tagged header with the RDMAP "
+                f"control byte + 0 pad + 4 CRC32c); TCP/IPv4/Ethernet add 54 more per segment.")
+    slips = {
+        want - MPA_CRC_SIZE: "you left out the 4-byte CRC32c at the end (it is there even when CRC is not "
+                             "negotiated: zeros)",
+        want - MPA_HEADER_SIZE: "you left out MPA's 2-byte ULPDU_Length in front",
+        DDP_TAGGED_SIZE: "that is only the DDP tagged header; MPA adds its length field and its CRC",
+        want + 54: "that includes Ethernet, IPv4 and TCP (54 bytes); count only iWARP's own layers",
+        3 * want: "that is all three Write FPDUs together; give it per FPDU",
+        want + 4: "the untagged DDP header is 18 bytes, but RDMA Write is tagged (14)",
+    }
+    if got in slips:
+        raise Wrong(f"Not quite: {slips[got]}.", field="FPDU", given=got, expected=expected)
+    raise Wrong(f"{got} is not what iWARP adds to an RDMA Write FPDU here.", field="FPDU", given=got,
+                expected=expected, details=["compare len(p.data) with len(p.payload) for one Write PDU"])

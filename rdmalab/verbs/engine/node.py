@@ -223,14 +223,10 @@ class SoftDevice:
 
     def receive(self, pkt: Pkt) -> None:
         qp = self.qps.get(pkt.destqp)
-        if qp is None and pkt.destqp == 1:
-            qp = self.gsi
-        if qp is None and pkt.destqp == MCAST_QPN:
-            self._receive_mcast(pkt)
-            return
         if qp is None:
-            self.drop(pkt, f"no QP {pkt.destqp:#x}")
-            return
+            qp = self._receive_unknown(pkt)
+            if qp is None:
+                return
         code = pkt.opcode
         if code == CNP_OPCODE:  # DCQCN: a CNP for this sender QP feeds its rate limiter
             cnp.on_cnp(self, qp, pkt)
@@ -239,10 +235,11 @@ class SoftDevice:
         if TRANSPORT.get(qp.qp_type) != info.transport:
             self.drop(pkt, "opcode transport does not match the QP type")
             return
-        if pkt.dst_gid not in self.gids:
+        dst = pkt.dst_gid
+        if dst not in self.gids:
             self.drop(pkt, "destination IP is not one of this device's GIDs")
             return
-        if qp.qp_type != e.IBV_QPT_UD and (pkt.dst_gid != qp.sgid or pkt.src_gid != qp.dgid):
+        if qp.qp_type != e.IBV_QPT_UD and (dst != qp.sgid or pkt.src_gid != qp.dgid):
             self.drop(pkt, "address check: IP source/destination do not match the QP's path")
             return
         self.counters["rcvd_pkts"] += pkt.count
@@ -254,3 +251,14 @@ class SoftDevice:
             qp.on_request(pkt)
         else:
             qp.on_response(pkt)
+
+    def _receive_unknown(self, pkt: Pkt) -> Any:
+        """A packet for a QP number not in ``qps``: QP1 (the GSI, made on first use) is returned;
+        multicast is delivered to the attached QPs, anything else dropped (both return None)."""
+        if pkt.destqp == 1:
+            return self.gsi
+        if pkt.destqp == MCAST_QPN:
+            self._receive_mcast(pkt)
+        else:
+            self.drop(pkt, f"no QP {pkt.destqp:#x}")
+        return None

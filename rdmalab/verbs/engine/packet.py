@@ -37,10 +37,15 @@ def psn_add(psn: int, n: int) -> int:
     return (psn + n) & PSN_MASK
 
 
+PSN_HALF = 0x800000
+
+
 def psn_diff(a: int, b: int) -> int:
-    """Signed distance ``a - b`` in the 24-bit PSN space (rxe ``psn_compare``: a 2^23 window)."""
-    d = (a - b) & PSN_MASK
-    return d - 0x1000000 if d & 0x800000 else d
+    """Signed distance ``a - b`` in the 24-bit PSN space (rxe ``psn_compare``: a 2^23 window).
+
+    The hot paths spell it out as ``((a - b + PSN_HALF) & PSN_MASK) - PSN_HALF``: shifting by half the
+    space, wrapping, and shifting back maps ``a - b`` into [-2^23, 2^23)."""
+    return ((a - b + PSN_HALF) & PSN_MASK) - PSN_HALF
 
 
 # opcode -> OpcodeInfo, and (transport, op, pos, imm, inv) -> opcode, built from the one table
@@ -145,15 +150,25 @@ class Pkt:
         """The single packets a burst stands for (``[self]`` for a single packet)."""
         if self.count == 1:
             return [self]
-        return [self.sub(i) for i in range(self.count)]
+        data = memoryview(self.payload)
+        return [self.sub(i, data) for i in range(self.count)]
 
-    def sub(self, i: int) -> Pkt:
-        """Packet ``i`` of a burst, with the headers its opcode carries."""
-        last = i == self.count - 1
-        code = self.opcode if i == 0 else (self.last_opcode if last else _MIDDLE[self.opcode])
+    def sub(self, i: int, data: memoryview | None = None) -> Pkt:
+        """Packet ``i`` of a burst, with the headers its opcode carries (``data``: the burst's
+        payload as a memoryview, if the caller has one)."""
         mtu = self.mtu
+        if data is None:
+            data = memoryview(self.payload)
+        if 0 < i < self.count - 1:  # a MIDDLE packet: no extended header, no SE; AckReq where acks says
+            p = Pkt(_MIDDLE[self.opcode], (self.psn + i) & PSN_MASK, self.destqp, self.src_gid, self.dst_gid,
+                    self.sport, self.src_mac, self.dst_mac, data[i * mtu:(i + 1) * mtu], 1 if i in self.acks else 0)
+            p.srcqp = self.srcqp
+            p.ecn = self.ecn
+            return p
+        last = i == self.count - 1
+        code = self.last_opcode if last else self.opcode
         p = Pkt(code, (self.psn + i) & PSN_MASK, self.destqp, self.src_gid, self.dst_gid, self.sport,
-                self.src_mac, self.dst_mac, memoryview(self.payload)[i * mtu:(i + 1) * mtu],
+                self.src_mac, self.dst_mac, data[i * mtu:(i + 1) * mtu],
                 self.ackreq if last else int(i in self.acks), self.se if last else 0)
         p.srcqp = self.srcqp
         p.ecn = self.ecn

@@ -192,28 +192,35 @@ class QPCore:
             self.req.rd_out -= 1
         if status == e.IBV_WC_SUCCESS and not w.signaled:
             return
-        wc = WC(w.wr_id, status, WC_OPCODE.get(w.opcode, 0), byte_len=w.length, qp_num=self.qp_num)
-        self._push(self.scq, wc, False)
+        # WC(wr_id, status, opcode, vendor_err, byte_len, qp_num)
+        self._push(self.scq, WC(w.wr_id, status, WC_OPCODE.get(w.opcode, 0), 0, w.length, self.qp_num), False)
 
     def complete_recv(self, w: RecvWQE, status: int, opcode: int = e.IBV_WC_RECV, byte_len: int = 0,
                       imm: int = 0, flags: int = 0, src_qp: int = 0, solicited: bool = False,
                       gids: tuple[int, int] | None = None) -> None:
-        wc = WC(w.wr_id, status, opcode, byte_len=byte_len, qp_num=self.qp_num, src_qp=src_qp, imm_data=imm,
-                wc_flags=flags)
+        # WC(wr_id, status, opcode, vendor_err, byte_len, qp_num, src_qp, imm_data, wc_flags)
+        wc = WC(w.wr_id, status, opcode, 0, byte_len, self.qp_num, src_qp, imm, flags)
         if gids is not None:
             wc._sgid, wc._dgid = gids
-        self._push(self.rcq, wc, solicited)
+        if self.dev.carrier.tracing:
+            self._trace_wc(wc)
+        if not self.rcq.push(wc, solicited) and self.qp_state != e.IBV_QPS_ERR:  # self._push, spelled out
+            self.to_error()  # CQ overflow (class G): the QP goes to the error state
 
     def _push(self, cq: CompletionQueue, wc: WC, solicited: bool) -> None:
         if self.dev.carrier.tracing:
-            self.dev.trace(self.qp_num, "completed", wr_id=wc.wr_id, status=e.ibv_wc_status_str(wc.status),
-                           wc_opcode=wc.opcode, byte_len=wc.byte_len)
+            self._trace_wc(wc)
         if not cq.push(wc, solicited) and self.qp_state != e.IBV_QPS_ERR:
             self.to_error()  # CQ overflow (class G): the QP goes to the error state
 
+    def _trace_wc(self, wc: WC) -> None:
+        self.dev.trace(self.qp_num, "completed", wr_id=wc.wr_id, status=e.ibv_wc_status_str(wc.status),
+                       wc_opcode=wc.opcode, byte_len=wc.byte_len)
+
     def pop_head(self) -> SendWQE:
         w = self.sq.pop(0)
-        self.req.wqe_index = max(0, self.req.wqe_index - 1)
+        if self.req.wqe_index:
+            self.req.wqe_index -= 1
         return w
 
     def fail_wqe(self, w: SendWQE, status: int) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import cnp
-from rdmalab.verbs.engine.memory import AccessError, local_views, remote_view, scatter
+from rdmalab.verbs.engine.memory import AccessError, local_view, local_views, remote_view, scatter
 from rdmalab.verbs.engine.packet import INFO, PSN_MASK, SEGMENT, Pkt, opcode, psn_add, psn_diff
 from rdmalab.verbs.engine.qpcore import QPCore
 from rdmalab.verbs.engine.wqe import RecvWQE, Resource
@@ -41,6 +41,11 @@ _ACK = opcode(Transport.RC, Op.ACKNOWLEDGE, None)
 _ATOMIC_ACK = opcode(Transport.RC, Op.ATOMIC_ACKNOWLEDGE, None)
 _RR = {p: opcode(Transport.RC, Op.RDMA_READ_RESPONSE, p) for p in Pos}
 M64 = 2**64 - 1
+
+# Enum members as module constants for the hot paths: on CPython 3.11 reading a member from its class
+# (``Op.SEND``) goes through the enum metaclass and costs 0.4-0.8 us, a module global a few ns
+_SEND, _WRITE, _READ_REQUEST, _CMP_SWAP, _FETCH_ADD = Op.SEND, Op.RDMA_WRITE, Op.RDMA_READ_REQUEST, Op.CMP_SWAP, Op.FETCH_ADD
+_FIRST, _MIDDLE, _LAST, _ONLY = Pos.FIRST, Pos.MIDDLE, Pos.LAST, Pos.ONLY
 
 
 class _Drop(Exception):
@@ -70,6 +75,9 @@ def _burst(qp: QPCore, pkt: Pkt) -> None:
 
     The first and last packets take :func:`segment` when it applies (a WRITE's), the full path
     (:func:`on_request` of the packet itself) otherwise; either does the same to the QP."""
+    if pkt.opcode in _WRITE_FIRST and pkt.last_opcode == _WRITE_FIRST[pkt.opcode] and pkt.ecn != 3 \
+            and _whole_write(qp, pkt):
+        return
     n = pkt.count
     mtu = pkt.mtu
     payload = memoryview(pkt.payload)
@@ -84,10 +92,10 @@ def _burst(qp: QPCore, pkt: Pkt) -> None:
     r = qp.resp
     ok = (mid > 0 and qp.qp_state in _READY and r.op is not None and r.op.op is op
           and r.psn == (psn0 + 1) & PSN_MASK and not r.uc_drop and len(data) == mid * mtu)
-    if ok and op is Op.RDMA_WRITE and r.write is not None and r.write_off + len(data) <= r.write_len:
+    if ok and op is _WRITE and r.write is not None and r.write_off + len(data) <= r.write_len:
         r.write[r.write_off:r.write_off + len(data)] = data
         r.write_off += len(data)
-    elif ok and op is Op.SEND and r.wqe is not None and r.wqe.views is not None \
+    elif ok and op is _SEND and r.wqe is not None and r.wqe.views is not None \
             and r.off + len(data) <= r.wqe.length:
         scatter(r.wqe.views, r.off, data)
         r.off += len(data)
@@ -103,6 +111,46 @@ def _burst(qp: QPCore, pkt: Pkt) -> None:
     if pkt.ecn == 3 or not segment(qp, pkt.last_opcode, (psn0 + last) & PSN_MASK, pkt.ackreq, src, dst,
                                    payload[last * mtu:]):
         on_request(qp, pkt.sub(last))
+
+
+# RC/UC WRITE FIRST opcode -> the WRITE LAST opcode of the same transport
+_WRITE_FIRST = {opcode(t, Op.RDMA_WRITE, Pos.FIRST): opcode(t, Op.RDMA_WRITE, Pos.LAST)
+                for t in (Transport.RC, Transport.UC)}
+
+
+def _whole_write(qp: QPCore, pkt: Pkt) -> bool:
+    """A burst that is a whole WRITE (FIRST .. LAST, no immediate data): placed with one copy when
+    every packet would pass :func:`segment` (the next PSN expected, no message in progress, the
+    path MTU, a RETH whose R_Key, range and length fit), with the state and the ACK that the
+    packets one by one would leave; False, with nothing changed, otherwise (the packets then go
+    their own way)."""
+    r = qp.resp
+    reth = pkt.reth
+    mtu = qp.mtu
+    payload = pkt.payload
+    total = len(payload)
+    n = pkt.count
+    if pkt.psn != r.psn or r.uc_drop or r.op is not None or reth is None or pkt.mtu != mtu \
+            or not qp.access & _WRITE_OK or total != reth.dma_length or not (n - 1) * mtu < total <= n * mtu \
+            or pkt.dst_gid != qp.sgid or pkt.src_gid != qp.dgid:
+        return False
+    try:
+        view = remote_view(qp.dev, qp.pd, reth.r_key, reth.va, total, _WRITE_OK)
+    except AccessError:
+        return False
+    view[:] = payload
+    psn0 = pkt.psn
+    r.write, r.write_off, r.write_len = view, total, total
+    r.psn = (psn0 + n) & PSN_MASK
+    r.op = None
+    r.msn = (r.msn + 1) & PSN_MASK
+    if qp.qp_type == e.IBV_QPT_RC:
+        r.sent_psn_nak = False
+        # the ACK the last packet asking for one would queue (ACKs queued in one instant coalesce)
+        last = n - 1 if pkt.ackreq else max(pkt.acks, default=-1)
+        if last >= 0:
+            queue_ack(qp, (psn0 + last) & PSN_MASK)
+    return True
 
 
 # ---------------------------------------------------------------------------- the fast path
@@ -223,11 +271,11 @@ def _request(qp: QPCore, pkt: Pkt) -> None:
             _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "QP access flags do not allow it")
         _uc_drop(qp)
     # CHK_RESOURCE
-    if op is Op.RDMA_READ_REQUEST or op is Op.CMP_SWAP or op is Op.FETCH_ADD:
+    if op is _READ_REQUEST or op is _CMP_SWAP or op is _FETCH_ADD:
         if not qp.max_dest_rd_atomic:
             _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "max_dest_rd_atomic is 0")
         r.sent_psn_nak = False
-        if op is Op.RDMA_READ_REQUEST:
+        if op is _READ_REQUEST:
             _read(qp, pkt)
         else:
             _atomic(qp, pkt)
@@ -239,8 +287,8 @@ def _request(qp: QPCore, pkt: Pkt) -> None:
         if rc:
             _fail(qp, psn, NAK_INVALID_REQUEST, e.IBV_WC_REM_INV_REQ_ERR, "payload length does not fit the MTU rules")
         _uc_drop(qp)
-    write = op is Op.RDMA_WRITE
-    send = op is Op.SEND
+    write = op is _WRITE
+    send = op is _SEND
     needs_wqe = (send and info.first_or_only) or (write and info.imm)
     if needs_wqe and r.wqe is None:
         _take_wqe(qp, pkt, rc)
@@ -282,13 +330,18 @@ def _request(qp: QPCore, pkt: Pkt) -> None:
     if info.last_or_only:
         r.op = None
         r.msn = (r.msn + 1) & PSN_MASK
-        if needs_wqe or send:
+        if send and not info.imm and not info.inv:  # a plain SEND: _complete_message, spelled out
+            w = r.wqe
+            if w is not None:
+                r.wqe = None
+                qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV, r.off, 0, 0, 0, bool(pkt.se))
+        elif needs_wqe or send:
             _complete_message(qp, pkt, info.imm, info.inv, op)
     else:
         r.op = info
     if rc and pkt.ackreq:
-        r.pending_ack = psn  # queue_ack: held until the end of the time step, so ACKs coalesce
-        qp.dev.mark_dirty(qp)
+        r.pending_ack = psn  # queue_ack, spelled out: held until the end of the time step, so ACKs coalesce
+        qp.dev.held_acks.add(qp)
 
 
 def _take_wqe(qp: QPCore, pkt: Pkt, rc: bool) -> RecvWQE:
@@ -301,7 +354,12 @@ def _take_wqe(qp: QPCore, pkt: Pkt, rc: bool) -> RecvWQE:
         _uc_drop(qp)
     assert w is not None
     try:
-        w.views = local_views(qp.dev, qp.pd, w.sg, write=True)
+        sg = w.sg
+        if len(sg) == 1:  # local_views for the usual one SGE
+            sge = sg[0]
+            w.views = [local_view(qp.dev, qp.pd, sge.addr, sge.length, sge.lkey, True)]
+        else:
+            w.views = local_views(qp.dev, qp.pd, sg, write=True)
     except AccessError:
         qp.resp.wqe = w
         if rc:  # rxe RESPST_ERR_MALFORMED_WQE: class A, NAK remote operational error
@@ -326,12 +384,13 @@ def _complete_message(qp: QPCore, pkt: Pkt, imm: bool, inv: bool, op: Op) -> Non
         assert mr is not None
         mr.invalidate()
         flags, value = e.IBV_WC_WITH_INV, rkey
-    qp.resp.wqe = None
-    if op == Op.RDMA_WRITE:
-        qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV_RDMA_WITH_IMM, qp.resp.write_len, value, flags,
-                         solicited=bool(pkt.se))
+    r = qp.resp
+    r.wqe = None
+    if op is _WRITE:
+        qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV_RDMA_WITH_IMM, r.write_len, value, flags, 0,
+                         bool(pkt.se))
     else:
-        qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV, qp.resp.off, value, flags, solicited=bool(pkt.se))
+        qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV, r.off, value, flags, 0, bool(pkt.se))
 
 
 def _abandon(qp: QPCore) -> None:
@@ -398,18 +457,18 @@ def _read_reply(qp: QPCore, req: Pkt, psn: int, data: bytes, from_first: bool) -
     n = max(1, -(-len(data) // mtu))
     aeth = AETH.ack(qp.resp.msn)
     if n == 1:
-        first = last = Pos.ONLY if from_first else Pos.LAST
+        first = last = _ONLY if from_first else _LAST
     else:
-        first, last = (Pos.FIRST if from_first else Pos.MIDDLE), Pos.LAST
+        first, last = (_FIRST if from_first else _MIDDLE), _LAST
     if qp.dev.burst_ok and n > 1:
         p = _reply(qp, req, _RR[first], psn, data)
         p.count, p.mtu, p.last_opcode, p.aeth = n, mtu, _RR[last], aeth
         qp.dev.transmit(p)
         return
     for i in range(n):
-        pos = first if i == 0 else last if i == n - 1 else Pos.MIDDLE
+        pos = first if i == 0 else last if i == n - 1 else _MIDDLE
         p = _reply(qp, req, _RR[pos], psn_add(psn, i), data[i * mtu:(i + 1) * mtu])
-        if pos != Pos.MIDDLE:
+        if pos != _MIDDLE:
             p.aeth = aeth
         qp.dev.transmit(p)
 
@@ -425,7 +484,7 @@ def _atomic(qp: QPCore, pkt: Pkt) -> None:
         _fail(qp, pkt.psn, NAK_REMOTE_ACCESS_ERROR, None, err.why)
         return
     orig = int.from_bytes(view, sys.byteorder)
-    if INFO[pkt.opcode].op == Op.CMP_SWAP:
+    if INFO[pkt.opcode].op == _CMP_SWAP:
         new = a.swap_add if orig == a.compare else orig
     else:
         new = (orig + a.swap_add) & M64
@@ -449,13 +508,13 @@ def _duplicate(qp: QPCore, pkt: Pkt) -> None:
     qp.dev.counters["duplicate_request"] += 1
     op = INFO[pkt.opcode].op
     psn = pkt.psn
-    if op in (Op.SEND, Op.RDMA_WRITE):
+    if op in (_SEND, _WRITE):
         queue_ack(qp, psn_add(qp.resp.psn, -1))  # re-ACK the last executed PSN; execute nothing
         return
     for res in qp.resp.resources:
         if res is None or psn_diff(psn, res.first_psn) < 0 or psn_diff(psn, res.last_psn) > 0:
             continue
-        if op == Op.RDMA_READ_REQUEST and res.kind == "read":
+        if op == _READ_REQUEST and res.kind == "read":
             reth = pkt.reth
             assert reth is not None
             if reth.r_key != res.rkey or reth.va < res.va or reth.va + reth.dma_length > res.va + res.length:
@@ -466,7 +525,7 @@ def _duplicate(qp: QPCore, pkt: Pkt) -> None:
                 return
             _read_reply(qp, pkt, psn, bytes(view), psn == res.first_psn)
             return
-        if op in (Op.CMP_SWAP, Op.FETCH_ADD) and res.kind == "atomic" and res.first_psn == psn:
+        if op in (_CMP_SWAP, _FETCH_ADD) and res.kind == "atomic" and res.first_psn == psn:
             _atomic_ack(qp, pkt, res.orig)  # replayed, never executed twice
             return
     # no resource: dropped silently (class D)
@@ -537,7 +596,9 @@ def flush_ack(qp: QPCore) -> None:
     p = Pkt(_ACK, psn, qp.dest_qp_num, qp.sgid, qp.dgid, qp.sport, qp.dev.mac, qp.dmac)  # _reply, spelled out
     p.srcqp = qp.qp_num
     p.aeth = AETH.ack(r.msn)
-    qp.dev.transmit(p)
+    dev = qp.dev
+    dev.counters["sent_pkts"] += 1  # dev.transmit(p), spelled out
+    dev.carrier.send(dev, p)
 
 
 def _send_aeth(qp: QPCore, psn: int, aeth: AETH) -> None:

@@ -35,7 +35,8 @@ READ_ATOMIC = {e.IBV_WR_RDMA_READ, e.IBV_WR_ATOMIC_CMP_AND_SWP, e.IBV_WR_ATOMIC_
 ATOMICS = {e.IBV_WR_ATOMIC_CMP_AND_SWP, e.IBV_WR_ATOMIC_FETCH_AND_ADD}
 
 
-@dataclass(eq=False)
+# slots: the requester and completer read these fields several times a message
+@dataclass(eq=False, slots=True)
 class SendWQE:
     wr_id: int
     opcode: int
@@ -68,7 +69,7 @@ class SendWQE:
     read_off: int = 0  # READ bytes received
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class RecvWQE:
     wr_id: int
     sg: list[Any]

@@ -101,3 +101,33 @@ def test_requester_opcode_table() -> None:
                 assert (first, middle) == (find_opcode(t, family, Pos.FIRST), find_opcode(t, family, Pos.MIDDLE))
             checked += 1
     assert checked == 5 + 4 + 2  # RC, UC, UD
+
+
+def _writes_with(bursts: bool, rkey_delta: int, remote: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+    from rdmalab.verbs.engine import responder
+
+    taken: list[bool] = []
+    whole = responder._whole_write
+    monkeypatch.setattr(responder, "_whole_write", lambda qp, pkt: (taken.append(r := whole(qp, pkt)), r)[1])
+    fab = Fabric(seed=3, trace=False, bursts=bursts, mtu=1024)
+    p = Pair(fab, size=MIB, path_mtu=e.IBV_MTU_1024)
+    p.a.mr.write(bytes(range(256)) * (MIB // 256), MIB)
+    p.send(p.a, e.IBV_WR_RDMA_WRITE, length=(16 << 10) + 5, offset=3, remote=remote,
+           rkey=p.b.mr.rkey + rkey_delta)
+    p.run()
+    monkeypatch.undo()
+    wcs = [(wc.wr_id, wc.status, wc.opcode) for ep in (p.a, p.b) for wc in ep.completions()]
+    return wcs, p.b.mr.read(MIB, 0), p.b.qp.qp_state, taken
+
+
+@pytest.mark.parametrize(("rkey_delta", "remote", "placed"), [(0, 4096, True), (1, 4096, False), (0, MIB - 100, False)],
+                         ids=["whole WRITE", "bad R_Key", "past the MR's end"])
+def test_a_whole_write_burst_equals_its_packets(rkey_delta: int, remote: int, placed: bool,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # a burst that is a whole WRITE is placed in one go (responder._whole_write) when every packet would
+    # pass; otherwise its packets go their own way: either way, what the packets one by one do
+    *single, not_taken = _writes_with(False, rkey_delta, remote, monkeypatch)
+    *burst, taken = _writes_with(True, rkey_delta, remote, monkeypatch)
+    assert burst == single and not not_taken
+    assert taken == [placed]
+    assert (single[0] == [(1, e.IBV_WC_SUCCESS, e.IBV_WC_RDMA_WRITE)]) == placed

@@ -1,0 +1,247 @@
+"""The same RDMA WRITE and READ over RoCEv2 and over iWARP, each run by the engine and captured, side by side.
+
+:func:`write_and_read` runs one WRITE of ``size`` bytes and one READ of the same bytes back on two
+soft RoCEv2 devices (:class:`rdmalab.fabric.harness.Pair`, path MTU 1024 as rxe on a 1500-byte
+Ethernet) and on two soft iWARP devices connected by rdma_cm (:class:`rdmalab.fabric.iwpair.IwPair`,
+TCP MSS 1460), both on the simulated fabric, writes each run to a pcap and reads it back with
+:func:`rdmalab.capture.read`, as ``rdmalab decode`` would.  :class:`SideBySide` lays the two
+captures next to each other: for every frame its direction, what it carries, its size on the
+wire and what it acknowledges (an RC ACK's PSN on RoCEv2; TCP's cumulative acknowledgement
+number, in bytes of the stream, on iWARP).
+"""
+
+from __future__ import annotations
+
+import html
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rdmalab.capture.reader import CapturedPacket, read
+from rdmalab.fabric.harness import Pair
+from rdmalab.fabric.iwpair import IwPair
+from rdmalab.verbs import enums as e
+from rdmalab.wire.ib import AETH, BTH
+from rdmalab.wire.net import TCP, IPv4
+
+
+@dataclass
+class Row:
+    """One frame of a run: ``direction`` is ``"->"`` (requester to responder) or ``"<-"``."""
+
+    frame: int
+    direction: str
+    what: str
+    size: int
+    acks: str = ""
+    carries_data: bool = False
+
+
+@dataclass
+class Run:
+    wire: str
+    pcap: Path
+    packets: list[CapturedPacket]
+    rows: list[Row] = field(default_factory=list)
+
+    @property
+    def frames(self) -> int:
+        return len(self.rows)
+
+    @property
+    def wire_bytes(self) -> int:
+        return sum(r.size for r in self.rows)
+
+    @property
+    def ack_only(self) -> int:
+        """Frames that only acknowledge (no payload, no request)."""
+        return sum(1 for r in self.rows if r.acks and not r.carries_data)
+
+    def __str__(self) -> str:
+        t0 = self.packets[0].timestamp if self.packets else 0.0
+        times = {cp.frame_number: cp.timestamp - t0 for cp in self.packets}
+        lines = [f"{self.wire}: {self.frames} frames, {self.wire_bytes} bytes on the wire"]
+        for r in self.rows:
+            t = times.get(r.frame, 0.0)
+            when = f"{t * 1e3:9.3f} ms" if t >= 1e-3 else f"{t * 1e6:9.3f} us"
+            lines.append(f"{r.frame:>3} {when} {r.direction} {r.what[:34]:34} {r.size:>5}  {r.acks}")
+        return "\n".join(lines)
+
+
+def _roce_rows(packets: list[CapturedPacket], requester_ip: str) -> list[Row]:
+    rows = []
+    for cp in packets:
+        pkt = cp.packet
+        bth = pkt.get(BTH)
+        ip = pkt.get(IPv4)
+        if bth is None or ip is None:
+            continue
+        direction = "->" if ip.describe("src") == requester_ip else "<-"
+        aeth = pkt.get(AETH)
+        what = pkt.summary().split(" QP=")[0] if hasattr(pkt, "summary") else str(bth.opcode)
+        what = f"{what.split(' PSN')[0]} PSN {bth.psn}"
+        acks = f"PSN {bth.psn} and before" if aeth is not None else ""
+        rows.append(Row(cp.frame_number, direction, what, len(pkt.data), acks, pkt.payload_length > 0))
+    return rows
+
+
+def _iwarp_rows(packets: list[CapturedPacket], requester_ip: str) -> list[Row]:
+    rows = []
+    iss: dict[str, int] = {}  # per direction: the sequence number before the first byte
+    sent: dict[str, int] = {}  # per direction: the sequence number after the last byte seen (no wrap: short runs)
+    for cp in packets:
+        pkt = cp.packet
+        tcp = pkt.get(TCP)
+        ip = pkt.get(IPv4)
+        if tcp is None or ip is None:
+            continue
+        src = ip.describe("src")
+        direction = "->" if src == requester_ip else "<-"
+        other = "<-" if direction == "->" else "->"
+        if tcp.flags & TCP.SYN:
+            iss[direction] = tcp.seq
+        if pkt.payload_length and not cp.pdus and sent.get(direction, -1) < tcp.seq + pkt.payload_length:
+            pass  # new bytes that end no PDU (the middle of an FPDU): shown as a TCP ACK with data
+        if cp.pdus:
+            what = "; ".join((p.info or "").split(" [")[0].split(" STag")[0].split(" QN")[0].split(" sink")[0]
+                             for p in cp.pdus)
+        elif pkt.payload_length and sent.get(direction, -1) >= tcp.seq + pkt.payload_length:
+            what = "TCP retransmission"
+        elif tcp.flags & (TCP.SYN | TCP.FIN):
+            what = "TCP " + "+".join(n for b, n in ((TCP.SYN, "SYN"), (TCP.FIN, "FIN"), (TCP.ACK, "ACK"))
+                                     if tcp.flags & b)
+        else:
+            what = "TCP ACK"
+        acks = ""
+        if tcp.flags & TCP.ACK and other in iss:
+            acks = f"bytes up to {(tcp.ack - iss[other] - 1) % (1 << 32)}"
+        rows.append(Row(cp.frame_number, direction, what, len(pkt.data), acks, pkt.payload_length > 0))
+        if pkt.payload_length:
+            sent[direction] = max(sent.get(direction, -1), tcp.seq + pkt.payload_length)
+    return rows
+
+
+def write_and_read(size: int = 3000, *, seed: int = 0, directory: str | Path | None = None) -> tuple[Run, Run]:
+    """One WRITE of ``size`` bytes and one READ of them back, over RoCEv2 and over iWARP; both captured."""
+    where = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="rdmalab-two-wires-"))
+    data = bytes((i * 13 + 5) & 0xFF for i in range(size))
+    # RoCEv2: two soft devices, an RC QP each (path MTU 1024)
+    roce = Pair(seed=seed, record_frames=True, path_mtu=e.IBV_MTU_1024)
+    roce.a.mr.write(data, size, 0)
+    roce.send(roce.a, e.IBV_WR_RDMA_WRITE, wr_id=1, length=size, remote=0)
+    roce.send(roce.a, e.IBV_WR_RDMA_READ, wr_id=2, offset=size, length=size, remote=0)
+    if len(roce.wait(roce.a.cq, 2)) != 2:
+        raise RuntimeError("the RoCEv2 WRITE and READ did not complete")
+    roce.run()
+    if roce.a.mr.read(size, size) != data:
+        raise RuntimeError("the RoCEv2 READ brought back other bytes")
+    roce_pcap = where / "roce-write-read.pcap"
+    roce.write_pcap(str(roce_pcap))
+    # iWARP: two soft iWARP devices, connected with rdma_cm (TCP + MPA), MSS 1460
+    iw_pcap = where / "iwarp-write-read.pcap"
+    iw = IwPair(seed=seed, capture=str(iw_pcap), recvs=0)
+    iw.a.mr.write(data, size, 0)
+    iw.a.post(e.IBV_WR_RDMA_WRITE, 0, size, wr_id=1, remote=iw.b.mr.buf, rkey=iw.b.mr.rkey)
+    iw.a.post(e.IBV_WR_RDMA_READ, size, size, wr_id=2, remote=iw.b.mr.buf, rkey=iw.b.mr.rkey)
+    if len(iw.wait(iw.a, 2)) != 2:
+        raise RuntimeError("the iWARP WRITE and READ did not complete")
+    iw.run()
+    iw.close()
+    if iw.a.mr.read(size, size) != data:
+        raise RuntimeError("the iWARP READ brought back other bytes")
+    r = Run("RoCEv2", roce_pcap, list(read(roce_pcap)))
+    r.rows = _roce_rows(r.packets, "10.0.0.1")
+    i = Run("iWARP", iw_pcap, list(read(iw_pcap)))
+    i.rows = _iwarp_rows(i.packets, "10.0.0.1")
+    return r, i
+
+
+def iwarp_with_a_loss(size: int = 4000, *, lose: int = 2, seed: int = 0,
+                      directory: str | Path | None = None) -> Run:
+    """One WRITE of ``size`` bytes over iWARP whose ``lose``-th data segment (counting from 1, the
+    requester's segments after the MPA exchange) is lost once; TCP repairs it.  Captured as sent."""
+    from rdmalab.fabric.simtcp import SimTcp
+
+    where = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="rdmalab-iwarp-loss-"))
+    path = where / "iwarp-loss.pcap"
+    iw = IwPair(seed=seed, capture=str(path), recvs=0)
+    tcp = SimTcp.of(iw.fabric)
+    seen = {"n": 0}
+
+    def drop(src: Any, seg: Any) -> bool:
+        if src is not iw.dev_a or not seg.data or seen["n"] >= lose:
+            return False
+        seen["n"] += 1
+        return seen["n"] == lose
+
+    tcp.drop = drop
+    data = bytes((i * 7) & 0xFF for i in range(size))
+    iw.a.mr.write(data, size, 0)
+    iw.a.post(e.IBV_WR_RDMA_WRITE, 0, size, wr_id=1, remote=iw.b.mr.buf, rkey=iw.b.mr.rkey)
+    iw.wait(iw.a)
+    iw.run()
+    iw.close()
+    if iw.b.mr.read(size, 0) != data:
+        raise RuntimeError("the WRITE did not arrive whole")
+    r = Run("iWARP", path, list(read(path)))
+    r.rows = _iwarp_rows(r.packets, "10.0.0.1")
+    return r
+
+
+class SideBySide:
+    """Two runs in two columns of one table (HTML in a notebook, text otherwise)."""
+
+    def __init__(self, left: Run, right: Run) -> None:
+        self.left, self.right = left, right
+
+    def totals(self) -> dict[str, dict[str, int]]:
+        return {r.wire: {"frames": r.frames, "wire bytes": r.wire_bytes, "acknowledgement-only frames": r.ack_only}
+                for r in (self.left, self.right)}
+
+    def _cells(self, r: Row | None) -> list[str]:
+        if r is None:
+            return ["", "", "", "", ""]
+        return [str(r.frame), r.direction, r.what, str(r.size), r.acks]
+
+    def __str__(self) -> str:
+        lines = []
+        n = max(len(self.left.rows), len(self.right.rows))
+        head = f"{self.left.wire:<58} | {self.right.wire}"
+        lines.append(head)
+        for k in range(n):
+            a = self.left.rows[k] if k < len(self.left.rows) else None
+            b = self.right.rows[k] if k < len(self.right.rows) else None
+            ca, cb = self._cells(a), self._cells(b)
+            lines.append(f"{ca[0]:>3} {ca[1]:2} {ca[2][:30]:30} {ca[3]:>5} {ca[4][:14]:14} | "
+                         f"{cb[0]:>3} {cb[1]:2} {cb[2][:30]:30} {cb[3]:>5} {cb[4]}")
+        for wire, t in self.totals().items():
+            lines.append(f"{wire}: " + ", ".join(f"{v} {k}" for k, v in t.items()))
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        n = max(len(self.left.rows), len(self.right.rows))
+        th = "".join(f"<th>{h}</th>" for h in ("#", "", "what", "bytes", "acknowledges") * 2)
+        body = []
+        for k in range(n):
+            a = self.left.rows[k] if k < len(self.left.rows) else None
+            b = self.right.rows[k] if k < len(self.right.rows) else None
+            cells = self._cells(a) + self._cells(b)
+            style = ["", "", "", "", "border-right:2px solid #888"] + [""] * 5
+            body.append("<tr>" + "".join(f"<td style='{s}'>{html.escape(c)}</td>" for c, s in zip(cells, style,
+                                                                                                    strict=True))
+                        + "</tr>")
+        tot = self.totals()
+        foot = "".join(f"<td colspan='5'>{html.escape(w)}: "
+                       + html.escape(", ".join(f"{v} {k}" for k, v in t.items())) + "</td>" for w, t in tot.items())
+        return ("<table style='font-family:monospace;font-size:12px'>"
+                f"<tr><th colspan='5'>{html.escape(self.left.wire)}</th><th colspan='5'>{html.escape(self.right.wire)}"
+                f"</th></tr><tr>{th}</tr>{''.join(body)}<tr>{foot}</tr></table>")
+
+
+def side_by_side(left: Run, right: Run) -> SideBySide:
+    return SideBySide(left, right)
+
+
+def summary(run: Run) -> dict[str, Any]:
+    return {"wire": run.wire, "frames": run.frames, "wire bytes": run.wire_bytes, "ack-only frames": run.ack_only}
