@@ -44,6 +44,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import socket
 import struct
 import time
 from collections.abc import Callable
@@ -206,8 +207,9 @@ def compute_report(size: int, posted: list[float], completed: list[float], cq_mo
     return BwReport(size, n, size / opt / factor, size * n / total / factor, n / total / 1e6)
 
 
-def run(opts: PerftestOptions, out: IO[str]) -> PerftestResult:
-    """Run one perftest program's exchange and traffic; prints its lines to ``out``."""
+def run(opts: PerftestOptions, out: IO[str], listener: socket.socket | None = None) -> PerftestResult:
+    """Run one perftest program's exchange and traffic; prints its lines to ``out``.  A server (without
+    -R) accepts on ``listener`` (:func:`rdmalab.live.oob.open_listener`) when given."""
     verb = opts.verb
     if verb not in VERBS:
         raise PerftestError(f"unknown test {verb!r} (write, read, send or atomic)")
@@ -253,7 +255,8 @@ def run(opts: PerftestOptions, out: IO[str]) -> PerftestResult:
         out.flush()
     if opts.rdma_cm:
         return _run_cm(opts, out, client, sizes)
-    chan: Channel = connect(opts.server, opts.port, tries=30.0) if opts.server else listen(opts.port)
+    chan: Channel = (connect(opts.server, opts.port, tries=30.0) if opts.server
+                     else listen(opts.port, listener=listener))
     fab = None
     try:
         # ----------------------------------------------------------- versions, page size, MTU
