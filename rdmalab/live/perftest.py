@@ -58,7 +58,7 @@ from rdmalab.live.oob import PERF_RECORD, Channel, PerfDest, connect, listen
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
 from rdmalab.verbs.cm_enums import RAI_PASSIVE, rdma_cm_event_type
-from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, event_str
+from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, event_str, unreachable_text
 from rdmalab.verbs.cq import CQ
 from rdmalab.verbs.device import Context, _fabric, get_device_list
 from rdmalab.verbs.libibverbs_enums import IBV_TRANSPORT_IB, IBV_TRANSPORT_IWARP
@@ -846,8 +846,7 @@ def _event(ch: CMEventChannel, cmid: CMID | None, kinds: tuple[int, ...], what: 
         raise Rejected(f"{what}: rejected by {where}: {why}")
     if ev.kind == EV.RDMA_CM_EVENT_UNREACHABLE:
         i = ev.info
-        raise PerftestError(f"{what}: {where} is unreachable: no answer to the {i.get('message', 'REQ')} after "
-                            f"{i.get('tries', '?')} tries over {i.get('waited_ms', 0) / 1000:.1f} s")
+        raise PerftestError(f"{what}: {where} is unreachable: {unreachable_text(i)}")
     raise PerftestError(f"{what}: got {event_str(ev.kind)} (status {ev.status}) from {where}")
 
 
