@@ -324,3 +324,54 @@ def test_the_live_tools_start_without_the_capture_stack_or_numpy() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+_AT_LISTEN = """
+import sys
+import rdmalab.fabric.udp_setup as setup
+import rdmalab.live.listener as listener
+setup.check_permission = lambda: None  # (the test may run without CAP_NET_RAW)
+def probe(port, **kw):
+    # what the server has loaded when it listens: none of the engine, the carrier, the frame codecs
+    heavy = ("rdmalab.verbs", "rdmalab.fabric.udp", "rdmalab.fabric.sim", "rdmalab.live.pingpong",
+             "rdmalab.live.perftest", "rdmalab.wire.frame", "rdmalab.wire.cm", "rdmalab.wire.ib",
+             "rdmalab.capture", "rdmalab.live.oob", "numpy", "dpkt", "dataclasses", "typing", "ctypes")
+    print("listening on", port, sorted(m for m in sys.modules if m.startswith(heavy) and m != "rdmalab.fabric.udp_setup"))
+    raise SystemExit(0)
+listener.open_listener = probe
+from rdmalab.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("argv", [["pingpong", "rc", "-p", "18999"], ["perftest", "write", "-p", "18999"]])
+def test_the_live_servers_listen_before_they_load_the_engine(argv: list[str]) -> None:
+    # Issue 21: in the lab VM the servers took 17-39 s to listen.  They open the TCP listener right after
+    # the permission check, before the engine, the carrier and the codecs are imported (the client's
+    # connection waits in the accept queue meanwhile); this probe stands in for the listener and lists
+    # what is loaded at that moment.
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _AT_LISTEN, *argv], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "listening on 18999 []", r.stdout
+
+
+def test_a_server_whose_port_is_taken_fails_in_words_before_loading_the_engine() -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        s.bind(("::", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        code = ("import sys\nimport rdmalab.fabric.udp_setup as setup\nsetup.check_permission = lambda: None\n"
+                "from rdmalab.cli import main\nrc = main(sys.argv[1:])\n"
+                "print(rc, 'rdmalab.verbs.engine' in sys.modules)\n")
+        r = subprocess.run([sys.executable, "-c", code, "pingpong", "rc", "-p", str(port)], capture_output=True,
+                           text=True, timeout=120)
+    assert r.stdout.strip() == "1 False", (r.stdout, r.stderr)
+    assert f"Couldn't listen to port {port}" in r.stderr and "Traceback" not in r.stderr

@@ -26,35 +26,28 @@ so that ``rdmalab --help`` and every command start without importing what they d
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 from rdmalab import __version__
-from rdmalab.cli import (
-    analyze,
-    capture,
-    convert,
-    crosscheck,
-    decode,
-    grade,
-    lab,
-    link,
-    perftest,
-    pingpong,
-    rping,
-    simulate,
-    stats,
-    udaddy,
-    vm,
-)
 from rdmalab.cli._common import Fail
 from rdmalab.wire.errors import RdmalabError
 
-# The order here is the order of `rdmalab --help`.
-COMMANDS = [decode, crosscheck, stats, analyze, convert, lab, pingpong, perftest, rping, udaddy, simulate, link, vm, capture, grade]
-# Commands whose every argument after the command name belongs to another program (--help included).
-PASSTHROUGH = {"lab": lab.run_lab, "pingpong": pingpong.main_argv, "perftest": perftest.main_argv,
-               "rping": rping.main_argv, "udaddy": udaddy.main_argv}
+# The order here is the order of `rdmalab --help`.  The modules are imported when the parser is built
+# (command_modules): a pass-through command imports its own module only (start-up of the live tools).
+COMMAND_NAMES = ("decode", "crosscheck", "stats", "analyze", "convert", "lab", "pingpong", "perftest", "rping", "udaddy",
+                 "simulate", "link", "vm", "capture", "grade")
+# Commands whose every argument after the command name belongs to another program (--help included):
+# command -> the function of its module that takes them.
+PASSTHROUGH = {"lab": "run_lab", "pingpong": "main_argv", "perftest": "main_argv", "rping": "main_argv",
+               "udaddy": "main_argv"}
+
+
+def command_modules() -> list[ModuleType]:
+    """The subcommand modules, in the order of ``rdmalab --help``."""
+    return [importlib.import_module(f"rdmalab.cli.{name}") for name in COMMAND_NAMES]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,17 +59,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"rdmalab {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    for module in COMMANDS:
+    for module in command_modules():
         module.register(sub)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
     if argv and argv[0] in PASSTHROUGH:
-        args = argparse.Namespace(command=argv[0], func=PASSTHROUGH[argv[0]], lab_args=argv[1:])
+        func = getattr(importlib.import_module(f"rdmalab.cli.{argv[0]}"), PASSTHROUGH[argv[0]])
+        args = argparse.Namespace(command=argv[0], func=func, lab_args=argv[1:])
     else:
+        parser = build_parser()
         args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()

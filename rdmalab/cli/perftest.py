@@ -12,9 +12,13 @@ a message naming them.  See ``docs/interop.md``.
 from __future__ import annotations
 
 import argparse
-from typing import TextIO
+import socket
 
 from rdmalab.cli._common import Fail
+
+TYPE_CHECKING = False  # (typing is not imported at run time: start-up of the live tools)
+if TYPE_CHECKING:
+    from typing import TextIO
 
 HELP = "ib_write/read/send/atomic_bw with the soft engine on UDP (a stock perftest program is the peer)"
 
@@ -117,11 +121,32 @@ def run_perftest(args: argparse.Namespace, out: TextIO) -> int:
     if args.iters is not None and not 5 <= args.iters <= 100_000_000:
         # perftest 4.5 refuses the same: `ib_write_bw -n 3` says "Iteration num should be between 5 and 100000000"
         raise Fail(f"perftest: -n {args.iters}: the iteration count must be between 5 and 100000000, as perftest's")
-    # Imported here so that `rdmalab --help` does not load the engine.
-    from rdmalab.fabric.udp import CarrierError  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.live.oob import OOBError  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.live.perftest import PerftestError, PerftestOptions, run  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.verbs.pyverbs_error import PyverbsRDMAError  # lazy: keeps `rdmalab --help` fast
+    # Imported here so that `rdmalab --help` does not load the engine.  A server (without -R) prints its
+    # banner and listens first and loads the engine after (issue 21: start-up in the lab VM); a client that
+    # connects meanwhile waits in the kernel's accept queue.  The permission check comes first, as perftest
+    # fails at once without a device.
+    from rdmalab.fabric.udp_setup import CarrierError, check_permission
+    from rdmalab.live.listener import OOBError, open_listener
+
+    listener = None
+    if args.server is None and not args.rdma_cm:
+        try:
+            check_permission()
+            listener = open_listener(args.port)
+        except (OOBError, CarrierError) as exc:
+            raise Fail(f"perftest {args.verb}: {exc}") from None
+    try:
+        return _run(args, out, listener)
+    finally:
+        if listener is not None:
+            listener.close()  # (run closes it once it accepts; a failure before that leaves it here)
+
+
+def _run(args: argparse.Namespace, out: TextIO, listener: socket.socket | None) -> int:
+    from rdmalab.fabric.udp_setup import CarrierError
+    from rdmalab.live.oob import OOBError
+    from rdmalab.live.perftest import PerftestError, PerftestOptions, run  # the engine
+    from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 
     opts = PerftestOptions(verb=args.verb, server=args.server, port=args.port, ifname=args.ifname,
                            ib_port=args.ib_port, size=args.size, iters=args.iters, duration=args.duration,
@@ -129,7 +154,7 @@ def run_perftest(args: argparse.Namespace, out: TextIO) -> int:
                            atomic_type=args.atomic_type, num_qps=args.qp, timeout=args.timeout, pcap=args.pcap,
                            rdma_cm=args.rdma_cm, transport=args.transport, mpa_crc=args.mpa_crc)
     try:
-        res = run(opts, out)
+        res = run(opts, out, listener)
     except (PerftestError, OOBError, CarrierError, PyverbsRDMAError) as exc:
         raise Fail(f"perftest {args.verb}: {exc}") from None
     return 1 if res.errors else 0

@@ -10,9 +10,13 @@ memory, ...) are refused with a message.  See ``docs/interop.md``.
 from __future__ import annotations
 
 import argparse
-from typing import TextIO
+import socket
 
 from rdmalab.cli._common import Fail
+
+TYPE_CHECKING = False  # (typing is not imported at run time: start-up of the live tools)
+if TYPE_CHECKING:
+    from typing import TextIO
 
 _UNSUPPORTED = {
     "odp": ("-o", "--odp", "on-demand paging"),
@@ -81,17 +85,37 @@ def run_pingpong(args: argparse.Namespace, out: TextIO) -> int:
             raise Fail(f"pingpong: --{name.replace('_', '-')} must be at least 1, not {v}")
     if not 0 < args.port < 65536:
         raise Fail(f"pingpong: port {args.port} is not a TCP port")
-    # Imported here so that `rdmalab --help` does not load the engine.
-    from rdmalab.fabric.udp import CarrierError  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.live.oob import OOBError  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.live.pingpong import PingpongError, PingpongOptions, run  # lazy: keeps `rdmalab --help` fast
+    # Imported here so that `rdmalab --help` does not load the engine.  A server listens first and loads
+    # the engine after (issue 21: start-up in the lab VM); a client that connects meanwhile waits in the
+    # kernel's accept queue.  The permission check comes first, as the stock programs fail at once without it.
+    from rdmalab.fabric.udp_setup import CarrierError, check_permission
+    from rdmalab.live.listener import OOBError, open_listener
+
+    listener = None
+    if not args.server:
+        try:
+            check_permission()
+            listener = open_listener(args.port)
+        except (OOBError, CarrierError) as exc:
+            raise Fail(f"pingpong {args.kind}: {exc}") from None
+    try:
+        return _run(args, out, listener)
+    finally:
+        if listener is not None:
+            listener.close()  # (run closes it once it accepts; a failure before that leaves it here)
+
+
+def _run(args: argparse.Namespace, out: TextIO, listener: socket.socket | None) -> int:
+    from rdmalab.fabric.udp_setup import CarrierError
+    from rdmalab.live.oob import OOBError
+    from rdmalab.live.pingpong import PingpongError, PingpongOptions, run  # the engine
 
     opts = PingpongOptions(kind=args.kind, server=args.server, port=args.port, ifname=args.ifname,
                            ib_port=args.ib_port, size=args.size, mtu=args.mtu, rx_depth=args.rx_depth,
                            iters=args.iters, sl=args.sl, events=args.events, gid_idx=args.gid_idx, chk=args.chk,
                            num_qp=args.num_qp or 16, timeout=args.timeout, pcap=args.pcap)
     try:
-        res = run(opts, out)
+        res = run(opts, out, listener)
     except (PingpongError, OOBError, CarrierError) as exc:
         raise Fail(f"pingpong {args.kind}: {exc}") from None
     return 1 if res.bad_messages or res.invalid_pages else 0

@@ -10,6 +10,25 @@ importing this package: ``pyproject.toml`` declares them as providers (entry poi
 ``get_device_list()``, as libibverbs loads its provider libraries.
 """
 
-from rdmalab.fabric.sim import Fabric, Faults, default_fabric, reset_default_fabric
+from __future__ import annotations
+
+import importlib
+
+TYPE_CHECKING = False  # (typing is not imported at run time: start-up of the live tools)
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from rdmalab.fabric.sim import Fabric, Faults, default_fabric, reset_default_fabric
+
+# Loaded on first use (PEP 562): the UDP carrier of the live tools does not need the simulated fabric.
 
 __all__ = ["Fabric", "Faults", "default_fabric", "reset_default_fabric"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module("rdmalab.fabric.sim"), name)
+    globals()[name] = value
+    return value

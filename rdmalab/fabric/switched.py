@@ -592,20 +592,22 @@ class SwitchedFabric:
         n = self.events
         step = 1 << 15
         touched = self._touched
+        flush = self._flush
         while q:
             ev = q[0]
             t = ev[0]
             if t > until:
                 break
-            if touched and t != self.now:
-                self._flush()  # the instant is over: the devices that received send their coalesced ACKs
-                continue  # (which may have put earlier events on the heap)
+            if t != self.now:
+                if touched:
+                    flush()  # the instant is over: the devices that received send their coalesced ACKs
+                    continue  # (which may have put earlier events on the heap)
+                self.now = t
             pop(q)
-            self.now = t
             ev[2](ev[3])
             n += 1
             if progress is not None and not n % step:
-                progress(self.now / until)
+                progress(t / until)
         if touched:
             self._flush()
         self.events = n
@@ -630,11 +632,11 @@ class SwitchedFabric:
         return True
 
     def _flush(self) -> None:
-        hosts = self._touched[:]
-        self._touched.clear()  # in place: run() holds this list
-        for h in hosts:
+        hosts = self._touched
+        for h in hosts:  # (a device's flush sends ACKs: none arrives in this instant, so none is added here)
             h.touched = False
             h.device.flush()
+        hosts.clear()  # in place: run() holds this list
 
     def _sample(self, _: Any) -> None:
         self.samples.append(self.now)
@@ -691,10 +693,19 @@ class SwitchedFabric:
         else:
             prio = self.data_prio
         frame = eng.frame() if self.frames else None
-        pkt = [opcode, f, eng.wire_size, prio, eng.ecn, eng.psn, None, frame, eng, route]
+        size = eng.wire_size
+        pkt = [opcode, f, size, prio, eng.ecn, eng.psn, None, frame, eng, route]
         port = host.ports[0]
         if opcode < 0x11 or opcode > 0x81:
-            self._enqueue(port, pkt)
+            # onto the port's queue for its priority, and start it if the port is free
+            port.queues[prio].append(pkt)
+            port.active |= 1 << prio
+            qb = port.qbytes[prio] + size
+            port.qbytes[prio] = qb
+            if qb > port.qmax:
+                port.qmax = qb
+            if not port.free_ev:
+                self._kick(port)
             return
         # An ACK, NAK, READ response or CNP: the NIC's responder is a pipeline of its own (rxe's resp
         # task beside req), so it does not wait behind the requests the requester has queued: it goes
@@ -703,7 +714,7 @@ class SwitchedFabric:
         port.ahead[prio] = i + 1
         port.queues[prio].insert(i, pkt)
         port.active |= 1 << prio
-        qb = port.qbytes[prio] + pkt[SIZE]
+        qb = port.qbytes[prio] + size
         port.qbytes[prio] = qb
         if qb > port.qmax:
             port.qmax = qb
@@ -725,7 +736,12 @@ class SwitchedFabric:
                 host.ce_rcvd += 1
             r = f.peer_engine.resp
             before = r.psn
-            self._hand(dev, pkt, eng, ce)
+            if pkt[FRAME] is not None:
+                dev.receive_frame(pkt[FRAME], eng.id)  # the frame the switches marked: decoded, its ICRC checked
+            else:
+                if ce:
+                    eng.ecn = CE
+                dev.receive(eng)
             if r.psn != before:  # the responder took it: payload delivered in sequence
                 f.rcvd += len(eng.payload)
                 f.pkts_rcvd += 1
@@ -749,17 +765,6 @@ class SwitchedFabric:
         dev.receive(eng)
 
     # ------------------------------------------------------------------ ports
-    def _enqueue(self, port: Port, pkt: list[Any]) -> None:
-        prio = pkt[PRIO]
-        port.queues[prio].append(pkt)
-        port.active |= 1 << prio
-        qb = port.qbytes[prio] + pkt[SIZE]
-        port.qbytes[prio] = qb
-        if qb > port.qmax:
-            port.qmax = qb
-        if not port.free_ev:
-            self._kick(port)
-
     def _kick(self, port: Port) -> None:
         """Start the next frame on ``port`` if it is free (strict priority, skipping paused ones)."""
         now = self.now
@@ -767,8 +772,9 @@ class SwitchedFabric:
             if not port.free_ev:
                 port.free_ev = True
                 self._seq += 1
-                heappush(self._q, (port.busy_until, self._seq, self._free, port))
+                heappush(self._q, (port.busy_until, self._seq, self._kick, port))
             return
+        port.free_ev = False  # (this may be the free event: the port's transmission ended now)
         active = port.active
         if not active:
             return
@@ -816,13 +822,7 @@ class SwitchedFabric:
         heappush(self._q, (end + port.delay, self._seq - 1, self._arrive, pkt))
         if port.active:
             port.free_ev = True
-            heappush(self._q, (end, self._seq, self._free, port))
-        else:
-            port.free_ev = False
-
-    def _free(self, port: Port) -> None:
-        port.free_ev = False
-        self._kick(port)
+            heappush(self._q, (end, self._seq, self._kick, port))  # the free event: the next frame then
 
     # ------------------------------------------------------------------ switches
     def _threshold(self, sw: Switch) -> int:
@@ -891,7 +891,15 @@ class SwitchedFabric:
             port.xoff_gen[prio] += 1
             sw.xoff.append((port, prio))
             self._send_pfc(port, prio, MAX_QUANTA)
-        self._enqueue(out, pkt)
+        # onto the egress port's queue for its priority, and start it if the port is free
+        out.queues[prio].append(pkt)
+        out.active |= 1 << prio
+        qb = out.qbytes[prio] + size
+        out.qbytes[prio] = qb
+        if qb > out.qmax:
+            out.qmax = qb
+        if not out.free_ev:
+            self._kick(out)
 
     def _resume(self, sw: Switch, port: Port, prio: int) -> None:
         port.xoff[prio] = False

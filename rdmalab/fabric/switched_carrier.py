@@ -37,19 +37,22 @@ KIND, FLOW, SIZE, PRIO, ECN, PSN, INPORT, FRAME, PKT, ROUTE = range(10)
 
 
 class _Timer:
-    __slots__ = ("cancelled",)
+    """A pending ``call_later``: the event on the fabric's heap calls :func:`_fire` with it."""
 
-    def __init__(self) -> None:
+    __slots__ = ("cancelled", "fn", "arg")
+
+    def __init__(self, fn: Callable[[Any], None], arg: Any) -> None:
         self.cancelled = False
+        self.fn = fn
+        self.arg = arg
 
     def cancel(self) -> None:
         self.cancelled = True
 
 
-def _fire(arg: tuple[_Timer, Callable[[Any], None], Any]) -> None:
-    h, fn, a = arg
+def _fire(h: _Timer) -> None:
     if not h.cancelled:
-        fn(a)
+        h.fn(h.arg)
 
 
 class SwitchedCarrier:
@@ -110,10 +113,10 @@ class SwitchedCarrier:
             fab.send(host, p)
 
     def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> TimerHandle:
-        h = _Timer()
+        h = _Timer(fn, arg)
         fab = self.fabric
         fab._seq += 1
-        heapq.heappush(fab._q, (fab.now + delay_ns, fab._seq, _fire, (h, fn, arg)))
+        heapq.heappush(fab._q, (fab.now + delay_ns, fab._seq, _fire, h))
         return h
 
     def resolve_mac(self, gid: int) -> int | None:

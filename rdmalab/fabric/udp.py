@@ -57,7 +57,8 @@ from rdmalab.fabric.udp_codec import (
     HDR,
     ICRC,
     RETH_WORDS,
-    SRC_BTH,
+    RX_FIELDS,
+    SEGMENT_RETH,
     U16,
     U32,
     ZEROS,
@@ -82,7 +83,7 @@ from rdmalab.fabric.udp_setup import (
 )
 from rdmalab.verbs.engine.carrier import Station, Timer
 from rdmalab.verbs.engine.node import SoftDevice
-from rdmalab.verbs.engine.packet import PSN_MASK, SEGMENT, Pkt, middle_of
+from rdmalab.verbs.engine.packet import PSN_MASK, Pkt, middle_of
 from rdmalab.verbs.engine.trace import Trace, TraceEvent
 from rdmalab.wire.crc import ICRC_SEED, crc32, mask_rocev2
 from rdmalab.wire.ib import IB_MTUS
@@ -478,6 +479,9 @@ class UdpFabric:
         receive_segment = device.receive_segment
         dst_gid = device.gids[1]
         stats = self.stats
+        rx_fields = RX_FIELDS.unpack_from
+        icrc_of = ICRC.unpack_from
+        reth_words = RETH_WORDS.unpack_from
         fast = 0
         next_flush = ACK_BATCH
         while got < RECV_BUDGET:
@@ -492,25 +496,26 @@ class UdpFabric:
             except InterruptedError:
                 continue
             got += 1
-            if buf[0] != 0x45 or n < 48 or (buf[2] << 8 | buf[3]) != n:
+            # version/IHL, total length, IPv4 source; BTH opcode, flags, words 1 and 2 (one struct call)
+            vihl, total, ip_src, code, flags, w1, w2 = rx_fields(buf)
+            if vihl != 0x45 or total != n or n < 48:
                 self.inbound(bytes(mv[:n]))  # IP options, a truncated or odd datagram: the general path
                 continue
-            # The ICRC (rxe_icrc.c), checked in place: the variant fields set to ones (wire.crc)
+            # The ICRC (rxe_icrc.c), checked in place: the variant fields set to ones (wire.crc); the
+            # fields read above are not among them (BTH byte 4 is the top of word 1, masked off below)
             end = n - 4
-            mask_rocev2(buf)  # (the fields it sets to ones are read no further)
-            if crc32(mv[:end], ICRC_SEED) != ICRC.unpack_from(buf, end)[0]:
+            mask_rocev2(buf)
+            if crc32(mv[:end], ICRC_SEED) != icrc_of(buf, end)[0]:
                 stats["bad_icrc"] += 1
                 device.discard("bad ICRC or malformed packet")
                 continue
-            code = buf[28]
-            info = SEGMENT.get(code)
-            if info is not None:
-                ip_src, w1, w2 = SRC_BTH.unpack_from(buf, 12)
-                stop = end - ((buf[29] >> 4) & 3)
-                if info.headers:  # a WRITE's FIRST or ONLY: the RETH
+            reth = SEGMENT_RETH.get(code)
+            if reth is not None:
+                stop = end - ((flags >> 4) & 3)
+                if reth:  # a WRITE's FIRST or ONLY: the RETH
                     if stop >= 56 and receive_segment(w1 & 0xFFFFFF, code, w2 & PSN_MASK, w2 >> 31,
                                                       0xFFFF00000000 | ip_src, dst_gid, mv[56:stop],
-                                                      RETH_WORDS.unpack_from(buf, 40)):
+                                                      reth_words(buf, 40)):
                         fast += 1
                         continue
                 elif stop >= 40 and receive_segment(w1 & 0xFFFFFF, code, w2 & PSN_MASK, w2 >> 31,

@@ -10,9 +10,12 @@ The ICRC's masking itself has one home, :mod:`rdmalab.wire.crc`.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import Any
 
-from rdmalab.verbs.engine.packet import _ATTR, INFO, Pkt
+from rdmalab.verbs.engine.packet import _ATTR, INFO, SEGMENT, Pkt
 from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_mask_delta, mask_rocev2
+from rdmalab.wire.header import Header, compile_constructor
 from rdmalab.wire.net import ROCEV2_PORT
 
 IPUDP = struct.Struct(">BBHHHBBHIIHHHH")  # IPv4 header (20 bytes) + UDP header (8 bytes)
@@ -20,9 +23,14 @@ BTH_WORDS = struct.Struct(">BBHII")
 HDR = struct.Struct(">BBHHHBBHIIHHHHBBHII")  # IPv4 + UDP + BTH, 40 bytes
 ICRC = struct.Struct("<I")
 ZEROS = (b"", b"\0", b"\0\0", b"\0\0\0")
-SRC_BTH = struct.Struct(">I16xII")  # from offset 12: IPv4 source; BTH words 1 and 2 (dest QP; AckReq, PSN)
+#: what the receive loop reads of a datagram, from offset 0: version/IHL, total length, IPv4 source; BTH
+#: opcode, flags (SE, MigReq, pad count, version), words 1 (dest QP) and 2 (AckReq, PSN)
+RX_FIELDS = struct.Struct(">BxH8xI12xBBxxII")
 RETH_WORDS = struct.Struct(">QII")
 
+#: the opcodes the receive loop hands to ``SoftDevice.receive_segment`` (:data:`SEGMENT`) -> whether a
+#: RETH follows the BTH (a WRITE's FIRST or ONLY)
+SEGMENT_RETH: dict[int, bool] = {code: bool(info.headers) for code, info in SEGMENT.items()}
 
 U16 = struct.Struct(">H")
 U32 = struct.Struct(">I")
@@ -90,7 +98,92 @@ def encode_datagram(p: Pkt, ip_id: int) -> bytes:
 def decode_datagram(d: bytes, icrc_checked: bool = False) -> Pkt | None:
     """An IPv4 RoCEv2 datagram (IP header first) as a :class:`Pkt`, or None if it is malformed,
     not RoCEv2, or its ICRC is wrong (rxe drops those silently: ``rxe_recv.c``).  The payload of
-    the packet is a view into ``d``.  ``icrc_checked``: the caller has checked the ICRC already."""
+    the packet is a view into ``d``.  ``icrc_checked``: the caller has checked the ICRC already.
+
+    A datagram with a 20-byte IP header (all that rxe and this carrier send) takes
+    :func:`_decode_ipv4`: the IP, UDP and BTH fields in one ``struct`` call and the extended
+    headers through decoders generated from their declarations; anything else takes
+    :func:`decode_datagram_reference`, which ``tests/fabric/test_udp_codec_fast.py`` holds the fast
+    path to, packet for packet."""
+    if len(d) >= 44 and d[0] == 0x45:
+        return _decode_ipv4(d, icrc_checked)
+    return decode_datagram_reference(d, icrc_checked)
+
+
+#: IPv4 header (20 bytes, no options) + UDP + BTH, the fields the decoder reads: version/IHL, total
+#: length, protocol, source, destination; UDP ports; BTH opcode, flags, P_Key, words 1 and 2
+RX_HEAD = struct.Struct(">BxH5xB2xIIHH4xBBHII")
+
+
+def _compile_decoder(cls: type[Header]) -> Callable[[Any, int], Header]:
+    """``decode(data, offset)`` for header class ``cls``, without the length check (the caller has
+    made it): its fields' shifts and masks from the declaration, written out once, and the generated
+    constructor (:func:`rdmalab.wire.header.compile_constructor`)."""
+    lay = cls.LAYOUT
+    args = ", ".join(f"(v >> {f.shift}) & {f.mask:#x}" if f.shift else f"v & {f.mask:#x}" for f in lay.fields)
+    ns: dict[str, Any] = {"_make": compile_constructor(cls), "_int": int.from_bytes}
+    exec(f"def decode(d, at):\n    v = _int(d[at:at + {lay.size}], 'big')\n    return _make({args})\n", ns)  # noqa: S102
+    decode: Callable[[Any, int], Header] = ns["decode"]
+    return decode
+
+
+#: opcode -> its extended headers as (Pkt attribute or None, size, decoder); None for a header the
+#: engine's packet has no attribute for (RD's RDETH, FLUSH's FETH: decoded for the length check, not kept).
+#: Filled on first use of each opcode (:func:`_plan`): compiling every decoder up front would cost the
+#: engine's start-up in the lab VM for opcodes most runs never receive.
+_PLANS: dict[int, tuple[tuple[str | None, int, Callable[[Any, int], Header]], ...]] = {}
+_DECODERS: dict[type[Header], Callable[[Any, int], Header]] = {}
+
+
+def _plan(code: int) -> tuple[tuple[str | None, int, Callable[[Any, int], Header]], ...] | None:
+    info = INFO.get(code)
+    if info is None:
+        return None
+    for cls in info.headers:
+        if cls not in _DECODERS:
+            _DECODERS[cls] = _compile_decoder(cls)
+    plan = _PLANS[code] = tuple((_ATTR.get(cls), cls.LAYOUT.size, _DECODERS[cls]) for cls in info.headers)
+    return plan
+
+
+def _decode_ipv4(d: bytes, icrc_checked: bool) -> Pkt | None:
+    """:func:`decode_datagram` for a datagram whose IP header is 20 bytes (``d[0] == 0x45``, ``len(d) >= 44``)."""
+    _, total, proto, src, dst, sport, dport, opc, flags, pkey, w1, w2 = RX_HEAD.unpack_from(d)
+    if proto != 17 or total > len(d) or total < 44 or dport != ROCEV2_PORT:
+        return None
+    plan = _PLANS.get(opc)
+    if plan is None:
+        plan = _plan(opc)
+        if plan is None:
+            return None
+    mv = memoryview(d)
+    end_crc = total - 4
+    if not icrc_checked:
+        m = bytearray(mv[:40])
+        mask_rocev2(m)
+        if crc32(mv[40:end_crc], crc32(m, ICRC_SEED)) != int.from_bytes(mv[end_crc:total], "little"):
+            return None
+    at = 40
+    hdrs = []
+    for attr, size, dec in plan:
+        if at + size > end_crc:
+            return None
+        if attr is not None:
+            hdrs.append((attr, dec(d, at)))
+        at += size
+    end = end_crc - ((flags >> 4) & 3)
+    if end < at:
+        return None
+    p = Pkt(opc, w2 & 0xFFFFFF, w1 & 0xFFFFFF, 0xFFFF00000000 | src, 0xFFFF00000000 | dst, sport, 0, 0, mv[at:end],
+            w2 >> 31, flags >> 7)
+    p.pkey = pkey
+    for attr, h in hdrs:
+        setattr(p, attr, h)
+    return p
+
+
+def decode_datagram_reference(d: bytes, icrc_checked: bool = False) -> Pkt | None:
+    """:func:`decode_datagram` spelled out field by field, for any IPv4 header length: the reference."""
     if len(d) < 20 or d[0] >> 4 != 4:
         return None
     u = (d[0] & 0x0F) * 4
@@ -132,5 +225,7 @@ def decode_datagram(d: bytes, icrc_checked: bool = False) -> Pkt | None:
             mv[at:end], w2 >> 31, d[b + 1] >> 7)
     p.pkey = (d[b + 2] << 8) | d[b + 3]
     for h in hdrs:
-        setattr(p, _ATTR[type(h)], h)
+        attr = _ATTR.get(type(h))
+        if attr is not None:  # (RD's RDETH, FLUSH's FETH: the engine's packet does not keep them)
+            setattr(p, attr, h)
     return p

@@ -8,14 +8,9 @@ socket, and what the filters keep: :mod:`rdmalab.fabric.udp`).
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import fcntl
 import socket
 import struct
-
-from rdmalab.wire.ib import IB_MTUS
-from rdmalab.wire.net import ROCEV2_PORT
 
 RXE_MAX_HDR_LENGTH = 80  # rxe_param.h: Ethernet + IP + UDP + BTH and extension headers, ICRC
 
@@ -50,6 +45,8 @@ def check_permission() -> None:
 def _ifreq(ifname: str, request: int) -> bytes:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
+            import fcntl  # (here, as ctypes below: not needed to listen)
+
             return fcntl.ioctl(s.fileno(), request, struct.pack("256s", ifname.encode()[:15]))
         except OSError as exc:
             if exc.errno == errno.ENODEV:
@@ -86,6 +83,8 @@ def interface_of(ip: str) -> str:
 
 def ib_mtu_for(netdev_mtu: int) -> int:
     """rxe's port MTU for a netdev MTU: ``mtu - 80`` rounded down to an IB MTU, at least 256."""
+    from rdmalab.wire.ib import IB_MTUS  # (here: the live tools check permission before they load the codecs)
+
     room = netdev_mtu - RXE_MAX_HDR_LENGTH
     return max((m for m in IB_MTUS if m <= room), default=256)
 
@@ -104,20 +103,20 @@ def neighbour_mac(ip: str) -> int | None:
 
 
 # ---------------------------------------------------------------------- socket filters (classic BPF)
-class _SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
-
-
 def _attach_filter(sock: socket.socket, prog: list[tuple[int, int, int, int]]) -> None:
     # setsockopt(SO_ATTACH_FILTER) takes a struct sock_fprog pointing at the instructions
     # (include/uapi/linux/filter.h); Python's socket module has no helper for it.  The kernel
     # copies the program during the call (sk_attach_filter), so the ctypes memory may go after.
-    arr = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
-    fprog = _SockFprog(len(prog), ctypes.cast(arr, ctypes.POINTER(_SockFilter)))
+    import ctypes  # (here: the live tools check the permission and listen before they open the carrier)
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(SockFilter))]
+
+    arr = (SockFilter * len(prog))(*[SockFilter(*ins) for ins in prog])
+    fprog = SockFprog(len(prog), ctypes.cast(arr, ctypes.POINTER(SockFilter)))
     sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, bytes(ctypes.string_at(ctypes.addressof(fprog),
                                                                                  ctypes.sizeof(fprog))))
 
@@ -126,6 +125,8 @@ def _rocev2_filter(ipv4: int, groups: tuple[int, ...] = ()) -> list[tuple[int, i
     # On a raw IPv4 socket the filter sees the packet from the IP header.  Accept UDP (already
     # guaranteed by IPPROTO_UDP) to our address, or to a multicast group joined, and port 4791,
     # whatever the IP header length.
+    from rdmalab.wire.net import ROCEV2_PORT
+
     ld_w, ld_b_msh, ldx_h, jeq, ret = 0x20, 0xB1, 0x48, 0x15, 0x06
     addrs = (ipv4, *groups)
     prog = [(ld_w, 0, 0, 16)]                              # A = ip.dst

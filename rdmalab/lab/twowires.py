@@ -205,16 +205,20 @@ class SideBySide:
         return [str(r.frame), r.direction, r.what, str(r.size), r.acks]
 
     def __str__(self) -> str:
-        lines = []
+        """Both columns as wide as their longest cell: nothing is cut (a PSN must be read whole)."""
         n = max(len(self.left.rows), len(self.right.rows))
-        head = f"{self.left.wire:<58} | {self.right.wire}"
-        lines.append(head)
-        for k in range(n):
-            a = self.left.rows[k] if k < len(self.left.rows) else None
-            b = self.right.rows[k] if k < len(self.right.rows) else None
-            ca, cb = self._cells(a), self._cells(b)
-            lines.append(f"{ca[0]:>3} {ca[1]:2} {ca[2][:30]:30} {ca[3]:>5} {ca[4][:14]:14} | "
-                         f"{cb[0]:>3} {cb[1]:2} {cb[2][:30]:30} {cb[3]:>5} {cb[4]}")
+        left = [self._cells(r) for r in self.left.rows] + [self._cells(None)] * (n - len(self.left.rows))
+        right = [self._cells(r) for r in self.right.rows] + [self._cells(None)] * (n - len(self.right.rows))
+        wl = [max([len(c[i]) for c in left] + [0]) for i in range(5)]
+        wr = [max([len(c[i]) for c in right] + [0]) for i in range(5)]
+
+        def cell(c: list[str], w: list[int]) -> str:
+            return f"{c[0]:>{w[0]}} {c[1]:{w[1]}} {c[2]:{w[2]}} {c[3]:>{w[3]}} {c[4]:{w[4]}}"
+
+        width = len(cell(self._cells(None), wl))
+        lines = [f"{self.left.wire:<{width}} | {self.right.wire}"]
+        for ca, cb in zip(left, right, strict=True):
+            lines.append(f"{cell(ca, wl)} | {cell(cb, wr).rstrip()}")
         for wire, t in self.totals().items():
             lines.append(f"{wire}: " + ", ".join(f"{v} {k}" for k, v in t.items()))
         return "\n".join(lines)

@@ -18,9 +18,12 @@ See docs/live.md.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # (typing is not imported at run time: start-up of the live tools)
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from rdmalab.live.discover import Device, describe, devices
     from rdmalab.live.vm import VM, Missing, VMError, VMResult, kvm_usable, missing, run_in_vm
 

@@ -21,13 +21,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rdmalab.live.listener import OOBError as OOBError  # (its home; programs import it from here too)
+from rdmalab.live.listener import open_listener as open_listener
+
 PP_RECORD = 52  # sizeof "0000:000000:000000:00000000000000000000000000000000"
 PP_DONE = b"done\0"
 PERF_RECORD = 108  # KEY_MSG_SIZE_GID
-
-
-class OOBError(Exception):
-    """The out-of-band exchange failed (connection refused, peer gone, a record that does not parse)."""
 
 
 # ---------------------------------------------------------------------- pingpong records
@@ -196,19 +195,12 @@ def connect(host: str, port: int, *, family: int = socket.AF_UNSPEC, tries: floa
         time.sleep(0.2)
 
 
-def listen(port: int, *, family: int = socket.AF_INET6, timeout: float | None = None) -> Channel:
-    """Accept one connection on ``port`` (all addresses, v4 and v6 like ``AI_PASSIVE``/``AF_UNSPEC``)."""
+def listen(port: int, *, family: int = socket.AF_INET6, timeout: float | None = None,
+           listener: socket.socket | None = None) -> Channel:
+    """Accept one connection on ``port`` (on ``listener`` if given: :func:`open_listener`'s socket); the
+    listening socket is closed once the connection is accepted (or on failure)."""
+    srv = listener if listener is not None else open_listener(port, family=family)
     try:
-        srv = socket.socket(family, socket.SOCK_STREAM)
-    except OSError:
-        family = socket.AF_INET
-        srv = socket.socket(family, socket.SOCK_STREAM)
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if family == socket.AF_INET6:
-        srv.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-    try:
-        srv.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
-        srv.listen(1)
         srv.settimeout(timeout)
         conn, _ = srv.accept()
     except TimeoutError:

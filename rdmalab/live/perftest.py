@@ -44,6 +44,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import socket
 import struct
 import time
 from collections.abc import Callable
@@ -57,7 +58,7 @@ from rdmalab.live.oob import PERF_RECORD, Channel, PerfDest, connect, listen
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
 from rdmalab.verbs.cm_enums import RAI_PASSIVE, rdma_cm_event_type
-from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, event_str
+from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, event_str, unreachable_text
 from rdmalab.verbs.cq import CQ
 from rdmalab.verbs.device import Context, _fabric, get_device_list
 from rdmalab.verbs.libibverbs_enums import IBV_TRANSPORT_IB, IBV_TRANSPORT_IWARP
@@ -206,8 +207,9 @@ def compute_report(size: int, posted: list[float], completed: list[float], cq_mo
     return BwReport(size, n, size / opt / factor, size * n / total / factor, n / total / 1e6)
 
 
-def run(opts: PerftestOptions, out: IO[str]) -> PerftestResult:
-    """Run one perftest program's exchange and traffic; prints its lines to ``out``."""
+def run(opts: PerftestOptions, out: IO[str], listener: socket.socket | None = None) -> PerftestResult:
+    """Run one perftest program's exchange and traffic; prints its lines to ``out``.  A server (without
+    -R) accepts on ``listener`` (:func:`rdmalab.live.oob.open_listener`) when given."""
     verb = opts.verb
     if verb not in VERBS:
         raise PerftestError(f"unknown test {verb!r} (write, read, send or atomic)")
@@ -253,7 +255,8 @@ def run(opts: PerftestOptions, out: IO[str]) -> PerftestResult:
         out.flush()
     if opts.rdma_cm:
         return _run_cm(opts, out, client, sizes)
-    chan: Channel = connect(opts.server, opts.port, tries=30.0) if opts.server else listen(opts.port)
+    chan: Channel = (connect(opts.server, opts.port, tries=30.0) if opts.server
+                     else listen(opts.port, listener=listener))
     fab = None
     try:
         # ----------------------------------------------------------- versions, page size, MTU
@@ -843,8 +846,7 @@ def _event(ch: CMEventChannel, cmid: CMID | None, kinds: tuple[int, ...], what: 
         raise Rejected(f"{what}: rejected by {where}: {why}")
     if ev.kind == EV.RDMA_CM_EVENT_UNREACHABLE:
         i = ev.info
-        raise PerftestError(f"{what}: {where} is unreachable: no answer to the {i.get('message', 'REQ')} after "
-                            f"{i.get('tries', '?')} tries over {i.get('waited_ms', 0) / 1000:.1f} s")
+        raise PerftestError(f"{what}: {where} is unreachable: {unreachable_text(i)}")
     raise PerftestError(f"{what}: got {event_str(ev.kind)} (status {ev.status}) from {where}")
 
 

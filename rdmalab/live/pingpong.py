@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -95,8 +96,9 @@ def expected_message(opts: PingpongOptions, client_chk: bool) -> bytes:
     return bytes(buf)
 
 
-def run(opts: PingpongOptions, out: IO[str]) -> PingpongResult:
-    """Run one pingpong; prints the stock program's lines to ``out``."""
+def run(opts: PingpongOptions, out: IO[str], listener: socket.socket | None = None) -> PingpongResult:
+    """Run one pingpong; prints the stock program's lines to ``out``.  A server accepts on ``listener``
+    (:func:`rdmalab.live.oob.open_listener`) when given, else it opens one on ``opts.port``."""
     kind = opts.kind
     size = opts.size
     assert size is not None
@@ -124,7 +126,7 @@ def run(opts: PingpongOptions, out: IO[str]) -> PingpongResult:
     if opts.server:
         chan = connect(opts.server, opts.port, tries=30.0)
     else:
-        chan = listen(opts.port)
+        chan = listen(opts.port, listener=listener)
     fab = None
     try:
         ifname = opts.ifname or interface_of(chan.local_ip)

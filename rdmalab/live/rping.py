@@ -36,7 +36,7 @@ from typing import IO
 
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.cm_enums import RAI_PASSIVE, rdma_cm_event_type
-from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam
+from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, unreachable_text
 from rdmalab.verbs.cq import CQ
 from rdmalab.verbs.libibverbs_enums import IBV_TRANSPORT_IB, IBV_TRANSPORT_IWARP
 from rdmalab.verbs.mr import MR
@@ -211,8 +211,7 @@ def _expect(ch: CMEventChannel, kind: int, what: str, where: str) -> CMEvent:
         raise RpingError(f"{what}: rejected by {where}: {_reason(ev.status)}")
     if ev.event_type == EV.RDMA_CM_EVENT_UNREACHABLE:
         i = ev._ev.info if ev._ev is not None else {}
-        raise RpingError(f"{what}: {where} is unreachable: no answer to the {i.get('message', 'REQ')} after "
-                         f"{i.get('tries', '?')} tries over {i.get('waited_ms', 0) / 1000:.1f} s")
+        raise RpingError(f"{what}: {where} is unreachable: {unreachable_text(i)}")
     raise RpingError(f"{what}: got {ev.event_str()} (status {ev.status}) instead of {EV(kind).name}")
 
 

@@ -224,6 +224,15 @@ class UDParam:
         return self._ah
 
 
+def unreachable_text(info: dict[str, Any]) -> str:
+    """Why an UNREACHABLE event came, in words: the CM's REQ (or SIDR_REQ) retries, or on iWARP the
+    TCP connection or the MPA Reply that did not come (``why``)."""
+    if "tries" not in info and info.get("why"):
+        return f"no connection: {info['why']}"
+    return (f"no answer to the {info.get('message', 'REQ')} after {info.get('tries', 0)} tries over "
+            f"{info.get('waited_ms', 0) / 1000:.1f} s")
+
+
 class _Event:
     __slots__ = ("kind", "cmid", "listen", "status", "private_data", "ud", "info")
 
@@ -479,8 +488,7 @@ class CMID:
                     f"{ev.status} ({w.rej_reason_name(ev.status)})")
         if ev.kind == EV.RDMA_CM_EVENT_UNREACHABLE:
             i = ev.info
-            return (f"{what}: {self.dst_addr}:{self.dst_port} is unreachable: no answer to the "
-                    f"{i.get('message', 'REQ')} after {i.get('tries', 0)} tries over {i.get('waited_ms', 0) / 1000:.1f} s")
+            return f"{what}: {self.dst_addr}:{self.dst_port} is unreachable: {unreachable_text(i)}"
         return f"{what}: got {event_str(ev.kind)} instead"
 
     # ------------------------------------------------------------------ addresses

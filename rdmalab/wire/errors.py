@@ -11,7 +11,9 @@ different remedies: a short capture snap length versus a broken sender.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # (typing is not imported at run time: start-up of the live tools)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class RdmalabError(Exception):

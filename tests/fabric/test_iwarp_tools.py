@@ -109,3 +109,12 @@ def test_what_the_iwarp_options_refuse(argv: list[str], words: str, capsys: pyte
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err, err
+
+
+def test_unreachable_says_why_on_both_transports() -> None:
+    # RoCE: the CM's retries; iWARP: the TCP connection that failed (no "? tries over 0.0 s")
+    from rdmalab.verbs.cmid import unreachable_text
+    assert unreachable_text({"message": "REQ", "tries": 16, "waited_ms": 98304}) == \
+        "no answer to the REQ after 16 tries over 98.3 s"
+    text = unreachable_text({"why": "connect to 10.0.0.9:7174: EHOSTUNREACH"})
+    assert text == "no connection: connect to 10.0.0.9:7174: EHOSTUNREACH"

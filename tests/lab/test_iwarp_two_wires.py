@@ -116,3 +116,12 @@ def test_the_exercise_answer_is_what_the_run_shows(runs: tuple[Run, Run]) -> Non
     sizes = {len(p.data) - len(p.payload) for p in writes}
     assert sizes == {20}
     assert lab.check("wires.iwarp_overhead", sizes.pop()).status == lab.PASS
+
+
+def test_the_text_table_cuts_no_cell(runs: tuple[Run, Run]) -> None:
+    # every row's description and what it acknowledges appear whole (a PSN read from a cut cell is wrong)
+    text = str(side_by_side(*runs))
+    for run in runs:
+        for row in run.rows:
+            assert row.what in text, row.what
+            assert row.acks in text, row.acks
