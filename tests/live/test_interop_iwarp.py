@@ -28,6 +28,7 @@ import json
 import re
 import shlex
 import shutil
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,12 @@ def test_the_stock_tools_run_between_two_kernel_siw_devices(iw_job: Path) -> Non
 def test_both_roles_against_the_stock_program_on_siw(iw_job: Path, mode: str, what: str) -> None:
     out, tag = iw_job, f"{mode}.{what}"
     assert "SoftiWARP attached" in _read(out, f"{mode}.siw.txt"), _read(out, f"{mode}.siw.txt")
+    race = out / f"{tag}.siw_race"
+    if race.exists():
+        # the driver ran the pairing again only on the mark of siw 6.1's accept race (iwarp_driver.py); say so
+        first = _read(out, f"{tag}.rdl_client.race.out")
+        warnings.warn(f"{tag}: siw 6.1 accept race in the first run ({race.read_text().strip()}); the second run "
+                      f"is checked below. The first run's client said:\n{first[-600:]}", stacklevel=1)
     for stock, ours in (("stock_server", "rdl_client"), ("stock_client", "rdl_server")):
         s, o = _read(out, f"{tag}.{stock}.out"), _read(out, f"{tag}.{ours}.out")
         assert _rc(out, f"{tag}.{ours}") == 0, f"rdmalab {ours} (crc {mode}):\n{o}\n--- stock {stock}:\n{s}"
