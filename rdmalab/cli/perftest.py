@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import socket
 
-from rdmalab.cli._common import Fail
+from rdmalab.cli._common import Fail, listen_then_run
 
 TYPE_CHECKING = False  # (typing is not imported at run time: start-up of the live tools)
 if TYPE_CHECKING:
@@ -121,25 +121,9 @@ def run_perftest(args: argparse.Namespace, out: TextIO) -> int:
     if args.iters is not None and not 5 <= args.iters <= 100_000_000:
         # perftest 4.5 refuses the same: `ib_write_bw -n 3` says "Iteration num should be between 5 and 100000000"
         raise Fail(f"perftest: -n {args.iters}: the iteration count must be between 5 and 100000000, as perftest's")
-    # Imported here so that `rdmalab --help` does not load the engine.  A server (without -R) prints its
-    # banner and listens first and loads the engine after (issue 21: start-up in the lab VM); a client that
-    # connects meanwhile waits in the kernel's accept queue.  The permission check comes first, as perftest
-    # fails at once without a device.
-    from rdmalab.fabric.udp_setup import CarrierError, check_permission
-    from rdmalab.live.listener import OOBError, open_listener
-
-    listener = None
-    if args.server is None and not args.rdma_cm:
-        try:
-            check_permission()
-            listener = open_listener(args.port)
-        except (OOBError, CarrierError) as exc:
-            raise Fail(f"perftest {args.verb}: {exc}") from None
-    try:
-        return _run(args, out, listener)
-    finally:
-        if listener is not None:
-            listener.close()  # (run closes it once it accepts; a failure before that leaves it here)
+    # a server (without -R) listens before it loads the engine (listen_then_run); `rdmalab --help` loads neither
+    return listen_then_run(args.server is None and not args.rdma_cm, args.port, f"perftest {args.verb}",
+                           lambda listener: _run(args, out, listener))
 
 
 def _run(args: argparse.Namespace, out: TextIO, listener: socket.socket | None) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import socket
 
-from rdmalab.cli._common import Fail
+from rdmalab.cli._common import Fail, listen_then_run
 
 TYPE_CHECKING = False  # (typing is not imported at run time: start-up of the live tools)
 if TYPE_CHECKING:
@@ -85,24 +85,9 @@ def run_pingpong(args: argparse.Namespace, out: TextIO) -> int:
             raise Fail(f"pingpong: --{name.replace('_', '-')} must be at least 1, not {v}")
     if not 0 < args.port < 65536:
         raise Fail(f"pingpong: port {args.port} is not a TCP port")
-    # Imported here so that `rdmalab --help` does not load the engine.  A server listens first and loads
-    # the engine after (issue 21: start-up in the lab VM); a client that connects meanwhile waits in the
-    # kernel's accept queue.  The permission check comes first, as the stock programs fail at once without it.
-    from rdmalab.fabric.udp_setup import CarrierError, check_permission
-    from rdmalab.live.listener import OOBError, open_listener
-
-    listener = None
-    if not args.server:
-        try:
-            check_permission()
-            listener = open_listener(args.port)
-        except (OOBError, CarrierError) as exc:
-            raise Fail(f"pingpong {args.kind}: {exc}") from None
-    try:
-        return _run(args, out, listener)
-    finally:
-        if listener is not None:
-            listener.close()  # (run closes it once it accepts; a failure before that leaves it here)
+    # a server listens before it loads the engine (listen_then_run); `rdmalab --help` loads neither
+    return listen_then_run(not args.server, args.port, f"pingpong {args.kind}",
+                           lambda listener: _run(args, out, listener))
 
 
 def _run(args: argparse.Namespace, out: TextIO, listener: socket.socket | None) -> int:

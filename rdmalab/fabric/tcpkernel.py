@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rdmalab.verbs.engine.carrier import Timer
+from rdmalab.verbs.engine.carrier import Timer, WallClockWait
 from rdmalab.verbs.engine.iwdevice import ConnectResult, IwDevice
 from rdmalab.verbs.engine.trace import TraceEvent
 
@@ -141,7 +141,7 @@ class SockStream:
         return f"<TCP socket {self.local[0]}:{self.local[1]} -> {self.peer[0]}:{self.peer[1]}>"
 
 
-class KernelTcp:
+class KernelTcp(WallClockWait):
     """Soft iWARP devices on kernel TCP sockets: carrier, scheduler and TCP stack in one.
 
     ``poll_wait`` is how long ``CQ.poll`` (through :meth:`progress`) waits for the network when
@@ -329,20 +329,6 @@ class KernelTcp:
             did += 1
         did += self._run_timers()
         return did > 0
-
-    def progress(self, done: Callable[[], bool], max_steps: int = 20_000, timeout: float | None = None) -> bool:
-        end = time.monotonic() + (self.poll_wait if timeout is None else timeout)
-        while not done():
-            left = end - time.monotonic()
-            if left <= 0:
-                self.step()
-                return done()
-            self.step(min(left, 0.05))
-        return True
-
-    def run_until(self, done: Callable[[], bool], timeout: float) -> bool:
-        """Run the loop until ``done()`` or ``timeout`` seconds pass (for programs that wait for a peer)."""
-        return self.progress(done, timeout=timeout)
 
     def run(self, until_ns: int | None = None, max_events: int = 10_000_000) -> int:
         steps = 0

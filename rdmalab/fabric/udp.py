@@ -81,7 +81,7 @@ from rdmalab.fabric.udp_setup import (
     interface_of,
     neighbour_mac,
 )
-from rdmalab.verbs.engine.carrier import Station, Timer
+from rdmalab.verbs.engine.carrier import Station, Timer, WallClockWait
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import PSN_MASK, Pkt, middle_of
 from rdmalab.verbs.engine.trace import Trace, TraceEvent
@@ -105,7 +105,7 @@ RECV_BUDGET = 128
 
 
 # ---------------------------------------------------------------------- the carrier
-class UdpFabric:
+class UdpFabric(WallClockWait):
     """One soft device on a real interface, talking RoCEv2 over UDP/IPv4 port 4791.
 
     ``UdpFabric(ifname="veth1")`` or ``UdpFabric(ip="10.0.0.2")`` (either finds the other);
@@ -607,21 +607,6 @@ class UdpFabric:
             self.step(0.01)
             steps += 1
         return steps
-
-    def progress(self, done: Callable[[], bool], max_steps: int = 20_000, timeout: float | None = None) -> bool:
-        """Run the loop until ``done()`` or ``timeout`` seconds (default ``poll_wait``) pass."""
-        end = time.monotonic() + (self.poll_wait if timeout is None else timeout)
-        while not done():
-            left = end - time.monotonic()
-            if left <= 0:
-                self.step()
-                return done()
-            self.step(min(left, 0.05))
-        return True
-
-    def run_until(self, done: Callable[[], bool], timeout: float) -> bool:
-        """:meth:`progress` with an explicit deadline (for programs that wait for a peer)."""
-        return self.progress(done, timeout=timeout)
 
     def fileno(self) -> int:
         return self._raw.fileno()

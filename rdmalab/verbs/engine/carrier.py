@@ -54,6 +54,7 @@ Rules for carriers:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -61,7 +62,7 @@ from rdmalab.verbs.engine.datagram import Datagram, datagram_from_frame
 from rdmalab.verbs.engine.packet import Pkt
 from rdmalab.verbs.engine.trace import TraceEvent
 
-__all__ = ["Carrier", "Datagram", "Scheduler", "Station", "Timer", "TimerHandle", "datagram_from_frame"]
+__all__ = ["Carrier", "Datagram", "Scheduler", "Station", "Timer", "TimerHandle", "WallClockWait", "datagram_from_frame"]
 
 
 @runtime_checkable
@@ -88,6 +89,32 @@ class Timer:
     def __call__(self, _: Any) -> None:
         if not self.cancelled:
             self.fn(self.arg)
+
+
+class WallClockWait:
+    """How a carrier on the wall clock waits (the UDP carrier, the kernel-TCP carrier): ``step(timeout)``
+    runs what is ready within ``timeout`` seconds; ``poll_wait`` is how long :meth:`progress` waits by
+    default (what ``CQ.poll`` gives the network before it answers "nothing yet")."""
+
+    poll_wait: float
+
+    def step(self, timeout: float = 0.0) -> bool:
+        raise NotImplementedError
+
+    def progress(self, done: Callable[[], bool], max_steps: int = 20_000, timeout: float | None = None) -> bool:
+        """Run the loop until ``done()`` or ``timeout`` seconds (default ``poll_wait``) pass."""
+        end = time.monotonic() + (self.poll_wait if timeout is None else timeout)
+        while not done():
+            left = end - time.monotonic()
+            if left <= 0:
+                self.step()
+                return done()
+            self.step(min(left, 0.05))
+        return True
+
+    def run_until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """:meth:`progress` with an explicit deadline (for programs that wait for a peer)."""
+        return self.progress(done, timeout=timeout)
 
 
 @runtime_checkable
