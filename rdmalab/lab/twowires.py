@@ -231,7 +231,9 @@ class SideBySide:
             a = self.left.rows[k] if k < len(self.left.rows) else None
             b = self.right.rows[k] if k < len(self.right.rows) else None
             cells = self._cells(a) + self._cells(b)
-            style = ["", "", "", "", "border-right:2px solid #888"] + [""] * 5
+            # text left, numbers right (a notebook's tables right-align every cell by default)
+            side = [f"text-align:{a};padding:1px 6px" for a in ("right", "left", "left", "right", "left")]
+            style = [*side[:4], side[4] + ";border-right:2px solid #888", *side]
             body.append("<tr>" + "".join(f"<td style='{s}'>{html.escape(c)}</td>" for c, s in zip(cells, style,
                                                                                                     strict=True))
                         + "</tr>")
