@@ -122,40 +122,35 @@ def _seal(parts: list[Any], crc: bool) -> bytes:
     return body + (_crc.crc32c(body).to_bytes(4, "little") if crc else _NO_CRC)
 
 
-def tagged_fpdus(opcode: int, stag: int, to: int, payload: Any, room: int, crc: bool) -> list[bytes]:
-    """The FPDUs of a tagged message (RDMA Write, Read Response) cut into ULPDUs of at most ``room`` octets."""
-    chunk = min(room, MAX_ULPDU) - DDP_TAGGED_SIZE
+def _cut(payload: Any, room: int, hdr_size: int, crc: bool, head: Callable[[int, bool, int], bytes]) -> list[bytes]:
+    """``payload`` cut into ULPDUs of at most ``room`` octets, each sealed as an FPDU; ``head(ulen, last,
+    offset)`` packs the DDP/RDMAP header of one (tagged or untagged)."""
+    chunk = min(room, MAX_ULPDU) - hdr_size
     n = len(payload)
-    rctl = 0x40 | opcode
     out = []
     off = 0
     while True:
         data = payload[off:off + chunk]
         last = off + chunk >= n
-        ulen = DDP_TAGGED_SIZE + len(data)
-        head = _TAGGED.pack(ulen, 0xC1 if last else 0x81, rctl, stag, (to + off) & _U64)
-        out.append(_seal([head, data, _PADS[-(ulen + 2) % 4]], crc))
+        ulen = hdr_size + len(data)
+        out.append(_seal([head(ulen, last, off), data, _PADS[-(ulen + 2) % 4]], crc))
         off += chunk
         if last:
             return out
+
+
+def tagged_fpdus(opcode: int, stag: int, to: int, payload: Any, room: int, crc: bool) -> list[bytes]:
+    """The FPDUs of a tagged message (RDMA Write, Read Response): the TO advances, L on the last."""
+    rctl = 0x40 | opcode
+    return _cut(payload, room, DDP_TAGGED_SIZE, crc,
+                lambda ulen, last, off: _TAGGED.pack(ulen, 0xC1 if last else 0x81, rctl, stag, (to + off) & _U64))
 
 
 def untagged_fpdus(opcode: int, qn: int, msn: int, payload: Any, room: int, crc: bool, inv_stag: int = 0) -> list[bytes]:
     """The FPDUs of an untagged message with a payload (the Sends): one MSN, MO advancing, L on the last."""
-    chunk = min(room, MAX_ULPDU) - DDP_UNTAGGED_SIZE
-    n = len(payload)
     rctl = 0x40 | opcode
-    out = []
-    off = 0
-    while True:
-        data = payload[off:off + chunk]
-        last = off + chunk >= n
-        ulen = DDP_UNTAGGED_SIZE + len(data)
-        head = _UNTAGGED.pack(ulen, 0x41 if last else 0x01, rctl, inv_stag, qn, msn, off)
-        out.append(_seal([head, data, _PADS[-(ulen + 2) % 4]], crc))
-        off += chunk
-        if last:
-            return out
+    return _cut(payload, room, DDP_UNTAGGED_SIZE, crc,
+                lambda ulen, last, off: _UNTAGGED.pack(ulen, 0x41 if last else 0x01, rctl, inv_stag, qn, msn, off))
 
 
 class Stream(Protocol):
