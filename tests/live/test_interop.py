@@ -95,18 +95,18 @@ for spec in "write:-a -n 5" "send:-D 2 -s 4096"; do
   perftest_pair ${verb}_$(echo "$OPTS" | tr -d ' -') 240 $verb "$OPTS" ""
 done
 log "pyverbs on rxe <-> engine: integrity, atomics, wrong rkey both ways"
-tcpdump -i $RXE0_NETDEV -w "$OUT/integrity.pcap" udp port 4791 2> /dev/null &
+tcpdump -i $RXE0_NETDEV -U --immediate-mode -B 8192 -w "$OUT/integrity.pcap" udp port 4791 2> /dev/null &
 TD=$!; sleep 1
 $ENG timeout 120 $PY "$ROOT/tests/live/interop_rdl_peer.py" $PEER_NETDEV > "$OUT/integrity.rdl.out" 2>&1 &
 wait_port "$ENG" 18600
 timeout 120 /usr/bin/python3 "$ROOT/tests/live/interop_rxe_peer.py" $PEER_IP > "$OUT/integrity.rxe.out" 2>&1
 echo $? > "$OUT/integrity.rxe.rc"; wait %2; echo $? > "$OUT/integrity.rdl.rc"
-sleep 0.5; kill $TD; wait $TD 2>/dev/null
+sleep 1; kill $TD; wait $TD 2>/dev/null  # immediate mode: no frame waits in a ring block when tcpdump stops
 stats integrity
 log "2% loss on both veths"
 tc qdisc add dev $RXE0_NETDEV root netem loss 2%
 $ENG tc qdisc add dev $PEER_NETDEV root netem loss 2%
-tcpdump -i $RXE0_NETDEV -w "$OUT/loss.pcap" udp port 4791 2> /dev/null &
+tcpdump -i $RXE0_NETDEV -U --immediate-mode -B 8192 -w "$OUT/loss.pcap" udp port 4791 2> /dev/null &
 TD=$!; sleep 1
 timeout 300 ibv_rc_pingpong -d $RXE0 -g 1 -n $ITERS -c > "$OUT/loss.stock_server.out" 2>&1 &
 wait_port "" 18515
@@ -116,7 +116,7 @@ timeout 300 $ENG $RDL pingpong rc -g 1 -n $ITERS -c --timeout 120 > "$OUT/loss.r
 wait_port "$ENG" 18515
 timeout 300 ibv_rc_pingpong -d $RXE0 -g 1 -n $ITERS -c $PEER_IP > "$OUT/loss.stock_client.out" 2>&1
 echo $? > "$OUT/loss.stock_client.rc"; wait $!; echo $? > "$OUT/loss.rdl_server.rc"
-sleep 0.5; kill $TD; wait $TD 2>/dev/null
+sleep 1; kill $TD; wait $TD 2>/dev/null  # immediate mode: no frame waits in a ring block when tcpdump stops
 stats loss
 tc qdisc del dev $RXE0_NETDEV root; $ENG tc qdisc del dev $PEER_NETDEV root
 echo done > "$OUT/DONE"

@@ -58,10 +58,10 @@ pair() {  # $1 tag, $2 verb, $3 iterations
   timeout 200 ib_${v}_bw -d $RXE0 -R $o $PEER_IP > "$OUT/$tag.$v.stock_client.out" 2>&1
   echo $? > "$OUT/$tag.$v.stock_client.rc"; wait $srv; echo $? > "$OUT/$tag.$v.rdl_server.rc"
 }
-tcpdump -i $RXE0_NETDEV -w "$OUT/cm.pcap" udp port 4791 2> /dev/null &
+tcpdump -i $RXE0_NETDEV -U --immediate-mode -B 8192 -w "$OUT/cm.pcap" udp port 4791 2> /dev/null &
 TD=$!; sleep 1
 for v in VERBS; do pair plain $v ITERS; done
-sleep 0.5; kill $TD; wait $TD 2>/dev/null
+sleep 1; kill $TD; wait $TD 2>/dev/null  # immediate mode: no frame waits in a ring block when tcpdump stops
 log "2% loss on both veths"
 tc qdisc add dev $RXE0_NETDEV root netem loss 2%
 ip netns exec $PEER_NS tc qdisc add dev $PEER_NETDEV root netem loss 2%
