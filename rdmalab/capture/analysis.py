@@ -60,7 +60,17 @@ from typing import Any
 
 import numpy as np
 
-from rdmalab.capture.analysis_conn import PSN_MOD, ConnRows, T, _Out, ack_coalescing, connections, walk, walk_order
+from rdmalab.capture.analysis_conn import (
+    PSN_MOD,
+    ConnRows,
+    T,
+    _Out,
+    ack_coalescing,
+    connections,
+    gap_text,
+    walk,
+    walk_order,
+)
 from rdmalab.capture.analysis_conn import rel as _rel
 from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Findings, Message
 from rdmalab.capture.analysis_rows import Rows, load_rows
@@ -459,38 +469,47 @@ def _capture_gaps(findings: list[Finding], burst_us: float = 50.0) -> list[Findi
     A PSN gap whose packets the sender never sends again (no go-back-N restart from a PSN in it
     or before it, later) was received: the responder would otherwise have NAKed or timed out and
     the requester resent them, so the capture (a mirror port, an offloaded sniffer) missed them.
-    Such gaps on several connections within ``burst_us`` of each other are a capture drop burst."""
-    events: dict[int | None, list[tuple[float, int, int, Finding | None]]] = defaultdict(list)
+    Such gaps on several connections within ``burst_us`` of each other are a capture drop burst.
+    Gaps and restarts past the budget of their kind (folded, :class:`Findings`) count too: their
+    PSNs are kept compactly."""
+    # per connection: (time, 0 gap / 1 restart, PSN, first frame, packets, the gap's finding or None)
+    events: dict[int | None, list[tuple[float, int, int, int, int, Finding | None]]] = defaultdict(list)
     for f in findings:
-        if f.detail.get("folded"):  # past the budget of its kind: no PSNs kept
+        if f.detail.get("folded"):  # past the budget of its kind: its PSNs are in findings.folded_psns
             continue
         if f.kind == "retransmission":
-            events[f.connection].append((f.time, 1, int(f.detail.get("from_psn", 0)), None))
+            events[f.connection].append((f.time, 1, int(f.detail.get("from_psn", 0)), 0, 0, None))
         elif f.kind == "psn_gap":
-            events[f.connection].append((f.time, 0, int(f.detail["first_missing"]), f))
+            events[f.connection].append((f.time, 0, int(f.detail["first_missing"]), 0, 0, f))
+    for (kind, conn), ev in getattr(findings, "folded_psns", {}).items():
+        restart = int(kind == "retransmission")
+        events[conn].extend(zip(ev.time, [restart] * len(ev), ev.psn, ev.frame, ev.count,  # noqa: B905
+                                [None] * len(ev)))
     out: list[Finding] = []
-    for evs in events.values():
+    for conn, evs in events.items():
         evs.sort(key=lambda e: (e[0], e[1]))
         # PSNs unwrapped one after the other (24-bit arithmetic), then, going back in time, the
         # lowest PSN any later restart goes back to
         unw: list[int] = []
         prev: int | None = None
-        for _t, _k, p, _f in evs:
-            prev = p if prev is None else _rel(p, prev)
+        for e in evs:
+            prev = e[2] if prev is None else _rel(e[2], prev)
             unw.append(prev)
         lowest: int | None = None
-        for (_t, kind, _p, gf), u in zip(reversed(evs), reversed(unw), strict=True):
+        for (t, kind, p, fr, n, gf), u in zip(reversed(evs), reversed(unw), strict=True):
             if kind == 1:
                 lowest = u if lowest is None else min(lowest, u)
                 continue
-            assert gf is not None
-            f = gf
             if lowest is not None and lowest <= u:
                 continue
-            detail = {k: v for k, v in f.detail.items() if k in ("first_missing", "count", "missing")}
-            out.append(Finding("capture_gap", f.connection, list(f.frames), f.time,
-                               f"{f.text.split(':')[0]} never sent again: received but not captured "
-                               f"(a capture drop, not a loss on the wire)", detail))
+            why = "never sent again: received but not captured (a capture drop, not a loss on the wire)"
+            if gf is None:  # a folded gap
+                out.append(Finding("capture_gap", conn, [fr], t, f"{gap_text(p, n)} {why}",
+                                   {"first_missing": p, "count": n}))
+                continue
+            detail = {k: v for k, v in gf.detail.items() if k in ("first_missing", "count", "missing")}
+            out.append(Finding("capture_gap", gf.connection, list(gf.frames), gf.time,
+                               f"{gf.text.split(':')[0]} {why}", detail))
     out.sort(key=lambda f: f.time)
     k = 0
     while k < len(out):
@@ -541,7 +560,7 @@ def parse_counters(text: str, where: str = "counters") -> dict[str, int]:
 def counters_side_by_side(a: Analysis, before: dict[str, int], after: dict[str, int]) -> list[dict[str, Any]]:
     """One row per kind of event: the capture's count and each matching counter's change."""
     counts = a.counts()
-    nak_retrans = sum(1 for f in a.findings if f.kind == "retransmission" and f.detail.get("trigger") == "nak")
+    nak_retrans = a.events_where("retransmission", trigger="nak")
     rows = []
     for what, kinds, names in COUNTER_ROWS:
         seen = sum(nak_retrans if k == "retransmission:nak" else a.events(k) if k in counts else 0 for k in kinds)

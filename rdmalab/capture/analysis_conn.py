@@ -592,11 +592,16 @@ def _percentiles(x: list[float]) -> dict[str, float]:
     return out
 
 
+def gap_text(first: int, n: int) -> str:
+    """``PSN 5..7 missing (3 packets)``: a PSN gap in words (24-bit PSNs)."""
+    last = (first + n - 1) % PSN_MOD
+    return f"PSN {first}" + (f"..{last}" if n > 1 else "") + f" missing ({n} packet{'s' if n > 1 else ''})"
+
+
 def _gap(findings: list[Finding], cid: int, lo: int, hi: int, fr: int, t: float, why: str) -> None:
     n = hi - lo
-    first, last = lo % PSN_MOD, (hi - 1) % PSN_MOD
-    txt = f"PSN {first}" + (f"..{last}" if n > 1 else "") + \
-        f" missing ({n} packet{'s' if n > 1 else ''})" + (f": {why}" if why else "")
+    first = lo % PSN_MOD
+    txt = gap_text(first, n) + (f": {why}" if why else "")
     detail: dict[str, Any] = {"first_missing": first, "count": n}
     if n <= GAP_LIST_MAX:
         detail["missing"] = [p % PSN_MOD for p in range(lo, hi)]

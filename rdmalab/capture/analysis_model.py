@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -77,6 +78,30 @@ class Connection:
 KIND_BUDGET = 50_000
 #: frames a folded finding lists (the first ones; ``detail["count"]`` says how many it stands for)
 FOLDED_FRAMES = 1000
+#: detail keys a folded finding still counts value by value (``detail["by"]["trigger"]["nak"]``)
+FOLD_BY = ("trigger",)
+#: kinds whose folded findings keep each event's (time, PSN, first frame, packets) in compact arrays,
+#: with the PSN from this detail key: the capture-gap check needs every gap and every restart
+FOLD_PSNS = {"psn_gap": "first_missing", "retransmission": "from_psn"}
+
+
+class FoldedPsns:
+    """The events of one folded kind on one connection, 28 bytes each: time (s), PSN, first frame,
+    packets (``detail["count"]``)."""
+
+    __slots__ = ("time", "psn", "frame", "count")
+
+    def __init__(self) -> None:
+        self.time, self.psn, self.frame, self.count = array("d"), array("l"), array("q"), array("l")
+
+    def add(self, f: Finding, key: str) -> None:
+        self.time.append(f.time)
+        self.psn.append(int(f.detail.get(key, 0)))
+        self.frame.append(f.frames[0] if f.frames else 0)
+        self.count.append(int(f.detail.get("count", 1)))
+
+    def __len__(self) -> int:
+        return len(self.time)
 
 
 class Findings(list[Finding]):
@@ -89,6 +114,8 @@ class Findings(list[Finding]):
         self.budget = KIND_BUDGET if budget is None else budget
         self.per_kind: dict[str, int] = {}
         self.folded: dict[tuple[str, int | None], Finding] = {}
+        #: (kind, connection) -> the folded events' PSNs, for the kinds in :data:`FOLD_PSNS`
+        self.folded_psns: dict[tuple[str, int | None], FoldedPsns] = {}
 
     def append(self, f: Finding) -> None:
         n = self.per_kind.get(f.kind, 0) + 1
@@ -107,6 +134,12 @@ class Findings(list[Finding]):
         d = agg.detail
         d["count"] += events
         d["findings"] += 1
+        for key in FOLD_BY:
+            if key in f.detail:
+                by = d.setdefault("by", {}).setdefault(key, {})
+                by[f.detail[key]] = by.get(f.detail[key], 0) + 1
+        if f.kind in FOLD_PSNS:
+            self.folded_psns.setdefault(k, FoldedPsns()).add(f, FOLD_PSNS[f.kind])
         room = FOLDED_FRAMES - len(agg.frames)
         if room > 0:
             agg.frames.extend(f.frames[:room])
@@ -150,6 +183,26 @@ class Analysis:
         (:class:`Findings`); any other finding one."""
         return sum(int(f.detail.get("count", 1)) if kind in AGGREGATED or f.detail.get("folded") else 1
                    for f in self.findings if f.kind == kind)
+
+    def events_where(self, kind: str, connections: set[int] | None = None, **detail: Any) -> int:
+        """:meth:`events` of ``kind`` on ``connections`` (all when None) whose ``detail`` has the
+        given values; a folded finding answers for a key in :data:`FOLD_BY` from its counts."""
+        n = 0
+        for f in self.findings:
+            if f.kind != kind or (connections is not None and f.connection not in connections):
+                continue
+            if f.detail.get("folded"):
+                if not detail:
+                    n += int(f.detail.get("count", 1))
+                elif len(detail) == 1 and next(iter(detail)) in FOLD_BY:
+                    (key, value), = detail.items()
+                    n += int(f.detail.get("by", {}).get(key, {}).get(value, 0))
+                else:
+                    raise ValueError(f"folded {kind} findings keep only {', '.join(FOLD_BY)}: cannot count by "
+                                     f"{', '.join(detail)}")
+            elif all(f.detail.get(k) == v for k, v in detail.items()):
+                n += int(f.detail.get("count", 1)) if kind in AGGREGATED else 1
+        return n
 
     def all_events(self) -> dict[str, int]:
         """:meth:`events` of every kind found (``counts()`` counts the findings)."""

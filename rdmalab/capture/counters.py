@@ -166,9 +166,8 @@ def rxe_side_by_side(a: Analysis, counters: dict[str, Any], cols: Columns | None
         as_req = {i for i, c in enumerate(a.connections) if c.requester == str(ipaddress.IPv4Address(ip))}
         as_resp = {i for i, c in enumerate(a.connections) if c.responder == str(ipaddress.IPv4Address(ip))}
 
-        def kinds(kind: str, conns: set[int], **detail: str) -> list[Any]:
-            return [f for f in a.findings if f.kind == kind and f.connection in conns
-                    and all(f.detail.get(k) == v for k, v in detail.items())]
+        def kinds(kind: str, conns: set[int]) -> list[Any]:
+            return [f for f in a.findings if f.kind == kind and f.connection in conns]
 
         def row(name: str, seen: int | None, note: str = "", explained: bool = False, *, dev: str = dev,
                 delta: dict[str, int] = delta) -> None:
@@ -203,10 +202,10 @@ def rxe_side_by_side(a: Analysis, counters: dict[str, Any], cols: Columns | None
         rcvd_seen = int(np.count_nonzero(has_bth & (dst == ip) & (src == other_ip) & icrc_ok))
         row("rcvd_pkts", rcvd_seen, f"RoCEv2 packets to {ipaddress.IPv4Address(ip)} in the capture, good ICRC")
         naks = kinds("nak_seq_err", as_resp)
-        row("out_of_seq_request", len(naks), f"NAK sequence errors sent by {dev} (frames "
+        row("out_of_seq_request", a.events_where("nak_seq_err", as_resp), f"NAK sequence errors sent by {dev} (frames "
             f"{','.join(str(f.frames[0]) for f in naks[:12])}{'...' if len(naks) > 12 else ''})" if naks else
             f"no NAK sequence error from {dev} in the capture")
-        row("duplicate_request", sum(f.detail.get("count", 1) for f in kinds("duplicate", as_resp)),
+        row("duplicate_request", a.events_where("duplicate", as_resp),
             f"duplicate requests to {dev}")
         counted, skipped = _counted_naks(a, cols, as_req, ip)
         all_naks = len(counted) + len(skipped)
@@ -215,13 +214,12 @@ def rxe_side_by_side(a: Analysis, counters: dict[str, Any], cols: Columns | None
             + (f"; frame(s) {','.join(map(str, skipped))} name the PSN the completer already expects (or an "
                "earlier one), after the ACK before them: rxe_comp.c check_ack() retries on such a NAK without "
                "counting it" if skipped else ""))
-        rt = kinds("retransmission", as_req)
-        by = {t: sum(1 for f in rt if f.detail.get("trigger") == t) for t in ("nak", "implied_nak", "timeout")}
-        row("completer_retry_err", len(rt), f"go-back-N retries by {dev} in the capture: {by['nak']} after a NAK, "
+        by = {t: a.events_where("retransmission", as_req, trigger=t) for t in ("nak", "implied_nak", "timeout")}
+        row("completer_retry_err", a.events_where("retransmission", as_req), f"go-back-N retries by {dev} in the capture: {by['nak']} after a NAK, "
             f"{by['timeout']} after a timeout" + (f", {by['implied_nak']} after an implied NAK" if by["implied_nak"]
                                                   else ""))
-        row("rcvd_rnr_err", len(kinds("nak_rnr", as_req)), f"RNR NAKs to {dev}")
-        row("send_rnr_err", len(kinds("nak_rnr", as_resp)), f"RNR NAKs from {dev}")
+        row("rcvd_rnr_err", a.events_where("nak_rnr", as_req), f"RNR NAKs to {dev}")
+        row("send_rnr_err", a.events_where("nak_rnr", as_resp), f"RNR NAKs from {dev}")
         sends_ok = sum(1 for m in a.messages if m.op == "SEND" and m.result == "ok" and m.connection in as_req)
         sends_in = sum(1 for m in a.messages if m.op == "SEND" and m.connection in as_resp)
         row("rdma_sends", sends_ok, f"SEND messages from {dev} acknowledged in the capture")

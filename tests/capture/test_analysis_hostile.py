@@ -239,12 +239,22 @@ def test_findings_past_the_budget_of_their_kind_are_folded(tmp_path: Path, monke
     n = len(hostile.frames_of(LOSS))
     path = tmp_path / "again.pcap"
     hostile.reordered(LOSS, path, 3 * n, window=1)
+    # and frames the capture missed (one in 97): gaps never sent again, found as capture_gap
+    hostile.write(path, [fr for i, fr in enumerate(hostile.frames_of(path)) if i % 97 != 50])
     full = analyze(path)
     monkeypatch.setattr(analysis_model, "KIND_BUDGET", 5)
     a = analyze(path)
-    # capture_gap reads the PSNs of the psn_gap findings: not kept in folded ones
-    kinds = set(full.counts()) - {"capture_gap"}
+    # capture_gap, found from the PSNs of the gaps and restarts, folded ones included, too
+    kinds = set(full.counts())
+    assert "capture_gap" in kinds and full.events("retransmission") > 5 and full.events("psn_gap") > 5
     assert {k: a.events(k) for k in kinds} == {k: full.events(k) for k in kinds}
+    # the counter checks count retransmissions by trigger: a folded finding keeps those counts
+    for t in ("nak", "timeout", "implied_nak"):
+        assert a.events_where("retransmission", trigger=t) == full.events_where("retransmission", trigger=t)
+    assert sum(full.events_where("retransmission", trigger=t) for t in ("nak", "timeout", "implied_nak", "rnr")) \
+        == full.events("retransmission")
+    with pytest.raises(ValueError, match="cannot count by after_us"):
+        a.events_where("retransmission", after_us=1.0)
     for kind, count in a.counts().items():
         folded = [f for f in a.of_kind(kind) if f.detail.get("folded")]
         assert count <= 5 + len(folded) and len(folded) <= 1  # one connection
