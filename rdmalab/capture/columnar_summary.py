@@ -22,12 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from rdmalab.capture.blockpool import blocks_in_workers, default_workers, plain_pcap
 from rdmalab.capture.columnar_decode import _opt, decode_block
 from rdmalab.capture.columnar_schema import Columns
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.fieldtext import _OCTET_DOT32, _dec, _hex, _strings
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
-from rdmalab.capture.pcapio import PCAP_MAGICS, RecordBlock, open_capture, pcap_block, pcap_raw, record_blocks
+from rdmalab.capture.pcapio import RecordBlock, record_blocks
 from rdmalab.capture.reader import RawRecord, decode_record
 from rdmalab.capture.render import TcpWindowScaling, endpoints, format_summary, info, protocol, summary_line
 from rdmalab.wire.ib import AETH, Transport
@@ -554,15 +555,9 @@ def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int, lenient: bool =
 _WORKER_FILTERS: dict[str, Any] = {}
 
 
-def _render_task(task: tuple[Any, ...]) -> _BlockText:
-    """In a worker process: read one block of pcap records again (pread) and render it."""
-    path, start, end, offs, first, order, ns_mult, linktype, t0, expr, n, lenient = task
-    buf = bytearray(end - start)  # a bytearray: the ICRC check masks it in place (no copy)
-    with open(path, "rb", buffering=0) as f:
-        f.seek(start)
-        got = f.readinto(buf)
-    if got != len(buf):
-        raise OSError(f"{path}: {len(buf)} bytes at {start} read as {got} (was the file changed?)")
+def _render_in_worker(blk: RecordBlock, n: int, t0: float, prev: float | None, expr: str | None,
+                      lenient: bool) -> _BlockText:
+    """In a worker process (:func:`rdmalab.capture.blockpool.blocks_in_workers`): one block's text."""
     flt = None
     if expr:
         flt = _WORKER_FILTERS.get(expr)
@@ -570,7 +565,7 @@ def _render_task(task: tuple[Any, ...]) -> _BlockText:
             from rdmalab.capture.filter import compile_filter  # lazy: only filtered runs need it
 
             flt = _WORKER_FILTERS[expr] = compile_filter(expr)
-    return _render_block(pcap_block(buf, offs, order, ns_mult, linktype, first, end), t0, flt, n, lenient)
+    return _render_block(blk, t0, flt, n, lenient)
 
 
 def _sequential(path: str, block_bytes: int, count: int | None, flt: Any,
@@ -586,40 +581,6 @@ def _sequential(path: str, block_bytes: int, count: int | None, flt: Any,
             left -= n
             if left <= 0:
                 return
-
-
-def _parallel(path: str, block_bytes: int, count: int | None, expr: str | None, workers: int,
-              lenient: bool) -> Iterator[tuple[_BlockText, float]]:
-    """As :func:`_sequential`, for a plain pcap file: this process follows the record headers and
-    hands each block's offsets to a worker, which reads the block again and renders it; the
-    results come back in file order (at most ``2 * workers`` blocks ahead)."""
-    import multiprocessing  # lazy: only the parallel path needs it (start-up, memory)
-
-    with open_capture(path) as f:
-        head = f.read(24)
-        order, ns_mult = PCAP_MAGICS[head[:4]]
-        linktype = int.from_bytes(head[20:24], "little" if order == "<" else "big") & 0x0FFFFFFF
-        ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-        with ctx.Pool(workers) as pool:
-            pending: list[tuple[Any, float]] = []
-            t0: float | None = None
-            left = count
-            for raw in pcap_raw(path, f, order, block_bytes):
-                n = len(raw.offs) if left is None else min(len(raw.offs), left)
-                if t0 is None:
-                    t0 = float(pcap_block(raw.buf, raw.offs[:1], order, ns_mult, linktype, 1, 0).seconds()[0])
-                task = (path, raw.file_start, raw.file_end, raw.offs, raw.first, order, ns_mult, linktype, t0, expr, n,
-                        lenient)
-                pending.append((pool.apply_async(_render_task, (task,)), t0))
-                while len(pending) > 2 * workers:
-                    res, t = pending.pop(0)
-                    yield res.get(), t
-                if left is not None:
-                    left -= n
-                    if left <= 0:
-                        break
-            for res, t in pending:
-                yield res.get(), t
 
 
 def summary_lines(path: str | os.PathLike[str], *, count: int | None = None, flt: Any = None,
@@ -661,8 +622,9 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     seen: dict[tuple[int, bytes], tuple[str, str, str, str]] = {}
     if workers is None:
         workers = default_workers()
-    if workers > 1 and _plain_pcap(p) and os.path.getsize(p) >= parallel_min_bytes and (flt is None or filter_expr):
-        blocks = _parallel(p, block_bytes, count, filter_expr, workers, lenient)
+    if workers > 1 and plain_pcap(p) and os.path.getsize(p) >= parallel_min_bytes and (flt is None or filter_expr):
+        blocks = blocks_in_workers(p, _render_in_worker, (filter_expr, lenient), workers=workers,
+                                   block_bytes=block_bytes, count=count)
     else:
         blocks = _sequential(p, block_bytes, count, flt, lenient)
     for bt, t0 in blocks:
@@ -707,30 +669,6 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
             yield b"".join(out)
         if failed is not None:
             raise failed
-
-
-def default_workers() -> int:
-    """Worker processes for summary lines when not told: one a core that is idle (the cores less
-    the one-minute load average, as ``make -l`` weighs it), at most four, at least one.
-
-    This process only follows the record headers, writes, and decodes TCP segments, so it does
-    not take a core of its own; past four workers it could not keep them fed.  On a busy machine
-    the workers would only compete with each other, and cost more CPU time than one process
-    (results passed back through pipes), so they are not started."""
-    cores = os.cpu_count() or 1
-    try:
-        busy = os.getloadavg()[0]
-    except OSError:  # no load average on this system
-        busy = 0.0
-    return max(1, min(cores - int(busy + 0.5), 4))
-
-
-def _plain_pcap(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) in PCAP_MAGICS
-    except OSError:
-        return False
 
 
 #: The columns the summary lines read (decode_block skips the work for the others).

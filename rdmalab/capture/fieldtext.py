@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from rdmalab.capture.blockpool import blocks_in_workers, plain_pcap
 from rdmalab.capture.columnar import _progress, iter_columns
 from rdmalab.capture.columnar_decode import decode_block, wants_iwarp, wants_windows
 from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _ipv6_text, format_column
 from rdmalab.capture.filter import compile_filter, declared_fields
-from rdmalab.capture.pcapio import PCAP_MAGICS, open_capture, pcap_block, pcap_raw
+from rdmalab.capture.pcapio import RecordBlock
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _POW10 = [10 ** i for i in range(20)]
@@ -270,12 +271,9 @@ def _block_text(cols: Columns, names: Sequence[str], flt: object, separator: byt
 _WORKER_FILTERS: dict[str, object] = {}
 
 
-def _worker_task(task: tuple[Any, ...]) -> bytes:
-    """In a worker process: read one block of records again (pread), decode, filter, render."""
-    path, start, end, offs, first, order, ns_mult, linktype, names, expr, verify, sep, quote = task
-    with open(path, "rb") as f:
-        buf = os.pread(f.fileno(), end - start, start)
-    blk = pcap_block(buf, offs, order, ns_mult, linktype, first, end)
+def _fields_in_worker(blk: RecordBlock, n: int, t0: float, prev: float | None, names: list[str], expr: str | None,
+                      verify: bool, sep: bytes, quote: bytes) -> bytes:
+    """In a worker process (:func:`rdmalab.capture.blockpool.blocks_in_workers`): decode, filter, render."""
     flt = None
     if expr:
         flt = _WORKER_FILTERS.get(expr)
@@ -307,7 +305,7 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
         # the text, so workers only pay off with cores to spare (on 2 cores -j 1 was faster in
         # wall and half the CPU time: benchmarks/bench_columnar.py)
         workers = max(1, (os.cpu_count() or 1) - 1)
-    parallel = (workers > 1 and count is None and not wants_iwarp(needed) and not wants_windows(needed) and _plain_pcap(p)
+    parallel = (workers > 1 and count is None and not wants_iwarp(needed) and not wants_windows(needed) and plain_pcap(p)
                 and os.path.getsize(p) >= parallel_min_bytes)
     if not parallel:
         left = count
@@ -322,36 +320,16 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
                 return
         return
 
-    with open_capture(p) as f:
-        head = f.read(24)
-        order, ns_mult = PCAP_MAGICS[head[:4]]
-        linktype = int.from_bytes(head[20:24], "little" if order == "<" else "big") & 0x0FFFFFFF
-        bar = _bar(p) if progress else None
-
-        def tasks() -> Iterator[tuple[Any, ...]]:
-            for raw in pcap_raw(p, f, order, block_bytes):
-                if bar is not None:
-                    bar.update(raw.file_end - bar.n)
-                yield (p, raw.file_start, raw.file_end, np.array(raw.offs, dtype=np.int64), raw.first, order, ns_mult, linktype, list(names),
-                       filter_expr, verify_icrc, separator, quote)
-
-        import multiprocessing  # lazy: only the parallel path needs it (start-up, memory)
-
-        ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-        with ctx.Pool(workers) as pool:
-            try:
-                yield from pool.imap(_worker_task, tasks())
-            finally:
-                if bar is not None:
-                    bar.close()
-
-
-def _plain_pcap(path: str) -> bool:
+    bar = _bar(p) if progress else None
     try:
-        with open(path, "rb") as f:
-            return f.read(4) in PCAP_MAGICS
-    except OSError:
-        return False
+        for text, _t0 in blocks_in_workers(p, _fields_in_worker,
+                                           (list(names), filter_expr, verify_icrc, separator, quote),
+                                           workers=workers, block_bytes=block_bytes,
+                                           progress=(lambda at: bar.update(at - bar.n)) if bar is not None else None):
+            yield text
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def _bar(path: str) -> Any:

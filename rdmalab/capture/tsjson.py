@@ -26,13 +26,14 @@ from collections.abc import Callable, Iterable, Iterator
 from json import encoder as _json_encoder
 from typing import TYPE_CHECKING, Any
 
+from rdmalab.capture.blockpool import blocks_in_workers
 from rdmalab.capture.columnar import COLUMN_BY_NAME
 from rdmalab.capture.fields import header_fields, packet_fields
 from rdmalab.capture.fieldtext import value_text as _value_text
 from rdmalab.capture.filter import declared_fields
+from rdmalab.capture.reader import CapturedPacket, RawRecord, _load_iwarp_tracker, decode_record
 
 if TYPE_CHECKING:
-    from rdmalab.capture.reader import CapturedPacket
     from rdmalab.wire.header import Header
     from rdmalab.wire.packet import Packet
 
@@ -463,3 +464,71 @@ def iter_json(packets: Iterable[CapturedPacket], keep: Any = None) -> Iterator[s
         yield sep + "  " + _frame_text(obj)
         sep = ",\n"
     yield "\n]\n" if sep else "]\n"
+
+
+# ---------------------------------------------------------------------------- a file, in workers
+# A frame's JSON depends on its own bytes, the capture's first timestamp and the timestamp of the
+# frame before it (frame.time_delta), except for TCP segments, whose iWARP PDUs depend on the
+# stream before them: those are decoded here, in order, with one tracker.
+
+#: a frame left to this process: (index in block, timestamp, linktype, bytes, wire length,
+#: interface, timestamp of the frame before)
+_Left = tuple[int, float, int, bytes, int, int, float]
+
+
+def _json_block(blk: Any, n: int, t0: float, prev: float | None, lenient: bool) -> tuple[int, list[str | _Left]]:
+    """In a worker process (:func:`rdmalab.capture.blockpool.blocks_in_workers`): the JSON of the
+    first ``n`` frames of a block, each after ``",\\n  "``; TCP segments and frames that fail are
+    left as records (decoded again, and any error raised in order, by :func:`iter_json_file`)."""
+    first_ns = _epoch_ns(t0)
+    secs = blk.seconds().tolist()
+    ifs = blk.interfaces().tolist()
+    offs, caps, wires, lts = blk.offset.tolist(), blk.caplen.tolist(), blk.wirelen.tolist(), blk.linktype.tolist()
+    pieces: list[str | _Left] = []
+    run: list[str] = []
+    before = secs[0] if prev is None else prev
+    for j in range(n):
+        ts = secs[j]
+        data = bytes(blk.buf[offs[j]:offs[j] + caps[j]])
+        text = None
+        try:
+            cp = decode_record(RawRecord(blk.first + j, ts, lts[j], data, wires[j], ifs[j]), lenient=lenient)
+            if cp.packet.encap != "tcp":
+                p_ns = _epoch_ns(before)
+                text = _frame_text(packet_json(cp, first_ns=first_ns, prev_ns=p_ns, prev_displayed_ns=p_ns))
+        except Exception:  # noqa: BLE001 - decoded again, and raised in order, by the caller
+            text = None
+        if text is None:
+            if run:
+                pieces.append("".join(run))
+                run = []
+            pieces.append((j, ts, lts[j], data, wires[j], ifs[j], before))
+        else:
+            run.append(",\n  " + text)
+        before = ts
+    if run:
+        pieces.append("".join(run))
+    return blk.first, pieces
+
+
+def iter_json_file(path: str, *, workers: int, lenient: bool = True, iwarp: bool = True, count: int | None = None,
+                   block_bytes: int = 4 << 20) -> Iterator[str]:
+    """:func:`iter_json` of a whole plain pcap file (no filter), its blocks rendered in ``workers``
+    processes (:mod:`rdmalab.capture.blockpool`): the same text, in pieces."""
+    tracker = _load_iwarp_tracker()() if iwarp else None
+    yield "[\n"
+    started = False
+    for (first, pieces), t0 in blocks_in_workers(path, _json_block, (lenient,), workers=workers,
+                                                 block_bytes=block_bytes, count=count):
+        for piece in pieces:
+            if isinstance(piece, str):
+                yield piece if started else piece[2:]  # the first frame has no comma before it
+                started = True
+                continue
+            j, ts, lt, data, wire, iface, before = piece
+            cp = decode_record(RawRecord(first + j, ts, lt, data, wire, iface), lenient=lenient, tracker=tracker)
+            p_ns = _epoch_ns(before)
+            obj = packet_json(cp, first_ns=_epoch_ns(t0), prev_ns=p_ns, prev_displayed_ns=p_ns)
+            yield (",\n  " if started else "  ") + _frame_text(obj)
+            started = True
+    yield "\n]\n" if started else "]\n"

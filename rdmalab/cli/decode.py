@@ -8,6 +8,7 @@ per-packet decoder :mod:`rdmalab.capture.reader`, the fast path for ``-T fields`
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any, TextIO
 
@@ -134,9 +135,20 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
 def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     """``-T json``: tshark's layout (an array of ``{"_index", "_type", "_score", "_source": {"layers"}}``)."""
     from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.blockpool import (  # lazy: keeps `rdmalab --help` fast
+        PARALLEL_MIN_BYTES,
+        default_workers,
+        plain_pcap,
+    )
     from rdmalab.capture.render import TcpWindowScaling  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.capture.tsjson import iter_json  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.tsjson import iter_json, iter_json_file  # lazy: keeps `rdmalab --help` fast
 
+    workers = default_workers() if args.workers is None else args.workers
+    if flt is None and workers > 1 and plain_pcap(path) and os.path.getsize(path) >= PARALLEL_MIN_BYTES:
+        for piece in iter_json_file(path, workers=workers, lenient=not args.strict, iwarp=not args.no_iwarp,
+                                    count=args.count):
+            out.write(piece)
+        return 0
     windows = TcpWindowScaling()  # tcp.window_size for the filter: every frame, in order
     keep = None if flt is None else (lambda cp: flt(frame_fields(cp, windows=windows)))
     packets = read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count)
@@ -232,7 +244,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.add_argument("--no-columnar", action="store_true",
                    help="use the per-packet decoder even where the columnar one would do (-T fields, summary lines)")
     d.add_argument("-j", "--workers", type=int, metavar="N",
-                   help="with -T fields and for summary lines: worker processes for a large pcap file (default: one "
-                        "fewer than the cores for -T fields; for summary lines one an idle core, cores less the load "
-                        "average, at most 4)")
+                   help="with -T fields, -T json (no -Y) and for summary lines: worker processes for a pcap file "
+                        "of 32 MiB or more (default: one fewer than the cores for -T fields; otherwise one an idle "
+                        "core, cores less the load average, at most 4)")
     d.set_defaults(func=run_decode, strict=False)

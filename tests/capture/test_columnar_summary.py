@@ -272,7 +272,7 @@ def test_worker_processes_on_a_damaged_capture(tmp_path: Path, lenient: bool) ->
 
 def test_default_workers(monkeypatch: Any) -> None:
     """One worker an idle core (cores less the load average), at most four, at least one."""
-    from rdmalab.capture import columnar_summary as cs
+    from rdmalab.capture import blockpool as cs
 
     def no_load() -> tuple[float, float, float]:
         raise OSError("no load average here")

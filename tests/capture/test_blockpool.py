@@ -1,0 +1,107 @@
+"""``rdmalab decode`` in worker processes (rdmalab.capture.blockpool): the same text as one process.
+
+Each path is run with small blocks (so that a capture is many blocks) and no size threshold, and
+compared byte for byte with the single-process path: ``-T json`` on every capture in ``captures/``
+(iWARP ones included: their TCP segments are decoded in order by the main process), and summary
+lines, ``-T fields`` and JSON on a capture that ends mid-record, where every frame before the cut
+must come out before the error (the parallel summary path once dropped the blocks still in the
+workers, and ``-T fields`` waited forever).
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pytest
+
+from rdmalab.capture import read
+from rdmalab.capture.blockpool import plain_pcap
+from rdmalab.capture.tsjson import iter_json, iter_json_file
+
+ROOT = Path(__file__).resolve().parents[2]
+#: the plain pcap files (a pcapng file is read in one process: its blocks cannot be read again by offset)
+CAPTURES = [p for p in sorted(glob.glob(str(ROOT / "captures" / "*.pcap"))) if plain_pcap(p)]
+
+
+def _json_one(path: str, count: int | None = None, lenient: bool = True) -> str:
+    return "".join(iter_json(read(path, count=count, lenient=lenient)))
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=[Path(p).name for p in CAPTURES])
+def test_json_in_workers_is_the_json_of_one_process(path: str) -> None:
+    many = "".join(iter_json_file(path, workers=2, block_bytes=4096))
+    assert many == _json_one(path)
+
+
+def test_json_in_workers_with_a_count() -> None:
+    path = str(ROOT / "captures" / "siw_write_bw.pcap")
+    for count in (1, 7, 150):
+        assert "".join(iter_json_file(path, workers=2, block_bytes=4096, count=count)) == _json_one(path, count)
+
+
+def test_a_pcapng_file_is_refused_in_words() -> None:
+    path = str(ROOT / "captures" / "siw_write_bw_midstream.pcap")
+    assert not plain_pcap(path)
+    with pytest.raises(ValueError, match="not a plain pcap file"):
+        "".join(iter_json_file(path, workers=2))
+
+
+def _until_error(pieces: Iterable[str | bytes]) -> tuple[str, str]:
+    got: list[str] = []
+    try:
+        for piece in pieces:
+            got.append(piece.decode() if isinstance(piece, bytes) else piece)
+    except Exception as err:  # noqa: BLE001 - compared by the caller
+        return "".join(got), f"{type(err).__name__}: {err}"
+    return "".join(got), ""
+
+
+def _cut(tmp_path: Path) -> str:
+    """Three captures appended, the file cut in the middle of its last record."""
+    from rdmalab.capture import hostile
+
+    p = tmp_path / "cut.pcap"
+    frames = hostile.frames_of(ROOT / "captures" / "rxe_write_bw_loss.pcap")
+    hostile.write(p, frames + frames + frames)
+    data = p.read_bytes()
+    p.write_bytes(data[:-300])
+    return str(p)
+
+
+def test_a_capture_cut_mid_record_loses_nothing_in_workers(tmp_path: Path) -> None:
+    from rdmalab.capture.columnar_summary import summary_bytes
+    from rdmalab.capture.fieldtext import field_text
+
+    path = _cut(tmp_path)
+    names = ["frame.number", "infiniband.bth.psn"]
+    runs: dict[str, Callable[[int], Iterable[str | bytes]]] = {
+        "summary": lambda w: summary_bytes(path, workers=w, block_bytes=8192, parallel_min_bytes=0),
+        "fields": lambda w: field_text(path, names, workers=w, block_bytes=8192, parallel_min_bytes=0),
+        "json": lambda w: (iter_json_file(path, workers=2, block_bytes=8192) if w > 1 else
+                           iter_json(read(path))),
+    }
+    for what, run in runs.items():
+        one, many = _until_error(run(1)), _until_error(run(2))
+        assert "truncated mid-record" in one[1], what
+        assert many == one, what
+        if what == "summary":  # a line for every whole record before the one the cut is in
+            cut_at = int(re.search(r"record (\d+) at byte", one[1]).group(1))  # type: ignore[union-attr]
+            assert cut_at > 1200 and many[0].count("\n") == cut_at - 1
+
+
+def test_json_in_workers_strict_stops_at_the_same_frame(tmp_path: Path) -> None:
+    """--strict: the JSON before the first bad frame, then the same error as one process."""
+    from rdmalab.capture import hostile
+
+    frames = hostile.frames_of(ROOT / "captures" / "rxe_write_bw_loss.pcap")
+    t, d, _w = frames[200]
+    frames[200] = (t, d[:40], 40)  # cut inside the BTH
+    p = tmp_path / "bad.pcap"
+    hostile.write(p, frames)
+    one = _until_error(iter_json(read(p, lenient=False)))
+    many = _until_error(iter_json_file(str(p), workers=2, block_bytes=4096, lenient=False))
+    assert one[1] and many == one
+    assert one[0].count('"frame.number"') == 200
