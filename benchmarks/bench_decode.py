@@ -7,11 +7,13 @@ processes, output discarded, and prints wall time, CPU time and peak RSS side by
 * one-line summaries, ``decode -r FILE`` against ``tshark -r FILE`` (``--packets``, default
   1,000,000), with rdmalab's default workers (one an idle core: it depends on the load when the
   command starts; the bench prints what it would be), with ``-j 1`` and with ``-j 2``;
-* ``-T json`` against ``tshark -T json`` and ``-V`` against ``tshark -V`` on the first
-  ``--json-packets`` (default 50,000) of the same packets (tshark's JSON and trees are slow).
+* ``-T json`` (default workers, ``-j 1``, ``-j 2``) against ``tshark -T json`` and ``-V`` against
+  ``tshark -V`` on the first ``--json-packets`` (default 50,000) of the same packets (tshark's
+  JSON and trees are slow).
 
-The output of both rdmalab paths for summaries (columnar and ``--no-columnar``) is compared on the
-small file, so a speed-up that changed the text would show.
+The output of both rdmalab paths for summaries (columnar and ``--no-columnar``), and JSON from one
+process and from two workers, are compared on the small file, so a speed-up that changed the text
+would show.
 
     python benchmarks/bench_decode.py [--packets N] [--json-packets N] [--keep DIR] [--no-tshark]
 """
@@ -85,15 +87,22 @@ def main() -> None:
               f"{'identical' if same[0] == same[1] else 'DIFFERENT'} ({len(same[0]):,} bytes)")
         tshark = None if args.no_tshark or not shutil.which("tshark") else "tshark"
         rows = []
-        from rdmalab.capture.columnar_summary import default_workers
+        from rdmalab.capture.blockpool import default_workers
 
-        print(f"default workers for summary lines now: {default_workers()} (load average {os.getloadavg()[0]:.1f}, "
+        print(f"default workers for summary lines and JSON now: {default_workers()} (load average {os.getloadavg()[0]:.1f}, "
               f"{os.cpu_count()} cores); peak RSS below is the largest process's")
         rows += compare("summary lines", n, [("rdmalab decode -r FILE", [*py, "-r", big]),
                                              ("rdmalab decode -r FILE -j 1", [*py, "-j", "1", "-r", big]),
                                              ("rdmalab decode -r FILE -j 2", [*py, "-j", "2", "-r", big])],
                         [tshark, "-n", "-r", big] if tshark else None)
-        rows += compare("-T json", m, [("rdmalab decode -T json", [*py, "-T", "json", "-r", small])],
+        js = [subprocess.run([*py, "-T", "json", "-j", j, "-r", small], capture_output=True, check=True).stdout
+              for j in ("1", "2")]
+        print(f"-T json, one process vs two workers on {m:,} packets: "
+              f"{'identical' if js[0] == js[1] else 'DIFFERENT'} ({len(js[0]):,} bytes)")
+        del js
+        rows += compare("-T json", m, [("rdmalab decode -T json", [*py, "-T", "json", "-r", small]),
+                                       ("rdmalab decode -T json -j 1", [*py, "-T", "json", "-j", "1", "-r", small]),
+                                       ("rdmalab decode -T json -j 2", [*py, "-T", "json", "-j", "2", "-r", small])],
                         [tshark, "-n", "-r", small, "-T", "json"] if tshark else None)
         rows += compare("-V", m, [("rdmalab decode -V", [*py, "-V", "-r", small])],
                         [tshark, "-n", "-r", small, "-V"] if tshark else None)
