@@ -30,6 +30,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(skip)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """When the session will run the interop matrix (tests/live/test_interop.py), start it now, in
+    the background, in its own VM: it takes 15 minutes under TCG, mostly in the guest."""
+    if session.config.option.collectonly:
+        return
+    for item in session.items:
+        if item.nodeid.startswith("tests/live/test_interop.py::") and _requested(session.config) \
+                and not item.get_closest_marker("skip"):
+            item.module.start_in_background(session.config)  # type: ignore[attr-defined]
+            return
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for item in session.items:
+        if item.nodeid.startswith("tests/live/test_interop.py::"):
+            item.module.stop_background()  # type: ignore[attr-defined]
+            return
+
+
 @pytest.fixture(scope="session")
 def lab_vm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VM]:
     """The lab VM (rxe0 on veth0 + namespace "peer" on veth1; rxe1 on veth2 <-> rxe2 on veth3)."""

@@ -29,6 +29,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,24 +144,72 @@ def _why_not(config: pytest.Config) -> str | None:
     return "cannot run the VM matrix: " + "; ".join(lacking) if lacking else None
 
 
-@pytest.fixture(scope="module")
-def matrix(pytestconfig: pytest.Config) -> Iterator[Path]:
-    why = _why_not(pytestconfig)
-    if why:
-        pytest.skip(why)
+def _run_matrix(hold: dict[str, object]) -> Path:
+    """Boot a VM of its own, run the matrix, power the VM off; the job directory stays."""
     from rdmalab.live.vm import VM
 
     t0 = time.monotonic()
-    with VM(progress=False) as vm:
+    vm = VM(progress=False)
+    hold["vm"] = vm  # before the boot: stop_background can power it off at any point
+    with vm:
         script = f"ROOT={shlex.quote(str(ROOT))}\nITERS={ITERS}\n" + GUEST
-        r = vm.run(script, timeout=1500, capture=False,
-                   name="interop matrix")
+        r = vm.run(script, timeout=1500, capture=False, name="interop matrix")
         out = r.job_dir
         assert out is not None
         (out / "seconds").write_text(f"{time.monotonic() - t0:.1f} s, boot {vm.boot_s:.1f} s, "
                                      f"{'KVM' if vm.kvm else 'TCG'} ({vm.kvm_reason})\n")
         assert (out / "DONE").exists(), f"the matrix did not finish (status {r.rc}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+        return out
+
+
+#: the matrix started at the session's start (start_in_background): its thread, and then its
+#: job directory or its error
+_BACKGROUND: dict[str, object] = {}
+
+
+def start_in_background(config: pytest.Config) -> None:
+    """Called by tests/live/conftest.py once the session's tests are known, when they include this
+    module's: the matrix runs in its own VM while the tests before it run (the VM's TCG CPU is
+    one core of the two, mostly waiting on the engine's start-up in the guest), so the session is
+    shorter by most of the matrix's 15 minutes.  Its fixture then waits for it."""
+    if _why_not(config) or "thread" in _BACKGROUND:
+        return
+
+    def run() -> None:
+        try:
+            _BACKGROUND["out"] = _run_matrix(_BACKGROUND)
+        except BaseException as err:  # noqa: BLE001 - raised by the fixture, in the tests
+            _BACKGROUND["error"] = err
+
+    thread = threading.Thread(target=run, name="interop matrix", daemon=True)
+    _BACKGROUND["thread"] = thread
+    thread.start()
+
+
+def stop_background() -> None:
+    """At the session's end: a matrix still running (its tests deselected, or the session
+    stopped) has its VM powered off."""
+    vm = _BACKGROUND.get("vm")
+    thread = _BACKGROUND.get("thread")
+    if isinstance(thread, threading.Thread) and thread.is_alive() and vm is not None:
+        vm.close(timeout=5)  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def matrix(pytestconfig: pytest.Config) -> Iterator[Path]:
+    why = _why_not(pytestconfig)
+    if why:
+        pytest.skip(why)
+    thread = _BACKGROUND.get("thread")
+    if isinstance(thread, threading.Thread):
+        thread.join()
+        if "error" in _BACKGROUND:
+            raise _BACKGROUND["error"]  # type: ignore[misc]
+        out = _BACKGROUND["out"]
+        assert isinstance(out, Path)
         yield out
+        return
+    yield _run_matrix({})
 
 
 # perftest's clock calibration (get_clock.c, sample_get_cpu_mhz) writes "Correlation coefficient r^2: X
