@@ -96,7 +96,8 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
                     pending.append((pool.apply_async(_run, (task,)), t0))
                     if progress is not None:
                         progress(raw.file_end)
-                    prev = _seconds(raw, n - 1, order, ns_mult, linktype)
+                    if n:
+                        prev = _seconds(raw, n - 1, order, ns_mult, linktype)
                     while len(pending) > 2 * workers:
                         res, t = pending.pop(0)
                         yield res.get(), t

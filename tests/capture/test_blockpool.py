@@ -38,8 +38,11 @@ def test_json_in_workers_is_the_json_of_one_process(path: str) -> None:
 
 def test_json_in_workers_with_a_count() -> None:
     path = str(ROOT / "captures" / "siw_write_bw.pcap")
-    for count in (1, 7, 150):
+    for count in (0, 1, 7, 150):
         assert "".join(iter_json_file(path, workers=2, block_bytes=4096, count=count)) == _json_one(path, count)
+    from rdmalab.capture.columnar_summary import summary_bytes
+
+    assert b"".join(summary_bytes(path, count=0, workers=2, block_bytes=4096, parallel_min_bytes=0)) == b""
 
 
 def test_a_pcapng_file_is_refused_in_words() -> None:
