@@ -86,27 +86,32 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
             prev: float | None = None
             left = count
             failed: BaseException | None = None
-            try:
-                for raw in pcap_raw(p, f, order, block_bytes):
-                    n = len(raw.offs) if left is None else min(len(raw.offs), left)
-                    if t0 is None:
-                        t0 = _seconds(raw, 0, order, ns_mult, linktype)
-                    task = (render, p, raw.file_start, raw.file_end, raw.offs, raw.first, order, ns_mult, linktype, n,
-                            t0, prev, extra)
-                    pending.append((pool.apply_async(_run, (task,)), t0))
-                    if progress is not None:
-                        progress(raw.file_end)
-                    if n:
-                        prev = _seconds(raw, n - 1, order, ns_mult, linktype)
-                    while len(pending) > 2 * workers:
-                        res, t = pending.pop(0)
-                        yield res.get(), t
-                    if left is not None:
-                        left -= n
-                        if left <= 0:
-                            break
-            except Exception as err:  # noqa: BLE001 - the damage: raised after the blocks before it
-                failed = err
+            raws = pcap_raw(p, f, order, block_bytes)
+            while True:
+                try:
+                    raw = next(raws)
+                except StopIteration:
+                    break
+                except Exception as err:  # noqa: BLE001 - the damage: raised after the blocks before it
+                    failed = err
+                    break
+                n = len(raw.offs) if left is None else min(len(raw.offs), left)
+                if t0 is None:
+                    t0 = _seconds(raw, 0, order, ns_mult, linktype)
+                task = (render, p, raw.file_start, raw.file_end, raw.offs, raw.first, order, ns_mult, linktype, n,
+                        t0, prev, extra)
+                pending.append((pool.apply_async(_run, (task,)), t0))
+                if progress is not None:
+                    progress(raw.file_end)
+                if n:
+                    prev = _seconds(raw, n - 1, order, ns_mult, linktype)
+                while len(pending) > 2 * workers:  # a worker's own error is raised here, in order
+                    res, t = pending.pop(0)
+                    yield res.get(), t
+                if left is not None:
+                    left -= n
+                    if left <= 0:
+                        break
             for res, t in pending:
                 yield res.get(), t
             if failed is not None:

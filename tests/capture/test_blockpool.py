@@ -108,3 +108,25 @@ def test_json_in_workers_strict_stops_at_the_same_frame(tmp_path: Path) -> None:
     many = _until_error(iter_json_file(str(p), workers=2, block_bytes=4096, lenient=False))
     assert one[1] and many == one
     assert one[0].count('"frame.number"') == 200
+
+
+def _render_or_fail(blk: object, n: int, t0: float, prev: float | None) -> tuple[int, int]:
+    first = blk.first  # type: ignore[attr-defined]
+    if first <= 200 < first + n:
+        raise ValueError(f"a renderer's error at the block of frame 200 (frames {first}..)")
+    return first, n
+
+
+def test_a_workers_error_comes_in_file_order() -> None:
+    """A block whose rendering fails raises its error after the blocks before it and before any
+    block after it (the results are taken in file order)."""
+    from rdmalab.capture.blockpool import blocks_in_workers
+
+    path = str(ROOT / "captures" / "rxe_write_bw_loss.pcap")
+    got: list[tuple[int, int]] = []
+    with pytest.raises(ValueError, match="block of frame 200"):
+        for res, _t0 in blocks_in_workers(path, _render_or_fail, (), workers=2, block_bytes=4096):
+            got.append(res)
+    assert got and got[0][0] == 1
+    assert all(a + n == b for (a, n), (b, _) in zip(got, got[1:]))  # noqa: B905 - consecutive blocks
+    assert got[-1][0] + got[-1][1] <= 200
