@@ -604,8 +604,9 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
 
     ``workers`` (None: :func:`default_workers`) above 1 renders the blocks of a plain pcap file
     of at least ``parallel_min_bytes`` in worker processes, which also write the lines of the
-    frames the per-packet decoder reads without state; this process follows the record headers,
-    decodes the TCP segments (in order: TCP windows and iWARP streams follow the capture) and
+    frames the per-packet decoder reads without state (:mod:`rdmalab.capture.blockpool`: they also
+    follow the record headers of their ranges of the file); this process checks the ranges, decodes
+    the TCP segments (in order: TCP windows and iWARP streams follow the capture) and
     writes.  A frame the per-packet decoder must read raises
     what it raises (``lenient=False``: the first :class:`~rdmalab.wire.errors.DecodeError`),
     after the lines before it."""

@@ -138,13 +138,41 @@ class RawBlock:
     file_end: int  # file offset after the last whole record
 
 
-def pcap_raw(p: str, f: IO[bytes], order: str, block_bytes: int) -> Iterator[RawBlock]:
-    """Follow the record headers of a pcap file (after its file header) block by block."""
+def follow_headers(buf: bytes | bytearray, pos: int, last: int, order: str) -> tuple[list[int], int]:
+    """Follow pcap record headers through ``buf`` from the record at ``pos``, by their captured
+    lengths: the offsets of the records that start at or before ``last`` (the caller makes sure their
+    16-byte headers are in ``buf``), and the offset after the last one (where the next would start).
+    A record's data may run past ``buf``: the caller checks the last one."""
+    offs: list[int] = []
+    append = offs.append
+    if order == ("<" if sys.byteorder == "little" else ">"):
+        # the only per-record Python: q is the offset of a record's caplen field (its header starts 8
+        # bytes before), read through four unsigned-int views of the buffer, one per alignment, without
+        # a struct call per record
+        end = len(buf)
+        with memoryview(buf) as mv:
+            views = [mv[k:k + (end - k) // 4 * 4].cast("I") for k in range(4)]
+            q = pos + 8
+            lim = last + 8
+            while q <= lim:
+                append(q - 8)
+                q += 16 + views[q & 3][q >> 2]
+            for v in views:
+                v.release()
+        return offs, q - 8
+    unpack = struct.Struct(order + "I").unpack_from
+    while pos <= last:
+        append(pos)
+        pos += 16 + unpack(buf, pos + 8)[0]
+    return offs, pos
+
+
+def pcap_raw(p: str, f: IO[bytes], order: str, block_bytes: int, pos_file: int = 24,
+             frame: int = 1) -> Iterator[RawBlock]:
+    """Follow the record headers of a pcap file block by block, from the record at byte ``pos_file``
+    (where ``f`` stands; the first after the file header unless told), which is frame ``frame``."""
     unpack = struct.Struct(order + "I").unpack_from
     pending = b""
-    frame = 1
-    pos_file = 24
-    native = order == ("<" if sys.byteorder == "little" else ">")
     while True:
         # read straight into the block's buffer, behind the partial record left from the last
         # one (no second copy of the block to join them)
@@ -158,37 +186,10 @@ def pcap_raw(p: str, f: IO[bytes], order: str, block_bytes: int) -> Iterator[Raw
         if not buf:
             return
         end = len(buf)
-        pos = 0
-        offs: list[int] = []
-        append = offs.append
-        # the only per-record Python: follow the captured lengths from header to header.  The
-        # caplen field of a record at ``pos`` is the 32-bit word at ``pos + 8``; four unsigned-int
-        # views of the buffer, one per alignment, read it without a struct call per record
-        if native:
-            # q is the offset of a record's caplen field (its header starts 8 bytes before): the
-            # loop keeps every record whose header is whole, then drops the last one if its data
-            # runs past the buffer (only the last can)
-            with memoryview(buf) as mv:
-                views = [mv[k:k + (end - k) // 4 * 4].cast("I") for k in range(4)]
-                q = 8
-                lim = end - 8
-                while q <= lim:
-                    append(q)
-                    q += 16 + views[q & 3][q >> 2]
-                for v in views:
-                    v.release()
-            if offs and q - 8 > end:
-                q = offs.pop()
-            pos = q - 8
-            offs_np = np.array(offs, dtype=np.int64) - 8
-        else:
-            while pos + 16 <= end:
-                nxt = pos + 16 + unpack(buf, pos + 8)[0]
-                if nxt > end:
-                    break
-                append(pos)
-                pos = nxt
-            offs_np = np.array(offs, dtype=np.int64)
+        offs, pos = follow_headers(buf, 0, end - 16, order)
+        if offs and pos > end:  # the last record's data runs past the buffer (only the last can)
+            pos = offs.pop()
+        offs_np = np.array(offs, dtype=np.int64)
         damaged = pos + 16 <= end and unpack(buf, pos + 8)[0] > MAX_RECORD
         if damaged or (not chunk and pos < end):
             # every whole record before the damage first, then the error

@@ -130,3 +130,122 @@ def test_a_workers_error_comes_in_file_order() -> None:
     assert got and got[0][0] == 1
     assert all(a + n == b for (a, n), (b, _) in zip(got, got[1:]))  # noqa: B905 - consecutive blocks
     assert got[-1][0] + got[-1][1] <= 200
+
+
+# ---------------------------------------------------------------- workers that find their own records
+# The workers follow the record headers of their own range of the file, starting from a record they
+# find by the look of its header (blockpool._sync); this process checks each guess against where the
+# records of the range before end, and follows the headers itself when a guess was wrong.
+
+
+def _udp_frame(payload: bytes) -> bytes:
+    """Ethernet, IPv4, UDP to port 9 (not RoCE) with ``payload``: bytes the decoders show as data."""
+    import struct
+
+    udp = struct.pack(">HHHH", 40000, 9, 8 + len(payload), 0) + payload
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0, bytes([10, 0, 0, 1]),
+                     bytes([10, 0, 0, 2]))
+    return b"\x02" * 6 + b"\x04" * 6 + b"\x08\x00" + ip + udp
+
+
+def _fake_headers(t_ns: int, count: int) -> bytes:
+    """``count`` pcap record headers that follow each other, each with 8 bytes of data, as a payload."""
+    import struct
+
+    return b"".join(struct.pack("<IIII", t_ns // 1_000_000_000, 0, 8, 8) + b"\x01" * 8 for _ in range(count))
+
+
+def _all_ways(path: str, block_bytes: int) -> None:
+    """Summary lines, -T fields and -T json from two workers equal one process's, error included."""
+    from rdmalab.capture.columnar_summary import summary_bytes
+    from rdmalab.capture.fieldtext import field_text
+
+    names = ["frame.number", "frame.time_relative", "ip.src", "udp.length", "infiniband.bth.psn"]
+    runs: dict[str, Callable[[int], Iterable[str | bytes]]] = {
+        "summary": lambda w: summary_bytes(path, workers=w, block_bytes=block_bytes, parallel_min_bytes=0),
+        "fields": lambda w: field_text(path, names, workers=w, block_bytes=block_bytes, parallel_min_bytes=0),
+        "json": lambda w: (iter_json_file(path, workers=2, block_bytes=block_bytes) if w > 1 else
+                           iter_json(read(path))),
+    }
+    for what, run in runs.items():
+        one, many = _until_error(run(1)), _until_error(run(2))
+        assert many == one, what
+
+
+def _count_walks_here(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The ranges this process walks itself (a worker's guess was wrong)."""
+    from rdmalab.capture import blockpool
+
+    calls: list[int] = []
+    walk = blockpool._walk
+
+    def counted(task: tuple[object, ...]) -> object:
+        calls.append(task[1])  # type: ignore[arg-type]
+        return walk(task)
+
+    # the pool sends functions by name: this one is found under the old one's (the forked workers count
+    # in their own copy of the list)
+    counted.__module__, counted.__qualname__ = walk.__module__, walk.__qualname__
+    monkeypatch.setattr(blockpool, "_walk", counted)
+    return calls
+
+
+def test_payloads_that_look_like_record_headers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames whose data is a chain of pcap record headers, all through the file: the workers' guesses
+    land on them, this process finds out and follows the headers itself; the text is the same."""
+    from rdmalab.capture import hostile
+
+    real = hostile.frames_of(ROOT / "captures" / "rxe_write_bw_loss.pcap")
+    frames = []
+    for i, (t, d, w) in enumerate(real[:300]):
+        frames.append((t, d, w))
+        if i % 3 == 0:
+            fake = _udp_frame(_fake_headers(t, 60))
+            frames.append((t + 1, fake, len(fake)))
+    p = tmp_path / "fake_headers.pcap"
+    hostile.write(p, frames)
+    walked = _count_walks_here(monkeypatch)
+    _all_ways(str(p), 4096)
+    assert walked, "no guess was wrong: the test did not test the check"
+
+
+def test_a_record_longer_than_a_range_and_zeros_at_time_zero(tmp_path: Path) -> None:
+    """Records of 20,000 bytes (ranges of 4,096 bytes start and end inside them) and data of zeros,
+    with timestamps from 0: seconds, fraction and lengths of zero look like headers to no one."""
+    from rdmalab.capture import hostile
+
+    real = hostile.frames_of(ROOT / "captures" / "rxe_write_bw_loss.pcap")[:120]
+    t0 = real[0][0]
+    frames = []
+    for i, (t, d, w) in enumerate(real):
+        frames.append((t - t0, d, w))
+        if i % 10 == 0:
+            big = _udp_frame(bytes(20_000))
+            frames.append((t - t0 + 1, big, len(big)))
+    p = tmp_path / "big_records.pcap"
+    hostile.write(p, frames)
+    _all_ways(str(p), 4096)
+
+
+def test_a_damaged_record_in_the_middle_in_workers(tmp_path: Path) -> None:
+    """A record in the middle claims 2 GB: every record before it comes out, then the reader's error."""
+    import struct
+
+    from rdmalab.capture import hostile
+
+    frames = hostile.frames_of(ROOT / "captures" / "rxe_write_bw_loss.pcap")
+    p = tmp_path / "damaged.pcap"
+    hostile.write(p, frames + frames)
+    data = bytearray(p.read_bytes())
+    pos, n = 24, 0
+    while n < len(frames) + 37:  # to the header of record len(frames) + 38
+        pos += 16 + struct.unpack_from("<I", data, pos + 8)[0]
+        n += 1
+    struct.pack_into("<I", data, pos + 8, 0x7FFF_0000)
+    p.write_bytes(bytes(data))
+    from rdmalab.capture.columnar_summary import summary_bytes
+
+    one = _until_error(summary_bytes(str(p), workers=1, block_bytes=4096))
+    assert f"record {len(frames) + 38} at byte {pos}" in one[1] and "is damaged" in one[1]
+    assert one[0].count("\n") == len(frames) + 37
+    _all_ways(str(p), 4096)
