@@ -5,7 +5,7 @@ repetition shifted in time: :func:`bench_columnar.build`), then runs each pair o
 processes, output discarded, and prints wall time, CPU time and peak RSS side by side:
 
 * one-line summaries, ``decode -r FILE`` against ``tshark -r FILE`` (``--packets``, default
-  1,000,000), with rdmalab's default workers (one an idle core: it depends on the load when the
+  1,000,000), with rdmalab's default workers (one a core not fully busy: it depends on the load when the
   command starts; the bench prints what it would be), with ``-j 1`` and with ``-j 2``;
 * ``-T json`` (default workers, ``-j 1``, ``-j 2``) against ``tshark -T json`` and ``-V`` against
   ``tshark -V`` on the first ``--json-packets`` (default 50,000) of the same packets (tshark's

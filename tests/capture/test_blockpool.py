@@ -249,3 +249,47 @@ def test_a_damaged_record_in_the_middle_in_workers(tmp_path: Path) -> None:
     assert f"record {len(frames) + 38} at byte {pos}" in one[1] and "is damaged" in one[1]
     assert one[0].count("\n") == len(frames) + 37
     _all_ways(str(p), 4096)
+
+
+def _sized(blk: object, n: int, t0: float, prev: float | None, big: int) -> tuple[int, bytes]:
+    first = blk.first  # type: ignore[attr-defined]
+    return first, (b"%d;" % first) * (big if first == 1 else 3)
+
+
+def test_results_come_back_through_shared_memory_or_the_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's result is pickled into its slot of the shared mapping and only its length comes
+    back; one larger than a slot comes through the pool's pipe.  Either way the caller gets the
+    renderer's results, in file order."""
+    import mmap
+    import pickle
+
+    from rdmalab.capture import blockpool
+    from rdmalab.capture.pcapio import PCAP_MAGICS
+
+    path = str(ROOT / "captures" / "rxe_write_bw_loss.pcap")
+    # in this process: _run with a mapping of two 64 KiB slots
+    with open(path, "rb") as f:
+        head = f.read(24)
+    order, ns_mult = PCAP_MAGICS[head[:4]]
+    w = blockpool._walk((path, 24, 4096, 24, order, ns_mult, Path(path).stat().st_size, 0))
+    offs = w.offs - w.offs[0]
+    shm = mmap.mmap(-1, 2 << 16)
+    monkeypatch.setattr(blockpool, "_SLOTS", (shm, 1 << 16))
+    for big, slot in ((10, 1), (1 << 15, 0)):  # a result of about 40 bytes, then one of about 200 KiB
+        task = (slot, _sized, path, int(w.offs[0]), w.end, offs, 1, order, ns_mult, 1, len(offs), 0.0, None, (big,))
+        got = blockpool._run(task)
+        want = _sized(type("B", (), {"first": 1})(), len(offs), 0.0, None, big)
+        if big == 10:
+            assert isinstance(got, blockpool._InSlot)
+            assert pickle.loads(shm[slot << 16:(slot << 16) + got.size]) == want
+        else:
+            assert got == want  # too large for a slot: returned as it is
+    monkeypatch.setattr(blockpool, "_SLOTS", None)
+    shm.close()
+    # through the pool: the first block's text is larger than a slot (16 MiB at this block size)
+    got_all = [res for res, _t0 in blockpool.blocks_in_workers(path, _sized, ((17 << 20) // 2,), workers=2,
+                                                                 block_bytes=4096)]
+    firsts = [first for first, _ in got_all]
+    assert firsts[0] == 1 and firsts == sorted(firsts) and len(got_all) > 20
+    assert len(got_all[0][1]) > 16 << 20
+    assert all(text == (b"%d;" % first) * 3 for first, text in got_all[1:])
