@@ -293,3 +293,18 @@ def test_results_come_back_through_shared_memory_or_the_pipe(monkeypatch: pytest
     assert firsts[0] == 1 and firsts == sorted(firsts) and len(got_all) > 20
     assert len(got_all[0][1]) > 16 << 20
     assert all(text == (b"%d;" % first) * 3 for first, text in got_all[1:])
+
+
+def test_a_big_endian_microsecond_capture_in_workers(tmp_path: Path) -> None:
+    """The workers' guesses and walks read the headers in the file's byte order and time unit."""
+    import struct
+
+    from rdmalab.capture import hostile
+
+    frames = hostile.frames_of(ROOT / "captures" / "rxe_write_bw_loss.pcap") * 3
+    p = tmp_path / "be.pcap"
+    with open(p, "wb") as f:
+        f.write(struct.pack(">IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        for t, d, w in frames:
+            f.write(struct.pack(">IIII", t // 10**9, (t % 10**9) // 1000, len(d), w) + d)
+    _all_ways(str(p), 4096)
