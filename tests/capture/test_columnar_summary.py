@@ -271,13 +271,15 @@ def test_worker_processes_on_a_damaged_capture(tmp_path: Path, lenient: bool) ->
 
 
 def test_default_workers(monkeypatch: Any) -> None:
-    """One worker an idle core (cores less the load average), at most four, at least one."""
+    """One worker a core the load does not fill (cores less the whole part of the load average), at most
+    four, at least one."""
     from rdmalab.capture import blockpool as cs
 
     def no_load() -> tuple[float, float, float]:
         raise OSError("no load average here")
 
-    for cores, load, want in ((None, 0.0, 1), (1, 0.0, 1), (2, 0.0, 2), (2, 0.4, 2), (2, 0.6, 1), (2, 7.5, 1),
+    for cores, load, want in ((None, 0.0, 1), (1, 0.0, 1), (2, 0.0, 2), (2, 0.4, 2), (2, 0.6, 2), (2, 0.99, 2), (2, 1.0, 1),
+                              (2, 1.6, 1), (2, 7.5, 1),
                               (3, 1.0, 2), (64, 0.0, 4), (64, 61.0, 3), (8, None, 4)):
         monkeypatch.setattr(cs.os, "cpu_count", lambda c=cores: c)
         monkeypatch.setattr(cs.os, "getloadavg", no_load if load is None else lambda x=load: (x, x, x))
