@@ -291,9 +291,10 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
     """The ``-T fields`` output of a capture, block by block (bounded memory).
 
     A plain (not compressed) pcap file of ``parallel_min_bytes`` or more, read whole, is split among ``workers``
-    processes (default: one fewer than the cores): this process follows the record headers and hands
-    each block's record offsets to a worker, which reads the block again, decodes, filters and
-    renders it; the blocks come back in file order.  iWARP fields need the TCP streams followed
+    processes (default: one fewer than the cores; :mod:`rdmalab.capture.blockpool`): the workers
+    follow the record headers of their ranges of the file, this process checks the ranges and
+    numbers the frames, and a worker reads each block again, decodes, filters and renders it; the
+    blocks come back in file order.  iWARP fields need the TCP streams followed
     in order, so they are decoded in this process.  ``occurrence``/``aggregator`` are tshark's
     ``-E`` options, for fields that occur more than once in a frame (several iWARP FPDUs).
     """
