@@ -245,6 +245,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="use the per-packet decoder even where the columnar one would do (-T fields, summary lines)")
     d.add_argument("-j", "--workers", type=int, metavar="N",
                    help="with -T fields, -T json (no -Y) and for summary lines: worker processes for a pcap file "
-                        "of 32 MiB or more (default: one fewer than the cores for -T fields; otherwise one an idle "
-                        "core, cores less the load average, at most 4)")
+                        "of 32 MiB or more (default: one fewer than the cores for -T fields; otherwise one a core "
+                        "the load does not fill, cores less the whole part of the load average, at most 4)")
     d.set_defaults(func=run_decode, strict=False)
