@@ -29,7 +29,6 @@ from rdmalab.capture.pcapio import (
     MAX_RECORD,
     PCAP_MAGICS,
     RawBlock,
-    RecordBlock,
     follow_headers,
     open_capture,
     pcap_block,
@@ -41,7 +40,7 @@ PARALLEL_MIN_BYTES = 32 << 20
 
 #: ``render(block, n, t0, prev, *extra)``: the first ``n`` records of ``block``; ``t0`` is the
 #: capture's first timestamp and ``prev`` the timestamp of the record before the block (None for
-#: the first block), both in seconds as :meth:`RecordBlock.seconds` gives them
+#: the first block), both in seconds as :meth:`rdmalab.capture.pcapio.RecordBlock.seconds` gives them
 Render = Callable[..., Any]
 
 
@@ -150,6 +149,12 @@ def _sync(buf: bytearray, hi: int, order: str, ns_mult: int, sec0: int) -> int |
     return None
 
 
+def _plausible(sec: Any, frac: Any, cap: Any, wire: Any, units: int, sec0: int) -> Any:
+    """Whether a record header could be one (:func:`_sync`): of one header's fields, or of arrays of them."""
+    return ((cap > 0) & (cap <= _SYNC_MAX_CAPLEN) & (cap <= wire) & (frac < units)
+            & (abs(sec - sec0) < 10 * 365 * 86400))
+
+
 def _sync_in(buf: bytearray, n: int, order: str, ns_mult: int, sec0: int) -> int | None:
     if n <= 0:
         return None
@@ -159,10 +164,8 @@ def _sync_in(buf: bytearray, n: int, order: str, ns_mult: int, sec0: int) -> int
     def word(k: int) -> np.ndarray:  # the 32-bit word at offset i + k, for every i < n
         return np.lib.stride_tricks.sliding_window_view(b[k:k + n + 3], 4)[:n].copy().view(dt).ravel()
 
-    sec, frac, cap, wire = word(0), word(4), word(8), word(12)
     units = 1_000_000 if ns_mult == 1000 else 1_000_000_000
-    ok = ((cap > 0) & (cap <= _SYNC_MAX_CAPLEN) & (cap <= wire) & (frac < units)
-          & (np.abs(sec.astype(np.int64) - sec0) < 10 * 365 * 86400))
+    ok = _plausible(word(0).astype(np.int64), word(4), word(8), word(12), units, sec0)
     unpack = struct.Struct(order + "IIII").unpack_from
     for i in np.flatnonzero(ok).tolist():
         q = i
@@ -170,7 +173,7 @@ def _sync_in(buf: bytearray, n: int, order: str, ns_mult: int, sec0: int) -> int
             if q + 16 > len(buf):
                 break  # the chain ran to the end of what was read: good enough, the caller checks
             s, fr, c, w = unpack(buf, q)
-            if not (0 < c <= _SYNC_MAX_CAPLEN and c <= w and fr < units and abs(s - sec0) < 10 * 365 * 86400):
+            if not _plausible(s, fr, c, w, units, sec0):
                 break
             q += 16 + c
         else:
@@ -263,7 +266,7 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
             return got
 
         renders = 0
-        with pool, _closing(view, shm):
+        with _closing(view, shm), pool:  # the pool goes first, then the mapping
             walks: deque[Any] = deque()
             nxt = 0
 
@@ -316,8 +319,8 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
                         failed = err
                         break
                     start, end, offs = raw.file_start, raw.file_end, raw.offs
-                    ts_first = _seconds(raw, 0, order, ns_mult, linktype)
-                    ts_last = _seconds(raw, len(offs) - 1, order, ns_mult, linktype)
+                    ts_first = _header_ts(raw.buf, int(offs[0]), order, ns_mult)
+                    ts_last = _header_ts(raw.buf, int(offs[-1]), order, ns_mult)
                 n = len(offs) if left is None else min(len(offs), left)
                 if t0 is None:
                     t0 = ts_first
@@ -354,8 +357,3 @@ class _closing:
             self.view.release()
         if self.shm is not None:
             self.shm.close()
-
-
-def _seconds(raw: RawBlock, i: int, order: str, ns_mult: int, linktype: int) -> float:
-    blk: RecordBlock = pcap_block(raw.buf, raw.offs[i:i + 1], order, ns_mult, linktype, 1, 0)
-    return float(blk.seconds()[0])

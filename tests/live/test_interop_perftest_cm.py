@@ -9,7 +9,7 @@ namespace ``peer`` on veth1 (10.0.0.2).  For each of ``write``, ``read``, ``send
   stock ``ib_<verb>_bw -R`` as client.
 
 Checked: every program's exit status 0 and perftest's report line (size, iterations, figures) on both
-sides; the capture holds two rdma_cm connections per run (REQ, REP, RTU each) to port 18515 and the
+sides (a stock program's figures only when its clock calibration worked: see ``_check_pair``); the capture holds two rdma_cm connections per run (REQ, REP, RTU each) to port 18515 and the
 DREQ/DREP of both at the end.  Then ``write`` in both roles again under 2 % netem loss on both veths.
 """
 
