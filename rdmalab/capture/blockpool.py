@@ -82,6 +82,30 @@ class _InSlot:
     size: int
 
 
+def _slots(shm: mmap.mmap | None, slot_bytes: int) -> None:
+    """In a worker process, as it starts: where its results go (:data:`_SLOTS`)."""
+    global _SLOTS
+    _SLOTS = (shm, slot_bytes) if shm is not None else None
+
+
+def _sendable(err: BaseException) -> BaseException:
+    """``err``, or when it would not unpickle in this process's parent, an error with its type's name
+    and message that will (the parent would otherwise only learn that a result failed to unpickle)."""
+    try:
+        pickle.loads(pickle.dumps(err))
+    except Exception:  # noqa: BLE001 - any failure to make the round trip
+        return RuntimeError(f"{type(err).__name__}: {err}")
+    return err
+
+
+def _in_worker(fn: Callable[[tuple[Any, ...]], Any], task: tuple[Any, ...]) -> Any:
+    """In a worker process: ``fn(task)``, its error one that unpickles in this process's parent."""
+    try:
+        return fn(task)
+    except Exception as err:
+        raise _sendable(err) from None
+
+
 def _run(task: tuple[Any, ...]) -> Any:
     """In a worker process: read one block of pcap records again and render it."""
     slot, render, path, start, end, offs, first, order, ns_mult, linktype, n, t0, prev, extra = task
@@ -232,7 +256,8 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
     end.  When it is not (a payload that looks like a chain of headers), or when a range holds a
     record that is not whole or sane, this process follows the headers itself from where the
     records before end, with the sequential reader's checks and errors."""
-    import multiprocessing  # lazy: only the parallel paths need it (start-up, memory)
+    import multiprocessing  # lazy: only the parallel paths need them (start-up, memory)
+    from concurrent.futures import Future, ProcessPoolExecutor
 
     p = os.fspath(path)
     with open_capture(p) as f:
@@ -247,38 +272,36 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
         sec0 = struct.unpack(order + "I", first_hdr[:4])[0] if len(first_hdr) == 16 else 0
         ranges = [(lo, min(lo + block_bytes, size)) for lo in range(24, size, block_bytes)]
         forked = "fork" in multiprocessing.get_all_start_methods()
-        ctx = multiprocessing.get_context("fork" if forked else None)
         nslots = 2 * workers + 2  # more than the blocks in flight: a slot is read before it is named again
         slot_bytes = max(8 * block_bytes, 16 << 20)
-        global _SLOTS
-        shm = mmap.mmap(-1, nslots * slot_bytes) if forked else None  # pages are taken only when written
-        _SLOTS = (shm, slot_bytes) if shm is not None else None
-        try:
-            pool = ctx.Pool(workers)
-        finally:
-            _SLOTS = None  # the workers have their copy
+        # made before the workers are forked, which inherit it; pages are taken only when written
+        shm = mmap.mmap(-1, nslots * slot_bytes) if forked else None
+        # concurrent.futures rather than multiprocessing.Pool: a worker that dies, or a result that does
+        # not unpickle, breaks the executor with an error instead of leaving this process waiting
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork" if forked else None),
+                                   initializer=_slots, initargs=(shm, slot_bytes))
         view = memoryview(shm) if shm is not None else None
 
-        def result(job: Any, slot: int | None) -> Any:
-            got = job.get()
+        def result(job: Future[Any], slot: int | None) -> Any:
+            got = job.result()
             if isinstance(got, _InSlot) and view is not None and slot is not None:
                 return pickle.loads(view[slot * slot_bytes:slot * slot_bytes + got.size])
             return got
 
         renders = 0
-        with _closing(view, shm), pool:  # the pool goes first, then the mapping
-            walks: deque[Any] = deque()
+        with _closing(pool, view, shm):
+            walks: deque[Future[_Walked]] = deque()
             nxt = 0
 
             def walk_ahead() -> None:
                 nonlocal nxt
                 while nxt < len(ranges) and len(walks) < 4 * workers:
                     lo, hi = ranges[nxt]
-                    walks.append(pool.apply_async(_walk, ((p, lo, hi, 24 if lo == 24 else None, order, ns_mult,
-                                                           size, sec0),)))
+                    walks.append(pool.submit(_in_worker, _walk, (p, lo, hi, 24 if lo == 24 else None, order,
+                                                                     ns_mult, size, sec0)))
                     nxt += 1
 
-            pending: deque[tuple[Any, int | None, float]] = deque()
+            pending: deque[tuple[Future[Any], int | None, float]] = deque()
             t0: float | None = None
             prev: float | None = None
             left = count
@@ -293,7 +316,7 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
                     if k >= len(ranges):
                         break
                     lo, hi = ranges[k]
-                    w: _Walked = walks.popleft().get()
+                    w = walks.popleft().result()
                     k += 1
                     if expected >= hi:
                         continue  # a record that started in an earlier range covers this one
@@ -302,6 +325,8 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
                     if not w.whole:  # damaged or truncated: the sequential reader, with its errors
                         f.seek(expected)
                         tail = pcap_raw(p, f, order, block_bytes, expected, frame)
+                        for ahead in walks:
+                            ahead.cancel()
                         walks.clear()
                         continue
                     if not len(w.offs):
@@ -327,7 +352,7 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
                 slot = renders % nslots if view is not None else None
                 renders += 1
                 task = (slot, render, p, start, end, offs, frame, order, ns_mult, linktype, n, t0, prev, extra)
-                pending.append((pool.apply_async(_run, (task,)), slot, t0))
+                pending.append((pool.submit(_in_worker, _run, task), slot, t0))
                 if progress is not None:
                     progress(end)
                 prev = ts_last
@@ -344,15 +369,17 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
 
 
 class _closing:
-    """Release the view of the results' mapping, then close it (after the pool is gone)."""
+    """Stop the workers (the ones not started yet cancelled, the running ones finished), then release
+    the view of the results' mapping and close it: the pool goes first, then the mapping."""
 
-    def __init__(self, view: memoryview | None, shm: mmap.mmap | None) -> None:
-        self.view, self.shm = view, shm
+    def __init__(self, pool: Any, view: memoryview | None, shm: mmap.mmap | None) -> None:
+        self.pool, self.view, self.shm = pool, view, shm
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, *exc: object) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
         if self.view is not None:
             self.view.release()
         if self.shm is not None:

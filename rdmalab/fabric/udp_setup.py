@@ -12,6 +12,8 @@ import errno
 import socket
 import struct
 
+from rdmalab.wire.errors import Picklable
+
 RXE_MAX_HDR_LENGTH = 80  # rxe_param.h: Ethernet + IP + UDP + BTH and extension headers, ICRC
 
 _SIOCGIFADDR = 0x8915
@@ -20,7 +22,7 @@ _SIOCGIFMTU = 0x8921
 _SO_ATTACH_FILTER = 26
 
 
-class CarrierError(Exception):
+class CarrierError(Picklable, Exception):
     """The carrier cannot start: no such interface or address, no permission, port taken."""
 
     def __init__(self, errno_: int, message: str) -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rdmalab.lab.answers import Opaque, Program, Raised, Run, encode
+from rdmalab.wire.errors import Picklable
 
 PASS = "pass"
 FAIL = "fail"
@@ -114,7 +115,7 @@ def say(title: str, rest: str) -> str:
     return f"{title}: {rest}"
 
 
-class Wrong(Exception):
+class Wrong(Picklable, Exception):
     """Raised by a checker to report a wrong answer with its location."""
 
     def __init__(self, message: str, *, field: str | None = None, offset: int | None = None,

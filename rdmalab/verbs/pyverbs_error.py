@@ -10,8 +10,10 @@ from __future__ import annotations
 import errno as _errno
 import os
 
+from rdmalab.wire.errors import Picklable
 
-class PyverbsError(Exception):
+
+class PyverbsError(Picklable, Exception):
     """Base of pyverbs' exceptions."""
 
     def __init__(self, msg: str, error_code: int = -1) -> None:

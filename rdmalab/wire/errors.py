@@ -16,7 +16,25 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-class RdmalabError(Exception):
+def _restored(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> BaseException:
+    err = cls.__new__(cls, *args)  # BaseException.__new__ keeps args; __init__ is not called again
+    err.__dict__.update(state)
+    return err
+
+
+class Picklable:
+    """Mixed into an exception whose ``__init__`` takes other arguments than its message: it pickles
+    as its message and its attributes, and unpickles without calling ``__init__`` again.
+
+    Worker processes (``rdmalab decode -j``, ``convert``, the parallel column reader) send their
+    errors back pickled; the default pickling of such an exception calls ``__init__`` with the message
+    alone, which fails in the receiving process (and ``multiprocessing.Pool`` then waits forever)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restored, (type(self), self.args, self.__dict__))  # type: ignore[attr-defined]
+
+
+class RdmalabError(Picklable, Exception):
     """Base class of every exception rdmalab raises on purpose."""
 
 

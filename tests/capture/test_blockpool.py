@@ -117,6 +117,7 @@ def _render_or_fail(blk: object, n: int, t0: float, prev: float | None) -> tuple
     return first, n
 
 
+@pytest.mark.timeout(120)
 def test_a_workers_error_comes_in_file_order() -> None:
     """A block whose rendering fails raises its error after the blocks before it and before any
     block after it (the results are taken in file order)."""
@@ -308,3 +309,79 @@ def test_a_big_endian_microsecond_capture_in_workers(tmp_path: Path) -> None:
         for t, d, w in frames:
             f.write(struct.pack(">IIII", t // 10**9, (t % 10**9) // 1000, len(d), w) + d)
     _all_ways(str(p), 4096)
+
+
+# ---------------------------------------------------------------- a worker's error, or its death
+# The workers send their errors back pickled.  rdmalab's errors take other arguments than their
+# message (DecodeError's layer, field, offset...): they once failed to unpickle here, which killed
+# multiprocessing.Pool's result thread and left the caller waiting forever.
+
+
+def _malformed_at_frame_200(blk: object, n: int, t0: float, prev: float | None) -> int:
+    from rdmalab.wire.errors import MalformedError
+
+    first = blk.first  # type: ignore[attr-defined]
+    if first <= 200 < first + n:
+        raise MalformedError("BTH", "opcode", 7, 0x1F, "a defined opcode", detail=f"frame {first}..")
+    return n
+
+
+class _OwnError(Exception):
+    """An error of a renderer that does not unpickle (its __init__ wants two arguments)."""
+
+    def __init__(self, a: int, b: int) -> None:
+        super().__init__(f"{a} and {b}")
+
+
+def _own_error_at_frame_200(blk: object, n: int, t0: float, prev: float | None) -> int:
+    first = blk.first  # type: ignore[attr-defined]
+    if first <= 200 < first + n:
+        raise _OwnError(3, 4)
+    return n
+
+
+def _dies_at_frame_200(blk: object, n: int, t0: float, prev: float | None) -> int:
+    import os
+
+    first = blk.first  # type: ignore[attr-defined]
+    if first <= 200 < first + n:
+        os._exit(3)
+    return n
+
+
+def _frames(blk: object, n: int, t0: float, prev: float | None) -> int:
+    return n
+
+
+def _all_blocks(render: Callable[..., int]) -> int:
+    from rdmalab.capture.blockpool import blocks_in_workers
+
+    path = str(ROOT / "captures" / "rxe_write_bw_loss.pcap")
+    return sum(n for n, _t0 in blocks_in_workers(path, render, (), workers=2, block_bytes=4096))
+
+
+@pytest.mark.timeout(120)
+def test_a_decode_error_in_a_worker_comes_back_whole() -> None:
+    from rdmalab.wire.errors import MalformedError
+
+    with pytest.raises(MalformedError) as got:
+        _all_blocks(_malformed_at_frame_200)
+    err = got.value
+    assert (err.layer, err.field, err.offset, err.value, err.expected) == ("BTH", "opcode", 7, 0x1F, "a defined opcode")
+    assert str(err).startswith("malformed BTH.opcode at byte 7: got 31 (0x1f), expected a defined opcode (frame ")
+
+
+@pytest.mark.timeout(120)
+def test_an_error_that_would_not_unpickle_comes_back_in_words() -> None:
+    with pytest.raises(RuntimeError, match=r"^_OwnError: 3 and 4$"):
+        _all_blocks(_own_error_at_frame_200)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_that_dies_is_an_error_not_a_wait() -> None:
+    from concurrent.futures.process import BrokenProcessPool
+
+    with pytest.raises(BrokenProcessPool, match="terminated abruptly"):
+        _all_blocks(_dies_at_frame_200)
+    # and the next run starts its own workers and reads every frame
+    assert _all_blocks(_frames) == sum(1 for _ in read(ROOT / "captures" / "rxe_write_bw_loss.pcap"))

@@ -12,12 +12,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rdmalab.verbs import enums as e
+from rdmalab.wire.errors import Picklable
 
 if TYPE_CHECKING:
     from rdmalab.verbs.engine.node import SoftDevice
 
 
-class AccessError(Exception):
+class AccessError(Picklable, Exception):
     """A failed memory check; ``status`` is the ``IBV_WC_*`` status it ends as."""
 
     def __init__(self, status: int, why: str) -> None:

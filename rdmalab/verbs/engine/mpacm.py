@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rdmalab.wire.errors import Picklable
 from rdmalab.wire.iwarp import encode_mpa_frame
 from rdmalab.wire.mpa import (
     MPA_FLAG_ENHANCED,
@@ -47,7 +48,7 @@ MAX_IRD_ORD = 128
 FRAME_HEADER = 20
 
 
-class MPAError(Exception):
+class MPAError(Picklable, Exception):
     """The MPA exchange failed; ``terminate`` is the (layer, etype, errcode) to send, if any."""
 
     def __init__(self, why: str, terminate: tuple[int, int, int] | None = None, reject: bool = False) -> None:
