@@ -21,7 +21,7 @@ import struct
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,10 @@ from rdmalab.capture.pcapio import (
     pcap_block,
     pcap_raw,
 )
+from rdmalab.wire.errors import RdmalabError
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 #: files smaller than this are rendered in this process (the workers' start-up would cost more)
 PARALLEL_MIN_BYTES = 32 << 20
@@ -80,6 +84,21 @@ _SLOTS: tuple[mmap.mmap, int] | None = None
 @dataclass(slots=True, frozen=True)
 class _InSlot:
     size: int
+
+
+class WorkerLost(RdmalabError):
+    """A worker process ended without its result (killed by a signal, out of memory)."""
+
+
+def _got(job: Future[Any], path: str) -> Any:
+    """The result of ``job``; a worker that ended without one is a :class:`WorkerLost`."""
+    from concurrent.futures.process import BrokenProcessPool  # loaded with the pool already
+
+    try:
+        return job.result()
+    except BrokenProcessPool as err:
+        raise WorkerLost(f"{path}: a worker process ended without its result (killed, or out of memory?); "
+                         "with -j 1 the file is read in this process") from err
 
 
 def _slots(shm: mmap.mmap | None, slot_bytes: int) -> None:
@@ -257,7 +276,7 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
     record that is not whole or sane, this process follows the headers itself from where the
     records before end, with the sequential reader's checks and errors."""
     import multiprocessing  # lazy: only the parallel paths need them (start-up, memory)
-    from concurrent.futures import Future, ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor
 
     p = os.fspath(path)
     with open_capture(p) as f:
@@ -283,7 +302,7 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
         view = memoryview(shm) if shm is not None else None
 
         def result(job: Future[Any], slot: int | None) -> Any:
-            got = job.result()
+            got = _got(job, p)
             if isinstance(got, _InSlot) and view is not None and slot is not None:
                 return pickle.loads(view[slot * slot_bytes:slot * slot_bytes + got.size])
             return got
@@ -316,7 +335,7 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
                     if k >= len(ranges):
                         break
                     lo, hi = ranges[k]
-                    w = walks.popleft().result()
+                    w = _got(walks.popleft(), p)
                     k += 1
                     if expected >= hi:
                         continue  # a record that started in an earlier range covers this one

@@ -381,7 +381,12 @@ def test_an_error_that_would_not_unpickle_comes_back_in_words() -> None:
 def test_a_worker_that_dies_is_an_error_not_a_wait() -> None:
     from concurrent.futures.process import BrokenProcessPool
 
-    with pytest.raises(BrokenProcessPool, match="terminated abruptly"):
+    from rdmalab.capture.blockpool import WorkerLost
+    from rdmalab.wire.errors import RdmalabError
+
+    with pytest.raises(WorkerLost, match=r"rxe_write_bw_loss.pcap: a worker process ended without its result .*-j 1") as got:
         _all_blocks(_dies_at_frame_200)
+    assert isinstance(got.value, RdmalabError)  # the command line prints it as one sentence
+    assert isinstance(got.value.__cause__, BrokenProcessPool)
     # and the next run starts its own workers and reads every frame
     assert _all_blocks(_frames) == sum(1 for _ in read(ROOT / "captures" / "rxe_write_bw_loss.pcap"))
