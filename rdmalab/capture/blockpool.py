@@ -14,6 +14,7 @@ nothing before the damage is lost.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import pickle
@@ -90,15 +91,30 @@ class WorkerLost(RdmalabError):
     """A worker process ended without its result (killed by a signal, out of memory)."""
 
 
-def _got(job: Future[Any], path: str) -> Any:
-    """The result of ``job``; a worker that ended without one is a :class:`WorkerLost`."""
-    from concurrent.futures.process import BrokenProcessPool  # loaded with the pool already
+@contextlib.contextmanager
+def worker_pool(workers: int, initializer: Callable[..., None] | None = None,
+                initargs: tuple[Any, ...] = ()) -> Iterator[Any]:
+    """A :class:`concurrent.futures.ProcessPoolExecutor` of ``workers`` processes (forked where the
+    system can), for the capture layer's parallel paths: ``decode -j``, the parallel column reader,
+    ``convert -j``.
 
+    concurrent.futures rather than ``multiprocessing.Pool``: a worker that dies, or a result that
+    does not unpickle, breaks the executor with an error instead of leaving the caller waiting.  A
+    worker that ended without its result is a :class:`WorkerLost` here.  On the way out the tasks
+    not started are cancelled and the running ones finished."""
+    import multiprocessing  # lazy: only the parallel paths need them (start-up, memory)
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=initializer, initargs=initargs)
     try:
-        return job.result()
+        yield pool
     except BrokenProcessPool as err:
-        raise WorkerLost(f"{path}: a worker process ended without its result (killed, or out of memory?); "
-                         "with -j 1 the file is read in this process") from err
+        raise WorkerLost("a worker process ended without its result (killed, or out of memory?); "
+                         "with -j 1 the work is done in this process") from err
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _slots(shm: mmap.mmap | None, slot_bytes: int) -> None:
@@ -275,8 +291,7 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
     end.  When it is not (a payload that looks like a chain of headers), or when a range holds a
     record that is not whole or sane, this process follows the headers itself from where the
     records before end, with the sequential reader's checks and errors."""
-    import multiprocessing  # lazy: only the parallel paths need them (start-up, memory)
-    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing  # lazy: only the parallel paths need it (start-up, memory)
 
     p = os.fspath(path)
     with open_capture(p) as f:
@@ -295,20 +310,17 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
         slot_bytes = max(8 * block_bytes, 16 << 20)
         # made before the workers are forked, which inherit it; pages are taken only when written
         shm = mmap.mmap(-1, nslots * slot_bytes) if forked else None
-        # concurrent.futures rather than multiprocessing.Pool: a worker that dies, or a result that does
-        # not unpickle, breaks the executor with an error instead of leaving this process waiting
-        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork" if forked else None),
-                                   initializer=_slots, initargs=(shm, slot_bytes))
         view = memoryview(shm) if shm is not None else None
 
         def result(job: Future[Any], slot: int | None) -> Any:
-            got = _got(job, p)
+            got = job.result()
             if isinstance(got, _InSlot) and view is not None and slot is not None:
                 return pickle.loads(view[slot * slot_bytes:slot * slot_bytes + got.size])
             return got
 
         renders = 0
-        with _closing(pool, view, shm):
+        # the pool goes first, then the mapping
+        with _unmapped(view, shm), worker_pool(workers, _slots, (shm, slot_bytes)) as pool:
             walks: deque[Future[_Walked]] = deque()
             nxt = 0
 
@@ -335,7 +347,7 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
                     if k >= len(ranges):
                         break
                     lo, hi = ranges[k]
-                    w = _got(walks.popleft(), p)
+                    w = walks.popleft().result()
                     k += 1
                     if expected >= hi:
                         continue  # a record that started in an earlier range covers this one
@@ -387,18 +399,16 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
                 raise failed
 
 
-class _closing:
-    """Stop the workers (the ones not started yet cancelled, the running ones finished), then release
-    the view of the results' mapping and close it: the pool goes first, then the mapping."""
+class _unmapped:
+    """Release the view of the results' mapping, then close it (after the pool is gone)."""
 
-    def __init__(self, pool: Any, view: memoryview | None, shm: mmap.mmap | None) -> None:
-        self.pool, self.view, self.shm = pool, view, shm
+    def __init__(self, view: memoryview | None, shm: mmap.mmap | None) -> None:
+        self.view, self.shm = view, shm
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, *exc: object) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
         if self.view is not None:
             self.view.release()
         if self.shm is not None:

@@ -22,6 +22,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from rdmalab.capture.blockpool import worker_pool
 from rdmalab.capture.columnar_decode import (  # noqa: F401 - the public names of the columnar decoder
     columns_from_dicts,
     columns_from_packets,
@@ -136,9 +137,7 @@ def read_columns(path: str | os.PathLike[str], *, verify_icrc: bool = True, prog
         fill_tcp_windows(blk, cols, windows)
         return cols
 
-    from concurrent.futures import ProcessPoolExecutor  # lazy: only parallel reads need it (start-up, memory)
-
-    with ProcessPoolExecutor(workers) as pool:
+    with worker_pool(workers) as pool:
         futs: list[tuple[RecordBlock, Any]] = []
         for blk in record_blocks(p, block_bytes):
             if not _ethernet_only(blk):
@@ -160,9 +159,7 @@ def read_many(paths: Sequence[str | os.PathLike[str]], *, workers: int = 1,
     if workers <= 1 or len(paths) <= 1:
         return [read_columns(p, verify_icrc=verify_icrc) for p in paths]
 
-    from concurrent.futures import ProcessPoolExecutor  # lazy: only parallel reads need it (start-up, memory)
-
-    with ProcessPoolExecutor(workers) as pool:
+    with worker_pool(workers) as pool:
         return list(pool.map(_read_one, [(os.fspath(p), verify_icrc) for p in paths]))
 
 

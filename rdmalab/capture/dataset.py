@@ -26,10 +26,10 @@ import ipaddress
 import os
 import re
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from rdmalab.capture.blockpool import worker_pool
 from rdmalab.capture.columnar import iter_columns
 
 
@@ -99,7 +99,7 @@ def convert(paths: Sequence[str | os.PathLike[str]], root: str | os.PathLike[str
     if dask:
         return _convert_dask(files, out, partition, dask, dask_workers)
     if workers > 1 and len(files) > 1:
-        with ProcessPoolExecutor(workers) as pool:
+        with worker_pool(workers) as pool:
             return list(pool.map(_convert_task, files, [out] * len(files), [partition] * len(files)))
     return [convert_file(f, out, partition) for f in files]
 

@@ -384,9 +384,36 @@ def test_a_worker_that_dies_is_an_error_not_a_wait() -> None:
     from rdmalab.capture.blockpool import WorkerLost
     from rdmalab.wire.errors import RdmalabError
 
-    with pytest.raises(WorkerLost, match=r"rxe_write_bw_loss.pcap: a worker process ended without its result .*-j 1") as got:
+    with pytest.raises(WorkerLost, match=r"^a worker process ended without its result .*-j 1") as got:
         _all_blocks(_dies_at_frame_200)
     assert isinstance(got.value, RdmalabError)  # the command line prints it as one sentence
     assert isinstance(got.value.__cause__, BrokenProcessPool)
     # and the next run starts its own workers and reads every frame
     assert _all_blocks(_frames) == sum(1 for _ in read(ROOT / "captures" / "rxe_write_bw_loss.pcap"))
+
+
+@pytest.mark.timeout(120)
+def test_convert_loses_a_worker_in_words(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``convert -j`` (and the parallel column reader) share decode's pool: a worker that dies is a
+    WorkerLost, which the command line prints as one sentence (exit 1), not a traceback."""
+    import contextlib
+    import io
+
+    from rdmalab.capture import dataset
+    from rdmalab.cli import main
+
+    def dies(*args: object) -> object:
+        import os
+
+        os._exit(9)
+
+    # the pool sends the function by name: this one is found under the old one's in the forked workers
+    dies.__module__, dies.__qualname__ = dataset.__name__, "_convert_task"
+    monkeypatch.setattr(dataset, "_convert_task", dies)
+    caps = [str(ROOT / "captures" / "rxe_write_bw_loss.pcap"), str(ROOT / "captures" / "siw_write_bw.pcap")]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(["convert", *caps, "-o", str(tmp_path / "ds"), "-j", "2"])
+    assert rc == 1
+    assert err.getvalue().startswith("rdmalab: a worker process ended without its result"), err.getvalue()
+    assert "Traceback" not in err.getvalue()
