@@ -1,6 +1,7 @@
 """Blocks of a plain pcap file rendered in worker processes, the results in file order.
 
-The one home of ``rdmalab decode``'s parallel paths (summary lines, ``-T fields``, ``-T json``).
+The one home of ``rdmalab decode``'s parallel paths (summary lines, ``-T fields``, ``-T json``),
+and of the worker pool the capture layer's other parallel paths share (:func:`worker_pool`).
 The file is cut into ranges of bytes.  A worker reads its range (``pread``: no capture bytes go
 through a pipe), finds the first record in it by the look of the headers and follows the record
 headers to the range's end; this process checks each range's first record against where the
