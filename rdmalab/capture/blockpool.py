@@ -88,6 +88,13 @@ class _InSlot:
     size: int
 
 
+def _forks() -> bool:
+    """Whether worker processes are forked here (they then inherit what this process made before)."""
+    import multiprocessing  # lazy: only the parallel paths need it (start-up, memory)
+
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
 class WorkerLost(RdmalabError):
     """A worker process ended without its result (killed by a signal, out of memory)."""
 
@@ -107,7 +114,7 @@ def worker_pool(workers: int, initializer: Callable[..., None] | None = None,
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    ctx = multiprocessing.get_context("fork" if _forks() else None)
     pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=initializer, initargs=initargs)
     try:
         yield pool
@@ -292,8 +299,6 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
     end.  When it is not (a payload that looks like a chain of headers), or when a range holds a
     record that is not whole or sane, this process follows the headers itself from where the
     records before end, with the sequential reader's checks and errors."""
-    import multiprocessing  # lazy: only the parallel paths need it (start-up, memory)
-
     p = os.fspath(path)
     with open_capture(p) as f:
         head = f.read(24)
@@ -306,7 +311,7 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
         first_hdr = f.read(16)
         sec0 = struct.unpack(order + "I", first_hdr[:4])[0] if len(first_hdr) == 16 else 0
         ranges = [(lo, min(lo + block_bytes, size)) for lo in range(24, size, block_bytes)]
-        forked = "fork" in multiprocessing.get_all_start_methods()
+        forked = _forks()  # as worker_pool starts them
         nslots = 2 * workers + 2  # more than the blocks in flight: a slot is read before it is named again
         slot_bytes = max(8 * block_bytes, 16 << 20)
         # made before the workers are forked, which inherit it; pages are taken only when written
