@@ -41,7 +41,11 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 import rdmalab  # noqa: E402
-from rdmalab.fabric.scenarios import run  # noqa: E402
+
+try:
+    from rdmalab.fabric.congestion_scenarios import run
+except ImportError:  # --previous: a tree from before the module had this name
+    from rdmalab.fabric.scenarios import run  # type: ignore[no-redef]  # noqa: E402
 
 
 def bare_loop(events: int, heap_size: int, seed: int = 1) -> float:

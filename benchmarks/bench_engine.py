@@ -39,9 +39,12 @@ WORKLOADS = (("SEND 64 B", 20_000, 10_000), ("WRITE 64 KiB", 2_000, 500))
 def _pair(trace: bool, size: int) -> object:
     import rdmalab.verbs.enums as e
     from rdmalab.fabric import Fabric
-    from rdmalab.fabric.harness import Pair
+    try:
+        from rdmalab.fabric.harness import EndpointPair
+    except ImportError:  # the previous release, from before the harness's class had this name
+        from rdmalab.fabric.harness import Pair as EndpointPair  # type: ignore[attr-defined,no-redef]
 
-    return Pair(Fabric(trace=trace, mtu=4096), size=size, path_mtu=e.IBV_MTU_4096, timeout=14, max_rd_atomic=16)
+    return EndpointPair(Fabric(trace=trace, mtu=4096), size=size, path_mtu=e.IBV_MTU_4096, timeout=14, max_rd_atomic=16)
 
 
 def run_send(messages: int, trace: bool) -> float:

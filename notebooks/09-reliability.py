@@ -27,7 +27,7 @@
 # %%
 BACKEND = "soft"
 from rdmalab import lab, viz
-from rdmalab.lab import scenarios
+from rdmalab.lab import replays
 
 BACKEND = lab.backend(BACKEND)  # checks that the backend is available
 print("seeded runs: the soft engine; transfer runner and live section:", BACKEND)
@@ -36,10 +36,10 @@ print("seeded runs: the soft engine; transfer runner and live section:", BACKEND
 # ## A lost packet in the middle: NAK and go-back-N
 #
 # An 8 KiB RDMA WRITE at MTU 1024 is 8 packets. In this run (seed
-# `scenarios.NAK_SEED`) the fabric loses 10 % of the packets:
+# `replays.NAK_SEED`) the fabric loses 10 % of the packets:
 
 # %%
-nak_run = scenarios.nak_run()
+nak_run = replays.nak_run()
 print("fabric:", {k: v for k, v in nak_run.fabric.stats.items() if v})
 nak_run.ladder(title="One packet lost in the middle of a WRITE")
 
@@ -72,7 +72,7 @@ viz.hexdump(nak_pkt, title="The NAK: AETH syndrome 0x60 = NAK (type 11), code 0 
 # compared with the microseconds a packet takes. (Notice the cut in the ladder's time axis.)
 
 # %%
-to_run = scenarios.timeout_run()
+to_run = replays.timeout_run()
 print("fabric:", {k: v for k, v in to_run.fabric.stats.items() if v})
 to_run.ladder(title="The tail of a message lost: a timeout, then go-back-N")
 
@@ -96,7 +96,7 @@ import statistics
 for loss in (0.0, 0.01, 0.05, 0.1):
     times, timeouts = [], 0
     for seed in range(20):
-        p = scenarios.lossy_write(seed, length=65536, mtu=4096, loss=loss)
+        p = replays.lossy_write(seed, length=65536, mtu=4096, loss=loss)
         times.append(max(ev.time_ns for ev in p.trace if ev.kind == "completed") / 1e3)
         timeouts += any(ev.kind == "retransmitted" and "timeout" in str(ev.detail.get("reason")) for ev in p.trace)
     mean = statistics.mean(times)

@@ -129,7 +129,7 @@ viz.field_table(f20[BTH])
 # two senders at 40 Gb/s into one receiver, Kmin 40 KB, Kmax 1000 KB, Pmax 1.
 
 # %%
-from rdmalab.fabric.scenarios import flow_table, queue_table, run
+from rdmalab.fabric.congestion_scenarios import flow_table, queue_table, run
 from rdmalab.viz.congestion import timeline
 
 incast = run("incast", senders=2, rate=40.0, duration_ms=15.0)
@@ -187,7 +187,7 @@ for k, n in kinds.most_common():
 # 1 ms. F1 has nothing to do with R2. Watch its rate:
 
 # %%
-from rdmalab.fabric.scenarios import victim_summary
+from rdmalab.fabric.congestion_scenarios import victim_summary
 from rdmalab.lab.checkers.congestion import victim_run
 
 victim = run("victim", duration_ms=30.0)
@@ -278,7 +278,7 @@ timeline(lossy, title="16:1 incast, PFC off, 150 KB buffer", goodput=True, windo
 import statistics
 
 from rdmalab.fabric.fluid import simulate
-from rdmalab.fabric.scenarios import NS3_RDMA
+from rdmalab.fabric.congestion_scenarios import NS3_RDMA
 from rdmalab.viz.congestion import fluid_vs_packets
 
 plots = []
@@ -389,7 +389,7 @@ lab.check("congestion.victim", victim_answer)
 # `"queue"`, `"cnps"`, `"pauses"` or `"goodput"` (`incast_costs(fabric)` measures all four).
 
 # %% tags=["exercise"]
-from rdmalab.fabric.scenarios import incast_costs, recovery_time
+from rdmalab.fabric.congestion_scenarios import incast_costs, recovery_time
 
 print("defaults: back at 90 % after", recovery_time(eight.fabric), "ms")
 converge_answer = {"settings": ..., "cost": ...}

@@ -20,7 +20,7 @@
 BACKEND = "soft"  # "rxe": the kernel's Soft-RoCE (in a VM when this machine has no rxe device)
 
 from rdmalab import lab, viz
-from rdmalab.live import scenarios
+from rdmalab.live import labruns
 
 BACKEND = lab.backend(BACKEND)  # checks that the backend is available
 lab.environment()
@@ -36,8 +36,8 @@ lab.environment()
 # %%
 import difflib
 
-original = scenarios.PROGRAM.read_text().splitlines(keepends=True)
-on_rxe = scenarios.pyverbs_source().splitlines(keepends=True)
+original = labruns.PROGRAM.read_text().splitlines(keepends=True)
+on_rxe = labruns.pyverbs_source().splitlines(keepends=True)
 print("".join(difflib.unified_diff(original, on_rxe, "lab_ops.py (soft engine)", "lab_ops.py (pyverbs)", n=0)))
 
 # %% [markdown]
@@ -49,7 +49,7 @@ print("".join(difflib.unified_diff(original, on_rxe, "lab_ops.py (soft engine)",
 # memory it changed: B's buffer after the WRITE, A's after the READ.
 
 # %%
-run = scenarios.run("write_read", backend=BACKEND, size=5000, seed=11)
+run = labruns.run("write_read", backend=BACKEND, size=5000, seed=11)
 print(run)
 run.table()
 
@@ -98,7 +98,7 @@ viz.hexdump(pkts[0], title=f"Frame {pkts[0].frame_number}: {pkts[0].packet.opcod
 # *Remote Access Error*. Nothing is written into B's memory.
 
 # %%
-bad = scenarios.run("wrong_rkey", backend=BACKEND, size=4096, seed=5)
+bad = labruns.run("wrong_rkey", backend=BACKEND, size=4096, seed=5)
 print(bad)
 print("QP states afterwards:", bad.data["qp_state"])
 bad.table()
@@ -133,7 +133,7 @@ viz.field_table(nak.packet.get(AETH))
 
 # %%
 if BACKEND == "rxe":
-    vm = scenarios.shared_vm()
+    vm = labruns.shared_vm()
     both = vm.run("""
 ibv_rc_pingpong -d $RXE0 -g $GID_INDEX -n 5 -s 2048 --chk > server.log 2>&1 &
 for i in $(seq 1 100); do ss -ltn 'sport = :18515' | grep -q LISTEN && break; sleep 0.1; done

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from rdmalab.cli._common import Fail
 
-SCENARIOS = ("incast", "fairness", "victim", "deadlock", "lossy")  # rdmalab.fabric.scenarios.SCENARIOS
+SCENARIOS = ("incast", "fairness", "victim", "deadlock", "lossy")  # rdmalab.fabric.congestion_scenarios.SCENARIOS
 
 
 def _settings(items: list[str]) -> dict[str, str]:
@@ -54,7 +54,7 @@ class _Progress:
 
 
 def run_simulate(args: argparse.Namespace, out: TextIO) -> int:
-    from rdmalab.fabric import scenarios as sc  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.fabric import congestion_scenarios as sc  # lazy: keeps `rdmalab --help` fast
     from rdmalab.verbs.engine.dcqcn import DcqcnParams  # lazy: keeps `rdmalab --help` fast
 
     settings = _settings(args.set or [])

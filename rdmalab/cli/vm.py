@@ -86,7 +86,7 @@ def run_vm(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _scenario(vm: object, args: argparse.Namespace, out: TextIO) -> int:
-    from rdmalab.live.scenarios import run  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.live.labruns import run  # lazy: keeps `rdmalab --help` fast
 
     name = args.scenario or "write_read"
     if args.scenario is None:

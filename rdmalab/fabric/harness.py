@@ -2,8 +2,8 @@
 
 h11's ConnectionPair idea for the verbs engine.  Tests, the benchmark and the notebooks (through
 :class:`rdmalab.lab.pair.Pair`, which adds pictures and the notebooks' defaults) build a
-:class:`Pair`, post work requests on ``pair.a`` / ``pair.b`` and collect completions with
-:meth:`Pair.wait` or :meth:`Endpoint.poll`.  Everything it creates is a plain pyverbs-shaped
+:class:`EndpointPair`, post work requests on ``pair.a`` / ``pair.b`` and collect completions with
+:meth:`EndpointPair.wait` or :meth:`Endpoint.poll`.  Everything it creates is a plain pyverbs-shaped
 object (``pair.a.qp`` is a :class:`rdmalab.verbs.qp.QP`), so the code around it is ordinary verbs
 code.  Time moves only through the carrier's scheduler (``device.scheduler``), a bounded number
 of steps at a time: a wait never hangs.
@@ -103,7 +103,7 @@ class Endpoint:
             out += wcs
 
 
-class Pair:
+class EndpointPair:
     """Two endpoints ``a`` and ``b`` on ``fabric`` (a new seeded :class:`Fabric` if not given), connected.
 
     ``psn`` fixes both initial PSNs (A's, B's); ``cqe`` is each CQ's size; ``record_frames``
@@ -220,5 +220,5 @@ class Pair:
         write_pcap(path, [f for *_, f in self.frames])
 
     def __repr__(self) -> str:
-        return (f"Pair({self.a.name} QP {self.a.qp.qp_num:#x} <-> {self.b.name} QP {self.b.qp.qp_num:#x}, "
+        return (f"EndpointPair({self.a.name} QP {self.a.qp.qp_num:#x} <-> {self.b.name} QP {self.b.qp.qp_num:#x}, "
                 f"{e.QP_TYPE_NAMES[self.qp_type]})")

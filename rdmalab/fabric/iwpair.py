@@ -1,4 +1,4 @@
-"""Two soft iWARP devices connected by rdma_cm on the simulated fabric: the iWARP twin of :class:`~rdmalab.fabric.harness.Pair`.
+"""Two soft iWARP devices connected by rdma_cm on the simulated fabric: the iWARP twin of :class:`~rdmalab.fabric.harness.EndpointPair`.
 
 ``IwPair()`` builds a fabric with ``siw0`` (10.0.0.1, the client, ``pair.a``) and ``siw1``
 (10.0.0.2, the server, ``pair.b``), connects them with pyverbs.cmid calls (TCP and the MPA

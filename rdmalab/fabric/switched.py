@@ -81,6 +81,7 @@ from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pd import PD
 from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from rdmalab.verbs.wr import SGE, SendWR
+from rdmalab.wire.ib import IB_MTUS
 from rdmalab.wire.net import internet_checksum
 from rdmalab.wire.pfc import MAX_QUANTA, encode_pfc_frame, pause_ns
 
@@ -89,7 +90,6 @@ __all__ = ["CE", "ECT0", "Flow", "Host", "Port", "Switch", "SwitchConfig", "Swit
 HEADER_BYTES = ROCE_OVERHEAD  # Ethernet, IPv4, UDP, BTH, ICRC: 58 bytes around every payload
 PFC_BYTES = 64
 RESUME_OFFSET = 3 * 1024  # HPCC switch-mmu.cc resume_offset
-IB_MTUS = (256, 512, 1024, 2048, 4096)
 _FLOW_ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
 
 

@@ -25,7 +25,7 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from rdmalab.verbs.engine.carrier import Scheduler, Station, TimerHandle
+from rdmalab.verbs.engine.carrier import Scheduler, Station, Timer, TimerHandle
 from rdmalab.verbs.engine.cnp import CE, ECT0
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import Pkt
@@ -34,25 +34,6 @@ from rdmalab.verbs.trace import TraceEvent
 __all__ = ["CE", "ECT0", "SwitchedCarrier"]
 
 KIND, FLOW, SIZE, PRIO, ECN, PSN, INPORT, FRAME, PKT, ROUTE = range(10)
-
-
-class _Timer:
-    """A pending ``call_later``: the event on the fabric's heap calls :func:`_fire` with it."""
-
-    __slots__ = ("cancelled", "fn", "arg")
-
-    def __init__(self, fn: Callable[[Any], None], arg: Any) -> None:
-        self.cancelled = False
-        self.fn = fn
-        self.arg = arg
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-def _fire(h: _Timer) -> None:
-    if not h.cancelled:
-        h.fn(h.arg)
 
 
 class SwitchedCarrier:
@@ -113,10 +94,10 @@ class SwitchedCarrier:
             fab.send(host, p)
 
     def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> TimerHandle:
-        h = _Timer(fn, arg)
+        h = Timer(fn, arg)
         fab = self.fabric
         fab._seq += 1
-        heapq.heappush(fab._q, (fab.now + delay_ns, fab._seq, _fire, h))
+        heapq.heappush(fab._q, (fab.now + delay_ns, fab._seq, h, None))
         return h
 
     def resolve_mac(self, gid: int) -> int | None:

@@ -1,7 +1,7 @@
 """The congestion lab's interactive runner: sliders in front of the switched-fabric scenarios.
 
 :func:`congestion_runner` lets a student pick a scenario (``rdmalab simulate``'s, from
-:mod:`rdmalab.fabric.scenarios`), a DCQCN profile and the main switch and DCQCN parameters;
+:mod:`rdmalab.fabric.congestion_scenarios`), a DCQCN profile and the main switch and DCQCN parameters;
 each change runs the scenario on the switched fabric, whose flows are RC QPs of the soft
 verbs engine, and redraws :func:`rdmalab.viz.congestion.timeline`.  It lives in ``lab``
 because it drives the engine (``viz`` only draws finished runs); it is a thin ipywidgets layer,
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdmalab.fabric.scenarios import SCENARIOS, run
+from rdmalab.fabric.congestion_scenarios import SCENARIOS, run
 from rdmalab.viz.congestion import three_figures, timeline
 
 __all__ = ["congestion_runner", "runner_settings"]

@@ -205,7 +205,7 @@ def run_connect(*, lose: tuple[str, ...] = (), port: int = PORT, seed: int = 1, 
 
 def _run_rxe(port: int) -> ConnectResult:
     from rdmalab.capture import read
-    from rdmalab.live.scenarios import shared_vm
+    from rdmalab.live.labruns import shared_vm
 
     vm = shared_vm()
     # rping between the lab VM's rxe1 ($KA_IP, the server) and rxe2, as rdmalab.live.captures makes

@@ -62,8 +62,8 @@ def backend(name: str | None = None) -> str:
 
 def rxe_where() -> str | None:
     """Where the rxe backend runs here: ``"host rxeA/rxeB"``, ``"VM"``, or ``None`` (nowhere)."""
-    # lazy: live.scenarios loads rdmalab.fabric and the VM code
-    from rdmalab.live.scenarios import host_rxe_pair
+    # lazy: live.labruns loads rdmalab.fabric and the VM code
+    from rdmalab.live.labruns import host_rxe_pair
 
     pair = host_rxe_pair()
     if pair:

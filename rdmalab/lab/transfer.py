@@ -18,12 +18,12 @@ from rdmalab.verbs.cq import WC
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 from rdmalab.viz.ladder import Ladder
 from rdmalab.viz.plots import Plot
-from rdmalab.wire.ib import RETH
+from rdmalab.wire.ib import IB_MTUS, RETH
 
 
 @dataclass
 class TransferResult:
-    pair: Any   # a Pair, or a LivePair on rxe
+    pair: Pair   # a SoftPair, or a LivePair on rxe
     completions: list[WC | None]
     loss: float = 0.0
 
@@ -112,7 +112,7 @@ def transfer_runner(backend: str | None = None) -> Any:
 
     op = w.ToggleButtons(options=["WRITE", "READ", "SEND"], value="WRITE", description="operation")
     size = w.IntSlider(value=8192, min=64, max=65536, step=64, description="bytes", continuous_update=False)
-    mtu = w.SelectionSlider(options=[256, 512, 1024, 2048, 4096], value=1024, description="MTU",
+    mtu = w.SelectionSlider(options=list(IB_MTUS), value=1024, description="MTU",
                             continuous_update=False)
     loss = w.FloatSlider(value=0.0, min=0.0, max=0.3, step=0.01, description="loss", continuous_update=False)
     seed = w.IntSlider(value=1, min=0, max=50, description="seed", continuous_update=False)

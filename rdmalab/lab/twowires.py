@@ -1,7 +1,7 @@
 """The same RDMA WRITE and READ over RoCEv2 and over iWARP, each run by the engine and captured, side by side.
 
 :func:`write_and_read` runs one WRITE of ``size`` bytes and one READ of the same bytes back on two
-soft RoCEv2 devices (:class:`rdmalab.fabric.harness.Pair`, path MTU 1024 as rxe on a 1500-byte
+soft RoCEv2 devices (:class:`rdmalab.fabric.harness.EndpointPair`, path MTU 1024 as rxe on a 1500-byte
 Ethernet) and on two soft iWARP devices connected by rdma_cm (:class:`rdmalab.fabric.iwpair.IwPair`,
 TCP MSS 1460), both on the simulated fabric, writes each run to a pcap and reads it back with
 :func:`rdmalab.capture.read`, as ``rdmalab decode`` would.  :class:`SideBySide` lays the two
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rdmalab.capture.reader import CapturedPacket, read
-from rdmalab.fabric.harness import Pair
+from rdmalab.fabric.harness import EndpointPair
 from rdmalab.fabric.iwpair import IwPair
 from rdmalab.verbs import enums as e
 from rdmalab.wire.ib import AETH, BTH
@@ -127,7 +127,7 @@ def write_and_read(size: int = 3000, *, seed: int = 0, directory: str | Path | N
     where = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="rdmalab-two-wires-"))
     data = bytes((i * 13 + 5) & 0xFF for i in range(size))
     # RoCEv2: two soft devices, an RC QP each (path MTU 1024)
-    roce = Pair(seed=seed, record_frames=True, path_mtu=e.IBV_MTU_1024)
+    roce = EndpointPair(seed=seed, record_frames=True, path_mtu=e.IBV_MTU_1024)
     roce.a.mr.write(data, size, 0)
     roce.send(roce.a, e.IBV_WR_RDMA_WRITE, wr_id=1, length=size, remote=0)
     roce.send(roce.a, e.IBV_WR_RDMA_READ, wr_id=2, offset=size, length=size, remote=0)

@@ -4,7 +4,7 @@
   ``rdma link``), their netdevs and GIDs.
 * :mod:`rdmalab.live.vm` boots a virtme-ng VM with ``rxe0``/``rxe1``/``rxe2`` (and
   ``siw0``/``siw1``/``siw2`` on request, or later with ``VM.load_siw``) and runs jobs in it: :func:`run_in_vm`, :class:`VM`, :class:`VMResult`.
-* :mod:`rdmalab.live.scenarios` are lab scenarios written once, run on the soft engine or as
+* :mod:`rdmalab.live.labruns` are lab scenarios written once, run on the soft engine or as
   pyverbs programs on rxe (on the host or in the VM), with results as JSON and a capture.
 
 * :mod:`rdmalab.live.oob` / :mod:`rdmalab.live.pingpong`: the soft engine speaking the stock

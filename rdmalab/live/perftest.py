@@ -68,6 +68,7 @@ from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 from rdmalab.wire.cm import rej_reason_name
+from rdmalab.wire.ib import IB_MTUS
 
 EV = rdma_cm_event_type
 
@@ -81,7 +82,6 @@ RESULT_FMT_G = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]
 MAX_SIZE = 8388608
 PAGE, CACHE_LINE = 4096, 64
 OUT_READS = 128  # the device's max_qp_rd_atom (rxe and the soft engine: 128)
-MTU_ENUM = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}
 ACCESS = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
           | e.IBV_ACCESS_REMOTE_ATOMIC)
 #: ctx_alloc_mr's flags on iWARP (perftest_resources.c): the read sink also takes REMOTE_WRITE there
@@ -221,7 +221,7 @@ def run(opts: PerftestOptions, out: IO[str], listener: socket.socket | None = No
     if opts.gid_idx not in (None, 1):
         raise PerftestError(f"GID index {opts.gid_idx}: the soft device carries IPv4 only, which is GID index 1 "
                             "(::ffff:a.b.c.d, as rxe); use -x 1")
-    if opts.mtu is not None and opts.mtu not in MTU_ENUM:
+    if opts.mtu is not None and opts.mtu not in IB_MTUS:
         raise PerftestError(f"-m {opts.mtu}: the MTU is one of 256, 512, 1024, 2048, 4096")
     if verb == "atomic" and opts.size != 8:
         raise PerftestError(f"-s {opts.size}: atomic operations are 8 bytes")
@@ -293,7 +293,7 @@ def _versions(chan: Any, client: bool) -> None:
 
 def _mtu(chan: Any, client: bool, opts: PerftestOptions, port_mtu: int) -> int:
     """check_mtu: each side's MTU (the ibv_mtu digit and a NUL); both use the smaller.  Returns the ibv_mtu."""
-    cur = MTU_ENUM[min(opts.mtu or port_mtu, port_mtu)]
+    cur = e.bytes_to_mtu(min(opts.mtu or port_mtu, port_mtu))
     got = chan.exchange(f"{cur}".encode() + b"\0", 2, client, "its MTU")
     try:
         rem_mtu = int(got.split(b"\0", 1)[0])

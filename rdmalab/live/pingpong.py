@@ -37,6 +37,7 @@ from rdmalab.verbs.pd import PD
 from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from rdmalab.verbs.srq import SRQ, SrqAttr, SrqInitAttr
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
+from rdmalab.wire.ib import IB_MTUS
 
 KINDS = ("rc", "uc", "ud", "srq")
 PAGE = os.sysconf("SC_PAGESIZE") if hasattr(os, "sysconf") else 4096
@@ -109,8 +110,7 @@ def run(opts: PingpongOptions, out: IO[str], listener: socket.socket | None = No
     if opts.gid_idx != 1:
         raise PingpongError(f"GID index {opts.gid_idx}: the soft device carries IPv4 only, which is GID index 1 "
                             "(::ffff:a.b.c.d, as rxe); use -g 1")
-    mtu_enum = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}.get(opts.mtu)
-    if mtu_enum is None:
+    if opts.mtu not in IB_MTUS:
         raise PingpongError(f"-m {opts.mtu}: the path MTU is one of 256, 512, 1024, 2048, 4096")
     nqp = opts.num_qp if kind == "srq" else 1
     if kind == "srq":
@@ -197,7 +197,7 @@ def run(opts: PingpongOptions, out: IO[str], listener: socket.socket | None = No
                     qp.to_rts(a)
                     ahs.append(AH(pd, AHAttr(port_num=opts.ib_port, is_global=1, gr=gr, sl=opts.sl)))
                     continue
-                a = QPAttr(port_num=opts.ib_port, path_mtu=mtu_enum)
+                a = QPAttr(port_num=opts.ib_port, path_mtu=e.bytes_to_mtu(opts.mtu))
                 a.dest_qp_num, a.rq_psn, a.sq_psn = rem.qpn, rem.psn, me.psn
                 a.ah_attr = AHAttr(port_num=opts.ib_port, is_global=1, gr=gr, sl=opts.sl)
                 if kind != "uc":

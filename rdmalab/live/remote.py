@@ -32,7 +32,7 @@ from typing import Any
 
 import rdmalab.verbs.enums as e
 from rdmalab.live.errors import VMError
-from rdmalab.live.scenarios import host_rxe_pair, shared_vm
+from rdmalab.live.labruns import host_rxe_pair, shared_vm
 from rdmalab.live.vm import VM, Job, pid_alive
 from rdmalab.verbs.cq import WC
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
@@ -357,7 +357,7 @@ _SHARED: VerbsServer | None = None
 def shared_server(**vm_options: Any) -> VerbsServer:
     """The process's verbs server: on the host's rxe devices if it has two, else in the shared lab VM.
 
-    The VM is :func:`rdmalab.live.scenarios.shared_vm` (booted on first use, with progress on
+    The VM is :func:`rdmalab.live.labruns.shared_vm` (booted on first use, with progress on
     stderr); the server and the VM stop when the interpreter exits.
     """
     global _SHARED

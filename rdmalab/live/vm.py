@@ -287,7 +287,7 @@ class VM:
     def attach(cls, workdir: str | Path, *, progress: bool | Callable[[str], None] = True) -> VM:
         """Use a VM that another process booted (its ``workdir``); :meth:`close` leaves it running.
 
-        ``RDMALAB_VM_DIR=WORKDIR`` makes :func:`rdmalab.live.scenarios.shared_vm` attach instead of
+        ``RDMALAB_VM_DIR=WORKDIR`` makes :func:`rdmalab.live.labruns.shared_vm` attach instead of
         booting, so several processes (notebook kernels, a test run) share one boot.  The guest
         runs one job at a time, so their jobs queue.
         """

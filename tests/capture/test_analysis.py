@@ -105,11 +105,11 @@ def test_captures_without_loss(name: str) -> None:
 
 def _fabric_run(tmp_path: Path, seed: int, loss: float, op: str) -> tuple[Path, Path, list]:  # type: ignore[type-arg]
     from rdmalab.fabric import Fabric
-    from rdmalab.fabric.harness import Pair
+    from rdmalab.fabric.harness import EndpointPair
     from rdmalab.verbs import enums as e
 
     fab = Fabric(seed=seed, mtu=1024)
-    p = Pair(fab, size=1 << 20, path_mtu=e.IBV_MTU_1024)
+    p = EndpointPair(fab, size=1 << 20, path_mtu=e.IBV_MTU_1024)
     a_name, b_name = list(fab.devices)[:2]
     fab.set_faults(loss=loss, src=a_name, dst=b_name)  # requests only: the requester's link drops
     sent_path = tmp_path / "sender.pcap"
@@ -242,11 +242,11 @@ def _fabric_capture(tmp_path: Path, op: str, *, seed: int = 1, n: int = 12, bad:
     with an unknown R_Key, a SEND longer than the receive buffer), faults on the request (``fwd``)
     and response (``rev``) links; the capture of every frame put on the wire, and the completions."""
     from rdmalab.fabric import Fabric
-    from rdmalab.fabric.harness import Pair
+    from rdmalab.fabric.harness import EndpointPair
     from rdmalab.verbs import enums as e
 
     fab = Fabric(seed=seed, mtu=1024)
-    p = Pair(fab, size=1 << 20, path_mtu=e.IBV_MTU_1024)
+    p = EndpointPair(fab, size=1 << 20, path_mtu=e.IBV_MTU_1024)
     a_name, b_name = list(fab.devices)[:2]
     if fwd:
         fab.set_faults(**fwd, src=a_name, dst=b_name)
@@ -340,11 +340,11 @@ def test_read_losses_found_exactly_on_either_link(tmp_path: Path, seed: int, dir
     capture beside the arrivals, every dropped packet is one ``lost`` finding, no more, no fewer
     (the fabric is run until idle, so nothing is still in flight when the captures are cut)."""
     from rdmalab.fabric import Fabric
-    from rdmalab.fabric.harness import Pair
+    from rdmalab.fabric.harness import EndpointPair
     from rdmalab.verbs import enums as e
 
     fab = Fabric(seed=seed, mtu=1024)
-    p = Pair(fab, size=1 << 20, path_mtu=e.IBV_MTU_1024)
+    p = EndpointPair(fab, size=1 << 20, path_mtu=e.IBV_MTU_1024)
     a_name, b_name = list(fab.devices)[:2]
     fab.set_faults(loss=0.1, src=b_name, dst=a_name)
     if direction == "both":

@@ -15,7 +15,7 @@ import pytest
 from tshark_util import requires_tshark, tshark_path
 
 from rdmalab.cli import main
-from rdmalab.fabric.scenarios import HEADER_OVERHEAD, build, flow_table, run
+from rdmalab.fabric.congestion_scenarios import HEADER_OVERHEAD, build, flow_table, run
 from rdmalab.fabric.switched import CE, HEADER_BYTES, SwitchedFabric
 from rdmalab.fabric.switched_carrier import SwitchedCarrier
 from rdmalab.verbs.engine.cnp import CnpPacer
@@ -245,7 +245,7 @@ def test_rdmalab_analyze_reads_the_capture(tmp_path, capsys) -> None:  # type: i
 
 
 def test_pfc_alone_blocks_the_victim_only_while_the_incast_lasts() -> None:
-    from rdmalab.fabric.scenarios import link_throughput
+    from rdmalab.fabric.congestion_scenarios import link_throughput
 
     fab = run("victim", duration_ms=6.0, settings={"dcqcn": "0"}).fabric
     # pauses propagate: P2 pauses P1, and P1 pauses the hosts feeding it

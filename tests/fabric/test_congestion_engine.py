@@ -8,7 +8,7 @@ from typing import Any
 import dpkt
 import pytest
 
-from rdmalab.fabric.harness import Pair
+from rdmalab.fabric.harness import EndpointPair
 from rdmalab.fabric.switched import SwitchConfig, SwitchedFabric
 from rdmalab.fabric.switched_carrier import SwitchedCarrier
 from rdmalab.verbs import enums as e
@@ -21,7 +21,7 @@ SIZE = 1 << 20
 
 
 class _View:
-    """Two of the carrier's devices, as the harness's ``Pair`` wants them."""
+    """Two of the carrier's devices, as the harness's ``EndpointPair`` wants them."""
 
     def __init__(self, carrier: SwitchedCarrier, names: list[str]) -> None:
         self.carrier = carrier
@@ -34,7 +34,7 @@ class _View:
         self.carrier.run()
 
 
-def _incast(tmp_path: Any = None, dcqcn_on: bool = True) -> tuple[SwitchedCarrier, list[Pair], Any]:
+def _incast(tmp_path: Any = None, dcqcn_on: bool = True) -> tuple[SwitchedCarrier, list[EndpointPair], Any]:
     fab = SwitchedFabric(switch=SwitchConfig(kmin=5, kmax=50, pmax=0.5), dcqcn=None)
     fab.add_switch("sw")
     car = SwitchedCarrier(fab, mtu=1024)
@@ -42,7 +42,7 @@ def _incast(tmp_path: Any = None, dcqcn_on: bool = True) -> tuple[SwitchedCarrie
         car.add_device(name)
     tap = fab.tap("sw", "r", str(tmp_path / "engine.pcap")) if tmp_path is not None else None
     cnp.enable_np(car.devices["r"], min_time_between_cnps_us=10)
-    pairs = [Pair(_View(car, [s, "r"]), size=SIZE) for s in ("s1", "s2")]
+    pairs = [EndpointPair(_View(car, [s, "r"]), size=SIZE) for s in ("s1", "s2")]
     for p in pairs:
         if dcqcn_on:
             dcqcn.attach(p.a.qp, PAPER, line_gbps=40.0)
@@ -112,7 +112,7 @@ def test_np_pacing_scope_in_the_engine(scope: str, most: int | None) -> None:
     for name in ("s1", "s2", "r"):
         car.add_device(name)
     cnp.enable_np(car.devices["r"], min_time_between_cnps_us=1000, scope=scope)
-    pairs = [Pair(_View(car, [s, "r"]), size=SIZE) for s in ("s1", "s2")]
+    pairs = [EndpointPair(_View(car, [s, "r"]), size=SIZE) for s in ("s1", "s2")]
     for p in pairs:
         dcqcn.ecn_only(p.a.qp)
         p.send(p.a, e.IBV_WR_RDMA_WRITE, length=65536)

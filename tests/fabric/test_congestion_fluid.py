@@ -13,8 +13,8 @@ import statistics
 
 import pytest
 
+from rdmalab.fabric.congestion_scenarios import NS3_RDMA, run
 from rdmalab.fabric.fluid import simulate
-from rdmalab.fabric.scenarios import NS3_RDMA, run
 from rdmalab.verbs.engine.dcqcn import PAPER
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dpkt
 import pytest
 
-from rdmalab.fabric.scenarios import run
+from rdmalab.fabric.congestion_scenarios import run
 from rdmalab.wire import BTH, decode_ethernet
 from rdmalab.wire.ib import AETH
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rdmalab.fabric.scenarios import NS3_RDMA, flow_table
+from rdmalab.fabric.congestion_scenarios import NS3_RDMA, flow_table
 from rdmalab.fabric.switched import SwitchedFabric
 from rdmalab.fabric.topology import dumbbell, leaf_spine, star
 

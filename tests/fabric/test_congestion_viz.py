@@ -6,8 +6,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
+from rdmalab.fabric.congestion_scenarios import NS3_RDMA, run  # noqa: E402
 from rdmalab.fabric.fluid import simulate  # noqa: E402
-from rdmalab.fabric.scenarios import NS3_RDMA, run  # noqa: E402
 from rdmalab.viz.congestion import fluid_vs_packets, timeline  # noqa: E402
 
 

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import rdmalab.verbs.enums as e
 from rdmalab.capture import read
-from rdmalab.fabric.harness import Pair
+from rdmalab.fabric.harness import EndpointPair
 from rdmalab.lab.pair import Pair as LabPair
 from rdmalab.wire.opcodes import OPCODES
 
 
 def test_recorded_frames_decode_and_round_trip_through_a_pcap(tmp_path: Path) -> None:
-    p = Pair(record_frames=True, psn=(10, 20))
+    p = EndpointPair(record_frames=True, psn=(10, 20))
     p.b.recv(length=100)
     p.send(p.a, e.IBV_WR_SEND, length=100)
     assert [wc.status for wc in p.wait(p.b.cq)] == [e.IBV_WC_SUCCESS]
@@ -26,7 +26,7 @@ def test_recorded_frames_decode_and_round_trip_through_a_pcap(tmp_path: Path) ->
 
 def test_the_notebook_pair_is_the_harness_with_fixed_psns_and_every_frame_recorded() -> None:
     lab = LabPair(mtu=2048, max_wr=8)
-    assert isinstance(lab, Pair) and (lab.a.psn, lab.b.psn) == (100, 500)
+    assert isinstance(lab, EndpointPair) and (lab.a.psn, lab.b.psn) == (100, 500)
     assert lab.a.qp.engine.mtu == 2048 and lab.a.cq.cqe == 32 and lab.a.qp.engine.sq_sig_all
     lab.a.mr.write(b"x" * 4000, 4000)
     lab.send(lab.a, e.IBV_WR_RDMA_WRITE, length=4000)

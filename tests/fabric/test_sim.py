@@ -13,14 +13,14 @@ import pytest
 
 import rdmalab.verbs.enums as e
 from rdmalab.fabric import Fabric
-from rdmalab.fabric.harness import Pair
+from rdmalab.fabric.harness import EndpointPair
 from rdmalab.verbs.device import Context, get_device_list
 from rdmalab.wire import decode_ethernet
 
 
-def mixed_run(fab: Fabric) -> Pair:
+def mixed_run(fab: Fabric) -> EndpointPair:
     """Every RC operation plus UD, with some loss so retransmissions and NAKs show up too."""
-    p = Pair(fab, timeout=9)
+    p = EndpointPair(fab, timeout=9)
     p.a.mr.write(bytes(range(256)) * 40, 10240)
     p.b.recv(wr_id=1, offset=30000)
     p.send(p.a, e.IBV_WR_SEND_WITH_IMM, length=3000, imm=1)
@@ -33,7 +33,7 @@ def mixed_run(fab: Fabric) -> Pair:
     p.b.recv(wr_id=3, offset=50000)
     p.send(p.a, e.IBV_WR_SEND_WITH_INV, length=10, invalidate=0)  # invalid rkey: NAK, flush
     p.wait(p.a.cq, 7)
-    u = Pair(fab, qp_type=e.IBV_QPT_UD)
+    u = EndpointPair(fab, qp_type=e.IBV_QPT_UD)
     u.b.recv(length=200)
     u.send(u.a, e.IBV_WR_SEND_WITH_IMM, length=100, imm=5)
     u.wait(u.b.cq)
@@ -51,7 +51,7 @@ def test_default_devices_work_out_of_the_box() -> None:
 
 def test_virtual_clock_latency_and_bandwidth() -> None:
     fab = Fabric(seed=0, latency_ns=5000, bandwidth_gbps=10.0)
-    p = Pair(fab)
+    p = EndpointPair(fab)
     p.send(p.a, e.IBV_WR_RDMA_WRITE, length=1000)
     p.wait(p.a.cq)
     # Ethernet+IPv4+UDP+BTH+ICRC = 58 bytes; WRITE Only adds a RETH (16), the ACK an AETH (4);
@@ -135,11 +135,11 @@ def test_tshark_decodes_a_mixed_run_without_malformed_packets(tmp_path: Path) ->
 def test_received_events_keep_the_sent_packet_id() -> None:
     """Packets that cross the fabric as bytes (faults on) keep their id, so a ladder diagram can
     pair each arrival with its departure."""
-    from rdmalab.fabric.harness import Pair
+    from rdmalab.fabric.harness import EndpointPair
 
     fab = Fabric(seed=3, mtu=1024)
     fab.set_faults(loss=0.1, duplicate=0.1)
-    p = Pair(fab, size=16384, path_mtu=e.IBV_MTU_1024)
+    p = EndpointPair(fab, size=16384, path_mtu=e.IBV_MTU_1024)
     p.send(p.a, e.IBV_WR_RDMA_WRITE, length=8192)
     p.wait(p.a.cq)
     sent = {ev.detail["packet_id"]: ev for ev in fab.trace.of_kind("sent")}

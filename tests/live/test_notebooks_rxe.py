@@ -76,7 +76,7 @@ def test_notebook_runs_on_rxe(name: str, lab_vm: VM, tmp_path: Path, monkeypatch
 HOST_PATH = r'''
 import json
 import rdmalab.verbs.enums as e
-from rdmalab.lab.livepair import LivePair
+from rdmalab.lab.pair import LivePair
 from rdmalab.live.remote import VerbsServer
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 

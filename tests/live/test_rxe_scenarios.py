@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from rdmalab.live.scenarios import ScenarioResult, run
+from rdmalab.live.labruns import ScenarioResult, run
 from rdmalab.live.vm import VM
 from rdmalab.wire.ib import AETH
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rdmalab.cli import main
-from rdmalab.live import captures, scenarios, vm
+from rdmalab.live import captures, labruns, vm
 from rdmalab.live.discover import gid_to_ipv4
 
 
@@ -30,8 +30,8 @@ def test_missing_names_each_tool_and_its_install_command(monkeypatch: pytest.Mon
 
 
 def test_pyverbs_rewrite_changes_only_imports() -> None:
-    before = [ln for ln in scenarios.PROGRAM.read_text().splitlines() if not ln.startswith("import rdmalab.fabric")]
-    after = scenarios.pyverbs_source().splitlines()
+    before = [ln for ln in labruns.PROGRAM.read_text().splitlines() if not ln.startswith("import rdmalab.fabric")]
+    after = labruns.pyverbs_source().splitlines()
     assert len(before) == len(after)
     changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
     assert len(changed) == 8   # enums, addr, cq, device, mr, pd, qp, wr
@@ -39,7 +39,7 @@ def test_pyverbs_rewrite_changes_only_imports() -> None:
 
 
 def test_soft_write_read_moves_the_data_and_captures_it() -> None:
-    r = scenarios.run("write_read", backend="soft", size=5000, seed=11)
+    r = labruns.run("write_read", backend="soft", size=5000, seed=11)
     data = random.Random(11).randbytes(5000)
     assert [s["memory"]["sha256"] for s in r.steps] == [hashlib.sha256(data).hexdigest()] * 2
     wire = b"".join(p.packet.payload for p in r.packets() if p.packet.opcode_name.startswith("RC RDMA WRITE"))
@@ -48,16 +48,16 @@ def test_soft_write_read_moves_the_data_and_captures_it() -> None:
 
 
 def test_soft_wrong_rkey() -> None:
-    r = scenarios.run("wrong_rkey", backend="soft")
+    r = labruns.run("wrong_rkey", backend="soft")
     assert r.completions[0]["status"] == "IBV_WC_REM_ACCESS_ERR"
     assert r.data["qp_state"]["a"] == "IBV_QPS_ERR"
 
 
 def test_unknown_scenario_and_backend_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="unknown scenario 'nope'"):
-        scenarios.run("nope")
+        labruns.run("nope")
     with pytest.raises(ValueError, match="unknown backend 'ib'"):
-        scenarios.run("write_read", backend="ib")
+        labruns.run("write_read", backend="ib")
 
 
 def test_gid_to_ipv4() -> None:

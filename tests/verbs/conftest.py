@@ -4,7 +4,7 @@ import pytest
 
 import rdmalab.verbs.enums as e
 from rdmalab.fabric import Fabric
-from rdmalab.fabric.harness import Pair
+from rdmalab.fabric.harness import EndpointPair
 
 
 @pytest.fixture
@@ -13,5 +13,5 @@ def fabric() -> Fabric:
 
 
 @pytest.fixture(params=[e.IBV_QPT_RC, e.IBV_QPT_UC], ids=["RC", "UC"])
-def connected(request: pytest.FixtureRequest) -> Pair:
-    return Pair(qp_type=request.param)
+def connected(request: pytest.FixtureRequest) -> EndpointPair:
+    return EndpointPair(qp_type=request.param)

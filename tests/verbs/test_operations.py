@@ -9,7 +9,7 @@ import pytest
 
 import rdmalab.verbs.enums as e
 from rdmalab.fabric import Fabric
-from rdmalab.fabric.harness import Pair
+from rdmalab.fabric.harness import EndpointPair
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.wr import SGE, SendWR
 
@@ -17,7 +17,7 @@ SIZES = [0, 1, 1023, 1024, 1025, 5000]
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_send(connected: Pair, size: int) -> None:
+def test_send(connected: EndpointPair, size: int) -> None:
     p = connected
     p.a.mr.write(bytes(range(256)) * 20, size)
     p.b.recv(wr_id=9, offset=100)
@@ -30,7 +30,7 @@ def test_send(connected: Pair, size: int) -> None:
     assert p.b.mr.read(size, 100) == p.a.mr.read(size, 0)
 
 
-def test_send_with_imm(connected: Pair) -> None:
+def test_send_with_imm(connected: EndpointPair) -> None:
     p = connected
     p.b.recv(wr_id=3)
     p.send(p.a, e.IBV_WR_SEND_WITH_IMM, length=2000, imm=0xCAFE)
@@ -40,7 +40,7 @@ def test_send_with_imm(connected: Pair) -> None:
 
 
 def test_send_with_invalidate() -> None:
-    p = Pair()
+    p = EndpointPair()
     extra = MR(p.b.pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
     p.b.recv()
     p.send(p.a, e.IBV_WR_SEND_WITH_INV, length=10, invalidate=extra.rkey)
@@ -50,7 +50,7 @@ def test_send_with_invalidate() -> None:
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_rdma_write(connected: Pair, size: int) -> None:
+def test_rdma_write(connected: EndpointPair, size: int) -> None:
     p = connected
     p.a.mr.write(bytes(range(7, 256)) * 30, size)
     p.send(p.a, e.IBV_WR_RDMA_WRITE, length=size, remote=333)
@@ -61,7 +61,7 @@ def test_rdma_write(connected: Pair, size: int) -> None:
     assert len(p.b.cq) == 0  # a plain WRITE consumes no receive and makes no completion
 
 
-def test_rdma_write_with_imm(connected: Pair) -> None:
+def test_rdma_write_with_imm(connected: EndpointPair) -> None:
     p = connected
     p.a.mr.write(b"w" * 3000, 3000)
     p.b.recv(wr_id=5, length=0)
@@ -74,7 +74,7 @@ def test_rdma_write_with_imm(connected: Pair) -> None:
 
 @pytest.mark.parametrize("size", SIZES)
 def test_rdma_read(size: int) -> None:
-    p = Pair()
+    p = EndpointPair()
     p.b.mr.write(bytes(range(256)) * 20, size, 50)
     p.send(p.a, e.IBV_WR_RDMA_READ, length=size, offset=9000, remote=50)
     (wc,) = p.wait(p.a.cq)
@@ -83,7 +83,7 @@ def test_rdma_read(size: int) -> None:
 
 
 def test_atomics() -> None:
-    p = Pair()
+    p = EndpointPair()
     p.b.mr.write(struct.pack("=Q", 40), 8, 64)
     p.send(p.a, e.IBV_WR_ATOMIC_FETCH_AND_ADD, length=8, offset=0, remote=64, compare_add=2, wr_id=1)
     p.send(p.a, e.IBV_WR_ATOMIC_CMP_AND_SWP, length=8, offset=8, remote=64, compare_add=42, swap=1000, wr_id=2)
@@ -96,7 +96,7 @@ def test_atomics() -> None:
     assert p.b.qp.engine.resp.atomics_executed == 3
 
 
-def test_local_inv(connected: Pair) -> None:
+def test_local_inv(connected: EndpointPair) -> None:
     p = connected
     mine = MR(p.a.pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
     p.send(p.a, e.IBV_WR_LOCAL_INV, length=0, invalidate=mine.lkey, wr_id=4)
@@ -105,7 +105,7 @@ def test_local_inv(connected: Pair) -> None:
     assert not mine.valid
 
 
-def test_scatter_gather(connected: Pair) -> None:
+def test_scatter_gather(connected: EndpointPair) -> None:
     p = connected
     p.a.mr.write(b"A" * 100 + b"B" * 1500 + b"C" * 7, 1607)
     sg = [p.a.sge(0, 100), p.a.sge(100, 1500), p.a.sge(1600, 7)]
@@ -117,7 +117,7 @@ def test_scatter_gather(connected: Pair) -> None:
     assert got == b"A" * 100 + b"B" * 1500 + b"C" * 7
 
 
-def test_inline_data_is_copied_at_post_time(connected: Pair) -> None:
+def test_inline_data_is_copied_at_post_time(connected: EndpointPair) -> None:
     p = connected
     p.a.mr.write(b"inline!!", 8)
     p.b.recv()
@@ -127,7 +127,7 @@ def test_inline_data_is_copied_at_post_time(connected: Pair) -> None:
     assert p.b.mr.read(8, 0) == b"inline!!"
 
 
-def test_unsignaled_wrs_make_no_completion(connected: Pair) -> None:
+def test_unsignaled_wrs_make_no_completion(connected: EndpointPair) -> None:
     p = connected
     p.send(p.a, e.IBV_WR_RDMA_WRITE, length=10, flags=0, wr_id=1)
     p.send(p.a, e.IBV_WR_RDMA_WRITE, length=10, flags=e.IBV_SEND_SIGNALED, wr_id=2)
@@ -135,7 +135,7 @@ def test_unsignaled_wrs_make_no_completion(connected: Pair) -> None:
     assert [w.wr_id for w in wcs] == [2]
 
 
-def test_solicited_event(connected: Pair) -> None:
+def test_solicited_event(connected: EndpointPair) -> None:
     from rdmalab.verbs.cq import CQ, CompChannel
 
     p = connected
@@ -155,8 +155,8 @@ def test_solicited_event(connected: Pair) -> None:
     assert wc.wr_id == 2
 
 
-def test_psn_wraps_around(connected: Pair) -> None:
-    q = Pair(qp_type=connected.qp_type, connect=False)
+def test_psn_wraps_around(connected: EndpointPair) -> None:
+    q = EndpointPair(qp_type=connected.qp_type, connect=False)
     q.a.psn = q.b.psn = 0xFFFFFD
     q.connect()
     q.a.mr.write(b"z" * 6000, 6000)
@@ -171,7 +171,7 @@ def test_psn_wraps_around(connected: Pair) -> None:
 
 @pytest.mark.parametrize("imm", [False, True])
 def test_ud_send(imm: bool) -> None:
-    p = Pair(qp_type=e.IBV_QPT_UD)
+    p = EndpointPair(qp_type=e.IBV_QPT_UD)
     p.a.mr.write(b"datagram", 8)
     p.b.recv(wr_id=6, length=100)
     op = e.IBV_WR_SEND_WITH_IMM if imm else e.IBV_WR_SEND
@@ -191,7 +191,7 @@ def test_ud_send(imm: bool) -> None:
 def test_ud_reply_with_ah_from_wc() -> None:
     from rdmalab.verbs.addr import AH
 
-    p = Pair(qp_type=e.IBV_QPT_UD)
+    p = EndpointPair(qp_type=e.IBV_QPT_UD)
     p.b.recv(length=100)
     p.send(p.a, e.IBV_WR_SEND, length=8)
     (wc,) = p.wait(p.b.cq)
@@ -201,7 +201,7 @@ def test_ud_reply_with_ah_from_wc() -> None:
 
 def test_ud_oversized_completes_without_sending() -> None:
     fab = Fabric(seed=3, mtu=1024)
-    p = Pair(fab, qp_type=e.IBV_QPT_UD)
+    p = EndpointPair(fab, qp_type=e.IBV_QPT_UD)
     p.b.recv(length=4000)
     p.send(p.a, e.IBV_WR_SEND, length=2000)
     (sc,) = p.wait(p.a.cq)
@@ -210,7 +210,7 @@ def test_ud_oversized_completes_without_sending() -> None:
 
 
 def test_ud_wrong_qkey_is_dropped() -> None:
-    p = Pair(qp_type=e.IBV_QPT_UD)
+    p = EndpointPair(qp_type=e.IBV_QPT_UD)
     p.b.recv(length=100)
     wr = p.send(p.a, e.IBV_WR_SEND, length=8)
     del wr
@@ -226,7 +226,7 @@ def test_ud_wrong_qkey_is_dropped() -> None:
 
 @pytest.mark.parametrize("qp_type", [e.IBV_QPT_RC, e.IBV_QPT_UC, e.IBV_QPT_UD])
 def test_srq(qp_type: int) -> None:
-    p = Pair(qp_type=qp_type, srq=True)
+    p = EndpointPair(qp_type=qp_type, srq=True)
     for i in range(3):
         p.b.recv(wr_id=10 + i, length=200)
     for _ in range(3):
@@ -241,7 +241,7 @@ def test_mr_over_numpy_and_mmap_without_copies() -> None:
 
     import numpy as np
 
-    p = Pair()
+    p = EndpointPair()
     arr = np.zeros(1024, dtype=np.uint32)
     mr_b = MR(p.b.pd, arr.nbytes, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE, address=arr)
     assert mr_b.buf == arr.ctypes.data
@@ -257,7 +257,7 @@ def test_mr_over_numpy_and_mmap_without_copies() -> None:
 
 
 def test_lkey_and_rkey_always_differ() -> None:
-    p = Pair()
+    p = EndpointPair()
     mrs = [MR(p.a.pd, 16, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ) for _ in range(50)]
     assert all(m.lkey != m.rkey for m in mrs)
 

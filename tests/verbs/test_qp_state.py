@@ -7,7 +7,7 @@ import errno
 import pytest
 
 import rdmalab.verbs.enums as e
-from rdmalab.fabric.harness import Pair
+from rdmalab.fabric.harness import EndpointPair
 from rdmalab.verbs.addr import AHAttr, GlobalRoute
 from rdmalab.verbs.engine import qpstate
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
@@ -15,7 +15,7 @@ from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 
 
 def fresh(qp_type: int = e.IBV_QPT_RC) -> QP:
-    p = Pair(qp_type=qp_type, connect=False)
+    p = EndpointPair(qp_type=qp_type, connect=False)
     init = QPInitAttr(qp_type=qp_type, scq=p.a.cq, rcq=p.a.cq, cap=QPCap())
     return QP(p.a.pd, init)
 
@@ -23,9 +23,9 @@ def fresh(qp_type: int = e.IBV_QPT_RC) -> QP:
 def test_created_in_reset_and_pyverbs_shortcuts() -> None:
     qp = fresh()
     assert qp.qp_state == e.IBV_QPS_RESET
-    p = Pair(connect=False)
+    p = EndpointPair(connect=False)
     assert p.a.qp.qp_state == e.IBV_QPS_INIT  # QP(pd, init, qp_attr): RC -> INIT
-    u = Pair(qp_type=e.IBV_QPT_UD, connect=False)
+    u = EndpointPair(qp_type=e.IBV_QPT_UD, connect=False)
     assert u.a.qp.qp_state == e.IBV_QPS_RTS  # UD -> RTS
 
 
@@ -42,7 +42,7 @@ def test_illegal_transitions_fail_with_einval(cur: int, new: int) -> None:
 
 
 def test_missing_required_attribute() -> None:
-    p = Pair(connect=False)
+    p = EndpointPair(connect=False)
     attr = QPAttr(qp_state=e.IBV_QPS_RTR)
     with pytest.raises(PyverbsRDMAError, match="requires .*DEST_QPN"):
         p.a.qp.modify(attr, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU)
@@ -57,7 +57,7 @@ def test_attribute_not_allowed_in_transition() -> None:
 
 
 def test_roce_needs_a_grh() -> None:
-    p = Pair(connect=False)
+    p = EndpointPair(connect=False)
     attr = QPAttr(qp_state=e.IBV_QPS_RTR)
     attr.ah_attr = AHAttr(port_num=1, is_global=0, gr=GlobalRoute(dgid=p.b.gid))
     attr.dest_qp_num = p.b.qp.qp_num
@@ -66,7 +66,7 @@ def test_roce_needs_a_grh() -> None:
 
 
 def test_value_checks() -> None:
-    p = Pair(connect=False)
+    p = EndpointPair(connect=False)
     qp = p.a.qp
     qp.engine.qp_state = e.IBV_QPS_SQD  # SQD -> SQD accepts TIMEOUT and PATH_MTU
     attr = QPAttr(qp_state=e.IBV_QPS_SQD)
@@ -84,7 +84,7 @@ def test_every_legal_edge_of_the_table_is_accepted() -> None:
             if qp_type not in masks:
                 continue
             req, _opt = masks[qp_type]
-            p = Pair(qp_type=qp_type, connect=False)
+            p = EndpointPair(qp_type=qp_type, connect=False)
             qp = p.a.qp
             qp.engine.qp_state = cur  # force the state the test starts from
             attr = QPAttr(qp_state=new)
@@ -103,7 +103,7 @@ def test_state_diagram_edges_come_from_the_table() -> None:
 
 
 def test_query_reports_what_was_set() -> None:
-    p = Pair(timeout=13, retry_cnt=5, max_rd_atomic=3)
+    p = EndpointPair(timeout=13, retry_cnt=5, max_rd_atomic=3)
     attr, init = p.a.qp.query(0)
     assert attr.qp_state == e.IBV_QPS_RTS and attr.timeout == 13 and attr.retry_cnt == 5
     assert attr.max_rd_atomic == 4  # rounded up to a power of two, as rxe does
@@ -111,7 +111,7 @@ def test_query_reports_what_was_set() -> None:
 
 
 def test_requests_to_a_qp_in_init_are_dropped() -> None:
-    p = Pair(connect=False, retry_cnt=1, timeout=8)
+    p = EndpointPair(connect=False, retry_cnt=1, timeout=8)
     attr = QPAttr(port_num=1)
     attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=p.b.gid, sgid_index=1))
     attr.dest_qp_num, attr.path_mtu = p.b.qp.qp_num, e.IBV_MTU_1024
@@ -123,7 +123,7 @@ def test_requests_to_a_qp_in_init_are_dropped() -> None:
 
 
 def test_sqd_holds_new_work_and_rts_resumes() -> None:
-    p = Pair()
+    p = EndpointPair()
     p.a.qp.modify(QPAttr(qp_state=e.IBV_QPS_SQD), e.IBV_QP_STATE)
     p.send(p.a, e.IBV_WR_RDMA_WRITE, length=8)
     p.run()
@@ -133,7 +133,7 @@ def test_sqd_holds_new_work_and_rts_resumes() -> None:
 
 
 def test_reset_clears_and_allows_reconnect() -> None:
-    p = Pair()
+    p = EndpointPair()
     p.b.recv(wr_id=1)
     for x in (p.a, p.b):
         x.qp.modify(QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rdmalab import capture
-from rdmalab.lab import capture_path, scenarios
+from rdmalab.lab import capture_path, replays
 from rdmalab.verbs.trace import TraceEvent
 from rdmalab.viz import from_capture, from_trace, psn_time, qp_state_diagram, state_diagram, throughput
 
@@ -57,8 +57,8 @@ def test_mermaid_export() -> None:
 
 
 def test_engine_run_ladder_and_plots_are_deterministic() -> None:
-    first = scenarios.nak_run()
-    second = scenarios.nak_run()
+    first = replays.nak_run()
+    second = replays.nak_run()
     assert first.ladder().to_svg() == second.ladder().to_svg()
     kinds = {a.kind for a in first.ladder().arrows}
     assert {"request", "nak", "retx", "ack"} <= kinds
@@ -166,9 +166,9 @@ def test_no_line_strikes_through_a_label_in_the_rnr_and_loss_ladders() -> None:
     """Issue 20, item 4: "ACK PSN 100", "RNR NAK ... PSN 100" (notebook 03) and the labels of a lossy WRITE
     (notebook 09) were struck through by the arrow arriving where theirs left.  Labels now run along the
     middle of their own arrow; no delivered arrow's line may cross one."""
-    from rdmalab.lab import scenarios
+    from rdmalab.lab import replays
     from rdmalab.lab.checkers.verbs import rnr_run
 
-    for ladder in (rnr_run(None).ladder(title="RNR"), scenarios.nak_run().ladder(title="NAK"),
-                   scenarios.timeout_run().ladder(title="timeout")):
+    for ladder in (rnr_run(None).ladder(title="RNR"), replays.nak_run().ladder(title="NAK"),
+                   replays.timeout_run().ladder(title="timeout")):
         assert _crossings(ladder) == [], ladder.title

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from rdmalab.lab import scenarios
+from rdmalab.lab import replays
 from rdmalab.verbs.trace import TraceEvent
 from rdmalab.viz import from_trace
 from rdmalab.viz.hexdump import hexdump
@@ -29,7 +29,7 @@ def _lines_and_labels(svg: str) -> tuple[list[dict[str, float]], list[tuple[floa
 
 
 def test_the_lost_mark_names_and_sits_on_the_lost_packet() -> None:
-    pair = scenarios.nak_run()
+    pair = replays.nak_run()
     lost_psn = next(ev.psn for ev in pair.trace if ev.kind == "dropped")
     lad = pair.ladder()
     lost = [a for a in lad.arrows if a.lost]
@@ -52,14 +52,14 @@ def test_the_lost_mark_names_and_sits_on_the_lost_packet() -> None:
 
 
 def test_labels_are_drawn_over_every_line() -> None:
-    svg = scenarios.nak_run().ladder().to_svg()
+    svg = replays.nak_run().ladder().to_svg()
     last_line = max(m.start() for m in re.finditer("<line ", svg))
     first_label = min(m.start() for m in re.finditer('class="rdmalab-label', svg))
     assert first_label > last_line
 
 
 def test_time_labels_fit_in_the_margin() -> None:
-    lad = scenarios.timeout_run().ladder()
+    lad = replays.timeout_run().ladder()
     _, texts = _lines_and_labels(lad.to_svg())
     cut = [(x, t) for x, _, t in texts if t.startswith("\u2248 +")]
     assert cut, "the timeout's gap is drawn as a cut"
@@ -69,7 +69,7 @@ def test_time_labels_fit_in_the_margin() -> None:
 
 
 def test_the_psn_plot_legend_leaves_the_points_alone() -> None:
-    plot = psn_time(scenarios.nak_run())
+    plot = psn_time(replays.nak_run())
     fig = plot.figure
     fig.canvas.draw()
     ax = fig.axes[0]

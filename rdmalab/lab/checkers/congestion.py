@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdmalab.fabric.scenarios import incast_costs, parameter_names, run
+from rdmalab.fabric.congestion_scenarios import incast_costs, parameter_names, run
 from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import as_bytes
 from rdmalab.lab.samples import one_write
@@ -206,7 +206,7 @@ def _converge(answer: Any) -> str:
     unknown = sorted(set(settings) - set(parameter_names()))
     if unknown:
         raise Wrong(f"unknown parameter(s): {', '.join(unknown)}.", field="settings", given=answer["settings"],
-                    expected="names from rdmalab.fabric.scenarios.parameter_names()")
+                    expected="names from rdmalab.fabric.congestion_scenarios.parameter_names()")
     if not settings:
         raise Wrong("Change at least one parameter.", field="settings", given=answer["settings"],
                     expected="at least one parameter and its new value")

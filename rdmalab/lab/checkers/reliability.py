@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdmalab.lab import scenarios
+from rdmalab.lab import replays
 from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import as_int, norm_name, plain
 from rdmalab.wire.ib import AETH, BTH, NAK_NAMES
@@ -43,7 +43,7 @@ def nak_code(answer: Any, field: str = "AETH.value") -> int:
     "Go-back-N: the requester resends everything from that PSN on.",
 ))
 def _nak(answer: Any) -> str:
-    p = scenarios.nak_run()
+    p = replays.nak_run()
     nak = next(pk for pk in p.packets() if AETH in pk and pk[AETH].is_nak)
     code, name, psn = nak[AETH].value, nak[AETH].nak_name, nak[BTH].psn
     lost = [int(ev.psn) for ev in p.trace if ev.kind == "dropped" and ev.psn is not None]
@@ -74,11 +74,11 @@ def _nak(answer: Any) -> str:
 
 @exercise("reliability.timeout", "Count the cost of a timeout", notebook=NB, hints=(
     "In the timeout run, count the request packets sent more than once (same PSN again).",
-    "lab.scenarios.retransmitted(pair) lists them, if you want to check your count from the ladder.",
+    "lab.replays.retransmitted(pair) lists them, if you want to check your count from the ladder.",
 ))
 def _timeout(answer: Any) -> str:
-    p = scenarios.timeout_run()
-    want = len(scenarios.retransmitted(p))
+    p = replays.timeout_run()
+    want = len(replays.retransmitted(p))
     got = as_int(answer, "a number of packets", field="retransmitted packets")
     expected = "the number of request packets sent a second time (same PSN again)"
     if got == want:

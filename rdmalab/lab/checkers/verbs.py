@@ -168,7 +168,7 @@ def rnr_run(backend: str | None = None) -> Any:
     """A SEND that arrives before the receiver posted a receive (the RNR scenario of notebook 03).
 
     ``backend=None`` or ``"soft"``: the soft engine (what the checker replays); ``"rxe"``: the
-    kernel's Soft-RoCE (:class:`rdmalab.lab.livepair.LivePair`).
+    kernel's Soft-RoCE (:class:`rdmalab.lab.pair.LivePair`).
     """
 
     p = Pair(backend=backend, min_rnr_timer=14) if backend not in (None, "soft") else SoftPair(min_rnr_timer=14)

@@ -1,6 +1,6 @@
 """Lab operations between two RC queue pairs, written once for two verbs implementations.
 
-As written it runs on rdmalab's soft engine.  :func:`rdmalab.live.scenarios.pyverbs_source`
+As written it runs on rdmalab's soft engine.  :func:`rdmalab.live.labruns.pyverbs_source`
 rewrites the ``rdmalab.verbs`` imports to ``pyverbs`` and drops the soft-only ``import rdmalab.fabric``
 (nothing else changes); the result runs
 under Debian's ``/usr/bin/python3`` on kernel rxe devices, on the host or in the lab VM.  So the

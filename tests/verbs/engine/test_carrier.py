@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from rdmalab.fabric.harness import Pair
+from rdmalab.fabric.harness import EndpointPair
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine.carrier import Carrier, Datagram, Scheduler, Station, TimerHandle, datagram_from_frame
 from rdmalab.verbs.engine.node import SoftDevice
@@ -108,10 +108,10 @@ class ByteCarrier:
         return n
 
 
-def _pair(carrier: ByteCarrier, **kw: Any) -> Pair:
+def _pair(carrier: ByteCarrier, **kw: Any) -> EndpointPair:
     carrier.add("left", "192.168.7.1", 0x02AA00000001)
     carrier.add("right", "192.168.7.2", 0x02AA00000002)
-    return Pair(carrier, path_mtu=e.IBV_MTU_1024, **kw)
+    return EndpointPair(carrier, path_mtu=e.IBV_MTU_1024, **kw)
 
 
 def _name(d: Datagram) -> str:

@@ -14,7 +14,7 @@ import pytest
 
 import rdmalab.verbs.enums as e
 from rdmalab.fabric import Fabric
-from rdmalab.fabric.harness import Pair
+from rdmalab.fabric.harness import EndpointPair
 from rdmalab.verbs.engine import requester
 from rdmalab.verbs.engine.wqe import SUPPORTED
 from rdmalab.wire.opcodes import Op, Pos, Transport, find_opcode
@@ -24,7 +24,7 @@ MIB = 1 << 20
 
 def _run(bursts: bool, trace: bool, workload: str) -> dict[str, Any]:
     fab = Fabric(seed=5, trace=trace, bursts=bursts, mtu=1024)
-    p = Pair(fab, size=MIB, path_mtu=e.IBV_MTU_1024, psn=(0xFFFFF0, 0x10))  # A's PSNs wrap
+    p = EndpointPair(fab, size=MIB, path_mtu=e.IBV_MTU_1024, psn=(0xFFFFF0, 0x10))  # A's PSNs wrap
     p.a.mr.write(bytes(range(256)) * (MIB // 256), MIB)
     wcs: list[tuple[int, int, int, int]] = []
     if workload == "writes":  # 300 KiB, 1 byte, 64 KiB + 3: bursts longer than the window, ragged ends
@@ -77,7 +77,7 @@ def test_bursts_are_used() -> None:
     counts = []
     send = fab.send
     fab.send = lambda src, pkt: (counts.append(pkt.count), send(src, pkt))[1]  # type: ignore[method-assign]
-    p = Pair(fab, size=MIB, path_mtu=e.IBV_MTU_1024)
+    p = EndpointPair(fab, size=MIB, path_mtu=e.IBV_MTU_1024)
     p.send(p.a, e.IBV_WR_RDMA_WRITE, length=64 << 10)
     p.wait(p.a.cq)
     assert max(counts) == 64
@@ -110,7 +110,7 @@ def _writes_with(bursts: bool, rkey_delta: int, remote: int, monkeypatch: pytest
     whole = responder._whole_write
     monkeypatch.setattr(responder, "_whole_write", lambda qp, pkt: (taken.append(r := whole(qp, pkt)), r)[1])
     fab = Fabric(seed=3, trace=False, bursts=bursts, mtu=1024)
-    p = Pair(fab, size=MIB, path_mtu=e.IBV_MTU_1024)
+    p = EndpointPair(fab, size=MIB, path_mtu=e.IBV_MTU_1024)
     p.a.mr.write(bytes(range(256)) * (MIB // 256), MIB)
     p.send(p.a, e.IBV_WR_RDMA_WRITE, length=(16 << 10) + 5, offset=3, remote=remote,
            rkey=p.b.mr.rkey + rkey_delta)

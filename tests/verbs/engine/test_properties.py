@@ -23,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import rdmalab.verbs.enums as e
 from rdmalab.fabric import Fabric
-from rdmalab.fabric.harness import Pair
+from rdmalab.fabric.harness import EndpointPair
 
 REMOTE = 1 << 15  # B's memory under test: [0, REMOTE)
 ATOMIC_BASE = REMOTE - 256  # atomics within the last 256 bytes (8-byte aligned)
@@ -40,7 +40,7 @@ class RCUnderFaults(RuleBasedStateMachine):
     def setup(self, seed: int, loss: float, dup: float, reorder: float, mtu: int) -> None:
         fab = Fabric(seed=seed, mtu=4096, trace=False)
         fab.set_faults(loss=loss, duplicate=dup, reorder=reorder)
-        self.p = Pair(fab, size=1 << 16, path_mtu=mtu, timeout=8, retry_cnt=7, rnr_retry=7, min_rnr_timer=1,
+        self.p = EndpointPair(fab, size=1 << 16, path_mtu=mtu, timeout=8, retry_cnt=7, rnr_retry=7, min_rnr_timer=1,
                       max_rd_atomic=4, max_dest_rd_atomic=4)
         rng = random.Random(seed)
         src = bytes(rng.getrandbits(8) for _ in range(SRC))

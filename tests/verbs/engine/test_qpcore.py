@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import rdmalab.verbs.enums as e
-from rdmalab.fabric.harness import Pair
+from rdmalab.fabric.harness import EndpointPair
 from rdmalab.verbs.engine.packet import psn_add
 from rdmalab.verbs.engine.qpcore import CompleterState, QPCore, RequesterState, ResponderState
 from rdmalab.verbs.engine.softqp import SoftQP
 
 
 def test_the_front_qp_owns_one_engine_qp_that_the_device_dispatches_to() -> None:
-    p = Pair(psn=(100, 500))
+    p = EndpointPair(psn=(100, 500))
     eng = p.a.qp.engine
     assert isinstance(eng, SoftQP) and isinstance(eng, QPCore)
     assert p.a.ctx.device.qps[p.a.qp.qp_num] is eng and eng.owner is p.a.qp
@@ -19,7 +19,7 @@ def test_the_front_qp_owns_one_engine_qp_that_the_device_dispatches_to() -> None
 
 
 def test_a_write_moves_requester_and_completer_psns_and_the_peers_responder() -> None:
-    p = Pair(psn=(100, 500), path_mtu=e.IBV_MTU_1024)
+    p = EndpointPair(psn=(100, 500), path_mtu=e.IBV_MTU_1024)
     a, b = p.a.qp.engine, p.b.qp.engine
     assert (a.req.psn, a.comp.psn, b.resp.psn, b.resp.msn) == (100, 100, 100, 0)
     p.send(p.a, e.IBV_WR_RDMA_WRITE, length=3000)  # 3 packets
@@ -33,7 +33,7 @@ def test_a_write_moves_requester_and_completer_psns_and_the_peers_responder() ->
 
 
 def test_a_read_takes_a_credit_until_its_response_and_is_kept_as_a_responder_resource() -> None:
-    p = Pair(psn=(0xFFFFFE, 7), path_mtu=e.IBV_MTU_1024, max_rd_atomic=1)
+    p = EndpointPair(psn=(0xFFFFFE, 7), path_mtu=e.IBV_MTU_1024, max_rd_atomic=1)
     a, b = p.a.qp.engine, p.b.qp.engine
     p.send(p.a, e.IBV_WR_RDMA_READ, length=2048)  # 2 response packets: PSNs wrap
     assert a.req.rd_out == 1 and a.req.psn == psn_add(0xFFFFFE, 2) == 0
@@ -44,7 +44,7 @@ def test_a_read_takes_a_credit_until_its_response_and_is_kept_as_a_responder_res
 
 
 def test_reset_clears_the_protocol_state_and_keeps_the_qp_number() -> None:
-    p = Pair(psn=(100, 500))
+    p = EndpointPair(psn=(100, 500))
     p.send(p.a, e.IBV_WR_RDMA_WRITE, length=100)
     p.wait(p.a.cq)
     eng = p.a.qp.engine

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from rdmalab.fabric.harness import Pair
+from rdmalab.fabric.harness import EndpointPair
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine.packet import SEGMENT, Pkt, opcode
 from rdmalab.wire.ib import RETH
@@ -23,8 +23,8 @@ MTU = 1024
 F, M, L, ONLY = Pos.FIRST, Pos.MIDDLE, Pos.LAST, Pos.ONLY
 
 
-def _pair(qp_type: int, access: int | None = None) -> Pair:
-    p = Pair(qp_type=qp_type, seed=3, psn=(0x10, 0xFFFFFE), qp_access=access)  # B's PSNs wrap past 0xFFFFFF
+def _pair(qp_type: int, access: int | None = None) -> EndpointPair:
+    p = EndpointPair(qp_type=qp_type, seed=3, psn=(0x10, 0xFFFFFE), qp_access=access)  # B's PSNs wrap past 0xFFFFFF
     p.b.recv(wr_id=77, offset=1 << 15, length=4 * MTU)
     return p
 
@@ -51,7 +51,7 @@ SCENARIOS: dict[str, list[Step]] = {
 }
 
 
-def _packets(p: Pair, qp_type: int, steps: list[Step]) -> list[Pkt]:
+def _packets(p: EndpointPair, qp_type: int, steps: list[Step]) -> list[Pkt]:
     a, b = p.a.qp.engine, p.b.qp.engine
     t = Transport.RC if qp_type == e.IBV_QPT_RC else Transport.UC
     base = b.resp.psn

@@ -10,7 +10,7 @@ import pytest
 
 import rdmalab.verbs.enums as e
 from rdmalab.fabric import Fabric
-from rdmalab.fabric.harness import Pair
+from rdmalab.fabric.harness import EndpointPair
 from rdmalab.verbs.addr import AHAttr, GlobalRoute
 from rdmalab.verbs.qp import QPAttr
 from rdmalab.wire.ib import calc_flow_label, flow_label_to_udp_sport, udp_sport
@@ -62,7 +62,7 @@ def test_the_kernel_helpers() -> None:
 
 
 def test_engine_sends_on_the_connections_port() -> None:
-    p = Pair(Fabric(), path_mtu=e.IBV_MTU_1024, record_frames=True)
+    p = EndpointPair(Fabric(), path_mtu=e.IBV_MTU_1024, record_frames=True)
     a, b = p.a.qp, p.b.qp
     port = udp_sport(0, a.qp_num, b.qp_num)
     assert a.engine.sport == b.engine.sport == port
@@ -75,7 +75,7 @@ def test_engine_sends_on_the_connections_port() -> None:
 
 
 def test_a_flow_label_in_the_address_vector_sets_the_port() -> None:
-    p = Pair(Fabric(), connect=False)
+    p = EndpointPair(Fabric(), connect=False)
     attr = QPAttr(port_num=1, path_mtu=e.IBV_MTU_1024)
     attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=p.b.gid, sgid_index=1, flow_label=0xABCDE))
     attr.dest_qp_num, attr.rq_psn = p.b.qp.qp_num, 0

@@ -10,7 +10,7 @@ has two rxe devices, otherwise in the lab VM (:mod:`rdmalab.live.vm`) between ``
 (completions, keys, buffer snapshots) plus a pcap, which the notebooks decode and draw with
 :mod:`rdmalab.viz` exactly as they draw the soft engine's.
 
->>> from rdmalab.live.scenarios import run
+>>> from rdmalab.live.labruns import run
 >>> r = run("write_read", backend="soft")
 >>> r.ok, [s["wc"]["status"] for s in r.steps]
 (True, ['IBV_WC_SUCCESS', 'IBV_WC_SUCCESS'])

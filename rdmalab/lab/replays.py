@@ -29,7 +29,7 @@ def rdma_write(pair: Pair, length: int, *, wr_id: int = 1, offset: int = 0, remo
     return a.poll()
 
 
-def lossy_write(seed: int, *, length: int = 8192, mtu: int = 1024, loss: float = 0.1) -> Pair:
+def lossy_write(seed: int, *, length: int = 8192, mtu: int = 1024, loss: float = 0.1) -> SoftPair:
     """An RDMA WRITE of ``length`` bytes over a fabric that loses ``loss`` of the packets."""
     pair = SoftPair(seed=seed, mtu=mtu, loss=loss)
     rdma_write(pair, length)
@@ -43,17 +43,17 @@ NAK_SEED = 5
 TIMEOUT_SEED = 16
 
 
-def nak_run() -> Pair:
+def nak_run() -> SoftPair:
     """A lost packet in the middle of a message: the responder NAKs the gap (PSN sequence error)."""
     return lossy_write(NAK_SEED)
 
 
-def timeout_run() -> Pair:
+def timeout_run() -> SoftPair:
     """The last packet of a message is lost: nothing tells the requester, so it times out."""
     return lossy_write(TIMEOUT_SEED)
 
 
-def retransmitted(pair: Pair) -> list[Any]:
+def retransmitted(pair: SoftPair) -> list[Any]:
     """The ``sent`` request events that repeat an earlier PSN (retransmissions)."""
     seen: set[tuple[str, int | None]] = set()
     out = []
@@ -67,6 +67,6 @@ def retransmitted(pair: Pair) -> list[Any]:
     return out
 
 
-def naks(pair: Pair) -> list[Any]:
+def naks(pair: SoftPair) -> list[Any]:
     """The ``acked`` events whose syndrome is a NAK or RNR NAK."""
     return [ev for ev in pair.trace if ev.kind == "acked" and "NAK" in str(ev.detail.get("syndrome", ""))]
