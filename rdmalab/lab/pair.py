@@ -165,7 +165,8 @@ class LivePair(Pair):
                  retry_cnt: int = 7, rnr_retry: int = 7, min_rnr_timer: int = 12, max_wr: int = 64,
                  psn: tuple[int, int] = (100, 500), names: tuple[str, str] = ("soft0", "soft1"),
                  server: VerbsServer | None = None, backend: str | None = None) -> None:
-        _kind(LivePair, backend, "rxe")
+        if backend not in (None, "rxe") and _backend(backend) != "rxe":  # ("soft" under RDMALAB_BACKEND=rxe is rxe)
+            _kind(LivePair, backend, "rxe")
         self.e = e
         self.server = server or shared_server()
         self.where = self.server.where

@@ -86,7 +86,7 @@ class TransferResult:
 def run_transfer(*, op: str = "WRITE", size: int = 8192, mtu: int = 1024, loss: float = 0.0,
                  seed: int = 1, backend: str | None = None) -> TransferResult:
     """Run one RDMA WRITE, READ or SEND of ``size`` bytes on a fresh seeded pair."""
-    pair: Any = Pair(backend=backend, seed=seed, mtu=mtu, loss=loss, size=max(size, 4096))
+    pair = Pair(backend=backend, seed=seed, mtu=mtu, loss=loss, size=max(size, 4096))
     a, b = pair.a, pair.b
     opcode = {"WRITE": e.IBV_WR_RDMA_WRITE, "READ": e.IBV_WR_RDMA_READ, "SEND": e.IBV_WR_SEND}[op]
     if op == "SEND":

@@ -62,6 +62,9 @@ def test_the_environment_picks_the_kind_when_no_backend_is_given(rxe_here: None,
     monkeypatch.setenv("RDMALAB_BACKEND", "rxe")
     assert type(Pair(server=_Server())) is LivePair
     assert type(SoftPair()) is SoftPair  # the checkers' replays stay on the simulator
+    # the notebooks say Pair(backend=BACKEND) with BACKEND = "soft"; `rdmalab lab --backend rxe` sets the variable
+    srv = _Server()
+    assert type(Pair(backend="soft", server=srv)) is LivePair and len(srv.pairs) == 1
     monkeypatch.setenv("RDMALAB_BACKEND", "soft")
     assert type(Pair()) is SoftPair
 
