@@ -23,8 +23,10 @@ other, and pictures of what went over the wire (:meth:`Pair.ladder`, :meth:`Pair
   is tc netem, random), and the fabric's clock (times are the capture's wall-clock times).
   :attr:`LivePair.trace` says so instead of inventing one.
 
-Both are :class:`Pair` instances with the same arguments and the same attributes, so a notebook
-cell does not care which one it got.
+Both are :class:`Pair` instances and take :class:`Pair`'s arguments (a :class:`LivePair` also a
+``server``).  What the notebooks use is on both: ``a`` and ``b`` (each with ``qp``, ``cq``, ``mr``),
+``mtu``, ``access``, ``backend``, ``ladder()``, ``psn_plot()``, ``packets()``, ``write_pcap()`` and
+``idle()``; the engine's ``trace`` and ``fabric`` only on a :class:`SoftPair`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Deterministic engine runs that notebooks show and checkers replay.
 
-Each function builds a fresh :class:`rdmalab.lab.pair.Pair` with a fixed seed, runs one
-operation, and returns the pair (its trace, frames and memory are then there to look at).  A
-checker calls the same function, so the notebook and its exercise always see the same run.
+Each function builds a fresh :class:`rdmalab.lab.pair.SoftPair` (the simulator, whatever the
+backend) with a fixed seed, runs one operation, and returns the pair (its trace, frames and memory
+are then there to look at).  A checker calls the same function, so the notebook and its exercise
+always see the same run.
 """
 
 from __future__ import annotations

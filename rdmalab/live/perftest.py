@@ -222,7 +222,7 @@ def run(opts: PerftestOptions, out: IO[str], listener: socket.socket | None = No
         raise PerftestError(f"GID index {opts.gid_idx}: the soft device carries IPv4 only, which is GID index 1 "
                             "(::ffff:a.b.c.d, as rxe); use -x 1")
     if opts.mtu is not None and opts.mtu not in IB_MTUS:
-        raise PerftestError(f"-m {opts.mtu}: the MTU is one of 256, 512, 1024, 2048, 4096")
+        raise PerftestError(f"-m {opts.mtu}: the MTU is one of {', '.join(map(str, IB_MTUS))}")
     if verb == "atomic" and opts.size != 8:
         raise PerftestError(f"-s {opts.size}: atomic operations are 8 bytes")
     if not 1 <= opts.size <= MAX_SIZE:

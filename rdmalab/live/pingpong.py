@@ -111,7 +111,7 @@ def run(opts: PingpongOptions, out: IO[str], listener: socket.socket | None = No
         raise PingpongError(f"GID index {opts.gid_idx}: the soft device carries IPv4 only, which is GID index 1 "
                             "(::ffff:a.b.c.d, as rxe); use -g 1")
     if opts.mtu not in IB_MTUS:
-        raise PingpongError(f"-m {opts.mtu}: the path MTU is one of 256, 512, 1024, 2048, 4096")
+        raise PingpongError(f"-m {opts.mtu}: the path MTU is one of {', '.join(map(str, IB_MTUS))}")
     nqp = opts.num_qp if kind == "srq" else 1
     if kind == "srq":
         if nqp > opts.rx_depth:
