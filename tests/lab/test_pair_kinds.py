@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import Any
 
 import pytest
+from rdmalab_modules import rdmalab_modules
 
-import rdmalab
 import rdmalab.lab.env
 from rdmalab.fabric.harness import EndpointPair
 from rdmalab.lab.pair import LivePair, Pair, SoftPair
@@ -78,13 +76,10 @@ def test_a_kind_asked_for_the_other_backend_says_so() -> None:
 
 def test_one_class_of_rdmalab_is_called_pair_and_one_module_scenarios_at_most() -> None:
     pairs, scenarios = [], []
-    for m in pkgutil.walk_packages(rdmalab.__path__, "rdmalab."):
-        if m.name.rsplit(".", 1)[-1] == "scenarios":
-            scenarios.append(m.name)
-        if ".live.programs" in m.name or m.name.startswith("rdmalab.scapy") or m.name.endswith("__main__"):
-            continue  # programs run as scripts; scapy needs its extra
-        mod = importlib.import_module(m.name)
-        pairs += [f"{m.name}.{k}" for k, v in vars(mod).items()
-                  if k == "Pair" and isinstance(v, type) and v.__module__ == m.name]
+    for mod in rdmalab_modules():
+        if mod.__name__.rsplit(".", 1)[-1] == "scenarios":
+            scenarios.append(mod.__name__)
+        pairs += [f"{mod.__name__}.{k}" for k, v in vars(mod).items()
+                  if k == "Pair" and isinstance(v, type) and v.__module__ == mod.__name__]
     assert pairs == ["rdmalab.lab.pair.Pair"]
     assert len(scenarios) <= 1, scenarios

@@ -7,29 +7,21 @@ it says how (rdmalab.wire.errors.Picklable); otherwise the parent fails to read 
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import pickle
-import pkgutil
 from typing import Any
 
 import pytest
+from rdmalab_modules import rdmalab_modules
 
-import rdmalab
 from rdmalab.wire.errors import Picklable
 
 
 def _exception_classes() -> list[type[BaseException]]:
     found: dict[str, type[BaseException]] = {}
-    for mod in pkgutil.walk_packages(rdmalab.__path__, "rdmalab."):
-        if mod.name.endswith("__main__"):
-            continue
-        try:
-            module = importlib.import_module(mod.name)
-        except ImportError:  # an optional dependency (scapy, pyverbs' own ...) is not installed
-            continue
+    for module in rdmalab_modules():
         for obj in vars(module).values():
-            if (inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == mod.name):
+            if (inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == module.__name__):
                 found[f"{obj.__module__}.{obj.__qualname__}"] = obj
     return [found[k] for k in sorted(found)]
 
