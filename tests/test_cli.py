@@ -375,3 +375,68 @@ def test_a_server_whose_port_is_taken_fails_in_words_before_loading_the_engine()
                            text=True, timeout=120)
     assert r.stdout.strip() == "1 False", (r.stdout, r.stderr)
     assert f"Couldn't listen to port {port}" in r.stderr and "Traceback" not in r.stderr
+
+
+# What `rdmalab pingpong|perftest` parse without argparse (quick_parse) must be what argparse makes of
+# the same command line; anything else is argparse's (None here).
+_QUICK = [
+    ["pingpong", "rc", "-g", "1", "-n", "1"], ["pingpong", "rc", "-g", "1", "-n", "10", "-c", "10.0.0.1"],
+    ["pingpong", "-n", "5", "ud", "10.0.0.2", "-s", "100"],
+    ["pingpong", "srq", "-q", "4", "-r", "8"], ["pingpong", "rc", "--iters=7", "--iters", "8"],
+    ["pingpong", "rc", "-e", "-c", "-d", "veth1", "--pcap", "/tmp/x.pcap", "--timeout", "5.5"],
+    ["pingpong", "rc", "--timeout=inf", "-p", "0", "-g", "0"], ["pingpong", "rc", "--ib-dev=", "-n", " 5"],
+    ["pingpong", "uc", "-s", "1_000", "-m", "4096", "-l", "3", "-i", "2"],
+    ["perftest", "write", "-x", "1", "-n", "5"], ["perftest", "write", "-x", "1", "-s", "4096", "-n", "20", "10.0.0.1"],
+    ["perftest", "read", "-R", "-d", "veth1", "--transport", "iwarp", "--mpa-crc"],
+    ["perftest", "send", "--transport=roce", "-a", "-F", "--CPU-freq", "--report_gbits"],
+    ["perftest", "atomic", "-A", "CMP_AND_SWAP", "-D", "2", "-q", "2"],
+    ["perftest", "write", "--gid-index=1", "--size=64", "--iters=5", "--duration=1.5", "--atomic_type", "x"],
+]
+_ARGPARSE_S = [
+    ["pingpong"], ["pingpong", "10.0.0.1", "rc"], ["pingpong", "-h"], ["pingpong", "rc", "--help"], ["pingpong", "xx"], ["pingpong", "rc", "a", "b"],
+    ["pingpong", "rc", "-n"], ["pingpong", "rc", "-n5"], ["pingpong", "rc", "-n", "x"], ["pingpong", "rc", "--it", "9"],
+    ["pingpong", "rc", "-ec"], ["pingpong", "rc", "-o"], ["pingpong", "rc", "--", "10.0.0.1"],
+    ["pingpong", "rc", "-n", "-1"], ["pingpong", "rc", "--chk=1"], ["pingpong", "rc", ""], ["pingpong", "rc", "-"],
+    ["perftest", "send", "--transport", "bogus"], ["perftest", "write", "-x"], ["perftest", "write", "--CPU"],
+    ["perftest", "bogus"], ["perftest", "write", "-m", "0x10"],
+]
+
+
+@pytest.mark.parametrize("argv", _QUICK + _ARGPARSE_S, ids=" ".join)
+def test_the_live_servers_quick_parser_agrees_with_argparse(argv: list[str]) -> None:
+    import importlib
+
+    module = importlib.import_module(f"rdmalab.cli.{argv[0]}")
+    quick = module.quick(argv[1:])
+    if argv in _ARGPARSE_S:
+        assert quick is None
+        return
+    assert quick is not None
+    assert vars(quick) == vars(module.parser().parse_intermixed_args(argv[1:]))
+
+
+_LOADED_AT_LISTEN = """
+import sys
+before = set(sys.modules)
+import rdmalab.cli._common as common
+common._may_open_raw_socket = lambda: True  # (the test may run without CAP_NET_RAW)
+import rdmalab.live.listener as listener
+def probe(port, **kw):
+    print(sorted(m for m in set(sys.modules) - before if not m.startswith("_") and m not in
+                 ("rdmalab", "rdmalab.cli", "rdmalab.cli._common", f"rdmalab.cli.{sys.argv[1]}", "rdmalab.live",
+                  "rdmalab.live.listener", "socket", "errno", "selectors", "collections.abc", "math", "select", "array",
+                  "enum", "functools", "collections", "keyword", "operator", "reprlib", "heapq", "itertools", "types")))
+    raise SystemExit(0)
+listener.open_listener = probe
+from rdmalab.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("argv", [["pingpong", "rc", "-g", "1", "-n", "1"], ["perftest", "write", "-x", "1", "-n", "5"]])
+def test_a_plain_server_command_line_loads_only_socket_and_its_cli_before_the_listen(argv: list[str]) -> None:
+    # Issue 21: no argparse (with gettext, locale, shutil and its compressors), no re, no other layer
+    # (the permission check loads rdmalab.fabric.udp_setup only to say why it failed)
+    r = subprocess.run([sys.executable, "-c", _LOADED_AT_LISTEN, *argv], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]", r.stdout

@@ -25,15 +25,16 @@ so that ``rdmalab --help`` and every command start without importing what they d
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
-from collections.abc import Sequence
-from types import ModuleType
 
 from rdmalab import __version__
-from rdmalab.cli._common import Fail
-from rdmalab.wire.errors import RdmalabError
+from rdmalab.cli._common import Args, Fail
+
+TYPE_CHECKING = False  # (neither typing nor argparse is imported on the way to a server's listen)
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+    from types import ModuleType
 
 # The order here is the order of `rdmalab --help`.  The modules are imported when the parser is built
 # (command_modules): a pass-through command imports its own module only (start-up of the live tools).
@@ -45,12 +46,20 @@ PASSTHROUGH = {"lab": "run_lab", "pingpong": "main_argv", "perftest": "main_argv
                "udaddy": "main_argv"}
 
 
+def command_module(name: str) -> ModuleType:
+    """``rdmalab.cli.NAME`` (``__import__``, which ``python -X importtime`` reports, unlike ``importlib``'s)."""
+    __import__(f"rdmalab.cli.{name}")
+    return sys.modules[f"rdmalab.cli.{name}"]
+
+
 def command_modules() -> list[ModuleType]:
     """The subcommand modules, in the order of ``rdmalab --help``."""
-    return [importlib.import_module(f"rdmalab.cli.{name}") for name in COMMAND_NAMES]
+    return [command_module(name) for name in COMMAND_NAMES]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
     p = argparse.ArgumentParser(
         prog="rdmalab",
         description="rdmalab: an RDMA protocol lab. Decode InfiniBand, RoCE and iWARP captures, "
@@ -64,11 +73,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _user_error(err: Exception) -> bool:
+    """Whether ``err`` is told in one sentence (``Fail``, or a ``RdmalabError``: a ``CaptureError``, a
+    ``DecodeError``...).  ``rdmalab.wire.errors`` is not imported for it: where it is not loaded, no
+    RdmalabError was raised (a live server does not load it before it listens)."""
+    errors = sys.modules.get("rdmalab.wire.errors")
+    return isinstance(err, Fail) or (errors is not None and isinstance(err, errors.RdmalabError))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    args: argparse.Namespace | Args
     if argv and argv[0] in PASSTHROUGH:
-        func = getattr(importlib.import_module(f"rdmalab.cli.{argv[0]}"), PASSTHROUGH[argv[0]])
-        args = argparse.Namespace(command=argv[0], func=func, lab_args=argv[1:])
+        # without argparse: the live servers parse their own command lines (pingpong, perftest: quickly)
+        args = Args(command=argv[0], func=getattr(command_module(argv[0]), PASSTHROUGH[argv[0]]), lab_args=argv[1:])
     else:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -80,10 +98,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         rc: int = args.func(args, out)
         out.flush()
         return rc
-    except (RdmalabError, Fail) as err:  # CaptureError, DecodeError...: one sentence, no traceback
-        out.flush()
-        print(f"rdmalab: {err}", file=sys.stderr)
-        return 1
     except BrokenPipeError:
         # the reader (e.g. `head`) went away: stop quietly, as tshark does
         try:
@@ -93,6 +107,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    except Exception as err:
+        if not _user_error(err):
+            raise
+        out.flush()  # CaptureError, DecodeError, Fail...: one sentence, no traceback
+        print(f"rdmalab: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

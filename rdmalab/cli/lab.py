@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from rdmalab.cli._common import Fail
+from rdmalab.cli._common import Args, Fail
 
 
-def run_lab(args: argparse.Namespace, out: TextIO) -> int:
+def run_lab(args: argparse.Namespace | Args, out: TextIO) -> int:
     try:
         from rdmalab.lab import launch  # lazy: keeps `rdmalab --help` fast
     except ImportError as err:

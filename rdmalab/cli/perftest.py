@@ -11,14 +11,16 @@ a message naming them.  See ``docs/interop.md``.
 
 from __future__ import annotations
 
-import argparse
 import socket
 
-from rdmalab.cli._common import Fail, listen_then_run
+from rdmalab.cli._common import Args, Fail, listen_then_run, quick_parse
 
-TYPE_CHECKING = False  # (typing is not imported at run time: start-up of the live tools)
+TYPE_CHECKING = False  # (neither typing nor argparse is imported on the way to a server's listen)
 if TYPE_CHECKING:
+    import argparse
     from typing import TextIO
+
+    from rdmalab.cli._common import Option
 
 HELP = "ib_write/read/send/atomic_bw with the soft engine on UDP (a stock perftest program is the peer)"
 
@@ -41,11 +43,46 @@ _UNSUPPORTED = {
 }
 
 
+VERBS = ("write", "read", "send", "atomic")
+# the options (the parser's and quick_parse's), in the order of --help
+OPTIONS: tuple[Option, ...] = (
+    (("-p", "--port"), {"type": int, "default": 18515, "help": "TCP port of the exchange (default 18515)"}),
+    (("-d", "--ib-dev"), {"dest": "ifname", "metavar": "NETDEV",
+                          "help": "network interface the engine uses (default: the one of the TCP connection's "
+                                  "local address; with -R: the devices of `rdmalab link` / RDMALAB_LINKS)"}),
+    (("-R", "--rdma_cm"), {"action": "store_true",
+                           "help": "connect both QPs with rdma_cm (a control QP carrying the exchange, then the "
+                                   "data QP, both to --port), as perftest's -R"}),
+    (("--transport",), {"choices": ["auto", "roce", "iwarp"], "default": "auto",
+                        "help": "the device's transport with -R: iwarp connects over TCP and MPA (the peer: "
+                                "ib_*_bw -R on kernel siw); auto (default) takes the linked device's, roce with "
+                                "-d NETDEV"}),
+    (("--mpa-crc",), {"action": "store_true",
+                      "help": "iWARP: ask for MPA CRC32c (the C flag of the MPA Request/Reply; siw honours it)"}),
+    (("-i", "--ib-port"), {"type": int, "default": 1, "help": "port of the device (default 1, the only one)"}),
+    (("-s", "--size"), {"type": int, "help": "message size (default 65536; atomic: 8)"}),
+    (("-n", "--iters"), {"type": int, "help": "iterations (default 5000 for write, 1000 otherwise)"}),
+    (("-D", "--duration"), {"type": float, "help": "run for this many seconds instead of -n"}),
+    (("-a", "--all"), {"action": "store_true", "help": "run sizes 2 .. 2^23 (write and read)"}),
+    (("-x", "--gid-index"), {"type": int, "help": "GID index (the soft device: 1, ::ffff:<IPv4>)"}),
+    (("-m", "--mtu"), {"type": int, "help": "MTU (default: the port's, from the interface)"}),
+    (("-F", "--CPU-freq"), {"action": "store_true", "help": "accepted (no CPU frequency check here)"}),
+    (("-q", "--qp"), {"type": int, "default": 1, "help": "number of QPs (1 only)"}),
+    (("--report_gbits",), {"action": "store_true", "help": "report Gb/sec instead of MB/sec"}),
+    (("-A", "--atomic_type"), {"default": "FETCH_AND_ADD", "help": "CMP_AND_SWAP or FETCH_AND_ADD (atomic)"}),
+    (("--pcap",), {"metavar": "FILE", "help": "write every packet the engine sends and receives to FILE"}),
+    (("--timeout",), {"type": float, "default": 60.0,
+                      "help": "give up after this many seconds without a completion (default 60)"}),
+)
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _arguments(sub.add_parser("perftest", help=HELP, add_help=False))
 
 
 def parser() -> argparse.ArgumentParser:
+    import argparse
+
     return _arguments(argparse.ArgumentParser(prog="rdmalab perftest"))
 
 
@@ -54,49 +91,32 @@ def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
                      "RoCEv2 engine on real UDP: the peer is the stock program on a kernel rxe device (or another "
                      "rdmalab). Without SERVER, wait for a client. Needs root or CAP_NET_RAW.")
     s.epilog = "Example: rdmalab perftest write -x 1 -s 4096 -n 500 10.0.0.1   (peer: ib_write_bw -d rxe0 -x 1 -s 4096 -n 500)"
-    s.add_argument("verb", choices=["write", "read", "send", "atomic"], help="which program: ib_<verb>_bw")
+    s.add_argument("verb", choices=list(VERBS), help="which program: ib_<verb>_bw")
     s.add_argument("server", nargs="?", help="connect to the server at this host (default: be the server)")
-    s.add_argument("-p", "--port", type=int, default=18515, help="TCP port of the exchange (default 18515)")
-    s.add_argument("-d", "--ib-dev", dest="ifname", metavar="NETDEV",
-                   help="network interface the engine uses (default: the one of the TCP connection's local address; "
-                        "with -R: the devices of `rdmalab link` / RDMALAB_LINKS)")
-    s.add_argument("-R", "--rdma_cm", action="store_true",
-                   help="connect both QPs with rdma_cm (a control QP carrying the exchange, then the data QP, "
-                        "both to --port), as perftest's -R")
-    s.add_argument("--transport", choices=["auto", "roce", "iwarp"], default="auto",
-                   help="the device's transport with -R: iwarp connects over TCP and MPA (the peer: ib_*_bw -R on "
-                        "kernel siw); auto (default) takes the linked device's, roce with -d NETDEV")
-    s.add_argument("--mpa-crc", action="store_true",
-                   help="iWARP: ask for MPA CRC32c (the C flag of the MPA Request/Reply; siw honours it)")
-    s.add_argument("-i", "--ib-port", type=int, default=1, help="port of the device (default 1, the only one)")
-    s.add_argument("-s", "--size", type=int, help="message size (default 65536; atomic: 8)")
-    s.add_argument("-n", "--iters", type=int, help="iterations (default 5000 for write, 1000 otherwise)")
-    s.add_argument("-D", "--duration", type=float, help="run for this many seconds instead of -n")
-    s.add_argument("-a", "--all", action="store_true", help="run sizes 2 .. 2^23 (write and read)")
-    s.add_argument("-x", "--gid-index", type=int, help="GID index (the soft device: 1, ::ffff:<IPv4>)")
-    s.add_argument("-m", "--mtu", type=int, help="MTU (default: the port's, from the interface)")
-    s.add_argument("-F", "--CPU-freq", action="store_true", help="accepted (no CPU frequency check here)")
-    s.add_argument("-q", "--qp", type=int, default=1, help="number of QPs (1 only)")
-    s.add_argument("--report_gbits", action="store_true", help="report Gb/sec instead of MB/sec")
-    s.add_argument("-A", "--atomic_type", default="FETCH_AND_ADD", help="CMP_AND_SWAP or FETCH_AND_ADD (atomic)")
-    s.add_argument("--pcap", metavar="FILE", help="write every packet the engine sends and receives to FILE")
-    s.add_argument("--timeout", type=float, default=60.0,
-                   help="give up after this many seconds without a completion (default 60)")
+    for flags, kw in OPTIONS:
+        s.add_argument(*flags, **kw)
     s.set_defaults(func=run_perftest)
     return s
 
 
-def main_argv(args: argparse.Namespace, out: TextIO) -> int:
-    """Entry from ``rdmalab.cli.main`` (a pass-through command): options and SERVER may mix."""
+def quick(argv: list[str]) -> Args | None:
+    """``argv`` parsed as :func:`parser` would, without argparse, when it is a plain command line
+    (:func:`rdmalab.cli._common.quick_parse`); ``None`` otherwise."""
+    return quick_parse(argv, (("verb", VERBS), ("server", None)), OPTIONS, {"func": run_perftest})
+
+
+def main_argv(args: Args, out: TextIO) -> int:
+    """Entry from ``rdmalab.cli.main`` (a pass-through command): options and SERVER may mix.  A plain
+    command line is parsed without loading argparse (start-up of a server in the lab VM)."""
     argv = list(args.lab_args)
     for a in argv:
         name = a.split("=", 1)[0]
         if name in _UNSUPPORTED:
             raise Fail(f"perftest: {name} ({_UNSUPPORTED[name]}) is not supported by the soft engine's perftest")
-    return run_perftest(parser().parse_intermixed_args(argv), out)
+    return run_perftest(quick(argv) or parser().parse_intermixed_args(argv), out)
 
 
-def run_perftest(args: argparse.Namespace, out: TextIO) -> int:
+def run_perftest(args: argparse.Namespace | Args, out: TextIO) -> int:
     if args.atomic_type not in ("CMP_AND_SWAP", "FETCH_AND_ADD"):
         raise Fail(f"perftest: -A {args.atomic_type}: the atomic type is CMP_AND_SWAP or FETCH_AND_ADD")
     if args.atomic_type != "FETCH_AND_ADD" and args.verb != "atomic":
@@ -126,7 +146,7 @@ def run_perftest(args: argparse.Namespace, out: TextIO) -> int:
                            lambda listener: _run(args, out, listener))
 
 
-def _run(args: argparse.Namespace, out: TextIO, listener: socket.socket | None) -> int:
+def _run(args: argparse.Namespace | Args, out: TextIO, listener: socket.socket | None) -> int:
     from rdmalab.fabric.udp_setup import CarrierError
     from rdmalab.live.oob import OOBError
     from rdmalab.live.perftest import PerftestError, PerftestOptions, run  # the engine

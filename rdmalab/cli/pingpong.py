@@ -9,14 +9,16 @@ memory, ...) are refused with a message.  See ``docs/interop.md``.
 
 from __future__ import annotations
 
-import argparse
 import socket
 
-from rdmalab.cli._common import Fail, listen_then_run
+from rdmalab.cli._common import Args, Fail, listen_then_run, quick_parse
 
-TYPE_CHECKING = False  # (typing is not imported at run time: start-up of the live tools)
+TYPE_CHECKING = False  # (neither typing nor argparse is imported on the way to a server's listen)
 if TYPE_CHECKING:
+    import argparse
     from typing import TextIO
+
+    from rdmalab.cli._common import Option
 
 _UNSUPPORTED = {
     "odp": ("-o", "--odp", "on-demand paging"),
@@ -30,50 +32,71 @@ _UNSUPPORTED = {
 
 HELP = "ibv_rc/uc/ud/srq_pingpong with the soft engine on UDP (a stock program is the peer)"
 
+KINDS = ("rc", "uc", "ud", "srq")
+# the options (the parser's and quick_parse's), in the order of --help
+OPTIONS: tuple[Option, ...] = (
+    (("-p", "--port"), {"type": int, "default": 18515, "help": "TCP port of the exchange (default 18515)"}),
+    (("-d", "--ib-dev"), {"dest": "ifname", "metavar": "NETDEV",
+                          "help": "network interface the engine uses (default: the one of the TCP connection's "
+                                  "local address)"}),
+    (("-i", "--ib-port"), {"type": int, "default": 1, "help": "port of the device (default 1, the only one)"}),
+    (("-s", "--size"), {"type": int, "help": "message size (default 4096; ud: 1024)"}),
+    (("-m", "--mtu"), {"type": int, "default": 1024, "help": "path MTU (default 1024)"}),
+    (("-r", "--rx-depth"), {"type": int, "default": 500, "help": "receives posted at a time (default 500)"}),
+    (("-n", "--iters"), {"type": int, "default": 1000, "help": "number of exchanges (default 1000)"}),
+    (("-l", "--sl"), {"type": int, "default": 0, "help": "service level (not on the wire for RoCEv2)"}),
+    (("-e", "--events"), {"action": "store_true", "help": "sleep on CQ events (same traffic)"}),
+    (("-g", "--gid-idx"), {"type": int, "default": 1, "help": "local GID index (default 1: ::ffff:<IPv4>)"}),
+    (("-c", "--chk"), {"action": "store_true", "help": "validate the received buffer"}),
+    (("-q", "--num-qp"), {"type": int, "default": None, "help": "srq: number of QPs (default 16)"}),
+    (("--pcap",), {"metavar": "FILE", "help": "write every packet the engine sends and receives to FILE"}),
+    (("--timeout",), {"type": float, "default": 60.0,
+                      "help": "give up after this many seconds without a completion (default 60)"}),
+)
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _arguments(sub.add_parser("pingpong", help=HELP, add_help=False))
 
 
 def parser() -> argparse.ArgumentParser:
+    import argparse
+
     return _arguments(argparse.ArgumentParser(prog="rdmalab pingpong"))
 
 
 def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    import argparse
+
     s.description = ("Run rdma-core's ibv_{rc,uc,ud,srq}_pingpong exchange with the soft RoCEv2 engine on real "
                     "UDP: the peer is the stock program on a kernel rxe device (or another rdmalab). Without "
                     "SERVER, wait for a client. Needs root or CAP_NET_RAW.")
     s.epilog = "Example: rdmalab pingpong rc -g 1 -n 100 -c 10.0.0.1   (peer: ibv_rc_pingpong -d rxe0 -g 1 -n 100 -c)"
-    s.add_argument("kind", choices=["rc", "uc", "ud", "srq"], help="which program: ibv_<kind>_pingpong")
+    s.add_argument("kind", choices=list(KINDS), help="which program: ibv_<kind>_pingpong")
     s.add_argument("server", nargs="?", help="connect to the server at this host (default: be the server)")
-    s.add_argument("-p", "--port", type=int, default=18515, help="TCP port of the exchange (default 18515)")
-    s.add_argument("-d", "--ib-dev", dest="ifname", metavar="NETDEV",
-                   help="network interface the engine uses (default: the one of the TCP connection's local address)")
-    s.add_argument("-i", "--ib-port", type=int, default=1, help="port of the device (default 1, the only one)")
-    s.add_argument("-s", "--size", type=int, help="message size (default 4096; ud: 1024)")
-    s.add_argument("-m", "--mtu", type=int, default=1024, help="path MTU (default 1024)")
-    s.add_argument("-r", "--rx-depth", type=int, default=500, help="receives posted at a time (default 500)")
-    s.add_argument("-n", "--iters", type=int, default=1000, help="number of exchanges (default 1000)")
-    s.add_argument("-l", "--sl", type=int, default=0, help="service level (not on the wire for RoCEv2)")
-    s.add_argument("-e", "--events", action="store_true", help="sleep on CQ events (same traffic)")
-    s.add_argument("-g", "--gid-idx", type=int, default=1, help="local GID index (default 1: ::ffff:<IPv4>)")
-    s.add_argument("-c", "--chk", action="store_true", help="validate the received buffer")
-    s.add_argument("-q", "--num-qp", type=int, default=None, help="srq: number of QPs (default 16)")
-    s.add_argument("--pcap", metavar="FILE", help="write every packet the engine sends and receives to FILE")
-    s.add_argument("--timeout", type=float, default=60.0,
-                   help="give up after this many seconds without a completion (default 60)")
+    for flags, kw in OPTIONS:
+        s.add_argument(*flags, **kw)
     for dest, (short, long, _) in _UNSUPPORTED.items():
         s.add_argument(short, long, dest=f"unsupported_{dest}", action="store_true", help=argparse.SUPPRESS)
     s.set_defaults(func=run_pingpong)
     return s
 
 
-def main_argv(args: argparse.Namespace, out: TextIO) -> int:
-    """Entry from ``rdmalab.cli.main`` (a pass-through command): options and SERVER may mix, as with getopt."""
-    return run_pingpong(parser().parse_intermixed_args(args.lab_args), out)
+def quick(argv: list[str]) -> Args | None:
+    """``argv`` parsed as :func:`parser` would, without argparse, when it is a plain command line
+    (:func:`rdmalab.cli._common.quick_parse`); ``None`` otherwise."""
+    return quick_parse(argv, (("kind", KINDS), ("server", None)), OPTIONS,
+                       {**{f"unsupported_{d}": False for d in _UNSUPPORTED}, "func": run_pingpong})
 
 
-def run_pingpong(args: argparse.Namespace, out: TextIO) -> int:
+def main_argv(args: Args, out: TextIO) -> int:
+    """Entry from ``rdmalab.cli.main`` (a pass-through command): options and SERVER may mix, as with getopt.
+    A plain command line is parsed without loading argparse (start-up of a server in the lab VM)."""
+    argv = list(args.lab_args)
+    return run_pingpong(quick(argv) or parser().parse_intermixed_args(argv), out)
+
+
+def run_pingpong(args: argparse.Namespace | Args, out: TextIO) -> int:
     for dest, (short, long, what) in _UNSUPPORTED.items():
         if getattr(args, f"unsupported_{dest}", False):
             raise Fail(f"pingpong: {short}/{long} ({what}) is not supported by the soft engine")
@@ -90,7 +113,7 @@ def run_pingpong(args: argparse.Namespace, out: TextIO) -> int:
                            lambda listener: _run(args, out, listener))
 
 
-def _run(args: argparse.Namespace, out: TextIO, listener: socket.socket | None) -> int:
+def _run(args: argparse.Namespace | Args, out: TextIO, listener: socket.socket | None) -> int:
     from rdmalab.fabric.udp_setup import CarrierError
     from rdmalab.live.oob import OOBError
     from rdmalab.live.pingpong import PingpongError, PingpongOptions, run  # the engine

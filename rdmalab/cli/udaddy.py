@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import TextIO
 
-from rdmalab.cli._common import Fail
+from rdmalab.cli._common import Args, Fail
 
 HELP = "librdmacm's udaddy (SIDR, then UD SENDs with immediate) on the soft engine"
 
@@ -43,7 +43,7 @@ def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return s
 
 
-def main_argv(args: argparse.Namespace, out: TextIO) -> int:
+def main_argv(args: Args, out: TextIO) -> int:
     return run_cli(parser().parse_args(list(args.lab_args)), out)
 
 

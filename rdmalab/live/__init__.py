@@ -17,7 +17,7 @@ See docs/live.md.
 
 from __future__ import annotations
 
-import importlib
+import sys
 
 TYPE_CHECKING = False  # (typing is not imported at run time: start-up of the live tools)
 
@@ -41,6 +41,7 @@ def __getattr__(name: str) -> Any:
     where = _WHERE.get(name)
     if where is None:
         raise AttributeError(f"module 'rdmalab.live' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"rdmalab.live.{where}"), name)
+    __import__(f"rdmalab.live.{where}")  # (not importlib, nor its warnings, before a server listens)
+    value = getattr(sys.modules[f"rdmalab.live.{where}"], name)
     globals()[name] = value
     return value
