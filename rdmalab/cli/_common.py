@@ -3,15 +3,16 @@ quick parser of the live servers' command lines (start-up: issue 21).
 
 Nothing here imports argparse, typing or another layer at import time: ``rdmalab pingpong`` and
 ``rdmalab perftest`` as servers import this module, their own, :mod:`rdmalab.live.listener` and
-(with the interpreter) ``socket`` before they listen.
+the C module ``_socket`` before they listen.
 """
 
 from __future__ import annotations
 
-import socket
+import _socket  # (socket.py, with enum, selectors ..., is loaded after the listen: rdmalab.live.listener)
 
 TYPE_CHECKING = False  # (typing is not imported at run time: start-up of the live tools)
 if TYPE_CHECKING:
+    import socket
     from collections.abc import Callable, Sequence
     from typing import Any
 
@@ -116,7 +117,7 @@ def quick_parse(argv: Sequence[str], positionals: tuple[tuple[str, tuple[str, ..
 
 def _may_open_raw_socket() -> bool:
     try:
-        socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP).close()
+        _socket.socket(_socket.AF_INET, _socket.SOCK_RAW, _socket.IPPROTO_UDP).close()
     except PermissionError:
         return False
     return True
@@ -131,7 +132,7 @@ def listen_then_run(listen: bool, port: int, what: str, run: Callable[[socket.so
     ``listen=False`` (a client, rdma_cm): ``run(None)``.
     """
     # imported here: `rdmalab --help` and the other commands do not load it
-    from rdmalab.live.listener import OOBError, open_listener
+    from rdmalab.live.listener import OOBError, adopt, listen_socket
 
     listener = None
     if listen:
@@ -143,9 +144,10 @@ def listen_then_run(listen: bool, port: int, what: str, run: Callable[[socket.so
             except CarrierError as exc:
                 raise Fail(f"{what}: {exc}") from None
         try:
-            listener = open_listener(port)
+            raw = listen_socket(port)
         except OOBError as exc:
             raise Fail(f"{what}: {exc}") from None
+        listener = adopt(raw)  # listening: now socket.py
     try:
         return run(listener)
     finally:

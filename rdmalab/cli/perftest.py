@@ -11,13 +11,12 @@ a message naming them.  See ``docs/interop.md``.
 
 from __future__ import annotations
 
-import socket
-
 from rdmalab.cli._common import Args, Fail, listen_then_run, quick_parse
 
 TYPE_CHECKING = False  # (neither typing nor argparse is imported on the way to a server's listen)
 if TYPE_CHECKING:
     import argparse
+    import socket
     from typing import TextIO
 
     from rdmalab.cli._common import Option
