@@ -31,6 +31,13 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 # setuptools' build backend prints a boxed "Editable installation" warning (about folders named like the
 # package in the working directory, which is exactly what a checkout is): not the learner's concern.
-RDMALAB_PIP_WARNINGS="ignore:Editable installation:UserWarning"
-PYTHONWARNINGS="$RDMALAB_PIP_WARNINGS" .venv/bin/python -m pip install -q -e ".[${extras}]"
+# The editable install is setuptools' "compat" one: a .pth file that puts the checkout on sys.path,
+# instead of the default import hook, whose module every start of the interpreter imports with
+# pathlib, re, enum, urllib.parse and ipaddress (issue 21: in the lab VM, TCG on a 9p root, that hook
+# was about 0.9 s of the 1.2 s of `site` in `python -X importtime -c pass`; tests/live/test_startup.py).
+# setuptools calls the mode transitional (that is the second warning); where it is gone, the default.
+RDMALAB_PIP_WARNINGS="ignore:Editable installation:UserWarning,ignore:Compat editable installs"
+PYTHONWARNINGS="$RDMALAB_PIP_WARNINGS" .venv/bin/python -m pip install -q -e ".[${extras}]" \
+    --config-settings editable_mode=compat \
+  || PYTHONWARNINGS="$RDMALAB_PIP_WARNINGS" .venv/bin/python -m pip install -q -e ".[${extras}]"
 echo "rdmalab setup: ready (.venv, extras: ${extras})"
