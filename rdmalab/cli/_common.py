@@ -118,7 +118,7 @@ def quick_parse(argv: Sequence[str], positionals: tuple[tuple[str, tuple[str, ..
 def _may_open_raw_socket() -> bool:
     try:
         _socket.socket(_socket.AF_INET, _socket.SOCK_RAW, _socket.IPPROTO_UDP).close()
-    except PermissionError:
+    except OSError:  # refused (or not there): check_permission says why
         return False
     return True
 
