@@ -439,3 +439,15 @@ def test_a_plain_server_command_line_loads_only_its_cli_and_the_listener_before_
     r = subprocess.run([sys.executable, "-c", _LOADED_AT_LISTEN, *argv], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]", r.stdout
+
+
+@pytest.mark.parametrize("argv", [["pingpong", "rc", "-p", "99999"], ["pingpong", "ud", "-p", "0", "10.0.0.1"],
+                                  ["perftest", "write", "-p", "99999"], ["perftest", "read", "-p", "-5"],
+                                  ["perftest", "send", "-p", "70000", "127.0.0.1"]])
+def test_a_port_out_of_range_is_a_sentence_for_server_and_client(argv: list[str],
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    # (perftest's bind or connect raised OverflowError before: a traceback, or a client retrying until --timeout)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    port = argv[argv.index("-p") + 1]
+    assert f"rdmalab: {argv[0]} {argv[1]}: port {port} is not a TCP port" in err and "Traceback" not in err

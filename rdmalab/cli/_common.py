@@ -134,6 +134,8 @@ def listen_then_run(listen: bool, port: int, what: str, run: Callable[[socket.so
     # imported here: `rdmalab --help` and the other commands do not load it
     from rdmalab.live.listener import OOBError, adopt, listen_socket
 
+    if not 0 < port < 65536:  # (socket's bind and connect would raise OverflowError, a traceback)
+        raise Fail(f"{what}: port {port} is not a TCP port")
     listener = None
     if listen:
         if not _may_open_raw_socket():
