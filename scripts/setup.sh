@@ -11,7 +11,11 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; t
 
 missing=()
 for p in $apt_pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-python3 -m venv --help >/dev/null 2>&1 && python3 -c 'import ensurepip' 2>/dev/null || missing+=("python3-venv")
+# The interpreter of .venv (scripts/pick_python.sh says which and why): $PYTHON if set, else the
+# distribution's /usr/bin/python3 when it is 3.11 or newer, else python3.
+py="$(bash scripts/pick_python.sh)"
+command -v "$py" >/dev/null || { echo "rdmalab setup: no Python interpreter '$py' (PYTHON=/path/to/python3.11 bash $0)" >&2; exit 1; }
+"$py" -m venv --help >/dev/null 2>&1 && "$py" -c 'import ensurepip' 2>/dev/null || missing+=("python3-venv")
 if [ ${#missing[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null; then
     echo "rdmalab setup: installing system packages: ${missing[*]}"
@@ -26,7 +30,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
+  "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+    || { echo "rdmalab setup: $py is Python $("$py" -c 'import platform; print(platform.python_version())'); rdmalab needs 3.11 or newer (PYTHON=/path/to/python3.11 bash $0)" >&2; exit 1; }
+  echo "rdmalab setup: creating .venv with $py ($("$py" -c 'import sys; print(sys.executable, sys.version.split()[0])'))"
+  "$py" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 # setuptools' build backend prints a boxed "Editable installation" warning (about folders named like the

@@ -13,7 +13,12 @@ the one timed) and takes the time when port 18515 is in state LISTEN:
   on rxe0;
 * ``rdmalab perftest write`` beside ``ib_write_bw``;
 * the interpreter's floor, in the same namespace: ``python -c pass`` (start and exit, ``site``
-  included: the lab's venv) and a five-line Python TCP listener.
+  included: the lab's venv), a five-line Python TCP listener, and the least a Python program can
+  do to listen (``python -I -S``, the C module ``_socket``: socket, bind, listen), with the lab's
+  interpreter and with the system's ``/usr/bin/python3`` (start and exit, and that listener).
+
+The servers start from bytecode, as they do for a user: the fixture compiles ``rdmalab`` first
+(pip does that when it installs a package; an editable checkout gets it at its first run).
 
 Once each, ``python -X importtime`` of ``python -c pass`` and of both servers up to their listen
 (``importtime.*.txt``; the largest imports are printed).
@@ -28,6 +33,7 @@ and that the exchanges succeeded.
 
 from __future__ import annotations
 
+import compileall
 import os
 import re
 import shlex
@@ -52,6 +58,12 @@ export PYTHONPATH="$ROOT"
 # rdmalab` adds runpy and what it imports); -m only where there is no such script
 RDL="$(dirname "$PY")/rdmalab"; [ -x "$RDL" ] || RDL="$PY -m rdmalab"
 echo "$RDL" > "$OUT/rdl"
+# the distribution's interpreter (Debian's is built with PGO and LTO, and is not a PIE): the floor measured
+# with it too, since a Python program cannot start faster than the fastest interpreter on the machine
+SYSPY=/usr/bin/python3; [ -x "$SYSPY" ] || SYSPY="$PY"
+echo "$(readlink -f "$PY") $(readlink -f "$SYSPY")" > "$OUT/pythons"
+# the least a Python program can do to listen: no site, no environment, the C module _socket only
+MINLISTEN="import _socket; s = _socket.socket(_socket.AF_INET6, _socket.SOCK_STREAM); s.bind(('::', 18515)); s.listen(1); s._accept()"
 export PYTHONUNBUFFERED=1  # (what -u did: the servers' output is in the files when they are stopped)
 ENG="ip netns exec $PEER_NS"
 ping -c 1 -W 5 $PEER_IP > /dev/null
@@ -89,6 +101,10 @@ for r in $(seq 1 $ROUNDS); do
   echo "python_c_pass $($ENG bash -c 't0=$EPOCHREALTIME; "$@"; echo "$t0 $EPOCHREALTIME"' _ $PY -c pass)" \
     >> "$OUT/startup.raw"
   listen_time python_listener "$ENG" $PY -c "import socket, time; s = socket.socket(socket.AF_INET6); s.bind(('::', 18515)); s.listen(1); time.sleep(600)"
+  listen_time python_min_listener "$ENG" $PY -I -S -c "$MINLISTEN"
+  echo "system_python_c_pass $($ENG bash -c 't0=$EPOCHREALTIME; "$@"; echo "$t0 $EPOCHREALTIME"' _ $SYSPY -I -S -c pass)" \
+    >> "$OUT/startup.raw"
+  listen_time system_python_min_listener "$ENG" $SYSPY -I -S -c "$MINLISTEN"
   listen_time ibv_rc_pingpong "" ibv_rc_pingpong -d $RXE0 -g 1 -n 1
   listen_time ib_send_lat "" ib_send_lat -d $RXE0 -x 1 -n 5
   listen_time rdmalab_pingpong "$ENG" $RDL pingpong rc -g 1 -n 1
@@ -123,12 +139,16 @@ echo $? > "$OUT/bw.stock_client.rc"; wait $!; echo $? > "$OUT/bw.rdl_server.rc"
 echo done > "$OUT/DONE"
 """
 
-LABELS = ("netns_exec_true", "python_c_pass", "python_listener", "ibv_rc_pingpong", "ib_send_lat",
-          "rdmalab_pingpong", "ib_write_bw", "rdmalab_perftest")
-SERVERS = LABELS[2:]
+LABELS = ("netns_exec_true", "python_c_pass", "system_python_c_pass", "python_listener", "python_min_listener",
+          "system_python_min_listener", "ibv_rc_pingpong", "ib_send_lat", "rdmalab_pingpong", "ib_write_bw",
+          "rdmalab_perftest")
+SERVERS = LABELS[3:]
 NOTES = {"netns_exec_true": "`ip netns exec NS true` alone (not in the figures below)",
          "python_c_pass": "python -c pass: start and exit (site included), no listen",
-         "python_listener": "five lines of Python: socket, bind, listen"}
+         "system_python_c_pass": "the system's python3 -I -S -c pass: start and exit",
+         "python_listener": "five lines of Python: socket, bind, listen",
+         "python_min_listener": "python -I -S, _socket only: socket, bind, listen (the least a Python program does)",
+         "system_python_min_listener": "the same with the system's python3"}
 
 
 def importtime(path: Path) -> tuple[list[tuple[str, int]], int, bool]:
@@ -159,6 +179,11 @@ def startup_job(lab_vm: object) -> Iterator[Path]:
     for tool, pkg in (("ibv_rc_pingpong", "ibverbs-utils"), ("ib_write_bw", "perftest")):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed (apt-get install {pkg})")
+    # The servers start from bytecode, as a user's do: pip compiles a package when it installs it, and an
+    # editable checkout gets its __pycache__ at its first run on the host.  Without this, a checkout used
+    # under PYTHONDONTWRITEBYTECODE (or never run on the host) compiles every module from source at every
+    # start in the VM, which is most of the engine's start-up there.  (The guest imports ROOT/rdmalab.)
+    assert compileall.compile_dir(str(ROOT / "rdmalab"), quiet=1), "rdmalab did not compile"
     script = f"ROOT={shlex.quote(str(ROOT))}\nROUNDS={ROUNDS}\n" + GUEST
     r = lab_vm.run(script, timeout=2400, capture=False, name="start-up")  # type: ignore[attr-defined]
     out = r.job_dir
@@ -197,6 +222,12 @@ def test_servers_listen_and_the_figures_are_printed(startup_job: Path) -> None:
                 f"rdmalab perftest / ib_write_bw {med['rdmalab_perftest'] / med['ib_write_bw']:.2f}x "
                 "(issue 21 asks <= 2x); python -c pass / ibv_rc_pingpong "
                 f"{med['python_c_pass'] / med['ibv_rc_pingpong']:.2f}x")
+    pythons = (startup_job / "pythons").read_text().split()
+    rows.append(f"  the least a Python listener takes / ibv_rc_pingpong: {pythons[0]} "
+                f"{med['python_min_listener'] / med['ibv_rc_pingpong']:.2f}x, {pythons[1]} "
+                f"{med['system_python_min_listener'] / med['ibv_rc_pingpong']:.2f}x; / ib_write_bw: "
+                f"{med['python_min_listener'] / med['ib_write_bw']:.2f}x, "
+                f"{med['system_python_min_listener'] / med['ib_write_bw']:.2f}x")
     rows.append("imports up to the listen (python -X importtime, which slows them, once each in the namespace; "
                 "importtime.*.txt):")
     rows += [import_summary(startup_job / "importtime.pass.txt", "python -c pass      "),
