@@ -329,7 +329,7 @@ def test_the_live_tools_start_without_the_capture_stack_or_numpy() -> None:
 _AT_LISTEN = """
 import sys
 import rdmalab.fabric.udp_setup as setup
-import rdmalab.live.listener as listener
+import rdmalab.cli as cli
 setup.check_permission = lambda: None  # (the test may run without CAP_NET_RAW)
 def probe(port, **kw):
     # what the server has loaded when it listens: none of the engine, the carrier, the frame codecs
@@ -338,7 +338,7 @@ def probe(port, **kw):
              "rdmalab.capture", "rdmalab.live.oob", "numpy", "dpkt", "dataclasses", "typing", "ctypes")
     print("listening on", port, sorted(m for m in sys.modules if m.startswith(heavy) and m != "rdmalab.fabric.udp_setup"))
     raise SystemExit(0)
-listener.listen_socket = probe
+cli.listen_socket = probe
 from rdmalab.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -418,21 +418,20 @@ def test_the_live_servers_quick_parser_agrees_with_argparse(argv: list[str]) -> 
 _LOADED_AT_LISTEN = """
 import sys
 before = set(sys.modules)
-import rdmalab.cli._common as common
-common._may_open_raw_socket = lambda: True  # (the test may run without CAP_NET_RAW)
-import rdmalab.live.listener as listener
+import rdmalab.cli as cli
+cli._may_open_raw_socket = lambda: True  # (the test may run without CAP_NET_RAW)
 def probe(port, **kw):
-    print(sorted(set(sys.modules) - before - {"_socket", "__future__", "rdmalab", "rdmalab.cli", "rdmalab.cli._common",
-                                              f"rdmalab.cli.{sys.argv[1]}", "rdmalab.live", "rdmalab.live.listener"}))
+    print(sorted(set(sys.modules) - before - {"_socket", "__future__", "rdmalab", "rdmalab.cli",
+                                              f"rdmalab.cli.{sys.argv[1]}"}))
     raise SystemExit(0)
-listener.listen_socket = probe
+cli.listen_socket = probe
 from rdmalab.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
 
 @pytest.mark.parametrize("argv", [["pingpong", "rc", "-g", "1", "-n", "1"], ["perftest", "write", "-x", "1", "-n", "5"]])
-def test_a_plain_server_command_line_loads_only_its_cli_and_the_listener_before_the_listen(argv: list[str]) -> None:
+def test_a_plain_server_command_line_loads_only_its_cli_before_the_listen(argv: list[str]) -> None:
     # Issue 21: no argparse (with gettext, locale, shutil and its compressors), no re, no socket.py (with
     # enum, selectors, functools, collections ...: the C module _socket listens), no other layer (the
     # permission check loads rdmalab.fabric.udp_setup only to say why it failed)

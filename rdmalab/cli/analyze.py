@@ -9,7 +9,7 @@ import os
 import sys
 from typing import TextIO
 
-from rdmalab.cli._common import Fail
+from rdmalab.cli import Fail
 
 
 def run_analyze(args: argparse.Namespace, out: TextIO) -> int:

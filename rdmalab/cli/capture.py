@@ -18,7 +18,7 @@ import argparse
 from pathlib import Path
 from typing import TextIO
 
-from rdmalab.cli._common import Fail
+from rdmalab.cli import Fail
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import TextIO
 
-from rdmalab.cli._common import Fail
+from rdmalab.cli import Fail
 
 
 def run_convert(args: argparse.Namespace, out: TextIO) -> int:

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from rdmalab.cli._common import Fail
+from rdmalab.cli import Fail
 
 _QUOTES = {"d": b'"', "s": b"'", "n": b""}
 

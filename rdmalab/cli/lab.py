@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from rdmalab.cli._common import Args, Fail
+from rdmalab.cli import Args, Fail
 
 
 def run_lab(args: argparse.Namespace | Args, out: TextIO) -> int:

@@ -16,7 +16,7 @@ import argparse
 import os
 from typing import TextIO
 
-from rdmalab.cli._common import Fail
+from rdmalab.cli import Fail
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

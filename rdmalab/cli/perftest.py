@@ -11,7 +11,7 @@ a message naming them.  See ``docs/interop.md``.
 
 from __future__ import annotations
 
-from rdmalab.cli._common import Args, Fail, listen_then_run, quick_parse
+from rdmalab.cli import Args, Fail, listen_then_run, quick_parse
 
 TYPE_CHECKING = False  # (neither typing nor argparse is imported on the way to a server's listen)
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import socket
     from typing import TextIO
 
-    from rdmalab.cli._common import Option
+    from rdmalab.cli import Option
 
 HELP = "ib_write/read/send/atomic_bw with the soft engine on UDP (a stock perftest program is the peer)"
 
@@ -100,7 +100,7 @@ def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def quick(argv: list[str]) -> Args | None:
     """``argv`` parsed as :func:`parser` would, without argparse, when it is a plain command line
-    (:func:`rdmalab.cli._common.quick_parse`); ``None`` otherwise."""
+    (:func:`rdmalab.cli.quick_parse`); ``None`` otherwise."""
     return quick_parse(argv, (("verb", VERBS), ("server", None)), OPTIONS, {"func": run_perftest})
 
 

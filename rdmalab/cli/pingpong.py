@@ -9,7 +9,7 @@ memory, ...) are refused with a message.  See ``docs/interop.md``.
 
 from __future__ import annotations
 
-from rdmalab.cli._common import Args, Fail, listen_then_run, quick_parse
+from rdmalab.cli import Args, Fail, listen_then_run, quick_parse
 
 TYPE_CHECKING = False  # (neither typing nor argparse is imported on the way to a server's listen)
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import socket
     from typing import TextIO
 
-    from rdmalab.cli._common import Option
+    from rdmalab.cli import Option
 
 _UNSUPPORTED = {
     "odp": ("-o", "--odp", "on-demand paging"),
@@ -83,7 +83,7 @@ def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def quick(argv: list[str]) -> Args | None:
     """``argv`` parsed as :func:`parser` would, without argparse, when it is a plain command line
-    (:func:`rdmalab.cli._common.quick_parse`); ``None`` otherwise."""
+    (:func:`rdmalab.cli.quick_parse`); ``None`` otherwise."""
     return quick_parse(argv, (("kind", KINDS), ("server", None)), OPTIONS,
                        {**{f"unsupported_{d}": False for d in _UNSUPPORTED}, "func": run_pingpong})
 

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import TextIO
 
-from rdmalab.cli._common import Args, Fail
+from rdmalab.cli import Args, Fail
 
 HELP = "librdmacm's rping on the soft engine, connected with its own rdma_cm (a stock rping is the peer)"
 

@@ -19,7 +19,7 @@ import json
 import sys
 from typing import Any, TextIO
 
-from rdmalab.cli._common import Fail
+from rdmalab.cli import Fail
 
 SCENARIOS = ("incast", "fairness", "victim", "deadlock", "lossy")  # rdmalab.fabric.congestion_scenarios.SCENARIOS
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from rdmalab.cli._common import Fail
+from rdmalab.cli import Fail
 
 
 def run_stats(args: argparse.Namespace, out: TextIO) -> int:

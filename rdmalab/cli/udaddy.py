@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import TextIO
 
-from rdmalab.cli._common import Args, Fail
+from rdmalab.cli import Args, Fail
 
 HELP = "librdmacm's udaddy (SIDR, then UD SENDs with immediate) on the soft engine"
 

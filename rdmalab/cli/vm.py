@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import TextIO
 
-from rdmalab.cli._common import Fail
+from rdmalab.cli import Fail
 
 SCENARIOS = ("write_read", "wrong_rkey", "send_recv", "atomics")
 

@@ -21,8 +21,22 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rdmalab.live.listener import OOBError as OOBError  # (its home; programs import it from here too)
-from rdmalab.live.listener import open_listener as open_listener
+
+class OOBError(Exception):
+    """The out-of-band exchange failed (connection refused, peer gone, a record that does not parse)."""
+
+
+def open_listener(port: int, *, family: int = socket.AF_INET6) -> socket.socket:
+    """A TCP socket listening on ``port`` on all addresses: IPv4 and IPv6 where the host has IPv6 (as the
+    stock programs' ``AI_PASSIVE``/``AF_UNSPEC``) unless ``family`` is ``AF_INET``; ``socket.create_server``
+    (with ``SO_REUSEADDR``).  (``rdmalab pingpong``/``perftest`` open theirs with the C module before they
+    load anything else: :func:`rdmalab.cli.listen_socket`.)"""
+    dual = family == socket.AF_INET6 and socket.has_dualstack_ipv6()
+    try:
+        return socket.create_server(("::" if dual else "", port), family=socket.AF_INET6 if dual else socket.AF_INET,
+                                    backlog=1, dualstack_ipv6=dual)
+    except OSError as exc:
+        raise OOBError(f"Couldn't listen to port {port}: {exc.strerror or exc}") from None
 
 PP_RECORD = 52  # sizeof "0000:000000:000000:00000000000000000000000000000000"
 PP_DONE = b"done\0"

@@ -189,7 +189,7 @@ def test_strict_stops_at_the_same_frame(tmp_path: Path, capsys: Any) -> None:
     h, d = recs[30]
     recs[30] = (h[:8] + struct.pack("<II", 40, 40), d[:40])  # a frame cut inside the BTH
     p = _write(tmp_path / "strict.pcap", head, recs)
-    from rdmalab.cli._common import Fail
+    from rdmalab.cli import Fail
 
     outs = []
     for extra in ([], ["--no-columnar"]):

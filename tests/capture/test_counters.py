@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from rdmalab.capture.analysis import parse_counters
-from rdmalab.cli import build_parser
-from rdmalab.cli._common import Fail
+from rdmalab.cli import Fail, build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "counters"  # synthetic dumps in the stock tools' text formats
