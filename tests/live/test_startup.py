@@ -182,7 +182,8 @@ def startup_job(lab_vm: object) -> Iterator[Path]:
     # The servers start from bytecode, as a user's do: pip compiles a package when it installs it, and an
     # editable checkout gets its __pycache__ at its first run on the host.  Without this, a checkout used
     # under PYTHONDONTWRITEBYTECODE (or never run on the host) compiles every module from source at every
-    # start in the VM, which is most of the engine's start-up there.  (The guest imports ROOT/rdmalab.)
+    # start in the VM (0.74 s to the listen against 0.65 s from bytecode, measured with Debian's Python and
+    # the eight modules loaded then).  (The guest imports ROOT/rdmalab.)
     assert compileall.compile_dir(str(ROOT / "rdmalab"), quiet=1), "rdmalab did not compile"
     script = f"ROOT={shlex.quote(str(ROOT))}\nROUNDS={ROUNDS}\n" + GUEST
     r = lab_vm.run(script, timeout=2400, capture=False, name="start-up")  # type: ignore[attr-defined]
