@@ -30,7 +30,7 @@ from typing import IO, Any
 
 from rdmalab.verbs.engine.carrier import Scheduler, Station, Timer, TimerHandle
 from rdmalab.verbs.engine.node import SoftDevice
-from rdmalab.verbs.engine.packet import INFO, ROCE_OVERHEAD, Pkt
+from rdmalab.verbs.engine.packet import INFO, PSN_MASK, ROCE_OVERHEAD, SEGMENT, Pkt, middle_of, next_id
 from rdmalab.verbs.engine.trace import Trace, TraceEvent
 from rdmalab.wire.ib import IB_MTUS
 
@@ -265,18 +265,22 @@ class Fabric:
         count = pkt.count
         self.stats["sent"] += count
         if self._taps or self.tracing:
-            singles = self._observe(src, dst, pkt)
             if count > 1 and dst is not None:
                 # A burst while tracing: the receiver gets the very packets the trace shows as sent, one
                 # by one, each when it would have arrived had the requester sent them singly (it sends
                 # a run of packets at one instant either way).
-                for p in singles:
+                if not self._taps and not self.frames and pkt.mtu <= self.mtu:
+                    self._traced_burst(src, dst, pkt)  # (the same, without building the packets)
+                    return
+                for p in pkt.expand():  # each packet's "sent" event, then its link or its drop
+                    self._observe(src, dst, p)
                     if len(p.payload) > self.mtu:
                         self.stats["oversized"] += 1
                         self._drop(dst, p, "larger than the port MTU")
                     else:
                         self._carry(src, dst, p)
                 return
+            self._observe(src, dst, pkt)
         if dst is None:
             members = [d for d in self.devices.values() if pkt.dst_gid in d.mcast] if count == 1 else []
             if members:  # multicast: a copy to every device with a QP attached to the group, the sender's too
@@ -317,11 +321,68 @@ class Fabric:
         for p in pkt.expand():
             self._faulty(dst, p, faults, arrival, tx)
 
-    def _observe(self, src: Station, dst: SoftDevice | None, pkt: Pkt) -> list[Pkt]:
-        """The trace's "sent" events and the taps' frames for ``pkt``; returns its single packets."""
+    def _traced_burst(self, src: Station, dst: SoftDevice, burst: Pkt) -> None:
+        """A burst while tracing: what :meth:`_observe` and :meth:`_carry` do for each of its packets
+        (a "sent" event now, then the link), without building the packets.  Each arrives on its own,
+        when it would have as a single packet, at :meth:`_part`."""
+        n = burst.count
+        mtu = burst.mtu
+        data = memoryview(burst.payload)
+        name, qpn, dqpn, psn0, last = src.name, burst.srcqp, burst.destqp, burst.psn, n - 1
+        middle = middle_of(burst.opcode)
+        reth = burst.reth
+        acks = burst.acks
+        fast = burst.ecn != 3  # (a CE mark takes the full path, which answers it with a CNP)
+        now = self._now
+        record = self.trace.append
+        key = (name, dst.name)
+        link = self._links.get(key)
+        if link is None:
+            link = self._links[key] = Link()
+        rate, latency = self.bandwidth_gbps, self.latency_ns
+        events, push, part = self._events, heapq.heappush, self._part
+        first_code, last_code = burst.opcode, burst.last_opcode
+        overhead = {c: ROCE_OVERHEAD + INFO[c].header_size for c in (first_code, middle, last_code)}
+        busy, seq = link.busy_until, self._seq
+        for i in range(n):
+            code = first_code if i == 0 else last_code if i == last else middle
+            piece = data[i * mtu:(i + 1) * mtu]
+            length = len(piece)
+            psn = (psn0 + i) & PSN_MASK
+            ackreq = burst.ackreq if i == last else 1 if i in acks else 0
+            pid = next_id()
+            record(TraceEvent(now, name, qpn, "sent", psn, code,
+                              {"packet_id": pid, "dqpn": dqpn, "len": length, "ackreq": ackreq}, None))
+            # _carry, spelled out for one packet: serialised behind what the link has queued
+            busy = (busy if busy > now else now) + int((overhead[code] + length + (-length & 3)) * 8 / rate)
+            seq += 1
+            push(events, (busy + latency, seq, part,
+                          (dst, burst, i, pid, fast and code in SEGMENT, code, psn, ackreq, piece,
+                           (reth.va, reth.r_key, reth.dma_length) if i == 0 and reth is not None else None)))
+        link.busy_until, self._seq = busy, seq
+
+    def _part(self, arg: tuple[Any, ...]) -> None:
+        """Packet ``i`` of a traced burst arrives: the responder's fast path for the next packet of a
+        WRITE or SEND takes it (``SoftDevice.receive_segment``, spelled out, and the "received" event
+        ``SoftDevice.receive`` would record) or, for anything else, the packet is built (``Pkt.sub``,
+        with the id of its "sent" event) and received as any other."""
+        dst, burst, i, pid, fast, code, psn, ackreq, data, reth = arg
+        if fast:
+            qp = dst.qps.get(burst.destqp)
+            if qp is not None and qp.segment(code, psn, ackreq, burst.src_gid, burst.dst_gid, data, reth):
+                dst.counters["rcvd_pkts"] += 1
+                if self.tracing:
+                    self.record(TraceEvent(self._now, dst.name, burst.destqp, "received", psn, code,
+                                           {"packet_id": pid, "len": len(data)}))
+                return
+        p = burst.sub(i)
+        p.id = pid
+        dst.receive(p)
+
+    def _observe(self, src: Station, dst: SoftDevice | None, pkt: Pkt) -> None:
+        """The trace's "sent" events and the taps' frames for ``pkt`` (each packet of a burst)."""
         want_frame = bool(self._taps) or self.frames
-        singles = pkt.expand()
-        for p in singles:
+        for p in pkt.expand():
             frame = p.frame() if want_frame else None
             if self.tracing:
                 self.trace.append(TraceEvent(self._now, src.name, p.srcqp, "sent", p.psn, p.opcode,
@@ -330,7 +391,6 @@ class Fabric:
             if frame is not None:
                 for tap in self._taps:
                     tap(self._now, src.name, dst.name if dst else "?", frame)
-        return singles
 
     def _faulty(self, dst: SoftDevice, p: Pkt, f: Faults, arrival: int, tx: int) -> None:
         rng = self.rng

@@ -31,6 +31,9 @@ PSN_MASK = 0xFFFFFF
 MCAST_QPN = 0xFFFFFF  # IBA Vol 1 9.8.1: the destination QP of every multicast packet
 ROCE_OVERHEAD = 14 + 20 + 8 + 12 + 4  # Ethernet, IPv4, UDP, BTH, ICRC
 _ids = itertools.count(1)
+#: the next packet id (every Pkt takes one; a carrier that traces the packets of a burst without
+#: building them takes theirs here, in the order Pkt.expand would)
+next_id = _ids.__next__
 
 
 def psn_add(psn: int, n: int) -> int:

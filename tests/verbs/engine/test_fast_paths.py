@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -131,3 +132,82 @@ def test_a_whole_write_burst_equals_its_packets(rkey_delta: int, remote: int, pl
     assert burst == single and not not_taken
     assert taken == [placed]
     assert (single[0] == [(1, e.IBV_WC_SUCCESS, e.IBV_WC_RDMA_WRITE)]) == placed
+
+
+# ---------------------------------------------------------------------------- traced bursts
+# With the trace on, the fabric sends a burst's packets without building them (Fabric._traced_burst)
+# and hands each, when it arrives, to the responder's fast path (Fabric._part); anything that path
+# does not take is built and received as a single packet.  The reference is the fabric with one
+# object per packet (bursts=False): the same trace event for event, memory, completions, counters.
+
+def _traced(bursts: bool, scenario: str) -> tuple[dict[str, Any], int]:
+    fab = Fabric(seed=9, trace=True, bursts=bursts, mtu=1024)
+    parts = 0
+    part = fab._part
+
+    def counting(arg: Any) -> None:
+        nonlocal parts
+        parts += 1
+        part(arg)
+
+    fab._part = counting  # type: ignore[method-assign]
+    qpt = e.IBV_QPT_UC if scenario == "uc writes" else e.IBV_QPT_RC
+    mtu = e.IBV_MTU_4096 if scenario == "path MTU above the port's" else e.IBV_MTU_1024
+    p = EndpointPair(fab, qpt, size=MIB, path_mtu=mtu, rnr_retry=1, min_rnr_timer=1, retry_cnt=1)
+    pairs = [p]
+    p.a.mr.write(bytes(range(256)) * (MIB // 256), MIB)
+    if scenario == "two pairs, both ways":  # a second pair on the same devices, and B writing to A
+        q = EndpointPair(fab, size=MIB, path_mtu=e.IBV_MTU_1024)
+        q.b.mr.write(bytes(range(255, -1, -1)) * (MIB // 256), MIB)
+        pairs.append(q)
+        for i in range(3):
+            p.send(p.a, e.IBV_WR_RDMA_WRITE, length=(20 << 10) + i, wr_id=i, offset=i, remote=i * 65536)
+            q.send(q.b, e.IBV_WR_RDMA_WRITE, length=(9 << 10) + 7 * i, wr_id=10 + i, remote=i * 4096)
+            p.send(p.b, e.IBV_WR_RDMA_WRITE, length=5000, wr_id=20 + i, offset=300_000, remote=600_000 + i * 8192)
+    elif scenario == "bad R_Key":
+        p.send(p.a, e.IBV_WR_RDMA_WRITE, length=(12 << 10) + 1, rkey=p.b.mr.rkey + 1)
+    elif scenario == "past the MR's end":
+        p.send(p.a, e.IBV_WR_RDMA_WRITE, length=12 << 10, remote=MIB - 5000)
+    elif scenario == "SEND without a receive (RNR)":
+        p.send(p.a, e.IBV_WR_SEND, length=10_000, wr_id=1)
+        p.send(p.a, e.IBV_WR_SEND, length=3000, wr_id=2)
+    elif scenario == "SEND larger than the receive":
+        p.b.recv(wr_id=7, length=4000)
+        p.send(p.a, e.IBV_WR_SEND, length=9000)
+    elif scenario == "WRITE with immediate":
+        p.b.recv(wr_id=7, length=64)
+        p.send(p.a, e.IBV_WR_RDMA_WRITE_WITH_IMM, length=7000, imm=0x1234, remote=100)
+    else:  # UC writes, path MTU above the port's
+        for i in range(2):
+            p.send(p.a, e.IBV_WR_RDMA_WRITE, length=(6 << 10) + i, wr_id=i, remote=i * 65536)
+    fab.run()
+    # (packet ids aside, and the buffers' addresses, which a drop's reason names: each run has its own)
+    events = [(ev.time_ns, ev.node, ev.qpn, ev.kind, ev.psn, ev.opcode,
+               sorted((k, re.sub("0x[0-9a-f]{8,}", "ADDR", v) if k == "reason" else v)
+                      for k, v in ev.detail.items() if k != "packet_id")) for ev in fab.trace]
+    sent = {ev.detail["packet_id"]: ev for ev in fab.trace if ev.kind == "sent"}
+    for ev in fab.trace:  # every received event pairs with the sent event of its packet
+        if ev.kind == "received":
+            assert sent[ev.detail["packet_id"]].psn == ev.psn
+    out = {"trace": events, "stats": dict(fab.stats), "now": fab.now_ns,
+           "counters": [dict(d.counters) for d in fab.devices.values()],
+           "memory": [ep.mr.read(MIB, 0) for pair in pairs for ep in (pair.a, pair.b)],
+           "wcs": [(wc.wr_id, wc.status, wc.opcode, wc.byte_len) for pair in pairs for ep in (pair.a, pair.b)
+                   for wc in ep.completions()],
+           "states": [ep.qp.qp_state for pair in pairs for ep in (pair.a, pair.b)]}
+    return out, parts
+
+
+@pytest.mark.parametrize("scenario", ["two pairs, both ways", "bad R_Key", "past the MR's end",
+                                      "SEND without a receive (RNR)", "SEND larger than the receive",
+                                      "WRITE with immediate", "uc writes", "path MTU above the port's"])
+def test_traced_bursts_equal_single_packets(scenario: str) -> None:
+    single, none = _traced(False, scenario)
+    burst, parts = _traced(True, scenario)
+    assert none == 0
+    assert burst == single
+    assert len(single["trace"]) > 20
+    if scenario == "path MTU above the port's":  # oversized: dropped as single packets, not as parts
+        assert parts == 0 and single["stats"]["oversized"] > 0
+    else:
+        assert parts > 5
