@@ -113,6 +113,7 @@ class Fabric:
         self.frames = frames
         self.bursts = bursts
         self.devices: dict[str, SoftDevice] = {}
+        self._devs: tuple[SoftDevice, ...] = ()
         self.trace = Trace()
         #: whether the engine records trace events (a plain attribute: the engine reads it for every
         #: packet; switching it on or off at any time is fine, bursts do not depend on it)
@@ -139,6 +140,7 @@ class Fabric:
         mac = mac if mac is not None else 0x020000000001 + n
         dev = SoftDevice(name, int(ipaddress.IPv4Address(ip)), mac, self, seed=self.rng.getrandbits(32))
         self.devices[name] = dev
+        self._devs = tuple(self.devices.values())  # (what step() walks after every instant)
         for gid in dev.gids:
             self._by_gid[gid] = dev
         return dev
@@ -184,7 +186,7 @@ class Fabric:
         while ev and ev[0][0] == t:
             _, _, fn, arg = pop(ev)
             fn(arg)
-        for dev in self.devices.values():
+        for dev in self._devs:
             if dev.held_acks:  # the ACKs held back for coalescing within this instant
                 dev.flush()
         return True
@@ -332,7 +334,6 @@ class Fabric:
         middle = middle_of(burst.opcode)
         reth = burst.reth
         acks = burst.acks
-        fast = burst.ecn != 3  # (a CE mark takes the full path, which answers it with a CNP)
         now = self._now
         record = self.trace.append
         key = (name, dst.name)
@@ -343,6 +344,9 @@ class Fabric:
         events, push, part = self._events, heapq.heappush, self._part
         first_code, last_code = burst.opcode, burst.last_opcode
         overhead = {c: ROCE_OVERHEAD + INFO[c].header_size for c in (first_code, middle, last_code)}
+        # which of its opcodes the responder's fast path may take (a CE mark takes the full path,
+        # which answers it with a CNP)
+        seg = {c: burst.ecn != 3 and c in SEGMENT for c in (first_code, middle, last_code)}
         busy, seq = link.busy_until, self._seq
         for i in range(n):
             code = first_code if i == 0 else last_code if i == last else middle
@@ -357,7 +361,7 @@ class Fabric:
             busy = (busy if busy > now else now) + int((overhead[code] + length + (-length & 3)) * 8 / rate)
             seq += 1
             push(events, (busy + latency, seq, part,
-                          (dst, burst, i, pid, fast and code in SEGMENT, code, psn, ackreq, piece,
+                          (dst, burst, i, pid, seg[code], code, psn, ackreq, piece,
                            (reth.va, reth.r_key, reth.dma_length) if i == 0 and reth is not None else None)))
         link.busy_until, self._seq = busy, seq
 

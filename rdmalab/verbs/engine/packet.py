@@ -10,8 +10,9 @@ ICRC is dropped silently).
 A *burst* (``count > 1``) stands for ``count`` consecutive packets of one message, as the
 requester built them: PSNs ``psn .. psn+count-1``, every packet ``mtu`` bytes except the last,
 ``opcode`` is the first packet's opcode and ``last_opcode`` the last's; RETH only on the first,
-ImmDt/IETH and SE only on the last; AckReq on the last and on the packets listed in ``acks``.  Bursts exist only on a fault-free, untapped,
-untraced fabric; :meth:`Pkt.expand` turns one into its packets whenever anything needs them.
+ImmDt/IETH and SE only on the last; AckReq on the last and on the packets listed in ``acks``.
+Bursts exist only on a fault-free, untapped carrier (``burst_ok``); :meth:`Pkt.expand` and
+:meth:`Pkt.sub` give its packets whenever anything needs them.
 """
 
 from __future__ import annotations
