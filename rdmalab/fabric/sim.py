@@ -271,7 +271,7 @@ class Fabric:
                 # A burst while tracing: the receiver gets the very packets the trace shows as sent, one
                 # by one, each when it would have arrived had the requester sent them singly (it sends
                 # a run of packets at one instant either way).
-                if not self._taps and not self.frames and pkt.mtu <= self.mtu:
+                if self.burst_ok and pkt.mtu <= self.mtu:  # (no tap, frame or fault needs the packets)
                     self._traced_burst(src, dst, pkt)  # (the same, without building the packets)
                     return
                 for p in pkt.expand():  # each packet's "sent" event, then its link or its drop

@@ -183,7 +183,7 @@ def _traced(bursts: bool, scenario: str) -> tuple[dict[str, Any], int]:
     fab.run()
     # (packet ids aside, and the buffers' addresses, which a drop's reason names: each run has its own)
     events = [(ev.time_ns, ev.node, ev.qpn, ev.kind, ev.psn, ev.opcode,
-               sorted((k, re.sub("0x[0-9a-f]{8,}", "ADDR", v) if k == "reason" else v)
+               sorted((k, re.sub("0x[0-9a-f]+", "0x?", v) if k == "reason" else v)
                       for k, v in ev.detail.items() if k != "packet_id")) for ev in fab.trace]
     sent = {ev.detail["packet_id"]: ev for ev in fab.trace if ev.kind == "sent"}
     for ev in fab.trace:  # every received event pairs with the sent event of its packet
