@@ -113,7 +113,6 @@ class Fabric:
         self.frames = frames
         self.bursts = bursts
         self.devices: dict[str, SoftDevice] = {}
-        self._devs: tuple[SoftDevice, ...] = ()
         self.trace = Trace()
         #: whether the engine records trace events (a plain attribute: the engine reads it for every
         #: packet; switching it on or off at any time is fine, bursts do not depend on it)
@@ -140,7 +139,6 @@ class Fabric:
         mac = mac if mac is not None else 0x020000000001 + n
         dev = SoftDevice(name, int(ipaddress.IPv4Address(ip)), mac, self, seed=self.rng.getrandbits(32))
         self.devices[name] = dev
-        self._devs = tuple(self.devices.values())  # (what step() walks after every instant)
         for gid in dev.gids:
             self._by_gid[gid] = dev
         return dev
@@ -186,7 +184,7 @@ class Fabric:
         while ev and ev[0][0] == t:
             _, _, fn, arg = pop(ev)
             fn(arg)
-        for dev in self._devs:
+        for dev in self.devices.values():
             if dev.held_acks:  # the ACKs held back for coalescing within this instant
                 dev.flush()
         return True
