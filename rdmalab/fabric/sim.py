@@ -365,18 +365,15 @@ class Fabric:
 
     def _part(self, arg: tuple[Any, ...]) -> None:
         """Packet ``i`` of a traced burst arrives: the responder's fast path for the next packet of a
-        WRITE or SEND takes it (``SoftDevice.receive_segment``, spelled out, and the "received" event
+        WRITE or SEND takes it (``SoftDevice.receive_segment``, then the "received" event that
         ``SoftDevice.receive`` would record) or, for anything else, the packet is built (``Pkt.sub``,
         with the id of its "sent" event) and received as any other."""
         dst, burst, i, pid, fast, code, psn, ackreq, data, reth = arg
-        if fast:
-            qp = dst.qps.get(burst.destqp)
-            if qp is not None and qp.segment(code, psn, ackreq, burst.src_gid, burst.dst_gid, data, reth):
-                dst.counters["rcvd_pkts"] += 1
-                if self.tracing:
-                    self.record(TraceEvent(self._now, dst.name, burst.destqp, "received", psn, code,
-                                           {"packet_id": pid, "len": len(data)}))
-                return
+        if fast and dst.receive_segment(burst.destqp, code, psn, ackreq, burst.src_gid, burst.dst_gid, data, reth):
+            if self.tracing:
+                self.record(TraceEvent(self._now, dst.name, burst.destqp, "received", psn, code,
+                                       {"packet_id": pid, "len": len(data)}))
+            return
         p = burst.sub(i)
         p.id = pid
         dst.receive(p)
