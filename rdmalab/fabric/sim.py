@@ -30,11 +30,14 @@ from typing import IO, Any
 
 from rdmalab.verbs.engine.carrier import Scheduler, Station, Timer, TimerHandle
 from rdmalab.verbs.engine.node import SoftDevice
-from rdmalab.verbs.engine.packet import INFO, PSN_MASK, ROCE_OVERHEAD, SEGMENT, Pkt, middle_of, next_id
+from rdmalab.verbs.engine.packet import INFO, PSN_MASK, ROCE_OVERHEAD, SEGMENT, Pkt, middle_of, next_id, opcode
 from rdmalab.verbs.engine.trace import Trace, TraceEvent
-from rdmalab.wire.ib import IB_MTUS
+from rdmalab.wire.ib import AETH, IB_MTUS
+from rdmalab.wire.opcodes import Op, Transport
 
 Tap = Callable[[int, str, str, bytes], None]
+_ACK_CODE = opcode(Transport.RC, Op.ACKNOWLEDGE, None)
+_ACK_WIRE = ROCE_OVERHEAD + INFO[_ACK_CODE].header_size  # an ACK on the wire: no payload
 
 
 @dataclass(frozen=True)
@@ -320,6 +323,37 @@ class Fabric:
             return
         for p in pkt.expand():
             self._faulty(dst, p, faults, arrival, tx)
+
+    def send_ack(self, src: Station, fields: tuple[int, ...]) -> bool:
+        """The ACK lane (``SoftDevice.ack_lane``): a plain ACK given as fields, carried as :meth:`send`
+        and :meth:`_carry` would carry its packet, without building one.  Only while nothing observes
+        packets (``burst_ok``: no tap, frame or fault) and the trace is off; False otherwise."""
+        if self.tracing or not self.burst_ok:
+            return False
+        dst = self._by_gid.get(fields[4])
+        if dst is None:
+            return False
+        self.stats["sent"] += 1
+        key = (src.name, dst.name)
+        link = self._links.get(key)
+        if link is None:
+            link = self._links[key] = Link()
+        now = self._now
+        start = link.busy_until if link.busy_until > now else now
+        link.busy_until = start + int(_ACK_WIRE * 8 / self.bandwidth_gbps)
+        self._seq += 1
+        heapq.heappush(self._events, (link.busy_until + self.latency_ns, self._seq, self._ack, (dst, fields)))
+        return True
+
+    @staticmethod
+    def _ack(arg: tuple[SoftDevice, tuple[int, ...]]) -> None:
+        """An ACK of the lane arrives: the device's fast path takes it, or it is built and received."""
+        dst, f = arg
+        if not dst.receive_ack(f[0], f[1], f[3], f[4]):
+            p = Pkt(_ACK_CODE, f[1], f[0], f[3], f[4], f[5], f[6], f[7])
+            p.srcqp = f[8]
+            p.aeth = AETH.ack(f[2])
+            dst.receive(p)
 
     def _traced_burst(self, src: Station, dst: SoftDevice, burst: Pkt) -> None:
         """A burst while tracing: what :meth:`_observe` and :meth:`_carry` do for each of its packets

@@ -21,9 +21,10 @@ Names (stable; other modules build on them):
                    ``receive_frame(frame)`` (a whole Ethernet frame), ``receive(pkt)`` (the fast
                    path for a carrier that moves packet objects), ``receive_segment(...)`` (the
                    fast path for a carrier that has bytes: one in-sequence WRITE/SEND packet's
-                   fields and payload, no ``Pkt``; False sends it to ``receive``), and ``flush()``
-                   after each step
-``Carrier``        outbound ``send(station, pkt)``; ``mtu``; ``burst_ok``; the clock ``now_ns`` and
+                   fields and payload, no ``Pkt``; False sends it to ``receive``), ``receive_ack(...)``
+                   (the same for a plain ACK), and ``flush()`` after each step
+``Carrier``        outbound ``send(station, pkt)`` (and, optionally, ``send_ack(station, fields)``: an
+                   ACK lane, see ``SoftDevice.ack_lane``); ``mtu``; ``burst_ok``; the clock ``now_ns`` and
                    timers ``call_later(delay_ns, fn, arg) -> TimerHandle``; ``resolve_mac(gid)``;
                    the trace sink ``tracing``/``record(event)``; and its ``scheduler``
 ``TimerHandle``    what ``call_later`` returns: ``cancel()``; ``Timer`` is one for carriers that keep
@@ -138,6 +139,10 @@ class Station(Protocol):
                         data: Any, reth: tuple[int, int, int] | None = None) -> bool:
         """One in-sequence RC/UC WRITE or SEND packet as fields and payload (no ``Pkt``), ICRC
         checked by the carrier; False, with nothing changed, if it needs the full path (``receive``)."""
+
+    def receive_ack(self, destqp: int, psn: int, src_gid: int, dst_gid: int) -> bool:
+        """A plain ACK (AETH syndrome ACK) as fields, from a carrier's ACK lane; False, with nothing
+        changed, if it needs the full path (the carrier then builds its ``Pkt`` for ``receive``)."""
 
     def flush(self) -> None:
         """End of one instant: send the ACKs held back for coalescing."""

@@ -57,6 +57,19 @@ def on_response(qp: QPCore, pkt: Pkt) -> None:
     _after(qp)  # (which does nothing if the QP left the ready states)
 
 
+def ack(qp: QPCore, psn: int) -> bool:
+    """The fast path for an ACK (AETH syndrome ACK) that arrived without a :class:`Pkt`
+    (``SoftDevice.receive_ack``): what :func:`on_response` does with it.  False, with nothing changed,
+    while tracing (the trace has an "acked" event for it) or when the QP is not ready to take it."""
+    if qp.qp_state not in _READY or qp.qp_type != e.IBV_QPT_RC or qp.dev.carrier.tracing:
+        return False
+    # _one for an ACK: neither a ghost (a PSN never sent) nor behind the oldest unacknowledged PSN
+    if (psn - qp.req.psn) & PSN_MASK >= PSN_HALF and (psn - qp.comp.psn) & PSN_MASK < PSN_HALF:
+        _complete_through(qp, psn)
+    _after(qp)
+    return True
+
+
 def _one(qp: QPCore, pkt: Pkt) -> None:
     info = INFO[pkt.opcode]
     psn = pkt.psn

@@ -52,6 +52,10 @@ class SoftDevice:
         self._next_qpn = 0x11  # rxe: QP pool indices from 16; the GSI QP takes one, users start at 0x11
         self._next_mr = 1
         self.held_acks: set[Any] = set()  # the QPs holding back an ACK until flush() (see mark_dirty)
+        #: the carrier's lane for plain ACKs, if it has one: ``send_ack(station, fields)`` carries an ACK
+        #: given as ``(dqpn, psn, msn, sgid, dgid, sport, smac, dmac, sqpn)`` without a Pkt and returns True,
+        #: or returns False (lane closed: tracing, a tap, a fault...) and the responder sends a Pkt
+        self.ack_lane: Callable[[Any, tuple[int, ...]], bool] | None = getattr(carrier, "send_ack", None)
         #: where QP numbers come from when other processes share the device (else 0x11, 0x12, ...)
         self.qpn_source: Callable[[], int] | None = None
         self._gsi: Any = None
@@ -187,6 +191,17 @@ class SoftDevice:
         Not while tracing: the trace has an event for every packet received, :meth:`receive` makes it."""
         qp = self.qps.get(destqp)
         if qp is None or not qp.segment(code, psn, ackreq, src_gid, dst_gid, data, reth):
+            return False
+        self.counters["rcvd_pkts"] += 1
+        return True
+
+    def receive_ack(self, destqp: int, psn: int, src_gid: int, dst_gid: int) -> bool:
+        """The fast path for a plain ACK (AETH syndrome ACK) that a carrier's ACK lane carried as
+        fields: what :meth:`receive` would do with it when every check passes and the completer
+        takes it; otherwise nothing changes, False is returned and the carrier hands a :class:`Pkt`
+        to :meth:`receive`.  Not while tracing (the completer declines)."""
+        qp = self.qps.get(destqp)
+        if qp is None or dst_gid != qp.sgid or src_gid != qp.dgid or dst_gid not in self.gids or not qp.ack(psn):
             return False
         self.counters["rcvd_pkts"] += 1
         return True

@@ -281,6 +281,10 @@ class QPCore:
         """The responder's fast path for one packet (``SoftQP`` runs it); False: take the full path."""
         return False
 
+    def ack(self, psn: int) -> bool:
+        """The completer's fast path for a plain ACK (``SoftQP`` runs it); False: take the full path."""
+        return False
+
     def close(self) -> None:
         self.gen += 1
         self.dev.qps.pop(self.qp_num, None)

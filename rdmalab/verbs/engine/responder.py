@@ -593,10 +593,16 @@ def flush_ack(qp: QPCore) -> None:
     if psn is None:
         return
     r.pending_ack = None
-    p = Pkt(_ACK, psn, qp.dest_qp_num, qp.sgid, qp.dgid, qp.sport, qp.dev.mac, qp.dmac)  # _reply, spelled out
+    dev = qp.dev
+    lane = dev.ack_lane
+    # the carrier's lane for a plain ACK, without a Pkt (SoftDevice.ack_lane); if it is closed, the packet
+    if lane is not None and lane(dev, (qp.dest_qp_num, psn, r.msn, qp.sgid, qp.dgid, qp.sport, dev.mac, qp.dmac,
+                                       qp.qp_num)):
+        dev.counters["sent_pkts"] += 1
+        return
+    p = Pkt(_ACK, psn, qp.dest_qp_num, qp.sgid, qp.dgid, qp.sport, dev.mac, qp.dmac)  # _reply, spelled out
     p.srcqp = qp.qp_num
     p.aeth = AETH.ack(r.msn)
-    dev = qp.dev
     dev.counters["sent_pkts"] += 1  # dev.transmit(p), spelled out
     dev.carrier.send(dev, p)
 

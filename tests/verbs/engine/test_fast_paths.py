@@ -211,3 +211,105 @@ def test_traced_bursts_equal_single_packets(scenario: str) -> None:
         assert parts == 0 and single["stats"]["oversized"] > 0
     else:
         assert parts > 5
+
+
+# ---------------------------------------------------------------------------- the ACK lane
+# With the trace off and nothing observing packets, the simulated fabric carries a plain ACK as its
+# fields (Fabric.send_ack) and the requester's device takes it without a Pkt (SoftDevice.receive_ack,
+# completer.ack).  The reference is the same fabric with the lane closed (SoftDevice.ack_lane None):
+# the ACK then goes as a Pkt through SoftDevice.receive and completer.on_response.  Everything must
+# agree: memory, completions, counters, the fabric's stats, the clock, the QP states and, from the
+# moment a scenario turns the trace on, the trace.
+
+def _acked(lane: bool, scenario: str) -> tuple[dict[str, Any], int]:
+    fab = Fabric(seed=11, trace=False, mtu=1024)
+    p = EndpointPair(fab, size=MIB, path_mtu=e.IBV_MTU_1024, psn=(0xFFFFF8, 0x20), rnr_retry=7, min_rnr_timer=1,
+                     retry_cnt=7, timeout=10)
+    p.a.mr.write(bytes(range(256)) * (MIB // 256), MIB)
+    taken = 0
+    for dev in fab.devices.values():
+        if not lane:
+            dev.ack_lane = None
+            continue
+        receive_ack = dev.receive_ack
+
+        def counting(*args: Any, _r: Any = receive_ack) -> bool:
+            nonlocal taken
+            ok: bool = _r(*args)
+            taken += ok
+            return ok
+
+        dev.receive_ack = counting  # type: ignore[method-assign]
+    a_sent = p.b.ctx.device.counters
+
+    def until_an_ack_is_on_the_wire() -> None:  # B (the responder) has sent one more packet
+        before = a_sent["sent_pkts"]
+        while a_sent["sent_pkts"] == before and fab.step():
+            pass
+
+    for i in range(3):
+        p.b.recv(wr_id=100 + i, offset=200_000 + i * 10_000, length=10_000)
+    if scenario == "writes, sends, reads":
+        for i, n in enumerate((64, 5000, 70_000)):
+            p.send(p.a, e.IBV_WR_SEND, length=min(n, 10_000), wr_id=i, offset=i * 5)
+            p.send(p.a, e.IBV_WR_RDMA_WRITE, length=n, wr_id=10 + i, offset=i, remote=i * 100_000)
+        p.send(p.a, e.IBV_WR_RDMA_READ, length=9000, wr_id=20, offset=600_000, remote=4096)
+        p.send(p.b, e.IBV_WR_RDMA_WRITE, length=3000, wr_id=30, offset=700_000, remote=800_000)
+    elif scenario == "trace on while an ACK is in flight":
+        for i in range(3):
+            p.send(p.a, e.IBV_WR_SEND, length=64, wr_id=i, offset=i * 64)
+        until_an_ack_is_on_the_wire()
+        fab.tracing = True
+        p.send(p.a, e.IBV_WR_RDMA_WRITE, length=3000, wr_id=9, remote=4096)
+    elif scenario == "requester in ERR while an ACK is in flight":
+        p.send(p.a, e.IBV_WR_RDMA_WRITE, length=5000, wr_id=1)
+        p.send(p.a, e.IBV_WR_RDMA_WRITE, length=64, wr_id=2, remote=8192)
+        until_an_ack_is_on_the_wire()
+        p.a.qp.to_error()
+    elif scenario == "RNR, then ACKs":
+        for i in range(5):  # three receives are posted: the fourth SEND is NAKed (RNR) until one more is
+            p.send(p.a, e.IBV_WR_SEND, length=100, wr_id=i, offset=i * 100)
+        for _ in range(40):
+            fab.step()
+        p.b.recv(wr_id=103, offset=300_000, length=10_000)
+        p.b.recv(wr_id=104, offset=310_000, length=10_000)
+    else:  # loss switched on after the first ACK: the lane closes, go-back-N recovers
+        for i in range(2):
+            p.send(p.a, e.IBV_WR_RDMA_WRITE, length=20_000, wr_id=i, remote=i * 32768)
+        until_an_ack_is_on_the_wire()
+        fab.set_faults(loss=0.3)
+        for i in range(2, 6):
+            p.send(p.a, e.IBV_WR_RDMA_WRITE, length=20_000, wr_id=i, remote=i * 32768)
+        for _ in range(300):
+            fab.step()
+        fab.clear_faults()
+        for i in range(6, 9):
+            p.send(p.a, e.IBV_WR_SEND, length=64, wr_id=i)
+    fab.run()
+    events = [(ev.time_ns, ev.node, ev.qpn, ev.kind, ev.psn, ev.opcode,
+               sorted((k, v) for k, v in ev.detail.items() if k != "packet_id")) for ev in fab.trace]
+    out = {"trace": events, "stats": dict(fab.stats), "now": fab.now_ns,
+           "counters": [dict(d.counters) for d in fab.devices.values()],
+           "memory": [ep.mr.read(MIB, 0) for ep in (p.a, p.b)],
+           "wcs": [(wc.wr_id, wc.status, wc.opcode, wc.byte_len) for ep in (p.a, p.b) for wc in ep.completions()],
+           "states": [ep.qp.qp_state for ep in (p.a, p.b)]}
+    return out, taken
+
+
+@pytest.mark.parametrize("scenario", ["writes, sends, reads", "trace on while an ACK is in flight",
+                                      "requester in ERR while an ACK is in flight", "RNR, then ACKs",
+                                      "loss from the first ACK on"])
+def test_ack_lane_equals_ack_packets(scenario: str) -> None:
+    closed, none = _acked(False, scenario)
+    lane, taken = _acked(True, scenario)
+    assert none == 0
+    assert lane == closed
+    assert closed["wcs"] and closed["counters"][0]["rcvd_pkts"] > 0
+    if scenario == "trace on while an ACK is in flight":
+        assert any(ev[3] == "acked" for ev in closed["trace"]) and taken == 0
+    elif scenario == "requester in ERR while an ACK is in flight":
+        assert closed["states"][0] == e.IBV_QPS_ERR and closed["counters"][0]["dropped"] > 0 and taken == 0
+    elif scenario == "loss from the first ACK on":
+        assert closed["stats"]["lost"] > 0 and closed["counters"][0]["completer_retry_err"] > 0 and taken > 0
+    else:
+        assert taken >= 3
