@@ -32,12 +32,11 @@ from rdmalab.verbs.engine.carrier import Scheduler, Station, Timer, TimerHandle
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import INFO, PSN_MASK, ROCE_OVERHEAD, SEGMENT, Pkt, middle_of, next_id, opcode
 from rdmalab.verbs.engine.trace import Trace, TraceEvent
-from rdmalab.wire.ib import AETH, IB_MTUS
+from rdmalab.wire.ib import IB_MTUS
 from rdmalab.wire.opcodes import Op, Transport
 
 Tap = Callable[[int, str, str, bytes], None]
-_ACK_CODE = opcode(Transport.RC, Op.ACKNOWLEDGE, None)
-_ACK_WIRE = ROCE_OVERHEAD + INFO[_ACK_CODE].header_size  # an ACK on the wire: no payload
+_ACK_WIRE = ROCE_OVERHEAD + INFO[opcode(Transport.RC, Op.ACKNOWLEDGE, None)].header_size  # an ACK: no payload
 
 
 @dataclass(frozen=True)
@@ -120,7 +119,8 @@ class Fabric:
         #: whether the engine records trace events (a plain attribute: the engine reads it for every
         #: packet; switching it on or off at any time is fine, bursts do not depend on it)
         self.tracing = trace
-        self._now = 0
+        #: the virtual clock in ns (a plain attribute: the engine reads it several times a message)
+        self.now_ns = 0
         self._seq = 0
         self._events: list[tuple[int, int, Callable[[Any], None], Any]] = []
         self._by_gid: dict[int, SoftDevice] = {}
@@ -152,14 +152,10 @@ class Fabric:
         return None if dev is None else dev.mac
 
     # ------------------------------------------------------------------ clock and events
-    @property
-    def now_ns(self) -> int:
-        return self._now
-
     def schedule(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None:
         """Run ``fn(arg)`` ``delay_ns`` of virtual time from now (not cancellable; see ``call_later``)."""
         self._seq += 1
-        heapq.heappush(self._events, (self._now + max(0, int(delay_ns)), self._seq, fn, arg))
+        heapq.heappush(self._events, (self.now_ns + max(0, int(delay_ns)), self._seq, fn, arg))
 
     def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> TimerHandle:
         """The carrier's timer: ``fn(arg)`` after ``delay_ns``; ``cancel()`` the result to forget it."""
@@ -182,7 +178,7 @@ class Fabric:
         if not ev:
             return False
         t = ev[0][0]
-        self._now = t
+        self.now_ns = t
         pop = heapq.heappop
         while ev and ev[0][0] == t:
             _, _, fn, arg = pop(ev)
@@ -194,10 +190,10 @@ class Fabric:
 
     def advance(self, ns: int) -> None:
         """Let ``ns`` nanoseconds of virtual time pass, running what falls due."""
-        end = self._now + ns
+        end = self.now_ns + ns
         while self._events and self._events[0][0] <= end:
             self.step()
-        self._now = end
+        self.now_ns = end
 
     def run(self, until_ns: int | None = None, max_events: int = 10_000_000) -> int:
         """Run events until none are left (or the clock would pass ``until_ns``). Returns steps."""
@@ -207,8 +203,8 @@ class Fabric:
                 break
             self.step()
             steps += 1
-        if until_ns is not None and self._now < until_ns and not self._events:
-            self._now = until_ns
+        if until_ns is not None and self.now_ns < until_ns and not self._events:
+            self.now_ns = until_ns
         return steps
 
     def progress(self, done: Callable[[], bool], max_steps: int = 20_000) -> bool:
@@ -308,7 +304,7 @@ class Fabric:
         # Pkt.wire_size, spelled out: Ethernet to ICRC of every packet, payload padded to 4 bytes
         wire_size = pkt.count * (ROCE_OVERHEAD + INFO[pkt.opcode].header_size) + n + (-n & 3)
         tx = int(wire_size * 8 / self.bandwidth_gbps)
-        now = self._now
+        now = self.now_ns
         start = link.busy_until if link.busy_until > now else now
         link.busy_until = start + tx
         arrival = link.busy_until + self.latency_ns
@@ -338,22 +334,12 @@ class Fabric:
         link = self._links.get(key)
         if link is None:
             link = self._links[key] = Link()
-        now = self._now
+        now = self.now_ns
         start = link.busy_until if link.busy_until > now else now
         link.busy_until = start + int(_ACK_WIRE * 8 / self.bandwidth_gbps)
         self._seq += 1
-        heapq.heappush(self._events, (link.busy_until + self.latency_ns, self._seq, self._ack, (dst, fields)))
+        heapq.heappush(self._events, (link.busy_until + self.latency_ns, self._seq, dst.receive_ack, fields))
         return True
-
-    @staticmethod
-    def _ack(arg: tuple[SoftDevice, tuple[int, ...]]) -> None:
-        """An ACK of the lane arrives: the device's fast path takes it, or it is built and received."""
-        dst, f = arg
-        if not dst.receive_ack(f[0], f[1], f[3], f[4]):
-            p = Pkt(_ACK_CODE, f[1], f[0], f[3], f[4], f[5], f[6], f[7])
-            p.srcqp = f[8]
-            p.aeth = AETH.ack(f[2])
-            dst.receive(p)
 
     def _traced_burst(self, src: Station, dst: SoftDevice, burst: Pkt) -> None:
         """A burst while tracing: what :meth:`_observe` and :meth:`_carry` do for each of its packets
@@ -366,7 +352,7 @@ class Fabric:
         middle = middle_of(burst.opcode)
         reth = burst.reth
         acks = burst.acks
-        now = self._now
+        now = self.now_ns
         record = self.trace.append
         key = (name, dst.name)
         link = self._links.get(key)
@@ -405,7 +391,7 @@ class Fabric:
         dst, burst, i, pid, fast, code, psn, ackreq, data, reth = arg
         if fast and dst.receive_segment(burst.destqp, code, psn, ackreq, burst.src_gid, burst.dst_gid, data, reth):
             if self.tracing:
-                self.record(TraceEvent(self._now, dst.name, burst.destqp, "received", psn, code,
+                self.record(TraceEvent(self.now_ns, dst.name, burst.destqp, "received", psn, code,
                                        {"packet_id": pid, "len": len(data)}))
             return
         p = burst.sub(i)
@@ -418,12 +404,12 @@ class Fabric:
         for p in pkt.expand():
             frame = p.frame() if want_frame else None
             if self.tracing:
-                self.trace.append(TraceEvent(self._now, src.name, p.srcqp, "sent", p.psn, p.opcode,
+                self.trace.append(TraceEvent(self.now_ns, src.name, p.srcqp, "sent", p.psn, p.opcode,
                                              {"packet_id": p.id, "dqpn": p.destqp, "len": len(p.payload),
                                               "ackreq": p.ackreq}, frame))
             if frame is not None:
                 for tap in self._taps:
-                    tap(self._now, src.name, dst.name if dst else "?", frame)
+                    tap(self.now_ns, src.name, dst.name if dst else "?", frame)
 
     def _faulty(self, dst: SoftDevice, p: Pkt, f: Faults, arrival: int, tx: int) -> None:
         rng = self.rng
@@ -454,7 +440,7 @@ class Fabric:
 
     def _drop(self, dst: SoftDevice, p: Pkt, reason: str) -> None:
         if self.tracing:
-            self.trace.append(TraceEvent(self._now, dst.name, p.destqp, "dropped", p.psn, p.opcode,
+            self.trace.append(TraceEvent(self.now_ns, dst.name, p.destqp, "dropped", p.psn, p.opcode,
                                          {"packet_id": p.id, "reason": reason}))
 
 

@@ -55,6 +55,8 @@ class CQ:
         self.comp_vector = comp_vector
         self._q: deque[WC] = deque()
         self._nonempty = partial(bool, self._q)  # what poll waits for (a C call, no Python frame per step)
+        # the scheduler that advances the device (its carrier's, fixed when the device is made), looked up once
+        self._progress = ctx.device.scheduler.progress
         self._armed = 0  # 0 not armed, 1 any completion, 2 solicited only
         self.overflowed = False
         self.events_acked = 0
@@ -64,7 +66,7 @@ class CQ:
         """Up to ``num_entries`` completions as ``(count, [WC, ...])``; runs the scheduler if empty."""
         q = self._q
         if not q:
-            self.ctx.device.scheduler.progress(self._nonempty)
+            self._progress(self._nonempty)
         n = len(q)
         if n <= 1 or num_entries == 1:
             return (1, [q.popleft()]) if n and num_entries >= 1 else (0, [])

@@ -21,8 +21,8 @@ Names (stable; other modules build on them):
                    ``receive_frame(frame)`` (a whole Ethernet frame), ``receive(pkt)`` (the fast
                    path for a carrier that moves packet objects), ``receive_segment(...)`` (the
                    fast path for a carrier that has bytes: one in-sequence WRITE/SEND packet's
-                   fields and payload, no ``Pkt``; False sends it to ``receive``), ``receive_ack(...)``
-                   (the same for a plain ACK), and ``flush()`` after each step
+                   fields and payload, no ``Pkt``; False sends it to ``receive``), ``receive_ack(fields)``
+                   (a plain ACK from an ACK lane, as fields), and ``flush()`` after each step
 ``Carrier``        outbound ``send(station, pkt)`` (and, optionally, ``send_ack(station, fields)``: an
                    ACK lane, see ``SoftDevice.ack_lane``); ``mtu``; ``burst_ok``; the clock ``now_ns`` and
                    timers ``call_later(delay_ns, fn, arg) -> TimerHandle``; ``resolve_mac(gid)``;
@@ -140,9 +140,9 @@ class Station(Protocol):
         """One in-sequence RC/UC WRITE or SEND packet as fields and payload (no ``Pkt``), ICRC
         checked by the carrier; False, with nothing changed, if it needs the full path (``receive``)."""
 
-    def receive_ack(self, destqp: int, psn: int, src_gid: int, dst_gid: int) -> bool:
-        """A plain ACK (AETH syndrome ACK) as fields, from a carrier's ACK lane; False, with nothing
-        changed, if it needs the full path (the carrier then builds its ``Pkt`` for ``receive``)."""
+    def receive_ack(self, fields: tuple[int, ...]) -> None:
+        """A plain ACK (AETH syndrome ACK) as the fields a carrier's ACK lane carried (``send_ack``):
+        taken by the completer's fast path, or built into a ``Pkt`` and received as any packet."""
 
     def flush(self) -> None:
         """End of one instant: send the ACKs held back for coalescing."""

@@ -267,4 +267,5 @@ def _after(qp: QPCore) -> None:
         qp.arm_timer(True)  # restart
     else:
         qp.comp.timer_armed = False
-    requester.run(qp)
+    if qp.req.wqe_index < len(sq):  # (requester.run sends nothing otherwise)
+        requester.run(qp)

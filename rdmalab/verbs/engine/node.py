@@ -21,11 +21,13 @@ from typing import Any
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import cnp
 from rdmalab.verbs.engine.carrier import Carrier, Datagram, Scheduler, TimerHandle
-from rdmalab.verbs.engine.packet import INFO, MCAST_QPN, Pkt, from_datagram, from_frame
+from rdmalab.verbs.engine.packet import INFO, MCAST_QPN, Pkt, from_datagram, from_frame, opcode
 from rdmalab.verbs.engine.trace import TraceEvent
-from rdmalab.wire.opcodes import CNP_OPCODE, Transport
+from rdmalab.wire.ib import AETH
+from rdmalab.wire.opcodes import CNP_OPCODE, Op, Transport
 
 TRANSPORT = {e.IBV_QPT_RC: Transport.RC, e.IBV_QPT_UC: Transport.UC, e.IBV_QPT_UD: Transport.UD}
+_ACK = opcode(Transport.RC, Op.ACKNOWLEDGE, None)
 
 
 def eui64_gid(mac: int) -> int:
@@ -195,16 +197,21 @@ class SoftDevice:
         self.counters["rcvd_pkts"] += 1
         return True
 
-    def receive_ack(self, destqp: int, psn: int, src_gid: int, dst_gid: int) -> bool:
-        """The fast path for a plain ACK (AETH syndrome ACK) that a carrier's ACK lane carried as
-        fields: what :meth:`receive` would do with it when every check passes and the completer
-        takes it; otherwise nothing changes, False is returned and the carrier hands a :class:`Pkt`
-        to :meth:`receive`.  Not while tracing (the completer declines)."""
-        qp = self.qps.get(destqp)
-        if qp is None or dst_gid != qp.sgid or src_gid != qp.dgid or dst_gid not in self.gids or not qp.ack(psn):
-            return False
-        self.counters["rcvd_pkts"] += 1
-        return True
+    def receive_ack(self, fields: tuple[int, ...]) -> None:
+        """A plain ACK (AETH syndrome ACK) that a carrier's ACK lane (:attr:`ack_lane`) carried as its
+        fields ``(dqpn, psn, msn, sgid, dgid, sport, smac, dmac, sqpn)``.  The fast path does what
+        :meth:`receive` would do with it when every check passes and the completer takes it
+        (``QPCore.ack``; not while tracing); anything else is built into its :class:`Pkt` and
+        received as any packet."""
+        dqpn, psn, msn, sgid, dgid, sport, smac, dmac, sqpn = fields
+        qp = self.qps.get(dqpn)
+        if qp is not None and dgid == qp.sgid and sgid == qp.dgid and dgid in self.gids and qp.ack(psn):
+            self.counters["rcvd_pkts"] += 1
+            return
+        p = Pkt(_ACK, psn, dqpn, sgid, dgid, sport, smac, dmac)
+        p.srcqp = sqpn
+        p.aeth = AETH.ack(msn)
+        self.receive(p)
 
     def attach_mcast(self, mgid: int, qp: Any) -> None:
         """``ibv_attach_mcast``: UD packets to QP 0xFFFFFF and ``mgid`` reach ``qp`` (each attached QP

@@ -18,7 +18,7 @@ from typing import Any
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import dcqcn
 from rdmalab.verbs.engine.memory import AccessError, gather, local_view, local_views
-from rdmalab.verbs.engine.packet import PSN_HALF, PSN_MASK, Pkt, opcode, psn_add, psn_diff
+from rdmalab.verbs.engine.packet import PSN_HALF, PSN_MASK, Pkt, opcode, psn_add
 from rdmalab.verbs.engine.qpcore import QPCore
 from rdmalab.verbs.engine.wqe import ATOMICS, READ_ATOMIC, SUPPORTED, SendWQE
 from rdmalab.wire.ib import DETH, IETH, RETH, AtomicETH, ImmDt, make_reth
@@ -73,7 +73,7 @@ def run(qp: QPCore) -> None:
         if not w.started:
             if qp.qp_state != _RTS:
                 return  # SQD: finish what was started, start nothing new
-            if rc and psn_diff(req.psn, comp.psn) >= WINDOW:
+            if rc and ((req.psn - comp.psn + PSN_HALF) & PSN_MASK) - PSN_HALF >= WINDOW:  # psn_diff(...) >= WINDOW
                 return  # the RC window is full: an ACK will run the requester again
             if not _start(qp, w):
                 return

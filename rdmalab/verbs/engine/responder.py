@@ -59,7 +59,10 @@ def on_request(qp: QPCore, pkt: Pkt) -> None:
         qp.dev.drop(pkt, f"responder not ready (QP in {qp.qp_state_name})")
         return
     if pkt.count > 1:
-        _burst(qp, pkt)
+        # a whole WRITE in one copy (_burst's first case, here to save it a call), else the burst's packets
+        if pkt.opcode not in _WRITE_FIRST or pkt.last_opcode != _WRITE_FIRST[pkt.opcode] or pkt.ecn == 3 \
+                or not _whole_write(qp, pkt):
+            _burst(qp, pkt)
         return
     try:
         if qp.qp_type == e.IBV_QPT_UD:
@@ -71,13 +74,11 @@ def on_request(qp: QPCore, pkt: Pkt) -> None:
 
 
 def _burst(qp: QPCore, pkt: Pkt) -> None:
-    """A burst: first and last packet as single packets, the middle ones copied in one go.
+    """A burst that is not a whole WRITE placed in one copy (:func:`on_request` tried
+    :func:`_whole_write`): first and last packet as single packets, the middle ones copied in one go.
 
     The first and last packets take :func:`segment` when it applies (a WRITE's), the full path
     (:func:`on_request` of the packet itself) otherwise; either does the same to the QP."""
-    if pkt.opcode in _WRITE_FIRST and pkt.last_opcode == _WRITE_FIRST[pkt.opcode] and pkt.ecn != 3 \
-            and _whole_write(qp, pkt):
-        return
     n = pkt.count
     mtu = pkt.mtu
     payload = memoryview(pkt.payload)
@@ -148,8 +149,9 @@ def _whole_write(qp: QPCore, pkt: Pkt) -> bool:
         r.sent_psn_nak = False
         # the ACK the last packet asking for one would queue (ACKs queued in one instant coalesce)
         last = n - 1 if pkt.ackreq else max(pkt.acks, default=-1)
-        if last >= 0:
-            queue_ack(qp, (psn0 + last) & PSN_MASK)
+        if last >= 0:  # queue_ack, spelled out
+            r.pending_ack = (psn0 + last) & PSN_MASK
+            qp.dev.held_acks.add(qp)
     return True
 
 
