@@ -115,7 +115,10 @@ class Fabric:
         self.frames = frames
         self.bursts = bursts
         self.devices: dict[str, SoftDevice] = {}
-        self.trace = Trace()
+        self._trace = Trace()
+        #: keep one trace event (the carrier's trace sink, called for every event while tracing): the
+        #: trace's own ``append``, so that recording costs no Python call; see ``trace``
+        self.record: Callable[[TraceEvent], None] = self._trace.append
         #: whether the engine records trace events (a plain attribute: the engine reads it for every
         #: packet; switching it on or off at any time is fine, bursts do not depend on it)
         self.tracing = trace
@@ -254,8 +257,16 @@ class Fabric:
         # send() expands a burst into the packets it stands for, each traced and delivered on its own.
         self.burst_ok = self.bursts and not (self._taps or self.frames or any(f.any for f in self._faults.values()))
 
-    def record(self, ev: TraceEvent) -> None:
-        self.trace.append(ev)
+    @property
+    def trace(self) -> Trace:
+        """The events recorded while ``tracing`` (a :class:`~rdmalab.verbs.engine.trace.Trace`); a
+        program may also give the fabric a new one (``fabric.trace = Trace()``)."""
+        return self._trace
+
+    @trace.setter
+    def trace(self, trace: Trace) -> None:
+        self._trace = trace
+        self.record = trace.append
 
     # ------------------------------------------------------------------ the wire
     def send(self, src: Station, pkt: Pkt) -> None:
@@ -353,7 +364,7 @@ class Fabric:
         reth = burst.reth
         acks = burst.acks
         now = self.now_ns
-        record = self.trace.append
+        record = self.record
         key = (name, dst.name)
         link = self._links.get(key)
         if link is None:
@@ -404,7 +415,7 @@ class Fabric:
         for p in pkt.expand():
             frame = p.frame() if want_frame else None
             if self.tracing:
-                self.trace.append(TraceEvent(self.now_ns, src.name, p.srcqp, "sent", p.psn, p.opcode,
+                self.record(TraceEvent(self.now_ns, src.name, p.srcqp, "sent", p.psn, p.opcode,
                                              {"packet_id": p.id, "dqpn": p.destqp, "len": len(p.payload),
                                               "ackreq": p.ackreq}, frame))
             if frame is not None:
@@ -440,7 +451,7 @@ class Fabric:
 
     def _drop(self, dst: SoftDevice, p: Pkt, reason: str) -> None:
         if self.tracing:
-            self.trace.append(TraceEvent(self.now_ns, dst.name, p.destqp, "dropped", p.psn, p.opcode,
+            self.record(TraceEvent(self.now_ns, dst.name, p.destqp, "dropped", p.psn, p.opcode,
                                          {"packet_id": p.id, "reason": reason}))
 
 

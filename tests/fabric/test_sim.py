@@ -148,3 +148,22 @@ def test_received_events_keep_the_sent_packet_id() -> None:
     for ev in received:
         src = sent[ev.detail["packet_id"]]
         assert (src.psn, src.opcode) == (ev.psn, ev.opcode)
+
+
+def test_a_new_trace_given_to_the_fabric_gets_the_events() -> None:
+    # Fabric.trace's docstring: a program may give the fabric a new Trace; what follows is recorded there
+    from rdmalab.verbs.trace import Trace
+
+    fab = Fabric(mtu=1024)
+    p = EndpointPair(fab, path_mtu=e.IBV_MTU_1024)
+    p.send(p.a, e.IBV_WR_RDMA_WRITE, length=5000)
+    p.wait(p.a.cq)
+    old = fab.trace
+    seen = len(old)
+    fab.trace = Trace()
+    p.send(p.a, e.IBV_WR_RDMA_WRITE, length=5000, wr_id=2)  # a burst: its packets traced one by one
+    p.wait(p.a.cq)
+    assert seen > 10 and len(old) == seen  # nothing more went to the old trace
+    kinds = [ev.kind for ev in fab.trace]
+    assert kinds[0] == "posted" and kinds.count("sent") == 5 + 1 and kinds.count("received") == 5 + 1
+    assert kinds[-1] == "completed" and fab.trace[-1].detail["wr_id"] == 2
