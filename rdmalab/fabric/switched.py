@@ -76,7 +76,7 @@ from rdmalab.verbs.engine import dcqcn as dcqcn_rp
 from rdmalab.verbs.engine.cnp import CNP_PCP, enable_np
 from rdmalab.verbs.engine.dcqcn import MLX5, DcqcnParams, RateLimiter
 from rdmalab.verbs.engine.node import SoftDevice
-from rdmalab.verbs.engine.packet import ROCE_OVERHEAD
+from rdmalab.verbs.engine.packet import ROCE_OVERHEAD, SEGMENT
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pd import PD
 from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
@@ -738,10 +738,13 @@ class SwitchedFabric:
             before = r.psn
             if pkt[FRAME] is not None:
                 dev.receive_frame(pkt[FRAME], eng.id)  # the frame the switches marked: decoded, its ICRC checked
-            else:
-                if ce:
-                    eng.ecn = CE
-                dev.receive(eng)
+            elif ce:
+                eng.ecn = CE
+                dev.receive(eng)  # (the full path: the responder answers a CE mark with a CNP)
+            elif eng.opcode not in SEGMENT or not dev.receive_segment(
+                    eng.destqp, eng.opcode, eng.psn, eng.ackreq, eng.src_gid, eng.dst_gid, eng.payload,
+                    None if eng.reth is None else (eng.reth.va, eng.reth.r_key, eng.reth.dma_length)):
+                dev.receive(eng)  # anything the responder's fast path for a WRITE/SEND packet does not take
             if r.psn != before:  # the responder took it: payload delivered in sequence
                 f.rcvd += len(eng.payload)
                 f.pkts_rcvd += 1

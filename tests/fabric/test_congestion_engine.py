@@ -121,3 +121,38 @@ def test_np_pacing_scope_in_the_engine(scope: str, most: int | None) -> None:
     sent = car.devices["r"].counters["np_cnp_sent"]
     # 1 ms between CNPs in the scope, and the run is far shorter: one per QP, or one for the port
     assert sent == (most if most is not None else 2)
+
+
+@pytest.mark.parametrize(("scenario", "ms"), [("incast", 2.0), ("lossy", 3.0)])
+def test_responder_fast_path_changes_nothing(scenario: str, ms: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The switched fabric hands a data packet to the responder's fast path (SoftDevice.receive_segment)
+    # and to the full path (receive) only when the fast path declines: the results must be the same as
+    # with the full path for every packet (the lossy scenario drops packets: go-back-N resends them).
+    from rdmalab.fabric.congestion_scenarios import run
+    from rdmalab.verbs.engine.node import SoftDevice
+
+    def results() -> tuple[Any, ...]:
+        res = run(scenario, duration_ms=ms)
+        out = res.to_json()
+        out.pop("wall_s", None)
+        flows = [(f.rcvd, f.sent, f.pkts_rcvd, f.retx_bytes, f.marked, f.cnps) for f in res.fabric.flows]
+        return out, flows, res.fabric.events
+
+    taken = 0
+    segment = SoftDevice.receive_segment
+
+    def counting(self: SoftDevice, *args: Any) -> bool:
+        nonlocal taken
+        ok: bool = segment(self, *args)
+        taken += ok
+        return ok
+
+    monkeypatch.setattr(SoftDevice, "receive_segment", counting)
+    fast = results()
+    assert taken > 1000
+    monkeypatch.setattr(SoftDevice, "receive_segment", lambda self, *args: False)
+    full = results()
+    assert fast == full
+    assert sum(f[2] for f in full[1]) > 1000
+    if scenario == "lossy":
+        assert sum(f[3] for f in full[1]) > 0  # retransmitted bytes
