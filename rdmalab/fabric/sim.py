@@ -30,13 +30,12 @@ from typing import IO, Any
 
 from rdmalab.verbs.engine.carrier import Scheduler, Station, Timer, TimerHandle
 from rdmalab.verbs.engine.node import SoftDevice
-from rdmalab.verbs.engine.packet import INFO, PSN_MASK, ROCE_OVERHEAD, SEGMENT, Pkt, middle_of, next_id, opcode
+from rdmalab.verbs.engine.packet import ACK_OPCODE, INFO, PSN_MASK, ROCE_OVERHEAD, SEGMENT, Pkt, middle_of, next_id
 from rdmalab.verbs.engine.trace import Trace, TraceEvent
 from rdmalab.wire.ib import IB_MTUS
-from rdmalab.wire.opcodes import Op, Transport
 
 Tap = Callable[[int, str, str, bytes], None]
-_ACK_WIRE = ROCE_OVERHEAD + INFO[opcode(Transport.RC, Op.ACKNOWLEDGE, None)].header_size  # an ACK: no payload
+_ACK_WIRE = ROCE_OVERHEAD + INFO[ACK_OPCODE].header_size  # an ACK on the wire: no payload
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,11 @@ from typing import Any
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import cnp
 from rdmalab.verbs.engine.carrier import Carrier, Datagram, Scheduler, TimerHandle
-from rdmalab.verbs.engine.packet import INFO, MCAST_QPN, Pkt, from_datagram, from_frame, opcode
+from rdmalab.verbs.engine.packet import INFO, MCAST_QPN, Pkt, ack_packet, from_datagram, from_frame
 from rdmalab.verbs.engine.trace import TraceEvent
-from rdmalab.wire.ib import AETH
-from rdmalab.wire.opcodes import CNP_OPCODE, Op, Transport
+from rdmalab.wire.opcodes import CNP_OPCODE, Transport
 
 TRANSPORT = {e.IBV_QPT_RC: Transport.RC, e.IBV_QPT_UC: Transport.UC, e.IBV_QPT_UD: Transport.UD}
-_ACK = opcode(Transport.RC, Op.ACKNOWLEDGE, None)
 
 
 def eui64_gid(mac: int) -> int:
@@ -203,15 +201,12 @@ class SoftDevice:
         :meth:`receive` would do with it when every check passes and the completer takes it
         (``QPCore.ack``; not while tracing); anything else is built into its :class:`Pkt` and
         received as any packet."""
-        dqpn, psn, msn, sgid, dgid, sport, smac, dmac, sqpn = fields
+        dqpn, psn, _, sgid, dgid = fields[:5]
         qp = self.qps.get(dqpn)
         if qp is not None and dgid == qp.sgid and sgid == qp.dgid and dgid in self.gids and qp.ack(psn):
             self.counters["rcvd_pkts"] += 1
             return
-        p = Pkt(_ACK, psn, dqpn, sgid, dgid, sport, smac, dmac)
-        p.srcqp = sqpn
-        p.aeth = AETH.ack(msn)
-        self.receive(p)
+        self.receive(ack_packet(fields))
 
     def attach_mcast(self, mgid: int, qp: Any) -> None:
         """``ibv_attach_mcast``: UD packets to QP 0xFFFFFF and ``mgid`` reach ``qp`` (each attached QP

@@ -217,6 +217,20 @@ class Pkt:
         return f"<Pkt {INFO[self.opcode].name} psn={self.psn} dqp={self.destqp:#x}{extra} len={len(self.payload)}>"
 
 
+ACK_OPCODE = _OPC[(Transport.RC, Op.ACKNOWLEDGE, None, False, False)]
+
+
+def ack_packet(fields: tuple[int, ...]) -> Pkt:
+    """A plain ACK (AETH syndrome ACK) from its fields ``(dqpn, psn, msn, sgid, dgid, sport, smac,
+    dmac, sqpn)``: what the responder sends, and what an ACK lane carries instead of the packet
+    (``SoftDevice.ack_lane``, ``SoftDevice.receive_ack``)."""
+    dqpn, psn, msn, sgid, dgid, sport, smac, dmac, sqpn = fields
+    p = Pkt(ACK_OPCODE, psn, dqpn, sgid, dgid, sport, smac, dmac)
+    p.srcqp = sqpn
+    p.aeth = AETH.ack(msn)
+    return p
+
+
 def from_frame(frame: bytes) -> Pkt | None:
     """Decode a RoCEv2 frame into a :class:`Pkt`; ``None`` if it is malformed or its ICRC is bad."""
     try:

@@ -20,7 +20,7 @@ from typing import Any
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import cnp
 from rdmalab.verbs.engine.memory import AccessError, local_view, local_views, remote_view, scatter
-from rdmalab.verbs.engine.packet import INFO, PSN_MASK, SEGMENT, Pkt, opcode, psn_add, psn_diff
+from rdmalab.verbs.engine.packet import ACK_OPCODE, INFO, PSN_MASK, SEGMENT, Pkt, ack_packet, opcode, psn_add, psn_diff
 from rdmalab.verbs.engine.qpcore import QPCore
 from rdmalab.verbs.engine.wqe import RecvWQE, Resource
 from rdmalab.wire.ib import (
@@ -37,7 +37,7 @@ from rdmalab.wire.opcodes import Op, Pos, Transport
 _READY = (e.IBV_QPS_RTR, e.IBV_QPS_RTS, e.IBV_QPS_SQD, e.IBV_QPS_SQE)
 _ACCESS = {Op.RDMA_WRITE: e.IBV_ACCESS_REMOTE_WRITE, Op.RDMA_READ_REQUEST: e.IBV_ACCESS_REMOTE_READ,
            Op.CMP_SWAP: e.IBV_ACCESS_REMOTE_ATOMIC, Op.FETCH_ADD: e.IBV_ACCESS_REMOTE_ATOMIC}
-_ACK = opcode(Transport.RC, Op.ACKNOWLEDGE, None)
+_ACK = ACK_OPCODE
 _ATOMIC_ACK = opcode(Transport.RC, Op.ATOMIC_ACKNOWLEDGE, None)
 _RR = {p: opcode(Transport.RC, Op.RDMA_READ_RESPONSE, p) for p in Pos}
 M64 = 2**64 - 1
@@ -597,16 +597,11 @@ def flush_ack(qp: QPCore) -> None:
     r.pending_ack = None
     dev = qp.dev
     lane = dev.ack_lane
-    # the carrier's lane for a plain ACK, without a Pkt (SoftDevice.ack_lane); if it is closed, the packet
-    if lane is not None and lane(dev, (qp.dest_qp_num, psn, r.msn, qp.sgid, qp.dgid, qp.sport, dev.mac, qp.dmac,
-                                       qp.qp_num)):
-        dev.counters["sent_pkts"] += 1
-        return
-    p = Pkt(_ACK, psn, qp.dest_qp_num, qp.sgid, qp.dgid, qp.sport, dev.mac, qp.dmac)  # _reply, spelled out
-    p.srcqp = qp.qp_num
-    p.aeth = AETH.ack(r.msn)
+    fields = (qp.dest_qp_num, psn, r.msn, qp.sgid, qp.dgid, qp.sport, dev.mac, qp.dmac, qp.qp_num)
     dev.counters["sent_pkts"] += 1  # dev.transmit(p), spelled out
-    dev.carrier.send(dev, p)
+    # the carrier's lane for a plain ACK, without a Pkt (SoftDevice.ack_lane); if it is closed, the packet
+    if lane is None or not lane(dev, fields):
+        dev.carrier.send(dev, ack_packet(fields))
 
 
 def _send_aeth(qp: QPCore, psn: int, aeth: AETH) -> None:
