@@ -124,6 +124,9 @@ class Fabric:
         #: the virtual clock in ns (a plain attribute: the engine reads it several times a message)
         self.now_ns = 0
         self._seq = 0
+        #: the QPs of all this fabric's devices that hold back an ACK (``SoftDevice.held_acks``: one set for
+        #: all, so that ``step`` sees with one look whether any device has an ACK to send)
+        self.held_acks: set[Any] = set()
         self._events: list[tuple[int, int, Callable[[Any], None], Any]] = []
         self._by_gid: dict[int, SoftDevice] = {}
         self._links: dict[tuple[str, str], Link] = {}
@@ -185,9 +188,13 @@ class Fabric:
         while ev and ev[0][0] == t:
             _, _, fn, arg = pop(ev)
             fn(arg)
-        for dev in self.devices.values():
-            if dev.held_acks:  # the ACKs held back for coalescing within this instant
-                dev.flush()
+        held = self.held_acks  # the ACKs held back for coalescing within this instant, on any device
+        if held:
+            if len(held) == 1:
+                held.pop().flush_ack()
+            else:  # device by device, as SoftDevice.flush orders them
+                for dev in self.devices.values():
+                    dev.flush()
         return True
 
     def advance(self, ns: int) -> None:

@@ -150,6 +150,42 @@ def test_received_events_keep_the_sent_packet_id() -> None:
         assert (src.psn, src.opcode) == (ev.psn, ev.opcode)
 
 
+def test_held_acks_are_flushed_device_by_device_from_the_shared_set() -> None:
+    # Fabric.held_acks is one set for all its devices (carrier.py, rule 3): SoftDevice.flush sends only
+    # its own device's ACKs, in QP number order, and the fabric's step flushes device by device
+    fab = Fabric()
+    d0, d1 = fab.add_device(), fab.add_device()
+    assert d0.held_acks is fab.held_acks and d1.held_acks is fab.held_acks
+    flushed: list[tuple[str, int]] = []
+
+    class Held:
+        def __init__(self, dev: object, qp_num: int) -> None:
+            self.dev, self.qp_num = dev, qp_num
+
+        def flush_ack(self) -> None:
+            flushed.append((self.dev.name, self.qp_num))  # type: ignore[attr-defined]
+
+    for dev, qpn in ((d1, 0x12), (d0, 0x13), (d1, 0x11), (d0, 0x11)):
+        dev.mark_dirty(Held(dev, qpn))
+    d1.flush()
+    assert flushed == [("soft1", 0x11), ("soft1", 0x12)] and len(fab.held_acks) == 2
+    d1.flush()  # none of its own left: the other device's stay
+    assert len(flushed) == 2 and len(fab.held_acks) == 2
+    for dev, qpn in ((d1, 0x12), (d1, 0x11)):
+        dev.mark_dirty(Held(dev, qpn))
+    flushed.clear()
+    fab.schedule(0, lambda _: None)
+    assert fab.step()
+    assert flushed == [("soft0", 0x11), ("soft0", 0x13), ("soft1", 0x11), ("soft1", 0x12)] and not fab.held_acks
+    d1.mark_dirty(Held(d1, 0x11))  # one alone
+    flushed.clear()
+    d0.flush()
+    assert flushed == [] and len(fab.held_acks) == 1
+    fab.schedule(0, lambda _: None)
+    fab.step()
+    assert flushed == [("soft1", 0x11)] and not fab.held_acks
+
+
 def test_a_new_trace_given_to_the_fabric_gets_the_events() -> None:
     # Fabric.trace's docstring: a program may give the fabric a new Trace; what follows is recorded there
     from rdmalab.verbs.trace import Trace

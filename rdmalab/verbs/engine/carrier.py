@@ -49,7 +49,9 @@ Rules for carriers:
    the device checks the ICRC, the destination QP and the address, as ``rxe_rcv`` does.
 3. Run timers and deliveries only from the scheduler, one instant at a time, and call
    ``station.flush()`` on every device after each instant (the responder coalesces ACKs
-   within one instant, as rxe does within one tasklet run).
+   within one instant, as rxe does within one tasklet run).  A carrier may offer one set,
+   ``held_acks``, that all its devices share for the QPs holding an ACK back: while it is empty,
+   no device has one to flush.
 4. Never call back into the engine from inside ``send`` (a delivery is always later).
 """
 

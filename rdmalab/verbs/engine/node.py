@@ -51,7 +51,11 @@ class SoftDevice:
         self.mrs: dict[int, Any] = {}
         self._next_qpn = 0x11  # rxe: QP pool indices from 16; the GSI QP takes one, users start at 0x11
         self._next_mr = 1
-        self.held_acks: set[Any] = set()  # the QPs holding back an ACK until flush() (see mark_dirty)
+        #: the QPs holding back an ACK until flush() (see mark_dirty); a carrier that flushes every device
+        #: after each instant may offer one set for all its devices (``carrier.held_acks``), so that it
+        #: finds out whether any device holds an ACK with one look instead of a look at each device
+        shared: set[Any] | None = getattr(carrier, "held_acks", None)
+        self.held_acks: set[Any] = set() if shared is None else shared
         #: the carrier's lane for plain ACKs, if it has one: ``send_ack(station, fields)`` carries an ACK
         #: given as ``(dqpn, psn, msn, sgid, dgid, sport, smac, dmac, sqpn)`` without a Pkt and returns True,
         #: or returns False (lane closed: tracing, a tap, a fault...) and the responder sends a Pkt
@@ -143,10 +147,14 @@ class SoftDevice:
         if not dirty:
             return
         if len(dirty) == 1:  # the usual case: one QP has an ACK held back
-            dirty.pop().flush_ack()
+            qp = dirty.pop()
+            if qp.dev is self:
+                qp.flush_ack()
+            else:  # another device's, in the set its carrier shares
+                dirty.add(qp)
             return
-        qps = sorted(dirty, key=lambda q: q.qp_num)
-        dirty.clear()
+        qps = sorted((q for q in dirty if q.dev is self), key=lambda q: q.qp_num)
+        dirty.difference_update(qps)
         for qp in qps:
             qp.flush_ack()
 
