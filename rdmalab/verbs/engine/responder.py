@@ -37,7 +37,6 @@ from rdmalab.wire.opcodes import Op, Pos, Transport
 _READY = (e.IBV_QPS_RTR, e.IBV_QPS_RTS, e.IBV_QPS_SQD, e.IBV_QPS_SQE)
 _ACCESS = {Op.RDMA_WRITE: e.IBV_ACCESS_REMOTE_WRITE, Op.RDMA_READ_REQUEST: e.IBV_ACCESS_REMOTE_READ,
            Op.CMP_SWAP: e.IBV_ACCESS_REMOTE_ATOMIC, Op.FETCH_ADD: e.IBV_ACCESS_REMOTE_ATOMIC}
-_ACK = ACK_OPCODE
 _ATOMIC_ACK = opcode(Transport.RC, Op.ATOMIC_ACKNOWLEDGE, None)
 _RR = {p: opcode(Transport.RC, Op.RDMA_READ_RESPONSE, p) for p in Pos}
 M64 = 2**64 - 1
@@ -606,6 +605,6 @@ def flush_ack(qp: QPCore) -> None:
 
 def _send_aeth(qp: QPCore, psn: int, aeth: AETH) -> None:
     flush_ack(qp)
-    p = _reply(qp, None, _ACK, psn)  # type: ignore[arg-type]
+    p = _reply(qp, None, ACK_OPCODE, psn)  # type: ignore[arg-type]
     p.aeth = aeth
     qp.dev.transmit(p)
