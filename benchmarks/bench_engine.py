@@ -8,11 +8,14 @@ Not a test: it prints figures.  Two workloads, each with the fabric's trace off 
                     signalled: 8 x 16 = 128 PSNs, rxe's window), then its completion polled.
 
 With the trace off the fabric lets the engine move a message's packets as one burst object
-(``Fabric(bursts=True)``, the default) and carries plain ACKs on its ACK lane, as fields without a
-packet object (``Fabric.send_ack``); with the trace on, each packet is traced, carried and
+(``Fabric(bursts=True)``, the default), delivers what one instant puts on a link as one train (so
+the responder sends one coalesced ACK for the window's messages instead of one for each) and
+carries plain ACKs on its ACK lane, as fields without a packet object (``Fabric.send_ack``); with
+the trace on, each packet is traced, carried and
 received on its own, since the trace shows each (the fabric builds a packet object for it only
 when the responder's fast path does not take it).  A third row, ``WRITE 64 KiB`` with
-``bursts=False`` and the trace off, is one packet object per packet without the trace events.
+``bursts=False`` and the trace off, is one packet object and one arrival per packet without the
+trace events.
 
 Work requests are built once and posted again and again (as perftest does), through the
 pyverbs-shaped API (``QP.post_send``/``post_recv``, ``CQ.poll``), so the figure is what the

@@ -55,6 +55,22 @@ class Faults:
 @dataclass
 class Link:
     busy_until: int = 0
+    #: the train still open on this link: the packets put on it in one instant with the trace off
+    #: (see ``Fabric._carry``); None once anything else is put on the link or the train has arrived
+    train: _Train | None = None
+
+
+class _Train:
+    """Packets put on one link in one instant, arriving together when the last of them would."""
+
+    __slots__ = ("link", "dst", "pkts", "sent_ns", "at")
+
+    def __init__(self, link: Link, dst: SoftDevice, pkt: Pkt, sent_ns: int, at: int) -> None:
+        self.link = link
+        self.dst = dst
+        self.pkts = [pkt]
+        self.sent_ns = sent_ns
+        self.at = at
 
 
 class PcapTap:
@@ -99,7 +115,9 @@ class Fabric:
     every packet then really crosses as a frame).  ``trace=False`` skips the trace.  With
     ``bursts`` (the default) and nothing observing the bytes (no tap or fault), the engine may move
     a run of consecutive packets of one message as one burst object (see
-    :mod:`rdmalab.verbs.engine.packet`); ``bursts=False`` forces one object per packet.
+    :mod:`rdmalab.verbs.engine.packet`) and, while the trace is off, what one instant puts on a
+    link arrives as one *train*, when its last packet would (so ACKs coalesce as they do for a
+    burst); ``bursts=False`` forces one object and one arrival per packet.
     """
 
     def __init__(self, *, seed: int = 0, mtu: int = 4096, latency_ns: int = 1000, bandwidth_gbps: float = 100.0,
@@ -327,6 +345,20 @@ class Fabric:
         arrival = link.busy_until + self.latency_ns
         faults = self.faults(src.name, dst.name) if self._faults else None
         if faults is None:
+            if self.burst_ok and not self.tracing:
+                # A train: what one instant puts on a link arrives as one event, when its last packet
+                # would (as a burst does for the packets of one message), so the responder coalesces
+                # the ACKs its packets ask for.  Anything else put on the link closes the train.
+                train = link.train
+                if train is not None and train.sent_ns == now:
+                    train.pkts.append(pkt)
+                    train.at = arrival
+                    return
+                train = link.train = _Train(link, dst, pkt, now, arrival)
+                self._seq += 1
+                heapq.heappush(self._events, (arrival, self._seq, self._arrive, train))
+                return
+            link.train = None
             self._seq += 1
             if self.frames:
                 deliver: Callable[[Any], None] = partial(dst.receive_frame, packet_id=pkt.id)
@@ -334,8 +366,22 @@ class Fabric:
             else:
                 heapq.heappush(self._events, (arrival, self._seq, dst.receive, pkt))
             return
+        link.train = None
         for p in pkt.expand():
             self._faulty(dst, p, faults, arrival, tx)
+
+    def _arrive(self, train: _Train) -> None:
+        """A train's first packet is due: if more packets joined it, it comes again when the last is;
+        otherwise its packets are received, in the order they were sent."""
+        if train.at > self.now_ns:
+            self._seq += 1
+            heapq.heappush(self._events, (train.at, self._seq, self._arrive, train))
+            return
+        if train.link.train is train:
+            train.link.train = None
+        receive = train.dst.receive
+        for p in train.pkts:
+            receive(p)
 
     def send_ack(self, src: Station, fields: tuple[int, ...]) -> bool:
         """The ACK lane (``SoftDevice.ack_lane``): a plain ACK given as fields, carried as :meth:`send`
@@ -354,6 +400,7 @@ class Fabric:
         now = self.now_ns
         start = link.busy_until if link.busy_until > now else now
         link.busy_until = start + int(_ACK_WIRE * 8 / self.bandwidth_gbps)
+        link.train = None  # (a packet put on the link after this ACK must not arrive before it)
         self._seq += 1
         heapq.heappush(self._events, (link.busy_until + self.latency_ns, self._seq, dst.receive_ack, fields))
         return True
@@ -383,6 +430,7 @@ class Fabric:
         # which answers it with a CNP)
         seg = {c: burst.ecn != 3 and c in SEGMENT for c in (first_code, middle, last_code)}
         busy, seq = link.busy_until, self._seq
+        link.train = None
         for i in range(n):
             code = first_code if i == 0 else last_code if i == last else middle
             piece = data[i * mtu:(i + 1) * mtu]
