@@ -11,9 +11,9 @@ With the trace off the fabric lets the engine move a message's packets as one bu
 (``Fabric(bursts=True)``, the default), delivers what one instant puts on a link as one train (so
 the responder sends one coalesced ACK for the window's messages instead of one for each) and
 carries plain ACKs on its ACK lane, as fields without a packet object (``Fabric.send_ack``); with
-the trace on, each packet is traced, carried and
-received on its own, since the trace shows each (the fabric builds a packet object for it only
-when the responder's fast path does not take it).  A third row, ``WRITE 64 KiB`` with
+the trace on, each packet is traced, carried and received on its own, since the trace shows each
+(the fabric builds a packet object for it only when the responder's fast path does not take it;
+plain ACKs still take the lane, which records their events).  A third row, ``WRITE 64 KiB`` with
 ``bursts=False`` and the trace off, is one packet object and one arrival per packet without the
 trace events.
 

@@ -386,13 +386,20 @@ class Fabric:
     def send_ack(self, src: Station, fields: tuple[int, ...]) -> bool:
         """The ACK lane (``SoftDevice.ack_lane``): a plain ACK given as fields, carried as :meth:`send`
         and :meth:`_carry` would carry its packet, without building one.  Only while nothing observes
-        packets (``burst_ok``: no tap, frame or fault) and the trace is off; False otherwise."""
-        if self.tracing or not self.burst_ok:
+        the packet's bytes (``burst_ok``: no tap, frame or fault); False otherwise.  While tracing,
+        the lane records the "sent" event :meth:`_observe` would and adds its packet id to the fields
+        (the receiver builds the packet with that id, see ``SoftDevice.receive_ack``)."""
+        if not self.burst_ok:
             return False
         dst = self._by_gid.get(fields[4])
         if dst is None:
             return False
         self.stats["sent"] += 1
+        if self.tracing:
+            pid = next_id()
+            self.record(TraceEvent(self.now_ns, src.name, fields[8], "sent", fields[1], ACK_OPCODE,
+                                   {"packet_id": pid, "dqpn": fields[0], "len": 0, "ackreq": 0}, None))
+            fields += (pid,)
         key = (src.name, dst.name)
         link = self._links.get(key)
         if link is None:
@@ -429,23 +436,33 @@ class Fabric:
         # which of its opcodes the responder's fast path may take (a CE mark takes the full path,
         # which answers it with a CNP)
         seg = {c: burst.ecn != 3 and c in SEGMENT for c in (first_code, middle, last_code)}
-        busy, seq = link.busy_until, self._seq
+        # _carry, spelled out for each packet: serialised behind what the link has queued (the first
+        # waits for the link; each one after it, for the one before)
+        busy, seq = max(link.busy_until, now), self._seq
         link.train = None
+        # a MIDDLE packet is full (the path MTU), has no RETH, and takes its AckReq from ``acks``
+        mid_tx = int((overhead[middle] + mtu + (-mtu & 3)) * 8 / rate)
+        mid_fast = seg[middle]
         for i in range(n):
-            code = first_code if i == 0 else last_code if i == last else middle
-            piece = data[i * mtu:(i + 1) * mtu]
-            length = len(piece)
+            if i == 0 or i == last:
+                code = first_code if i == 0 else last_code
+                piece = data[i * mtu:(i + 1) * mtu]
+                length = len(piece)
+                ackreq = burst.ackreq if i == last else 1 if i in acks else 0
+                tx = int((overhead[code] + length + (-length & 3)) * 8 / rate)
+                fast = seg[code]
+                fields = (reth.va, reth.r_key, reth.dma_length) if i == 0 and reth is not None else None
+            else:
+                code, length, tx, fast, fields = middle, mtu, mid_tx, mid_fast, None
+                piece = data[i * mtu:i * mtu + mtu]
+                ackreq = 1 if i in acks else 0
             psn = (psn0 + i) & PSN_MASK
-            ackreq = burst.ackreq if i == last else 1 if i in acks else 0
             pid = next_id()
             record(TraceEvent(now, name, qpn, "sent", psn, code,
                               {"packet_id": pid, "dqpn": dqpn, "len": length, "ackreq": ackreq}, None))
-            # _carry, spelled out for one packet: serialised behind what the link has queued
-            busy = (busy if busy > now else now) + int((overhead[code] + length + (-length & 3)) * 8 / rate)
+            busy += tx
             seq += 1
-            push(events, (busy + latency, seq, part,
-                          (dst, burst, i, pid, seg[code], code, psn, ackreq, piece,
-                           (reth.va, reth.r_key, reth.dma_length) if i == 0 and reth is not None else None)))
+            push(events, (busy + latency, seq, part, (dst, burst, i, pid, fast, code, psn, ackreq, piece, fields)))
         link.busy_until, self._seq = busy, seq
 
     def _part(self, arg: tuple[Any, ...]) -> None:

@@ -143,7 +143,8 @@ class Station(Protocol):
         checked by the carrier; False, with nothing changed, if it needs the full path (``receive``)."""
 
     def receive_ack(self, fields: tuple[int, ...]) -> None:
-        """A plain ACK (AETH syndrome ACK) as the fields a carrier's ACK lane carried (``send_ack``):
+        """A plain ACK (AETH syndrome ACK) as the fields a carrier's ACK lane carried (``send_ack``;
+        a tenth field, when the carrier traced the sending, is the packet id of its "sent" event):
         taken by the completer's fast path, or built into a ``Pkt`` and received as any packet."""
 
     def flush(self) -> None:

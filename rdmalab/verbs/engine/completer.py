@@ -20,10 +20,11 @@ import sys
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import requester
 from rdmalab.verbs.engine.memory import scatter
-from rdmalab.verbs.engine.packet import INFO, PSN_HALF, PSN_MASK, Pkt, psn_add, psn_diff
+from rdmalab.verbs.engine.packet import ACK_OPCODE, INFO, PSN_HALF, PSN_MASK, Pkt, psn_add, psn_diff
 from rdmalab.verbs.engine.qpcore import QPCore
 from rdmalab.verbs.engine.wqe import ATOMICS, READ_ATOMIC
 from rdmalab.wire.ib import (
+    AETH,
     AETH_ACK,
     AETH_NAK,
     AETH_RNR_NAK,
@@ -41,6 +42,7 @@ _NAK_STATUS = {NAK_INVALID_REQUEST: e.IBV_WC_REM_INV_REQ_ERR, NAK_REMOTE_ACCESS_
 # (``Op.SEND``) goes through the enum metaclass and costs 0.4-0.8 us, a module global a few ns
 _ACKNOWLEDGE, _READ_RESPONSE, _ATOMIC_ACKNOWLEDGE = Op.ACKNOWLEDGE, Op.RDMA_READ_RESPONSE, Op.ATOMIC_ACKNOWLEDGE
 _LAST_OR_ONLY = (Pos.LAST, Pos.ONLY)
+_ACK_SYNDROME = AETH.ack(0).syndrome_text()  # a plain ACK's (packet.ack_packet), whatever its MSN
 
 
 def on_response(qp: QPCore, pkt: Pkt) -> None:
@@ -57,12 +59,19 @@ def on_response(qp: QPCore, pkt: Pkt) -> None:
     _after(qp)  # (which does nothing if the QP left the ready states)
 
 
+def takes_acks(qp: QPCore) -> bool:
+    """Whether :func:`ack` would take an ACK now (an RC QP in a state whose completer runs)."""
+    return qp.qp_state in _READY and qp.qp_type == e.IBV_QPT_RC
+
+
 def ack(qp: QPCore, psn: int) -> bool:
     """The fast path for an ACK (AETH syndrome ACK) that arrived without a :class:`Pkt`
-    (``SoftDevice.receive_ack``): what :func:`on_response` does with it.  False, with nothing changed,
-    while tracing (the trace has an "acked" event for it) or when the QP is not ready to take it."""
-    if qp.qp_state not in _READY or qp.qp_type != e.IBV_QPT_RC or qp.dev.carrier.tracing:
+    (``SoftDevice.receive_ack``): what :func:`on_response` does with it, the "acked" event included
+    while tracing.  False, with nothing changed, when the QP is not ready to take it."""
+    if qp.qp_state not in _READY or qp.qp_type != e.IBV_QPT_RC:
         return False
+    if qp.dev.carrier.tracing:  # what _one records
+        qp.dev.trace(qp.qp_num, "acked", psn, ACK_OPCODE, syndrome=_ACK_SYNDROME)
     # _one for an ACK: neither a ghost (a PSN never sent) nor behind the oldest unacknowledged PSN
     if (psn - qp.req.psn) & PSN_MASK >= PSN_HALF and (psn - qp.comp.psn) & PSN_MASK < PSN_HALF:
         _complete_through(qp, psn)

@@ -21,7 +21,7 @@ from typing import Any
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import cnp
 from rdmalab.verbs.engine.carrier import Carrier, Datagram, Scheduler, TimerHandle
-from rdmalab.verbs.engine.packet import INFO, MCAST_QPN, Pkt, ack_packet, from_datagram, from_frame
+from rdmalab.verbs.engine.packet import ACK_OPCODE, INFO, MCAST_QPN, Pkt, ack_packet, from_datagram, from_frame
 from rdmalab.verbs.engine.trace import TraceEvent
 from rdmalab.wire.opcodes import CNP_OPCODE, Transport
 
@@ -58,7 +58,7 @@ class SoftDevice:
         self.held_acks: set[Any] = set() if shared is None else shared
         #: the carrier's lane for plain ACKs, if it has one: ``send_ack(station, fields)`` carries an ACK
         #: given as ``(dqpn, psn, msn, sgid, dgid, sport, smac, dmac, sqpn)`` without a Pkt and returns True,
-        #: or returns False (lane closed: tracing, a tap, a fault...) and the responder sends a Pkt
+        #: or returns False (lane closed: a tap, a fault, frames...) and the responder sends a Pkt
         self.ack_lane: Callable[[Any, tuple[int, ...]], bool] | None = getattr(carrier, "send_ack", None)
         #: where QP numbers come from when other processes share the device (else 0x11, 0x12, ...)
         self.qpn_source: Callable[[], int] | None = None
@@ -205,16 +205,32 @@ class SoftDevice:
 
     def receive_ack(self, fields: tuple[int, ...]) -> None:
         """A plain ACK (AETH syndrome ACK) that a carrier's ACK lane (:attr:`ack_lane`) carried as its
-        fields ``(dqpn, psn, msn, sgid, dgid, sport, smac, dmac, sqpn)``.  The fast path does what
+        fields ``(dqpn, psn, msn, sgid, dgid, sport, smac, dmac, sqpn)`` and, when the carrier traced
+        its sending, a tenth: the packet id of its "sent" event.  The fast path does what
         :meth:`receive` would do with it when every check passes and the completer takes it
-        (``QPCore.ack``; not while tracing); anything else is built into its :class:`Pkt` and
+        (``QPCore.ack``), the "received" event included while tracing (only for an ACK traced when
+        it was sent); anything else is built into its :class:`Pkt` (with that packet id) and
         received as any packet."""
         dqpn, psn, _, sgid, dgid = fields[:5]
         qp = self.qps.get(dqpn)
-        if qp is not None and dgid == qp.sgid and sgid == qp.dgid and dgid in self.gids and qp.ack(psn):
-            self.counters["rcvd_pkts"] += 1
+        if qp is not None and dgid == qp.sgid and sgid == qp.dgid and dgid in self.gids:
+            carrier = self.carrier
+            if not carrier.tracing:
+                if qp.ack(psn):
+                    self.counters["rcvd_pkts"] += 1
+                    return
+            elif len(fields) == 10 and qp.takes_acks():
+                self.counters["rcvd_pkts"] += 1
+                carrier.record(TraceEvent(carrier.now_ns, self.name, qp.qp_num, "received", psn, ACK_OPCODE,
+                                          {"packet_id": fields[9], "len": 0}))
+                qp.ack(psn)
+                return
+        if len(fields) == 9:
+            self.receive(ack_packet(fields))
             return
-        self.receive(ack_packet(fields))
+        pkt = ack_packet(fields[:9])
+        pkt.id = fields[9]
+        self.receive(pkt)
 
     def attach_mcast(self, mgid: int, qp: Any) -> None:
         """``ibv_attach_mcast``: UD packets to QP 0xFFFFFF and ``mgid`` reach ``qp`` (each attached QP

@@ -285,6 +285,10 @@ class QPCore:
         """The completer's fast path for a plain ACK (``SoftQP`` runs it); False: take the full path."""
         return False
 
+    def takes_acks(self) -> bool:
+        """Whether :meth:`ack` would take a plain ACK now (``SoftQP`` asks the completer)."""
+        return False
+
     def close(self) -> None:
         self.gen += 1
         self.dev.qps.pop(self.qp_num, None)

@@ -27,6 +27,7 @@ class SoftQP(QPCore):
     on_request = responder.on_request  # a request packet arrived (from SoftDevice.receive)
     on_response = completer.on_response  # an ACK, NAK or response arrived
     ack = completer.ack  # the completer's fast path for a plain ACK (SoftDevice.receive_ack)
+    takes_acks = completer.takes_acks  # whether it would take one now
     flush_ack = responder.flush_ack  # end of the time step: send the ACK held back
     # the responder's fast path for one in-sequence WRITE/SEND packet (SoftDevice.receive_segment)
     segment = responder.segment
