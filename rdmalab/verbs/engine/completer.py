@@ -68,7 +68,7 @@ def ack(qp: QPCore, psn: int) -> bool:
     """The fast path for an ACK (AETH syndrome ACK) that arrived without a :class:`Pkt`
     (``SoftDevice.receive_ack``): what :func:`on_response` does with it, the "acked" event included
     while tracing.  False, with nothing changed, when the QP is not ready to take it."""
-    if qp.qp_state not in _READY or qp.qp_type != e.IBV_QPT_RC:
+    if not takes_acks(qp):
         return False
     if qp.dev.carrier.tracing:  # what _one records
         qp.dev.trace(qp.qp_num, "acked", psn, ACK_OPCODE, syndrome=_ACK_SYNDROME)

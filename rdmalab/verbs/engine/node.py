@@ -225,11 +225,9 @@ class SoftDevice:
                                           {"packet_id": fields[9], "len": 0}))
                 qp.ack(psn)
                 return
-        if len(fields) == 9:
-            self.receive(ack_packet(fields))
-            return
         pkt = ack_packet(fields[:9])
-        pkt.id = fields[9]
+        if len(fields) > 9:
+            pkt.id = fields[9]  # the id of its "sent" event
         self.receive(pkt)
 
     def attach_mcast(self, mgid: int, qp: Any) -> None:
