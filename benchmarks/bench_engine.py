@@ -164,13 +164,10 @@ def worker(scale: float, floor: bool = False) -> None:
     out[f"{SINGLES[0]}|singles"] = min(run_write(n, False, False) for _ in range(3))
     if floor:
         for name, _, n_on in WORKLOADS:
+            fn = run_send if name.startswith("SEND") else run_write
             n = max(8, int(n_on * scale))
-            if name.startswith("SEND"):
-                run_send(max(8, n // 10), True, keep=False)
-                out[f"{name}|floor"] = min(run_send(n, True, keep=False) for _ in range(3))
-            else:
-                run_write(max(8, n // 10), True, keep=False)
-                out[f"{name}|floor"] = min(run_write(n, True, keep=False) for _ in range(3))
+            fn(max(8, n // 10), True, keep=False)
+            out[f"{name}|floor"] = min(fn(n, True, keep=False) for _ in range(3))
     print(json.dumps(out))
 
 
