@@ -196,7 +196,8 @@ class SoftDevice:
         ``(va, r_key, dma_length)``.  It does what :meth:`receive` would do when the packet is the
         next one expected and every check passes; otherwise it changes nothing and returns False,
         and the carrier hands the packet to :meth:`receive` (which NAKs, drops or traces it).
-        Not while tracing: the trace has an event for every packet received, :meth:`receive` makes it."""
+        It records no trace event: a carrier that calls it while tracing records the "received" event
+        that :meth:`receive` would have (the simulated fabric's ``Fabric._part`` does)."""
         qp = self.qps.get(destqp)
         if qp is None or not qp.segment(code, psn, ackreq, src_gid, dst_gid, data, reth):
             return False
