@@ -358,11 +358,12 @@ def _session(opts: PerftestOptions, out: IO[str], chan: Any, fab: Any, client: b
     def pump() -> None:
         fab.step(0.005)
 
-    def handshake() -> PerfDest:
+    def handshake(last: bool = False) -> PerfDest:
         # The engine keeps answering the peer while we wait for its next record.
         chan.pump = pump
         try:
             if cm:
+                chan.last = last  # ctx_close_connection's: the peer disconnects once it has ours
                 return decode_dest(chan.exchange(encode_dest(me), DEST.size, client, "its key record"))
             return PerfDest.decode(chan.exchange(me.encode(), PERF_RECORD, client, "its key record"))
         finally:
@@ -461,7 +462,7 @@ def _session(opts: PerftestOptions, out: IO[str], chan: Any, fab: Any, client: b
             rr = BwReport(size, iters, peak, avg, rate)
             res.remote_reports.append(rr)
             out.write(report_line(rr, opts.report_gbits))
-        handshake()  # ctx_close_connection
+        handshake(last=True)  # ctx_close_connection
         if not cm:
             chan.send(b"done\0")
         if verb != "send":
@@ -486,7 +487,7 @@ def _session(opts: PerftestOptions, out: IO[str], chan: Any, fab: Any, client: b
         for x in (struct.pack(">Q", last.size), struct.pack(">Q", last.iters), struct.pack(">d", last.bw_peak),
                   struct.pack(">d", last.bw_avg), struct.pack(">d", last.msg_rate)):
             chan.exchange(x, 8, True, "its report")
-    handshake()  # ctx_close_connection
+    handshake(last=True)  # ctx_close_connection
     if not cm:
         chan.send(b"done\0")
     out.flush()
@@ -760,44 +761,67 @@ class _Control:
         self.qp = cmid.qp
         self.mr = MR(cmid.pd, 2 * DEST.size, e.IBV_ACCESS_LOCAL_WRITE)
         self.pump: Any = None  # what oob.Channel has; the waits here step the engine themselves
-        self.gone = False
+        self.gone = False  # the peer disconnected while we waited
+        self.last = False  # the exchange under way is the session's last (ctx_close_connection's)
         self._post_recv()
 
     def _post_recv(self) -> None:
         self.qp.post_recv(RecvWR(wr_id=self.RECV, num_sge=1, sg=[SGE(self.mr.buf, DEST.size, self.mr.lkey)]))
 
-    def _wait(self, wr_id: int, what: str) -> Any:
+    def _peer_left(self) -> bool:
+        """Whether the peer has disconnected either connection: the channel is the session's alone,
+        and perftest disconnects the data connection first (``destroy_ctx``), the control one at its
+        exit; a perftest client waits for the data connection's DISCONNECTED before it exits."""
+        ch = self.cmid._channel
+        return ch is not None and any(ev.kind == EV.RDMA_CM_EVENT_DISCONNECTED for ev in ch.queue)
+
+    def _await(self, send: str | None, recv: str | None) -> Any:
+        """Until our SEND has completed (``send``: what we are doing, in words) and the peer's next
+        message has come (``recv``, likewise; its completion returned).  A peer that disconnects
+        meanwhile ends the wait with an error, except where only the ACK of our SEND is missing and
+        the peer surely had the SEND: its answer came (it answers only what it has received), or ours
+        was the session's last message (perftest goes on to ``destroy_ctx`` once it has it, after
+        ``ctx_close_connection``).  That ACK was lost; waiting on would only meet the peer's
+        timeouts (its DREQ unanswered) or its exit."""
         start = time.monotonic()
-        cq = self.rcq if wr_id == self.RECV else self.scq
+        got = None
         while True:
-            n, wcs = cq.poll(1)
-            if n:
+            for doing, cq, wr_id in ((send, self.scq, self.SEND), (recv, self.rcq, self.RECV)):
+                if doing is None:
+                    continue
+                n, wcs = cq.poll(1)
+                if not n:
+                    continue
                 wc = wcs[0]
                 if wc.status != e.IBV_WC_SUCCESS:
-                    raise PerftestError(f"the control connection failed while {what}: completion status {wc.status} "
-                                        f"({e.ibv_wc_status_str(wc.status)})")
+                    raise PerftestError(f"the control connection failed while {doing}: completion status "
+                                        f"{wc.status} ({e.ibv_wc_status_str(wc.status)})")
                 if wc.wr_id != wr_id:
                     raise PerftestError(f"the control connection: a completion of work request {wc.wr_id} came "
-                                        f"while {what}")
-                return wc
-            ch = self.cmid._channel
-            if ch is not None and any(ev.kind == EV.RDMA_CM_EVENT_DISCONNECTED and _is(ev.cmid, self.cmid)
-                                      for ev in ch.queue):
+                                        f"while {doing}")
+                if wr_id == self.SEND:
+                    send = None
+                else:
+                    recv, got = None, wc
+            if send is None and recv is None:
+                return got
+            doing = send or recv
+            if self._peer_left():
+                if recv is None and (got is not None or self.last):
+                    return got
                 self.gone = True
-                raise PerftestError(f"the peer disconnected the control connection while {what}")
+                raise PerftestError(f"the peer disconnected the control connection while {doing}")
             if time.monotonic() - start > self.timeout:
-                raise PerftestError(f"nothing came on the control connection for {self.timeout:.0f} s while {what}")
+                raise PerftestError(f"nothing came on the control connection for {self.timeout:.0f} s while {doing}")
             self.fab.step(0.01)
 
-    def send(self, data: bytes, what: str = "sending") -> None:
+    def _post_send(self, data: bytes) -> None:
         self.mr.write(data, len(data), DEST.size)
         self.qp.post_send(SendWR(wr_id=self.SEND, opcode=e.IBV_WR_SEND, num_sge=1,
                                  sg=[SGE(self.mr.buf + DEST.size, len(data), self.mr.lkey)],
                                  send_flags=e.IBV_SEND_SIGNALED))
-        self._wait(self.SEND, what)
 
-    def recv(self, size: int, what: str) -> bytes:
-        wc = self._wait(self.RECV, f"waiting for {what}")
+    def _take(self, wc: Any, size: int, what: str) -> bytes:
         if wc.byte_len != size:
             raise PerftestError(f"the peer sent {wc.byte_len} bytes where perftest's exchange has {what} "
                                 f"({size} bytes): is it perftest 4.5 with -R, and the same test?")
@@ -808,10 +832,11 @@ class _Control:
     def exchange(self, mine: bytes, size: int, client: bool, what: str) -> bytes:
         """ctx_xchg_data_rdma: the client sends first, the server receives first."""
         if client:
-            self.send(mine, f"sending ours for {what}")
-            return self.recv(size, what)
-        got = self.recv(size, what)
-        self.send(mine, f"answering {what}")
+            self._post_send(mine)
+            return self._take(self._await(f"sending ours for {what}", f"waiting for {what}"), size, what)
+        got = self._take(self._await(None, f"waiting for {what}"), size, what)
+        self._post_send(mine)
+        self._await(f"answering {what}", None)
         return got
 
     def close(self) -> None:
@@ -951,8 +976,11 @@ def _run_cm(opts: PerftestOptions, out: IO[str], client: bool, sizes: list[int])
             credits = _Credits(did.pd, opts.rx_depth, opts.tx_depth)
             me.rkey, me.vaddr = credits.mr.rkey, credits.addr
         mtu_bytes = 128 << curr
-        return _session(opts, out, ctrl, fab, client, sizes, mtu_bytes, qp, cq, mr, bufsize, me, None,
-                        iwarp=iwarp, credits=credits)
+        res = _session(opts, out, ctrl, fab, client, sizes, mtu_bytes, qp, cq, mr, bufsize, me, None,
+                       iwarp=iwarp, credits=credits)
+        if not iwarp:  # iWARP's TCP carries the last ACKs itself
+            _linger(ch, ids, ctrl, fab, opts.timeout)
+        return res
     finally:
         _disconnect(ch, ids, fab, min(opts.timeout, 5.0))
         if listener is not None:
@@ -1008,6 +1036,23 @@ def _connect_data(ch: CMEventChannel, opts: PerftestOptions, sizes: list[int], p
             cid.close()
             time.sleep(0.1)
     raise AssertionError("unreachable")
+
+
+def _linger(ch: CMEventChannel, ids: list[CMID], ctrl: _Control, fab: Any, timeout: float) -> None:
+    """After the last exchange, before our own ``rdma_disconnect``: wait for the peer's DREQ, the engine
+    answering meanwhile, for up to one and a half of the control QP's retransmission periods
+    (4.096 us x 2^timeout, IBA 9.7.6.1.3; 2.1 s for the local ACK timeout 19 that rdma_cm puts in
+    the REQ).  The ACK of the peer's last SEND may have been lost; perftest disconnects as soon as
+    that SEND completes (``destroy_ctx``), so the peer sends its DREQ at once when the ACK arrived,
+    and retransmits the SEND when it did not.  Disconnecting first would move our QP to ERR
+    (``rdma_disconnect``) and leave that retransmission unanswered: the peer's SEND would end in a
+    retry error."""
+    period = 4.096e-6 * (1 << ctrl.qp.query()[0].timeout)
+    end = time.monotonic() + min(1.5 * period, timeout)
+    while time.monotonic() < end:
+        if any(ev.kind == EV.RDMA_CM_EVENT_DISCONNECTED and any(_is(ev.cmid, c) for c in ids) for ev in ch.queue):
+            return
+        fab.step(0.01)
 
 
 def _disconnect(ch: CMEventChannel, ids: list[CMID], fab: Any, wait: float) -> None:

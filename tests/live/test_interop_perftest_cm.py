@@ -10,7 +10,8 @@ namespace ``peer`` on veth1 (10.0.0.2).  For each of ``write``, ``read``, ``send
 
 Checked: every program's exit status 0 and perftest's report line (size, iterations, figures) on both
 sides (a stock program's figures only when its clock calibration worked: see ``_check_pair``); the capture holds two rdma_cm connections per run (REQ, REP, RTU each) to port 18515 and the
-DREQ/DREP of both at the end.  Then ``write`` in both roles again under 2 % netem loss on both veths.
+DREQ/DREP of both at the end.  Then ``write`` in both roles again under 2 % netem loss on both veths,
+and once more with every ACK that rxe0 sends for the control QP's last message dropped (a u32 filter).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ pytestmark = pytest.mark.live
 ROOT = Path(__file__).resolve().parents[2]
 VERBS = ("write", "read", "send", "atomic")
 ITERS, LOSS_ITERS = 20, 50
+# -n 5: the data QPs' MSNs stay below 16, so only the control QP's ACKs of the last exchange carry MSN 16
+LASTACK_ITERS = 5
 
 GUEST = r"""
 OUT="$RDMALAB_JOB"; PY="$RDMALAB_PYTHON"
@@ -67,6 +70,13 @@ tc qdisc add dev $RXE0_NETDEV root netem loss 2%
 ip netns exec $PEER_NS tc qdisc add dev $PEER_NETDEV root netem loss 2%
 pair loss write LOSS_ITERS
 tc qdisc del dev $RXE0_NETDEV root; ip netns exec $PEER_NS tc qdisc del dev $PEER_NETDEV root
+log "the ACKs rxe0 sends for the 16th control message dropped (u32: BTH opcode 0x11, AETH MSN 16)"
+tc qdisc add dev $RXE0_NETDEV clsact
+tc filter add dev $RXE0_NETDEV egress protocol ip u32 match ip protocol 17 0xff match ip dport 4791 0xffff \
+  match u8 0x11 0xff at 28 match u32 0x00000010 0x00ffffff at 40 action drop
+pair lastack write LASTACK_ITERS
+tc -s filter show dev $RXE0_NETDEV egress > "$OUT/lastack.filter" 2>&1
+tc qdisc del dev $RXE0_NETDEV clsact
 echo done > "$OUT/DONE"
 """
 
@@ -77,7 +87,7 @@ def perftest_cm_job(lab_vm: object) -> Iterator[Path]:
         pytest.skip("tcpdump is not installed")
     script = (f"ROOT={shlex.quote(str(ROOT))}\n"
               + GUEST.replace("in VERBS;", f"in {' '.join(VERBS)};").replace("$v ITERS;", f"$v {ITERS};")
-              .replace("write LOSS_ITERS", f"write {LOSS_ITERS}"))
+              .replace("write LOSS_ITERS", f"write {LOSS_ITERS}").replace("LASTACK_ITERS", str(LASTACK_ITERS)))
     r = lab_vm.run(script, timeout=1500, capture=False, name="perftest -R interop")  # type: ignore[attr-defined]
     out = r.job_dir
     assert out is not None
@@ -144,6 +154,19 @@ def test_perftest_rdma_cm_both_roles_against_the_stock_program(perftest_cm_job: 
 
 def test_perftest_rdma_cm_write_both_roles_under_two_percent_loss(perftest_cm_job: Path) -> None:
     _check_pair(perftest_cm_job, "loss", "write", LOSS_ITERS)
+
+
+def test_perftest_rdma_cm_write_both_roles_when_the_last_exchange_loses_rxes_acks(perftest_cm_job: Path) -> None:
+    # ib_write_bw -R's control QP carries 16 messages each way (captures/rxe_write_bw_cm.pcap); the
+    # 16th is ctx_close_connection's record, after which perftest disconnects.  rxe0's ACK with MSN 16
+    # is dropped every time it is sent: as server, the stock program's ACK of our last record, so
+    # our SEND never completes (its answer came, and the server disconnects); as client, its ACK of
+    # our answer, the session's last message (the client disconnects as soon as it has it).  Both
+    # ends are the normal end of the session for rdmalab, which must not report a failure.
+    _check_pair(perftest_cm_job, "lastack", "write", LASTACK_ITERS)
+    stats = _read(perftest_cm_job, "lastack.filter")
+    dropped = [int(n) for n in re.findall(r"dropped (\d+)", stats)]
+    assert dropped and sum(dropped) >= 2, f"the u32 filter dropped no ACK (one per role expected):\n{stats}"
 
 
 def test_each_run_makes_two_connections_to_18515_and_disconnects_both(perftest_cm_job: Path) -> None:
