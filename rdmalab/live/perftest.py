@@ -1040,19 +1040,27 @@ def _connect_data(ch: CMEventChannel, opts: PerftestOptions, sizes: list[int], p
 
 def _linger(ch: CMEventChannel, ids: list[CMID], ctrl: _Control, fab: Any, timeout: float) -> None:
     """After the last exchange, before our own ``rdma_disconnect``: wait for the peer's DREQ, the engine
-    answering meanwhile, for up to one and a half of the control QP's retransmission periods
+    answering meanwhile, until one and a half of the control QP's retransmission periods
     (4.096 us x 2^timeout, IBA 9.7.6.1.3; 2.1 s for the local ACK timeout 19 that rdma_cm puts in
-    the REQ).  The ACK of the peer's last SEND may have been lost; perftest disconnects as soon as
-    that SEND completes (``destroy_ctx``), so the peer sends its DREQ at once when the ACK arrived,
-    and retransmits the SEND when it did not.  Disconnecting first would move our QP to ERR
-    (``rdma_disconnect``) and leave that retransmission unanswered: the peer's SEND would end in a
-    retry error."""
+    the REQ) have passed without a duplicate request from the peer, ``timeout`` at most.  The ACK of
+    the peer's last SEND may have been lost; perftest disconnects as soon as that SEND completes
+    (``destroy_ctx``), so the peer sends its DREQ at once when the ACK arrived, and retransmits the
+    SEND when it did not (again if the ACK of the retransmission is lost too).  Disconnecting first
+    would move our QP to ERR (``rdma_disconnect``) and leave the retransmission unanswered: rxe
+    retries a SEND with retry count 7 for ever, so the peer would never end."""
     period = 4.096e-6 * (1 << ctrl.qp.query()[0].timeout)
-    end = time.monotonic() + min(1.5 * period, timeout)
-    while time.monotonic() < end:
+    counters = ctrl.cmid.device.counters if ctrl.cmid.device is not None else {}
+    dups = counters.get("duplicate_request", 0)
+    now = time.monotonic()
+    quiet, hard = now + 1.5 * period, now + timeout
+    while now < min(quiet, hard):
         if any(ev.kind == EV.RDMA_CM_EVENT_DISCONNECTED and any(_is(ev.cmid, c) for c in ids) for ev in ch.queue):
             return
         fab.step(0.01)
+        now = time.monotonic()
+        if counters.get("duplicate_request", 0) != dups:  # the peer is still retransmitting: answered, wait on
+            dups = counters.get("duplicate_request", 0)
+            quiet = now + 1.5 * period
 
 
 def _disconnect(ch: CMEventChannel, ids: list[CMID], fab: Any, wait: float) -> None:

@@ -11,7 +11,8 @@ namespace ``peer`` on veth1 (10.0.0.2).  For each of ``write``, ``read``, ``send
 Checked: every program's exit status 0 and perftest's report line (size, iterations, figures) on both
 sides (a stock program's figures only when its clock calibration worked: see ``_check_pair``); the capture holds two rdma_cm connections per run (REQ, REP, RTU each) to port 18515 and the
 DREQ/DREP of both at the end.  Then ``write`` in both roles again under 2 % netem loss on both veths,
-and once more with every ACK that rxe0 sends for the control QP's last message dropped (a u32 filter).
+once more with every ACK that rxe0 sends for the control QP's last message dropped (a u32 filter), and
+once more with the first such ACK of the engine dropped (u32 and a policer).
 """
 
 from __future__ import annotations
@@ -77,6 +78,14 @@ tc filter add dev $RXE0_NETDEV egress protocol ip u32 match ip protocol 17 0xff 
 pair lastack write LASTACK_ITERS
 tc -s filter show dev $RXE0_NETDEV egress > "$OUT/lastack.filter" 2>&1
 tc qdisc del dev $RXE0_NETDEV clsact
+log "the first ACK the engine sends with MSN 16 dropped (u32, and a policer that lets one in 7 s through)"
+$NS tc qdisc add dev $PEER_NETDEV clsact
+$NS tc filter add dev $PEER_NETDEV egress protocol ip u32 match ip protocol 17 0xff match ip dport 4791 0xffff \
+  match u8 0x11 0xff at 28 match u32 0x00000010 0x00ffffff at 40 \
+  action police rate 64bit burst 72 conform-exceed pass/drop
+pair firstack write LASTACK_ITERS
+$NS tc -s filter show dev $PEER_NETDEV egress > "$OUT/firstack.filter" 2>&1
+$NS tc qdisc del dev $PEER_NETDEV clsact
 echo done > "$OUT/DONE"
 """
 
@@ -167,6 +176,22 @@ def test_perftest_rdma_cm_write_both_roles_when_the_last_exchange_loses_rxes_ack
     stats = _read(perftest_cm_job, "lastack.filter")
     dropped = [int(n) for n in re.findall(r"dropped (\d+)", stats)]
     assert dropped and sum(dropped) >= 2, f"the u32 filter dropped no ACK (one per role expected):\n{stats}"
+
+
+def test_perftest_rdma_cm_write_both_roles_when_the_engines_last_ack_is_lost_once(perftest_cm_job: Path) -> None:
+    # The other direction: the engine's first ACK with MSN 16 is dropped (the policer drops what
+    # conforms, and its bucket of 72 bytes at 8 bytes/s holds one 62-byte ACK: the next one passes
+    # unless 6.5 s have gone by).  As client, that is our ACK of the stock server's closing record;
+    # as server, our ACK of the stock client's.  The stock program then resends its SEND (after
+    # rxe's retransmission timer), and only an engine still answering acknowledges it: rxe retries
+    # with retry count 7 for ever (rxe_comp.c), so the stock program would never end otherwise.
+    _check_pair(perftest_cm_job, "firstack", "write", LASTACK_ITERS)
+    stats = _read(perftest_cm_job, "firstack.filter")
+    m = re.search(r"Sent \d+ bytes (\d+) pkt \(dropped (\d+),", stats)
+    assert m, f"no statistics from the policer:\n{stats}"
+    sent, dropped = int(m.group(1)), int(m.group(2))
+    # one dropped per role, and each role's retransmission acknowledged by an ACK that passed
+    assert dropped >= 2 and sent - dropped >= 2, f"the policer dropped {dropped} of {sent} ACKs:\n{stats}"
 
 
 def test_each_run_makes_two_connections_to_18515_and_disconnects_both(perftest_cm_job: Path) -> None:
