@@ -24,7 +24,10 @@ key records as the 56-byte binary ``struct pingpong_dest`` (:data:`DEST`, big-en
 the MTU, a zeroed record, the data QP's own rdma_cm connection to the same port (out_reads/out_reads
 for read and atomic), another zeroed record; no QP is connected by hand, no "done" is written, and
 both connections end with a DREQ (``create_rdma_cm_connection``, ``rdma_write_keys``,
-``ctx_xchg_data_rdma`` in perftest_communication.c).
+``ctx_xchg_data_rdma`` in perftest_communication.c).  perftest disconnects as soon as the closing
+exchange is done on its side, so an ACK lost in it is never sent again: the engine takes the
+peer's answer, or its DREQ after our closing answer, as the end of the session, and before its own
+DREQ it answers the peer's retransmissions until they stop (``_Control._await``, :func:`_linger`).
 
 Over iWARP (``-R`` on an iWARP device: ``transport="iwarp"``, or a linked device whose transport is
 iWARP; the peer is ``ib_*_bw -R`` on kernel siw) rdma_cm connects with TCP and MPA instead of CM MADs,
@@ -810,7 +813,7 @@ class _Control:
                 if recv is None and (got is not None or self.last):
                     return got
                 self.gone = True
-                raise PerftestError(f"the peer disconnected the control connection while {doing}")
+                raise PerftestError(f"the peer disconnected (its DREQ came) while {doing}")
             if time.monotonic() - start > self.timeout:
                 raise PerftestError(f"nothing came on the control connection for {self.timeout:.0f} s while {doing}")
             self.fab.step(0.01)
