@@ -1043,9 +1043,10 @@ def _connect_data(ch: CMEventChannel, opts: PerftestOptions, sizes: list[int], p
 
 def _linger(ch: CMEventChannel, ids: list[CMID], ctrl: _Control, fab: Any, timeout: float) -> None:
     """After the last exchange, before our own ``rdma_disconnect``: wait for the peer's DREQ, the engine
-    answering meanwhile, until one and a half of the control QP's retransmission periods
-    (4.096 us x 2^timeout, IBA 9.7.6.1.3; 2.1 s for the local ACK timeout 19 that rdma_cm puts in
-    the REQ) have passed without a duplicate request from the peer, ``timeout`` at most.  The ACK of
+    answering meanwhile, until two of the control QP's retransmission periods (4.096 us x 2^timeout,
+    IBA 9.7.6.1.3; 2.1 s for the local ACK timeout 19 that rdma_cm puts in the REQ) have passed
+    without a duplicate request from the peer, ``timeout`` at most: the peer's timer, started when
+    it sent, fires within one period, and the second leaves room for a guest that runs slowly.  The ACK of
     the peer's last SEND may have been lost; perftest disconnects as soon as that SEND completes
     (``destroy_ctx``), so the peer sends its DREQ at once when the ACK arrived, and retransmits the
     SEND when it did not (again if the ACK of the retransmission is lost too).  Disconnecting first
@@ -1055,7 +1056,7 @@ def _linger(ch: CMEventChannel, ids: list[CMID], ctrl: _Control, fab: Any, timeo
     counters = ctrl.cmid.device.counters if ctrl.cmid.device is not None else {}
     dups = counters.get("duplicate_request", 0)
     now = time.monotonic()
-    quiet, hard = now + 1.5 * period, now + timeout
+    quiet, hard = now + 2 * period, now + timeout
     while now < min(quiet, hard):
         if any(ev.kind == EV.RDMA_CM_EVENT_DISCONNECTED and any(_is(ev.cmid, c) for c in ids) for ev in ch.queue):
             return
@@ -1063,7 +1064,7 @@ def _linger(ch: CMEventChannel, ids: list[CMID], ctrl: _Control, fab: Any, timeo
         now = time.monotonic()
         if counters.get("duplicate_request", 0) != dups:  # the peer is still retransmitting: answered, wait on
             dups = counters.get("duplicate_request", 0)
-            quiet = now + 1.5 * period
+            quiet = now + 2 * period
 
 
 def _disconnect(ch: CMEventChannel, ids: list[CMID], fab: Any, wait: float) -> None:

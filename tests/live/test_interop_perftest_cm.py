@@ -78,7 +78,7 @@ tc filter add dev $RXE0_NETDEV egress protocol ip u32 match ip protocol 17 0xff 
 pair lastack write LASTACK_ITERS
 tc -s filter show dev $RXE0_NETDEV egress > "$OUT/lastack.filter" 2>&1
 tc qdisc del dev $RXE0_NETDEV clsact
-log "the first ACK the engine sends with MSN 16 dropped (u32, and a policer that lets one in 7 s through)"
+log "the first ACK the engine sends with MSN 16 dropped (u32, and a policer that drops one in 6.5 s)"
 $NS tc qdisc add dev $PEER_NETDEV clsact
 $NS tc filter add dev $PEER_NETDEV egress protocol ip u32 match ip protocol 17 0xff match ip dport 4791 0xffff \
   match u8 0x11 0xff at 28 match u32 0x00000010 0x00ffffff at 40 \
@@ -168,10 +168,11 @@ def test_perftest_rdma_cm_write_both_roles_under_two_percent_loss(perftest_cm_jo
 def test_perftest_rdma_cm_write_both_roles_when_the_last_exchange_loses_rxes_acks(perftest_cm_job: Path) -> None:
     # ib_write_bw -R's control QP carries 16 messages each way (captures/rxe_write_bw_cm.pcap); the
     # 16th is ctx_close_connection's record, after which perftest disconnects.  rxe0's ACK with MSN 16
-    # is dropped every time it is sent: as server, the stock program's ACK of our last record, so
-    # our SEND never completes (its answer came, and the server disconnects); as client, its ACK of
-    # our answer, the session's last message (the client disconnects as soon as it has it).  Both
-    # ends are the normal end of the session for rdmalab, which must not report a failure.
+    # is dropped every time it is sent: with the stock program as server, its ACK of our closing
+    # record, so our SEND never completes (its answer came, and the server disconnects); with it as
+    # client, its ACK of our closing answer, the session's last message (the client disconnects as
+    # soon as it has it).  Both are the normal end of the session, which rdmalab must not report
+    # as a failure.
     _check_pair(perftest_cm_job, "lastack", "write", LASTACK_ITERS)
     stats = _read(perftest_cm_job, "lastack.filter")
     dropped = [int(n) for n in re.findall(r"dropped (\d+)", stats)]
@@ -181,8 +182,8 @@ def test_perftest_rdma_cm_write_both_roles_when_the_last_exchange_loses_rxes_ack
 def test_perftest_rdma_cm_write_both_roles_when_the_engines_last_ack_is_lost_once(perftest_cm_job: Path) -> None:
     # The other direction: the engine's first ACK with MSN 16 is dropped (the policer drops what
     # conforms, and its bucket of 72 bytes at 8 bytes/s holds one 62-byte ACK: the next one passes
-    # unless 6.5 s have gone by).  As client, that is our ACK of the stock server's closing record;
-    # as server, our ACK of the stock client's.  The stock program then resends its SEND (after
+    # unless 6.5 s have gone by).  With rdmalab as client, that is our ACK of the stock server's
+    # closing answer; as server, our ACK of the stock client's closing record.  The stock program then resends its SEND (after
     # rxe's retransmission timer), and only an engine still answering acknowledges it: rxe retries
     # with retry count 7 for ever (rxe_comp.c), so the stock program would never end otherwise.
     _check_pair(perftest_cm_job, "firstack", "write", LASTACK_ITERS)
