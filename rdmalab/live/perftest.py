@@ -70,7 +70,7 @@ from rdmalab.verbs.pd import PD
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
-from rdmalab.wire.cm import rej_reason_name
+from rdmalab.wire.cm import cm_timeout_seconds, rej_reason_name
 from rdmalab.wire.ib import IB_MTUS
 
 EV = rdma_cm_event_type
@@ -764,14 +764,13 @@ class _Control:
         self.qp = cmid.qp
         self.mr = MR(cmid.pd, 2 * DEST.size, e.IBV_ACCESS_LOCAL_WRITE)
         self.pump: Any = None  # what oob.Channel has; the waits here step the engine themselves
-        self.gone = False  # the peer disconnected while we waited
         self.last = False  # the exchange under way is the session's last (ctx_close_connection's)
         self._post_recv()
 
     def _post_recv(self) -> None:
         self.qp.post_recv(RecvWR(wr_id=self.RECV, num_sge=1, sg=[SGE(self.mr.buf, DEST.size, self.mr.lkey)]))
 
-    def _peer_left(self) -> bool:
+    def peer_left(self) -> bool:
         """Whether the peer has disconnected either connection: the channel is the session's alone,
         and perftest disconnects the data connection first (``destroy_ctx``), the control one at its
         exit; a perftest client waits for the data connection's DISCONNECTED before it exits."""
@@ -809,10 +808,9 @@ class _Control:
             if send is None and recv is None:
                 return got
             doing = send or recv
-            if self._peer_left():
+            if self.peer_left():
                 if recv is None and (got is not None or self.last):
                     return got
-                self.gone = True
                 raise PerftestError(f"the peer disconnected (its DREQ came) while {doing}")
             if time.monotonic() - start > self.timeout:
                 raise PerftestError(f"nothing came on the control connection for {self.timeout:.0f} s while {doing}")
@@ -982,7 +980,7 @@ def _run_cm(opts: PerftestOptions, out: IO[str], client: bool, sizes: list[int])
         res = _session(opts, out, ctrl, fab, client, sizes, mtu_bytes, qp, cq, mr, bufsize, me, None,
                        iwarp=iwarp, credits=credits)
         if not iwarp:  # iWARP's TCP carries the last ACKs itself
-            _linger(ch, ids, ctrl, fab, opts.timeout)
+            _linger(ctrl, fab, opts.timeout)
         return res
     finally:
         _disconnect(ch, ids, fab, min(opts.timeout, 5.0))
@@ -1041,24 +1039,24 @@ def _connect_data(ch: CMEventChannel, opts: PerftestOptions, sizes: list[int], p
     raise AssertionError("unreachable")
 
 
-def _linger(ch: CMEventChannel, ids: list[CMID], ctrl: _Control, fab: Any, timeout: float) -> None:
+def _linger(ctrl: _Control, fab: Any, timeout: float) -> None:
     """After the last exchange, before our own ``rdma_disconnect``: wait for the peer's DREQ, the engine
     answering meanwhile, until two of the control QP's retransmission periods (4.096 us x 2^timeout,
     IBA 9.7.6.1.3; 2.1 s for the local ACK timeout 19 that rdma_cm puts in the REQ) have passed
     without a duplicate request from the peer, ``timeout`` at most: the peer's timer, started when
-    it sent, fires within one period, and the second leaves room for a guest that runs slowly.  The ACK of
-    the peer's last SEND may have been lost; perftest disconnects as soon as that SEND completes
-    (``destroy_ctx``), so the peer sends its DREQ at once when the ACK arrived, and retransmits the
-    SEND when it did not (again if the ACK of the retransmission is lost too).  Disconnecting first
-    would move our QP to ERR (``rdma_disconnect``) and leave the retransmission unanswered: rxe
-    retries a SEND with retry count 7 for ever, so the peer would never end."""
-    period = 4.096e-6 * (1 << ctrl.qp.query()[0].timeout)
+    it sent, fires within one period, and the second leaves room for a guest that runs slowly.
+    The ACK of the peer's last SEND may have been lost; perftest disconnects as soon as that SEND
+    completes (``destroy_ctx``), so the peer sends its DREQ at once when the ACK arrived, and
+    retransmits the SEND when it did not (again if the ACK of the retransmission is lost too).
+    Disconnecting first would move our QP to ERR (``rdma_disconnect``) and leave the retransmission
+    unanswered: rxe retries a SEND with retry count 7 for ever, so the peer would never end."""
+    period = cm_timeout_seconds(ctrl.qp.query()[0].timeout)
     counters = ctrl.cmid.device.counters if ctrl.cmid.device is not None else {}
     dups = counters.get("duplicate_request", 0)
     now = time.monotonic()
     quiet, hard = now + 2 * period, now + timeout
     while now < min(quiet, hard):
-        if any(ev.kind == EV.RDMA_CM_EVENT_DISCONNECTED and any(_is(ev.cmid, c) for c in ids) for ev in ch.queue):
+        if ctrl.peer_left():
             return
         fab.step(0.01)
         now = time.monotonic()
