@@ -8,10 +8,10 @@ See :mod:`rdmalab.lab.core` for how checks report, :mod:`rdmalab.lab.generate` f
 student/instructor notebooks, and :mod:`rdmalab.lab.launch` for ``rdmalab lab``.
 """
 
-from rdmalab.lab.core import ERROR, FAIL, NOT_YET, PASS, Result, check, exercises, hint
+from rdmalab.lab.core import ERROR, FAIL, NOT_YET, PASS, Result, check, exercises, hint, scenario, student
 from rdmalab.lab.env import backend, capture_path, environment
 
 __all__ = [
     "ERROR", "FAIL", "NOT_YET", "PASS", "Result", "backend", "capture_path", "check", "environment", "exercises",
-    "hint",
+    "hint", "scenario", "student",
 ]

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rdmalab.lab import variant
 from rdmalab.lab.answers import Opaque, Program, Raised, Run, encode
 from rdmalab.wire.errors import Picklable
 
@@ -167,6 +168,8 @@ class Exercise:
     hints: tuple[str, ...] = ()
     notebook: str = ""
     program: Program | None = None  # the answer is a function: how to run it (rdmalab.lab.answers)
+    #: the answer is read off a per-student scenario (rdmalab.lab.variant): a classmate's values fail here
+    varies: bool = False
 
 
 _REGISTRY: dict[str, Exercise] = {}
@@ -174,8 +177,11 @@ _HINTS_SHOWN: dict[str, int] = {}
 
 
 def exercise(id: str, title: str, hints: Sequence[str] = (), notebook: str = "",
-             program: Program | None = None) -> Callable[[Callable[[Any], str | None]], Callable[[Any], str | None]]:
+             program: Program | None = None, varies: bool = False) -> Callable[[Callable[[Any], str | None]], Callable[[Any], str | None]]:
     """Register a checker.  It returns a success message or raises :class:`Wrong`.
+
+    ``varies=True`` says the answer is read off the student's own scenario (:mod:`rdmalab.lab.variant`), so
+    that another student's right answer is wrong here (tests/lab/test_variants.py holds every exercise to it).
 
     With ``program``, the answer is a function: :func:`check` runs it as the :class:`Program` says and
     the checker receives the :class:`~rdmalab.lab.answers.Run` (what the function did), not the function.
@@ -184,7 +190,7 @@ def exercise(id: str, title: str, hints: Sequence[str] = (), notebook: str = "",
     def deco(fn: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
         if id in _REGISTRY:
             raise ValueError(f"exercise {id!r} registered twice")
-        _REGISTRY[id] = Exercise(id, title, fn, tuple(hints), notebook, program)
+        _REGISTRY[id] = Exercise(id, title, fn, tuple(hints), notebook, program, varies)
         return fn
 
     return deco
@@ -212,6 +218,17 @@ def get(id: str) -> Exercise:
     except KeyError:
         close = [k for k in _REGISTRY if k.split(".")[0] == id.split(".")[0]]
         raise KeyError(f"no exercise {id!r}" + (f"; did you mean one of {close}?" if close else "")) from None
+
+
+def scenario(key: str) -> variant.Scenario:
+    """The current student's variant of an exercise (or of a scenario a notebook shares): see :mod:`rdmalab.lab.variant`."""
+    _ensure_loaded()
+    return variant.draw(key)
+
+
+def student() -> str:
+    """Whose variant this kernel shows (``$RDMALAB_STUDENT``; "" for the book's)."""
+    return variant.student()
 
 
 def _log(result: Result, answer: Any) -> None:
