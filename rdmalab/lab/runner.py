@@ -1,0 +1,125 @@
+"""Run one submitted notebook: what ``rdmalab grade`` starts inside each submission's sandbox.
+
+``python -m rdmalab.lab.runner NOTEBOOK OUTDIR --cell-timeout S`` executes the notebook in a fresh
+kernel with nbclient, a time limit per cell (a cell that runs too long is interrupted and the run goes
+on; a cell that raises does not stop it either), and writes ``OUTDIR/run.json``: the cells that raised
+or timed out, and how the kernel ended.  The kernel's ``lab.check`` calls write their answers to
+``$RDMALAB_CHECK_LOG``, which the grader points into ``OUTDIR``.
+
+Everything here runs inside the sandbox, beside the submission's own code: ``run.json`` is only a
+report of problems to show the instructor, never a grade.  The grader reads it and the check log
+after the sandbox has ended and judges every answer again in its own process.
+
+With ``--reap`` (the grader passes it inside a sandbox, where this process and its kernel are alone
+in their PID namespace), every other process is killed after each cell: a cell that leaves a process
+behind (a detached server, a fork bomb) leaves it only until its cell ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+#: the most ``run.json`` a grader reads (it is written inside the sandbox)
+REPORT_LIMIT = 1 << 20
+
+
+def _reap(keep: set[int]) -> int:
+    """Kill every process of this PID namespace but ``keep`` and our ancestors; how many there were."""
+    me = os.getpid()
+    ancestors = set()
+    pid = me
+    while pid > 1:
+        ancestors.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat.rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    n = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        if pid == 1 or pid in ancestors or pid in keep:
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+            n += 1
+        except OSError:
+            pass
+    return n
+
+
+def execute(notebook: Path, outdir: Path, *, cell_timeout: int, reap: bool = False,
+            kernel: str = "python3") -> dict[str, Any]:
+    import nbclient  # optional: nbclient, nbformat (lab extra)
+    import nbformat
+    from nbclient.exceptions import CellExecutionError, DeadKernelError
+
+    report: dict[str, Any] = {"problems": [], "reaped": 0, "kernel": "ran"}
+    nb = nbformat.read(notebook, as_version=4)  # type: ignore[no-untyped-call]
+    client = nbclient.NotebookClient(
+        nb, timeout=cell_timeout, kernel_name=kernel, allow_errors=True, interrupt_on_timeout=True,
+        error_on_timeout={"ename": "CellTimeoutError", "evalue": f"ran longer than {cell_timeout} s",
+                          "traceback": []},
+        resources={"metadata": {"path": str(outdir)}})
+    started: dict[str, float] = {}
+    took: dict[str, float] = {}
+
+    def kernel_pid() -> set[int]:
+        proc = getattr(getattr(client.km, "provisioner", None), "process", None)
+        return {proc.pid} if proc is not None and proc.poll() is None else set()
+
+    def on_start(cell: Any, cell_index: int) -> None:
+        started[cell.get("id", "")] = time.monotonic()
+
+    def on_done(cell: Any, cell_index: int, execute_reply: Any) -> None:
+        took[cell.get("id", "")] = time.monotonic() - started.get(cell.get("id", ""), time.monotonic())
+        if reap:
+            report["reaped"] += _reap(kernel_pid())
+
+    client.on_cell_start = on_start
+    client.on_cell_executed = on_done
+    try:
+        client.execute()
+    except DeadKernelError:
+        report["kernel"] = "died"
+    except CellExecutionError as err:  # only when allow_errors is overridden by a cell tag
+        report["problems"].append(f"stopped: {getattr(err, 'ename', '')}: {getattr(err, 'evalue', '')}")
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") != "error":
+                continue
+            first = next((x for x in cell.source.splitlines() if x.strip()), "")[:50]
+            what = f"{out.get('ename')}: {str(out.get('evalue', ''))[:120]}"
+            if out.get("ename") in ("KeyboardInterrupt", "CellTimeoutError") and \
+                    took.get(cell.get("id", ""), 0) >= cell_timeout:
+                what = f"ran longer than {cell_timeout} s and was interrupted"
+            report["problems"].append(f"cell {cell.get('id', '?')} ({first!r}): {what}")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m rdmalab.lab.runner", description=__doc__.split("\n\n")[0])
+    ap.add_argument("notebook", type=Path)
+    ap.add_argument("outdir", type=Path)
+    ap.add_argument("--cell-timeout", type=int, default=60)
+    ap.add_argument("--reap", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        report = execute(args.notebook, args.outdir, cell_timeout=args.cell_timeout, reap=args.reap)
+    except Exception as err:  # a notebook nbformat cannot read, a kernel that cannot start
+        report = {"problems": [f"the notebook could not be run: {type(err).__name__}: {str(err)[:300]}"],
+                  "kernel": "not started"}
+    (args.outdir / "run.json").write_text(json.dumps(report), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
