@@ -126,7 +126,9 @@ def probe() -> str:
 def _python_paths() -> list[Path]:
     """Folders the sandboxed Python needs to read: its prefixes and every folder on its import path."""
     out = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(sys.executable).parent]
-    out += [Path(p) for p in sys.path if p and Path(p).is_dir()]
+    cwd = Path.cwd()
+    # not the working folder that ``python -m`` puts first on the path: the instructor's, not the environment
+    out += [Path(p) for p in sys.path if p and Path(p).is_dir() and Path(p).resolve() != cwd]
     # rdmalab itself (an editable install puts the checkout on the path; a wheel is in site-packages)
     out.append(Path(__file__).resolve().parents[2])
     exe = Path(sys.executable).resolve()
@@ -138,9 +140,15 @@ def _system_paths() -> list[Path]:
     return [Path(p) for p in ("/usr", "/etc", "/opt") if Path(p).is_dir()]
 
 
+def _reachable(p: Path) -> bool:
+    """Whether any user may enter every folder above ``p`` (the sandbox's user, when we are root, is no owner)."""
+    return os.geteuid() != 0 or all(os.stat(q).st_mode & 0o001 for q in p.parents)
+
+
 def _binds(readable: Iterable[Path], hide: Iterable[Path]) -> tuple[list[Path], list[Path]]:
     """The folders to bind read-only (outermost first, none inside another) and those to cover with an empty tmpfs."""
-    paths = sorted({p.resolve() for p in [*_system_paths(), *readable] if p.exists()}, key=lambda p: len(p.parts))
+    paths = sorted({p.resolve() for p in [*_system_paths(), *readable] if p.exists() and _reachable(p.resolve())},
+                   key=lambda p: len(p.parts))
     keep: list[Path] = []
     for p in paths:
         if p == Path("/"):
@@ -341,6 +349,10 @@ def run(argv: Sequence[str], scratch: Path, *, env: Mapping[str, str], limits: L
     wrapped = _wrap(method, inner, scratch, readable=[*_python_paths(), *readable], hide=hide)
     uid = UID_BASE + slot if os.geteuid() == 0 else None
     if uid is not None:
+        for parent in scratch.resolve().parents:  # the sandbox's user must be able to reach its scratch folder
+            if not os.stat(parent).st_mode & 0o001:
+                raise NoSandbox(f"the scratch folder {scratch} is inside {parent}, which the sandbox's user (uid {uid}) "
+                                "may not enter: make scratch folders in a world-traversable place such as /tmp")
         for p in [scratch, *scratch.rglob("*")]:
             os.chown(p, uid, uid)
     cg = _Cgroups(limits)
