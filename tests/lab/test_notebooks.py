@@ -19,7 +19,10 @@ nbclient = pytest.importorskip("nbclient")
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("ipykernel")
 
+from rdmalab.lab.answers import decode  # noqa: E402
+from rdmalab.lab.core import get, judge  # noqa: E402
 from rdmalab.lab.generate import convert, parse, sources  # noqa: E402
+from rdmalab.lab.variant import as_student  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sources(ROOT / "notebooks")
@@ -56,10 +59,26 @@ def test_there_are_notebooks() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("src", SOURCES, ids=[s.stem for s in SOURCES])
 def test_instructor_version_passes_every_check(src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The instructor's notebook, run as one student, passes every check; judged as the grader judges (in this
+    process, as that student) it still passes; and its answers, copied by another student, fail every exercise
+    that draws a scenario per student (``varies``) and pass the others (issue 35: a variant per student)."""
+    monkeypatch.setenv("RDMALAB_STUDENT", "ada")
     results = _run(src, "instructor", tmp_path, monkeypatch)
     assert len(results) == _expected_checks(src), results
     failing = [r for r in results if r["status"] != "pass"]
     assert not failing, failing
+    copied = []
+    for r in results:
+        answer = decode(r["answer"])
+        with as_student("ada"):
+            assert judge(r["exercise"], answer).status == "pass", ("the grader disagrees with the kernel", r)
+        with as_student("grace"):
+            verdict = judge(r["exercise"], answer)
+        if get(r["exercise"]).varies and verdict.status == "pass":
+            copied.append(f"{r['exercise']}: ada's answer passes for grace")
+        if not get(r["exercise"]).varies and verdict.status != "pass":
+            copied.append(f"{r['exercise']} is not marked varies=True, yet ada's answer {verdict.status}s for grace")
+    assert not copied, copied
 
 
 #: What a student notebook must not show above an exercise, because it is the exercise's answer
