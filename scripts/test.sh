@@ -9,12 +9,13 @@ cd "$(dirname "$0")/.."
 # procps (sysctl) and kmod (modprobe) are what the guest agent runs, named so a slim image has them too.
 # linux-source-6.1 linux-headers-amd64 gcc make: Debian's kernel has no siw, so rdmalab.live.siw builds it
 # (and the MPA-CRC variant that `rdmalab capture` uses for siw_crc_*) as an external module.
-RDMALAB_APT="${RDMALAB_APT:-tshark chromium chromium-driver fonts-dejavu-core python3-pyverbs qemu-system-x86 linux-image-amd64 busybox-static file rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest tcpdump iproute2 procps kmod linux-source-6.1 linux-headers-amd64 gcc make}" bash scripts/setup.sh "test,lab,wireshark,book,analysis,live"
+# bubblewrap: `rdmalab grade` runs each submission in a sandbox of its own (rdmalab.lab.sandbox).
+RDMALAB_APT="${RDMALAB_APT:-tshark chromium chromium-driver fonts-dejavu-core python3-pyverbs qemu-system-x86 linux-image-amd64 busybox-static file rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest tcpdump iproute2 procps kmod linux-source-6.1 linux-headers-amd64 gcc make bubblewrap}" bash scripts/setup.sh "test,lab,wireshark,book,analysis,live"
 export PATH="$PWD/.venv/bin:$PATH"
 # Locally a missing oracle makes its tests skip with a reason; in CI it must be there, so that
 # no Wireshark cross-check or browser check is skipped and counted as passing.
 if [ "${CI:-}" = true ]; then
-  for tool in tshark chromium chromedriver; do
+  for tool in tshark chromium chromedriver bwrap; do
     command -v "$tool" >/dev/null || { echo "CI: $tool is not installed; the checks that need it would be skipped" >&2; exit 1; }
   done
   # the live tests must run, not skip: say here what the VM would lack (rdmalab.live.vm.missing)

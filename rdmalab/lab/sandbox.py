@@ -97,23 +97,26 @@ def probe() -> str:
                             "machine, or pass --no-sandbox to run the submissions as yourself, unprotected")
         tried = []
         for method in ("bwrap", "unshare"):
-            exe = shutil.which(method)
-            if exe is None:
+            if shutil.which(method) is None:
                 tried.append(f"{method} is not installed")
                 continue
-            with tempfile.TemporaryDirectory(prefix="rdmalab-probe-") as tmp:
-                try:  # the way a real run goes: its user, its limits, Python and rdmalab importable
-                    r = run([sys.executable, "-c", "import rdmalab.lab.sandbox"], Path(tmp), method=method,
-                            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                            limits=Limits(wall_seconds=120))
-                except OSError as err:
-                    tried.append(f"{method} failed to start ({err})")
-                    continue
-            if r.returncode == 0:
-                _PROBED["method"] = method
-                return method
-            last = (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]
-            tried.append(f"{method} failed: {last}")
+            # as root, a user of its own for each sandbox first; if that user cannot read the Python environment
+            # (installed under a private home, say), root inside the sandbox, with no capability left
+            for drop in ((True, False) if os.geteuid() == 0 else (False,)):
+                with tempfile.TemporaryDirectory(prefix="rdmalab-probe-") as tmp:
+                    try:  # the way a real run goes: its user, its limits, Python and rdmalab importable
+                        r = run([sys.executable, "-c", "import rdmalab.lab.sandbox"], Path(tmp), method=method,
+                                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                                limits=Limits(wall_seconds=120), drop=drop)
+                    except OSError as err:
+                        tried.append(f"{method} failed to start ({err})")
+                        break
+                if r.returncode == 0:
+                    _PROBED["method"] = method
+                    _PROBED["drop"] = "yes" if drop else ""
+                    return method
+                last = (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]
+                tried.append(f"{method} failed{' as uid ' + str(UID_BASE) if drop else ''}: {last}")
         userns = Path("/proc/sys/kernel/unprivileged_userns_clone")
         why = ""
         if userns.exists() and userns.read_text().strip() == "0":
@@ -141,14 +144,16 @@ def _system_paths() -> list[Path]:
 
 
 def _reachable(p: Path) -> bool:
-    """Whether any user may enter every folder above ``p`` (the sandbox's user, when we are root, is no owner)."""
-    return os.geteuid() != 0 or all(os.stat(q).st_mode & 0o001 for q in p.parents)
+    """Whether any user may enter every folder above ``p`` (a sandbox's own user owns none of them)."""
+    return all(os.stat(q).st_mode & 0o001 for q in p.parents)
 
 
-def _binds(readable: Iterable[Path], hide: Iterable[Path]) -> tuple[list[Path], list[Path]]:
-    """The folders to bind read-only (outermost first, none inside another) and those to cover with an empty tmpfs."""
-    paths = sorted({p.resolve() for p in [*_system_paths(), *readable] if p.exists() and _reachable(p.resolve())},
-                   key=lambda p: len(p.parts))
+def _binds(readable: Iterable[Path], hide: Iterable[Path], *, other_user: bool = False) -> tuple[list[Path], list[Path]]:
+    """The folders to bind read-only (outermost first, none inside another) and those to cover with an empty tmpfs.
+
+    ``other_user``: the sandbox runs as a user of its own, who can bind only folders anyone may reach."""
+    paths = sorted({p.resolve() for p in [*_system_paths(), *readable]
+                    if p.exists() and (not other_user or _reachable(p.resolve()))}, key=lambda p: len(p.parts))
     keep: list[Path] = []
     for p in paths:
         if p == Path("/"):
@@ -161,10 +166,11 @@ def _binds(readable: Iterable[Path], hide: Iterable[Path]) -> tuple[list[Path], 
 
 
 def _wrap(method: str, argv: Sequence[str], scratch: Path, *, readable: Iterable[Path], hide: Iterable[Path],
-          scratch_inside: bool = True, home: str = "/home/student") -> list[str]:
-    keep, covers = _binds(readable, hide)
+          home: str = "/home/student", other_user: bool = False) -> list[str]:
+    keep, covers = _binds(readable, hide, other_user=other_user)
     if method == "bwrap":
-        cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session",
+        # --cap-drop ALL: run by root, bwrap would otherwise leave the sandbox every capability of its namespace
+        cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
                "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/home",
                "--dir", home, "--tmpfs", "/run"]
         for link in ("bin", "lib", "lib64", "sbin", "lib32"):  # merged /usr: the top-level ones are links
@@ -177,16 +183,15 @@ def _wrap(method: str, argv: Sequence[str], scratch: Path, *, readable: Iterable
             cmd += ["--ro-bind", str(p), str(p)]
         for c in covers:
             cmd += ["--tmpfs", str(c)]
-        if scratch_inside:
-            cmd += ["--bind", str(scratch), INSIDE, "--chdir", INSIDE]
+        cmd += ["--bind", str(scratch), INSIDE, "--chdir", INSIDE]
         return [*cmd, "--", *argv]
     # unshare: the same namespaces; the mounts are made by a small shell script inside, then chroot
-    script = _unshare_script(keep, covers, scratch if scratch_inside else None, home)
+    script = _unshare_script(keep, covers, scratch, home)
     return ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--mount", "--ipc", "--net",
             "--uts", "--propagation", "private", "sh", "-euc", script, "rdmalab-sandbox", *argv]
 
 
-def _unshare_script(keep: list[Path], covers: list[Path], scratch: Path | None, home: str) -> str:
+def _unshare_script(keep: list[Path], covers: list[Path], scratch: Path, home: str) -> str:
     def q(p: object) -> str:
         return "'" + str(p).replace("'", "'\\''") + "'"
 
@@ -207,10 +212,11 @@ def _unshare_script(keep: list[Path], covers: list[Path], scratch: Path | None, 
                   f" || mount -o remount,bind,ro,nosuid,nodev,noexec \"$R\"{q(p)}"]
     for c in covers:
         lines.append(f"mount -t tmpfs none \"$R\"{q(c)}")
-    if scratch is not None:
-        lines += [f"mkdir -p \"$R{INSIDE}\"", f"mount --bind {q(scratch)} \"$R{INSIDE}\""]
-    where = INSIDE if scratch is not None else "/"
-    lines.append(f"exec chroot \"$R\" /bin/sh -c 'cd {where} && exec \"$@\"' rdmalab-sandbox \"$@\"")
+    lines += [f"mkdir -p \"$R{INSIDE}\"", f"mount --bind {q(scratch)} \"$R{INSIDE}\""]
+    where = INSIDE
+    # the mounts are made; now no capability is left (nor can one be gained by exec) to undo them
+    lines.append(f"exec chroot \"$R\" setpriv --no-new-privs --inh-caps=-all --bounding-set=-all "
+                 f"/bin/sh -c 'cd {where} && exec \"$@\"' rdmalab-sandbox \"$@\"")
     return "\n".join(lines)
 
 
@@ -335,19 +341,23 @@ os.execvp(sys.argv[5], sys.argv[5:])
 
 def run(argv: Sequence[str], scratch: Path, *, env: Mapping[str, str], limits: Limits = DEFAULT_LIMITS,
         method: str | None = None, slot: int = 0, hide: Iterable[Path] = (),
-        readable: Iterable[Path] = ()) -> Outcome:
+        readable: Iterable[Path] = (), drop: bool | None = None) -> Outcome:
     """Run ``argv`` in a new sandbox whose only writable folder is ``scratch`` (``/sandbox`` inside).
 
     ``env`` is the whole environment the run gets (nothing else of ours leaks in); ``hide`` are folders
     that must stay invisible even where they lie inside a folder the sandbox may read (the class's
-    submissions, the grades); ``slot`` numbers concurrent runs (their user ids when we are root).
+    submissions, the grades); ``slot`` numbers concurrent runs (their user ids when we are root);
+    ``drop`` (root only) runs the sandbox as user ``UID_BASE + slot`` (default: as :func:`probe` found works).
     """
     limits.check()
     method = method or probe()
     inner = [sys.executable, "-c", _LIMITS, str(limits.memory), str(limits.cpu_seconds), str(limits.tasks),
              str(limits.file_size), *argv]
-    wrapped = _wrap(method, inner, scratch, readable=[*_python_paths(), *readable], hide=hide)
-    uid = UID_BASE + slot if os.geteuid() == 0 else None
+    if drop is None:
+        drop = bool(_PROBED.get("drop"))
+    uid = UID_BASE + slot if os.geteuid() == 0 and drop else None
+    wrapped = _wrap(method, inner, scratch, readable=[*_python_paths(), *readable], hide=hide,
+                    other_user=uid is not None)
     if uid is not None:
         for parent in scratch.resolve().parents:  # the sandbox's user must be able to reach its scratch folder
             if not os.stat(parent).st_mode & 0o001:

@@ -262,8 +262,14 @@ def test_the_saboteur_and_the_tamperer_do_harm_without_a_sandbox(tmp_path: Path)
     assert list(venv.rglob("site-packages/sitecustomize.py")), r.stdout
 
 
+WAYS = [(m, d) for m in ("bwrap", "unshare") if shutil.which(m) for d in ((True, False) if os.geteuid() == 0 else (None,))]
+
+
 @needs_sandbox
-def test_a_sandboxed_run_sees_no_other_process_no_network_and_writes_only_its_scratch(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("method", "drop"), WAYS, ids=[f"{m}-{'own-uid' if d else 'same-uid'}" for m, d in WAYS])
+def test_a_sandboxed_run_sees_no_other_process_no_network_and_writes_only_its_scratch(
+        tmp_path: Path, method: str, drop: bool | None) -> None:
+    """Every way a sandbox is made here (bwrap, unshare; as a user of its own or as the grader's user)."""
     secret = tmp_path / "class" / "alice" / "07-four-wires.ipynb"
     secret.parent.mkdir(parents=True)
     secret.write_text("{}")
@@ -285,10 +291,11 @@ for path in ({str(ROOT / 'rdmalab' / '__init__.py')!r}, sys.prefix + '/x', {str(
         out[path] = type(e).__name__
 out['secret'] = os.path.exists({str(secret)!r})
 out['home'] = os.path.expanduser('~')
+out['caps'] = open('/proc/self/status').read().split('CapEff:')[1].split()[0]
 open('/sandbox/probe.json', 'w').write(json.dumps(out))
 """
     o = sbx.run([sys.executable, "-c", probe], scratch, env={"PATH": os.environ["PATH"], "HOME": "/home/student"},
-                hide=[tmp_path / "class"])
+                hide=[tmp_path / "class"], method=method, drop=drop)
     assert o.returncode == 0, o
     seen = json.loads((scratch / "probe.json").read_text())
     shutil.rmtree(scratch)
@@ -299,6 +306,7 @@ open('/sandbox/probe.json', 'w').write(json.dumps(out))
     assert seen[str(mine)] == "written" and not mine.exists()
     assert seen[os.path.expanduser("~/x").replace(os.path.expanduser("~"), "/home/student")] == "written"
     assert seen["secret"] is False
+    assert int(seen["caps"], 16) == 0, seen["caps"]  # no capability that could undo a read-only mount
 
 
 def test_no_sandbox_is_refused_with_a_reason_and_graded_with_no_sandbox_when_asked(
