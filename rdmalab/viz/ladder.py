@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,35 +42,118 @@ COLOURS = {
 _HALO = ' stroke="white" stroke-width="3" stroke-linejoin="round" paint-order="stroke"'
 
 
-def label_place(x0: float, y0: float, x1: float, y1: float, *, at_start: bool = False) -> tuple[float, float, float]:
-    """Where an arrow's label goes: centred on the arrow's middle, turned to run along it (reading left to
-    right whichever way the arrow points), 4 px above the line.  Returns (x, y, degrees) of the text's
-    anchor.  A label there is never crossed by its own arrow, nor by the arrows that arrive where this one
-    leaves (a label at the arrow's start was: "ACK PSN 100" under the head of the packet it answers).
-    ``at_start`` (a lost packet's short arrow): from the arrow's start instead, text-anchor start/end."""
-    if at_start:
-        rad = math.atan2(y1 - y0, x1 - x0)
-        nx, ny = math.sin(rad), -math.cos(rad)  # a normal of the line; the one that points up the page
-        if ny > 0:
-            nx, ny = -nx, -ny
-        return x0 + 8 * math.cos(rad) + 4 * nx, y0 + 8 * math.sin(rad) + 4 * ny, \
-            math.degrees(rad) if x1 >= x0 else math.degrees(rad) - 180
-    if x1 < x0:
-        x0, y0, x1, y1 = x1, y1, x0, y0
-    angle = math.degrees(math.atan2(y1 - y0, x1 - x0))
-    rad = math.radians(angle)
-    xm, ym = (x0 + x1) / 2, (y0 + y1) / 2
-    return xm + 4 * math.sin(rad), ym - 4 * math.cos(rad), angle
+#: DejaVu Sans advance widths (font units, 2048 to the em) of the characters a ladder writes; the SVG asks for
+#: DejaVu Sans first, and a wider guess than Arial's keeps the boxes honest where that is the font used.
+_ADVANCE = dict(zip(
+    " !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~",
+    (651, 821, 942, 1716, 1303, 1946, 1597, 563, 799, 799, 1024, 1716, 651, 739, 651, 690, *[1303] * 10, 690, 690,
+     1716, 1716, 1716, 1087, 2048, 1401, 1405, 1430, 1577, 1294, 1178, 1587, 1540, 604, 604, 1343, 1141, 1767, 1532,
+     1612, 1235, 1612, 1423, 1300, 1251, 1499, 1401, 2025, 1403, 1251, 1403, 799, 690, 799, 1716, 1024, 1024, 1255,
+     1300, 1126, 1300, 1260, 721, 1300, 1298, 569, 569, 1186, 569, 1995, 1298, 1253, 1300, 1300, 842, 1067, 803,
+     1298, 1212, 1675, 1212, 1212, 1075, 1303, 690, 1303, 1716), strict=True))
+_ADVANCE.update({"\u00b7": 651, "\u2192": 1716, "\u2248": 1716, "\u00b5": 1303, "\u2026": 2048, "\u2013": 1024})
 
 
-def _along(label: str, x0: float, y0: float, x1: float, y1: float, colour: str, lost: bool = False) -> str:
-    """The label of an arrow, along it; a lost packet's label starts at its sender and ends in a red "lost"
-    (a label at the cross, in a burst, landed on the neighbours' labels)."""
-    x, y, angle = label_place(x0, y0, x1, y1, at_start=lost)
-    anchor = "middle" if not lost else "start" if x1 >= x0 else "end"
-    tail = ' <tspan fill="#c62828" font-weight="bold">lost</tspan>' if lost else ""
-    return (f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" fill="{colour}" '
-            f'transform="rotate({angle:.2f} {x:.1f} {y:.1f})"{_HALO}>{html.escape(label)}{tail}</text>')
+def text_width(text: str, size: float = 11, *, bold: bool = False) -> float:
+    """The width in px of ``text`` in DejaVu Sans at ``size`` px (bold: about 17 % wider)."""
+    return sum(_ADVANCE.get(c, 2048) for c in text) / 2048 * size * (1.17 if bold else 1.0)
+
+
+Point = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class LabelBox:
+    """Where a text is drawn: a rectangle turned ``angle`` degrees about the middle of its baseline (x, y)."""
+
+    text: str
+    x: float
+    y: float
+    width: float
+    size: float
+    angle: float = 0.0
+    anchor: str = "middle"  # the SVG text-anchor the box was computed for
+    kind: str = "arrow"  # arrow, marker, time, node, title
+    owner: int | None = None  # the arrow's (or marker's) index
+
+    @property
+    def corners(self) -> tuple[Point, Point, Point, Point]:
+        a = math.radians(self.angle)
+        ux, uy = math.cos(a), math.sin(a)
+        nx, ny = math.sin(a), -math.cos(a)  # "up" in the text's own frame
+        left = {"start": 0.0, "end": -self.width}.get(self.anchor, -self.width / 2)
+        right = left + self.width
+        up, down = 0.78 * self.size, 0.24 * self.size  # ascent and descent of DejaVu Sans (no accents)
+        return ((self.x + ux * left + nx * up, self.y + uy * left + ny * up),
+                (self.x + ux * right + nx * up, self.y + uy * right + ny * up),
+                (self.x + ux * right - nx * down, self.y + uy * right - ny * down),
+                (self.x + ux * left - nx * down, self.y + uy * left - ny * down))
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A straight line of the drawing: an arrow's (``kind`` is the arrow's kind) or a node's lifeline."""
+
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+    kind: str = "arrow"
+    owner: int | None = None
+
+
+@dataclass
+class Layout:
+    """Everything :meth:`Ladder.layout` placed, in SVG pixels: what the SVG draws, and what a test can check."""
+
+    width: int
+    height: int
+    left: float
+    xs: dict[str, float]
+    ys: dict[tuple[int, int], float]
+    labels: list[LabelBox]
+    segments: list[Segment]  # the arrows' lines (a lost one to its cross)
+    heads: list[tuple[Point, Point, Point, Point]]  # a square around each arrowhead
+    crosses: list[tuple[Point, Point, Point, Point]]  # a square around each loss cross
+    dots: list[tuple[Point, Point, Point, Point]]  # a square around each marker's dot or cross
+    lifelines: list[Segment]
+    breaks: list[tuple[float, int]]
+    unplaced: list[str] = field(default_factory=list)  # labels that found no free place (drawn anyway)
+
+
+def _square(x: float, y: float, r: float) -> tuple[Point, Point, Point, Point]:
+    return ((x - r, y - r), (x + r, y - r), (x + r, y + r), (x - r, y + r))
+
+
+def _project(poly: Sequence[Point], ax: float, ay: float) -> tuple[float, float]:
+    ps = [px * ax + py * ay for px, py in poly]
+    return min(ps), max(ps)
+
+
+def polygons_overlap(p: Sequence[Point], q: Sequence[Point], gap: float = 0.0) -> bool:
+    """Whether two convex polygons (a segment is a two-point polygon) come closer than ``gap`` px (the
+    separating axis test: they are apart when some edge's normal separates their shadows)."""
+    for poly in (p, q):
+        n = len(poly)
+        for i in range(n if n > 2 else 1):
+            (x0, y0), (x1, y1) = poly[i], poly[(i + 1) % n]
+            ax, ay = y0 - y1, x1 - x0
+            norm = math.hypot(ax, ay)
+            if norm == 0:
+                continue
+            ax, ay = ax / norm, ay / norm
+            a0, a1 = _project(p, ax, ay)
+            b0, b1 = _project(q, ax, ay)
+            if a1 + gap <= b0 or b1 + gap <= a0:
+                return False
+    if len(p) == 2 and len(q) == 2:  # two segments: the axis along one of them may separate them too
+        for (x0, y0), (x1, y1) in (p, q):
+            ax, ay = x1 - x0, y1 - y0
+            norm = math.hypot(ax, ay)
+            if norm and (lambda a, b: a[1] + gap <= b[0] or b[1] + gap <= a[0])(
+                    _project(p, ax / norm, ay / norm), _project(q, ax / norm, ay / norm)):
+                return False
+    return True
 
 
 _RNR_DELAY = re.compile(r"RNR NAK[^A-Z]*?[\d.]+ ?[mµu]?s|RNR NAK, timer [^)\n]*\)?")
@@ -110,8 +193,6 @@ class Ladder:
     spacing: int = 320
     row: int = 20  # the least vertical step: two parallel arrows a row apart leave room for a label between them
     times: bool = True  # the time axis and the lengths of the cut gaps (False: see without_times)
-    _rise: float = field(default=64.0, init=False, repr=False, compare=False)
-    _ys: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------------ layout
     def _transit(self) -> int:
@@ -131,60 +212,235 @@ class Ladder:
                 ts.add(a.t1)
         return ts
 
-    def _times(self) -> list[int]:
-        ts = set()
+    def _keys(self) -> tuple[list[tuple[tuple[int, int], tuple[int, int]]], list[tuple[int, int]]]:
+        """The rows of the drawing.  Each arrow's departure and arrival, and each marker, is a key (time, k):
+        packets that left at the same instant (a capture's timestamps are coarse; a burst) get k = 0, 1, 2, ...
+        in their order, so that every packet has a row of its own however coarse the clock.  An arrival at the
+        instant a reply leaves shares its row (k = 0 both): the reply is seen to answer it."""
+        departed: dict[int, int] = {}
+        arrived: dict[int, int] = {}
+        ends: list[tuple[tuple[int, int], tuple[int, int]]] = []
         for a in self.arrows:
-            ts.add(a.t0)
-            ts.add(a.t1 if a.t1 is not None else self._lost_end(a))
-        for m in self.markers:
-            ts.add(m.t)
-        return sorted(ts)
+            k0 = departed.get(a.t0, 0)
+            departed[a.t0] = k0 + 1
+            t1 = a.t1 if a.t1 is not None else self._lost_end(a)
+            if t1 == a.t0:  # a level arrow (one capture point): it arrives on its own row
+                ends.append(((a.t0, k0), (a.t0, k0)))
+                continue
+            k1 = arrived.get(t1, 0)
+            arrived[t1] = k1 + 1
+            ends.append(((a.t0, k0), (t1, k1)))
+        return ends, [(m.t, 0) for m in self.markers]
 
-    def _ymap(self, top: int) -> tuple[dict[int, float], list[tuple[float, int]]]:
-        """Time -> y.  The scale is the typical one-way transit time: a gap up to a few transits is
-        drawn to scale (so an arrow's slope shows its latency), a longer gap is cut and labelled."""
-        times = self._times()
-        y: dict[int, float] = {}
+    def _ymap(self, top: float, stretch: float = 1.0) -> tuple[dict[tuple[int, int], float], list[tuple[float, int]]]:
+        """Row -> y.  The scale is the typical one-way transit time: a gap up to a few transits is drawn to
+        scale (so an arrow's slope shows its latency), a longer gap is cut and labelled; rows of one instant
+        are a row apart.  ``stretch`` draws a transit taller (more room between crossing arrows)."""
+        ends, marks = self._keys()
+        keys = sorted({k for pair in ends for k in pair} | set(marks))
+        y: dict[tuple[int, int], float] = {}
         breaks: list[tuple[float, int]] = []
-        if not times:
+        if not keys:
             return y, breaks
+        times = sorted({t for t, _ in keys})
         transits = sorted(a.t1 - a.t0 for a in self.arrows if a.t1 is not None and a.t1 > a.t0)
         gaps = sorted(b - a for a, b in zip(times, times[1:], strict=False) if b > a)
-        scale = transits[len(transits) // 2] if transits else (gaps[len(gaps) // 2] if gaps else 1)
-        scale = max(scale, 1)
-        per_transit = 4 * self.row  # one typical transit is drawn 4 rows tall
+        scale = max(transits[len(transits) // 2] if transits else (gaps[len(gaps) // 2] if gaps else 1), 1)
+        per_transit = 4 * self.row * stretch  # one typical transit is drawn 4 rows tall
         cur = float(top)
-        prev = times[0]
+        prev = keys[0]
         y[prev] = cur
-        for t in times[1:]:
-            gap = t - prev
-            if gap > 8 * scale:
+        for key in keys[1:]:
+            gap = key[0] - prev[0]
+            if gap == 0:
+                cur += self.row
+            elif gap > 8 * scale:
                 breaks.append((cur + 1.5 * self.row, gap))
                 cur += 3 * self.row
             else:
                 cur += max(self.row, gap / scale * per_transit)
-            y[t] = cur
-            prev = t
+            y[key] = cur
+            prev = key
         return y, breaks
 
-    # ------------------------------------------------------------------ SVG
-    def to_svg(self) -> str:
+    def layout(self) -> Layout:
+        """Where everything goes.  Every label is placed where no line, arrowhead, cross, dot or other label
+        touches it: along its own arrow (at its middle if that is free, else at the free place nearest the
+        middle, above the line or below it).  When an arrow has no free place, the nodes are drawn further
+        apart and the time axis taller (up to 1.6 and 3 times), which opens the gaps between crossing arrows;
+        a label that still finds no place is named in ``unplaced``."""
+        best: Layout | None = None
+        for stretch, wider in ((1.0, 1.0), (1.0, 1.3), (1.5, 1.0), (1.5, 1.3), (2.0, 1.3), (1.5, 1.6), (2.0, 1.6),
+                               (3.0, 1.6)):
+            lay = self._layout(stretch, int(self.spacing * wider))
+            if not lay.unplaced:
+                return lay
+            if best is None or len(lay.unplaced) < len(best.unplaced):
+                best = lay
+        assert best is not None
+        return best
+
+    def _layout(self, stretch: float, spacing: int) -> Layout:
         top = 46 if self.title else 30
-        ys, breaks = self._ymap(top + 14)
-        # The time axis labels: wide enough for the longest ("\u2248 +67.107 ms" at a cut), so none is clipped.
-        longest = max([len(_fmt_time(t)) + 1 for t in ys] + [len(_fmt_time(g)) + 3 for _, g in breaks] + [8])
-        left = max(70, int(longest * 6.2) + 12)
+        ys, breaks = self._ymap(top + 14, stretch)
+        ends, mark_keys = self._keys()
+        times = self._time_labels(ys, breaks)
+        left = max([70.0] + [text_width(text, 10) + 16 for _, text, _ in times])
         height = int(max(ys.values(), default=top) + 40)
 
-        def ext(node: str | None, arrows_start: bool) -> float:
-            labels = [len(m.label) for m in self.markers if m.node == node]
-            return max([60.0] + [n * 5.6 + 24 for n in labels])
+        def margin(node: str | None) -> float:
+            widths = [text_width(m.label, 10) + 24 for m in self.markers if m.node == node]
+            return max([60.0] + widths)
 
         first = self.nodes[0] if self.nodes else None
         last = self.nodes[-1] if self.nodes else None
-        x0 = left + ext(first, True)
-        xs = {n: x0 + i * self.spacing for i, n in enumerate(self.nodes)}
-        width = int(x0 + (len(self.nodes) - 1) * self.spacing + (ext(last, False) if len(self.nodes) > 1 else 0) + 10)
+        x0 = left + margin(first)
+        xs = {n: x0 + i * spacing for i, n in enumerate(self.nodes)}
+        width = int(x0 + (len(self.nodes) - 1) * spacing + (margin(last) if len(self.nodes) > 1 else 0) + 10)
+        lay = Layout(width, height, left, xs, ys, [], [], [], [], [], [], breaks)
+        if self.title:
+            lay.labels.append(LabelBox(self.title, width / 2, 18, text_width(self.title, 13, bold=True), 13,
+                                       kind="title"))
+        for n, x in xs.items():
+            lay.labels.append(LabelBox(n, x, top, text_width(n, 11, bold=True), 11, kind="node"))
+            lay.lifelines.append(Segment(x, top + 6, x, height - 10, "lifeline"))
+        for y, text, _colour in times:
+            lay.labels.append(LabelBox(text, left - 8, y + 4, text_width(text, 10), 10, anchor="end", kind="time"))
+        # the lines first: every label is then placed clear of all of them
+        rises = sorted(ys[e1] - ys[e0] for a, (e0, e1) in zip(self.arrows, ends, strict=True)
+                       if a.t1 is not None and not a.lost)
+        rise = rises[len(rises) // 2] if rises else 4.0 * self.row * stretch
+        spans: list[tuple[int, float, float, float, float]] = []  # (arrow, x0, y0, x1, y1) of the full path
+        for i, (a, (e0, e1)) in enumerate(zip(self.arrows, ends, strict=True)):
+            if a.src not in xs or a.dst not in xs:
+                continue
+            xa, xb, ya = xs[a.src], xs[a.dst], ys[e0]
+            if a.lost:
+                full = self._lost_rise(a, ys, ends, rise)
+                yb = ya + full
+                xm, ym = (xa + xb) / 2, ya + max(full / 2, self.row / 2)
+                lay.segments.append(Segment(xa, ya, xm, ym, a.kind, i))
+                lay.crosses.append(_square(xm, ym, 6))
+            else:
+                yb = ys[e1]
+                lay.segments.append(Segment(xa, ya, xb, yb, a.kind, i))
+                lay.heads.append(_square(xb - 5 * (1 if xb >= xa else -1), yb, 5))
+            spans.append((i, xa, ya, xb, yb))
+        for j, (m, key) in enumerate(zip(self.markers, mark_keys, strict=True)):
+            if m.node not in xs:
+                continue
+            x, y = xs[m.node], ys[key]
+            outer = -1 if list(xs).index(m.node) == 0 else 1
+            lay.dots.append(_square(x, y, 6 if m.kind == "timeout" else 4))
+            lay.labels.append(LabelBox(m.label, x + outer * 12, y + 4, text_width(m.label, 10), 10,
+                                       anchor="end" if outer < 0 else "start", kind="marker", owner=j))
+        obstacles: list[Sequence[Point]] = [((s.x0, s.y0), (s.x1, s.y1)) for s in lay.segments + lay.lifelines]
+        obstacles += lay.heads + lay.crosses + lay.dots
+        placed: list[Sequence[Point]] = [b.corners for b in lay.labels]
+        for i, xa, ya, xb, yb in spans:
+            a = self.arrows[i]
+            box = self._place(a, i, xa, ya, xb, yb, obstacles, placed, width, height)
+            if box is None:
+                lay.unplaced.append(a.label)
+                box = self._candidates(a, i, xa, ya, xb, yb)[0]
+            lay.labels.append(box)
+            placed.append(box.corners)
+        return lay
+
+    def _time_labels(self, ys: dict[tuple[int, int], float], breaks: list[tuple[float, int]]) -> list[tuple[float, str, str]]:
+        """(y, text, colour) of the time axis: one label per instant at least a row below the last one, and
+        the length of every cut; after a cut, times read "+86 ns" from the first instant below it."""
+        out: list[tuple[float, str, str]] = []
+        if not self.times:
+            return out
+        drawn_only = {self._lost_end(a) for a in self.arrows if a.t1 is None} - self._real_times()
+        last_label = -1e9
+        base: int | None = None
+        cuts = sorted(y for y, _ in breaks)
+        for (t, k), y in sorted(ys.items()):
+            if k or t in drawn_only:
+                continue  # a second row of one instant; or where a lost arrow stops, not a moment anything happened
+            if cuts and y > cuts[0]:
+                while cuts and y > cuts[0]:
+                    cuts.pop(0)
+                base = t
+            if y - last_label >= self.row:
+                out.append((y, _fmt_time(t) if base is None or t == base else f"+{_fmt_time(t - base)}", "#888"))
+                last_label = y
+        out += [(y, f"\u2248 +{_fmt_time(gap)}", "#c62828") for y, gap in breaks]
+        return out
+
+    @staticmethod
+    def _label_text(a: Arrow, short: bool = False) -> tuple[str, float]:
+        """The label's text and width: a lost packet's ends in a bold "lost"; ``short``, it is only "PSN n lost"
+        (the opcode is in its hover text)."""
+        label = f"PSN {a.psn}" if short and a.psn is not None else a.label
+        if not a.lost:
+            return label, text_width(label, 11)
+        return label + " lost", text_width(label + " ", 11) + text_width("lost", 11, bold=True)
+
+    def _candidates(self, a: Arrow, i: int, xa: float, ya: float, xb: float, yb: float,
+                    short: bool = False) -> list[LabelBox]:
+        """Where a label may go along its arrow, best first: the middle, then ever further from it, above the
+        line before below it.  A lost packet's label may also use the rest of the path it did not finish."""
+        text, w = self._label_text(a, short)
+        rightward = xb >= xa
+        if xb < xa:
+            xa, ya, xb, yb = xb, yb, xa, ya
+        length = math.hypot(xb - xa, yb - ya) or 1.0
+        ux, uy = (xb - xa) / length, (yb - ya) / length
+        nx, ny = uy, -ux  # the normal that points up the page
+        if ny > 0:
+            nx, ny = -nx, -ny
+        angle = math.degrees(math.atan2(yb - ya, xb - xa))
+        lo, hi = w / 2 + 10, length - w / 2 - 10
+        mid = (length / 4 if rightward else 3 * length / 4) if a.lost else length / 2  # the drawn part's middle
+        offsets = [0.0] + [s * d for d in range(6, int(length) + 6, 6) for s in (-1, 1)]
+        ranked: list[tuple[int, int, float, LabelBox]] = []
+        for off in offsets:
+            c = min(max(mid + off, lo), hi) if lo <= hi else mid
+            if lo <= hi and abs(c - (mid + off)) > 0.01:
+                continue
+            for k, side in enumerate((3 + 0.24 * 11, -(3 + 0.78 * 11))):  # baseline above the line, or text below
+                box = LabelBox(text, xa + ux * c + nx * side, ya + uy * c + ny * side, w, 11, angle, kind="arrow",
+                               owner=i)
+                # near the middle above, near the middle below, then further along: a label kept on the side its
+                # neighbours use leaves the band below free for the next arrow of a burst
+                ranked.append((abs(off) > 90, k, abs(off), box))
+        out = [box for *_, box in sorted(ranked, key=lambda r: r[:3])]
+        return out or [LabelBox(text, (xa + xb) / 2, (ya + yb) / 2 - 4, w, 11, angle, kind="arrow", owner=i)]
+
+    def _place(self, a: Arrow, i: int, xa: float, ya: float, xb: float, yb: float,
+               obstacles: list[Sequence[Point]], placed: list[Sequence[Point]], width: int, height: int) -> LabelBox | None:
+        shorter = [True] if a.lost and a.psn is not None else []
+        for box in (b for short in [False, *shorter] for b in self._candidates(a, i, xa, ya, xb, yb, short)):
+            corners = box.corners
+            if any(not (0 <= x <= width and 0 <= y <= height) for x, y in corners):
+                continue
+            if any(polygons_overlap(corners, o, 1.0) for o in obstacles):
+                continue
+            if any(polygons_overlap(corners, p, 1.0) for p in placed):
+                continue
+            return box
+        return None
+
+    def _lost_rise(self, lost: Arrow, ys: dict[tuple[int, int], float],
+                   ends: list[tuple[tuple[int, int], tuple[int, int]]], rise: float) -> float:
+        """How far down a lost packet's arrow would have run: the mean of the delivered arrows of the same
+        direction sent just before and just after it (the one there is, when only one is), so that it runs
+        between its neighbours and its label has room on both sides."""
+        same = sorted(((a, e) for a, e in zip(self.arrows, ends, strict=True)
+                       if not a.lost and a.t1 is not None and (a.src, a.dst) == (lost.src, lost.dst)),
+                      key=lambda ae: ae[0].t0)
+        near = [ae for ae in same if ae[0].t0 <= lost.t0][-1:] + [ae for ae in same if ae[0].t0 > lost.t0][:1]
+        if not near:
+            return rise
+        return sum(ys[e1] - ys[e0] for _, (e0, e1) in near) / len(near)
+
+    # ------------------------------------------------------------------ SVG
+    def to_svg(self) -> str:
+        lay = self.layout()
+        width, height = lay.width, lay.height
         out = [
             f'<svg xmlns="http://www.w3.org/2000/svg" class="rdmalab-ladder" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Arial, sans-serif" font-size="11">',
@@ -195,102 +451,61 @@ class Ladder:
                        f'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{colour}"/></marker>')
         out.append("</defs>")
         out.append(f'<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>')
-        if self.title:
-            out.append(f'<text x="{width / 2}" y="18" text-anchor="middle" font-size="13" font-weight="bold">'
-                       f"{html.escape(self.title)}</text>")
-        for n, x in xs.items():
-            out.append(f'<text x="{x}" y="{top}" text-anchor="middle" font-weight="bold">{html.escape(n)}</text>')
-            out.append(f'<line x1="{x}" y1="{top + 6}" x2="{x}" y2="{height - 10}" stroke="#999" stroke-width="1.5"/>')
-        # time labels
-        last_label = -1e9
-        drawn_only = {self._lost_end(a) for a in self.arrows if a.t1 is None} - self._real_times()
-        base: int | None = None  # after a cut, times read "+86 ns" from the first moment below the cut
-        cuts = sorted(y for y, _ in breaks)
-        for t, y in sorted(ys.items()) if self.times else []:
-            if t in drawn_only:
-                continue  # where a lost packet's arrow stops is not a moment anything happened
-            if cuts and y > cuts[0]:
-                while cuts and y > cuts[0]:
-                    cuts.pop(0)
-                base = t
-            if y - last_label >= self.row:
-                text = _fmt_time(t) if base is None or t == base else f"+{_fmt_time(t - base)}"
-                out.append(f'<text x="{left - 8}" y="{y + 4}" text-anchor="end" fill="#888" font-size="10">'
-                           f"{text}</text>")
-                last_label = y
-        for y, gap in breaks:
-            if self.times:
-                out.append(f'<text x="{left - 8}" y="{y + 4}" text-anchor="end" fill="#c62828" font-size="10">'
-                           f"\u2248 +{_fmt_time(gap)}</text>")
-            out.append(f'<line x1="{left}" y1="{y}" x2="{width - 20}" y2="{y}" stroke="#ddd" stroke-dasharray="2,4"/>')
-        # Lines first, labels on top: a later arrow's line must not run over an earlier arrow's label.
-        rises = sorted(ys[a.t1] - ys[a.t0] for a in self.arrows if a.t1 is not None and not a.lost)
-        self._rise = rises[len(rises) // 2] if rises else 4.0 * self.row  # how far down a delivered arrow runs
-        self._ys = ys
-        drawn = [self._arrow_svg(a, xs, ys) for a in self.arrows]
-        out += [lines for lines, _ in drawn]
-        out += [self._marker_svg(m, xs, ys) for m in self.markers]
-        out += [labels for _, labels in drawn]
+        for b in lay.labels:
+            if b.kind == "title":
+                out.append(f'<text x="{b.x}" y="{b.y}" text-anchor="middle" font-size="13" font-weight="bold">'
+                           f"{html.escape(b.text)}</text>")
+            elif b.kind == "node":
+                out.append(f'<text x="{b.x}" y="{b.y}" text-anchor="middle" font-weight="bold">{html.escape(b.text)}</text>')
+            elif b.kind == "time":
+                colour = "#c62828" if b.text.startswith("\u2248") else "#888"
+                out.append(f'<text x="{b.x}" y="{b.y}" text-anchor="end" fill="{colour}" font-size="10">'
+                           f"{html.escape(b.text)}</text>")
+        for s in lay.lifelines:
+            out.append(f'<line x1="{s.x0}" y1="{s.y0}" x2="{s.x1}" y2="{s.y1}" stroke="#999" stroke-width="1.5"/>')
+        for y, _ in lay.breaks:
+            out.append(f'<line x1="{lay.left}" y1="{y}" x2="{width - 20}" y2="{y}" stroke="#ddd" stroke-dasharray="2,4"/>')
+        # Lines first, labels on top (each placed clear of every line anyway)
+        for s in lay.segments:
+            a = self.arrows[s.owner or 0]
+            colour = COLOURS.get(a.kind, COLOURS["other"])
+            dash = ' stroke-dasharray="6,3"' if a.kind == "retx" else ""
+            head = "" if a.lost else f' marker-end="url(#ah-{a.kind if a.kind in COLOURS else "other"})"'
+            out.append(f'<g class="rdmalab-arrow rdmalab-{a.kind}"><title>{html.escape(a.note or a.label)}</title>'
+                       f'<line x1="{s.x0:.1f}" y1="{s.y0:.1f}" x2="{s.x1:.1f}" y2="{s.y1:.1f}" stroke="{colour}" '
+                       f'stroke-width="1.5"{dash}{head}/></g>')
+        for j, m in enumerate(self.markers):
+            box = next((b for b in lay.labels if b.kind == "marker" and b.owner == j), None)
+            if box is not None:
+                out.append(self._marker_svg(m, box))
+        for (x0, y0), _, (x1, y1), _ in lay.crosses:
+            xm, ym = (x0 + x1) / 2, (y0 + y1) / 2
+            out.append(f'<path d="M{xm - 5:.1f},{ym - 5:.1f} L{xm + 5:.1f},{ym + 5:.1f} M{xm - 5:.1f},{ym + 5:.1f} '
+                       f'L{xm + 5:.1f},{ym - 5:.1f}" stroke="#c62828" stroke-width="2.5"/>')
+        for b in lay.labels:
+            if b.kind != "arrow" or b.owner is None:
+                continue
+            a = self.arrows[b.owner]
+            colour = COLOURS.get(a.kind, COLOURS["other"])
+            text, tail = (b.text[:-len("lost")], '<tspan fill="#c62828" font-weight="bold">lost</tspan>') if a.lost \
+                else (b.text, "")
+            out.append(f'<g class="rdmalab-label rdmalab-{a.kind}"><title>{html.escape(a.note or a.label)}</title>'
+                       f'<text x="{b.x:.1f}" y="{b.y:.1f}" text-anchor="middle" fill="{colour}" '
+                       f'transform="rotate({b.angle:.2f} {b.x:.1f} {b.y:.1f})"{_HALO}>{html.escape(text)}{tail}'
+                       f"</text></g>")
         out.append("</svg>")
         return "".join(out)
 
-    def _arrow_svg(self, a: Arrow, xs: dict[str, float], ys: dict[int, float]) -> tuple[str, str]:
-        """The arrow's lines and its labels, as two SVG groups (drawn in two passes)."""
-        if a.src not in xs or a.dst not in xs:
-            return "", ""
-        x0, x1 = xs[a.src], xs[a.dst]
-        y0 = ys[a.t0]
-        colour = COLOURS.get(a.kind, COLOURS["other"])
-        dash = ' stroke-dasharray="6,3"' if a.kind == "retx" else ""
-        title = f"<title>{html.escape(a.note or a.label)}</title>"
-        parts = [f'<g class="rdmalab-arrow rdmalab-{a.kind}">{title}']
-        labels = [f'<g class="rdmalab-label rdmalab-{a.kind}">{title}']
-        if a.lost:
-            # The arrow runs at the slope of a delivered packet and stops half way, at its own cross;
-            # the "lost" note names the PSN, so it cannot be read as belonging to a neighbouring arrow.
-            xm = (x0 + x1) / 2
-            ym = y0 + max(self._lost_rise(a) / 2, self.row / 2)  # parallel to its neighbours, half their length
-            parts.append(f'<line x1="{x0}" y1="{y0}" x2="{xm}" y2="{ym}" stroke="{colour}" stroke-width="1.5"{dash}/>')
-            # the cross goes with the labels, drawn last: a neighbour's label (white halo) must not hide it
-            labels.append(f'<path d="M{xm - 5},{ym - 5} L{xm + 5},{ym + 5} M{xm - 5},{ym + 5} L{xm + 5},{ym - 5}" '
-                          f'stroke="#c62828" stroke-width="2.5"/>')
-        else:
-            y1 = ys[a.t1] if a.t1 is not None else y0 + self.row
-            parts.append(f'<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y1}" stroke="{colour}" stroke-width="1.5"{dash} '
-                         f'marker-end="url(#ah-{a.kind if a.kind in COLOURS else "other"})"/>')
-        ex, ey = ((x0 + x1) / 2, y0 + max(self._lost_rise(a) / 2, self.row / 2)) if a.lost else \
-            (x1, ys[a.t1] if a.t1 is not None else y0 + self.row)
-        labels.append(_along(a.label, x0, y0, ex, ey, colour, lost=a.lost))
-        return "".join(parts) + "</g>", "".join(labels) + "</g>"
-
-    def _lost_rise(self, lost: Arrow) -> float:
-        """How far down a lost packet's arrow would have run: as far as the last delivered arrow of the same
-        direction sent before it (the next one when there is none), so that it runs parallel to the arrow
-        above it and its label, in the band between the two, stays clear of both lines."""
-        same = sorted((a for a in self.arrows
-                       if not a.lost and a.t1 is not None and (a.src, a.dst) == (lost.src, lost.dst)),
-                      key=lambda a: a.t0)
-        before = [a for a in same if a.t0 <= lost.t0]
-        near = before[-1] if before else (same[0] if same else None)
-        if near is None or near.t1 is None:
-            return self._rise
-        return self._ys[near.t1] - self._ys[near.t0]
-
-    def _marker_svg(self, m: Marker, xs: dict[str, float], ys: dict[int, float]) -> str:
-        if m.node not in xs:
-            return ""
-        x = xs[m.node]
-        y = ys[m.t]
-        outer = -1 if list(xs).index(m.node) == 0 else 1
+    def _marker_svg(self, m: Marker, box: LabelBox) -> str:
+        x = box.x - 12 if box.anchor == "start" else box.x + 12
+        y = box.y - 4
         colour = {"timeout": "#c62828", "retx": "#ef6c00", "completion": "#2e7d32", "error": "#c62828",
                   "posted": "#1565c0", "state": "#6d4c41"}.get(m.kind, "#555")
-        anchor = "end" if outer < 0 else "start"
-        tx = x + outer * 12
         shape = (f'<circle cx="{x}" cy="{y}" r="4" fill="{colour}"/>' if m.kind != "timeout" else
                  f'<path d="M{x - 6},{y - 6} L{x + 6},{y + 6} M{x - 6},{y + 6} L{x + 6},{y - 6}" stroke="{colour}" '
                  f'stroke-width="2"/>')
         return (f'<g class="rdmalab-marker rdmalab-{m.kind}"><title>{html.escape(m.note or m.label)}</title>{shape}'
-                f'<text x="{tx}" y="{y + 4}" text-anchor="{anchor}" fill="{colour}" font-size="10"{_HALO}>'
+                f'<text x="{box.x}" y="{box.y}" text-anchor="{box.anchor}" fill="{colour}" font-size="10"{_HALO}>'
                 f"{html.escape(m.label)}</text></g>")
 
     def _repr_svg_(self) -> str:

@@ -3,6 +3,7 @@ labels are not clipped, and the ladder reads decoded packets rather than text.""
 
 from __future__ import annotations
 
+import math
 import re
 import xml.etree.ElementTree as ET
 
@@ -35,12 +36,16 @@ def test_the_lost_mark_names_and_sits_on_the_lost_packet() -> None:
     lost = [a for a in lad.arrows if a.lost]
     assert [a.psn for a in lost] == [lost_psn]
     lines, _ = _lines_and_labels(lad.to_svg())
-    # Its label names the packet and ends in "lost", and starts at the lost packet's own line
+    # Its label names the packet and ends in "lost", and runs along the lost packet's own line, beside it
     root = ET.fromstring(lad.to_svg())
     (label,) = [t for t in root.iter(f"{SVG}text") if "".join(t.itertext()).endswith(f"PSN {lost_psn} lost")]
     x, y = float(label.get("x", 0)), float(label.get("y", 0))
-    mine = min(lines, key=lambda ln: abs(ln["x1"] - x) + abs(ln["y1"] - y))
-    assert abs(mine["x1"] - x) < 12 and abs(mine["y1"] - y) < 12
+    (seg,) = [sg for sg in lad.layout().segments if lad.arrows[sg.owner or 0].lost]
+    mine = next(ln for ln in lines if (ln["x1"], ln["y2"]) == (round(seg.x0, 1), round(seg.y1, 1)))
+    dx, dy = mine["x2"] - mine["x1"], mine["y2"] - mine["y1"]
+    along = ((x - mine["x1"]) * dx + (y - mine["y1"]) * dy) / math.hypot(dx, dy)
+    off = abs((x - mine["x1"]) * dy - (y - mine["y1"]) * dx) / math.hypot(dx, dy)
+    assert 0 < along < 2 * math.hypot(dx, dy) and off < 12, (along, off)
     # The lost packet's line stops half way, at its cross, and slopes like a delivered packet of the burst
     full = [ln for ln in lines if ln["x2"] > ln["x1"] and ln is not mine]
     slope = (mine["y2"] - mine["y1"]) / (mine["x2"] - mine["x1"])
