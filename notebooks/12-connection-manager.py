@@ -17,16 +17,20 @@
 # `rdma_cm` (librdmacm), which rping uses, adds an IP-style addressing layer (IBA Annex A11):
 # the service ID encodes a port number, and the REQ's private data starts with an IP CM header
 # holding the IP addresses.
+#
+# The capture below (`captures/rxe_rping.pcap`) is rping between two kernel rxe devices. Each of you
+# gets an rping server of your own port: `rping_capture()` is that capture with the REQ's service ID
+# set to your port, and the REQ's ICRC computed again. rdma_cm puts the port in the REQ's service ID
+# and nowhere else, so these are, byte for byte, the packets `rping -p` with your port sends.
 
 # %%
 BACKEND = "soft"
-from rdmalab import capture, lab, viz
-from rdmalab.lab.checkers.cm import cm_messages
-from rdmalab.wire.cm import CMMessage
+from rdmalab import lab, viz
+from rdmalab.lab.checkers.cm import cm_messages, rping_capture, rping_pcap
 
 BACKEND = lab.backend(BACKEND)  # checks that the backend is available
-frames = list(capture.read(lab.capture_path("rxe_rping.pcap")))
-msgs = cm_messages()
+frames = rping_capture()  # the capture of your rping
+msgs = cm_messages()  # (captured packet, decoded CM message) for each CM MAD in it
 for cp, m in msgs:  # (the REQ's addresses and ports are exercise 1's: decode them yourself below)
     print(f"frame {cp.frame_number:2}: CM {m.name} TID={m.tid:#x}")
 
@@ -98,7 +102,7 @@ from rdmalab.capture.crosscheck import tshark_path
 from rdmalab.viz.wireshark import side_by_side
 
 if tshark_path():
-    sbs = side_by_side(lab.capture_path("rxe_rping.pcap"), 1)
+    sbs = side_by_side(rping_pcap(), 1)
     print(sum(r[3] == "agree" for r in sbs.rows), "of", len(sbs.rows), "fields agree")
     sbs.rows = [r for r in sbs.rows if "cm" in r[0]][:40]
     display(sbs)
@@ -111,11 +115,18 @@ if tshark_path():
 # `pyverbs.cmid`'s (`rdmalab.verbs.cmid`). `run_connect` makes them one at a time, a client on
 # soft0 (10.0.0.1) and a server on soft1 (10.0.0.2), and writes down after each call what each
 # side's QP and CM were doing. Read the table row by row: who is in RTS when?
+#
+# Your server listens on your port (exercise 1's), and the seed in your scenario seeds the fabric,
+# from which the two sides draw their starting PSNs:
+
+# %%
+conn = lab.scenario("cm.connect")
+conn
 
 # %%
 from rdmalab.lab.connect import run_connect
 
-run = run_connect(backend=BACKEND)
+run = run_connect(backend=BACKEND, listen_port=conn.port, seed=conn.seed)
 print("backend:", run.backend, "| CM messages on the wire:", run.names())
 run.table()
 
@@ -128,10 +139,10 @@ run.ladder
 # engine, which can lose a chosen message and shows every state.)
 #
 # The REQ and the REP carry what `modify_qp` needs (QPN, starting PSN, MTU, READ/atomic
-# depths); each side moves its QP with it at a different moment. The passive side is already
-# in RTS when its REP leaves; the active side goes to RTR and RTS when the REP arrives, then
-# sends the RTU. After `disconnect()` each side waits in **timewait** (about 2 s: 2^(19-8) ms on
-# RoCE) so that stray packets of the old connection die before its QPN can be used again.
+# depths); each side moves its QP to RTR and RTS with them, at a moment the step table shows
+# (exercise 4 asks which side comes first). After `disconnect()` each side waits in **timewait**
+# (about 2 s: 2^(19-8) ms on RoCE) so that stray packets of the old connection die before its QPN
+# can be used again.
 #
 # ### A lost REP
 #
@@ -140,7 +151,7 @@ run.ladder
 # (the REQ's *local CM response timeout*), up to the REQ's *max CM retries* times.
 
 # %%
-lost = run_connect(lose=("REP",))
+lost = run_connect(lose=("REP",), listen_port=conn.port, seed=conn.seed)
 print(lost.names())
 lost.ladder
 
@@ -148,23 +159,24 @@ lost.ladder
 # ### Nobody listening
 #
 # A REQ for a service ID no one listens on is answered at once with a **REJ**, reason 8
-# (*invalid service ID*); this is what rping prints when the server is not started.
+# (*invalid service ID*); this is what rping prints when the server is not started. Here the
+# client asks for the port after yours, where nobody listens.
 
 # %%
-rej = run_connect(port=7175)
+rej = run_connect(listen_port=conn.port, port=conn.port + 1, seed=conn.seed)
 print(rej.names(), "->", rej.error)
 rej.ladder
 
 # %% [markdown]
 # ### The same bytes as Linux sends, checked by Wireshark
 #
-# Every CM message above is a real frame. Written to a pcap, tshark decodes it as it decodes
-# the kernel's (notebook 08 explains the cross-check):
+# Every CM message above is a real frame. Written to a pcap (in a temporary directory), tshark
+# decodes it as it decodes the kernel's (notebook 08 explains the cross-check):
 
 # %%
 from rdmalab.capture.crosscheck import crosscheck
 
-path = run.write_pcap("connect.pcap")
+path = run.write_pcap()
 if tshark_path():
     print(crosscheck(path).text())
 
@@ -195,17 +207,26 @@ for cp in frames:
 lab.check("cm.psn", numbering)
 
 # %% [markdown]
-# ### 3. What the REQ's starting PSN is for
+# ### 3. What the two starting PSNs become
 #
-# Run `run_connect()` and compare the REQ's `starting_psn` (`run.messages()[0].body`) with the
-# `sq_psn` and `rq_psn` of the two QPs. Give the pair `(side, attribute)` it sets.
+# Your connection on the soft engine (`mine` below: your scenario's port and seed, the same run
+# as `run` when `BACKEND` is `"soft"`) carried a REQ and a REP, each with a starting PSN
+# (`mine.messages()[0].body.starting_psn`, and `[1]` for the REP). From them the CM set each
+# QP's `sq_psn` (the PSN its first request carries) and `rq_psn` (the PSN it expects first).
+# Give the four values of your connection.
+
+# %%
+mine = run if run.backend == "soft" else run_connect(listen_port=conn.port, seed=conn.seed)
 
 # %% tags=["exercise"]
-req_psn_sets = (..., ...)  # e.g. ("client", "rq_psn")
+psns = {"client.sq_psn": ..., "client.rq_psn": ...,
+        "server.sq_psn": ..., "server.rq_psn": ...}
 ### BEGIN SOLUTION
-req_psn_sets = ("server", "sq_psn")
+my_req, my_rep = (m.body for m in mine.messages()[:2])
+psns = {"client.sq_psn": my_rep.starting_psn, "client.rq_psn": my_req.starting_psn,
+        "server.sq_psn": my_req.starting_psn, "server.rq_psn": my_rep.starting_psn}
 ### END SOLUTION
-lab.check("cm.req_psn", req_psn_sets)
+lab.check("cm.req_psn", psns)
 
 # %% [markdown]
 # ### 4. Who is in RTS first?
@@ -224,11 +245,17 @@ lab.check("cm.first_rts", first_to_rts)
 # %% [markdown]
 # ### 5. What a service ID encodes
 #
-# udaddy's SIDR_REQ carries the service ID `0x0000000001111C06`. Which port space and which port?
+# An rdma_cm application names its service by a port space (TCP-like, UDP-like, ...) and a
+# port, and rdma_cm packs both into the 64-bit service ID of its REQ (or, for a UD service, of
+# its SIDR_REQ). Take apart the service ID in your scenario: which port space, which port?
+
+# %%
+sid = lab.scenario("cm.service_id")
+sid
 
 # %% tags=["exercise"]
 decoded = {"port_space": ..., "port": ...}
 ### BEGIN SOLUTION
-decoded = {"port_space": (0x0000000001111C06 >> 16) & 0xFFFF, "port": 0x0000000001111C06 & 0xFFFF}
+decoded = {"port_space": (sid.service_id >> 16) & 0xFFFF, "port": sid.service_id & 0xFFFF}
 ### END SOLUTION
 lab.check("cm.service_id", decoded)

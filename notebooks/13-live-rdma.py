@@ -43,13 +43,19 @@ print("".join(difflib.unified_diff(original, on_rxe, "lab_ops.py (soft engine)",
 # %% [markdown]
 # ## An RDMA WRITE and an RDMA READ
 #
-# A (on `rxe1`, or `soft0`) writes 5000 random bytes into B's registered buffer, then reads them
-# back into the second half of its own buffer. Both QPs use path MTU 1024. The table shows
-# each work request's completion, as `ibv_poll_cq` returned it, and the first bytes of the
-# memory it changed: B's buffer after the WRITE, A's after the READ.
+# A (on `rxe1`, or `soft0`) writes random bytes into B's registered buffer, then reads them
+# back into the second half of its own buffer. How many bytes differs from one of you to the
+# next: your length is in your scenario below (with the seed of the random data). Both QPs use
+# path MTU 1024. The table shows each work request's completion, as `ibv_poll_cq`
+# returned it, and the first bytes of the memory it changed: B's buffer after the WRITE, A's
+# after the READ.
 
 # %%
-run = labruns.run("write_read", backend=BACKEND, size=5000, seed=11)
+mine = lab.scenario("live.segments")
+mine
+
+# %%
+run = labruns.run("write_read", backend=BACKEND, size=mine.length, seed=mine.seed)
 print(run)
 run.table()
 
@@ -66,12 +72,14 @@ print(f"A: QP {run.data['a']['qpn']:#x} on {run.data['a']['device']}, B: QP {run
 #
 # These packets were captured on the cable between the two devices (or on the soft fabric). They
 # are decoded by `rdmalab.capture`, and every ICRC is recomputed and compared with the one on the
-# wire.
+# wire. (This listing leaves the payload lengths out: exercise 1 asks for one of them.)
 
 # %%
+import re
+
 pkts = run.packets()
 for p in pkts:
-    print(f"{p.frame_number:3}  {p.packet.summary()}   ICRC {p.packet.crc_status}")
+    print(f"{p.frame_number:3}  {re.sub(r' payload=[0-9]+', '', p.packet.summary())}   ICRC {p.packet.crc_status}")
 
 # %%
 viz.ladder(pkts, title=f"RDMA WRITE then READ, {run.where}")
@@ -100,8 +108,9 @@ viz.hexdump(pkts[0], title=f"Frame {pkts[0].frame_number}: {pkts[0].packet.opcod
 # %%
 bad = labruns.run("wrong_rkey", backend=BACKEND, size=4096, seed=5)
 print(bad)
-print("QP states afterwards:", bad.data["qp_state"])
-bad.table()
+w = bad.steps[0]
+print(f"A wrote {w['length']} bytes with rkey {w['rkey']:#x}; B's rkey is {w['right_rkey']:#x}")
+# (A's completion and its QP's state afterwards are exercise 3's: `bad.completions`, `bad.data`)
 
 # %%
 from rdmalab.wire.ib import AETH
@@ -113,11 +122,17 @@ nak = next(p for p in bad_pkts if p.packet.get(AETH) is not None and p.packet.ge
 viz.field_table(nak.packet.get(AETH))
 
 # %% [markdown]
-# Compare the completion's `opcode` and `byte_len` on the two backends. The soft engine fills in
-# the operation and length of the failed request. Kernel rxe, on Linux 6.1, leaves both zero
-# (`IBV_WC_SEND`, 0). Neither is wrong: `man ibv_poll_cq` says that when the status is not
-# `IBV_WC_SUCCESS`, only a few fields are valid. Code that reads anything else from an error
-# completion works on one implementation and breaks on the next.
+# Compare the error completion's `opcode` and `byte_len` on the two backends:
+
+# %%
+wc = bad.completions[0]
+print(f"{bad.where}: A's completion has opcode {wc['opcode']} and byte_len {wc['byte_len']}")
+
+# %% [markdown]
+# The soft engine fills in the operation and length of the failed request. Kernel rxe, on Linux
+# 6.1, leaves both zero (`IBV_WC_SEND`, 0). Neither is wrong: `man ibv_poll_cq` says that when
+# the status is not `IBV_WC_SUCCESS`, only a few fields are valid. Code that reads anything else
+# from an error completion works on one implementation and breaks on the next.
 
 # %% [markdown]
 # ## The soft engine and the kernel talking to each other
@@ -158,15 +173,17 @@ else:
 #
 # ### 1. Packets of a message
 #
-# From the capture of the WRITE and READ above, give
-# `[number of RDMA WRITE packets, number of RDMA READ Response packets]` for the 5000-byte
-# transfer.
+# Your WRITE moved the length in your scenario (`mine.length`) at path MTU 1024, and the READ
+# brought it back. From the capture above (`pkts`), give the number of RDMA WRITE packets, the
+# number of RDMA READ Response packets, and how many bytes of payload the WRITE's Last packet
+# carries (`p.packet.payload_length`, or worked out from the length and the MTU).
 
 # %% tags=["exercise"]
-segments = ...  # [writes, read_responses]
+segments = {"writes": ..., "read_responses": ..., "last_payload": ...}
 ### BEGIN SOLUTION
-segments = [sum(p.packet.opcode_name.startswith("RC RDMA WRITE") for p in pkts),
-            sum(p.packet.opcode_name.startswith("RC RDMA READ Response") for p in pkts)]
+segments = {"writes": sum(p.packet.opcode_name.startswith("RC RDMA WRITE") for p in pkts),
+            "read_responses": sum(p.packet.opcode_name.startswith("RC RDMA READ Response") for p in pkts),
+            "last_payload": next(p.packet.payload_length for p in pkts if p.packet.opcode_name == "RC RDMA WRITE Last")}
 ### END SOLUTION
 lab.check("live.segments", segments)
 
@@ -186,7 +203,8 @@ lab.check("live.error_fields", reliable)
 # %% [markdown]
 # ### 3. After a wrong rkey
 #
-# Give `[A's completion status name, the name of A's QP state afterwards]` for the wrong-rkey run.
+# Give `[A's completion status name, the name of A's QP state afterwards]` for the wrong-rkey run:
+# the work completion is in `bad.completions`, the QP states are in `bad.data["qp_state"]`.
 
 # %% tags=["exercise"]
 after = ...  # ["IBV_WC_...", "IBV_QPS_..."]

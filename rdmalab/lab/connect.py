@@ -3,9 +3,11 @@
 :func:`run_connect` connects a client on ``soft0`` (10.0.0.1) to a server on ``soft1`` (10.0.0.2)
 through the engine's connection manager (:mod:`rdmalab.verbs.cmid` over
 :mod:`rdmalab.verbs.engine.cm`) on a fresh simulated fabric, with the rdma_cm calls rping makes,
-and records after every call what each side's QP and CM state were.  ``lose=("REP",)`` loses the
-first REP on its way (the server's CM sends it again when its timer runs out), ``port=`` lets the
-client ask for another port than the server listens on (a REJ).
+and records after every call what each side's QP and CM state were.  ``listen_port=`` is the port
+the server listens on, ``port=`` the one the client asks for (the same unless given: another one
+gets a REJ); ``seed=`` seeds the fabric, and so the QP numbers and starting PSNs the two sides
+choose.  ``lose=("REP",)`` loses the first REP on its way (the server's CM sends it again when its
+timer runs out).  :attr:`ConnectResult.qps` holds the QP attributes the CM set on each side.
 
 With ``backend="rxe"`` the same handshake is rping's between two kernel rxe devices in the lab VM
 (rxe1 10.0.1.1 -> rxe2 10.0.1.2), captured by tcpdump: the kernel's CM has no trace of its states,
@@ -15,6 +17,7 @@ so the steps are the CM messages on the wire.
 from __future__ import annotations
 
 import html
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +59,9 @@ class ConnectResult:
     captured: list[Any] = field(default_factory=list)
     error: str | None = None
     backend: str = "soft"
+    #: per side ("client", "server"): the QP's qp_num, dest_qp_num, sq_psn and rq_psn once both sides were
+    #: established, before any data (soft engine only; empty for rxe, whose kernel keeps them to itself)
+    qps: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def messages(self) -> list[CMMessage]:
         """The CM messages that crossed the wire, in order."""
@@ -82,9 +88,12 @@ class ConnectResult:
         return from_trace(self.fabric.trace, states=True, nodes=["soft0", "soft1"],
                           title="rdma_cm: client soft0 (10.0.0.1) -> server soft1 (10.0.0.2)")
 
-    def write_pcap(self, path: str | Path) -> Path:
+    def write_pcap(self, path: str | Path | None = None) -> Path:
+        """Write the frames to ``path`` (by default a new file in a temporary directory) and return it."""
         from rdmalab.capture.reader import write_pcap
 
+        if path is None:
+            path = Path(tempfile.mkdtemp(prefix="rdmalab-connect-")) / "connect.pcap"
         write_pcap(path, self.frames)
         return Path(path)
 
@@ -125,11 +134,30 @@ def _cm_state(cmid: CMID | None) -> str:
     return cmid.conn.state.value
 
 
-def run_connect(*, lose: tuple[str, ...] = (), port: int = PORT, seed: int = 1, backend: str = "soft",
-                message: bytes = b"hello over rdma_cm") -> ConnectResult:
+def _qp_attrs(cmid: CMID) -> dict[str, int]:
+    qp = cmid.qp
+    if qp is None:
+        raise RuntimeError("run_connect: an established cm_id without a QP")
+    attr, _ = qp.query(e.IBV_QP_SQ_PSN | e.IBV_QP_RQ_PSN | e.IBV_QP_DEST_QPN)
+    return {"qp_num": int(qp.qp_num), "dest_qp_num": int(attr.dest_qp_num), "sq_psn": int(attr.sq_psn),
+            "rq_psn": int(attr.rq_psn)}
+
+
+def _port(value: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 0xFFFF:
+        raise ValueError(f"run_connect: {what} must be a port number from 1 to 65535, not {value!r}")
+    return value
+
+
+def run_connect(*, lose: tuple[str, ...] = (), port: int | None = None, listen_port: int = PORT, seed: int = 1,
+                backend: str = "soft", message: bytes = b"hello over rdma_cm") -> ConnectResult:
     """Connect, send one message, disconnect and wait out timewait; see the module docstring."""
+    listen_port = _port(listen_port, "listen_port")
+    port = listen_port if port is None else _port(port, "port")
     if backend == "rxe":
-        return _run_rxe(port)
+        return _run_rxe(port, listen_port)
+    if backend != "soft":
+        raise ValueError(f"run_connect: unknown backend {backend!r}; choose 'soft' or 'rxe'")
     fab = Fabric(seed=seed, frames=True)
     fab.add_device("soft0", CLIENT)
     fab.add_device("soft1", SERVER)
@@ -150,7 +178,7 @@ def run_connect(*, lose: tuple[str, ...] = (), port: int = PORT, seed: int = 1, 
     init = QPInitAttr(qp_type=e.IBV_QPT_RC, cap=QPCap(max_send_wr=4, max_recv_wr=4))
     sch, cch = CMEventChannel(), CMEventChannel()
     listener = CMID(sch)
-    listener.bind_addr(AddrInfo(src=SERVER, src_service=PORT, flags=RAI_PASSIVE))
+    listener.bind_addr(AddrInfo(src=SERVER, src_service=listen_port, flags=RAI_PASSIVE))
     listener.listen()
     step("server", f"listen() on {SERVER}")
     client = CMID(cch)
@@ -172,7 +200,7 @@ def run_connect(*, lose: tuple[str, ...] = (), port: int = PORT, seed: int = 1, 
         note = (f"reason {got.status} ({rej_reason_name(got.status)})" if got.event_type == EV.RDMA_CM_EVENT_REJECTED
                 else f"status {got.status}")
         step("client", got.event_str(), note)
-        return ConnectResult(steps, fab, frames, error=f"{got.event_str()}: {note}")
+        return ConnectResult(steps, fab, frames, error=f"{got.event_str()}: {note}", qps={})
     server = CMID(ev, listen_id=listener)
     step("server", "CONNECT_REQUEST event", f"from {server.dst_addr}:{server.dst_port}")
     server.create_qp(init)
@@ -180,11 +208,12 @@ def run_connect(*, lose: tuple[str, ...] = (), port: int = PORT, seed: int = 1, 
     server.post_recv(mr)
     step("server", "create_qp + post_recv")
     server.accept(ConnParam(resources=1, depth=1))
-    step("server", "accept()", "QP to RTR and RTS, then the REP")
+    step("server", "accept()", "REP sent")
     got = CMEvent(cch)
-    step("client", got.event_str(), "REP arrived: QP to RTR and RTS, RTU sent")
+    step("client", got.event_str(), "REP arrived, RTU sent")
     got = CMEvent(sch)
     step("server", got.event_str(), "RTU arrived")
+    qps = {"client": _qp_attrs(client), "server": _qp_attrs(server)}
     out = client.reg_msgs(64)
     out.write(message, len(message))
     client.post_send(out, length=len(message))
@@ -200,17 +229,17 @@ def run_connect(*, lose: tuple[str, ...] = (), port: int = PORT, seed: int = 1, 
     for ch, who in ((cch, "client"), (cch, "client"), (sch, "server")):
         got = CMEvent(ch)
         step(who, got.event_str())
-    return ConnectResult(steps, fab, frames)
+    return ConnectResult(steps, fab, frames, qps=qps)
 
 
-def _run_rxe(port: int) -> ConnectResult:
+def _run_rxe(port: int, listen_port: int) -> ConnectResult:
     from rdmalab.capture import read
     from rdmalab.live.labruns import shared_vm
 
     vm = shared_vm()
     # rping between the lab VM's rxe1 ($KA_IP, the server) and rxe2, as rdmalab.live.captures makes
     # captures/rxe_rping.pcap; the server is ready when rdma_cm lists its cm_id as listening
-    script = (f"timeout 60 rping -s -a $KA_IP -p {PORT} -v -C 1 -S 64 > server.out 2>&1 &\n"
+    script = (f"timeout 60 rping -s -a $KA_IP -p {listen_port} -v -C 1 -S 64 > server.out 2>&1 &\n"
               "for i in $(seq 1 200); do rdma resource show cm_id 2>/dev/null | grep -q LISTEN && break; sleep 0.1; done\n"
               f"timeout 60 rping -c -a $KA_IP -p {port} -v -C 1 -S 64 -V > client.out 2>&1; echo $? > client.rc\n"
               "kill %1 2>/dev/null; wait\n")

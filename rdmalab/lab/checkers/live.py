@@ -1,39 +1,78 @@
-"""Checkers for 13-live-rdma: packets of a WRITE, error completions, a wrong rkey on rxe."""
+"""Checkers for 13-live-rdma: packets of a WRITE, error completions, a wrong rkey on rxe.
+
+Per student (:mod:`rdmalab.lab.variant`): ``live.segments``, the length of the WRITE (and of the READ
+of it) and the seed of the run (data, and on the soft engine PSNs).  The length decides the answer on
+both backends: the program sets path MTU 1024 on both QPs (``rdmalab/live/programs/lab_ops.py``), and
+rxe splits a message by it as the soft engine does.  What an error completion holds, and the state a
+wrong rkey leaves the QP in, are the same for everyone.
+"""
 
 from __future__ import annotations
 
-import math
+from random import Random
 from typing import Any
 
 import rdmalab.verbs.enums as e
+from rdmalab.lab import variant
 from rdmalab.lab.core import Wrong, exercise
-from rdmalab.lab.feedback import as_int, norm_name
+from rdmalab.lab.feedback import as_int, norm_name, plain
+from rdmalab.lab.variant import scenario
 
 NB = "13-live-rdma"
-SIZE, MTU = 5000, 1024
+MTU = 1024  # lab_ops.py's path_mtu (IBV_MTU_1024) on both backends
 
 
-@exercise("live.segments", "How many packets carry a 5000-byte WRITE, and a READ of it", notebook=NB, hints=(
-    "Both sides negotiated path MTU 1024: every packet carries at most 1024 bytes of payload.",
-    "Count the 'RC RDMA WRITE ...' packets and the 'RC RDMA READ Response ...' packets in the capture.",
+@scenario("live.segments")
+def _segments_scenario(r: Random) -> dict[str, Any]:
+    # 3 to 9 packets each way at path MTU 1024 (First, 1 to 7 Middle, Last), the Last one never full
+    while True:
+        length = r.randrange(2 * MTU + 1, 9 * MTU)
+        if length % MTU:
+            return {"length": length, "seed": r.randrange(1, 2**31)}
+
+
+_KEYS = ("writes", "read_responses", "last_payload")
+
+
+@exercise("live.segments", "How many packets carry your WRITE, and a READ of it", notebook=NB, varies=True, hints=(
+    "Both sides set path MTU 1024: every packet carries at most 1024 bytes of payload.",
+    "Count the 'RC RDMA WRITE ...' packets and the 'RC RDMA READ Response ...' packets in the capture; "
+    "the First and Middle packets carry 1024 bytes each, the Last one the rest.",
 ))
 def _segments(answer: Any) -> str:
-    want = math.ceil(SIZE / MTU)
-    expected = f"[WRITE packets, READ response packets] for {SIZE} bytes at path MTU {MTU}"
-    if not isinstance(answer, (list, tuple)) or len(answer) != 2:
-        raise Wrong("Give [number of WRITE packets, number of READ response packets].", field="answer",
+    length = variant.draw("live.segments").length
+    want = -(-length // MTU)
+    last = length - (want - 1) * MTU
+    expected = ("{'writes': ..., 'read_responses': ..., 'last_payload': ...} for the length in your scenario "
+                "at path MTU 1024")
+    if not isinstance(answer, dict) or set(map(str, answer)) != set(_KEYS):
+        raise Wrong("Give a dict with the keys " + ", ".join(repr(k) for k in _KEYS) + ".", field="answer",
                     expected=expected)
-    w, r = (as_int(x, "a number of packets", field="BTH.opcode") for x in answer)
+    for key in _KEYS:
+        if answer[key] is Ellipsis:
+            raise Wrong(f"{key} is still ...: give all three.", field=key, given=plain("..."), expected=expected)
+    w, r, b = (as_int(answer[k], k, field="BTH.opcode" if k != "last_payload" else "payload") for k in _KEYS)
     if w != want:
-        raise Wrong(f"{w} WRITE packets is not it: {SIZE} bytes at path MTU {MTU}.", field="BTH.opcode",
-                    given=answer[0], expected=expected,
-                    details=["First and Middle packets carry exactly the MTU; Last carries the rest"])
+        details = ["First and Middle packets carry exactly the MTU; Last carries the rest"]
+        if w == want + 1:
+            details = ["Count only the WRITE packets A sends: B's acknowledgement carries no data"]
+        raise Wrong(f"{w} WRITE packets is not it: your WRITE is {length} bytes, at path MTU {MTU}.",
+                    field="BTH.opcode", given=plain(w), expected=expected, details=details)
     if r != want:
         raise Wrong(f"{r} READ responses is not it: the responder splits the read data by the same MTU; "
-                    "the READ request itself is one packet with no payload.", field="BTH.opcode", given=answer[1],
+                    "the READ request itself is one packet with no payload.", field="BTH.opcode", given=plain(r),
                     expected=expected)
-    return (f"Right: ceil({SIZE}/{MTU}) = {want} each way (First, {want - 2} Middle, Last); "
-            "the READ adds one request packet from A.")
+    if b != last:
+        if b == last + (-last % 4):
+            why = "that counts the pad bytes too (BTH.padcnt): the payload ends before them"
+        elif b == MTU:
+            why = "that is a full packet; the Last one carries what the First and Middle packets left"
+        else:
+            why = "what do the First and Middle packets leave for it?"
+        raise Wrong(f"{b} bytes is not the payload of the WRITE's Last packet: {why}", field="payload",
+                    given=plain(b), expected=expected)
+    return (f"Right: ceil({length}/{MTU}) = {want} packets each way (First, {want - 2} Middle, Last with "
+            f"{last} bytes); the READ adds one request packet from A.")
 
 
 @exercise("live.error_fields", "What an error completion tells you", notebook=NB, hints=(
