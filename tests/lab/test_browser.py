@@ -70,8 +70,13 @@ EXERCISE: dict[str, tuple[str, str, tuple[str, ...], str]] = {
                       '{"port": "P1->P2", "reason": "B"}'),
     "11-security": ("security.guess", '["IBV_WC_LOC_PROT_ERR", "Remote Access Error"]',
                     ("wc.status", "not the completion status"), '["IBV_WC_REM_ACCESS_ERR", "Remote Access Error"]'),
-    "12-connection-manager": ("cm.port", "35360", ("CM_REQ.service_id", "source port"), "7174"),
-    "13-live-rdma": ("live.segments", "[4, 5]", ("BTH.opcode", "WRITE packets"), "[5, 5]"),
+    # 12's port and 13's length differ per student: the right answers are typed as expressions of the kernel's own
+    "12-connection-manager": ("cm.port", "35360", ("CM_REQ.service_id", "source port"),
+                              "msgs[0][1].body.service_id & 0xFFFF"),
+    "13-live-rdma": ("live.segments", '{"writes": 0, "read_responses": 0, "last_payload": 0}',
+                     ("BTH.opcode", "WRITE packets"),
+                     '{"writes": -(-mine.length // 1024), "read_responses": -(-mine.length // 1024), '
+                     '"last_payload": mine.length % 1024}'),
 }
 # bare reprs a learner must never see in place of a rendering: ipywidgets' text/plain, matplotlib's figure repr
 _BARE = re.compile(r"^\s*(?:[A-Z]\w*(?:Box|Slider|Dropdown|Button|Text|Tab|Output|Accordion|Checkbox|Widget)|"
