@@ -24,6 +24,27 @@ from rdmalab.lab.checkers.wires import BTH_TASK, icrc_frame
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 
 
+def cm_facts() -> dict[str, Any]:
+    """Notebook 12 for this student: its rping's port, its connection's four PSNs, its service ID's two halves."""
+    from rdmalab.lab.checkers.cm import cm_messages, connection
+
+    qps = connection().qps
+    sid = lab.scenario("cm.service_id").service_id
+    return {"port": cm_messages()[0][1].dst_port, "ps": (sid >> 16) & 0xFFFF, "sid_port": sid & 0xFFFF,
+            "psns": {f"{side}.{attr}": qps[side][attr] for side in ("client", "server") for attr in ("sq_psn", "rq_psn")}}
+
+
+def swap16(v: int) -> int:
+    return int.from_bytes(v.to_bytes(2, "little"), "big")
+
+
+CM = cm_facts()
+PSNS = CM["psns"]
+SEGMENTS = -(-lab.scenario("live.segments").length // 1024)  # notebook 13's WRITE at path MTU 1024
+LAST = lab.scenario("live.segments").length - (SEGMENTS - 1) * 1024  # the payload of its Last packet
+SEG = {"writes": SEGMENTS, "read_responses": SEGMENTS, "last_payload": LAST}
+
+
 class Nak(enum.IntEnum):  # a learner's own enum: an IntEnum is an int
     PSN_SEQUENCE_ERROR = 0
     REMOTE_ACCESS_ERROR = 2
@@ -159,12 +180,13 @@ RIGHT: dict[str, list[Any]] = {
     "security.flags": [{"read": {"REMOTE_READ"}, "atomic": {"LOCAL_WRITE", "REMOTE_ATOMIC"}},
                        {"read": "IBV_ACCESS_REMOTE_READ",
                         "atomic": e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_ATOMIC}],
-    "cm.port": [7174, "7174", 0x1C06, "0x1c06"],
+    "cm.port": [CM["port"], str(CM["port"]), hex(CM["port"])],
     "cm.psn": [{"10.0.0.2": "REP", "10.0.0.1": "REQ"}, {"10.0.0.2": "rep", "10.0.0.1": "req"}],
-    "cm.req_psn": [("server", "sq_psn"), ("client", "rq_psn"), ["passive", "SQ_PSN"], ("active", "rq psn")],
+    "cm.req_psn": [PSNS, {k: hex(v) for k, v in PSNS.items()}, {k: str(v) for k, v in PSNS.items()}],
     "cm.first_rts": ["server", "passive", " Server "],
-    "cm.service_id": [{"port_space": 0x111, "port": 7174}, {"port_space": "0x0111", "port": "7174"}],
-    "live.segments": [[5, 5], ("5", 0x5)],
+    "cm.service_id": [{"port_space": CM["ps"], "port": CM["sid_port"]},
+                      {"port_space": f"{CM['ps']:#06x}", "port": str(CM["sid_port"])}],
+    "live.segments": [SEG, {"writes": str(SEGMENTS), "read_responses": hex(SEGMENTS), "last_payload": str(LAST)}],
     "congestion.victim": [{"port": "P1->P2", "reason": "B"}, {"port": "P1 \u2192 P2", "reason": "b"}],
     "congestion.converge": [{"settings": {"rpg_ai_rate": "200"}, "cost": "queue"}],
     "live.error_fields": [{"wr_id", "status", "qp_num"}, ["WR_ID", "status", "qp_num", "vendor_err"]],
@@ -250,17 +272,24 @@ WRONG: dict[str, list[tuple[Any, str, str]]] = {
     "security.flags": [({"read": {"REMOTE_READ", "REMOTE_WRITE"}, "atomic": {"LOCAL_WRITE", "REMOTE_ATOMIC"}},
                         "mr.access[read]", "more than needed"),
                        ({"read": {"REMOTE_READ"}, "atomic": {"REMOTE_ATOMIC"}}, "mr.access[atomic]", "missing")],
-    "cm.port": [(35360, "CM_REQ.service_id", "source port"), (0x061C, "CM_REQ.service_id", "byte order"),
-                (7175, "CM_REQ.service_id", "Not the port")],
+    "cm.port": [(35360, "CM_REQ.service_id", "source port"), (swap16(CM["port"]), "CM_REQ.service_id", "byte order"),
+                (CM["port"] + 1, "CM_REQ.service_id", "Not the port")],
     "cm.psn": [({"10.0.0.2": "REQ", "10.0.0.1": "REP"}, "BTH.psn", "starting PSN"),
                ({"10.0.0.2": "REP"}, "IPv4.src", "10.0.0.1")],
-    "cm.req_psn": [(("client", "sq_psn"), "CM_REQ.starting_psn", "the REP's starting PSN"),
-                   (("server", "qp_num"), "CM_REQ.starting_psn", "Name a side"),
-                   ("server", "answer", "pair")],
-    "cm.first_rts": [("client", "QP.state", "first shows RTS"), (1, "answer", "Give 'client' or 'server'")],
-    "cm.service_id": [({"port_space": 0x111, "port": 0x061C}, "service_id", "byte order"),
-                      ({"port_space": 0x106, "port": 7174}, "service_id", "Split"),
-                      ((0x111, 7174), "answer", "keys")],
+    "cm.req_psn": [({k: PSNS[f"{'server' if k.startswith('client') else 'client'}.{k[7:]}"] for k in PSNS},
+                    "client.sq_psn", "not on the side it belongs to"),
+                   (PSNS | {"server.rq_psn": PSNS["server.rq_psn"] ^ 1}, "server.rq_psn", "neither"),
+                   (PSNS | {"server.rq_psn": PSNS["client.rq_psn"]}, "server.rq_psn", "same packets"),
+                   (PSNS | {"client.sq_psn": PSNS["server.sq_psn"], "server.rq_psn": PSNS["server.sq_psn"]},
+                    "client.sq_psn", "same message"),
+                   (("server", "sq_psn"), "answer", "four keys")],
+    "cm.first_rts": [("client", "QP.state", "first row where a QP column shows RTS"), (1, "answer", "Name a side"),
+                     ("rts", "answer", "Name a side")],
+    "cm.service_id": [({"port_space": CM["ps"], "port": swap16(CM["sid_port"])}, "service_id", "port space is right"),
+                      ({"port_space": CM["ps"] + 1, "port": CM["sid_port"]}, "service_id", "port is right"),
+                      ({"port_space": CM["ps"] + 1, "port": CM["sid_port"] + 1}, "service_id", "Neither"),
+                      ({"port_space": CM["sid_port"], "port": CM["ps"]}, "service_id", "wrong places"),
+                      ((CM["ps"], CM["sid_port"]), "answer", "keys")],
     "congestion.victim": [({"port": "P2->R2", "reason": "B"}, "port", "F1's path"),
                           ({"port": "P1->P2", "reason": "A"}, "reason", "never enters"),
                           ({"port": "P1->P2", "reason": "C"}, "reason", "CNP goes back"),
@@ -269,8 +298,11 @@ WRONG: dict[str, list[tuple[Any, str, str]]] = {
                             ({"settings": {}, "cost": "queue"}, "settings", "at least one"),
                             ({"settings": {"rpg_ai_rate": "200"}, "cost": "latency"}, "cost", "must be one of"),
                             ({"settings": {"rpg_ai_rate": "200"}}, "answer", "dict")],
-    "live.segments": [([4, 5], "BTH.opcode", "WRITE packets"), ([5, 6], "BTH.opcode", "READ request itself"),
-                      ([5.0, 5], "BTH.opcode", "float"), (5, "answer", "Give")],
+    "live.segments": [(SEG | {"writes": SEGMENTS - 1}, "BTH.opcode", "WRITE packets"),
+                      (SEG | {"read_responses": SEGMENTS + 1}, "BTH.opcode", "READ request itself"),
+                      (SEG | {"writes": float(SEGMENTS)}, "BTH.opcode", "float"),
+                      (SEG | {"last_payload": 1024}, "payload", "full packet"),
+                      ([SEGMENTS, SEGMENTS], "answer", "Give")],
     "live.error_fields": [({"wr_id", "status"}, "wc", "missing"),
                           ({"wr_id", "status", "qp_num", "byte_len"}, "wc", "not defined")],
     "live.wrong_rkey": [(["IBV_WC_LOC_PROT_ERR", "IBV_QPS_ERR"], "wc.status", "completion status"),
