@@ -253,11 +253,14 @@ def test_the_saboteur_and_the_tamperer_do_harm_without_a_sandbox(tmp_path: Path)
         os.kill(int(line.split(":")[0]), signal.SIGKILL)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    py = venv / "bin" / "python"
-    r = subprocess.run([str(py), "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); " + ATTACKS["tamperer"]
-                        .replace("import rdmalab.lab.checkers as c", "c = None").replace(
-                            "glob.glob(os.path.join(os.path.dirname(c.__file__), '*.py'))", "[]")],
-                       capture_output=True, text=True, timeout=120)
+    site_dir = next(venv.rglob("site-packages"))
+    # confined to the throwaway environment: its path holds only its own site folder (unconfined, as root, this
+    # attack overwrites the system's own sitecustomize.py: it did, once, while this test was being written)
+    confine = (f"import glob, os, site, sys; sys.path[:] = [{str(site_dir)!r}]; site.getsitepackages = lambda: []\n")
+    attack = ATTACKS["tamperer"].replace("import rdmalab.lab.checkers as c", "").replace(
+        "glob.glob(os.path.join(os.path.dirname(c.__file__), '*.py'))", "[]")
+    r = subprocess.run([str(venv / "bin" / "python"), "-I", "-c", confine + attack], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert list(venv.rglob("site-packages/sitecustomize.py")), r.stdout
 
