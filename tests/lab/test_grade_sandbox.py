@@ -243,7 +243,10 @@ def test_the_saboteur_and_the_tamperer_do_harm_without_a_sandbox(tmp_path: Path)
     victim.parent.mkdir()
     victim.write_text("")
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    code = ATTACKS["saboteur"].replace("/tmp/**/checks.jsonl", f"{tmp_path}/**/checks.jsonl")
+    # confined to this test's folder: unconfined, it would write into the logs of whatever else runs here
+    code = ATTACKS["saboteur"].replace("/tmp/**/checks.jsonl", f"{tmp_path}/**/checks.jsonl").replace(
+        "for pid in os.listdir('/proc'):", "for pid in []:")
+    assert "for pid in []:" in code
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and "wires.bth" not in victim.read_text():
