@@ -61,7 +61,7 @@ nak_run.psn_plot(title="PSN over time: a NAK-driven go-back-N")
 from rdmalab.wire.ib import AETH
 
 nak_pkt = next(p for p in nak_run.packets() if AETH in p and p[AETH].is_nak)
-viz.hexdump(nak_pkt, title="The NAK: AETH syndrome 0x60 = NAK (type 11), code 0 = PSN Sequence Error")
+viz.hexdump(nak_pkt, title="The NAK: its AETH syndrome byte holds the type (top bits, 11 = NAK) and the NAK code (low 5 bits)")
 
 # %% [markdown]
 # ## A lost last packet: the retransmission timer
@@ -146,31 +146,49 @@ live.ladder
 # %% [markdown]
 # ## Exercises
 #
+# The exercises are about runs of your own, not the ones drawn above: an RDMA WRITE with the
+# length, MTU and first PSN of your scenario, over the same fabric losing 10 % of the
+# packets, with a fabric seed picked so that the run shows what the exercise asks about. The
+# next cell makes them and shows your scenario; nothing of them is drawn yet.
+
+# %%
+from rdmalab.lab.checkers.reliability import nak_scenario_run, timeout_scenario_run
+
+my_nak = nak_scenario_run()  # one packet lost in the middle
+my_timeout = timeout_scenario_run()  # the last packet lost
+lab.scenario("reliability.nak")
+
+# %% [markdown]
 # ### 1. Explain the NAK
 #
-# For the first run (`nak_run`): which PSN was lost, what NAK code did the responder send, and
-# from which PSN did the requester resend? Read them from the ladder, the NAK's bytes, or the
-# trace (`nak_run.trace`).
+# In your run `my_nak`: which PSN was lost, what NAK code did the responder send, and from
+# which PSN did the requester resend? Draw it (`my_nak.ladder()`), or read the NAK's bytes
+# (`my_nak.packets()`) or the trace (`my_nak.trace`).
 
 # %% tags=["exercise"]
 explanation = {"lost": ..., "code": ..., "resend_from": ...}
 ### BEGIN SOLUTION
-lost = next(ev.psn for ev in nak_run.trace if ev.kind == "dropped")
-explanation = {"lost": lost, "code": nak_pkt[AETH].nak_name, "resend_from": nak_pkt.bth.psn}
+lost = next(ev.psn for ev in my_nak.trace if ev.kind == "dropped")
+my_nak_pkt = next(p for p in my_nak.packets() if AETH in p and p[AETH].is_nak)
+explanation = {"lost": lost, "code": my_nak_pkt[AETH].nak_name, "resend_from": my_nak_pkt.bth.psn}
 ### END SOLUTION
 lab.check("reliability.nak", explanation)
 
 # %% [markdown]
 # ### 2. The price of a timeout
 #
-# In the timeout run, how many request packets were sent more than once?
+# Your run `my_timeout` (its scenario is below) lost the last packet of its WRITE. How many
+# request packets did the requester send a second time? Draw it or count in `my_timeout.trace`.
+
+# %%
+lab.scenario("reliability.timeout")
 
 # %% tags=["exercise"]
 resent = ...  # an integer
 ### BEGIN SOLUTION
 seen, resent = set(), 0
-for ev in to_run.trace:
-    if ev.kind == "sent" and ev.node == to_run.a.name:
+for ev in my_timeout.trace:
+    if ev.kind == "sent" and ev.node == my_timeout.a.name:
         resent += ev.psn in seen
         seen.add(ev.psn)
 ### END SOLUTION

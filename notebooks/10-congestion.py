@@ -190,7 +190,8 @@ for k, n in kinds.most_common():
 from rdmalab.fabric.congestion_scenarios import victim_summary
 from rdmalab.lab.checkers.congestion import victim_run
 
-victim = run("victim", duration_ms=30.0)
+victim = victim_run()
+print(f"{victim.duration_ms:g} ms of the victim scenario")
 timeline(victim, title="victim flow: 15-host incast on R2 from 3 to 4 ms", max_flows=3)
 
 # %%
@@ -326,13 +327,24 @@ timeline(eight, title="8:1 incast, ns3-rdma constants")
 # %% [markdown]
 # ## Exercises
 #
+# The first two exercises are about a WRITE of your own, not the one marked above: its
+# addresses, QP numbers, PSN and key come from your scenario. Its sender marked it
+# ECN-capable, ECT(0), as RoCE NICs do.
+
+# %%
+from rdmalab.lab.checkers.congestion import my_write_frame
+
+frame = my_write_frame()
+print(decode_ethernet(frame).summary())
+lab.scenario("congestion.write")
+
+# %% [markdown]
 # ### 1. Be the switch
 #
-# Mark `data_frame()` Congestion Experienced and return the whole frame, as a switch would
-# forward it. The checker decodes your frame and names any field you changed by mistake.
+# Mark your WRITE, `frame`, Congestion Experienced and return the whole frame, as a switch
+# would forward it. The checker decodes your frame and names any field you changed by mistake.
 
 # %% tags=["exercise"]
-frame = data_frame()
 marked_frame = ...  # bytes
 ### BEGIN SOLUTION
 pkt = decode_ethernet(frame)
@@ -344,14 +356,16 @@ lab.check("congestion.ce", marked_frame)
 # %% [markdown]
 # ### 2. Be the notification point
 #
-# The marked WRITE arrived at QP `0x11` on 192.168.1.2. Its sender is QP `0x000022` on
-# 192.168.1.1. Build the complete CNP frame that 192.168.1.2 sends back.
+# Your marked WRITE arrived at the responder, the QP and address it was sent to. Its sender
+# is the requester QP `requester_qpn` of your scenario (a WRITE does not carry its
+# sender's QP number). Build the complete CNP frame that the responder sends back.
 
 # %% tags=["exercise"]
 my_cnp = ...  # bytes
 ### BEGIN SOLUTION
-my_cnp = encode_rocev2(BTH(opcode=0x81, destqp=0x22, becn=1), [CNPPad()],
-                       src_ip="192.168.1.2", dst_ip="192.168.1.1")
+mine = lab.scenario("congestion.write")
+my_cnp = encode_rocev2(BTH(opcode=0x81, destqp=mine.requester_qpn, becn=1), [CNPPad()],
+                       src_ip=mine.responder_ip, dst_ip=mine.requester_ip)
 ### END SOLUTION
 lab.check("congestion.cnp", my_cnp)
 
@@ -359,7 +373,7 @@ lab.check("congestion.cnp", my_cnp)
 # ### 3. The victim
 #
 # In the victim-flow run above, F1 (H1 to R1) slowed down although it never goes to R2.
-# `victim_run()` is that run (6 ms); `fabric.flows[0]` is F1, `fabric.paused_time_ns(port)`
+# `victim_run()` is that run; `fabric.flows[0]` is F1, `fabric.paused_time_ns(port)`
 # says how long a port was paused, `f.fwd` lists a flow's egress ports. Which port on F1's path
 # did PFC pause, and why did F1's *DCQCN rate* fall? Pick the explanation:
 #

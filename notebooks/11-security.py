@@ -11,9 +11,10 @@
 # 3. the region's **access flags** must allow the operation: `REMOTE_WRITE` for WRITE,
 #    `REMOTE_READ` for READ, `REMOTE_ATOMIC` for atomics.
 #
-# A request that fails is not executed; the responder answers with a NAK *Remote Access
-# Error*, the requester's work request completes with `IBV_WC_REM_ACCESS_ERR`, and the
-# connection goes to the error state.
+# A request that fails is not executed: the responder answers with a NAK whose code says
+# which kind of check failed, the requester's work request completes with an error status,
+# and the connection goes to the error state. Which code and which status, you read off the
+# wire below (exercise 2).
 #
 # With `BACKEND = "rxe"` the cells run on the Linux kernel's Soft-RoCE (two rxe devices in the
 # lab VM, or on your machine if it has them), so every verdict below is the kernel's own
@@ -32,13 +33,17 @@ BACKEND = lab.backend(BACKEND)  # checks that the backend is available
 
 
 def try_write(pair, rkey, addr, length=16, *, lkey=None):
-    """A writes `length` bytes to (rkey, addr); returns A's completion status as text."""
+    """A writes `length` bytes to (rkey, addr); returns the status of A's completion (a number)."""
     a = pair.a
     wr = SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
                 sg=[SGE(a.mr.buf, length, a.mr.lkey if lkey is None else lkey)])
     wr.set_wr_rdma(rkey, addr)
     a.qp.post_send(wr)
-    return e.ibv_wc_status_str(a.poll().status)
+    return int(a.poll().status)
+
+
+def verdict(status):
+    return "done" if status == e.IBV_WC_SUCCESS else f"refused, wc.status {status}"
 
 
 # %% [markdown]
@@ -55,7 +60,7 @@ pair = Pair(backend=BACKEND, seed=12)
 b = pair.b
 print(f"B's MR: lkey {b.mr.lkey:#010x}  rkey {b.mr.rkey:#010x}  (index {b.mr.rkey >> 8}, key byte {b.mr.rkey & 0xff:#04x})")
 print("lkey == rkey:", b.mr.lkey == b.mr.rkey)
-print("a correct write:", try_write(pair, b.mr.rkey, b.mr.buf))
+print("a correct write:", verdict(try_write(pair, b.mr.rkey, b.mr.buf)))
 
 # %% [markdown]
 # ## A guessed rkey
@@ -68,16 +73,17 @@ pair = Pair(backend=BACKEND, seed=12)
 before = pair.b.mr.read(16, 0)
 guessed = (pair.b.mr.rkey & ~0xFF) | ((pair.b.mr.rkey + 1) & 0xFF)
 print(f"real rkey {pair.b.mr.rkey:#010x}, guessed {guessed:#010x}")
-print("write with a wrong key:", try_write(pair, guessed, pair.b.mr.buf))
+guessed_status = try_write(pair, guessed, pair.b.mr.buf)
+print("write with a wrong key:", verdict(guessed_status))
 print("B's memory unchanged:", pair.b.mr.read(16, 0) == before)
 print("A's QP state now:", pair.a.qp.qp_state_name)
-pair.ladder(title="A wrong rkey: NAK Remote Access Error, and the QP is dead")
+pair.ladder(title="A wrong rkey: a NAK, and the QP is dead")
 
 # %%
 from rdmalab.wire.ib import AETH
 
 nak = next(p for p in pair.packets() if AETH in p and p[AETH].is_nak)
-viz.hexdump(nak, title="NAK code 2: Remote Access Error")
+viz.hexdump(nak, title="B's NAK: the code is in the low 5 bits of the AETH syndrome byte")
 
 # %% [markdown]
 # What a guess **cannot** do: touch memory that is not registered, go outside the region's
@@ -109,7 +115,7 @@ cases["region in another protection domain"] = try_write(pair, foreign.rkey, for
 pair = Pair(backend=BACKEND, seed=13)
 cases["correct rkey, inside the region"] = try_write(pair, pair.b.mr.rkey, pair.b.mr.buf)
 for what, status in cases.items():
-    print(f"{what:38} -> {status}")
+    print(f"{what:38} -> {verdict(status)}")
 
 # %% [markdown]
 # ## The lkey/rkey mix-up
@@ -136,8 +142,8 @@ print(write_to_peer_buggy(Pair(backend=BACKEND, seed=51), b"keys matter " * 50))
 # It fails before a single packet is sent: A's own NIC checks the SGE's key against A's
 # memory regions and completes the work request with a local error: a *local protection
 # error* on the soft engine; rxe in Linux 6.1 reported it here as a *local QP operation
-# error*. Had only the RETH's key been wrong, B would have answered with a Remote Access Error
-# NAK instead.
+# error*. Had only the RETH's key been wrong, B would have refused the request with a NAK
+# instead, as it refused the guessed key above.
 
 # %% [markdown]
 # ## Exercises
@@ -165,12 +171,15 @@ lab.check("security.fix", write_to_peer)
 # ### 2. What a wrong guess gets you
 #
 # Give `[the ibv_wc_status name A's work request completes with, the name of the NAK B sends]`
-# for a write with a guessed, wrong rkey (the cell above shows both, on either backend).
+# for a write with a guessed, wrong rkey. The cells above show both, on either backend: the
+# ladder, the NAK's bytes, and A's `wc.status` as a number (`e.ibv_wc_status_str(n)` and
+# `rdmalab.wire.ib.NAK_NAMES` turn numbers into names).
 
 # %% tags=["exercise"]
 guess = ...  # ["IBV_WC_...", "..."]
 ### BEGIN SOLUTION
-guess = ["IBV_WC_REM_ACCESS_ERR", nak[AETH].nak_name]
+status_names = {int(v): k for k, v in vars(e).items() if k.startswith("IBV_WC_") and k.endswith("_ERR")}
+guess = [status_names[guessed_status], nak[AETH].nak_name]
 ### END SOLUTION
 lab.check("security.guess", guess)
 

@@ -34,7 +34,7 @@ def timeline(result: Any, *, title: str = "", max_flows: int = 8, window_us: flo
 
     fab = _fabric(result)
     t = [s / 1e6 for s in fab.samples]
-    fig = Figure(figsize=(8.0, 6.4), dpi=100)
+    fig = Figure(figsize=(9.6, 6.4), dpi=100)
     axes = fig.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2, 1.4]})
     ax_r, ax_q, ax_e = axes
     for ax in axes:
@@ -51,7 +51,7 @@ def timeline(result: Any, *, title: str = "", max_flows: int = 8, window_us: flo
     if len(fab.flows) > max_flows:
         ax_r.plot([], [], " ", label=f"(+{len(fab.flows) - max_flows} more flows)")
     ax_r.set_ylabel("goodput (Gb/s)" if goodput else "DCQCN rate (Gb/s)")
-    ax_r.legend(loc="upper right", fontsize=7, ncol=2)
+    ax_r.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=7, frameon=False)  # beside the axes: on them it covers the data
     cfg = fab.cfg
     for j, p in enumerate(fab.watch[:4]):
         ax_q.plot(t, [row[j] / 1024 for row in fab.queue_series], lw=1.0, label=f"queue {p.name}",
@@ -60,7 +60,7 @@ def timeline(result: Any, *, title: str = "", max_flows: int = 8, window_us: flo
         ax_q.axhline(cfg.kmin, color="#2ca02c", ls="--", lw=0.8, label=f"Kmin {three_figures(cfg.kmin)} KB")
         ax_q.axhline(cfg.kmax, color="#d62728", ls="--", lw=0.8, label=f"Kmax {three_figures(cfg.kmax)} KB")
     ax_q.set_ylabel("queue (KB)")
-    ax_q.legend(loc="upper right", fontsize=7)
+    ax_q.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=7, frameon=False)
     tb = [t[i] for i in range(0, len(t), k)]
     width = k * fab.sample_ns / 1e6
 
@@ -77,7 +77,7 @@ def timeline(result: Any, *, title: str = "", max_flows: int = 8, window_us: flo
         ax_e.step(tb, drops, where="post", color="#000000", lw=1.0, label="drops")
     ax_e.set_ylabel(f"per {window_us:g} us")
     ax_e.set_xlabel("time (ms)")
-    ax_e.legend(loc="upper right", fontsize=7, ncol=3)
+    ax_e.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=7, frameon=False)
     if title:
         ax_r.set_title(title)
     fig.tight_layout()

@@ -117,11 +117,11 @@ def write_to_peer(sge_key: str = "lkey", reth_key: str = "rkey") -> Callable[...
 
 
 def ce_frame(ecn: int = 3, fix_checksum: bool = True, ttl: int | None = None) -> bytes:
-    from rdmalab.lab.checkers.congestion import data_frame
+    from rdmalab.lab.checkers.congestion import my_write_frame
     from rdmalab.wire.frame import decode_ethernet
     from rdmalab.wire.net import IPv4
 
-    frame = data_frame()
+    frame = my_write_frame()
     ip = decode_ethernet(frame)[IPv4].replace(ecn=ecn)
     if ttl is not None:
         ip = ip.replace(ttl=ttl)
@@ -134,13 +134,41 @@ def cnp(**kw: Any) -> bytes:
     from rdmalab.wire import encode_rocev2
     from rdmalab.wire.ib import BTH, CNPPad
 
-    ips = kw.pop("ips", ("192.168.1.2", "192.168.1.1"))
+    mine = lab.scenario("congestion.write")
+    ips = kw.pop("ips", (mine.responder_ip, mine.requester_ip))
     opcode = kw.pop("opcode", None)
-    fields = {"opcode": 0x81, "destqp": 0x22, "becn": 1} | kw
+    fields = {"opcode": 0x81, "destqp": mine.requester_qpn, "becn": 1} | kw
     frame = encode_rocev2(BTH(**fields), [CNPPad()], src_ip=ips[0], dst_ip=ips[1])
     return frame if opcode is None else frame[:42] + bytes([opcode]) + frame[43:]  # a wrong opcode, patched in
 
 
+def cnp_ips() -> tuple[str, str]:
+    """Notebook 10's CNP of this student goes from the WRITE's responder to its requester."""
+    mine = lab.scenario("congestion.write")
+    return mine.responder_ip, mine.requester_ip
+
+
+def nak_facts() -> tuple[int, int]:
+    """Notebook 09's NAK run of this student: the PSN lost and the PSN the NAK names."""
+    from rdmalab.lab.checkers.reliability import nak_scenario_run
+    from rdmalab.wire.ib import AETH
+
+    p = nak_scenario_run()
+    nak = next(pk for pk in p.packets() if AETH in pk and pk[AETH].is_nak)
+    return next(int(ev.psn) for ev in p.trace if ev.kind == "dropped"), int(nak.bth.psn)
+
+
+def resent_count() -> int:
+    """Notebook 09's timeout run of this student: the request packets sent a second time."""
+    from rdmalab.lab.checkers.reliability import timeout_scenario_run
+
+    p = timeout_scenario_run()
+    sent = [ev.psn for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name]
+    return len(sent) - len(set(sent))
+
+
+LOST, RESEND = nak_facts()
+RESENT = resent_count()
 BTH_OK = BTH_TASK.encode()
 RIGHT: dict[str, list[Any]] = {
     "welcome.opcode": ["RC RDMA READ Request", "rc_rdma_read_request", 0x0C, "0x0c", "12"],
@@ -168,10 +196,10 @@ RIGHT: dict[str, list[Any]] = {
     "captures.rkey": [0x142A, 5162, "0x142a", "5162"],
     "captures.stag": [0x6F092200, "0x6f092200", 1862869504],
     "captures.agree": [],  # depends on tshark; covered by test_agree_* below
-    "reliability.nak": [{"code": c, "lost": 105, "resend_from": 105} for c in
+    "reliability.nak": [{"code": c, "lost": LOST, "resend_from": RESEND} for c in
                         (0, "0", "0x0", "PSN Sequence Error", "psn_sequence_error", Nak.PSN_SEQUENCE_ERROR, 0x60)]
-                       + [{"code": 0, "lost": "0x69", "resend_from": "105"}],
-    "reliability.timeout": [8, "8"],
+                       + [{"code": 0, "lost": hex(LOST), "resend_from": str(RESEND)}],
+    "reliability.timeout": [RESENT, str(RESENT)],
     "congestion.ce": [ce_frame()],
     "congestion.cnp": [cnp()],
     "security.fix": [write_to_peer()],
@@ -252,18 +280,18 @@ WRONG: dict[str, list[tuple[Any, str, str]]] = {
     "captures.stag": [(0x0022096F, "DDP.stag", "byte order"), (0x6F092201, "DDP.stag", "not the STag"),
                       (float(0x6F092200), "DDP.stag", "float")],
     "captures.agree": [],
-    "reliability.nak": [({"code": 2, "lost": 105, "resend_from": 105}, "AETH.value", "Remote Access Error"),
-                        ({"code": "RNR", "lost": 105, "resend_from": 105}, "AETH.value", "not a NAK code"),
-                        ({"code": 0, "lost": 104, "resend_from": 105}, "BTH.psn", "one off"),
-                        ({"code": 0, "lost": 105, "resend_from": 106}, "BTH.psn", "resume"),
-                        ({"code": 0, "lost": 105.0, "resend_from": 105}, "BTH.psn", "float"),
+    "reliability.nak": [({"code": 2, "lost": LOST, "resend_from": RESEND}, "AETH.value", "Remote Access Error"),
+                        ({"code": "RNR", "lost": LOST, "resend_from": RESEND}, "AETH.value", "not a NAK code"),
+                        ({"code": 0, "lost": LOST + 1, "resend_from": RESEND}, "BTH.psn", "one off"),
+                        ({"code": 0, "lost": LOST, "resend_from": RESEND + 1}, "BTH.psn", "resume"),
+                        ({"code": 0, "lost": float(LOST), "resend_from": RESEND}, "BTH.psn", "float"),
                         (["code", "lost"], "answer", "dict")],
-    "reliability.timeout": [(2, "retransmitted packets", "lost"), (7, "retransmitted packets", "off by one"),
-                            (20, "retransmitted packets", "not the number")],
+    "reliability.timeout": [(1, "retransmitted packets", "lost"), (RESENT + 1, "retransmitted packets", "off by one"),
+                            (10 * RESENT + 1, "retransmitted packets", "more than your message has")],
     "congestion.ce": [(ce_frame(ecn=2), "IPv4.ecn", "0b11"), (ce_frame(fix_checksum=False), "IPv4.checksum", "recomputes"),
                       (ce_frame(ttl=1), "IPv4.ttl", "other field"), (ce_frame()[:-1], "frame length", "keep its length")],
     "congestion.cnp": [(cnp(opcode=0x11), "BTH.opcode", "CNP"), (cnp(destqp=0x11), "BTH.destqp", "requester"),
-                       (cnp(becn=0), "BTH.becn", "BECN"), (cnp(ips=("192.168.1.1", "192.168.1.2")), "IPv4.src", "back")],
+                       (cnp(becn=0), "BTH.becn", "BECN"), (cnp(ips=cnp_ips()[::-1]), "IPv4.src", "other way")],
     "security.fix": [(write_to_peer(sge_key="rkey"), "wc.status", "local protection"),
                      (write_to_peer(reth_key="lkey"), "AETH.syndrome", "Remote Access Error")],
     "security.guess": [(["IBV_WC_LOC_PROT_ERR", "Remote Access Error"], "wc.status", "not the completion status"),
@@ -344,8 +372,8 @@ def test_wrong_answers_name_field_value_and_expectation(ex: str, answer: Any, fi
 def test_a_value_given_is_shown_as_given() -> None:
     r = lab.check("captures.rkey", 0x2A140000)
     assert r.given == f"{0x2A140000} (0x2a140000)"
-    r = lab.check("reliability.nak", {"code": 0, "lost": 104, "resend_from": 105})
-    assert r.given == "104 (0x68)"
+    r = lab.check("reliability.nak", {"code": 0, "lost": LOST + 1, "resend_from": RESEND})
+    assert r.given == f"{LOST + 1} ({LOST + 1:#x})"
     r = lab.check("wires.bth", BTH_TASK.replace(padcnt=0).encode())
     assert (r.given, r.expected) == ("BTH.padcnt = 0", "BTH.padcnt = 3")
 

@@ -1,17 +1,24 @@
-"""Checkers for 10-congestion: mark a packet CE, build the CNP a responder sends back."""
+"""Checkers for 10-congestion: mark a packet CE, build the CNP a responder sends back, the victim flow, DCQCN.
+
+The first two exercises are about the student's own WRITE (:func:`my_write_frame`, from the scenario
+``congestion.write``: addresses, QP numbers, PSN, key), not the notebook's demo frame (:func:`data_frame`),
+so that the demo's marked frame, or a classmate's, is not the answer.
+"""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from rdmalab.fabric.congestion_scenarios import incast_costs, parameter_names, run
 from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import as_bytes
 from rdmalab.lab.samples import one_write
-from rdmalab.wire.frame import decode_ethernet
-from rdmalab.wire.ib import BTH
+from rdmalab.lab.variant import draw, scenario
+from rdmalab.wire.frame import decode_ethernet, encode_rocev2
+from rdmalab.wire.ib import BTH, RETH
 from rdmalab.wire.net import UDP, IPv4
-from rdmalab.wire.opcodes import CNP_OPCODE
+from rdmalab.wire.opcodes import CNP_OPCODE, Op, Pos, Transport, find_opcode
 
 NB = "10-congestion"
 
@@ -20,6 +27,49 @@ def data_frame() -> bytes:
     """The RoCEv2 WRITE of the notebook (requester QP 0x22 at 192.168.1.1 writes to QP 0x11)."""
 
     return next(w.frame for w in one_write() if w.kind == "rocev2")
+
+
+@scenario("congestion.write")
+def _write_scenario(r: random.Random) -> dict[str, Any]:
+    net = r.randrange(1, 255)
+    requester, responder = r.sample(range(2, 250), 2)
+    rq, rs = r.sample(range(0x12, 0x3FF), 2)
+    return {"requester_ip": f"10.{net}.0.{requester}", "responder_ip": f"10.{net}.0.{responder}",
+            "requester_qpn": rq, "responder_qpn": rs, "psn": r.randrange(1 << 24), "udp_sport": r.randrange(49152, 65536),
+            "rkey": r.randrange(0x100, 1 << 20) << 8 | r.randrange(256), "va": r.randrange(1 << 20) << 12,
+            "length": r.randrange(16, 257)}
+
+
+def my_write_frame() -> bytes:
+    """The student's WRITE (scenario ``congestion.write``): requester to responder, ECN-capable (ECT(0)), unmarked."""
+    s = draw("congestion.write")
+    payload = bytes((i * 7 + s["psn"]) & 0xFF for i in range(s["length"]))
+    bth = BTH(opcode=find_opcode(Transport.RC, Op.RDMA_WRITE, Pos.ONLY), destqp=s["responder_qpn"], psn=s["psn"],
+              ackreq=1)
+    return encode_rocev2(bth, [RETH(va=s["va"], r_key=s["rkey"], dma_length=len(payload))], payload,
+                         src_ip=s["requester_ip"], dst_ip=s["responder_ip"], src_port=s["udp_sport"], dscp=26, ecn=2)
+
+
+def _marked(frame: bytes) -> bytes:
+    ip = decode_ethernet(frame)[IPv4].replace(ecn=3).with_checksum()
+    return frame[:14] + ip.encode() + frame[34:]
+
+
+def _another_write(mine: Any, got: bytes) -> list[tuple[str, str, str]]:
+    """The identifying fields (addresses, QP, PSN) in which ``got`` differs from ``mine``, when two or more do:
+    then it is another WRITE, not a mistake in marking this one."""
+    try:
+        pkt = decode_ethernet(got, lenient=True)
+    except Exception:  # a frame that does not decode is judged by the checks that follow
+        return []
+    if pkt.get(IPv4) is None or pkt.get(BTH) is None:
+        return []
+    pairs = [("IPv4.src", mine[IPv4].describe("src"), pkt[IPv4].describe("src")),
+             ("IPv4.dst", mine[IPv4].describe("dst"), pkt[IPv4].describe("dst")),
+             ("BTH.destqp", f"{mine[BTH].destqp:#08x}", f"{pkt[BTH].destqp:#08x}"),
+             ("BTH.psn", str(mine[BTH].psn), str(pkt[BTH].psn))]
+    diff = [p for p in pairs if p[1] != p[2]]
+    return diff if len(diff) >= 2 else []
 
 
 def _field_diffs(a: Any, b: Any, ignore: set[str]) -> list[tuple[str, int, str, str]]:
@@ -36,14 +86,26 @@ def _field_diffs(a: Any, b: Any, ignore: set[str]) -> list[tuple[str, int, str, 
     return out
 
 
-@exercise("congestion.ce", "Mark a packet Congestion Experienced, as a switch would", notebook=NB, hints=(
+@exercise("congestion.ce", "Mark a packet Congestion Experienced, as a switch would", notebook=NB, varies=True, hints=(
+    "Start from your own WRITE, my_write_frame(), not the demo's frame.",
     "ECN is the low 2 bits of the IPv4 TOS byte (frame byte 15); CE is 0b11 (RFC 3168 section 5).",
     "Changing the TOS changes the IPv4 header checksum: IPv4.replace(ecn=3).with_checksum() recomputes it.",
     "Keep everything else, the ICRC included: a switch does not recompute the ICRC, and it does not need to.",
 ))
 def _ce(answer: Any) -> str:
     got = as_bytes(answer, "your marked frame", field="frame")
-    orig = decode_ethernet(data_frame())
+    demo = data_frame()
+    if got in (demo, _marked(demo)):
+        raise Wrong("That is the notebook's demo WRITE (the one marked above the exercise), not yours: start from "
+                    "your own frame, my_write_frame().", field="frame", given=Said("the demo's frame"),
+                    expected="your WRITE, my_write_frame(), marked CE")
+    orig = decode_ethernet(my_write_frame())
+    other = _another_write(orig, got)
+    if other:
+        raise Wrong(f"This is another WRITE than yours: its {' and '.join(n for n, _, _ in other)} differ from your "
+                    "frame's. Start from your own, my_write_frame().", field="frame", given=Said("another WRITE"),
+                    expected="your WRITE, my_write_frame(), marked CE",
+                    details=[f"{n}: yours {w}, this frame {x}" for n, w, x in other])
     if len(got) != len(orig.data):
         raise Wrong(f"The marked frame must keep its length ({len(orig.data)} bytes); yours has {len(got)}.",
                     field="frame length", given=Said(f"{len(got)} bytes"), expected=f"{len(orig.data)} bytes")
@@ -72,13 +134,14 @@ def _ce(answer: Any) -> str:
     return "Marked CE, IPv4 checksum fixed, and the ICRC still matches, because ECN is a variant field."
 
 
-@exercise("congestion.cnp", "Build the CNP the responder sends back", notebook=NB, hints=(
+@exercise("congestion.cnp", "Build the CNP the responder sends back", notebook=NB, varies=True, hints=(
     "A CNP is a RoCEv2 packet with BTH opcode 0x81, the BECN bit set, and 16 reserved bytes of zeros (Annex A17.9.3).",
     "It goes back to the sender of the marked packet: swap the IP addresses, and put the *requester's* QP number "
-    "(0x000022) in BTH.destqp: the marked packet only carries the responder's own QP (0x11).",
+    "(requester_qpn in your scenario) in BTH.destqp: the marked packet only carries the responder's own QP.",
     "rdmalab.wire.encode_rocev2(BTH(...), [CNPPad()], src_ip=..., dst_ip=...) fills in the lengths and the ICRC.",
 ))
 def _cnp(answer: Any) -> str:
+    s = draw("congestion.write")
     got = as_bytes(answer, "your CNP", field="frame")
     pkt = decode_ethernet(got, lenient=True)
     bth = pkt.get(BTH)
@@ -90,17 +153,27 @@ def _cnp(answer: Any) -> str:
                     field="BTH.opcode", offset=42, given=bth.opcode, expected="the CNP opcode (RoCEv2 Annex A17.9.3)")
     ip = pkt[IPv4]
     udp = pkt[UDP]
-    if ip.describe("src") != "192.168.1.2" or ip.describe("dst") != "192.168.1.1":
-        raise Wrong(f"The CNP goes from the responder back to the requester; your IPv4 is {ip.describe('src')} -> "
-                    f"{ip.describe('dst')}.", field="IPv4.src", offset=26,
-                    given=Said(f"{ip.describe('src')} -> {ip.describe('dst')}"),
-                    expected="responder -> requester: the marked packet's addresses swapped")
+    src, dst = ip.describe("src"), ip.describe("dst")
+    if (src, dst) != (s["responder_ip"], s["requester_ip"]):
+        if (src, dst) == (s["requester_ip"], s["responder_ip"]):
+            why = "those are your WRITE's addresses, requester to responder; the CNP goes the other way"
+        elif {src, dst} == {"192.168.1.1", "192.168.1.2"}:
+            why = "those are the demo's addresses, not your WRITE's (its IPv4 header has them)"
+        else:
+            why = "they are not your WRITE's two addresses (its IPv4 header has them)"
+        raise Wrong(f"Your CNP goes {src} -> {dst}: {why}.", field="IPv4.src", offset=26,
+                    given=Said(f"{src} -> {dst}"), expected="responder -> requester: your WRITE's addresses swapped")
     if udp.dport != 4791:
         raise Wrong(f"UDP.dport is {udp.dport}; every RoCEv2 packet goes to the RoCEv2 port.", field="UDP.dport",
                     offset=36, given=udp.dport, expected="4791")
-    if bth.destqp != 0x22:
-        raise Wrong(f"BTH.destqp is 0x{bth.destqp:06x}; the CNP is addressed to the QP whose packets were marked, "
-                    "i.e. the requester's QP.", field="BTH.destqp", offset=47, given=bth.destqp,
+    if bth.destqp != s["requester_qpn"]:
+        if bth.destqp == s["responder_qpn"]:
+            why = ("that is the QP your WRITE was addressed to, the responder's own; the CNP is addressed to the QP "
+                   "whose packets were marked, the requester's (the WRITE does not carry it: your scenario names it)")
+        else:
+            why = ("the CNP is addressed to the QP whose packets were marked, the requester's QP "
+                   "(requester_qpn in your scenario)")
+        raise Wrong(f"BTH.destqp is 0x{bth.destqp:06x}: {why}.", field="BTH.destqp", offset=47, given=bth.destqp,
                     expected="the requester's QP number")
     if not bth.becn:
         raise Wrong("BTH.becn is 0; a CNP sets the BECN bit (bit 6 of BTH byte 4).", field="BTH.becn", offset=46,
@@ -111,7 +184,8 @@ def _cnp(answer: Any) -> str:
     if pkt.crc_status != "good":
         raise Wrong("The ICRC does not match your bytes.", field="ICRC", offset=pkt.crc_offset,
                     expected="the ICRC of your frame (encode_rocev2 computes it)")
-    return "A valid CNP: opcode 0x81, BECN, back to QP 0x22, 16 reserved bytes, good ICRC."
+    return (f"A valid CNP: opcode 0x81, BECN, from {s['responder_ip']} back to QP {s['requester_qpn']:#08x} at "
+            f"{s['requester_ip']}, 16 reserved bytes, good ICRC.")
 
 
 # ---------------------------------------------------------------------------- the switched fabric
@@ -125,10 +199,13 @@ _VICTIM_REASONS = {
 _cache: dict[str, Any] = {}
 
 
+VICTIM_MS = 30.0  # long enough to show how long DCQCN keeps F1 slow after the 1 ms incast
+
+
 def victim_run() -> Any:
-    """The victim-flow scenario of the notebook (6 ms: the incast runs from 3 to 4 ms)."""
+    """The victim-flow run the notebook draws and exercise 3 asks about (the incast runs from 3 to 4 ms)."""
     if "victim" not in _cache:
-        _cache["victim"] = run("victim", duration_ms=6.0)
+        _cache["victim"] = run("victim", duration_ms=VICTIM_MS)
     return _cache["victim"]
 
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import rdmalab.verbs.enums as e
 from rdmalab.lab.answers import Program, Run
-from rdmalab.lab.checkers.reliability import nak_code
+from rdmalab.lab.checkers.reliability import NAK_CAUSES, nak_code
 from rdmalab.lab.checkers.verbs import wire_trouble
 from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import norm_name
-from rdmalab.wire.ib import NAK_REMOTE_ACCESS_ERROR
+from rdmalab.wire.ib import NAK_NAMES, NAK_REMOTE_ACCESS_ERROR
 
 NB = "11-security"
 
@@ -49,6 +49,7 @@ def _fix(answer: Any) -> str:
 
 @exercise("security.guess", "What a guessed rkey gets you", notebook=NB, hints=(
     "Run the guessed-rkey cell and look at A's completion and at the AETH of B's answer.",
+    "The cell prints A's wc.status as a number: e.ibv_wc_status_str(n) says what it means.",
     "Give the ibv_wc_status name (e.g. 'IBV_WC_...') and the NAK name.",
 ))
 def _guess(answer: Any) -> str:
@@ -60,10 +61,19 @@ def _guess(answer: Any) -> str:
     ok_status = (status == want) if isinstance(status, int) and not isinstance(status, bool) else \
         norm_name(status).replace("IBVWC", "") in ("REMACCESSERR", "REMOTEACCESSERROR", str(want))
     if not ok_status:
-        raise Wrong(f"{status!r} is not the completion status A gets.", field="wc.status", given=status,
+        local = "LOC" in norm_name(status)
+        why = (" A local error means A's own NIC refused the work request before sending it; this one went out, "
+               "and B answered." if local else "")
+        raise Wrong(f"{status!r} is not the completion status A gets.{why} The guessed-key cell printed A's "
+                    "wc.status as a number: e.ibv_wc_status_str(n) names it, and rdmalab.verbs.enums has the IBV_WC_ "
+                    "names.", field="wc.status", given=status,
                     expected="the ibv_wc_status of A's failed work request (IBV_WC_... name or its number)")
-    if nak_code(nak) != NAK_REMOTE_ACCESS_ERROR:
-        raise Wrong(f"{nak!r} is not the NAK B sends.", field="AETH.value", given=nak,
+    code = nak_code(nak)
+    if code != NAK_REMOTE_ACCESS_ERROR:
+        what = (f"{NAK_NAMES[code]} is the NAK a responder sends when {NAK_CAUSES[code]}; a wrong key is not that."
+                if code in NAK_CAUSES else f"Code {code} is reserved: no responder sends it.")
+        raise Wrong(f"{nak!r} is not the NAK B sends. {what} Read the code in B's NAK: the low 5 bits of its AETH "
+                    "syndrome (the hex dump above).", field="AETH.value", given=nak,
                     expected="the NAK code in B's answer (its name or number)")
     return "Right: B NAKs with Remote Access Error, A's WR fails with IBV_WC_REM_ACCESS_ERR, and A's QP goes to ERR."
 
