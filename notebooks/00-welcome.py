@@ -52,14 +52,19 @@ lab.environment()
 #
 # `captures/public_hw_byte_vectors.pcap` holds four frames captured on real hardware
 # (ConnectX-4 and ConnectX NICs, taken from public test suites; see `captures/MANIFEST.md`).
-# `rdmalab.capture.read` decodes each frame down to its RDMA headers.
+# `rdmalab.capture.read` decodes each frame down to its RDMA headers, and a packet's
+# `summary()` says in one line what it is. We print it for the first three frames; the fourth
+# is yours to decode in the exercise at the end.
 
 # %%
 from rdmalab import capture
 
 packets = list(capture.read(lab.capture_path("public_hw_byte_vectors.pcap")))
 for cp in packets:
-    print(cp.frame_number, cp.packet.encap, cp.packet.summary())
+    if cp.frame_number == 4:
+        print(cp.frame_number, cp.packet.encap, f"{cp.wire_length} bytes: what is it? (the exercise below asks)")
+    else:
+        print(cp.frame_number, cp.packet.encap, cp.packet.summary())
 
 # %% [markdown]
 # Every decoded packet can draw itself. Each header has its own colour; neighbouring fields
@@ -97,10 +102,11 @@ answer = packets[3].packet.opcode_name
 lab.check("welcome.opcode", answer)
 
 # %% [markdown]
-# If you are stuck, ask for a hint (run it again for the next one):
+# If you are stuck, ask for a hint: remove the `#` in the next cell and run it (run it again
+# for the next hint). The hints never show by themselves.
 
 # %%
-lab.hint("welcome.opcode")
+# lab.hint("welcome.opcode")
 
 # %% [markdown]
 # All the exercises of the lab, with their ids:

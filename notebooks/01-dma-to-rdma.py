@@ -103,10 +103,11 @@ for who in ("sender", "receiver"):
 print("data intact:", counts["ok"])
 
 # %% [markdown]
-# Every byte crossed the user/kernel boundary twice: the sender's `send()` copied it into a
-# kernel socket buffer, the receiver's `recv()` copied it out into the application's buffer.
-# Each crossing was a system call, and the receiving application had to be running and
-# calling `recv()` for the data to arrive at all.
+# `wchar` counts the bytes a thread's write-like calls copied from its own buffer into the
+# kernel, `rchar` the bytes its read-like calls copied from the kernel into its buffer. Each of
+# those calls was a system call, and the receiving application had to be running and calling
+# `read()` for the data to arrive at all. How many times the message crossed the user/kernel
+# boundary, exercise 1 asks.
 #
 # ## The same megabyte with RDMA WRITE
 #
@@ -136,36 +137,36 @@ n_before = len(pair.trace)
 
 before = io_counters()
 wc = rdma_write(SIZE)
-engine = delta(before, io_counters())
+engine = delta(before, io_counters())  # the thread's counters across the WRITE: exercise 2 reads them
 print(wc)
-print("system calls and kernel copies during the WRITE:", engine)
 print("B's memory holds the data:", b.mr.read(SIZE, 0) == message)
 print("completions B's application saw:", len(b.completions()))
 
 # %% [markdown]
-# No system call and no byte through the kernel: `post_send` put a work request on A's send
-# queue and `poll` read A's completion queue, both plain memory operations. The data went from
-# A's registered buffer to B's registered buffer, placed by the (soft) NIC at the address the
-# WRITE named. B's application made no call and got no completion: it did not take part.
-#
-# Two honest footnotes. The soft engine runs inside this Python process, so here "the NIC"
-# is code on the same CPU; what the counters show is the *interface*: no system calls, no
-# kernel copies. With a hardware RNIC, `post_send` rings a doorbell, a write to a
-# memory-mapped device register. With the kernel's Soft-RoCE (`rxe`), the doorbell is a
-# system call, because the NIC is a kernel driver (rdma-core `providers/rxe`).
+# `post_send` put a work request on A's send queue and `poll` read A's completion queue. The
+# data went from A's registered buffer to B's registered buffer, placed by the (soft) NIC at
+# the address the WRITE named. B's application made no call and got no completion: it did not
+# take part. The cell kept the thread's counters across the WRITE in `engine`, unprinted:
+# exercise 2 asks what they say.
 #
 # ## What the "NIC" did instead
 #
-# The engine cut the megabyte into 4096-byte packets, numbered them (PSN), asked for an ACK on
-# the last one and matched it, all without the application. Here are the first packets and
-# the ACK:
+# The engine cut the megabyte into 4096-byte packets and numbered them (PSN). It set the AckReq
+# bit on every 64th packet and on the last, as Linux `rxe` does (`RXE_MAX_PKT_PER_ACK`), and B
+# answered each with an ACK that A matched, all without either application. Here are the first
+# packets, then, past a cut in the time axis, the packet that asked for the first ACK, and that
+# ACK:
 
 # %%
 from rdmalab import viz
 
-print(viz.opcode_counts(pair.trace[n_before:]))
 big = pair.trace[n_before:]
-viz.from_trace(big, limit=6, title="The start of the 1 MiB RDMA WRITE")
+print(viz.opcode_counts(big))
+first_ack = next(ev for ev in big if ev.kind == "sent" and ev.node == b.name)
+first_psn = next(ev.psn for ev in big if ev.kind == "sent")
+shown = [ev for ev in big if ev.kind in ("sent", "received")
+         and (ev.psn < first_psn + 3 or first_ack.psn - 1 <= ev.psn <= first_ack.psn)]
+viz.from_trace(shown, title="The start of the 1 MiB RDMA WRITE, and its first ACK")
 
 # %% [markdown]
 # ## Exercises
@@ -194,3 +195,24 @@ syscalls = ...  # an integer
 syscalls = engine["syscr"] + engine["syscw"]
 ### END SOLUTION
 lab.check("dma.syscalls", syscalls)
+
+# %% [markdown]
+# ## What the counters said
+#
+# Once you have answered both, print them side by side:
+
+# %%
+print("socket transfer, sender:  ", counts["sender"])
+print("socket transfer, receiver:", counts["receiver"])
+print("RDMA WRITE, sender:       ", engine)
+
+# %% [markdown]
+# The socket copied the message into the kernel and out again, one system call per 64 KiB
+# each way. The WRITE made no system call and moved no byte through the kernel: `post_send`
+# and `poll` are plain memory operations on queues the application shares with the NIC.
+#
+# Two honest footnotes. The soft engine runs inside this Python process, so here "the NIC"
+# is code on the same CPU; what the counters show is the *interface*: no system calls, no
+# kernel copies. With a hardware RNIC, `post_send` rings a doorbell, a write to a
+# memory-mapped device register. With the kernel's Soft-RoCE (`rxe`), the doorbell is a
+# system call, because the NIC is a kernel driver (rdma-core `providers/rxe`).

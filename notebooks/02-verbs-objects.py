@@ -29,8 +29,8 @@ from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 
 BACKEND = lab.backend(BACKEND)  # checks that the backend is available
 fabric = Fabric(seed=2)  # a fresh simulated network, so this notebook's numbers never change
-fabric.add_device("soft0", "10.0.0.1")
-fabric.add_device("soft1", "10.0.0.2")
+soft0 = fabric.add_device("soft0", "10.0.0.1")
+soft1 = fabric.add_device("soft1", "10.0.0.2")
 
 # %% [markdown]
 # ## Device and context
@@ -129,29 +129,68 @@ print(fabric.trace.dump(fabric.trace.of_kind("state")))
 # %% [markdown]
 # ## Exercises
 #
-# ### 1. The path to RTS
+# ### 1. Back from ERR
 #
-# List the states a newly created RC QP passes through, after RESET, to become able to send.
+# A QP whose work failed for good (its retries ran out, say) is in ERR: it completes every work
+# request with an error and sends nothing more. List the states it must pass through, after
+# ERR, to be able to send again. The diagram holds the answer: look at its faint arrows too.
 
 # %% tags=["exercise"]
-path = ...  # a list of state names
+path = ...  # a list of state names, e.g. ["INIT", ...]
 ### BEGIN SOLUTION
-path = ["INIT", "RTR", "RTS"]
+from collections import deque
+
+from rdmalab.verbs.engine import qpstate
+
+came_from = {qpstate.ERR: None}  # a breadth-first search of the engine's table: the shortest legal path
+todo = deque([qpstate.ERR])
+while todo:
+    here = todo.popleft()
+    for (src, dst), types in qpstate.TABLE.items():
+        if src == here and qpstate.RC in types and dst not in came_from:
+            came_from[dst] = here
+            todo.append(dst)
+path, here = [], qpstate.RTS
+while here != qpstate.ERR:
+    path.insert(0, e.QP_STATE_NAMES[here])
+    here = came_from[here]
 ### END SOLUTION
 lab.check("verbs.path", path)
 
 # %% [markdown]
-# ### 2. What RTR needs
+# Once you have answered, send our QP to ERR and bring it back, and the engine's trace shows
+# the way it took:
+
+# %%
+n_before = len(fabric.trace.of_kind("state"))
+qp.modify(QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
+try:
+    qp.modify(QPAttr(qp_state=e.IBV_QPS_INIT), e.IBV_QP_STATE)
+except PyverbsRDMAError as err:
+    print("ERR -> INIT refused:", err)
+qp.modify(QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)
+init_attr = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=1)
+init_attr.qp_access_flags = access
+qp.to_init(init_attr)
+qp.to_rtr(attr)  # the same attributes as the first time: each transition asks for its own again
+qp.to_rts(attr)
+print(fabric.trace.dump(fabric.trace.of_kind("state")[n_before:]))
+
+# %% [markdown]
+# ### 2. What RTR needs, without acknowledgements
 #
-# Which attributes must `modify_qp` be given to move an RC QP from INIT to RTR? Give the set of
-# names as the diagram prints them (`"PATH_MTU"`, ...). Read them from
-# `rdmalab.verbs.engine.qpstate.TABLE` if you like.
+# The diagram's INIT -> RTR arrow lists what an RC QP must be given before it can receive. An
+# *unreliable connected* (UC) QP is connected to one peer too, but it carries only SENDs and
+# RDMA WRITEs, and nothing it receives is ever acknowledged. Which attributes must `modify_qp`
+# be given to move a **UC** QP from INIT to RTR? Give the set of names as the diagram prints
+# them (`"PATH_MTU"`, ...). Reason from the RC arrow first; to check yourself afterwards,
+# `rdmalab.verbs.engine.qpstate.TABLE` is the table the engine enforces.
 
 # %% tags=["exercise"]
 rtr_attrs = ...  # a set of names
 ### BEGIN SOLUTION
 from rdmalab.verbs.engine import qpstate
 
-rtr_attrs = set(qpstate.mask_names(qpstate.TABLE[(qpstate.INIT, qpstate.RTR)][qpstate.RC][0]).split(" | "))
+rtr_attrs = set(qpstate.mask_names(qpstate.TABLE[(qpstate.INIT, qpstate.RTR)][qpstate.UC][0]).split(" | "))
 ### END SOLUTION
 lab.check("verbs.rtr", rtr_attrs)

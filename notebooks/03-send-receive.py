@@ -78,13 +78,15 @@ for p in pair.packets()[2:]:
 # What if B's application has not posted a receive yet? The responder cannot place the
 # message, so it answers with an **RNR NAK** ("receiver not ready", IBA 9.7.5.2.8) that
 # carries a timer code; the requester waits at least that long and tries again, up to
-# `rnr_retry` times (7 means forever). Below, B's application is busy for 3 ms before it
-# posts its receive (on rxe, 3 ms of wall-clock time plus the time the request takes to reach
-# the VM, so the number of RNR NAKs varies from run to run).
+# `rnr_retry` times (7 means forever). Below, B's application is busy for a while before it
+# posts its receive: how long, and the timer code B's QP was given (its `min_rnr_timer`), are
+# your own, drawn for you (on rxe the busy time is wall-clock time, plus the time the request
+# takes to reach the VM, so the number of RNR NAKs varies from run to run).
 
 # %%
 from rdmalab.lab.checkers.verbs import rnr_run
 
+print(f"B's application is busy for {lab.scenario('send.rnr').busy_ms:g} ms before it posts its receive.")
 rnr = rnr_run(BACKEND)
 # without_times(): exercise 2 below asks how long an RNR NAK tells A to wait; this ladder would say it.
 # Once you have answered it, run rnr.ladder() to see the waits drawn to their real length.
@@ -103,13 +105,21 @@ viz.hexdump(rnr_nak, title="An RNR NAK: AETH syndrome type 01, value = timer cod
 # ### 1. Segmentation
 #
 # List the opcode names (as `rdmalab.wire.opcode_name` spells them) of the packets A sends for
-# a **5000-byte SEND at MTU 1024**. Work it out first, then run the engine to check yourself
-# if you like.
+# a SEND of **the length in your scenario, at your scenario's MTU** (the next cell shows them;
+# every student has their own). Work it out first, then run the engine to check yourself if you
+# like (`Pair(mtu=...)` makes a pair at another MTU).
+
+# %%
+lab.scenario("send.opcodes")
 
 # %% tags=["exercise"]
 opcodes = ...  # a list of names, e.g. ["RC SEND First", ...]
 ### BEGIN SOLUTION
-opcodes = ["RC SEND First"] + ["RC SEND Middle"] * 3 + ["RC SEND Last"]
+import math
+
+s = lab.scenario("send.opcodes")
+n = math.ceil(s.length / s.mtu)
+opcodes = ["RC SEND First"] + ["RC SEND Middle"] * (n - 2) + ["RC SEND Last"]
 ### END SOLUTION
 lab.check("send.opcodes", opcodes)
 

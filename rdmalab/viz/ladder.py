@@ -537,11 +537,15 @@ class Ladder:
 
     def text(self) -> str:
         rows: list[tuple[int, int, str]] = []
+
+        def when(t: int) -> str:  # without_times(): no time column either
+            return f"{_fmt_time(t):>12}  " if self.times else ""
+
         for i, a in enumerate(self.arrows):
             arrow = "--x" if a.lost else "-->"
-            rows.append((a.t0, i, f"{_fmt_time(a.t0):>12}  {a.src} {arrow} {a.dst}  {a.label}"))
+            rows.append((a.t0, i, f"{when(a.t0)}{a.src} {arrow} {a.dst}  {a.label}"))
         for i, m in enumerate(self.markers):
-            rows.append((m.t, 10_000 + i, f"{_fmt_time(m.t):>12}  [{m.node}] {m.label}"))
+            rows.append((m.t, 10_000 + i, f"{when(m.t)}[{m.node}] {m.label}"))
         return "\n".join(s for _, _, s in sorted(rows))
 
     def __repr__(self) -> str:

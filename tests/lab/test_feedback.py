@@ -10,6 +10,7 @@ exercise without wrong answers fails here.
 from __future__ import annotations
 
 import enum
+import math
 import struct
 import zlib
 from collections.abc import Callable
@@ -21,7 +22,9 @@ import rdmalab.verbs.enums as e
 from rdmalab import lab
 from rdmalab.lab import FAIL, PASS
 from rdmalab.lab.checkers.wires import BTH_TASK, icrc_frame
+from rdmalab.lab.feedback import nth
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
+from rdmalab.wire.ib import RNR_TIMER_US
 
 
 def cm_facts() -> dict[str, Any]:
@@ -169,20 +172,29 @@ def resent_count() -> int:
 
 LOST, RESEND = nak_facts()
 RESENT = resent_count()
+def _sends(n: int, *, first: str = "RC SEND First", last: str = "RC SEND Last") -> list[str]:
+    """The opcode names of an n-packet SEND, or of a list with a wrong first or last."""
+    return [first] + ["RC SEND Middle"] * (n - 2) + [last]
+
+
+# notebook 03's answers vary per student (issue 35): this run's student's scenarios
+_N = math.ceil(lab.scenario("send.opcodes").length / lab.scenario("send.opcodes").mtu)
+_RNR_CODE = lab.scenario("send.rnr").timer_code
+_RNR_MS = RNR_TIMER_US[_RNR_CODE] / 1000
+_UC_RTR = {"AV", "PATH_MTU", "RQ_PSN", "DEST_QPN"}
+_RC_RTR = _UC_RTR | {"MIN_RNR_TIMER", "MAX_DEST_RD_ATOMIC"}
+
 BTH_OK = BTH_TASK.encode()
 RIGHT: dict[str, list[Any]] = {
     "welcome.opcode": ["RC RDMA READ Request", "rc_rdma_read_request", 0x0C, "0x0c", "12"],
     "dma.copies": [2, "2", "0x2"],
     "dma.syscalls": [0, "0"],
-    "verbs.path": [["INIT", "RTR", "RTS"], ["IBV_QPS_INIT", "ibv_qps_rtr", "rts"],
-                   [e.IBV_QPS_INIT, e.IBV_QPS_RTR, e.IBV_QPS_RTS], ["RESET", "INIT", "RTR", "RTS"]],
-    "verbs.rtr": [{"AV", "PATH_MTU", "RQ_PSN", "MIN_RNR_TIMER", "MAX_DEST_RD_ATOMIC", "DEST_QPN"},
-                  ["IBV_QP_AV", "IBV_QP_PATH_MTU", "IBV_QP_RQ_PSN", "IBV_QP_MIN_RNR_TIMER",
-                   "IBV_QP_MAX_DEST_RD_ATOMIC", "IBV_QP_DEST_QPN"],
-                  e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_RQ_PSN | e.IBV_QP_MIN_RNR_TIMER
-                  | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_DEST_QPN],
-    "send.opcodes": [["RC SEND First"] + ["RC SEND Middle"] * 3 + ["RC SEND Last"], [0x00, 0x01, 0x01, 0x01, 0x02]],
-    "send.rnr": [1.28, "1.28", "1.28 ms"],
+    "verbs.path": [["RESET", "INIT", "RTR", "RTS"], ["ERR", "ibv_qps_reset", "IBV_QPS_INIT", "rtr", "rts"],
+                   [e.IBV_QPS_RESET, e.IBV_QPS_INIT, e.IBV_QPS_RTR, e.IBV_QPS_RTS]],
+    "verbs.rtr": [_UC_RTR, ["IBV_QP_AV", "IBV_QP_PATH_MTU", "IBV_QP_RQ_PSN", "IBV_QP_DEST_QPN"],
+                  e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_RQ_PSN | e.IBV_QP_DEST_QPN],
+    "send.opcodes": [_sends(_N), [0x00] + [0x01] * (_N - 2) + [0x02]],
+    "send.rnr": [_RNR_MS, str(_RNR_MS), f"{_RNR_MS} ms"],
     "write.imm": [write_imm()],
     "read.program": [read_remote()],
     "read.responses": [3, "3"],
@@ -229,17 +241,21 @@ WRONG: dict[str, list[tuple[Any, str, str]]] = {
     "dma.copies": [(1, "copies", "another"), (3, "copies", "rchar"), (2.0, "copies", "float"),
                    ("two", "copies", "integer")],
     "dma.syscalls": [(2, "syscalls", "syscr"), (b"\x00", "syscalls", "int.from_bytes")],
-    "verbs.path": [(["INIT", "RTS"], "qp_state", "INIT -> RTS"), (["INIT", "RTR"], "qp_state", "ends in RTR"),
-                   (["INIT", "RTR", "SQD", "RTS"], "qp_state", "SQD"), (["INIT", "READY"], "qp_state", "not a QP state")],
-    "verbs.rtr": [({"AV", "PATH_MTU"}, "attr_mask", "missing"),
-                  ({"AV", "PATH_MTU", "RQ_PSN", "MIN_RNR_TIMER", "MAX_DEST_RD_ATOMIC", "DEST_QPN", "SQ_PSN"},
-                   "attr_mask", "SQPSN"), ("AV", "attr_mask", "set")],
-    "send.opcodes": [(["RC SEND First"] + ["RC SEND Middle"] * 2 + ["RC SEND Last"], "BTH.opcode", "4 packets"),
-                     (["RC SEND First"] + ["RC SEND Middle"] * 4 + ["RC SEND Last"], "BTH.opcode", "6 packets"),
-                     (["RC SEND Only"] + ["RC SEND Middle"] * 3 + ["RC SEND Last"], "BTH.opcode", "first packet (opcodes[0])"),
-                     ([0x00, 0x01, 0x01, 0x02, 0x02], "BTH.opcode", "fourth packet (opcodes[3])"), ("RC SEND First", "BTH.opcode", "list")],
-    "send.rnr": [(14, "AETH.value", "timer *code*"), (1280, "AETH.value", "microseconds"),
-                 (0.00128, "AETH.value", "seconds"), (1.92, "AETH.value", "not the delay"), ([1.28], "AETH.value", "number")],
+    "verbs.path": [(["INIT", "RTR", "RTS"], "qp_state", "ERR -> INIT"), (["RESET", "INIT", "RTR"], "qp_state", "ends in RTR"),
+                   (["RESET", "INIT", "RTS"], "qp_state", "INIT -> RTS"), (["RESET", "READY"], "qp_state", "not a QP state"),
+                   (["RESET", "INIT", "RTR", "RTS", "SQD", "RTS"], "qp_state", "shorter")],
+    "verbs.rtr": [({"AV", "PATH_MTU"}, "attr_mask", "missing"), (_RC_RTR, "attr_mask", "RC QP"),
+                  (_UC_RTR | {"MIN_RNR_TIMER"}, "attr_mask", "no RNR NAK"),
+                  (_UC_RTR | {"SQ_PSN"}, "attr_mask", "not even allowed"),
+                  (_UC_RTR | {"ACCESS_FLAGS"}, "attr_mask", "may be given"), ("AV", "attr_mask", "set")],
+    "send.opcodes": [(_sends(_N - 1), "BTH.opcode", f"{_N - 1} packet(s)"),
+                     (_sends(_N + 1), "BTH.opcode", f"listed {_N + 1} packets"),
+                     (_sends(_N, first="RC SEND Only"), "BTH.opcode", "first packet (opcodes[0])"),
+                     ([0x00] + [0x01] * (_N - 3) + [0x02, 0x02], "BTH.opcode", f"packet (opcodes[{_N - 2}])"),
+                     ("RC SEND First", "BTH.opcode", "list")],
+    "send.rnr": [(_RNR_CODE, "AETH.value", "timer code itself"), (_RNR_MS * 1000, "AETH.value", "microseconds"),
+                 (_RNR_MS / 1000, "AETH.value", "seconds"), (_RNR_MS + 1000, "AETH.value", "not the delay"),
+                 ([_RNR_MS], "AETH.value", "number")],
     "write.imm": [(write_imm(post_recv=False), "AETH.syndrome", "RNR NAK"),
                   (write_imm(rkey="wrong"), "AETH.syndrome", "Remote Access Error"),
                   (write_imm(ret="a"), "wc.opcode", "A's own completion"),
@@ -410,15 +426,16 @@ def test_the_grader_judges_the_reported_answer_as_the_kernel_did(ex: str, answer
 def test_wording_counts_like_people_and_rdmalab_decode() -> None:
     """Issue 20, item 5: packets counted from 1 in words (with the list index), a duration or a count never
     shown in hex, no doubled punctuation after a title ending in '?', and a count is not called a field."""
-    r = lab.check("send.opcodes", ["RC SEND First"] + ["RC SEND Middle"] * 3 + ["RC SEND Only"])
-    assert "The fifth packet (opcodes[4])" in r.message and "Packet 4" not in r.message
-    r = lab.check("send.rnr", 1280)
-    assert r.given == "1280" and "0x" not in repr(r)
+    r = lab.check("send.opcodes", _sends(_N, last="RC SEND Only"))
+    assert f"The {nth(_N - 1)} packet (opcodes[{_N - 1}])" in r.message and f"Packet {_N - 1}" not in r.message
+    micro = round(_RNR_MS * 1000)
+    r = lab.check("send.rnr", micro)
+    assert r.given == str(micro) and "0x" not in repr(r)
     r = lab.check("reliability.timeout", 12)
     assert r.given == "12"
     html = r._repr_html_()
     assert "About: <code>retransmitted packets</code>" in html and "field <code>retransmitted" not in html
-    assert "Where: field <code>BTH.opcode</code>" in lab.check("send.opcodes", ["x"] * 5)._repr_html_()
+    assert "Where: field <code>BTH.opcode</code>" in lab.check("send.opcodes", ["RC SEND First"] * _N)._repr_html_()
     r = lab.check("wires.which", [..., ..., ..., ...])
     assert r.message.startswith("Which wire is which? Replace the ...") and "?:" not in r.message
     assert lab.check("wires.bth", ...).message.startswith("Build a BTH by hand: replace the ...")

@@ -20,7 +20,8 @@ def _copies(answer: Any) -> str:
     if got == 2:
         return "Two: sender user buffer -> kernel socket buffer, and kernel socket buffer -> receiver user buffer."
     if got == 1:
-        raise Wrong("The sender's send() is one copy; the receiver's recv() makes another.", field="copies",
+        raise Wrong("One crossing is not all: the message crossed the boundary in another place too. Add up what "
+                    "both threads handed to the kernel (wchar) and took from it (rchar).", field="copies",
                     expected=expected, given=plain(got))
     if got == 0:
         raise Wrong("Zero is the RDMA answer; a socket copies through the kernel.", field="copies", expected=expected, given=plain(got))
@@ -29,7 +30,8 @@ def _copies(answer: Any) -> str:
 
 
 @exercise("dma.syscalls", "System calls on the RDMA data path", notebook=NB, hints=(
-    "Look at the syscr/syscw counters of the thread before and after the RDMA WRITE.",
+    "The cell of the WRITE kept the change of the thread's counters across it in the variable engine.",
+    "syscr counts the thread's read-like system calls, syscw its write-like ones.",
 ))
 def _syscalls(answer: Any) -> str:
     got = as_int(answer, "a number of system calls", field="syscalls")

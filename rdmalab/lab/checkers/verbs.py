@@ -8,14 +8,15 @@ from collections.abc import Callable
 from typing import Any
 
 import rdmalab.verbs.enums as e
+from rdmalab.lab import variant
 from rdmalab.lab.answers import Program, Run
 from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import as_int, norm_name, nth, plain
 from rdmalab.lab.pair import Pair, SoftPair
-from rdmalab.verbs.engine.qpstate import INIT, RC, RTR, TABLE, mask_names
+from rdmalab.verbs.engine.qpstate import ERR, INIT, RC, RTR, RTS, TABLE, UC, mask_names
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
-from rdmalab.wire.ib import AETH
-from rdmalab.wire.opcodes import OPCODES, Op, Transport, find_opcode, opcode_name
+from rdmalab.wire.ib import AETH, RNR_TIMER_US
+from rdmalab.wire.opcodes import OPCODES, Op, Pos, Transport, find_opcode
 
 
 def _state_names() -> dict[int, str]:
@@ -62,12 +63,8 @@ def wire_trouble(pair: Any) -> Wrong | None:
 # ----------------------------------------------------------------------------- 02 verbs objects
 
 
-@exercise("verbs.path", "The states from a new QP to RTS", notebook="02-verbs-objects", hints=(
-    "A QP is created in RESET. List the states it passes through after that, ending with RTS.",
-    "Look at the blue path of the state diagram: each arrow is one modify_qp.",
-))
-def _path(answer: Any) -> str:
-    expected = "the QP states after RESET, in order, ending with RTS (names or ibv_qp_state values)"
+def _qp_states(answer: Any, expected: str) -> list[int]:
+    """The learner's list of QP states as ibv_qp_state values (names, IBV_QPS_* names or the numbers)."""
     if not isinstance(answer, (list, tuple)) or not answer:
         raise Wrong("Give a list of state names, e.g. ['INIT', ...].", field="qp_state", expected=expected)
     names = _state_names()
@@ -82,49 +79,101 @@ def _path(answer: Any) -> str:
             raise Wrong(f"{s!r} is not a QP state; the states are {sorted(by_name)}.", field="qp_state", given=s,
                         expected=expected)
         states.append(by_name[key])
-    if states[0] == by_name["RESET"]:
+    return states
+
+
+@exercise("verbs.path", "The states from ERR back to RTS", notebook="02-verbs-objects", hints=(
+    "A QP in ERR cannot go straight back to work. Which arrows of the state diagram leave ERR?",
+    "Once the QP is where a new QP starts, the way on to RTS is the one the cells above walked.",
+))
+def _path(answer: Any) -> str:
+    expected = "the QP states after ERR, in order, ending with RTS (names or ibv_qp_state values)"
+    states = _qp_states(answer, expected)
+    names = _state_names()
+    if states[0] == ERR:
         states = states[1:]  # the learner included the starting state: fine
-    cur = by_name["RESET"]
+    if not states:
+        raise Wrong("Your list holds only ERR: list the states that come after it, up to RTS.", field="qp_state",
+                    given=Said("ERR"), expected=expected)
+    cur: int = ERR
+    walked = ["ERR"]
     for s in states:
         if (cur, s) not in TABLE or RC not in TABLE[(cur, s)]:
+            why = (f" A QP in ERR cannot go straight to {names[s]}: which arrows of the diagram leave ERR?"
+                   if cur == ERR else "")
             raise Wrong(f"{names[cur]} -> {names[s]} is not in the engine's transition table for RC QPs "
-                        "(modify_qp would fail with EINVAL).", field="qp_state",
-                        given=Said(f"{names[cur]} -> {names[s]}"), expected=expected)
+                        f"(modify_qp would fail with EINVAL).{why}", field="qp_state",
+                        given=Said(" -> ".join([*walked, names[s]])), expected=expected)
+        walked.append(names[s])
         cur = s
-    if cur != by_name["RTS"]:
+    if cur != RTS:
         raise Wrong(f"Your path ends in {names[cur]}; a QP can send only in RTS.", field="qp_state",
-                    given=Said(" -> ".join(names[x] for x in states)), expected=expected)
-    if len(states) != 3:
-        raise Wrong(f"Your path is legal but takes {len(states)} steps; the shortest takes 3.", field="qp_state",
-                    given=Said(" -> ".join(names[x] for x in states)), expected="the shortest path: 3 transitions")
-    return "RESET -> INIT -> RTR -> RTS: three modify_qp calls, the minimum."
+                    given=Said(" -> ".join(walked)), expected=expected)
+    if len(states) != 4:
+        raise Wrong(f"Your path is legal but takes {len(states)} steps; a shorter one exists.", field="qp_state",
+                    given=Said(" -> ".join(walked)), expected="the shortest legal path from ERR to RTS")
+    return ("ERR -> RESET -> INIT -> RTR -> RTS: the only way out of ERR is back to RESET, and from there the QP "
+            "is set up as if new, each transition asking for its attributes again.")
 
 
-@exercise("verbs.rtr", "What INIT -> RTR requires", notebook="02-verbs-objects", hints=(
-    "The diagram labels each arrow with the attributes the transition requires.",
-    "rdmalab.verbs.engine.qpstate.TABLE[(INIT, RTR)][RC] is (required, optional); mask_names() names the bits.",
+#: Why an RC QP needs an attribute at INIT -> RTR that a UC QP does not (UC carries no READ, no
+#: atomics and no acknowledgements, hence no RNR NAK)
+_RC_ONLY = {
+    "MAX_DEST_RD_ATOMIC": "it says how many RDMA READs and atomics the QP answers at once, and a UC QP answers "
+                          "none: UC carries SENDs and RDMA WRITEs only",
+    "MIN_RNR_TIMER": "it is the delay an RNR NAK asks a sender to wait, and a UC QP never acknowledges anything, "
+                     "so it sends no RNR NAK",
+}
+#: What the QP must know for each attribute INIT -> RTR requires, as the feedback names it (not the name itself)
+_RTR_NEED = {"AV": "how to reach its peer (the address vector)", "DEST_QPN": "which QP of the peer it talks to",
+             "PATH_MTU": "how large a packet the path carries", "RQ_PSN": "which PSN to expect first"}
+
+
+@exercise("verbs.rtr", "What INIT -> RTR requires of a UC QP", notebook="02-verbs-objects", hints=(
+    "Start from the RC arrow of the diagram. Which of its attributes serve something a UC QP never does "
+    "(answering READs and atomics, acknowledging)?",
+    "rdmalab.verbs.engine.qpstate.TABLE[(INIT, RTR)][UC] is (required, optional); mask_names() names the bits.",
 ))
 def _rtr(answer: Any) -> str:
-    want = set(mask_names(TABLE[(INIT, RTR)][RC][0]).split(" | "))
-    expected = f"the {len(want)} attributes an RC QP must be given for INIT -> RTR (names or IBV_QP_* mask bits)"
+    required, optional = TABLE[(INIT, RTR)][UC]
+    want = set(mask_names(required).split(" | "))
+    allowed = set(mask_names(optional).split(" | "))
+    rc_want = set(mask_names(TABLE[(INIT, RTR)][RC][0]).split(" | "))
+    expected = "the attributes a UC QP must be given for INIT -> RTR (names or IBV_QP_* mask bits)"
     if isinstance(answer, int) and not isinstance(answer, bool):  # an attribute mask: IBV_QP_AV | IBV_QP_PATH_MTU ...
         answer = mask_names(answer).split(" | ")
     if not isinstance(answer, (set, list, tuple, frozenset)):
         raise Wrong("Give a set of attribute names, e.g. {'PATH_MTU', ...}.", field="attr_mask", expected=expected)
-    got = {norm_name(a).replace("IBVQP", "") for a in answer}
-    norm_want = {norm_name(w): w for w in want}
-    missing = [norm_want[w] for w in norm_want if w not in got]
-    extra = sorted(a for a in got if a not in norm_want)
-    if missing or extra:
-        details = []
-        if missing:
-            details.append(f"{len(missing)} required attribute(s) missing")
-        if extra:
-            details.append(f"not required for RC INIT->RTR: {extra}")
-        raise Wrong("Not the set of attributes INIT -> RTR requires for an RC QP.", field="attr_mask",
-                    details=details, expected=expected)
-    return ("Right: to receive, the QP must know its peer (AV, DEST_QPN), the path MTU, the PSN to expect "
-            "(RQ_PSN), how many READs/atomics it will serve and its RNR timer.")
+    known = {norm_name(n): n for n in set(mask_names(-1).split(" | "))}
+    got: dict[str, str] = {}
+    for a in answer:
+        key = norm_name(a).replace("IBVQP", "")
+        if key not in known:
+            raise Wrong(f"{a!r} is not a QP attribute: the names are those of the IBV_QP_* mask bits "
+                        "(PATH_MTU, DEST_QPN, ...).", field="attr_mask", given=a, expected=expected)
+        got[known[key]] = str(a)
+    extra = sorted(set(got) - want)
+    missing = sorted(want - set(got))
+    if set(got) == rc_want:
+        raise Wrong("That is what an RC QP must be given (the diagram's arrow). A UC QP needs less: some of these "
+                    "serve things a UC QP never does.", field="attr_mask", expected=expected)
+    if extra:
+        name = extra[0]
+        if name in _RC_ONLY:
+            why = f"an RC QP needs {name}, a UC QP does not: {_RC_ONLY[name]}."
+        elif name in allowed:
+            why = f"{name} may be given at INIT -> RTR, but a UC QP does not require it."
+        else:
+            why = f"{name} is not even allowed at INIT -> RTR for a UC QP (modify_qp would fail with EINVAL)."
+        raise Wrong(f"Not required: {why[0].upper()}{why[1:]}", field="attr_mask", given=got[name],
+                    expected=expected, details=[f"{len(extra)} of your attributes are not required"]
+                    + ([f"{len(missing)} required attribute(s) missing"] if missing else []))
+    if missing:
+        raise Wrong(f"{len(missing)} required attribute(s) missing: to receive, the QP must also know "
+                    f"{_RTR_NEED.get(missing[0], 'more about its peer')}.", field="attr_mask", expected=expected)
+    return ("Right: to receive, a UC QP must know its peer (AV, DEST_QPN), the path MTU and the first PSN to expect "
+            "(RQ_PSN). RC adds MAX_DEST_RD_ATOMIC (UC answers no READs or atomics) and MIN_RNR_TIMER (UC "
+            "acknowledges nothing, so it sends no RNR NAK).")
 
 
 # ----------------------------------------------------------------------------- 03 send/receive
@@ -140,72 +189,154 @@ def send_opcodes(length: int, mtu: int) -> list[str]:
     return [ev.opcode_name for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name and ev.opcode_name]
 
 
-@exercise("send.opcodes", "The packets of a 5000-byte SEND at MTU 1024", notebook="03-send-receive", hints=(
-    "A message longer than the MTU is cut into MTU-sized packets: First, Middle..., Last.",
-    "5000 bytes at 1024 per packet is ceil(5000/1024) packets.",
+@variant.scenario("send.opcodes")
+def _send_opcodes_scenario(r: random.Random) -> dict[str, Any]:
+    mtu = r.choice((256, 512, 1024, 2048, 4096))
+    packets = r.randint(4, 10)  # never 3: the notebook shows a 3-packet SEND above the exercise
+    last = mtu if r.random() < 0.2 else r.randint(1, mtu - 1)  # now and then an exact multiple of the MTU
+    return {"length": (packets - 1) * mtu + last, "mtu": mtu}
+
+
+_OPCODE_BY_NAME = {norm_name(info.name): info for info in OPCODES.values()}
+
+
+def _opcode_of(item: Any) -> Any:
+    """The opcode table's entry for a name or a number a learner gave, or None."""
+    if isinstance(item, int) and not isinstance(item, bool):
+        return OPCODES.get(int(item))
+    return _OPCODE_BY_NAME.get(norm_name(item)) if isinstance(item, str) else None
+
+
+@exercise("send.opcodes", "The packets of a SEND longer than the MTU", notebook="03-send-receive", varies=True, hints=(
+    "A message longer than the MTU is cut into packets of at most MTU payload bytes each.",
+    "Count the packets first: how many MTU-sized pieces does your length make (the last piece may be shorter)?",
+    "Then name them: what does the opcode table call a message's first packet, its last, and those between?",
 ))
 def _send_opcodes(answer: Any) -> str:
-    want = send_opcodes(5000, 1024)
-    if not isinstance(answer, (list, tuple)):
-        raise Wrong("Give a list of opcode names, e.g. ['RC SEND First', ...].", field="BTH.opcode",
-                    expected="a list of opcode names (or numbers), one per packet")
-    got = [norm_name(opcode_name(int(a)) if isinstance(a, int) and not isinstance(a, bool) else a) for a in answer]
-    if len(got) != len(want):
-        raise Wrong(f"You listed {len(got)} packets; the engine sent {len(want)} for 5000 bytes at MTU 1024.",
-                    field="BTH.opcode", given=Said(f"{len(got)} packets"),
-                    expected=f"{len(want)} packets: ceil(5000 / 1024)")
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        if g != norm_name(w):
-            place = "the first packet" if i == 0 else "the last packet" if i == len(want) - 1 else \
-                f"the {nth(i)} packet, between the first and the last"
-            raise Wrong(f"The {nth(i)} packet (opcodes[{i}]) is not {answer[i]!r}.", field="BTH.opcode", given=answer[i],
-                        expected=f"the opcode of {place} of a multi-packet RC SEND",
-                        details=["the first packet is a First, the last a Last, the rest Middle"])
-    return f"Right: {len(want)} packets, and only the Last asks for an ACK."
+    s = variant.draw("send.opcodes")
+    want = send_opcodes(s.length, s.mtu)
+    n = len(want)
+    shape = "a list of opcode names (or numbers), one per packet A sends"
+    if not isinstance(answer, (list, tuple)) or not answer:
+        raise Wrong("Give a list of opcode names, e.g. ['RC SEND First', ...], one per packet.", field="BTH.opcode",
+                    expected=shape)
+    infos = []
+    for i, item in enumerate(answer):
+        info = _opcode_of(item)
+        if info is None:
+            raise Wrong(f"opcodes[{i}] = {item!r} is not an opcode: give names as rdmalab.wire.opcode_name() "
+                        "spells them (e.g. 'RC SEND First') or opcode numbers.", field="BTH.opcode", given=item,
+                        expected=shape)
+        infos.append(info)
+    k = len(infos)
+    per = f"at most {s.mtu} payload bytes fit in one packet at MTU {s.mtu}"
+    if k < n:
+        raise Wrong(f"You listed {k} packet(s): {per}, so {k} packet(s) carry at most {k * s.mtu} bytes, and your "
+                    f"SEND is {s.length} bytes.", field="BTH.opcode", given=Said(f"{k} packet(s)"),
+                    expected="one packet per MTU-sized piece of your message")
+    if k > n:
+        raise Wrong(f"You listed {k} packets: {per}, so {k - 1} packets already carry up to {(k - 1) * s.mtu} "
+                    f"bytes, all of your {s.length}-byte SEND; the {nth(k - 1)} would be empty, and a SEND sends no "
+                    "empty packet.", field="BTH.opcode", given=Said(f"{k} packets"),
+                    expected="one packet per MTU-sized piece of your message")
+    for i, (info, w) in enumerate(zip(infos, want, strict=True)):
+        if norm_name(info.name) == norm_name(w):
+            continue
+        if info.transport != Transport.RC:
+            why = f"is {info.name}, a {info.transport.name} opcode, and A's QP is an RC QP"
+        elif info.op != Op.SEND:
+            why = f"is {info.name}, not a SEND: every packet of this message belongs to the SEND"
+        elif info.imm or info.inv:
+            why = f"is {info.name}, but this SEND carries no immediate data and invalidates nothing"
+        elif info.pos == Pos.ONLY:
+            why = "is a SEND Only, the opcode of a message that fits in one packet, and yours takes several"
+        elif info.pos == Pos.FIRST:
+            why = "is a First, but a message has one First, and it is not this packet"
+        elif info.pos == Pos.LAST:
+            why = "is a Last, but more packets of the message follow it"
+        else:
+            why = ("is a Middle, but no packet of the message comes before it" if i == 0
+                   else "is a Middle, but no packet of the message follows it")
+        raise Wrong(f"The {nth(i)} packet (opcodes[{i}]) {why}.", field="BTH.opcode", given=answer[i],
+                    expected=f"the opcode of the {nth(i)} of the {n} packets of your SEND")
+    return f"Right: {n} packets for {s.length} bytes at MTU {s.mtu}, and only the Last asks for an ACK."
 
 
-def rnr_run(backend: str | None = None) -> Any:
+@variant.scenario("send.rnr")
+def _rnr_scenario(r: random.Random) -> dict[str, Any]:
+    code = r.randint(8, 24)  # 0.16 ms to 40.96 ms (IBA Vol 1 table 45)
+    naks = r.randint(2, 4)  # B stays busy through this many RNR NAKs
+    wait_ms = RNR_TIMER_US[code] / 1000
+    return {"timer_code": code, "busy_ms": round(wait_ms * (naks - 1 + r.uniform(0.3, 0.7)), 3)}
+
+
+def rnr_run(backend: str | None = None, *, timer_code: int | None = None, busy_s: float | None = None) -> Any:
     """A SEND that arrives before the receiver posted a receive (the RNR scenario of notebook 03).
 
     ``backend=None`` or ``"soft"``: the soft engine (what the checker replays); ``"rxe"``: the
-    kernel's Soft-RoCE (:class:`rdmalab.lab.pair.LivePair`).
+    kernel's Soft-RoCE (:class:`rdmalab.lab.pair.LivePair`).  B's RNR timer code and how long B's
+    application stays busy come from the student's scenario ``send.rnr`` unless given.
     """
 
-    p = Pair(backend=backend, min_rnr_timer=14) if backend not in (None, "soft") else SoftPair(min_rnr_timer=14)
+    s = variant.draw("send.rnr")
+    code = s.timer_code if timer_code is None else timer_code
+    busy = s.busy_ms / 1000 if busy_s is None else busy_s
+    p = (Pair(backend=backend, min_rnr_timer=code) if backend not in (None, "soft")
+         else SoftPair(min_rnr_timer=code))
     p.a.mr.write(b"are you ready?", 14)
     p.a.qp.post_send(SendWR(wr_id=1, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(p.a.mr.buf, 14, p.a.mr.lkey)]))
-    p.idle(0.003)  # B's application is busy for 3 ms (fabric time on soft, wall-clock time on rxe)
+    p.idle(busy)  # B's application is busy (fabric time on soft, wall-clock time on rxe)
     p.b.qp.post_recv(RecvWR(wr_id=7, num_sge=1, sg=[SGE(p.b.mr.buf, 64, p.b.mr.lkey)]))
     p.a.poll()
     p.b.poll()
     return p
 
 
-@exercise("send.rnr", "Read the RNR NAK timer from the frame", notebook="03-send-receive", hints=(
+def _same(x: float, y: float) -> bool:
+    return abs(x - y) <= 1e-9 * max(1.0, abs(y))
+
+
+@exercise("send.rnr", "Read the RNR NAK timer from the frame", notebook="03-send-receive", varies=True, hints=(
     "The RNR NAK is an Acknowledge whose AETH syndrome has type 01; its 5-bit value is the timer code.",
     "rdmalab.wire.ib.RNR_TIMER_US maps the code to microseconds (IBA Vol 1 table 45).",
 ))
 def _rnr(answer: Any) -> str:
     p = rnr_run()
-    aeth = next(pk[AETH] for pk in p.packets() if AETH in pk and pk[AETH].is_rnr_nak)
-    want = aeth.rnr_timer_ms
+    nak = next(pk for pk in p.packets() if AETH in pk and pk[AETH].is_rnr_nak)
+    code, syndrome = nak[AETH].value, nak.data[54]
+    want = RNR_TIMER_US[code] / 1000
     expected = "the minimum RNR delay in milliseconds: RNR_TIMER_US[timer code] / 1000"
     try:
         got = float(answer.removesuffix("ms").strip() if isinstance(answer, str) else answer)
     except (TypeError, ValueError, AttributeError):
         raise Wrong("Give the delay in milliseconds as a number.", field="AETH.value", expected=expected) from None
-    if abs(got - want) < 1e-9:
-        return f"Yes: timer code {aeth.value} means wait at least {want:g} ms before retrying."
-    if abs(got - aeth.value) < 1e-9:
-        raise Wrong(f"{answer} is the timer *code* (AETH bits 4-0); convert it to milliseconds.", field="AETH.value",
-                    offset=54, expected=expected, given=plain(answer))
-    if abs(got - want * 1000) < 1e-6:
-        raise Wrong(f"{answer} is in microseconds; give milliseconds.", field="AETH.value", offset=54,
-                    expected=expected, given=plain(answer))
-    if abs(got - want / 1000) < 1e-12:
-        raise Wrong(f"{answer} is in seconds; give milliseconds.", field="AETH.value", offset=54, expected=expected, given=plain(answer))
-    raise Wrong(f"{answer} ms is not the delay this RNR NAK asks for.", field="AETH.value", offset=54,
-                expected=expected, given=plain(answer))
+
+    def wrong(message: str, *details: str) -> Wrong:
+        return Wrong(message, field="AETH.value", offset=54, expected=expected, given=plain(answer), details=details)
+
+    if _same(got, want):
+        return f"Yes: timer code {code} means wait at least {want:g} ms before retrying."
+    if _same(got, code):
+        raise wrong(f"{answer} is the timer code itself (AETH bits 4-0), not a delay: the code stands for a delay "
+                    "that RNR_TIMER_US gives.")
+    if _same(got, syndrome):
+        raise wrong(f"{answer} is the whole syndrome byte: the timer code is only its low 5 bits (bits 4-0); the "
+                    "bits above them say which kind of acknowledgement this is.")
+    if _same(got, want * 1000):
+        raise wrong(f"{answer} is in microseconds; give milliseconds.")
+    if _same(got, want / 1000):
+        raise wrong(f"{answer} is in seconds; give milliseconds.")
+    if any(0 <= c < len(RNR_TIMER_US) and _same(got, RNR_TIMER_US[c] / 1000) for c in (code - 1, code + 1)):
+        raise wrong(f"{answer} ms is the delay of a neighbouring timer code, not of the code in this frame: "
+                    "RNR_TIMER_US is indexed by the code itself, counting from 0.")
+    if _same(got, 4.096e-3 * 2 ** code) or _same(got, 4.096 * 2 ** code):
+        raise wrong(f"{answer} is 4.096 \u00b5s x 2^code, the formula of the transport (ACK) timeout; an RNR timer "
+                    "code stands for a delay of its own table, RNR_TIMER_US.")
+    if want < got <= want * 1.2:
+        raise wrong(f"{answer} ms is close, but it is a time measured, not the delay the NAK asks for: the retry "
+                    "comes a little after the minimum delay, which the code in the frame gives exactly.")
+    raise wrong(f"{answer} ms is not the delay this RNR NAK asks for.",
+                "start from the syndrome byte (offset 54): its type, then its 5-bit value")
 
 
 # ----------------------------------------------------------------------------- 04 write / imm

@@ -18,7 +18,8 @@ def _packets() -> list[Any]:
 
 
 @exercise("welcome.opcode", "Name the operation in frame 4 of the hardware capture", notebook="00-welcome", hints=(
-    "Hover over the yellow BTH bytes in the hex dump of frame 4, or print packets[3].packet.summary().",
+    "Draw frame 4 with viz.hexdump(packets[3]) (the list counts from 0) and hover over its yellow BTH bytes, "
+    "or print packets[3].packet.summary().",
     "The opcode is BTH byte 0; its name comes from rdmalab.wire.opcode_name(code).",
 ))
 def _opcode(answer: Any) -> str:
