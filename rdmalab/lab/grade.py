@@ -48,8 +48,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -514,7 +514,7 @@ def _grade_here(subs: list[Submission], jobs: int, *, cell_timeout: int, sandbox
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="rdmalab-grade") as pool:
         futures: list[Future[Graded]] = [pool.submit(one, s) for s in subs]
         try:
-            for f in _as_done(futures):
+            for f in as_completed(futures):
                 done(f.result())
         except BaseException:
             for f in futures:
@@ -522,16 +522,11 @@ def _grade_here(subs: list[Submission], jobs: int, *, cell_timeout: int, sandbox
             raise
 
 
-def _as_done(futures: list[Future[Graded]]) -> Iterator[Future[Graded]]:
-    from concurrent.futures import as_completed
-
-    yield from as_completed(futures)
-
-
 def _grade_on_dask(subs: list[Submission], scheduler: str, *, cell_timeout: int, sandbox: bool, limits: sbx.Limits,
                    hide: tuple[str, ...], done: Callable[[Graded], None]) -> None:
     try:
-        from distributed import Client, as_completed  # optional: dask.distributed (analysis extra)
+        from distributed import Client  # optional: dask.distributed (analysis extra)
+        from distributed import as_completed as dask_completed
     except ImportError:
         raise RuntimeError("--scheduler needs dask.distributed: pip install 'rdmalab[analysis]'") from None
     with Client(scheduler) as client:  # type: ignore[no-untyped-call]
@@ -547,7 +542,7 @@ def _grade_on_dask(subs: list[Submission], scheduler: str, *, cell_timeout: int,
             spec = RunSpec(sub.student, text, cell_timeout, sandbox, limits, hide, slot=i % 1000)
             futures[client.submit(run_submission, spec, pure=False, key=f"rdmalab-grade-{i}-{sub.student}")] = \
                 (sub, notes)
-        for fut in as_completed(list(futures)):  # type: ignore[no-untyped-call]
+        for fut in dask_completed(list(futures)):  # type: ignore[no-untyped-call]
             sub, notes = futures[fut]
             try:
                 ran = fut.result()
