@@ -5,7 +5,8 @@
 #   3. from that directory (no repository in sight), run `rdmalab lab --no-browser --dir DIR --port P`
 #      and wait until the Jupyter server's contents API lists the lab notebooks;
 #   4. decode a capture shipped inside the wheel with `rdmalab decode`, and run one exercise check
-#      that reads a shipped capture.
+#      that reads a shipped capture;
+#   5. grade one instructor notebook with `rdmalab grade` (in its sandbox, as its student).
 # Prints the wheel's size.  Usage: scripts/check_wheel.sh [PYTHON]  (default: python3)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -79,5 +80,18 @@ from rdmalab import lab
 r = lab.check("welcome.opcode", "nonsense")  # reads a shipped capture; a wrong answer must fail, with a reason
 assert r.status == "fail", r
 print("an exercise check reads its shipped capture:", r.message[:70], "...")
+PYEOF
+
+echo "== rdmalab grade from the wheel: one instructor notebook, in its sandbox, as its student"
+rdmalab lab --instructor --prepare-only --dir "$tmp/solutions" >/dev/null
+mkdir -p "$tmp/class/ada"
+cp "$tmp/solutions/06-atomics.ipynb" "$tmp/class/ada/06-atomics.ipynb"
+rdmalab grade "$tmp/class" -o "$tmp/grades" -q
+"$tmp/venv/bin/python" - "$tmp/grades/grades.csv" <<'PYEOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1], encoding="utf-8")))
+print(f"graded: {[(r['student'], r['passed'] + '/' + r['of'], r['graded in']) for r in rows]}")
+ok = len(rows) == 1 and rows[0]["passed"] == rows[0]["of"] and rows[0]["graded in"] in ("bwrap", "unshare")
+sys.exit(0 if ok else 1)
 PYEOF
 echo "== wheel install OK"
