@@ -9,10 +9,19 @@ notebooks display statically, so a widget never computes anything the static pag
 show.  This module reads packets and never drives the engine: the transfer runner, which runs
 the soft engine, is :func:`rdmalab.lab.transfer.transfer_runner`.  Callbacks need a live
 kernel; in the book, the notebooks show the static output of the same functions instead.
+
+A saved notebook keeps a widget only as a reference to a model that lives in the kernel; reopened without
+it, JupyterLab says "Error displaying widget: model not found" unless the widget's state was saved with the
+notebook (``rdmalab lab`` turns that setting on).  So every widget here displays as a bundle that also holds
+``text/html``: a line saying to run the cell, and the static view of what the widget showed when it was
+displayed (:class:`StaticView`, :func:`live_box`).  Viewers that cannot run widgets (nbconvert, the book, an
+untrusted notebook in JupyterLab) show that instead.
 """
 
 from __future__ import annotations
 
+import base64
+import html
 from typing import Any
 
 from rdmalab.viz.crcsteps import icrc_steps
@@ -61,12 +70,82 @@ def uses_remote_address(opcode: int) -> bool:
     return any(cls in (RETH, AtomicETH) for cls in OPCODES[opcode].headers)
 
 
+def static_html(obj: Any) -> str:
+    """HTML for what displaying ``obj`` shows: its ``_repr_html_``, its SVG, its PNG, or its text."""
+    for name in ("_repr_html_", "_repr_svg_", "_repr_png_"):
+        method: Any = getattr(obj, name, None)
+        value = method() if callable(method) else None
+        if value is None:
+            continue
+        if name == "_repr_png_":
+            data = base64.b64encode(value).decode() if isinstance(value, bytes) else str(value)
+            return f'<img src="data:image/png;base64,{data}"/>'
+        return str(value)
+    return f"<pre>{html.escape(str(obj))}</pre>"
+
+
+class StaticView:
+    """What a widget's output area shows, recorded as HTML as it is drawn: the static view a saved
+    notebook keeps.  Use it inside ``with out:`` in place of ``display`` and ``print``."""
+
+    def __init__(self, note: str = "Interactive: run this cell to use the controls.") -> None:
+        self.note = note
+        self.parts: list[str] = []
+        self.settings = ""
+
+    def clear(self, settings: str = "") -> None:
+        """A redraw begins (``settings``: the controls' values, said in the static view)."""
+        self.parts = []
+        self.settings = settings
+
+    def display(self, obj: Any) -> None:
+        from IPython import display as ipd  # optional: IPython (lab extra)
+
+        show: Any = ipd.display
+        show(obj)
+        self.parts.append(static_html(obj))
+
+    def print(self, text: str) -> None:
+        print(text)
+        self.parts.append(f'<pre style="margin:.2em 0">{html.escape(text)}</pre>')
+
+    def html(self) -> str:
+        shown = f" It showed, for {html.escape(self.settings)}:" if self.settings and self.parts else \
+            " It showed:" if self.parts else ""
+        return (f'<div class="rdmalab-static-widget"><p style="color:#555"><em>{html.escape(self.note)}'
+                f"</em>{shown}</p>{''.join(self.parts)}</div>")
+
+
+_LIVE_BOX: Any = None
+
+
+def live_box(children: list[Any], view: StaticView) -> Any:
+    """An ``ipywidgets.VBox`` of ``children`` whose display bundle also holds ``view`` as ``text/html`` (and a
+    sentence as ``text/plain``): JupyterLab shows the widget while its kernel runs, other viewers the HTML."""
+    global _LIVE_BOX
+    if _LIVE_BOX is None:
+        import ipywidgets as w  # optional: ipywidgets (lab extra)
+
+        class LiveBox(w.VBox):  # type: ignore[misc]
+            """A VBox that leaves a static view of itself in a saved notebook."""
+
+            def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+                data = super()._repr_mimebundle_(**kwargs)
+                if isinstance(data, dict):
+                    static = self.rdmalab_view
+                    data["text/html"] = static.html()
+                    data["text/plain"] = static.note
+                return data
+
+        _LIVE_BOX = LiveBox
+    box = _LIVE_BOX(children)
+    box.rdmalab_view = view
+    return box
+
+
 def packet_builder() -> Any:
     """An interactive RoCEv2 packet builder: every change re-encodes the frame and its ICRC."""
     import ipywidgets as w  # optional: ipywidgets, IPython (lab extra)
-    from IPython import display as ipd
-
-    display: Any = ipd.display
 
     opcode = w.Dropdown(options=list(BUILDER_OPCODES.items()), value=BUILDER_OPCODES["RC RDMA WRITE Only"],
                         description="opcode")
@@ -83,19 +162,21 @@ def packet_builder() -> Any:
     payload = w.Text(value="hello", description="payload")
     out = w.Output()
     controls = [opcode, destqp, psn, ackreq, se, fecn, becn, ecn, rkey, va, payload]
+    view = StaticView("Interactive: run this cell to build packets.")
 
     def redraw(_: Any = None) -> None:
         out.clear_output(wait=True)
+        view.clear(f"opcode {opcode.label}, PSN {psn.value}, payload {payload.value!r}")
         with out:
             try:
                 pkt = build_frame(opcode.value, destqp=destqp.value, psn=psn.value, ackreq=ackreq.value,
                                   se=se.value, fecn=fecn.value, becn=becn.value, va=va.value, rkey=rkey.value,
                                   payload=payload.value.encode(), ecn=ecn.value)
             except Exception as err:  # an impossible value: say which
-                print(f"cannot encode: {err}")
+                view.print(f"cannot encode: {err}")
                 return
-            display(hexdump(pkt, title=pkt.summary()))
-            display(icrc_steps(pkt))
+            view.display(hexdump(pkt, title=pkt.summary()))
+            view.display(icrc_steps(pkt))
 
     def remote(_: Any = None) -> None:
         rkey.disabled = va.disabled = not uses_remote_address(opcode.value)
@@ -105,4 +186,4 @@ def packet_builder() -> Any:
         c.observe(redraw, names="value")
     remote()
     redraw()
-    return w.VBox([w.HBox([w.VBox(controls[:6]), w.VBox(controls[6:])]), out])
+    return live_box([w.HBox([w.VBox(controls[:6]), w.VBox(controls[6:])]), out], view)
