@@ -28,9 +28,10 @@ def runner_settings(kmin: float, kmax: float, pmax: float, ai: float, timer: flo
 def congestion_runner(scenario: str = "incast") -> Any:
     """Sliders for the scenario's main parameters; each change reruns it and redraws the timeline."""
     import ipywidgets as w  # optional: ipywidgets, IPython (lab extra)
-    from IPython import display as ipd
 
-    display: Any = ipd.display
+    from rdmalab.viz.widgets import StaticView, live_box
+
+    view = StaticView()  # the static view a saved notebook keeps
 
     # the descriptions are parameter names ("rpg_time_reset"): a fixed width wide enough for the longest,
     # not ipywidgets' default, which cuts them ("rpg_time_...")
@@ -51,15 +52,17 @@ def congestion_runner(scenario: str = "incast") -> Any:
         sets = runner_settings(kmin.value, kmax.value, pmax.value, ai.value, timer.value)
         with out:
             out.clear_output(wait=True)
+            view.clear(f"{pick.value}, profile {profile.value}")
             try:
                 res = run(pick.value, senders=senders.value if pick.value in ("incast", "fairness", "lossy") else None,
                           duration_ms=dur.value, profile=profile.value, settings=sets)
             except ValueError as err:
-                print(f"cannot run: {err}")
+                view.print(f"cannot run: {err}")
                 return
-            display(timeline(res, title=f"{pick.value}, {profile.value}"))
+            view.display(timeline(res, title=f"{pick.value}, {profile.value}"))
 
     for c in (pick, profile, senders, kmin, kmax, pmax, ai, timer, dur):
         c.observe(redraw, names="value")
     redraw()
-    return w.VBox([w.HBox([pick, profile, senders]), w.HBox([kmin, kmax, pmax]), w.HBox([ai, timer, dur]), out])
+    return live_box([w.HBox([pick, profile, senders]), w.HBox([kmin, kmax, pmax]), w.HBox([ai, timer, dur]), out],
+                    view)

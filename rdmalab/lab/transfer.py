@@ -106,9 +106,10 @@ def run_transfer(*, op: str = "WRITE", size: int = 8192, mtu: int = 1024, loss: 
 def transfer_runner(backend: str | None = None) -> Any:
     """Sliders for operation, message size, MTU, loss and seed; each change re-runs the engine."""
     import ipywidgets as w  # optional: ipywidgets, IPython (lab extra)
-    from IPython import display as ipd
 
-    display: Any = ipd.display
+    from rdmalab.viz.widgets import StaticView, live_box
+
+    view = StaticView()  # the static view a saved notebook keeps
 
     op = w.ToggleButtons(options=["WRITE", "READ", "SEND"], value="WRITE", description="operation")
     size = w.IntSlider(value=8192, min=64, max=65536, step=64, description="bytes", continuous_update=False)
@@ -120,14 +121,15 @@ def transfer_runner(backend: str | None = None) -> Any:
 
     def redraw(_: Any = None) -> None:
         out.clear_output(wait=True)
+        view.clear(f"{op.value}, {size.value} bytes, MTU {mtu.value}, loss {loss.value:.0%}, seed {seed.value}")
         with out:
             res = run_transfer(op=op.value, size=size.value, mtu=mtu.value, loss=loss.value, seed=seed.value,
                                backend=backend)
-            print("\n".join(res.summary()))
-            display(res.ladder)
-            display(res.psn_plot)
+            view.print("\n".join(res.summary()))
+            view.display(res.ladder)
+            view.display(res.psn_plot)
 
     for c in (op, size, mtu, loss, seed):
         c.observe(redraw, names="value")
     redraw()
-    return w.VBox([w.HBox([op]), w.HBox([size, mtu]), w.HBox([loss, seed]), out])
+    return live_box([w.HBox([op]), w.HBox([size, mtu]), w.HBox([loss, seed]), out], view)
