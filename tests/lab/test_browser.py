@@ -56,8 +56,11 @@ EXERCISE: dict[str, tuple[str, str, tuple[str, ...], str]] = {
     "00-welcome": ("welcome.opcode", '"RC RDMA WRITE Only"', ("BTH.opcode", "RC RDMA WRITE Only"),
                    '"RC RDMA READ Request"'),
     "01-dma-to-rdma": ("dma.copies", "1", ("copies",), "2"),
-    "02-verbs-objects": ("verbs.path", '["INIT", "RTS"]', ("INIT -> RTS", "transition table"), '["INIT", "RTR", "RTS"]'),
-    "03-send-receive": ("send.rnr", "14", ("AETH.value", "timer"), "1.28"),
+    "02-verbs-objects": ("verbs.path", '["RESET", "INIT", "RTS"]', ("INIT -> RTS", "transition table"),
+                         '["RESET", "INIT", "RTR", "RTS"]'),
+    # 03's RNR timer differs per student: the answers are typed as expressions of the frame the page shows
+    "03-send-receive": ("send.rnr", "rnr_nak.data[54] & 0x1F", ("AETH.value", "timer code"),
+                        "RNR_TIMER_US[rnr_nak.data[54] & 0x1F] / 1000"),
     "04-write-imm": ("write.imm", "lambda pair, data, imm: None", ("BTH.opcode", "immediate"), _WRITE_IMM),
     "05-read": ("read.responses", "2", ("BTH.opcode", "remainder"), "3"),
     "06-atomics": ("atomic.final", "[[5, 8, 100, 100], 100]", ("counter", "final counter"),

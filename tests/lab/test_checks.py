@@ -91,7 +91,7 @@ def test_results_render_and_are_logged(tmp_path: Path, monkeypatch: pytest.Monke
     r = lab.check("verbs.path", ["INIT", "RTS"])
     assert "rdmalab-check-fail" in r._repr_html_() and "lab.hint" in r._repr_html_()
     assert "not in the engine's transition table" in r.message
-    lab.check("verbs.path", ["INIT", "RTR", "RTS"])
+    lab.check("verbs.path", ["RESET", "INIT", "RTR", "RTS"])
     rows = [json.loads(x) for x in log.read_text().splitlines()]
     assert [x["status"] for x in rows] == [FAIL, PASS]
 

@@ -141,7 +141,7 @@ def test_rnr_feedback_names_the_slip_without_the_delay() -> None:
         RNR_TIMER_US[code - 1] / 1000: "neighbouring timer code",
         RNR_TIMER_US[code + 1] / 1000: "neighbouring timer code",
         4.096e-3 * 2 ** code: "transport (ACK) timeout",
-        round(want * 1.05, 6): "time measured",
+        round(want * 1.05, 6): "measured on a ladder",
         want * 1000: "microseconds",
         want + 1000: "not the delay",
     }

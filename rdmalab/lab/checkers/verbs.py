@@ -333,8 +333,8 @@ def _rnr(answer: Any) -> str:
         raise wrong(f"{answer} is 4.096 \u00b5s x 2^code, the formula of the transport (ACK) timeout; an RNR timer "
                     "code stands for a delay of its own table, RNR_TIMER_US.")
     if want < got <= want * 1.2:
-        raise wrong(f"{answer} ms is close, but it is a time measured, not the delay the NAK asks for: the retry "
-                    "comes a little after the minimum delay, which the code in the frame gives exactly.")
+        raise wrong(f"{answer} ms is close, but not the delay the NAK asks for. A wait measured on a ladder runs a "
+                    "little longer than that minimum; the code in the frame gives it exactly.")
     raise wrong(f"{answer} ms is not the delay this RNR NAK asks for.",
                 "start from the syndrome byte (offset 54): its type, then its 5-bit value")
 
