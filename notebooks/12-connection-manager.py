@@ -18,10 +18,11 @@
 # the service ID encodes a port number, and the REQ's private data starts with an IP CM header
 # holding the IP addresses.
 #
-# The capture below (`captures/rxe_rping.pcap`) is rping between two kernel rxe devices. Each of you
-# gets an rping server of your own port: `rping_capture()` is that capture with the REQ's service ID
-# set to your port, and the REQ's ICRC computed again. rdma_cm puts the port in the REQ's service ID
-# and nowhere else, so these are, byte for byte, the packets `rping -p` with your port sends.
+# The capture below (`captures/rxe_rping.pcap`) is rping between two kernel rxe devices. In this
+# notebook each of you has a port of your own for the rping server: `rping_capture()` is that
+# capture with the REQ's service ID set to your port, and the REQ's ICRC computed again. rdma_cm
+# puts the port in the REQ's service ID and nowhere else, so these are the packets `rping -p` with
+# your port would have sent, had it drawn the same QP numbers and PSNs.
 
 # %%
 BACKEND = "soft"
