@@ -108,14 +108,20 @@ def read_remote(pair, remote_offset, length):
 lab.check("read.program", read_remote)
 
 # %% [markdown]
-# ### 2. Count the responses
+# ### 2. Count the responses, size the last
 #
-# How many READ Response packets does the responder send for a **10000-byte READ at MTU
-# 4096**?
+# How many READ Response packets does the responder send for a READ of `length` bytes at a path
+# MTU of `mtu` bytes, and how many bytes of data does the last of them carry (its headers and
+# pad not counted)? Every student has their own READ: the cell below shows yours.
+
+# %%
+lab.scenario("read.responses")
 
 # %% tags=["exercise"]
-responses = ...  # an integer
+responses = ...  # [how many READ Responses, bytes of data in the last one]
 ### BEGIN SOLUTION
-responses = -(-10000 // 4096)
+s = lab.scenario("read.responses")
+n = -(-s.length // s.mtu)  # all responses but the last carry a full MTU of data
+responses = [n, s.length - (n - 1) * s.mtu]
 ### END SOLUTION
 lab.check("read.responses", responses)

@@ -77,14 +77,34 @@ pair.ladder(title="FetchAdd, then two CmpSwaps")
 #
 # ### 1. Predict a sequence
 #
-# B's counter starts at **5**. A runs, in order: FetchAdd(+3), CmpSwap(compare 8, swap 100),
-# CmpSwap(compare 8, swap 7), FetchAdd(+1). Give `[the four returned values, the final
-# counter value]`. Think first; `lab.checkers.verbs.atomic_sequence()` replays it.
+# B's counter starts at `start`, and A runs four atomics on it, in order, each after the one
+# before has completed:
+#
+# 1. FetchAdd(`add1`), which returns r1;
+# 2. CmpSwap(compare `compare1`, swap `swap1`), which returns r2;
+# 3. CmpSwap(compare `compare2`, swap `swap2`), which returns r3;
+# 4. FetchAdd(`add2`), which returns r4.
+#
+# Every student has their own values: the cell below shows yours. Give `[[r1, r2, r3, r4], the
+# final counter value]`, worked out on paper: each atomic finds the counter as the ones before it
+# left it.
+
+# %%
+lab.scenario("atomic.final")
 
 # %% tags=["exercise"]
 prediction = ...  # [[r1, r2, r3, r4], final]
 ### BEGIN SOLUTION
-prediction = [[5, 8, 100, 100], 101]
+s = lab.scenario("atomic.final")
+counter, returned = s.start, []
+for kind, x, swap in (("add", s.add1, 0), ("cas", s.compare1, s.swap1), ("cas", s.compare2, s.swap2),
+                      ("add", s.add2, 0)):
+    returned.append(counter)  # an atomic returns the value it found
+    if kind == "add":
+        counter += x
+    elif counter == x:
+        counter = swap
+prediction = [returned, counter]
 ### END SOLUTION
 lab.check("atomic.final", prediction)
 
@@ -94,7 +114,8 @@ lab.check("atomic.final", prediction)
 # B's 8-byte word at offset 64 of its buffer is a lock: 0 free, 1 taken. Write
 # `try_lock(pair)` that tries once to take it with a single atomic and returns `True` if it
 # got the lock and `False` otherwise. Use a fresh local offset (e.g. 128) for the returned
-# value.
+# value. The checker calls your function twice on a fresh pair: the first call finds the lock
+# free, the second finds it taken.
 
 # %% tags=["exercise"]
 def try_lock(pair):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import socket
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +16,7 @@ from rdmalab.lab.feedback import as_int, norm_name, nth, plain
 from rdmalab.lab.pair import Pair, SoftPair
 from rdmalab.verbs.engine.qpstate import ERR, INIT, RC, RTR, RTS, TABLE, UC, mask_names
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
-from rdmalab.wire.ib import AETH, RNR_TIMER_US
+from rdmalab.wire.ib import AETH, RNR_TIMER_US, AtomicETH, ImmDt
 from rdmalab.wire.opcodes import OPCODES, Op, Pos, Transport, find_opcode
 
 
@@ -87,13 +88,13 @@ def _qp_states(answer: Any, expected: str) -> list[int]:
     "Once the QP is where a new QP starts, the way on to RTS is the one the cells above walked.",
 ))
 def _path(answer: Any) -> str:
-    expected = "the QP states after ERR, in order, ending with RTS (names or ibv_qp_state values)"
+    expected = "the QP states from ERR, in order, ending with RTS (names or ibv_qp_state values)"
     states = _qp_states(answer, expected)
     names = _state_names()
     if states[0] == ERR:
         states = states[1:]  # the learner included the starting state: fine
     if not states:
-        raise Wrong("Your list holds only ERR: list the states that come after it, up to RTS.", field="qp_state",
+        raise Wrong("Your list holds only ERR: go on with the states that come after it, up to RTS.", field="qp_state",
                     given=Said("ERR"), expected=expected)
     cur: int = ERR
     walked = ["ERR"]
@@ -343,10 +344,29 @@ def _rnr(answer: Any) -> str:
 
 
 _IMM_DATA = bytes(range(65, 91)) * 40
+_IMM = 0x1234ABCD
+
+
+def _sent_by_a(p: Any) -> list[str]:
+    """The opcode names of the packets A put on the wire, in order (retransmissions included)."""
+    return [str(ev.opcode_name) for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name and ev.opcode is not None]
+
+
+def _said_sent(ops: list[str]) -> Said:
+    """What A sent, as the feedback's "You gave": "nothing" or the opcodes, a repeated one counted."""
+    if not ops:
+        return Said("A sent no packet")
+    runs: list[list[Any]] = []
+    for op in ops:
+        if runs and runs[-1][0] == op:
+            runs[-1][1] += 1
+        else:
+            runs.append([op, 1])
+    return Said("A sent " + ", ".join(op if n == 1 else f"{n} x {op}" for op, n in runs))
 
 
 @exercise("write.imm", "Write a program: RDMA WRITE with immediate", notebook="04-write-imm",
-          program=Program(11, lambda p: [(_IMM_DATA, 0x1234ABCD)]), hints=(
+          program=Program(11, lambda p: [(_IMM_DATA, _IMM)]), hints=(
     "The responder consumes a receive WQE for the immediate data: post_recv on pair.b first (an SGE may be empty).",
     "opcode=IBV_WR_RDMA_WRITE_WITH_IMM, imm_data=imm, then wr.set_wr_rdma(pair.b.mr.rkey, pair.b.mr.buf).",
     "Return pair.b.poll(): B's completion has opcode IBV_WC_RECV_RDMA_WITH_IMM and carries imm_data.",
@@ -360,18 +380,30 @@ def _write_imm(answer: Any) -> str:
     trouble = wire_trouble(p)
     if trouble is not None:
         raise trouble
-    ops = [ev.opcode_name for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name]
-    if not any("with Immediate" in (o or "") for o in ops):
-        raise Wrong("No packet carried immediate data.", field="BTH.opcode",
-                    given=Said(", ".join(map(str, ops)) or "no packets"),
-                    expected="an RDMA WRITE ... with Immediate opcode (IBV_WR_RDMA_WRITE_WITH_IMM)")
+    ops = _sent_by_a(p)
+    want_op = "RC RDMA WRITE ... with Immediate (IBV_WR_RDMA_WRITE_WITH_IMM)"
+    if not ops:
+        raise Wrong("Your function put no packet on the wire: A never posted the RDMA WRITE with immediate "
+                    "(pair.a.qp.post_send), or posted it on another QP than pair.a.qp.", field="BTH.opcode",
+                    given=_said_sent(ops), expected=want_op)
+    if not any("RDMA WRITE" in o and "with Immediate" in o for o in ops):
+        if any("SEND" in o and "with Immediate" in o for o in ops):
+            why = ("A SEND with immediate carries immediate data too, but its payload goes into B's receive buffer; "
+                   "an RDMA WRITE with immediate places the data at the address the RETH names.")
+        elif any("RDMA WRITE" in o for o in ops):
+            why = ("The RDMA WRITE placed the data, but a plain WRITE carries no immediate data and wakes no one on B: "
+                   "use the opcode IBV_WR_RDMA_WRITE_WITH_IMM.")
+        else:
+            why = "None of these carries immediate data into B's memory: the exercise asks for an RDMA WRITE with immediate."
+        raise Wrong(why, field="BTH.opcode", given=_said_sent(ops), expected=want_op)
     if wc is Ellipsis or wc is None:
         raise Wrong("Your function returned nothing: return the completion B received.", field="return value",
                     given=wc, expected="B's work completion (pair.b.poll())")
     got = p.b.mr.read(len(data), 0)
     if got != data:
         first = next(i for i, (x, y) in enumerate(zip(got, data, strict=False)) if x != y)
-        raise Wrong(f"B's memory differs from the data at offset {first}.", field="B's MR", offset=first,
+        raise Wrong(f"B's memory differs from the data at offset {first}: the WRITE must start at offset 0 of "
+                    "B's buffer (pair.b.mr.buf) and carry all of data.", field="B's MR", offset=first,
                     given=got[first:first + 8], expected=f"the data: {data[first:first + 8].hex(' ')} ...")
     if getattr(wc, "opcode", None) != e.IBV_WC_RECV_RDMA_WITH_IMM:
         op = getattr(wc, "opcode", None)
@@ -380,12 +412,25 @@ def _write_imm(answer: Any) -> str:
         raise Wrong("The completion you returned is not B's RECV_RDMA_WITH_IMM completion"
                     + (" (IBV_WC_RDMA_WRITE is A's own completion)" if op == e.IBV_WC_RDMA_WRITE else "") + ".",
                     field="wc.opcode", given=Said(next(iter(name), repr(op))), expected="IBV_WC_RECV_RDMA_WITH_IMM")
-    if wc.imm_data != 0x1234ABCD:
-        swapped = int.from_bytes((wc.imm_data & 0xFFFFFFFF).to_bytes(4, "little"), "big") == 0x1234ABCD
-        raise Wrong(f"B received immediate data {wc.imm_data:#x}; the test passed 0x1234abcd"
-                    + (" (byte-swapped)." if swapped else "."), field="ImmDt.imm", given=wc.imm_data,
-                    expected="0x1234abcd, the imm argument")
-    return f"Data placed and B woke up with imm 0x1234abcd; A sent {len(ops)} packet(s): {ops[0]} ... {ops[-1]}."
+    imm = wc.imm_data & 0xFFFFFFFF
+    network = socket.htonl(_IMM)  # what B's completion holds when the program posted imm in network order
+    if imm not in (_IMM, network):
+        on_wire = [pk[ImmDt].imm for pk in p.packets() if pk is not None and ImmDt in pk]
+        wire = f" (on the wire, ImmDt = {on_wire[-1]:#010x})" if on_wire else ""
+        why = ("the work request carried no immediate value: pass imm_data=imm to SendWR" if imm == 0 else
+               f"that is not the imm argument the test passed, {_IMM:#x}, in either byte order")
+        raise Wrong(f"B's completion carries imm_data {imm:#x}{wire}: {why}.", field="ImmDt.imm", given=wc.imm_data,
+                    expected=f"{_IMM:#x}, the imm argument, as given (or in network order, socket.htonl(imm))")
+    sent = f"A sent {len(ops)} packet(s): {ops[0]} ... {ops[-1]}"
+    if imm == _IMM and _IMM != network:
+        return (f"Data placed and B woke up with imm_data {_IMM:#x}, as you passed it; {sent}. On the wire the "
+                f"ImmDt reads {socket.ntohl(_IMM):#010x}: the field is network order and you gave a host-order "
+                "value, which comes back unchanged to another little-endian host.")
+    if imm == _IMM:  # a big-endian host: host order is network order
+        return f"Data placed and B woke up with imm_data {_IMM:#x}; {sent}."
+    return (f"Data placed and B woke up; {sent}. You posted socket.htonl(imm), so the ImmDt on the wire reads "
+            f"{_IMM:#010x} and B's completion holds {imm:#x}: B's program gets the value back with "
+            "socket.ntohl(wc.imm_data).")
 
 
 # ----------------------------------------------------------------------------- 05 read
@@ -415,14 +460,19 @@ def _read_program(answer: Any) -> str:
     trouble = wire_trouble(p)
     if trouble is not None:
         raise trouble
+    ops = _sent_by_a(p)
+    want_op = "RC RDMA READ Request (IBV_WR_RDMA_READ)"
+    if not ops:
+        raise Wrong("Your function put no packet on the wire: A never posted the RDMA READ (pair.a.qp.post_send), "
+                    "so nothing came from B's memory.", field="BTH.opcode", given=_said_sent(ops), expected=want_op)
+    if "RC RDMA READ Request" not in ops:
+        pushes = any(w in o for o in ops for w in ("WRITE", "SEND"))
+        raise Wrong("A never sent an RDMA READ Request" + (": a WRITE or a SEND carries A's bytes to B, and a READ "
+                    "brings B's bytes to A." if pushes else ", the one request that brings B's bytes to A."),
+                    field="BTH.opcode", given=_said_sent(ops), expected=want_op)
     if got is None or got is Ellipsis:
         raise Wrong("Your function returned nothing: return the bytes you read.", field="return value", given=got,
                     expected="the 3000 bytes read into A's MR")
-    sent = [ev for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name]
-    if not any(ev.opcode == find_opcode(Transport.RC, Op.RDMA_READ_REQUEST) for ev in sent):
-        raise Wrong("A never sent an RDMA READ Request: the bytes did not come over the wire by a READ.",
-                    field="BTH.opcode", given=Said(", ".join(str(ev.opcode_name) for ev in sent) or "no packets"),
-                    expected="RC RDMA READ Request (IBV_WR_RDMA_READ)")
     if any(ev.kind == "completed" and ev.node == p.b.name for ev in p.trace):
         raise Wrong("B's CPU got a completion: a READ should not involve B's application at all.",
                     field="B's completions", expected="none: a READ is one-sided")
@@ -443,73 +493,219 @@ def _read_program(answer: Any) -> str:
     return "You read 3000 bytes of B's memory; B's CPU took no part (no completion on B)."
 
 
-@exercise("read.responses", "Count the READ responses", notebook="05-read", hints=(
-    "One READ Request; the responder answers with MTU-sized READ Response packets.",
-))
-def _read_responses(answer: Any) -> str:
-    p = SoftPair(mtu=4096)
-    wr = SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_READ, num_sge=1, sg=[SGE(p.a.mr.buf, 10000, p.a.mr.lkey)])
+#: the MTUs a read.responses scenario draws from: not 1024, the MTU of the READ the notebook draws above it
+_READ_MTUS = (256, 512, 2048, 4096)
+
+
+@variant.scenario("read.responses")
+def _read_responses_scenario(r: random.Random) -> dict[str, Any]:
+    """A READ of 3 to 9 response packets whose last one is short (the length is no multiple of the MTU)."""
+    mtu = r.choice(_READ_MTUS)
+    packets = r.randrange(3, 10)
+    return {"length": (packets - 1) * mtu + r.randrange(1, mtu), "mtu": mtu}
+
+
+def read_responses(length: int, mtu: int) -> list[tuple[str, int]]:
+    """Run a READ of ``length`` bytes at ``mtu`` on the soft engine: (opcode name, data bytes) of each response B sent."""
+    p = SoftPair(mtu=mtu)
+    wr = SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_READ, num_sge=1, sg=[SGE(p.a.mr.buf, length, p.a.mr.lkey)])
     wr.set_wr_rdma(p.b.mr.rkey, p.b.mr.buf)
     p.a.qp.post_send(wr)
     p.a.poll()
-    want = sum(1 for ev in p.trace if ev.kind == "sent" and ev.node == p.b.name and ev.opcode is not None
-               and OPCODES[ev.opcode].op == Op.RDMA_READ_RESPONSE)
-    got = as_int(answer, "the number of READ responses", field="BTH.opcode")
-    expected = "the number of RDMA READ Response packets B sends for 10000 bytes at MTU 4096"
+    return [(str(ev.opcode_name), int(ev.detail["len"])) for ev in p.trace if ev.kind == "sent" and ev.node == p.b.name
+            and ev.opcode is not None and OPCODES[ev.opcode].op == Op.RDMA_READ_RESPONSE]
+
+
+def _count_responses(got: int, given: Any, want: int, length: int, mtu: int) -> None:
+    """Raise what is wrong with a count of READ responses (nothing when it is right)."""
+    expected = "the number of RDMA READ Response packets B sends for the READ of your scenario (length, MTU)"
     if got == want:
-        return f"Yes: {want} responses (ceil(10000 / 4096)), First, Middle, Last."
+        return
     if got == want + 1:
-        raise Wrong("The READ Request itself is not a response; count the packets B sends.", field="BTH.opcode",
-                    expected=expected)
-    if got == 10000 // 4096:
-        raise Wrong(f"{got} responses carry only {got * 4096} of the 10000 bytes: the remainder needs a packet too.",
-                    field="BTH.opcode", expected=expected)
-    raise Wrong(f"{got} responses would carry up to {got} x 4096 bytes; recount.", field="BTH.opcode",
-                expected=expected)
+        why = "You counted one packet too many: the READ Request is A's, not a response; count only the packets B sends."
+    elif got == length // mtu:
+        why = f"{got} full responses carry {got * mtu} of the {length} bytes: the remainder needs a packet too."
+    elif mtu != 1024 and got == -(-length // 1024):
+        why = (f"{got} is a count at MTU 1024, the MTU of the READ drawn above; your scenario's READ runs at "
+               f"MTU {mtu}.")
+    elif got < 1:
+        why = "B answers every READ with at least one response (a READ Response Only)."
+    elif got < want:
+        carry = "1 response carries" if got == 1 else f"{got} responses of at most {mtu} bytes each carry"
+        why = f"{carry} at most {got * mtu} bytes, fewer than the {length} the READ asks for."
+    else:
+        why = (f"{got} responses is too many: all but the last are full, and {got - 1} full responses would "
+               f"already carry {(got - 1) * mtu} bytes, more than the {length} the READ asks for.")
+    raise Wrong(why, field="BTH.opcode", given=plain(given), expected=expected)
+
+
+@exercise("read.responses", "Count the READ responses, size the last", notebook="05-read", varies=True, hints=(
+    "One READ Request; the responder answers with READ Response packets of at most one MTU of data each.",
+    "Every response but the last is full: the count is the length divided by the MTU, rounded up.",
+    "The last response carries what the full ones before it left of the length.",
+))
+def _read_responses(answer: Any) -> str:
+    s = variant.draw("read.responses")
+    length, mtu = s.length, s.mtu
+    responses = read_responses(length, mtu)
+    want, last = len(responses), responses[-1][1]
+    shape = "[the number of READ Response packets, the bytes of data the last one carries]"
+    if not isinstance(answer, (list, tuple)):
+        if isinstance(answer, (int, str)) and not isinstance(answer, bool):
+            _count_responses(as_int(answer, "the number of READ responses", field="BTH.opcode"), answer, want,
+                             length, mtu)
+            raise Wrong(f"Your count is right: {want} responses. The exercise asks for the data bytes of the last "
+                        f"one too: give {shape}.", field="answer", given=answer, expected=shape)
+        raise Wrong(f"Give {shape}.", field="answer", given=answer, expected=shape)
+    if len(answer) != 2:
+        raise Wrong(f"Give two numbers, {shape}.", field="answer", given=answer, expected=shape)
+    count, tail = answer
+    _count_responses(as_int(count, "the number of READ responses", field="BTH.opcode"), count, want, length, mtu)
+    got = as_int(tail, "the data bytes of the last response", field="READ Response Last: data")
+    if got == last:
+        return (f"Yes: {want} responses (ceil({length} / {mtu})), a First, {want - 2} Middle and a Last that carries "
+                f"the {last} bytes the {want - 1} full ones left ({length} - {want - 1} x {mtu}).")
+    pad = -last % 4
+    if got == mtu:
+        why = f"{got} bytes is a full MTU; only the responses before the last are full, and the last carries what is left"
+    elif pad and got == last + pad:
+        why = (f"{got} counts the pad: a packet's payload is padded to a multiple of 4 bytes, and BTH.padcnt says "
+               "how many of them are not data")
+    elif got in (last + 4, last + 4 + pad):
+        why = f"{got} counts the AETH (4 bytes) the READ Response Last carries besides its data"
+    elif got == length - want * mtu:
+        why = f"{got} takes {want} full MTUs off the length; the last response is not a full one"
+    else:
+        why = f"{got} bytes is not what the {want - 1} full responses before the last leave of the {length}"
+    raise Wrong(f"The count is right, but not the size of the last response: {why}.",
+                field="READ Response Last: data", given=plain(tail),
+                expected="the bytes of data (headers and pad not counted) in the READ Response Last")
 
 
 # ----------------------------------------------------------------------------- 06 atomics
 
 
-def atomic_sequence() -> Any:
-    """Counter at B offset 0 starts at 5; A runs FetchAdd(+3), CmpSwap(8 -> 100), CmpSwap(8 -> 7), FetchAdd(+1)."""
+@variant.scenario("atomic.final")
+def _atomic_final_scenario(r: random.Random) -> dict[str, Any]:
+    """FetchAdd, CmpSwap, CmpSwap, FetchAdd on a counter: one CmpSwap finds its compare value, the other does not.
 
+    Either the first CmpSwap compares with the counter as the FetchAdd left it (it swaps, and the second, which
+    compares with the same value, finds the swapped value and fails), or it compares with the start value,
+    stale once the FetchAdd acted (it fails, and the second swaps).  The values avoid those the notebook's
+    own example prints (41, 42, 100, 7)."""
+    start = r.choice([v for v in range(10, 100) if v not in (41, 42)])
+    add1, add2 = r.randrange(2, 10), r.randrange(2, 10)
+    swap1, swap2 = r.sample(range(120, 1000), 2)
+    first_swaps = r.random() < 0.5
+    return {"start": start, "add1": add1, "compare1": start + add1 if first_swaps else start, "swap1": swap1,
+            "compare2": start + add1, "swap2": swap2, "add2": add2}
+
+
+def _atomic_ops(s: Any) -> list[tuple[str, int, int]]:
+    """The scenario's four atomics: (kind, compare or add, swap)."""
+    return [("FetchAdd", s.add1, 0), ("CmpSwap", s.compare1, s.swap1), ("CmpSwap", s.compare2, s.swap2),
+            ("FetchAdd", s.add2, 0)]
+
+
+def _atomic_label(ops: list[tuple[str, int, int]], i: int) -> str:
+    """"the second CmpSwap(compare 57, swap 431)": the atomic that returns r(i+1), as the notebook lists it."""
+    kind, x, swap = ops[i]
+    nth_of_kind = ("first", "second")[[k for k, _, _ in ops[:i]].count(kind)]
+    return f"the {nth_of_kind} {kind}" + (f"(+{x})" if kind == "FetchAdd" else f"(compare {x}, swap {swap})")
+
+
+def _replay_on_paper(start: int, ops: list[tuple[str, int, int]], flip: int | None = None) -> tuple[list[int], int]:
+    """The values the atomics return and the final counter, worked out by hand; ``flip``: the index of a CmpSwap
+    whose outcome is taken the wrong way round (a learner's likely slip)."""
+    counter, returned = start, []
+    for i, (kind, x, swap) in enumerate(ops):
+        returned.append(counter)
+        if kind == "FetchAdd":
+            counter = (counter + x) % 2**64
+        elif (counter == x) != (i == flip):
+            counter = swap
+    return returned, counter
+
+
+def atomic_sequence(s: Any = None) -> Any:
+    """Run the atomics of ``s`` (default: your scenario, ``lab.scenario("atomic.final")``) on the soft engine.
+
+    B's counter at offset 0 starts at ``s.start``; A runs FetchAdd(add1), CmpSwap(compare1, swap1),
+    CmpSwap(compare2, swap2), FetchAdd(add2).  Returns (pair, the four values returned, the final counter).
+    """
+
+    s = variant.draw("atomic.final") if s is None else s
     p = SoftPair(seed=31)
-    p.b.mr.write(struct.pack("<Q", 5), 8, 0)
-    ops = [(e.IBV_WR_ATOMIC_FETCH_AND_ADD, 3, 0), (e.IBV_WR_ATOMIC_CMP_AND_SWP, 8, 100),
-           (e.IBV_WR_ATOMIC_CMP_AND_SWP, 8, 7), (e.IBV_WR_ATOMIC_FETCH_AND_ADD, 1, 0)]
+    p.b.mr.write(struct.pack("<Q", s.start), 8, 0)
+    wr_ops = {"FetchAdd": e.IBV_WR_ATOMIC_FETCH_AND_ADD, "CmpSwap": e.IBV_WR_ATOMIC_CMP_AND_SWP}
     returned = []
-    for i, (op, cmp_add, swap) in enumerate(ops):
-        wr = SendWR(wr_id=i, opcode=op, num_sge=1, sg=[SGE(p.a.mr.buf + 8 * i, 8, p.a.mr.lkey)])
-        wr.set_wr_atomic(p.b.mr.rkey, p.b.mr.buf, cmp_add, swap)
+    for i, (kind, x, swap) in enumerate(_atomic_ops(s)):
+        wr = SendWR(wr_id=i, opcode=wr_ops[kind], num_sge=1, sg=[SGE(p.a.mr.buf + 8 * i, 8, p.a.mr.lkey)])
+        wr.set_wr_atomic(p.b.mr.rkey, p.b.mr.buf, x, swap)
         p.a.qp.post_send(wr)
         p.a.poll()
         returned.append(struct.unpack("<Q", p.a.mr.read(8, 8 * i))[0])
     return p, returned, struct.unpack("<Q", p.b.mr.read(8, 0))[0]
 
 
-@exercise("atomic.final", "Predict a sequence of atomics", notebook="06-atomics", hints=(
+@exercise("atomic.final", "Predict a sequence of atomics", notebook="06-atomics", varies=True, hints=(
     "Each atomic returns the value *before* it acted.",
     "CmpSwap swaps only if the remote value equals the compare value.",
 ))
 def _atomic_final(answer: Any) -> str:
-    _, returned, final = atomic_sequence()
-    shape = "[list of the 4 returned values, final counter value]"
+    s = variant.draw("atomic.final")
+    ops = _atomic_ops(s)
+    _, returned, final = atomic_sequence(s)
+    shape = "[[r1, r2, r3, r4], final]: the 4 returned values in a list, then the final counter value"
+    if isinstance(answer, (list, tuple)) and len(answer) == 5 and not any(isinstance(a, (list, tuple)) for a in answer):
+        raise Wrong("You gave five values in one list: put the 4 returned values in a list of their own, "
+                    "then the final value.", field="answer", given=answer, expected=shape)
     if not isinstance(answer, (list, tuple)) or len(answer) != 2:
-        raise Wrong(f"Give {shape}.", field="answer", expected=shape)
+        raise Wrong(f"Give {shape}.", field="answer", given=answer, expected=shape)
     ret, fin = answer
     if not isinstance(ret, (list, tuple)) or len(ret) != 4:
-        raise Wrong("The first item must list the 4 values the atomics returned.", field="returned values",
+        raise Wrong("The first item must list the 4 values the atomics returned, r1 to r4.", field="returned values",
                     given=ret, expected="a list of 4 integers")
+    after = returned[1:] + [final]
     for i, (g, w) in enumerate(zip(ret, returned, strict=True)):
-        if as_int(g, "a returned value", field="AtomicAckETH.orig_data") != w:
-            raise Wrong(f"The value returned by atomic #{i} is wrong.", field="AtomicAckETH.orig_data",
-                        given=g, expected=f"the counter's value just before atomic #{i} acted",
-                        details=["an atomic returns the remote value as it was before the operation"])
-    if as_int(fin, "the final value", field="counter") != final:
-        raise Wrong("The returned values are right but the final counter value is not.", field="counter", given=fin,
-                    expected="the counter after all four atomics")
-    return f"Right: returned {returned}, final value {final}."
+        got = as_int(g, f"r{i + 1}", field="AtomicAckETH.orig_data")
+        if got == w:
+            continue
+        label = _atomic_label(ops, i)
+        why = f"{got} is not the value {label} found on the counter"
+        if got == after[i]:
+            why = f"{got} is the counter after {label} acted; an atomic returns the value it found, before it acted"
+        else:
+            for j, (kind, x, _) in enumerate(ops[:i]):
+                if kind == "CmpSwap" and _replay_on_paper(s.start, ops, flip=j)[0][i] == got:
+                    assumed = "not swapped" if returned[j] == x else "swapped"
+                    why = (f"{label} finds {got} only if {_atomic_label(ops, j)} (r{j + 1}) has {assumed}: "
+                           f"compare its compare value, {x}, with r{j + 1}, the counter it found")
+                    break
+            else:
+                if i > 0 and got == returned[i - 1] and returned[i - 1] != w:
+                    why = (f"{got} is what r{i} found; by the time {label} arrives, the atomic before it has acted "
+                           "on the counter")
+        raise Wrong(f"r{i + 1} is wrong: {why}.", field="AtomicAckETH.orig_data", given=plain(g),
+                    expected=f"r{i + 1}: the counter's value just before {label} acted",
+                    details=["an atomic returns the remote value as it was before the operation"])
+    got = as_int(fin, "the final value", field="counter")
+    if got != final:
+        last = _atomic_label(ops, 3)
+        if got == returned[3]:
+            why = f"{got} is r4, the counter {last} found; the final value is the counter after it acted"
+        else:
+            why = f"{got} is not the counter after {last} acted"
+        raise Wrong(f"r1 to r4 are right, but the final counter value is not: {why}.", field="counter",
+                    given=plain(fin), expected="the counter after all four atomics")
+    return f"Right: the atomics returned {returned}, and the counter ends at {final}."
+
+
+def _b_words_changed(p: Any) -> list[tuple[int, int]]:
+    """(offset, value) of the 8-byte words of B's memory (as the run kept it) that are no longer 0."""
+    mem = p.b.mr.data  # a Run keeps the start of B's memory (rdmalab.lab.answers.MEMORY_KEPT bytes)
+    return [(off, struct.unpack_from("<Q", mem, off)[0]) for off in range(0, len(mem) - 7, 8)
+            if mem[off:off + 8] != bytes(8)]
 
 
 @exercise("atomic.lock", "Write a spin-lock acquire with CmpSwap", notebook="06-atomics",
@@ -526,21 +722,57 @@ def _lock(answer: Any) -> str:
     trouble = wire_trouble(p)
     if trouble is not None:
         raise trouble
+    ops = _sent_by_a(p)
+    cmp_swap = "RC CmpSwap (IBV_WR_ATOMIC_CMP_AND_SWP) on B's lock word, one per call"
+    swaps = [pk[AtomicETH] for pk in p.packets() if pk is not None and AtomicETH in pk
+             and pk.bth.opcode == find_opcode(Transport.RC, Op.CMP_SWAP)]
+    if not ops:
+        raise Wrong("Your function put no packet on the wire, in either call: it never asked B's NIC for the lock "
+                    f"(it returned {first!r}, then {second!r}).", field="BTH.opcode", given=_said_sent(ops),
+                    expected=cmp_swap)
     word = struct.unpack("<Q", p.b.mr.read(8, 64))[0]
-    if not any(ev.opcode == find_opcode(Transport.RC, Op.CMP_SWAP) for ev in p.trace if ev.kind == "sent"):
-        sent = sorted({str(ev.opcode_name) for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name})
-        raise Wrong("No CmpSwap was sent: a read-then-write is not atomic.", field="BTH.opcode",
-                    given=Said(", ".join(sent) or "no packets"), expected="RC COMPARE & SWAP (IBV_WR_ATOMIC_CMP_AND_SWP)")
-    if first is not True:
-        raise Wrong(f"The first call on a free lock returned {first!r}; it should acquire it and return True.",
-                    field="return value", given=first, expected="True (a bool)")
-    if second is not False:
-        raise Wrong(f"The second call returned {second!r}; the lock was taken, so it must return False.",
-                    field="return value", given=second, expected="False (a bool)")
+    if not swaps:
+        if any("FetchAdd" in o for o in ops):
+            held = f" (after your two calls the lock word holds {word})" if word else ""
+            why = (f"A FetchAdd changes the word whether the lock is free or not{held}. Take the lock only if it "
+                   "is free: that is a CmpSwap.")
+        elif any("READ" in o for o in ops) and any("WRITE" in o for o in ops):
+            why = ("Reading the word, then writing it, is two operations: another requester can take the lock "
+                   "between them. One atomic must test and set the word.")
+        else:
+            why = "None of these tests and sets B's lock word in one step: that takes an atomic CmpSwap."
+        raise Wrong(why, field="BTH.opcode", given=_said_sent(ops), expected=cmp_swap)
     if word != 1:
-        raise Wrong(f"B's lock word (offset 64) is {word}; after acquiring it should be 1.", field="lock word",
-                    offset=64, given=word, expected="1")
+        elsewhere = [(off, v) for off, v in _b_words_changed(p) if off != 64]
+        pairs = ", ".join(f"CmpSwap(compare {a.compare}, swap {a.swap_add})" for a in swaps)
+        if elsewhere:
+            why = (f"your CmpSwap changed B's word at offset {elsewhere[0][0]} (to {elsewhere[0][1]}); the lock is "
+                   "the word at offset 64 of B's buffer (pair.b.mr.buf + 64)")
+        elif word == 0 and all(a.compare == 0 and a.swap_add == 1 for a in swaps):
+            why = "your CmpSwap acted on a word of B's memory other than offset 64 (pair.b.mr.buf + 64)"
+        else:
+            why = (f"A sent {pairs}. The lock is free when the word holds 0 and taken when it holds 1: which value "
+                   "must the CmpSwap find, and which must it write?")
+        raise Wrong(f"After both calls B's lock word (offset 64) is {word}, not 1: {why}"
+                    + ("" if why.endswith("?") else "."), field="lock word",
+                    offset=64, given=plain(word), expected="1: taken by the first call")
+    if len(swaps) < 2:
+        raise Wrong(f"Only one of the two calls sent a CmpSwap ({_said_sent(ops)}): each try must ask B's NIC, "
+                    "because another requester may have taken or released the lock since.", field="BTH.opcode",
+                    given=_said_sent(ops), expected=cmp_swap)
+    for call, got, want in (("first", first, True), ("second", second, False)):
+        if got is want:
+            continue
+        state = "free, so this call took it" if want else "taken by the first call"
+        if got is (not want):
+            hint = ("the CmpSwap returns the word as it was before: 0 means it was free and the swap happened"
+                    if want else "the word the CmpSwap returned was 1: someone (your first call) held the lock")
+        elif isinstance(got, int) and not isinstance(got, bool):
+            hint = f"{got!r} is a number; return a bool, True if you got the lock, False if not"
+        else:
+            hint = "return a bool: True if you got the lock, False if not"
+        raise Wrong(f"The {call} call returned {got!r}; the lock was {state}: {hint}.", field="return value",
+                    given=got, expected=f"{want} (a bool)")
     return "Acquired once, refused the second time, lock word = 1: an atomic test-and-set across the network."
-
 
 Answer = Callable[..., Any]
