@@ -132,11 +132,11 @@ print(fabric.trace.dump(fabric.trace.of_kind("state")))
 # ### 1. Back from ERR
 #
 # A QP whose work failed for good (its retries ran out, say) is in ERR: it completes every work
-# request with an error and sends nothing more. List the states it must pass through, after
-# ERR, to be able to send again. The diagram holds the answer: look at its faint arrows too.
+# request with an error and sends nothing more. List its way back, state by state, from ERR
+# to RTS, where it can send again. The diagram holds the answer: look at its faint arrows too.
 
 # %% tags=["exercise"]
-path = ...  # a list of state names, e.g. ["INIT", ...]
+path = ...  # a list of state names, e.g. ["ERR", ...]
 ### BEGIN SOLUTION
 from collections import deque
 
@@ -151,7 +151,7 @@ while todo:
             came_from[dst] = here
             todo.append(dst)
 path, here = [], qpstate.RTS
-while here != qpstate.ERR:
+while here is not None:
     path.insert(0, e.QP_STATE_NAMES[here])
     here = came_from[here]
 ### END SOLUTION
