@@ -190,6 +190,8 @@ def resent_count() -> int:
 
 LOST, RESEND = nak_facts()
 RESENT = resent_count()
+
+
 def _sends(n: int, *, first: str = "RC SEND First", last: str = "RC SEND Last") -> list[str]:
     """The opcode names of an n-packet SEND, or of a list with a wrong first or last."""
     return [first] + ["RC SEND Middle"] * (n - 2) + [last]
