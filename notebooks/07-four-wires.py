@@ -172,27 +172,36 @@ print(iwarp_with_a_loss(4000))
 #
 # ### 1. Build a BTH by hand
 #
-# Build the 12 bytes of the BTH of an **RC SEND Only** (opcode `0x04`) with the **Solicited
-# Event** bit set, **3 pad bytes**, the default partition key `0xffff`, destination QP
-# `0x0000d2`, the **AckReq** bit set and PSN `0x1234`. Everything else is zero. Use plain
-# Python (`bytes`, `int.to_bytes`), not `rdmalab.wire.BTH`.
+# Build the 12 bytes of the BTH your scenario below describes: its opcode (the operation is named
+# next to it), the **Solicited Event** bit `se`, the pad count `padcnt`, the partition key `p_key`,
+# the destination QP `destqp`, the **AckReq** bit `ackreq` and the `psn`. Everything else (MigReq,
+# TVer, FECN, BECN and the reserved bits) is zero. Use plain Python (`bytes`, `int.to_bytes`), not
+# `rdmalab.wire.BTH`. Each student's scenario is their own, so the values are read from
+# `bth_task`, not written out here.
+
+# %%
+bth_task = lab.scenario("wires.bth")
+bth_task
 
 # %% tags=["exercise"]
 my_bth = ...  # 12 bytes
 ### BEGIN SOLUTION
-my_bth = (bytes([0x04, 0b1011_0000]) + (0xFFFF).to_bytes(2, "big")
-          + bytes([0]) + (0xD2).to_bytes(3, "big")
-          + bytes([0x80]) + (0x1234).to_bytes(3, "big"))
+my_bth = (bytes([bth_task.opcode, bth_task.se << 7 | bth_task.padcnt << 4]) + bth_task.p_key.to_bytes(2, "big")
+          + bytes([0]) + bth_task.destqp.to_bytes(3, "big")
+          + bytes([bth_task.ackreq << 7]) + bth_task.psn.to_bytes(3, "big"))
 ### END SOLUTION
 lab.check("wires.bth", my_bth)
 
 # %% [markdown]
 # ### 2. Compute an ICRC by hand
 #
-# `icrc_frame()` is the ConnectX-4 CNP above, sent this time to QP `0x0002a7`, with its ICRC
-# replaced by zeros (so the walk-through above does not give you the answer). Compute the ICRC
-# with `zlib.crc32` and byte manipulation only, and give it as the 4 bytes that go on the
-# wire (or as the integer). The checker recognises the usual slips and names them.
+# `icrc_frame()` is the ConnectX-4 CNP above, sent this time to the QP of your scenario (below),
+# with its ICRC replaced by zeros (so the walk-through above does not give you the answer).
+# Compute the ICRC with `zlib.crc32` and byte manipulation only, and give it as the 4 bytes that go
+# on the wire (or as the integer). The checker recognises the usual slips and names them.
+
+# %%
+lab.scenario("wires.icrc")
 
 # %% tags=["exercise"]
 import zlib
@@ -215,17 +224,27 @@ lab.check("wires.icrc", my_icrc)
 # %% [markdown]
 # ### 3. Which FPDUs are damaged?
 #
-# `captures/synthetic_iwarp_mpa_crc.pcap` holds an iWARP conversation with several FPDUs.
-# Give the list of the FPDUs (numbered from 0 in capture order) whose CRC32c does **not**
-# match their bytes. Compute the CRC yourself with `rdmalab.wire.crc.crc32c` on each FPDU's
+# The next cell has the engine record an iWARP conversation between two soft iWARP devices that
+# negotiated CRC32c in their MPA Request and Reply: a SEND, an RDMA WRITE and an RDMA READ of the
+# sizes in your scenario. Then some FPDUs were damaged in the file: in each, two 16-bit words of
+# the data traded places. TCP's checksum adds 16-bit words (RFC 1071), and a sum does not change
+# when two of its terms trade places, so the receiver's TCP would take these segments as they are.
+# The capture is written to `my-captures/iwarp-crc.pcap` (Wireshark opens it too).
+#
+# Give the list of the FPDUs (numbered from 0 in capture order, as in `fpdus`) whose CRC32c does
+# **not** match their bytes. Compute the CRC yourself with `rdmalab.wire.crc.crc32c` on each FPDU's
 # bytes (`pdu.data[:pdu.crc_offset]`) and compare with the 4 bytes after them.
 
+# %%
+lab.scenario("wires.crc32c")
+
 # %% tags=["exercise"]
+from rdmalab.lab.checkers.wires import crc_capture
 from rdmalab.wire.crc import crc32c
 
-fpdus = [p for cp in capture.read(lab.capture_path("synthetic_iwarp_mpa_crc.pcap")) for p in cp.pdus
-         if p.crc_kind == "crc32c"]
-print(len(fpdus), "FPDUs")
+crc_pcap = crc_capture("my-captures").path
+fpdus = [p for cp in capture.read(crc_pcap) for p in cp.pdus if p.crc_kind == "crc32c"]
+print(len(fpdus), "FPDUs in", crc_pcap)
 bad = ...  # a list of indexes
 ### BEGIN SOLUTION
 bad = [i for i, p in enumerate(fpdus)

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Reading real captures: rxe and siw, rdmalab and Wireshark
+# # Reading captures: rping over rxe and siw, rdmalab and Wireshark
 #
 # Linux has two software RDMA devices that run on any Ethernet interface: **rxe** (Soft-RoCE,
 # RoCEv2 over UDP) and **siw** (Soft-iWARP, over TCP). Because they are software, `tcpdump`
@@ -7,18 +7,35 @@
 # in `captures/` were recorded with them (see `captures/MANIFEST.md`): perftest runs
 # (`ib_write_bw`, `ib_read_lat`, ...) and `rping`, the rdma_cm ping-pong.
 #
-# Here the same `rping` session, over rxe and over siw.
+# The keys in those files would be the same for everyone, so the session you take apart here is
+# your own: rdmalab's engine runs `rping` between two soft devices, connected by its rdma_cm, from a
+# seed made from your name, and writes what crossed the wire to a pcap in `my-captures/` (open it
+# in Wireshark too). The kernel's captures are there to compare with.
+#
+# Your scenario: the engine's seed, rping's `-S` (buffer size) and `-C` (cycles), and how many
+# memory regions each device had registered before rping started. rxe numbers memory regions in
+# order and puts the number in the upper 24 bits of a key (the low 8 bits are random); the engine
+# does the same, so a device that has been in use hands out other keys.
 
 # %%
 BACKEND = "soft"
 from rdmalab import capture, lab, viz
+from rdmalab.lab.checkers.captures import my_rping
 
 BACKEND = lab.backend(BACKEND)  # checks that the backend is available
-rxe = list(capture.read(lab.capture_path("rxe_rping.pcap")))
-siw = list(capture.read(lab.capture_path("siw_rping.pcap")))
-print(len(rxe), "rxe frames,", len(siw), "siw frames")
-for cp in rxe[:5]:  # the rest comes after exercise 1, whose answer it shows
-    print(f"{cp.frame_number:3} {cp.timestamp - rxe[0].timestamp:8.4f} s  {cp.packet.summary()}")
+lab.scenario("captures.rkey")
+
+# %% [markdown]
+# rping between a client on soft0 (10.0.0.1) and a server on soft1 (10.0.0.2), two soft **RoCEv2**
+# devices, as `rping -s -a 10.0.0.2 -S size` and `rping -c -a 10.0.0.2 -S size -C cycles -V` would
+# run it on two rxe hosts:
+
+# %%
+roce = my_rping("roce", directory="my-captures")
+mine = roce.packets
+print(len(mine), "frames in", roce.path)
+for cp in mine[:5]:  # the rest comes after exercise 1, whose answer it shows
+    print(f"{cp.frame_number:3} {(cp.timestamp - mine[0].timestamp) * 1e6:8.3f} us  {cp.packet.summary()}")
 
 # %% [markdown]
 # ## Keys on the wire
@@ -27,18 +44,18 @@ for cp in rxe[:5]:  # the rest comes after exercise 1, whose answer it shows
 # buffer address (8 bytes), rkey (4), length (4), in network byte order. Hover over it:
 
 # %%
-viz.hexdump(rxe[3], title="Frame 4: the client advertises its buffer")
+viz.hexdump(mine[3], title="Frame 4: the client advertises its buffer")
 
 # %% [markdown]
 # ### Exercise 1. Find the rkey
 #
-# What rkey did the rping client advertise in frame 4? Read it from the payload bytes above,
-# before the frames below show it again.
+# What rkey did the rping client advertise in frame 4 of your capture? Read it from the payload
+# bytes above, before the frames below show it again.
 
 # %% tags=["exercise"]
 rkey = ...  # an integer
 ### BEGIN SOLUTION
-rkey = int.from_bytes(rxe[3].packet.payload[8:12], "big")
+rkey = int.from_bytes(mine[3].packet.payload[8:12], "big")
 ### END SOLUTION
 lab.check("captures.rkey", rkey)
 
@@ -49,7 +66,7 @@ lab.check("captures.rkey", rkey)
 # into it. As a ladder (hover over an arrow for its packet):
 
 # %%
-viz.from_capture(rxe, limit=16, title="rping over rxe (the first 16 frames)")
+viz.from_capture(mine, limit=16, title="your rping over soft RoCEv2 (the first 16 frames)")
 
 # %% [markdown]
 # The server uses exactly those values in the RETH of its RDMA READ (frame 6). An rkey that
@@ -57,7 +74,21 @@ viz.from_capture(rxe, limit=16, title="rping over rxe (the first 16 frames)")
 # what it allows.
 
 # %%
-viz.hexdump(rxe[5], title="Frame 6: RDMA READ Request with the advertised address and rkey")
+viz.hexdump(mine[5], title="Frame 6: RDMA READ Request with the advertised address and rkey")
+
+# %% [markdown]
+# ### The same session on the kernel's rxe
+#
+# `captures/rxe_rping.pcap` is rping between two kernel rxe devices, `-C 1 -S 64`. The same
+# frames come in the same order; the kernel chose its own PSNs, QP numbers and keys, and its
+# times are a real machine's: tens of microseconds between frames where the engine's simulated
+# fabric takes one.
+
+# %%
+rxe = list(capture.read(lab.capture_path("rxe_rping.pcap")))
+print(len(rxe), "rxe frames")
+for cp in rxe[:16]:
+    print(f"{cp.frame_number:3} {(cp.timestamp - rxe[0].timestamp) * 1e6:10.1f} us  {cp.packet.summary()}")
 
 # %% [markdown]
 # ## The same session over siw
@@ -65,18 +96,38 @@ viz.hexdump(rxe[5], title="Frame 6: RDMA READ Request with the advertised addres
 # Over iWARP, rping's messages ride in a TCP connection. After the TCP handshake, MPA
 # exchanges a Request and a Reply frame (RFC 5044 7.1) to agree on markers and CRC; from then
 # on every TCP segment carries FPDUs. rdmalab reassembles the TCP stream and decodes the FPDUs
-# it completes (`cp.pdus`).
+# it completes (`cp.pdus`). Here is rping again, from its own scenario, between two soft
+# **iWARP** devices (siw0 and siw1, as the kernel's siw):
 
 # %%
-for cp in siw[:12]:  # up to the first RDMA Write, whose STag is exercise 2
+lab.scenario("captures.stag")
+
+# %%
+iw = my_rping("iwarp", directory="my-captures")
+siw_mine = iw.packets
+print(len(siw_mine), "frames in", iw.path)
+for cp in siw_mine:
+    if any(p.summary().startswith("RDMA Write") for p in cp.pdus):
+        break  # the first RDMA Write: its STag is exercise 2
     print(f"{cp.frame_number:3}  {cp.packet.summary():40}  {' | '.join(p.summary() for p in cp.pdus)}")
 
 # %%
-fpdu_frame = next(cp for cp in siw if any(p.summary().startswith("RDMA Read Request") for p in cp.pdus))
+fpdu_frame = next(cp for cp in siw_mine if any(p.summary().startswith("RDMA Read Request") for p in cp.pdus))
 viz.hexdump(fpdu_frame, title=f"Frame {fpdu_frame.frame_number} as captured: Ethernet, IPv4, TCP, then the FPDU")
 
 # %%
 viz.hexdump(fpdu_frame.pdus[0], title="The FPDU inside it: MPA length, DDP untagged header, RDMAP Read Request, CRC32c")
+
+# %% [markdown]
+# The same frame from the kernel's siw (`captures/siw_rping.pcap`): its TCP header is 32 bytes
+# long, not 20, because Linux's TCP adds 12 bytes of options to every segment (two no-ops and a
+# timestamp, RFC 7323), which the engine's TCP does not send. MPA, DDP and RDMAP are the same
+# layers with the kernel's own STags and addresses.
+
+# %%
+siw = list(capture.read(lab.capture_path("siw_rping.pcap")))
+siw_read = next(cp for cp in siw if any(p.summary().startswith("RDMA Read Request") for p in cp.pdus))
+viz.hexdump(siw_read, title=f"siw_rping.pcap frame {siw_read.frame_number}: TCP with options, then the FPDU")
 
 # %% [markdown]
 # ## rdmalab and Wireshark, side by side
@@ -90,13 +141,17 @@ viz.hexdump(fpdu_frame.pdus[0], title="The FPDU inside it: MPA length, DDP untag
 from rdmalab.capture.crosscheck import crosscheck, tshark_path
 
 if tshark_path():
-    for name in ("siw_rping.pcap", "rxe_write_bw.pcap"):  # rxe_rping.pcap is exercise 3's
-        print(crosscheck(lab.capture_path(name)).text())
+    for path in (roce.path, lab.capture_path("siw_rping.pcap"), lab.capture_path("rxe_write_bw.pcap")):
+        print(crosscheck(path).text())  # rxe_rping.pcap is exercise 3's
 else:
     print("tshark is not installed: install it (Debian/Ubuntu: apt-get install tshark) to compare.")
 
 # %% [markdown]
-# Frame 6, field by field (green: both agree):
+# The first line is your capture (when tshark is installed): tshark decodes the engine's frames as
+# it decodes the kernel's, and where it parts from rdmalab it is in the CM REQ, with known
+# Wireshark defects from the table at the end of this section, whoever sent the REQ.
+#
+# Frame 6 of the kernel's `rxe_rping.pcap`, field by field (green: both agree):
 
 # %%
 from rdmalab.viz.wireshark import defect_table, side_by_side
@@ -145,12 +200,13 @@ viz.throughput(loss, title="rxe_send_bw_loss.pcap: payload throughput")
 #
 # ### 2. Find the STag
 #
-# In `siw_rping.pcap`, what STag does the first RDMA Write carry?
+# In your siw capture (`siw_mine`, from `my_rping("iwarp")`), what STag does the first RDMA Write
+# carry?
 
 # %% tags=["exercise"]
 stag = ...  # an integer
 ### BEGIN SOLUTION
-write = next(p for cp in siw for p in cp.pdus if p.summary().startswith("RDMA Write"))
+write = next(p for cp in siw_mine for p in cp.pdus if p.summary().startswith("RDMA Write"))
 stag = next(s.value for s in write.spans() if s.field == "stag")
 ### END SOLUTION
 lab.check("captures.stag", stag)

@@ -113,9 +113,13 @@ class IcrcSteps:
     def _repr_html_(self) -> str:
         p = len(self.prefix)
         parts = ['<div class="rdmalab-icrc">']
+        before = ("a native IB packet has no Ethernet header: it starts with the LRH, which is covered too"
+                  if self.encap == "ib" else "the Ethernet header is not covered")
+        vcrc = self.encap == "ib" and len(self.frame) >= self.crc_offset + 6
+        after = " and the 2 after them the VCRC, recomputed on every link" if vcrc else ""
         parts.append(f"<p><b>Step 1.</b> The ICRC covers bytes {self.start}&ndash;{self.crc_offset - 1} of the "
-                     f"{len(self.frame)}-byte frame ({self.encap}); the Ethernet header is not covered, "
-                     f"the 4 bytes at {self.crc_offset} are the ICRC itself.</p>")
+                     f"{len(self.frame)}-byte frame ({self.encap}); {before}; "
+                     f"the 4 bytes at {self.crc_offset} are the ICRC itself{after}.</p>")
         parts.append(HexDump(self.frame, self.spans, marks=[Mark(self.start, self.crc_offset, "covered by the ICRC",
                                                                    "#1565c0")], fields=False).to_html())
         if p:

@@ -97,12 +97,30 @@ def spans_of(obj: Any) -> tuple[bytes, list[Span]]:
     if hasattr(obj, "packet") and obj.packet is not None and not isinstance(obj, (bytes, bytearray)):
         obj = obj.packet  # a CapturedPacket
     if hasattr(obj, "spans") and hasattr(obj, "data") and not isinstance(obj, Header):
-        return bytes(obj.data), list(obj.spans())
+        return bytes(obj.data), _with_options(obj, list(obj.spans()))
     if isinstance(obj, Header):
         return obj.encode(), obj.spans(0)
     if isinstance(obj, (bytes, bytearray, memoryview)):
         return bytes(obj), []
     raise TypeError(f"cannot draw a hex dump of {type(obj).__name__}")
+
+
+def _with_options(packet: Any, spans: list[Span]) -> list[Span]:
+    """``spans`` and, after each header longer than its fixed part (TCP's options, RFC 9293 3.1; IPv4's,
+    RFC 791), a span ``options`` for the bytes that no declared field covers."""
+    size = len(packet.data)
+    for layer in getattr(packet, "layers", ()):
+        fixed = layer.header.LAYOUT.size
+        length = getattr(layer.header, "header_len", fixed)
+        if not isinstance(length, int) or length <= fixed:
+            continue
+        start, end = layer.offset + fixed, min(layer.offset + length, size)
+        if end <= start:
+            continue
+        span = Span(layer.name, "options", start, end, 0, (end - start) * 8, None, f"{end - start} bytes", None)
+        last = [i for i, sp in enumerate(spans) if sp.layer == layer.name and sp.end == start]
+        spans.insert(last[-1] + 1 if last else len(spans), span)
+    return spans
 
 
 @dataclass

@@ -10,7 +10,8 @@ import pytest
 
 from rdmalab import lab
 from rdmalab.lab import FAIL, NOT_YET, PASS
-from rdmalab.lab.checkers.wires import BTH_TASK, icrc_frame
+from rdmalab.lab.checkers.wires import CAPTURED_DESTQP, bth_task, icrc_frame
+from rdmalab.wire.crc import icrc_rocev2
 
 
 def test_placeholders_are_not_yet() -> None:
@@ -24,6 +25,7 @@ def test_unknown_exercise_suggests_neighbours() -> None:
 
 
 def test_bth_feedback_names_field_offset_and_kind() -> None:
+    BTH_TASK = bth_task()  # this run's student's (issue 35)
     assert lab.check("wires.bth", BTH_TASK.encode()).status == PASS
     r = lab.check("wires.bth", BTH_TASK.replace(psn=5).encode())
     assert r.status == FAIL and r.field == "BTH.psn" and r.offset == 9
@@ -39,10 +41,13 @@ def test_bth_feedback_names_field_offset_and_kind() -> None:
 def test_icrc_feedback_recognises_the_usual_slips() -> None:
     frame = icrc_frame()
     covered = frame[14:-4]
-    # the exercise's CNP is the captured ConnectX-4 one sent to QP 0x2a7, whose ICRC the notebook does not show
-    assert lab.check("wires.icrc", 0xB1F2757B).status == PASS
-    assert lab.check("wires.icrc", 0x2A00FD82).status == FAIL  # the captured frame's, worked through above it
-    assert "byte order" in lab.check("wires.icrc", bytes.fromhex("b1f2757b")).message
+    # the exercise's CNP is the captured ConnectX-4 one sent to this student's QP, whose ICRC the notebook does not show
+    right = icrc_rocev2(covered)
+    assert lab.check("wires.icrc", right).status == PASS
+    walked = icrc_rocev2(icrc_frame(CAPTURED_DESTQP)[14:-4])  # the captured frame's, worked through above it
+    r = lab.check("wires.icrc", walked)
+    assert r.status == FAIL and "walk-through" in r.message
+    assert "byte order" in lab.check("wires.icrc", right.to_bytes(4, "big")).message
     assert "did not mask the variant fields" in lab.check("wires.icrc", zlib.crc32(b"\xff" * 8 + covered)).message
     b = bytearray(covered)
     b[1] = 0xFF
@@ -72,7 +77,10 @@ def test_engine_program_checks_run_the_learners_function() -> None:
 
 
 def test_feedback_identifies_a_wrong_value_found_elsewhere() -> None:
-    r = lab.check("captures.rkey", 10290425)  # a PSN, not the rkey
+    from rdmalab.lab.checkers.captures import my_rping
+
+    psn = my_rping("roce").packets[3].packet.bth.psn  # the client's SEND's PSN, not the rkey
+    r = lab.check("captures.rkey", psn)
     assert r.status == FAIL and "psn" in r.message.lower()
 
 

@@ -13,6 +13,7 @@ import enum
 import math
 import socket
 import struct
+import tempfile
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +23,7 @@ import pytest
 import rdmalab.verbs.enums as e
 from rdmalab import lab
 from rdmalab.lab import FAIL, PASS
-from rdmalab.lab.checkers.wires import BTH_TASK, icrc_frame
+from rdmalab.lab.checkers.wires import bth_task, crc_capture, icrc_frame
 from rdmalab.lab.feedback import nth
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 from rdmalab.wire.ib import RNR_TIMER_US
@@ -63,6 +64,43 @@ def _masked_icrc_input() -> bytes:
 
 
 ICRC = zlib.crc32(_masked_icrc_input())
+
+
+# notebooks 07 and 08 vary per student (issue 35): this run's student's BTH, damaged FPDUs, rkey and STag
+BTH_TASK = bth_task()
+
+
+def _swap24(v: int) -> int:
+    return int.from_bytes(v.to_bytes(3, "little"), "big")
+
+
+def crc_facts() -> tuple[list[int], int]:
+    """Notebook 07's iWARP capture for this student: the FPDUs whose CRC32c fails (computed here), and how many."""
+    from rdmalab.wire.crc import crc32c
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fpdus = crc_capture(tmp).fpdus()
+    return [i for i, p in enumerate(fpdus) if crc32c(p.data[:p.crc_offset])
+            != int.from_bytes(p.data[p.crc_offset:p.crc_offset + 4], "little")], len(fpdus)
+
+
+def rping_facts() -> dict[str, int]:
+    """Notebook 08's rping captures for this student: the rkey of frame 4, the sink rkey, a PSN, the first Write's STag."""
+    from rdmalab.lab.checkers.captures import my_rping
+
+    with tempfile.TemporaryDirectory() as tmp:
+        roce = my_rping("roce", tmp)
+        iw = my_rping("iwarp", tmp).packets
+    write = next(p for cp in iw for p in cp.pdus if p.summary().startswith("RDMA Write"))
+    return {"rkey": int.from_bytes(roce.packets[3].packet.payload[8:12], "big"),
+            "sink": roce.facts["sink"][1],  # type: ignore[index]  # the client's second descriptor's
+            "psn": roce.packets[3].packet.bth.psn, "stag": next(s.value for s in write.spans() if s.field == "stag")}
+
+
+BAD, FPDUS = crc_facts()
+GOOD = next(i for i in range(FPDUS) if i not in BAD)
+KEYS = rping_facts()
+RKEY, STAG = KEYS["rkey"], KEYS["stag"]
 
 
 # notebooks 05 and 06 vary per student (issue 35): this run's student's READ and sequence of atomics
@@ -222,11 +260,11 @@ RIGHT: dict[str, list[Any]] = {
     "atomic.lock": [try_lock()],
     "wires.bth": [BTH_OK, bytearray(BTH_OK), BTH_OK.hex(), BTH_OK.hex(" "), list(BTH_OK), BTH_TASK],
     "wires.icrc": [ICRC, ICRC.to_bytes(4, "little"), ICRC.to_bytes(4, "little").hex(), hex(ICRC)],
-    "wires.crc32c": [[10], (10,), {10}, ["10"]],
+    "wires.crc32c": [BAD, tuple(BAD), set(BAD), [str(i) for i in BAD]],
     "wires.which": [["RoCEv2", "iWARP", "IB", "RoCEv1"], ["rocev2", "IWARP", "native IB", "RoCE v1"]],
     "wires.iwarp_overhead": [20, "20", " 20 "],
-    "captures.rkey": [0x142A, 5162, "0x142a", "5162"],
-    "captures.stag": [0x6F092200, "0x6f092200", 1862869504],
+    "captures.rkey": [RKEY, hex(RKEY), str(RKEY)],
+    "captures.stag": [STAG, hex(STAG), str(STAG)],
     "captures.agree": [],  # depends on tshark; covered by test_agree_* below
     "reliability.nak": [{"code": c, "lost": LOST, "resend_from": RESEND} for c in
                         (0, "0", "0x0", "PSN Sequence Error", "psn_sequence_error", Nak.PSN_SEQUENCE_ERROR, 0x60)]
@@ -297,27 +335,35 @@ WRONG: dict[str, list[tuple[Any, str, str]]] = {
                      ([*_RET, _FIN], "answer", "4 returned values")],
     "atomic.lock": [(try_lock(op=e.IBV_WR_ATOMIC_FETCH_AND_ADD), "BTH.opcode", "CmpSwap"),
                     (try_lock(result="int"), "return value", "True")],
-    "wires.bth": [(BTH_TASK.replace(padcnt=0).encode(), "BTH.padcnt", "expected 3"),
-                  (BTH_TASK.replace(psn=0x341200).encode(), "BTH.psn", "wrong byte order"),
-                  (BTH_TASK.replace(destqp=0xD3).encode(), "BTH.destqp", "expected 0x0000d2"),
-                  (BTH_TASK.replace(opcode=0x00).encode(), "BTH.opcode", "expected RC SEND Only"),
+    "wires.bth": [(BTH_TASK.replace(padcnt=0).encode(), "BTH.padcnt", f"expected {BTH_TASK.padcnt}"),
+                  *([(BTH_TASK.replace(psn=_swap24(BTH_TASK.psn)).encode(), "BTH.psn", "wrong byte order")]
+                    if _swap24(BTH_TASK.psn) != BTH_TASK.psn else []),
+                  (BTH_TASK.replace(destqp=BTH_TASK.destqp ^ 1).encode(), "BTH.destqp",
+                   f"expected {BTH_TASK.describe('destqp')}"),
+                  (BTH_TASK.replace(opcode=0x00).encode(), "BTH.opcode", f"expected {BTH_TASK.describe('opcode')}"),
+                  (BTH_TASK.replace(opcode=0, padcnt=0, destqp=1, psn=1).encode(), "BTH.opcode", "yours alone"),
                   (BTH_OK[:11], "BTH", "12 bytes"), (BTH_OK + b"\x00", "BTH", "12 bytes"),
                   (int.from_bytes(BTH_OK, "big"), "BTH", "to_bytes")],
     "wires.icrc": [(ICRC.to_bytes(4, "big"), "ICRC", "byte order"), (ICRC.to_bytes(4, "little")[:3], "ICRC", "4 bytes"),
                    (zlib.crc32(_masked_icrc_input()[8:]), "ICRC", "0xff"),
                    (zlib.crc32(b"\xff" * 8 + icrc_frame()[14:-4]), "ICRC", "mask"), (ICRC + 1, "ICRC", "usual slips"),
                    (float(ICRC), "ICRC", "bytes")],
-    "wires.crc32c": [([11], "MPA CRC", "one too high"), ([9, 10], "MPA CRC", "correct CRC32c"),
-                     (10, "MPA CRC", "[10]"), ([], "MPA CRC", "missing")],
+    "wires.crc32c": [([i + 1 for i in BAD], "MPA CRC", "one too high"),
+                     (sorted([*BAD, GOOD]), "MPA CRC", "correct CRC32c"), (BAD[:1], "MPA CRC", "missing"),
+                     (BAD[0], "MPA CRC", f"[{BAD[0]}]"), ([], "MPA CRC", "empty"),
+                     (list(range(FPDUS)), "MPA CRC", "little-endian"), ([FPDUS + 5], "MPA CRC", "not among them")],
     "wires.iwarp_overhead": [(16, "FPDU", "CRC32c"), (74, "FPDU", "Ethernet, IPv4 and TCP"),
                              (60, "FPDU", "per FPDU")],
     "wires.which": [(["RoCEv2", "iWARP", "IB", "RoCEv2"], "names[3]: Ethernet.type", "fourth frame"),
                     (["RoCEv1", "iWARP", "IB", "RoCEv1"], "names[0]: Ethernet.type", "first frame"),
                     (["RoCEv2", "iWARP", "IB"], "frames", "4 names")],
-    "captures.rkey": [(0x2A140000, "RETH.r_key", "byte order"), (10290425, "RETH.r_key", "psn"),
-                      (b"\x00\x00\x14\x2a", "RETH.r_key", "int.from_bytes"), (0x142B, "RETH.r_key", "not the rkey")],
-    "captures.stag": [(0x0022096F, "DDP.stag", "byte order"), (0x6F092201, "DDP.stag", "not the STag"),
-                      (float(0x6F092200), "DDP.stag", "float")],
+    "captures.rkey": [(int.from_bytes(RKEY.to_bytes(4, "little"), "big"), "RETH.r_key", "byte order"),
+                      (KEYS["psn"], "RETH.r_key", "psn"), (RKEY.to_bytes(4, "big"), "RETH.r_key", "int.from_bytes"),
+                      (KEYS["sink"], "RETH.r_key", "second SEND"), (0x142A, "RETH.r_key", "rxe_rping.pcap"),
+                      (RKEY ^ 0x8000_0000, "RETH.r_key", "not the rkey")],
+    "captures.stag": [(int.from_bytes(STAG.to_bytes(4, "little"), "big"), "DDP.stag", "byte order"),
+                      (STAG ^ 0x8000_0000, "DDP.stag", "not the STag"), (0x6F092200, "DDP.stag", "siw_rping.pcap"),
+                      (float(STAG), "DDP.stag", "float")],
     "captures.agree": [],
     "reliability.nak": [({"code": 2, "lost": LOST, "resend_from": RESEND}, "AETH.value", "Remote Access Error"),
                         ({"code": "RNR", "lost": LOST, "resend_from": RESEND}, "AETH.value", "not a NAK code"),
@@ -409,12 +455,12 @@ def test_wrong_answers_name_field_value_and_expectation(ex: str, answer: Any, fi
 
 
 def test_a_value_given_is_shown_as_given() -> None:
-    r = lab.check("captures.rkey", 0x2A140000)
-    assert r.given == f"{0x2A140000} (0x2a140000)"
+    r = lab.check("captures.rkey", RKEY ^ 0x8000_0000)
+    assert r.given == f"{RKEY ^ 0x8000_0000} ({RKEY ^ 0x8000_0000:#x})"
     r = lab.check("reliability.nak", {"code": 0, "lost": LOST + 1, "resend_from": RESEND})
     assert r.given == f"{LOST + 1} ({LOST + 1:#x})"
     r = lab.check("wires.bth", BTH_TASK.replace(padcnt=0).encode())
-    assert (r.given, r.expected) == ("BTH.padcnt = 0", "BTH.padcnt = 3")
+    assert (r.given, r.expected) == ("BTH.padcnt = 0", f"BTH.padcnt = {BTH_TASK.padcnt}")
 
 
 def test_agree_rejects_a_malformed_answer_with_the_expected_shape() -> None:

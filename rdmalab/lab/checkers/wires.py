@@ -1,63 +1,117 @@
-"""Checkers for 07-four-wires: a BTH by hand, an ICRC by hand, a CRC32c, which wire is which."""
+"""Checkers for 07-four-wires: a BTH by hand, an ICRC by hand, a CRC32c, which wire is which.
+
+The BTH to build, the frame whose ICRC is computed and the iWARP capture whose FPDUs are checked are
+each learner's own (:mod:`rdmalab.lab.variant`): the notebook shows ``lab.scenario("wires.bth")`` and
+gets its frame and capture from :func:`icrc_frame` and :func:`crc_capture`, and the checkers build the
+same ones again from the same seed.  Which wire is which, and what iWARP adds to an FPDU, are the same
+for everyone.
+"""
 
 from __future__ import annotations
 
+import functools
+import random
+import tempfile
 import zlib
+from pathlib import Path
 from typing import Any
 
 from rdmalab import capture
 from rdmalab.lab.core import Wrong, exercise
 from rdmalab.lab.env import capture_path
 from rdmalab.lab.feedback import as_bytes, as_int, compare_header, norm_name, nth
+from rdmalab.lab.owncaptures import OwnCapture, damaged_iwarp_capture
 from rdmalab.lab.samples import mystery_frames
+from rdmalab.lab.variant import draw, scenario
 from rdmalab.viz.crcsteps import icrc_steps
 from rdmalab.wire.crc import icrc_rocev2
 from rdmalab.wire.frame import decode_ethernet
 from rdmalab.wire.ib import BTH
-from rdmalab.wire.opcodes import Op, Pos, Transport, find_opcode
+from rdmalab.wire.opcodes import OPCODES, Op, Pos, Transport, find_opcode
 
 NB = "07-four-wires"
 
-#: The BTH the exercise asks for (the notebook states these values in words).
-BTH_TASK = BTH(opcode=find_opcode(Transport.RC, Op.SEND, Pos.ONLY), se=1, padcnt=3, p_key=0xFFFF, destqp=0x0000D2, ackreq=1, psn=0x1234)
+#: The operations whose BTH a learner may be asked to build: (transport, operation, with immediate).
+_BTH_OPERATIONS = ((Transport.RC, Op.SEND, False), (Transport.RC, Op.SEND, True),
+                   (Transport.RC, Op.RDMA_WRITE, False), (Transport.RC, Op.RDMA_WRITE, True),
+                   (Transport.UC, Op.SEND, False), (Transport.UC, Op.RDMA_WRITE, False))
 
 
-@exercise("wires.bth", "Build a BTH by hand", notebook=NB, hints=(
+@scenario("wires.bth")
+def _bth_scenario(r: random.Random) -> dict[str, Any]:
+    transport, op, imm = r.choice(_BTH_OPERATIONS)
+    code = find_opcode(transport, op, Pos.ONLY, imm=imm)
+    completes_a_receive = op == Op.SEND or imm  # only such a packet may ask for a solicited event
+    return {"operation": OPCODES[code].name, "opcode": code,
+            "se": r.randint(0, 1) if completes_a_receive else 0,
+            "padcnt": r.randint(1, 3),
+            "p_key": r.choice((0xFFFF, 0x8001, 0x8002, 0x8010)),
+            "destqp": r.randrange(0x12, 1 << 24),
+            "ackreq": r.randint(0, 1) if transport == Transport.RC else 0,  # UC is never acknowledged
+            "psn": r.getrandbits(24)}
+
+
+def bth_task() -> BTH:
+    """The BTH the current learner is asked to build (the values of ``lab.scenario("wires.bth")``)."""
+    s = draw("wires.bth")
+    return BTH(opcode=s.opcode, se=s.se, padcnt=s.padcnt, p_key=s.p_key, destqp=s.destqp, ackreq=s.ackreq,
+               psn=s.psn)
+
+
+@exercise("wires.bth", "Build a BTH by hand", notebook=NB, varies=True, hints=(
     "A BTH is 12 bytes: opcode | SE M PadCnt TVer | P_Key (2) | FECN BECN resv6 | DestQP (3) | A resv7 | PSN (3).",
-    "Byte 1 packs four fields: SE is bit 7, MigReq bit 6, PadCnt bits 5-4, TVer bits 3-0. SE=1 and PadCnt=3 give 0xb0.",
+    "Byte 1 packs four fields: SE is bit 7, MigReq bit 6, PadCnt bits 5-4, TVer bits 3-0 (MigReq=1 with PadCnt=2 "
+    "would be 0b0110_0000 = 0x60). Byte 8 holds AckReq in bit 7, the rest of it reserved.",
     "int.to_bytes(n, length, 'big') writes a field big-endian; bytes([...]) + ... joins them.",
 ))
 def _bth(answer: Any) -> str:
-    compare_header(BTH_TASK, answer)
-    return "Every field of your BTH decodes to the requested value."
+    try:
+        compare_header(bth_task(), answer)
+    except Wrong as wrong:
+        if len(wrong.details) >= 4:  # most fields: values from another scenario than this learner's, or none
+            wrong.details.append("most fields differ: the values to encode are those of lab.scenario('wires.bth') "
+                                 "(bth_task in the notebook), which are yours alone")
+        raise
+    return "Every field of your BTH decodes to the value your scenario asks for."
 
 
-#: The exercise's CNP goes to this QP instead of the captured one (0x000118): the notebook works through
-#: the captured frame's ICRC step by step, so the exercise's answer must be another frame's.
-EXERCISE_DESTQP = 0x0002A7
+#: The QP the captured CNP went to: the notebook works through that frame's ICRC step by step, so the
+#: exercise's frame always goes to another one.
+CAPTURED_DESTQP = 0x000118
 
 
-def _true_frame() -> bytes:
-    """The ConnectX-4 CNP of the hardware capture, sent to :data:`EXERCISE_DESTQP`, with its ICRC
-    recomputed (rdmalab.wire.crc, which matches the NIC's on the captured frame)."""
+@scenario("wires.icrc")
+def _icrc_scenario(r: random.Random) -> dict[str, Any]:
+    destqp = CAPTURED_DESTQP
+    while destqp == CAPTURED_DESTQP:
+        destqp = r.randrange(0x12, 1 << 24)
+    return {"destqp": destqp}
+
+
+def _true_frame(destqp: int | None = None) -> bytes:
+    """The ConnectX-4 CNP of the hardware capture, sent to ``destqp`` (the learner's scenario's), with its
+    ICRC recomputed (rdmalab.wire.crc, which matches the NIC's on the captured frame)."""
+    if destqp is None:
+        destqp = draw("wires.icrc").destqp
     frame = bytearray(next(iter(capture.read(capture_path("public_hw_byte_vectors.pcap")))).packet.data)
-    frame[14 + 20 + 8 + 5:14 + 20 + 8 + 8] = EXERCISE_DESTQP.to_bytes(3, "big")  # BTH DestQP (bytes 5-7)
+    frame[14 + 20 + 8 + 5:14 + 20 + 8 + 8] = destqp.to_bytes(3, "big")  # BTH DestQP (bytes 5-7)
     frame[-4:] = icrc_rocev2(bytes(frame[14:-4])).to_bytes(4, "little")
     return bytes(frame)
 
 
-def icrc_frame() -> bytes:
-    """The exercise frame: a CNP like the ConnectX-4 one, to QP 0x0002a7, with its ICRC blanked."""
-    return _true_frame()[:-4] + b"\x00\x00\x00\x00"
+def icrc_frame(destqp: int | None = None) -> bytes:
+    """The exercise frame: a CNP like the ConnectX-4 one, to the QP of your scenario, with its ICRC blanked."""
+    return _true_frame(destqp)[:-4] + b"\x00\x00\x00\x00"
 
 
-@exercise("wires.icrc", "Compute an ICRC by hand", notebook=NB, hints=(
+@exercise("wires.icrc", "Compute an ICRC by hand", notebook=NB, varies=True, hints=(
     "Start from the IPv4 header (byte 14), stop before the last 4 bytes, and put 8 bytes of 0xff in front.",
     "Mask to ones: IPv4 TOS (byte 15), TTL (22), header checksum (24-25), UDP checksum (40-41), BTH byte 4 (46).",
     "zlib.crc32(data) gives the value; the wire carries it least-significant byte first: crc.to_bytes(4, 'little').",
 ))
 def _icrc(answer: Any) -> str:
-    steps = icrc_steps(decode_ethernet(_true_frame()))
+    destqp = draw("wires.icrc").destqp
+    steps = icrc_steps(decode_ethernet(_true_frame(destqp)))
     want = steps.crc
     expected = "the CRC-32 of the masked frame: 4 bytes least-significant first (crc.to_bytes(4, 'little')), or the integer"
     if isinstance(answer, str) and answer.strip().lower().startswith("0x"):
@@ -75,11 +129,12 @@ def _icrc(answer: Any) -> str:
         got_val, as_int_given = int.from_bytes(raw, "little"), False
     if got_val == want:
         form = "as an integer" if as_int_given else f"as the wire bytes {steps.wire_bytes.hex(' ')}"
-        return f"Correct, {form}: CRC-32 of the masked input is 0x{want:08x}, and it matches the hardware's ICRC."
+        return (f"Correct, {form}: the CRC-32 of the masked input is 0x{want:08x}, as rdmalab.wire.crc computes it "
+                f"for this frame.")
     if not as_int_given and int.from_bytes(as_bytes(answer, ""), "big") == want:
         raise Wrong("Right value, wrong byte order: the ICRC goes on the wire least-significant byte first.",
                     field="ICRC", offset=70, details=["use crc.to_bytes(4, 'little')"], expected=expected)
-    frame = icrc_frame()
+    frame = icrc_frame(destqp)
     covered = frame[14:-4]
     masked = steps.masked_input
     diagnoses = {
@@ -89,6 +144,9 @@ def _icrc(answer: Any) -> str:
         zlib.crc32(frame[:14] + masked[8:]): "the ICRC does not cover the Ethernet header; start at the IP header",
         zlib.crc32(masked + b"\x00" * 4): "you included the ICRC's own 4 bytes; stop before them",
         zlib.crc32(masked) ^ 0xFFFFFFFF: "you left out the final XOR with 0xffffffff (zlib.crc32 does it for you)",
+        icrc_rocev2(_true_frame(CAPTURED_DESTQP)[14:-4]): f"that is the ICRC of the captured frame of the walk-through "
+                                                          f"(to QP {CAPTURED_DESTQP:#08x}); compute it on icrc_frame(), "
+                                                          f"which goes to QP {destqp:#08x}",
     }
     unmasked = b"\xff" * 8 + covered
     groups: dict[str, list[Any]] = {}
@@ -111,15 +169,44 @@ def _icrc(answer: Any) -> str:
                 offset=70, expected=expected)
 
 
-@exercise("wires.crc32c", "Check an FPDU's CRC32c", notebook=NB, hints=(
+@scenario("wires.crc32c")
+def _crc32c_scenario(r: random.Random) -> dict[str, Any]:
+    return {"engine_seed": r.getrandbits(32), "send_bytes": r.randrange(100, 1400),
+            "write_bytes": r.randrange(4000, 9000), "read_bytes": r.randrange(2000, 5000)}
+
+
+def crc_capture(directory: str | Path | None = None) -> OwnCapture:
+    """Your iWARP capture for the CRC32c exercise, written to ``directory`` (a temporary folder if None):
+    the SEND, RDMA WRITE and RDMA READ of ``lab.scenario("wires.crc32c")`` between two soft iWARP devices
+    that negotiated CRC32c, with some FPDUs damaged afterwards (:func:`rdmalab.lab.owncaptures.damaged_iwarp_capture`)."""
+    s = draw("wires.crc32c")
+    return damaged_iwarp_capture(s.engine_seed, send=s.send_bytes, write=s.write_bytes, read_back=s.read_bytes,
+                                 directory=directory)
+
+
+@functools.lru_cache(maxsize=64)
+def _damaged(engine_seed: int, send: int, write: int, read_back: int) -> tuple[int, tuple[int, ...]]:
+    """(how many CRC32c FPDUs, the indexes of those whose CRC32c fails), from the capture made again."""
+    with tempfile.TemporaryDirectory(prefix="rdmalab-check-") as tmp:
+        own = damaged_iwarp_capture(engine_seed, send=send, write=write, read_back=read_back, directory=tmp)
+        fpdus = [p for cp in capture.read(own.path) for p in cp.pdus if p.crc_kind == "crc32c"]
+    bad = tuple(i for i, p in enumerate(fpdus) if p.crc != p.crc_expected)
+    if list(bad) != own.facts["damaged"]:
+        raise RuntimeError(f"the capture's failing FPDUs {list(bad)} are not the damaged ones {own.facts['damaged']}")
+    return len(fpdus), bad
+
+
+@exercise("wires.crc32c", "Check an FPDU's CRC32c", notebook=NB, varies=True, hints=(
     "The MPA CRC covers the FPDU from its 2-byte ULPDU_Length through the pad: everything before the last 4 bytes.",
     "rdmalab.wire.crc.crc32c(data) computes CRC32c; compare it with the last 4 bytes read little-endian.",
+    "Number the FPDUs as the notebook's list does: only those with a CRC32c (not the MPA Request and Reply), "
+    "from 0, in capture order.",
 ))
 def _crc32c(answer: Any) -> str:
-    pdus = [p for cp in capture.read(capture_path("synthetic_iwarp_mpa_crc.pcap")) for p in cp.pdus
-            if p.crc_kind == "crc32c"]
-    bad = [i for i, p in enumerate(pdus) if p.crc != p.crc_expected]
-    expected = f"the 0-based indexes, among the {len(pdus)} FPDUs, of those whose CRC32c does not match"
+    s = draw("wires.crc32c")
+    total, bad_t = _damaged(s.engine_seed, s.send_bytes, s.write_bytes, s.read_bytes)
+    bad = list(bad_t)
+    expected = f"the 0-based indexes, among the {total} FPDUs, of those whose CRC32c does not match"
     if isinstance(answer, (set, frozenset)):
         answer = sorted(answer)
     if not isinstance(answer, (list, tuple)):
@@ -128,16 +215,28 @@ def _crc32c(answer: Any) -> str:
                     f"{type(answer).__name__}{one}.", field="MPA CRC", expected=expected)
     got = sorted(as_int(a, "an FPDU index", field="MPA CRC") for a in answer)
     if got == bad:
-        return f"Yes: only FPDU {bad} fails its CRC32c ({len(pdus)} FPDUs checked)."
-    extra = sorted(set(got) - set(bad))
-    missing = sorted(set(bad) - set(got))
+        return (f"Yes: FPDUs {bad} fail their CRC32c ({total} FPDUs checked). TCP's checksum holds on every one of "
+                f"them: two 16-bit words that trade places leave a one's-complement sum as it was.")
     details = []
-    if extra:
-        details.append(f"FPDU(s) {extra} have a correct CRC32c")
-    if missing:
-        details.append(f"{len(missing)} FPDU(s) with a bad CRC are missing from your list")
+    outside = [g for g in got if not 0 <= g < total]
     if got and [g - 1 for g in got] == bad:
-        details.insert(0, "every index is one too high: the indexes count from 0")
+        details.append("every index is one too high: the indexes count from 0")
+    elif outside:
+        raise Wrong(f"There are {total} FPDUs with a CRC32c, numbered 0 to {total - 1}; {outside} "
+                    f"{'is' if len(outside) == 1 else 'are'} not among them.", field="MPA CRC", expected=expected)
+    elif not got:
+        details.append("your list is empty, yet some FPDUs' CRC32c does not match their bytes (their TCP checksums "
+                       "are all good: only the CRC32c shows the damage)")
+    elif got == list(range(total)):
+        details.append("every FPDU is in your list, so no CRC you computed matched: check that the CRC input stops "
+                       "before the last 4 bytes, and that you read those 4 bytes little-endian")
+    else:
+        extra = sorted(set(got) - set(bad))
+        missing = sorted(set(bad) - set(got))
+        if extra:
+            details.append(f"FPDU(s) {extra} have a correct CRC32c")
+        if missing:
+            details.append(f"{len(missing)} FPDU(s) with a bad CRC32c are missing from your list")
     raise Wrong("Your list of bad FPDUs is not right.", field="MPA CRC", details=details, expected=expected)
 
 
