@@ -298,8 +298,18 @@ def test_write_imm_accepts_imm_in_either_byte_order_and_says_which_went_on_the_w
 
 
 def test_read_program_says_what_the_function_did() -> None:
-    r = lab.check("read.program", lambda pair, offset, length: pair.a.mr.read(length, 0))
+    r = lab.check("read.program", lambda pair, offset, length: pair.b.mr.read(length, offset))  # no READ at all
     assert r.status == FAIL and r.given == "A sent no packet" and "put no packet on the wire" in r.message, repr(r)
+    assert "did not come over the network" in r.message, repr(r)
+
+    def writes(pair: Any, offset: int, length: int) -> bytes:
+        wr = SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(pair.a.mr.buf, length, pair.a.mr.lkey)])
+        wr.set_wr_rdma(pair.b.mr.rkey, pair.b.mr.buf + offset)
+        pair.a.qp.post_send(wr)
+        pair.a.poll()
+        return bytes(pair.a.mr.read(length, 0))
+    r = lab.check("read.program", writes)
+    assert r.given.startswith("A sent RC RDMA WRITE First") and "a WRITE or a SEND carries A's bytes to B" in r.message
 
 
 # ----------------------------------------------------------------------------- 04: the byte order of imm_data

@@ -463,8 +463,10 @@ def _read_program(answer: Any) -> str:
     ops = _sent_by_a(p)
     want_op = "RC RDMA READ Request (IBV_WR_RDMA_READ)"
     if not ops:
-        raise Wrong("Your function put no packet on the wire: A never posted the RDMA READ (pair.a.qp.post_send), "
-                    "so nothing came from B's memory.", field="BTH.opcode", given=_said_sent(ops), expected=want_op)
+        raise Wrong("Your function put no packet on the wire: A never sent an RDMA READ Request "
+                    "(pair.a.qp.post_send), so " + ("nothing came from B's memory." if got is None or got is Ellipsis
+                                                    else "the bytes it returned did not come over the network."),
+                    field="BTH.opcode", given=_said_sent(ops), expected=want_op)
     if "RC RDMA READ Request" not in ops:
         pushes = any(w in o for o in ops for w in ("WRITE", "SEND"))
         raise Wrong("A never sent an RDMA READ Request" + (": a WRITE or a SEND carries A's bytes to B, and a READ "
