@@ -152,6 +152,17 @@ def test_rnr_feedback_names_the_slip_without_the_delay() -> None:
             assert not re.search(rf"(?<![\d.]){re.escape(f'{want:g}')}(?!\d)", _text(r)), f"the delay given away: {r!r}"
 
 
+def test_welcome_feedback_says_what_the_name_given_is() -> None:
+    r = lab.check("welcome.opcode", "READ")
+    assert "only part of the name" in r.message and "Request" not in _text(r), r
+    r = lab.check("welcome.opcode", "RC SEND Only")
+    assert "an opcode, but not frame 4's" in r.message and r.offset == 42, r
+    r = lab.check("welcome.opcode", "RC RDMA WRITE Only")
+    assert "frame 2, not of frame 4" in r.message, r
+    r = lab.check("welcome.opcode", "no such thing")
+    assert "not the name rdmalab gives" in r.message, r
+
+
 def test_verbs_feedback_points_the_way_without_naming_it() -> None:
     r = lab.check("verbs.path", ["INIT", "RTR", "RTS"])
     assert "ERR -> INIT" in r.message and "RESET" not in _text(r), r

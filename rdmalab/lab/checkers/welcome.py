@@ -8,7 +8,7 @@ from rdmalab import capture
 from rdmalab.lab.core import Wrong, exercise
 from rdmalab.lab.env import capture_path
 from rdmalab.lab.feedback import norm_name
-from rdmalab.wire.opcodes import opcode_name
+from rdmalab.wire.opcodes import OPCODES, opcode_name
 
 HW = "public_hw_byte_vectors.pcap"
 
@@ -44,6 +44,13 @@ def _opcode(answer: Any) -> str:
         if cp.packet.opcode_name and norm_name(given_name) == norm_name(cp.packet.opcode_name):
             raise Wrong(f"{given_name!r} is the operation of frame {cp.frame_number}, not of frame 4.",
                         field="BTH.opcode", offset=42, expected=expected)
+    given = norm_name(given_name)
+    if given in {norm_name(info.name) for info in OPCODES.values()}:
+        raise Wrong(f"{given_name!r} is an opcode, but not frame 4's: read frame 4's own BTH opcode, byte 42 of the "
+                    "frame.", field="BTH.opcode", offset=42, expected=expected)
+    if len(given) >= 3 and given in norm_name(want):
+        raise Wrong(f"{answer!r} is only part of the name: give the whole name, as rdmalab.wire.opcode_name() spells "
+                    "it, transport first (like 'RC SEND Only').", field="BTH.opcode", offset=42, expected=expected)
     raise Wrong(f"{answer!r} is not the name rdmalab gives frame 4's opcode. Give the name as "
                 "rdmalab.wire.opcode_name() spells it, e.g. 'RC SEND Only'.", field="BTH.opcode", offset=42,
                 expected=expected)
