@@ -24,7 +24,8 @@ def _copies(answer: Any) -> str:
                     "both threads handed to the kernel (wchar) and took from it (rchar).", field="copies",
                     expected=expected, given=plain(got))
     if got == 0:
-        raise Wrong("Zero is the RDMA answer; a socket copies through the kernel.", field="copies", expected=expected, given=plain(got))
+        raise Wrong("Zero would mean the message never passed through the kernel, and a socket's data does: look at "
+                    "wchar and rchar.", field="copies", expected=expected, given=plain(got))
     raise Wrong(f"{got} copies through system calls would move {got} times the message; look at rchar and wchar.",
                 field="copies", expected=expected, given=plain(got))
 
