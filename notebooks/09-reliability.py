@@ -147,9 +147,9 @@ live.ladder
 # ## Exercises
 #
 # The exercises are about runs of your own, not the ones drawn above: an RDMA WRITE with the
-# length, MTU and first PSN of your scenario, over the same fabric losing 10 % of the
-# packets, with a fabric seed picked so that the run shows what the exercise asks about. The
-# next cell makes them and shows your scenario; nothing of them is drawn yet.
+# length, MTU and first PSN of your scenario, over a fabric losing 5 % of the packets, with a
+# fabric seed picked so that the run shows what the exercise asks about. The next cell makes
+# them and shows your scenario; nothing of them is drawn yet.
 
 # %%
 from rdmalab.lab.checkers.reliability import nak_scenario_run, timeout_scenario_run
@@ -177,19 +177,25 @@ lab.check("reliability.nak", explanation)
 # %% [markdown]
 # ### 2. The price of a timeout
 #
-# Your run `my_timeout` (its scenario is below) lost the last packet of its WRITE. How many
-# request packets did the requester send a second time? Draw it or count in `my_timeout.trace`.
+# Your run `my_timeout` (its scenario is below) lost the last packet of its WRITE, on a QP
+# whose `timeout` code is your scenario's. How many request packets did the requester send a
+# second time, and how long, in milliseconds, did it wait from sending the lost packet until
+# it resent? Draw it (`my_timeout.ladder()`) or read `my_timeout.trace`.
 
 # %%
 lab.scenario("reliability.timeout")
 
 # %% tags=["exercise"]
-resent = ...  # an integer
+cost = {"resent": ..., "waited_ms": ...}
 ### BEGIN SOLUTION
-seen, resent = set(), 0
+seen, resent, sent_at = set(), 0, {}
 for ev in my_timeout.trace:
     if ev.kind == "sent" and ev.node == my_timeout.a.name:
         resent += ev.psn in seen
         seen.add(ev.psn)
+        sent_at.setdefault(ev.psn, ev.time_ns)
+lost_psn = next(ev.psn for ev in my_timeout.trace if ev.kind == "dropped" and ev.node == my_timeout.b.name)
+again = next(ev.time_ns for ev in my_timeout.trace if ev.kind == "retransmitted")
+cost = {"resent": resent, "waited_ms": (again - sent_at[lost_psn]) / 1e6}
 ### END SOLUTION
-lab.check("reliability.timeout", resent)
+lab.check("reliability.timeout", cost)

@@ -71,7 +71,10 @@ EXERCISE: dict[str, tuple[str, str, tuple[str, ...], str]] = {
     "07-four-wires": ("wires.which", '["RoCEv2", "iWARP", "IB", "RoCEv2"]', ("Ethernet.type", "RoCEv2"),
                       '["RoCEv2", "iWARP", "IB", "RoCEv1"]'),
     "08-captures": ("captures.rkey", "0x2A140000", ("RETH.r_key", "byte order"), "0x142A"),
-    "09-reliability": ("reliability.timeout", "2", ("lost",), "8"),
+    # 09's count and wait differ per student: the right answer is typed as an expression of the kernel's run
+    "09-reliability": ("reliability.timeout", '{"resent": 1, "waited_ms": 1}', ("lost",),
+                       '{"resent": len(replays.retransmitted(my_timeout)), '
+                       '"waited_ms": 4.096e-3 * 2 ** lab.scenario("reliability.timeout").timeout}'),
     "10-congestion": ("congestion.victim", '{"port": "P2->R2", "reason": "B"}', ("port", "F1's path"),
                       '{"port": "P1->P2", "reason": "B"}'),
     "11-security": ("security.guess", '["IBV_WC_LOC_PROT_ERR", "Remote Access Error"]',

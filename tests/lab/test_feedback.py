@@ -217,17 +217,22 @@ def nak_facts() -> tuple[int, int]:
     return next(int(ev.psn) for ev in p.trace if ev.kind == "dropped"), int(nak.bth.psn)
 
 
-def resent_count() -> int:
-    """Notebook 09's timeout run of this student: the request packets sent a second time."""
+def timeout_facts() -> tuple[int, float, int]:
+    """Notebook 09's timeout run of this student: the request packets sent a second time, the ms from the lost
+    packet's send to the first resend, and the QP's timeout code."""
     from rdmalab.lab.checkers.reliability import timeout_scenario_run
 
     p = timeout_scenario_run()
-    sent = [ev.psn for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name]
-    return len(sent) - len(set(sent))
+    sent = [ev for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name]
+    lost = next(ev.psn for ev in p.trace if ev.kind == "dropped" and ev.node == p.b.name)
+    again = next(ev.time_ns for ev in p.trace if ev.kind == "retransmitted")
+    waited = (again - next(ev.time_ns for ev in sent if ev.psn == lost)) / 1e6
+    return len(sent) - len({ev.psn for ev in sent}), waited, lab.scenario("reliability.timeout").timeout
 
 
 LOST, RESEND = nak_facts()
-RESENT = resent_count()
+RESENT, WAITED, TIMEOUT_CODE = timeout_facts()
+OTHER_TIMER = 4.096e-3 * 2 ** (TIMEOUT_CODE + 1)  # the timer of another timeout code
 
 
 def _sends(n: int, *, first: str = "RC SEND First", last: str = "RC SEND Last") -> list[str]:
@@ -269,7 +274,8 @@ RIGHT: dict[str, list[Any]] = {
     "reliability.nak": [{"code": c, "lost": LOST, "resend_from": RESEND} for c in
                         (0, "0", "0x0", "PSN Sequence Error", "psn_sequence_error", Nak.PSN_SEQUENCE_ERROR, 0x60)]
                        + [{"code": 0, "lost": hex(LOST), "resend_from": str(RESEND)}],
-    "reliability.timeout": [RESENT, str(RESENT)],
+    "reliability.timeout": [{"resent": RESENT, "waited_ms": WAITED},
+                            {"resent": str(RESENT), "waited_ms": f"{WAITED:.1f} ms"}],
     "congestion.ce": [ce_frame()],
     "congestion.cnp": [cnp()],
     "security.fix": [write_to_peer()],
@@ -371,8 +377,13 @@ WRONG: dict[str, list[tuple[Any, str, str]]] = {
                         ({"code": 0, "lost": LOST, "resend_from": RESEND + 1}, "BTH.psn", "resume"),
                         ({"code": 0, "lost": float(LOST), "resend_from": RESEND}, "BTH.psn", "float"),
                         (["code", "lost"], "answer", "dict")],
-    "reliability.timeout": [(1, "retransmitted packets", "lost"), (RESENT + 1, "retransmitted packets", "off by one"),
-                            (10 * RESENT + 1, "retransmitted packets", "more than your message has")],
+    "reliability.timeout": [({"resent": 1, "waited_ms": WAITED}, "retransmitted packets", "lost"),
+                            ({"resent": RESENT + 1, "waited_ms": WAITED}, "retransmitted packets", "off by one"),
+                            ({"resent": 10 * RESENT + 1, "waited_ms": WAITED}, "retransmitted packets",
+                             "more than your message has"),
+                            ({"resent": RESENT, "waited_ms": WAITED * 1000}, "waited_ms", "microseconds"),
+                            ({"resent": RESENT, "waited_ms": OTHER_TIMER}, "waited_ms", "timeout code"),
+                            (RESENT, "answer", "dict")],
     "congestion.ce": [(ce_frame(ecn=2), "IPv4.ecn", "0b11"), (ce_frame(fix_checksum=False), "IPv4.checksum", "recomputes"),
                       (ce_frame(ttl=1), "IPv4.ttl", "other field"), (ce_frame()[:-1], "frame length", "keep its length")],
     "congestion.cnp": [(cnp(opcode=0x11), "BTH.opcode", "CNP"), (cnp(destqp=0x11), "BTH.destqp", "requester"),
@@ -500,7 +511,7 @@ def test_wording_counts_like_people_and_rdmalab_decode() -> None:
     micro = round(_RNR_MS * 1000)
     r = lab.check("send.rnr", micro)
     assert r.given == str(micro) and "0x" not in repr(r)
-    r = lab.check("reliability.timeout", 12)
+    r = lab.check("reliability.timeout", {"resent": 12, "waited_ms": WAITED})
     assert r.given == "12"
     html = r._repr_html_()
     assert "About: <code>retransmitted packets</code>" in html and "field <code>retransmitted" not in html

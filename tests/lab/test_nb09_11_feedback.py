@@ -35,10 +35,13 @@ def nak_answer() -> dict[str, Any]:
     return {"lost": lost, "code": nak[AETH].nak_name, "resend_from": int(nak[BTH].psn)}
 
 
-def resent() -> int:
+def timeout_answer() -> dict[str, Any]:
     p = timeout_scenario_run()
-    sent = [ev.psn for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name]
-    return len(sent) - len(set(sent))
+    sent = [ev for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name]
+    lost = next(ev.psn for ev in p.trace if ev.kind == "dropped" and ev.node == p.b.name)
+    again = next(ev.time_ns for ev in p.trace if ev.kind == "retransmitted")
+    waited = (again - next(ev.time_ns for ev in sent if ev.psn == lost)) / 1e6
+    return {"resent": len(sent) - len({ev.psn for ev in sent}), "waited_ms": waited}
 
 
 def cnp_for(requester_qpn: int | None = None, ips: tuple[str, str] | None = None) -> bytes:
@@ -79,37 +82,59 @@ def test_a_psn_the_run_never_sent_points_to_the_learners_own_run() -> None:
     assert str(first) in r.message  # the range of the learner's PSNs, so the next try is in it
 
 
-def test_the_right_count_passes_and_names_where_go_back_n_started() -> None:
-    r = lab.check("reliability.timeout", resent())
-    assert r.status == PASS and "oldest unacknowledged" in r.message
+def test_the_right_cost_passes_and_names_the_timer_and_where_go_back_n_started() -> None:
+    right = timeout_answer()
+    code = lab.scenario("reliability.timeout").timeout
+    assert abs(right["waited_ms"] - 4.096e-3 * 2 ** code) < 0.01  # the run's wait is the QP's timer
+    r = lab.check("reliability.timeout", right)
+    assert r.status == PASS and "oldest unacknowledged" in r.message and f"timeout code {code}" in r.message
+    assert lab.check("reliability.timeout", right | {"waited_ms": f"{right['waited_ms']:.1f} ms"}).status == PASS
 
 
 def test_each_wrong_count_says_which_way_and_why() -> None:
-    want = resent()
+    right = timeout_answer()
+    want = right["resent"]
     p = timeout_scenario_run()
     requests = sum(1 for ev in p.trace if ev.kind == "sent" and ev.node == p.a.name)
     cases = {
-        p.fabric.stats["lost"]: ("number of packets lost", "oldest packet not yet acknowledged"),
-        0: ("more than 0", "oldest unacknowledged"),
+        1: ("number of packets lost", "oldest packet not yet acknowledged"),
+        0: ("more packets than 0", "oldest unacknowledged"),
         requests: ("first transmissions included",),
         want + 1: ("off by one",),
         10 * want + 1: ("more than your message has packets", "length over the mtu"),
         -1: ("negative",),
     }
     for got, phrases in cases.items():
-        r = lab.check("reliability.timeout", got)
+        r = lab.check("reliability.timeout", right | {"resent": got})
         _says(r, *phrases)
         assert "is not the number" not in r.message
         assert not re.search(rf"(?<!\d){want}(?!\d)", r.message), (got, r.message)  # never the answer itself
+
+
+def test_a_wrong_wait_says_why_without_giving_it() -> None:
+    right = timeout_answer()
+    code = lab.scenario("reliability.timeout").timeout
+    other = 14 if code != 14 else 13  # the book's code: what a learner who copied the text above would give
+    cases = [(4.096e-3 * 2 ** other, ("timer of timeout code", "your scenario")),
+             (right["waited_ms"] * 1000, ("microseconds",)),
+             (right["waited_ms"] / 3, ("did not wait", "my_timeout.ladder()")),
+             ("soon", ("number of milliseconds",))]
+    for given, phrases in cases:
+        r = lab.check("reliability.timeout", right | {"waited_ms": given})
+        _says(r, *phrases)
+        assert r.field == "waited_ms"
+        assert f"{right['waited_ms']:.1f}" not in r.message and f"code {code}" not in r.message
 
 
 def test_the_timeout_and_nak_answers_are_each_students_own() -> None:
     answers = {}
     for who in ("alice", "bob", "carol"):
         with as_student(who):
-            answers[who] = (nak_answer(), resent())
+            answers[who] = (nak_answer(), timeout_answer())
     assert len({a[0]["lost"] for a in answers.values()}) == 3
+    assert len({tuple(a[1].values()) for a in answers.values()}) == 3
     with as_student("bob"):
+        assert lab.check("reliability.timeout", answers["alice"][1]).status == FAIL
         assert lab.check("reliability.nak", answers["alice"][0]).status == FAIL
         assert lab.check("reliability.nak", answers["bob"][0]).status == PASS
         assert lab.check("reliability.timeout", answers["bob"][1]).status == PASS

@@ -20,7 +20,7 @@ from rdmalab.wire.ib import AETH, BTH, NAK_NAMES
 from rdmalab.wire.opcodes import OPCODES
 
 NB = "09-reliability"
-LOSS = 0.1  # the fabric's loss rate in both runs
+LOSS = 0.05  # the fabric's loss rate in both runs
 
 #: why a responder sends each NAK code (IBA Vol 1 9.7.5.2.4 and 9.9): what the feedback says about a wrong code
 NAK_CAUSES = {
@@ -39,20 +39,20 @@ def _requests(pair: SoftPair) -> list[Any]:
 
 
 def _run(s: Any) -> SoftPair:
-    pair = SoftPair(seed=s["seed"], mtu=s["mtu"], loss=s["loss"], psn=(s["first_psn"], 500))
+    pair = SoftPair(seed=s["seed"], mtu=s["mtu"], loss=s["loss"], psn=(s["first_psn"], 500), timeout=s.get("timeout", 14))
     replays.rdma_write(pair, s["length"])
     pair.run()
     return pair
 
 
-def _draw(r: random.Random, fits: Any) -> dict[str, Any]:
-    """A WRITE of 4 to 10 packets and the first fabric seed from a random start whose run ``fits``."""
+def _draw(r: random.Random, fits: Any, **more: Any) -> dict[str, Any]:
+    """A WRITE of 4 to 12 packets and the first fabric seed from a random start whose run ``fits``."""
     mtu = r.choice((512, 1024, 2048))
-    length = r.randrange(3 * mtu + 1, 10 * mtu + 1)
+    length = r.randrange(3 * mtu + 1, 12 * mtu + 1)
     first_psn = r.randrange(1000, 1 << 23)
     start = r.randrange(1 << 30)
     for seed in range(start, start + 5000):
-        s = {"length": length, "mtu": mtu, "first_psn": first_psn, "loss": LOSS, "seed": seed}
+        s = {"length": length, "mtu": mtu, "first_psn": first_psn, "loss": LOSS, **more, "seed": seed}
         if fits(_run(s)):
             return s
     raise RuntimeError(f"no fabric seed in {start}..{start + 5000} gives the run this exercise needs")  # pragma: no cover
@@ -66,15 +66,15 @@ def _one_nak_in_the_middle(pair: SoftPair) -> bool:
     drops = [ev for ev in pair.trace if ev.kind == "dropped"]
     if len(drops) != 1 or drops[0].node != pair.b.name:  # exactly one loss, and a request's
         return False
-    psns = [ev.psn for ev in _requests(pair)]
-    last = max(psns)
-    return (drops[0].psn != last and len(replays.naks(pair)) == 1
+    psns = [ev.psn for ev in _requests(pair)]  # neither the first (the scenario shows its PSN) nor the last
+    return (min(psns) < drops[0].psn < max(psns) and len(replays.naks(pair)) == 1
             and all(psns.count(p) <= 2 for p in psns) and _completed(pair))
 
 
 def _tail_lost_once(pair: SoftPair) -> bool:
     reqs = _requests(pair)
-    drops = [ev for ev in pair.trace if ev.kind == "dropped"]  # one loss only, the last request's
+    # one request lost, the last; a lost duplicate ACK changes nothing (a lost last ACK would time out again)
+    drops = [ev for ev in pair.trace if ev.kind == "dropped" and ev.node == pair.b.name]
     psns = [ev.psn for ev in reqs]
     last = max(psns)
     timeouts = [ev for ev in pair.trace if ev.kind == "retransmitted" and "timeout" in str(ev.detail.get("reason"))]
@@ -89,7 +89,8 @@ def _nak_scenario(r: random.Random) -> dict[str, Any]:
 
 @scenario("reliability.timeout")
 def _timeout_scenario(r: random.Random) -> dict[str, Any]:
-    return _draw(r, _tail_lost_once)
+    # the QP's timeout code: its timer runs 4.096 us x 2^code (IBA Vol 1 11.2.4.2), 16.8 ms to 537 ms here
+    return _draw(r, _tail_lost_once, timeout=r.randrange(12, 18))
 
 
 def nak_scenario_run() -> SoftPair:
@@ -178,47 +179,96 @@ def _nak(answer: Any) -> str:
             f"({name}, code {code}) naming PSN {psn}, and the requester went back to it.")
 
 
+def timer_ms(code: int) -> float:
+    """The local ACK timeout of a QP's ``timeout`` code: 4.096 us x 2^code (IBA Vol 1 11.2.4.2), in ms."""
+    return 4.096e-3 * 2 ** code
+
+
+def _waited_ms(p: SoftPair) -> float:
+    """From the send of the lost packet to the first retransmission."""
+    lost = next(ev for ev in p.trace if ev.kind == "dropped")
+    sent = next(ev.time_ns for ev in _requests(p) if ev.psn == lost.psn)
+    again = next(ev.time_ns for ev in p.trace if ev.kind == "retransmitted")
+    return (again - sent) / 1e6
+
+
+def _as_ms(answer: Any) -> float:
+    text = answer.strip().removesuffix("ms").strip() if isinstance(answer, str) else answer
+    try:
+        if isinstance(text, bool):
+            raise TypeError
+        return float(text)
+    except (TypeError, ValueError):
+        raise Wrong(f"the time waited: expected a number of milliseconds, got {answer!r}.", field="waited_ms",
+                    given=answer, expected="a number of milliseconds, e.g. 12.5") from None
+
+
 @exercise("reliability.timeout", "Count the cost of a timeout", notebook=NB, varies=True, hints=(
     "In your timeout run (my_timeout), count the request packets sent a second time (a PSN sent again).",
     "When the timer fires, the requester goes back to the oldest PSN not yet acknowledged. Which PSNs had an ACK "
     "by then?",
-    "lab.replays.retransmitted(pair) lists the retransmissions, if you want to check your count from the ladder.",
+    "The wait is the QP's retransmission timer: the cut in your ladder's time axis, or the time of the "
+    "'retransmitted' event in my_timeout.trace. The timeout code in your scenario gives it too.",
+    "Answer {'resent': a number of packets, 'waited_ms': milliseconds}.",
 ))
 def _timeout(answer: Any) -> str:
+    shape = "{'resent': a number of packets, 'waited_ms': milliseconds}"
+    if not isinstance(answer, dict) or set(answer) != {"resent", "waited_ms"}:
+        have = sorted(answer) if isinstance(answer, dict) else type(answer).__name__
+        raise Wrong("Give a dict with keys 'resent' (how many request packets were sent a second time) and "
+                    "'waited_ms' (how long the requester waited before it resent, in ms).", field="answer",
+                    given=Said(f"keys {have}") if isinstance(answer, dict) else answer, expected=shape)
     p = timeout_scenario_run()
+    code = int(draw("reliability.timeout")["timeout"])
     resent = replays.retransmitted(p)
     want = len(resent)
-    got = as_int(answer, "a number of packets", field="retransmitted packets")
+    got = as_int(answer["resent"], "a number of packets", field="retransmitted packets")
     expected = "the number of request packets sent a second time (same PSN again)"
-    if got == want:
-        return (f"Yes: {want} packets were sent again: the timer fired, and go-back-N resent everything from the "
-                f"oldest unacknowledged PSN, {min(int(ev.psn) for ev in resent)}.")
     reqs = _requests(p)
     first = len({ev.psn for ev in reqs})
-    lost = p.fabric.stats["lost"]
+    lost = (p.fabric.stats["lost"], sum(1 for ev in p.trace if ev.kind == "dropped" and ev.node == p.b.name))
 
     def wrong(msg: str) -> Wrong:
         return Wrong(msg, field="retransmitted packets", expected=expected, given=plain(got))
 
-    if got < 0:
-        raise wrong(f"{got} is negative: a number of packets is 0 or more.")
-    if got == lost:
-        raise wrong(f"{got} is the number of packets lost, but the requester does not know which were lost: when "
-                    "its timer fires it goes back to the oldest packet not yet acknowledged and resends from there.")
-    if got == len(reqs):
-        raise wrong(f"{got} counts every request sent, first transmissions included; count only the sends of a PSN "
-                    "that had been sent before.")
-    if got > want and got == len(reqs) + sum(1 for ev in p.trace if ev.kind == "sent" and ev.node == p.b.name):
-        raise wrong(f"{got} counts the responder's ACKs too; count only the requester's request packets.")
-    if abs(got - want) == 1:
-        raise wrong(f"{got} is off by one: count the packets whose PSN was already sent once, no more, no less.")
-    if got < want:
-        raise wrong(f"More than {got} packets were sent again. When the timer fired, which PSNs had been "
-                    "acknowledged? Go-back-N resends every packet from the oldest unacknowledged one on, also the "
-                    "ones that did arrive.")
-    if got > first:
-        raise wrong(f"{got} is more than your message has packets (its length over the MTU, rounded up), and no "
-                    "packet of this run was sent three times. Count in your own run (my_timeout), and only the "
+    if got != want:
+        if got < 0:
+            raise wrong(f"{got} is negative: a number of packets is 0 or more.")
+        if got in lost:
+            raise wrong(f"{got} is the number of packets lost, but the requester does not know which were lost: when "
+                        "its timer fires it goes back to the oldest packet not yet acknowledged and resends from "
+                        "there.")
+        if got == len(reqs):
+            raise wrong(f"{got} counts every request sent, first transmissions included; count only the sends of a "
+                        "PSN that had been sent before.")
+        if got > want and got == len(reqs) + sum(1 for ev in p.trace if ev.kind == "sent" and ev.node == p.b.name):
+            raise wrong(f"{got} counts the responder's ACKs too; count only the requester's request packets.")
+        if abs(got - want) == 1:
+            raise wrong(f"{got} is off by one: count the packets whose PSN was already sent once, no more, no less.")
+        if got < want:
+            raise wrong(f"More packets than {got} were sent again. When the timer fired, which PSNs had been "
+                        "acknowledged? Go-back-N resends every packet from the oldest unacknowledged one on, also "
+                        "the ones that did arrive.")
+        if got > first:
+            raise wrong(f"{got} is more than your message has packets (its length over the MTU, rounded up), and no "
+                        "packet of this run was sent three times. Count in your own run (my_timeout), and only the "
+                        "requester's packets whose PSN had been sent before.")
+        raise wrong(f"Fewer than {got} packets were sent again: count in your own run (my_timeout), only the "
                     "requester's packets whose PSN had been sent before.")
-    raise wrong(f"Fewer than {got} packets were sent again: count in your own run (my_timeout), only the "
-                "requester's packets whose PSN had been sent before.")
+    waited = _waited_ms(p)
+    ms = _as_ms(answer["waited_ms"])
+    if not abs(ms - waited) <= max(0.01 * waited, 0.05):
+        where = dict(field="waited_ms", given=answer["waited_ms"],
+                     expected="the time from the lost packet's send to the first resend, in ms")
+        other = next((c for c in range(32) if abs(ms - timer_ms(c)) <= 0.01 * timer_ms(c)), None)
+        if abs(ms * 1e-3 - waited) <= 0.01 * waited or abs(ms * 1e-6 - waited) <= 0.01 * waited:
+            raise Wrong(f"{ms:g} reads like microseconds or nanoseconds; give the wait in milliseconds.", **where)
+        if other is not None:
+            raise Wrong(f"{ms:g} ms is the timer of timeout code {other} (4.096 us x 2^{other}); your QP's timeout "
+                        "code is another: it is in your scenario.", **where)
+        raise Wrong(f"Your requester did not wait {ms:g} ms. Read the wait off your own run: the cut in the time axis "
+                    "of my_timeout.ladder(), or the times in my_timeout.trace from the lost packet's send to the "
+                    "'retransmitted' event.", **where)
+    return (f"Yes: after {waited:.1f} ms (timeout code {code}: 4.096 us x 2^{code}) the timer fired and go-back-N "
+            f"resent {want} packets, everything from the oldest unacknowledged PSN, "
+            f"{min(int(ev.psn) for ev in resent)}.")
