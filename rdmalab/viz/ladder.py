@@ -419,7 +419,7 @@ class Ladder:
                 continue
             if any(polygons_overlap(corners, o, 1.0) for o in obstacles):
                 continue
-            if any(polygons_overlap(corners, p, 1.0) for p in placed):
+            if any(polygons_overlap(corners, p, 5.0) for p in placed):  # apart enough not to read as one
                 continue
             return box
         return None
