@@ -105,10 +105,9 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
     """`rdmalab lab --no-browser` on a fresh work directory, as the README starts it; yields url, token, port."""
     tmp = tmp_path_factory.mktemp("lab")
     settings = tmp / "settings"
-    # JupyterLab's own settings, as a learner could set them: no news pop-up over the screenshots, and every
-    # cell kept in the page (JupyterLab 4 otherwise leaves cells far off screen out of the DOM)
-    for ext, value in (("notebook-extension/tracker", {"windowingMode": "none"}),
-                       ("apputils-extension/notification", {"fetchNews": "false", "checkForUpdates": False})):
+    # JupyterLab's own settings, as a learner could set them: every cell kept in the page (JupyterLab 4
+    # otherwise leaves cells far off screen out of the DOM).  No news pop-up: `rdmalab lab` turns it off itself.
+    for ext, value in (("notebook-extension/tracker", {"windowingMode": "none"}),):
         f = settings / "@jupyterlab" / f"{ext}.jupyterlab-settings"
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(json.dumps(value), encoding="utf-8")
@@ -116,6 +115,8 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
                PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     env.pop("JUPYTER_TOKEN", None)
     env.pop("RDMALAB_BACKEND", None)
+    env.pop("RDMALAB_STUDENT", None)  # the book's variant: the right answers below are its values
+    env["JUPYTER_DATA_DIR"] = str(tmp / "data")  # the notebook signatures `rdmalab lab` writes stay here
     port = _free_port()
     script = Path(sys.executable).with_name("rdmalab")
     cmd = [str(script)] if script.exists() else [sys.executable, "-c", "import sys; from rdmalab.cli import main; "
@@ -304,6 +305,70 @@ def _feedback(driver: Any, cell: Any, before: str) -> str:
     return ""
 
 
+# JupyterLab shows an SVG output as an <img> with a data: URL: the ladders are put back into the page, out of
+# sight, to measure each text as the browser lays it out (its box, turned by its transform) and each arrow's line
+_LADDERS_JS = f"""
+const found = [];
+for (const img of document.querySelectorAll('{_PANEL} .jp-RenderedSVG img, {_PANEL} .jp-RenderedHTMLCommon img')) {{
+  const src = img.getAttribute('src') || '';
+  const comma = src.indexOf(',');
+  if (!src.startsWith('data:image/svg+xml') || comma < 0) continue;
+  const body = src.slice(comma + 1);
+  const text = src.slice(0, comma).includes('base64')
+    ? new TextDecoder().decode(Uint8Array.from(atob(body), c => c.charCodeAt(0))) : decodeURIComponent(body);
+  if (!text.includes('rdmalab-ladder')) continue;
+  const host = document.createElement('div');
+  host.style.position = 'absolute'; host.style.left = '-20000px'; host.style.top = '0';
+  host.innerHTML = text;
+  document.body.appendChild(host);
+  const svg = host.querySelector('svg');
+  const labels = Array.from(svg.querySelectorAll('text')).filter(t => t.textContent.trim()).map(t => {{
+    const b = t.getBBox();
+    const c = t.transform.baseVal.consolidate();
+    const m = c ? c.matrix : {{a: 1, b: 0, c: 0, d: 1, e: 0, f: 0}};
+    return {{text: t.textContent, x: b.x, y: b.y, w: b.width, h: b.height, m: [m.a, m.b, m.c, m.d, m.e, m.f]}};
+  }});
+  const lines = Array.from(svg.querySelectorAll('g.rdmalab-arrow line')).map(
+    l => [l.x1.baseVal.value, l.y1.baseVal.value, l.x2.baseVal.value, l.y2.baseVal.value]);
+  found.push({{title: (svg.querySelector('text') || {{textContent: ''}}).textContent, labels, lines, svg: text}});
+  host.remove();
+}}
+return found;
+"""
+
+
+def _ladder_problems(ladders: list[dict[str, Any]]) -> list[str]:
+    """Labels that overlap, and arrows that cross a label, in the ladders as the browser draws them (each
+    text's box as the browser measures it, less 1 px at top and bottom: the box includes the font's line gap)."""
+    from rdmalab.viz.ladder import polygons_overlap
+
+    bad = []
+    for lad in ladders:
+        boxes = []
+        for t in lad["labels"]:
+            a, b, c, d, e, f = t["m"]
+            x, y, w, h = t["x"], t["y"] + 1, t["w"], max(t["h"] - 2, 0)
+            boxes.append((t["text"], [(a * px + c * py + e, b * px + d * py + f)
+                                      for px, py in ((x, y), (x + w, y), (x + w, y + h), (x, y + h))]))
+        for i, (ta, pa) in enumerate(boxes):
+            for tb, pb in boxes[i + 1:]:
+                if polygons_overlap(pa, pb):
+                    bad.append(f"{lad['title']!r}: labels {ta!r} and {tb!r} overlap")
+            for x0, y0, x1, y1 in lad["lines"]:
+                if polygons_overlap(pa, [(x0, y0), (x1, y1)]):
+                    bad.append(f"{lad['title']!r}: a line {x0:.0f},{y0:.0f} -> {x1:.0f},{y1:.0f} crosses label {ta!r}")
+    return bad
+
+
+def _end_sessions(lab_server: dict) -> None:
+    """Shut down every kernel the lab runs (as closing the notebooks would, and to free the memory)."""
+    for s in json.loads(urllib.request.urlopen(f"{lab_server['url']}/api/sessions?token={lab_server['token']}",
+                                               timeout=30).read()):
+        req = urllib.request.Request(f"{lab_server['url']}/api/sessions/{s['id']}?token={lab_server['token']}",
+                                     method="DELETE")
+        urllib.request.urlopen(req, timeout=30).close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("src", SOURCES, ids=[s.stem for s in SOURCES])
 def test_student_notebook_runs_in_jupyterlab(src: Path, lab_server: dict, browser: Any) -> None:
@@ -352,6 +417,10 @@ def test_student_notebook_runs_in_jupyterlab(src: Path, lab_server: dict, browse
         time.sleep(0.5)
     driver.save_screenshot(str(shot))
     problems = _problems(cells)
+    ladders = _js(driver, _LADDERS_JS)
+    for i, lad in enumerate(ladders):  # each ladder as the browser draws it, for a reader to look at
+        (SHOTS / f"{src.stem}-ladder-{i + 1}.svg").write_text(lad["svg"], encoding="utf-8")
+    problems += _ladder_problems(ladders)
     assert not problems, f"{src.stem} (screenshot {shot}):\n" + "\n".join(problems)
     assert not not_run, f"{src.stem}: code cells {not_run} did not run (screenshot {shot})"
 
@@ -365,9 +434,48 @@ def test_student_notebook_runs_in_jupyterlab(src: Path, lab_server: dict, browse
     time.sleep(0.3)
     driver.save_screenshot(str(SHOTS / f"{src.stem}-exercise.png"))
     assert "Correct" in text2 and f"[{ex}]" in text2, (src.stem, typed, text2)
+    if any(c["outputs"] and any(o["widgets"] for o in c["outputs"]) for c in cells):
+        _reopen_saved(src, lab_server, driver)
     # the kernel's session ends with the test, as a learner's closed notebook would not: free the memory
-    for s in json.loads(urllib.request.urlopen(f"{lab_server['url']}/api/sessions?token={lab_server['token']}",
-                                               timeout=30).read()):
-        req = urllib.request.Request(f"{lab_server['url']}/api/sessions/{s['id']}?token={lab_server['token']}",
-                                     method="DELETE")
-        urllib.request.urlopen(req, timeout=30).close()
+    _end_sessions(lab_server)
+
+
+def _reopen_saved(src: Path, lab_server: dict, driver: Any) -> None:
+    """Issue 36, item 5: save the notebook, shut its kernel down, reload the page: where a widget was, its saved
+    view shows (JupyterLab restores it from the widget state saved with the notebook), never "Error displaying
+    widget: model not found"; and the saved file holds each widget's static HTML for viewers without widgets."""
+    shot = SHOTS / f"{src.stem}-reopened.png"
+    _click_menu(driver, "File", "Save Notebook")
+    path = lab_server["work"] / f"{src.stem}.ipynb"
+
+    def saved() -> bool:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        return bool(nb.get("metadata", {}).get("widgets"))
+
+    _wait(f"{src.stem}: the notebook saved with its widget state", 60, saved, driver, shot)
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    views = [o["data"] for c in nb["cells"] for o in c.get("outputs", [])
+             if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert views and all("rdmalab-static-widget" in "".join(d.get("text/html", "")) for d in views), \
+        f"{src.stem}: a saved widget output without its static view"
+    _end_sessions(lab_server)
+    driver.refresh()
+    _wait(f"{src.stem}: the reopened notebook's kernel idle", KERNEL_START_S, lambda: _kernel_idle(driver), driver, shot)
+    time.sleep(3)  # the widget manager restores the saved state once the kernel is up
+    cells = _js(driver, _OUTPUTS_JS)
+    driver.save_screenshot(str(shot))
+    broken = [f"cell {c['index']}: {o['text'][:100]!r}" for c in cells for o in c["outputs"]
+              if "Error displaying widget" in o["text"] or "model not found" in o["text"]]
+    assert not broken, f"{src.stem} reopened (screenshot {shot}): " + "; ".join(broken)
+    shown = [o for c in cells for o in c["outputs"] if o["widgets"] or "Interactive" in o["text"]]
+    assert shown, f"{src.stem} reopened: neither a widget nor its static view shows (screenshot {shot})"
+
+
+def test_the_lab_printed_only_its_own(lab_server: dict) -> None:
+    """Issue 36, item 6: after the notebooks were opened, the server's output holds no language-server list, no
+    "Notebook ... is not trusted", and the lab's own start line."""
+    text = lab_server["log"].read_text(encoding="utf-8", errors="replace")
+    assert text.startswith("rdmalab lab: notebooks in "), text[:200]
+    noise = [line for line in text.splitlines()
+             if "is not trusted" in line or "jupyter_lsp" in line or "language server" in line.lower()]
+    assert not noise, "\n".join(noise[:10])
