@@ -61,7 +61,8 @@ nak_run.psn_plot(title="PSN over time: a NAK-driven go-back-N")
 from rdmalab.wire.ib import AETH
 
 nak_pkt = next(p for p in nak_run.packets() if AETH in p and p[AETH].is_nak)
-viz.hexdump(nak_pkt, title="The NAK: its AETH syndrome byte holds the type (top bits, 11 = NAK) and the NAK code (low 5 bits)")
+viz.hexdump(nak_pkt, title="The NAK: its AETH syndrome byte holds the type (top bits, 11 = NAK) and the NAK code (low 5 bits)",
+            hide=["AETH.value"])
 
 # %% [markdown]
 # ## A lost last packet: the retransmission timer

@@ -408,8 +408,8 @@ from rdmalab.fabric.congestion_scenarios import incast_costs, recovery_time
 print("defaults: back at 90 % after", recovery_time(eight.fabric), "ms")
 converge_answer = {"settings": ..., "cost": ...}
 ### BEGIN SOLUTION
-faster = run("incast", senders=8, duration_ms=10.0, settings={"rpg_ai_rate": "200"})
-print("rpg_ai_rate 200:", incast_costs(faster.fabric), "| defaults:", incast_costs(eight.fabric))
-converge_answer = {"settings": {"rpg_ai_rate": "200"}, "cost": "queue"}
+faster = run("incast", senders=8, duration_ms=10.0, settings={"rpg_ai_rate": 400})
+print("rpg_ai_rate 400:", incast_costs(faster.fabric), "| defaults:", incast_costs(eight.fabric))
+converge_answer = {"settings": {"rpg_ai_rate": 400}, "cost": "queue"}
 ### END SOLUTION
 lab.check("congestion.converge", converge_answer)

@@ -83,7 +83,7 @@ pair.ladder(title="A wrong rkey: a NAK, and the QP is dead")
 from rdmalab.wire.ib import AETH
 
 nak = next(p for p in pair.packets() if AETH in p and p[AETH].is_nak)
-viz.hexdump(nak, title="B's NAK: the code is in the low 5 bits of the AETH syndrome byte")
+viz.hexdump(nak, title="B's NAK: the code is in the low 5 bits of the AETH syndrome byte", hide=["AETH.value"])
 
 # %% [markdown]
 # What a guess **cannot** do: touch memory that is not registered, go outside the region's
