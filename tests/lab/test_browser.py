@@ -463,6 +463,11 @@ def _reopen_saved(src: Path, lab_server: dict, driver: Any) -> None:
     _wait(f"{src.stem}: the reopened notebook's kernel idle", KERNEL_START_S, lambda: _kernel_idle(driver), driver, shot)
     time.sleep(3)  # the widget manager restores the saved state once the kernel is up
     cells = _js(driver, _OUTPUTS_JS)
+    widget = _js(driver, f"return document.querySelector('{_PANEL} .jp-OutputArea-output .jupyter-widgets, "
+                         f"{_PANEL} .rdmalab-static-widget');")
+    if widget is not None:  # the screenshot shows the widget as it came back
+        _js(driver, "arguments[0].scrollIntoView({block: 'start'});", widget)
+        time.sleep(0.5)
     driver.save_screenshot(str(shot))
     broken = [f"cell {c['index']}: {o['text'][:100]!r}" for c in cells for o in c["outputs"]
               if "Error displaying widget" in o["text"] or "model not found" in o["text"]]
