@@ -181,14 +181,14 @@ def _nak(answer: Any) -> str:
 
 def timer_ms(code: int) -> float:
     """The local ACK timeout of a QP's ``timeout`` code: 4.096 us x 2^code (IBA Vol 1 11.2.4.2), in ms."""
-    return 4.096e-3 * 2 ** code
+    return 4.096e-3 * float(1 << code)
 
 
 def _waited_ms(p: SoftPair) -> float:
     """From the send of the lost packet to the first retransmission."""
-    lost = next(ev for ev in p.trace if ev.kind == "dropped")
-    sent = next(ev.time_ns for ev in _requests(p) if ev.psn == lost.psn)
-    again = next(ev.time_ns for ev in p.trace if ev.kind == "retransmitted")
+    lost = next(ev for ev in p.trace if ev.kind == "dropped" and ev.node == p.b.name)
+    sent = next(int(ev.time_ns) for ev in _requests(p) if ev.psn == lost.psn)
+    again = next(int(ev.time_ns) for ev in p.trace if ev.kind == "retransmitted")
     return (again - sent) / 1e6
 
 
