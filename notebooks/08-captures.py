@@ -142,7 +142,7 @@ from rdmalab.capture.crosscheck import crosscheck, tshark_path
 
 if tshark_path():
     for path in (roce.path, lab.capture_path("siw_rping.pcap"), lab.capture_path("rxe_write_bw.pcap")):
-        print(crosscheck(path).text())  # rxe_rping.pcap is exercise 3's
+        print(crosscheck(path).text())
 else:
     print("tshark is not installed: install it (Debian/Ubuntu: apt-get install tshark) to compare.")
 
@@ -214,12 +214,21 @@ lab.check("captures.stag", stag)
 # %% [markdown]
 # ### 3. How far do they agree?
 #
-# For `rxe_rping.pcap`, how many fields did the cross-check compare, and how many differ?
+# A third capture of your own: rping again, with longer buffers (so each READ and WRITE spans
+# several packets) and more cycles, as your scenario below says. Cross-check it with tshark: how
+# many fields did the cross-check compare, and how many differ?
+
+# %%
+from rdmalab.lab.checkers.captures import my_long_rping
+
+long_run = my_long_rping(directory="my-captures")
+print(len(long_run.packets), "frames in", long_run.path)
+lab.scenario("captures.agree")
 
 # %% tags=["exercise"]
 agreement = [..., ...]  # [fields compared, fields that differ]
 ### BEGIN SOLUTION
-report = crosscheck(lab.capture_path("rxe_rping.pcap"))
+report = crosscheck(long_run.path)
 agreement = [report.fields_compared, report.fields_compared - report.agreements]
 ### END SOLUTION
 lab.check("captures.agree", agreement)

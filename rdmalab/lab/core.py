@@ -156,6 +156,10 @@ def show(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 4] + " ..."
 
 
+class CannotCheck(Exception):
+    """Raised by a checker that cannot judge here (a tool it needs is missing): an error, never a pass or a fail."""
+
+
 class NotAnswered(Exception):
     """Raised by a checker when the answer is still the placeholder."""
 
@@ -265,6 +269,8 @@ def judge(id: str, answer: Any) -> Result:
         return Result(id, PASS, msg or say(ex.title, "correct."))
     except NotAnswered as e:
         return Result(id, NOT_YET, str(e) or say(ex.title, "not answered yet."))
+    except CannotCheck as e:
+        return Result(id, ERROR, say(ex.title, f"cannot be checked here: {e}"))
     except NotImplementedError:
         return Result(id, NOT_YET, say(ex.title, "your function still raises NotImplementedError."))
     except Wrong as e:

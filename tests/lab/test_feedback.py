@@ -478,7 +478,7 @@ def test_agree_rejects_a_malformed_answer_with_the_expected_shape() -> None:
     from rdmalab.capture.crosscheck import tshark_path
 
     if tshark_path() is None:
-        pytest.skip("tshark is not installed: captures.agree accepts any answer without it")
+        pytest.skip("tshark is not installed: captures.agree cannot be checked without it")
     r = lab.check("captures.agree", 5)
     assert r.status == FAIL and r.field == "answer" and r.given == "5" and "fields_compared" in (r.expected or "")
     r = lab.check("captures.agree", [1, 0])

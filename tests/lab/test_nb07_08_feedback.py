@@ -81,7 +81,7 @@ def test_each_student_has_own_answers_and_a_classmates_fail(tmp_path: Path) -> N
                 with as_student(who):
                     r = lab.check(ex, answers[whose][ex])
                 assert (r.status == PASS) == (who == whose), (ex, who, whose, r)
-    for ex in ("wires.which", "wires.iwarp_overhead", "captures.agree"):  # the same for everyone
+    for ex in ("wires.which", "wires.iwarp_overhead"):  # the same for everyone
         assert not next(x for x in lab.exercises().items if x.id == ex).varies
 
 
@@ -198,3 +198,38 @@ def test_hexdump_colours_tcp_options_as_tcp() -> None:
     assert ("TCP", 34, 66) in dump._layers()
     plain = viz.hexdump(one_write()[3].outer)  # the engine's iWARP frame: a 20-byte TCP header, no options span
     assert any(s.layer == "TCP" for s in plain.spans) and not [s for s in plain.spans if s.field == "options"]
+
+
+def test_agree_is_asked_of_each_students_own_long_capture(monkeypatch: pytest.MonkeyPatch) -> None:
+    """captures.agree: the cross-check counts of the learner's own long rping capture (made again by the checker,
+    cross-checked with tshark); a classmate's counts, the first capture's and the kernel's fail, each saying so;
+    without tshark the check is an error, never a pass."""
+    from rdmalab.capture.crosscheck import crosscheck, tshark_path
+    from rdmalab.lab.checkers import captures as cap
+
+    if tshark_path() is None:
+        pytest.skip("tshark is not installed: this check needs it (CI installs it)")
+    counts = {}
+    for who in ("alice", "bob", "carol"):
+        with as_student(who):
+            s = lab.scenario("captures.agree")
+            counts[who] = cap._agreement(s.engine_seed, s.rping_size, s.rping_cycles)
+    assert len(set(counts.values())) == 3, counts
+    with as_student("alice"):
+        own = cap.my_long_rping()
+        r = crosscheck(own.path)
+        assert counts["alice"] == (r.fields_compared, r.fields_compared - r.agreements)
+        assert lab.check("captures.agree", list(counts["alice"])).status == PASS
+        assert lab.check("captures.agree", list(counts["bob"])).status == "fail"
+        first = lab.scenario("captures.rkey")
+        short = cap._agreement(first.engine_seed, first.rping_size, first.rping_cycles)
+        r = lab.check("captures.agree", list(short))
+        assert r.status == "fail" and "first capture" in r.message, r
+        kernel = crosscheck(lab.capture_path("rxe_rping.pcap"))
+        r = lab.check("captures.agree", [kernel.fields_compared, kernel.fields_compared - kernel.agreements])
+        assert r.status == "fail" and "rxe_rping.pcap" in r.message, r
+        r = lab.check("captures.agree", [counts["alice"][0], counts["alice"][0] - counts["alice"][1]])
+        assert r.status == "fail" and "that is the number that agree" in r.message, r
+        monkeypatch.setattr(cap, "tshark_path", lambda: None)
+        r = lab.check("captures.agree", list(counts["alice"]))
+        assert r.status == "error" and "tshark" in r.message, r

@@ -84,18 +84,12 @@ def test_instructor_version_passes_every_check(src: Path, tmp_path: Path, monkey
 #: What a student notebook must not show above an exercise, because it is the exercise's answer
 #: (issue 20, item 1: notebook 03's RNR ladder labelled every NAK "RNR NAK 1.28 ms" above "read the RNR timer").
 GIVEAWAYS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
-    "03-send-receive": [("send.rnr", ("1.28 ms", "1.280 ms", "1.28 ", "1280 us", "1280 \u00b5s"))],
-    # 08 listed frame 6's RETH (rkey=0x142a) and siw frame 13's STag above "find them yourself", and
-    # printed rxe_rping.pcap's cross-check totals above "how many fields did it compare"
-    "08-captures": [("captures.rkey", ("rkey=0x142a", "0x142a", "5162")),
-                    ("captures.stag", ("STag=0x6f092200", "0x6f092200", "1863934464")),
-                    ("captures.agree", ("rxe_rping.pcap: 41 packets",))],
-    # 07's ICRC exercise used the very frame whose ICRC the walk-through above it computes
-    "07-four-wires": [("wires.icrc", ("b1f2757b", "7b75f2b1", "0xb1f2757b", "2985457019"))],
+    # (the per-student answers of the exercises marked varies=True are looked for above every exercise by
+    # tests/lab/test_answers_above.py, with each run's own values; these are answers the same for everyone)
     # 10 printed which port PFC paused, and said why F1 slowed, right above "which port, and why?"
     "10-congestion": [("congestion.victim", ("P1->P2 paused", "P2 pauses P1", "the pause built at P1"))],
-    # 12 printed the REQ's port and each host's first request PSN above the questions about them
-    "12-connection-manager": [("cm.port", ("7174", "-> port")), ("cm.psn", ("first RC request from",))],
+    # 12 printed each host's first request PSN above the question about them
+    "12-connection-manager": [("cm.psn", ("first RC request from",))],
 }
 
 

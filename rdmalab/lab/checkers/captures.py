@@ -3,8 +3,9 @@
 The rkey and the STag are read off captures the engine makes for each learner (:func:`my_rping`: rping
 between two soft RoCEv2 devices, and between two soft iWARP devices, from the seeds of
 ``lab.scenario("captures.rkey")`` and ``lab.scenario("captures.stag")``); the checkers make the same
-captures again in their own process.  How far rdmalab and Wireshark agree on the kernel's
-``captures/rxe_rping.pcap`` is a fact about that file and the two decoders, the same for everyone.
+captures again in their own process.  How far rdmalab and Wireshark agree is asked of a third capture of
+the learner's own (:func:`my_long_rping`: longer buffers, more cycles), which the checker makes again and
+cross-checks with tshark.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rdmalab.capture.crosscheck import crosscheck, tshark_path
-from rdmalab.lab.core import Wrong, exercise
+from rdmalab.lab.core import CannotCheck, Wrong, exercise
 from rdmalab.lab.env import capture_path
 from rdmalab.lab.feedback import as_int
 from rdmalab.lab.owncaptures import OwnCapture, rping_capture
@@ -138,23 +139,62 @@ def _stag(answer: Any) -> str:
                 field="DDP.stag", expected=expected)
 
 
-@exercise("captures.agree", "How far do rdmalab and Wireshark agree?", notebook=NB, hints=(
+@scenario("captures.agree")
+def _long_rping_scenario(r: random.Random) -> dict[str, Any]:
+    # buffers of 2 to 16 packets at MTU 1024 and 2 to 8 cycles: the READs and WRITEs span several packets, so the
+    # count of fields the two decoders compare depends on both (a classmate's count is one of about a hundred)
+    return {"engine_seed": r.getrandbits(32), "rping_size": r.randrange(1100, 16001), "rping_cycles": r.randint(2, 8)}
+
+
+def my_long_rping(directory: str | Path | None = None) -> OwnCapture:
+    """Your third capture (exercise 3's): rping with the longer buffers and the cycles of
+    ``lab.scenario("captures.agree")``, between two soft RoCEv2 devices, written to ``directory``."""
+    s = draw("captures.agree")
+    return rping_capture(s.engine_seed, transport="roce", size=s.rping_size, count=s.rping_cycles,
+                         directory=directory, name="rping-roce-long.pcap")
+
+
+@functools.lru_cache(maxsize=16)
+def _agreement(engine_seed: int, size: int, cycles: int) -> tuple[int, int]:
+    """(fields compared, fields that differ) of the cross-check of exercise 3's capture, made again here."""
+    with tempfile.TemporaryDirectory(prefix="rdmalab-check-") as tmp:
+        own = rping_capture(engine_seed, transport="roce", size=size, count=cycles, directory=tmp,
+                            name="rping-roce-long.pcap")
+        r = crosscheck(own.path)
+    return r.fields_compared, r.fields_compared - r.agreements
+
+
+@exercise("captures.agree", "How far do rdmalab and Wireshark agree?", notebook=NB, varies=True, hints=(
     "rdmalab.capture.crosscheck.crosscheck(path) compares every field of every frame with tshark.",
-    "The report's fields_compared and agreements attributes count them.",
+    "The report's fields_compared and agreements attributes count them; the ones that differ are the rest.",
 ))
 def _agree(answer: Any) -> str:
     if tshark_path() is None:
-        return "tshark is not installed here, so this check cannot compare; your answer is accepted as is."
-    r = crosscheck(capture_path("rxe_rping.pcap"))
+        raise CannotCheck("this check runs tshark, which is not installed where it ran (Debian/Ubuntu: apt-get "
+                          "install tshark); your answer was neither accepted nor refused.")
     if not isinstance(answer, (list, tuple)) or len(answer) != 2:
         raise Wrong("Give [fields compared, fields that differ].", field="answer",
                     expected="[report.fields_compared, fields that differ]")
     compared, differ = (as_int(x, "a count", field="crosscheck") for x in answer)
-    if compared != r.fields_compared:
-        raise Wrong(f"{compared} is not the number of fields compared in rxe_rping.pcap.",
-                    field="report.fields_compared", given=compared, expected="the report's fields_compared")
-    if differ != r.fields_compared - r.agreements:
-        raise Wrong(f"{differ} is not the number of differing fields (fields compared minus agreements).",
-                    field="fields that differ", given=differ, expected="fields_compared - agreements")
-    return (f"Right: {r.fields_compared} fields compared, {differ} differ, every difference explained by a "
-            f"known Wireshark defect: {len(r.unexplained) == 0}.")
+    s = draw("captures.agree")
+    want_compared, want_differ = _agreement(s.engine_seed, s.rping_size, s.rping_cycles)
+    expected = "the cross-check of your long capture (my_long_rping()): [fields_compared, fields that differ]"
+    if compared != want_compared:
+        first = draw("captures.rkey")
+        short = _agreement(first.engine_seed, first.rping_size, first.rping_cycles)
+        if compared == short[0]:
+            raise Wrong(f"{compared} is the count for your first capture (my_rping('roce'), printed above); this "
+                        "exercise asks about the long one, my_long_rping().", field="report.fields_compared",
+                        given=compared, expected=expected)
+        if compared == crosscheck(capture_path("rxe_rping.pcap")).fields_compared:
+            raise Wrong(f"{compared} is the count for the kernel's rxe_rping.pcap; this exercise asks about your long "
+                        "capture, my_long_rping().", field="report.fields_compared", given=compared,
+                        expected=expected)
+        raise Wrong(f"{compared} is not the number of fields the cross-check of your long capture compared.",
+                    field="report.fields_compared", given=compared, expected=expected)
+    if differ != want_differ:
+        hint = " (that is the number that agree)" if differ == want_compared - want_differ else ""
+        raise Wrong(f"The fields compared are right; {differ} is not the number that differ{hint}: fields compared "
+                    "minus agreements.", field="fields that differ", given=differ, expected="fields_compared - agreements")
+    return (f"Right: {want_compared} fields compared in {s.rping_cycles} cycles of {s.rping_size}-byte buffers, "
+            f"{want_differ} differ, each one a known Wireshark defect in the CM REQ, however long the session.")
