@@ -395,3 +395,41 @@ def test_sizes_and_limits_are_checked(capsys: pytest.CaptureFixture[str], tmp_pa
     with pytest.raises(SystemExit):
         main(["grade", str(tmp_path), "-j", "0"])
     assert "must be more than 0" in capsys.readouterr().err
+
+
+@needs_sandbox
+@pytest.mark.slow
+def test_a_copy_of_a_classmates_values_fails_where_the_exercise_varies(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copier: mallory hands in the student notebook of 03 with alice's right answers written in as values
+    (taken from alice's own run). Graded as submitted, alice passes both exercises and mallory fails both: each
+    is judged against its own student's scenario."""
+    nbclient = pytest.importorskip("nbclient")
+    nbformat = pytest.importorskip("nbformat")
+    from rdmalab.lab.answers import decode
+
+    nb03 = "03-send-receive"
+    src = (ROOT / "notebooks" / f"{nb03}.py").read_text(encoding="utf-8")
+    log = tmp_path / "alice.jsonl"
+    monkeypatch.setenv("RDMALAB_CHECK_LOG", str(log))
+    monkeypatch.setenv("RDMALAB_STUDENT", "alice")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    nbclient.NotebookClient(nbformat.from_dict(convert(src, "instructor")), timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    alices = {r["exercise"]: decode(r["answer"]) for r in map(json.loads, log.read_text().splitlines())}
+    assert set(alices) == {"send.opcodes", "send.rnr"}, alices
+    copied = convert(src, "student")
+    for cell in copied["cells"]:
+        for ex, var in (("send.opcodes", "opcodes"), ("send.rnr", "wait_ms")):
+            if cell["cell_type"] == "code" and f'lab.check("{ex}"' in cell["source"]:
+                cell["source"] = f"{var} = {alices[ex]!r}\nlab.check({ex!r}, {var})"
+    root = tmp_path / "class"
+    for who, nb in (("alice", convert(src, "instructor")), ("mallory", copied)):
+        (root / who).mkdir(parents=True)
+        (root / who / f"{nb03}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    monkeypatch.delenv("RDMALAB_CHECK_LOG")
+    monkeypatch.delenv("RDMALAB_STUDENT")
+    graded = {g.submission.student: g for g in grade.grade(root, out=tmp_path / "out")}
+    assert graded["alice"].score == 2, graded["alice"].results
+    assert [graded["mallory"].status(e) for e in ("send.opcodes", "send.rnr")] == ["fail", "fail"], \
+        graded["mallory"].results
