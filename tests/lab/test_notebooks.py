@@ -19,6 +19,10 @@ nbclient = pytest.importorskip("nbclient")
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("ipykernel")
 
+# tests/lab is on sys.path (pytest's rootdir insertion)
+from test_answers_above import answers as right_answers  # noqa: E402
+from test_answers_above import leaks  # noqa: E402
+
 from rdmalab.lab.answers import decode  # noqa: E402
 from rdmalab.lab.core import get, judge  # noqa: E402
 from rdmalab.lab.generate import convert, parse, sources  # noqa: E402
@@ -52,6 +56,13 @@ def _run(src: Path, version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
 
 
+#: the student both versions run as, so that the student version shows the variant the answers are of
+STUDENT = "ada"
+#: each notebook's right answers, from its instructor run (for the student run's test that none shows above
+#: its exercise: tests/lab/test_answers_above.py has the rules)
+RIGHT_ANSWERS: dict[str, dict] = {}
+
+
 def test_there_are_notebooks() -> None:
     assert len(SOURCES) >= 13, SOURCES
 
@@ -62,15 +73,16 @@ def test_instructor_version_passes_every_check(src: Path, tmp_path: Path, monkey
     """The instructor's notebook, run as one student, passes every check; judged as the grader judges (in this
     process, as that student) it still passes; and its answers, copied by another student, fail every exercise
     that draws a scenario per student (``varies``) and pass the others (issue 35: a variant per student)."""
-    monkeypatch.setenv("RDMALAB_STUDENT", "ada")
+    monkeypatch.setenv("RDMALAB_STUDENT", STUDENT)
     results = _run(src, "instructor", tmp_path, monkeypatch)
     assert len(results) == _expected_checks(src), results
     failing = [r for r in results if r["status"] != "pass"]
     assert not failing, failing
+    RIGHT_ANSWERS[src.stem] = right_answers(results)
     copied = []
     for r in results:
         answer = decode(r["answer"])
-        with as_student("ada"):
+        with as_student(STUDENT):
             assert judge(r["exercise"], answer).status == "pass", ("the grader disagrees with the kernel", r)
         with as_student("grace"):
             verdict = judge(r["exercise"], answer)
@@ -96,11 +108,21 @@ GIVEAWAYS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
 @pytest.mark.slow
 @pytest.mark.parametrize("src", SOURCES, ids=[s.stem for s in SOURCES])
 def test_student_version_runs_and_reports_not_yet(src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The student version runs, reports "not yet" for every check, and shows no exercise's answer above it
+    (issue 36: with the right answers of the instructor run, as the same student)."""
+    monkeypatch.setenv("RDMALAB_STUDENT", STUDENT)
+    if src.stem not in RIGHT_ANSWERS:  # the instructor test did not run first (a -k selection): run it here
+        (tmp_path / "instructor").mkdir()
+        RIGHT_ANSWERS[src.stem] = right_answers(_run(src, "instructor", tmp_path / "instructor", monkeypatch))
     results = _run(src, "student", tmp_path, monkeypatch)
     assert len(results) == _expected_checks(src), results
     answered = [r for r in results if r["status"] != "not yet"]
     assert not answered, answered
-    for ex, answers in GIVEAWAYS.get(src.stem, []):
+    found, skipped = leaks(nbformat.read(tmp_path / f"{src.stem}.student.ipynb", as_version=4),
+                           RIGHT_ANSWERS[src.stem])
+    print(f"{src.stem}: {len(RIGHT_ANSWERS[src.stem])} answers; not looked for: {skipped}")
+    assert not found, f"{src.stem}: an answer shows above its exercise:\n" + "\n".join(found)
+    for ex, givenaway in GIVEAWAYS.get(src.stem, []):
         nb = nbformat.read(tmp_path / f"{src.stem}.student.ipynb", as_version=4)
         shown = ""
         for cell in nb.cells:
@@ -108,5 +130,5 @@ def test_student_version_runs_and_reports_not_yet(src: Path, tmp_path: Path, mon
                 break
             for out in cell.get("outputs", []):
                 shown += json.dumps(out.get("data", {})) + out.get("text", "")
-        leaks = [a for a in answers if a in shown]
-        assert not leaks, f"{src.stem}: the output above exercise {ex} shows its answer: {leaks}"
+        shows = [a for a in givenaway if a in shown]
+        assert not shows, f"{src.stem}: the output above exercise {ex} shows its answer: {shows}"
