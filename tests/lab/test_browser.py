@@ -70,7 +70,9 @@ EXERCISE: dict[str, tuple[str, str, tuple[str, ...], str]] = {
                    ("counter", "final counter"), "list(lab.checkers.verbs.atomic_sequence()[1:])"),
     "07-four-wires": ("wires.which", '["RoCEv2", "iWARP", "IB", "RoCEv2"]', ("Ethernet.type", "RoCEv2"),
                       '["RoCEv2", "iWARP", "IB", "RoCEv1"]'),
-    "08-captures": ("captures.rkey", "0x2A140000", ("RETH.r_key", "byte order"), "0x142A"),
+    # 08's capture is the student's own: the answers are typed as expressions of its frame 4 (payload bytes 8-11)
+    "08-captures": ("captures.rkey", 'int.from_bytes(mine[3].packet.payload[8:12], "little")',
+                    ("RETH.r_key", "byte order"), 'int.from_bytes(mine[3].packet.payload[8:12], "big")'),
     # 09's count and wait differ per student: the right answer is typed as an expression of the kernel's run
     "09-reliability": ("reliability.timeout", '{"resent": 1, "waited_ms": 1}', ("lost",),
                        '{"resent": len(replays.retransmitted(my_timeout)), '
