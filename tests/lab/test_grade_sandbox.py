@@ -341,7 +341,7 @@ def test_no_sandbox_is_refused_with_a_reason_and_graded_with_no_sandbox_when_ask
 @pytest.mark.slow
 def test_rows_are_kept_as_graded_and_resume_finishes_the_class(tmp_path: Path) -> None:
     root = tmp_path / "class"
-    names = ["ann", "ben", "cat"]
+    names = ["ann", "ben"]
     for who in names:
         (root / who).mkdir(parents=True)
         (root / who / f"{NB}.ipynb").write_text(json.dumps(_notebook("instructor")), encoding="utf-8")
@@ -357,11 +357,11 @@ def test_rows_are_kept_as_graded_and_resume_finishes_the_class(tmp_path: Path) -
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     kept = list(csv.DictReader(csv_path.open(encoding="utf-8")))
-    assert 1 <= len(kept) < 3 and kept[0]["passed"] == "5", kept
+    assert len(kept) == 1 and kept[0]["passed"] == "5", kept
     r = subprocess.run([sys.executable, "-m", "rdmalab", "grade", str(root), "-o", str(out), "--resume", "-q"],
                        capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert f"{len(kept)} submission(s) already in" in r.stderr and f"{3 - len(kept)} to grade" in r.stderr
+    assert "1 submission(s) already in" in r.stderr and "1 to grade" in r.stderr, r.stderr[-2000:]
     rows = list(csv.DictReader(csv_path.open(encoding="utf-8")))
     assert sorted(x["student"] for x in rows) == names and all(x["passed"] == "5" for x in rows), rows
     assert not _survivors()

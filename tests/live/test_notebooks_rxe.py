@@ -35,8 +35,9 @@ EVIDENCE = {
     "09-reliability": ["transfer runner and live section: rxe", "'netem loss': '10%'", "rxe1 --> rxe2"],
     "12-connection-manager": ["backend: rxe | CM messages on the wire: ['REQ', 'REP', 'RTU', 'DREQ', 'DREP']",
                               "the kernel keeps its QP states to itself"],
-    "11-security": ["lkey == rkey: True", "write with a wrong key: remote access error", "A's QP state now: ERR",
-                    "NAK: Remote Access Error", "region in another protection domain    -> remote access error"],
+    # 11 prints completion statuses as numbers (the exercise asks for their names): 10 is IBV_WC_REM_ACCESS_ERR
+    "11-security": ["lkey == rkey: True", "write with a wrong key: refused, wc.status 10", "A's QP state now: ERR",
+                    "NAK: Remote Access Error", "region in another protection domain    -> refused, wc.status 10"],
 }
 
 
