@@ -611,11 +611,12 @@ def _short_opcode(opcode: int | None) -> str:
         " Response", " Resp").replace("with Immediate", "+Imm").replace("with Invalidate", "+Inv")
 
 
-def _aeth_label(aeth: Any) -> str:
-    """'NAK: PSN Sequence Error', 'RNR NAK 0.64 ms', from the decoded AETH's fields."""
+def _aeth_label(aeth: Any, names: bool = True) -> str:
+    """'NAK: PSN Sequence Error', 'RNR NAK 0.64 ms', from the decoded AETH's fields; without ``names``,
+    'NAK code 2' (for a page whose exercise asks the learner to name the code)."""
     if aeth.is_rnr_nak:
         return f"RNR NAK {aeth.rnr_timer_ms:g} ms"
-    return f"NAK: {aeth.nak_name}"
+    return f"NAK: {aeth.nak_name}" if names else f"NAK code {aeth.value}"
 
 
 def _decoded(frame: bytes | None) -> Any:
@@ -665,8 +666,12 @@ def match_arrivals(events: list[Any]) -> dict[int, Any]:
 
 
 def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: bool = True, posted: bool = False,
-               states: bool = False, nodes: list[str] | None = None, limit: int | None = None) -> Ladder:
-    """A ladder from engine trace events (:class:`rdmalab.verbs.trace.TraceEvent`)."""
+               states: bool = False, nodes: list[str] | None = None, limit: int | None = None,
+               names: bool = True) -> Ladder:
+    """A ladder from engine trace events (:class:`rdmalab.verbs.trace.TraceEvent`).
+
+    ``names=False`` labels a NAK with its code and an error completion as "failed", without the names an
+    exercise on the page asks the learner to find (the hover text says no more)."""
     events = list(trace)
     order = nodes or []
     for e in events:
@@ -705,7 +710,7 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
             seen_psn.add(key)
             label = f"{_short_opcode(e.opcode)} PSN {e.psn}"
             if aeth is not None and kind in ("nak", "rnr"):
-                label = f"{_aeth_label(aeth)} PSN {e.psn}"
+                label = f"{_aeth_label(aeth, names)} PSN {e.psn}"
             cm = _cm_of(pkt)
             if cm is not None:  # a CM MAD to QP1: name the message; the same MAD again is a resend
                 name, tid = cm
@@ -713,6 +718,8 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
                 label = f"CM {name}" + (" (again)" if kind == "retx" else "")
                 seen_cm.add((e.node, name, tid))
             note = str(e) + (f"\n{aeth.syndrome_text()}" if aeth is not None else "")
+            if not names and kind == "nak":
+                note = label  # the hover text would name it
             if pkt is None and kind == "ack":
                 kind = "ack?"  # no frame: decided when the completer's "acked" event arrives
             a = Arrow(e.node, dst, e.time_ns, None, label, kind, False, note, e.psn, e.opcode)
@@ -751,9 +758,10 @@ def from_trace(trace: Iterable[Any], *, title: str | None = None, completions: b
             status = e.detail.get("status", 0)
             op = e.detail.get("wc_opcode", e.detail.get("opcode", ""))
             ok = status in (0, "success", "IBV_WC_SUCCESS")
-            text = "ok" if ok else (status if isinstance(status, str) else f"status {status}")
-            markers.append(Marker(e.node, e.time_ns, f"WC {_wc_name(op)} {text}".strip(),
-                                  "completion" if ok else "error", str(e)))
+            text = "ok" if ok else ((status if isinstance(status, str) else f"status {status}") if names else "failed")
+            label = f"WC {_wc_name(op)} {text}".strip()
+            markers.append(Marker(e.node, e.time_ns, label, "completion" if ok else "error",
+                                  str(e) if names or ok else label))
         elif e.kind == "posted" and posted:
             markers.append(Marker(e.node, e.time_ns, f"post {e.detail.get('opcode', '')}", "posted", str(e)))
         elif e.kind == "state" and states:
@@ -843,9 +851,10 @@ def _wc_name(op: Any) -> str:
 
 
 def from_capture(packets: Iterable[Any], *, title: str | None = None, limit: int | None = 60,
-                 transit_ns: int = 0) -> Ladder:
+                 transit_ns: int = 0, names: bool = True) -> Ladder:
     """A ladder from captured packets (``rdmalab.capture.read``): one capture point, so arrows are level
-    unless ``transit_ns`` tilts them.  Nodes are the IP (or MAC) addresses."""
+    unless ``transit_ns`` tilts them.  Nodes are the IP (or MAC) addresses.  ``names=False``: a NAK is
+    labelled with its code, not its name."""
 
     arrows: list[Arrow] = []
     nodes: list[str] = []
@@ -889,7 +898,7 @@ def from_capture(packets: Iterable[Any], *, title: str | None = None, limit: int
             if kind == "request" and key in seen:
                 kind = "retx"
             seen.add(key)
-            label = (f"{_aeth_label(aeth)} PSN {bth.psn}" if aeth is not None and kind in ("nak", "rnr")
+            label = (f"{_aeth_label(aeth, names)} PSN {bth.psn}" if aeth is not None and kind in ("nak", "rnr")
                      else f"{_short_opcode(bth.opcode)} PSN {bth.psn}")
             psn, op = bth.psn, bth.opcode
         tcp_h = pkt.get(TCP) if hasattr(pkt, "get") else None
@@ -903,6 +912,8 @@ def from_capture(packets: Iterable[Any], *, title: str | None = None, limit: int
                 nodes.append(n)
         t = int(round(float(getattr(cp, "timestamp", 0.0)) * 1e9))
         note = f"frame {getattr(cp, 'frame_number', '?')}: {pkt.summary() if hasattr(pkt, 'summary') else ''}"
+        if not names and kind == "nak":
+            note = f"frame {getattr(cp, 'frame_number', '?')}: {label}"  # the summary would name it
         arrows.append(Arrow(src, dst, t, t + transit_ns, label, kind, False, note, psn, op))
         if limit is not None and len(arrows) >= limit:
             break

@@ -35,9 +35,10 @@ EVIDENCE = {
     "09-reliability": ["transfer runner and live section: rxe", "'netem loss': '10%'", "rxe1 --> rxe2"],
     "12-connection-manager": ["backend: rxe | CM messages on the wire: ['REQ', 'REP', 'RTU', 'DREQ', 'DREP']",
                               "the kernel keeps its QP states to itself"],
-    # 11 prints completion statuses as numbers (the exercise asks for their names): 10 is IBV_WC_REM_ACCESS_ERR
+    # 11 prints completion statuses and NAK codes as numbers (exercise 2 asks their names): 10 is
+    # IBV_WC_REM_ACCESS_ERR, NAK code 2 Remote Access Error
     "11-security": ["lkey == rkey: True", "write with a wrong key: refused, wc.status 10", "A's QP state now: ERR",
-                    "NAK: Remote Access Error", "region in another protection domain    -> refused, wc.status 10"],
+                    "NAK code 2 PSN", "region in another protection domain    -> refused, wc.status 10"],
 }
 
 

@@ -172,3 +172,22 @@ def test_no_line_strikes_through_a_label_in_the_rnr_and_loss_ladders() -> None:
     for ladder in (rnr_run(None).ladder(title="RNR"), replays.nak_run().ladder(title="NAK"),
                    replays.timeout_run().ladder(title="timeout")):
         assert _crossings(ladder) == [], ladder.title
+
+
+def test_a_ladder_without_names_shows_the_nak_code_and_no_status_name() -> None:
+    """Notebook 11 draws a wrong rkey's NAK above an exercise that asks the NAK's and the completion's names:
+    with ``names=False`` the label, the hover text and the text form give the code only."""
+    import rdmalab.verbs.enums as e
+    from rdmalab.lab.pair import SoftPair
+    from rdmalab.verbs.wr import SGE, SendWR
+
+    p = SoftPair()
+    wr = SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(p.a.mr.buf, 8, p.a.mr.lkey)])
+    wr.set_wr_rdma(p.b.mr.rkey ^ 0x1, p.b.mr.buf)
+    p.a.qp.post_send(wr)
+    p.a.poll()
+    named, plain = p.ladder(), p.ladder(names=False)
+    assert "Remote Access Error" in named.to_svg()
+    assert "NAK code 2" in plain.to_svg() and "NAK code 2" in plain.text()
+    for shown in (plain.to_svg(), plain.text(), repr(plain)):
+        assert "remote access" not in shown.lower(), shown[:500]
