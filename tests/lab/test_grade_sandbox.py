@@ -276,6 +276,9 @@ WAYS = [(m, d) for m in ("bwrap", "unshare") if shutil.which(m) for d in ((True,
 def test_a_sandboxed_run_sees_no_other_process_no_network_and_writes_only_its_scratch(
         tmp_path: Path, method: str, drop: bool | None) -> None:
     """Every way a sandbox is made here (bwrap, unshare; as a user of its own or as the grader's user)."""
+    if drop and not all(sbx._reachable(p.resolve()) for p in (Path(sys.prefix), ROOT / "rdmalab")):
+        pytest.skip("this checkout or its Python lies under a folder other users may not enter, so the grader "
+                    "would run its sandboxes as root without capabilities: the same-uid case tests that")
     secret = tmp_path / "class" / "alice" / "07-four-wires.ipynb"
     secret.parent.mkdir(parents=True)
     secret.write_text("{}")
