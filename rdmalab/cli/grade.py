@@ -70,7 +70,7 @@ def run_grade(args: argparse.Namespace, out: TextIO) -> int:
     except OSError as err:
         if args.scheduler:
             raise Fail(f"grade: cannot reach the Dask scheduler at {args.scheduler}: {err}") from None
-        raise
+        raise Fail(f"grade: cannot write the grades to {outdir}: {err}") from None
     title = f"rdmalab grades: {root.resolve().name}"
     grade.write_html(graded, outdir / "grades.html", title=title)
     print(grade.table(graded), file=out)

@@ -219,7 +219,7 @@ def _read_bounded(path: Path, limit: int) -> str | None:
     return text if len(text) <= limit else text[:limit] + "\0TRUNCATED"
 
 
-def judge_run(sub: Submission, ran: dict[str, Any], *, notes: Iterable[str] = (), cell_timeout: int = 60) -> Graded:
+def judge_run(sub: Submission, ran: dict[str, Any], *, notes: Iterable[str] = ()) -> Graded:
     """The row of one submission from what its run left: every answer judged here, as its student."""
     g = Graded(sub, exercises=[e.id for e in exercises(sub.notebook).items], notes=list(notes), how=str(ran["how"]))
     outcome = ran.get("outcome") or {}
@@ -288,12 +288,9 @@ def grade_one(sub: Submission, *, cell_timeout: int = 60, sandbox: bool = True,
     """Run one submission in a fresh kernel (in a sandbox unless told otherwise) and judge its checks."""
     text, notes, problem = _prepare(sub)
     if text is None:
-        g = Graded(sub, exercises=[e.id for e in exercises(sub.notebook).items],
-                   how=(sbx.probe() if sandbox else NO_SANDBOX))
-        g.problems.append(str(problem))
-        return g
+        return _ungraded(sub, str(problem), _how(sandbox))
     spec = RunSpec(sub.student, text, cell_timeout, sandbox, limits, tuple(str(h) for h in hide), slot)
-    return judge_run(sub, run_submission(spec), notes=notes, cell_timeout=cell_timeout)
+    return judge_run(sub, run_submission(spec), notes=notes)
 
 
 def read_reports(text: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -488,10 +485,19 @@ class _Meter:
             self.tqdm.close()
 
 
-def _failed(sub: Submission, err: BaseException, how: str) -> Graded:
+def _how(sandbox: bool) -> str:
+    return sbx.probe() if sandbox else NO_SANDBOX
+
+
+def _ungraded(sub: Submission, problem: str, how: str) -> Graded:
+    """The row of a submission that was not run: every exercise missing, and why."""
     g = Graded(sub, exercises=[e.id for e in exercises(sub.notebook).items], how=how)
-    g.problems.append(f"the grader failed on this submission: {type(err).__name__}: {str(err)[:200]}")
+    g.problems.append(problem)
     return g
+
+
+def _failed(sub: Submission, err: BaseException, how: str) -> Graded:
+    return _ungraded(sub, f"the grader failed on this submission: {type(err).__name__}: {str(err)[:200]}", how)
 
 
 def _grade_here(subs: list[Submission], jobs: int, *, cell_timeout: int, sandbox: bool, limits: sbx.Limits,
@@ -506,7 +512,7 @@ def _grade_here(subs: list[Submission], jobs: int, *, cell_timeout: int, sandbox
             return grade_one(sub, cell_timeout=cell_timeout, sandbox=sandbox, limits=limits,
                              hide=[Path(h) for h in hide], slot=slot)
         except Exception as err:  # a bug of ours or a hostile submission: this one ungraded, the others go on
-            return _failed(sub, err, sbx.probe() if sandbox else NO_SANDBOX)
+            return _failed(sub, err, _how(sandbox))
         finally:
             with slot_lock:
                 slots.append(slot)
@@ -534,10 +540,7 @@ def _grade_on_dask(subs: list[Submission], scheduler: str, *, cell_timeout: int,
         for i, sub in enumerate(subs):
             text, notes, problem = _prepare(sub)
             if text is None:
-                g = Graded(sub, exercises=[e.id for e in exercises(sub.notebook).items],
-                           how=sbx.probe() if sandbox else NO_SANDBOX)
-                g.problems.append(str(problem))
-                done(g)
+                done(_ungraded(sub, str(problem), _how(sandbox)))
                 continue
             spec = RunSpec(sub.student, text, cell_timeout, sandbox, limits, hide, slot=i % 1000)
             futures[client.submit(run_submission, spec, pure=False, key=f"rdmalab-grade-{i}-{sub.student}")] = \
@@ -546,7 +549,7 @@ def _grade_on_dask(subs: list[Submission], scheduler: str, *, cell_timeout: int,
             sub, notes = futures[fut]
             try:
                 ran = fut.result()
-                g = judge_run(sub, ran, notes=notes, cell_timeout=cell_timeout)
+                g = judge_run(sub, ran, notes=notes)
             except Exception as err:
                 g = _failed(sub, err, "dask worker")
             done(g)
@@ -557,14 +560,6 @@ def _columns(graded: list[Graded]) -> list[str]:
     for g in graded:
         cols += [e for e in g.exercises if e not in cols]
     return cols
-
-
-def write_csv(graded: list[Graded], path: Path) -> None:
-    cols = _columns(graded)
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(_csv_head(cols))
-        w.writerows(_csv_row(g, cols) for g in graded)
 
 
 _COLOURS = {"pass": "#c8e6c9", "fail": "#ffcdd2", "error": "#ffe0b2", "not yet": "#eeeeee", "missing": "#f5f5f5"}

@@ -5,13 +5,17 @@ count, a CRC, a port) draws that scenario here, so that one student's right valu
 another.  The seed is a hash of the *student* and a *key* (an exercise id, or a notebook's name for
 a scenario several exercises share)::
 
+    from rdmalab import lab
     from rdmalab.lab.variant import scenario
 
-    @scenario("send.opcodes")
-    def _send_opcodes(r):               # r: a random.Random seeded for (student, "send.opcodes")
+    @scenario("my.send")
+    def _my_send(r):                    # r: a random.Random seeded for (student, "my.send")
         return {"length": r.randrange(3000, 9000), "mtu": r.choice((512, 1024, 2048))}
 
-and both the notebook and the checker read the same values with ``lab.scenario("send.opcodes")``.
+    lab.scenario("my.send")             # Scenario my.send for the book's variant ...: length=..., mtu=...
+
+and both the notebook and the checker read the same values with ``lab.scenario("my.send")`` (the checkers
+of the lab's own notebooks register theirs, e.g. ``"send.opcodes"``, in ``rdmalab.lab.checkers``).
 
 Who the student is:
 
