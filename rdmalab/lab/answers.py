@@ -29,8 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rdmalab.lab.pair import SoftPair
 from rdmalab.verbs.cq import WC
 from rdmalab.verbs.trace import Trace, TraceEvent
+from rdmalab.wire import decode_ethernet
 from rdmalab.wire.header import Header
 
 #: how many bytes of each side's memory region a :class:`Run` keeps (the checkers look at the first 4 KiB)
@@ -178,7 +180,6 @@ class Run:
         self.b = _Side(names[1], _Memory(memory[1]))
 
     def packets(self) -> list[Any]:
-        from rdmalab.wire import decode_ethernet
 
         return [decode_ethernet(f, lenient=True) for f in self.frames]
 
@@ -223,7 +224,6 @@ class Program:
     def record(self, fn: Callable[..., Any]) -> Run:
         """Run ``fn`` as the exercise prescribes and return what it did, passed through JSON and back (so the
         learner's feedback comes from exactly the record the grader sees)."""
-        from rdmalab.lab.pair import SoftPair
 
         pair = SoftPair(seed=self.seed)
         returned = [fn(pair, *args) for args in self.setup(pair)]

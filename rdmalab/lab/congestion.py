@@ -14,6 +14,7 @@ from typing import Any
 
 from rdmalab.fabric.congestion_scenarios import SCENARIOS, run
 from rdmalab.viz.congestion import three_figures, timeline
+from rdmalab.viz.widgets import StaticView, live_box
 
 __all__ = ["congestion_runner", "runner_settings"]
 
@@ -29,7 +30,6 @@ def congestion_runner(scenario: str = "incast") -> Any:
     """Sliders for the scenario's main parameters; each change reruns it and redraws the timeline."""
     import ipywidgets as w  # optional: ipywidgets, IPython (lab extra)
 
-    from rdmalab.viz.widgets import StaticView, live_box
 
     view = StaticView()  # the static view a saved notebook keeps
 

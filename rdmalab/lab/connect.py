@@ -23,7 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import rdmalab.verbs.enums as e
+from rdmalab.capture import read
+from rdmalab.capture.reader import write_pcap
 from rdmalab.fabric.sim import Fabric, reset_default_fabric
+from rdmalab.live.labruns import shared_vm
 from rdmalab.verbs.cm_enums import RAI_PASSIVE, rdma_cm_event_type
 from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
@@ -90,7 +93,6 @@ class ConnectResult:
 
     def write_pcap(self, path: str | Path | None = None) -> Path:
         """Write the frames to ``path`` (by default a new file in a temporary directory) and return it."""
-        from rdmalab.capture.reader import write_pcap
 
         if path is None:
             path = Path(tempfile.mkdtemp(prefix="rdmalab-connect-")) / "connect.pcap"
@@ -233,8 +235,6 @@ def run_connect(*, lose: tuple[str, ...] = (), port: int | None = None, listen_p
 
 
 def _run_rxe(port: int, listen_port: int) -> ConnectResult:
-    from rdmalab.capture import read
-    from rdmalab.live.labruns import shared_vm
 
     vm = shared_vm()
     # rping between the lab VM's rxe1 ($KA_IP, the server) and rxe2, as rdmalab.live.captures makes

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rdmalab.lab import variant
+from rdmalab.lab import data, variant
 from rdmalab.lab.answers import Opaque, Program, Raised, Run, encode
 from rdmalab.wire.errors import Picklable
 
@@ -350,7 +350,6 @@ def _in_source_order() -> list[Exercise]:
     """The exercises in the order the notebook sources check them (registration order when a source is missing)."""
     import re
 
-    from rdmalab.lab import data
 
     found: list[str] = []
     try:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import rdmalab
 from rdmalab.lab import data
+from rdmalab.live.labruns import host_rxe_pair
 from rdmalab.live.vm import default_kernel, missing
 
 #: "soft": rdmalab's engine on a simulated fabric.  "rxe": the kernel's Soft-RoCE through pyverbs,
@@ -63,7 +64,6 @@ def backend(name: str | None = None) -> str:
 def rxe_where() -> str | None:
     """Where the rxe backend runs here: ``"host rxeA/rxeB"``, ``"VM"``, or ``None`` (nowhere)."""
     # lazy: live.labruns loads rdmalab.fabric and the VM code
-    from rdmalab.live.labruns import host_rxe_pair
 
     pair = host_rxe_pair()
     if pair:

@@ -18,6 +18,7 @@ from rdmalab.verbs.cq import WC
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 from rdmalab.viz.ladder import Ladder
 from rdmalab.viz.plots import Plot
+from rdmalab.viz.widgets import StaticView, live_box
 from rdmalab.wire.ib import IB_MTUS, RETH
 
 
@@ -107,7 +108,6 @@ def transfer_runner(backend: str | None = None) -> Any:
     """Sliders for operation, message size, MTU, loss and seed; each change re-runs the engine."""
     import ipywidgets as w  # optional: ipywidgets, IPython (lab extra)
 
-    from rdmalab.viz.widgets import StaticView, live_box
 
     view = StaticView()  # the static view a saved notebook keeps
 

@@ -21,6 +21,7 @@ from typing import Any
 from rdmalab.capture.reader import CapturedPacket, read
 from rdmalab.fabric.harness import EndpointPair
 from rdmalab.fabric.iwpair import IwPair
+from rdmalab.fabric.simtcp import SimTcp
 from rdmalab.verbs import enums as e
 from rdmalab.wire.ib import AETH, BTH
 from rdmalab.wire.net import TCP, IPv4
@@ -161,7 +162,6 @@ def iwarp_with_a_loss(size: int = 4000, *, lose: int = 2, seed: int = 0,
                       directory: str | Path | None = None) -> Run:
     """One WRITE of ``size`` bytes over iWARP whose ``lose``-th data segment (counting from 1, the
     requester's segments after the MPA exchange) is lost once; TCP repairs it.  Captured as sent."""
-    from rdmalab.fabric.simtcp import SimTcp
 
     where = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="rdmalab-iwarp-loss-"))
     path = where / "iwarp-loss.pcap"

@@ -235,12 +235,16 @@ def run(opts: PingpongOptions, out: IO[str], listener: socket.socket | None = No
                 mr.write(page0, 1, send_off + i)
         expect = expected_message(opts, client_chk=True) if opts.chk else None
 
+        posted = 0
+
         def post_send(i: int) -> None:
+            nonlocal posted
             wr = SendWR(wr_id=SEND_WRID, opcode=e.IBV_WR_SEND, num_sge=1,
                         sg=[SGE(mr.buf + send_off, size, mr.lkey)], send_flags=e.IBV_SEND_SIGNALED)
             if kind == "ud":
                 wr.set_wr_ud(ahs[i], remote[i].qpn, UD_QKEY)
             qps[i].post_send(wr)
+            posted += 1
 
         pending = [RECV_WRID] * nqp
         if opts.server:
@@ -256,9 +260,12 @@ def run(opts: PingpongOptions, out: IO[str], listener: socket.socket | None = No
             if n == 0:
                 fab.step(0.05)
                 if time.monotonic() - last_progress > opts.timeout:
+                    unacked = posted - scnt
+                    why = (f"is the peer still running, and can it reach {fab.ip} on UDP 4791?" if rcnt < opts.iters
+                           else f"every receive is done, but {unacked} SEND{'s' * (unacked != 1)} never had an ACK: "
+                           "the peer has probably exited after an ACK was lost (retry_cnt 7 resends for ever)")
                     raise PingpongError(f"no completion for {opts.timeout:.0f} s (received {rcnt}, sent {scnt} of "
-                                        f"{opts.iters}): is the peer still running, and can it reach "
-                                        f"{fab.ip} on UDP 4791?")
+                                        f"{opts.iters}): {why}")
                 continue
             last_progress = time.monotonic()
             for wc in wcs:

@@ -21,6 +21,7 @@ from typing import Any
 
 from rdmalab import capture
 from rdmalab.lab import variant
+from rdmalab.lab.connect import run_connect
 from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.env import capture_path
 from rdmalab.lab.feedback import as_int, norm_name
@@ -176,14 +177,12 @@ def _word(s: Any) -> str:
 
 def connection() -> Any:
     """Your scenario's connection on the soft engine: ``run_connect(listen_port=port, seed=seed)``."""
-    from rdmalab.lab.connect import run_connect
 
     s = variant.draw("cm.connect")
     return run_connect(listen_port=s.port, seed=s.seed)
 
 
 def _handshake() -> Any:
-    from rdmalab.lab.connect import run_connect
 
     return run_connect()
 

@@ -27,6 +27,8 @@ from rdmalab.viz.crcsteps import icrc_steps
 from rdmalab.wire.crc import icrc_rocev2
 from rdmalab.wire.frame import decode_ethernet
 from rdmalab.wire.ib import BTH
+from rdmalab.wire.iwarp import DDP_TAGGED_SIZE
+from rdmalab.wire.mpa import MPA_CRC_SIZE, MPA_HEADER_SIZE
 from rdmalab.wire.opcodes import OPCODES, Op, Pos, Transport, find_opcode
 
 NB = "07-four-wires"
@@ -268,8 +270,6 @@ def _which(answer: Any) -> str:
     "not Ethernet, IPv4 or TCP.",
 ))
 def _iwarp_overhead(answer: Any) -> str:
-    from rdmalab.wire.iwarp import DDP_TAGGED_SIZE
-    from rdmalab.wire.mpa import MPA_CRC_SIZE, MPA_HEADER_SIZE
 
     want = MPA_HEADER_SIZE + DDP_TAGGED_SIZE + MPA_CRC_SIZE  # the Write FPDUs of 1454-byte ULPDUs have no pad
     expected = "one number of bytes: an RDMA Write FPDU's length field, DDP/RDMAP header, pad and CRC"
