@@ -73,7 +73,6 @@ from rdmalab.fabric.udp_setup import (
     CarrierError,
     _attach_filter,
     _rocev2_filter,
-    big_buffers,
     check_permission,
     ib_mtu_for,
     interface_ipv4,
@@ -181,7 +180,8 @@ class UdpFabric(WallClockWait):
         except PermissionError:
             raise CarrierError(errno.EPERM, NO_RAW_SOCKET) from None
         raw.setsockopt(socket.IPPROTO_IP, socket.IP_HDRINCL, 1)
-        big_buffers(raw)
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         _attach_filter(raw, _rocev2_filter(ipv4))
         # Drain what arrived before the filter was attached (it may be anything).
         raw.setblocking(False)

@@ -105,23 +105,6 @@ def neighbour_mac(ip: str) -> int | None:
 
 
 # ---------------------------------------------------------------------- socket filters (classic BPF)
-SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33  # <asm-generic/socket.h>; Python's socket module lacks them
-
-
-def big_buffers(sock: socket.socket, size: int = 4 << 20) -> None:
-    """Ask for ``size``-byte socket buffers.  SO_RCVBUF is capped at net.core.rmem_max (208 KiB by
-    default: a few dozen of rxe's 1 KiB-MTU packets), so a burst that arrives while Python is busy
-    elsewhere overflows it.  A lost ACK then costs a retransmission timeout, and once the peer has
-    exited, a SEND that is never acknowledged is resent for ever (retry_cnt 7 means "for ever", as in
-    rxe_comp.c).  With CAP_NET_ADMIN (root, as the raw socket needs anyway) the FORCE options lift
-    the cap; without it the capped size is what the kernel gives."""
-    for force, plain in ((SO_RCVBUFFORCE, socket.SO_RCVBUF), (SO_SNDBUFFORCE, socket.SO_SNDBUF)):
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, force, size)
-        except PermissionError:
-            sock.setsockopt(socket.SOL_SOCKET, plain, size)
-
-
 def _attach_filter(sock: socket.socket, prog: list[tuple[int, int, int, int]]) -> None:
     # setsockopt(SO_ATTACH_FILTER) takes a struct sock_fprog pointing at the instructions
     # (include/uapi/linux/filter.h); Python's socket module has no helper for it.  The kernel

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmalab.fabric import udp, udp_setup
+from rdmalab.fabric import udp
 from rdmalab.fabric.udp import ROCEV2_PORT, UdpFabric, decode_datagram, encode_datagram, ib_mtu_for
 from rdmalab.verbs.engine.datagram import Datagram
 from rdmalab.verbs.engine.packet import Pkt, opcode
@@ -368,31 +368,3 @@ def test_a_step_gives_control_back_while_the_peer_keeps_the_socket_full() -> Non
         assert w.status == e.IBV_WC_SUCCESS and w.byte_len == 4096
         assert mr.read(4096, (w.wr_id % 4) * 4096) == peer.data[w.wr_id % 4]
     assert peer.acks and peer.acks[-1] >= 0x10 + 4 * 8 - 1
-
-
-class _Sock:
-    """Records setsockopt calls; refuses the FORCE options as the kernel does without CAP_NET_ADMIN."""
-
-    def __init__(self, admin: bool) -> None:
-        self.admin, self.calls = admin, []  # type: ignore[var-annotated]
-
-    def setsockopt(self, level: int, opt: int, value: int) -> None:
-        if opt in (udp_setup.SO_RCVBUFFORCE, udp_setup.SO_SNDBUFFORCE) and not self.admin:
-            raise PermissionError(1, "Operation not permitted")
-        self.calls.append(opt)
-
-
-@pytest.mark.parametrize("admin", [True, False])
-def test_big_buffers_force_the_size_when_allowed_and_ask_for_it_otherwise(admin: bool) -> None:
-    s = _Sock(admin)
-    udp_setup.big_buffers(s)  # type: ignore[arg-type]
-    assert s.calls == ([udp_setup.SO_RCVBUFFORCE, udp_setup.SO_SNDBUFFORCE] if admin
-                       else [socket.SO_RCVBUF, socket.SO_SNDBUF])
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="SO_RCVBUFFORCE needs CAP_NET_ADMIN")
-def test_big_buffers_pass_rmem_max_as_root() -> None:
-    rmem_max = int(Path("/proc/sys/net/core/rmem_max").read_text())
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        udp_setup.big_buffers(s, size=rmem_max * 2)
-        assert s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) >= 4 * rmem_max  # the kernel doubles it

@@ -6,7 +6,7 @@ the captures; the tests below read them.  Inside: ``rxe0`` on ``veth0`` in the i
 (10.0.0.1; kernel 6.1's rxe works only there), the soft engine on ``veth1`` in namespace
 ``peer`` (10.0.0.2), as ``docs/interop.md`` describes.
 
-* every ``ibv_{rc,uc,ud,srq}_pingpong``, both roles, ``-c`` (our side compares every byte of
+* every ``ibv_{rc,uc,ud,srq}_pingpong``, both roles, ``-c`` (srq on 4 QPs: see GUEST) (our side compares every byte of
   every message as well; the stock side prints "invalid data in page N" on a mismatch);
 * a pyverbs program on rxe writes random data into an engine MR, reads it back and runs
   FETCH_ADD and CMP_SWAP on it; both sides hash the MR; then the engine READs the kernel's MR;
@@ -59,16 +59,23 @@ wait_port() {  # $1: "" or "$ENG"; waits until TCP $2 listens
   for i in $(seq 1 300); do $1 ss -ltn | grep -q ":$2 " && return 0; sleep 0.1; done; return 1
 }
 stats() { rdma statistic show link $RXE0/1 > "$OUT/$1.rxe_stats"; }
+# srq with 4 QPs, not srq_pingpong's 16: 16 QPs send 16 4-KiB messages (64 packets) at once, which under
+# TCG overflow the engine's raw socket (rmem_max, 208 KiB): measured in this VM at -n 200, 0 drops in 4 runs
+# of -q 4 and 4 and 3807 in 2 of -q 16.  A lost ACK of a last message can never be repaired (the stock
+# program exits when its counts are reached, with no closing exchange, and retry_cnt 7 resends for ever),
+# so the engine's server waited out its timeout once in CI.  A larger buffer made it worse (13k-36k drops:
+# rxe's 67 ms retransmission timer fires while its packets wait in the queue).
 for kind in rc uc ud srq; do
+  Q=""; [ $kind = srq ] && Q="-q 4"
   log "$kind stock server, rdmalab client"
-  timeout 120 ibv_${kind}_pingpong -d $RXE0 -g 1 -n $ITERS -c > "$OUT/$kind.stock_server.out" 2>&1 &
+  timeout 120 ibv_${kind}_pingpong $Q -d $RXE0 -g 1 -n $ITERS -c > "$OUT/$kind.stock_server.out" 2>&1 &
   wait_port "" 18515
-  timeout 120 $ENG $RDL pingpong $kind -g 1 -n $ITERS -c $RXE0_IP > "$OUT/$kind.rdl_client.out" 2>&1
+  timeout 120 $ENG $RDL pingpong $kind $Q -g 1 -n $ITERS -c $RXE0_IP > "$OUT/$kind.rdl_client.out" 2>&1
   echo $? > "$OUT/$kind.rdl_client.rc"; wait $!; echo $? > "$OUT/$kind.stock_server.rc"
   log "$kind rdmalab server, stock client"
-  timeout 120 $ENG $RDL pingpong $kind -g 1 -n $ITERS -c > "$OUT/$kind.rdl_server.out" 2>&1 &
+  timeout 120 $ENG $RDL pingpong $kind $Q -g 1 -n $ITERS -c > "$OUT/$kind.rdl_server.out" 2>&1 &
   wait_port "$ENG" 18515
-  timeout 120 ibv_${kind}_pingpong -d $RXE0 -g 1 -n $ITERS -c $PEER_IP > "$OUT/$kind.stock_client.out" 2>&1
+  timeout 120 ibv_${kind}_pingpong $Q -d $RXE0 -g 1 -n $ITERS -c $PEER_IP > "$OUT/$kind.stock_client.out" 2>&1
   echo $? > "$OUT/$kind.stock_client.rc"; wait $!; echo $? > "$OUT/$kind.rdl_server.rc"
 done
 stats pingpong
@@ -261,7 +268,7 @@ def _check_pair(out: Path, prefix: str, stock: str, ours: str, kind: str) -> Non
     assert {m[:2] for m in REMOTE.findall(s)} == {m[:2] for m in LOCAL.findall(o)}
     assert {m[2] for m in LOCAL.findall(o)} == {f"::ffff:{PEER_IP}"}
     assert {m[2] for m in LOCAL.findall(s)} == {f"::ffff:{RXE_IP}"}
-    nqp = 16 if kind == "srq" else 1
+    nqp = 4 if kind == "srq" else 1  # GUEST runs srq with -q 4
     assert len(LOCAL.findall(o)) == nqp
     got = OURS.search(o)
     assert got is not None and int(got.group(1)) >= ITERS and int(got.group(2)) == 0, o
