@@ -152,7 +152,8 @@ class Channel:
                 else:
                     chunk = self.sock.recv(n - len(buf))
             except TimeoutError:
-                raise OOBError(f"the peer sent no {what} on the out-of-band connection in time") from None
+                raise OOBError(f"the peer did not send {what} on the out-of-band connection within "
+                               f"{self.timeout:.0f} s") from None
             except OSError as exc:
                 raise OOBError(f"the out-of-band connection failed while reading {what}: "
                                f"{exc.strerror or exc}") from None
