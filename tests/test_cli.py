@@ -319,7 +319,7 @@ def test_the_live_tools_start_without_the_capture_stack_or_numpy() -> None:
     import sys
 
     code = ("import sys\n"
-            "import rdmalab.cli, rdmalab.live.pingpong, rdmalab.live.perftest, rdmalab.live.rping, rdmalab.live.udaddy\n"
+            "import rdmalab.cli, rdmalab.tools.pingpong, rdmalab.tools.perftest, rdmalab.tools.rping, rdmalab.tools.udaddy\n"
             "print(sorted(m for m in ('numpy', 'dpkt', 'rdmalab.capture', 'pyarrow') if m in sys.modules))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -333,9 +333,9 @@ import rdmalab.cli as cli
 setup.check_permission = lambda: None  # (the test may run without CAP_NET_RAW)
 def probe(port, **kw):
     # what the server has loaded when it listens: none of the engine, the carrier, the frame codecs
-    heavy = ("rdmalab.verbs", "rdmalab.fabric.udp", "rdmalab.fabric.sim", "rdmalab.live.pingpong",
-             "rdmalab.live.perftest", "rdmalab.wire.frame", "rdmalab.wire.cm", "rdmalab.wire.ib",
-             "rdmalab.capture", "rdmalab.live.oob", "numpy", "dpkt", "dataclasses", "typing", "ctypes")
+    heavy = ("rdmalab.verbs", "rdmalab.fabric.udp", "rdmalab.fabric.sim", "rdmalab.tools.pingpong",
+             "rdmalab.tools.perftest", "rdmalab.wire.frame", "rdmalab.wire.cm", "rdmalab.wire.ib",
+             "rdmalab.capture", "rdmalab.tools.oob", "numpy", "dpkt", "dataclasses", "typing", "ctypes")
     print("listening on", port, sorted(m for m in sys.modules if m.startswith(heavy) and m != "rdmalab.fabric.udp_setup"))
     raise SystemExit(0)
 cli.listen_socket = probe

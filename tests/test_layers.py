@@ -1,6 +1,6 @@
 """The layer rule, checked on the source: lower layers never import higher ones, and no import cycles.
 
-Layers, lowest first: wire -> capture -> verbs -> fabric -> live -> viz -> lab -> scapy -> cli
+Layers, lowest first: wire -> capture -> verbs -> fabric -> tools -> live -> viz -> lab -> scapy -> cli
 (docs/architecture.md).  The rule is the one the project's review applies
 (``/work/shared/tools/imports.py``, not part of the repository): every ``import`` of an ``rdmalab``
 module counts, also inside functions; imports under ``if TYPE_CHECKING:`` count for cycles but
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "rdmalab"
-LAYERS = ["wire", "capture", "verbs", "fabric", "live", "viz", "lab", "scapy", "cli"]
+LAYERS = ["wire", "capture", "verbs", "fabric", "tools", "live", "viz", "lab", "scapy", "cli"]
 
 
 def _modules() -> dict[str, Path]:

@@ -1,4 +1,4 @@
-"""The two TCP listeners of the out-of-band exchange: the library's (``rdmalab.live.oob.open_listener``,
+"""The two TCP listeners of the out-of-band exchange: the library's (``rdmalab.tools.oob.open_listener``,
 ``socket.create_server``) and the live servers' early one (``rdmalab.cli.listen_socket``, the C module
 ``_socket``, issue 21).  Both listen on IPv4 and IPv6 at once where the host has IPv6 (the stock
 programs' ``AI_PASSIVE``/``AF_UNSPEC``), and a port in use is a sentence, not a traceback."""
@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from rdmalab.cli import listen_socket
-from rdmalab.live.oob import OOBError, open_listener
+from rdmalab.tools.oob import OOBError, open_listener
 
 
 def _as_socket(raw: object) -> socket.socket:

@@ -159,7 +159,7 @@ def listen_socket(port: int) -> _socket.socket:
     ``enum``, ``selectors``, ``functools``, ``collections`` ... (in the TCG lab VM, with Debian's Python, a
     five-line listener that imports ``socket`` takes 0.52 s to listen, one with ``_socket`` 0.24 s:
     tests/live/test_startup.py), which a server loads after its listen.  (The library's own listener, for programs,
-    is :func:`rdmalab.live.oob.open_listener`, ``socket.create_server``.)  Raises ``OSError``."""
+    is :func:`rdmalab.tools.oob.open_listener`, ``socket.create_server``.)  Raises ``OSError``."""
     try:
         srv = _socket.socket(_socket.AF_INET6, _socket.SOCK_STREAM)
         family = _socket.AF_INET6

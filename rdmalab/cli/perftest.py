@@ -147,8 +147,8 @@ def run_perftest(args: argparse.Namespace | Args, out: TextIO) -> int:
 
 def _run(args: argparse.Namespace | Args, out: TextIO, listener: socket.socket | None) -> int:
     from rdmalab.fabric.udp_setup import CarrierError
-    from rdmalab.live.oob import OOBError
-    from rdmalab.live.perftest import PerftestError, PerftestOptions, run  # the engine
+    from rdmalab.tools.oob import OOBError
+    from rdmalab.tools.perftest import PerftestError, PerftestOptions, run  # the engine
     from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 
     opts = PerftestOptions(verb=args.verb, server=args.server, port=args.port, ifname=args.ifname,

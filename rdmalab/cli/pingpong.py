@@ -112,8 +112,8 @@ def run_pingpong(args: argparse.Namespace | Args, out: TextIO) -> int:
 
 def _run(args: argparse.Namespace | Args, out: TextIO, listener: socket.socket | None) -> int:
     from rdmalab.fabric.udp_setup import CarrierError
-    from rdmalab.live.oob import OOBError
-    from rdmalab.live.pingpong import PingpongError, PingpongOptions, run  # the engine
+    from rdmalab.tools.oob import OOBError
+    from rdmalab.tools.pingpong import PingpongError, PingpongOptions, run  # the engine
 
     opts = PingpongOptions(kind=args.kind, server=args.server, port=args.port, ifname=args.ifname,
                            ib_port=args.ib_port, size=args.size, mtu=args.mtu, rx_depth=args.rx_depth,

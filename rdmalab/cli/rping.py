@@ -2,7 +2,7 @@
 
 The options are librdmacm's ``rping`` (rdma-core v44).  ``--netdev IFNAME`` makes a soft device on
 that interface for this run; without it the device comes from ``rdmalab link`` / ``RDMALAB_LINKS``
-(:mod:`rdmalab.live.rping`, ``docs/interop.md``).
+(:mod:`rdmalab.tools.rping`, ``docs/interop.md``).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def main_argv(args: Args, out: TextIO) -> int:
 
 
 def run_cli(args: argparse.Namespace, out: TextIO) -> int:
-    from rdmalab.live.rping import RpingError, RpingOptions, run
+    from rdmalab.tools.rping import RpingError, RpingOptions, run
     from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 
     if args.tos is not None:
@@ -79,7 +79,7 @@ def run_cli(args: argparse.Namespace, out: TextIO) -> int:
         raise Fail("rping: --mpa-crc goes with the device it makes: --netdev IFNAME --transport iwarp")
     if args.netdev and args.transport == "iwarp":
         from rdmalab.fabric.udp_setup import CarrierError
-        from rdmalab.live import iwlink
+        from rdmalab.tools import iwlink
 
         try:
             iwlink.use_interface(args.netdev, mpa_crc=args.mpa_crc, poll_wait=0.05)

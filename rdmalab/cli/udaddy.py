@@ -2,7 +2,7 @@
 
 librdmacm's ``udaddy`` options (``-c``, ``-t``, ``-f``, ``-P ipoib`` are refused by name); ``--netdev
 IFNAME`` makes a soft device on that interface for this run, else ``rdmalab link`` / ``RDMALAB_LINKS``
-give it (:mod:`rdmalab.live.udaddy`).
+give it (:mod:`rdmalab.tools.udaddy`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ _WHY = {"c": "several connections", "t": "a type of service", "f": "address form
 
 
 def run_cli(args: argparse.Namespace, out: TextIO) -> int:
-    from rdmalab.live.udaddy import UdaddyError, UdaddyOptions, run
+    from rdmalab.tools.udaddy import UdaddyError, UdaddyOptions, run
     from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 
     for flag, why in _WHY.items():

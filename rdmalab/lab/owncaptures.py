@@ -10,7 +10,7 @@ whatever files the learner's kernel wrote.  What differs between two runs are th
 like rxe and siw, the engine puts a buffer's virtual address on the wire, and that is wherever Python
 allocated the buffer.
 
-* :func:`rping_capture` runs librdmacm's rping cycle (:mod:`rdmalab.live.rping`, which follows
+* :func:`rping_capture` runs librdmacm's rping cycle (:mod:`rdmalab.tools.rping`, which follows
   rdma-core's ``rping.c``: the same four buffers, the same 16-byte descriptors, the server's RDMA READ
   and RDMA WRITE) between a client on 10.0.0.1 and a server on 10.0.0.2, connected by the engine's
   rdma_cm, over two soft RoCEv2 devices (as on rxe: CM MADs, then RC packets) or two soft iWARP devices
@@ -36,7 +36,7 @@ from rdmalab.capture.reader import CapturedPacket, read, write_pcap
 from rdmalab.fabric.iwpair import IwPair
 from rdmalab.fabric.sim import Fabric, reset_default_fabric
 from rdmalab.fabric.simtcp import add_iwarp_device
-from rdmalab.live import rping as rp
+from rdmalab.tools import rping as rp
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.cm_enums import RAI_PASSIVE
 from rdmalab.verbs.cmid import CMID, AddrInfo, CMEventChannel

@@ -7,10 +7,8 @@
 * :mod:`rdmalab.live.labruns` are lab scenarios written once, run on the soft engine or as
   pyverbs programs on rxe (on the host or in the VM), with results as JSON and a capture.
 
-* :mod:`rdmalab.live.oob` / :mod:`rdmalab.live.pingpong`: the soft engine speaking the stock
-  tools' out-of-band exchanges (``rdmalab pingpong``).
-* :mod:`rdmalab.live.iwlink`: a soft iWARP device on a named interface, its TCP the kernel's
-  (``--transport iwarp`` of ``rdmalab rping`` and ``rdmalab perftest -R``; kernel siw is the peer).
+The soft engine's versions of the stock programs (pingpong, perftest, rping, udaddy) are
+:mod:`rdmalab.tools`.
 
 See docs/live.md.
 """
@@ -29,10 +27,8 @@ if TYPE_CHECKING:
 
 __all__ = ["VM", "Device", "describe", "Missing", "VMError", "VMResult", "devices", "kvm_usable", "missing", "run_in_vm"]
 
-# The names above are loaded when first used (PEP 562), not with the package: ``rdmalab pingpong`` and
-# ``rdmalab perftest`` import ``rdmalab.live.pingpong``/``perftest``, which need neither the VM code nor
-# the capture decoder it brings, and inside the TCG VM every module imported from the 9p root file
-# system costs a start of the engine about 25 ms.
+# The names above are loaded when first used (PEP 562), not with the package: inside the TCG VM every
+# module imported from the 9p root file system costs a program's start about 25 ms.
 _WHERE = {"Device": "discover", "describe": "discover", "devices": "discover", "VM": "vm", "Missing": "vm",
           "VMError": "vm", "VMResult": "vm", "kvm_usable": "vm", "missing": "vm", "run_in_vm": "vm"}
 

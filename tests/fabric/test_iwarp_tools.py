@@ -1,8 +1,8 @@
-"""The tools over a soft iWARP device on the kernel's TCP (rdmalab.live.iwlink, rdmalab.fabric.tcpkernel), on loopback.
+"""The tools over a soft iWARP device on the kernel's TCP (rdmalab.tools.iwlink, rdmalab.fabric.tcpkernel), on loopback.
 
 Two rdmalab processes talk iWARP (MPA, DDP, RDMAP) over a real TCP connection on 127.0.0.1: rping
 both ways with its data checked, perftest ``-R`` write/read/send (send with iWARP's receive credits,
-:class:`rdmalab.live.perftest._Credits`), and what the options refuse.  The kernel siw side of the
+:class:`rdmalab.tools.perftest._Credits`), and what the options refuse.  The kernel siw side of the
 same commands is tests/live/test_interop_iwarp.py.
 """
 

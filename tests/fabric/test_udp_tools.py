@@ -127,7 +127,7 @@ def test_perftest_send_by_duration_between_two_engines(two_namespaces: tuple[str
 
 
 def test_perftest_duration_report_follows_perftests_sample_window() -> None:
-    from rdmalab.live.perftest import compute_report, duration_report, sample_window
+    from rdmalab.tools.perftest import compute_report, duration_report, sample_window
 
     assert sample_window(2) == (0.0, 2.0) and sample_window(5) == (1.0, 4.0) and sample_window(8) == (2.0, 6.0)
     r = duration_report(4096, 300, 3.0, False)
@@ -158,7 +158,7 @@ def _control_sends(pcap: Path, client_ip: str) -> list[tuple[bool, int]]:
 
 def test_the_binary_key_record_reads_and_writes_as_rxes_perftest_does() -> None:
     from rdmalab.capture.reader import records
-    from rdmalab.live.perftest import DEST, decode_dest, encode_dest
+    from rdmalab.tools.perftest import DEST, decode_dest, encode_dest
 
     # frame 31: the client's record after the data connection (ib_write_bw -R on rxe, 10.0.0.2)
     raw = bytes(list(records(RXE_CM))[30].data)[54:54 + DEST.size]

@@ -142,7 +142,7 @@ def _ping_lines(text: str, prefix: str) -> list[str]:
 
 
 def _expected(n: int) -> list[str]:
-    from rdmalab.live.rping import ping_text
+    from rdmalab.tools.rping import ping_text
 
     out, start = [], 65
     for i in range(n):

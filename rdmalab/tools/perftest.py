@@ -9,7 +9,7 @@ exchange (not ``-R``/``-z``):
 2. Version strings (16 bytes; the peer must be >= 5.70), page size and cache line (4 bytes each,
    network order, when the peer is >= 5.32), MTU (2 bytes: the ``ibv_mtu`` digit and a NUL; both
    use the smaller).
-3. Key records (108 bytes, :class:`rdmalab.live.oob.PerfDest`): write/read/atomic: one, connect
+3. Key records (108 bytes, :class:`rdmalab.tools.oob.PerfDest`): write/read/atomic: one, connect
    the QP, one more (printed as the remote's), one "after RTR"; send: one, connect, one, one.
 4. The client runs: up to ``tx_depth`` (128) WRITE/READ/ATOMIC/SEND work requests outstanding,
    one signalled every ``cq_mod`` (100); the server only answers (send: it posts 512 receives
@@ -57,7 +57,7 @@ from typing import IO, Any
 from rdmalab.fabric.links import LinkError, use_interface
 from rdmalab.fabric.udp import UdpFabric, check_permission, interface_of
 from rdmalab.fabric.udp_setup import CarrierError
-from rdmalab.live.oob import PERF_RECORD, Channel, PerfDest, connect, listen
+from rdmalab.tools.oob import PERF_RECORD, Channel, PerfDest, connect, listen
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
 from rdmalab.verbs.cm_enums import RAI_PASSIVE, rdma_cm_event_type
@@ -212,7 +212,7 @@ def compute_report(size: int, posted: list[float], completed: list[float], cq_mo
 
 def run(opts: PerftestOptions, out: IO[str], listener: socket.socket | None = None) -> PerftestResult:
     """Run one perftest program's exchange and traffic; prints its lines to ``out``.  A server (without
-    -R) accepts on ``listener`` (:func:`rdmalab.live.oob.open_listener`) when given."""
+    -R) accepts on ``listener`` (:func:`rdmalab.tools.oob.open_listener`) when given."""
     verb = opts.verb
     if verb not in VERBS:
         raise PerftestError(f"unknown test {verb!r} (write, read, send or atomic)")
@@ -747,7 +747,7 @@ class _Control:
     """perftest's control connection with ``-R`` (create_comm_struct, rdma_{client,server}_connect): an RC QP
     of one send and one receive on an rdma_cm connection, every exchange a signalled SEND of exactly
     the field's size, each receive posted again once taken (rdma_read_data/rdma_write_data).  It has
-    :class:`rdmalab.live.oob.Channel`'s ``exchange``, so the TCP mode's sequence runs on it unchanged."""
+    :class:`rdmalab.tools.oob.Channel`'s ``exchange``, so the TCP mode's sequence runs on it unchanged."""
 
     RECV, SEND = 0, 1
 
@@ -882,7 +882,7 @@ def _cm_device(opts: PerftestOptions) -> Any:
     if opts.mpa_crc and not (opts.ifname and opts.transport == "iwarp"):
         raise PerftestError("--mpa-crc goes with the device it makes: -d NETDEV --transport iwarp")
     if opts.ifname and opts.transport == "iwarp":
-        from rdmalab.live import iwlink
+        from rdmalab.tools import iwlink
 
         try:
             return iwlink.use_interface(opts.ifname, mpa_crc=opts.mpa_crc, poll_wait=0.0,

@@ -1,6 +1,6 @@
 """``rdmalab pingpong rc|uc|ud|srq``: rdma-core's ``ibv_*_pingpong`` with the soft engine on UDP.
 
-It speaks the programs' out-of-band TCP exchange (:mod:`rdmalab.live.oob`) and their traffic,
+It speaks the programs' out-of-band TCP exchange (:mod:`rdmalab.tools.oob`) and their traffic,
 so either side can be the stock program on a kernel rxe device and the other this one
 (rdma-core ``libibverbs/examples/{rc,uc,ud,srq}_pingpong.c`` at v44.0, Debian 12):
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from rdmalab.fabric.udp import UdpFabric, check_permission, interface_of
-from rdmalab.live.oob import PP_DONE, PP_RECORD, Channel, OOBError, PPDest, connect, gid_text, listen
+from rdmalab.tools.oob import PP_DONE, PP_RECORD, Channel, OOBError, PPDest, connect, gid_text, listen
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.addr import AH, GID, AHAttr, GlobalRoute
 from rdmalab.verbs.cq import CQ
@@ -99,7 +99,7 @@ def expected_message(opts: PingpongOptions, client_chk: bool) -> bytes:
 
 def run(opts: PingpongOptions, out: IO[str], listener: socket.socket | None = None) -> PingpongResult:
     """Run one pingpong; prints the stock program's lines to ``out``.  A server accepts on ``listener``
-    (:func:`rdmalab.live.oob.open_listener`) when given, else it opens one on ``opts.port``."""
+    (:func:`rdmalab.tools.oob.open_listener`) when given, else it opens one on ``opts.port``."""
     kind = opts.kind
     size = opts.size
     assert size is not None

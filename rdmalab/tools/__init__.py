@@ -1,0 +1,14 @@
+"""The soft engine's versions of the stock RDMA programs, speaking their wire and out-of-band exchanges.
+
+* :mod:`rdmalab.tools.pingpong`: rdma-core's ``ibv_{rc,uc,ud,srq}_pingpong`` (``rdmalab pingpong``);
+* :mod:`rdmalab.tools.perftest`: perftest's ``ib_{write,read,send,atomic}_bw`` (``rdmalab perftest``);
+* :mod:`rdmalab.tools.rping` and :mod:`rdmalab.tools.udaddy`: librdmacm's ``rping`` and ``udaddy``;
+* :mod:`rdmalab.tools.oob`: the programs' out-of-band TCP records (what each side sends before traffic);
+* :mod:`rdmalab.tools.iwlink`: a soft iWARP device on a named interface, its TCP the kernel's
+  (``--transport iwarp`` of ``rdmalab rping`` and ``rdmalab perftest -R``; kernel siw is the peer).
+
+They sit above :mod:`rdmalab.fabric` (the carriers they run on) and below :mod:`rdmalab.live` (which
+drives the kernel's devices and the VM): nothing here needs the VM or the capture decoder, so a tool
+starts fast inside the TCG VM (``tests/test_cli.py`` holds its imports to that).  docs/interop.md
+compares each with the stock program.
+"""
