@@ -1,6 +1,6 @@
 """`rdmalab analyze` beside `tshark -T fields` on the same files, whole processes, same run.
 
-For each hostile capture (rdmalab.capture.hostile) at two or more sizes: wall time and peak RSS
+For each hostile capture (tests/hostile.py builds them) at two or more sizes: wall time and peak RSS
 of `rdmalab analyze -q FILE` (text output to /dev/null) and of `tshark -n -r FILE -T fields` with
 the fields the analysis reads.  Time and memory should grow no faster than the packet count.
 
@@ -19,7 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rdmalab.capture import hostile
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import hostile  # noqa: E402  (tests/hostile.py: the hostile captures are test fixtures, not the package's)
 
 CAPTURES = Path(__file__).resolve().parents[1] / "captures"
 FIELDS = ["frame.number", "frame.time_epoch", "ip.src", "ip.dst", "infiniband.bth.opcode", "infiniband.bth.psn",

@@ -1,4 +1,4 @@
-"""rdmalab analyze on hostile captures (rdmalab.capture.hostile): each is analysed without error,
+"""rdmalab analyze on hostile captures (tests/hostile.py): each is analysed without error,
 its findings stay readable, and repeated runs are analysed each on its own."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmalab.capture import hostile
+import hostile  # tests/hostile.py: builds the hostile captures
 from rdmalab.capture.analysis import analyze
 from rdmalab.capture.columnar import read_columns
 from rdmalab.cli import main
