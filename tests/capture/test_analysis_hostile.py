@@ -8,9 +8,9 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+import hostile  # tests/hostile.py: builds the hostile captures
 import pytest
 
-import hostile  # tests/hostile.py: builds the hostile captures
 from rdmalab.capture.analysis import analyze
 from rdmalab.capture.columnar import read_columns
 from rdmalab.cli import main
