@@ -74,10 +74,12 @@ from rdmalab.capture.analysis_conn import (
 from rdmalab.capture.analysis_conn import rel as _rel
 from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Findings, Message
 from rdmalab.capture.analysis_rows import Rows, load_rows
-from rdmalab.capture.columnar import Columns, read_columns
+from rdmalab.capture.columnar import Columns, read_columns, record_blocks
+from rdmalab.capture.fields import frame_fields
+from rdmalab.capture.reader import RawRecord, decode_record, read
 from rdmalab.wire.ib import IB_MTUS
 from rdmalab.wire.opcodes import opcode_name
-from rdmalab.wire.rdmap import TERM_ETYPE_NAMES, TERM_LAYER_NAMES, term_errcode_names
+from rdmalab.wire.rdmap import TERM_ETYPE_NAMES, TERM_LAYER_NAMES, Terminate, term_errcode_names
 
 __all__ = ["Analysis", "Connection", "Finding", "Message", "analyze", "cnp_pacing", "counters_side_by_side",
            "parse_counters", "KIND_HELP", "COUNTER_ROWS", "PACING_HYPOTHESES"]
@@ -424,8 +426,6 @@ def _pdu_details(path: str, frames: set[int]) -> dict[int, dict[str, Any]]:
     """What the columns do not hold of the iWARP PDUs completing in ``frames``: the CRC32c a bad
     FPDU should carry, a Terminate's type and code when the decoder has no columns for them
     (per-packet decoder with the TCP reassembly, read up to the last of ``frames``)."""
-    from rdmalab.capture.reader import read  # the per-packet decoder: only captures with such PDUs need it
-    from rdmalab.wire.rdmap import Terminate
 
     out: dict[int, dict[str, Any]] = {}
     last = max(frames)
@@ -445,8 +445,6 @@ def _pdu_details(path: str, frames: set[int]) -> dict[int, dict[str, Any]]:
 
 def _raw_frames(path: str, frames: set[int]) -> dict[int, Any]:
     """The raw records of ``frames``, read block by block (no decoding)."""
-    from rdmalab.capture.columnar import record_blocks
-    from rdmalab.capture.reader import RawRecord
 
     out: dict[int, Any] = {}
     want = np.array(sorted(frames), dtype=np.int64)
@@ -576,8 +574,6 @@ def _cm_exchanges(path: str, cm_frames: list[int], conns: list[Connection], seam
 
     CM MADs are UD SENDs to QP 1; only those frames go through the per-packet decoder.  A run of
     the capture (between seams) pairs its own REQs and REPs."""
-    from rdmalab.capture.fields import frame_fields
-    from rdmalab.capture.reader import decode_record
 
     raw = _raw_frames(path, set(cm_frames))
     reqs: dict[int, dict[str, Any]] = {}

@@ -27,6 +27,7 @@ from rdmalab.capture.columnar_decode import _opt, decode_block
 from rdmalab.capture.columnar_schema import Columns
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.fieldtext import _OCTET_DOT32, _dec, _hex, _strings
+from rdmalab.capture.filter import compile_filter
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.pcapio import RecordBlock, record_blocks
 from rdmalab.capture.reader import RawRecord, decode_record
@@ -562,7 +563,6 @@ def _render_in_worker(blk: RecordBlock, n: int, t0: float, prev: float | None, e
     if expr:
         flt = _WORKER_FILTERS.get(expr)
         if flt is None:
-            from rdmalab.capture.filter import compile_filter  # lazy: only filtered runs need it
 
             flt = _WORKER_FILTERS[expr] = compile_filter(expr)
     return _render_block(blk, t0, flt, n, lenient)

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rdmalab.capture.analysis import Analysis, analyze
 from rdmalab.capture.blockpool import worker_pool
 from rdmalab.capture.columnar import iter_columns
 
@@ -186,7 +187,6 @@ def columns_from_parquet(directory: str) -> Any:
 
 
 def _analyze_task(source: str, cnp_min_gap_us: float) -> Any:
-    from rdmalab.capture.analysis import analyze
 
     if os.path.isdir(source):
         return analyze(columns_from_parquet(source), cnp_min_gap_us=cnp_min_gap_us)
@@ -196,7 +196,6 @@ def _analyze_task(source: str, cnp_min_gap_us: float) -> Any:
 def merge_analyses(parts: Sequence[Any], names: Sequence[str]) -> Any:
     """One :class:`~rdmalab.capture.analysis.Analysis` of several captures: connections numbered
     one after the other, every connection and finding naming its capture."""
-    from rdmalab.capture.analysis import Analysis
 
     conns, msgs, finds = [], [], []
     throughput, psn_time, checks = {}, {}, {}

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdmalab.capture import read, write_pcap
+from rdmalab.capture.crosscheck import crosscheck
 from rdmalab.live.siw import siw_module
 from rdmalab.live.vm import VM, VMError
 
@@ -322,7 +323,6 @@ def check_capture(path: Path) -> CaptureCheck:
     """rdmalab's decoding against tshark's, field by field, and every ICRC / CRC32c verified."""
     from collections import Counter
 
-    from rdmalab.capture.crosscheck import crosscheck  # lazy: needs tshark only when asked for
 
     r = crosscheck(path)
     out = CaptureCheck(path, r.packets, r.wireshark_packets, r.fields_compared, len(r.unexplained),

@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from rdmalab.capture import read
+from rdmalab.fabric.sim import Fabric, reset_default_fabric
 from rdmalab.live.discover import devices as host_devices
+from rdmalab.live.programs import lab_ops
 from rdmalab.live.vm import VM, VMError
 
 PROGRAM = Path(__file__).parent / "programs" / "lab_ops.py"
@@ -151,8 +153,6 @@ def run(name: str, *, backend: str = "soft", size: int = 4096, seed: int = 1, lo
 
 def _run_soft(name: str, size: int, seed: int, loss: float, iters: int) -> ScenarioResult:
     # lazy: the simulated fabric is only the soft backend's
-    from rdmalab.fabric.sim import Fabric, reset_default_fabric
-    from rdmalab.live.programs import lab_ops
 
     fab = Fabric(seed=seed, mtu=1024)
     fab.add_device("soft0", "10.0.0.1")
