@@ -1,5 +1,7 @@
 """Every (state, event) pair of the connection managers' tables, walked one by one.
 
+The IB CM, the iWARP connection (MPA) and rdma_cm's CMID states.
+
 The IB CM (``rdmalab.verbs.engine.cm.TABLE``): an agent on a fake device, a connection put in each
 state, each message (built with the wire's builders, addressed to it), its timer and each call from
 rdma_cm; the expected next state and what went on the wire are written here, independently of the
@@ -8,12 +10,19 @@ table, and every other pair must be the event's stated refusal.
 
 from __future__ import annotations
 
+import errno
 import random
+import re
 from typing import Any
 
 import pytest
 
-from rdmalab.verbs.engine import cm
+from rdmalab.verbs import iwcm
+from rdmalab.verbs.cm_enums import rdma_cm_event_type as EV
+from rdmalab.verbs.cmid import CMID, CMEventChannel, ConnParam
+from rdmalab.verbs.cmstate import TRANSITIONS, CMIDEvent, CMIDState
+from rdmalab.verbs.engine import cm, mpacm
+from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.wire import cm as w
 
 S, E = cm.State, cm.Event
@@ -69,13 +78,18 @@ def _peer_req(comm_id: int = PEER_ID) -> w.CMMessage:
                        starting_psn=1)
 
 
-def _setup(state: cm.State) -> tuple[cm.CMAgent, cm.CMConn | None, _Handler]:
-    """An agent with a listener on SID, and (unless IDLE) one connection in ``state``."""
+def _setup(state: cm.State, fresh: bool = False) -> tuple[cm.CMAgent, cm.CMConn | None, _Handler]:
+    """An agent with a listener on SID, and (unless IDLE) one connection in ``state``; IDLE and
+    ``fresh``: a connection just made, as connect() and sidr_request() make it."""
     dev = _Dev()
     agent = cm.CMAgent(dev)
     h = _Handler()
     agent.listeners[SID] = lambda conn, msg: h
     if state == S.IDLE:
+        if fresh:
+            conn = agent.new_conn(h, active=True)
+            conn.remote_gid = PEER_GID
+            return agent, conn, h
         return agent, None, h
     conn = agent.new_conn(h, active=state in ACTIVE)
     conn.remote_gid, conn.remote_id, conn.remote_qpn, conn.local_qpn = PEER_GID, PEER_ID, PEER_QPN, OUR_QPN
@@ -139,6 +153,13 @@ def _fire(agent: cm.CMAgent, conn: cm.CMConn | None, event: cm.Event) -> None:
     elif event == E.TIMEOUT:
         assert conn is not None
         conn._expired(None)
+    elif event == E.CONNECT:
+        assert conn is not None
+        agent.dispatch(event, conn, w.build_req("10.0.0.1", "10.0.0.2", 40000, 7174, local_comm_id=conn.local_id,
+                                                local_qpn=OUR_QPN, starting_psn=1))
+    elif event == E.LOOKUP:
+        assert conn is not None
+        agent.dispatch(event, conn, w.cm_mad(w.CMSidrReq(request_id=conn.local_id, service_id=SID), 1))
     elif event == E.ACCEPT:
         assert conn is not None
         conn.accept(local_qpn=OUR_QPN, starting_psn=2, responder_resources=1, initiator_depth=1)
@@ -174,6 +195,8 @@ EXPECTED: dict[tuple[cm.State, cm.Event], tuple[cm.State, list[str]]] = {
     (S.SIDR_REQ_SENT, E.TIMEOUT): (S.SIDR_REQ_SENT, ["SIDR_REQ"]),
     (S.DREQ_SENT, E.TIMEOUT): (S.DREQ_SENT, ["DREQ"]),
     (S.TIMEWAIT, E.TIMEOUT): (S.CLOSED, []),
+    (S.IDLE, E.CONNECT): (S.REQ_SENT, ["REQ"]),
+    (S.IDLE, E.LOOKUP): (S.SIDR_REQ_SENT, ["SIDR_REQ"]),
     (S.REQ_RCVD, E.ACCEPT): (S.REP_SENT, ["REP"]),
     (S.MRA_REQ_SENT, E.ACCEPT): (S.REP_SENT, ["REP"]),
     (S.REP_RCVD, E.ESTABLISH): (S.ESTABLISHED, ["RTU"]),
@@ -195,9 +218,8 @@ for _s in cm.State:
 @pytest.mark.parametrize("event", list(cm.Event), ids=lambda e: e.name)
 @pytest.mark.parametrize("state", list(cm.State), ids=lambda s: s.name)
 def test_every_pair_of_the_ib_cm_table(state: cm.State, event: cm.Event) -> None:
-    if state == S.IDLE and event not in cm.MESSAGES:
-        pytest.skip("timers and calls belong to a connection; IDLE stands for a message no connection matches")
-    agent, conn, h = _setup(state)
+    # IDLE: for a message, no connection matches it; for a call or the timer, a connection just made
+    agent, conn, h = _setup(state, fresh=event not in cm.MESSAGES)
     dev = agent.dev
     expected = EXPECTED.get((state, event))
     rule = cm.rule(state, event)
@@ -228,6 +250,7 @@ def test_every_pair_of_the_ib_cm_table(state: cm.State, event: cm.Event) -> None
             assert conn.state == state  # the connection found is left alone
     elif conn is None:
         assert agent.conns == {} and nxt == S.IDLE
+        assert rule.to == (S.IDLE,)
     else:
         assert conn is not None and conn.state == nxt, f"{state.name} + {event.name}: {conn and conn.state.name}"
     assert dev.sent == sent
@@ -269,3 +292,160 @@ def test_an_action_that_leaves_an_unlisted_state_is_a_table_error(monkeypatch: p
     monkeypatch.setitem(cm.TABLE, (S.REP_SENT, E.RTU), cm.Rule("rtu", (S.REP_SENT,)))
     with pytest.raises(cm.CMTableError, match="left ESTABLISHED"):
         agent.on_mad(_message(E.RTU, conn).encode(), PEER_GID)
+
+
+# ---------------------------------------------------------------------- iWARP: mpacm.TABLE through iwcm's actions
+MS, MEV = mpacm.MPAState, mpacm.MPAEvent
+CS = CMIDState
+
+
+class _Stream:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closed = False
+        self.local, self.peer = ("10.0.0.2", 7174), ("10.0.0.1", 40000)
+        self.dev = None
+        self.receiver: Any = None
+
+    def write(self, data: bytes) -> None:
+        self.written.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _QP:
+    engine = None  # not an IwQP: a disconnect closes the stream itself
+
+
+def _iw_setup(state: mpacm.MPAState) -> tuple[iwcm.IwConn, CMID, _Stream]:
+    dev = _Dev()
+    ch = CMEventChannel()
+    cmid = CMID(ch)
+    cmid.device = dev  # type: ignore[assignment]
+    cmid.qp = _QP()  # type: ignore[assignment]
+    stream = _Stream()
+    responder = state in (MS.AWAIT_REQUEST, MS.REQUEST_RCVD)
+    mpa: mpacm.Initiator | mpacm.Responder = mpacm.Responder() if responder else \
+        mpacm.Initiator(ird=4, ord=4, crc=False)
+    conn = iwcm.IwConn(cmid, mpa, state)
+    conn.stream = None if state == MS.TCP_CONNECTING else stream
+    cmid._iw = conn
+    cmid.state = {MS.TCP_CONNECTING: CS.CONNECTING, MS.REQUEST_SENT: CS.CONNECTING, MS.AWAIT_REQUEST: CS.LISTEN,
+                  MS.REQUEST_RCVD: CS.CONNECT_REQUEST, MS.ESTABLISHED: CS.ESTABLISHED,
+                  MS.DISCONNECTED: CS.DISCONNECTED, MS.CLOSED: CS.REJECTED}[state]
+    if state == MS.REQUEST_RCVD:
+        assert isinstance(mpa, mpacm.Responder)
+        mpa.feed(mpacm.request_frame(ird=4, ord=4, crc=False))
+    return conn, cmid, stream
+
+
+def _iw_arg(event: mpacm.MPAEvent, state: mpacm.MPAState, cmid: CMID, stream: _Stream) -> Any:
+    if event == MEV.TCP_CONNECTED:
+        return stream
+    if event == MEV.TCP_FAILED:
+        return "Connection refused"
+    if event == MEV.BYTES:
+        if state == MS.AWAIT_REQUEST:
+            return mpacm.request_frame(ird=4, ord=4, crc=False)
+        return mpacm.reply_frame(ird=4, ord=4, crc=False)
+    if event == MEV.ACCEPT:
+        return (cmid, ConnParam())
+    if event == MEV.REJECT:
+        return b"no"
+    return "FIN" if event == MEV.STREAM_CLOSED else None
+
+
+# (state, event) -> (next state, the CMID's state after, what was written, stream closed)
+IW_EXPECTED: dict[tuple[mpacm.MPAState, mpacm.MPAEvent], tuple[mpacm.MPAState, CMIDState, int, bool]] = {
+    (MS.TCP_CONNECTING, MEV.TCP_CONNECTED): (MS.REQUEST_SENT, CS.CONNECTING, 1, False),
+    (MS.TCP_CONNECTING, MEV.TCP_FAILED): (MS.CLOSED, CS.REJECTED, 0, False),
+    (MS.REQUEST_SENT, MEV.BYTES): (MS.ESTABLISHED, CS.ESTABLISHED, 0, False),
+    (MS.REQUEST_SENT, MEV.TIMER): (MS.CLOSED, CS.UNREACHABLE, 0, True),
+    (MS.REQUEST_SENT, MEV.STREAM_CLOSED): (MS.CLOSED, CS.REJECTED, 0, False),
+    (MS.REQUEST_SENT, MEV.DISCONNECT): (MS.CLOSED, CS.REJECTED, 0, True),
+    (MS.AWAIT_REQUEST, MEV.BYTES): (MS.REQUEST_RCVD, CS.CONNECT_REQUEST, 0, False),  # the new child CMID's
+    (MS.AWAIT_REQUEST, MEV.TIMER): (MS.CLOSED, CS.LISTEN, 0, True),
+    (MS.AWAIT_REQUEST, MEV.STREAM_CLOSED): (MS.CLOSED, CS.LISTEN, 0, False),
+    (MS.AWAIT_REQUEST, MEV.DISCONNECT): (MS.CLOSED, CS.LISTEN, 0, True),
+    (MS.REQUEST_RCVD, MEV.BYTES): (MS.CLOSED, CS.CONNECT_REQUEST, 0, True),
+    (MS.REQUEST_RCVD, MEV.STREAM_CLOSED): (MS.CLOSED, CS.CONNECT_REQUEST, 0, False),
+    (MS.REQUEST_RCVD, MEV.ACCEPT): (MS.ESTABLISHED, CS.ESTABLISHED, 1, False),
+    (MS.REQUEST_RCVD, MEV.REJECT): (MS.CLOSED, CS.CONNECT_REQUEST, 1, True),
+    (MS.REQUEST_RCVD, MEV.DISCONNECT): (MS.CLOSED, CS.CONNECT_REQUEST, 0, True),
+    (MS.ESTABLISHED, MEV.STREAM_CLOSED): (MS.DISCONNECTED, CS.DISCONNECTED, 0, False),
+    (MS.ESTABLISHED, MEV.DISCONNECT): (MS.DISCONNECTED, CS.DISCONNECTED, 0, True),
+}
+
+
+@pytest.mark.parametrize("event", list(mpacm.MPAEvent), ids=lambda e: e.name)
+@pytest.mark.parametrize("state", list(mpacm.MPAState), ids=lambda s: s.name)
+def test_every_pair_of_the_mpa_table(state: mpacm.MPAState, event: mpacm.MPAEvent,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(iwcm.IwConn, "_attach", lambda self, *a, **k: None)  # no QP engine here
+    conn, cmid, stream = _iw_setup(state)
+    before = cmid.state
+    arg = _iw_arg(event, state, cmid, stream)
+    rule = mpacm.rule(state, event)
+    expected = IW_EXPECTED.get((state, event))
+    if expected is None:
+        assert rule.do in cm.REFUSALS, f"{state.name} + {event.name}: the table acts ({rule.do})"
+        if rule.do == cm.REFUSE:
+            with pytest.raises(PyverbsRDMAError, match=state.value):
+                conn.dispatch(event, arg)
+        else:
+            conn.dispatch(event, arg)
+        assert conn.state == state and cmid.state == before and stream.written == [] and not stream.closed
+        return
+    nxt, cmid_after, writes, closed = expected
+    conn.dispatch(event, arg)
+    assert conn.state == nxt, f"{state.name} + {event.name}: {conn.state.name}"
+    assert conn.target.state == cmid_after
+    assert len(stream.written) == writes and stream.closed == closed
+    assert nxt in rule.to
+    if (state, event) == (MS.AWAIT_REQUEST, MEV.BYTES):  # the child CMID of the request, with its event
+        child = conn.cmid
+        assert child is not cmid and child.state == CS.CONNECT_REQUEST and cmid.backlog[0] is child
+        assert cmid._channel is not None and cmid._channel.queue[0].kind == EV.RDMA_CM_EVENT_CONNECT_REQUEST
+
+
+def test_the_mpa_table_names_only_iwcm_actions() -> None:
+    for s in mpacm.MPAState:
+        for ev in mpacm.MPAEvent:
+            r = mpacm.rule(s, ev)
+            assert r.do in cm.REFUSALS or r.do in iwcm.ACTIONS, (s, ev, r)
+    assert {r.do for r in mpacm.TABLE.values()} - set(cm.REFUSALS) == set(iwcm.ACTIONS)
+    assert set(mpacm.OTHERWISE) == set(mpacm.MPAEvent)
+
+
+# ---------------------------------------------------------------------- rdma_cm's CMID states
+@pytest.mark.parametrize("event", list(CMIDEvent), ids=lambda e: e.name)
+@pytest.mark.parametrize("state", list(CMIDState), ids=lambda s: s.name)
+def test_every_pair_of_the_cmid_table(state: CMIDState, event: CMIDEvent) -> None:
+    cmid = CMID()
+    cmid.state = state
+    nxt = TRANSITIONS.get((state, event))
+    if nxt is None:
+        with pytest.raises(PyverbsRDMAError, match=f"{re.escape(event.value)} is not allowed on a CMID in state "
+                                                   f"'{state.value}'") as exc:
+            cmid._move(event)
+        assert exc.value.error_code == errno.EINVAL
+        assert cmid.state == state
+    else:
+        cmid._move(event)
+        assert cmid.state == nxt
+
+
+def test_the_cmid_states_are_the_strings_they_were() -> None:
+    assert {s.value for s in CMIDState} == {"idle", "addr resolved", "route resolved", "listen", "connect request",
+                                          "connecting", "accepted", "established", "rejected", "unreachable",
+                                          "error", "disconnecting", "disconnected"}
+    assert CMIDState.ESTABLISHED == "established" and f"{CMIDState.LISTEN}" == "listen"
+
+
+def test_an_illegal_call_names_the_state_and_changes_nothing() -> None:
+    cmid = CMID(CMEventChannel())
+    with pytest.raises(PyverbsRDMAError, match=r"Failed to Resolve Route: resolve_route\(\) is not allowed on a "
+                                               r"CMID in state 'idle' \(there: .*resolve_addr\(\)"):
+        cmid.resolve_route()
+    assert cmid.state == CMIDState.IDLE

@@ -118,6 +118,8 @@ class Event(enum.Enum):
     SIDR_REQ = "SIDR_REQ"
     SIDR_REP = "SIDR_REP"
     TIMEOUT = "timer"
+    CONNECT = "connect()"
+    LOOKUP = "sidr_request()"
     ACCEPT = "accept()"
     ESTABLISH = "establish()"
     DISCONNECT = "disconnect()"
@@ -125,7 +127,7 @@ class Event(enum.Enum):
 
 MESSAGES = (Event.REQ, Event.REP, Event.RTU, Event.REJ, Event.MRA, Event.DREQ, Event.DREP, Event.SIDR_REQ,
             Event.SIDR_REP)
-CALLS = (Event.ACCEPT, Event.ESTABLISH, Event.DISCONNECT)
+CALLS = (Event.CONNECT, Event.LOOKUP, Event.ACCEPT, Event.ESTABLISH, Event.DISCONNECT)
 
 #: The refusals a table entry may name instead of an action.
 DROP = "drop"  # a message the state does not take: counted in cm_rx_dropped, logged with the reason
@@ -137,11 +139,12 @@ REFUSALS = (DROP, DUPLICATE, IGNORE, REFUSE)
 
 @dataclass(frozen=True)
 class Rule:
-    """One entry of :data:`TABLE`: the action (a name in :data:`ACTIONS`, or a refusal), the states it
-    may leave the connection in, and why (for a refusal: the reason logged or raised)."""
+    """One entry of a transition table (:data:`TABLE`; ``mpacm.TABLE``): the action (a name in the
+    table's actions, or a refusal), the states it may leave the connection in, and why (for a refusal:
+    the reason logged or raised)."""
 
     do: str
-    to: tuple[State, ...] = ()
+    to: tuple[Any, ...] = ()  # states of the table's own enum (State here, mpacm.MPAState there)
     why: str = ""
 
 
@@ -186,7 +189,9 @@ TABLE: dict[tuple[State, Event], Rule] = {
     (S.DREQ_SENT, E.TIMEOUT): Rule("retry_or_timewait", (S.DREQ_SENT, S.TIMEWAIT),
                                    "cma_ib_handler: DISCONNECTED even when the DREQ times out"),
     (S.TIMEWAIT, E.TIMEOUT): Rule("timewait_exit", (S.CLOSED,)),
-    # calls from rdma_cm
+    # calls from rdma_cm (IDLE here: a connection just made for the call)
+    (S.IDLE, E.CONNECT): Rule("send_req", (S.REQ_SENT,)),
+    (S.IDLE, E.LOOKUP): Rule("send_sidr_req", (S.SIDR_REQ_SENT,)),
     (S.REQ_RCVD, E.ACCEPT): Rule("send_rep", (S.REP_SENT,)),
     (S.MRA_REQ_SENT, E.ACCEPT): Rule("send_rep", (S.REP_SENT,)),
     (S.REP_RCVD, E.ESTABLISH): Rule("send_rtu", (S.ESTABLISHED,)),
@@ -222,6 +227,8 @@ OTHERWISE: dict[Event, Rule] = {
     E.SIDR_REQ: Rule(DUPLICATE, (), "a repeated SIDR_REQ"),
     E.SIDR_REP: Rule(DROP, (), "SIDR_REP for no SIDR_REQ ({state})"),
     E.TIMEOUT: Rule(IGNORE, (), "no timer runs in state {state}"),
+    E.CONNECT: Rule(REFUSE, (), "connect: connection 0x{lid:08x} is {state}, not new"),
+    E.LOOKUP: Rule(REFUSE, (), "sidr_request: connection 0x{lid:08x} is {state}, not new"),
     E.ACCEPT: Rule(REFUSE, (), "accept: connection 0x{lid:08x} is {state}, not waiting for an answer"),
     E.ESTABLISH: Rule(REFUSE, (), "establish: connection 0x{lid:08x} is {state}, not REP received"),
     E.DISCONNECT: Rule(IGNORE, (), "already disconnecting or closed ({state}): nothing to do, as rdma_disconnect"),
@@ -619,6 +626,25 @@ def _a_timewait_exit(agent: CMAgent, conn: CMConn | None, msg: w.CMMessage | Non
     return conn
 
 
+def _a_send_req(agent: CMAgent, conn: CMConn | None, msg: w.CMMessage | None, src: int,
+                kw: dict[str, Any]) -> CMConn | None:
+    conn, msg = _need(conn), _msg(msg)
+    body = msg.body
+    assert isinstance(body, w.CMReq)
+    conn.req = msg
+    conn.local_qpn = body.local_qpn
+    conn.service_id = body.service_id
+    conn._send(msg, State.REQ_SENT, req_timeout_ms(body.remote_cm_response_timeout), body.max_cm_retries)
+    return conn
+
+
+def _a_send_sidr_req(agent: CMAgent, conn: CMConn | None, msg: w.CMMessage | None, src: int,
+                     kw: dict[str, Any]) -> CMConn | None:
+    conn, msg = _need(conn), _msg(msg)
+    conn._send(msg, State.SIDR_REQ_SENT, cm_ms(SIDR_TIMEOUT), MAX_CM_RETRIES)
+    return conn
+
+
 def _a_send_rep(agent: CMAgent, conn: CMConn | None, msg: w.CMMessage | None, src: int,
                 kw: dict[str, Any]) -> CMConn | None:
     conn = _need(conn)
@@ -754,25 +780,15 @@ class CMAgent:
         """Active side: send the REQ ``req(local_comm_id)`` builds; events go to ``handler``."""
         conn = self.new_conn(handler, active=True)
         conn.remote_gid = dst_gid
-        msg = req(conn.local_id)
-        body = msg.body
-        assert isinstance(body, w.CMReq)
-        conn.req = msg
-        conn.local_qpn = body.local_qpn
-        conn.service_id = body.service_id
-        self._send_req(conn, msg, body)
+        self.dispatch(E.CONNECT, conn, req(conn.local_id))
         return conn
-
-    def _send_req(self, conn: CMConn, msg: w.CMMessage, body: w.CMReq) -> None:
-        conn._send(msg, State.REQ_SENT, req_timeout_ms(body.remote_cm_response_timeout), body.max_cm_retries)
 
     def sidr_request(self, handler: CMHandler, dst_gid: int, service_id: int, private_data: bytes) -> CMConn:
         conn = self.new_conn(handler, active=True)
         conn.remote_gid = dst_gid
         conn.service_id = service_id
         body = w.CMSidrReq(request_id=conn.local_id, service_id=service_id)
-        msg = w.cm_mad(body, w.default_tid(conn.local_id), private_data)
-        conn._send(msg, State.SIDR_REQ_SENT, cm_ms(SIDR_TIMEOUT), MAX_CM_RETRIES)
+        self.dispatch(E.LOOKUP, conn, w.cm_mad(body, w.default_tid(conn.local_id), private_data))
         return conn
 
     # ------------------------------------------------------------------ the one dispatch
