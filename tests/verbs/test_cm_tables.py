@@ -163,6 +163,14 @@ def _fire(agent: cm.CMAgent, conn: cm.CMConn | None, event: cm.Event) -> None:
     elif event == E.ACCEPT:
         assert conn is not None
         conn.accept(local_qpn=OUR_QPN, starting_psn=2, responder_resources=1, initiator_depth=1)
+    elif event == E.REJECT:
+        assert conn is not None
+        conn.reject()
+    elif event == E.SIDR_REPLY:
+        assert conn is not None
+        if conn.req is None:  # IDLE: the look-up a listener refuses before keeping it
+            conn.req = w.cm_mad(w.CMSidrReq(request_id=PEER_ID, service_id=SID), 1)
+        conn.sidr_reply(0x44, cm.RDMA_UDP_QKEY, cm.SIDR_SUCCESS)
     elif event == E.ESTABLISH:
         assert conn is not None
         conn.establish()
@@ -200,6 +208,11 @@ EXPECTED: dict[tuple[cm.State, cm.Event], tuple[cm.State, list[str]]] = {
     (S.REQ_RCVD, E.ACCEPT): (S.REP_SENT, ["REP"]),
     (S.MRA_REQ_SENT, E.ACCEPT): (S.REP_SENT, ["REP"]),
     (S.REP_RCVD, E.ESTABLISH): (S.ESTABLISHED, ["RTU"]),
+    (S.REQ_RCVD, E.REJECT): (S.CLOSED, ["REJ"]),
+    (S.MRA_REQ_SENT, E.REJECT): (S.CLOSED, ["REJ"]),
+    (S.REP_RCVD, E.REJECT): (S.CLOSED, ["REJ"]),
+    (S.SIDR_REQ_RCVD, E.SIDR_REPLY): (S.CLOSED, ["SIDR_REP"]),
+    (S.IDLE, E.SIDR_REPLY): (S.CLOSED, ["SIDR_REP"]),
     (S.ESTABLISHED, E.DISCONNECT): (S.DREQ_SENT, ["DREQ"]),
     (S.DREQ_RCVD, E.DISCONNECT): (S.TIMEWAIT, ["DREP"]),
     (S.REQ_RCVD, E.DISCONNECT): (S.CLOSED, ["REJ"]),

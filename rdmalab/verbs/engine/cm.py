@@ -121,13 +121,16 @@ class Event(enum.Enum):
     CONNECT = "connect()"
     LOOKUP = "sidr_request()"
     ACCEPT = "accept()"
+    REJECT = "reject()"
+    SIDR_REPLY = "sidr_reply()"
     ESTABLISH = "establish()"
     DISCONNECT = "disconnect()"
 
 
 MESSAGES = (Event.REQ, Event.REP, Event.RTU, Event.REJ, Event.MRA, Event.DREQ, Event.DREP, Event.SIDR_REQ,
             Event.SIDR_REP)
-CALLS = (Event.CONNECT, Event.LOOKUP, Event.ACCEPT, Event.ESTABLISH, Event.DISCONNECT)
+CALLS = (Event.CONNECT, Event.LOOKUP, Event.ACCEPT, Event.REJECT, Event.SIDR_REPLY, Event.ESTABLISH,
+         Event.DISCONNECT)
 
 #: The refusals a table entry may name instead of an action.
 DROP = "drop"  # a message the state does not take: counted in cm_rx_dropped, logged with the reason
@@ -195,6 +198,11 @@ TABLE: dict[tuple[State, Event], Rule] = {
     (S.REQ_RCVD, E.ACCEPT): Rule("send_rep", (S.REP_SENT,)),
     (S.MRA_REQ_SENT, E.ACCEPT): Rule("send_rep", (S.REP_SENT,)),
     (S.REP_RCVD, E.ESTABLISH): Rule("send_rtu", (S.ESTABLISHED,)),
+    (S.REQ_RCVD, E.REJECT): Rule("send_rej", (S.CLOSED,), "rdma_reject"),
+    (S.MRA_REQ_SENT, E.REJECT): Rule("send_rej", (S.CLOSED,), "rdma_reject"),
+    (S.REP_RCVD, E.REJECT): Rule("send_rej", (S.CLOSED,), "a REP the QP cannot take"),
+    (S.SIDR_REQ_RCVD, E.SIDR_REPLY): Rule("send_sidr_rep", (S.CLOSED,), "rdma_accept / rdma_reject on RDMA_PS_UDP"),
+    (S.IDLE, E.SIDR_REPLY): Rule("send_sidr_rep", (S.CLOSED,), "a look-up refused before it is kept"),
     (S.ESTABLISHED, E.DISCONNECT): Rule("send_dreq", (S.DREQ_SENT,)),
     (S.DREQ_RCVD, E.DISCONNECT): Rule("send_drep", (S.TIMEWAIT,), "the peer's DREQ came first: answer it now"),
     (S.REQ_RCVD, E.DISCONNECT): Rule("reject_req", (S.CLOSED,), "REJ 28 to a REQ not yet answered"),
@@ -230,6 +238,8 @@ OTHERWISE: dict[Event, Rule] = {
     E.CONNECT: Rule(REFUSE, (), "connect: connection 0x{lid:08x} is {state}, not new"),
     E.LOOKUP: Rule(REFUSE, (), "sidr_request: connection 0x{lid:08x} is {state}, not new"),
     E.ACCEPT: Rule(REFUSE, (), "accept: connection 0x{lid:08x} is {state}, not waiting for an answer"),
+    E.REJECT: Rule(REFUSE, (), "reject: connection 0x{lid:08x} is {state}: no REQ or REP waiting for an answer"),
+    E.SIDR_REPLY: Rule(REFUSE, (), "sidr_reply: connection 0x{lid:08x} is {state}: no SIDR_REQ to answer"),
     E.ESTABLISH: Rule(REFUSE, (), "establish: connection 0x{lid:08x} is {state}, not REP received"),
     E.DISCONNECT: Rule(IGNORE, (), "already disconnecting or closed ({state}): nothing to do, as rdma_disconnect"),
 }
@@ -296,13 +306,8 @@ class CMConn:
                             rnr_retry_count=rnr_retry_count, srq=srq, private_data=private_data)
 
     def reject(self, reason: int = w.REJ_CONSUMER_DEFINED, private_data: bytes = b"") -> None:
-        """A REJ of the REQ (passive) or the REP (active), in any state that has one; the connection closes."""
-        msg = self.req if not self.active else self.rep
-        if msg is None:
-            raise CMStateError(f"reject: connection 0x{self.local_id:08x} has no REQ or REP to reject")
-        self.agent.send(self.remote_gid, w.build_rej(msg, reason, local_comm_id=self.local_id,
-                                                     private_data=private_data))
-        self._close()
+        """A REJ of the REQ (passive) or the REP (active) not yet answered; the connection closes."""
+        self.agent.dispatch(E.REJECT, self, reason=reason, private_data=private_data)
 
     def establish(self) -> None:
         """Active side, after the REP: send the RTU (the QP is in RTS now) and be established."""
@@ -314,13 +319,7 @@ class CMConn:
 
     def sidr_reply(self, qpn: int, qkey: int, status: int, private_data: bytes = b"") -> None:
         """Passive side of a SIDR_REQ: the SIDR_REP (``rdma_accept``/``rdma_reject`` on RDMA_PS_UDP)."""
-        req = self.req
-        if req is None or not isinstance(req.body, w.CMSidrReq):
-            raise CMStateError("sidr_reply: no SIDR_REQ to answer")
-        rep = w.CMSidrRep(request_id=req.body.request_id, status=status, qpn=qpn, service_id=req.body.service_id,
-                          qkey=qkey)
-        self.agent.send(self.remote_gid, w.cm_mad(rep, req.tid, private_data))
-        self._close()
+        self.agent.dispatch(E.SIDR_REPLY, self, qpn=qpn, qkey=qkey, status=status, private_data=private_data)
 
     # ------------------------------------------------------------------ internals
     def _set(self, state: State) -> None:
@@ -685,6 +684,31 @@ def _a_send_drep(agent: CMAgent, conn: CMConn | None, msg: w.CMMessage | None, s
     conn = _need(conn)
     agent.send_raw(conn.remote_gid, conn.last)
     conn._timewait()
+    return conn
+
+
+def _a_send_rej(agent: CMAgent, conn: CMConn | None, msg: w.CMMessage | None, src: int,
+                kw: dict[str, Any]) -> CMConn | None:
+    conn = _need(conn)
+    msg = conn.req if not conn.active else conn.rep
+    if msg is None:
+        raise CMStateError(f"reject: connection 0x{conn.local_id:08x} has no REQ or REP to reject")
+    agent.send(conn.remote_gid, w.build_rej(msg, kw.get("reason", w.REJ_CONSUMER_DEFINED), local_comm_id=conn.local_id,
+                                            private_data=kw.get("private_data", b"")))
+    conn._close()
+    return conn
+
+
+def _a_send_sidr_rep(agent: CMAgent, conn: CMConn | None, msg: w.CMMessage | None, src: int,
+                     kw: dict[str, Any]) -> CMConn | None:
+    conn = _need(conn)
+    req = conn.req
+    if req is None or not isinstance(req.body, w.CMSidrReq):
+        raise CMStateError("sidr_reply: no SIDR_REQ to answer")
+    rep = w.CMSidrRep(request_id=req.body.request_id, status=kw["status"], qpn=kw["qpn"],
+                      service_id=req.body.service_id, qkey=kw["qkey"])
+    agent.send(conn.remote_gid, w.cm_mad(rep, req.tid, kw.get("private_data", b"")))
+    conn._close()
     return conn
 
 
