@@ -148,7 +148,11 @@ def _message(event: cm.Event, conn: cm.CMConn | None) -> w.CMMessage:
 
 
 def _fire(agent: cm.CMAgent, conn: cm.CMConn | None, event: cm.Event) -> None:
-    if event in cm.MESSAGES:
+    if event == E.SIDR_REQ and conn is not None and conn.state != S.SIDR_REQ_RCVD:
+        # only a pending look-up is matched to a SIDR_REQ (test_a_sidr_req_matches_only_a_pending_look_up):
+        # the pair is walked by giving it to the dispatcher directly
+        agent.dispatch(event, conn, _message(event, conn), PEER_GID)
+    elif event in cm.MESSAGES:
         agent.on_mad(_message(event, conn).encode(), PEER_GID)
     elif event == E.TIMEOUT:
         assert conn is not None
@@ -224,8 +228,7 @@ EXPECTED: dict[tuple[cm.State, cm.Event], tuple[cm.State, list[str]]] = {
 for _s in cm.State:
     if _s not in (S.IDLE, S.TIMEWAIT, S.CLOSED):
         EXPECTED[(_s, E.REJ)] = (S.CLOSED, [])
-    if _s != S.SIDR_REQ_RCVD:  # not a repeat of a pending look-up: a new one (its state is the new look-up's)
-        EXPECTED[(_s, E.SIDR_REQ)] = (S.SIDR_REQ_RCVD, [])
+EXPECTED[(S.IDLE, E.SIDR_REQ)] = (S.SIDR_REQ_RCVD, [])
 
 
 @pytest.mark.parametrize("event", list(cm.Event), ids=lambda e: e.name)
@@ -255,7 +258,7 @@ def test_every_pair_of_the_ib_cm_table(state: cm.State, event: cm.Event) -> None
         return
     nxt, sent = expected
     _fire(agent, conn, event)
-    if (state == S.IDLE and event == E.REQ) or event == E.SIDR_REQ:
+    if state == S.IDLE and event in (E.REQ, E.SIDR_REQ):
         new = [c for c in agent.conns.values() if c is not conn]
         assert len(new) == 1 and new[0].state == nxt
         assert h.events == [event.name.lower()]
@@ -280,6 +283,16 @@ def test_the_last_expiry_gives_up(state: cm.State, after: cm.State, kind: str) -
     conn.tries = conn.retries + 1
     conn._expired(None)
     assert conn.state == after and h.events == [kind] and agent.dev.sent == []
+
+
+def test_a_sidr_req_matches_only_a_pending_look_up() -> None:
+    agent, conn, h = _setup(S.ESTABLISHED)  # a connection whose remote comm ID is the look-up's request ID
+    assert conn is not None
+    agent.on_mad(_message(E.SIDR_REQ, conn).encode(), PEER_GID)
+    new = [c for c in agent.conns.values() if c is not conn]
+    assert conn.state == S.ESTABLISHED and len(new) == 1 and new[0].state == S.SIDR_REQ_RCVD
+    agent.on_mad(_message(E.SIDR_REQ, conn).encode(), PEER_GID)  # now it repeats the pending look-up
+    assert agent.counters["cm_rx_duplicates"] == 1 and len(agent.conns) == 2
 
 
 def test_a_req_for_no_listener_is_rejected_and_nothing_is_kept() -> None:

@@ -182,8 +182,9 @@ TABLE: dict[tuple[State, Event], Rule] = {
     # DREP (cm_drep_handler)
     (S.DREQ_SENT, E.DREP): Rule("drep", (S.TIMEWAIT,)),
     # SIDR (cm_sidr_req_handler / cm_sidr_rep_handler)
+    (S.IDLE, E.SIDR_REQ): Rule("new_sidr_req", (S.SIDR_REQ_RCVD, S.IDLE), "a listener's look-up, or SIDR_REP "
+                                                                           "unsupported and nothing kept"),
     (S.SIDR_REQ_RCVD, E.SIDR_REQ): Rule(DUPLICATE, (), "a repeated SIDR_REQ: the application answers once"),
-    # (any other state, SIDR_REQ): a new look-up, below
     (S.SIDR_REQ_SENT, E.SIDR_REP): Rule("sidr_rep", (S.CLOSED,)),
     # the timer (cm_process_send_error after the MAD's retries; cm_work_handler for timewait)
     (S.REQ_SENT, E.TIMEOUT): Rule("retry_or_unreachable", (S.REQ_SENT, S.CLOSED)),
@@ -218,11 +219,6 @@ for _s in (S.REP_SENT, S.ESTABLISHED, S.DREQ_SENT, S.DREQ_RCVD, S.REP_RCVD, S.SI
     # a REQ repeating a connection past its answer (cm_dup_req_handler: the REP has its own retries)
     TABLE[(_s, E.REQ)] = Rule(DUPLICATE, (), "a REQ of a connection already answered")
 
-for _s in State:  # a SIDR_REQ that repeats no pending look-up starts one (the connection found is left alone)
-    if _s != S.SIDR_REQ_RCVD:
-        TABLE[(_s, E.SIDR_REQ)] = Rule("new_sidr_req", (S.SIDR_REQ_RCVD, S.IDLE),
-                                       "a new look-up (the next state is its own), or SIDR_REP unsupported")
-
 #: What every pair not in :data:`TABLE` does, per event.
 OTHERWISE: dict[Event, Rule] = {
     E.REQ: Rule(DUPLICATE, (), "a REQ of a connection already answered"),
@@ -232,7 +228,8 @@ OTHERWISE: dict[Event, Rule] = {
     E.MRA: Rule(DROP, (), "MRA for no connection waiting for an answer ({state})"),
     E.DREQ: Rule(DROP, (), "DREQ in state {state}"),
     E.DREP: Rule(DROP, (), "DREP for no DREQ ({state})"),
-    E.SIDR_REQ: Rule(DUPLICATE, (), "a repeated SIDR_REQ"),
+    E.SIDR_REQ: Rule(DROP, (), "SIDR_REQ matched to a connection in state {state} (only a pending look-up, "
+                               "SIDR_REQ_RCVD, is matched)"),
     E.SIDR_REP: Rule(DROP, (), "SIDR_REP for no SIDR_REQ ({state})"),
     E.TIMEOUT: Rule(IGNORE, (), "no timer runs in state {state}"),
     E.CONNECT: Rule(REFUSE, (), "connect: connection 0x{lid:08x} is {state}, not new"),
@@ -882,9 +879,11 @@ class CMAgent:
         if event == E.REQ:
             assert isinstance(body, w.CMReq)
             return self.by_remote.get((body.local_comm_id, src))
-        if event == E.SIDR_REQ:
+        if event == E.SIDR_REQ:  # it repeats a pending look-up, or it is a new one (whatever else has its ID)
             assert isinstance(body, w.CMSidrReq)
-            return self.by_remote.get((body.request_id, src))
+            dup = self.by_remote.get((body.request_id, src))
+            lookup = dup is not None and dup.req is not None and isinstance(dup.req.body, w.CMSidrReq)
+            return dup if lookup else None
         if event == E.SIDR_REP:
             assert isinstance(body, w.CMSidrRep)
             return self.conns.get(body.request_id)
