@@ -378,7 +378,6 @@ class CMID:
         self.dst_addr: str | None = None
         self.dst_port = 0
         self.conn: ibcm.CMConn | None = None
-        self.listening = False
         self.backlog: deque[CMID] = deque()
         self.remote_qpn = 0
         self.req: w.CMMessage | None = None
@@ -428,6 +427,11 @@ class CMID:
                 self._channel.ids.append(self)
         else:
             raise PyverbsRDMAError(f"Cannot create CM ID from {type(creator)}", errno.EINVAL)
+
+    @property
+    def listening(self) -> bool:
+        """Whether ``listen`` has been called (the state says so: a listener stays in LISTEN)."""
+        return self.state == CMIDState.LISTEN
 
     # ------------------------------------------------------------------ properties pyverbs has
     @property
@@ -641,7 +645,6 @@ class CMID:
             raise PyverbsRDMAError("Listen Failed: bind_addr first", errno.EINVAL)
         self._check(CMIDEvent.LISTEN, "Listen")
         self._transport().listen(self)
-        self.listening = True
         self._move(CMIDEvent.LISTEN)
 
     def _incoming(self, conn: ibcm.CMConn, msg: w.CMMessage) -> ibcm.CMHandler | None:
