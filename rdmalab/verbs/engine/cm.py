@@ -8,6 +8,15 @@ receives MADs as UD SEND Only packets (P_Key 0xFFFF, Q_Key 0x80010000, source QP
 :class:`CMAgent` that keeps the connections.  The rdma_cm layer (``rdmalab.verbs.cmid``) drives the
 agent and gets its events through a :class:`CMHandler`.
 
+The state machine is one table, :data:`TABLE`: ``(State, Event) -> Rule(action, next states, why)``,
+the events being the CM messages, the connection's timer and the calls from rdma_cm.  Every
+change of a connection's state goes through :meth:`CMAgent.dispatch`, which runs the named action
+(:data:`ACTIONS`) and checks that it left a state its entry lists (:class:`CMTableError` if not).
+A pair the table does not list is the event's stated refusal (:data:`OTHERWISE`): a message is
+dropped and counted, a repeated one counted as a duplicate, a call refused with
+:class:`CMStateError`, a timer or a second disconnect ignored.  Which connection a message is for
+(its comm IDs, a REJ's TID, a DREQ's QPN) is :meth:`CMAgent.match`, before any state.
+
 What follows Linux 6.1 (line numbers of ``drivers/infiniband/core/cm.c`` in 6.1.20):
 
 * **Timeouts** are ``cm_convert_to_ms(t) = 1 << max(t - 8, 0)`` ms (l.918).  A REQ waits
