@@ -475,3 +475,49 @@ def test_an_illegal_call_names_the_state_and_changes_nothing() -> None:
                                                r"CMID in state 'idle' \(there: .*resolve_addr\(\)"):
         cmid.resolve_route()
     assert cmid.state == CMIDState.IDLE
+
+
+# ---------------------------------------------------------------------- the one wait for a CM event
+class _Ev:
+    def __init__(self, kind: int, cmid: Any, status: int = 0, listen: Any = None, **info: Any) -> None:
+        self.kind, self.cmid, self.status, self.listen, self.info = kind, cmid, status, listen, info
+
+
+class _Channel:
+    """Takes the first queued event ``match`` accepts, as CMEventChannel.wait does."""
+
+    def __init__(self, *events: _Ev) -> None:
+        self.queue = list(events)
+
+    def wait(self, match: Any, what: str, timeout_ms: int | None = None) -> _Ev:
+        for i, ev in enumerate(self.queue):
+            if match(ev):
+                return self.queue.pop(i)
+        raise PyverbsRDMAError(f"waiting for {what}: nothing", errno.ENODATA)
+
+
+def test_wait_event_takes_this_cmids_event_skipping_others_and_speaks_for_an_adopted_child() -> None:
+    from rdmalab.verbs.cmstate import CMEventError, owner, wait_event
+
+    a, b, child = CMID(), CMID(), CMID()
+    child._adopted_by = a
+    assert owner(child) is a and owner(a) is a and owner(None) is None
+    ch = _Channel(_Ev(EV.RDMA_CM_EVENT_ESTABLISHED, b), _Ev(EV.RDMA_CM_EVENT_TIMEWAIT_EXIT, a),
+                  _Ev(EV.RDMA_CM_EVENT_ESTABLISHED, a))
+    got = wait_event(ch, child, EV.RDMA_CM_EVENT_ESTABLISHED, "connect", skip=(EV.RDMA_CM_EVENT_TIMEWAIT_EXIT,))
+    assert got.cmid is a and [e.cmid for e in ch.queue] == [b, a]
+    req = _Ev(EV.RDMA_CM_EVENT_CONNECT_REQUEST, child, listen=b)
+    assert wait_event(_Channel(_Ev(EV.RDMA_CM_EVENT_ESTABLISHED, child), req), None, (), "a request",
+                      listen=b) is req
+    with pytest.raises(CMEventError, match=r"connect: the connection to 10\.0\.0\.2:7 was rejected: reason 8 "
+                                           r"\(Invalid Service ID\)") as exc:
+        wait_event(_Channel(_Ev(EV.RDMA_CM_EVENT_REJECTED, a, status=8)), a, EV.RDMA_CM_EVENT_ESTABLISHED,
+                   "connect", where="10.0.0.2:7")
+    assert exc.value.error_code == errno.ECONNREFUSED and exc.value.event.status == 8
+    with pytest.raises(CMEventError, match=r"ECONNREFUSED \(Connection refused\): TCP said no"):
+        wait_event(_Channel(_Ev(EV.RDMA_CM_EVENT_REJECTED, a, status=-errno.ECONNREFUSED, why="TCP said no")), a,
+                   EV.RDMA_CM_EVENT_ESTABLISHED, "connect", where="x")
+    with pytest.raises(CMEventError, match=r"is unreachable: no answer to the REQ after 16 tries over 98\.3 s") as un:
+        wait_event(_Channel(_Ev(EV.RDMA_CM_EVENT_UNREACHABLE, a, status=-errno.ETIMEDOUT, tries=16,
+                                waited_ms=98304)), a, EV.RDMA_CM_EVENT_ESTABLISHED, "connect", where="x")
+    assert un.value.error_code == errno.ETIMEDOUT
