@@ -521,3 +521,63 @@ def test_wait_event_takes_this_cmids_event_skipping_others_and_speaks_for_an_ado
         wait_event(_Channel(_Ev(EV.RDMA_CM_EVENT_UNREACHABLE, a, status=-errno.ETIMEDOUT, tries=16,
                                 waited_ms=98304)), a, EV.RDMA_CM_EVENT_ESTABLISHED, "connect", where="x")
     assert un.value.error_code == errno.ETIMEDOUT
+
+
+# ---------------------------------------------------------------------- the CMID table on a real connection
+@pytest.mark.parametrize("transport", ["roce", "iwarp"])
+def test_a_connection_and_its_disconnect_walk_the_cmid_table(transport: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from rdmalab.fabric import reset_default_fabric
+    from rdmalab.fabric.simtcp import iwarp_fabric
+    from rdmalab.verbs import enums as ve
+    from rdmalab.verbs.cm_enums import RAI_PASSIVE
+    from rdmalab.verbs.cmid import AddrInfo, CMEvent
+    from rdmalab.verbs.qp import QPCap, QPInitAttr
+
+    moves: dict[int, list[str]] = {}
+    real_move = CMID._move
+
+    def move(self: CMID, event: CMIDEvent, what: str = "") -> None:
+        real_move(self, event, what)
+        moves.setdefault(id(self), []).append(str(self.state))
+
+    monkeypatch.setattr(CMID, "_move", move)
+    if transport == "iwarp":
+        reset_default_fabric(iwarp_fabric(seed=5))
+    else:
+        reset_default_fabric()
+    try:
+        init = QPInitAttr(qp_type=ve.IBV_QPT_RC, cap=QPCap(max_send_wr=4, max_recv_wr=4))
+        sch, cch = CMEventChannel(), CMEventChannel()
+        lid = CMID(sch)
+        lid.bind_addr(AddrInfo(src="10.0.0.2", src_service=7174, flags=RAI_PASSIVE))
+        lid.listen()
+        cid = CMID(cch)
+        cid.resolve_addr(AddrInfo(dst="10.0.0.2", dst_service=7174))
+        assert CMEvent(cch).event_type == EV.RDMA_CM_EVENT_ADDR_RESOLVED
+        cid.resolve_route()
+        assert CMEvent(cch).event_type == EV.RDMA_CM_EVENT_ROUTE_RESOLVED
+        cid.create_qp(init)
+        cid.connect(ConnParam())
+        ev = CMEvent(sch)
+        assert ev.event_type == EV.RDMA_CM_EVENT_CONNECT_REQUEST
+        child = ev.id
+        sid = CMID(ev, listen_id=lid)
+        sid.create_qp(init)
+        sid.accept(ConnParam())
+        assert CMEvent(cch).event_type == EV.RDMA_CM_EVENT_ESTABLISHED
+        assert CMEvent(sch).event_type == EV.RDMA_CM_EVENT_ESTABLISHED
+        cid.disconnect()
+        assert CMEvent(sch).event_type == EV.RDMA_CM_EVENT_DISCONNECTED
+        sid.disconnect()
+        assert CMEvent(cch).event_type == EV.RDMA_CM_EVENT_DISCONNECTED
+    finally:
+        reset_default_fabric()
+    assert moves[id(lid)] == ["listen"]
+    assert moves[id(cid)] == ["addr resolved", "route resolved", "connecting", "established", "disconnecting",
+                              "disconnected"]
+    assert moves[id(child)] == ["connect request"]
+    assert moves[id(sid)] == ["accepted", "established", "disconnected", "disconnected"]
+    with pytest.raises(PyverbsRDMAError, match=r"Failed to Accept Connection: accept\(\) is not allowed on a CMID "
+                                               r"in state 'disconnected'"):
+        sid.accept(ConnParam())
