@@ -135,6 +135,26 @@ run.table()
 run.ladder
 
 # %% [markdown]
+# ### The state machines behind the handshake
+#
+# Each side's CM is a table, `(state, message or timer or call) -> (action, next state)`
+# (`rdmalab.verbs.engine.cm.TABLE`, after IBA Vol 1 12.6), and the picture below is drawn from that
+# table. In blue, the client's path in the ladder above: `connect()` sends the REQ, the REP moves it
+# to REP received, `establish()` sends the RTU; later `disconnect()`, the DREP and timewait. The
+# server walks the row below: REQ received, `accept()` (REP sent), the RTU. Light arrows go to
+# CLOSED: a REJ, the last retry's timer, a disconnect before the connection was made. A message a
+# state does not take is dropped and counted, as the table says, and never moves it.
+#
+# On an iWARP device the same rdma_cm calls run TCP and the MPA Request and Reply instead (the
+# second picture, from `rdmalab.verbs.engine.mpacm.TABLE`).
+
+# %%
+from rdmalab.viz.states import cm_state_diagram, mpa_state_diagram
+
+display(cm_state_diagram())
+mpa_state_diagram()
+
+# %% [markdown]
 # (On `BACKEND = "rxe"` the handshake above is rping's between two kernel rxe devices, read from
 # the capture: the kernel keeps its QP states to itself. The rest of this part uses the soft
 # engine, which can lose a chosen message and shows every state.)

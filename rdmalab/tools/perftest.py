@@ -44,8 +44,6 @@ perftest's: the shortest time per message over any run of completed messages
 
 from __future__ import annotations
 
-import errno
-import os
 import random
 import socket
 import struct
@@ -62,6 +60,7 @@ from rdmalab.verbs import enums as e
 from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
 from rdmalab.verbs.cm_enums import RAI_PASSIVE, rdma_cm_event_type
 from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, event_str, unreachable_text
+from rdmalab.verbs.cmstate import CMEventError, owner, rejection_text, wait_event
 from rdmalab.verbs.cq import CQ
 from rdmalab.verbs.device import Context, _fabric, get_device_list
 from rdmalab.verbs.libibverbs_enums import IBV_TRANSPORT_IB, IBV_TRANSPORT_IWARP
@@ -70,7 +69,7 @@ from rdmalab.verbs.pd import PD
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
-from rdmalab.wire.cm import cm_timeout_seconds, rej_reason_name
+from rdmalab.wire.cm import cm_timeout_seconds
 from rdmalab.wire.ib import IB_MTUS
 
 EV = rdma_cm_event_type
@@ -850,30 +849,24 @@ def is_iwarp(device: Any) -> bool:
 
 
 def _is(a: Any, b: Any) -> bool:
-    return a is b or getattr(a, "_adopted_by", None) is b or getattr(b, "_adopted_by", None) is a
+    return owner(a) is owner(b)
 
 
 def _event(ch: CMEventChannel, cmid: CMID | None, kinds: tuple[int, ...], what: str, where: str, timeout: float,
            listen: CMID | None = None) -> Any:
     """The next event of ``cmid`` (or a CONNECT_REQUEST on ``listen``); a failure in words (REJ reason, retries)."""
-    def mine(ev: Any) -> bool:
-        if listen is not None:
-            return ev.kind == EV.RDMA_CM_EVENT_CONNECT_REQUEST and ev.listen is listen
-        return _is(ev.cmid, cmid) and ev.kind != EV.RDMA_CM_EVENT_TIMEWAIT_EXIT
     try:
-        ev = ch.wait(mine, what=what, timeout_ms=int(timeout * 1000))
+        return wait_event(ch, cmid, kinds, what, timeout_ms=int(timeout * 1000), listen=listen,
+                          skip=(EV.RDMA_CM_EVENT_TIMEWAIT_EXIT,))
+    except CMEventError as exc:
+        ev = exc.event
+        if ev.kind == EV.RDMA_CM_EVENT_REJECTED:
+            raise Rejected(f"{what}: rejected by {where}: {rejection_text(ev.status)}") from None
+        if ev.kind == EV.RDMA_CM_EVENT_UNREACHABLE:
+            raise PerftestError(f"{what}: {where} is unreachable: {unreachable_text(ev.info)}") from None
+        raise PerftestError(f"{what}: got {event_str(ev.kind)} (status {ev.status}) from {where}") from None
     except PyverbsRDMAError as exc:
         raise PerftestError(f"{what}: {exc}") from None
-    if ev.kind in kinds or listen is not None:
-        return ev
-    if ev.kind == EV.RDMA_CM_EVENT_REJECTED:
-        why = (f"{errno.errorcode.get(-ev.status, str(-ev.status))} ({os.strerror(-ev.status)})" if ev.status < 0
-               else f"reason {ev.status} ({rej_reason_name(ev.status)})")
-        raise Rejected(f"{what}: rejected by {where}: {why}")
-    if ev.kind == EV.RDMA_CM_EVENT_UNREACHABLE:
-        i = ev.info
-        raise PerftestError(f"{what}: {where} is unreachable: {unreachable_text(i)}")
-    raise PerftestError(f"{what}: got {event_str(ev.kind)} (status {ev.status}) from {where}")
 
 
 def _cm_device(opts: PerftestOptions) -> Any:

@@ -37,6 +37,7 @@ from typing import IO
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.cm_enums import RAI_PASSIVE, rdma_cm_event_type
 from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, unreachable_text
+from rdmalab.verbs.cmstate import owner
 from rdmalab.verbs.cq import CQ
 from rdmalab.verbs.libibverbs_enums import IBV_TRANSPORT_IB, IBV_TRANSPORT_IWARP
 from rdmalab.verbs.mr import MR
@@ -190,8 +191,7 @@ class _Side:
                 elif wc.wr_id == RDMA_WRID and want == RDMA_WRID:
                     return (0, 0, 0)
             for ev in list(self.channel.queue):
-                if ev.kind == EV.RDMA_CM_EVENT_DISCONNECTED and (ev.cmid is self.cmid or
-                                                                  getattr(ev.cmid, "_adopted_by", None) is self.cmid):
+                if ev.kind == EV.RDMA_CM_EVENT_DISCONNECTED and owner(ev.cmid) is owner(self.cmid):
                     self.channel.queue.remove(ev)
                     self.disconnected = True
                     return None

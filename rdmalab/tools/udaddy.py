@@ -27,7 +27,8 @@ from typing import IO
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.addr import AH
 from rdmalab.verbs.cm_enums import RAI_PASSIVE, RDMA_PS_UDP, rdma_cm_event_type
-from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, UDParam
+from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, UDParam, event_str
+from rdmalab.verbs.cmstate import CMEventError, wait_event
 from rdmalab.verbs.cq import CQ
 from rdmalab.verbs.engine.cm import RDMA_UDP_QKEY
 from rdmalab.verbs.mr import MR
@@ -112,12 +113,12 @@ class _Node:
 
 def _event(ch: CMEventChannel, want: int, what: str) -> CMEvent:
     try:
-        ev = CMEvent(ch)
+        ev = wait_event(ch, None, want, what)
+    except CMEventError as exc:
+        raise UdaddyError(f"event: {event_str(exc.event.kind)}, error: {exc.event.status}") from None
     except PyverbsRDMAError as exc:
         raise UdaddyError(f"{what}: {exc}") from None
-    if ev.event_type != want:
-        raise UdaddyError(f"event: {ev.event_str()}, error: {ev.status}")
-    return ev
+    return CMEvent.of(ev)
 
 
 def run_server(opts: UdaddyOptions, out: IO[str]) -> int:

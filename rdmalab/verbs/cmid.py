@@ -52,6 +52,8 @@ from rdmalab.verbs.cm_enums import (
     RDMA_PS_UDP,
     rdma_cm_event_type,
 )
+from rdmalab.verbs.cmstate import CMIDEvent, CMIDState, CMTransport, next_state, owner, wait_event
+from rdmalab.verbs.cmstate import unreachable_text as unreachable_text
 from rdmalab.verbs.cq import CQ
 from rdmalab.verbs.device import MAX_QP_RD_ATOM, Context, _fabric
 from rdmalab.verbs.engine import cm as ibcm
@@ -75,14 +77,14 @@ MAX_REP_PRIVATE, MAX_REJ_PRIVATE = 196, 148
 RNR_TIMER = 12  # the QP's min_rnr_timer librdmacm leaves to the device default; 0.64 ms
 
 
-def _iwcm(dev: Any) -> Any:
-    """``rdmalab.verbs.iwcm`` if ``dev`` is a soft iWARP device, else None (loaded only then: a RoCE
-    program does not load the iWARP modules)."""
+def _transport(dev: Any) -> CMTransport:
+    """The connection manager of ``dev``: IB CM MADs (:data:`IB`), or TCP and MPA on a soft iWARP device."""
     if getattr(dev, "transport", None) != "iwarp":
-        return None
+        return IB
+    # imported here, and only for an iWARP device: a RoCE program does not load the iWARP modules
     from rdmalab.verbs import iwcm
 
-    return iwcm
+    return iwcm.TRANSPORT
 
 
 def event_str(event: int) -> str:
@@ -224,15 +226,6 @@ class UDParam:
         return self._ah
 
 
-def unreachable_text(info: dict[str, Any]) -> str:
-    """Why an UNREACHABLE event came, in words: the CM's REQ (or SIDR_REQ) retries, or on iWARP the
-    TCP connection or the MPA Reply that did not come (``why``)."""
-    if "tries" not in info and info.get("why"):
-        return f"no connection: {info['why']}"
-    return (f"no answer to the {info.get('message', 'REQ')} after {info.get('tries', 0)} tries over "
-            f"{info.get('waited_ms', 0) / 1000:.1f} s")
-
-
 class _Event:
     __slots__ = ("kind", "cmid", "listen", "status", "private_data", "ud", "info")
 
@@ -299,14 +292,23 @@ def _external(dev: SoftDevice) -> bool:
 class CMEvent:
     """``CMEvent(channel)``: the next event of the channel (``rdma_get_cm_event``); it waits for one."""
 
-    def __init__(self, channel: CMEventChannel) -> None:
-        self._ev: _Event | None = channel.wait()
+    def __init__(self, channel: CMEventChannel | None, _ev: _Event | None = None) -> None:
+        if _ev is None:
+            if channel is None:
+                raise PyverbsUserError("CMEvent needs the event channel to take the event from")
+            _ev = channel.wait()
+        self._ev: _Event | None = _ev
         self.event_type = self._ev.kind
         self.status = self._ev.status
         self.ud = self._ev.ud
         self.id = self._ev.cmid
         self.listen_id = self._ev.listen
         self._private = self._ev.private_data
+
+    @classmethod
+    def of(cls, ev: _Event) -> CMEvent:
+        """The CMEvent of an event already taken off its channel (``cmstate.wait_event``)."""
+        return cls(None, ev)
 
     @property
     def private_data(self) -> bytes:
@@ -376,7 +378,6 @@ class CMID:
         self.dst_addr: str | None = None
         self.dst_port = 0
         self.conn: ibcm.CMConn | None = None
-        self.listening = False
         self.backlog: deque[CMID] = deque()
         self.remote_qpn = 0
         self.req: w.CMMessage | None = None
@@ -389,8 +390,11 @@ class CMID:
         self._qp_init: QPInitAttr | None = None
         self._ack_timeout: int | None = None
         self._groups: set[str] = set()
+        self._devs_listening: list[SoftDevice] = []
         self._iw: Any = None  # iWARP (rdmalab.verbs.iwcm): the TCP/MPA connection, or the listener's address
-        self.state = "idle"
+        #: the CMID made from this one's CONNECT_REQUEST event, which speaks for it (cmstate.owner)
+        self._adopted_by: CMID | None = None
+        self.state = CMIDState.IDLE  # changed only by _move, through cmstate.TRANSITIONS
         if creator is None:
             return
         if isinstance(creator, AddrInfo):
@@ -416,13 +420,18 @@ class CMID:
             if creator.event_type != EV.RDMA_CM_EVENT_CONNECT_REQUEST or child is None:
                 raise PyverbsUserError(f"a CMID is made from a CONNECT_REQUEST event, not {creator.event_str()}")
             self.__dict__.update(child.__dict__)
-            child._adopted_by = self  # type: ignore[attr-defined]
+            child._adopted_by = self
             if self.conn is not None:
                 self.conn.handler = self
             if self._channel is not None:
                 self._channel.ids.append(self)
         else:
             raise PyverbsRDMAError(f"Cannot create CM ID from {type(creator)}", errno.EINVAL)
+
+    @property
+    def listening(self) -> bool:
+        """Whether ``listen`` has been called (the state says so: a listener stays in LISTEN)."""
+        return self.state == CMIDState.LISTEN
 
     # ------------------------------------------------------------------ properties pyverbs has
     @property
@@ -464,32 +473,36 @@ class CMID:
         ch.ids.append(self)
 
     def _post(self, kind: int, **kw: Any) -> None:
-        target = getattr(self, "_adopted_by", self)
         if self._channel is not None:
-            self._channel.post(_Event(kind, target, **kw))
+            self._channel.post(_Event(kind, owner(self), **kw))
 
     def _take(self, kind: int, what: str, timeout_ms: int | None = None) -> _Event:
+        """Wait for this CMID's next event, which must be ``kind`` (cmstate.wait_event)."""
         assert self._channel is not None
-        me = getattr(self, "_adopted_by", self)
-        ev = self._channel.wait(lambda x: x.cmid is me, what=f"{what} on {self._where()}", timeout_ms=timeout_ms)
-        if ev.kind != kind:
-            raise PyverbsRDMAError(self._failure(ev, what), errno.ECONNREFUSED if ev.kind ==
-                                   EV.RDMA_CM_EVENT_REJECTED else errno.ETIMEDOUT)
+        where = f"{self.dst_addr}:{self.dst_port}" if self.dst_addr is not None else self._where()
+        ev: _Event = wait_event(self._channel, self, kind, what, where=where, timeout_ms=timeout_ms)
         return ev
+
+    def _move(self, event: CMIDEvent, what: str = "") -> None:
+        """The one way ``state`` changes: ``cmstate.TRANSITIONS[(state, event)]``, else EINVAL naming both."""
+        self.state = self._check(event, what)
+
+    def _check(self, event: CMIDEvent, what: str = "") -> CMIDState:
+        """Where ``event`` would take this CMID (EINVAL if nowhere), without moving it."""
+        try:
+            return next_state(self.state, event)
+        except PyverbsRDMAError as exc:
+            if not what:
+                raise
+            raise PyverbsRDMAError(f"Failed to {what}: {exc.args[0]}", errno.EINVAL) from None
+
+    def _transport(self) -> CMTransport:
+        return _transport(self.device)
 
     def _where(self) -> str:
         if self.dst_addr is not None:
             return f"{self.src_addr}:{self.src_port} -> {self.dst_addr}:{self.dst_port}"
         return f"{self.src_addr}:{self.src_port}"
-
-    def _failure(self, ev: _Event, what: str) -> str:
-        if ev.kind == EV.RDMA_CM_EVENT_REJECTED:
-            return (f"{what}: the connection to {self.dst_addr}:{self.dst_port} was rejected: reason "
-                    f"{ev.status} ({w.rej_reason_name(ev.status)})")
-        if ev.kind == EV.RDMA_CM_EVENT_UNREACHABLE:
-            i = ev.info
-            return f"{what}: {self.dst_addr}:{self.dst_port} is unreachable: {unreachable_text(i)}"
-        return f"{what}: got {event_str(ev.kind)} instead"
 
     # ------------------------------------------------------------------ addresses
     def _attach(self, dev: SoftDevice) -> None:
@@ -527,20 +540,19 @@ class CMID:
         if not self.src_port:
             self.src_port = dev.rng.randrange(32768, 61000)  # Linux's ip_local_port_range
         self.dst_addr, self.dst_port = dst, port
-        self.state = "addr resolved"
+        self._move(CMIDEvent.RESOLVE_ADDR)
         self._post(EV.RDMA_CM_EVENT_ADDR_RESOLVED)
 
     def resolve_addr(self, rai: AddrInfo, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
         """``rdma_resolve_addr``: pick the local device; ADDR_RESOLVED follows on the channel."""
         if rai.dst_addr is None:
             raise PyverbsRDMAError("Failed to Resolve Address: the AddrInfo has no destination", errno.EINVAL)
+        self._check(CMIDEvent.RESOLVE_ADDR, "Resolve Address")
         self._resolve(rai.src_addr if rai.src_addr else self.src_addr, rai.dst_addr, rai.dst_port, timeout_ms)
 
     def resolve_route(self, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
         """``rdma_resolve_route``: the path is built locally (no SA on RoCE); ROUTE_RESOLVED follows."""
-        if self.state != "addr resolved":
-            raise PyverbsRDMAError("Failed to Resolve Route: resolve the address first", errno.EINVAL)
-        self.state = "route resolved"
+        self._move(CMIDEvent.RESOLVE_ROUTE, "Resolve Route")
         self._post(EV.RDMA_CM_EVENT_ROUTE_RESOLVED)
 
     # ------------------------------------------------------------------ QP
@@ -631,28 +643,9 @@ class CMID:
         """``rdma_listen`` on the bound address and port (0.0.0.0: every device)."""
         if self.device is None:
             raise PyverbsRDMAError("Listen Failed: bind_addr first", errno.EINVAL)
-        iw = _iwcm(self.device)
-        if iw is not None:  # a TCP listener on the rdma_cm port
-            iw.listen(self)
-            return
-        if not self.src_port:
-            self.src_port = self.device.rng.randrange(32768, 61000)
-        sid = service_id(self.port_space, self.src_port)
-        devs = list(_devices().values()) if self.src_addr == "0.0.0.0" else [self.device]
-        for dev in devs:
-            agent = dev.gsi.agent
-            if sid in agent.listeners:
-                raise PyverbsRDMAError(f"Listen Failed: port {self.src_port} is already listened on on {dev.name}",
-                                       errno.EADDRINUSE)
-        for dev in devs:
-            shared = dev.gsi.agent.shared
-            if shared is not None and not shared.listen(sid):
-                raise PyverbsRDMAError(f"Listen Failed: another process listens on port {self.src_port} of "
-                                       f"{dev.name}", errno.EADDRINUSE)
-            dev.gsi.agent.listeners[sid] = self._incoming
-            self._devs_listening = devs
-        self.listening = True
-        self.state = "listen"
+        self._check(CMIDEvent.LISTEN, "Listen")
+        self._transport().listen(self)
+        self._move(CMIDEvent.LISTEN)
 
     def _incoming(self, conn: ibcm.CMConn, msg: w.CMMessage) -> ibcm.CMHandler | None:
         """A REQ or SIDR_REQ for this listener: check the cma_hdr as cma.c does, then a child CMID."""
@@ -677,46 +670,51 @@ class CMID:
             else:
                 conn.agent.send(conn.remote_gid, w.build_rej(msg, w.REJ_INVALID_SERVICE_ID))
             return None
-        child = CMID()
-        child.port_space = self.port_space
-        child._channel = self._channel
-        child.sync = self.sync
-        if self.device is dev:
-            child._share(self)
-        else:
-            child._attach(dev)
+        child = self._child(dev)
         child.src_addr, child.src_port = dst, self.src_port
         child.dst_addr, child.dst_port = str(hdr.src_address), hdr.src_port
         child.conn, child.req = conn, msg
-        child.state = "connect request"
         if isinstance(msg.body, w.CMReq):
             child.remote_qpn = msg.body.local_qpn
             # what accept() will put in the REP, known now for init_qp_attr (a QP the program moves itself)
             child._psn = dev.rng.getrandbits(24)
             child._accept_res = (min(MAX_QP_RD_ATOM, msg.body.initiator_depth),
                                  min(MAX_QP_RD_ATOM, msg.body.responder_resources))
+        self._request(child, pd)
+        return child
+
+    def _child(self, dev: SoftDevice | None) -> CMID:
+        """The CMID of a connection request to this listener (on ``dev``, the device it came to)."""
+        child = CMID()
+        child.port_space = self.port_space
+        child._channel = self._channel
+        child.sync = self.sync
+        if self.device is dev or dev is None:
+            child._share(self)
+        else:
+            child._attach(dev)
+        child._move(CMIDEvent.REQUEST)
+        return child
+
+    def _request(self, child: CMID, private_data: bytes) -> None:
+        """Queue ``child``'s CONNECT_REQUEST (it is complete: addresses and connection set)."""
         if self._channel is not None:
             self._channel.ids.append(child)
         self.backlog.append(child)
-        self._channel_post_request(child, pd)
-        return child
-
-    def _share(self, parent: CMID) -> None:
-        self.device, self.ctx, self._pd = parent.device, parent.ctx, parent._pd
-
-    def _channel_post_request(self, child: CMID, private_data: bytes) -> None:
         if self._channel is not None:
             self._channel.post(_Event(EV.RDMA_CM_EVENT_CONNECT_REQUEST, child, listen=self,
                                       private_data=private_data))
+
+    def _share(self, parent: CMID) -> None:
+        self.device, self.ctx, self._pd = parent.device, parent.ctx, parent._pd
 
     def get_request(self) -> CMID:
         """``rdma_get_request`` (synchronous listener): wait for a connection request, return its CMID."""
         if not self.listening:
             raise PyverbsRDMAError("Failed to get request: the CMID is not listening", errno.EINVAL)
         assert self._channel is not None
-        ev = self._channel.wait(lambda x: x.kind == EV.RDMA_CM_EVENT_CONNECT_REQUEST and x.listen is self,
-                                what=f"a connection request on {self._where()}")
-        child = ev.cmid
+        ev = wait_event(self._channel, None, (), "a connection request", where=self._where(), listen=self)
+        child: CMID = ev.cmid
         if self.backlog and self.backlog[0] is child:
             self.backlog.popleft()
         self.ctx, self._pd = child.ctx, child._pd
@@ -725,100 +723,28 @@ class CMID:
         return child
 
     def accept(self, param: ConnParam | None = None) -> None:
-        """``rdma_accept``: QP to RTR and RTS (if the CMID has one), then the REP (SIDR_REP for UD)."""
+        """``rdma_accept``: QP to RTR and RTS (if the CMID has one), then the REP (SIDR_REP for UD);
+        on iWARP the MPA Reply."""
         param = param or ConnParam(resources=e_max_rd(), depth=e_max_rd())
-        if self._iw is not None:  # iWARP: the MPA Reply
-            _iwcm(self.device).accept(self, param)
-            return
-        conn = self.conn
-        if conn is None or self.req is None:
-            raise PyverbsRDMAError("Failed to Accept Connection: no connection request on this CMID", errno.EINVAL)
-        if isinstance(self.req.body, w.CMSidrReq):
-            qpn = self.qp.qp_num if self.qp is not None else param.qp_num
-            conn.sidr_reply(qpn, ibcm.RDMA_UDP_QKEY, ibcm.SIDR_SUCCESS, param.private_data)
-            self.state = "established"
-            return
-        req = self.req.body
-        assert isinstance(req, w.CMReq) and self.device is not None
-        res = min(param.responder_resources, max(req.initiator_depth, 0))
-        depth = min(param.initiator_depth, req.responder_resources)
-        self._accept_res = (res, depth)
-        if self.qp is not None:
-            self._modify(e.IBV_QPS_RTR)
-            self._modify(e.IBV_QPS_RTS)
-        qpn = self.qp.qp_num if self.qp is not None else param.qp_num
-        if len(param.private_data) > MAX_REP_PRIVATE:
-            raise PyverbsRDMAError(f"Failed to Accept Connection: {len(param.private_data)} bytes of private data "
-                                   f"(a REP holds {MAX_REP_PRIVATE})", errno.EINVAL)
-        conn.accept(local_qpn=qpn, starting_psn=self._psn, responder_resources=res, initiator_depth=depth,
-                    rnr_retry_count=min(param.rnr_retry_count, 7), private_data=param.private_data)
-        self.state = "accepted"
-        if self.sync:
-            self._take(EV.RDMA_CM_EVENT_ESTABLISHED, "accept")
+        self._check(CMIDEvent.ACCEPT, "Accept Connection")
+        self._transport().accept(self, param)  # a synchronous CMID waits there for ESTABLISHED
 
     def reject(self, private_data: bytes | None = None, private_data_len: int = 0) -> None:
         """``rdma_reject``: REJ reason 28 (consumer defined) with the private data (SIDR: status reject);
         on iWARP an MPA Reply with R and the private data."""
-        if self._iw is not None:
-            _iwcm(self.device).reject(self, bytes(private_data or b"")[:private_data_len or None])
-            self.state = "rejected"
-            return
-        if self.conn is None or self.req is None:
-            raise PyverbsRDMAError("Failed to Reject Connection: no connection request on this CMID", errno.EINVAL)
-        data = bytes(private_data or b"")[:private_data_len or None]
-        if isinstance(self.req.body, w.CMSidrReq):
-            self.conn.sidr_reply(0, 0, ibcm.SIDR_REJECT, data)
-        else:
-            self.conn.reject(w.REJ_CONSUMER_DEFINED, data)
-        self.state = "rejected"
+        self._check(CMIDEvent.REJECT, "Reject Connection")
+        self._transport().reject(self, bytes(private_data or b"")[:private_data_len or None])
+        self._move(CMIDEvent.REJECT)
 
     # ------------------------------------------------------------------ active side
     def connect(self, param: ConnParam | None = None) -> None:
-        """``rdma_connect``: the REQ (SIDR_REQ in RDMA_PS_UDP); the REP and RTU follow on the channel."""
-        if self.state != "route resolved" or self.device is None or self.dst_addr is None:
+        """``rdma_connect``: the REQ (SIDR_REQ in RDMA_PS_UDP); the REP and RTU follow on the channel.
+        On iWARP: the TCP connection, then the MPA Request."""
+        if self.device is None or self.dst_addr is None:
             raise PyverbsRDMAError("Failed to Connect: resolve the address and the route first", errno.EINVAL)
+        self._check(CMIDEvent.CONNECT, "Connect")
         param = param or ConnParam(resources=e_max_rd(), depth=e_max_rd(), retry=7, rnr_retry=7)
-        iw = _iwcm(self.device)
-        if iw is not None:  # TCP connect, then the MPA Request
-            iw.connect(self, param)
-            return
-        dev = self.device
-        dst_gid = 0xFFFF00000000 | int(ipaddress.IPv4Address(self.dst_addr))
-        hdr = w.IPCMHeader.for_addresses(self.src_addr or "0.0.0.0", self.dst_addr, self.src_port)
-        user = param.private_data
-        agent = dev.gsi.agent
-        if self.port_space == RDMA_PS_UDP:
-            if len(user) > MAX_SIDR_PRIVATE:
-                raise PyverbsRDMAError(f"Failed to Connect: {len(user)} bytes of private data (a SIDR_REQ holds "
-                                       f"{MAX_SIDR_PRIVATE} after the cma_hdr)", errno.EINVAL)
-            self.conn = agent.sidr_request(self, dst_gid, service_id(self.port_space, self.dst_port),
-                                           hdr.encode() + user)
-            self.state = "connecting"
-            if self.sync:
-                self._take(EV.RDMA_CM_EVENT_ESTABLISHED, "connect")
-            return
-        if len(user) > MAX_REQ_PRIVATE:
-            raise PyverbsRDMAError(f"Failed to Connect: {len(user)} bytes of private data (a REQ holds "
-                                   f"{MAX_REQ_PRIVATE} after the cma_hdr)", errno.EINVAL)
-        qpn = self.qp.qp_num if self.qp is not None else param.qp_num
-        psn = dev.rng.getrandbits(24)
-        mtu = e.bytes_to_mtu(dev.active_mtu)
-
-        def build(local_id: int) -> w.CMMessage:
-            return w.build_req(self.src_addr or "0.0.0.0", self.dst_addr or "", self.src_port, self.dst_port,
-                               local_comm_id=local_id, local_qpn=qpn, starting_psn=psn,
-                               local_ca_guid=agent.guid, responder_resources=param.responder_resources,
-                               initiator_depth=param.initiator_depth, path_mtu=mtu,
-                               retry_count=min(param.retry_count, 7), rnr_retry_count=min(param.rnr_retry_count, 7),
-                               srq=1 if param.srq else 0, private_data=user,
-                               path=w.CMPath.roce(self.src_addr or "0.0.0.0", self.dst_addr or "", packet_rate=0,
-                                                  flow_label=_flow_label(self.src_port, self.dst_port),
-                                                  local_ack_timeout=self._ack_timeout if self._ack_timeout
-                                                  is not None else ibcm.PACKET_LIFE_TIME + 1))
-
-        self.conn = agent.connect(self, dst_gid, build)
-        self.req = self.conn.req
-        self.state = "connecting"
+        self._transport().connect(self, param)
         if self.sync:
             self._take(EV.RDMA_CM_EVENT_ESTABLISHED, "connect")
 
@@ -827,23 +753,17 @@ class CMID:
         side gets no ESTABLISHED event for it (librdmacm ``rdma_establish``); the passive side does."""
         if self.conn is None:
             raise PyverbsRDMAError("Failed to Complete an active connection request: not connecting", errno.EINVAL)
+        what = "Complete an active connection request"
+        self._check(CMIDEvent.ESTABLISHED, what)
         try:
             self.conn.establish()
         except ibcm.CMStateError as exc:
-            raise PyverbsRDMAError(f"Failed to Complete an active connection request: {exc}", errno.EINVAL) from None
-        self.state = "established"  # no event on this side: librdmacm reports none after rdma_establish
+            raise PyverbsRDMAError(f"Failed to {what}: {exc}", errno.EINVAL) from None
+        self._move(CMIDEvent.ESTABLISHED)  # no event on this side: librdmacm reports none after rdma_establish
 
     def disconnect(self) -> None:
         """``rdma_disconnect``: the QP to ERR, then the DREQ (or the DREP answering the peer's); on iWARP a TCP FIN."""
-        if self._iw is not None:
-            _iwcm(self.device).disconnect(self)
-            return
-        if self.conn is None:
-            raise PyverbsRDMAError("Failed to Disconnect: the CMID is not connected", errno.EINVAL)
-        if self.qp is not None and self.qp.qp_state not in (e.IBV_QPS_RESET, e.IBV_QPS_ERR):
-            self.qp.to_error()
-        self.conn.disconnect()
-        self.state = "disconnecting"
+        self._transport().disconnect(self)
 
     # ------------------------------------------------------------------ events from the CM
     def cm_event(self, conn: ibcm.CMConn, kind: str, msg: w.CMMessage | None, **info: Any) -> None:
@@ -855,24 +775,25 @@ class CMID:
                     self._modify(e.IBV_QPS_RTS)
                 except PyverbsRDMAError as exc:
                     conn.reject(w.REJ_CONSUMER_DEFINED)
+                    self._move(CMIDEvent.CONNECT_ERROR)
                     self._post(EV.RDMA_CM_EVENT_CONNECT_ERROR, status=-errno.EINVAL, why=str(exc))
                     return
                 conn.establish()
-                self.state = "established"
+                self._move(CMIDEvent.ESTABLISHED)
                 self._post(EV.RDMA_CM_EVENT_ESTABLISHED, private_data=pd)
             else:
                 self._post(EV.RDMA_CM_EVENT_CONNECT_RESPONSE, private_data=pd)
         elif kind == "established":
-            self.state = "established"
+            self._move(CMIDEvent.ESTABLISHED)
             self._post(EV.RDMA_CM_EVENT_ESTABLISHED, private_data=pd)
         elif kind == "rejected":
-            self.state = "rejected"
+            self._move(CMIDEvent.REJECTED)
             self._post(EV.RDMA_CM_EVENT_REJECTED, status=info.get("reason", 0), private_data=pd, **info)
         elif kind == "unreachable":
-            self.state = "unreachable"
+            self._move(CMIDEvent.UNREACHABLE)
             self._post(EV.RDMA_CM_EVENT_UNREACHABLE, status=-errno.ETIMEDOUT, **info)
         elif kind == "disconnected":
-            self.state = "disconnected"
+            self._move(CMIDEvent.DISCONNECTED)
             self._post(EV.RDMA_CM_EVENT_DISCONNECTED, **info)
         elif kind == "sidr_req":  # the listener made this CMID and queued CONNECT_REQUEST already
             pass
@@ -883,10 +804,10 @@ class CMID:
                 assert self.dst_addr is not None
                 ah = _ah_to(self.dst_addr)
                 self.remote_qpn = info["qpn"]
-                self.state = "established"
+                self._move(CMIDEvent.ESTABLISHED)
                 self._post(EV.RDMA_CM_EVENT_ESTABLISHED, ud=(info["qpn"], info["qkey"], ah), private_data=pd)
             else:
-                self.state = "unreachable"
+                self._move(CMIDEvent.UNREACHABLE)
                 self._post(EV.RDMA_CM_EVENT_UNREACHABLE, status=-errno.ECONNREFUSED,
                            sidr_status=info.get("status"))
 
@@ -1002,15 +923,8 @@ class CMID:
         if self.closed:
             return
         self.closed = True
-        if self.listening and _iwcm(self.device) is not None:
-            _iwcm(self.device).unlisten(self)
-        elif self.listening and self.device is not None:
-            sid = service_id(self.port_space, self.src_port)
-            for dev in getattr(self, "_devs_listening", [self.device]):
-                if dev.gsi.agent.listeners.get(sid) == self._incoming:
-                    del dev.gsi.agent.listeners[sid]
-                    if dev.gsi.agent.shared is not None:
-                        dev.gsi.agent.shared.unlisten(sid)
+        if self.listening and self.device is not None:
+            self._transport().unlisten(self)
         if self.qp is not None:
             self.qp.close()
         if self._channel is not None and self in self._channel.ids:
@@ -1024,6 +938,124 @@ class CMID:
 
     def __repr__(self) -> str:
         return f"<CMID {self._where()} {self.state}>"
+
+
+class _IBTransport:
+    """rdma_cm over the soft device's own IB CM (:mod:`rdmalab.verbs.engine.cm`): CM MADs on QP1."""
+
+    def listen(self, cmid: CMID) -> None:
+        assert cmid.device is not None
+        if not cmid.src_port:
+            cmid.src_port = cmid.device.rng.randrange(32768, 61000)
+        sid = service_id(cmid.port_space, cmid.src_port)
+        devs = list(_devices().values()) if cmid.src_addr == "0.0.0.0" else [cmid.device]
+        for dev in devs:
+            if sid in dev.gsi.agent.listeners:
+                raise PyverbsRDMAError(f"Listen Failed: port {cmid.src_port} is already listened on on {dev.name}",
+                                       errno.EADDRINUSE)
+        for dev in devs:
+            shared = dev.gsi.agent.shared
+            if shared is not None and not shared.listen(sid):
+                raise PyverbsRDMAError(f"Listen Failed: another process listens on port {cmid.src_port} of "
+                                       f"{dev.name}", errno.EADDRINUSE)
+            dev.gsi.agent.listeners[sid] = cmid._incoming
+            cmid._devs_listening = devs
+
+    def unlisten(self, cmid: CMID) -> None:
+        sid = service_id(cmid.port_space, cmid.src_port)
+        for dev in cmid._devs_listening:
+            if dev.gsi.agent.listeners.get(sid) == cmid._incoming:
+                del dev.gsi.agent.listeners[sid]
+                if dev.gsi.agent.shared is not None:
+                    dev.gsi.agent.shared.unlisten(sid)
+
+    def connect(self, cmid: CMID, param: ConnParam) -> None:
+        dev = cmid.device
+        assert dev is not None and cmid.dst_addr is not None
+        dst_gid = 0xFFFF00000000 | int(ipaddress.IPv4Address(cmid.dst_addr))
+        src = cmid.src_addr or "0.0.0.0"
+        hdr = w.IPCMHeader.for_addresses(src, cmid.dst_addr, cmid.src_port)
+        user = param.private_data
+        agent = dev.gsi.agent
+        if cmid.port_space == RDMA_PS_UDP:
+            if len(user) > MAX_SIDR_PRIVATE:
+                raise PyverbsRDMAError(f"Failed to Connect: {len(user)} bytes of private data (a SIDR_REQ holds "
+                                       f"{MAX_SIDR_PRIVATE} after the cma_hdr)", errno.EINVAL)
+            cmid._move(CMIDEvent.CONNECT)
+            cmid.conn = agent.sidr_request(cmid, dst_gid, service_id(cmid.port_space, cmid.dst_port),
+                                           hdr.encode() + user)
+            return
+        if len(user) > MAX_REQ_PRIVATE:
+            raise PyverbsRDMAError(f"Failed to Connect: {len(user)} bytes of private data (a REQ holds "
+                                   f"{MAX_REQ_PRIVATE} after the cma_hdr)", errno.EINVAL)
+        qpn = cmid.qp.qp_num if cmid.qp is not None else param.qp_num
+        psn = dev.rng.getrandbits(24)
+        mtu = e.bytes_to_mtu(dev.active_mtu)
+        dst = cmid.dst_addr
+        ack = cmid._ack_timeout if cmid._ack_timeout is not None else ibcm.PACKET_LIFE_TIME + 1
+
+        def build(local_id: int) -> w.CMMessage:
+            return w.build_req(src, dst, cmid.src_port, cmid.dst_port,
+                               local_comm_id=local_id, local_qpn=qpn, starting_psn=psn,
+                               local_ca_guid=agent.guid, responder_resources=param.responder_resources,
+                               initiator_depth=param.initiator_depth, path_mtu=mtu,
+                               retry_count=min(param.retry_count, 7), rnr_retry_count=min(param.rnr_retry_count, 7),
+                               srq=1 if param.srq else 0, private_data=user,
+                               path=w.CMPath.roce(src, dst, packet_rate=0,
+                                                  flow_label=_flow_label(cmid.src_port, cmid.dst_port),
+                                                  local_ack_timeout=ack))
+
+        cmid._move(CMIDEvent.CONNECT)
+        cmid.conn = agent.connect(cmid, dst_gid, build)
+        cmid.req = cmid.conn.req
+
+    def accept(self, cmid: CMID, param: ConnParam) -> None:
+        conn = cmid.conn
+        if conn is None or cmid.req is None:
+            raise PyverbsRDMAError("Failed to Accept Connection: no connection request on this CMID", errno.EINVAL)
+        if isinstance(cmid.req.body, w.CMSidrReq):
+            qpn = cmid.qp.qp_num if cmid.qp is not None else param.qp_num
+            cmid._move(CMIDEvent.ACCEPT)
+            conn.sidr_reply(qpn, ibcm.RDMA_UDP_QKEY, ibcm.SIDR_SUCCESS, param.private_data)
+            cmid._move(CMIDEvent.ESTABLISHED)  # SIDR: the SIDR_REP is the whole answer, no event on this side
+            return
+        req = cmid.req.body
+        assert isinstance(req, w.CMReq) and cmid.device is not None
+        res = min(param.responder_resources, max(req.initiator_depth, 0))
+        depth = min(param.initiator_depth, req.responder_resources)
+        cmid._accept_res = (res, depth)
+        if cmid.qp is not None:
+            cmid._modify(e.IBV_QPS_RTR)
+            cmid._modify(e.IBV_QPS_RTS)
+        qpn = cmid.qp.qp_num if cmid.qp is not None else param.qp_num
+        if len(param.private_data) > MAX_REP_PRIVATE:
+            raise PyverbsRDMAError(f"Failed to Accept Connection: {len(param.private_data)} bytes of private data "
+                                   f"(a REP holds {MAX_REP_PRIVATE})", errno.EINVAL)
+        cmid._move(CMIDEvent.ACCEPT)
+        conn.accept(local_qpn=qpn, starting_psn=cmid._psn, responder_resources=res, initiator_depth=depth,
+                    rnr_retry_count=min(param.rnr_retry_count, 7), private_data=param.private_data)
+        if cmid.sync:
+            cmid._take(EV.RDMA_CM_EVENT_ESTABLISHED, "accept")
+
+    def reject(self, cmid: CMID, private_data: bytes) -> None:
+        if cmid.conn is None or cmid.req is None:
+            raise PyverbsRDMAError("Failed to Reject Connection: no connection request on this CMID", errno.EINVAL)
+        if isinstance(cmid.req.body, w.CMSidrReq):
+            cmid.conn.sidr_reply(0, 0, ibcm.SIDR_REJECT, private_data)
+        else:
+            cmid.conn.reject(w.REJ_CONSUMER_DEFINED, private_data)
+
+    def disconnect(self, cmid: CMID) -> None:
+        if cmid.conn is None:
+            raise PyverbsRDMAError("Failed to Disconnect: the CMID is not connected", errno.EINVAL)
+        cmid._move(CMIDEvent.DISCONNECT, "Disconnect")
+        if cmid.qp is not None and cmid.qp.qp_state not in (e.IBV_QPS_RESET, e.IBV_QPS_ERR):
+            cmid.qp.to_error()
+        cmid.conn.disconnect()
+
+
+#: the transport of every device that is not iWARP
+IB = _IBTransport()
 
 
 class _OneDevice:

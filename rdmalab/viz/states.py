@@ -1,10 +1,12 @@
-"""State diagrams drawn from a transition table (the engine's QP state machine).
+"""State diagrams drawn from a transition table: the QP, the IB CM, iWARP's MPA exchange, rdma_cm's CMID.
 
 The diagram is generated from the same table the engine enforces (h11 draws its diagrams from
 its tables for the same reason): if the engine changes, the picture changes with it.  Edges are
-quadratic curves so that A->B and B->A do not overlap; transitions into RESET and ERR, which
-exist from almost every state, are drawn light so the main path RESET -> INIT -> RTR -> RTS
-stands out.
+quadratic curves so that A->B and B->A do not overlap; transitions into the states reached from
+almost everywhere (RESET and ERR for a QP, CLOSED for a connection) are drawn light so the main
+path stands out.  :func:`qp_state_diagram` reads ``engine.qpstate.TABLE``,
+:func:`cm_state_diagram` ``engine.cm.TABLE``, :func:`mpa_state_diagram` ``engine.mpacm.TABLE``
+and :func:`cmid_state_diagram` ``cmstate.TRANSITIONS``.
 """
 
 from __future__ import annotations
@@ -15,13 +17,31 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rdmalab.verbs import cmstate
 from rdmalab.verbs import enums as e
-from rdmalab.verbs.engine import qpstate
+from rdmalab.verbs.engine import cm, mpacm, qpstate
 
 # Positions for the QP states of IBA Vol 1 10.3.1 (ibv_qp_state names), in a 3-row grid.
 QP_LAYOUT = {
     "RESET": (0, 0), "INIT": (1, 0), "RTR": (2, 0), "RTS": (3, 0),
     "SQD": (3, 1), "SQE": (2, 1), "ERR": (1, 1), "UNKNOWN": (0, 1),
+}
+# The IB CM (IBA Vol 1 12.6): the active side along the top, the passive side below, teardown on the right.
+CM_LAYOUT = {
+    "IDLE": (0, 1), "REQ_SENT": (1, 0), "REP_RCVD": (2, 0), "ESTABLISHED": (3, 1), "DREQ_SENT": (4, 0),
+    "TIMEWAIT": (5, 1), "REQ_RCVD": (1, 2), "REP_SENT": (2, 2), "DREQ_RCVD": (4, 2), "MRA_REQ_SENT": (1, 3),
+    "SIDR_REQ_RCVD": (0, 3), "SIDR_REQ_SENT": (0, 0), "CLOSED": (5, 3),
+}
+# An iWARP connection (mpacm.MPAState): the initiator above, the responder below, CLOSED between them.
+MPA_LAYOUT = {
+    "TCP_CONNECTING": (0, 0), "REQUEST_SENT": (1, 0), "CLOSED": (1, 1), "ESTABLISHED": (2, 1),
+    "DISCONNECTED": (3, 1), "AWAIT_REQUEST": (0, 2), "REQUEST_RCVD": (2, 2),
+}
+# rdma_cm's CMID (cmstate.CMIDState): the active side above, the passive side below.
+CMID_LAYOUT = {
+    "IDLE": (0, 1), "ADDR_RESOLVED": (1, 0), "ROUTE_RESOLVED": (2, 0), "CONNECTING": (3, 0), "ESTABLISHED": (4, 1),
+    "DISCONNECTING": (5, 0), "DISCONNECTED": (5, 2), "LISTEN": (0, 2), "CONNECT_REQUEST": (1, 2),
+    "ACCEPTED": (3, 2), "REJECTED": (2, 3), "UNREACHABLE": (3, 3), "ERROR": (4, 3),
 }
 
 
@@ -103,16 +123,27 @@ class StateDiagram:
     states: list[str] = field(default_factory=list)
     title: str | None = None
     highlight: list[str] = field(default_factory=list)  # a path to draw bold, e.g. RESET INIT RTR RTS
+    #: state -> (column, row); None: the QP's grid
+    layout: dict[str, tuple[int, int]] | None = None
+    #: edges into these are drawn light and unlabelled (they exist from almost every state)
+    faint_to: tuple[str, ...] = ("RESET", "ERR")
+    #: states filled red (error states)
+    alarm: tuple[str, ...] = ("ERR", "SQE")
+    spacing: tuple[int, int] = (250, 170)
+    radius: int = 30
 
     def _positions(self) -> dict[str, tuple[float, float]]:
+        layout = self.layout if self.layout is not None else QP_LAYOUT
+        dx, dy = self.spacing
         pos: dict[str, tuple[float, float]] = {}
-        extra = [s for s in self.states if s not in QP_LAYOUT]
+        extra = [s for s in self.states if s not in layout]
         for s in self.states:
-            if s in QP_LAYOUT:
-                c, r = QP_LAYOUT[s]
-                pos[s] = (90 + c * 250, 150 + r * 170)
+            if s in layout:
+                c, r = layout[s]
+                pos[s] = (90 + c * dx, 150 + r * dy)
+        below = max((r for c, r in layout.values()), default=1) + 1
         for i, s in enumerate(extra):
-            pos[s] = (90 + i * 250, 150 + 2 * 170)
+            pos[s] = (90 + i * dx, 150 + below * dy)
         return pos
 
     def to_svg(self) -> str:
@@ -130,7 +161,7 @@ class StateDiagram:
         if self.title:
             out.append(f'<text x="{width / 2}" y="18" text-anchor="middle" font-weight="bold" font-size="13">'
                        f"{html.escape(self.title)}</text>")
-        r = 30
+        r = self.radius
         pairs = {(a, b) for a, b, _ in self.edges}
         labels: dict[tuple[str, str], list[str]] = {}
         for a, b, lab in self.edges:
@@ -141,7 +172,7 @@ class StateDiagram:
                 continue
             x1, y1 = pos[a]
             bold = (a, b) in path
-            faint = b in ("RESET", "ERR") and not bold
+            faint = b in self.faint_to and not bold
             colour = "#1565c0" if bold else ("#c7c7c7" if faint else "#555")
             if a == b:
                 # Loops go on the outside of the grid (above the top row, below the others), clear of the
@@ -172,9 +203,11 @@ class StateDiagram:
                                 for i, t in enumerate(lines))
                 out.append(f'<text text-anchor="middle" fill="{colour}" font-size="10">{spans}</text>')
         for s, (x, y) in pos.items():
-            fill = "#e3f2fd" if s in self.highlight else ("#ffebee" if s in ("ERR", "SQE") else "#f5f5f5")
+            fill = "#e3f2fd" if s in self.highlight else ("#ffebee" if s in self.alarm else "#f5f5f5")
             out.append(f'<circle cx="{x}" cy="{y}" r="{r}" fill="{fill}" stroke="#333" stroke-width="1.5"/>')
-            out.append(f'<text x="{x}" y="{y + 4}" text-anchor="middle" font-weight="bold">{html.escape(s)}</text>')
+            size = "" if len(s) <= 9 else ' font-size="9"'  # long names (MRA_REQ_SENT) stay inside the circle
+            out.append(f'<text x="{x}" y="{y + 4}" text-anchor="middle" font-weight="bold"{size}>'
+                       f'{html.escape(s)}</text>')
         out.append("</svg>")
         return "".join(out)
 
@@ -182,10 +215,12 @@ class StateDiagram:
         return self.to_svg()
 
     def __repr__(self) -> str:
-        return "\n".join(f"{a:>6} -> {b:<6} {lab}" for a, b, lab in self.edges)
+        w = max((len(a) for a, _, _ in self.edges), default=6)
+        return "\n".join(f"{a:>{w}} -> {b:<{w}} {lab}" for a, b, lab in self.edges)
 
 
-def state_diagram(table: Any, *, title: str | None = None, highlight: Iterable[Any] = ()) -> StateDiagram:
+def state_diagram(table: Any, *, title: str | None = None, highlight: Iterable[Any] = (),
+                  layout: dict[str, tuple[int, int]] | None = None) -> StateDiagram:
     """Draw a transition table.
 
     ``table`` may be a mapping ``{from: {to: label_or_attrs}}``, a mapping ``{(from, to): value}``,
@@ -224,9 +259,9 @@ def state_diagram(table: Any, *, title: str | None = None, highlight: Iterable[A
         for s in (a, b):
             if s not in states:
                 states.append(s)
-    order = list(QP_LAYOUT)
+    order = list(layout if layout is not None else QP_LAYOUT)
     states.sort(key=lambda s: order.index(s) if s in order else 99)
-    return StateDiagram(edges, states, title, [_norm(h) for h in highlight])
+    return StateDiagram(edges, states, title, [_norm(h) for h in highlight], layout=layout)
 
 
 def qp_state_diagram(qp_type: str = "RC", *, title: str | None = None,
@@ -245,4 +280,50 @@ def qp_state_diagram(qp_type: str = "RC", *, title: str | None = None,
         edges.append((names.get(cur, str(cur)), names.get(new, str(new)), "" if label == "none" else label))
     d = state_diagram(edges, title=title or f"{qp_type} QP states (from the engine's transition table)",
                       highlight=highlight)
+    return d
+
+
+def _merged(edges: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """One edge per (from, to), its events joined: ``REJ | timer``."""
+    labels: dict[tuple[str, str], list[str]] = {}
+    for a, b, lab in edges:
+        labs = labels.setdefault((a, b), [])
+        if lab not in labs:
+            labs.append(lab)
+    return [(a, b, " | ".join(labs)) for (a, b), labs in labels.items()]
+
+
+def cm_state_diagram(*, title: str | None = None,
+                     highlight: Iterable[Any] = ("IDLE", "REQ_SENT", "REP_RCVD", "ESTABLISHED", "DREQ_SENT",
+                                                 "TIMEWAIT", "CLOSED")) -> StateDiagram:
+    """The IB CM of the soft engine (``rdmalab.verbs.engine.cm.TABLE``): each edge is labelled with the
+    messages, timer and calls that make it; refusals (drops, duplicates) are not edges, nor is IDLE's
+    loop (a REQ refused, a DREP to an unknown connection: nothing is kept).  The default highlight is
+    the active side's path, the handshake the notebook performs."""
+    edges = [(a, b, lab) for a, b, lab in cm.edges() if (a, b) != ("IDLE", "IDLE")]
+    d = state_diagram(_merged(edges), title=title or "IB CM states (from the engine's transition table)",
+                      highlight=highlight, layout=CM_LAYOUT)
+    d.faint_to, d.alarm, d.spacing, d.radius = ("CLOSED",), (), (210, 150), 40
+    return d
+
+
+def mpa_state_diagram(*, title: str | None = None,
+                      highlight: Iterable[Any] = ("TCP_CONNECTING", "REQUEST_SENT", "ESTABLISHED",
+                                                  "DISCONNECTED")) -> StateDiagram:
+    """An iWARP connection of rdma_cm (``rdmalab.verbs.engine.mpacm.TABLE``): TCP, the MPA Request and
+    Reply, the QP taking the stream."""
+    d = state_diagram(_merged(mpacm.edges()), title=title or "iWARP connection states (MPA, from the transition "
+                      "table)", highlight=highlight, layout=MPA_LAYOUT)
+    d.faint_to, d.alarm, d.spacing, d.radius = (), (), (230, 150), 44
+    return d
+
+
+def cmid_state_diagram(*, title: str | None = None,
+                       highlight: Iterable[Any] = ("IDLE", "ADDR_RESOLVED", "ROUTE_RESOLVED", "CONNECTING",
+                                                   "ESTABLISHED", "DISCONNECTING", "DISCONNECTED")) -> StateDiagram:
+    """rdma_cm's CMID (``rdmalab.verbs.cmstate.TRANSITIONS``): the calls and events that move it."""
+    d = state_diagram(_merged(cmstate.edges()), title=title or "rdma_cm CMID states (from the transition table)",
+                      highlight=highlight, layout=CMID_LAYOUT)
+    d.faint_to, d.alarm, d.spacing, d.radius = (("REJECTED", "DISCONNECTED"), ("REJECTED", "UNREACHABLE", "ERROR"),
+                                                (210, 150), 44)
     return d

@@ -20,12 +20,18 @@ Reply (or rejects with the R flag); both carry private data, and in enhanced mod
 * **Nothing may follow the Request** before the Reply (siw: -EPROTO "peer sent extra data").
 
 Both classes take bytes (``feed``) and return what happened; they never touch a socket.
+
+The connection around them (TCP, the exchange, the QP taking the stream) is :data:`TABLE`,
+``(MPAState, MPAEvent) -> Rule`` as :mod:`rdmalab.verbs.engine.cm` has the IB CM's; its actions,
+which touch the stream and the CMID, are ``rdmalab.verbs.iwcm.ACTIONS``.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
+from rdmalab.verbs.engine.cm import IGNORE, REFUSALS, REFUSE, Rule
 from rdmalab.wire.errors import Picklable
 from rdmalab.wire.iwarp import encode_mpa_frame
 from rdmalab.wire.mpa import (
@@ -221,3 +227,80 @@ class Responder:
 
     def reject(self, private_data: bytes = b"") -> bytes:
         return reply_frame(ird=0, ord=0, crc=self.crc, private_data=private_data, reject=True)
+
+
+# ---------------------------------------------------------------------- the connection's states as a table
+class MPAState(enum.Enum):
+    """An iWARP connection of rdma_cm from TCP to the QP taking the stream (siw_cm.c's ``SIW_EPSTATE_*``,
+    named for what each waits for).  The role is in the state: the first two are the initiator's, the
+    next two the responder's."""
+
+    TCP_CONNECTING = "TCP connecting"  # siw: CONNECTING
+    REQUEST_SENT = "MPA Request sent"  # siw: AWAIT_MPAREP
+    AWAIT_REQUEST = "waiting for the MPA Request"  # siw: AWAIT_MPAREQ
+    REQUEST_RCVD = "MPA Request received"  # siw: RECVD_MPAREQ
+    ESTABLISHED = "established"  # siw: RDMA_MODE, the QP has the stream
+    DISCONNECTED = "disconnected"  # it was established, and the stream closed
+    CLOSED = "closed"  # it never was: refused, rejected, timed out, or the stream closed first
+
+
+class MPAEvent(enum.Enum):
+    TCP_CONNECTED = "TCP connected"
+    TCP_FAILED = "TCP failed"
+    BYTES = "bytes"  # bytes on the stream before the QP has it
+    TIMER = "timer"  # MPA_REQ_TIMEOUT (10 s) or the responder's 5 s
+    STREAM_CLOSED = "stream closed"  # FIN, reset, or a Terminate the QP received
+    ACCEPT = "accept()"
+    REJECT = "reject()"
+    DISCONNECT = "disconnect()"
+
+
+M, ME = MPAState, MPAEvent
+#: ``(state, event) -> Rule``; actions are ``rdmalab.verbs.iwcm.ACTIONS``; every other pair is the
+#: event's refusal in :data:`OTHERWISE`.
+TABLE: dict[tuple[MPAState, MPAEvent], Rule] = {
+    (M.TCP_CONNECTING, ME.TCP_CONNECTED): Rule("send_request", (M.REQUEST_SENT,), "the MPA Request, the 10 s timer"),
+    (M.TCP_CONNECTING, ME.TCP_FAILED): Rule("tcp_failed", (M.CLOSED,), "REJECTED -ECONNREFUSED or UNREACHABLE"),
+    (M.REQUEST_SENT, ME.BYTES): Rule("read_reply", (M.REQUEST_SENT, M.ESTABLISHED, M.CLOSED),
+                                     "wait for the rest, ESTABLISHED, REJECTED (R), or CONNECT_ERROR"),
+    (M.REQUEST_SENT, ME.TIMER): Rule("reply_timeout", (M.CLOSED,), "UNREACHABLE -ETIMEDOUT"),
+    (M.REQUEST_SENT, ME.STREAM_CLOSED): Rule("closed_before_reply", (M.CLOSED,), "REJECTED -ECONNRESET"),
+    (M.AWAIT_REQUEST, ME.BYTES): Rule("read_request", (M.AWAIT_REQUEST, M.REQUEST_RCVD, M.CLOSED),
+                                      "wait for the rest, CONNECT_REQUEST, or the connection refused"),
+    (M.AWAIT_REQUEST, ME.TIMER): Rule("give_up", (M.CLOSED,), "no Request within 5 s: the connection is dropped"),
+    (M.AWAIT_REQUEST, ME.STREAM_CLOSED): Rule("forget", (M.CLOSED,), "closed before its Request: nothing to tell"),
+    (M.REQUEST_RCVD, ME.BYTES): Rule("read_request", (M.CLOSED,), "siw: -EPROTO, peer sent extra data"),
+    (M.REQUEST_RCVD, ME.STREAM_CLOSED): Rule("forget", (M.CLOSED,), "closed before the application answered"),
+    (M.REQUEST_RCVD, ME.ACCEPT): Rule("send_reply", (M.ESTABLISHED,), "the QP takes the stream, ESTABLISHED at once"),
+    (M.REQUEST_RCVD, ME.REJECT): Rule("send_reject", (M.CLOSED,), "a Reply with R, then FIN"),
+    (M.ESTABLISHED, ME.STREAM_CLOSED): Rule("disconnected", (M.DISCONNECTED,), "DISCONNECTED; the QP to ERR"),
+    (M.ESTABLISHED, ME.DISCONNECT): Rule("fin", (M.ESTABLISHED, M.DISCONNECTED), "the QP to ERR and FIN; "
+                                                                               "DISCONNECTED when the stream closes"),
+    (M.REQUEST_SENT, ME.DISCONNECT): Rule("close", (M.CLOSED,), "FIN before the Reply: REJECTED -ECONNRESET"),
+    (M.AWAIT_REQUEST, ME.DISCONNECT): Rule("close", (M.CLOSED,), "FIN"),
+    (M.REQUEST_RCVD, ME.DISCONNECT): Rule("close", (M.CLOSED,), "FIN"),
+    (M.TCP_CONNECTING, ME.DISCONNECT): Rule(REFUSE, (), "Failed to Disconnect: the CMID is not connected yet "
+                                                        "({state})"),
+}
+
+#: What every pair not in :data:`TABLE` does, per event (nothing reaches a state that is over).
+OTHERWISE: dict[MPAEvent, Rule] = {
+    ME.TCP_CONNECTED: Rule(IGNORE, (), "TCP connected in state {state}: only a connecting initiator waits for it"),
+    ME.TCP_FAILED: Rule(IGNORE, (), "TCP failed in state {state}: only a connecting initiator waits for it"),
+    ME.BYTES: Rule(IGNORE, (), "bytes in state {state}: the QP has the stream, or it is over"),
+    ME.TIMER: Rule(IGNORE, (), "no MPA timer runs in state {state}"),
+    ME.STREAM_CLOSED: Rule(IGNORE, (), "the stream closed again ({state})"),
+    ME.ACCEPT: Rule(REFUSE, (), "Failed to Accept Connection: no MPA Request waiting on this CMID ({state})"),
+    ME.REJECT: Rule(REFUSE, (), "Failed to Reject Connection: no MPA Request waiting on this CMID ({state})"),
+    ME.DISCONNECT: Rule(IGNORE, (), "disconnect in state {state}: nothing to close"),
+}
+
+
+def rule(state: MPAState, event: MPAEvent) -> Rule:
+    """What ``event`` does in ``state``: its entry in :data:`TABLE`, else the event's refusal."""
+    return TABLE.get((state, event)) or OTHERWISE[event]
+
+
+def edges() -> list[tuple[str, str, str]]:
+    """``(from, to, event)`` for every transition of :data:`TABLE`: the MPA state diagram's edges."""
+    return [(s.name, to.name, ev.value) for (s, ev), r in TABLE.items() if r.do not in REFUSALS for to in r.to]
