@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+import rdmalab.verbs.engine.trace as trace_module
 import rdmalab.verbs.enums as e
 from rdmalab.fabric import Fabric, default_fabric, reset_default_fabric
 from rdmalab.lab.pair import Pair
@@ -135,3 +137,9 @@ def test_a_ring_lets_the_oldest_go_and_reads_as_a_trace() -> None:
 def test_a_ring_of_no_events_is_refused(bad: object) -> None:
     with pytest.raises(ValueError, match=r"maxlen is how many events to keep, a positive int, not"):
         RingTrace(maxlen=bad)  # type: ignore[arg-type]
+
+
+def test_the_docs_say_how_many_events_the_default_devices_keep() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text()
+    assert f"`RING_EVENTS` = {RING_EVENTS:,} events" in docs
+    assert f":data:`RING_EVENTS` ({RING_EVENTS:,})" in (trace_module.__doc__ or "")

@@ -30,8 +30,8 @@ How much is kept is the owner's choice.  A :class:`Trace` keeps every event: wha
 program record, so that a ladder shows the whole run.  The default devices (``soft0`` and ``soft1``
 of :func:`rdmalab.fabric.default_fabric`, what ``get_device_list()`` offers a pyverbs program that
 chose no fabric) keep a :class:`RingTrace` of the latest :data:`RING_EVENTS` (100,000) events, so
-that a program that loops does not grow without end (a 64-byte SEND is about nine events, so the
-ring holds about the last 11,000 of them); ``trace.dropped`` counts the older events it let go,
+that a program that loops does not grow without end (a 64-byte SEND is about eight events, so the
+ring holds about the last 12,000 of them); ``trace.dropped`` counts the older events it let go,
 and :meth:`Trace.dump` and ``repr`` say so.  A program that wants everything gives the fabric a
 full trace (``default_fabric().trace = Trace()``); ``default_fabric().tracing = False`` records
 nothing at all.
