@@ -128,6 +128,9 @@ class Trace(list[TraceEvent], _Filters):
     maxlen: int | None = None
 
 
+_deque_append = deque.append
+
+
 class RingTrace(deque[TraceEvent], _Filters):
     """The latest ``maxlen`` events (default :data:`RING_EVENTS`), in the order they happened.
 
@@ -141,14 +144,15 @@ class RingTrace(deque[TraceEvent], _Filters):
         if not isinstance(maxlen, int) or isinstance(maxlen, bool) or maxlen < 1:
             raise ValueError(f"RingTrace: maxlen is how many events to keep, a positive int, not {maxlen!r}")
         super().__init__((), maxlen)
+        self._max = maxlen  # (an attribute read is cheaper than deque's maxlen descriptor, once an event)
         #: how many events the ring let go to keep the latest ``maxlen``
         self.dropped = 0
         self.extend(events)
 
     def append(self, event: TraceEvent) -> None:
-        if len(self) == self.maxlen:
+        if len(self) == self._max:
             self.dropped += 1
-        deque.append(self, event)
+        _deque_append(self, event)
 
     def extend(self, events: Iterable[TraceEvent]) -> None:
         for e in events:
