@@ -77,21 +77,15 @@ def run_cli(args: argparse.Namespace, out: TextIO) -> int:
         raise Fail("rping: --mpa-crc is an iWARP option (MPA CRC32c); RoCE has the ICRC always")
     if args.mpa_crc and not (args.netdev and args.transport == "iwarp"):
         raise Fail("rping: --mpa-crc goes with the device it makes: --netdev IFNAME --transport iwarp")
-    if args.netdev and args.transport == "iwarp":
-        from rdmalab.fabric.udp_setup import CarrierError
-        from rdmalab.tools import iwlink
-
-        try:
-            iwlink.use_interface(args.netdev, mpa_crc=args.mpa_crc, poll_wait=0.05)
-        except (CarrierError, OSError) as exc:
-            raise Fail(f"rping: a soft iWARP device on {args.netdev}: {exc}") from None
-    elif args.netdev:
+    if args.netdev:  # the device a link of type siw (--transport iwarp) or rxe would be, for this run
         from rdmalab.fabric.links import LinkError, use_interface
 
+        siw = args.transport == "iwarp"
         try:
-            use_interface(args.netdev, poll_wait=0.05)
+            use_interface(args.netdev, type="siw" if siw else "rxe", poll_wait=0.05,
+                          **({"mpa_crc": args.mpa_crc} if siw else {}))
         except LinkError as exc:
-            raise Fail(str(exc)) from None
+            raise Fail(f"rping: {exc}") from None
     try:
         return run(opts, out)
     except (RpingError, PyverbsRDMAError) as exc:

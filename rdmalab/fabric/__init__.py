@@ -2,7 +2,7 @@
 
 ``sim``    an in-process simulated fabric with a virtual clock (:class:`Fabric`)
 ``udp``    the engine on real UDP next to kernel rxe (:class:`rdmalab.fabric.udp.UdpFabric`)
-``links``  soft devices bound to network interfaces (``rdmalab link add soft0 netdev veth1``)
+``links``  soft devices bound to network interfaces (``rdmalab link add soft0 [type rxe|siw] netdev veth1``)
 
 ``rdmalab.verbs`` finds the simulated fabric's ``soft0``/``soft1`` and the linked devices without
 importing this package: ``pyproject.toml`` declares them as providers (entry points of the group

@@ -31,7 +31,7 @@ from typing import IO, Any
 from rdmalab.verbs.engine.carrier import Scheduler, Station, Timer, TimerHandle
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import ACK_OPCODE, INFO, PSN_MASK, ROCE_OVERHEAD, SEGMENT, Pkt, middle_of, next_id
-from rdmalab.verbs.engine.trace import Trace, TraceEvent
+from rdmalab.verbs.engine.trace import RingTrace, Trace, TraceEvent
 from rdmalab.wire.ib import IB_MTUS
 
 Tap = Callable[[int, str, str, bytes], None]
@@ -132,7 +132,7 @@ class Fabric:
         self.frames = frames
         self.bursts = bursts
         self.devices: dict[str, SoftDevice] = {}
-        self._trace = Trace()
+        self._trace: Trace | RingTrace = Trace()
         #: keep one trace event (the carrier's trace sink, called for every event while tracing): the
         #: trace's own ``append``, so that recording costs no Python call; see ``trace``
         self.record: Callable[[TraceEvent], None] = self._trace.append
@@ -282,13 +282,14 @@ class Fabric:
         self.burst_ok = self.bursts and not (self._taps or self.frames or any(f.any for f in self._faults.values()))
 
     @property
-    def trace(self) -> Trace:
-        """The events recorded while ``tracing`` (a :class:`~rdmalab.verbs.engine.trace.Trace`); a
-        program may also give the fabric a new one (``fabric.trace = Trace()``)."""
+    def trace(self) -> Trace | RingTrace:
+        """The events recorded while ``tracing`` (a :class:`~rdmalab.verbs.engine.trace.Trace`, or the
+        bounded :class:`~rdmalab.verbs.engine.trace.RingTrace` of :func:`default_fabric`); a program
+        may also give the fabric a new one (``fabric.trace = Trace()``)."""
         return self._trace
 
     @trace.setter
-    def trace(self, trace: Trace) -> None:
+    def trace(self, trace: Trace | RingTrace) -> None:
         self._trace = trace
         self.record = trace.append
 
@@ -530,10 +531,16 @@ _DEFAULT: Fabric | None = None
 
 
 def default_fabric() -> Fabric:
-    """The fabric ``get_device_list()`` uses when nothing else is configured: soft0 and soft1."""
+    """The fabric ``get_device_list()`` uses when nothing else is configured: soft0 and soft1.
+
+    Its trace is a :class:`~rdmalab.verbs.engine.trace.RingTrace`: the latest
+    :data:`~rdmalab.verbs.engine.trace.RING_EVENTS` events, with ``trace.dropped`` counting those it
+    let go, so that a pyverbs program that loops does not grow without end (give it ``Trace()`` to
+    keep everything, or set ``tracing = False`` to record nothing)."""
     global _DEFAULT
     if _DEFAULT is None:
         _DEFAULT = Fabric()
+        _DEFAULT.trace = RingTrace()
         _DEFAULT.add_device("soft0", "10.0.0.1")
         _DEFAULT.add_device("soft1", "10.0.0.2")
     return _DEFAULT

@@ -3,9 +3,11 @@
 * :mod:`rdmalab.tools.pingpong`: rdma-core's ``ibv_{rc,uc,ud,srq}_pingpong`` (``rdmalab pingpong``);
 * :mod:`rdmalab.tools.perftest`: perftest's ``ib_{write,read,send,atomic}_bw`` (``rdmalab perftest``);
 * :mod:`rdmalab.tools.rping` and :mod:`rdmalab.tools.udaddy`: librdmacm's ``rping`` and ``udaddy``;
-* :mod:`rdmalab.tools.oob`: the programs' out-of-band TCP records (what each side sends before traffic);
-* :mod:`rdmalab.tools.iwlink`: a soft iWARP device on a named interface, its TCP the kernel's
-  (``--transport iwarp`` of ``rdmalab rping`` and ``rdmalab perftest -R``; kernel siw is the peer).
+* :mod:`rdmalab.tools.oob`: the programs' out-of-band TCP records (what each side sends before traffic).
+
+A tool's ``--netdev IF`` (``--transport iwarp`` for an iWARP device) makes its device for the run with
+:func:`rdmalab.fabric.links.use_interface`, the code ``rdmalab link add NAME [type rxe|siw] netdev IF``
+uses for every program.
 
 They sit above :mod:`rdmalab.fabric` (the carriers they run on) and below :mod:`rdmalab.live` (which
 drives the kernel's devices and the VM): nothing here needs the VM or the capture decoder, so a tool

@@ -54,7 +54,6 @@ from typing import IO, Any
 
 from rdmalab.fabric.links import LinkError, use_interface
 from rdmalab.fabric.udp import UdpFabric, check_permission, interface_of
-from rdmalab.fabric.udp_setup import CarrierError
 from rdmalab.tools.oob import PERF_RECORD, Channel, PerfDest, connect, listen
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
@@ -874,17 +873,12 @@ def _cm_device(opts: PerftestOptions) -> Any:
     ``transport="iwarp"``: :mod:`rdmalab.fabric.tcpkernel`), else the linked devices."""
     if opts.mpa_crc and not (opts.ifname and opts.transport == "iwarp"):
         raise PerftestError("--mpa-crc goes with the device it makes: -d NETDEV --transport iwarp")
-    if opts.ifname and opts.transport == "iwarp":
-        from rdmalab.tools import iwlink
-
+    if opts.ifname:  # the device a link of type siw (transport iwarp) or rxe would be, for this run
+        siw = opts.transport == "iwarp"
+        extra: dict[str, Any] = {"mpa_crc": opts.mpa_crc} if siw else {"pcap": opts.pcap}
         try:
-            return iwlink.use_interface(opts.ifname, mpa_crc=opts.mpa_crc, poll_wait=0.0,
-                                           seed=random.SystemRandom().getrandbits(32))
-        except (CarrierError, OSError) as exc:
-            raise PerftestError(f"a soft iWARP device on {opts.ifname}: {exc}") from None
-    if opts.ifname:
-        try:
-            return use_interface(opts.ifname, poll_wait=0.0, pcap=opts.pcap, seed=random.SystemRandom().getrandbits(32))
+            return use_interface(opts.ifname, type="siw" if siw else "rxe", poll_wait=0.0,
+                                 seed=random.SystemRandom().getrandbits(32), **extra)
         except LinkError as exc:
             raise PerftestError(str(exc)) from None
     try:

@@ -8,7 +8,8 @@ libibverbs loads its provider libraries on the first ``ibv_get_device_list()``, 
 devices.  By default those are the simulated fabric's ``soft0`` (10.0.0.1) and ``soft1``
 (10.0.0.2), each with GID index 0 a link-local address and GID index 1 the IPv4-mapped
 ``::ffff:10.0.0.x``, as rxe has; a device linked to a real interface with
-``rdmalab link add soft0 netdev veth1`` (or ``RDMALAB_LINKS=soft0=veth1``) runs on real UDP, and
+``rdmalab link add soft0 netdev veth1`` (or ``RDMALAB_LINKS=soft0=veth1``) runs on real UDP (one
+of ``type siw`` on the kernel's TCP), and
 once any device is linked the simulated ones are not offered.  A program that builds its own
 :class:`rdmalab.fabric.Fabric` passes ``Context(name=..., fabric=fab)``, or makes it the
 default with :func:`rdmalab.fabric.reset_default_fabric`; :func:`set_default_devices`

@@ -15,7 +15,7 @@ declares two (``pyproject.toml``):
 
 ``links``  soft devices bound to a real network interface by ``rdmalab link add soft0 netdev veth1``
            or ``RDMALAB_LINKS=soft0=veth1`` (:mod:`rdmalab.fabric.links`): the engine on real UDP,
-           next to kernel rxe;
+           next to kernel rxe, or (``type siw``) on the kernel's TCP, next to kernel siw;
 ``sim``    the simulated fabric's ``soft0`` (10.0.0.1) and ``soft1`` (10.0.0.2).
 
 The simulated fabric is the *default* provider (:data:`DEFAULT`): its devices are offered only

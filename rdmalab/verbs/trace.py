@@ -7,6 +7,6 @@ notebooks import it by.
 
 from __future__ import annotations
 
-from rdmalab.verbs.engine.trace import KINDS, Trace, TraceEvent
+from rdmalab.verbs.engine.trace import KINDS, RING_EVENTS, RingTrace, Trace, TraceEvent
 
-__all__ = ["KINDS", "Trace", "TraceEvent"]
+__all__ = ["KINDS", "RING_EVENTS", "RingTrace", "Trace", "TraceEvent"]

@@ -1,4 +1,5 @@
-"""The tools over a soft iWARP device on the kernel's TCP (rdmalab.tools.iwlink, rdmalab.fabric.tcpkernel), on loopback.
+"""The tools over a soft iWARP device on the kernel's TCP (``links.use_interface`` of type siw,
+rdmalab.fabric.tcpkernel), on loopback.
 
 Two rdmalab processes talk iWARP (MPA, DDP, RDMAP) over a real TCP connection on 127.0.0.1: rping
 both ways with its data checked, perftest ``-R`` write/read/send (send with iWARP's receive credits,
@@ -70,6 +71,19 @@ def test_rping_between_two_engines_over_kernel_tcp() -> None:
     assert cli.returncode == 0, cli.stdout + cli.stderr
     pings = re.findall(r"^ping data: (rdma-ping-\d+: .*)$", cli.stdout, re.M)
     assert [p.split(":")[0] for p in pings] == [f"rdma-ping-{i}" for i in range(4)], cli.stdout
+    assert re.findall(r"^server ping data: (.*)$", srv, re.M) == pings, srv
+
+
+def test_rping_between_two_engines_on_a_siw_link(monkeypatch: pytest.MonkeyPatch) -> None:
+    # no --netdev: both find the linked device siw0 (`rdmalab link add siw0 type siw netdev lo`, here for
+    # the run by RDMALAB_LINKS) with get_device_list() and rdma_cm, as a pyverbs program would
+    monkeypatch.setenv("RDMALAB_LINKS", "siw0=siw:lo")
+    port = _free_port()
+    common = ["-v", "-S", "64", "-p", str(port), "-a", "127.0.0.1"]
+    cli, srv = _pair(["rping", "-s", *common], ["rping", "-c", "-V", "-C", "3", *common], port)
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    pings = re.findall(r"^ping data: (rdma-ping-\d+: .*)$", cli.stdout, re.M)
+    assert [p.split(":")[0] for p in pings] == [f"rdma-ping-{i}" for i in range(3)], cli.stdout
     assert re.findall(r"^server ping data: (.*)$", srv, re.M) == pings, srv
 
 

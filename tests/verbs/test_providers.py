@@ -154,3 +154,107 @@ def test_link_add_keeps_the_files_links_when_rdmalab_links_is_set(tmp_path: Path
     assert cli_main(["link", "add", "soft5", "netdev", "lo"]) == 0
     assert json.loads(f.read_text()) == {"soft3": {"netdev": "nosuchif9"}, "soft5": {"netdev": "lo"}}
     assert links.read_links() == {"soft0": "eth9"}
+
+
+def test_link_add_makes_siw_and_rxe_devices_and_show_and_delete_handle_both(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "links.json"
+    monkeypatch.setenv("RDMALAB_LINK_FILE", str(f))
+    monkeypatch.delenv("RDMALAB_LINKS", raising=False)
+    assert cli_main(["link", "add", "siw0", "type", "siw", "netdev", "lo"]) == 0
+    assert capsys.readouterr().out == "link siw0 type siw netdev lo ip 127.0.0.1\n"
+    assert json.loads(f.read_text()) == {"siw0": {"netdev": "lo", "type": "siw"}}
+    assert links.configured() == {"siw0": links.Link("lo", "siw")}
+    assert cli_main(["link", "add", "soft6", "type", "rxe", "netdev", "lo"]) == 1  # one device per interface
+    assert "lo already carries siw0 (type siw)" in capsys.readouterr().err
+    assert cli_main(["link", "add", "siw0", "type", "siw", "netdev", "lo"]) == 1
+    assert "device siw0 already exists (type siw on lo)" in capsys.readouterr().err
+    assert cli_main(["link", "show"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "link siw0 type siw netdev lo ip 127.0.0.1"
+    assert cli_main(["link", "delete", "siw0"]) == 0
+    assert json.loads(f.read_text()) == {}
+    # type rxe said is the default said: the file reads as before the types
+    assert cli_main(["link", "add", "soft6", "type", "rxe", "netdev", "lo"]) == 0
+    assert capsys.readouterr().out == "link soft6 type rxe netdev lo ip 127.0.0.1\n"
+    assert json.loads(f.read_text()) == {"soft6": {"netdev": "lo"}}
+    assert cli_main(["link", "show"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "link soft6 type rxe netdev lo ip 127.0.0.1"
+    assert cli_main(["link", "delete", "soft6"]) == 0
+
+
+@pytest.mark.parametrize(("words", "error"), [
+    (["type", "mlx5", "netdev", "lo"], "device type 'mlx5' is unknown: the types are rxe (RoCEv2 on UDP, as kernel "
+                                       "rxe); siw (iWARP on the kernel's TCP, as kernel siw)"),
+    (["type", "siw"], "link add: which interface? rdmalab link add NAME [type rxe|siw] netdev IFNAME"),
+    (["netdev"], "link add: netdev needs a value"),
+    (["netdev", "lo", "netdev", "lo"], "link add: netdev given twice"),
+    (["dev", "lo"], "link add: 'dev' is not a keyword of rdmalab link add NAME [type rxe|siw] netdev IFNAME"),
+])
+def test_link_add_says_what_is_wrong_with_its_words(words: list[str], error: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "links.json"
+    monkeypatch.setenv("RDMALAB_LINK_FILE", str(f))
+    assert cli_main(["link", "add", "x0", *words]) == 1
+    err = capsys.readouterr().err
+    assert error in err and "Traceback" not in err, err
+    assert not f.exists()
+
+
+def test_links_env_and_file_take_a_type(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RDMALAB_LINKS", "soft0=veth1,siw0=siw:veth4,soft2=rxe:eth1")
+    assert links.configured() == {"soft0": links.Link("veth1", "rxe"), "siw0": links.Link("veth4", "siw"),
+                                  "soft2": links.Link("eth1", "rxe")}
+    assert links.read_links() == {"soft0": "veth1", "siw0": "veth4", "soft2": "eth1"}
+    monkeypatch.setenv("RDMALAB_LINKS", "siw0=iwarp:veth4")
+    with pytest.raises(links.LinkError, match=r"item 1 \('siw0=iwarp:veth4'\): type 'iwarp' is unknown: the types "
+                                              r"are rxe \(.*\); siw \("):
+        links.configured()
+    monkeypatch.setenv("RDMALAB_LINKS", "siw0=:veth4")
+    with pytest.raises(links.LinkError, match=r"is not NAME=NETDEV or NAME=TYPE:NETDEV"):
+        links.configured()
+    monkeypatch.delenv("RDMALAB_LINKS")
+    f = tmp_path / "links.json"
+    monkeypatch.setenv("RDMALAB_LINK_FILE", str(f))
+    f.write_text(json.dumps({"siw0": {"netdev": "veth4", "type": "roce"}}))
+    with pytest.raises(links.LinkError, match=rf"{f}: device siw0: type 'roce' is unknown: the types are rxe"):
+        links.configured()
+
+
+def test_a_siw_link_is_found_by_a_pyverbs_program_as_an_iwarp_device() -> None:
+    code = ("from rdmalab.verbs.device import get_device_list, Context\n"
+            "devs = get_device_list()\n"
+            "ctx = Context(name='siw0')\n"
+            "print([d.name for d in devs], [d.transport_type for d in devs], ctx.device.ifname,\n"
+            "      ctx.query_gid(1, 1).gid, type(ctx.device).__name__, type(ctx.device.carrier).__name__)\n")
+    r = _fresh(code, RDMALAB_LINKS="siw0=siw:lo")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["[b'siw0']", "[1]", "lo", "0000:0000:0000:0000:0000:ffff:7f00:0001", "IwDevice",
+                                "InterfaceTcp"]
+
+
+def test_a_siw_link_that_cannot_be_made_names_the_device_and_interface() -> None:
+    r = _fresh("from rdmalab.verbs.device import get_device_list\n"
+               "try:\n    get_device_list()\nexcept Exception as e:\n    print(type(e).__name__, e)\n",
+               RDMALAB_LINKS="siw7=siw:nosuchif0")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("PyverbsRDMAError")
+    assert "a soft iWARP device on nosuchif0 (siw7, type siw): no network interface named 'nosuchif0'" in r.stdout
+
+
+def test_the_tools_per_run_devices_are_made_as_links_make_them() -> None:
+    # what --netdev IF --transport iwarp makes (cli/rping, tools/perftest): make_device's siw device, the default devices
+    from rdmalab.verbs.device import set_default_devices
+
+    fab = links.use_interface("lo", "rdmalab9", "siw", poll_wait=0.0)
+    try:
+        assert isinstance(fab, links.InterfaceTcp) and fab.device.ifname == "lo"
+        assert [d.name for d in get_device_list()] == [b"rdmalab9"]
+        assert Context(name="rdmalab9").device is fab.device
+    finally:
+        set_default_devices(None)
+        fab.close()
+    with pytest.raises(links.LinkError, match=r"MPA CRC is an option of iWARP \(type siw\)"):
+        links.use_interface("lo", "rdmalab9", "rxe", mpa_crc=True)
+    with pytest.raises(links.LinkError, match=r"device type 'ib' is unknown"):
+        links.use_interface("lo", "rdmalab9", "ib")
