@@ -138,7 +138,7 @@ run.ladder
 # ### The state machines behind the handshake
 #
 # Each side's CM is a table, `(state, message or timer or call) -> (action, next state)`
-# (`rdmalab.verbs.engine.cm.TABLE`, after IBA Vol 1 12.6), and the picture below is drawn from that
+# (`rdmalab.verbs.engine.ibcm.TABLE`, after IBA Vol 1 12.6), and the picture below is drawn from that
 # table. In blue, the client's path in the ladder above: `connect()` sends the REQ, the REP moves it
 # to REP received, `establish()` sends the RTU; later `disconnect()`, the DREP and timewait. The
 # server walks the row below: REQ received, `accept()` (REP sent), the RTU. Light arrows go to

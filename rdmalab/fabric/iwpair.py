@@ -2,7 +2,7 @@
 
 ``IwPair()`` builds a fabric with ``siw0`` (10.0.0.1, the client, ``pair.a``) and ``siw1``
 (10.0.0.2, the server, ``pair.b``), connects them with pyverbs.cmid calls (TCP and the MPA
-Request/Reply, :mod:`rdmalab.verbs.iwcm`) and gives each side a CQ, one MR with every access
+Request/Reply, :mod:`rdmalab.verbs.cmid_iwarp`) and gives each side a CQ, one MR with every access
 right, and its RC QP.  Work requests are posted on ``pair.a.qp`` / ``pair.b.qp`` as on any QP;
 :meth:`IwPair.wait` collects completions while the fabric's virtual clock runs.  Everything is
 an ordinary ``rdmalab.verbs`` object, so tests and notebooks read like verbs code.

@@ -2,7 +2,7 @@
 
 :func:`run_connect` connects a client on ``soft0`` (10.0.0.1) to a server on ``soft1`` (10.0.0.2)
 through the engine's connection manager (:mod:`rdmalab.verbs.cmid` over
-:mod:`rdmalab.verbs.engine.cm`) on a fresh simulated fabric, with the rdma_cm calls rping makes,
+:mod:`rdmalab.verbs.engine.ibcm`) on a fresh simulated fabric, with the rdma_cm calls rping makes,
 and records after every call what each side's QP and CM state were.  ``listen_port=`` is the port
 the server listens on, ``port=`` the one the client asks for (the same unless given: another one
 gets a REJ); ``seed=`` seeds the fabric, and so the QP numbers and starting PSNs the two sides

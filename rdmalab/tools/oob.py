@@ -1,6 +1,6 @@
 """The out-of-band exchanges of the stock test programs, over TCP: records and connections.
 
-Two families (facts from the sources, ``/work/shared/reference`` section 2):
+Two families (facts from the programs' sources, named below):
 
 * rdma-core's ``ibv_{rc,uc,ud,srq}_pingpong`` (``libibverbs/examples/*_pingpong.c`` at v44.0):
   a 52-byte record ``"%04x:%06x:%06x:%s"`` (LID, QPN, PSN, GID as 32 hex digits in network

@@ -30,7 +30,7 @@ from rdmalab.verbs.cm_enums import RAI_PASSIVE, RDMA_PS_UDP, rdma_cm_event_type
 from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, UDParam, event_str
 from rdmalab.verbs.cmstate import CMEventError, wait_event
 from rdmalab.verbs.cq import CQ
-from rdmalab.verbs.engine.cm import RDMA_UDP_QKEY
+from rdmalab.verbs.engine.ibcm import RDMA_UDP_QKEY
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.qp import QPCap, QPInitAttr

@@ -3,7 +3,7 @@
 The names, arguments and events are pyverbs' (rdma-core ``pyverbs/cmid.pyx``): :class:`CMID`,
 :class:`AddrInfo`, :class:`CMEventChannel`, :class:`CMEvent`, :class:`ConnParam`, :class:`UDParam`.
 Under them is what the kernel's ``rdma_cm`` (``drivers/infiniband/core/cma.c``) does for rxe, done
-here on the soft device's own connection manager (:mod:`rdmalab.verbs.engine.cm`):
+here on the soft device's own connection manager (:mod:`rdmalab.verbs.engine.ibcm`):
 
 * **Port spaces and service IDs** (IBA Vol 1 Annex A11; ``rdma_get_service_id``):
   ``(port_space << 16) + port``, so rping's port 7174 in RDMA_PS_TCP is 0x0000000001061C06.
@@ -56,7 +56,7 @@ from rdmalab.verbs.cmstate import CMIDEvent, CMIDState, CMTransport, next_state,
 from rdmalab.verbs.cmstate import unreachable_text as unreachable_text
 from rdmalab.verbs.cq import CQ
 from rdmalab.verbs.device import MAX_QP_RD_ATOM, Context, _fabric
-from rdmalab.verbs.engine import cm as ibcm
+from rdmalab.verbs.engine import ibcm
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import MCAST_QPN
 from rdmalab.verbs.mr import MR
@@ -82,9 +82,9 @@ def _transport(dev: Any) -> CMTransport:
     if getattr(dev, "transport", None) != "iwarp":
         return IB
     # imported here, and only for an iWARP device: a RoCE program does not load the iWARP modules
-    from rdmalab.verbs import iwcm
+    from rdmalab.verbs import cmid_iwarp
 
-    return iwcm.TRANSPORT
+    return cmid_iwarp.TRANSPORT
 
 
 def event_str(event: int) -> str:
@@ -391,7 +391,7 @@ class CMID:
         self._ack_timeout: int | None = None
         self._groups: set[str] = set()
         self._devs_listening: list[SoftDevice] = []
-        self._iw: Any = None  # iWARP (rdmalab.verbs.iwcm): the TCP/MPA connection, or the listener's address
+        self._iw: Any = None  # iWARP (rdmalab.verbs.cmid_iwarp): the TCP/MPA connection, or the listener's address
         #: the CMID made from this one's CONNECT_REQUEST event, which speaks for it (cmstate.owner)
         self._adopted_by: CMID | None = None
         self.state = CMIDState.IDLE  # changed only by _move, through cmstate.TRANSITIONS
@@ -941,7 +941,7 @@ class CMID:
 
 
 class _IBTransport:
-    """rdma_cm over the soft device's own IB CM (:mod:`rdmalab.verbs.engine.cm`): CM MADs on QP1."""
+    """rdma_cm over the soft device's own IB CM (:mod:`rdmalab.verbs.engine.ibcm`): CM MADs on QP1."""
 
     def listen(self, cmid: CMID) -> None:
         assert cmid.device is not None

@@ -5,7 +5,7 @@ its tables for the same reason): if the engine changes, the picture changes with
 quadratic curves so that A->B and B->A do not overlap; transitions into the states reached from
 almost everywhere (RESET and ERR for a QP, CLOSED for a connection) are drawn light so the main
 path stands out.  :func:`qp_state_diagram` reads ``engine.qpstate.TABLE``,
-:func:`cm_state_diagram` ``engine.cm.TABLE``, :func:`mpa_state_diagram` ``engine.mpacm.TABLE``
+:func:`cm_state_diagram` ``engine.ibcm.TABLE``, :func:`mpa_state_diagram` ``engine.mpacm.TABLE``
 and :func:`cmid_state_diagram` ``cmstate.TRANSITIONS``.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from rdmalab.verbs import cmstate
 from rdmalab.verbs import enums as e
-from rdmalab.verbs.engine import cm, mpacm, qpstate
+from rdmalab.verbs.engine import ibcm, mpacm, qpstate
 
 # Positions for the QP states of IBA Vol 1 10.3.1 (ibv_qp_state names), in a 3-row grid.
 QP_LAYOUT = {
@@ -296,11 +296,11 @@ def _merged(edges: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
 def cm_state_diagram(*, title: str | None = None,
                      highlight: Iterable[Any] = ("IDLE", "REQ_SENT", "REP_RCVD", "ESTABLISHED", "DREQ_SENT",
                                                  "TIMEWAIT", "CLOSED")) -> StateDiagram:
-    """The IB CM of the soft engine (``rdmalab.verbs.engine.cm.TABLE``): each edge is labelled with the
+    """The IB CM of the soft engine (``rdmalab.verbs.engine.ibcm.TABLE``): each edge is labelled with the
     messages, timer and calls that make it; refusals (drops, duplicates) are not edges, nor is IDLE's
     loop (a REQ refused, a DREP to an unknown connection: nothing is kept).  The default highlight is
     the active side's path, the handshake the notebook performs."""
-    edges = [(a, b, lab) for a, b, lab in cm.edges() if (a, b) != ("IDLE", "IDLE")]
+    edges = [(a, b, lab) for a, b, lab in ibcm.edges() if (a, b) != ("IDLE", "IDLE")]
     d = state_diagram(_merged(edges), title=title or "IB CM states (from the engine's transition table)",
                       highlight=highlight, layout=CM_LAYOUT)
     d.faint_to, d.alarm, d.spacing, d.radius = ("CLOSED",), (), (210, 150), 40

@@ -2,7 +2,7 @@
 
 The IB CM, the iWARP connection (MPA) and rdma_cm's CMID states.
 
-The IB CM (``rdmalab.verbs.engine.cm.TABLE``): an agent on a fake device, a connection put in each
+The IB CM (``rdmalab.verbs.engine.ibcm.TABLE``): an agent on a fake device, a connection put in each
 state, each message (built with the wire's builders, addressed to it), its timer and each call from
 rdma_cm; the expected next state and what went on the wire are written here, independently of the
 table, and every other pair must be the event's stated refusal.
@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from rdmalab.verbs import iwcm
+from rdmalab.verbs import cmid_iwarp
 from rdmalab.verbs.cm_enums import rdma_cm_event_type as EV
 from rdmalab.verbs.cmid import CMID, CMEventChannel, ConnParam
 from rdmalab.verbs.cmstate import TRANSITIONS, CMIDEvent, CMIDState
-from rdmalab.verbs.engine import cm, mpacm
+from rdmalab.verbs.engine import ibcm, mpacm
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.wire import cm as w
 
-S, E = cm.State, cm.Event
+S, E = ibcm.State, ibcm.Event
 PEER_GID = 0xFFFF_0A00_0002
 PEER_ID, PEER_QPN, OUR_QPN = 0x1111, 0x22, 0x33
 SID = 0x0106_1C06
@@ -65,7 +65,7 @@ class _Handler:
     def __init__(self) -> None:
         self.events: list[str] = []
 
-    def cm_event(self, conn: cm.CMConn, kind: str, msg: Any, **info: Any) -> None:
+    def cm_event(self, conn: ibcm.CMConn, kind: str, msg: Any, **info: Any) -> None:
         self.events.append(kind)
 
 
@@ -78,11 +78,11 @@ def _peer_req(comm_id: int = PEER_ID) -> w.CMMessage:
                        starting_psn=1)
 
 
-def _setup(state: cm.State, fresh: bool = False) -> tuple[cm.CMAgent, cm.CMConn | None, _Handler]:
+def _setup(state: ibcm.State, fresh: bool = False) -> tuple[ibcm.CMAgent, ibcm.CMConn | None, _Handler]:
     """An agent with a listener on SID, and (unless IDLE) one connection in ``state``; IDLE and
     ``fresh``: a connection just made, as connect() and sidr_request() make it."""
     dev = _Dev()
-    agent = cm.CMAgent(dev)
+    agent = ibcm.CMAgent(dev)
     h = _Handler()
     agent.listeners[SID] = lambda conn, msg: h
     if state == S.IDLE:
@@ -122,7 +122,7 @@ def _setup(state: cm.State, fresh: bool = False) -> tuple[cm.CMAgent, cm.CMConn 
     return agent, conn, h
 
 
-def _message(event: cm.Event, conn: cm.CMConn | None) -> w.CMMessage:
+def _message(event: ibcm.Event, conn: ibcm.CMConn | None) -> w.CMMessage:
     lid = conn.local_id if conn is not None else 0x7777
     if event == E.REQ:
         return _peer_req(PEER_ID if conn is not None else 0x5555)
@@ -144,15 +144,15 @@ def _message(event: cm.Event, conn: cm.CMConn | None) -> w.CMMessage:
     if event == E.SIDR_REQ:
         return w.cm_mad(w.CMSidrReq(request_id=PEER_ID if conn is not None else 0x5555, service_id=SID), 1)
     assert event == E.SIDR_REP
-    return w.cm_mad(w.CMSidrRep(request_id=lid, status=cm.SIDR_SUCCESS, qpn=0x44, service_id=SID, qkey=1), 1)
+    return w.cm_mad(w.CMSidrRep(request_id=lid, status=ibcm.SIDR_SUCCESS, qpn=0x44, service_id=SID, qkey=1), 1)
 
 
-def _fire(agent: cm.CMAgent, conn: cm.CMConn | None, event: cm.Event) -> None:
+def _fire(agent: ibcm.CMAgent, conn: ibcm.CMConn | None, event: ibcm.Event) -> None:
     if event == E.SIDR_REQ and conn is not None and conn.state != S.SIDR_REQ_RCVD:
         # only a pending look-up is matched to a SIDR_REQ (test_a_sidr_req_matches_only_a_pending_look_up):
         # the pair is walked by giving it to the dispatcher directly
         agent.dispatch(event, conn, _message(event, conn), PEER_GID)
-    elif event in cm.MESSAGES:
+    elif event in ibcm.MESSAGES:
         agent.on_mad(_message(event, conn).encode(), PEER_GID)
     elif event == E.TIMEOUT:
         assert conn is not None
@@ -174,7 +174,7 @@ def _fire(agent: cm.CMAgent, conn: cm.CMConn | None, event: cm.Event) -> None:
         assert conn is not None
         if conn.req is None:  # IDLE: the look-up a listener refuses before keeping it
             conn.req = w.cm_mad(w.CMSidrReq(request_id=PEER_ID, service_id=SID), 1)
-        conn.sidr_reply(0x44, cm.RDMA_UDP_QKEY, cm.SIDR_SUCCESS)
+        conn.sidr_reply(0x44, ibcm.RDMA_UDP_QKEY, ibcm.SIDR_SUCCESS)
     elif event == E.ESTABLISH:
         assert conn is not None
         conn.establish()
@@ -185,7 +185,7 @@ def _fire(agent: cm.CMAgent, conn: cm.CMConn | None, event: cm.Event) -> None:
 
 # (state, event) -> (next state, CM messages sent).  IDLE: no connection matched (the next state of
 # a REQ or SIDR_REQ is the new connection's).  The timer here still has a retry left.
-EXPECTED: dict[tuple[cm.State, cm.Event], tuple[cm.State, list[str]]] = {
+EXPECTED: dict[tuple[ibcm.State, ibcm.Event], tuple[ibcm.State, list[str]]] = {
     (S.IDLE, E.REQ): (S.REQ_RCVD, []),
     (S.REQ_RCVD, E.REQ): (S.MRA_REQ_SENT, ["MRA"]),
     (S.MRA_REQ_SENT, E.REQ): (S.MRA_REQ_SENT, ["MRA"]),
@@ -225,32 +225,32 @@ EXPECTED: dict[tuple[cm.State, cm.Event], tuple[cm.State, list[str]]] = {
     (S.REP_SENT, E.DISCONNECT): (S.CLOSED, []),
     (S.REP_RCVD, E.DISCONNECT): (S.CLOSED, []),
 }
-for _s in cm.State:
+for _s in ibcm.State:
     if _s not in (S.IDLE, S.TIMEWAIT, S.CLOSED):
         EXPECTED[(_s, E.REJ)] = (S.CLOSED, [])
 EXPECTED[(S.IDLE, E.SIDR_REQ)] = (S.SIDR_REQ_RCVD, [])
 
 
-@pytest.mark.parametrize("event", list(cm.Event), ids=lambda e: e.name)
-@pytest.mark.parametrize("state", list(cm.State), ids=lambda s: s.name)
-def test_every_pair_of_the_ib_cm_table(state: cm.State, event: cm.Event) -> None:
+@pytest.mark.parametrize("event", list(ibcm.Event), ids=lambda e: e.name)
+@pytest.mark.parametrize("state", list(ibcm.State), ids=lambda s: s.name)
+def test_every_pair_of_the_ib_cm_table(state: ibcm.State, event: ibcm.Event) -> None:
     # IDLE: for a message, no connection matches it; for a call or the timer, a connection just made
-    agent, conn, h = _setup(state, fresh=event not in cm.MESSAGES)
+    agent, conn, h = _setup(state, fresh=event not in ibcm.MESSAGES)
     dev = agent.dev
     expected = EXPECTED.get((state, event))
-    rule = cm.rule(state, event)
+    rule = ibcm.rule(state, event)
     before = dict(agent.counters)
     if expected is None:  # the documented refusal
-        assert rule.do in cm.REFUSALS, f"{state.name} + {event.name}: the table acts ({rule.do}), this test expects a refusal"
-        if rule.do == cm.REFUSE:
-            with pytest.raises(cm.CMStateError, match=state.value):
+        assert rule.do in ibcm.REFUSALS, f"{state.name} + {event.name}: the table acts ({rule.do}), this test expects a refusal"
+        if rule.do == ibcm.REFUSE:
+            with pytest.raises(ibcm.CMStateError, match=state.value):
                 _fire(agent, conn, event)
         else:
             _fire(agent, conn, event)
         if conn is not None:
             assert conn.state == state
         assert dev.sent == []
-        counter = {cm.DROP: "cm_rx_dropped", cm.DUPLICATE: "cm_rx_duplicates"}.get(rule.do)
+        counter = {ibcm.DROP: "cm_rx_dropped", ibcm.DUPLICATE: "cm_rx_duplicates"}.get(rule.do)
         for k, v in agent.counters.items():
             if k in ("cm_rx_msgs",):
                 continue
@@ -277,7 +277,7 @@ def test_every_pair_of_the_ib_cm_table(state: cm.State, event: cm.Event) -> None
                                                      (S.REP_SENT, S.CLOSED, "unreachable"),
                                                      (S.SIDR_REQ_SENT, S.CLOSED, "unreachable"),
                                                      (S.DREQ_SENT, S.TIMEWAIT, "disconnected")])
-def test_the_last_expiry_gives_up(state: cm.State, after: cm.State, kind: str) -> None:
+def test_the_last_expiry_gives_up(state: ibcm.State, after: ibcm.State, kind: str) -> None:
     agent, conn, h = _setup(state)
     assert conn is not None
     conn.tries = conn.retries + 1
@@ -303,24 +303,24 @@ def test_a_req_for_no_listener_is_rejected_and_nothing_is_kept() -> None:
 
 
 def test_the_table_is_total_and_names_only_known_actions() -> None:
-    for s in cm.State:
-        for ev in cm.Event:
-            r = cm.rule(s, ev)
-            assert r.do in cm.REFUSALS or r.do in cm.ACTIONS, (s, ev, r)
-            assert (r.do in cm.REFUSALS) == (r.to == ()), (s, ev, r)
-    assert set(cm.OTHERWISE) == set(cm.Event)
+    for s in ibcm.State:
+        for ev in ibcm.Event:
+            r = ibcm.rule(s, ev)
+            assert r.do in ibcm.REFUSALS or r.do in ibcm.ACTIONS, (s, ev, r)
+            assert (r.do in ibcm.REFUSALS) == (r.to == ()), (s, ev, r)
+    assert set(ibcm.OTHERWISE) == set(ibcm.Event)
     # every action is used by the table (no dead handler)
-    assert {r.do for r in cm.TABLE.values()} - set(cm.REFUSALS) == set(cm.ACTIONS)
+    assert {r.do for r in ibcm.TABLE.values()} - set(ibcm.REFUSALS) == set(ibcm.ACTIONS)
 
 
 def test_an_action_that_leaves_an_unlisted_state_is_a_table_error(monkeypatch: pytest.MonkeyPatch) -> None:
     agent, conn, _ = _setup(S.REP_SENT)
-    monkeypatch.setitem(cm.TABLE, (S.REP_SENT, E.RTU), cm.Rule("rtu", (S.REP_SENT,)))
-    with pytest.raises(cm.CMTableError, match="left ESTABLISHED"):
+    monkeypatch.setitem(ibcm.TABLE, (S.REP_SENT, E.RTU), ibcm.Rule("rtu", (S.REP_SENT,)))
+    with pytest.raises(ibcm.CMTableError, match="left ESTABLISHED"):
         agent.on_mad(_message(E.RTU, conn).encode(), PEER_GID)
 
 
-# ---------------------------------------------------------------------- iWARP: mpacm.TABLE through iwcm's actions
+# ---------------------------------------------------------------------- iWARP: mpacm.TABLE through cmid_iwarp's actions
 MS, MEV = mpacm.MPAState, mpacm.MPAEvent
 CS = CMIDState
 
@@ -344,7 +344,7 @@ class _QP:
     engine = None  # not an IwQP: a disconnect closes the stream itself
 
 
-def _iw_setup(state: mpacm.MPAState) -> tuple[iwcm.IwConn, CMID, _Stream]:
+def _iw_setup(state: mpacm.MPAState) -> tuple[cmid_iwarp.IwConn, CMID, _Stream]:
     dev = _Dev()
     ch = CMEventChannel()
     cmid = CMID(ch)
@@ -354,7 +354,7 @@ def _iw_setup(state: mpacm.MPAState) -> tuple[iwcm.IwConn, CMID, _Stream]:
     responder = state in (MS.AWAIT_REQUEST, MS.REQUEST_RCVD)
     mpa: mpacm.Initiator | mpacm.Responder = mpacm.Responder() if responder else \
         mpacm.Initiator(ird=4, ord=4, crc=False)
-    conn = iwcm.IwConn(cmid, mpa, state)
+    conn = cmid_iwarp.IwConn(cmid, mpa, state)
     conn.stream = None if state == MS.TCP_CONNECTING else stream
     cmid._iw = conn
     cmid.state = {MS.TCP_CONNECTING: CS.CONNECTING, MS.REQUEST_SENT: CS.CONNECTING, MS.AWAIT_REQUEST: CS.LISTEN,
@@ -408,15 +408,15 @@ IW_EXPECTED: dict[tuple[mpacm.MPAState, mpacm.MPAEvent], tuple[mpacm.MPAState, C
 @pytest.mark.parametrize("state", list(mpacm.MPAState), ids=lambda s: s.name)
 def test_every_pair_of_the_mpa_table(state: mpacm.MPAState, event: mpacm.MPAEvent,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(iwcm.IwConn, "_attach", lambda self, *a, **k: None)  # no QP engine here
+    monkeypatch.setattr(cmid_iwarp.IwConn, "_attach", lambda self, *a, **k: None)  # no QP engine here
     conn, cmid, stream = _iw_setup(state)
     before = cmid.state
     arg = _iw_arg(event, state, cmid, stream)
     rule = mpacm.rule(state, event)
     expected = IW_EXPECTED.get((state, event))
     if expected is None:
-        assert rule.do in cm.REFUSALS, f"{state.name} + {event.name}: the table acts ({rule.do})"
-        if rule.do == cm.REFUSE:
+        assert rule.do in ibcm.REFUSALS, f"{state.name} + {event.name}: the table acts ({rule.do})"
+        if rule.do == ibcm.REFUSE:
             with pytest.raises(PyverbsRDMAError, match=state.value):
                 conn.dispatch(event, arg)
         else:
@@ -435,12 +435,12 @@ def test_every_pair_of_the_mpa_table(state: mpacm.MPAState, event: mpacm.MPAEven
         assert cmid._channel is not None and cmid._channel.queue[0].kind == EV.RDMA_CM_EVENT_CONNECT_REQUEST
 
 
-def test_the_mpa_table_names_only_iwcm_actions() -> None:
+def test_the_mpa_table_names_only_cmid_iwarp_actions() -> None:
     for s in mpacm.MPAState:
         for ev in mpacm.MPAEvent:
             r = mpacm.rule(s, ev)
-            assert r.do in cm.REFUSALS or r.do in iwcm.ACTIONS, (s, ev, r)
-    assert {r.do for r in mpacm.TABLE.values()} - set(cm.REFUSALS) == set(iwcm.ACTIONS)
+            assert r.do in ibcm.REFUSALS or r.do in cmid_iwarp.ACTIONS, (s, ev, r)
+    assert {r.do for r in mpacm.TABLE.values()} - set(ibcm.REFUSALS) == set(cmid_iwarp.ACTIONS)
     assert set(mpacm.OTHERWISE) == set(mpacm.MPAEvent)
 
 

@@ -13,7 +13,7 @@ from rdmalab.fabric import Fabric, reset_default_fabric
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.cm_enums import RAI_PASSIVE, RDMA_PS_UDP, rdma_cm_event_type
 from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, UDParam, service_id
-from rdmalab.verbs.engine import cm as ibcm
+from rdmalab.verbs.engine import ibcm
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.qp import QPCap, QPInitAttr
 from rdmalab.wire import cm as w

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rdmalab.verbs import cmstate
-from rdmalab.verbs.engine import cm, mpacm
+from rdmalab.verbs.engine import ibcm, mpacm
 from rdmalab.viz.states import (
     CM_LAYOUT,
     CMID_LAYOUT,
@@ -29,12 +29,12 @@ def _table_edges(which: str) -> set[tuple[str, str, str]]:
     """(from, to, event) read from the table itself, independently of the drawing code."""
     out: set[tuple[str, str, str]] = set()
     if which == "cm":
-        for (s, ev), r in cm.TABLE.items():
-            if r.do not in cm.REFUSALS:
+        for (s, ev), r in ibcm.TABLE.items():
+            if r.do not in ibcm.REFUSALS:
                 out |= {(s.name, to.name, ev.value) for to in r.to if (s.name, to.name) != ("IDLE", "IDLE")}
     elif which == "mpa":
         for (s, ev), r in mpacm.TABLE.items():
-            if r.do not in cm.REFUSALS:
+            if r.do not in ibcm.REFUSALS:
                 out |= {(s.name, to.name, ev.value) for to in r.to}
     else:
         out = {(s.name, to.name, ev.value) for (s, ev), to in cmstate.TRANSITIONS.items()}
@@ -42,7 +42,7 @@ def _table_edges(which: str) -> set[tuple[str, str, str]]:
 
 
 DIAGRAMS: dict[str, tuple[Callable[..., StateDiagram], dict[str, tuple[int, int]], Any]] = {
-    "cm": (cm_state_diagram, CM_LAYOUT, cm.State),
+    "cm": (cm_state_diagram, CM_LAYOUT, ibcm.State),
     "mpa": (mpa_state_diagram, MPA_LAYOUT, mpacm.MPAState),
     "cmid": (cmid_state_diagram, CMID_LAYOUT, cmstate.CMIDState),
 }
@@ -61,9 +61,9 @@ def test_every_transition_of_the_table_is_an_edge_and_nothing_else(which: str) -
 
 def test_a_refusal_is_not_an_edge_and_a_changed_table_changes_the_picture(monkeypatch: pytest.MonkeyPatch) -> None:
     pairs = {(a, b) for a, b, _ in cm_state_diagram().edges}
-    assert cm.rule(cm.State.DREQ_RCVD, cm.Event.DREQ).do == cm.DUPLICATE
+    assert ibcm.rule(ibcm.State.DREQ_RCVD, ibcm.Event.DREQ).do == ibcm.DUPLICATE
     assert ("DREQ_RCVD", "DREQ_RCVD") not in pairs
-    monkeypatch.setitem(cm.TABLE, (cm.State.DREQ_RCVD, cm.Event.DREQ), cm.Rule("dreq", (cm.State.DREQ_RCVD,)))
+    monkeypatch.setitem(ibcm.TABLE, (ibcm.State.DREQ_RCVD, ibcm.Event.DREQ), ibcm.Rule("dreq", (ibcm.State.DREQ_RCVD,)))
     assert ("DREQ_RCVD", "DREQ_RCVD", "DREQ") in cm_state_diagram().edges
 
 

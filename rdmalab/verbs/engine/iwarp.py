@@ -16,7 +16,7 @@ the simulated fabric's TCP model (:mod:`rdmalab.fabric.simtcp`) and kernel TCP s
 
 What goes on the stream is built with the wire codecs (:mod:`rdmalab.wire.iwarp`,
 :mod:`rdmalab.wire.mpa`); the rules are RFC 5040 (RDMAP), RFC 5041 (DDP) and what Linux 6.1 siw
-does (``siw_qp_rx.c``, ``siw_qp_tx.c``; ``/work/shared/reference/connection-management.md`` B.3):
+does (``drivers/infiniband/sw/siw/siw_qp_rx.c``, ``siw_qp_tx.c``):
 
 * **Untagged** messages (Send, Send with Invalidate / Solicited Event, Read Request, Terminate)
   carry a queue number (0 Send, 1 Read Request, 2 Terminate), an MSN that starts at 1 per queue

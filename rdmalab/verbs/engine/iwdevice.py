@@ -3,7 +3,7 @@
 An :class:`IwDevice` is a :class:`~rdmalab.verbs.engine.node.SoftDevice` (memory regions,
 keys, the clock and timers of its carrier) whose QPs are
 :class:`~rdmalab.verbs.engine.iwarp.IwQP` and whose connections are TCP connections from its
-:class:`TcpStack`: ``rdma_cm`` on it (:mod:`rdmalab.verbs.iwcm`) listens and connects on TCP and
+:class:`TcpStack`: ``rdma_cm`` on it (:mod:`rdmalab.verbs.cmid_iwarp`) listens and connects on TCP and
 runs MPA instead of sending CM MADs.  ``get_device_list`` shows it as node type RNIC, transport
 iWARP, as libibverbs shows siw.  Two stacks exist: the simulated fabric's TCP model
 (:mod:`rdmalab.fabric.simtcp`) and the kernel's TCP (:mod:`rdmalab.fabric.tcpkernel`).

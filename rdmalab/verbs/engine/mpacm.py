@@ -4,7 +4,7 @@ After TCP connects, the initiator sends an MPA Request and the responder answers
 Reply (or rejects with the R flag); both carry private data, and in enhanced mode (Rev 2, the
 0x10 flag) the first 4 octets of it are the IRD and ORD words.  Sources for every rule below:
 ``siw_cm.c`` (``siw_send_mpareqrep``, ``siw_recv_mpa_rr``, ``siw_proc_mpareq``,
-``siw_proc_mpareply``), summarised in ``/work/shared/reference/connection-management.md`` B.2.
+``siw_proc_mpareply``) in Linux 6.1's ``drivers/infiniband/sw/siw``.
 
 * The engine sends Rev 2, enhanced, no markers, no P2P/RTR, CRC only if asked (siw's defaults:
   ``mpa_crc_required`` false), real IRD/ORD values of at most 128 (never 0x3FFF).
@@ -22,8 +22,8 @@ Reply (or rejects with the R flag); both carry private data, and in enhanced mod
 Both classes take bytes (``feed``) and return what happened; they never touch a socket.
 
 The connection around them (TCP, the exchange, the QP taking the stream) is :data:`TABLE`,
-``(MPAState, MPAEvent) -> Rule`` as :mod:`rdmalab.verbs.engine.cm` has the IB CM's; its actions,
-which touch the stream and the CMID, are ``rdmalab.verbs.iwcm.ACTIONS``.
+``(MPAState, MPAEvent) -> Rule`` as :mod:`rdmalab.verbs.engine.ibcm` has the IB CM's; its actions,
+which touch the stream and the CMID, are ``rdmalab.verbs.cmid_iwarp.ACTIONS``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from rdmalab.verbs.engine.cm import IGNORE, REFUSALS, REFUSE, Rule
+from rdmalab.verbs.engine.ibcm import IGNORE, REFUSALS, REFUSE, Rule
 from rdmalab.wire.errors import Picklable
 from rdmalab.wire.iwarp import encode_mpa_frame
 from rdmalab.wire.mpa import (
@@ -256,7 +256,7 @@ class MPAEvent(enum.Enum):
 
 
 M, ME = MPAState, MPAEvent
-#: ``(state, event) -> Rule``; actions are ``rdmalab.verbs.iwcm.ACTIONS``; every other pair is the
+#: ``(state, event) -> Rule``; actions are ``rdmalab.verbs.cmid_iwarp.ACTIONS``; every other pair is the
 #: event's refusal in :data:`OTHERWISE`.
 TABLE: dict[tuple[MPAState, MPAEvent], Rule] = {
     (M.TCP_CONNECTING, ME.TCP_CONNECTED): Rule("send_request", (M.REQUEST_SENT,), "the MPA Request, the 10 s timer"),

@@ -71,11 +71,11 @@ class SoftDevice:
 
     @property
     def gsi(self) -> Any:
-        """QP1, the GSI: the device's connection manager answers CM MADs (:mod:`rdmalab.verbs.engine.cm`).
+        """QP1, the GSI: the device's connection manager answers CM MADs (:mod:`rdmalab.verbs.engine.ibcm`).
         Made on first use (a MAD arriving, a CMID binding): the CM's codecs are not loaded by programs
         that never connect through it (the live tools' start-up)."""
         if self._gsi is None:
-            from rdmalab.verbs.engine.cm import GSI
+            from rdmalab.verbs.engine.ibcm import GSI
 
             self._gsi = GSI(self)
             self.qps[1] = self._gsi

@@ -3,8 +3,8 @@
 :class:`rdmalab.verbs.cmid.CMID` hands its connection calls here when its device's transport is
 iWARP (:class:`~rdmalab.verbs.engine.iwdevice.IwDevice`), so a program uses the same API
 (pyverbs.cmid) on both transports.  What changes is what the kernel's ``rdma_cm`` does for an
-iWARP device (``cma.c`` ``cma_connect_iw``/``cma_iw_handler``, ``iwcm.c``, ``siw_cm.c``;
-``/work/shared/reference/connection-management.md`` B.1):
+iWARP device (Linux 6.1 ``drivers/infiniband/core/cma.c`` ``cma_connect_iw``/``cma_iw_handler``,
+``core/iwcm.c``, ``sw/siw/siw_cm.c``):
 
 * **The TCP port is the rdma_cm port** (rping's 7174, perftest's 18515): ``listen`` opens a TCP
   listener on the bound address and port, ``connect`` a TCP connection to the destination's.
@@ -38,7 +38,7 @@ from rdmalab.verbs import enums as e
 from rdmalab.verbs.cm_enums import rdma_cm_event_type
 from rdmalab.verbs.cmstate import CMIDEvent, owner
 from rdmalab.verbs.engine import mpacm
-from rdmalab.verbs.engine.cm import REFUSALS, REFUSE, CMTableError
+from rdmalab.verbs.engine.ibcm import REFUSALS, REFUSE, CMTableError
 from rdmalab.verbs.engine.iwarp import IwQP
 from rdmalab.verbs.engine.iwdevice import IwDevice
 from rdmalab.verbs.engine.mpacm import MPAEvent, MPAState
