@@ -53,6 +53,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
+from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.fabric.udp_codec import (
     HDR,
     ICRC,
@@ -170,9 +171,7 @@ class UdpFabric(WallClockWait):
         self._rxmv = memoryview(self._rx)
         self._macs: dict[int, int] = {}
         self._addrs: dict[int, tuple[str, int]] = {}
-        self._pcap: Any = None
-        self._pcap_file: IO[bytes] | None = None
-        self._pcap_own = False
+        self._pcap: CaptureWriter | None = None
 
     def _open_sockets(self, ip: str, ipv4: int) -> None:
         try:
@@ -613,18 +612,17 @@ class UdpFabric(WallClockWait):
 
     # ------------------------------------------------------------------ capture
     def write_pcap(self, dest: str | IO[bytes]) -> None:
-        """Record every datagram sent and received (as Ethernet frames) to ``dest``."""
-        import dpkt  # a project dependency; imported here so the carrier starts without it in use
-
-        own = isinstance(dest, str)
-        f: IO[bytes] = open(dest, "wb") if isinstance(dest, str) else dest  # noqa: SIM115
-        self._pcap_file, self._pcap_own = f, own
-        self._pcap = dpkt.pcap.Writer(f, linktype=dpkt.pcap.DLT_EN10MB, nano=True)
+        """Record every datagram sent and received (as Ethernet frames, wall-clock ns timestamps) to
+        ``dest`` (a path, ``"-"`` or a binary file object), through
+        :class:`~rdmalab.capture.pcapwriter.CaptureWriter`; a capture already running is closed."""
+        if self._pcap is not None:
+            self._pcap.close()
+        self._pcap = CaptureWriter(dest, nano=True)
 
     def _tap(self, datagram: bytes, src_mac: int, dst_mac: int) -> None:
         if self._pcap is not None:
             eth = dst_mac.to_bytes(6, "big") + src_mac.to_bytes(6, "big") + b"\x08\x00"
-            self._pcap.writepkt(eth + datagram, ts=time.time())
+            self._pcap.write(eth + datagram, time.time_ns())
 
     def close(self) -> None:
         if self._closed:
@@ -633,11 +631,9 @@ class UdpFabric(WallClockWait):
         self._sel.close()
         self._raw.close()
         self._sink.close()
-        if self._pcap_file is not None:
-            self._pcap_file.flush()
-            if self._pcap_own:
-                self._pcap_file.close()
-            self._pcap = self._pcap_file = None
+        if self._pcap is not None:
+            self._pcap.close()
+            self._pcap = None
 
     def __enter__(self) -> UdpFabric:
         return self
