@@ -51,9 +51,8 @@ import selectors
 import socket
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.fabric.udp_codec import (
     HDR,
     ICRC,
@@ -90,6 +89,9 @@ from rdmalab.wire.crc import ICRC_SEED, crc32, mask_rocev2
 from rdmalab.wire.ib import IB_MTUS
 from rdmalab.wire.net import ROCEV2_PORT
 from rdmalab.wire.opcodes import CNP_OPCODE
+
+if TYPE_CHECKING:
+    from rdmalab.capture.pcapwriter import CaptureWriter
 
 # the names programs and tests import from here (set-up and codec live in udp_setup and udp_codec)
 __all__ = ["ACK_BATCH", "RECV_BUDGET", "ROCEV2_PORT", "CarrierError", "UdpFabric", "check_permission",
@@ -615,6 +617,10 @@ class UdpFabric(WallClockWait):
         """Record every datagram sent and received (as Ethernet frames, wall-clock ns timestamps) to
         ``dest`` (a path, ``"-"`` or a binary file object), through
         :class:`~rdmalab.capture.pcapwriter.CaptureWriter`; a capture already running is closed."""
+        # imported here, when a capture is asked for: the live tools (pingpong, perftest ...) load this
+        # carrier and must start without rdmalab.capture (start-up in the TCG VM; tests/test_cli.py pins it)
+        from rdmalab.capture.pcapwriter import CaptureWriter
+
         if self._pcap is not None:
             self._pcap.close()
         self._pcap = CaptureWriter(dest, nano=True)
