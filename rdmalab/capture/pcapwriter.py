@@ -43,11 +43,13 @@ from typing import IO, Literal
 
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 
-__all__ = ["DEFAULT_SNAPLEN", "CaptureWriter", "seconds_to_ns", "write_capture"]
+__all__ = ["BYTE_ORDER_MAGIC", "DEFAULT_SNAPLEN", "PCAPNG_EPB", "PCAPNG_IDB", "PCAPNG_SHB", "PCAP_MAGIC_NS",
+           "PCAP_MAGIC_US", "CaptureWriter", "seconds_to_ns", "write_capture"]
 
 #: tcpdump's default snapshot length: every RDMA frame fits whole
 DEFAULT_SNAPLEN = 262144
 
+#: the numbers of the formats (the reader, rdmalab.capture.pcapio, recognises files by them too)
 PCAP_MAGIC_US = 0xA1B2C3D4
 PCAP_MAGIC_NS = 0xA1B23C4D
 _PCAP_HEADER = struct.Struct("<IHHiIII")  # magic, version 2.4, thiszone, sigfigs, snaplen, link type
@@ -56,7 +58,7 @@ _PCAP_RECORD = struct.Struct("<IIII")  # seconds, fraction, captured length, ori
 PCAPNG_SHB = 0x0A0D0D0A
 PCAPNG_IDB = 1
 PCAPNG_EPB = 6
-_BYTE_ORDER_MAGIC = 0x1A2B3C4D
+BYTE_ORDER_MAGIC = 0x1A2B3C4D
 _OPT_ENDOFOPT, _OPT_COMMENT = 0, 1
 _SHB_USERAPPL = 4
 _IF_NAME, _IF_DESCRIPTION, _IF_TSRESOL = 2, 3, 9
@@ -172,7 +174,7 @@ class CaptureWriter:
             if application is not None:
                 opts.append((_SHB_USERAPPL, application.encode("utf-8")))
             # byte-order magic, version 1.0, section length not given (-1)
-            shb = _block(PCAPNG_SHB, struct.pack("<IHHq", _BYTE_ORDER_MAGIC, 1, 0, -1)
+            shb = _block(PCAPNG_SHB, struct.pack("<IHHq", BYTE_ORDER_MAGIC, 1, 0, -1)
                          + _options(opts, "the section header"))
         self._own, self._f = _open(dest)
         self.closed = False
