@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import io
 import math
+import operator
 import os
 import struct
 import sys
@@ -239,10 +240,11 @@ class CaptureWriter:
         if not isinstance(data, bytes | bytearray | memoryview):
             raise TypeError(f"packet {n}: data must be bytes, not {type(data).__name__}")
         if type(ts_ns) is not int:
-            if not isinstance(ts_ns, int):
+            try:
+                ts_ns = operator.index(ts_ns)  # numpy's integers too
+            except TypeError:
                 raise TypeError(f"packet {n}: ts_ns must be an int number of nanoseconds, not "
-                                f"{type(ts_ns).__name__} {ts_ns!r} (seconds_to_ns converts float seconds)")
-            ts_ns = int(ts_ns)
+                                f"{type(ts_ns).__name__} {ts_ns!r} (seconds_to_ns converts float seconds)") from None
         if ts_ns < 0:
             raise ValueError(f"packet {n}: ts_ns must not be negative (before the epoch), not {ts_ns}")
         size = len(data)

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 import dpkt
+import numpy as np
 import pytest
 
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, LINKTYPE_INFINIBAND, LINKTYPE_RAW
@@ -246,7 +247,7 @@ def test_bad_input_is_named(tmp_path: Path) -> None:
         w.write("abc", 1)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="add_interface is for format='pcapng'"):
         w.add_interface(1)
-    w.write(FRAME, 1)
+    w.write(FRAME, np.int64(1))  # numpy's integers are integers
     assert w.count == 1
     w.close()
     w.close()
