@@ -44,6 +44,8 @@ def rxe_packets() -> list[tuple[int, bytes]]:
 
 
 def build(path: str, n: int) -> int:
+    from rdmalab.capture.pcapwriter import CaptureWriter
+
     pkts = rxe_packets()
     if not pkts:
         sys.exit("no rxe RoCEv2 packets found in captures/")
@@ -51,19 +53,14 @@ def build(path: str, n: int) -> int:
     span = max(t for t, _ in pkts) - t0 + 1000
     written = 0
     rep = 0
-    with open(path, "wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 262144, 1))  # nanosecond pcap, Ethernet
+    with CaptureWriter(path, nano=True) as w:  # nanosecond pcap, Ethernet
         while written < n:
             base = 1_800_000_000_000_000_000 + rep * span
-            chunk = bytearray()
             for t, frame in pkts:
-                ts = base + (t - t0)
-                chunk += struct.pack("<IIII", ts // 1_000_000_000, ts % 1_000_000_000, len(frame), len(frame))
-                chunk += frame
+                w.write(frame, base + (t - t0))
                 written += 1
                 if written >= n:
                     break
-            f.write(chunk)
             rep += 1
     return written
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import os
 import random
-import struct
 from collections.abc import Iterator
 
 from rdmalab.capture.columnar import record_blocks
+from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.wire import AETH, BTH, RETH, encode_rocev2
 
 Frame = tuple[int, bytes, int]  # (time in ns, captured bytes, length on the wire)
@@ -36,14 +36,11 @@ def frames_of(path: str | os.PathLike[str]) -> list[Frame]:
 
 
 def write(path: str | os.PathLike[str], frames: Iterator[Frame] | list[Frame], snaplen: int = 65535) -> int:
-    """Write frames as a nanosecond pcap; returns how many."""
-    n = 0
-    with open(path, "wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, snaplen, 1))
+    """Write frames as a nanosecond pcap (:class:`~rdmalab.capture.pcapwriter.CaptureWriter`); returns how many."""
+    with CaptureWriter(path, snaplen=snaplen, nano=True) as w:
         for t, data, wire in frames:
-            f.write(struct.pack("<IIII", t // 1_000_000_000, t % 1_000_000_000, len(data), wire) + data)
-            n += 1
-    return n
+            w.write(data, t, wire_len=wire)
+        return w.count
 
 
 def appended(src: str | os.PathLike[str], dst: str | os.PathLike[str], n: int) -> int:

@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import dpkt
 import pytest
 
 from rdmalab.capture.filter import compile_filter
+from rdmalab.capture.pcapwriter import write_capture
 from rdmalab.cli import main
 from rdmalab.wire import BTH, RETH, encode_rocev2
 
@@ -20,10 +20,7 @@ FRAME = encode_rocev2(BTH(opcode=0x0A, destqp=0x123, psn=7), [RETH(va=0x1000, r_
 
 
 def _pcap(path: Path, frames: list[bytes]) -> Path:
-    with open(path, "wb") as f:
-        w = dpkt.pcap.Writer(f, linktype=1)
-        for i, fr in enumerate(frames):
-            w.writepkt(fr, ts=10.0 + i)
+    write_capture(path, [((10 + i) * 10**9, fr) for i, fr in enumerate(frames)], nano=False)
     return path
 
 

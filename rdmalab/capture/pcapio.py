@@ -28,17 +28,26 @@ from typing import IO
 
 import numpy as np
 
+from rdmalab.capture.pcapwriter import (
+    BYTE_ORDER_MAGIC,
+    PCAP_MAGIC_NS,
+    PCAP_MAGIC_US,
+    PCAPNG_EPB,
+    PCAPNG_IDB,
+    PCAPNG_SHB,
+)
 from rdmalab.wire.errors import RdmalabError
 
 #: A record (or pcapng block) longer than this means a corrupt length field.
 MAX_RECORD = 64 * 1024 * 1024
 
-_PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
+_PCAPNG_SHB = PCAPNG_SHB.to_bytes(4, "big")  # the same either way round
 #: pcap magic (as the file's first four bytes) -> (byte order, nanoseconds per timestamp unit)
-PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1": ("<", 1000), b"\xa1\xb2\xc3\xd4": (">", 1000),
-               b"\x4d\x3c\xb2\xa1": ("<", 1), b"\xa1\xb2\x3c\x4d": (">", 1)}
-_BLOCK_NAMES = {1: "interface description", 2: "packet", 3: "simple packet", 6: "enhanced packet",
-                0x0A0D0D0A: "section header"}
+PCAP_MAGICS = {PCAP_MAGIC_US.to_bytes(4, "little"): ("<", 1000), PCAP_MAGIC_US.to_bytes(4, "big"): (">", 1000),
+               PCAP_MAGIC_NS.to_bytes(4, "little"): ("<", 1), PCAP_MAGIC_NS.to_bytes(4, "big"): (">", 1)}
+_BOM_LE, _BOM_BE = BYTE_ORDER_MAGIC.to_bytes(4, "little"), BYTE_ORDER_MAGIC.to_bytes(4, "big")
+_BLOCK_NAMES = {PCAPNG_IDB: "interface description", 2: "packet", 3: "simple packet", PCAPNG_EPB: "enhanced packet",
+                PCAPNG_SHB: "section header"}
 
 
 class CaptureError(RdmalabError):
@@ -255,24 +264,24 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int) -> It
                 if pos + 12 > end:
                     break
                 bom = buf[pos + 8:pos + 12]
-                if bom not in (b"\x4d\x3c\x2b\x1a", b"\x1a\x2b\x3c\x4d"):
+                if bom not in (_BOM_LE, _BOM_BE):
                     err = CaptureError(path, f"has a pcapng section header at byte {at} with an unknown byte-order magic "
                                   f"{bom.hex(' ')}", offset=at,
                                      frames_read=frame - 1 + len(offs))
                     break
-                order = "<" if bom == b"\x4d\x3c\x2b\x1a" else ">"
+                order = "<" if bom == _BOM_LE else ">"
             btype, blen = struct.unpack_from(order + "II", buf, pos)
             name = _BLOCK_NAMES.get(btype, f"type {btype}")
-            if blen < 12 or blen % 4 or blen > MAX_RECORD or (btype == 0x0A0D0D0A and blen < 28):
+            if blen < 12 or blen % 4 or blen > MAX_RECORD or (btype == PCAPNG_SHB and blen < 28):
                 err = CaptureError(path, f"is damaged: the pcapng {name} block at byte {at} has length {blen} (a block is at "
                               f"least 12 bytes, a section header 28, a multiple of 4 and at most {MAX_RECORD})", offset=at,
                                      frames_read=frame - 1 + len(offs))
                 break
             if pos + blen > end:
                 break
-            if btype == 0x0A0D0D0A:
+            if btype == PCAPNG_SHB:
                 ifaces = []
-            elif btype == 1:
+            elif btype == PCAPNG_IDB:
                 if blen < 20:
                     err = CaptureError(path, f"is damaged: the pcapng interface description block at byte {at} has length "
                                   f"{blen} (at least 20)", offset=at,
@@ -292,7 +301,7 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int) -> It
                         tsoff = struct.unpack_from(order + "q", buf, o + 4)[0]
                     o += 4 + ((olen + 3) & ~3)
                 ifaces.append((lt, units, tsoff))
-            elif btype in (6, 2, 3):
+            elif btype in (PCAPNG_EPB, 2, 3):
                 frame_no = frame + len(offs)
                 if btype == 3:
                     iface, t = 0, None

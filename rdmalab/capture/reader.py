@@ -1,4 +1,5 @@
-"""Reading pcap and pcapng files as a stream of decoded packets, and writing pcap.
+"""Reading pcap and pcapng files as a stream of decoded packets, and writing decoded packets back
+(through :mod:`rdmalab.capture.pcapwriter`, the one writer).
 
 The records come from :mod:`rdmalab.capture.pcapio`, the one walker over pcap and pcapng
 records (the columnar decoder reads through it too).  It is ours, not dpkt's, because dpkt's
@@ -17,10 +18,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, decode_frame
 from rdmalab.capture.pcapio import CaptureError, record_blocks
+from rdmalab.capture.pcapwriter import DEFAULT_SNAPLEN, CaptureWriter, seconds_to_ns
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.packet import Packet
 
@@ -142,29 +144,28 @@ def read(path: str | os.PathLike[str], *, lenient: bool = True, iwarp: bool = Tr
 # ============================================================================ writing
 
 
-def write_pcap(path: str | os.PathLike[str], frames: Iterable[Any], *, linktype: int = LINKTYPE_ETHERNET,
-               snaplen: int = 262144, nano: bool = False) -> int:
-    """Write frames to a pcap file and return how many were written.
+def write_pcap(path: str | os.PathLike[str] | IO[bytes], frames: Iterable[Any], *, linktype: int = LINKTYPE_ETHERNET,
+               snaplen: int = DEFAULT_SNAPLEN, nano: bool = False) -> int:
+    """Write frames to a pcap file (or binary file object) and return how many were written.
 
-    Each frame may be ``bytes``, a ``(timestamp, bytes)`` pair, a
-    :class:`~rdmalab.wire.packet.Packet` or a :class:`CapturedPacket`.  Frames without a
-    timestamp get 0.000001 s apart from 0, so the file is deterministic.
+    Each frame may be ``bytes``, a ``(timestamp in float seconds, bytes)`` pair, a
+    :class:`~rdmalab.wire.packet.Packet` or a :class:`CapturedPacket` (its wire length is kept).
+    Frames without a timestamp get 0.000001 s apart from 0, so the file is deterministic.  The
+    writing is :class:`rdmalab.capture.pcapwriter.CaptureWriter`'s (``nano`` picks nanosecond
+    timestamps); float seconds become nanoseconds by :func:`~rdmalab.capture.pcapwriter.seconds_to_ns`.
     """
-    from dpkt import pcap as _pcap  # lazy: the columnar decoder reads files without dpkt (start-up, memory)
-
-    n = 0
-    with open(os.fspath(path), "wb") as f:
-        w = _pcap.Writer(f, snaplen=snaplen, linktype=linktype, nano=nano)
-        for item in frames:
+    with CaptureWriter(path, linktype=linktype, snaplen=snaplen, nano=nano) as w:
+        for n, item in enumerate(frames):
             ts: float | None = None
+            wire: int | None = None
             if isinstance(item, CapturedPacket):
                 ts, data = item.timestamp, item.packet.data
+                wire = max(item.wire_length, len(data)) if item.wire_length else None
             elif isinstance(item, Packet):
                 data = item.data
             elif isinstance(item, tuple):
                 ts, data = float(item[0]), bytes(item[1])
             else:
                 data = bytes(item)
-            w.writepkt(data, ts=n * 1e-6 if ts is None else ts)
-            n += 1
-    return n
+            w.write(data, n * 1000 if ts is None else seconds_to_ns(ts), wire_len=wire)
+        return w.count

@@ -15,7 +15,7 @@ flipped in the frame, so the receiver's ICRC check drops it as rxe does), reorde
 delay of up to a few packet times) and duplication (a second copy, delayed the same way).
 
 Taps see every frame as the sender transmits it (before faults) as complete RoCEv2 frames;
-:meth:`Fabric.write_pcap` is a tap that writes them, with virtual timestamps, via dpkt.
+:meth:`Fabric.write_pcap` is a tap that writes them, with virtual timestamps, as a pcap file.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import IO, Any
 
+from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.verbs.engine.carrier import Scheduler, Station, Timer, TimerHandle
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import ACK_OPCODE, INFO, PSN_MASK, ROCE_OVERHEAD, SEGMENT, Pkt, middle_of, next_id
@@ -74,30 +75,25 @@ class _Train:
 
 
 class PcapTap:
-    """Writes every frame the fabric carries to a pcap file (LINKTYPE_ETHERNET, ns timestamps)."""
+    """Writes every frame the fabric carries to a pcap file (LINKTYPE_ETHERNET, ns timestamps)
+    through :class:`~rdmalab.capture.pcapwriter.CaptureWriter`; ``dest`` is a path, ``"-"`` or a
+    binary file object (left open)."""
 
     def __init__(self, fabric: Fabric, dest: str | IO[bytes]) -> None:
-        # dpkt (a project dependency, 70-odd modules) is imported here, when a capture is asked for, so
-        # that the engine's command-line tools start without it (inside the TCG VM each module read
-        # from the 9p root file system costs about 25 ms); rdmalab.fabric.udp does the same.
-        import dpkt
-
-        self._own = isinstance(dest, str)
-        self._file: IO[bytes] = open(dest, "wb") if isinstance(dest, str) else dest  # noqa: SIM115
-        self._writer = dpkt.pcap.Writer(self._file, linktype=dpkt.pcap.DLT_EN10MB, nano=True)
+        self._writer = CaptureWriter(dest, nano=True)
         self._fabric = fabric
         self.count = 0
         fabric.tap(self)
 
     def __call__(self, time_ns: int, src: str, dst: str, frame: bytes) -> None:
-        self._writer.writepkt(frame, ts=time_ns / 1e9)
+        self._writer.write(frame, time_ns)
         self.count += 1
 
     def close(self) -> None:
+        if self._writer.closed:
+            return
         self._fabric.untap(self)
-        self._file.flush()
-        if self._own:
-            self._file.close()
+        self._writer.close()
 
     def __enter__(self) -> PcapTap:
         return self

@@ -46,6 +46,7 @@ from rdmalab.fabric.sim import Fabric, Link
 from rdmalab.verbs.engine.carrier import TimerHandle
 from rdmalab.verbs.engine.iwdevice import ConnectResult, IwDevice
 from rdmalab.verbs.engine.trace import TraceEvent
+from rdmalab.wire.net import ETHERTYPE_IPV4, IPPROTO_TCP, TCP, Ethernet, IPv4, tcp_checksum
 
 FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
 ETH_IP_TCP = 14 + 20 + 20  # header octets of a segment without options
@@ -378,7 +379,7 @@ class SimTcp:
         dst = self.devices.get(seg.dst[0])
         self.stats["segments"] += 1
         size = ETH_IP_TCP + (4 if seg.mss else 0) + len(seg.data)
-        taps = fab._taps  # the fabric's taps (PcapTap and friends): each sees the frame as sent
+        taps = fab._taps  # the fabric's taps (a PcapTap, or any function): each sees the frame as sent
         if taps:
             frame = self.frame(src, dst, seg)
             for tap in list(taps):
@@ -448,21 +449,20 @@ class SimTcp:
             self.carry(dst, Segment(seg.dst, seg.src, seg.ack if seg.flags & ACK else 0, ack, RST | ACK))
 
     def frame(self, src: IwDevice, dst: IwDevice | None, seg: Segment) -> bytes:
-        """The segment as an Ethernet/IPv4/TCP frame (checksums computed), for taps."""
-        import dpkt  # (as PcapTap: only when a capture is asked for)
-
+        """The segment as an Ethernet/IPv4/TCP frame (checksums computed), for taps; the headers are
+        :mod:`rdmalab.wire.net`'s (IPv4 with DF and a running identification, TTL 64; the MSS option
+        on a SYN)."""
         opts = b"\x02\x04" + seg.mss.to_bytes(2, "big") if seg.mss else b""
-        tcp = dpkt.tcp.TCP(sport=seg.src[1], dport=seg.dst[1], seq=seg.seq & SEQ_MASK, ack=seg.ack & SEQ_MASK,
-                           flags=seg.flags, win=min(seg.window, 0xFFFF), opts=opts, data=seg.data)
-        tcp.off = (20 + len(opts)) // 4
         self._ip_id = (self._ip_id + 1) & 0xFFFF
-        ip = dpkt.ip.IP(src=ipaddress.IPv4Address(seg.src[0]).packed, dst=ipaddress.IPv4Address(seg.dst[0]).packed,
-                        p=dpkt.ip.IP_PROTO_TCP, ttl=64, id=self._ip_id, df=1, data=tcp)
-        ip.len = 20 + len(bytes(tcp))
-        eth = dpkt.ethernet.Ethernet(src=src.mac.to_bytes(6, "big"),
-                                     dst=(dst.mac if dst is not None else 0).to_bytes(6, "big"),
-                                     type=dpkt.ethernet.ETH_TYPE_IP, data=ip)
-        return bytes(eth)
+        ip = IPv4(total_length=40 + len(opts) + len(seg.data), identification=self._ip_id, ttl=64,
+                  protocol=IPPROTO_TCP, src=int(ipaddress.IPv4Address(seg.src[0])),
+                  dst=int(ipaddress.IPv4Address(seg.dst[0]))).with_checksum()
+        tcp = TCP(sport=seg.src[1], dport=seg.dst[1], seq=seg.seq & SEQ_MASK, ack=seg.ack & SEQ_MASK,
+                  data_offset=(20 + len(opts)) // 4, flags=seg.flags, window=min(seg.window, 0xFFFF))
+        segment = tcp.encode() + opts + seg.data
+        tcp = tcp.replace(checksum=tcp_checksum(ip, segment))
+        eth = Ethernet(dst=dst.mac if dst is not None else 0, src=src.mac, ethertype=ETHERTYPE_IPV4)
+        return eth.encode() + ip.encode() + tcp.encode() + opts + seg.data
 
 
 def _seg_detail(seg: Segment) -> dict[str, Any]:

@@ -52,8 +52,7 @@ from dataclasses import dataclass, field
 from heapq import heappush
 from typing import IO, Any
 
-import dpkt
-
+from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.fabric.switched_carrier import (
     CE,
     ECN,
@@ -353,22 +352,19 @@ def _gid(host: Host) -> Any:
 
 
 class Tap:
-    """Writes every frame crossing one link (both directions) to a pcap (ns timestamps, via dpkt)."""
+    """Writes every frame crossing one link (both directions) to a pcap (ns timestamps) through
+    :class:`~rdmalab.capture.pcapwriter.CaptureWriter`."""
 
     def __init__(self, dest: str | IO[bytes]) -> None:
-        self._own = isinstance(dest, str)
-        self._file: IO[bytes] = open(dest, "wb") if isinstance(dest, str) else dest  # noqa: SIM115
-        self._writer = dpkt.pcap.Writer(self._file, linktype=dpkt.pcap.DLT_EN10MB, nano=True)
+        self._writer = CaptureWriter(dest, nano=True)
         self.count = 0
 
     def write(self, t_ns: float, frame: bytes) -> None:
-        self._writer.writepkt(frame, ts=t_ns / 1e9)
+        self._writer.write(frame, round(t_ns))  # the clock may run in float ns: to the nearest ns
         self.count += 1
 
     def close(self) -> None:
-        self._file.flush()
-        if self._own:
-            self._file.close()
+        self._writer.close()
 
 
 class SwitchedFabric:

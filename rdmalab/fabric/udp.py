@@ -51,7 +51,7 @@ import selectors
 import socket
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rdmalab.fabric.udp_codec import (
     HDR,
@@ -89,6 +89,9 @@ from rdmalab.wire.crc import ICRC_SEED, crc32, mask_rocev2
 from rdmalab.wire.ib import IB_MTUS
 from rdmalab.wire.net import ROCEV2_PORT
 from rdmalab.wire.opcodes import CNP_OPCODE
+
+if TYPE_CHECKING:
+    from rdmalab.capture.pcapwriter import CaptureWriter
 
 # the names programs and tests import from here (set-up and codec live in udp_setup and udp_codec)
 __all__ = ["ACK_BATCH", "RECV_BUDGET", "ROCEV2_PORT", "CarrierError", "UdpFabric", "check_permission",
@@ -170,9 +173,7 @@ class UdpFabric(WallClockWait):
         self._rxmv = memoryview(self._rx)
         self._macs: dict[int, int] = {}
         self._addrs: dict[int, tuple[str, int]] = {}
-        self._pcap: Any = None
-        self._pcap_file: IO[bytes] | None = None
-        self._pcap_own = False
+        self._pcap: CaptureWriter | None = None
 
     def _open_sockets(self, ip: str, ipv4: int) -> None:
         try:
@@ -613,18 +614,21 @@ class UdpFabric(WallClockWait):
 
     # ------------------------------------------------------------------ capture
     def write_pcap(self, dest: str | IO[bytes]) -> None:
-        """Record every datagram sent and received (as Ethernet frames) to ``dest``."""
-        import dpkt  # a project dependency; imported here so the carrier starts without it in use
+        """Record every datagram sent and received (as Ethernet frames, wall-clock ns timestamps) to
+        ``dest`` (a path, ``"-"`` or a binary file object), through
+        :class:`~rdmalab.capture.pcapwriter.CaptureWriter`; a capture already running is closed."""
+        # imported here, when a capture is asked for: the live tools (pingpong, perftest ...) load this
+        # carrier and must start without rdmalab.capture (start-up in the TCG VM; tests/test_cli.py pins it)
+        from rdmalab.capture.pcapwriter import CaptureWriter
 
-        own = isinstance(dest, str)
-        f: IO[bytes] = open(dest, "wb") if isinstance(dest, str) else dest  # noqa: SIM115
-        self._pcap_file, self._pcap_own = f, own
-        self._pcap = dpkt.pcap.Writer(f, linktype=dpkt.pcap.DLT_EN10MB, nano=True)
+        if self._pcap is not None:
+            self._pcap.close()
+        self._pcap = CaptureWriter(dest, nano=True)
 
     def _tap(self, datagram: bytes, src_mac: int, dst_mac: int) -> None:
         if self._pcap is not None:
             eth = dst_mac.to_bytes(6, "big") + src_mac.to_bytes(6, "big") + b"\x08\x00"
-            self._pcap.writepkt(eth + datagram, ts=time.time())
+            self._pcap.write(eth + datagram, time.time_ns())
 
     def close(self) -> None:
         if self._closed:
@@ -633,11 +637,9 @@ class UdpFabric(WallClockWait):
         self._sel.close()
         self._raw.close()
         self._sink.close()
-        if self._pcap_file is not None:
-            self._pcap_file.flush()
-            if self._pcap_own:
-                self._pcap_file.close()
-            self._pcap = self._pcap_file = None
+        if self._pcap is not None:
+            self._pcap.close()
+            self._pcap = None
 
     def __enter__(self) -> UdpFabric:
         return self

@@ -10,10 +10,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import dpkt
 import pytest
 
 from rdmalab.capture.analysis import analyze
+from rdmalab.capture.pcapwriter import CaptureWriter, seconds_to_ns, write_capture
 from rdmalab.cli import main
 from rdmalab.viz.report import html_report
 from rdmalab.wire import AETH, BTH, RETH, encode_rocev2
@@ -130,10 +130,7 @@ def _fabric_run(tmp_path: Path, seed: int, loss: float, op: str) -> tuple[Path, 
 def _write_arrivals(fab: Any, path: Path) -> Path:
     """What the receivers got: the frames the fabric's trace says arrived, at their arrival times."""
     sent = {ev.detail["packet_id"]: ev for ev in fab.trace.of_kind("sent")}
-    with open(path, "wb") as f:
-        w = dpkt.pcap.Writer(f, linktype=1, nano=True)
-        for ev in fab.trace.of_kind("received"):
-            w.writepkt(sent[ev.detail["packet_id"]].frame, ts=ev.time_ns / 1e9)
+    write_capture(path, [(ev.time_ns, sent[ev.detail["packet_id"]].frame) for ev in fab.trace.of_kind("received")])
     return path
 
 
@@ -175,10 +172,7 @@ def test_cnp_reaction_time_and_bad_icrc(tmp_path: Path) -> None:
     ack[-1] ^= 0xFF  # damage the ICRC
     frames.append((t + 6e-6, bytes(ack)))
     path = tmp_path / "ce.pcap"
-    with open(path, "wb") as f:
-        w = dpkt.pcap.Writer(f, linktype=1, nano=True)
-        for ts, fr in frames:
-            w.writepkt(fr, ts=ts)
+    write_capture(path, [(seconds_to_ns(ts), fr) for ts, fr in frames])
     a = analyze(path)
     ce = a.of_kind("ecn_ce")
     assert len(ce) == 1 and ce[0].frames == [2, 5]
@@ -316,8 +310,7 @@ def test_ackreq_unanswered_names_the_requests_the_responder_skipped(tmp_path: Pa
     keep_psn = acks[-3].packet[BTH].psn  # the responder's answers stop at this PSN
     skipped = {cp.frame_number for cp in acks[-2:]}
     out = tmp_path / "skipped.pcap"
-    with open(out, "wb") as f:
-        w = dpkt.pcap.Writer(f, nano=True)
+    with CaptureWriter(out) as w:
         kept = 0
         want = []
         for cp in frames:
@@ -327,8 +320,8 @@ def test_ackreq_unanswered_names_the_requests_the_responder_skipped(tmp_path: Pa
             b = cp.packet.get(BTH)
             if b is not None and b.opcode != 0x11 and b.ackreq and b.psn > keep_psn:
                 want.append(kept)
-            w.writepkt(cp.packet.data, ts=cp.timestamp)
-        w.writepkt(acks[-3].packet.data, ts=frames[-1].timestamp + 1e-6)  # the old ACK again, last
+            w.write(cp.packet.data, seconds_to_ns(cp.timestamp))
+        w.write(acks[-3].packet.data, seconds_to_ns(frames[-1].timestamp) + 1000)  # the old ACK again, last
     assert want
     found = analyze(out).of_kind("ack_coalescing")
     assert [(f.detail["anomaly"], f.frames) for f in found] == [("ackreq_unanswered", [k]) for k in want]

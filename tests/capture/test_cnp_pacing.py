@@ -49,9 +49,7 @@ def test_a_wrong_gap_is_inconsistent(tmp_path: Path) -> None:
 
 
 def test_capture_drops_across_connections_are_not_wire_losses(tmp_path: Path) -> None:
-    import dpkt
-
-    from rdmalab.capture import read
+    from rdmalab.capture import read, write_pcap
     from rdmalab.wire.ib import BTH
 
     pcap, _ = simulate(tmp_path, "qp", 20)
@@ -70,11 +68,7 @@ def test_capture_drops_across_connections_are_not_wire_losses(tmp_path: Path) ->
             break
     assert len(dropped) == 2
     cut = tmp_path / "mirror_drops.pcap"
-    with open(cut, "wb") as f:
-        w = dpkt.pcap.Writer(f, nano=True)
-        for cp in frames:
-            if cp.frame_number not in dropped.values():
-                w.writepkt(cp.packet.data, ts=cp.timestamp)
+    write_pcap(cut, [cp for cp in frames if cp.frame_number not in dropped.values()], nano=True)
     clean = analyze(pcap)
     assert not clean.of_kind("capture_gap") and not clean.of_kind("psn_gap")
     a = analyze(cut)
@@ -101,15 +95,13 @@ def test_iwarp_bad_crc32c_and_terminate_explained() -> None:
 
 def _rewrite_ack_psn(src: Path, dst: Path, which: int, delta: int) -> int:
     """Copy a capture, changing the PSN of its ``which``-th ACK by ``delta``; returns its frame number."""
-    import dpkt
-
-    from rdmalab.capture import read
+    from rdmalab.capture import CaptureWriter, read
+    from rdmalab.capture.pcapwriter import seconds_to_ns
     from rdmalab.wire.ib import BTH
 
     k = 0
     changed = 0
-    with open(dst, "wb") as f:
-        w = dpkt.pcap.Writer(f, nano=True)
+    with CaptureWriter(dst, nano=True) as w:
         for cp in read(src):
             data = bytearray(cp.packet.data)
             bth = cp.packet.get(BTH)
@@ -119,7 +111,7 @@ def _rewrite_ack_psn(src: Path, dst: Path, which: int, delta: int) -> int:
                     at = next(layer.offset for layer in cp.packet.layers if isinstance(layer.header, BTH)) + 9
                     data[at:at + 3] = ((bth.psn + delta) % (1 << 24)).to_bytes(3, "big")
                     changed = cp.frame_number
-            w.writepkt(bytes(data), ts=cp.timestamp)
+            w.write(data, seconds_to_ns(cp.timestamp))
     assert changed
     return changed
 

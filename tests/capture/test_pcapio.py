@@ -21,6 +21,7 @@ import pytest
 
 from rdmalab.capture import CaptureError, columnar_decode, read, records
 from rdmalab.capture.columnar import iter_columns, record_blocks
+from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.wire import crc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,13 +29,16 @@ CAPTURES = sorted(glob.glob(str(ROOT / "captures" / "*.pcap")))
 
 
 def _to_pcapng(src: str, dst: Path) -> Path:
-    """The same records as a pcapng file (dpkt's writer: one interface, microsecond times)."""
-    with open(dst, "wb") as f:
-        w = None
-        for rec in records(src):
-            if w is None:
-                w = dpkt.pcapng.Writer(f, linktype=rec.linktype, snaplen=262144)
-            w.writepkt(rec.data, ts=rec.timestamp)
+    """The same records as a pcapng file (one interface per link type, nanosecond times and wire
+    lengths kept), by rdmalab's writer."""
+    ifaces: dict[int, int] = {}
+    with CaptureWriter(dst, format="pcapng", linktype=None) as w:
+        for blk in record_blocks(src):
+            for off, cap, wire, t, lt in zip(blk.offset.tolist(), blk.caplen.tolist(), blk.wirelen.tolist(),
+                                             blk.ts_ns.tolist(), blk.linktype.tolist(), strict=True):
+                if lt not in ifaces:
+                    ifaces[lt] = w.add_interface(lt, snaplen=0)
+                w.write(bytes(blk.buf[off:off + cap]), t, wire_len=wire, interface=ifaces[lt])
     return dst
 
 
@@ -56,9 +60,11 @@ def test_both_decoders_see_the_same_records(path: str, tmp_path: Path) -> None:
         assert [(d, w) for _, _, d, w in want] == theirs
     assert _walk_columnar(path) == want
     ng = _to_pcapng(path, tmp_path / "x.pcapng")
-    got = [(r.frame_number, r.data) for r in records(ng)]
-    assert got == [(n, d) for n, _, d, _ in want]
-    assert [(n, d) for n, _, d, _ in _walk_columnar(ng)] == got
+    got = [(r.frame_number, r.data, r.wire_length) for r in records(ng)]
+    assert got == [(n, d, w) for n, _, d, w in want]
+    assert [(n, d, w) for n, _, d, w in _walk_columnar(ng)] == got
+    assert [t for b in record_blocks(ng) for t in b.ts_ns.tolist()] == \
+        [t for b in record_blocks(path) for t in b.ts_ns.tolist()]
 
 
 def _wire_lengths(path: str) -> list[int]:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from rdmalab.capture import read
+from rdmalab.capture.pcapwriter import write_capture
 from rdmalab.capture.render import TcpWindowScaling, summary_line
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
@@ -79,10 +80,8 @@ def _tshark_windows(path: Path) -> dict[int, int]:
 @pytest.mark.tshark
 def test_handshake_variants_scale_as_tshark(tmp_path: Path) -> None:
     path = tmp_path / "handshakes.pcap"
-    with open(path, "wb") as f:
-        w = dpkt.pcap.Writer(f)
-        for k, p in enumerate(p for pk in HANDSHAKES.values() for p in pk):
-            w.writepkt(_frame(*p), ts=k + 1)
+    write_capture(path, [((k + 1) * 10**9, _frame(*p)) for k, p in enumerate(p for pk in HANDSHAKES.values()
+                                                                              for p in pk)])
     ours, theirs = _our_windows(path), _tshark_windows(path)
     assert ours == theirs
     assert ours[3] == 100 << 7 and ours[4] == 200 << 5  # both sides offered: each scaled by its own
@@ -114,10 +113,8 @@ def test_decode_prints_the_scaled_window(capsys: pytest.CaptureFixture[str]) -> 
 
 def _handshakes(tmp_path: Path) -> Path:
     path = tmp_path / "handshakes.pcap"
-    with open(path, "wb") as f:
-        w = dpkt.pcap.Writer(f)
-        for k, p in enumerate(p for pk in HANDSHAKES.values() for p in pk):
-            w.writepkt(_frame(*p), ts=k + 1)
+    write_capture(path, [((k + 1) * 10**9, _frame(*p)) for k, p in enumerate(p for pk in HANDSHAKES.values()
+                                                                              for p in pk)])
     return path
 
 

@@ -391,14 +391,11 @@ def run_tshark(path: str | Path) -> list[dict[str, list[int | str]]]:
 
 
 def tshark_frames(frames: list[bytes]) -> list[dict[str, list[int | str]]]:
-    import dpkt
+    from rdmalab.capture.pcapwriter import write_capture
 
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "cm.pcap")
-        with open(path, "wb") as fh:
-            w = dpkt.pcap.Writer(fh, linktype=1)
-            for i, f in enumerate(frames):
-                w.writepkt(f, ts=i)
+        write_capture(path, [(i * 10**9, f) for i, f in enumerate(frames)])
         return run_tshark(path)
 
 

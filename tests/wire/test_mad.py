@@ -176,15 +176,12 @@ needs_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark
 
 def tshark_fields(frames: list[bytes]) -> list[dict[str, int | str]]:
     """tshark's fields (first occurrence) of each frame, values as ints where typed."""
-    import dpkt
+    from rdmalab.capture.pcapwriter import write_capture
 
     types = field_types()
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "t.pcap")
-        with open(path, "wb") as fh:
-            w = dpkt.pcap.Writer(fh, linktype=1)
-            for i, f in enumerate(frames):
-                w.writepkt(f, ts=i)
+        write_capture(path, [(i * 10**9, f) for i, f in enumerate(frames)])
         out = subprocess.run(["tshark", "-r", path, "-T", "json"], capture_output=True, text=True, check=True).stdout
     result = []
     for pkt in json.loads(out, object_pairs_hook=lambda pairs: pairs):

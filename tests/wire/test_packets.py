@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rdmalab.capture.pcapwriter import write_capture
 from rdmalab.wire import crc, ib
 from rdmalab.wire.errors import DecodeError, EncodeError, MalformedError, TruncatedError
 from rdmalab.wire.frame import decode_ethernet, decode_ib, decode_ip, encode_rocev1, encode_rocev2
@@ -262,9 +263,7 @@ def test_tcp_frame_checksums_agree_with_wireshark(tmp_path: Path) -> None:
     if shutil.which("tshark") is None:
         pytest.skip("tshark (Wireshark) is not installed")
     path = tmp_path / "tcp.pcap"
-    with open(path, "wb") as f:
-        w = dpkt.pcap.Writer(f)
-        w.writepkt(frame, 0)
+    write_capture(path, [frame])
     out = subprocess.run(["tshark", "-r", str(path), "-o", "tcp.check_checksum:TRUE", "-o", "ip.check_checksum:TRUE",
                           "-T", "fields", "-e", "tcp.checksum.status", "-e", "ip.checksum.status"],
                          capture_output=True, text=True, check=True).stdout.split()

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 
-import dpkt
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tshark_util import requires_tshark, tshark_path
 
+from rdmalab.capture.pcapwriter import write_capture
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.pfc import MIN_FRAME, decode_pfc_frame, encode_pfc_frame, is_pfc_frame, pause_ns, quanta_for
 
@@ -59,10 +59,7 @@ def test_bad_input() -> None:
 def test_tshark_decodes_our_frames(tmp_path) -> None:  # type: ignore[no-untyped-def]
     cases = [{3: 0xFFFF}, {3: 0}, {0: 17, 5: 300, 7: 1}, {p: p * 1000 for p in range(8)}]
     path = tmp_path / "pfc.pcap"
-    with open(path, "wb") as fh:
-        w = dpkt.pcap.Writer(fh)
-        for i, c in enumerate(cases):
-            w.writepkt(encode_pfc_frame(c), ts=i)
+    write_capture(path, [(i * 10**9, encode_pfc_frame(c)) for i, c in enumerate(cases)])
     tool = tshark_path()
     assert tool is not None
     out = subprocess.run([tool, "-r", str(path), "-T", "json"], capture_output=True, text=True, check=True).stdout
