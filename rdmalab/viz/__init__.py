@@ -11,10 +11,18 @@ from rdmalab.viz.crcsteps import Crc32cSteps, IcrcSteps, crc32c_steps, icrc_step
 from rdmalab.viz.hexdump import FieldTable, HexDump, Mark, field_table, hexdump, layer_colour
 from rdmalab.viz.ladder import Arrow, Ladder, Marker, from_capture, from_trace, ladder
 from rdmalab.viz.plots import Plot, opcode_counts, psn_time, throughput
-from rdmalab.viz.states import StateDiagram, qp_state_diagram, state_diagram
+from rdmalab.viz.states import (
+    StateDiagram,
+    cm_state_diagram,
+    cmid_state_diagram,
+    mpa_state_diagram,
+    qp_state_diagram,
+    state_diagram,
+)
 
 __all__ = [
     "Arrow", "Crc32cSteps", "WireComparison", "compare_wires", "frame_spans", "wire_hexdump", "FieldTable", "HexDump", "IcrcSteps", "Ladder", "Mark", "Marker", "Plot",
     "StateDiagram", "crc32c_steps", "field_table", "from_capture", "from_trace", "hexdump", "icrc_steps",
     "ladder", "layer_colour", "opcode_counts", "psn_time", "qp_state_diagram", "state_diagram", "throughput",
+    "cm_state_diagram", "cmid_state_diagram", "mpa_state_diagram",
 ]

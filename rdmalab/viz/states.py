@@ -149,7 +149,7 @@ class StateDiagram:
     def to_svg(self) -> str:
         pos = self._positions()
         width = int(max(x for x, _ in pos.values()) + 110)
-        height = int(max(y for _, y in pos.values()) + 80)
+        height = int(max(y for _, y in pos.values()) + 100)  # room for a loop's label under the bottom row
         path = set(zip(self.highlight, self.highlight[1:], strict=False))
         out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="rdmalab-states" width="{width}" height="{height}" '
                f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Arial, sans-serif" font-size="11">',
