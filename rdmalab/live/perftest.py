@@ -71,7 +71,8 @@ from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 from rdmalab.wire.cm import cm_timeout_seconds, rej_reason_name
-from rdmalab.wire.ib import IB_MTUS
+from rdmalab.wire.ib import check_mtu
+from rdmalab.wire.ib import mtu_bytes as mtu_bytes_of  # (mtu_bytes: the name of a local below)
 
 EV = rdma_cm_event_type
 
@@ -224,8 +225,11 @@ def run(opts: PerftestOptions, out: IO[str], listener: socket.socket | None = No
     if opts.gid_idx not in (None, 1):
         raise PerftestError(f"GID index {opts.gid_idx}: the soft device carries IPv4 only, which is GID index 1 "
                             "(::ffff:a.b.c.d, as rxe); use -x 1")
-    if opts.mtu is not None and opts.mtu not in IB_MTUS:
-        raise PerftestError(f"-m {opts.mtu}: the MTU is one of {', '.join(map(str, IB_MTUS))}")
+    try:
+        if opts.mtu is not None:
+            check_mtu(opts.mtu, "-m (the MTU)")
+    except ValueError as exc:
+        raise PerftestError(str(exc)) from None
     if verb == "atomic" and opts.size != 8:
         raise PerftestError(f"-s {opts.size}: atomic operations are 8 bytes")
     if not 1 <= opts.size <= MAX_SIZE:
@@ -268,7 +272,7 @@ def run(opts: PerftestOptions, out: IO[str], listener: socket.socket | None = No
         fab = UdpFabric(ifname, name="rdmalab0", poll_wait=0.0, pcap=opts.pcap,
                         seed=random.SystemRandom().getrandbits(32))
         curr = _mtu(chan, client, opts, fab.mtu)
-        mtu_bytes = 128 << curr
+        mtu_bytes = mtu_bytes_of(curr)
         return _traffic(opts, out, chan, fab, client, sizes, curr, mtu_bytes)
     finally:
         chan.close()
@@ -976,7 +980,7 @@ def _run_cm(opts: PerftestOptions, out: IO[str], client: bool, sizes: list[int])
             assert did.pd is not None
             credits = _Credits(did.pd, opts.rx_depth, opts.tx_depth)
             me.rkey, me.vaddr = credits.mr.rkey, credits.addr
-        mtu_bytes = 128 << curr
+        mtu_bytes = mtu_bytes_of(curr)
         res = _session(opts, out, ctrl, fab, client, sizes, mtu_bytes, qp, cq, mr, bufsize, me, None,
                        iwarp=iwarp, credits=credits)
         if not iwarp:  # iWARP's TCP carries the last ACKs itself
