@@ -63,8 +63,7 @@ from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
 from rdmalab.verbs.cm_enums import RAI_PASSIVE, rdma_cm_event_type
 from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, event_str, unreachable_text
 from rdmalab.verbs.cq import CQ
-from rdmalab.verbs.device import Context, _fabric, get_device_list
-from rdmalab.verbs.libibverbs_enums import IBV_TRANSPORT_IB, IBV_TRANSPORT_IWARP
+from rdmalab.verbs.device import Context, _fabric, get_device_list, is_iwarp
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pd import PD
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
@@ -846,11 +845,6 @@ class _Control:
 
     def close(self) -> None:
         pass
-
-
-def is_iwarp(device: Any) -> bool:
-    """Whether a soft device runs the iWARP transport (libibverbs' transport type, as siw's)."""
-    return bool(getattr(device, "transport_type", IBV_TRANSPORT_IB) == IBV_TRANSPORT_IWARP)
 
 
 def _is(a: Any, b: Any) -> bool:

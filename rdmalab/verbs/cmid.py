@@ -53,7 +53,7 @@ from rdmalab.verbs.cm_enums import (
     rdma_cm_event_type,
 )
 from rdmalab.verbs.cq import CQ
-from rdmalab.verbs.device import MAX_QP_RD_ATOM, Context, _fabric
+from rdmalab.verbs.device import MAX_QP_RD_ATOM, Context, _fabric, is_iwarp
 from rdmalab.verbs.engine import cm as ibcm
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import MCAST_QPN
@@ -78,7 +78,7 @@ RNR_TIMER = 12  # the QP's min_rnr_timer librdmacm leaves to the device default;
 def _iwcm(dev: Any) -> Any:
     """``rdmalab.verbs.iwcm`` if ``dev`` is a soft iWARP device, else None (loaded only then: a RoCE
     program does not load the iWARP modules)."""
-    if getattr(dev, "transport", None) != "iwarp":
+    if not is_iwarp(dev):
         return None
     from rdmalab.verbs import iwcm
 

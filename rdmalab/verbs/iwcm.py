@@ -46,11 +46,6 @@ MPA_REQ_TIMEOUT_NS = 10_000_000_000  # siw_cm.h MPAREQ_TIMEOUT: the initiator wa
 MPA_REP_TIMEOUT_NS = 5_000_000_000  # the responder waits 5 s for the Request (siw_accept_newconn)
 
 
-def is_iwarp(dev: Any) -> bool:
-    """Whether ``dev`` is a soft iWARP device (its CMIDs connect through this module)."""
-    return getattr(dev, "transport", None) == "iwarp"
-
-
 class IwConn:
     """One iWARP connection of a CMID: the TCP stream and the MPA exchange, until the QP takes the stream."""
 

@@ -25,15 +25,13 @@ from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.frame import decode_ethernet, encode_rocev2
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import AETH, BTH, DETH, IETH, RETH, AtomicAckETH, AtomicETH, ImmDt
-
-# The PSN arithmetic of rdmalab.wire.ib (IBA Vol 1 9.7.1), re-exported as module-level aliases: the
-# engine's modules and carriers import it from here.
-from rdmalab.wire.ib import PSN_HALF as PSN_HALF
-from rdmalab.wire.ib import PSN_MASK as PSN_MASK
+from rdmalab.wire.ib import PSN_HALF as PSN_HALF  # (PSN arithmetic, IBA Vol 1 9.7.1: re-exported for the
+from rdmalab.wire.ib import PSN_MASK as PSN_MASK  # engine's modules and carriers, as module-level aliases)
 from rdmalab.wire.ib import psn_add as psn_add
 from rdmalab.wire.ib import psn_diff as psn_diff
 from rdmalab.wire.net import UDP, Ethernet, IPv4, IPv6
-from rdmalab.wire.opcodes import ACK_OPCODE, CNP_OPCODE, OPCODES, Op, OpcodeInfo, Pos, Transport, find_opcode
+from rdmalab.wire.opcodes import ACK_OPCODE as ACK_OPCODE  # (re-exported: the table's RC Acknowledge)
+from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, OpcodeInfo, Pos, Transport, find_opcode
 
 MCAST_QPN = 0xFFFFFF  # IBA Vol 1 9.8.1: the destination QP of every multicast packet
 ROCE_OVERHEAD = 14 + 20 + 8 + 12 + 4  # Ethernet, IPv4, UDP, BTH, ICRC
