@@ -25,7 +25,7 @@ import numpy as np
 
 from rdmalab.capture.analysis import Analysis
 from rdmalab.capture.columnar import Columns, read_columns
-from rdmalab.wire.ib import psn_add, psn_diff
+from rdmalab.wire.ib import AETH_ACK, AETH_NAK, NAK_PSN_SEQUENCE_ERROR, psn_add, psn_diff
 
 #: rxe counter -> (what it counts, where Linux 6.1 increments it).
 RXE_COUNTERS: dict[str, tuple[str, str]] = {
@@ -60,7 +60,7 @@ RXE_COUNTERS: dict[str, tuple[str, str]] = {
                    "rxe_resp.c do_complete()"),
 }
 
-_AETH_NAK_SEQ = 0x60
+_AETH_NAK_SEQ = AETH_NAK << 5 | NAK_PSN_SEQUENCE_ERROR  # the AETH syndrome of a PSN sequence error NAK
 
 
 @dataclass
@@ -118,7 +118,7 @@ def _counted_naks(a: Analysis, cols: Columns, conn_ids: set[int], requester_ip: 
         rows = np.nonzero(has_bth & has_aeth & (dst == requester_ip) & (src == resp_ip) & (dqp == c.requester_qpn))[0]
         for i in rows.tolist():
             p, s = int(psn[i]), int(syn[i])
-            if s >> 5 == 0:                               # ACK (or an ATOMIC/READ response's AETH)
+            if s >> 5 == AETH_ACK:                        # ACK (or an ATOMIC/READ response's AETH)
                 if psn_diff(p, comp) >= 0:
                     comp = psn_add(p, 1)
             elif s == _AETH_NAK_SEQ:
