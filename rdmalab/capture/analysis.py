@@ -61,7 +61,6 @@ from typing import Any
 import numpy as np
 
 from rdmalab.capture.analysis_conn import (
-    PSN_MOD,
     ConnRows,
     T,
     _Out,
@@ -71,13 +70,13 @@ from rdmalab.capture.analysis_conn import (
     walk,
     walk_order,
 )
-from rdmalab.capture.analysis_conn import rel as _rel
 from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Findings, Message
 from rdmalab.capture.analysis_rows import Rows, load_rows
 from rdmalab.capture.columnar import Columns, read_columns, record_blocks
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.reader import RawRecord, decode_record, read
-from rdmalab.wire.ib import IB_MTUS
+from rdmalab.wire.ib import IB_MTUS, PSN_MOD
+from rdmalab.wire.ib import psn_unwrap as _rel
 from rdmalab.wire.opcodes import opcode_name
 from rdmalab.wire.rdmap import TERM_ETYPE_NAMES, TERM_LAYER_NAMES, Terminate, term_errcode_names
 

@@ -23,10 +23,10 @@ import numpy as np
 
 from rdmalab.capture.analysis_model import Connection, Finding, Message
 from rdmalab.capture.analysis_rows import Rows
+from rdmalab.wire.ib import PSN_HALF, PSN_MOD
+from rdmalab.wire.ib import psn_unwrap as rel  # (rel: the walk's name for it, read many times below)
 from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, Pos, Transport, opcode_name
 
-PSN_MOD = 1 << 24
-HALF = 1 << 23
 #: a request PSN this far from the stream's previous one starts a new run (a test run again with
 #: the same QPN): go-back-N never goes back this far, no real gap is this long
 RUN_JUMP = 1 << 20
@@ -80,11 +80,6 @@ def op_family(name: str) -> str:
     return fam
 
 
-def rel(psn: int, ref: int) -> int:
-    """``psn`` unwrapped next to ``ref`` (24-bit PSN arithmetic, IBA Vol 1 9.7.1)."""
-    return ref + ((psn - ref + HALF) % PSN_MOD - HALF)
-
-
 def _group_ids(*keys: np.ndarray) -> tuple[np.ndarray, int]:
     """A group number per row for the distinct tuples of ``keys``, numbered in the tuples' sorted
     order (one lexsort: sorting a record array of the keys is several times slower)."""
@@ -136,7 +131,7 @@ def connections(r: Rows, mtu: int) -> tuple[list[ConnRows], np.ndarray]:
     rr = req_rows[order]
     ss = sid[order]
     psn = a["psn"]
-    d = (psn[rr][1:] - psn[rr][:-1] + HALF) % PSN_MOD - HALF
+    d = (psn[rr][1:] - psn[rr][:-1] + PSN_HALF) % PSN_MOD - PSN_HALF  # psn_diff, on arrays
     new = np.ones(len(rr), dtype=bool)
     new[1:] = (ss[1:] != ss[:-1]) | (np.abs(d) > RUN_JUMP)
     run_of_sorted = np.cumsum(new) - 1
@@ -419,7 +414,7 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out, wo: WalkOrder, k: int) -> d
         p = rel(ps, prev if prev is not None else ref)
         if has_aeth:
             kind = (s >> 5) & 3
-            if last_msn is not None and ((m - last_msn) % PSN_MOD) > HALF:
+            if last_msn is not None and ((m - last_msn) % PSN_MOD) > PSN_HALF:
                 findings.append(Finding("msn_jump", cid, [fr], t, f"MSN goes back from {last_msn} to {m}",
                                         {"from": last_msn, "to": m}))
             last_msn = m

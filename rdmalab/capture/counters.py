@@ -25,6 +25,7 @@ import numpy as np
 
 from rdmalab.capture.analysis import Analysis
 from rdmalab.capture.columnar import Columns, read_columns
+from rdmalab.wire.ib import AETH_ACK, AETH_NAK, NAK_PSN_SEQUENCE_ERROR, psn_add, psn_diff
 
 #: rxe counter -> (what it counts, where Linux 6.1 increments it).
 RXE_COUNTERS: dict[str, tuple[str, str]] = {
@@ -59,7 +60,7 @@ RXE_COUNTERS: dict[str, tuple[str, str]] = {
                    "rxe_resp.c do_complete()"),
 }
 
-_AETH_NAK_SEQ = 0x60
+_AETH_NAK_SEQ = AETH_NAK << 5 | NAK_PSN_SEQUENCE_ERROR  # the AETH syndrome of a PSN sequence error NAK
 
 
 @dataclass
@@ -92,12 +93,6 @@ def load_counters_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     return out
 
 
-def _psn_diff(a: int, b: int) -> int:
-    """a - b in 24-bit PSN space, as a signed number (rxe's psn_compare)."""
-    d = (a - b) & 0xFFFFFF
-    return d - 0x1000000 if d & 0x800000 else d
-
-
 def _counted_naks(a: Analysis, cols: Columns, conn_ids: set[int], requester_ip: int) -> tuple[list[int], list[int]]:
     """NAK sequence errors sent to ``requester_ip``, split by rxe's rule for ``rcvd_seq_err``: replaying the
     ACKs and NAKs the requester received in order, a NAK counts when its PSN is past ``comp.psn`` (one past
@@ -123,11 +118,11 @@ def _counted_naks(a: Analysis, cols: Columns, conn_ids: set[int], requester_ip: 
         rows = np.nonzero(has_bth & has_aeth & (dst == requester_ip) & (src == resp_ip) & (dqp == c.requester_qpn))[0]
         for i in rows.tolist():
             p, s = int(psn[i]), int(syn[i])
-            if s >> 5 == 0:                               # ACK (or an ATOMIC/READ response's AETH)
-                if _psn_diff(p, comp) >= 0:
-                    comp = (p + 1) & 0xFFFFFF
+            if s >> 5 == AETH_ACK:                        # ACK (or an ATOMIC/READ response's AETH)
+                if psn_diff(p, comp) >= 0:
+                    comp = psn_add(p, 1)
             elif s == _AETH_NAK_SEQ:
-                if _psn_diff(p, comp) > 0:
+                if psn_diff(p, comp) > 0:
                     counted.append(int(frame[i]))
                     comp = p
                 else:

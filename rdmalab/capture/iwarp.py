@@ -47,12 +47,12 @@ from rdmalab.wire.mpa import (
     MPAReqRep,
     fpdu_length,
     fpdu_wire_length,
+    ulpdu_length_at,
 )
-from rdmalab.wire.net import TCP, IPv4, IPv6
+from rdmalab.wire.net import SEQ_MOD, TCP, IPv4, IPv6, seq_add, seq_diff
 from rdmalab.wire.packet import Packet, StreamPosition
 from rdmalab.wire.rdmap import OP_TERMINATE, RDMAP_OPCODES
 
-SEQ_MOD = 1 << 32
 MAX_FPDU_WIRE = fpdu_length(MAX_ULPDU) + 4 * (fpdu_length(MAX_ULPDU) // MARKER_INTERVAL + 2)
 
 Tuple4 = tuple[str, int, str, int]
@@ -66,12 +66,6 @@ HUNT = "hunt"  # looking for FPDU boundaries
 DEAD = "dead"  # not iWARP (or given up)
 
 
-def _sdiff(a: int, b: int) -> int:
-    """``a - b`` in TCP sequence space, as a signed number."""
-    d = (a - b) % SEQ_MOD
-    return d - SEQ_MOD if d >= SEQ_MOD // 2 else d
-
-
 # ULPDU_Length (any), DDP control (Rsvd 0, DV 1), RDMAP control (RV 1, Rsv 0): a fast prefilter
 _HEADER_RE = re.compile(rb"(?=[\x00-\xff]{2}[\x01\x41\x81\xc1][\x40-\x4f])", re.DOTALL)
 
@@ -80,7 +74,7 @@ def _plausible_header(buf: bytearray, i: int) -> bool:
     """Cheap test that ``buf[i:]`` could start an FPDU (ULPDU_Length, DDP and RDMAP control)."""
     if i + 4 > len(buf):
         return False
-    length = (buf[i] << 8) | buf[i + 1]
+    length = ulpdu_length_at(buf, i)
     ddp = buf[i + 2]
     rd = buf[i + 3]
     if ddp & 0x3F != 0x01 or rd & 0xF0 != 0x40:  # Rsvd 0, DV 1; RV 1, Rsv 0
@@ -188,7 +182,7 @@ class IwarpTracker:
         if d is None:
             d = conn.dirs[fwd] = _Dir(fwd)
         if flags & TCP.SYN:
-            d.next_seq = d.buf_seq = (seq + 1) % SEQ_MOD
+            d.next_seq = d.buf_seq = seq_add(seq, 1)
             d.buf.clear()
             d.chunks.clear()
             d.state = START
@@ -223,7 +217,7 @@ class IwarpTracker:
 
     def _add_segment(self, d: _Dir, seq: int, data: bytes, frame: int) -> None:
         assert d.next_seq is not None
-        rel = _sdiff(seq, d.next_seq)
+        rel = seq_diff(seq, d.next_seq)
         if rel < 0:
             if rel + len(data) <= 0:
                 return  # retransmission of bytes we already have
@@ -247,7 +241,7 @@ class IwarpTracker:
             return
         d.chunks.append((len(d.buf), frame))
         d.buf += data
-        d.next_seq = (d.next_seq + len(data)) % SEQ_MOD
+        d.next_seq = seq_add(d.next_seq, len(data))
 
     def _drain_pending(self, d: _Dir) -> None:
         while d.pending:
@@ -255,7 +249,7 @@ class IwarpTracker:
             progress = False
             for seq in list(d.pending):
                 data, frame = d.pending[seq]
-                rel = _sdiff(seq, d.next_seq)
+                rel = seq_diff(seq, d.next_seq)
                 if rel > 0:
                     continue
                 del d.pending[seq]
@@ -270,7 +264,7 @@ class IwarpTracker:
         """Bytes were lost: jump to the earliest held segment and look for FPDUs again."""
         assert d.next_seq is not None
         nxt = d.next_seq
-        first = min(d.pending, key=lambda s: _sdiff(s, nxt))
+        first = min(d.pending, key=lambda s: seq_diff(s, nxt))
         self._discard(d, len(d.buf))
         d.next_seq = d.buf_seq = first
         if d.state in (FPDU, HUNT, AWAIT):
@@ -293,7 +287,7 @@ class IwarpTracker:
                 keep.append((max(0, off - n), frame))
         d.chunks = keep
         del d.buf[:n]
-        d.buf_seq = (d.buf_seq + n) % SEQ_MOD
+        d.buf_seq = seq_add(d.buf_seq, n)
         return frames
 
     # ---------------------------------------------------------------- MPA
@@ -440,7 +434,7 @@ class IwarpTracker:
             if pos is None:
                 if not _plausible_header(d.buf, i):
                     return False
-                n = fpdu_length((d.buf[i] << 8) | d.buf[i + 1])
+                n = fpdu_length(ulpdu_length_at(d.buf, i))
                 if i + n > len(d.buf):
                     return None
                 if crc and _crc.crc32c(d.buf[i : i + n - 4]) != int.from_bytes(d.buf[i + n - 4 : i + n], "little"):
@@ -459,7 +453,7 @@ class IwarpTracker:
                     return False
                 if zero_crc and pkt.crc:
                     return False
-                pos = (pos + n) % SEQ_MOD
+                pos = seq_add(pos, n)
             i += n
         return True
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rdmalab.capture.linktypes import LINKTYPE_NAMES
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import GRH, LRH
-from rdmalab.wire.net import TCP, Ethernet, IPv4, IPv6
+from rdmalab.wire.net import TCP, Ethernet, IPv4, IPv6, tcp_flag_names
 from rdmalab.wire.packet import Packet
 
 if TYPE_CHECKING:
@@ -45,11 +45,6 @@ def protocol(cp: CapturedPacket) -> str:
     if name:
         return name
     return pkt.layers[-1].name if pkt.layers else "Unknown"
-
-
-# in tshark's order (lowest bit first)
-_TCP_FLAGS = ((0x01, "FIN"), (0x02, "SYN"), (0x04, "RST"), (0x08, "PSH"), (0x10, "ACK"), (0x20, "URG"),
-              (0x40, "ECE"), (0x80, "CWR"), (0x100, "NS"))
 
 
 def tcp_window_shift(pkt: Packet) -> int | None:
@@ -138,9 +133,9 @@ def tcp_info(pkt: Packet, window: int | None = None) -> str | None:
     tcp = pkt.get(TCP)
     if tcp is None:
         return None
-    flags = ", ".join(name for bit, name in _TCP_FLAGS if tcp.flags & bit)
+    flags = ", ".join(tcp_flag_names(tcp.flags))  # in tshark's order (lowest bit first)
     text = f"{tcp.sport} → {tcp.dport} [{flags}] Seq={tcp.seq}"
-    if tcp.flags & 0x10:
+    if tcp.flags & TCP.ACK:
         text += f" Ack={tcp.ack}"
     return text + f" Win={tcp.window if window is None else window} Len={pkt.payload_length}"
 

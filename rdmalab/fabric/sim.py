@@ -33,7 +33,7 @@ from rdmalab.verbs.engine.carrier import Scheduler, Station, Timer, TimerHandle
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import ACK_OPCODE, INFO, PSN_MASK, ROCE_OVERHEAD, SEGMENT, Pkt, middle_of, next_id
 from rdmalab.verbs.engine.trace import RingTrace, Trace, TraceEvent
-from rdmalab.wire.ib import IB_MTUS
+from rdmalab.wire.ib import check_mtu
 
 Tap = Callable[[int, str, str, bytes], None]
 _ACK_WIRE = ROCE_OVERHEAD + INFO[ACK_OPCODE].header_size  # an ACK on the wire: no payload
@@ -118,8 +118,7 @@ class Fabric:
 
     def __init__(self, *, seed: int = 0, mtu: int = 4096, latency_ns: int = 1000, bandwidth_gbps: float = 100.0,
                  trace: bool = True, frames: bool = False, bursts: bool = True) -> None:
-        if mtu not in IB_MTUS:
-            raise ValueError(f"mtu must be an IB MTU (256..4096 bytes), not {mtu}")
+        check_mtu(mtu)
         self.seed = seed
         self.rng = random.Random(seed)
         self.mtu = mtu

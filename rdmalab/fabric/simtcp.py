@@ -46,17 +46,16 @@ from rdmalab.fabric.sim import Fabric, Link
 from rdmalab.verbs.engine.carrier import TimerHandle
 from rdmalab.verbs.engine.iwdevice import ConnectResult, IwDevice
 from rdmalab.verbs.engine.trace import TraceEvent
-from rdmalab.wire.net import ETHERTYPE_IPV4, IPPROTO_TCP, TCP, Ethernet, IPv4, tcp_checksum
+from rdmalab.wire.net import ETHERTYPE_IPV4, IPPROTO_TCP, SEQ_MASK, TCP, Ethernet, IPv4, tcp_checksum, tcp_flag_names
 
-FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
+FIN, SYN, RST, PSH, ACK = TCP.FIN, TCP.SYN, TCP.RST, TCP.PSH, TCP.ACK
 ETH_IP_TCP = 14 + 20 + 20  # header octets of a segment without options
-SEQ_MASK = 0xFFFFFFFF
 
 _STACKS: weakref.WeakKeyDictionary[Fabric, SimTcp] = weakref.WeakKeyDictionary()
 
 
 def flag_names(flags: int) -> str:
-    return ",".join(n for b, n in ((SYN, "SYN"), (FIN, "FIN"), (RST, "RST"), (PSH, "PSH"), (ACK, "ACK")) if flags & b)
+    return ",".join(tcp_flag_names(flags))
 
 
 @dataclass(slots=True)

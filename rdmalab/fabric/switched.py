@@ -80,7 +80,7 @@ from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pd import PD
 from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from rdmalab.verbs.wr import SGE, SendWR
-from rdmalab.wire.ib import IB_MTUS
+from rdmalab.wire.ib import ACK_OPCODE, CNP_OPCODE, REQUEST_OPCODES, check_mtu, psn_add, psn_diff
 from rdmalab.wire.net import internet_checksum
 from rdmalab.wire.pfc import MAX_QUANTA, encode_pfc_frame, pause_ns
 
@@ -381,8 +381,7 @@ class SwitchedFabric:
                  cnp_scope: str = "qp", payload: int = 1024, msg_packets: int = 64, data_prio: int = 3,
                  cnp_prio: int = CNP_PCP, ack_prio: int | None = None, sample_ns: float = 10_000.0,
                  frames: bool = False, qp_timeout: int = 10, depth: int = 3) -> None:
-        if payload not in IB_MTUS:
-            raise ValueError(f"payload is the QPs' path MTU: one of {', '.join(map(str, IB_MTUS))}, not {payload}")
+        check_mtu(payload, "payload (the QPs' path MTU)")
         if msg_packets < 1:
             raise ValueError(f"msg_packets must be at least 1, not {msg_packets}")
         if not 0 <= qp_timeout <= 31:
@@ -663,15 +662,15 @@ class SwitchedFabric:
         if f is not None:
             if host is f.src:
                 route = f.fwd
-                if opcode < 0x11:  # an RC request: new bytes, or a resend of a PSN sent before
+                if opcode in REQUEST_OPCODES:  # a request: new bytes, or a resend of a PSN sent before
                     n = len(eng.payload)
-                    if (eng.psn - f.sent_psn) & 0x800000:  # behind the next new PSN: go-back-N resends it
+                    if psn_diff(eng.psn, f.sent_psn) < 0:  # behind the next new PSN: go-back-N resends it
                         f.retx_bytes += n
                         f.retx_pkts += 1
                         self.retx_bytes += n
                     else:
                         f.sent += n
-                        f.sent_psn = eng.psn + 1 & 0xFFFFFF
+                        f.sent_psn = psn_add(eng.psn, 1)
             else:
                 route = f.rev
         else:
@@ -680,11 +679,11 @@ class SwitchedFabric:
                 known = {p.node.id: p for p in self._path(host, dst, None, host.id * 7919 + dst.id)}
                 host.routes[dst.id] = known
             route = known
-        if opcode == 0x81:  # CNP (RoCEv2 annex A17.9.3)
+        if opcode == CNP_OPCODE:  # CNP (RoCEv2 annex A17.9.3)
             prio = self.cnp_prio
             self.cnps += 1
             host.cnp_sent += 1
-        elif opcode == 0x11:  # ACK / NAK
+        elif opcode == ACK_OPCODE:  # ACK / NAK
             prio = self.ack_prio
         else:
             prio = self.data_prio
@@ -692,7 +691,7 @@ class SwitchedFabric:
         size = eng.wire_size
         pkt = [opcode, f, size, prio, eng.ecn, eng.psn, None, frame, eng, route]
         port = host.ports[0]
-        if opcode < 0x11 or opcode > 0x81:
+        if opcode in REQUEST_OPCODES:
             # onto the port's queue for its priority, and start it if the port is free
             port.queues[prio].append(pkt)
             port.active |= 1 << prio
@@ -726,7 +725,7 @@ class SwitchedFabric:
         if not host.touched:
             host.touched = True
             self._touched.append(host)
-        if f is not None and host is f.dst and eng.opcode < 0x11:
+        if f is not None and host is f.dst and eng.opcode in REQUEST_OPCODES:
             if ce:
                 f.marked += 1
                 host.ce_rcvd += 1
@@ -745,7 +744,7 @@ class SwitchedFabric:
                 f.rcvd += len(eng.payload)
                 f.pkts_rcvd += 1
             return
-        if eng.opcode == 0x81:
+        if eng.opcode == CNP_OPCODE:
             host.cnp_rcvd += 1
             if f is None:
                 f = self._qp_flow.get((host.id, eng.destqp))
@@ -872,14 +871,14 @@ class SwitchedFabric:
         lossless = cfg.pfc and cfg.pfc_prios >> prio & 1
         if sw.used + size > sw.buffer or (lossless and port.xoff[prio]
                                           and port.in_bytes[prio] + size > port.xoff_level[prio] + port.headroom) \
-                or (cfg.loss and pkt[KIND] < 0x11 and self.rng.random() < cfg.loss):
+                or (cfg.loss and pkt[KIND] in REQUEST_OPCODES and self.rng.random() < cfg.loss):
             port.drops += 1
             self.drops += 1
             self.drop_bytes += size
             f = pkt[FLOW]
             if f is not None:
                 f.drops += 1
-                if pkt[KIND] < 0x11:
+                if pkt[KIND] in REQUEST_OPCODES:
                     f.data_drops += 1
             return
         sw.used += size

@@ -86,7 +86,7 @@ from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import PSN_MASK, Pkt, middle_of
 from rdmalab.verbs.engine.trace import Trace, TraceEvent
 from rdmalab.wire.crc import ICRC_SEED, crc32, mask_rocev2
-from rdmalab.wire.ib import IB_MTUS
+from rdmalab.wire.ib import check_mtu
 from rdmalab.wire.net import ROCEV2_PORT
 from rdmalab.wire.opcodes import CNP_OPCODE
 
@@ -145,8 +145,10 @@ class UdpFabric(WallClockWait):
         self.ip = ip
         self.netdev_mtu = interface_mtu(ifname)
         self.mtu = mtu if mtu is not None else ib_mtu_for(self.netdev_mtu)
-        if self.mtu not in IB_MTUS:
-            raise CarrierError(errno.EINVAL, f"mtu must be an IB MTU (256..4096 bytes), not {self.mtu}")
+        try:
+            check_mtu(self.mtu)
+        except ValueError as exc:
+            raise CarrierError(errno.EINVAL, str(exc)) from None
         mac = interface_mac(ifname)
         self._init_state(trace, poll_wait, seed)
         self._open_sockets(ip, ipv4)

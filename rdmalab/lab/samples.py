@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from rdmalab.wire.frame import decode_ethernet, decode_ib, encode_rocev1, encode_rocev2, encode_tcp_frame
 from rdmalab.wire.ib import BTH, GRH, LRH, RETH
 from rdmalab.wire.iwarp import decode_fpdu, encode_fpdu, rdma_write
+from rdmalab.wire.net import ROCEV2_PORT
 from rdmalab.wire.opcodes import Op, Pos, Transport, find_opcode
 from rdmalab.wire.packet import Packet, encode_ib
 
@@ -29,8 +30,9 @@ def _gid(ip: str) -> int:
     return int(ipaddress.IPv6Address(f"::ffff:{ip}"))
 
 
-def iwarp_frame(fpdu: bytes, *, seq: int = 1, src_port: int = 40000, dst_port: int = 4791 + 1) -> bytes:
-    """An Ethernet/IPv4/TCP frame carrying ``fpdu`` (checksums filled in)."""
+def iwarp_frame(fpdu: bytes, *, seq: int = 1, src_port: int = 40000, dst_port: int = ROCEV2_PORT + 1) -> bytes:
+    """An Ethernet/IPv4/TCP frame carrying ``fpdu`` (checksums filled in); by default to a port next to
+    RoCEv2's (any TCP port carries iWARP)."""
     return encode_tcp_frame(fpdu, src_ip=SRC_IP, dst_ip=DST_IP, src_port=src_port, dst_port=dst_port, seq=seq)
 
 

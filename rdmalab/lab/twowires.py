@@ -24,7 +24,7 @@ from rdmalab.fabric.iwpair import IwPair
 from rdmalab.fabric.simtcp import SimTcp
 from rdmalab.verbs import enums as e
 from rdmalab.wire.ib import AETH, BTH
-from rdmalab.wire.net import TCP, IPv4
+from rdmalab.wire.net import TCP, IPv4, is_retransmission, seq_add, seq_max, tcp_flag_names
 
 
 @dataclass
@@ -90,7 +90,7 @@ def _roce_rows(packets: list[CapturedPacket], requester_ip: str) -> list[Row]:
 def _iwarp_rows(packets: list[CapturedPacket], requester_ip: str) -> list[Row]:
     rows = []
     iss: dict[str, int] = {}  # per direction: the sequence number before the first byte
-    sent: dict[str, int] = {}  # per direction: the sequence number after the last byte seen (no wrap: short runs)
+    sent: dict[str, int] = {}  # per direction: the sequence number after the furthest byte seen (modulo 2^32)
     for cp in packets:
         pkt = cp.packet
         tcp = pkt.get(TCP)
@@ -102,24 +102,21 @@ def _iwarp_rows(packets: list[CapturedPacket], requester_ip: str) -> list[Row]:
         other = "<-" if direction == "->" else "->"
         if tcp.flags & TCP.SYN:
             iss[direction] = tcp.seq
-        if pkt.payload_length and not cp.pdus and sent.get(direction, -1) < tcp.seq + pkt.payload_length:
-            pass  # new bytes that end no PDU (the middle of an FPDU): shown as a TCP ACK with data
         if cp.pdus:
             what = "; ".join((p.info or "").split(" [")[0].split(" STag")[0].split(" QN")[0].split(" sink")[0]
                              for p in cp.pdus)
-        elif pkt.payload_length and sent.get(direction, -1) >= tcp.seq + pkt.payload_length:
+        elif is_retransmission(tcp.seq, pkt.payload_length, sent.get(direction)):
             what = "TCP retransmission"
         elif tcp.flags & (TCP.SYN | TCP.FIN):
-            what = "TCP " + "+".join(n for b, n in ((TCP.SYN, "SYN"), (TCP.FIN, "FIN"), (TCP.ACK, "ACK"))
-                                     if tcp.flags & b)
+            what = "TCP " + "+".join(tcp_flag_names(tcp.flags & (TCP.SYN | TCP.FIN | TCP.ACK)))
         else:
-            what = "TCP ACK"
+            what = "TCP ACK"  # (new bytes that end no PDU, the middle of an FPDU, too: a TCP ACK with data)
         acks = ""
         if tcp.flags & TCP.ACK and other in iss:
-            acks = f"bytes up to {(tcp.ack - iss[other] - 1) % (1 << 32)}"
+            acks = f"bytes up to {seq_add(tcp.ack, -iss[other] - 1)}"
         rows.append(Row(cp.frame_number, direction, what, len(pkt.data), acks, pkt.payload_length > 0))
         if pkt.payload_length:
-            sent[direction] = max(sent.get(direction, -1), tcp.seq + pkt.payload_length)
+            sent[direction] = seq_max(seq_add(tcp.seq, pkt.payload_length), sent.get(direction))
     return rows
 
 

@@ -256,8 +256,7 @@ def dissect_fpdu(data: bytes, offset: int = 0, *, markers: int | None = None) ->
     :mod:`rdmalab.wire.mpa`); they are stripped before scapy sees the FPDU.  Raises rdmalab's
     :class:`~rdmalab.wire.errors.TruncatedError` if ``data`` ends inside the FPDU.
     """
-    head, _, _ = mpa.gather(data, offset, mpa.MPA_HEADER_SIZE, markers)
-    n = mpa.fpdu_length(int.from_bytes(head, "big"))
+    n = mpa.fpdu_length(mpa.ulpdu_length_at(data, offset, markers))
     if markers is None:
         octets, wire = mpa.gather(data, offset, n, None)[:2]
     else:

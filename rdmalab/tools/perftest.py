@@ -61,15 +61,15 @@ from rdmalab.verbs.cm_enums import RAI_PASSIVE, rdma_cm_event_type
 from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, event_str, unreachable_text
 from rdmalab.verbs.cmstate import CMEventError, owner, rejection_text, wait_event
 from rdmalab.verbs.cq import CQ
-from rdmalab.verbs.device import Context, _fabric, get_device_list
-from rdmalab.verbs.libibverbs_enums import IBV_TRANSPORT_IB, IBV_TRANSPORT_IWARP
+from rdmalab.verbs.device import Context, _fabric, get_device_list, is_iwarp
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pd import PD
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 from rdmalab.wire.cm import cm_timeout_seconds
-from rdmalab.wire.ib import IB_MTUS
+from rdmalab.wire.ib import check_mtu
+from rdmalab.wire.ib import mtu_bytes as mtu_bytes_of  # (mtu_bytes: the name of a local below)
 
 EV = rdma_cm_event_type
 
@@ -222,8 +222,11 @@ def run(opts: PerftestOptions, out: IO[str], listener: socket.socket | None = No
     if opts.gid_idx not in (None, 1):
         raise PerftestError(f"GID index {opts.gid_idx}: the soft device carries IPv4 only, which is GID index 1 "
                             "(::ffff:a.b.c.d, as rxe); use -x 1")
-    if opts.mtu is not None and opts.mtu not in IB_MTUS:
-        raise PerftestError(f"-m {opts.mtu}: the MTU is one of {', '.join(map(str, IB_MTUS))}")
+    try:
+        if opts.mtu is not None:
+            check_mtu(opts.mtu, "-m (the MTU)")
+    except ValueError as exc:
+        raise PerftestError(str(exc)) from None
     if verb == "atomic" and opts.size != 8:
         raise PerftestError(f"-s {opts.size}: atomic operations are 8 bytes")
     if not 1 <= opts.size <= MAX_SIZE:
@@ -266,7 +269,7 @@ def run(opts: PerftestOptions, out: IO[str], listener: socket.socket | None = No
         fab = UdpFabric(ifname, name="rdmalab0", poll_wait=0.0, pcap=opts.pcap,
                         seed=random.SystemRandom().getrandbits(32))
         curr = _mtu(chan, client, opts, fab.mtu)
-        mtu_bytes = 128 << curr
+        mtu_bytes = mtu_bytes_of(curr)
         return _traffic(opts, out, chan, fab, client, sizes, curr, mtu_bytes)
     finally:
         chan.close()
@@ -842,11 +845,6 @@ class _Control:
         pass
 
 
-def is_iwarp(device: Any) -> bool:
-    """Whether a soft device runs the iWARP transport (libibverbs' transport type, as siw's)."""
-    return bool(getattr(device, "transport_type", IBV_TRANSPORT_IB) == IBV_TRANSPORT_IWARP)
-
-
 def _is(a: Any, b: Any) -> bool:
     return owner(a) is owner(b)
 
@@ -963,7 +961,7 @@ def _run_cm(opts: PerftestOptions, out: IO[str], client: bool, sizes: list[int])
             assert did.pd is not None
             credits = _Credits(did.pd, opts.rx_depth, opts.tx_depth)
             me.rkey, me.vaddr = credits.mr.rkey, credits.addr
-        mtu_bytes = 128 << curr
+        mtu_bytes = mtu_bytes_of(curr)
         res = _session(opts, out, ctrl, fab, client, sizes, mtu_bytes, qp, cq, mr, bufsize, me, None,
                        iwarp=iwarp, credits=credits)
         if not iwarp:  # iWARP's TCP carries the last ACKs itself

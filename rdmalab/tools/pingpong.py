@@ -37,7 +37,7 @@ from rdmalab.verbs.pd import PD
 from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from rdmalab.verbs.srq import SRQ, SrqAttr, SrqInitAttr
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
-from rdmalab.wire.ib import IB_MTUS
+from rdmalab.wire.ib import check_mtu
 
 KINDS = ("rc", "uc", "ud", "srq")
 PAGE = os.sysconf("SC_PAGESIZE") if hasattr(os, "sysconf") else 4096
@@ -110,8 +110,10 @@ def run(opts: PingpongOptions, out: IO[str], listener: socket.socket | None = No
     if opts.gid_idx != 1:
         raise PingpongError(f"GID index {opts.gid_idx}: the soft device carries IPv4 only, which is GID index 1 "
                             "(::ffff:a.b.c.d, as rxe); use -g 1")
-    if opts.mtu not in IB_MTUS:
-        raise PingpongError(f"-m {opts.mtu}: the path MTU is one of {', '.join(map(str, IB_MTUS))}")
+    try:
+        check_mtu(opts.mtu, "-m (the path MTU)")
+    except ValueError as exc:
+        raise PingpongError(str(exc)) from None
     nqp = opts.num_qp if kind == "srq" else 1
     if kind == "srq":
         if nqp > opts.rx_depth:

@@ -39,7 +39,7 @@ from rdmalab.verbs.cm_enums import RAI_PASSIVE, rdma_cm_event_type
 from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, unreachable_text
 from rdmalab.verbs.cmstate import owner
 from rdmalab.verbs.cq import CQ
-from rdmalab.verbs.libibverbs_enums import IBV_TRANSPORT_IB, IBV_TRANSPORT_IWARP
+from rdmalab.verbs.device import is_iwarp
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.qp import QP, QPCap, QPInitAttr
@@ -91,7 +91,7 @@ def check_transport(cmid: CMID, want: str, what: str) -> None:
     dev = cmid.device
     if want == "auto" or dev is None:
         return
-    have = "iwarp" if getattr(dev, "transport_type", IBV_TRANSPORT_IB) == IBV_TRANSPORT_IWARP else "roce"
+    have = "iwarp" if is_iwarp(dev) else "roce"
     if have != want:
         raise RpingError(f"{what}: the device rdma_cm chose, {dev.name} ({have}), is not {want} "
                          f"(make one with --netdev IFNAME --transport {want}, or link one)")

@@ -55,7 +55,7 @@ from rdmalab.verbs.cm_enums import (
 from rdmalab.verbs.cmstate import CMIDEvent, CMIDState, CMTransport, next_state, owner, wait_event
 from rdmalab.verbs.cmstate import unreachable_text as unreachable_text
 from rdmalab.verbs.cq import CQ
-from rdmalab.verbs.device import MAX_QP_RD_ATOM, Context, _fabric
+from rdmalab.verbs.device import MAX_QP_RD_ATOM, Context, _fabric, is_iwarp
 from rdmalab.verbs.engine import ibcm
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import MCAST_QPN
@@ -79,7 +79,7 @@ RNR_TIMER = 12  # the QP's min_rnr_timer librdmacm leaves to the device default;
 
 def _transport(dev: Any) -> CMTransport:
     """The connection manager of ``dev``: IB CM MADs (:data:`IB`), or TCP and MPA on a soft iWARP device."""
-    if getattr(dev, "transport", None) != "iwarp":
+    if not is_iwarp(dev):
         return IB
     # imported here, and only for an iWARP device: a RoCE program does not load the iWARP modules
     from rdmalab.verbs import cmid_iwarp

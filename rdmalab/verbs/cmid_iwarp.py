@@ -55,11 +55,6 @@ MPA_REP_TIMEOUT_NS = 5_000_000_000  # the responder waits 5 s for the Request (s
 M, ME = MPAState, MPAEvent
 
 
-def is_iwarp(dev: Any) -> bool:
-    """Whether ``dev`` is a soft iWARP device (its CMIDs connect through this module)."""
-    return getattr(dev, "transport", None) == "iwarp"
-
-
 class IwConn:
     """One iWARP connection of a CMID: the TCP stream and the MPA exchange, until the QP takes the stream.
     ``state`` is an :class:`~rdmalab.verbs.engine.mpacm.MPAState`, moved only by :meth:`dispatch`."""

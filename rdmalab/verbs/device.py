@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.addr import GID
 from rdmalab.verbs.engine.node import SoftDevice
+from rdmalab.verbs.libibverbs_enums import IBV_TRANSPORT_IB, IBV_TRANSPORT_IWARP
 from rdmalab.verbs.providers import ProviderError, provided_devices
 from rdmalab.verbs.pyverbs_error import EINVAL, ENODEV, PyverbsRDMAError
 
@@ -78,6 +79,13 @@ class Device:
     node_type: int
     transport_type: int
     guid: int
+
+
+def is_iwarp(device: Any) -> bool:
+    """Whether ``device`` runs the iWARP transport: its libibverbs ``transport_type`` is
+    ``IBV_TRANSPORT_IWARP`` (siw's, and the soft iWARP device's).  The one test of it: a device
+    without the attribute (a soft RoCE device) or with another value runs InfiniBand's transport."""
+    return bool(getattr(device, "transport_type", IBV_TRANSPORT_IB) == IBV_TRANSPORT_IWARP)
 
 
 def get_device_list(fabric: Any = None) -> list[Device]:

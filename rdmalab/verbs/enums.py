@@ -135,7 +135,7 @@ from rdmalab.verbs.libibverbs_enums import (
 
 # wc status/opcode/flags, wr opcode, send and access flags, QP state/type/attr mask, MTU, port
 # state, link layer, GID type, migration state (libibverbs/verbs.h)
-from rdmalab.wire.ib import IB_MTU_BYTES
+from rdmalab.wire.ib import mtu_bytes, mtu_code
 
 __all__ = [
     "IBV_WC_SUCCESS",
@@ -289,13 +289,6 @@ QP_STATE_NAMES = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "SQD", 5: "SQE",
 QP_TYPE_NAMES = {2: "RC", 3: "UC", 4: "UD", 8: "RAW_PACKET", 9: "XRC_SEND", 10: "XRC_RECV", 255: "DRIVER"}
 
 
-def mtu_to_bytes(mtu: int) -> int:
-    """``IBV_MTU_*`` -> bytes (256 << (mtu - 1))."""
-    return 256 << (mtu - 1)
-
-
-def bytes_to_mtu(nbytes: int) -> int:
-    return _MTU_CODES[nbytes]
-
-
-_MTU_CODES = {nbytes: code for code, nbytes in IB_MTU_BYTES.items()}
+# ``IBV_MTU_*`` <-> bytes: rdmalab.wire.ib's (ValueError naming a value that is no IB MTU)
+mtu_to_bytes = mtu_bytes
+bytes_to_mtu = mtu_code

@@ -20,10 +20,10 @@ from rdmalab.verbs.addr import GID, resolve_path
 from rdmalab.verbs.device import MAX_INLINE, MAX_QP_RD_ATOM, MAX_QP_WR, MAX_SGE
 from rdmalab.verbs.engine import qpstate
 from rdmalab.verbs.engine.memory import AccessError
-from rdmalab.verbs.engine.packet import PSN_MASK
 from rdmalab.verbs.engine.softqp import SoftQP
 from rdmalab.verbs.engine.wqe import ATOMICS, WR_NAMES, RecvWQE, SendWQE
 from rdmalab.verbs.pyverbs_error import EINVAL, ENOMEM, PyverbsRDMAError, PyverbsUserError
+from rdmalab.wire.ib import IB_MTU_BYTES, PSN_MASK
 
 S = qpstate
 _TYPE_MASKS: dict[int, dict[str, int]] = {  # pyverbs QP._get_comp_mask
@@ -204,7 +204,7 @@ class QP:
             bad(f"port_num {a.port_num} (soft devices have port 1)")
         if mask & S.PKEY and a.pkey_index != 0:
             bad(f"pkey_index {a.pkey_index} (the P_Key table has one entry, 0xffff)")
-        if mask & S.MTU and not e.IBV_MTU_256 <= a.path_mtu <= e.IBV_MTU_4096:
+        if mask & S.MTU and a.path_mtu not in IB_MTU_BYTES:
             bad(f"path_mtu {a.path_mtu} is not an IBV_MTU_* value")
         if mask & S.TMO and not 0 <= a.timeout <= 31:
             bad(f"timeout {a.timeout} > 31")

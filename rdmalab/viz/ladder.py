@@ -23,7 +23,7 @@ from typing import Any
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.frame import decode_ethernet
 from rdmalab.wire.ib import AETH, BTH
-from rdmalab.wire.net import TCP
+from rdmalab.wire.net import TCP, is_retransmission, seq_add, seq_max, tcp_flag_names
 from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, opcode_name
 
 COLOURS = {
@@ -877,15 +877,11 @@ def from_capture(packets: Iterable[Any], *, title: str | None = None, limit: int
             kind, psn, op = "request", None, None
         elif bth is None and hasattr(pkt, "get") and pkt.get(TCP) is not None:
             tcp = pkt.get(TCP)  # iWARP's carrier: a handshake, a FIN, a bare ACK or part of an FPDU
-            flags = "+".join(n for b, n in ((TCP.SYN, "SYN"), (TCP.FIN, "FIN"), (TCP.RST, "RST"), (TCP.ACK, "ACK"))
-                             if tcp.flags & b)
+            flags = "+".join(tcp_flag_names(tcp.flags & (TCP.SYN | TCP.FIN | TCP.RST | TCP.ACK)))
             label = f"TCP {flags}" + (f" ({pkt.payload_length} B)" if pkt.payload_length else "")
             kind = "ack" if tcp.flags & (TCP.SYN | TCP.FIN | TCP.RST) == 0 and not pkt.payload_length else "other"
-            if pkt.payload_length:  # bytes this capture saw go out before: a TCP retransmission
-                end = tcp_sent.get(src)
-                behind = (tcp.seq + pkt.payload_length - end) & 0xFFFFFFFF if end is not None else 1
-                if behind == 0 or behind >= 0x80000000:  # ends at or before the furthest byte already seen
-                    label, kind = f"TCP retransmission ({pkt.payload_length} B)", "retx"
+            if is_retransmission(tcp.seq, pkt.payload_length, tcp_sent.get(src)):  # bytes seen going out before
+                label, kind = f"TCP retransmission ({pkt.payload_length} B)", "retx"
             psn = op = None
         elif bth is None:
             label = pkt.summary() if hasattr(pkt, "summary") else "packet"
@@ -903,10 +899,9 @@ def from_capture(packets: Iterable[Any], *, title: str | None = None, limit: int
             psn, op = bth.psn, bth.opcode
         tcp_h = pkt.get(TCP) if hasattr(pkt, "get") else None
         if tcp_h is not None:
-            end = (tcp_h.seq + pkt.payload_length + (1 if tcp_h.flags & (TCP.SYN | TCP.FIN) else 0)) & 0xFFFFFFFF
-            last = tcp_sent.get(src)
-            if last is None or 0 < ((end - last) & 0xFFFFFFFF) < 0x80000000:
-                tcp_sent[src] = end
+            # SYN and FIN take a sequence number each (RFC 9293 3.4)
+            end = seq_add(tcp_h.seq, pkt.payload_length + (1 if tcp_h.flags & (TCP.SYN | TCP.FIN) else 0))
+            tcp_sent[src] = seq_max(end, tcp_sent.get(src))
         for n in (src, dst):
             if n not in nodes:
                 nodes.append(n)

@@ -41,7 +41,15 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers
         AtomicETH,
         CNPPad,
         ImmDt,
+        check_mtu,
+        mtu_bytes,
+        mtu_code,
+        psn_add,
+        psn_diff,
+        psn_unwrap,
+        timeout_ns,
     )
+    from rdmalab.wire.net import is_retransmission, seq_add, seq_diff, seq_max, tcp_flag_names
     from rdmalab.wire.opcodes import OPCODES, Op, OpcodeInfo, Pos, Transport, find_opcode, opcode_info, opcode_name
     from rdmalab.wire.packet import Layer, Packet, encode_ib, encode_transport
 
@@ -50,7 +58,9 @@ for _module, _names in (
     ("errors", "DecodeError EncodeError MalformedError RdmalabError TruncatedError"),
     ("frame", "decode_after_ethertype decode_ethernet decode_ib decode_ip encode_rocev1 encode_rocev2"),
     ("header", "F Header Layout Span layout"),
-    ("ib", "AETH BTH DETH FETH GRH IETH LRH RDETH RETH XRCETH AtomicAckETH AtomicETH CNPPad ImmDt"),
+    ("ib", "AETH BTH DETH FETH GRH IETH LRH RDETH RETH XRCETH AtomicAckETH AtomicETH CNPPad ImmDt"
+           " check_mtu mtu_bytes mtu_code psn_add psn_diff psn_unwrap timeout_ns"),
+    ("net", "is_retransmission seq_add seq_diff seq_max tcp_flag_names"),
     ("opcodes", "OPCODES Op OpcodeInfo Pos Transport find_opcode opcode_info opcode_name"),
     ("packet", "Layer Packet encode_ib encode_transport"),
 ):
@@ -60,6 +70,8 @@ for _module, _names in (
 __all__ = [
     "AETH", "BTH", "DETH", "FETH", "GRH", "IETH", "LRH", "RDETH", "RETH", "XRCETH",
     "AtomicAckETH", "AtomicETH", "CNPPad", "ImmDt",
+    "check_mtu", "mtu_bytes", "mtu_code", "psn_add", "psn_diff", "psn_unwrap", "timeout_ns",
+    "is_retransmission", "seq_add", "seq_diff", "seq_max", "tcp_flag_names",
     "DecodeError", "EncodeError", "MalformedError", "RdmalabError", "TruncatedError",
     "F", "Header", "Layout", "Span", "layout",
     "OPCODES", "Op", "OpcodeInfo", "Pos", "Transport", "find_opcode", "opcode_info", "opcode_name",

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 from rdmalab.wire.errors import DecodeError, EncodeError, MalformedError, TruncatedError
 from rdmalab.wire.header import F, Header, Layout, layout
-from rdmalab.wire.ib import IB_MTU_BYTES
+from rdmalab.wire.ib import IB_MTU_BYTES, timeout_ns
 from rdmalab.wire.mad import (
     CM_ATTR_DREP,
     CM_ATTR_DREQ,
@@ -165,8 +165,8 @@ SIDR_STATUS_NAMES = {
 
 
 def cm_timeout_seconds(code: int) -> float:
-    """A CM/ACK timeout code's duration: 4.096 µs × 2^code (IBA Vol 1 12.6.5)."""
-    return 4.096e-6 * (1 << code)
+    """A CM/ACK timeout code's duration in seconds: 4.096 µs × 2^code (IBA Vol 1 12.6.5), :func:`timeout_ns`."""
+    return timeout_ns(code) / 1e9
 
 
 def _timeout_text(code: int) -> str:

@@ -29,6 +29,36 @@ GRH_NXTHDR_IBA = 0x1B  # IBA Vol 1 8.3.1: next header value for an IBA transport
 #: NeighborMTU; the same codes in a CM REQ's Path MTU, 12.6.5, and in libibverbs' ``enum ibv_mtu``).
 IB_MTU_BYTES: dict[int, int] = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
 IB_MTUS: tuple[int, ...] = tuple(IB_MTU_BYTES.values())  # 256 .. 4096, smallest first
+_MTU_CODES: dict[int, int] = {nbytes: code for code, nbytes in IB_MTU_BYTES.items()}
+_MTU_LIST = f"{', '.join(map(str, IB_MTUS[:-1]))} or {IB_MTUS[-1]}"
+
+
+def mtu_bytes(code: int) -> int:
+    """The bytes of an IB MTU code (1 -> 256 .. 5 -> 4096, IBA Vol 1 14.2.5.6; ``enum ibv_mtu``).
+
+    Raises ValueError naming ``code`` when it is not one of the five codes."""
+    nbytes = IB_MTU_BYTES.get(code)
+    if nbytes is None:
+        raise ValueError(f"MTU code {code!r} is not an IB MTU code: 1..5 ({_MTU_LIST} bytes)")
+    return nbytes
+
+
+def mtu_code(nbytes: int) -> int:
+    """The IB MTU code of ``nbytes`` (256 -> 1 .. 4096 -> 5), the inverse of :func:`mtu_bytes`.
+
+    Raises ValueError naming ``nbytes`` when it is not an IB MTU."""
+    code = _MTU_CODES.get(nbytes)
+    if code is None:
+        raise ValueError(f"{nbytes!r} bytes is not an IB MTU ({_MTU_LIST})")
+    return code
+
+
+def check_mtu(nbytes: int, what: str = "mtu") -> int:
+    """``nbytes`` if it is an IB MTU (256, 512, 1024, 2048 or 4096 bytes, IBA Vol 1 14.2.5.6), else
+    ValueError: ``"<what> must be an IB MTU (256, 512, 1024, 2048 or 4096 bytes), not <nbytes>"``."""
+    if nbytes not in _MTU_CODES:
+        raise ValueError(f"{what} must be an IB MTU ({_MTU_LIST} bytes), not {nbytes!r}")
+    return nbytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +201,48 @@ class BTH(Header):
         if field == "opcode":  # the opcode table is at the end of this module
             return f"{opcode_name(self.opcode)} (0x{self.opcode:02x})"
         return Header.describe(self, field)
+
+
+# --------------------------------------------------------------------------- PSN arithmetic
+# The BTH's PSN is 24 bits (IBA Vol 1 9.2); PSNs count modulo 2^24 and compare in a window of half
+# that space (9.7.1, "PSN" serial arithmetic): ``a`` is after ``b`` when ``(a - b) mod 2^24`` is
+# below 2^23 (rxe ``psn_compare``).  Hot paths take these functions as module-level aliases.
+
+PSN_BITS = 24
+PSN_MOD = 1 << PSN_BITS  # 2^24 PSNs
+PSN_MASK = PSN_MOD - 1  # 0xFFFFFF
+PSN_HALF = PSN_MOD >> 1  # 2^23: the comparison window
+
+
+def psn_add(psn: int, n: int) -> int:
+    """``psn + n`` modulo 2^24 (``n`` may be negative): ``psn_add(0xFFFFFF, 1) == 0``."""
+    return (psn + n) & PSN_MASK
+
+
+def psn_diff(a: int, b: int) -> int:
+    """The signed distance ``a - b`` in PSN space, in [-2^23, 2^23): positive when ``a`` is after ``b``
+    (``psn_diff(0, 0xFFFFFF) == 1``).  Shifting by half the space, wrapping and shifting back maps
+    ``a - b`` into that window."""
+    return ((a - b + PSN_HALF) & PSN_MASK) - PSN_HALF
+
+
+def psn_unwrap(psn: int, ref: int) -> int:
+    """``psn`` (24 bits) as the unbounded integer nearest ``ref``: ``ref + psn_diff(psn, ref)``; used to
+    walk a capture's PSNs on a line that does not wrap (``psn_unwrap(2, 0xFFFFFF) == 0x1000002``)."""
+    return ref + ((psn - ref + PSN_HALF) & PSN_MASK) - PSN_HALF
+
+
+# --------------------------------------------------------------------------- timeouts
+
+
+def timeout_ns(code: int) -> int:
+    """The duration of a 5-bit timeout code, 4.096 us x 2^code, in ns (exactly ``4096 << code``).
+
+    The one formula of the QP's Local ACK Timeout (IBA Vol 1 9.7.6.1.3, 11.2.4.2) and of the CM's
+    response and ACK timeouts (12.6.5).  Raises ValueError naming ``code`` outside 0..31."""
+    if not 0 <= code <= 31:
+        raise ValueError(f"timeout code {code!r} is not a 5-bit code (0..31)")
+    return 4096 << code
 
 
 # --------------------------------------------------------------------------- extended headers
@@ -681,6 +753,10 @@ OPCODES: dict[int, OpcodeInfo] = _build()
 _NAMES: dict[int, str] = {code: info._make_name() for code, info in OPCODES.items()}
 
 CNP_OPCODE = 0x81
+#: opcodes of requests (SEND, WRITE, READ request, atomics, FLUSH, RESYNC: every transport), and of
+#: responses (READ responses, ACK/NAK, ATOMIC ACK); the CNP is neither
+REQUEST_OPCODES: frozenset[int] = frozenset(code for code, info in OPCODES.items() if info.is_request)
+RESPONSE_OPCODES: frozenset[int] = frozenset(code for code, info in OPCODES.items() if info.is_response)
 
 
 def opcode_info(code: int) -> OpcodeInfo | None:
@@ -710,3 +786,6 @@ def find_opcode(
         if (info.transport, info.op, info.pos, info.imm, info.inv) == (transport, op, pos, imm, inv):
             return info.code
     raise KeyError(f"no opcode for {transport.name} {op.value} {pos} imm={imm} inv={inv}")
+
+
+ACK_OPCODE = find_opcode(Transport.RC, Op.ACKNOWLEDGE)  # 0x11: ACK and NAK (IBA Vol 1 9.7.5.1)

@@ -47,6 +47,7 @@ from rdmalab.wire.mpa import (
     frame_fpdu,
     gather,
     pad_length,
+    ulpdu_length_at,
 )
 from rdmalab.wire.packet import Layer, Packet
 from rdmalab.wire.rdmap import (
@@ -207,8 +208,7 @@ def decode_fpdu(
     (CRC not negotiated) leaves ``crc_expected`` unset.  Raises :class:`TruncatedError` if the
     buffer ends before the FPDU does (also in lenient mode: there is no FPDU to return).
     """
-    head, _, _ = gather(buf, offset, MPA_HEADER_SIZE, markers)
-    ulpdu_len = int.from_bytes(head, "big")
+    ulpdu_len = ulpdu_length_at(buf, offset, markers)
     pad = pad_length(ulpdu_len)
     covered = MPA_HEADER_SIZE + ulpdu_len + pad
     try:

@@ -68,8 +68,9 @@ def pad_length(ulpdu_length: int) -> int:
 
 
 def fpdu_length(ulpdu_length: int) -> int:
-    """Octets of an FPDU without markers: length field, ULPDU, pad and CRC."""
-    return MPA_HEADER_SIZE + ulpdu_length + pad_length(ulpdu_length) + MPA_CRC_SIZE
+    """Octets of an FPDU without markers: length field, ULPDU, pad and CRC (RFC 5044 4.1:
+    ``2 + ULPDU_Length + PAD`` rounded up to 4, then the 4-octet CRC)."""
+    return (MPA_HEADER_SIZE + ulpdu_length + 3 & ~3) + MPA_CRC_SIZE
 
 
 def mulpdu(emss: int, markers: bool = False) -> int:
@@ -316,14 +317,25 @@ def gather(
     return b"".join(parts), wire, markers
 
 
+def ulpdu_length_at(buf: bytes | bytearray | memoryview, offset: int = 0, stream_pos: int | None = None) -> int:
+    """The ULPDU_Length of the FPDU starting at ``buf[offset]`` (RFC 5044 4.1, its first two octets,
+    big-endian), a marker due before them skipped when ``stream_pos`` is given (see the module
+    docstring).  Raises :class:`TruncatedError` if ``buf`` ends before the field does."""
+    if stream_pos is None:
+        if offset + MPA_HEADER_SIZE > len(buf):
+            raise TruncatedError("MPA", "ulpdu_length", offset, len(buf) - offset, "2 bytes of ULPDU_Length")
+        return (buf[offset] << 8) | buf[offset + 1]
+    head, _, _ = gather(buf, offset, MPA_HEADER_SIZE, stream_pos)
+    return int.from_bytes(head, "big")
+
+
 def fpdu_wire_length(buf: bytes | bytearray | memoryview, offset: int = 0, stream_pos: int | None = None) -> int | None:
     """Wire octets of the FPDU starting at ``offset`` (markers included), or ``None`` if the
     buffer does not yet hold its length field.  Does not need the rest of the FPDU."""
     try:
-        head, _, _ = gather(buf, offset, MPA_HEADER_SIZE, stream_pos)
+        n = fpdu_length(ulpdu_length_at(buf, offset, stream_pos))
     except TruncatedError:
         return None
-    n = fpdu_length(int.from_bytes(head, "big"))
     if stream_pos is None:
         return n
     return n + MARKER_SIZE * len(marker_offsets(stream_pos, n))

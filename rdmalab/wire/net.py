@@ -189,6 +189,10 @@ class TCP(Header):
     RST: ClassVar[int] = 0x004
     PSH: ClassVar[int] = 0x008
     ACK: ClassVar[int] = 0x010
+    URG: ClassVar[int] = 0x020
+    ECE: ClassVar[int] = 0x040  # RFC 3168 6.1
+    CWR: ClassVar[int] = 0x080  # RFC 3168 6.1
+    NS: ClassVar[int] = 0x100  # RFC 3540 (the bit Wireshark 4.0 calls NS)
 
     def validate(self, offset: int = 0) -> list[MalformedError]:
         if self.data_offset < 5:
@@ -203,6 +207,52 @@ class TCP(Header):
         out = Header.ws_fields(self)
         out["tcp.hdr_len"] = self.data_offset * 4  # Wireshark counts bytes, the header counts 32-bit words
         return out
+
+
+#: The TCP flag bits and their names, lowest bit first (RFC 9293 3.1; ECE and CWR RFC 3168 6.1, NS
+#: RFC 3540), the order in which tshark lists them ("[SYN, ACK]").
+TCP_FLAG_NAMES: tuple[tuple[int, str], ...] = (
+    (TCP.FIN, "FIN"), (TCP.SYN, "SYN"), (TCP.RST, "RST"), (TCP.PSH, "PSH"), (TCP.ACK, "ACK"), (TCP.URG, "URG"),
+    (TCP.ECE, "ECE"), (TCP.CWR, "CWR"), (TCP.NS, "NS"))
+
+
+def tcp_flag_names(flags: int) -> list[str]:
+    """The names of the TCP flags set in ``flags``, lowest bit first: ``tcp_flag_names(0x12) == ["SYN", "ACK"]``.
+
+    A caller that shows only some flags masks ``flags`` first, and joins the names its own way."""
+    return [name for bit, name in TCP_FLAG_NAMES if flags & bit]
+
+
+# --------------------------------------------------------------------------- TCP sequence numbers
+# Sequence numbers count modulo 2^32 and compare in a window of half that space (RFC 9293 3.4:
+# "the comparison operators ... are modulo 2**32"; RFC 1982 serial number arithmetic).
+
+SEQ_MOD = 1 << 32
+SEQ_MASK = SEQ_MOD - 1
+SEQ_HALF = SEQ_MOD >> 1
+
+
+def seq_add(seq: int, n: int) -> int:
+    """``seq + n`` modulo 2^32 (``n`` may be negative): ``seq_add(0xFFFFFFFF, 1) == 0``."""
+    return (seq + n) & SEQ_MASK
+
+
+def seq_diff(a: int, b: int) -> int:
+    """The signed distance ``a - b`` in TCP sequence space, in [-2^31, 2^31): positive when ``a`` is after
+    ``b`` (``seq_diff(0, 0xFFFFFFFF) == 1``)."""
+    return ((a - b + SEQ_HALF) & SEQ_MASK) - SEQ_HALF
+
+
+def seq_max(a: int, b: int | None) -> int:
+    """The later of two sequence numbers (``a`` when ``b`` is None): ``seq_max(5, 0xFFFFFFF0) == 5``."""
+    return a if b is None or seq_diff(a, b) > 0 else b
+
+
+def is_retransmission(seq: int, length: int, sent_end: int | None) -> bool:
+    """Whether a segment of ``length`` payload octets at ``seq`` carries only octets sent before: it
+    ends (``seq + length``, modulo 2^32) at or before ``sent_end``, the end of the furthest octets seen
+    in that direction so far (None: none yet).  A segment without payload is never one."""
+    return length > 0 and sent_end is not None and seq_diff(seq + length, sent_end) <= 0
 
 
 def internet_checksum(data: bytes) -> int:

@@ -19,8 +19,11 @@ A17.9.3) and carry 16 reserved bytes.
 from __future__ import annotations
 
 from rdmalab.wire.ib import (
+    ACK_OPCODE,
     CNP_OPCODE,
     OPCODES,
+    REQUEST_OPCODES,
+    RESPONSE_OPCODES,
     Op,
     OpcodeInfo,
     Pos,
@@ -30,5 +33,5 @@ from rdmalab.wire.ib import (
     opcode_name,
 )
 
-__all__ = ["CNP_OPCODE", "OPCODES", "Op", "OpcodeInfo", "Pos", "Transport", "find_opcode", "opcode_info",
-           "opcode_name"]
+__all__ = ["ACK_OPCODE", "CNP_OPCODE", "OPCODES", "REQUEST_OPCODES", "RESPONSE_OPCODES", "Op", "OpcodeInfo", "Pos",
+           "Transport", "find_opcode", "opcode_info", "opcode_name"]

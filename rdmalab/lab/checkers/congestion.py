@@ -17,7 +17,7 @@ from rdmalab.lab.samples import one_write
 from rdmalab.lab.variant import draw, scenario
 from rdmalab.wire.frame import decode_ethernet, encode_rocev2
 from rdmalab.wire.ib import BTH, RETH
-from rdmalab.wire.net import UDP, IPv4
+from rdmalab.wire.net import ROCEV2_PORT, UDP, IPv4
 from rdmalab.wire.opcodes import CNP_OPCODE, Op, Pos, Transport, find_opcode
 
 NB = "10-congestion"
@@ -163,9 +163,9 @@ def _cnp(answer: Any) -> str:
             why = "they are not your WRITE's two addresses (its IPv4 header has them)"
         raise Wrong(f"Your CNP goes {src} -> {dst}: {why}.", field="IPv4.src", offset=26,
                     given=Said(f"{src} -> {dst}"), expected="responder -> requester: your WRITE's addresses swapped")
-    if udp.dport != 4791:
+    if udp.dport != ROCEV2_PORT:
         raise Wrong(f"UDP.dport is {udp.dport}; every RoCEv2 packet goes to the RoCEv2 port.", field="UDP.dport",
-                    offset=36, given=udp.dport, expected="4791")
+                    offset=36, given=udp.dport, expected=str(ROCEV2_PORT))
     if bth.destqp != s["requester_qpn"]:
         if bth.destqp == s["responder_qpn"]:
             why = ("that is the QP your WRITE was addressed to, the responder's own; the CNP is addressed to the QP "

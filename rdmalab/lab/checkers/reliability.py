@@ -16,7 +16,7 @@ from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import as_int, norm_name, plain
 from rdmalab.lab.pair import SoftPair
 from rdmalab.lab.variant import draw, scenario
-from rdmalab.wire.ib import AETH, BTH, NAK_NAMES
+from rdmalab.wire.ib import AETH, BTH, NAK_NAMES, timeout_ns
 from rdmalab.wire.opcodes import OPCODES
 
 NB = "09-reliability"
@@ -181,7 +181,7 @@ def _nak(answer: Any) -> str:
 
 def timer_ms(code: int) -> float:
     """The local ACK timeout of a QP's ``timeout`` code: 4.096 us x 2^code (IBA Vol 1 11.2.4.2), in ms."""
-    return 4.096e-3 * float(1 << code)
+    return timeout_ns(code) / 1e6
 
 
 def _waited_ms(p: SoftPair) -> float:

@@ -16,7 +16,7 @@ from rdmalab.lab.feedback import as_int, norm_name, nth, plain
 from rdmalab.lab.pair import Pair, SoftPair
 from rdmalab.verbs.engine.qpstate import ERR, INIT, RC, RTR, RTS, TABLE, UC, mask_names
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
-from rdmalab.wire.ib import AETH, RNR_TIMER_US, AtomicETH, ImmDt
+from rdmalab.wire.ib import AETH, IB_MTUS, RNR_TIMER_US, AtomicETH, ImmDt
 from rdmalab.wire.opcodes import OPCODES, Op, Pos, Transport, find_opcode
 
 
@@ -192,7 +192,7 @@ def send_opcodes(length: int, mtu: int) -> list[str]:
 
 @variant.scenario("send.opcodes")
 def _send_opcodes_scenario(r: random.Random) -> dict[str, Any]:
-    mtu = r.choice((256, 512, 1024, 2048, 4096))
+    mtu = r.choice(IB_MTUS)
     packets = r.randint(4, 10)  # never 3: the notebook shows a 3-packet SEND above the exercise
     last = mtu if r.random() < 0.2 else r.randint(1, mtu - 1)  # now and then an exact multiple of the MTU
     return {"length": (packets - 1) * mtu + last, "mtu": mtu}

@@ -54,7 +54,7 @@ from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine.packet import Pkt
 from rdmalab.wire import cm as w
 from rdmalab.wire.errors import DecodeError
-from rdmalab.wire.ib import DETH
+from rdmalab.wire.ib import DETH, psn_add
 from rdmalab.wire.mad import (
     CM_ATTR_DREP,
     CM_ATTR_DREQ,
@@ -802,7 +802,7 @@ class CMAgent:
                 dev.resolve_mac(dst_gid) or 0, mad, ackreq=1)
         p.deth = DETH(q_key=GSI_QKEY, src_qp=GSI_QPN)
         p.srcqp = GSI_QPN
-        self.psn = (self.psn + 1) & 0xFFFFFF
+        self.psn = psn_add(self.psn, 1)
         self.counters["cm_tx_msgs"] += 1
         dev.transmit(p)
 

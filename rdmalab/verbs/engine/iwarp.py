@@ -62,7 +62,16 @@ from rdmalab.wire.iwarp import (
     read_request,
     terminate,
 )
-from rdmalab.wire.mpa import MAX_ULPDU, MPA_CRC_SIZE, MPA_HEADER_SIZE, frame_fpdu, mulpdu, pad_length
+from rdmalab.wire.mpa import (
+    MAX_ULPDU,
+    MPA_CRC_SIZE,
+    MPA_HEADER_SIZE,
+    fpdu_length,
+    frame_fpdu,
+    mulpdu,
+    pad_length,
+    ulpdu_length_at,
+)
 from rdmalab.wire.rdmap import (
     OP_READ_REQUEST,
     OP_READ_RESPONSE,
@@ -133,7 +142,7 @@ def _cut(payload: Any, room: int, hdr_size: int, crc: bool, head: Callable[[int,
         data = payload[off:off + chunk]
         last = off + chunk >= n
         ulen = hdr_size + len(data)
-        out.append(_seal([head(ulen, last, off), data, _PADS[-(ulen + 2) % 4]], crc))
+        out.append(_seal([head(ulen, last, off), data, _PADS[pad_length(ulen)]], crc))
         off += chunk
         if last:
             return out
@@ -245,8 +254,8 @@ class IwQP(QPCore):
         pos = self._rx_pos
         n = len(rx)
         while n - pos >= MPA_HEADER_SIZE and not self._closed:
-            ulen = (rx[pos] << 8) | rx[pos + 1]
-            size = MPA_HEADER_SIZE + ulen + pad_length(ulen) + MPA_CRC_SIZE
+            ulen = ulpdu_length_at(rx, pos)
+            size = fpdu_length(ulen)
             if n - pos < size:
                 break
             fpdu = bytes(rx[pos:pos + size])

@@ -25,31 +25,20 @@ from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.frame import decode_ethernet, encode_rocev2
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import AETH, BTH, DETH, IETH, RETH, AtomicAckETH, AtomicETH, ImmDt
+from rdmalab.wire.ib import PSN_HALF as PSN_HALF  # (PSN arithmetic, IBA Vol 1 9.7.1: re-exported for the
+from rdmalab.wire.ib import PSN_MASK as PSN_MASK  # engine's modules and carriers, as module-level aliases)
+from rdmalab.wire.ib import psn_add as psn_add
+from rdmalab.wire.ib import psn_diff as psn_diff
 from rdmalab.wire.net import UDP, Ethernet, IPv4, IPv6
+from rdmalab.wire.opcodes import ACK_OPCODE as ACK_OPCODE  # (re-exported: the table's RC Acknowledge)
 from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, OpcodeInfo, Pos, Transport, find_opcode
 
-PSN_MASK = 0xFFFFFF
 MCAST_QPN = 0xFFFFFF  # IBA Vol 1 9.8.1: the destination QP of every multicast packet
 ROCE_OVERHEAD = 14 + 20 + 8 + 12 + 4  # Ethernet, IPv4, UDP, BTH, ICRC
 _ids = itertools.count(1)
 #: the next packet id (every Pkt takes one; a carrier that traces the packets of a burst without
 #: building them takes theirs here, in the order Pkt.expand would)
 next_id = _ids.__next__
-
-
-def psn_add(psn: int, n: int) -> int:
-    return (psn + n) & PSN_MASK
-
-
-PSN_HALF = 0x800000
-
-
-def psn_diff(a: int, b: int) -> int:
-    """Signed distance ``a - b`` in the 24-bit PSN space (rxe ``psn_compare``: a 2^23 window).
-
-    The hot paths spell it out as ``((a - b + PSN_HALF) & PSN_MASK) - PSN_HALF``: shifting by half the
-    space, wrapping, and shifting back maps ``a - b`` into [-2^23, 2^23)."""
-    return ((a - b + PSN_HALF) & PSN_MASK) - PSN_HALF
 
 
 # opcode -> OpcodeInfo, and (transport, op, pos, imm, inv) -> opcode, built from the one table
@@ -164,14 +153,14 @@ class Pkt:
         if data is None:
             data = memoryview(self.payload)
         if 0 < i < self.count - 1:  # a MIDDLE packet: no extended header, no SE; AckReq where acks says
-            p = Pkt(_MIDDLE[self.opcode], (self.psn + i) & PSN_MASK, self.destqp, self.src_gid, self.dst_gid,
+            p = Pkt(_MIDDLE[self.opcode], psn_add(self.psn, i), self.destqp, self.src_gid, self.dst_gid,
                     self.sport, self.src_mac, self.dst_mac, data[i * mtu:(i + 1) * mtu], 1 if i in self.acks else 0)
             p.srcqp = self.srcqp
             p.ecn = self.ecn
             return p
         last = i == self.count - 1
         code = self.last_opcode if last else self.opcode
-        p = Pkt(code, (self.psn + i) & PSN_MASK, self.destqp, self.src_gid, self.dst_gid, self.sport,
+        p = Pkt(code, psn_add(self.psn, i), self.destqp, self.src_gid, self.dst_gid, self.sport,
                 self.src_mac, self.dst_mac, data[i * mtu:(i + 1) * mtu],
                 self.ackreq if last else int(i in self.acks), self.se if last else 0)
         p.srcqp = self.srcqp
@@ -215,9 +204,6 @@ class Pkt:
     def __repr__(self) -> str:
         extra = f" x{self.count}" if self.count > 1 else ""
         return f"<Pkt {INFO[self.opcode].name} psn={self.psn} dqp={self.destqp:#x}{extra} len={len(self.payload)}>"
-
-
-ACK_OPCODE = _OPC[(Transport.RC, Op.ACKNOWLEDGE, None, False, False)]
 
 
 def ack_packet(fields: tuple[int, ...]) -> Pkt:

@@ -31,7 +31,10 @@ from rdmalab.verbs.engine.completion import WC
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import PSN_MASK
 from rdmalab.verbs.engine.wqe import WC_OPCODE, RecvWQE, Resource, SendWQE
-from rdmalab.wire.ib import udp_sport
+from rdmalab.wire.ib import timeout_ns, udp_sport
+
+#: timeout code -> the local ACK timer's period in ns (arm_timer reads it per ACK: a table, not a call)
+_TIMEOUT_NS: tuple[int, ...] = tuple(timeout_ns(code) for code in range(32))
 
 
 class CompletionQueue(Protocol):
@@ -252,7 +255,7 @@ class QPCore:
         if t == 0 or (comp.timer_armed and not restart):
             return
         comp.timer_armed = True
-        period = 4096 << t
+        period = _TIMEOUT_NS[t]
         comp.timer_deadline = self.dev.carrier.now_ns + period
         if not comp.timer_pending:
             comp.timer_pending = True

@@ -18,10 +18,10 @@ from typing import Any
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.engine import dcqcn
 from rdmalab.verbs.engine.memory import AccessError, gather, local_view, local_views
-from rdmalab.verbs.engine.packet import PSN_HALF, PSN_MASK, Pkt, opcode, psn_add
+from rdmalab.verbs.engine.packet import Pkt, opcode
 from rdmalab.verbs.engine.qpcore import QPCore
 from rdmalab.verbs.engine.wqe import ATOMICS, READ_ATOMIC, SUPPORTED, SendWQE
-from rdmalab.wire.ib import DETH, IETH, RETH, AtomicETH, ImmDt, make_reth
+from rdmalab.wire.ib import DETH, IETH, RETH, AtomicETH, ImmDt, make_reth, psn_add, psn_diff
 from rdmalab.wire.opcodes import Op, Pos, Transport
 
 WINDOW = 128  # RXE_MAX_UNACKED_PSNS
@@ -73,7 +73,7 @@ def run(qp: QPCore) -> None:
         if not w.started:
             if qp.qp_state != _RTS:
                 return  # SQD: finish what was started, start nothing new
-            if rc and ((req.psn - comp.psn + PSN_HALF) & PSN_MASK) - PSN_HALF >= WINDOW:  # psn_diff(...) >= WINDOW
+            if rc and psn_diff(req.psn, comp.psn) >= WINDOW:
                 return  # the RC window is full: an ACK will run the requester again
             if not _start(qp, w):
                 return
@@ -141,8 +141,8 @@ def _start(qp: QPCore, w: SendWQE) -> bool:
     first = req.psn
     w.npkts = n
     w.first_psn = first
-    w.last_psn = (first + n - 1) & PSN_MASK
-    req.psn = (first + n) & PSN_MASK
+    w.last_psn = psn_add(first, n - 1)
+    req.psn = psn_add(first, n)
     w.started = True
     w.next_pkt = 0
     if read_atomic:
@@ -208,9 +208,9 @@ def _send(qp: QPCore, w: SendWQE) -> bool:
         # first, dcqcn.wait arms the timer
         if paced and qp.dcqcn_next_ns > carrier.now_ns and dcqcn.wait(qp):
             return False
-        psn = (w.first_psn + k) & PSN_MASK
+        psn = psn_add(w.first_psn, k)
         if rc:
-            room = WINDOW - (((psn - comp.psn + PSN_HALF) & PSN_MASK) - PSN_HALF)  # WINDOW - psn_diff(psn, comp.psn)
+            room = WINDOW - psn_diff(psn, comp.psn)
             if room <= 0:
                 return False
         else:

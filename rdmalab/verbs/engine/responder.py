@@ -215,7 +215,7 @@ def segment(qp: QPCore, code: int, psn: int, ackreq: int, src_gid: int, dst_gid:
     rc = qpt == e.IBV_QPT_RC
     if rc:
         r.sent_psn_nak = False
-    r.psn = (psn + 1) & 0xFFFFFF
+    r.psn = (psn + 1) & PSN_MASK
     if last:
         r.op = None
         r.msn = (r.msn + 1) & 0xFFFFFF
