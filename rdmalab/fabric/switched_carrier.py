@@ -21,11 +21,10 @@ port per node.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from typing import Any
 
-from rdmalab.verbs.engine.carrier import Scheduler, Station, Timer, TimerHandle
+from rdmalab.verbs.engine.carrier import Scheduler, Station, TimerHandle
 from rdmalab.verbs.engine.cnp import CE, ECT0
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import Pkt
@@ -78,7 +77,7 @@ class SwitchedCarrier:
 
     @property
     def now_ns(self) -> int:
-        return int(self.fabric.now)
+        return int(self.fabric.loop.now_ns)
 
     @property
     def scheduler(self) -> Scheduler:
@@ -94,11 +93,7 @@ class SwitchedCarrier:
             fab.send(host, p)
 
     def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> TimerHandle:
-        h = Timer(fn, arg)
-        fab = self.fabric
-        fab._seq += 1
-        heapq.heappush(fab._q, (fab.now + delay_ns, fab._seq, h, None))
-        return h
+        return self.fabric.loop.call_later(delay_ns, fn, arg)  # type: ignore[no-any-return]
 
     def resolve_mac(self, gid: int) -> int | None:
         return next((d.mac for d in self.fabric.devices.values() if gid in d.gids), None)
@@ -108,7 +103,7 @@ class SwitchedCarrier:
 
     # ------------------------------------------------------------------ the Scheduler protocol
     def step(self) -> bool:
-        return bool(self.fabric.step())
+        return bool(self.fabric.loop.step())
 
     def progress(self, done: Callable[[], bool], max_steps: int = 200_000) -> bool:
         for _ in range(max_steps):
@@ -117,9 +112,4 @@ class SwitchedCarrier:
         return done()
 
     def run(self, until_ns: int | None = None, max_events: int = 10_000_000) -> int:
-        n = 0
-        q = self.fabric._q
-        while q and n < max_events and (until_ns is None or q[0][0] <= until_ns):
-            self.step()
-            n += 1
-        return n
+        return int(self.fabric.loop.run(until_ns, max_events))
