@@ -27,6 +27,7 @@ coalescing (carrier rule 3): :meth:`VirtualLoop.on_instant_end` names the contai
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sized
 from heapq import heappop, heappush
@@ -86,7 +87,7 @@ class VirtualLoop(Generic[T]):
         #: events run so far
         self.events = 0
         self._heap: list[tuple[T, int, Callable[[Any], None], Any]] = []
-        self._seq = 0
+        self._seq = itertools.count(1)  # the tie-breaker: events of one time run in the order scheduled
         self._dirty: Sized = ()
         self._end_instant: Callable[[], None] = _no_flush
 
@@ -106,11 +107,11 @@ class VirtualLoop(Generic[T]):
         """When the next event is due (None if there is none)."""
         return self._heap[0][0] if self._heap else None
 
-    def call_at(self, at_ns: T, fn: Callable[[Any], None], arg: Any = None) -> None:
+    def call_at(self, at_ns: T, fn: Callable[[Any], None], arg: Any = None,
+                _push: Callable[[list[Any], Any], None] = heappush) -> None:
         """Run ``fn(arg)`` at ``at_ns`` (no earlier than ``now_ns``: not checked, this is the
         simulators' per-packet path); after every event already scheduled for that time."""
-        self._seq = seq = self._seq + 1
-        heappush(self._heap, (at_ns, seq, fn, arg))
+        _push(self._heap, (at_ns, next(self._seq), fn, arg))
 
     def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> Timer:
         """A timer: ``fn(arg)`` ``delay_ns`` from now (a negative delay counts as 0); ``cancel()``
@@ -224,7 +225,7 @@ class WallClockLoop(WallClockWait):
         self.poll_wait = poll_wait
         self.closed = False
         self._timers: list[tuple[int, int, Callable[[Any], None], Any]] = []
-        self._seq = 0
+        self._seq = itertools.count(1)
 
     @property
     def now_ns(self) -> int:
@@ -242,8 +243,7 @@ class WallClockLoop(WallClockWait):
 
     def call_at(self, at_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None:
         """Run ``fn(arg)`` from the loop once the clock reads ``at_ns``."""
-        self._seq = seq = self._seq + 1
-        heappush(self._timers, (at_ns, seq, fn, arg))
+        heappush(self._timers, (at_ns, next(self._seq), fn, arg))
 
     def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> Timer:
         """Run ``fn(arg)`` from the loop ``delay_ns`` from now (a negative delay counts as 0);
