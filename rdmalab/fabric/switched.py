@@ -410,7 +410,7 @@ class SwitchedFabric:
         self.qp_timeout = qp_timeout
         self.depth = depth
         self.loop: VirtualLoop[float] = VirtualLoop(0.0)
-        self._call_at = self.loop.call_at  # (bound once: the per-packet path schedules with it)
+        self._push, self._ticket = self.loop.push, self.loop.ticket  # the loop's per-packet fast path
         self.nodes: list[Node] = []
         self.by_name: dict[str, Node] = {}
         self.hosts: list[Host] = []
@@ -591,7 +591,7 @@ class SwitchedFabric:
     def schedule(self, at: float, fn: Callable[[Any], None], arg: Any = None) -> None:
         """Run ``fn(arg)`` at virtual time ``at`` (ns; not cancellable: the engine's timers are
         ``carrier.call_later``)."""
-        self._call_at(at, fn, arg)
+        self.loop.call_at(at, fn, arg)
 
     def run(self, until_us: float, progress: Callable[[float], None] | None = None) -> None:
         """Run the events up to ``until_us`` microseconds of virtual time; the clock then reads it.
@@ -749,7 +749,7 @@ class SwitchedFabric:
         if port.busy_until > now:
             if not port.free_ev:
                 port.free_ev = True
-                self._call_at(port.busy_until, self._kick, port)
+                self._push((port.busy_until, self._ticket(), self._kick, port))
             return
         port.free_ev = False  # (this may be the free event: the port's transmission ended now)
         active = port.active
@@ -795,10 +795,11 @@ class SwitchedFabric:
             for t in port.taps:
                 t.write(now, pkt[FRAME])
         pkt[INPORT] = port.peer  # where it arrives (its ingress port there)
-        self._call_at(end + port.delay, self._arrive, pkt)
+        push, ticket = self._push, self._ticket
+        push((end + port.delay, ticket(), self._arrive, pkt))
         if port.active:
             port.free_ev = True
-            self._call_at(end, self._kick, port)  # the free event: the next frame then
+            push((end, ticket(), self._kick, port))  # the free event: the next frame then
 
     # ------------------------------------------------------------------ switches
     def _threshold(self, sw: Switch) -> int:

@@ -50,6 +50,7 @@ class SwitchedCarrier:
         if mtu is not None and mtu != fabric.payload:
             raise ValueError(f"the fabric's QPs use a path MTU of {fabric.payload} bytes (its payload), not {mtu}")
         self.fabric = fabric
+        self._loop = fabric.loop  # (its clock and timers: the engine asks for them on every packet)
 
     # ------------------------------------------------------------------ building
     @property
@@ -77,7 +78,7 @@ class SwitchedCarrier:
 
     @property
     def now_ns(self) -> int:
-        return int(self.fabric.loop.now_ns)
+        return int(self._loop.now_ns)
 
     @property
     def scheduler(self) -> Scheduler:
@@ -93,7 +94,7 @@ class SwitchedCarrier:
             fab.send(host, p)
 
     def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> TimerHandle:
-        return self.fabric.loop.call_later(delay_ns, fn, arg)  # type: ignore[no-any-return]
+        return self._loop.call_later(delay_ns, fn, arg)  # type: ignore[no-any-return]
 
     def resolve_mac(self, gid: int) -> int | None:
         return next((d.mac for d in self.fabric.devices.values() if gid in d.gids), None)

@@ -130,6 +130,25 @@ def test_end_of_instant_flush_runs_only_after_instants_that_left_work() -> None:
     assert flushes[-1] == (9, ["w"])
 
 
+def test_a_flush_that_leaves_work_does_not_stall_the_loop() -> None:
+    """A flush that leaves ``dirty`` non-empty is called again only after the next instant; what it
+    schedules for the instant's own time runs as a new instant (as step() after step() would)."""
+    loop: VirtualLoop[int] = VirtualLoop(0)
+    dirty = ["held"]
+    calls: list[int] = []
+
+    def flush() -> None:
+        calls.append(loop.now_ns)
+        if len(calls) == 1:
+            loop.call_at(loop.now_ns, lambda _: None)  # the same time: one more instant at 10
+
+    loop.on_instant_end(dirty, flush)
+    loop.call_at(10, lambda _: None)
+    loop.call_at(20, lambda _: None)
+    assert loop.run() == 3  # 10, 10 again, 20
+    assert calls == [10, 10, 20] and loop.now_ns == 20
+
+
 def test_progress_reports_fractions_and_ends_with_one() -> None:
     loop: VirtualLoop[int] = VirtualLoop(0)
     n = 2 * PROGRESS_EVERY + 10
