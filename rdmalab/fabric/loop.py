@@ -21,7 +21,7 @@ fabric's serialisation times are fractions of a nanosecond (a 1082-byte frame at
 The simulated fabric and the socket carriers *are* their loops (subclasses), so that the clock
 is a plain attribute of the carrier (the engine reads ``carrier.now_ns`` several times a message);
 the switched fabric *has* one (``fabric.loop``), since its own ``run`` takes microseconds.  On a
-simulator's per-packet path, ``loop.push((at_ns, loop.ticket(), fn, arg))`` is ``call_at`` without
+simulator's per-packet path, ``loop.push((at_ns, next(loop.tickets), fn, arg))`` is ``call_at`` without
 a Python call (the cost of an event is most of what a simulator spends).  The end of an instant is where devices send the ACKs they held back for
 coalescing (carrier rule 3): :meth:`VirtualLoop.on_instant_end` names the container to look at
 (``pending``: nothing to do while it is empty, checked without a call) and what to call.
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Sized
+from collections.abc import Callable, Iterator, Sized
 from functools import partial
 from heapq import heappop, heappush
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -102,9 +102,9 @@ class VirtualLoop(Generic[T]):
         self._heap: list[tuple[T, int, Callable[[Any], None], Any]] = []
         self._seq = itertools.count(1)  # the tie-breaker: events of one time run in the order scheduled
         #: the per-packet fast path of :meth:`call_at`, two C calls and no Python frame:
-        #: ``loop.push((at_ns, loop.ticket(), fn, arg))`` is ``loop.call_at(at_ns, fn, arg)``
+        #: ``loop.push((at_ns, next(loop.tickets), fn, arg))`` is ``loop.call_at(at_ns, fn, arg)``
         self.push: Callable[[tuple[T, int, Callable[[Any], None], Any]], None] = partial(heappush, self._heap)
-        self.ticket: Callable[[], int] = self._seq.__next__
+        self.tickets: Iterator[int] = self._seq
         self._dirty: Sized = ()
         self._end_instant: Callable[[], None] = _no_flush
 

@@ -306,14 +306,14 @@ class Fabric(VirtualLoop[int]):
                     train.at = arrival
                     return
                 train = link.train = _Train(link, dst, pkt, now, arrival)
-                self.push((arrival, self.ticket(), self._arrive, train))  # (the loop's call_at, see VirtualLoop.push)
+                self.push((arrival, next(self.tickets), self._arrive, train))  # (the loop's call_at: VirtualLoop.push)
                 return
             link.train = None
             if self.frames:
                 deliver: Callable[[Any], None] = partial(dst.receive_frame, packet_id=pkt.id)
                 self.call_at(arrival, deliver, pkt.frame())
             else:
-                self.push((arrival, self.ticket(), dst.receive, pkt))
+                self.push((arrival, next(self.tickets), dst.receive, pkt))
             return
         link.train = None
         for p in pkt.expand():
@@ -356,7 +356,7 @@ class Fabric(VirtualLoop[int]):
         start = link.busy_until if link.busy_until > now else now
         link.busy_until = start + int(_ACK_WIRE * 8 / self.bandwidth_gbps)
         link.train = None  # (a packet put on the link after this ACK must not arrive before it)
-        self.push((link.busy_until + self.latency_ns, self.ticket(), dst.receive_ack, fields))
+        self.push((link.busy_until + self.latency_ns, next(self.tickets), dst.receive_ack, fields))
         return True
 
     def _traced_burst(self, src: Station, dst: SoftDevice, burst: Pkt) -> None:
@@ -377,7 +377,7 @@ class Fabric(VirtualLoop[int]):
         if link is None:
             link = self._links[key] = Link()
         rate, latency = self.bandwidth_gbps, self.latency_ns
-        push, ticket, part = self.push, self.ticket, self._part  # (the loop's call_at without a Python call)
+        push, tickets, part = self.push, self.tickets, self._part  # (the loop's call_at without a Python call)
         first_code, last_code = burst.opcode, burst.last_opcode
         overhead = {c: ROCE_OVERHEAD + INFO[c].header_size for c in (first_code, middle, last_code)}
         # which of its opcodes the responder's fast path may take (a CE mark takes the full path,
@@ -408,7 +408,7 @@ class Fabric(VirtualLoop[int]):
             record(TraceEvent(now, name, qpn, "sent", psn, code,
                               {"packet_id": pid, "dqpn": dqpn, "len": length, "ackreq": ackreq}, None))
             busy += tx
-            push((busy + latency, ticket(), part, (dst, burst, i, pid, fast, code, psn, ackreq, piece, fields)))
+            push((busy + latency, next(tickets), part, (dst, burst, i, pid, fast, code, psn, ackreq, piece, fields)))
         link.busy_until = busy
 
     def _part(self, arg: tuple[Any, ...]) -> None:

@@ -410,7 +410,7 @@ class SwitchedFabric:
         self.qp_timeout = qp_timeout
         self.depth = depth
         self.loop: VirtualLoop[float] = VirtualLoop(0.0)
-        self._push, self._ticket = self.loop.push, self.loop.ticket  # the loop's per-packet fast path
+        self._push, self._tickets = self.loop.push, self.loop.tickets  # the loop's per-packet fast path
         self.nodes: list[Node] = []
         self.by_name: dict[str, Node] = {}
         self.hosts: list[Host] = []
@@ -749,7 +749,7 @@ class SwitchedFabric:
         if port.busy_until > now:
             if not port.free_ev:
                 port.free_ev = True
-                self._push((port.busy_until, self._ticket(), self._kick, port))
+                self._push((port.busy_until, next(self._tickets), self._kick, port))
             return
         port.free_ev = False  # (this may be the free event: the port's transmission ended now)
         active = port.active
@@ -795,11 +795,11 @@ class SwitchedFabric:
             for t in port.taps:
                 t.write(now, pkt[FRAME])
         pkt[INPORT] = port.peer  # where it arrives (its ingress port there)
-        push, ticket = self._push, self._ticket
-        push((end + port.delay, ticket(), self._arrive, pkt))
+        push, tickets = self._push, self._tickets
+        push((end + port.delay, next(tickets), self._arrive, pkt))
         if port.active:
             port.free_ev = True
-            push((end, ticket(), self._kick, port))  # the free event: the next frame then
+            push((end, next(tickets), self._kick, port))  # the free event: the next frame then
 
     # ------------------------------------------------------------------ switches
     def _threshold(self, sw: Switch) -> int:

@@ -44,13 +44,16 @@ class SwitchedCarrier:
 
     burst_ok = False  # switches see single packets
     tracing = False
+    #: ``call_later(delay_ns, fn, arg=None) -> TimerHandle``: the fabric's loop's (``VirtualLoop.call_later``)
+    call_later: Callable[..., TimerHandle]
 
     def __init__(self, fabric: Any, *, mtu: int | None = None) -> None:
         # fabric: a rdmalab.fabric.switched.SwitchedFabric (which imports this module, so not named here)
         if mtu is not None and mtu != fabric.payload:
             raise ValueError(f"the fabric's QPs use a path MTU of {fabric.payload} bytes (its payload), not {mtu}")
         self.fabric = fabric
-        self._loop = fabric.loop  # (its clock and timers: the engine asks for them on every packet)
+        self._loop = fabric.loop  # (its clock: the engine reads it on every packet)
+        self.call_later = fabric.loop.call_later  # the carrier's timers are the loop's (one call less)
 
     # ------------------------------------------------------------------ building
     @property
@@ -92,9 +95,6 @@ class SwitchedCarrier:
             return
         for p in pkt.expand():
             fab.send(host, p)
-
-    def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> TimerHandle:
-        return self._loop.call_later(delay_ns, fn, arg)  # type: ignore[no-any-return]
 
     def resolve_mac(self, gid: int) -> int | None:
         return next((d.mac for d in self.fabric.devices.values() if gid in d.gids), None)

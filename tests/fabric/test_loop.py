@@ -35,6 +35,19 @@ def test_same_time_events_run_in_the_order_they_were_scheduled() -> None:
     assert loop.events == 6 and loop.pending == 0 and loop.now_ns == 20
 
 
+def test_the_fast_path_is_call_at() -> None:
+    """``push((t, next(tickets), fn, arg))`` schedules exactly as ``call_at(t, fn, arg)`` does."""
+    loop: VirtualLoop[int] = VirtualLoop(0)
+    out: list[Any] = []
+    log = _log(loop, out)
+    loop.call_at(7, log, 1)
+    loop.push((7, next(loop.tickets), log, 2))
+    loop.call_later(7, log, 3)
+    loop.push((3, next(loop.tickets), log, 0))
+    loop.run()
+    assert out == [(3, 0), (7, 1), (7, 2), (7, 3)]
+
+
 def test_step_runs_one_instant_and_moves_the_clock() -> None:
     loop: VirtualLoop[int] = VirtualLoop(100)
     out: list[Any] = []
