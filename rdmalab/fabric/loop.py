@@ -76,8 +76,6 @@ def _no_flush() -> None:
     return None
 
 
-_BEFORE = object()  # (a clock reading no event has)
-
 
 def _whole_ns(delay: Any) -> int:
     """A delay given as a number, in whole nanoseconds (a fraction is dropped); anything else is refused."""
@@ -201,24 +199,26 @@ class VirtualLoop(Generic[T]):
         report = PROGRESS_EVERY if progress is not None and until_ns is not None else 1 << 62
         n = 0
         steps = 0
-        now: Any = _BEFORE  # the time of the instant running; _BEFORE: none (none yet, or it has ended)
+        now = start  # the time of the instant running, while ``running``
+        running = False  # (False: none yet, or it has ended)
         while True:
             if not heap:
-                if dirty and now is not _BEFORE:
+                if running and dirty:
                     end()  # (which may schedule more)
-                    now = _BEFORE
+                    running = False
                     continue
                 break
             ev = heap[0]
             t = ev[0]
-            if t != now:
-                if dirty and now is not _BEFORE:
+            if t != now or not running:
+                if running and dirty:
                     end()  # the instant is over (what it schedules may come first: look again)
-                    now = _BEFORE
+                    running = False
                     continue
                 if t > until or steps >= max_steps:
                     break
                 self.now_ns = now = t
+                running = True
                 steps += 1
                 if n >= report:
                     report += PROGRESS_EVERY
