@@ -77,7 +77,8 @@ def measure(duration_ms: float) -> dict[str, float]:
     fab = res.fabric
     pkts = sum(p.tx_pkts for n in fab.nodes for p in n.ports)
     data = sum(getattr(f, "pkts_rcvd", 0) for f in fab.flows)
-    heap = max(len(fab._q), 8)
+    # (the events waiting in its loop; a tree from before rdmalab.fabric.loop kept them in fab._q)
+    heap = max(fab.loop.pending if hasattr(fab, "loop") else len(fab._q), 8)
     bare = bare_loop(fab.events, heap)
     flows = res.to_json()["flows"]
     return {"duration_ms": duration_ms, "events": fab.events, "packets": pkts, "data_packets": data, "wall": wall,

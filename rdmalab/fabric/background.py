@@ -42,7 +42,7 @@ def _on_sigio(signum: int, frame: FrameType | None) -> None:
         return
     for fab in list(_driven):
         for _ in range(STEPS_PER_SIGNAL):
-            if getattr(fab, "_closed", False) or not fab.step(0.0):
+            if fab.closed or not fab.step(0.0):
                 break
 
 

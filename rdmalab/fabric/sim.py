@@ -4,7 +4,7 @@ A :class:`Fabric` is a carrier (:class:`rdmalab.verbs.engine.carrier.Carrier`) t
 soft devices (:class:`rdmalab.verbs.engine.node.SoftDevice`), and it is its own scheduler
 (:class:`rdmalab.verbs.engine.carrier.Scheduler`).  It owns the only clock the engine sees, a
 nanosecond counter that moves only when events run, and one event queue (packet deliveries and
-QP timers).  Nothing runs on its own: ``CQ.poll`` asks the scheduler to make progress, or a
+QP timers): the fabric is a :class:`~rdmalab.fabric.loop.VirtualLoop`.  Nothing runs on its own: ``CQ.poll`` asks the scheduler to make progress, or a
 program calls :meth:`Fabric.advance` / :meth:`Fabric.run`.
 So there are no threads, and a run with the same seed is the same run, event for event.
 
@@ -20,7 +20,6 @@ Taps see every frame as the sender transmits it (before faults) as complete RoCE
 
 from __future__ import annotations
 
-import heapq
 import ipaddress
 import random
 from collections.abc import Callable
@@ -29,7 +28,8 @@ from functools import partial
 from typing import IO, Any
 
 from rdmalab.capture.pcapwriter import CaptureWriter
-from rdmalab.verbs.engine.carrier import Scheduler, Station, Timer, TimerHandle
+from rdmalab.fabric.loop import VirtualLoop
+from rdmalab.verbs.engine.carrier import Scheduler, Station
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import ACK_OPCODE, INFO, PSN_MASK, ROCE_OVERHEAD, SEGMENT, Pkt, middle_of, next_id
 from rdmalab.verbs.engine.trace import RingTrace, Trace, TraceEvent
@@ -102,7 +102,7 @@ class PcapTap:
         self.close()
 
 
-class Fabric:
+class Fabric(VirtualLoop[int]):
     """An in-process network of soft RoCEv2 devices on a virtual clock.
 
     ``mtu`` is the IB MTU the ports offer (``port.active_mtu``; 4096 is like a 9000-byte
@@ -114,11 +114,15 @@ class Fabric:
     :mod:`rdmalab.verbs.engine.packet`) and, while the trace is off, what one instant puts on a
     link arrives as one *train*, when its last packet would (so ACKs coalesce as they do for a
     burst); ``bursts=False`` forces one object and one arrival per packet.
+
+    The fabric is its own event loop (a :class:`~rdmalab.fabric.loop.VirtualLoop`): ``now_ns``,
+    ``call_at``/``call_later``, ``step``/``run``/``advance``/``progress`` and ``pending`` are the loop's.
     """
 
     def __init__(self, *, seed: int = 0, mtu: int = 4096, latency_ns: int = 1000, bandwidth_gbps: float = 100.0,
                  trace: bool = True, frames: bool = False, bursts: bool = True) -> None:
         check_mtu(mtu)
+        super().__init__(0)  # the virtual clock (``now_ns``, a plain attribute the engine reads often) at 0
         self.seed = seed
         self.rng = random.Random(seed)
         self.mtu = mtu
@@ -134,13 +138,10 @@ class Fabric:
         #: whether the engine records trace events (a plain attribute: the engine reads it for every
         #: packet; switching it on or off at any time is fine, bursts do not depend on it)
         self.tracing = trace
-        #: the virtual clock in ns (a plain attribute: the engine reads it several times a message)
-        self.now_ns = 0
-        self._seq = 0
         #: the QPs of all this fabric's devices that hold back an ACK (``SoftDevice.held_acks``: one set for
         #: all, so that ``step`` sees with one look whether any device has an ACK to send)
         self.held_acks: set[Any] = set()
-        self._events: list[tuple[int, int, Callable[[Any], None], Any]] = []
+        self.on_instant_end(self.held_acks, self._flush_held)
         self._by_gid: dict[int, SoftDevice] = {}
         self._links: dict[tuple[str, str], Link] = {}
         self._faults: dict[tuple[str | None, str | None], Faults] = {}
@@ -172,71 +173,21 @@ class Fabric:
     # ------------------------------------------------------------------ clock and events
     def schedule(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None:
         """Run ``fn(arg)`` ``delay_ns`` of virtual time from now (not cancellable; see ``call_later``)."""
-        self._seq += 1
-        heapq.heappush(self._events, (self.now_ns + max(0, int(delay_ns)), self._seq, fn, arg))
-
-    def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> TimerHandle:
-        """The carrier's timer: ``fn(arg)`` after ``delay_ns``; ``cancel()`` the result to forget it."""
-        t = Timer(fn, arg)
-        self.schedule(delay_ns, t, None)
-        return t
+        self.call_at(self.now_ns + max(0, int(delay_ns)), fn, arg)
 
     @property
     def scheduler(self) -> Scheduler:
-        """The simulated fabric drives itself: ``step``/``progress``/``run`` below."""
+        """The simulated fabric drives itself: its loop's ``step``/``progress``/``run``."""
         return self
 
-    @property
-    def pending(self) -> int:
-        return len(self._events)
-
-    def step(self) -> bool:
-        """Run every event due at the next event time (moving the clock there). False if idle."""
-        ev = self._events
-        if not ev:
-            return False
-        t = ev[0][0]
-        self.now_ns = t
-        pop = heapq.heappop
-        while ev and ev[0][0] == t:
-            _, _, fn, arg = pop(ev)
-            fn(arg)
-        held = self.held_acks  # the ACKs held back for coalescing within this instant, on any device
-        if held:
-            if len(held) == 1:
-                held.pop().flush_ack()
-            else:  # device by device, as SoftDevice.flush orders them
-                for dev in self.devices.values():
-                    dev.flush()
-        return True
-
-    def advance(self, ns: int) -> None:
-        """Let ``ns`` nanoseconds of virtual time pass, running what falls due."""
-        end = self.now_ns + ns
-        while self._events and self._events[0][0] <= end:
-            self.step()
-        self.now_ns = end
-
-    def run(self, until_ns: int | None = None, max_events: int = 10_000_000) -> int:
-        """Run events until none are left (or the clock would pass ``until_ns``). Returns steps."""
-        steps = 0
-        while self._events and steps < max_events:
-            if until_ns is not None and self._events[0][0] > until_ns:
-                break
-            self.step()
-            steps += 1
-        if until_ns is not None and self.now_ns < until_ns and not self._events:
-            self.now_ns = until_ns
-        return steps
-
-    def progress(self, done: Callable[[], bool], max_steps: int = 20_000) -> bool:
-        """Run until ``done()`` or idle, at most ``max_steps`` time steps (what ``CQ.poll`` calls)."""
-        for _ in range(max_steps):
-            if done():
-                return True
-            if not self.step():
-                return done()
-        return done()
+    def _flush_held(self) -> None:
+        """The end of an instant in which some QP held an ACK back for coalescing (the loop calls it)."""
+        held = self.held_acks
+        if len(held) == 1:
+            held.pop().flush_ack()
+        else:  # device by device, as SoftDevice.flush orders them
+            for dev in self.devices.values():
+                dev.flush()
 
     # ------------------------------------------------------------------ faults and taps
     def set_faults(self, loss: float = 0.0, duplicate: float = 0.0, reorder: float = 0.0, corrupt: float = 0.0,
@@ -351,16 +302,14 @@ class Fabric:
                     train.at = arrival
                     return
                 train = link.train = _Train(link, dst, pkt, now, arrival)
-                self._seq += 1
-                heapq.heappush(self._events, (arrival, self._seq, self._arrive, train))
+                self.push((arrival, next(self.tickets), self._arrive, train))  # (the loop's call_at: VirtualLoop.push)
                 return
             link.train = None
-            self._seq += 1
             if self.frames:
                 deliver: Callable[[Any], None] = partial(dst.receive_frame, packet_id=pkt.id)
-                heapq.heappush(self._events, (arrival, self._seq, deliver, pkt.frame()))
+                self.call_at(arrival, deliver, pkt.frame())
             else:
-                heapq.heappush(self._events, (arrival, self._seq, dst.receive, pkt))
+                self.push((arrival, next(self.tickets), dst.receive, pkt))
             return
         link.train = None
         for p in pkt.expand():
@@ -370,8 +319,7 @@ class Fabric:
         """A train's first packet is due: if more packets joined it, it comes again when the last is;
         otherwise its packets are received, in the order they were sent."""
         if train.at > self.now_ns:
-            self._seq += 1
-            heapq.heappush(self._events, (train.at, self._seq, self._arrive, train))
+            self.call_at(train.at, self._arrive, train)
             return
         if train.link.train is train:
             train.link.train = None
@@ -404,8 +352,7 @@ class Fabric:
         start = link.busy_until if link.busy_until > now else now
         link.busy_until = start + int(_ACK_WIRE * 8 / self.bandwidth_gbps)
         link.train = None  # (a packet put on the link after this ACK must not arrive before it)
-        self._seq += 1
-        heapq.heappush(self._events, (link.busy_until + self.latency_ns, self._seq, dst.receive_ack, fields))
+        self.push((link.busy_until + self.latency_ns, next(self.tickets), dst.receive_ack, fields))
         return True
 
     def _traced_burst(self, src: Station, dst: SoftDevice, burst: Pkt) -> None:
@@ -426,7 +373,7 @@ class Fabric:
         if link is None:
             link = self._links[key] = Link()
         rate, latency = self.bandwidth_gbps, self.latency_ns
-        events, push, part = self._events, heapq.heappush, self._part
+        push, tickets, part = self.push, self.tickets, self._part  # (the loop's call_at without a Python call)
         first_code, last_code = burst.opcode, burst.last_opcode
         overhead = {c: ROCE_OVERHEAD + INFO[c].header_size for c in (first_code, middle, last_code)}
         # which of its opcodes the responder's fast path may take (a CE mark takes the full path,
@@ -434,7 +381,7 @@ class Fabric:
         seg = {c: burst.ecn != 3 and c in SEGMENT for c in (first_code, middle, last_code)}
         # _carry, spelled out for each packet: serialised behind what the link has queued (the first
         # waits for the link; each one after it, for the one before)
-        busy, seq = max(link.busy_until, now), self._seq
+        busy = max(link.busy_until, now)
         link.train = None
         # a MIDDLE packet is full (the path MTU), has no RETH, and takes its AckReq from ``acks``
         mid_tx = int((overhead[middle] + mtu + (-mtu & 3)) * 8 / rate)
@@ -457,9 +404,8 @@ class Fabric:
             record(TraceEvent(now, name, qpn, "sent", psn, code,
                               {"packet_id": pid, "dqpn": dqpn, "len": length, "ackreq": ackreq}, None))
             busy += tx
-            seq += 1
-            push(events, (busy + latency, seq, part, (dst, burst, i, pid, fast, code, psn, ackreq, piece, fields)))
-        link.busy_until, self._seq = busy, seq
+            push((busy + latency, next(tickets), part, (dst, burst, i, pid, fast, code, psn, ackreq, piece, fields)))
+        link.busy_until = busy
 
     def _part(self, arg: tuple[Any, ...]) -> None:
         """Packet ``i`` of a traced burst arrives: the responder's fast path for the next packet of a
@@ -512,9 +458,8 @@ class Fabric:
                 i = rng.randrange(14, len(b))
                 b[i] ^= 1 << rng.randrange(8)
                 frame = bytes(b)
-            self._seq += 1
             deliver: Callable[[Any], None] = partial(dst.receive_frame, packet_id=p.id)
-            heapq.heappush(self._events, (t, self._seq, deliver, frame))
+            self.call_at(t, deliver, frame)
 
     def _drop(self, dst: SoftDevice, p: Pkt, reason: str) -> None:
         if self.tracing:

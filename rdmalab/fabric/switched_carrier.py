@@ -21,11 +21,10 @@ port per node.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from typing import Any
 
-from rdmalab.verbs.engine.carrier import Scheduler, Station, Timer, TimerHandle
+from rdmalab.verbs.engine.carrier import Scheduler, Station, TimerHandle
 from rdmalab.verbs.engine.cnp import CE, ECT0
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import Pkt
@@ -45,12 +44,16 @@ class SwitchedCarrier:
 
     burst_ok = False  # switches see single packets
     tracing = False
+    #: ``call_later(delay_ns, fn, arg=None) -> TimerHandle``: the fabric's loop's (``VirtualLoop.call_later``)
+    call_later: Callable[..., TimerHandle]
 
     def __init__(self, fabric: Any, *, mtu: int | None = None) -> None:
         # fabric: a rdmalab.fabric.switched.SwitchedFabric (which imports this module, so not named here)
         if mtu is not None and mtu != fabric.payload:
             raise ValueError(f"the fabric's QPs use a path MTU of {fabric.payload} bytes (its payload), not {mtu}")
         self.fabric = fabric
+        self._loop = fabric.loop  # (its clock: the engine reads it on every packet)
+        self.call_later = fabric.loop.call_later  # the carrier's timers are the loop's (one call less)
 
     # ------------------------------------------------------------------ building
     @property
@@ -78,7 +81,7 @@ class SwitchedCarrier:
 
     @property
     def now_ns(self) -> int:
-        return int(self.fabric.now)
+        return int(self._loop.now_ns)
 
     @property
     def scheduler(self) -> Scheduler:
@@ -93,13 +96,6 @@ class SwitchedCarrier:
         for p in pkt.expand():
             fab.send(host, p)
 
-    def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> TimerHandle:
-        h = Timer(fn, arg)
-        fab = self.fabric
-        fab._seq += 1
-        heapq.heappush(fab._q, (fab.now + delay_ns, fab._seq, h, None))
-        return h
-
     def resolve_mac(self, gid: int) -> int | None:
         return next((d.mac for d in self.fabric.devices.values() if gid in d.gids), None)
 
@@ -108,7 +104,7 @@ class SwitchedCarrier:
 
     # ------------------------------------------------------------------ the Scheduler protocol
     def step(self) -> bool:
-        return bool(self.fabric.step())
+        return bool(self.fabric.loop.step())
 
     def progress(self, done: Callable[[], bool], max_steps: int = 200_000) -> bool:
         for _ in range(max_steps):
@@ -117,9 +113,4 @@ class SwitchedCarrier:
         return done()
 
     def run(self, until_ns: int | None = None, max_events: int = 10_000_000) -> int:
-        n = 0
-        q = self.fabric._q
-        while q and n < max_events and (until_ns is None or q[0][0] <= until_ns):
-            self.step()
-            n += 1
-        return n
+        return int(self.fabric.loop.run(until_ns, max_events))

@@ -23,15 +23,13 @@ sees only the byte stream.
 from __future__ import annotations
 
 import errno
-import heapq
 import ipaddress
 import selectors
 import socket
-import time
 from collections.abc import Callable
 from typing import Any
 
-from rdmalab.verbs.engine.carrier import Timer, WallClockWait
+from rdmalab.fabric.loop import WallClockLoop
 from rdmalab.verbs.engine.iwdevice import ConnectResult, IwDevice
 from rdmalab.verbs.engine.trace import TraceEvent
 
@@ -141,27 +139,25 @@ class SockStream:
         return f"<TCP socket {self.local[0]}:{self.local[1]} -> {self.peer[0]}:{self.peer[1]}>"
 
 
-class KernelTcp(WallClockWait):
+class KernelTcp(WallClockLoop):
     """Soft iWARP devices on kernel TCP sockets: carrier, scheduler and TCP stack in one.
 
     ``poll_wait`` is how long ``CQ.poll`` (through :meth:`progress`) waits for the network when
-    its queue is empty, as the UDP carrier's."""
+    its queue is empty, as the UDP carrier's.  The event loop is a
+    :class:`~rdmalab.fabric.loop.WallClockLoop` waiting on the sockets (:meth:`poll_io`)."""
 
     mtu = 4096
     burst_ok = False
 
     def __init__(self, *, poll_wait: float = 0.02, trace: bool = False) -> None:
+        super().__init__(poll_wait=poll_wait)  # the clock, the timers, ``closed``
         self.devices: dict[str, IwDevice] = {}
         self._by_ip: dict[str, IwDevice] = {}
-        self.poll_wait = poll_wait
         self.tracing = trace
         self.events: list[TraceEvent] = []
         self._sel = selectors.DefaultSelector()
-        self._timers: list[tuple[int, int, Callable[[Any], None], Any]] = []
-        self._seq = 0
         self._listeners: dict[tuple[str, int], socket.socket] = {}
         self._pending: dict[int, tuple[socket.socket, ConnectResult, IwDevice | None]] = {}
-        self.closed = False
 
     # ------------------------------------------------------------------ devices
     def add_device(self, name: str, ip: str, mac: int | None = None, *, mpa_crc: bool = False,
@@ -188,26 +184,10 @@ class KernelTcp(WallClockWait):
     def resolve_mac(self, gid: int) -> int | None:
         return None
 
-    # ------------------------------------------------------------------ carrier: clock, timers, trace
-    @property
-    def now_ns(self) -> int:
-        return time.monotonic_ns()
-
-    def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> Timer:
-        t = Timer(fn, arg)
-        self._seq += 1
-        entry: tuple[int, int, Callable[[Any], None], Any] = (time.monotonic_ns() + max(0, int(delay_ns)), self._seq,
-                                                              t, None)
-        heapq.heappush(self._timers, entry)
-        return t
-
+    # ------------------------------------------------------------------ carrier: clock, timers (the loop's), trace
     @property
     def scheduler(self) -> KernelTcp:
         return self
-
-    @property
-    def pending(self) -> int:
-        return len(self._timers)
 
     def record(self, ev: TraceEvent) -> None:
         self.events.append(ev)
@@ -307,33 +287,22 @@ class KernelTcp(WallClockWait):
                 return
             on_result(SockStream(self, s, dev), None)
 
-    def _run_timers(self) -> int:
-        t = self._timers
-        ran = 0
-        now = time.monotonic_ns()
-        while t and t[0][0] <= now:
-            _, _, fn, arg = heapq.heappop(t)
-            fn(arg)
-            ran += 1
-        return ran
-
-    def step(self, timeout: float = 0.0) -> bool:
-        """Handle what the sockets have (waiting up to ``timeout`` s, less if a timer falls due) and run due timers."""
-        if self.closed:
-            return False
-        if self._timers:
-            timeout = min(timeout, max(0.0, (self._timers[0][0] - time.monotonic_ns()) / 1e9))
+    def poll_io(self, timeout: float) -> int:
+        """(The loop's I/O, see :meth:`~rdmalab.fabric.loop.WallClockLoop.step`:) wait up to ``timeout``
+        seconds for the sockets and handle what they have."""
         did = 0
         for key, mask in self._sel.select(timeout):
             self._ready(key, mask)
             did += 1
-        did += self._run_timers()
-        return did > 0
+        return did
 
     def run(self, until_ns: int | None = None, max_events: int = 10_000_000) -> int:
+        """Step (waiting up to 10 ms each time) until the clock reaches ``until_ns`` or, without
+        ``until_ns``, until a step finds nothing to do (the kernel does TCP's own timers, so timers
+        left here are not waited for); returns the steps."""
         steps = 0
         while steps < max_events and not self.closed:
-            if until_ns is not None and time.monotonic_ns() >= until_ns:
+            if until_ns is not None and self.now_ns >= until_ns:
                 break
             if not self.step(0.01) and until_ns is None:
                 break

@@ -36,23 +36,22 @@ the initial network namespace (``rxe_net.c`` creates its tunnel sockets in ``ini
 a machine with rxe the engine runs in its own namespace joined by a veth pair
 (``docs/interop.md``).
 
-Time is the wall clock (``time.monotonic_ns``); timers are a heap; :meth:`UdpFabric.progress`
-is the event loop (``selectors``, no threads, no asyncio): it receives what has arrived, runs
+Time is the wall clock (``time.monotonic_ns``); the carrier is a
+:class:`~rdmalab.fabric.loop.WallClockLoop` (its timers, and :meth:`UdpFabric.step`/``progress``) (``selectors``, no threads, no asyncio): it receives what has arrived, runs
 the timers that are due, and lets the devices send their coalesced ACKs.
 """
 
 from __future__ import annotations
 
 import errno
-import heapq
 import ipaddress
 import random
 import selectors
 import socket
 import time
-from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
+from rdmalab.fabric.loop import WallClockLoop
 from rdmalab.fabric.udp_codec import (
     HDR,
     ICRC,
@@ -81,7 +80,7 @@ from rdmalab.fabric.udp_setup import (
     interface_of,
     neighbour_mac,
 )
-from rdmalab.verbs.engine.carrier import Station, Timer, WallClockWait
+from rdmalab.verbs.engine.carrier import Station
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import PSN_MASK, Pkt, middle_of
 from rdmalab.verbs.engine.trace import Trace, TraceEvent
@@ -108,7 +107,7 @@ RECV_BUDGET = 128
 
 
 # ---------------------------------------------------------------------- the carrier
-class UdpFabric(WallClockWait):
+class UdpFabric(WallClockLoop):
     """One soft device on a real interface, talking RoCEv2 over UDP/IPv4 port 4791.
 
     ``UdpFabric(ifname="veth1")`` or ``UdpFabric(ip="10.0.0.2")`` (either finds the other);
@@ -163,9 +162,7 @@ class UdpFabric(WallClockWait):
         self.rng = random.Random(seed)
         self.trace = Trace()
         self._tracing = trace
-        self._seq = 0
-        self._timers: list[tuple[int, int, Callable[[Any], None], Any]] = []
-        self.poll_wait = poll_wait
+        WallClockLoop.__init__(self, poll_wait=poll_wait)  # the clock, the timers, ``closed``
         self.stats = {"sent": 0, "received": 0, "bad_icrc": 0, "not_rocev2": 0, "send_errors": 0, "oversized": 0}
         self.sent_sizes: dict[int, int] = {}  # UDP payload size -> datagrams of that size sent
         self._ip_id = self.rng.randrange(1, 0x10000)
@@ -211,7 +208,7 @@ class UdpFabric(WallClockWait):
         self._groups: list[int] = []
         self._sel = selectors.DefaultSelector()
         self._sel.register(raw, selectors.EVENT_READ)
-        self._closed = False
+        self.closed = False
 
     def join_group(self, group: str) -> None:
         """Receive RoCEv2 sent to the IPv4 multicast ``group`` (IGMP membership on this interface, and the
@@ -267,25 +264,9 @@ class UdpFabric(WallClockWait):
         return mac
 
     @property
-    def now_ns(self) -> int:
-        return time.monotonic_ns()
-
-    def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> Timer:
-        """Run ``fn(arg)`` from the event loop ``delay_ns`` from now (wall clock); ``cancel()`` forgets it."""
-        t = Timer(fn, arg)
-        cb: Callable[[Any], None] = t
-        self._seq += 1
-        heapq.heappush(self._timers, (time.monotonic_ns() + max(0, int(delay_ns)), self._seq, cb, None))
-        return t
-
-    @property
     def scheduler(self) -> UdpFabric:
         """The carrier is its own scheduler (:meth:`step`, :meth:`progress`, :meth:`run`)."""
         return self
-
-    @property
-    def pending(self) -> int:
-        return len(self._timers)
 
     @property
     def tracing(self) -> bool:
@@ -574,42 +555,16 @@ class UdpFabric(WallClockWait):
         self.device.receive(pkt)
 
     # ------------------------------------------------------------------ the event loop
-    def _run_timers(self) -> int:
-        t = self._timers
-        ran = 0
-        now = time.monotonic_ns()
-        while t and t[0][0] <= now:
-            _, _, fn, arg = heapq.heappop(t)
-            fn(arg)
-            ran += 1
-        return ran
-
-    def step(self, timeout: float = 0.0) -> bool:
-        """Receive what is there (waiting up to ``timeout`` s, less if a timer falls due), run due
-        timers, send coalesced ACKs.  True if anything happened."""
-        if self._closed:
-            return False
+    def poll_io(self, timeout: float) -> int:
+        """(The loop's I/O, see :meth:`~rdmalab.fabric.loop.WallClockLoop.step`:) wait up to ``timeout``
+        seconds for the socket, then receive what is there (at most ``RECV_BUDGET`` packets)."""
         if timeout > 0:
-            if self._timers:
-                timeout = min(timeout, max(0.0, (self._timers[0][0] - time.monotonic_ns()) / 1e9))
             self._sel.select(timeout)
-        did = self._receive_all()
-        did += self._run_timers()
-        self.device.flush()
-        return did > 0
+        return self._receive_all()
 
-    def run(self, until_ns: int | None = None, max_events: int = 10_000_000) -> int:
-        """Run the loop until no timer is left (or the clock passes ``until_ns``); returns steps."""
-        steps = 0
-        while steps < max_events and not self._closed:
-            if until_ns is not None and time.monotonic_ns() >= until_ns:
-                break
-            if not self._timers and until_ns is None:
-                self.step()
-                break
-            self.step(0.01)
-            steps += 1
-        return steps
+    def end_step(self) -> None:
+        """After every step: the device sends the ACKs it held back for coalescing."""
+        self.device.flush()
 
     def fileno(self) -> int:
         return self._raw.fileno()
@@ -633,9 +588,9 @@ class UdpFabric(WallClockWait):
             self._pcap.write(eth + datagram, time.time_ns())
 
     def close(self) -> None:
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
+        self.closed = True
         self._sel.close()
         self._raw.close()
         self._sink.close()

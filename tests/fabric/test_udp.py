@@ -332,7 +332,7 @@ def test_a_step_gives_control_back_while_the_peer_keeps_the_socket_full() -> Non
 
     fab = UdpFabric.__new__(UdpFabric)
     fab._init_state(poll_wait=0.0, seed=1)  # CQ.poll runs one step(0) when the CQ is empty
-    fab.mtu, fab._closed = 1024, False
+    fab.mtu = 1024
     fab.device = SoftDevice("t", B & 0xFFFFFFFF, 0x020000000002, fab)
     fab.devices = {"t": fab.device}
     ctx = Context(name="t", fabric=fab)
