@@ -47,6 +47,7 @@ from rdmalab.capture.columnar_schema import (  # noqa: F401 - the public names o
     empty_columns,
     format_column,
 )
+from rdmalab.capture.iwarp import IwarpTracker
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.pcapio import (  # noqa: F401 - the public names of the columnar decoder
     CaptureError,
@@ -97,7 +98,6 @@ def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, v
 
 
 def _tracker() -> Any:
-    from rdmalab.capture.iwarp import IwarpTracker  # lazy: only captures that need iWARP columns load it
 
     return IwarpTracker()
 

@@ -28,6 +28,7 @@ from rdmalab.capture.columnar_schema import Columns
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.fieldtext import _OCTET_DOT32, _dec, _hex, _strings
 from rdmalab.capture.filter import compile_filter
+from rdmalab.capture.iwarp import IwarpTracker
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.pcapio import RecordBlock, record_blocks
 from rdmalab.capture.reader import RawRecord, decode_record
@@ -613,7 +614,6 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     p = os.fspath(path)
     tracker = None
     if iwarp:
-        from rdmalab.capture.iwarp import IwarpTracker  # lazy: only captures with TCP need it
 
         tracker = IwarpTracker()
     windows = TcpWindowScaling()  # follows every frame, filtered out or not, as tshark does

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rdmalab.capture.analysis import Analysis, analyze
+from rdmalab.capture.analysis_rows import FIELDS
 from rdmalab.capture.blockpool import worker_pool
-from rdmalab.capture.columnar import iter_columns
+from rdmalab.capture.columnar import COLUMN_BY_NAME, Columns, empty_columns, iter_columns
 
 
 @dataclass
@@ -151,8 +152,6 @@ def columns_from_parquet(directory: str) -> Any:
     import numpy as np
     import pyarrow.parquet as pq  # optional dependency (the "analysis" extra)
 
-    from rdmalab.capture.analysis_rows import FIELDS
-    from rdmalab.capture.columnar import COLUMN_BY_NAME, Columns, empty_columns
 
     parts = sorted(f for f in os.listdir(directory) if f.startswith("part-") and f.endswith(".parquet"))
     tables = []

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rdmalab.fabric.loop import WallClockLoop
+from rdmalab.fabric.udp_setup import interface_ipv4
 from rdmalab.verbs.engine.iwdevice import ConnectResult, IwDevice
 from rdmalab.verbs.engine.trace import TraceEvent
 
@@ -175,7 +176,6 @@ class KernelTcp(WallClockLoop):
     def add_interface_device(self, name: str, ifname: str, *, mpa_crc: bool = False) -> IwDevice:
         """A soft iWARP device on the IPv4 address of network interface ``ifname`` (as ``rdma link add
         siw0 type siw netdev IFNAME`` puts siw on one); ``dev.ifname`` names it."""
-        from rdmalab.fabric.udp_setup import interface_ipv4
 
         dev = self.add_device(name, interface_ipv4(ifname), mpa_crc=mpa_crc)
         dev.ifname = ifname

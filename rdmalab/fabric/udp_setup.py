@@ -127,7 +127,7 @@ def _rocev2_filter(ipv4: int, groups: tuple[int, ...] = ()) -> list[tuple[int, i
     # On a raw IPv4 socket the filter sees the packet from the IP header.  Accept UDP (already
     # guaranteed by IPPROTO_UDP) to our address, or to a multicast group joined, and port 4791,
     # whatever the IP header length.
-    from rdmalab.wire.net import ROCEV2_PORT
+    from rdmalab.wire.net import ROCEV2_PORT  # (here: as IB_MTUS above, the live tools start before the codecs load)
 
     ld_w, ld_b_msh, ldx_h, jeq, ret = 0x20, 0xB1, 0x48, 0x15, 0x06
     addrs = (ipv4, *groups)

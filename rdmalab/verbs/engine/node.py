@@ -75,7 +75,7 @@ class SoftDevice:
         Made on first use (a MAD arriving, a CMID binding): the CM's codecs are not loaded by programs
         that never connect through it (the live tools' start-up)."""
         if self._gsi is None:
-            from rdmalab.verbs.engine.ibcm import GSI
+            from rdmalab.verbs.engine.ibcm import GSI  # lazy: a program that never connects does not load the CM
 
             self._gsi = GSI(self)
             self.qps[1] = self._gsi
