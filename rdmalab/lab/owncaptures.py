@@ -134,19 +134,19 @@ def _rping(fab: Fabric, *, size: int, count: int, port: int) -> dict[str, object
     listener.listen(3)
     client = CMID(cch)
     client.resolve_addr(AddrInfo(dst=SERVER, dst_service=port))
-    rp._expect(cch, ev.RDMA_CM_EVENT_ADDR_RESOLVED, "rdma_resolve_addr", where)
+    rp.expect_event(cch, ev.RDMA_CM_EVENT_ADDR_RESOLVED, "rdma_resolve_addr", where)
     client.resolve_route()
-    rp._expect(cch, ev.RDMA_CM_EVENT_ROUTE_RESOLVED, "rdma_resolve_route", where)
-    c = rp._Side(client, copt, out)
+    rp.expect_event(cch, ev.RDMA_CM_EVENT_ROUTE_RESOLVED, "rdma_resolve_route", where)
+    c = rp.Side(client, copt, out)
     c.post_recv()
     client.connect(c.param())
-    req = rp._expect(sch, ev.RDMA_CM_EVENT_CONNECT_REQUEST, "wait for CONNECT_REQUEST", where)
+    req = rp.expect_event(sch, ev.RDMA_CM_EVENT_CONNECT_REQUEST, "wait for CONNECT_REQUEST", where)
     server = CMID(req, listen_id=listener)
-    s = rp._Side(server, sopt, out)
+    s = rp.Side(server, sopt, out)
     s.post_recv()
     server.accept(s.param())
-    rp._expect(sch, ev.RDMA_CM_EVENT_ESTABLISHED, "accept", where)
-    rp._expect(cch, ev.RDMA_CM_EVENT_ESTABLISHED, "connect error", where)
+    rp.expect_event(sch, ev.RDMA_CM_EVENT_ESTABLISHED, "accept", where)
+    rp.expect_event(cch, ev.RDMA_CM_EVENT_ESTABLISHED, "connect error", where)
     assert c.start_mr is not None
     start = 65
     for ping in range(count):
@@ -178,7 +178,7 @@ def _rping(fab: Fabric, *, size: int, count: int, port: int) -> dict[str, object
     if s.wait("the client's next descriptor", rp.RECV_WRID) is not None:
         raise RuntimeError("rping: the server got a descriptor after the client disconnected")
     server.disconnect()
-    rp._expect(cch, ev.RDMA_CM_EVENT_DISCONNECTED, "rdma_disconnect", where)
+    rp.expect_event(cch, ev.RDMA_CM_EVENT_DISCONNECTED, "rdma_disconnect", where)
     listener.close()
     fab.run()  # what is left: the last ACKs, the CM's timewait
     return {"start": (c.start_mr.buf, c.start_mr.rkey), "sink": (c.rdma_mr.buf, c.rdma_mr.rkey)}

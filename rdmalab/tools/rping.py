@@ -109,8 +109,9 @@ def ping_text(ping: int, start: int, size: int) -> bytes:
     return bytes(buf)
 
 
-class _Side:
-    """One rping connection: its CMID, QP, CQ and the four buffers rping registers."""
+class Side:
+    """One rping connection: its CMID, QP, CQ and the four buffers rping registers.  Public so that
+    a program driving both ends itself (``rdmalab.lab.owncaptures``) runs the same cycle."""
 
     def __init__(self, cmid: CMID, opts: RpingOptions, out: IO[str]) -> None:
         self.cmid, self.opts, self.out = cmid, opts, out
@@ -200,7 +201,9 @@ class _Side:
             dev.scheduler.progress(lambda: len(self.cq) > 0 or bool(self.channel and self.channel.queue))
 
 
-def _expect(ch: CMEventChannel, kind: int, what: str, where: str) -> CMEvent:
+def expect_event(ch: CMEventChannel, kind: int, what: str, where: str) -> CMEvent:
+    """The next event on ``ch`` if it is ``kind``; else :class:`RpingError` saying what came instead
+    (``what`` names the call waited for, ``where`` the peer), as rping prints it."""
     try:
         ev = CMEvent(ch)
     except PyverbsRDMAError as exc:
@@ -224,20 +227,20 @@ def run_client(opts: RpingOptions, out: IO[str]) -> int:
         cmid.resolve_addr(AddrInfo(src=opts.source, dst=opts.addr, dst_service=opts.port))
     except PyverbsRDMAError as exc:
         raise RpingError(f"rdma_resolve_addr: {exc}") from None
-    _expect(ch, EV.RDMA_CM_EVENT_ADDR_RESOLVED, "rdma_resolve_addr", where)
+    expect_event(ch, EV.RDMA_CM_EVENT_ADDR_RESOLVED, "rdma_resolve_addr", where)
     check_transport(cmid, opts.transport, f"rdma_resolve_addr {where}")
     cmid.resolve_route()
-    _expect(ch, EV.RDMA_CM_EVENT_ROUTE_RESOLVED, "rdma_resolve_route", where)
-    side = _Side(cmid, opts, out)
+    expect_event(ch, EV.RDMA_CM_EVENT_ROUTE_RESOLVED, "rdma_resolve_route", where)
+    side = Side(cmid, opts, out)
     side.post_recv()
     cmid.connect(side.param())
     if opts.self_qp:
-        _expect(ch, EV.RDMA_CM_EVENT_CONNECT_RESPONSE, "connect error", where)
+        expect_event(ch, EV.RDMA_CM_EVENT_CONNECT_RESPONSE, "connect error", where)
         side.modify(e.IBV_QPS_RTR)
         side.modify(e.IBV_QPS_RTS)
         cmid.establish()  # no ESTABLISHED event follows on this side
     else:
-        _expect(ch, EV.RDMA_CM_EVENT_ESTABLISHED, "connect error", where)
+        expect_event(ch, EV.RDMA_CM_EVENT_ESTABLISHED, "connect error", where)
     side.debug("rdma_connect successful")
     start = 65
     ping = 0
@@ -264,22 +267,22 @@ def run_client(opts: RpingOptions, out: IO[str]) -> int:
             side.qp.to_error()
         cmid.disconnect()
         try:
-            _expect(ch, EV.RDMA_CM_EVENT_DISCONNECTED, "rdma_disconnect", where)
+            expect_event(ch, EV.RDMA_CM_EVENT_DISCONNECTED, "rdma_disconnect", where)
         except RpingError as exc:
             side.debug(str(exc))
     return 0
 
 
 def _serve(lid: CMID, ch: CMEventChannel, opts: RpingOptions, out: IO[str]) -> None:
-    ev = _expect(ch, EV.RDMA_CM_EVENT_CONNECT_REQUEST, "wait for CONNECT_REQUEST", f"{opts.addr}:{opts.port}")
+    ev = expect_event(ch, EV.RDMA_CM_EVENT_CONNECT_REQUEST, "wait for CONNECT_REQUEST", f"{opts.addr}:{opts.port}")
     cmid = CMID(ev, listen_id=lid)
-    side = _Side(cmid, opts, out)
+    side = Side(cmid, opts, out)
     side.post_recv()
     if opts.self_qp:
         side.modify(e.IBV_QPS_RTR)
         side.modify(e.IBV_QPS_RTS)
     cmid.accept(side.param())
-    _expect(ch, EV.RDMA_CM_EVENT_ESTABLISHED, "accept", f"{cmid.dst_addr}:{cmid.dst_port}")
+    expect_event(ch, EV.RDMA_CM_EVENT_ESTABLISHED, "accept", f"{cmid.dst_addr}:{cmid.dst_port}")
     side.debug("accepted")
     try:
         _serve_cycles(side, opts, out)
@@ -289,7 +292,7 @@ def _serve(lid: CMID, ch: CMEventChannel, opts: RpingOptions, out: IO[str]) -> N
         cmid.disconnect()
 
 
-def _serve_cycles(side: _Side, opts: RpingOptions, out: IO[str]) -> None:
+def _serve_cycles(side: Side, opts: RpingOptions, out: IO[str]) -> None:
     while True:
         info = side.wait("the client's source descriptor", RECV_WRID)
         if info is None:
