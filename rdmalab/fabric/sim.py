@@ -35,7 +35,7 @@ from rdmalab.verbs.engine.packet import ACK_OPCODE, INFO, PSN_MASK, ROCE_OVERHEA
 from rdmalab.verbs.engine.trace import RingTrace, Trace, TraceEvent
 from rdmalab.wire.ib import check_mtu
 
-Tap = Callable[[int, str, str, bytes], None]
+FrameTap = Callable[[int, str, str, bytes], None]
 _ACK_WIRE = ROCE_OVERHEAD + INFO[ACK_OPCODE].header_size  # an ACK on the wire: no payload
 
 
@@ -54,7 +54,10 @@ class Faults:
 
 
 @dataclass
-class Link:
+class Wire:
+    """One direction between two devices on the simulated fabric: when it is free again, and its open train.
+    (A *link* in rdmalab is what ``rdmalab link add`` makes: :mod:`rdmalab.fabric.links`.)"""
+
     busy_until: int = 0
     #: the train still open on this link: the packets put on it in one instant with the trace off
     #: (see ``Fabric._carry``); None once anything else is put on the link or the train has arrived
@@ -66,7 +69,7 @@ class _Train:
 
     __slots__ = ("link", "dst", "pkts", "sent_ns", "at")
 
-    def __init__(self, link: Link, dst: SoftDevice, pkt: Pkt, sent_ns: int, at: int) -> None:
+    def __init__(self, link: Wire, dst: SoftDevice, pkt: Pkt, sent_ns: int, at: int) -> None:
         self.link = link
         self.dst = dst
         self.pkts = [pkt]
@@ -143,9 +146,9 @@ class Fabric(VirtualLoop[int]):
         self.held_acks: set[Any] = set()
         self.on_instant_end(self.held_acks, self._flush_held)
         self._by_gid: dict[int, SoftDevice] = {}
-        self._links: dict[tuple[str, str], Link] = {}
+        self._links: dict[tuple[str, str], Wire] = {}
         self._faults: dict[tuple[str | None, str | None], Faults] = {}
-        self._taps: list[Tap] = []
+        self._taps: list[FrameTap] = []
         self.stats = {"sent": 0, "delivered": 0, "lost": 0, "duplicated": 0, "reordered": 0, "corrupted": 0,
                       "oversized": 0, "unroutable": 0}
         self._update_mode()
@@ -208,13 +211,13 @@ class Fabric(VirtualLoop[int]):
         got = f.get((src, dst)) or f.get((src, None)) or f.get((None, dst)) or f.get((None, None))
         return got if got is not None and got.any else None
 
-    def tap(self, fn: Tap) -> Tap:
+    def tap(self, fn: FrameTap) -> FrameTap:
         """Call ``fn(time_ns, src_name, dst_name, frame)`` for every frame sent."""
         self._taps.append(fn)
         self._update_mode()
         return fn
 
-    def untap(self, fn: Tap) -> None:
+    def untap(self, fn: FrameTap) -> None:
         self._taps.remove(fn)
         self._update_mode()
 
@@ -281,7 +284,7 @@ class Fabric(VirtualLoop[int]):
         key = (src.name, dst.name)
         link = self._links.get(key)
         if link is None:
-            link = self._links[key] = Link()
+            link = self._links[key] = Wire()
         n = len(pkt.payload)
         # Pkt.wire_size, spelled out: Ethernet to ICRC of every packet, payload padded to 4 bytes
         wire_size = pkt.count * (ROCE_OVERHEAD + INFO[pkt.opcode].header_size) + n + (-n & 3)
@@ -347,7 +350,7 @@ class Fabric(VirtualLoop[int]):
         key = (src.name, dst.name)
         link = self._links.get(key)
         if link is None:
-            link = self._links[key] = Link()
+            link = self._links[key] = Wire()
         now = self.now_ns
         start = link.busy_until if link.busy_until > now else now
         link.busy_until = start + int(_ACK_WIRE * 8 / self.bandwidth_gbps)
@@ -371,7 +374,7 @@ class Fabric(VirtualLoop[int]):
         key = (name, dst.name)
         link = self._links.get(key)
         if link is None:
-            link = self._links[key] = Link()
+            link = self._links[key] = Wire()
         rate, latency = self.bandwidth_gbps, self.latency_ns
         push, tickets, part = self.push, self.tickets, self._part  # (the loop's call_at without a Python call)
         first_code, last_code = burst.opcode, burst.last_opcode

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rdmalab.fabric.sim import Fabric, Link
+from rdmalab.fabric.sim import Fabric, Wire
 from rdmalab.verbs.engine.carrier import TimerHandle
 from rdmalab.verbs.engine.iwdevice import ConnectResult, IwDevice
 from rdmalab.verbs.engine.trace import TraceEvent
@@ -389,7 +389,7 @@ class SimTcp:
             return
         link = fab._links.get((src.name, dst.name))
         if link is None:
-            link = fab._links[(src.name, dst.name)] = Link()
+            link = fab._links[(src.name, dst.name)] = Wire()
         tx = int(size * 8 / fab.bandwidth_gbps)
         start = max(fab.now_ns, link.busy_until)
         link.busy_until = start + tx

@@ -31,7 +31,7 @@ all of them sharing the switch's buffer, and serves the queues in strict priorit
   CNPs paced by ``min_time_between_cnps`` in the chosen scope).
 
 A packet crosses the fabric as a short Python list around the engine's own
-:class:`~rdmalab.verbs.engine.packet.Pkt` (no bytes are built).  When a :class:`Tap` is attached
+:class:`~rdmalab.verbs.engine.packet.Pkt` (no bytes are built).  When a :class:`PcapTap` is attached
 (or ``frames=True``), every packet carries its real frame from the sender on (the engine's
 WRITE First/Middle/Last with RETH, ACKs and NAKs with AETH, CNPs; and PFC frames), the switch
 marks the bytes, the receiving device decodes the frame and checks its ICRC, and the tap writes
@@ -85,7 +85,7 @@ from rdmalab.wire.ib import ACK_OPCODE, CNP_OPCODE, REQUEST_OPCODES, check_mtu, 
 from rdmalab.wire.net import internet_checksum
 from rdmalab.wire.pfc import MAX_QUANTA, encode_pfc_frame, pause_ns
 
-__all__ = ["CE", "ECT0", "Flow", "Host", "Port", "Switch", "SwitchConfig", "SwitchedFabric", "Tap", "mark_ce"]
+__all__ = ["CE", "ECT0", "Flow", "Host", "Port", "Switch", "SwitchConfig", "SwitchedFabric", "PcapTap", "mark_ce"]
 
 HEADER_BYTES = ROCE_OVERHEAD  # Ethernet, IPv4, UDP, BTH, ICRC: 58 bytes around every payload
 PFC_BYTES = 64
@@ -141,7 +141,7 @@ class Port:
     xoff_level: list[int] = field(default_factory=lambda: [0] * 8)
     pause_start: float = 0.0
     headroom: int = 0
-    taps: list[Tap] = field(default_factory=list)
+    taps: list[PcapTap] = field(default_factory=list)
     tx_bytes: int = 0
     tx_pkts: int = 0
     marks: int = 0
@@ -352,7 +352,7 @@ def _gid(host: Host) -> Any:
     return Context(name=host.name, fabric=host.fabric).query_gid(1, 1)
 
 
-class Tap:
+class PcapTap:
     """Writes every frame crossing one link (both directions) to a pcap (ns timestamps) through
     :class:`~rdmalab.capture.pcapwriter.CaptureWriter`."""
 
@@ -562,9 +562,9 @@ class SwitchedFabric:
             self.schedule(f.stop, f._halt, None)
         return f
 
-    def tap(self, a: str, b: str, dest: str | IO[bytes]) -> Tap:
+    def tap(self, a: str, b: str, dest: str | IO[bytes]) -> PcapTap:
         """Capture the link between nodes ``a`` and ``b`` (both directions) to ``dest``."""
-        t = Tap(dest)
+        t = PcapTap(dest)
         p = self.port(a, b)
         p.taps.append(t)
         assert p.peer is not None
