@@ -1,29 +1,32 @@
-"""``pyverbs.cmid`` on soft devices: rdma_cm's addressing and events over the engine's own CM.
+"""``pyverbs.cmid`` on soft devices: the :class:`CMID`, rdma_cm's identifier, over the engine's own CM.
 
-The names, arguments and events are pyverbs' (rdma-core ``pyverbs/cmid.pyx``): :class:`CMID`,
-:class:`AddrInfo`, :class:`CMEventChannel`, :class:`CMEvent`, :class:`ConnParam`, :class:`UDParam`.
-Under them is what the kernel's ``rdma_cm`` (``drivers/infiniband/core/cma.c``) does for rxe, done
-here on the soft device's own connection manager (:mod:`rdmalab.verbs.engine.ibcm`):
+The names, arguments and events are pyverbs' (rdma-core ``pyverbs/cmid.pyx``).  The CMID's life is
+what the kernel's ``rdma_cm`` (``drivers/infiniband/core/cma.c``) does for rxe; its rooms:
 
-* **Port spaces and service IDs** (IBA Vol 1 Annex A11; ``rdma_get_service_id``):
-  ``(port_space << 16) + port``, so rping's port 7174 in RDMA_PS_TCP is 0x0000000001061C06.
-* **The cma_hdr**: the REQ's (and SIDR_REQ's) private data starts with 36 bytes: version 0, IP
-  version 4 in the high nibble, the active side's port, its address and the destination's
-  (``cma_format_hdr``).  The passive side learns the peer's port from it, and refuses a header
-  that is not version 0 / IPv4 or IPv6 with REJ 28 (``cma_save_ip_info``) and a destination
-  other than the address it listens on (``cma_match_private_data``).
-* **Address and route resolution without an SA** (RoCE has none): the local device is the one with
-  the source address, or the device that reaches the destination (another device of the same
-  fabric; a linked device for a real network); the path is built locally as
-  ``cma_resolve_iboe_route`` does: IPv4-mapped GIDs, P_Key 0xFFFF, packet life time 18, the
-  device's MTU.
+* the value types :class:`AddrInfo`, :class:`CMEventChannel`, :class:`CMEvent`, :class:`ConnParam`,
+  :class:`UDParam`, :class:`JoinMCAttrEx` are in :mod:`rdmalab.verbs.cmtypes`;
+* addressing and routing (service IDs, the device that has or reaches an address, address
+  handles, flow labels) in :mod:`rdmalab.verbs.cmroute`;
+* the state table, the transport interface and the wait for an event in :mod:`rdmalab.verbs.cmstate`;
+* the transports: IB CM MADs (:mod:`rdmalab.verbs.cmid_ib`, the REQ with its cma_hdr, REP, REJ,
+  DREQ, SIDR) and iWARP's TCP and MPA (:mod:`rdmalab.verbs.cmid_iwarp`).
+
+This module re-exports all of their public names (and the private ones callers used), so
+``from rdmalab.verbs.cmid import X`` (and ``pyverbs.cmid``, served from it) works as before.
+What stays here, in :class:`CMID`:
+
+* **The passive side's REQ**: the cma_hdr's checks, refusing a header that is not version 0 / IPv4
+  or IPv6 with REJ 28 (``cma_save_ip_info``) and a destination other than the address it listens
+  on (``cma_match_private_data``); the child CMID learns the peer's port from it.
 * **What librdmacm does for a QP made with** :meth:`CMID.create_qp`: INIT at once (UD: RTS with
   Q_Key 0x01234567, ``RDMA_UDP_QKEY``); on the REP the active side moves it to RTR and RTS and sends
   the RTU (``ucma_process_conn_resp``); :meth:`CMID.accept` moves the passive side's to RTR and
   RTS before the REP; :meth:`CMID.disconnect` moves it to ERR before the DREQ (``rdma_disconnect``).
 * **Events**: ADDR_RESOLVED, ROUTE_RESOLVED, CONNECT_REQUEST, CONNECT_RESPONSE (a CMID without a
   QP), ESTABLISHED, REJECTED (``status`` the REJ reason), UNREACHABLE (``status`` -ETIMEDOUT after
-  the CM's retries), DISCONNECTED, TIMEWAIT_EXIT.
+  the CM's retries), DISCONNECTED, TIMEWAIT_EXIT, MULTICAST_JOIN (:meth:`CMID.cm_event` maps the
+  IB CM's reports to them).
+* **Multicast** as rdma_cm does it on RoCE (``cma_iboe_join_multicast``: no SA, the IPv4-mapped MGID).
 
 A :class:`CMID` made from an :class:`AddrInfo` is synchronous, as ``rdma_create_ep`` makes it:
 ``connect``, ``get_request`` and ``accept`` wait for their events themselves.  Waiting advances
@@ -37,25 +40,47 @@ from __future__ import annotations
 import copy
 import errno
 import ipaddress
-import socket
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 from rdmalab.verbs import enums as e
-from rdmalab.verbs.addr import GID, AHAttr, GlobalRoute
-from rdmalab.verbs.cm_enums import (
-    RAI_PASSIVE,
-    RDMA_OPTION_ID_ACK_TIMEOUT,
-    RDMA_PS_IB,
-    RDMA_PS_TCP,
-    RDMA_PS_UDP,
-    rdma_cm_event_type,
-)
+from rdmalab.verbs.addr import GID as GID
+from rdmalab.verbs.addr import AHAttr as AHAttr
+from rdmalab.verbs.addr import GlobalRoute as GlobalRoute
+from rdmalab.verbs.cm_enums import RAI_PASSIVE as RAI_PASSIVE
+from rdmalab.verbs.cm_enums import RDMA_OPTION_ID_ACK_TIMEOUT, RDMA_PS_TCP, RDMA_PS_UDP, rdma_cm_event_type
+from rdmalab.verbs.cm_enums import RDMA_PS_IB as RDMA_PS_IB
+from rdmalab.verbs.cmid_ib import CMA_HDR_SIZE as CMA_HDR_SIZE
+from rdmalab.verbs.cmid_ib import IB as IB
+from rdmalab.verbs.cmid_ib import MAX_REJ_PRIVATE as MAX_REJ_PRIVATE
+from rdmalab.verbs.cmid_ib import MAX_REP_PRIVATE as MAX_REP_PRIVATE
+from rdmalab.verbs.cmid_ib import MAX_REQ_PRIVATE as MAX_REQ_PRIVATE
+from rdmalab.verbs.cmid_ib import MAX_SIDR_PRIVATE as MAX_SIDR_PRIVATE
+from rdmalab.verbs.cmid_ib import _IBTransport as _IBTransport
+from rdmalab.verbs.cmid_ib import _OneDevice as _OneDevice
+from rdmalab.verbs.cmroute import _ah_to as _ah_to
+from rdmalab.verbs.cmroute import _device_with as _device_with
+from rdmalab.verbs.cmroute import _devices as _devices
+from rdmalab.verbs.cmroute import _flow_label as _flow_label
+from rdmalab.verbs.cmroute import _ip as _ip
+from rdmalab.verbs.cmroute import _ipv4 as _ipv4
+from rdmalab.verbs.cmroute import _port as _port
+from rdmalab.verbs.cmroute import _route as _route
+from rdmalab.verbs.cmroute import e_max_rd as e_max_rd
+from rdmalab.verbs.cmroute import service_id as service_id
 from rdmalab.verbs.cmstate import CMIDEvent, CMIDState, CMTransport, next_state, owner, wait_event
 from rdmalab.verbs.cmstate import unreachable_text as unreachable_text
+from rdmalab.verbs.cmtypes import AddrInfo as AddrInfo
+from rdmalab.verbs.cmtypes import CMEvent as CMEvent
+from rdmalab.verbs.cmtypes import CMEventChannel as CMEventChannel
+from rdmalab.verbs.cmtypes import ConnParam as ConnParam
+from rdmalab.verbs.cmtypes import JoinMCAttrEx as JoinMCAttrEx
+from rdmalab.verbs.cmtypes import UDParam as UDParam
+from rdmalab.verbs.cmtypes import _Event as _Event
+from rdmalab.verbs.cmtypes import _external as _external
+from rdmalab.verbs.cmtypes import event_str as event_str
 from rdmalab.verbs.cq import CQ
-from rdmalab.verbs.device import MAX_QP_RD_ATOM, Context, _fabric, is_iwarp
+from rdmalab.verbs.device import MAX_QP_RD_ATOM, Context, is_iwarp
 from rdmalab.verbs.engine import ibcm
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import MCAST_QPN
@@ -68,12 +93,8 @@ from rdmalab.wire import cm as w
 from rdmalab.wire.mad import CM_ATTR_SIDR_REQ
 
 EV = rdma_cm_event_type
-CMA_HDR_SIZE = 36
 #: what librdmacm's rdma_resolve_addr/route default to in pyverbs
 DEFAULT_TIMEOUT_MS = 2000
-#: REQ private data after the cma_hdr (IBA: 92 bytes in all), SIDR_REQ's (216 in all)
-MAX_REQ_PRIVATE, MAX_SIDR_PRIVATE = 92 - CMA_HDR_SIZE, 216 - CMA_HDR_SIZE
-MAX_REP_PRIVATE, MAX_REJ_PRIVATE = 196, 148
 RNR_TIMER = 12  # the QP's min_rnr_timer librdmacm leaves to the device default; 0.64 ms
 
 
@@ -85,278 +106,6 @@ def _transport(dev: Any) -> CMTransport:
     from rdmalab.verbs import cmid_iwarp
 
     return cmid_iwarp.TRANSPORT
-
-
-def event_str(event: int) -> str:
-    """``rdma_event_str``: the event's name as librdmacm prints it."""
-    try:
-        return EV(event).name
-    except ValueError:
-        return "UNKNOWN EVENT"
-
-
-def service_id(port_space: int, port: int) -> int:
-    """``rdma_get_service_id``: ``(port_space << 16) + port`` (rping's 7174 in RDMA_PS_TCP: 0x1061C06)."""
-    return ((port_space & 0xFFFF) << 16) + (port & 0xFFFF)
-
-
-def _ipv4(text: Any, what: str) -> str:
-    if isinstance(text, bytes):
-        text = text.decode()
-    try:
-        return str(ipaddress.IPv4Address(str(text)))
-    except ValueError:
-        pass
-    try:
-        return socket.gethostbyname(str(text))
-    except OSError:
-        raise PyverbsRDMAError(f"Failed to get Address Info: {what} {text!r} is not an IPv4 address or a host name "
-                               "(the soft devices speak RoCEv2 over IPv4)", errno.EADDRNOTAVAIL) from None
-
-
-def _port(service: Any, what: str) -> int:
-    if service is None:
-        return 0
-    if isinstance(service, bytes):
-        service = service.decode()
-    try:
-        port = int(service)
-    except (TypeError, ValueError):
-        try:
-            port = socket.getservbyname(str(service))
-        except OSError:
-            raise PyverbsRDMAError(f"Failed to get Address Info: {what} {service!r} is not a port number",
-                                   errno.EINVAL) from None
-    if not 0 <= port <= 0xFFFF:
-        raise PyverbsRDMAError(f"Failed to get Address Info: {what} {port} is not a port (0..65535)", errno.EINVAL)
-    return port
-
-
-class ConnParam:
-    """``ConnParam(resources=1, depth=1, flow_control=0, retry=5, rnr_retry=5, srq=0, qp_num=0)``."""
-
-    def __init__(self, resources: int = 1, depth: int = 1, flow_control: int = 0, retry: int = 5,
-                 rnr_retry: int = 5, srq: int = 0, qp_num: int = 0) -> None:
-        self.responder_resources = resources
-        self.initiator_depth = depth
-        self.flow_control = flow_control
-        self.retry_count = retry
-        self.rnr_retry_count = rnr_retry
-        self.srq = srq
-        self.qp_num = qp_num
-        self._private = b""
-
-    @property
-    def qpn(self) -> int:
-        return self.qp_num
-
-    @qpn.setter
-    def qpn(self, val: int) -> None:
-        self.qp_num = val
-
-    @property
-    def private_data(self) -> bytes:
-        return self._private
-
-    def set_private_data(self, data: bytes | str, length: int | None = None) -> None:
-        raw = data.encode() if isinstance(data, str) else bytes(data)
-        self._private = raw if length is None else raw[:length]
-
-    def __str__(self) -> str:
-        rows = [("responder resources", self.responder_resources), ("initiator depth", self.initiator_depth),
-                ("flow control", self.flow_control), ("retry count", self.retry_count),
-                ("rnr retry count", self.rnr_retry_count), ("srq", self.srq), ("qp number", self.qp_num)]
-        return "Connection parameters: \n" + "".join(f"{k:<4}: {v:<4}\n" for k, v in rows)
-
-
-class AddrInfo:
-    """``AddrInfo(src=None, dst=None, src_service=None, dst_service=None, port_space=0, flags=0)``
-    (``rdma_getaddrinfo``).  The older pyverbs keyword ``service=`` is the destination's port,
-    or the source's with ``RAI_PASSIVE``."""
-
-    def __init__(self, src: Any = None, dst: Any = None, src_service: Any = None, dst_service: Any = None,
-                 port_space: int = 0, flags: int = 0, service: Any = None) -> None:
-        self.flags = flags
-        self.port_space = port_space or RDMA_PS_TCP
-        if port_space not in (0, RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IB):
-            raise PyverbsRDMAError(f"Failed to get Address Info: port space {port_space:#x} is not "
-                                   "RDMA_PS_TCP, RDMA_PS_UDP or RDMA_PS_IB", errno.EINVAL)
-        passive = bool(flags & RAI_PASSIVE)
-        if service is not None:
-            if passive:
-                src_service = src_service if src_service is not None else service
-            else:
-                dst_service = dst_service if dst_service is not None else service
-        self.src_addr = _ipv4(src, "source") if src is not None else ("0.0.0.0" if passive else None)
-        self.src_port = _port(src_service, "source service")
-        self.dst_addr = _ipv4(dst, "destination") if dst is not None else None
-        self.dst_port = _port(dst_service, "destination service")
-        if src is None and dst is None and not passive:
-            raise PyverbsRDMAError("Failed to get Address Info: give src, dst, or both "
-                                   "(flags=RAI_PASSIVE to listen on any address)", errno.EINVAL)
-
-    @property
-    def passive(self) -> bool:
-        return bool(self.flags & RAI_PASSIVE)
-
-    def close(self) -> None:
-        pass
-
-    def __repr__(self) -> str:
-        return f"<AddrInfo {self.src_addr}:{self.src_port} -> {self.dst_addr}:{self.dst_port}>"
-
-
-class JoinMCAttrEx:
-    """``JoinMCAttrEx(addr, comp_mask=0, join_flags=0)``: only an attribute holder; joining fails (no multicast)."""
-
-    def __init__(self, addr: AddrInfo, comp_mask: int = 0, join_flags: int = 0) -> None:
-        self.addr, self.comp_mask, self.join_flags = addr, comp_mask, join_flags
-
-
-class UDParam:
-    """``UDParam(event)``: the remote UD QP an ESTABLISHED event of RDMA_PS_UDP names (SIDR_REP)."""
-
-    def __init__(self, cm_event: CMEvent) -> None:
-        if cm_event.ud is None:
-            raise PyverbsUserError(f"{cm_event.event_str()} carries no UD parameters")
-        self.qp_num, self.qkey, self._ah = cm_event.ud
-
-    @property
-    def ah_attr(self) -> AHAttr:
-        return self._ah
-
-
-class _Event:
-    __slots__ = ("kind", "cmid", "listen", "status", "private_data", "ud", "info")
-
-    def __init__(self, kind: int, cmid: CMID, *, listen: CMID | None = None, status: int = 0,
-                 private_data: bytes = b"", ud: tuple[int, int, AHAttr] | None = None, **info: Any) -> None:
-        self.kind, self.cmid, self.listen, self.status = kind, cmid, listen, status
-        self.private_data, self.ud, self.info = private_data, ud, info
-
-
-class CMEventChannel:
-    """``rdma_create_event_channel``: where the events of the CMIDs made on it queue."""
-
-    def __init__(self) -> None:
-        self.queue: deque[_Event] = deque()
-        self.ids: list[CMID] = []
-        self.closed = False
-
-    def post(self, ev: _Event) -> None:
-        self.queue.append(ev)
-
-    def wait(self, match: Callable[[_Event], bool] | None = None, what: str = "an rdma_cm event",
-             timeout_ms: int | None = None) -> _Event:
-        """The next event (the first that ``match`` takes), advancing the devices' carriers meanwhile."""
-        start: dict[int, int] = {}
-
-        def found() -> bool:
-            return any(match is None or match(ev) for ev in self.queue)
-
-        while True:
-            for i, ev in enumerate(self.queue):
-                if match is None or match(ev):
-                    del self.queue[i]
-                    return ev
-            devs = list({id(c.device): c.device for c in self.ids if c.device is not None}.values())
-            if not devs:
-                raise PyverbsRDMAError(f"waiting for {what}: no CMID of this channel is bound to a device",
-                                       errno.EINVAL)
-            scheds = list({id(d.scheduler): d.scheduler for d in devs}.values())
-            for dev in devs:
-                start.setdefault(id(dev), dev.now)
-            for sched in scheds:
-                sched.progress(found)  # waits on a real carrier's socket; runs a simulated fabric's clock
-            if found():
-                continue
-            if timeout_ms is not None and any(d.now - start[id(d)] > timeout_ms * 1_000_000 for d in devs):
-                raise PyverbsRDMAError(f"waiting for {what}: nothing came within {timeout_ms} ms", errno.ETIMEDOUT)
-            if not any(_external(d) for d in devs) and not any(getattr(s, "pending", 0) for s in scheds):
-                raise PyverbsRDMAError(f"waiting for {what}: the simulated fabric has nothing left to do, so it "
-                                       "will never come (is the other side listening, or was it already consumed?)",
-                                       errno.ENODATA)
-
-    def close(self) -> None:
-        self.closed = True
-
-    def set_log_level(self, level: int) -> None:
-        pass
-
-
-def _external(dev: SoftDevice) -> bool:
-    """Whether traffic can reach the device from outside this process (a carrier with a socket)."""
-    return hasattr(dev.carrier, "fileno")
-
-
-class CMEvent:
-    """``CMEvent(channel)``: the next event of the channel (``rdma_get_cm_event``); it waits for one."""
-
-    def __init__(self, channel: CMEventChannel | None, _ev: _Event | None = None) -> None:
-        if _ev is None:
-            if channel is None:
-                raise PyverbsUserError("CMEvent needs the event channel to take the event from")
-            _ev = channel.wait()
-        self._ev: _Event | None = _ev
-        self.event_type = self._ev.kind
-        self.status = self._ev.status
-        self.ud = self._ev.ud
-        self.id = self._ev.cmid
-        self.listen_id = self._ev.listen
-        self._private = self._ev.private_data
-
-    @classmethod
-    def of(cls, ev: _Event) -> CMEvent:
-        """The CMEvent of an event already taken off its channel (``cmstate.wait_event``)."""
-        return cls(None, ev)
-
-    @property
-    def private_data(self) -> bytes:
-        return self._private
-
-    def event_str(self) -> str:
-        return event_str(self.event_type)
-
-    def ack_cm_event(self) -> None:
-        self._ev = None
-
-    def close(self) -> None:
-        self._ev = None
-
-    def set_log_level(self, level: int) -> None:
-        pass
-
-    def __repr__(self) -> str:
-        return f"<CMEvent {self.event_str()} status={self.status}>"
-
-
-def _devices() -> dict[str, SoftDevice]:
-    return dict(_fabric(None).devices)
-
-
-def _device_with(ip: str) -> SoftDevice | None:
-    v = int(ipaddress.IPv4Address(ip))
-    return next((d for d in _devices().values() if d.ipv4 == v), None)
-
-
-def _route(dst: str) -> SoftDevice:
-    """The local device that reaches ``dst``: another device of the fabric that has it, else a linked device."""
-    devs = list(_devices().values())
-    v = int(ipaddress.IPv4Address(dst))
-    owner = next((d for d in devs if d.ipv4 == v), None)
-    if owner is not None:
-        peers = [d for d in devs if d.carrier is owner.carrier and d is not owner]
-        return peers[0] if peers else owner
-    linked = [d for d in devs if d.ifname is not None]
-    if linked:
-        return linked[0]
-    raise PyverbsRDMAError(f"Failed to Resolve Address: no soft device reaches {dst} (the simulated fabric has "
-                           f"{', '.join(_ip(d.ipv4) for d in devs)}; bind a device to a network interface with "
-                           "`rdmalab link add soft0 netdev IFNAME` to reach other hosts)", errno.EHOSTUNREACH)
-
-
-def _ip(v: int) -> str:
-    return str(ipaddress.IPv4Address(v & 0xFFFFFFFF))
 
 
 class CMID:
@@ -939,144 +688,3 @@ class CMID:
     def __repr__(self) -> str:
         return f"<CMID {self._where()} {self.state}>"
 
-
-class _IBTransport:
-    """rdma_cm over the soft device's own IB CM (:mod:`rdmalab.verbs.engine.ibcm`): CM MADs on QP1."""
-
-    def listen(self, cmid: CMID) -> None:
-        assert cmid.device is not None
-        if not cmid.src_port:
-            cmid.src_port = cmid.device.rng.randrange(32768, 61000)
-        sid = service_id(cmid.port_space, cmid.src_port)
-        devs = list(_devices().values()) if cmid.src_addr == "0.0.0.0" else [cmid.device]
-        for dev in devs:
-            if sid in dev.gsi.agent.listeners:
-                raise PyverbsRDMAError(f"Listen Failed: port {cmid.src_port} is already listened on on {dev.name}",
-                                       errno.EADDRINUSE)
-        for dev in devs:
-            shared = dev.gsi.agent.shared
-            if shared is not None and not shared.listen(sid):
-                raise PyverbsRDMAError(f"Listen Failed: another process listens on port {cmid.src_port} of "
-                                       f"{dev.name}", errno.EADDRINUSE)
-            dev.gsi.agent.listeners[sid] = cmid._incoming
-            cmid._devs_listening = devs
-
-    def unlisten(self, cmid: CMID) -> None:
-        sid = service_id(cmid.port_space, cmid.src_port)
-        for dev in cmid._devs_listening:
-            if dev.gsi.agent.listeners.get(sid) == cmid._incoming:
-                del dev.gsi.agent.listeners[sid]
-                if dev.gsi.agent.shared is not None:
-                    dev.gsi.agent.shared.unlisten(sid)
-
-    def connect(self, cmid: CMID, param: ConnParam) -> None:
-        dev = cmid.device
-        assert dev is not None and cmid.dst_addr is not None
-        dst_gid = 0xFFFF00000000 | int(ipaddress.IPv4Address(cmid.dst_addr))
-        src = cmid.src_addr or "0.0.0.0"
-        hdr = w.IPCMHeader.for_addresses(src, cmid.dst_addr, cmid.src_port)
-        user = param.private_data
-        agent = dev.gsi.agent
-        if cmid.port_space == RDMA_PS_UDP:
-            if len(user) > MAX_SIDR_PRIVATE:
-                raise PyverbsRDMAError(f"Failed to Connect: {len(user)} bytes of private data (a SIDR_REQ holds "
-                                       f"{MAX_SIDR_PRIVATE} after the cma_hdr)", errno.EINVAL)
-            cmid._move(CMIDEvent.CONNECT)
-            cmid.conn = agent.sidr_request(cmid, dst_gid, service_id(cmid.port_space, cmid.dst_port),
-                                           hdr.encode() + user)
-            return
-        if len(user) > MAX_REQ_PRIVATE:
-            raise PyverbsRDMAError(f"Failed to Connect: {len(user)} bytes of private data (a REQ holds "
-                                   f"{MAX_REQ_PRIVATE} after the cma_hdr)", errno.EINVAL)
-        qpn = cmid.qp.qp_num if cmid.qp is not None else param.qp_num
-        psn = dev.rng.getrandbits(24)
-        mtu = e.bytes_to_mtu(dev.active_mtu)
-        dst = cmid.dst_addr
-        ack = cmid._ack_timeout if cmid._ack_timeout is not None else ibcm.PACKET_LIFE_TIME + 1
-
-        def build(local_id: int) -> w.CMMessage:
-            return w.build_req(src, dst, cmid.src_port, cmid.dst_port,
-                               local_comm_id=local_id, local_qpn=qpn, starting_psn=psn,
-                               local_ca_guid=agent.guid, responder_resources=param.responder_resources,
-                               initiator_depth=param.initiator_depth, path_mtu=mtu,
-                               retry_count=min(param.retry_count, 7), rnr_retry_count=min(param.rnr_retry_count, 7),
-                               srq=1 if param.srq else 0, private_data=user,
-                               path=w.CMPath.roce(src, dst, packet_rate=0,
-                                                  flow_label=_flow_label(cmid.src_port, cmid.dst_port),
-                                                  local_ack_timeout=ack))
-
-        cmid._move(CMIDEvent.CONNECT)
-        cmid.conn = agent.connect(cmid, dst_gid, build)
-        cmid.req = cmid.conn.req
-
-    def accept(self, cmid: CMID, param: ConnParam) -> None:
-        conn = cmid.conn
-        if conn is None or cmid.req is None:
-            raise PyverbsRDMAError("Failed to Accept Connection: no connection request on this CMID", errno.EINVAL)
-        if isinstance(cmid.req.body, w.CMSidrReq):
-            qpn = cmid.qp.qp_num if cmid.qp is not None else param.qp_num
-            cmid._move(CMIDEvent.ACCEPT)
-            conn.sidr_reply(qpn, ibcm.RDMA_UDP_QKEY, ibcm.SIDR_SUCCESS, param.private_data)
-            cmid._move(CMIDEvent.ESTABLISHED)  # SIDR: the SIDR_REP is the whole answer, no event on this side
-            return
-        req = cmid.req.body
-        assert isinstance(req, w.CMReq) and cmid.device is not None
-        res = min(param.responder_resources, max(req.initiator_depth, 0))
-        depth = min(param.initiator_depth, req.responder_resources)
-        cmid._accept_res = (res, depth)
-        if cmid.qp is not None:
-            cmid._modify(e.IBV_QPS_RTR)
-            cmid._modify(e.IBV_QPS_RTS)
-        qpn = cmid.qp.qp_num if cmid.qp is not None else param.qp_num
-        if len(param.private_data) > MAX_REP_PRIVATE:
-            raise PyverbsRDMAError(f"Failed to Accept Connection: {len(param.private_data)} bytes of private data "
-                                   f"(a REP holds {MAX_REP_PRIVATE})", errno.EINVAL)
-        cmid._move(CMIDEvent.ACCEPT)
-        conn.accept(local_qpn=qpn, starting_psn=cmid._psn, responder_resources=res, initiator_depth=depth,
-                    rnr_retry_count=min(param.rnr_retry_count, 7), private_data=param.private_data)
-        if cmid.sync:
-            cmid._take(EV.RDMA_CM_EVENT_ESTABLISHED, "accept")
-
-    def reject(self, cmid: CMID, private_data: bytes) -> None:
-        if cmid.conn is None or cmid.req is None:
-            raise PyverbsRDMAError("Failed to Reject Connection: no connection request on this CMID", errno.EINVAL)
-        if isinstance(cmid.req.body, w.CMSidrReq):
-            cmid.conn.sidr_reply(0, 0, ibcm.SIDR_REJECT, private_data)
-        else:
-            cmid.conn.reject(w.REJ_CONSUMER_DEFINED, private_data)
-
-    def disconnect(self, cmid: CMID) -> None:
-        if cmid.conn is None:
-            raise PyverbsRDMAError("Failed to Disconnect: the CMID is not connected", errno.EINVAL)
-        cmid._move(CMIDEvent.DISCONNECT, "Disconnect")
-        if cmid.qp is not None and cmid.qp.qp_state not in (e.IBV_QPS_RESET, e.IBV_QPS_ERR):
-            cmid.qp.to_error()
-        cmid.conn.disconnect()
-
-
-#: the transport of every device that is not iWARP
-IB = _IBTransport()
-
-
-class _OneDevice:
-    """A device set of one device, for the CMID's own Context."""
-
-    def __init__(self, dev: SoftDevice) -> None:
-        self.devices = {dev.name: dev}
-
-
-def e_max_rd() -> int:
-    """What librdmacm puts in a NULL conn_param: the device's max_qp_rd_atom (rxe: 128)."""
-    return MAX_QP_RD_ATOM
-
-
-def _ah_to(ipv4: str) -> AHAttr:
-    """The address handle rdma_cm gives for an IPv4 peer or group on RoCE: GRH to its IPv4-mapped GID,
-    source GID index 1, hop limit 64."""
-    gid = GID.from_int(0xFFFF00000000 | int(ipaddress.IPv4Address(ipv4)))
-    return AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=gid, sgid_index=1, hop_limit=64))
-
-
-def _flow_label(sport: int, dport: int) -> int:
-    """``cma_get_roce_udp_flow_label`` (cma.c l.3228): ``(sport * 31 + dport) & 0xFFFFF``."""
-    return (sport * 31 + dport) & 0xFFFFF

@@ -37,6 +37,7 @@ from typing import Any
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.cm_enums import rdma_cm_event_type
 from rdmalab.verbs.cmstate import CMIDEvent, owner
+from rdmalab.verbs.cmtypes import ConnParam
 from rdmalab.verbs.engine import mpacm
 from rdmalab.verbs.engine.ibcm import REFUSALS, REFUSE, CMTableError
 from rdmalab.verbs.engine.iwarp import IwQP
@@ -46,9 +47,8 @@ from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.wire.iwarp import terminate
 from rdmalab.wire.mpa import frame_fpdu
 
-# rdmalab.verbs.cmid.CMID and ConnParam (cmid imports this module, so they are not imported here)
+# rdmalab.verbs.cmid.CMID (cmid imports this module, so it is not imported here)
 CMID = Any
-ConnParam = Any
 EV = rdma_cm_event_type
 MPA_REQ_TIMEOUT_NS = 10_000_000_000  # siw_cm.h MPAREQ_TIMEOUT: the initiator waits 10 s for the Reply
 MPA_REP_TIMEOUT_NS = 5_000_000_000  # the responder waits 5 s for the Request (siw_accept_newconn)

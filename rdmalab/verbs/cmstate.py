@@ -1,7 +1,7 @@
 """rdma_cm's identifiers as a table, the transport interface under them, and the one wait for a CM event.
 
-Shared by :mod:`rdmalab.verbs.cmid` (the pyverbs API, RoCE's CM MADs) and :mod:`rdmalab.verbs.cmid_iwarp`
-(iWARP's TCP and MPA), which therefore do not import each other for it.
+Shared by :mod:`rdmalab.verbs.cmid` (the pyverbs API), :mod:`rdmalab.verbs.cmid_ib` (RoCE's CM MADs) and
+:mod:`rdmalab.verbs.cmid_iwarp` (iWARP's TCP and MPA), which take it from here rather than from one another.
 
 * :class:`CMIDState` is what ``CMID.state`` holds (the strings it always held: they are what a
   learner reads in ``repr(cmid)`` and in the lab's connection tables).  :data:`TRANSITIONS` is
@@ -11,7 +11,7 @@ Shared by :mod:`rdmalab.verbs.cmid` (the pyverbs API, RoCE's CM MADs) and :mod:`
   CONNECT, DISCONNECT, LISTEN), with CONNECT split into what rdma_cm's events tell apart
   (connect request, connecting, accepted, established) and its failures named.
 * :class:`CMTransport` is what a CMID asks of its device's connection manager: IB CM MADs
-  (``cmid._IBTransport``) or TCP and MPA (``cmid_iwarp.IWTransport``).
+  (``cmid_ib._IBTransport``) or TCP and MPA (``cmid_iwarp.IWTransport``).
 * :func:`wait_event` waits for a CM event of one CMID (or a connection request on a listener), and
   turns the wrong one into :class:`CMEventError` saying why in words.  :func:`owner` is the CMID that
   speaks for another (the one a program made from its CONNECT_REQUEST event).
