@@ -16,7 +16,7 @@
   it, and the engine recovers the drops by go-back-N (NAKs, timeouts, resends), which
   :func:`loss_summary` counts.  ``--set pfc=1`` is the same incast on the lossless fabric.
 
-Every flow is an RC QP pair of the soft verbs engine (:class:`rdmalab.fabric.switched.Flow`),
+Every flow is an RC QP pair of the soft verbs engine (:class:`rdmalab.fabric.switched_flows.Flow`),
 payload 1024 bytes per packet (the path MTU), 64-packet RDMA WRITEs.
 """
 

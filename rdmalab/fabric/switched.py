@@ -1,5 +1,12 @@
 """A switched RoCEv2 fabric: links, store-and-forward switches, ECN marking, PFC, DCQCN, and the engine.
 
+The fabric is in three rooms: the topology (:mod:`rdmalab.fabric.switched_topology`: the switch
+parameters, ports, hosts, switches, :func:`mark_ce` and the pcap tap), the flows
+(:mod:`rdmalab.fabric.switched_flows`: RC QP pairs of the engine) and, here,
+:class:`SwitchedFabric`, which builds them and moves the frames; its carrier for the hosts' soft
+devices is :mod:`rdmalab.fabric.switched_carrier`.  This module re-exports the names of the
+other rooms, so ``from rdmalab.fabric.switched import Flow, Host, ...`` keeps working.
+
 Hosts and switches are joined by full-duplex links, each direction with a rate (Gb/s = bits
 per ns) and a propagation delay.  A switch receives a whole frame before forwarding it
 (store-and-forward), puts it on one of eight per-priority egress queues of the output port,
@@ -10,7 +17,8 @@ all of them sharing the switch's buffer, and serves the queues in strict priorit
   marked CE with the RED probability of that queue's byte count: 0 up to Kmin, Pmax
   (q-Kmin)/(Kmax-Kmin) up to Kmax, 1 beyond (HPCC's ``SwitchMmu::ShouldSendCN``, which tests the
   egress queue at dequeue; reference A1).  Marking rewrites the ECN bits of the real IPv4 header
-  (and its checksum) when frames are carried; the ICRC masks the TOS byte, so it stays valid.
+  (and its checksum, :func:`mark_ce`) when frames are carried; the ICRC masks the TOS byte, so it
+  stays valid.
 * **PFC** (802.1Qbb, :mod:`rdmalab.wire.pfc`): bytes are counted per ingress port and
   priority.  When an ingress queue reaches the XOFF threshold the switch sends a PFC frame
   upstream pausing that priority (65535 quanta, refreshed while the queue stays above XON); when
@@ -21,13 +29,12 @@ all of them sharing the switch's buffer, and serves the queues in strict priorit
   the buffer is the only limit, so congestion drops packets.
 * **Hosts** are soft RoCEv2 devices of the verbs engine (:class:`rdmalab.verbs.engine.node.SoftDevice`,
   one per host, ``host.device``); the fabric is their carrier (:mod:`rdmalab.fabric.switched_carrier`).
-  A **flow** (:meth:`SwitchedFabric.add_flow`) is an RC QP pair of the engine, created through the
-  pyverbs-shaped API, whose sender posts RDMA WRITEs of ``msg_packets`` packets: the engine's
-  requester assigns the PSNs, sets AckReq, keeps its window of 128 PSNs, the responder ACKs and
-  NAKs, the completer completes and goes back N on a NAK or a timeout, so a packet a switch
-  drops is resent and the resend is on the wire.  With DCQCN each sending QP has the engine's
-  reaction point (:func:`rdmalab.verbs.engine.dcqcn.attach`, pacing its packets at the current
-  rate) and every host the notification point (:func:`rdmalab.verbs.engine.cnp.enable_np`,
+  A **flow** (:meth:`SwitchedFabric.add_flow`, :class:`~rdmalab.fabric.switched_flows.Flow`) is an
+  RC QP pair of the engine whose sender posts RDMA WRITEs of ``msg_packets`` packets; the
+  engine's requester, responder and completer do the PSNs, ACKs, NAKs and go-back-N, so a packet
+  a switch drops is resent and the resend is on the wire.  With DCQCN each sending QP has the
+  engine's reaction point (:func:`rdmalab.verbs.engine.dcqcn.attach`, pacing its packets at the
+  current rate) and every host the notification point (:func:`rdmalab.verbs.engine.cnp.enable_np`,
   CNPs paced by ``min_time_between_cnps`` in the chosen scope).
 
 A packet crosses the fabric as a short Python list around the engine's own
@@ -47,12 +54,9 @@ serialisation time is (a 1082-byte frame at 40 Gb/s takes 216.4 ns).
 from __future__ import annotations
 
 import random
-from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import IO, Any
 
-from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.fabric.loop import VirtualLoop
 from rdmalab.fabric.switched_carrier import (
     CE,
@@ -68,21 +72,13 @@ from rdmalab.fabric.switched_carrier import (
     SIZE,
     SwitchedCarrier,
 )
-from rdmalab.verbs import enums as e
-from rdmalab.verbs.addr import AHAttr, GlobalRoute
-from rdmalab.verbs.cq import CQ, WC
-from rdmalab.verbs.device import Context
-from rdmalab.verbs.engine import dcqcn as dcqcn_rp
+from rdmalab.fabric.switched_flows import Flow
+from rdmalab.fabric.switched_topology import Host, Node, PcapTap, Port, Switch, SwitchConfig, mark_ce
 from rdmalab.verbs.engine.cnp import CNP_PCP, enable_np
-from rdmalab.verbs.engine.dcqcn import MLX5, DcqcnParams, RateLimiter
+from rdmalab.verbs.engine.dcqcn import MLX5, DcqcnParams
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import ROCE_OVERHEAD, SEGMENT
-from rdmalab.verbs.mr import MR
-from rdmalab.verbs.pd import PD
-from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
-from rdmalab.verbs.wr import SGE, SendWR
 from rdmalab.wire.ib import ACK_OPCODE, CNP_OPCODE, REQUEST_OPCODES, check_mtu, psn_add, psn_diff
-from rdmalab.wire.net import internet_checksum
 from rdmalab.wire.pfc import MAX_QUANTA, encode_pfc_frame, pause_ns
 
 __all__ = ["CE", "ECT0", "Flow", "Host", "Port", "Switch", "SwitchConfig", "SwitchedFabric", "PcapTap", "mark_ce"]
@@ -90,282 +86,6 @@ __all__ = ["CE", "ECT0", "Flow", "Host", "Port", "Switch", "SwitchConfig", "Swit
 HEADER_BYTES = ROCE_OVERHEAD  # Ethernet, IPv4, UDP, BTH, ICRC: 58 bytes around every payload
 PFC_BYTES = 64
 RESUME_OFFSET = 3 * 1024  # HPCC switch-mmu.cc resume_offset
-_FLOW_ACCESS = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
-
-
-def mark_ce(frame: bytes, ip_offset: int = 14) -> bytes:
-    """``frame`` with its IPv4 ECN set to CE and the header checksum recomputed, as a switch does."""
-    b = bytearray(frame)
-    b[ip_offset + 1] |= CE
-    ihl = (b[ip_offset] & 0x0F) * 4
-    b[ip_offset + 10] = b[ip_offset + 11] = 0
-    b[ip_offset + 10:ip_offset + 12] = internet_checksum(bytes(b[ip_offset:ip_offset + ihl])).to_bytes(2, "big")
-    return bytes(b)
-
-
-@dataclass
-class SwitchConfig:
-    """Switch parameters (the names ``--set`` accepts).  Sizes in KB/MB as the simulators give them."""
-
-    kmin: float = 40.0  # KB (ns3-rdma mix/config.txt KMIN 40)
-    kmax: float = 1000.0  # KB (KMAX 1000)
-    pmax: float = 1.0  # (PMAX 1.0)
-    ecn: int = 1
-    pfc: int = 1
-    buffer: float = 12.0  # MB of shared buffer (a Broadcom Trident II has 12 MB)
-    pfc_shift: int = 3  # dynamic XOFF threshold = free shared buffer >> pfc_shift (HPCC)
-    pfc_xoff: float = 0.0  # KB, a fixed XOFF threshold per ingress queue instead (0: dynamic)
-    pfc_prios: int = 0b00001000  # priorities PFC protects (bit n = priority n): 3
-    loss: float = 0.0  # probability that a switch drops an arriving request (a lossy link; Lumina injects drops)
-
-
-@dataclass(eq=False, slots=True)
-class Port:
-    """One end of a link: the egress queues towards ``peer`` and the ingress counters from it."""
-
-    node: Node
-    index: int
-    rate: float  # Gb/s = bits per ns
-    delay: float  # ns
-    peer: Port | None = None
-    queues: list[deque[list[Any]]] = field(default_factory=lambda: [deque() for _ in range(8)])
-    qbytes: list[int] = field(default_factory=lambda: [0] * 8)
-    active: int = 0  # bit n set: queue n has frames
-    busy_until: float = 0.0
-    free_ev: bool = False
-    wake_at: float = -1.0
-    paused_until: list[float] = field(default_factory=lambda: [0.0] * 8)
-    in_bytes: list[int] = field(default_factory=lambda: [0] * 8)
-    xoff: list[bool] = field(default_factory=lambda: [False] * 8)
-    xoff_gen: list[int] = field(default_factory=lambda: [0] * 8)
-    xoff_level: list[int] = field(default_factory=lambda: [0] * 8)
-    pause_start: float = 0.0
-    headroom: int = 0
-    taps: list[PcapTap] = field(default_factory=list)
-    tx_bytes: int = 0
-    tx_pkts: int = 0
-    marks: int = 0
-    drops: int = 0
-    pause_tx: int = 0
-    resume_tx: int = 0
-    pause_rx: int = 0
-    paused_ns: float = 0.0
-    qmax: int = 0
-    ahead: list[int] = field(default_factory=lambda: [0] * 8)  # host ports: responses queued ahead of requests
-
-    @property
-    def name(self) -> str:
-        return f"{self.node.name}->{self.peer.node.name if self.peer else '?'}"
-
-    def __repr__(self) -> str:
-        return f"Port({self.name})"
-
-
-class Node:
-    def __init__(self, fabric: SwitchedFabric, name: str, nid: int) -> None:
-        self.fabric = fabric
-        self.name = name
-        self.id = nid
-        self.ports: list[Port] = []
-        self.is_switch = False
-
-
-class Host(Node):
-    """A RoCEv2 NIC with one port: a soft device of the engine (``device``) and its flows' counters."""
-
-    def __init__(self, fabric: SwitchedFabric, name: str, nid: int, ip: int, mac: int) -> None:
-        super().__init__(fabric, name, nid)
-        self.ip = ip
-        self.mac = mac
-        self.device = SoftDevice(name, ip, mac, fabric.carrier, seed=fabric.seed * 1000 + nid)
-        self.cnp_sent = 0
-        self.cnp_rcvd = 0
-        self.ce_rcvd = 0
-        self.touched = False  # received a packet in the current instant (its ACKs are flushed after it)
-        self.routes: dict[int, dict[int, Port]] = {}  # egress port per node towards another host, by host id
-
-    @property
-    def pacer(self) -> Any:
-        """The notification point's CNP pacer (:func:`rdmalab.verbs.engine.cnp.enable_np`), if any."""
-        return getattr(self.device, "cnp_pacer", None)
-
-
-class Switch(Node):
-    def __init__(self, fabric: SwitchedFabric, name: str, nid: int, cfg: SwitchConfig) -> None:
-        super().__init__(fabric, name, nid)
-        self.is_switch = True
-        self.cfg = cfg
-        self.buffer = int(cfg.buffer * 1e6)
-        self.used = 0
-        self.headroom_total = 0
-        self.xoff: list[tuple[Port, int]] = []  # ingress queues (port, priority) that have paused their upstream
-
-
-class _Completions(CQ):
-    """The send CQ of a flow's QP: each completion goes straight to the flow (which posts the next WRITE)."""
-
-    def __init__(self, ctx: Context, flow: Flow) -> None:
-        super().__init__(ctx, 1 << 20)
-        self._flow = flow
-
-    def push(self, wc: WC, solicited: bool = False) -> bool:
-        self._flow._completed(wc)
-        return True
-
-
-class Flow:
-    """One RC QP pair of the engine moving RDMA WRITEs from ``src`` to ``dst``.
-
-    The sender keeps ``depth`` WRITEs of ``msg_bytes`` posted (``size`` bytes in all, or until
-    ``stop``); each completion posts the next.  ``qp``/``peer_qp`` are the pyverbs-shaped QPs,
-    ``limiter`` the sender's DCQCN reaction point (None without DCQCN).  Counted by the fabric:
-    ``rcvd`` payload bytes the responder accepted in sequence (duplicates and packets after a
-    gap do not count), ``sent`` new payload bytes and ``retx_bytes``/``retx_pkts`` resent ones,
-    ``marked`` CE-marked arrivals, ``cnps`` CNPs back at the sender, ``drops`` packets of the
-    flow (either direction) that a switch dropped, ``data_drops`` the requests among them.
-    """
-
-    def __init__(self, fab: SwitchedFabric, fid: int, src: Host, dst: Host, size: int | None, start: float,
-                 stop: float | None, msg_bytes: int, dcqcn: DcqcnParams | None, name: str, depth: int = 3,
-                 timeout: int = 10) -> None:
-        self.fabric = fab
-        self.id = fid
-        self.name = name
-        self.src = src
-        self.dst = dst
-        self.size = size
-        self.start = start
-        self.stop = stop
-        self.msg_bytes = msg_bytes
-        self.depth = depth
-        self.sent = self.rcvd = self.pkts_rcvd = 0
-        self.retx_bytes = self.retx_pkts = 0
-        self.sent_psn = 0  # the next PSN never sent before (the QPs start at PSN 0)
-        self.marked = self.cnps = self.drops = self.data_drops = 0
-        self.posted = self.completed = self.errors = 0
-        self.started = self.stopped = self.done = False
-        self.finish_ns: float | None = None
-        self.fwd: dict[int, Port] = {}
-        self.rev: dict[int, Port] = {}
-        # the QPs, through the pyverbs-shaped API, as a program would build them
-        mr_len = size if size is not None else msg_bytes
-        self._a = Context(name=src.name, fabric=fab)
-        self._b = Context(name=dst.name, fabric=fab)
-        pd_a, pd_b = PD(self._a), PD(self._b)
-        self.cq = _Completions(self._a, self)
-        self.peer_cq = CQ(self._b, 16)
-        self.mr = MR(pd_a, mr_len, _FLOW_ACCESS)
-        self.peer_mr = MR(pd_b, mr_len, _FLOW_ACCESS)
-        if size is not None:  # a bounded flow writes distinct bytes, so that the receiver's copy can be checked
-            self.mr.write(random.Random(fab.seed * 7919 + fid).randbytes(mr_len), mr_len)
-        cap = QPCap(max_send_wr=max(depth, 1), max_recv_wr=1, max_send_sge=1, max_recv_sge=1)
-        self.qp = QP(pd_a, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap),
-                     _attr(e.IBV_QPS_INIT))
-        self.peer_qp = QP(pd_b, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.peer_cq, rcq=self.peer_cq, cap=cap),
-                          _attr(e.IBV_QPS_INIT))
-        self.qpn_src = self.qp.qp_num
-        self.qpn_dst = self.peer_qp.qp_num
-        mtu = e.bytes_to_mtu(fab.payload)
-        for qp, peer, peer_qp in ((self.qp, dst, self.peer_qp), (self.peer_qp, src, self.qp)):
-            a = QPAttr(port_num=1, path_mtu=mtu)
-            a.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE
-            a.max_dest_rd_atomic = a.max_rd_atomic = 1
-            a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry = 12, timeout, 7, 7
-            a.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=_gid(peer), sgid_index=1))
-            a.dest_qp_num, a.rq_psn, a.sq_psn = peer_qp.qp_num, 0, 0
-            qp.to_rts(a)
-        self.engine = self.qp.engine
-        self.peer_engine = self.peer_qp.engine
-        self.limiter: RateLimiter | None = None
-        if dcqcn is not None:
-            self.limiter = dcqcn_rp.attach(self.qp, dcqcn, line_gbps=src.ports[0].rate)
-        self._line = src.ports[0].rate
-
-    @property
-    def rate(self) -> float:
-        """What the requester paces at (Gb/s): the DCQCN rate, or the line rate without DCQCN."""
-        return self.limiter.rate if self.limiter is not None else self._line
-
-    @property
-    def active(self) -> bool:
-        return self.started and not self.stopped and not self.done
-
-    # ------------------------------------------------------------------ the application
-    def _begin(self, _: Any = None) -> None:
-        self.started = True
-        for _i in range(self.depth):
-            if not self._post():
-                break
-
-    def _post(self) -> bool:
-        if self.stopped or self.done:
-            return False
-        off = 0
-        n = self.msg_bytes
-        if self.size is not None:
-            off = self.posted * self.msg_bytes
-            if off >= self.size:
-                return False
-            n = min(n, self.size - off)
-        wr = SendWR(wr_id=self.posted, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
-                    sg=[SGE(self.mr.buf + off, n, self.mr.lkey)], send_flags=e.IBV_SEND_SIGNALED)
-        wr.set_wr_rdma(self.peer_mr.rkey, self.peer_mr.buf + off)
-        self.posted += 1
-        self.qp.post_send(wr)
-        return True
-
-    def _halt(self, _: Any = None) -> None:
-        """``stop``: post nothing more and drain the send queue (SQD: the WRITEs under way finish)."""
-        self.stopped = True
-        if self.engine.qp_state == e.IBV_QPS_RTS:
-            self.qp.modify(QPAttr(qp_state=e.IBV_QPS_SQD), e.IBV_QP_STATE)
-
-    def _completed(self, wc: WC) -> None:
-        if wc.status != e.IBV_WC_SUCCESS:
-            self.errors += 1
-            self.done = True
-            return
-        self.completed += 1
-        if self.size is not None and self.completed * self.msg_bytes >= self.size:
-            self.done = True
-            self.finish_ns = self.fabric.now
-            return
-        self._post()
-
-    def intact(self) -> bool:
-        """A finished bounded flow: does the receiver's memory hold exactly what the sender wrote?"""
-        if self.size is None:
-            raise ValueError(f"flow {self.name} has no size: its WRITEs overwrite one buffer")
-        return self.done and not self.errors and self.peer_mr.read(self.size, 0) == self.mr.read(self.size, 0)
-
-    def __repr__(self) -> str:
-        return f"Flow({self.name}, QP {self.qpn_src:#x} -> {self.qpn_dst:#x})"
-
-
-def _attr(state: int) -> QPAttr:
-    a = QPAttr(qp_state=state, port_num=1)
-    a.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE
-    return a
-
-
-def _gid(host: Host) -> Any:
-    return Context(name=host.name, fabric=host.fabric).query_gid(1, 1)
-
-
-class PcapTap:
-    """Writes every frame crossing one link (both directions) to a pcap (ns timestamps) through
-    :class:`~rdmalab.capture.pcapwriter.CaptureWriter`."""
-
-    def __init__(self, dest: str | IO[bytes]) -> None:
-        self._writer = CaptureWriter(dest, nano=True)
-        self.count = 0
-
-    def write(self, t_ns: float, frame: bytes) -> None:
-        self._writer.write(frame, round(t_ns))  # the clock may run in float ns: to the nearest ns
-        self.count += 1
-
-    def close(self) -> None:
-        self._writer.close()
 
 
 class SwitchedFabric:
