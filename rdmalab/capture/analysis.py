@@ -47,6 +47,14 @@ nothing pairs a NAK with the retransmission it caused.  This module does, on the
 The analysis reads what is on the capture.  A capture taken at the receiver (or after the lossy
 link) shows losses as PSN gaps; one taken at the sender shows every packet once and losses only
 through the NAKs and retransmissions they cause.
+
+This module runs the analysis (:func:`analyze`, :func:`analyze_rows`); the parts live in rooms by
+concern: :mod:`~rdmalab.capture.analysis_rows` (the columns kept), :mod:`~rdmalab.capture.analysis_conn`
+(connections, the go-back-N walk), :mod:`~rdmalab.capture.analysis_model` (the results),
+:mod:`~rdmalab.capture.analysis_congestion`, :mod:`~rdmalab.capture.analysis_iwarp`,
+:mod:`~rdmalab.capture.analysis_cm` (CM exchanges), :mod:`~rdmalab.capture.analysis_trust` (seams,
+duplicates, capture gaps), :mod:`~rdmalab.capture.analysis_compare` (``sent`` against received) and
+:mod:`~rdmalab.capture.analysis_counters`.  The public names are re-exported here.
 """
 
 
