@@ -10,7 +10,8 @@ nothing pairs a NAK with the retransmission it caused.  This module does, on the
 * **Messages**: SEND and RDMA WRITE First..Last, READ request to its last response, atomics to
   their atomic ACK; size, start, completion, duration, result.
 * **Findings** (``kind``, connection, ``frames``), per go-back-N state machines that follow
-  IBA Vol 1 9.7 (and Lumina's checkers, SIGCOMM 2023: reference/congestion-and-analysis.md B3-B6):
+  IBA Vol 1 9.7 (and Lumina's checkers, SIGCOMM 2023: ``lumina/analyzer/checker/gbn_check.py``,
+  ``read_gbn_check.py``, ``cnp_check.py``, ``measurer/latency_measure.py``):
 
   ==================  =======================================================================
   ``psn_gap``         request PSNs missing on the wire: holes inside one pass of the sender,

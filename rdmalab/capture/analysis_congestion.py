@@ -1,7 +1,7 @@
 """Congestion in the analysis of a capture (:mod:`rdmalab.capture.analysis`): the ``cnp`` and
 ``ecn_ce`` findings (the CNP's connection, each CE mark's reaction time), the check of the CNPs
 against each pacing hypothesis (Lumina's ``CNPCheck``, SIGCOMM 2023: reference
-congestion-and-analysis.md B5), and the throughput over time of each connection."""
+Lumina's ``checker/cnp_check.py``), and the throughput over time of each connection."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def _congestion(r: Rows, pairs: list[ConnRows], seg: np.ndarray, window_us: floa
     return out
 
 
-#: CNP pacing hypotheses (congestion-and-analysis.md B5; rdmalab.verbs.engine.cnp.CnpPacer's
+#: CNP pacing hypotheses (Lumina's ``checker/cnp_check.py``; rdmalab.verbs.engine.cnp.CnpPacer's
 #: scopes): what one "last CNP" timer covers.  Keys are built from (sender IP, receiver IP,
 #: sender QPN), the sender being the one the CE-marked data came from and the CNP goes to.
 PACING_HYPOTHESES: dict[str, Any] = {

@@ -650,7 +650,7 @@ def ack_coalescing(cr: ConnRows, r: Rows, wo: WalkOrder, k: int) -> list[Finding
 
     A responder may coalesce: one ACK acknowledges every request up to its PSN (IBA Vol 1
     9.7.5.1.3), so fewer ACKs than requests is normal.  Anomalies: an ACK whose PSN goes below an
-    earlier ACK's (ACKs must not decrease: Lumina's ``GBNCheck``, congestion-and-analysis.md B3),
+    earlier ACK's (ACKs must not decrease: Lumina's ``GBNCheck``, ``checker/gbn_check.py``),
     an ACK for a PSN the requester has not sent, and a request with the AckReq bit that no later
     acknowledgement covers although the responder went on answering."""
     out: list[Finding] = []

@@ -1,8 +1,8 @@
 """The capture against the NIC counters (:mod:`rdmalab.capture.analysis`, ``rdmalab analyze
 --counters``): the counter dumps parsed (``rdma statistic show``, ``ethtool -S``) and each kind
 of event the capture shows beside the counters that count it (mlx5 names from Lumina's counter
-checks, congestion-and-analysis.md B3, B5; rxe names from rxe_hw_counters.c,
-soft-engine-interop.md 1.4)."""
+checks, Lumina's ``checker/gbn_check.py`` and ``checker/cnp_check.py``; rxe names from Linux 6.1
+``drivers/infiniband/sw/rxe/rxe_hw_counters.c``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from rdmalab.capture.analysis_model import Analysis
 
 #: What the capture shows against the NIC counters that count the same events: (row, finding
 #: kinds counted in the capture, counter names).  mlx5 names from Lumina's counter checks
-#: (congestion-and-analysis.md B3, B5); rxe names from rxe_hw_counters.c (soft-engine-interop.md 1.4).
+#: (Lumina's gbn_check.py, cnp_check.py); rxe names from rxe_hw_counters.c.
 COUNTER_ROWS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("sequence-error NAKs", ("nak_seq_err",), ("out_of_sequence", "rcvd_seq_err", "out_of_seq_request")),
     ("NAK-triggered retransmissions", ("retransmission:nak",), ("packet_seq_err",)),

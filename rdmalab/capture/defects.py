@@ -1,7 +1,7 @@
 """Known Wireshark 4.0 defects: the one table both the cross-check reports and the tests use.
 
 tshark 4.0 is the oracle for every field rdmalab decodes, but it is wrong or silent in a few
-well-understood places (wire-formats.md §12).  Each :class:`WiresharkDefect` says *when* it
+well-understood places.  Each :class:`WiresharkDefect` says *when* it
 applies (a predicate over the frame, described in words), *which* fields it affects (glob
 patterns over display-filter names), *why*, and where the specification says what the bytes
 mean.  :func:`explain` finds the defect that accounts for a difference, if any; a difference
@@ -33,7 +33,7 @@ class WiresharkDefect:
     fields: tuple[str, ...]  # display-filter names (fnmatch patterns) it affects
     reason: str
     spec: str  # what the bytes mean, per the standard
-    reference: str  # where this is documented (wire-formats.md section)
+    reference: str  # the Wireshark source the defect lives in
     applies: Callable[[CapturedPacket, WiresharkView], bool]
     kinds: tuple[str, ...] = ("value", "only_rdmalab", "only_wireshark", "repeated")
 
@@ -101,7 +101,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "Wireshark 4.0 names only 0x80 'CNP'; 0x81 is 'Unknown OpCode' and everything after the BTH, "
         "the ICRC included, is shown as infiniband.vendor",
         "RoCEv2 Annex A17.9.3: a CNP is opcode 0x81 (transport 100b), BECN=1, 16 reserved bytes, ICRC",
-        "wire-formats.md §3, §12.1",
+        "Wireshark 4.0 epan/dissectors/packet-infiniband.c",
         _has_opcode(lambda op: op == CNP_OPCODE),
     ),
     WiresharkDefect(
@@ -111,7 +111,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "Wireshark 4.0 names XRC opcodes but parses no XRCETH and nothing after the BTH "
         "(infiniband.vendor), so no RETH/AETH/... and no ICRC field",
         "IBA Vol 1 Annex A14.6.1: XRC requests carry an XRCETH (XRC SRQ number) before the RC headers",
-        "wire-formats.md §3, §12.2",
+        "Wireshark 4.0 epan/dissectors/packet-infiniband.c",
         _has_opcode(lambda op: op >> 5 == Transport.XRC),
     ),
     WiresharkDefect(
@@ -121,7 +121,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "Wireshark 4.0 takes every RD opcode for Mellanox Dynamically Connected: a 20-byte BTH, DC names, "
         "and (for 0x51) no RDETH, so every field after the BTH is misplaced",
         "IBA Vol 1 9.3.1 and table 38: RD packets carry RDETH (+ DETH on requests) after a 12-byte BTH",
-        "wire-formats.md §2.4, §5.2, §12.3",
+        "Wireshark 4.0 epan/dissectors/packet-infiniband.c",
         _has_opcode(lambda op: op >> 5 == Transport.RD),
     ),
     WiresharkDefect(
@@ -130,7 +130,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         ("rdmalab.bth.fecn", "rdmalab.bth.becn", "infiniband.reserved"),
         "Wireshark 4.0/4.4 do not decode FECN/BECN; BTH byte 4 is shown as infiniband.reserved",
         "IBA Vol 1 9.2 and Annex A10: BTH byte 4 bit 7 FECN, bit 6 BECN",
-        "wire-formats.md §2.3, §12.4",
+        "Wireshark 4.0 epan/dissectors/packet-infiniband.c",
         _has_bth,
     ),
     WiresharkDefect(
@@ -140,7 +140,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "Wireshark adds infiniband.immdt / infiniband.ieth twice (the header item and the inner item share "
         "the field), so each value appears twice",
         "IBA Vol 1 9.3.7 / 9.3.8: one 4-byte ImmDt or IETH",
-        "wire-formats.md §5.2 item 2, §12.5",
+        "Wireshark 4.0 epan/dissectors/packet-infiniband.c",
         _always,
         kinds=("repeated",),
     ),
@@ -151,7 +151,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "Wireshark reports the AtomicETH VA and R_Key under the RETH names; rdmalab emits the same names "
         "so filters match, which a reader must not take for a RETH",
         "IBA Vol 1 9.3.4: AtomicETH = VA(64) R_Key(32) Swap/Add(64) Compare(64)",
-        "wire-formats.md §5.2 item 3, §12.6",
+        "Wireshark 4.0 epan/dissectors/packet-infiniband.c",
         _has_opcode(lambda op: _op_of(op) in (Op.CMP_SWAP, Op.FETCH_ADD)),
         kinds=("naming",),
     ),
@@ -162,7 +162,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "Wireshark displays the ICRC and VCRC (read big-endian, i.e. byte-swapped from the CRC value) and "
         "never validates them; rdmalab's status keys have no Wireshark counterpart",
         "IBA Vol 1 7.8.1 / RoCEv2 Annex A17.3.3: ICRC = CRC-32 over the masked packet, sent LSB first",
-        "wire-formats.md §5.1, §7, §12.7",
+        "Wireshark 4.0 epan/dissectors/packet-infiniband.c",
         _always,
         kinds=("only_rdmalab", "not_validated"),
     ),
@@ -173,7 +173,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "Wireshark's RPC-over-RDMA heuristic claims plain Send payloads and flags them Malformed; the "
         "cross-check runs tshark with --disable-protocol rpcordma",
         "RFC 8166: RPC-over-RDMA is a ULP, recognisable only by negotiation, not by payload bytes",
-        "wire-formats.md §8.5, §12.8",
+        "Wireshark 4.0 epan/dissectors/packet-rpcrdma.c (its heuristic)",
         _always,
     ),
     WiresharkDefect(
@@ -183,7 +183,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "Wireshark 4.0 does not understand MPA v2: it warns 'Rev field is NOT set to one' / 'Res field is "
         "NOT set to zero' and shows IRD/ORD as raw private data",
         "RFC 6581 §5: Rev 2, the enhanced flag, and IRD/ORD words at the start of the private data",
-        "wire-formats.md §8.1, §12.9",
+        "Wireshark 4.0 epan/dissectors/packet-iwarp-mpa.c",
         _mpa_v2,
     ),
     WiresharkDefect(
@@ -193,7 +193,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "Wireshark recognises FPDUs only after both MPA frames; a capture that starts mid-stream is not "
         "decoded as iWARP",
         "RFC 5044 §7: FPDUs follow the MPA Request/Reply exchange",
-        "wire-formats.md §8.5, §12.10",
+        "Wireshark 4.0 epan/dissectors/packet-iwarp-mpa.c",
         _iwarp_not_seen,
     ),
     WiresharkDefect(
@@ -203,7 +203,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "Wireshark 4.0 shows 0xC/0xD as 'Unknown 12/13' with no decoding, does not name atomic Swap, and "
         "mis-parses the Atomic Response (advances 4 bytes instead of 8)",
         "RFC 7306 §5, §6: Immediate Data (8 bytes), Atomic Response = Original Request Id(32) + data(64)",
-        "wire-formats.md §8.4, §12.11",
+        "Wireshark 4.0 epan/dissectors/packet-iwarp-ddp-rdmap.c",
         _rfc7306,
     ),
     WiresharkDefect(
@@ -212,7 +212,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         _AFTER_BTH,
         "Wireshark 4.0 does not know FLUSH or ATOMIC WRITE (4.4 does): 'Unknown OpCode', rest as vendor",
         "IBA Memory Placement Extensions (Annex A19): FLUSH = FETH + RETH; ATOMIC WRITE = RETH + 8 bytes",
-        "wire-formats.md §3, §12.12",
+        "Wireshark 4.0 epan/dissectors/packet-infiniband.c",
         _has_opcode(lambda op: _op_of(op) in (Op.FLUSH, Op.ATOMIC_WRITE)),
     ),
     WiresharkDefect(
@@ -224,7 +224,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "Wireshark 4.0 mis-reads the path's FlowLabel/PacketRate word: the flow label from 3 bytes under a "
         "32-bit mask (losing its low 8 bits) and the PacketRate from the word's first byte instead of its last",
         "IBA Vol 1 12.6.5 (CM REQ): the 32-bit word is FlowLabel(20) | Reserved(6) | PacketRate(6)",
-        "wire-formats.md §6 (CM REQ body, offset 52 + 36); found by this cross-check",
+        "Wireshark 4.0 epan/dissectors/packet-infiniband.c (CM REQ body, offset 52 + 36); found by this cross-check",
         lambda cp, ws: "infiniband.cm.req.prim_pktrate" in ws,
     ),
 ]
@@ -236,7 +236,7 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
     "Wireshark 4.0 adds infiniband.cm.req.alt_reserved1 twice (at the alternate path's last two bytes), "
     "where the primary path has one prim_reserved1",
     "IBA Vol 1 12.6.5 (CM REQ): the alternate path has the same layout as the primary path",
-    "wire-formats.md §6; found by this cross-check",
+    "Wireshark 4.0 epan/dissectors/packet-infiniband.c; found by this cross-check",
     lambda cp, ws: "infiniband.cm.req.alt_reserved1" in ws,
     kinds=("repeated", "value"),
 ))

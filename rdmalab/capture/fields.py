@@ -10,8 +10,8 @@ of JSON (``rdmalab decode -T json`` prints tshark's nested layout instead:
   ``frame.number``, ``frame.time_epoch``, ``frame.len`` and ``frame.cap_len``.
 * Values are JSON integers, with the *meaning Wireshark gives them*: in particular
   ``infiniband.invariant.crc`` (and ``infiniband.variant.crc``, ``iwarp_mpa.crc_check``) is the
-  CRC's wire bytes read big-endian, which is the byte-swap of the CRC value (wire-formats.md
-  §5.1).  Addresses (MAC, IPv4, IPv6/GID) are strings in Wireshark's notation, because
+  CRC's wire bytes read big-endian, which is the byte-swap of the CRC value (IBA Vol 1 Annex
+  A17.3.3 for the ICRC; Wireshark's packet-infiniband.c displays the bytes as read).  Addresses (MAC, IPv4, IPv6/GID) are strings in Wireshark's notation, because
   128-bit integers do not survive most JSON readers.
 * ``rdmalab.*`` keys carry what Wireshark lacks: ``rdmalab.icrc.status`` ("good"/"bad"),
   ``rdmalab.icrc.expected``, ``rdmalab.vcrc.status``, ``rdmalab.crc32c.status``, FECN/BECN

@@ -89,7 +89,7 @@ def test_defect_table_is_well_formed() -> None:
     assert len(DEFECTS_BY_ID) == len(WIRESHARK_DEFECTS)
     for d in WIRESHARK_DEFECTS:
         assert d.condition and d.reason and d.spec and d.reference and d.fields
-    # the twelve limitations of wire-formats.md §12 are all in the table
+    # the twelve Wireshark 4.0 limitations this project knows of are all in the table
     for did in ("cnp-0x81", "xrc-not-parsed", "rd-as-dc", "fecn-becn", "immdt-ieth-twice", "atomiceth-reth-names",
                 "icrc-not-validated", "rpcordma-false-positive", "mpa-v2", "iwarp-mid-stream", "rfc7306-opcodes",
                 "flush-atomic-write"):

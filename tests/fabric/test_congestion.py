@@ -1,6 +1,6 @@
 """The switched fabric against published congestion results, and its frames against tshark.
 
-Published figures (reference congestion-and-analysis.md A2): the DCQCN author's ns3-rdma sample
+Published figures: the DCQCN author's ns3-rdma sample (bobzhuyb/ns3-rdma, its README and ``mix/topology.txt``)
 (2:1 incast at 40 Gb/s: two flows at about 20 Gb/s each, queue between Kmin and Kmax, no PFC
 needed) and the DCQCN-validation victim-flow run (F1's rate cut although F1 is not in the
 incast; link P2-P1 under-used for 16 ms).

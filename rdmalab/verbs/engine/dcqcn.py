@@ -2,8 +2,8 @@
 
 The algorithm is DCQCN's (Zhu et al., SIGCOMM 2015, section 3.3) in the form NVIDIA's NICs
 implement and HPCC's simulator models (alibaba-edu/High-Precision-Congestion-Control,
-``simulation/src/point-to-point/model/rdma-hw.cc``, the ``*Mlx`` functions); the reference
-``congestion-and-analysis.md`` A1/A1b lists the facts and their sources.  Per QP:
+``simulation/src/point-to-point/model/rdma-hw.cc``, the ``*Mlx`` functions), with the mlx5
+parameter names and defaults of NVIDIA's "DCQCN CC Parameters" (DOCA documentation).  Per QP:
 
 * **Before the first CNP** the QP sends at line rate and no timer runs.
 * **First CNP**: alpha <- ``initial_alpha_value``/1024; rate <- ``rate_to_set_on_first_cnp``
