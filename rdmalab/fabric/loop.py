@@ -306,6 +306,13 @@ class WallClockLoop(WallClockWait):
     def end_step(self) -> None:
         """Called at the end of every step (a carrier flushes its devices' held ACKs here)."""
 
+    def linger(self, seconds: float = 0.2, every: float = 0.02) -> None:
+        """Keep stepping for ``seconds`` of this loop's clock, waiting at most ``every`` seconds a step:
+        a program about to close lets its last ACKs go out (the peer's last message may wait for one)."""
+        end = self.clock() + int(seconds * 1e9)
+        while self.clock() < end and not self.closed:
+            self.step(every)
+
     def step(self, timeout: float = 0.0) -> bool:
         """Handle the I/O there is (waiting up to ``timeout`` seconds, less if a timer falls due
         sooner), run the timers due, end the step.  True if anything happened."""

@@ -296,3 +296,18 @@ def test_no_other_heap_in_the_fabrics() -> None:
     root = pathlib.Path(rdmalab.fabric.__file__).parent
     holders = sorted(p.name for p in root.glob("*.py") if "heapq" in p.read_text())
     assert holders == ["loop.py"]
+
+
+def test_linger_steps_for_the_time_asked_and_runs_what_falls_due() -> None:
+    clock = FakeClock(0)
+    loop = WallClockLoop(clock=clock, sleep=clock.sleep)
+    out: list[int] = []
+    loop.call_later(50_000_000, out.append, 50)   # falls due while lingering
+    loop.call_later(500_000_000, out.append, 500)  # does not
+    loop.linger(0.2, every=0.02)
+    assert out == [50] and 200_000_000 <= clock.ns < 220_000_000
+    assert max(clock.sleeps) <= 0.02 + 1e-12
+    loop.closed = True
+    before = clock.ns
+    loop.linger(1.0)
+    assert clock.ns == before  # a closed loop does not linger

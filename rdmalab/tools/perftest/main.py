@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 import socket
-import time
 from typing import IO
 
 from rdmalab.fabric.udp import UdpFabric, check_permission, interface_of
@@ -88,7 +87,5 @@ def run(opts: PerftestOptions, out: IO[str], listener: socket.socket | None = No
     finally:
         chan.close()
         if fab is not None:
-            end = time.monotonic() + 0.2
-            while time.monotonic() < end:
-                fab.step(0.02)
+            fab.linger(0.2)
             fab.close()

@@ -360,6 +360,4 @@ def _disconnect(ch: CMEventChannel, ids: list[CMID], fab: Any, wait: float) -> N
             if ev.kind == EV.RDMA_CM_EVENT_DISCONNECTED:
                 pending = [c for c in pending if not _is(ev.cmid, c)]
         fab.step(0.01)
-    end = time.monotonic() + 0.2
-    while time.monotonic() < end:
-        fab.step(0.02)
+    fab.linger(0.2)
