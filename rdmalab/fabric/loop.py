@@ -247,7 +247,8 @@ class WallClockLoop(WallClockWait):
     overrides :meth:`poll_io` (wait up to ``timeout`` seconds for its sockets, handle what is
     ready, return how many things it handled) and, if it has work to do after every step,
     :meth:`end_step`; by default the loop waits with ``sleep`` (default ``time.sleep``).  A test
-    gives it a fake clock and a ``sleep`` that moves it.  ``closed`` stops it.
+    gives it a fake clock and a ``sleep`` that moves it.  ``closed`` stops it.  ``io_handled``
+    counts the I/O handled so far (a waiter tells a peer still sending from one gone quiet).
     """
 
     def __init__(self, *, clock: Callable[[], int] = time.monotonic_ns,
@@ -256,6 +257,7 @@ class WallClockLoop(WallClockWait):
         self.sleep = sleep
         self.poll_wait = poll_wait
         self.closed = False
+        self.io_handled = 0
         self._timers: list[tuple[int, int, Callable[[Any], None], Any]] = []
         self._seq = itertools.count(1)
 
@@ -321,6 +323,7 @@ class WallClockLoop(WallClockWait):
         if timeout > 0 and self._timers:
             timeout = min(timeout, max(0.0, (self._timers[0][0] - self.clock()) / 1e9))
         did = self.poll_io(timeout)
+        self.io_handled += did
         did += self.run_due()
         self.end_step()
         return did > 0

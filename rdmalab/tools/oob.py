@@ -116,8 +116,10 @@ class Channel:
         self.sock.settimeout(timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # While set, called again and again while a read waits (the engine's event loop keeps
-        # answering the peer's RDMA traffic while we wait for its next out-of-band record).
-        self.pump: Callable[[], None] | None = None
+        # answering the peer's RDMA traffic while we wait for its next out-of-band record).  It
+        # returns True when it handled traffic: a peer still sending (a long ``-a`` run on a slow
+        # machine) is not idle, so the timeout counts only the time with neither a record nor traffic.
+        self.pump: Callable[[], bool] | None = None
 
     @property
     def local_ip(self) -> str:
@@ -139,7 +141,8 @@ class Channel:
         while len(buf) < n:
             try:
                 if self.pump is not None:
-                    self.pump()
+                    if self.pump():
+                        end = time.monotonic() + self.timeout
                     self.sock.settimeout(0)
                     try:
                         chunk = self.sock.recv(n - len(buf))
@@ -152,8 +155,9 @@ class Channel:
                 else:
                     chunk = self.sock.recv(n - len(buf))
             except TimeoutError:
-                raise OOBError(f"the peer did not send {what} on the out-of-band connection within "
-                               f"{self.timeout:.0f} s") from None
+                idle = " (nor any RDMA traffic)" if self.pump is not None else ""
+                raise OOBError(f"the peer did not send {what} on the out-of-band connection{idle} for "
+                               f"{self.timeout:g} s") from None
             except OSError as exc:
                 raise OOBError(f"the out-of-band connection failed while reading {what}: "
                                f"{exc.strerror or exc}") from None

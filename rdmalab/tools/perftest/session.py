@@ -39,8 +39,11 @@ def _session(opts: PerftestOptions, out: IO[str], chan: Any, fab: Any, client: b
     cm = connect_qp is None
     assert opts.iters is not None
 
-    def pump() -> None:
+    def pump() -> bool:
+        # True if the peer's traffic arrived: the out-of-band wait is idle only when it did not
+        before = fab.io_handled
         fab.step(0.005)
+        return bool(fab.io_handled > before)
 
     def handshake(last: bool = False) -> PerfDest:
         # The engine keeps answering the peer while we wait for its next record.
