@@ -405,7 +405,7 @@ class CMID:
         version, ipv = raw[0], raw[1] >> 4
         if hdr is None or version != 0 or ipv not in (4, 6):
             why = f"cma_hdr version {version}, IP version {ipv} (cma_save_ip_info wants 0 and 4 or 6)"
-            conn.agent._dropped(why)
+            conn.agent.dropped(why)
             if msg.mad.attr_id == CM_ATTR_SIDR_REQ:
                 conn.sidr_reply(0, 0, ibcm.SIDR_REJECT)
             else:
@@ -413,7 +413,7 @@ class CMID:
             return None
         dst = str(hdr.dst_address)
         if self.src_addr not in ("0.0.0.0", dst) or _ip(dev.ipv4) != dst:
-            conn.agent._dropped(f"REQ for {dst}, not this listener's {self.src_addr} (cma_match_private_data)")
+            conn.agent.dropped(f"REQ for {dst}, not this listener's {self.src_addr} (cma_match_private_data)")
             if msg.mad.attr_id == CM_ATTR_SIDR_REQ:
                 conn.sidr_reply(0, 0, ibcm.SIDR_REJECT)
             else:

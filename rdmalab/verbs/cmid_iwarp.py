@@ -39,7 +39,8 @@ from rdmalab.verbs.cm_enums import rdma_cm_event_type
 from rdmalab.verbs.cmstate import CMIDEvent, owner
 from rdmalab.verbs.cmtypes import ConnParam
 from rdmalab.verbs.engine import mpacm
-from rdmalab.verbs.engine.ibcm import REFUSALS, REFUSE, CMTableError
+from rdmalab.verbs.engine.ibcm_conn import CMTableError
+from rdmalab.verbs.engine.ibcm_table import REFUSALS, REFUSE
 from rdmalab.verbs.engine.iwarp import IwQP
 from rdmalab.verbs.engine.iwdevice import IwDevice
 from rdmalab.verbs.engine.mpacm import MPAEvent, MPAState

@@ -2,7 +2,8 @@
 
 The IB CM, the iWARP connection (MPA) and rdma_cm's CMID states.
 
-The IB CM (``rdmalab.verbs.engine.ibcm.TABLE``): an agent on a fake device, a connection put in each
+The IB CM (``rdmalab.verbs.engine.ibcm_table.TABLE``, run by ``ibcm.CMAgent`` through
+``ibcm_actions.ACTIONS``): an agent on a fake device, a connection put in each
 state, each message (built with the wire's builders, addressed to it), its timer and each call from
 rdma_cm; the expected next state and what went on the wire are written here, independently of the
 table, and every other pair must be the event's stated refusal.
@@ -21,11 +22,11 @@ from rdmalab.verbs import cmid_iwarp
 from rdmalab.verbs.cm_enums import rdma_cm_event_type as EV
 from rdmalab.verbs.cmid import CMID, CMEventChannel, ConnParam
 from rdmalab.verbs.cmstate import TRANSITIONS, CMIDEvent, CMIDState
-from rdmalab.verbs.engine import ibcm, mpacm
+from rdmalab.verbs.engine import ibcm, ibcm_actions, ibcm_conn, ibcm_table, mpacm
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.wire import cm as w
 
-S, E = ibcm.State, ibcm.Event
+S, E = ibcm_table.State, ibcm_table.Event
 PEER_GID = 0xFFFF_0A00_0002
 PEER_ID, PEER_QPN, OUR_QPN = 0x1111, 0x22, 0x33
 SID = 0x0106_1C06
@@ -65,7 +66,7 @@ class _Handler:
     def __init__(self) -> None:
         self.events: list[str] = []
 
-    def cm_event(self, conn: ibcm.CMConn, kind: str, msg: Any, **info: Any) -> None:
+    def cm_event(self, conn: ibcm_conn.CMConn, kind: str, msg: Any, **info: Any) -> None:
         self.events.append(kind)
 
 
@@ -78,7 +79,7 @@ def _peer_req(comm_id: int = PEER_ID) -> w.CMMessage:
                        starting_psn=1)
 
 
-def _setup(state: ibcm.State, fresh: bool = False) -> tuple[ibcm.CMAgent, ibcm.CMConn | None, _Handler]:
+def _setup(state: ibcm_table.State, fresh: bool = False) -> tuple[ibcm.CMAgent, ibcm_conn.CMConn | None, _Handler]:
     """An agent with a listener on SID, and (unless IDLE) one connection in ``state``; IDLE and
     ``fresh``: a connection just made, as connect() and sidr_request() make it."""
     dev = _Dev()
@@ -122,7 +123,7 @@ def _setup(state: ibcm.State, fresh: bool = False) -> tuple[ibcm.CMAgent, ibcm.C
     return agent, conn, h
 
 
-def _message(event: ibcm.Event, conn: ibcm.CMConn | None) -> w.CMMessage:
+def _message(event: ibcm_table.Event, conn: ibcm_conn.CMConn | None) -> w.CMMessage:
     lid = conn.local_id if conn is not None else 0x7777
     if event == E.REQ:
         return _peer_req(PEER_ID if conn is not None else 0x5555)
@@ -144,15 +145,15 @@ def _message(event: ibcm.Event, conn: ibcm.CMConn | None) -> w.CMMessage:
     if event == E.SIDR_REQ:
         return w.cm_mad(w.CMSidrReq(request_id=PEER_ID if conn is not None else 0x5555, service_id=SID), 1)
     assert event == E.SIDR_REP
-    return w.cm_mad(w.CMSidrRep(request_id=lid, status=ibcm.SIDR_SUCCESS, qpn=0x44, service_id=SID, qkey=1), 1)
+    return w.cm_mad(w.CMSidrRep(request_id=lid, status=ibcm_table.SIDR_SUCCESS, qpn=0x44, service_id=SID, qkey=1), 1)
 
 
-def _fire(agent: ibcm.CMAgent, conn: ibcm.CMConn | None, event: ibcm.Event) -> None:
+def _fire(agent: ibcm.CMAgent, conn: ibcm_conn.CMConn | None, event: ibcm_table.Event) -> None:
     if event == E.SIDR_REQ and conn is not None and conn.state != S.SIDR_REQ_RCVD:
         # only a pending look-up is matched to a SIDR_REQ (test_a_sidr_req_matches_only_a_pending_look_up):
         # the pair is walked by giving it to the dispatcher directly
         agent.dispatch(event, conn, _message(event, conn), PEER_GID)
-    elif event in ibcm.MESSAGES:
+    elif event in ibcm_table.MESSAGES:
         agent.on_mad(_message(event, conn).encode(), PEER_GID)
     elif event == E.TIMEOUT:
         assert conn is not None
@@ -174,7 +175,7 @@ def _fire(agent: ibcm.CMAgent, conn: ibcm.CMConn | None, event: ibcm.Event) -> N
         assert conn is not None
         if conn.req is None:  # IDLE: the look-up a listener refuses before keeping it
             conn.req = w.cm_mad(w.CMSidrReq(request_id=PEER_ID, service_id=SID), 1)
-        conn.sidr_reply(0x44, ibcm.RDMA_UDP_QKEY, ibcm.SIDR_SUCCESS)
+        conn.sidr_reply(0x44, ibcm_table.RDMA_UDP_QKEY, ibcm_table.SIDR_SUCCESS)
     elif event == E.ESTABLISH:
         assert conn is not None
         conn.establish()
@@ -185,7 +186,7 @@ def _fire(agent: ibcm.CMAgent, conn: ibcm.CMConn | None, event: ibcm.Event) -> N
 
 # (state, event) -> (next state, CM messages sent).  IDLE: no connection matched (the next state of
 # a REQ or SIDR_REQ is the new connection's).  The timer here still has a retry left.
-EXPECTED: dict[tuple[ibcm.State, ibcm.Event], tuple[ibcm.State, list[str]]] = {
+EXPECTED: dict[tuple[ibcm_table.State, ibcm_table.Event], tuple[ibcm_table.State, list[str]]] = {
     (S.IDLE, E.REQ): (S.REQ_RCVD, []),
     (S.REQ_RCVD, E.REQ): (S.MRA_REQ_SENT, ["MRA"]),
     (S.MRA_REQ_SENT, E.REQ): (S.MRA_REQ_SENT, ["MRA"]),
@@ -225,32 +226,32 @@ EXPECTED: dict[tuple[ibcm.State, ibcm.Event], tuple[ibcm.State, list[str]]] = {
     (S.REP_SENT, E.DISCONNECT): (S.CLOSED, []),
     (S.REP_RCVD, E.DISCONNECT): (S.CLOSED, []),
 }
-for _s in ibcm.State:
+for _s in ibcm_table.State:
     if _s not in (S.IDLE, S.TIMEWAIT, S.CLOSED):
         EXPECTED[(_s, E.REJ)] = (S.CLOSED, [])
 EXPECTED[(S.IDLE, E.SIDR_REQ)] = (S.SIDR_REQ_RCVD, [])
 
 
-@pytest.mark.parametrize("event", list(ibcm.Event), ids=lambda e: e.name)
-@pytest.mark.parametrize("state", list(ibcm.State), ids=lambda s: s.name)
-def test_every_pair_of_the_ib_cm_table(state: ibcm.State, event: ibcm.Event) -> None:
+@pytest.mark.parametrize("event", list(ibcm_table.Event), ids=lambda e: e.name)
+@pytest.mark.parametrize("state", list(ibcm_table.State), ids=lambda s: s.name)
+def test_every_pair_of_the_ib_cm_table(state: ibcm_table.State, event: ibcm_table.Event) -> None:
     # IDLE: for a message, no connection matches it; for a call or the timer, a connection just made
-    agent, conn, h = _setup(state, fresh=event not in ibcm.MESSAGES)
+    agent, conn, h = _setup(state, fresh=event not in ibcm_table.MESSAGES)
     dev = agent.dev
     expected = EXPECTED.get((state, event))
-    rule = ibcm.rule(state, event)
+    rule = ibcm_table.rule(state, event)
     before = dict(agent.counters)
     if expected is None:  # the documented refusal
-        assert rule.do in ibcm.REFUSALS, f"{state.name} + {event.name}: the table acts ({rule.do}), this test expects a refusal"
-        if rule.do == ibcm.REFUSE:
-            with pytest.raises(ibcm.CMStateError, match=state.value):
+        assert rule.do in ibcm_table.REFUSALS, f"{state.name} + {event.name}: the table acts ({rule.do}), this test expects a refusal"
+        if rule.do == ibcm_table.REFUSE:
+            with pytest.raises(ibcm_conn.CMStateError, match=state.value):
                 _fire(agent, conn, event)
         else:
             _fire(agent, conn, event)
         if conn is not None:
             assert conn.state == state
         assert dev.sent == []
-        counter = {ibcm.DROP: "cm_rx_dropped", ibcm.DUPLICATE: "cm_rx_duplicates"}.get(rule.do)
+        counter = {ibcm_table.DROP: "cm_rx_dropped", ibcm_table.DUPLICATE: "cm_rx_duplicates"}.get(rule.do)
         for k, v in agent.counters.items():
             if k in ("cm_rx_msgs",):
                 continue
@@ -277,7 +278,7 @@ def test_every_pair_of_the_ib_cm_table(state: ibcm.State, event: ibcm.Event) -> 
                                                      (S.REP_SENT, S.CLOSED, "unreachable"),
                                                      (S.SIDR_REQ_SENT, S.CLOSED, "unreachable"),
                                                      (S.DREQ_SENT, S.TIMEWAIT, "disconnected")])
-def test_the_last_expiry_gives_up(state: ibcm.State, after: ibcm.State, kind: str) -> None:
+def test_the_last_expiry_gives_up(state: ibcm_table.State, after: ibcm_table.State, kind: str) -> None:
     agent, conn, h = _setup(state)
     assert conn is not None
     conn.tries = conn.retries + 1
@@ -303,21 +304,55 @@ def test_a_req_for_no_listener_is_rejected_and_nothing_is_kept() -> None:
 
 
 def test_the_table_is_total_and_names_only_known_actions() -> None:
-    for s in ibcm.State:
-        for ev in ibcm.Event:
-            r = ibcm.rule(s, ev)
-            assert r.do in ibcm.REFUSALS or r.do in ibcm.ACTIONS, (s, ev, r)
-            assert (r.do in ibcm.REFUSALS) == (r.to == ()), (s, ev, r)
-    assert set(ibcm.OTHERWISE) == set(ibcm.Event)
+    for s in ibcm_table.State:
+        for ev in ibcm_table.Event:
+            r = ibcm_table.rule(s, ev)
+            assert r.do in ibcm_table.REFUSALS or r.do in ibcm_actions.ACTIONS, (s, ev, r)
+            assert (r.do in ibcm_table.REFUSALS) == (r.to == ()), (s, ev, r)
+    assert set(ibcm_table.OTHERWISE) == set(ibcm_table.Event)
     # every action is used by the table (no dead handler)
-    assert {r.do for r in ibcm.TABLE.values()} - set(ibcm.REFUSALS) == set(ibcm.ACTIONS)
+    assert {r.do for r in ibcm_table.TABLE.values()} - set(ibcm_table.REFUSALS) == set(ibcm_actions.ACTIONS)
 
 
 def test_an_action_that_leaves_an_unlisted_state_is_a_table_error(monkeypatch: pytest.MonkeyPatch) -> None:
     agent, conn, _ = _setup(S.REP_SENT)
-    monkeypatch.setitem(ibcm.TABLE, (S.REP_SENT, E.RTU), ibcm.Rule("rtu", (S.REP_SENT,)))
-    with pytest.raises(ibcm.CMTableError, match="left ESTABLISHED"):
+    monkeypatch.setitem(ibcm_table.TABLE, (S.REP_SENT, E.RTU), ibcm_table.Rule("rtu", (S.REP_SENT,)))
+    with pytest.raises(ibcm_conn.CMTableError, match="left ESTABLISHED"):
         agent.on_mad(_message(E.RTU, conn).encode(), PEER_GID)
+
+
+def test_the_agent_module_gives_the_same_table_actions_and_connection() -> None:
+    # ``from rdmalab.verbs.engine.ibcm import X`` (rdma_cm, mpacm, the viz, notebooks) must get the very
+    # objects the dispatch uses: a patched TABLE entry is then the one it runs
+    for name in ("State", "Event", "Rule", "TABLE", "OTHERWISE", "REFUSALS", "REFUSE", "DROP", "DUPLICATE",
+                 "IGNORE", "MESSAGES", "CALLS", "rule", "edges", "cm_ms", "req_timeout_ms", "PACKET_LIFE_TIME",
+                 "RDMA_UDP_QKEY", "SIDR_SUCCESS", "SIDR_REJECT", "GSI_QPN"):
+        assert getattr(ibcm, name) is getattr(ibcm_table, name), name
+    for name in ("CMConn", "CMHandler", "CMStateError", "CMTableError", "CMAgentLike"):
+        assert getattr(ibcm, name) is getattr(ibcm_conn, name), name
+    assert ibcm.ACTIONS is ibcm_actions.ACTIONS
+
+
+def test_an_action_is_registered_once_under_the_name_the_table_uses() -> None:
+    before = dict(ibcm_actions.ACTIONS)
+    assert ibcm_actions.ACTIONS["rtu"] is ibcm_actions._a_rtu
+
+    def misnamed(*args: Any) -> None:
+        return None
+
+    def _a_rtu(*args: Any) -> None:
+        return None
+
+    def _a_drop(*args: Any) -> None:
+        return None
+
+    with pytest.raises(ValueError, match="misnamed: an action's function is named _a_"):
+        ibcm_actions.action(misnamed)
+    with pytest.raises(ValueError, match="_a_rtu: 'rtu' is registered already"):
+        ibcm_actions.action(_a_rtu)
+    with pytest.raises(ValueError, match="_a_drop: 'drop' is a refusal's name"):
+        ibcm_actions.action(_a_drop)
+    assert ibcm_actions.ACTIONS == before
 
 
 # ---------------------------------------------------------------------- iWARP: mpacm.TABLE through cmid_iwarp's actions
@@ -415,8 +450,8 @@ def test_every_pair_of_the_mpa_table(state: mpacm.MPAState, event: mpacm.MPAEven
     rule = mpacm.rule(state, event)
     expected = IW_EXPECTED.get((state, event))
     if expected is None:
-        assert rule.do in ibcm.REFUSALS, f"{state.name} + {event.name}: the table acts ({rule.do})"
-        if rule.do == ibcm.REFUSE:
+        assert rule.do in ibcm_table.REFUSALS, f"{state.name} + {event.name}: the table acts ({rule.do})"
+        if rule.do == ibcm_table.REFUSE:
             with pytest.raises(PyverbsRDMAError, match=state.value):
                 conn.dispatch(event, arg)
         else:
@@ -439,8 +474,8 @@ def test_the_mpa_table_names_only_cmid_iwarp_actions() -> None:
     for s in mpacm.MPAState:
         for ev in mpacm.MPAEvent:
             r = mpacm.rule(s, ev)
-            assert r.do in ibcm.REFUSALS or r.do in cmid_iwarp.ACTIONS, (s, ev, r)
-    assert {r.do for r in mpacm.TABLE.values()} - set(ibcm.REFUSALS) == set(cmid_iwarp.ACTIONS)
+            assert r.do in ibcm_table.REFUSALS or r.do in cmid_iwarp.ACTIONS, (s, ev, r)
+    assert {r.do for r in mpacm.TABLE.values()} - set(ibcm_table.REFUSALS) == set(cmid_iwarp.ACTIONS)
     assert set(mpacm.OTHERWISE) == set(mpacm.MPAEvent)
 
 

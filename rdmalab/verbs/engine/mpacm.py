@@ -31,7 +31,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from rdmalab.verbs.engine.ibcm import IGNORE, REFUSALS, REFUSE, Rule
+from rdmalab.verbs.engine.ibcm_table import IGNORE, REFUSALS, REFUSE, Rule
 from rdmalab.wire.errors import Picklable
 from rdmalab.wire.iwarp import encode_mpa_frame
 from rdmalab.wire.mpa import (
