@@ -8,24 +8,23 @@ what the kernel's ``rdma_cm`` (``drivers/infiniband/core/cma.c``) does for rxe; 
 * addressing and routing (service IDs, the device that has or reaches an address, address
   handles, flow labels) in :mod:`rdmalab.verbs.cmroute`;
 * the state table, the transport interface and the wait for an event in :mod:`rdmalab.verbs.cmstate`;
-* the transports: IB CM MADs (:mod:`rdmalab.verbs.cmid_ib`, the REQ with its cma_hdr, REP, REJ,
-  DREQ, SIDR) and iWARP's TCP and MPA (:mod:`rdmalab.verbs.cmid_iwarp`).
+* the transports: IB CM MADs (:mod:`rdmalab.verbs.cmid_ib`: the REQ with its cma_hdr, REP, REJ,
+  DREQ, SIDR; the passive side's checks of the cma_hdr; the IB CM's reports as rdma_cm events) and
+  iWARP's TCP and MPA (:mod:`rdmalab.verbs.cmid_iwarp`).  A transport reports to the CMID that
+  speaks for a connection (``cmstate.owner``) through its ``_move``, ``_post`` and, for a listener,
+  ``_child`` and ``_request``; the CMID itself names no transport but to pick one (:func:`_transport`).
 
 This module re-exports all of their public names (and the private ones callers used), so
 ``from rdmalab.verbs.cmid import X`` (and ``pyverbs.cmid``, served from it) works as before.
 What stays here, in :class:`CMID`:
 
-* **The passive side's REQ**: the cma_hdr's checks, refusing a header that is not version 0 / IPv4
-  or IPv6 with REJ 28 (``cma_save_ip_info``) and a destination other than the address it listens
-  on (``cma_match_private_data``); the child CMID learns the peer's port from it.
 * **What librdmacm does for a QP made with** :meth:`CMID.create_qp`: INIT at once (UD: RTS with
-  Q_Key 0x01234567, ``RDMA_UDP_QKEY``); on the REP the active side moves it to RTR and RTS and sends
-  the RTU (``ucma_process_conn_resp``); :meth:`CMID.accept` moves the passive side's to RTR and
-  RTS before the REP; :meth:`CMID.disconnect` moves it to ERR before the DREQ (``rdma_disconnect``).
-* **Events**: ADDR_RESOLVED, ROUTE_RESOLVED, CONNECT_REQUEST, CONNECT_RESPONSE (a CMID without a
-  QP), ESTABLISHED, REJECTED (``status`` the REJ reason), UNREACHABLE (``status`` -ETIMEDOUT after
-  the CM's retries), DISCONNECTED, TIMEWAIT_EXIT, MULTICAST_JOIN (:meth:`CMID.cm_event` maps the
-  IB CM's reports to them).
+  Q_Key 0x01234567, ``RDMA_UDP_QKEY``); :meth:`CMID.init_qp_attr` gives the attributes for RTR and
+  RTS, with which the transport moves it on (the active side on the REP before the RTU,
+  ``ucma_process_conn_resp``; the passive side's before the REP) and a program its own QP.
+* **Events**: ADDR_RESOLVED and ROUTE_RESOLVED (the path is built locally), CONNECT_REQUEST queued
+  on the listener's channel, MULTICAST_JOIN; the rest are the transport's (``cmid_ib._IBHandler``,
+  ``cmid_iwarp``), posted through :meth:`CMID._post` with the state moved by :meth:`CMID._move`.
 * **Multicast** as rdma_cm does it on RoCE (``cma_iboe_join_multicast``: no SA, the IPv4-mapped MGID).
 
 A :class:`CMID` made from an :class:`AddrInfo` is synchronous, as ``rdma_create_ep`` makes it:
@@ -80,8 +79,10 @@ from rdmalab.verbs.cmtypes import _Event as _Event
 from rdmalab.verbs.cmtypes import _external as _external
 from rdmalab.verbs.cmtypes import event_str as event_str
 from rdmalab.verbs.cq import CQ
-from rdmalab.verbs.device import MAX_QP_RD_ATOM, Context, is_iwarp
-from rdmalab.verbs.engine import ibcm
+from rdmalab.verbs.device import MAX_QP_RD_ATOM as MAX_QP_RD_ATOM
+from rdmalab.verbs.device import Context, is_iwarp
+from rdmalab.verbs.engine.ibcm_conn import CMConn, CMStateError
+from rdmalab.verbs.engine.ibcm_table import RDMA_UDP_QKEY
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import MCAST_QPN
 from rdmalab.verbs.mr import MR
@@ -90,7 +91,6 @@ from rdmalab.verbs.pyverbs_error import PyverbsRDMAError, PyverbsUserError
 from rdmalab.verbs.qp import ECE, QP, QPAttr, QPInitAttr
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 from rdmalab.wire import cm as w
-from rdmalab.wire.mad import CM_ATTR_SIDR_REQ
 
 EV = rdma_cm_event_type
 #: what librdmacm's rdma_resolve_addr/route default to in pyverbs
@@ -126,7 +126,7 @@ class CMID:
         self.src_port = 0
         self.dst_addr: str | None = None
         self.dst_port = 0
-        self.conn: ibcm.CMConn | None = None
+        self.conn: CMConn | None = None
         self.backlog: deque[CMID] = deque()
         self.remote_qpn = 0
         self.req: w.CMMessage | None = None
@@ -169,9 +169,7 @@ class CMID:
             if creator.event_type != EV.RDMA_CM_EVENT_CONNECT_REQUEST or child is None:
                 raise PyverbsUserError(f"a CMID is made from a CONNECT_REQUEST event, not {creator.event_str()}")
             self.__dict__.update(child.__dict__)
-            child._adopted_by = self
-            if self.conn is not None:
-                self.conn.handler = self
+            child._adopted_by = self  # the child's events now come here (cmstate.owner)
             if self._channel is not None:
                 self._channel.ids.append(self)
         else:
@@ -322,7 +320,7 @@ class CMID:
         attr = QPAttr(port_num=1)
         attr.pkey_index = 0
         if qp_init.qp_type == e.IBV_QPT_UD:
-            attr.qkey = ibcm.RDMA_UDP_QKEY
+            attr.qkey = RDMA_UDP_QKEY
             attr.sq_psn = self.device.rng.getrandbits(24) if self.device else 0
         else:
             attr.qp_access_flags = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
@@ -343,7 +341,7 @@ class CMID:
             a.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
             mask |= e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS
             if self.port_space == RDMA_PS_UDP:
-                a.qkey = ibcm.RDMA_UDP_QKEY
+                a.qkey = RDMA_UDP_QKEY
                 mask = e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_QKEY
             return a, mask
         p = self._path()
@@ -395,42 +393,6 @@ class CMID:
         self._check(CMIDEvent.LISTEN, "Listen")
         self._transport().listen(self)
         self._move(CMIDEvent.LISTEN)
-
-    def _incoming(self, conn: ibcm.CMConn, msg: w.CMMessage) -> ibcm.CMHandler | None:
-        """A REQ or SIDR_REQ for this listener: check the cma_hdr as cma.c does, then a child CMID."""
-        hdr = msg.ip_cm
-        pd = bytes(msg.private_data)
-        dev = conn.agent.dev
-        raw = msg.encode()[24 + msg.body.LAYOUT.size:]
-        version, ipv = raw[0], raw[1] >> 4
-        if hdr is None or version != 0 or ipv not in (4, 6):
-            why = f"cma_hdr version {version}, IP version {ipv} (cma_save_ip_info wants 0 and 4 or 6)"
-            conn.agent.dropped(why)
-            if msg.mad.attr_id == CM_ATTR_SIDR_REQ:
-                conn.sidr_reply(0, 0, ibcm.SIDR_REJECT)
-            else:
-                conn.agent.send(conn.remote_gid, w.build_rej(msg, w.REJ_CONSUMER_DEFINED))
-            return None
-        dst = str(hdr.dst_address)
-        if self.src_addr not in ("0.0.0.0", dst) or _ip(dev.ipv4) != dst:
-            conn.agent.dropped(f"REQ for {dst}, not this listener's {self.src_addr} (cma_match_private_data)")
-            if msg.mad.attr_id == CM_ATTR_SIDR_REQ:
-                conn.sidr_reply(0, 0, ibcm.SIDR_REJECT)
-            else:
-                conn.agent.send(conn.remote_gid, w.build_rej(msg, w.REJ_INVALID_SERVICE_ID))
-            return None
-        child = self._child(dev)
-        child.src_addr, child.src_port = dst, self.src_port
-        child.dst_addr, child.dst_port = str(hdr.src_address), hdr.src_port
-        child.conn, child.req = conn, msg
-        if isinstance(msg.body, w.CMReq):
-            child.remote_qpn = msg.body.local_qpn
-            # what accept() will put in the REP, known now for init_qp_attr (a QP the program moves itself)
-            child._psn = dev.rng.getrandbits(24)
-            child._accept_res = (min(MAX_QP_RD_ATOM, msg.body.initiator_depth),
-                                 min(MAX_QP_RD_ATOM, msg.body.responder_resources))
-        self._request(child, pd)
-        return child
 
     def _child(self, dev: SoftDevice | None) -> CMID:
         """The CMID of a connection request to this listener (on ``dev``, the device it came to)."""
@@ -506,59 +468,13 @@ class CMID:
         self._check(CMIDEvent.ESTABLISHED, what)
         try:
             self.conn.establish()
-        except ibcm.CMStateError as exc:
+        except CMStateError as exc:
             raise PyverbsRDMAError(f"Failed to {what}: {exc}", errno.EINVAL) from None
         self._move(CMIDEvent.ESTABLISHED)  # no event on this side: librdmacm reports none after rdma_establish
 
     def disconnect(self) -> None:
         """``rdma_disconnect``: the QP to ERR, then the DREQ (or the DREP answering the peer's); on iWARP a TCP FIN."""
         self._transport().disconnect(self)
-
-    # ------------------------------------------------------------------ events from the CM
-    def cm_event(self, conn: ibcm.CMConn, kind: str, msg: w.CMMessage | None, **info: Any) -> None:
-        pd = bytes(msg.private_data) if msg is not None else b""
-        if kind == "rep":
-            if self.qp is not None:
-                try:
-                    self._modify(e.IBV_QPS_RTR)
-                    self._modify(e.IBV_QPS_RTS)
-                except PyverbsRDMAError as exc:
-                    conn.reject(w.REJ_CONSUMER_DEFINED)
-                    self._move(CMIDEvent.CONNECT_ERROR)
-                    self._post(EV.RDMA_CM_EVENT_CONNECT_ERROR, status=-errno.EINVAL, why=str(exc))
-                    return
-                conn.establish()
-                self._move(CMIDEvent.ESTABLISHED)
-                self._post(EV.RDMA_CM_EVENT_ESTABLISHED, private_data=pd)
-            else:
-                self._post(EV.RDMA_CM_EVENT_CONNECT_RESPONSE, private_data=pd)
-        elif kind == "established":
-            self._move(CMIDEvent.ESTABLISHED)
-            self._post(EV.RDMA_CM_EVENT_ESTABLISHED, private_data=pd)
-        elif kind == "rejected":
-            self._move(CMIDEvent.REJECTED)
-            self._post(EV.RDMA_CM_EVENT_REJECTED, status=info.get("reason", 0), private_data=pd, **info)
-        elif kind == "unreachable":
-            self._move(CMIDEvent.UNREACHABLE)
-            self._post(EV.RDMA_CM_EVENT_UNREACHABLE, status=-errno.ETIMEDOUT, **info)
-        elif kind == "disconnected":
-            self._move(CMIDEvent.DISCONNECTED)
-            self._post(EV.RDMA_CM_EVENT_DISCONNECTED, **info)
-        elif kind == "sidr_req":  # the listener made this CMID and queued CONNECT_REQUEST already
-            pass
-        elif kind == "timewait_exit":
-            self._post(EV.RDMA_CM_EVENT_TIMEWAIT_EXIT)
-        elif kind == "sidr_rep":
-            if info.get("status") == ibcm.SIDR_SUCCESS:
-                assert self.dst_addr is not None
-                ah = _ah_to(self.dst_addr)
-                self.remote_qpn = info["qpn"]
-                self._move(CMIDEvent.ESTABLISHED)
-                self._post(EV.RDMA_CM_EVENT_ESTABLISHED, ud=(info["qpn"], info["qkey"], ah), private_data=pd)
-            else:
-                self._move(CMIDEvent.UNREACHABLE)
-                self._post(EV.RDMA_CM_EVENT_UNREACHABLE, status=-errno.ECONNREFUSED,
-                           sidr_status=info.get("status"))
 
     # ------------------------------------------------------------------ rdma_verbs.h helpers
     def reg_msgs(self, size: int) -> MR:
@@ -595,7 +511,7 @@ class CMID:
     def post_ud_send(self, mr: MR, ah: Any, rqpn: int = 0, flags: int = e.IBV_SEND_SIGNALED,
                      length: int | None = None) -> None:
         wr = SendWR(opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(mr.buf, length or mr.length, mr.lkey)], send_flags=flags)
-        wr.set_wr_ud(ah, rqpn, ibcm.RDMA_UDP_QKEY)
+        wr.set_wr_ud(ah, rqpn, RDMA_UDP_QKEY)
         self._need_qp("Post Send").post_send(wr)
 
     def _comp(self, cq: Any) -> Any:
@@ -650,7 +566,7 @@ class CMID:
         if self.qp is not None:
             self.qp.attach_mcast(mgid)
         self._groups.add(group)
-        self._post(EV.RDMA_CM_EVENT_MULTICAST_JOIN, ud=(MCAST_QPN, ibcm.RDMA_UDP_QKEY, _ah_to(group)))
+        self._post(EV.RDMA_CM_EVENT_MULTICAST_JOIN, ud=(MCAST_QPN, RDMA_UDP_QKEY, _ah_to(group)))
 
     def leave_multicast(self, addr: AddrInfo) -> None:
         """``rdma_leave_multicast``: the QP detached, the IP group left."""

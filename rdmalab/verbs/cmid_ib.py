@@ -17,23 +17,38 @@ device's own IB CM (:mod:`rdmalab.verbs.engine.ibcm`, CM MADs on QP1), as the ke
   and initiator depth limited by the REQ's; SIDR: the SIDR_REP (Q_Key ``RDMA_UDP_QKEY``).
   **reject**: REJ reason 28 (consumer defined), SIDR: status reject.  **disconnect**: the QP to
   ERR, then the DREQ (or the DREP answering the peer's).
+* **The passive side's REQ** (:class:`_IBListener`, ``cma_ib_req_handler``): the cma_hdr's checks,
+  refusing a header that is not version 0 / IPv4 or IPv6 with REJ 28 (``cma_save_ip_info``) and a
+  destination other than the address listened on with REJ 8 (``cma_match_private_data``); a
+  SIDR_REQ refused so gets a SIDR_REP with status reject.  Else a child CMID, which learns the peer's
+  address and port from the header, and CONNECT_REQUEST on the listener's channel.
+* **Events** (:class:`_IBHandler`, ``cma_ib_handler``): the IB CM's reports on a connection become
+  rdma_cm's events on the CMID that speaks for it: CONNECT_RESPONSE (a CMID without a QP; with one,
+  the QP goes to RTR and RTS and the RTU is sent, ``ucma_process_conn_resp``, then ESTABLISHED),
+  ESTABLISHED, REJECTED (``status`` the REJ reason), UNREACHABLE (``status`` -ETIMEDOUT after the
+  CM's retries; -ECONNREFUSED for a SIDR_REP that refuses), DISCONNECTED, TIMEWAIT_EXIT; a REP the QP
+  cannot take is answered with REJ 28 and is CONNECT_ERROR.
 """
 
 from __future__ import annotations
 
 import errno
 import ipaddress
+from dataclasses import dataclass
 from typing import Any
 
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.cm_enums import RDMA_PS_UDP, rdma_cm_event_type
-from rdmalab.verbs.cmroute import _devices, _flow_label, service_id
-from rdmalab.verbs.cmstate import CMIDEvent
+from rdmalab.verbs.cmroute import _ah_to, _devices, _flow_label, _ip, service_id
+from rdmalab.verbs.cmstate import CMIDEvent, owner
 from rdmalab.verbs.cmtypes import ConnParam
-from rdmalab.verbs.engine import ibcm
+from rdmalab.verbs.device import MAX_QP_RD_ATOM
+from rdmalab.verbs.engine.ibcm_conn import CMConn, CMHandler
+from rdmalab.verbs.engine.ibcm_table import PACKET_LIFE_TIME, RDMA_UDP_QKEY, SIDR_REJECT, SIDR_SUCCESS
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.wire import cm as w
+from rdmalab.wire.mad import CM_ATTR_SIDR_REQ
 
 # rdmalab.verbs.cmid.CMID (cmid imports this module, so it is not imported here)
 CMID = Any
@@ -62,13 +77,13 @@ class _IBTransport:
             if shared is not None and not shared.listen(sid):
                 raise PyverbsRDMAError(f"Listen Failed: another process listens on port {cmid.src_port} of "
                                        f"{dev.name}", errno.EADDRINUSE)
-            dev.gsi.agent.listeners[sid] = cmid._incoming
+            dev.gsi.agent.listeners[sid] = _IBListener(cmid)
             cmid._devs_listening = devs
 
     def unlisten(self, cmid: CMID) -> None:
         sid = service_id(cmid.port_space, cmid.src_port)
         for dev in cmid._devs_listening:
-            if dev.gsi.agent.listeners.get(sid) == cmid._incoming:
+            if dev.gsi.agent.listeners.get(sid) == _IBListener(cmid):
                 del dev.gsi.agent.listeners[sid]
                 if dev.gsi.agent.shared is not None:
                     dev.gsi.agent.shared.unlisten(sid)
@@ -86,7 +101,7 @@ class _IBTransport:
                 raise PyverbsRDMAError(f"Failed to Connect: {len(user)} bytes of private data (a SIDR_REQ holds "
                                        f"{MAX_SIDR_PRIVATE} after the cma_hdr)", errno.EINVAL)
             cmid._move(CMIDEvent.CONNECT)
-            cmid.conn = agent.sidr_request(cmid, dst_gid, service_id(cmid.port_space, cmid.dst_port),
+            cmid.conn = agent.sidr_request(_IBHandler(cmid), dst_gid, service_id(cmid.port_space, cmid.dst_port),
                                            hdr.encode() + user)
             return
         if len(user) > MAX_REQ_PRIVATE:
@@ -96,7 +111,7 @@ class _IBTransport:
         psn = dev.rng.getrandbits(24)
         mtu = e.bytes_to_mtu(dev.active_mtu)
         dst = cmid.dst_addr
-        ack = cmid._ack_timeout if cmid._ack_timeout is not None else ibcm.PACKET_LIFE_TIME + 1
+        ack = cmid._ack_timeout if cmid._ack_timeout is not None else PACKET_LIFE_TIME + 1
 
         def build(local_id: int) -> w.CMMessage:
             return w.build_req(src, dst, cmid.src_port, cmid.dst_port,
@@ -110,7 +125,7 @@ class _IBTransport:
                                                   local_ack_timeout=ack))
 
         cmid._move(CMIDEvent.CONNECT)
-        cmid.conn = agent.connect(cmid, dst_gid, build)
+        cmid.conn = agent.connect(_IBHandler(cmid), dst_gid, build)
         cmid.req = cmid.conn.req
 
     def accept(self, cmid: CMID, param: ConnParam) -> None:
@@ -120,7 +135,7 @@ class _IBTransport:
         if isinstance(cmid.req.body, w.CMSidrReq):
             qpn = cmid.qp.qp_num if cmid.qp is not None else param.qp_num
             cmid._move(CMIDEvent.ACCEPT)
-            conn.sidr_reply(qpn, ibcm.RDMA_UDP_QKEY, ibcm.SIDR_SUCCESS, param.private_data)
+            conn.sidr_reply(qpn, RDMA_UDP_QKEY, SIDR_SUCCESS, param.private_data)
             cmid._move(CMIDEvent.ESTABLISHED)  # SIDR: the SIDR_REP is the whole answer, no event on this side
             return
         req = cmid.req.body
@@ -145,7 +160,7 @@ class _IBTransport:
         if cmid.conn is None or cmid.req is None:
             raise PyverbsRDMAError("Failed to Reject Connection: no connection request on this CMID", errno.EINVAL)
         if isinstance(cmid.req.body, w.CMSidrReq):
-            cmid.conn.sidr_reply(0, 0, ibcm.SIDR_REJECT, private_data)
+            cmid.conn.sidr_reply(0, 0, SIDR_REJECT, private_data)
         else:
             cmid.conn.reject(w.REJ_CONSUMER_DEFINED, private_data)
 
@@ -160,6 +175,104 @@ class _IBTransport:
 
 #: the transport of every device that is not iWARP
 IB = _IBTransport()
+
+
+@dataclass(frozen=True)
+class _IBListener:
+    """``cma_ib_req_handler`` of one listening CMID: what the agents of the devices it listens on call
+    with a REQ or SIDR_REQ for its service ID.  It checks the cma_hdr as cma.c does and makes the
+    child CMID, whose handler it returns; a request it refuses it answers itself (REJ, or a SIDR_REP
+    with status reject) and returns None.  Equal for the same CMID (``unlisten`` finds it so)."""
+
+    cmid: CMID
+
+    def __call__(self, conn: CMConn, msg: w.CMMessage) -> CMHandler | None:
+        listener = self.cmid
+        hdr = msg.ip_cm
+        pd = bytes(msg.private_data)
+        dev = conn.agent.dev
+        raw = msg.encode()[24 + msg.body.LAYOUT.size:]
+        version, ipv = raw[0], raw[1] >> 4
+        sidr = msg.mad.attr_id == CM_ATTR_SIDR_REQ
+        if hdr is None or version != 0 or ipv not in (4, 6):
+            conn.agent.dropped(f"cma_hdr version {version}, IP version {ipv} (cma_save_ip_info wants 0 and 4 or 6)")
+            return self._refuse(conn, msg, sidr, w.REJ_CONSUMER_DEFINED)
+        dst = str(hdr.dst_address)
+        if listener.src_addr not in ("0.0.0.0", dst) or _ip(dev.ipv4) != dst:
+            conn.agent.dropped(f"REQ for {dst}, not this listener's {listener.src_addr} (cma_match_private_data)")
+            return self._refuse(conn, msg, sidr, w.REJ_INVALID_SERVICE_ID)
+        child = listener._child(dev)
+        child.src_addr, child.src_port = dst, listener.src_port
+        child.dst_addr, child.dst_port = str(hdr.src_address), hdr.src_port
+        child.conn, child.req = conn, msg
+        if isinstance(msg.body, w.CMReq):
+            child.remote_qpn = msg.body.local_qpn
+            # what accept() will put in the REP, known now for init_qp_attr (a QP the program moves itself)
+            child._psn = dev.rng.getrandbits(24)
+            child._accept_res = (min(MAX_QP_RD_ATOM, msg.body.initiator_depth),
+                                 min(MAX_QP_RD_ATOM, msg.body.responder_resources))
+        listener._request(child, pd)
+        return _IBHandler(child)
+
+    @staticmethod
+    def _refuse(conn: CMConn, msg: w.CMMessage, sidr: bool, reason: int) -> None:
+        if sidr:
+            conn.sidr_reply(0, 0, SIDR_REJECT)
+        else:
+            conn.agent.send(conn.remote_gid, w.build_rej(msg, reason))
+
+
+@dataclass(frozen=True)
+class _IBHandler:
+    """``cma_ib_handler`` of one CMID's connection (its :class:`~rdmalab.verbs.engine.ibcm_conn.CMHandler`):
+    the IB CM's reports as rdma_cm events, on the CMID that speaks for it (``cmstate.owner``: the one
+    a program made from its CONNECT_REQUEST event, if it did)."""
+
+    cmid: CMID
+
+    def cm_event(self, conn: CMConn, kind: str, msg: w.CMMessage | None, **info: Any) -> None:
+        cmid = owner(self.cmid)
+        pd = bytes(msg.private_data) if msg is not None else b""
+        if kind == "rep":
+            if cmid.qp is None:
+                cmid._post(EV.RDMA_CM_EVENT_CONNECT_RESPONSE, private_data=pd)
+                return
+            try:
+                cmid._modify(e.IBV_QPS_RTR)
+                cmid._modify(e.IBV_QPS_RTS)
+            except PyverbsRDMAError as exc:
+                conn.reject(w.REJ_CONSUMER_DEFINED)
+                cmid._move(CMIDEvent.CONNECT_ERROR)
+                cmid._post(EV.RDMA_CM_EVENT_CONNECT_ERROR, status=-errno.EINVAL, why=str(exc))
+                return
+            conn.establish()
+            cmid._move(CMIDEvent.ESTABLISHED)
+            cmid._post(EV.RDMA_CM_EVENT_ESTABLISHED, private_data=pd)
+        elif kind == "established":
+            cmid._move(CMIDEvent.ESTABLISHED)
+            cmid._post(EV.RDMA_CM_EVENT_ESTABLISHED, private_data=pd)
+        elif kind == "rejected":
+            cmid._move(CMIDEvent.REJECTED)
+            cmid._post(EV.RDMA_CM_EVENT_REJECTED, status=info.get("reason", 0), private_data=pd, **info)
+        elif kind == "unreachable":
+            cmid._move(CMIDEvent.UNREACHABLE)
+            cmid._post(EV.RDMA_CM_EVENT_UNREACHABLE, status=-errno.ETIMEDOUT, **info)
+        elif kind == "disconnected":
+            cmid._move(CMIDEvent.DISCONNECTED)
+            cmid._post(EV.RDMA_CM_EVENT_DISCONNECTED, **info)
+        elif kind == "timewait_exit":
+            cmid._post(EV.RDMA_CM_EVENT_TIMEWAIT_EXIT)
+        elif kind == "sidr_rep":
+            if info.get("status") == SIDR_SUCCESS:
+                assert cmid.dst_addr is not None
+                ah = _ah_to(cmid.dst_addr)
+                cmid.remote_qpn = info["qpn"]
+                cmid._move(CMIDEvent.ESTABLISHED)
+                cmid._post(EV.RDMA_CM_EVENT_ESTABLISHED, ud=(info["qpn"], info["qkey"], ah), private_data=pd)
+            else:
+                cmid._move(CMIDEvent.UNREACHABLE)
+                cmid._post(EV.RDMA_CM_EVENT_UNREACHABLE, status=-errno.ECONNREFUSED, sidr_status=info.get("status"))
+        # req, sidr_req (the listener queued CONNECT_REQUEST already) and mra: no rdma_cm event
 
 
 class _OneDevice:
