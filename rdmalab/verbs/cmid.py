@@ -81,7 +81,7 @@ from rdmalab.verbs.cmtypes import event_str as event_str
 from rdmalab.verbs.cq import CQ
 from rdmalab.verbs.device import MAX_QP_RD_ATOM as MAX_QP_RD_ATOM
 from rdmalab.verbs.device import Context, is_iwarp
-from rdmalab.verbs.engine.ibcm_conn import CMConn, CMStateError
+from rdmalab.verbs.engine.ibcm_conn import CMConn
 from rdmalab.verbs.engine.ibcm_table import RDMA_UDP_QKEY
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import MCAST_QPN
@@ -344,7 +344,7 @@ class CMID:
                 a.qkey = RDMA_UDP_QKEY
                 mask = e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_QKEY
             return a, mask
-        p = self._path()
+        p = self._transport().qp_path(self)
         if qp_state == e.IBV_QPS_RTR:
             a.path_mtu, a.dest_qp_num, a.rq_psn = p["mtu"], p["dest_qp"], p["rq_psn"]
             a.ah_attr = p["ah"]
@@ -358,27 +358,6 @@ class CMID:
             return a, (mask | e.IBV_QP_SQ_PSN | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY
                        | e.IBV_QP_MAX_QP_RD_ATOMIC)
         return a, mask
-
-    def _path(self) -> dict[str, Any]:
-        """What the CM messages say about this connection, seen from this side."""
-        req = self.req.body if self.req is not None else None
-        rep = self.conn.rep.body if self.conn is not None and self.conn.rep is not None else None
-        if not isinstance(req, w.CMReq):
-            raise PyverbsRDMAError("Failed to get QP attributes: the connection has no REQ yet", errno.EINVAL)
-        assert self.device is not None and self.dst_addr is not None
-        mtu = min(req.path_mtu, e.bytes_to_mtu(self.device.active_mtu))
-        ah = _ah_to(self.dst_addr)
-        active = self.conn is not None and self.conn.active
-        if active:
-            if not isinstance(rep, w.CMRep):
-                raise PyverbsRDMAError("Failed to get QP attributes: no REP yet", errno.EINVAL)
-            return {"mtu": mtu, "ah": ah, "dest_qp": rep.local_qpn, "rq_psn": req.starting_psn,
-                    "sq_psn": rep.starting_psn, "resp_res": rep.initiator_depth, "init_depth": rep.responder_resources,
-                    "timeout": req.primary_local_ack_timeout, "retry": req.retry_count,
-                    "rnr_retry": rep.rnr_retry_count}
-        return {"mtu": mtu, "ah": ah, "dest_qp": req.local_qpn, "rq_psn": self._psn, "sq_psn": req.starting_psn,
-                "resp_res": self._accept_res[0], "init_depth": self._accept_res[1],
-                "timeout": req.primary_local_ack_timeout, "retry": req.retry_count, "rnr_retry": req.rnr_retry_count}
 
     def _modify(self, state: int) -> None:
         assert self.qp is not None
@@ -462,15 +441,7 @@ class CMID:
     def establish(self) -> None:
         """``rdma_establish`` (a CMID without a QP, after CONNECT_RESPONSE): send the RTU.  The active
         side gets no ESTABLISHED event for it (librdmacm ``rdma_establish``); the passive side does."""
-        if self.conn is None:
-            raise PyverbsRDMAError("Failed to Complete an active connection request: not connecting", errno.EINVAL)
-        what = "Complete an active connection request"
-        self._check(CMIDEvent.ESTABLISHED, what)
-        try:
-            self.conn.establish()
-        except CMStateError as exc:
-            raise PyverbsRDMAError(f"Failed to {what}: {exc}", errno.EINVAL) from None
-        self._move(CMIDEvent.ESTABLISHED)  # no event on this side: librdmacm reports none after rdma_establish
+        self._transport().establish(self)
 
     def disconnect(self) -> None:
         """``rdma_disconnect``: the QP to ERR, then the DREQ (or the DREP answering the peer's); on iWARP a TCP FIN."""

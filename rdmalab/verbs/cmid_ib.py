@@ -13,6 +13,8 @@ device's own IB CM (:mod:`rdmalab.verbs.engine.ibcm`, CM MADs on QP1), as the ke
   device's MTU, the RoCE flow label of ``cma_get_roce_udp_flow_label``), retry counts capped at 7,
   the local ACK timeout ``rdma_set_ack_timeout`` set or packet life time + 1.  RDMA_PS_UDP sends a
   SIDR_REQ instead.
+* **rdma_establish** (a CMID without a QP, after CONNECT_RESPONSE): the RTU.  **init_qp_attr**'s RTR
+  and RTS attributes come from the REQ and REP (:meth:`_IBTransport.qp_path`).
 * **accept**: the QP (if the CMID has one) to RTR and RTS, then the REP with responder resources
   and initiator depth limited by the REQ's; SIDR: the SIDR_REP (Q_Key ``RDMA_UDP_QKEY``).
   **reject**: REJ reason 28 (consumer defined), SIDR: status reject.  **disconnect**: the QP to
@@ -43,7 +45,7 @@ from rdmalab.verbs.cmroute import _ah_to, _devices, _flow_label, _ip, service_id
 from rdmalab.verbs.cmstate import CMIDEvent, owner
 from rdmalab.verbs.cmtypes import ConnParam
 from rdmalab.verbs.device import MAX_QP_RD_ATOM
-from rdmalab.verbs.engine.ibcm_conn import CMConn, CMHandler
+from rdmalab.verbs.engine.ibcm_conn import CMConn, CMHandler, CMStateError
 from rdmalab.verbs.engine.ibcm_table import PACKET_LIFE_TIME, RDMA_UDP_QKEY, SIDR_REJECT, SIDR_SUCCESS
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
@@ -163,6 +165,41 @@ class _IBTransport:
             cmid.conn.sidr_reply(0, 0, SIDR_REJECT, private_data)
         else:
             cmid.conn.reject(w.REJ_CONSUMER_DEFINED, private_data)
+
+    def establish(self, cmid: CMID) -> None:
+        what = "Complete an active connection request"
+        if cmid.conn is None:
+            raise PyverbsRDMAError(f"Failed to {what}: not connecting", errno.EINVAL)
+        cmid._check(CMIDEvent.ESTABLISHED, what)
+        try:
+            cmid.conn.establish()
+        except CMStateError as exc:
+            raise PyverbsRDMAError(f"Failed to {what}: {exc}", errno.EINVAL) from None
+        cmid._move(CMIDEvent.ESTABLISHED)  # no event on this side: librdmacm reports none after rdma_establish
+
+    def qp_path(self, cmid: CMID) -> dict[str, Any]:
+        """What the REQ and REP say about ``cmid``'s connection, seen from its side: what
+        ``init_qp_attr`` gives for RTR and RTS (the passive side's PSN and resources are what its REP
+        will carry, chosen when the REQ came)."""
+        req = cmid.req.body if cmid.req is not None else None
+        rep = cmid.conn.rep.body if cmid.conn is not None and cmid.conn.rep is not None else None
+        if not isinstance(req, w.CMReq):
+            raise PyverbsRDMAError("Failed to get QP attributes: the connection has no REQ yet", errno.EINVAL)
+        assert cmid.device is not None and cmid.dst_addr is not None
+        mtu = min(req.path_mtu, e.bytes_to_mtu(cmid.device.active_mtu))
+        ah = _ah_to(cmid.dst_addr)
+        active = cmid.conn is not None and cmid.conn.active
+        if active:
+            if not isinstance(rep, w.CMRep):
+                raise PyverbsRDMAError("Failed to get QP attributes: no REP yet", errno.EINVAL)
+            return {"mtu": mtu, "ah": ah, "dest_qp": rep.local_qpn, "rq_psn": req.starting_psn,
+                    "sq_psn": rep.starting_psn, "resp_res": rep.initiator_depth, "init_depth": rep.responder_resources,
+                    "timeout": req.primary_local_ack_timeout, "retry": req.retry_count,
+                    "rnr_retry": rep.rnr_retry_count}
+        return {"mtu": mtu, "ah": ah, "dest_qp": req.local_qpn, "rq_psn": cmid._psn, "sq_psn": req.starting_psn,
+                "resp_res": cmid._accept_res[0], "init_depth": cmid._accept_res[1],
+                "timeout": req.primary_local_ack_timeout, "retry": req.retry_count, "rnr_retry": req.rnr_retry_count}
+
 
     def disconnect(self, cmid: CMID) -> None:
         if cmid.conn is None:

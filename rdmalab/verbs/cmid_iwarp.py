@@ -393,4 +393,12 @@ class IWTransport:
         conn.dispatch(ME.DISCONNECT)
 
 
+    def establish(self, cmid: CMID) -> None:
+        raise PyverbsRDMAError("Failed to Complete an active connection request: on iWARP the MPA Reply "
+                               "establishes the connection (there is no CONNECT_RESPONSE to complete)", errno.EINVAL)
+
+    def qp_path(self, cmid: CMID) -> dict[str, Any]:
+        raise PyverbsRDMAError("Failed to get QP attributes: an iWARP connection has no REQ or REP to take RTR "
+                               "and RTS attributes from (its QP goes to RTS when the MPA exchange ends)", errno.EINVAL)
+
 TRANSPORT = IWTransport()

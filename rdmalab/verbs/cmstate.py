@@ -126,6 +126,13 @@ class CMTransport(Protocol):
 
     def disconnect(self, cmid: Any) -> None: ...
 
+    def establish(self, cmid: Any) -> None:
+        """``rdma_establish``: complete an active connection a CMID without a QP was told of (CONNECT_RESPONSE)."""
+
+    def qp_path(self, cmid: Any) -> dict[str, Any]:
+        """What ``init_qp_attr`` needs for RTR and RTS: mtu, ah, dest_qp, rq_psn, sq_psn, resp_res,
+        init_depth, timeout, retry, rnr_retry (EINVAL if the connection cannot tell yet)."""
+
 
 def owner(cmid: Any) -> Any:
     """The CMID that speaks for ``cmid``: the one a program made from its CONNECT_REQUEST event

@@ -602,6 +602,22 @@ def test_a_connection_and_its_disconnect_walk_the_cmid_table(transport: str,
         sid.accept(ConnParam())
         assert CMEvent(cch).event_type == EV.RDMA_CM_EVENT_ESTABLISHED
         assert CMEvent(sch).event_type == EV.RDMA_CM_EVENT_ESTABLISHED
+        # rdma_establish and init_qp_attr's RTR/RTS attributes are the transport's
+        if transport == "iwarp":
+            with pytest.raises(PyverbsRDMAError, match="on iWARP the MPA Reply establishes the connection") as est:
+                cid.establish()
+            with pytest.raises(PyverbsRDMAError, match="an iWARP connection has no REQ or REP") as attr:
+                cid.init_qp_attr(ve.IBV_QPS_RTR)
+            assert est.value.error_code == attr.value.error_code == errno.EINVAL
+        else:
+            with pytest.raises(PyverbsRDMAError, match=r"Failed to Complete an active connection request: "
+                                                       r"ESTABLISHED is not allowed on a CMID in state 'established'"):
+                cid.establish()
+            assert cid.qp is not None and sid.qp is not None
+            (a_rtr, _), (a_rts, _) = cid.init_qp_attr(ve.IBV_QPS_RTR), cid.init_qp_attr(ve.IBV_QPS_RTS)
+            (p_rtr, _), (p_rts, _) = sid.init_qp_attr(ve.IBV_QPS_RTR), sid.init_qp_attr(ve.IBV_QPS_RTS)
+            assert (a_rtr.dest_qp_num, p_rtr.dest_qp_num) == (sid.qp.qp_num, cid.qp.qp_num)
+            assert (a_rtr.rq_psn, a_rts.sq_psn) == (p_rts.sq_psn, p_rtr.rq_psn)  # each side's send PSN is the other's
         cid.disconnect()
         assert CMEvent(sch).event_type == EV.RDMA_CM_EVENT_DISCONNECTED
         sid.disconnect()
