@@ -328,7 +328,7 @@ def test_the_agent_module_gives_the_same_table_actions_and_connection() -> None:
                  "IGNORE", "MESSAGES", "CALLS", "rule", "edges", "cm_ms", "req_timeout_ms", "PACKET_LIFE_TIME",
                  "RDMA_UDP_QKEY", "SIDR_SUCCESS", "SIDR_REJECT", "GSI_QPN"):
         assert getattr(ibcm, name) is getattr(ibcm_table, name), name
-    for name in ("CMConn", "CMHandler", "CMStateError", "CMTableError", "CMAgentLike"):
+    for name in ("CMConn", "CMHandler", "CMStateError", "CMTableError", "CMAgentLike", "Listener"):
         assert getattr(ibcm, name) is getattr(ibcm_conn, name), name
     assert ibcm.ACTIONS is ibcm_actions.ACTIONS
 

@@ -50,7 +50,6 @@ What follows Linux 6.1 (line numbers of ``drivers/infiniband/core/cm.c`` in 6.1.
   REQ carries 0x9d04f9 and the server's first READ request has that PSN).
 """
 
-
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -64,6 +63,7 @@ from rdmalab.verbs.engine.ibcm_conn import CMConn as CMConn
 from rdmalab.verbs.engine.ibcm_conn import CMHandler as CMHandler
 from rdmalab.verbs.engine.ibcm_conn import CMStateError as CMStateError
 from rdmalab.verbs.engine.ibcm_conn import CMTableError as CMTableError
+from rdmalab.verbs.engine.ibcm_conn import Listener as Listener
 from rdmalab.verbs.engine.ibcm_table import CALLS as CALLS
 from rdmalab.verbs.engine.ibcm_table import CM_RESPONSE_TIMEOUT as CM_RESPONSE_TIMEOUT
 from rdmalab.verbs.engine.ibcm_table import DROP as DROP
@@ -115,8 +115,6 @@ UD_SEND_ONLY = 0x64
 CM_ATTR_LAP, CM_ATTR_APR = 0x0019, 0x001A
 E = Event
 
-Listener = Callable[[CMConn, w.CMMessage], bool]
-
 _EVENT_OF_ATTR = {CM_ATTR_REQ: E.REQ, CM_ATTR_REP: E.REP, CM_ATTR_RTU: E.RTU, CM_ATTR_REJ: E.REJ,
                   CM_ATTR_MRA: E.MRA, CM_ATTR_DREQ: E.DREQ, CM_ATTR_DREP: E.DREP, CM_ATTR_SIDR_REQ: E.SIDR_REQ,
                   CM_ATTR_SIDR_REP: E.SIDR_REP}
@@ -132,7 +130,7 @@ class CMAgent:
         self.by_remote: dict[tuple[int, int], CMConn] = {}  # (remote comm ID, remote GID)
         self.by_remote_qpn: dict[tuple[int, int], CMConn] = {}  # (remote QPN, remote GID)
         #: service ID -> what makes the handler of a REQ or SIDR_REQ for it (None: it refused, and answered)
-        self.listeners: dict[int, Callable[[CMConn, w.CMMessage], CMHandler | None]] = {}
+        self.listeners: dict[int, Listener] = {}
         self.psn = dev.rng.getrandbits(24)
         self.counters = {"cm_tx_msgs": 0, "cm_tx_retries": 0, "cm_rx_msgs": 0, "cm_rx_duplicates": 0,
                          "cm_rx_dropped": 0}

@@ -41,12 +41,12 @@ def action(fn: Action) -> Action:
 
     A function named otherwise, a name registered already or a refusal's name (drop, duplicate,
     ignore, refuse) is a :class:`ValueError` naming the function."""
-    qualname = getattr(fn, "__name__", repr(fn))
-    name = qualname.removeprefix("_a_")
-    if name == qualname or not name:
-        raise ValueError(f"action {qualname}: an action's function is named _a_<the name the table uses>")
+    fname = getattr(fn, "__name__", repr(fn))
+    name = fname.removeprefix("_a_")
+    if name == fname or not name:
+        raise ValueError(f"action {fname}: an action's function is named _a_<the name the table uses>")
     if name in ACTIONS or name in REFUSALS:
-        raise ValueError(f"action {qualname}: {name!r} is " + ("registered already" if name in ACTIONS
+        raise ValueError(f"action {fname}: {name!r} is " + ("registered already" if name in ACTIONS
                                                                else "a refusal's name, not an action's"))
     ACTIONS[name] = fn
     return fn

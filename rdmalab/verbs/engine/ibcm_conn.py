@@ -37,6 +37,11 @@ class CMHandler(Protocol):
         timewait_exit, sidr_rep."""
 
 
+#: what a listener gives the agent for its service ID: it makes the handler of a REQ or SIDR_REQ for it,
+#: or answers the request itself (a REJ, a SIDR_REP refusing) and gives None
+Listener = Callable[["CMConn", w.CMMessage], "CMHandler | None"]
+
+
 class CMAgentLike(Protocol):
     """What a :class:`CMConn` and the table's actions use of their agent (``ibcm.CMAgent`` is it)."""
 
@@ -48,7 +53,7 @@ class CMAgentLike(Protocol):
     by_remote: dict[tuple[int, int], CMConn]
     by_remote_qpn: dict[tuple[int, int], CMConn]
     #: service ID -> what makes the handler of a REQ or SIDR_REQ for it (None: it refused, and answered)
-    listeners: dict[int, Callable[[CMConn, w.CMMessage], CMHandler | None]]
+    listeners: dict[int, Listener]
     counters: dict[str, int]
     #: the other processes sharing the device (rdmalab.fabric.shared.SharedDevice), else None
     shared: Any
