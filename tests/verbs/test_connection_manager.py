@@ -5,6 +5,7 @@ Wire agreement with tshark is in test_cm_wire (tshark marker); the kernel as pee
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator
 
 import pytest
@@ -371,3 +372,72 @@ def test_qp1_drops_a_mad_from_another_partition(fab: Fabric) -> None:
     fab.devices["soft1"].receive(p2)
     fab.run()
     assert peer.counters["cm_rx_msgs"] == 1
+
+
+# ---------------------------------------------------------------------- rdma_cm over IB (cmid_ib): the listener's
+# checks of the cma_hdr and the IB CM's reports as rdma_cm events
+def _last_cm(fab: Fabric) -> w.CMMessage:
+    from rdmalab.wire.frame import decode_ethernet
+
+    last = [ev for ev in fab.trace if ev.kind == "sent" and ev.qpn == 1][-1]
+    msg = w.CMMessage.from_packet(decode_ethernet(last.frame))  # type: ignore[attr-defined]
+    assert msg is not None
+    return msg
+
+
+def test_a_req_for_another_address_than_the_listeners_gets_rej_8(fab: Fabric) -> None:
+    srv = _listen()
+    soft0, soft1 = fab.devices["soft0"], fab.devices["soft1"]
+    req = w.build_req("10.0.0.1", "10.0.0.9", 40000, PORT, local_comm_id=0x1234, local_qpn=0x99, starting_psn=1)
+    soft0.gsi.agent.send(0xFFFF0A000002, req)  # to 10.0.0.2's QP1, its cma_hdr naming 10.0.0.9
+    fab.run()
+    rej = _last_cm(fab)
+    assert isinstance(rej.body, w.CMRej) and rej.body.reason == w.REJ_INVALID_SERVICE_ID
+    assert "REQ for 10.0.0.9, not this listener's 10.0.0.2 (cma_match_private_data)" in soft1.gsi.agent.log
+    assert not srv.id.backlog and soft1.gsi.agent.conns == {}
+
+
+class _Reports:
+    def __init__(self) -> None:
+        self.got: list[tuple[str, dict[str, object]]] = []
+
+    def cm_event(self, conn: object, kind: str, msg: object, **info: object) -> None:
+        self.got.append((kind, info))
+
+
+def test_a_sidr_req_whose_cma_hdr_is_not_version_0_gets_a_sidr_rep_that_rejects(fab: Fabric) -> None:
+    _listen(ps=RDMA_PS_UDP)
+    soft0 = fab.devices["soft0"]
+    hdr = bytearray(w.IPCMHeader.for_addresses("10.0.0.1", "10.0.0.2", 40000).encode())
+    hdr[0] = 1  # cma_version 1
+    h = _Reports()
+    soft0.gsi.agent.sidr_request(h, 0xFFFF0A000002, service_id(RDMA_PS_UDP, PORT), bytes(hdr))
+    fab.run()
+    assert h.got == [("sidr_rep", {"status": ibcm.SIDR_REJECT, "qpn": 0, "qkey": 0})]
+    assert _cm_names(fab) == ["SIDR_REQ>", "<SIDR_REP"]
+
+
+def test_connect_response_without_a_qp_then_establish_sends_the_rtu(fab: Fabric) -> None:
+    srv, cli = _listen(), _client()
+    cli.id.connect(ConnParam(qp_num=0x77))  # a QP of the program's own, named by number
+    conn = CMID(srv.event(EV.RDMA_CM_EVENT_CONNECT_REQUEST), listen_id=srv.id)
+    conn.create_qp(_init())
+    conn.accept()
+    ev = cli.event(EV.RDMA_CM_EVENT_CONNECT_RESPONSE)
+    assert str(cli.id.state) == "connecting" and _cm_names(fab) == ["REQ>", "<REP"]
+    cli.id.establish()
+    srv_ev = CMEvent(srv.ch)
+    assert srv_ev.event_type == EV.RDMA_CM_EVENT_ESTABLISHED and srv_ev.id is conn
+    assert _cm_names(fab) == ["REQ>", "<REP", "RTU>"]
+    assert str(cli.id.state) == str(conn.state) == "established" and ev.id is cli.id
+
+
+def test_a_rep_the_qp_cannot_take_is_connect_error_and_rej_28(fab: Fabric) -> None:
+    srv, cli, conn = _connect(fab)
+    assert cli.id.qp is not None
+    cli.id.qp.to_error()  # the REP's RTR cannot be reached from ERR
+    conn.accept()
+    ev = cli.event(EV.RDMA_CM_EVENT_CONNECT_ERROR)
+    assert ev.status == -errno.EINVAL and str(cli.id.state) == "error"
+    rej = srv.event(EV.RDMA_CM_EVENT_REJECTED)
+    assert rej.status == w.REJ_CONSUMER_DEFINED and _cm_names(fab) == ["REQ>", "<REP", "REJ>"]
