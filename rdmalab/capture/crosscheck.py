@@ -2,10 +2,13 @@
 
 ``crosscheck(path)`` runs tshark on a capture and rdmalab on the same file, pairs the packets by
 frame number and compares every field both decode (same display-filter name): its value and,
-for whole-byte fields, its byte offset.  Each difference is either explained by a known
-Wireshark 4.0 defect (:data:`rdmalab.capture.defects.WIRESHARK_DEFECTS`) or left unexplained,
-which means a new Wireshark defect or an rdmalab bug.  For iWARP it also compares the CRC32c
-verdict ("Good CRC32" / "Bad CRC32" in Wireshark's tree) with rdmalab's.
+for whole-byte fields, its byte offset.  Each difference is explained by tshark's choice of
+another dissector for the frame's UDP/TCP payload, named with the port of its port table or the
+heuristic that made it (:func:`rdmalab.capture.defects.dissector_choice`: "tshark dissected UDP
+port 69 as TFTP (its port table)"), or by a known Wireshark 4.0 defect whose whole signature the
+frame shows (:data:`rdmalab.capture.defects.WIRESHARK_DEFECTS`), or left unexplained, which
+means a new Wireshark defect or an rdmalab bug.  For iWARP it also compares the CRC32c verdict
+("Good CRC32" / "Bad CRC32" in Wireshark's tree) with rdmalab's.
 
 Why tshark directly and not pyshark: pyshark drives the same tshark, but builds its packets
 from dictionaries (losing the repeated fields that several iWARP PDUs in one frame, or
@@ -24,11 +27,11 @@ import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rdmalab.capture.defects import WiresharkDefect, explain
+from rdmalab.capture.defects import DissectorChoice, DissectorTables, WiresharkDefect, dissector_choice, explain
 from rdmalab.capture.fields import frame_fields, ws_formats
 from rdmalab.capture.linktypes import ERF, ERFExt
 from rdmalab.capture.reader import CapturedPacket, read
@@ -92,6 +95,26 @@ def wireshark_packets(path: str | os.PathLike[str], *, tshark: str | None = None
             proc.stderr.close()
     if rc != 0 and "appears to have been cut short" not in err_text:
         raise TsharkError(f"tshark failed on {os.fspath(path)} (exit {rc}): {err_text}")
+
+
+_TABLES: dict[str, DissectorTables] = {}
+
+
+def dissector_tables(tshark: str | None = None) -> DissectorTables:
+    """tshark's port tables, heuristic lists and protocol names (three ``tshark -G`` runs, about
+    half a second each; kept for the process, per tshark executable)."""
+    exe = tshark or tshark_path()
+    if exe is None:
+        raise TsharkError("tshark is not installed (Debian/Ubuntu: apt-get install tshark)")
+    if exe not in _TABLES:
+        texts = []
+        for report in ("decodes", "heuristic-decodes", "protocols"):
+            proc = subprocess.run([exe, "-G", report], capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise TsharkError(f"tshark -G {report} failed (exit {proc.returncode}): {proc.stderr.strip()}")
+            texts.append(proc.stdout)
+        _TABLES[exe] = DissectorTables.parse(*texts)
+    return _TABLES[exe]
 
 
 # ----------------------------------------------------------------------------- value parsing
@@ -174,13 +197,15 @@ class FieldResult:
     theirs: Any = None
     defect: WiresharkDefect | None = None
     note: str = ""
+    cause: DissectorChoice | None = None  # tshark dissected the payload as another protocol
 
     @property
     def explained(self) -> bool:
-        return self.status == "agree" or self.defect is not None
+        return self.status == "agree" or self.defect is not None or self.cause is not None
 
     def __str__(self) -> str:
-        why = f"known Wireshark defect '{self.defect.id}': {self.defect.reason}" if self.defect else "UNEXPLAINED"
+        why = (self.cause.text if self.cause else
+               f"known Wireshark defect '{self.defect.id}': {self.defect.reason}" if self.defect else "UNEXPLAINED")
         return (f"frame {self.frame}: {self.key}: {self.status}: rdmalab={_show(self.ours)} "
                 f"wireshark={_show(self.theirs)}{' (' + self.note + ')' if self.note else ''} -> {why}")
 
@@ -221,14 +246,30 @@ class CrosscheckReport:
     def ok(self) -> bool:
         return not self.unexplained and self.packets == self.wireshark_packets
 
+    @property
+    def dissector_choices(self) -> dict[str, list[int]]:
+        """Cause text -> the frames whose differences it explains (tshark chose another dissector)."""
+        out: dict[str, list[int]] = {}
+        for r in self.results:
+            if r.cause is not None:
+                frames = out.setdefault(r.cause.text, [])
+                if r.frame not in frames:
+                    frames.append(r.frame)
+        return out
+
     def text(self, *, verbose: bool = False) -> str:
+        by_cause = Counter(r.cause.text for r in self.results if r.cause)
+        by_defect = Counter(r.defect.id for r in self.results if r.defect and not r.cause)
         lines = [
             f"{self.path}: {self.packets} packets (tshark: {self.wireshark_packets}), "
             f"{self.fields_compared} fields compared, {self.agreements} agree, "
-            f"{len(self.explained)} differences explained by known Wireshark defects, "
+            f"{sum(by_defect.values())} differences explained by known Wireshark defects, "
+            f"{sum(by_cause.values())} by tshark's choice of dissector, "
             f"{len(self.unexplained)} unexplained; {self.crc_compared} CRC32c verdicts compared",
         ]
-        by_defect = Counter(r.defect.id for r in self.explained if r.defect)
+        for text, frames in self.dissector_choices.items():
+            shown = ", ".join(map(str, frames[:10])) + (f" ... ({len(frames)} frames)" if len(frames) > 10 else "")
+            lines.append(f"  {text}: {by_cause[text]} field(s) in frame(s) {shown}")
         for did, n in sorted(by_defect.items()):
             lines.append(f"  known defect {did}: {n} field(s)")
         for r in self.unexplained:
@@ -267,16 +308,22 @@ def _formats(cp: CapturedPacket) -> dict[str, str]:
 
 
 def compare_packet(cp: CapturedPacket, ws: dict[str, list[WsField]], report: CrosscheckReport,
-                   known: frozenset[str]) -> None:
+                   known: frozenset[str], tables: Callable[[], DissectorTables] | None = None) -> None:
+    """Compare one frame; ``tables`` gives tshark's dissector tables (:func:`dissector_tables`),
+    asked for only when tshark's ``frame.protocols`` lacks the protocol rdmalab decoded."""
     ours = frame_fields(cp, raw=True)
     fmts = _formats(cp)
     offsets = _our_offsets(cp)
     view = {k: [f.show for f in v] for k, v in ws.items()}
     frame = cp.frame_number
+    choice = dissector_choice(cp, view, tables) if tables is not None else None
 
     def add(r: FieldResult) -> None:
         if r.status != "agree":
-            r.defect = explain(cp, view, r.key, r.status)
+            if choice is not None and choice.covers(r.key):
+                r.cause = choice
+            else:
+                r.defect = explain(cp, view, r.key, r.status)
             report.results.append(r)
 
     for key, val in ours.items():
@@ -334,6 +381,10 @@ def crosscheck(path: str | os.PathLike[str], *, tshark: str | None = None) -> Cr
     report = CrosscheckReport(os.fspath(path))
     known = known_ws_names()
     ws_iter = wireshark_packets(path, tshark=tshark)
+
+    def tables() -> DissectorTables:
+        return dissector_tables(tshark)
+
     ws_pending: dict[int, dict[str, list[WsField]]] = {}
     ws_done = False
     for cp in read(path, lenient=True):
@@ -349,7 +400,7 @@ def crosscheck(path: str | os.PathLike[str], *, tshark: str | None = None) -> Cr
         ws = ws_pending.pop(cp.frame_number, None)
         if ws is None:
             continue
-        compare_packet(cp, ws, report, known)
+        compare_packet(cp, ws, report, known, tables)
     for _num, _fields in ws_iter:
         report.wireshark_packets += 1
     return report

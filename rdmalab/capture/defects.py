@@ -6,6 +6,16 @@ applies (a predicate over the frame, described in words), *which* fields it affe
 patterns over display-filter names), *why*, and where the specification says what the bytes
 mean.  :func:`explain` finds the defect that accounts for a difference, if any; a difference
 no defect explains is either a new Wireshark defect (add a row here) or an rdmalab bug.
+
+An attribution must rest on the defect's whole signature, the Wireshark side included: a defect
+that lives in a dissector (``WiresharkDefect.dissected``) explains nothing in a frame that
+dissector never saw, so rdmalab's own miss is not filed under it.
+
+Not every difference is a defect: tshark may hand a frame's payload to another dissector than
+rdmalab's, by a well-known port (UDP source port 69 is TFTP in its port table, tried before 4791
+because Wireshark tries the lower port first) or by a heuristic dissector.
+:func:`dissector_choice` names that cause (the port and the table, or the heuristic), from
+tshark's ``frame.protocols`` and its own tables (:class:`DissectorTables`, from ``tshark -G``).
 """
 
 from __future__ import annotations
@@ -36,6 +46,9 @@ class WiresharkDefect:
     reference: str  # the Wireshark source the defect lives in
     applies: Callable[[CapturedPacket, WiresharkView], bool]
     kinds: tuple[str, ...] = ("value", "only_rdmalab", "only_wireshark", "repeated")
+    #: the Wireshark protocol whose dissector holds the defect: it explains a difference only in a
+    #: frame Wireshark dissected with it (:func:`wireshark_dissected`); None: no such condition
+    dissected: str | None = "infiniband"
 
     def matches(self, key: str) -> bool:
         return any(fnmatch.fnmatchcase(key, pat) for pat in self.fields)
@@ -79,7 +92,11 @@ def _mpa_v2(cp: CapturedPacket, ws: WiresharkView) -> bool:
 
 
 def _iwarp_not_seen(cp: CapturedPacket, ws: WiresharkView) -> bool:
-    return bool(cp.pdus) and not any(k.startswith("iwarp_mpa") for k in ws)
+    """rdmalab found the frame's PDUs by resynchronising (their stream's MPA Request/Reply are not
+    in the capture) and Wireshark shows no iWARP: a stream whose MPA frames are in the capture
+    but which tshark did not decode is another cause (e.g. :func:`dissector_choice`)."""
+    return (bool(cp.pdus) and all(p.stream is not None and p.stream.resync for p in cp.pdus)
+            and not any(k.startswith("iwarp_mpa") for k in ws))
 
 
 def _rfc7306(cp: CapturedPacket, ws: WiresharkView) -> bool:
@@ -158,12 +175,12 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
     WiresharkDefect(
         "icrc-not-validated",
         "every packet with an ICRC or VCRC",
-        ("rdmalab.icrc*", "rdmalab.vcrc*", "infiniband.invariant.crc", "infiniband.variant.crc"),
+        ("rdmalab.icrc*", "rdmalab.vcrc*"),
         "Wireshark displays the ICRC and VCRC (read big-endian, i.e. byte-swapped from the CRC value) and "
         "never validates them; rdmalab's status keys have no Wireshark counterpart",
         "IBA Vol 1 7.8.1 / RoCEv2 Annex A17.3.3: ICRC = CRC-32 over the masked packet, sent LSB first",
         "Wireshark 4.0 epan/dissectors/packet-infiniband.c",
-        _always,
+        lambda cp, ws: "infiniband.invariant.crc" in ws or "infiniband.variant.crc" in ws,
         kinds=("only_rdmalab", "not_validated"),
     ),
     WiresharkDefect(
@@ -175,6 +192,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "RFC 8166: RPC-over-RDMA is a ULP, recognisable only by negotiation, not by payload bytes",
         "Wireshark 4.0 epan/dissectors/packet-rpcrdma.c (its heuristic)",
         _always,
+        dissected=None,
     ),
     WiresharkDefect(
         "mpa-v2",
@@ -185,6 +203,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "RFC 6581 §5: Rev 2, the enhanced flag, and IRD/ORD words at the start of the private data",
         "Wireshark 4.0 epan/dissectors/packet-iwarp-mpa.c",
         _mpa_v2,
+        dissected="iwarp_mpa",
     ),
     WiresharkDefect(
         "iwarp-mid-stream",
@@ -195,6 +214,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "RFC 5044 §7: FPDUs follow the MPA Request/Reply exchange",
         "Wireshark 4.0 epan/dissectors/packet-iwarp-mpa.c",
         _iwarp_not_seen,
+        dissected=None,
     ),
     WiresharkDefect(
         "rfc7306-opcodes",
@@ -205,6 +225,7 @@ WIRESHARK_DEFECTS: list[WiresharkDefect] = [
         "RFC 7306 §5, §6: Immediate Data (8 bytes), Atomic Response = Original Request Id(32) + data(64)",
         "Wireshark 4.0 epan/dissectors/packet-iwarp-ddp-rdmap.c",
         _rfc7306,
+        dissected="iwarp_ddp_rdmap",
     ),
     WiresharkDefect(
         "flush-atomic-write",
@@ -244,9 +265,138 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
 DEFECTS_BY_ID = {d.id: d for d in WIRESHARK_DEFECTS}
 
 
+#: Wireshark protocol -> the prefixes of its display-filter field names
+_FIELD_PREFIXES = {"infiniband": ("infiniband.",), "iwarp_mpa": ("iwarp_mpa.",),
+                   "iwarp_ddp_rdmap": ("iwarp_ddp.", "iwarp_rdma.")}
+
+
+def wireshark_dissected(ws: WiresharkView, protocol: str) -> bool:
+    """Whether Wireshark dissected this frame with ``protocol``: named in its ``frame.protocols``
+    when the view has it (tshark's PDML does), else shown by at least one of its fields."""
+    chain = ws.get("frame.protocols")
+    if chain:
+        return protocol in str(chain[0]).split(":")
+    prefixes = _FIELD_PREFIXES.get(protocol, (protocol + ".",))
+    return any(k.startswith(prefixes) for k in ws)
+
+
 def explain(cp: CapturedPacket, ws: WiresharkView, key: str, kind: str) -> WiresharkDefect | None:
-    """The known defect that accounts for a ``kind`` difference on ``key`` in this frame, if any."""
+    """The known defect that accounts for a ``kind`` difference on ``key`` in this frame, if any:
+    one whose fields, kinds and condition match, in a frame its dissector saw."""
     for d in WIRESHARK_DEFECTS:
-        if kind in d.kinds and d.matches(key) and d.applies(cp, ws):
+        if kind not in d.kinds or not d.matches(key):
+            continue
+        if d.dissected is not None and not wireshark_dissected(ws, d.dissected):
+            continue
+        if d.applies(cp, ws):
             return d
+    return None
+
+
+# ----------------------------------------------------------------------------- tshark's dissector choice
+
+
+@dataclass(frozen=True)
+class DissectorTables:
+    """How tshark picks a dissector for a UDP/TCP payload: its port tables (``tshark -G decodes``:
+    ``("udp.port", 69) -> "tftp"``), its enabled heuristic dissectors per table (``tshark -G
+    heuristic-decodes``: ``"udp" -> {...}``), and each protocol's short name (``tshark -G
+    protocols``: ``"tftp" -> "TFTP"``)."""
+
+    ports: Mapping[tuple[str, int], str]
+    heuristics: Mapping[str, frozenset[str]]
+    names: Mapping[str, str]
+
+    @classmethod
+    def parse(cls, decodes: str, heuristics: str, protocols: str) -> DissectorTables:
+        """From the text of the three ``tshark -G`` reports (tab-separated lines)."""
+        ports: dict[tuple[str, int], str] = {}
+        for line in decodes.splitlines():
+            parts = line.split("\t")
+            if len(parts) == 3 and parts[0].endswith(".port") and parts[1].isdigit():
+                ports[(parts[0], int(parts[1]))] = parts[2]
+        heur: dict[str, set[str]] = {}
+        for line in heuristics.splitlines():
+            parts = line.split("\t")
+            if len(parts) == 3 and parts[2] == "T":
+                heur.setdefault(parts[0], set()).add(parts[1])
+        names = {}
+        for line in protocols.splitlines():
+            parts = line.split("\t")
+            if len(parts) == 3:
+                names[parts[2]] = parts[1]
+        return cls(ports, {k: frozenset(v) for k, v in heur.items()}, names)
+
+
+#: the protocol rdmalab decodes on top of each carrier, and the field prefixes it owns there
+_OURS = {"infiniband": ("infiniband.", "rdmalab."), "iwarp_mpa": ("iwarp_", "rdmalab.")}
+
+
+@dataclass(frozen=True)
+class DissectorChoice:
+    """tshark dissected a frame's UDP/TCP payload as ``theirs`` where rdmalab decoded ``ours``,
+    because ``port`` is ``theirs`` in its port table, or (``port`` None) a heuristic claimed it."""
+
+    carrier: str  # "udp" or "tcp"
+    ours: str  # the Wireshark name of the protocol rdmalab decoded: "infiniband" or "iwarp_mpa"
+    theirs: str  # the protocol tshark chose, as frame.protocols names it
+    name: str  # its short name ("TFTP")
+    port: int | None
+    held: bool = False  # the chosen dissector kept the bytes as a TCP segment to reassemble
+
+    @property
+    def text(self) -> str:
+        if self.port is not None:
+            held = ", which kept the bytes as a segment to reassemble" if self.held else ""
+            return f"tshark dissected {self.carrier.upper()} port {self.port} as {self.name} (its port table){held}"
+        return f"tshark's {self.name} heuristic dissector claimed the {self.carrier.upper()} payload (its heuristic list)"
+
+    def covers(self, key: str) -> bool:
+        """Whether a difference on ``key`` follows from the choice: a field of the protocol rdmalab
+        decoded, which tshark never looked at."""
+        return key.startswith(_OURS[self.ours])
+
+
+def dissector_choice(cp: CapturedPacket, ws: WiresharkView,
+                     tables: Callable[[], DissectorTables]) -> DissectorChoice | None:
+    """Why tshark's ``frame.protocols`` lacks the protocol rdmalab decoded in this frame, when its
+    port table (for one of the frame's ports; the lower one is tried first) or an enabled
+    heuristic names the protocol it chose instead.  A TCP payload tshark shows only as
+    ``tcp.segment_data`` (nothing after ``tcp``) was kept for reassembly by the dissector its port
+    table names for one of the ports (HTTP for port 80 waits for the end of a header).  None when
+    the protocols agree, the view has no ``frame.protocols``, or neither table backs tshark's
+    choice (then it is unexplained).  ``tables`` is called only when the protocols differ."""
+    chain_v = ws.get("frame.protocols")
+    if not chain_v:
+        return None
+    chain = str(chain_v[0]).split(":")
+    carrier_hdr: Any = None
+    if cp.packet.encap == "rocev2":
+        carrier, ours = "udp", "infiniband"
+    elif cp.pdus:
+        carrier, ours = "tcp", "iwarp_mpa"
+    else:
+        return None
+    if ours in chain or carrier not in chain:
+        return None
+    at = len(chain) - 1 - chain[::-1].index(carrier)
+    theirs = chain[at + 1] if at + 1 < len(chain) else ""
+    held = theirs == "" and carrier == "tcp" and "tcp.segment_data" in ws
+    if theirs == "data" or (theirs == "" and not held):
+        return None  # tshark chose nothing: no port or heuristic to name
+    for layer in cp.packet.layers:
+        if layer.name == carrier.upper():
+            carrier_hdr = layer.header
+    if carrier_hdr is None:
+        return None
+    t = tables()
+    for port in sorted({carrier_hdr.sport, carrier_hdr.dport}):
+        owner = t.ports.get((f"{carrier}.port", port))
+        if owner is not None and (owner == theirs or held):
+            return DissectorChoice(carrier, ours, owner, t.names.get(owner, owner), port, held)
+    if held:
+        return None
+    name = t.names.get(theirs, theirs)
+    if theirs in t.heuristics.get(carrier, frozenset()):
+        return DissectorChoice(carrier, ours, theirs, name, None)
     return None

@@ -316,7 +316,7 @@ class CaptureCheck:
         crc = ", ".join(f"{k} {v}" for k, v in sorted((self.crc or {}).items()))
         return (f"{self.path.name}: {self.packets} packets (tshark {self.tshark_packets}), {self.fields_compared} "
                 f"fields compared, {self.unexplained} unexplained differences ({self.explained} explained by known "
-                f"Wireshark defects); CRC: {crc or 'none'}{'' if self.ok else '  FAILED'}")
+                f"Wireshark defects or tshark's choice of dissector); CRC: {crc or 'none'}{'' if self.ok else '  FAILED'}")
 
 
 def check_capture(path: Path) -> CaptureCheck:

@@ -40,8 +40,11 @@ WHY_VARIANT = {
     "vl": "each link may move the packet to another virtual lane",
 }
 
+#: Why the whole LRH of a native IB packet with a GRH is variant (the "ib_global" rule).
+WHY_LRH_GLOBAL = "a router rebuilds the LRH of a packet it forwards to another subnet"
+
 PSEUDO_LRH = b"\xff" * 8
-_START_LAYER = {"rocev2": ("IPv4", "IPv6"), "rocev1": ("GRH",), "ib": ("LRH",)}
+_START_LAYER = {"rocev2": ("IPv4", "IPv6"), "rocev1": ("GRH",), "ib": ("LRH",), "ib_global": ("LRH",)}
 
 
 def _header_start(sp: Span) -> int:
@@ -57,9 +60,12 @@ class MaskedField:
     value: Any
     text: str
     bit0: int = 0  # absolute bit position of the field's first bit in the frame
+    rule: str = ""  # the ICRC rule that masked it (a key of ICRC_VARIANT_FIELDS)
 
     @property
     def why(self) -> str:
+        if self.rule == "ib_global" and self.layer == "LRH":
+            return WHY_LRH_GLOBAL
         return WHY_VARIANT.get(self.field, "")
 
 
@@ -76,6 +82,7 @@ class IcrcSteps:
     covered: bytes  # frame[start:crc_offset]
     masked_input: bytes  # prefix + covered, variant fields set to ones
     masked: list[MaskedField] = field(default_factory=list)
+    rule: str = ""  # the key of ICRC_VARIANT_FIELDS applied: the encapsulation, or "ib_global" for IB with a GRH
 
     @property
     def crc(self) -> int:
@@ -125,8 +132,13 @@ class IcrcSteps:
         if p:
             parts.append("<p><b>Step 2.</b> RoCE has no LRH, so 8 bytes of <code>ff</code> stand in for it "
                          "(IBA Annex A16.8 / A17.3.3).</p>")
+        elif self.rule == "ib_global":
+            parts.append("<p><b>Step 2.</b> This native IB packet has a GRH: a router may rebuild its LRH, so all "
+                         "8 LRH bytes are variant and become ones (IBA Vol 1 7.8.1; RoCE's 8 bytes of "
+                         "<code>ff</code> are this rule without an LRH).</p>")
         else:
-            parts.append("<p><b>Step 2.</b> Native IB covers its real LRH (no stand-in bytes).</p>")
+            parts.append("<p><b>Step 2.</b> Native IB without a GRH covers its real LRH, VL aside "
+                         "(no stand-in bytes).</p>")
         td = "style='padding:.1em .7em'"
         tdr = "style='padding:.1em .7em;text-align:right'"
         rows = "".join(
@@ -187,22 +199,23 @@ def icrc_steps(obj: Any) -> IcrcSteps:
     if encap not in VARIANT_FIELDS or pkt.crc_offset is None:
         raise ValueError(f"no ICRC in a {encap} packet (RoCEv2, RoCEv1 and native IB carry one)")
     first = next((s for s in spans if s.layer in _START_LAYER[encap]), None)
+    rule = wcrc.icrc_rule_ib(frame[_header_start(first):]) if encap == "ib" and first is not None else encap
     if first is None:
         raise ValueError(f"cannot find where the ICRC coverage starts in this {encap} packet")
     start = _header_start(first)
     buf = bytearray(frame[start : pkt.crc_offset])
     masked = []
-    for layer, fname in VARIANT_FIELDS[encap]:
+    for layer, fname in VARIANT_FIELDS[rule]:
         for sp in spans:
             if sp.layer == layer and sp.field == fname and start <= sp.start < pkt.crc_offset:
                 bit0 = (_header_start(sp) - start) * 8 + sp.bit_offset
                 for b in range(bit0, bit0 + sp.bits):
                     buf[b // 8] |= 0x80 >> (b % 8)
                 masked.append(MaskedField(layer, fname, sp.start, sp.bits, sp.value, sp.text,
-                                          _header_start(sp) * 8 + sp.bit_offset))
+                                          _header_start(sp) * 8 + sp.bit_offset, rule))
     prefix = PSEUDO_LRH if encap in ("rocev2", "rocev1") else b""
     return IcrcSteps(frame, spans, encap, start, pkt.crc_offset, prefix, frame[start : pkt.crc_offset],
-                     prefix + bytes(buf), masked)
+                     prefix + bytes(buf), masked, rule)
 
 
 @dataclass

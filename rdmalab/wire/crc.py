@@ -5,8 +5,15 @@ ICRC (IBA Vol 1 7.8.1; RoCE Annex A16.8, RoCEv2 Annex A17.3.3): CRC-32 as Ethern
 packet with its *variant* fields set to all ones, preceded by 8 bytes that stand for the LRH.
 It is sent least-significant byte first.  The masked fields, per encapsulation:
 
-* native IB: LRH.VL; GRH TClass, FlowLabel, HopLmt; BTH byte 4 (FECN/BECN/Resv6, "Resv8a").
-  The first 8 bytes are the real LRH with VL masked.
+* native IB, local (LNH 2, no GRH): LRH.VL; BTH byte 4 (FECN/BECN/Resv6, "Resv8a").  The first
+  8 bytes are the real LRH with VL masked.
+* native IB, global (LNH 3, a GRH follows): the whole LRH (all 8 bytes), since a router rebuilds
+  the LRH of a packet it forwards between subnets (new DLID/SLID/SL/VL); GRH TClass, FlowLabel,
+  HopLmt; BTH byte 4.  IBA 7.8.1 makes the covered fields depend on the GRH for exactly this
+  reason, and RoCE's 8 bytes of ones are this rule with the LRH absent: the ICRC of a global IB
+  packet is the RoCEv1 ICRC of its GRH through pad.  Checked on ConnectX packets of a public
+  ERF capture (``tests/data/public_ib_erf_connectx.pcap``: IPoIB multicast with a GRH, and local
+  traffic whose ICRC covers the LRH but VL).
 * RoCEv1: 8 bytes of 0xFF; GRH TClass, FlowLabel, HopLmt; BTH byte 4.
 * RoCEv2/IPv4: 8 bytes of 0xFF; IPv4 TOS (DSCP+ECN), TTL, header checksum; UDP checksum;
   BTH byte 4.
@@ -15,12 +22,12 @@ It is sent least-significant byte first.  The masked fields, per encapsulation:
 
 This agrees with Linux ``drivers/infiniband/sw/rxe/rxe_icrc.c`` (which seeds the CRC with
 0xdebb20e3, the state after eight 0xFF bytes) and reproduces the ICRCs of the public hardware
-packets in ``tests/vectors``.
+packets in ``captures/public_hw_byte_vectors.pcap`` and ``tests/data/public_ib_erf_connectx.pcap``.
 
 VCRC (IBA Vol 1 7.8.2): CRC-16, polynomial 0x100B, computed reflected (0xD008) with init and
-final XOR 0xFFFF over LRH..ICRC, as Endace's DAG capture library (``dagcrc.c``) computes it.
-No native-IB hardware packet was available to confirm the byte order on the wire; we send it
-least-significant byte first like the ICRC.
+final XOR 0xFFFF over LRH..ICRC, as Endace's DAG capture library (``dagcrc.c``) computes it,
+sent least-significant byte first like the ICRC: the 43 VCRCs of the ConnectX capture above
+verify so.
 
 MPA CRC (RFC 5044 4.4 and RFC 3385): CRC32c (Castagnoli), least-significant byte first.
 """
@@ -53,8 +60,14 @@ ICRC_VARIANT_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
         ("GRH", "tclass"), ("GRH", "flowlabel"), ("GRH", "hoplmt"),
         ("BTH", "fecn"), ("BTH", "becn"), ("BTH", "resv6"),
     ),
+    # native IB without a GRH (LNH 2): only what a switch may change
     "ib": (
         ("LRH", "vl"),
+        ("BTH", "fecn"), ("BTH", "becn"), ("BTH", "resv6"),
+    ),
+    # native IB with a GRH (LNH 3): a router rebuilds the whole LRH
+    "ib_global": (
+        *(("LRH", f.name) for f in LRH.LAYOUT.fields),
         ("GRH", "tclass"), ("GRH", "flowlabel"), ("GRH", "hoplmt"),
         ("BTH", "fecn"), ("BTH", "becn"), ("BTH", "resv6"),
     ),
@@ -84,6 +97,7 @@ def _masks(encap: str) -> dict[str, tuple[tuple[int, int], ...]]:
 _ROCEV2 = _masks("rocev2")
 _ROCEV1 = _masks("rocev1")
 _IB = _masks("ib")
+_IB_GLOBAL = _masks("ib_global")
 
 
 def _apply(b: bytearray, at: int, masks: tuple[tuple[int, int], ...]) -> None:
@@ -148,25 +162,41 @@ def icrc_rocev1(grh_through_pad: bytes | bytearray | memoryview) -> int:
     return zlib.crc32(b, zlib.crc32(_FF8))
 
 
-def icrc_ib(lrh_through_pad: bytes | bytearray | memoryview) -> int:
-    """ICRC of a native IB packet given from the LRH through the pad."""
+def icrc_rule_ib(lrh_through_pad: bytes | bytearray | memoryview) -> str:
+    """Which ICRC rule a native IB packet (given from its LRH) follows: ``"ib_global"`` when its
+    LRH says a GRH follows (LNH 3), ``"ib"`` otherwise (the keys of :data:`ICRC_VARIANT_FIELDS`)."""
+    if len(lrh_through_pad) < LRH.LAYOUT.size:
+        raise ValueError(f"a native IB packet starts with an 8-byte LRH; got {len(lrh_through_pad)} bytes")
+    return "ib_global" if lrh_through_pad[1] & 0x3 == LNH_IBA_GLOBAL else "ib"
+
+
+def icrc_masked_ib(lrh_through_pad: bytes | bytearray | memoryview) -> bytes:
+    """The bytes :func:`icrc_ib` runs the CRC over: the packet from the LRH through the pad with
+    the variant fields of its rule (:func:`icrc_rule_ib`) set to ones.  With a GRH the LRH becomes
+    8 bytes of ones, so these bytes are :data:`ICRC_SEED`'s ones followed by RoCEv1's masked bytes."""
     b = bytearray(lrh_through_pad)
-    lrh = LRH.decode(b, 0)
-    _apply(b, 0, _IB["LRH"])
+    masks = _IB_GLOBAL if icrc_rule_ib(b) == "ib_global" else _IB
+    _apply(b, 0, masks["LRH"])
     bth = LRH.LAYOUT.size
-    if lrh.lnh == LNH_IBA_GLOBAL:  # a GRH follows
-        _apply(b, bth, _IB["GRH"])
+    if "GRH" in masks:
+        _apply(b, bth, masks["GRH"])
         bth += GRH.LAYOUT.size
-    _apply(b, bth, _IB["BTH"])
-    return zlib.crc32(b)
+    _apply(b, bth, masks["BTH"])
+    return bytes(b)
+
+
+def icrc_ib(lrh_through_pad: bytes | bytearray | memoryview) -> int:
+    """ICRC of a native IB packet given from the LRH through the pad: the LRH's VL masked when no
+    GRH follows, the whole LRH when one does (IBA Vol 1 7.8.1; see the module docstring)."""
+    return crc32(icrc_masked_ib(lrh_through_pad))
 
 
 def icrc_masks(encap: str) -> dict[str, tuple[tuple[int, int], ...]]:
-    """The ICRC's variant-field masks for ``encap`` ("rocev2", "rocev1" or "ib"): header name ->
+    """The ICRC's variant-field masks for ``encap`` ("rocev2", "rocev1", "ib" or "ib_global"): header name ->
     ``(byte offset within the header, bits set to one)`` pairs, derived from
     :data:`ICRC_VARIANT_FIELDS`.  The functions here apply them to one packet; fast paths that
     mask many packets at once (the columnar decoder) apply the same pairs."""
-    return dict({"rocev2": _ROCEV2, "rocev1": _ROCEV1, "ib": _IB}[encap])
+    return dict({"rocev2": _ROCEV2, "rocev1": _ROCEV1, "ib": _IB, "ib_global": _IB_GLOBAL}[encap])
 
 
 def icrc_masked_rocev2(ip_through_pad: bytes | bytearray | memoryview) -> bytes:

@@ -1,0 +1,187 @@
+"""``crosscheck`` names a difference's real cause, and files nothing under a defect without its signature.
+
+A RoCEv2 capture whose UDP source port is sometimes 69 (a Huawei NIC picks source ports so):
+tshark tries the lower port first, finds TFTP for 69 in its port table and never looks at the
+BTH, while rdmalab decodes the packets by their destination port 4791.  The differences are
+tshark's choice of dissector, named with the port ("tshark dissected UDP port 69 as TFTP (its
+port table)"), not unexplained and not a Wireshark defect (CNP 0x81, FLUSH ...) that needs the
+InfiniBand dissector to have run.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import rdmalab.capture.crosscheck as cc
+from rdmalab.capture import CapturedPacket, read, write_pcap
+from rdmalab.capture import fields as fields_mod
+from rdmalab.capture.crosscheck import crosscheck
+from rdmalab.capture.defects import DissectorTables, dissector_choice, explain
+from rdmalab.wire.frame import encode_rocev2
+from rdmalab.wire.ib import BTH, RETH
+from rdmalab.wire.opcodes import CNP_OPCODE
+
+CAPTURES = Path(__file__).resolve().parents[2] / "captures"
+TFTP = "tshark dissected UDP port 69 as TFTP (its port table)"
+
+requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark (Wireshark) is not installed")
+
+
+def _frames(sport: int) -> list[bytes]:
+    """Frames 1, 3, 4, 5 from UDP port ``sport``, frame 2 from 49152 (tshark decodes that one as
+    RoCEv2); frame 4 is a CNP 0x81, frame 5 a FLUSH: opcodes a known Wireshark defect covers."""
+    send = BTH(opcode=0x04, destqp=0x11, psn=1)
+    return [
+        encode_rocev2(send, [], b"hello world, 24 bytes!!!", src_port=sport),
+        encode_rocev2(send.replace(psn=2), [], b"hello world, 24 bytes!!!", src_port=49152),
+        encode_rocev2(BTH(opcode=0x0A, destqp=0x11, psn=3), [RETH(va=0x1000, r_key=5, dma_length=8)], b"A" * 8,
+                      src_port=sport),
+        encode_rocev2(BTH(opcode=CNP_OPCODE, becn=1, destqp=0x11), [], bytes(16), src_port=sport, check=False),
+        encode_rocev2(BTH(opcode=0x1C, destqp=0x11, psn=4), [], b"", src_port=sport, check=False),
+    ]
+
+
+@pytest.fixture
+def port69(tmp_path: Path) -> Path:
+    path = tmp_path / "rocev2_sport69.pcap"
+    write_pcap(path, _frames(69))
+    return path
+
+
+def test_rdmalab_decodes_the_port_69_frames_as_rocev2_with_good_icrcs(port69: Path) -> None:
+    got = list(read(port69))
+    assert [cp.packet.encap for cp in got] == ["rocev2"] * 5
+    assert [cp.packet.crc_status for cp in got] == ["good"] * 5
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_crosscheck_names_tsharks_port_table_as_the_cause(port69: Path) -> None:
+    report = crosscheck(port69)
+    assert report.packets == report.wireshark_packets == 5
+    assert not report.unexplained, report.text()
+    assert report.dissector_choices == {TFTP: [1, 3, 4, 5]}
+    assert report.results
+    for r in report.results:
+        assert r.frame != 2, r  # tshark decoded frame 2 as RoCEv2: it agrees field by field
+        assert r.cause is not None and r.cause.text == TFTP and r.defect is None, r
+        assert str(r).endswith("-> " + TFTP)
+    # CNP 0x81's and FLUSH's defects do not claim the ICRC: tshark never saw a BTH there
+    assert {4, 5} <= {r.frame for r in report.results if r.key == "infiniband.invariant.crc"}
+    text = report.text()
+    assert "0 unexplained" in text and f"{TFTP}: " in text and "frame(s) 1, 3, 4, 5" in text
+    assert "known defect" not in text
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_the_same_packets_from_an_ephemeral_port_go_to_their_defects(tmp_path: Path) -> None:
+    """Control: from port 50000 tshark dissects the BTH, and CNP 0x81 / FLUSH are their known defects."""
+    path = tmp_path / "ephemeral.pcap"
+    write_pcap(path, _frames(50000))
+    report = crosscheck(path)
+    assert not report.unexplained, report.text()
+    assert report.dissector_choices == {}
+    ids = {r.frame: r.defect.id for r in report.results if r.defect and r.key == "infiniband.invariant.crc"}
+    assert ids == {4: "cnp-0x81", 5: "flush-atomic-write"}
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_rdmalabs_own_miss_stays_unexplained(port69: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rdmalab dropping a field tshark shows is an rdmalab bug, in frame 2 (dissected alike by both)
+    as in a frame tshark gave to TFTP (where tshark shows no such field, so there is no difference)."""
+    real = fields_mod.frame_fields
+
+    def dropped(cp, *, raw=False):  # type: ignore[no-untyped-def]
+        out = real(cp, raw=raw)
+        out.pop("infiniband.invariant.crc", None)
+        out.pop("infiniband.bth.psn", None)
+        return out
+
+    monkeypatch.setattr(cc, "frame_fields", dropped)
+    report = crosscheck(port69)
+    missed = sorted((r.frame, r.key, r.status) for r in report.unexplained)
+    assert missed == [(2, "infiniband.bth.psn", "only_wireshark"), (2, "infiniband.invariant.crc", "only_wireshark")]
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_iwarp_on_tcp_port_80_is_https_port_not_a_mid_stream_capture(tmp_path: Path) -> None:
+    """The synthetic iWARP stream moved to TCP port 80: tshark hands it to HTTP, which waits for the
+    end of a header; its MPA Request/Reply are in the capture, so the mid-stream defect must not
+    claim it."""
+    frames = []
+    for cp in read(CAPTURES / "synthetic_iwarp_mpa_crc.pcap"):
+        b = bytearray(cp.packet.data)
+        tcp = 14 + (b[14] & 0x0F) * 4
+        for at in (tcp, tcp + 2):
+            if int.from_bytes(b[at : at + 2], "big") == 33333:
+                b[at : at + 2] = (80).to_bytes(2, "big")
+        frames.append((cp.timestamp, bytes(b)))
+    path = tmp_path / "iwarp80.pcap"
+    write_pcap(path, frames)
+    assert sum(len(cp.pdus) for cp in read(path)) == 13  # rdmalab follows the stream from its MPA frames
+    report = crosscheck(path)
+    assert not report.unexplained, report.text()
+    text = "tshark dissected TCP port 80 as HTTP (its port table), which kept the bytes as a segment to reassemble"
+    assert list(report.dissector_choices) == [text]
+    assert not [r for r in report.results if r.defect is not None]
+
+
+# ----------------------------------------------------------------------------- without tshark
+
+TABLES = DissectorTables(ports={("udp.port", 69): "tftp", ("udp.port", 4791): "infiniband"},
+                         heuristics={"udp": frozenset({"stun"})}, names={"tftp": "TFTP", "stun": "STUN"})
+
+
+def _cp(frame: bytes, tmp_path: Path) -> CapturedPacket:
+    path = tmp_path / "one.pcap"
+    write_pcap(path, [frame])
+    return next(read(path))
+
+
+def test_a_defect_needs_its_dissector_to_have_seen_the_frame(tmp_path: Path) -> None:
+    cnp = _cp(_frames(69)[3], tmp_path)
+    under_tftp = {"frame.protocols": ["eth:ethertype:ip:udp:tftp"]}
+    under_ib = {"frame.protocols": ["eth:ethertype:ip:udp:infiniband"]}
+    assert explain(cnp, under_tftp, "infiniband.invariant.crc", "only_rdmalab") is None
+    d = explain(cnp, under_ib, "infiniband.invariant.crc", "only_rdmalab")
+    assert d is not None and d.id == "cnp-0x81"
+    # a view without frame.protocols (tshark -T fields): Wireshark's own fields tell
+    assert explain(cnp, {"udp.srcport": ["69"]}, "infiniband.invariant.crc", "only_rdmalab") is None
+    d = explain(cnp, {"infiniband.bth.opcode": ["129"]}, "infiniband.invariant.crc", "only_rdmalab")
+    assert d is not None and d.id == "cnp-0x81"
+
+
+def test_dissector_choice_names_the_port_or_the_heuristic_or_nothing(tmp_path: Path) -> None:
+    cp = _cp(_frames(69)[0], tmp_path)
+    asked: list[int] = []
+
+    def tables() -> DissectorTables:
+        asked.append(1)
+        return TABLES
+
+    assert dissector_choice(cp, {"frame.protocols": ["eth:ethertype:ip:udp:infiniband"]}, tables) is None
+    assert not asked  # the protocols agree: the tables are not needed
+    c = dissector_choice(cp, {"frame.protocols": ["eth:ethertype:ip:udp:tftp"]}, tables)
+    assert c is not None and c.text == TFTP and c.covers("infiniband.bth.psn") and not c.covers("udp.srcport")
+    c = dissector_choice(cp, {"frame.protocols": ["eth:ethertype:ip:udp:stun"]}, tables)
+    assert c is not None and c.port is None
+    assert c.text == "tshark's STUN heuristic dissector claimed the UDP payload (its heuristic list)"
+    # a protocol neither table names for this frame: no cause to name, the difference stays unexplained
+    assert dissector_choice(cp, {"frame.protocols": ["eth:ethertype:ip:udp:dns"]}, tables) is None
+    assert dissector_choice(cp, {"frame.protocols": ["eth:ethertype:ip:udp:data"]}, tables) is None
+    assert dissector_choice(cp, {}, tables) is None  # no frame.protocols in the view
+
+
+def test_the_tables_parse_tsharks_reports() -> None:
+    t = DissectorTables.parse("udp.port\t69\ttftp\ntcp.port\t80\thttp\nethertype\t2048\tip\n",
+                              "udp\tstun\tT\nudp\txml\tF\n",
+                              "Trivial File Transfer Protocol\tTFTP\ttftp\n")
+    assert t.ports == {("udp.port", 69): "tftp", ("tcp.port", 80): "http"}
+    assert t.heuristics == {"udp": frozenset({"stun"})}  # xml is disabled (F)
+    assert t.names == {"tftp": "TFTP"}
