@@ -96,12 +96,8 @@ def _start(qp: QPCore, w: SendWQE) -> bool:
     if op == e.IBV_WR_LOCAL_INV:
         if qp.req.wqe_index:
             return False  # LOCAL_INV waits for every earlier WQE
-        mr = qp.dev.mrs.get(w.inv_rkey >> 8)
-        if mr is None or w.inv_rkey not in (mr.lkey, mr.rkey) or mr.pd is not qp.pd:
-            qp.fail_wqe(w, e.IBV_WC_LOC_PROT_ERR)
+        if not qp.local_invalidate(w):
             return False
-        mr.invalidate()
-        w.started = w.complete = True
         qp.pop_head()
         qp.complete_send(w)
         return True
