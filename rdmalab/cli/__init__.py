@@ -215,7 +215,8 @@ def passthrough_parsers(name: str, help: str, arguments: Callable[[argparse.Argu
                         ) -> tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None],
                                    Callable[[], argparse.ArgumentParser]]:
     """``register`` and ``parser`` of a pass-through command (:data:`PASSTHROUGH`: a tool that parses its own
-    command line): ``register(subparsers)`` adds its line to ``rdmalab --help`` (no ``-h`` of its own there),
+    command line): ``register(subparsers)`` adds its line to ``rdmalab --help`` (without argparse's ``-h``:
+    ``arguments`` adds one where the tool wants it),
     ``parser()`` is what parses ``rdmalab NAME ...``; ``arguments`` adds the command's arguments to either."""
 
     def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
