@@ -43,9 +43,12 @@ if _ROOT not in sys.path:
 import rdmalab  # noqa: E402
 
 try:
-    from rdmalab.fabric.congestion_scenarios import run
-except ImportError:  # --previous: a tree from before the module had this name
-    from rdmalab.fabric.scenarios import run  # type: ignore[no-redef]  # noqa: E402
+    from rdmalab.fabric.congestion_scenarios import run_scenario
+except ImportError:  # --previous: a tree from before the function had this name, or the module
+    try:
+        from rdmalab.fabric.congestion_scenarios import run as run_scenario  # type: ignore[attr-defined,no-redef]
+    except ImportError:
+        from rdmalab.fabric.scenarios import run as run_scenario  # type: ignore[no-redef]  # noqa: E402
 
 
 def bare_loop(events: int, heap_size: int, seed: int = 1) -> float:
@@ -72,7 +75,7 @@ def bare_loop(events: int, heap_size: int, seed: int = 1) -> float:
 def measure(duration_ms: float) -> dict[str, float]:
     """Run the 2:1 incast and the bare loop with the same event count; the figures as a dict."""
     t = time.perf_counter()
-    res = run("incast", senders=2, rate=40.0, duration_ms=duration_ms)
+    res = run_scenario("incast", senders=2, rate=40.0, duration_ms=duration_ms)
     wall = time.perf_counter() - t
     fab = res.fabric
     pkts = sum(p.tx_pkts for n in fab.nodes for p in n.ports)
@@ -127,7 +130,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "incast.pcap")
             t = time.perf_counter()
-            cap = run("incast", senders=2, rate=40.0, duration_ms=5.0, capture=path)
+            cap = run_scenario("incast", senders=2, rate=40.0, duration_ms=5.0, capture=path)
             w = time.perf_counter() - t
             n = cap.extra["captured_frames"]
             print(f"with capture: 5 ms simulated in {w:.2f} s, {n:,d} frames written "

@@ -129,10 +129,10 @@ viz.field_table(f20[BTH])
 # two senders at 40 Gb/s into one receiver, Kmin 40 KB, Kmax 1000 KB, Pmax 1.
 
 # %%
-from rdmalab.fabric.congestion_scenarios import flow_table, queue_table, run
+from rdmalab.fabric.congestion_scenarios import flow_table, queue_table, run_scenario
 from rdmalab.viz.congestion import timeline
 
-incast = run("incast", senders=2, rate=40.0, duration_ms=15.0)
+incast = run_scenario("incast", senders=2, rate=40.0, duration_ms=15.0)
 timeline(incast, title="2:1 incast, ns3-rdma constants")
 
 # %% [markdown]
@@ -163,7 +163,7 @@ from rdmalab.wire.pfc import is_pfc_frame
 
 with tempfile.TemporaryDirectory() as tmp:
     path = f"{tmp}/incast.pcap"
-    run("incast", senders=2, duration_ms=1.0, capture=path, settings={"kmin": "5", "kmax": "50"})
+    run_scenario("incast", senders=2, duration_ms=1.0, capture=path, settings={"kmin": "5", "kmax": "50"})
     kinds: Counter[str] = Counter()
     for cp in capture.read(path):
         p = cp.packet
@@ -208,7 +208,7 @@ print(f"the link F1 and F2 share under 90 % of its {v['throughput_before_gbps']}
 # Goodput per flow:
 
 # %%
-pfc_only = run("victim", duration_ms=6.0, settings={"dcqcn": "0"})
+pfc_only = run_scenario("victim", duration_ms=6.0, settings={"dcqcn": "0"})
 timeline(pfc_only, title="the same incast with PFC alone (DCQCN off)", max_flows=3, goodput=True, window_us=100)
 
 # %% [markdown]
@@ -221,9 +221,9 @@ timeline(pfc_only, title="the same incast with PFC alone (DCQCN off)", max_flows
 # HotNets 2016). DCQCN is off here, as it is in a fabric running PFC alone.
 
 # %%
-dead = run("deadlock", duration_ms=3.0)
+dead = run_scenario("deadlock", duration_ms=3.0)
 print(dead.to_json()["deadlock"])
-alive = run("deadlock", duration_ms=3.0, settings={"routing": "shortest"})
+alive = run_scenario("deadlock", duration_ms=3.0, settings={"routing": "shortest"})
 print("shortest-path routing (one hop each, no cycle):", alive.to_json()["deadlock"])
 
 # %% [markdown]
@@ -242,7 +242,7 @@ from rdmalab.wire.ib import AETH
 
 with tempfile.TemporaryDirectory() as tmp:
     path = f"{tmp}/lossy.pcap"
-    lossy = run("lossy", duration_ms=8.0, capture=path, settings={"buffer": "0.15", "flow_kb": "512"})
+    lossy = run_scenario("lossy", duration_ms=8.0, capture=path, settings={"buffer": "0.15", "flow_kb": "512"})
     naks = repeats = 0
     seen: set[tuple[int, int]] = set()
     for cp in capture.read(path):
@@ -284,7 +284,7 @@ from rdmalab.viz.congestion import fluid_vs_packets
 
 plots = []
 for n in (2, 10, 64):
-    pk = run("incast", senders=n, duration_ms=10.0)
+    pk = run_scenario("incast", senders=n, duration_ms=10.0)
     model = simulate(NS3_RDMA, n=n, duration_ms=10.0, tau_star_us=4.87, dt_us=0.25, record_every=4)
     k = len(pk.fabric.samples) // 2
     rate = statistics.mean(statistics.mean(r) for r in pk.fabric.rate_series[k:])
@@ -321,7 +321,7 @@ congestion_runner("incast")
 # The same function without the sliders, for the static page: an 8:1 incast with the defaults.
 
 # %%
-eight = run("incast", senders=8, duration_ms=10.0)
+eight = run_scenario("incast", senders=8, duration_ms=10.0)
 timeline(eight, title="8:1 incast, ns3-rdma constants")
 
 # %% [markdown]
@@ -399,7 +399,7 @@ lab.check("congestion.victim", victim_answer)
 # is marked: the senders cut their rates again and again, far below their fair share, and
 # then climb back slowly. `recovery_time(fabric)` is when their summed rate is back at 90 % of
 # the link. Find a DCQCN parameter that makes this at least 30 % sooner (try it with
-# `run("incast", senders=8, duration_ms=10, settings={...})`), and say what it costs:
+# `run_scenario("incast", senders=8, duration_ms=10, settings={...})`), and say what it costs:
 # `"queue"`, `"cnps"`, `"pauses"` or `"goodput"` (`incast_costs(fabric)` measures all four).
 
 # %% tags=["exercise"]
@@ -408,7 +408,7 @@ from rdmalab.fabric.congestion_scenarios import incast_costs, recovery_time
 print("defaults: back at 90 % after", recovery_time(eight.fabric), "ms")
 converge_answer = {"settings": ..., "cost": ...}
 ### BEGIN SOLUTION
-faster = run("incast", senders=8, duration_ms=10.0, settings={"rpg_ai_rate": 400})
+faster = run_scenario("incast", senders=8, duration_ms=10.0, settings={"rpg_ai_rate": 400})
 print("rpg_ai_rate 400:", incast_costs(faster.fabric), "| defaults:", incast_costs(eight.fabric))
 converge_answer = {"settings": {"rpg_ai_rate": 400}, "cost": "queue"}
 ### END SOLUTION

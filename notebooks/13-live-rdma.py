@@ -55,7 +55,7 @@ mine = lab.scenario("live.segments")
 mine
 
 # %%
-run = labruns.run("write_read", backend=BACKEND, size=mine.length, seed=mine.seed)
+run = labruns.run_scenario("write_read", backend=BACKEND, size=mine.length, seed=mine.seed)
 print(run)
 run.table()
 
@@ -106,7 +106,7 @@ viz.hexdump(pkts[0], title=f"Frame {pkts[0].frame_number}: {pkts[0].packet.opcod
 # *Remote Access Error*. Nothing is written into B's memory.
 
 # %%
-bad = labruns.run("wrong_rkey", backend=BACKEND, size=4096, seed=5)
+bad = labruns.run_scenario("wrong_rkey", backend=BACKEND, size=4096, seed=5)
 print(bad)
 w = bad.steps[0]
 print(f"A wrote {w['length']} bytes with rkey {w['rkey']:#x}; B's rkey is {w['right_rkey']:#x}")
@@ -149,7 +149,7 @@ print(f"{bad.where}: A's completion has opcode {wc['opcode']} and byte_len {wc['
 # %%
 if BACKEND == "rxe":
     vm = labruns.shared_vm()
-    both = vm.run("""
+    both = vm.run_job("""
 ibv_rc_pingpong -d $RXE0 -g $GID_INDEX -n 5 -s 2048 --chk > server.log 2>&1 &
 for i in $(seq 1 100); do ss -ltn 'sport = :18515' | grep -q LISTEN && break; sleep 0.1; done
 ip netns exec $PEER_NS $RDMALAB_PYTHON -m rdmalab pingpong rc -g $GID_INDEX -n 5 -s 2048 --chk $RXE0_IP

@@ -622,13 +622,9 @@ def _message_step(c: Connection, open_msg: Message | None, o: int, p: int, nps: 
         size = dmalen if T["read_req"][o] else 8 if T["atomic"][o] else plen
         msg = Message(c.id, fam, p % PSN_MOD, (p + nps - 1) % PSN_MOD, size, t, frames=[fr])
         if only:
-            messages.append(msg)
             if T["read_req"][o]:
                 read_end[(p + nps - 1) % PSN_MOD] = msg
-            if uc:
-                msg.result, msg.completion = "sent (UC: no acknowledgement)", t
-            else:
-                unacked.append(msg)
+            _sent_whole(msg, t, uc, messages, unacked)
             return None
         return msg
     assert open_msg is not None
@@ -636,13 +632,18 @@ def _message_step(c: Connection, open_msg: Message | None, o: int, p: int, nps: 
     open_msg.frames.append(fr)
     open_msg.last_psn = p % PSN_MOD
     if last:
-        messages.append(open_msg)
-        if uc:
-            open_msg.result, open_msg.completion = "sent (UC: no acknowledgement)", t
-        else:
-            unacked.append(open_msg)
+        _sent_whole(open_msg, t, uc, messages, unacked)
         return None
     return open_msg
+
+
+def _sent_whole(msg: Message, t: float, uc: bool, messages: list[Message], unacked: deque[Message]) -> None:
+    """A message's last packet went out (at ``t``): UC's ends there, RC's waits for its acknowledgement."""
+    messages.append(msg)
+    if uc:
+        msg.result, msg.completion = "sent (UC: no acknowledgement)", t
+    else:
+        unacked.append(msg)
 
 
 def ack_coalescing(cr: ConnRows, r: Rows, wo: WalkOrder, k: int) -> list[Finding]:

@@ -107,6 +107,13 @@ def convert(paths: Sequence[str | os.PathLike[str]], root: str | os.PathLike[str
 
 
 def _convert_dask(files: list[str], root: str, partition: str, scheduler: str, n_workers: int) -> list[Converted]:
+    results: list[Converted] = _dask_map(_convert_task, files, scheduler, n_workers, root=root, partition=partition)
+    return results
+
+
+def _dask_map(task: Any, items: list[str], scheduler: str, n_workers: int, **kwargs: Any) -> list[Any]:
+    """``task(item, **kwargs)`` for each item as Dask tasks, the results in order: on the scheduler at
+    that address, or (``"local"``) on a LocalCluster of ``n_workers`` processes made for this and closed."""
     dd: Any = importlib.import_module("distributed")  # optional dependency (the "analysis" extra)
     cluster: Any = None
     client: Any
@@ -116,9 +123,7 @@ def _convert_dask(files: list[str], root: str, partition: str, scheduler: str, n
     else:
         client = dd.Client(scheduler)
     try:
-        futures = client.map(_convert_task, files, root=root, partition=partition, pure=False)
-        results: list[Converted] = client.gather(futures)
-        return results
+        return list(client.gather(client.map(task, items, pure=False, **kwargs)))
     finally:
         client.close()
         if cluster is not None:
@@ -231,19 +236,5 @@ def analyze_many(paths: Sequence[str | os.PathLike[str]], *, dask: str | None = 
                              else os.path.dirname(os.path.abspath(s))) for s in sources]
     if not dask or dask == "none" or len(sources) == 1:
         return merge_analyses([_analyze_task(s, cnp_min_gap_us) for s in sources], names)
-    dd: Any = importlib.import_module("distributed")  # optional dependency (the "analysis" extra)
-    cluster: Any = None
-    client: Any
-    if dask == "local":
-        cluster = dd.LocalCluster(n_workers=dask_workers, threads_per_worker=1, processes=True, dashboard_address=None)
-        client = dd.Client(cluster)
-    else:
-        client = dd.Client(dask)
-    try:
-        futures = client.map(_analyze_task, [os.path.abspath(s) for s in sources], cnp_min_gap_us=cnp_min_gap_us,
-                             pure=False)
-        return merge_analyses(client.gather(futures), names)
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+    return merge_analyses(_dask_map(_analyze_task, [os.path.abspath(s) for s in sources], dask, dask_workers,
+                                    cnp_min_gap_us=cnp_min_gap_us), names)

@@ -211,6 +211,25 @@ def listen_then_run(listen: bool, port: int, what: str, run: Callable[[socket.so
             listener.close()
 
 
+def passthrough_parsers(name: str, help: str, arguments: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
+                        ) -> tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None],
+                                   Callable[[], argparse.ArgumentParser]]:
+    """``register`` and ``parser`` of a pass-through command (:data:`PASSTHROUGH`: a tool that parses its own
+    command line): ``register(subparsers)`` adds its line to ``rdmalab --help`` (without argparse's ``-h``:
+    ``arguments`` adds one where the tool wants it),
+    ``parser()`` is what parses ``rdmalab NAME ...``; ``arguments`` adds the command's arguments to either."""
+
+    def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        arguments(sub.add_parser(name, help=help, add_help=False))
+
+    def parser() -> argparse.ArgumentParser:
+        import argparse  # here, not above: a server's plain command line is parsed without it (quick_parse)
+
+        return arguments(argparse.ArgumentParser(prog=f"rdmalab {name}"))
+
+    return register, parser
+
+
 # ---------------------------------------------------------------------- the command
 # The order here is the order of `rdmalab --help`.  The modules are imported when the parser is built
 # (command_modules): a pass-through command imports its own module only (start-up of the live tools).

@@ -11,7 +11,7 @@ a message naming them.  See ``docs/interop.md``.
 
 from __future__ import annotations
 
-from rdmalab.cli import Args, Fail, listen_then_run, quick_parse
+from rdmalab.cli import Args, Fail, listen_then_run, passthrough_parsers, quick_parse
 
 TYPE_CHECKING = False  # (neither typing nor argparse is imported on the way to a server's listen)
 if TYPE_CHECKING:
@@ -75,16 +75,6 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    _arguments(sub.add_parser("perftest", help=HELP, add_help=False))
-
-
-def parser() -> argparse.ArgumentParser:
-    import argparse
-
-    return _arguments(argparse.ArgumentParser(prog="rdmalab perftest"))
-
-
 def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
     s.description = ("Run perftest 4.5's ib_{write,read,send,atomic}_bw exchange, traffic and report with the soft "
                      "RoCEv2 engine on real UDP: the peer is the stock program on a kernel rxe device (or another "
@@ -96,6 +86,9 @@ def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
         s.add_argument(*flags, **kw)
     s.set_defaults(func=run_perftest)
     return s
+
+
+register, parser = passthrough_parsers("perftest", HELP, _arguments)
 
 
 def quick(argv: list[str]) -> Args | None:

@@ -9,7 +9,7 @@ memory, ...) are refused with a message.  See ``docs/interop.md``.
 
 from __future__ import annotations
 
-from rdmalab.cli import Args, Fail, listen_then_run, quick_parse
+from rdmalab.cli import Args, Fail, listen_then_run, passthrough_parsers, quick_parse
 
 TYPE_CHECKING = False  # (neither typing nor argparse is imported on the way to a server's listen)
 if TYPE_CHECKING:
@@ -54,16 +54,6 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    _arguments(sub.add_parser("pingpong", help=HELP, add_help=False))
-
-
-def parser() -> argparse.ArgumentParser:
-    import argparse
-
-    return _arguments(argparse.ArgumentParser(prog="rdmalab pingpong"))
-
-
 def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
     import argparse
 
@@ -79,6 +69,9 @@ def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
         s.add_argument(short, long, dest=f"unsupported_{dest}", action="store_true", help=argparse.SUPPRESS)
     s.set_defaults(func=run_pingpong)
     return s
+
+
+register, parser = passthrough_parsers("pingpong", HELP, _arguments)
 
 
 def quick(argv: list[str]) -> Args | None:

@@ -11,17 +11,9 @@ import argparse
 import sys
 from typing import TextIO
 
-from rdmalab.cli import Args, Fail
+from rdmalab.cli import Args, Fail, passthrough_parsers
 
 HELP = "librdmacm's rping on the soft engine, connected with its own rdma_cm (a stock rping is the peer)"
-
-
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    _arguments(sub.add_parser("rping", help=HELP, add_help=False))
-
-
-def parser() -> argparse.ArgumentParser:
-    return _arguments(argparse.ArgumentParser(prog="rdmalab rping"))
 
 
 def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -55,6 +47,9 @@ def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="seconds without progress before giving up (rping waits for ever; default 120)")
     s.set_defaults(func=run_cli)
     return s
+
+
+register, parser = passthrough_parsers("rping", HELP, _arguments)
 
 
 def main_argv(args: Args, out: TextIO) -> int:

@@ -75,8 +75,8 @@ def run_simulate(args: argparse.Namespace, out: TextIO) -> int:
     if not args.quiet:
         progress = _Progress(sys.stderr, f"simulate {args.scenario}")
     try:
-        res = sc.run(args.scenario, senders=args.senders, rate=args.rate, duration_ms=args.duration,
-                     profile=args.profile, settings=settings, capture=args.write, progress=progress)
+        res = sc.run_scenario(args.scenario, senders=args.senders, rate=args.rate, duration_ms=args.duration,
+                              profile=args.profile, settings=settings, capture=args.write, progress=progress)
     except ValueError as err:
         raise Fail(str(err)) from None
     except OSError as err:

@@ -11,17 +11,9 @@ import argparse
 import sys
 from typing import TextIO
 
-from rdmalab.cli import Args, Fail
+from rdmalab.cli import Args, Fail, passthrough_parsers
 
 HELP = "librdmacm's udaddy (SIDR, then UD SENDs with immediate) on the soft engine"
-
-
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    _arguments(sub.add_parser("udaddy", help=HELP, add_help=False))
-
-
-def parser() -> argparse.ArgumentParser:
-    return _arguments(argparse.ArgumentParser(prog="rdmalab udaddy"))
 
 
 def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -41,6 +33,9 @@ def _arguments(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the messages (default 60)")
     s.set_defaults(func=run_cli)
     return s
+
+
+register, parser = passthrough_parsers("udaddy", HELP, _arguments)
 
 
 def main_argv(args: Args, out: TextIO) -> int:

@@ -74,7 +74,7 @@ def run_vm(args: argparse.Namespace, out: TextIO) -> int:
     try:
         with VM(kernel=args.kernel, kvm=False if args.tcg else None, siw=args.siw) as vm:
             if args.exec_cmd is not None:
-                res = vm.run(args.exec_cmd, timeout=args.timeout, capture=not args.no_capture)
+                res = vm.run_job(args.exec_cmd, timeout=args.timeout, capture=not args.no_capture)
                 out.write(res.stdout)
                 out.flush()
                 sys.stderr.write(res.stderr)
@@ -86,14 +86,14 @@ def run_vm(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _scenario(vm: object, args: argparse.Namespace, out: TextIO) -> int:
-    from rdmalab.live.labruns import run  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.live.labruns import run_scenario  # lazy: keeps `rdmalab --help` fast
 
     name = args.scenario or "write_read"
     if args.scenario is None:
-        res = vm.run("rdma link show; echo; ibv_devices", capture=False)  # type: ignore[attr-defined]
+        res = vm.run_job("rdma link show; echo; ibv_devices", capture=False)  # type: ignore[attr-defined]
         out.write(res.stdout)
     print(f"\n== scenario {name}: pyverbs under /usr/bin/python3, rxe1 (10.0.1.1) -> rxe2 (10.0.1.2)", file=out)
-    r = run(name, backend="rxe", vm=vm, size=args.size, loss=args.loss / 100, timeout=args.timeout)  # type: ignore[arg-type]
+    r = run_scenario(name, backend="rxe", vm=vm, size=args.size, loss=args.loss / 100, timeout=args.timeout)  # type: ignore[arg-type]
     print(r.table(), file=out)
     print(f"QP states afterwards: A {r.data['qp_state']['a']}, B {r.data['qp_state']['b']}", file=out)
     pkts = r.packets()

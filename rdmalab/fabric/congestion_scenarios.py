@@ -253,9 +253,9 @@ def queue_table(fab: SwitchedFabric) -> list[dict[str, Any]]:
     return out
 
 
-def run(scenario: str, *, senders: int | None = None, rate: float = 40.0, duration_ms: float | None = None,
-        profile: str | None = None, settings: dict[str, str] | None = None, capture: str | None = None,
-        progress: Callable[[float], None] | None = None) -> Result:
+def run_scenario(scenario: str, *, senders: int | None = None, rate: float = 40.0, duration_ms: float | None = None,
+                 profile: str | None = None, settings: dict[str, str] | None = None, capture: str | None = None,
+                 progress: Callable[[float], None] | None = None) -> Result:
     """Build and run a scenario; ``capture`` writes the first watched link's frames to a pcap."""
 
     fab, dur = build(scenario, senders=senders, rate=rate, duration_ms=duration_ms, profile=profile,

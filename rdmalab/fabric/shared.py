@@ -48,9 +48,8 @@ def device_dir(ifname: str, ip: str) -> Path:
     return d
 
 
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (it may belong to another user)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -74,7 +73,7 @@ def _claim(path: Path) -> bool:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             pid = _owner(path)
-            if pid is not None and _alive(pid):
+            if pid is not None and pid_alive(pid):
                 return pid == os.getpid()
             try:
                 path.unlink()
@@ -137,7 +136,7 @@ class SharedDevice:
     def listened_elsewhere(self, service_id: int) -> bool:
         """Whether another live process of the device listens on ``service_id``."""
         pid = _owner(self.dir / f"listen-{service_id:016x}")
-        return pid is not None and pid != os.getpid() and _alive(pid)
+        return pid is not None and pid != os.getpid() and pid_alive(pid)
 
     def close(self) -> None:
         for sid in list(self._listening):

@@ -156,17 +156,26 @@ class Fabric(VirtualLoop[int]):
     # ------------------------------------------------------------------ devices
     def add_device(self, name: str | None = None, ip: str | None = None, mac: int | None = None) -> SoftDevice:
         """A new soft device on this fabric, with GID 0 link-local and GID 1 ``::ffff:<ip>`` (as rxe)."""
+        name, ip, mac = self.new_device_address(name, ip, mac, "soft")
+        dev = SoftDevice(name, int(ipaddress.IPv4Address(ip)), mac, self, seed=self.rng.getrandbits(32))
+        self.attach(dev)
+        return dev
+
+    def new_device_address(self, name: str | None, ip: str | None, mac: int | None,
+                           prefix: str) -> tuple[str, str, int]:
+        """The name, IPv4 address and MAC of the next device (the n-th, from 0): those given, else
+        ``<prefix><n>``, ``10.0.0.<n+1>`` and ``02:00:00:00:00:<n+1>``; a name already taken is an error."""
         n = len(self.devices)
-        name = name or f"soft{n}"
+        name = name or f"{prefix}{n}"
         if name in self.devices:
             raise ValueError(f"a device named {name!r} already exists on this fabric")
-        ip = ip or f"10.0.0.{n + 1}"
-        mac = mac if mac is not None else 0x020000000001 + n
-        dev = SoftDevice(name, int(ipaddress.IPv4Address(ip)), mac, self, seed=self.rng.getrandbits(32))
-        self.devices[name] = dev
+        return name, ip or f"10.0.0.{n + 1}", mac if mac is not None else 0x020000000001 + n
+
+    def attach(self, dev: SoftDevice) -> None:
+        """Put a new device (made with this fabric as its carrier) on the fabric: by name and by its GIDs."""
+        self.devices[dev.name] = dev
         for gid in dev.gids:
             self._by_gid[gid] = dev
-        return dev
 
     def resolve_mac(self, gid: int) -> int | None:
         """The MAC of the device owning ``gid`` (what ARP/ND would answer), or None."""

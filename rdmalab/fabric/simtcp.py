@@ -474,20 +474,13 @@ def add_iwarp_device(fabric: Fabric, name: str | None = None, ip: str | None = N
     """A soft iWARP device (node type RNIC, transport iWARP) on ``fabric``, carried by the fabric's TCP model.
 
     ``mpa_crc`` makes it ask for CRC32c in its MPA frames (siw's default is not to)."""
-    n = len(fabric.devices)
-    name = name or f"siw{n}"
-    if name in fabric.devices:
-        raise ValueError(f"a device named {name!r} already exists on this fabric")
-    ip = ip or f"10.0.0.{n + 1}"
-    mac = mac if mac is not None else 0x020000000001 + n
+    name, ip, mac = fabric.new_device_address(name, ip, mac, "siw")
     tcp = SimTcp.of(fabric)
     if ip in tcp.devices:
         raise ValueError(f"address {ip} is already taken by {tcp.devices[ip].name}")
     dev = IwDevice(name, int(ipaddress.IPv4Address(ip)), mac, fabric, tcp, seed=fabric.rng.getrandbits(32),
                    mpa_crc=mpa_crc)
-    fabric.devices[name] = dev
-    for gid in dev.gids:
-        fabric._by_gid[gid] = dev
+    fabric.attach(dev)
     tcp.devices[ip] = dev
     return dev
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdmalab.fabric.congestion_scenarios import SCENARIOS, run
+from rdmalab.fabric.congestion_scenarios import SCENARIOS, run_scenario
 from rdmalab.viz.congestion import three_figures, timeline
 from rdmalab.viz.widgets import StaticView, live_box
 
@@ -54,8 +54,8 @@ def congestion_runner(scenario: str = "incast") -> Any:
             out.clear_output(wait=True)
             view.clear(f"{pick.value}, profile {profile.value}")
             try:
-                res = run(pick.value, senders=senders.value if pick.value in ("incast", "fairness", "lossy") else None,
-                          duration_ms=dur.value, profile=profile.value, settings=sets)
+                n = senders.value if pick.value in ("incast", "fairness", "lossy") else None
+                res = run_scenario(pick.value, senders=n, duration_ms=dur.value, profile=profile.value, settings=sets)
             except ValueError as err:
                 view.print(f"cannot run: {err}")
                 return

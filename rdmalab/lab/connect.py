@@ -243,7 +243,7 @@ def _run_rxe(port: int, listen_port: int) -> ConnectResult:
               "for i in $(seq 1 200); do rdma resource show cm_id 2>/dev/null | grep -q LISTEN && break; sleep 0.1; done\n"
               f"timeout 60 rping -c -a $KA_IP -p {port} -v -C 1 -S 64 -V > client.out 2>&1; echo $? > client.rc\n"
               "kill %1 2>/dev/null; wait\n")
-    r = vm.run(script, timeout=150, capture="veth2", name="notebook 12 rping")
+    r = vm.run_job(script, timeout=150, capture="veth2", name="notebook 12 rping")
     captured = list(read(r.pcap_path)) if r.pcap_path is not None else []
     frames = [bytes(cp.packet.data) for cp in captured]
     steps: list[Step] = []

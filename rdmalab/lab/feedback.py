@@ -120,6 +120,19 @@ def norm_name(s: Any) -> str:
     return "".join(ch for ch in str(s).upper() if ch.isalnum())
 
 
+def names_value(answer: Any, value: int, prefix: str, *names: str) -> bool:
+    """Whether ``answer`` stands for the enum ``value``: the number (an IntEnum member too), its decimal
+    string, or one of ``names`` with or without ``prefix`` (``names_value(a, IBV_WC_REM_ACCESS_ERR, "IBV_WC",
+    "REM_ACCESS_ERR")`` takes ``10``, ``"10"``, ``"IBV_WC_REM_ACCESS_ERR"``, ``"rem access err"``); case, spaces,
+    underscores and dashes aside (:func:`norm_name`)."""
+    if isinstance(answer, int) and not isinstance(answer, bool):
+        return answer == value
+    name, head = norm_name(answer), norm_name(prefix)
+    if name.startswith(head):
+        name = name[len(head):]
+    return name == str(value) or name in {norm_name(n) for n in names}
+
+
 def plain(value: Any) -> Said:
     """A count or a duration as the learner wrote it (``show`` would add the hex: "1280 (0x500)")."""
     return Said(str(value))

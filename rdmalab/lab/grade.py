@@ -183,8 +183,8 @@ def run_submission(spec: RunSpec) -> dict[str, Any]:
                 "--cell-timeout", str(spec.cell_timeout)]
         if spec.sandbox:
             how = sbx.probe()
-            out = sbx.run([*argv, "--reap"], scratch, env=env, limits=spec.limits, method=how, slot=spec.slot,
-                          hide=[Path(h) for h in spec.hide])
+            out = sbx.run_confined([*argv, "--reap"], scratch, env=env, limits=spec.limits, method=how,
+                                   slot=spec.slot, hide=[Path(h) for h in spec.hide])
             outcome = {"returncode": out.returncode, "seconds": out.seconds, "timed_out": out.timed_out,
                        "stderr": out.stderr[-2000:], "left_running": out.left_running}
         else:

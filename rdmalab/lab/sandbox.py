@@ -105,9 +105,9 @@ def probe() -> str:
             for drop in ((True, False) if os.geteuid() == 0 else (False,)):
                 with tempfile.TemporaryDirectory(prefix="rdmalab-probe-") as tmp:
                     try:  # the way a real run goes: its user, its limits, Python and rdmalab importable
-                        r = run([sys.executable, "-c", "import rdmalab.lab.sandbox"], Path(tmp), method=method,
-                                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-                                limits=Limits(wall_seconds=120), drop=drop)
+                        r = run_confined([sys.executable, "-c", "import rdmalab.lab.sandbox"], Path(tmp),
+                                         method=method, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                                         limits=Limits(wall_seconds=120), drop=drop)
                     except OSError as err:
                         tried.append(f"{method} failed to start ({err})")
                         break
@@ -339,9 +339,9 @@ os.execvp(sys.argv[5], sys.argv[5:])
 """
 
 
-def run(argv: Sequence[str], scratch: Path, *, env: Mapping[str, str], limits: Limits = DEFAULT_LIMITS,
-        method: str | None = None, slot: int = 0, hide: Iterable[Path] = (),
-        readable: Iterable[Path] = (), drop: bool | None = None) -> Outcome:
+def run_confined(argv: Sequence[str], scratch: Path, *, env: Mapping[str, str], limits: Limits = DEFAULT_LIMITS,
+                 method: str | None = None, slot: int = 0, hide: Iterable[Path] = (),
+                 readable: Iterable[Path] = (), drop: bool | None = None) -> Outcome:
     """Run ``argv`` in a new sandbox whose only writable folder is ``scratch`` (``/sandbox`` inside).
 
     ``env`` is the whole environment the run gets (nothing else of ours leaks in); ``hide`` are folders

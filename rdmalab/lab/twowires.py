@@ -14,17 +14,21 @@ from __future__ import annotations
 
 import html
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rdmalab.capture.reader import CapturedPacket, read
 from rdmalab.fabric.harness import EndpointPair
 from rdmalab.fabric.iwpair import IwPair
 from rdmalab.fabric.simtcp import SimTcp
 from rdmalab.verbs import enums as e
+from rdmalab.wire.header import Header
 from rdmalab.wire.ib import AETH, BTH
 from rdmalab.wire.net import TCP, IPv4, is_retransmission, seq_add, seq_max, tcp_flag_names
+
+H = TypeVar("H", bound=Header)
 
 
 @dataclass
@@ -70,15 +74,21 @@ class Run:
         return "\n".join(lines)
 
 
+def _directed(packets: list[CapturedPacket], requester_ip: str,
+              transport: type[H]) -> Iterator[tuple[CapturedPacket, H, str]]:
+    """The IPv4 packets that carry a ``transport`` header, with it and their direction: "->" from the
+    requester, "<-" to it."""
+    for cp in packets:
+        head = cp.packet.get(transport)
+        ip = cp.packet.get(IPv4)
+        if head is not None and ip is not None:
+            yield cp, head, "->" if ip.describe("src") == requester_ip else "<-"
+
+
 def _roce_rows(packets: list[CapturedPacket], requester_ip: str) -> list[Row]:
     rows = []
-    for cp in packets:
+    for cp, bth, direction in _directed(packets, requester_ip, BTH):
         pkt = cp.packet
-        bth = pkt.get(BTH)
-        ip = pkt.get(IPv4)
-        if bth is None or ip is None:
-            continue
-        direction = "->" if ip.describe("src") == requester_ip else "<-"
         aeth = pkt.get(AETH)
         what = pkt.summary().split(" QP=")[0] if hasattr(pkt, "summary") else str(bth.opcode)
         what = f"{what.split(' PSN')[0]} PSN {bth.psn}"
@@ -91,14 +101,8 @@ def _iwarp_rows(packets: list[CapturedPacket], requester_ip: str) -> list[Row]:
     rows = []
     iss: dict[str, int] = {}  # per direction: the sequence number before the first byte
     sent: dict[str, int] = {}  # per direction: the sequence number after the furthest byte seen (modulo 2^32)
-    for cp in packets:
+    for cp, tcp, direction in _directed(packets, requester_ip, TCP):
         pkt = cp.packet
-        tcp = pkt.get(TCP)
-        ip = pkt.get(IPv4)
-        if tcp is None or ip is None:
-            continue
-        src = ip.describe("src")
-        direction = "->" if src == requester_ip else "<-"
         other = "<-" if direction == "->" else "->"
         if tcp.flags & TCP.SYN:
             iss[direction] = tcp.seq

@@ -195,7 +195,7 @@ def switch_driver(vm: VM, driver: str, say: Callable[[str], None] = print) -> No
     """Make ``driver``'s devices the ones on veth2/veth3 (see :data:`DRIVERS`)."""
     ko = "" if driver == "rxe" else str(siw_module(vm.kernel or "", crc=driver == "siw_crc", say=say))
     say(f"switching to {driver}" + (f" ({ko})" if ko else ""))
-    sw = vm.run(driver_script(driver, ko), capture=False, timeout=60, name=f"driver-{driver}")
+    sw = vm.run_job(driver_script(driver, ko), capture=False, timeout=60, name=f"driver-{driver}")
     if sw.rc != 0:
         raise VMError(f"could not switch the VM to {driver}:\n{sw.stdout[-2000:]}{sw.stderr[-1000:]}")
     loaded = " ".join(ln for ln in sw.stdout.splitlines() if "SoftiWARP" in ln)
@@ -208,7 +208,7 @@ def _make_one(spec: CaptureSpec, out_dir: Path, *, vm: VM, repo: Path, say: Call
     n = spec.name
     say(f"{n}: {spec.server}  <->  {spec.client}")
     for attempt in (1, 2):
-        res = vm.run(job_script(spec, repo), capture="veth2", timeout=180, name=n)
+        res = vm.run_job(job_script(spec, repo), capture="veth2", timeout=180, name=n)
         if res.rc == 0 and res.pcap_path is not None and not res.capture_drops:
             break
         # under TCG on a busy machine perftest's clock calibration can fail ("Correlation

@@ -10,8 +10,8 @@ has two rxe devices, otherwise in the lab VM (:mod:`rdmalab.live.vm`) between ``
 (completions, keys, buffer snapshots) plus a pcap, which the notebooks decode and draw with
 :mod:`rdmalab.viz` exactly as they draw the soft engine's.
 
->>> from rdmalab.live.labruns import run
->>> r = run("write_read", backend="soft")
+>>> from rdmalab.live.labruns import run_scenario
+>>> r = run_scenario("write_read", backend="soft")
 >>> r.ok, [s["wc"]["status"] for s in r.steps]
 (True, ['IBV_WC_SUCCESS', 'IBV_WC_SUCCESS'])
 """
@@ -28,6 +28,7 @@ import re
 import shlex
 import subprocess
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,8 +132,8 @@ class CompletionTable:
 
 
 # ----------------------------------------------------------------------------- backends
-def run(name: str, *, backend: str = "soft", size: int = 4096, seed: int = 1, loss: float = 0.0, iters: int = 1,
-        vm: VM | None = None, timeout: float = 120.0) -> ScenarioResult:
+def run_scenario(name: str, *, backend: str = "soft", size: int = 4096, seed: int = 1, loss: float = 0.0,
+                 iters: int = 1, vm: VM | None = None, timeout: float = 120.0) -> ScenarioResult:
     """Run scenario ``name`` on ``backend`` ("soft" or "rxe").
 
     ``size`` bytes of ``random.Random(seed).randbytes`` data; ``iters`` WRITE+READ rounds
@@ -151,6 +152,13 @@ def run(name: str, *, backend: str = "soft", size: int = 4096, seed: int = 1, lo
     raise ValueError(f"unknown backend {backend!r}; choose 'soft' or 'rxe'")
 
 
+def run(name: str, **options: Any) -> ScenarioResult:
+    """Deprecated name of :func:`run_scenario` (docs/live.md and notebook 13 named it until issue 37);
+    warns, then runs the scenario."""
+    warnings.warn("rdmalab.live.labruns.run is now run_scenario", DeprecationWarning, stacklevel=2)
+    return run_scenario(name, **options)
+
+
 def _run_soft(name: str, size: int, seed: int, loss: float, iters: int) -> ScenarioResult:
     # lazy: the simulated fabric is only the soft backend's
 
@@ -165,7 +173,7 @@ def _run_soft(name: str, size: int, seed: int, loss: float, iters: int) -> Scena
     buf = io.StringIO()
     try:
         with fab.write_pcap(str(pcap)), contextlib.redirect_stdout(buf):
-            data = lab_ops.run(name, "soft0", "soft1", size, seed, iters)
+            data = lab_ops.run_scenario(name, "soft0", "soft1", size, seed, iters)
             fab.run()
     finally:
         reset_default_fabric(None)
@@ -205,7 +213,7 @@ def vm_script(name: str, size: int, seed: int, loss: float, iters: int = 1) -> s
 
 
 def _run_vm(name: str, vm: VM, size: int, seed: int, loss: float, iters: int, timeout: float) -> ScenarioResult:
-    res = vm.run(vm_script(name, size, seed, loss, iters), files={"lab_ops_pyverbs.py": pyverbs_source()},
+    res = vm.run_job(vm_script(name, size, seed, loss, iters), files={"lab_ops_pyverbs.py": pyverbs_source()},
                  timeout=timeout, capture=("veth2",), name=name)
     assert res.job_dir is not None
     result_file = res.job_dir / "result.json"

@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import rdmalab.verbs.enums as e
+from rdmalab.fabric.shared import pid_alive
 from rdmalab.live.errors import VMError
 from rdmalab.live.labruns import host_rxe_pair, shared_vm
-from rdmalab.live.vm import VM, Job, pid_alive
+from rdmalab.live.vm import VM, Job
 from rdmalab.verbs.cq import WC
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR

@@ -22,7 +22,7 @@ veth0 and veth2 come back as a :class:`VMResult`.  One :class:`VM` runs any numb
 
 >>> from rdmalab.live.vm import VM
 >>> with VM() as vm:                                          # doctest: +SKIP
-...     r = vm.run("ibv_devices")
+...     r = vm.run_job("ibv_devices")
 ...     print(r.rc, r.stdout)
 
 Environment variables a job script sees: ``RDMALAB_JOB`` (its own directory, shared with the
@@ -43,12 +43,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rdmalab.capture import read
+from rdmalab.fabric.shared import pid_alive
 from rdmalab.live.errors import VMError, cache_dir
 from rdmalab.live.siw import siw_module
 
@@ -417,9 +419,9 @@ class VM:
             self._console = None
 
     # -- jobs
-    def run(self, script: str, *, files: Mapping[str, str | bytes | Path] | None = None, timeout: float = 120.0,
-            capture: bool | str | tuple[str, ...] | list[str] = True, name: str | None = None) -> VMResult:
-        """Run ``script`` (bash) as root in the VM; returns its output, status and capture.
+    def run_job(self, script: str, *, files: Mapping[str, str | bytes | Path] | None = None, timeout: float = 120.0,
+                capture: bool | str | tuple[str, ...] | list[str] = True, name: str | None = None) -> VMResult:
+        """Run ``script`` (bash) as root in the VM as one job; returns its output, status and capture.
 
         ``files`` are written into the job's directory (the script's working directory) first:
         name -> text, bytes, or a host path to copy.  ``capture`` is ``True`` (veth0 and veth2,
@@ -427,9 +429,14 @@ class VM:
         """
         return self.submit(script, files=files, timeout=timeout, capture=capture, name=name).wait()
 
+    def run(self, script: str, **job: Any) -> VMResult:
+        """Deprecated name of :meth:`run_job` (docs/live.md named it until issue 37); warns, then runs the job."""
+        warnings.warn("VM.run(script) is now VM.run_job(script)", DeprecationWarning, stacklevel=2)
+        return self.run_job(script, **job)
+
     def submit(self, script: str, *, files: Mapping[str, str | bytes | Path] | None = None, timeout: float = 120.0,
                capture: bool | str | tuple[str, ...] | list[str] = True, name: str | None = None) -> Job:
-        """Start a job like :meth:`run` without waiting for it; :meth:`Job.wait` collects the result.
+        """Start a job like :meth:`run_job` without waiting for it; :meth:`Job.wait` collects the result.
 
         The guest agent runs one job at a time, so a later job starts when this one ends.  A
         long-running job (a server the host talks to through files in ``job.dir``) is the use.
@@ -477,7 +484,7 @@ class VM:
         """
         assert self.kernel is not None
         script = siw_load_script(siw_module(self.kernel, crc=crc, say=self.say))
-        r = self.run(script, capture=False, timeout=timeout, name="siw-crc" if crc else "siw")
+        r = self.run_job(script, capture=False, timeout=timeout, name="siw-crc" if crc else "siw")
         if r.rc != 0:
             raise VMError(f"could not load siw{' (siw_crc.ko)' if crc else ''} in the VM (status {r.rc}):\n"
                           f"{r.stdout[-2000:]}{r.stderr[-2000:]}")
@@ -529,9 +536,9 @@ class Job:
 
 def run_in_vm(script: str, *, files: Mapping[str, str | bytes | Path] | None = None, timeout: float = 120.0,
               capture: bool | str | tuple[str, ...] | list[str] = True, **vm_options: object) -> VMResult:
-    """Boot a VM, run one job (see :meth:`VM.run`), power it off; ``vm_options`` go to :class:`VM`."""
+    """Boot a VM, run one job (see :meth:`VM.run_job`), power it off; ``vm_options`` go to :class:`VM`."""
     with VM(**vm_options) as vm:  # type: ignore[arg-type]
-        return vm.run(script, files=files, timeout=timeout, capture=capture)
+        return vm.run_job(script, files=files, timeout=timeout, capture=capture)
 
 
 def siw_load_script(where: str | Path) -> str:
@@ -562,17 +569,6 @@ def _lines(path: Path) -> list[str]:
         return [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return []
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (it may belong to another user)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _read(path: Path) -> str:

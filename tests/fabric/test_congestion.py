@@ -15,7 +15,7 @@ import pytest
 from tshark_util import requires_tshark, tshark_path
 
 from rdmalab.cli import main
-from rdmalab.fabric.congestion_scenarios import HEADER_OVERHEAD, build, flow_table, run
+from rdmalab.fabric.congestion_scenarios import HEADER_OVERHEAD, build, flow_table, run_scenario
 from rdmalab.fabric.switched import CE, HEADER_BYTES, SwitchedFabric
 from rdmalab.fabric.switched_carrier import SwitchedCarrier
 from rdmalab.verbs.engine.cnp import CnpPacer
@@ -28,7 +28,7 @@ from rdmalab.wire.pfc import decode_pfc_frame, is_pfc_frame
 
 @pytest.fixture(scope="module")
 def incast() -> dict:  # type: ignore[type-arg]
-    return run("incast", senders=2, rate=40.0, duration_ms=60.0).to_json()
+    return run_scenario("incast", senders=2, rate=40.0, duration_ms=60.0).to_json()
 
 
 def test_incast_2to1_converges_to_fair_share(incast: dict) -> None:  # type: ignore[type-arg]
@@ -47,12 +47,12 @@ def test_without_dcqcn_the_rc_window_or_pfc_does_the_work() -> None:
     # Without DCQCN each QP sends as fast as its RC window allows (128 PSNs unacknowledged, rxe's
     # RXE_MAX_UNACKED_PSNS): two windows are all the queue can ever hold, far below the dynamic
     # XOFF threshold of a 12 MB buffer, so PFC never fires
-    res = run("incast", senders=2, duration_ms=5.0, settings={"dcqcn": "0"}).to_json()
+    res = run_scenario("incast", senders=2, duration_ms=5.0, settings={"dcqcn": "0"}).to_json()
     window_kb = WINDOW * (1024 + HEADER_BYTES) / 1024
     assert res["pauses"] == 0 and res["drops"] == 0 and res["cnps"] == 0 and res["marks"] == 0
     assert 0.5 * window_kb < res["queues"][0]["max_all_kb"] <= 2 * window_kb
     # with a fixed XOFF below a window, PFC does the work: pauses, no drops, no CNPs
-    res = run("incast", senders=2, duration_ms=5.0, settings={"dcqcn": "0", "pfc_xoff": "50"}).to_json()
+    res = run_scenario("incast", senders=2, duration_ms=5.0, settings={"dcqcn": "0", "pfc_xoff": "50"}).to_json()
     assert res["pauses"] > 0 and res["drops"] == 0 and res["cnps"] == 0
     assert res["queues"][0]["max_all_kb"] < 2 * 50 + 20  # each ingress stops near its XOFF (plus headroom)
     assert res["queues"][0]["paused_ms"] == 0.0  # the receiver never pauses the switch
@@ -61,14 +61,14 @@ def test_without_dcqcn_the_rc_window_or_pfc_does_the_work() -> None:
 
 
 def test_same_seed_same_run() -> None:
-    a = run("incast", senders=3, duration_ms=3.0).to_json()
-    b = run("incast", senders=3, duration_ms=3.0).to_json()
+    a = run_scenario("incast", senders=3, duration_ms=3.0).to_json()
+    b = run_scenario("incast", senders=3, duration_ms=3.0).to_json()
     for k in ("flows", "queues", "marks", "cnps", "events"):
         assert a[k] == b[k]
 
 
 def test_victim_flow() -> None:
-    res = run("victim", duration_ms=30.0)
+    res = run_scenario("victim", duration_ms=30.0)
     fab = res.fabric
     f1 = fab.flows[0]
     assert "P2" in [p.node.name for p in f1.fwd.values()] and f1.dst.name == "R1"
@@ -81,9 +81,9 @@ def test_victim_flow() -> None:
 
 
 def test_deadlock_needs_the_cycle() -> None:
-    dead = run("deadlock", duration_ms=4.0).to_json()["deadlock"]
+    dead = run_scenario("deadlock", duration_ms=4.0).to_json()["deadlock"]
     assert dead["deadlocked"] and len(dead["ring_ports_paused_with_data"]) == 3
-    live = run("deadlock", duration_ms=4.0, settings={"routing": "shortest"}).to_json()
+    live = run_scenario("deadlock", duration_ms=4.0, settings={"routing": "shortest"}).to_json()
     assert not live["deadlock"]["deadlocked"] and live["pauses"] == 0
     assert all(f["goodput_gbps"] > 30 for f in live["flows"])
 
@@ -160,7 +160,7 @@ def _capture(tmp_path) -> tuple:  # type: ignore[no-untyped-def,type-arg]
     import dpkt
 
     path = tmp_path / "incast.pcap"
-    res = run("incast", senders=2, duration_ms=1.5, capture=str(path), settings={"kmin": "5", "kmax": "50",
+    res = run_scenario("incast", senders=2, duration_ms=1.5, capture=str(path), settings={"kmin": "5", "kmax": "50",
                                                                                 "pfc_xoff": "30"})
     with open(path, "rb") as fh:
         frames = [bytes(buf) for _, buf in dpkt.pcap.Reader(fh)]
@@ -247,7 +247,7 @@ def test_rdmalab_analyze_reads_the_capture(tmp_path, capsys) -> None:  # type: i
 def test_pfc_alone_blocks_the_victim_only_while_the_incast_lasts() -> None:
     from rdmalab.fabric.congestion_scenarios import link_throughput
 
-    fab = run("victim", duration_ms=6.0, settings={"dcqcn": "0"}).fabric
+    fab = run_scenario("victim", duration_ms=6.0, settings={"dcqcn": "0"}).fabric
     # pauses propagate: P2 pauses P1, and P1 pauses the hosts feeding it
     assert fab.paused_time_ns(fab.port("P1", "P2")) > 0 and fab.paused_time_ns(fab.port("H1", "P1")) > 0
     assert fab.port("P2", "R1").marks == 0 and fab.flows[0].cnps == 0 and fab.drops == 0
@@ -264,7 +264,7 @@ def test_pfc_alone_blocks_the_victim_only_while_the_incast_lasts() -> None:
 def test_fairness_late_joiners_get_their_share() -> None:
     # 40 ms: the last joiner arrives at 15 ms; the first flow, cut to a few Gb/s when the third and
     # fourth join, climbs back by R_AI = 40 Mb/s per 60 us timer, which takes longer than 10 ms
-    res = run("fairness", senders=4, duration_ms=40.0)
+    res = run_scenario("fairness", senders=4, duration_ms=40.0)
     starts = [f.start for f in res.fabric.flows]
     assert starts == sorted(starts) and starts[-1] == 15e6  # one joins every 5 ms
     rates = [f["goodput_gbps"] for f in res.to_json()["flows"]]

@@ -128,11 +128,11 @@ def test_responder_fast_path_changes_nothing(scenario: str, ms: float, monkeypat
     # The switched fabric hands a data packet to the responder's fast path (SoftDevice.receive_segment)
     # and to the full path (receive) only when the fast path declines: the results must be the same as
     # with the full path for every packet (the lossy scenario drops packets: go-back-N resends them).
-    from rdmalab.fabric.congestion_scenarios import run
+    from rdmalab.fabric.congestion_scenarios import run_scenario
     from rdmalab.verbs.engine.node import SoftDevice
 
     def results() -> tuple[Any, ...]:
-        res = run(scenario, duration_ms=ms)
+        res = run_scenario(scenario, duration_ms=ms)
         out = res.to_json()
         out.pop("wall_s", None)
         flows = [(f.rcvd, f.sent, f.pkts_rcvd, f.retx_bytes, f.marked, f.cnps) for f in res.fabric.flows]

@@ -13,7 +13,7 @@ import statistics
 
 import pytest
 
-from rdmalab.fabric.congestion_scenarios import NS3_RDMA, run
+from rdmalab.fabric.congestion_scenarios import NS3_RDMA, run_scenario
 from rdmalab.fabric.fluid import simulate
 from rdmalab.verbs.engine.dcqcn import PAPER
 
@@ -27,7 +27,7 @@ def _base_rtt_us(fab) -> float:  # type: ignore[no-untyped-def]
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 10, 64])
 def test_fluid_matches_packets(n: int) -> None:
-    res = run("incast", senders=n, duration_ms=40.0)
+    res = run_scenario("incast", senders=n, duration_ms=40.0)
     fab = res.fabric
     k = len(fab.samples) // 2
     pkt_rate = statistics.mean(statistics.mean(row) for row in fab.rate_series[k:])
@@ -50,7 +50,7 @@ def test_instability_with_feedback_delay() -> None:
     # the packet-level fabric with 21.25 us links (4 hops: 85 us) does the same
     sets = {"kmin": "5", "kmax": "200", "pmax": "0.01", "delay_us": "21.25"}
     for n, oscillates in ((2, False), (20, True)):
-        fab = run("incast", senders=n, duration_ms=40.0, profile="paper", settings=sets).fabric
+        fab = run_scenario("incast", senders=n, duration_ms=40.0, profile="paper", settings=sets).fabric
         k = int(len(fab.samples) * 0.7)
         q = [row[0] / 1024 for row in fab.queue_series[k:]]
         swing = max(q) - min(q)

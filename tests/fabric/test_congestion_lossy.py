@@ -21,18 +21,18 @@ from __future__ import annotations
 import dpkt
 import pytest
 
-from rdmalab.fabric.congestion_scenarios import run
+from rdmalab.fabric.congestion_scenarios import run_scenario
 from rdmalab.wire import BTH, decode_ethernet
 from rdmalab.wire.ib import AETH
 
 
 @pytest.fixture(scope="module")
 def lossless() -> dict:  # type: ignore[type-arg]
-    return run("lossy", duration_ms=20.0, settings={"pfc": "1"}).to_json()
+    return run_scenario("lossy", duration_ms=20.0, settings={"pfc": "1"}).to_json()
 
 
 def test_dcqcn_without_pfc_drops_and_go_back_n_recovers(lossless: dict) -> None:  # type: ignore[type-arg]
-    res = run("lossy", duration_ms=20.0)
+    res = run_scenario("lossy", duration_ms=20.0)
     d = res.to_json()
     loss = d["loss"]
     assert d["pauses"] == 0 and loss["drops"] > 0 and loss["data_drops"] > 0
@@ -52,7 +52,7 @@ def test_dcqcn_without_pfc_drops_and_go_back_n_recovers(lossless: dict) -> None:
 
 
 def test_a_shallow_buffer_makes_go_back_n_collapse(lossless: dict) -> None:  # type: ignore[type-arg]
-    loss = run("lossy", duration_ms=20.0, settings={"buffer": "0.15"}).to_json()["loss"]
+    loss = run_scenario("lossy", duration_ms=20.0, settings={"buffer": "0.15"}).to_json()["loss"]
     assert loss["timeouts"] > 0  # lost resends wait for the 4.2 ms timer (one NAK per gap)
     assert loss["retransmitted_share"] > 0.1
     assert loss["goodput_gbps"] < 0.5 * lossless["loss"]["goodput_gbps"], loss
@@ -60,7 +60,7 @@ def test_a_shallow_buffer_makes_go_back_n_collapse(lossless: dict) -> None:  # t
 
 def test_the_capture_shows_the_drop_and_the_resend(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "lossy.pcap"
-    res = run("lossy", senders=6, duration_ms=3.0, settings={"buffer": "0.15", "flow_kb": "512"},
+    res = run_scenario("lossy", senders=6, duration_ms=3.0, settings={"buffer": "0.15", "flow_kb": "512"},
               capture=str(path))
     fab = res.fabric
     assert res.extra["loss"]["data_drops"] > 0
@@ -90,7 +90,7 @@ def test_random_loss_makes_go_back_n_collapse_above_one_percent() -> None:
     # Wang et al. (ICCCN 2019): with go-back-N the relative throughput is nearly zero once the loss
     # rate exceeds 1 %.  One flow, no DCQCN, the switch dropping requests at random (--set loss=P).
     def goodput(loss: str) -> float:
-        fab = run("incast", senders=1, duration_ms=20.0, settings={"loss": loss, "dcqcn": "0"}).fabric
+        fab = run_scenario("incast", senders=1, duration_ms=20.0, settings={"loss": loss, "dcqcn": "0"}).fabric
         assert loss == "0" or fab.drops > 0
         return fab.flows[0].rcvd * 8 / 20e6
 

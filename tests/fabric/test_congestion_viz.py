@@ -6,13 +6,13 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from rdmalab.fabric.congestion_scenarios import NS3_RDMA, run  # noqa: E402
+from rdmalab.fabric.congestion_scenarios import NS3_RDMA, run_scenario  # noqa: E402
 from rdmalab.fabric.fluid import simulate  # noqa: E402
 from rdmalab.viz.congestion import fluid_vs_packets, timeline  # noqa: E402
 
 
 def test_timeline_and_fluid_render() -> None:
-    res = run("incast", senders=3, duration_ms=1.0)
+    res = run_scenario("incast", senders=3, duration_ms=1.0)
     svg = timeline(res, title="t").to_svg()
     assert svg.startswith("<svg") and "DCQCN rate" in svg and "Kmin" in svg
     assert svg == timeline(res, title="t").to_svg()
@@ -32,6 +32,6 @@ def test_the_runner_lives_in_lab_and_draws_a_run() -> None:
 
 
 def test_timeline_shows_drops() -> None:
-    res = run("lossy", senders=6, duration_ms=1.5, settings={"buffer": "0.15", "flow_kb": "512"})
+    res = run_scenario("lossy", senders=6, duration_ms=1.5, settings={"buffer": "0.15", "flow_kb": "512"})
     assert res.fabric.drops > 0
     assert "drops" in timeline(res).to_svg()

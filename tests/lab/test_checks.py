@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+import rdmalab.verbs.enums as e
 from rdmalab import lab
 from rdmalab.lab import FAIL, NOT_YET, PASS
 from rdmalab.lab.checkers.wires import CAPTURED_DESTQP, bth_task, icrc_frame
+from rdmalab.verbs.wr import SGE, SendWR
 from rdmalab.wire.crc import icrc_rocev2
 
 
@@ -74,6 +76,27 @@ def test_engine_program_checks_run_the_learners_function() -> None:
         return 1 / 0
 
     assert lab.check("security.fix", crashes).status == "error"
+
+
+def test_program_checks_want_the_function_and_a_clean_wire() -> None:
+    """checkers.verbs.clean_run: a result given instead of the function names the function; wire trouble
+    comes with the exercise's own causes (security.fix: which key goes where)."""
+    for ex, function in (("write.imm", "write_with_imm"), ("read.program", "read_remote"),
+                         ("atomic.lock", "try_lock"), ("security.fix", "write_to_peer")):
+        r = lab.check(ex, b"a result")
+        assert r.status == FAIL and f"({function}), not its result" in r.message, (ex, r.message)
+        assert r.field == function
+
+    def rkey_for_lkey(pair, data):  # type: ignore[no-untyped-def]
+        pair.a.mr.write(data, len(data), 0)
+        wr = SendWR(opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(pair.a.mr.buf, len(data), pair.a.mr.rkey)])
+        wr.set_wr_rdma(pair.b.mr.lkey, pair.b.mr.buf)
+        pair.a.qp.post_send(wr)
+        return pair.a.poll()
+
+    r = lab.check("security.fix", rkey_for_lkey)
+    assert r.status == FAIL
+    assert any("it takes the local MR's lkey" in d for d in r.details), r.details
 
 
 def test_feedback_identifies_a_wrong_value_found_elsewhere() -> None:

@@ -24,7 +24,7 @@ import rdmalab.verbs.enums as e
 from rdmalab import lab
 from rdmalab.lab import FAIL, PASS
 from rdmalab.lab.checkers.wires import bth_task, crc_capture, icrc_frame
-from rdmalab.lab.feedback import nth
+from rdmalab.lab.feedback import names_value, nth
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 from rdmalab.wire.ib import RNR_TIMER_US
 
@@ -519,3 +519,12 @@ def test_wording_counts_like_people_and_rdmalab_decode() -> None:
     r = lab.check("wires.which", [..., ..., ..., ...])
     assert r.message.startswith("Which wire is which? Replace the ...") and "?:" not in r.message
     assert lab.check("wires.bth", ...).message.startswith("Build a BTH by hand: replace the ...")
+
+
+def test_names_value_takes_the_number_or_a_name_with_or_without_its_prefix() -> None:
+    err = e.IBV_WC_REM_ACCESS_ERR
+    for said in (err, int(err), str(int(err)), "IBV_WC_REM_ACCESS_ERR", "rem access err", "REM-ACCESS-ERR"):
+        assert names_value(said, err, "IBV_WC", "REM_ACCESS_ERR"), said
+    for said in (e.IBV_WC_LOC_PROT_ERR, True, "IBV_WC_LOC_PROT_ERR", "IBV_QPS_ERR", "", None):
+        assert not names_value(said, err, "IBV_WC", "REM_ACCESS_ERR"), said
+    assert names_value("IBV_QPS_ERROR", e.IBV_QPS_ERR, "IBV_QPS", "ERR", "ERROR")

@@ -303,8 +303,9 @@ out['home'] = os.path.expanduser('~')
 out['caps'] = open('/proc/self/status').read().split('CapEff:')[1].split()[0]
 open('/sandbox/probe.json', 'w').write(json.dumps(out))
 """
-    o = sbx.run([sys.executable, "-c", probe], scratch, env={"PATH": os.environ["PATH"], "HOME": "/home/student"},
-                hide=[tmp_path / "class"], method=method, drop=drop)
+    o = sbx.run_confined([sys.executable, "-c", probe], scratch,
+                         env={"PATH": os.environ["PATH"], "HOME": "/home/student"},
+                         hide=[tmp_path / "class"], method=method, drop=drop)
     assert o.returncode == 0, o
     seen = json.loads((scratch / "probe.json").read_text())
     shutil.rmtree(scratch)

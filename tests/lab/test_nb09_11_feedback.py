@@ -181,10 +181,10 @@ def test_the_victim_exercise_asks_about_the_run_the_notebook_draws() -> None:
 
 def test_the_timeline_legends_sit_beside_the_data() -> None:
     """Issue 36: the "PFC alone" figure's legend covered F1's and F2's goodput after the incast."""
-    from rdmalab.fabric.congestion_scenarios import run
+    from rdmalab.fabric.congestion_scenarios import run_scenario
     from rdmalab.viz.congestion import timeline
 
-    res = run("victim", duration_ms=4.5, settings={"dcqcn": "0"})
+    res = run_scenario("victim", duration_ms=4.5, settings={"dcqcn": "0"})
     for goodput in (True, False):
         fig = timeline(res, max_flows=3, goodput=goodput, window_us=100).figure
         fig.canvas.draw()

@@ -58,6 +58,6 @@ def test_regenerated_captures_match_tshark_and_counters(lab_vm: VM, tmp_path: Pa
     text = (tmp_path / "MANIFEST.md").read_text()
     assert "`rxe_write_bw.pcap`" in text and "| siw_crc |" in text
     # the VM is back on rxe for the next live test
-    r = lab_vm.run("rdma link show", capture=False)
+    r = lab_vm.run_job("rdma link show", capture=False)
     assert "rxe1" in r.stdout and "siw0" not in r.stdout
     assert CAPTURES["siw_crc_rping"].driver == "siw_crc"

@@ -176,7 +176,7 @@ def _run_matrix(hold: dict[str, object]) -> Path:
     hold["vm"] = vm  # before the boot: stop_background can power it off at any point
     with vm:
         script = f"ROOT={shlex.quote(str(ROOT))}\nITERS={ITERS}\n" + GUEST
-        r = vm.run(script, timeout=2000, capture=False, name="interop matrix")
+        r = vm.run_job(script, timeout=2000, capture=False, name="interop matrix")
         out = r.job_dir
         assert out is not None
         (out / "seconds").write_text(f"{time.monotonic() - t0:.1f} s, boot {vm.boot_s:.1f} s, "

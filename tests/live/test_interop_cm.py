@@ -122,7 +122,7 @@ def cm_job(lab_vm: object) -> Iterator[Path]:
     script = (f"ROOT={shlex.quote(str(ROOT))}\n"
               + GUEST.replace("rping_pair rping COUNT", f"rping_pair rping {COUNT}")
               .replace("rping_pair loss LOSS_COUNT", f"rping_pair loss {LOSS_COUNT}"))
-    r = lab_vm.run(script, timeout=1200, capture=False, name="rdma_cm interop")  # type: ignore[attr-defined]
+    r = lab_vm.run_job(script, timeout=1200, capture=False, name="rdma_cm interop")  # type: ignore[attr-defined]
     out = r.job_dir
     assert out is not None
     assert (out / "DONE").exists(), f"the CM matrix did not finish (status {r.rc}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"

@@ -88,7 +88,7 @@ def iw_job(lab_vm: VM) -> Iterator[Path]:
     config = {"topology": TOPOLOGY, "count": COUNT, "iters": ITERS, "modes": modes}
     script = f"ROOT={shlex.quote(str(ROOT))}\nCOUNT={COUNT}\nITERS={ITERS}\n" + GUEST
     try:
-        r = lab_vm.run(script, files={"config.json": json.dumps(config)}, timeout=1500, capture=False,
+        r = lab_vm.run_job(script, files={"config.json": json.dumps(config)}, timeout=1500, capture=False,
                        name="iwarp interop")
         assert r.job_dir is not None
         assert (r.job_dir / "DONE").exists(), (f"the iWARP matrix did not finish (status {r.rc}):\n"

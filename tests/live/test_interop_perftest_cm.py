@@ -97,7 +97,7 @@ def perftest_cm_job(lab_vm: object) -> Iterator[Path]:
     script = (f"ROOT={shlex.quote(str(ROOT))}\n"
               + GUEST.replace("in VERBS;", f"in {' '.join(VERBS)};").replace("$v ITERS;", f"$v {ITERS};")
               .replace("write LOSS_ITERS", f"write {LOSS_ITERS}").replace("LASTACK_ITERS", str(LASTACK_ITERS)))
-    r = lab_vm.run(script, timeout=1500, capture=False, name="perftest -R interop")  # type: ignore[attr-defined]
+    r = lab_vm.run_job(script, timeout=1500, capture=False, name="perftest -R interop")  # type: ignore[attr-defined]
     out = r.job_dir
     assert out is not None
     assert (out / "DONE").exists(), f"the perftest -R matrix did not finish (status {r.rc}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"

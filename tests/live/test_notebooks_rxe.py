@@ -111,7 +111,7 @@ print(json.dumps(out))
 def test_verbs_server_on_host_devices(lab_vm: VM) -> None:
     """The host path of ``Pair(backend="rxe")`` (two rxe devices where rdmalab runs, no VM): run
     from inside the VM, whose rxe1 and rxe2 play the host's devices."""
-    r = lab_vm.run("$RDMALAB_PYTHON host_path.py", files={"host_path.py": HOST_PATH}, capture=False, timeout=300)
+    r = lab_vm.run_job("$RDMALAB_PYTHON host_path.py", files={"host_path.py": HOST_PATH}, capture=False, timeout=300)
     assert r.rc == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["where"] == "host rxe1/rxe2"

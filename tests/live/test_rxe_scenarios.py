@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from rdmalab.live.labruns import ScenarioResult, run
+from rdmalab.live.labruns import ScenarioResult, run_scenario
 from rdmalab.live.vm import VM
 from rdmalab.wire.ib import AETH
 
@@ -34,7 +34,7 @@ def _payload(pkts: list, prefix: str, src: str) -> bytes:
 def test_write_then_read_moves_the_data(lab_vm: VM) -> None:
     size, seed = 5000, 11
     data = random.Random(seed).randbytes(size)
-    r = run("write_read", backend="rxe", vm=lab_vm, size=size, seed=seed)
+    r = run_scenario("write_read", backend="rxe", vm=lab_vm, size=size, seed=seed)
     assert r.where.startswith("VM")
     assert r.extra["capture_drops"] == 0
     assert [wc["status"] for wc in r.completions] == ["IBV_WC_SUCCESS"] * 2
@@ -52,7 +52,7 @@ def test_write_then_read_moves_the_data(lab_vm: VM) -> None:
 
 
 def test_wrong_rkey_gives_remote_access_error(lab_vm: VM) -> None:
-    r = run("wrong_rkey", backend="rxe", vm=lab_vm, size=4096, seed=5)
+    r = run_scenario("wrong_rkey", backend="rxe", vm=lab_vm, size=4096, seed=5)
     step = r.steps[0]
     assert step["rkey"] != step["right_rkey"]
     assert r.completions[0]["status"] == "IBV_WC_REM_ACCESS_ERR"
@@ -64,11 +64,11 @@ def test_wrong_rkey_gives_remote_access_error(lab_vm: VM) -> None:
 
 
 def test_send_receive_and_atomics(lab_vm: VM) -> None:
-    r = run("send_recv", backend="rxe", vm=lab_vm, size=2500, seed=2)
+    r = run_scenario("send_recv", backend="rxe", vm=lab_vm, size=2500, seed=2)
     assert [wc["opcode"] for wc in r.completions] == ["IBV_WC_SEND", "IBV_WC_RECV"]
     assert r.completions[1]["byte_len"] == 2500
     assert r.steps[1]["memory"]["sha256"] == hashlib.sha256(random.Random(2).randbytes(2500)).hexdigest()
-    r = run("atomics", backend="rxe", vm=lab_vm)
+    r = run_scenario("atomics", backend="rxe", vm=lab_vm)
     assert [s["returned"] for s in r.steps] == [1000, 1042]  # the old values
     assert [s["remote"] for s in r.steps] == [1042, 7]
     assert Counter(p.packet.opcode_name for p in r.packets())["RC ATOMIC Acknowledge"] == 2
@@ -88,8 +88,8 @@ def test_two_percent_loss_is_repaired_by_retransmission(lab_vm: VM) -> None:
     # so P(no loss at all) = 0.98**260 < 1 %.  A retry on the very unlikely clean run keeps
     # the test honest without making it flaky.
     for attempt in range(3):
-        r = run("write_read", backend="rxe", vm=lab_vm, size=32768, seed=7 + attempt, iters=8, loss=0.02,
-                timeout=240)
+        r = run_scenario("write_read", backend="rxe", vm=lab_vm, size=32768, seed=7 + attempt, iters=8, loss=0.02,
+                         timeout=240)
         assert r.ok, r.completions
         assert all(wc["status"] == "IBV_WC_SUCCESS" for wc in r.completions)
         again = _retransmitted(r)

@@ -186,7 +186,7 @@ def startup_job(lab_vm: object) -> Iterator[Path]:
     # the eight modules loaded then).  (The guest imports ROOT/rdmalab.)
     assert compileall.compile_dir(str(ROOT / "rdmalab"), quiet=1), "rdmalab did not compile"
     script = f"ROOT={shlex.quote(str(ROOT))}\nROUNDS={ROUNDS}\n" + GUEST
-    r = lab_vm.run(script, timeout=2400, capture=False, name="start-up")  # type: ignore[attr-defined]
+    r = lab_vm.run_job(script, timeout=2400, capture=False, name="start-up")  # type: ignore[attr-defined]
     out = r.job_dir
     assert out is not None
     vm = lab_vm

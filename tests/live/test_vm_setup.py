@@ -27,7 +27,7 @@ ip netns exec $PEER_NS bash -c 'exec 3<>/dev/tcp/$RXE0_IP/7000'
 wait %1
 rdma link show
 """
-    r = lab_vm.run(script, capture=False)
+    r = lab_vm.run_job(script, capture=False)
     assert r.rc == 0, r.stderr
     assert "peer 10.0.0.2" in r.stdout
     assert re.search(r"link rxe0/1 state ACTIVE .*netdev veth0", r.stdout), r.stdout
@@ -43,7 +43,7 @@ wait %1; src=$?
 cat server.log
 exit $((rc + src))
 """
-    r = lab_vm.run(script, capture="veth2", timeout=120)
+    r = lab_vm.run_job(script, capture="veth2", timeout=120)
     assert r.rc == 0, r.stdout + r.stderr
     assert r.stdout.count("5 iters in") == 2
     roce = [p for p in r.packets() if p.packet.bth is not None]

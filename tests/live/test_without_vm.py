@@ -39,7 +39,7 @@ def test_pyverbs_rewrite_changes_only_imports() -> None:
 
 
 def test_soft_write_read_moves_the_data_and_captures_it() -> None:
-    r = labruns.run("write_read", backend="soft", size=5000, seed=11)
+    r = labruns.run_scenario("write_read", backend="soft", size=5000, seed=11)
     data = random.Random(11).randbytes(5000)
     assert [s["memory"]["sha256"] for s in r.steps] == [hashlib.sha256(data).hexdigest()] * 2
     wire = b"".join(p.packet.payload for p in r.packets() if p.packet.opcode_name.startswith("RC RDMA WRITE"))
@@ -48,16 +48,31 @@ def test_soft_write_read_moves_the_data_and_captures_it() -> None:
 
 
 def test_soft_wrong_rkey() -> None:
-    r = labruns.run("wrong_rkey", backend="soft")
+    r = labruns.run_scenario("wrong_rkey", backend="soft")
     assert r.completions[0]["status"] == "IBV_WC_REM_ACCESS_ERR"
     assert r.data["qp_state"]["a"] == "IBV_QPS_ERR"
 
 
 def test_unknown_scenario_and_backend_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="unknown scenario 'nope'"):
-        labruns.run("nope")
+        labruns.run_scenario("nope")
     with pytest.raises(ValueError, match="unknown backend 'ib'"):
-        labruns.run("write_read", backend="ib")
+        labruns.run_scenario("write_read", backend="ib")
+
+
+def test_old_names_warn_and_do_the_same() -> None:
+    """docs/live.md named ``labruns.run`` and ``VM.run`` before issue 37: both still work, with a warning."""
+    with pytest.warns(DeprecationWarning, match="run_scenario"):
+        old = labruns.run("wrong_rkey", backend="soft", seed=3)
+    new = labruns.run_scenario("wrong_rkey", backend="soft", seed=3)  # (keys differ run to run; PSNs follow the seed)
+    assert (old.data["a"]["psn"], old.data["b"]["psn"]) == (new.data["a"]["psn"], new.data["b"]["psn"])
+    assert [c["status"] for c in old.completions] == [c["status"] for c in new.completions] == ["IBV_WC_REM_ACCESS_ERR"]
+    machine = vm.VM.__new__(vm.VM)  # not booted: run_job is replaced, the alias only has to forward
+    calls: list[tuple[str, dict[str, object]]] = []
+    machine.run_job = lambda script, **job: calls.append((script, job)) or "result"  # type: ignore[method-assign]
+    with pytest.warns(DeprecationWarning, match="run_job"):
+        assert machine.run("ibv_devices", timeout=5.0, capture=False) == "result"  # type: ignore[comparison-overlap]
+    assert calls == [("ibv_devices", {"timeout": 5.0, "capture": False})]
 
 
 def test_gid_to_ipv4() -> None:

@@ -81,7 +81,7 @@ def problems(lad: Ladder) -> list[str]:
 
 
 def _soft_write_read() -> list[Any]:
-    return list(labruns.run("write_read", backend="soft", size=5000, seed=11).packets())
+    return list(labruns.run_scenario("write_read", backend="soft", size=5000, seed=11).packets())
 
 
 def _live_write() -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from rdmalab.fabric.congestion_scenarios import incast_costs, parameter_names, run
+from rdmalab.fabric.congestion_scenarios import incast_costs, parameter_names, run_scenario
 from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import as_bytes
 from rdmalab.lab.samples import one_write
@@ -205,7 +205,7 @@ VICTIM_MS = 30.0  # long enough to show how long DCQCN keeps F1 slow after the 1
 def victim_run() -> Any:
     """The victim-flow run the notebook draws and exercise 3 asks about (the incast runs from 3 to 4 ms)."""
     if "victim" not in _cache:
-        _cache["victim"] = run("victim", duration_ms=VICTIM_MS)
+        _cache["victim"] = run_scenario("victim", duration_ms=VICTIM_MS)
     return _cache["victim"]
 
 
@@ -255,7 +255,7 @@ def incast8(settings: dict[str, str] | None = None) -> Any:
 
     key = repr(sorted((settings or {}).items()))
     if key not in _cache:
-        _cache[key] = run("incast", senders=8, duration_ms=10.0, settings=settings or {})
+        _cache[key] = run_scenario("incast", senders=8, duration_ms=10.0, settings=settings or {})
     return _cache[key]
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import rdmalab.verbs.enums as e
 from rdmalab.lab import variant
 from rdmalab.lab.core import Wrong, exercise
-from rdmalab.lab.feedback import as_int, norm_name, plain
+from rdmalab.lab.feedback import as_int, names_value, norm_name, plain
 from rdmalab.lab.variant import scenario
 
 NB = "13-live-rdma"
@@ -107,14 +107,10 @@ def _wrong_rkey(answer: Any) -> str:
                     expected="[an ibv_wc_status, an ibv_qp_state] (names or numbers)")
     # Numbers (or IntEnum members) are accepted too: ibv_wc_status 10, ibv_qp_state 6.
     st, qs = answer
-    status = "REMACCESSERR" if isinstance(st, int) and not isinstance(st, bool) and st == e.IBV_WC_REM_ACCESS_ERR \
-        else norm_name(str(st)).replace("IBVWC", "")
-    state = "ERR" if isinstance(qs, int) and not isinstance(qs, bool) and qs == e.IBV_QPS_ERR \
-        else norm_name(str(qs)).replace("IBVQPS", "")
-    if status != "REMACCESSERR":
+    if not names_value(st, e.IBV_WC_REM_ACCESS_ERR, "IBV_WC", "REM_ACCESS_ERR"):
         raise Wrong(f"{st!r} is not A's completion status.", field="wc.status", given=st,
                     expected="the status in A's completion of the wrong-rkey WRITE")
-    if state not in ("ERR", "ERROR"):
+    if not names_value(qs, e.IBV_QPS_ERR, "IBV_QPS", "ERR", "ERROR"):
         raise Wrong(f"{qs!r} is not the state A's QP is left in.", field="qp_state", given=qs,
                     expected="the state of A's QP after that error completion")
     return "Right: IBV_WC_REM_ACCESS_ERR, and the QP is in IBV_QPS_ERR: it must be reset and reconnected."

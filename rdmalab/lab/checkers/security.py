@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import rdmalab.verbs.enums as e
-from rdmalab.lab.answers import Program, Run
+from rdmalab.lab.answers import Program
 from rdmalab.lab.checkers.reliability import NAK_CAUSES, nak_code
-from rdmalab.lab.checkers.verbs import wire_trouble
+from rdmalab.lab.checkers.verbs import clean_run
 from rdmalab.lab.core import Said, Wrong, exercise
-from rdmalab.lab.feedback import norm_name
+from rdmalab.lab.feedback import names_value, norm_name
 from rdmalab.wire.ib import NAK_NAMES, NAK_REMOTE_ACCESS_ERROR
 
 NB = "11-security"
@@ -23,16 +23,11 @@ _FIX_DATA = b"keys matter " * 50
     "set_wr_rdma takes the *remote* key: the rkey the peer gave you for its MR.",
 ))
 def _fix(answer: Any) -> str:
-    if not isinstance(answer, Run):  # lab.check runs a function on SoftPair(seed=51) and passes its Run
-        raise Wrong("Give the fixed function itself (write_to_peer).", field="write_to_peer",
-                    expected="a function (pair, data) -> A's completion")
-    p, data = answer, _FIX_DATA
-    wc, = answer.returned
-    trouble = wire_trouble(p)
-    if trouble is not None:
-        trouble.details += ["local protection error: the SGE's key is wrong (it takes the local MR's lkey)",
-                            "remote access error: the key in the RETH is wrong (it takes the peer's rkey)"]
-        raise trouble
+    p = clean_run(answer, "write_to_peer", "a function (pair, data) -> A's completion",
+                  causes=("local protection error: the SGE's key is wrong (it takes the local MR's lkey)",
+                          "remote access error: the key in the RETH is wrong (it takes the peer's rkey)"))
+    data = _FIX_DATA
+    wc, = p.returned
     if wc is None or wc is Ellipsis:
         raise Wrong("Your function returned nothing: return A's completion.", field="return value", given=wc,
                     expected="A's work completion (pair.a.poll())")
@@ -57,10 +52,7 @@ def _guess(answer: Any) -> str:
         raise Wrong("Give [A's completion status name, the NAK's name].", field="answer",
                     expected="[an ibv_wc_status (name or number), a NAK code (name or number)]")
     status, nak = answer
-    want = e.IBV_WC_REM_ACCESS_ERR
-    ok_status = (status == want) if isinstance(status, int) and not isinstance(status, bool) else \
-        norm_name(status).replace("IBVWC", "") in ("REMACCESSERR", "REMOTEACCESSERROR", str(want))
-    if not ok_status:
+    if not names_value(status, e.IBV_WC_REM_ACCESS_ERR, "IBV_WC", "REM_ACCESS_ERR", "REMOTE_ACCESS_ERROR"):
         local = "LOC" in norm_name(status)
         why = (" A local error means A's own NIC refused the work request before sending it; this one went out, "
                "and B answered." if local else "")

@@ -61,6 +61,20 @@ def wire_trouble(pair: Any) -> Wrong | None:
     return None
 
 
+def clean_run(answer: Any, function: str, expected: str, *, causes: tuple[str, ...] = ()) -> Run:
+    """The :class:`Run` that ``lab.check`` made of a program exercise's ``function``, once nothing went
+    wrong on its wire: a value given instead of the function is one :class:`Wrong` (naming ``function``,
+    which ``expected`` describes), what :func:`wire_trouble` finds another, with ``causes`` added to its
+    details (what may have led to it in this exercise)."""
+    if not isinstance(answer, Run):
+        raise Wrong(f"Give the function itself ({function}), not its result.", field=function, expected=expected)
+    trouble = wire_trouble(answer)
+    if trouble is not None:
+        trouble.details += list(causes)
+        raise trouble
+    return answer
+
+
 # ----------------------------------------------------------------------------- 02 verbs objects
 
 
@@ -372,14 +386,8 @@ def _said_sent(ops: list[str]) -> Said:
     "Return pair.b.poll(): B's completion has opcode IBV_WC_RECV_RDMA_WITH_IMM and carries imm_data.",
 ))
 def _write_imm(answer: Any) -> str:
-    if not isinstance(answer, Run):  # lab.check runs a function on SoftPair(seed=11) and passes its Run
-        raise Wrong("Give the function itself (write_with_imm), not its result.", field="write_with_imm",
-                    expected="a function (pair, data, imm) -> B's completion")
-    p, data = answer, _IMM_DATA
-    wc, = answer.returned
-    trouble = wire_trouble(p)
-    if trouble is not None:
-        raise trouble
+    p, data = clean_run(answer, "write_with_imm", "a function (pair, data, imm) -> B's completion"), _IMM_DATA
+    wc, = p.returned
     ops = _sent_by_a(p)
     want_op = "RC RDMA WRITE ... with Immediate (IBV_WR_RDMA_WRITE_WITH_IMM)"
     if not ops:
@@ -452,14 +460,8 @@ def _read_setup(p: Any) -> list[tuple[Any, ...]]:
     "Return pair.a.mr.read(length, 0).",
 ))
 def _read_program(answer: Any) -> str:
-    if not isinstance(answer, Run):  # lab.check runs a function on SoftPair(seed=21) and passes its Run
-        raise Wrong("Give the function itself (read_remote), not its result.", field="read_remote",
-                    expected="a function (pair, remote_offset, length) -> bytes")
-    p, secret = answer, _SECRET
-    got, = answer.returned
-    trouble = wire_trouble(p)
-    if trouble is not None:
-        raise trouble
+    p, secret = clean_run(answer, "read_remote", "a function (pair, remote_offset, length) -> bytes"), _SECRET
+    got, = p.returned
     ops = _sent_by_a(p)
     want_op = "RC RDMA READ Request (IBV_WR_RDMA_READ)"
     if not ops:
@@ -717,13 +719,8 @@ def _b_words_changed(p: Any) -> list[tuple[int, int]]:
     "Read the 8 returned bytes little-endian (struct.unpack('<Q', ...)) after pair.a.poll().",
 ))
 def _lock(answer: Any) -> str:
-    if not isinstance(answer, Run):  # lab.check calls a function twice on SoftPair(seed=41) and passes the Run
-        raise Wrong("Give the function itself (try_lock).", field="try_lock", expected="a function (pair) -> bool")
-    p = answer
-    first, second = answer.returned
-    trouble = wire_trouble(p)
-    if trouble is not None:
-        raise trouble
+    p = clean_run(answer, "try_lock", "a function (pair) -> bool")  # lab.check called it twice
+    first, second = p.returned
     ops = _sent_by_a(p)
     cmp_swap = "RC CmpSwap (IBV_WR_ATOMIC_CMP_AND_SWP) on B's lock word, one per call"
     swaps = [pk[AtomicETH] for pk in p.packets() if pk is not None and AtomicETH in pk

@@ -121,7 +121,7 @@ def send_wr(node: Node, wr_id: int, opcode: int, length: int, offset: int = 0, r
     node.qp.post_send(wr)
 
 
-def run(scenario: str, dev_a: str, dev_b: str, size: int = 4096, seed: int = 1, iters: int = 1) -> dict[str, Any]:
+def run_scenario(scenario: str, dev_a: str, dev_b: str, size: int = 4096, seed: int = 1, iters: int = 1) -> dict[str, Any]:
     rng = random.Random(seed)
     a, b = Node(dev_a, rng.getrandbits(24)), Node(dev_b, rng.getrandbits(24))
     a.connect(b)
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     if not 1 <= args.size <= BUF // 2:
         raise SystemExit(f"lab_ops: --size must be between 1 and {BUF // 2}")
-    result = run(args.scenario, args.dev_a, args.dev_b, args.size, args.seed, args.iters)
+    result = run_scenario(args.scenario, args.dev_a, args.dev_b, args.size, args.seed, args.iters)
     text = json.dumps(result, indent=1)
     if args.out:
         with open(args.out, "w") as f:

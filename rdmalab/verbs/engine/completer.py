@@ -276,5 +276,5 @@ def _after(qp: QPCore) -> None:
         qp.arm_timer(True)  # restart
     else:
         qp.comp.timer_armed = False
-    if qp.req.wqe_index < len(sq):  # (requester.run sends nothing otherwise)
-        requester.run(qp)
+    if qp.req.wqe_index < len(sq):  # (requester.send_queued sends nothing otherwise)
+        requester.send_queued(qp)

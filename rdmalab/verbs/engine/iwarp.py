@@ -348,13 +348,7 @@ class IwQP(QPCore):
         if op == e.IBV_WR_LOCAL_INV:
             if self.req.wqe_index:
                 return False  # waits for every earlier WQE
-            mr = self.dev.mrs.get(w.inv_rkey >> 8)
-            if mr is None or w.inv_rkey not in (mr.lkey, mr.rkey) or mr.pd is not self.pd:
-                self.fail_wqe(w, e.IBV_WC_LOC_PROT_ERR)
-                return False
-            mr.invalidate()
-            w.started = w.complete = True
-            return True
+            return self.local_invalidate(w)
         if op == e.IBV_WR_RDMA_READ:
             if len(self.reads_out) >= self.ord:
                 if self.ord == 0:  # nothing negotiated: the READ can never go

@@ -226,6 +226,18 @@ class QPCore:
             self.req.wqe_index -= 1
         return w
 
+    def local_invalidate(self, w: SendWQE) -> bool:
+        """Execute a LOCAL_INV WQE here (no packet): the MR that ``inv_rkey`` names, if it is this PD's,
+        is invalidated and the WQE is complete; else the WQE fails with ``LOC_PROT_ERR``.  False
+        when it failed."""
+        mr = self.dev.mrs.get(w.inv_rkey >> 8)
+        if mr is None or w.inv_rkey not in (mr.lkey, mr.rkey) or mr.pd is not self.pd:
+            self.fail_wqe(w, e.IBV_WC_LOC_PROT_ERR)
+            return False
+        mr.invalidate()
+        w.started = w.complete = True
+        return True
+
     def fail_wqe(self, w: SendWQE, status: int) -> None:
         """A send WQE ends in error: record its status and take the QP to ERR (which flushes)."""
         w.status = status

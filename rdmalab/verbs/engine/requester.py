@@ -59,7 +59,7 @@ _PLAN: dict[int, dict[int, tuple[Any, Any, int, int, bool, bool, bool, bool]]] =
 _RTS, _SQD = e.IBV_QPS_RTS, e.IBV_QPS_SQD
 
 
-def run(qp: QPCore) -> None:
+def send_queued(qp: QPCore) -> None:
     """Send what the send queue allows now."""
     state = qp.qp_state
     req = qp.req
@@ -96,12 +96,8 @@ def _start(qp: QPCore, w: SendWQE) -> bool:
     if op == e.IBV_WR_LOCAL_INV:
         if qp.req.wqe_index:
             return False  # LOCAL_INV waits for every earlier WQE
-        mr = qp.dev.mrs.get(w.inv_rkey >> 8)
-        if mr is None or w.inv_rkey not in (mr.lkey, mr.rkey) or mr.pd is not qp.pd:
-            qp.fail_wqe(w, e.IBV_WC_LOC_PROT_ERR)
+        if not qp.local_invalidate(w):
             return False
-        mr.invalidate()
-        w.started = w.complete = True
         qp.pop_head()
         qp.complete_send(w)
         return True
@@ -112,7 +108,7 @@ def _start(qp: QPCore, w: SendWQE) -> bool:
     req = qp.req
     if read_atomic and req.rd_out >= max(1, qp.max_rd_atomic):
         return False
-    # (the RC window: run() checks it before it starts a WQE)
+    # (the RC window: send_queued() checks it before it starts a WQE)
     try:
         if read_atomic:
             w.dest = local_views(qp.dev, qp.pd, w.sg, write=True)

@@ -22,7 +22,7 @@ class SoftQP(QPCore):
     ``completer`` (each takes the QP first), bound here as methods: a call from a device costs
     no extra frame, and a profile names the protocol function itself."""
 
-    kick = requester.run  # the requester sends what it may
+    kick = requester.send_queued  # the requester sends what it may
     on_timeout = completer.on_timeout  # the retransmit timer expired
     on_request = responder.on_request  # a request packet arrived (from SoftDevice.receive)
     on_response = completer.on_response  # an ACK, NAK or response arrived
@@ -39,7 +39,7 @@ class SoftQP(QPCore):
         if self.qp_state == e.IBV_QPS_ERR:
             self.flush()
         else:
-            requester.run(self)
+            requester.send_queued(self)
 
     def post_recv(self, wqes: list[RecvWQE]) -> None:
         self.rq.extend(wqes)
