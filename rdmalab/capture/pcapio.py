@@ -25,6 +25,7 @@ record still coming.  A stream is read once: nothing here seeks or opens it agai
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import os
 import select
@@ -200,6 +201,17 @@ def read_full(f: IO[bytes] | StreamReader, n: int) -> bytes:
     return b"".join(parts)
 
 
+def _widen_pipe(fd: int) -> None:
+    """A pipe of :data:`STREAM_BLOCK` bytes rather than Linux's 64 KiB: when the reader falls behind,
+    its blocks grow to that, and what a block costs whatever its size is paid less often.  Not a
+    pipe, or not allowed: no change."""
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode) and fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) < STREAM_BLOCK:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, STREAM_BLOCK)
+    except (OSError, AttributeError):  # not Linux, or above /proc/sys/fs/pipe-max-size
+        pass
+
+
 def _open_stream(p: str) -> StreamReader:
     """Standard input or a FIFO/pipe/device, unbuffered, through gzip when it is compressed."""
     if p == STDIN:
@@ -214,6 +226,7 @@ def _open_stream(p: str) -> StreamReader:
             raise CaptureError(p, "permission denied") from None
         except OSError as err:
             raise CaptureError(p, f"cannot be opened ({err.strerror or err})") from None
+    _widen_pipe(raw.fileno())
     plain = StreamReader(raw, fd=raw.fileno())
     head = read_full(plain, 2)
     if head != b"\x1f\x8b":

@@ -234,6 +234,8 @@ def _decode_live(args: argparse.Namespace, flt: Any, out: TextIO) -> int:
             failed.append(err)
 
     thread = threading.Thread(target=pump, name=f"capture {args.interface}", daemon=True)
+    if not args.quiet:
+        print(f"Capturing on '{args.interface}'", file=sys.stderr, flush=True)  # as tshark: the socket is open
     thread.start()
     try:
         rc = _decode(f"/dev/fd/{r}", args, flt, out, shown=f"interface {args.interface}")
@@ -321,7 +323,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     live.add_argument("-p", dest="no_promisc", action="store_true",
                       help="with -i: do not put the interface in promiscuous mode")
     live.add_argument("-q", dest="quiet", action="store_true",
-                      help="with -i: do not print the count of packets captured on standard error")
+                      help="with -i: do not print 'Capturing on' and the count of packets captured on standard error")
     d.add_argument("-V", dest="verbose", action="store_true", help="print every layer and field with offsets")
     d.add_argument("-T", dest="format", choices=("text", "json", "fields"), default="text",
                    help="output format: text (default), json (as tshark -T json: an array of objects with "
