@@ -260,6 +260,19 @@ def open_capture(path: str | os.PathLike[str]) -> IO[bytes]:
     return f
 
 
+def spool(path: str | os.PathLike[str], into: IO[bytes]) -> int:
+    """Copy a capture (a stream: ``-``, a FIFO; decompressed if gzip) into the binary file ``into``,
+    a block at a time, for what reads a capture more than once (``rdmalab analyze -r -``); returns
+    the bytes copied.  Memory holds one block; the disk holds the capture."""
+    n = 0
+    with open_capture(path) as f:
+        while chunk := f.read(STREAM_BLOCK):
+            into.write(chunk)
+            n += len(chunk)
+    into.flush()
+    return n
+
+
 def record_blocks(path: str | os.PathLike[str], block_bytes: int = 16 << 20) -> Iterator[RecordBlock]:
     """The records of a pcap/pcapng file (plain or gzip) in blocks of about ``block_bytes``."""
     p = os.fspath(path)

@@ -36,6 +36,7 @@ import os
 import select
 import socket
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -45,8 +46,8 @@ from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.pcapwriter import DEFAULT_SNAPLEN, CaptureWriter, Format
 from rdmalab.wire.errors import RdmalabError
 
-__all__ = ["LiveCapture", "RingFiles", "SniffError", "Stop", "compile_filter", "interface_names",
-           "parse_conditions"]
+__all__ = ["DEFAULT_SNAPLEN", "Format", "LiveCapture", "PcapPipe", "RingFiles", "SniffError", "Stop", "compile_filter",
+           "interface_names", "parse_conditions", "restore_vlan"]
 
 # packet(7), linux/if_packet.h, linux/if_arp.h, asm-generic/socket.h
 ETH_P_ALL = 0x0003
@@ -321,6 +322,57 @@ class LiveCapture:
             self._sock = None
 
     def __enter__(self) -> LiveCapture:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ============================================================================ into a pipe
+
+
+class PcapPipe:
+    """A live capture written as pcap into a pipe by a thread, for what reads captures as streams
+    (``rdmalab decode -i`` reads :attr:`path`, ``/dev/fd/N`` of the pipe's reading end), as tshark
+    reads what dumpcap writes.  The writer flushes whenever no packet is waiting, so each packet
+    reaches the reader at once.  The capture ends at ``stop``, when the reader stops reading (the
+    pipe breaks), or at :meth:`close`, which also raises what went wrong in the thread."""
+
+    def __init__(self, cap: LiveCapture, stop: Stop | None = None) -> None:
+        stop = stop or Stop()
+        self._cap = cap
+        self._closed = threading.Event()
+        told = stop.stopped
+        self._stop = Stop(stop.packets, stop.duration,
+                          (lambda: self._closed.is_set() or told()) if told is not None else self._closed.is_set,
+                          stop.poll)
+        self._r, w = os.pipe()
+        self.path = f"/dev/fd/{self._r}"
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._pump, args=(w,), name=f"capture {cap.iface}", daemon=True)
+        self._thread.start()
+
+    def _pump(self, w: int) -> None:
+        try:
+            with open(w, "wb") as f, CaptureWriter(f, linktype=self._cap.linktype, snaplen=self._cap.snaplen) as out:
+                for ts, data, wire in self._cap.packets(self._stop, idle=out.flush):
+                    out.write(data, ts, wire_len=max(wire, len(data)))
+        except BrokenPipeError:  # the reader stopped reading: the capture ends
+            pass
+        except BaseException as err:  # noqa: BLE001 - raised by close(), in the reader's thread
+            self._error = err
+
+    def close(self) -> None:
+        """Stop capturing, close the pipe, and raise what went wrong in the capture's thread."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        os.close(self._r)
+        self._thread.join(self._stop.poll * 20)
+        if self._error is not None:
+            raise self._error
+
+    def __enter__(self) -> PcapPipe:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -140,10 +140,11 @@ def run_capture(args: argparse.Namespace, out: TextIO) -> int:
 
 def run_live(args: argparse.Namespace, stops: list[str]) -> int:
     """``rdmalab capture -i IFACE -w FILE``: packets from an interface into a file (or a ring)."""
-    from rdmalab.capture.pcapwriter import DEFAULT_SNAPLEN, Format  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.sniff import (  # lazy: keeps `rdmalab --help` fast
+        DEFAULT_SNAPLEN,
         RING_KEYS,
         STOP_KEYS,
+        Format,
         LiveCapture,
         RingFiles,
         Stop,

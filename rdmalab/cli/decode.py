@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
 from typing import Any, TextIO
 
 from rdmalab.cli import Fail
@@ -208,48 +207,24 @@ def run_decode(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _decode_live(args: argparse.Namespace, flt: Any, out: TextIO) -> int:
-    """``decode -i IFACE``: a thread captures (:mod:`rdmalab.capture.sniff`) and writes pcap into a
-    pipe, which the decoder reads as a stream, as tshark reads what dumpcap writes."""
-    from rdmalab.capture.pcapwriter import CaptureWriter  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.capture.sniff import LiveCapture, Stop, parse_conditions  # lazy: keeps `rdmalab --help` fast
+    """``decode -i IFACE``: the capture is written as pcap into a pipe, which the decoder reads as a
+    stream (:class:`rdmalab.capture.sniff.PcapPipe`), as tshark reads what dumpcap writes."""
+    from rdmalab.capture.sniff import LiveCapture, PcapPipe, Stop, parse_conditions  # lazy: `rdmalab --help` fast
 
     stop = parse_conditions(args.autostop or [], "-a", ("duration", "packets"))
     count = args.count
     if "packets" in stop:
         count = int(stop["packets"]) if count is None else min(count, int(stop["packets"]))
-    cap = LiveCapture(args.interface, bpf=args.capture_filter, promisc=not args.no_promisc)
-    r, w = os.pipe()
-    finished = threading.Event()
-    failed: list[BaseException] = []
-
-    def pump() -> None:
-        try:
-            with open(w, "wb") as f, CaptureWriter(f, linktype=cap.linktype) as wr:
-                for ts, data, wire in cap.packets(Stop(count, stop.get("duration"), finished.is_set),
-                                                  idle=wr.flush):
-                    wr.write(data, ts, wire_len=max(wire, len(data)))
-        except OSError:  # the decoder stopped reading (a broken pipe): the capture ends
-            pass
-        except BaseException as err:  # noqa: BLE001 - told in the main thread
-            failed.append(err)
-
-    thread = threading.Thread(target=pump, name=f"capture {args.interface}", daemon=True)
-    if not args.quiet:
-        print(f"Capturing on '{args.interface}'", file=sys.stderr, flush=True)  # as tshark: the socket is open
-    thread.start()
-    try:
-        rc = _decode(f"/dev/fd/{r}", args, flt, out, shown=f"interface {args.interface}")
-    except KeyboardInterrupt:
-        rc = 0
-    finally:
-        finished.set()
-        os.close(r)
-        thread.join(5)
-        cap.close()
-    if failed:
-        raise failed[0]
-    if not args.quiet:
+    with LiveCapture(args.interface, bpf=args.capture_filter, promisc=not args.no_promisc) as cap:
+        if not args.quiet:
+            print(f"Capturing on '{args.interface}'", file=sys.stderr, flush=True)  # as tshark: the socket is open
+        with PcapPipe(cap, Stop(count, stop.get("duration"))) as pipe:
+            try:
+                rc = _decode(pipe.path, args, flt, out, shown=f"interface {args.interface}")
+            except KeyboardInterrupt:
+                rc = 0
         _got, dropped = cap.stats()
+    if not args.quiet:
         print(f"{cap.received} packet{'s' if cap.received != 1 else ''} captured"
               + (f" ({dropped} dropped by the kernel: its buffer was full)" if dropped else ""), file=sys.stderr)
     return rc

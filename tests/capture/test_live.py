@@ -18,8 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from rdmalab.capture.reader import read
-from rdmalab.capture.sniff import LiveCapture, RingFiles, SniffError, Stop, compile_filter, parse_conditions
+from rdmalab.capture.fields import frame_fields
+from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, decode_frame
+from rdmalab.capture.reader import CapturedPacket, read
+from rdmalab.capture.sniff import (
+    LiveCapture,
+    PcapPipe,
+    RingFiles,
+    SniffError,
+    Stop,
+    compile_filter,
+    parse_conditions,
+    restore_vlan,
+)
 from rdmalab.wire import BTH, RETH, encode_rocev2
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,6 +113,30 @@ def test_filters_compile_like_tcpdump() -> None:
         assert [tuple(int(x) for x in line.split()) for line in out[1:int(out[0]) + 1]] == prog
     with pytest.raises(SniffError, match=r"-f 'udp prot 4791': not a capture filter libpcap understands \(.+\)"):
         compile_filter("udp prot 4791")
+
+
+def test_a_vlan_tag_the_card_took_off_is_put_back() -> None:
+    """PACKET_AUXDATA's TCI (priority 1, VLAN 5) back after the MAC addresses: the frame decodes as RoCE on VLAN 5."""
+    frame = encode_rocev2(BTH(opcode=4, destqp=3, psn=9), [], b"hi")
+    tagged = restore_vlan(frame, 0x2005)
+    assert len(tagged) == len(frame) + 4 and tagged[12:16] == b"\x81\x00\x20\x05"
+    pkt = decode_frame(LINKTYPE_ETHERNET, tagged)
+    fields = frame_fields(CapturedPacket(1, 0.0, LINKTYPE_ETHERNET, pkt))
+    assert (pkt.encap, fields["vlan.id"], fields["vlan.priority"], fields["infiniband.bth.psn"]) == ("rocev2", 5, 1, 9)
+    assert restore_vlan(frame, 7, 0x88A8)[12:16] == b"\x88\xa8\x00\x07"  # 802.1ad, when the kernel says so
+
+
+@needs_capture
+def test_pcap_pipe_feeds_a_stream_reader(sender: Sender) -> None:
+    """PcapPipe (decode -i's way): the packets as a pcap stream; close() ends the capture though none came."""
+    payloads = _roce(3)
+    with LiveCapture("lo", bpf=sender.filter) as cap, PcapPipe(cap, Stop(packets=3, duration=GUARD)) as pipe:
+        sender.send(payloads)
+        assert [cp.packet.data[UDP_PAYLOAD:] for cp in read(pipe.path)] == payloads
+    with LiveCapture("lo", bpf=sender.filter) as cap:
+        idle = PcapPipe(cap)  # no stop: only close() ends it
+        idle.close()
+        assert not idle._thread.is_alive()
 
 
 @needs_capture

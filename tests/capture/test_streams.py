@@ -375,3 +375,21 @@ def test_decode_of_a_long_stream_keeps_its_size() -> None:
 
     small, large = peak(6 << 20), peak(36 << 20)
     assert large - small < 8 << 20, (small, large)
+
+
+def test_analyze_reads_stdin_through_a_copy_on_disk(tmp_path: Path) -> None:
+    """``analyze -r -`` (which reads a capture more than once) copies the stream to a temporary file:
+    the same report and the same annotated capture as from the file, the report naming standard input."""
+    src = CAPTURES / "rxe_write_bw_loss.pcap"
+
+    def run(*args: str, stdin: bytes | None = None) -> str:
+        r = subprocess.run([sys.executable, "-m", "rdmalab", "analyze", "-q", *args], input=stdin, capture_output=True,
+                           env=_env(), cwd=ROOT, check=True)
+        return r.stdout.decode()
+
+    want = run(str(src), "--annotate", str(tmp_path / "a.pcapng"))
+    got = run("-r", "-", "--annotate", str(tmp_path / "b.pcapng"), stdin=src.read_bytes())
+    assert want.startswith(f"{src}: 420 frames") and got.startswith("standard input: 420 frames")
+    assert got.replace("standard input", str(src)).replace("b.pcapng", "a.pcapng") == want
+    assert "go-back-N" in want or "retransmission" in want
+    assert (tmp_path / "a.pcapng").read_bytes() == (tmp_path / "b.pcapng").read_bytes()
