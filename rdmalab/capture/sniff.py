@@ -65,6 +65,12 @@ ARPHRD_ETHER = 1
 ARPHRD_LOOPBACK = 772
 #: the link types we capture, by the interface's ARPHRD type (both carry Ethernet headers)
 _LINKTYPES = {ARPHRD_ETHER: LINKTYPE_ETHERNET, ARPHRD_LOOPBACK: LINKTYPE_ETHERNET}
+#: classic BPF (linux/filter.h): load the packet type (an ancillary load, SKF_AD_OFF + SKF_AD_PKTTYPE), if
+#: it is PACKET_OUTGOING return 0 (drop), else go on with the next instruction; jumps are relative, so the
+#: instructions of a compiled filter keep their meaning behind these
+_BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_RET_K = 0x20, 0x15, 0x06
+_SKF_AD_PKTTYPE = (-0x1000 + 4) & 0xFFFFFFFF
+_NOT_OUTGOING = [(_BPF_LD_W_ABS, 0, 0, _SKF_AD_PKTTYPE), (_BPF_JEQ_K, 0, 1, PACKET_OUTGOING), (_BPF_RET_K, 0, 0, 0)]
 _AUXDATA = struct.Struct("=IIIHHHH")  # tp_status, tp_len, tp_snaplen, tp_mac, tp_net, tp_vlan_tci, tp_vlan_tpid
 _TIMESPEC = struct.Struct("@ll")
 _PACKET_MREQ = struct.Struct("@iHH8s")
@@ -208,6 +214,10 @@ class LiveCapture:
         self.loopback = hw == ARPHRD_LOOPBACK
         self.linktype = _LINKTYPES[hw]
         program = compile_filter(bpf, linktype=self.linktype, snaplen=snaplen) if bpf else None
+        if self.loopback:
+            # each packet passes lo twice (out, then in): the outgoing copy is rejected in the kernel,
+            # so it costs no copy to this process and the kernel's counts are of packets, not copies
+            program = [*_NOT_OUTGOING, *(program or [(_BPF_RET_K, 0, 0, snaplen)])]
         try:
             # protocol 0: nothing arrives until bind(), so the filter is in place for the first packet
             sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
