@@ -393,3 +393,23 @@ def test_analyze_reads_stdin_through_a_copy_on_disk(tmp_path: Path) -> None:
     assert got.replace("standard input", str(src)).replace("b.pcapng", "a.pcapng") == want
     assert "go-back-N" in want or "retransmission" in want
     assert (tmp_path / "a.pcapng").read_bytes() == (tmp_path / "b.pcapng").read_bytes()
+
+
+@pytest.mark.parametrize("argv,what", [
+    (["crosscheck", "-"], "standard input: crosscheck has tshark and rdmalab each read the capture"),
+    (["convert", "-", "-o", "{tmp}/ds"], "standard input: convert reads capture files"),
+    (["crosscheck", "{fifo}"], "{fifo}: crosscheck has tshark and rdmalab each read the capture"),
+])
+def test_commands_that_read_a_capture_twice_refuse_a_stream(argv: list[str], what: str, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """crosscheck (tshark reads it too) and convert (workers read ranges) say so, instead of comparing with
+    an empty capture or saying "no such file"."""
+    pytest.importorskip("pyarrow")
+    fifo = tmp_path / "f.fifo"
+    os.mkfifo(fifo)
+    sub = {"{tmp}": str(tmp_path), "{fifo}": str(fifo)}
+    for k, v in sub.items():
+        argv = [a.replace(k, v) for a in argv]
+        what = what.replace(k, v)
+    assert main(argv) == 1
+    assert capsys.readouterr().err.startswith(f"rdmalab: {what}")
