@@ -301,3 +301,22 @@ def test_live_options_need_an_interface(capsys: pytest.CaptureFixture[str]) -> N
     assert "-f: for a live capture; give it with -i IFACE" in capsys.readouterr().err
     assert main(["decode", "-r", "x.pcap", "-i", "lo"]) == 1
     assert "not both" in capsys.readouterr().err
+
+
+def test_dash_a_without_a_condition_is_still_all(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``capture -a`` meant --all before -a took dumpcap's conditions: without one (or before a capture
+    name) it still does; a condition without -i is an error."""
+    import contextlib
+
+    from rdmalab.cli import main
+    from rdmalab.live import captures, vm
+
+    made: list[list[str]] = []
+    monkeypatch.setattr(vm, "VM", lambda **_kw: contextlib.nullcontext())
+    monkeypatch.setattr(captures, "make", lambda names, *_a, **_kw: made.append(list(names)) or [])
+    assert main(["capture", "-a", "--no-manifest", "-o", str(tmp_path)]) == 0
+    assert main(["capture", "--no-manifest", "-o", str(tmp_path), "-a", "rxe_rc_pingpong"]) == 0
+    assert made == [list(captures.CAPTURES)] * 2
+    assert main(["capture", "-a", "duration:5"]) == 1
+    assert "-a COND: for a live capture from an interface; give it with -i IFACE" in capsys.readouterr().err
