@@ -454,14 +454,20 @@ class RingFiles:
     count: int = 0
     done: bool = False
 
-    def __post_init__(self) -> None:
-        switch = {k: v for k, v in self.ring.items() if k != "files"}
-        if self.ring and not switch:
+    @staticmethod
+    def check(path: str, ring: dict[str, float]) -> dict[str, float]:
+        """The conditions to switch files on, or :class:`SniffError` if ``ring`` cannot work (before a
+        capture opens: a command checks its options before it asks for privileges)."""
+        switch = {k: v for k, v in ring.items() if k != "files"}
+        if ring and not switch:
             raise SniffError("-b files:N needs a condition to switch files on: -b filesize:KB, -b duration:S "
                              "or -b packets:N (as dumpcap)")
-        if self.ring and self.path == "-":
+        if ring and path == "-":
             raise SniffError("-b writes a ring of files: it needs -w FILE, not standard output")
-        self._switch = switch
+        return switch
+
+    def __post_init__(self) -> None:
+        self._switch = self.check(self.path, self.ring)
         self._writer: CaptureWriter | None = None
         self._file: _Counted | None = None
         self._opened = 0.0

@@ -157,6 +157,7 @@ def run_live(args: argparse.Namespace, stops: list[str]) -> int:
         raise Fail(f"-c {args.count}: the packet count must be a positive number")
     stop = parse_conditions(stops, "-a", STOP_KEYS)
     ring = parse_conditions(args.ring or [], "-b", RING_KEYS)
+    RingFiles.check(args.write, ring)
     fmt: Format = args.file_format or ("pcap" if args.write.endswith(".pcap") else "pcapng")
     snaplen = DEFAULT_SNAPLEN if args.snaplen is None else args.snaplen
     count = args.count

@@ -286,8 +286,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="capture file to read; - reads standard input (tcpdump -w - | rdmalab decode -r -), and "
                         "a FIFO is read as it fills: each packet is printed as it arrives")
     d.add_argument("-l", dest="line_flush", action="store_true",
-                   help="flush standard output after each packet (as tcpdump's and tshark's -l), for a reader "
-                        "at the other end of a pipe")
+                   help="flush standard output after each packet (as tcpdump's and tshark's -l; packets that "
+                        "arrive together are written together, then flushed), for a reader at the other end of a "
+                        "pipe")
     live = d.add_argument_group("live capture (as tshark -i; root or CAP_NET_RAW)")
     live.add_argument("-i", dest="interface", metavar="IFACE",
                       help="capture on this interface and print the packets as they arrive (Ctrl-C stops)")
