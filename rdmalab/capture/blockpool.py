@@ -32,6 +32,7 @@ from rdmalab.capture.pcapio import (
     PCAP_MAGICS,
     RawBlock,
     follow_headers,
+    is_stream,
     open_capture,
     pcap_block,
     pcap_raw,
@@ -51,7 +52,12 @@ Render = Callable[..., Any]
 
 
 def plain_pcap(path: str) -> bool:
-    """Whether ``path`` is an uncompressed pcap file (its blocks can be read again by offset)."""
+    """Whether ``path`` is an uncompressed pcap file (its blocks can be read again by offset).
+
+    A stream (``-``, a FIFO: :func:`~rdmalab.capture.pcapio.is_stream`) is not: it is not even
+    opened here, which would take its first bytes."""
+    if is_stream(path):
+        return False
     try:
         with open(path, "rb") as f:
             return f.read(4) in PCAP_MAGICS

@@ -24,6 +24,7 @@ from typing import Any
 
 from rdmalab.capture.blockpool import worker_pool
 from rdmalab.capture.columnar_decode import (  # noqa: F401 - the public names of the columnar decoder
+    columns_from_block,
     columns_from_dicts,
     columns_from_packets,
     decode_block,
@@ -52,6 +53,7 @@ from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.pcapio import (  # noqa: F401 - the public names of the columnar decoder
     CaptureError,
     RecordBlock,
+    is_stream,
     record_blocks,
 )
 from rdmalab.capture.render import TcpWindowScaling
@@ -74,7 +76,8 @@ def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, v
                  progress: bool = False, fields: Iterable[str] | None = None) -> Iterator[Columns]:
     """Columns of a capture, one :class:`Columns` per block of records (bounded memory).
 
-    A file with frames of other link types than Ethernet is decoded with the per-packet decoder.
+    A file with frames of other link types than Ethernet is decoded with the per-packet decoder
+    (a stream, ``-`` or a FIFO, from the first block with such a frame on).
     """
     p = os.fspath(path)
     bar = _progress(p) if progress else None
@@ -82,11 +85,20 @@ def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, v
         fields = tuple(fields)
     tracker = _tracker() if wants_iwarp(fields) else None
     windows = TcpWindowScaling() if wants_windows(fields) else None
+    stream = is_stream(p)
     try:
+        per_packet = False
         for blk in record_blocks(p, block_bytes):
-            if not _ethernet_only(blk):
-                yield columns_from_packets(p, first=blk.first)
-                return
+            if not per_packet and not _ethernet_only(blk):
+                if not stream:
+                    yield columns_from_packets(p, first=blk.first)
+                    return
+                per_packet = True  # a stream is not read again: this block and the rest, frame by frame
+            if per_packet:
+                cols = columns_from_block(blk, tracker=tracker, windows=windows)
+                cols.path = p
+                yield cols
+                continue
             cols = decode_block(blk, verify_icrc=verify_icrc, fields=fields, tracker=tracker, windows=windows)
             cols.path = p
             if bar is not None:

@@ -34,7 +34,7 @@ from rdmalab.capture.columnar_schema import (
 from rdmalab.capture.fields import frame_fields, packet_fields  # the per-packet field names, one source of truth
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.pcapio import RecordBlock
-from rdmalab.capture.reader import read
+from rdmalab.capture.reader import RawRecord, decode_record, read
 from rdmalab.capture.render import TcpWindowScaling, window_shift_option
 from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_masks
 from rdmalab.wire.errors import DecodeError
@@ -544,6 +544,25 @@ def columns_from_packets(path: str | os.PathLike[str], *, first: int = 1, limit:
         rows.append(row)
         if n_max is not None and len(rows) >= n_max:
             break
+    return columns_from_dicts(rows)
+
+
+def columns_from_block(blk: RecordBlock, *, tracker: Any = None, windows: TcpWindowScaling | None = None) -> Columns:
+    """Columns of one block made with the per-packet decoder, for a stream (which cannot be read
+    again from its start as :func:`columns_from_packets` reads a file): ``tracker`` and
+    ``windows`` carry the iWARP streams and TCP windows from block to block (None: not followed)."""
+    rows: list[dict[str, Any]] = []
+    secs, ifs = blk.seconds(), blk.interfaces()
+    for i in range(len(blk)):
+        off, cap = int(blk.offset[i]), int(blk.caplen[i])
+        rec = RawRecord(blk.first + i, float(secs[i]), int(blk.linktype[i]), bytes(blk.buf[off:off + cap]),
+                        int(blk.wirelen[i]), int(ifs[i]))
+        cp = decode_record(rec, tracker=tracker)
+        row = frame_fields(cp, raw=True)
+        w = windows.window(cp.packet) if windows is not None else None
+        if w is not None:
+            row["tcp.window_size"] = w
+        rows.append(row)
     return columns_from_dicts(rows)
 
 

@@ -14,17 +14,27 @@ skipped).  The original (wire) length and the interface of every record are kept
 A damaged file yields every record before the damage, then raises :class:`CaptureError`, whose
 message names the file, the record (frame number) and the byte offset, and says what was wrong;
 nothing is silently dropped or returned short.
+
+Streams: the path ``"-"`` is standard input, and a path that is not a regular file (a FIFO, a
+character device, ``/dev/fd/N`` of a pipe) is read as a stream (:func:`is_stream`): each read
+returns what has arrived (at least one byte, at most :data:`STREAM_BLOCK`), so a block holds the
+records that came together and is handed out at once, not when a full block or the end of the
+stream arrives.  Memory stays bounded however long the stream runs: one block, and the part of a
+record still coming.  A stream is read once: nothing here seeks or opens it again.
 """
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import os
+import select
+import stat
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
@@ -50,6 +60,34 @@ _BLOCK_NAMES = {PCAPNG_IDB: "interface description", 2: "packet", 3: "simple pac
                 PCAPNG_SHB: "section header"}
 
 
+#: the path that means standard input (as tcpdump's and tshark's ``-r -``)
+STDIN = "-"
+
+#: the most a read of a stream asks for: a block of a stream holds at most this much (and the
+#: part of a record left from the block before)
+STREAM_BLOCK = 256 << 10
+
+
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """How errors name a capture: its path, or "standard input" for ``-``."""
+    p = os.fspath(path)
+    return "standard input" if p == STDIN else p
+
+
+def is_stream(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is read as a stream: ``-`` (standard input), or an existing path that is
+    not a regular file (a FIFO, a character device, a socket, ``/dev/fd/N`` of a pipe).  Such a
+    capture can be read once, from its start to its end, and not again or from an offset."""
+    p = os.fspath(path)
+    if p == STDIN:
+        return True
+    try:
+        mode = os.stat(p).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
 class CaptureError(RdmalabError):
     """A capture file that cannot be read (missing, not a capture, damaged).
 
@@ -63,7 +101,7 @@ class CaptureError(RdmalabError):
         self.offset = offset
         self.frames_read = frames_read
         self.reason = message
-        super().__init__(f"{self.path}: {message}")
+        super().__init__(f"{shown_path(self.path)}: {message}")
 
 
 @dataclass(slots=True)
@@ -93,9 +131,118 @@ class RecordBlock:
         return self.interface if self.interface is not None else np.zeros(len(self.offset), dtype=np.int32)
 
 
+class StreamReader:
+    """A capture arriving through a pipe, FIFO or standard input, read as it arrives.
+
+    :meth:`read` and :meth:`readinto` wait for the first byte, then take whatever else has already
+    arrived (up to what was asked), and return; only the end of the stream returns nothing.  The
+    source is an unbuffered file (its reads return what the pipe holds), or a gzip stream over one
+    (its ``read1``).  ``prefix`` holds bytes already read from the source, handed out first."""
+
+    def __init__(self, source: IO[bytes] | gzip.GzipFile, prefix: bytes = b"", *, fd: int | None = None) -> None:
+        self._src = source
+        read1: Callable[[int], bytes] | None = getattr(source, "read1", None) if fd is None else None
+        self._read: Callable[[int], bytes] = read1 if read1 is not None else source.read
+        self._prefix = prefix
+        self._fd = fd  # for a raw pipe: what else has arrived is taken without waiting
+        self._eof = False
+
+    def read(self, n: int = STREAM_BLOCK) -> bytes:
+        if self._prefix:
+            out, self._prefix = self._prefix[:n], self._prefix[n:]
+            return out
+        if self._eof or n <= 0:
+            return b""
+        first: bytes = self._read(n)
+        if not first:
+            self._eof = True
+            return b""
+        if self._fd is None or len(first) >= n:
+            return first
+        parts = [first]
+        got = len(first)
+        while got < n and select.select([self._fd], [], [], 0)[0]:
+            more = self._read(n - got)
+            if not more:
+                self._eof = True
+                break
+            parts.append(more)
+            got += len(more)
+        return b"".join(parts)
+
+    def readinto(self, into: memoryview | bytearray) -> int:
+        data = self.read(len(into))
+        into[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._src.close()
+
+    def __enter__(self) -> StreamReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_full(f: IO[bytes] | StreamReader, n: int) -> bytes:
+    """``n`` bytes from ``f``, fewer only at its end (a stream's reads may return less)."""
+    data = f.read(n)
+    if len(data) >= n or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < n:
+        more = f.read(n - got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+def _widen_pipe(fd: int) -> None:
+    """A pipe of :data:`STREAM_BLOCK` bytes rather than Linux's 64 KiB: when the reader falls behind,
+    its blocks grow to that, and what a block costs whatever its size is paid less often.  Not a
+    pipe, or not allowed: no change."""
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode) and fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) < STREAM_BLOCK:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, STREAM_BLOCK)
+    except (OSError, AttributeError):  # not Linux, or above /proc/sys/fs/pipe-max-size
+        pass
+
+
+def _open_stream(p: str) -> StreamReader:
+    """Standard input or a FIFO/pipe/device, unbuffered, through gzip when it is compressed."""
+    if p == STDIN:
+        try:
+            raw: IO[bytes] = open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)  # noqa: SIM115
+        except (AttributeError, OSError, ValueError):
+            raise CaptureError(p, "cannot be read (there is no standard input to read)") from None
+    else:
+        try:
+            raw = open(p, "rb", buffering=0)  # noqa: SIM115 - closed by the caller
+        except PermissionError:
+            raise CaptureError(p, "permission denied") from None
+        except OSError as err:
+            raise CaptureError(p, f"cannot be opened ({err.strerror or err})") from None
+    _widen_pipe(raw.fileno())
+    plain = StreamReader(raw, fd=raw.fileno())
+    head = read_full(plain, 2)
+    if head != b"\x1f\x8b":
+        return StreamReader(raw, head, fd=raw.fileno())
+    inner: Any = StreamReader(raw, head, fd=raw.fileno())  # GzipFile reads it through read(n)
+    return StreamReader(gzip.GzipFile(fileobj=inner, mode="rb"))
+
+
 def open_capture(path: str | os.PathLike[str]) -> IO[bytes]:
-    """The file, or its decompressed stream when it is gzip-compressed (as tshark reads them)."""
+    """The file, or its decompressed stream when it is gzip-compressed (as tshark reads them).
+
+    ``-`` and paths that are not regular files are streams (:func:`is_stream`): a
+    :class:`StreamReader`, whose reads return what has arrived."""
     p = os.fspath(path)
+    if is_stream(p):
+        return _open_stream(p)  # type: ignore[return-value]
     try:
         f: IO[bytes] = open(p, "rb")  # noqa: SIM115 - closed by the caller
     except FileNotFoundError:
@@ -113,11 +260,26 @@ def open_capture(path: str | os.PathLike[str]) -> IO[bytes]:
     return f
 
 
+def spool(path: str | os.PathLike[str], into: IO[bytes]) -> int:
+    """Copy a capture (a stream: ``-``, a FIFO; decompressed if gzip) into the binary file ``into``,
+    a block at a time, for what reads a capture more than once (``rdmalab analyze -r -``); returns
+    the bytes copied.  Memory holds one block; the disk holds the capture."""
+    n = 0
+    with open_capture(path) as f:
+        while chunk := f.read(STREAM_BLOCK):
+            into.write(chunk)
+            n += len(chunk)
+    into.flush()
+    return n
+
+
 def record_blocks(path: str | os.PathLike[str], block_bytes: int = 16 << 20) -> Iterator[RecordBlock]:
     """The records of a pcap/pcapng file (plain or gzip) in blocks of about ``block_bytes``."""
     p = os.fspath(path)
+    if is_stream(p):
+        block_bytes = min(block_bytes, STREAM_BLOCK)
     with open_capture(p) as f:
-        head = f.read(24)
+        head = read_full(f, 24)
         if len(head) < 4:
             raise CaptureError(p, "is empty, not a pcap or pcapng file" if not head else
                                f"is only {len(head)} bytes long, too short for a pcap or pcapng file")

@@ -73,7 +73,7 @@ class CapturedPacket:
 
 
 def records(path: str | os.PathLike[str], *, block_bytes: int = 1 << 20) -> Iterator[RawRecord]:
-    """The records of a pcap or pcapng file, one at a time, undecoded.
+    """The records of a pcap or pcapng file (or stream: ``-``, a FIFO), one at a time, undecoded.
 
     The file is walked by :func:`rdmalab.capture.pcapio.record_blocks` (the one record walker,
     shared with the columnar decoder) in blocks of about ``block_bytes``."""
@@ -131,14 +131,18 @@ def read(path: str | os.PathLike[str], *, lenient: bool = True, iwarp: bool = Tr
     ``lenient`` (the default) records bad frames in ``Packet.problems`` and keeps going;
     ``lenient=False`` raises the first :class:`~rdmalab.wire.errors.DecodeError`.  ``iwarp``
     reassembles TCP streams into MPA/DDP/RDMAP PDUs (``CapturedPacket.pdus``).  A damaged file
-    raises :class:`CaptureError` after the packets before the damage.
+    raises :class:`CaptureError` after the packets before the damage.  ``path`` may be ``-``
+    (standard input) or a FIFO: each packet is handed out as soon as its record has arrived, and
+    after the ``count``-th nothing more is read.
     """
+    if count is not None and count <= 0:
+        return
     tracker_cls = _load_iwarp_tracker() if iwarp else None
     tracker = tracker_cls() if tracker_cls is not None else None
     for rec in records(path):
-        if count is not None and rec.frame_number > count:
-            return
         yield decode_record(rec, lenient=lenient, tracker=tracker)
+        if count is not None and rec.frame_number >= count:
+            return  # at once: a stream (a pipe, a live capture) is not read further
 
 
 # ============================================================================ writing

@@ -7,6 +7,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
+from rdmalab.capture.pcapio import shown_path
 from rdmalab.capture.reader import read
 from rdmalab.wire.ib import AETH, BTH
 from rdmalab.wire.rdmap import RDMAPControl, RDMAPUntagged, rdmap_opcode_name
@@ -40,8 +41,8 @@ class CaptureStats:
 
 
 def capture_stats(path: str | os.PathLike[str], *, iwarp: bool = True) -> CaptureStats:
-    """Count what a capture holds (streaming, one packet at a time)."""
-    st = CaptureStats(os.fspath(path))
+    """Count what a capture holds (streaming, one packet at a time; ``-`` reads standard input)."""
+    st = CaptureStats(shown_path(path))
     for cp in read(path, lenient=True, iwarp=iwarp):
         st.frames += 1
         st.encaps[cp.packet.encap] += 1

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from typing import TextIO
+import tempfile
+from collections.abc import Iterator
+from typing import Any, TextIO
 
 from rdmalab.cli import Fail
 
@@ -21,6 +24,7 @@ def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
     if args.cnp_gap < 0:
         raise Fail(f"--cnp-gap {args.cnp_gap}: the minimum time between CNPs cannot be negative")
     many = len(paths) > 1 or os.path.isdir(paths[0])
+    annotated = 0
     if many:
         if args.sent or args.counters or args.annotate:
             raise Fail("--sent, --counters and --annotate take one capture file, not a dataset or several files")
@@ -31,7 +35,12 @@ def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
         except (ValueError, OSError) as err:
             raise Fail(str(err)) from None
     else:
-        a = analyze(paths[0], sent=args.sent, cnp_min_gap_us=args.cnp_gap, progress=not args.quiet)
+        with _seekable(paths[0]) as path:
+            a = analyze(path, sent=args.sent, cnp_min_gap_us=args.cnp_gap, progress=not args.quiet)
+            if path != paths[0]:
+                a.path = "standard input" if paths[0] == "-" else paths[0]
+            if args.annotate:  # while the copy of a stream is there
+                annotated = _annotate(path, args, a)
     for f in a.of_kind("capture_damaged"):
         print(f"rdmalab: warning: {paths[0]}: {f.text}", file=sys.stderr)
     rxe_rows = None
@@ -72,15 +81,8 @@ def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
             from rdmalab.capture.counters import rows_text  # lazy: keeps `rdmalab --help` fast
 
             out.write("\n" + rows_text(rxe_rows))
-    if args.annotate:
-        from rdmalab.capture.annotate import write_annotated  # lazy: keeps `rdmalab --help` fast
-
-        try:
-            n = write_annotated(paths[0], args.annotate, a.findings)
-        except OSError as err:
-            raise Fail(f"{args.annotate}: cannot write the annotated capture ({err.strerror or err})") from None
-        if args.format != "json":
-            out.write(f"annotated capture: {args.annotate} ({n} frames with comments)\n")
+    if args.annotate and args.format != "json":
+        out.write(f"annotated capture: {args.annotate} ({annotated} frames with comments)\n")
     if args.html:
         from rdmalab.viz.report import html_report  # lazy: plotly loads only for the report
 
@@ -92,6 +94,30 @@ def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
         if args.format != "json":
             out.write(f"HTML report: {args.html}\n")
     return 0
+
+
+@contextlib.contextmanager
+def _seekable(path: str) -> Iterator[str]:
+    """``path``, or for a stream (``-``, a FIFO) a temporary file it was copied into: the analysis
+    reads a capture more than once (its CM exchanges and iWARP streams again, --annotate), which a
+    stream cannot be.  Memory stays bounded: the copy is on disk (TMPDIR)."""
+    from rdmalab.capture.pcapio import is_stream, spool  # lazy: keeps `rdmalab --help` fast
+
+    if not is_stream(path):
+        yield path
+        return
+    with tempfile.NamedTemporaryFile(prefix="rdmalab-stdin-", suffix=".pcap") as tmp:
+        spool(path, tmp)
+        yield tmp.name
+
+
+def _annotate(path: str, args: argparse.Namespace, a: Any) -> int:
+    from rdmalab.capture.annotate import write_annotated  # lazy: keeps `rdmalab --help` fast
+
+    try:
+        return write_annotated(path, args.annotate, a.findings)
+    except OSError as err:
+        raise Fail(f"{args.annotate}: cannot write the annotated capture ({err.strerror or err})") from None
 
 
 def _write_json(doc: dict[str, object], out: TextIO) -> None:

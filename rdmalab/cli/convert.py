@@ -22,6 +22,9 @@ def run_convert(args: argparse.Namespace, out: TextIO) -> int:
         except ImportError:
             raise Fail("--dask needs dask.distributed: pip install 'rdmalab[analysis]'") from None
     for f in args.files:
+        if f == "-" or (os.path.exists(f) and not os.path.isfile(f) and not os.path.isdir(f)):
+            raise Fail(f"{'standard input' if f == '-' else f}: convert reads capture files (in worker processes, "
+                       "by ranges), not a stream: write it to a file first")
         if not os.path.isfile(f):
             raise Fail(f"{f}: no such file")
     results = convert(args.files, args.output, partition=args.partition, workers=args.workers, dask=args.dask,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import TextIO
 
 from rdmalab.cli import Fail
@@ -13,6 +14,9 @@ def run_crosscheck(args: argparse.Namespace, out: TextIO) -> int:
 
     status = 0
     for path in args.files:
+        if path == "-" or (os.path.exists(path) and not os.path.isfile(path)):
+            raise Fail(f"{'standard input' if path == '-' else path}: crosscheck has tshark and rdmalab each read "
+                       "the capture, which a stream cannot give twice: write it to a file first")
         try:
             report = crosscheck(path)
         except TsharkError as err:

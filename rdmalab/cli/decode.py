@@ -59,6 +59,24 @@ def _compile(expr: str | None) -> Any:
         raise Fail(str(err)) from None
 
 
+class _Flushed:
+    """Standard output for ``-l``: what is written is flushed at once (tcpdump's and tshark's
+    ``-l``), so that a reader at the other end of a pipe sees each packet as it is decoded."""
+
+    def __init__(self, out: Any) -> None:
+        self._out = out
+        buf = getattr(out, "buffer", None)
+        self.buffer = _Flushed(buf) if buf is not None else None
+
+    def write(self, text: Any) -> int:
+        n: int = self._out.write(text)
+        self._out.flush()
+        return n
+
+    def flush(self) -> None:
+        self._out.flush()
+
+
 def _write_bytes(out: TextIO, data: bytes) -> None:
     buf = getattr(out, "buffer", None)
     if buf is not None:
@@ -165,19 +183,59 @@ def _columns_answer(flt: Any) -> bool:
 
 
 def run_decode(args: argparse.Namespace, out: TextIO) -> int:
-    from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.capture.render import TcpWindowScaling, frame_tree, summary_line  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.wire.errors import DecodeError  # lazy: keeps `rdmalab --help` fast
-
     path = args.file or args.read
-    if path is None:
-        raise Fail("decode needs a capture file: rdmalab decode -r FILE")
+    if path is not None and args.interface is not None:
+        raise Fail("decode reads a capture file (-r) or an interface (-i), not both")
+    if path is None and args.interface is None:
+        raise Fail("decode needs a capture file or an interface: rdmalab decode -r FILE (- for standard input), "
+                   "or rdmalab decode -i IFACE")
+    if args.interface is None:
+        live_only = [o for o, v in (("-f", args.capture_filter), ("-a", args.autostop)) if v]
+        if live_only:
+            raise Fail(f"{', '.join(live_only)}: for a live capture; give it with -i IFACE")
     if args.count is not None and args.count <= 0:
         raise Fail(f"-c {args.count}: the packet count must be a positive number")
     flt = _compile(args.filter)
     fmt = args.format
     if fmt != "fields" and args.fields:
         raise Fail("-e FIELD needs -T fields")
+    if args.line_flush:
+        out = _Flushed(out)  # type: ignore[assignment]
+    if args.interface is not None:
+        return _decode_live(args, flt, out)
+    return _decode(path, args, flt, out)
+
+
+def _decode_live(args: argparse.Namespace, flt: Any, out: TextIO) -> int:
+    """``decode -i IFACE``: the capture is written as pcap into a pipe, which the decoder reads as a
+    stream (:class:`rdmalab.capture.sniff.PcapPipe`), as tshark reads what dumpcap writes."""
+    from rdmalab.capture.sniff import LiveCapture, PcapPipe, Stop, parse_conditions  # lazy: `rdmalab --help` fast
+
+    stop = parse_conditions(args.autostop or [], "-a", ("duration", "packets"))
+    count = args.count
+    if "packets" in stop:
+        count = int(stop["packets"]) if count is None else min(count, int(stop["packets"]))
+    with LiveCapture(args.interface, bpf=args.capture_filter, promisc=not args.no_promisc) as cap:
+        if not args.quiet:
+            print(f"Capturing on '{args.interface}'", file=sys.stderr, flush=True)  # as tshark: the socket is open
+        with PcapPipe(cap, Stop(count, stop.get("duration"))) as pipe:
+            try:
+                rc = _decode(pipe.path, args, flt, out, shown=f"interface {args.interface}")
+            except KeyboardInterrupt:
+                rc = 0
+        _got, dropped = cap.stats()
+    if not args.quiet:
+        print(f"{cap.received} packet{'s' if cap.received != 1 else ''} captured"
+              + (f" ({dropped} dropped by the kernel: its buffer was full)" if dropped else ""), file=sys.stderr)
+    return rc
+
+
+def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: str | None = None) -> int:
+    from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.render import TcpWindowScaling, frame_tree, summary_line  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.wire.errors import DecodeError  # lazy: keeps `rdmalab --help` fast
+
+    fmt = args.format
     try:
         if fmt == "fields":
             return run_fields(path, args, flt, out)
@@ -213,16 +271,35 @@ def run_decode(args: argparse.Namespace, out: TextIO) -> int:
     except DecodeError as err:
         out.flush()
         frame = getattr(err, "frame_number", "?")
-        raise Fail(f"{path}: frame {frame}: {err} (run without --strict to report bad frames and go on)") from None
+        where = shown or ("standard input" if path == "-" else path)
+        raise Fail(f"{where}: frame {frame}: {err} (run without --strict to report bad frames and go on)") from None
     return 0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    d = sub.add_parser("decode", help="print the packets of a pcap/pcapng file (like tshark)",
+    d = sub.add_parser("decode", help="print the packets of a pcap/pcapng file, pipe or interface (like tshark)",
                        description="Print one summary line per packet, the full tree (-V), JSON (-T json), or "
-                                   "chosen fields (-T fields -e FIELD ...). Captures may be gzip-compressed.")
+                                   "chosen fields (-T fields -e FIELD ...). Captures may be gzip-compressed, "
+                                   "read from standard input (-r -) or a FIFO, or captured live (-i IFACE).")
     d.add_argument("file", nargs="?", help="capture file (or use -r)")
-    d.add_argument("-r", "--read", metavar="FILE", help="capture file to read")
+    d.add_argument("-r", "--read", metavar="FILE",
+                   help="capture file to read; - reads standard input (tcpdump -w - | rdmalab decode -r -), and "
+                        "a FIFO is read as it fills: each packet is printed as it arrives")
+    d.add_argument("-l", dest="line_flush", action="store_true",
+                   help="flush standard output after each packet (as tcpdump's and tshark's -l; packets that "
+                        "arrive together are written together, then flushed), for a reader at the other end of a "
+                        "pipe")
+    live = d.add_argument_group("live capture (as tshark -i; root or CAP_NET_RAW)")
+    live.add_argument("-i", dest="interface", metavar="IFACE",
+                      help="capture on this interface and print the packets as they arrive (Ctrl-C stops)")
+    live.add_argument("-f", dest="capture_filter", metavar="FILTER",
+                      help="with -i: capture filter in tcpdump's language (pcap-filter(7)), e.g. 'udp port 4791'")
+    live.add_argument("-a", dest="autostop", action="append", metavar="COND",
+                      help="with -i: stop after duration:SECONDS or packets:N (as tshark -a)")
+    live.add_argument("-p", dest="no_promisc", action="store_true",
+                      help="with -i: do not put the interface in promiscuous mode")
+    live.add_argument("-q", dest="quiet", action="store_true",
+                      help="with -i: do not print 'Capturing on' and the count of packets captured on standard error")
     d.add_argument("-V", dest="verbose", action="store_true", help="print every layer and field with offsets")
     d.add_argument("-T", dest="format", choices=("text", "json", "fields"), default="text",
                    help="output format: text (default), json (as tshark -T json: an array of objects with "
