@@ -23,7 +23,8 @@ looking ahead:
   ``timeout`` here), a request PSN seen before adds to the retransmitted bytes, one accepted in
   order (the responder's expected PSN) steps the **messages** (SEND/WRITE First..Last, or Only; READ
   and atomics); a NAK is ``nak_seq_err``, ``nak_rnr`` or ``nak_other`` by its AETH syndrome;
-  **CNPs** go to the connection whose requester they notify; a bad ICRC is ``bad_icrc``, iWARP MPA
+  **CNPs** go to the connection whose requester QP they notify (or, before that QP is known from a
+  response, to the only connection between those addresses whose requester QP is not known yet); a bad ICRC is ``bad_icrc``, iWARP MPA
   CRC failures and Terminates are ``bad_crc32c`` and ``terminate``;
 * the path MTU (for a READ's response PSNs) is analyze's rule applied to what was seen so far: the
   smallest IB MTU not below the largest payload.  A READ's PSN span is computed when the next
@@ -185,6 +186,9 @@ class LiveConn:
                 "nak_seq_err": k["nak_seq_err"], "nak_rnr": k["nak_rnr"], "nak_other": k["nak_other"],
                 "retransmissions": k["retransmission"], "cnps": k["cnp"], "bad_icrc": k["bad_icrc"],
                 "psn_gaps": k["psn_gap"], "first": self.first_ns / 1e9, "last": self.last_ns / 1e9,
+                "avg_mbps": self.request_bytes * 8 / dur / 1e6 if (dur := (self.last_ns - self.first_ns) / 1e9) > 0
+                else 0.0,
+                "avg_msg_rate": sum(self.messages.values()) / dur if dur > 0 else 0.0,
                 "kinds": dict(k)}
 
 
@@ -214,6 +218,8 @@ class LiveTop:
         self.pfc_by_priority = [0] * 8  # PFC frames that pause each priority (a nonzero quanta)
         self.retired = _retired()
         self.now_ns: int | None = None
+        #: the first frame's time (ns): findings are shown relative to it
+        self.start_ns: int | None = None
         self._conns: OrderedDict[int, LiveConn] = OrderedDict()  # least recently active first
         self._by_req: dict[tuple[int, int, int], LiveConn] = {}  # (src, dst, dest QP) -> connection
         self._by_resp: dict[tuple[int, int, int], LiveConn] = {}  # response (src, dst, dest QP) -> connection
@@ -230,6 +236,11 @@ class LiveTop:
         self._lt: list[int] = []
 
     # ------------------------------------------------------------------ input
+    @property
+    def frames_fed(self) -> int:
+        """Frames fed so far (decoded or waiting for the next flush)."""
+        return self.frames + len(self._off)
+
     def feed(self, ts_ns: int, data: bytes, linktype: int = LINKTYPE_ETHERNET, wirelen: int | None = None) -> None:
         """One frame; decoded with the others of its batch at :meth:`flush` (called every ``batch`` frames)."""
         if linktype == LINKTYPE_ETHERNET and len(data) >= 18:
@@ -290,6 +301,8 @@ class LiveTop:
         c = self._collector
         c.add(cols)
         self.frames += len(blk)
+        if self.start_ns is None:
+            self.start_ns = int(blk.ts_ns[0])
         self.now_ns = int(blk.ts_ns.max()) if self.now_ns is None else max(self.now_ns, int(blk.ts_ns.max()))
         rows = c.rows
         part = {k: v[-1] for k, v in c.parts.items()} if c.parts else None
@@ -339,7 +352,7 @@ class LiveTop:
             elif is_resp[i]:
                 conn = self._response(tn, ps, q, s, has, src, dst)
             elif is_cnp[i]:
-                conn = self._by_resp.get((src, dst, q))
+                conn = self._cnp_owner(src, dst, q)
                 self._finding(conn, "cnp", t, f"CNP from {addr(src)} to {addr(dst)} QP {q:#x}")
             if bad[i]:
                 self._finding(conn, "bad_icrc", t, f"{_NAMES[o]} PSN {ps}: ICRC does not verify (frame {fr})")
@@ -453,6 +466,19 @@ class LiveTop:
             self._finding(conn, "nak_rnr", t, f"RNR NAK at PSN {ps} (timer code {s & 0x1F})")
             conn.pending_rnr = True
         return conn
+
+    def _cnp_owner(self, src: int, dst: int, q: int) -> LiveConn | None:
+        """The connection a CNP notifies (it goes from the responder to the requester's QP): the one
+        whose requester QP is known to be ``q``, else the only one between these addresses whose
+        requester QP is not known yet (analyze learns it from responses that come later)."""
+        unknown = []
+        for (rs, rd, _), conn in self._by_req.items():
+            if rs == dst and rd == src:
+                if conn.requester_qpn == q:
+                    return conn
+                if conn.requester_qpn is None:
+                    unknown.append(conn)
+        return unknown[0] if len(unknown) == 1 else None
 
     def _bind(self, key: tuple[int, int, int], ps: int) -> LiveConn | None:
         """The connection a response stream answers: a request stream the other way whose PSNs (a READ's
