@@ -217,6 +217,8 @@ class LiveTop:
         self.pfc = 0  # priority-based flow control frames
         self.pfc_by_priority = [0] * 8  # PFC frames that pause each priority (a nonzero quanta)
         self.retired = _retired()
+        #: frames the packet source lost (a live socket's drops), set by whoever feeds the view
+        self.dropped = 0
         self.now_ns: int | None = None
         #: the first frame's time (ns): findings are shown relative to it
         self.start_ns: int | None = None
@@ -553,7 +555,7 @@ class LiveTop:
                 "retransmitted_bytes": sum(c.retransmitted_bytes for c in self._conns.values())
                 + r["retransmitted_bytes"],
                 "messages": dict(msgs), "kinds": dict(sorted(self.kinds.items())), "mtu": self.mtu,
-                "pause_frames": self.pauses, "pfc_frames": self.pfc, "pfc_by_priority": list(self.pfc_by_priority)}
+                "dropped": self.dropped, "pause_frames": self.pauses, "pfc_frames": self.pfc, "pfc_by_priority": list(self.pfc_by_priority)}
 
     def to_dict(self) -> dict[str, Any]:
         return {"totals": self.totals(), "connections": self.rows(),

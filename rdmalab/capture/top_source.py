@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import struct
 import time
 from collections.abc import Callable, Iterator
 
@@ -24,6 +25,8 @@ __all__ = ["Frame", "LiveCaptureError", "af_packet", "replay"]
 Frame = tuple[int, bytes, int, int]
 _ETH_P_ALL = 0x0003
 _SNAPLEN = 65535
+_SOL_PACKET, _PACKET_STATISTICS = 263, 6  # <linux/socket.h>, <linux/if_packet.h>
+_ARPHRD_LOOPBACK = 772  # <linux/if_arp.h>
 
 
 class LiveCaptureError(Exception):
@@ -52,9 +55,12 @@ def replay(path: str | os.PathLike[str], speed: float | None = 1.0, *, clock: Ca
         yield ts, rec.data, rec.linktype, rec.wire_length
 
 
-def af_packet(iface: str, *, timeout: float = 0.25) -> Iterator[Frame | None]:
-    """Every frame of a live interface (both directions), timestamped on arrival; ``None`` after
-    ``timeout`` seconds without one.  Linux only; needs root or CAP_NET_RAW."""
+def af_packet(iface: str, *, timeout: float = 0.25, stats: dict[str, int] | None = None) -> Iterator[Frame | None]:
+    """Every frame of a live interface (both directions, once: on the loopback interface the
+    outgoing copy of each frame is skipped, as libpcap does), timestamped on arrival; ``None`` after
+    ``timeout`` seconds without one.  Linux only; needs root or CAP_NET_RAW.  ``stats["dropped"]``
+    counts the frames the kernel dropped because the socket's buffer was full (PACKET_STATISTICS),
+    brought up to date whenever a ``None`` is yielded and every 1024 frames."""
     if not hasattr(socket, "AF_PACKET"):
         raise LiveCaptureError(f"capturing on {iface} needs Linux (AF_PACKET sockets); replay a file with -r instead")
     try:
@@ -70,19 +76,42 @@ def af_packet(iface: str, *, timeout: float = 0.25) -> Iterator[Frame | None]:
             raise LiveCaptureError(f"there is no network interface named {iface!r} (see ip link)") from None
         raise LiveCaptureError(f"cannot capture on {iface}: {err.strerror or err}") from None
     s.settimeout(timeout)
+    try:  # room for bursts while the decoder catches up (the kernel caps it at net.core.rmem_max)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 20)
+    except OSError:
+        pass
     buf = bytearray(_SNAPLEN)
+    got = 0
     try:
         while True:
             try:
-                n = s.recv_into(buf, _SNAPLEN, socket.MSG_TRUNC)
+                n, where = s.recvfrom_into(buf, _SNAPLEN, socket.MSG_TRUNC)
             except TimeoutError:
+                _drops(s, stats)
                 yield None
                 continue
             except OSError as err:
                 if err.errno == errno.ENETDOWN:
                     raise LiveCaptureError(f"interface {iface} went down") from None
                 raise
+            if where[2] == socket.PACKET_OUTGOING and where[3] == _ARPHRD_LOOPBACK:
+                continue  # loopback: each frame comes again as incoming (libpcap skips this copy too)
+            got += 1
+            if got % 1024 == 0:
+                _drops(s, stats)
             cap = min(n, _SNAPLEN)
             yield time.time_ns(), bytes(buf[:cap]), LINKTYPE_ETHERNET, n
     finally:
+        _drops(s, stats)
         s.close()
+
+
+def _drops(s: socket.socket, stats: dict[str, int] | None) -> None:
+    """Add the drops since the last call (reading PACKET_STATISTICS resets it) to ``stats``."""
+    if stats is None:
+        return
+    try:
+        raw = s.getsockopt(_SOL_PACKET, _PACKET_STATISTICS, 8)
+    except OSError:
+        return
+    stats["dropped"] = stats.get("dropped", 0) + struct.unpack("=II", raw)[1]  # struct tpacket_stats: packets, drops

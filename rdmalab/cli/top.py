@@ -3,8 +3,8 @@
 One row per connection (QPs, opcodes, throughput, message rate, NAKs, retransmissions, CNPs), the
 PFC and PAUSE frames seen, and the findings as they happen, refreshed every ``--interval`` seconds;
 from a live interface (``-i``) or a capture replayed at its own pace (``-r``, ``--speed``).
-``--once`` prints only the final table (text or JSON): for scripts and tests.  Ctrl-C stops and
-prints the final table.
+``--once`` prints only the final table (text or JSON): for scripts and tests.  Ctrl-C (or SIGTERM)
+stops and prints the final table.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import argparse
 import io
 import json
 import math
+import signal
+import threading
 import time
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -55,6 +57,13 @@ def _size(n: float) -> str:
     return f"{n:.1f}P"
 
 
+def _short(opcode_name: str) -> str:
+    """``RC RDMA WRITE Middle`` -> ``WRITE Middle`` (the transport is in the connection's name)."""
+    name = opcode_name.replace("RDMA ", "")
+    head, _, rest = name.partition(" ")
+    return rest if head in ("RC", "UC", "RD", "UD", "XRC") and rest else name
+
+
 def render(top: LiveTop, *, title: str = "rdmalab top", average: bool = False, max_rows: int | None = None) -> Any:
     """The view as one rich renderable: a header line, the connections table, the recent findings.
     ``average``: throughput and message rate over each connection's life (the final table), else since
@@ -70,7 +79,8 @@ def render(top: LiveTop, *, title: str = "rdmalab top", average: bool = False, m
         f"{tot['frames']} frames, {tot['rdma_packets']} RDMA packets, {tot['connections']} connection(s), "
         f"{sum(tot['messages'].values())} messages, path MTU ~{tot['mtu']}   ",
         ("PFC ", "bold"), f"{tot['pfc_frames']} (by priority {'/'.join(map(str, tot['pfc_by_priority']))})  ",
-        ("PAUSE ", "bold"), f"{tot['pause_frames']}")
+        ("PAUSE ", "bold"), f"{tot['pause_frames']}",
+        (f"   the kernel dropped {tot['dropped']} frames (the counts miss them)", "bold red") if tot["dropped"] else "")
     table = Table(expand=False, header_style="bold cyan", pad_edge=False)
     for name, just in (("#", "right"), ("connection", "left"), ("opcodes", "left"), ("pkts", "right"),
                        ("bytes", "right"), ("Mbit/s avg" if average else "Mbit/s", "right"),
@@ -82,7 +92,7 @@ def render(top: LiveTop, *, title: str = "rdmalab top", average: bool = False, m
     if max_rows is not None:
         rows = rows[-max_rows:]
     for r in rows:
-        ops = ", ".join(f"{n} {o}" for o, n in sorted(r["opcodes"].items(), key=lambda x: -x[1])[:3])
+        ops = ", ".join(f"{n} {_short(o)}" for o, n in sorted(r["opcodes"].items(), key=lambda x: -x[1])[:3])
         msgs = ", ".join(f"{n} {o}" for o, n in r["messages"].items()) or "0"
         bad = r["nak_seq_err"] + r["nak_rnr"] + r["nak_other"] + r["retransmissions"] + r["bad_icrc"]
         table.add_row(str(r["id"]), r["name"], ops, str(r["packets"]), _size(r["request_bytes"]),
@@ -92,7 +102,10 @@ def render(top: LiveTop, *, title: str = "rdmalab top", average: bool = False, m
                       str(r["cnps"]), str(r["bad_icrc"]), style="yellow" if bad else None)
     if not rows:
         table.add_row("", "(no RDMA connection yet)", *[""] * 13)
-    kinds = ", ".join(f"{n} {name}" for name, n in k.items()) or "none"
+    kinds = ", ".join(f"{n} {name}" + (f" ({k['retransmission_nak']} after a NAK, {k.get('retransmission_rnr', 0)} "
+                                        "after an RNR NAK)" if name == "retransmission" and
+                                        (k.get("retransmission_nak") or k.get("retransmission_rnr")) else "")
+                      for name, n in k.items() if not name.startswith("retransmission_")) or "none"
     fl = Text(f"Findings: {kinds}\n", style="bold")
     for f in list(top.findings)[-12:]:
         where = f"conn {f.connection}" if f.connection is not None else "capture"
@@ -113,6 +126,10 @@ def _text(top: LiveTop, width: int, title: str) -> str:
     return buf.getvalue()
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run_top(args: argparse.Namespace, out: TextIO) -> int:
     # lazy: keeps `rdmalab --help` fast (the decoder and numpy load only for this command)
     from rdmalab.capture.reader import CaptureError
@@ -129,7 +146,8 @@ def run_top(args: argparse.Namespace, out: TextIO) -> int:
     except ValueError as err:
         raise Fail(str(err)) from None
     title = f"rdmalab top -i {args.interface}" if args.interface else f"rdmalab top -r {args.read}"
-    src = af_packet(args.interface, timeout=min(0.25, args.interval)) if args.interface else \
+    stats = {"dropped": 0}
+    src = af_packet(args.interface, timeout=min(0.25, args.interval), stats=stats) if args.interface else \
         replay(args.read, args.speed)
     stop_after = dict(args.autostop or [])
     live = None
@@ -142,10 +160,13 @@ def run_top(args: argparse.Namespace, out: TextIO) -> int:
         live.start()
     start = time.monotonic()
     next_draw = start + args.interval
+    main = threading.current_thread() is threading.main_thread()
+    old_term = signal.signal(signal.SIGTERM, _interrupt) if main else None  # SIGTERM stops it as Ctrl-C does
     try:
         for fr in src:
             if fr is not None:
                 top.feed(*fr)
+            top.dropped = stats["dropped"]
             now = time.monotonic()
             if "packets" in stop_after and top.frames_fed >= stop_after["packets"]:
                 break
@@ -170,6 +191,9 @@ def run_top(args: argparse.Namespace, out: TextIO) -> int:
         close = getattr(src, "close", None)
         if close is not None:
             close()
+        if main:
+            signal.signal(signal.SIGTERM, old_term)
+    top.dropped = stats["dropped"]
     top.tick(time.time_ns() if args.interface else None)
     if live is not None:
         live.update(render(top, title=title), refresh=True)
@@ -195,7 +219,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="replay at N times the capture's pace (default 1), or max: as fast as it decodes")
     p.add_argument("--interval", type=float, default=1.0, metavar="S", help="refresh every S seconds (default 1)")
     p.add_argument("--once", action="store_true",
-                   help="no live display: run to the end (of the file, or of -a, or Ctrl-C) and print the final table")
+                   help="no live display: run to the end (of the file, of -a, or Ctrl-C / SIGTERM) and print the final "
+                        "table")
     p.add_argument("-T", dest="format", choices=("text", "json"), default="text", help="--once output format")
     p.add_argument("-a", "--autostop", type=_autostop, action="append", metavar="COND",
                    help="stop after duration:SECONDS (wall clock) or packets:N (frames), as tshark's -a")

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from rdmalab.capture.analysis import analyze
 from rdmalab.capture.pcapio import record_blocks
@@ -15,6 +23,7 @@ from rdmalab.capture.pcapwriter import seconds_to_ns, write_capture
 from rdmalab.capture.reader import records
 from rdmalab.capture.top import HOLES_MAX, PENDING_MAX, LiveConn, LiveTop
 from rdmalab.capture.top_source import replay
+from rdmalab.cli.top import render
 from rdmalab.wire import AETH, BTH, RETH, encode_rocev2
 from rdmalab.wire.ib import CNPPad
 
@@ -237,10 +246,6 @@ def test_replay_paces_and_yields_while_waiting() -> None:
 
 
 def test_rich_rendering_has_the_rows() -> None:
-    from rich.console import Console
-
-    from rdmalab.cli.top import render
-
     top = _live(CAPTURES[0].parent / "rxe_write_bw_loss.pcap")
     con = Console(file=io.StringIO(), width=200, record=True)
     con.print(render(top))
@@ -248,3 +253,55 @@ def test_rich_rendering_has_the_rows() -> None:
     row = top.rows()[0]
     assert "10.0.1.2 QP 0x11 -> 10.0.1.1 QP 0x11 (RC)" in text.replace("\n", " ") or row["name"].split(" (")[0] in text
     assert f"{row['packets']}" in text and "nak_seq_err" in text and "20 WRITE" in text
+
+
+def _packet_socket_open(pid: int) -> bool:
+    """Whether process ``pid`` has an AF_PACKET socket open (its fds against /proc/net/packet)."""
+    try:
+        inodes = {ln.split()[-1] for ln in Path("/proc/net/packet").read_text().splitlines()[1:]}
+        fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        return False
+    return any(f.startswith("socket:[") and f[8:-1] in inodes for f in fds)
+
+
+def test_live_on_loopback_like_analyze(tmp_path: Path) -> None:
+    """``rdmalab top -i lo``: the frames of a lossy capture sent onto the loopback interface give
+    analyze's numbers for that capture (each frame once: the outgoing copy is skipped); SIGTERM
+    stops it with the final table."""
+    if not hasattr(socket, "AF_PACKET") or os.geteuid() != 0:
+        pytest.skip("needs Linux and root (an AF_PACKET socket on lo)")
+    path = CAPTURES[0].parent / "rxe_send_bw_loss.pcap"
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "rdmalab", "top", "-i", "lo", "--once", "-T", "json",
+                             "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not _packet_socket_open(proc.pid):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "rdmalab top -i lo did not open its socket in 60 s"
+            time.sleep(0.05)
+        with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+            s.bind(("lo", 0))
+            for rec in records(path):
+                s.send(rec.data)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    doc = json.loads(out)
+    a = analyze(path)
+    (c,) = a.connections
+    mine = [r for r in doc["connections"] if r["name"] == c.name]  # (other programs may use lo meanwhile)
+    assert len(mine) == 1, doc["connections"]
+    (row,) = mine
+    assert doc["totals"]["dropped"] == 0
+    assert (row["packets"], row["request_bytes"], row["retransmitted_bytes"], row["messages"]) == \
+        (c.packets, c.request_bytes, c.retransmitted_bytes, c.summary["messages"])
+    assert (row["nak_seq_err"], row["retransmissions"], row["psn_gaps"]) == \
+        (a.events("nak_seq_err"), a.events("retransmission"), a.events("psn_gap"))
