@@ -68,7 +68,8 @@ def render(top: LiveTop, *, title: str = "rdmalab top", average: bool = False, m
     """The view as one rich renderable: a header line, the connections table, the recent findings.
     ``average``: throughput and message rate over each connection's life (the final table), else since
     the last refresh.  ``max_rows``: the most recently created connections only."""
-    from rich.console import Group  # lazy: rich loads only for this command
+    from rich import box  # lazy: rich loads only for this command
+    from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
@@ -78,16 +79,20 @@ def render(top: LiveTop, *, title: str = "rdmalab top", average: bool = False, m
         (f"{title}  ", "bold"),
         f"{tot['frames']} frames, {tot['rdma_packets']} RDMA packets, {tot['connections']} connection(s), "
         f"{sum(tot['messages'].values())} messages, path MTU ~{tot['mtu']}   ",
-        ("PFC ", "bold"), f"{tot['pfc_frames']} (by priority {'/'.join(map(str, tot['pfc_by_priority']))})  ",
+        ("PFC ", "bold"), f"{tot['pfc_frames']}" + (f" (pausing priority 0-7: {'/'.join(map(str, tot['pfc_by_priority']))})"
+                                                    if tot["pfc_frames"] else "") + "  ",
         ("PAUSE ", "bold"), f"{tot['pause_frames']}",
         (f"   the kernel dropped {tot['dropped']} frames (the counts miss them)", "bold red") if tot["dropped"] else "")
-    table = Table(expand=False, header_style="bold cyan", pad_edge=False)
+    table = Table(expand=False, header_style="bold cyan", pad_edge=False, box=box.SIMPLE_HEAVY,
+                  caption="Mbit/s and msg/s: " + ("over each connection's life" if average else
+                                                  "since the last refresh") + "; bytes: first copies, retx B: sent again",
+                  caption_justify="left")
     for name, just in (("#", "right"), ("connection", "left"), ("opcodes", "left"), ("pkts", "right"),
-                       ("bytes", "right"), ("Mbit/s avg" if average else "Mbit/s", "right"),
-                       ("msg/s avg" if average else "msg/s", "right"), ("msgs", "right"),
+                       ("bytes", "right"), ("Mbit/s", "right"), ("msg/s", "right"), ("msgs", "right"),
                        ("NAK seq", "right"), ("RNR", "right"), ("NAK oth", "right"), ("retx", "right"),
                        ("retx B", "right"), ("CNP", "right"), ("ICRC", "right")):
-        table.add_column(name, justify=just)  # type: ignore[arg-type]
+        table.add_column(name, justify=just, no_wrap=name == "connection",  # type: ignore[arg-type]
+                         min_width=28 if name == "opcodes" else None)
     rows = top.rows()
     if max_rows is not None:
         rows = rows[-max_rows:]
