@@ -18,9 +18,10 @@ import time
 from collections.abc import Callable, Iterator
 
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
-from rdmalab.capture.reader import records
+from rdmalab.capture.reader import CaptureError, records
 
-__all__ = ["Frame", "LiveCaptureError", "af_packet", "replay"]
+#: the errors a source raises: LiveCaptureError (an interface), CaptureError (a file that cannot be read)
+__all__ = ["CaptureError", "Frame", "LiveCaptureError", "af_packet", "replay"]
 
 Frame = tuple[int, bytes, int, int]
 _ETH_P_ALL = 0x0003

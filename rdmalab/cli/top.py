@@ -137,9 +137,8 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def run_top(args: argparse.Namespace, out: TextIO) -> int:
     # lazy: keeps `rdmalab --help` fast (the decoder and numpy load only for this command)
-    from rdmalab.capture.reader import CaptureError
     from rdmalab.capture.top import LiveTop
-    from rdmalab.capture.top_source import LiveCaptureError, af_packet, replay
+    from rdmalab.capture.top_source import CaptureError, LiveCaptureError, af_packet, replay
 
     if (args.interface is None) == (args.read is None):
         raise Fail("top needs one source: -i IFACE (a live interface) or -r FILE (a capture to replay)")
