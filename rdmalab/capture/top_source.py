@@ -77,10 +77,15 @@ def af_packet(iface: str, *, timeout: float = 0.25, stats: dict[str, int] | None
             raise LiveCaptureError(f"there is no network interface named {iface!r} (see ip link)") from None
         raise LiveCaptureError(f"cannot capture on {iface}: {err.strerror or err}") from None
     s.settimeout(timeout)
-    try:  # room for bursts while the decoder catches up (the kernel caps it at net.core.rmem_max)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 20)
-    except OSError:
-        pass
+    # room for bursts while the decoder catches up: 32 MB, past net.core.rmem_max where the process may
+    # (SO_RCVBUFFORCE, CAP_NET_ADMIN); in the TCG lab VM, with rmem_max's 208 KiB, a 10 % loss run of
+    # ib_write_bw -n 50 lost 235 of its 821 RoCE frames on the way to the decoder
+    for opt in (getattr(socket, "SO_RCVBUFFORCE", 33), socket.SO_RCVBUF):
+        try:
+            s.setsockopt(socket.SOL_SOCKET, opt, 32 << 20)
+            break
+        except OSError:
+            continue
     buf = bytearray(_SNAPLEN)
     got = 0
     try:
