@@ -99,6 +99,8 @@ class LiveConn:
     requester_qpn: int | None = None
     #: its request stream: (source, destination, destination QP) as address ids
     key: tuple[int, int, int] = (0, 0, 0)
+    #: the response streams bound to it (usually one)
+    resp_keys: list[tuple[int, int, int]] = field(default_factory=list)
     first_ns: int = 0
     last_ns: int = 0
     packets: int = 0
@@ -225,6 +227,7 @@ class LiveTop:
         self._conns: OrderedDict[int, LiveConn] = OrderedDict()  # least recently active first
         self._by_req: dict[tuple[int, int, int], LiveConn] = {}  # (src, dst, dest QP) -> connection
         self._by_resp: dict[tuple[int, int, int], LiveConn] = {}  # response (src, dst, dest QP) -> connection
+        self._by_pair: dict[tuple[int, int], list[LiveConn]] = {}  # (requester, responder) -> its connections
         self._pending: OrderedDict[tuple[int, int, int], int] = OrderedDict()  # unbound responses, counted
         self._next_id = 0
         self._max_plen = 0
@@ -275,7 +278,7 @@ class LiveTop:
         buf = blk.buf
         for off, cap in zip(blk.offset[eth].tolist(), blk.caplen[eth].tolist(), strict=True):
             if cap >= 18 and buf[off + 12:off + 14] in (b"\x88\x08", b"\x81\x00"):
-                self._mac_control(bytes(buf[off:off + 22]))
+                self._mac_control(bytes(buf[off:off + min(cap, 38)]))  # 802.1Q tag + PFC: 38 bytes
         blk.first = self.frames + 1
         self._block(blk)
 
@@ -370,6 +373,7 @@ class LiveTop:
         self._next_id += 1
         self._conns[conn.id] = conn
         self._by_req[(src, dst, q)] = conn
+        self._by_pair.setdefault((src, dst), []).append(conn)
         conn.key = (src, dst, q)
         while len(self._conns) > self.max_conns:
             self._retire(next(iter(self._conns.values())))
@@ -474,12 +478,11 @@ class LiveTop:
         whose requester QP is known to be ``q``, else the only one between these addresses whose
         requester QP is not known yet (analyze learns it from responses that come later)."""
         unknown = []
-        for (rs, rd, _), conn in self._by_req.items():
-            if rs == dst and rd == src:
-                if conn.requester_qpn == q:
-                    return conn
-                if conn.requester_qpn is None:
-                    unknown.append(conn)
+        for conn in self._by_pair.get((dst, src), ()):
+            if conn.requester_qpn == q:
+                return conn
+            if conn.requester_qpn is None:
+                unknown.append(conn)
         return unknown[0] if len(unknown) == 1 else None
 
     def _bind(self, key: tuple[int, int, int], ps: int) -> LiveConn | None:
@@ -487,13 +490,14 @@ class LiveTop:
         response PSNs included) hold the response's PSN."""
         src, dst, q = key
         mtu = self.mtu
-        for rkey, conn in self._by_req.items():
-            if rkey[0] != dst or rkey[1] != src or conn.prev is None or conn.max_seen is None:
+        for conn in self._by_pair.get((dst, src), ()):
+            if conn.prev is None or conn.max_seen is None:
                 continue
             p = psn_unwrap(ps, conn.prev)
             top = max(conn.max_seen, conn.epsn(mtu) - 1)
             if conn.ref <= p <= top + 1:
                 self._by_resp[key] = conn
+                conn.resp_keys.append(key)
                 conn.requester_qpn = q
                 conn.packets += self._pending.pop(key, 0)
                 return conn
@@ -510,8 +514,14 @@ class LiveTop:
         self._conns.pop(conn.id, None)
         if self._by_req.get(conn.key) is conn:
             del self._by_req[conn.key]
-        for k in [k for k, v in self._by_resp.items() if v is conn]:
-            del self._by_resp[k]
+        pair = self._by_pair.get(conn.key[:2])
+        if pair is not None:
+            pair.remove(conn)
+            if not pair:
+                del self._by_pair[conn.key[:2]]
+        for k in conn.resp_keys:
+            if self._by_resp.get(k) is conn:
+                del self._by_resp[k]
 
     # ------------------------------------------------------------------ output
     def tick(self, now_ns: int | None = None) -> None:

@@ -131,10 +131,6 @@ def _text(top: LiveTop, width: int, title: str) -> str:
     return buf.getvalue()
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def run_top(args: argparse.Namespace, out: TextIO) -> int:
     # lazy: keeps `rdmalab --help` fast (the decoder and numpy load only for this command)
     from rdmalab.capture.top import LiveTop
@@ -164,12 +160,18 @@ def run_top(args: argparse.Namespace, out: TextIO) -> int:
         live.start()
     start = time.monotonic()
     next_draw = start + args.interval
+    # Ctrl-C and SIGTERM stop the loop at its next frame or pause (a quarter of a second at most), not in
+    # the middle of a batch being decoded: a flag, not an exception raised wherever the signal lands
+    stop: list[int] = []
     main = threading.current_thread() is threading.main_thread()
-    old_term = signal.signal(signal.SIGTERM, _interrupt) if main else None  # SIGTERM stops it as Ctrl-C does
+    old = {sig: signal.signal(sig, lambda signum, _frame: stop.append(signum))
+           for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
     try:
         for fr in src:
             if fr is not None:
                 top.feed(*fr)
+            if stop:
+                break
             top.dropped = stats["dropped"]
             now = time.monotonic()
             if "packets" in stop_after and top.frames_fed >= stop_after["packets"]:
@@ -195,8 +197,8 @@ def run_top(args: argparse.Namespace, out: TextIO) -> int:
         close = getattr(src, "close", None)
         if close is not None:
             close()
-        if main:
-            signal.signal(signal.SIGTERM, old_term)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
     top.dropped = stats["dropped"]
     top.tick(time.time_ns() if args.interface else None)
     if live is not None:

@@ -127,15 +127,24 @@ def _pfc(prio_mask: int, quanta: int) -> bytes:
     return bytes.fromhex("0180c2000001" "020000000001") + (0x8808).to_bytes(2, "big") + body.ljust(46, b"\0")
 
 
-def test_pfc_and_pause_frames_counted() -> None:
+def test_pfc_and_pause_frames_counted(tmp_path: Path) -> None:
+    pfc = _pfc(0b1000, 0xFFFF)
+    tagged = pfc[:12] + bytes.fromhex("8100" "6005") + _pfc(0b100000, 7)[12:]  # 802.1Q, priority 3, VLAN 5
+    frames = [pfc, _pfc(0b1000, 0),  # a resume (quanta 0): a PFC frame, pausing nothing
+              bytes.fromhex("0180c2000001" "020000000001" "8808" "0001" "ffff").ljust(60, b"\0"), tagged]
     top = LiveTop()
-    top.feed(1, _pfc(0b1000, 0xFFFF))
-    top.feed(2, _pfc(0b1000, 0))  # a resume (quanta 0): a PFC frame, pausing nothing
-    top.feed(3, bytes.fromhex("0180c2000001" "020000000001" "8808" "0001" "ffff").ljust(60, b"\0"))
+    for k, fr in enumerate(frames):
+        top.feed(k, fr)
     top.flush()
     t = top.totals()
-    assert (t["pfc_frames"], t["pause_frames"], t["pfc_by_priority"]) == (2, 1, [0, 0, 0, 1, 0, 0, 0, 0])
-    assert t["frames"] == 3 and t["connections"] == 0
+    assert (t["pfc_frames"], t["pause_frames"], t["pfc_by_priority"]) == (3, 1, [0, 0, 0, 1, 0, 1, 0, 0])
+    assert t["frames"] == 4 and t["connections"] == 0
+    path = tmp_path / "pfc.pcap"  # the same frames replayed block by block
+    write_capture(path, [(k, fr) for k, fr in enumerate(frames)])
+    top2 = LiveTop()
+    for blk in record_blocks(path):
+        top2.feed_block(blk)
+    assert top2.totals() == t
 
 
 # ---------------------------------------------------------------- bounded memory
@@ -255,14 +264,18 @@ def test_rich_rendering_has_the_rows() -> None:
     assert f"{row['packets']}" in text and "nak_seq_err" in text and "20 WRITE" in text
 
 
-def _packet_socket_open(pid: int) -> bool:
-    """Whether process ``pid`` has an AF_PACKET socket open (its fds against /proc/net/packet)."""
+def _packet_socket_queue(pid: int, iface: str = "lo") -> int | None:
+    """The bytes waiting in process ``pid``'s AF_PACKET socket bound to ``iface`` and running
+    (/proc/net/packet's Iface, R and Rmem), or None while it has none."""
     try:
-        inodes = {ln.split()[-1] for ln in Path("/proc/net/packet").read_text().splitlines()[1:]}
+        ifindex = Path(f"/sys/class/net/{iface}/ifindex").read_text().strip()
+        rows = [ln.split() for ln in Path("/proc/net/packet").read_text().splitlines()[1:]]
         fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
     except OSError:
-        return False
-    return any(f.startswith("socket:[") and f[8:-1] in inodes for f in fds)
+        return None
+    rmem = {r[-1]: int(r[6]) for r in rows if r[4] == ifindex and r[5] == "1"}
+    mine = [rmem[f[8:-1]] for f in fds if f.startswith("socket:[") and f[8:-1] in rmem]
+    return sum(mine) if mine else None
 
 
 def test_live_on_loopback_like_analyze(tmp_path: Path) -> None:
@@ -278,7 +291,7 @@ def test_live_on_loopback_like_analyze(tmp_path: Path) -> None:
                              "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 60
-        while not _packet_socket_open(proc.pid):
+        while _packet_socket_queue(proc.pid) is None:
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "rdmalab top -i lo did not open its socket in 60 s"
             time.sleep(0.05)
@@ -286,7 +299,10 @@ def test_live_on_loopback_like_analyze(tmp_path: Path) -> None:
             s.bind(("lo", 0))
             for rec in records(path):
                 s.send(rec.data)
-        time.sleep(1.0)
+        while _packet_socket_queue(proc.pid):  # until it has read them all (a busy machine is slow)
+            assert time.monotonic() < deadline + 60, "rdmalab top -i lo did not read its frames in 60 s"
+            time.sleep(0.05)
+        time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -298,10 +314,10 @@ def test_live_on_loopback_like_analyze(tmp_path: Path) -> None:
     a = analyze(path)
     (c,) = a.connections
     mine = [r for r in doc["connections"] if r["name"] == c.name]  # (other programs may use lo meanwhile)
-    assert len(mine) == 1, doc["connections"]
+    assert len(mine) == 1, json.dumps(doc["totals"]) + err
     (row,) = mine
-    assert doc["totals"]["dropped"] == 0
+    assert doc["totals"]["dropped"] == 0, doc["totals"]
     assert (row["packets"], row["request_bytes"], row["retransmitted_bytes"], row["messages"]) == \
-        (c.packets, c.request_bytes, c.retransmitted_bytes, c.summary["messages"])
+        (c.packets, c.request_bytes, c.retransmitted_bytes, c.summary["messages"]), doc
     assert (row["nak_seq_err"], row["retransmissions"], row["psn_gaps"]) == \
-        (a.events("nak_seq_err"), a.events("retransmission"), a.events("psn_gap"))
+        (a.events("nak_seq_err"), a.events("retransmission"), a.events("psn_gap")), doc

@@ -27,9 +27,11 @@ export PYTHONPATH="$ROOT${HOST_PYTHONPATH:+:$HOST_PYTHONPATH}"
 SD=$KA_DEV; CD=$KB_DEV
 "$RDMALAB_PYTHON" -u -m rdmalab top -i $KA_NETDEV --once -T json --interval 0.5 > top.json 2> top.err &
 tpid=$!
-packet_socket() {  # whether process $1 has an AF_PACKET socket open
+packet_socket() {  # whether process $1 has an AF_PACKET socket bound to $KA_NETDEV and running
+  x=$(cat /sys/class/net/$KA_NETDEV/ifindex)
   for ino in $(ls -l /proc/$1/fd 2>/dev/null | grep -o 'socket:\[[0-9]*\]' | tr -dc '0-9\n'); do
-    awk -v i="$ino" 'NR > 1 && $NF == i {f = 1} END {exit !f}' /proc/net/packet && return 0
+    awk -v i="$ino" -v x="$x" 'NR > 1 && $NF == i && $5 == x && $6 == 1 {f = 1} END {exit !f}' /proc/net/packet \
+      && return 0
   done
   return 1
 }
