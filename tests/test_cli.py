@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from rdmalab.capture.analysis import analyze
 from rdmalab.capture.filter import compile_filter
 from rdmalab.capture.pcapwriter import write_capture
 from rdmalab.cli import main
@@ -447,3 +450,59 @@ def test_a_port_out_of_range_is_a_sentence_for_server_and_client(argv: list[str]
     err = capsys.readouterr().err
     port = argv[argv.index("-p") + 1]
     assert f"rdmalab: {argv[0]} {argv[1]}: port {port} is not a TCP port" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------------- rdmalab top
+
+
+def test_top_once_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["top", "-r", str(LOSS), "--once", "--speed", "max"]) == 0
+    text = capsys.readouterr().out
+    a = analyze(LOSS)
+    (c,) = a.connections
+    assert c.name.split(" (")[0] in " ".join(text.split())  # the row, however rich wraps it
+    assert f"{len(a.messages)} SEND" in text and "nak_seq_err" in text
+    assert f"{a.events('nak_seq_err')} nak_seq_err" in text and f"{a.events('retransmission')} retransmission" in text
+    assert main(["top", "-r", str(LOSS), "--once", "--speed", "max", "-T", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (row,) = doc["connections"]
+    assert (row["packets"], row["request_bytes"], row["retransmitted_bytes"]) == \
+        (c.packets, c.request_bytes, c.retransmitted_bytes)
+    assert (row["nak_seq_err"], row["retransmissions"]) == (a.events("nak_seq_err"), a.events("retransmission"))
+    assert doc["totals"]["frames"] == a.packets and doc["findings"]
+
+
+def test_top_autostop_packets(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["top", "-r", str(LOSS), "--once", "--speed", "max", "-T", "json", "-a", "packets:40"]) == 0
+    assert json.loads(capsys.readouterr().out)["totals"]["frames"] == 40
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["top"], "-i IFACE"),
+    (["top", "-i", "lo", "-r", str(LOSS)], "one source"),
+    (["top", "-i", "no-such-if0", "--once"], "no network interface named 'no-such-if0'"),
+    (["top", "-r", "/nonexistent.pcap", "--once"], "/nonexistent.pcap"),
+])
+def test_top_errors_are_one_sentence(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err
+
+
+def test_top_bad_speed_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["top", "-r", str(LOSS), "--speed", "fast"])
+    assert exc.value.code == 2 and "a factor" in capsys.readouterr().err
+
+
+def test_top_live_without_privileges_says_so() -> None:
+    if shutil.which("setpriv") is None or os.geteuid() != 0:
+        pytest.skip("needs root and setpriv to run as nobody")
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--inh-caps=-all",
+                        sys.executable, "-m", "rdmalab", "top", "-i", "lo", "--once"],
+                       capture_output=True, text=True, timeout=60, cwd="/", env=env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr.strip() == ("rdmalab: capturing on lo needs root or the CAP_NET_RAW capability (run as root, or: "
+                                "sudo setcap cap_net_raw+ep $(readlink -f $(which python3)))")

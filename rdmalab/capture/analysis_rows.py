@@ -39,6 +39,7 @@ from rdmalab.capture.columnar import (
 )
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
+from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import CaptureError, RawRecord, decode_record
 from rdmalab.wire.opcodes import OPCODES
 
@@ -278,6 +279,26 @@ def _drop_identical(r: Rows, dup_ns: int) -> np.ndarray:
     return pairs
 
 
+def block_columns(blk: RecordBlock, fields: tuple[str, ...], tracker: Any) -> Columns:
+    """One block of records as columns: its Ethernet frames by the columnar decoder, frames of
+    other link types one by one by the per-packet decoder (also used by :mod:`rdmalab.capture.top`)."""
+    cols = decode_block(blk, fields=fields, tracker=tracker)
+    eth = blk.linktype == LINKTYPE_ETHERNET
+    if not eth.all():
+        other = np.nonzero(~eth)[0].tolist()
+        dicts = []
+        for i in other:
+            off, cap = int(blk.offset[i]), int(blk.caplen[i])
+            rec = RawRecord(blk.first + i, int(blk.ts_ns[i]) / 1e9, int(blk.linktype[i]),
+                            bytes(blk.buf[off:off + cap]), int(blk.wirelen[i]))
+            dicts.append(frame_fields(decode_record(rec), raw=True))
+        oc = columns_from_dicts(dicts)
+        oc.data["frame.time_ns"] = blk.ts_ns[other].astype(oc.data["frame.time_ns"].dtype)
+        both = Columns.concat([cols.take(eth), oc])
+        cols = both.take(np.argsort(both.data["frame.number"], kind="stable"))
+    return cols
+
+
 def _columns(path: str | os.PathLike[str], fields: tuple[str, ...], progress: bool,
              block_bytes: int) -> Iterator[Columns]:
     """The capture's columns block by block.  Unlike :func:`~rdmalab.capture.columnar.iter_columns`,
@@ -289,20 +310,7 @@ def _columns(path: str | os.PathLike[str], fields: tuple[str, ...], progress: bo
     tracker = _tracker()
     try:
         for blk in record_blocks(p, block_bytes):
-            cols = decode_block(blk, fields=fields, tracker=tracker)
-            eth = blk.linktype == LINKTYPE_ETHERNET
-            if not eth.all():
-                other = np.nonzero(~eth)[0].tolist()
-                dicts = []
-                for i in other:
-                    off, cap = int(blk.offset[i]), int(blk.caplen[i])
-                    rec = RawRecord(blk.first + i, int(blk.ts_ns[i]) / 1e9, int(blk.linktype[i]),
-                                    bytes(blk.buf[off:off + cap]), int(blk.wirelen[i]))
-                    dicts.append(frame_fields(decode_record(rec), raw=True))
-                oc = columns_from_dicts(dicts)
-                oc.data["frame.time_ns"] = blk.ts_ns[other].astype(oc.data["frame.time_ns"].dtype)
-                both = Columns.concat([cols.take(eth), oc])
-                cols = both.take(np.argsort(both.data["frame.number"], kind="stable"))
+            cols = block_columns(blk, fields, tracker)
             cols.path = p
             if bar is not None:
                 bar.update(blk.file_pos - bar.n)

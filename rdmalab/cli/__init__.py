@@ -9,6 +9,7 @@ Subcommands follow tshark's habits where they fit::
     rdmalab decode -r FILE [-V | -T json] [-c N] [-Y FILTER] [--strict]
     rdmalab crosscheck FILE [-v]
     rdmalab stats -r FILE
+    rdmalab top -i IFACE | -r FILE [--speed N|max] [--once [-T json]]
     rdmalab lab [ARGS...]
     rdmalab vm [--shell | --exec CMD | --scenario NAME] [-w FILE]
     rdmalab capture NAME... | all
@@ -234,7 +235,7 @@ def passthrough_parsers(name: str, help: str, arguments: Callable[[argparse.Argu
 # The order here is the order of `rdmalab --help`.  The modules are imported when the parser is built
 # (command_modules): a pass-through command imports its own module only (start-up of the live tools).
 COMMAND_NAMES = ("decode", "crosscheck", "stats", "analyze", "convert", "lab", "pingpong", "perftest", "rping", "udaddy",
-                 "simulate", "link", "vm", "capture", "grade")
+                 "simulate", "link", "vm", "capture", "grade", "top")
 # Commands whose every argument after the command name belongs to another program (--help included):
 # command -> the function of its module that takes them.
 PASSTHROUGH = {"lab": "run_lab", "pingpong": "main_argv", "perftest": "main_argv", "rping": "main_argv",

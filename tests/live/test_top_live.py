@@ -1,0 +1,85 @@
+"""``rdmalab top -i`` live in the lab VM (marked ``live``): the stock perftest (``ib_write_bw``) on kernel
+rxe (rxe1 on veth2 <-> rxe2 on veth3, 10% netem loss on the client's side so that NAKs and
+go-back-N retransmissions happen; ``-n 20``, as captures/rxe_write_bw_loss.pcap was made: a run of
+``-n 50`` under that loss ended here once with both sides exiting 1 before their report), ``rdmalab top -i veth2 --once -T json`` watching it, tcpdump on
+veth2 (the VM job's capture) at the same time.  The view's final table must give for the RDMA
+connection what ``rdmalab analyze`` finds in the tcpdump capture of the same run: packets, payload
+and retransmitted bytes, messages, NAKs and retransmissions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+
+from rdmalab.capture.analysis import analyze
+from rdmalab.live.vm import VM
+
+pytestmark = pytest.mark.live
+ROOT = Path(__file__).resolve().parents[2]
+
+GUEST = r"""
+export PYTHONPATH="$ROOT${HOST_PYTHONPATH:+:$HOST_PYTHONPATH}"
+SD=$KA_DEV; CD=$KB_DEV
+"$RDMALAB_PYTHON" -u -m rdmalab top -i $KA_NETDEV --once -T json --interval 0.5 > top.json 2> top.err &
+tpid=$!
+packet_socket() {  # whether process $1 has an AF_PACKET socket bound to $KA_NETDEV and running
+  x=$(cat /sys/class/net/$KA_NETDEV/ifindex)
+  for ino in $(ls -l /proc/$1/fd 2>/dev/null | grep -o 'socket:\[[0-9]*\]' | tr -dc '0-9\n'); do
+    awk -v i="$ino" -v x="$x" 'NR > 1 && $NF == i && $5 == x && $6 == 1 {f = 1} END {exit !f}' /proc/net/packet \
+      && return 0
+  done
+  return 1
+}
+for i in $(seq 1 1200); do packet_socket $tpid && break; sleep 0.1; done
+packet_socket $tpid || { echo "rdmalab top did not open its socket"; cat top.err; exit 1; }
+tc qdisc add dev $KB_NETDEV root netem loss 10%
+timeout 180 ib_write_bw -d $SD -x 1 -n 20 -s 4096 > server.log 2>&1 &
+spid=$!
+for i in $(seq 1 300); do ss -ltn 'sport = :18515' | grep -q LISTEN && break; sleep 0.1; done
+sleep 0.5
+timeout 180 ib_write_bw -d $CD -x 1 -n 20 -s 4096 $KA_IP > client.log 2>&1
+crc=$?
+wait $spid
+src=$?
+tc qdisc del dev $KB_NETDEV root
+sleep 2
+kill -TERM $tpid
+wait $tpid
+trc=$?
+echo "server rc=$src client rc=$crc top rc=$trc"
+cat server.log client.log top.err
+exit $(( src != 0 || crc != 0 || trc != 0 ))
+"""
+
+
+def test_top_live_equals_analyze_of_tcpdump(lab_vm: VM) -> None:
+    env = f"ROOT={shlex.quote(str(ROOT))}\nHOST_PYTHONPATH={shlex.quote(os.environ.get('PYTHONPATH', ''))}\n"
+    res = None
+    for _attempt in (1, 2):  # perftest's clock calibration can fail under TCG on a busy machine: once more
+        res = lab_vm.run(env + GUEST, capture="veth2", timeout=400, name="top-live")
+        if res.rc == 0:
+            break
+    assert res is not None and res.rc == 0, res.stdout[-3000:] + res.stderr[-1000:] if res else ""
+    assert res.pcap_path is not None and res.job_dir is not None
+    if res.capture_drops:
+        pytest.skip(f"tcpdump dropped {res.capture_drops} packets: the capture is not the whole run")
+    doc = json.loads((res.job_dir / "top.json").read_text())
+    assert doc["totals"]["dropped"] == 0, "the view's socket dropped frames: it missed packets"
+    a = analyze(res.pcap_path)
+    assert len(a.connections) == 1, [c.name for c in a.connections]
+    (c,) = a.connections
+    print(f"analyze: {c.name}: {c.packets} packets, {a.events('nak_seq_err')} NAKs, "
+          f"{a.events('retransmission')} retransmissions; top: {doc['connections']}")
+    rows = [r for r in doc["connections"] if r["name"] == c.name]
+    assert len(rows) == 1, doc["connections"]
+    (row,) = rows
+    assert (row["packets"], row["request_bytes"], row["retransmitted_bytes"], row["messages"]) == \
+        (c.packets, c.request_bytes, c.retransmitted_bytes, c.summary["messages"])
+    assert (row["nak_seq_err"], row["nak_rnr"], row["retransmissions"], row["psn_gaps"]) == \
+        (a.events("nak_seq_err"), a.events("nak_rnr"), a.events("retransmission"), a.events("psn_gap"))
+    assert c.summary["messages"].get("WRITE", 0) >= 20
