@@ -539,6 +539,8 @@ def columns_from_packets(path: str | os.PathLike[str], *, first: int = 1, limit:
         if cp.frame_number < first:
             continue
         row = frame_fields(cp, raw=True)
+        if "ipv6.version" in row and "ip.version" not in row:
+            row["ip.version"] = row["ipv6.version"]  # as the fast path and tshark: ip.version of an IPv6 packet is 6
         if w is not None:
             row["tcp.window_size"] = w
         rows.append(row)
