@@ -71,7 +71,10 @@ viz.icrc_steps(hw[1])
 
 # %% [markdown]
 # And native IB, where the real LRH is covered (with its virtual lane masked) and a
-# VCRC follows:
+# VCRC follows. That is the packet without a GRH; when a GRH follows the LRH (LNH 3, a packet
+# that may cross a router, which rebuilds the LRH), all 8 LRH bytes count as ones, plus the
+# GRH's traffic class, flow label and hop limit as in RoCEv1 (`rdmalab.wire.crc.icrc_rule_ib`;
+# the IPoIB multicast packets of `captures/hw_ib_connectx_erf.pcap`, from ConnectX HCAs, verify so):
 
 # %%
 viz.icrc_steps(wires[0].packet)

@@ -32,7 +32,7 @@ from rdmalab.capture.columnar_schema import (
     _ipv6_text,
 )
 from rdmalab.capture.fields import frame_fields, packet_fields  # the per-packet field names, one source of truth
-from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
+from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, erf_time_ns
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import RawRecord, decode_record, read
 from rdmalab.capture.render import TcpWindowScaling, window_shift_option
@@ -539,6 +539,8 @@ def columns_from_packets(path: str | os.PathLike[str], *, first: int = 1, limit:
         if cp.frame_number < first:
             continue
         row = frame_fields(cp, raw=True)
+        if "ipv6.version" in row and "ip.version" not in row:
+            row["ip.version"] = row["ipv6.version"]  # as the fast path and tshark: ip.version of an IPv6 packet is 6
         if w is not None:
             row["tcp.window_size"] = w
         rows.append(row)
@@ -594,8 +596,7 @@ def columns_from_dicts(rows: list[dict[str, Any]]) -> Columns:
     data["frame.time_ns"] = np.array([round(r["frame.time_epoch"] * 1e9) for r in rows], dtype=np.int64)
     for i, row in enumerate(rows):
         if "erf.ts" in row:  # Wireshark's frame time and length for ERF are the ERF record's own
-            ts = int(row["erf.ts"])
-            data["frame.time_ns"][i] = (ts >> 32) * 1_000_000_000 + ((ts & 0xFFFFFFFF) * 1_000_000_000 >> 32)
+            data["frame.time_ns"][i] = erf_time_ns(int(row["erf.ts"]))
             data["frame.time_epoch"][i] = data["frame.time_ns"][i] / 1e9
             wlen = int(row.get("erf.wlen", 0))
             data["frame.len"][i] = wlen

@@ -118,6 +118,24 @@ class SLL2(Header):
     )
 
 
+def erf_time_ns(ts: int) -> int:
+    """An ERF timestamp (64-bit, 32.32 fixed-point seconds, as :class:`ERF` holds it) in nanoseconds.
+
+    Wireshark's rule (``wiretap/erf.c`` ``erf_read_header`` for ERF files, and the ERF pseudo-header
+    reader of ``wiretap/pcap-common.c`` for pcap link type 197): the seconds are the high 32 bits;
+    the nanoseconds are the low 32 bits (the fraction, in units of 2**-32 s) times 10**9, divided by
+    2**32 and **rounded to the nearest nanosecond, a half rounding up** (Wireshark adds 2**32 when
+    bit 31 of the product is set, then shifts right by 32).  So fraction ``0x7FF07040`` is
+    499762550 ns (truncation gives 499762549), ``0x00400000`` (976562.5 ns exactly) is 976563 ns,
+    and a fraction that rounds to 10**9 ns carries into the seconds (``0xFFFFFFFF`` is the next
+    second).  Truncating instead is 1 ns early for about half of all timestamps.
+    """
+    if not 0 <= ts < 1 << 64:
+        raise ValueError(f"ERF timestamp {ts!r}: not a 64-bit unsigned value")
+    frac_ns = ((ts & 0xFFFFFFFF) * 1_000_000_000 + (1 << 31)) >> 32
+    return (ts >> 32) * 1_000_000_000 + frac_ns
+
+
 @dataclass(frozen=True, slots=True)
 class ERF(Header):
     """ERF record header, 16 bytes (Endace Extensible Record Format).
@@ -155,6 +173,11 @@ class ERF(Header):
     def encode(self) -> bytes:
         raw = Header.encode(self.replace(ts=int.from_bytes(self.ts.to_bytes(8, "little"), "big")))
         return raw
+
+    @property
+    def time_ns(self) -> int:
+        """The timestamp in nanoseconds since the epoch, as Wireshark makes it: :func:`erf_time_ns`."""
+        return erf_time_ns(self.ts)
 
     @property
     def timestamp(self) -> float:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from rdmalab.capture.linktypes import LINKTYPE_NAMES
 from rdmalab.wire.header import Header
-from rdmalab.wire.ib import GRH, LRH
+from rdmalab.wire.ib import GRH, LRH, IPoIB
 from rdmalab.wire.net import TCP, Ethernet, IPv4, IPv6, tcp_flag_names
 from rdmalab.wire.packet import Packet
 
@@ -41,6 +41,9 @@ def protocol(cp: CapturedPacket) -> str:
     if cp.pdus:
         return "iWARP"
     pkt = cp.packet
+    ipoib = pkt.get(IPoIB)
+    if ipoib is not None:  # tshark names what IPoIB carries (UDP, ARP, ICMPv6, ...)
+        return ipoib.protocol(list(pkt.headers()))
     name = _PROTOCOL.get(pkt.encap)
     if name:
         return name

@@ -12,7 +12,7 @@ It is sent least-significant byte first.  The masked fields, per encapsulation:
   HopLmt; BTH byte 4.  IBA 7.8.1 makes the covered fields depend on the GRH for exactly this
   reason, and RoCE's 8 bytes of ones are this rule with the LRH absent: the ICRC of a global IB
   packet is the RoCEv1 ICRC of its GRH through pad.  Checked on ConnectX packets of a public
-  ERF capture (``tests/data/public_ib_erf_connectx.pcap``: IPoIB multicast with a GRH, and local
+  ERF capture (``captures/hw_ib_connectx_erf.pcap``: IPoIB multicast with a GRH, and local
   traffic whose ICRC covers the LRH but VL).
 * RoCEv1: 8 bytes of 0xFF; GRH TClass, FlowLabel, HopLmt; BTH byte 4.
 * RoCEv2/IPv4: 8 bytes of 0xFF; IPv4 TOS (DSCP+ECN), TTL, header checksum; UDP checksum;
@@ -22,7 +22,7 @@ It is sent least-significant byte first.  The masked fields, per encapsulation:
 
 This agrees with Linux ``drivers/infiniband/sw/rxe/rxe_icrc.c`` (which seeds the CRC with
 0xdebb20e3, the state after eight 0xFF bytes) and reproduces the ICRCs of the public hardware
-packets in ``captures/public_hw_byte_vectors.pcap`` and ``tests/data/public_ib_erf_connectx.pcap``.
+packets in ``captures/public_hw_byte_vectors.pcap`` and ``captures/hw_ib_connectx_erf.pcap``.
 
 VCRC (IBA Vol 1 7.8.2): CRC-16, polynomial 0x100B, computed reflected (0xD008) with init and
 final XOR 0xFFFF over LRH..ICRC, as Endace's DAG capture library (``dagcrc.c``) computes it,

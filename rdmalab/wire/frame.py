@@ -27,9 +27,11 @@ from rdmalab.wire.ib import (
     GRH,
     GRH_NXTHDR_IBA,
     GSI_QKEY,
+    IPOIB_ETHERTYPES,
     LNH_IBA_GLOBAL,
     LNH_IBA_LOCAL,
     LRH,
+    IPoIB,
     Op,
     Pos,
     Transport,
@@ -235,6 +237,43 @@ def _decode_ib(data: bytes, pkt: Packet, lenient: bool, has_vcrc: bool) -> None:
     if has_vcrc:
         pkt.vcrc = int.from_bytes(data[crc_at + 4 : crc_at + 6], "little")
         pkt.vcrc_expected = _crc.vcrc(data[: crc_at + 4])
+    _ipoib(data, pkt, crc_at, lenient)
+
+
+def _ipoib(data: bytes, pkt: Packet, end: int, lenient: bool) -> None:
+    """The IPoIB header (RFC 4391 section 6) and what it carries, when a native IB packet's
+    payload (up to ``end``, the ICRC) starts with one.
+
+    The rule is Wireshark 4.0's (``packet-infiniband.c``, the ``eth_over_ib`` heuristic on
+    ``infiniband.payload``): a payload of at least 4 bytes whose bytes 2-3 (the reserved bits)
+    are zero and whose bytes 0-1 are an EtherType with a dissector, in a packet that is not a
+    management datagram (destination QP 0 or 1: those are MADs), whatever its opcode (tshark
+    tries it on SENDs, RDMA WRITEs and any transport).  rdmalab recognises the EtherTypes IPoIB
+    carries (:data:`~rdmalab.wire.ib.IPOIB_ETHERTYPES`: IPv4, ARP, IPv6); others (which tshark
+    may also claim) stay payload.  IPv4 and IPv6 are decoded by the IP decoder an Ethernet frame's
+    EtherType leads to (:func:`_ip`, here without RoCEv2 on UDP 4791: RoCE is an Ethernet
+    encapsulation); ARP has no decoder here (nor in Ethernet frames) and stays payload.  The packet stays native IB (``encap`` ``"ib"``, its ICRC and
+    VCRC as before); its payload becomes what the inner decoders leave (the UDP payload, say),
+    as for an Ethernet frame.  Only native IB: Wireshark also tries it on RoCE payloads, but
+    IPoIB is an IB link's encapsulation (RFC 4391), and RoCE carries IP on Ethernet already.
+    """
+    bth = pkt.get(BTH)
+    off, size = pkt.payload_offset, pkt.payload_length
+    if bth is None or bth.destqp in (0, 1) or size < 4 or off + size > end:
+        return
+    ethertype = int.from_bytes(data[off : off + 2], "big")
+    if data[off + 2 : off + 4] != b"\0\0" or ethertype not in IPOIB_ETHERTYPES:
+        return
+    pkt.layers.append(Layer(IPoIB.decode(data, off), off))
+    pkt.payload_offset, pkt.payload_length = off + 4, size - 4
+    if ethertype not in (ETHERTYPE_IPV4, ETHERTYPE_IPV6):
+        return
+    try:
+        _ip(data[: off + size], pkt, off + 4, lenient, ())
+    except DecodeError as err:
+        _problem(pkt, err, lenient)
+    finally:
+        pkt.encap = "ib"  # a TCP segment inside is still an IB packet (not a stream for iWARP)
 
 
 

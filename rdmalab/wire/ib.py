@@ -9,11 +9,14 @@ display-filter names are those of ``epan/dissectors/packet-infiniband.c`` (4.0).
 from __future__ import annotations
 
 import enum
+import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from rdmalab.wire.errors import MalformedError
 from rdmalab.wire.header import F, Header, Layout, compile_constructor, layout
+from rdmalab.wire.net import ETHERTYPE_IPV4, ETHERTYPE_IPV6, TCP, UDP, IPv4, IPv6
 
 # --------------------------------------------------------------------------- routing headers
 
@@ -789,3 +792,72 @@ def find_opcode(
 
 
 ACK_OPCODE = find_opcode(Transport.RC, Op.ACKNOWLEDGE)  # 0x11: ACK and NAK (IBA Vol 1 9.7.5.1)
+
+
+# ============================================================================ IPoIB
+
+ETHERTYPE_ARP = 0x0806
+#: The EtherTypes an IPoIB header is recognised for, with their names: IPv4, ARP and IPv6, what
+#: IPoIB carries (RFC 4391 sections 6 and 9; RFC 4391 itself is IPv4/ARP, RFC 4861 over it IPv6).
+IPOIB_ETHERTYPES: dict[int, str] = {ETHERTYPE_IPV4: "IPv4", ETHERTYPE_ARP: "ARP", ETHERTYPE_IPV6: "IPv6"}
+
+
+@dataclass(frozen=True, slots=True)
+class IPoIB(Header):
+    """IPoIB encapsulation header, 4 bytes (RFC 4391 section 6): an EtherType, then 16 reserved
+    bits that are zero.  It starts the payload of the IB SEND that carries an IP datagram or an ARP
+    packet (a UD SEND in datagram mode, RFC 4391; an RC SEND in connected mode, RFC 4755).
+
+    Wireshark shows it under ``infiniband.payload`` ("IBA Payload - appears to be EtherType
+    encapsulated") with the EtherType as ``infiniband.rwh.etype``."""
+
+    ethertype: int = ETHERTYPE_IPV4
+    reserved: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "IPoIB",
+        "RFC 4391 6 (IPoIB encapsulation header)",
+        F("ethertype", 16, "infiniband.rwh.etype", fmt="hex", doc="EtherType of what follows: IPv4, ARP, IPv6"),
+        F("reserved", 16, None, reserved=True),
+        ws="infiniband.payload",
+    )
+
+    def carried(self, headers: Sequence[Header]) -> list[Header]:
+        """The headers after this one among a packet's ``headers`` (what it carries, decoded)."""
+        seq = list(headers)
+        return seq[next((i for i, h in enumerate(seq) if h is self), len(seq)) + 1:]
+
+    def protocol(self, headers: Sequence[Header]) -> str:
+        """The innermost protocol it carries, as tshark's Protocol column names it: ``UDP``,
+        ``TCP``, ``ICMP``, ``ICMPv6`` (by the IP protocol number, 1 or 58), ``IPv4``/``IPv6``
+        (another protocol), ``ARP``."""
+        name = IPOIB_ETHERTYPES.get(self.ethertype, f"0x{self.ethertype:04x}")
+        for h in self.carried(headers):
+            if isinstance(h, UDP | TCP):
+                return h.LAYOUT.name
+            if isinstance(h, IPv4 | IPv6):
+                proto = h.protocol if isinstance(h, IPv4) else h.next_header
+                name = _IP_PROTOCOL_NAMES.get(proto, h.LAYOUT.name)
+        return name
+
+    def info(self, headers: Sequence[Header]) -> str | None:
+        """``IPoIB``, the EtherType's name, the inner addresses, and the protocol inside with its
+        ports, e.g. ``IPoIB IPv4 10.0.0.1 → 10.0.0.2 UDP 9 → 9`` or ``IPoIB IPv6 fe80::1 → ff02::1
+        ICMPv6`` or ``IPoIB ARP``."""
+        parts = ["IPoIB", IPOIB_ETHERTYPES.get(self.ethertype, f"EtherType 0x{self.ethertype:04x}")]
+        inner = self.carried(headers)
+        for h in inner:
+            if isinstance(h, IPv4 | IPv6):
+                addr = ipaddress.IPv4Address if isinstance(h, IPv4) else ipaddress.IPv6Address
+                parts.append(f"{addr(h.src)} → {addr(h.dst)}")
+            elif isinstance(h, UDP | TCP):
+                parts.append(f"{h.LAYOUT.name} {h.sport} → {h.dport}")
+        proto = self.protocol(headers)
+        if proto not in (parts[1], "UDP", "TCP"):  # ICMP, ICMPv6: named, not decoded further
+            parts.append(proto)
+        return " ".join(parts)
+
+
+#: IP protocol numbers (IANA) whose name tshark's Protocol column shows for an IP datagram that
+#: rdmalab decodes no further
+_IP_PROTOCOL_NAMES = {1: "ICMP", 58: "ICMPv6"}

@@ -6,7 +6,7 @@
 
 Known answers from hardware:
 
-* ``tests/data/public_ib_erf_connectx.pcap`` (provenance in ``tests/data/README.md``): ERF
+* ``captures/hw_ib_connectx_erf.pcap`` (provenance in ``captures/MANIFEST.md``): ERF
   records from an Endace DAG card between ConnectX HCAs, 43 packets, 6 of them IPoIB multicast
   with a GRH.  rdmalab called those 6 ``[BAD ICRC]`` while their VCRCs were good.
 * ``captures/public_hw_byte_vectors.pcap`` frames 2 and 3: RoCEv1 packets a ConnectX sent.  RoCE
@@ -35,7 +35,7 @@ from rdmalab.wire.frame import decode_ib
 from rdmalab.wire.packet import Packet, encode_ib
 
 ROOT = Path(__file__).resolve().parents[2]
-HW_ERF = ROOT / "tests" / "data" / "public_ib_erf_connectx.pcap"
+HW_ERF = ROOT / "captures" / "hw_ib_connectx_erf.pcap"
 HW_ROCEV1 = ROOT / "captures" / "public_hw_byte_vectors.pcap"
 
 requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark (Wireshark) is not installed")
