@@ -79,7 +79,10 @@ def _mpa_v2(cp: CapturedPacket, ws: WiresharkView) -> bool:
 
 
 def _iwarp_not_seen(cp: CapturedPacket, ws: WiresharkView) -> bool:
-    return bool(cp.pdus) and not any(k.startswith("iwarp_mpa") for k in ws)
+    # only where the capture lacks the MPA frames: in a stream whose handshake Wireshark saw too, a
+    # PDU it does not show (after a hole, say) is no mid-stream limitation
+    return bool(cp.pdus) and not any(k.startswith("iwarp_mpa") for k in ws) and any(
+        p.stream is None or not p.stream.handshake for p in cp.pdus)
 
 
 def _rfc7306(cp: CapturedPacket, ws: WiresharkView) -> bool:
