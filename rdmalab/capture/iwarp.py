@@ -155,7 +155,6 @@ class _Dir:
     # after a hole: sequence numbers where an FPDU may start (held segment starts, marker targets)
     # that wait for more bytes before they can be checked
     gap_starts: list[int] = field(default_factory=list)
-    high: int | None = None  # end of the highest segment seen (keep-alives sit one below it)
     # the stream before the last resynchronisation point, kept for bytes that arrive late (a
     # reordered or retransmitted segment fills the hole) up to ``limit``
     park: _Dir | None = None
@@ -258,11 +257,13 @@ class IwarpTracker:
 
     def _add_segment(self, conn: _Conn, d: _Dir, seq: int, data: bytes, frame: int, out: list[Packet]) -> None:
         assert d.next_seq is not None
-        end = seq_add(seq, len(data))
-        if d.high is None or seq_diff(end, d.high) > 0:
-            d.high = end
-        elif len(data) == 1 and seq_diff(end, d.high) == 0:
-            return  # a keep-alive (one octet below the highest sequence number seen): its octet is not stream data
+        # without held segments next_seq is the highest seen, and a keep-alive at next_seq - 1 is
+        # dropped below as a retransmission
+        if len(data) == 1 and d.pending:
+            nxt = d.next_seq
+            high = max((seq_add(s, len(v[0])) for s, v in d.pending.items()), key=lambda e: seq_diff(e, nxt))
+            if seq_diff(seq_add(seq, 1), high) == 0:
+                return  # a keep-alive (one octet below the highest sequence number seen): not stream data
         p = d.park
         if p is not None and p.limit is not None and seq_diff(seq, p.limit) < 0:
             cut = min(len(data), seq_diff(p.limit, seq))
