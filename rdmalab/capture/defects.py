@@ -244,6 +244,20 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
     kinds=("repeated", "value"),
 ))
 
+WIRESHARK_DEFECTS.append(WiresharkDefect(
+    "artemis-port-5445",
+    "iWARP on TCP port 5445 (SMB Direct over iWARP, MS-SMBD)",
+    ("artemis*", "iwarp_*"),
+    "Wireshark 4.0's ActiveMQ Artemis dissector registers TCP port 5445, and a port dissector is tried before "
+    "the iwarp_mpa heuristic, so SMB Direct's MPA frames and FPDUs are not decoded at all (tshark 4.0.17: none "
+    "of a siw capture's moved to port 5445, all with --disable-protocol artemis); the cross-check runs tshark "
+    "with --disable-protocol artemis",
+    "MS-SMBD 2.1: SMB Direct over iWARP listens on TCP port 5445; RFC 5044 7.1: MPA frames start the stream",
+    "Wireshark 4.0 epan/dissectors/packet-artemis.c (its TCP port range)",
+    _always,
+    kinds=("disabled",),
+))
+
 DEFECTS_BY_ID = {d.id: d for d in WIRESHARK_DEFECTS}
 
 

@@ -445,3 +445,32 @@ def test_columnar_fields_follow_the_same_resynchronisation(tmp_path: Path) -> No
     assert columnar == objects
     decoded = [row for row in columnar.splitlines() if row.split("\t")[1]]
     assert len(decoded) == sum(len(v) for v in ours(path).values()) > 300
+
+
+def on_port(src: Path, dst: Path, old: int, new: int) -> Path:
+    """``src`` with TCP port ``old`` renamed ``new`` (checksums recomputed)."""
+    def edit(tcp: dpkt.tcp.TCP) -> None:
+        tcp.sport = new if tcp.sport == old else tcp.sport
+        tcp.dport = new if tcp.dport == old else tcp.dport
+    frames = [(ts, with_tcp(b, edit) if isinstance(dpkt.ethernet.Ethernet(b).data.data, dpkt.tcp.TCP) else b)
+              for ts, b in load(src)]
+    return save(frames, dst)
+
+
+@needs_captures
+@requires_tshark
+@pytest.mark.tshark
+def test_smb_direct_port_5445_is_cross_checked(tmp_path: Path) -> None:
+    """On TCP port 5445 (SMB Direct over iWARP) tshark's Artemis dissector would take the stream:
+    the cross-check disables it, so Wireshark decodes the FPDUs and no difference is left to blame
+    on anything."""
+    gap, _s, _e = gap_and_keepalive(tmp_path)
+    path = on_port(gap, tmp_path / "p5445.pcap", 18515, 5445)
+    plain = subprocess.run(["tshark", "-n", "--disable-protocol", "rpcordma", "-r", str(path), "-Y", "iwarp_mpa"],
+                           capture_output=True, text=True, check=True).stdout
+    assert plain.strip() == ""  # the Artemis dissector took port 5445
+    report = crosscheck(path)
+    iw = [r for r in report.results if r.key.startswith(("iwarp_", "rdmalab.crc32c"))
+          and (r.defect is None or r.defect.id == "iwarp-mid-stream")]
+    assert not iw, "\n".join(map(str, iw[:10]))
+    assert report.per_key["iwarp_mpa.ulpdulength"] > 30
