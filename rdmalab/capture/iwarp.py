@@ -154,7 +154,7 @@ class _Dir:
     scan_pos: int = 0
     # after a hole: sequence numbers where an FPDU may start (held segment starts, marker targets)
     # that wait for more bytes before they can be checked
-    gap_starts: list[int] = field(default_factory=list)
+    gap_starts: dict[int, int] = field(default_factory=dict)  # seq -> the held segment (its seq) it is in
     # the stream before the last resynchronisation point, kept for bytes that arrive late (a
     # reordered or retransmitted segment fills the hole) up to ``limit``
     park: _Dir | None = None
@@ -381,8 +381,7 @@ class IwarpTracker:
         proven in the bytes held after the hole (see the module docstring for the rules)."""
         assert d.next_seq is not None
         starts = d.gap_starts
-        if seq not in starts:
-            starts.append(seq)
+        starts[seq] = seq
         pos0 = self._marker_origin(d)
         if pos0 is not None:  # RFC 5044 4.3: a marker's FPDUPTR points back to the FPDU it sits in
             m = seq_add(seq, (pos0 - seq) % MARKER_INTERVAL)
@@ -392,7 +391,7 @@ class IwarpTracker:
                     ptr = (data[off + 2] << 8) | data[off + 3]
                     start = seq_add(m, -ptr) if ptr else m
                     if seq_diff(start, d.next_seq) > 0 and start not in starts:
-                        starts.append(start)
+                        starts[start] = seq if seq_diff(start, seq) >= 0 else self._holder(d, start)
                 m = seq_add(m, MARKER_INTERVAL)
         if d.crc and pos0 is None:  # with CRC32c to prove them, FPDU headers inside the segment too
             for mt in _HEADER_RE.finditer(data, 1):
@@ -400,51 +399,76 @@ class IwarpTracker:
                 if i + 4 > len(data):
                     break
                 if _plausible_header(bytearray(data[i : i + 4]), 0):
-                    starts.append(seq_add(seq, i))
+                    starts[seq_add(seq, i)] = seq
         nxt = d.next_seq
-        starts.sort(key=lambda s: seq_diff(s, nxt))
-        keep: list[int] = []
-        for s in starts:
-            verdict = self._proves_start(d, s)
+        keep: list[tuple[int, int]] = []
+        for s in sorted(starts, key=lambda x: seq_diff(x, nxt)):
+            verdict = self._proves_start(d, s, starts[s])
             if verdict:
                 self._resync_at(d, self._chain_back(d, s, verdict == "zero"), verdict == "zero")
                 return
             if verdict is None:
-                keep.append(s)
-        d.gap_starts = keep[-self.max_waiting :]
+                keep.append((s, starts[s]))
+        d.gap_starts = dict(keep[-self.max_waiting :])
 
     @staticmethod
     def _marker_origin(d: _Dir) -> int | None:
         """The sequence number markers are counted from, when markers are known to be on."""
         return d.first_fpdu_seq if d.markers and d.first_fpdu_seq is not None else None
 
-    def _held(self, d: _Dir, s: int, need: int) -> bytes:
-        """Up to ``need`` contiguous held octets from sequence number ``s``."""
+    @staticmethod
+    def _holder(d: _Dir, s: int) -> int:
+        """The sequence number of a held segment that holds octet ``s`` (``s`` if none does)."""
+        for seq, (data, _frame) in d.pending.items():
+            if 0 <= seq_diff(s, seq) < len(data):
+                return seq
+        return s
+
+    def _held(self, d: _Dir, s: int, need: int, holder: int | None = None) -> bytes:
+        """Up to ``need`` contiguous held octets from sequence number ``s`` (in the held segment
+        that starts at ``holder``, when known: then no search of the held segments is needed)."""
         out = bytearray()
         cur = s
-        while len(out) < need:
-            for seq, (data, _frame) in d.pending.items():
-                off = seq_diff(cur, seq)
-                if 0 <= off < len(data):
-                    out += data[off : off + need - len(out)]
-                    cur = seq_add(cur, len(data) - off)
-                    break
-            else:
-                break
+        pending = d.pending
+        if holder is None or holder not in pending:
+            holder = self._holder(d, s)
+        hit = pending.get(holder)
+        off = seq_diff(s, holder)
+        while hit is not None and len(out) < need and 0 <= off < len(hit[0]):
+            data = hit[0]
+            out += data[off : off + need - len(out)]
+            cur = seq_add(cur, len(data) - off)
+            hit = pending.get(cur)  # held segments follow one another: the next one's key is ``cur``
+            off = 0
         return bytes(out)
 
-    def _proves_start(self, d: _Dir, s: int) -> str | bool | None:
-        """Does an FPDU start at held sequence number ``s``?  ``"crc"``/``"zero"``/``"plain"`` (yes,
-        and how it was proven), ``False``, or ``None`` when the held bytes do not reach far enough."""
+    def _reaches(self, d: _Dir, s: int, need: int, holder: int | None) -> bool:
+        """Are ``need`` contiguous octets held from ``s``?  (What :meth:`_held` would give, uncopied.)"""
+        pending = d.pending
+        if holder is None or holder not in pending:
+            holder = self._holder(d, s)
+        hit = pending.get(holder)
+        got = -seq_diff(s, holder)
+        cur = holder
+        while hit is not None and got < need:
+            got += len(hit[0])
+            cur = seq_add(cur, len(hit[0]))
+            hit = pending.get(cur)
+        return got >= need
+
+    def _proves_start(self, d: _Dir, s: int, holder: int | None = None) -> str | bool | None:
+        """Does an FPDU start at held sequence number ``s`` (in the held segment at ``holder``)?
+        ``"crc"`` (its CRC32c is good) or ``"zero"`` (no CRC: sanity and a zero CRC field), ``False``,
+        or ``None`` when the held bytes do not reach far enough."""
         pos0 = self._marker_origin(d)
         pos = None if pos0 is None else (s - pos0) % SEQ_MOD
-        head = self._held(d, s, 4 + MARKER_SIZE)
+        head = self._held(d, s, 4 + MARKER_SIZE, holder)
         need = fpdu_wire_length(head, 0, pos)
         if need is None:
             return None if len(head) < 4 + MARKER_SIZE else False
-        buf = self._held(d, s, need + 4)
-        if len(buf) < need:
+        if not self._reaches(d, s, need, holder):
             return None if pos is not None or _plausible_header(bytearray(head), 0) else False
+        buf = self._held(d, s, need + 4, holder)
         try:
             pkt, n = decode_fpdu(buf, 0, markers=pos, crc=d.crc is not False, lenient=True)
         except DecodeError:
@@ -471,7 +495,7 @@ class IwarpTracker:
                         key=lambda x: seq_diff(x, nxt))
         for c in firsts:
             n = seq_diff(s, c)
-            run = self._held(d, c, n)
+            run = self._held(d, c, n, c)
             if len(run) < n:
                 continue  # another hole between c and s
             pos0 = self._marker_origin(d)
