@@ -37,7 +37,8 @@ from rdmalab.capture.linktypes import ERF, ERFExt
 from rdmalab.capture.reader import CapturedPacket, read
 from rdmalab.wire.header import Header
 
-TSHARK_ARGS: tuple[str, ...] = ("-n", "--disable-protocol", "rpcordma")
+#: rpcordma and artemis: see their rows in :data:`rdmalab.capture.defects.WIRESHARK_DEFECTS`.
+TSHARK_ARGS: tuple[str, ...] = ("-n", "--disable-protocol", "rpcordma", "--disable-protocol", "artemis")
 
 
 class TsharkError(RuntimeError):

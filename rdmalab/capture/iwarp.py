@@ -10,10 +10,41 @@ PDUs (MPA Request/Reply frames and FPDUs) that *complete* in each frame, decoded
   wants markers in the FPDUs it *receives*, RFC 5044; CRC is used if either side sets C);
 * cuts the stream into FPDUs, with markers stripped and CRC32c checked; FPDUs split across
   segments and several FPDUs in one segment both work;
-* when the capture starts mid-stream (no MPA frames seen), or after lost data,
-  resynchronises by looking for an offset where ULPDU_Length, pad and CRC32c check out for two
-  consecutive FPDUs (with markers, a marker's FPDUPTR proposes the offset).  Wireshark does not
-  decode such streams at all.
+* when the capture starts mid-stream (no MPA frames seen), resynchronises by looking for an
+  offset where ULPDU_Length, pad and CRC32c check out for two consecutive FPDUs (with markers, a
+  marker's FPDUPTR proposes the offset).  Wireshark does not decode such streams at all;
+* after a hole (the capture missed bytes: a TCP sequence jump), resynchronises at the first
+  segment after it in which an FPDU start can be proven, as below.
+
+Holes, keep-alives and retransmissions, the exact rules:
+
+1. A segment that starts beyond the next expected sequence number is held (reordering).  While a
+   hole is open, each held segment proposes FPDU starts: its first octet (an MPA sender that
+   aligns FPDUs with TCP segments starts each segment with an FPDU header: RFC 5044 Appendix A,
+   "optimized" MPA/TCP senders, as RNICs and siw send and as Wireshark's one-FPDU-per-segment
+   reading assumes); with markers on (the M flag, RFC 5044 4.3), every marker in it, whose place in
+   sequence space is known (every 512th octet counted from the first FPDU) and whose FPDUPTR
+   points back to the start of the FPDU it sits in; with CRC32c negotiated (the C flag), every
+   FPDU header the cheap header test finds inside it.
+2. A proposed start is *proven* when the FPDU there decodes without problems and, with CRC32c
+   negotiated (RFC 5044 4.4), its CRC is good; without CRC, its header passes the ULPDU_Length +
+   DDP/RDMAP sanity test (DDP Rsvd 0 and DV 1, RDMAP RV 1, a known opcode whose fixed header size
+   fits ULPDU_Length and whose tagged flag matches), its CRC field is zero (what a sender without
+   CRC sends there; siw does), and the next four octets, when held, pass the header test too.  A
+   start whose FPDU is not all held yet waits (at most ``max_waiting`` of them).
+3. At the first proven start ``s`` the bytes of the hole are declared lost: the stream restarts at
+   the earliest held octet from which proven FPDUs follow one another up to ``s`` exactly (so the
+   FPDUs that began inside the first segments after the hole are not lost either), and
+   continues in step from there.  Its PDUs carry ``resync=True``.
+4. What the stream held below that point is *parked* (one park per direction, the latest): a
+   segment that arrives late for the hole (a reordered segment, a retransmission the capture
+   saw after the segments that followed it) goes to the park and completes its FPDUs, reported
+   in the frame it arrives in, as Wireshark does.  Bytes already seen are dropped
+   (retransmissions).
+5. A keep-alive (one octet, one below the highest sequence number seen: RFC 1122 4.2.3.6) is not
+   stream data; zero-length segments never are.
+6. No start proven before ``max_pending_bytes`` are held: the hole is declared lost at the
+   first held segment and the stream is hunted as for a mid-stream capture.
 
 Flows that are not iWARP are dropped cheaply: a connection whose handshake was seen must start
 with an MPA Request, and a mid-stream flow is given up after ``give_up_bytes`` octets without a
@@ -24,8 +55,9 @@ out-of-order data.
 Each returned packet has ``encap="iwarp"`` and ``extra`` keys ``frame`` (the frame in which the
 PDU completed), ``frames`` (all frames that carried its bytes), ``tuple`` (``(src, sport, dst,
 dport)``), ``seq`` (TCP sequence number of its first byte), ``direction`` (``"initiator"``,
-``"responder"`` or ``None`` if unknown) and ``resync`` (``True`` when found by resynchronisation
-rather than by following the stream from the MPA frames).
+``"responder"`` or ``None`` if unknown), ``resync`` (``True`` when found by resynchronisation
+rather than by following the stream from the MPA frames) and ``handshake`` (``True`` when both
+MPA frames of the connection were seen before it: Wireshark decodes only such streams).
 """
 
 from __future__ import annotations
@@ -40,6 +72,7 @@ from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.iwarp import decode_fpdu, decode_mpa_frame
 from rdmalab.wire.mpa import (
     MARKER_INTERVAL,
+    MARKER_SIZE,
     MAX_ULPDU,
     MPA_KEY_PREFIX,
     MPA_KEY_REP,
@@ -119,6 +152,13 @@ class _Dir:
     # hunting bookkeeping: candidate starts that need more bytes, and where scanning resumes
     waiting: list[tuple[int, int | None]] = field(default_factory=list)  # (offset, stream pos or None)
     scan_pos: int = 0
+    # after a hole: sequence numbers where an FPDU may start (held segment starts, marker targets)
+    # that wait for more bytes before they can be checked
+    gap_starts: dict[int, int] = field(default_factory=dict)  # seq -> the held segment (its seq) it is in
+    # the stream before the last resynchronisation point, kept for bytes that arrive late (a
+    # reordered or retransmitted segment fills the hole) up to ``limit``
+    park: _Dir | None = None
+    limit: int | None = None
 
 
 @dataclass
@@ -196,7 +236,7 @@ class IwarpTracker:
             if d.state == HUNT:
                 self._inherit(conn, d)
                 self._request_missed(conn, d, out)
-        self._add_segment(d, seq, bytes(payload), frame_number)
+        self._add_segment(conn, d, seq, bytes(payload), frame_number, out)
         self._parse(conn, d, out)
         return out
 
@@ -215,8 +255,22 @@ class IwarpTracker:
             return str(ipaddress.IPv6Address(ip6.src)), str(ipaddress.IPv6Address(ip6.dst))
         return "?", "?"
 
-    def _add_segment(self, d: _Dir, seq: int, data: bytes, frame: int) -> None:
+    def _add_segment(self, conn: _Conn, d: _Dir, seq: int, data: bytes, frame: int, out: list[Packet]) -> None:
         assert d.next_seq is not None
+        # without held segments next_seq is the highest seen, and a keep-alive at next_seq - 1 is
+        # dropped below as a retransmission
+        if len(data) == 1 and d.pending:
+            nxt = d.next_seq
+            high = max((seq_add(s, len(v[0])) for s, v in d.pending.items()), key=lambda e: seq_diff(e, nxt))
+            if seq_diff(seq_add(seq, 1), high) == 0:
+                return  # a keep-alive (one octet below the highest sequence number seen): not stream data
+        p = d.park
+        if p is not None and p.limit is not None and seq_diff(seq, p.limit) < 0:
+            cut = min(len(data), seq_diff(p.limit, seq))
+            self._add_to_park(conn, d, p, seq, data[:cut], frame, out)
+            data, seq = data[cut:], seq_add(seq, cut)
+            if not data:
+                return
         rel = seq_diff(seq, d.next_seq)
         if rel < 0:
             if rel + len(data) <= 0:
@@ -231,9 +285,13 @@ class IwarpTracker:
                 d.pending[seq] = (data, frame)
             if d.pending_bytes > self.max_pending_bytes:
                 self._skip_gap(d)
+            elif d.limit is None and d.state in (FPDU, HUNT):
+                self._gap_resync(conn, d, seq, data)
             return
         self._append(d, data, frame)
         self._drain_pending(d)
+        if d.gap_starts and not d.pending:
+            d.gap_starts.clear()
 
     def _append(self, d: _Dir, data: bytes, frame: int) -> None:
         assert d.next_seq is not None
@@ -265,7 +323,7 @@ class IwarpTracker:
         assert d.next_seq is not None
         nxt = d.next_seq
         first = min(d.pending, key=lambda s: seq_diff(s, nxt))
-        self._discard(d, len(d.buf))
+        self._park(d, first)
         d.next_seq = d.buf_seq = first
         if d.state in (FPDU, HUNT, AWAIT):
             d.state = HUNT
@@ -273,6 +331,211 @@ class IwarpTracker:
             d.state = HUNT
         d.waiting.clear()
         d.scan_pos = 0
+        self._drain_pending(d)
+
+    # ---------------------------------------------------------------- holes
+    def _park(self, d: _Dir, limit: int) -> None:
+        """Move what ``d`` holds below ``limit`` (its buffer, held segments) to its park, so that
+        bytes arriving late for the hole still complete the FPDUs they belong to; ``d`` restarts
+        empty at ``limit``.  Only a stream that was in step keeps a park (one, the latest)."""
+        below = {s: v for s, v in d.pending.items() if seq_diff(s, limit) < 0}
+        park = None
+        if d.limit is None and d.state == FPDU:
+            park = _Dir(d.tuple4, state=FPDU, next_seq=d.next_seq, buf=d.buf, buf_seq=d.buf_seq,
+                        chunks=d.chunks, markers=d.markers, crc=d.crc, first_fpdu_seq=d.first_fpdu_seq,
+                        resynced=d.resynced, role=d.role, limit=limit)
+        for s, (data, frame) in below.items():
+            del d.pending[s]
+            d.pending_bytes -= len(data)
+            keep = seq_diff(limit, s)
+            if keep < len(data):  # the part at and after ``limit`` stays with ``d``
+                rest = data[keep:]
+                old = d.pending.get(limit)
+                if old is None or len(old[0]) < len(rest):
+                    d.pending_bytes += len(rest) - (len(old[0]) if old else 0)
+                    d.pending[limit] = (rest, frame)
+                data = data[:keep]
+            if park is not None:
+                park.pending[s] = (data, frame)
+                park.pending_bytes += len(data)
+        d.park = park
+        d.buf = bytearray()
+        d.chunks = []
+        d.buf_seq = limit
+        d.gap_starts.clear()
+
+    def _add_to_park(self, conn: _Conn, d: _Dir, p: _Dir, seq: int, data: bytes, frame: int,
+                     out: list[Packet]) -> None:
+        """Late bytes for the stream before the last resynchronisation point."""
+        self._add_segment(conn, p, seq, data, frame, out)
+        if p.pending_bytes > self.max_pending_bytes:
+            d.park = None
+            return
+        self._parse_fpdus(conn, p, out)
+        assert p.next_seq is not None and p.limit is not None
+        if p.state != FPDU or (seq_diff(p.next_seq, p.limit) >= 0 and not p.pending):
+            d.park = None  # lost step, or every byte up to the resynchronisation point is in
+
+    def _gap_resync(self, conn: _Conn, d: _Dir, seq: int, data: bytes) -> None:
+        """A segment at ``seq`` arrived past a hole: resynchronise at once if an FPDU start can be
+        proven in the bytes held after the hole (see the module docstring for the rules)."""
+        assert d.next_seq is not None
+        starts = d.gap_starts
+        starts[seq] = seq
+        pos0 = self._marker_origin(d)
+        if pos0 is not None:  # RFC 5044 4.3: a marker's FPDUPTR points back to the FPDU it sits in
+            m = seq_add(seq, (pos0 - seq) % MARKER_INTERVAL)
+            while seq_diff(seq_add(m, MARKER_SIZE), seq_add(seq, len(data))) <= 0:
+                off = seq_diff(m, seq)
+                if data[off] == 0 and data[off + 1] == 0:
+                    ptr = (data[off + 2] << 8) | data[off + 3]
+                    start = seq_add(m, -ptr) if ptr else m
+                    if seq_diff(start, d.next_seq) > 0 and start not in starts:
+                        starts[start] = seq if seq_diff(start, seq) >= 0 else self._holder(d, start)
+                m = seq_add(m, MARKER_INTERVAL)
+        if d.crc and pos0 is None:  # with CRC32c to prove them, FPDU headers inside the segment too
+            for mt in _HEADER_RE.finditer(data, 1):
+                i = mt.start()
+                if i + 4 > len(data):
+                    break
+                if _plausible_header(bytearray(data[i : i + 4]), 0):
+                    starts[seq_add(seq, i)] = seq
+        nxt = d.next_seq
+        keep: list[tuple[int, int]] = []
+        for s in sorted(starts, key=lambda x: seq_diff(x, nxt)):
+            verdict = self._proves_start(d, s, starts[s])
+            if verdict:
+                self._resync_at(d, self._chain_back(d, s, verdict == "zero"), verdict == "zero")
+                return
+            if verdict is None:
+                keep.append((s, starts[s]))
+        d.gap_starts = dict(keep[-self.max_waiting :])
+
+    @staticmethod
+    def _marker_origin(d: _Dir) -> int | None:
+        """The sequence number markers are counted from, when markers are known to be on."""
+        return d.first_fpdu_seq if d.markers and d.first_fpdu_seq is not None else None
+
+    @staticmethod
+    def _holder(d: _Dir, s: int) -> int:
+        """The sequence number of a held segment that holds octet ``s`` (``s`` if none does)."""
+        for seq, (data, _frame) in d.pending.items():
+            if 0 <= seq_diff(s, seq) < len(data):
+                return seq
+        return s
+
+    def _held(self, d: _Dir, s: int, need: int, holder: int | None = None) -> bytes:
+        """Up to ``need`` contiguous held octets from sequence number ``s`` (in the held segment
+        that starts at ``holder``, when known: then no search of the held segments is needed)."""
+        out = bytearray()
+        cur = s
+        pending = d.pending
+        if holder is None or holder not in pending:
+            holder = self._holder(d, s)
+        hit = pending.get(holder)
+        off = seq_diff(s, holder)
+        while hit is not None and len(out) < need and 0 <= off < len(hit[0]):
+            data = hit[0]
+            out += data[off : off + need - len(out)]
+            cur = seq_add(cur, len(data) - off)
+            hit = pending.get(cur)  # held segments follow one another: the next one's key is ``cur``
+            off = 0
+        return bytes(out)
+
+    def _reaches(self, d: _Dir, s: int, need: int, holder: int | None) -> bool:
+        """Are ``need`` contiguous octets held from ``s``?  (What :meth:`_held` would give, uncopied.)"""
+        pending = d.pending
+        if holder is None or holder not in pending:
+            holder = self._holder(d, s)
+        hit = pending.get(holder)
+        got = -seq_diff(s, holder)
+        cur = holder
+        while hit is not None and got < need:
+            got += len(hit[0])
+            cur = seq_add(cur, len(hit[0]))
+            hit = pending.get(cur)
+        return got >= need
+
+    def _proves_start(self, d: _Dir, s: int, holder: int | None = None) -> str | bool | None:
+        """Does an FPDU start at held sequence number ``s`` (in the held segment at ``holder``)?
+        ``"crc"`` (its CRC32c is good) or ``"zero"`` (no CRC: sanity and a zero CRC field), ``False``,
+        or ``None`` when the held bytes do not reach far enough."""
+        pos0 = self._marker_origin(d)
+        pos = None if pos0 is None else (s - pos0) % SEQ_MOD
+        head = self._held(d, s, 4 + MARKER_SIZE, holder)
+        need = fpdu_wire_length(head, 0, pos)
+        if need is None:
+            return None if len(head) < 4 + MARKER_SIZE else False
+        if not self._reaches(d, s, need, holder):
+            return None if pos is not None or _plausible_header(bytearray(head), 0) else False
+        buf = self._held(d, s, need + 4, holder)
+        try:
+            pkt, n = decode_fpdu(buf, 0, markers=pos, crc=d.crc is not False, lenient=True)
+        except DecodeError:
+            return False
+        if pkt.problems or pkt.zero_length and d.crc is False:
+            return False
+        if d.crc is not False and pkt.crc_status == "good":
+            return "crc"
+        if d.crc is True:
+            return False
+        if pkt.crc:  # no CRC negotiated: the sender puts zero there (siw); a non-zero value is no FPDU
+            return False
+        if pos is None and len(buf) >= n + 4 and not _plausible_header(bytearray(buf), n):
+            return False  # what follows it is no FPDU header either
+        return "zero"
+
+    def _chain_back(self, d: _Dir, s: int, zero_crc: bool) -> int:
+        """The earliest held sequence number from which FPDUs, each proven as at ``s``, follow one
+        another up to ``s`` exactly (``s`` itself if none): the FPDUs after the hole that begin
+        inside a segment."""
+        assert d.next_seq is not None
+        nxt = d.next_seq
+        firsts = sorted((seq for seq in d.pending if 0 < seq_diff(seq, nxt) and seq_diff(seq, s) < 0),
+                        key=lambda x: seq_diff(x, nxt))
+        for c in firsts:
+            n = seq_diff(s, c)
+            run = self._held(d, c, n, c)
+            if len(run) < n:
+                continue  # another hole between c and s
+            pos0 = self._marker_origin(d)
+            crc = d.crc is not False and not zero_crc
+            rb = bytearray(run)
+            offsets = range(n - 3) if pos0 is not None else [m.start() for m in _HEADER_RE.finditer(rb)]
+            for i in offsets:
+                pos = None if pos0 is None else (seq_add(c, i) - pos0) % SEQ_MOD
+                if pos is None and not _plausible_header(rb, i):
+                    continue
+                j = i
+                while j < n:
+                    need = fpdu_wire_length(run, j, None if pos is None else (pos + j - i) % SEQ_MOD)
+                    if need is None or j + need > n:
+                        break
+                    try:
+                        pkt, used = decode_fpdu(run, j, markers=None if pos is None else (pos + j - i) % SEQ_MOD,
+                                                crc=crc, lenient=True)
+                    except DecodeError:
+                        break
+                    if pkt.problems or (pkt.crc_status != "good" if crc else pkt.crc != 0):
+                        break
+                    j += used
+                if j == n:
+                    return seq_add(c, i)
+            return s
+        return s
+
+    def _resync_at(self, d: _Dir, s: int, zero_crc: bool) -> None:
+        """Declare the bytes before ``s`` lost and follow the stream from ``s``, an FPDU start."""
+        self._park(d, s)
+        d.next_seq = d.buf_seq = s
+        d.state = FPDU
+        d.resynced = True
+        d.waiting.clear()
+        d.scan_pos = 0
+        if d.crc is None:
+            d.crc = not zero_crc
+        if d.markers is None:
+            d.markers = False
         self._drain_pending(d)
 
     def _discard(self, d: _Dir, n: int) -> list[int]:
@@ -415,7 +678,7 @@ class IwarpTracker:
         seq = d.buf_seq
         frames = self._discard(d, n)
         pkt.stream = StreamPosition(frames[-1] if frames else None, tuple(frames), d.tuple4, seq, d.role,
-                                    d.resynced)
+                                    d.resynced, conn.request is not None and conn.reply is not None)
         out.append(pkt)
 
     # ---------------------------------------------------------------- resynchronisation

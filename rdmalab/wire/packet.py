@@ -49,6 +49,7 @@ class StreamPosition:
     seq: int  # TCP sequence number of the PDU's first byte
     direction: str | None  # "initiator" or "responder" of the MPA connection (None before it is known)
     resync: bool  # found after resynchronising mid-stream
+    handshake: bool = False  # both MPA frames of the connection were in the capture before it (Wireshark needs them)
 
     @property
     def src(self) -> str:
