@@ -42,7 +42,7 @@ _ADDRESS_FMTS = ("mac", "ipv4", "ipv6")
 #: The names :func:`frame_fields` adds besides those the headers declare (display filters accept
 #: exactly the declared names plus these: :func:`rdmalab.capture.filter.known_fields`).
 EXTRA_FIELDS: tuple[str, ...] = (
-    "frame.number", "frame.time_epoch", "frame.len", "frame.cap_len", "tcp.window_size",
+    "frame.number", "frame.time_epoch", "frame.len", "frame.cap_len", "tcp.window_size", "tcp.len",
     "infiniband.invariant.crc", "infiniband.variant.crc", "iwarp_mpa.crc", "iwarp_mpa.crc_check",
     "rdmalab.opcode", "rdmalab.cnp", "rdmalab.encap", "rdmalab.pdus", "rdmalab.payload.len", "rdmalab.problems",
     "rdmalab.icrc.status", "rdmalab.icrc.expected", "rdmalab.vcrc.status", "rdmalab.vcrc.expected",
@@ -137,7 +137,7 @@ def packet_fields(pkt: Packet, out: dict[str, Any], *, raw: bool = False, skip: 
         if pkt.vcrc_expected is not None:
             _add(out, "rdmalab.vcrc.expected", _swap16(pkt.vcrc_expected))
         _add(out, "rdmalab.vcrc.status", pkt.vcrc_status or "unchecked")
-    if pkt.payload_length and pkt.encap in ("rocev2", "rocev1", "ib", "iwarp"):
+    if pkt.encap in ("rocev2", "rocev1", "ib") or pkt.payload_length and pkt.encap == "iwarp":
         _add(out, "rdmalab.payload.len", pkt.payload_length)
     if pkt.problems:
         for p in pkt.problems:
@@ -160,6 +160,10 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
     pkt = cp.packet
     packet_fields(pkt, out, raw=raw)
     out["rdmalab.encap"] = pkt.encap
+    if "ipv6.version" in out:  # Wireshark's IPv6 dissector adds the hidden ip.version too (ip.version == 6)
+        out.setdefault("ip.version", 6)
+    if "tcp.srcport" in out:  # the segment's payload bytes (tshark's tcp.len, the summary's Len=)
+        out["tcp.len"] = pkt.payload_length
     if cp.pdus:
         skip = frozenset(type(layer.header) for layer in pkt.layers)
         for pdu in cp.pdus:

@@ -522,6 +522,9 @@ class DisplayFilter:
 def _col_cmp(np: Any, op: str, col: Any, want: Any) -> Any:
     if isinstance(want, Range):
         return _col_cmp(np, ">=", col, want.lo) & _col_cmp(np, "<=", col, want.hi)
+    if col.dtype.kind == "S":  # 16-byte addresses (GIDs) as bytes: numpy drops their trailing zero bytes
+        width = col.dtype.itemsize
+        col = np.array([int.from_bytes(bytes(x).ljust(width, b"\0"), "big") for x in col], dtype=object)
     if col.dtype == object:
         return np.array([_cmp(op, x, want) for x in col], dtype=bool)
     if isinstance(want, Net):
