@@ -52,8 +52,8 @@ from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.pcapio import (  # noqa: F401 - the public names of the columnar decoder
     CaptureError,
     RecordBlock,
-    record_blocks,
 )
+from rdmalab.capture.pcapng_bulk import record_blocks  # pcapng walked in bulk
 from rdmalab.capture.render import TcpWindowScaling
 from rdmalab.wire.net import ROCEV2_PORT
 
