@@ -15,12 +15,21 @@ The output of both rdmalab paths for summaries (columnar and ``--no-columnar``),
 process and from two workers, are compared on the small file, so a speed-up that changed the text
 would show.
 
-    python benchmarks/bench_decode.py [--packets N] [--json-packets N] [--keep DIR] [--no-tshark]
+``--mixed`` measures a capture as real ones come instead: the real rxe and siw captures
+(``captures/rxe_*.pcap``, ``captures/siw*.pcap``: RoCEv2, iWARP and plain TCP, ICMPv6, ARP) appended
+one after the other (``mergecap -a``, pcapng, as Wireshark writes; without mergecap, the project's
+:class:`~rdmalab.capture.pcapwriter.CaptureWriter`, pcap) and repeated until ``--packets`` (default
+200,000 there).  Rows, each with default options against tshark in the same run: summaries,
+``-T fields`` (:data:`bench_columnar.FIELDS`) on all the packets, ``-T json`` and ``-V`` on the first
+``--json-packets``.
+
+    python benchmarks/bench_decode.py [--packets N] [--json-packets N] [--keep DIR] [--no-tshark] [--mixed]
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import shutil
 import subprocess
@@ -31,7 +40,91 @@ import time
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [p for p in (_ROOT, os.path.dirname(os.path.abspath(__file__))) if p not in sys.path]
 
-from bench_columnar import build, run  # noqa: E402
+from bench_columnar import FIELDS, build, run  # noqa: E402
+
+
+def mixed_sources() -> list[str]:
+    """The real rxe and siw captures, in name order (the rxe ones first)."""
+    return sorted(glob.glob(os.path.join(_ROOT, "captures", "rxe_*.pcap"))) + \
+        sorted(glob.glob(os.path.join(_ROOT, "captures", "siw*.pcap")))
+
+
+def build_mixed(path: str, n: int) -> int:
+    """The real rxe and siw captures appended, repeated until ``n`` packets (cut there): with
+    ``mergecap -a`` (pcapng) when installed, else with CaptureWriter (pcap, timestamps as read)."""
+    from rdmalab.capture import records
+    from rdmalab.capture.pcapwriter import CaptureWriter
+
+    srcs = mixed_sources()
+    per_round = sum(1 for s in srcs for _ in records(s))
+    rounds = -(-n // per_round)
+    if shutil.which("mergecap") and shutil.which("editcap"):
+        one = path + ".round"
+        subprocess.run(["mergecap", "-a", "-F", "pcapng", "-w", one, *srcs], check=True)
+        many = path + ".many"
+        subprocess.run(["mergecap", "-a", "-F", "pcapng", "-w", many, *([one] * rounds)], check=True)
+        subprocess.run(["editcap", "-F", "pcapng", "-r", many, path, f"1-{n}"], check=True)
+        os.remove(one)
+        os.remove(many)
+        return n
+    written = 0
+    with CaptureWriter(path, nano=True) as w:
+        for _ in range(rounds):
+            for s in srcs:
+                for rec in records(s):
+                    if written >= n:
+                        return written
+                    w.write(rec.data, round(rec.timestamp * 1e9), wire_len=rec.wire_length or None)
+                    written += 1
+    return written
+
+
+def protocols(path: str) -> str:
+    """How many frames of each kind the capture holds (as the columnar decoder sees them)."""
+    from rdmalab.capture.columnar import iter_columns
+
+    counts: dict[str, int] = {}
+    for c in iter_columns(path, fields=("frame.number",)):
+        L = c.layers
+        kinds = {"RoCEv2": L["rocev2"], "TCP": L["tcp"], "UDP (not RoCE)": L["udp"] & ~L["rocev2"],
+                 "ICMPv6": L["ipv6"] & (c.data["ipv6.nxt"] == 58), "ARP": c.data["eth.type"] == 0x0806}
+        for k, m in kinds.items():
+            counts[k] = counts.get(k, 0) + int(m.sum())
+    return ", ".join(f"{k} {v:,}" for k, v in counts.items())
+
+
+def main_mixed(args: argparse.Namespace, tmp: str) -> None:
+    n_all = args.packets if args.packets_given else 200_000
+    big, small = os.path.join(tmp, "mixed_big.pcapng"), os.path.join(tmp, "mixed_small.pcapng")
+    t = time.perf_counter()
+    n = build_mixed(big, n_all)
+    m = build_mixed(small, args.json_packets)
+    print(f"{big}: {n:,} packets of the real rxe and siw captures appended ({len(mixed_sources())} files, "
+          f"{'mergecap -a' if shutil.which('mergecap') else 'CaptureWriter'}), {os.path.getsize(big) / 2**20:.0f} MiB; "
+          f"{small}: {m:,} (built in {time.perf_counter() - t:.1f} s)")
+    print(f"  {protocols(big)}")
+    py = [sys.executable, "-m", "rdmalab", "decode"]
+    same = [subprocess.run([*py, *extra, "-r", small], capture_output=True, check=True).stdout
+            for extra in ([], ["--no-columnar"])]
+    print(f"summary lines, columnar vs per-packet path on {m:,} packets: "
+          f"{'identical' if same[0] == same[1] else 'DIFFERENT'} ({len(same[0]):,} bytes)")
+    tshark = None if args.no_tshark or not shutil.which("tshark") else "tshark"
+    load0 = os.getloadavg()[0]
+    ef = [a for f in FIELDS for a in ("-e", f)]
+    rows: list[str] = []
+    rows += compare("summary lines", n, [("rdmalab decode -r FILE", [*py, "-r", big])],
+                    [tshark, "-n", "-r", big] if tshark else None)
+    rows += compare("-T fields", n, [("rdmalab decode -T fields", [*py, "-r", big, "-T", "fields", *ef])],
+                    [tshark, "-n", "-r", big, "-T", "fields", *ef] if tshark else None)
+    rows += compare("-T json", m, [("rdmalab decode -T json", [*py, "-T", "json", "-r", small])],
+                    [tshark, "-n", "-r", small, "-T", "json"] if tshark else None)
+    rows += compare("-V", m, [("rdmalab decode -V", [*py, "-V", "-r", small])],
+                    [tshark, "-n", "-r", small, "-V"] if tshark else None)
+    print(f"load average (1 min) before / after: {load0:.1f} / {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    if rows:
+        print("\n| command (mixed capture) | rdmalab (peak RSS) | tshark (peak RSS) | rdmalab packets/s over tshark's |")
+        print("|---|---|---|---|")
+        print("\n".join(rows))
 
 
 def line(label: str, n: int, r: tuple[float, int, float]) -> str:
@@ -65,13 +158,26 @@ def compare(title: str, n: int, ours: list[tuple[str, list[str]]], theirs: list[
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--packets", type=int, default=1_000_000)
+    ap.add_argument("--packets", type=int, default=None,
+                    help="packets in the large file (default 1,000,000; 200,000 with --mixed)")
     ap.add_argument("--json-packets", type=int, default=50_000)
     ap.add_argument("--keep", metavar="DIR", help="write the captures here and keep them")
     ap.add_argument("--no-tshark", action="store_true")
+    ap.add_argument("--mixed", action="store_true",
+                    help="the real rxe and siw captures appended (RoCEv2, iWARP, TCP, ICMPv6, ARP) instead of rxe alone")
     args = ap.parse_args()
+    args.packets_given = args.packets is not None
+    if args.packets is None:
+        args.packets = 1_000_000
     tmp = args.keep or tempfile.mkdtemp(prefix="rdmalab-bench-")
     os.makedirs(tmp, exist_ok=True)
+    if args.mixed:
+        try:
+            main_mixed(args, tmp)
+        finally:
+            if not args.keep:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return
     big, small = os.path.join(tmp, "rxe_big.pcap"), os.path.join(tmp, "rxe_small.pcap")
     try:
         t = time.perf_counter()

@@ -14,6 +14,7 @@ holds the two paths to the same bytes on every capture in ``captures/`` and on d
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import sys
 from collections.abc import Iterator
@@ -25,16 +26,28 @@ import numpy as np
 from rdmalab.capture.blockpool import blocks_in_workers, default_workers, plain_pcap
 from rdmalab.capture.columnar_decode import _opt, decode_block
 from rdmalab.capture.columnar_schema import Columns
+from rdmalab.capture.columnar_tcp import FLAG_TEXT, TCP_FIELDS, clean_tcp, split_rows, tcp_offsets
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.fieldtext import _OCTET_DOT32, _dec, _hex, _strings
 from rdmalab.capture.filter import compile_filter
 from rdmalab.capture.iwarp import IwarpTracker
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
-from rdmalab.capture.pcapio import RecordBlock, record_blocks
+from rdmalab.capture.pcapio import RecordBlock
+from rdmalab.capture.pcapng_bulk import record_blocks
 from rdmalab.capture.reader import RawRecord, decode_record
-from rdmalab.capture.render import TcpWindowScaling, endpoints, format_summary, info, protocol, summary_line
+from rdmalab.capture.render import (
+    TcpWindowScaling,
+    endpoints,
+    format_summary,
+    info,
+    protocol,
+    summary_line,
+    window_shift_option,
+)
+from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.ib import AETH, Transport
 from rdmalab.wire.mad import GSI_QPN
+from rdmalab.wire.net import TCP
 from rdmalab.wire.opcodes import OPCODES, opcode_name
 
 _PAYLOAD = np.zeros(256, dtype=bool)
@@ -159,7 +172,6 @@ def _addresses(c: Columns, rows: np.ndarray, which: str) -> np.ndarray:
     m[:, 15] = 0  # no dot after the last octet
     v6 = c.layers["ipv6"][rows]
     if v6.any():
-        import ipaddress
 
         uniq, inv = np.unique(c.data[f"ipv6.{which}"][rows][v6], return_inverse=True)
         names = _table([str(ipaddress.IPv6Address(bytes(a).ljust(16, b"\0"))) for a in uniq.tolist()])
@@ -239,6 +251,35 @@ def _column_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> t
     np.cumsum(_width(m), out=starts[1:])
     # bytes.translate deletes the 0 bytes in one C pass
     return m.tobytes().translate(None, b"\0"), starts
+
+
+def tcp_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tuple[list[bytes], list[bytes]]:
+    """For each row (clean TCP segments: :func:`rdmalab.capture.columnar_tcp.clean_tcp`), its summary line up to ``Win=`` and what follows the
+    window (`` Len=N`` and a newline), as :func:`rdmalab.capture.render.summary_line` writes them."""
+    n = len(rows)
+    if n == 0:
+        return [], []
+    get = _Taken(c.data, rows)
+    wire = blk.wirelen[rows]
+    length = _dec(np.where(wire != 0, wire, blk.caplen[rows]).astype(np.uint64))
+    frame = _dec(get["frame.number"])
+    src, dst = _addresses(c, rows, "src"), _addresses(c, rows, "dst")
+    sport, dport = _dec(get["tcp.srcport"]), _dec(get["tcp.dstport"])
+    flags = get["tcp.flags"].astype(np.int64) & 0x1FF
+    parts = [_pad(frame, 5), frame, _const(" ", n), _seconds(blk.seconds()[rows] - t0), _const(" ", n),
+             _pad(src, 15), src, _const(" \u2192 ", n), dst, _pad(dst, 15), _const(f" {'TCP':<10} ", n),
+             _pad(length, 5), length, _const(" ", n), sport, _const(" \u2192 ", n), dport, _const(" [", n),
+             FLAG_TEXT[flags], _const("] Seq=", n), _dec(get["tcp.seq_raw"])]
+    ack = (flags & TCP.ACK) != 0
+    if ack.any():
+        m = np.hstack([_const(" Ack=", n), _dec(get["tcp.ack_raw"])])
+        if not ack.all():
+            m[~ack] = 0
+        parts.append(m)
+    parts.append(_const(" Win=", n))
+    tails = np.hstack([_const(" Len=", n), _dec(get["tcp.len"]), _const("\n", n)])
+    return split_rows(np.hstack(parts)), split_rows(tails)
+
 
 
 # ---------------------------------------------------------------------------- lines from templates
@@ -370,7 +411,6 @@ def _template_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) ->
     def ip6(a: bytes) -> str:
         text = v6_names.get(a)
         if text is None:
-            import ipaddress
 
             text = v6_names[a] = str(ipaddress.IPv6Address(a))
         return text
@@ -469,6 +509,9 @@ _GROUPS_PER_ROW = 8
 
 
 _Record = tuple[int, float, int, bytes, int, int]
+#: a clean TCP segment's record: the record and its :data:`_Seg`
+_SegRecord = tuple[int, float, int, bytes, int, int, bytes, bytes, str, str, Any, Any, int, int, int, int, int, int,
+                   int, int]
 
 
 @dataclass(slots=True)
@@ -478,7 +521,7 @@ class _BlockText:
     iWARP streams follow the whole capture) and any frame the decoder must report in order."""
 
     first: int
-    pieces: list[bytes | _Record]
+    pieces: list[bytes | _Record | _SegRecord]
 
 
 #: what the per-packet path says of a frame that is not TCP depends on its bytes alone (no stream
@@ -515,7 +558,7 @@ def _stateless_line(first: int, rec: _Record, t0: float, flt: Any, lenient: bool
 def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int, lenient: bool = True) -> _BlockText:
     """The first ``n`` records of a block: decoded into columns, the fast rows formatted from them,
     the other frames that are not TCP by the per-packet decoder; TCP segments are left as records."""
-    cols = decode_block(blk, verify_icrc=True, fields=_FIELDS if flt is None else (*_FIELDS, *flt.fields))
+    cols = decode_block(blk, verify_icrc=True, fields=(*_FIELDS, *TCP_FIELDS) if flt is None else (*_FIELDS, *flt.fields))
     fast = _fast_rows(blk, cols)
     fast[n:] = False
     if flt is not None:
@@ -529,7 +572,8 @@ def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int, lenient: bool =
     assert starts is not None
     secs, ifs = blk.seconds(), blk.interfaces()
     tcp = cols.layers["tcp"]
-    pieces: list[bytes | _Record] = []
+    segs = _tcp_segments(blk, cols, others, t0) if flt is None else {}
+    pieces: list[bytes | _Record | _SegRecord] = []
     run: list[bytes] = []  # text since the last record
     done = 0  # fast rows written
     for j, upto in zip(others.tolist(), np.searchsorted(rows, others).tolist(), strict=True):
@@ -544,7 +588,8 @@ def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int, lenient: bool =
             if run:
                 pieces.append(b"".join(run))
                 run = []
-            pieces.append(rec)
+            seg = segs.get(j)
+            pieces.append(rec if seg is None else rec + seg)
         elif line:
             run.append(line)
     if done < len(rows):
@@ -552,6 +597,52 @@ def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int, lenient: bool =
     if run:
         pieces.append(b"".join(run))
     return _BlockText(blk.first, pieces)
+
+
+#: what a clean TCP segment's record carries besides the record (:func:`_tcp_segments`): its line up to
+#: ``Win=`` and after the window, the addresses as the iWARP tracker names them and as the window
+#: scaling keys them, ports, raw sequence number, flags, raw window, where its TCP options start
+#: and end in the frame, and where its payload ends
+_Seg = tuple[bytes, bytes, str, str, Any, Any, int, int, int, int, int, int, int, int]
+
+
+def _tcp_segments(blk: RecordBlock, cols: Columns, others: np.ndarray, t0: float) -> dict[int, _Seg]:
+    """Row -> :data:`_Seg` for the clean TCP segments (:func:`rdmalab.capture.columnar_tcp.clean_tcp`)
+    among ``others``: their text formatted from the columns (:func:`tcp_text`)."""
+    rows = others[clean_tcp(blk, cols)[others]]
+    if not len(rows):
+        return {}
+    heads, tails = tcp_text(blk, cols, rows, t0)
+    d, L = cols.data, cols.layers
+    v6 = L["ipv6"][rows].tolist()
+    s4, d4 = d["ip.src"][rows].tolist(), d["ip.dst"][rows].tolist()
+    if any(v6):
+        s6 = [int.from_bytes(a, "big") for a in d["ipv6.src"][rows].tolist()]
+        d6 = [int.from_bytes(a, "big") for a in d["ipv6.dst"][rows].tolist()]
+    else:
+        s6 = d6 = s4
+    _l3, l4 = tcp_offsets(cols)
+    l4r = l4[rows]
+    opt_end_np = l4r + d["tcp.hdr_len"][rows].astype(np.int64)
+    opt_end = opt_end_np.tolist()
+    pay_end = (opt_end_np + d["tcp.len"][rows].astype(np.int64)).tolist()
+    names: dict[tuple[bool, int], str] = {}
+
+    def name(six: bool, a: int) -> str:  # as IwarpTracker._addresses names them
+        text = names.get((six, a))
+        if text is None:
+            text = names[(six, a)] = (str(ipaddress.IPv6Address(a)) if six else
+                                      f"{a >> 24}.{(a >> 16) & 255}.{(a >> 8) & 255}.{a & 255}")
+        return text
+
+    out: dict[int, _Seg] = {}
+    for j, h, t, six, a4, b4, a6, b6, sp, dp, seq, fl, win, o0, o1, e in zip(
+            rows.tolist(), heads, tails, v6, s4, d4, s6, d6, d["tcp.srcport"][rows].tolist(),
+            d["tcp.dstport"][rows].tolist(), d["tcp.seq_raw"][rows].tolist(), d["tcp.flags"][rows].tolist(),
+            d["tcp.window_size_value"][rows].tolist(), (l4r + 20).tolist(), opt_end, pay_end, strict=True):
+        a, b = (a6, b6) if six else (a4, b4)
+        out[j] = (h, t, name(six, a), name(six, b), a, b, sp, dp, seq, fl, win, o0, o1, e)
+    return out
 
 
 _WORKER_FILTERS: dict[str, Any] = {}
@@ -640,6 +731,9 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
                 if isinstance(piece, bytes):
                     out.append(piece)
                     continue
+                if len(piece) > 6:  # a clean TCP segment, its text formatted from the columns
+                    out.append(_segment_line(bt.first, piece, t0, tracker, windows, lenient))
+                    continue
                 j, ts, lt, data, wire, iface = piece
                 key = (lt, data)
                 parts = seen.get(key) if flt is None else None
@@ -670,6 +764,45 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
             yield b"".join(out)
         if failed is not None:
             raise failed
+
+
+def _segment_line(first: int, piece: _SegRecord, t0: float, tracker: Any, windows: TcpWindowScaling,
+                  lenient: bool) -> bytes:
+    """The line of a clean TCP segment, in capture order: fed to the iWARP tracker and the window
+    scaling as :func:`rdmalab.capture.reader.decode_record` and :func:`summary_line` feed them; a
+    segment that completes iWARP PDUs (or that the tracker fails on) is written by the per-packet
+    path, with those PDUs."""
+    j, ts, lt, data, wire, iface, head, tail, s_name, d_name, src, dst, sport, dport, seq, flags, win, o0, o1, end = piece
+    frame = first + j
+    pdus: list[Any] = []
+    err: Exception | None = None
+    if tracker is not None:
+        try:
+            pdus = tracker.process_segment(frame, s_name, sport, d_name, dport, seq, flags,
+                                           data[o1:end])
+        except DecodeError as e:
+            if not lenient:
+                e.frame_number = frame  # type: ignore[attr-defined]
+                raise
+        except Exception as e:  # noqa: BLE001 - reported on the frame, as decode_record does
+            if not lenient:
+                raise
+            err = e
+    if not pdus and err is None:
+        w = windows.update(src, sport, dst, dport, flags, win,
+                           window_shift_option(data, o0, o1) if flags & TCP.SYN else None)
+        line: bytes = head + str(w).encode() + tail
+        return line
+    cp = decode_record(RawRecord(frame, ts, lt, data, wire, iface), lenient=lenient)
+    cp.pdus = pdus
+    if err is not None:
+        cp.packet.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
+    if not cp.pdus:
+        text = summary_line(cp, t0, windows)
+    else:
+        windows.window(cp.packet)
+        text = summary_line(cp, t0)
+    return (text + "\n").encode()
 
 
 #: The columns the summary lines read (decode_block skips the work for the others).

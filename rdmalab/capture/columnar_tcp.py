@@ -1,0 +1,78 @@
+"""Summary lines of plain TCP segments from columns (``rdmalab decode -r FILE``).
+
+A TCP segment's summary line (:func:`rdmalab.capture.render.summary_line`) depends on the
+segment's own headers except for two things that follow the capture in order: the window, scaled
+by the shift count its direction's SYN offered (:class:`~rdmalab.capture.render.TcpWindowScaling`),
+and whether the segment completes iWARP PDUs (the stream reassembly of
+:class:`rdmalab.capture.iwarp.IwarpTracker`).  So the line is cut in three: everything up to
+``Win=`` and everything after the window (`` Len=N`` and the newline) are formatted here for a block
+of rows at a time, with numpy (:func:`tcp_text`); the caller feeds each segment, in capture order,
+to the tracker and to the window scaling, writes the window between the two pieces when the
+segment completes no PDU, and hands the frame to the per-packet path when it does (an iWARP frame:
+its line is the PDUs').
+
+Only *clean* segments are formatted here (:func:`clean_tcp`): those the per-packet decoder reads
+without a problem or a special case (Ethernet, at most one 802.1Q tag, IPv4 without fragments or
+IPv6 with TCP as the next header, the IP length within the capture, a TCP header of at least 20
+bytes within the IP packet).  Every other TCP frame goes through the per-packet path, as before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rdmalab.capture.columnar_schema import Columns
+from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
+from rdmalab.capture.pcapio import RecordBlock
+from rdmalab.wire.net import tcp_flag_names
+
+#: the columns clean_tcp and tcp_text read (for decode_block's ``fields``)
+TCP_FIELDS = ("frame.number", "ip.src", "ip.dst", "ip.hdr_len", "ip.flags", "ip.len", "ipv6.src", "ipv6.dst",
+              "ipv6.plen", "tcp.srcport", "tcp.dstport", "tcp.seq_raw", "tcp.ack_raw", "tcp.hdr_len", "tcp.flags",
+              "tcp.window_size_value", "tcp.len")
+
+
+def _flag_table() -> np.ndarray:
+    texts = [", ".join(tcp_flag_names(f)).encode() for f in range(512)]
+    w = max(len(t) for t in texts)
+    out = np.zeros((512, w), dtype=np.uint8)
+    for i, t in enumerate(texts):
+        out[i, :len(t)] = np.frombuffer(t, dtype=np.uint8)
+    return out
+
+
+FLAG_TEXT = _flag_table()
+
+
+def tcp_offsets(c: Columns) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: where the IP header starts and where the TCP header starts, in the frame."""
+    d, L = c.data, c.layers
+    l3 = np.where(L["vlan"], 18, 14).astype(np.int64)
+    l4 = l3 + np.where(L["ipv6"], 40, d["ip.hdr_len"].astype(np.int64))
+    return l3, l4
+
+
+def clean_tcp(blk: RecordBlock, c: Columns) -> np.ndarray:
+    """Rows that are TCP segments the per-packet decoder reads without a problem or special case
+    (the checks of :func:`rdmalab.wire.frame._ip` for TCP, as masks)."""
+    d, L = c.data, c.layers
+    v4, v6 = L["ip"], L["ipv6"]
+    l3, l4 = tcp_offsets(c)
+    ip_end = np.where(v6, l3 + 40 + d["ipv6.plen"].astype(np.int64), l3 + d["ip.len"].astype(np.int64))
+    thl = d["tcp.hdr_len"].astype(np.int64)
+    ok = L["tcp"] & (blk.linktype == LINKTYPE_ETHERNET) & (v4 | v6)
+    ok &= ~(v4 & ((d["ip.flags"] & 1) != 0))  # more fragments: a fragment (an offset is already not TCP)
+    ok &= ~(v6 & (d["ipv6.nxt"] != 6))
+    ok &= ip_end <= blk.caplen  # else the per-packet decoder reports the IP length truncated
+    ok &= (thl >= 20) & (l4 + thl <= ip_end)  # a data offset below 5, or options past the packet: problems
+    result: np.ndarray = ok
+    return result
+
+
+def split_rows(m: np.ndarray) -> list[bytes]:
+    """The rows of a byte matrix (0: no character) as bytes, one a row."""
+    starts = np.zeros(len(m) + 1, dtype=np.int64)
+    np.cumsum(np.count_nonzero(m, axis=1), out=starts[1:])
+    text = m.tobytes().translate(None, b"\0")
+    at = starts.tolist()
+    return [text[a:b] for a, b in zip(at[:-1], at[1:], strict=True)]
