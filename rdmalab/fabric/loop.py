@@ -14,9 +14,10 @@ the scheduler (:class:`rdmalab.verbs.engine.carrier.Scheduler`) the engine drive
 What both offer (:class:`Loop`): ``now_ns``; ``call_at(at_ns, fn, arg)`` and
 ``call_later(delay_ns, fn, arg)`` (the latter returns a :class:`~rdmalab.verbs.engine.carrier.Timer`
 whose ``cancel()`` makes it never run); ``pending`` (events or timers waiting); ``step()``;
-``run(until_ns)``.  Times are integer nanoseconds.  One exception, stated where it is: the switched
-fabric's serialisation times are fractions of a nanosecond (a 1082-byte frame at 40 Gb/s takes
-216.4 ns), so it runs a ``VirtualLoop[float]``: the same loop with fractional timestamps.
+``run(until_ns)``.  Times are integer nanoseconds, on every carrier and simulator: the switched
+fabric too, whose ports keep the fraction of a nanosecond a frame's serialisation leaves over
+(a 1082-byte frame at 40 Gb/s takes 216.4 ns) as an integer remainder carried to the next frame,
+so that its clock stays whole and its rates exact (:meth:`rdmalab.fabric.switched.SwitchedFabric.link`).
 
 The simulated fabric and the socket carriers *are* their loops (subclasses), so that the clock
 is a plain attribute of the carrier (the engine reads ``carrier.now_ns`` several times a message);
@@ -34,17 +35,17 @@ import time
 from collections.abc import Callable, Iterator, Sized
 from functools import partial
 from heapq import heappop, heappush
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from rdmalab.verbs.engine.carrier import Timer, WallClockWait
 
 __all__ = ["Loop", "VirtualLoop", "WallClockLoop"]
 
-#: the type of a virtual loop's timestamps: int (ns) everywhere but the switched fabric (see above)
-T = TypeVar("T", int, float)
 Progress = Callable[[float], None]
 #: how many events a virtual loop runs between two calls of a ``progress`` callback
 PROGRESS_EVERY = 1 << 15
+#: later than any event (the bound of a run without one)
+_FOREVER = 1 << 62
 
 
 @runtime_checkable
@@ -52,14 +53,14 @@ class Loop(Protocol):
     """What every event loop of the fabrics offers (both implementations below)."""
 
     @property
-    def now_ns(self) -> Any:
+    def now_ns(self) -> int:
         """The loop's clock in nanoseconds."""
 
     @property
     def pending(self) -> int:
         """Events (virtual) or timers (wall clock) waiting."""
 
-    def call_at(self, at_ns: Any, fn: Callable[[Any], None], arg: Any = None) -> None:
+    def call_at(self, at_ns: int, fn: Callable[[Any], None], arg: Any = None) -> None:
         """Run ``fn(arg)`` when the clock reads ``at_ns`` (not cancellable)."""
 
     def call_later(self, delay_ns: int, fn: Callable[[Any], None], arg: Any = None) -> Timer:
@@ -77,31 +78,37 @@ def _no_flush() -> None:
 
 
 
-def _whole_ns(delay: Any) -> int:
-    """A delay given as a number, in whole nanoseconds (a fraction is dropped); anything else is refused."""
+def _whole_ns(delay: Any, what: str = "call_later: delay_ns") -> int:
+    """A time given as a number, in whole nanoseconds (a fraction is dropped); anything else is refused."""
     if isinstance(delay, bool) or not isinstance(delay, int | float):
-        raise TypeError(f"call_later: delay_ns is a number of nanoseconds, not {delay!r}")
+        raise TypeError(f"{what} is a number of nanoseconds, not {delay!r}")
     return int(delay)
 
 
-class VirtualLoop(Generic[T]):
-    """A discrete-event loop on a virtual clock (``now_ns``), which moves only when events run.
+class VirtualLoop:
+    """A discrete-event loop on a virtual clock (``now_ns``, integer nanoseconds), which moves only
+    when events run.
 
     ``events`` counts the events run so far.  ``step()`` runs every event due at the next
     instant (events scheduled for that same instant while it runs included), then the
-    end-of-instant call (:meth:`on_instant_end`).
+    end-of-instant call (:meth:`on_instant_end`).  Times are ints: ``start`` must be one (a float
+    is refused), a ``call_later`` delay or a ``run``/``advance_to``/``advance`` bound given as a
+    float loses its fraction (for a bound, "at or before 2.5" is "at or before 2"), and ``call_at``
+    takes what it is given unchecked (the per-packet path: its callers schedule ints).
     """
 
-    def __init__(self, start: T) -> None:
+    def __init__(self, start: int = 0) -> None:
+        if start.__class__ is not int:
+            raise TypeError(f"VirtualLoop: the clock starts at a whole number of nanoseconds, not {start!r}")
         #: the clock (a plain attribute, read on every packet; set only by the loop)
-        self.now_ns: T = start
+        self.now_ns: int = start
         #: events run so far
         self.events = 0
-        self._heap: list[tuple[T, int, Callable[[Any], None], Any]] = []
+        self._heap: list[tuple[int, int, Callable[[Any], None], Any]] = []
         self._seq = itertools.count(1)  # the tie-breaker: events of one time run in the order scheduled
         #: the per-packet fast path of :meth:`call_at`, two C calls and no Python frame:
         #: ``loop.push((at_ns, next(loop.tickets), fn, arg))`` is ``loop.call_at(at_ns, fn, arg)``
-        self.push: Callable[[tuple[T, int, Callable[[Any], None], Any]], None] = partial(heappush, self._heap)
+        self.push: Callable[[tuple[int, int, Callable[[Any], None], Any]], None] = partial(heappush, self._heap)
         self.tickets: Iterator[int] = self._seq
         self._dirty: Sized = ()
         self._end_instant: Callable[[], None] = _no_flush
@@ -118,11 +125,11 @@ class VirtualLoop(Generic[T]):
         return len(self._heap)
 
     @property
-    def next_ns(self) -> T | None:
+    def next_ns(self) -> int | None:
         """When the next event is due (None if there is none)."""
         return self._heap[0][0] if self._heap else None
 
-    def call_at(self, at_ns: T, fn: Callable[[Any], None], arg: Any = None,
+    def call_at(self, at_ns: int, fn: Callable[[Any], None], arg: Any = None,
                 _push: Callable[[list[Any], Any], None] = heappush) -> None:
         """Run ``fn(arg)`` at ``at_ns`` (no earlier than ``now_ns``: not checked, this is the
         simulators' per-packet path); after every event already scheduled for that time."""
@@ -155,7 +162,7 @@ class VirtualLoop(Generic[T]):
             self._end_instant()
         return True
 
-    def run(self, until_ns: T | None = None, max_events: int = 10_000_000,
+    def run(self, until_ns: int | None = None, max_events: int = 10_000_000,
             progress: Progress | None = None) -> int:
         """Step until no event is left, or the next is after ``until_ns``, or ``max_events``
         steps (instants) ran; returns the steps run.  The clock ends at the last instant run;
@@ -163,6 +170,8 @@ class VirtualLoop(Generic[T]):
         next counts from there).  ``progress(fraction)``, if given with ``until_ns``, is called
         every :data:`PROGRESS_EVERY` events with how far the clock has come from where it was
         to ``until_ns`` (0..1), and with 1.0 at the end."""
+        if until_ns is not None and until_ns.__class__ is not int:
+            until_ns = _whole_ns(until_ns, "run: until_ns")
         steps = self._run(until_ns, max_events, progress)
         if until_ns is not None and self.now_ns < until_ns and not self._heap:
             self.now_ns = until_ns
@@ -170,9 +179,11 @@ class VirtualLoop(Generic[T]):
             progress(1.0)
         return steps
 
-    def advance_to(self, until_ns: T, progress: Progress | None = None) -> int:
+    def advance_to(self, until_ns: int, progress: Progress | None = None) -> int:
         """Run every event due at or before ``until_ns``, then set the clock to ``until_ns`` (if it
         is not past it already); returns the steps run.  ``progress`` as for :meth:`run`."""
+        if until_ns.__class__ is not int:
+            until_ns = _whole_ns(until_ns, "advance_to: until_ns")
         steps = self._run(until_ns, 1 << 62, progress)
         if self.now_ns < until_ns:
             self.now_ns = until_ns
@@ -180,11 +191,11 @@ class VirtualLoop(Generic[T]):
             progress(1.0)
         return steps
 
-    def advance(self, ns: T) -> None:
+    def advance(self, ns: int) -> None:
         """Let ``ns`` nanoseconds of virtual time pass, running what falls due."""
-        self.advance_to(self.now_ns + ns)
+        self.advance_to(self.now_ns + _whole_ns(ns, "advance: ns"))
 
-    def _run(self, until_ns: T | None, max_steps: int, progress: Progress | None) -> int:
+    def _run(self, until_ns: int | None, max_steps: int, progress: Progress | None) -> int:
         # One flat loop over the events (the simulators' hottest code): an instant ends when the next
         # event is at another time (or none is left); then, if ``dirty``, the end-of-instant call runs
         # (it may schedule events, so the next one is looked at again, and anything it schedules for
@@ -194,8 +205,8 @@ class VirtualLoop(Generic[T]):
         dirty = self._dirty
         end = self._end_instant
         start = self.now_ns
-        until: float = float("inf") if until_ns is None else until_ns
-        span = (until - start) or 1.0
+        until = _FOREVER if until_ns is None else until_ns  # (ints: the clock's comparisons stay int with int)
+        span = (until - start) or 1
         report = PROGRESS_EVERY if progress is not None and until_ns is not None else 1 << 62
         n = 0
         steps = 0

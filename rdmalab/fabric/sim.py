@@ -105,7 +105,7 @@ class PcapTap:
         self.close()
 
 
-class Fabric(VirtualLoop[int]):
+class Fabric(VirtualLoop):
     """An in-process network of soft RoCEv2 devices on a virtual clock.
 
     ``mtu`` is the IB MTU the ports offer (``port.active_mtu``; 4096 is like a 9000-byte

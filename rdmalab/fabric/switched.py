@@ -8,10 +8,11 @@ devices is :mod:`rdmalab.fabric.switched_carrier`.  This module re-exports the n
 other rooms, so ``from rdmalab.fabric.switched import Flow, Host, ...`` keeps working.
 
 Hosts and switches are joined by full-duplex links, each direction with a rate (Gb/s = bits
-per ns) and a propagation delay.  A switch receives a whole frame before forwarding it
-(store-and-forward), puts it on one of eight per-priority egress queues of the output port,
-all of them sharing the switch's buffer, and serves the queues in strict priority order
-(7 first), skipping the priorities the next hop has paused.
+per ns, a whole number of Mbit/s) and a propagation delay (:meth:`SwitchedFabric.link`).  A
+switch receives a whole frame before forwarding it (store-and-forward), puts it on one of eight
+per-priority egress queues of the output port, all of them sharing the switch's buffer, and
+serves the queues in strict priority order (7 first), skipping the priorities the next hop has
+paused.
 
 * **ECN** (the DCQCN congestion point): when an ECN-capable frame leaves an egress queue, it is
   marked CE with the RED probability of that queue's byte count: 0 up to Kmin, Pmax
@@ -47,12 +48,22 @@ and preamble, and the link time of PFC frames themselves (64 bytes).
 
 Everything runs on one event loop (``fabric.loop``, a :class:`~rdmalab.fabric.loop.VirtualLoop`:
 one heap of ``(time_ns, seq, fn, arg)``) with a seeded ``random.Random``, so the same seed gives
-the same run, event for event.  Its times are nanoseconds with fractions, since a frame's
-serialisation time is (a 1082-byte frame at 40 Gb/s takes 216.4 ns).
+the same run, event for event.  Its times are integer nanoseconds, as on every carrier.  A frame's
+serialisation time is rarely a whole number of them (a 1082-byte frame at 40 Gb/s takes 216.4
+ns), so each port divides exactly: a frame of n bytes takes ``(n * 8000 + r) // mbps`` ns, where
+``mbps`` is the link's rate in Mbit/s and ``r`` the remainder the frame before it left
+(``Port.tx_rem``, kept while the port sends back to back, 0 after it idled).  The clock is whole,
+a frame leaves at most a nanosecond before its exact end, and a busy port's long-run rate is
+exactly its own: a 40 Gb/s port sends 40 Gb/s, not 216 ns worth of frames per 216.4.  For the
+same reason a link's rate must be a whole number of Mbit/s (40, 25, 100, 2.5, 0.1 Gb/s ...; 1.0001
+is refused with an error); the other times the fabric is given (link delays, ``add_flow``'s
+start and stop, ``run``'s end, ``sample_ns``) are rounded to the nearest ns, and the length of a
+PFC frame (64 bytes) and of a pause (512 bit times a quantum) rounded up to whole ns.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterable
 from typing import IO, Any
@@ -79,13 +90,36 @@ from rdmalab.verbs.engine.dcqcn import MLX5, DcqcnParams
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import ROCE_OVERHEAD, SEGMENT
 from rdmalab.wire.ib import ACK_OPCODE, CNP_OPCODE, REQUEST_OPCODES, check_mtu, psn_add, psn_diff
-from rdmalab.wire.pfc import MAX_QUANTA, encode_pfc_frame, pause_ns
+from rdmalab.wire.pfc import MAX_QUANTA, QUANTUM_BITS, encode_pfc_frame
 
 __all__ = ["CE", "ECT0", "Flow", "Host", "Port", "Switch", "SwitchConfig", "SwitchedFabric", "PcapTap", "mark_ce"]
 
 HEADER_BYTES = ROCE_OVERHEAD  # Ethernet, IPv4, UDP, BTH, ICRC: 58 bytes around every payload
 PFC_BYTES = 64
 RESUME_OFFSET = 3 * 1024  # HPCC switch-mmu.cc resume_offset
+
+
+def link_mbps(rate_gbps: float, where: str) -> int:
+    """A link's rate in whole Mbit/s; ``where`` names the link in the error for any other rate."""
+    if isinstance(rate_gbps, bool) or not isinstance(rate_gbps, int | float) or not math.isfinite(rate_gbps):
+        raise ValueError(f"{where}: the rate is a number of Gb/s, not {rate_gbps!r}")
+    mbps = round(rate_gbps * 1000)
+    if mbps < 1 or abs(rate_gbps * 1000 - mbps) > 1e-6:
+        raise ValueError(f"{where}: rate {rate_gbps!r} Gb/s is not a whole number of Mbit/s (the fabric's clock "
+                         "is in whole ns and its ports send at exact rates: give e.g. 40, 25, 2.5 or 0.001)")
+    return mbps
+
+
+def whole_ns(us: float, what: str) -> int:
+    """``us`` microseconds to the nearest nanosecond (``what`` names the value in the error for a non-number)."""
+    if isinstance(us, bool) or not isinstance(us, int | float) or not math.isfinite(us):
+        raise ValueError(f"{what} is a finite number of microseconds, not {us!r}")
+    return round(us * 1000)
+
+
+def _ceil_ns(bits: int, mbps: int) -> int:
+    """The time ``bits`` take at ``mbps`` Mbit/s, rounded up to whole ns."""
+    return -(-bits * 1000 // mbps)
 
 
 class SwitchedFabric:
@@ -96,7 +130,8 @@ class SwitchedFabric:
     (4.096 us x 2^qp_timeout, IBA 9.7.6.1.3) and ``depth`` the WRITEs each flow keeps posted.
     ``devices`` maps host names to their soft devices, so ``Context(name=..., fabric=fab)`` opens
     one; ``carrier`` is the engine's view of the fabric (:class:`SwitchedCarrier`); ``loop`` the event
-    loop everything runs on (``now`` is its clock, ``events`` the events it ran).
+    loop everything runs on (``now`` is its clock, integer ns; ``events`` the events it ran).
+    ``sample_ns`` is the period of the time series (rounded to whole ns, at least 1).
     """
 
     def __init__(self, *, seed: int = 0, switch: SwitchConfig | None = None, dcqcn: DcqcnParams | None = MLX5,
@@ -110,6 +145,10 @@ class SwitchedFabric:
             raise ValueError(f"qp_timeout is a 5-bit exponent (0..31), not {qp_timeout}")
         if depth < 1:
             raise ValueError(f"depth (WRITEs posted per flow) must be at least 1, not {depth}")
+        if isinstance(sample_ns, bool) or not isinstance(sample_ns, int | float) or not sample_ns >= 0.5 \
+                or not math.isfinite(sample_ns):
+            raise ValueError(f"sample_ns (the period of the time series) must be at least 1 ns, not {sample_ns!r}")
+        sample = round(sample_ns)
         self.seed = seed
         self.rng = random.Random(seed)
         self.cfg = switch or SwitchConfig()
@@ -120,11 +159,11 @@ class SwitchedFabric:
         self.data_prio = data_prio
         self.cnp_prio = cnp_prio
         self.ack_prio = data_prio if ack_prio is None else ack_prio
-        self.sample_ns = sample_ns
+        self.sample_ns: int = sample
         self.frames = frames
         self.qp_timeout = qp_timeout
         self.depth = depth
-        self.loop: VirtualLoop[float] = VirtualLoop(0.0)
+        self.loop = VirtualLoop(0)
         self._push, self._tickets = self.loop.push, self.loop.tickets  # the loop's per-packet fast path
         self.nodes: list[Node] = []
         self.by_name: dict[str, Node] = {}
@@ -139,7 +178,7 @@ class SwitchedFabric:
         self._adj: dict[int, list[Port]] = {}
         self.carrier = SwitchedCarrier(self)
         # time series, one entry per sample
-        self.samples: list[float] = []
+        self.samples: list[int] = []  # the time of each sample (ns)
         self.rate_series: list[list[float]] = []
         self.rx_series: list[list[int]] = []
         self.queue_series: list[list[int]] = []
@@ -188,18 +227,25 @@ class SwitchedFabric:
         self._adj[node.id] = []
 
     def link(self, a: Node | str, b: Node | str, rate_gbps: float = 40.0, delay_us: float = 1.0) -> tuple[Port, Port]:
+        """A full-duplex link of ``rate_gbps`` each way (a whole number of Mbit/s: 40, 25, 2.5 ...; any
+        other rate is refused with a ValueError) and ``delay_us`` of propagation (rounded to whole ns)."""
         na = self.by_name[a] if isinstance(a, str) else a
         nb = self.by_name[b] if isinstance(b, str) else b
         if isinstance(na, Host) and na.ports or isinstance(nb, Host) and nb.ports:
             raise ValueError("a host has exactly one port")
-        if rate_gbps <= 0 or delay_us < 0:
-            raise ValueError(f"link {na.name}-{nb.name}: rate must be > 0 and delay >= 0")
-        pa = Port(na, len(na.ports), rate_gbps, delay_us * 1000)
-        pb = Port(nb, len(nb.ports), rate_gbps, delay_us * 1000)
+        where = f"link {na.name}-{nb.name}"
+        if not isinstance(rate_gbps, int | float) or rate_gbps <= 0:
+            raise ValueError(f"{where}: rate must be > 0, not {rate_gbps!r}")
+        mbps = link_mbps(rate_gbps, where)
+        delay = whole_ns(delay_us, f"{where}: delay_us")
+        if delay < 0:
+            raise ValueError(f"{where}: delay must be >= 0, not {delay_us!r} us")
+        pa = Port(na, len(na.ports), float(rate_gbps), delay, mbps)
+        pb = Port(nb, len(nb.ports), float(rate_gbps), delay, mbps)
         pa.peer, pb.peer = pb, pa
         frame = self.payload + HEADER_BYTES + 16
         for p in (pa, pb):
-            p.headroom = int(3 * p.rate * p.delay / 8) + 2 * frame + PFC_BYTES
+            p.headroom = 3 * mbps * delay // 8000 + 2 * frame + PFC_BYTES
             if isinstance(p.node, Switch):
                 p.node.headroom_total += p.headroom * bin(self.cfg.pfc_prios).count("1")
         na.ports.append(pa)
@@ -253,7 +299,8 @@ class SwitchedFabric:
                  stop_us: float | None = None, via: Iterable[str] | None = None, name: str | None = None,
                  dcqcn: bool = True) -> Flow:
         """An RC QP pair from ``src`` to ``dst`` writing ``size`` bytes (None: until the run ends, or
-        ``stop_us``), starting at ``start_us``; ``via`` names the nodes the data goes through."""
+        ``stop_us``), starting at ``start_us`` (both rounded to whole ns); ``via`` names the nodes the data
+        goes through."""
         s = self.by_name[src] if isinstance(src, str) else src
         d = self.by_name[dst] if isinstance(dst, str) else dst
         if not isinstance(s, Host) or not isinstance(d, Host):
@@ -268,7 +315,11 @@ class SwitchedFabric:
         via = None if via is None else list(via)
         fwd = self._path(s, d, via, fid)
         rev = self._path(d, s, None if via is None else list(reversed(via)), fid)
-        f = Flow(self, fid, s, d, size, start_us * 1000, None if stop_us is None else stop_us * 1000,
+        start = whole_ns(start_us, "start_us")
+        stop = None if stop_us is None else whole_ns(stop_us, "stop_us")
+        if start < self.now:
+            raise ValueError(f"start_us={start_us} is before the fabric's clock ({self.now} ns)")
+        f = Flow(self, fid, s, d, size, start, stop,
                  self.payload * self.msg_packets, self.dcqcn if dcqcn else None, name or f"f{fid}:{s.name}->{d.name}",
                  self.depth, self.qp_timeout)
         f.fwd = {p.node.id: p for p in fwd}
@@ -294,8 +345,8 @@ class SwitchedFabric:
 
     # ------------------------------------------------------------------ the clock
     @property
-    def now(self) -> float:
-        """The virtual clock in ns (the loop's ``now_ns``)."""
+    def now(self) -> int:
+        """The virtual clock in integer ns (the loop's ``now_ns``)."""
         return self.loop.now_ns
 
     @property
@@ -303,19 +354,20 @@ class SwitchedFabric:
         """The events the loop has run."""
         return self.loop.events
 
-    def schedule(self, at: float, fn: Callable[[Any], None], arg: Any = None) -> None:
-        """Run ``fn(arg)`` at virtual time ``at`` (ns; not cancellable: the engine's timers are
+    def schedule(self, at: int, fn: Callable[[Any], None], arg: Any = None) -> None:
+        """Run ``fn(arg)`` at virtual time ``at`` (integer ns; not cancellable: the engine's timers are
         ``carrier.call_later``)."""
         self.loop.call_at(at, fn, arg)
 
     def run(self, until_us: float, progress: Callable[[float], None] | None = None) -> None:
         """Run the events up to ``until_us`` microseconds of virtual time; the clock then reads it.
         ``progress(fraction)`` is called every few thousand events and at the end (with 1.0).
-        (Microseconds, as the scenarios give durations: the loop's ``advance_to(until_us * 1000)``.)"""
+        (Microseconds, as the scenarios give durations: the loop's ``advance_to`` of them in whole ns.)"""
+        until = whole_ns(until_us, "until_us")
         if not self.samples:
             self.watch = self.watch or [p for s in self.switches for p in s.ports]
             self.schedule(self.now, self._sample, None)
-        self.loop.advance_to(until_us * 1000, progress)
+        self.loop.advance_to(until, progress)
 
     def step(self) -> bool:
         """Run every event of the next instant (then flush the devices); False if nothing is left."""
@@ -477,7 +529,7 @@ class SwitchedFabric:
             if paused[prio] <= now:
                 pick = prio
         if pick < 0:
-            wake = 0.0
+            wake = 0
             for prio in range(active.bit_length() - 1, -1, -1):
                 if active >> prio & 1:
                     pu = paused[prio]
@@ -502,7 +554,10 @@ class SwitchedFabric:
             self._dequeued(port.node, pkt, port, pick)  # type: ignore[arg-type]
         elif port.ahead[pick]:
             port.ahead[pick] -= 1
-        end = now + size * 8 / port.rate
+        # the serialisation time in whole ns, the fraction carried to the next frame while the port
+        # sends back to back (busy_until == now: this is its free event), dropped after it idled
+        ns, port.tx_rem = divmod(size * 8000 + (port.tx_rem if port.busy_until == now else 0), port.mbps)
+        end = now + ns
         port.busy_until = end
         port.tx_bytes += size
         port.tx_pkts += 1
@@ -603,19 +658,21 @@ class SwitchedFabric:
         """Send a PFC frame out of ``port`` (to the upstream peer) for ``prio``."""
         peer = port.peer
         assert peer is not None
-        at = max(self.now, port.busy_until) + PFC_BYTES * 8 / port.rate
+        sent = max(self.now, port.busy_until)  # after the frame on the wire (the PFC frame is not queued)
+        at = sent + _ceil_ns(PFC_BYTES * 8, port.mbps)
         if quanta:
             port.pause_tx += 1
             self.pauses += 1
             # refresh before the pause runs out, while the queue stays above XON
-            self.schedule(self.now + pause_ns(quanta, port.rate) / 2, self._pfc_refresh, (port, prio, port.xoff_gen[prio]))
+            self.schedule(self.now + _ceil_ns(quanta * QUANTUM_BITS, port.mbps) // 2, self._pfc_refresh,
+                          (port, prio, port.xoff_gen[prio]))
         else:
             port.resume_tx += 1
             self.resumes += 1
         if port.taps:
             fr = encode_pfc_frame({prio: quanta}, src_mac=0x02FF00000000 | (port.node.id << 8) | port.index)
             for t in port.taps:
-                t.write(at - PFC_BYTES * 8 / port.rate, fr)
+                t.write(sent, fr)
         self.schedule(at + port.delay, self._pfc_arrive, (peer, prio, quanta))
 
     def _pfc_refresh(self, arg: tuple[Port, int, int]) -> None:
@@ -633,7 +690,7 @@ class SwitchedFabric:
             if not paused:
                 port.paused_ns += self._expired_pause(port)
                 port.pause_start = now
-            port.paused_until[prio] = now + pause_ns(quanta, port.rate)
+            port.paused_until[prio] = now + _ceil_ns(quanta * QUANTUM_BITS, port.mbps)
         else:
             port.paused_until[prio] = now
             if paused and not any(pu > now for pu in port.paused_until):
@@ -642,20 +699,20 @@ class SwitchedFabric:
             if not port.free_ev:
                 self._kick(port)
 
-    def _expired_pause(self, port: Port) -> float:
+    def _expired_pause(self, port: Port) -> int:
         """A pause that ran out without an XON (no refresh came): its length, counted once."""
         end = max(port.paused_until)
         if end > port.pause_start:
             length = end - port.pause_start
             port.pause_start = end
             return length
-        return 0.0
+        return 0
 
     # ------------------------------------------------------------------ results
-    def paused_time_ns(self, port: Port) -> float:
-        """How long ``port`` has been paused (any priority) up to now."""
+    def paused_time_ns(self, port: Port) -> int:
+        """How long ``port`` has been paused (any priority) up to now, in ns."""
         end = max(port.paused_until)
-        extra = 0.0
+        extra = 0
         if end > port.pause_start:
             extra = min(end, self.now) - port.pause_start
-        return port.paused_ns + max(0.0, extra)
+        return port.paused_ns + max(0, extra)

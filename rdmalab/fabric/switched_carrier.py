@@ -81,7 +81,8 @@ class SwitchedCarrier:
 
     @property
     def now_ns(self) -> int:
-        return int(self._loop.now_ns)
+        now: int = self._loop.now_ns  # (integer ns, as on every carrier)
+        return now
 
     @property
     def scheduler(self) -> Scheduler:

@@ -52,7 +52,8 @@ class Flow:
     """One RC QP pair of the engine moving RDMA WRITEs from ``src`` to ``dst``.
 
     The sender keeps ``depth`` WRITEs of ``msg_bytes`` posted (``size`` bytes in all, or until
-    ``stop``); each completion posts the next.  ``qp``/``peer_qp`` are the pyverbs-shaped QPs,
+    ``stop``; ``start`` and ``stop`` are times on the fabric's clock, in integer ns); each completion
+    posts the next.  ``qp``/``peer_qp`` are the pyverbs-shaped QPs,
     ``limiter`` the sender's DCQCN reaction point (None without DCQCN).  Counted by the fabric:
     ``rcvd`` payload bytes the responder accepted in sequence (duplicates and packets after a
     gap do not count), ``sent`` new payload bytes and ``retx_bytes``/``retx_pkts`` resent ones,
@@ -60,8 +61,8 @@ class Flow:
     flow (either direction) that a switch dropped, ``data_drops`` the requests among them.
     """
 
-    def __init__(self, fab: FabricRef, fid: int, src: Host, dst: Host, size: int | None, start: float,
-                 stop: float | None, msg_bytes: int, dcqcn: DcqcnParams | None, name: str, depth: int = 3,
+    def __init__(self, fab: FabricRef, fid: int, src: Host, dst: Host, size: int | None, start: int,
+                 stop: int | None, msg_bytes: int, dcqcn: DcqcnParams | None, name: str, depth: int = 3,
                  timeout: int = 10) -> None:
         self.fabric = fab
         self.id = fid
@@ -79,7 +80,7 @@ class Flow:
         self.marked = self.cnps = self.drops = self.data_drops = 0
         self.posted = self.completed = self.errors = 0
         self.started = self.stopped = self.done = False
-        self.finish_ns: float | None = None
+        self.finish_ns: int | None = None  # when the last WRITE of a bounded flow completed (ns)
         self.fwd: dict[int, Port] = {}
         self.rev: dict[int, Port] = {}
         # the QPs, through the pyverbs-shaped API, as a program would build them

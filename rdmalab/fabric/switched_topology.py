@@ -1,9 +1,10 @@
 """The switched fabric's topology: switch parameters, ports, hosts, switches, and what a switch does to a frame's bytes.
 
 Hosts and switches (:class:`Node`) are joined by full-duplex links, each direction with a rate
-(Gb/s = bits per ns) and a propagation delay; each end of a link is a :class:`Port`, holding the
-eight per-priority egress queues towards its peer and the per-priority ingress counters from it
-(what the fabric's PFC counts).  A :class:`Switch` has its shared buffer (``buffer`` MB of
+(Gb/s = bits per ns; a whole number of Mbit/s) and a propagation delay (whole ns); each end of a
+link is a :class:`Port`, holding the eight per-priority egress queues towards its peer and the
+per-priority ingress counters from it (what the fabric's PFC counts).  Every time a port keeps
+is an integer number of nanoseconds on the fabric's clock.  A :class:`Switch` has its shared buffer (``buffer`` MB of
 :class:`SwitchConfig`, the names ``--set`` accepts); a :class:`Host` is a soft RoCEv2 device of the
 verbs engine (:class:`rdmalab.verbs.engine.node.SoftDevice`, one per host, ``host.device``) whose
 carrier is the fabric (:mod:`rdmalab.fabric.switched_carrier`).
@@ -40,7 +41,7 @@ class FabricRef(Protocol):
     carrier: SwitchedCarrier
 
     @property
-    def now(self) -> float: ...
+    def now(self) -> int: ...
 
 
 def mark_ce(frame: bytes, ip_offset: int = 14) -> bytes:
@@ -75,21 +76,23 @@ class Port:
 
     node: Node
     index: int
-    rate: float  # Gb/s = bits per ns
-    delay: float  # ns
+    rate: float  # Gb/s = bits per ns, as given (``mbps`` / 1000)
+    delay: int  # ns
+    mbps: int = 1  # the rate in Mbit/s: a frame of n bytes takes n * 8000 / mbps ns
     peer: Port | None = None
     queues: list[deque[list[Any]]] = field(default_factory=lambda: [deque() for _ in range(8)])
     qbytes: list[int] = field(default_factory=lambda: [0] * 8)
     active: int = 0  # bit n set: queue n has frames
-    busy_until: float = 0.0
+    busy_until: int = 0  # ns: when the frame on the wire has left (to the whole ns before its end)
+    tx_rem: int = 0  # ... and the rest of its serialisation, in units of 1/mbps ns, carried to the next frame
     free_ev: bool = False
-    wake_at: float = -1.0
-    paused_until: list[float] = field(default_factory=lambda: [0.0] * 8)
+    wake_at: int = -1
+    paused_until: list[int] = field(default_factory=lambda: [0] * 8)
     in_bytes: list[int] = field(default_factory=lambda: [0] * 8)
     xoff: list[bool] = field(default_factory=lambda: [False] * 8)
     xoff_gen: list[int] = field(default_factory=lambda: [0] * 8)
     xoff_level: list[int] = field(default_factory=lambda: [0] * 8)
-    pause_start: float = 0.0
+    pause_start: int = 0
     headroom: int = 0
     taps: list[PcapTap] = field(default_factory=list)
     tx_bytes: int = 0
@@ -99,7 +102,7 @@ class Port:
     pause_tx: int = 0
     resume_tx: int = 0
     pause_rx: int = 0
-    paused_ns: float = 0.0
+    paused_ns: int = 0
     qmax: int = 0
     ahead: list[int] = field(default_factory=lambda: [0] * 8)  # host ports: responses queued ahead of requests
 
@@ -159,8 +162,8 @@ class PcapTap:
         self._writer = CaptureWriter(dest, nano=True)
         self.count = 0
 
-    def write(self, t_ns: float, frame: bytes) -> None:
-        self._writer.write(frame, round(t_ns))  # the clock may run in float ns: to the nearest ns
+    def write(self, t_ns: int, frame: bytes) -> None:
+        self._writer.write(frame, t_ns)
         self.count += 1
 
     def close(self) -> None:

@@ -73,8 +73,14 @@ def test_victim_flow() -> None:
     f1 = fab.flows[0]
     assert "P2" in [p.node.name for p in f1.fwd.values()] and f1.dst.name == "R1"
     v = res.to_json()["victim"]
-    # F1 does not go to R2, yet its DCQCN rate collapses after the incast starts at 3 ms
-    assert v["f1_rate_min_gbps"] < 0.3 * v["f1_rate_before_gbps"]
+    # F1 does not go to R2, yet its DCQCN rate falls after the incast starts at 3 ms, below anything
+    # it had in the millisecond before.  (How far is up to the seed: over seeds 1..6 the lowest rate
+    # is 32 to 64 % of the mean of that millisecond on integer ns, 31 to 67 % on the float ns the
+    # fabric had before; below 30 % of the sample before was seed 1 on float ns alone, hence 60 %.)
+    i = next(k for k, t in enumerate(fab.samples) if t >= 3_000_000)
+    assert v["f1_rate_min_gbps"] < 0.6 * v["f1_rate_before_gbps"]
+    ms = 1_000_000 // fab.sample_ns
+    assert v["f1_rate_min_gbps"] < min(row[0] for row in fab.rate_series[i - ms:i])
     assert v["f1_cnps"] > 0 and v["p1_p2_paused_ms"] > 0
     # the P1->P2 link is under-used for a time of the order DCQCN-validation reports (16 ms)
     assert v["underused_ms"] is not None and 5.0 < v["underused_ms"] < 40.0
@@ -256,7 +262,11 @@ def test_pfc_alone_blocks_the_victim_only_while_the_incast_lasts() -> None:
     during = [g for t, g in zip(ts, gb, strict=True) if 3.25 <= t < 4.25]
     after = [g for t, g in zip(ts, gb, strict=True) if t >= 5.0]
     base = sum(before) / len(before)
-    assert max(during) < 0.3 * base  # head-of-line blocked behind R2's incast
+    # head-of-line blocked behind R2's incast: under 30 % over the incast's millisecond.  (Not in every
+    # 250 us window: which window lets a burst of F1 through depends on the phase of the pauses, and a
+    # few ns move it: with 1 us links one window reaches 31 % on integer ns, with 1.005 us 29 % on float
+    # ns; the other windows stay at 11 to 19 %.)
+    assert sum(during) / len(during) < 0.3 * base and max(during) < 0.4 * base
     assert min(after) > 0.9 * base  # and back at once: no rate control to recover
 
 

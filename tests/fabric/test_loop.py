@@ -21,7 +21,7 @@ def _log(loop: Any, out: list[Any]) -> Any:
 
 # ---------------------------------------------------------------------- the virtual-time loop
 def test_same_time_events_run_in_the_order_they_were_scheduled() -> None:
-    loop: VirtualLoop[int] = VirtualLoop(0)
+    loop = VirtualLoop(0)
     out: list[Any] = []
     log = _log(loop, out)
     loop.call_at(20, log, "c")
@@ -37,7 +37,7 @@ def test_same_time_events_run_in_the_order_they_were_scheduled() -> None:
 
 def test_the_fast_path_is_call_at() -> None:
     """``push((t, next(tickets), fn, arg))`` schedules exactly as ``call_at(t, fn, arg)`` does."""
-    loop: VirtualLoop[int] = VirtualLoop(0)
+    loop = VirtualLoop(0)
     out: list[Any] = []
     log = _log(loop, out)
     loop.call_at(7, log, 1)
@@ -49,7 +49,7 @@ def test_the_fast_path_is_call_at() -> None:
 
 
 def test_step_runs_one_instant_and_moves_the_clock() -> None:
-    loop: VirtualLoop[int] = VirtualLoop(100)
+    loop = VirtualLoop(100)
     out: list[Any] = []
     log = _log(loop, out)
     loop.call_later(5, log, 1)
@@ -62,7 +62,7 @@ def test_step_runs_one_instant_and_moves_the_clock() -> None:
 
 
 def test_cancelled_timer_never_runs_and_cancel_is_idempotent() -> None:
-    loop: VirtualLoop[int] = VirtualLoop(0)
+    loop = VirtualLoop(0)
     out: list[Any] = []
     t = loop.call_later(10, out.append, "timer")
     loop.call_later(20, out.append, "other")
@@ -74,7 +74,7 @@ def test_cancelled_timer_never_runs_and_cancel_is_idempotent() -> None:
 
 
 def test_negative_delay_counts_as_zero_and_a_bad_delay_is_refused() -> None:
-    loop: VirtualLoop[int] = VirtualLoop(50)
+    loop = VirtualLoop(50)
     out: list[Any] = []
     loop.call_later(-30, _log(loop, out), "x")
     loop.run()
@@ -84,7 +84,7 @@ def test_negative_delay_counts_as_zero_and_a_bad_delay_is_refused() -> None:
 
 
 def test_run_until_stops_before_later_events() -> None:
-    loop: VirtualLoop[int] = VirtualLoop(0)
+    loop = VirtualLoop(0)
     out: list[Any] = []
     log = _log(loop, out)
     for t in (10, 20, 30, 40):
@@ -101,14 +101,14 @@ def test_run_until_stops_before_later_events() -> None:
 
 
 def test_run_stops_after_max_events_steps() -> None:
-    loop: VirtualLoop[int] = VirtualLoop(0)
+    loop = VirtualLoop(0)
     for t in range(1, 11):
         loop.call_at(t, lambda _: None)
     assert loop.run(max_events=3) == 3 and loop.now_ns == 3 and loop.pending == 7
 
 
 def test_advance_sets_the_clock_even_with_events_left() -> None:
-    loop: VirtualLoop[int] = VirtualLoop(0)
+    loop = VirtualLoop(0)
     out: list[Any] = []
     loop.call_at(10, out.append, "a")
     loop.call_at(500, out.append, "b")
@@ -120,7 +120,7 @@ def test_advance_sets_the_clock_even_with_events_left() -> None:
 
 
 def test_end_of_instant_flush_runs_only_after_instants_that_left_work() -> None:
-    loop: VirtualLoop[int] = VirtualLoop(0)
+    loop = VirtualLoop(0)
     dirty: set[str] = set()
     flushes: list[tuple[int, list[str]]] = []
 
@@ -146,7 +146,7 @@ def test_end_of_instant_flush_runs_only_after_instants_that_left_work() -> None:
 def test_a_flush_that_leaves_work_does_not_stall_the_loop() -> None:
     """A flush that leaves ``dirty`` non-empty is called again only after the next instant; what it
     schedules for the instant's own time runs as a new instant (as step() after step() would)."""
-    loop: VirtualLoop[int] = VirtualLoop(0)
+    loop = VirtualLoop(0)
     dirty = ["held"]
     calls: list[int] = []
 
@@ -163,7 +163,7 @@ def test_a_flush_that_leaves_work_does_not_stall_the_loop() -> None:
 
 
 def test_progress_reports_fractions_and_ends_with_one() -> None:
-    loop: VirtualLoop[int] = VirtualLoop(0)
+    loop = VirtualLoop(0)
     n = 2 * PROGRESS_EVERY + 10
     for t in range(n):
         loop.call_at(t, lambda _: None)
@@ -174,17 +174,27 @@ def test_progress_reports_fractions_and_ends_with_one() -> None:
     assert loop.events == n
 
 
-def test_fractional_timestamps_keep_their_order() -> None:
-    loop: VirtualLoop[float] = VirtualLoop(0.0)
+def test_the_clock_is_whole_nanoseconds() -> None:
+    with pytest.raises(TypeError, match="whole number of nanoseconds"):
+        VirtualLoop(0.0)  # type: ignore[arg-type]
+    loop = VirtualLoop(0)
     out: list[Any] = []
-    loop.call_at(216.6, out.append, "late")
-    loop.call_at(216.4, out.append, "early")
+    loop.call_at(25, out.append, "25")
+    loop.call_at(26, out.append, "26")
+    assert loop.run(until_ns=25.9) == 1 and out == ["25"]  # type: ignore[arg-type]  # a bound's fraction is dropped
+    assert loop.now_ns == 25 and type(loop.now_ns) is int
+    loop.advance_to(30.5)  # type: ignore[arg-type]
+    assert out == ["25", "26"] and loop.now_ns == 30 and type(loop.now_ns) is int
+    loop.advance(2.7)  # type: ignore[arg-type]
+    t = loop.call_later(1.9, out.append, "later")  # type: ignore[arg-type]
     loop.run()
-    assert out == ["early", "late"] and loop.now_ns == 216.6
+    assert loop.now_ns == 33 and type(loop.now_ns) is int and out[-1] == "later" and not t.cancelled
+    with pytest.raises(TypeError, match="advance_to: until_ns is a number of nanoseconds"):
+        loop.advance_to("40")  # type: ignore[arg-type]
 
 
 def test_progress_of_a_scheduler_waits_for_done_or_idle() -> None:
-    loop: VirtualLoop[int] = VirtualLoop(0)
+    loop = VirtualLoop(0)
     box: list[int] = []
     for t in (10, 20, 30):
         loop.call_at(t, box.append, t)
