@@ -54,8 +54,8 @@ from rdmalab.capture.pcapio import (  # noqa: F401 - the public names of the col
     CaptureError,
     RecordBlock,
     is_stream,
+    record_blocks,
 )
-from rdmalab.capture.pcapng_bulk import record_blocks  # pcapng walked in bulk
 from rdmalab.capture.render import TcpWindowScaling
 from rdmalab.wire.net import ROCEV2_PORT
 

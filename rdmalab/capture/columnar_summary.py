@@ -32,8 +32,7 @@ from rdmalab.capture.fieldtext import _OCTET_DOT32, _dec, _hex, _strings
 from rdmalab.capture.filter import compile_filter
 from rdmalab.capture.iwarp import IwarpTracker
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
-from rdmalab.capture.pcapio import RecordBlock
-from rdmalab.capture.pcapng_bulk import record_blocks
+from rdmalab.capture.pcapio import RecordBlock, record_blocks
 from rdmalab.capture.reader import RawRecord, decode_record
 from rdmalab.capture.render import (
     TcpWindowScaling,

@@ -21,6 +21,17 @@ returns what has arrived (at least one byte, at most :data:`STREAM_BLOCK`), so a
 records that came together and is handed out at once, not when a full block or the end of the
 stream arrives.  Memory stays bounded however long the stream runs: one block, and the part of a
 record still coming.  A stream is read once: nothing here seeks or opens it again.
+
+pcapng in bulk: the only per-block Python is following the block lengths through a run of
+Enhanced Packet Blocks (one subscript of a ``memoryview`` of 32-bit words a block); each run's
+interface ids, timestamps and lengths are then read with numpy over the buffer, all at once, and
+checked with masks.  Any other block (section header, interface description, simple or obsolete
+packet block, one of another type), and any block that fails a check, ends the run and is read
+by the block-by-block rules, so the records, times and errors (message, frame, byte offset) are
+those of a walker that reads every block in Python: ``tests/capture/pcapng_reference.py`` is one,
+and ``tests/capture/test_pcapng_bulk.py`` holds the two to that on every capture and on damaged
+files.  Runs are walked in native byte order; a section in the other order takes the
+block-by-block rules for all its blocks.
 """
 
 from __future__ import annotations
@@ -47,6 +58,8 @@ from rdmalab.capture.pcapwriter import (
     PCAPNG_SHB,
 )
 from rdmalab.wire.errors import RdmalabError
+
+_NATIVE = "<" if sys.byteorder == "little" else ">"  # the byte order pcapng runs are walked in
 
 #: A record (or pcapng block) longer than this means a corrupt length field.
 MAX_RECORD = 64 * 1024 * 1024
@@ -400,10 +413,62 @@ def pcap_block(buf: bytes | bytearray, offs: np.ndarray, order: str, ns_mult: in
                        np.full(n, linktype, dtype=np.int32), frame, file_pos, ts)
 
 
+class _Ifaces:
+    """The interfaces of the current section: link type, timestamp units per second, offset in
+    seconds, as lists (the block-by-block rules) and as arrays (the runs)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, int, int]] = []
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def clear(self) -> None:
+        self.rows = []
+        self._arrays = None
+
+    def append(self, row: tuple[int, int, int]) -> None:
+        self.rows.append(row)
+        self._arrays = None
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._arrays is None:
+            self._arrays = (np.array([r[0] for r in self.rows], dtype=np.int32),
+                            np.array([r[1] for r in self.rows], dtype=object),
+                            np.array([r[2] for r in self.rows], dtype=np.int64))
+        return self._arrays
+
+
+def _times(t: np.ndarray, iface: np.ndarray, ifaces: _Ifaces) -> tuple[np.ndarray, np.ndarray]:
+    """Nanoseconds (``tsoff * 1e9 + t * 1e9 // units``, exact) and float seconds
+    (``tsoff + t / float(units)``, as the Python walker computes them) of timestamps ``t``
+    (uint64) on interfaces ``iface``."""
+    _lt, units_of, off_of = ifaces.arrays()
+    n = len(t)
+    ns = np.zeros(n, dtype=np.int64)
+    secs = np.zeros(n, dtype=np.float64)
+    for k in np.unique(iface).tolist():
+        sel = iface == k
+        units = int(units_of[k])
+        off = int(off_of[k])
+        tk = t[sel]
+        secs[sel] = off + tk.astype(np.float64) / float(units)
+        big = bool((tk >= np.uint64(1 << 62)).any())
+        if not big and units <= 1_000_000_000 and 1_000_000_000 % units == 0 and \
+                int(tk.max()) * (1_000_000_000 // units) < (1 << 62) and abs(off) < (1 << 31):
+            ns[sel] = off * 1_000_000_000 + tk.astype(np.int64) * (1_000_000_000 // units)
+        elif not big and units > 1_000_000_000 and units % 1_000_000_000 == 0 and abs(off) < (1 << 31):
+            ns[sel] = off * 1_000_000_000 + tk.astype(np.int64) // (units // 1_000_000_000)
+        else:  # units that do not divide (powers of two), or huge times: Python's integers
+            ns[sel] = np.array([off * 1_000_000_000 + (v * 1_000_000_000) // units for v in tk.tolist()],
+                               dtype=np.int64)
+    return ns, secs
+
+
 def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int) -> Iterator[RecordBlock]:
+    """The records of a pcapng file whose first bytes ``head`` were read from ``f``, in blocks of
+    about ``block_bytes``, walked in bulk (see the module's docstring, "pcapng in bulk")."""
     pending = head
     order = "<"
-    ifaces: list[tuple[int, int, int]] = []  # linktype, units per second, offset seconds
+    ifaces = _Ifaces()
     frame = 1
     pos_file = 0
     while True:
@@ -411,105 +476,133 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int) -> It
         buf = pending + chunk
         end = len(buf)
         pos = 0
-        offs: list[int] = []
-        caps: list[int] = []
-        wires: list[int] = []
-        tss: list[int] = []
-        secs: list[float] = []
-        lts: list[int] = []
-        ifs: list[int] = []
+        parts: list[tuple[np.ndarray, ...]] = []  # (offs, caps, wires, ts_ns, secs, lts, ifs) of runs
+        count = 0
         err: CaptureError | None = None
-
-        while pos + 8 <= end:
-            at = pos_file + pos
-            if buf[pos:pos + 4] == _PCAPNG_SHB:
-                if pos + 12 > end:
-                    break
-                bom = buf[pos + 8:pos + 12]
-                if bom not in (_BOM_LE, _BOM_BE):
-                    err = CaptureError(path, f"has a pcapng section header at byte {at} with an unknown byte-order magic "
-                                  f"{bom.hex(' ')}", offset=at,
-                                     frames_read=frame - 1 + len(offs))
-                    break
-                order = "<" if bom == _BOM_LE else ">"
-            btype, blen = struct.unpack_from(order + "II", buf, pos)
-            name = _BLOCK_NAMES.get(btype, f"type {btype}")
-            if blen < 12 or blen % 4 or blen > MAX_RECORD or (btype == PCAPNG_SHB and blen < 28):
-                err = CaptureError(path, f"is damaged: the pcapng {name} block at byte {at} has length {blen} (a block is at "
-                              f"least 12 bytes, a section header 28, a multiple of 4 and at most {MAX_RECORD})", offset=at,
-                                     frames_read=frame - 1 + len(offs))
-                break
-            if pos + blen > end:
-                break
-            if btype == PCAPNG_SHB:
-                ifaces = []
-            elif btype == PCAPNG_IDB:
-                if blen < 20:
-                    err = CaptureError(path, f"is damaged: the pcapng interface description block at byte {at} has length "
-                                  f"{blen} (at least 20)", offset=at,
-                                     frames_read=frame - 1 + len(offs))
-                    break
-                lt = struct.unpack_from(order + "H", buf, pos + 8)[0]
-                units, tsoff = 1_000_000, 0
-                o = pos + 16
-                while o + 4 <= pos + blen - 4:
-                    code, olen = struct.unpack_from(order + "HH", buf, o)
-                    if code == 0:
+        words = np.frombuffer(buf, dtype=np.dtype(_NATIVE + "u4"), count=end // 4)
+        with memoryview(buf) as mv, mv[:end // 4 * 4].cast("I") as w32:
+            while pos + 8 <= end:
+                if order == _NATIVE and w32[pos >> 2] == PCAPNG_EPB:
+                    # a run of Enhanced Packet Blocks: follow the lengths, then read them with numpy
+                    starts: list[int] = []
+                    add = starts.append
+                    q = pos
+                    while q + 8 <= end and w32[q >> 2] == PCAPNG_EPB:
+                        blen = w32[(q >> 2) + 1]
+                        if blen < 32 or blen % 4 or blen > MAX_RECORD or q + blen > end:
+                            break
+                        add(q)
+                        q += blen
+                    if starts:
+                        at = np.array(starts, dtype=np.int64) >> 2
+                        blen_a = words[at + 1].astype(np.int64)
+                        iface = words[at + 2].astype(np.int64)
+                        cap = words[at + 5].astype(np.int64)
+                        bad = (28 + cap > blen_a - 4) | (iface >= len(ifaces.rows))
+                        if bad.any():  # the block-by-block rules say what is wrong with it
+                            k = int(np.argmax(bad))
+                            at, blen_a, iface, cap = at[:k], blen_a[:k], iface[:k], cap[:k]
+                        if len(at):
+                            t = (words[at + 3].astype(np.uint64) << np.uint64(32)) | words[at + 4].astype(np.uint64)
+                            ns, secs = _times(t, iface, ifaces)
+                            lts = ifaces.arrays()[0][iface]
+                            parts.append(((at << 2) + 28, cap, words[at + 6].astype(np.int64), ns, secs, lts,
+                                          iface.astype(np.int32)))
+                            count += len(at)
+                            pos = int((at[-1] << 2) + blen_a[-1])
+                            continue
+                # any other block, or one that fails a run's checks: one block by the block-by-block rules
+                at_file = pos_file + pos
+                if buf[pos:pos + 4] == _PCAPNG_SHB:
+                    if pos + 12 > end:
                         break
-                    if code == 9 and olen >= 1:
-                        v = buf[o + 4]
-                        units = (2 if v & 0x80 else 10) ** (v & 0x7F)
-                    elif code == 14 and olen >= 8:
-                        tsoff = struct.unpack_from(order + "q", buf, o + 4)[0]
-                    o += 4 + ((olen + 3) & ~3)
-                ifaces.append((lt, units, tsoff))
-            elif btype in (PCAPNG_EPB, 2, 3):
-                frame_no = frame + len(offs)
-                if btype == 3:
-                    iface, t = 0, None
-                    wire = struct.unpack_from(order + "I", buf, pos + 8)[0]
-                    cap = min(wire, blen - 16)
-                    data = pos + 12
-                else:
-                    if blen < 32:
-                        err = CaptureError(path, f"is damaged: the pcapng {name} block of frame {frame_no} at byte {at} has "
-                                      f"length {blen} (at least 32)", offset=at,
-                                     frames_read=frame - 1 + len(offs))
+                    bom = buf[pos + 8:pos + 12]
+                    if bom not in (_BOM_LE, _BOM_BE):
+                        err = CaptureError(path, f"has a pcapng section header at byte {at_file} with an unknown "
+                                                 f"byte-order magic {bom.hex(' ')}", offset=at_file,
+                                           frames_read=frame - 1 + count)
                         break
-                    iface, hi, lo, cap, wire = struct.unpack_from(order + "IIIII", buf, pos + 8)
-                    if btype == 2:
-                        iface &= 0xFFFF
-                    t = (hi << 32) | lo
-                    data = pos + 28
-                    if data + cap > pos + blen - 4:
-                        err = CaptureError(path, f"is damaged: the pcapng {name} block of frame {frame_no} at byte {at} claims "
-                                      f"{cap} captured bytes but holds only {blen - 32}", offset=at,
-                                     frames_read=frame - 1 + len(offs))
-                        break
-                if iface >= len(ifaces):
-                    err = CaptureError(path, f"is damaged: the packet block of frame {frame_no} at byte {at} refers "
-                                             f"to interface {iface}, but only {len(ifaces)} interface(s) were "
-                                             "described before it", offset=at, frames_read=frame - 1 + len(offs))
+                    order = "<" if bom == _BOM_LE else ">"
+                btype, blen = struct.unpack_from(order + "II", buf, pos)
+                name = _BLOCK_NAMES.get(btype, f"type {btype}")
+                if blen < 12 or blen % 4 or blen > MAX_RECORD or (btype == PCAPNG_SHB and blen < 28):
+                    err = CaptureError(path, f"is damaged: the pcapng {name} block at byte {at_file} has length "
+                                             f"{blen} (a block is at least 12 bytes, a section header 28, a multiple "
+                                             f"of 4 and at most {MAX_RECORD})", offset=at_file,
+                                       frames_read=frame - 1 + count)
                     break
-                lt, units, tsoff = ifaces[iface]
-                offs.append(data)
-                caps.append(cap)
-                wires.append(wire)
-                if t is None:  # a simple packet block has no time
-                    tss.append(0)
-                    secs.append(0.0)
-                else:
-                    tss.append((tsoff * 1_000_000_000) + (t * 1_000_000_000) // units)
-                    secs.append(tsoff + t / float(units))
-                lts.append(lt)
-                ifs.append(iface)
-            pos += blen
-        if offs:
-            yield RecordBlock(buf, np.array(offs, dtype=np.int64), np.array(caps, dtype=np.int64),
-                              np.array(wires, dtype=np.int64), np.array(tss, dtype=np.int64),
-                              np.array(lts, dtype=np.int32), frame, pos_file + pos,
-                              np.array(secs, dtype=np.float64), np.array(ifs, dtype=np.int32))
-            frame += len(offs)
+                if pos + blen > end:
+                    break
+                if btype == PCAPNG_SHB:
+                    ifaces.clear()
+                elif btype == PCAPNG_IDB:
+                    if blen < 20:
+                        err = CaptureError(path, f"is damaged: the pcapng interface description block at byte "
+                                                 f"{at_file} has length {blen} (at least 20)", offset=at_file,
+                                           frames_read=frame - 1 + count)
+                        break
+                    lt = struct.unpack_from(order + "H", buf, pos + 8)[0]
+                    units, tsoff = 1_000_000, 0
+                    o = pos + 16
+                    while o + 4 <= pos + blen - 4:
+                        code, olen = struct.unpack_from(order + "HH", buf, o)
+                        if code == 0:
+                            break
+                        if code == 9 and olen >= 1:
+                            v = buf[o + 4]
+                            units = (2 if v & 0x80 else 10) ** (v & 0x7F)
+                        elif code == 14 and olen >= 8:
+                            tsoff = struct.unpack_from(order + "q", buf, o + 4)[0]
+                        o += 4 + ((olen + 3) & ~3)
+                    ifaces.append((lt, units, tsoff))
+                elif btype in (PCAPNG_EPB, 2, 3):
+                    frame_no = frame + count
+                    if btype == 3:
+                        iface_i, tv = 0, None
+                        wire = struct.unpack_from(order + "I", buf, pos + 8)[0]
+                        cap_i = min(wire, blen - 16)
+                        data = pos + 12
+                    else:
+                        if blen < 32:
+                            err = CaptureError(path, f"is damaged: the pcapng {name} block of frame {frame_no} at "
+                                                     f"byte {at_file} has length {blen} (at least 32)", offset=at_file,
+                                               frames_read=frame - 1 + count)
+                            break
+                        iface_i, hi, lo, cap_i, wire = struct.unpack_from(order + "IIIII", buf, pos + 8)
+                        if btype == 2:
+                            iface_i &= 0xFFFF
+                        tv = (hi << 32) | lo
+                        data = pos + 28
+                        if data + cap_i > pos + blen - 4:
+                            err = CaptureError(path, f"is damaged: the pcapng {name} block of frame {frame_no} at "
+                                                     f"byte {at_file} claims {cap_i} captured bytes but holds only "
+                                                     f"{blen - 32}", offset=at_file, frames_read=frame - 1 + count)
+                            break
+                    if iface_i >= len(ifaces.rows):
+                        err = CaptureError(path, f"is damaged: the packet block of frame {frame_no} at byte {at_file} "
+                                                 f"refers to interface {iface_i}, but only {len(ifaces.rows)} "
+                                                 "interface(s) were described before it", offset=at_file,
+                                           frames_read=frame - 1 + count)
+                        break
+                    lt, units, tsoff = ifaces.rows[iface_i]
+                    if tv is None:  # a simple packet block has no time
+                        ns1, s1 = 0, 0.0
+                    else:
+                        ns1, s1 = (tsoff * 1_000_000_000) + (tv * 1_000_000_000) // units, tsoff + tv / float(units)
+                    parts.append((np.array([data], dtype=np.int64), np.array([cap_i], dtype=np.int64),
+                                  np.array([wire], dtype=np.int64), np.array([ns1], dtype=np.int64),
+                                  np.array([s1], dtype=np.float64), np.array([lt], dtype=np.int32),
+                                  np.array([iface_i], dtype=np.int32)))
+                    count += 1
+                pos += blen
+        del words
+        if count:
+            cols = [np.concatenate([p[i] for p in parts]) if len(parts) > 1 else parts[0][i] for i in range(7)]
+            offs, caps, wires, tss, secs_a, lts_a, ifs = cols
+            yield RecordBlock(buf, offs.astype(np.int64), caps.astype(np.int64), wires.astype(np.int64),
+                              tss.astype(np.int64), lts_a.astype(np.int32), frame, pos_file + pos,
+                              secs_a.astype(np.float64), ifs.astype(np.int32))
+            frame += count
         if err is not None:
             raise err
         pos_file += pos

@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, decode_frame
-from rdmalab.capture.pcapio import CaptureError
-from rdmalab.capture.pcapng_bulk import record_blocks  # pcapng walked in bulk
+from rdmalab.capture.pcapio import CaptureError, record_blocks
 from rdmalab.capture.pcapwriter import DEFAULT_SNAPLEN, CaptureWriter, seconds_to_ns
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.packet import Packet
