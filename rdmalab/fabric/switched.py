@@ -556,7 +556,11 @@ class SwitchedFabric:
             port.ahead[pick] -= 1
         # the serialisation time in whole ns, the fraction carried to the next frame while the port
         # sends back to back (busy_until == now: this is its free event), dropped after it idled
-        ns, port.tx_rem = divmod(size * 8000 + (port.tx_rem if port.busy_until == now else 0), port.mbps)
+        # (divmod written out: a tuple and a call fewer on the per-packet path)
+        num = size * 8000 + (port.tx_rem if port.busy_until == now else 0)  # (the time in 1/mbps ns)
+        mbps = port.mbps
+        ns = num // mbps
+        port.tx_rem = num - ns * mbps
         end = now + ns
         port.busy_until = end
         port.tx_bytes += size
