@@ -480,7 +480,7 @@ def test_top_autostop_packets(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize("argv, says", [
     (["top"], "-i IFACE"),
     (["top", "-i", "lo", "-r", str(LOSS)], "one source"),
-    (["top", "-i", "no-such-if0", "--once"], "no network interface named 'no-such-if0'"),
+    (["top", "-i", "no-such-if0", "--once"], "no interface 'no-such-if0'"),
     (["top", "-r", "/nonexistent.pcap", "--once"], "/nonexistent.pcap"),
 ])
 def test_top_errors_are_one_sentence(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -504,5 +504,13 @@ def test_top_live_without_privileges_says_so() -> None:
                         sys.executable, "-m", "rdmalab", "top", "-i", "lo", "--once"],
                        capture_output=True, text=True, timeout=60, cwd="/", env=env)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert r.stderr.strip() == ("rdmalab: capturing on lo needs root or the CAP_NET_RAW capability (run as root, or: "
-                                "sudo setcap cap_net_raw+ep $(readlink -f $(which python3)))")
+    assert r.stderr.strip() == ("rdmalab: -i lo: capturing needs root or the capability CAP_NET_RAW (a packet socket "
+                                "was refused: operation not permitted)")
+
+
+def test_top_live_rejects_a_bad_capture_filter_and_a_missing_interface() -> None:
+    for argv, says in ((["-i", "lo", "-f", "udp port"], "-f"), (["-i", "nosuch9"], "no interface 'nosuch9'")):
+        r = subprocess.run([sys.executable, "-m", "rdmalab", "top", *argv, "--once"], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 1 and r.stderr.startswith("rdmalab: ") and says in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr

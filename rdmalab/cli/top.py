@@ -134,7 +134,8 @@ def _text(top: LiveTop, width: int, title: str) -> str:
 def run_top(args: argparse.Namespace, out: TextIO) -> int:
     # lazy: keeps `rdmalab --help` fast (the decoder and numpy load only for this command)
     from rdmalab.capture.top import LiveTop
-    from rdmalab.capture.top_source import CaptureError, LiveCaptureError, af_packet, replay
+    from rdmalab.capture.top_source import CaptureError, LiveCaptureError, replay
+    from rdmalab.capture.top_source import live as live_frames
 
     if (args.interface is None) == (args.read is None):
         raise Fail("top needs one source: -i IFACE (a live interface) or -r FILE (a capture to replay)")
@@ -147,7 +148,8 @@ def run_top(args: argparse.Namespace, out: TextIO) -> int:
         raise Fail(str(err)) from None
     title = f"rdmalab top -i {args.interface}" if args.interface else f"rdmalab top -r {args.read}"
     stats = {"dropped": 0}
-    src = af_packet(args.interface, timeout=min(0.25, args.interval), stats=stats) if args.interface else \
+    src = live_frames(args.interface, bpf=args.capture_filter, timeout=min(0.25, args.interval), stats=stats) \
+        if args.interface else \
         replay(args.read, args.speed)
     stop_after = dict(args.autostop or [])
     live = None
@@ -220,6 +222,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "counts are `rdmalab analyze`'s, found packet by packet.")
     p.add_argument("-i", "--interface", metavar="IFACE",
                    help="capture live on this interface (Linux AF_PACKET; root or CAP_NET_RAW)")
+    p.add_argument("-f", dest="capture_filter", metavar="FILTER",
+                   help="with -i: a capture filter in tcpdump's language (e.g. 'udp port 4791')")
     p.add_argument("-r", "--read", metavar="FILE", help="replay a capture file (pcap/pcapng, also .gz)")
     p.add_argument("--speed", type=_speed, default=1.0, metavar="N|max",
                    help="replay at N times the capture's pace (default 1), or max: as fast as it decodes")
