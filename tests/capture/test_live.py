@@ -326,3 +326,34 @@ def test_dash_a_without_a_condition_is_still_all(monkeypatch: pytest.MonkeyPatch
     assert made == [list(captures.CAPTURES)] * 2
     assert main(["capture", "-a", "duration:5"]) == 1
     assert "-a COND: for a live capture from an interface; give it with -i IFACE" in capsys.readouterr().err
+
+
+@needs_capture
+@pytest.mark.skipif(shutil.which("tcpdump") is None, reason="needs tcpdump")
+def test_tcpdump_piped_into_decode_dash_r_dash(sender: Sender, tmp_path: Path) -> None:
+    """What engineers type first: ``tcpdump -w - | rdmalab decode -r - -l``.  Each packet's line comes
+    out while tcpdump is still capturing (it has not seen its -c yet), and the lines are tshark's
+    for the same stream (a copy of what went through the pipe)."""
+    n = 4
+    tcpdump = subprocess.Popen(["tcpdump", "-i", "lo", "-U", "-w", "-", "-c", str(n), "-Q", "in", sender.filter],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    tee = tmp_path / "stream.pcap"
+    assert tcpdump.stdout is not None and tcpdump.stderr is not None
+    shell = f"tee {tee} | {sys.executable} -m rdmalab decode -r - -l -T fields -e frame.number -e infiniband.bth.psn"
+    decode = subprocess.Popen(["sh", "-c", shell], stdin=tcpdump.stdout, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=_env(), cwd=ROOT)
+    tcpdump.stdout.close()  # decode's end of the pipe is the only one left
+    assert decode.stdout is not None
+    ready, _, _ = select.select([tcpdump.stderr], [], [], GUARD)  # "listening on lo ...": its filter is in
+    assert ready and b"listening on lo" in tcpdump.stderr.readline()
+    for k, payload in enumerate(_roce(n)):
+        sender.send([payload])
+        ready, _, _ = select.select([decode.stdout], [], [], GUARD)
+        assert ready, f"no line for packet {k + 1} while tcpdump runs"
+        assert decode.stdout.readline() == f"{k + 1}\t{100 + k}\n".encode()
+    assert tcpdump.wait(GUARD) == 0 and decode.wait(GUARD) == 0, decode.stderr.read() if decode.stderr else ""
+    if shutil.which("tshark"):
+        want = subprocess.run(["tshark", "-r", str(tee), "-T", "fields", "-e", "frame.number", "-e",
+                               "infiniband.bth.psn", "-d", "udp.port==4791,infiniband"],
+                              capture_output=True, text=True, check=True).stdout
+        assert want == "".join(f"{k + 1}\t{100 + k}\n" for k in range(n))
