@@ -61,7 +61,7 @@ def test_top_live_equals_analyze_of_tcpdump(lab_vm: VM) -> None:
     env = f"ROOT={shlex.quote(str(ROOT))}\nHOST_PYTHONPATH={shlex.quote(os.environ.get('PYTHONPATH', ''))}\n"
     res = None
     for _attempt in (1, 2):  # perftest's clock calibration can fail under TCG on a busy machine: once more
-        res = lab_vm.run(env + GUEST, capture="veth2", timeout=400, name="top-live")
+        res = lab_vm.run_job(env + GUEST, capture="veth2", timeout=400, name="top-live")
         if res.rc == 0:
             break
     assert res is not None and res.rc == 0, res.stdout[-3000:] + res.stderr[-1000:] if res else ""
