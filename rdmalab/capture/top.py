@@ -65,6 +65,7 @@ from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.wire.ib import IB_MTUS, PSN_HALF, PSN_MOD, psn_unwrap
 from rdmalab.wire.opcodes import opcode_name
+from rdmalab.wire.pfc import ETHERTYPE_MAC_CONTROL, PAUSE_OPCODE, PFC, PFC_OPCODE
 
 __all__ = ["LiveTop", "LiveConn", "LiveFinding", "HOLES_MAX", "PENDING_MAX"]
 
@@ -74,7 +75,6 @@ HOLES_MAX = 64
 PENDING_MAX = 1024
 _NAMES = [opcode_name(i) for i in range(256)]
 #: MAC control (IEEE 802.3 Annex 31B) ethertype, and the opcodes of PAUSE and of priority-based PAUSE (802.1Qbb)
-_MAC_CONTROL, _PAUSE, _PFC = 0x8808, 0x0001, 0x0101
 
 
 @dataclass(slots=True)
@@ -286,18 +286,17 @@ class LiveTop:
         at = 12
         if data[at:at + 2] == b"\x81\x00":
             at += 4
-        if int.from_bytes(data[at:at + 2], "big") != _MAC_CONTROL or len(data) < at + 6:
+        if int.from_bytes(data[at:at + 2], "big") != ETHERTYPE_MAC_CONTROL or len(data) < at + 6:
             return
         code = int.from_bytes(data[at + 2:at + 4], "big")
-        if code == _PAUSE:
+        if code == PAUSE_OPCODE:
             self.pauses += 1
-        elif code == _PFC:
+        elif code == PFC_OPCODE:
             self.pfc += 1
-            vector = data[at + 5]
-            quanta = data[at + 6:at + 22]
-            for prio in range(8):
-                if vector >> prio & 1 and quanta[2 * prio:2 * prio + 2] not in (b"\0\0", b"\0", b""):
-                    self.pfc_by_priority[prio] += 1
+            if len(data) >= at + 2 + PFC.LAYOUT.size:
+                for prio, quanta in PFC.decode(data, at + 2).paused().items():
+                    if quanta:  # a pause, not an XON
+                        self.pfc_by_priority[prio] += 1
 
     def _block(self, blk: RecordBlock) -> None:
         if not len(blk):
