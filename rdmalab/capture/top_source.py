@@ -17,14 +17,10 @@ from collections.abc import Callable, Iterator
 from rdmalab.capture.reader import CaptureError, records
 from rdmalab.capture.sniff import LiveCapture, SniffError
 
-#: the errors a source raises: LiveCaptureError (an interface), CaptureError (a file that cannot be read)
-__all__ = ["CaptureError", "Frame", "LiveCaptureError", "live", "replay"]
+#: the errors a source raises: SniffError (an interface), CaptureError (a file that cannot be read)
+__all__ = ["CaptureError", "Frame", "SniffError", "live", "replay"]
 
 Frame = tuple[int, bytes, int, int]
-
-
-class LiveCaptureError(Exception):
-    """An interface that cannot be captured on: one sentence saying why."""
 
 
 def replay(path: str | os.PathLike[str], speed: float | None = 1.0, *, clock: Callable[[], float] = time.monotonic,
@@ -55,11 +51,7 @@ def live(iface: str, *, bpf: str | None = None, timeout: float = 0.25,
     reads them (``bpf``: a capture filter in tcpdump's language); ``None`` after ``timeout`` seconds
     without one.  ``stats["dropped"]`` is the kernel's count of frames dropped because the socket's
     buffer was full, brought up to date whenever a ``None`` is yielded and every 1024 frames."""
-    try:
-        cap = LiveCapture(iface, bpf=bpf)
-    except SniffError as err:
-        raise LiveCaptureError(str(err)) from None
-    with cap:
+    with LiveCapture(iface, bpf=bpf) as cap:
         while True:
             pkt = cap.poll(timeout)
             if pkt is None or cap.received % 1024 == 0:

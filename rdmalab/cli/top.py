@@ -134,7 +134,7 @@ def _text(top: LiveTop, width: int, title: str) -> str:
 def run_top(args: argparse.Namespace, out: TextIO) -> int:
     # lazy: keeps `rdmalab --help` fast (the decoder and numpy load only for this command)
     from rdmalab.capture.top import LiveTop
-    from rdmalab.capture.top_source import CaptureError, LiveCaptureError, replay
+    from rdmalab.capture.top_source import CaptureError, SniffError, replay
     from rdmalab.capture.top_source import live as live_frames
 
     if (args.interface is None) == (args.read is None):
@@ -187,7 +187,7 @@ def run_top(args: argparse.Namespace, out: TextIO) -> int:
                     live.update(render(top, title=title), refresh=True)
     except KeyboardInterrupt:
         pass
-    except LiveCaptureError as err:
+    except SniffError as err:
         if live is not None:
             live.stop()
         raise Fail(str(err)) from None
