@@ -23,8 +23,15 @@ What ``rdmalab capture -i IFACE -w FILE`` and ``rdmalab decode -i IFACE`` read f
   ``STEM_NNNNN_YYYYmmddHHMMSS.EXT`` that switches after a size (``filesize``, kB of 1000 bytes),
   a time (``duration``) or a number of packets (``packets``), keeping only the newest ``files``.
 
+Interface ``any`` captures on every interface at once, as tcpdump's ``-i any`` does: a packet socket
+bound to none, in cooked mode (``SOCK_DGRAM``: the kernel takes the link-layer header off), each
+packet written behind a Linux cooked capture v2 header (link type 276, ``LINKTYPE_LINUX_SLL2``:
+EtherType, interface index, ARPHRD type, packet type, source address).  As libpcap does there, the
+loopback's outgoing copies are dropped, promiscuous mode is not set, and a filter is attached
+only after a reject-everything filter and a drain, so no packet before it gets through.
+
 Linux only (packet sockets); Ethernet and loopback interfaces (the link types RoCE and iWARP
-travel on).  Capturing needs root or the capability ``CAP_NET_RAW``; without it, or without the
+travel on), or ``any``.  Capturing needs root or the capability ``CAP_NET_RAW``; without it, or without the
 interface, :class:`SniffError` says so in one sentence.
 """
 
@@ -42,11 +49,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
+from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL2
 from rdmalab.capture.pcapwriter import DEFAULT_SNAPLEN, CaptureWriter, Format
 from rdmalab.wire.errors import RdmalabError
 
-__all__ = ["DEFAULT_SNAPLEN", "Format", "LiveCapture", "PcapPipe", "RingFiles", "SniffError", "Stop", "compile_filter",
+__all__ = ["ANY", "DEFAULT_SNAPLEN", "Format", "LiveCapture", "PcapPipe", "RingFiles", "SniffError", "Stop", "compile_filter",
            "interface_names", "parse_conditions", "restore_vlan"]
 
 # packet(7), linux/if_packet.h, linux/if_arp.h, asm-generic/socket.h
@@ -76,6 +83,17 @@ _TIMESPEC = struct.Struct("@ll")
 _PACKET_MREQ = struct.Struct("@iHH8s")
 _SOCK_FPROG = struct.Struct("@HP")
 _TPACKET_STATS = struct.Struct("=II")
+#: tcpdump.org LINKTYPE_LINUX_SLL2: EtherType, reserved, interface index, ARPHRD type, packet type,
+#: address length, address (padded to 8 bytes); big-endian
+_SLL2 = struct.Struct(">HHIHBB8s")
+#: the pseudo-interface of every interface (libpcap's name for it)
+ANY = "any"
+_REJECT_ALL = [(_BPF_RET_K, 0, 0, 0)]
+#: linux/filter.h: the ancillary loads that stand for the SLL2 header's fields on a cooked socket, by the
+#: field's offset in that header (EtherType, interface index, ARPHRD type, packet type)
+_SKF_AD_OFF = -0x1000
+_SLL2_ANCILLARY = {0: 0, 4: 8, 8: 28, 10: 4}  # -> SKF_AD_PROTOCOL, SKF_AD_IFINDEX, SKF_AD_HATYPE, SKF_AD_PKTTYPE
+_BPF_LD, _BPF_LDX, _BPF_ABS, _BPF_IND, _BPF_MSH = 0x00, 0x01, 0x20, 0x40, 0xA0
 
 
 class SniffError(RdmalabError):
@@ -185,8 +203,35 @@ class Stop:
     poll: float = 0.25
 
 
+def _cooked_program(program: list[tuple[int, int, int, int]], expr: str) -> list[tuple[int, int, int, int]]:
+    """A filter compiled for SLL2 records, rewritten for a cooked socket: there the kernel runs the filter
+    on the packet from its network header on, so a load past the 20-byte SLL2 header is moved back by
+    20, and a load of one of its fields becomes the kernel's ancillary load of that field (as libpcap
+    does for ``any``).  Loads of other bytes of the header cannot be filtered in the kernel: refused."""
+    out = []
+    for code, jt, jf, k in program:
+        if code & 0x07 in (_BPF_LD, _BPF_LDX) and code & 0xE0 in (_BPF_ABS, _BPF_IND, _BPF_MSH) and k < 1 << 31:
+            if k >= _SLL2.size:
+                k -= _SLL2.size
+            elif k in _SLL2_ANCILLARY and code & 0xE0 == _BPF_ABS and code & 0x07 == _BPF_LD:
+                k = (_SKF_AD_OFF + _SLL2_ANCILLARY[k]) & 0xFFFFFFFF
+            else:
+                raise SniffError(f"-f {expr!r}: on -i {ANY} the filter reads byte {k} of the cooked header, "
+                                 "which the kernel cannot filter on; filter on the packet instead")
+        out.append((code, jt, jf, k))
+    return out
+
+
+def _attach(sock: socket.socket, program: list[tuple[int, int, int, int]]) -> None:
+    """Attach a classic BPF program (a list of ``(code, jt, jf, k)``) to a socket (``SO_ATTACH_FILTER``)."""
+    insns = b"".join(struct.pack("=HBBI", *ins) for ins in program)
+    buf = ctypes.create_string_buffer(insns)
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, _SOCK_FPROG.pack(len(program), ctypes.addressof(buf)))
+
+
 class LiveCapture:
-    """An ``AF_PACKET`` socket on interface ``iface`` (see the module's description).
+    """An ``AF_PACKET`` socket on interface ``iface``, or on all of them for ``"any"`` (see the module's
+    description; :attr:`linktype` says what the packets are: Ethernet, or SLL2 for ``any``).
 
     ``bpf`` is a capture filter in tcpdump's language (None: every packet), ``snaplen`` the most
     bytes kept of a packet, ``promisc`` puts the interface in promiscuous mode while the capture
@@ -202,36 +247,60 @@ class LiveCapture:
         self._kernel = [0, 0]  # the kernel's counts: packets, drops (PACKET_STATISTICS resets on reading)
         if not 1 <= snaplen <= DEFAULT_SNAPLEN:
             raise SniffError(f"-s {snaplen}: the snapshot length must be 1..{DEFAULT_SNAPLEN} bytes")
-        try:
-            self.ifindex = socket.if_nametoindex(iface)
-        except OSError:
-            names = ", ".join(interface_names()) or "none found"
-            raise SniffError(f"-i {iface}: there is no interface {iface!r} on this host (interfaces: {names})") from None
-        hw = _arphrd(iface)
-        if hw not in _LINKTYPES:
-            raise SniffError(f"-i {iface}: rdmalab captures on Ethernet and loopback interfaces; {iface} is of "
-                             f"ARPHRD type {hw} (/sys/class/net/{iface}/type)")
-        self.loopback = hw == ARPHRD_LOOPBACK
-        self.linktype = _LINKTYPES[hw]
+        self.cooked = iface == ANY
+        if self.cooked:
+            self.ifindex = 0
+            self.loopback = False
+            self.linktype = LINKTYPE_LINUX_SLL2
+            self._indexes: dict[str, int] = {}
+        else:
+            try:
+                self.ifindex = socket.if_nametoindex(iface)
+            except OSError:
+                names = ", ".join(interface_names()) or "none found"
+                raise SniffError(f"-i {iface}: there is no interface {iface!r} on this host (interfaces: {names}; "
+                                 f"{ANY}: all of them)") from None
+            hw = _arphrd(iface)
+            if hw not in _LINKTYPES:
+                raise SniffError(f"-i {iface}: rdmalab captures on Ethernet and loopback interfaces; {iface} is of "
+                                 f"ARPHRD type {hw} (/sys/class/net/{iface}/type)")
+            self.loopback = hw == ARPHRD_LOOPBACK
+            self.linktype = _LINKTYPES[hw]
         program = compile_filter(bpf, linktype=self.linktype, snaplen=snaplen) if bpf else None
         if self.loopback:
             # each packet passes lo twice (out, then in): the outgoing copy is rejected in the kernel,
             # so it costs no copy to this process and the kernel's counts are of packets, not copies
             program = [*_NOT_OUTGOING, *(program or [(_BPF_RET_K, 0, 0, snaplen)])]
         try:
-            # protocol 0: nothing arrives until bind(), so the filter is in place for the first packet
-            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+            if self.cooked:
+                # bound to no interface, a socket must say its protocol when it is made, and packets may
+                # queue before the filter is on: they are drained below, behind a filter that takes none
+                sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_ALL))
+            else:
+                # protocol 0: nothing arrives until bind(), so the filter is in place for the first packet
+                sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         except PermissionError:
             raise SniffError(f"-i {iface}: capturing needs root or the capability CAP_NET_RAW (a packet socket "
                              "was refused: operation not permitted)") from None
         except OSError as err:
             raise SniffError(f"-i {iface}: cannot open a packet socket ({err.strerror or err})") from None
         try:
-            if program is not None:
-                insns = b"".join(struct.pack("=HBBI", *ins) for ins in program)
-                buf = ctypes.create_string_buffer(insns)
-                sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER,
-                                _SOCK_FPROG.pack(len(program), ctypes.addressof(buf)))
+            if self.cooked:
+                _attach(sock, _REJECT_ALL)
+                sock.setblocking(False)
+                while True:
+                    try:
+                        sock.recv(1)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                # lo's outgoing copies are rejected in the kernel (as on -i lo), then the filter runs
+                lo = socket.if_nametoindex("lo") if "lo" in interface_names() else 0
+                ifindex = (_SKF_AD_OFF + 8) & 0xFFFFFFFF
+                not_lo_out = [(_BPF_LD_W_ABS, 0, 0, ifindex), (_BPF_JEQ_K, 0, 3, lo), *_NOT_OUTGOING]
+                _attach(sock, [*not_lo_out, *(_cooked_program(program, bpf or "") if program
+                                              else [(_BPF_RET_K, 0, 0, DEFAULT_SNAPLEN)])])
+            elif program is not None:
+                _attach(sock, program)
             sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
             # bursts wait here, not dropped: 32 MiB past net.core.rmem_max where the process may
@@ -244,8 +313,9 @@ class LiveCapture:
                     break
                 except OSError:
                     continue
-            sock.bind((iface, ETH_P_ALL))
-            if promisc:
+            if not self.cooked:
+                sock.bind((iface, ETH_P_ALL))
+            if promisc and not self.cooked:  # libpcap does not set promiscuous mode on "any" either
                 sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP,
                                 _PACKET_MREQ.pack(self.ifindex, PACKET_MR_PROMISC, 0, b""))
             sock.setblocking(False)
@@ -269,6 +339,8 @@ class LiveCapture:
             return None
         if self.loopback and addr[2] == PACKET_OUTGOING:
             return None
+        if self.cooked and addr[2] == PACKET_OUTGOING and addr[0] == "lo":
+            return None  # lo's outgoing copy of a packet it also receives (libpcap drops it on "any" too)
         ts_ns = None
         tci = None
         tpid = 0x8100
@@ -284,12 +356,32 @@ class LiveCapture:
                         tpid = vtpid
         if ts_ns is None:
             ts_ns = time.time_ns()
+        if self.cooked:
+            return ts_ns, *self._cooked(addr, n, tci, tpid)
         got = bytes(self._view[:min(n, self.snaplen)])
         wire = n
         if tci is not None and len(got) >= 12:
             got = restore_vlan(got, tci, tpid)[:self.snaplen]
             wire += 4
         return ts_ns, got, wire
+
+    def _cooked(self, addr: tuple[Any, ...], n: int, tci: int | None, tpid: int) -> tuple[bytes, int]:
+        """A packet of a cooked socket behind its SLL2 header (and the VLAN tag the card took off, as an
+        802.1Q header after it: the header's EtherType becomes the tag's TPID), with its length."""
+        name, proto, pkttype, hatype, hwaddr = addr[:5]
+        index = self._indexes.get(name)
+        if index is None:
+            try:
+                index = self._indexes[name] = socket.if_nametoindex(name)
+            except OSError:  # the interface went away between the packet and now
+                index = 0
+        body = self._view[:min(n, self.snaplen)]
+        tag = b""
+        if tci is not None:
+            tag = struct.pack(">HH", tci, proto)
+            proto = tpid
+        head = _SLL2.pack(proto, 0, index, hatype, pkttype, len(hwaddr), hwaddr[:8])
+        return (head + tag + bytes(body))[:self.snaplen], _SLL2.size + len(tag) + n
 
     def packets(self, stop: Stop | None = None, *, idle: Callable[[], None] | None = None
                 ) -> Iterator[tuple[int, bytes, int]]:

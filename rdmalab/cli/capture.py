@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="with -i: stop when COND is met (dumpcap's -a): duration:SECONDS, packets:N, filesize:KB, "
                         "files:N; without a COND: same as --all")
     live = p.add_argument_group("live capture from an interface of this host (as dumpcap; root or CAP_NET_RAW)")
-    live.add_argument("-i", dest="interface", metavar="IFACE", help="the interface to capture on (e.g. eth0, lo)")
+    live.add_argument("-i", dest="interface", metavar="IFACE", help="the interface to capture on (e.g. eth0, lo; any: all of them)")
     live.add_argument("-w", dest="write", metavar="FILE",
                       help="the capture file to write (- for standard output); pcapng unless it ends in .pcap")
     live.add_argument("-F", dest="file_format", choices=("pcap", "pcapng"), help="the file format")

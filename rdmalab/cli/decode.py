@@ -291,7 +291,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "pipe")
     live = d.add_argument_group("live capture (as tshark -i; root or CAP_NET_RAW)")
     live.add_argument("-i", dest="interface", metavar="IFACE",
-                      help="capture on this interface and print the packets as they arrive (Ctrl-C stops)")
+                      help="capture on this interface (any: all of them) and print the packets as they arrive (Ctrl-C stops)")
     live.add_argument("-f", dest="capture_filter", metavar="FILTER",
                       help="with -i: capture filter in tcpdump's language (pcap-filter(7)), e.g. 'udp port 4791'")
     live.add_argument("-a", dest="autostop", action="append", metavar="COND",

@@ -221,7 +221,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "refreshed every second; from a live interface or a capture replayed. The "
                                    "counts are `rdmalab analyze`'s, found packet by packet.")
     p.add_argument("-i", "--interface", metavar="IFACE",
-                   help="capture live on this interface (Linux AF_PACKET; root or CAP_NET_RAW)")
+                   help="capture live on this interface (any: all of them; Linux AF_PACKET; root or CAP_NET_RAW)")
     p.add_argument("-f", dest="capture_filter", metavar="FILTER",
                    help="with -i: a capture filter in tcpdump's language (e.g. 'udp port 4791')")
     p.add_argument("-r", "--read", metavar="FILE", help="replay a capture file (pcap/pcapng, also .gz)")

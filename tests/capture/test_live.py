@@ -357,3 +357,62 @@ def test_tcpdump_piped_into_decode_dash_r_dash(sender: Sender, tmp_path: Path) -
                                "infiniband.bth.psn", "-d", "udp.port==4791,infiniband"],
                               capture_output=True, text=True, check=True).stdout
         assert want == "".join(f"{k + 1}\t{100 + k}\n" for k in range(n))
+
+
+# ----------------------------------------------------------------------------- -i any
+
+
+@needs_capture
+@pytest.mark.skipif(shutil.which("tcpdump") is None, reason="tcpdump (the peer of -i any) is not installed")
+def test_any_captures_what_tcpdump_captures(sender: Sender, tmp_path: Path) -> None:
+    """``-i any``: every interface at once, behind Linux cooked v2 headers, each packet once (lo's outgoing
+    copy dropped), with the filter in the kernel: byte for byte what ``tcpdump -i any -y LINUX_SLL2``
+    captures of the same packets at the same time; tshark reads our file as SLL2 on lo."""
+    n = 3
+    theirs = tmp_path / "tcpdump.pcap"
+    tcpdump = subprocess.Popen(["tcpdump", "-i", "any", "-y", "LINUX_SLL2", "-U", "-w", str(theirs), "-c", str(n),
+                                sender.filter], stderr=subprocess.PIPE)
+    assert tcpdump.stderr is not None
+    said = b""
+    while b"listening on any" not in said:  # after "data link type LINUX_SLL2": its filter is in
+        ready, _, _ = select.select([tcpdump.stderr], [], [], GUARD)
+        assert ready, "tcpdump did not start"
+        chunk = os.read(tcpdump.stderr.fileno(), 4096)  # unbuffered: both lines may come in one read
+        assert chunk, f"tcpdump ended before it listened: {said!r}"
+        said += chunk
+    payloads = _roce(n)
+    with LiveCapture("any", bpf=sender.filter) as cap:
+        assert cap.linktype == 276
+        sender.send([b"other port"], port=4792)
+        sender.send(payloads)
+        ours = list(cap.packets(Stop(packets=n, duration=GUARD)))
+        assert cap.stats() == (n, 0)  # the outgoing copies are rejected in the kernel, as on -i lo
+    assert tcpdump.wait(GUARD) == 0
+    want = [cp.packet.data for cp in read(theirs)]
+    assert [data for _ts, data, _wire in ours] == want
+    assert [wire for _ts, _data, wire in ours] == [len(d) for d in want]
+    lo = socket.if_nametoindex("lo")
+    assert [data[:12] for _ts, data, _w in ours] == [bytes.fromhex(f"08000000{lo:08x}03040006")] * n
+    out = tmp_path / "any.pcapng"
+    proc = subprocess.Popen([sys.executable, "-m", "rdmalab", "capture", "-i", "any", "-w", str(out), "-f",
+                             sender.filter, "-c", str(n)], stderr=subprocess.PIPE, env=_env(), cwd=ROOT)
+    assert proc.stderr is not None
+    ready, _, _ = select.select([proc.stderr], [], [], GUARD)
+    assert ready and proc.stderr.readline() == b"Capturing on 'any'\n"
+    sender.send(payloads)
+    assert proc.wait(GUARD) == 0
+    pkts = list(read(out))
+    assert [cp.packet.encap for cp in pkts] == ["rocev2"] * n
+    assert [cp.rdma[0].get(BTH).psn for cp in pkts] == [100, 101, 102]
+    if shutil.which("tshark"):
+        got = subprocess.run(["tshark", "-r", str(out), "-T", "fields", "-e", "sll.ifindex", "-e", "sll.pkttype",
+                              "-e", "infiniband.bth.psn"], capture_output=True, text=True, check=True).stdout
+        assert got == "".join(f"{lo}\t0\t{100 + k}\n" for k in range(n))
+
+
+@needs_capture
+def test_any_refuses_a_filter_on_the_cooked_header() -> None:
+    """A filter that reads bytes of the cooked header other than its fields cannot run in the kernel on
+    ``any``: one sentence, naming the filter and the byte."""
+    with pytest.raises(SniffError, match=r"-f 'link\[2\] = 1': on -i any the filter reads byte 2 of the cooked"):
+        LiveCapture("any", bpf="link[2] = 1")
