@@ -76,8 +76,8 @@ class Testbed:
         self.client: list[QP] = []
         self.server: list[QP] = []
         for _ in range(qps):
-            self.client.append(QP(cpd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.ccq, rcq=self.ccq, cap=cap)))
-            self.server.append(QP(spd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.scq, rcq=self.scq, cap=cap)))
+            self.client.append(QP(cpd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.ccq, rcq=self.ccq, cap=cap, sq_sig_all=0)))
+            self.server.append(QP(spd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.scq, rcq=self.scq, cap=cap, sq_sig_all=0)))
         gids = [ctx.query_gid(1, 1) for ctx, *_ in ends]
         for qc, qs in zip(self.client, self.server, strict=True):
             for x, y, dgid in ((qc, qs, gids[1]), (qs, qc, gids[0])):
