@@ -145,3 +145,25 @@ def test_model_parameters_are_checked() -> None:
         by_name("cx9")
     assert by_name("ConnectX-3") == CX3
     assert Fabric(nic=CX3).add_device().nic is not None
+
+
+def _mpps(text: str) -> float:
+    line = [ln for ln in text.splitlines() if ln.strip().startswith("32 ")][0]
+    return float(line.split()[4])
+
+
+def test_perftest_reports_virtual_time_under_the_model(capsys: pytest.CaptureFixture[str]) -> None:
+    """``rdmalab perftest write --nic connectx3``: perftest's report in virtual time; -l 16 (post lists,
+    one doorbell per 16) reports a higher message rate than -l 1, both measured; -l without --nic stays refused."""
+    from rdmalab.cli import main  # (the CLI layer: imported where used, as tests/test_cli.py does)
+
+    assert main(["perftest", "write", "--nic", "connectx3", "-s", "32", "-n", "600"]) == 0
+    single = capsys.readouterr().out
+    assert "NIC model ConnectX-3" in single and "MsgRate[Mpps]" in single
+    assert main(["perftest", "write", "--nic", "connectx3", "-s", "32", "-n", "600", "-l", "16", "-Q", "16"]) == 0
+    batched = capsys.readouterr().out
+    assert _mpps(batched) > 1.1 * _mpps(single)
+    assert main(["perftest", "write", "-l", "4", "10.0.0.1"]) != 0
+    assert "-l (post lists) is not supported" in capsys.readouterr().err
+    assert main(["perftest", "write", "--nic", "cx9"]) != 0
+    assert "unknown NIC model 'cx9'" in capsys.readouterr().err
