@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import rdmalab.verbs.enums as e
+from rdmalab.cli import main
 from rdmalab.fabric import Fabric
 from rdmalab.fabric import nicbench as nb
 from rdmalab.verbs.engine.nicmodel import NicModel, attach, by_name
@@ -155,8 +156,6 @@ def _mpps(text: str) -> float:
 def test_perftest_reports_virtual_time_under_the_model(capsys: pytest.CaptureFixture[str]) -> None:
     """``rdmalab perftest write --nic connectx3``: perftest's report in virtual time; -l 16 (post lists,
     one doorbell per 16) reports a higher message rate than -l 1, both measured; -l without --nic stays refused."""
-    from rdmalab.cli import main  # (the CLI layer: imported where used, as tests/test_cli.py does)
-
     assert main(["perftest", "write", "--nic", "connectx3", "-s", "32", "-n", "600"]) == 0
     single = capsys.readouterr().out
     assert "NIC model ConnectX-3" in single and "MsgRate[Mpps]" in single

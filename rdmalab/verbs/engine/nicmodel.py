@@ -404,8 +404,9 @@ def attach(dev: Any, model: NicModel | None) -> Nic | None:
     """Give soft device ``dev`` a NIC under ``model`` (None: take it away, the engine is as without one)."""
     if model is not None and not isinstance(model, NicModel):
         raise TypeError(f"a NIC model is a NicModel (NicModel.connectx3()), not {model!r}")
-    dev.nic = None if model is None else Nic(model, dev)
-    return dev.nic
+    nic = None if model is None else Nic(model, dev)
+    dev.nic = nic
+    return nic
 
 
 #: the named models (``rdmalab perftest --nic NAME``)
