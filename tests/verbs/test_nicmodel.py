@@ -208,3 +208,22 @@ def test_the_labs_soft_pair_takes_the_model() -> None:
         assert pair.wait(pair.a.cq, 1)[0].status == e.IBV_WC_SUCCESS
         took.append(pair.fabric.now_ns - t0)
     assert took[1] > took[0] + CX3.pcie_rtt_ns
+
+
+def test_attach_to_a_fabric_without_a_model() -> None:
+    """nicmodel.attach on the devices of a Fabric() made without a model times the wire as Fabric(nic=) does."""
+    took = []
+    for how in ("fabric", "attach"):
+        fabric = Fabric(seed=4, trace=False, nic=CX3 if how == "fabric" else None)
+        fabric.add_device(), fabric.add_device()
+        if how == "attach":
+            assert not fabric.timed
+            for dev in fabric.devices.values():
+                attach(dev, CX3)
+            assert fabric.timed
+        p = EndpointPair(fabric=fabric)
+        t0 = fabric.now_ns
+        p.send(p.a, e.IBV_WR_RDMA_WRITE, length=64)
+        assert p.wait(p.a.cq, 1)[0].status == e.IBV_WC_SUCCESS
+        took.append(fabric.now_ns - t0)
+    assert took[0] == took[1]

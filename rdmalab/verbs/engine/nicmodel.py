@@ -406,6 +406,9 @@ def attach(dev: Any, model: NicModel | None) -> Nic | None:
         raise TypeError(f"a NIC model is a NicModel (NicModel.connectx3()), not {model!r}")
     nic = None if model is None else Nic(model, dev)
     dev.nic = nic
+    told = getattr(dev.carrier, "nic_attached", None)  # (the simulated fabric times the wire for NICs)
+    if told is not None:
+        told()
     return nic
 
 
