@@ -65,7 +65,7 @@ class NicModel:
     #: table 1; HERD's README: ConnectX-3 354A on PCIe 3.0 x8): 8 GT/s x 8 lanes x 128/130 / 8 = 7.877 GB/s
     pcie_bytes_per_ns: float = 7.877
     #: bytes each TLP adds to its data.  PCIe 3.0 framing: 4 B STP token (with the sequence number),
-    #: 16 B header (64-bit address), 4 B LCRC = 24 B; Kalia et al. §2.2 count the same order (20-26 B)
+    #: 16 B header (64-bit address), 4 B LCRC = 24 B
     tlp_overhead: int = 24
     #: PCIe Max Payload Size: data bytes per write/completion TLP.  256 B: the value ConnectX-3
     #: advertises (Mellanox community, "PCIe TLP payload size", default of the ConnectX-3 INI file)
