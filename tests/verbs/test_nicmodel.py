@@ -7,10 +7,11 @@ import pytest
 
 import rdmalab.verbs.enums as e
 from rdmalab.cli import main
-from rdmalab.fabric import Fabric
+from rdmalab.fabric import Fabric, default_fabric, reset_default_fabric
 from rdmalab.fabric import nicbench as nb
 from rdmalab.fabric.harness import EndpointPair
 from rdmalab.lab.pair import SoftPair
+from rdmalab.verbs.device import Context
 from rdmalab.verbs.engine.nicmodel import NicModel, attach, by_name
 from rdmalab.verbs.engine.packet import ROCE_OVERHEAD
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
@@ -227,3 +228,23 @@ def test_attach_to_a_fabric_without_a_model() -> None:
         assert p.wait(p.a.cq, 1)[0].status == e.IBV_WC_SUCCESS
         took.append(fabric.now_ns - t0)
     assert took[0] == took[1]
+
+
+def test_pyverbs_programs_on_the_default_fabric_take_the_model() -> None:
+    """A pyverbs program that opens devices by name (``Context(name="soft0")``: the default fabric) runs
+    under the model once the default fabric is one with a model; the virtual clock shows what its WRITE cost."""
+    took = []
+    try:
+        for model in (None, CX3):
+            fab = Fabric(nic=model, trace=False)
+            fab.add_device("soft0", "10.0.0.1"), fab.add_device("soft1", "10.0.0.2")
+            reset_default_fabric(fab)
+            assert (Context(name="soft0").device.nic is not None) == (model is not None)
+            p = EndpointPair(fabric=default_fabric())
+            t0 = fab.now_ns
+            p.send(p.a, e.IBV_WR_RDMA_WRITE, length=64)
+            assert p.wait(p.a.cq, 1)[0].status == e.IBV_WC_SUCCESS
+            took.append(fab.now_ns - t0)
+    finally:
+        reset_default_fabric()
+    assert took[1] > took[0] + CX3.pcie_rtt_ns
