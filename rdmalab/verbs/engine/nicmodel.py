@@ -16,7 +16,8 @@ Performance RDMA Systems", USENIX ATC 2016, §2-§3) describe a NIC as paying:
   ``pu_packet_ns`` on one of them, every doorbell ``pu_doorbell_ns`` and every DMA the NIC issues
   ``pu_dma_ns``;
 * **the caches**: an LRU of QP contexts (``qp_cache`` entries) and an LRU of memory translations (MPT
-  entries per key and MTT entries per ``mtt_page`` page, ``mtt_cache`` entries together); a miss is a
+  entries per key and MTT entries per ``mtt_page`` page counted from the MR's start, ``mtt_cache``
+  entries together, so timings do not depend on where the host put a buffer); a miss is a
   DMA read of the entry (a PCIe round trip) during which the PU that needs it waits;
 * **the receive side**: each arriving packet costs a PU, its context and translation lookups, a SEND's
   receive WQE is fetched by DMA, payloads are DMA-written to host memory, a READ response's payload is
@@ -274,8 +275,12 @@ class Nic:
             index = key >> 8
             if not self._hit(self.mtt, (index, -1), m.mtt_cache, "mtt"):  # the MPT entry of the key
                 s = self.dma_read(s, m.mtt_entry_bytes)
+            # pages are counted from the MR's start, as if every MR began on a page: the pages an access
+            # spans then do not depend on where the host put the buffer, so a run is the same run
+            mr = self.dev.mrs.get(index)
+            off = addr - mr.buf if mr is not None else addr
             page = m.mtt_page
-            for p in range(addr // page, (addr + max(length, 1) - 1) // page + 1):
+            for p in range(off // page, (off + max(length, 1) - 1) // page + 1):
                 if not self._hit(self.mtt, (index, p), m.mtt_cache, "mtt"):
                     s = self.dma_read(s, m.mtt_entry_bytes)
         busy = s - t + ns  # (the PU waits for its misses)
