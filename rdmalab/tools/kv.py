@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rdmalab.fabric.loop import Loop
+from rdmalab.fabric.sim import Fabric
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.addr import AH, AHAttr, GlobalRoute
 from rdmalab.verbs.cq import CQ, WC
@@ -51,7 +52,7 @@ from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 
 __all__ = ["GET", "KEY_SIZE", "PUT", "QKEY", "Bucket", "GetResult", "KvClient", "KvError", "KvServer", "Layout",
-           "PendingPut", "RpcResult", "TornReadError", "connect"]
+           "PendingPut", "RpcResult", "Store", "TornReadError", "connect", "key_at_distance", "simulated"]
 
 KEY_SIZE = 16
 QKEY = 0x4B560001
@@ -595,6 +596,30 @@ class KvClient:
 def connect(server: KvServer, client: KvClient) -> None:
     """Connect ``client`` to ``server`` in one process (both on the same carrier)."""
     client.attach(server.accept(client.address()))
+
+
+@dataclass
+class Store:
+    """A server and a client connected on a simulated fabric of their own (:func:`simulated`)."""
+
+    fabric: Fabric
+    server: KvServer
+    client: KvClient
+
+
+def simulated(*, layout: Layout | None = None, seed: int = 1, window: int = 1, service_ns: int = 200,
+              poll_ns: int = 100, max_retries: int = 16, latency_ns: int = 1000, nic: Any = None) -> Store:
+    """A fresh :class:`~rdmalab.fabric.sim.Fabric` (``latency_ns`` each way, 100 Gb/s) with devices "server"
+    and "client", a :class:`KvServer` and a connected :class:`KvClient`; ``nic``: the fabric's NIC model (None:
+    the links' costs only)."""
+    kw = {} if nic is None else {"nic": nic}
+    f = Fabric(seed=seed, latency_ns=latency_ns, **kw)
+    for n in ("server", "client"):
+        f.add_device(n)
+    s = KvServer(Context(name="server", fabric=f), layout, service_ns=service_ns, poll_ns=poll_ns)
+    c = KvClient(Context(name="client", fabric=f), window=window, max_retries=max_retries)
+    connect(s, c)
+    return Store(f, s, c)
 
 
 def key_at_distance(layout: Layout, home: int, distance: int, taken: Callable[[bytes], bool] = lambda k: False,
