@@ -43,6 +43,9 @@ _UNSUPPORTED = {
 
 
 VERBS = ("write", "read", "send", "atomic")
+#: options refused with real peers that the virtual run (--nic) takes
+_VIRTUAL_ONLY = {"-I": "inline_size", "--inline_size": "inline_size", "-l": "post_list", "--post_list": "post_list",
+                 "-Q": "cq_mod", "--cq-mod": "cq_mod", "-t": "tx_depth", "--tx-depth": "tx_depth"}
 # the options (the parser's and quick_parse's), in the order of --help
 OPTIONS: tuple[Option, ...] = (
     (("-p", "--port"), {"type": int, "default": 18515, "help": "TCP port of the exchange (default 18515)"}),
@@ -72,6 +75,16 @@ OPTIONS: tuple[Option, ...] = (
     (("--pcap",), {"metavar": "FILE", "help": "write every packet the engine sends and receives to FILE"}),
     (("--timeout",), {"type": float, "default": 60.0,
                       "help": "give up after this many seconds without a completion (default 60)"}),
+    (("--nic",), {"metavar": "MODEL",
+                  "help": "no peer: run both sides on the simulated fabric under this NIC model (connectx3) and "
+                          "report virtual-time bandwidth, message rate and latency (docs/nic-model.md); takes "
+                          "-I, -l, -Q, -t and -q"}),
+    (("-I", "--inline_size"), {"type": int, "default": 0, "help": "with --nic: inline payloads up to this size"}),
+    (("-l", "--post_list"), {"type": int, "default": 1, "help": "with --nic: work requests per post_send"}),
+    (("-Q", "--cq-mod"), {"dest": "cq_mod", "type": int, "default": 100,
+                          "help": "with --nic: one signaled work request in this many"}),
+    (("-t", "--tx-depth"), {"dest": "tx_depth", "type": int, "default": 128,
+                            "help": "with --nic: work requests outstanding per QP"}),
 )
 
 
@@ -101,14 +114,21 @@ def main_argv(args: Args, out: TextIO) -> int:
     """Entry from ``rdmalab.cli.main`` (a pass-through command): options and SERVER may mix.  A plain
     command line is parsed without loading argparse (start-up of a server in the lab VM)."""
     argv = list(args.lab_args)
+    virtual = any(a.split("=", 1)[0] == "--nic" for a in argv)
     for a in argv:
         name = a.split("=", 1)[0]
-        if name in _UNSUPPORTED:
+        if name in _UNSUPPORTED and not (virtual and name in _VIRTUAL_ONLY):
             raise Fail(f"perftest: {name} ({_UNSUPPORTED[name]}) is not supported by the soft engine's perftest")
     return run_perftest(quick(argv) or parser().parse_intermixed_args(argv), out)
 
 
 def run_perftest(args: argparse.Namespace | Args, out: TextIO) -> int:
+    if getattr(args, "nic", None):
+        return _run_virtual(args, out)
+    for flag, dest in _VIRTUAL_ONLY.items():
+        default = {"inline_size": 0, "post_list": 1, "cq_mod": 100, "tx_depth": 128}[dest]
+        if flag.startswith("--") and getattr(args, dest, default) != default:
+            raise Fail(f"perftest: {flag} ({_UNSUPPORTED[flag]}) is supported only in the virtual run (--nic)")
     if args.atomic_type not in ("CMP_AND_SWAP", "FETCH_AND_ADD"):
         raise Fail(f"perftest: -A {args.atomic_type}: the atomic type is CMP_AND_SWAP or FETCH_AND_ADD")
     if args.atomic_type != "FETCH_AND_ADD" and args.verb != "atomic":
@@ -136,6 +156,25 @@ def run_perftest(args: argparse.Namespace | Args, out: TextIO) -> int:
     # a server (without -R) listens before it loads the engine (listen_then_run); `rdmalab --help` loads neither
     return listen_then_run(args.server is None and not args.rdma_cm, args.port, f"perftest {args.verb}",
                            lambda listener: _run(args, out, listener))
+
+
+def _run_virtual(args: argparse.Namespace | Args, out: TextIO) -> int:
+    """``--nic MODEL``: both sides in this process, virtual time (:mod:`rdmalab.tools.perftest.virtual`)."""
+    from rdmalab.tools.perftest import PerftestError  # (the engine: loaded only when a run starts, as in _run)
+    from rdmalab.tools.perftest.virtual import VirtualOptions, run_virtual
+
+    if args.server is not None:
+        raise Fail("perftest --nic: the virtual run has no peer; drop SERVER")
+    size = args.size if args.size is not None else 65536
+    iters = args.iters if args.iters is not None else (5000 if args.verb == "write" else 1000)
+    opts = VirtualOptions(verb=args.verb, nic=args.nic, size=size, iters=iters, all_sizes=args.all,
+                          inline_size=args.inline_size, post_list=args.post_list, cq_mod=args.cq_mod,
+                          tx_depth=args.tx_depth, num_qps=args.qp, report_gbits=args.report_gbits)
+    try:
+        run_virtual(opts, out)
+    except PerftestError as exc:
+        raise Fail(f"perftest {args.verb}: {exc}") from None
+    return 0
 
 
 def _run(args: argparse.Namespace | Args, out: TextIO, listener: socket.socket | None) -> int:

@@ -30,6 +30,7 @@ from typing import IO, Any
 from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.fabric.loop import VirtualLoop
 from rdmalab.verbs.engine.carrier import Scheduler, Station
+from rdmalab.verbs.engine.nicmodel import NicModel, attach
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import ACK_OPCODE, INFO, PSN_MASK, ROCE_OVERHEAD, SEGMENT, Pkt, middle_of, next_id
 from rdmalab.verbs.engine.trace import RingTrace, Trace, TraceEvent
@@ -120,11 +121,19 @@ class Fabric(VirtualLoop):
 
     The fabric is its own event loop (a :class:`~rdmalab.fabric.loop.VirtualLoop`): ``now_ns``,
     ``call_at``/``call_later``, ``step``/``run``/``advance``/``progress`` and ``pending`` are the loop's.
+
+    ``nic`` (a :class:`~rdmalab.verbs.engine.nicmodel.NicModel`, e.g. ``NicModel.connectx3()``) gives every
+    device added a NIC that charges virtual time for doorbells, DMA over PCIe, its processing units and its
+    caches (:mod:`rdmalab.verbs.engine.nicmodel`); None (the default): links only, posting is free.
     """
 
     def __init__(self, *, seed: int = 0, mtu: int = 4096, latency_ns: int = 1000, bandwidth_gbps: float = 100.0,
-                 trace: bool = True, frames: bool = False, bursts: bool = True) -> None:
+                 trace: bool = True, frames: bool = False, bursts: bool = True, nic: NicModel | None = None) -> None:
         check_mtu(mtu)
+        if nic is not None and not isinstance(nic, NicModel):
+            raise TypeError(f"Fabric(nic=...): a NicModel (NicModel.connectx3()), not {nic!r}")
+        #: the NIC cost model every device added gets (None: none)
+        self.nic = nic
         super().__init__(0)  # the virtual clock (``now_ns``, a plain attribute the engine reads often) at 0
         self.seed = seed
         self.rng = random.Random(seed)
@@ -159,6 +168,8 @@ class Fabric(VirtualLoop):
         name, ip, mac = self.new_device_address(name, ip, mac, "soft")
         dev = SoftDevice(name, int(ipaddress.IPv4Address(ip)), mac, self, seed=self.rng.getrandbits(32))
         self.attach(dev)
+        if self.nic is not None:
+            attach(dev, self.nic)
         return dev
 
     def new_device_address(self, name: str | None, ip: str | None, mac: int | None,
@@ -262,7 +273,8 @@ class Fabric(VirtualLoop):
                 # A burst while tracing: the receiver gets the very packets the trace shows as sent, one
                 # by one, each when it would have arrived had the requester sent them singly (it sends
                 # a run of packets at one instant either way).
-                if self.burst_ok and pkt.mtu <= self.mtu:  # (no tap, frame or fault needs the packets)
+                # (no tap, frame or fault needs the packets; a NIC model times each packet in _carry)
+                if self.burst_ok and pkt.mtu <= self.mtu and self.nic is None:
                     self._traced_burst(src, dst, pkt)  # (the same, without building the packets)
                     return
                 for p in pkt.expand():  # each packet's "sent" event, then its link or its drop
@@ -300,8 +312,12 @@ class Fabric(VirtualLoop):
         tx = int(wire_size * 8 / self.bandwidth_gbps)
         now = self.now_ns
         start = link.busy_until if link.busy_until > now else now
-        link.busy_until = start + tx
-        arrival = link.busy_until + self.latency_ns
+        if self.nic is not None:  # the NIC model: the sender's NIC and then the receiver's take their time
+            start, arrival = self._nic_times(src, dst, pkt, start, tx)
+            link.busy_until = start + tx
+        else:
+            link.busy_until = start + tx
+            arrival = link.busy_until + self.latency_ns
         faults = self.faults(src.name, dst.name) if self._faults else None
         if faults is None:
             if self.burst_ok and not self.tracing:
@@ -326,6 +342,23 @@ class Fabric(VirtualLoop):
         link.train = None
         for p in pkt.expand():
             self._faulty(dst, p, faults, arrival, tx)
+
+    def _nic_times(self, src: Station, dst: SoftDevice, pkt: Pkt, start: int, tx: int,
+                   reth: tuple[int, int, int] | None = None) -> tuple[int, int]:
+        """With a NIC model: when ``pkt`` may start on the link (the sending NIC works on it from now; it
+        goes at ``start``, when the link is free, at the earliest) and when the receiving NIC hands it on (after the link and its own work)."""
+        n = len(pkt.payload)
+        snic = getattr(src, "nic", None)
+        if snic is not None:
+            start = max(start, int(-(-snic.tx(self.now_ns, pkt.opcode, n, pkt.count, pkt.srcqp) // 1)))
+        arrival = start + tx + self.latency_ns
+        dnic = dst.nic
+        if dnic is not None:
+            r = pkt.reth
+            if reth is None and r is not None:
+                reth = (r.va, r.r_key, r.dma_length)
+            arrival = int(-(-dnic.rx(arrival, pkt.opcode, n, pkt.count, pkt.destqp, reth) // 1))
+        return start, arrival
 
     def _arrive(self, train: _Train) -> None:
         """A train's first packet is due: if more packets joined it, it comes again when the last is;
@@ -362,9 +395,18 @@ class Fabric(VirtualLoop):
             link = self._links[key] = Wire()
         now = self.now_ns
         start = link.busy_until if link.busy_until > now else now
-        link.busy_until = start + int(_ACK_WIRE * 8 / self.bandwidth_gbps)
+        tx = int(_ACK_WIRE * 8 / self.bandwidth_gbps)
+        arrival = start + tx + self.latency_ns
+        if self.nic is not None:  # the NIC model: the ACK's PU work at both ends
+            snic, dnic = getattr(src, "nic", None), dst.nic
+            if snic is not None:
+                start = max(start, int(-(-snic.tx(now, ACK_OPCODE, 0, 1, fields[8]) // 1)))
+            arrival = start + tx + self.latency_ns
+            if dnic is not None:
+                arrival = int(-(-dnic.rx(arrival, ACK_OPCODE, 0, 1, fields[0], None) // 1))
+        link.busy_until = start + tx
         link.train = None  # (a packet put on the link after this ACK must not arrive before it)
-        self.push((link.busy_until + self.latency_ns, next(self.tickets), dst.receive_ack, fields))
+        self.push((arrival, next(self.tickets), dst.receive_ack, fields))
         return True
 
     def _traced_burst(self, src: Station, dst: SoftDevice, burst: Pkt) -> None:

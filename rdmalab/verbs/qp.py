@@ -288,7 +288,7 @@ class QP:
         if eng.qp_state in _NO_SEND:
             raise PyverbsRDMAError(f"Failed to post send: the QP is in {e.QP_STATE_NAMES[self.qp_state]}, "
                                    "not RTS", EINVAL)
-        queued = len(eng.sq)
+        queued = len(eng.sq) + eng.staged  # (staged: WQEs a NIC model is still fetching)
         if wr.next_wr is None:  # one work request (the usual case): no list to grow
             eng.post_send([self._send_wqe(wr, queued)])
             return

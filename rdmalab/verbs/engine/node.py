@@ -65,6 +65,9 @@ class SoftDevice:
         self._gsi: Any = None
         #: multicast GID -> the UD QPs attached to it (ibv_attach_mcast)
         self.mcast: dict[int, list[Any]] = {}
+        #: the NIC cost model's state for this device (:class:`rdmalab.verbs.engine.nicmodel.Nic`), or None:
+        #: no model, posting and completing cost no virtual time (``nicmodel.attach``, ``Fabric(nic=...)``)
+        self.nic: Any = None
         self.counters = {"rcvd_pkts": 0, "sent_pkts": 0, "dropped": 0, "duplicate_request": 0,
                          "out_of_seq_request": 0, "rcvd_rnr_err": 0, "send_rnr_err": 0, "rcvd_seq_err": 0,
                          "retry_exceeded_err": 0, "retry_rnr_exceeded_err": 0, "completer_retry_err": 0}

@@ -113,6 +113,8 @@ class QPCore:
         self.gen = 0
         self.sq: list[SendWQE] = []
         self.rq: deque[RecvWQE] = deque()
+        #: send WQEs posted but still being fetched by the device's NIC model (``nicmodel.Nic.post``)
+        self.staged = 0
         self.sgid = self.dgid = self.dmac = 0  # the path (set with the address vector; kept over RESET)
         # congestion control (rdmalab.verbs.engine.dcqcn.attach / ecn_only): the reaction point's rate
         # limiter, when the next packet may go, whether a resume timer is pending; ECT(0) without one
@@ -207,12 +209,18 @@ class QPCore:
             wc._sgid, wc._dgid = gids
         if self.dev.carrier.tracing:
             self._trace_wc(wc)
+        if self.dev.nic is not None:  # the NIC model: the CQE is DMA-written first
+            self.dev.nic.complete(self, self.rcq, wc, solicited)
+            return
         if not self.rcq.push(wc, solicited) and self.qp_state != e.IBV_QPS_ERR:  # self._push, spelled out
             self.to_error()  # CQ overflow (class G): the QP goes to the error state
 
     def _push(self, cq: CompletionQueue, wc: WC, solicited: bool) -> None:
         if self.dev.carrier.tracing:
             self._trace_wc(wc)
+        if self.dev.nic is not None:  # the NIC model: the CQE is DMA-written first
+            self.dev.nic.complete(self, cq, wc, solicited)
+            return
         if not cq.push(wc, solicited) and self.qp_state != e.IBV_QPS_ERR:
             self.to_error()  # CQ overflow (class G): the QP goes to the error state
 

@@ -34,7 +34,12 @@ class SoftQP(QPCore):
 
     # ------------------------------------------------------------------ work requests
     def post_send(self, wqes: list[SendWQE]) -> None:
-        """Queue send WQEs (validated by the caller) and let the requester go."""
+        """Queue send WQEs (validated by the caller) and let the requester go (with a NIC model, the
+        NIC fetches them first: ``nicmodel.Nic.post``)."""
+        nic = self.dev.nic
+        if nic is not None and self.qp_state != e.IBV_QPS_ERR:
+            nic.post(self, wqes)
+            return
         self.sq.extend(wqes)
         if self.qp_state == e.IBV_QPS_ERR:
             self.flush()

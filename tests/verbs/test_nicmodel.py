@@ -1,0 +1,169 @@
+"""The NIC cost model (rdmalab.verbs.engine.nicmodel): off, it costs nothing; on, the papers' orderings
+come out of measurements in virtual time (rdmalab.fabric.nicbench), never from its constants."""
+
+from __future__ import annotations
+
+import pytest
+
+import rdmalab.verbs.enums as e
+from rdmalab.fabric import Fabric
+from rdmalab.fabric import nicbench as nb
+from rdmalab.verbs.engine.nicmodel import NicModel, attach, by_name
+from rdmalab.verbs.engine.packet import ROCE_OVERHEAD
+from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
+
+CX3 = NicModel.connectx3()
+N = 1200  # messages per rate measurement
+
+
+def _wire_ns(nbytes: int, gbps: float) -> int:
+    return int(nbytes * 8 / gbps)
+
+
+def test_off_costs_links_only() -> None:
+    """Without a model one signaled 32-byte WRITE takes exactly the links' time: the WRITE packet's and the
+    ACK's serialisation plus two link latencies (computed here from the frame sizes, not read from the engine);
+    posting, fetching and completing cost nothing, as before the model existed."""
+    link = 56.0
+    reth, aeth = 8 + 4 + 4, 4  # IBA Vol 1 9.3.3: RETH = VA, R_Key, DMA length; AETH = syndrome + MSN
+    write = _wire_ns(ROCE_OVERHEAD + reth + 32, link)
+    ack = _wire_ns(ROCE_OVERHEAD + aeth, link)
+    assert nb.latency(None, size=32, samples=5) == write + ack + 2 * 1000
+    bed = nb.Testbed(None)
+    assert bed.nics == [None, None]
+
+
+def test_on_costs_more_and_counts() -> None:
+    """With the model one WRITE takes longer than the links alone, and the NIC's counters show what it did."""
+    off = nb.latency(None, size=32, samples=5)
+    on = nb.latency(CX3, size=32, samples=5)
+    assert on > off + CX3.pcie_rtt_ns  # at least the WQE fetch's round trip
+    bed = nb.Testbed(CX3)
+    bed.client[0].post_send(bed.wr("write", 32, 7, e.IBV_SEND_SIGNALED))
+    n, wcs = bed.ccq.poll(1)
+    assert n == 1 and wcs[0].wr_id == 7 and wcs[0].status == e.IBV_WC_SUCCESS
+    client, server = bed.nics
+    assert client is not None and server is not None
+    assert (client.stats["doorbells"], client.stats["wqes"], client.stats["cqes"]) == (1, 1, 1)
+    assert client.stats["dma_reads"] >= 2  # the WQE and its payload (plus first-touch cache misses)
+    assert server.stats["dma_write_bytes"] >= 32  # the payload placed
+
+
+def test_detached_model_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """attach(dev, None) takes the model away: the same run on a fabric whose devices had a model and lost
+    it measures exactly as on one that never had one."""
+    plain = nb.rate(None, messages=300)
+    saved = nb.Testbed.__init__
+
+    def detached(self: nb.Testbed, model: NicModel | None, **kw: object) -> None:
+        saved(self, CX3, **kw)  # type: ignore[arg-type]
+        for dev in self.fabric.devices.values():
+            attach(dev, None)
+
+    monkeypatch.setattr(nb.Testbed, "__init__", detached)
+    again = nb.rate(None, messages=300)
+    assert again.ns == plain.ns
+
+
+def test_inline_beats_non_inline_for_small_messages() -> None:
+    """Kalia et al. ATC'16 §3.2 (and HERD §3): inlining a small payload saves the NIC the payload's DMA read,
+    so both the message rate and the latency improve."""
+    plain = nb.rate(CX3, size=32, messages=N)
+    inline = nb.rate(CX3, size=32, inline=True, messages=N)
+    assert inline.mops > 1.05 * plain.mops
+    assert nb.latency(CX3, size=32, inline=True, samples=5) < nb.latency(CX3, size=32, samples=5)
+
+
+def test_inline_not_for_large_messages() -> None:
+    """Beyond max_inline a payload cannot be inlined (post_send refuses it), and a large message already
+    runs near the link's rate without it: there is nothing left for inlining to win."""
+    bed = nb.Testbed(CX3)
+    with pytest.raises(PyverbsRDMAError, match="max_inline_data"):
+        bed.client[0].post_send(bed.wr("write", CX3.max_inline + 1, 1, e.IBV_SEND_SIGNALED | e.IBV_SEND_INLINE))
+    big = nb.rate(CX3, size=16384, messages=150)
+    assert big.gbps > 0.8 * CX3.link_gbps
+
+
+def test_doorbell_batching_raises_the_message_rate() -> None:
+    """Kalia et al. §3.1: one doorbell (and one DMA read of the WQEs) per chain of 16 instead of per WQE."""
+    single = nb.rate(CX3, batch=1, messages=N)
+    batched = nb.rate(CX3, batch=16, messages=N)
+    assert batched.mops > 1.15 * single.mops
+    bed_counts = []
+    for batch in (1, 16):
+        bed = nb.Testbed(CX3)
+        chain = [bed.wr("write", 32, i, e.IBV_SEND_SIGNALED if i == batch - 1 else 0) for i in range(batch)]
+        for a, b in zip(chain, chain[1:], strict=False):
+            a.next_wr = b
+        bed.client[0].post_send(chain[0])
+        assert bed.ccq.poll(1)[0] == 1
+        nic = bed.nics[0]
+        assert nic is not None
+        bed_counts.append(nic.stats["doorbells"])
+    assert bed_counts == [1, 1]  # one doorbell per post_send call, whatever the chain's length
+
+
+def test_unsignaled_completions_raise_the_message_rate() -> None:
+    """Kalia et al. §3.2 / HERD §4: one signaled WQE in 16 writes one CQE in 16."""
+    signaled = nb.rate(CX3, signal_every=1, messages=N)
+    selective = nb.rate(CX3, signal_every=16, messages=N)
+    assert selective.mops > 1.05 * signaled.mops
+
+
+def test_throughput_falls_once_qp_contexts_outgrow_the_cache() -> None:
+    """FaRM NSDI'14 §3 / Kalia et al. §3.4: with more active QPs than the NIC caches contexts for, every
+    WQE misses and waits for its context over PCIe.  The same 64 QPs run slower with a 16-entry cache than
+    with a 128-entry one, and with the small cache 64 QPs run slower than 8."""
+    small = CX3.replace(qp_cache=16)
+    large = CX3.replace(qp_cache=128)
+    fits = nb.rate(small, qps=8, depth=8, messages=1024)
+    spills = nb.rate(small, qps=64, depth=8, messages=1024)
+    roomy = nb.rate(large, qps=64, depth=8, messages=1024)
+    assert spills.mops < 0.9 * fits.mops
+    assert spills.mops < 0.9 * roomy.mops
+
+
+def test_staged_wqes_count_against_the_send_queue() -> None:
+    """WQEs the NIC is still fetching occupy the send queue: posting past max_send_wr fails as without a model."""
+    bed = nb.Testbed(CX3, depth=4)
+    for i in range(4):
+        bed.client[0].post_send(bed.wr("write", 32, i, e.IBV_SEND_SIGNALED))
+    with pytest.raises(PyverbsRDMAError, match="send queue is full"):
+        bed.client[0].post_send(bed.wr("write", 32, 9, e.IBV_SEND_SIGNALED))
+
+
+def test_model_parameters_are_checked() -> None:
+    with pytest.raises(ValueError, match="NicModel.processing_units"):
+        CX3.replace(processing_units=0)
+    with pytest.raises(ValueError, match="NicModel.pcie_rtt_ns"):
+        NicModel(pcie_rtt_ns=-1)
+    with pytest.raises(TypeError, match="NicModel.qp_cache"):
+        CX3.replace(qp_cache="many")
+    with pytest.raises(TypeError, match="Fabric\\(nic=...\\)"):
+        Fabric(nic="connectx3")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown NIC model 'cx9'.*connectx3"):
+        by_name("cx9")
+    assert by_name("ConnectX-3") == CX3
+    assert Fabric(nic=CX3).add_device().nic is not None
+
+
+def _mpps(text: str) -> float:
+    line = [ln for ln in text.splitlines() if ln.strip().startswith("32 ")][0]
+    return float(line.split()[4])
+
+
+def test_perftest_reports_virtual_time_under_the_model(capsys: pytest.CaptureFixture[str]) -> None:
+    """``rdmalab perftest write --nic connectx3``: perftest's report in virtual time; -l 16 (post lists,
+    one doorbell per 16) reports a higher message rate than -l 1, both measured; -l without --nic stays refused."""
+    from rdmalab.cli import main  # (the CLI layer: imported where used, as tests/test_cli.py does)
+
+    assert main(["perftest", "write", "--nic", "connectx3", "-s", "32", "-n", "600"]) == 0
+    single = capsys.readouterr().out
+    assert "NIC model ConnectX-3" in single and "MsgRate[Mpps]" in single
+    assert main(["perftest", "write", "--nic", "connectx3", "-s", "32", "-n", "600", "-l", "16", "-Q", "16"]) == 0
+    batched = capsys.readouterr().out
+    assert _mpps(batched) > 1.1 * _mpps(single)
+    assert main(["perftest", "write", "-l", "4", "10.0.0.1"]) != 0
+    assert "-l (post lists) is not supported" in capsys.readouterr().err
+    assert main(["perftest", "write", "--nic", "cx9"]) != 0
+    assert "unknown NIC model 'cx9'" in capsys.readouterr().err
