@@ -178,10 +178,13 @@ def measure(service_ns: int, *, max_trips: int = 8, nic: Any = NIC) -> tuple[lis
     keys = key_at_distance(st.server.layout, 10, max_trips - 1)
     for k in keys:
         st.server.put_local(k, k)
-    st.client.get_read(keys[0])  # warm: the first operation of a QP pays the NIC's cache misses
+    # warm: the first touch of a QP, or of a page of a region, misses the NIC's caches (a PCIe round trip each):
+    # read every bucket measured, and use every receive buffer of the client once
+    st.client.get_read(keys[-1])
     reads = [st.client.get_read(k).ns for k in keys]
     st.server.start()
-    st.client.get_rpc(keys[0])
+    for _ in range(st.client.recv_depth):
+        st.client.get_rpc(keys[0])
     rpc = round(mean(st.client.get_rpc(k).ns for k in keys))
     st.server.stop()
     return reads, rpc

@@ -1,0 +1,78 @@
+"""The key-value store over RoCEv2/UDP: server and client as two processes (``python -m rdmalab.tools.kvnet``)
+in two network namespaces joined by a veth pair, each the soft engine on its own UDP socket.
+
+Needs root (``ip netns``, raw sockets); skips, saying so, elsewhere.  The kernel's rxe as the client is the
+live test (tests/live/test_kv_rxe.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def namespaces() -> Iterator[tuple[str, str]]:
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 (two network namespaces joined by a veth pair)")
+    tag = f"kv{os.getpid() % 100000}"
+    a, b = f"{tag}a", f"{tag}b"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    try:
+        ip("netns", "add", a)
+        ip("netns", "add", b)
+        ip("link", "add", f"{tag}x", "type", "veth", "peer", "name", f"{tag}y")
+        ip("link", "set", f"{tag}x", "netns", a)
+        ip("link", "set", f"{tag}y", "netns", b)
+        ip("-n", a, "addr", "add", "10.97.0.1/24", "dev", f"{tag}x")
+        ip("-n", b, "addr", "add", "10.97.0.2/24", "dev", f"{tag}y")
+        for ns, dev in ((a, f"{tag}x"), (b, f"{tag}y")):
+            ip("-n", ns, "link", "set", dev, "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+    except subprocess.CalledProcessError as exc:
+        subprocess.run(["ip", "netns", "del", a], capture_output=True)
+        subprocess.run(["ip", "netns", "del", b], capture_output=True)
+        pytest.skip(f"cannot set up network namespaces here: {exc.stderr.decode().strip()}")
+    yield a, b
+    subprocess.run(["ip", "netns", "del", a], capture_output=True)
+    subprocess.run(["ip", "netns", "del", b], capture_output=True)
+
+
+def test_kv_over_udp_between_two_engines(namespaces: tuple[str, str]) -> None:
+    """40 PUTs by RPC, then every key by READs and by RPC (both right); the absent key absent both ways; 100
+    GETs by READs of a key the server's CPU rewrites in two halves: unchecked, some return a value never
+    stored; checked, none does, and the checks retried."""
+    a, b = namespaces
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    mod = [sys.executable, "-m", "rdmalab.tools.kvnet"]
+    srv = subprocess.Popen(["ip", "netns", "exec", a, *mod, "serve", "--ip", "10.97.0.1", "--hot", "hot",
+                            "--split-us", "300", "--churn-us", "1500", "--timeout", "60"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    time.sleep(0.3)
+    cli = subprocess.run(["ip", "netns", "exec", b, *mod, "client", "10.97.0.1", "--ip", "10.97.0.2", "--hot", "hot",
+                          "--puts", "40", "--reads", "100", "--timeout", "60"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    s_out, _ = srv.communicate(timeout=120)
+    assert cli.returncode == 0 and srv.returncode == 0, cli.stdout + cli.stderr + "\n---\n" + s_out
+    got = json.loads(cli.stdout.strip().splitlines()[-1])
+    assert got["puts"] == 40 and got["wrong"] == [] and got["absent"] == [None, None]
+    assert len(got["read_round_trips"]) == 20 and min(got["read_round_trips"]) == 1  # 20 distinct keys of 40 PUTs
+    served = got["server"]["served"]
+    assert served["put"] == 40 and served["get"] == 20 + 1  # the RPC GETs (and the absent key's)
+    assert got["server"]["hot_puts"] > 0
+    unchecked, checked = got["hot_unchecked"], got["hot_checked"]
+    assert unchecked["retries"] == 0 and unchecked["torn_returned"] > 0, unchecked
+    assert checked["torn_returned"] == 0 and checked["retries"] > 0, checked
