@@ -69,9 +69,10 @@ def test_kv_over_udp_between_two_engines(namespaces: tuple[str, str]) -> None:
     assert cli.returncode == 0 and srv.returncode == 0, cli.stdout + cli.stderr + "\n---\n" + s_out
     got = json.loads(cli.stdout.strip().splitlines()[-1])
     assert got["puts"] == 40 and got["wrong"] == [] and got["absent"] == [None, None]
-    assert len(got["read_round_trips"]) == 20 and min(got["read_round_trips"]) == 1  # 20 distinct keys of 40 PUTs
+    keys = len(got["read_round_trips"])  # the distinct keys of the 40 PUTs (drawn from 20)
+    assert 1 < keys <= 20 and min(got["read_round_trips"]) == 1
     served = got["server"]["served"]
-    assert served["put"] == 40 and served["get"] == 20 + 1  # the RPC GETs (and the absent key's)
+    assert served["put"] == 40 and served["get"] == keys + 1  # an RPC GET of each key, and of the absent one
     assert got["server"]["hot_puts"] > 0
     unchecked, checked = got["hot_unchecked"], got["hot_checked"]
     assert unchecked["retries"] == 0 and unchecked["torn_returned"] > 0, unchecked
