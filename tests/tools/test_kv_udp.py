@@ -77,3 +77,39 @@ def test_kv_over_udp_between_two_engines(namespaces: tuple[str, str]) -> None:
     unchecked, checked = got["hot_unchecked"], got["hot_checked"]
     assert unchecked["retries"] == 0 and unchecked["torn_returned"] > 0, unchecked
     assert checked["torn_returned"] == 0 and checked["retries"] > 0, checked
+
+
+#: runs tests/live/kv_rxe_client.py (written for pyverbs on rxe) on the soft engine: pyverbs imports answered
+#: by rdmalab.verbs (rdmalab.verbs.pyverbs_alias), its "rxe0" a soft device on UDP
+_AS_PYVERBS = """
+import runpy, sys
+import rdmalab.verbs.pyverbs_alias as alias
+alias.install()
+from rdmalab.fabric.udp import UdpFabric
+from rdmalab.verbs.device import set_default_devices
+fab = UdpFabric(ip="10.97.0.2", name="rxe0", poll_wait=0.002)
+set_default_devices(lambda: fab)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_the_live_tests_pyverbs_client_against_the_server(namespaces: tuple[str, str]) -> None:
+    """The live test's client (its own implementation of the formats, for pyverbs on rxe), run here through the
+    pyverbs alias: it agrees with the server on every value, and sees torn values only without the check."""
+    a, b = namespaces
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    srv = subprocess.Popen(["ip", "netns", "exec", a, sys.executable, "-m", "rdmalab.tools.kvnet", "serve", "--ip",
+                            "10.97.0.1", "--hot", "hot", "--split-us", "300", "--churn-us", "1500", "--timeout", "60"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    time.sleep(0.3)
+    cli = subprocess.run(["ip", "netns", "exec", b, sys.executable, "-c", _AS_PYVERBS,
+                          str(ROOT / "tests" / "live" / "kv_rxe_client.py"), "10.97.0.1", "hot"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    s_out, _ = srv.communicate(timeout=120)
+    assert cli.returncode == 0 and srv.returncode == 0, cli.stdout + cli.stderr + "\n---\n" + s_out
+    got = json.loads(cli.stdout.strip().splitlines()[-1])
+    assert got["wrong"] == [] and got["absent"] == [None, 1] and len(got["reads"]) == 12
+    assert got["server"]["served"]["put"] == 20 and got["server"]["served"]["get"] == 13
+    assert got["hot_unchecked"]["torn_returned"] > 0 and got["hot_checked"]["torn_returned"] == 0
+    assert got["hot_checked"]["retries"] > 0
