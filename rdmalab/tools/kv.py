@@ -17,7 +17,7 @@ The two designs the papers compare (issue 40):
 
 The table (:class:`Layout`): ``buckets`` fixed-size buckets in one registered region, linear probing
 from ``home(key)``; a bucket is ``version`` (u64, 0 = empty) | ``key`` (16 bytes, zero-padded) |
-``value`` (``value_size`` bytes, zero-padded) | ``crc`` (u32, CRC32 of the bytes before it), little
+``value`` (``value_size`` bytes, zero-padded: a value may not end in a zero byte) | ``crc`` (u32, CRC32 of the bytes before it), little
 endian; 64 bytes with the default ``value_size`` of 36.  There is no DELETE.
 
 Everything is plain verbs code on :mod:`rdmalab.verbs` objects, so it runs on any carrier of the engine:
@@ -130,6 +130,9 @@ class Layout:
         """A bucket's bytes, CRC included (``key`` b"" and version 0: the empty bucket)."""
         if len(value) > self.value_size:
             raise KvError(f"value: {len(value)} bytes, more than the table's value_size of {self.value_size}")
+        if value.endswith(b"\0"):
+            raise KvError(f"value {bytes(value[:16])!r}...: ends in a zero byte (the bucket pads values with zeros, "
+                          "so a GET could not tell them from the padding)")
         body = (struct.pack("<Q", version) + key.ljust(KEY_SIZE, b"\0") + value.ljust(self.value_size, b"\0"))
         return body + struct.pack("<I", zlib.crc32(body))
 
@@ -246,7 +249,9 @@ class KvServer:
         self.requests = MR(self.pd, max_clients * self.slot_size, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
         self.cq = CQ(ctx, 4096)
         self.ud = _ud_qp(self.pd, self.cq, 1024)
-        self.resp = MR(self.pd, _response_size(self.layout), e.IBV_ACCESS_LOCAL_WRITE)
+        # one response buffer per client: a client has one request outstanding, so its buffer is free again
+        # by the time its next request comes (a SEND too long to go inline is read from it after the post)
+        self.resp = MR(self.pd, max_clients * _response_size(self.layout), e.IBV_ACCESS_LOCAL_WRITE)
         self.max_clients = max_clients
         self.clients: list[_Client] = []
         self._writing: dict[int, PendingPut] = {}  # bucket index -> the split PUT still writing it
@@ -386,9 +391,10 @@ class KvServer:
             raise KvError(f"KvServer: request slot {c.slot}: op {op}, neither GET ({GET}) nor PUT ({PUT})")
         body = seq + bytes([status, 0, 0, 0]) + struct.pack("<Q", version) + val.ljust(lay.value_size, b"\0")
         inline = len(body) <= 128
-        self.resp.write(body, len(body), 0)
-        wr = SendWR(wr_id=_ID_RESP, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(self.resp.buf, len(body), self.resp.lkey)],
-                    send_flags=e.IBV_SEND_INLINE if inline else 0)
+        off = c.slot * _response_size(lay)
+        self.resp.write(body, len(body), off)
+        wr = SendWR(wr_id=_ID_RESP, opcode=e.IBV_WR_SEND, num_sge=1,
+                    sg=[SGE(self.resp.buf + off, len(body), self.resp.lkey)], send_flags=e.IBV_SEND_INLINE if inline else 0)
         wr.set_wr_ud(c.ah, c.ud_qpn, QKEY)
         self.ud.post_send(wr)
 

@@ -72,6 +72,8 @@ def test_too_long_a_value_and_a_full_table_are_errors() -> None:
     _, s, c = store(layout=Layout(buckets=4, value_size=8))
     with pytest.raises(KvError, match="value_size of 8"):
         s.put_local(b"a", b"123456789")
+    with pytest.raises(KvError, match="ends in a zero byte"):
+        s.put_local(b"a", b"12\0")
     s.start()
     for k in (b"a", b"b", b"c", b"d"):
         c.put_rpc(k, k)
@@ -110,6 +112,27 @@ def test_get_and_put_both_ways_agree_with_a_dict(window: int) -> None:
     for k in (b"absent", b"key60"):
         assert c.get_read(k).value is None and c.get_rpc(k).value is None
     s.stop()
+
+
+def test_several_clients_share_the_servers_ud_qp() -> None:
+    """Three clients, each its own RC QP and request slot, one UD QP at the server answering all: requests
+    posted by all three before any answer come back each to its own client, right."""
+    f = Fabric(seed=3)
+    for n in ("server", "c0", "c1", "c2"):
+        f.add_device(n)
+    s = KvServer(Context(name="server", fabric=f))
+    clients = [KvClient(Context(name=f"c{i}", fabric=f)) for i in range(3)]
+    for c in clients:
+        connect(s, c)
+    s.start()
+    for i, c in enumerate(clients):
+        c.put_rpc(b"own%d" % i, b"value of client %d" % i)
+    for _ in range(3):
+        for i, c in enumerate(clients):
+            assert c.get_rpc(b"own%d" % i).value == b"value of client %d" % i
+            assert c.get_read(b"own%d" % ((i + 1) % 3)).value == b"value of client %d" % ((i + 1) % 3)
+    s.stop()
+    assert s.served["put"] == 3 and s.served["get"] == 9 and len({c.qp.qp_num for c in s.clients}) == 3
 
 
 def test_a_read_get_follows_the_probe_sequence() -> None:
