@@ -115,8 +115,8 @@ def test_get_and_put_both_ways_agree_with_a_dict(window: int) -> None:
 
 
 def test_several_clients_share_the_servers_ud_qp() -> None:
-    """Three clients, each its own RC QP and request slot, one UD QP at the server answering all: requests
-    posted by all three before any answer come back each to its own client, right."""
+    """Three clients, each its own RC QP and request slot, one UD QP at the server answering all, in turns:
+    every answer goes to the client that asked, right, and a client's READs see the others' PUTs."""
     f = Fabric(seed=3)
     for n in ("server", "c0", "c1", "c2"):
         f.add_device(n)
