@@ -161,7 +161,7 @@ def run_perftest(args: argparse.Namespace | Args, out: TextIO) -> int:
 def _run_virtual(args: argparse.Namespace | Args, out: TextIO) -> int:
     """``--nic MODEL``: both sides in this process, virtual time (:mod:`rdmalab.tools.perftest.virtual`)."""
     from rdmalab.tools.perftest import PerftestError  # (the engine: loaded only when a run starts, as in _run)
-    from rdmalab.tools.perftest.virtual import VirtualOptions, run_virtual
+    from rdmalab.tools.perftest.virtual import VirtualOptions, run_virtual  # (likewise: the engine and fabric)
 
     if args.server is not None:
         raise Fail("perftest --nic: the virtual run has no peer; drop SERVER")

@@ -134,6 +134,9 @@ class Fabric(VirtualLoop):
             raise TypeError(f"Fabric(nic=...): a NicModel (NicModel.connectx3()), not {nic!r}")
         #: the NIC cost model every device added gets (None: none)
         self.nic = nic
+        #: whether any device has a NIC model (``nicmodel.attach`` keeps it up to date through
+        #: :meth:`nic_attached`): the wire then asks the NICs when packets leave and arrive
+        self.timed = False
         super().__init__(0)  # the virtual clock (``now_ns``, a plain attribute the engine reads often) at 0
         self.seed = seed
         self.rng = random.Random(seed)
@@ -171,6 +174,10 @@ class Fabric(VirtualLoop):
         if self.nic is not None:
             attach(dev, self.nic)
         return dev
+
+    def nic_attached(self) -> None:
+        """A device got or lost a NIC model (``nicmodel.attach`` calls this)."""
+        self.timed = any(d.nic is not None for d in self.devices.values())
 
     def new_device_address(self, name: str | None, ip: str | None, mac: int | None,
                            prefix: str) -> tuple[str, str, int]:
@@ -274,7 +281,7 @@ class Fabric(VirtualLoop):
                 # by one, each when it would have arrived had the requester sent them singly (it sends
                 # a run of packets at one instant either way).
                 # (no tap, frame or fault needs the packets; a NIC model times each packet in _carry)
-                if self.burst_ok and pkt.mtu <= self.mtu and self.nic is None:
+                if self.burst_ok and pkt.mtu <= self.mtu and not self.timed:
                     self._traced_burst(src, dst, pkt)  # (the same, without building the packets)
                     return
                 for p in pkt.expand():  # each packet's "sent" event, then its link or its drop
@@ -312,7 +319,7 @@ class Fabric(VirtualLoop):
         tx = int(wire_size * 8 / self.bandwidth_gbps)
         now = self.now_ns
         start = link.busy_until if link.busy_until > now else now
-        if self.nic is not None:  # the NIC model: the sender's NIC and then the receiver's take their time
+        if self.timed:  # the NIC model: the sender's NIC and then the receiver's take their time
             start, arrival = self._nic_times(src, dst, pkt, start, tx)
             link.busy_until = start + tx
         else:
@@ -397,7 +404,7 @@ class Fabric(VirtualLoop):
         start = link.busy_until if link.busy_until > now else now
         tx = int(_ACK_WIRE * 8 / self.bandwidth_gbps)
         arrival = start + tx + self.latency_ns
-        if self.nic is not None:  # the NIC model: the ACK's PU work at both ends
+        if self.timed:  # the NIC model: the ACK's PU work at both ends
             snic, dnic = getattr(src, "nic", None), dst.nic
             if snic is not None:
                 start = max(start, int(-(-snic.tx(now, ACK_OPCODE, 0, 1, fields[8]) // 1)))

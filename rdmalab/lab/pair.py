@@ -43,6 +43,7 @@ from rdmalab.fabric.sim import Fabric
 from rdmalab.lab.env import backend as _backend
 from rdmalab.live.remote import RemoteEndpoint, VerbsServer, shared_server
 from rdmalab.verbs.cq import WC
+from rdmalab.verbs.engine.nicmodel import NicModel
 from rdmalab.verbs.qp import QPCap
 from rdmalab.viz.ladder import Ladder, from_capture, from_trace
 from rdmalab.viz.plots import Plot, psn_time
@@ -112,17 +113,20 @@ def _kind(cls: type, backend: str | None, want: str) -> None:
 
 
 class SoftPair(EndpointPair, Pair):
-    """A :class:`Pair` on the simulated fabric, whatever ``RDMALAB_BACKEND`` says (checkers replay on it)."""
+    """A :class:`Pair` on the simulated fabric, whatever ``RDMALAB_BACKEND`` says (checkers replay on it).
+    ``nic`` (a :class:`~rdmalab.verbs.engine.nicmodel.NicModel`) gives both devices the NIC cost model
+    (docs/nic-model.md): the fabric's virtual time (``pair.fabric.now_ns``) then counts what the NICs do."""
 
     def __init__(self, *, backend: str | None = None, seed: int = 1, mtu: int = 1024, size: int = 65536,
                  access: int | None = None, loss: float = 0.0, latency_ns: int = 1000,
                  bandwidth_gbps: float = 100.0, timeout: int = 14, retry_cnt: int = 7, rnr_retry: int = 7,
                  min_rnr_timer: int = 12, max_wr: int = 64, psn: tuple[int, int] = (100, 500),
-                 names: tuple[str, str] = ("soft0", "soft1")) -> None:
+                 names: tuple[str, str] = ("soft0", "soft1"), nic: NicModel | None = None) -> None:
         _kind(SoftPair, backend, "soft")
         self.backend = "soft"
         self.e = e
-        fabric = Fabric(seed=seed, mtu=mtu, latency_ns=latency_ns, bandwidth_gbps=bandwidth_gbps)
+        # nic: a NIC cost model for both devices (docs/nic-model.md); None, links only
+        fabric = Fabric(seed=seed, mtu=mtu, latency_ns=latency_ns, bandwidth_gbps=bandwidth_gbps, nic=nic)
         for n, ip in zip(names, ("10.0.0.1", "10.0.0.2"), strict=True):
             fabric.add_device(n, ip)
         self.access = ALL_ACCESS if access is None else access

@@ -6,8 +6,12 @@ from __future__ import annotations
 import pytest
 
 import rdmalab.verbs.enums as e
-from rdmalab.fabric import Fabric
+from rdmalab.cli import main
+from rdmalab.fabric import Fabric, default_fabric, reset_default_fabric
 from rdmalab.fabric import nicbench as nb
+from rdmalab.fabric.harness import EndpointPair
+from rdmalab.lab.pair import SoftPair
+from rdmalab.verbs.device import Context
 from rdmalab.verbs.engine.nicmodel import NicModel, attach, by_name
 from rdmalab.verbs.engine.packet import ROCE_OVERHEAD
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
@@ -155,8 +159,6 @@ def _mpps(text: str) -> float:
 def test_perftest_reports_virtual_time_under_the_model(capsys: pytest.CaptureFixture[str]) -> None:
     """``rdmalab perftest write --nic connectx3``: perftest's report in virtual time; -l 16 (post lists,
     one doorbell per 16) reports a higher message rate than -l 1, both measured; -l without --nic stays refused."""
-    from rdmalab.cli import main  # (the CLI layer: imported where used, as tests/test_cli.py does)
-
     assert main(["perftest", "write", "--nic", "connectx3", "-s", "32", "-n", "600"]) == 0
     single = capsys.readouterr().out
     assert "NIC model ConnectX-3" in single and "MsgRate[Mpps]" in single
@@ -167,3 +169,82 @@ def test_perftest_reports_virtual_time_under_the_model(capsys: pytest.CaptureFix
     assert "-l (post lists) is not supported" in capsys.readouterr().err
     assert main(["perftest", "write", "--nic", "cx9"]) != 0
     assert "unknown NIC model 'cx9'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("trace", [False, True], ids=["untraced", "traced"])
+def test_operations_do_the_same_under_the_model(trace: bool) -> None:
+    """The model changes timing, not results: a multi-packet WRITE, a SEND, a READ and an atomic give the
+    same bytes and completions with it as without it, traced (packet by packet) or not (bursts)."""
+    results = []
+    for model in (None, CX3):
+        p = EndpointPair(fabric=Fabric(seed=3, trace=trace, nic=model))
+        p.a.mr.write(bytes(range(256)) * 16, 4096)
+        p.b.mr.write(b"\x07" * 4096, 4096, 8192)
+        p.b.recv(wr_id=5, offset=16384, length=4096)
+        p.send(p.a, e.IBV_WR_RDMA_WRITE, wr_id=1, length=4096, remote=0)
+        p.send(p.a, e.IBV_WR_SEND, wr_id=2, offset=100, length=3000)
+        p.send(p.a, e.IBV_WR_RDMA_READ, wr_id=3, offset=20000, length=2500, remote=8192)
+        p.send(p.a, e.IBV_WR_ATOMIC_FETCH_AND_ADD, wr_id=4, offset=30000, length=8, remote=40000, compare_add=9)
+        got = p.wait(p.a.cq, 4)
+        recv = p.wait(p.b.cq, 1)
+        results.append(([(w.wr_id, w.status, w.opcode, w.byte_len) for w in got],
+                        [(w.wr_id, w.status, w.byte_len) for w in recv],
+                        p.b.mr.read(4096, 0), p.b.mr.read(3000, 16384), p.a.mr.read(2500, 20000),
+                        p.b.mr.read(8, 40000), p.fabric.now_ns))
+    (ops0, recv0, *data0, t0), (ops1, recv1, *data1, t1) = results
+    assert ops0 == ops1 and [s for _, s, *_ in ops1] == [e.IBV_WC_SUCCESS] * 4
+    assert recv0 == recv1 == [(5, e.IBV_WC_SUCCESS, 3000)]
+    assert data0 == data1
+    assert t1 > t0  # (and it took longer)
+
+
+def test_the_labs_soft_pair_takes_the_model() -> None:
+    """SoftPair(nic=...): the notebooks' pair on the model; one WRITE takes longer than without it."""
+    took = []
+    for model in (None, CX3):
+        pair = SoftPair(seed=2, nic=model)
+        assert [d.nic is not None for d in pair.fabric.devices.values()] == [model is not None] * 2
+        t0 = pair.fabric.now_ns
+        pair.send(pair.a, e.IBV_WR_RDMA_WRITE, length=64)
+        assert pair.wait(pair.a.cq, 1)[0].status == e.IBV_WC_SUCCESS
+        took.append(pair.fabric.now_ns - t0)
+    assert took[1] > took[0] + CX3.pcie_rtt_ns
+
+
+def test_attach_to_a_fabric_without_a_model() -> None:
+    """nicmodel.attach on the devices of a Fabric() made without a model times the wire as Fabric(nic=) does."""
+    took = []
+    for how in ("fabric", "attach"):
+        fabric = Fabric(seed=4, trace=False, nic=CX3 if how == "fabric" else None)
+        fabric.add_device(), fabric.add_device()
+        if how == "attach":
+            assert not fabric.timed
+            for dev in fabric.devices.values():
+                attach(dev, CX3)
+            assert fabric.timed
+        p = EndpointPair(fabric=fabric)
+        t0 = fabric.now_ns
+        p.send(p.a, e.IBV_WR_RDMA_WRITE, length=64)
+        assert p.wait(p.a.cq, 1)[0].status == e.IBV_WC_SUCCESS
+        took.append(fabric.now_ns - t0)
+    assert took[0] == took[1]
+
+
+def test_pyverbs_programs_on_the_default_fabric_take_the_model() -> None:
+    """A pyverbs program that opens devices by name (``Context(name="soft0")``: the default fabric) runs
+    under the model once the default fabric is one with a model; the virtual clock shows what its WRITE cost."""
+    took = []
+    try:
+        for model in (None, CX3):
+            fab = Fabric(nic=model, trace=False)
+            fab.add_device("soft0", "10.0.0.1"), fab.add_device("soft1", "10.0.0.2")
+            reset_default_fabric(fab)
+            assert (Context(name="soft0").device.nic is not None) == (model is not None)
+            p = EndpointPair(fabric=default_fabric())
+            t0 = fab.now_ns
+            p.send(p.a, e.IBV_WR_RDMA_WRITE, length=64)
+            assert p.wait(p.a.cq, 1)[0].status == e.IBV_WC_SUCCESS
+            took.append(fab.now_ns - t0)
+    finally:
+        reset_default_fabric()
+    assert took[1] > took[0] + CX3.pcie_rtt_ns

@@ -62,10 +62,10 @@ class NicModel:
     #: the generation the defaults describe
     name: str = "ConnectX-3"
     #: PCIe bandwidth per direction, bytes/ns.  PCIe 3.0 x8 (the ConnectX-3 of Kalia et al. ATC'16 §2.1,
-    #: table 1): 8 GT/s x 8 lanes x 128/130 encoding / 8 bits = 7.877 GB/s
+    #: table 1; HERD's README: ConnectX-3 354A on PCIe 3.0 x8): 8 GT/s x 8 lanes x 128/130 / 8 = 7.877 GB/s
     pcie_bytes_per_ns: float = 7.877
     #: bytes each TLP adds to its data.  PCIe 3.0 framing: 4 B STP token (with the sequence number),
-    #: 16 B header (64-bit address), 4 B LCRC = 24 B; Kalia et al. §2.2 count the same order (20-26 B)
+    #: 16 B header (64-bit address), 4 B LCRC = 24 B
     tlp_overhead: int = 24
     #: PCIe Max Payload Size: data bytes per write/completion TLP.  256 B: the value ConnectX-3
     #: advertises (Mellanox community, "PCIe TLP payload size", default of the ConnectX-3 INI file)
@@ -80,9 +80,9 @@ class NicModel:
     #: one-way latency of a posted write (an MMIO doorbell reaching the NIC, a DMA write landing in host
     #: memory).  Assumption: half the round trip
     mmio_ns: int = 225
-    #: size of a send WQE without inline data: one 64 B cache line (mlx4's basic WQE: control + remote
-    #: address + one data segment = 16 + 16 + 16, rounded to the 64 B the driver posts; Kalia et al. §2.2
-    #: describe WQEs as one cache line); inline data adds its bytes rounded up to 16
+    #: size of a send WQE without inline data: 64 B, mlx4's send WQE basic block (control, remote address
+    #: and one data segment, 16 B each, fit in one; Kalia et al. §2.2 describe WQEs as one cache line);
+    #: inline data adds its bytes rounded up to 16
     wqe_bytes: int = 64
     #: size of a CQE.  32 B: mlx4's default CQE (``struct mlx4_cqe``; 64 B CQEs are an option)
     cqe_bytes: int = 32
@@ -111,8 +111,8 @@ class NicModel:
     mtt_cache: int = 4096
     #: page size one MTT entry translates.  4096 B: the host's base page
     mtt_page: int = 4096
-    #: largest inline payload.  256 B: the soft device's ``max_inline_data`` (``rdmalab.verbs.device``);
-    #: mlx4 offers up to 912 B (ConnectX-3 ``max_inline_data``)
+    #: largest inline payload.  256 B: the soft device's ``max_inline_data`` (``rdmalab.verbs.device``;
+    #: mlx4 allows more)
     max_inline: int = 256
     #: the port's rate for a fabric built for this NIC (``Fabric(bandwidth_gbps=model.link_gbps)``).
     #: 56 Gb/s: FDR InfiniBand of the ConnectX-3 cluster in Kalia et al. table 1 and HERD §5
@@ -404,8 +404,12 @@ def attach(dev: Any, model: NicModel | None) -> Nic | None:
     """Give soft device ``dev`` a NIC under ``model`` (None: take it away, the engine is as without one)."""
     if model is not None and not isinstance(model, NicModel):
         raise TypeError(f"a NIC model is a NicModel (NicModel.connectx3()), not {model!r}")
-    dev.nic = None if model is None else Nic(model, dev)
-    return dev.nic
+    nic = None if model is None else Nic(model, dev)
+    dev.nic = nic
+    told = getattr(dev.carrier, "nic_attached", None)  # (the simulated fabric times the wire for NICs)
+    if told is not None:
+        told()
+    return nic
 
 
 #: the named models (``rdmalab perftest --nic NAME``)
