@@ -34,9 +34,10 @@ SAME_FOR_ALL = {
     "cm.first_rts": "which side reaches RTS first",
     "live.error_fields": "the names of the completion fields that stay defined",
     "live.wrong_rkey": "a completion status and a QP state, by name",
+    "kv.why": "why one design beats the other: a mechanism",
 }
 #: the answer is a program, judged by what it does on a fresh pair: a classmate's code is a classmate's method
-PROGRAMS = {"write.imm", "read.program", "atomic.lock", "security.fix"}
+PROGRAMS = {"write.imm", "read.program", "atomic.lock", "security.fix", "kv.get"}
 
 
 def test_every_exercise_with_a_scenario_value_varies_per_student() -> None:
