@@ -70,7 +70,7 @@ def test_detached_model_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_inline_beats_non_inline_for_small_messages() -> None:
-    """Kalia et al. ATC'16 §3.2 (and HERD §3): inlining a small payload saves the NIC the payload's DMA read,
+    """Kalia et al. ATC'16 §3.2 (and HERD §3, Fig. 2): inlining a small payload saves the NIC its DMA read,
     so both the message rate and the latency improve."""
     plain = nb.rate(CX3, size=32, messages=N)
     inline = nb.rate(CX3, size=32, inline=True, messages=N)
@@ -108,14 +108,14 @@ def test_doorbell_batching_raises_the_message_rate() -> None:
 
 
 def test_unsignaled_completions_raise_the_message_rate() -> None:
-    """Kalia et al. §3.2 / HERD §4: one signaled WQE in 16 writes one CQE in 16."""
+    """Kalia et al. ATC'16 §2.2.1 and §3.2: one signaled WQE in 16 writes one CQE in 16."""
     signaled = nb.rate(CX3, signal_every=1, messages=N)
     selective = nb.rate(CX3, signal_every=16, messages=N)
     assert selective.mops > 1.05 * signaled.mops
 
 
 def test_throughput_falls_once_qp_contexts_outgrow_the_cache() -> None:
-    """FaRM NSDI'14 §3 / Kalia et al. §3.4: with more active QPs than the NIC caches contexts for, every
+    """Kalia et al. ATC'16 §3.5 (after FaRM) / HERD §3 Fig. 6: with more active QPs than the NIC caches contexts for, every
     WQE misses and waits for its context over PCIe.  The same 64 QPs run slower with a 16-entry cache than
     with a 128-entry one, and with the small cache 64 QPs run slower than 8."""
     small = CX3.replace(qp_cache=16)
