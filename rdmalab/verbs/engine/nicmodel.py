@@ -69,7 +69,8 @@ class NicModel:
     pcie_bytes_per_ns: float = 7.877
     #: bytes each TLP adds to its data.  PCIe 3.0 framing: 4 B STP token (with the sequence number),
     #: 16 B header (64-bit address), 4 B LCRC = 24 B.  Kalia et al. ATC'16 §2.1 / Figure 2a: 20-26 B of
-    #: header overhead per TLP (26 B for a request, 22 B for a completion on PCIe 3.0); one value for both
+    #: header overhead per TLP (on PCIe 3.0 26 B a request, 22 B a completion, as public summaries of the
+    #: figure read it); one value for both
     tlp_overhead: int = 24
     #: PCIe Max Payload Size: data bytes per write/completion TLP.  256 B: the value ConnectX-3
     #: advertises (Mellanox community, "PCIe TLP payload size", default of the ConnectX-3 INI file)
