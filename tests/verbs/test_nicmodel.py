@@ -3,6 +3,10 @@ come out of measurements in virtual time (rdmalab.fabric.nicbench), never from i
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
 
 import rdmalab.verbs.enums as e
@@ -70,7 +74,7 @@ def test_detached_model_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_inline_beats_non_inline_for_small_messages() -> None:
-    """Kalia et al. ATC'16 §3.2 (and HERD §3): inlining a small payload saves the NIC the payload's DMA read,
+    """Kalia et al. ATC'16 §3.2 (and HERD §3, Fig. 2): inlining a small payload saves the NIC its DMA read,
     so both the message rate and the latency improve."""
     plain = nb.rate(CX3, size=32, messages=N)
     inline = nb.rate(CX3, size=32, inline=True, messages=N)
@@ -108,14 +112,14 @@ def test_doorbell_batching_raises_the_message_rate() -> None:
 
 
 def test_unsignaled_completions_raise_the_message_rate() -> None:
-    """Kalia et al. §3.2 / HERD §4: one signaled WQE in 16 writes one CQE in 16."""
+    """Kalia et al. ATC'16 §2.2.1 and §3.2: one signaled WQE in 16 writes one CQE in 16."""
     signaled = nb.rate(CX3, signal_every=1, messages=N)
     selective = nb.rate(CX3, signal_every=16, messages=N)
     assert selective.mops > 1.05 * signaled.mops
 
 
 def test_throughput_falls_once_qp_contexts_outgrow_the_cache() -> None:
-    """FaRM NSDI'14 §3 / Kalia et al. §3.4: with more active QPs than the NIC caches contexts for, every
+    """Kalia et al. ATC'16 §3.5 (after FaRM) / HERD §3 Fig. 6: with more active QPs than the NIC caches contexts for, every
     WQE misses and waits for its context over PCIe.  The same 64 QPs run slower with a 16-entry cache than
     with a 128-entry one, and with the small cache 64 QPs run slower than 8."""
     small = CX3.replace(qp_cache=16)
@@ -248,3 +252,34 @@ def test_pyverbs_programs_on_the_default_fabric_take_the_model() -> None:
     finally:
         reset_default_fabric()
     assert took[1] > took[0] + CX3.pcie_rtt_ns
+
+
+def _bench():  # benchmarks/ is not a package: load bench_nicmodel.py by its path
+    spec = importlib.util.spec_from_file_location(
+        "bench_nicmodel", Path(__file__).resolve().parents[2] / "benchmarks" / "bench_nicmodel.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # (dataclasses look their module up while it runs)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_published_figures_are_cited_and_cover_every_ordering(capsys: pytest.CaptureFixture[str]) -> None:
+    """The benchmark prints the papers' figures beside each of its tables: every ordering it measures has at
+    least one published entry, every entry names its paper and section/figure, gives a number or says why
+    not, and its gain is with / without; an ordering without entries is an error, not an empty table."""
+    bench = _bench()
+    orderings = {p.ordering for p in bench.PUBLISHED}
+    assert orderings == {"inline", "batching", "signaling", "combined", "qps", "latency"}
+    for p in bench.PUBLISHED:
+        assert p.paper and p.where and p.unit
+        assert (p.without is not None or p.with_ is not None) or p.note, p
+        if p.without is not None and p.with_ is not None:
+            assert p.gain == pytest.approx(p.with_ / p.without)
+    fig11a = [p for p in bench.PUBLISHED if p.where == "§5.2.1, Fig. 11a"]
+    assert [(p.without, p.with_) for p in fig11a] == [(80.0, 101.6)]
+    bench.beside("batching", "ours", 1.5)
+    out = capsys.readouterr().out
+    assert "Fig. 11a" in out and "1.27" in out and "1.50" in out
+    with pytest.raises(ValueError, match="no published figure for 'atomics'"):
+        bench.beside("atomics", "ours", None)

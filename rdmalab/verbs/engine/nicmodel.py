@@ -4,7 +4,8 @@ Without a model (the default) the soft engine's virtual clock moves only with th
 bandwidth, :mod:`rdmalab.fabric.sim`): posting is free, a doorbell is free, a NIC never runs out of
 its caches.  With one, every device of the fabric gets a :class:`Nic` (``dev.nic``) that charges, in
 the fabric's virtual nanoseconds, what Kalia, Kaminsky and Andersen ("Design Guidelines for High
-Performance RDMA Systems", USENIX ATC 2016, §2-§3) describe a NIC as paying:
+Performance RDMA Systems", USENIX ATC 2016: §2.1 PCIe, §2.2 verbs and WQEs, §3.1 MMIOs and Doorbell
+batching, §3.2 NIC-initiated DMAs, §3.3 NIC processing units, §3.5 NIC caches) describe a NIC as paying:
 
 * **the doorbell**: one MMIO write per ``post_send`` call (one per chain when work requests are chained,
   which is *doorbell batching*), crossing the PCIe link host->NIC;
@@ -62,53 +63,71 @@ class NicModel:
 
     #: the generation the defaults describe
     name: str = "ConnectX-3"
-    #: PCIe bandwidth per direction, bytes/ns.  PCIe 3.0 x8 (the ConnectX-3 of Kalia et al. ATC'16 §2.1,
-    #: table 1; HERD's README: ConnectX-3 354A on PCIe 3.0 x8): 8 GT/s x 8 lanes x 128/130 / 8 = 7.877 GB/s
+    #: PCIe bandwidth per direction, bytes/ns.  PCIe 3.0 x8 (HERD's README: ConnectX-3 354A on PCIe 3.0
+    #: x8; Kalia et al. ATC'16 §2.1 and Figure 2a give the per-lane bandwidth of each PCIe generation of
+    #: their clusters, Table 2 the clusters): 8 GT/s x 8 lanes x 128/130 / 8 = 7.877 GB/s, the 62.96 Gb/s
+    #: "at the physical layer" for gen 3 x8 of Neugebauer et al. (pcie-bench, SIGCOMM'18, talk slides)
     pcie_bytes_per_ns: float = 7.877
     #: bytes each TLP adds to its data.  PCIe 3.0 framing: 4 B STP token (with the sequence number),
-    #: 16 B header (64-bit address), 4 B LCRC = 24 B
+    #: 16 B header (64-bit address), 4 B LCRC = 24 B.  Kalia et al. ATC'16 §2.1 / Figure 2a: 20-26 B of
+    #: header overhead per TLP (on PCIe 3.0 26 B a request, 22 B a completion, as public summaries of the
+    #: figure read it); one value for both
     tlp_overhead: int = 24
     #: PCIe Max Payload Size: data bytes per write/completion TLP.  256 B: the value ConnectX-3
     #: advertises (Mellanox community, "PCIe TLP payload size", default of the ConnectX-3 INI file)
     max_payload: int = 256
     #: Max Read Request Size: bytes one DMA read request may ask for.  512 B: assumption (the common
-    #: BIOS default; Mellanox's PCIe tuning notes show 512 on their adapters)
+    #: BIOS default; Mellanox's PCIe tuning notes show 512 on their adapters).  Kalia et al. ATC'16 §3.1
+    #: (footnote): Connect-IB and newer read all new WQEs in one DMA, older Mellanox NICs (ConnectX-3) one
+    #: or more WQEs per DMA by a proprietary prefetching logic; here a chain is read in 512-B requests
     max_read_request: int = 512
-    #: a DMA read's round trip, request sent to completion back.  Assumption: 450 ns, the order Neugebauer
-    #: et al. (pcie-bench, SIGCOMM'18 §5) measure for small DMA reads on Xeon E5 hosts; Kalia et al. §2.2
-    #: only say a DMA read is a round trip and an MMIO/DMA write is not
-    pcie_rtt_ns: int = 450
+    #: a DMA read's round trip, request sent to completion back.  370 ns: the most Kalia et al. ATC'16
+    #: allow on their ConnectX-3 cluster.  §5.4 / Figure 14: ConnectX-3 serializes every atomic (a PCIe
+    #: read-modify-write, §3.4) and reaches 2.7 Mops whatever the number of counters, a rate the paper puts
+    #: down to PCIe latency, so one atomic, a read round trip included, takes at most 1 / 2.7 Mops = 370 ns;
+    #: §4.2.3 puts a PCIe round trip at a few hundred ns.  (450 ns before this bound was read.)
+    pcie_rtt_ns: int = 370
     #: one-way latency of a posted write (an MMIO doorbell reaching the NIC, a DMA write landing in host
-    #: memory).  Assumption: half the round trip
-    mmio_ns: int = 225
+    #: memory).  Assumption: half the round trip (no paper separates the two directions)
+    mmio_ns: int = 185
     #: size of a send WQE without inline data: 64 B, mlx4's send WQE basic block (control, remote address
-    #: and one data segment, 16 B each, fit in one; Kalia et al. §2.2 describe WQEs as one cache line);
-    #: inline data adds its bytes rounded up to 16
+    #: and one data segment, 16 B each, fit in one).  Kalia et al. ATC'16 §2.2.2 and Table 1: each WQE is
+    #: cache-line aligned, its header is 36 B for RC/UC (68 B for UD), so an RC WRITE WQE with x inline
+    #: bytes is 36 + x B and spans a second cache line past x = 28 (§5.3.2); inline data adds its bytes
+    #: rounded up to 16 here
     wqe_bytes: int = 64
-    #: size of a CQE.  32 B: mlx4's default CQE (``struct mlx4_cqe``; 64 B CQEs are an option)
+    #: size of a CQE.  32 B: mlx4's default CQE (``struct mlx4_cqe``; 64 B CQEs are an option).  Kalia et
+    #: al. ATC'16 §2.2.1: a signaled verb's completion is a CQE the NIC DMA-writes; §3.2: unsignaled verbs
+    #: avoid that write (the size is not given there)
     cqe_bytes: int = 32
     #: size of a QP context fetched on a cache miss.  256 B: assumption (mlx4's ``struct mlx4_qp_context``
     #: is about that size)
     qpc_bytes: int = 256
     #: size of one translation entry (MPT or MTT) fetched on a miss.  Assumption: 64 B, one cache line
     mtt_entry_bytes: int = 64
-    #: NIC processing units working in parallel.  Assumption: 8.  Kalia et al. §3.3 ("engage multiple
-    #: NIC PUs") show ConnectX-3 and Connect-IB spread work over several PUs but give no count
+    #: NIC processing units working in parallel.  Assumption: 8.  Kalia et al. ATC'16 §3 assume every NIC
+    #: has several PUs and §3.3 ("Engage multiple NIC PUs") shows one QP binding a core to one PU; no
+    #: paper gives the count
     processing_units: int = 8
-    #: PU time per packet sent or received.  Assumption: 200 ns, chosen so that 8 PUs cap a NIC at
-    #: 40 Mpps, the order of the peak small-message rates Kalia et al. (Figure 2, ConnectX-3) and HERD
-    #: (SIGCOMM'14 §3, Figure 4) report for ConnectX-3 (about 35 Mops)
+    #: PU time per packet sent or received.  Assumption: 100 ns, so 8 PUs cap a NIC at 80 Mpps; with the
+    #: next two it sets the model's small-message rate (12-18 Mops for one QP pair here).  The published
+    #: ConnectX-3 rates are below that cap and come from many QPs and clients: about 26 Mops for HERD's
+    #: whole store (SIGCOMM'14 abstract: near native READ throughput), 22 Mops of regular RECVs (Kalia et
+    #: al. ATC'16 §5.2.2, footnote), inbound READs bound by the NIC until 256 B fill 56 Gb/s (§5.3.1)
     pu_packet_ns: int = 100
-    #: PU time to take a doorbell.  Assumption: 60 ns (a doorbell is a register write the NIC decodes)
+    #: PU time to take a doorbell.  Assumption: 150 ns (decode, find the ring, issue the WQE read)
     pu_doorbell_ns: int = 150
-    #: PU time to issue one DMA (read or write) and handle its completion.  Assumption: 40 ns
+    #: PU time to issue one DMA (read or write) and handle its completion.  Assumption: 100 ns
     pu_dma_ns: int = 100
-    #: QP contexts the NIC caches (LRU).  Assumption: 256.  Papers report the fall, not the size: FaRM
-    #: (NSDI'14 §3, connection multiplexing) and Kalia et al. (§3.4, FaSST OSDI'16 §2) see ConnectX-3
-    #: throughput fall once a few hundred QPs are active
+    #: QP contexts the NIC caches (LRU).  Assumption: 256.  The papers report the fall, not the size:
+    #: Kalia et al. ATC'16 §3.5 (QP state is one of the NIC's caches; fewer QPs, fewer misses, after FaRM)
+    #: and §4.2.1 (connected QPs hold server NIC state and cap HERD-style RPCs at a few hundred clients);
+    #: HERD SIGCOMM'14 §3 Figure 6 measures outbound WRITEs falling with the number of QPs (the figure as
+    #: a public reproduction of HERD's §3 indexes it; its numbers were not read here)
     qp_cache: int = 256
-    #: translation entries the NIC caches (LRU, MPT and MTT together).  Assumption: 4096.  FaRM §3 shows
-    #: misses in this cache with 4 KB pages (the reason it uses 2 GB pages); the size is not published
+    #: translation entries the NIC caches (LRU, MPT and MTT together).  Assumption: 4096.  Kalia et al.
+    #: ATC'16 §3.5: address translations are cached and large (e.g. 2 MB) pages reduce their misses
+    #: (known from FaRM, NSDI'14); the size is not published
     mtt_cache: int = 4096
     #: page size one MTT entry translates.  4096 B: the host's base page
     mtt_page: int = 4096
@@ -116,7 +135,8 @@ class NicModel:
     #: mlx4 allows more)
     max_inline: int = 256
     #: the port's rate for a fabric built for this NIC (``Fabric(bandwidth_gbps=model.link_gbps)``).
-    #: 56 Gb/s: FDR InfiniBand of the ConnectX-3 cluster in Kalia et al. table 1 and HERD §5
+    #: 56 Gb/s: FDR InfiniBand; Kalia et al. ATC'16 §5.3.1: on their CX3 cluster (Table 2) inbound READs
+    #: fill the 56 Gb/s link from 256 B up
     link_gbps: float = 56.0
 
     def __post_init__(self) -> None:
