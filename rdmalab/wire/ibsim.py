@@ -259,7 +259,9 @@ class SimRequest:
 
 
 def _abstract(base: str, suffix: str) -> bytes:
-    return b"\0" + f"{base}:{suffix}".encode()
+    # sim_client.c/ibsim.c make_name(): the address length counts the leading NUL, the name and
+    # the NUL vsnprintf writes after it, so the abstract name ends in a NUL byte ("@sim:ctl@" in ss -x)
+    return b"\0" + f"{base}:{suffix}".encode() + b"\0"
 
 
 def ctl_name(base: str = SIM_BASENAME) -> bytes:
