@@ -226,6 +226,10 @@ class IBSimClient:
             if not hdr.is_response:
                 self.incoming.append(got)
 
+    def exchange(self, mad: bytes, dlid: int, dqp: int) -> bytes:
+        """:meth:`rpc`, the reply's MAD only: what :class:`rdmalab.fabric.ibsm.MADPort` asks."""
+        return self.rpc(mad, dlid=dlid, dqp=dqp).mad
+
     def requests(self, timeout: float = 0.0) -> list[SimRequest]:
         """The requests waiting for this client (from :attr:`incoming` and the socket), waiting up
         to ``timeout`` seconds for the first."""
