@@ -290,6 +290,17 @@ class SubnetManager:
         self._pending_peer.clear()
         if self.sm_node is None or self.sm_port is None:
             raise SMError("the sweep did not find the SM's own port")
+        self._name_events()
+
+    def _name_events(self) -> None:
+        """Events recorded before a node's name was known name it by GUID or path: use its name."""
+        names = {f"0x{g:016x}": n.name for g, n in self.nodes.items()}
+        for node in self.nodes.values():
+            names[f"path {list(node.path)}"] = node.name
+            for port in node.ports.values():
+                names[f"path {list(port.path)}"] = node.name
+        self.events = [dataclasses.replace(e, src=names.get(e.src, e.src), dst=names.get(e.dst, e.dst))
+                       for e in self.events]
 
     def _meet(self, path: tuple[int, ...], info: NodeInfo) -> Node:
         """A node seen for the first time: its description, SwitchInfo, and (switch) every port."""
@@ -311,8 +322,8 @@ class SubnetManager:
         waiting = self._pending_peer.pop(port.key, None)
         if waiting is not None:
             port.peer = waiting
-        if path == () and not node.is_switch:
-            self.sm_port = port
+        if path == () and (num == 0 or not node.is_switch):
+            self.sm_port = port  # the SM's own port: its CA port, or port 0 of the switch it runs on
         return port
 
     # ------------------------------------------------------------------ 2. LIDs
