@@ -67,8 +67,8 @@ def run_sm(args: argparse.Namespace, out: TextIO) -> int:
         for node in sm.nodes.values():
             if node.is_switch:
                 out.write(f"\nLinear forwarding table of {node.name} (LID {node.lid})\n")
-                for lid, port, dest in sm.lft_table(node):
-                    out.write(f"  LID {lid:5d} -> port {port:3d}   {dest}\n")
+                for lid, out_port, dest in sm.lft_table(node):
+                    out.write(f"  LID {lid:5d} -> port {out_port:3d}   {dest}\n")
         if args.serve > 0:
             stop = threading.Event()
             timer = threading.Timer(args.serve, stop.set)

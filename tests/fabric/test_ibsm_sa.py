@@ -18,7 +18,6 @@ from rdmalab.fabric.ibsim_client import IBSimClient
 from rdmalab.fabric.ibsm import SubnetManager
 from rdmalab.fabric.ibsm_sa import SAError, SubnetAdministrator, serve
 from rdmalab.wire.mad import METHOD_GET, METHOD_GET_TABLE, MADHeader
-from rdmalab.wire.smp import ATTR_NODE_INFO, ATTR_PORT_INFO, SMP, NodeInfo, PortInfo
 from rdmalab.wire.sa import (
     ATTR_PATH_RECORD,
     PR_DLID,
@@ -29,6 +28,7 @@ from rdmalab.wire.sa import (
     SAMad,
     sa_request,
 )
+from rdmalab.wire.smp import ATTR_NODE_INFO, ATTR_PORT_INFO, SMP, NodeInfo, PortInfo
 
 pytestmark = [requires_ibsim]
 
