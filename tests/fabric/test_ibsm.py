@@ -35,7 +35,7 @@ from rdmalab.fabric.ibsm import SubnetManager, route_hops
 from rdmalab.fabric.ibsm_sa import serve
 from rdmalab.wire.smp import PORT_STATE_ACTIVE, PortInfo
 
-NETS = ["net.2sw2path4hca", "fattree-2x4.net", "ring5-chord.net"]
+NETS = ["net.2sw2path4hca", "net.2sw2path4hca2port", "fattree-2x4.net", "ring5-chord.net"]
 
 pytestmark = [requires_ibsim, requires_diags]
 
