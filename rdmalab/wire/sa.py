@@ -29,6 +29,7 @@ from rdmalab.wire.mad import (
     RMPP_HEADER_SIZE,
     RMPP_TYPE_DATA,
     MADHeader,
+    Report,
     RMPPHeader,
 )
 
@@ -198,3 +199,37 @@ def sa_response(request: SAMad, method: int, records: Sequence[bytes], status: i
     mad = request.mad.replace(method=method, status=status)
     sa = request.sa.replace(attr_offset=record_size // 8)
     return SAMad(mad, rmpp, sa, data).encode()
+
+
+#: the SA attributes whose records are decoded in packets
+SA_RECORDS: dict[int, type[Header]] = {ATTR_PATH_RECORD: PathRecord}
+
+
+def decode_sa_layers(mad: MADHeader, data: bytes, pos: int, end: int,
+                     report: Report) -> tuple[list[tuple[Header, int]], int]:
+    """An SA MAD's layers after its RMPP header at ``pos``: the SA header and its records (PathRecords:
+    one in a request or a Get response; in an RMPP DATA segment, as many as its PayloadLength holds,
+    AttributeOffset x 8 bytes apart).  A short one is reported, not raised."""
+    if end - pos < SA_HEADER_SIZE:
+        report(TruncatedError("SA", None, pos, max(0, end - pos), f"{SA_HEADER_SIZE} bytes for the SA header",
+                              detail="IBA Vol 1 15.2.1.1"))
+        return [], pos
+    sa = SAHeader.decode(data, pos)
+    out: list[tuple[Header, int]] = [(sa, pos)]
+    at = pos + SA_HEADER_SIZE
+    record = SA_RECORDS.get(mad.attr_id)
+    if record is None:
+        return out, at
+    size = record.LAYOUT.size
+    step = sa.attr_offset * 8 or size
+    rmpp = RMPPHeader.decode(data, pos - RMPP_HEADER_SIZE)
+    if rmpp.active and rmpp.type == RMPP_TYPE_DATA and rmpp.first:
+        count = max(0, rmpp.data2 - SA_HEADER_SIZE) // step if rmpp.data2 else (end - at) // step
+    else:
+        count = 1
+    for i in range(count):
+        start = at + i * step
+        if start + size > end:
+            break
+        out.append((record.decode(data, start), start))
+    return out, at + count * step if count else at

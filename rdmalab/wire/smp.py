@@ -36,6 +36,7 @@ from rdmalab.wire.mad import (
     MGMT_CLASS_SM_DIRECTED_ROUTE,
     MGMT_CLASS_SM_LID_ROUTED,
     MADHeader,
+    Report,
     attribute_name,
     method_name,
 )
@@ -470,3 +471,86 @@ def lft_block(ports: Sequence[int]) -> bytes:
     if any(not 0 <= p <= 0xFF for p in ports):
         raise EncodeError("LinearForwardingTable", "ports", list(ports), "ports 0..255")
     return bytes(ports).ljust(LFT_BLOCK_SIZE, bytes([LFT_NO_PORT]))
+
+
+# ----------------------------------------------------------------- decoding SMPs in packets
+@dataclass(frozen=True, slots=True)
+class SMPDirectedFields(Header):
+    """What a directed-route SMP carries between the MAD header and the data (IBA 14.2.1.2)."""
+
+    m_key: int = 0
+    dr_slid: int = PERMISSIVE_LID
+    dr_dlid: int = PERMISSIVE_LID
+    reserved: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "SMP (directed route)", "IBA Vol 1 14.2.1.2 (directed route SMP)",
+        F("m_key", 64, "infiniband.smplid.mkey", fmt="hex"),  # Wireshark 4.0 names it under smplid for both
+        F("dr_slid", 16, "infiniband.smpdirected.drslid", fmt="hex"),
+        F("dr_dlid", 16, "infiniband.smpdirected.drdlid", fmt="hex"),
+        F("reserved", 224, None, fmt="bytes", reserved=True),
+        ws="infiniband.smpdirected",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SMPLIDFields(Header):
+    """What a LID-routed SMP carries between the MAD header and the data (IBA 14.2.1.1)."""
+
+    m_key: int = 0
+    reserved: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "SMP (LID routed)", "IBA Vol 1 14.2.1.1 (LID routed SMP)",
+        F("m_key", 64, "infiniband.smplid.mkey", fmt="hex"),
+        F("reserved", 256, None, fmt="bytes", reserved=True),
+        ws="infiniband.smplid",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SMPPaths(Header):
+    """A directed-route SMP's InitialPath and ReturnPath (64 bytes each, byte 0 unused)."""
+
+    initial_path: int = 0
+    return_path: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "SMP paths", "IBA Vol 1 14.2.1.2 (InitialPath, ReturnPath)",
+        F("initial_path", 512, "infiniband.smpdirected.initialpath", fmt="bytes"),
+        F("return_path", 512, "infiniband.smpdirected.returnpath", fmt="bytes"),
+        ws="infiniband.smpdirected",  # Wireshark shows them in the directed-route SMP's subtree
+    )
+
+
+#: the attributes decoded inside SMPs (the others stay undecoded data)
+SMP_ATTRIBUTES: dict[int, type[Header]] = {
+    ATTR_NODE_INFO: NodeInfo, ATTR_SWITCH_INFO: SwitchInfo, ATTR_PORT_INFO: PortInfo, ATTR_SM_INFO: SMInfo,
+}
+_FIELDS_SIZE = SMP_DATA_OFFSET - MAD_HEADER_SIZE  # 40
+
+
+def decode_smp_layers(mad: MADHeader, data: bytes, pos: int, end: int,
+                      report: Report) -> tuple[list[tuple[Header, int]], int]:
+    """An SMP's layers after its MAD header at ``pos``: the SMP fields, the attribute (when it is
+    one of :data:`SMP_ATTRIBUTES`) and, directed route, the paths.  Returns them with where the
+    undecoded rest begins; a short SMP is reported, not raised (the ``ClassDecoder`` contract of
+    :func:`rdmalab.wire.mad.decode_mad_layers`)."""
+    if end - pos < MAD_SIZE - MAD_HEADER_SIZE:
+        report(TruncatedError("SMP", None, pos, max(0, end - pos), f"{MAD_SIZE - MAD_HEADER_SIZE} bytes of SMP "
+                              "after the MAD header", detail="IBA Vol 1 14.2.1"))
+        return [], pos
+    directed = mad.mgmt_class == MGMT_CLASS_SM_DIRECTED_ROUTE
+    fields: Header = SMPDirectedFields.decode(data, pos) if directed else SMPLIDFields.decode(data, pos)
+    out: list[tuple[Header, int]] = [(fields, pos)]
+    at = pos + _FIELDS_SIZE
+    rest = at
+    attr = SMP_ATTRIBUTES.get(mad.attr_id)
+    if attr is not None:
+        out.append((attr.decode(data, at), at))
+        rest = at + attr.LAYOUT.size
+    if directed:
+        paths = pos + DR_INITIAL_PATH_OFFSET - MAD_HEADER_SIZE
+        out.append((SMPPaths.decode(data, paths), paths))
+        rest = pos + MAD_SIZE - MAD_HEADER_SIZE
+    return out, rest

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -134,3 +135,32 @@ def wait_master(sim: Sim, node: str, timeout: float = 20) -> str:
             return got.stdout
         time.sleep(0.2)
     raise AssertionError(f"no master SM within {timeout} s: {last.strip()}")
+
+
+@contextmanager
+def rdmalab_ibsim(net: Path, tmp: Path) -> Iterator[Sim]:
+    """``rdmalab ibsim NET`` (the lab's own simulator) with a fresh socket name, up when entered."""
+    sockname = f"rdmalab-ibsm-rdm-{os.getpid()}-{next(_names)}"
+    log = open(tmp / f"{sockname}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "rdmalab", "ibsim", "--sockname", sockname, str(net)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                IBSimClient(None, sockname=sockname, timeout=1.0).close()
+                break
+            except IBSimNotRunning:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"rdmalab ibsim {net} did not start: "
+                                         f"{(tmp / f'{sockname}.log').read_text()[-500:]}") from None
+                time.sleep(0.05)
+        yield Sim(net, proc, sockname, tmp)  # type: ignore[arg-type]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()

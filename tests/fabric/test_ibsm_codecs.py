@@ -4,6 +4,7 @@ routing on a subnet held in memory, and ``rdmalab sm`` (against stock ibsim wher
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -11,12 +12,13 @@ from pathlib import Path
 import pytest
 from ibsm_util import ibsim, net_file, requires_ibsim
 
+from rdmalab.capture.reader import read
 from rdmalab.cli import main
 from rdmalab.fabric.ibsim_client import IBSimClient, IBSimNotRunning
 from rdmalab.fabric.ibsm import Node, Port, SubnetManager, route_hops
 from rdmalab.wire.errors import EncodeError, MalformedError, TruncatedError
 from rdmalab.wire.mad import METHOD_GET_TABLE, MADHeader
-from rdmalab.wire.sa import PR_DLID, PR_SLID, SAMad, sa_request
+from rdmalab.wire.sa import PR_DLID, PR_SLID, PathRecord, SAMad, sa_request
 from rdmalab.wire.smp import (
     ATTR_NODE_INFO,
     ATTR_PORT_INFO,
@@ -24,6 +26,7 @@ from rdmalab.wire.smp import (
     NodeInfo,
     PortInfo,
     SMInfo,
+    SMPPaths,
     SwitchInfo,
     dr_get,
     get_response,
@@ -149,3 +152,19 @@ def test_rdmalab_sm_without_a_simulator_says_so(capsys: pytest.CaptureFixture[st
     rc = main(["sm", "--sockname", f"rdmalab-ibsm-nobody-{os.getpid()}"])
     assert rc == 1
     assert "no ibsim simulator listens" in capsys.readouterr().err
+
+
+def test_a_real_connectx_capture_decodes_its_sminfo_and_path_record() -> None:
+    """captures/hw_ib_connectx_erf.pcap (ConnectX HCAs, 2008): its DR SMInfo SMPs and its SubnAdmGet
+    PathRecord decode to the values tshark shows (test_parity compares every field of it)."""
+    path = Path(__file__).resolve().parents[2] / "captures" / "hw_ib_connectx_erf.pcap"
+    if not path.exists():
+        pytest.skip("captures/hw_ib_connectx_erf.pcap is not in this checkout")
+    frames = {cp.frame_number: cp.packet for cp in read(path)}
+    sminfo = frames[2].get(SMInfo)
+    assert sminfo is not None and (sminfo.guid, sminfo.sm_state) == (0x0002C9020020B4DD, 3)  # master
+    paths = frames[2].get(SMPPaths)
+    assert paths is not None and paths.return_path >> (8 * 61) == 0x000601  # ReturnPath[1..2] = 6, 1
+    record = frames[33].get(PathRecord)
+    assert record is not None and (record.slid, record.dlid, record.mtu) == (4, 2, 4)
+    assert record.sgid == int(ipaddress.IPv6Address("fe80::2:c902:24:f636"))

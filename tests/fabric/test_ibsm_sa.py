@@ -13,6 +13,7 @@ import pytest
 from ibsm_util import ibsim, net_file, requires_diags, requires_ibsim
 from tshark_util import requires_tshark
 
+from rdmalab.capture.crosscheck import crosscheck
 from rdmalab.capture.reader import read
 from rdmalab.fabric.ibsim_client import IBSimClient
 from rdmalab.fabric.ibsm import SubnetManager
@@ -141,3 +142,10 @@ def test_every_smp_and_sa_mad_decodes_in_tshark(tmp_path: Path) -> None:
     assert [cp.packet.problems for cp in got] == [[]] * n
     assert {cp.packet.crc_status for cp in got} == {cp.packet.vcrc_status for cp in got} == {"good"}
     assert [cp.packet[MADHeader].tid for cp in got] == [MADHeader.decode(e.mad).tid for e in sm.events]
+    # it decodes the SMP fields, attributes and PathRecords as tshark does, field by field and byte by byte
+    layers = {type(layer.header).__name__ for cp in got for layer in cp.packet.layers}
+    assert {"SMPDirectedFields", "SMPLIDFields", "SMPPaths", "NodeInfo", "SwitchInfo", "PortInfo", "SMInfo",
+            "SAHeader", "PathRecord"} <= layers
+    report = crosscheck(cap)
+    assert report.packets == report.wireshark_packets == n and report.fields_compared > 50 * n
+    assert not report.unexplained and not report.explained, report.text()
