@@ -60,18 +60,21 @@ class Sim:
 
 
 @contextmanager
-def ibsim(net: Path, tmp: Path) -> Iterator[Sim]:
-    """``ibsim -s NET`` with a fresh socket name, up when entered (its control socket answers)."""
+def ibsim(net: Path, tmp: Path, *, udp_port: int | None = None) -> Iterator[Sim]:
+    """``ibsim -s NET`` with a fresh socket name (or, with ``udp_port``, in remote mode: ``ibsim -r -l
+    PORT``), up when entered (its control socket answers)."""
     sockname = f"rdmalab-ibsm-{os.getpid()}-{next(_names)}"
     env = dict(os.environ, IBSIM_SOCKNAME=sockname)
     log = open(tmp / f"{sockname}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(["ibsim", "-s", str(net)], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                            env=env)
+    remote = ["-r", "-l", str(udp_port)] if udp_port else []
+    proc = subprocess.Popen(["ibsim", *remote, "-s", str(net)], stdin=subprocess.PIPE, stdout=log,
+                            stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 10
         while True:
             try:
-                IBSimClient(None, sockname=sockname, timeout=1.0).close()
+                where = {"server": "127.0.0.1", "port": udp_port} if udp_port else {"sockname": sockname}
+                IBSimClient(None, timeout=1.0, **where).close()  # type: ignore[arg-type]
                 break
             except IBSimNotRunning:
                 if proc.poll() is not None or time.monotonic() > deadline:

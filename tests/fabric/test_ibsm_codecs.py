@@ -7,6 +7,7 @@ import dataclasses
 import ipaddress
 import os
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,38 @@ def test_a_real_connectx_capture_decodes_its_sminfo_and_path_record() -> None:
     record = frames[33].get(PathRecord)
     assert record is not None and (record.slid, record.dlid, record.mtu) == (4, 2, 4)
     assert record.sgid == int(ipaddress.IPv6Address("fe80::2:c902:24:f636"))
+
+
+def _free_udp_ports(n: int) -> int:
+    """A UDP port with the ``n`` after it free too (ibsim's remote mode uses PORT .. PORT + 10)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n >= 65536:
+            continue
+        try:
+            held = []
+            for port in range(base, base + n + 1):
+                t = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                held.append(t)
+                t.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for t in held:
+                t.close()
+    pytest.skip("no run of 11 free UDP ports")
+
+
+@requires_ibsim
+def test_the_sm_over_ibsims_remote_mode(tmp_path: Path) -> None:
+    """IBSIM_SERVER_NAME/PORT: the same protocol over UDP (``ibsim -r -l PORT``)."""
+    port = _free_udp_ports(10)
+    with ibsim(net_file("net.2sw2path4hca"), tmp_path, udp_port=port), \
+            IBSimClient("Hca1", server="127.0.0.1", port=port, issm=True) as client:
+        sm = SubnetManager(client)
+        sm.run()
+        assert sm.state_name == "Master" and len(sm.lids) == 6
+        assert (client.port().lid, client.port().state) == (1, 4)
