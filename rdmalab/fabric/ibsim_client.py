@@ -30,6 +30,7 @@ import os
 import socket
 from types import TracebackType
 
+from rdmalab.wire.errors import RdmalabError
 from rdmalab.wire.ibsim import (
     IBSIM_DEFAULT_SERVER_PORT,
     SIM_BASENAME,
@@ -54,7 +55,7 @@ _ID_SHIFT = 22  # Linux pids are below 2**22
 _counter = itertools.count(0)
 
 
-class IBSimError(RuntimeError):
+class IBSimError(RdmalabError, RuntimeError):
     """ibsim is not there, refused a request, or answered something unreadable."""
 
 

@@ -43,6 +43,7 @@ from typing import IO, Protocol
 
 from rdmalab.capture.linktypes import ERF, LINKTYPE_ERF
 from rdmalab.capture.pcapwriter import CaptureWriter
+from rdmalab.wire.errors import RdmalabError
 from rdmalab.wire.ib import BTH, DETH, GSI_QKEY, LRH
 from rdmalab.wire.mad import MGMT_CLASS_SA, MADHeader
 from rdmalab.wire.packet import encode_ib
@@ -81,7 +82,7 @@ ERF_TYPE_INFINIBAND = 21
 SM = "SM"  # the name of the subnet manager itself in events
 
 
-class SMError(RuntimeError):
+class SMError(RdmalabError, RuntimeError):
     """The subnet could not be brought up: an SMP failed or the subnet is not what was expected."""
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from rdmalab.fabric.ibsim_client import IBSimClient
 from rdmalab.fabric.ibsm import SM, Port, SubnetManager
+from rdmalab.wire.errors import Picklable
 from rdmalab.wire.ibsim import SimRequest
 from rdmalab.wire.mad import (
     METHOD_GET,
@@ -71,7 +72,7 @@ _SPEED_GBPS = {1: 2.5, 2: 5.0, 4: 10.0}
 _RATE_CODES = {2.5: 2, 10.0: 3, 30.0: 4, 5.0: 5, 20.0: 6, 40.0: 7, 60.0: 8, 80.0: 9, 120.0: 10}
 
 
-class SAError(ValueError):
+class SAError(Picklable, ValueError):
     """A PathRecord query the SA cannot answer; ``status`` is the MAD status it returns for it."""
 
     def __init__(self, message: str, status: int) -> None:
