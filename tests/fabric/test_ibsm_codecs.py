@@ -16,7 +16,7 @@ from ibsm_util import ibsim, net_file, requires_ibsim
 from rdmalab.capture.reader import read
 from rdmalab.cli import main
 from rdmalab.fabric.ibsim_client import IBSimClient, IBSimNotRunning
-from rdmalab.fabric.ibsm import Node, Port, SubnetManager, route_hops
+from rdmalab.fabric.ibsm import Node, Port, SMError, SubnetManager, route_hops
 from rdmalab.wire.errors import EncodeError, MalformedError, TruncatedError
 from rdmalab.wire.mad import METHOD_GET_TABLE, MADHeader
 from rdmalab.wire.sa import PR_DLID, PR_SLID, PathRecord, SAMad, sa_request
@@ -204,3 +204,29 @@ def test_the_sm_over_ibsims_remote_mode(tmp_path: Path) -> None:
         sm.run()
         assert sm.state_name == "Master" and len(sm.lids) == 6
         assert (client.port().lid, client.port().state) == (1, 4)
+
+
+class _RefusingPort:
+    """A MADPort whose agents answer every SMP with a status (or whose link is gone)."""
+
+    def __init__(self, status: int = 0, fail: Exception | None = None) -> None:
+        self.status, self.fail, self.sent = status, fail, 0
+
+    def exchange(self, mad: bytes, dlid: int, dqp: int) -> bytes:
+        self.sent += 1
+        if self.fail is not None:
+            raise self.fail
+        smp = SMP.decode(mad)
+        return get_response(smp, bytes(64), status=self.status).encode()
+
+
+def test_a_refused_or_lost_smp_stops_the_sm_with_what_and_where() -> None:
+    port = _RefusingPort(status=0x001C)
+    with pytest.raises(SMError, match=r"Get NodeInfo DR path \[\] to path \[\]: status 0x001c"):
+        SubnetManager(port).run()
+    assert port.sent == 1
+    lost = _RefusingPort(fail=TimeoutError("no answer in 2 s"))
+    sm = SubnetManager(lost)
+    with pytest.raises(SMError, match=r"Get NodeInfo DR path \[\] to path \[\] failed: no answer in 2 s"):
+        sm.run()
+    assert [e.src for e in sm.events] == ["SM"]  # the request is in the ladder, no answer
