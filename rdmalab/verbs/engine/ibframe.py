@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rdmalab.verbs.engine.packet import INFO, Pkt
+from rdmalab.verbs.engine.packet import INFO, Pkt, from_frame
 from rdmalab.wire.errors import DecodeError
-from rdmalab.wire.frame import decode_ethernet, decode_ib, encode_rocev1
+from rdmalab.wire.frame import decode_ib, encode_rocev1
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import AETH, BTH, DETH, GRH, IETH, LRH, RETH, AtomicAckETH, AtomicETH, ImmDt
-from rdmalab.wire.net import Ethernet
+from rdmalab.wire.net import ETHERTYPE_ROCE
 from rdmalab.wire.packet import Packet, encode_ib
 
 __all__ = ["IB_LOCAL_OVERHEAD", "ib_frame", "ib_size", "from_ib", "rocev1_frame", "from_rocev1", "ROCEV1_OVERHEAD"]
@@ -110,16 +110,9 @@ def rocev1_frame(pkt: Pkt, *, hop_limit: int = 64, traffic_class: int = 0, flow_
 
 
 def from_rocev1(frame: bytes) -> Pkt | None:
-    """Decode a RoCEv1 frame into a :class:`Pkt` (GIDs from its GRH); ``None`` if it is not RoCEv1,
-    is malformed or its ICRC is bad."""
-    try:
-        d = decode_ethernet(frame)
-    except DecodeError:
+    """Decode a RoCEv1 frame into a :class:`Pkt` (GIDs from its GRH, as
+    :func:`rdmalab.verbs.engine.packet.from_frame` does); ``None`` if it is not RoCEv1, is malformed
+    or its ICRC is bad."""
+    if frame[12:14] != ETHERTYPE_ROCE.to_bytes(2, "big"):
         return None
-    if d.encap != "rocev1" or d.crc_status != "good":
-        return None
-    grh, eth = d[GRH], d[Ethernet]
-    p = _pkt_from(d, grh.sgid, grh.dgid, eth.src, eth.dst)
-    if p is not None:
-        p._frame = bytes(frame)
-    return p
+    return from_frame(frame)
