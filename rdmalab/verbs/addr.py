@@ -150,10 +150,16 @@ class AH:
         if attr is None and wc is not None:
             src = getattr(wc, "_sgid", None)
             dst = getattr(wc, "_dgid", None)
-            if src is None or dst is None:
+            if (src is None and getattr(wc, "slid", 0)
+                    and getattr(pd.device, "link_layer", IBV_LINK_LAYER_ETHERNET) == IBV_LINK_LAYER_INFINIBAND):
+                # a UD receive on an InfiniBand port without a GRH: the reply goes to the sender's LID
+                attr = AHAttr(dlid=wc.slid, sl=wc.sl, port_num=port_num)
+            elif src is None or dst is None:
                 raise PyverbsUserError("this WC carries no GRH (only UD receive completions do)")
-            sgid_index = pd.device.gids.index(dst)
-            attr = AHAttr(is_global=1, port_num=port_num, gr=GlobalRoute(dgid=GID.from_int(src), sgid_index=sgid_index))
+            else:
+                sgid_index = pd.device.gids.index(dst)
+                attr = AHAttr(is_global=1, port_num=port_num,
+                              gr=GlobalRoute(dgid=GID.from_int(src), sgid_index=sgid_index))
         if attr is None:
             raise PyverbsUserError("AH needs attr= or wc=")
         self.attr = attr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ib_util import connect_by_lid, side, two_switches, wait
@@ -16,9 +17,13 @@ from rdmalab.capture.reader import read
 from rdmalab.fabric.ibfabric import NO_PORT, IBFabric
 from rdmalab.fabric.sim import Fabric
 from rdmalab.verbs import enums as e
-from rdmalab.verbs.addr import AHAttr
+from rdmalab.verbs.addr import AH, AHAttr
+from rdmalab.verbs.cq import CQ
+from rdmalab.verbs.device import Context
+from rdmalab.verbs.mr import MR
+from rdmalab.verbs.pd import PD
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
-from rdmalab.verbs.qp import QPAttr
+from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 from rdmalab.wire.ib import BTH, LNH_IBA_LOCAL, LRH
 
@@ -200,3 +205,59 @@ def test_tshark_decodes_the_write_as_infiniband(tmp_path: Path) -> None:
     for r, p in zip(rows, pkts, strict=True):
         assert int(r["infiniband.invariant.crc"][0], 16) == as_tshark(p.crc_expected, 4)
         assert int(r["infiniband.variant.crc"][0], 16) == as_tshark(p.vcrc_expected, 2)
+
+
+def _ud_side(fab: IBFabric, name: str) -> tuple[Any, Any, Any, Any]:
+    ctx = Context(name=name, fabric=fab)
+    pd = PD(ctx)
+    cq = CQ(ctx, 16)
+    mr = MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+    qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq, rcq=cq,
+                           cap=QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)))
+    attr = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=1)
+    attr.qkey = 0x1234
+    qp.to_rts(attr)
+    return pd, cq, mr, qp
+
+
+def test_ud_by_lid_and_the_reply_from_the_wc() -> None:
+    """UD on an IB port: AH(dlid) to send; the receive WC has no GRH and names the sender's LID, and
+    AH(pd, wc=...) answers it (as on an HCA: the first 40 bytes of the buffer are the GRH's, unwritten)."""
+    fab = two_switches(frames=True)
+    pa, cqa, mra, qpa = _ud_side(fab, "hca1")
+    pb, cqb, mrb, qpb = _ud_side(fab, "hca2")
+    mrb.write(b"\xee" * 40, 40)
+    qpb.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(mrb.buf, 1024, mrb.lkey)]))
+    mra.write(b"ping", 4)
+    wr = SendWR(wr_id=2, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(mra.buf, 4, mra.lkey)], send_flags=e.IBV_SEND_SIGNALED)
+    wr.set_wr_ud(AH(pa, attr=AHAttr(dlid=2, sl=0, is_global=0, port_num=1)), qpb.qp_num, 0x1234)
+    qpa.post_send(wr)
+    (wc,) = wait(fab, cqb)
+    assert (wc.status, wc.byte_len, wc.src_qp, wc.slid) == (e.IBV_WC_SUCCESS, 44, qpa.qp_num, 1)
+    assert not wc.wc_flags & e.IBV_WC_GRH
+    assert mrb.read(44, 0) == b"\xee" * 40 + b"ping"  # no GRH written
+    qpa.post_recv(RecvWR(wr_id=3, num_sge=1, sg=[SGE(mra.buf + 1024, 1024, mra.lkey)]))
+    mrb.write(b"pong", 4, 2048)
+    reply = SendWR(wr_id=4, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(mrb.buf + 2048, 4, mrb.lkey)])
+    reply.set_wr_ud(AH(pb, wc=wc, port_num=1), wc.src_qp, 0x1234)
+    qpb.post_send(reply)
+    got = [w for w in wait(fab, cqa, 2) if w.opcode == e.IBV_WC_RECV]
+    assert [(w.wr_id, w.slid) for w in got] == [(3, 2)]
+    assert mra.read(4, 1024 + 40) == b"pong"
+
+
+def test_sl_and_vl_in_the_lrh(tmp_path: Path) -> None:
+    fab = two_switches(frames=True, vls=2)
+    path = tmp_path / "sl.pcap"
+    fab.tap("hca1", "sw1", str(path))
+    a, b = side(fab, "hca1"), side(fab, "hca2")
+    connect_by_lid(a, b, sl=3)
+    wr = SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(a.mr.buf, 8, a.mr.lkey)],
+                send_flags=e.IBV_SEND_SIGNALED)
+    wr.set_wr_rdma(b.mr.rkey, b.mr.buf)
+    a.qp.post_send(wr)
+    wait(fab, a.cq)
+    fab.close()
+    lrhs = [(cp.packet[LRH].sl, cp.packet[LRH].vl, cp.packet[BTH].opcode) for cp in read(path)]
+    assert lrhs == [(3, 1, WRITE_ONLY), (3, 1, ACK)]  # SL 3 on VL 3 % 2; the responder's ACK on its QP's SL
+    assert all(cp.packet.crc_status == "good" for cp in read(path))  # the VL is masked in the ICRC

@@ -201,9 +201,10 @@ class QPCore:
 
     def complete_recv(self, w: RecvWQE, status: int, opcode: int = e.IBV_WC_RECV, byte_len: int = 0,
                       imm: int = 0, flags: int = 0, src_qp: int = 0, solicited: bool = False,
-                      gids: tuple[int, int] | None = None) -> None:
+                      gids: tuple[int, int] | None = None, slid: int = 0) -> None:
         # WC(wr_id, status, opcode, vendor_err, byte_len, qp_num, src_qp, imm_data, wc_flags)
         wc = WC(w.wr_id, status, opcode, 0, byte_len, self.qp_num, src_qp, imm, flags)
+        wc.slid = slid
         if gids is not None:
             wc._sgid, wc._dgid = gids
         if self.dev.carrier.tracing:
