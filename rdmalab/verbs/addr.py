@@ -150,8 +150,8 @@ class AH:
         if attr is None and wc is not None:
             src = getattr(wc, "_sgid", None)
             dst = getattr(wc, "_dgid", None)
-            if (src is None and getattr(wc, "slid", 0)
-                    and getattr(pd.device, "link_layer", IBV_LINK_LAYER_ETHERNET) == IBV_LINK_LAYER_INFINIBAND):
+            on_ib = getattr(pd.device, "link_layer", IBV_LINK_LAYER_ETHERNET) == IBV_LINK_LAYER_INFINIBAND
+            if src is None and on_ib and getattr(wc, "slid", 0):
                 # a UD receive on an InfiniBand port without a GRH: the reply goes to the sender's LID
                 attr = AHAttr(dlid=wc.slid, sl=wc.sl, port_num=port_num)
             elif src is None or dst is None:
