@@ -20,12 +20,14 @@ from rdmalab.verbs import enums as e
 from rdmalab.verbs.addr import AH, AHAttr
 from rdmalab.verbs.cq import CQ
 from rdmalab.verbs.device import Context
+from rdmalab.verbs.engine.ibframe import ib_frame, ib_size
+from rdmalab.verbs.engine.packet import Pkt
 from rdmalab.verbs.mr import MR
 from rdmalab.verbs.pd import PD
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
-from rdmalab.wire.ib import BTH, LNH_IBA_LOCAL, LRH
+from rdmalab.wire.ib import BTH, LNH_IBA_LOCAL, LRH, RETH
 
 WRITE_ONLY, WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK, SEND_ONLY = 0x0A, 0x06, 0x07, 0x08, 0x11, 0x04
 
@@ -261,3 +263,22 @@ def test_sl_and_vl_in_the_lrh(tmp_path: Path) -> None:
     lrhs = [(cp.packet[LRH].sl, cp.packet[LRH].vl, cp.packet[BTH].opcode) for cp in read(path)]
     assert lrhs == [(3, 1, WRITE_ONLY), (3, 1, ACK)]  # SL 3 on VL 3 % 2; the responder's ACK on its QP's SL
     assert all(cp.packet.crc_status == "good" for cp in read(path))  # the VL is masked in the ICRC
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 1021, 1024])
+def test_ib_size_is_the_frame_length(n: int) -> None:
+    p = Pkt(SEND_ONLY, 5, 0x11, 0, 0, 0, 1, 2, bytes(n))
+    assert ib_size(p) == len(ib_frame(p, slid=1, dlid=2))
+    w = Pkt(WRITE_ONLY, 5, 0x11, 0, 0, 0, 1, 2, bytes(n))
+    w.reth = RETH(va=1, r_key=2, dma_length=n)
+    assert ib_size(w) == len(ib_frame(w, slid=1, dlid=2)) == 8 + 12 + 16 + n + (-n % 4) + 4 + 2
+
+
+def test_bytes_or_objects_the_same_run() -> None:
+    """The subnet times a packet by its size whether its bytes travel (frames=True) or not."""
+    def run(frames: bool) -> tuple[int, list[int]]:
+        fab = two_switches(frames=frames)
+        _write(fab, 5000)
+        return fab.now_ns, [p.counters["PortXmitData"] for n in fab.nodes for p in n.ports.values()]
+
+    assert run(True) == run(False)
