@@ -272,7 +272,9 @@ class IBFabric:
         self._new_name(name)
         lid = self._lid(lid, name)
         n = len(self.hcas) + 1
-        hca = IBHca(self, name, self._guid(), lid, 0x020000000000 | n, (10 << 24) | n)
+        mac = 0x020000000000 | n
+        # the port GUID is the node GUID the verbs report for a soft device (Context.query_device)
+        hca = IBHca(self, name, (mac << 16) | 0xFFFE, lid, mac, (10 << 24) | n)
         self.nodes.append(hca)
         self.hcas.append(hca)
         self.by_name[name] = hca

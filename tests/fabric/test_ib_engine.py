@@ -39,7 +39,9 @@ def test_query_port_reports_infiniband_and_the_lid() -> None:
     assert port.link_layer == e.IBV_LINK_LAYER_INFINIBAND
     assert port.lid == 1 and fab.hcas[1].device.lid == 2
     assert a.ctx.query_gid_type(1, 0) == e.IBV_GID_TYPE_IB
-    assert int(a.ctx.query_gid(1, 0)) >> 64 == 0xFE80 << 48  # the default subnet prefix
+    gid = int(a.ctx.query_gid(1, 0))
+    assert gid >> 64 == 0xFE80 << 48  # the default subnet prefix, then the port GUID
+    assert gid & (1 << 64) - 1 == a.ctx.query_device().node_guid == fab.hcas[0].guid
     assert port.gid_tbl_len == 1
 
 
