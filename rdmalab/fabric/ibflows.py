@@ -6,10 +6,11 @@ connected by LID (``AHAttr(dlid=..., sl=..., is_global=0)``), whose sender keeps
 WRITEs of ``msg_packets`` packets posted, as the switched fabric's flows do
 (:class:`rdmalab.fabric.switched_flows.Flow`); it counts the bytes of the WRITEs completed.
 
-* :func:`ib_incast`: ``senders`` hosts on one leaf switch write to one receiver on a second
-  switch (the incast of :mod:`rdmalab.fabric.congestion_scenarios`, 40 Gb/s links, 1 us, 1024-byte
-  packets, 64-packet WRITEs, 3 posted), and, with ``victim=True``, one more host on the leaf writes
-  to an idle host on the second switch.  Every flow crosses the leaf-to-spine link.  With credits,
+* :func:`ib_incast`: ``senders`` hosts write to one receiver, on one switch (``topology="star"``:
+  the incast of :mod:`rdmalab.fabric.congestion_scenarios`, 40 Gb/s links, 1 us, 1024-byte
+  packets, 64-packet WRITEs, 3 posted) or on a leaf switch with the receiver on a second one
+  (``"leaf-spine"``), where, with ``victim=True``, one more host on the leaf writes to an idle host
+  on the second switch.  Every flow crosses the leaf-to-spine link.  With credits,
   the receiver's link is the bottleneck, the second switch's input buffer from the leaf fills, the
   leaf's port to it waits for credits (``PortXmitWait``), and the victim's packets wait behind the
   incast's in the same VL: its destination link is idle, yet it gets a share of the shared link,
@@ -108,9 +109,15 @@ class IBFlow:
         self.done_bytes += self.msg_bytes
         self._post()
 
+    @property
+    def delivered(self) -> int:
+        """Payload bytes the responder has taken in sequence (its next expected PSN x the MTU: every
+        packet of these WRITEs is a full one; the QPs start at PSN 0 and a run does not wrap)."""
+        return int(self.peer_qp.engine.resp.psn) * self.fabric.mtu
+
     def gbps(self, ns: int) -> float:
-        """Goodput over ``ns`` nanoseconds: completed WRITE bytes in Gb/s."""
-        return self.done_bytes * 8 / ns if ns else 0.0
+        """Goodput over ``ns`` nanoseconds: :attr:`delivered` bytes in Gb/s."""
+        return self.delivered * 8 / ns if ns else 0.0
 
     def __repr__(self) -> str:
         return f"IBFlow({self.name})"
@@ -130,7 +137,8 @@ def _summary(fab: IBFabric, flows: list[IBFlow], ns: int, ports: list[tuple[str,
     return {
         "credits": fab.credit_fc,
         "drops": fab.drops(),
-        "flows": {f.name: {"gbps": round(f.gbps(ns), 3), "bytes": f.done_bytes, "errors": f.errors} for f in flows},
+        "flows": {f.name: {"gbps": round(f.gbps(ns), 3), "delivered": f.delivered, "completed": f.done_bytes,
+                           "errors": f.errors} for f in flows},
         "ports": {f"{a}->{b}": {"xmit_wait_us": round(fab.port(a, b).xmit_wait(fab.now_ns) / 1000, 3),
                                 "xmit_pkts": fab.port(a, b).counters["PortXmitPkts"],
                                 "peer_buffer_max_blocks": max(fab.port(b, a).rx_max)}
@@ -138,22 +146,35 @@ def _summary(fab: IBFabric, flows: list[IBFlow], ns: int, ports: list[tuple[str,
     }
 
 
-def ib_incast(*, senders: int = 4, rate: float = 40.0, uplink: float | None = None, delay_us: float = 1.0,
-              duration_us: float = 300.0,
-              credits: bool = True, victim: bool = True, victim_sl: int = 0, vls: int = 1,
-              vl_buffer: int = 32768, mtu: int = 1024, msg_packets: int = 64, depth: int = 3,
-              seed: int = 1) -> IBRun:
-    """The incast with credits (see the module docstring): ``senders`` hosts h1.. on switch ``leaf``
-    write to ``recv`` on switch ``spine``; the victim ``hv`` on the leaf writes to ``rv`` on the spine.
-    Host links run at ``rate`` Gb/s, the leaf-spine link at ``uplink`` (default ``rate`` x the hosts on
-    the leaf: no oversubscription, so that the receiver's link is the one bottleneck)."""
+def ib_incast(*, senders: int = 4, topology: str = "leaf-spine", victim: bool | None = None, rate: float = 40.0,
+              uplink: float | None = None, delay_us: float = 1.0, duration_us: float = 300.0, credits: bool = True,
+              victim_sl: int = 0, vls: int = 1, vl_buffer: int = 32768, mtu: int = 1024, msg_packets: int = 64,
+              depth: int = 3, seed: int = 1) -> IBRun:
+    """The incast with credits (see the module docstring).
+
+    ``topology="star"`` is the incast of :mod:`rdmalab.fabric.congestion_scenarios` node for node:
+    hosts h1.. and ``recv`` on one switch ``sw``.  ``"leaf-spine"`` (the default) puts the senders
+    on switch ``leaf`` and ``recv`` on switch ``spine``, and with ``victim`` (its default there) adds
+    ``hv`` on the leaf writing to ``rv`` on the spine.  Host links run at ``rate`` Gb/s, the
+    leaf-spine link at ``uplink`` (default ``rate`` x the hosts on the leaf: no oversubscription,
+    so that the receiver's link is the one bottleneck).  The defaults are the scenario's: 40 Gb/s,
+    1 us links, 1024-byte packets, 64-packet WRITEs, 3 posted per flow."""
     if senders < 1:
         raise ValueError(f"senders must be at least 1, not {senders!r}")
     if duration_us <= 0:
         raise ValueError(f"duration_us must be positive, not {duration_us!r}")
+    if topology not in ("leaf-spine", "star"):
+        raise ValueError(f"topology must be 'leaf-spine' or 'star', not {topology!r}")
+    if victim is None:
+        victim = topology == "leaf-spine"
+    elif victim and topology == "star":
+        raise ValueError("the victim flow needs the leaf-spine topology (a shared link to be blocked on)")
     fab = IBFabric(mtu=mtu, vls=vls, vl_buffer=vl_buffer, credits=credits, seed=seed)
-    leaf, spine = fab.add_switch("leaf"), fab.add_switch("spine")
-    fab.link(leaf, spine, rate * (senders + int(victim)) if uplink is None else uplink, delay_us)
+    if topology == "star":
+        leaf = spine = fab.add_switch("sw")
+    else:
+        leaf, spine = fab.add_switch("leaf"), fab.add_switch("spine")
+        fab.link(leaf, spine, rate * (senders + int(victim)) if uplink is None else uplink, delay_us)
     recv = fab.add_hca("recv")
     fab.link(recv, spine, rate, delay_us)
     hosts = []
@@ -173,7 +194,9 @@ def ib_incast(*, senders: int = 4, rate: float = 40.0, uplink: float | None = No
         f.start()
     ns = round(duration_us * 1000)
     fab.loop.advance_to(ns)
-    ports = [("leaf", "spine"), ("spine", "recv")] + [(h.name, "leaf") for h in hosts]
+    ports = [(spine.name, "recv")] + [(h.name, leaf.name) for h in hosts]
+    if topology == "leaf-spine":
+        ports.append(("leaf", "spine"))
     if victim:
         ports.append(("spine", "rv"))
     return IBRun(fab, flows, ns, _summary(fab, flows, ns, ports))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from ib_util import connect_by_lid, side, two_switches
 
+from rdmalab.fabric.congestion_scenarios import run_scenario
 from rdmalab.fabric.ibfabric import BLOCK_BYTES, IBFabric, blocks
 from rdmalab.fabric.ibflows import ib_credit_loop, ib_incast
 from rdmalab.verbs import enums as e
@@ -82,10 +83,10 @@ def test_without_credits_the_same_buffers_drop() -> None:
 def test_a_credit_loop_deadlocks_and_min_hop_does_not() -> None:
     loop = ib_credit_loop(duration_us=200)
     fab = loop.fabric
-    before = [f.done_bytes for f in loop.flows]
+    before = [f.delivered for f in loop.flows]
     sent = [fab.port(f"S{i}", f"S{(i + 1) % 3}").counters["PortXmitPkts"] for i in range(3)]
     fab.run_us(300)  # nothing moves any more
-    assert [f.done_bytes for f in loop.flows] == before == [0, 0, 0]
+    assert [f.delivered for f in loop.flows] == before and not any(f.done_bytes for f in loop.flows)
     assert [fab.port(f"S{i}", f"S{(i + 1) % 3}").counters["PortXmitPkts"] for i in range(3)] == sent
     for i in range(3):
         ring = fab.port(f"S{i}", f"S{(i + 1) % 3}")
@@ -94,6 +95,8 @@ def test_a_credit_loop_deadlocks_and_min_hop_does_not() -> None:
     assert fab.drops() == 0  # stopped, not lossy
     ok = ib_credit_loop(duration_us=200, routing="min-hop")
     assert all(f.done_bytes > 0 for f in ok.flows)
+    with pytest.raises(ValueError, match="victim flow needs"):
+        ib_incast(topology="star", victim=True)
 
 
 def test_a_packet_waits_for_credits_it_does_not_have() -> None:
@@ -125,3 +128,18 @@ def test_bad_parameters_are_refused() -> None:
         ib_credit_loop(routing="updown")
     with pytest.raises(ValueError, match="senders"):
         ib_incast(senders=0)
+
+
+def test_the_same_incast_as_notebook_10_with_credits_instead_of_pfc() -> None:
+    """The star incast of congestion_scenarios on the lossless RoCE fabric (PFC) and on IB (credits):
+    neither drops, both keep the receiver's link full, so their goodputs stand in the ratio of the
+    bytes each wire spends on a 1024-byte packet: RoCEv2 58 (Ethernet, IPv4, UDP, BTH, ICRC), IB 26
+    (LRH, BTH, ICRC, VCRC)."""
+    roce = run_scenario("incast", senders=4, duration_ms=0.3, settings={"dcqcn": "0"})
+    rfab = roce.fabric
+    roce_gbps = sum(f.rcvd for f in rfab.flows) * 8 / rfab.now
+    ib = ib_incast(topology="star", senders=4, duration_us=300)
+    ib_gbps = sum(f["gbps"] for f in ib.summary["flows"].values())
+    assert rfab.drops == 0 and ib.summary["drops"] == 0
+    assert ib_gbps / roce_gbps == pytest.approx((1024 + 58) / (1024 + 26), rel=0.01)
+    assert ib.fabric.port("h1", "sw").xmit_wait(ib.fabric.now_ns) > 0  # the senders wait for credits
