@@ -308,6 +308,23 @@ class IBFabric:
             raise ValueError(f"{name}: LID {lid:#x} is already another node's")
         return lid
 
+    def set_lid(self, node: str | IBNode, lid: int, sm_lid: int | None = None) -> None:
+        """Give ``node`` (an HCA's port, or a switch's port 0) the LID ``lid``, as a subnet manager's
+        SubnSet(PortInfo) does; an HCA's device answers ``query_port`` with it (and ``sm_lid`` when
+        given).  ValueError for a LID that is not unicast or is another node's.  The switches' tables
+        are not changed: route again (:meth:`min_hop_routes`, or the SM's own tables)."""
+        n = self.node(node)
+        if lid != n.lid:
+            self._lid(lid, n.name)
+        if isinstance(n, IBHca):
+            self._by_lid.pop(n.lid, None)
+            n.set_lid(lid)
+            self._by_lid[lid] = n
+            if sm_lid is not None:
+                n.device.sm_lid = sm_lid
+        else:
+            n.lid = lid
+
     def node(self, name: str | IBNode) -> IBNode:
         if isinstance(name, IBNode):
             return name

@@ -284,3 +284,21 @@ def test_bytes_or_objects_the_same_run() -> None:
         return fab.now_ns, [p.counters["PortXmitData"] for n in fab.nodes for p in n.ports.values()]
 
     assert run(True) == run(False)
+
+
+def test_lids_set_as_an_sm_sets_them() -> None:
+    fab = two_switches(frames=True)
+    fab.set_lid("hca1", 0x21, sm_lid=0x40)
+    fab.set_lid("hca2", 0x22)
+    fab.set_lid("sw1", 0x40)
+    with pytest.raises(ValueError, match="already another node's"):
+        fab.set_lid("sw2", 0x21)
+    with pytest.raises(ValueError, match="not a unicast LID"):
+        fab.set_lid("sw2", 0xC000)
+    a = side(fab, "hca1")
+    assert (a.ctx.query_port(1).lid, a.ctx.query_port(1).sm_lid) == (0x21, 0x40)
+    assert fab.gid_of_lid(1) is None and fab.gid_of_lid(0x22) == fab.hcas[1].device.gids[0]
+    fab.min_hop_routes()
+    assert fab.switches[0].lft[0x22] == fab.port("sw1", "sw2").num and fab.switches[0].lft[0x40] == 0
+    data, got, wcs = _write(fab, 100)
+    assert got == data and wcs[0].status == e.IBV_WC_SUCCESS
