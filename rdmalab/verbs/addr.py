@@ -107,10 +107,14 @@ def resolve_path(device: Any, ah_attr: AHAttr | None) -> tuple[int, int]:
     On a port whose link layer is InfiniBand (``device.link_layer``) an AV without a GRH is
     addressed by ``ah_attr.dlid`` alone, as on an HCA: it must be a unicast LID, and the
     device's carrier names the port GID behind it (``device.carrier.gid_of_lid``: the engine
-    checks addresses by GID; on a subnet without routers a LID is one port)."""
+    checks addresses by GID; on a subnet without routers a LID is one port).  An AV with a GRH
+    (``is_global=1``) is refused there: the engine builds no GRH on native IB packets yet."""
     if ah_attr is None:
         raise PyverbsRDMAError("Failed to modify QP: no address vector", EINVAL)
-    if not ah_attr.is_global and getattr(device, "link_layer", IBV_LINK_LAYER_ETHERNET) == IBV_LINK_LAYER_INFINIBAND:
+    if getattr(device, "link_layer", IBV_LINK_LAYER_ETHERNET) == IBV_LINK_LAYER_INFINIBAND:
+        if ah_attr.is_global:  # (a GRH on a native IB packet, LNH 3: not built by the soft engine yet)
+            raise PyverbsRDMAError("Invalid address vector: the soft engine's InfiniBand ports send no GRH yet; "
+                                   "address the peer by LID (AHAttr(dlid=..., is_global=0))", EINVAL)
         return _resolve_lid(device, ah_attr)
     if not ah_attr.is_global:
         raise PyverbsRDMAError("Invalid address vector: RoCE needs a GRH (AHAttr(is_global=1, gr=GlobalRoute(...)))",

@@ -17,7 +17,7 @@ from rdmalab.capture.reader import read
 from rdmalab.fabric.ibfabric import NO_PORT, IBFabric
 from rdmalab.fabric.sim import Fabric
 from rdmalab.verbs import enums as e
-from rdmalab.verbs.addr import AH, AHAttr
+from rdmalab.verbs.addr import AH, AHAttr, GlobalRoute
 from rdmalab.verbs.cq import CQ
 from rdmalab.verbs.device import Context
 from rdmalab.verbs.engine.ibframe import ib_frame, ib_size
@@ -27,6 +27,7 @@ from rdmalab.verbs.pd import PD
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
+from rdmalab.wire.frame import decode_ib
 from rdmalab.wire.ib import BTH, LNH_IBA_LOCAL, LRH, RETH
 
 WRITE_ONLY, WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK, SEND_ONLY = 0x0A, 0x06, 0x07, 0x08, 0x11, 0x04
@@ -93,7 +94,10 @@ def test_send_across_two_switches_by_lid() -> None:
     assert b.mr.read(17, 0) == b"hello, infiniband"
 
 
-def test_a_bad_vcrc_or_icrc_is_dropped_by_the_hca() -> None:
+@pytest.mark.parametrize(("at", "bad"), [(40, ("bad", "bad")), (-1, ("good", "bad"))])
+def test_a_bad_vcrc_or_icrc_is_dropped_by_the_hca(at: int, bad: tuple[str, str]) -> None:
+    """A payload byte flipped spoils both CRCs; the VCRC's own byte only the VCRC (the ICRC is
+    end to end, the VCRC per link): either way the HCA drops the packet, and the resend arrives."""
     fab = two_switches(frames=True)
     a, b = side(fab, "hca1"), side(fab, "hca2")
     connect_by_lid(a, b)
@@ -101,14 +105,16 @@ def test_a_bad_vcrc_or_icrc_is_dropped_by_the_hca() -> None:
     before = hca2.device.counters["dropped"]
     good = fab.port("sw2", "hca2")
     orig = fab._deliver
-    spoilt: list[int] = []
+    spoilt: list[Any] = []
 
     def corrupt(hca, ip):  # type: ignore[no-untyped-def]
         if hca is hca2 and ip.pkt.opcode == WRITE_ONLY and not spoilt:
             spoilt.append(ip.pkt.psn)
             raw = bytearray(ip.frame)
-            raw[40] ^= 0x01  # a payload byte: the ICRC and VCRC no longer match
+            raw[at] ^= 0x01
             ip.frame = bytes(raw)
+            d = decode_ib(ip.frame, lenient=True)
+            spoilt.append((d.crc_status, d.vcrc_status))
         orig(hca, ip)
 
     fab._deliver = corrupt  # type: ignore[method-assign]
@@ -119,6 +125,7 @@ def test_a_bad_vcrc_or_icrc_is_dropped_by_the_hca() -> None:
     (wc,) = wait(fab, a.cq)
     assert wc.status == e.IBV_WC_SUCCESS  # the requester's timeout resent it
     assert hca2.device.counters["dropped"] == before + 1
+    assert spoilt[1] == bad
     assert good.counters["PortXmitPkts"] >= 2
 
 
@@ -128,7 +135,8 @@ def test_bad_address_vectors_are_refused_with_the_reason() -> None:
     attr = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=1, path_mtu=e.IBV_MTU_1024)
     attr.dest_qp_num = b.qp.qp_num
     for ah, why in ((AHAttr(dlid=0), "not a unicast LID"), (AHAttr(dlid=0xC001), "not a unicast LID"),
-                    (AHAttr(dlid=77), "no port of the subnet has LID 0x4d"), (AHAttr(dlid=2, sl=16), "sl 16")):
+                    (AHAttr(dlid=77), "no port of the subnet has LID 0x4d"), (AHAttr(dlid=2, sl=16), "sl 16"),
+                    (AHAttr(dlid=2, is_global=1, gr=GlobalRoute(dgid=b.ctx.query_gid(1, 0))), "send no GRH yet")):
         attr.ah_attr = ah
         with pytest.raises(PyverbsRDMAError, match=why):
             a.qp.to_rtr(attr)
