@@ -310,3 +310,24 @@ def test_lids_set_as_an_sm_sets_them() -> None:
     assert fab.switches[0].lft[0x22] == fab.port("sw1", "sw2").num and fab.switches[0].lft[0x40] == 0
     data, got, wcs = _write(fab, 100)
     assert got == data and wcs[0].status == e.IBV_WC_SUCCESS
+
+
+def test_min_hop_spreads_lids_over_parallel_links() -> None:
+    """Two links between sw1 and sw2: the stand-in routing sends the LIDs behind sw2 out of both,
+    one each (fewest LIDs routed first, then the lowest port), and the shortest way to every LID."""
+    fab = IBFabric()
+    for name in ("a", "b", "c"):
+        fab.add_hca(name)
+    s1, s2 = fab.add_switch("sw1", nports=4), fab.add_switch("sw2", nports=4)
+    fab.link("a", "sw1", port_b=1)
+    fab.link("sw1", "sw2", port_a=2, port_b=2)
+    fab.link("sw1", "sw2", port_a=3, port_b=3)
+    fab.link("sw2", "b", port_a=1)
+    fab.link("sw2", "c", port_a=4)
+    fab.min_hop_routes()
+    assert s1.lft[fab.node("a").lid] == 1 and s1.lft[s1.lid] == 0
+    assert sorted((s1.lft[fab.node("b").lid], s1.lft[fab.node("c").lid])) == [2, 3]
+    assert (s2.lft[fab.node("b").lid], s2.lft[fab.node("c").lid]) == (1, 4)
+    assert s2.lft[fab.node("a").lid] in (2, 3) and s2.lft[s1.lid] in (2, 3)
+    with pytest.raises(ValueError, match="outside 0..767"):
+        s1.set_lft(768, [NO_PORT] * 64)
