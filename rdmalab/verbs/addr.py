@@ -107,14 +107,12 @@ def resolve_path(device: Any, ah_attr: AHAttr | None) -> tuple[int, int]:
     On a port whose link layer is InfiniBand (``device.link_layer``) an AV without a GRH is
     addressed by ``ah_attr.dlid`` alone, as on an HCA: it must be a unicast LID, and the
     device's carrier names the port GID behind it (``device.carrier.gid_of_lid``: the engine
-    checks addresses by GID; on a subnet without routers a LID is one port).  An AV with a GRH
-    (``is_global=1``) is refused there: the engine builds no GRH on native IB packets yet."""
+    checks addresses by GID; on a subnet without routers a LID is one port).  With a GRH
+    (``is_global=1``) the DGID names the peer, as on RoCE, and a connected QP's packets carry the
+    GRH (an address handle's, for UD, are refused there: see :class:`AH`)."""
     if ah_attr is None:
         raise PyverbsRDMAError("Failed to modify QP: no address vector", EINVAL)
-    if getattr(device, "link_layer", IBV_LINK_LAYER_ETHERNET) == IBV_LINK_LAYER_INFINIBAND:
-        if ah_attr.is_global:  # (a GRH on a native IB packet, LNH 3: not built by the soft engine yet)
-            raise PyverbsRDMAError("Invalid address vector: the soft engine's InfiniBand ports send no GRH yet; "
-                                   "address the peer by LID (AHAttr(dlid=..., is_global=0))", EINVAL)
+    if not ah_attr.is_global and getattr(device, "link_layer", IBV_LINK_LAYER_ETHERNET) == IBV_LINK_LAYER_INFINIBAND:
         return _resolve_lid(device, ah_attr)
     if not ah_attr.is_global:
         raise PyverbsRDMAError("Invalid address vector: RoCE needs a GRH (AHAttr(is_global=1, gr=GlobalRoute(...)))",
@@ -166,5 +164,9 @@ class AH:
                               gr=GlobalRoute(dgid=GID.from_int(src), sgid_index=sgid_index))
         if attr is None:
             raise PyverbsUserError("AH needs attr= or wc=")
+        if attr.is_global and getattr(pd.device, "link_layer", IBV_LINK_LAYER_ETHERNET) == IBV_LINK_LAYER_INFINIBAND:
+            # (a UD packet's GRH would come from its AH, which the InfiniBand carrier does not see yet)
+            raise PyverbsRDMAError("Invalid address vector: the soft engine sends UD packets on an InfiniBand port "
+                                   "without a GRH; address the peer by LID (AHAttr(dlid=..., is_global=0))", EINVAL)
         self.attr = attr
         self.sgid, self.dgid = resolve_path(pd.device, attr)
