@@ -32,7 +32,8 @@ bytes (the other two are 0), ``dqp``, ``sqp`` and ``status`` big-endian u32, ``l
 
 Sockets (ibsim.c ``sim_init_conn``, sim_client.c ``sim_init``): datagram sockets in the abstract unix
 namespace (the name's first byte is NUL), named from a base name (``IBSIM_SOCKNAME``, default ``"sim"``):
-the server binds ``BASE:ctl`` and ``BASE:out0`` .. ``BASE:out9``; a client binds ``BASE:ctl<pid>`` and
+the server binds ``BASE:ctl`` (each name is a NUL, the text and a trailing NUL: the address length ibsim
+gives counts one NUL after the text) and ``BASE:out0`` .. ``BASE:out9``; a client binds ``BASE:ctl<pid>`` and
 ``BASE:in<pid>``, sends CONNECT (``sim_client_info.id`` = its pid) to ``BASE:ctl``, is given a client id
 ``i``, and connects its data socket to ``BASE:out<i>``, which the server connects to ``BASE:in<pid>``.
 Remote mode (``IBSIM_SERVER_NAME`` set in the client, ``ibsim -r`` in the server): UDP, the control socket on
@@ -258,25 +259,27 @@ class SimRequest:
 # ---------------------------------------------------------------------- socket names
 
 
-def _abstract(base: str, suffix: str) -> bytes:
-    return b"\0" + f"{base}:{suffix}".encode()
+def abstract_name(base: str, suffix: str) -> bytes:
+    # ibsim's make_name gives the address length as offsetof(sun_path) + 1 + strlen(name) + 1: the name is
+    # NUL, the text and one more NUL (``ss -x`` shows ``@sim:ctl@``); a name without that NUL is another name
+    return b"\0" + f"{base}:{suffix}".encode() + b"\0"
 
 
 def ctl_name(base: str = SIM_BASENAME) -> bytes:
-    """The server's control socket: abstract ``BASE:ctl`` (the address bytes, leading NUL included)."""
-    return _abstract(base, "ctl")
+    """The server's control socket: abstract ``BASE:ctl`` (the address bytes: a NUL, the name, a NUL)."""
+    return abstract_name(base, "ctl")
 
 
 def out_name(client: int, base: str = SIM_BASENAME) -> bytes:
     """The server's data socket for client id ``client``: ``BASE:out<client>``."""
-    return _abstract(base, f"out{client}")
+    return abstract_name(base, f"out{client}")
 
 
 def client_ctl_name(pid: int, base: str = SIM_BASENAME) -> bytes:
     """A client's control socket: ``BASE:ctl<pid>``."""
-    return _abstract(base, f"ctl{pid}")
+    return abstract_name(base, f"ctl{pid}")
 
 
 def client_in_name(pid: int, base: str = SIM_BASENAME) -> bytes:
     """A client's data socket: ``BASE:in<pid>`` (the server's ``out<i>`` is connected to it)."""
-    return _abstract(base, f"in{pid}")
+    return abstract_name(base, f"in{pid}")

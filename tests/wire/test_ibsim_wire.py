@@ -110,7 +110,7 @@ def test_errors():
 
 
 def test_socket_names():
-    assert w.ctl_name() == b"\0sim:ctl"
-    assert w.out_name(3, "x") == b"\0x:out3"
-    assert w.client_ctl_name(77) == b"\0sim:ctl77"
-    assert w.client_in_name(77, "b") == b"\0b:in77"
+    assert w.ctl_name() == b"\0sim:ctl\0"
+    assert w.out_name(3, "x") == b"\0x:out3\0"
+    assert w.client_ctl_name(77) == b"\0sim:ctl77\0"
+    assert w.client_in_name(77, "b") == b"\0b:in77\0"
