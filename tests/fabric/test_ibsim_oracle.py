@@ -1,0 +1,146 @@
+"""The oracle: the stock OpenSM and infiniband-diags against ``ibsim -s NETFILE`` and against ``rdmalab ibsim
+NETFILE`` print the same.
+
+Per net, one module-scoped run of each simulator: OpenSM (``ibsim-run opensm -e -f LOG -s 0``) sweeps the
+fabric; once ``sminfo`` says SMINFO_MASTER and the SM's port counters stop moving (queried locally, which
+adds no traffic), the same commands run in the same order against both: ``ibnetdiscover``, ``ibswitches``,
+``ibroute`` of every switch, ``smpquery nodeinfo``/``portinfo``/``switchinfo`` of every LID, then
+``perfquery`` of every LID.  The MAD traffic is the same in both runs, so the counters are compared too.
+Skipped only when ibsim, opensm or the diags are absent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+NETS = Path("/usr/share/doc/ibsim-utils/net-examples")
+HERE = Path(__file__).resolve().parent.parent / "data" / "ib"
+TOOLS = ("ibsim", "ibsim-run", "opensm", "sminfo", "ibnetdiscover", "ibroute", "smpquery", "perfquery", "ibswitches")
+missing = [t for t in TOOLS if shutil.which(t) is None]
+pytestmark = pytest.mark.skipif(bool(missing), reason=f"not installed: {', '.join(missing)}")
+ROOT = Path(__file__).resolve().parents[2]
+
+CASES = {
+    "net.2sw2path4hca": (NETS / "net.2sw2path4hca", "Hca1"),
+    "net.2sw2path4hca2port": (NETS / "net.2sw2path4hca2port", "Hca1"),
+    "fattree2": (HERE / "fattree2.net", "H1"),
+}
+
+
+class Run:
+    """One simulator (stock or ours) with OpenSM on it, and the diags' outputs."""
+
+    def __init__(self, kind: str, net: Path, host: str, tmp: Path) -> None:
+        self.tmp = tmp
+        self.env = dict(os.environ, IBSIM_SOCKNAME=f"rdl{os.getpid()}{kind}{net.name}"[:40], SIM_HOST=host,
+                        OSM_TMP_DIR=str(tmp), OSM_CACHE_DIR=str(tmp), PYTHONPATH=str(ROOT))
+        self.env.pop("IBSIM_SERVER_NAME", None)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        if kind == "stock":
+            # ibsim reads its console on stdin and exits when it closes: a pipe kept open
+            sim = subprocess.Popen(["ibsim", "-s", str(net)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, env=self.env)
+        else:
+            sim = subprocess.Popen([sys.executable, "-m", "rdmalab", "ibsim", str(net)], stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, env=self.env)
+            assert sim.stdout is not None
+            line = sim.stdout.readline().decode()
+            assert "ready" in line, line
+        self.procs.append(sim)
+        time.sleep(0.3)
+        osm = subprocess.Popen(["ibsim-run", "opensm", "-e", "-f", str(tmp / "osm.log"), "-s", "0"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
+        self.procs.append(osm)
+        self.wait_up()
+
+    def run(self, *cmd: str) -> str:
+        p = subprocess.run(["ibsim-run", *cmd], capture_output=True, env=self.env, timeout=30)
+        out = p.stdout.decode() + p.stderr.decode()
+        return re.sub(r"generated on .*", "generated on DATE", out)
+
+    def wait_up(self) -> None:
+        deadline = time.monotonic() + 30
+        while "SMINFO_MASTER" not in self.run("sminfo"):
+            assert time.monotonic() < deadline, "OpenSM never became master"
+            time.sleep(0.3)
+        last = None
+        while True:  # the SM's own port, queried locally (no link crossed): settled when it stops moving
+            now = self.run("perfquery")
+            if now == last:
+                return
+            assert time.monotonic() < deadline, "OpenSM's traffic never settled"
+            last = now
+            time.sleep(0.7)
+
+    def outputs(self) -> dict[str, str]:
+        out: dict[str, str] = {"ibnetdiscover": self.run("ibnetdiscover"), "ibswitches": self.run("ibswitches")}
+        switch_lids = [int(m) for m in re.findall(r" lid (\d+) lmc", out["ibswitches"])]
+        lids = sorted({int(m) for m in re.findall(r"\blid (\d+)", out["ibnetdiscover"])})
+        assert switch_lids and lids, out
+        for lid in switch_lids:
+            out[f"ibroute {lid}"] = self.run("ibroute", str(lid))
+            out[f"smpquery switchinfo {lid}"] = self.run("smpquery", "switchinfo", str(lid))
+        for lid in lids:
+            out[f"smpquery nodeinfo {lid}"] = self.run("smpquery", "nodeinfo", str(lid))
+            out[f"smpquery portinfo {lid} 1"] = self.run("smpquery", "portinfo", str(lid), "1")
+        for lid in lids:
+            out[f"perfquery {lid} 1"] = self.run("perfquery", str(lid), "1")
+        return out
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            p.terminate()
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            for f in (p.stdin, p.stdout):
+                if f is not None:
+                    f.close()
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def both(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], dict[str, str]]:
+    net, host = CASES[request.param]
+    results = []
+    for kind in ("stock", "ours"):
+        run = Run(kind, net, host, tmp_path_factory.mktemp(f"{kind}-{request.param}"))
+        try:
+            results.append(run.outputs())
+        finally:
+            run.close()
+    return results[0], results[1]
+
+
+def test_discovery_and_routes_equal(both: tuple[dict[str, str], dict[str, str]]) -> None:
+    stock, ours = both
+    assert "SMINFO" not in stock["ibnetdiscover"] and "Switch" in stock["ibnetdiscover"]
+    keys = [k for k in stock if not k.startswith("perfquery")]
+    assert [k for k in ours if not k.startswith("perfquery")] == keys
+    for k in keys:
+        assert ours[k] == stock[k], k
+
+
+def test_smpquery_equal(both: tuple[dict[str, str], dict[str, str]]) -> None:
+    stock, ours = both
+    portinfo = [k for k in stock if k.startswith("smpquery portinfo")]
+    assert portinfo and all("LinkState:" in stock[k] and "Active" in stock[k] for k in portinfo)
+    for k in portinfo:
+        assert ours[k] == stock[k], k
+
+
+def test_perfquery_equal(both: tuple[dict[str, str], dict[str, str]]) -> None:
+    stock, ours = both
+    perf = [k for k in stock if k.startswith("perfquery")]
+    assert perf and any(re.search(r"PortXmitPkts:\.+[1-9]", stock[k]) for k in perf)
+    for k in perf:
+        assert ours[k] == stock[k], k
