@@ -144,3 +144,36 @@ def test_perfquery_equal(both: tuple[dict[str, str], dict[str, str]]) -> None:
     assert perf and any(re.search(r"PortXmitPkts:\.+[1-9]", stock[k]) for k in perf)
     for k in perf:
         assert ours[k] == stock[k], k
+
+
+def test_remote_mode_udp_equal() -> None:
+    """Remote mode (UDP, IBSIM_SERVER_NAME/IBSIM_SERVER_PORT): ``ibsim -r -l PORT`` and ``rdmalab ibsim --port
+    PORT`` answer a directed-route NodeInfo and PortInfo the same (no SM: the DR path works without LIDs)."""
+    net = HERE / "fattree2.net"
+    outs = []
+    base = 20000 + os.getpid() % 1000 * 24  # each server takes its port and the 10 after it
+    for kind, port in (("stock", base), ("ours", base + 12)):
+        env = dict(os.environ, IBSIM_SERVER_NAME="127.0.0.1", IBSIM_SERVER_PORT=str(port), SIM_HOST="H1",
+                   PYTHONPATH=str(ROOT))
+        if kind == "stock":
+            sim = subprocess.Popen(["ibsim", "-r", "-l", str(port), "-s", str(net)], stdin=subprocess.PIPE,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+            time.sleep(0.5)
+        else:
+            sim = subprocess.Popen([sys.executable, "-m", "rdmalab", "ibsim", "--remote", str(net)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+            assert sim.stdout is not None and "udp port" in sim.stdout.readline().decode()
+        try:
+            got = []
+            for cmd in (["smpquery", "-D", "nodeinfo", "0,1"], ["smpquery", "-D", "portinfo", "0,1,7", "0"]):
+                p = subprocess.run(["ibsim-run", *cmd], capture_output=True, env=env, timeout=30)
+                got.append(p.stdout.decode())
+            outs.append(got)
+        finally:
+            sim.terminate()
+            sim.wait(5)
+            for f in (sim.stdin, sim.stdout):
+                if f is not None:
+                    f.close()
+    assert "Guid:....." in outs[0][0] and "0x0000000000200002" in outs[0][0]
+    assert outs[1] == outs[0]
