@@ -1,9 +1,9 @@
 """The oracle: the stock OpenSM and infiniband-diags against ``ibsim -s NETFILE`` and against ``rdmalab ibsim
 NETFILE`` print the same.
 
-Per net, one module-scoped run of each simulator: OpenSM (``ibsim-run opensm -e -f LOG -s 0``) sweeps the
-fabric; once ``sminfo`` says SMINFO_MASTER and the SM's port counters stop moving (queried locally, which
-adds no traffic), the same commands run in the same order against both: ``ibnetdiscover``, ``ibswitches``,
+Per net, one module-scoped run of each simulator: OpenSM (``ibsim-run opensm -e -f LOG -s 0 -d2``, -d2
+only flushes its log) sweeps the fabric; once its log says SUBNET UP, ``sminfo`` says SMINFO_MASTER and the
+SM's port counters stop moving (queried locally, which adds no traffic), the same commands run in the same order against both: ``ibnetdiscover``, ``ibswitches``,
 ``ibroute`` of every switch, ``smpquery nodeinfo``/``portinfo``/``switchinfo`` of every LID, then
 ``perfquery`` of every LID.  The MAD traffic is the same in both runs, so the counters are compared too.
 Skipped only when ibsim, opensm or the diags are absent.
@@ -56,7 +56,8 @@ class Run:
             assert "ready" in line, line
         self.procs.append(sim)
         time.sleep(0.3)
-        osm = subprocess.Popen(["ibsim-run", "opensm", "-e", "-f", str(tmp / "osm.log"), "-s", "0"],
+        # -d2: OpenSM flushes its log after each message, so that "SUBNET UP" can be waited for
+        osm = subprocess.Popen(["ibsim-run", "opensm", "-e", "-f", str(tmp / "osm.log"), "-s", "0", "-d2"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
         self.procs.append(osm)
         self.wait_up()
@@ -68,6 +69,10 @@ class Run:
 
     def wait_up(self) -> None:
         deadline = time.monotonic() + 30
+        log = self.tmp / "osm.log"
+        while "SUBNET UP" not in (log.read_text(errors="replace") if log.exists() else ""):
+            assert time.monotonic() < deadline, "OpenSM never said SUBNET UP"
+            time.sleep(0.2)
         while "SMINFO_MASTER" not in self.run("sminfo"):
             assert time.monotonic() < deadline, "OpenSM never became master"
             time.sleep(0.3)
