@@ -633,7 +633,9 @@ class Subnet:
         n.set(mad, "producer_type", port.node.type, base)
         n.set(mad, "trap_number", number, base)
         n.set(mad, "issuer_lid", port.lid, base)
-        mad[base + 10:base + 12] = port.lid.to_bytes(2, "big")  # data details: LIDADDR (IBA 14.2.5.1 trap 144)
+        # DataDetails (from Notice byte 10) of trap 144 (IBA 14.2.5.1): 2 reserved bytes, LIDADDR, a byte of
+        # OtherLocalChanges, then the port's CapabilityMask
+        mad[base + 12:base + 14] = port.lid.to_bytes(2, "big")
         mad[base + 15:base + 19] = PI.get(port.portinfo, "capability_mask").to_bytes(4, "big")
         dest = self.route_lid(port, port.sm_lid)
         if dest is None:

@@ -4,8 +4,10 @@ NETFILE`` print the same.
 Per net, one module-scoped run of each simulator: OpenSM (``ibsim-run opensm -e -f LOG -s 0 -d2``, -d2
 only flushes its log) sweeps the fabric; once its log says SUBNET UP, ``sminfo`` says SMINFO_MASTER and the
 SM's port counters stop moving (queried locally, which adds no traffic), the same commands run in the same order against both: ``ibnetdiscover``, ``ibswitches``,
-``ibroute`` of every switch, ``smpquery nodeinfo``/``portinfo``/``switchinfo`` of every LID, then
-``perfquery`` of every LID.  The MAD traffic is the same in both runs, so the counters are compared too.
+``ibroute`` of every switch, ``smpquery nodeinfo``/``portinfo``/``switchinfo`` of every LID, ``smpquery
+nodedesc``/``pkeys``/``sl2vl``/``vlarb``/``guids`` of a switch and a CA, ``ibroute -M``, ``saquery`` from
+another node (through the subnet to OpenSM's SA and back), then ``perfquery`` of every LID and
+``perfquery -x`` of three.  The MAD traffic is the same in both runs, so the counters are compared too.
 Skipped only when ibsim, opensm or the diags are absent.
 """
 
@@ -29,17 +31,18 @@ pytestmark = pytest.mark.skipif(bool(missing), reason=f"not installed: {', '.joi
 ROOT = Path(__file__).resolve().parents[2]
 
 CASES = {
-    "net.2sw2path4hca": (NETS / "net.2sw2path4hca", "Hca1"),
-    "net.2sw2path4hca2port": (NETS / "net.2sw2path4hca2port", "Hca1"),
-    "fattree2": (HERE / "fattree2.net", "H1"),
+    "net.2sw2path4hca": (NETS / "net.2sw2path4hca", "Hca1", "Hca4"),
+    "net.2sw2path4hca2port": (NETS / "net.2sw2path4hca2port", "Hca1", "Hca2"),
+    "fattree2": (HERE / "fattree2.net", "H1", "H8"),
 }
 
 
 class Run:
     """One simulator (stock or ours) with OpenSM on it, and the diags' outputs."""
 
-    def __init__(self, kind: str, net: Path, host: str, tmp: Path) -> None:
+    def __init__(self, kind: str, net: Path, host: str, tmp: Path, last_ca: str) -> None:
         self.tmp = tmp
+        self.last_ca = last_ca
         self.env = dict(os.environ, IBSIM_SOCKNAME=f"rdl{os.getpid()}{kind}{net.name}"[:40], SIM_HOST=host,
                         OSM_TMP_DIR=str(tmp), OSM_CACHE_DIR=str(tmp), PYTHONPATH=str(ROOT))
         self.env.pop("IBSIM_SERVER_NAME", None)
@@ -62,8 +65,9 @@ class Run:
         self.procs.append(osm)
         self.wait_up()
 
-    def run(self, *cmd: str) -> str:
-        p = subprocess.run(["ibsim-run", *cmd], capture_output=True, env=self.env, timeout=30)
+    def run(self, *cmd: str, host: str | None = None) -> str:
+        env = self.env if host is None else dict(self.env, SIM_HOST=host)
+        p = subprocess.run(["ibsim-run", *cmd], capture_output=True, env=env, timeout=30)
         out = p.stdout.decode() + p.stderr.decode()
         return re.sub(r"generated on .*", "generated on DATE", out)
 
@@ -96,8 +100,17 @@ class Run:
         for lid in lids:
             out[f"smpquery nodeinfo {lid}"] = self.run("smpquery", "nodeinfo", str(lid))
             out[f"smpquery portinfo {lid} 1"] = self.run("smpquery", "portinfo", str(lid), "1")
+        sw, ca = switch_lids[0], min(set(lids) - set(switch_lids))
+        for attr in ("nodedesc", "pkeys", "sl2vl", "vlarb", "guids"):
+            for lid in (sw, ca):
+                out[f"smpquery {attr} {lid}"] = self.run("smpquery", attr, str(lid), "1")
+        out[f"ibroute -M {sw}"] = self.run("ibroute", "-M", str(sw))
+        # an SA query from another node: LID-routed to the SM's node, forwarded to OpenSM, answered back
+        out["saquery (from the last CA)"] = self.run("saquery", host=self.last_ca)
         for lid in lids:
             out[f"perfquery {lid} 1"] = self.run("perfquery", str(lid), "1")
+        for lid in lids[:3]:
+            out[f"perfquery -x {lid} 1"] = self.run("perfquery", "-x", str(lid), "1")
         return out
 
     def close(self) -> None:
@@ -115,10 +128,10 @@ class Run:
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def both(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], dict[str, str]]:
-    net, host = CASES[request.param]
+    net, host, last_ca = CASES[request.param]
     results = []
     for kind in ("stock", "ours"):
-        run = Run(kind, net, host, tmp_path_factory.mktemp(f"{kind}-{request.param}"))
+        run = Run(kind, net, host, tmp_path_factory.mktemp(f"{kind}-{request.param}"), last_ca)
         try:
             results.append(run.outputs())
         finally:
@@ -126,9 +139,10 @@ def both(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     return results[0], results[1]
 
 
-def test_discovery_and_routes_equal(both: tuple[dict[str, str], dict[str, str]]) -> None:
+def test_discovery_routes_attributes_and_sa_equal(both: tuple[dict[str, str], dict[str, str]]) -> None:
     stock, ours = both
     assert "SMINFO" not in stock["ibnetdiscover"] and "Switch" in stock["ibnetdiscover"]
+    assert "NodeRecord dump" in stock["saquery (from the last CA)"]
     keys = [k for k in stock if not k.startswith("perfquery")]
     assert [k for k in ours if not k.startswith("perfquery")] == keys
     for k in keys:

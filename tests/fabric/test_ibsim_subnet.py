@@ -159,3 +159,19 @@ def test_sminfo_goes_to_the_sm_client() -> None:
     assert [d.client for d in out] == [sm]
     s.detach(sm)
     assert s.send(c, req)[0].request.status == 110  # no SM: lost, as in ibsim
+
+
+def test_issm_change_traps_144_to_the_sm() -> None:
+    s = sub()
+    c = s.attach("H1")
+    port = c.port
+    port.lid, port.sm_lid = 5, 5
+    sm = s.attach("H1")
+    out = s.set_issm(sm, True)  # CapabilityMask.IsSM changes on a port that has IsTrap and IsCapabilityMaskTrap
+    assert [d.client for d in out] == [sm]
+    smp = S.SMP.decode(out[0].request.mad)
+    assert (smp.method, smp.attr_id) == (0x05, S.ATTR_NOTICE)
+    notice = S.NOTICE.decode(smp.data)
+    assert (notice["trap_number"], notice["issuer_lid"], notice["is_generic"]) == (144, 5, 1)
+    assert int.from_bytes(smp.data[15:19], "big") & 0x2  # the capability mask with IsSM
+    assert s.set_issm(sm, True) == []  # no change, no trap
