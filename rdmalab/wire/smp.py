@@ -300,7 +300,8 @@ class SMP:
         if len(path) > DR_MAX_HOPS:
             raise EncodeError("DR SMP", "hop_count", len(path), f"at most {DR_MAX_HOPS} hops (IBA 14.2.1.2)")
         return cls(MGMT_CLASS_SM_DIRECTED_ROUTE, method, tid, attr_id, attr_mod,
-                   data=data.ljust(SMP_DATA_SIZE, b"\0"), hop_count=len(path), initial_path=(0, *path))
+                   data=data.ljust(SMP_DATA_SIZE, b"\0"), hop_count=len(path), initial_path=(0, *path),
+                   return_path=(0,) * (len(path) + 1))
 
     def encode(self) -> bytes:
         buf = bytearray(MAD_SIZE)
