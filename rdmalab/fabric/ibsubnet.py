@@ -30,7 +30,7 @@ drop it, a method other than Get/Set gets 0x0008 (method not supported).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from rdmalab.fabric import ibsubnet_netfile as nf
@@ -249,6 +249,11 @@ class Client:
     pid: int = 0
     qp: int = 0
     issm: bool = False
+
+
+#: an agent's answer to one attribute: (the port the MAD reached, method, attribute modifier, the 64 data bytes
+#: to read and rewrite, traps to send) -> the MAD status
+Agent = Callable[["Port", int, int, bytearray, list["Delivery"]], int]
 
 
 @dataclass
@@ -523,6 +528,18 @@ class Subnet:
             port = nxt
         return port
 
+    # ------------------------------------------------------------------ in-process use
+    def request(self, client: Client, mad: bytes, *, dlid: int = S.PERMISSIVE_LID, dqp: int = 0,
+                sqp: int = 0) -> SimRequest | None:
+        """``mad`` from ``client`` (to ``dlid``; permissive: directed route) and what comes back to that client
+        (the reply, or the request with status 110 when it was lost), or None when nothing comes back to it
+        (forwarded to another client, or dropped).  For the lab's own SM and tools in-process."""
+        slid = S.PERMISSIVE_LID if dlid == S.PERMISSIVE_LID else 0
+        for d in self.send(client, SimRequest(dlid, slid, dqp, sqp, mad)):
+            if d.client is client:
+                return d.request
+        return None
+
     # ------------------------------------------------------------------ the entry point
     def send(self, client: Client, req: SimRequest) -> list[Delivery]:
         """A MAD ``req`` from ``client``: what the subnet delivers because of it (empty: dropped unanswered).
@@ -646,7 +663,8 @@ class Subnet:
         return [Delivery(sm, SimRequest(port.sm_lid, port.lid, 0, 0, bytes(mad)))]
 
     # ------------------------------------------------------------------ the agents
-    def _handler(self, mclass: int, attr_id: int):  # type: ignore[no-untyped-def]
+    def _handler(self, mclass: int, attr_id: int) -> Agent | None:
+        """The agent's function for an attribute of a class, or None (ibsim's smp_handlers_array)."""
         if mclass in (MGMT_CLASS_SM_LID_ROUTED, MGMT_CLASS_SM_DIRECTED_ROUTE):
             return {
                 S.ATTR_NODE_DESCRIPTION: self._nodedesc, S.ATTR_NODE_INFO: self._nodeinfo,
@@ -663,8 +681,7 @@ class Subnet:
 
     @staticmethod
     def _nodedesc(port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
-        data[:] = S.node_description(port.node.description[:64]) if len(port.node.description.encode()) <= 64 \
-            else port.node.description.encode()[:64]
+        data[:] = port.node.description.encode()[:S.NODE_DESCRIPTION_SIZE].ljust(S.NODE_DESCRIPTION_SIZE, b"\0")
         return S.STATUS_METHOD_UNSUPPORTED if op != METHOD_GET else 0
 
     @staticmethod
@@ -930,9 +947,8 @@ class Subnet:
             total.xmit_discards = _add(total.xmit_discards, c.xmit_discards, 0xFFFF if len(ports) == 1 else 0xFF)
             total.rcv_errors = _add(total.rcv_errors, c.rcv_errors, 0xFFFF)
             total.rcv_switch_relay_errors = _add(total.rcv_switch_relay_errors, c.rcv_switch_relay_errors, 0xFFFF)
-        for name in S.COUNTER_SELECT_BITS:
-            if name != "port_xmit_wait" or True:
-                pc.set(data, name, 0)
+        for name in S.COUNTER_SELECT_BITS:  # the counters nothing moves here read 0
+            pc.set(data, name, 0)
         pc.set(data, "port_xmit_pkts", total.xmit_pkts)
         pc.set(data, "port_xmit_data", total.xmit_data)
         pc.set(data, "port_rcv_pkts", total.rcv_pkts)

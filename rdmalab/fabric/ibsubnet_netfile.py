@@ -228,7 +228,7 @@ def _port_line(node: NodeSpec, line: str, path: str, lineno: int) -> None:
     if not m:
         raise NetFileError(path, lineno, f'port line: expected [port] "remote node"[remote port], got {line.strip()!r}')
     num = int(m.group(1))
-    if num > node.num_ports or (num == 0 and node.type != SWITCH) or num == 0:
+    if not 1 <= num <= node.num_ports:  # (ibsim refuses port 0 in a file too: it is the switch's own)
         raise NetFileError(path, lineno, f'port {num} of "{node.nodeid}": expected 1..{node.num_ports}')
     if num in node.ports:
         raise NetFileError(path, lineno, f'port {num} of "{node.nodeid}" is listed twice '

@@ -175,3 +175,15 @@ def test_issm_change_traps_144_to_the_sm() -> None:
     assert (notice["trap_number"], notice["issuer_lid"], notice["is_generic"]) == (144, 5, 1)
     assert int.from_bytes(smp.data[15:19], "big") & 0x2  # the capability mask with IsSM
     assert s.set_issm(sm, True) == []  # no change, no trap
+
+
+def test_in_process_request_and_port_by_lid() -> None:
+    s = sub()
+    c = s.attach("H2")
+    reply = s.request(c, S.SMP.get(S.ATTR_NODE_INFO, path=(1,)).encode())
+    assert reply is not None and S.NODE_INFO.get(S.SMP.decode(reply.mad).data, "node_guid") == 0x200001
+    lost = s.request(c, S.SMP.get(S.ATTR_NODE_INFO, tid=2).encode(), dlid=77)  # no LID 77 (no LIDs at all yet)
+    assert lost is not None and lost.status == 110 and s.dropped == 1
+    assert s.port_by_lid(1) is None
+    s.node("Sw2").first_port().lid = 4
+    assert s.port_by_lid(4) is s.node("Sw2").first_port()
