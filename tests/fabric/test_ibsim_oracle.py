@@ -103,23 +103,24 @@ class Run:
         assert set(port_of) == set(lids), (port_of, lids)
         # OpenSM's own traffic: where parallel paths exist, which one its directed-route sweep takes depends on
         # its threads' timing (two runs of stock ibsim split it differently between the spines), so its sum
-        # over every port of the subnet is compared; then every counter is cleared and what follows is compared
+        # over every switch port is compared; then every counter is cleared and what follows is compared
         # port by port
         total = [0, 0, 0, 0]
+        # (every link here has a switch at one end at least, so the switches' ports see every MAD that crosses one)
         reads = [self.run("perfquery", "-a", str(lid)) for lid in switch_lids]
-        reads += [self.run("perfquery", str(lid), str(port_of[lid])) for lid in ca_lids]
         for text in reads:
             for i, name in enumerate(("PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts")):
                 m = re.search(rf"{name}:\.+(\d+)", text)
                 assert m, text
                 total[i] += int(m.group(1))
-        out["OpenSM's traffic summed over all ports"] = str(total)
+        out["OpenSM's traffic summed over all switch ports"] = str(total)
+        if len(lids) > 16:  # a sample of the ports of a big net (the test's time)
+            lids = lids[:8] + lids[-8:]
         for lid in switch_lids:
             self.run("perfquery", "-R", "-a", str(lid))
         for lid in ca_lids:
-            self.run("perfquery", "-R", str(lid), str(port_of[lid]))
-        if len(lids) > 16:  # a sample of the ports of a big net (the test's time)
-            lids = lids[:8] + lids[-8:]
+            if lid in lids:
+                self.run("perfquery", "-R", str(lid), str(port_of[lid]))
         for lid in switch_lids:
             out[f"ibroute {lid}"] = self.run("ibroute", str(lid))
             out[f"smpquery switchinfo {lid}"] = self.run("smpquery", "switchinfo", str(lid))
@@ -185,7 +186,7 @@ def test_smpquery_equal(both: tuple[dict[str, str], dict[str, str]]) -> None:
 
 def test_opensm_traffic_total_equal(both: tuple[dict[str, str], dict[str, str]]) -> None:
     stock, ours = both
-    key = "OpenSM's traffic summed over all ports"
+    key = "OpenSM's traffic summed over all switch ports"
     xmit_data, rcv_data, xmit_pkts, rcv_pkts = json.loads(stock[key])
     # (read port after port while the reads add traffic: not a snapshot, so transmitted and received differ)
     assert xmit_pkts > 100 and xmit_data == 72 * xmit_pkts and rcv_data == 72 * rcv_pkts
