@@ -1,13 +1,19 @@
 """The oracle: the stock OpenSM and infiniband-diags against ``ibsim -s NETFILE`` and against ``rdmalab ibsim
 NETFILE`` print the same.
 
-Per net, one module-scoped run of each simulator: OpenSM (``ibsim-run opensm -e -f LOG -s 0 -d2``, -d2
-only flushes its log) sweeps the fabric; once its log says SUBNET UP, ``sminfo`` says SMINFO_MASTER and the
-SM's port counters stop moving (queried locally, which adds no traffic), the same commands run in the same order against both: ``ibnetdiscover``, ``ibswitches``,
-``ibroute`` of every switch, ``smpquery nodeinfo``/``portinfo``/``switchinfo`` of every LID, ``smpquery
+Per net, one module-scoped run of each simulator: OpenSM (``ibsim-run opensm -e -f LOG -s 0 -d2``; -d2 only
+flushes its log) sweeps the fabric; once its log says SUBNET UP, ``sminfo`` says SMINFO_MASTER and the SM's
+port counters stop moving (queried locally, which adds no traffic), the same commands run in the same order
+against both: ``ibnetdiscover``, ``ibswitches``, ``perfquery -a`` of every switch (the traffic so far,
+OpenSM's mostly, summed), ``perfquery -R`` (counters cleared), ``ibroute`` and ``smpquery switchinfo`` of
+every switch,
+``smpquery nodeinfo``/``portinfo`` of every LID (16 of a big net), ``smpquery
 nodedesc``/``pkeys``/``sl2vl``/``vlarb``/``guids`` of a switch and a CA, ``ibroute -M``, ``saquery`` from
-another node (through the subnet to OpenSM's SA and back), then ``perfquery`` of every LID and
-``perfquery -x`` of three.  The MAD traffic is the same in both runs, so the counters are compared too.
+another node (through the subnet to OpenSM's SA and back), then ``perfquery`` of those LIDs and
+``perfquery -x`` of three.  OpenSM's own traffic is compared as its sum: where parallel paths exist its
+directed-route sweep picks one by its threads' timing, and two runs of stock ibsim on the 4-spine fat tree
+split it differently between the spines (2082/895 and 2831/146 MADs sent on Spine1/Spine2 port 1); the
+diags that follow are single-threaded, so after the reset their counters are compared port by port.
 Skipped only when ibsim, opensm or the diags are absent.
 """
 
