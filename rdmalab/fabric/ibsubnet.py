@@ -12,7 +12,7 @@ ibsim/sim_mad.c) answers them, so that the stock OpenSM and infiniband-diags can
   LinearForwardingTable, MulticastForwardingTable, P_KeyTable, SLtoVLMappingTable, VLArbitrationTable,
   GUIDInfo and Mellanox ExtendedPortInfo.  SMInfo is the SM's: it goes to the SM client on that port.
 * A performance management agent (IBA 16.1): ClassPortInfo, PortCounters, PortCountersExtended, whose
-  counters count the MADs the subnet carries (each link a MAD crosses: one packet and 72 dwords, the
+  counters count the MADs the subnet carries, and the detail and per-VL counters (16.1.4), which read 0 (each link a MAD crosses: one packet and 72 dwords, the
   288-byte sim_request, as ibsim counts them).
 * Directed-route SMPs go hop by hop along the initial path, building the return path (IBA 14.2.2), and
   come back along it; LID-routed MADs follow the switches' linear forwarding tables, only through
@@ -84,6 +84,14 @@ DEFAULT_SL2VL = bytes.fromhex("0123456789abcde7")  # SL i -> VL i, SL 15 -> VL 7
 # VLArbitration (VL, weight) pairs (sim_net.c default_vlarb_high/low), 15 of 64 entries
 DEFAULT_VLARB_HIGH = bytes([0, 4] + [b for vl in range(1, 15) for b in (vl, 0)]).ljust(128, b"\0")
 DEFAULT_VLARB_LOW = bytes([0, 0] + [b for vl in range(1, 15) for b in (vl, 4)]).ljust(128, b"\0")
+
+
+# PMA attributes whose counters nothing in this model increments (ibsim 0.10 answers them, all 0)
+ZERO_COUNTER_ATTRIBUTES = frozenset({
+    S.ATTR_PORT_RCV_ERROR_DETAILS, S.ATTR_PORT_XMIT_DISCARD_DETAILS, S.ATTR_PORT_OP_RCV_COUNTERS,
+    S.ATTR_PORT_FLOW_CTL_COUNTERS, S.ATTR_PORT_VL_OP_PACKETS, S.ATTR_PORT_VL_OP_DATA,
+    S.ATTR_PORT_VL_XMIT_FLOW_CTL_UPDATE_ERRORS, S.ATTR_PORT_VL_XMIT_WAIT_COUNTERS,
+})
 
 
 def _speed_active(enabled: int) -> int:
@@ -675,6 +683,8 @@ class Subnet:
                 S.ATTR_MLNX_EXT_PORT_INFO: self._extportinfo,
             }.get(attr_id)
         if mclass == MGMT_CLASS_PERF:
+            if attr_id in ZERO_COUNTER_ATTRIBUTES:
+                return self._zero_counters
             return {S.ATTR_CLASS_PORT_INFO: self._cpi, S.ATTR_PORT_COUNTERS: self._portcounters,
                     S.ATTR_PORT_COUNTERS_EXTENDED: self._extcounters}.get(attr_id)
         return None
@@ -956,6 +966,14 @@ class Subnet:
         pc.set(data, "port_xmit_discards", total.xmit_discards)
         pc.set(data, "port_rcv_errors", total.rcv_errors)
         pc.set(data, "port_rcv_switch_relay_errors", total.rcv_switch_relay_errors)
+        return 0
+
+    def _zero_counters(self, port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
+        """The detail and per-VL counter attributes (IBA 16.1.4): nothing here moves them, they read 0 (ibsim's
+        do_portcounters_common with counters nothing increments); PortSelect is checked as for PortCounters."""
+        if self._counter_ports(port, data[1]) is None:
+            return S.STATUS_INVALID_VALUE
+        data[4:] = bytes(len(data) - 4)  # the counters follow PortSelect and CounterSelect
         return 0
 
     def _extcounters(self, port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
