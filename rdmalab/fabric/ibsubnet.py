@@ -830,6 +830,13 @@ class Subnet:
         if vls > PI.get(data, "vl_cap"):
             return S.STATUS_INVALID_VALUE
         p.op_vls = vls
+        # NeighborMTU, as the SM negotiates it (IBA 14.2.5.6: at most MTUCap; 0 leaves it).  ibsim 0.10 ignores
+        # it and keeps 2048; OpenSM sets min(MTUCap) of the two ends, which is that same 2048 on ibsim's ports
+        mtu = PI.get(data, "neighbor_mtu")
+        if mtu:
+            if mtu > PI.get(p.portinfo, "mtu_cap"):
+                return S.STATUS_INVALID_VALUE
+            PI.set(p.portinfo, "neighbor_mtu", mtu)
         p.subnet_prefix = PI.get(data, "gid_prefix")
         if rp is None:
             return 0
