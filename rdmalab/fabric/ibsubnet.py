@@ -34,11 +34,34 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from rdmalab.fabric import ibsubnet_netfile as nf
+from rdmalab.wire import pma as P
 from rdmalab.wire import smp as S
 from rdmalab.wire.ibsim import IBSIM_MAX_CLIENTS, SIM_REPLY_TIMEOUT_STATUS, SimRequest
-from rdmalab.wire.mad import MAD_SIZE, MGMT_CLASS_PERF, MGMT_CLASS_SM_DIRECTED_ROUTE, MGMT_CLASS_SM_LID_ROUTED
+from rdmalab.wire.mad import (
+    ATTR_NOTICE,
+    MAD_SIZE,
+    MGMT_CLASS_PERF,
+    MGMT_CLASS_SM_DIRECTED_ROUTE,
+    MGMT_CLASS_SM_LID_ROUTED,
+)
 
-PI = S.PORT_INFO
+DR_PATH_SIZE = 64  # InitialPath and ReturnPath, 64 bytes each (IBA 14.2.1.2)
+
+
+def pi_get(buf: bytes | bytearray, name: str) -> int:
+    return S.get_field(S.PortInfo, buf, name)
+
+
+def pi_set(buf: bytearray, name: str, value: int) -> None:
+    S.set_field(S.PortInfo, buf, name, value)
+
+
+# The SMP/MAD header fields the agent reads and writes in place (IBA Vol 1 13.4.2, 14.2.1.2): the status word
+# (a DR SMP: the D bit and 15 bits of status) at 4, hop pointer 6, hop count 7, TID 8, attribute ID 16,
+# attribute modifier 20, DrSLID 32, DrDLID 34
+def _u(mad: bytes | bytearray, at: int, n: int) -> int:
+    return int.from_bytes(mad[at:at + n], "big")
+
 METHOD_GET, METHOD_SET, METHOD_TRAP, METHOD_TRAP_REPRESS = 0x01, 0x02, 0x05, 0x07
 
 # ibsim 0.10's limits (sim.h): the linear and multicast forwarding table capacities of every switch
@@ -57,8 +80,8 @@ CAP_IS_CAPMASK_TRAP = 1 << 22
 # swport, swport_down, hcaport, hcaport_down); the fields the agent keeps itself (LID, state, widths,
 # speeds ...) are written over these on every read.
 _PI_COMMON = dict(link_width_enabled=3, link_width_supported=3, link_speed_supported=1, link_down_default_state=2,
-                  link_speed_active=1, link_speed_enabled=1, vl_cap=4, vl_arbitration_high_cap=8,
-                  vl_arbitration_low_cap=8)
+                  link_speed_active=1, link_speed_enabled=1, vl_cap=4, vl_arb_high_cap=8,
+                  vl_arb_low_cap=8)
 PI_SWITCH_PORT0 = dict(_PI_COMMON, gid_prefix=0xFE80000000000000, lid=1, master_sm_lid=1, capability_mask=0xC048,
                        m_key_lease_period=0xFF9, link_width_active=1, port_state=4, port_phys_state=5,
                        neighbor_mtu=1, mtu_cap=3, operational_vls=4, guid_cap=1, subnet_timeout=0x1F,
@@ -88,9 +111,9 @@ DEFAULT_VLARB_LOW = bytes([0, 0] + [b for vl in range(1, 15) for b in (vl, 4)]).
 
 # PMA attributes whose counters nothing in this model increments (ibsim 0.10 answers them, all 0)
 ZERO_COUNTER_ATTRIBUTES = frozenset({
-    S.ATTR_PORT_RCV_ERROR_DETAILS, S.ATTR_PORT_XMIT_DISCARD_DETAILS, S.ATTR_PORT_OP_RCV_COUNTERS,
-    S.ATTR_PORT_FLOW_CTL_COUNTERS, S.ATTR_PORT_VL_OP_PACKETS, S.ATTR_PORT_VL_OP_DATA,
-    S.ATTR_PORT_VL_XMIT_FLOW_CTL_UPDATE_ERRORS, S.ATTR_PORT_VL_XMIT_WAIT_COUNTERS,
+    P.ATTR_PORT_RCV_ERROR_DETAILS, P.ATTR_PORT_XMIT_DISCARD_DETAILS, P.ATTR_PORT_OP_RCV_COUNTERS,
+    P.ATTR_PORT_FLOW_CTL_COUNTERS, P.ATTR_PORT_VL_OP_PACKETS, P.ATTR_PORT_VL_OP_DATA,
+    P.ATTR_PORT_VL_XMIT_FLOW_CTL_UPDATE_ERRORS, P.ATTR_PORT_VL_XMIT_WAIT_COUNTERS,
 })
 
 
@@ -164,9 +187,9 @@ class Port:
     counters: Counters = field(default_factory=Counters)
 
     def set_template(self, values: dict[str, int]) -> None:
-        self.portinfo = bytearray(PI.encode(values))
+        self.portinfo = bytearray(S.PortInfo(**values).encode())
         if not self.op_vls:
-            self.op_vls = PI.get(self.portinfo, "vl_cap")
+            self.op_vls = pi_get(self.portinfo, "vl_cap")
 
     def has_lid(self, lid: int) -> bool:
         return self.lid <= lid <= self.lid + (1 << self.lmc) - 1
@@ -182,25 +205,25 @@ class Port:
     def refresh_portinfo(self) -> bytearray:
         """PortInfo with the agent's current values written in (sim_net.c update_portinfo)."""
         pi = self.portinfo
-        PI.set(pi, "local_port_num", 0 if self.node.is_switch else self.num)
-        PI.set(pi, "gid_prefix", self.subnet_prefix)
-        PI.set(pi, "lid", self.lid)
-        PI.set(pi, "master_sm_lid", self.sm_lid)
-        PI.set(pi, "operational_vls", self.op_vls)
-        PI.set(pi, "link_width_enabled", self.width_enabled)
-        PI.set(pi, "link_width_supported", 31)  # 1x, 2x, 4x, 8x, 12x
-        PI.set(pi, "link_width_active", self.width_active)
-        PI.set(pi, "link_speed_enabled", self.speed_enabled)
-        PI.set(pi, "link_speed_supported", 7)  # SDR, DDR, QDR
-        PI.set(pi, "link_speed_active", self.speed_active)
-        PI.set(pi, "lmc", self.lmc)
-        PI.set(pi, "hoq_life", self.hoq_life)
-        PI.set(pi, "port_phys_state", self.phys_state)
-        PI.set(pi, "port_state", self.state)
+        pi_set(pi, "local_port_num", 0 if self.node.is_switch else self.num)
+        pi_set(pi, "gid_prefix", self.subnet_prefix)
+        pi_set(pi, "lid", self.lid)
+        pi_set(pi, "master_sm_lid", self.sm_lid)
+        pi_set(pi, "operational_vls", self.op_vls)
+        pi_set(pi, "link_width_enabled", self.width_enabled)
+        pi_set(pi, "link_width_supported", 31)  # 1x, 2x, 4x, 8x, 12x
+        pi_set(pi, "link_width_active", self.width_active)
+        pi_set(pi, "link_speed_enabled", self.speed_enabled)
+        pi_set(pi, "link_speed_supported", 7)  # SDR, DDR, QDR
+        pi_set(pi, "link_speed_active", self.speed_active)
+        pi_set(pi, "lmc", self.lmc)
+        pi_set(pi, "hoq_life", self.hoq_life)
+        pi_set(pi, "port_phys_state", self.phys_state)
+        pi_set(pi, "port_state", self.state)
         ext = self.speed_ext_active
-        PI.set(pi, "link_speed_ext_enabled", self.speed_ext_enabled if ext else 0)
-        PI.set(pi, "link_speed_ext_supported", 7 if ext else 0)  # FDR, EDR, HDR
-        PI.set(pi, "link_speed_ext_active", ext)
+        pi_set(pi, "link_speed_ext_enabled", self.speed_ext_enabled if ext else 0)
+        pi_set(pi, "link_speed_ext_supported", 7 if ext else 0)  # FDR, EDR, HDR
+        pi_set(pi, "link_speed_ext_active", ext)
         return pi
 
     def __repr__(self) -> str:
@@ -299,17 +322,17 @@ class Subnet:
     # ------------------------------------------------------------------ building
     def _add_node(self, spec: nf.NodeSpec) -> None:
         switch = spec.type == nf.SWITCH
-        ni = bytearray(S.NODE_INFO.encode(dict(
+        ni = bytearray(S.NodeInfo(**dict(
             base_version=1, class_version=1, node_type=spec.type, num_ports=spec.num_ports,
             system_image_guid=spec.system_image_guid or spec.guid, node_guid=spec.guid, port_guid=spec.guid,
             partition_cap=PARTITION_CAP[spec.type], device_id=spec.device_id, revision=NODE_REVISION,
-            local_port_num=0 if switch else 1, vendor_id=spec.vendor_id), size=64))
+            local_port_num=0 if switch else 1, vendor_id=spec.vendor_id)).encode().ljust(64, b"\0"))
         node = Node(spec.type, spec.nodeid, spec.description[:64], spec.guid, spec.num_ports, ni)
         if switch:
             si = dict(SWITCH_INFO_INIT)
             if spec.enhanced_port0:
                 si["enhanced_port0"] = 1 if spec.enhanced_port0 > 0 else 0
-            node.switchinfo = bytearray(S.SWITCH_INFO.encode(si, size=64))
+            node.switchinfo = bytearray(S.SwitchInfo(**si).encode().ljust(64, b"\0"))
             node.lft = bytearray(b"\xff" * LINEAR_CAP)
         for num in range(0 if switch else 1, spec.num_ports + 1):
             ps = spec.ports.get(num)
@@ -317,7 +340,7 @@ class Subnet:
                         (ps.width_enabled if ps and ps.width_enabled else spec.width_enabled),
                         (ps.speed_enabled if ps and ps.speed_enabled else spec.speed_enabled),
                         (ps.speed_ext_enabled if ps and ps.speed_ext_enabled is not None else spec.speed_ext_enabled))
-            psize = S.SWITCH_INFO.get(node.switchinfo, "partition_enforcement_cap") if switch and num else \
+            psize = S.get_field(S.SwitchInfo, node.switchinfo, "partition_enforcement_cap") if switch and num else \
                 PARTITION_CAP[spec.type]
             port.pkeys = bytearray(2 * psize)
             port.pkeys[0:2] = b"\xff\xff"
@@ -407,9 +430,9 @@ class Subnet:
         """The client's IsSM (and the port's CapabilityMask.IsSM); a change traps 144 to the SM where ibsim does."""
         client.issm = issm
         pi = client.port.portinfo
-        old = PI.get(pi, "capability_mask")
+        old = pi_get(pi, "capability_mask")
         new = (old | CAP_IS_SM) if issm else (old & ~CAP_IS_SM)
-        PI.set(pi, "capability_mask", new)
+        pi_set(pi, "capability_mask", new)
         if old != new and new & (CAP_IS_NOTICE | CAP_IS_TRAP) and new & CAP_IS_CAPMASK_TRAP:
             return self._trap(client.port, 144)
         return []
@@ -556,7 +579,6 @@ class Subnet:
         SMInfo for the SM, a response to a client's request) is forwarded to it; one that is lost comes back to
         ``client`` unchanged with status 110.  Never raises for a bad MAD."""
         mad = bytearray(req.mad.ljust(MAD_SIZE, b"\0")[:MAD_SIZE])
-        hdr = S.SMP_HEADER
         if mad[0] != 1 or mad[2] > 2:  # base version 1; class version 1 (SMA, PMA) or 2 (SA)
             return []
         response = bool(mad[3] & 0x80)
@@ -564,26 +586,25 @@ class Subnet:
         mclass = mad[1]
         directed = mclass == MGMT_CLASS_SM_DIRECTED_ROUTE
         slid, dlid = req.slid, req.dlid
-        path = bytearray(S.DR_PATH_SIZE)
+        path = bytearray(DR_PATH_SIZE)
         count = 0
         if directed:
-            dr = S.DR_SMP_HEADER
-            if dr.get(mad, "hop_pointer") != 0 or dr.get(mad, "direction") != int(response):
+            if mad[6] != 0 or mad[4] >> 7 != int(response):  # hop pointer 0, D bit = the direction
                 return []
-            count = dr.get(mad, "hop_count")
-            if count > S.DR_MAX_HOPS or dr.get(mad, "dr_slid") != 0xFFFF or dr.get(mad, "dr_dlid") != 0xFFFF:
-                return []
+            count = mad[7]
+            if count > S.DR_MAX_HOPS or _u(mad, 32, 2) != 0xFFFF or _u(mad, 34, 2) != 0xFFFF:
+                return []  # (DrSLID/DrDLID other than permissive: LID-routed parts, which ibsim does not do)
         elif slid == 0:
             slid = client.port.lid
-        tid = hdr.get(mad, "tid")
+        tid = _u(mad, 8, 8)
         if not response:
             tid = (tid & 0xFFFFFFFFFFFF) | (client.id << 48)
-            hdr.set(mad, "tid", tid)
-        attr_id = hdr.get(mad, "attr_id")
-        attr_mod = hdr.get(mad, "attr_mod")
+            mad[8:16] = tid.to_bytes(8, "big")
+        attr_id = _u(mad, 16, 2)
+        attr_mod = _u(mad, 20, 4)
         if directed:
             off = S.DR_RETURN_PATH_OFFSET if response else S.DR_INITIAL_PATH_OFFSET
-            path[:] = mad[off:off + S.DR_PATH_SIZE]
+            path[:] = mad[off:off + DR_PATH_SIZE]
         if method == METHOD_TRAP_REPRESS:
             return []
         lost = SimRequest(dlid, slid, req.dqp, req.sqp, bytes(mad), SIM_REPLY_TIMEOUT_STATUS, req.length)
@@ -607,7 +628,7 @@ class Subnet:
                 self.dropped += 1
                 return [Delivery(client, lost)]
             if directed:
-                mad[S.DR_RETURN_PATH_OFFSET:S.DR_RETURN_PATH_OFFSET + S.DR_PATH_SIZE] = path
+                mad[S.DR_RETURN_PATH_OFFSET:S.DR_RETURN_PATH_OFFSET + DR_PATH_SIZE] = path
             return [Delivery(dest, SimRequest(dlid, slid, req.dqp, req.sqp, bytes(mad), req.status, req.length))]
         data = bytearray(mad[S.SMP_DATA_OFFSET:S.SMP_DATA_OFFSET + S.SMP_DATA_SIZE])
         traps: list[Delivery] = []
@@ -621,11 +642,10 @@ class Subnet:
                 slid: int, dlid: int, status: int, data: bytearray | None) -> list[Delivery]:
         mad[3] = 0x81  # GetResp (IBA 13.4.5): the R bit and Get
         if mad[1] == MGMT_CLASS_SM_DIRECTED_ROUTE:
-            S.DR_SMP_HEADER.set(mad, "status", status & 0x7FFF)
-            S.DR_SMP_HEADER.set(mad, "direction", 1)
-            mad[S.DR_RETURN_PATH_OFFSET:S.DR_RETURN_PATH_OFFSET + S.DR_PATH_SIZE] = path
+            mad[4:6] = (0x8000 | (status & 0x7FFF)).to_bytes(2, "big")  # D bit: on the way back
+            mad[S.DR_RETURN_PATH_OFFSET:S.DR_RETURN_PATH_OFFSET + DR_PATH_SIZE] = path
         else:
-            S.SMP_HEADER.set(mad, "status", status)
+            mad[4:6] = status.to_bytes(2, "big")
         if data is not None:
             mad[S.SMP_DATA_OFFSET:S.SMP_DATA_OFFSET + S.SMP_DATA_SIZE] = data
         back = self.route_lid(port, slid) if 0 <= slid < 0xFFFF else self.route_dr_in(port, path, count)
@@ -639,7 +659,7 @@ class Subnet:
     def _forwarded_only(mclass: int, attr_id: int) -> bool:
         """Attributes ibsim hands to a client (the SM's SMInfo; the PMA's samples) and drops when none takes them."""
         if mclass == MGMT_CLASS_PERF:
-            return attr_id in (S.ATTR_PORT_SAMPLES_CONTROL, S.ATTR_PORT_SAMPLES_RESULT)
+            return attr_id in (P.ATTR_PORT_SAMPLES_CONTROL, P.ATTR_PORT_SAMPLES_RESULT)
         return attr_id == S.ATTR_SM_INFO
 
     # ------------------------------------------------------------------ traps
@@ -647,21 +667,17 @@ class Subnet:
         """Trap 144 (capability mask / link change) from ``port`` to its SM, as ibsim's send_trap."""
         if not port.lid or not port.sm_lid:
             return []
+        # a SubnTrap(Notice) MAD: class 0x01 version 1, method 0x05, attribute 0x0002 (IBA 13.4.8.2, 14.2.5.1)
         mad = bytearray(MAD_SIZE)
-        hdr = S.SMP_HEADER
-        for name, v in (("base_version", 1), ("mgmt_class", 1), ("class_version", 1), ("method", METHOD_TRAP),
-                        ("attr_id", S.ATTR_NOTICE)):
-            hdr.set(mad, name, v)
-        n, base = S.NOTICE, S.SMP_DATA_OFFSET
-        n.set(mad, "is_generic", 1, base)
-        n.set(mad, "type", 4, base)
-        n.set(mad, "producer_type", port.node.type, base)
-        n.set(mad, "trap_number", number, base)
-        n.set(mad, "issuer_lid", port.lid, base)
+        mad[0:4] = bytes([1, MGMT_CLASS_SM_LID_ROUTED, 1, METHOD_TRAP])
+        mad[16:18] = ATTR_NOTICE.to_bytes(2, "big")
+        base = S.SMP_DATA_OFFSET
+        mad[base:base + 10] = S.Notice(is_generic=1, type=4, producer_type=port.node.type, trap_number=number,
+                                       issuer_lid=port.lid).encode()
         # DataDetails (from Notice byte 10) of trap 144 (IBA 14.2.5.1): 2 reserved bytes, LIDADDR, a byte of
         # OtherLocalChanges, then the port's CapabilityMask
         mad[base + 12:base + 14] = port.lid.to_bytes(2, "big")
-        mad[base + 15:base + 19] = PI.get(port.portinfo, "capability_mask").to_bytes(4, "big")
+        mad[base + 15:base + 19] = pi_get(port.portinfo, "capability_mask").to_bytes(4, "big")
         dest = self.route_lid(port, port.sm_lid)
         if dest is None:
             return []
@@ -678,15 +694,15 @@ class Subnet:
                 S.ATTR_NODE_DESCRIPTION: self._nodedesc, S.ATTR_NODE_INFO: self._nodeinfo,
                 S.ATTR_SWITCH_INFO: self._switchinfo, S.ATTR_PORT_INFO: self._portinfo,
                 S.ATTR_LINEAR_FORWARDING_TABLE: self._lft, S.ATTR_MULTICAST_FORWARDING_TABLE: self._mft,
-                S.ATTR_P_KEY_TABLE: self._pkeys, S.ATTR_SL_TO_VL_TABLE: self._sl2vl,
-                S.ATTR_VL_ARBITRATION: self._vlarb, S.ATTR_GUID_INFO: self._guidinfo,
+                S.ATTR_PKEY_TABLE: self._pkeys, S.ATTR_SL_TO_VL_TABLE: self._sl2vl,
+                S.ATTR_VL_ARB_TABLE: self._vlarb, S.ATTR_GUID_INFO: self._guidinfo,
                 S.ATTR_MLNX_EXT_PORT_INFO: self._extportinfo,
             }.get(attr_id)
         if mclass == MGMT_CLASS_PERF:
             if attr_id in ZERO_COUNTER_ATTRIBUTES:
                 return self._zero_counters
-            return {S.ATTR_CLASS_PORT_INFO: self._cpi, S.ATTR_PORT_COUNTERS: self._portcounters,
-                    S.ATTR_PORT_COUNTERS_EXTENDED: self._extcounters}.get(attr_id)
+            return {P.ATTR_CLASS_PORT_INFO: self._cpi, P.ATTR_PORT_COUNTERS: self._portcounters,
+                    P.ATTR_PORT_COUNTERS_EXTENDED: self._extcounters}.get(attr_id)
         return None
 
     @staticmethod
@@ -698,8 +714,8 @@ class Subnet:
     def _nodeinfo(port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
         node = port.node
         data[:] = node.nodeinfo
-        S.NODE_INFO.set(data, "local_port_num", port.num)
-        S.NODE_INFO.set(data, "port_guid", node.guid if node.is_switch else node.guid + port.num)
+        S.set_field(S.NodeInfo, data, "local_port_num", port.num)
+        S.set_field(S.NodeInfo, data, "port_guid", node.guid if node.is_switch else node.guid + port.num)
         return S.STATUS_METHOD_UNSUPPORTED if op != METHOD_GET else 0
 
     @staticmethod
@@ -707,16 +723,16 @@ class Subnet:
         node = port.node
         if not node.is_switch:
             return S.STATUS_METHOD_ATTR_UNSUPPORTED
-        si = S.SWITCH_INFO
+        si = S.SwitchInfo
         if op == METHOD_SET:
-            if si.get(data, "port_state_change"):
+            if S.get_field(si, data, "port_state_change"):
                 node.port_change = 0
-            node.linear_fdb_top = si.get(data, "linear_fdb_top")
-            node.life_time = si.get(data, "life_time_value")
+            node.linear_fdb_top = S.get_field(si, data, "linear_fdb_top")
+            node.life_time = S.get_field(si, data, "life_time_value")
         data[:] = node.switchinfo
-        si.set(data, "port_state_change", node.port_change)
-        si.set(data, "linear_fdb_top", node.linear_fdb_top)
-        si.set(data, "life_time_value", node.life_time)
+        S.set_field(si, data, "port_state_change", node.port_change)
+        S.set_field(si, data, "linear_fdb_top", node.linear_fdb_top)
+        S.set_field(si, data, "life_time_value", node.life_time)
         return 0
 
     @staticmethod
@@ -728,7 +744,7 @@ class Subnet:
                 return S.STATUS_INVALID_VALUE
             port = p
         size = len(port.pkeys) // 2
-        if block * S.P_KEY_BLOCK >= size:
+        if block * S.P_KEY_BLOCK_SIZE >= size:
             return S.STATUS_INVALID_VALUE
         lo = block * 64
         hi = min(len(port.pkeys), lo + 64)
@@ -763,7 +779,7 @@ class Subnet:
         n = (mod >> 16) - 1
         if not 0 <= n <= 3:
             return S.STATUS_INVALID_VALUE
-        size = PI.get(port.portinfo, "vl_arbitration_high_cap" if n // 2 else "vl_arbitration_low_cap")
+        size = pi_get(port.portinfo, "vl_arb_high_cap" if n // 2 else "vl_arb_low_cap")
         if not size or n % 2 > size // 32:
             return S.STATUS_INVALID_VALUE
         table = port.vlarb_high if n // 2 else port.vlarb_low
@@ -798,21 +814,21 @@ class Subnet:
             if status:
                 return status
         data[:] = p.refresh_portinfo()
-        PI.set(data, "local_port_num", port.num)
+        pi_set(data, "local_port_num", port.num)
         return 0
 
     def _set_portinfo(self, port: Port, p: Port, data: bytearray, traps: list[Delivery]) -> int:
         """PortInfo Set (IBA 14.2.5.6, the port state machine of 7.2): what ibsim's do_portinfo takes."""
         if not p.node.is_switch and port.num != p.num:
             return S.STATUS_INVALID_VALUE
-        p.lid = PI.get(data, "lid")
-        p.sm_lid = PI.get(data, "master_sm_lid")
-        p.lmc = PI.get(data, "lmc")
-        p.hoq_life = PI.get(data, "hoq_life")
-        phys = PI.get(data, "port_phys_state")
+        p.lid = pi_get(data, "lid")
+        p.sm_lid = pi_get(data, "master_sm_lid")
+        p.lmc = pi_get(data, "lmc")
+        p.hoq_life = pi_get(data, "hoq_life")
+        phys = pi_get(data, "port_phys_state")
         if phys:
             p.phys_state = phys
-        state = PI.get(data, "port_state")
+        state = pi_get(data, "port_state")
         rp = p.remote
         if state > 0 and rp is not None:
             if state == 1:  # Down: both ends back to Init
@@ -826,35 +842,35 @@ class Subnet:
                     return S.STATUS_INVALID_VALUE
         elif state > 1:
             return S.STATUS_INVALID_VALUE  # a port that is down stays down
-        vls = PI.get(data, "operational_vls")
-        if vls > PI.get(data, "vl_cap"):
+        vls = pi_get(data, "operational_vls")
+        if vls > pi_get(data, "vl_cap"):
             return S.STATUS_INVALID_VALUE
         p.op_vls = vls
         # NeighborMTU, as the SM negotiates it (IBA 14.2.5.6: at most MTUCap; 0 leaves it).  ibsim 0.10 ignores
         # it and keeps 2048; OpenSM sets min(MTUCap) of the two ends, which is that same 2048 on ibsim's ports
-        mtu = PI.get(data, "neighbor_mtu")
+        mtu = pi_get(data, "neighbor_mtu")
         if mtu:
-            if mtu > PI.get(p.portinfo, "mtu_cap"):
+            if mtu > pi_get(p.portinfo, "mtu_cap"):
                 return S.STATUS_INVALID_VALUE
-            PI.set(p.portinfo, "neighbor_mtu", mtu)
-        p.subnet_prefix = PI.get(data, "gid_prefix")
+            pi_set(p.portinfo, "neighbor_mtu", mtu)
+        p.subnet_prefix = pi_get(data, "gid_prefix")
         if rp is None:
             return 0
-        speed = PI.get(data, "link_speed_enabled")
+        speed = pi_get(data, "link_speed_enabled")
         active = {1: 1, 3: 2, 5: 4, 7: 4}.get(speed)
         if active:
             p.speed_active = rp.speed_active = active
         speed_changed = bool(active) and speed != p.speed_enabled
         if speed_changed:
             p.speed_enabled = speed
-        espeed = PI.get(data, "link_speed_ext_enabled")
+        espeed = pi_get(data, "link_speed_ext_enabled")
         eactive = {1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 4}.get(espeed)
         if eactive:
             p.speed_ext_active = rp.speed_ext_active = eactive
         espeed_changed = bool(eactive) and espeed != p.speed_ext_enabled
         if espeed_changed:
             p.speed_ext_enabled = espeed
-        width = PI.get(data, "link_width_enabled")
+        width = pi_get(data, "link_width_enabled")
         wactive = 0
         if 1 <= width <= 31:
             wactive = 8 if width & 8 else 4 if width & 4 else 2 if width & 2 else 16 if width & 16 else 1
@@ -885,9 +901,9 @@ class Subnet:
         node = port.node
         if not node.is_switch:
             return S.STATUS_METHOD_ATTR_UNSUPPORTED
-        if mod >= LINEAR_CAP // S.LFT_BLOCK:
+        if mod >= LINEAR_CAP // S.LFT_BLOCK_SIZE:
             return S.STATUS_INVALID_VALUE
-        lo = mod * S.LFT_BLOCK
+        lo = mod * S.LFT_BLOCK_SIZE
         if op == METHOD_SET:
             node.lft[lo:lo + 64] = data[:64]
         data[:64] = node.lft[lo:lo + 64]
@@ -910,13 +926,9 @@ class Subnet:
     # ------------------------------------------------------------------ performance management
     @staticmethod
     def _cpi(port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
-        cpi = S.CLASS_PORT_INFO
-        data[:] = bytes(64)
-        cpi.set(data, "base_version", 1)
-        cpi.set(data, "class_version", 1)
         # AllPortSelect (switches), PortCountersExtended without IETF, PortXmitWait (IBA 16.1.2 table 227)
-        cpi.set(data, "capability_mask", (0x100 if port.node.is_switch else 0) | 0x200 | 0x1000)
-        cpi.set(data, "resp_time_value", 0x12)
+        cap = (P.CAP_ALL_PORT_SELECT if port.node.is_switch else 0) | P.CAP_EXT_WIDTH_SUPPORTED | P.CAP_PORT_XMIT_WAIT
+        data[:] = P.ClassPortInfo(capability_mask=cap, resp_time_value=0x12).encode().ljust(64, b"\0")
         return S.STATUS_METHOD_UNSUPPORTED if op != METHOD_GET else 0
 
     def _counter_ports(self, port: Port, select: int) -> list[Port] | None:
@@ -931,11 +943,11 @@ class Subnet:
         return [p for p in node.ports if p is not None]
 
     def _portcounters(self, port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
-        pc = S.PORT_COUNTERS
-        ports = self._counter_ports(port, pc.get(data, "port_select"))
+        pc = P.PortCounters
+        ports = self._counter_ports(port, S.get_field(pc, data, "port_select"))
         if ports is None:
             return S.STATUS_INVALID_VALUE
-        mask = pc.get(data, "counter_select")
+        mask = S.get_field(pc, data, "counter_select")
         if op == METHOD_SET:
             for p in ports:
                 c = p.counters
@@ -964,15 +976,15 @@ class Subnet:
             total.xmit_discards = _add(total.xmit_discards, c.xmit_discards, 0xFFFF if len(ports) == 1 else 0xFF)
             total.rcv_errors = _add(total.rcv_errors, c.rcv_errors, 0xFFFF)
             total.rcv_switch_relay_errors = _add(total.rcv_switch_relay_errors, c.rcv_switch_relay_errors, 0xFFFF)
-        for name in S.COUNTER_SELECT_BITS:  # the counters nothing moves here read 0
-            pc.set(data, name, 0)
-        pc.set(data, "port_xmit_pkts", total.xmit_pkts)
-        pc.set(data, "port_xmit_data", total.xmit_data)
-        pc.set(data, "port_rcv_pkts", total.rcv_pkts)
-        pc.set(data, "port_rcv_data", total.rcv_data)
-        pc.set(data, "port_xmit_discards", total.xmit_discards)
-        pc.set(data, "port_rcv_errors", total.rcv_errors)
-        pc.set(data, "port_rcv_switch_relay_errors", total.rcv_switch_relay_errors)
+        for name in P.COUNTER_SELECT_BITS:  # the counters nothing moves here read 0
+            S.set_field(pc, data, name, 0)
+        S.set_field(pc, data, "port_xmit_pkts", total.xmit_pkts)
+        S.set_field(pc, data, "port_xmit_data", total.xmit_data)
+        S.set_field(pc, data, "port_rcv_pkts", total.rcv_pkts)
+        S.set_field(pc, data, "port_rcv_data", total.rcv_data)
+        S.set_field(pc, data, "port_xmit_discards", total.xmit_discards)
+        S.set_field(pc, data, "port_rcv_errors", total.rcv_errors)
+        S.set_field(pc, data, "port_rcv_switch_relay_errors", total.rcv_switch_relay_errors)
         return 0
 
     def _zero_counters(self, port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
