@@ -554,3 +554,66 @@ def decode_smp_layers(mad: MADHeader, data: bytes, pos: int, end: int,
         out.append((SMPPaths.decode(data, paths), paths))
         rest = pos + MAD_SIZE - MAD_HEADER_SIZE
     return out, rest
+
+
+# ----------------------------------------------------------------- what a subnet management agent adds
+# (rdmalab.fabric.ibsubnet keeps each attribute as its bytes and changes fields in place)
+ATTR_MLNX_EXT_PORT_INFO = 0xFF90  # Mellanox ExtendedPortInfo (vendor range), which ibsim answers too
+STATUS_METHOD_UNSUPPORTED = 2 << 2  # MAD status invalid-field codes, IBA Vol 1 13.4.7 (table 119)
+STATUS_METHOD_ATTR_UNSUPPORTED = 3 << 2
+STATUS_INVALID_VALUE = 7 << 2
+P_KEY_BLOCK_SIZE = 32  # P_Keys per P_KeyTable block (14.2.5.7)
+VL_ARB_BLOCK_SIZE = 32  # (VL, weight) entries per VLArbitrationTable block (14.2.5.9)
+MFT_BLOCK_SIZE = 32  # 16-bit port masks per MulticastForwardingTable block (14.2.5.12)
+NODE_DESCRIPTION_SIZE = 64
+
+
+def get_field(cls: type[Header], buf: bytes | bytearray | memoryview, name: str, base: int = 0) -> int:
+    """Field ``name`` of the ``cls`` attribute that starts at ``buf[base]``, read in place (IBA bit order:
+    most significant first).  Raises KeyError for a field ``cls`` does not have, TruncatedError for a short
+    buffer."""
+    f = cls.LAYOUT.field(name)
+    first, end = f.bit_offset // 8, (f.bit_offset + f.bits + 7) // 8
+    if base + end > len(buf):
+        raise TruncatedError(cls.LAYOUT.name, name, base + first, len(buf) - base, f"{cls.LAYOUT.size} bytes")
+    word = int.from_bytes(buf[base + first:base + end], "big")
+    return (word >> (end * 8 - f.bit_offset - f.bits)) & f.mask
+
+
+def set_field(cls: type[Header], buf: bytearray, name: str, value: int, base: int = 0) -> None:
+    """Field ``name`` of the ``cls`` attribute at ``buf[base]`` set in place, the other bits kept.  Raises
+    EncodeError for a value that does not fit."""
+    f = cls.LAYOUT.field(name)
+    if not 0 <= value <= f.mask:
+        raise EncodeError(cls.LAYOUT.name, name, value, f"an unsigned {f.bits}-bit integer")
+    first, end = f.bit_offset // 8, (f.bit_offset + f.bits + 7) // 8
+    shift = end * 8 - f.bit_offset - f.bits
+    word = int.from_bytes(buf[base + first:base + end], "big")
+    word = (word & ~(f.mask << shift)) | (value << shift)
+    buf[base + first:base + end] = word.to_bytes(end - first, "big")
+
+
+def node_description_bytes(text: str) -> bytes:
+    """NodeDescription's 64 bytes from text (UTF-8, NUL-padded; longer text is cut, as an agent keeps 64)."""
+    return text.encode()[:NODE_DESCRIPTION_SIZE].ljust(NODE_DESCRIPTION_SIZE, b"\0")
+
+
+@dataclass(frozen=True, slots=True)
+class Notice(Header):
+    """The first 10 bytes of a Notice (IBA Vol 1 13.4.8.2), the data of a Trap: who, which trap; the
+    DataDetails (54 bytes) follow."""
+
+    is_generic: int = 1
+    type: int = 0
+    producer_type: int = 0
+    trap_number: int = 0
+    issuer_lid: int = 0
+    notice_toggle: int = 0
+    notice_count: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "Notice", "IBA Vol 1 13.4.8.2 (Notice)",
+        F("is_generic", 1, None), F("type", 7, None), F("producer_type", 24, None, doc="NodeType of the producer"),
+        F("trap_number", 16, None), F("issuer_lid", 16, None), F("notice_toggle", 1, None),
+        F("notice_count", 15, None),
+    )
