@@ -3,6 +3,8 @@
 ``sim``    an in-process simulated fabric with a virtual clock (:class:`Fabric`)
 ``udp``    the engine on real UDP next to kernel rxe (:class:`rdmalab.fabric.udp.UdpFabric`)
 ``links``  soft devices bound to network interfaces (``rdmalab link add soft0 [type rxe|siw] netdev veth1``)
+``ibfabric`` a native InfiniBand subnet (LIDs, LFT switches, credits per VL; :class:`rdmalab.fabric.ibfabric.IBFabric`),
+           its incast and credit loop in ``ibflows``; ``rocev1`` the simulated fabric with RoCEv1 frames
 
 ``rdmalab.verbs`` finds the simulated fabric's ``soft0``/``soft1`` and the linked devices without
 importing this package: ``pyproject.toml`` declares them as providers (entry points of the group

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from rdmalab.verbs.libibverbs_enums import IBV_LINK_LAYER_ETHERNET, IBV_LINK_LAYER_INFINIBAND
 from rdmalab.verbs.pyverbs_error import EINVAL, PyverbsRDMAError, PyverbsUserError
 
 
@@ -96,10 +97,21 @@ class AHAttr:
         return GID.from_int(gid_int(self.gr.dgid))
 
 
+#: the unicast LIDs (IBA Vol 1 4.1.3: 0x0001..0xBFFF; 0 is reserved, 0xC000.. multicast, 0xFFFF permissive)
+UNICAST_LIDS = range(0x0001, 0xC000)
+
+
 def resolve_path(device: Any, ah_attr: AHAttr | None) -> tuple[int, int]:
-    """(sgid, dgid) of an address vector, checked as ib_core checks a RoCE AV."""
+    """(sgid, dgid) of an address vector, checked as ib_core checks a RoCE AV.
+
+    On a port whose link layer is InfiniBand (``device.link_layer``) an AV without a GRH is
+    addressed by ``ah_attr.dlid`` alone, as on an HCA: it must be a unicast LID, and the
+    device's carrier names the port GID behind it (``device.carrier.gid_of_lid``: the engine
+    checks addresses by GID; on a subnet without routers a LID is one port)."""
     if ah_attr is None:
         raise PyverbsRDMAError("Failed to modify QP: no address vector", EINVAL)
+    if not ah_attr.is_global and getattr(device, "link_layer", IBV_LINK_LAYER_ETHERNET) == IBV_LINK_LAYER_INFINIBAND:
+        return _resolve_lid(device, ah_attr)
     if not ah_attr.is_global:
         raise PyverbsRDMAError("Invalid address vector: RoCE needs a GRH (AHAttr(is_global=1, gr=GlobalRoute(...)))",
                                EINVAL)
@@ -114,6 +126,21 @@ def resolve_path(device: Any, ah_attr: AHAttr | None) -> tuple[int, int]:
     return sgid, dgid
 
 
+def _resolve_lid(device: Any, ah_attr: AHAttr) -> tuple[int, int]:
+    dlid = ah_attr.dlid
+    if ah_attr.port_num != 1:
+        raise PyverbsRDMAError(f"Invalid address vector: port {ah_attr.port_num} (soft devices have port 1)", EINVAL)
+    if isinstance(dlid, bool) or not isinstance(dlid, int) or dlid not in UNICAST_LIDS:
+        raise PyverbsRDMAError(f"Invalid address vector: dlid {dlid!r} is not a unicast LID (0x0001..0xbfff)",
+                               EINVAL)
+    if not 0 <= ah_attr.sl <= 15:
+        raise PyverbsRDMAError(f"Invalid address vector: sl {ah_attr.sl!r} is not a service level (0..15)", EINVAL)
+    dgid = device.carrier.gid_of_lid(dlid)
+    if dgid is None:
+        raise PyverbsRDMAError(f"Invalid address vector: no port of the subnet has LID {dlid:#x}", EINVAL)
+    return device.gids[0], dgid
+
+
 class AH:
     """``AH(pd, attr=AHAttr)`` or ``AH(pd, wc=WC, port_num=1, grh=...)`` (a reply to a UD sender)."""
 
@@ -123,10 +150,16 @@ class AH:
         if attr is None and wc is not None:
             src = getattr(wc, "_sgid", None)
             dst = getattr(wc, "_dgid", None)
-            if src is None or dst is None:
+            on_ib = getattr(pd.device, "link_layer", IBV_LINK_LAYER_ETHERNET) == IBV_LINK_LAYER_INFINIBAND
+            if src is None and on_ib and getattr(wc, "slid", 0):
+                # a UD receive on an InfiniBand port without a GRH: the reply goes to the sender's LID
+                attr = AHAttr(dlid=wc.slid, sl=wc.sl, port_num=port_num)
+            elif src is None or dst is None:
                 raise PyverbsUserError("this WC carries no GRH (only UD receive completions do)")
-            sgid_index = pd.device.gids.index(dst)
-            attr = AHAttr(is_global=1, port_num=port_num, gr=GlobalRoute(dgid=GID.from_int(src), sgid_index=sgid_index))
+            else:
+                sgid_index = pd.device.gids.index(dst)
+                attr = AHAttr(is_global=1, port_num=port_num,
+                              gr=GlobalRoute(dgid=GID.from_int(src), sgid_index=sgid_index))
         if attr is None:
             raise PyverbsUserError("AH needs attr= or wc=")
         self.attr = attr

@@ -165,8 +165,10 @@ class Context:
 
     def query_port(self, port_num: int = 1) -> PortAttr:
         self._port(port_num)
-        mtu = e.bytes_to_mtu(self.device.active_mtu)
-        return PortAttr(active_mtu=mtu)
+        dev = self.device
+        mtu = e.bytes_to_mtu(dev.active_mtu)
+        return PortAttr(active_mtu=mtu, link_layer=dev.link_layer, lid=dev.lid, sm_lid=dev.sm_lid,
+                        gid_tbl_len=len(dev.gids))
 
     def query_gid(self, port_num: int, index: int) -> GID:
         self._port(port_num)
@@ -176,7 +178,7 @@ class Context:
 
     def query_gid_type(self, port_num: int, index: int) -> int:
         self.query_gid(port_num, index)
-        return e.IBV_GID_TYPE_ROCE_V2
+        return self.device.gid_type
 
     def query_pkey(self, port_num: int, index: int) -> int:
         self._port(port_num)

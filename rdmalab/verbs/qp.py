@@ -224,7 +224,7 @@ class QP:
             mac = self.dev.resolve_mac(dgid)
             if mac is None:
                 bad(f"cannot resolve the MAC address of GID {dgid:#x}: the carrier cannot reach it")
-            eng.sgid, eng.dgid, eng.dmac = sgid, dgid, mac
+            eng.sgid, eng.dgid, eng.dmac, eng.sl = sgid, dgid, mac, a.ah_attr.sl
             self.attr.ah_attr = a.ah_attr
         at = self.attr
         for bit, name in ((S.ACC, "qp_access_flags"), (S.QKEY, "qkey"), (S.DQPN, "dest_qp_num"),

@@ -44,12 +44,17 @@ from rdmalab.wire.mad import (
     MAD_SIZE,
     METHOD_SEND,
     MGMT_CLASS_CM,
+    MGMT_CLASS_SA,
+    MGMT_CLASS_SM_DIRECTED_ROUTE,
+    MGMT_CLASS_SM_LID_ROUTED,
     ClassDecoder,
     MADHeader,
     Report,
     decode_mad_layers,
 )
 from rdmalab.wire.packet import Layer, Packet, _problem
+from rdmalab.wire.sa import decode_sa_layers
+from rdmalab.wire.smp import decode_smp_layers
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 AddressLike = str | int | ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -1188,8 +1193,13 @@ def build_mra(msg: CMMessage, *, local_comm_id: int = 0, service_timeout: int = 
     return cm_mad(body, msg.tid, private_data)
 
 
-#: the management classes whose data rdmalab decodes beyond the MAD header
-MAD_CLASSES: dict[int, ClassDecoder] = {MGMT_CLASS_CM: decode_cm_layers}
+#: the management classes whose data rdmalab decodes beyond the MAD header (and RMPP header): CM,
+#: subnet management (SMPs, :mod:`rdmalab.wire.smp`), subnet administration (:mod:`rdmalab.wire.sa`)
+MAD_CLASSES: dict[int, ClassDecoder] = {
+    MGMT_CLASS_CM: decode_cm_layers,
+    MGMT_CLASS_SM_LID_ROUTED: decode_smp_layers, MGMT_CLASS_SM_DIRECTED_ROUTE: decode_smp_layers,  # SMPs
+    MGMT_CLASS_SA: decode_sa_layers,  # SA header and PathRecords, after the RMPP header
+}
 
 
 def decode_mad_payload(data: bytes, pkt: Packet, *, lenient: bool) -> None:

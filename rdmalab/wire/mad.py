@@ -425,7 +425,7 @@ def decode_mad_layers(
         for p in rmpp.check(pos):
             report(p)
         pos += RMPP_HEADER_SIZE
-    elif classes and mad.mgmt_class in classes:
+    if classes and mad.mgmt_class in classes:
         more, pos = classes[mad.mgmt_class](mad, data, pos, end, report)
         out.extend(more)
     return out, pos

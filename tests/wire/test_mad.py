@@ -104,7 +104,9 @@ def test_sa_mad_in_a_packet() -> None:
     assert pkt.get(MADHeader) == mad and pkt.get(RMPPHeader) == rmpp
     mad_layer = [layer for layer in pkt.layers if isinstance(layer.header, MADHeader)][0]
     assert mad_layer.offset == 14 + 20 + 8 + 12 + 8
-    assert pkt.payload_offset == mad_layer.offset + 36 and pkt.payload_length == 220
+    # then the SA header (20 bytes) and the PathRecords the RMPP PayloadLength holds: (200 - 20) // 64 = 2
+    assert [type(layer.header).__name__ for layer in pkt.layers[-3:]] == ["SAHeader", "PathRecord", "PathRecord"]
+    assert pkt.payload_offset == mad_layer.offset + 36 + 20 + 128 and pkt.payload_length == 72
     assert pkt.ok
 
 

@@ -46,6 +46,13 @@ class SoftDevice:
         #: the network interface the device sends on (rxe's netdev), when its carrier has one
         self.ifname: str | None = None
         self.gids = [eui64_gid(mac), 0xFFFF00000000 | ipv4]
+        #: the port's link layer (``IBV_LINK_LAYER_*``): Ethernet (RoCE) unless an InfiniBand carrier
+        #: (rdmalab.fabric.ibfabric) makes it InfiniBand, with the port's ``lid`` and its SM's ``sm_lid``
+        self.link_layer: int = e.IBV_LINK_LAYER_ETHERNET
+        self.lid = 0
+        self.sm_lid = 0
+        #: what ``ibv_query_gid_type`` answers for its GIDs: RoCEv2 unless the carrier sends RoCEv1 or IB
+        self.gid_type: int = e.IBV_GID_TYPE_ROCE_V2
         self.rng = random.Random(seed)
         self.qps: dict[int, Any] = {}
         self.mrs: dict[int, Any] = {}

@@ -24,7 +24,7 @@ from rdmalab.verbs.engine.datagram import V4_MAPPED, Datagram
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.frame import decode_ethernet, encode_rocev2
 from rdmalab.wire.header import Header
-from rdmalab.wire.ib import AETH, BTH, DETH, IETH, RETH, AtomicAckETH, AtomicETH, ImmDt
+from rdmalab.wire.ib import AETH, BTH, DETH, GRH, IETH, RETH, AtomicAckETH, AtomicETH, ImmDt
 from rdmalab.wire.ib import PSN_HALF as PSN_HALF  # (PSN arithmetic, IBA Vol 1 9.7.1: re-exported for the
 from rdmalab.wire.ib import PSN_MASK as PSN_MASK  # engine's modules and carriers, as module-level aliases)
 from rdmalab.wire.ib import psn_add as psn_add
@@ -218,16 +218,27 @@ def ack_packet(fields: tuple[int, ...]) -> Pkt:
 
 
 def from_frame(frame: bytes) -> Pkt | None:
-    """Decode a RoCEv2 frame into a :class:`Pkt`; ``None`` if it is malformed or its ICRC is bad."""
+    """Decode a RoCEv2 frame (or a RoCEv1 one: EtherType 0x8915, the GIDs from its GRH) into a
+    :class:`Pkt`; ``None`` if it is malformed or its ICRC is bad."""
     try:
         d = decode_ethernet(frame)
     except DecodeError:
         return None
     bth = d.bth
-    if d.encap != "rocev2" or bth is None or d.crc_status != "good" or bth.opcode not in INFO:
+    if d.encap not in ("rocev2", "rocev1") or bth is None or d.crc_status != "good" or bth.opcode not in INFO:
         return None
     eth = d[Ethernet]
     ip4 = d.get(IPv4)
+    if d.encap == "rocev1":
+        grh = d[GRH]
+        p = Pkt(bth.opcode, bth.psn, bth.destqp, grh.sgid, grh.dgid, 0, eth.src, eth.dst, d.payload, bth.ackreq, bth.se)
+        for layer in d.layers:
+            attr = _ATTR.get(type(layer.header))
+            if attr is not None:
+                setattr(p, attr, layer.header)
+        p.pkey = bth.p_key
+        p._frame = bytes(frame)
+        return p
     if ip4 is not None:
         src, dst = V4_MAPPED | ip4.src, V4_MAPPED | ip4.dst
     else:

@@ -116,6 +116,7 @@ class QPCore:
         #: send WQEs posted but still being fetched by the device's NIC model (``nicmodel.Nic.post``)
         self.staged = 0
         self.sgid = self.dgid = self.dmac = 0  # the path (set with the address vector; kept over RESET)
+        self.sl = 0  # the address vector's service level (an InfiniBand carrier puts it in the LRH)
         # congestion control (rdmalab.verbs.engine.dcqcn.attach / ecn_only): the reaction point's rate
         # limiter, when the next packet may go, whether a resume timer is pending; ECT(0) without one
         self.dcqcn: Any = None
@@ -202,9 +203,10 @@ class QPCore:
 
     def complete_recv(self, w: RecvWQE, status: int, opcode: int = e.IBV_WC_RECV, byte_len: int = 0,
                       imm: int = 0, flags: int = 0, src_qp: int = 0, solicited: bool = False,
-                      gids: tuple[int, int] | None = None) -> None:
+                      gids: tuple[int, int] | None = None, slid: int = 0) -> None:
         # WC(wr_id, status, opcode, vendor_err, byte_len, qp_num, src_qp, imm_data, wc_flags)
         wc = WC(w.wr_id, status, opcode, 0, byte_len, self.qp_num, src_qp, imm, flags)
+        wc.slid = slid
         if gids is not None:
             wc._sgid, wc._dgid = gids
         if self.dev.carrier.tracing:

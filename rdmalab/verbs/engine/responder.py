@@ -552,16 +552,21 @@ def _ud(qp: QPCore, pkt: Pkt) -> None:
     n = len(pkt.payload)
     if 40 + n > w.length:
         _fail_uc(qp, e.IBV_WC_LOC_LEN_ERR)
-    scatter(w.views, 0, _grh(pkt))
+    # On an InfiniBand port a packet of the subnet has no GRH: the buffer's first 40 bytes are left as
+    # they were, IBV_WC_GRH is not set, and the WC names the sender by its LID (the LRH's SLID, which
+    # the carrier gives as the packet's source link-layer address)
+    local_ib = qp.dev.link_layer == e.IBV_LINK_LAYER_INFINIBAND
+    if not local_ib:
+        scatter(w.views, 0, _grh(pkt))
     scatter(w.views, 40, pkt.payload)
     qp.resp.wqe = None
     info = INFO[pkt.opcode]
-    flags: int = e.IBV_WC_GRH
+    flags: int = 0 if local_ib else e.IBV_WC_GRH
     value = 0
     if info.imm and pkt.imm is not None:
         flags, value = flags | e.IBV_WC_WITH_IMM, socket.htonl(pkt.imm.imm)
     qp.complete_recv(w, e.IBV_WC_SUCCESS, e.IBV_WC_RECV, 40 + n, value, flags, deth.src_qp, bool(pkt.se),
-                     (pkt.src_gid, pkt.dst_gid))
+                     None if local_ib else (pkt.src_gid, pkt.dst_gid), slid=pkt.src_mac if local_ib else 0)
 
 
 def _grh(pkt: Pkt) -> bytes:
