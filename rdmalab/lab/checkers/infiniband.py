@@ -447,9 +447,9 @@ def _lrh(answer: Any) -> str:
     last = as_int(answer["last_pktlen"], "a PktLen in 4-byte words", field="last_pktlen")
     if last != want["last_pktlen"]:
         tail = s.length - (want["packets"] - 1) * s.mtu
-        if last * 4 == tail + 8 + 12 + 4 + 2 or last == (tail + 8 + 12 + 4 + 2 + 3) // 4:
+        if last == want["last_pktlen"] + 1:
             why = "the VCRC is outside PktLen: it counts the LRH through the ICRC"
-        elif last in (tail, tail + 8 + 12 + 4):
+        elif last in (tail, tail + 8 + 12 + 4, want["last_pktlen"] * 4):
             why = "PktLen counts 4-byte words, not bytes"
         elif last == (tail + 3) // 4 + (8 + 12 + 16 + 4) // 4:
             why = "only the first packet of a WRITE has a RETH"
@@ -607,7 +607,7 @@ def run_opensm(fabric: IBFabric, tmp: str, *, sm_host: str = "ha", timeout: floa
         deadline = time.monotonic() + timeout
         while True:
             try:
-                IBSimClient(None, sockname=sockname, timeout=1.0).close()  # type: ignore[arg-type]
+                IBSimClient(None, sockname=sockname, timeout=1.0).close()
                 break
             except IBSimNotRunning:
                 if sim.poll() is not None or time.monotonic() > deadline:
