@@ -50,8 +50,10 @@ print("sw1's table:", fabric.node("sw1").lft, "| sw2's table:", fabric.node("sw2
 
 # %%
 sm = bring_up(fabric, "ha")
-print(f"SM {sm.state_name}: {len(sm.nodes)} nodes, {len(sm.events)} MADs")
-sm_ladder(sm, ("discover",), title="the sweep: directed-route SMPs from the SM on ha")
+sweep = [ev for ev in sm.events if ev.phase == "discover" and ev.src == "SM"]
+print(f"SM {sm.state_name}: {len(sm.nodes)} nodes; the sweep took {len(sweep)} SMPs, "
+      f"{sum(' PortInfo ' in ev.summary for ev in sweep)} of them Get(PortInfo), left out of the drawing")
+sm_ladder(sm, ("discover",), skip=("PortInfo",), title="the sweep: directed-route SMPs from the SM on ha")
 
 # %% [markdown]
 # Note how the sweep meets `sw2` twice, by port 3 and by port 4 of `sw1`: `NodeInfo` returns the same node
@@ -79,7 +81,7 @@ print("hb's port, as its verbs see it: LID", Context(name="hb", fabric=fabric).q
 from collections import Counter
 
 print("the SM's MADs, by step:", dict(Counter(ev.phase for ev in sm.events)))
-sm_ladder(sm, ("set lids", "ports Armed"), title="LIDs into PortInfo, then every linked port Armed")
+sm_ladder(sm, ("set lids",), title="each LID into its port's PortInfo, by Set")
 
 # %% [markdown]
 # ## A switch's forwarding table

@@ -262,20 +262,29 @@ def lft_of(sm: SubnetManager, switch: str) -> dict[int, int]:
     raise ValueError(f"no switch named {switch!r} in the subnet the SM found")
 
 
-def sm_ladder(sm: SubnetManager, phases: tuple[str, ...] = ("discover",), *, title: str | None = None) -> Ladder:
+def sm_ladder(sm: SubnetManager, phases: tuple[str, ...] = ("discover",), *, skip: tuple[str, ...] = (),
+              title: str | None = None) -> Ladder:
     """The SM's MADs of ``phases`` (:attr:`SMEvent.phase`) as a ladder diagram: the SM on the left, the nodes in
-    the order the sweep met them; each SMP an arrow out, its GetResp an arrow back (a step is 1 us: the
-    in-process agents take no time, the drawing keeps their order)."""
+    the order the sweep met them; each SMP an arrow out, its GetResp an arrow back (each a step of the drawing:
+    the in-process agents take no time).  SMPs whose attribute is in ``skip`` (e.g. ``"PortInfo"``) are left
+    out, with their answers."""
     names = [SM] + [n.name for n in sm.nodes.values()]
+    events = [ev for ev in sm.events if ev.phase in phases]
     arrows = []
-    for ev in sm.events:
-        if ev.phase not in phases:
-            continue
-        t0 = ev.step * 1000
+    t = 0
+    for i, ev in enumerate(events):
         response = ev.src != SM
-        text = ev.summary.replace(" DR path", " path") if not response else "GetResp"
-        arrows.append(Arrow(ev.src, ev.dst, t0, t0 + 500, text, kind="ack" if response else "request",
-                            note=ev.summary))
+        request = events[i - 1] if response and i else ev
+        if any(f" {attr} " in request.summary for attr in skip):
+            continue
+        src, dst = ev.src, ev.dst
+        if not response and dst not in names and i + 1 < len(events):
+            dst = events[i + 1].src  # a node met again by another path: its answer names it
+        if response and src not in names:
+            src = request.dst if request.dst in names else src
+        text = "GetResp" if response else ev.summary.replace(" DR path", " path")
+        arrows.append(Arrow(src, dst, t, t + 1000, text, kind="ack" if response else "request", note=ev.summary))
+        t += 1000
     return Ladder(names, arrows, title=title, times=False)
 
 
@@ -550,10 +559,12 @@ def _why(answer: Any) -> str:
     a = answer.strip().upper()
     if a == "A":
         raise Wrong("Nothing was dropped: a sender with credits never overruns the buffer at the other end of "
-                    "its link (the drops counter is 0).", field="drops", given=Said(a))
+                    "its link (the drops counter is 0).", field="drops", given=Said(a),
+                    expected="the mechanism by which nothing is dropped")
     if a == "C":
         raise Wrong("No congestion control runs here: no ECN, no CNPs. The slowdown is the link's own flow "
-                    "control.", field="answer", given=Said(a))
+                    "control.", field="answer", given=Said(a),
+                    expected="a mechanism of the credits themselves")
     return ("Right: head-of-line blocking. Credits stop a full buffer's upstream link, which fills the buffer "
             "before it, hop by hop; every packet of that VL waits, wherever it goes. A VL of its own has its own "
             "buffers and credits.")
