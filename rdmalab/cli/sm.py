@@ -58,6 +58,11 @@ def run_sm(args: argparse.Namespace, out: TextIO) -> int:
         except SMError as err:
             raise Fail(f"sm: {err}") from None
         assert sm.sm_port is not None
+        if sm.masters:
+            out.write(f"SM on {client.node} port {sm.sm_port.num}: {sm.state_name}, {len(sm.nodes)} nodes, "
+                      f"{len(sm.events)} SMPs; the master is already port GUID "
+                      f"{', '.join(f'0x{g:016x}' for g in sm.masters)}: nothing changed\n")
+            return 0
         out.write(f"SM on {client.node} port {sm.sm_port.num}, LID {sm.sm_port.lid}: {sm.state_name}, "
                   f"{len(sm.nodes)} nodes, {len(sm.events)} SMPs\n\nLIDs\n")
         for lid, port in sorted(sm.lids.items()):

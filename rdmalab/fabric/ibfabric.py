@@ -6,7 +6,8 @@ has an InfiniBand port (``link_layer`` IBV_LINK_LAYER_INFINIBAND, its ``lid``, o
 fe80::/64 and the port GUID), and a pyverbs program addresses its peer by ``ah_attr.dlid``
 (``is_global=0``) as on an HCA.  Every packet crosses the subnet as a native IB packet (IBA Vol 1
 chapter 7): LRH (VL, SL, LNH 2, DLID, PktLen, SLID), BTH and the engine's extended headers,
-ICRC and VCRC (:func:`rdmalab.verbs.engine.ibframe.ib_frame`).  With ``frames=True`` or a tap
+ICRC and VCRC (:func:`rdmalab.verbs.engine.ibframe.ib_frame`); a connected QP whose address vector
+has a GRH (``is_global=1``, the peer named by its GID) sends one after the LRH (LNH 3).  With ``frames=True`` or a tap
 the bytes themselves travel and the receiving HCA decodes them and checks both CRCs; otherwise
 the engine's packet object travels with its LRH fields beside it (the same sizes, the same
 timing).
@@ -56,7 +57,7 @@ from rdmalab.verbs.engine.ibframe import from_ib, ib_frame, ib_size
 from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import Pkt
 from rdmalab.verbs.trace import TraceEvent
-from rdmalab.wire.ib import check_mtu
+from rdmalab.wire.ib import GRH, check_mtu
 
 __all__ = ["BLOCK_BYTES", "IBFabric", "IBHca", "IBPort", "IBSwitch", "ErfTap", "LFT_BLOCK", "NO_PORT"]
 
@@ -474,8 +475,11 @@ class IBFabric:
             qp = dev.qps.get(p.srcqp)
             sl = getattr(qp, "sl", 0)
             vl = self.sl2vl[sl]
-            frame = ib_frame(p, slid=hca.lid, dlid=p.dst_mac, sl=sl, vl=vl) if self.frames else None
-            size = len(frame) if frame is not None else ib_size(p)
+            gr = getattr(qp, "global_route", None)  # a connected QP whose AV has a GRH: LNH 3
+            grh = None if gr is None else GRH(tclass=gr.traffic_class, flowlabel=gr.flow_label,
+                                              hoplmt=gr.hop_limit, sgid=p.src_gid, dgid=p.dst_gid)
+            frame = ib_frame(p, slid=hca.lid, dlid=p.dst_mac, sl=sl, vl=vl, grh=grh) if self.frames else None
+            size = len(frame) if frame is not None else ib_size(p, grh is not None)
             ip = IBPacket(p.dst_mac, hca.lid, sl, vl, size, p, frame)
             port.queues[vl].append(ip)
             self._kick(port)

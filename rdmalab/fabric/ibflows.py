@@ -27,7 +27,7 @@ WRITEs of ``msg_packets`` packets posted, as the switched fabric's flows do
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from rdmalab.fabric.ibfabric import LFT_BLOCK, NO_PORT, IBFabric, IBHca
 from rdmalab.verbs import enums as e
@@ -149,7 +149,7 @@ def _summary(fab: IBFabric, flows: list[IBFlow], ns: int, ports: list[tuple[str,
 def ib_incast(*, senders: int = 4, topology: str = "leaf-spine", victim: bool | None = None, rate: float = 40.0,
               uplink: float | None = None, delay_us: float = 1.0, duration_us: float = 300.0, credits: bool = True,
               victim_sl: int = 0, vls: int = 1, vl_buffer: int = 32768, mtu: int = 1024, msg_packets: int = 64,
-              depth: int = 3, seed: int = 1) -> IBRun:
+              depth: int = 3, seed: int = 1, capture: str | IO[bytes] | None = None) -> IBRun:
     """The incast with credits (see the module docstring).
 
     ``topology="star"`` is the incast of :mod:`rdmalab.fabric.congestion_scenarios` node for node:
@@ -158,7 +158,9 @@ def ib_incast(*, senders: int = 4, topology: str = "leaf-spine", victim: bool | 
     ``hv`` on the leaf writing to ``rv`` on the spine.  Host links run at ``rate`` Gb/s, the
     leaf-spine link at ``uplink`` (default ``rate`` x the hosts on the leaf: no oversubscription,
     so that the receiver's link is the one bottleneck).  The defaults are the scenario's: 40 Gb/s,
-    1 us links, 1024-byte packets, 64-packet WRITEs, 3 posted per flow."""
+    1 us links, 1024-byte packets, 64-packet WRITEs, 3 posted per flow.  ``capture`` writes the
+    packets of the link into the bottleneck's switch (leaf-spine; the receiver's link in the star)
+    to a pcap (:meth:`IBFabric.tap`: ERF records, native IB, both directions)."""
     if senders < 1:
         raise ValueError(f"senders must be at least 1, not {senders!r}")
     if duration_us <= 0:
@@ -190,10 +192,16 @@ def ib_incast(*, senders: int = 4, topology: str = "leaf-spine", victim: bool | 
         flows.append(IBFlow(fab, hv, rv, name="hv->rv (victim)", sl=victim_sl, msg_packets=msg_packets,
                             depth=depth))
     fab.min_hop_routes()
+    if capture is not None:
+        a, b = (leaf.name, spine.name) if leaf is not spine else (spine.name, "recv")
+        fab.tap(a, b, capture)
     for f in flows:
         f.start()
     ns = round(duration_us * 1000)
-    fab.loop.advance_to(ns)
+    try:
+        fab.loop.advance_to(ns)
+    finally:
+        fab.close()
     ports = [(spine.name, "recv")] + [(h.name, leaf.name) for h in hosts]
     if topology == "leaf-spine":
         ports.append(("leaf", "spine"))

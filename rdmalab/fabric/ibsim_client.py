@@ -259,8 +259,12 @@ class IBSimClient:
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:
+        """Detach from the simulator; an SM client first clears its port's IsSM capability, so that
+        the next SM does not look for it there."""
         if self._ctl is not None:
             try:
+                if self.issm:
+                    self.control(CtlType.SET_ISSM, (0).to_bytes(4, "little"), what="SET_ISSM 0")
                 self.control(CtlType.DISCONNECT)
             except IBSimError:
                 pass  # the simulator is gone already: nothing to detach from

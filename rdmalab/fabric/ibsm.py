@@ -18,9 +18,11 @@ Subnet Management Packets (SMPs, :mod:`rdmalab.wire.smp`) to QP0 of every port (
    SM's LID; Set(SwitchInfo) with LinearFDBTop, the highest LID; Set(LinearForwardingTable) 64
    LIDs a block; then every linked port Init -> Armed, and Armed -> Active (a port may only go one
    step at a time, and to Active only when the other end is Armed or Active, 7.2).
-5. **Master** (:meth:`SubnetManager.run`): the SM's SMInfo says Master; from now on it answers
+5. **Master** (:meth:`SubnetManager.run`): it asks any other SM the sweep found (a port whose
+   PortInfo.CapabilityMask says IsSM) for its SMInfo; if one is master already, this SM goes
+   Standby and changes nothing.  Otherwise its SMInfo says Master; from now on it answers
    SMInfo queries and, as the Subnet Administrator (SA, IBA chapter 15, :mod:`rdmalab.fabric.ibsm_sa`),
-   PathRecord queries (``SubnetManager.serve``).
+   PathRecord queries (:func:`rdmalab.fabric.ibsm_sa.serve`).
 
 Every SMP sent and every answer is recorded as an :class:`SMEvent` (step, from, to, summary and
 the MAD with its addressing), which :meth:`SubnetManager.ladder` lists for a ladder diagram and
@@ -52,7 +54,9 @@ from rdmalab.wire.smp import (
     ATTR_NODE_DESCRIPTION,
     ATTR_NODE_INFO,
     ATTR_PORT_INFO,
+    ATTR_SM_INFO,
     ATTR_SWITCH_INFO,
+    CAPMASK_IS_SM,
     LFT_BLOCK_SIZE,
     LFT_NO_PORT,
     PERMISSIVE_LID,
@@ -64,6 +68,7 @@ from rdmalab.wire.smp import (
     SM_STATE_DISCOVERING,
     SM_STATE_MASTER,
     SM_STATE_NAMES,
+    SM_STATE_STANDBY,
     SMP,
     NodeInfo,
     PortInfo,
@@ -208,6 +213,7 @@ class SubnetManager:
         self.act_count = 0
         self.sm_node: Node | None = None
         self.sm_port: Port | None = None
+        self.masters: list[int] = []  # port GUIDs of other SMs found master (then this one is Standby)
         self._tid = 0x1000
         self._phase = "start"
         # ports met by a probe before their node's ports were read: (node GUID, port) -> the far end
@@ -431,11 +437,34 @@ class SubnetManager:
         guid = self.sm_port.guid if self.sm_port else 0
         return SMInfo(guid=guid, sm_key=0, act_count=self.act_count, priority=self.priority, sm_state=self.state)
 
+    def other_sms(self) -> list[Port]:
+        """The CA ports, other than ours, whose PortInfo says an SM runs there (CapabilityMask.IsSM)."""
+        return [p for n in self.nodes.values() if not n.is_switch for p in n.ports.values()
+                if p.info.capability_mask & CAPMASK_IS_SM and p is not self.sm_port]
+
+    def poll_sms(self) -> dict[int, SMInfo]:
+        """Get(SMInfo) from every other SM the sweep found (IBA 14.4.1): port GUID -> its SMInfo.  A
+        port that says IsSM but does not answer (its SM is gone) is left out."""
+        self._phase = "poll sms"
+        found = {}
+        for port in self.other_sms():
+            try:
+                found[port.guid] = SMInfo.decode(self.get(ATTR_SM_INFO, port.path))
+            except SMError:
+                continue  # the request stays in the ladder, unanswered
+        return found
+
     def run(self) -> None:
-        """All five steps: sweep, LIDs, routes, programming; then Master."""
+        """All five steps: sweep, LIDs, routes, programming; then Master.  If the sweep finds another
+        SM that is master already, this one goes Standby after the sweep and programs nothing."""
         self._phase = "discover"
         self.state = SM_STATE_DISCOVERING
         self.discover()
+        self.masters = [guid for guid, info in self.poll_sms().items() if info.sm_state == SM_STATE_MASTER]
+        if self.masters:
+            self.state = SM_STATE_STANDBY
+            self._phase = "standby"
+            return
         self.assign_lids()
         self.compute_routes()
         self.configure()

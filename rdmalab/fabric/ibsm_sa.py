@@ -17,7 +17,8 @@ Two ways to ask:
 Limits: one MAD per answer (at most three PathRecords; a GetTable matching more is answered with
 status ERR_NO_RESOURCES: multi-segment RMPP is not implemented, and ibsim's ``sim_request`` carries
 256 bytes anyway); no multipath, no partitions (P_Key 0xFFFF), no QoS (SL 0).  HopLimit is 0 in a
-record, as OpenSM gives it inside a subnet; :attr:`Path.hops` has the number of links.
+record, as OpenSM gives it inside a subnet, and NumbPath 0 (a query's field), as OpenSM answers;
+:attr:`Path.hops` has the number of links.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ class SubnetAdministrator:
         gbps = min(_WIDTH_LANES.get(p.info.link_width_active, 1) * _SPEED_GBPS.get(p.info.link_speed_active, 2.5)
                    for p in ports) if ports and src is not dst else 2.5 * 4
         record = PathRecord(dgid=self.gid(dst), sgid=self.gid(src), dlid=dst.lid, slid=src.lid, hop_limit=0,
-                            reversible=1, numb_path=1, p_key=0xFFFF, sl=0, mtu_selector=SELECTOR_EXACTLY, mtu=mtu,
+                            reversible=1, numb_path=0, p_key=0xFFFF, sl=0, mtu_selector=SELECTOR_EXACTLY, mtu=mtu,
                             rate_selector=SELECTOR_EXACTLY, rate=_RATE_CODES.get(gbps, 2),
                             packet_life_time_selector=SELECTOR_EXACTLY, packet_life_time=18)
         return Path(record, len(ports) if src is not dst else 0, ports)

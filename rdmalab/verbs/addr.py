@@ -107,7 +107,9 @@ def resolve_path(device: Any, ah_attr: AHAttr | None) -> tuple[int, int]:
     On a port whose link layer is InfiniBand (``device.link_layer``) an AV without a GRH is
     addressed by ``ah_attr.dlid`` alone, as on an HCA: it must be a unicast LID, and the
     device's carrier names the port GID behind it (``device.carrier.gid_of_lid``: the engine
-    checks addresses by GID; on a subnet without routers a LID is one port)."""
+    checks addresses by GID; on a subnet without routers a LID is one port).  With a GRH
+    (``is_global=1``) the DGID names the peer, as on RoCE, and a connected QP's packets carry the
+    GRH (an address handle's, for UD, are refused there: see :class:`AH`)."""
     if ah_attr is None:
         raise PyverbsRDMAError("Failed to modify QP: no address vector", EINVAL)
     if not ah_attr.is_global and getattr(device, "link_layer", IBV_LINK_LAYER_ETHERNET) == IBV_LINK_LAYER_INFINIBAND:
@@ -162,5 +164,9 @@ class AH:
                               gr=GlobalRoute(dgid=GID.from_int(src), sgid_index=sgid_index))
         if attr is None:
             raise PyverbsUserError("AH needs attr= or wc=")
+        if attr.is_global and getattr(pd.device, "link_layer", IBV_LINK_LAYER_ETHERNET) == IBV_LINK_LAYER_INFINIBAND:
+            # (a UD packet's GRH would come from its AH, which the InfiniBand carrier does not see yet)
+            raise PyverbsRDMAError("Invalid address vector: the soft engine sends UD packets on an InfiniBand port "
+                                   "without a GRH; address the peer by LID (AHAttr(dlid=..., is_global=0))", EINVAL)
         self.attr = attr
         self.sgid, self.dgid = resolve_path(pd.device, attr)

@@ -225,6 +225,7 @@ class QP:
             if mac is None:
                 bad(f"cannot resolve the MAC address of GID {dgid:#x}: the carrier cannot reach it")
             eng.sgid, eng.dgid, eng.dmac, eng.sl = sgid, dgid, mac, a.ah_attr.sl
+            eng.global_route = a.ah_attr.gr if a.ah_attr.is_global else None
             self.attr.ah_attr = a.ah_attr
         at = self.attr
         for bit, name in ((S.ACC, "qp_access_flags"), (S.QKEY, "qkey"), (S.DQPN, "dest_qp_num"),

@@ -4,14 +4,20 @@ comparison, and a credit loop that deadlocks."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 from ib_util import connect_by_lid, side, two_switches
+from tshark_util import requires_tshark
 
+from rdmalab.capture.reader import read
 from rdmalab.fabric.congestion_scenarios import run_scenario
 from rdmalab.fabric.ibfabric import BLOCK_BYTES, IBFabric, blocks
 from rdmalab.fabric.ibflows import ib_credit_loop, ib_incast
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.wr import SGE, SendWR
+from rdmalab.wire.ib import LRH
 
 LINE = 40.0  # Gb/s of every host link in the incast
 
@@ -143,3 +149,28 @@ def test_the_same_incast_as_notebook_10_with_credits_instead_of_pfc() -> None:
     assert rfab.drops == 0 and ib.summary["drops"] == 0
     assert ib_gbps / roce_gbps == pytest.approx((1024 + 58) / (1024 + 26), rel=0.01)
     assert ib.fabric.port("h1", "sw").xmit_wait(ib.fabric.now_ns) > 0  # the senders wait for credits
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_the_capture_of_the_blocked_link_shows_the_shares(tmp_path: Path) -> None:
+    """The leaf-to-spine link captured during the incast: tshark decodes every packet (0 malformed),
+    and the victim's packets, to its own idle receiver, are only a fifth of the requests on the
+    shared link, as many as each incast sender's: head-of-line blocking, in the capture."""
+    path = tmp_path / "incast.pcap"
+    run = ib_incast(duration_us=150, capture=str(path))
+    out = subprocess.run(["tshark", "-n", "-r", str(path), "-T", "fields", "-e", "infiniband.lrh.slid",
+                          "-e", "infiniband.lrh.dlid", "-e", "infiniband.bth.opcode", "-e", "_ws.malformed"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    rows = [line.split("\t") for line in out]
+    assert rows and all(r[3] == "" for r in rows)
+    ours = [(cp.packet[LRH].slid, cp.packet[LRH].dlid) for cp in read(path)]
+    assert [(int(r[0]), int(r[1])) for r in rows] == ours
+    assert all(cp.packet.crc_status == cp.packet.vcrc_status == "good" for cp in read(path))
+    fab = run.fabric
+    lid = {h.name: h.lid for h in fab.hcas}
+    requests = [(int(r[0]), int(r[1])) for r in rows if int(r[2]) != 0x11]
+    per_sender = {name: sum(1 for s, _ in requests if s == lid[name]) for name in ("h1", "h2", "h3", "h4", "hv")}
+    assert all(d == lid["rv"] for s, d in requests if s == lid["hv"])
+    total = sum(per_sender.values())
+    assert total == len(requests) and 0.15 * total < per_sender["hv"] < 0.25 * total

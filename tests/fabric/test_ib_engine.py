@@ -3,6 +3,7 @@ by LID; the packets' LRH, ICRC and VCRC checked by our decoder and by tshark."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 from pathlib import Path
@@ -10,14 +11,14 @@ from typing import Any
 
 import pytest
 from ib_util import connect_by_lid, side, two_switches, wait
-from tshark_util import requires_tshark
+from tshark_util import requires_tshark, tshark_path
 
 from rdmalab.capture.linktypes import ERF
 from rdmalab.capture.reader import read
 from rdmalab.fabric.ibfabric import NO_PORT, IBFabric
 from rdmalab.fabric.sim import Fabric
 from rdmalab.verbs import enums as e
-from rdmalab.verbs.addr import AH, AHAttr
+from rdmalab.verbs.addr import AH, AHAttr, GlobalRoute
 from rdmalab.verbs.cq import CQ
 from rdmalab.verbs.device import Context
 from rdmalab.verbs.engine.ibframe import ib_frame, ib_size
@@ -27,7 +28,8 @@ from rdmalab.verbs.pd import PD
 from rdmalab.verbs.pyverbs_error import PyverbsRDMAError
 from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
-from rdmalab.wire.ib import BTH, LNH_IBA_LOCAL, LRH, RETH
+from rdmalab.wire.frame import decode_ib
+from rdmalab.wire.ib import BTH, GRH, LNH_IBA_LOCAL, LRH, RETH
 
 WRITE_ONLY, WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, ACK, SEND_ONLY = 0x0A, 0x06, 0x07, 0x08, 0x11, 0x04
 
@@ -93,7 +95,10 @@ def test_send_across_two_switches_by_lid() -> None:
     assert b.mr.read(17, 0) == b"hello, infiniband"
 
 
-def test_a_bad_vcrc_or_icrc_is_dropped_by_the_hca() -> None:
+@pytest.mark.parametrize(("at", "bad"), [(40, ("bad", "bad")), (-1, ("good", "bad"))])
+def test_a_bad_vcrc_or_icrc_is_dropped_by_the_hca(at: int, bad: tuple[str, str]) -> None:
+    """A payload byte flipped spoils both CRCs; the VCRC's own byte only the VCRC (the ICRC is
+    end to end, the VCRC per link): either way the HCA drops the packet, and the resend arrives."""
     fab = two_switches(frames=True)
     a, b = side(fab, "hca1"), side(fab, "hca2")
     connect_by_lid(a, b)
@@ -101,14 +106,16 @@ def test_a_bad_vcrc_or_icrc_is_dropped_by_the_hca() -> None:
     before = hca2.device.counters["dropped"]
     good = fab.port("sw2", "hca2")
     orig = fab._deliver
-    spoilt: list[int] = []
+    spoilt: list[Any] = []
 
     def corrupt(hca, ip):  # type: ignore[no-untyped-def]
         if hca is hca2 and ip.pkt.opcode == WRITE_ONLY and not spoilt:
             spoilt.append(ip.pkt.psn)
             raw = bytearray(ip.frame)
-            raw[40] ^= 0x01  # a payload byte: the ICRC and VCRC no longer match
+            raw[at] ^= 0x01
             ip.frame = bytes(raw)
+            d = decode_ib(ip.frame, lenient=True)
+            spoilt.append((d.crc_status, d.vcrc_status))
         orig(hca, ip)
 
     fab._deliver = corrupt  # type: ignore[method-assign]
@@ -119,6 +126,7 @@ def test_a_bad_vcrc_or_icrc_is_dropped_by_the_hca() -> None:
     (wc,) = wait(fab, a.cq)
     assert wc.status == e.IBV_WC_SUCCESS  # the requester's timeout resent it
     assert hca2.device.counters["dropped"] == before + 1
+    assert spoilt[1] == bad
     assert good.counters["PortXmitPkts"] >= 2
 
 
@@ -128,7 +136,9 @@ def test_bad_address_vectors_are_refused_with_the_reason() -> None:
     attr = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=1, path_mtu=e.IBV_MTU_1024)
     attr.dest_qp_num = b.qp.qp_num
     for ah, why in ((AHAttr(dlid=0), "not a unicast LID"), (AHAttr(dlid=0xC001), "not a unicast LID"),
-                    (AHAttr(dlid=77), "no port of the subnet has LID 0x4d"), (AHAttr(dlid=2, sl=16), "sl 16")):
+                    (AHAttr(dlid=77), "no port of the subnet has LID 0x4d"), (AHAttr(dlid=2, sl=16), "sl 16"),
+                    (AHAttr(is_global=1, gr=GlobalRoute(dgid=b.ctx.query_gid(1, 0), sgid_index=3)), "sgid_index 3"),
+                    (AHAttr(is_global=1, gr=GlobalRoute(dgid=0xFE80 << 112 | 77)), "cannot resolve")):
         attr.ah_attr = ah
         with pytest.raises(PyverbsRDMAError, match=why):
             a.qp.to_rtr(attr)
@@ -302,3 +312,62 @@ def test_lids_set_as_an_sm_sets_them() -> None:
     assert fab.switches[0].lft[0x22] == fab.port("sw1", "sw2").num and fab.switches[0].lft[0x40] == 0
     data, got, wcs = _write(fab, 100)
     assert got == data and wcs[0].status == e.IBV_WC_SUCCESS
+
+
+def test_min_hop_spreads_lids_over_parallel_links() -> None:
+    """Two links between sw1 and sw2: the stand-in routing sends the LIDs behind sw2 out of both,
+    one each (fewest LIDs routed first, then the lowest port), and the shortest way to every LID."""
+    fab = IBFabric()
+    for name in ("a", "b", "c"):
+        fab.add_hca(name)
+    s1, s2 = fab.add_switch("sw1", nports=4), fab.add_switch("sw2", nports=4)
+    fab.link("a", "sw1", port_b=1)
+    fab.link("sw1", "sw2", port_a=2, port_b=2)
+    fab.link("sw1", "sw2", port_a=3, port_b=3)
+    fab.link("sw2", "b", port_a=1)
+    fab.link("sw2", "c", port_a=4)
+    fab.min_hop_routes()
+    assert s1.lft[fab.node("a").lid] == 1 and s1.lft[s1.lid] == 0
+    assert sorted((s1.lft[fab.node("b").lid], s1.lft[fab.node("c").lid])) == [2, 3]
+    assert (s2.lft[fab.node("b").lid], s2.lft[fab.node("c").lid]) == (1, 4)
+    assert s2.lft[fab.node("a").lid] in (2, 3) and s2.lft[s1.lid] in (2, 3)
+    with pytest.raises(ValueError, match="outside 0..767"):
+        s1.set_lft(768, [NO_PORT] * 64)
+
+
+def test_rc_with_a_grh_on_ib(tmp_path: Path) -> None:
+    """``is_global=1`` on an IB port: the peer named by its GID, the packets carry a GRH (LNH 3), the
+    ICRC covers it with the whole LRH masked; tshark reads the GIDs; a UD AH with a GRH is refused."""
+    fab = two_switches(frames=True)
+    path = tmp_path / "grh.pcap"
+    fab.tap("sw1", "sw2", str(path))
+    a, b = side(fab, "hca1"), side(fab, "hca2")
+    for me, peer in ((a, b), (b, a)):
+        attr = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=1, path_mtu=e.IBV_MTU_1024)
+        attr.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE
+        attr.dest_qp_num, attr.rq_psn, attr.sq_psn = peer.qp.qp_num, 0, 0
+        attr.max_rd_atomic = attr.max_dest_rd_atomic = 1
+        attr.ah_attr = AHAttr(is_global=1, port_num=1, sl=2,
+                              gr=GlobalRoute(dgid=peer.ctx.query_gid(1, 0), hop_limit=7, traffic_class=0x20))
+        me.qp.to_rts(attr)
+    a.mr.write(b"x" * 100, 100)
+    wr = SendWR(wr_id=1, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(a.mr.buf, 100, a.mr.lkey)],
+                send_flags=e.IBV_SEND_SIGNALED)
+    wr.set_wr_rdma(b.mr.rkey, b.mr.buf)
+    a.qp.post_send(wr)
+    (wc,) = wait(fab, a.cq)
+    fab.close()
+    assert wc.status == e.IBV_WC_SUCCESS and b.mr.read(100, 0) == b"x" * 100
+    pkts = [cp.packet for cp in read(path)]
+    ga, gb = (int(s.ctx.query_gid(1, 0)) for s in (a, b))
+    assert [(p[LRH].lnh, p[GRH].sgid, p[GRH].dgid, p[GRH].hoplmt, p[GRH].tclass) for p in pkts] == [
+        (3, ga, gb, 7, 0x20), (3, gb, ga, 7, 0x20)]
+    assert all(p.crc_status == p.vcrc_status == "good" for p in pkts)
+    if tshark_path() is not None:
+        out = subprocess.run(["tshark", "-n", "-r", str(path), "-T", "fields", "-e", "infiniband.grh.sgid",
+                              "-e", "infiniband.bth.opcode", "-e", "_ws.malformed"],
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+        assert [line.split("\t") for line in out] == [
+            [str(ipaddress.IPv6Address(ga)), str(WRITE_ONLY), ""], [str(ipaddress.IPv6Address(gb)), str(ACK), ""]]
+    with pytest.raises(PyverbsRDMAError, match="without a GRH"):
+        AH(b.pd, attr=AHAttr(is_global=1, gr=GlobalRoute(dgid=a.ctx.query_gid(1, 0))))

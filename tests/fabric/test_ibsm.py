@@ -31,10 +31,11 @@ from ibsm_util import (
     wait_master,
 )
 
+from rdmalab.cli import main
 from rdmalab.fabric.ibsim_client import IBSimClient
 from rdmalab.fabric.ibsm import SubnetManager, route_hops
 from rdmalab.fabric.ibsm_sa import serve
-from rdmalab.wire.smp import PORT_STATE_ACTIVE, PortInfo
+from rdmalab.wire.smp import PORT_STATE_ACTIVE, SMP, PortInfo, SMInfo
 
 NETS = ["net.2sw2path4hca", "net.2sw2path4hca2port", "fattree-2x4.net", "ring5-chord.net"]
 
@@ -192,3 +193,50 @@ def test_the_same_sweep_on_rdmalab_ibsim_as_on_stock_ibsim(net: str, tmp_path: P
     assert ours.lfts_by_guid() == stock.lfts_by_guid()
     assert {sw: {lid: port for lid, (port, _) in t.items()} for sw, t in diags[3].items()} == \
         {n.guid: n.lft for n in ours.nodes.values() if n.is_switch}
+
+
+@requires_opensm
+def test_with_opensm_master_already_our_sm_stands_by(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """IBA 14.4.1: an SM that finds a master (Get(SMInfo) of the ports whose CapabilityMask says IsSM)
+    goes Standby and programs nothing; OpenSM stays master and its tables stay."""
+    with ibsim(net_file("net.2sw2path4hca"), tmp_path) as sim:
+        osm = subprocess.Popen(["ibsim-run", "opensm", "-e", "-f", str(tmp_path / "osm.log"), "-s", "0"],
+                               env=sim.env("Hca1"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_master(sim, "Hca2")
+            before = stock_view(sim, "Hca3")
+            with IBSimClient("Hca2", sockname=sim.sockname, issm=True) as client:
+                sm = SubnetManager(client)
+                sm.run()
+            after = stock_view(sim, "Hca3")
+            line = sim.run("Hca3", "sminfo")
+            assert main(["sm", "--node", "Hca3", "--sockname", sim.sockname]) == 0
+            told = capsys.readouterr().out
+        finally:
+            osm.terminate()
+            osm.wait(timeout=10)
+    assert sm.state_name == "Standby" and sm.masters == [0x100001]  # OpenSM's port, Hca1/1
+    polled = [e for e in sm.events if "SMInfo" in e.summary]
+    # Hca2 -> Switch2 (out of port 3) -> Switch1 (out of port 1) -> Hca1, where OpenSM answers
+    assert [e.summary for e in polled] == ["Get SMInfo DR path [1, 3, 1]", "GetResp SMInfo DR path [1, 3, 1]"]
+    assert SMInfo.decode(SMP.decode(polled[1].mad).data).sm_state == 3
+    assert not any(e.summary.startswith("Set") for e in sm.events)  # it changed nothing
+    assert sm.lids == {} and after == before
+    assert "sm guid 0x100001" in line and "SMINFO_MASTER" in line
+    assert told.startswith("SM on Hca3 port 1: Standby, 6 nodes") and "0x0000000000100001: nothing changed" in told
+
+
+def test_an_sm_that_died_with_its_port_saying_issm_does_not_stop_ours(tmp_path: Path) -> None:
+    with ibsim(net_file("net.2sw2path4hca"), tmp_path) as sim:
+        dead = IBSimClient("Hca4", sockname=sim.sockname, issm=True)
+        for sock in (dead._ctl, dead._data):  # gone without a word: its port keeps IsSM
+            assert sock is not None
+            sock.close()
+        with IBSimClient("Hca1", sockname=sim.sockname, issm=True) as client:
+            sm = SubnetManager(client)
+            sm.run()
+    # the sweep saw Hca4/1 say IsSM and asked it; no answer came (ibsim found the client dead)
+    asked = [(e.src, e.dst, e.summary) for e in sm.events if e.phase == "poll sms"]
+    assert asked == [("SM", "Hca4", "Get SMInfo DR path [1, 3, 2]")]
+    assert sm.masters == []
+    assert sm.state_name == "Master" and set(sm.port_states().values()) == {"Active"}

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from ibsm_util import ibsim, net_file, requires_diags, requires_ibsim
+from ibsm_util import ibsim, net_file, netdiscover_ports, requires_diags, requires_ibsim, requires_opensm, wait_master
 from tshark_util import requires_tshark
 
 from rdmalab.capture.crosscheck import crosscheck
@@ -149,3 +149,42 @@ def test_every_smp_and_sa_mad_decodes_in_tshark(tmp_path: Path) -> None:
     report = crosscheck(cap)
     assert report.packets == report.wireshark_packets == n and report.fields_compared > 50 * n
     assert not report.unexplained and not report.explained, report.text()
+
+
+@requires_diags
+@requires_opensm
+def test_our_path_records_are_opensms(tmp_path: Path) -> None:
+    """The stock saquery asks our SA, then OpenSM's SA on the same net (in a fresh ibsim), for the
+    same pairs of ports (by GUID): every field of the records it prints is the same, LIDs mapped."""
+    net = net_file("fattree-2x4.net")
+    pairs = [(0x100001, 0x100003), (0x100001, 0x10000D), (0x10000F, 0x100007)]  # same leaf; across spines
+    with ibsim(net, tmp_path) as sim, IBSimClient("Hca1", sockname=sim.sockname, issm=True) as client:
+        sm = SubnetManager(client)
+        sm.run()
+        lids = {p.guid: lid for lid, p in sm.lids.items()}
+        stop = threading.Event()
+        server = threading.Thread(target=serve, args=(sm, client, stop))
+        server.start()
+        try:
+            ours = [_saquery_fields(sim.run("Hca5", "saquery", "-p", "--src-to-dst", f"{lids[s]}:{lids[d]}"))
+                    for s, d in pairs]
+        finally:
+            stop.set()
+            server.join()
+    with ibsim(net, tmp_path) as sim:
+        osm = subprocess.Popen(["ibsim-run", "opensm", "-e", "-f", str(tmp_path / "osm.log"), "-s", "0"],
+                               env=sim.env("Hca1"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_master(sim, "Hca2")
+            _, olids, _ = netdiscover_ports(sim.run("Hca2", "ibnetdiscover", "-p"))
+            theirs = [_saquery_fields(sim.run("Hca5", "saquery", "-p", "--src-to-dst", f"{olids[s]}:{olids[d]}"))
+                      for s, d in pairs]
+        finally:
+            osm.terminate()
+            osm.wait(timeout=10)
+    for (s, d), mine, osm_record in zip(pairs, ours, theirs, strict=True):
+        assert len(mine) >= 15 and set(mine) == set(osm_record)
+        assert (int(mine["slid"]), int(mine["dlid"])) == (lids[s], lids[d])
+        assert (int(osm_record["slid"]), int(osm_record["dlid"])) == (olids[s], olids[d])
+        same = {k: v for k, v in mine.items() if k not in ("slid", "dlid")}
+        assert same == {k: v for k, v in osm_record.items() if k not in ("slid", "dlid")}, (hex(s), hex(d))

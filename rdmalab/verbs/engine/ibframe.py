@@ -50,21 +50,22 @@ def _bth(pkt: Pkt) -> BTH:
     return BTH(opcode=pkt.opcode, se=pkt.se, destqp=pkt.destqp, ackreq=pkt.ackreq, psn=pkt.psn, p_key=pkt.pkey)
 
 
-def ib_size(pkt: Pkt) -> int:
-    """Bytes of ``pkt`` (one packet) as a native IB packet without a GRH, LRH to VCRC."""
+def ib_size(pkt: Pkt, grh: bool = False) -> int:
+    """Bytes of ``pkt`` (one packet) as a native IB packet, LRH to VCRC (with a GRH: 40 more)."""
     n = len(pkt.payload)
-    return IB_LOCAL_OVERHEAD + INFO[pkt.opcode].header_size + n + (-n % 4)
+    return IB_LOCAL_OVERHEAD + (40 if grh else 0) + INFO[pkt.opcode].header_size + n + (-n % 4)
 
 
-def ib_frame(pkt: Pkt, *, slid: int, dlid: int, sl: int = 0, vl: int = 0) -> bytes:
-    """``pkt`` as a native IB packet, LRH (LNH 2: no GRH) through ICRC and VCRC.
+def ib_frame(pkt: Pkt, *, slid: int, dlid: int, sl: int = 0, vl: int = 0, grh: GRH | None = None) -> bytes:
+    """``pkt`` as a native IB packet, LRH through ICRC and VCRC: LNH 2 (BTH next), or LNH 3 with
+    ``grh`` after the LRH (its PayLen set; the ICRC then masks the whole LRH, IBA Vol 1 7.8.1).
 
     Raises ValueError naming the field when a LID is not 16 bits or SL/VL not 4 bits."""
     for name, value, bits in (("slid", slid, 16), ("dlid", dlid, 16), ("sl", sl, 4), ("vl", vl, 4)):
         if not 0 <= value < 1 << bits:
             raise ValueError(f"ib_frame: {name} {value!r} does not fit the LRH's {bits}-bit field")
     lrh = LRH(vl=vl, sl=sl, dlid=dlid, slid=slid)
-    return encode_ib(_bth(pkt), pkt.headers(), bytes(pkt.payload), lrh=lrh)
+    return encode_ib(_bth(pkt), pkt.headers(), bytes(pkt.payload), lrh=lrh, grh=grh)
 
 
 def _pkt_from(d: Packet, src_gid: int, dst_gid: int, src_addr: int, dst_addr: int) -> Pkt | None:
@@ -83,8 +84,9 @@ def _pkt_from(d: Packet, src_gid: int, dst_gid: int, src_addr: int, dst_addr: in
 def from_ib(raw: bytes, gid_of: Callable[[int], int | None]) -> Pkt | None:
     """Decode a native IB packet (LRH .. VCRC) into a :class:`Pkt`; ``None`` if it is malformed, its
     ICRC or VCRC is bad, or ``gid_of`` knows no port for its SLID or DLID.  The Pkt's ``src_gid``
-    and ``dst_gid`` are ``gid_of(SLID)`` and ``gid_of(DLID)``, its ``src_mac``/``dst_mac`` the
-    SLID and DLID themselves (the link-layer addresses, as the MACs are on Ethernet)."""
+    and ``dst_gid`` are its GRH's SGID and DGID, or without one ``gid_of(SLID)`` and
+    ``gid_of(DLID)``; its ``src_mac``/``dst_mac`` the SLID and DLID themselves (the link-layer
+    addresses, as the MACs are on Ethernet)."""
     try:
         d = decode_ib(raw)
     except DecodeError:
@@ -92,7 +94,8 @@ def from_ib(raw: bytes, gid_of: Callable[[int], int | None]) -> Pkt | None:
     if d.crc_status != "good" or d.vcrc_status != "good":
         return None
     lrh = d[LRH]
-    src, dst = gid_of(lrh.slid), gid_of(lrh.dlid)
+    grh = d.get(GRH)
+    src, dst = (grh.sgid, grh.dgid) if grh is not None else (gid_of(lrh.slid), gid_of(lrh.dlid))
     if src is None or dst is None:
         return None
     p = _pkt_from(d, src, dst, lrh.slid, lrh.dlid)

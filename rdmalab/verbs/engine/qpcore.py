@@ -117,6 +117,7 @@ class QPCore:
         self.staged = 0
         self.sgid = self.dgid = self.dmac = 0  # the path (set with the address vector; kept over RESET)
         self.sl = 0  # the address vector's service level (an InfiniBand carrier puts it in the LRH)
+        self.global_route: Any = None  # its GlobalRoute when it has one (an InfiniBand carrier then adds a GRH)
         # congestion control (rdmalab.verbs.engine.dcqcn.attach / ecn_only): the reaction point's rate
         # limiter, when the next packet may go, whether a resume timer is pending; ECT(0) without one
         self.dcqcn: Any = None
