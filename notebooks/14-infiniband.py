@@ -131,8 +131,10 @@ for p in packets:
 
 # %% [markdown]
 # The three requests go to `hb`'s LID and the ACK comes back to `ha`'s: two links, as `sw1` and `sw2` route
-# them, the requests out of one `sw1` port and the ACK in over the other. The first request's headers,
-# field by field (hover over the bytes):
+# them, the requests out of one `sw1` port and the ACK in over the other. (The "credits" in the ACK's AETH
+# are the transport's end-to-end credits, receive buffers posted at the responder; the link-level credits
+# of the last part of this notebook travel in flow-control packets of their own.) The first request's
+# headers, field by field (hover over the bytes):
 
 # %%
 first = requests_of(packets)[0]
