@@ -58,6 +58,37 @@ sm_ladder(sm, ("discover",), skip=("PortInfo",), title="the sweep: directed-rout
 # %% [markdown]
 # Note how the sweep meets `sw2` twice, by port 3 and by port 4 of `sw1`: `NodeInfo` returns the same node
 # GUID, so the SM knows it is one switch with two links to `sw1`, and does not sweep it again.
+#
+# Each of these SMPs is a packet: a UD SEND to QP0 on VL15, between the *permissive* LIDs 0xFFFF (no LID is
+# needed to follow a directed route). The SM writes every one into a capture, which rdmalab (and tshark)
+# decode:
+
+# %%
+import tempfile
+
+from rdmalab import capture
+from rdmalab.wire.ib import BTH, LRH
+
+with tempfile.TemporaryDirectory() as tmp:
+    sm.write_capture(f"{tmp}/sm.pcap")
+    smps = [cp.packet for cp in capture.read(f"{tmp}/sm.pcap")]
+for p in smps[10:14]:
+    print(f"VL {p[LRH].vl} DLID {p[LRH].dlid:#06x} SLID {p[LRH].slid:#06x} | {p.summary().split(' MAD ')[-1]}")
+
+# %% [markdown]
+# A directed-route SMP carries its route in the MAD itself: the *initial path* (the output port at each hop),
+# a hop count and a hop pointer. On the way the agents fill in the *return path*, the port by which the SMP
+# entered each node, so that the answer (direction bit set) can retrace the route backwards (IBA Vol 1
+# 14.2.2). The SMP that first reached `hb`, and its answer:
+
+# %%
+from rdmalab.wire.smp import SMP
+
+ask = next(i for i, ev in enumerate(sm.events) if ev.dst == "hb")
+for ev in sm.events[ask:ask + 2]:
+    smp = SMP.decode(ev.mad)
+    print(f"{ev.src:>3} -> {ev.dst:3} {smp.summary():40} hops {smp.hops} hop pointer {smp.hop_ptr} "
+          f"direction {smp.direction}: initial path {list(smp.initial_path)}, return path {list(smp.return_path)}")
 
 # %% [markdown]
 # ## The LIDs appear
@@ -117,10 +148,7 @@ print(f"ha -> hb: SLID {rec.slid}, DLID {rec.dlid}, {path.hops} links, MTU code 
 # switches writes what crosses them, native InfiniBand in ERF records that tshark decodes as InfiniBand.
 
 # %%
-import tempfile
-
 from rdmalab.lab.checkers.infiniband import lrh_run, requests_of
-from rdmalab.wire.ib import BTH, LRH
 
 with tempfile.TemporaryDirectory() as tmp:
     packets = lrh_run(3000, 1024, 0, 1, f"{tmp}/write.pcap")

@@ -612,7 +612,7 @@ def run_opensm(fabric: IBFabric, tmp: str, *, sm_host: str = "ha", timeout: floa
     env = dict(os.environ, IBSIM_SOCKNAME=sockname, SIM_HOST=sm_host, OSM_TMP_DIR=tmp, OSM_CACHE_DIR=tmp)
     args = [*cmd, sockname, str(net)] if cmd[-1] == "--sockname" else [*cmd, str(net)]
     log = open(Path(tmp) / "sim.log", "wb")  # noqa: SIM115  # closed in the finally below
-    sim = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env)
+    sim = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp)
     out = {"simulator": which}
     try:
         deadline = time.monotonic() + timeout
