@@ -202,9 +202,11 @@ for name, p in run.summary["ports"].items():
 
 # %% [markdown]
 # Nothing was dropped, and the receiver's link ran full: four shares of about 10 Gb/s. How the queue backs
-# up, hop by hop, over the first 120 µs: first the spine's buffer for the packets from the leaf fills; the
-# leaf's port to the spine then has no credits and waits; so the leaf's own input buffers from the senders
-# fill, and the senders' ports wait in turn.
+# up, hop by hop, over the first 20 µs (the first packets reach the spine after 2 µs): first the spine's
+# buffer for the packets from the leaf fills, and the leaf's port to the spine runs out of credits and
+# waits; so the leaf's own input buffers from the senders fill, and then the senders' ports wait in turn.
+# (The spine's buffer never shows all of its 32 KB at once: the rest is on the 1 µs link, sent against
+# credits, or freed with its credits still on their way back to the leaf.)
 
 # %%
 from matplotlib.figure import Figure
@@ -212,18 +214,22 @@ from matplotlib.figure import Figure
 from rdmalab.lab.checkers.infiniband import queue_series
 from rdmalab.viz.plots import Plot
 
-times = [float(t) for t in range(4, 124, 4)]
+times = [t / 2 for t in range(1, 41)]
 series = queue_series(times, senders=4)
-fig = Figure(figsize=(7.5, 3.6), dpi=100)
+fig = Figure(figsize=(7.5, 3.8), dpi=100)
 ax = fig.add_subplot(1, 1, 1)
 ax.grid(True, color="#eeeeee")
-for name in ("spine, from leaf", "leaf, from h1"):
-    ax.plot(times, series[name], label=f"input buffer at {name} (KB)")
-ax.plot(times, series["leaf->spine xmit wait (us)"], "--", label="leaf->spine: time waited for credits (us)")
+for name, colour in (("spine, from leaf", "#1565c0"), ("leaf, from h1", "#2e7d32")):
+    ax.plot(times, series[name], color=colour, label=f"KB in the input buffer at {name}")
 ax.axhline(32, color="#999", lw=0.8)
 ax.set_xlabel("time (us)")
+ax.set_ylabel("KB buffered (of 32)")
+waits = ax.twinx()
+for name, colour in (("leaf->spine xmit wait (us)", "#1565c0"), ("h1->leaf xmit wait (us)", "#2e7d32")):
+    waits.plot(times, series[name], "--", color=colour, label=f"{name[:-5]}ed for credits (us, right)")
+waits.set_ylabel("us waited for credits")
 ax.set_title("4:1 incast with credits: the buffers fill hop by hop, nothing is dropped")
-ax.legend(fontsize=8)
+fig.legend(fontsize=8, loc="upper center", ncol=2, bbox_to_anchor=(0.5, 0.0))
 Plot(fig)
 
 # %% [markdown]

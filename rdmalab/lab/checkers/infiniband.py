@@ -499,15 +499,18 @@ def victim_gbps(run: Any) -> float:
 
 def queue_series(times_us: list[float], **kw: Any) -> dict[str, list[float]]:
     """KB held, at each of ``times_us``, in the input buffers along the incast's path (the spine's from the leaf,
-    the leaf's from h1) and the bytes that arrived at the receiver: ``ib_incast(**kw)`` run to each time (the runs
+    the leaf's from h1) and the time the leaf's port to the spine and h1's port to the leaf have waited for credits
+    (``PortXmitWait``, in us): ``ib_incast(**kw)`` run to each time (the runs
     are deterministic, so a run to t is the longer run seen at t)."""
-    out: dict[str, list[float]] = {"spine, from leaf": [], "leaf, from h1": [], "leaf->spine xmit wait (us)": []}
+    out: dict[str, list[float]] = {"spine, from leaf": [], "leaf, from h1": [], "leaf->spine xmit wait (us)": [],
+                                   "h1->leaf xmit wait (us)": []}
     for t in times_us:
         run = ib_incast(duration_us=t, **kw)
         fab = run.fabric
         out["spine, from leaf"].append(sum(fab.port("spine", "leaf").rx_blocks) * 64 / 1024)
         out["leaf, from h1"].append(sum(fab.port("leaf", "h1").rx_blocks) * 64 / 1024)
         out["leaf->spine xmit wait (us)"].append(fab.port("leaf", "spine").xmit_wait(fab.now_ns) / 1000)
+        out["h1->leaf xmit wait (us)"].append(fab.port("h1", "leaf").xmit_wait(fab.now_ns) / 1000)
     return out
 
 
