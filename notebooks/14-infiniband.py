@@ -46,7 +46,8 @@ print("sw1's table:", fabric.node("sw1").lft, "| sw2's table:", fabric.node("sw2
 # whatever is at the end of `ha`'s port 1, `path [1, 3]` leaves that switch by port 3, and so on. At each
 # node the SM asks `NodeInfo` (a switch or an adapter? its GUID, its number of ports, the port the SMP came
 # in by), `NodeDescription`, `SwitchInfo` and the `PortInfo` of every port; for every switch port whose
-# link is up it sends `NodeInfo` one hop further, breadth first.
+# link is up it sends `NodeInfo` one hop further, breadth first. (The ladder draws each SMP from the SM to
+# the node that answers it; the switches on its route pass it on, port by port.)
 
 # %%
 sm = bring_up(fabric, "ha")
