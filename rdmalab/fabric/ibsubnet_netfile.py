@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rdmalab.wire.errors import RdmalabError
+
 # Node types (ibsim's enum NODE_TYPES, which is NodeInfo.NodeType, IBA 14.2.5.3)
 HCA = 1
 SWITCH = 2
@@ -43,7 +45,7 @@ DEFAULT_SPEED_ENABLED = SPEED_SDR
 FIRST_GUID = {HCA: 0x100000, SWITCH: 0x200000, ROUTER: ~0 & 0xFFFFFFFFFFFFFFFF}
 
 
-class NetFileError(ValueError):
+class NetFileError(RdmalabError, ValueError):
     """A topology file that cannot be read: ``FILE:LINE: what was wrong``."""
 
     def __init__(self, path: str, line: int | None, message: str) -> None:
