@@ -787,11 +787,19 @@ def _segment_line(first: int, piece: _SegRecord, t0: float, tracker: Any, window
             if not lenient:
                 raise
             err = e
-    if not pdus and err is None:
+    if err is None:
         w = windows.update(src, sport, dst, dport, flags, win,
                            window_shift_option(data, o0, o1) if flags & TCP.SYN else None)
-        line: bytes = head + str(w).encode() + tail
-        return line
+        if not pdus:
+            line: bytes = head + str(w).encode() + tail
+            return line
+        # an iWARP frame: render.summary_line's text for it, from what is known without decoding
+        # the frame again (a clean segment has no problems of its own: only its PDUs' are shown)
+        text = "; ".join(p.summary() for p in pdus)
+        for p in pdus:
+            if p.problems and str(p.problems[0]) not in text:
+                text += f" [{len(p.problems)} problem(s): {p.problems[0]}]"
+        return (format_summary(frame, ts - t0, s_name, d_name, "iWARP", wire or len(data), text) + "\n").encode()
     cp = decode_record(RawRecord(frame, ts, lt, data, wire, iface), lenient=lenient)
     cp.pdus = pdus
     if err is not None:
