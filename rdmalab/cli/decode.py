@@ -258,7 +258,8 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
             if not args.verbose and cp.packet.encap == "tcp" and not cp.pdus:
                 line = summary_line(cp, t0, windows)
             else:
-                windows.window(cp.packet)
+                if fields is None and not args.verbose:  # (-V shows raw windows; a filter's fields took the window)
+                    windows.window(cp.packet)
                 line = None
             if flt is not None and fields is not None and not flt(fields):
                 continue
