@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rdmalab.wire.ib import BTH
+from rdmalab.wire.mad import MGMT_CLASS_PERF, MADHeader
 from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, Transport
 
 if TYPE_CHECKING:
@@ -275,6 +276,27 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
     "Wireshark 4.0 epan/dissectors/packet-artemis.c (its TCP port range)",
     _always,
     kinds=("disabled",),
+))
+
+
+
+def _perf_mad_without_crc(cp: CapturedPacket, ws: WiresharkView) -> bool:
+    mad = cp.packet.get(MADHeader)
+    return mad is not None and mad.mgmt_class == MGMT_CLASS_PERF and "infiniband.invariant.crc" not in ws
+
+
+WIRESHARK_DEFECTS.append(WiresharkDefect(
+    "perfmgt-no-crc",
+    "Performance Management MADs (class 0x04: ClassPortInfo, PortCounters, ...)",
+    ("infiniband.invariant.crc", "infiniband.variant.crc"),
+    "Wireshark shows the ICRC and VCRC only when exactly their 6 bytes are left after its parse of the packet; "
+    "its PerfMgt attribute parsers stop inside the MAD's 232-byte data (tshark 4.0: PortCounters' last field "
+    "ends 152 bytes before the MAD does, ClassPortInfo's 120), so no CRC field is shown for these packets",
+    "IBA Vol 1 13.4.2: a MAD is 256 bytes; 7.8: the ICRC and VCRC follow the payload",
+    "Wireshark 4.0 epan/dissectors/packet-infiniband.c (parse_PERF and its attribute parsers; the CRCs are "
+    "added by dissect_infiniband_common when 6 bytes remain); found by this cross-check on `rdmalab ibsim -w`",
+    _perf_mad_without_crc,
+    kinds=("only_rdmalab",),
 ))
 
 DEFECTS_BY_ID = {d.id: d for d in WIRESHARK_DEFECTS}

@@ -136,6 +136,24 @@ def erf_time_ns(ts: int) -> int:
     return (ts >> 32) * 1_000_000_000 + frac_ns
 
 
+def erf_timestamp(ns: int) -> int:
+    """Nanoseconds since the epoch as an ERF timestamp (32.32 fixed-point seconds); the fraction is
+    truncated, and :func:`erf_time_ns` gives ``ns`` back (a unit of 2**-32 s is under a nanosecond)."""
+    if not 0 <= ns < (1 << 32) * 1_000_000_000:
+        raise ValueError(f"ERF timestamp of {ns} ns: not a time between the epoch and 2106 (32-bit seconds)")
+    sec, rem = divmod(ns, 1_000_000_000)
+    return (sec << 32) | (rem << 32) // 1_000_000_000
+
+
+def erf_ib_record(ns: int, packet: bytes) -> bytes:
+    """A native InfiniBand packet (from its LRH to its VCRC) as an ERF record of type 21 at ``ns``,
+    padded to 8 bytes (flags: varying record length), as a DAG card writes it; tshark dissects these as
+    InfiniBand (it refuses link type 247)."""
+    rlen = (16 + len(packet) + 7) // 8 * 8
+    head = ERF(ts=erf_timestamp(ns), type=ERF_TYPE_INFINIBAND, flags=4, rlen=rlen, wlen=len(packet)).encode()
+    return (head + packet).ljust(rlen, b"\0")
+
+
 @dataclass(frozen=True, slots=True)
 class ERF(Header):
     """ERF record header, 16 bytes (Endace Extensible Record Format).

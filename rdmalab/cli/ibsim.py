@@ -42,7 +42,7 @@ def run_ibsim(args: argparse.Namespace, out: TextIO) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        return serve_netfile(args.netfile, args.sockname, port, args.verbose, out)
+        return serve_netfile(args.netfile, args.sockname, port, args.verbose, out, capture=args.write)
     except NetFileError as exc:
         raise Fail(f"ibsim: {exc}") from None
     except OSError as exc:
@@ -62,5 +62,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--remote", action="store_true",
                    help="serve UDP (ibsim -r) on $IBSIM_SERVER_PORT or 7070 instead of unix sockets")
     s.add_argument("--port", type=int, metavar="N", help="the UDP port for --remote (implies --remote)")
+    s.add_argument("-w", "--write", metavar="FILE",
+                   help="write every MAD the programs send and receive to FILE, as native IB packets in ERF "
+                        "records (pcapng if FILE ends in .pcapng, else pcap; tshark decodes them)")
     s.add_argument("-v", "--verbose", action="store_true", help="log clients and dropped messages to stderr")
     s.set_defaults(func=run_ibsim)

@@ -5,6 +5,12 @@ abstract unix namespace named from ``IBSIM_SOCKNAME`` (default ``sim``), the con
 and one data socket ``BASE:out<i>`` per client; or, in remote mode, UDP on a port (``IBSIM_SERVER_PORT``,
 default 7070) and the ten after it.  So a libumad program under ``ibsim-run`` (OpenSM, the diags) runs
 against it unchanged.
+
+With a capture (``rdmalab ibsim -w FILE``, :class:`MadCapture`), every MAD a client sends and every MAD
+handed to a client is written as the native IB packet that carries it (LRH, BTH, DETH, the MAD, ICRC,
+VCRC: :func:`rdmalab.wire.frame.mad_ib_packet`) in an ERF record of type 21 with the host's clock,
+flushed at once, as a capture at the ports where the programs run: what OpenSM's sweep and the diags
+said and were told, which tshark dissects as InfiniBand.
 """
 
 from __future__ import annotations
@@ -14,20 +20,44 @@ import os
 import selectors
 import socket
 import sys
+import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import IO, TextIO
 
+from rdmalab.capture.linktypes import LINKTYPE_ERF, erf_ib_record
+from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.fabric.ibsubnet import Client, Delivery, Subnet
 from rdmalab.wire import ibsim as W
 from rdmalab.wire.errors import DecodeError
+from rdmalab.wire.frame import mad_ib_packet
+
+
+class MadCapture:
+    """Every MAD through the server as a native IB packet in an ERF record (see the module's docstring)."""
+
+    def __init__(self, dest: str | os.PathLike[str] | IO[bytes], *, format: str = "pcap") -> None:
+        self.writer = CaptureWriter(dest, format="pcapng" if format == "pcapng" else "pcap", linktype=LINKTYPE_ERF)
+        self.count = 0
+
+    def write(self, req: W.SimRequest) -> None:
+        pkt = mad_ib_packet(req.mad[:W.SIM_MAD_SIZE], dlid=req.dlid & 0xFFFF, slid=req.slid & 0xFFFF,
+                            dqp=req.dqp & 0xFFFFFF, sqp=req.sqp & 0xFFFFFF, psn=self.count)
+        now = time.time_ns()
+        self.writer.write(erf_ib_record(now, pkt), now)
+        self.writer.flush()
+        self.count += 1
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 class IbsimServer:
     """The control socket and the ten client sockets, bound; :meth:`serve` answers until :meth:`stop`."""
 
     def __init__(self, subnet: Subnet, basename: str = W.SIM_BASENAME, *, remote_port: int | None = None,
-                 log: TextIO | None = None) -> None:
+                 log: TextIO | None = None, capture: MadCapture | None = None) -> None:
         self.subnet = subnet
+        self.capture = capture
         self.basename = basename
         self.remote_port = remote_port
         self.log = log
@@ -188,6 +218,8 @@ class IbsimServer:
             self._say(f"ibsim: packet of {len(raw)} bytes from client {cid} dropped (expected {W.SIM_REQUEST_SIZE})")
             return
         req = W.SimRequest.decode(raw)
+        if self.capture is not None:
+            self.capture.write(req)
         try:
             deliveries = self.subnet.send(client, req)
         except Exception as exc:  # the subnet must outlive any MAD: say so and drop it
@@ -199,6 +231,8 @@ class IbsimServer:
         for d in deliveries:
             if self.by_client.get(d.client.id) is not d.client:
                 continue
+            if self.capture is not None:
+                self.capture.write(d.request)
             try:
                 self.outs[d.client.id].send(d.request.encode())
             except OSError as exc:
@@ -226,11 +260,18 @@ class IbsimServer:
 
 
 def serve_netfile(path: str, basename: str | None = None, remote_port: int | None = None, verbose: bool = False,
-                  out: TextIO = sys.stdout) -> int:
-    """Load ``path`` and serve it until interrupted; the ready line goes to ``out``.  Raises NetFileError, OSError."""
+                  out: TextIO = sys.stdout, capture: str | None = None) -> int:
+    """Load ``path`` and serve it until interrupted; the ready line goes to ``out``; ``capture``: a file to
+    write every MAD to (pcapng if it ends in .pcapng, else pcap).  Raises NetFileError, OSError."""
     subnet = Subnet.from_file(path)
     base = basename or os.environ.get("IBSIM_SOCKNAME") or W.SIM_BASENAME
-    server = IbsimServer(subnet, base, remote_port=remote_port, log=sys.stderr if verbose else None)
+    cap = MadCapture(capture, format="pcapng" if capture.endswith(".pcapng") else "pcap") if capture else None
+    try:
+        server = IbsimServer(subnet, base, remote_port=remote_port, log=sys.stderr if verbose else None, capture=cap)
+    except OSError:
+        if cap is not None:
+            cap.close()
+        raise
     nports = sum(1 for _ in subnet.ports())
 
     def ready() -> None:
@@ -243,4 +284,7 @@ def serve_netfile(path: str, basename: str | None = None, remote_port: int | Non
         pass
     finally:
         server.close()
+        if cap is not None:
+            cap.close()
+            print(f"rdmalab ibsim: {cap.count} MADs written to {capture}", file=out, flush=True)
     return 0

@@ -55,7 +55,7 @@ from rdmalab.wire.net import (
     IPv6,
     tcp_checksum,
 )
-from rdmalab.wire.packet import Layer, Packet, _problem, decode_transport, encode_transport, guarded
+from rdmalab.wire.packet import Layer, Packet, _problem, decode_transport, encode_ib, encode_transport, guarded
 from rdmalab.wire.pfc import ETHERTYPE_MAC_CONTROL, PFC, PFC_OPCODE
 
 AddressLike = str | int | ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -437,3 +437,18 @@ def gsi_frame(msg: CMMessage | bytes, *, psn: int = 0, src_qp: int = 1, dst_qp: 
     payload = msg.encode() if isinstance(msg, CMMessage) else bytes(msg)
     bth = BTH(opcode=_UD_SEND_ONLY, p_key=p_key, destqp=dst_qp, psn=psn)
     return encode_rocev2(bth, [DETH(q_key=GSI_QKEY, src_qp=src_qp)], payload, **rocev2)
+
+
+#: the management virtual lane: SMPs (QP0) travel on VL15, which no credit limit holds back (IBA Vol 1 7.6.1)
+SMI_VL = 15
+
+
+def mad_ib_packet(mad: bytes, *, dlid: int, slid: int, dqp: int, sqp: int, psn: int = 0) -> bytes:
+    """A MAD as the native IB packet that carries it: LRH, BTH (UD SEND Only), DETH, the MAD, ICRC, VCRC.
+
+    A MAD to or from QP0 (an SMP) goes on VL15 with Q_Key 0; any other (QP1: SA, PMA, CM ...) on VL0
+    with the GSI's Q_Key 0x80010000 (IBA Vol 1 13.5.1, 7.6.1)."""
+    smi = dqp == 0 or sqp == 0
+    lrh = LRH(vl=SMI_VL if smi else 0, sl=0, dlid=dlid, slid=slid)
+    bth = BTH(opcode=_UD_SEND_ONLY, destqp=dqp, psn=psn & 0xFFFFFF)
+    return encode_ib(bth, [DETH(q_key=0 if smi else GSI_QKEY, src_qp=sqp)], bytes(mad), lrh=lrh)

@@ -30,6 +30,9 @@ from pathlib import Path
 
 import pytest
 
+from rdmalab.capture.reader import read
+from rdmalab.wire.mad import MADHeader
+
 NETS = Path("/usr/share/doc/ibsim-utils/net-examples")
 HERE = Path(__file__).resolve().parent.parent / "data" / "ib"
 TOOLS = ("ibsim", "ibsim-run", "opensm", "sminfo", "ibnetdiscover", "ibroute", "smpquery", "perfquery", "ibswitches")
@@ -59,8 +62,10 @@ class Run:
             sim = subprocess.Popen(["ibsim", "-s", str(net)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL, env=self.env)
         else:
-            sim = subprocess.Popen([sys.executable, "-m", "rdmalab", "ibsim", str(net)], stdout=subprocess.PIPE,
-                                   stderr=subprocess.DEVNULL, env=self.env)
+            # -w: every MAD written to a capture as well (test_every_mad_is_captured_as_tshark_reads_it)
+            self.capture = tmp / "mads.pcap"
+            sim = subprocess.Popen([sys.executable, "-m", "rdmalab", "ibsim", "-w", str(self.capture), str(net)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=self.env)
             assert sim.stdout is not None
             line = sim.stdout.readline().decode()
             assert "ready" in line, line
@@ -171,7 +176,13 @@ def both(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
             results.append(run.outputs())
         finally:
             run.close()
+        if kind == "ours":
+            CAPTURES[request.param] = run.capture
     return results[0], results[1]
+
+
+#: per net, the capture `rdmalab ibsim -w` wrote of OpenSM's sweep and the diags' queries
+CAPTURES: dict[str, Path] = {}
 
 
 def test_discovery_routes_attributes_and_sa_equal(both: tuple[dict[str, str], dict[str, str]]) -> None:
@@ -241,3 +252,23 @@ def test_remote_mode_udp_equal() -> None:
                     f.close()
     assert "Guid:....." in outs[0][0] and "0x0000000000200002" in outs[0][0]
     assert outs[1] == outs[0]
+
+
+def test_every_mad_is_captured_as_tshark_reads_it(both: tuple[dict[str, str], dict[str, str]],
+                                                   request: pytest.FixtureRequest) -> None:
+    """``rdmalab ibsim -w FILE``: every MAD of OpenSM's sweep and of the diags, in both directions, as a native
+    IB packet in an ERF record; tshark reads as many packets, none malformed, SMPs (directed route and LID
+    routed), SA and PerfMgt MADs among them, and rdmalab's fields agree with tshark's (crosscheck)."""
+    cap = CAPTURES[request.node.callspec.params["both"]]
+    mads = [cp for cp in read(cap)]
+    classes = {cp.packet.get(MADHeader).mgmt_class for cp in mads}
+    assert len(mads) > 200 and {0x81, 0x01, 0x03, 0x04} <= classes, (len(mads), classes)
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark is not installed")
+    lines = subprocess.run(["tshark", "-r", str(cap), "-T", "fields", "-e", "frame.number", "-e", "_ws.malformed"],
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(lines) == len(mads) and not [ln for ln in lines if ln.split("\t")[1:] != [""]]
+    out = subprocess.run([sys.executable, "-m", "rdmalab", "crosscheck", str(cap)], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300).stdout
+    assert f"{len(mads)} packets (tshark: {len(mads)})" in out and " 0 unexplained" in out, out[:2000]
+
