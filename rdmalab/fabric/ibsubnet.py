@@ -13,7 +13,7 @@ ibsim/sim_mad.c) answers them, so that the stock OpenSM and infiniband-diags can
   GUIDInfo and Mellanox ExtendedPortInfo.  SMInfo is the SM's: it goes to the SM client on that port.
 * A performance management agent (IBA 16.1): ClassPortInfo, PortCounters, PortCountersExtended, whose
   counters count the MADs the subnet carries (each link a MAD crosses: one packet and 72 dwords, the
-  288-byte sim_request, as ibsim counts them).
+  288-byte sim_request, as ibsim counts them), and the detail and per-VL counters (16.1.4), which read 0.
 * Directed-route SMPs go hop by hop along the initial path, building the return path (IBA 14.2.2), and
   come back along it; LID-routed MADs follow the switches' linear forwarding tables, only through
   LinkUp/Active ports; what cannot be routed comes back to its sender with status 110 (ibsim's timeout).
@@ -100,6 +100,14 @@ DEFAULT_SL2VL = bytes.fromhex("0123456789abcde7")  # SL i -> VL i, SL 15 -> VL 7
 # VLArbitration (VL, weight) pairs (sim_net.c default_vlarb_high/low), 15 of 64 entries
 DEFAULT_VLARB_HIGH = bytes([0, 4] + [b for vl in range(1, 15) for b in (vl, 0)]).ljust(128, b"\0")
 DEFAULT_VLARB_LOW = bytes([0, 0] + [b for vl in range(1, 15) for b in (vl, 4)]).ljust(128, b"\0")
+
+
+# PMA attributes whose counters nothing in this model increments (ibsim 0.10 answers them, all 0)
+ZERO_COUNTER_ATTRIBUTES = frozenset({
+    P.ATTR_PORT_RCV_ERROR_DETAILS, P.ATTR_PORT_XMIT_DISCARD_DETAILS, P.ATTR_PORT_OP_RCV_COUNTERS,
+    P.ATTR_PORT_FLOW_CTL_COUNTERS, P.ATTR_PORT_VL_OP_PACKETS, P.ATTR_PORT_VL_OP_DATA,
+    P.ATTR_PORT_VL_XMIT_FLOW_CTL_UPDATE_ERRORS, P.ATTR_PORT_VL_XMIT_WAIT_COUNTERS,
+})
 
 
 def _speed_active(enabled: int) -> int:
@@ -684,6 +692,8 @@ class Subnet:
                 S.ATTR_MLNX_EXT_PORT_INFO: self._extportinfo,
             }.get(attr_id)
         if mclass == MGMT_CLASS_PERF:
+            if attr_id in ZERO_COUNTER_ATTRIBUTES:
+                return self._zero_counters
             return {P.ATTR_CLASS_PORT_INFO: self._cpi, P.ATTR_PORT_COUNTERS: self._portcounters,
                     P.ATTR_PORT_COUNTERS_EXTENDED: self._extcounters}.get(attr_id)
         return None
@@ -829,6 +839,13 @@ class Subnet:
         if vls > PI.get_field(data, "vl_cap"):
             return STATUS_INVALID_VALUE
         p.op_vls = vls
+        # NeighborMTU, as the SM negotiates it (IBA 14.2.5.6: at most MTUCap; 0 leaves it).  ibsim 0.10 ignores
+        # it and keeps 2048; OpenSM sets min(MTUCap) of the two ends, which is that same 2048 on ibsim's ports
+        mtu = PI.get_field(data, "neighbor_mtu")
+        if mtu:
+            if mtu > PI.get_field(p.portinfo, "mtu_cap"):
+                return STATUS_INVALID_VALUE
+            PI.set_field(p.portinfo, "neighbor_mtu", mtu)
         p.subnet_prefix = PI.get_field(data, "gid_prefix")
         if rp is None:
             return 0
@@ -962,6 +979,14 @@ class Subnet:
         pc.set_field(data, "port_xmit_discards", total.xmit_discards)
         pc.set_field(data, "port_rcv_errors", total.rcv_errors)
         pc.set_field(data, "port_rcv_switch_relay_errors", total.rcv_switch_relay_errors)
+        return 0
+
+    def _zero_counters(self, port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
+        """The detail and per-VL counter attributes (IBA 16.1.4): nothing here moves them, they read 0 (ibsim's
+        do_portcounters_common with counters nothing increments); PortSelect is checked as for PortCounters."""
+        if self._counter_ports(port, P.PortCounters.get_field(data, "port_select")) is None:
+            return STATUS_INVALID_VALUE
+        data[4:] = bytes(len(data) - 4)  # the counters follow PortSelect and CounterSelect
         return 0
 
     def _extcounters(self, port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:

@@ -194,3 +194,17 @@ def test_in_process_request_and_port_by_lid() -> None:
     assert s.port_by_lid(1) is None
     s.node("Sw2").first_port().lid = 4
     assert s.port_by_lid(4) is s.node("Sw2").first_port()
+
+
+def test_neighbor_mtu_set_within_mtu_cap() -> None:
+    s = sub()
+    c = s.attach("H1")
+    pi = bytearray(64)
+    S.PortInfo.set_field(pi, "neighbor_mtu", 3)  # 1024
+    _, r = dr(s, c, S.ATTR_PORT_INFO, (), 1, method=2, data=bytes(pi))
+    assert r.status == 0 and S.PortInfo.get_field(r.data, "neighbor_mtu") == 3
+    S.PortInfo.set_field(pi, "neighbor_mtu", 5)  # 4096 > MTUCap 2048
+    _, r = dr(s, c, S.ATTR_PORT_INFO, (), 1, method=2, data=bytes(pi))
+    assert r.status == STATUS_INVALID_VALUE
+    _, r = dr(s, c, S.ATTR_PORT_INFO, (), 1)
+    assert S.PortInfo.get_field(r.data, "neighbor_mtu") == 3
