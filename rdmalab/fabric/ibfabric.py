@@ -44,7 +44,7 @@ Everything runs on one :class:`~rdmalab.fabric.loop.VirtualLoop` (integer ns).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import IO, Any
 
 from rdmalab.capture.linktypes import ERF, ERF_TYPE_INFINIBAND, LINKTYPE_ERF
@@ -176,7 +176,8 @@ class IBSwitch(IBNode):
     def __init__(self, fabric: IBFabric, name: str, guid: int, nports: int) -> None:
         super().__init__(fabric, name, guid)
         self.nports = nports
-        self.lft: dict[int, int] = {}
+        # (a mapping: rdmalab.fabric.ibfabric_subnet makes it a view of a subnet agent's table)
+        self.lft: MutableMapping[int, int] = {}
 
     def set_lft(self, block: int, ports: Iterable[int]) -> None:
         """Write LFT block ``block`` (LIDs ``64*block .. 64*block+63``) as a SubnSet(LinearForwardingTable)
