@@ -85,6 +85,18 @@ def test_pma_mad() -> None:
         P.pma_mad(P.ATTR_PORT_COUNTERS, bytes(193))
 
 
+def test_portcounters_and_class_port_info_known_bytes() -> None:
+    pc = P.PortCounters(port_select=1, counter_select=0xF000, port_rcv_errors=3, port_xmit_data=0x01020304,
+                        port_rcv_pkts=9, port_xmit_wait=5)
+    raw = pc.encode()
+    assert len(raw) == 44 and raw[1] == 1 and raw[2:4] == b"\xf0\x00" and raw[8:10] == b"\x00\x03"
+    assert raw[24:28] == bytes.fromhex("01020304") and raw[36:40] == (9).to_bytes(4, "big")
+    assert raw[40:44] == (5).to_bytes(4, "big") and P.PortCounters.decode(raw) == pc
+    assert P.COUNTER_SELECT_BITS[12] == "port_xmit_data"  # CounterSelect bit 12 (IBA 16.1.3.5 table 248)
+    cpi = P.ClassPortInfo(capability_mask=0x1200, resp_time_value=0x12).encode()
+    assert cpi[:8] == bytes.fromhex("0101" "1200" "00000012") and cpi[8:] == bytes(64)
+
+
 def test_lid_routed_and_directed_smps() -> None:
     lid = S.lid_get(S.ATTR_PORT_INFO, 2, tid=9)
     raw = lid.encode()
