@@ -64,7 +64,7 @@ MAX_HOPS = 16  # a LID-routed MAD crosses at most this many switches (sim.h MAXH
 MAD_DWORDS = 72  # what ibsim counts per MAD in PortXmitData/PortRcvData: the 288-byte sim_request / 4
 
 # PortInfo.CapabilityMask bits (IBA 14.2.5.6 table 147)
-CAP_IS_SM = 1 << 1
+CAP_IS_SM = S.CAPMASK_IS_SM
 CAP_IS_NOTICE = 1 << 2
 CAP_IS_TRAP = 1 << 3
 CAP_IS_CAPMASK_TRAP = 1 << 22
