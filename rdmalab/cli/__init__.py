@@ -17,8 +17,8 @@ Subcommands follow tshark's habits where they fit::
     rdmalab link add NAME netdev IFNAME | show | delete NAME
     rdmalab rping -s|-c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]
     rdmalab udaddy [-s server] [-b bind] [-C count] [-S size]
-    rdmalab ibsim NETFILE [--sockname NAME | --remote [--port N]] [-v]
     rdmalab sm [--node NODE] [-w FILE] [--ladder] [--serve SECONDS]
+    rdmalab ibsim NETFILE [--sockname NAME | --remote [--port N]] [-v]
 
 Errors are one sentence naming the file and what was wrong, never a traceback; the exit status
 is 0 on success, 1 when a file could not be (fully) read or a strict decode failed, 2 for bad
@@ -237,7 +237,7 @@ def passthrough_parsers(name: str, help: str, arguments: Callable[[argparse.Argu
 # The order here is the order of `rdmalab --help`.  The modules are imported when the parser is built
 # (command_modules): a pass-through command imports its own module only (start-up of the live tools).
 COMMAND_NAMES = ("decode", "crosscheck", "stats", "analyze", "convert", "lab", "pingpong", "perftest", "rping", "udaddy",
-                 "simulate", "link", "vm", "capture", "grade", "top", "ibsim", "sm")
+                 "simulate", "link", "vm", "capture", "grade", "top", "sm", "ibsim")
 # Commands whose every argument after the command name belongs to another program (--help included):
 # command -> the function of its module that takes them.
 PASSTHROUGH = {"lab": "run_lab", "pingpong": "main_argv", "perftest": "main_argv", "rping": "main_argv",

@@ -44,7 +44,7 @@ Everything runs on one :class:`~rdmalab.fabric.loop.VirtualLoop` (integer ns).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import IO, Any
 
 from rdmalab.capture.linktypes import ERF, ERF_TYPE_INFINIBAND, LINKTYPE_ERF
@@ -58,15 +58,16 @@ from rdmalab.verbs.engine.node import SoftDevice
 from rdmalab.verbs.engine.packet import Pkt
 from rdmalab.verbs.trace import TraceEvent
 from rdmalab.wire.ib import GRH, check_mtu
+from rdmalab.wire.smp import LFT_BLOCK_SIZE, LFT_NO_PORT
 
 __all__ = ["BLOCK_BYTES", "IBFabric", "IBHca", "IBPort", "IBSwitch", "ErfTap", "LFT_BLOCK", "NO_PORT"]
 
 #: bytes per flow-control credit (IBA Vol 1 7.9.2)
 BLOCK_BYTES = 64
 #: LIDs per LinearForwardingTable block (IBA Vol 1 14.2.5.10)
-LFT_BLOCK = 64
+LFT_BLOCK = LFT_BLOCK_SIZE
 #: an LFT entry that names no port (what OpenSM writes for an unreachable LID, OSM_NO_PATH)
-NO_PORT = 0xFF
+NO_PORT = LFT_NO_PORT
 #: the subnet prefix of every port GID here (the default, IBA Vol 1 4.1.1)
 SUBNET_PREFIX = 0xFE80 << 48
 
@@ -176,7 +177,8 @@ class IBSwitch(IBNode):
     def __init__(self, fabric: IBFabric, name: str, guid: int, nports: int) -> None:
         super().__init__(fabric, name, guid)
         self.nports = nports
-        self.lft: dict[int, int] = {}
+        # (a mapping: rdmalab.fabric.ibfabric_subnet makes it a view of a subnet agent's table)
+        self.lft: MutableMapping[int, int] = {}
 
     def set_lft(self, block: int, ports: Iterable[int]) -> None:
         """Write LFT block ``block`` (LIDs ``64*block .. 64*block+63``) as a SubnSet(LinearForwardingTable)

@@ -39,6 +39,7 @@ from rdmalab.wire.mad import (
     MGMT_CLASS_SA,
     MGMT_CLASS_SM_DIRECTED_ROUTE,
     MGMT_CLASS_SM_LID_ROUTED,
+    STATUS_METHOD_ATTR_UNSUPPORTED,
     MADHeader,
 )
 from rdmalab.wire.sa import (
@@ -63,7 +64,7 @@ from rdmalab.wire.sa import (
 from rdmalab.wire.smp import ATTR_SM_INFO, SMP, attribute_data, get_response
 
 SA_STATUS_NO_RESOURCES = 0x0100  # IBA Vol 1 15.2.1.2, ERR_NO_RESOURCES
-STATUS_UNSUPPORTED_METHOD_ATTR = 0x000C  # 13.4.7: method/attribute combination not supported
+STATUS_UNSUPPORTED_METHOD_ATTR = STATUS_METHOD_ATTR_UNSUPPORTED  # 13.4.7: method/attribute combination not supported
 SELECTOR_EXACTLY = 2  # MTU/rate/packet-life selectors (15.2.5.16): "exactly this value"
 
 # PortInfo LinkWidthActive code -> lanes, LinkSpeedActive code -> Gb/s per lane (14.2.5.6)

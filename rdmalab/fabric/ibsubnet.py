@@ -12,8 +12,8 @@ ibsim/sim_mad.c) answers them, so that the stock OpenSM and infiniband-diags can
   LinearForwardingTable, MulticastForwardingTable, P_KeyTable, SLtoVLMappingTable, VLArbitrationTable,
   GUIDInfo and Mellanox ExtendedPortInfo.  SMInfo is the SM's: it goes to the SM client on that port.
 * A performance management agent (IBA 16.1): ClassPortInfo, PortCounters, PortCountersExtended, whose
-  counters count the MADs the subnet carries, and the detail and per-VL counters (16.1.4), which read 0 (each link a MAD crosses: one packet and 72 dwords, the
-  288-byte sim_request, as ibsim counts them).
+  counters count the MADs the subnet carries (each link a MAD crosses: one packet and 72 dwords, the
+  288-byte sim_request, as ibsim counts them), and the detail and per-VL counters (16.1.4), which read 0.
 * Directed-route SMPs go hop by hop along the initial path, building the return path (IBA 14.2.2), and
   come back along it; LID-routed MADs follow the switches' linear forwarding tables, only through
   LinkUp/Active ports; what cannot be routed comes back to its sender with status 110 (ibsim's timeout).
@@ -39,30 +39,23 @@ from rdmalab.wire import smp as S
 from rdmalab.wire.ibsim import IBSIM_MAX_CLIENTS, SIM_REPLY_TIMEOUT_STATUS, SimRequest
 from rdmalab.wire.mad import (
     ATTR_NOTICE,
+    MAD_HEADER_SIZE,
     MAD_SIZE,
+    METHOD_GET,
+    METHOD_GET_RESP,
+    METHOD_SET,
+    METHOD_TRAP,
+    METHOD_TRAP_REPRESS,
     MGMT_CLASS_PERF,
     MGMT_CLASS_SM_DIRECTED_ROUTE,
     MGMT_CLASS_SM_LID_ROUTED,
+    STATUS_INVALID_VALUE,
+    STATUS_METHOD_ATTR_UNSUPPORTED,
+    STATUS_METHOD_UNSUPPORTED,
+    MADHeader,
 )
 
-DR_PATH_SIZE = 64  # InitialPath and ReturnPath, 64 bytes each (IBA 14.2.1.2)
-
-
-def pi_get(buf: bytes | bytearray, name: str) -> int:
-    return S.get_field(S.PortInfo, buf, name)
-
-
-def pi_set(buf: bytearray, name: str, value: int) -> None:
-    S.set_field(S.PortInfo, buf, name, value)
-
-
-# The SMP/MAD header fields the agent reads and writes in place (IBA Vol 1 13.4.2, 14.2.1.2): the status word
-# (a DR SMP: the D bit and 15 bits of status) at 4, hop pointer 6, hop count 7, TID 8, attribute ID 16,
-# attribute modifier 20, DrSLID 32, DrDLID 34
-def _u(mad: bytes | bytearray, at: int, n: int) -> int:
-    return int.from_bytes(mad[at:at + n], "big")
-
-METHOD_GET, METHOD_SET, METHOD_TRAP, METHOD_TRAP_REPRESS = 0x01, 0x02, 0x05, 0x07
+PI = S.PortInfo
 
 # ibsim 0.10's limits (sim.h): the linear and multicast forwarding table capacities of every switch
 LINEAR_CAP = 30 * 1024
@@ -71,7 +64,7 @@ MAX_HOPS = 16  # a LID-routed MAD crosses at most this many switches (sim.h MAXH
 MAD_DWORDS = 72  # what ibsim counts per MAD in PortXmitData/PortRcvData: the 288-byte sim_request / 4
 
 # PortInfo.CapabilityMask bits (IBA 14.2.5.6 table 147)
-CAP_IS_SM = 1 << 1
+CAP_IS_SM = S.CAPMASK_IS_SM
 CAP_IS_NOTICE = 1 << 2
 CAP_IS_TRAP = 1 << 3
 CAP_IS_CAPMASK_TRAP = 1 << 22
@@ -187,9 +180,9 @@ class Port:
     counters: Counters = field(default_factory=Counters)
 
     def set_template(self, values: dict[str, int]) -> None:
-        self.portinfo = bytearray(S.PortInfo(**values).encode())
+        self.portinfo = bytearray(PI(**values).encode())
         if not self.op_vls:
-            self.op_vls = pi_get(self.portinfo, "vl_cap")
+            self.op_vls = PI.get_field(self.portinfo, "vl_cap")
 
     def has_lid(self, lid: int) -> bool:
         return self.lid <= lid <= self.lid + (1 << self.lmc) - 1
@@ -205,25 +198,25 @@ class Port:
     def refresh_portinfo(self) -> bytearray:
         """PortInfo with the agent's current values written in (sim_net.c update_portinfo)."""
         pi = self.portinfo
-        pi_set(pi, "local_port_num", 0 if self.node.is_switch else self.num)
-        pi_set(pi, "gid_prefix", self.subnet_prefix)
-        pi_set(pi, "lid", self.lid)
-        pi_set(pi, "master_sm_lid", self.sm_lid)
-        pi_set(pi, "operational_vls", self.op_vls)
-        pi_set(pi, "link_width_enabled", self.width_enabled)
-        pi_set(pi, "link_width_supported", 31)  # 1x, 2x, 4x, 8x, 12x
-        pi_set(pi, "link_width_active", self.width_active)
-        pi_set(pi, "link_speed_enabled", self.speed_enabled)
-        pi_set(pi, "link_speed_supported", 7)  # SDR, DDR, QDR
-        pi_set(pi, "link_speed_active", self.speed_active)
-        pi_set(pi, "lmc", self.lmc)
-        pi_set(pi, "hoq_life", self.hoq_life)
-        pi_set(pi, "port_phys_state", self.phys_state)
-        pi_set(pi, "port_state", self.state)
+        PI.set_field(pi, "local_port_num", 0 if self.node.is_switch else self.num)
+        PI.set_field(pi, "gid_prefix", self.subnet_prefix)
+        PI.set_field(pi, "lid", self.lid)
+        PI.set_field(pi, "master_sm_lid", self.sm_lid)
+        PI.set_field(pi, "operational_vls", self.op_vls)
+        PI.set_field(pi, "link_width_enabled", self.width_enabled)
+        PI.set_field(pi, "link_width_supported", 31)  # 1x, 2x, 4x, 8x, 12x
+        PI.set_field(pi, "link_width_active", self.width_active)
+        PI.set_field(pi, "link_speed_enabled", self.speed_enabled)
+        PI.set_field(pi, "link_speed_supported", 7)  # SDR, DDR, QDR
+        PI.set_field(pi, "link_speed_active", self.speed_active)
+        PI.set_field(pi, "lmc", self.lmc)
+        PI.set_field(pi, "hoq_life", self.hoq_life)
+        PI.set_field(pi, "port_phys_state", self.phys_state)
+        PI.set_field(pi, "port_state", self.state)
         ext = self.speed_ext_active
-        pi_set(pi, "link_speed_ext_enabled", self.speed_ext_enabled if ext else 0)
-        pi_set(pi, "link_speed_ext_supported", 7 if ext else 0)  # FDR, EDR, HDR
-        pi_set(pi, "link_speed_ext_active", ext)
+        PI.set_field(pi, "link_speed_ext_enabled", self.speed_ext_enabled if ext else 0)
+        PI.set_field(pi, "link_speed_ext_supported", 7 if ext else 0)  # FDR, EDR, HDR
+        PI.set_field(pi, "link_speed_ext_active", ext)
         return pi
 
     def __repr__(self) -> str:
@@ -322,17 +315,17 @@ class Subnet:
     # ------------------------------------------------------------------ building
     def _add_node(self, spec: nf.NodeSpec) -> None:
         switch = spec.type == nf.SWITCH
-        ni = bytearray(S.NodeInfo(**dict(
+        ni = bytearray(S.attribute_data(S.NodeInfo(
             base_version=1, class_version=1, node_type=spec.type, num_ports=spec.num_ports,
             system_image_guid=spec.system_image_guid or spec.guid, node_guid=spec.guid, port_guid=spec.guid,
             partition_cap=PARTITION_CAP[spec.type], device_id=spec.device_id, revision=NODE_REVISION,
-            local_port_num=0 if switch else 1, vendor_id=spec.vendor_id)).encode().ljust(64, b"\0"))
+            local_port_num=0 if switch else 1, vendor_id=spec.vendor_id)))
         node = Node(spec.type, spec.nodeid, spec.description[:64], spec.guid, spec.num_ports, ni)
         if switch:
             si = dict(SWITCH_INFO_INIT)
             if spec.enhanced_port0:
                 si["enhanced_port0"] = 1 if spec.enhanced_port0 > 0 else 0
-            node.switchinfo = bytearray(S.SwitchInfo(**si).encode().ljust(64, b"\0"))
+            node.switchinfo = bytearray(S.attribute_data(S.SwitchInfo(**si)))
             node.lft = bytearray(b"\xff" * LINEAR_CAP)
         for num in range(0 if switch else 1, spec.num_ports + 1):
             ps = spec.ports.get(num)
@@ -340,7 +333,7 @@ class Subnet:
                         (ps.width_enabled if ps and ps.width_enabled else spec.width_enabled),
                         (ps.speed_enabled if ps and ps.speed_enabled else spec.speed_enabled),
                         (ps.speed_ext_enabled if ps and ps.speed_ext_enabled is not None else spec.speed_ext_enabled))
-            psize = S.get_field(S.SwitchInfo, node.switchinfo, "partition_enforcement_cap") if switch and num else \
+            psize = S.SwitchInfo.get_field(node.switchinfo, "partition_enforcement_cap") if switch and num else \
                 PARTITION_CAP[spec.type]
             port.pkeys = bytearray(2 * psize)
             port.pkeys[0:2] = b"\xff\xff"
@@ -430,9 +423,9 @@ class Subnet:
         """The client's IsSM (and the port's CapabilityMask.IsSM); a change traps 144 to the SM where ibsim does."""
         client.issm = issm
         pi = client.port.portinfo
-        old = pi_get(pi, "capability_mask")
+        old = PI.get_field(pi, "capability_mask")
         new = (old | CAP_IS_SM) if issm else (old & ~CAP_IS_SM)
-        pi_set(pi, "capability_mask", new)
+        PI.set_field(pi, "capability_mask", new)
         if old != new and new & (CAP_IS_NOTICE | CAP_IS_TRAP) and new & CAP_IS_CAPMASK_TRAP:
             return self._trap(client.port, 144)
         return []
@@ -586,25 +579,28 @@ class Subnet:
         mclass = mad[1]
         directed = mclass == MGMT_CLASS_SM_DIRECTED_ROUTE
         slid, dlid = req.slid, req.dlid
-        path = bytearray(DR_PATH_SIZE)
+        path = bytearray(S.DR_PATH_SIZE)
         count = 0
+        hdr = MADHeader.decode(mad)
         if directed:
-            if mad[6] != 0 or mad[4] >> 7 != int(response):  # hop pointer 0, D bit = the direction
+            # the DR SMP's status word is the D bit and the status, its ClassSpecific the hop pointer and
+            # hop count (IBA 14.2.1.2)
+            if hdr.class_specific >> 8 != 0 or hdr.status >> 15 != int(response):
                 return []
-            count = mad[7]
-            if count > S.DR_MAX_HOPS or _u(mad, 32, 2) != 0xFFFF or _u(mad, 34, 2) != 0xFFFF:
-                return []  # (DrSLID/DrDLID other than permissive: LID-routed parts, which ibsim does not do)
+            count = hdr.class_specific & 0xFF
+            dr = S.SMPDirectedFields.decode(mad, MAD_HEADER_SIZE)
+            if count > S.DR_MAX_HOPS or dr.dr_slid != S.PERMISSIVE_LID or dr.dr_dlid != S.PERMISSIVE_LID:
+                return []
         elif slid == 0:
             slid = client.port.lid
-        tid = _u(mad, 8, 8)
+        tid = hdr.tid
         if not response:
             tid = (tid & 0xFFFFFFFFFFFF) | (client.id << 48)
-            mad[8:16] = tid.to_bytes(8, "big")
-        attr_id = _u(mad, 16, 2)
-        attr_mod = _u(mad, 20, 4)
+            MADHeader.set_field(mad, "tid", tid)
+        attr_id, attr_mod = hdr.attr_id, hdr.attr_mod
         if directed:
             off = S.DR_RETURN_PATH_OFFSET if response else S.DR_INITIAL_PATH_OFFSET
-            path[:] = mad[off:off + DR_PATH_SIZE]
+            path[:] = mad[off:off + S.DR_PATH_SIZE]
         if method == METHOD_TRAP_REPRESS:
             return []
         lost = SimRequest(dlid, slid, req.dqp, req.sqp, bytes(mad), SIM_REPLY_TIMEOUT_STATUS, req.length)
@@ -623,31 +619,32 @@ class Subnet:
             if dest is None:
                 if not response and mclass in (MGMT_CLASS_SM_LID_ROUTED, MGMT_CLASS_SM_DIRECTED_ROUTE, MGMT_CLASS_PERF) \
                         and not self._forwarded_only(mclass, attr_id):
-                    return self._answer(client, req, mad, port, path, count, slid, dlid, S.STATUS_METHOD_ATTR_UNSUPPORTED,
+                    return self._answer(client, req, mad, port, path, count, slid, dlid, STATUS_METHOD_ATTR_UNSUPPORTED,
                                         None)
                 self.dropped += 1
                 return [Delivery(client, lost)]
             if directed:
-                mad[S.DR_RETURN_PATH_OFFSET:S.DR_RETURN_PATH_OFFSET + DR_PATH_SIZE] = path
+                mad[S.DR_RETURN_PATH_OFFSET:S.DR_RETURN_PATH_OFFSET + S.DR_PATH_SIZE] = path
             return [Delivery(dest, SimRequest(dlid, slid, req.dqp, req.sqp, bytes(mad), req.status, req.length))]
-        data = bytearray(mad[S.SMP_DATA_OFFSET:S.SMP_DATA_OFFSET + S.SMP_DATA_SIZE])
+        size = P.PMA_DATA_SIZE if mclass == MGMT_CLASS_PERF else S.SMP_DATA_SIZE
+        data = bytearray(mad[S.SMP_DATA_OFFSET:S.SMP_DATA_OFFSET + size])
         traps: list[Delivery] = []
         if method in (METHOD_GET, METHOD_SET):
             status = handler(port, method, attr_mod, data, traps)
         else:
-            status = S.STATUS_METHOD_UNSUPPORTED
+            status = STATUS_METHOD_UNSUPPORTED
         return self._answer(client, req, mad, port, path, count, slid, dlid, status, data) + traps
 
     def _answer(self, client: Client, req: SimRequest, mad: bytearray, port: Port, path: bytearray, count: int,
                 slid: int, dlid: int, status: int, data: bytearray | None) -> list[Delivery]:
-        mad[3] = 0x81  # GetResp (IBA 13.4.5): the R bit and Get
+        mad[3] = METHOD_GET_RESP  # (IBA 13.4.5): the R bit and Get
         if mad[1] == MGMT_CLASS_SM_DIRECTED_ROUTE:
-            mad[4:6] = (0x8000 | (status & 0x7FFF)).to_bytes(2, "big")  # D bit: on the way back
-            mad[S.DR_RETURN_PATH_OFFSET:S.DR_RETURN_PATH_OFFSET + DR_PATH_SIZE] = path
+            MADHeader.set_field(mad, "status", 0x8000 | status & 0x7FFF)  # D bit: returning (14.2.1.2)
+            mad[S.DR_RETURN_PATH_OFFSET:S.DR_RETURN_PATH_OFFSET + S.DR_PATH_SIZE] = path
         else:
-            mad[4:6] = status.to_bytes(2, "big")
+            MADHeader.set_field(mad, "status", status)
         if data is not None:
-            mad[S.SMP_DATA_OFFSET:S.SMP_DATA_OFFSET + S.SMP_DATA_SIZE] = data
+            mad[S.SMP_DATA_OFFSET:S.SMP_DATA_OFFSET + len(data)] = data
         back = self.route_lid(port, slid) if 0 <= slid < 0xFFFF else self.route_dr_in(port, path, count)
         if back is None or back.node is not client.port.node:
             self.dropped += 1
@@ -667,17 +664,13 @@ class Subnet:
         """Trap 144 (capability mask / link change) from ``port`` to its SM, as ibsim's send_trap."""
         if not port.lid or not port.sm_lid:
             return []
-        # a SubnTrap(Notice) MAD: class 0x01 version 1, method 0x05, attribute 0x0002 (IBA 13.4.8.2, 14.2.5.1)
-        mad = bytearray(MAD_SIZE)
-        mad[0:4] = bytes([1, MGMT_CLASS_SM_LID_ROUTED, 1, METHOD_TRAP])
-        mad[16:18] = ATTR_NOTICE.to_bytes(2, "big")
-        base = S.SMP_DATA_OFFSET
-        mad[base:base + 10] = S.Notice(is_generic=1, type=4, producer_type=port.node.type, trap_number=number,
-                                       issuer_lid=port.lid).encode()
-        # DataDetails (from Notice byte 10) of trap 144 (IBA 14.2.5.1): 2 reserved bytes, LIDADDR, a byte of
-        # OtherLocalChanges, then the port's CapabilityMask
-        mad[base + 12:base + 14] = port.lid.to_bytes(2, "big")
-        mad[base + 15:base + 19] = pi_get(port.portinfo, "capability_mask").to_bytes(4, "big")
+        # DataDetails of trap 144 (IBA 14.2.5.1): 2 reserved bytes, LIDADDR, a byte of OtherLocalChanges,
+        # then the port's CapabilityMask
+        details = (bytes(2) + port.lid.to_bytes(2, "big") + bytes(1)
+                   + PI.get_field(port.portinfo, "capability_mask").to_bytes(4, "big")).ljust(54, b"\0")
+        notice = S.Notice(is_generic=1, type=4, producer_type=port.node.type, trap_number=number,
+                          issuer_lid=port.lid, data_details=int.from_bytes(details, "big"))
+        mad = bytearray(S.SMP(METHOD_TRAP, ATTR_NOTICE, data=S.attribute_data(notice), directed=False).encode())
         dest = self.route_lid(port, port.sm_lid)
         if dest is None:
             return []
@@ -707,32 +700,32 @@ class Subnet:
 
     @staticmethod
     def _nodedesc(port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
-        data[:] = port.node.description.encode()[:S.NODE_DESCRIPTION_SIZE].ljust(S.NODE_DESCRIPTION_SIZE, b"\0")
-        return S.STATUS_METHOD_UNSUPPORTED if op != METHOD_GET else 0
+        data[:] = S.node_description_data(port.node.description)
+        return STATUS_METHOD_UNSUPPORTED if op != METHOD_GET else 0
 
     @staticmethod
     def _nodeinfo(port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
         node = port.node
         data[:] = node.nodeinfo
-        S.set_field(S.NodeInfo, data, "local_port_num", port.num)
-        S.set_field(S.NodeInfo, data, "port_guid", node.guid if node.is_switch else node.guid + port.num)
-        return S.STATUS_METHOD_UNSUPPORTED if op != METHOD_GET else 0
+        S.NodeInfo.set_field(data, "local_port_num", port.num)
+        S.NodeInfo.set_field(data, "port_guid", node.guid if node.is_switch else node.guid + port.num)
+        return STATUS_METHOD_UNSUPPORTED if op != METHOD_GET else 0
 
     @staticmethod
     def _switchinfo(port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
         node = port.node
         if not node.is_switch:
-            return S.STATUS_METHOD_ATTR_UNSUPPORTED
+            return STATUS_METHOD_ATTR_UNSUPPORTED
         si = S.SwitchInfo
         if op == METHOD_SET:
-            if S.get_field(si, data, "port_state_change"):
+            if si.get_field(data, "port_state_change"):
                 node.port_change = 0
-            node.linear_fdb_top = S.get_field(si, data, "linear_fdb_top")
-            node.life_time = S.get_field(si, data, "life_time_value")
+            node.linear_fdb_top = si.get_field(data, "linear_fdb_top")
+            node.life_time = si.get_field(data, "life_time_value")
         data[:] = node.switchinfo
-        S.set_field(si, data, "port_state_change", node.port_change)
-        S.set_field(si, data, "linear_fdb_top", node.linear_fdb_top)
-        S.set_field(si, data, "life_time_value", node.life_time)
+        si.set_field(data, "port_state_change", node.port_change)
+        si.set_field(data, "linear_fdb_top", node.linear_fdb_top)
+        si.set_field(data, "life_time_value", node.life_time)
         return 0
 
     @staticmethod
@@ -741,11 +734,11 @@ class Subnet:
         if port.node.is_switch:
             p = port.node.port(num)
             if p is None:
-                return S.STATUS_INVALID_VALUE
+                return STATUS_INVALID_VALUE
             port = p
         size = len(port.pkeys) // 2
-        if block * S.P_KEY_BLOCK_SIZE >= size:
-            return S.STATUS_INVALID_VALUE
+        if block * S.PKEY_BLOCK_SIZE >= size:
+            return STATUS_INVALID_VALUE
         lo = block * 64
         hi = min(len(port.pkeys), lo + 64)
         if op == METHOD_SET:
@@ -761,7 +754,7 @@ class Subnet:
             p = port.node.port((mod >> 8) & 0xFF)
             n = mod & 0xFF
             if p is None or n > port.node.num_ports:
-                return S.STATUS_INVALID_VALUE
+                return STATUS_INVALID_VALUE
             port = p
         if op == METHOD_SET:
             port.sl2vl[8 * n:8 * n + 8] = data[:8]
@@ -774,14 +767,14 @@ class Subnet:
         if port.node.is_switch:
             p = port.node.port(mod & 0xFFFF)
             if p is None:
-                return S.STATUS_INVALID_VALUE
+                return STATUS_INVALID_VALUE
             port = p
         n = (mod >> 16) - 1
         if not 0 <= n <= 3:
-            return S.STATUS_INVALID_VALUE
-        size = pi_get(port.portinfo, "vl_arb_high_cap" if n // 2 else "vl_arb_low_cap")
+            return STATUS_INVALID_VALUE
+        size = PI.get_field(port.portinfo, "vl_arb_high_cap" if n // 2 else "vl_arb_low_cap")
         if not size or n % 2 > size // 32:
-            return S.STATUS_INVALID_VALUE
+            return STATUS_INVALID_VALUE
         table = port.vlarb_high if n // 2 else port.vlarb_low
         start = (n % 2) * 64
         if size > 32 and n % 2:
@@ -798,13 +791,13 @@ class Subnet:
         data[:] = bytes(64)
         if mod == 0:
             data[0:8] = port.guid.to_bytes(8, "big")
-        return S.STATUS_METHOD_UNSUPPORTED if op != METHOD_GET else 0
+        return STATUS_METHOD_UNSUPPORTED if op != METHOD_GET else 0
 
     def _portinfo(self, port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
         node = port.node
         num = mod & 0x7FFFFFFF
         if num > node.num_ports:
-            return S.STATUS_INVALID_VALUE
+            return STATUS_INVALID_VALUE
         if num == 0 and not node.is_switch:
             num = port.num
         p = node.port(num)
@@ -814,21 +807,21 @@ class Subnet:
             if status:
                 return status
         data[:] = p.refresh_portinfo()
-        pi_set(data, "local_port_num", port.num)
+        PI.set_field(data, "local_port_num", port.num)
         return 0
 
     def _set_portinfo(self, port: Port, p: Port, data: bytearray, traps: list[Delivery]) -> int:
         """PortInfo Set (IBA 14.2.5.6, the port state machine of 7.2): what ibsim's do_portinfo takes."""
         if not p.node.is_switch and port.num != p.num:
-            return S.STATUS_INVALID_VALUE
-        p.lid = pi_get(data, "lid")
-        p.sm_lid = pi_get(data, "master_sm_lid")
-        p.lmc = pi_get(data, "lmc")
-        p.hoq_life = pi_get(data, "hoq_life")
-        phys = pi_get(data, "port_phys_state")
+            return STATUS_INVALID_VALUE
+        p.lid = PI.get_field(data, "lid")
+        p.sm_lid = PI.get_field(data, "master_sm_lid")
+        p.lmc = PI.get_field(data, "lmc")
+        p.hoq_life = PI.get_field(data, "hoq_life")
+        phys = PI.get_field(data, "port_phys_state")
         if phys:
             p.phys_state = phys
-        state = pi_get(data, "port_state")
+        state = PI.get_field(data, "port_state")
         rp = p.remote
         if state > 0 and rp is not None:
             if state == 1:  # Down: both ends back to Init
@@ -839,38 +832,38 @@ class Subnet:
                 if abs(rp.state - state) <= 1 and abs(p.state - state) == 1:
                     p.state = state
                 else:
-                    return S.STATUS_INVALID_VALUE
+                    return STATUS_INVALID_VALUE
         elif state > 1:
-            return S.STATUS_INVALID_VALUE  # a port that is down stays down
-        vls = pi_get(data, "operational_vls")
-        if vls > pi_get(data, "vl_cap"):
-            return S.STATUS_INVALID_VALUE
+            return STATUS_INVALID_VALUE  # a port that is down stays down
+        vls = PI.get_field(data, "operational_vls")
+        if vls > PI.get_field(data, "vl_cap"):
+            return STATUS_INVALID_VALUE
         p.op_vls = vls
         # NeighborMTU, as the SM negotiates it (IBA 14.2.5.6: at most MTUCap; 0 leaves it).  ibsim 0.10 ignores
         # it and keeps 2048; OpenSM sets min(MTUCap) of the two ends, which is that same 2048 on ibsim's ports
-        mtu = pi_get(data, "neighbor_mtu")
+        mtu = PI.get_field(data, "neighbor_mtu")
         if mtu:
-            if mtu > pi_get(p.portinfo, "mtu_cap"):
-                return S.STATUS_INVALID_VALUE
-            pi_set(p.portinfo, "neighbor_mtu", mtu)
-        p.subnet_prefix = pi_get(data, "gid_prefix")
+            if mtu > PI.get_field(p.portinfo, "mtu_cap"):
+                return STATUS_INVALID_VALUE
+            PI.set_field(p.portinfo, "neighbor_mtu", mtu)
+        p.subnet_prefix = PI.get_field(data, "gid_prefix")
         if rp is None:
             return 0
-        speed = pi_get(data, "link_speed_enabled")
+        speed = PI.get_field(data, "link_speed_enabled")
         active = {1: 1, 3: 2, 5: 4, 7: 4}.get(speed)
         if active:
             p.speed_active = rp.speed_active = active
         speed_changed = bool(active) and speed != p.speed_enabled
         if speed_changed:
             p.speed_enabled = speed
-        espeed = pi_get(data, "link_speed_ext_enabled")
+        espeed = PI.get_field(data, "link_speed_ext_enabled")
         eactive = {1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 4}.get(espeed)
         if eactive:
             p.speed_ext_active = rp.speed_ext_active = eactive
         espeed_changed = bool(eactive) and espeed != p.speed_ext_enabled
         if espeed_changed:
             p.speed_ext_enabled = espeed
-        width = pi_get(data, "link_width_enabled")
+        width = PI.get_field(data, "link_width_enabled")
         wactive = 0
         if 1 <= width <= 31:
             wactive = 8 if width & 8 else 4 if width & 4 else 2 if width & 2 else 16 if width & 16 else 1
@@ -887,7 +880,7 @@ class Subnet:
     def _extportinfo(port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
         node = port.node
         if mod > node.num_ports:
-            return S.STATUS_INVALID_VALUE
+            return STATUS_INVALID_VALUE
         p = node.port(mod if mod or node.is_switch else port.num)
         assert p is not None
         if op == METHOD_SET:
@@ -900,9 +893,9 @@ class Subnet:
     def _lft(port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
         node = port.node
         if not node.is_switch:
-            return S.STATUS_METHOD_ATTR_UNSUPPORTED
+            return STATUS_METHOD_ATTR_UNSUPPORTED
         if mod >= LINEAR_CAP // S.LFT_BLOCK_SIZE:
-            return S.STATUS_INVALID_VALUE
+            return STATUS_INVALID_VALUE
         lo = mod * S.LFT_BLOCK_SIZE
         if op == METHOD_SET:
             node.lft[lo:lo + 64] = data[:64]
@@ -913,7 +906,7 @@ class Subnet:
     def _mft(port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
         node = port.node
         if not node.is_switch:
-            return S.STATUS_METHOD_ATTR_UNSUPPORTED
+            return STATUS_METHOD_ATTR_UNSUPPORTED
         mask, block = mod >> 28, mod & 0x1FF
         if block > MCAST_CAP // 32 - 1 or mask >= node.num_port_masks:
             data[:] = bytes(64)
@@ -927,9 +920,10 @@ class Subnet:
     @staticmethod
     def _cpi(port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
         # AllPortSelect (switches), PortCountersExtended without IETF, PortXmitWait (IBA 16.1.2 table 227)
-        cap = (P.CAP_ALL_PORT_SELECT if port.node.is_switch else 0) | P.CAP_EXT_WIDTH_SUPPORTED | P.CAP_PORT_XMIT_WAIT
-        data[:] = P.ClassPortInfo(capability_mask=cap, resp_time_value=0x12).encode().ljust(64, b"\0")
-        return S.STATUS_METHOD_UNSUPPORTED if op != METHOD_GET else 0
+        caps = (P.CAP_ALL_PORT_SELECT if port.node.is_switch else 0) | P.CAP_EXTENDED_WIDTH_NOIETF \
+            | P.CAP_PORT_XMIT_WAIT
+        data[:] = P.ClassPortInfo(capability_mask=caps, resp_time_value=0x12).encode().ljust(len(data), b"\0")
+        return STATUS_METHOD_UNSUPPORTED if op != METHOD_GET else 0
 
     def _counter_ports(self, port: Port, select: int) -> list[Port] | None:
         node = port.node
@@ -944,10 +938,10 @@ class Subnet:
 
     def _portcounters(self, port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
         pc = P.PortCounters
-        ports = self._counter_ports(port, S.get_field(pc, data, "port_select"))
+        ports = self._counter_ports(port, pc.get_field(data, "port_select"))
         if ports is None:
-            return S.STATUS_INVALID_VALUE
-        mask = S.get_field(pc, data, "counter_select")
+            return STATUS_INVALID_VALUE
+        mask = pc.get_field(data, "counter_select")
         if op == METHOD_SET:
             for p in ports:
                 c = p.counters
@@ -977,29 +971,30 @@ class Subnet:
             total.rcv_errors = _add(total.rcv_errors, c.rcv_errors, 0xFFFF)
             total.rcv_switch_relay_errors = _add(total.rcv_switch_relay_errors, c.rcv_switch_relay_errors, 0xFFFF)
         for name in P.COUNTER_SELECT_BITS:  # the counters nothing moves here read 0
-            S.set_field(pc, data, name, 0)
-        S.set_field(pc, data, "port_xmit_pkts", total.xmit_pkts)
-        S.set_field(pc, data, "port_xmit_data", total.xmit_data)
-        S.set_field(pc, data, "port_rcv_pkts", total.rcv_pkts)
-        S.set_field(pc, data, "port_rcv_data", total.rcv_data)
-        S.set_field(pc, data, "port_xmit_discards", total.xmit_discards)
-        S.set_field(pc, data, "port_rcv_errors", total.rcv_errors)
-        S.set_field(pc, data, "port_rcv_switch_relay_errors", total.rcv_switch_relay_errors)
+            pc.set_field(data, name, 0)
+        pc.set_field(data, "port_xmit_pkts", total.xmit_pkts)
+        pc.set_field(data, "port_xmit_data", total.xmit_data)
+        pc.set_field(data, "port_rcv_pkts", total.rcv_pkts)
+        pc.set_field(data, "port_rcv_data", total.rcv_data)
+        pc.set_field(data, "port_xmit_discards", total.xmit_discards)
+        pc.set_field(data, "port_rcv_errors", total.rcv_errors)
+        pc.set_field(data, "port_rcv_switch_relay_errors", total.rcv_switch_relay_errors)
         return 0
 
     def _zero_counters(self, port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
         """The detail and per-VL counter attributes (IBA 16.1.4): nothing here moves them, they read 0 (ibsim's
         do_portcounters_common with counters nothing increments); PortSelect is checked as for PortCounters."""
-        if self._counter_ports(port, data[1]) is None:
-            return S.STATUS_INVALID_VALUE
+        if self._counter_ports(port, P.PortCounters.get_field(data, "port_select")) is None:
+            return STATUS_INVALID_VALUE
         data[4:] = bytes(len(data) - 4)  # the counters follow PortSelect and CounterSelect
         return 0
 
     def _extcounters(self, port: Port, op: int, mod: int, data: bytearray, traps: list[Delivery]) -> int:
-        ports = self._counter_ports(port, data[1])
+        pce = P.PortCountersExtended
+        ports = self._counter_ports(port, pce.get_field(data, "port_select"))
         if ports is None:
-            return S.STATUS_INVALID_VALUE
-        mask = int.from_bytes(data[2:4], "big")
+            return STATUS_INVALID_VALUE
+        mask = pce.get_field(data, "counter_select")
         if op == METHOD_SET:
             for p in ports:
                 c = p.counters
@@ -1017,7 +1012,8 @@ class Subnet:
             c = p.counters
             for i, v in enumerate((c.ext_xmit_data, c.ext_rcv_data, c.ext_xmit_pkts, c.ext_rcv_pkts)):
                 vals[i] = _add(vals[i], v, lim)
-        # PortCountersExtended (IBA 16.1.4.11): the 64-bit counters from byte 8; unicast/multicast ones stay 0
-        for i, v in enumerate(vals + [0, 0, 0]):
-            data[8 + 8 * i:16 + 8 * i] = v.to_bytes(8, "big")
+        names = ("port_xmit_data", "port_rcv_data", "port_xmit_pkts", "port_rcv_pkts", "port_unicast_xmit_pkts",
+                 "port_unicast_rcv_pkts", "port_multicast_xmit_pkts", "port_multicast_rcv_pkts")
+        for name, v in zip(names, vals + [0, 0, 0, 0], strict=True):  # unicast/multicast ones stay 0
+            pce.set_field(data, name, v)
         return 0

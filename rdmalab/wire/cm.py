@@ -44,6 +44,7 @@ from rdmalab.wire.mad import (
     MAD_SIZE,
     METHOD_SEND,
     MGMT_CLASS_CM,
+    MGMT_CLASS_PERF,
     MGMT_CLASS_SA,
     MGMT_CLASS_SM_DIRECTED_ROUTE,
     MGMT_CLASS_SM_LID_ROUTED,
@@ -53,6 +54,7 @@ from rdmalab.wire.mad import (
     decode_mad_layers,
 )
 from rdmalab.wire.packet import Layer, Packet, _problem
+from rdmalab.wire.pma import decode_pma_layers
 from rdmalab.wire.sa import decode_sa_layers
 from rdmalab.wire.smp import decode_smp_layers
 
@@ -1194,11 +1196,13 @@ def build_mra(msg: CMMessage, *, local_comm_id: int = 0, service_timeout: int = 
 
 
 #: the management classes whose data rdmalab decodes beyond the MAD header (and RMPP header): CM,
-#: subnet management (SMPs, :mod:`rdmalab.wire.smp`), subnet administration (:mod:`rdmalab.wire.sa`)
+#: subnet management (SMPs, :mod:`rdmalab.wire.smp`), subnet administration (:mod:`rdmalab.wire.sa`),
+#: performance management (:mod:`rdmalab.wire.pma`)
 MAD_CLASSES: dict[int, ClassDecoder] = {
     MGMT_CLASS_CM: decode_cm_layers,
     MGMT_CLASS_SM_LID_ROUTED: decode_smp_layers, MGMT_CLASS_SM_DIRECTED_ROUTE: decode_smp_layers,  # SMPs
     MGMT_CLASS_SA: decode_sa_layers,  # SA header and PathRecords, after the RMPP header
+    MGMT_CLASS_PERF: decode_pma_layers,  # ClassPortInfo, PortCounters, PortCountersExtended
 }
 
 

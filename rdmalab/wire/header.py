@@ -178,6 +178,30 @@ class Header:
         v = int.from_bytes(data[offset:end], "big")
         return cls(*[(v >> f.shift) & f.mask for f in lay.fields])
 
+    @classmethod
+    def get_field(cls, data: bytes | bytearray | memoryview, name: str, offset: int = 0) -> int:
+        """One field read in place from the header at ``offset`` of ``data``, the rest not decoded
+        (an agent that keeps an attribute as its bytes reads what it needs).  KeyError for a field
+        the header does not have; :class:`TruncatedError` when the header does not fit."""
+        f = _field_index(cls)[name]
+        _fits(cls.LAYOUT, data, offset)
+        end = offset + f.byte_end
+        word = int.from_bytes(data[offset + f.byte_start:end], "big")
+        return (word >> (f.byte_end * 8 - f.bit_offset - f.bits)) & f.mask
+
+    @classmethod
+    def set_field(cls, data: bytearray, name: str, value: int, offset: int = 0) -> None:
+        """One field written in place into the header at ``offset`` of ``data``, every other bit
+        kept.  Raises :class:`EncodeError` for a value that does not fit the field."""
+        f = _field_index(cls)[name]
+        _fits(cls.LAYOUT, data, offset)
+        if not isinstance(value, int) or not 0 <= value <= f.mask:
+            raise EncodeError(cls.LAYOUT.name, name, value, f"0..{f.mask} ({f.bits} bits)")
+        start, end = offset + f.byte_start, offset + f.byte_end
+        shift = f.byte_end * 8 - f.bit_offset - f.bits
+        word = int.from_bytes(data[start:end], "big") & ~(f.mask << shift) | value << shift
+        data[start:end] = word.to_bytes(end - start, "big")
+
     def check(self, offset: int = 0) -> list[MalformedError]:
         """Problems with values the specification fixes (``const`` fields) and ``validate``."""
         consts = self.LAYOUT.consts
@@ -285,6 +309,22 @@ class Header:
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in cls.LAYOUT.fields)
+
+
+_FIELD_INDEX: dict[type, dict[str, FieldSpec]] = {}
+
+
+def _field_index(cls: type[Header]) -> dict[str, FieldSpec]:
+    index = _FIELD_INDEX.get(cls)
+    if index is None:
+        index = _FIELD_INDEX[cls] = {f.name: f for f in cls.LAYOUT.fields}
+    return index
+
+
+def _fits(lay: Layout, data: bytes | bytearray | memoryview, offset: int) -> None:
+    if offset < 0 or offset + lay.size > len(data):
+        raise TruncatedError(lay.name, None, offset, len(data) - offset, f"{lay.size} bytes for the header",
+                             detail=lay.spec)
 
 
 # ---------------------------------------------------------------------- code generated from the declarations

@@ -193,6 +193,10 @@ def attribute_name(mgmt_class: int, attr_id: int) -> str:
 # bits 2-4 invalid-field code, bits 8-15 class specific.
 STATUS_BUSY = 0x0001
 STATUS_REDIRECT = 0x0002
+STATUS_BAD_VERSION = 1 << 2  # the invalid-field codes, in bits 2-4
+STATUS_METHOD_UNSUPPORTED = 2 << 2
+STATUS_METHOD_ATTR_UNSUPPORTED = 3 << 2
+STATUS_INVALID_VALUE = 7 << 2
 STATUS_CODES: dict[int, str] = {
     0: "no invalid fields",
     1: "bad version",

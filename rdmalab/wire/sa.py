@@ -28,6 +28,7 @@ from rdmalab.wire.mad import (
     RMPP_FLAG_LAST,
     RMPP_HEADER_SIZE,
     RMPP_TYPE_DATA,
+    STATUS_METHOD_ATTR_UNSUPPORTED,
     MADHeader,
     Report,
     RMPPHeader,
@@ -58,7 +59,7 @@ PR_SL = 1 << 15
 # MAD status, class-specific part for the SA (15.2.1.2), in the status field's bits 8-15
 SA_STATUS_NO_RECORDS = 0x0300  # ERR_NO_RECORDS
 SA_STATUS_REQ_INVALID = 0x0200  # ERR_REQ_INVALID
-STATUS_UNSUPPORTED_ATTR = 0x000C  # 13.4.7: method/attribute combination not supported
+STATUS_UNSUPPORTED_ATTR = STATUS_METHOD_ATTR_UNSUPPORTED  # 13.4.7 (the name the SA's code uses)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,18 @@ With DrSLID and DrDLID both permissive (0xFFFF) the whole way is directed (14.2.
 
 The attributes (14.2.5) are declared as :class:`~rdmalab.wire.header.Header` layouts, with the
 Wireshark names of ``epan/dissectors/packet-infiniband.c`` (4.0): :class:`NodeInfo`,
-:class:`SwitchInfo`, :class:`PortInfo`, :class:`SMInfo`; NodeDescription is 64 bytes of text
-(:func:`node_description`), a LinearForwardingTable block 64 one-byte ports (:func:`lft_block`).
+:class:`SwitchInfo`, :class:`PortInfo`, :class:`SMInfo`, and the :class:`Notice` of a Trap
+(13.4.8.2); NodeDescription is 64 bytes of text (:func:`node_description`,
+:func:`node_description_data`), a LinearForwardingTable block 64 one-byte ports (:func:`lft_block`).
+The other tables are blocks of equal entries, whose sizes are here: GUIDInfo 8 GUIDs
+(14.2.5.5), P_KeyTable 32 P_Keys (14.2.5.7), SLtoVLMappingTable 16 four-bit VLs (14.2.5.8),
+VLArbitrationTable 32 (VL, weight) byte pairs (14.2.5.9), MulticastForwardingTable 32 16-bit port
+masks (14.2.5.12).
+
+An agent that keeps an attribute as its 64 bytes reads and writes single fields in place with
+:meth:`Header.get_field <rdmalab.wire.header.Header.get_field>` and ``set_field`` (e.g.
+``PortInfo.set_field(data, "lid", 5)``), so that a Set changes only what it may change.  The
+performance management class (PortCounters ...) is :mod:`rdmalab.wire.pma`.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from typing import ClassVar
 from rdmalab.wire.errors import EncodeError, MalformedError, TruncatedError
 from rdmalab.wire.header import F, Header, Layout, layout
 from rdmalab.wire.mad import (
+    ATTR_NOTICE,
     MAD_HEADER_SIZE,
     MAD_SIZE,
     METHOD_GET,
@@ -46,6 +57,7 @@ SMP_DATA_OFFSET = 64
 SMP_DATA_SIZE = 64
 DR_INITIAL_PATH_OFFSET = 128
 DR_RETURN_PATH_OFFSET = 192
+DR_PATH_SIZE = 64
 DR_MAX_HOPS = 63  # the paths are 64 bytes, byte 0 unused (14.2.1.2)
 PERMISSIVE_LID = 0xFFFF  # IBA Vol 1 4.1.1 / 14.2.2
 
@@ -59,8 +71,12 @@ ATTR_PKEY_TABLE = 0x0016
 ATTR_SL_TO_VL_TABLE = 0x0017
 ATTR_VL_ARB_TABLE = 0x0018
 ATTR_LINEAR_FORWARDING_TABLE = 0x0019
+ATTR_RANDOM_FORWARDING_TABLE = 0x001A
 ATTR_MULTICAST_FORWARDING_TABLE = 0x001B
 ATTR_SM_INFO = 0x0020
+ATTR_VENDOR_DIAG = 0x0030
+ATTR_LED_INFO = 0x0031
+ATTR_MLNX_EXT_PORT_INFO = 0xFF90  # Mellanox ExtendedPortInfo (vendor range), which ibsim answers too
 
 # ----------------------------------------------------------------- values
 NODE_TYPE_CA = 1  # NodeInfo.NodeType, 14.2.5.3
@@ -86,6 +102,13 @@ CAPMASK_IS_SM = 1 << 1  # PortInfo.CapabilityMask, 14.2.5.6 table 146
 
 LFT_BLOCK_SIZE = 64  # ports per LinearForwardingTable block (14.2.5.10)
 LFT_NO_PORT = 0xFF  # an LFT entry meaning "no route"
+NODE_DESCRIPTION_SIZE = 64  # 14.2.5.2
+GUID_INFO_BLOCK_SIZE = 8  # GUIDs per GUIDInfo block (14.2.5.5)
+PKEY_BLOCK_SIZE = 32  # P_Keys per P_KeyTable block (14.2.5.7)
+SL2VL_TABLE_SIZE = 8  # 16 SLs, a 4-bit VL each (14.2.5.8)
+VLARB_BLOCK_SIZE = 32  # (VL, weight) entries per VLArbitrationTable block (14.2.5.9)
+MFT_BLOCK_SIZE = 32  # 16-bit port masks per MulticastForwardingTable block (14.2.5.12)
+DEFAULT_PKEY = 0xFFFF  # the full-member default partition (10.9.1.2)
 
 
 # ----------------------------------------------------------------- the SMP
@@ -202,6 +225,11 @@ def dr_get(attr_id: int, path: Sequence[int], attr_mod: int = 0, tid: int = 0) -
 def dr_set(attr_id: int, path: Sequence[int], data: bytes, attr_mod: int = 0, tid: int = 0) -> SMP:
     """A directed-route Set of ``attr_id`` with ``data`` along ``path``."""
     return SMP(METHOD_SET, attr_id, attr_mod, tid, data=data, directed=True, initial_path=tuple(path))
+
+
+def lid_get(attr_id: int, attr_mod: int = 0, tid: int = 0) -> SMP:
+    """A LID-routed Get of ``attr_id`` (the LRH's DLID says where it goes)."""
+    return SMP(METHOD_GET, attr_id, attr_mod, tid, directed=False)
 
 
 def get_response(request: SMP, data: bytes, status: int = 0) -> SMP:
@@ -454,6 +482,36 @@ class SMInfo(Header):
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Notice(Header):
+    """Notice, IBA Vol 1 13.4.8.2, as an SMP Trap carries it (the first 64 bytes: the IssuerGID
+    after them does not fit SMP data).  A generic notice's ``producer_type`` is the node type and
+    ``trap_number`` which trap (144: a port's capability mask, width or speed changed); DataDetails
+    depend on the trap (14.2.5.1)."""
+
+    is_generic: int = 1
+    type: int = 0
+    producer_type: int = 0
+    trap_number: int = 0
+    issuer_lid: int = 0
+    notice_toggle: int = 0
+    notice_count: int = 0
+    data_details: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "Notice", "IBA Vol 1 13.4.8.2 (Notice)",
+        F("is_generic", 1, "infiniband.notice.isgeneric"),
+        F("type", 7, "infiniband.notice.type"),
+        F("producer_type", 24, "infiniband.notice.producertypevendorid", fmt="hex"),
+        F("trap_number", 16, "infiniband.notice.trapnumberdeviceid"),
+        F("issuer_lid", 16, "infiniband.notice.issuerlid"),
+        F("notice_toggle", 1, "infiniband.notice.noticetoggle"),
+        F("notice_count", 15, "infiniband.notice.noticecount"),
+        F("data_details", 432, "infiniband.notice.datadetails", fmt="bytes", doc="54 bytes, per trap"),
+        ws="infiniband.notice",
+    )
+
+
 def attribute_data(attr: Header) -> bytes:
     """An attribute's bytes padded to the 64 bytes of SMP data."""
     return _pad(attr.encode())
@@ -462,6 +520,15 @@ def attribute_data(attr: Header) -> bytes:
 def node_description(data: bytes) -> str:
     """NodeDescription (14.2.5.2): 64 bytes of UTF-8 text, NUL-padded."""
     return bytes(data[:SMP_DATA_SIZE]).split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def node_description_data(text: str) -> bytes:
+    """NodeDescription's 64 bytes for ``text`` (UTF-8, NUL-padded); :class:`EncodeError` when longer."""
+    raw = text.encode()
+    if len(raw) > NODE_DESCRIPTION_SIZE:
+        raise EncodeError("NodeDescription", "text", text, f"at most {NODE_DESCRIPTION_SIZE} bytes of UTF-8 "
+                          "(IBA 14.2.5.2)")
+    return raw.ljust(NODE_DESCRIPTION_SIZE, b"\0")
 
 
 def lft_block(ports: Sequence[int]) -> bytes:
@@ -526,6 +593,7 @@ class SMPPaths(Header):
 #: the attributes decoded inside SMPs (the others stay undecoded data)
 SMP_ATTRIBUTES: dict[int, type[Header]] = {
     ATTR_NODE_INFO: NodeInfo, ATTR_SWITCH_INFO: SwitchInfo, ATTR_PORT_INFO: PortInfo, ATTR_SM_INFO: SMInfo,
+    ATTR_NOTICE: Notice,
 }
 _FIELDS_SIZE = SMP_DATA_OFFSET - MAD_HEADER_SIZE  # 40
 
@@ -554,66 +622,3 @@ def decode_smp_layers(mad: MADHeader, data: bytes, pos: int, end: int,
         out.append((SMPPaths.decode(data, paths), paths))
         rest = pos + MAD_SIZE - MAD_HEADER_SIZE
     return out, rest
-
-
-# ----------------------------------------------------------------- what a subnet management agent adds
-# (rdmalab.fabric.ibsubnet keeps each attribute as its bytes and changes fields in place)
-ATTR_MLNX_EXT_PORT_INFO = 0xFF90  # Mellanox ExtendedPortInfo (vendor range), which ibsim answers too
-STATUS_METHOD_UNSUPPORTED = 2 << 2  # MAD status invalid-field codes, IBA Vol 1 13.4.7 (table 119)
-STATUS_METHOD_ATTR_UNSUPPORTED = 3 << 2
-STATUS_INVALID_VALUE = 7 << 2
-P_KEY_BLOCK_SIZE = 32  # P_Keys per P_KeyTable block (14.2.5.7)
-VL_ARB_BLOCK_SIZE = 32  # (VL, weight) entries per VLArbitrationTable block (14.2.5.9)
-MFT_BLOCK_SIZE = 32  # 16-bit port masks per MulticastForwardingTable block (14.2.5.12)
-NODE_DESCRIPTION_SIZE = 64
-
-
-def get_field(cls: type[Header], buf: bytes | bytearray | memoryview, name: str, base: int = 0) -> int:
-    """Field ``name`` of the ``cls`` attribute that starts at ``buf[base]``, read in place (IBA bit order:
-    most significant first).  Raises KeyError for a field ``cls`` does not have, TruncatedError for a short
-    buffer."""
-    f = cls.LAYOUT.field(name)
-    first, end = f.bit_offset // 8, (f.bit_offset + f.bits + 7) // 8
-    if base + end > len(buf):
-        raise TruncatedError(cls.LAYOUT.name, name, base + first, len(buf) - base, f"{cls.LAYOUT.size} bytes")
-    word = int.from_bytes(buf[base + first:base + end], "big")
-    return (word >> (end * 8 - f.bit_offset - f.bits)) & f.mask
-
-
-def set_field(cls: type[Header], buf: bytearray, name: str, value: int, base: int = 0) -> None:
-    """Field ``name`` of the ``cls`` attribute at ``buf[base]`` set in place, the other bits kept.  Raises
-    EncodeError for a value that does not fit."""
-    f = cls.LAYOUT.field(name)
-    if not 0 <= value <= f.mask:
-        raise EncodeError(cls.LAYOUT.name, name, value, f"an unsigned {f.bits}-bit integer")
-    first, end = f.bit_offset // 8, (f.bit_offset + f.bits + 7) // 8
-    shift = end * 8 - f.bit_offset - f.bits
-    word = int.from_bytes(buf[base + first:base + end], "big")
-    word = (word & ~(f.mask << shift)) | (value << shift)
-    buf[base + first:base + end] = word.to_bytes(end - first, "big")
-
-
-def node_description_bytes(text: str) -> bytes:
-    """NodeDescription's 64 bytes from text (UTF-8, NUL-padded; longer text is cut, as an agent keeps 64)."""
-    return text.encode()[:NODE_DESCRIPTION_SIZE].ljust(NODE_DESCRIPTION_SIZE, b"\0")
-
-
-@dataclass(frozen=True, slots=True)
-class Notice(Header):
-    """The first 10 bytes of a Notice (IBA Vol 1 13.4.8.2), the data of a Trap: who, which trap; the
-    DataDetails (54 bytes) follow."""
-
-    is_generic: int = 1
-    type: int = 0
-    producer_type: int = 0
-    trap_number: int = 0
-    issuer_lid: int = 0
-    notice_toggle: int = 0
-    notice_count: int = 0
-
-    LAYOUT: ClassVar[Layout] = layout(
-        "Notice", "IBA Vol 1 13.4.8.2 (Notice)",
-        F("is_generic", 1, None), F("type", 7, None), F("producer_type", 24, None, doc="NodeType of the producer"),
-        F("trap_number", 16, None), F("issuer_lid", 16, None), F("notice_toggle", 1, None),
-        F("notice_count", 15, None),
-    )

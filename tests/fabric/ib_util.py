@@ -51,16 +51,19 @@ def side(fab: Any, name: str, size: int = 1 << 16) -> Side:
     return Side(ctx, pd, cq, mr, qp)
 
 
-def connect_by_lid(a: Side, b: Side, *, sl: int = 0, mtu: int = e.IBV_MTU_1024) -> None:
-    """RESET -> RTS on both QPs, each AV naming the peer's LID (``is_global=0``), as on an HCA."""
-    for me, peer in ((a, b), (b, a)):
+def connect_by_lid(a: Side, b: Side, *, sl: int = 0, mtu: int = e.IBV_MTU_1024,
+                   dlids: tuple[int, int] | None = None) -> None:
+    """RESET -> RTS on both QPs, each AV naming the peer's LID (``is_global=0``), as on an HCA:
+    the LID its port reports, or ``dlids`` (a's AV, b's AV), e.g. from PathRecords."""
+    for i, (me, peer) in enumerate(((a, b), (b, a))):
         attr = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=1, path_mtu=mtu)
         attr.qp_access_flags = ACCESS
         attr.dest_qp_num = peer.qp.qp_num
         attr.rq_psn = attr.sq_psn = 0
         attr.max_rd_atomic = attr.max_dest_rd_atomic = 1
         attr.min_rnr_timer, attr.timeout, attr.retry_cnt, attr.rnr_retry = 12, 14, 7, 7
-        attr.ah_attr = AHAttr(dlid=peer.ctx.query_port(1).lid, sl=sl, is_global=0, port_num=1)
+        dlid = dlids[i] if dlids is not None else peer.ctx.query_port(1).lid
+        attr.ah_attr = AHAttr(dlid=dlid, sl=sl, is_global=0, port_num=1)
         me.qp.to_rts(attr)
 
 

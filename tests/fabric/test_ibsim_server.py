@@ -17,17 +17,6 @@ from rdmalab.fabric.ibsubnet import Subnet
 from rdmalab.wire import ibsim as W
 from rdmalab.wire import smp as S
 
-
-def smp(attr: int, mod: int = 0, *, tid: int = 0, path: tuple[int, ...] | None = None, method: int = 1,
-        data: bytes = b"") -> S.SMP:
-    """A Get (or Set) SMP: directed route along ``path`` (out ports; ``()`` the local port), else LID-routed."""
-    return S.SMP(method, attr, mod, tid, data, directed=path is not None, initial_path=tuple(path or ()))
-
-
-def nodeinfo(data: bytes) -> dict[str, int]:
-    return S.NodeInfo.decode(data).values()
-
-
 NET = Path(__file__).resolve().parent.parent / "data" / "ib" / "fattree2.net"
 
 
@@ -80,23 +69,23 @@ def test_connect_controls_and_a_mad(server: str) -> None:
         port = W.SimPort.decode(c.call(W.SimCtl(W.CtlType.GET_PORT, c.id)).data)
         assert (port.lid, port.state) == (0, 4)  # a switch's port 0: Active from the start, no LID yet
         ni = c.call(W.SimCtl(W.CtlType.GET_NODEINFO, c.id, len=64)).data
-        assert S.get_field(S.NodeInfo, ni, "node_guid") == 0x200002 and S.get_field(S.NodeInfo, ni, "node_type") == 2
+        assert S.NodeInfo.get_field(ni, "node_guid") == 0x200002 and S.NodeInfo.get_field(ni, "node_type") == 2
         guid = c.call(W.SimCtl(W.CtlType.GET_GUID, c.id, len=8)).data[:8]
         assert int.from_bytes(guid, "little") == 0x200002  # host order, as ibsim's memcpy
         pkeys = c.call(W.SimCtl(W.CtlType.GET_PKEYS, c.id, len=64)).data
         assert pkeys[:2] == b"\xff\xff" and pkeys[2:16] == bytes(14)  # the switch's port 0: 8 P_Keys
         pi = c.call(W.SimCtl(W.CtlType.GET_PORTINFO, c.id, len=64, data=bytes([7]))).data
-        assert S.get_field(S.PortInfo, pi, "port_state") == 2 and S.get_field(S.PortInfo, pi, "port_phys_state") == 5
+        assert S.PortInfo.get_field(pi, "port_state") == 2 and S.PortInfo.get_field(pi, "port_phys_state") == 5
         # a DR NodeInfo Get one hop out of port 7 (to Spine1), and its reply
-        req = smp(S.ATTR_NODE_INFO, tid=0x42, path=(7,))
-        c.data.send(W.SimRequest(0xFFFF, 0xFFFF, 0, 0, req.encode()).encode())
+        smp = S.dr_get(S.ATTR_NODE_INFO, (7,), tid=0x42)
+        c.data.send(W.SimRequest(0xFFFF, 0xFFFF, 0, 0, smp.encode()).encode())
         reply = W.SimRequest.decode(c.data.recv(4096))
         got = S.SMP.decode(reply.mad)
         assert reply.status == 0 and got.method == 0x81 and got.tid & 0xFFFFFFFFFFFF == 0x42
-        assert S.get_field(S.NodeInfo, got.data, "node_guid") == 0x200000 and S.get_field(S.NodeInfo, got.data, "local_port_num") == 1
+        assert S.NodeInfo.get_field(got.data, "node_guid") == 0x200000 and S.NodeInfo.get_field(got.data, "local_port_num") == 1
         # a short datagram is dropped (no reply), the next MAD still answered
         c.data.send(b"\0" * 40)
-        c.data.send(W.SimRequest(0xFFFF, 0xFFFF, 0, 0, req.encode()).encode())
+        c.data.send(W.SimRequest(0xFFFF, 0xFFFF, 0, 0, smp.encode()).encode())
         assert W.SimRequest.decode(c.data.recv(4096)).status == 0
         assert c.call(W.SimCtl(W.CtlType.DISCONNECT, c.id)).type == W.CtlType.DISCONNECT
     finally:

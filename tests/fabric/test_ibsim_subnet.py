@@ -10,18 +10,12 @@ from rdmalab.fabric.ibsubnet_netfile import NetFileError, parse_netfile
 from rdmalab.wire import pma as P
 from rdmalab.wire import smp as S
 from rdmalab.wire.ibsim import SimRequest
-from rdmalab.wire.mad import ATTR_NOTICE
-
-
-def smp(attr: int, mod: int = 0, *, tid: int = 0, path: tuple[int, ...] | None = None, method: int = 1,
-        data: bytes = b"") -> S.SMP:
-    """A Get (or Set) SMP: directed route along ``path`` (out ports; ``()`` the local port), else LID-routed."""
-    return S.SMP(method, attr, mod, tid, data, directed=path is not None, initial_path=tuple(path or ()))
-
-
-def nodeinfo(data: bytes) -> dict[str, int]:
-    return S.NodeInfo.decode(data).values()
-
+from rdmalab.wire.mad import (
+    ATTR_NOTICE,
+    STATUS_INVALID_VALUE,
+    STATUS_METHOD_ATTR_UNSUPPORTED,
+    STATUS_METHOD_UNSUPPORTED,
+)
 
 NET = """# two switches, three HCAs
 Switch\t8 "Sw1"\t# "switch one"
@@ -45,7 +39,7 @@ def sub() -> Subnet:
 
 
 def dr(s: Subnet, c, attr: int, path: tuple[int, ...], mod: int = 0, method: int = 1, data: bytes = b""):
-    req = SimRequest(0xFFFF, 0xFFFF, 0, 0, smp(attr, mod, tid=7, path=path, method=method, data=data).encode())
+    req = SimRequest(0xFFFF, 0xFFFF, 0, 0, S.SMP(method, attr, mod, 7, data, initial_path=path).encode())
     out = s.send(c, req)
     assert len(out) == 1 and out[0].client is c
     return out[0].request, S.SMP.decode(out[0].request.mad)
@@ -82,15 +76,16 @@ def test_dr_nodeinfo_hop_by_hop_and_return_path() -> None:
     s = sub()
     c = s.attach("H1")
     _, local = dr(s, c, S.ATTR_NODE_INFO, ())
-    ni = nodeinfo(local.data)
-    assert (ni["node_type"], ni["node_guid"], ni["port_guid"], ni["local_port_num"]) == (1, 0x100000, 0x100001, 1)
+    ni = S.NodeInfo.decode(local.data)
+    assert (ni.node_type, ni.node_guid, ni.port_guid, ni.local_port_num) == (1, 0x100000, 0x100001, 1)
     req, far = dr(s, c, S.ATTR_NODE_INFO, (1, 2, 3))  # H1 -> Sw1 -> port 2 -> Sw2 -> port 3 -> H2
     assert req.status == 0 and far.method == 0x81 and far.direction == 1
-    ni = nodeinfo(far.data)
-    assert (ni["node_guid"], ni["local_port_num"]) == (0x100003, 1)
-    assert far.return_path == (1, 2, 1)  # the port entered at each hop (entry 0, the start, not listed)
+    ni = S.NodeInfo.decode(far.data)
+    assert (ni.node_guid, ni.local_port_num) == (0x100003, 1)
+    assert far.return_path == (1, 2, 1)  # the port entered at each hop
+    assert req.mad[192:196] == bytes([1, 1, 2, 1])  # and in ReturnPath[0], the sender's port, as ibsim
     _, sw = dr(s, c, S.ATTR_NODE_INFO, (1, 2))
-    assert nodeinfo(sw.data)["local_port_num"] == 2  # Sw2, entered on its port 2
+    assert S.NodeInfo.decode(sw.data).local_port_num == 2  # Sw2, entered on its port 2
     _, desc = dr(s, c, S.ATTR_NODE_DESCRIPTION, (1,))
     assert S.node_description(desc.data) == "switch one"
 
@@ -106,56 +101,55 @@ def test_portinfo_set_lid_and_states_then_lid_routing_and_counters() -> None:
     s = sub()
     c = s.attach("H1")
     pi = bytearray(64)
-    S.set_field(S.PortInfo, pi, "lid", 5)
-    S.set_field(S.PortInfo, pi, "master_sm_lid", 5)
+    S.PortInfo.set_field(pi, "lid", 5)
+    S.PortInfo.set_field(pi, "master_sm_lid", 5)
     _, r = dr(s, c, S.ATTR_PORT_INFO, (), 1, method=2, data=bytes(pi))
-    assert S.get_field(S.PortInfo, r.data, "lid") == 5 and S.get_field(S.PortInfo, r.data, "port_state") == 2
-    S.set_field(S.PortInfo, pi, "port_state", 4)  # Init -> Active skips Armed: refused
+    assert S.PortInfo.get_field(r.data, "lid") == 5 and S.PortInfo.get_field(r.data, "port_state") == 2
+    S.PortInfo.set_field(pi, "port_state", 4)  # Init -> Active skips Armed: refused
     _, r = dr(s, c, S.ATTR_PORT_INFO, (), 1, method=2, data=bytes(pi))
-    assert r.status == S.STATUS_INVALID_VALUE
+    assert r.status == STATUS_INVALID_VALUE
     # a switch: LID 9 on port 0, LFT top and block 0
-    S.set_field(S.PortInfo, pi, "port_state", 0)
-    S.set_field(S.PortInfo, pi, "lid", 9)
+    S.PortInfo.set_field(pi, "port_state", 0)
+    S.PortInfo.set_field(pi, "lid", 9)
     dr(s, c, S.ATTR_PORT_INFO, (1,), 0, method=2, data=bytes(pi))
     si = bytearray(64)
-    S.set_field(S.SwitchInfo, si, "linear_fdb_top", 9)
+    S.SwitchInfo.set_field(si, "linear_fdb_top", 9)
     dr(s, c, S.ATTR_SWITCH_INFO, (1,), method=2, data=bytes(si))
     lft = bytearray(b"\xff" * 64)
     lft[5], lft[9] = 1, 0
     _, r = dr(s, c, S.ATTR_LINEAR_FORWARDING_TABLE, (1,), 0, method=2, data=bytes(lft))
     assert r.data[5] == 1 and r.data[9] == 0 and r.data[6] == 0xFF
     # LID-routed Get to LID 9 crosses H1 port 1 -> Sw1 port 1 only while both are Active
-    lr = SimRequest(9, 0, 0, 0, smp(S.ATTR_NODE_INFO, tid=1).encode())
+    lr = SimRequest(9, 0, 0, 0, S.lid_get(S.ATTR_NODE_INFO, tid=1).encode())
     assert s.send(c, lr)[0].request.status == 110
     for state in (3, 4):
-        S.set_field(S.PortInfo, pi, "port_state", state)
-        S.set_field(S.PortInfo, pi, "lid", 5)
+        S.PortInfo.set_field(pi, "port_state", state)
+        S.PortInfo.set_field(pi, "lid", 5)
         assert dr(s, c, S.ATTR_PORT_INFO, (), 1, method=2, data=bytes(pi))[1].status == 0
-        S.set_field(S.PortInfo, pi, "lid", 9)
+        S.PortInfo.set_field(pi, "lid", 9)
         assert dr(s, c, S.ATTR_PORT_INFO, (1,), 1, method=2, data=bytes(pi))[1].status == 0
     before = s.node("Sw1").port(1).counters.rcv_pkts
     out = s.send(c, lr)[0].request
-    assert out.status == 0 and nodeinfo(S.SMP.decode(out.mad).data)["node_guid"] == 0x200000
+    assert out.status == 0 and S.NodeInfo.decode(S.SMP.decode(out.mad).data).node_guid == 0x200000
     assert (out.dlid, out.slid) == (5, 9)
     assert s.node("Sw1").port(1).counters.rcv_pkts == before + 1
     # the PMA: PortCounters of Sw1 port 1, read by LID
-    pc = bytearray(44)
-    S.set_field(P.PortCounters, pc, "port_select", 1)
-    got = s.send(c, SimRequest(9, 0, 1, 1, P.pma_mad(P.ATTR_PORT_COUNTERS, bytes(pc), tid=3)))[0].request
-    counters = P.PortCounters.decode(got.mad[64:]).values()
-    assert counters["port_rcv_pkts"] == before + 2 and counters["port_rcv_data"] == 72 * (before + 2)
+    pc = P.PortCounters(port_select=1).encode()
+    got = s.send(c, SimRequest(9, 0, 1, 1, P.pma_mad(P.ATTR_PORT_COUNTERS, pc, tid=3)))[0].request
+    counters = P.PortCounters.decode(got.mad, P.PMA_DATA_OFFSET)
+    assert counters.port_rcv_pkts == before + 2 and counters.port_rcv_data == 72 * (before + 2)
 
 
 def test_unknown_attribute_method_and_bad_mads_never_crash() -> None:
     s = sub()
     c = s.attach("H1")
     _, r = dr(s, c, 0x0077, ())
-    assert r.status == S.STATUS_METHOD_ATTR_UNSUPPORTED
+    assert r.status == STATUS_METHOD_ATTR_UNSUPPORTED
     _, r = dr(s, c, S.ATTR_NODE_INFO, (), method=0x03)
-    assert r.status == S.STATUS_METHOD_UNSUPPORTED
+    assert r.status == STATUS_METHOD_UNSUPPORTED
     _, r = dr(s, c, S.ATTR_SWITCH_INFO, ())  # an HCA has no SwitchInfo
-    assert r.status == S.STATUS_METHOD_ATTR_UNSUPPORTED
-    bad = bytearray(smp(S.ATTR_NODE_INFO, path=()).encode())
+    assert r.status == STATUS_METHOD_ATTR_UNSUPPORTED
+    bad = bytearray(S.dr_get(S.ATTR_NODE_INFO, ()).encode())
     bad[0] = 2  # base version 2: dropped, as ibsim drops it
     assert s.send(c, SimRequest(0xFFFF, 0xFFFF, 0, 0, bytes(bad))) == []
     assert s.send(c, SimRequest(0xFFFF, 0xFFFF, 0, 0, b"")) == []
@@ -167,7 +161,7 @@ def test_sminfo_goes_to_the_sm_client() -> None:
     s = sub()
     c = s.attach("H1")
     sm = s.attach("H1", issm=True)
-    req = SimRequest(0xFFFF, 0xFFFF, 0, 0, smp(S.ATTR_SM_INFO, path=()).encode())
+    req = SimRequest(0xFFFF, 0xFFFF, 0, 0, S.dr_get(S.ATTR_SM_INFO, ()).encode())
     out = s.send(c, req)
     assert [d.client for d in out] == [sm]
     s.detach(sm)
@@ -182,20 +176,20 @@ def test_issm_change_traps_144_to_the_sm() -> None:
     sm = s.attach("H1")
     out = s.set_issm(sm, True)  # CapabilityMask.IsSM changes on a port that has IsTrap and IsCapabilityMaskTrap
     assert [d.client for d in out] == [sm]
-    got = S.SMP.decode(out[0].request.mad)
-    assert (got.method, got.attr_id) == (0x05, ATTR_NOTICE)
-    notice = S.Notice.decode(got.data).values()
-    assert (notice["trap_number"], notice["issuer_lid"], notice["is_generic"]) == (144, 5, 1)
-    assert int.from_bytes(got.data[15:19], "big") & 0x2  # the capability mask with IsSM
+    smp = S.SMP.decode(out[0].request.mad)
+    assert (smp.method, smp.attr_id) == (0x05, ATTR_NOTICE)
+    notice = S.Notice.decode(smp.data)
+    assert (notice.trap_number, notice.issuer_lid, notice.is_generic) == (144, 5, 1)
+    assert int.from_bytes(smp.data[15:19], "big") & 0x2  # the capability mask with IsSM
     assert s.set_issm(sm, True) == []  # no change, no trap
 
 
 def test_in_process_request_and_port_by_lid() -> None:
     s = sub()
     c = s.attach("H2")
-    reply = s.request(c, smp(S.ATTR_NODE_INFO, path=(1,)).encode())
-    assert reply is not None and S.get_field(S.NodeInfo, S.SMP.decode(reply.mad).data, "node_guid") == 0x200001
-    lost = s.request(c, smp(S.ATTR_NODE_INFO, tid=2).encode(), dlid=77)  # no LID 77 (no LIDs at all yet)
+    reply = s.request(c, S.dr_get(S.ATTR_NODE_INFO, (1,)).encode())
+    assert reply is not None and S.NodeInfo.get_field(S.SMP.decode(reply.mad).data, "node_guid") == 0x200001
+    lost = s.request(c, S.lid_get(S.ATTR_NODE_INFO, tid=2).encode(), dlid=77)  # no LID 77 (no LIDs at all yet)
     assert lost is not None and lost.status == 110 and s.dropped == 1
     assert s.port_by_lid(1) is None
     s.node("Sw2").first_port().lid = 4
@@ -206,11 +200,11 @@ def test_neighbor_mtu_set_within_mtu_cap() -> None:
     s = sub()
     c = s.attach("H1")
     pi = bytearray(64)
-    S.set_field(S.PortInfo, pi, "neighbor_mtu", 3)  # 1024
+    S.PortInfo.set_field(pi, "neighbor_mtu", 3)  # 1024
     _, r = dr(s, c, S.ATTR_PORT_INFO, (), 1, method=2, data=bytes(pi))
-    assert r.status == 0 and S.get_field(S.PortInfo, r.data, "neighbor_mtu") == 3
-    S.set_field(S.PortInfo, pi, "neighbor_mtu", 5)  # 4096 > MTUCap 2048
+    assert r.status == 0 and S.PortInfo.get_field(r.data, "neighbor_mtu") == 3
+    S.PortInfo.set_field(pi, "neighbor_mtu", 5)  # 4096 > MTUCap 2048
     _, r = dr(s, c, S.ATTR_PORT_INFO, (), 1, method=2, data=bytes(pi))
-    assert r.status == S.STATUS_INVALID_VALUE
+    assert r.status == STATUS_INVALID_VALUE
     _, r = dr(s, c, S.ATTR_PORT_INFO, (), 1)
-    assert S.get_field(S.PortInfo, r.data, "neighbor_mtu") == 3
+    assert S.PortInfo.get_field(r.data, "neighbor_mtu") == 3
