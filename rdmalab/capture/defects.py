@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rdmalab.wire.ib import BTH
-from rdmalab.wire.mad import MGMT_CLASS_PERF, MADHeader
+from rdmalab.wire.mad import MGMT_CLASS_PERF, MGMT_CLASS_SA, MADHeader
 from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES, Op, Transport
 
 if TYPE_CHECKING:
@@ -280,22 +280,25 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
 
 
 
-def _perf_mad_without_crc(cp: CapturedPacket, ws: WiresharkView) -> bool:
+def _short_mad_parse(cp: CapturedPacket, ws: WiresharkView) -> bool:
     mad = cp.packet.get(MADHeader)
-    return mad is not None and mad.mgmt_class == MGMT_CLASS_PERF and "infiniband.invariant.crc" not in ws
+    return (mad is not None and "infiniband.invariant.crc" not in ws
+            and (mad.mgmt_class == MGMT_CLASS_PERF or (mad.mgmt_class == MGMT_CLASS_SA and mad.attr_id == 0x0011)))
 
 
 WIRESHARK_DEFECTS.append(WiresharkDefect(
-    "perfmgt-no-crc",
-    "Performance Management MADs (class 0x04: ClassPortInfo, PortCounters, ...)",
+    "mad-parse-short-no-crc",
+    "Performance Management MADs (class 0x04: ClassPortInfo, PortCounters, ...) and SA NodeRecords",
     ("infiniband.invariant.crc", "infiniband.variant.crc"),
     "Wireshark shows the ICRC and VCRC only when exactly their 6 bytes are left after its parse of the packet; "
-    "its PerfMgt attribute parsers stop inside the MAD's 232-byte data (tshark 4.0: PortCounters' last field "
-    "ends 152 bytes before the MAD does, ClassPortInfo's 120), so no CRC field is shown for these packets",
+    "its PerfMgt attribute parsers and its SA NodeRecord parser stop inside the MAD (tshark 4.0: PortCounters' "
+    "last field ends 152 bytes before the MAD does, ClassPortInfo's 120, a NodeRecord's 92), so no CRC field "
+    "is shown for these packets",
     "IBA Vol 1 13.4.2: a MAD is 256 bytes; 7.8: the ICRC and VCRC follow the payload",
-    "Wireshark 4.0 epan/dissectors/packet-infiniband.c (parse_PERF and its attribute parsers; the CRCs are "
-    "added by dissect_infiniband_common when 6 bytes remain); found by this cross-check on `rdmalab ibsim -w`",
-    _perf_mad_without_crc,
+    "Wireshark 4.0 epan/dissectors/packet-infiniband.c (parse_PERF, parse_SUBA_Attribute and their attribute "
+    "parsers; the CRCs are added by dissect_infiniband_common when 6 bytes remain); found by this cross-check "
+    "on captures of `rdmalab ibsim -w`",
+    _short_mad_parse,
     kinds=("only_rdmalab",),
 ))
 

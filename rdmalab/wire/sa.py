@@ -13,7 +13,7 @@ the SL, MTU, rate, and how many hops (HopLimit, for a path inside a subnet) it t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -33,12 +33,14 @@ from rdmalab.wire.mad import (
     Report,
     RMPPHeader,
 )
+from rdmalab.wire.smp import NodeInfo
 
 SA_CLASS_VERSION = 2  # IBA Vol 1 15.2.1
 SA_HEADER_SIZE = 20
 SA_DATA_OFFSET = MAD_HEADER_SIZE + RMPP_HEADER_SIZE + SA_HEADER_SIZE  # 56
 SA_DATA_SIZE = MAD_SIZE - SA_DATA_OFFSET  # 200
 ATTR_PATH_RECORD = 0x0035
+ATTR_NODE_RECORD = 0x0011
 PATH_RECORD_SIZE = 64
 
 # PathRecord ComponentMask bits, IBA Vol 1 15.2.5.16 (bit n = the n-th field of the record)
@@ -202,14 +204,44 @@ def sa_response(request: SAMad, method: int, records: Sequence[bytes], status: i
     return SAMad(mad, rmpp, sa, data).encode()
 
 
-#: the SA attributes whose records are decoded in packets
-SA_RECORDS: dict[int, type[Header]] = {ATTR_PATH_RECORD: PathRecord}
+@dataclass(frozen=True, slots=True)
+class NodeRecordKey(Header):
+    """The first 4 bytes of a NodeRecord, IBA Vol 1 15.2.5.2 (108 bytes): the LID of the node's port;
+    its NodeInfo (40 bytes, :class:`rdmalab.wire.smp.NodeInfo`) and NodeDescription (64 bytes) follow."""
+
+    lid: int = 0
+    reserved: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "NodeRecord", "IBA Vol 1 15.2.5.2 (NodeRecord)",
+        F("lid", 16, "infiniband.sa.lid"),
+        F("reserved", 16, None, reserved=True),
+        ws="infiniband.sa",
+    )
+
+
+NODE_RECORD_SIZE = 108  # LID, reserved, NodeInfo (40), NodeDescription (64)
+
+
+def _node_record(data: bytes, start: int) -> list[tuple[Header, int]]:
+    return [(NodeRecordKey.decode(data, start), start), (NodeInfo.decode(data, start + 4), start + 4)]
+
+
+def _path_record(data: bytes, start: int) -> list[tuple[Header, int]]:
+    return [(PathRecord.decode(data, start), start)]
+
+
+#: the SA attributes whose records are decoded in packets: a record's size and its layers
+SA_RECORDS: dict[int, tuple[int, Callable[[bytes, int], list[tuple[Header, int]]]]] = {
+    ATTR_PATH_RECORD: (PATH_RECORD_SIZE, _path_record),
+    ATTR_NODE_RECORD: (NODE_RECORD_SIZE, _node_record),
+}
 
 
 def decode_sa_layers(mad: MADHeader, data: bytes, pos: int, end: int,
                      report: Report) -> tuple[list[tuple[Header, int]], int]:
-    """An SA MAD's layers after its RMPP header at ``pos``: the SA header and its records (PathRecords:
-    one in a request or a Get response; in an RMPP DATA segment, as many as its PayloadLength holds,
+    """An SA MAD's layers after its RMPP header at ``pos``: the SA header and its records (PathRecords, and
+    NodeRecords as a NodeRecord's LID and its NodeInfo: one in a request or a Get response; in an RMPP DATA segment, as many as its PayloadLength holds,
     AttributeOffset x 8 bytes apart).  A short one is reported, not raised."""
     if end - pos < SA_HEADER_SIZE:
         report(TruncatedError("SA", None, pos, max(0, end - pos), f"{SA_HEADER_SIZE} bytes for the SA header",
@@ -221,7 +253,7 @@ def decode_sa_layers(mad: MADHeader, data: bytes, pos: int, end: int,
     record = SA_RECORDS.get(mad.attr_id)
     if record is None:
         return out, at
-    size = record.LAYOUT.size
+    size, layers = record
     step = sa.attr_offset * 8 or size
     rmpp = RMPPHeader.decode(data, pos - RMPP_HEADER_SIZE)
     if rmpp.active and rmpp.type == RMPP_TYPE_DATA and rmpp.first:
@@ -232,5 +264,5 @@ def decode_sa_layers(mad: MADHeader, data: bytes, pos: int, end: int,
         start = at + i * step
         if start + size > end:
             break
-        out.append((record.decode(data, start), start))
+        out.extend(layers(data, start))
     return out, at + count * step if count else at
