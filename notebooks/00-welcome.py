@@ -27,6 +27,7 @@
 # | 11 Security | keys, protection domains, access flags, and a guessed rkey |
 # | 12 The connection manager | REQ, REP, RTU decoded from a real `rping` capture |
 # | 13 Live RDMA | a WRITE, a READ and a wrong rkey on the kernel's Soft-RoCE, captured and decoded |
+# | 14 InfiniBand's own network | a subnet manager's sweep by directed-route SMPs, LIDs and forwarding tables; a WRITE's LRH across two switches; an incast with credits, not PFC; the stock OpenSM where installed |
 # | 15 Building on RDMA | a key-value store two ways (READ-based GETs and HERD-style RPC) under a NIC cost model; a torn read |
 
 # %% [markdown]

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rdmalab.capture.linktypes import LINKTYPE_ERF
 from rdmalab.capture.pcapio import (
     MAX_RECORD,
     PCAP_MAGICS,
@@ -55,14 +56,23 @@ def plain_pcap(path: str) -> bool:
     """Whether ``path`` is an uncompressed pcap file (its blocks can be read again by offset).
 
     A stream (``-``, a FIFO: :func:`~rdmalab.capture.pcapio.is_stream`) is not: it is not even
-    opened here, which would take its first bytes."""
+    opened here, which would take its first bytes.  Nor is a pcap of ERF records, whose frames'
+    times are the records' own (read in order by one process)."""
     if is_stream(path):
         return False
     try:
         with open(path, "rb") as f:
-            return f.read(4) in PCAP_MAGICS
+            head = f.read(24)
     except OSError:
         return False
+    fmt = PCAP_MAGICS.get(head[:4])
+    if fmt is None:
+        return False
+    if len(head) < 24:
+        return True  # the readers report the truncated header
+    # ERF records carry their own times, which the frames' times and deltas follow
+    # (reader.decode_record): such a file is read in order, by one process
+    return bool(struct.unpack(fmt[0] + "I", head[20:24])[0] & 0x0FFFFFFF != LINKTYPE_ERF)
 
 
 def default_workers() -> int:

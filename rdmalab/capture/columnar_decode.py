@@ -595,12 +595,8 @@ def columns_from_dicts(rows: list[dict[str, Any]]) -> Columns:
         layer_hits[c.layer] |= hit
     data["frame.time_ns"] = np.array([round(r["frame.time_epoch"] * 1e9) for r in rows], dtype=np.int64)
     for i, row in enumerate(rows):
-        if "erf.ts" in row:  # Wireshark's frame time and length for ERF are the ERF record's own
+        if "erf.ts" in row:  # an ERF record's own time (frame_fields gave it, as a float): exactly, in ns
             data["frame.time_ns"][i] = erf_time_ns(int(row["erf.ts"]))
-            data["frame.time_epoch"][i] = data["frame.time_ns"][i] / 1e9
-            wlen = int(row.get("erf.wlen", 0))
-            data["frame.len"][i] = wlen
-            data["frame.cap_len"][i] = min(wlen, int(data["frame.cap_len"][i]) - 16)
     L.update(layer_hits)
     for i, row in enumerate(rows):
         enc = row.get("rdmalab.encap")

@@ -31,7 +31,7 @@ from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.fieldtext import _OCTET_DOT32, _dec, _hex, _strings
 from rdmalab.capture.filter import compile_filter
 from rdmalab.capture.iwarp import IwarpTracker
-from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
+from rdmalab.capture.linktypes import LINKTYPE_ERF, LINKTYPE_ETHERNET, erf_frame
 from rdmalab.capture.pcapio import RecordBlock, record_blocks
 from rdmalab.capture.reader import RawRecord, decode_record
 from rdmalab.capture.render import (
@@ -523,11 +523,21 @@ class _BlockText:
     pieces: list[bytes | _Record | _SegRecord]
 
 
+#: a frame's line but for its number and time: source, destination, protocol, info, and (a record
+#: with a time of its own: ERF) the per-packet path's time and length of it, else None
+_Parts = tuple[str, str, str, str, tuple[float, int] | None]
+
+
+def _parts(cp: Any) -> _Parts:
+    own = (cp.timestamp, cp.wire_length) if cp.time_ns is not None else None
+    return (*endpoints(cp.packet), protocol(cp), info(cp), own)
+
+
 #: what the per-packet path says of a frame that is not TCP depends on its bytes alone (no stream
 #: or window state): the same bytes again (repeated test runs, duplicated frames) are not decoded
 #: again.  Bounded: emptied when full.
 #: Keyed by how the frame is decoded too (lenient or not).
-_SEEN: dict[tuple[int, bytes, bool], tuple[str, str, str, str]] = {}
+_SEEN: dict[tuple[int, bytes, bool], _Parts] = {}
 
 
 def _stateless_line(first: int, rec: _Record, t0: float, flt: Any, lenient: bool) -> bytes | None:
@@ -545,11 +555,13 @@ def _stateless_line(first: int, rec: _Record, t0: float, flt: Any, lenient: bool
             return None
         if flt is not None and not flt(frame_fields(cp)):
             return b""
-        parts = (*endpoints(cp.packet), protocol(cp), info(cp))
+        parts = _parts(cp)
         if flt is None:
             if len(_SEEN) >= 4096:
                 _SEEN.clear()
             _SEEN[key] = parts
+    if parts[4] is not None:
+        ts, wire = parts[4]
     return (format_summary(first + j, ts - t0, parts[0], parts[1], parts[2], wire or len(data), parts[3])
             + "\n").encode()
 
@@ -659,6 +671,17 @@ def _render_in_worker(blk: RecordBlock, n: int, t0: float, prev: float | None, e
     return _render_block(blk, t0, flt, n, lenient)
 
 
+def _first_time(blk: RecordBlock) -> float:
+    """The time of a capture's first frame as the per-packet path takes it (``CapturedPacket.timestamp``:
+    an ERF record's own time, else the record's)."""
+    if int(blk.linktype[0]) == LINKTYPE_ERF:
+        off, cap = int(blk.offset[0]), int(blk.caplen[0])
+        own = erf_frame(blk.buf[off:off + cap])
+        if own is not None:
+            return own[0] / 1e9
+    return float(blk.seconds()[0])
+
+
 def _sequential(path: str, block_bytes: int, count: int | None, flt: Any,
                 lenient: bool) -> Iterator[tuple[_BlockText, float]]:
     t0: float | None = None
@@ -666,7 +689,7 @@ def _sequential(path: str, block_bytes: int, count: int | None, flt: Any,
     for blk in record_blocks(path, block_bytes):
         n = len(blk) if left is None else min(len(blk), left)
         if t0 is None:
-            t0 = float(blk.seconds()[0])
+            t0 = _first_time(blk)
         yield _render_block(blk, t0, flt, n, lenient), t0
         if left is not None:
             left -= n
@@ -710,7 +733,7 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     # what the per-packet path says of a frame that is not TCP depends on its bytes alone (no
     # stream or window state): the same bytes again (repeated test runs, duplicated frames) are
     # not decoded again.  Bounded: emptied when full.
-    seen: dict[tuple[int, bytes], tuple[str, str, str, str]] = {}
+    seen: dict[tuple[int, bytes], _Parts] = {}
     if workers is None:
         workers = default_workers()
     if workers > 1 and plain_pcap(p) and os.path.getsize(p) >= parallel_min_bytes and (flt is None or filter_expr):
@@ -750,11 +773,13 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
                         continue
                     if flt is not None and not flt(frame_fields(cp, windows=windows)):
                         continue
-                    parts = (*endpoints(cp.packet), protocol(cp), info(cp))
+                    parts = _parts(cp)
                     if flt is None:
                         if len(seen) >= 4096:
                             seen.clear()
                         seen[key] = parts
+                if parts[4] is not None:
+                    ts, wire = parts[4]
                 out.append((format_summary(bt.first + j, ts - t0, parts[0], parts[1], parts[2], wire or len(data),
                                            parts[3]) + "\n").encode())
         except Exception as err:  # the lines before the frame that failed, then the error
@@ -787,11 +812,19 @@ def _segment_line(first: int, piece: _SegRecord, t0: float, tracker: Any, window
             if not lenient:
                 raise
             err = e
-    if not pdus and err is None:
+    if err is None:
         w = windows.update(src, sport, dst, dport, flags, win,
                            window_shift_option(data, o0, o1) if flags & TCP.SYN else None)
-        line: bytes = head + str(w).encode() + tail
-        return line
+        if not pdus:
+            line: bytes = head + str(w).encode() + tail
+            return line
+        # an iWARP frame: render.summary_line's text for it, from what is known without decoding
+        # the frame again (a clean segment has no problems of its own: only its PDUs' are shown)
+        text = "; ".join(p.summary() for p in pdus)
+        for p in pdus:
+            if p.problems and str(p.problems[0]) not in text:
+                text += f" [{len(p.problems)} problem(s): {p.problems[0]}]"
+        return (format_summary(frame, ts - t0, s_name, d_name, "iWARP", wire or len(data), text) + "\n").encode()
     cp = decode_record(RawRecord(frame, ts, lt, data, wire, iface), lenient=lenient)
     cp.pdus = pdus
     if err is not None:

@@ -155,7 +155,7 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
         "frame.number": cp.frame_number,
         "frame.time_epoch": cp.timestamp,
         "frame.len": cp.wire_length or len(cp.packet.data),
-        "frame.cap_len": len(cp.packet.data),
+        "frame.cap_len": cp.captured,
     }
     pkt = cp.packet
     packet_fields(pkt, out, raw=raw)

@@ -133,6 +133,21 @@ def _ulpdu_bounds() -> dict[int, tuple[int, int, bool]]:
 _ULPDU_BOUNDS = _ulpdu_bounds()
 
 
+#: (IP version, address) -> its text: the few addresses of a capture, named once.  Bounded.
+_ADDRESS_TEXT: dict[tuple[int, int], str] = {}
+
+
+def _address_text(version: int, value: int) -> str:
+    key = (version, value)
+    text = _ADDRESS_TEXT.get(key)
+    if text is None:
+        text = str(ipaddress.IPv4Address(value) if version == 4 else ipaddress.IPv6Address(value))
+        if len(_ADDRESS_TEXT) >= 4096:
+            _ADDRESS_TEXT.clear()
+        _ADDRESS_TEXT[key] = text
+    return text
+
+
 @dataclass
 class _Dir:
     tuple4: Tuple4
@@ -247,12 +262,12 @@ class IwarpTracker:
     # ---------------------------------------------------------------- TCP
     @staticmethod
     def _addresses(pkt: Packet) -> tuple[str, str]:
-        ip6 = pkt.get(IPv6)
         ip4 = pkt.get(IPv4)
         if ip4 is not None:
-            return str(ipaddress.IPv4Address(ip4.src)), str(ipaddress.IPv4Address(ip4.dst))
+            return _address_text(4, ip4.src), _address_text(4, ip4.dst)
+        ip6 = pkt.get(IPv6)
         if ip6 is not None:
-            return str(ipaddress.IPv6Address(ip6.src)), str(ipaddress.IPv6Address(ip6.dst))
+            return _address_text(6, ip6.src), _address_text(6, ip6.dst)
         return "?", "?"
 
     def _add_segment(self, conn: _Conn, d: _Dir, seq: int, data: bytes, frame: int, out: list[Packet]) -> None:

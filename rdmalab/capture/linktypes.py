@@ -184,6 +184,19 @@ class ERF(Header):
         return (self.ts >> 32) + (self.ts & 0xFFFFFFFF) / 2**32
 
 
+def erf_frame(data: bytes | bytearray | memoryview) -> tuple[int, int, int] | None:
+    """Wireshark's frame time (nanoseconds since the epoch), ``frame.len`` and ``frame.cap_len`` of a
+    pcap record of link type ERF, which are the ERF record's own: its header's timestamp
+    (:func:`erf_time_ns`), its wire length (``wlen``), and the octets after its 16-byte header, at
+    most ``wlen`` (the header is a pseudo-header, not frame data).  None for a record shorter than
+    the header."""
+    size = ERF.LAYOUT.size
+    if len(data) < size:
+        return None
+    erf = ERF.decode(data, 0)
+    return erf.time_ns, erf.wlen, min(erf.wlen, len(data) - size)
+
+
 @dataclass(frozen=True, slots=True)
 class ERFExt(Header):
     """One 8-byte ERF extension header."""

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, decode_frame
+from rdmalab.capture.linktypes import LINKTYPE_ERF, LINKTYPE_ETHERNET, decode_frame, erf_frame
 from rdmalab.capture.pcapio import CaptureError, record_blocks
 from rdmalab.capture.pcapwriter import DEFAULT_SNAPLEN, CaptureWriter, seconds_to_ns
 from rdmalab.wire.errors import DecodeError
@@ -56,6 +56,18 @@ class CapturedPacket:
     pdus: list[Packet] = field(default_factory=list)
     wire_length: int = 0
     interface: int = 0
+    #: the frame's time in nanoseconds since the epoch where its record carries a time of its own
+    #: (an ERF record: :func:`~rdmalab.capture.linktypes.erf_frame`), which ``timestamp`` then is
+    #: too, in seconds; else None
+    time_ns: int | None = None
+    #: the octets Wireshark counts as captured (``frame.cap_len``) where that is not the whole
+    #: record (an ERF record's header is not frame data); else None: ``len(packet.data)``
+    cap_length: int | None = None
+
+    @property
+    def captured(self) -> int:
+        """``frame.cap_len``: the octets of the frame that were captured."""
+        return len(self.packet.data) if self.cap_length is None else self.cap_length
 
     @property
     def rdma(self) -> list[Packet]:
@@ -121,7 +133,13 @@ def decode_record(rec: RawRecord, *, lenient: bool = True, tracker: Any = None) 
             if not lenient:
                 raise
             pkt.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
-    return CapturedPacket(rec.frame_number, rec.timestamp, rec.linktype, pkt, pdus, rec.wire_length, rec.interface)
+    cp = CapturedPacket(rec.frame_number, rec.timestamp, rec.linktype, pkt, pdus, rec.wire_length, rec.interface)
+    if rec.linktype == LINKTYPE_ERF:  # Wireshark's frame time and lengths for ERF are the ERF record's own
+        own = erf_frame(rec.data)
+        if own is not None:
+            cp.time_ns, cp.wire_length, cp.cap_length = own
+            cp.timestamp = own[0] / 1e9
+    return cp
 
 
 def read(path: str | os.PathLike[str], *, lenient: bool = True, iwarp: bool = True,

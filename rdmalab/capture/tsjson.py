@@ -332,14 +332,14 @@ def _when(sec: int) -> tuple[str, str]:
 
 def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_displayed_ns: int) -> dict[str, Any]:
     """One frame as tshark's JSON object (``_index``, ``_type``, ``_score``, ``_source.layers``)."""
-    ns = _epoch_ns(cp.timestamp)
+    ns = _epoch_ns(cp.timestamp) if cp.time_ns is None else cp.time_ns
     day, index = _when(ns // 1_000_000_000)
     frac = ns % 1_000_000_000
     pkt = cp.packet
     chain: list[str] = []
     values = [str(_encap_type(cp.linktype)), f"{day}.{frac:09d} UTC", "0.000000000", _ns_text(ns),
               _ns_text(ns - prev_ns), _ns_text(ns - prev_displayed_ns), _ns_text(ns - first_ns), str(cp.frame_number),
-              str(cp.wire_length or len(pkt.data)), str(len(pkt.data)), "0", "0", ""]
+              str(cp.wire_length or len(pkt.data)), str(cp.captured), "0", "0", ""]
     frame: dict[str, Any] = dict(zip(_FRAME_KEYS, values, strict=True))
     layers: dict[str, Any] = {"frame": frame}
     extras: dict[str, Any] = {}
@@ -453,7 +453,7 @@ def iter_json(packets: Iterable[CapturedPacket], keep: Any = None) -> Iterator[s
     yield "[\n"
     sep = ""
     for cp in packets:
-        ns = _epoch_ns(cp.timestamp)
+        ns = _epoch_ns(cp.timestamp) if cp.time_ns is None else cp.time_ns
         if first_ns is None:
             first_ns = prev_ns = prev_disp = ns
         if keep is not None and not keep(cp):

@@ -143,6 +143,8 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
                 v = v[0] if occ == "f" else v[-1] if occ == "l" else (v[int(occ) - 1] if 0 < int(occ) <= len(v)
                                                                      else None)
             text = value_text(n, v)
+            if n == "frame.time_epoch" and cp.time_ns is not None:  # a record's own time (ERF), finer than a float
+                text = f"{cp.time_ns // 1_000_000_000}.{cp.time_ns % 1_000_000_000:09d}"
             if isinstance(v, list):
                 text = text.replace(",", opts["aggregator"])
             cells.append(f"{q}{text}{q}" if text else "")  # tshark quotes values, not absent fields
@@ -258,7 +260,8 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
             if not args.verbose and cp.packet.encap == "tcp" and not cp.pdus:
                 line = summary_line(cp, t0, windows)
             else:
-                windows.window(cp.packet)
+                if fields is None and not args.verbose:  # (-V shows raw windows; a filter's fields took the window)
+                    windows.window(cp.packet)
                 line = None
             if flt is not None and fields is not None and not flt(fields):
                 continue

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
@@ -156,6 +157,17 @@ class Header:
     @classmethod
     def decode(cls, data: bytes | bytearray | memoryview, offset: int = 0) -> Self:
         """Decode the header starting at ``offset``; raise :class:`TruncatedError` if short."""
+        dec = _DECODERS.get(cls)
+        if dec is None:
+            dec = _DECODERS[cls] = compile_decoder(cls)
+        out: Self = dec(data, offset)
+        return out
+
+    @classmethod
+    def decode_reference(cls, data: bytes | bytearray | memoryview, offset: int = 0) -> Self:
+        """The readable decoder: the header read as one big-endian integer, each field taken with
+        its shift and mask.  :meth:`decode` runs the one generated from the declaration
+        (:func:`compile_decoder`), which gives the same header."""
         lay = cls.LAYOUT
         end = offset + lay.size
         if offset < 0 or end > len(data):
@@ -192,8 +204,11 @@ class Header:
 
     def check(self, offset: int = 0) -> list[MalformedError]:
         """Problems with values the specification fixes (``const`` fields) and ``validate``."""
+        consts = self.LAYOUT.consts
+        if not consts and type(self).validate is Header.validate:
+            return []
         problems = []
-        for f in self.LAYOUT.consts:
+        for f in consts:
             val = getattr(self, f.name)
             if val != f.const:
                 problems.append(
@@ -339,6 +354,40 @@ def compile_encoder(cls: type[Header]) -> Any:
     encode: Any = ns["encode"]
     encode.__qualname__ = f"{cls.__name__}.encode (generated)"
     return encode
+
+
+_DECODERS: dict[type, Any] = {}
+
+
+def compile_decoder(cls: type[Header]) -> Any:
+    """``decode(data, offset) -> cls``: :meth:`Header.decode_reference` with the fields' shifts and
+    masks written out, and (for a slotted dataclass whose fields are exactly the layout's) the slots
+    set directly, as :func:`compile_constructor` does.  Short data goes to the reference decoder,
+    which raises the :class:`TruncatedError` that names it."""
+    lay = cls.LAYOUT
+    names = [f.name for f in lay.fields]
+    values = [f"v >> {f.shift} & {f.mask}" if f.shift else f"v & {f.mask}" for f in lay.fields]
+    ns: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_ref": cls.decode_reference, "_int": int.from_bytes}
+    direct = (dataclasses.is_dataclass(cls) and not hasattr(cls, "__post_init__")
+              and [f.name for f in dataclasses.fields(cls)] == names
+              and all(isinstance(getattr(cls, n, None), types.MemberDescriptorType) for n in names))
+    lines = ["def decode(data, offset=0):",
+             f"    end = offset + {lay.size}",
+             "    if offset < 0 or end > len(data):",
+             "        return _ref(data, offset)",
+             "    v = _int(data[offset:end], 'big')"]
+    if direct:
+        for i, n in enumerate(names):
+            ns[f"_set{i}"] = getattr(cls, n).__set__  # the slot's own descriptor: no __setattr__
+        lines.append("    h = _new(_cls)")
+        lines += [f"    _set{i}(h, {val})" for i, val in enumerate(values)]
+        lines.append("    return h")
+    else:
+        lines.append(f"    return _cls({', '.join(values)})")
+    exec("\n".join(lines) + "\n", ns)  # noqa: S102 - source built above from the layout, no outside input
+    decode: Any = ns["decode"]
+    decode.__qualname__ = f"{cls.__name__}.decode (generated)"
+    return decode
 
 
 def compile_constructor(cls: type[Header]) -> Any:

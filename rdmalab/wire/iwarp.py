@@ -25,6 +25,7 @@ The stateful part (TCP reassembly, MPA negotiation, mid-stream resynchronisation
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rdmalab.wire import crc as _crc
 from rdmalab.wire.errors import DecodeError, EncodeError, MalformedError, TruncatedError
@@ -211,10 +212,17 @@ def decode_fpdu(
     ulpdu_len = ulpdu_length_at(buf, offset, markers)
     pad = pad_length(ulpdu_len)
     covered = MPA_HEADER_SIZE + ulpdu_len + pad
+    body_markers: list[tuple[int, bytes]]
+    crc_markers: list[tuple[int, bytes]]
     try:
-        body, body_wire, body_markers = gather(buf, offset, covered, markers)
-        crc_pos = None if markers is None else markers + body_wire
-        crc_raw, crc_wire, crc_markers = gather(buf, offset + body_wire, MPA_CRC_SIZE, crc_pos)
+        if markers is None and offset + covered + MPA_CRC_SIZE <= len(buf):  # gather's answer, without markers
+            body, body_wire, body_markers = bytes(buf[offset : offset + covered]), covered, []
+            crc_raw, crc_wire, crc_markers = bytes(buf[offset + covered : offset + covered + MPA_CRC_SIZE]), \
+                MPA_CRC_SIZE, []
+        else:
+            body, body_wire, body_markers = gather(buf, offset, covered, markers)
+            crc_pos = None if markers is None else markers + body_wire
+            crc_raw, crc_wire, crc_markers = gather(buf, offset + body_wire, MPA_CRC_SIZE, crc_pos)
     except TruncatedError as err:
         raise TruncatedError("MPA", "ulpdu_length", offset, len(buf) - offset,
                              f"{fpdu_length(ulpdu_len)} bytes for an FPDU with ULPDU_Length {ulpdu_len}"
@@ -372,16 +380,19 @@ def _mpa_summary(pkt: Packet) -> str:
 
 def summarize_fpdu(pkt: Packet) -> str:
     """One line for a decoded FPDU, in the spirit of Wireshark's Info column."""
-    if pkt.get(MPAReqRep) is not None:
+    # the first header of each class, as pkt.get finds it (no header class here subclasses another)
+    by_type = {type(la.header): la.header for la in reversed(pkt.layers)}
+    get: Any = by_type.get
+    if get(MPAReqRep) is not None:
         return _mpa_summary(pkt)
     if pkt.zero_length:
         text = "Zero-length FPDU"
     else:
-        ctl = pkt.get(RDMAPControl) or pkt.get(RDMAPUntagged)
+        ctl = get(RDMAPControl) or get(RDMAPUntagged)
         name = rdmap_opcode_name(ctl.opcode) if ctl is not None else "FPDU"
         parts = [name]
-        t = pkt.get(DDPTagged)
-        u = pkt.get(DDPUntagged)
+        t = get(DDPTagged)
+        u = get(DDPUntagged)
         if t is not None:
             parts.append(f"STag=0x{t.stag:08x} TO=0x{t.to:x}")
         elif u is not None:
@@ -389,22 +400,22 @@ def summarize_fpdu(pkt: Packet) -> str:
         ddp = t or u
         if ddp is not None:
             parts.append("[last]" if ddp.last else "[more]")
-        rr = pkt.get(ReadRequest)
+        rr = get(ReadRequest)
         if rr is not None:
             parts.append(f"sink=0x{rr.sink_stag:08x}@0x{rr.sink_to:x} src=0x{rr.src_stag:08x}@0x{rr.src_to:x} "
                          f"len={rr.size}")
         if isinstance(ctl, RDMAPUntagged) and ctl.opcode in (OP_SEND_INVALIDATE, OP_SEND_SE_INVALIDATE):
             parts.append(f"inv=0x{ctl.inval_stag:08x}")
-        term = pkt.get(Terminate)
+        term = get(Terminate)
         if term is not None:
             parts.append(f"{term.describe('layer')}/{term.describe('etype')}/{term.describe('errcode')}")
-        ar = pkt.get(AtomicRequest)
+        ar = get(AtomicRequest)
         if ar is not None:
             parts.append(f"{ar.describe('atomic_opcode')} id={ar.req_id} STag=0x{ar.stag:08x} TO=0x{ar.to:x}")
-        aresp = pkt.get(AtomicResponse)
+        aresp = get(AtomicResponse)
         if aresp is not None:
             parts.append(f"id={aresp.req_id} value=0x{aresp.value:x}")
-        imm = pkt.get(ImmediateData)
+        imm = get(ImmediateData)
         if imm is not None:
             parts.append(f"imm=0x{imm.imm_data:016x}")
         if pkt.payload_length:

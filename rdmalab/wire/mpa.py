@@ -332,6 +332,10 @@ def ulpdu_length_at(buf: bytes | bytearray | memoryview, offset: int = 0, stream
 def fpdu_wire_length(buf: bytes | bytearray | memoryview, offset: int = 0, stream_pos: int | None = None) -> int | None:
     """Wire octets of the FPDU starting at ``offset`` (markers included), or ``None`` if the
     buffer does not yet hold its length field.  Does not need the rest of the FPDU."""
+    if stream_pos is None:  # no marker to skip: the length field's two octets, when held
+        if offset + MPA_HEADER_SIZE > len(buf):
+            return None
+        return fpdu_length((buf[offset] << 8) | buf[offset + 1])
     try:
         n = fpdu_length(ulpdu_length_at(buf, offset, stream_pos))
     except TruncatedError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from rdmalab.wire import crc as _crc
 from rdmalab.wire.errors import DecodeError, EncodeError, MalformedError, TruncatedError
@@ -182,7 +182,9 @@ class Packet:
 
     def summary(self) -> str:
         """One line: what a packet list shows (tshark's Info column, in our words)."""
-        bth = self.get(BTH)
+        # the first header of each class, as self.get finds it (no header class here subclasses another)
+        get: Any = {type(la.header): la.header for la in reversed(self.layers)}.get
+        bth = get(BTH)
         if bth is None:
             if self.info is not None:
                 return self.info
@@ -192,20 +194,20 @@ class Packet:
         for flag, word in ((bth.ackreq, "A"), (bth.se, "SE"), (bth.fecn, "FECN"), (bth.becn, "BECN")):
             if flag:
                 parts.append(word)
-        reth = self.get(RETH)
+        reth = get(RETH)
         if reth is not None:
             parts.append(f"VA=0x{reth.va:x} rkey=0x{reth.r_key:x} len={reth.dma_length}")
-        atomic = self.get(AtomicETH)
+        atomic = get(AtomicETH)
         if atomic is not None:
             parts.append(f"VA=0x{atomic.va:x} rkey=0x{atomic.r_key:x} swap/add=0x{atomic.swap_add:x} "
                          f"cmp=0x{atomic.compare:x}")
-        aeth = self.get(AETH)
+        aeth = get(AETH)
         if aeth is not None:
             parts.append(f"[{aeth.syndrome_text()}] MSN={aeth.msn}")
-        deth = self.get(DETH)
+        deth = get(DETH)
         if deth is not None:
             parts.append(f"QKey=0x{deth.q_key:08x} SrcQP=0x{deth.src_qp:06x}")
-        imm = self.get(ImmDt)
+        imm = get(ImmDt)
         if imm is not None:
             parts.append(f"Imm=0x{imm.imm:08x}")
         headers = list(self.headers())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -83,3 +84,37 @@ def test_frame_times_are_tsharks(tmp_path: Path) -> None:
     args = build_parser().parse_args(["decode", "-r", str(path), "-T", "fields", "-e", "frame.time_epoch"])
     assert args.func(args, out) == 0
     assert out.getvalue().split() == want
+
+
+def _run(argv: list[str]) -> str:
+    out = io.StringIO()
+    args = build_parser().parse_args(argv)
+    assert args.func(args, out) == 0
+    return out.getvalue()
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_every_output_takes_the_records_own_time_and_lengths(tmp_path: Path) -> None:
+    """frame.time_epoch, frame.len and frame.cap_len of ERF records as tshark gives them (the ERF
+    header's, not the pcap record's), on the columnar and the per-packet paths, in -T fields,
+    -T json and the summary lines (their time column relative to the first frame, their length)."""
+    path = tmp_path / "erf.pcap"
+    _erf_capture(path)
+    names = ["frame.time_epoch", "frame.len", "frame.cap_len", "frame.time_relative"]
+    cmd = ["tshark", "-n", "-r", str(path), "-T", "fields"] + [a for n in names for a in ("-e", n)]
+    want = [line.split("\t") for line in subprocess.run(cmd, capture_output=True, text=True,
+                                                         check=True).stdout.splitlines()]
+    assert len(want) == len(FRACTIONS) and all(w[1] != "0" and int(w[1]) + 16 < 64 for w in want)
+    for extra in ([], ["--no-columnar"]):
+        got = _run(["decode", "-r", str(path), "-T", "fields", "-e", "frame.time_epoch", "-e", "frame.len",
+                    "-e", "frame.cap_len", *extra])
+        assert [line.split("\t") for line in got.splitlines()] == [w[:3] for w in want], extra
+    frames = json.loads(_run(["decode", "-r", str(path), "-T", "json"]))
+    assert [[f["_source"]["layers"]["frame"][n] for n in names] for f in frames] == want
+    lines = [_run(["decode", "-r", str(path), *extra]).splitlines() for extra in ([], ["--no-columnar"])]
+    assert lines[0] == lines[1]
+    for line, w in zip(lines[0], want, strict=True):
+        cols = line.split()
+        length = cols[cols.index("InfiniBand") + 1]
+        assert abs(float(cols[1]) - float(w[3])) <= 5e-7 and int(length) == int(w[1]), (line, w)

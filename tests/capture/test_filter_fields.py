@@ -37,16 +37,7 @@ CAPTURES = sorted(glob.glob(str(ROOT / "captures" / "*.pcap")))
 INTERNAL = {"frame.time_ns", "rdmalab.icrc.ok", "rdmalab.crc32c.ok", "tcp.window_size"}
 # Disagreements still open, (field, capture) -> why.  The test fails when one of them is gone, so the
 # list stays true.
-ERF_TIME = ("the per-packet path gives the pcap record's microsecond time and length, the columns the ERF "
-            "record's own (reader.CapturedPacket has no ns time yet)")
-KNOWN = {
-    ("frame.time_epoch", "hw_ib_connectx_erf.pcap"): ERF_TIME,
-    ("frame.time_epoch", "synthetic_native_ib_erf.pcap"): ERF_TIME,
-    ("frame.len", "hw_ib_connectx_erf.pcap"): ERF_TIME,
-    ("frame.len", "synthetic_native_ib_erf.pcap"): ERF_TIME,
-    ("frame.cap_len", "hw_ib_connectx_erf.pcap"): ERF_TIME,
-    ("frame.cap_len", "synthetic_native_ib_erf.pcap"): ERF_TIME,
-}
+KNOWN: dict[tuple[str, str], str] = {}
 MAD_PAYLOAD = "a CM MAD: the columns count the 256-byte MAD as payload, the packet what its CM message leaves"
 for _name in ("rxe_rping.pcap", "rxe_udaddy.pcap", "rxe_write_bw_cm.pcap", "synthetic_rocev2_cm_req.pcap"):
     KNOWN[("rdmalab.payload.len", _name)] = MAD_PAYLOAD

@@ -88,6 +88,7 @@ EXERCISE: dict[str, tuple[str, str, tuple[str, ...], str]] = {
                      ("BTH.opcode", "WRITE packets"),
                      '{"writes": -(-mine.length // 1024), "read_responses": -(-mine.length // 1024), '
                      '"last_payload": mine.length % 1024}'),
+    "14-infiniband": ("ib.why", '"A"', ("drops", "credits"), '"B"'),
     "15-building-on-rdma": ("kv.why", '"A"', ("answer", "bytes"), '"B"'),
 }
 # bare reprs a learner must never see in place of a rendering: ipywidgets' text/plain, matplotlib's figure repr

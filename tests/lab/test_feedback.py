@@ -19,10 +19,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from test_nb15_feedback import _get as kv_get_program
 
 import rdmalab.verbs.enums as e
 from rdmalab import lab
 from rdmalab.lab import FAIL, PASS
+from rdmalab.lab.checkers import infiniband as ib
+from rdmalab.lab.checkers.kv import NIC as KV_NIC
+from rdmalab.lab.checkers.kv import measure as kv_measure
+from rdmalab.lab.checkers.kv import torn_run as kv_torn_run
 from rdmalab.lab.checkers.wires import bth_task, crc_capture, icrc_frame
 from rdmalab.lab.feedback import names_value, nth
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
@@ -247,6 +252,19 @@ _RNR_MS = RNR_TIMER_US[_RNR_CODE] / 1000
 _UC_RTR = {"AV", "PATH_MTU", "RQ_PSN", "DEST_QPN"}
 _RC_RTR = _UC_RTR | {"MIN_RNR_TIMER", "MAX_DEST_RD_ATOMIC"}
 
+# notebook 14's subnet, WRITE and incast vary per student: this run's student's, measured as the checkers do
+IB_LID, IB_PORT, _ = ib.lft_answer()
+IB_LRH = ib.lrh_answer(lab.scenario("ib.lrh"))
+IB_HOL = dict(zip(("shared_vl_gbps", "own_vl_gbps"),
+                  (ib.victim_gbps(r) for r in ib.hol_runs(lab.scenario("ib.hol").senders,
+                                                          lab.scenario("ib.hol").rate_gbps)), strict=True))
+
+# notebook 15's crossover and torn read vary per student: this run's student's, measured as the checkers do
+_KV_READS, _KV_RPC = kv_measure(lab.scenario("kv.crossover").service_ns, nic=KV_NIC)
+KV_X = {"rpc_ns": _KV_RPC, "reads": next(i + 1 for i, t in enumerate(_KV_READS) if t > _KV_RPC)}
+_KV_T = lab.scenario("kv.torn")
+KV_TORN = {"torn": kv_torn_run(_KV_T, False).value, "reads": kv_torn_run(_KV_T, True).round_trips}
+
 BTH_OK = BTH_TASK.encode()
 RIGHT: dict[str, list[Any]] = {
     "welcome.opcode": ["RC RDMA READ Request", "rc_rdma_read_request", 0x0C, "0x0c", "12"],
@@ -296,6 +314,14 @@ RIGHT: dict[str, list[Any]] = {
     "live.error_fields": [{"wr_id", "status", "qp_num"}, ["WR_ID", "status", "qp_num", "vendor_err"]],
     "live.wrong_rkey": [["IBV_WC_REM_ACCESS_ERR", "IBV_QPS_ERR"], [e.IBV_WC_REM_ACCESS_ERR, e.IBV_QPS_ERR],
                         ["rem_access_err", "ERR"]],
+    "ib.lft": [{"lid": IB_LID, "port": IB_PORT}, {"lid": str(IB_LID), "port": hex(IB_PORT)}],
+    "ib.lrh": [IB_LRH, {k: str(v) for k, v in IB_LRH.items()}],
+    "ib.hol": [IB_HOL, {k: round(v, 1) for k, v in IB_HOL.items()}],
+    "ib.why": ["B", " b "],
+    "kv.get": [kv_get_program(), kv_get_program(window=4)],
+    "kv.crossover": [KV_X, {k: str(v) for k, v in KV_X.items()}],
+    "kv.torn": [KV_TORN, {"torn": bytearray(KV_TORN["torn"]), "reads": str(KV_TORN["reads"])}],
+    "kv.why": ["B", " b "],
 }
 
 # (answer, the field the feedback must name, a phrase the message or details must contain)
@@ -431,6 +457,25 @@ WRONG: dict[str, list[tuple[Any, str, str]]] = {
                           ({"wr_id", "status", "qp_num", "byte_len"}, "wc", "not defined")],
     "live.wrong_rkey": [(["IBV_WC_LOC_PROT_ERR", "IBV_QPS_ERR"], "wc.status", "completion status"),
                         (["IBV_WC_REM_ACCESS_ERR", "RTS"], "qp_state", "state")],
+    "ib.lft": [({"lid": IB_LID % 6 + 1, "port": IB_PORT}, "PortInfo.lid", "SM on"),
+               ({"lid": IB_LID, "port": IB_PORT % 6 + 1}, "LinearForwardingTable", "forwarding table"),
+               ([IB_LID, IB_PORT], "answer", "Give")],
+    "ib.lrh": [(IB_LRH | {"last_pktlen": IB_LRH["last_pktlen"] + 1}, "LRH.pktlen", "VCRC"),
+               (IB_LRH | {"last_pktlen": IB_LRH["last_pktlen"] * 4}, "LRH.pktlen", "4-byte words"),
+               (IB_LRH | {"vl": 15}, "LRH.vl", "management lane"),
+               (IB_LRH | {"packets": IB_LRH["packets"] + 1}, "BTH.opcode", "payload")],
+    "ib.hol": [({"shared_vl_gbps": IB_HOL["own_vl_gbps"], "own_vl_gbps": IB_HOL["shared_vl_gbps"]},
+                "shared_vl_gbps", "other run"),
+               ({"shared_vl_gbps": IB_HOL["shared_vl_gbps"], "own_vl_gbps": "fast"}, "own_vl_gbps", "number")],
+    "ib.why": [("A", "drops", "Nothing was dropped"), ("C", "answer", "CNPs")],
+    "kv.get": [(kv_get_program(verify=False), "CRC32", "torn value"),
+               (kv_get_program(probe=False), "probe sequence", "next buckets"),
+               (kv_get_program(stop_at_empty=False), "READs", "first empty bucket")],
+    "kv.crossover": [({**KV_X, "reads": KV_X["reads"] + 1}, "reads", "already at"),
+                     ({**KV_X, "rpc_ns": _KV_READS[0]}, "rpc_ns", "a GET by one READ")],
+    "kv.torn": [({**KV_TORN, "torn": _KV_T.new.encode()}, "torn", "one whole value"),
+                ({**KV_TORN, "reads": KV_TORN["reads"] - 1}, "reads", "more READs")],
+    "kv.why": [("A", "answer", "bytes"), ("C", "answer", "round trip")],
 }
 
 

@@ -35,6 +35,7 @@ SAME_FOR_ALL = {
     "live.error_fields": "the names of the completion fields that stay defined",
     "live.wrong_rkey": "a completion status and a QP state, by name",
     "kv.why": "why one design beats the other: a mechanism",
+    "ib.why": "why a flow slows down under credits: a mechanism",
 }
 #: the answer is a program, judged by what it does on a fresh pair: a classmate's code is a classmate's method
 PROGRAMS = {"write.imm", "read.program", "atomic.lock", "security.fix", "kv.get"}

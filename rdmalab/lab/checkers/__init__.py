@@ -4,4 +4,17 @@ Checkers compute the expected answer with rdmalab itself, from the same capture,
 engine run the notebook shows, so an exercise cannot drift from its notebook.
 """
 
-from rdmalab.lab.checkers import captures, cm, congestion, dma, kv, live, reliability, security, verbs, welcome, wires  # noqa: F401
+from rdmalab.lab.checkers import (  # noqa: F401
+    captures,
+    cm,
+    congestion,
+    dma,
+    infiniband,
+    kv,
+    live,
+    reliability,
+    security,
+    verbs,
+    welcome,
+    wires,
+)

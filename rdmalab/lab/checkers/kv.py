@@ -141,7 +141,7 @@ def _get(answer: Any) -> str:
     if far is None or far is Ellipsis:
         raise Wrong(f"The GET of {chain[-1]!r} found nothing: its home bucket, {_LAYOUT.home(chain[-1])}, holds "
                     "another key, so the key is further along the probe sequence (the next buckets, until an "
-                    "empty one).", field="probe sequence", given=far, expected=f"{value_of(chain[-1])!r}")
+                    "empty one).", field="probe sequence", given=repr(far), expected=f"{value_of(chain[-1])!r}")
     if bytes(far).rstrip(b"\0") != value_of(chain[-1]):
         raise Wrong(f"The GET of {chain[-1]!r} returned another key's value: compare the key in each bucket "
                     "with yours before taking its value.", field="bucket key", given=far,
@@ -308,10 +308,11 @@ def _why(answer: Any) -> str:
     a = answer.strip().upper()
     if a == "A":
         raise Wrong("An RPC's request and response carry about a bucket each way too; the bytes are not the "
-                    "difference at these sizes (100 Gb/s moves 64 bytes in 5 ns).", field="answer", given=a)
+                    "difference at these sizes (100 Gb/s moves 64 bytes in 5 ns).", field="answer", given=a,
+                    expected="what grows with the number of buckets a GET looks at")
     if a == "C":
         raise Wrong("The client does wait: its WRITE crosses to the server, the SEND crosses back, one round trip "
                     "(with the server's CPU between); what differs is how many round trips a GET needs, one after "
-                    "the other.", field="answer", given=a)
+                    "the other.", field="answer", given=a, expected="what each design waits for")
     return ("Right: the READ GET's time grows by a round trip per bucket; the RPC's is fixed, the server's CPU "
             "follows the probe sequence in its own memory.")
