@@ -153,7 +153,8 @@ for sw in ("sw1", "sw2"):
 # the path to a peer from the SM's **Subnet Administrator** (SA) with a *PathRecord* query (IBA Vol 1
 # 15.2.5.16): a MAD of the SA class to QP1 at the SM's LID (which the adapter's PortInfo names), LID-routed
 # through the switches like data. The answer has the LIDs, the SL, the MTU and rate of the path.
-# `ask_paths` sends it from `ha` (for `hb`) and from `hb` (for `ha`):
+# `ask_paths` sends it from `ha` (for `hb`; the SM runs on `ha`'s port, so that query goes to `ha`'s own LID)
+# and from `hb` (for `ha`, across both switches):
 
 # %%
 from rdmalab.fabric.ibsm_sa import SubnetAdministrator
