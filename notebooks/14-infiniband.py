@@ -13,29 +13,36 @@
 # * **Credits** (IBA Vol 1 7.9): a port sends only when the buffer at the other end of its link has room,
 #   which that end advertises, per virtual lane. A full buffer stops the link before it; nothing is dropped.
 #
-# Everything here runs in this process: the subnet is `rdmalab.fabric.ibfabric` (soft HCAs of the verbs
-# engine, switches forwarding by their LFTs, credits per VL), the SM is `rdmalab.fabric.ibsm`, a subnet
-# manager written to be read, and its packets reach each node's *subnet management agent* through
-# `FabricAgents` (in this notebook's checker module). Near the end, where they are installed, the stock
-# OpenSM and infiniband-diags manage the same subnet.
+# Everything here runs in this process, on the house's model of a subnet: the subnet is an *ibsim net file*
+# (the topology format of ibsim, the simulator OpenSM is tested on), read into `rdmalab.fabric.ibsubnet.Subnet`,
+# whose every port has the *subnet management agent* ibsim gives it; the SM is `rdmalab.fabric.ibsm`, a subnet
+# manager written to be read, whose packets cross that subnet hop by hop (`SubnetMADs`); and the data path
+# is `rdmalab.fabric.ibfabric` (soft HCAs of the verbs engine, switches, credits per VL) built from the subnet
+# the SM brought up (`fabric_on_subnet`): the switches forward by the tables the SM wrote into their agents,
+# and the HCAs take their LIDs from their own ports. Near the end, where they are installed, the stock OpenSM
+# and infiniband-diags manage the same net file, and the WRITE runs again on OpenSM's tables.
 
 # %%
 from rdmalab import lab, viz
-from rdmalab.lab.checkers.infiniband import BOOK_LINKS, book_subnet, bring_up, lft_of, sm_ladder
+from rdmalab.fabric.ibfabric_subnet import SubnetLFT, SubnetMADs, fabric_on_subnet, own_port_info
+from rdmalab.lab.checkers.infiniband import book_net, book_subnet, bring_up, lft_of, sm_ladder
 
-fabric = book_subnet()
-for a, pa, b, pb in BOOK_LINKS:
-    print(f"{a} port {pa} <-> {b} port {pb}")
-print("switches:", [sw.name for sw in fabric.switches], "| HCAs:", [h.name for h in fabric.hcas])
+print(book_net())
+subnet = book_subnet()
+print("switches:", [n.nodeid for n in subnet.nodes if n.is_switch], "| HCAs:",
+      [n.nodeid for n in subnet.nodes if not n.is_switch])
 
 # %% [markdown]
-# Three HCAs (`ha` on switch `sw1`, `hb` and `hc` on `sw2`) and two links between the switches. Before a
-# subnet manager has run, a port has no LID (here: a placeholder no packet is addressed to) and every
-# switch's table is empty: a switch with no entry for a packet's DLID discards the packet, so no data can
-cross yet.
+# Three HCAs (`ha` on switch `sw1`, `hb` and `hc` on `sw2`) and two links between the switches, all 4x QDR
+# (`speed=4`: four lanes of 10 Gb/s). A record per node, a line per linked port: `[3] "sw2"[3]` under `sw1`
+# is its port 3, linked to port 3 of `sw2`. Before a subnet manager has run, a port has no LID (its PortInfo
+# says 0, and its state *Init*: the link is up, the port carries no data) and every switch's table is empty:
+# a switch with no entry for a packet's DLID discards the packet, so no data can cross yet. Here is `hb`'s
+# port as its driver reads it (a Get(PortInfo) to its own agent), and `sw1`'s table as its agent holds it:
 
 # %%
-print("sw1's table:", fabric.node("sw1").lft, "| sw2's table:", fabric.node("sw2").lft)
+info = own_port_info(subnet, "hb")
+print(f"hb's port: LID {info.lid}, state {info.state_name} | sw1's table:", dict(SubnetLFT(subnet.node("sw1"))))
 
 # %% [markdown]
 # ## The sweep: directed-route SMPs
@@ -46,11 +53,13 @@ print("sw1's table:", fabric.node("sw1").lft, "| sw2's table:", fabric.node("sw2
 # whatever is at the end of `ha`'s port 1, `path [1, 3]` leaves that switch by port 3, and so on. At each
 # node the SM asks `NodeInfo` (a switch or an adapter? its GUID, its number of ports, the port the SMP came
 # in by), `NodeDescription`, `SwitchInfo` and the `PortInfo` of every port; for every switch port whose
-# link is up it sends `NodeInfo` one hop further, breadth first. (The ladder draws each SMP from the SM to
-# the node that answers it; the switches on its route pass it on, port by port.)
+# link is up it sends `NodeInfo` one hop further, breadth first. `SubnetMADs` carries each SMP from `ha`'s
+# port through the subnet, switch port by switch port, to the agent it is for, and the answer back. (The
+# ladder draws each SMP from the SM to the node that answers it.)
 
 # %%
-sm = bring_up(fabric, "ha")
+mads = SubnetMADs(subnet)
+sm = bring_up(mads, "ha")
 sweep = [ev for ev in sm.events if ev.phase == "discover" and ev.src == "SM"]
 print(f"SM {sm.state_name}: {len(sm.nodes)} nodes; the sweep took {len(sweep)} SMPs, "
       f"{sum(' PortInfo ' in ev.summary for ev in sweep)} of them Get(PortInfo), left out of the drawing")
@@ -68,7 +77,7 @@ sm_ladder(sm, ("discover",), skip=("PortInfo",), title="the sweep: directed-rout
 import tempfile
 
 from rdmalab import capture
-from rdmalab.wire.ib import BTH, LRH
+from rdmalab.wire.ib import LRH
 
 with tempfile.TemporaryDirectory() as tmp:
     sm.write_capture(f"{tmp}/sm.pcap")
@@ -96,8 +105,7 @@ for ev in sm.events[ask:ask + 2]:
 #
 # Then the SM numbers the ports: LID 1 for its own, then one per adapter port and one per switch (its
 # port 0, the management port) in the order the sweep met them, and writes each one into that port's
-# `PortInfo` with a Set. The ports go Init -> Armed -> Active, one step a Set. The HCAs' verbs see their LID
-# now, as `ibv_query_port` reports it on a real HCA:
+# `PortInfo` with a Set. The ports go Init -> Armed -> Active, one step a Set.
 
 # %%
 for lid, port in sorted(sm.lids.items()):
@@ -105,9 +113,8 @@ for lid, port in sorted(sm.lids.items()):
     print(f"LID {lid}: {node.name:4} port {port.num}  ({'switch' if node.is_switch else 'HCA'}, "
           f"GUID 0x{port.guid:016x})")
 print("port states:", sorted(set(sm.port_states().values())))
-from rdmalab.verbs.device import Context
-
-print("hb's port, as its verbs see it: LID", Context(name="hb", fabric=fabric).query_port(1).lid)
+info = own_port_info(subnet, "hb")
+print(f"hb's port, as its driver reads it now: LID {info.lid}, state {info.state_name}, SM at LID {info.master_sm_lid}")
 
 # %%
 from collections import Counter
@@ -116,43 +123,64 @@ print("the SM's MADs, by step:", dict(Counter(ev.phase for ev in sm.events)))
 sm_ladder(sm, ("set lids",), title="each LID into its port's PortInfo, by Set")
 
 # %% [markdown]
+# Now the subnet can carry data. `fabric_on_subnet` builds the data path from it, copying nothing the SM set:
+# each HCA reads its LID and its SM's LID from its own PortInfo (a port that is not Active is refused), and
+# each switch forwards by the very table its agent holds. The HCAs' verbs see their LID, as `ibv_query_port`
+# reports it on a real HCA. The ports run at an MTU of 1024 bytes here:
+
+# %%
+from rdmalab.verbs.device import Context
+
+fabric = fabric_on_subnet(subnet, mtu=1024)
+print("hb's port, as its verbs see it: LID", Context(name="hb", fabric=fabric).query_port(1).lid)
+
+# %% [markdown]
 # ## A switch's forwarding table
 #
 # For every switch and every LID the SM picks an output port on a shortest path (*min-hop*); of equally
 # short ones, the port that carries the fewest routes so far, so that parallel links share the load. It
-# writes each table with Set(LinearForwardingTable), 64 LIDs a block. Port 0 is the switch itself.
+# writes each table with Set(LinearForwardingTable), 64 LIDs a block. Port 0 is the switch itself. What
+# the switch's agent holds, and the data path forwards by, is the table the SM computed:
 
 # %%
 for sw in ("sw1", "sw2"):
-    print(f"{sw}:  " + "   ".join(f"LID {lid} -> port {out}" for lid, out in sorted(lft_of(sm, sw).items())))
+    held = dict(fabric.node(sw).lft)
+    assert held == lft_of(sm, sw)
+    print(f"{sw}:  " + "   ".join(f"LID {lid} -> port {out}" for lid, out in sorted(held.items())))
 
 # %% [markdown]
 # `sw1` sends `hb` and `hc`, both behind `sw2`, out of different ports, one over each link. An adapter learns
 # the path to a peer from the SM's **Subnet Administrator** (SA) with a *PathRecord* query (IBA Vol 1
-# 15.2.5.16): the LIDs, the MTU and rate of the path, and, here, the links crossed.
+# 15.2.5.16): a MAD of the SA class to QP1 at the SM's LID (which the adapter's PortInfo names), LID-routed
+# through the switches like data. The answer has the LIDs, the SL, the MTU and rate of the path.
+# `ask_paths` sends it from `ha` (for `hb`; the SM runs on `ha`'s port, so that query goes to `ha`'s own LID)
+# and from `hb` (for `ha`, across both switches):
 
 # %%
 from rdmalab.fabric.ibsm_sa import SubnetAdministrator
+from rdmalab.lab.checkers.infiniband import ask_paths
 
-sa = SubnetAdministrator(sm)
-lid = {sm.nodes[p.node_guid].name: n for n, p in sm.lids.items()}
-path = sa.path(lid["ha"], lid["hb"])
-rec = path.record
-print(f"ha -> hb: SLID {rec.slid}, DLID {rec.dlid}, {path.hops} links, MTU code {rec.mtu}, "
+before = len(sm.events)
+there, back = ask_paths(mads, fabric, "ha", "hb")
+for ev in sm.events[before:]:
+    print(f"{ev.src:>3} -> {ev.dst:3} DLID {ev.dlid} SLID {ev.slid} QP{ev.dqp} | {ev.summary}")
+path = SubnetAdministrator(sm).path(there.slid, there.dlid)
+print(f"ha -> hb: SLID {there.slid}, DLID {there.dlid}, SL {there.sl}, MTU code {there.mtu}, {path.hops} links, "
       f"leaving by {[f'{sm.nodes[p.node_guid].name}/{p.num}' for p in path.ports]}")
 
 # %% [markdown]
 # ## A WRITE across two switches
 #
-# Now the data. A WRITE of 3000 bytes from `ha` to `hb` at an MTU of 1024, by an RC QP pair whose address
-# vectors name the peer by LID (`ah_attr.dlid`, `is_global=0`, as on an HCA). A tap on both links between the
-# switches writes what crosses them, native InfiniBand in ERF records that tshark decodes as InfiniBand.
+# Now the data. A WRITE of 3000 bytes from `ha` to `hb` by an RC QP pair whose address vectors are the
+# PathRecords': the peer by LID (`ah_attr.dlid`, `is_global=0`, as on an HCA), the SL, and a path MTU of at
+# most the record's (MTU code 4: 2048; the ports here run at 1024). A tap on both links between the switches
+# writes what crosses them, native InfiniBand in ERF records that tshark decodes as InfiniBand.
 
 # %%
-from rdmalab.lab.checkers.infiniband import lrh_run, requests_of
+from rdmalab.lab.checkers.infiniband import requests_of, tapped_write
 
 with tempfile.TemporaryDirectory() as tmp:
-    packets = lrh_run(3000, 1024, 0, 1, f"{tmp}/write.pcap")
+    packets = tapped_write(fabric, 3000, there, back, f"{tmp}/write.pcap")
 for p in packets:
     lrh = p[LRH]
     print(f"{p.summary()[:60]:60} DLID {lrh.dlid} SLID {lrh.slid} SL {lrh.sl} VL {lrh.vl} PktLen {lrh.pktlen} | "
@@ -248,34 +276,50 @@ print("without credits: drops", lossy.summary["drops"], "| goodput:",
 # ## The stock OpenSM on the lab's subnet
 #
 # OpenSM is the subnet manager real InfiniBand fabrics run; `ibsim` simulates a fabric for it and for
-# infiniband-diags (`ibsim-run` makes a program's management packets go to the simulator). The cell below
-# writes this notebook's subnet as a net file, runs OpenSM once on it (on `rdmalab ibsim`, the lab's own
-# simulator, when this rdmalab has it, else on the stock `ibsim`), and shows what `ibnetdiscover` then
-# finds, and OpenSM's table of `sw1` beside ours. Where the tools are not installed it says so and skips.
+# infiniband-diags (`ibsim-run` makes a program's management packets go to the simulator). `rdmalab ibsim`
+# serves the lab's `Subnet` the way `ibsim` serves its own, so the cell below takes the same net file, fresh
+# (no LIDs yet), serves it from this process (`served`), and runs OpenSM on `ha`'s port: once OpenSM has
+# brought the subnet up, `ibnetdiscover` and `ibroute` read it, and `ha` and `hb` ask OpenSM's SA for their
+# PathRecords. Then OpenSM stops, and the subnet keeps what it wrote into the agents: so `fabric_on_subnet`
+# builds the data path on *OpenSM's* LIDs and tables, and the same WRITE runs by *OpenSM's* PathRecords.
+# Where the tools are not installed it says so and skips.
 
 # %%
-from rdmalab.lab.checkers.infiniband import netfile, run_opensm, stock_tools
+from rdmalab.lab.checkers.infiniband import run_opensm, stock_tools
 
-print(netfile(fabric))
-cmd, which = stock_tools()
-if not cmd:
-    print("skipped:", which)
+missing = stock_tools()
+if missing:
+    print("skipped:", missing)
 else:
+    osm_subnet = book_subnet()
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            stock = run_opensm(book_subnet(), tmp)
+            stock = run_opensm(osm_subnet, tmp, pairs=(("ha", "hb"), ("hb", "ha")))
         except Exception as err:  # a tool that fails here is shown, not raised: the rest of the notebook runs on
-            stock = {"simulator": which, "error": str(err)}
-    print("simulator:", stock["simulator"])
-    print(stock.get("error") or stock["ibnetdiscover"])
-    print(stock.get("ibroute sw1", ""))
-    print("ours, sw1:", lft_of(sm, "sw1"))
+            stock = None
+            print("OpenSM failed:", err)
+    if stock is not None:
+        print("ibnetdiscover (its records, without the settings lines):")
+        print("\n".join(line for line in stock.ibnetdiscover.splitlines() if line.startswith(("Switch", "Ca", "["))))
+        print(stock.ibroute["sw1"])
+        print("ours, sw1:", lft_of(sm, "sw1"))
+        osm_fabric = fabric_on_subnet(osm_subnet, mtu=1024)
+        print("on OpenSM's tables, sw1:", dict(osm_fabric.node("sw1").lft))
+        with tempfile.TemporaryDirectory() as tmp:
+            osm_packets = tapped_write(osm_fabric, 3000, stock.paths[("ha", "hb")], stock.paths[("hb", "ha")],
+                                       f"{tmp}/osm-write.pcap")
+        for p in osm_packets:
+            print(f"{p.summary().split(' QP=')[0]:24} DLID {p[LRH].dlid} SLID {p[LRH].slid} PktLen {p[LRH].pktlen}")
+        for name, fab in (("our", fabric), ("OpenSM's", osm_fabric)):
+            sent = {num: fab.node("sw1").ports[num].counters["PortXmitPkts"] for num in (3, 4)}
+            print(f"on {name} tables, sw1 sent the WRITE's packets to sw2 by port 3: {sent[3]}, by port 4: {sent[4]}")
 
 # %% [markdown]
 # Where OpenSM ran: it gave the same LIDs to the same ports (both number the SM's port first, then in the
 # order of a breadth-first sweep), and its min-hop tables send every LID over a link as short as ours; where
 # two links are equally short, it may pick the other one (`tests/fabric/test_ibsm.py` holds the hop counts
-# equal on several subnets).
+# equal on several subnets). The WRITE on OpenSM's tables has the same packets, LIDs and lengths; which of the
+# two links between the switches each direction takes is OpenSM's choice.
 
 # %% [markdown]
 # ## Exercises
@@ -283,20 +327,22 @@ else:
 # ### 1. Your subnet
 #
 # Your scenario wires four HCAs (`ha`, `hb`, `hc`, `hd`) to `sw1` and `sw2` on ports of its own, with two
-# links between the switches, and runs the SM on one of the HCAs. `my_subnet()` builds it (not brought up
-# yet). Bring it up with the SM on your scenario's host; what LID does your `target` get, and out of which
-# port does your `switch` send that LID?
+# links between the switches, and runs the SM on one of the HCAs. `my_net()` is its net file, and
+# `my_subnet()` reads it (not brought up yet). Bring it up with the SM on your scenario's host
+# (`bring_up(SubnetMADs(subnet), host)`); what LID does your `target` get, and out of which port does your
+# `switch` send that LID?
 
 # %%
-from rdmalab.lab.checkers.infiniband import my_subnet
+from rdmalab.lab.checkers.infiniband import my_net, my_subnet
 
 lab.scenario("ib.lft")
+print(my_net())
 
 # %% tags=["exercise"]
 lft_answer = {"lid": ..., "port": ...}
 ### BEGIN SOLUTION
 s = lab.scenario("ib.lft")
-mine = bring_up(my_subnet(), s.sm_on)
+mine = bring_up(SubnetMADs(my_subnet()), s.sm_on)
 target_lid = next(n for n, p in mine.lids.items() if mine.nodes[p.node_guid].name == s.target)
 lft_answer = {"lid": target_lid, "port": lft_of(mine, s.switch)[target_lid]}
 ### END SOLUTION
@@ -306,11 +352,15 @@ lab.check("ib.lft", lft_answer)
 # ### 2. Your WRITE's LRH
 #
 # Your scenario has a WRITE length, an MTU, a service level and a number of data VLs. Run
-# `lrh_run(length, mtu, sl, vls, path)` with them (it brings the book's subnet up at that MTU and VLs, taps
-# both links between the switches into `path`, and WRITEs from `ha` to `hb` on that SL) and read the requests
-# (`requests_of(packets)`): how many packets, the last one's `LRH.pktlen`, and its VL?
+# `lrh_run(length, mtu, sl, vls, path)` with them (it brings the book's subnet up, builds its fabric at that
+# MTU and VLs, asks the SA for the paths between `ha` and `hb`, taps both links between the switches into
+# `path`, and WRITEs from `ha` to `hb` on your SL: the PathRecord says SL 0, the SA here has no QoS, and your
+# address vector asks for another) and read the requests (`requests_of(packets)`): how many packets, the last
+# one's `LRH.pktlen`, and its VL?
 
 # %%
+from rdmalab.lab.checkers.infiniband import lrh_run
+
 lab.scenario("ib.lrh")
 
 # %% tags=["exercise"]
@@ -366,9 +416,13 @@ lab.check("ib.why", why)
 # %% [markdown]
 # ## What was compared
 #
-# The SM's sweep, LIDs and min-hop tables are held against the stock OpenSM's (`opensm -R minhop`) and read
-# back by the stock infiniband-diags on ibsim's example subnets (`tests/fabric/test_ibsm.py`); the packets of
-# the tap decode in tshark as InfiniBand, ICRC and VCRC checked (`tests/fabric/test_ib_engine.py`). Credits,
+# The subnet's agents answer as ibsim's on the same net file: the stock OpenSM and infiniband-diags print the
+# same against `rdmalab ibsim` as against `ibsim` (`tests/fabric/test_ibsim*.py`). The SM's sweep, LIDs and
+# min-hop tables are held against the stock OpenSM's (`opensm -R minhop`) and read back by the stock
+# infiniband-diags on ibsim's example subnets (`tests/fabric/test_ibsm.py`); the data path on the tables
+# either SM wrote, by either SA's PathRecords, in `tests/fabric/test_ib_managed.py` and
+# `tests/lab/test_nb14_feedback.py`; the packets of the tap decode in tshark as InfiniBand, ICRC and VCRC
+# checked (`tests/fabric/test_ib_engine.py`). Credits,
 # VLs and head-of-line blocking are the model of `rdmalab.fabric.ibfabric` (one flow-control update per
 # packet freed, round-robin VL arbitration), read from IBA Vol 1 7.9: a teaching model, not a measurement of
 # a real switch. A credit loop can deadlock as PFC does: `rdmalab.fabric.ibflows.ib_credit_loop`.

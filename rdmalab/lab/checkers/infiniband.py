@@ -1,14 +1,17 @@
 """Checkers for 14-infiniband: a subnet manager's LIDs and tables, a WRITE's LRHs, credits under incast.
 
-The notebook's subnet is an :class:`~rdmalab.fabric.ibfabric.IBFabric` (HCAs, switches forwarding by their
-linear forwarding tables, credits per VL) brought up by rdmalab's own subnet manager
-(:class:`~rdmalab.fabric.ibsm.SubnetManager`).  The SM speaks directed-route SMPs to a ``MADPort``; here that
-port is :class:`FabricAgents`, the subnet management agents of the fabric's nodes in this process, so the
-notebook runs without a simulator: each SMP is encoded, walked hop by hop along its initial path through the
-fabric's links, answered by the node it reaches (NodeInfo, NodeDescription, SwitchInfo, PortInfo,
-LinearForwardingTable) and decoded by the SM.  A Set(PortInfo) gives an HCA its LID in the fabric (what its
-device's ``query_port`` reports), a Set(LinearForwardingTable) writes a switch's table, which the data
-packets then follow.  Every expected answer is measured on that fabric or on
+The notebook's subnet is the house's: an ibsim net file (:func:`net_file`) read into a
+:class:`~rdmalab.fabric.ibsubnet.Subnet`, whose ports carry the subnet management agents the stock OpenSM
+and infiniband-diags are compared against.  rdmalab's own subnet manager
+(:class:`~rdmalab.fabric.ibsm.SubnetManager`) sweeps it in this process through
+:class:`~rdmalab.fabric.ibfabric_subnet.SubnetMADs` (:func:`bring_up`): every directed-route SMP crosses the
+subnet hop by hop and is answered by the agent it reaches, which keeps what a Set writes (LIDs, port states,
+forwarding tables).  The data path is then :func:`~rdmalab.fabric.ibfabric_subnet.fabric_on_subnet`'s
+:class:`~rdmalab.fabric.ibfabric.IBFabric`: the HCAs take their LIDs from their own PortInfo, the switches forward
+by the tables the agents hold, and a WRITE is addressed by the PathRecords each HCA asks of the SM's SA
+(:func:`ask_paths`).  Where the stock OpenSM is installed, :func:`run_opensm` runs it on the same
+:class:`~rdmalab.fabric.ibsubnet.Subnet`, served by ``rdmalab ibsim``'s server, so the same data path can run on
+the tables OpenSM wrote.  Every expected answer is measured on that subnet or on
 :func:`rdmalab.fabric.ibflows.ib_incast`, as the notebook measures it.
 
 Per student (:mod:`rdmalab.lab.variant`): ``ib.lft``, the subnet's wiring (which switch ports the HCAs use,
@@ -18,23 +21,29 @@ VLs; ``ib.hol``, the number of senders of the incast.  ``ib.why`` is a mechanism
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
-import re
 import shutil
 import subprocess
-import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from itertools import count
 from pathlib import Path
 from typing import Any
 
 from rdmalab.capture.reader import read
-from rdmalab.fabric.ibfabric import LFT_BLOCK, ErfTap, IBFabric, IBHca, IBNode, IBSwitch
+from rdmalab.fabric.ibfabric import ErfTap, IBFabric, IBHca
+from rdmalab.fabric.ibfabric_subnet import SubnetMADs, fabric_on_subnet, path_record
 from rdmalab.fabric.ibflows import ib_incast
-from rdmalab.fabric.ibsim_client import IBSimClient, IBSimNotRunning
+from rdmalab.fabric.ibsim_client import IBSimClient
+from rdmalab.fabric.ibsim_server import IbsimServer
 from rdmalab.fabric.ibsm import SM, SubnetManager
+from rdmalab.fabric.ibsm_sa import SubnetAdministrator, answer
+from rdmalab.fabric.ibsubnet import Subnet
 from rdmalab.lab.core import Said, Wrong, exercise
 from rdmalab.lab.feedback import as_int, plain
 from rdmalab.lab.variant import draw, scenario
@@ -48,209 +57,58 @@ from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from rdmalab.verbs.wr import SGE, SendWR
 from rdmalab.viz.ladder import Arrow, Ladder
 from rdmalab.wire.ib import BTH, LRH
-from rdmalab.wire.mad import METHOD_GET, METHOD_SET
-from rdmalab.wire.smp import (
-    ATTR_LINEAR_FORWARDING_TABLE,
-    ATTR_NODE_DESCRIPTION,
-    ATTR_NODE_INFO,
-    ATTR_PORT_INFO,
-    ATTR_SWITCH_INFO,
-    CAPMASK_IS_SM,
-    NODE_TYPE_CA,
-    NODE_TYPE_SWITCH,
-    PHYS_STATE_LINKUP,
-    PORT_STATE_ACTIVE,
-    PORT_STATE_ARMED,
-    PORT_STATE_DOWN,
-    PORT_STATE_INIT,
-    PORT_STATE_NOP,
-    SMP,
-    NodeInfo,
-    PortInfo,
-    SwitchInfo,
-    attribute_data,
-    get_response,
-)
+from rdmalab.wire.sa import PathRecord
+from rdmalab.wire.smp import ATTR_PORT_INFO, PortInfo, dr_get
 
 NB = "14-infiniband"
 
-#: MAD status of an SMP an agent cannot answer: "unsupported method/attribute" (IBA Vol 1 13.4.7, table 111:
-#: bits 2-4 = 3 unsupported attribute or modifier; 7: invalid value in the attribute)
-STATUS_BAD_ATTRIBUTE = 3 << 2
-STATUS_BAD_VALUE = 7 << 2
-#: a placeholder LID every port holds before the SM has set one (reported as 0 in PortInfo)
-_UNSET_BASE = 0xB000
-#: PortInfo's LinkSpeedActive code by Gb/s per lane (14.2.5.6: 1 SDR 2.5, 2 DDR 5, 4 QDR 10)
-_SPEED = {2500: 1, 5000: 2, 10000: 4}
-_MTU_CODE = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}
+#: a link between two nodes: (node, its port, node, its port)
+Link = tuple[str, int, str, int]
 
 
-class SMPLost(RuntimeError):
-    """An SMP whose directed route leads through no link: a real subnet drops it (the SM times out)."""
-
-
-# ----------------------------------------------------------------------------- the agents
-class FabricAgents:
-    """The subnet management agents of every node of ``fabric``, reached from HCA ``sm_host``'s port:
-    a ``MADPort`` for :class:`~rdmalab.fabric.ibsm.SubnetManager` (``exchange(mad, dlid, dqp) -> reply``).
-
-    Directed-route SMPs only (the SM's sweep uses nothing else): Get of NodeInfo, NodeDescription,
-    SwitchInfo, PortInfo, LinearForwardingTable; Set of PortInfo (LID, MasterSMLID, PortState one step at a
-    time: Init -> Armed -> Active), SwitchInfo (LinearFDBTop) and LinearForwardingTable.  Anything else is
-    answered with a bad-attribute status; a route through a port without a link raises :class:`SMPLost`.
-    ``log`` lists each SMP as (path, node reached, port it entered by, attribute summary)."""
-
-    def __init__(self, fabric: IBFabric, sm_host: str) -> None:
-        host = fabric.node(sm_host)
-        if not isinstance(host, IBHca):
-            raise ValueError(f"the SM runs on an HCA's port; {sm_host!r} is a switch")
-        self.fabric = fabric
-        self.host = host
-        self.state: dict[tuple[str, int], int] = {}
-        self.sm_lid: dict[tuple[str, int], int] = {}
-        self.assigned: set[str] = set()
-        self.top: dict[str, int] = {}
-        self.log: list[tuple[tuple[int, ...], str, int, str]] = []
-        for n in fabric.nodes:
-            for num, p in n.ports.items():
-                self.state[(n.name, num)] = PORT_STATE_INIT if p.peer is not None else PORT_STATE_DOWN
-            if isinstance(n, IBSwitch):
-                self.state[(n.name, 0)] = PORT_STATE_ACTIVE  # port 0, the management port, is always up
-
-    def walk(self, path: tuple[int, ...]) -> tuple[IBNode, int, tuple[int, ...]]:
-        """The node an SMP with initial path ``path`` reaches, the port it enters by and the return path."""
-        node: IBNode = self.host
-        inport = 1
-        back: list[int] = []
-        for hop, out in enumerate(path):
-            port = node.ports.get(out)
-            if port is None or port.peer is None:
-                raise SMPLost(f"hop {hop + 1} of directed route {list(path)}: {node.name} port {out} has no link")
-            node, inport = port.peer.node, port.peer.num
-            back.append(inport)
-        return node, inport, tuple(back)
-
-    def exchange(self, mad: bytes, dlid: int, dqp: int) -> bytes:
-        req = SMP.decode(mad)
-        if not req.directed or dqp != 0:
-            return get_response(req, b"", STATUS_BAD_ATTRIBUTE).encode()
-        node, inport, back = self.walk(req.initial_path)
-        status, data = self._answer(req, node, inport)
-        self.log.append((req.initial_path, node.name, inport, req.summary()))
-        reply = get_response(req, data, status)
-        return SMP(reply.method, reply.attr_id, reply.attr_mod, reply.tid, reply.data, initial_path=req.initial_path,
-                   return_path=back, hop_ptr=req.hops, hop_cnt=req.hops, direction=1, status=status).encode()
-
-    # ------------------------------------------------------------------ attributes
-    def _answer(self, req: SMP, node: IBNode, inport: int) -> tuple[int, bytes]:
-        attr, mod, is_set = req.attr_id, req.attr_mod, req.method == METHOD_SET
-        if req.method not in (METHOD_GET, METHOD_SET):
-            return STATUS_BAD_ATTRIBUTE, b""
-        switch = node if isinstance(node, IBSwitch) else None
-        if attr == ATTR_NODE_INFO and not is_set:
-            info = NodeInfo(node_type=NODE_TYPE_SWITCH if switch else NODE_TYPE_CA,
-                            num_ports=switch.nports if switch else 1, system_image_guid=node.guid,
-                            node_guid=node.guid, port_guid=node.guid, partition_cap=1, device_id=0x1003,
-                            local_port_num=inport, vendor_id=0x0002C9)
-            return 0, attribute_data(info)
-        if attr == ATTR_NODE_DESCRIPTION and not is_set:
-            return 0, node.name.encode()[:64].ljust(64, b"\0")
-        if attr == ATTR_PORT_INFO:
-            num = mod or (0 if switch else inport)
-            if num > (switch.nports if switch else 1):
-                return STATUS_BAD_ATTRIBUTE, b""
-            if is_set:
-                bad = self._set_port(node, num, PortInfo.decode(req.data[:64]))
-                if bad:
-                    return STATUS_BAD_VALUE, attribute_data(self.port_info(node, num))
-            return 0, attribute_data(self.port_info(node, num))
-        if switch is not None and attr == ATTR_SWITCH_INFO:
-            if is_set:
-                self.top[switch.name] = SwitchInfo.decode(req.data[:17]).linear_fdb_top
-            return 0, attribute_data(SwitchInfo(linear_fdb_cap=0xC000, linear_fdb_top=self.top.get(switch.name, 0),
-                                                default_port=0xFF, life_time_value=18, lids_per_port=1,
-                                                enhanced_port0=0))
-        if switch is not None and attr == ATTR_LINEAR_FORWARDING_TABLE:
-            if is_set:
-                try:
-                    switch.set_lft(mod, list(req.data[:LFT_BLOCK]))
-                except ValueError:
-                    return STATUS_BAD_VALUE, bytes(switch.lft_block(mod)) if mod < 0xC000 // LFT_BLOCK else b""
-            return 0, bytes(switch.lft_block(mod))
-        return STATUS_BAD_ATTRIBUTE, b""
-
-    def lid(self, node: IBNode) -> int:
-        """The LID a port reports: 0 until the SM set one."""
-        return node.lid if node.name in self.assigned else 0
-
-    def port_info(self, node: IBNode, num: int) -> PortInfo:
-        port = node.ports.get(num)
-        linked = port is not None and port.peer is not None
-        state = self.state.get((node.name, num), PORT_STATE_DOWN)
-        carries_lid = num == 0 or not isinstance(node, IBSwitch)
-        is_sm = node is self.host
-        lanes = 4
-        speed = _SPEED.get((port.mbps // lanes) if port is not None else 0, 4)
-        return PortInfo(gid_prefix=0xFE80 << 48, lid=self.lid(node) if carries_lid else 0,
-                        master_sm_lid=self.sm_lid.get((node.name, num), 0),
-                        capability_mask=CAPMASK_IS_SM if is_sm else 0, local_port_num=num,
-                        link_width_enabled=2, link_width_supported=2, link_width_active=2 if linked else 0,
-                        link_speed_supported=speed, port_state=state,
-                        port_phys_state=PHYS_STATE_LINKUP if linked or num == 0 else 2, link_down_default_state=2,
-                        link_speed_active=speed if linked else 0, link_speed_enabled=speed,
-                        neighbor_mtu=_MTU_CODE[self.fabric.mtu], vl_cap=min(self.fabric.vls, 4) if linked else 0,
-                        mtu_cap=_MTU_CODE[self.fabric.mtu], operational_vls=1, guid_cap=1, subnet_timeout=18)
-
-    def _set_port(self, node: IBNode, num: int, new: PortInfo) -> bool:
-        """Apply a Set(PortInfo); True when a value is refused (a LID another port has, a state skipped)."""
-        key = (node.name, num)
-        if num == 0 or not isinstance(node, IBSwitch):
-            if new.lid and (new.lid != node.lid or node.name not in self.assigned):
-                try:
-                    self.fabric.set_lid(node, new.lid, new.master_sm_lid or None)
-                except ValueError:
-                    return True
-                self.assigned.add(node.name)
-        if new.master_sm_lid:
-            self.sm_lid[key] = new.master_sm_lid
-        want, now = new.port_state, self.state.get(key, PORT_STATE_DOWN)
-        if want == PORT_STATE_NOP or want == now:
-            return False
-        if (want, now) in ((PORT_STATE_ARMED, PORT_STATE_INIT), (PORT_STATE_ACTIVE, PORT_STATE_ARMED)):
-            self.state[key] = want
-            return False
-        return True
-
-
-def build(links: list[tuple[str, int, str, int]], *, hcas: list[str], switches: list[str], nports: int = 6,
-          **fabric_kw: Any) -> IBFabric:
-    """A fabric of ``hcas`` and ``switches`` (``nports`` each), ``links`` as (node, port, node, port), every
-    port without a LID yet (placeholder LIDs the SM replaces) and every switch with an empty table."""
-    fab = IBFabric(**fabric_kw)
-    for i, name in enumerate(switches):
-        fab.add_switch(name, nports=nports, lid=_UNSET_BASE + 0x100 + i)
-    for i, name in enumerate(hcas):
-        fab.add_hca(name, lid=_UNSET_BASE + i)
+# ----------------------------------------------------------------------------- the subnet
+def net_file(links: list[Link], *, hcas: list[str], switches: list[str], nports: int = 6) -> str:
+    """ibsim's net file (ibnetdiscover's format: a record per node, its linked ports as ``[port] "peer"[port]``)
+    of one-port HCAs ``hcas`` and switches ``switches`` of ``nports`` ports each, linked by ``links``; every
+    link 4x QDR (``speed=4``, PortInfo's LinkSpeedEnabled: 10 Gb/s a lane).  The net file's reader names a port
+    used twice or a link to an unknown node (:class:`~rdmalab.fabric.ibsubnet_netfile.NetFileError`)."""
+    ports: dict[str, list[tuple[int, str, int]]] = {name: [] for name in (*hcas, *switches)}
     for a, pa, b, pb in links:
-        fab.link(a, b, 40.0, 0.1, port_a=pa if fab.node(a) in fab.switches else None,
-                 port_b=pb if fab.node(b) in fab.switches else None)
-    return fab
+        for here, num, there, far in ((a, pa, b, pb), (b, pb, a, pa)):
+            if here not in ports:
+                raise ValueError(f"link {a}[{pa}] - {b}[{pb}]: {here!r} is not one of the nodes {sorted(ports)}")
+            ports[here].append((num, there, far))
+    out = ["# written by rdmalab.lab.checkers.infiniband.net_file", "speed=4"]
+    for name in (*hcas, *switches):
+        kind = f"Switch\t{nports}" if name in switches else "Hca\t1"
+        out.append(f'\n{kind} "{name}"')
+        out += [f'[{num}]\t"{there}"[{far}]' for num, there, far in sorted(ports[name])]
+    return "\n".join(out) + "\n"
 
 
 #: the notebook's own subnet: ha on sw1, hb and hc on sw2, two links between the switches
-BOOK_LINKS = [("ha", 1, "sw1", 1), ("sw1", 3, "sw2", 3), ("sw1", 4, "sw2", 4), ("sw2", 1, "hb", 1),
-              ("sw2", 2, "hc", 1)]
+BOOK_LINKS: list[Link] = [("ha", 1, "sw1", 1), ("sw1", 3, "sw2", 3), ("sw1", 4, "sw2", 4), ("sw2", 1, "hb", 1),
+                          ("sw2", 2, "hc", 1)]
 
 
-def book_subnet(**fabric_kw: Any) -> IBFabric:
-    """The notebook's subnet (:data:`BOOK_LINKS`), not yet brought up."""
-    return build(BOOK_LINKS, hcas=["ha", "hb", "hc"], switches=["sw1", "sw2"], **fabric_kw)
+def book_net() -> str:
+    """The notebook's subnet (:data:`BOOK_LINKS`) as a net file."""
+    return net_file(BOOK_LINKS, hcas=["ha", "hb", "hc"], switches=["sw1", "sw2"])
 
 
-def bring_up(fabric: IBFabric, sm_host: str = "ha") -> SubnetManager:
-    """Run rdmalab's subnet manager on ``sm_host``'s port against ``fabric``: sweep, LIDs, tables, Active."""
-    sm = SubnetManager(FabricAgents(fabric, sm_host))
+def book_subnet() -> Subnet:
+    """The notebook's subnet with its agents, as ibsim starts it: no LIDs, ports Init, tables empty."""
+    return Subnet.from_text(book_net(), "book.net")
+
+
+def bring_up(mads: SubnetMADs, sm_host: str = "ha") -> SubnetManager:
+    """Run rdmalab's subnet manager on ``sm_host``'s port of ``mads.subnet``: sweep, LIDs, tables, ports Active;
+    then its SA answers the PathRecord queries sent to the SM's LID (:func:`ask_paths`)."""
+    port = mads.port(sm_host, issm=True)
+    sm = SubnetManager(port)
     sm.run()
+    sa = SubnetAdministrator(sm)
+    mads.serve(port, lambda req: answer(sm, sa, req))
     return sm
 
 
@@ -301,8 +159,8 @@ def _lft_scenario(r: random.Random) -> dict[str, Any]:
             "switch": r.choice(["sw1", "sw2"])}
 
 
-def scenario_links(s: Any) -> list[tuple[str, int, str, int]]:
-    """A scenario's wiring as :func:`build` takes it."""
+def scenario_links(s: Any) -> list[Link]:
+    """A scenario's wiring, as :func:`net_file` takes it."""
     out = []
     for host, where in s.hcas.items():
         sw, _, port = where.split()
@@ -313,23 +171,28 @@ def scenario_links(s: Any) -> list[tuple[str, int, str, int]]:
     return out
 
 
-def my_subnet(**fabric_kw: Any) -> IBFabric:
-    """Your subnet (scenario ``ib.lft``), not yet brought up."""
+def my_net() -> str:
+    """Your subnet (scenario ``ib.lft``) as a net file."""
     s = draw("ib.lft")
-    return build(scenario_links(s), hcas=list(s.hcas), switches=["sw1", "sw2"], **fabric_kw)
+    return net_file(scenario_links(s), hcas=list(s.hcas), switches=["sw1", "sw2"])
+
+
+def my_subnet() -> Subnet:
+    """Your subnet (scenario ``ib.lft``), not yet brought up."""
+    return Subnet.from_text(my_net(), "my.net")
 
 
 def lft_answer() -> tuple[int, int, SubnetManager]:
     s = draw("ib.lft")
-    sm = bring_up(my_subnet(), s.sm_on)
+    sm = bring_up(SubnetMADs(my_subnet()), s.sm_on)
     target = next(p for p in sm.lids.values() if sm.nodes[p.node_guid].name == s.target)
     return target.lid, lft_of(sm, s.switch)[target.lid], sm
 
 
 @exercise("ib.lft", "Your subnet: the LID the SM gives a host, and where a switch sends it", notebook=NB, varies=True,
           hints=(
-    "Build your subnet with my_subnet() and bring it up with bring_up(fabric, sm_host) from the SM's host of your "
-    "scenario: sm.lids maps each LID to the port that has it.",
+    "Build your subnet with my_subnet() and bring it up with bring_up(SubnetMADs(subnet), sm_host) from the SM's "
+    "host of your scenario: sm.lids maps each LID to the port that has it.",
     "lft_of(sm, switch) is that switch's table, LID -> output port (0: the switch itself).",
     "LIDs go out in the order the sweep met the ports, the SM's own port first; each switch's port 0 has one.",
 ))
@@ -367,26 +230,54 @@ def _lrh_scenario(r: random.Random) -> dict[str, Any]:
             "sl": r.randrange(1, 8), "vls": r.choice((2, 4))}
 
 
-def write_across(fab: IBFabric, length: int, *, sl: int = 0, src: str = "ha", dst: str = "hb") -> bool:
-    """One RDMA WRITE of ``length`` bytes from ``src`` to ``dst``, by LID on service level ``sl`` (an RC QP pair
-    connected as a pyverbs program connects them on an HCA); True when it completed successfully."""
+def ask_paths(mads: SubnetMADs, fab: IBFabric, src: str = "ha", dst: str = "hb") -> tuple[PathRecord, PathRecord]:
+    """The PathRecords ``src`` -> ``dst`` and back, each asked by its own HCA: a SubnAdmGet(PathRecord) from its
+    port through the subnet to the SM LID its PortInfo names, answered by the SM's SA (:func:`bring_up`)."""
+    hcas = {h.name: h for h in fab.hcas}
+    for name in (src, dst):
+        if name not in hcas:
+            raise ValueError(f"{name!r} is not an HCA of the fabric (have {sorted(hcas)})")
+    records = []
+    for me, peer in ((hcas[src], hcas[dst]), (hcas[dst], hcas[src])):
+        port = mads.port(me.name)
+        try:
+            records.append(path_record(port, me.device.sm_lid, me.lid, peer.lid))
+        finally:
+            port.close()
+    return records[0], records[1]
+
+
+def write_across(fab: IBFabric, length: int, there: PathRecord, back: PathRecord, *, sl: int | None = None) -> bool:
+    """One RDMA WRITE of ``length`` bytes from the HCA with LID ``there.slid`` to the one with ``there.dlid``, by an
+    RC QP pair connected as a pyverbs program connects them on an HCA: each side's address vector from its
+    PathRecord (``ah_attr.dlid``, ``is_global=0``; the record's SL unless ``sl`` is given), its path MTU the
+    record's or the fabric's, the smaller.  True when it completed successfully and the bytes landed."""
+    by_lid: dict[int, IBHca] = {h.lid: h for h in fab.hcas}
+    for what, lid in (("source", there.slid), ("destination", there.dlid)):
+        if lid not in by_lid:
+            raise ValueError(f"the PathRecord's {what} LID {lid} is no HCA's in the fabric "
+                             f"(have {sorted(by_lid)})")
+    if (back.slid, back.dlid) != (there.dlid, there.slid):
+        raise ValueError(f"the PathRecord back goes from LID {back.slid} to {back.dlid}, not from {there.dlid} to "
+                         f"{there.slid}")
     access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
     sides = []
-    for name in (src, dst):
-        ctx = Context(name=name, fabric=fab)
+    for rec in (there, back):
+        ctx = Context(name=by_lid[rec.slid].name, fabric=fab)
         pd = PD(ctx)
         cq = CQ(ctx, 16)
         mr = MR(pd, max(length, 64), access)
         qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq,
                                cap=QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)))
-        sides.append((ctx, cq, mr, qp))
+        sides.append((rec, cq, mr, qp))
     for me, peer in ((sides[0], sides[1]), (sides[1], sides[0])):
-        attr = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=1, path_mtu=e.bytes_to_mtu(fab.mtu))
+        rec = me[0]
+        attr = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=1, path_mtu=min(e.bytes_to_mtu(fab.mtu), rec.mtu))
         attr.qp_access_flags = access
         attr.dest_qp_num, attr.rq_psn, attr.sq_psn = peer[3].qp_num, 0, 0
         attr.max_rd_atomic = attr.max_dest_rd_atomic = 1
         attr.min_rnr_timer, attr.timeout, attr.retry_cnt, attr.rnr_retry = 12, 14, 7, 7
-        attr.ah_attr = AHAttr(dlid=peer[0].query_port(1).lid, sl=sl, is_global=0, port_num=1)
+        attr.ah_attr = AHAttr(dlid=rec.dlid, sl=rec.sl if sl is None else sl, is_global=0, port_num=1)
         me[3].to_rts(attr)
     (_, cq, mr, qp), (_, _, peer_mr, _) = sides
     mr.write(bytes(i % 251 for i in range(length)), length)
@@ -404,24 +295,38 @@ def write_across(fab: IBFabric, length: int, *, sl: int = 0, src: str = "ha", ds
     return bool(wcs) and wcs[0].status == e.IBV_WC_SUCCESS and peer_mr.read(length, 0) == mr.read(length, 0)
 
 
-def lrh_run(length: int, mtu: int, sl: int, vls: int, capture: str) -> list[Any]:
-    """The book's subnet at ``mtu`` with ``vls`` data VLs, brought up by the SM, a tap on both links between sw1
-    and sw2 writing the file ``capture``, one WRITE of ``length`` bytes from ha to hb on SL ``sl``: the decoded
-    packets the tap saw (the requests on one link, the ACKs on the other, as the tables route them)."""
-    fab = book_subnet(mtu=mtu, vls=vls)
-    bring_up(fab)
+def tapped_write(fab: IBFabric, length: int, there: PathRecord, back: PathRecord, capture: str, *,
+                 sl: int | None = None) -> list[Any]:
+    """:func:`write_across` on the book's fabric with a tap on both links between sw1 and sw2 writing the file
+    ``capture`` (ERF records, native InfiniBand): the decoded packets the tap saw (the requests on one link, the
+    ACKs on the other, as the tables route them)."""
     tap = ErfTap(capture)
+    sw1 = fab.node("sw1")
     for num in (3, 4):  # the two sw1-sw2 links (BOOK_LINKS)
-        port = fab.node("sw1").ports[num]
+        port = sw1.ports[num]
         port.taps.append(tap)
         if port.peer is not None:
             port.peer.taps.append(tap)
     fab.frames = True
-    ok = write_across(fab, length, sl=sl)
-    tap.close()
+    try:
+        ok = write_across(fab, length, there, back, sl=sl)
+    finally:
+        tap.close()
     if not ok:
-        raise RuntimeError(f"the WRITE of {length} bytes from ha to hb did not complete")
+        raise RuntimeError(f"the WRITE of {length} bytes from LID {there.slid} to LID {there.dlid} did not complete")
     return [cp.packet for cp in read(capture)]
+
+
+def lrh_run(length: int, mtu: int, sl: int, vls: int, capture: str) -> list[Any]:
+    """The book's subnet brought up by the SM, its fabric (:func:`fabric_on_subnet`) at ``mtu`` with ``vls`` data
+    VLs, the PathRecords ha -> hb and back from the SA, and one WRITE of ``length`` bytes from ha to hb on SL
+    ``sl``, tapped into ``capture`` (:func:`tapped_write`): the decoded packets the tap saw."""
+    subnet = book_subnet()
+    mads = SubnetMADs(subnet)
+    bring_up(mads)
+    fab = fabric_on_subnet(subnet, mtu=mtu, vls=vls)
+    there, back = ask_paths(mads, fab, "ha", "hb")
+    return tapped_write(fab, length, there, back, capture, sl=sl)
 
 
 def requests_of(packets: list[Any]) -> list[Any]:
@@ -574,81 +479,97 @@ def _why(answer: Any) -> str:
 
 
 # ----------------------------------------------------------------------------- the stock OpenSM, where installed
-def netfile(fabric: IBFabric) -> str:
-    """``fabric``'s nodes and links in ibsim's net-file format (ibnetdiscover's: a record per node, its linked
-    ports as ``[port] "peer"[port]``), the first HCA first, so that it is the SM's port."""
-    order = fabric.hcas[:1] + fabric.switches + fabric.hcas[1:]
-    out = []
-    for n in order:
-        kind, ports = ("Switch", n.nports) if isinstance(n, IBSwitch) else ("Hca", 1)
-        lines = [f'{kind}\t{ports} "{n.name}"']
-        for num, p in sorted(n.ports.items()):
-            if p.peer is not None:
-                lines.append(f'[{num}]\t"{p.peer.node.name}"[{p.peer.num}]')
-        out.append("\n".join(lines))
-    return "\n\n".join(out) + "\n"
+STOCK_TOOLS = ("opensm", "ibsim-run", "ibnetdiscover", "ibroute")
 
 
-def stock_tools() -> tuple[list[str], str]:
-    """(the simulator command to run a net file with, or [] and why not): ``rdmalab ibsim`` when this rdmalab
-    has it, else the stock ``ibsim``; and the stock OpenSM, ibsim-run and ibnetdiscover must be installed."""
-    missing = [t for t in ("opensm", "ibsim-run", "ibnetdiscover") if shutil.which(t) is None]
-    if missing:
-        return [], f"not installed here: {', '.join(missing)} (Debian: opensm, ibsim-utils, infiniband-diags)"
-    if importlib.util.find_spec("rdmalab.fabric.ibsim_server") is not None:
-        return [sys.executable, "-m", "rdmalab", "ibsim", "--sockname"], "rdmalab ibsim"
-    if shutil.which("ibsim") is not None:
-        return ["ibsim", "-s"], "the stock ibsim"
-    return [], "no simulator: neither rdmalab ibsim (rdmalab.fabric.ibsim_server) nor the stock ibsim is installed"
+def stock_tools() -> str:
+    """What is missing here to run the stock OpenSM and diags (:data:`STOCK_TOOLS`); "" when nothing is."""
+    missing = [t for t in STOCK_TOOLS if shutil.which(t) is None]
+    return f"not installed here: {', '.join(missing)} (Debian: opensm, ibsim-utils, infiniband-diags)" if missing \
+        else ""
 
 
-def run_opensm(fabric: IBFabric, tmp: str, *, sm_host: str = "ha", timeout: float = 30.0) -> dict[str, str]:
-    """The stock OpenSM, once (``opensm -o``), on ``fabric``'s net file in a simulator (:func:`stock_tools`),
-    then ``ibnetdiscover`` and ``ibroute`` of each switch: their outputs, and ``simulator``: which one ran.
-    RuntimeError, with the tool's own words, when a step fails."""
-    cmd, which = stock_tools()
-    if not cmd:
-        raise RuntimeError(which)
-    net = Path(tmp) / "lab.net"
-    net.write_text(netfile(fabric), encoding="utf-8")
-    sockname = f"rdmalab-nb14-{os.getpid()}-{int(time.monotonic() * 1000) % 100000}"
-    env = dict(os.environ, IBSIM_SOCKNAME=sockname, SIM_HOST=sm_host, OSM_TMP_DIR=tmp, OSM_CACHE_DIR=tmp)
-    args = [*cmd, sockname, str(net)] if cmd[-1] == "--sockname" else [*cmd, str(net)]
-    log = open(Path(tmp) / "sim.log", "wb")  # noqa: SIM115  # closed in the finally below
-    sim = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp)
-    out = {"simulator": which}
+@dataclass
+class OpenSMRun:
+    """What the stock tools said while OpenSM was master of the subnet: ``ibnetdiscover``'s output, ``ibroute``'s
+    of every switch (by name), and the PathRecords OpenSM's SA gave (by (source, destination) HCA names)."""
+
+    ibnetdiscover: str = ""
+    ibroute: dict[str, str] = field(default_factory=dict)
+    paths: dict[tuple[str, str], PathRecord] = field(default_factory=dict)
+
+
+_socknames = count()
+
+
+@contextmanager
+def served(subnet: Subnet) -> Iterator[str]:
+    """``subnet`` served by ``rdmalab ibsim``'s server (:class:`~rdmalab.fabric.ibsim_server.IbsimServer`) on
+    ibsim's sockets, in a thread of this process, until the block ends; yields the sockets' name for
+    ``IBSIM_SOCKNAME``.  The subnet keeps what its clients set."""
+    sockname = f"rdmalab-nb14-{os.getpid()}-{next(_socknames)}"
+    server = IbsimServer(subnet, sockname)
+    thread = threading.Thread(target=server.serve, name=f"ibsim {sockname}", daemon=True)
+    thread.start()
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                IBSimClient(None, sockname=sockname, timeout=1.0).close()
-                break
-            except IBSimNotRunning:
-                if sim.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{which} did not start: "
-                                       f"{(Path(tmp) / 'sim.log').read_text(errors='replace')[-400:]}") from None
+        yield sockname
+    finally:
+        server.stop()
+        thread.join(timeout=10)
+        server.close()
+
+
+def run_opensm(subnet: Subnet, tmp: str, *, sm_host: str = "ha", pairs: tuple[tuple[str, str], ...] = (),
+               timeout: float = 30.0) -> OpenSMRun:
+    """The stock OpenSM on ``subnet`` (:func:`served`), on ``sm_host``'s port: once it has brought the subnet up,
+    ``ibnetdiscover``, ``ibroute`` of every switch, and, for each (source, destination) of ``pairs``, the
+    PathRecord the source's port asks of OpenSM's SA (at the SM LID its own PortInfo names); then OpenSM stops.
+    The subnet keeps what OpenSM wrote into its agents (LIDs, port states, forwarding tables), so that
+    :func:`fabric_on_subnet` then builds the data path on OpenSM's tables.  RuntimeError, with the tool's own
+    words, when a step fails."""
+    missing = stock_tools()
+    if missing:
+        raise RuntimeError(missing)
+    log = Path(tmp) / "osm.log"
+    out = OpenSMRun()
+    with served(subnet) as sockname:
+        env = dict(os.environ, IBSIM_SOCKNAME=sockname, SIM_HOST=sm_host, OSM_TMP_DIR=tmp, OSM_CACHE_DIR=tmp)
+        # -e: a fresh log; -d2: flush it at every line (so "SUBNET UP" can be waited for); -s 0: no later sweeps
+        osm = subprocess.Popen(["ibsim-run", "opensm", "-e", "-f", str(log), "-d2", "-s", "0"], env=env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + timeout
+            while "SUBNET UP" not in (log.read_text(errors="replace") if log.exists() else ""):
+                if osm.poll() is not None or time.monotonic() > deadline:
+                    said = log.read_text(errors="replace")[-400:] if log.exists() else "no log"
+                    raise RuntimeError(f"OpenSM did not bring the subnet up within {timeout} s: {said}")
                 time.sleep(0.05)
 
-        def tool(*argv: str) -> str:
-            got = subprocess.run(["ibsim-run", *argv], env=env, capture_output=True, text=True, timeout=timeout)
-            if got.returncode != 0:
-                raise RuntimeError(f"{' '.join(argv)} exited {got.returncode}: {got.stderr.strip()[-400:]}")
-            return got.stdout
+            def tool(*argv: str) -> str:
+                got = subprocess.run(["ibsim-run", *argv], env=env, capture_output=True, text=True, timeout=timeout)
+                if got.returncode != 0:
+                    raise RuntimeError(f"{' '.join(argv)} exited {got.returncode}: {got.stderr.strip()[-400:]}")
+                return got.stdout
 
-        tool("opensm", "-o", "-e", "-f", str(Path(tmp) / "osm.log"), "-s", "0")
-        out["ibnetdiscover"] = tool("ibnetdiscover")
-        for sw in fabric.switches:
-            m = re.search(rf'^Switch\s.*"{sw.name}".*\blid (\d+)', out["ibnetdiscover"], re.M)
-            if m:
-                out[f"ibroute {sw.name}"] = tool("ibroute", m.group(1))
-        return out
-    finally:
-        if sim.stdin is not None:
-            sim.stdin.close()
-        sim.terminate()
-        try:
-            sim.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            sim.kill()
-            sim.wait()
-        log.close()
+            out.ibnetdiscover = tool("ibnetdiscover")
+            for node in subnet.nodes:
+                if node.is_switch:
+                    out.ibroute[node.nodeid] = tool("ibroute", str(node.first_port().lid))
+            for src, dst in pairs:
+                mine, theirs = (_own_port_info(sockname, name) for name in (src, dst))
+                with IBSimClient(src, sockname=sockname) as client:
+                    out.paths[(src, dst)] = path_record(client, mine.master_sm_lid, mine.lid, theirs.lid)
+        finally:
+            osm.terminate()
+            try:
+                osm.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                osm.kill()
+                osm.wait()
+    return out
+
+
+def _own_port_info(sockname: str, node: str) -> PortInfo:
+    """``node``'s PortInfo as its driver reads it (a directed-route Get with hop count 0), over ibsim's sockets."""
+    with IBSimClient(node, sockname=sockname) as client:
+        return PortInfo.decode(client.exchange(dr_get(ATTR_PORT_INFO, (), attr_mod=1).encode(), 0xFFFF, 0), 64)
