@@ -22,7 +22,10 @@ endian; 64 bytes with the default ``value_size`` of 36.  There is no DELETE.
 
 Everything is plain verbs code on :mod:`rdmalab.verbs` objects, so it runs on any carrier of the engine:
 the simulated fabric (:class:`~rdmalab.fabric.sim.Fabric`, virtual time: :attr:`GetResult.ns` is
-virtual nanoseconds) or UDP (:class:`~rdmalab.fabric.udp.UdpFabric`, wall-clock time).  The server's
+virtual nanoseconds), UDP (:class:`~rdmalab.fabric.udp.UdpFabric`, wall-clock time) or native InfiniBand
+(:class:`~rdmalab.fabric.ibfabric.IBFabric`, virtual time; :func:`on_ib`).  The one part that differs by
+link layer is how a side names its port to the peer and the address vector to it (:func:`_address`,
+:func:`_ah_attr`: by LID without a GRH on InfiniBand, by RoCEv2 GID in a GRH on Ethernet).  The server's
 CPU is modelled by events on the carrier's loop: it polls the request region every ``poll_ns`` and
 spends ``service_ns`` on each request (parameters, not measurements: 0 takes the CPU out of the figures).
 

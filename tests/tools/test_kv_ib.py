@@ -179,3 +179,26 @@ def test_rpc_beats_read_gets_from_two_reads_on_ib() -> None:
     assert all((r.value, r.version) == (k, 1) for r, k in zip(rpc, keys, strict=True))
     assert read_[0].ns < min(r.ns for r in rpc) and max(r.ns for r in rpc) < read_[1].ns, \
         (per_trip, [r.ns for r in rpc])
+
+
+def _rpc_and_read_ns(st: Store) -> tuple[int, int]:
+    """The slowest of 5 warm GETs by RPC, and one GET by one READ, of a key in its home bucket."""
+    s, c = st.server, st.client
+    s.put_local(b"k", b"v")
+    s.start()
+    for _ in range(c.recv_depth):
+        c.get_rpc(b"k")
+    rpc = max(c.get_rpc(b"k").ns for _ in range(5))
+    s.stop()
+    return rpc, c.get_read(b"k").ns
+
+
+def test_shorter_round_trips_make_the_servers_cpu_weigh_more() -> None:
+    """IB's READ round trip is shorter than the simulated fabric's, so a server CPU time under which the RPC still
+    beats two READs there (1 us) makes it lose to them on IB; with a short one (200 ns) it wins on both."""
+    for service, wins_on_ib in ((200, True), (1000, False)):
+        rpc, one_read = _rpc_and_read_ns(on_ib(service_ns=service))
+        sim_rpc, sim_read = _rpc_and_read_ns(simulated(service_ns=service))
+        assert one_read < sim_read and one_read < rpc
+        assert (rpc < 2 * one_read) == wins_on_ib, (service, rpc, one_read)
+        assert sim_rpc < 2 * sim_read, (service, sim_rpc, sim_read)
