@@ -22,7 +22,10 @@ endian; 64 bytes with the default ``value_size`` of 36.  There is no DELETE.
 
 Everything is plain verbs code on :mod:`rdmalab.verbs` objects, so it runs on any carrier of the engine:
 the simulated fabric (:class:`~rdmalab.fabric.sim.Fabric`, virtual time: :attr:`GetResult.ns` is
-virtual nanoseconds) or UDP (:class:`~rdmalab.fabric.udp.UdpFabric`, wall-clock time).  The server's
+virtual nanoseconds), UDP (:class:`~rdmalab.fabric.udp.UdpFabric`, wall-clock time) or native InfiniBand
+(:class:`~rdmalab.fabric.ibfabric.IBFabric`, virtual time; :func:`on_ib`).  The one part that differs by
+link layer is how a side names its port to the peer and the address vector to it (:func:`_address`,
+:func:`_ah_attr`: by LID without a GRH on InfiniBand, by RoCEv2 GID in a GRH on Ethernet).  The server's
 CPU is modelled by events on the carrier's loop: it polls the request region every ``poll_ns`` and
 spends ``service_ns`` on each request (parameters, not measurements: 0 takes the CPU out of the figures).
 
@@ -40,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rdmalab.fabric.ibfabric import IBFabric
 from rdmalab.fabric.loop import Loop
 from rdmalab.fabric.sim import Fabric
 from rdmalab.verbs import enums as e
@@ -52,7 +56,7 @@ from rdmalab.verbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from rdmalab.verbs.wr import SGE, RecvWR, SendWR
 
 __all__ = ["GET", "KEY_SIZE", "PUT", "QKEY", "Bucket", "GetResult", "KvClient", "KvError", "KvServer", "Layout",
-           "PendingPut", "RpcResult", "Store", "TornReadError", "connect", "key_at_distance", "simulated"]
+           "PendingPut", "RpcResult", "Store", "TornReadError", "connect", "key_at_distance", "on_ib", "simulated"]
 
 KEY_SIZE = 16
 QKEY = 0x4B560001
@@ -154,12 +158,34 @@ def check_key(key: bytes) -> bytes:
 
 
 def _loop(ctx: Context) -> Loop:
-    """The event loop of ``ctx``'s carrier (its clock, and where the server's CPU schedules its work)."""
-    loop = ctx.device.scheduler
+    """The event loop of ``ctx``'s carrier (its clock, and where the server's CPU schedules its work): the
+    carrier's scheduler, or the loop that scheduler runs on (:class:`~rdmalab.fabric.ibfabric.IBFabric`)."""
+    sched = ctx.device.scheduler
+    loop = sched if isinstance(sched, Loop) else getattr(sched, "loop", None)
     if not isinstance(loop, Loop):
-        raise KvError(f"device {ctx.name}: its carrier's scheduler {type(loop).__name__} is not an event loop "
-                      "(rdmalab.fabric.loop.Loop: the simulated fabric, UDP)")
+        raise KvError(f"device {ctx.name}: its carrier's scheduler {type(sched).__name__} is not an event loop "
+                      "and runs on none (rdmalab.fabric.loop.Loop: the simulated fabric, UDP, native IB)")
     return loop
+
+
+# The one part that differs by link layer: how a peer's port is named, and the address vector to it.
+def _address(ctx: Context) -> dict[str, Any]:
+    """Where peers reach port 1 of ``ctx``: its LID on InfiniBand (``{"lid": n}``), its RoCEv2 GID (index 1)
+    on Ethernet (``{"gid": GID}``)."""
+    port = ctx.query_port(1)
+    if port.link_layer == e.IBV_LINK_LAYER_INFINIBAND:
+        return {"lid": port.lid}
+    return {"gid": ctx.query_gid(1, 1)}
+
+
+def _ah_attr(peer: dict[str, Any]) -> AHAttr:
+    """The address vector to a peer's :func:`_address`: by LID in the LRH alone (no GRH) on InfiniBand, by GID
+    in a GRH (RoCEv2) on Ethernet."""
+    if "lid" in peer:
+        return AHAttr(port_num=1, dlid=peer["lid"], sl=0, is_global=0)
+    if "gid" in peer:
+        return AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=peer["gid"], sgid_index=1))
+    raise KvError(f"peer address {sorted(peer)}: neither a lid (InfiniBand) nor a gid (RoCE)")
 
 
 def _rc_qp(pd: PD, cq: CQ, depth: int) -> QP:
@@ -181,12 +207,12 @@ def _ud_qp(pd: PD, cq: CQ, depth: int) -> QP:
     return qp
 
 
-def _connect_rc(qp: QP, gid: Any, qpn: int, rq_psn: int, sq_psn: int, mtu: int) -> None:
+def _connect_rc(qp: QP, peer: dict[str, Any], qpn: int, rq_psn: int, sq_psn: int, mtu: int) -> None:
     attr = QPAttr(port_num=1, path_mtu=mtu)
     attr.qp_access_flags = _RC_ACCESS
     attr.max_dest_rd_atomic = attr.max_rd_atomic = 4
     attr.min_rnr_timer, attr.timeout, attr.retry_cnt, attr.rnr_retry = 12, 14, 7, 7
-    attr.ah_attr = AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=gid, sgid_index=1))
+    attr.ah_attr = _ah_attr(peer)
     attr.dest_qp_num, attr.rq_psn, attr.sq_psn = qpn, rq_psn, sq_psn
     qp.to_rts(attr)
 
@@ -266,11 +292,11 @@ class KvServer:
             raise KvError(f"KvServer: already {self.max_clients} clients (max_clients)")
         qp = _rc_qp(self.pd, self.cq, 64)
         psn = self.ctx.device.rng.getrandbits(24)
-        _connect_rc(qp, client["gid"], client["rc_qpn"], client["psn"], psn, self.mtu)
-        ah = AH(self.pd, AHAttr(port_num=1, is_global=1, gr=GlobalRoute(dgid=client["gid"], sgid_index=1)))
+        _connect_rc(qp, client, client["rc_qpn"], client["psn"], psn, self.mtu)
+        ah = AH(self.pd, _ah_attr(client))
         slot = len(self.clients)
         self.clients.append(_Client(qp, slot, client["ud_qpn"], ah))
-        return {"gid": self.ctx.query_gid(1, 1), "rc_qpn": qp.qp_num, "psn": psn, "ud_qpn": self.ud.qp_num,
+        return {**_address(self.ctx), "rc_qpn": qp.qp_num, "psn": psn, "ud_qpn": self.ud.qp_num,
                 "table": self.table.buf, "table_rkey": self.table.rkey, "buckets": self.layout.buckets,
                 "value_size": self.layout.value_size, "request": self.requests.buf + slot * self.slot_size,
                 "request_rkey": self.requests.rkey}
@@ -464,7 +490,7 @@ class KvClient:
         self.seq = 0
 
     def address(self) -> dict[str, Any]:
-        return {"gid": self.ctx.query_gid(1, 1), "rc_qpn": self.rc.qp_num, "psn": self.psn, "ud_qpn": self.ud.qp_num}
+        return {**_address(self.ctx), "rc_qpn": self.rc.qp_num, "psn": self.psn, "ud_qpn": self.ud.qp_num}
 
     def attach(self, server: dict[str, Any]) -> None:
         """Connect to the server whose :meth:`KvServer.accept` answer is ``server``."""
@@ -475,7 +501,7 @@ class KvClient:
         self.read_size = max(self.window, 1) * lay.bucket_size
         self.buf = MR(self.pd, self.read_size + _request_size(lay) + self.recv_depth * self.resp_size,
                       e.IBV_ACCESS_LOCAL_WRITE)
-        _connect_rc(self.rc, server["gid"], server["rc_qpn"], server["psn"], self.psn, self.mtu)
+        _connect_rc(self.rc, server, server["rc_qpn"], server["psn"], self.psn, self.mtu)
         for i in range(self.recv_depth):
             self._post_recv(i)
 
@@ -606,9 +632,10 @@ def connect(server: KvServer, client: KvClient) -> None:
 
 @dataclass
 class Store:
-    """A server and a client connected on a simulated fabric of their own (:func:`simulated`)."""
+    """A server and a client connected on a simulated fabric of their own (:func:`simulated`) or on native
+    InfiniBand (:func:`on_ib`)."""
 
-    fabric: Fabric
+    fabric: Fabric | IBFabric
     server: KvServer
     client: KvClient
 
@@ -626,6 +653,35 @@ def simulated(*, layout: Layout | None = None, seed: int = 1, window: int = 1, s
     c = KvClient(Context(name="client", fabric=f), window=window, max_retries=max_retries)
     connect(s, c)
     return Store(f, s, c)
+
+
+def on_ib(*, fabric: IBFabric | None = None, server: str = "server", client: str = "client",
+          layout: Layout | None = None, seed: int = 1, window: int = 1, service_ns: int = 200, poll_ns: int = 100,
+          max_retries: int = 16, mtu: int = e.IBV_MTU_1024, rate_gbps: float = 100.0, delay_us: float = 0.1,
+          frames: bool = False) -> Store:
+    """The store on native InfiniBand: a :class:`KvServer` on HCA ``server`` and a connected :class:`KvClient` on
+    HCA ``client`` of ``fabric``, their QPs addressed by LID (RC for the READs and the request WRITEs, UD for the
+    answers; no GRH).  ``fabric`` None: a fresh :class:`~rdmalab.fabric.ibfabric.IBFabric` (``seed``, ``frames``),
+    server - sw1 - sw2 - client, links of ``rate_gbps`` and ``delay_us``, min-hop tables (LIDs: server 1, client 2,
+    the switches 3 and 4).  Given one (e.g. :func:`~rdmalab.fabric.ibfabric_subnet.fabric_on_subnet` of a subnet a
+    subnet manager brought up), ``server`` and ``client`` name two of its HCAs, and the LIDs are those the HCAs
+    have (the SM's); ``rate_gbps``, ``delay_us``, ``seed`` and ``frames`` are then not used."""
+    if fabric is None:
+        fabric = IBFabric(seed=seed, frames=frames)
+        for n in (server, client):
+            fabric.add_hca(n)
+        fabric.add_switch("sw1", nports=8)
+        fabric.add_switch("sw2", nports=8)
+        for a, b in ((server, "sw1"), ("sw1", "sw2"), ("sw2", client)):
+            fabric.link(a, b, rate_gbps, delay_us)
+        fabric.min_hop_routes()
+    for n in (server, client):
+        if n not in fabric.devices:
+            raise KvError(f"on_ib: {n!r} is not an HCA of the fabric (HCAs: {', '.join(sorted(fabric.devices))})")
+    s = KvServer(Context(name=server, fabric=fabric), layout, service_ns=service_ns, poll_ns=poll_ns, mtu=mtu)
+    c = KvClient(Context(name=client, fabric=fabric), window=window, max_retries=max_retries, mtu=mtu)
+    connect(s, c)
+    return Store(fabric, s, c)
 
 
 def key_at_distance(layout: Layout, home: int, distance: int, taken: Callable[[bytes], bool] = lambda k: False,
