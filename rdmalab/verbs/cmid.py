@@ -312,7 +312,11 @@ class CMID:
         (:mod:`rdmalab.verbs.cmroute_ib`); ROUTE_RESOLVED follows."""
         self._check(CMIDEvent.RESOLVE_ROUTE, "Resolve Route")
         if on_ib(self.device) and self.dst_gid is not None:
-            self.ib_path = ib_path(self.device, self.dst_gid)
+            try:
+                self.ib_path = ib_path(self.device, self.dst_gid)
+            except PyverbsRDMAError as exc:  # the SA's answer (cma_query_handler): an event, not the call's error
+                self._post(EV.RDMA_CM_EVENT_ROUTE_ERROR, status=-exc.error_code, why=exc.msg)
+                return
         self._move(CMIDEvent.RESOLVE_ROUTE, "Resolve Route")
         self._post(EV.RDMA_CM_EVENT_ROUTE_RESOLVED)
 

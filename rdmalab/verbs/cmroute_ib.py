@@ -14,7 +14,8 @@ those of :mod:`rdmalab.verbs.cmroute`, which this module leaves as they are.
 * **Routes.**  ``rdma_resolve_route`` on IB asks the subnet administrator for a PathRecord from
   the port's LID to the peer's (``cma_query_ib_route``): the carrier's ``sa(slid, dlid)`` when the
   subnet has a subnet manager (:func:`rdmalab.fabric.ibfabric_subnet.use_sa`), else the
-  fabric's own routes (the peer's LID, SL 0, the fabric's MTU).  The QP's address vector gets the
+  fabric's own routes (the peer's LID, SL 0, the fabric's MTU); an SA that has no path is
+  RDMA_CM_EVENT_ROUTE_ERROR, status -EINVAL.  The QP's address vector gets the
   path's DLID and SL, ``is_global=0`` (:func:`ah_of`); the REQ's primary path carries both ports'
   LIDs, the GIDs, the SL and SubnetLocal (IBA Vol 1 12.6.5; ``cm_format_req``: a hop limit of 0
   or 1 is subnet local).
@@ -86,7 +87,8 @@ def peer_gid(dev: Any, dst: str) -> int | None:
 def ib_path(dev: Any, dgid: int) -> IBPath:
     """The path from ``dev``'s port to the port GID ``dgid``: the SA's PathRecord when the carrier has
     an SA (``carrier.sa(slid, dlid)``), else the fabric's own routes.  PyverbsRDMAError EHOSTUNREACH
-    when no port of the subnet has ``dgid`` or the SA has no path."""
+    when no port of the subnet has ``dgid``, EINVAL when the SA answers with an error status (as
+    ``ib_sa`` reports a MAD status); ``CMID.resolve_route`` makes either RDMA_CM_EVENT_ROUTE_ERROR."""
     carrier = dev.carrier
     dlid = carrier.resolve_mac(dgid)
     if not dlid:
@@ -97,8 +99,8 @@ def ib_path(dev: Any, dgid: int) -> IBPath:
         return IBPath(dev.lid, dlid, cm_gid(dev), dgid, mtu=e.bytes_to_mtu(dev.active_mtu))
     try:
         pr = sa(dev.lid, dlid)
-    except ValueError as exc:  # the SA's status (SubnetFabricError is a ValueError)
-        raise PyverbsRDMAError(f"Failed to Resolve Route: {exc}", errno.EHOSTUNREACH) from None
+    except ValueError as exc:  # the SA's status (SubnetFabricError is a ValueError): ib_sa's -EINVAL
+        raise PyverbsRDMAError(f"Failed to Resolve Route: {exc}", errno.EINVAL) from None
     return IBPath(pr.slid, pr.dlid, cm_gid(dev), dgid, sl=pr.sl, mtu=pr.mtu, rate=pr.rate,
                   packet_life_time=pr.packet_life_time, hop_limit=pr.hop_limit, traffic_class=pr.tclass,
                   from_sa=True)

@@ -277,3 +277,30 @@ def test_sidr_on_ib_gives_the_peers_lid_and_a_ud_send_reaches_it(use) -> None:  
     wc = conn.get_recv_comp()
     assert (wc.status, wc.byte_len, wc.slid) == (e.IBV_WC_SUCCESS, 12 + 40, fab.node("hca1").lid)
     assert bytes(rx.read(12, 40)) == b"udaddy on IB"
+
+
+def test_a_path_the_sa_does_not_have_is_route_error(use) -> None:  # type: ignore[no-untyped-def]
+    """The SM's tables lose H8's route at H1's leaf: the SA answers the PathRecord query with status
+    NO_RECORDS, which rdma_cm reports as RDMA_CM_EVENT_ROUTE_ERROR, -EINVAL (ib_sa's status for a MAD
+    status); the CMID may resolve the route again."""
+    subnet = Subnet.from_file(str(NET))
+    mads = SubnetMADs(subnet)
+    sm_port = mads.port("H1", issm=True)
+    sm = SubnetManager(sm_port)
+    sm.run()
+    sa = SubnetAdministrator(sm)
+    mads.serve(sm_port, lambda req: answer(sm, sa, req))
+    fab = use(fabric_on_subnet(subnet))
+    use_sa(fab, mads)
+    h1, h8 = fab.node("H1"), fab.node("H8")
+    leaf1 = sm.nodes[subnet.node("Leaf1").guid]
+    kept = leaf1.lft.pop(h8.lid)
+    cli = Side()
+    cli.id.resolve_addr(AddrInfo(src=_addr(h1), dst=_addr(h8), dst_service=PORT))
+    cli.event(EV.RDMA_CM_EVENT_ADDR_RESOLVED)
+    cli.id.resolve_route()
+    assert cli.event(EV.RDMA_CM_EVENT_ROUTE_ERROR).status == -errno.EINVAL and cli.id.ib_path is None
+    leaf1.lft[h8.lid] = kept
+    cli.id.resolve_route()
+    cli.event(EV.RDMA_CM_EVENT_ROUTE_RESOLVED)
+    assert cli.id.ib_path is not None and cli.id.ib_path.dlid == h8.lid
