@@ -28,7 +28,7 @@ from rdmalab.verbs.cm_enums import RAI_PASSIVE, RDMA_PS_UDP, rdma_cm_event_type
 from rdmalab.verbs.cmid import CMID, AddrInfo, CMEvent, CMEventChannel, ConnParam, UDParam
 from rdmalab.verbs.device import set_default_devices
 from rdmalab.verbs.engine.gsi_link import ud_payload
-from rdmalab.verbs.engine.ibcm import GSI_QKEY, RDMA_UDP_QKEY
+from rdmalab.verbs.engine.ibcm import GSI_QKEY, MAX_CM_RETRIES, RDMA_UDP_QKEY, req_timeout_ms
 from rdmalab.verbs.qp import QPCap, QPInitAttr
 from rdmalab.wire import cm as w
 from rdmalab.wire.ib import BTH, DETH, LRH
@@ -304,3 +304,24 @@ def test_a_path_the_sa_does_not_have_is_route_error(use) -> None:  # type: ignor
     cli.id.resolve_route()
     cli.event(EV.RDMA_CM_EVENT_ROUTE_RESOLVED)
     assert cli.id.ib_path is not None and cli.id.ib_path.dlid == h8.lid
+
+
+def test_a_req_the_subnet_drops_is_unreachable_after_the_cms_retries(use) -> None:  # type: ignore[no-untyped-def]
+    """The route resolved, then sw1's table loses hca2's LID: every REQ is discarded at sw1
+    (PortXmitDiscards), and after ib_cm's 15 tries rdma_cm reports UNREACHABLE, -ETIMEDOUT."""
+    fab = use(two_switches())
+    cli = Side()
+    cli.id.resolve_addr(AddrInfo(src="10.0.0.1", dst="10.0.0.2", dst_service=PORT))
+    cli.event(EV.RDMA_CM_EVENT_ADDR_RESOLVED)
+    cli.id.resolve_route()
+    cli.event(EV.RDMA_CM_EVENT_ROUTE_RESOLVED)
+    del fab.node("sw1").lft[fab.node("hca2").lid]
+    cli.id.create_qp(_init())
+    t0 = fab.now_ns
+    cli.id.connect(ConnParam())
+    assert cli.event(EV.RDMA_CM_EVENT_UNREACHABLE).status == -errno.ETIMEDOUT
+    # the REQ and its retries left hca1 and were discarded at sw1's input port, nothing went further
+    assert fab.port("hca1", "sw1").counters["PortXmitPkts"] == MAX_CM_RETRIES + 1
+    assert fab.port("sw1", "hca1").counters["PortXmitDiscards"] == MAX_CM_RETRIES + 1 == fab.drops()
+    assert fab.port("sw1", "sw2").counters["PortXmitPkts"] == 0
+    assert fab.now_ns - t0 == pytest.approx((MAX_CM_RETRIES + 1) * req_timeout_ms() * 1e6, rel=1e-3)
