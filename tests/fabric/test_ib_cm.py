@@ -325,3 +325,9 @@ def test_a_req_the_subnet_drops_is_unreachable_after_the_cms_retries(use) -> Non
     assert fab.port("sw1", "hca1").counters["PortXmitDiscards"] == MAX_CM_RETRIES + 1 == fab.drops()
     assert fab.port("sw1", "sw2").counters["PortXmitPkts"] == 0
     assert fab.now_ns - t0 == pytest.approx((MAX_CM_RETRIES + 1) * req_timeout_ms() * 1e6, rel=1e-3)
+
+
+def test_a_qp1_packet_too_short_for_its_headers_is_named() -> None:
+    fab = two_switches()
+    with pytest.raises(ValueError, match="native IB packet of 20 bytes"):
+        ud_payload(bytes(20), fab.devices["hca1"])

@@ -4,7 +4,8 @@ For kernel rxe, the whole CM runs in the kernel: ``ib_mad`` owns QP1 of each por
 ``ib_cm`` runs the state machine of IBA Vol 1 chapter 12 (``core/cm.c``) and ``rdma_cm``
 (``core/cma.c``) puts IP addressing on top.  The engine is not part of that stack, so each
 :class:`~rdmalab.verbs.engine.node.SoftDevice` has its own: a :class:`GSI` on QP1 that sends and
-receives MADs as UD SEND Only packets (P_Key 0xFFFF, Q_Key 0x80010000, source QP 1) and a
+receives MADs as UD SEND Only packets (P_Key 0xFFFF, Q_Key 0x80010000, source QP 1; the source GID
+and the envelope are the port's link layer's, :mod:`~rdmalab.verbs.engine.gsi_link`: RoCEv2 or native IB) and a
 :class:`CMAgent` that keeps the connections.  The rdma_cm layer (``rdmalab.verbs.cmid``) drives the
 agent and gets its events through a :class:`CMHandler`.
 
