@@ -43,6 +43,7 @@ Everything runs on one :class:`~rdmalab.fabric.loop.VirtualLoop` (integer ns).
 
 from __future__ import annotations
 
+import ipaddress
 from collections import deque
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import IO, Any
@@ -265,19 +266,31 @@ class IBFabric:
         self.held_acks: set[Any] = set()
         self.loop.on_instant_end(self.held_acks, self._flush)
         self._taps: list[ErfTap] = []
+        #: the subnet administrator rdma_cm asks for paths, ``sa(slid, dlid) -> PathRecord`` (set by
+        #: :func:`rdmalab.fabric.ibfabric_subnet.use_sa`); None: rdma_cm takes the fabric's own routes
+        self.sa: Callable[[int, int], Any] | None = None
 
     # ------------------------------------------------------------------ building
     def _guid(self) -> int:
         return 0x0002C90300000000 | (len(self.nodes) + 1)
 
-    def add_hca(self, name: str, lid: int | None = None) -> IBHca:
-        """A one-port HCA named ``name`` with LID ``lid`` (default: the lowest LID no node has)."""
+    def add_hca(self, name: str, lid: int | None = None, ip: str | None = None) -> IBHca:
+        """A one-port HCA named ``name`` with LID ``lid`` (default: the lowest LID no node has) and the
+        IPv4 address ``ip`` rdma_cm knows its port by, as IPoIB gives one (default ``10.0.0.<n>``
+        for the n-th HCA, as the RoCE fabric's ``add_device``).  ValueError for an address that is
+        not IPv4 or is another HCA's."""
         self._new_name(name)
         lid = self._lid(lid, name)
         n = len(self.hcas) + 1
+        try:
+            ipv4 = int(ipaddress.IPv4Address(ip)) if ip is not None else (10 << 24) | n
+        except ValueError:
+            raise ValueError(f"{name}: {ip!r} is not an IPv4 address") from None
+        if any(h.device.ipv4 == ipv4 for h in self.hcas):
+            raise ValueError(f"{name}: {ipaddress.IPv4Address(ipv4)} is already another HCA's address")
         mac = 0x020000000000 | n
         # the port GUID is the node GUID the verbs report for a soft device (Context.query_device)
-        hca = IBHca(self, name, (mac << 16) | 0xFFFE, lid, mac, (10 << 24) | n)
+        hca = IBHca(self, name, (mac << 16) | 0xFFFE, lid, mac, ipv4)
         self.nodes.append(hca)
         self.hcas.append(hca)
         self.by_name[name] = hca

@@ -240,3 +240,22 @@ def path_record(port: Any, sm_lid: int, slid: int, dlid: int, *, tid: int = 0x5A
         raise SubnetFabricError(f"the SA at LID {sm_lid} has no path from LID {slid} to LID {dlid}: "
                                 f"status 0x{reply.mad.status:04x}")
     return PathRecord.decode(reply.data[:64])
+
+
+def use_sa(fab: IBFabric, mads: SubnetMADs) -> None:
+    """Let rdma_cm on ``fab`` (:mod:`rdmalab.verbs.cmroute_ib`) resolve its routes by the SM's SA, as
+    ``cma_query_ib_route`` does: ``fab.sa(slid, dlid)`` is :func:`path_record` asked from the port of
+    the HCA with LID ``slid`` (a client of ``mads`` on that node) to its SM LID.  A LID no HCA has is
+    a :class:`SubnetFabricError`, as is a path the SA does not have."""
+
+    def sa(slid: int, dlid: int) -> PathRecord:
+        hca = next((h for h in fab.hcas if h.lid == slid), None)
+        if hca is None:
+            raise SubnetFabricError(f"no HCA of the subnet has LID {slid} to ask the SA from")
+        port = mads.port(hca.name)
+        try:
+            return path_record(port, hca.device.sm_lid, slid, dlid)
+        finally:
+            port.close()
+
+    fab.sa = sa

@@ -67,6 +67,8 @@ from rdmalab.verbs.cmroute import _port as _port
 from rdmalab.verbs.cmroute import _route as _route
 from rdmalab.verbs.cmroute import e_max_rd as e_max_rd
 from rdmalab.verbs.cmroute import service_id as service_id
+from rdmalab.verbs.cmroute_ib import IBPath, ib_path, peer_gid
+from rdmalab.verbs.cmroute_ib import route as _route_ib
 from rdmalab.verbs.cmstate import CMIDEvent, CMIDState, CMTransport, next_state, owner, wait_event
 from rdmalab.verbs.cmstate import unreachable_text as unreachable_text
 from rdmalab.verbs.cmtypes import AddrInfo as AddrInfo
@@ -81,6 +83,7 @@ from rdmalab.verbs.cmtypes import event_str as event_str
 from rdmalab.verbs.cq import CQ
 from rdmalab.verbs.device import MAX_QP_RD_ATOM as MAX_QP_RD_ATOM
 from rdmalab.verbs.device import Context, is_iwarp
+from rdmalab.verbs.engine.gsi_link import on_ib
 from rdmalab.verbs.engine.ibcm_conn import CMConn
 from rdmalab.verbs.engine.ibcm_table import RDMA_UDP_QKEY
 from rdmalab.verbs.engine.node import SoftDevice
@@ -126,6 +129,8 @@ class CMID:
         self.src_port = 0
         self.dst_addr: str | None = None
         self.dst_port = 0
+        self.dst_gid: int | None = None  # the peer's GID, from resolve_addr (on IB its port GID)
+        self.ib_path: IBPath | None = None  # on IB: the path resolve_route found
         self.conn: CMConn | None = None
         self.backlog: deque[CMID] = deque()
         self.remote_qpn = 0
@@ -278,7 +283,7 @@ class CMID:
         self._bind(lai.src_addr or "0.0.0.0", lai.src_port)
 
     def _resolve(self, src: str | None, dst: str, port: int, timeout_ms: int) -> None:
-        dev = _device_with(src) if src and src != "0.0.0.0" else _route(dst)
+        dev = _device_with(src) if src and src != "0.0.0.0" else _route_ib(dst)
         if dev is None:
             raise PyverbsRDMAError(f"Failed to Resolve Address: no soft device has source address {src}",
                                    errno.EADDRNOTAVAIL)
@@ -286,6 +291,11 @@ class CMID:
         self.src_addr = _ip(dev.ipv4)
         if not self.src_port:
             self.src_port = dev.rng.randrange(32768, 61000)  # Linux's ip_local_port_range
+        self.dst_gid = peer_gid(dev, dst)
+        if self.dst_gid is None:  # IB: the neighbour (IPoIB's ARP) never answers
+            dev.schedule(timeout_ms * 1_000_000, lambda _: self._post(EV.RDMA_CM_EVENT_ADDR_ERROR,
+                                                                      status=-errno.ETIMEDOUT))
+            return
         self.dst_addr, self.dst_port = dst, port
         self._move(CMIDEvent.RESOLVE_ADDR)
         self._post(EV.RDMA_CM_EVENT_ADDR_RESOLVED)
@@ -298,7 +308,15 @@ class CMID:
         self._resolve(rai.src_addr if rai.src_addr else self.src_addr, rai.dst_addr, rai.dst_port, timeout_ms)
 
     def resolve_route(self, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
-        """``rdma_resolve_route``: the path is built locally (no SA on RoCE); ROUTE_RESOLVED follows."""
+        """``rdma_resolve_route``: the path is built locally (no SA on RoCE), on IB asked of the SA
+        (:mod:`rdmalab.verbs.cmroute_ib`); ROUTE_RESOLVED follows."""
+        self._check(CMIDEvent.RESOLVE_ROUTE, "Resolve Route")
+        if on_ib(self.device) and self.dst_gid is not None:
+            try:
+                self.ib_path = ib_path(self.device, self.dst_gid)
+            except PyverbsRDMAError as exc:  # the SA's answer (cma_query_handler): an event, not the call's error
+                self._post(EV.RDMA_CM_EVENT_ROUTE_ERROR, status=-exc.error_code, why=exc.msg)
+                return
         self._move(CMIDEvent.RESOLVE_ROUTE, "Resolve Route")
         self._post(EV.RDMA_CM_EVENT_ROUTE_RESOLVED)
 

@@ -1,4 +1,4 @@
-"""rdma_cm's IB transport: what a :class:`~rdmalab.verbs.cmid.CMID` on a RoCE soft device asks of the
+"""rdma_cm's IB transport: what a :class:`~rdmalab.verbs.cmid.CMID` on a RoCE or InfiniBand soft device asks of the
 device's own IB CM (:mod:`rdmalab.verbs.engine.ibcm`, CM MADs on QP1), as the kernel's ``rdma_cm``
 (``drivers/infiniband/core/cma.c``) does for rxe.  It implements
 :class:`~rdmalab.verbs.cmstate.CMTransport`, as :mod:`rdmalab.verbs.cmid_iwarp` does for iWARP
@@ -11,8 +11,10 @@ device's own IB CM (:mod:`rdmalab.verbs.engine.ibcm`, CM MADs on QP1), as the ke
   (``cma_format_hdr``); the user's private data follows (REQ: 92 bytes in all, SIDR_REQ: 216).
 * **The REQ**: the path built locally as ``cma_resolve_iboe_route`` does (IPv4-mapped GIDs, the
   device's MTU, the RoCE flow label of ``cma_get_roce_udp_flow_label``), retry counts capped at 7,
-  the local ACK timeout ``rdma_set_ack_timeout`` set or packet life time + 1.  RDMA_PS_UDP sends a
-  SIDR_REQ instead.
+  the local ACK timeout ``rdma_set_ack_timeout`` set or packet life time + 1.  On an InfiniBand
+  port the path is the one ``resolve_route`` found (:mod:`rdmalab.verbs.cmroute_ib`): both LIDs, the
+  port GIDs, the SL, SubnetLocal, the path's MTU; the QPs' address vectors name the peer's LID.
+  RDMA_PS_UDP sends a SIDR_REQ instead.
 * **rdma_establish** (a CMID without a QP, after CONNECT_RESPONSE): the RTU.  **init_qp_attr**'s RTR
   and RTS attributes come from the REQ and REP (:meth:`_IBTransport.qp_path`).
 * **accept**: the QP (if the CMID has one) to RTR and RTS, then the REP with responder resources
@@ -41,7 +43,8 @@ from typing import Any
 
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.cm_enums import RDMA_PS_UDP, rdma_cm_event_type
-from rdmalab.verbs.cmroute import _ah_to, _devices, _flow_label, _ip, service_id
+from rdmalab.verbs.cmroute import _devices, _flow_label, _ip, service_id
+from rdmalab.verbs.cmroute_ib import ah_of, req_path
 from rdmalab.verbs.cmstate import CMIDEvent, owner
 from rdmalab.verbs.cmtypes import ConnParam
 from rdmalab.verbs.device import MAX_QP_RD_ATOM
@@ -93,7 +96,7 @@ class _IBTransport:
     def connect(self, cmid: CMID, param: ConnParam) -> None:
         dev = cmid.device
         assert dev is not None and cmid.dst_addr is not None
-        dst_gid = 0xFFFF00000000 | int(ipaddress.IPv4Address(cmid.dst_addr))
+        dst_gid = cmid.dst_gid if cmid.dst_gid is not None else 0xFFFF00000000 | int(ipaddress.IPv4Address(cmid.dst_addr))
         src = cmid.src_addr or "0.0.0.0"
         hdr = w.IPCMHeader.for_addresses(src, cmid.dst_addr, cmid.src_port)
         user = param.private_data
@@ -114,6 +117,12 @@ class _IBTransport:
         mtu = e.bytes_to_mtu(dev.active_mtu)
         dst = cmid.dst_addr
         ack = cmid._ack_timeout if cmid._ack_timeout is not None else PACKET_LIFE_TIME + 1
+        if cmid.ib_path is not None:  # IB: the path resolve_route found, with both LIDs
+            mtu = min(mtu, cmid.ib_path.mtu)
+            path = req_path(cmid.ib_path, ack)
+        else:
+            path = w.CMPath.roce(src, dst, packet_rate=0, flow_label=_flow_label(cmid.src_port, cmid.dst_port),
+                                 local_ack_timeout=ack)
 
         def build(local_id: int) -> w.CMMessage:
             return w.build_req(src, dst, cmid.src_port, cmid.dst_port,
@@ -121,10 +130,7 @@ class _IBTransport:
                                local_ca_guid=agent.guid, responder_resources=param.responder_resources,
                                initiator_depth=param.initiator_depth, path_mtu=mtu,
                                retry_count=min(param.retry_count, 7), rnr_retry_count=min(param.rnr_retry_count, 7),
-                               srq=1 if param.srq else 0, private_data=user,
-                               path=w.CMPath.roce(src, dst, packet_rate=0,
-                                                  flow_label=_flow_label(cmid.src_port, cmid.dst_port),
-                                                  local_ack_timeout=ack))
+                               srq=1 if param.srq else 0, private_data=user, path=path)
 
         cmid._move(CMIDEvent.CONNECT)
         cmid.conn = agent.connect(_IBHandler(cmid), dst_gid, build)
@@ -187,7 +193,7 @@ class _IBTransport:
             raise PyverbsRDMAError("Failed to get QP attributes: the connection has no REQ yet", errno.EINVAL)
         assert cmid.device is not None and cmid.dst_addr is not None
         mtu = min(req.path_mtu, e.bytes_to_mtu(cmid.device.active_mtu))
-        ah = _ah_to(cmid.dst_addr)
+        ah = ah_of(cmid)
         active = cmid.conn is not None and cmid.conn.active
         if active:
             if not isinstance(rep, w.CMRep):
@@ -302,7 +308,7 @@ class _IBHandler:
         elif kind == "sidr_rep":
             if info.get("status") == SIDR_SUCCESS:
                 assert cmid.dst_addr is not None
-                ah = _ah_to(cmid.dst_addr)
+                ah = ah_of(cmid)
                 cmid.remote_qpn = info["qpn"]
                 cmid._move(CMIDEvent.ESTABLISHED)
                 cmid._post(EV.RDMA_CM_EVENT_ESTABLISHED, ud=(info["qpn"], info["qkey"], ah), private_data=pd)

@@ -4,7 +4,8 @@ For kernel rxe, the whole CM runs in the kernel: ``ib_mad`` owns QP1 of each por
 ``ib_cm`` runs the state machine of IBA Vol 1 chapter 12 (``core/cm.c``) and ``rdma_cm``
 (``core/cma.c``) puts IP addressing on top.  The engine is not part of that stack, so each
 :class:`~rdmalab.verbs.engine.node.SoftDevice` has its own: a :class:`GSI` on QP1 that sends and
-receives MADs as UD SEND Only packets (P_Key 0xFFFF, Q_Key 0x80010000, source QP 1) and a
+receives MADs as UD SEND Only packets (P_Key 0xFFFF, Q_Key 0x80010000, source QP 1; the source GID
+and the envelope are the port's link layer's, :mod:`~rdmalab.verbs.engine.gsi_link`: RoCEv2 or native IB) and a
 :class:`CMAgent` that keeps the connections.  The rdma_cm layer (``rdmalab.verbs.cmid``) drives the
 agent and gets its events through a :class:`CMHandler`.
 
@@ -56,6 +57,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rdmalab.verbs import enums as e
+from rdmalab.verbs.engine.gsi_link import cm_gid, ud_payload
 from rdmalab.verbs.engine.ibcm_actions import ACTIONS as ACTIONS
 from rdmalab.verbs.engine.ibcm_actions import Action as Action
 from rdmalab.verbs.engine.ibcm_conn import CMAgentLike as CMAgentLike
@@ -156,7 +158,7 @@ class CMAgent:
 
     def new_conn(self, handler: CMHandler, active: bool) -> CMConn:
         conn = CMConn(self, self.new_id(), handler, active, started_ns=self.dev.now)
-        conn.local_gid = self.dev.gids[1]
+        conn.local_gid = cm_gid(self.dev)
         self.conns[conn.local_id] = conn
         return conn
 
@@ -176,7 +178,7 @@ class CMAgent:
 
     def send_raw(self, dst_gid: int, mad: bytes) -> None:
         dev = self.dev
-        p = Pkt(UD_SEND_ONLY, self.psn, GSI_QPN, dev.gids[1], dst_gid, GSI_SPORT, dev.mac,
+        p = Pkt(UD_SEND_ONLY, self.psn, GSI_QPN, cm_gid(dev), dst_gid, GSI_SPORT, dev.mac,
                 dev.resolve_mac(dst_gid) or 0, mad, ackreq=1)
         p.deth = DETH(q_key=GSI_QKEY, src_qp=GSI_QPN)
         p.srcqp = GSI_QPN
@@ -332,10 +334,7 @@ class GSI:
         if len(mad) != MAD_SIZE and frame is not None:
             # a packet decoded from a whole frame: the frame decoder went on into the MAD and left only
             # the private data as payload; the UD payload is what lies between the DETH and the ICRC
-            ip4 = frame[12:14] == b"\x08\x00"
-            start = 14 + ((frame[14] & 0x0F) * 4 if ip4 else 40) + 8 + 12 + 8
-            pad = (frame[start - 20 + 1] >> 4) & 3
-            mad = bytes(frame[start:len(frame) - 4 - pad])
+            mad = ud_payload(frame, self.dev)
         if len(mad) < MAD_SIZE:
             self.agent.dropped(f"a MAD of {len(mad)} bytes (MADs are 256)")
             return

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rdmalab.verbs.engine.gsi_link import cm_gid
 from rdmalab.verbs.engine.ibcm_conn import CMAgentLike, CMConn, CMStateError, NoHandler
 from rdmalab.verbs.engine.ibcm_table import (
     MAX_CM_RETRIES,
@@ -86,7 +87,7 @@ def _a_new_req(agent: CMAgentLike, conn: CMConn | None, msg: w.CMMessage | None,
         return None
     new = CMConn(agent, agent.new_id(), NoHandler(), active=False, started_ns=agent.dev.now)
     new.remote_id, new.remote_gid, new.remote_qpn = body.local_comm_id, src, body.local_qpn
-    new.local_gid, new.service_id, new.req, new.tid = agent.dev.gids[1], body.service_id, msg, msg.tid
+    new.local_gid, new.service_id, new.req, new.tid = cm_gid(agent.dev), body.service_id, msg, msg.tid
     new.timeout_ms = cm_ms(body.local_cm_response_timeout)
     handler = factory(new, msg)
     if handler is None:  # the listener refused it (e.g. a malformed cma_hdr): it has sent the REJ
