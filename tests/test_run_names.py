@@ -23,6 +23,8 @@ RUNS = {
     ("fabric/tcpkernel.py", "KernelTcp"): "its wall-clock loop",
     ("fabric/switched_carrier.py", "SwitchedCarrier"): "the switched fabric's loop",
     ("fabric/switched.py", "SwitchedFabric"): "its loop, in microseconds",
+    ("fabric/ibfabric.py", "IBFabric"): "its loop (the IB carrier as the engine's scheduler)",
+    ("fabric/ibsm.py", "SubnetManager"): "the subnet manager until the subnet is up (sweep to Master), as opensm's main",
     ("fabric/harness.py", "EndpointPair"): "the pair's carrier until nothing is in flight",
     ("fabric/iwpair.py", "IwPair"): "the pair's fabric until nothing is in flight",
     ("lab/pair.py", "LivePair"): "until what is in flight is done (the kernel runs it; this waits)",
