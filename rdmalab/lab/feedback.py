@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 from typing import Any
 
 from rdmalab.lab.core import Said, Wrong
@@ -51,6 +52,16 @@ def as_int(answer: Any, what: str, *, field: str | None = None) -> int:
         hint = " (bytes: turn them into a number with int.from_bytes(b, 'big'), in the byte order of the field)"
     raise Wrong(f"{what}: expected an integer (decimal or 0x... hex), got a {type(answer).__name__}{hint}.",
                 field=field, given=answer, expected="an integer")
+
+
+def as_letter(answer: Any, options: Mapping[str, str]) -> str:
+    """A multiple-choice answer: one of the letters of ``options`` (any case, spaces around it), upper-cased;
+    anything else is explained."""
+    if not isinstance(answer, str) or answer.strip().upper() not in options:
+        letters = ", ".join(options)
+        raise Wrong(f"Answer with one letter of {letters}.", field="answer", given=answer,
+                    expected=" or ".join(letters.rsplit(", ", 1)))
+    return answer.strip().upper()
 
 
 def _kind(header: type[Header], name: str) -> str:

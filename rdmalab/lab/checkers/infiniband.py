@@ -45,7 +45,7 @@ from rdmalab.fabric.ibsm import SM, SubnetManager
 from rdmalab.fabric.ibsm_sa import SubnetAdministrator, answer
 from rdmalab.fabric.ibsubnet import Subnet
 from rdmalab.lab.core import Said, Wrong, exercise
-from rdmalab.lab.feedback import as_int, plain
+from rdmalab.lab.feedback import as_int, as_letter, plain
 from rdmalab.lab.variant import draw, scenario
 from rdmalab.verbs import enums as e
 from rdmalab.verbs.addr import AHAttr
@@ -461,10 +461,7 @@ _WHY = {
     "Look at the counters of the runs: drops, and PortXmitWait of the leaf's port to the spine.",
 ))
 def _why(answer: Any) -> str:
-    if not isinstance(answer, str) or answer.strip().upper() not in _WHY:
-        raise Wrong(f"Answer with one letter of {', '.join(_WHY)}.", field="answer", given=answer,
-                    expected="A, B or C")
-    a = answer.strip().upper()
+    a = as_letter(answer, _WHY)
     if a == "A":
         raise Wrong("Nothing was dropped: a sender with credits never overruns the buffer at the other end of "
                     "its link (the drops counter is 0).", field="drops", given=Said(a),

@@ -17,7 +17,7 @@ from typing import Any
 from rdmalab.lab.answers import Program
 from rdmalab.lab.checkers.verbs import clean_run
 from rdmalab.lab.core import Said, Wrong, exercise
-from rdmalab.lab.feedback import as_bytes, as_int, plain
+from rdmalab.lab.feedback import as_bytes, as_int, as_letter, plain
 from rdmalab.lab.pair import SoftPair
 from rdmalab.lab.variant import draw, scenario
 from rdmalab.tools.kv import KvClient, KvServer, Layout, connect, key_at_distance, simulated
@@ -302,10 +302,7 @@ _WHY = {
     "Compare how the two times grow with the number of buckets a GET looks at.",
 ))
 def _why(answer: Any) -> str:
-    if not isinstance(answer, str) or answer.strip().upper() not in _WHY:
-        raise Wrong(f"Answer with one letter of {', '.join(_WHY)}.", field="answer", given=answer,
-                    expected="A, B or C")
-    a = answer.strip().upper()
+    a = as_letter(answer, _WHY)
     if a == "A":
         raise Wrong("An RPC's request and response carry about a bucket each way too; the bytes are not the "
                     "difference at these sizes (100 Gb/s moves 64 bytes in 5 ns).", field="answer", given=a,
