@@ -140,6 +140,25 @@ def test_a_port_the_sm_has_not_activated_is_refused() -> None:
         fabric_on_subnet(two)
 
 
+def test_the_lft_view_is_the_agents_table_up_to_linear_fdb_top() -> None:
+    subnet = Subnet.from_file(str(NET))
+    leaf = subnet.node("Leaf1")
+    view = SubnetLFT(leaf)
+    leaf.lft[5] = 2
+    leaf.linear_fdb_top = 4
+    assert 5 not in view and dict(view) == {}  # above LinearFDBTop: no route, as the switch forwards
+    leaf.linear_fdb_top = 5
+    assert view[5] == 2 and dict(view) == {5: 2} and len(view) == 1
+    view[9] = 7  # written into the agent's table, LinearFDBTop raised to hold it
+    assert leaf.lft[9] == 7 and leaf.linear_fdb_top == 9
+    del view[5]
+    assert leaf.lft[5] == 0xFF and dict(view) == {9: 7}
+    with pytest.raises(KeyError):
+        del view[5]
+    with pytest.raises(SubnetFabricError, match="not a switch"):
+        SubnetLFT(subnet.node("H1"))
+
+
 requires_opensm = pytest.mark.skipif(shutil.which("opensm") is None or shutil.which("ibsim-run") is None,
                                      reason="opensm and ibsim-run (Debian: opensm, ibsim-utils) are not installed")
 
