@@ -48,7 +48,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import IO, Any
 
-from rdmalab.capture.linktypes import ERF, ERF_TYPE_INFINIBAND, LINKTYPE_ERF
+from rdmalab.capture.linktypes import LINKTYPE_ERF, erf_ib_record
 from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.fabric.loop import VirtualLoop
 from rdmalab.fabric.switched import link_mbps, whole_ns
@@ -215,10 +215,7 @@ class ErfTap:
         self.count = 0
 
     def write(self, t_ns: int, raw: bytes) -> None:
-        rlen = (16 + len(raw) + 7) // 8 * 8  # ERF records are padded to 8 bytes (flags bit 2: varlen)
-        ts = ((t_ns // 1_000_000_000) << 32) | ((t_ns % 1_000_000_000) << 32) // 1_000_000_000
-        rec = ERF(ts=ts, type=ERF_TYPE_INFINIBAND, flags=4, rlen=rlen, wlen=len(raw)).encode() + raw
-        self.writer.write(rec + bytes(rlen - len(rec)), t_ns)
+        self.writer.write(erf_ib_record(t_ns, raw), t_ns)
         self.count += 1
 
     def close(self) -> None:

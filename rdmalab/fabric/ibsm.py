@@ -43,12 +43,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Protocol
 
-from rdmalab.capture.linktypes import ERF, LINKTYPE_ERF
+from rdmalab.capture.linktypes import LINKTYPE_ERF, erf_ib_record
 from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.wire.errors import RdmalabError
-from rdmalab.wire.ib import BTH, DETH, GSI_QKEY, LRH
-from rdmalab.wire.mad import MGMT_CLASS_SA, MADHeader
-from rdmalab.wire.packet import encode_ib
+from rdmalab.wire.frame import mad_ib_packet
+from rdmalab.wire.mad import MADHeader
 from rdmalab.wire.smp import (
     ATTR_LINEAR_FORWARDING_TABLE,
     ATTR_NODE_DESCRIPTION,
@@ -81,9 +80,6 @@ from rdmalab.wire.smp import (
     node_description,
 )
 
-UD_SEND_ONLY = 0x64  # BTH opcode of a UD SEND Only (IBA Vol 1 9.2): every MAD travels as one
-SMI_VL = 15  # SMPs use VL15, the management lane (IBA Vol 1 7.6.1)
-ERF_TYPE_INFINIBAND = 21
 SM = "SM"  # the name of the subnet manager itself in events
 
 
@@ -513,15 +509,9 @@ class SubnetManager:
         """Each recorded MAD as a native IB packet in an ERF record, 1 µs apart: ``(ns, record)``."""
         out = []
         for e in self.events:
-            sa = MADHeader.decode(e.mad).mgmt_class == MGMT_CLASS_SA
-            lrh = LRH(vl=0 if sa else SMI_VL, sl=0, dlid=e.dlid, slid=e.slid)
-            deth = DETH(q_key=GSI_QKEY if sa else 0, src_qp=e.sqp)
-            pkt = encode_ib(BTH(opcode=UD_SEND_ONLY, destqp=e.dqp, psn=e.step & 0xFFFFFF), [deth], e.mad, lrh=lrh)
+            pkt = mad_ib_packet(e.mad, dlid=e.dlid, slid=e.slid, dqp=e.dqp, sqp=e.sqp, psn=e.step)
             ts = (e.step + 1) * 1000
-            rlen = (16 + len(pkt) + 7) // 8 * 8  # ERF records are padded to 8 bytes
-            erf = ERF(ts=((ts // 1_000_000_000) << 32) | ((ts % 1_000_000_000) << 32) // 1_000_000_000,
-                      type=ERF_TYPE_INFINIBAND, rlen=rlen, wlen=len(pkt))
-            out.append((ts, (erf.encode() + pkt).ljust(rlen, b"\0")))
+            out.append((ts, erf_ib_record(ts, pkt)))
         return out
 
     def write_capture(self, dest: str | os.PathLike[str] | IO[bytes], *, format: str = "pcap") -> int:
