@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from netns_util import veth_namespaces
 
 from rdmalab.cli import main
 
@@ -50,32 +50,8 @@ def test_unknown_kind_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> No
 
 @pytest.fixture(scope="module")
 def two_namespaces() -> Iterator[tuple[str, str]]:
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 (two network namespaces joined by a veth pair)")
-    tag = f"rdl{os.getpid() % 100000}"
-    a, b = f"{tag}a", f"{tag}b"
-
-    def ip(*args: str) -> None:
-        subprocess.run(["ip", *args], check=True, capture_output=True)
-
-    try:
-        ip("netns", "add", a)
-        ip("netns", "add", b)
-        ip("link", "add", f"{tag}x", "type", "veth", "peer", "name", f"{tag}y")
-        ip("link", "set", f"{tag}x", "netns", a)
-        ip("link", "set", f"{tag}y", "netns", b)
-        ip("-n", a, "addr", "add", "10.98.0.1/24", "dev", f"{tag}x")
-        ip("-n", b, "addr", "add", "10.98.0.2/24", "dev", f"{tag}y")
-        for ns, dev in ((a, f"{tag}x"), (b, f"{tag}y")):
-            ip("-n", ns, "link", "set", dev, "up")
-            ip("-n", ns, "link", "set", "lo", "up")
-    except subprocess.CalledProcessError as exc:
-        subprocess.run(["ip", "netns", "del", a], capture_output=True)
-        subprocess.run(["ip", "netns", "del", b], capture_output=True)
-        pytest.skip(f"cannot set up network namespaces here: {exc.stderr.decode().strip()}")
-    yield a, b
-    subprocess.run(["ip", "netns", "del", a], capture_output=True)
-    subprocess.run(["ip", "netns", "del", b], capture_output=True)
+    with veth_namespaces("rdl", "10.98.0") as pair:
+        yield pair
 
 
 def _pair(ns: tuple[str, str], args: list[str], port: int) -> tuple[str, str]:
