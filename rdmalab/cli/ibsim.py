@@ -24,7 +24,7 @@ mode, default 7070), the same variables the clients read.
 
 def run_ibsim(args: argparse.Namespace, out: TextIO) -> int:
     # lazy: keeps `rdmalab --help` fast (the fabric layer is loaded only by this command)
-    from rdmalab.fabric.ibsim_server import serve_netfile
+    from rdmalab.fabric.ibsim_server import CaptureFileError, serve_netfile
     from rdmalab.fabric.ibsubnet_netfile import NetFileError
 
     port = None
@@ -43,7 +43,7 @@ def run_ibsim(args: argparse.Namespace, out: TextIO) -> int:
     signal.signal(signal.SIGTERM, stop)
     try:
         return serve_netfile(args.netfile, args.sockname, port, args.verbose, out, capture=args.write)
-    except NetFileError as exc:
+    except (NetFileError, CaptureFileError) as exc:
         raise Fail(f"ibsim: {exc}") from None
     except OSError as exc:
         raise Fail(f"ibsim: cannot open the sockets: {exc.strerror or exc} (is another ibsim using the same "

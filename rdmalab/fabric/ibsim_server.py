@@ -28,8 +28,12 @@ from rdmalab.capture.linktypes import LINKTYPE_ERF, erf_ib_record
 from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.fabric.ibsubnet import Client, Delivery, Subnet
 from rdmalab.wire import ibsim as W
-from rdmalab.wire.errors import DecodeError
+from rdmalab.wire.errors import DecodeError, RdmalabError
 from rdmalab.wire.frame import mad_ib_packet
+
+
+class CaptureFileError(RdmalabError):
+    """The file of ``rdmalab ibsim -w`` cannot be written."""
 
 
 class MadCapture:
@@ -265,7 +269,10 @@ def serve_netfile(path: str, basename: str | None = None, remote_port: int | Non
     write every MAD to (pcapng if it ends in .pcapng, else pcap).  Raises NetFileError, OSError."""
     subnet = Subnet.from_file(path)
     base = basename or os.environ.get("IBSIM_SOCKNAME") or W.SIM_BASENAME
-    cap = MadCapture(capture, format="pcapng" if capture.endswith(".pcapng") else "pcap") if capture else None
+    try:
+        cap = MadCapture(capture, format="pcapng" if capture.endswith(".pcapng") else "pcap") if capture else None
+    except OSError as exc:
+        raise CaptureFileError(f"-w {capture}: cannot write it ({exc.strerror or exc})") from None
     try:
         server = IbsimServer(subnet, base, remote_port=remote_port, log=sys.stderr if verbose else None, capture=cap)
     except OSError:

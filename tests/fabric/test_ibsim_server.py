@@ -5,6 +5,7 @@ short message, an unknown node, an unknown type) that gets ibsim's answer and le
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 from collections.abc import Iterator
@@ -107,3 +108,18 @@ def test_bad_control_messages(server: str) -> None:
         assert c.call(W.SimCtl(77, c.id)).type == 77  # an unknown type comes back unchanged, as from ibsim
     finally:
         c.close()
+
+
+def test_a_capture_file_that_cannot_be_written_is_one_sentence(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``rdmalab ibsim -w DIR/missing/x.pcap NET``: the file is named, not the sockets; nothing is served."""
+    from rdmalab.cli import main
+
+    bad = tmp_path / "missing" / "x.pcap"
+    before = signal.getsignal(signal.SIGTERM)  # the command turns SIGTERM into a clean stop: not for pytest
+    try:
+        assert main(["ibsim", "--sockname", f"rdl-w-{os.getpid()}", "-w", str(bad), str(NET)]) == 1
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    err = capsys.readouterr().err
+    assert err == f"rdmalab: ibsim: -w {bad}: cannot write it (No such file or directory)\n"
