@@ -57,7 +57,11 @@ def test_a_saved_notebook_keeps_each_widgets_static_view(tmp_path: Path, monkeyp
     cells += [nbformat.v4.new_code_cell(code, metadata={"tags": ["widget"], "stem": stem})
               for stem, code in _widget_cells()]
     nb = nbformat.v4.new_notebook(cells=cells)
-    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+    # Each cell takes seconds.  The timeout is short because of the Jupyter client stack here (nbclient
+    # 0.11, jupyter_client 8.10, pyzmq 27.3): after a cell that opens widget comms it sometimes does not
+    # wake for the cell's execute reply until the timeout, then reads it and goes on (seen in about one
+    # run in four, outside pytest too): a 600 s timeout made this test take 10 minutes of CI.
+    nbclient.NotebookClient(nb, timeout=60, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
     path = tmp_path / "widgets.ipynb"
     nbformat.write(nb, path)
