@@ -65,7 +65,10 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from rdmalab.wire import crc as _crc
 from rdmalab.wire.errors import DecodeError
@@ -185,6 +188,16 @@ class _Conn:
     dead: bool = False
 
 
+def _next_true(mask: np.ndarray) -> list[int]:
+    """For each position ``k`` (and ``len(mask)``), the first position at or after ``k`` where ``mask``
+    is true, ``len(mask)`` when none."""
+    m = len(mask)
+    at = np.where(mask, np.arange(m), m)
+    nxt: list[int] = np.minimum.accumulate(at[::-1])[::-1].tolist() if m else []
+    nxt.append(m)
+    return nxt
+
+
 class IwarpTracker:
     """Stateful iWARP reassembly over every TCP connection of a capture (see module docs)."""
 
@@ -254,6 +267,109 @@ class IwarpTracker:
         self._add_segment(conn, d, seq, bytes(payload), frame_number, out)
         self._parse(conn, d, out)
         return out
+
+    def process_many(self, frames: Sequence[int], keys: Sequence[Tuple4], dirs: np.ndarray, seqs: Sequence[int],
+                     flags: np.ndarray, lengths: np.ndarray, payload: Callable[[int], bytes | memoryview],
+                     ) -> tuple[dict[int, list[Packet]], dict[int, Exception]]:
+        """:meth:`process_segment` for many segments in capture order, at once: row ``i`` is frame
+        ``frames[i]`` from ``keys[dirs[i]]`` (source, source port, destination, destination port)
+        with sequence number ``seqs[i]``, ``flags[i]``, ``lengths[i]`` octets of payload and
+        ``payload(i)`` for them (asked for only when the row is fed to :meth:`process_segment`).
+
+        Returns the rows that complete PDUs (row -> PDUs) and the rows on which
+        :meth:`process_segment` raised (row -> the error; the rows after it are processed as if it
+        had returned nothing, as a lenient caller carries on).  Every other row returns nothing.
+        The rows the tracker provably ignores (a connection it gave up on or a direction it
+        gave up on, a segment without payload, flags RST and SYN aside, on a direction it
+        knows, an RST of a connection it does not track) are not fed one by one: their only
+        effect, how recently their connection was used, is applied at the end, and the state
+        is what the calls one by one would leave, the order of the connections (which decides
+        which is dropped at ``max_connections``) included.  When this block could make the
+        tracker drop a connection, every row is fed one by one."""
+        out: dict[int, list[Packet]] = {}
+        errors: dict[int, Exception] = {}
+        n = len(dirs)
+        if n == 0:
+            return out, errors
+
+        def feed(i: int) -> None:
+            k = keys[dl[i]]
+            try:
+                pdus = self.process_segment(frames[i], k[0], k[1], k[2], k[3], seqs[i], fl[i], payload(i))
+            except Exception as err:  # noqa: BLE001 - the caller reports it, as it would one by one
+                errors[i] = err
+                return
+            if pdus:
+                out[i] = pdus
+
+        dl, fl = dirs.tolist(), flags.tolist()
+        conn_keys: list[tuple[Tuple4, Tuple4]] = []
+        conn_of_key: dict[tuple[Tuple4, Tuple4], int] = {}
+        conn_of_dir: list[int] = []
+        for fwd in keys:
+            rev = (fwd[2], fwd[3], fwd[0], fwd[1])
+            ck = (fwd, rev) if fwd <= rev else (rev, fwd)
+            cid = conn_of_key.get(ck)
+            if cid is None:
+                cid = conn_of_key[ck] = len(conn_keys)
+                conn_keys.append(ck)
+            conn_of_dir.append(cid)
+        rst = (flags & TCP.RST) != 0
+        created = sum(ck not in self._conns for ck in conn_keys) + int(np.count_nonzero(rst))
+        if len(self._conns) + created > self.max_connections:  # it may drop one: the order matters
+            for i in range(n):
+                feed(i)
+            return out, errors
+        conn = np.asarray(conn_of_dir, dtype=np.int64)[dirs]
+        order = np.argsort(conn, kind="stable")
+        bounds = np.flatnonzero(np.diff(conn[order])) + 1
+        special = rst | ((flags & TCP.SYN) != 0)
+        has_payload = lengths > 0
+        touched: list[tuple[int, tuple[Tuple4, Tuple4]]] = []
+        for rows in np.split(order, bounds):
+            ck = conn_keys[int(conn[rows[0]])]
+            m = len(rows)
+            rl = rows.tolist()
+            side = dirs[rows]
+            first_dir = int(side[0])
+            both = [first_dir] + sorted(set(np.unique(side).tolist()) - {first_dir})
+            nxt_special = _next_true(special[rows])
+            nxt_row = [_next_true(side == d) for d in both]
+            nxt_pay = [_next_true((side == d) & has_payload[rows]) for d in both]
+            last = -1  # the last row that used the connection
+            p = 0
+            while p < m:
+                c = self._conns.get(ck)
+                if c is None:
+                    if not fl[rl[p]] & TCP.RST:  # it opens the connection
+                        feed(rl[p])
+                        last = rl[p]
+                    p += 1
+                    continue
+                if c.dead:  # nothing but the order changes
+                    last = rl[-1]
+                    break
+                q = nxt_special[p]
+                for j, d in enumerate(both):
+                    dd = c.dirs.get(keys[d])
+                    if dd is None:
+                        q = min(q, nxt_row[j][p])
+                    elif dd.state != DEAD:
+                        q = min(q, nxt_pay[j][p])
+                if q > p:
+                    last = rl[q - 1]
+                if q >= m:
+                    break
+                feed(rl[q])
+                last = rl[q]
+                p = q + 1
+            if last >= 0:
+                touched.append((last, ck))
+        touched.sort()
+        for _, ck in touched:  # the order of use the calls one by one leave
+            if ck in self._conns:
+                self._conns.move_to_end(ck)
+        return out, errors
 
     def connections(self) -> int:
         """Number of TCP connections currently tracked."""
