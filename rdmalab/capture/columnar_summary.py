@@ -43,11 +43,13 @@ from rdmalab.capture.render import (
     summary_line,
     window_shift_option,
 )
+from rdmalab.wire import crc as _crc
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.ib import AETH, Transport
 from rdmalab.wire.mad import GSI_QPN
 from rdmalab.wire.net import TCP
 from rdmalab.wire.opcodes import OPCODES, opcode_name
+from rdmalab.wire.rdmap import OP_READ_RESPONSE, OP_SEND, OP_SEND_SE, OP_WRITE, rdmap_opcode_name
 
 _PAYLOAD = np.zeros(256, dtype=bool)
 for _code, _info in OPCODES.items():
@@ -252,14 +254,15 @@ def _column_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> t
     return m.tobytes().translate(None, b"\0"), starts
 
 
-def tcp_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tuple[np.ndarray, np.ndarray]:
+def tcp_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each row (clean TCP segments: :func:`rdmalab.capture.columnar_tcp.clean_tcp`), its summary
-    line up to ``Win=`` and what follows the window (`` Len=N`` and a newline), as
-    :func:`rdmalab.capture.render.summary_line` writes them: two byte matrices (0: no character),
-    a row each."""
+    line up to ``Win=``, what follows the window (`` Len=N`` and a newline), as
+    :func:`rdmalab.capture.render.summary_line` writes them, and the line of an iWARP frame up to its
+    info: three byte matrices (0: no character), a row each."""
     n = len(rows)
     if n == 0:
-        return np.zeros((0, 0), dtype=np.uint8), np.zeros((0, 0), dtype=np.uint8)
+        empty = np.zeros((0, 0), dtype=np.uint8)
+        return empty, empty, empty
     get = _Taken(c.data, rows)
     wire = blk.wirelen[rows]
     length = _dec(np.where(wire != 0, wire, blk.caplen[rows]).astype(np.uint64))
@@ -267,9 +270,11 @@ def tcp_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tuple
     src, dst = _addresses(c, rows, "src"), _addresses(c, rows, "dst")
     sport, dport = _dec(get["tcp.srcport"]), _dec(get["tcp.dstport"])
     flags = get["tcp.flags"].astype(np.int64) & 0x1FF
-    parts = [_pad(frame, 5), frame, _const(" ", n), _seconds(blk.seconds()[rows] - t0), _const(" ", n),
-             _pad(src, 15), src, _const(" \u2192 ", n), dst, _pad(dst, 15), _const(f" {'TCP':<10} ", n),
-             _pad(length, 5), length, _const(" ", n), sport, _const(" \u2192 ", n), dport, _const(" [", n),
+    lead = np.hstack([_pad(frame, 5), frame, _const(" ", n), _seconds(blk.seconds()[rows] - t0), _const(" ", n),
+                      _pad(src, 15), src, _const(" \u2192 ", n), dst, _pad(dst, 15)])
+    size = np.hstack([_pad(length, 5), length, _const(" ", n)])
+    iwarp = np.hstack([lead, _const(f" {'iWARP':<10} ", n), size])
+    parts = [lead, _const(f" {'TCP':<10} ", n), size, sport, _const(" \u2192 ", n), dport, _const(" [", n),
              FLAG_TEXT[flags], _const("] Seq=", n), _dec(get["tcp.seq_raw"])]
     ack = (flags & TCP.ACK) != 0
     if ack.any():
@@ -279,7 +284,7 @@ def tcp_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tuple
         parts.append(m)
     parts.append(_const(" Win=", n))
     tails = np.hstack([_const(" Len=", n), _dec(get["tcp.len"]), _const("\n", n)])
-    return np.hstack(parts), tails
+    return np.hstack(parts), tails, iwarp
 
 
 
@@ -664,6 +669,7 @@ class _TcpBlock:
     rows: np.ndarray  # the block's rows
     head: np.ndarray
     tail: np.ndarray
+    ihead: np.ndarray  # the line of an iWARP frame up to its info
     ends: np.ndarray  # (k, 37) bytes: IPv6?, source and destination (16 bytes each), ports
     seq: np.ndarray
     flags: np.ndarray
@@ -694,7 +700,7 @@ class _Run:
 
 
 def _tcp_block(blk: RecordBlock, cols: Columns, rows: np.ndarray, t0: float) -> _TcpBlock:
-    head, tail = tcp_text(blk, cols, rows, t0)
+    head, tail, ihead = tcp_text(blk, cols, rows, t0)
     d, L = cols.data, cols.layers
     k = len(rows)
     v6 = L["ipv6"][rows]
@@ -709,7 +715,7 @@ def _tcp_block(blk: RecordBlock, cols: Columns, rows: np.ndarray, t0: float) -> 
     ends[:, 35:37] = d["tcp.dstport"][rows].astype(">u2").view(np.uint8).reshape(k, 2)
     _l3, l4 = tcp_offsets(cols)
     l4r = l4[rows]
-    return _TcpBlock(rows, head, tail, ends, d["tcp.seq_raw"][rows], d["tcp.flags"][rows].astype(np.int64),
+    return _TcpBlock(rows, head, tail, ihead, ends, d["tcp.seq_raw"][rows], d["tcp.flags"][rows].astype(np.int64),
                      d["tcp.window_size_value"][rows], d["tcp.len"][rows].astype(np.int64), blk.seconds()[rows],
                      blk.wirelen[rows], blk.offset[rows], blk.caplen[rows], l4r + 20,
                      l4r + d["tcp.hdr_len"][rows].astype(np.int64), blk.linktype[rows], blk.interfaces()[rows],
@@ -854,6 +860,128 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
             raise failed
 
 
+#: the FPDUs :func:`_fpdu_chains` describes itself: (tagged, RDMAP opcode) -> its name's row in _FPDU_NAMES
+_FPDU_KINDS = {(1, OP_WRITE): 0, (1, OP_READ_RESPONSE): 1, (0, OP_SEND): 2, (0, OP_SEND_SE): 3}
+_FPDU_NAMES = _table([rdmap_opcode_name(op) for _t, op in _FPDU_KINDS])
+_FPDU_KIND = np.full(32, -1, dtype=np.int64)
+for (_t, _op), _k in _FPDU_KINDS.items():
+    _FPDU_KIND[_t << 4 | _op] = _k
+_LAST = _table([" [more]", " [last]"])
+#: at most this many FPDUs in one segment are described from columns (more: the tracker decodes them)
+_MOST_FPDUS = 64
+
+
+def _fpdu_chains(tb: _TcpBlock, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+    """Which segments ``lo:hi`` of ``tb`` hold whole FPDUs without markers, each an RDMA Write, RDMA
+    Read Response, Send or Send with SE that :func:`rdmalab.wire.iwarp.decode_fpdu` decodes without
+    a problem (DDP Rsvd 0 and DV 1, RDMAP RV 1 and Rsv 0, a Send's Invalidate STag 0, the ULPDU
+    long enough for its headers: RFC 5041 4, RFC 5040 4), its CRC32c good (the first mask) or
+    not looked at (the second), as :meth:`IwarpTracker.process_many` takes them; and those FPDUs
+    (segment, start in the buffer, ULPDU_Length), in order."""
+    k = hi - lo
+    buf = np.frombuffer(tb.buf, dtype=np.uint8)
+    top = len(buf) - 1
+    start = tb.offset[lo:hi] + tb.payload[lo:hi]
+    end = start + tb.length[lo:hi]
+    cand = np.flatnonzero(tb.length[lo:hi] > 0)
+    pos = start[cand].copy()
+    stop = end[cand]
+    ok = np.ones(len(cand), dtype=bool)
+    f_seg: list[np.ndarray] = []
+    f_at: list[np.ndarray] = []
+    f_len: list[np.ndarray] = []
+    for _ in range(_MOST_FPDUS):
+        act = np.flatnonzero(ok & (pos < stop))
+        if not len(act):
+            break
+        p = pos[act]
+        ul = buf[np.minimum(p, top)].astype(np.int64) << 8 | buf[np.minimum(p + 1, top)]
+        total = (2 + ul + 3) // 4 * 4 + 4  # header, ULPDU, pad (RFC 5044 4.1), CRC
+        fits = (p + 2 <= stop[act]) & (p + total <= stop[act])
+        ok[act[~fits]] = False
+        good = act[fits]
+        f_seg.append(cand[good])
+        f_at.append(p[fits])
+        f_len.append(ul[fits])
+        pos[good] = p[fits] + total[fits]
+    ok &= pos == stop
+    seg = np.concatenate(f_seg) if f_seg else np.zeros(0, dtype=np.int64)
+    at = np.concatenate(f_at) if f_at else np.zeros(0, dtype=np.int64)
+    ul = np.concatenate(f_len) if f_len else np.zeros(0, dtype=np.int64)
+    order = np.lexsort((at, seg))
+    seg, at, ul = seg[order], at[order], ul[order]
+    ctl, rd = buf[np.minimum(at + 2, top)], buf[np.minimum(at + 3, top)]
+    tagged = (ctl >> 7).astype(np.int64)
+    kind = _FPDU_KIND[tagged << 4 | (rd & 15)]
+    simple = (kind >= 0) & ((ctl & 0x3F) == 0x01) & ((rd & 0xF0) == 0x40) & (ul >= np.where(tagged == 1, 14, 18))
+    inval = np.zeros(len(at), dtype=np.int64)
+    for b in range(4, 8):
+        inval |= buf[np.minimum(at + b, top)]
+    simple &= (tagged == 1) | (inval == 0)
+    crc_good = np.zeros(len(at), dtype=bool)
+    view = memoryview(tb.buf)
+    covered = 2 + ul + (-(ul + 2) % 4)
+    for i in np.flatnonzero(simple).tolist():
+        a, c = int(at[i]), int(covered[i])
+        crc_good[i] = _crc.crc32c(view[a:a + c]) == int.from_bytes(view[a + c:a + c + 4], "little")
+    bad_plain = np.bincount(seg[~simple], minlength=k)
+    bad_crc = np.bincount(seg[~(simple & crc_good)], minlength=k)
+    whole = np.zeros(k, dtype=bool)
+    whole[cand[ok]] = True
+    return (whole & (bad_crc == 0), whole & (bad_plain == 0),
+            (seg, at, ul, tagged, kind, ctl))
+
+
+def _lane_lines(tb: _TcpBlock, lo: int, lane: list[int], fpdus: tuple[np.ndarray, ...],
+                ) -> list[tuple[np.ndarray, bytes, np.ndarray]]:
+    """The lines of the segments ``lane`` (the iWARP tracker took their FPDUs in step: each is an
+    FPDU :func:`_fpdu_chains` describes), as sources for :func:`_merge`: their heads, their FPDUs'
+    summaries (:func:`rdmalab.wire.iwarp.summarize_fpdu`'s text, ``; `` between two) and the
+    newlines."""
+    seg, at, ul, tagged, kind, ctl = fpdus
+    rows = np.asarray(lane, dtype=np.int64)
+    take = np.isin(seg, rows)
+    seg, at, ul, tagged, kind, ctl = seg[take], at[take], ul[take], tagged[take], kind[take], ctl[take]
+    n = len(seg)
+    buf = np.frombuffer(tb.buf, dtype=np.uint8)
+
+    def word(off: int, size: int, where: np.ndarray) -> np.ndarray:
+        out = np.zeros(n, dtype=np.uint64)
+        idx = at[where]
+        for b in range(size):
+            out[where] = out[where] << np.uint64(8) | buf[idx + off + b].astype(np.uint64)
+        return out
+
+    t, u = tagged == 1, tagged == 0
+    parts: list[np.ndarray] = []
+
+    def seg_text(where: np.ndarray, *pieces: np.ndarray | str) -> None:
+        if where.any():
+            m = np.hstack([_const(p, n) if isinstance(p, str) else p for p in pieces])
+            if not where.all():
+                m[~where] = 0
+            parts.append(m)
+
+    first = np.r_[True, seg[1:] != seg[:-1]] if n else np.zeros(0, dtype=bool)
+    seg_text(~first, "; ")
+    parts.append(_FPDU_NAMES[kind])
+    seg_text(t, " STag=0x", _hex(word(4, 4, t), 8, prefix=False), " TO=0x", _varhex(word(8, 8, t)))
+    seg_text(u, " QN=", _dec(word(8, 4, u)), " MSN=", _dec(word(12, 4, u)), " MO=", _dec(word(16, 4, u)))
+    parts.append(_LAST[(ctl >> 6) & 1])
+    pay = (ul - np.where(t, 14, 18)).astype(np.uint64)
+    seg_text(pay > 0, " payload=", _dec(pay))
+    m = np.hstack(parts)
+    f_at = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(_width(m), out=f_at[1:])
+    ihead = tb.ihead[lo + rows]
+    h_at = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(_width(ihead), out=h_at[1:])
+    block_rows = tb.rows[lo + rows]
+    return [(block_rows, ihead.tobytes().translate(None, b"\0"), h_at),
+            (tb.rows[lo + seg], m.tobytes().translate(None, b"\0"), f_at),
+            (block_rows, b"\n" * len(rows), np.arange(len(rows) + 1, dtype=np.int64))]
+
+
 def _ip_text(six: bool, a: bytes) -> str:
     """An address as the iWARP tracker names it (:meth:`IwarpTracker._addresses`)."""
     if six:
@@ -907,6 +1035,7 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
     frames = (first + tb.rows[lo:hi]).tolist()
     pdus: dict[int, list[Any]] = {}
     errors: dict[int, Exception] = {}
+    lane: list[int] = []
     if tracker is not None:
         length = tb.length[lo:hi]
         start = base + pay
@@ -915,7 +1044,9 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
             a = int(start[i])
             return bytes(buf[a:a + int(length[i])])
 
-        pdus, errors = tracker.process_many(frames, tkeys, inv, tb.seq[lo:hi].tolist(), flags, length, payload)
+        chains = _fpdu_chains(tb, lo, hi)
+        pdus, errors, lane = tracker.process_many(frames, tkeys, inv, tb.seq[lo:hi].tolist(), flags, length, payload,
+                                                  chains[:2])
     stop: BaseException | None = None
     if errors and not lenient:
         i = min(errors)
@@ -923,6 +1054,7 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
         if isinstance(stop, DecodeError):
             stop.frame_number = frames[i]  # type: ignore[attr-defined]
         pdus = {r: p for r, p in pdus.items() if r < i}
+        lane = [r for r in lane if r < i]
         errors = {}
         k = i  # the lines before it
     else:
@@ -932,6 +1064,7 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
     plain[k:] = False
     special = sorted([*pdus, *errors])
     plain[special] = False
+    plain[lane] = False
     m = np.hstack([tb.head[lo:hi], _dec(scaled.astype(np.uint64)), tb.tail[lo:hi]])
     m[~plain] = 0
     at = np.zeros(hi - lo + 1, dtype=np.int64)
@@ -962,6 +1095,8 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
         at2 = np.zeros(len(lines) + 1, dtype=np.int64)
         np.cumsum([len(x) for x in lines], out=at2[1:])
         sources.append((tb.rows[lo:hi][special], b"".join(lines), at2))
+    if lane:
+        sources += _lane_lines(tb, lo, lane, chains[2])
     text, rows, starts = _merge(sources)
     if stop is not None:
         cut = int(np.searchsorted(rows, tb.rows[lo + k]))

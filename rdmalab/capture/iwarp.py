@@ -270,7 +270,8 @@ class IwarpTracker:
 
     def process_many(self, frames: Sequence[int], keys: Sequence[Tuple4], dirs: np.ndarray, seqs: Sequence[int],
                      flags: np.ndarray, lengths: np.ndarray, payload: Callable[[int], bytes | memoryview],
-                     ) -> tuple[dict[int, list[Packet]], dict[int, Exception]]:
+                     whole: tuple[np.ndarray, np.ndarray] | None = None,
+                     ) -> tuple[dict[int, list[Packet]], dict[int, Exception], list[int]]:
         """:meth:`process_segment` for many segments in capture order, at once: row ``i`` is frame
         ``frames[i]`` from ``keys[dirs[i]]`` (source, source port, destination, destination port)
         with sequence number ``seqs[i]``, ``flags[i]``, ``lengths[i]`` octets of payload and
@@ -281,16 +282,25 @@ class IwarpTracker:
         had returned nothing, as a lenient caller carries on).  Every other row returns nothing.
         The rows the tracker provably ignores (a connection it gave up on or a direction it
         gave up on, a segment without payload, flags RST and SYN aside, on a direction it
-        knows, an RST of a connection it does not track) are not fed one by one: their only
+        knows, an RST of a connection it does not track, a retransmission of bytes a direction
+        that follows FPDUs already has: :meth:`_seen_before`) are not fed one by one: their only
         effect, how recently their connection was used, is applied at the end, and the state
         is what the calls one by one would leave, the order of the connections (which decides
         which is dropped at ``max_connections``) included.  When this block could make the
-        tracker drop a connection, every row is fed one by one."""
+        tracker drop a connection, every row is fed one by one.
+
+        ``whole``, when given, says of each row whether its payload is whole FPDUs without markers,
+        each of which decodes without a problem, its CRC good (``whole[0]``) or not looked at
+        (``whole[1]``).  Such a row, in order on a direction that follows FPDUs with nothing held
+        (:meth:`_whole_fpdus`), is not fed either: the tracker's state moves past it as
+        :meth:`process_segment` would move it, and the row is listed in the third value returned
+        (its PDUs are the caller's to describe)."""
         out: dict[int, list[Packet]] = {}
         errors: dict[int, Exception] = {}
+        lane: list[int] = []
         n = len(dirs)
         if n == 0:
-            return out, errors
+            return out, errors, lane
 
         def feed(i: int) -> None:
             k = keys[dl[i]]
@@ -319,7 +329,9 @@ class IwarpTracker:
         if len(self._conns) + created > self.max_connections:  # it may drop one: the order matters
             for i in range(n):
                 feed(i)
-            return out, errors
+            return out, errors, lane
+        ok_crc, ok_plain = ([], []) if whole is None else (whole[0].tolist(), whole[1].tolist())
+        ln = lengths.tolist()
         conn = np.asarray(conn_of_dir, dtype=np.int64)[dirs]
         order = np.argsort(conn, kind="stable")
         bounds = np.flatnonzero(np.diff(conn[order])) + 1
@@ -360,8 +372,15 @@ class IwarpTracker:
                     last = rl[q - 1]
                 if q >= m:
                     break
-                feed(rl[q])
-                last = rl[q]
+                i = rl[q]
+                if special[i]:
+                    feed(i)
+                elif ok_crc and (ok_crc[i] or ok_plain[i]) and self._whole_fpdus(
+                        c, keys[dl[i]], seqs[i], ln[i], ok_crc[i], ok_plain[i]):
+                    lane.append(i)
+                elif not self._seen_before(c, keys[dl[i]], seqs[i], ln[i]):
+                    feed(i)
+                last = i
                 p = q + 1
             if last >= 0:
                 touched.append((last, ck))
@@ -369,7 +388,38 @@ class IwarpTracker:
         for _, ck in touched:  # the order of use the calls one by one leave
             if ck in self._conns:
                 self._conns.move_to_end(ck)
-        return out, errors
+        lane.sort()
+        return out, errors, lane
+
+    def _whole_fpdus(self, conn: _Conn, key: Tuple4, seq: int, length: int, crc_good: bool, plain: bool) -> bool:
+        """A segment of whole FPDUs (without markers, each decoding without a problem, the CRC good
+        or, without CRC, not looked at) on a direction of ``conn`` that follows FPDUs in step, with
+        nothing held and the segment next in sequence: what :meth:`process_segment` would do with
+        it, without decoding it (True), or nothing (False).  It would append the payload, cut it
+        into those FPDUs and emit them, leaving the direction as before, only further on."""
+        d = conn.dirs.get(key)
+        if (d is None or d.state != FPDU or d.markers or d.buf or d.chunks or d.pending or d.next_seq != seq
+                or d.buf_seq != seq or not (crc_good if d.crc is not False else plain)):
+            return False
+        p = d.park
+        if p is not None and p.limit is not None and seq_diff(seq, p.limit) < 0:
+            return False  # the park takes (some of) it
+        d.next_seq = d.buf_seq = seq_add(seq, length)
+        d.gap_starts.clear()
+        return True
+
+    def _seen_before(self, conn: _Conn, key: Tuple4, seq: int, length: int) -> bool:
+        """Whether :meth:`process_segment` would drop this segment (SYN and RST aside) on a direction
+        of ``conn`` that follows FPDUs as a retransmission of bytes it already has, and change nothing
+        else: all of it lies before the next sequence number, it is no keep-alive that held segments
+        could make of it, and no park (the stream before a resynchronisation) takes it."""
+        d = conn.dirs.get(key)
+        if d is None or d.state != FPDU or d.next_seq is None or length == 1 and d.pending:
+            return False
+        if seq_diff(seq, d.next_seq) + length > 0:
+            return False
+        p = d.park
+        return p is None or p.limit is None or seq_diff(seq, p.limit) >= 0
 
     def connections(self) -> int:
         """Number of TCP connections currently tracked."""

@@ -19,6 +19,8 @@ from rdmalab.capture import read
 from rdmalab.capture.columnar_summary import summary_bytes
 from rdmalab.capture.iwarp import IwarpTracker
 from rdmalab.cli import main
+from rdmalab.wire.errors import DecodeError
+from rdmalab.wire.iwarp import decode_fpdu
 from rdmalab.wire.net import TCP
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,19 +210,56 @@ def test_process_many_is_process_segment(most: int, tmp_path: Path) -> None:
 
     many.process_segment = counted  # type: ignore[method-assign]
     got: list[list[Any]] = [[] for _ in segs]
+    lanes: list[int] = []
     cuts = sorted({0, len(segs), *rng.integers(0, len(segs), size=8).tolist()})
     for a, b in zip(cuts[:-1], cuts[1:], strict=True):
         block = segs[a:b]
         keys = sorted({s[1:5] for s in block})
         dirs = np.array([keys.index(s[1:5]) for s in block], dtype=np.int64)
-        pdus, errors = many.process_many([s[0] for s in block], keys, dirs, [s[5] for s in block],
-                                         np.array([s[6] for s in block]), np.array([len(s[7]) for s in block]),
-                                         lambda i, block=block: block[i][7])
+        whole = [_whole(s[7]) for s in block]
+        pdus, errors, lane = many.process_many([s[0] for s in block], keys, dirs, [s[5] for s in block],
+                                               np.array([s[6] for s in block]), np.array([len(s[7]) for s in block]),
+                                               lambda i, block=block: block[i][7],
+                                               (np.array([w[0] for w in whole], dtype=bool),
+                                                np.array([w[1] for w in whole], dtype=bool)))
         assert not errors
         for i, ps in pdus.items():
             got[a + i] = [(p.summary(), p.stream) for p in ps]
+        for i in lane:  # the PDUs it took without decoding: the segment's own FPDUs, from its first octet
+            assert not got[a + i]
+            own = [[p.summary() for p in _decoded(block[i][7], crc)] for crc in (True, False)]
+            assert [x[0] for x in want[a + i]] in own
+            got[a + i] = want[a + i]
+            lanes.append(a + i)
     assert got == want
     assert _state(many) == _state(one)
     assert sum(map(len, want)) > 50
+    if most >= 5:
+        assert len(lanes) > 20
     if most == 1024:
-        assert len(fed) < len(segs) * 0.8  # the segments it ignores were not fed one by one
+        assert len(fed) < len(segs) * 0.6  # the segments it ignores were not fed one by one
+
+
+def _decoded(payload: bytes, crc: bool = True) -> list[Any]:
+    out, at = [], 0
+    while at < len(payload):
+        pkt, n = decode_fpdu(payload, at, crc=crc, lenient=True)
+        out.append(pkt)
+        at += n
+    return out
+
+
+def _whole(payload: bytes) -> tuple[bool, bool]:
+    """Whether ``payload`` is whole FPDUs of the kinds process_many may take without decoding
+    (RDMA Write, Read Response, Send, Send with SE, without problems), their CRCs good; or
+    without looking at the CRCs."""
+    if not payload:
+        return False, False
+    try:
+        pdus = _decoded(payload)
+    except DecodeError:
+        return False, False
+    names = ("RDMA Write ", "RDMA Read Response ", "Send QN", "Send SE QN")
+    plain = all(not p.problems and p.summary().startswith(names) and " [BAD" not in p.summary().replace(
+        " [BAD CRC32c]", "") for p in pdus)
+    return plain and all(p.crc_status == "good" for p in pdus), plain
