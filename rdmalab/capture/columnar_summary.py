@@ -932,12 +932,13 @@ def _fpdu_chains(tb: _TcpBlock, lo: int, hi: int) -> tuple[np.ndarray, np.ndarra
             (seg, at, ul, tagged, kind, ctl))
 
 
-def _lane_lines(tb: _TcpBlock, lo: int, lane: list[int], fpdus: tuple[np.ndarray, ...],
-                ) -> list[tuple[np.ndarray, bytes, np.ndarray]]:
-    """The lines of the segments ``lane`` (the iWARP tracker took their FPDUs in step: each is an
-    FPDU :func:`_fpdu_chains` describes), as sources for :func:`_merge`: their heads, their FPDUs'
-    summaries (:func:`rdmalab.wire.iwarp.summarize_fpdu`'s text, ``; `` between two) and the
-    newlines."""
+def _lane_lines(tb: _TcpBlock, lo: int, k: int, lane: list[int], fpdus: tuple[np.ndarray, ...],
+                ) -> tuple[np.ndarray, list[tuple[np.ndarray, bytes, np.ndarray]]]:
+    """The lines of the segments ``lane`` among the ``k`` segments from ``lo`` on (the iWARP
+    tracker took their FPDUs in step: each is an FPDU :func:`_fpdu_chains` describes), their
+    FPDUs' summaries :func:`rdmalab.wire.iwarp.summarize_fpdu`'s text, ``; `` between two: those
+    of one FPDU as a byte matrix of the ``k`` segments (0: no character; nothing on other
+    rows), those of several as sources for :func:`_merge` (their heads, FPDUs and newlines)."""
     seg, at, ul, tagged, kind, ctl = fpdus
     rows = np.asarray(lane, dtype=np.int64)
     take = np.isin(seg, rows)
@@ -971,15 +972,29 @@ def _lane_lines(tb: _TcpBlock, lo: int, lane: list[int], fpdus: tuple[np.ndarray
     pay = (ul - np.where(t, 14, 18)).astype(np.uint64)
     seg_text(pay > 0, " payload=", _dec(pay))
     m = np.hstack(parts)
-    f_at = np.zeros(n + 1, dtype=np.int64)
+    # a segment of one FPDU (most): its line as a row of a matrix of the run's segments
+    count = np.bincount(seg, minlength=k)
+    one = np.flatnonzero(count[seg] == 1)
+    single = seg[one]
+    ihead = tb.ihead[lo:lo + k]
+    lines = np.zeros((k, ihead.shape[1] + m.shape[1] + 1), dtype=np.uint8)
+    lines[single] = np.hstack([ihead[single], m[one], _const("\n", len(one))])
+    many = count[rows] > 1
+    if not many.any():
+        return lines, []
+    # several: the heads, the FPDUs and the newlines as sources of their own
+    rows = rows[many]
+    several = np.flatnonzero(count[seg] > 1)
+    m = m[several]
+    f_at = np.zeros(len(several) + 1, dtype=np.int64)
     np.cumsum(_width(m), out=f_at[1:])
-    ihead = tb.ihead[lo + rows]
+    h = ihead[rows]
     h_at = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(_width(ihead), out=h_at[1:])
+    np.cumsum(_width(h), out=h_at[1:])
     block_rows = tb.rows[lo + rows]
-    return [(block_rows, ihead.tobytes().translate(None, b"\0"), h_at),
-            (tb.rows[lo + seg], m.tobytes().translate(None, b"\0"), f_at),
-            (block_rows, b"\n" * len(rows), np.arange(len(rows) + 1, dtype=np.int64))]
+    return lines, [(block_rows, h.tobytes().translate(None, b"\0"), h_at),
+                   (tb.rows[lo + seg[several]], m.tobytes().translate(None, b"\0"), f_at),
+                   (block_rows, b"\n" * len(rows), np.arange(len(rows) + 1, dtype=np.int64))]
 
 
 def _ip_text(six: bool, a: bytes) -> str:
@@ -1067,6 +1082,12 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
     plain[lane] = False
     m = np.hstack([tb.head[lo:hi], _dec(scaled.astype(np.uint64)), tb.tail[lo:hi]])
     m[~plain] = 0
+    more: list[tuple[np.ndarray, bytes, np.ndarray]] = []
+    if lane:
+        lane_m, more = _lane_lines(tb, lo, hi - lo, lane, chains[2])
+        if k < hi - lo:
+            lane_m[k:] = 0
+        m = np.hstack([m, lane_m])
     at = np.zeros(hi - lo + 1, dtype=np.int64)
     np.cumsum(_width(m), out=at[1:])
     sources = [(run.rows, run.text, run.at), (tb.rows[lo:hi], m.tobytes().translate(None, b"\0"), at)]
@@ -1095,8 +1116,7 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
         at2 = np.zeros(len(lines) + 1, dtype=np.int64)
         np.cumsum([len(x) for x in lines], out=at2[1:])
         sources.append((tb.rows[lo:hi][special], b"".join(lines), at2))
-    if lane:
-        sources += _lane_lines(tb, lo, lane, chains[2])
+    sources += more
     text, rows, starts = _merge(sources)
     if stop is not None:
         cut = int(np.searchsorted(rows, tb.rows[lo + k]))

@@ -188,16 +188,6 @@ class _Conn:
     dead: bool = False
 
 
-def _next_true(mask: np.ndarray) -> list[int]:
-    """For each position ``k`` (and ``len(mask)``), the first position at or after ``k`` where ``mask``
-    is true, ``len(mask)`` when none."""
-    m = len(mask)
-    at = np.where(mask, np.arange(m), m)
-    nxt: list[int] = np.minimum.accumulate(at[::-1])[::-1].tolist() if m else []
-    nxt.append(m)
-    return nxt
-
-
 class IwarpTracker:
     """Stateful iWARP reassembly over every TCP connection of a capture (see module docs)."""
 
@@ -333,47 +323,65 @@ class IwarpTracker:
         ok_crc, ok_plain = ([], []) if whole is None else (whole[0].tolist(), whole[1].tolist())
         ln = lengths.tolist()
         conn = np.asarray(conn_of_dir, dtype=np.int64)[dirs]
-        order = np.argsort(conn, kind="stable")
-        bounds = np.flatnonzero(np.diff(conn[order])) + 1
+        order = np.argsort(conn, kind="stable")  # the rows of each connection, in order
+        co, do = conn[order], dirs[order]
+        heads = np.flatnonzero(np.r_[True, co[1:] != co[:-1]])
+        ends = np.r_[heads[1:], n]
+        size = np.diff(np.r_[heads, n])
+        end_at = np.repeat(ends, size)  # where each row's connection ends (in ``order``)
+        first_dir = np.repeat(do[heads], size)
+        other = do != first_dir  # the rows of a connection's second direction
         special = rst | ((flags & TCP.SYN) != 0)
-        has_payload = lengths > 0
+        pay = lengths[order] > 0
+        k = np.arange(n)
+
+        def next_true(mask: np.ndarray) -> list[int]:
+            """For each place in ``order``: the first place at or after it, in the same connection,
+            where ``mask`` holds (the connection's end if none)."""
+            at = np.where(mask, k, end_at)
+            nxt: list[int] = np.minimum.accumulate(at[::-1])[::-1].tolist()
+            return nxt
+
+        nxt_special = next_true(special[order])
+        nxt_row = (next_true(~other), next_true(other))
+        nxt_pay = (next_true(pay & ~other), next_true(pay & other))
+        second = np.full(len(heads), -1, dtype=np.int64)  # a connection's second direction, if it has rows
+        has_other = np.flatnonzero(other)
+        if len(has_other):
+            conn_no = np.repeat(np.arange(len(heads)), size)
+            second[conn_no[has_other[::-1]]] = do[has_other[::-1]]
+        ol, sp = order.tolist(), special.tolist()
         touched: list[tuple[int, tuple[Tuple4, Tuple4]]] = []
-        for rows in np.split(order, bounds):
-            ck = conn_keys[int(conn[rows[0]])]
-            m = len(rows)
-            rl = rows.tolist()
-            side = dirs[rows]
-            first_dir = int(side[0])
-            both = [first_dir] + sorted(set(np.unique(side).tolist()) - {first_dir})
-            nxt_special = _next_true(special[rows])
-            nxt_row = [_next_true(side == d) for d in both]
-            nxt_pay = [_next_true((side == d) & has_payload[rows]) for d in both]
+        for h, e, d0, d1 in zip(heads.tolist(), ends.tolist(), do[heads].tolist(), second.tolist(), strict=True):
+            ck = conn_keys[conn_of_dir[d0]]
+            sides = ((0, keys[d0]),) if d1 < 0 else ((0, keys[d0]), (1, keys[d1]))
             last = -1  # the last row that used the connection
-            p = 0
-            while p < m:
+            p = h
+            while p < e:
                 c = self._conns.get(ck)
                 if c is None:
-                    if not fl[rl[p]] & TCP.RST:  # it opens the connection
-                        feed(rl[p])
-                        last = rl[p]
+                    i = ol[p]
+                    if not fl[i] & TCP.RST:  # it opens the connection
+                        feed(i)
+                        last = i
                     p += 1
                     continue
                 if c.dead:  # nothing but the order changes
-                    last = rl[-1]
+                    last = ol[e - 1]
                     break
                 q = nxt_special[p]
-                for j, d in enumerate(both):
-                    dd = c.dirs.get(keys[d])
+                for j, key in sides:
+                    dd = c.dirs.get(key)
                     if dd is None:
                         q = min(q, nxt_row[j][p])
                     elif dd.state != DEAD:
                         q = min(q, nxt_pay[j][p])
                 if q > p:
-                    last = rl[q - 1]
-                if q >= m:
+                    last = ol[q - 1]
+                if q >= e:
                     break
-                i = rl[q]
-                if special[i]:
+                i = ol[q]
+                if sp[i]:
                     feed(i)
                 elif ok_crc and (ok_crc[i] or ok_plain[i]) and self._whole_fpdus(
                         c, keys[dl[i]], seqs[i], ln[i], ok_crc[i], ok_plain[i]):
