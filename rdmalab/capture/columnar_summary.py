@@ -49,7 +49,7 @@ from rdmalab.wire.ib import AETH, Transport
 from rdmalab.wire.mad import GSI_QPN
 from rdmalab.wire.net import TCP
 from rdmalab.wire.opcodes import OPCODES, opcode_name
-from rdmalab.wire.rdmap import OP_READ_RESPONSE, OP_SEND, OP_SEND_SE, OP_WRITE, rdmap_opcode_name
+from rdmalab.wire.rdmap import OP_READ_REQUEST, OP_READ_RESPONSE, OP_SEND, OP_SEND_SE, OP_WRITE, rdmap_opcode_name
 
 _PAYLOAD = np.zeros(256, dtype=bool)
 for _code, _info in OPCODES.items():
@@ -861,7 +861,10 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
 
 
 #: the FPDUs :func:`_fpdu_chains` describes itself: (tagged, RDMAP opcode) -> its name's row in _FPDU_NAMES
-_FPDU_KINDS = {(1, OP_WRITE): 0, (1, OP_READ_RESPONSE): 1, (0, OP_SEND): 2, (0, OP_SEND_SE): 3}
+_FPDU_KINDS = {(1, OP_WRITE): 0, (1, OP_READ_RESPONSE): 1, (0, OP_SEND): 2, (0, OP_SEND_SE): 3,
+               (0, OP_READ_REQUEST): 4}
+#: the octets of each kind's headers in the ULPDU (DDP, RDMAP and a Read Request's own)
+_FPDU_HEADERS = np.array([14, 14, 18, 18, 18 + 28, 0], dtype=np.int64)
 _FPDU_NAMES = _table([rdmap_opcode_name(op) for _t, op in _FPDU_KINDS])
 _FPDU_KIND = np.full(32, -1, dtype=np.int64)
 for (_t, _op), _k in _FPDU_KINDS.items():
@@ -873,9 +876,10 @@ _MOST_FPDUS = 64
 
 def _fpdu_chains(tb: _TcpBlock, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
     """Which segments ``lo:hi`` of ``tb`` hold whole FPDUs without markers, each an RDMA Write, RDMA
-    Read Response, Send or Send with SE that :func:`rdmalab.wire.iwarp.decode_fpdu` decodes without
-    a problem (DDP Rsvd 0 and DV 1, RDMAP RV 1 and Rsv 0, a Send's Invalidate STag 0, the ULPDU
-    long enough for its headers: RFC 5041 4, RFC 5040 4), its CRC32c good (the first mask) or
+    Read Response, Send, Send with SE or RDMA Read Request that :func:`rdmalab.wire.iwarp.decode_fpdu`
+    decodes without a problem (DDP Rsvd 0 and DV 1, RDMAP RV 1 and Rsv 0, the Invalidate STag 0 of
+    an untagged one, the ULPDU long enough for its headers, a Read Request's exactly: RFC 5041 4,
+    RFC 5040 4), its CRC32c good (the first mask) or
     not looked at (the second), as :meth:`IwarpTracker.process_many` takes them; and those FPDUs
     (segment, start in the buffer, ULPDU_Length), in order."""
     k = hi - lo
@@ -913,7 +917,9 @@ def _fpdu_chains(tb: _TcpBlock, lo: int, hi: int) -> tuple[np.ndarray, np.ndarra
     ctl, rd = buf[np.minimum(at + 2, top)], buf[np.minimum(at + 3, top)]
     tagged = (ctl >> 7).astype(np.int64)
     kind = _FPDU_KIND[tagged << 4 | (rd & 15)]
-    simple = (kind >= 0) & ((ctl & 0x3F) == 0x01) & ((rd & 0xF0) == 0x40) & (ul >= np.where(tagged == 1, 14, 18))
+    need = _FPDU_HEADERS[kind]
+    simple = (kind >= 0) & ((ctl & 0x3F) == 0x01) & ((rd & 0xF0) == 0x40) & (ul >= need)
+    simple &= (kind != 4) | (ul == need)  # a Read Request carries no payload
     inval = np.zeros(len(at), dtype=np.int64)
     for b in range(4, 8):
         inval |= buf[np.minimum(at + b, top)]
@@ -969,7 +975,11 @@ def _lane_lines(tb: _TcpBlock, lo: int, k: int, lane: list[int], fpdus: tuple[np
     seg_text(t, " STag=0x", _hex(word(4, 4, t), 8, prefix=False), " TO=0x", _varhex(word(8, 8, t)))
     seg_text(u, " QN=", _dec(word(8, 4, u)), " MSN=", _dec(word(12, 4, u)), " MO=", _dec(word(16, 4, u)))
     parts.append(_LAST[(ctl >> 6) & 1])
-    pay = (ul - np.where(t, 14, 18)).astype(np.uint64)
+    rr = kind == 4
+    seg_text(rr, " sink=0x", _hex(word(20, 4, rr), 8, prefix=False), "@0x", _varhex(word(24, 8, rr)),
+             " src=0x", _hex(word(36, 4, rr), 8, prefix=False), "@0x", _varhex(word(40, 8, rr)),
+             " len=", _dec(word(32, 4, rr)))
+    pay = (ul - _FPDU_HEADERS[kind]).astype(np.uint64)
     seg_text(pay > 0, " payload=", _dec(pay))
     m = np.hstack(parts)
     # a segment of one FPDU (most): its line as a row of a matrix of the run's segments

@@ -382,7 +382,8 @@ class IwarpTracker:
                     break
                 i = ol[q]
                 if sp[i]:
-                    feed(i)
+                    if fl[i] & TCP.RST or not self._syn_again(c, keys[dl[i]], seqs[i]):
+                        feed(i)
                 elif ok_crc and (ok_crc[i] or ok_plain[i]) and self._whole_fpdus(
                         c, keys[dl[i]], seqs[i], ln[i], ok_crc[i], ok_plain[i]):
                     lane.append(i)
@@ -414,6 +415,19 @@ class IwarpTracker:
             return False  # the park takes (some of) it
         d.next_seq = d.buf_seq = seq_add(seq, length)
         d.gap_starts.clear()
+        return True
+
+    def _syn_again(self, conn: _Conn, key: Tuple4, seq: int) -> bool:
+        """A SYN (without RST) on a direction ``conn`` (alive) already has: what
+        :meth:`process_segment` would do with it (the direction starts again, before an MPA frame),
+        done (True); False, nothing done, for a direction it does not have."""
+        d = conn.dirs.get(key)
+        if d is None:
+            return False
+        d.next_seq = d.buf_seq = seq_add(seq, 1)
+        d.buf.clear()
+        d.chunks.clear()
+        d.state = START
         return True
 
     def _seen_before(self, conn: _Conn, key: Tuple4, seq: int, length: int) -> bool:

@@ -149,7 +149,7 @@ def _keepalive_and_hole(recs: list[tuple[bytes, bytes]]) -> list[tuple[bytes, by
     return out
 
 
-@pytest.mark.parametrize("name", ["siw_write_bw.pcap", "siw_crc_rping.pcap"])
+@pytest.mark.parametrize("name", ["siw_write_bw.pcap", "siw_crc_rping.pcap", "siw_read_bw.pcap"])
 def test_keepalive_and_hole(name: str, tmp_path: Path, capsys: Any) -> None:
     head, recs = _records(CAPS / name)
     p = _write(tmp_path / name, head, _keepalive_and_hole(recs))
@@ -251,7 +251,7 @@ def _decoded(payload: bytes, crc: bool = True) -> list[Any]:
 
 def _whole(payload: bytes) -> tuple[bool, bool]:
     """Whether ``payload`` is whole FPDUs of the kinds process_many may take without decoding
-    (RDMA Write, Read Response, Send, Send with SE, without problems), their CRCs good; or
+    (RDMA Write, Read Response, Send, Send with SE, Read Request, without problems), their CRCs good; or
     without looking at the CRCs."""
     if not payload:
         return False, False
@@ -259,7 +259,7 @@ def _whole(payload: bytes) -> tuple[bool, bool]:
         pdus = _decoded(payload)
     except DecodeError:
         return False, False
-    names = ("RDMA Write ", "RDMA Read Response ", "Send QN", "Send SE QN")
+    names = ("RDMA Write ", "RDMA Read Response ", "Send QN", "Send SE QN", "RDMA Read Request QN")
     plain = all(not p.problems and p.summary().startswith(names) and " [BAD" not in p.summary().replace(
         " [BAD CRC32c]", "") for p in pdus)
     return plain and all(p.crc_status == "good" for p in pdus), plain
