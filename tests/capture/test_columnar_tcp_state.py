@@ -15,9 +15,13 @@ import dpkt
 import numpy as np
 import pytest
 
+from rdmalab.capture import columnar_summary as cs
 from rdmalab.capture import read
+from rdmalab.capture.columnar_decode import decode_block
 from rdmalab.capture.columnar_summary import summary_bytes
+from rdmalab.capture.columnar_tcp import TCP_FIELDS, clean_tcp
 from rdmalab.capture.iwarp import IwarpTracker
+from rdmalab.capture.pcapio import record_blocks
 from rdmalab.cli import main
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.iwarp import decode_fpdu
@@ -263,3 +267,35 @@ def _whole(payload: bytes) -> tuple[bool, bool]:
     plain = all(not p.problems and p.summary().startswith(names) and " [BAD" not in p.summary().replace(
         " [BAD CRC32c]", "") for p in pdus)
     return plain and all(p.crc_status == "good" for p in pdus), plain
+
+
+@pytest.mark.parametrize("name", ["siw_write_bw.pcap", "siw_crc_rping.pcap", "siw_read_bw.pcap", "siw_crc_send_bw.pcap"])
+def test_fpdu_chains_are_decode_fpdu(name: str, tmp_path: Path) -> None:
+    """Which segments the columnar FPDU lane describes itself (whole FPDUs of the kinds it knows,
+    without a problem, CRC good or not looked at) against rdmalab.wire.iwarp.decode_fpdu, on real
+    streams and on copies with octets of their FPDU headers, payloads and CRCs changed."""
+    head, recs = _records(CAPS / name)
+    rng = np.random.default_rng(11)
+    damaged = []
+    for h, d in recs:
+        t = _tcp(d)
+        if t is not None and len(t.data) > 4 and rng.random() < 0.5:
+            b = bytearray(t.data)
+            at = int(rng.integers(0, min(len(b), 64))) if rng.random() < 0.8 else int(rng.integers(0, len(b)))
+            b[at] ^= 1 << int(rng.integers(0, 8))
+            d = _rebuild(d, data=bytes(b))
+        damaged.append((h, d))
+    for label, rs in (("real", recs), ("damaged", damaged)):
+        p = _write(tmp_path / f"{label}.pcap", head, rs)
+        for blk in record_blocks(str(p), 4 << 20):
+            cols = decode_block(blk, verify_icrc=True, fields=(*cs._FIELDS, *TCP_FIELDS))
+            rows = np.flatnonzero(clean_tcp(blk, cols))
+            tb = cs._tcp_block(blk, cols, rows, 0.0)
+            ok_crc, ok_plain, _f = cs._fpdu_chains(tb, 0, len(rows))
+            payloads = [bytes(tb.buf[a:a + n]) for a, n in zip((tb.offset + tb.payload).tolist(), tb.length.tolist(),
+                                                              strict=True)]
+            want = [_whole(x) for x in payloads]
+            assert ok_crc.tolist() == [w[0] for w in want], label
+            assert ok_plain.tolist() == [w[1] for w in want], label
+            assert any(w[0] for w in want) or "crc" not in name
+            assert any(w[1] for w in want)
