@@ -5,10 +5,12 @@ The per-packet path (:func:`rdmalab.capture.render.summary_line` over
 Here each block of records is decoded into columns (:mod:`rdmalab.capture.columnar_decode`) and
 the lines of the frames the columns fully describe, well-formed RoCEv2 packets (which the
 per-packet decoder would decode without a problem), are formatted from the columns with numpy,
-a block of lines at a time.  Every other frame (TCP and iWARP, whose windows and streams
-need per-frame state; RoCEv1; MADs; anything the per-packet decoder would report a problem
-for; other link types) goes through the per-packet path, in capture order, with the same TCP
-window and iWARP stream state it has always had.  ``tests/capture/test_columnar_summary.py``
+a block of lines at a time.  The clean TCP segments (:mod:`rdmalab.capture.columnar_tcp`) are
+formatted from the columns too, their windows and iWARP streams followed a block at a time
+(:func:`_run_text`; the lines of segments that complete iWARP PDUs the tracker decoded are
+written from those PDUs).  Every other frame (TCP that is not clean; RoCEv1; MADs; anything the
+per-packet decoder would report a problem for; other link types) goes through the per-packet
+path, in capture order, with the same TCP window and iWARP stream state.  ``tests/capture/test_columnar_summary.py``
 holds the two paths to the same bytes on every capture in ``captures/`` and on damaged ones.
 """
 
