@@ -5,10 +5,12 @@ The per-packet path (:func:`rdmalab.capture.render.summary_line` over
 Here each block of records is decoded into columns (:mod:`rdmalab.capture.columnar_decode`) and
 the lines of the frames the columns fully describe, well-formed RoCEv2 packets (which the
 per-packet decoder would decode without a problem), are formatted from the columns with numpy,
-a block of lines at a time.  Every other frame (TCP and iWARP, whose windows and streams
-need per-frame state; RoCEv1; MADs; anything the per-packet decoder would report a problem
-for; other link types) goes through the per-packet path, in capture order, with the same TCP
-window and iWARP stream state it has always had.  ``tests/capture/test_columnar_summary.py``
+a block of lines at a time.  The clean TCP segments (:mod:`rdmalab.capture.columnar_tcp`) are
+formatted from the columns too, their windows and iWARP streams followed a block at a time
+(:func:`_run_text`; the lines of segments that complete iWARP PDUs the tracker decoded are
+written from those PDUs).  Every other frame (TCP that is not clean; RoCEv1; MADs; anything the
+per-packet decoder would report a problem for; other link types) goes through the per-packet
+path, in capture order, with the same TCP window and iWARP stream state.  ``tests/capture/test_columnar_summary.py``
 holds the two paths to the same bytes on every capture in ``captures/`` and on damaged ones.
 """
 
@@ -26,7 +28,7 @@ import numpy as np
 from rdmalab.capture.blockpool import blocks_in_workers, default_workers, plain_pcap
 from rdmalab.capture.columnar_decode import _opt, decode_block
 from rdmalab.capture.columnar_schema import Columns
-from rdmalab.capture.columnar_tcp import FLAG_TEXT, TCP_FIELDS, clean_tcp, split_rows, tcp_offsets
+from rdmalab.capture.columnar_tcp import FLAG_TEXT, TCP_FIELDS, clean_tcp, tcp_offsets
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.fieldtext import _OCTET_DOT32, _dec, _hex, _strings
 from rdmalab.capture.filter import compile_filter
@@ -43,11 +45,13 @@ from rdmalab.capture.render import (
     summary_line,
     window_shift_option,
 )
+from rdmalab.wire import crc as _crc
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.ib import AETH, Transport
 from rdmalab.wire.mad import GSI_QPN
 from rdmalab.wire.net import TCP
 from rdmalab.wire.opcodes import OPCODES, opcode_name
+from rdmalab.wire.rdmap import OP_READ_REQUEST, OP_READ_RESPONSE, OP_SEND, OP_SEND_SE, OP_WRITE, rdmap_opcode_name
 
 _PAYLOAD = np.zeros(256, dtype=bool)
 for _code, _info in OPCODES.items():
@@ -252,12 +256,15 @@ def _column_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> t
     return m.tobytes().translate(None, b"\0"), starts
 
 
-def tcp_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tuple[list[bytes], list[bytes]]:
-    """For each row (clean TCP segments: :func:`rdmalab.capture.columnar_tcp.clean_tcp`), its summary line up to ``Win=`` and what follows the
-    window (`` Len=N`` and a newline), as :func:`rdmalab.capture.render.summary_line` writes them."""
+def tcp_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each row (clean TCP segments: :func:`rdmalab.capture.columnar_tcp.clean_tcp`), its summary
+    line up to ``Win=``, what follows the window (`` Len=N`` and a newline), as
+    :func:`rdmalab.capture.render.summary_line` writes them, and the line of an iWARP frame up to its
+    info: three byte matrices (0: no character), a row each."""
     n = len(rows)
     if n == 0:
-        return [], []
+        empty = np.zeros((0, 0), dtype=np.uint8)
+        return empty, empty, empty
     get = _Taken(c.data, rows)
     wire = blk.wirelen[rows]
     length = _dec(np.where(wire != 0, wire, blk.caplen[rows]).astype(np.uint64))
@@ -265,9 +272,11 @@ def tcp_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tuple
     src, dst = _addresses(c, rows, "src"), _addresses(c, rows, "dst")
     sport, dport = _dec(get["tcp.srcport"]), _dec(get["tcp.dstport"])
     flags = get["tcp.flags"].astype(np.int64) & 0x1FF
-    parts = [_pad(frame, 5), frame, _const(" ", n), _seconds(blk.seconds()[rows] - t0), _const(" ", n),
-             _pad(src, 15), src, _const(" \u2192 ", n), dst, _pad(dst, 15), _const(f" {'TCP':<10} ", n),
-             _pad(length, 5), length, _const(" ", n), sport, _const(" \u2192 ", n), dport, _const(" [", n),
+    lead = np.hstack([_pad(frame, 5), frame, _const(" ", n), _seconds(blk.seconds()[rows] - t0), _const(" ", n),
+                      _pad(src, 15), src, _const(" \u2192 ", n), dst, _pad(dst, 15)])
+    size = np.hstack([_pad(length, 5), length, _const(" ", n)])
+    iwarp = np.hstack([lead, _const(f" {'iWARP':<10} ", n), size])
+    parts = [lead, _const(f" {'TCP':<10} ", n), size, sport, _const(" \u2192 ", n), dport, _const(" [", n),
              FLAG_TEXT[flags], _const("] Seq=", n), _dec(get["tcp.seq_raw"])]
     ack = (flags & TCP.ACK) != 0
     if ack.any():
@@ -277,7 +286,7 @@ def tcp_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tuple
         parts.append(m)
     parts.append(_const(" Win=", n))
     tails = np.hstack([_const(" Len=", n), _dec(get["tcp.len"]), _const("\n", n)])
-    return split_rows(np.hstack(parts)), split_rows(tails)
+    return np.hstack(parts), tails, iwarp
 
 
 
@@ -508,19 +517,19 @@ _GROUPS_PER_ROW = 8
 
 
 _Record = tuple[int, float, int, bytes, int, int]
-#: a clean TCP segment's record: the record and its :data:`_Seg`
-_SegRecord = tuple[int, float, int, bytes, int, int, bytes, bytes, str, str, Any, Any, int, int, int, int, int, int,
-                   int, int]
 
 
 @dataclass(slots=True)
 class _BlockText:
-    """One block's lines, in order: text (bytes), and the frames only this process can write (a
-    record: row, seconds, link type, bytes, wire length, interface), TCP segments (whose windows and
-    iWARP streams follow the whole capture) and any frame the decoder must report in order."""
+    """One block's lines, in order: text (bytes), the frames only this process can write (a
+    record: row, seconds, link type, bytes, wire length, interface: TCP frames that are not clean
+    and any frame the decoder must report in order) and runs of lines with clean TCP segments
+    between them (:class:`_Run`, segments of ``tcp``: their windows and iWARP streams follow the
+    whole capture)."""
 
     first: int
-    pieces: list[bytes | _Record | _SegRecord]
+    pieces: list[bytes | _Record | _Run]
+    tcp: _TcpBlock | None = None
 
 
 #: a frame's line but for its number and time: source, destination, protocol, info, and (a record
@@ -568,7 +577,9 @@ def _stateless_line(first: int, rec: _Record, t0: float, flt: Any, lenient: bool
 
 def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int, lenient: bool = True) -> _BlockText:
     """The first ``n`` records of a block: decoded into columns, the fast rows formatted from them,
-    the other frames that are not TCP by the per-packet decoder; TCP segments are left as records."""
+    the other frames that are not TCP by the per-packet decoder; the clean TCP segments (without a
+    filter) are left as columns and text (:class:`_TcpBlock`) for the caller, which follows their
+    connections in order, and every other TCP frame as a record."""
     cols = decode_block(blk, verify_icrc=True, fields=(*_FIELDS, *TCP_FIELDS) if flt is None else (*_FIELDS, *flt.fields))
     fast = _fast_rows(blk, cols)
     fast[n:] = False
@@ -581,79 +592,136 @@ def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int, lenient: bool =
     if not len(others):
         return _BlockText(blk.first, [text] if text else [])
     assert starts is not None
+    if flt is None:
+        clean = clean_tcp(blk, cols)[others]
+        tcp_rows, others = others[clean], others[~clean]
+    else:
+        tcp_rows = others[:0]
     secs, ifs = blk.seconds(), blk.interfaces()
     tcp = cols.layers["tcp"]
-    segs = _tcp_segments(blk, cols, others, t0) if flt is None else {}
-    pieces: list[bytes | _Record | _SegRecord] = []
-    run: list[bytes] = []  # text since the last record
-    done = 0  # fast rows written
-    for j, upto in zip(others.tolist(), np.searchsorted(rows, others).tolist(), strict=True):
-        if upto > done:
-            run.append(text[starts[done]:starts[upto]])
-            done = upto
+    line_rows: list[int] = []
+    lines: list[bytes] = []
+    records: list[tuple[int, _Record]] = []
+    for j in others.tolist():
         off, cap = int(blk.offset[j]), int(blk.caplen[j])
         rec = (j, float(secs[j]), int(blk.linktype[j]), bytes(blk.buf[off:off + cap]), int(blk.wirelen[j]),
                int(ifs[j]))
         line = None if tcp[j] else _stateless_line(blk.first, rec, t0, flt, lenient)
         if line is None:
-            if run:
-                pieces.append(b"".join(run))
-                run = []
-            seg = segs.get(j)
-            pieces.append(rec if seg is None else rec + seg)
+            records.append((j, rec))
         elif line:
-            run.append(line)
-    if done < len(rows):
-        run.append(text[starts[done]:])
-    if run:
-        pieces.append(b"".join(run))
-    return _BlockText(blk.first, pieces)
+            line_rows.append(j)
+            lines.append(line)
+    if lines:
+        at = np.zeros(len(lines) + 1, dtype=np.int64)
+        np.cumsum([len(x) for x in lines], out=at[1:])
+        text, rows, starts = _merge([(rows, text, starts), (np.array(line_rows, dtype=np.int64), b"".join(lines), at)])
+    tb = _tcp_block(blk, cols, tcp_rows, t0) if len(tcp_rows) else None
+    pieces: list[bytes | _Record | _Run] = []
+    lo = t_lo = 0  # the next static line and the next TCP segment
+    ends: list[tuple[int, _Record | None]] = [*records, (len(blk), None)]
+    for j, record in ends:
+        hi = int(np.searchsorted(rows, j))
+        t_hi = int(np.searchsorted(tcp_rows, j))
+        if t_hi > t_lo:
+            pieces.append(_Run(text[starts[lo]:starts[hi]], rows[lo:hi], starts[lo:hi + 1] - starts[lo], t_lo, t_hi))
+        elif hi > lo:
+            pieces.append(text[starts[lo]:starts[hi]])
+        lo, t_lo = hi, t_hi
+        if record is not None:
+            pieces.append(record)
+    return _BlockText(blk.first, pieces, tb)
 
 
-#: what a clean TCP segment's record carries besides the record (:func:`_tcp_segments`): its line up to
-#: ``Win=`` and after the window, the addresses as the iWARP tracker names them and as the window
-#: scaling keys them, ports, raw sequence number, flags, raw window, where its TCP options start
-#: and end in the frame, and where its payload ends
-_Seg = tuple[bytes, bytes, str, str, Any, Any, int, int, int, int, int, int, int, int]
+def _merge(parts: list[tuple[np.ndarray, bytes, np.ndarray]]) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """Lines from several sources, in the order of their rows: each source its rows (ascending),
+    its text and where each row's line starts in it (one more: the end).  The same of the lot."""
+    parts = [p for p in parts if len(p[0])]
+    if len(parts) == 1:
+        return parts[0][1], parts[0][0], parts[0][2]
+    if not parts:
+        return b"", np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    base = np.cumsum([0] + [len(p[1]) for p in parts[:-1]])
+    rows = np.concatenate([p[0] for p in parts])
+    src = np.concatenate([p[2][:-1] + b for p, b in zip(parts, base.tolist(), strict=True)])
+    lens = np.concatenate([np.diff(p[2]) for p in parts])
+    blob = b"".join(p[1] for p in parts)
+    order = np.argsort(rows, kind="stable")
+    rows, src, lens = rows[order], src[order], lens[order]
+    at = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lens, out=at[1:])
+    # runs of lines that lie one after the other in the sources are copied at once
+    first = np.flatnonzero(np.r_[True, src[1:] != src[:-1] + lens[:-1]])
+    run_src, run_len = src[first], np.add.reduceat(lens, first)
+    if len(first) * 8 <= len(rows):
+        text = b"".join([blob[a:a + k] for a, k in zip(run_src.tolist(), run_len.tolist(), strict=True)])
+    else:  # lines from the sources in turn: each byte taken from where it lies
+        where = np.repeat(run_src - at[first], run_len) + np.arange(int(at[-1]))
+        text = np.frombuffer(blob, dtype=np.uint8)[where].tobytes()
+    return text, rows, at
 
 
-def _tcp_segments(blk: RecordBlock, cols: Columns, others: np.ndarray, t0: float) -> dict[int, _Seg]:
-    """Row -> :data:`_Seg` for the clean TCP segments (:func:`rdmalab.capture.columnar_tcp.clean_tcp`)
-    among ``others``: their text formatted from the columns (:func:`tcp_text`)."""
-    rows = others[clean_tcp(blk, cols)[others]]
-    if not len(rows):
-        return {}
-    heads, tails = tcp_text(blk, cols, rows, t0)
+@dataclass(slots=True)
+class _TcpBlock:
+    """The clean TCP segments of a block (:func:`rdmalab.capture.columnar_tcp.clean_tcp`), a row
+    each: their text up to ``Win=`` and after the window (byte matrices), what the iWARP tracker
+    and the window scaling are fed, and where their bytes lie in the block's buffer (for the few
+    the per-packet path writes)."""
+
+    rows: np.ndarray  # the block's rows
+    head: np.ndarray
+    tail: np.ndarray
+    ihead: np.ndarray  # the line of an iWARP frame up to its info
+    ends: np.ndarray  # (k, 37) bytes: IPv6?, source and destination (16 bytes each), ports
+    seq: np.ndarray
+    flags: np.ndarray
+    window: np.ndarray
+    length: np.ndarray  # TCP payload octets
+    seconds: np.ndarray
+    wire: np.ndarray  # the record's wire length (0: the captured length)
+    offset: np.ndarray  # where the frame starts in buf
+    caplen: np.ndarray
+    opts: np.ndarray  # where its TCP options start in the frame
+    payload: np.ndarray  # where its payload starts in the frame
+    linktype: np.ndarray
+    interface: np.ndarray
+    buf: bytes | bytearray
+
+
+@dataclass(slots=True)
+class _Run:
+    """Lines in a block between two records: some written already (``text``, the block rows
+    ``rows``, each line's start in ``at``, one more: the end), and the clean TCP segments
+    ``lo:hi`` of the block's :class:`_TcpBlock`, which go between them by row."""
+
+    text: bytes
+    rows: np.ndarray
+    at: np.ndarray
+    lo: int
+    hi: int
+
+
+def _tcp_block(blk: RecordBlock, cols: Columns, rows: np.ndarray, t0: float) -> _TcpBlock:
+    head, tail, ihead = tcp_text(blk, cols, rows, t0)
     d, L = cols.data, cols.layers
-    v6 = L["ipv6"][rows].tolist()
-    s4, d4 = d["ip.src"][rows].tolist(), d["ip.dst"][rows].tolist()
-    if any(v6):
-        s6 = [int.from_bytes(a, "big") for a in d["ipv6.src"][rows].tolist()]
-        d6 = [int.from_bytes(a, "big") for a in d["ipv6.dst"][rows].tolist()]
-    else:
-        s6 = d6 = s4
+    k = len(rows)
+    v6 = L["ipv6"][rows]
+    ends = np.zeros((k, 37), dtype=np.uint8)
+    ends[:, 0] = v6
+    for at, which in ((1, "src"), (17, "dst")):
+        ends[:, at + 12:at + 16] = d[f"ip.{which}"][rows].astype(">u4").view(np.uint8).reshape(k, 4)
+        if v6.any():
+            six = np.ascontiguousarray(d[f"ipv6.{which}"][rows]).view(np.uint8).reshape(k, 16)
+            ends[v6, at:at + 16] = six[v6]
+    ends[:, 33:35] = d["tcp.srcport"][rows].astype(">u2").view(np.uint8).reshape(k, 2)
+    ends[:, 35:37] = d["tcp.dstport"][rows].astype(">u2").view(np.uint8).reshape(k, 2)
     _l3, l4 = tcp_offsets(cols)
     l4r = l4[rows]
-    opt_end_np = l4r + d["tcp.hdr_len"][rows].astype(np.int64)
-    opt_end = opt_end_np.tolist()
-    pay_end = (opt_end_np + d["tcp.len"][rows].astype(np.int64)).tolist()
-    names: dict[tuple[bool, int], str] = {}
-
-    def name(six: bool, a: int) -> str:  # as IwarpTracker._addresses names them
-        text = names.get((six, a))
-        if text is None:
-            text = names[(six, a)] = (str(ipaddress.IPv6Address(a)) if six else
-                                      f"{a >> 24}.{(a >> 16) & 255}.{(a >> 8) & 255}.{a & 255}")
-        return text
-
-    out: dict[int, _Seg] = {}
-    for j, h, t, six, a4, b4, a6, b6, sp, dp, seq, fl, win, o0, o1, e in zip(
-            rows.tolist(), heads, tails, v6, s4, d4, s6, d6, d["tcp.srcport"][rows].tolist(),
-            d["tcp.dstport"][rows].tolist(), d["tcp.seq_raw"][rows].tolist(), d["tcp.flags"][rows].tolist(),
-            d["tcp.window_size_value"][rows].tolist(), (l4r + 20).tolist(), opt_end, pay_end, strict=True):
-        a, b = (a6, b6) if six else (a4, b4)
-        out[j] = (h, t, name(six, a), name(six, b), a, b, sp, dp, seq, fl, win, o0, o1, e)
-    return out
+    return _TcpBlock(rows, head, tail, ihead, ends, d["tcp.seq_raw"][rows], d["tcp.flags"][rows].astype(np.int64),
+                     d["tcp.window_size_value"][rows], d["tcp.len"][rows].astype(np.int64), blk.seconds()[rows],
+                     blk.wirelen[rows], blk.offset[rows], blk.caplen[rows], l4r + 20,
+                     l4r + d["tcp.hdr_len"][rows].astype(np.int64), blk.linktype[rows], blk.interfaces()[rows],
+                     blk.buf)
 
 
 _WORKER_FILTERS: dict[str, Any] = {}
@@ -753,8 +821,12 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
                 if isinstance(piece, bytes):
                     out.append(piece)
                     continue
-                if len(piece) > 6:  # a clean TCP segment, its text formatted from the columns
-                    out.append(_segment_line(bt.first, piece, t0, tracker, windows, lenient))
+                if isinstance(piece, _Run):  # clean TCP segments, their text formatted from the columns
+                    assert bt.tcp is not None
+                    text, stop = _run_text(bt.first, bt.tcp, piece, t0, tracker, windows, lenient)
+                    out.append(text)
+                    if stop is not None:
+                        raise stop
                     continue
                 j, ts, lt, data, wire, iface = piece
                 key = (lt, data)
@@ -790,51 +862,278 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
             raise failed
 
 
-def _segment_line(first: int, piece: _SegRecord, t0: float, tracker: Any, windows: TcpWindowScaling,
-                  lenient: bool) -> bytes:
-    """The line of a clean TCP segment, in capture order: fed to the iWARP tracker and the window
-    scaling as :func:`rdmalab.capture.reader.decode_record` and :func:`summary_line` feed them; a
-    segment that completes iWARP PDUs (or that the tracker fails on) is written by the per-packet
-    path, with those PDUs."""
-    j, ts, lt, data, wire, iface, head, tail, s_name, d_name, src, dst, sport, dport, seq, flags, win, o0, o1, end = piece
-    frame = first + j
-    pdus: list[Any] = []
-    err: Exception | None = None
+#: the FPDUs :func:`_fpdu_chains` describes itself: (tagged, RDMAP opcode) -> its name's row in _FPDU_NAMES
+_FPDU_KINDS = {(1, OP_WRITE): 0, (1, OP_READ_RESPONSE): 1, (0, OP_SEND): 2, (0, OP_SEND_SE): 3,
+               (0, OP_READ_REQUEST): 4}
+#: the octets of each kind's headers in the ULPDU (DDP, RDMAP and a Read Request's own)
+_FPDU_HEADERS = np.array([14, 14, 18, 18, 18 + 28, 0], dtype=np.int64)
+_FPDU_NAMES = _table([rdmap_opcode_name(op) for _t, op in _FPDU_KINDS])
+_FPDU_KIND = np.full(32, -1, dtype=np.int64)
+for (_t, _op), _k in _FPDU_KINDS.items():
+    _FPDU_KIND[_t << 4 | _op] = _k
+_LAST = _table([" [more]", " [last]"])
+#: at most this many FPDUs in one segment are described from columns (more: the tracker decodes them)
+_MOST_FPDUS = 64
+
+
+def _fpdu_chains(tb: _TcpBlock, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+    """Which segments ``lo:hi`` of ``tb`` hold whole FPDUs without markers, each an RDMA Write, RDMA
+    Read Response, Send, Send with SE or RDMA Read Request that :func:`rdmalab.wire.iwarp.decode_fpdu`
+    decodes without a problem (DDP Rsvd 0 and DV 1, RDMAP RV 1 and Rsv 0, the Invalidate STag 0 of
+    an untagged one, the ULPDU long enough for its headers, a Read Request's exactly: RFC 5041 4,
+    RFC 5040 4), its CRC32c good (the first mask) or
+    not looked at (the second), as :meth:`IwarpTracker.process_many` takes them; and those FPDUs
+    (segment, start in the buffer, ULPDU_Length), in order."""
+    k = hi - lo
+    buf = np.frombuffer(tb.buf, dtype=np.uint8)
+    top = len(buf) - 1
+    start = tb.offset[lo:hi] + tb.payload[lo:hi]
+    end = start + tb.length[lo:hi]
+    cand = np.flatnonzero(tb.length[lo:hi] > 0)
+    pos = start[cand].copy()
+    stop = end[cand]
+    ok = np.ones(len(cand), dtype=bool)
+    f_seg: list[np.ndarray] = []
+    f_at: list[np.ndarray] = []
+    f_len: list[np.ndarray] = []
+    for _ in range(_MOST_FPDUS):
+        act = np.flatnonzero(ok & (pos < stop))
+        if not len(act):
+            break
+        p = pos[act]
+        ul = buf[np.minimum(p, top)].astype(np.int64) << 8 | buf[np.minimum(p + 1, top)]
+        total = (2 + ul + 3) // 4 * 4 + 4  # header, ULPDU, pad (RFC 5044 4.1), CRC
+        fits = (p + 2 <= stop[act]) & (p + total <= stop[act])
+        ok[act[~fits]] = False
+        good = act[fits]
+        f_seg.append(cand[good])
+        f_at.append(p[fits])
+        f_len.append(ul[fits])
+        pos[good] = p[fits] + total[fits]
+    ok &= pos == stop
+    seg = np.concatenate(f_seg) if f_seg else np.zeros(0, dtype=np.int64)
+    at = np.concatenate(f_at) if f_at else np.zeros(0, dtype=np.int64)
+    ul = np.concatenate(f_len) if f_len else np.zeros(0, dtype=np.int64)
+    order = np.lexsort((at, seg))
+    seg, at, ul = seg[order], at[order], ul[order]
+    ctl, rd = buf[np.minimum(at + 2, top)], buf[np.minimum(at + 3, top)]
+    tagged = (ctl >> 7).astype(np.int64)
+    kind = _FPDU_KIND[tagged << 4 | (rd & 15)]
+    need = _FPDU_HEADERS[kind]
+    simple = (kind >= 0) & ((ctl & 0x3F) == 0x01) & ((rd & 0xF0) == 0x40) & (ul >= need)
+    simple &= (kind != 4) | (ul == need)  # a Read Request carries no payload
+    inval = np.zeros(len(at), dtype=np.int64)
+    for b in range(4, 8):
+        inval |= buf[np.minimum(at + b, top)]
+    simple &= (tagged == 1) | (inval == 0)
+    crc_good = np.zeros(len(at), dtype=bool)
+    view = memoryview(tb.buf)
+    covered = 2 + ul + (-(ul + 2) % 4)
+    for i in np.flatnonzero(simple).tolist():
+        a, c = int(at[i]), int(covered[i])
+        crc_good[i] = _crc.crc32c(view[a:a + c]) == int.from_bytes(view[a + c:a + c + 4], "little")
+    bad_plain = np.bincount(seg[~simple], minlength=k)
+    bad_crc = np.bincount(seg[~(simple & crc_good)], minlength=k)
+    whole = np.zeros(k, dtype=bool)
+    whole[cand[ok]] = True
+    return (whole & (bad_crc == 0), whole & (bad_plain == 0),
+            (seg, at, ul, tagged, kind, ctl))
+
+
+def _lane_lines(tb: _TcpBlock, lo: int, k: int, lane: list[int], fpdus: tuple[np.ndarray, ...],
+                ) -> tuple[np.ndarray, list[tuple[np.ndarray, bytes, np.ndarray]]]:
+    """The lines of the segments ``lane`` among the ``k`` segments from ``lo`` on (the iWARP
+    tracker took their FPDUs in step: each is an FPDU :func:`_fpdu_chains` describes), their
+    FPDUs' summaries :func:`rdmalab.wire.iwarp.summarize_fpdu`'s text, ``; `` between two: those
+    of one FPDU as a byte matrix of the ``k`` segments (0: no character; nothing on other
+    rows), those of several as sources for :func:`_merge` (their heads, FPDUs and newlines)."""
+    seg, at, ul, tagged, kind, ctl = fpdus
+    rows = np.asarray(lane, dtype=np.int64)
+    take = np.isin(seg, rows)
+    seg, at, ul, tagged, kind, ctl = seg[take], at[take], ul[take], tagged[take], kind[take], ctl[take]
+    n = len(seg)
+    buf = np.frombuffer(tb.buf, dtype=np.uint8)
+
+    def word(off: int, size: int, where: np.ndarray) -> np.ndarray:
+        out = np.zeros(n, dtype=np.uint64)
+        idx = at[where]
+        for b in range(size):
+            out[where] = out[where] << np.uint64(8) | buf[idx + off + b].astype(np.uint64)
+        return out
+
+    t, u = tagged == 1, tagged == 0
+    parts: list[np.ndarray] = []
+
+    def seg_text(where: np.ndarray, *pieces: np.ndarray | str) -> None:
+        if where.any():
+            m = np.hstack([_const(p, n) if isinstance(p, str) else p for p in pieces])
+            if not where.all():
+                m[~where] = 0
+            parts.append(m)
+
+    first = np.r_[True, seg[1:] != seg[:-1]] if n else np.zeros(0, dtype=bool)
+    seg_text(~first, "; ")
+    parts.append(_FPDU_NAMES[kind])
+    seg_text(t, " STag=0x", _hex(word(4, 4, t), 8, prefix=False), " TO=0x", _varhex(word(8, 8, t)))
+    seg_text(u, " QN=", _dec(word(8, 4, u)), " MSN=", _dec(word(12, 4, u)), " MO=", _dec(word(16, 4, u)))
+    parts.append(_LAST[(ctl >> 6) & 1])
+    rr = kind == 4
+    seg_text(rr, " sink=0x", _hex(word(20, 4, rr), 8, prefix=False), "@0x", _varhex(word(24, 8, rr)),
+             " src=0x", _hex(word(36, 4, rr), 8, prefix=False), "@0x", _varhex(word(40, 8, rr)),
+             " len=", _dec(word(32, 4, rr)))
+    pay = (ul - _FPDU_HEADERS[kind]).astype(np.uint64)
+    seg_text(pay > 0, " payload=", _dec(pay))
+    m = np.hstack(parts)
+    # a segment of one FPDU (most): its line as a row of a matrix of the run's segments
+    count = np.bincount(seg, minlength=k)
+    one = np.flatnonzero(count[seg] == 1)
+    single = seg[one]
+    ihead = tb.ihead[lo:lo + k]
+    lines = np.zeros((k, ihead.shape[1] + m.shape[1] + 1), dtype=np.uint8)
+    lines[single] = np.hstack([ihead[single], m[one], _const("\n", len(one))])
+    many = count[rows] > 1
+    if not many.any():
+        return lines, []
+    # several: the heads, the FPDUs and the newlines as sources of their own
+    rows = rows[many]
+    several = np.flatnonzero(count[seg] > 1)
+    m = m[several]
+    f_at = np.zeros(len(several) + 1, dtype=np.int64)
+    np.cumsum(_width(m), out=f_at[1:])
+    h = ihead[rows]
+    h_at = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(_width(h), out=h_at[1:])
+    block_rows = tb.rows[lo + rows]
+    return lines, [(block_rows, h.tobytes().translate(None, b"\0"), h_at),
+                   (tb.rows[lo + seg[several]], m.tobytes().translate(None, b"\0"), f_at),
+                   (block_rows, b"\n" * len(rows), np.arange(len(rows) + 1, dtype=np.int64))]
+
+
+def _ip_text(six: bool, a: bytes) -> str:
+    """An address as the iWARP tracker names it (:meth:`IwarpTracker._addresses`)."""
+    if six:
+        return str(ipaddress.IPv6Address(a))
+    return f"{a[12]}.{a[13]}.{a[14]}.{a[15]}"
+
+
+class _Given(TcpWindowScaling):
+    """One segment's window, already scaled (for the per-packet path of a segment whose scaled
+    window :meth:`TcpWindowScaling.update_many` gave)."""
+
+    def __init__(self, window: int) -> None:
+        super().__init__()
+        self._window = window
+
+    def window(self, pkt: Any) -> int:
+        return self._window
+
+
+def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, windows: TcpWindowScaling,
+              lenient: bool) -> tuple[bytes, BaseException | None]:
+    """The lines of a :class:`_Run`: its clean TCP segments fed, in capture order, to the iWARP
+    tracker and the window scaling as :func:`rdmalab.capture.reader.decode_record` and
+    :func:`summary_line` feed them, a block of them at a time, and put between the lines already
+    written.  A segment that completes iWARP PDUs is written from them; one the tracker fails on
+    by the per-packet path.  The error that stops the lines (``lenient=False``), if any, with the
+    lines before it."""
+    lo, hi = run.lo, run.hi
+    k = hi - lo
+    ends = tb.ends[lo:hi]
+    flags = tb.flags[lo:hi]
+    # the directions: the tracker's (addresses as text: IPv4 and IPv6 apart) and the window
+    # scaling's (addresses as integers, as render.TcpWindowScaling.window keys them)
+    u, one, inv = np.unique(np.ascontiguousarray(ends).view(np.dtype((np.void, 37))).ravel(), return_index=True,
+                            return_inverse=True)
+    e1 = ends[one].tolist()
+    tkeys = [(_ip_text(bool(e[0]), bytes(e[1:17])), e[33] << 8 | e[34], _ip_text(bool(e[0]), bytes(e[17:33])),
+              e[35] << 8 | e[36]) for e in e1]
+    w_ends = np.ascontiguousarray(ends[:, 1:])
+    wu, wone, winv = np.unique(w_ends.view(np.dtype((np.void, 36))).ravel(), return_index=True, return_inverse=True)
+    wkeys = [(int.from_bytes(bytes(e[0:16]), "big"), e[32] << 8 | e[33], int.from_bytes(bytes(e[16:32]), "big"),
+              e[34] << 8 | e[35]) for e in w_ends[wone].tolist()]
+    buf = tb.buf
+    base = tb.offset[lo:hi]
+    opts, pay = tb.opts[lo:hi], tb.payload[lo:hi]
+
+    def shift(i: int) -> int | None:
+        o = int(base[i])
+        return window_shift_option(buf[o:o + int(tb.caplen[lo + i])], int(opts[i]), int(pay[i]))
+
+    frames = (first + tb.rows[lo:hi]).tolist()
+    pdus: dict[int, list[Any]] = {}
+    errors: dict[int, Exception] = {}
+    lane: list[int] = []
     if tracker is not None:
-        try:
-            pdus = tracker.process_segment(frame, s_name, sport, d_name, dport, seq, flags,
-                                           data[o1:end])
-        except DecodeError as e:
-            if not lenient:
-                e.frame_number = frame  # type: ignore[attr-defined]
-                raise
-        except Exception as e:  # noqa: BLE001 - reported on the frame, as decode_record does
-            if not lenient:
-                raise
-            err = e
-    if err is None:
-        w = windows.update(src, sport, dst, dport, flags, win,
-                           window_shift_option(data, o0, o1) if flags & TCP.SYN else None)
-        if not pdus:
-            line: bytes = head + str(w).encode() + tail
-            return line
-        # an iWARP frame: render.summary_line's text for it, from what is known without decoding
-        # the frame again (a clean segment has no problems of its own: only its PDUs' are shown)
-        text = "; ".join(p.summary() for p in pdus)
-        for p in pdus:
-            if p.problems and str(p.problems[0]) not in text:
-                text += f" [{len(p.problems)} problem(s): {p.problems[0]}]"
-        return (format_summary(frame, ts - t0, s_name, d_name, "iWARP", wire or len(data), text) + "\n").encode()
-    cp = decode_record(RawRecord(frame, ts, lt, data, wire, iface), lenient=lenient)
-    cp.pdus = pdus
-    if err is not None:
-        cp.packet.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
-    if not cp.pdus:
-        text = summary_line(cp, t0, windows)
+        length = tb.length[lo:hi]
+        start = base + pay
+
+        def payload(i: int) -> bytes:
+            a = int(start[i])
+            return bytes(buf[a:a + int(length[i])])
+
+        chains = _fpdu_chains(tb, lo, hi)
+        pdus, errors, lane = tracker.process_many(frames, tkeys, inv, tb.seq[lo:hi].tolist(), flags, length, payload,
+                                                  chains[:2])
+    stop: BaseException | None = None
+    if errors and not lenient:
+        i = min(errors)
+        stop = errors[i]
+        if isinstance(stop, DecodeError):
+            stop.frame_number = frames[i]  # type: ignore[attr-defined]
+        pdus = {r: p for r, p in pdus.items() if r < i}
+        lane = [r for r in lane if r < i]
+        errors = {}
+        k = i  # the lines before it
     else:
-        windows.window(cp.packet)
-        text = summary_line(cp, t0)
-    return (text + "\n").encode()
+        errors = {r: e for r, e in errors.items() if not isinstance(e, DecodeError)}  # those return nothing
+    scaled = windows.update_many(wkeys, winv, flags, tb.window[lo:hi], shift)
+    plain = np.ones(hi - lo, dtype=bool)
+    plain[k:] = False
+    special = sorted([*pdus, *errors])
+    plain[special] = False
+    plain[lane] = False
+    m = np.hstack([tb.head[lo:hi], _dec(scaled.astype(np.uint64)), tb.tail[lo:hi]])
+    m[~plain] = 0
+    more: list[tuple[np.ndarray, bytes, np.ndarray]] = []
+    if lane:
+        lane_m, more = _lane_lines(tb, lo, hi - lo, lane, chains[2])
+        if k < hi - lo:
+            lane_m[k:] = 0
+        m = np.hstack([m, lane_m])
+    at = np.zeros(hi - lo + 1, dtype=np.int64)
+    np.cumsum(_width(m), out=at[1:])
+    sources = [(run.rows, run.text, run.at), (tb.rows[lo:hi], m.tobytes().translate(None, b"\0"), at)]
+    if special:
+        lines = []
+        for i in special:
+            frame, ts, wire = frames[i], float(tb.seconds[lo + i]), int(tb.wire[lo + i])
+            if i in pdus:
+                # an iWARP frame: render.summary_line's text for it, from what is known without decoding
+                # the frame again (a clean segment has no problems of its own: only its PDUs' are shown)
+                got = pdus[i]
+                pdu_text = "; ".join(p.summary() for p in got)
+                for p in got:
+                    if p.problems and str(p.problems[0]) not in pdu_text:
+                        pdu_text += f" [{len(p.problems)} problem(s): {p.problems[0]}]"
+                lines.append((format_summary(frame, ts - t0, tkeys[inv[i]][0], tkeys[inv[i]][2], "iWARP",
+                                             wire or int(tb.caplen[lo + i]), pdu_text)
+                              + "\n").encode())
+                continue
+            err = errors[i]
+            o = int(base[i])
+            cp = decode_record(RawRecord(frame, ts, int(tb.linktype[lo + i]), bytes(buf[o:o + int(tb.caplen[lo + i])]),
+                                         wire, int(tb.interface[lo + i])), lenient=lenient)
+            cp.packet.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
+            lines.append((summary_line(cp, t0, _Given(int(scaled[i]))) + "\n").encode())
+        at2 = np.zeros(len(lines) + 1, dtype=np.int64)
+        np.cumsum([len(x) for x in lines], out=at2[1:])
+        sources.append((tb.rows[lo:hi][special], b"".join(lines), at2))
+    sources += more
+    text, rows, starts = _merge(sources)
+    if stop is not None:
+        cut = int(np.searchsorted(rows, tb.rows[lo + k]))
+        text = text[:starts[cut]]
+    return text, stop
 
 
 #: The columns the summary lines read (decode_block skips the work for the others).

@@ -5,11 +5,14 @@ segment's own headers except for two things that follow the capture in order: th
 by the shift count its direction's SYN offered (:class:`~rdmalab.capture.render.TcpWindowScaling`),
 and whether the segment completes iWARP PDUs (the stream reassembly of
 :class:`rdmalab.capture.iwarp.IwarpTracker`).  So the line is cut in three: everything up to
-``Win=`` and everything after the window (`` Len=N`` and the newline) are formatted here for a block
-of rows at a time, with numpy (:func:`tcp_text`); the caller feeds each segment, in capture order,
-to the tracker and to the window scaling, writes the window between the two pieces when the
-segment completes no PDU, and hands the frame to the per-packet path when it does (an iWARP frame:
-its line is the PDUs').
+``Win=`` and everything after the window (`` Len=N`` and the newline) are formatted for a block
+of rows at a time, with numpy (:func:`rdmalab.capture.columnar_summary.tcp_text`); the caller feeds
+the block's segments, in capture order, to the window scaling
+(:meth:`~rdmalab.capture.render.TcpWindowScaling.update_many`) and to the tracker
+(:meth:`~rdmalab.capture.iwarp.IwarpTracker.process_many`, which feeds one by one only the
+segments it does not provably ignore or move past), writes the window between the two pieces when
+the segment completes no PDU, and writes the line of an iWARP frame from its PDUs (from columns
+for segments of whole FPDUs the tracker took in step).
 
 Only *clean* segments are formatted here (:func:`clean_tcp`): those the per-packet decoder reads
 without a problem or a special case (Ethernet, at most one 802.1Q tag, IPv4 without fragments or

@@ -65,7 +65,10 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from rdmalab.wire import crc as _crc
 from rdmalab.wire.errors import DecodeError
@@ -254,6 +257,191 @@ class IwarpTracker:
         self._add_segment(conn, d, seq, bytes(payload), frame_number, out)
         self._parse(conn, d, out)
         return out
+
+    def process_many(self, frames: Sequence[int], keys: Sequence[Tuple4], dirs: np.ndarray, seqs: Sequence[int],
+                     flags: np.ndarray, lengths: np.ndarray, payload: Callable[[int], bytes | memoryview],
+                     whole: tuple[np.ndarray, np.ndarray] | None = None,
+                     ) -> tuple[dict[int, list[Packet]], dict[int, Exception], list[int]]:
+        """:meth:`process_segment` for many segments in capture order, at once: row ``i`` is frame
+        ``frames[i]`` from ``keys[dirs[i]]`` (source, source port, destination, destination port)
+        with sequence number ``seqs[i]``, ``flags[i]``, ``lengths[i]`` octets of payload and
+        ``payload(i)`` for them (asked for only when the row is fed to :meth:`process_segment`).
+
+        Returns the rows that complete PDUs (row -> PDUs) and the rows on which
+        :meth:`process_segment` raised (row -> the error; the rows after it are processed as if it
+        had returned nothing, as a lenient caller carries on).  Every other row returns nothing.
+        The rows the tracker provably ignores (a connection it gave up on or a direction it
+        gave up on, a segment without payload, flags RST and SYN aside, on a direction it
+        knows, an RST of a connection it does not track, a retransmission of bytes a direction
+        that follows FPDUs already has: :meth:`_seen_before`) are not fed one by one: their only
+        effect, how recently their connection was used, is applied at the end, and the state
+        is what the calls one by one would leave, the order of the connections (which decides
+        which is dropped at ``max_connections``) included.  When this block could make the
+        tracker drop a connection, every row is fed one by one.
+
+        ``whole``, when given, says of each row whether its payload is whole FPDUs without markers,
+        each of which decodes without a problem, its CRC good (``whole[0]``) or not looked at
+        (``whole[1]``).  Such a row, in order on a direction that follows FPDUs with nothing held
+        (:meth:`_whole_fpdus`), is not fed either: the tracker's state moves past it as
+        :meth:`process_segment` would move it, and the row is listed in the third value returned
+        (its PDUs are the caller's to describe)."""
+        out: dict[int, list[Packet]] = {}
+        errors: dict[int, Exception] = {}
+        lane: list[int] = []
+        n = len(dirs)
+        if n == 0:
+            return out, errors, lane
+
+        def feed(i: int) -> None:
+            k = keys[dl[i]]
+            try:
+                pdus = self.process_segment(frames[i], k[0], k[1], k[2], k[3], seqs[i], fl[i], payload(i))
+            except Exception as err:  # noqa: BLE001 - the caller reports it, as it would one by one
+                errors[i] = err
+                return
+            if pdus:
+                out[i] = pdus
+
+        dl, fl = dirs.tolist(), flags.tolist()
+        conn_keys: list[tuple[Tuple4, Tuple4]] = []
+        conn_of_key: dict[tuple[Tuple4, Tuple4], int] = {}
+        conn_of_dir: list[int] = []
+        for fwd in keys:
+            rev = (fwd[2], fwd[3], fwd[0], fwd[1])
+            ck = (fwd, rev) if fwd <= rev else (rev, fwd)
+            cid = conn_of_key.get(ck)
+            if cid is None:
+                cid = conn_of_key[ck] = len(conn_keys)
+                conn_keys.append(ck)
+            conn_of_dir.append(cid)
+        rst = (flags & TCP.RST) != 0
+        created = sum(ck not in self._conns for ck in conn_keys) + int(np.count_nonzero(rst))
+        if len(self._conns) + created > self.max_connections:  # it may drop one: the order matters
+            for i in range(n):
+                feed(i)
+            return out, errors, lane
+        ok_crc, ok_plain = ([], []) if whole is None else (whole[0].tolist(), whole[1].tolist())
+        ln = lengths.tolist()
+        conn = np.asarray(conn_of_dir, dtype=np.int64)[dirs]
+        order = np.argsort(conn, kind="stable")  # the rows of each connection, in order
+        co, do = conn[order], dirs[order]
+        heads = np.flatnonzero(np.r_[True, co[1:] != co[:-1]])
+        ends = np.r_[heads[1:], n]
+        size = np.diff(np.r_[heads, n])
+        end_at = np.repeat(ends, size)  # where each row's connection ends (in ``order``)
+        first_dir = np.repeat(do[heads], size)
+        other = do != first_dir  # the rows of a connection's second direction
+        special = rst | ((flags & TCP.SYN) != 0)
+        pay = lengths[order] > 0
+        k = np.arange(n)
+
+        def next_true(mask: np.ndarray) -> list[int]:
+            """For each place in ``order``: the first place at or after it, in the same connection,
+            where ``mask`` holds (the connection's end if none)."""
+            at = np.where(mask, k, end_at)
+            nxt: list[int] = np.minimum.accumulate(at[::-1])[::-1].tolist()
+            return nxt
+
+        nxt_special = next_true(special[order])
+        nxt_row = (next_true(~other), next_true(other))
+        nxt_pay = (next_true(pay & ~other), next_true(pay & other))
+        second = np.full(len(heads), -1, dtype=np.int64)  # a connection's second direction, if it has rows
+        has_other = np.flatnonzero(other)
+        if len(has_other):
+            conn_no = np.repeat(np.arange(len(heads)), size)
+            second[conn_no[has_other[::-1]]] = do[has_other[::-1]]
+        ol, sp = order.tolist(), special.tolist()
+        touched: list[tuple[int, tuple[Tuple4, Tuple4]]] = []
+        for h, e, d0, d1 in zip(heads.tolist(), ends.tolist(), do[heads].tolist(), second.tolist(), strict=True):
+            ck = conn_keys[conn_of_dir[d0]]
+            sides = ((0, keys[d0]),) if d1 < 0 else ((0, keys[d0]), (1, keys[d1]))
+            last = -1  # the last row that used the connection
+            p = h
+            while p < e:
+                c = self._conns.get(ck)
+                if c is None:
+                    i = ol[p]
+                    if not fl[i] & TCP.RST:  # it opens the connection
+                        feed(i)
+                        last = i
+                    p += 1
+                    continue
+                if c.dead:  # nothing but the order changes
+                    last = ol[e - 1]
+                    break
+                q = nxt_special[p]
+                for j, key in sides:
+                    dd = c.dirs.get(key)
+                    if dd is None:
+                        q = min(q, nxt_row[j][p])
+                    elif dd.state != DEAD:
+                        q = min(q, nxt_pay[j][p])
+                if q > p:
+                    last = ol[q - 1]
+                if q >= e:
+                    break
+                i = ol[q]
+                if sp[i]:
+                    if fl[i] & TCP.RST or not self._syn_again(c, keys[dl[i]], seqs[i]):
+                        feed(i)
+                elif ok_crc and (ok_crc[i] or ok_plain[i]) and self._whole_fpdus(
+                        c, keys[dl[i]], seqs[i], ln[i], ok_crc[i], ok_plain[i]):
+                    lane.append(i)
+                elif not self._seen_before(c, keys[dl[i]], seqs[i], ln[i]):
+                    feed(i)
+                last = i
+                p = q + 1
+            if last >= 0:
+                touched.append((last, ck))
+        touched.sort()
+        for _, ck in touched:  # the order of use the calls one by one leave
+            if ck in self._conns:
+                self._conns.move_to_end(ck)
+        lane.sort()
+        return out, errors, lane
+
+    def _whole_fpdus(self, conn: _Conn, key: Tuple4, seq: int, length: int, crc_good: bool, plain: bool) -> bool:
+        """A segment of whole FPDUs (without markers, each decoding without a problem, the CRC good
+        or, without CRC, not looked at) on a direction of ``conn`` that follows FPDUs in step, with
+        nothing held and the segment next in sequence: what :meth:`process_segment` would do with
+        it, without decoding it (True), or nothing (False).  It would append the payload, cut it
+        into those FPDUs and emit them, leaving the direction as before, only further on."""
+        d = conn.dirs.get(key)
+        if (d is None or d.state != FPDU or d.markers or d.buf or d.chunks or d.pending or d.next_seq != seq
+                or d.buf_seq != seq or not (crc_good if d.crc is not False else plain)):
+            return False
+        p = d.park
+        if p is not None and p.limit is not None and seq_diff(seq, p.limit) < 0:
+            return False  # the park takes (some of) it
+        d.next_seq = d.buf_seq = seq_add(seq, length)
+        d.gap_starts.clear()
+        return True
+
+    def _syn_again(self, conn: _Conn, key: Tuple4, seq: int) -> bool:
+        """A SYN (without RST) on a direction ``conn`` (alive) already has: what
+        :meth:`process_segment` would do with it (the direction starts again, before an MPA frame),
+        done (True); False, nothing done, for a direction it does not have."""
+        d = conn.dirs.get(key)
+        if d is None:
+            return False
+        d.next_seq = d.buf_seq = seq_add(seq, 1)
+        d.buf.clear()
+        d.chunks.clear()
+        d.state = START
+        return True
+
+    def _seen_before(self, conn: _Conn, key: Tuple4, seq: int, length: int) -> bool:
+        """Whether :meth:`process_segment` would drop this segment (SYN and RST aside) on a direction
+        of ``conn`` that follows FPDUs as a retransmission of bytes it already has, and change nothing
+        else: all of it lies before the next sequence number, it is no keep-alive that held segments
+        could make of it, and no park (the stream before a resynchronisation) takes it."""
+        d = conn.dirs.get(key)
+        if d is None or d.state != FPDU or d.next_seq is None or length == 1 and d.pending:
+            return False
+        if seq_diff(seq, d.next_seq) + length > 0:
+            return False
+        p = d.park
+        return p is None or p.limit is None or seq_diff(seq, p.limit) >= 0
 
     def connections(self) -> int:
         """Number of TCP connections currently tracked."""

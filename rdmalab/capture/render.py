@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from rdmalab.capture.linktypes import LINKTYPE_NAMES
 from rdmalab.wire.header import Header
@@ -118,6 +121,46 @@ class TcpWindowScaling:
             return window
         sh = self._shift.get(fwd, self.UNKNOWN)
         return window << sh if sh >= 0 else window
+
+    def update_many(self, keys: Sequence[tuple[object, int, object, int]], dirs: np.ndarray, flags: np.ndarray,
+                    windows: np.ndarray, shift: Callable[[int], int | None]) -> np.ndarray:
+        """:meth:`update` for many segments in capture order, at once: row ``i`` goes from
+        ``keys[dirs[i]]`` (source, source port, destination, destination port) with ``flags[i]`` and
+        raw window ``windows[i]``; ``shift(i)`` is the Window Scale shift count of SYN row ``i``
+        (asked for SYN rows only).  The scaled windows, and the state left as the calls one by one
+        would leave it: SYN rows are learnt from in order, every other row takes the shift its
+        direction has at its place in the sequence (a later SYN resets a direction)."""
+        n = len(dirs)
+        raw = windows.astype(np.int64)
+        syn = (flags & TCP.SYN) != 0
+        index = {k: i for i, k in enumerate(keys)}
+        # each direction's shift before the first row, then (row, direction, shift) after each SYN
+        start = np.array([self._shift.get(k, self.UNKNOWN) for k in keys] or [0], dtype=np.int64)
+        ev_row: list[int] = []
+        ev_dir: list[int] = []
+        ev_val: list[int] = []
+        dl, fl, wl = dirs.tolist(), flags.tolist(), raw.tolist()
+        for i in np.flatnonzero(syn).tolist():
+            k = keys[dl[i]]
+            self.update(k[0], k[1], k[2], k[3], fl[i], wl[i], shift(i))
+            for kk in (k, (k[2], k[3], k[0], k[1])):
+                j = index.get(kk)
+                if j is not None:
+                    ev_row.append(i)
+                    ev_dir.append(j)
+                    ev_val.append(self._shift[kk] if kk in self._shift else self.UNKNOWN)
+        sh = start[dirs] if n else np.zeros(0, dtype=np.int64)
+        if ev_row:
+            er, ed, ev = np.array(ev_row, dtype=np.int64), np.array(ev_dir, dtype=np.int64), np.array(ev_val)
+            order = np.lexsort((er, ed))  # by direction, then row (a SYN-ACK's two entries: the same row)
+            ekey = ed[order] * (n + 1) + er[order]
+            pos = np.searchsorted(ekey, dirs.astype(np.int64) * (n + 1) + np.arange(n), side="left") - 1
+            ok = pos >= 0
+            pos = np.maximum(pos, 0)
+            ok &= ed[order][pos] == dirs
+            sh = np.where(ok, ev[order][pos], sh)
+        out: np.ndarray = np.where(~syn & (sh >= 0), raw << np.maximum(sh, 0), raw)
+        return out
 
 
 def _ip_pair(pkt: Packet) -> tuple[int, int]:

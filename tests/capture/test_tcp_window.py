@@ -152,3 +152,39 @@ def test_window_size_column_follows_handshakes_across_blocks(tmp_path: Path) -> 
     got = np.concatenate([p["tcp.window_size"] for p in parts])
     assert np.array_equal(got, whole["tcp.window_size"])
     assert (got != whole["tcp.window_size_value"]).sum() > 10  # scaled: the handshake offered a shift
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_update_many_is_update_row_by_row(seed: int) -> None:
+    """TcpWindowScaling.update_many over blocks of segments (random cuts) leaves the windows and
+    the state that update, one segment at a time, gives: handshakes that repeat on the same
+    4-tuples (a later SYN resets a direction), SYN-ACKs with and without the option, directions
+    whose handshake was not seen, IPv4 and IPv6 addresses that are the same integer."""
+    rng = np.random.default_rng(seed)
+    keys = [(1, 10, 2, 20), (2, 20, 1, 10), (1, 11, 2, 20), (2, 20, 1, 11), (3, 5, 4, 6), (4, 6, 3, 5)]
+    n = 3000
+    dirs = rng.integers(0, len(keys), size=n)
+    flags = np.where(rng.random(n) < 0.05, rng.choice([SYN, SYNACK], size=n), ACK).astype(np.int64)
+    flags[rng.random(n) < 0.02] |= 0x04  # RST with or without SYN: only SYN matters
+    windows = rng.integers(0, 65536, size=n)
+    shifts = [None if rng.random() < 0.3 else int(rng.integers(0, 15)) for _ in range(n)]
+    one = TcpWindowScaling()
+    want = [one.update(*keys[d], f, w, shifts[i] if f & SYN else None)
+            for i, (d, f, w) in enumerate(zip(dirs.tolist(), flags.tolist(), windows.tolist(), strict=True))]
+    many = TcpWindowScaling()
+    got: list[int] = []
+    cuts = sorted({0, n, *rng.integers(0, n, size=12).tolist()})
+    asked: list[int] = []
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        used = sorted(set(dirs[a:b].tolist()))  # only the block's own directions, as the caller passes them
+        local = np.searchsorted(used, dirs[a:b])
+
+        def shift(i: int, a: int = a) -> int | None:
+            asked.append(a + i)
+            return shifts[a + i]
+
+        got += many.update_many([keys[u] for u in used], local, flags[a:b], windows[a:b], shift).tolist()
+    assert got == want
+    assert many._shift == one._shift
+    assert asked == np.flatnonzero(flags & SYN).tolist()
+    assert len(set(got) - set(windows.tolist())) > 100  # scaled windows were shown (the test can fail)

@@ -1,0 +1,301 @@
+"""The TCP segments of the columnar summary lines are fed to the window scaling and the iWARP tracker
+a block at a time (TcpWindowScaling.update_many, IwarpTracker.process_many): the same lines as the
+per-packet path (``--no-columnar``) and the same tracker state as one segment at a time, on
+captures made for what the state carries across segments: window scaling across blocks, SYNs that
+reuse a 4-tuple, connections dropped at ``max_connections``, keep-alives and holes (FPDU
+resynchronisation)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+import dpkt
+import numpy as np
+import pytest
+
+from rdmalab.capture import columnar_summary as cs
+from rdmalab.capture import read
+from rdmalab.capture.columnar_decode import decode_block
+from rdmalab.capture.columnar_summary import summary_bytes
+from rdmalab.capture.columnar_tcp import TCP_FIELDS, clean_tcp
+from rdmalab.capture.iwarp import IwarpTracker
+from rdmalab.capture.pcapio import record_blocks
+from rdmalab.cli import main
+from rdmalab.wire.errors import DecodeError
+from rdmalab.wire.iwarp import decode_fpdu
+from rdmalab.wire.net import TCP
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPS = ROOT / "captures"
+
+
+def _records(path: Path) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    data = path.read_bytes()
+    out, pos = [], 24
+    while pos < len(data):
+        cap = struct.unpack_from("<I", data, pos + 8)[0]
+        out.append((data[pos:pos + 16], data[pos + 16:pos + 16 + cap]))
+        pos += 16 + cap
+    return data[:24], out
+
+
+def _write(path: Path, head: bytes, recs: list[tuple[bytes, bytes]]) -> Path:
+    body = b"".join(h[:8] + struct.pack("<II", len(d), len(d)) + d for h, d in recs)
+    path.write_bytes(head + body)
+    return path
+
+
+def _tcp(d: bytes) -> dpkt.tcp.TCP | None:
+    eth = dpkt.ethernet.Ethernet(d)
+    ip = eth.data
+    return ip.data if isinstance(ip, dpkt.ip.IP) and isinstance(ip.data, dpkt.tcp.TCP) else None
+
+
+def _rebuild(d: bytes, **changes: Any) -> bytes:
+    """The frame with TCP fields changed (checksums and lengths made right again)."""
+    eth = dpkt.ethernet.Ethernet(d)
+    ip, tcp = eth.data, eth.data.data
+    for k, v in changes.items():
+        setattr(tcp, k, v)
+    tcp.sum = 0
+    ip.len = 20 + len(bytes(tcp))
+    ip.sum = 0
+    ip.data = tcp
+    return bytes(eth)
+
+
+def _ports(recs: list[tuple[bytes, bytes]], shift: int) -> list[tuple[bytes, bytes]]:
+    """The capture with its TCP ports moved by ``shift`` (other connections, the same streams)."""
+    out = []
+    for h, d in recs:
+        t = _tcp(d)
+        out.append((h, d if t is None else _rebuild(d, sport=t.sport + shift, dport=t.dport + shift)))
+    return out
+
+
+def _compare(path: Path, capsys: Any, block_bytes: int) -> str:
+    """The columnar lines (blocks of ``block_bytes``) against the per-packet path's."""
+    fast = b"".join(summary_bytes(path, block_bytes=block_bytes)).decode()
+    assert main(["decode", "--no-columnar", "-r", str(path)]) == 0
+    ref = capsys.readouterr().out
+    assert fast == ref
+    return fast
+
+
+def test_window_scaling_across_blocks(tmp_path: Path, capsys: Any) -> None:
+    """Handshakes in one block, the segments they scale in later ones (blocks of a few records)."""
+    for name in ("rxe_rc_pingpong.pcap", "siw_write_bw.pcap"):
+        head, recs = _records(CAPS / name)
+        p = _write(tmp_path / name, head, recs)
+        text = _compare(p, capsys, 600)
+        shown = {int(line.split()[0]): int(line.split(" Win=")[1].split()[0]) for line in text.splitlines()
+                 if " Win=" in line}
+        raw = {i: t.win for i, (_h, d) in enumerate(recs, 1) if (t := _tcp(d)) is not None}
+        assert sum(shown[i] != raw[i] for i in shown) > 3, name  # windows were scaled: the case is one
+
+
+def test_syns_reuse_a_4tuple(tmp_path: Path, capsys: Any) -> None:
+    """The same connections opened again (a capture appended to itself: the same 4-tuples, new
+    SYNs that reset each direction's window scaling and iWARP stream), in one block and across blocks."""
+    head, recs = _records(CAPS / "siw_write_bw.pcap")
+    _h, rc = _records(CAPS / "rxe_rc_pingpong.pcap")
+    p = _write(tmp_path / "again.pcap", head, recs + rc + recs + rc)
+    for block in (600, 4 << 20):
+        text = _compare(p, capsys, block)
+        assert text.count(" iWARP ") > 10
+
+
+def _interleave(copies: list[list[tuple[bytes, bytes]]], rng: np.random.Generator) -> list[tuple[bytes, bytes]]:
+    """The records of several captures, a few of one then a few of another, each in its order."""
+    mixed: list[tuple[bytes, bytes]] = []
+    at = [0] * len(copies)
+    while any(a < len(c) for a, c in zip(at, copies, strict=True)):
+        k = int(rng.integers(len(copies)))
+        step = int(rng.integers(1, 6))
+        mixed += copies[k][at[k]:at[k] + step]
+        at[k] += step
+    return mixed
+
+
+def test_connections_dropped_at_max_connections(tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """Six copies of an iWARP capture on other ports, their records interleaved, and a tracker
+    that keeps two connections: which one it drops depends on the order of use."""
+    monkeypatch.setitem(IwarpTracker.__init__.__kwdefaults__, "max_connections", 2)
+    head, recs = _records(CAPS / "siw_crc_rping.pcap")
+    mixed = _interleave([_ports(recs, 100 * k) for k in range(6)], np.random.default_rng(5))
+    p = _write(tmp_path / "many.pcap", head, mixed)
+    for block in (900, 4 << 20):
+        _compare(p, capsys, block)
+    monkeypatch.setitem(IwarpTracker.__init__.__kwdefaults__, "max_connections", 1024)
+    kept = _compare(p, capsys, 4 << 20)
+    monkeypatch.setitem(IwarpTracker.__init__.__kwdefaults__, "max_connections", 2)
+    dropped = _compare(p, capsys, 4 << 20)
+    assert kept.count(" iWARP ") > dropped.count(" iWARP ")  # connections were dropped (the case is one)
+
+
+def _keepalive_and_hole(recs: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """A keep-alive (one octet below the next sequence number: RFC 1122 4.2.3.6) after a data
+    segment of each direction, and a data segment of each direction lost (a hole in the stream)."""
+    out: list[tuple[bytes, bytes]] = []
+    data_seen: dict[tuple[int, int], int] = {}
+    for h, d in recs:
+        t = _tcp(d)
+        key = (t.sport, t.dport) if t is not None else (0, 0)
+        if t is not None and len(t.data) > 0:
+            data_seen[key] = data_seen.get(key, 0) + 1
+            if data_seen[key] == 8:
+                continue  # lost
+        out.append((h, d))
+        if t is not None and len(t.data) > 0 and data_seen[key] == 5:
+            out.append((h, _rebuild(d, seq=(t.seq + len(t.data) - 1) % (1 << 32), data=t.data[-1:])))
+    return out
+
+
+@pytest.mark.parametrize("name", ["siw_write_bw.pcap", "siw_crc_rping.pcap", "siw_read_bw.pcap"])
+def test_keepalive_and_hole(name: str, tmp_path: Path, capsys: Any) -> None:
+    head, recs = _records(CAPS / name)
+    p = _write(tmp_path / name, head, _keepalive_and_hole(recs))
+    for block in (700, 4 << 20):
+        text = _compare(p, capsys, block)
+        assert " iWARP " in text
+    assert main(["decode", "-r", str(_write(tmp_path / "whole.pcap", head, recs))]) == 0
+    whole = capsys.readouterr().out
+    assert whole.count(" iWARP ") > text.count(" iWARP ")  # the hole lost PDUs: the case is one
+
+
+# ---------------------------------------------------------------------------- the tracker alone
+
+
+def _segments(recs: list[tuple[bytes, bytes]], tmp_path: Path, head: bytes) -> list[tuple[Any, ...]]:
+    p = _write(tmp_path / "segs.pcap", head, recs)
+    out = []
+    for cp in read(p, iwarp=False):
+        t = cp.packet.get(TCP)
+        if t is not None:
+            src, dst = IwarpTracker._addresses(cp.packet)
+            out.append((cp.frame_number, src, t.sport, dst, t.dport, t.seq, t.flags, bytes(cp.packet.payload)))
+    return out
+
+
+def _state(tr: IwarpTracker) -> list[Any]:
+    out = []
+    for key, c in tr._conns.items():
+        dirs = [(k, d.state, d.next_seq, bytes(d.buf), sorted(d.pending), d.crc, d.markers) for k, d in c.dirs.items()]
+        out.append((key, c.dead, c.request is not None, c.reply is not None, dirs))
+    return out
+
+
+@pytest.mark.parametrize("most", [2, 5, 1024])
+def test_process_many_is_process_segment(most: int, tmp_path: Path) -> None:
+    """IwarpTracker.process_many over blocks of segments (random cuts) against process_segment one
+    segment at a time: the same PDUs in the same frames and the same state, the order of the
+    connections included; connections reset (RST), reopened (the same 4-tuples again), given up
+    (not iWARP), dropped (``most`` connections)."""
+    head, recs = _records(CAPS / "siw_write_bw.pcap")
+    _h, crc = _records(CAPS / "siw_crc_rping.pcap")
+    _h, plain = _records(CAPS / "rxe_rc_pingpong.pcap")
+    rng = np.random.default_rng(most)
+    mixed = (recs + _ports(crc, 7) + plain + _keepalive_and_hole(recs) + _ports(plain, 3) + recs
+             + _interleave([_ports(crc, 100 * k) for k in range(4)] + [_ports(recs, 3)], rng))
+    segs = _segments(mixed, tmp_path, head)
+    for i in rng.integers(0, len(segs), size=6).tolist():  # resets, on connections known or not
+        f, s, sp, d, dp, seq, _fl, _p = segs[i]
+        segs.insert(i, (f, s, sp, d, dp, seq, TCP.RST | TCP.ACK, b""))
+    one, many = IwarpTracker(max_connections=most), IwarpTracker(max_connections=most)
+    want = [[(p.summary(), p.stream) for p in one.process_segment(*seg)] for seg in segs]
+    fed: list[int] = []
+    real = many.process_segment
+
+    def counted(*a: Any) -> Any:
+        fed.append(a[0])
+        return real(*a)
+
+    many.process_segment = counted  # type: ignore[method-assign]
+    got: list[list[Any]] = [[] for _ in segs]
+    lanes: list[int] = []
+    cuts = sorted({0, len(segs), *rng.integers(0, len(segs), size=8).tolist()})
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        block = segs[a:b]
+        keys = sorted({s[1:5] for s in block})
+        dirs = np.array([keys.index(s[1:5]) for s in block], dtype=np.int64)
+        whole = [_whole(s[7]) for s in block]
+        pdus, errors, lane = many.process_many([s[0] for s in block], keys, dirs, [s[5] for s in block],
+                                               np.array([s[6] for s in block]), np.array([len(s[7]) for s in block]),
+                                               lambda i, block=block: block[i][7],
+                                               (np.array([w[0] for w in whole], dtype=bool),
+                                                np.array([w[1] for w in whole], dtype=bool)))
+        assert not errors
+        for i, ps in pdus.items():
+            got[a + i] = [(p.summary(), p.stream) for p in ps]
+        for i in lane:  # the PDUs it took without decoding: the segment's own FPDUs, from its first octet
+            assert not got[a + i]
+            own = [[p.summary() for p in _decoded(block[i][7], crc)] for crc in (True, False)]
+            assert [x[0] for x in want[a + i]] in own
+            got[a + i] = want[a + i]
+            lanes.append(a + i)
+    assert got == want
+    assert _state(many) == _state(one)
+    assert sum(map(len, want)) > 50
+    if most >= 5:
+        assert len(lanes) > 20
+    if most == 1024:
+        assert len(fed) < len(segs) * 0.6  # the segments it ignores were not fed one by one
+
+
+def _decoded(payload: bytes, crc: bool = True) -> list[Any]:
+    out, at = [], 0
+    while at < len(payload):
+        pkt, n = decode_fpdu(payload, at, crc=crc, lenient=True)
+        out.append(pkt)
+        at += n
+    return out
+
+
+def _whole(payload: bytes) -> tuple[bool, bool]:
+    """Whether ``payload`` is whole FPDUs of the kinds process_many may take without decoding
+    (RDMA Write, Read Response, Send, Send with SE, Read Request, without problems), their CRCs good; or
+    without looking at the CRCs."""
+    if not payload:
+        return False, False
+    try:
+        pdus = _decoded(payload)
+    except DecodeError:
+        return False, False
+    names = ("RDMA Write ", "RDMA Read Response ", "Send QN", "Send SE QN", "RDMA Read Request QN")
+    plain = all(not p.problems and p.summary().startswith(names) and " [BAD" not in p.summary().replace(
+        " [BAD CRC32c]", "") for p in pdus)
+    return plain and all(p.crc_status == "good" for p in pdus), plain
+
+
+@pytest.mark.parametrize("name", ["siw_write_bw.pcap", "siw_crc_rping.pcap", "siw_read_bw.pcap", "siw_crc_send_bw.pcap"])
+def test_fpdu_chains_are_decode_fpdu(name: str, tmp_path: Path) -> None:
+    """Which segments the columnar FPDU lane describes itself (whole FPDUs of the kinds it knows,
+    without a problem, CRC good or not looked at) against rdmalab.wire.iwarp.decode_fpdu, on real
+    streams and on copies with octets of their FPDU headers, payloads and CRCs changed."""
+    head, recs = _records(CAPS / name)
+    rng = np.random.default_rng(11)
+    damaged = []
+    for h, d in recs:
+        t = _tcp(d)
+        if t is not None and len(t.data) > 4 and rng.random() < 0.5:
+            b = bytearray(t.data)
+            at = int(rng.integers(0, min(len(b), 64))) if rng.random() < 0.8 else int(rng.integers(0, len(b)))
+            b[at] ^= 1 << int(rng.integers(0, 8))
+            d = _rebuild(d, data=bytes(b))
+        damaged.append((h, d))
+    for label, rs in (("real", recs), ("damaged", damaged)):
+        p = _write(tmp_path / f"{label}.pcap", head, rs)
+        for blk in record_blocks(str(p), 4 << 20):
+            cols = decode_block(blk, verify_icrc=True, fields=(*cs._FIELDS, *TCP_FIELDS))
+            rows = np.flatnonzero(clean_tcp(blk, cols))
+            tb = cs._tcp_block(blk, cols, rows, 0.0)
+            ok_crc, ok_plain, _f = cs._fpdu_chains(tb, 0, len(rows))
+            payloads = [bytes(tb.buf[a:a + n]) for a, n in zip((tb.offset + tb.payload).tolist(), tb.length.tolist(),
+                                                              strict=True)]
+            want = [_whole(x) for x in payloads]
+            assert ok_crc.tolist() == [w[0] for w in want], label
+            assert ok_plain.tolist() == [w[1] for w in want], label
+            assert any(w[0] for w in want) or "crc" not in name
+            assert any(w[1] for w in want)
