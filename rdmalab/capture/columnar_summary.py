@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rdmalab.capture.blockpool import blocks_in_workers, default_workers, plain_pcap
+from rdmalab.capture.blockpool import blocks_in_workers, default_workers, parallel_capture
 from rdmalab.capture.columnar_decode import _opt, decode_block
 from rdmalab.capture.columnar_schema import Columns
 from rdmalab.capture.columnar_tcp import FLAG_TEXT, TCP_FIELDS, clean_tcp, split_rows, tcp_offsets
@@ -736,7 +736,7 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     seen: dict[tuple[int, bytes], _Parts] = {}
     if workers is None:
         workers = default_workers()
-    if workers > 1 and plain_pcap(p) and os.path.getsize(p) >= parallel_min_bytes and (flt is None or filter_expr):
+    if workers > 1 and parallel_capture(p) and os.path.getsize(p) >= parallel_min_bytes and (flt is None or filter_expr):
         blocks = blocks_in_workers(p, _render_in_worker, (filter_expr, lenient), workers=workers,
                                    block_bytes=block_bytes, count=count)
     else:

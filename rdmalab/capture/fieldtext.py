@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from rdmalab.capture.blockpool import blocks_in_workers, plain_pcap
+from rdmalab.capture.blockpool import blocks_in_workers, parallel_capture
 from rdmalab.capture.columnar import _progress, iter_columns
 from rdmalab.capture.columnar_decode import decode_block, wants_iwarp, wants_windows
 from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _ipv6_text, format_column
@@ -306,7 +306,7 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
         # the text, so workers only pay off with cores to spare (on 2 cores -j 1 was faster in
         # wall and half the CPU time: benchmarks/bench_columnar.py)
         workers = max(1, (os.cpu_count() or 1) - 1)
-    parallel = (workers > 1 and count is None and not wants_iwarp(needed) and not wants_windows(needed) and plain_pcap(p)
+    parallel = (workers > 1 and count is None and not wants_iwarp(needed) and not wants_windows(needed) and parallel_capture(p)
                 and os.path.getsize(p) >= parallel_min_bytes)
     if not parallel:
         left = count
