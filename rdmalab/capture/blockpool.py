@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rdmalab.capture.linktypes import LINKTYPE_ERF
+from rdmalab.capture.linktypes import LINKTYPE_ERF, LINKTYPE_ETHERNET
 from rdmalab.capture.pcapio import (
     MAX_RECORD,
     PCAP_MAGICS,
@@ -84,12 +84,13 @@ def plain_pcap(path: str) -> bool:
     return bool(struct.unpack(fmt[0] + "I", head[20:24])[0] & 0x0FFFFFFF != LINKTYPE_ERF)
 
 
-def parallel_capture(path: str) -> bool:
+def parallel_capture(path: str, *, ethernet: bool = False) -> bool:
     """Whether ``path`` is a capture whose blocks :func:`blocks_in_workers` reads in worker processes:
     a plain pcap file (:func:`plain_pcap`), or an uncompressed pcapng file none of whose interfaces
     described before its first packet is of ERF records (as for pcap: their frames' times are the
-    records' own, read in order by one process).  A pcapng file whose first blocks are damaged is
-    not: the reader, in one process, says what is wrong."""
+    records' own, read in order by one process) or, with ``ethernet``, of another link type than
+    Ethernet (``-T fields`` decodes those frames with the per-packet decoder, in order).  A pcapng
+    file whose first blocks are damaged is not: the reader, in one process, says what is wrong."""
     if plain_pcap(path):
         return True
     if is_stream(path):
@@ -101,7 +102,8 @@ def parallel_capture(path: str) -> bool:
             sect = pcapng_section(f, os.fstat(f.fileno()).st_size)
     except OSError:
         return False
-    return sect is not None and all(lt != LINKTYPE_ERF for lt, _units, _off in sect.interfaces)
+    return sect is not None and all(lt != LINKTYPE_ERF and (lt == LINKTYPE_ETHERNET or not ethernet)
+                                    for lt, _units, _off in sect.interfaces)
 
 
 def default_workers() -> int:

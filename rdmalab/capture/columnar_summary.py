@@ -716,8 +716,9 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     UTF-8, in pieces.  ``flt`` is the compiled display filter ``filter_expr`` (or None); its fields must
     all be columns.
 
-    ``workers`` (None: :func:`default_workers`) above 1 renders the blocks of a plain pcap file
-    of at least ``parallel_min_bytes`` in worker processes, which also write the lines of the
+    ``workers`` (None: :func:`default_workers`) above 1 renders the blocks of a plain pcap or
+    pcapng file (:func:`~rdmalab.capture.blockpool.parallel_capture`) of at least
+    ``parallel_min_bytes`` in worker processes, which also write the lines of the
     frames the per-packet decoder reads without state (:mod:`rdmalab.capture.blockpool`: they also
     follow the record headers of their ranges of the file); this process checks the ranges, decodes
     the TCP segments (in order: TCP windows and iWARP streams follow the capture) and

@@ -290,7 +290,8 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
                parallel_min_bytes: int = 32 << 20, occurrence: str = "a", aggregator: str = ",") -> Iterator[bytes]:
     """The ``-T fields`` output of a capture, block by block (bounded memory).
 
-    A plain (not compressed) pcap file of ``parallel_min_bytes`` or more, read whole, is split among ``workers``
+    A plain (not compressed) pcap or pcapng file (pcapng: of Ethernet frames;
+    :func:`~rdmalab.capture.blockpool.parallel_capture`) of ``parallel_min_bytes`` or more, read whole, is split among ``workers``
     processes (default: one fewer than the cores; :mod:`rdmalab.capture.blockpool`): the workers
     follow the record headers of their ranges of the file, this process checks the ranges and
     numbers the frames, and a worker reads each block again, decodes, filters and renders it; the
@@ -306,7 +307,8 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
         # the text, so workers only pay off with cores to spare (on 2 cores -j 1 was faster in
         # wall and half the CPU time: benchmarks/bench_columnar.py)
         workers = max(1, (os.cpu_count() or 1) - 1)
-    parallel = (workers > 1 and count is None and not wants_iwarp(needed) and not wants_windows(needed) and parallel_capture(p)
+    parallel = (workers > 1 and count is None and not wants_iwarp(needed) and not wants_windows(needed)
+                and parallel_capture(p, ethernet=True)
                 and os.path.getsize(p) >= parallel_min_bytes)
     if not parallel:
         left = count

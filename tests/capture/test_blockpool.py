@@ -701,6 +701,10 @@ def test_which_pcapng_files_the_workers_read(tmp_path: Path) -> None:
     erf = tmp_path / "erf.pcapng"
     erf.write_bytes(_shb() + _idb(1) + _idb(LINKTYPE_ERF) + _epb(0, frames[0][0] // 1000, *frames[0][1:]))
     assert not parallel_capture(str(erf))
+    # -T fields decodes frames of other link types than Ethernet with the per-packet decoder, in order
+    sll = tmp_path / "sll.pcapng"
+    sll.write_bytes(_shb() + _idb(1) + _idb(113) + _epb(0, frames[0][0] // 1000, *frames[0][1:]))
+    assert parallel_capture(str(sll)) and not parallel_capture(str(sll), ethernet=True)
     pcap = tmp_path / "a.pcap"
     hostile.write(pcap, frames)
     assert parallel_capture(str(pcap))
@@ -721,3 +725,26 @@ def summary_bytes_of(path: str, workers: int) -> Iterable[bytes]:
     from rdmalab.capture.columnar_summary import summary_bytes
 
     return summary_bytes(path, workers=workers, block_bytes=4096, parallel_min_bytes=0)
+
+
+def test_an_interface_of_erf_records_described_later(tmp_path: Path) -> None:
+    """ERF records on an interface described after other packets (the sequential reader takes that
+    range on): their frames' times are the records' own, and so are the time deltas of the frames
+    after them in the JSON (left to this process), in workers as in one process; the summary lines
+    too."""
+    import hostile  # tests/hostile.py
+
+    from rdmalab.capture.columnar_summary import summary_bytes
+    from rdmalab.capture.linktypes import LINKTYPE_ERF
+
+    erf = hostile.frames_of(ROOT / "captures" / "hw_ib_connectx_erf.pcap")
+    frames = _mixed_frames()[:300]
+    p = tmp_path / "erf_later.pcapng"
+    p.write_bytes(_one_section(frames) + _idb(LINKTYPE_ERF, tsresol=9) + b"".join(_epb(2, t, d, w) for t, d, w in erf)
+                  + b"".join(_epb(0, t, d, w) for t, d, w in frames[:60]) + b"".join(_epb(2, t, d, w) for t, d, w in erf))
+    assert parallel_capture(str(p)) and parallel_capture(str(p), ethernet=True)  # told only by its first section
+    one = _json_one(str(p))
+    assert one.count('"frame.time_delta"') == len(frames) + 60 + 2 * len(erf)
+    assert "".join(iter_json_file(str(p), workers=2, block_bytes=4096)) == one
+    runs = [_until_error(summary_bytes(str(p), workers=w, block_bytes=4096, parallel_min_bytes=0)) for w in (1, 2)]
+    assert runs[0] == runs[1] and not runs[0][1] and runs[0][0].count("\n") == len(frames) + 60 + 2 * len(erf)
