@@ -1,4 +1,4 @@
-"""Blocks of a plain pcap file rendered in worker processes, the results in file order.
+"""Blocks of a plain pcap or pcapng file rendered in worker processes, the results in file order.
 
 The one home of ``rdmalab decode``'s parallel paths (summary lines, ``-T fields``, ``-T json``),
 and of the worker pool the capture layer's other parallel paths share (:func:`worker_pool`).
@@ -7,6 +7,10 @@ through a pipe), finds the first record in it by the look of the headers and fol
 headers to the range's end; this process checks each range's first record against where the
 records of the range before end (following the headers itself when the guess was wrong), numbers
 the frames, and hands the range's records to a worker again to render with the given function.
+A pcapng file's records are its packet blocks: this process reads its section header and
+interface descriptions first and gives them to the workers; from a range that starts another
+section or describes another interface on, this process reads the blocks (the sequential
+reader) and the workers render them.
 The results come back in file order, at most ``2 * workers`` blocks ahead, through shared memory
 when the workers are forked.  A damaged or truncated file yields every block before the damage,
 then raises the :class:`~rdmalab.capture.pcapio.CaptureError` the sequential reader raises:
