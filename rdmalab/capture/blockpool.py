@@ -27,7 +27,7 @@ import pickle
 import struct
 import sys
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -549,7 +549,7 @@ def _pcapng_format(p: str, sect: PcapngSection, size: int, block_bytes: int) -> 
 
 def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple[Any, ...], *, workers: int,
                       block_bytes: int, count: int | None = None,
-                      progress: Callable[[int], None] | None = None) -> Iterator[tuple[Any, float]]:
+                      progress: Callable[[int], None] | None = None) -> Generator[tuple[Any, float], None, None]:
     """``(render(...), t0)`` for each block of the plain pcap or pcapng file ``path`` (the first
     ``count`` records; :func:`parallel_capture` says which files), computed in ``workers``
     processes, yielded in file order.  ``progress(bytes)`` is told how far into the file the blocks

@@ -738,8 +738,8 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     if workers is None:
         workers = default_workers()
     if workers > 1 and parallel_capture(p) and os.path.getsize(p) >= parallel_min_bytes and (flt is None or filter_expr):
-        blocks = blocks_in_workers(p, _render_in_worker, (filter_expr, lenient), workers=workers,
-                                   block_bytes=block_bytes, count=count)
+        blocks: Iterator[tuple[_BlockText, float]] = blocks_in_workers(
+            p, _render_in_worker, (filter_expr, lenient), workers=workers, block_bytes=block_bytes, count=count)
     else:
         blocks = _sequential(p, block_bytes, count, flt, lenient)
     for bt, t0 in blocks:

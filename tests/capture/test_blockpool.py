@@ -748,3 +748,13 @@ def test_an_interface_of_erf_records_described_later(tmp_path: Path) -> None:
     assert "".join(iter_json_file(str(p), workers=2, block_bytes=4096)) == one
     runs = [_until_error(summary_bytes(str(p), workers=w, block_bytes=4096, parallel_min_bytes=0)) for w in (1, 2)]
     assert runs[0] == runs[1] and not runs[0][1] and runs[0][0].count("\n") == len(frames) + 60 + 2 * len(erf)
+    # -T fields: the per-packet decoder from the block of the first ERF record on, as iter_columns has it
+    # (which block that is depends on the block boundaries: the lines from that record on are compared)
+    from rdmalab.capture.fieldtext import field_text
+
+    names = ["frame.number", "frame.time_epoch", "frame.len", "infiniband.bth.psn", "ip.src"]
+    many, one = (b"".join(field_text(str(p), names, workers=w, block_bytes=4096, parallel_min_bytes=0)).splitlines()
+                 for w in (2, 1))
+    assert len(many) == len(one) == len(frames) + 60 + 2 * len(erf)
+    assert many[len(frames):] == one[len(frames):]
+    assert many[len(frames)].split(b"\t")[3]  # an ERF record's PSN (the columnar decoder has none)
