@@ -461,10 +461,11 @@ def _walk_ng(task: tuple[Any, ...]) -> _Walked:
         while q < span:
             if order == _NATIVE:  # a run of enhanced packet blocks, one subscript a block
                 end4 = len(buf) // 4 * 4
+                lim, epb, most = min(span, end4 - 7), PCAPNG_EPB, MAX_RECORD
                 with memoryview(buf) as mv, mv[:end4].cast("I") as w32:
-                    while q < span and q + 8 <= end4 and w32[q >> 2] == PCAPNG_EPB:
+                    while q < lim and w32[q >> 2] == epb:
                         blen = w32[(q >> 2) + 1]
-                        if blen < 32 or blen % 4 or blen > MAX_RECORD or q + blen > end4:
+                        if blen < 32 or blen & 3 or blen > most or q + blen > end4:
                             break
                         add(q)
                         q += blen
