@@ -1,4 +1,4 @@
-"""Blocks of a plain pcap file rendered in worker processes, the results in file order.
+"""Blocks of a plain pcap or pcapng file rendered in worker processes, the results in file order.
 
 The one home of ``rdmalab decode``'s parallel paths (summary lines, ``-T fields``, ``-T json``),
 and of the worker pool the capture layer's other parallel paths share (:func:`worker_pool`).
@@ -7,6 +7,10 @@ through a pipe), finds the first record in it by the look of the headers and fol
 headers to the range's end; this process checks each range's first record against where the
 records of the range before end (following the headers itself when the guess was wrong), numbers
 the frames, and hands the range's records to a worker again to render with the given function.
+A pcapng file's records are its packet blocks: this process reads its section header and
+interface descriptions first and gives them to the workers; from a range that starts another
+section or describes another interface on, this process reads the blocks (the sequential
+reader) and the workers render them.
 The results come back in file order, at most ``2 * workers`` blocks ahead, through shared memory
 when the workers are forked.  A damaged or truncated file yields every block before the damage,
 then raises the :class:`~rdmalab.capture.pcapio.CaptureError` the sequential reader raises:
@@ -16,28 +20,37 @@ nothing before the damage is lost.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import mmap
 import os
 import pickle
 import struct
+import sys
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rdmalab.capture.linktypes import LINKTYPE_ERF
+from rdmalab.capture.linktypes import LINKTYPE_ERF, LINKTYPE_ETHERNET
 from rdmalab.capture.pcapio import (
     MAX_RECORD,
     PCAP_MAGICS,
+    PCAPNG_PACKET_TYPES,
+    PcapngSection,
     RawBlock,
+    RecordBlock,
+    _pcapng_blocks,
     follow_headers,
     is_stream,
     open_capture,
     pcap_block,
     pcap_raw,
+    pcapng_block,
+    pcapng_section,
 )
+from rdmalab.capture.pcapwriter import PCAPNG_EPB, PCAPNG_IDB, PCAPNG_SHB
 from rdmalab.wire.errors import RdmalabError
 
 if TYPE_CHECKING:
@@ -73,6 +86,28 @@ def plain_pcap(path: str) -> bool:
     # ERF records carry their own times, which the frames' times and deltas follow
     # (reader.decode_record): such a file is read in order, by one process
     return bool(struct.unpack(fmt[0] + "I", head[20:24])[0] & 0x0FFFFFFF != LINKTYPE_ERF)
+
+
+def parallel_capture(path: str, *, ethernet: bool = False) -> bool:
+    """Whether ``path`` is a capture whose blocks :func:`blocks_in_workers` reads in worker processes:
+    a plain pcap file (:func:`plain_pcap`), or an uncompressed pcapng file none of whose interfaces
+    described before its first packet is of ERF records (as for pcap: their frames' times are the
+    records' own, read in order by one process) or, with ``ethernet``, of another link type than
+    Ethernet (``-T fields`` decodes those frames with the per-packet decoder, in order).  A pcapng
+    file whose first blocks are damaged is not: the reader, in one process, says what is wrong."""
+    if plain_pcap(path):
+        return True
+    if is_stream(path):
+        return False
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != _SHB:
+                return False
+            sect = pcapng_section(f, os.fstat(f.fileno()).st_size)
+    except OSError:
+        return False
+    return sect is not None and all(lt != LINKTYPE_ERF and (lt == LINKTYPE_ETHERNET or not ethernet)
+                                    for lt, _units, _off in sect.interfaces)
 
 
 def default_workers() -> int:
@@ -168,7 +203,29 @@ def _in_worker(fn: Callable[[tuple[Any, ...]], Any], task: tuple[Any, ...]) -> A
 def _run(task: tuple[Any, ...]) -> Any:
     """In a worker process: read one block of pcap records again and render it."""
     slot, render, path, start, end, offs, first, order, ns_mult, linktype, n, t0, prev, extra = task
-    result = _render(render, path, start, end, offs, first, order, ns_mult, linktype, n, t0, prev, extra)
+    return _to_slot(slot, _render(render, path, start, end, offs, first, order, ns_mult, linktype, n, t0, prev,
+                                  extra))
+
+
+def _render(render: Render, path: str, start: int, end: int, offs: np.ndarray, first: int, order: str,
+            ns_mult: int, linktype: int, n: int, t0: float, prev: float | None, extra: tuple[Any, ...]) -> Any:
+    buf = _read_again(path, start, end)
+    return render(pcap_block(buf, offs, order, ns_mult, linktype, first, end), n, t0, prev, *extra)
+
+
+def _read_again(path: str, start: int, end: int) -> bytearray:
+    buf = bytearray(end - start)  # a bytearray: the ICRC check masks it in place (no copy)
+    with open(path, "rb", buffering=0) as f:
+        f.seek(start)
+        got = f.readinto(buf)
+    if got != len(buf):
+        raise OSError(f"{path}: {len(buf)} bytes at {start} read as {got} (was the file changed?)")
+    return buf
+
+
+def _to_slot(slot: int | None, result: Any) -> Any:
+    """In a worker process: ``result`` into its slot of the shared mapping (:data:`_SLOTS`) when
+    it fits, its length returned; else ``result`` itself."""
     if slot is None or _SLOTS is None:
         return result
     shm, size = _SLOTS
@@ -179,15 +236,17 @@ def _run(task: tuple[Any, ...]) -> Any:
     return _InSlot(len(data))
 
 
-def _render(render: Render, path: str, start: int, end: int, offs: np.ndarray, first: int, order: str,
-            ns_mult: int, linktype: int, n: int, t0: float, prev: float | None, extra: tuple[Any, ...]) -> Any:
-    buf = bytearray(end - start)  # a bytearray: the ICRC check masks it in place (no copy)
-    with open(path, "rb", buffering=0) as f:
-        f.seek(start)
-        got = f.readinto(buf)
-    if got != len(buf):
-        raise OSError(f"{path}: {len(buf)} bytes at {start} read as {got} (was the file changed?)")
-    return render(pcap_block(buf, offs, order, ns_mult, linktype, first, end), n, t0, prev, *extra)
+def _run_pcapng(task: tuple[Any, ...]) -> Any:
+    """In a worker process: read the packet blocks of one range of a pcapng file again and render them."""
+    slot, render, path, start, end, offs, first, order, interfaces, n, t0, prev, extra = task
+    blk = pcapng_block(_read_again(path, start, end), offs, order, interfaces, first, end)
+    return _to_slot(slot, render(blk, n, t0, prev, *extra))
+
+
+def _run_block(task: tuple[Any, ...]) -> Any:
+    """In a worker process: render a block this process read itself (after damage, a new section)."""
+    slot, render, blk, n, t0, prev, extra = task
+    return _to_slot(slot, render(blk, n, t0, prev, *extra))
 
 
 #: bytes read past a range's end, so that the record that starts last in it is usually whole
@@ -302,31 +361,233 @@ def _walk(task: tuple[Any, ...]) -> _Walked:
     return _Walked(lo + first, at, lo + end, whole, 0.0, 0.0)
 
 
+# ---------------------------------------------------------------- pcapng
+# A pcapng file's packet blocks depend on its section (byte order) and interfaces (link type, time
+# units and offset): this process reads the section header and interface descriptions up to the
+# first packet block (pcapio.pcapng_section) and hands them to the workers.  A range that holds
+# another section header or interface description is left to the sequential reader, from there on.
+
+_SHB = PCAPNG_SHB.to_bytes(4, "big")  # the same either way round
+_NATIVE = "<" if sys.byteorder == "little" else ">"  # the byte order runs of blocks are followed in
+
+
+def _pb_interface(word: Any, order: str) -> Any:
+    """The interface id of an obsolete packet block whose first body word, read in ``order``, is
+    ``word`` (or an array of them): its first 16 bits (then a 16-bit drops count)."""
+    return word >> 16 if order == ">" else word & 0xFFFF
+
+
+def _block_ok(words: np.ndarray, w: int, nbytes: int, nifs: int, order: str) -> bool:
+    """Whether the 32-bit word ``w`` of a buffer of ``nbytes`` starts what could be a pcapng block
+    (:func:`_sync_ng`): a length that is a multiple of 4, at least 12 and at most
+    :data:`MAX_RECORD`, repeated in its last word when that is in the buffer; a packet block's
+    lengths and interface as the reader checks them."""
+    if w + 2 > len(words):
+        return True  # runs past what was read: the caller checks the guess
+    btype, blen = int(words[w]), int(words[w + 1])
+    if blen < 12 or blen % 4 or blen > MAX_RECORD:
+        return False
+    if w * 4 + blen <= nbytes and int(words[w + blen // 4 - 1]) != blen:
+        return False
+    if btype in (PCAPNG_EPB, 2):
+        if blen < 32:
+            return False
+        if w + 6 <= len(words):
+            iface = _pb_interface(int(words[w + 2]), order) if btype == 2 else int(words[w + 2])
+            return iface < nifs and 28 + int(words[w + 5]) <= blen - 4
+    return not (btype == 3 and (blen < 16 or nifs == 0))
+
+
+def _sync_ng(buf: bytearray, span: int, order: str, nifs: int) -> int | None:
+    """The first offset (a multiple of 4) in ``buf[:span]`` of an enhanced packet block on one of
+    the ``nifs`` interfaces (its length a multiple of 4, at least 32, repeated in its last word; its
+    captured bytes inside it) after which :data:`_SYNC_CHAIN` blocks follow each other, each of a
+    plausible length repeated in its last word (:func:`_block_ok`).  A guess: the caller checks it
+    against where the blocks before the range end."""
+    words = np.frombuffer(buf, dtype=np.dtype(order + "u4"), count=len(buf) // 4)
+    lim = min(span, len(buf) - 28) // 4
+    if lim <= 0 or nifs == 0:
+        return None
+    w = np.flatnonzero(words[:lim] == PCAPNG_EPB)
+    blen = words[w + 1].astype(np.int64)
+    ok = (blen % 4 == 0) & (blen >= 32) & (blen <= MAX_RECORD) & (w * 4 + blen <= len(buf))
+    ok &= (words[w + 2] < nifs) & (28 + words[w + 5].astype(np.int64) <= blen - 4)
+    w, blen = w[ok], blen[ok]
+    w, blen = w[words[w + blen // 4 - 1] == blen], blen[words[w + blen // 4 - 1] == blen]
+    for i, n in zip(w.tolist(), blen.tolist(), strict=True):
+        q = i + n // 4
+        for _ in range(_SYNC_CHAIN):
+            if q * 4 + 8 > len(buf) or not _block_ok(words, q, len(buf), nifs, order):
+                break
+            q += int(words[q + 1]) // 4
+        else:
+            return int(i) * 4
+        if q * 4 + 8 > len(buf):
+            return int(i) * 4  # the chain ran to the end of what was read: good enough, the caller checks
+    return None
+
+
+def _walk_ng(task: tuple[Any, ...]) -> _Walked:
+    """In a worker process (or this one): the packet blocks that start in ``[lo, hi)`` of a pcapng
+    file, from ``start`` when known, else from a guess (:func:`_sync_ng`).  ``whole`` is False when
+    a block is damaged or cut short, or starts a section or describes an interface: the
+    sequential reader takes the range."""
+    path, lo, hi, start, order, interfaces, size = task
+    nifs = len(interfaces)
+    span = hi - lo
+    buf = bytearray(min(hi + _TAIL, size) - lo)
+    offs: list[int] = []
+    whole = True
+    with open(path, "rb", buffering=0) as f:
+        f.seek(lo)
+        got = f.readinto(buf)
+        del buf[got:]
+        first = start - lo if start is not None else _sync_ng(buf, span, order, nifs)
+        if first is None:
+            return _Walked(None, np.zeros(0, dtype=np.int64), lo, False, 0.0, 0.0)
+
+        def more(need: int) -> bool:  # read on to ``need`` bytes of the range; whether they are there
+            if lo + need > size:
+                return False
+            extra = bytearray(need - len(buf))
+            f.seek(lo + len(buf))
+            n = f.readinto(extra)
+            buf.extend(extra[:n])
+            return len(buf) >= need
+
+        unpack = struct.Struct(order + "II").unpack_from
+        add = offs.append
+        q = first
+        while q < span:
+            if order == _NATIVE:  # a run of enhanced packet blocks, one subscript a block
+                end4 = len(buf) // 4 * 4
+                lim, epb, most = min(span, end4 - 7), PCAPNG_EPB, MAX_RECORD
+                with memoryview(buf) as mv, mv[:end4].cast("I") as w32:
+                    while q < lim and w32[q >> 2] == epb:
+                        blen = w32[(q >> 2) + 1]
+                        if blen < 32 or blen & 3 or blen > most or q + blen > end4:
+                            break
+                        add(q)
+                        q += blen
+                if q >= span:
+                    break
+            if q + 8 > len(buf) and not more(q + 8):
+                whole = False
+                break
+            btype, blen = unpack(buf, q)
+            if blen < 12 or blen % 4 or blen > MAX_RECORD or (q + blen > len(buf) and not more(q + blen)):
+                whole = False
+                break
+            if btype == PCAPNG_IDB or buf[q:q + 4] == _SHB:
+                whole = False  # a new section or interface: the sequential reader follows it
+                break
+            if btype in PCAPNG_PACKET_TYPES:
+                if blen < (16 if btype == 3 else 32) or nifs == 0:
+                    whole = False
+                    break
+                add(q)
+            q += blen
+    at = np.array(offs, dtype=np.int64)
+    if whole and len(at):  # the packet blocks' lengths and interfaces as the reader checks them
+        words = np.frombuffer(buf, dtype=np.dtype(order + "u4"), count=len(buf) // 4)
+        w = at >> 2
+        btype = words[w].astype(np.int64)
+        timed = btype != 3
+        tw = w[timed]
+        iface = words[tw + 2].astype(np.int64)
+        iface = np.where(btype[timed] == 2, _pb_interface(iface, order), iface)
+        whole = bool(((iface < nifs) & (28 + words[tw + 5].astype(np.int64) <= words[tw + 1] - 4)).all())
+    if not whole:
+        return _Walked(lo + first, at + lo, lo + q, False, 0.0, 0.0)
+    if len(at):
+        secs = pcapng_block(buf, at[[0, -1]], order, interfaces, 1, 0).seconds()
+        return _Walked(lo + first, at + lo, lo + q, True, float(secs[0]), float(secs[1]))
+    return _Walked(lo + first, at, lo + q, True, 0.0, 0.0)
+
+
+@dataclass(slots=True)
+class _Format:
+    """What :func:`blocks_in_workers` needs of a file's format: where its records start, how a
+    worker walks a range (``walk(lo, hi, start)``: the function and its task), how a worker renders
+    the records at ``offs`` of ``[start, end)`` (``run``), and the sequential reader from a record on
+    (``tail(f, at, frame)``)."""
+
+    first: int
+    walk: Callable[[int, int, int | None], tuple[Callable[[tuple[Any, ...]], _Walked], tuple[Any, ...]]]
+    run: Callable[[int | None, Render, int, int, np.ndarray, int, int, float, float | None, tuple[Any, ...]],
+                  tuple[Callable[[tuple[Any, ...]], Any], tuple[Any, ...]]]
+    tail: Callable[[Any, int, int], Iterator[RecordBlock | RawBlock]]
+    ts: Callable[[RawBlock, int], float]
+
+
+def _pcap_format(p: str, head: bytes, first_hdr: bytes, size: int, block_bytes: int) -> _Format:
+    order, ns_mult = PCAP_MAGICS[head[:4]]
+    linktype = int.from_bytes(head[20:24], "little" if order == "<" else "big") & 0x0FFFFFFF
+    sec0 = struct.unpack(order + "I", first_hdr[:4])[0] if len(first_hdr) == 16 else 0
+    return _Format(
+        24,
+        lambda lo, hi, start: (_walk, (p, lo, hi, start, order, ns_mult, size, sec0)),
+        lambda slot, render, start, end, offs, frame, n, t0, prev, extra: (
+            _run, (slot, render, p, start, end, offs, frame, order, ns_mult, linktype, n, t0, prev, extra)),
+        lambda f, at, frame: pcap_raw(p, f, order, block_bytes, at, frame),
+        lambda raw, k: _header_ts(raw.buf, k, order, ns_mult))
+
+
+def _pcapng_format(p: str, sect: PcapngSection, size: int, block_bytes: int) -> _Format:
+    order, rows = sect.order, sect.interfaces
+
+    def tail(f: Any, at: int, frame: int) -> Iterator[RecordBlock]:
+        f.seek(at)
+        return _pcapng_blocks(p, f, b"", block_bytes, order=order, interfaces=rows, frame=frame, pos_file=at)
+
+    return _Format(
+        sect.first,
+        lambda lo, hi, start: (_walk_ng, (p, lo, hi, start, order, rows, size)),
+        lambda slot, render, start, end, offs, frame, n, t0, prev, extra: (
+            _run_pcapng, (slot, render, p, start, end, offs, frame, order, rows, n, t0, prev, extra)),
+        tail, lambda raw, k: 0.0)
+
+
 def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple[Any, ...], *, workers: int,
                       block_bytes: int, count: int | None = None,
-                      progress: Callable[[int], None] | None = None) -> Iterator[tuple[Any, float]]:
-    """``(render(...), t0)`` for each block of the plain pcap file ``path`` (the first ``count``
-    records), computed in ``workers`` processes, yielded in file order.  ``progress(bytes)`` is
-    told how far into the file the blocks handed out reach.
+                      progress: Callable[[int], None] | None = None) -> Generator[tuple[Any, float], None, None]:
+    """``(render(...), t0)`` for each block of the plain pcap or pcapng file ``path`` (the first
+    ``count`` records; :func:`parallel_capture` says which files), computed in ``workers``
+    processes, yielded in file order.  ``progress(bytes)`` is told how far into the file the blocks
+    handed out reach.
 
-    The workers also follow the record headers: the file is cut into ranges of ``block_bytes``, and
-    a worker finds the first record of its range by the look of the headers (:func:`_sync`).  That
-    guess is checked here: a range's first record must be where the records of the range before it
-    end.  When it is not (a payload that looks like a chain of headers), or when a range holds a
-    record that is not whole or sane, this process follows the headers itself from where the
-    records before end, with the sequential reader's checks and errors."""
+    The workers also follow the record headers (pcapng: the block lengths): the file is cut into
+    ranges of ``block_bytes``, and a worker finds the first record of its range by the look of the
+    headers (:func:`_sync`; pcapng: :func:`_sync_ng`, an enhanced packet block).  That guess is
+    checked here: a range's first record must be where the records of the range before it end.
+    When it is not (a payload that looks like a chain of headers), this process follows the headers
+    of the range itself.  When a range holds a record that is not whole or sane, or (pcapng)
+    starts a section or describes an interface, this process reads the rest of the file with the
+    sequential reader (:func:`~rdmalab.capture.pcapio.record_blocks`'s checks, errors and times)
+    and the workers render its blocks.
+
+    pcapng: this process first reads the section header and interface descriptions up to the
+    first packet block (:func:`~rdmalab.capture.pcapio.pcapng_section`), which the workers are
+    given."""
     p = os.fspath(path)
+    refused = ValueError(f"{p}: not a plain pcap or pcapng file (a stream, or compressed?): its blocks cannot be "
+                         "read again by offset; read it in one process")
+    if is_stream(p):
+        raise refused
     with open_capture(p) as f:
         head = f.read(24)
-        if head[:4] not in PCAP_MAGICS:
-            raise ValueError(f"{p}: not a plain pcap file (pcapng or compressed): its blocks cannot be read "
-                             "again by offset; read it in one process")
-        order, ns_mult = PCAP_MAGICS[head[:4]]
-        linktype = int.from_bytes(head[20:24], "little" if order == "<" else "big") & 0x0FFFFFFF
         size = os.fstat(f.fileno()).st_size
-        first_hdr = f.read(16)
-        sec0 = struct.unpack(order + "I", first_hdr[:4])[0] if len(first_hdr) == 16 else 0
-        ranges = [(lo, min(lo + block_bytes, size)) for lo in range(24, size, block_bytes)]
+        sect: PcapngSection | None = None
+        plain = not isinstance(f, gzip.GzipFile)  # else its bytes are not the file's
+        if plain and head[:4] in PCAP_MAGICS:
+            fmt = _pcap_format(p, head, f.read(16), size, block_bytes)
+        elif plain and head[:4] == _SHB:
+            sect = pcapng_section(f, size)
+            fmt = _pcapng_format(p, sect or PcapngSection("<", [], 0), size, block_bytes)
+        else:
+            raise refused
+        step = max(4, block_bytes // 4 * 4)  # pcapng blocks start at multiples of 4: so do its ranges
+        ranges = [(lo, min(lo + step, size)) for lo in range(fmt.first, size, step)]
         forked = _forks()  # as worker_pool starts them
         nslots = 2 * workers + 2  # more than the blocks in flight: a slot is read before it is named again
         slot_bytes = max(8 * block_bytes, 16 << 20)
@@ -350,8 +611,8 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
                 nonlocal nxt
                 while nxt < len(ranges) and len(walks) < 4 * workers:
                     lo, hi = ranges[nxt]
-                    walks.append(pool.submit(_in_worker, _walk, (p, lo, hi, 24 if lo == 24 else None, order,
-                                                                     ns_mult, size, sec0)))
+                    fn, task = fmt.walk(lo, hi, fmt.first if lo == fmt.first else None)
+                    walks.append(pool.submit(_in_worker, fn, task))
                     nxt += 1
 
             pending: deque[tuple[Future[Any], int | None, float]] = deque()
@@ -359,11 +620,18 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
             prev: float | None = None
             left = count
             frame = 1
-            expected = 24  # where the next record starts
-            tail: Iterator[RawBlock] | None = None  # the sequential reader, once a range needs it
+            expected = fmt.first  # where the next record starts
+            # the sequential reader, once a range needs it (from the start: a pcapng file whose
+            # first blocks are not what the reader takes without a word)
+            tail: Iterator[RecordBlock | RawBlock] | None = None
+            if head[:4] == _SHB and sect is None:
+                tail = fmt.tail(f, 0, 1)
+                ranges = []
             failed: BaseException | None = None
+            ready: RecordBlock | None = None  # a block the sequential reader made whole
             k = 0
             while left is None or left > 0:
+                ready = None
                 if tail is None:
                     walk_ahead()
                     if k >= len(ranges):
@@ -374,10 +642,11 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
                     if expected >= hi:
                         continue  # a record that started in an earlier range covers this one
                     if w.start != expected:  # the guess was wrong: follow the headers from where they lead
-                        w = _walk((p, lo, hi, expected, order, ns_mult, size, sec0))
-                    if not w.whole:  # damaged or truncated: the sequential reader, with its errors
+                        fn, task = fmt.walk(lo, hi, expected)
+                        w = fn(task)
+                    if not w.whole:  # damaged, truncated, a new section: the sequential reader, with its errors
                         f.seek(expected)
-                        tail = pcap_raw(p, f, order, block_bytes, expected, frame)
+                        tail = fmt.tail(f, expected, frame)
                         for ahead in walks:
                             ahead.cancel()
                         walks.clear()
@@ -396,16 +665,23 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
                     except Exception as err:  # noqa: BLE001 - the damage: raised after the blocks before it
                         failed = err
                         break
-                    start, end, offs = raw.file_start, raw.file_end, raw.offs
-                    ts_first = _header_ts(raw.buf, int(offs[0]), order, ns_mult)
-                    ts_last = _header_ts(raw.buf, int(offs[-1]), order, ns_mult)
+                    if isinstance(raw, RecordBlock):
+                        ready, offs, end = raw, raw.offset, raw.file_pos
+                        secs = raw.seconds()
+                        ts_first, ts_last = float(secs[0]), float(secs[-1])
+                    else:
+                        start, end, offs = raw.file_start, raw.file_end, raw.offs
+                        ts_first, ts_last = fmt.ts(raw, int(offs[0])), fmt.ts(raw, int(offs[-1]))
                 n = len(offs) if left is None else min(len(offs), left)
                 if t0 is None:
                     t0 = ts_first
                 slot = renders % nslots if view is not None else None
                 renders += 1
-                task = (slot, render, p, start, end, offs, frame, order, ns_mult, linktype, n, t0, prev, extra)
-                pending.append((pool.submit(_in_worker, _run, task), slot, t0))
+                if ready is not None:
+                    fn, task = _run_block, (slot, render, ready, n, t0, prev, extra)
+                else:
+                    fn, task = fmt.run(slot, render, start, end, offs, frame, n, t0, prev, extra)
+                pending.append((pool.submit(_in_worker, fn, task), slot, t0))
                 if progress is not None:
                     progress(end)
                 prev = ts_last

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from rdmalab.capture.blockpool import blocks_in_workers, default_workers, plain_pcap
+from rdmalab.capture.blockpool import blocks_in_workers, default_workers, parallel_capture
 from rdmalab.capture.columnar_decode import _opt, decode_block
 from rdmalab.capture.columnar_schema import Columns
 from rdmalab.capture.columnar_tcp import FLAG_TEXT, TCP_FIELDS, clean_tcp, tcp_offsets
@@ -784,8 +784,9 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     UTF-8, in pieces.  ``flt`` is the compiled display filter ``filter_expr`` (or None); its fields must
     all be columns.
 
-    ``workers`` (None: :func:`default_workers`) above 1 renders the blocks of a plain pcap file
-    of at least ``parallel_min_bytes`` in worker processes, which also write the lines of the
+    ``workers`` (None: :func:`default_workers`) above 1 renders the blocks of a plain pcap or
+    pcapng file (:func:`~rdmalab.capture.blockpool.parallel_capture`) of at least
+    ``parallel_min_bytes`` in worker processes, which also write the lines of the
     frames the per-packet decoder reads without state (:mod:`rdmalab.capture.blockpool`: they also
     follow the record headers of their ranges of the file); this process checks the ranges, decodes
     the TCP segments (in order: TCP windows and iWARP streams follow the capture) and
@@ -804,9 +805,9 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     seen: dict[tuple[int, bytes], _Parts] = {}
     if workers is None:
         workers = default_workers()
-    if workers > 1 and plain_pcap(p) and os.path.getsize(p) >= parallel_min_bytes and (flt is None or filter_expr):
-        blocks = blocks_in_workers(p, _render_in_worker, (filter_expr, lenient), workers=workers,
-                                   block_bytes=block_bytes, count=count)
+    if workers > 1 and parallel_capture(p) and os.path.getsize(p) >= parallel_min_bytes and (flt is None or filter_expr):
+        blocks: Iterator[tuple[_BlockText, float]] = blocks_in_workers(
+            p, _render_in_worker, (filter_expr, lenient), workers=workers, block_bytes=block_bytes, count=count)
     else:
         blocks = _sequential(p, block_bytes, count, flt, lenient)
     for bt, t0 in blocks:

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from rdmalab.capture.blockpool import blocks_in_workers, plain_pcap
-from rdmalab.capture.columnar import _progress, iter_columns
-from rdmalab.capture.columnar_decode import decode_block, wants_iwarp, wants_windows
+from rdmalab.capture.blockpool import blocks_in_workers, parallel_capture
+from rdmalab.capture.columnar import _ethernet_only, _progress, iter_columns
+from rdmalab.capture.columnar_decode import columns_from_packets, decode_block, wants_iwarp, wants_windows
 from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _ipv6_text, format_column
 from rdmalab.capture.filter import compile_filter, declared_fields
 from rdmalab.capture.pcapio import RecordBlock
@@ -272,8 +272,12 @@ _WORKER_FILTERS: dict[str, object] = {}
 
 
 def _fields_in_worker(blk: RecordBlock, n: int, t0: float, prev: float | None, names: list[str], expr: str | None,
-                      verify: bool, sep: bytes, quote: bytes) -> bytes:
-    """In a worker process (:func:`rdmalab.capture.blockpool.blocks_in_workers`): decode, filter, render."""
+                      verify: bool, sep: bytes, quote: bytes) -> bytes | int:
+    """In a worker process (:func:`rdmalab.capture.blockpool.blocks_in_workers`): decode, filter, render.
+    A block with frames of another link type than Ethernet (a pcapng interface described after
+    the first packet) is not: its first frame number comes back, for the per-packet decoder."""
+    if not _ethernet_only(blk):
+        return blk.first
     flt = None
     if expr:
         flt = _WORKER_FILTERS.get(expr)
@@ -290,7 +294,8 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
                parallel_min_bytes: int = 32 << 20, occurrence: str = "a", aggregator: str = ",") -> Iterator[bytes]:
     """The ``-T fields`` output of a capture, block by block (bounded memory).
 
-    A plain (not compressed) pcap file of ``parallel_min_bytes`` or more, read whole, is split among ``workers``
+    A plain (not compressed) pcap or pcapng file (pcapng: of Ethernet frames;
+    :func:`~rdmalab.capture.blockpool.parallel_capture`) of ``parallel_min_bytes`` or more, read whole, is split among ``workers``
     processes (default: one fewer than the cores; :mod:`rdmalab.capture.blockpool`): the workers
     follow the record headers of their ranges of the file, this process checks the ranges and
     numbers the frames, and a worker reads each block again, decodes, filters and renders it; the
@@ -306,7 +311,8 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
         # the text, so workers only pay off with cores to spare (on 2 cores -j 1 was faster in
         # wall and half the CPU time: benchmarks/bench_columnar.py)
         workers = max(1, (os.cpu_count() or 1) - 1)
-    parallel = (workers > 1 and count is None and not wants_iwarp(needed) and not wants_windows(needed) and plain_pcap(p)
+    parallel = (workers > 1 and count is None and not wants_iwarp(needed) and not wants_windows(needed)
+                and parallel_capture(p, ethernet=True)
                 and os.path.getsize(p) >= parallel_min_bytes)
     if not parallel:
         left = count
@@ -322,13 +328,19 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
         return
 
     bar = _bar(p) if progress else None
+    blocks = blocks_in_workers(p, _fields_in_worker, (list(names), filter_expr, verify_icrc, separator, quote),
+                               workers=workers, block_bytes=block_bytes,
+                               progress=(lambda at: bar.update(at - bar.n)) if bar is not None else None)
     try:
-        for text, _t0 in blocks_in_workers(p, _fields_in_worker,
-                                           (list(names), filter_expr, verify_icrc, separator, quote),
-                                           workers=workers, block_bytes=block_bytes,
-                                           progress=(lambda at: bar.update(at - bar.n)) if bar is not None else None):
+        for text, _t0 in blocks:
+            if isinstance(text, int):  # frames of other link types from this frame on: as iter_columns reads them
+                blocks.close()
+                yield _block_text(columns_from_packets(p, first=text), names, flt, separator, quote, occurrence,
+                                  aggregator)
+                return
             yield text
     finally:
+        blocks.close()
         if bar is not None:
             bar.close()
 

@@ -463,14 +463,39 @@ def _times(t: np.ndarray, iface: np.ndarray, ifaces: _Ifaces) -> tuple[np.ndarra
     return ns, secs
 
 
-def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int) -> Iterator[RecordBlock]:
+def _interface(buf: bytes | bytearray, pos: int, blen: int, order: str) -> tuple[int, int, int]:
+    """The interface description block at ``pos`` (``blen`` bytes, at least 20): its link type,
+    timestamp units per second (``if_tsresol``, default microseconds) and offset in seconds
+    (``if_tsoffset``)."""
+    lt = struct.unpack_from(order + "H", buf, pos + 8)[0]
+    units, tsoff = 1_000_000, 0
+    o = pos + 16
+    while o + 4 <= pos + blen - 4:
+        code, olen = struct.unpack_from(order + "HH", buf, o)
+        if code == 0:
+            break
+        if code == 9 and olen >= 1:
+            v = buf[o + 4]
+            units = (2 if v & 0x80 else 10) ** (v & 0x7F)
+        elif code == 14 and olen >= 8:
+            tsoff = struct.unpack_from(order + "q", buf, o + 4)[0]
+        o += 4 + ((olen + 3) & ~3)
+    return lt, units, tsoff
+
+
+def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int, *, order: str = "<",
+                   interfaces: list[tuple[int, int, int]] | None = None, frame: int = 1,
+                   pos_file: int = 0) -> Iterator[RecordBlock]:
     """The records of a pcapng file whose first bytes ``head`` were read from ``f``, in blocks of
-    about ``block_bytes``, walked in bulk (see the module's docstring, "pcapng in bulk")."""
+    about ``block_bytes``, walked in bulk (see the module's docstring, "pcapng in bulk").
+
+    From the start of the file unless told: ``head`` then starts at byte ``pos_file``, a block that
+    is frame ``frame`` or comes before it, in a section of byte order ``order`` whose interfaces
+    so far are ``interfaces`` (:func:`pcapng_section`'s rows)."""
     pending = head
-    order = "<"
     ifaces = _Ifaces()
-    frame = 1
-    pos_file = 0
+    for row in interfaces or ():
+        ifaces.append(row)
     while True:
         chunk = f.read(block_bytes)
         buf = pending + chunk
@@ -541,20 +566,7 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int) -> It
                                                  f"{at_file} has length {blen} (at least 20)", offset=at_file,
                                            frames_read=frame - 1 + count)
                         break
-                    lt = struct.unpack_from(order + "H", buf, pos + 8)[0]
-                    units, tsoff = 1_000_000, 0
-                    o = pos + 16
-                    while o + 4 <= pos + blen - 4:
-                        code, olen = struct.unpack_from(order + "HH", buf, o)
-                        if code == 0:
-                            break
-                        if code == 9 and olen >= 1:
-                            v = buf[o + 4]
-                            units = (2 if v & 0x80 else 10) ** (v & 0x7F)
-                        elif code == 14 and olen >= 8:
-                            tsoff = struct.unpack_from(order + "q", buf, o + 4)[0]
-                        o += 4 + ((olen + 3) & ~3)
-                    ifaces.append((lt, units, tsoff))
+                    ifaces.append(_interface(buf, pos, blen, order))
                 elif btype in (PCAPNG_EPB, 2, 3):
                     frame_no = frame + count
                     if btype == 3:
@@ -569,8 +581,8 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int) -> It
                                                frames_read=frame - 1 + count)
                             break
                         iface_i, hi, lo, cap_i, wire = struct.unpack_from(order + "IIIII", buf, pos + 8)
-                        if btype == 2:
-                            iface_i &= 0xFFFF
+                        if btype == 2:  # a 16-bit interface id, then a 16-bit drops count
+                            iface_i = iface_i >> 16 if order == ">" else iface_i & 0xFFFF
                         tv = (hi << 32) | lo
                         data = pos + 28
                         if data + cap_i > pos + blen - 4:
@@ -619,3 +631,82 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int) -> It
                                          f"(after frame {frame - 1}, {len(pending)} of 8 bytes present)",
                                    offset=pos_file, frames_read=frame - 1)
             return
+
+
+#: pcapng block types that hold a packet: obsolete packet, simple packet, enhanced packet
+PCAPNG_PACKET_TYPES = (2, 3, PCAPNG_EPB)
+
+
+@dataclass(slots=True, frozen=True)
+class PcapngSection:
+    """The start of a pcapng file as the sequential reader leaves it at its first packet block:
+    the section's byte order, its interfaces (link type, timestamp units per second, offset in
+    seconds), and ``first``, the byte offset of the first block that holds a packet or starts
+    another section (the file's size when there is none)."""
+
+    order: str
+    interfaces: list[tuple[int, int, int]]
+    first: int
+
+
+def pcapng_section(f: IO[bytes], size: int) -> PcapngSection | None:
+    """The section header and interface descriptions at the start of the pcapng file ``f`` (of
+    ``size`` bytes), read in order up to its first packet block (:class:`PcapngSection`); blocks of
+    other types before it are skipped, as the reader skips them.  None when these blocks are not
+    what the reader would take without a word (a damaged or truncated block, an unknown byte
+    order): the reader, from the start, says what is wrong."""
+    f.seek(0)
+    shb = read_full(f, 28)
+    if len(shb) < 28 or shb[:4] != _PCAPNG_SHB or shb[8:12] not in (_BOM_LE, _BOM_BE):
+        return None
+    order = "<" if shb[8:12] == _BOM_LE else ">"
+    pos = struct.unpack_from(order + "I", shb, 4)[0]
+    if pos < 28 or pos % 4 or pos > MAX_RECORD or pos > size:
+        return None
+    rows: list[tuple[int, int, int]] = []
+    while pos + 8 <= size:
+        f.seek(pos)
+        hdr = read_full(f, 8)
+        btype, blen = struct.unpack(order + "II", hdr)
+        if btype in PCAPNG_PACKET_TYPES or hdr[:4] == _PCAPNG_SHB:
+            return PcapngSection(order, rows, pos)
+        if blen < 12 or blen % 4 or blen > MAX_RECORD or pos + blen > size:
+            return None
+        if btype == PCAPNG_IDB:
+            if blen < 20:
+                return None
+            rows.append(_interface(hdr + read_full(f, blen - 8), 0, blen, order))
+        pos += blen
+    return PcapngSection(order, rows, pos) if pos == size else None
+
+
+def pcapng_block(buf: bytes | bytearray, offs: np.ndarray, order: str, interfaces: list[tuple[int, int, int]],
+                 frame: int, file_pos: int) -> RecordBlock:
+    """The packets of the pcapng packet blocks at ``offs`` of ``buf`` (each whole and sane as the
+    reader checks them: offsets multiples of 4 from the buffer's start), on ``interfaces``, read
+    with numpy: the records, times and interfaces the reader gives them (:func:`_times`; a simple
+    packet block has no time, 0, and is on interface 0)."""
+    at = np.asarray(offs, dtype=np.int64)
+    words = np.frombuffer(buf, dtype=np.dtype(order + "u4"), count=len(buf) // 4)
+    w = at >> 2
+    btype = words[w].astype(np.int64)
+    blen = words[w + 1].astype(np.int64)
+    simple = btype == 3
+    iface = np.where(simple, 0, words[w + 2].astype(np.int64))
+    # an obsolete packet block's interface id is its first 16 bits (then a 16-bit drops count)
+    iface = np.where(btype == 2, iface >> 16 if order == ">" else iface & 0xFFFF, iface)
+    wire = np.where(simple, words[w + 2], words[np.minimum(w + 6, len(words) - 1)]).astype(np.int64)
+    cap = np.where(simple, np.minimum(wire, blen - 16), words[np.minimum(w + 5, len(words) - 1)].astype(np.int64))
+    ifaces = _Ifaces()
+    for row in interfaces:
+        ifaces.append(row)
+    n = len(at)
+    ns = np.zeros(n, dtype=np.int64)
+    secs = np.zeros(n, dtype=np.float64)
+    timed = ~simple
+    if timed.any():
+        t = (words[w[timed] + 3].astype(np.uint64) << np.uint64(32)) | words[w[timed] + 4].astype(np.uint64)
+        ns[timed], secs[timed] = _times(t, iface[timed], ifaces)
+    lts = ifaces.arrays()[0][iface] if n else np.zeros(0, dtype=np.int32)
+    return RecordBlock(buf, at + np.where(simple, 12, 28), cap, wire, ns, lts.astype(np.int32), frame, file_pos,
+                       secs, iface.astype(np.int32))

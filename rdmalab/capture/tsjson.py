@@ -31,6 +31,7 @@ from rdmalab.capture.columnar import COLUMN_BY_NAME
 from rdmalab.capture.fields import header_fields, packet_fields
 from rdmalab.capture.fieldtext import value_text as _value_text
 from rdmalab.capture.filter import declared_fields
+from rdmalab.capture.linktypes import LINKTYPE_ERF
 from rdmalab.capture.reader import CapturedPacket, RawRecord, _load_iwarp_tracker, decode_record
 
 if TYPE_CHECKING:
@@ -493,7 +494,10 @@ def _json_block(blk: Any, n: int, t0: float, prev: float | None, lenient: bool) 
         text = None
         try:
             cp = decode_record(RawRecord(blk.first + j, ts, lts[j], data, wires[j], ifs[j]), lenient=lenient)
-            if cp.packet.encap != "tcp":
+            # an ERF record's time is its own (exact nanoseconds), the frame after one takes it as its
+            # frame before's, and the first frame's frame before is in another block: all left to the caller
+            if cp.packet.encap != "tcp" and lts[j] != LINKTYPE_ERF and (
+                    lts[j - 1] != LINKTYPE_ERF if j else prev is None):
                 p_ns = _epoch_ns(before)
                 text = _frame_text(packet_json(cp, first_ns=first_ns, prev_ns=p_ns, prev_displayed_ns=p_ns))
         except Exception:  # noqa: BLE001 - decoded again, and raised in order, by the caller
@@ -513,11 +517,12 @@ def _json_block(blk: Any, n: int, t0: float, prev: float | None, lenient: bool) 
 
 def iter_json_file(path: str, *, workers: int, lenient: bool = True, iwarp: bool = True, count: int | None = None,
                    block_bytes: int = 4 << 20) -> Iterator[str]:
-    """:func:`iter_json` of a whole plain pcap file (no filter), its blocks rendered in ``workers``
-    processes (:mod:`rdmalab.capture.blockpool`): the same text, in pieces."""
+    """:func:`iter_json` of a whole plain pcap or pcapng file (no filter), its blocks rendered in
+    ``workers`` processes (:mod:`rdmalab.capture.blockpool`): the same text, in pieces."""
     tracker = _load_iwarp_tracker()() if iwarp else None
     yield "[\n"
     started = False
+    last: tuple[int, int] | None = None  # the frame number and time (ns) of the last frame decoded here
     for (first, pieces), t0 in blocks_in_workers(path, _json_block, (lenient,), workers=workers,
                                                  block_bytes=block_bytes, count=count):
         for piece in pieces:
@@ -527,7 +532,9 @@ def iter_json_file(path: str, *, workers: int, lenient: bool = True, iwarp: bool
                 continue
             j, ts, lt, data, wire, iface, before = piece
             cp = decode_record(RawRecord(first + j, ts, lt, data, wire, iface), lenient=lenient, tracker=tracker)
-            p_ns = _epoch_ns(before)
+            # the time of the frame before, as iter_json takes it (an ERF record's own) when it was decoded here
+            p_ns = last[1] if last is not None and last[0] == first + j - 1 else _epoch_ns(before)
+            last = (first + j, _epoch_ns(ts) if cp.time_ns is None else cp.time_ns)
             obj = packet_json(cp, first_ns=_epoch_ns(t0), prev_ns=p_ns, prev_displayed_ns=p_ns)
             yield (",\n  " if started else "  ") + _frame_text(obj)
             started = True

@@ -158,13 +158,13 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     from rdmalab.capture.blockpool import (  # lazy: keeps `rdmalab --help` fast
         PARALLEL_MIN_BYTES,
         default_workers,
-        plain_pcap,
+        parallel_capture,
     )
     from rdmalab.capture.render import TcpWindowScaling  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.tsjson import iter_json, iter_json_file  # lazy: keeps `rdmalab --help` fast
 
     workers = default_workers() if args.workers is None else args.workers
-    if flt is None and workers > 1 and plain_pcap(path) and os.path.getsize(path) >= PARALLEL_MIN_BYTES:
+    if flt is None and workers > 1 and parallel_capture(path) and os.path.getsize(path) >= PARALLEL_MIN_BYTES:
         for piece in iter_json_file(path, workers=workers, lenient=not args.strict, iwarp=not args.no_iwarp,
                                     count=args.count):
             out.write(piece)

@@ -94,8 +94,8 @@ def reference_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int) -> 
                                      frames_read=frame - 1 + len(offs))
                         break
                     iface, hi, lo, cap, wire = struct.unpack_from(order + "IIIII", buf, pos + 8)
-                    if btype == 2:
-                        iface &= 0xFFFF
+                    if btype == 2:  # a 16-bit interface id, then a 16-bit drops count
+                        iface = struct.unpack_from(order + "H", buf, pos + 8)[0]
                     t = (hi << 32) | lo
                     data = pos + 28
                     if data + cap > pos + blen - 4:

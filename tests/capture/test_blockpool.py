@@ -1,5 +1,8 @@
 """``rdmalab decode`` in worker processes (rdmalab.capture.blockpool): the same text as one process.
 
+pcap and pcapng files: for pcapng, sections and interfaces of every kind, payloads that look like
+a chain of blocks, damaged blocks, and counts (the section at the end).
+
 Each path is run with small blocks (so that a capture is many blocks) and no size threshold, and
 compared byte for byte with the single-process path: ``-T json`` on every capture in ``captures/``
 (iWARP ones included: their TCP segments are decoded in order by the main process), and summary
@@ -18,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from rdmalab.capture import read
-from rdmalab.capture.blockpool import plain_pcap
+from rdmalab.capture.blockpool import parallel_capture, plain_pcap
 from rdmalab.capture.tsjson import iter_json, iter_json_file
 
 ROOT = Path(__file__).resolve().parents[2]
-#: the plain pcap files (a pcapng file is read in one process: its blocks cannot be read again by offset)
-CAPTURES = [p for p in sorted(glob.glob(str(ROOT / "captures" / "*.pcap"))) if plain_pcap(p)]
+#: the captures whose blocks the workers read (plain pcap, and pcapng: siw_write_bw_midstream.pcap)
+CAPTURES = [p for p in sorted(glob.glob(str(ROOT / "captures" / "*.pcap"))) if parallel_capture(p)]
 
 
 def _json_one(path: str, count: int | None = None, lenient: bool = True) -> str:
@@ -45,11 +48,16 @@ def test_json_in_workers_with_a_count() -> None:
     assert b"".join(summary_bytes(path, count=0, workers=2, block_bytes=4096, parallel_min_bytes=0)) == b""
 
 
-def test_a_pcapng_file_is_refused_in_words() -> None:
-    path = str(ROOT / "captures" / "siw_write_bw_midstream.pcap")
-    assert not plain_pcap(path)
-    with pytest.raises(ValueError, match="not a plain pcap file"):
-        "".join(iter_json_file(path, workers=2))
+def test_a_compressed_file_is_refused_in_words(tmp_path: Path) -> None:
+    import gzip
+
+    from rdmalab.capture.blockpool import parallel_capture
+
+    path = tmp_path / "c.pcap.gz"
+    path.write_bytes(gzip.compress((ROOT / "captures" / "siw_write_bw_midstream.pcap").read_bytes()))
+    assert not plain_pcap(str(path)) and not parallel_capture(str(path))
+    with pytest.raises(ValueError, match="not a plain pcap or pcapng file"):
+        "".join(iter_json_file(str(path), workers=2))
 
 
 def _until_error(pieces: Iterable[str | bytes]) -> tuple[str, str]:
@@ -417,3 +425,336 @@ def test_convert_loses_a_worker_in_words(tmp_path: Path, monkeypatch: pytest.Mon
     assert rc == 1
     assert err.getvalue().startswith("rdmalab: a worker process ended without its result"), err.getvalue()
     assert "Traceback" not in err.getvalue()
+
+
+# ---------------------------------------------------------------- pcapng
+# The workers follow the block lengths of their ranges of a pcapng file, given the section's byte
+# order and interfaces, which this process reads first; a range that starts a section or describes
+# an interface, or holds a damaged block, is read by the sequential reader from there on.
+
+
+def _ng(btype: int, body: bytes, order: str = "<") -> bytes:
+    import struct
+
+    body += bytes(-len(body) % 4)
+    return struct.pack(order + "II", btype, 12 + len(body)) + body + struct.pack(order + "I", 12 + len(body))
+
+
+def _shb(order: str = "<") -> bytes:
+    import struct
+
+    return _ng(0x0A0D0D0A, struct.pack(order + "IHHq", 0x1A2B3C4D, 1, 0, -1), order)
+
+
+def _idb(linktype: int = 1, tsresol: int | None = None, tsoffset: int | None = None, order: str = "<") -> bytes:
+    import struct
+
+    opts = b""
+    if tsresol is not None:
+        opts += struct.pack(order + "HHB3x", 9, 1, tsresol)
+    if tsoffset is not None:
+        opts += struct.pack(order + "HHq", 14, 8, tsoffset)
+    if opts:
+        opts += struct.pack(order + "HH", 0, 0)
+    return _ng(1, struct.pack(order + "HHI", linktype, 0, 65535) + opts, order)
+
+
+def _epb(iface: int, ticks: int, data: bytes, wire: int, order: str = "<", btype: int = 6) -> bytes:
+    import struct
+
+    if btype == 2:  # the obsolete packet block: a 16-bit interface, then a drops count
+        head = struct.pack(order + "HHIIII", iface, 7, ticks >> 32, ticks & 0xFFFFFFFF, len(data), wire)
+    else:
+        head = struct.pack(order + "IIIII", iface, ticks >> 32, ticks & 0xFFFFFFFF, len(data), wire)
+    return _ng(btype, head + data, order)
+
+
+def _spb(data: bytes, order: str = "<") -> bytes:
+    import struct
+
+    return _ng(3, struct.pack(order + "I", len(data)) + data, order)
+
+
+def _mixed_frames() -> list[tuple[int, bytes, int]]:
+    """Real RoCE and iWARP frames (the iWARP ones are decoded in order by this process), in time order."""
+    import hostile  # tests/hostile.py
+
+    rxe = hostile.frames_of(ROOT / "captures" / "rxe_write_bw_loss.pcap")
+    siw = hostile.frames_of(ROOT / "captures" / "siw_write_bw.pcap")
+    shift = rxe[-1][0] - siw[0][0] + 1_000_000
+    return rxe + [(t + shift, d, w) for t, d, w in siw]
+
+
+def _one_section(frames: list[tuple[int, bytes, int]], order: str = "<") -> bytes:
+    """Frames on two interfaces (nanoseconds; microseconds 100 s on), some in simple and obsolete
+    packet blocks, with statistics and custom blocks between them."""
+    out = [_shb(order), _idb(1, tsresol=9, order=order), _idb(1, tsoffset=100, order=order)]
+    for i, (t, d, w) in enumerate(frames):
+        if i % 97 == 50:
+            out.append(_spb(d, order))
+        elif i % 89 == 40:
+            out.append(_epb(1, t // 1000 - 100_000_000, d, w, order, btype=2))
+        elif i % 2:
+            out.append(_epb(1, t // 1000 - 100_000_000, d, w, order))
+        else:
+            out.append(_epb(0, t, d, w, order))
+        if i % 151 == 0:
+            out.append(_ng(5, bytes(20), order))  # interface statistics: skipped
+            out.append(_ng(0x40000BAD, b"rdmalab test", order))  # custom: skipped
+    return b"".join(out)
+
+
+def _seq_columns(path: str) -> list[list[object]]:
+    from rdmalab.capture.pcapio import record_blocks
+
+    cols: list[list[object]] = [[] for _ in range(7)]
+    for blk in record_blocks(path, 1 << 20):
+        for i, v in enumerate(_cols(blk, len(blk))):
+            cols[i] += v
+    return cols
+
+
+def _cols(blk: object, n: int) -> list[list[object]]:
+    b: object = blk
+    data = [bytes(b.buf[o:o + c]) for o, c in zip(b.offset[:n].tolist(), b.caplen[:n].tolist(), strict=True)]  # type: ignore[attr-defined]
+    return [data, b.wirelen[:n].tolist(), b.ts_ns[:n].tolist(), b.seconds()[:n].tolist(),  # type: ignore[attr-defined]
+            b.linktype[:n].tolist(), b.interfaces()[:n].tolist(), list(range(b.first, b.first + n))]  # type: ignore[attr-defined]
+
+
+def _cols_in_worker(blk: object, n: int, t0: float, prev: float | None) -> list[list[object]]:
+    return _cols(blk, n)
+
+
+def _par_columns(path: str, block_bytes: int = 4096, count: int | None = None) -> list[list[object]]:
+    from rdmalab.capture.blockpool import blocks_in_workers
+
+    cols: list[list[object]] = [[] for _ in range(7)]
+    for res, _t0 in blocks_in_workers(path, _cols_in_worker, (), workers=2, block_bytes=block_bytes, count=count):
+        for i, v in enumerate(res):
+            cols[i] += v
+    return cols
+
+
+def _count_tails(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Where this process took the sequential reader (pcapng: a new section, a damaged block)."""
+    from rdmalab.capture import blockpool
+
+    calls: list[int] = []
+    blocks = blockpool._pcapng_blocks
+
+    def counted(*args: object, **kw: object) -> object:
+        calls.append(kw["pos_file"])  # type: ignore[arg-type]
+        return blocks(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(blockpool, "_pcapng_blocks", counted)
+    return calls
+
+
+def test_pcapng_records_times_and_interfaces_from_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every packet of a pcapng file of one section (two interfaces with their own time units and
+    offsets; enhanced, simple and obsolete packet blocks; blocks of other kinds between them), either
+    byte order, as the sequential reader gives it: bytes, lengths, times, link types, interfaces,
+    frame numbers; read in the workers, not by the sequential reader."""
+    frames = _mixed_frames()
+    tails = _count_tails(monkeypatch)
+    for order in "<>":
+        p = tmp_path / f"one{order == '>'}.pcapng"
+        p.write_bytes(_one_section(frames, order))
+        assert parallel_capture(str(p))
+        want = _seq_columns(str(p))
+        assert len(want[0]) == len(frames) and set(want[5]) == {0, 1}
+        assert _par_columns(str(p)) == want
+        assert _par_columns(str(p), count=333) == [c[:333] for c in want]
+    assert tails == []
+    _all_ways(str(tmp_path / "one1.pcapng"), 4096)
+
+
+@pytest.mark.parametrize("layout", ["interface", "section"])
+def test_pcapng_sections_and_interfaces_added_later(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    layout: str) -> None:
+    """An interface described after packets, then a second section in the other byte order with its
+    own interfaces (times in 2^-20 s); or a second section in the same byte order whose two
+    interfaces are as many as the first's but count time otherwise: this process reads on from the
+    range that holds them, and the packets, text and JSON are the sequential reader's."""
+    frames = _mixed_frames()
+    a, b = frames[:300], frames[300:]
+    if layout == "interface":
+        data = (_one_section(a) + _idb(1, tsresol=6) + b"".join(_epb(2, t // 1000, d, w) for t, d, w in b[:40])
+                + _shb(">") + _idb(1, tsresol=0x94, order=">")
+                + b"".join(_epb(0, t * 2**20 // 10**9, d, w, ">") for t, d, w in b[40:]))
+    else:
+        data = (_one_section(a) + _shb() + _idb(1, tsoffset=-5) + _idb(1, tsresol=3)
+                + b"".join(_epb(i % 2, t // 1000 + 5_000_000 if i % 2 == 0 else t // 1_000_000, d, w)
+                           for i, (t, d, w) in enumerate(b)))
+    p = tmp_path / "sections.pcapng"
+    p.write_bytes(data)
+    tails = _count_tails(monkeypatch)
+    want = _seq_columns(str(p))
+    assert len(want[0]) == len(frames) and (2 in want[5]) == (layout == "interface")
+    assert _par_columns(str(p)) == want
+    assert len(tails) == 1 and 0 < tails[0] < len(_one_section(a)) + 1  # at the new interface's range
+    _all_ways(str(p), 4096)
+
+
+def _udp_frame_at(payload: bytes, pad: int) -> bytes:
+    return _udp_frame(bytes(pad) + payload)
+
+
+def test_payloads_that_look_like_enhanced_packet_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames whose data is a chain of enhanced packet blocks (lengths repeated at their ends, on a
+    described interface, at offsets that are multiples of 4), all through the file: the workers'
+    guesses land on them, this process finds out and follows the blocks itself; the text is the same."""
+    frames = []
+    for i, (t, d, w) in enumerate(_mixed_frames()[:400]):
+        frames.append((t, d, w))
+        if i % 3 == 0:
+            # the payload starts 28 + 42 bytes into the block: 2 bytes more and the fakes are aligned
+            fake = _udp_frame_at(b"".join(_epb(0, t, b"\x01" * 8, 8) for _ in range(40)), 2)
+            frames.append((t + 1, fake, len(fake)))
+    p = tmp_path / "fake_blocks.pcapng"
+    p.write_bytes(_one_section(frames))
+    walked = []
+    from rdmalab.capture import blockpool
+
+    walk = blockpool._walk_ng
+
+    def counted(task: tuple[object, ...]) -> object:
+        walked.append(task[1])
+        return walk(task)
+
+    counted.__module__, counted.__qualname__ = walk.__module__, walk.__qualname__
+    monkeypatch.setattr(blockpool, "_walk_ng", counted)
+    tails = _count_tails(monkeypatch)
+    assert _par_columns(str(p)) == _seq_columns(str(p))
+    assert walked, "no guess was wrong: the test did not test the check"
+    assert tails == []
+    _all_ways(str(p), 4096)
+
+
+def _block_offsets(data: bytes) -> list[tuple[int, int]]:
+    """(offset, type) of each block of a little-endian pcapng file."""
+    import struct
+
+    out, pos = [], 0
+    while pos < len(data):
+        btype, blen = struct.unpack_from("<II", data, pos)
+        out.append((pos, btype))
+        pos += blen
+    return out
+
+
+@pytest.mark.parametrize("damage", ["huge", "odd", "short", "caplen", "interface", "cut", "cut_header"])
+def test_a_damaged_pcapng_block_in_workers(tmp_path: Path, damage: str) -> None:
+    """A damaged block in the middle (or a file cut short): every packet before it comes out, then
+    the sequential reader's error, at the same frame and byte, from workers as from one process."""
+    import struct
+
+    data = bytearray(_one_section(_mixed_frames()))
+    packets = [pos for pos, btype in _block_offsets(bytes(data)) if btype == 6]
+    at = packets[377]
+    if damage == "huge":
+        struct.pack_into("<I", data, at + 4, 0x7FFF_0000)
+    elif damage == "odd":
+        struct.pack_into("<I", data, at + 4, struct.unpack_from("<I", data, at + 4)[0] + 2)
+    elif damage == "short":
+        struct.pack_into("<I", data, at + 4, 24)
+    elif damage == "caplen":
+        struct.pack_into("<I", data, at + 20, 5000)
+    elif damage == "interface":
+        struct.pack_into("<I", data, at + 8, 7)
+    elif damage == "cut":
+        del data[at + 100:]
+    else:
+        del data[at + 4:]
+    p = tmp_path / f"{damage}.pcapng"
+    p.write_bytes(bytes(data))
+    from rdmalab.capture.columnar_summary import summary_bytes
+
+    one = _until_error(summary_bytes(str(p), workers=1, block_bytes=4096))
+    assert ("is damaged" in one[1] or "is truncated" in one[1]) and f"byte {at}" in one[1], one[1]
+    assert one[0].count("\n") == sum(1 for pos, _ in _block_offsets(bytes(data[:at])) if pos in set(packets)) + \
+        sum(1 for pos, btype in _block_offsets(bytes(data[:at])) if btype in (2, 3))
+    _all_ways(str(p), 4096)
+
+
+def test_pcapng_counts_in_workers(tmp_path: Path) -> None:
+    p = tmp_path / "counts.pcapng"
+    p.write_bytes(_one_section(_mixed_frames()))
+    from rdmalab.capture.columnar_summary import summary_bytes
+
+    for count in (0, 1, 7, 150, 460):
+        assert "".join(iter_json_file(str(p), workers=2, block_bytes=4096, count=count)) == _json_one(str(p), count)
+        many = b"".join(summary_bytes(str(p), count=count, workers=2, block_bytes=4096, parallel_min_bytes=0))
+        one = b"".join(summary_bytes(str(p), count=count, workers=1, block_bytes=4096))
+        assert many == one and one.count(b"\n") == count
+
+
+def test_which_pcapng_files_the_workers_read(tmp_path: Path) -> None:
+    """Not a pcapng file of ERF records (their own times, read in order), nor one whose first
+    blocks are damaged (the reader says what is wrong); blocks_in_workers, given such a file anyway,
+    reads it with the sequential reader from the start."""
+    import hostile  # tests/hostile.py
+
+    from rdmalab.capture.linktypes import LINKTYPE_ERF
+
+    frames = _mixed_frames()[:50]
+    erf = tmp_path / "erf.pcapng"
+    erf.write_bytes(_shb() + _idb(1) + _idb(LINKTYPE_ERF) + _epb(0, frames[0][0] // 1000, *frames[0][1:]))
+    assert not parallel_capture(str(erf))
+    # -T fields decodes frames of other link types than Ethernet with the per-packet decoder, in order
+    sll = tmp_path / "sll.pcapng"
+    sll.write_bytes(_shb() + _idb(1) + _idb(113) + _epb(0, frames[0][0] // 1000, *frames[0][1:]))
+    assert parallel_capture(str(sll)) and not parallel_capture(str(sll), ethernet=True)
+    pcap = tmp_path / "a.pcap"
+    hostile.write(pcap, frames)
+    assert parallel_capture(str(pcap))
+    bad = tmp_path / "bad_head.pcapng"
+    idb = bytearray(_idb(1))
+    idb[4:8] = (16).to_bytes(4, "little")  # an interface description of 16 bytes (at least 20)
+    bad.write_bytes(_shb() + bytes(idb) + b"".join(_epb(0, t // 1000, d, w) for t, d, w in frames))
+    assert not parallel_capture(str(bad))
+    one = _until_error(summary_bytes_of(str(bad), 1))
+    assert "interface description block at byte 28 has length 16" in one[1], one[1]
+    from rdmalab.capture.blockpool import blocks_in_workers
+
+    many = _until_error(str(n) for n, _t0 in blocks_in_workers(str(bad), _frames, (), workers=2, block_bytes=4096))
+    assert many[1] == one[1]
+
+
+def summary_bytes_of(path: str, workers: int) -> Iterable[bytes]:
+    from rdmalab.capture.columnar_summary import summary_bytes
+
+    return summary_bytes(path, workers=workers, block_bytes=4096, parallel_min_bytes=0)
+
+
+def test_an_interface_of_erf_records_described_later(tmp_path: Path) -> None:
+    """ERF records on an interface described after other packets (the sequential reader takes that
+    range on): their frames' times are the records' own, and so are the time deltas of the frames
+    after them in the JSON (left to this process), in workers as in one process; the summary lines
+    too."""
+    import hostile  # tests/hostile.py
+
+    from rdmalab.capture.columnar_summary import summary_bytes
+    from rdmalab.capture.linktypes import LINKTYPE_ERF
+
+    erf = hostile.frames_of(ROOT / "captures" / "hw_ib_connectx_erf.pcap")
+    frames = _mixed_frames()[:300]
+    p = tmp_path / "erf_later.pcapng"
+    p.write_bytes(_one_section(frames) + _idb(LINKTYPE_ERF, tsresol=9) + b"".join(_epb(2, t, d, w) for t, d, w in erf)
+                  + b"".join(_epb(0, t, d, w) for t, d, w in frames[:60]) + b"".join(_epb(2, t, d, w) for t, d, w in erf))
+    assert parallel_capture(str(p)) and parallel_capture(str(p), ethernet=True)  # told only by its first section
+    one = _json_one(str(p))
+    assert one.count('"frame.time_delta"') == len(frames) + 60 + 2 * len(erf)
+    assert "".join(iter_json_file(str(p), workers=2, block_bytes=4096)) == one
+    runs = [_until_error(summary_bytes(str(p), workers=w, block_bytes=4096, parallel_min_bytes=0)) for w in (1, 2)]
+    assert runs[0] == runs[1] and not runs[0][1] and runs[0][0].count("\n") == len(frames) + 60 + 2 * len(erf)
+    # -T fields: the per-packet decoder from the block of the first ERF record on, as iter_columns has it
+    # (which block that is depends on the block boundaries: the lines from that record on are compared)
+    from rdmalab.capture.fieldtext import field_text
+
+    names = ["frame.number", "frame.time_epoch", "frame.len", "infiniband.bth.psn", "ip.src"]
+    many, one = (b"".join(field_text(str(p), names, workers=w, block_bytes=4096, parallel_min_bytes=0)).splitlines()
+                 for w in (2, 1))
+    assert len(many) == len(one) == len(frames) + 60 + 2 * len(erf)
+    assert many[len(frames):] == one[len(frames):]
+    assert many[len(frames)].split(b"\t")[3]  # an ERF record's PSN (the columnar decoder has none)
