@@ -58,6 +58,9 @@ if TYPE_CHECKING:
 
 #: files smaller than this are rendered in this process (the workers' start-up would cost more)
 PARALLEL_MIN_BYTES = 32 << 20
+#: the same for ``-T json``, whose text costs about 15 times more CPU a frame than a summary line (on the mixed capture of benchmarks/bench_decode.py):
+#: the workers pay off on smaller files
+JSON_PARALLEL_MIN_BYTES = 4 << 20
 
 #: ``render(block, n, t0, prev, *extra)``: the first ``n`` records of ``block``; ``t0`` is the
 #: capture's first timestamp and ``prev`` the timestamp of the record before the block (None for
@@ -111,19 +114,38 @@ def parallel_capture(path: str, *, ethernet: bool = False) -> bool:
 
 
 def default_workers() -> int:
-    """Worker processes for summary lines and JSON when not told: one a core that is not fully busy
-    (the cores less the whole part of the one-minute load average), at most four, at least one.
+    """Worker processes for summary lines and JSON when not told: one a core that is not busy now, at
+    most four, at least one.
+
+    Busy now is the kernel's count of tasks that can run at this moment, less this process (the
+    fourth field of ``/proc/loadavg``, ``proc(5)``); where there is no such file, the whole part of
+    the one-minute load average.  Not the load average alone: it lags by a minute, so a machine
+    that has just finished other work (a benchmark's previous command) would look busy.
 
     This process only checks the workers' ranges, writes, and decodes TCP segments, so it does not
     take a core of its own; past four workers it could not keep them fed.  On a busy machine the
     workers would only compete with each other, and cost more CPU time than one process, so they
     are not started."""
     cores = os.cpu_count() or 1
+    return max(1, min(cores - _busy_now(), 4))
+
+
+def _busy_now() -> int:
+    """Cores other tasks keep busy at this moment (see :func:`default_workers`)."""
     try:
-        busy = os.getloadavg()[0]
+        with open(_LOADAVG, encoding="ascii") as f:
+            runnable = int(f.read().split()[3].split("/")[0])
+        return max(0, runnable - 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.getloadavg()[0])
     except OSError:  # no load average on this system
-        busy = 0.0
-    return max(1, min(cores - int(busy), 4))
+        return 0
+
+
+#: where the kernel says how many tasks can run now (``proc(5)``)
+_LOADAVG = "/proc/loadavg"
 
 
 #: The results' way back, when the workers are forked: slots of a shared anonymous mapping made

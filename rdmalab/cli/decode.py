@@ -156,7 +156,7 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     """``-T json``: tshark's layout (an array of ``{"_index", "_type", "_score", "_source": {"layers"}}``)."""
     from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.blockpool import (  # lazy: keeps `rdmalab --help` fast
-        PARALLEL_MIN_BYTES,
+        JSON_PARALLEL_MIN_BYTES,
         default_workers,
         parallel_capture,
     )
@@ -164,7 +164,7 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     from rdmalab.capture.tsjson import iter_json, iter_json_file  # lazy: keeps `rdmalab --help` fast
 
     workers = default_workers() if args.workers is None else args.workers
-    if flt is None and workers > 1 and parallel_capture(path) and os.path.getsize(path) >= PARALLEL_MIN_BYTES:
+    if flt is None and workers > 1 and parallel_capture(path) and os.path.getsize(path) >= JSON_PARALLEL_MIN_BYTES:
         for piece in iter_json_file(path, workers=workers, lenient=not args.strict, iwarp=not args.no_iwarp,
                                     count=args.count):
             out.write(piece)

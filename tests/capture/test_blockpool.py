@@ -758,3 +758,40 @@ def test_an_interface_of_erf_records_described_later(tmp_path: Path) -> None:
     assert len(many) == len(one) == len(frames) + 60 + 2 * len(erf)
     assert many[len(frames):] == one[len(frames):]
     assert many[len(frames)].split(b"\t")[3]  # an ERF record's PSN (the columnar decoder has none)
+
+
+def test_decode_json_uses_the_workers_from_a_few_megabytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """``decode -T json -j 2`` hands a file of JSON_PARALLEL_MIN_BYTES or more to the workers (JSON costs
+    enough a frame to pay for their start-up), and its text is one process's; a smaller file stays here."""
+    from rdmalab.capture import blockpool, tsjson
+    from rdmalab.capture import records
+    from rdmalab.capture.pcapwriter import CaptureWriter
+    from rdmalab.cli import main
+
+    src = str(ROOT / "captures" / "rxe_write_bw.pcap")
+    recs = list(records(src))
+    big = tmp_path / "big.pcap"
+    with CaptureWriter(str(big), nano=True) as w:
+        while big.stat().st_size < blockpool.JSON_PARALLEL_MIN_BYTES:
+            for r in recs:
+                w.write(r.data, int(r.timestamp * 1e9))
+            w.flush()
+    small = tmp_path / "small.pcap"
+    with CaptureWriter(str(small), nano=True) as w:
+        for r in recs:
+            w.write(r.data, int(r.timestamp * 1e9))
+    used: list[int] = []
+    real = tsjson.blocks_in_workers
+
+    def spy(*a: object, **k: object) -> object:
+        used.append(int(k["workers"]))  # type: ignore[call-overload]
+        return real(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tsjson, "blocks_in_workers", spy)
+    for path, want in ((big, [2]), (small, [])):
+        used.clear()
+        assert main(["decode", "-T", "json", "-j", "2", "-r", str(path)]) == 0
+        text = capsys.readouterr().out
+        assert used == want, path.name
+        assert text == _json_one(str(path)), path.name

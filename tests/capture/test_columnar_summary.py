@@ -270,20 +270,31 @@ def test_worker_processes_on_a_damaged_capture(tmp_path: Path, lenient: bool) ->
     assert one[0].count(b"\n") == (len(recs) if lenient else 300)
 
 
-def test_default_workers(monkeypatch: Any) -> None:
-    """One worker a core the load does not fill (cores less the whole part of the load average), at most
-    four, at least one."""
+def test_default_workers(monkeypatch: Any, tmp_path: Any) -> None:
+    """One worker a core not busy now (the tasks that can run, less this process, from /proc/loadavg;
+    without that file, the whole part of the load average), at most four, at least one."""
     from rdmalab.capture import blockpool as cs
 
     def no_load() -> tuple[float, float, float]:
         raise OSError("no load average here")
 
-    for cores, load, want in ((None, 0.0, 1), (1, 0.0, 1), (2, 0.0, 2), (2, 0.4, 2), (2, 0.6, 2), (2, 0.99, 2), (2, 1.0, 1),
-                              (2, 1.6, 1), (2, 7.5, 1),
-                              (3, 1.0, 2), (64, 0.0, 4), (64, 61.0, 3), (8, None, 4)):
+    loadavg = tmp_path / "loadavg"
+    monkeypatch.setattr(cs, "_LOADAVG", str(loadavg))
+    for cores, runnable, want in ((None, 1, 1), (1, 1, 1), (2, 1, 2), (2, 2, 1), (2, 3, 1), (2, 40, 1), (3, 2, 2),
+                                  (64, 1, 4), (64, 62, 3), (8, 0, 4)):
+        loadavg.write_text(f"7.50 7.00 6.00 {runnable}/345 12345\n")  # a high load average: ignored
+        monkeypatch.setattr(cs.os, "cpu_count", lambda c=cores: c)
+        assert cs.default_workers() == want, (cores, runnable)
+    loadavg.unlink()
+    for cores, load, want in ((None, 0.0, 1), (2, 0.0, 2), (2, 0.99, 2), (2, 1.0, 1), (2, 7.5, 1), (3, 1.0, 2),
+                              (64, 0.0, 4), (64, 61.0, 3), (8, None, 4)):
         monkeypatch.setattr(cs.os, "cpu_count", lambda c=cores: c)
         monkeypatch.setattr(cs.os, "getloadavg", no_load if load is None else lambda x=load: (x, x, x))
         assert cs.default_workers() == want, (cores, load)
+    loadavg.write_text("0.00 0.00 0.00 x/1 1\n")  # not a number where the count should be
+    monkeypatch.setattr(cs.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cs.os, "getloadavg", lambda: (1.2, 1.2, 1.2))
+    assert cs.default_workers() == 1
 
 
 # ---------------------------------------------------------------------------- TCP segments from columns
