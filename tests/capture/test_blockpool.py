@@ -764,8 +764,7 @@ def test_decode_json_uses_the_workers_from_a_few_megabytes(tmp_path: Path, monke
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """``decode -T json -j 2`` hands a file of JSON_PARALLEL_MIN_BYTES or more to the workers (JSON costs
     enough a frame to pay for their start-up), and its text is one process's; a smaller file stays here."""
-    from rdmalab.capture import blockpool, tsjson
-    from rdmalab.capture import records
+    from rdmalab.capture import blockpool, records, tsjson
     from rdmalab.capture.pcapwriter import CaptureWriter
     from rdmalab.cli import main
 
