@@ -28,13 +28,14 @@ _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _POW10 = [10 ** i for i in range(20)]
 
 
-_QUADS = np.frombuffer("".join(f"{i:04d}" for i in range(10000)).encode(), dtype=np.uint8).reshape(10000, 4)
+# the four digits of 0..9999 (row i: f"{i:04d}"), computed with numpy rather than 10,000 strings
+_I4 = np.arange(10000)[:, None]
+_QUADS = (_I4 // np.array([1000, 100, 10, 1]) % 10 + ord("0")).astype(np.uint8)
 # the same four characters as one uint32 each (one gather per four digits), and with the leading
 # zeros blanked (0 bytes, dropped when the lines are joined): for the leading group of a number,
 # and for the last group when it is the whole number (0 still shows as "0")
 _QUADS32 = np.ascontiguousarray(_QUADS).view(np.uint32).ravel()
-_LEAD = np.frombuffer("".join(f"{i:>4d}" if i else "    " for i in range(10000)).encode(), dtype=np.uint8)
-_LEAD32 = np.where(_LEAD == ord(" "), 0, _LEAD).astype(np.uint8).view(np.uint32)
+_LEAD32 = np.where(_I4 >= np.array([1000, 100, 10, 1]), _QUADS, 0).astype(np.uint8).view(np.uint32).ravel()
 _ALONE32 = _LEAD32.copy()
 _ALONE32[0] = np.frombuffer(b"\x00\x00\x000", dtype=np.uint32)[0]
 # one byte -> its two hex digits, as one uint16
