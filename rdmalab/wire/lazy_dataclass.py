@@ -44,7 +44,7 @@ def frozen_dataclass(cls: type[_T]) -> type[_T]:
     """``@dataclass(frozen=True, slots=True)``, with ``__init__``, ``__repr__``, ``__eq__`` and
     ``__hash__`` written when first used (see the module's docstring)."""
     own = cls.__dict__
-    if not _covered(cls):
+    if not _covered(cls) or "__setattr__" in own or "__delattr__" in own:
         return dataclasses.dataclass(frozen=True, slots=True)(cls)
     docless = not own.get("__doc__")
     if docless:
@@ -52,10 +52,24 @@ def frozen_dataclass(cls: type[_T]) -> type[_T]:
     explicit_hash = own.get("__hash__", dataclasses.MISSING)
     keep_hash = not (explicit_hash is dataclasses.MISSING or (explicit_hash is None and "__eq__" in own))
     keep = {name for name in ("__init__", "__repr__", "__eq__") if name in own}
-    made: Any = dataclasses.dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)(cls)
+    # made unfrozen, then frozen here with the methods dataclasses would compile (closures: no compile);
+    # dataclasses refuses an unfrozen class on frozen bases, so theirs read unfrozen meanwhile
+    bases = [p for p in (getattr(b, "__dataclass_params__", None) for b in cls.__mro__[1:]) if p is not None and p.frozen]
+    for p in bases:
+        p.frozen = False
+    try:
+        made: Any = dataclasses.dataclass(slots=True, init=False, repr=False, eq=False)(cls)
+    finally:
+        for p in bases:
+            p.frozen = True
     fields = dataclasses.fields(made)
+    for fn in _frozen_methods(cls, tuple(f.name for f in fields)):
+        fn.__qualname__ = f"{made.__qualname__}.{fn.__name__}"
+        setattr(made, fn.__name__, fn)
+    made.__getstate__ = dataclasses._dataclass_getstate  # type: ignore[attr-defined]  # (pickling, as
+    made.__setstate__ = dataclasses._dataclass_setstate  # type: ignore[attr-defined]  # dataclasses' slots)
     params = made.__dataclass_params__  # what the class is, as dataclasses would record it
-    params.init = params.repr = params.eq = True
+    params.init = params.repr = params.eq = params.frozen = True
     seen_default = None
     for f in fields:  # the error dataclasses raises at the declaration, not at the first instance
         if not f.init:
@@ -72,6 +86,24 @@ def frozen_dataclass(cls: type[_T]) -> type[_T]:
         setattr(made, name, _Lazy(made, name, build))
     result: type[_T] = made
     return result
+
+
+def _frozen_methods(declared: type[Any], names: tuple[str, ...]) -> tuple[Callable[..., None], Callable[..., None]]:
+    """``__setattr__`` and ``__delattr__`` of a frozen dataclass, as dataclasses writes them (Python 3.11:
+    ``declared`` is the class as declared, before it is made again with slots)."""
+    error = dataclasses.FrozenInstanceError
+
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        if type(self) is declared or name in names:
+            raise error(f"cannot assign to field {name!r}")
+        super(declared, self).__setattr__(name, value)
+
+    def __delattr__(self: Any, name: str) -> None:
+        if type(self) is declared or name in names:
+            raise error(f"cannot delete field {name!r}")
+        super(declared, self).__delattr__(name)
+
+    return __setattr__, __delattr__
 
 
 def _covered(cls: type) -> bool:

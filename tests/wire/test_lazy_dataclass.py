@@ -81,6 +81,17 @@ def _behaviour(A: type, B: type, C: type) -> list[Any]:
     with pytest.raises(dataclasses.FrozenInstanceError) as frozen:
         a.x = 2  # type: ignore[misc]
     out.append(str(frozen.value))
+    with pytest.raises(dataclasses.FrozenInstanceError) as frozen:
+        del b.q
+    out.append(str(frozen.value))
+    for other in (lambda: setattr(a, "other", 1), lambda: delattr(b, "other")):
+        with pytest.raises(Exception) as err:
+            other()
+        out.append(type(err.value))
+    out.append(pickle.loads(pickle.dumps(A.__getstate__(a))))
+    c = object.__new__(B)
+    c.__setstate__(b.__getstate__())
+    out.append(repr(c).split(".")[-1])
     return out
 
 
