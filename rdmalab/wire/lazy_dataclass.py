@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import inspect  # (loaded by dataclasses already)
 import reprlib
+import sys
 import types
 from collections.abc import Callable
 from typing import Any, TypeVar, dataclass_transform
@@ -164,10 +165,15 @@ def _signature(fields: tuple[dataclasses.Field[Any], ...]) -> inspect.Signature:
 
 
 def _compile(cls: type, name: str, source: str, ns: dict[str, Any]) -> Callable[..., Any]:
-    """The function ``name`` of ``source``, whose globals are ``ns`` (the names the source uses)."""
-    ns["__name__"] = cls.__module__
-    exec(source, ns)  # noqa: S102 - source built from the class's own field declarations
-    fn: Callable[..., Any] = ns[name]
+    """The function ``name`` of ``source``, as dataclasses makes it: defined inside a function whose
+    parameters are ``ns`` (the values the source uses), with the class's module as its globals (where
+    ``typing.get_type_hints`` looks up the annotations)."""
+    module = sys.modules.get(cls.__module__)
+    glb = module.__dict__ if module is not None else {}
+    inner = "".join(f"  {line}\n" for line in source.splitlines())
+    local: dict[str, Any] = {}
+    exec(f"def __create_fn__({', '.join(ns)}):\n{inner}  return {name}\n", glb, local)  # noqa: S102 - source
+    fn: Callable[..., Any] = local["__create_fn__"](**ns)  # built from the class's own field declarations
     return fn
 
 

@@ -10,6 +10,7 @@ import inspect
 import pickle
 import subprocess
 import sys
+import typing
 from dataclasses import InitVar, dataclass, field
 from typing import Any, ClassVar
 
@@ -73,6 +74,7 @@ def _behaviour(A: type, B: type, C: type) -> list[Any]:
         A.__slots__, B.__slots__, repr(dataclasses.replace(b, q=1)).split(".")[-1], copy.copy(b) == b,
         [f.name for f in dataclasses.fields(B)], repr(A.__dataclass_params__), A.__init__.__annotations__,
         C() == C(1), repr(C()), hash(C(1)) == hash(C(1)), hash(C(1)) == hash(C(2)),
+        typing.get_type_hints(B.__init__), B.__init__.__module__, B.__repr__.__module__,
     ]
     for bad in ((), (1, 2, 3, 4)):
         with pytest.raises(TypeError) as err:
