@@ -126,9 +126,7 @@ def _field_rows(cols: Columns, name: str) -> tuple[np.ndarray | None, np.ndarray
     its present rows alone: a field of one protocol costs what that protocol's rows cost."""
     present = cols.present(name)
     if name == "frame.time_epoch":
-        ns = cols.data["frame.time_ns"]
-        m = np.hstack([_dec(ns // 1_000_000_000), np.full((len(ns), 1), ord("."), dtype=np.uint8),
-                       _dec(ns % 1_000_000_000, 9, pad_zeros=True)])
+        m = _epoch_text(cols.data["frame.time_ns"])
     elif name in DERIVED:
         m = _strings([str(v) for v in cols[name].tolist()])
     else:
@@ -142,6 +140,26 @@ def _field_rows(cols: Columns, name: str) -> tuple[np.ndarray | None, np.ndarray
     if not present.all():
         m = np.where(present[:, None], m, 0).astype(np.uint8)
     return None, m
+
+
+def _epoch_text(ns: np.ndarray) -> np.ndarray:
+    """``seconds.nanoseconds`` of nanosecond times.  A block of packets spans a few seconds: the
+    seconds and the dot are then rows of a small table of those seconds' text, not digits computed
+    row by row."""
+    n = len(ns)
+    secs = ns // 1_000_000_000
+    lo, hi = (int(secs.min()), int(secs.max())) if n else (0, 0)
+    if 0 <= lo and hi - lo < 4096:
+        width = len(str(hi))
+        table = np.frombuffer(b"".join(str(sec).encode().rjust(width, b"\0") + b"." for sec in range(lo, hi + 1)),
+                              dtype=np.uint8).reshape(hi - lo + 1, width + 1)
+        head = table[secs - lo]
+    else:
+        head = np.hstack([_dec(secs), np.full((n, 1), ord("."), dtype=np.uint8)])
+    out = np.empty((n, head.shape[1] + 9), dtype=np.uint8)
+    out[:, :head.shape[1]] = head
+    out[:, head.shape[1]:] = _dec(ns - secs * 1_000_000_000, 9, pad_zeros=True)
+    return out
 
 
 def _numeric_text(v: np.ndarray, f: str) -> np.ndarray:
