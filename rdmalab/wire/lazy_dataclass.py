@@ -6,10 +6,11 @@ MAD attribute).  For each, :func:`dataclasses.dataclass` writes the source of ``
 with its own ``exec`` when the module is imported: about 580 compiles, two thirds of the time it took
 to import the decoders, although a command such as ``rdmalab decode -T fields`` builds few of these
 objects or none.  Here the class is made by :func:`dataclasses.dataclass` itself (fields,
-``__dataclass_fields__``, slots, frozen ``__setattr__``/``__delattr__``, ``__match_args__``,
-pickling: everything :mod:`dataclasses` and ``dataclasses.replace`` read), and the four methods
-that cost the compiles are written the first time one is called (or its signature asked for,
-``inspect.signature``), with the bodies :mod:`dataclasses` (Python 3.11) gives them:
+``__dataclass_fields__``, slots, ``__match_args__``: everything :mod:`dataclasses` and
+``dataclasses.replace`` read), the frozen ``__setattr__``/``__delattr__`` and the pickling state are
+functions made without a compile, and the other four methods are written the first time one is
+called (or its signature asked for, ``inspect.signature``), with the bodies :mod:`dataclasses`
+(Python 3.11) gives them:
 
 * ``__init__(self, <init fields, defaults as declared>)``: each field set through its slot,
   a ``default_factory`` called for each instance, ``__post_init__()`` last when the class has one;
@@ -45,7 +46,9 @@ def frozen_dataclass(cls: type[_T]) -> type[_T]:
     """``@dataclass(frozen=True, slots=True)``, with ``__init__``, ``__repr__``, ``__eq__`` and
     ``__hash__`` written when first used (see the module's docstring)."""
     own = cls.__dict__
-    if not _covered(cls) or "__setattr__" in own or "__delattr__" in own:
+    bases = [p for p in (getattr(b, "__dataclass_params__", None) for b in cls.__mro__[1:]) if p is not None]
+    if (not _covered(cls) or "__setattr__" in own or "__delattr__" in own
+            or (bases and not any(p.frozen for p in bases))):  # (dataclasses raises its errors for these)
         return dataclasses.dataclass(frozen=True, slots=True)(cls)
     docless = not own.get("__doc__")
     if docless:
@@ -55,7 +58,7 @@ def frozen_dataclass(cls: type[_T]) -> type[_T]:
     keep = {name for name in ("__init__", "__repr__", "__eq__") if name in own}
     # made unfrozen, then frozen here with the methods dataclasses would compile (closures: no compile);
     # dataclasses refuses an unfrozen class on frozen bases, so theirs read unfrozen meanwhile
-    bases = [p for p in (getattr(b, "__dataclass_params__", None) for b in cls.__mro__[1:]) if p is not None and p.frozen]
+    bases = [p for p in bases if p.frozen]
     for p in bases:
         p.frozen = False
     try:
@@ -112,7 +115,8 @@ def _covered(cls: type) -> bool:
     ``InitVar`` or keyword-only field (declared here or inherited), no field named ``self``."""
     own = cls.__dict__
     ann = own.get("__annotations__", {})
-    if "self" in ann or any(marker in str(t) for t in ann.values() for marker in ("InitVar", "KW_ONLY")):
+    text = " ".join(map(str, ann.values()))
+    if "self" in ann or "InitVar" in text or "KW_ONLY" in text:
         return False
     if any(isinstance(v, dataclasses.Field) and v.kw_only is True for v in own.values()):
         return False

@@ -27,6 +27,11 @@ class _Base:
     __slots__ = ()
 
 
+@dataclass
+class _Unfrozen:
+    u: int = 0
+
+
 def _declare(dec: Any) -> tuple[type, type, type]:
     @dec
     class A(_Base):
@@ -123,6 +128,11 @@ def test_not_covered_goes_to_dataclasses() -> None:
             object.__setattr__(self, "a", self.a + b)
 
     assert inspect.isfunction(D.__dict__["__init__"]) and D(1, 2).a == 3
+
+    with pytest.raises(TypeError, match="cannot inherit frozen dataclass from a non-frozen one"):
+        @frozen_dataclass
+        class F(_Unfrozen):
+            """On an unfrozen dataclass."""
 
     with pytest.raises(TypeError, match="non-default argument 'b' follows default argument"):
         @frozen_dataclass
