@@ -100,16 +100,19 @@ def _realign(H: np.ndarray, base: np.ndarray, width: int) -> np.ndarray:
     return out
 
 
-def _be(M: np.ndarray, a: int, nbytes: int) -> np.ndarray:
-    """Big-endian unsigned integer of bytes ``a .. a+nbytes-1`` of every row."""
+def _be(M: np.ndarray, a: int, nbytes: int, dtype: Any = np.uint64) -> np.ndarray:
+    """Big-endian unsigned integer of bytes ``a .. a+nbytes-1`` of every row, as ``dtype``."""
     if nbytes == 1:
-        return M[:, a].astype(np.uint64)
+        return M[:, a].astype(dtype)
     # copy the bytes into rows of 2, 4 or 8 (zero-padded in front) and read them as big-endian
     # integers: one copy and one conversion instead of a shift and an OR per byte
     w = 2 if nbytes == 2 else 4 if nbytes <= 4 else 8
-    rows = np.zeros((M.shape[0], w), dtype=np.uint8)
-    rows[:, w - nbytes:] = M[:, a:a + nbytes]
-    return rows.view(f">u{w}").reshape(-1).astype(np.uint64)
+    if w == nbytes:
+        rows = np.ascontiguousarray(M[:, a:a + nbytes])
+    else:
+        rows = np.zeros((M.shape[0], w), dtype=np.uint8)
+        rows[:, w - nbytes:] = M[:, a:a + nbytes]
+    return rows.view(f">u{w}").reshape(-1).astype(dtype)
 
 
 def wants_iwarp(fields: Iterable[str] | None) -> bool:
@@ -179,6 +182,23 @@ def _wanted(wanted: frozenset[str] | None, prefixes: tuple[str, ...]) -> bool:
                                  for f in wanted for p in prefixes)
 
 
+#: The extended headers' fields: (column, header, first byte, bytes, dtype); the RETH's and
+#: AtomicETH's shared address and key are taken apart in ``_decode``.
+_EXT_FIELDS = (
+    ("infiniband.rdeth.eecnxt", "rdeth", 1, 3, np.uint32),
+    ("infiniband.deth.q_key", "deth", 0, 4, np.uint64),
+    ("infiniband.deth.srcqp", "deth", 5, 3, np.uint32),
+    ("infiniband.reth.dmalen", "reth", 12, 4, np.uint32),
+    ("infiniband.atomiceth.swapdt", "atomiceth", 12, 8, np.uint64),
+    ("infiniband.atomiceth.cmpdt", "atomiceth", 20, 8, np.uint64),
+    ("infiniband.aeth.syndrome", "aeth", 0, 1, np.uint8),
+    ("infiniband.aeth.msn", "aeth", 1, 3, np.uint32),
+    ("infiniband.atomicacketh.origremdt", "atomicacketh", 0, 8, np.uint64),
+    ("infiniband.immdt", "immdt", 0, 4, np.uint32),
+    ("infiniband.ieth", "ieth", 0, 4, np.uint32),
+    ("rdmalab.xrceth.xrcsrq", "xrceth", 1, 3, np.uint32),
+)
+
 _NEED_CACHE: dict[tuple[frozenset[str] | None, tuple[str, ...]], bool] = {}
 
 
@@ -246,18 +266,26 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     data["ip.frag_offset"] = frag
     proto4 = IP[:, 9]
     data["ip.proto"] = proto4
-    if need("ip.", "ip"):
+    if need("ip.version"):
         data["ip.version"] = (b0 >> 4).astype(np.uint8)
+    if need("ip.hdr_len"):
         data["ip.hdr_len"] = (ihl * 4).astype(np.uint8)
+    if need("ip.dsfield"):
         tos = IP[:, 1]
         data["ip.dsfield.dscp"] = tos >> 2
         data["ip.dsfield.ecn"] = tos & 3
-        data["ip.id"] = _be(IP, 4, 2).astype(np.uint16)
+    if need("ip.id"):
+        data["ip.id"] = _be(IP, 4, 2, np.uint16)
+    if need("ip.flags"):
         data["ip.flags"] = (ff >> u64(13)).astype(np.uint8)
+    if need("ip.ttl"):
         data["ip.ttl"] = IP[:, 8]
-        data["ip.checksum"] = _be(IP, 10, 2).astype(np.uint16)
-        data["ip.src"] = _be(IP, 12, 4).astype(np.uint32)
-        data["ip.dst"] = _be(IP, 16, 4).astype(np.uint32)
+    if need("ip.checksum"):
+        data["ip.checksum"] = _be(IP, 10, 2, np.uint16)
+    if need("ip.src"):
+        data["ip.src"] = _be(IP, 12, 4, np.uint32)
+    if need("ip.dst"):
+        data["ip.dst"] = _be(IP, 16, 4, np.uint32)
     ip6 = eth & (etype == 0x86DD) & (b0 >> 4 == 6) & (caplen >= l3 + 40)
     L["ipv6"] = ip6
     L["ipver"] = ip | ip6
@@ -317,19 +345,30 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     L["infiniband.bth"] = ib
     opcode = B[:, 0].copy()
     data["infiniband.bth.opcode"] = opcode
+    # each field below only where asked for (``need``): a column not computed is left as zeros
     b1 = B[:, 1]
-    data["infiniband.bth.se"] = b1 >> 7
-    data["infiniband.bth.m"] = (b1 >> 6) & 1
-    pad = ((b1 >> 4) & 3).astype(np.int64)
-    data["infiniband.bth.padcnt"] = pad.astype(np.uint8)
-    data["infiniband.bth.tver"] = b1 & 0x0F
-    data["infiniband.bth.p_key"] = _be(B, 2, 2).astype(np.uint16)
-    b4 = B[:, 4]
-    data["rdmalab.bth.fecn"] = b4 >> 7
-    data["rdmalab.bth.becn"] = (b4 >> 6) & 1
-    data["infiniband.bth.destqp"] = _be(B, 5, 3).astype(np.uint32)
-    data["infiniband.bth.a"] = B[:, 8] >> 7
-    data["infiniband.bth.psn"] = _be(B, 9, 3).astype(np.uint32)
+    if need("infiniband.bth.se"):
+        data["infiniband.bth.se"] = b1 >> 7
+    if need("infiniband.bth.m"):
+        data["infiniband.bth.m"] = (b1 >> 6) & 1
+    need_payload = need("rdmalab.payload.len")
+    if need_payload or need("infiniband.bth.padcnt"):
+        pad = ((b1 >> 4) & 3).astype(np.int64)
+        data["infiniband.bth.padcnt"] = pad.astype(np.uint8)
+    if need("infiniband.bth.tver"):
+        data["infiniband.bth.tver"] = b1 & 0x0F
+    if need("infiniband.bth.p_key"):
+        data["infiniband.bth.p_key"] = _be(B, 2, 2, np.uint16)
+    if need("rdmalab.bth.fecn", "rdmalab.bth.becn"):
+        b4 = B[:, 4]
+        data["rdmalab.bth.fecn"] = b4 >> 7
+        data["rdmalab.bth.becn"] = (b4 >> 6) & 1
+    if need("infiniband.bth.destqp"):
+        data["infiniband.bth.destqp"] = _be(B, 5, 3, np.uint32)
+    if need("infiniband.bth.a"):
+        data["infiniband.bth.a"] = B[:, 8] >> 7
+    if need("infiniband.bth.psn"):
+        data["infiniband.bth.psn"] = _be(B, 9, 3, np.uint32)
     # the IB packet's end (ICRC included): from the UDP length or the GRH payload length
     ib_end = np.where(rocev1, l3 + 40 + data["ipv6.plen"].astype(np.int64), l4 + udplen)
     ib_end = np.minimum(ib_end, caplen)
@@ -351,20 +390,11 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
             X[key] = _realign(B, 12 + np.where(o >= 0, o, 48), size)
         else:
             X[key] = np.zeros((n, size), dtype=np.uint8)
-    data["infiniband.rdeth.eecnxt"] = _be(X["rdeth"], 1, 3).astype(np.uint32)
-    data["infiniband.deth.q_key"] = _be(X["deth"], 0, 4)
-    data["infiniband.deth.srcqp"] = _be(X["deth"], 5, 3).astype(np.uint32)
+    for name, key, at, size, dtype in _EXT_FIELDS:
+        if need(name):
+            data[name] = X[key][:, at].copy() if size == 1 else _be(X[key], at, size, dtype)
     R = X["reth"]
     A = X["atomiceth"]
-    data["infiniband.reth.dmalen"] = _be(R, 12, 4).astype(np.uint32)
-    data["infiniband.atomiceth.swapdt"] = _be(A, 12, 8)
-    data["infiniband.atomiceth.cmpdt"] = _be(A, 20, 8)
-    data["infiniband.aeth.syndrome"] = X["aeth"][:, 0].copy()
-    data["infiniband.aeth.msn"] = _be(X["aeth"], 1, 3).astype(np.uint32)
-    data["infiniband.atomicacketh.origremdt"] = _be(X["atomicacketh"], 0, 8)
-    data["infiniband.immdt"] = _be(X["immdt"], 0, 4).astype(np.uint32)
-    data["infiniband.ieth"] = _be(X["ieth"], 0, 4).astype(np.uint32)
-    data["rdmalab.xrceth.xrcsrq"] = _be(X["xrceth"], 1, 3).astype(np.uint32)
     for key, layer in (("rdeth", "infiniband.rdeth"), ("deth", "infiniband.deth"), ("reth", "infiniband.reth"),
                        ("atomiceth", "infiniband.atomiceth"), ("aeth", "infiniband.aeth"),
                        ("atomicacketh", "infiniband.atomicacketh"), ("immdt", "infiniband.immdt"),
@@ -372,13 +402,16 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
         L[layer] = L.pop(f"_{key}")
     # RETH and AtomicETH share Wireshark's names for the address and key
     is_at = L["infiniband.atomiceth"]
-    data["infiniband.reth.va"] = np.where(is_at, _be(A, 0, 8), _be(R, 0, 8))
-    data["infiniband.reth.r_key"] = np.where(is_at, _be(A, 8, 4), _be(R, 8, 4)).astype(np.uint32)
+    if need("infiniband.reth.va"):
+        data["infiniband.reth.va"] = np.where(is_at, _be(A, 0, 8), _be(R, 0, 8))
+    if need("infiniband.reth.r_key"):
+        data["infiniband.reth.r_key"] = np.where(is_at, _be(A, 8, 4), _be(R, 8, 4)).astype(np.uint32)
     L["infiniband.va"] = L["infiniband.reth"] | is_at
     L["rdmalab.cnp"] = ib & (opcode == CNP_OPCODE)
     data["rdmalab.cnp"] = L["rdmalab.cnp"].astype(np.uint8)
-    plen = ib_end - ext0 - extlen - pad - 4
-    data["rdmalab.payload.len"] = np.maximum(plen, 0).astype(np.uint32)
+    if need_payload:
+        plen = ib_end - ext0 - extlen - pad - 4
+        data["rdmalab.payload.len"] = np.maximum(plen, 0).astype(np.uint32)
     crc_ok = fits & (ib_end >= ext0 + extlen + 4)
     L["infiniband.crc"] = crc_ok
     status = np.zeros(n, dtype=np.int8)

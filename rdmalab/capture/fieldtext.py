@@ -28,13 +28,14 @@ _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _POW10 = [10 ** i for i in range(20)]
 
 
-_QUADS = np.frombuffer("".join(f"{i:04d}" for i in range(10000)).encode(), dtype=np.uint8).reshape(10000, 4)
+# the four digits of 0..9999 (row i: f"{i:04d}"), computed with numpy rather than 10,000 strings
+_I4 = np.arange(10000)[:, None]
+_QUADS = (_I4 // np.array([1000, 100, 10, 1]) % 10 + ord("0")).astype(np.uint8)
 # the same four characters as one uint32 each (one gather per four digits), and with the leading
 # zeros blanked (0 bytes, dropped when the lines are joined): for the leading group of a number,
 # and for the last group when it is the whole number (0 still shows as "0")
 _QUADS32 = np.ascontiguousarray(_QUADS).view(np.uint32).ravel()
-_LEAD = np.frombuffer("".join(f"{i:>4d}" if i else "    " for i in range(10000)).encode(), dtype=np.uint8)
-_LEAD32 = np.where(_LEAD == ord(" "), 0, _LEAD).astype(np.uint8).view(np.uint32)
+_LEAD32 = np.where(_I4 >= np.array([1000, 100, 10, 1]), _QUADS, 0).astype(np.uint8).view(np.uint32).ravel()
 _ALONE32 = _LEAD32.copy()
 _ALONE32[0] = np.frombuffer(b"\x00\x00\x000", dtype=np.uint32)[0]
 # one byte -> its two hex digits, as one uint16
@@ -111,36 +112,73 @@ def _strings(values: list[str]) -> np.ndarray:
 
 def field_matrix(cols: Columns, name: str) -> np.ndarray:
     """The text of one field for every row, as an ASCII matrix (0: no character)."""
+    rows, m = _field_rows(cols, name)
+    if rows is None:
+        return m
+    out = np.zeros((cols.n, m.shape[1]), dtype=np.uint8)
+    out[rows] = m
+    return out
+
+
+def _field_rows(cols: Columns, name: str) -> tuple[np.ndarray | None, np.ndarray]:
+    """The text of one field as ``(rows, matrix)``: the matrix of the rows where the field is present
+    (``rows``, an index array), or ``(None, matrix of every row)``.  A numeric column is formatted for
+    its present rows alone: a field of one protocol costs what that protocol's rows cost."""
     present = cols.present(name)
     if name == "frame.time_epoch":
-        ns = cols.data["frame.time_ns"]
-        m = np.hstack([_dec(ns // 1_000_000_000), np.full((len(ns), 1), ord("."), dtype=np.uint8),
-                       _dec(ns % 1_000_000_000, 9, pad_zeros=True)])
+        m = _epoch_text(cols.data["frame.time_ns"])
     elif name in DERIVED:
         m = _strings([str(v) for v in cols[name].tolist()])
     else:
         col = COLUMN_BY_NAME[name]
-        v = cols.data[name]
         f = col.fmt
-        if f in ("dec", "bool"):
-            m = _dec(v)
-        elif f.startswith("hex"):
-            m = _hex(v, int(f[3:]))
-        elif f.startswith("bytes"):
-            m = _hex(v, 2 * int(f[5:]), prefix=False)
-        elif f == "ipv4":
-            octets = v.astype(">u4").view(np.uint8).reshape(len(v), 4)
-            m = _OCTET_DOT32[octets].view(np.uint8).reshape(len(v), 16)
-            m[:, 15] = 0  # no dot after the last octet
-        elif f == "mac":
-            v64 = v.astype(np.uint64)
-            m = _join([_hex((v64 >> np.uint64(s)) & np.uint64(255), 2, prefix=False) for s in (40, 32, 24, 16, 8, 0)],
-                      b":")
-        else:  # IPv6 and anything rare: per-value strings
-            m = _strings(format_column(cols, name))
+        if f in ("dec", "bool") or f.startswith(("hex", "bytes")) or f in ("ipv4", "mac"):
+            rows = None if present.all() else np.flatnonzero(present)
+            v = cols.data[name] if rows is None else cols.data[name][rows]
+            return rows, _numeric_text(v, f)
+        m = _strings(format_column(cols, name))  # IPv6 and anything rare: per-value strings
     if not present.all():
         m = np.where(present[:, None], m, 0).astype(np.uint8)
-    return m
+    return None, m
+
+
+def _epoch_text(ns: np.ndarray) -> np.ndarray:
+    """``seconds.nanoseconds`` of nanosecond times.  A block of packets spans a few seconds: the
+    seconds and the dot are then rows of a small table of those seconds' text, not digits computed
+    row by row."""
+    n = len(ns)
+    secs = ns // 1_000_000_000
+    lo, hi = (int(secs.min()), int(secs.max())) if n else (0, 0)
+    if 0 <= lo and hi - lo < 4096:
+        width = len(str(hi))
+        table = np.frombuffer(b"".join(str(sec).encode().rjust(width, b"\0") + b"." for sec in range(lo, hi + 1)),
+                              dtype=np.uint8).reshape(hi - lo + 1, width + 1)
+        head = table[secs - lo]
+    else:
+        head = np.hstack([_dec(secs), np.full((n, 1), ord("."), dtype=np.uint8)])
+    out = np.empty((n, head.shape[1] + 9), dtype=np.uint8)
+    out[:, :head.shape[1]] = head
+    out[:, head.shape[1]:] = _dec(ns - secs * 1_000_000_000, 9, pad_zeros=True)
+    return out
+
+
+def _numeric_text(v: np.ndarray, f: str) -> np.ndarray:
+    """The ASCII matrix of integer values ``v`` in the column format ``f`` (dec, bool, hexN, bytesN,
+    ipv4, mac)."""
+    if f in ("dec", "bool"):
+        return _dec(v)
+    if f.startswith("hex"):
+        return _hex(v, int(f[3:]))
+    if f.startswith("bytes"):
+        return _hex(v, 2 * int(f[5:]), prefix=False)
+    if f == "ipv4":
+        octets = v.astype(">u4").view(np.uint8).reshape(len(v), 4)
+        m = _OCTET_DOT32[octets].view(np.uint8).reshape(len(v), 16)
+        m[:, 15] = 0  # no dot after the last octet
+        return m
+    v64 = v.astype(np.uint64)  # mac
+    return _join([_hex((v64 >> np.uint64(s)) & np.uint64(255), 2, prefix=False) for s in (40, 32, 24, 16, 8, 0)],
+                 b":")
 
 
 def render_fields(cols: Columns, names: Sequence[str], *, separator: bytes = b"\t", quote: bytes = b"",
@@ -156,22 +194,29 @@ def render_fields(cols: Columns, names: Sequence[str], *, separator: bytes = b"\
     parts = []
     q = np.frombuffer(quote, dtype=np.uint8)
     for name in names:
-        m = field_matrix(cols, name)
+        at_rows, m = _field_rows(cols, name)
         if len(q):  # tshark quotes values, not absent fields
-            qq = np.where(cols.present(name)[:, None], q[None, :], 0).astype(np.uint8)
+            if at_rows is None:
+                qq = np.where(cols.present(name)[:, None], q[None, :], 0).astype(np.uint8)
+            else:
+                qq = np.broadcast_to(q, (len(at_rows), len(q)))
             m = np.hstack([qq, m, qq])
-        parts.append(m)
-    # the fields and separators side by side in one matrix (each written once, in place), a
-    # newline at the end of each row, then every 0 byte dropped
+        parts.append((at_rows, m))
+    # the fields and separators side by side in one matrix (each written once, in place; a field
+    # present in some rows only is written in those rows, the others left 0), a newline at the
+    # end of each row, then every 0 byte dropped
     s = np.frombuffer(separator, dtype=np.uint8)
-    width = sum(p.shape[1] for p in parts) + len(s) * (len(parts) - 1) + 1
-    out = np.empty((n, width), dtype=np.uint8)
+    width = sum(p.shape[1] for _r, p in parts) + len(s) * (len(parts) - 1) + 1
+    out = np.zeros((n, width), dtype=np.uint8)
     at = 0
-    for i, p in enumerate(parts):
+    for i, (at_rows, p) in enumerate(parts):
         if i and len(s):
             out[:, at:at + len(s)] = s
             at += len(s)
-        out[:, at:at + p.shape[1]] = p
+        if at_rows is None:
+            out[:, at:at + p.shape[1]] = p
+        elif len(at_rows):
+            out[at_rows, at:at + p.shape[1]] = p
         at += p.shape[1]
     out[:, at] = 10
     # bytes.translate deletes the 0 bytes in one C pass, several times faster than a boolean mask

@@ -33,7 +33,6 @@ import difflib
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
 
@@ -51,6 +50,7 @@ from rdmalab.capture.columnar import COLUMN_NAMES
 from rdmalab.capture.fields import EXTRA_FIELDS
 from rdmalab.wire.errors import RdmalabError
 from rdmalab.wire.header import Header
+from rdmalab.wire.lazy_dataclass import frozen_dataclass
 
 
 class FilterError(RdmalabError, ValueError):
@@ -122,7 +122,7 @@ def known_fields() -> frozenset[str]:
 # ============================================================================ values
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class Net:
     """An address, or a network in CIDR notation (``prefix`` bits), as integers."""
 
@@ -136,7 +136,7 @@ class Net:
         return (addr >> shift) == (self.value >> shift)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class Range:
     lo: Any
     hi: Any
@@ -237,41 +237,41 @@ def _cmp(op: str, a: Any, b: Any) -> bool:
 # ============================================================================ syntax tree
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class Exists:
     field: str
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class Compare:
     field: str
     op: str  # == != < <= > >=
     value: Any
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class In:
     field: str
     values: tuple[Any, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class Contains:
     field: str
     value: Any
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class Not:
     arg: Any
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class And:
     args: tuple[Any, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class Or:
     args: tuple[Any, ...]
 

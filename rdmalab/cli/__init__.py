@@ -250,12 +250,15 @@ def command_module(name: str) -> ModuleType:
     return sys.modules[f"rdmalab.cli.{name}"]
 
 
-def command_modules() -> list[ModuleType]:
-    """The subcommand modules, in the order of ``rdmalab --help``."""
-    return [command_module(name) for name in COMMAND_NAMES]
+def command_modules(only: str | None = None) -> list[ModuleType]:
+    """The subcommand modules, in the order of ``rdmalab --help`` (or the one named ``only``)."""
+    return [command_module(name) for name in COMMAND_NAMES if only is None or name == only]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``rdmalab``; ``only`` (a command's name) adds that command's subparser alone, so
+    that running one command does not import the modules of the others (this is the CLI's dispatch:
+    :func:`main` passes the command named on the command line; ``rdmalab --help`` lists them all)."""
     import argparse
 
     p = argparse.ArgumentParser(
@@ -266,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"rdmalab {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    for module in command_modules():
+    for module in command_modules(only):
         module.register(sub)
     return p
 
@@ -286,7 +289,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # without argparse: the live servers parse their own command lines (pingpong, perftest: quickly)
         args = Args(command=argv[0], func=getattr(command_module(argv[0]), PASSTHROUGH[argv[0]]), lab_args=argv[1:])
     else:
-        parser = build_parser()
+        # a known command first: only its module is imported and registered (argparse takes no
+        # abbreviation of a command, so the parse is the same as with every command registered)
+        parser = build_parser(argv[0] if argv and argv[0] in COMMAND_NAMES else None)
         args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 from rdmalab.wire.errors import DecodeError, EncodeError, MalformedError, TruncatedError
 from rdmalab.wire.header import F, Header, Layout, layout
 from rdmalab.wire.ib import IB_MTU_BYTES, timeout_ns
+from rdmalab.wire.lazy_dataclass import frozen_dataclass
 from rdmalab.wire.mad import (
     CM_ATTR_DREP,
     CM_ATTR_DREQ,
@@ -239,7 +240,7 @@ def _v4_mapped(gid: int) -> bool:
     return gid >> 32 == 0xFFFF
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class IPCMHeader(Header):
     """RDMA IP CM private-data header, 36 bytes at the start of a REQ's private data.
 
@@ -324,7 +325,7 @@ class IPCMHeader(Header):
         return []
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class SidrIPCMHeader(IPCMHeader):
     """The IP CM header inside a SIDR_REQ (IBA Annex A11.7): same layout as in a REQ.
 
@@ -399,7 +400,7 @@ PATH_FIELDS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class CMPath(Header):
     """One path of a REQ (primary or alternate), 44 bytes: a view for building and reading."""
 
@@ -434,7 +435,7 @@ class CMPath(Header):
                    local_ack_timeout=local_ack_timeout)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class CMReq(CMBody):
     """ConnectRequest (REQ), 140 bytes of fixed fields + 92 bytes of PrivateData."""
 
@@ -577,7 +578,7 @@ class CMReq(CMBody):
         return []
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class CMMra(CMBody):
     """Message Receipt Acknowledgement (MRA), 10 bytes + 222 bytes of PrivateData."""
 
@@ -613,7 +614,7 @@ class CMMra(CMBody):
         return []
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class CMRej(CMBody):
     """Reject (REJ), 84 bytes (72 of Additional Reject Information) + 148 bytes of PrivateData."""
 
@@ -668,7 +669,7 @@ class CMRej(CMBody):
         return out
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class CMRep(CMBody):
     """Reply to Request for Communication (REP), 36 bytes + 196 bytes of PrivateData."""
 
@@ -722,7 +723,7 @@ class CMRep(CMBody):
         return (self.vendor_id_h << 16) | (self.vendor_id_m << 8) | self.vendor_id_l
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class CMRtu(CMBody):
     """Ready To Use (RTU), 8 bytes + 224 bytes of PrivateData."""
 
@@ -740,7 +741,7 @@ class CMRtu(CMBody):
     )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class CMDreq(CMBody):
     """Request for Communication Release (DREQ), 12 bytes + 220 bytes of PrivateData."""
 
@@ -763,7 +764,7 @@ class CMDreq(CMBody):
     )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class CMDrep(CMBody):
     """Reply to Request for Communication Release (DREP), 8 bytes + 224 bytes of PrivateData."""
 
@@ -781,7 +782,7 @@ class CMDrep(CMBody):
     )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class CMSidrReq(CMBody):
     """Service ID Resolution Request (SIDR_REQ), 16 bytes + 216 bytes of PrivateData."""
 
@@ -803,7 +804,7 @@ class CMSidrReq(CMBody):
     )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class CMSidrRep(CMBody):
     """Service ID Resolution Response (SIDR_REP), 96 bytes + 136 bytes of PrivateData."""
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import enum
 import ipaddress
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar
 
 from rdmalab.wire.errors import MalformedError
 from rdmalab.wire.header import F, Header, Layout, compile_constructor, layout
+from rdmalab.wire.lazy_dataclass import frozen_dataclass
 from rdmalab.wire.net import ETHERTYPE_IPV4, ETHERTYPE_IPV6, TCP, UDP, IPv4, IPv6
 
 # --------------------------------------------------------------------------- routing headers
@@ -64,7 +65,7 @@ def check_mtu(nbytes: int, what: str = "mtu") -> int:
     return nbytes
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class LRH(Header):
     """Local Route Header, 8 bytes, native InfiniBand only."""
 
@@ -101,7 +102,7 @@ class LRH(Header):
         return Header.describe(self, field)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class GRH(Header):
     """Global Route Header, 40 bytes, shaped like IPv6 (RoCEv1 and routed native IB)."""
 
@@ -159,7 +160,7 @@ def udp_sport(flow_label: int, lqpn: int, rqpn: int) -> int:
 # --------------------------------------------------------------------------- BTH
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class BTH(Header):
     """Base Transport Header, 12 bytes, present in every IBA transport packet.
 
@@ -251,7 +252,7 @@ def timeout_ns(code: int) -> int:
 # --------------------------------------------------------------------------- extended headers
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class RDETH(Header):
     """Reliable Datagram Extended Transport Header, 4 bytes."""
 
@@ -270,7 +271,7 @@ class RDETH(Header):
 GSI_QKEY = 0x80010000  # IBA Vol 1 13.5.3.3: Q_Key of QP1 (the General Services Interface)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class DETH(Header):
     """Datagram Extended Transport Header, 8 bytes (UD and RD)."""
 
@@ -288,7 +289,7 @@ class DETH(Header):
     )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class RETH(Header):
     """RDMA Extended Transport Header, 16 bytes (WRITE First/Only, READ Request, FLUSH)."""
 
@@ -311,7 +312,7 @@ class RETH(Header):
 make_reth = compile_constructor(RETH)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class AtomicETH(Header):
     """Atomic Extended Transport Header, 28 bytes (CmpSwap and FetchAdd).
 
@@ -374,7 +375,7 @@ def rnr_timer_ms(code: int) -> float:
     return RNR_TIMER_US[code] / 1000.0
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class AETH(Header):
     """ACK Extended Transport Header, 4 bytes: syndrome and message sequence number."""
 
@@ -483,7 +484,7 @@ class AETH(Header):
 _make_aeth = compile_constructor(AETH)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class AtomicAckETH(Header):
     """Atomic ACK Extended Transport Header, 8 bytes: the remote data before the atomic."""
 
@@ -497,7 +498,7 @@ class AtomicAckETH(Header):
     )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class ImmDt(Header):
     """Immediate Data Extended Transport Header, 4 bytes, opaque to the transport."""
 
@@ -511,7 +512,7 @@ class ImmDt(Header):
     )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class IETH(Header):
     """Invalidate Extended Transport Header, 4 bytes: the R_Key the responder invalidates."""
 
@@ -525,7 +526,7 @@ class IETH(Header):
     )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class XRCETH(Header):
     """XRC Extended Transport Header, 4 bytes: the destination XRC SRQ (IBA Vol 1 A14)."""
 
@@ -541,7 +542,7 @@ class XRCETH(Header):
     )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class FETH(Header):
     """FLUSH Extended Transport Header, 4 bytes (IBA Memory Placement Extensions).
 
@@ -564,7 +565,7 @@ class FETH(Header):
     )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class CNPPad(Header):
     """The 16 reserved bytes after the BTH of a RoCEv2 CNP (opcode 0x81), zero on the wire."""
 
@@ -640,7 +641,7 @@ class Pos(enum.Enum):
     ONLY = "Only"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class OpcodeInfo:
     code: int
     transport: Transport
@@ -802,7 +803,7 @@ ETHERTYPE_ARP = 0x0806
 IPOIB_ETHERTYPES: dict[int, str] = {ETHERTYPE_IPV4: "IPv4", ETHERTYPE_ARP: "ARP", ETHERTYPE_IPV6: "IPv6"}
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class IPoIB(Header):
     """IPoIB encapsulation header, 4 bytes (RFC 4391 section 6): an EtherType, then 16 reserved
     bits that are zero.  It starts the payload of the IB SEND that carries an IP datagram or an ARP
