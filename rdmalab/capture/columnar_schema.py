@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from rdmalab.wire.lazy_dataclass import frozen_dataclass
 from rdmalab.wire.opcodes import opcode_name
 
 WINDOW = 160
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class Col:
     """One column: Wireshark name, numpy dtype, the layer whose rows it applies to, and how
     tshark prints it (``dec``, ``hexN`` with N digits, ``bool``, ``ipv4``, ``ipv6``, ``mac``,

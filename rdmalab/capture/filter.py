@@ -33,6 +33,7 @@ import difflib
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
 
@@ -50,7 +51,6 @@ from rdmalab.capture.columnar import COLUMN_NAMES
 from rdmalab.capture.fields import EXTRA_FIELDS
 from rdmalab.wire.errors import RdmalabError
 from rdmalab.wire.header import Header
-from rdmalab.wire.lazy_dataclass import frozen_dataclass
 
 
 class FilterError(RdmalabError, ValueError):
@@ -122,7 +122,7 @@ def known_fields() -> frozenset[str]:
 # ============================================================================ values
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class Net:
     """An address, or a network in CIDR notation (``prefix`` bits), as integers."""
 
@@ -136,7 +136,7 @@ class Net:
         return (addr >> shift) == (self.value >> shift)
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class Range:
     lo: Any
     hi: Any
@@ -237,41 +237,41 @@ def _cmp(op: str, a: Any, b: Any) -> bool:
 # ============================================================================ syntax tree
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class Exists:
     field: str
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class Compare:
     field: str
     op: str  # == != < <= > >=
     value: Any
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class In:
     field: str
     values: tuple[Any, ...]
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class Contains:
     field: str
     value: Any
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class Not:
     arg: Any
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class And:
     args: tuple[Any, ...]
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class Or:
     args: tuple[Any, ...]
 

@@ -24,12 +24,12 @@ packet are offsets in the captured record, as in Wireshark.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar, Self
 
 from rdmalab.wire.errors import DecodeError, MalformedError, TruncatedError
 from rdmalab.wire.frame import decode_after_ethertype, decode_ethernet, decode_ib, decode_ip
 from rdmalab.wire.header import F, Header, Layout, layout
-from rdmalab.wire.lazy_dataclass import frozen_dataclass
 from rdmalab.wire.packet import Layer, Packet
 
 LINKTYPE_ETHERNET = 1
@@ -70,7 +70,7 @@ ERF_TYPE_INFINIBAND_LINK = 25
 _ERF_ETHERNET_TYPES = frozenset({ERF_TYPE_ETH, ERF_TYPE_COLOR_ETH, ERF_TYPE_DSM_COLOR_ETH, ERF_TYPE_COLOR_HASH_ETH})
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class SLL(Header):
     """Linux cooked capture v1 header, 16 bytes (tcpdump.org LINKTYPE_LINUX_SLL)."""
 
@@ -92,7 +92,7 @@ class SLL(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class SLL2(Header):
     """Linux cooked capture v2 header, 20 bytes (tcpdump.org LINKTYPE_LINUX_SLL2)."""
 
@@ -154,7 +154,7 @@ def erf_ib_record(ns: int, packet: bytes) -> bytes:
     return (head + packet).ljust(rlen, b"\0")
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class ERF(Header):
     """ERF record header, 16 bytes (Endace Extensible Record Format).
 
@@ -185,7 +185,7 @@ class ERF(Header):
 
     @classmethod
     def decode(cls, data: bytes | bytearray | memoryview, offset: int = 0) -> Self:
-        h = super(ERF, cls).decode(data, offset)  # noqa: UP008 - the class is remade with slots: no __class__ cell
+        h = super(ERF, cls).decode(data, offset)
         return h.replace(ts=int.from_bytes(h.ts.to_bytes(8, "big"), "little"))
 
     def encode(self) -> bytes:
@@ -215,7 +215,7 @@ def erf_frame(data: bytes | bytearray | memoryview) -> tuple[int, int, int] | No
     return erf.time_ns, erf.wlen, min(erf.wlen, len(data) - size)
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class ERFExt(Header):
     """One 8-byte ERF extension header."""
 

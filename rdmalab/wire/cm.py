@@ -29,7 +29,6 @@ from typing import Any, ClassVar
 from rdmalab.wire.errors import DecodeError, EncodeError, MalformedError, TruncatedError
 from rdmalab.wire.header import F, Header, Layout, layout
 from rdmalab.wire.ib import IB_MTU_BYTES, timeout_ns
-from rdmalab.wire.lazy_dataclass import frozen_dataclass
 from rdmalab.wire.mad import (
     CM_ATTR_DREP,
     CM_ATTR_DREQ,
@@ -240,7 +239,7 @@ def _v4_mapped(gid: int) -> bool:
     return gid >> 32 == 0xFFFF
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class IPCMHeader(Header):
     """RDMA IP CM private-data header, 36 bytes at the start of a REQ's private data.
 
@@ -325,7 +324,7 @@ class IPCMHeader(Header):
         return []
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class SidrIPCMHeader(IPCMHeader):
     """The IP CM header inside a SIDR_REQ (IBA Annex A11.7): same layout as in a REQ.
 
@@ -400,7 +399,7 @@ PATH_FIELDS = (
 )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class CMPath(Header):
     """One path of a REQ (primary or alternate), 44 bytes: a view for building and reading."""
 
@@ -435,7 +434,7 @@ class CMPath(Header):
                    local_ack_timeout=local_ack_timeout)
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class CMReq(CMBody):
     """ConnectRequest (REQ), 140 bytes of fixed fields + 92 bytes of PrivateData."""
 
@@ -578,7 +577,7 @@ class CMReq(CMBody):
         return []
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class CMMra(CMBody):
     """Message Receipt Acknowledgement (MRA), 10 bytes + 222 bytes of PrivateData."""
 
@@ -614,7 +613,7 @@ class CMMra(CMBody):
         return []
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class CMRej(CMBody):
     """Reject (REJ), 84 bytes (72 of Additional Reject Information) + 148 bytes of PrivateData."""
 
@@ -669,7 +668,7 @@ class CMRej(CMBody):
         return out
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class CMRep(CMBody):
     """Reply to Request for Communication (REP), 36 bytes + 196 bytes of PrivateData."""
 
@@ -723,7 +722,7 @@ class CMRep(CMBody):
         return (self.vendor_id_h << 16) | (self.vendor_id_m << 8) | self.vendor_id_l
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class CMRtu(CMBody):
     """Ready To Use (RTU), 8 bytes + 224 bytes of PrivateData."""
 
@@ -741,7 +740,7 @@ class CMRtu(CMBody):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class CMDreq(CMBody):
     """Request for Communication Release (DREQ), 12 bytes + 220 bytes of PrivateData."""
 
@@ -764,7 +763,7 @@ class CMDreq(CMBody):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class CMDrep(CMBody):
     """Reply to Request for Communication Release (DREP), 8 bytes + 224 bytes of PrivateData."""
 
@@ -782,7 +781,7 @@ class CMDrep(CMBody):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class CMSidrReq(CMBody):
     """Service ID Resolution Request (SIDR_REQ), 16 bytes + 216 bytes of PrivateData."""
 
@@ -804,7 +803,7 @@ class CMSidrReq(CMBody):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class CMSidrRep(CMBody):
     """Service ID Resolution Response (SIDR_REP), 96 bytes + 136 bytes of PrivateData."""
 

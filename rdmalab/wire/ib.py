@@ -11,12 +11,11 @@ from __future__ import annotations
 import enum
 import ipaddress
 from collections.abc import Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from rdmalab.wire.errors import MalformedError
 from rdmalab.wire.header import F, Header, Layout, compile_constructor, layout
-from rdmalab.wire.lazy_dataclass import frozen_dataclass
 from rdmalab.wire.net import ETHERTYPE_IPV4, ETHERTYPE_IPV6, TCP, UDP, IPv4, IPv6
 
 # --------------------------------------------------------------------------- routing headers
@@ -65,7 +64,7 @@ def check_mtu(nbytes: int, what: str = "mtu") -> int:
     return nbytes
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class LRH(Header):
     """Local Route Header, 8 bytes, native InfiniBand only."""
 
@@ -102,7 +101,7 @@ class LRH(Header):
         return Header.describe(self, field)
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class GRH(Header):
     """Global Route Header, 40 bytes, shaped like IPv6 (RoCEv1 and routed native IB)."""
 
@@ -160,7 +159,7 @@ def udp_sport(flow_label: int, lqpn: int, rqpn: int) -> int:
 # --------------------------------------------------------------------------- BTH
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class BTH(Header):
     """Base Transport Header, 12 bytes, present in every IBA transport packet.
 
@@ -252,7 +251,7 @@ def timeout_ns(code: int) -> int:
 # --------------------------------------------------------------------------- extended headers
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class RDETH(Header):
     """Reliable Datagram Extended Transport Header, 4 bytes."""
 
@@ -271,7 +270,7 @@ class RDETH(Header):
 GSI_QKEY = 0x80010000  # IBA Vol 1 13.5.3.3: Q_Key of QP1 (the General Services Interface)
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class DETH(Header):
     """Datagram Extended Transport Header, 8 bytes (UD and RD)."""
 
@@ -289,7 +288,7 @@ class DETH(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class RETH(Header):
     """RDMA Extended Transport Header, 16 bytes (WRITE First/Only, READ Request, FLUSH)."""
 
@@ -312,7 +311,7 @@ class RETH(Header):
 make_reth = compile_constructor(RETH)
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class AtomicETH(Header):
     """Atomic Extended Transport Header, 28 bytes (CmpSwap and FetchAdd).
 
@@ -375,7 +374,7 @@ def rnr_timer_ms(code: int) -> float:
     return RNR_TIMER_US[code] / 1000.0
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class AETH(Header):
     """ACK Extended Transport Header, 4 bytes: syndrome and message sequence number."""
 
@@ -484,7 +483,7 @@ class AETH(Header):
 _make_aeth = compile_constructor(AETH)
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class AtomicAckETH(Header):
     """Atomic ACK Extended Transport Header, 8 bytes: the remote data before the atomic."""
 
@@ -498,7 +497,7 @@ class AtomicAckETH(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class ImmDt(Header):
     """Immediate Data Extended Transport Header, 4 bytes, opaque to the transport."""
 
@@ -512,7 +511,7 @@ class ImmDt(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class IETH(Header):
     """Invalidate Extended Transport Header, 4 bytes: the R_Key the responder invalidates."""
 
@@ -526,7 +525,7 @@ class IETH(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class XRCETH(Header):
     """XRC Extended Transport Header, 4 bytes: the destination XRC SRQ (IBA Vol 1 A14)."""
 
@@ -542,7 +541,7 @@ class XRCETH(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class FETH(Header):
     """FLUSH Extended Transport Header, 4 bytes (IBA Memory Placement Extensions).
 
@@ -565,7 +564,7 @@ class FETH(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class CNPPad(Header):
     """The 16 reserved bytes after the BTH of a RoCEv2 CNP (opcode 0x81), zero on the wire."""
 
@@ -641,7 +640,7 @@ class Pos(enum.Enum):
     ONLY = "Only"
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class OpcodeInfo:
     code: int
     transport: Transport
@@ -803,7 +802,7 @@ ETHERTYPE_ARP = 0x0806
 IPOIB_ETHERTYPES: dict[int, str] = {ETHERTYPE_IPV4: "IPv4", ETHERTYPE_ARP: "ARP", ETHERTYPE_IPV6: "IPv6"}
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class IPoIB(Header):
     """IPoIB encapsulation header, 4 bytes (RFC 4391 section 6): an EtherType, then 16 reserved
     bits that are zero.  It starts the payload of the IB SEND that carries an IP datagram or an ARP

@@ -14,12 +14,12 @@ calls for a payload addressed to QP0/QP1.  Wireshark display-filter names are th
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rdmalab.wire.errors import DecodeError, MalformedError, TruncatedError
 from rdmalab.wire.header import F, Header, Layout, layout
 from rdmalab.wire.ib import Transport
-from rdmalab.wire.lazy_dataclass import frozen_dataclass
 
 MAD_SIZE = 256  # IBA Vol 1 13.4.2: every MAD is 256 bytes
 MAD_HEADER_SIZE = 24
@@ -225,7 +225,7 @@ def status_text(status: int) -> str:
 # --------------------------------------------------------------------------- headers
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class MADHeader(Header):
     """MAD common header, 24 bytes, first in every MAD.
 
@@ -313,7 +313,7 @@ RMPP_STATUS_NAMES = {
 }
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class RMPPHeader(Header):
     """Reliable Multi-Packet Transaction Protocol header, 12 bytes after the MAD header.
 

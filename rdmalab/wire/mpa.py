@@ -26,12 +26,12 @@ cross-checked against Wireshark 4.0 and Linux siw (see ``tests/wire/test_iwarp.p
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rdmalab.wire import crc as _crc
 from rdmalab.wire.errors import EncodeError, MalformedError, TruncatedError
 from rdmalab.wire.header import F, Header, Layout, layout
-from rdmalab.wire.lazy_dataclass import frozen_dataclass
 
 MPA_KEY_REQ = b"MPA ID Req Frame"
 MPA_KEY_REP = b"MPA ID Rep Frame"
@@ -89,7 +89,7 @@ def mulpdu(emss: int, markers: bool = False) -> int:
 # ============================================================================ headers
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class MPAReqRep(Header):
     """MPA Request or Reply frame header, 20 bytes, followed by ``pd_length`` octets.
 
@@ -165,7 +165,7 @@ class MPAReqRep(Header):
         return out
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class MPAv2IRDORD(Header):
     """RFC 6581 IRD/ORD words: the first 4 octets of private data when Rev = 2 (enhanced).
 
@@ -199,7 +199,7 @@ class MPAv2IRDORD(Header):
         return Header.describe(self, field)
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class MPA(Header):
     """FPDU header: the ULPDU length (RFC 5044 4.1).  Pad and CRC32c follow the ULPDU."""
 
@@ -220,7 +220,7 @@ class MPA(Header):
         return Header.describe(self, field)
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class MPAMarker(Header):
     """A marker: 4 octets at every 512th octet of TCP sequence space (RFC 5044 4.3)."""
 

@@ -7,11 +7,11 @@ parts are declared; IPv4 and TCP options are carried as opaque bytes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rdmalab.wire.errors import MalformedError
 from rdmalab.wire.header import F, Header, Layout, layout
-from rdmalab.wire.lazy_dataclass import frozen_dataclass
 
 ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_IPV6 = 0x86DD
@@ -23,7 +23,7 @@ IPPROTO_UDP = 17
 ROCEV2_PORT = 4791  # IANA "roce", IBA Annex A17.2
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class Ethernet(Header):
     dst: int = 0
     src: int = 0
@@ -39,7 +39,7 @@ class Ethernet(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class VLAN(Header):
     pcp: int = 0
     dei: int = 0
@@ -57,7 +57,7 @@ class VLAN(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class IPv4(Header):
     version: int = 4
     ihl: int = 5
@@ -111,7 +111,7 @@ class IPv4(Header):
         return self.replace(checksum=internet_checksum(self.replace(checksum=0).encode()))
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class IPv6(Header):
     version: int = 6
     tclass: int = 0
@@ -137,7 +137,7 @@ class IPv6(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class UDP(Header):
     sport: int = 0
     dport: int = ROCEV2_PORT
@@ -155,7 +155,7 @@ class UDP(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class TCP(Header):
     sport: int = 0
     dport: int = 0

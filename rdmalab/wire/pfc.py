@@ -18,11 +18,11 @@ checks our frames against it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rdmalab.wire.errors import MalformedError, TruncatedError
 from rdmalab.wire.header import F, Header, Layout, layout
-from rdmalab.wire.lazy_dataclass import frozen_dataclass
 from rdmalab.wire.net import Ethernet
 
 ETHERTYPE_MAC_CONTROL = 0x8808
@@ -34,7 +34,7 @@ MIN_FRAME = 60  # bytes without the FCS (IEEE 802.3 4.4.2: 64 with it)
 MAX_QUANTA = 0xFFFF
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class PFC(Header):
     """The MAC Control PFC body: opcode, class-enable vector, eight pause times (quanta)."""
 

@@ -12,11 +12,11 @@ AllPortSelect); a Set clears the counters whose bits CounterSelect sets (:data:`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rdmalab.wire.errors import EncodeError, TruncatedError
 from rdmalab.wire.header import F, Header, Layout, layout
-from rdmalab.wire.lazy_dataclass import frozen_dataclass
 from rdmalab.wire.mad import (
     MAD_HEADER_SIZE,
     MAD_SIZE,
@@ -53,7 +53,7 @@ CAP_EXTENDED_WIDTH_NOIETF = 1 << 9
 CAP_PORT_XMIT_WAIT = 1 << 12
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class ClassPortInfo(Header):
     """ClassPortInfo, IBA Vol 1 13.4.8.1 (72 bytes): what a class's agent supports and where its
     traps and redirects go."""
@@ -111,7 +111,7 @@ class ClassPortInfo(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class PortCounters(Header):
     """PortCounters, IBA Vol 1 16.1.3.5 (44 bytes): a port's error and traffic counters (data in
     dwords), each stopping at its maximum rather than wrapping."""
@@ -177,7 +177,7 @@ COUNTER_SELECT_BITS = (
 )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class PortCountersExtended(Header):
     """PortCountersExtended, IBA Vol 1 16.1.4.11 (72 bytes): the 64-bit traffic counters.
     CounterSelect bit 0 clears PortXmitData, bit 1 PortRcvData, 2 PortXmitPkts, 3 PortRcvPkts ..."""

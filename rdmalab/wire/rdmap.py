@@ -17,11 +17,11 @@ one byte into the DDP header and reads the same octets with RDMAP's names, as Wi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rdmalab.wire.errors import MalformedError
 from rdmalab.wire.header import F, Header, Layout, layout
-from rdmalab.wire.lazy_dataclass import frozen_dataclass
 
 DDP_VERSION = 1
 RDMAP_VERSION = 1
@@ -29,7 +29,7 @@ RDMAP_VERSION = 1
 # ============================================================================ DDP
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class DDPTagged(Header):
     """DDP tagged buffer model header, 14 bytes (T = 1)."""
 
@@ -55,7 +55,7 @@ class DDPTagged(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class DDPUntagged(Header):
     """DDP untagged buffer model header, 18 bytes (T = 0)."""
 
@@ -110,7 +110,7 @@ def _opname(opcode: int) -> str:
     return info.name if info is not None else f"Reserved (0x{opcode:x})"
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class RDMAPControl(Header):
     """RDMAP control byte (RsvdULP[0:7] of the DDP header): RV, Rsv, OpCode (tagged messages)."""
 
@@ -133,7 +133,7 @@ class RDMAPControl(Header):
         return Header.describe(self, field)
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class RDMAPUntagged(Header):
     """RDMAP control byte plus RsvdULP[8:39] (untagged messages): Invalidate STag or zero."""
 
@@ -173,7 +173,7 @@ class RDMAPUntagged(Header):
         return []
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class ReadRequest(Header):
     """RDMA Read Request header, 28 bytes after the untagged DDP header."""
 
@@ -257,7 +257,7 @@ def term_errcode_names(layer: int, etype: int) -> dict[int, str]:
     return {}
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class Terminate(Header):
     """Terminate Control word, 4 bytes after the untagged DDP header (QN 2).
 
@@ -325,7 +325,7 @@ class Terminate(Header):
         return out
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class TerminateSegLen(Header):
     """DDP Segment Length of the terminated segment (its MPA ULPDU_Length), present with D."""
 
@@ -339,7 +339,7 @@ class TerminateSegLen(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class TerminatedDDPTagged(Header):
     """The tagged DDP header (14 bytes) of the segment that caused the Terminate."""
 
@@ -356,7 +356,7 @@ class TerminatedDDPTagged(Header):
         return DDPTagged.decode(self.encode())
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class TerminatedDDPUntagged(Header):
     """The untagged DDP header (18 bytes) of the segment that caused the Terminate."""
 
@@ -373,7 +373,7 @@ class TerminatedDDPUntagged(Header):
         return DDPUntagged.decode(self.encode())
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class TerminatedRDMAP(Header):
     """The RDMAP header (28 bytes: a Read Request header) of the message that caused the Terminate."""
 
@@ -398,7 +398,7 @@ ATOMIC_CMP_SWAP = 2
 ATOMIC_OPCODE_NAMES = {0: "FetchAdd", 1: "Swap", 2: "CompareSwap"}
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class AtomicRequest(Header):
     """Atomic Operation Request header, 52 bytes after the untagged DDP header (RFC 7306).
 
@@ -451,7 +451,7 @@ class AtomicRequest(Header):
         return []
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class AtomicResponse(Header):
     """Atomic Operation Response header, 12 bytes after the untagged DDP header (RFC 7306)."""
 
@@ -468,7 +468,7 @@ class AtomicResponse(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class ImmediateData(Header):
     """Immediate Data header, 8 bytes after the untagged DDP header (RFC 7306, opcodes 0xC/0xD).
 
@@ -488,7 +488,7 @@ class ImmediateData(Header):
 # ============================================================================ the opcode table
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class RdmapOpInfo:
     """One RDMAP message: how DDP carries it and which headers follow the DDP header."""
 

@@ -14,11 +14,11 @@ the SL, MTU, rate, and how many hops (HopLimit, for a path inside a subnet) it t
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rdmalab.wire.errors import EncodeError, MalformedError, TruncatedError
 from rdmalab.wire.header import F, Header, Layout, layout
-from rdmalab.wire.lazy_dataclass import frozen_dataclass
 from rdmalab.wire.mad import (
     MAD_HEADER_SIZE,
     MAD_SIZE,
@@ -64,7 +64,7 @@ SA_STATUS_REQ_INVALID = 0x0200  # ERR_REQ_INVALID
 STATUS_UNSUPPORTED_ATTR = STATUS_METHOD_ATTR_UNSUPPORTED  # 13.4.7 (the name the SA's code uses)
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class SAHeader(Header):
     """The SA header after the RMPP header, IBA Vol 1 15.2.1.1 (20 bytes)."""
 
@@ -83,7 +83,7 @@ class SAHeader(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class PathRecord(Header):
     """PathRecord, IBA Vol 1 15.2.5.16 (64 bytes).  ``hop_limit`` is the number of links between the
     two ports inside the subnet (the SA's own reading of 15.2.5.16's HopLimit, as OpenSM fills it
@@ -142,7 +142,7 @@ class PathRecord(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class SAMad:
     """A whole SA MAD: the common header, RMPP header, SA header and the records' bytes."""
 
@@ -204,7 +204,7 @@ def sa_response(request: SAMad, method: int, records: Sequence[bytes], status: i
     return SAMad(mad, rmpp, sa, data).encode()
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class NodeRecordKey(Header):
     """The first 4 bytes of a NodeRecord, IBA Vol 1 15.2.5.2 (108 bytes): the LID of the node's port;
     its NodeInfo (40 bytes, :class:`rdmalab.wire.smp.NodeInfo`) and NodeDescription (64 bytes) follow."""

@@ -32,11 +32,11 @@ performance management class (PortCounters ...) is :mod:`rdmalab.wire.pma`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rdmalab.wire.errors import EncodeError, MalformedError, TruncatedError
 from rdmalab.wire.header import F, Header, Layout, layout
-from rdmalab.wire.lazy_dataclass import frozen_dataclass
 from rdmalab.wire.mad import (
     ATTR_NOTICE,
     MAD_HEADER_SIZE,
@@ -112,7 +112,7 @@ DEFAULT_PKEY = 0xFFFF  # the full-member default partition (10.9.1.2)
 
 
 # ----------------------------------------------------------------- the SMP
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class SMP:
     """One SMP, directed route (``directed``) or LID routed, as a whole 256-byte MAD.
 
@@ -245,7 +245,7 @@ def _pad(raw: bytes) -> bytes:
     return raw.ljust(SMP_DATA_SIZE, b"\0")
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class NodeInfo(Header):
     """NodeInfo, IBA Vol 1 14.2.5.3 (40 bytes): what a node is and its GUIDs.  ``local_port_num``
     is the port the SMP entered by (a switch's port GUID is its node GUID)."""
@@ -285,7 +285,7 @@ class NodeInfo(Header):
         return self.node_type == NODE_TYPE_SWITCH
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class SwitchInfo(Header):
     """SwitchInfo, IBA Vol 1 14.2.5.4 (the first 17 bytes; the rest is reserved): the switch's
     forwarding-table capacities and LinearFDBTop, the highest LID its LFT holds."""
@@ -333,7 +333,7 @@ class SwitchInfo(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class PortInfo(Header):
     """PortInfo, IBA Vol 1 14.2.5.6 (64 bytes): a port's LID, its master SM's LID, its state.
 
@@ -461,7 +461,7 @@ class PortInfo(Header):
         return PORT_STATE_NAMES.get(self.port_state, f"state {self.port_state}")
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class SMInfo(Header):
     """SMInfo, IBA Vol 1 14.2.5.13 (21 bytes): who the SM is (port GUID), its priority and state."""
 
@@ -482,7 +482,7 @@ class SMInfo(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class Notice(Header):
     """Notice, IBA Vol 1 13.4.8.2, as an SMP Trap carries it (the first 64 bytes: the IssuerGID
     after them does not fit SMP data).  A generic notice's ``producer_type`` is the node type and
@@ -541,7 +541,7 @@ def lft_block(ports: Sequence[int]) -> bytes:
 
 
 # ----------------------------------------------------------------- decoding SMPs in packets
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class SMPDirectedFields(Header):
     """What a directed-route SMP carries between the MAD header and the data (IBA 14.2.1.2)."""
 
@@ -560,7 +560,7 @@ class SMPDirectedFields(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class SMPLIDFields(Header):
     """What a LID-routed SMP carries between the MAD header and the data (IBA 14.2.1.1)."""
 
@@ -575,7 +575,7 @@ class SMPLIDFields(Header):
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True, slots=True)
 class SMPPaths(Header):
     """A directed-route SMP's InitialPath and ReturnPath (64 bytes each, byte 0 unused)."""
 
