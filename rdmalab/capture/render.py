@@ -208,11 +208,17 @@ def _make_header_lines(h: Header, offset: int, indent: str) -> list[str]:
     return out
 
 
-def packet_tree(pkt: Packet, indent: str = "    ") -> list[str]:
-    """Every layer and field of a packet, with values, descriptions and byte offsets."""
+def packet_tree(pkt: Packet, indent: str = "    ", header_text: list[str] | None = None) -> list[str]:
+    """Every layer and field of a packet, with values, descriptions and byte offsets.
+
+    ``header_text``, when given, stands for the lines of the packet's headers (what
+    :mod:`rdmalab.capture.tree_templates` writes from templates); the rest is made here."""
     out: list[str] = []
-    for layer in pkt.layers:
-        out.extend(_header_lines(layer.header, layer.offset, indent))
+    if header_text is not None:
+        out.extend(header_text)
+    else:
+        for layer in pkt.layers:
+            out.extend(_header_lines(layer.header, layer.offset, indent))
     if pkt.payload_length:
         end = pkt.payload_offset + pkt.payload_length
         preview = pkt.payload[:32].hex(" ")
@@ -238,14 +244,15 @@ def packet_tree(pkt: Packet, indent: str = "    ") -> list[str]:
     return out
 
 
-def frame_tree(cp: CapturedPacket) -> str:
-    """The full tree of one frame (``rdmalab decode -V``)."""
+def frame_tree(cp: CapturedPacket, header_text: list[str] | None = None) -> str:
+    """The full tree of one frame (``rdmalab decode -V``).  ``header_text``: the lines of the frame's
+    headers, made elsewhere (:func:`packet_tree`)."""
     pkt = cp.packet
     lt = LINKTYPE_NAMES.get(cp.linktype, f"link type {cp.linktype}")
     lines = [f"Frame {cp.frame_number}: {cp.wire_length or len(pkt.data)} bytes on wire, {len(pkt.data)} bytes "
              f"captured, {lt}, time {cp.timestamp:.6f}",
              f"    Summary: {info(cp)}"]
-    lines.extend(packet_tree(pkt))
+    lines.extend(packet_tree(pkt, header_text=header_text))
     internal = pkt.internal_error
     if internal:
         lines.append(f"    Problem: rdmalab could not fully decode this frame: {internal}")

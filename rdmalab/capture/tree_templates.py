@@ -1,0 +1,303 @@
+"""``rdmalab decode -V`` in bulk: the trees of the commonest frames from per-header templates.
+
+Most frames of a capture have one of two shapes: Ethernet / IPv4 / UDP / BTH and the extended
+headers its opcode implies (RoCEv2), and Ethernet / IPv4 / TCP.  The lines a header adds to a tree
+(:func:`rdmalab.capture.render.packet_tree`) are fixed text with the field values in slots, so
+for each header class, offset and indentation one ``str.format`` template is made from the lines
+the renderer itself writes (:func:`header_text_fn`), and a frame's header lines cost one call per
+header over the header read as one big-endian integer, with no header object made.  Fields whose
+text a header class spells its own way (the BTH opcode's name, the AETH syndrome) come from the
+class's ``describe``, remembered per value (:data:`SPECIAL`).
+
+A frame takes this way (:func:`fast_frame`) only when the per-packet decoder would record no
+problem in it: the conditions are checked here first, with the headers' own ``check``, and the
+ICRC must be good; its Summary line, payload, pad and ICRC lines are then written by
+:func:`~rdmalab.capture.render.frame_tree` itself, from a packet holding what they read.  Every
+other frame (other link types, VLAN tags, IPv6, IPv4 options or fragments, UD datagrams (MADs),
+anything truncated or malformed, a bad ICRC) goes through the per-packet decoder and
+:func:`~rdmalab.capture.render.frame_tree`, in capture order, with the same iWARP stream
+reassembly (:class:`rdmalab.capture.iwarp.IwarpTracker`) fed every TCP segment in order.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rdmalab.capture.iwarp import IwarpTracker
+from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, decode_frame
+from rdmalab.capture.pcapio import record_blocks
+from rdmalab.capture.reader import CapturedPacket, RawRecord, decode_record
+from rdmalab.capture.render import _make_header_lines, frame_tree
+from rdmalab.wire.crc import icrc_rocev2
+from rdmalab.wire.errors import DecodeError
+from rdmalab.wire.header import Header, _fmt
+from rdmalab.wire.ib import AETH, BTH, Transport
+from rdmalab.wire.net import ETHERTYPE_IPV4, IPPROTO_TCP, IPPROTO_UDP, ROCEV2_PORT, TCP, UDP, Ethernet, IPv4
+from rdmalab.wire.opcodes import OPCODES
+from rdmalab.wire.packet import Layer, Packet
+
+__all__ = ["SPECIAL", "fast_frame", "header_text_fn", "tree_blocks"]
+
+#: Per header class, the fields its ``describe`` spells its own way, each with the fields that text
+#: depends on; every other field is shown as :func:`rdmalab.wire.header._fmt` shows it.  A class
+#: that overrides ``describe`` and is not here gets no template (its frames go the per-packet way).
+#: (tests/capture/test_tree_templates.py holds every other field's text to ``describe``.)
+SPECIAL: dict[type[Header], dict[str, tuple[str, ...]]] = {
+    BTH: {"opcode": ("opcode",)},
+    AETH: {"type": ("type",), "value": ("type", "value")},
+}
+
+
+_REMEMBERED = 4096  # header texts remembered per header class, offset and indentation
+
+
+def _ipv4_text(x: int) -> str:
+    return f"{x >> 24}.{x >> 16 & 255}.{x >> 8 & 255}.{x & 255}"
+
+
+def _mac_text(x: int) -> str:
+    return x.to_bytes(6, "big").hex(":")
+
+
+def templatable(cls: type[Header]) -> bool:
+    """Whether a header class gets a template: its ``describe`` is the generic one or its own
+    spellings are listed in :data:`SPECIAL`."""
+    return cls.describe is Header.describe or cls in SPECIAL
+
+
+def _special_fn(cls: type[Header], name: str, deps: tuple[str, ...]) -> Callable[[int], str]:
+    """The text of field ``name`` given the header's integer: the class's ``describe`` on a header
+    holding only the fields the text depends on, remembered per value of those."""
+    lay = cls.LAYOUT
+    specs = [lay.field(d) for d in deps]
+    memo: dict[tuple[int, ...], str] = {}
+
+    def text(v: int) -> str:
+        key = tuple(v >> f.shift & f.mask for f in specs)
+        hit = memo.get(key)
+        if hit is None:
+            only = sum(val << f.shift for val, f in zip(key, specs, strict=True))
+            hit = memo[key] = cls.decode(only.to_bytes(lay.size, "big")).describe(name)
+        return hit
+
+    return text
+
+
+def header_text_fn(cls: type[Header], offset: int, indent: str) -> Callable[[int], str]:
+    """``text(v)``: the lines (joined by newlines) that :func:`rdmalab.capture.render.packet_tree`
+    writes for a ``cls`` header at ``offset`` with ``indent``, given the header's bytes read as one
+    big-endian integer ``v``.  The literal text is taken from the renderer's own lines for a header
+    of zeros, so both keep one layout."""
+    if not templatable(cls):
+        raise ValueError(f"{cls.__name__}: its describe spells fields its own way and none is listed in SPECIAL")
+    lay = cls.LAYOUT
+    zero = cls.decode(bytes(lay.size))
+    lines = _make_header_lines(zero, offset, indent)
+    pieces = [lines[0].replace("{", "{{").replace("}", "}}")]
+    args: list[str] = []
+    ns: dict[str, Any] = {"_fmt": _fmt, "_ip4": _ipv4_text, "_mac": _mac_text}
+    special = SPECIAL.get(cls, {})
+    for i, (f, line) in enumerate(zip(lay.fields, lines[1:], strict=True)):
+        head = f"{indent}    {f.name}: "
+        shown = zero.describe(f.name)
+        if not line.startswith(head + shown):
+            raise ValueError(f"{cls.__name__}.{f.name}: the renderer's line {line!r} is not laid out as expected")
+        tail = line[len(head) + len(shown):]
+        x = f"v >> {f.shift} & {f.mask}" if f.shift else f"v & {f.mask}"
+        if f.name in special:
+            ns[f"_s{i}"] = _special_fn(cls, f.name, special[f.name])
+            slot, arg = "{}", f"_s{i}(v)"
+        elif f.fmt == "dec":
+            slot, arg = "{}", x
+        elif f.fmt == "hex":
+            slot, arg = f"0x{{:0{(f.bits + 3) // 4}x}}", x
+        elif f.fmt == "ipv4":
+            slot, arg = "{}", f"_ip4({x})"
+        elif f.fmt == "mac":
+            slot, arg = "{}", f"_mac({x})"
+        else:
+            slot, arg = "{}", f"_fmt({f.fmt!r}, {f.bits}, {x})"
+        pieces.append(head.replace("{", "{{").replace("}", "}}") + slot + tail.replace("{", "{{").replace("}", "}}"))
+        args.append(arg)
+    ns["_T"] = "\n".join(pieces)
+    # most headers repeat from frame to frame (the Ethernet and IP addresses, a QP's UDP ports):
+    # a text is remembered by the header's value (bounded: emptied when full)
+    seen: dict[int, str] = {}
+    ns["_seen"], ns["_get"] = seen, seen.get
+    src = (f"def text(v):\n    t = _get(v)\n    if t is None:\n        if len(_seen) >= {_REMEMBERED}:\n"
+           f"            _seen.clear()\n        t = _seen[v] = _T.format({', '.join(args)})\n    return t\n")
+    exec(src, ns)  # noqa: S102 - source built above from the layout, no outside input
+    fn: Callable[[int], str] = ns["text"]
+    return fn
+
+
+_TEXT: dict[tuple[type[Header], int, str], Callable[[int], str]] = {}
+
+
+def _text_fn(cls: type[Header], offset: int) -> Callable[[int], str]:
+    key = (cls, offset, "    ")
+    fn = _TEXT.get(key)
+    if fn is None:
+        fn = _TEXT[key] = header_text_fn(cls, offset, "    ")
+    return fn
+
+
+def _field(cls: type[Header], name: str) -> tuple[int, int]:
+    f = cls.LAYOUT.field(name)
+    return f.shift, f.mask
+
+
+_IP_TOTAL = _field(IPv4, "total_length")
+_IP_FLAGS = _field(IPv4, "flags")
+_IP_FRAG = _field(IPv4, "frag_offset")
+_IP_SRC = _field(IPv4, "src")
+_IP_DST = _field(IPv4, "dst")
+_UDP_DPORT = _field(UDP, "dport")
+_UDP_LEN = _field(UDP, "length")
+_TCP_SPORT = _field(TCP, "sport")
+_TCP_DPORT = _field(TCP, "dport")
+_TCP_SEQ = _field(TCP, "seq")
+_TCP_OFF = _field(TCP, "data_offset")
+_TCP_FLAGS = _field(TCP, "flags")
+# the headers in front of the BTH are not in the light packet the Summary line is made from: their
+# ``info`` must add nothing to it (Header.info), and their declarations fix no value (no ``check``)
+_PLAIN = (all(c.info is Header.info for c in (Ethernet, IPv4, UDP, TCP))
+          and all(not c.LAYOUT.consts and c.validate is Header.validate for c in (Ethernet, UDP)))
+_UD = int(Transport.UD)
+_ETH_TEXT = _text_fn(Ethernet, 0)
+_IP_TEXT = _text_fn(IPv4, 14)
+_UDP_TEXT = _text_fn(UDP, 34)
+_TCP_TEXT = _text_fn(TCP, 34)
+_IP_HEAD = 0x45  # version 4, a header of 5 words (no options)
+
+
+_USABLE: dict[type[Header], bool] = {}
+
+
+def fast_frame(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
+               tracker: Any) -> str | None:
+    """The tree of the Ethernet frame ``buf[o:o + cap]`` (frame number ``frame``, ``wire`` bytes on the
+    wire, time ``ts``), as :func:`~rdmalab.capture.render.frame_tree` of the lenient per-packet
+    decoder writes it, or None when the frame is not one this module writes (nothing is then fed
+    to ``tracker``, the iWARP reassembly, or None)."""
+    if not _PLAIN or cap < 54 or buf[o + 12] << 8 | buf[o + 13] != ETHERTYPE_IPV4 or buf[o + 14] != _IP_HEAD:
+        return None
+    ipv = int.from_bytes(buf[o + 14:o + 34], "big")
+    total = ipv >> _IP_TOTAL[0] & _IP_TOTAL[1]
+    if ipv >> _IP_FRAG[0] & _IP_FRAG[1] or ipv >> _IP_FLAGS[0] & 1 or total < 40 or 14 + total > cap:
+        return None
+    ip_end = 14 + total
+    proto = buf[o + 23]
+    if proto == IPPROTO_UDP:
+        return _roce(buf, o, cap, frame, wire, ts, interface, ipv, ip_end)
+    if proto == IPPROTO_TCP:
+        return _tcp(buf, o, cap, frame, wire, ts, interface, ipv, ip_end, tracker)
+    return None
+
+
+def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
+          ipv: int, ip_end: int) -> str | None:
+    uv = int.from_bytes(buf[o + 34:o + 42], "big")
+    if uv >> _UDP_DPORT[0] & _UDP_DPORT[1] != ROCEV2_PORT:
+        return None
+    length = uv >> _UDP_LEN[0] & _UDP_LEN[1]
+    udp_end = min(ip_end, 34 + length) if length >= 8 else ip_end
+    if udp_end - 42 < 16:
+        return None
+    bth = BTH.decode(buf, o + 42)
+    opcode = bth.opcode
+    info = OPCODES.get(opcode)
+    if info is None or opcode >> 5 == _UD or bth.check(42):
+        return None
+    layers = [Layer(bth, 42)]
+    texts = [_ETH_TEXT(int.from_bytes(buf[o:o + 14], "big")), _IP_TEXT(ipv), _UDP_TEXT(uv),
+             _text_fn(BTH, 42)(int.from_bytes(buf[o + 42:o + 54], "big"))]
+    pos = 54
+    crc_at = udp_end - 4
+    for cls in info.headers:
+        usable = _USABLE.get(cls)
+        if usable is None:
+            usable = _USABLE[cls] = templatable(cls) and cls.info is Header.info
+        size = cls.LAYOUT.size
+        if not usable or pos + size > crc_at:
+            return None
+        h = cls.decode(buf, o + pos)
+        if h.check(pos):
+            return None
+        layers.append(Layer(h, pos))
+        texts.append(_text_fn(cls, pos)(int.from_bytes(buf[o + pos:o + pos + size], "big")))
+        pos += size
+    body = crc_at - pos
+    if not info.payload:
+        if body:
+            return None
+        plen = pad = 0
+    else:
+        pad = bth.padcnt
+        if pad > body:
+            return None
+        plen = body - pad
+    crc = int.from_bytes(buf[o + crc_at:o + crc_at + 4], "little")
+    if crc != icrc_rocev2(buf[o + 14:o + crc_at]):
+        return None  # a bad ICRC: the per-packet way says what it should be
+    data = bytes(buf[o:o + cap])
+    pkt = Packet(data, layers, "rocev2", pos, plen, pad, crc, crc, crc_at, "icrc")
+    return frame_tree(CapturedPacket(frame, ts, LINKTYPE_ETHERNET, pkt, [], wire, interface), header_text=texts)
+
+
+def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
+         ipv: int, ip_end: int, tracker: Any) -> str | None:
+    tv = int.from_bytes(buf[o + 34:o + 54], "big")
+    hl = (tv >> _TCP_OFF[0] & _TCP_OFF[1]) * 4
+    if hl < 20 or 34 + hl > ip_end:
+        return None
+    start = 34 + hl
+    data = bytes(buf[o:o + cap])
+    pkt = Packet(data, [Layer(TCP.decode(data, 34), 34)], "tcp", start, ip_end - start)
+    pdus: list[Packet] = []
+    if tracker is not None:
+        src = _ipv4_text(ipv >> _IP_SRC[0] & _IP_SRC[1])
+        dst = _ipv4_text(ipv >> _IP_DST[0] & _IP_DST[1])
+        try:
+            pdus = list(tracker.process_segment(frame, src, tv >> _TCP_SPORT[0] & _TCP_SPORT[1], dst,
+                                                tv >> _TCP_DPORT[0] & _TCP_DPORT[1], tv >> _TCP_SEQ[0] & _TCP_SEQ[1],
+                                                tv >> _TCP_FLAGS[0] & _TCP_FLAGS[1], data[start:ip_end]))
+        except DecodeError:
+            pass  # as the per-packet reader (lenient): the stream's damage is its PDUs' to report
+        except Exception as err:  # a reassembly bug must not stop a capture: reported on the frame, as the reader does
+            full = decode_frame(LINKTYPE_ETHERNET, data, lenient=True)
+            full.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
+            return frame_tree(CapturedPacket(frame, ts, LINKTYPE_ETHERNET, full, [], wire, interface))
+    texts = [_ETH_TEXT(int.from_bytes(data[:14], "big")), _IP_TEXT(ipv), _TCP_TEXT(tv)]
+    return frame_tree(CapturedPacket(frame, ts, LINKTYPE_ETHERNET, pkt, pdus, wire, interface), header_text=texts)
+
+
+def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int | None = None,
+                block_bytes: int = 1 << 20) -> Iterator[str]:
+    """The text of ``rdmalab decode -V -r FILE`` (lenient), in pieces: each frame's tree followed by
+    a blank line, in capture order, the frames of one block of records at a time."""
+    if count is not None and count <= 0:
+        return
+    tracker = IwarpTracker() if iwarp else None
+    for blk in record_blocks(path, block_bytes):
+        buf = blk.buf
+        out: list[str] = []
+        rows = zip(blk.offset.tolist(), blk.caplen.tolist(), blk.wirelen.tolist(), blk.seconds().tolist(),
+                   blk.linktype.tolist(), blk.interfaces().tolist(), strict=True)
+        last = False
+        for n, (off, cap, wire, ts, lt, iface) in enumerate(rows, blk.first):
+            text = fast_frame(buf, off, cap, n, wire, ts, iface, tracker) if lt == LINKTYPE_ETHERNET else None
+            if text is None:
+                rec = RawRecord(n, ts, lt, bytes(buf[off:off + cap]), wire, iface)
+                text = frame_tree(decode_record(rec, lenient=True, tracker=tracker))
+            out.append(text)
+            if count is not None and n >= count:
+                last = True
+                break
+        if out:
+            out.append("")
+            yield "\n\n".join(out)
+        if last:
+            return
