@@ -11,8 +11,11 @@ class's ``describe``, remembered per value (:data:`SPECIAL`).
 
 A frame takes this way (:func:`fast_frame`) only when the per-packet decoder would record no
 problem in it: the conditions are checked here first, with the headers' own ``check``, and the
-ICRC must be good; its Summary line, payload, pad and ICRC lines are then written by
-:func:`~rdmalab.capture.render.frame_tree` itself, from a packet holding what they read.  Every
+ICRC must be good.  Its other lines are written by the renderer's own functions
+(:func:`~rdmalab.capture.render.frame_line`, ``payload_line``, ``crc_line``, ``tcp_info_text``;
+the RoCE Summary by :meth:`Packet.summary <rdmalab.wire.packet.Packet.summary>` of a packet holding
+the BTH and what follows it), and a segment that completes iWARP PDUs by
+:func:`~rdmalab.capture.render.frame_tree` with the header lines given.  Every
 other frame (other link types, VLAN tags, IPv6, IPv4 options or fragments, UD datagrams (MADs),
 anything truncated or malformed, a bad ICRC) goes through the per-packet decoder and
 :func:`~rdmalab.capture.render.frame_tree`, in capture order, with the same iWARP stream
@@ -29,7 +32,15 @@ from rdmalab.capture.iwarp import IwarpTracker
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, decode_frame
 from rdmalab.capture.pcapio import record_blocks
 from rdmalab.capture.reader import CapturedPacket, RawRecord, decode_record
-from rdmalab.capture.render import _make_header_lines, frame_tree
+from rdmalab.capture.render import (
+    _make_header_lines,
+    crc_line,
+    frame_line,
+    frame_tree,
+    pad_line,
+    payload_line,
+    tcp_info_text,
+)
 from rdmalab.wire.crc import icrc_rocev2
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.header import Header, _fmt
@@ -161,6 +172,8 @@ _TCP_DPORT = _field(TCP, "dport")
 _TCP_SEQ = _field(TCP, "seq")
 _TCP_OFF = _field(TCP, "data_offset")
 _TCP_FLAGS = _field(TCP, "flags")
+_TCP_ACK = _field(TCP, "ack")
+_TCP_WIN = _field(TCP, "window")
 # the headers in front of the BTH are not in the light packet the Summary line is made from: their
 # ``info`` must add nothing to it (Header.info), and their declarations fix no value (no ``check``)
 _PLAIN = (all(c.info is Header.info for c in (Ethernet, IPv4, UDP, TCP))
@@ -242,9 +255,15 @@ def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: f
     crc = int.from_bytes(buf[o + crc_at:o + crc_at + 4], "little")
     if crc != icrc_rocev2(buf[o + 14:o + crc_at]):
         return None  # a bad ICRC: the per-packet way says what it should be
-    data = bytes(buf[o:o + cap])
-    pkt = Packet(data, layers, "rocev2", pos, plen, pad, crc, crc, crc_at, "icrc")
-    return frame_tree(CapturedPacket(frame, ts, LINKTYPE_ETHERNET, pkt, [], wire, interface), header_text=texts)
+    # the Summary line from a packet holding what Packet.summary reads (the BTH and what follows it)
+    summary = Packet(b"", layers, "rocev2", pos, plen, pad, crc, crc, crc_at, "icrc").summary()
+    lines = [frame_line(frame, wire, cap, LINKTYPE_ETHERNET, ts), "    Summary: " + summary, *texts]
+    if plen:
+        lines.append(payload_line("    ", pos, plen, buf[o + pos:o + pos + min(plen, 32)]))
+    if pad:
+        lines.append(pad_line("    ", pos + plen, pad))
+    lines.append(crc_line("    ", "ICRC", crc_at, crc, "good", None))
+    return "\n".join(lines)
 
 
 def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
@@ -254,24 +273,35 @@ def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: fl
     if hl < 20 or 34 + hl > ip_end:
         return None
     start = 34 + hl
-    data = bytes(buf[o:o + cap])
-    pkt = Packet(data, [Layer(TCP.decode(data, 34), 34)], "tcp", start, ip_end - start)
+    plen = ip_end - start
+    sport = tv >> _TCP_SPORT[0] & _TCP_SPORT[1]
+    dport = tv >> _TCP_DPORT[0] & _TCP_DPORT[1]
+    seq = tv >> _TCP_SEQ[0] & _TCP_SEQ[1]
+    flags = tv >> _TCP_FLAGS[0] & _TCP_FLAGS[1]
     pdus: list[Packet] = []
     if tracker is not None:
         src = _ipv4_text(ipv >> _IP_SRC[0] & _IP_SRC[1])
         dst = _ipv4_text(ipv >> _IP_DST[0] & _IP_DST[1])
         try:
-            pdus = list(tracker.process_segment(frame, src, tv >> _TCP_SPORT[0] & _TCP_SPORT[1], dst,
-                                                tv >> _TCP_DPORT[0] & _TCP_DPORT[1], tv >> _TCP_SEQ[0] & _TCP_SEQ[1],
-                                                tv >> _TCP_FLAGS[0] & _TCP_FLAGS[1], data[start:ip_end]))
+            pdus = tracker.process_segment(frame, src, sport, dst, dport, seq, flags, bytes(buf[o + start:o + ip_end]))
         except DecodeError:
             pass  # as the per-packet reader (lenient): the stream's damage is its PDUs' to report
         except Exception as err:  # a reassembly bug must not stop a capture: reported on the frame, as the reader does
-            full = decode_frame(LINKTYPE_ETHERNET, data, lenient=True)
+            full = decode_frame(LINKTYPE_ETHERNET, bytes(buf[o:o + cap]), lenient=True)
             full.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
             return frame_tree(CapturedPacket(frame, ts, LINKTYPE_ETHERNET, full, [], wire, interface))
-    texts = [_ETH_TEXT(int.from_bytes(data[:14], "big")), _IP_TEXT(ipv), _TCP_TEXT(tv)]
-    return frame_tree(CapturedPacket(frame, ts, LINKTYPE_ETHERNET, pkt, pdus, wire, interface), header_text=texts)
+    texts = [_ETH_TEXT(int.from_bytes(buf[o:o + 14], "big")), _IP_TEXT(ipv), _TCP_TEXT(tv)]
+    if pdus:  # the Summary line and the PDUs' trees from the PDUs
+        data = bytes(buf[o:o + cap])
+        pkt = Packet(data, [Layer(TCP.decode(data, 34), 34)], "tcp", start, plen)
+        return frame_tree(CapturedPacket(frame, ts, LINKTYPE_ETHERNET, pkt, list(pdus), wire, interface),
+                          header_text=texts)
+    summary = tcp_info_text(sport, dport, flags, seq, tv >> _TCP_ACK[0] & _TCP_ACK[1],
+                            tv >> _TCP_WIN[0] & _TCP_WIN[1], plen)
+    lines = [frame_line(frame, wire, cap, LINKTYPE_ETHERNET, ts), "    Summary: " + summary, *texts]
+    if plen:
+        lines.append(payload_line("    ", start, plen, buf[o + start:o + start + min(plen, 32)]))
+    return "\n".join(lines)
 
 
 def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int | None = None,
