@@ -140,9 +140,14 @@ def tcp_info(pkt: Packet, window: int | None = None) -> str | None:
                          tcp.window if window is None else window, pkt.payload_length)
 
 
+_FLAG_TEXT: dict[int, str] = {}
+
+
 def tcp_info_text(sport: int, dport: int, flags: int, seq: int, ack: int, window: int, length: int) -> str:
     """:func:`tcp_info` from the segment's numbers (``window`` as shown: raw or scaled)."""
-    names = ", ".join(tcp_flag_names(flags))  # in tshark's order (lowest bit first)
+    names = _FLAG_TEXT.get(flags)
+    if names is None:  # (9 bits: at most 512 texts)
+        names = _FLAG_TEXT[flags] = ", ".join(tcp_flag_names(flags))  # in tshark's order (lowest bit first)
     if flags & TCP.ACK:
         return f"{sport} → {dport} [{names}] Seq={seq} Ack={ack} Win={window} Len={length}"
     return f"{sport} → {dport} [{names}] Seq={seq} Win={window} Len={length}"

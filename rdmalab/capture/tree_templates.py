@@ -41,7 +41,7 @@ from rdmalab.capture.render import (
     payload_line,
     tcp_info_text,
 )
-from rdmalab.wire.crc import icrc_rocev2
+from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_rocev2
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.header import Header, _fmt
 from rdmalab.wire.ib import AETH, BTH, Transport
@@ -186,7 +186,42 @@ _TCP_TEXT = _text_fn(TCP, 34)
 _IP_HEAD = 0x45  # version 4, a header of 5 words (no options)
 
 
-_USABLE: dict[type[Header], bool] = {}
+_BTH_TEXT = _text_fn(BTH, 42)
+#: Per BTH opcode: where its extended headers end, and for each its decoder, offset, size and
+#: template; () when one of them has no template or adds to the Summary line (Header.info)
+_PLANS: dict[int, tuple[()] | tuple[int, list[tuple[Any, int, int, Callable[[int], str]]]]] = {}
+
+
+def _plan(headers: tuple[type[Header], ...]) -> tuple[()] | tuple[int, list[tuple[Any, int, int, Callable[[int], str]]]]:
+    steps = []
+    pos = 54
+    for cls in headers:
+        if not templatable(cls) or cls.info is not Header.info:
+            return ()
+        steps.append((cls.decode, pos, cls.LAYOUT.size, _text_fn(cls, pos)))
+        pos += cls.LAYOUT.size
+    return pos, steps
+
+
+# The ICRC of a RoCEv2 datagram is the CRC of the datagram as sent XOR a term that depends only on
+# its length and the values of its variant fields (the CRC is affine: rdmalab.wire.crc.icrc_mask_delta),
+# all within its first 33 bytes (IPv4 header, UDP checksum, BTH byte 4).  That term is remembered
+# per (those bytes, length), so a datagram like one seen before costs one CRC over its bytes, unmasked.
+_HEAD = 20 + 8 + 5
+_DELTA: dict[tuple[bytes, int], int] = {}
+
+
+def _icrc(buf: bytes | bytearray, start: int, end: int) -> int:
+    """:func:`~rdmalab.wire.crc.icrc_rocev2` of the IPv4 RoCEv2 datagram ``buf[start:end]`` (through the pad)."""
+    key = (bytes(buf[start:start + _HEAD]), end - start)
+    delta = _DELTA.get(key)
+    with memoryview(buf) as mv:
+        sent = crc32(mv[start:end], ICRC_SEED)
+    if delta is None:
+        if len(_DELTA) >= _REMEMBERED:
+            _DELTA.clear()
+        delta = _DELTA[key] = icrc_rocev2(buf[start:end]) ^ sent
+    return sent ^ delta
 
 
 def fast_frame(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
@@ -224,24 +259,24 @@ def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: f
     info = OPCODES.get(opcode)
     if info is None or opcode >> 5 == _UD or bth.check(42):
         return None
+    plan = _PLANS.get(opcode)
+    if plan is None:
+        plan = _PLANS[opcode] = _plan(info.headers)
+    if not plan:
+        return None
     layers = [Layer(bth, 42)]
     texts = [_ETH_TEXT(int.from_bytes(buf[o:o + 14], "big")), _IP_TEXT(ipv), _UDP_TEXT(uv),
-             _text_fn(BTH, 42)(int.from_bytes(buf[o + 42:o + 54], "big"))]
-    pos = 54
+             _BTH_TEXT(int.from_bytes(buf[o + 42:o + 54], "big"))]
     crc_at = udp_end - 4
-    for cls in info.headers:
-        usable = _USABLE.get(cls)
-        if usable is None:
-            usable = _USABLE[cls] = templatable(cls) and cls.info is Header.info
-        size = cls.LAYOUT.size
-        if not usable or pos + size > crc_at:
+    pos = plan[0]
+    if pos > crc_at:
+        return None
+    for decode, at, size, text in plan[1]:
+        h = decode(buf, o + at)
+        if h.check(at):
             return None
-        h = cls.decode(buf, o + pos)
-        if h.check(pos):
-            return None
-        layers.append(Layer(h, pos))
-        texts.append(_text_fn(cls, pos)(int.from_bytes(buf[o + pos:o + pos + size], "big")))
-        pos += size
+        layers.append(Layer(h, at))
+        texts.append(text(int.from_bytes(buf[o + at:o + at + size], "big")))
     body = crc_at - pos
     if not info.payload:
         if body:
@@ -253,7 +288,7 @@ def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: f
             return None
         plen = body - pad
     crc = int.from_bytes(buf[o + crc_at:o + crc_at + 4], "little")
-    if crc != icrc_rocev2(buf[o + 14:o + crc_at]):
+    if crc != _icrc(buf, o + 14, o + crc_at):
         return None  # a bad ICRC: the per-packet way says what it should be
     # the Summary line from a packet holding what Packet.summary reads (the BTH and what follows it)
     summary = Packet(b"", layers, "rocev2", pos, plen, pad, crc, crc, crc_at, "icrc").summary()
