@@ -16,7 +16,7 @@ ICRC must be good.  Its other lines are written by the renderer's own functions
 the RoCE Summary by :meth:`Packet.summary <rdmalab.wire.packet.Packet.summary>` of a packet holding
 the BTH and what follows it), and a segment that completes iWARP PDUs by
 :func:`~rdmalab.capture.render.frame_tree` with the header lines given.  Every
-other frame (other link types, VLAN tags, IPv6, IPv4 options or fragments, UD datagrams (MADs),
+other frame (other link types, VLAN tags, IPv6, IPv4 options or fragments, MADs to or from QP0/QP1,
 anything truncated or malformed, a bad ICRC) goes through the per-packet decoder and
 :func:`~rdmalab.capture.render.frame_tree`, in capture order, with the same iWARP stream
 reassembly (:class:`rdmalab.capture.iwarp.IwarpTracker`) fed every TCP segment in order.
@@ -44,7 +44,8 @@ from rdmalab.capture.render import (
 from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_rocev2
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.header import Header, _fmt
-from rdmalab.wire.ib import AETH, BTH, Transport
+from rdmalab.wire.ib import AETH, BTH, DETH, Transport
+from rdmalab.wire.mad import carries_mad
 from rdmalab.wire.net import ETHERTYPE_IPV4, IPPROTO_TCP, IPPROTO_UDP, ROCEV2_PORT, TCP, UDP, Ethernet, IPv4
 from rdmalab.wire.opcodes import OPCODES
 from rdmalab.wire.packet import Layer, Packet
@@ -160,20 +161,20 @@ def _field(cls: type[Header], name: str) -> tuple[int, int]:
     return f.shift, f.mask
 
 
-_IP_TOTAL = _field(IPv4, "total_length")
-_IP_FLAGS = _field(IPv4, "flags")
-_IP_FRAG = _field(IPv4, "frag_offset")
-_IP_SRC = _field(IPv4, "src")
-_IP_DST = _field(IPv4, "dst")
-_UDP_DPORT = _field(UDP, "dport")
-_UDP_LEN = _field(UDP, "length")
-_TCP_SPORT = _field(TCP, "sport")
-_TCP_DPORT = _field(TCP, "dport")
-_TCP_SEQ = _field(TCP, "seq")
-_TCP_OFF = _field(TCP, "data_offset")
-_TCP_FLAGS = _field(TCP, "flags")
-_TCP_ACK = _field(TCP, "ack")
-_TCP_WIN = _field(TCP, "window")
+_IP_TOTAL_S, _IP_TOTAL_M = _field(IPv4, "total_length")
+_IP_FLAGS_S, _IP_FLAGS_M = _field(IPv4, "flags")
+_IP_FRAG_S, _IP_FRAG_M = _field(IPv4, "frag_offset")
+_IP_SRC_S, _IP_SRC_M = _field(IPv4, "src")
+_IP_DST_S, _IP_DST_M = _field(IPv4, "dst")
+_UDP_DPORT_S, _UDP_DPORT_M = _field(UDP, "dport")
+_UDP_LEN_S, _UDP_LEN_M = _field(UDP, "length")
+_TCP_SPORT_S, _TCP_SPORT_M = _field(TCP, "sport")
+_TCP_DPORT_S, _TCP_DPORT_M = _field(TCP, "dport")
+_TCP_SEQ_S, _TCP_SEQ_M = _field(TCP, "seq")
+_TCP_OFF_S, _TCP_OFF_M = _field(TCP, "data_offset")
+_TCP_FLAGS_S, _TCP_FLAGS_M = _field(TCP, "flags")
+_TCP_ACK_S, _TCP_ACK_M = _field(TCP, "ack")
+_TCP_WIN_S, _TCP_WIN_M = _field(TCP, "window")
 # the headers in front of the BTH are not in the light packet the Summary line is made from: their
 # ``info`` must add nothing to it (Header.info), and their declarations fix no value (no ``check``)
 _PLAIN = (all(c.info is Header.info for c in (Ethernet, IPv4, UDP, TCP))
@@ -233,8 +234,8 @@ def fast_frame(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, 
     if not _PLAIN or cap < 54 or buf[o + 12] << 8 | buf[o + 13] != ETHERTYPE_IPV4 or buf[o + 14] != _IP_HEAD:
         return None
     ipv = int.from_bytes(buf[o + 14:o + 34], "big")
-    total = ipv >> _IP_TOTAL[0] & _IP_TOTAL[1]
-    if ipv >> _IP_FRAG[0] & _IP_FRAG[1] or ipv >> _IP_FLAGS[0] & 1 or total < 40 or 14 + total > cap:
+    total = ipv >> _IP_TOTAL_S & _IP_TOTAL_M
+    if ipv >> _IP_FRAG_S & _IP_FRAG_M or ipv >> _IP_FLAGS_S & 1 or total < 40 or 14 + total > cap:
         return None
     ip_end = 14 + total
     proto = buf[o + 23]
@@ -248,16 +249,16 @@ def fast_frame(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, 
 def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
           ipv: int, ip_end: int) -> str | None:
     uv = int.from_bytes(buf[o + 34:o + 42], "big")
-    if uv >> _UDP_DPORT[0] & _UDP_DPORT[1] != ROCEV2_PORT:
+    if uv >> _UDP_DPORT_S & _UDP_DPORT_M != ROCEV2_PORT:
         return None
-    length = uv >> _UDP_LEN[0] & _UDP_LEN[1]
+    length = uv >> _UDP_LEN_S & _UDP_LEN_M
     udp_end = min(ip_end, 34 + length) if length >= 8 else ip_end
     if udp_end - 42 < 16:
         return None
     bth = BTH.decode(buf, o + 42)
     opcode = bth.opcode
     info = OPCODES.get(opcode)
-    if info is None or opcode >> 5 == _UD or bth.check(42):
+    if info is None or bth.check(42):
         return None
     plan = _PLANS.get(opcode)
     if plan is None:
@@ -287,6 +288,10 @@ def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: f
         if pad > body:
             return None
         plen = body - pad
+    if opcode >> 5 == _UD:  # a datagram: a MAD to or from QP0/QP1 goes the per-packet way (rdmalab.wire.frame._transport)
+        deth = next((la.header for la in layers if type(la.header) is DETH), None)
+        if deth is not None and carries_mad(opcode, bth.destqp, deth.src_qp, plen):
+            return None
     crc = int.from_bytes(buf[o + crc_at:o + crc_at + 4], "little")
     if crc != _icrc(buf, o + 14, o + crc_at):
         return None  # a bad ICRC: the per-packet way says what it should be
@@ -304,19 +309,20 @@ def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: f
 def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
          ipv: int, ip_end: int, tracker: Any) -> str | None:
     tv = int.from_bytes(buf[o + 34:o + 54], "big")
-    hl = (tv >> _TCP_OFF[0] & _TCP_OFF[1]) * 4
+    hl = (tv >> _TCP_OFF_S & _TCP_OFF_M) * 4
     if hl < 20 or 34 + hl > ip_end:
         return None
     start = 34 + hl
     plen = ip_end - start
-    sport = tv >> _TCP_SPORT[0] & _TCP_SPORT[1]
-    dport = tv >> _TCP_DPORT[0] & _TCP_DPORT[1]
-    seq = tv >> _TCP_SEQ[0] & _TCP_SEQ[1]
-    flags = tv >> _TCP_FLAGS[0] & _TCP_FLAGS[1]
+    sport = tv >> _TCP_SPORT_S & _TCP_SPORT_M
+    dport = tv >> _TCP_DPORT_S & _TCP_DPORT_M
+    seq = tv >> _TCP_SEQ_S & _TCP_SEQ_M
+    flags = tv >> _TCP_FLAGS_S & _TCP_FLAGS_M
     pdus: list[Packet] = []
     if tracker is not None:
-        src = _ipv4_text(ipv >> _IP_SRC[0] & _IP_SRC[1])
-        dst = _ipv4_text(ipv >> _IP_DST[0] & _IP_DST[1])
+        a, b = ipv >> _IP_SRC_S & _IP_SRC_M, ipv >> _IP_DST_S & _IP_DST_M
+        src = _ADDR.get(a) or _address(a)
+        dst = _ADDR.get(b) or _address(b)
         try:
             pdus = tracker.process_segment(frame, src, sport, dst, dport, seq, flags, bytes(buf[o + start:o + ip_end]))
         except DecodeError:
@@ -331,12 +337,22 @@ def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: fl
         pkt = Packet(data, [Layer(TCP.decode(data, 34), 34)], "tcp", start, plen)
         return frame_tree(CapturedPacket(frame, ts, LINKTYPE_ETHERNET, pkt, list(pdus), wire, interface),
                           header_text=texts)
-    summary = tcp_info_text(sport, dport, flags, seq, tv >> _TCP_ACK[0] & _TCP_ACK[1],
-                            tv >> _TCP_WIN[0] & _TCP_WIN[1], plen)
+    summary = tcp_info_text(sport, dport, flags, seq, tv >> _TCP_ACK_S & _TCP_ACK_M,
+                            tv >> _TCP_WIN_S & _TCP_WIN_M, plen)
     lines = [frame_line(frame, wire, cap, LINKTYPE_ETHERNET, ts), "    Summary: " + summary, *texts]
     if plen:
         lines.append(payload_line("    ", start, plen, buf[o + start:o + start + min(plen, 32)]))
     return "\n".join(lines)
+
+
+_ADDR: dict[int, str] = {}  # IPv4 addresses as the iWARP reassembly names them (bounded)
+
+
+def _address(a: int) -> str:
+    if len(_ADDR) >= _REMEMBERED:
+        _ADDR.clear()
+    text = _ADDR[a] = _ipv4_text(a)
+    return text
 
 
 def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int | None = None,
