@@ -43,7 +43,7 @@ from rdmalab.capture.render import (
 )
 from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_rocev2
 from rdmalab.wire.errors import DecodeError
-from rdmalab.wire.header import Header, _fmt
+from rdmalab.wire.header import Header, _fmt, compile_decoder
 from rdmalab.wire.ib import AETH, BTH, DETH, Transport
 from rdmalab.wire.mad import carries_mad
 from rdmalab.wire.net import ETHERTYPE_IPV4, IPPROTO_TCP, IPPROTO_UDP, ROCEV2_PORT, TCP, UDP, Ethernet, IPv4
@@ -184,10 +184,11 @@ _ETH_TEXT = _text_fn(Ethernet, 0)
 _IP_TEXT = _text_fn(IPv4, 14)
 _UDP_TEXT = _text_fn(UDP, 34)
 _TCP_TEXT = _text_fn(TCP, 34)
-_IP_HEAD = 0x45  # version 4, a header of 5 words (no options)
+_IPV4_START = ETHERTYPE_IPV4.to_bytes(2, "big") + bytes([0x45])  # the EtherType, then IPv4 of 5 words (no options)
 
 
 _BTH_TEXT = _text_fn(BTH, 42)
+_BTH_DECODE = compile_decoder(BTH)  # BTH.decode's generated decoder, called directly
 #: Per BTH opcode: where its extended headers end, and for each its decoder, offset, size and
 #: template; () when one of them has no template or adds to the Summary line (Header.info)
 _PLANS: dict[int, tuple[()] | tuple[int, list[tuple[Any, int, int, Callable[[int], str]]]]] = {}
@@ -199,7 +200,7 @@ def _plan(headers: tuple[type[Header], ...]) -> tuple[()] | tuple[int, list[tupl
     for cls in headers:
         if not templatable(cls) or cls.info is not Header.info:
             return ()
-        steps.append((cls.decode, pos, cls.LAYOUT.size, _text_fn(cls, pos)))
+        steps.append((compile_decoder(cls), pos, cls.LAYOUT.size, _text_fn(cls, pos)))
         pos += cls.LAYOUT.size
     return pos, steps
 
@@ -231,7 +232,7 @@ def fast_frame(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, 
     wire, time ``ts``), as :func:`~rdmalab.capture.render.frame_tree` of the lenient per-packet
     decoder writes it, or None when the frame is not one this module writes (nothing is then fed
     to ``tracker``, the iWARP reassembly, or None)."""
-    if not _PLAIN or cap < 54 or buf[o + 12] << 8 | buf[o + 13] != ETHERTYPE_IPV4 or buf[o + 14] != _IP_HEAD:
+    if cap < 54 or buf[o + 12:o + 15] != _IPV4_START or not _PLAIN:
         return None
     ipv = int.from_bytes(buf[o + 14:o + 34], "big")
     total = ipv >> _IP_TOTAL_S & _IP_TOTAL_M
@@ -255,7 +256,7 @@ def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: f
     udp_end = min(ip_end, 34 + length) if length >= 8 else ip_end
     if udp_end - 42 < 16:
         return None
-    bth = BTH.decode(buf, o + 42)
+    bth = _BTH_DECODE(buf, o + 42)
     opcode = bth.opcode
     info = OPCODES.get(opcode)
     if info is None or bth.check(42):
@@ -368,8 +369,9 @@ def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int 
         rows = zip(blk.offset.tolist(), blk.caplen.tolist(), blk.wirelen.tolist(), blk.seconds().tolist(),
                    blk.linktype.tolist(), blk.interfaces().tolist(), strict=True)
         last = False
+        fast, ethernet = fast_frame, LINKTYPE_ETHERNET
         for n, (off, cap, wire, ts, lt, iface) in enumerate(rows, blk.first):
-            text = fast_frame(buf, off, cap, n, wire, ts, iface, tracker) if lt == LINKTYPE_ETHERNET else None
+            text = fast(buf, off, cap, n, wire, ts, iface, tracker) if lt == ethernet else None
             if text is None:
                 rec = RawRecord(n, ts, lt, bytes(buf[off:off + cap]), wire, iface)
                 text = frame_tree(decode_record(rec, lenient=True, tracker=tracker))
