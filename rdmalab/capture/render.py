@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rdmalab.capture.linktypes import LINKTYPE_NAMES
@@ -161,10 +162,18 @@ def info(cp: CapturedPacket, tcp_windows: TcpWindowScaling | None = None) -> str
         text = "; ".join(p.summary() for p in cp.pdus)
     else:
         text = (tcp_info(cp.packet, window) if cp.packet.encap == "tcp" else None) or cp.packet.summary()
-    for pkt in (cp.packet, *cp.pdus):
+    return _with_problems(text, (cp.packet, *cp.pdus), cp.packet.internal_error)
+
+
+def pdus_info(pdus: list[Packet]) -> str:
+    """:func:`info` of a frame that has no problem of its own and completes the iWARP ``pdus``."""
+    return _with_problems("; ".join(p.summary() for p in pdus), pdus, None)
+
+
+def _with_problems(text: str, packets: Sequence[Packet], internal: str | None) -> str:
+    for pkt in packets:
         if pkt.problems and str(pkt.problems[0]) not in text:
             text += f" [{len(pkt.problems)} problem(s): {pkt.problems[0]}]"
-    internal = cp.packet.internal_error
     if internal and internal not in text:
         text += f" [rdmalab could not fully decode this frame: {internal}]"
     return text
@@ -218,17 +227,11 @@ def _make_header_lines(h: Header, offset: int, indent: str) -> list[str]:
     return out
 
 
-def packet_tree(pkt: Packet, indent: str = "    ", header_text: list[str] | None = None) -> list[str]:
-    """Every layer and field of a packet, with values, descriptions and byte offsets.
-
-    ``header_text``, when given, stands for the lines of the packet's headers (what
-    :mod:`rdmalab.capture.tree_templates` writes from templates); the rest is made here."""
+def packet_tree(pkt: Packet, indent: str = "    ") -> list[str]:
+    """Every layer and field of a packet, with values, descriptions and byte offsets."""
     out: list[str] = []
-    if header_text is not None:
-        out.extend(header_text)
-    else:
-        for layer in pkt.layers:
-            out.extend(_header_lines(layer.header, layer.offset, indent))
+    for layer in pkt.layers:
+        out.extend(_header_lines(layer.header, layer.offset, indent))
     po, pl = pkt.payload_offset, pkt.payload_length
     if pl:
         out.append(payload_line(indent, po, pl, pkt.data[po:po + min(pl, 32)]))
@@ -270,17 +273,24 @@ def frame_line(frame_number: int, wire_length: int, captured: int, linktype: int
             f"time {timestamp:.6f}")
 
 
-def frame_tree(cp: CapturedPacket, header_text: list[str] | None = None) -> str:
-    """The full tree of one frame (``rdmalab decode -V``).  ``header_text``: the lines of the frame's
-    headers, made elsewhere (:func:`packet_tree`)."""
+def frame_tree(cp: CapturedPacket) -> str:
+    """The full tree of one frame (``rdmalab decode -V``)."""
     pkt = cp.packet
     lines = [frame_line(cp.frame_number, cp.wire_length, len(pkt.data), cp.linktype, cp.timestamp),
              f"    Summary: {info(cp)}"]
-    lines.extend(packet_tree(pkt, header_text=header_text))
+    lines.extend(packet_tree(pkt))
     internal = pkt.internal_error
     if internal:
         lines.append(f"    Problem: rdmalab could not fully decode this frame: {internal}")
-    for i, pdu in enumerate(cp.pdus, 1):
-        lines.append(f"    PDU {i} of {len(cp.pdus)} ({pdu.encap}; offsets within the PDU): {pdu.summary()}")
-        lines.extend(packet_tree(pdu, "        "))
+    if cp.pdus:
+        lines.extend(pdu_lines(cp.pdus))
     return "\n".join(lines)
+
+
+def pdu_lines(pdus: list[Packet]) -> list[str]:
+    """The trees of the iWARP PDUs a frame completes (the end of :func:`frame_tree`)."""
+    out: list[str] = []
+    for i, pdu in enumerate(pdus, 1):
+        out.append(f"    PDU {i} of {len(pdus)} ({pdu.encap}; offsets within the PDU): {pdu.summary()}")
+        out.extend(packet_tree(pdu, "        "))
+    return out

@@ -14,8 +14,8 @@ problem in it: the conditions are checked here first, with the headers' own ``ch
 ICRC must be good.  Its other lines are written by the renderer's own functions
 (:func:`~rdmalab.capture.render.frame_line`, ``payload_line``, ``crc_line``, ``tcp_info_text``;
 the RoCE Summary by :meth:`Packet.summary <rdmalab.wire.packet.Packet.summary>` of a packet holding
-the BTH and what follows it), and a segment that completes iWARP PDUs by
-:func:`~rdmalab.capture.render.frame_tree` with the header lines given.  Every
+the BTH and what follows it; a segment's that completes iWARP PDUs and their trees by
+``pdus_info`` and ``pdu_lines``, what :func:`~rdmalab.capture.render.frame_tree` runs).  Every
 other frame (other link types, VLAN tags, IPv6, IPv4 options or fragments, MADs to or from QP0/QP1,
 anything truncated or malformed, a bad ICRC) goes through the per-packet decoder and
 :func:`~rdmalab.capture.render.frame_tree`, in capture order, with the same iWARP stream
@@ -39,6 +39,8 @@ from rdmalab.capture.render import (
     frame_tree,
     pad_line,
     payload_line,
+    pdu_lines,
+    pdus_info,
     tcp_info_text,
 )
 from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_rocev2
@@ -332,17 +334,17 @@ def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: fl
             full = decode_frame(LINKTYPE_ETHERNET, bytes(buf[o:o + cap]), lenient=True)
             full.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
             return frame_tree(CapturedPacket(frame, ts, LINKTYPE_ETHERNET, full, [], wire, interface))
-    texts = [_ETH_TEXT(int.from_bytes(buf[o:o + 14], "big")), _IP_TEXT(ipv), _TCP_TEXT(tv)]
-    if pdus:  # the Summary line and the PDUs' trees from the PDUs
-        data = bytes(buf[o:o + cap])
-        pkt = Packet(data, [Layer(TCP.decode(data, 34), 34)], "tcp", start, plen)
-        return frame_tree(CapturedPacket(frame, ts, LINKTYPE_ETHERNET, pkt, list(pdus), wire, interface),
-                          header_text=texts)
-    summary = tcp_info_text(sport, dport, flags, seq, tv >> _TCP_ACK_S & _TCP_ACK_M,
-                            tv >> _TCP_WIN_S & _TCP_WIN_M, plen)
-    lines = [frame_line(frame, wire, cap, LINKTYPE_ETHERNET, ts), "    Summary: " + summary, *texts]
+    if pdus:  # the Summary line from the PDUs, and their trees after the segment's
+        summary = pdus_info(pdus)
+    else:
+        summary = tcp_info_text(sport, dport, flags, seq, tv >> _TCP_ACK_S & _TCP_ACK_M,
+                                tv >> _TCP_WIN_S & _TCP_WIN_M, plen)
+    lines = [frame_line(frame, wire, cap, LINKTYPE_ETHERNET, ts), "    Summary: " + summary,
+             _ETH_TEXT(int.from_bytes(buf[o:o + 14], "big")), _IP_TEXT(ipv), _TCP_TEXT(tv)]
     if plen:
         lines.append(payload_line("    ", start, plen, buf[o + start:o + start + min(plen, 32)]))
+    if pdus:
+        lines += pdu_lines(pdus)
     return "\n".join(lines)
 
 
