@@ -229,10 +229,10 @@ def _icrc(buf: bytes | bytearray, start: int, end: int) -> int:
 
 
 def fast_frame(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
-               tracker: Any) -> str | None:
+               tracker: Any) -> bytes | None:
     """The tree of the Ethernet frame ``buf[o:o + cap]`` (frame number ``frame``, ``wire`` bytes on the
     wire, time ``ts``), as :func:`~rdmalab.capture.render.frame_tree` of the lenient per-packet
-    decoder writes it, or None when the frame is not one this module writes (nothing is then fed
+    decoder writes it (UTF-8), or None when the frame is not one this module writes (nothing is then fed
     to ``tracker``, the iWARP reassembly, or None)."""
     if cap < 54 or buf[o + 12:o + 15] != _IPV4_START or not _PLAIN:
         return None
@@ -250,7 +250,7 @@ def fast_frame(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, 
 
 
 def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
-          ipv: int, ip_end: int) -> str | None:
+          ipv: int, ip_end: int) -> bytes | None:
     uv = int.from_bytes(buf[o + 34:o + 42], "big")
     if uv >> _UDP_DPORT_S & _UDP_DPORT_M != ROCEV2_PORT:
         return None
@@ -306,11 +306,11 @@ def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: f
     if pad:
         lines.append(pad_line("    ", pos + plen, pad))
     lines.append(crc_line("    ", "ICRC", crc_at, crc, "good", None))
-    return "\n".join(lines)
+    return "\n".join(lines).encode()
 
 
 def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
-         ipv: int, ip_end: int, tracker: Any) -> str | None:
+         ipv: int, ip_end: int, tracker: Any) -> bytes | None:
     tv = int.from_bytes(buf[o + 34:o + 54], "big")
     hl = (tv >> _TCP_OFF_S & _TCP_OFF_M) * 4
     if hl < 20 or 34 + hl > ip_end:
@@ -333,19 +333,21 @@ def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: fl
         except Exception as err:  # a reassembly bug must not stop a capture: reported on the frame, as the reader does
             full = decode_frame(LINKTYPE_ETHERNET, bytes(buf[o:o + cap]), lenient=True)
             full.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
-            return frame_tree(CapturedPacket(frame, ts, LINKTYPE_ETHERNET, full, [], wire, interface))
+            return frame_tree(CapturedPacket(frame, ts, LINKTYPE_ETHERNET, full, [], wire, interface)).encode()
     if pdus:  # the Summary line from the PDUs, and their trees after the segment's
         summary = pdus_info(pdus)
     else:
         summary = tcp_info_text(sport, dport, flags, seq, tv >> _TCP_ACK_S & _TCP_ACK_M,
                                 tv >> _TCP_WIN_S & _TCP_WIN_M, plen)
-    lines = [frame_line(frame, wire, cap, LINKTYPE_ETHERNET, ts), "    Summary: " + summary,
-             _ETH_TEXT(int.from_bytes(buf[o:o + 14], "big")), _IP_TEXT(ipv), _TCP_TEXT(tv)]
+    lines = ["", _ETH_TEXT(int.from_bytes(buf[o:o + 14], "big")), _IP_TEXT(ipv), _TCP_TEXT(tv)]
     if plen:
         lines.append(payload_line("    ", start, plen, buf[o + start:o + start + min(plen, 32)]))
     if pdus:
         lines += pdu_lines(pdus)
-    return "\n".join(lines)
+    # the Summary line has the one character outside ASCII (the arrow): the text around it stays
+    # ASCII, which encodes and joins as a copy
+    return b"".join((frame_line(frame, wire, cap, LINKTYPE_ETHERNET, ts).encode(), b"\n    Summary: ",
+                     summary.encode(), "\n".join(lines).encode()))
 
 
 _ADDR: dict[int, str] = {}  # IPv4 addresses as the iWARP reassembly names them (bounded)
@@ -359,15 +361,15 @@ def _address(a: int) -> str:
 
 
 def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int | None = None,
-                block_bytes: int = 1 << 20) -> Iterator[str]:
-    """The text of ``rdmalab decode -V -r FILE`` (lenient), in pieces: each frame's tree followed by
-    a blank line, in capture order, the frames of one block of records at a time."""
+                block_bytes: int = 1 << 20) -> Iterator[bytes]:
+    """The text of ``rdmalab decode -V -r FILE`` (lenient), UTF-8, in pieces: each frame's tree
+    followed by a blank line, in capture order, the frames of one block of records at a time."""
     if count is not None and count <= 0:
         return
     tracker = IwarpTracker() if iwarp else None
     for blk in record_blocks(path, block_bytes):
         buf = blk.buf
-        out: list[str] = []
+        out: list[bytes] = []
         rows = zip(blk.offset.tolist(), blk.caplen.tolist(), blk.wirelen.tolist(), blk.seconds().tolist(),
                    blk.linktype.tolist(), blk.interfaces().tolist(), strict=True)
         last = False
@@ -376,13 +378,13 @@ def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int 
             text = fast(buf, off, cap, n, wire, ts, iface, tracker) if lt == ethernet else None
             if text is None:
                 rec = RawRecord(n, ts, lt, bytes(buf[off:off + cap]), wire, iface)
-                text = frame_tree(decode_record(rec, lenient=True, tracker=tracker))
+                text = frame_tree(decode_record(rec, lenient=True, tracker=tracker)).encode()
             out.append(text)
             if count is not None and n >= count:
                 last = True
                 break
         if out:
-            out.append("")
-            yield "\n\n".join(out)
+            out.append(b"")
+            yield b"\n\n".join(out)
         if last:
             return

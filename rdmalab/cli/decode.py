@@ -255,7 +255,7 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
             from rdmalab.capture.tree_templates import tree_blocks  # lazy: keeps `rdmalab --help` fast
 
             for trees in tree_blocks(path, iwarp=not args.no_iwarp, count=args.count):
-                out.write(trees)
+                _write_bytes(out, trees)
             return 0
         t0: float | None = None
         write = out.write
