@@ -182,3 +182,44 @@ def test_icrc_from_the_remembered_term() -> None:
                 assert tree_templates._icrc(buf, 7, 7 + len(b) - 4) == icrc_rocev2(bytes(b[:-4]))
                 for i in range(33, len(b) - 4):
                     b[i] = rng.randrange(256)
+
+
+def _edges(tmp_path: Path) -> tuple[Path, list[bool | None]]:
+    """Frames at the edges of the templates' shapes, and whether each takes them: VLAN-tagged and
+    IPv6 RoCEv2, IPv4 options, fragments, Ethernet padding after the IP packet, UDP to another port,
+    TCP with options and a payload, a MAD, and frames of every opcode in one stream."""
+    send = ib.BTH(opcode=0x04, destqp=0x12, psn=5)  # RC SEND Only
+    ack = encode_rocev2(ib.BTH(opcode=0x11, destqp=0x12, psn=5), [ib.AETH.ack(1)])
+    frames: list[tuple[bytes, bool | None]] = [
+        (encode_rocev2(send, [], b"x" * 40), True),
+        (encode_rocev2(send, [], b"x" * 40, vlan=net.VLAN(vid=7, ethertype=0x0800)), False),
+        (encode_rocev2(send, [], b"x" * 40, src_ip="fe80::1", dst_ip="fe80::2"), False),
+        (ack + bytes(2), True),  # Ethernet padding after the IP packet
+        (encode_rocev2(send, [], b"abc"), True),  # a pad of 1
+        (encode_rocev2(send, [], b"x" * 40, dst_port=4792), False),  # UDP, not RoCEv2
+    ]
+    opts = bytearray(encode_rocev2(send, [], b"x" * 40))
+    opts[14] = 0x46  # a header of 6 words: the 4 bytes after it are read as options
+    frames.append((bytes(opts), False))
+    frag = bytearray(encode_rocev2(send, [], b"x" * 40))
+    frag[20] |= 0x20  # More Fragments
+    frames.append((bytes(frag), False))
+    for rec in records(ROOT / "captures" / "siw_crc_rping.pcap"):  # TCP with options, payloads, MPA
+        tcp = rec.data[12:14] == b"\x08\x00" and rec.data[23] == 6
+        frames.append((rec.data, tcp or None))
+        frames.append((rec.data + bytes(6), tcp or None))  # and padded
+    for name in ("synthetic_rocev2_cm_req.pcap", "synthetic_all_opcodes_rocev2.pcap"):
+        frames += [(rec.data, None) for rec in records(ROOT / "captures" / name)]
+    path = tmp_path / "edges.pcap"
+    write_capture(path, [(i * 1000, f) for i, (f, _) in enumerate(frames)], nano=False)
+    return path, [fast for _, fast in frames]
+
+
+def test_edge_frames(tmp_path: Path) -> None:
+    path, fast = _edges(tmp_path)
+    assert _fast(path) == _per_packet(path)
+    assert _fast(path, block_bytes=300) == _per_packet(path)
+    for rec, want in zip(records(path), fast, strict=True):
+        if want is not None:
+            got = fast_frame(rec.data, 0, len(rec.data), rec.frame_number, rec.wire_length, rec.timestamp, 0, None)
+            assert (got is not None) == want, rec.frame_number
