@@ -252,7 +252,7 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
             return 0
         if (args.verbose and not args.no_columnar and flt is None and not args.strict and not args.line_flush
                 and shown is None):
-            from rdmalab.capture.tree_templates import tree_blocks  # lazy: keeps `rdmalab --help` fast
+            from rdmalab.capture.tree_templates import tree_blocks  # lazy: only -V needs it; --help fast
 
             for trees in tree_blocks(path, iwarp=not args.no_iwarp, count=args.count):
                 _write_bytes(out, trees)
