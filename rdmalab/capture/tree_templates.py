@@ -52,7 +52,7 @@ from rdmalab.wire.net import ETHERTYPE_IPV4, IPPROTO_TCP, IPPROTO_UDP, ROCEV2_PO
 from rdmalab.wire.opcodes import OPCODES
 from rdmalab.wire.packet import Layer, Packet
 
-__all__ = ["SPECIAL", "fast_frame", "header_text_fn", "tree_blocks"]
+__all__ = ["SPECIAL", "fast_frame", "header_text_fn", "templatable", "tree_blocks"]
 
 #: Per header class, the fields its ``describe`` spells its own way, each with the fields that text
 #: depends on; every other field is shown as :func:`rdmalab.wire.header._fmt` shows it.  A class
@@ -64,7 +64,7 @@ SPECIAL: dict[type[Header], dict[str, tuple[str, ...]]] = {
 }
 
 
-_REMEMBERED = 4096  # header texts remembered per header class, offset and indentation
+_REMEMBERED = 4096  # entries of each table of remembered texts and ICRC terms (emptied when full)
 
 
 def _ipv4_text(x: int) -> str:
@@ -187,8 +187,6 @@ _IP_TEXT = _text_fn(IPv4, 14)
 _UDP_TEXT = _text_fn(UDP, 34)
 _TCP_TEXT = _text_fn(TCP, 34)
 _IPV4_START = ETHERTYPE_IPV4.to_bytes(2, "big") + bytes([0x45])  # the EtherType, then IPv4 of 5 words (no options)
-
-
 _BTH_TEXT = _text_fn(BTH, 42)
 _BTH_DECODE = compile_decoder(BTH)  # BTH.decode's generated decoder, called directly
 #: Per BTH opcode: where its extended headers end, and for each its decoder, offset, size and
