@@ -223,3 +223,15 @@ def test_edge_frames(tmp_path: Path) -> None:
         if want is not None:
             got = fast_frame(rec.data, 0, len(rec.data), rec.frame_number, rec.wire_length, rec.timestamp, 0, None)
             assert (got is not None) == want, rec.frame_number
+
+
+def test_a_file_cut_mid_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every tree before the damage, then the same error as the per-packet path's."""
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes((ROOT / "captures" / "siw_crc_write_bw.pcap").read_bytes()[:20000])
+    assert main(["decode", "-V", "-r", str(cut)]) == 1
+    fast = capsys.readouterr()
+    assert main(["decode", "-V", "--no-columnar", "-r", str(cut)]) == 1
+    slow = capsys.readouterr()
+    assert fast.out == slow.out and fast.out.count("\nFrame ") == 58
+    assert fast.err == slow.err and "truncated mid-record" in fast.err
