@@ -179,11 +179,21 @@ def tcp_info(pkt: Packet, window: int | None = None) -> str | None:
     tcp = pkt.get(TCP)
     if tcp is None:
         return None
-    flags = ", ".join(tcp_flag_names(tcp.flags))  # in tshark's order (lowest bit first)
-    text = f"{tcp.sport} → {tcp.dport} [{flags}] Seq={tcp.seq}"
-    if tcp.flags & TCP.ACK:
-        text += f" Ack={tcp.ack}"
-    return text + f" Win={tcp.window if window is None else window} Len={pkt.payload_length}"
+    return tcp_info_text(tcp.sport, tcp.dport, tcp.flags, tcp.seq, tcp.ack,
+                         tcp.window if window is None else window, pkt.payload_length)
+
+
+_FLAG_TEXT: dict[int, str] = {}
+
+
+def tcp_info_text(sport: int, dport: int, flags: int, seq: int, ack: int, window: int, length: int) -> str:
+    """:func:`tcp_info` from the segment's numbers (``window`` as shown: raw or scaled)."""
+    names = _FLAG_TEXT.get(flags)
+    if names is None:  # (9 bits: at most 512 texts)
+        names = _FLAG_TEXT[flags] = ", ".join(tcp_flag_names(flags))  # in tshark's order (lowest bit first)
+    if flags & TCP.ACK:
+        return f"{sport} → {dport} [{names}] Seq={seq} Ack={ack} Win={window} Len={length}"
+    return f"{sport} → {dport} [{names}] Seq={seq} Win={window} Len={length}"
 
 
 def info(cp: CapturedPacket, tcp_windows: TcpWindowScaling | None = None) -> str:
@@ -194,10 +204,18 @@ def info(cp: CapturedPacket, tcp_windows: TcpWindowScaling | None = None) -> str
         text = "; ".join(p.summary() for p in cp.pdus)
     else:
         text = (tcp_info(cp.packet, window) if cp.packet.encap == "tcp" else None) or cp.packet.summary()
-    for pkt in (cp.packet, *cp.pdus):
+    return _with_problems(text, (cp.packet, *cp.pdus), cp.packet.internal_error)
+
+
+def pdus_info(pdus: list[Packet]) -> str:
+    """:func:`info` of a frame that has no problem of its own and completes the iWARP ``pdus``."""
+    return _with_problems("; ".join(p.summary() for p in pdus), pdus, None)
+
+
+def _with_problems(text: str, packets: Sequence[Packet], internal: str | None) -> str:
+    for pkt in packets:
         if pkt.problems and str(pkt.problems[0]) not in text:
             text += f" [{len(pkt.problems)} problem(s): {pkt.problems[0]}]"
-    internal = cp.packet.internal_error
     if internal and internal not in text:
         text += f" [rdmalab could not fully decode this frame: {internal}]"
     return text
@@ -256,22 +274,15 @@ def packet_tree(pkt: Packet, indent: str = "    ") -> list[str]:
     out: list[str] = []
     for layer in pkt.layers:
         out.extend(_header_lines(layer.header, layer.offset, indent))
-    if pkt.payload_length:
-        end = pkt.payload_offset + pkt.payload_length
-        preview = pkt.payload[:32].hex(" ")
-        more = " ..." if pkt.payload_length > 32 else ""
-        out.append(f"{indent}Payload: {pkt.payload_length} bytes @ bytes {pkt.payload_offset}-{end - 1}: {preview}{more}")
+    po, pl = pkt.payload_offset, pkt.payload_length
+    if pl:
+        out.append(payload_line(indent, po, pl, pkt.data[po:po + min(pl, 32)]))
     if pkt.pad:
-        start = pkt.payload_offset + pkt.payload_length
-        out.append(f"{indent}Pad: {pkt.pad} byte(s) @ bytes {start}-{start + pkt.pad - 1}")
+        out.append(pad_line(indent, po + pl, pkt.pad))
     if pkt.crc is not None and pkt.crc_offset is not None:
-        name = "ICRC" if pkt.crc_kind == "icrc" else "MPA CRC32c"
-        wire = pkt.crc.to_bytes(4, "little").hex(" ")
-        status = pkt.crc_status or "unchecked"
-        exp = ""
-        if pkt.crc_status == "bad" and pkt.crc_expected is not None:
-            exp = f", should be {pkt.crc_expected.to_bytes(4, 'little').hex(' ')}"
-        out.append(f"{indent}{name}: {wire} ({status}{exp}) @ bytes {pkt.crc_offset}-{pkt.crc_offset + 3}")
+        status = pkt.crc_status
+        out.append(crc_line(indent, "ICRC" if pkt.crc_kind == "icrc" else "MPA CRC32c", pkt.crc_offset, pkt.crc,
+                            status, pkt.crc_expected if status == "bad" else None))
         if pkt.vcrc is not None:
             vs = pkt.vcrc_status or "unchecked"
             out.append(f"{indent}VCRC: {pkt.vcrc.to_bytes(2, 'little').hex(' ')} ({vs}) "
@@ -281,18 +292,47 @@ def packet_tree(pkt: Packet, indent: str = "    ") -> list[str]:
     return out
 
 
+def payload_line(indent: str, offset: int, length: int, head: bytes | bytearray | memoryview) -> str:
+    """A tree's payload line: ``length`` bytes from ``offset``, shown by their first (up to 32) bytes ``head``."""
+    more = " ..." if length > 32 else ""
+    return f"{indent}Payload: {length} bytes @ bytes {offset}-{offset + length - 1}: {head.hex(' ')}{more}"
+
+
+def pad_line(indent: str, offset: int, pad: int) -> str:
+    return f"{indent}Pad: {pad} byte(s) @ bytes {offset}-{offset + pad - 1}"
+
+
+def crc_line(indent: str, name: str, offset: int, crc: int, status: str | None, expected: int | None) -> str:
+    """A tree's ICRC (or MPA CRC) line: the CRC as on the wire, its status, what it should be if bad."""
+    exp = f", should be {expected.to_bytes(4, 'little').hex(' ')}" if expected is not None else ""
+    return f"{indent}{name}: {crc.to_bytes(4, 'little').hex(' ')} ({status or 'unchecked'}{exp}) @ bytes {offset}-{offset + 3}"
+
+
+def frame_line(frame_number: int, wire_length: int, captured: int, linktype: int, timestamp: float) -> str:
+    """A tree's first line: the frame's number, lengths, link type and time."""
+    lt = LINKTYPE_NAMES.get(linktype) or f"link type {linktype}"
+    return (f"Frame {frame_number}: {wire_length or captured} bytes on wire, {captured} bytes captured, {lt}, "
+            f"time {timestamp:.6f}")
+
+
 def frame_tree(cp: CapturedPacket) -> str:
     """The full tree of one frame (``rdmalab decode -V``)."""
     pkt = cp.packet
-    lt = LINKTYPE_NAMES.get(cp.linktype, f"link type {cp.linktype}")
-    lines = [f"Frame {cp.frame_number}: {cp.wire_length or len(pkt.data)} bytes on wire, {len(pkt.data)} bytes "
-             f"captured, {lt}, time {cp.timestamp:.6f}",
+    lines = [frame_line(cp.frame_number, cp.wire_length, len(pkt.data), cp.linktype, cp.timestamp),
              f"    Summary: {info(cp)}"]
     lines.extend(packet_tree(pkt))
     internal = pkt.internal_error
     if internal:
         lines.append(f"    Problem: rdmalab could not fully decode this frame: {internal}")
-    for i, pdu in enumerate(cp.pdus, 1):
-        lines.append(f"    PDU {i} of {len(cp.pdus)} ({pdu.encap}; offsets within the PDU): {pdu.summary()}")
-        lines.extend(packet_tree(pdu, "        "))
+    if cp.pdus:
+        lines.extend(pdu_lines(cp.pdus))
     return "\n".join(lines)
+
+
+def pdu_lines(pdus: list[Packet]) -> list[str]:
+    """The trees of the iWARP PDUs a frame completes (the end of :func:`frame_tree`)."""
+    out: list[str] = []
+    for i, pdu in enumerate(pdus, 1):
+        out.append(f"    PDU {i} of {len(pdus)} ({pdu.encap}; offsets within the PDU): {pdu.summary()}")
+        out.extend(packet_tree(pdu, "        "))
+    return out

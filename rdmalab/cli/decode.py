@@ -255,6 +255,13 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
                                       lenient=not args.strict, iwarp=not args.no_iwarp, workers=args.workers):
                 _write_bytes(out, text)
             return 0
+        if (args.verbose and not args.no_columnar and flt is None and not args.strict and not args.line_flush
+                and shown is None):
+            from rdmalab.capture.tree_templates import tree_blocks  # lazy: only -V needs it; --help fast
+
+            for trees in tree_blocks(path, iwarp=not args.no_iwarp, count=args.count):
+                _write_bytes(out, trees)
+            return 0
         t0: float | None = None
         write = out.write
         windows = TcpWindowScaling()  # follows every frame, filtered out or not, as tshark does
@@ -327,7 +334,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     mode.add_argument("--strict", dest="strict", action="store_true", help="stop at the first bad frame")
     d.add_argument("--no-iwarp", action="store_true", help="do not reassemble TCP streams into iWARP PDUs")
     d.add_argument("--no-columnar", action="store_true",
-                   help="use the per-packet decoder even where the columnar one would do (-T fields, summary lines)")
+                   help="use the per-packet decoder even where the columnar one would do (-T fields, summary lines, -V)")
     d.add_argument("-j", "--workers", type=int, metavar="N",
                    help="with -T fields, -T json (no -Y) and for summary lines: worker processes for a pcap file "
                         "of 32 MiB or more (default: one fewer than the cores for -T fields; otherwise one a core "

@@ -191,9 +191,9 @@ class Packet:
             names = [layer.name for layer in self.layers]
             return " / ".join(names) + (f" ({self.payload_length} bytes)" if self.payload_length else "")
         parts = [f"{opcode_name(bth.opcode)} QP=0x{bth.destqp:06x} PSN={bth.psn}"]
-        for flag, word in ((bth.ackreq, "A"), (bth.se, "SE"), (bth.fecn, "FECN"), (bth.becn, "BECN")):
-            if flag:
-                parts.append(word)
+        if bth.ackreq or bth.se or bth.fecn or bth.becn:
+            parts += [word for flag, word in ((bth.ackreq, "A"), (bth.se, "SE"), (bth.fecn, "FECN"), (bth.becn, "BECN"))
+                      if flag]
         reth = get(RETH)
         if reth is not None:
             parts.append(f"VA=0x{reth.va:x} rkey=0x{reth.r_key:x} len={reth.dma_length}")
@@ -210,7 +210,7 @@ class Packet:
         imm = get(ImmDt)
         if imm is not None:
             parts.append(f"Imm=0x{imm.imm:08x}")
-        headers = list(self.headers())
+        headers = [la.header for la in self.layers]
         infos = [text for h in headers if (text := h.info(headers)) is not None]  # MAD, CM
         if infos:
             parts.append(" ".join(infos))

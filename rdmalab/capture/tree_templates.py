@@ -1,0 +1,388 @@
+"""``rdmalab decode -V`` in bulk: the trees of the commonest frames from per-header templates.
+
+Most frames of a capture have one of two shapes: Ethernet / IPv4 / UDP / BTH and the extended
+headers its opcode implies (RoCEv2), and Ethernet / IPv4 / TCP.  The lines a header adds to a tree
+(:func:`rdmalab.capture.render.packet_tree`) are fixed text with the field values in slots, so
+for each header class, offset and indentation one ``str.format`` template is made from the lines
+the renderer itself writes (:func:`header_text_fn`), and a frame's header lines cost one call per
+header over the header read as one big-endian integer, with no header object made.  Fields whose
+text a header class spells its own way (the BTH opcode's name, the AETH syndrome) come from the
+class's ``describe``, remembered per value (:data:`SPECIAL`).
+
+A frame takes this way (:func:`fast_frame`) only when the per-packet decoder would record no
+problem in it: the conditions are checked here first, with the headers' own ``check``, and the
+ICRC must be good.  Its other lines are written by the renderer's own functions
+(:func:`~rdmalab.capture.render.frame_line`, ``payload_line``, ``crc_line``, ``tcp_info_text``;
+the RoCE Summary by :meth:`Packet.summary <rdmalab.wire.packet.Packet.summary>` of a packet holding
+the BTH and what follows it; a segment's that completes iWARP PDUs and their trees by
+``pdus_info`` and ``pdu_lines``, what :func:`~rdmalab.capture.render.frame_tree` runs).  Every
+other frame (other link types, VLAN tags, IPv6, IPv4 options or fragments, MADs to or from QP0/QP1,
+anything truncated or malformed, a bad ICRC) goes through the per-packet decoder and
+:func:`~rdmalab.capture.render.frame_tree`, in capture order, with the same iWARP stream
+reassembly (:class:`rdmalab.capture.iwarp.IwarpTracker`) fed every TCP segment in order.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rdmalab.capture.iwarp import IwarpTracker
+from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, decode_frame
+from rdmalab.capture.pcapio import record_blocks
+from rdmalab.capture.reader import CapturedPacket, RawRecord, decode_record
+from rdmalab.capture.render import (
+    _make_header_lines,
+    crc_line,
+    frame_line,
+    frame_tree,
+    pad_line,
+    payload_line,
+    pdu_lines,
+    pdus_info,
+    tcp_info_text,
+)
+from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_rocev2
+from rdmalab.wire.errors import DecodeError
+from rdmalab.wire.header import Header, _fmt, compile_decoder
+from rdmalab.wire.ib import AETH, BTH, DETH, Transport
+from rdmalab.wire.mad import carries_mad
+from rdmalab.wire.net import ETHERTYPE_IPV4, IPPROTO_TCP, IPPROTO_UDP, ROCEV2_PORT, TCP, UDP, Ethernet, IPv4
+from rdmalab.wire.opcodes import OPCODES
+from rdmalab.wire.packet import Layer, Packet
+
+__all__ = ["SPECIAL", "fast_frame", "header_text_fn", "templatable", "tree_blocks"]
+
+#: Per header class, the fields its ``describe`` spells its own way, each with the fields that text
+#: depends on; every other field is shown as :func:`rdmalab.wire.header._fmt` shows it.  A class
+#: that overrides ``describe`` and is not here gets no template (its frames go the per-packet way).
+#: (tests/capture/test_tree_templates.py holds every other field's text to ``describe``.)
+SPECIAL: dict[type[Header], dict[str, tuple[str, ...]]] = {
+    BTH: {"opcode": ("opcode",)},
+    AETH: {"type": ("type",), "value": ("type", "value")},
+}
+
+
+_REMEMBERED = 4096  # entries of each table of remembered texts and ICRC terms (emptied when full)
+
+
+def _ipv4_text(x: int) -> str:
+    return f"{x >> 24}.{x >> 16 & 255}.{x >> 8 & 255}.{x & 255}"
+
+
+def _mac_text(x: int) -> str:
+    return x.to_bytes(6, "big").hex(":")
+
+
+def templatable(cls: type[Header]) -> bool:
+    """Whether a header class gets a template: its ``describe`` is the generic one or its own
+    spellings are listed in :data:`SPECIAL`."""
+    return cls.describe is Header.describe or cls in SPECIAL
+
+
+def _special_fn(cls: type[Header], name: str, deps: tuple[str, ...]) -> Callable[[int], str]:
+    """The text of field ``name`` given the header's integer: the class's ``describe`` on a header
+    holding only the fields the text depends on, remembered per value of those."""
+    lay = cls.LAYOUT
+    specs = [lay.field(d) for d in deps]
+    memo: dict[tuple[int, ...], str] = {}
+
+    def text(v: int) -> str:
+        key = tuple(v >> f.shift & f.mask for f in specs)
+        hit = memo.get(key)
+        if hit is None:
+            only = sum(val << f.shift for val, f in zip(key, specs, strict=True))
+            hit = memo[key] = cls.decode(only.to_bytes(lay.size, "big")).describe(name)
+        return hit
+
+    return text
+
+
+def header_text_fn(cls: type[Header], offset: int, indent: str) -> Callable[[int], str]:
+    """``text(v)``: the lines (joined by newlines) that :func:`rdmalab.capture.render.packet_tree`
+    writes for a ``cls`` header at ``offset`` with ``indent``, given the header's bytes read as one
+    big-endian integer ``v``.  The literal text is taken from the renderer's own lines for a header
+    of zeros, so both keep one layout."""
+    if not templatable(cls):
+        raise ValueError(f"{cls.__name__}: its describe spells fields its own way and none is listed in SPECIAL")
+    lay = cls.LAYOUT
+    zero = cls.decode(bytes(lay.size))
+    lines = _make_header_lines(zero, offset, indent)
+    pieces = [lines[0].replace("{", "{{").replace("}", "}}")]
+    args: list[str] = []
+    ns: dict[str, Any] = {"_fmt": _fmt, "_ip4": _ipv4_text, "_mac": _mac_text}
+    special = SPECIAL.get(cls, {})
+    for i, (f, line) in enumerate(zip(lay.fields, lines[1:], strict=True)):
+        head = f"{indent}    {f.name}: "
+        shown = zero.describe(f.name)
+        if not line.startswith(head + shown):
+            raise ValueError(f"{cls.__name__}.{f.name}: the renderer's line {line!r} is not laid out as expected")
+        tail = line[len(head) + len(shown):]
+        x = f"v >> {f.shift} & {f.mask}" if f.shift else f"v & {f.mask}"
+        if f.name in special:
+            ns[f"_s{i}"] = _special_fn(cls, f.name, special[f.name])
+            slot, arg = "{}", f"_s{i}(v)"
+        elif f.fmt == "dec":
+            slot, arg = "{}", x
+        elif f.fmt == "hex":
+            slot, arg = f"0x{{:0{(f.bits + 3) // 4}x}}", x
+        elif f.fmt == "ipv4":
+            slot, arg = "{}", f"_ip4({x})"
+        elif f.fmt == "mac":
+            slot, arg = "{}", f"_mac({x})"
+        else:
+            slot, arg = "{}", f"_fmt({f.fmt!r}, {f.bits}, {x})"
+        pieces.append(head.replace("{", "{{").replace("}", "}}") + slot + tail.replace("{", "{{").replace("}", "}}"))
+        args.append(arg)
+    ns["_T"] = "\n".join(pieces)
+    # most headers repeat from frame to frame (the Ethernet and IP addresses, a QP's UDP ports):
+    # a text is remembered by the header's value (bounded: emptied when full)
+    seen: dict[int, str] = {}
+    ns["_seen"], ns["_get"] = seen, seen.get
+    src = (f"def text(v):\n    t = _get(v)\n    if t is None:\n        if len(_seen) >= {_REMEMBERED}:\n"
+           f"            _seen.clear()\n        t = _seen[v] = _T.format({', '.join(args)})\n    return t\n")
+    exec(src, ns)  # noqa: S102 - source built above from the layout, no outside input
+    fn: Callable[[int], str] = ns["text"]
+    return fn
+
+
+_TEXT: dict[tuple[type[Header], int, str], Callable[[int], str]] = {}
+
+
+def _text_fn(cls: type[Header], offset: int) -> Callable[[int], str]:
+    key = (cls, offset, "    ")
+    fn = _TEXT.get(key)
+    if fn is None:
+        fn = _TEXT[key] = header_text_fn(cls, offset, "    ")
+    return fn
+
+
+def _field(cls: type[Header], name: str) -> tuple[int, int]:
+    f = cls.LAYOUT.field(name)
+    return f.shift, f.mask
+
+
+_IP_TOTAL_S, _IP_TOTAL_M = _field(IPv4, "total_length")
+_IP_FLAGS_S, _IP_FLAGS_M = _field(IPv4, "flags")
+_IP_FRAG_S, _IP_FRAG_M = _field(IPv4, "frag_offset")
+_IP_SRC_S, _IP_SRC_M = _field(IPv4, "src")
+_IP_DST_S, _IP_DST_M = _field(IPv4, "dst")
+_UDP_DPORT_S, _UDP_DPORT_M = _field(UDP, "dport")
+_UDP_LEN_S, _UDP_LEN_M = _field(UDP, "length")
+_TCP_SPORT_S, _TCP_SPORT_M = _field(TCP, "sport")
+_TCP_DPORT_S, _TCP_DPORT_M = _field(TCP, "dport")
+_TCP_SEQ_S, _TCP_SEQ_M = _field(TCP, "seq")
+_TCP_OFF_S, _TCP_OFF_M = _field(TCP, "data_offset")
+_TCP_FLAGS_S, _TCP_FLAGS_M = _field(TCP, "flags")
+_TCP_ACK_S, _TCP_ACK_M = _field(TCP, "ack")
+_TCP_WIN_S, _TCP_WIN_M = _field(TCP, "window")
+# the headers in front of the BTH are not in the light packet the Summary line is made from: their
+# ``info`` must add nothing to it (Header.info), and their declarations fix no value (no ``check``)
+_PLAIN = (all(c.info is Header.info for c in (Ethernet, IPv4, UDP, TCP))
+          and all(not c.LAYOUT.consts and c.validate is Header.validate for c in (Ethernet, UDP)))
+_UD = int(Transport.UD)
+_ETH_TEXT = _text_fn(Ethernet, 0)
+_IP_TEXT = _text_fn(IPv4, 14)
+_UDP_TEXT = _text_fn(UDP, 34)
+_TCP_TEXT = _text_fn(TCP, 34)
+_IPV4_START = ETHERTYPE_IPV4.to_bytes(2, "big") + bytes([0x45])  # the EtherType, then IPv4 of 5 words (no options)
+_BTH_TEXT = _text_fn(BTH, 42)
+_BTH_DECODE = compile_decoder(BTH)  # BTH.decode's generated decoder, called directly
+#: Per BTH opcode: where its extended headers end, and for each its decoder, offset, size and
+#: template; () when one of them has no template or adds to the Summary line (Header.info)
+_PLANS: dict[int, tuple[()] | tuple[int, list[tuple[Any, int, int, Callable[[int], str]]]]] = {}
+
+
+def _plan(headers: tuple[type[Header], ...]) -> tuple[()] | tuple[int, list[tuple[Any, int, int, Callable[[int], str]]]]:
+    steps = []
+    pos = 54
+    for cls in headers:
+        if not templatable(cls) or cls.info is not Header.info:
+            return ()
+        steps.append((compile_decoder(cls), pos, cls.LAYOUT.size, _text_fn(cls, pos)))
+        pos += cls.LAYOUT.size
+    return pos, steps
+
+
+# The ICRC of a RoCEv2 datagram is the CRC of the datagram as sent XOR a term that depends only on
+# its length and the values of its variant fields (the CRC is affine: rdmalab.wire.crc.icrc_mask_delta),
+# all within its first 33 bytes (IPv4 header, UDP checksum, BTH byte 4).  That term is remembered
+# per (those bytes, length), so a datagram like one seen before costs one CRC over its bytes, unmasked.
+_HEAD = 20 + 8 + 5
+_DELTA: dict[tuple[bytes, int], int] = {}
+
+
+def _icrc(buf: bytes | bytearray, start: int, end: int) -> int:
+    """:func:`~rdmalab.wire.crc.icrc_rocev2` of the IPv4 RoCEv2 datagram ``buf[start:end]`` (through the pad)."""
+    key = (bytes(buf[start:start + _HEAD]), end - start)
+    delta = _DELTA.get(key)
+    with memoryview(buf) as mv:
+        sent = crc32(mv[start:end], ICRC_SEED)
+    if delta is None:
+        if len(_DELTA) >= _REMEMBERED:
+            _DELTA.clear()
+        delta = _DELTA[key] = icrc_rocev2(buf[start:end]) ^ sent
+    return sent ^ delta
+
+
+def fast_frame(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
+               tracker: Any) -> bytes | None:
+    """The tree of the Ethernet frame ``buf[o:o + cap]`` (frame number ``frame``, ``wire`` bytes on the
+    wire, time ``ts``), as :func:`~rdmalab.capture.render.frame_tree` of the lenient per-packet
+    decoder writes it (UTF-8), or None when the frame is not one this module writes (nothing is then fed
+    to ``tracker``, the iWARP reassembly, or None)."""
+    if cap < 54 or buf[o + 12:o + 15] != _IPV4_START or not _PLAIN:
+        return None
+    ipv = int.from_bytes(buf[o + 14:o + 34], "big")
+    total = ipv >> _IP_TOTAL_S & _IP_TOTAL_M
+    if ipv >> _IP_FRAG_S & _IP_FRAG_M or ipv >> _IP_FLAGS_S & 1 or total < 40 or 14 + total > cap:
+        return None
+    ip_end = 14 + total
+    proto = buf[o + 23]
+    if proto == IPPROTO_UDP:
+        return _roce(buf, o, cap, frame, wire, ts, interface, ipv, ip_end)
+    if proto == IPPROTO_TCP:
+        return _tcp(buf, o, cap, frame, wire, ts, interface, ipv, ip_end, tracker)
+    return None
+
+
+def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
+          ipv: int, ip_end: int) -> bytes | None:
+    uv = int.from_bytes(buf[o + 34:o + 42], "big")
+    if uv >> _UDP_DPORT_S & _UDP_DPORT_M != ROCEV2_PORT:
+        return None
+    length = uv >> _UDP_LEN_S & _UDP_LEN_M
+    udp_end = min(ip_end, 34 + length) if length >= 8 else ip_end
+    if udp_end - 42 < 16:
+        return None
+    bth = _BTH_DECODE(buf, o + 42)
+    opcode = bth.opcode
+    info = OPCODES.get(opcode)
+    if info is None or bth.check(42):
+        return None
+    plan = _PLANS.get(opcode)
+    if plan is None:
+        plan = _PLANS[opcode] = _plan(info.headers)
+    if not plan:
+        return None
+    layers = [Layer(bth, 42)]
+    texts = [_ETH_TEXT(int.from_bytes(buf[o:o + 14], "big")), _IP_TEXT(ipv), _UDP_TEXT(uv),
+             _BTH_TEXT(int.from_bytes(buf[o + 42:o + 54], "big"))]
+    crc_at = udp_end - 4
+    pos = plan[0]
+    if pos > crc_at:
+        return None
+    for decode, at, size, text in plan[1]:
+        h = decode(buf, o + at)
+        if h.check(at):
+            return None
+        layers.append(Layer(h, at))
+        texts.append(text(int.from_bytes(buf[o + at:o + at + size], "big")))
+    body = crc_at - pos
+    if not info.payload:
+        if body:
+            return None
+        plen = pad = 0
+    else:
+        pad = bth.padcnt
+        if pad > body:
+            return None
+        plen = body - pad
+    if opcode >> 5 == _UD:  # a datagram: a MAD to or from QP0/QP1 goes the per-packet way (rdmalab.wire.frame._transport)
+        deth = next((la.header for la in layers if type(la.header) is DETH), None)
+        if deth is not None and carries_mad(opcode, bth.destqp, deth.src_qp, plen):
+            return None
+    crc = int.from_bytes(buf[o + crc_at:o + crc_at + 4], "little")
+    if crc != _icrc(buf, o + 14, o + crc_at):
+        return None  # a bad ICRC: the per-packet way says what it should be
+    # the Summary line from a packet holding what Packet.summary reads (the BTH and what follows it)
+    summary = Packet(b"", layers, "rocev2", pos, plen, pad, crc, crc, crc_at, "icrc").summary()
+    lines = [frame_line(frame, wire, cap, LINKTYPE_ETHERNET, ts), "    Summary: " + summary, *texts]
+    if plen:
+        lines.append(payload_line("    ", pos, plen, buf[o + pos:o + pos + min(plen, 32)]))
+    if pad:
+        lines.append(pad_line("    ", pos + plen, pad))
+    lines.append(crc_line("    ", "ICRC", crc_at, crc, "good", None))
+    return "\n".join(lines).encode()
+
+
+def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
+         ipv: int, ip_end: int, tracker: Any) -> bytes | None:
+    tv = int.from_bytes(buf[o + 34:o + 54], "big")
+    hl = (tv >> _TCP_OFF_S & _TCP_OFF_M) * 4
+    if hl < 20 or 34 + hl > ip_end:
+        return None
+    start = 34 + hl
+    plen = ip_end - start
+    sport = tv >> _TCP_SPORT_S & _TCP_SPORT_M
+    dport = tv >> _TCP_DPORT_S & _TCP_DPORT_M
+    seq = tv >> _TCP_SEQ_S & _TCP_SEQ_M
+    flags = tv >> _TCP_FLAGS_S & _TCP_FLAGS_M
+    pdus: list[Packet] = []
+    if tracker is not None:
+        a, b = ipv >> _IP_SRC_S & _IP_SRC_M, ipv >> _IP_DST_S & _IP_DST_M
+        src = _ADDR.get(a) or _address(a)
+        dst = _ADDR.get(b) or _address(b)
+        try:
+            pdus = tracker.process_segment(frame, src, sport, dst, dport, seq, flags, bytes(buf[o + start:o + ip_end]))
+        except DecodeError:
+            pass  # as the per-packet reader (lenient): the stream's damage is its PDUs' to report
+        except Exception as err:  # a reassembly bug must not stop a capture: reported on the frame, as the reader does
+            full = decode_frame(LINKTYPE_ETHERNET, bytes(buf[o:o + cap]), lenient=True)
+            full.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
+            return frame_tree(CapturedPacket(frame, ts, LINKTYPE_ETHERNET, full, [], wire, interface)).encode()
+    if pdus:  # the Summary line from the PDUs, and their trees after the segment's
+        summary = pdus_info(pdus)
+    else:
+        summary = tcp_info_text(sport, dport, flags, seq, tv >> _TCP_ACK_S & _TCP_ACK_M,
+                                tv >> _TCP_WIN_S & _TCP_WIN_M, plen)
+    lines = ["", _ETH_TEXT(int.from_bytes(buf[o:o + 14], "big")), _IP_TEXT(ipv), _TCP_TEXT(tv)]
+    if plen:
+        lines.append(payload_line("    ", start, plen, buf[o + start:o + start + min(plen, 32)]))
+    if pdus:
+        lines += pdu_lines(pdus)
+    # the Summary line has the one character outside ASCII (the arrow): the text around it stays
+    # ASCII, which encodes and joins as a copy
+    return b"".join((frame_line(frame, wire, cap, LINKTYPE_ETHERNET, ts).encode(), b"\n    Summary: ",
+                     summary.encode(), "\n".join(lines).encode()))
+
+
+_ADDR: dict[int, str] = {}  # IPv4 addresses as the iWARP reassembly names them (bounded)
+
+
+def _address(a: int) -> str:
+    if len(_ADDR) >= _REMEMBERED:
+        _ADDR.clear()
+    text = _ADDR[a] = _ipv4_text(a)
+    return text
+
+
+def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int | None = None,
+                block_bytes: int = 1 << 20) -> Iterator[bytes]:
+    """The text of ``rdmalab decode -V -r FILE`` (lenient), UTF-8, in pieces: each frame's tree
+    followed by a blank line, in capture order, the frames of one block of records at a time."""
+    if count is not None and count <= 0:
+        return
+    tracker = IwarpTracker() if iwarp else None
+    for blk in record_blocks(path, block_bytes):
+        buf = blk.buf
+        out: list[bytes] = []
+        rows = zip(blk.offset.tolist(), blk.caplen.tolist(), blk.wirelen.tolist(), blk.seconds().tolist(),
+                   blk.linktype.tolist(), blk.interfaces().tolist(), strict=True)
+        last = False
+        fast, ethernet = fast_frame, LINKTYPE_ETHERNET
+        for n, (off, cap, wire, ts, lt, iface) in enumerate(rows, blk.first):
+            text = fast(buf, off, cap, n, wire, ts, iface, tracker) if lt == ethernet else None
+            if text is None:
+                rec = RawRecord(n, ts, lt, bytes(buf[off:off + cap]), wire, iface)
+                text = frame_tree(decode_record(rec, lenient=True, tracker=tracker)).encode()
+            out.append(text)
+            if count is not None and n >= count:
+                last = True
+                break
+        if out:
+            out.append(b"")
+            yield b"\n\n".join(out)
+        if last:
+            return

@@ -1,0 +1,237 @@
+"""``rdmalab decode -V`` from per-header templates (rdmalab.capture.tree_templates): every tree is the
+per-packet decoder's tree (render.frame_tree), on every capture in captures/ (RoCEv1/v2, native IB in
+ERF, iWARP with markers and CRCs, CM, UD, losses), on damaged frames, and in blocks of any size."""
+
+from __future__ import annotations
+
+import glob
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from rdmalab.capture import read, render, tree_templates
+from rdmalab.capture.pcapwriter import write_capture
+from rdmalab.capture.reader import records
+from rdmalab.capture.tree_templates import SPECIAL, fast_frame, header_text_fn, templatable, tree_blocks
+from rdmalab.cli import main
+from rdmalab.wire import ib, net
+from rdmalab.wire.crc import icrc_rocev2
+from rdmalab.wire.frame import encode_rocev2
+from rdmalab.wire.header import Header
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPTURES = sorted(glob.glob(str(ROOT / "captures" / "*.pcap")))
+
+
+def _per_packet(path: str | Path, count: int | None = None) -> str:
+    return "".join(render.frame_tree(cp) + "\n\n" for cp in read(path, count=count))
+
+
+def _fast(path: str | Path, **kw: int) -> str:
+    return b"".join(tree_blocks(path, **kw)).decode()
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=os.path.basename)
+def test_trees_are_the_per_packet_trees(path: str) -> None:
+    assert _fast(path) == _per_packet(path)
+
+
+def test_small_blocks_and_a_count() -> None:
+    """Block boundaries anywhere (a block of a few records), and -c inside a block."""
+    path = ROOT / "captures" / "siw_crc_send_bw.pcap"
+    assert _fast(path, block_bytes=700) == _per_packet(path)
+    assert _fast(path, count=7, block_bytes=700) == _per_packet(path, count=7)
+    assert list(tree_blocks(path, count=0)) == []
+
+
+@pytest.mark.parametrize("name", ["rxe_write_bw.pcap", "siw_crc_write_bw.pcap", "rxe_atomic_fadd.pcap"])
+def test_the_templates_write_most_frames(name: str) -> None:
+    """The comparison above is not empty: RoCEv2 and TCP frames of real captures take the templates."""
+    recs = list(records(ROOT / "captures" / name))
+    fast = 0
+    for blk_rec in recs:
+        data = blk_rec.data
+        if fast_frame(data, 0, len(data), blk_rec.frame_number, blk_rec.wire_length, blk_rec.timestamp, 0,
+                      None) is not None:
+            fast += 1
+    assert fast >= 0.9 * len(recs)
+
+
+def _damaged(tmp_path: Path) -> Path:
+    """Real RoCEv2 and iWARP frames with bytes of their headers and trailer changed at random (bad
+    lengths, opcodes, pad counts, versions, ICRCs, TCP offsets...), and cut short."""
+    rng = random.Random(38)
+    frames = []
+
+    def good_icrc(bad: bytearray) -> None:
+        end = min(len(bad), 14 + int.from_bytes(bad[16:18], "big"))
+        if end >= 58:
+            bad[end - 4:end] = icrc_rocev2(bytes(bad[14:end - 4])).to_bytes(4, "little")
+            frames.append(bytes(bad))
+
+    for name in ("rxe_rc_pingpong.pcap", "rxe_atomic_cswap.pcap", "rxe_imm.pcap", "siw_crc_rping.pcap",
+                 "rxe_ud_pingpong.pcap", "siw_rping.pcap"):
+        for rec in records(ROOT / "captures" / name):
+            data = bytearray(rec.data)
+            frames.append(bytes(data))
+            for _ in range(3):
+                bad = bytearray(data)
+                for _ in range(rng.randint(1, 3)):
+                    at = rng.randrange(12, min(len(bad), 90)) if rng.random() < 0.85 else rng.randrange(len(bad))
+                    bad[at] = rng.randrange(256)
+                frames.append(bytes(bad))
+                if bad[12:14] == b"\x08\x00" and bad[14] >> 4 == 4 and bad[23] == 17 and len(bad) >= 58:
+                    good_icrc(bad)  # the damage with a good ICRC
+            if data[23] == 17 and len(data) >= 58:
+                data[43] |= 0x30  # a pad count of 3 (more than an ACK's payload)
+                good_icrc(data)
+            frames.append(bytes(data[:rng.randrange(14, len(data))]))
+    # a pad count above the payload, a payload after an ACK's headers, an ACK without its AETH (ICRCs good)
+    for frame in (encode_rocev2(ib.BTH(opcode=0x04, destqp=5, psn=1)),
+                  encode_rocev2(ib.BTH(opcode=0x11, destqp=5, psn=2), [ib.AETH.ack(3)], b"abcd", check=False),
+                  encode_rocev2(ib.BTH(opcode=0x11, destqp=5, psn=3), [], b"", check=False)):
+        bad = bytearray(frame)
+        if frame[42] == 0x04:
+            bad[43] |= 0x30
+        good_icrc(bad)
+    path = tmp_path / "damaged.pcap"
+    write_capture(path, [(i * 1000, f) for i, f in enumerate(frames)], nano=False)
+    return path
+
+
+def test_damaged_frames(tmp_path: Path) -> None:
+    path = _damaged(tmp_path)
+    got = _fast(path)
+    assert got == _per_packet(path)
+    assert "Problem:" in got and "(bad, should be" in got  # the damage was seen, by the per-packet way
+    for problem in ("malformed BTH.tver", "malformed BTH.padcnt", "malformed BTH.opcode", "malformed AETH.type",
+                    "malformed Payload", "truncated TCP.data_offset", "truncated IPv4.length", "truncated AETH"):
+        assert f"Problem: {problem}" in got, problem
+
+
+def _header_classes() -> list[type[Header]]:
+    out: dict[str, type[Header]] = {}
+    for mod in (ib, net):
+        for v in vars(mod).values():
+            if isinstance(v, type) and issubclass(v, Header) and v is not Header and hasattr(v, "LAYOUT"):
+                out[v.__name__] = v
+    return list(out.values())
+
+
+@pytest.mark.parametrize("cls", [c for c in _header_classes() if templatable(c)], ids=lambda c: c.__name__)
+def test_header_template_is_the_renderer(cls: type[Header]) -> None:
+    """A header's template gives the renderer's lines, for random values of every field (and so the
+    fields SPECIAL does not list are shown as the generic describe shows them)."""
+    rng = random.Random(cls.__name__)
+    size = cls.LAYOUT.size
+    for offset, indent in ((0, "    "), (42, "    "), (7, "        ")):
+        text = header_text_fn(cls, offset, indent)
+        for _ in range(300):
+            raw = bytes(rng.randrange(256) for _ in range(size))
+            h = cls.decode(raw)
+            want = "\n".join(render._make_header_lines(h, offset, indent))
+            assert text(int.from_bytes(raw, "big")) == want
+            assert text(int.from_bytes(raw, "big")) == want  # remembered
+
+
+def test_special_classes_override_describe() -> None:
+    """SPECIAL lists classes that spell some fields their own way, and only their fields."""
+    for cls, fields in SPECIAL.items():
+        assert cls.describe is not Header.describe
+        names = {f.name for f in cls.LAYOUT.fields}
+        for name, deps in fields.items():
+            assert name in names and set(deps) <= names
+
+
+def test_a_class_spelling_fields_its_own_way_gets_no_template() -> None:
+    assert not templatable(ib.LRH)  # LRH spells lnh and pktlen, and is not in SPECIAL
+    with pytest.raises(ValueError, match="LRH"):
+        header_text_fn(ib.LRH, 0, "    ")
+
+
+def test_cli_tree_is_the_per_packet_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _damaged(tmp_path)
+    assert main(["decode", "-V", "-r", str(path)]) == 0
+    fast = capsys.readouterr().out
+    assert main(["decode", "-V", "--no-columnar", "-r", str(path)]) == 0
+    assert fast == capsys.readouterr().out
+    assert main(["decode", "-V", "-c", "5", "-r", str(path)]) == 0
+    assert capsys.readouterr().out == _per_packet(path, count=5)
+
+
+def test_icrc_from_the_remembered_term() -> None:
+    """The ICRC as the CRC of the datagram as sent XOR a term remembered per first 33 bytes and length
+    is icrc_rocev2's, whatever the bytes after those 33 and whatever the variant fields (TOS, TTL, IP
+    checksum, UDP checksum, BTH byte 4: each changed alone after the datagram as it was)."""
+    rng = random.Random(4791)
+    datagrams = []
+    for rec in records(ROOT / "captures" / "rxe_atomic_cswap.pcap"):
+        d = rec.data
+        if d[12:14] == b"\x08\x00" and d[23] == 17:
+            datagrams.append(d[14:14 + int.from_bytes(d[16:18], "big")])
+    assert datagrams
+    for dg in datagrams:
+        for at in (None, 1, 8, 10, 11, 26, 27, 32):  # the datagram, then each variant byte changed alone
+            b = bytearray(dg)
+            if at is not None:
+                b[at] ^= rng.randrange(1, 256)
+            for _ in range(2):
+                buf = bytes(7) + bytes(b)
+                assert tree_templates._icrc(buf, 7, 7 + len(b) - 4) == icrc_rocev2(bytes(b[:-4]))
+                for i in range(33, len(b) - 4):
+                    b[i] = rng.randrange(256)
+
+
+def _edges(tmp_path: Path) -> tuple[Path, list[bool | None]]:
+    """Frames at the edges of the templates' shapes, and whether each takes them: VLAN-tagged and
+    IPv6 RoCEv2, IPv4 options, fragments, Ethernet padding after the IP packet, UDP to another port,
+    TCP with options and a payload, a MAD, and frames of every opcode in one stream."""
+    send = ib.BTH(opcode=0x04, destqp=0x12, psn=5)  # RC SEND Only
+    ack = encode_rocev2(ib.BTH(opcode=0x11, destqp=0x12, psn=5), [ib.AETH.ack(1)])
+    frames: list[tuple[bytes, bool | None]] = [
+        (encode_rocev2(send, [], b"x" * 40), True),
+        (encode_rocev2(send, [], b"x" * 40, vlan=net.VLAN(vid=7, ethertype=0x0800)), False),
+        (encode_rocev2(send, [], b"x" * 40, src_ip="fe80::1", dst_ip="fe80::2"), False),
+        (ack + bytes(2), True),  # Ethernet padding after the IP packet
+        (encode_rocev2(send, [], b"abc"), True),  # a pad of 1
+        (encode_rocev2(send, [], b"x" * 40, dst_port=4792), False),  # UDP, not RoCEv2
+    ]
+    opts = bytearray(encode_rocev2(send, [], b"x" * 40))
+    opts[14] = 0x46  # a header of 6 words: the 4 bytes after it are read as options
+    frames.append((bytes(opts), False))
+    frag = bytearray(encode_rocev2(send, [], b"x" * 40))
+    frag[20] |= 0x20  # More Fragments
+    frames.append((bytes(frag), False))
+    for rec in records(ROOT / "captures" / "siw_crc_rping.pcap"):  # TCP with options, payloads, MPA
+        tcp = rec.data[12:14] == b"\x08\x00" and rec.data[23] == 6
+        frames.append((rec.data, tcp or None))
+        frames.append((rec.data + bytes(6), tcp or None))  # and padded
+    for name in ("synthetic_rocev2_cm_req.pcap", "synthetic_all_opcodes_rocev2.pcap"):
+        frames += [(rec.data, None) for rec in records(ROOT / "captures" / name)]
+    path = tmp_path / "edges.pcap"
+    write_capture(path, [(i * 1000, f) for i, (f, _) in enumerate(frames)], nano=False)
+    return path, [fast for _, fast in frames]
+
+
+def test_edge_frames(tmp_path: Path) -> None:
+    path, fast = _edges(tmp_path)
+    assert _fast(path) == _per_packet(path)
+    assert _fast(path, block_bytes=300) == _per_packet(path)
+    for rec, want in zip(records(path), fast, strict=True):
+        if want is not None:
+            got = fast_frame(rec.data, 0, len(rec.data), rec.frame_number, rec.wire_length, rec.timestamp, 0, None)
+            assert (got is not None) == want, rec.frame_number
+
+
+def test_a_file_cut_mid_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every tree before the damage, then the same error as the per-packet path's."""
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes((ROOT / "captures" / "siw_crc_write_bw.pcap").read_bytes()[:20000])
+    assert main(["decode", "-V", "-r", str(cut)]) == 1
+    fast = capsys.readouterr()
+    assert main(["decode", "-V", "--no-columnar", "-r", str(cut)]) == 1
+    slow = capsys.readouterr()
+    assert fast.out == slow.out and fast.out.count("\nFrame ") == 58
+    assert fast.err == slow.err and "truncated mid-record" in fast.err
