@@ -351,6 +351,7 @@ class IwarpTracker:
             conn_no = np.repeat(np.arange(len(heads)), size)
             second[conn_no[has_other[::-1]]] = do[has_other[::-1]]
         ol, sp = order.tolist(), special.tolist()
+        run_end = self._lane_runs(order, co, do, special, pay, lengths, seqs, whole) if whole is not None else None
         touched: list[tuple[int, tuple[Tuple4, Tuple4]]] = []
         for h, e, d0, d1 in zip(heads.tolist(), ends.tolist(), do[heads].tolist(), second.tolist(), strict=True):
             ck = conn_keys[conn_of_dir[d0]]
@@ -387,6 +388,11 @@ class IwarpTracker:
                 elif ok_crc and (ok_crc[i] or ok_plain[i]) and self._whole_fpdus(
                         c, keys[dl[i]], seqs[i], ln[i], ok_crc[i], ok_plain[i]):
                     lane.append(i)
+                    if run_end is not None:  # the run of lane segments that follows it, at once
+                        r = self._lane_run(c, i, q, keys, dirs, sides, run_end, order, pay, seqs, ln, lane)
+                        if r > q:
+                            i = ol[r]
+                            q = r
                 elif not self._seen_before(c, keys[dl[i]], seqs[i], ln[i]):
                     feed(i)
                 last = i
@@ -399,6 +405,78 @@ class IwarpTracker:
                 self._conns.move_to_end(ck)
         lane.sort()
         return out, errors, lane
+
+    @staticmethod
+    def _lane_runs(order: np.ndarray, co: np.ndarray, do: np.ndarray, special: np.ndarray, pay: np.ndarray,
+                   lengths: np.ndarray, seqs: Sequence[int], whole: tuple[np.ndarray, np.ndarray],
+                   ) -> tuple[list[int], list[int]]:
+        """For :meth:`process_many` (places in ``order``, the rows of each connection in turn):
+        for each place with payload, the last place of the run of the connection's next
+        segments with payload that :meth:`_whole_fpdus` would take one after the other once it
+        takes this one (and, of the other direction, the first): each is whole FPDUs with the
+        CRCs good (the first list) or not looked at (the second), next in sequence after the
+        segment with payload before it on its direction, and no SYN or RST comes between.
+        Places without payload: themselves."""
+        n = len(order)
+        pp = np.flatnonzero(pay)
+        m = len(pp)
+        seq_o = np.asarray(seqs, dtype=np.int64)[order][pp]
+        nxt_o = (seq_o + lengths[order][pp].astype(np.int64)) & 0xFFFFFFFF
+        c_o, d_o = co[pp], do[pp]
+        # the segment with payload before each on its direction (-1: none)
+        srt = np.lexsort((np.arange(m), d_o, c_o))
+        same = (c_o[srt][1:] == c_o[srt][:-1]) & (d_o[srt][1:] == d_o[srt][:-1])
+        prev = np.full(m, -1, dtype=np.int64)
+        prev[srt[1:][same]] = srt[:-1][same]
+        count = np.cumsum(special[order])[pp]  # SYNs and RSTs up to each place
+        cont = np.zeros(m, dtype=bool)
+        cont[1:] = (c_o[1:] == c_o[:-1]) & (count[1:] == count[:-1])
+        cont &= (prev >= 0) & (nxt_o[prev] == seq_o)
+        out = []
+        for mask in whole:
+            c = cont & mask[order][pp]
+            brk = np.r_[np.flatnonzero(~c[1:]), m - 1]  # t whose successor breaks the run
+            end = np.arange(n)
+            end[pp] = pp[brk[np.searchsorted(brk, np.arange(m))]]
+            out.append(end.tolist())
+        return out[0], out[1]
+
+    def _lane_run(self, conn: _Conn, i: int, q: int, keys: Sequence[Tuple4], dirs: np.ndarray,
+                  sides: tuple[tuple[int, Tuple4], ...], run_end: tuple[list[int], list[int]], order: np.ndarray,
+                  pay: np.ndarray, seqs: Sequence[int], ln: Sequence[int], lane: list[int]) -> int:
+        """After :meth:`_whole_fpdus` took row ``i`` (place ``q``): the segments of its run
+        (:meth:`_lane_runs`) taken too when :meth:`_whole_fpdus` would take them one by one (the
+        other direction in step too), both directions moved past them, their rows added to
+        ``lane``.  The last place taken (``q`` if none)."""
+        d = conn.dirs[keys[dirs[i]]]
+        mode = d.crc is not False
+        end = run_end[0 if mode else 1][q]
+        if end <= q:
+            return q
+        dd = [conn.dirs.get(k) for _j, k in sides]
+        if any(x is None or x.park is not None and x.park.limit is not None for x in dd):
+            return q  # a direction it does not have yet takes its next row; a park may take a segment
+        places = q + 1 + np.flatnonzero(pay[q + 1:end + 1])
+        rows = order[places]
+        mine = dirs[rows] == dirs[i]
+        if not mine.all():
+            f = int(np.argmin(mine))
+            r = int(rows[f])
+            d2 = conn.dirs[keys[dirs[r]]]
+            if (d2.state != FPDU or d2.markers or d2.buf or d2.chunks or d2.pending or d2.next_seq != seqs[r]
+                    or d2.buf_seq != seqs[r] or (d2.crc is not False) != mode):
+                places, rows, mine = places[:f], rows[:f], mine[:f]
+                if not len(rows):
+                    return q
+            else:
+                last = int(rows[~mine][-1])
+                d2.next_seq = d2.buf_seq = seq_add(seqs[last], ln[last])
+                d2.gap_starts.clear()
+        taken = rows.tolist()
+        lane += taken
+        last = int(rows[mine][-1]) if mine.any() else i
+        d.next_seq = d.buf_seq = seq_add(seqs[last], ln[last])
+        return int(places[-1])
 
     def _whole_fpdus(self, conn: _Conn, key: Tuple4, seq: int, length: int, crc_good: bool, plain: bool) -> bool:
         """A segment of whole FPDUs (without markers, each decoding without a problem, the CRC good

@@ -187,22 +187,11 @@ def _state(tr: IwarpTracker) -> list[Any]:
     return out
 
 
-@pytest.mark.parametrize("most", [2, 5, 1024])
-def test_process_many_is_process_segment(most: int, tmp_path: Path) -> None:
-    """IwarpTracker.process_many over blocks of segments (random cuts) against process_segment one
-    segment at a time: the same PDUs in the same frames and the same state, the order of the
-    connections included; connections reset (RST), reopened (the same 4-tuples again), given up
-    (not iWARP), dropped (``most`` connections)."""
-    head, recs = _records(CAPS / "siw_write_bw.pcap")
-    _h, crc = _records(CAPS / "siw_crc_rping.pcap")
-    _h, plain = _records(CAPS / "rxe_rc_pingpong.pcap")
-    rng = np.random.default_rng(most)
-    mixed = (recs + _ports(crc, 7) + plain + _keepalive_and_hole(recs) + _ports(plain, 3) + recs
-             + _interleave([_ports(crc, 100 * k) for k in range(4)] + [_ports(recs, 3)], rng))
-    segs = _segments(mixed, tmp_path, head)
-    for i in rng.integers(0, len(segs), size=6).tolist():  # resets, on connections known or not
-        f, s, sp, d, dp, seq, _fl, _p = segs[i]
-        segs.insert(i, (f, s, sp, d, dp, seq, TCP.RST | TCP.ACK, b""))
+def _many_against_one(segs: list[tuple[Any, ...]], most: int, rng: np.random.Generator,
+                      ) -> tuple[list[list[Any]], list[int], list[int]]:
+    """``segs`` fed to process_many in blocks (random cuts) and to process_segment one by one: the
+    same PDUs in the same frames and the same state.  The PDUs one by one, the segments
+    process_many took in its FPDU lane and those it fed one by one."""
     one, many = IwarpTracker(max_connections=most), IwarpTracker(max_connections=most)
     want = [[(p.summary(), p.stream) for p in one.process_segment(*seg)] for seg in segs]
     fed: list[int] = []
@@ -237,11 +226,83 @@ def test_process_many_is_process_segment(most: int, tmp_path: Path) -> None:
             lanes.append(a + i)
     assert got == want
     assert _state(many) == _state(one)
+    return want, lanes, fed
+
+
+@pytest.mark.parametrize("most", [2, 5, 1024])
+def test_process_many_is_process_segment(most: int, tmp_path: Path) -> None:
+    """IwarpTracker.process_many over blocks of segments (random cuts) against process_segment one
+    segment at a time: the same PDUs in the same frames and the same state, the order of the
+    connections included; connections reset (RST), reopened (the same 4-tuples again), given up
+    (not iWARP), dropped (``most`` connections)."""
+    head, recs = _records(CAPS / "siw_write_bw.pcap")
+    _h, crc = _records(CAPS / "siw_crc_rping.pcap")
+    _h, plain = _records(CAPS / "rxe_rc_pingpong.pcap")
+    rng = np.random.default_rng(most)
+    mixed = (recs + _ports(crc, 7) + plain + _keepalive_and_hole(recs) + _ports(plain, 3) + recs
+             + _interleave([_ports(crc, 100 * k) for k in range(4)] + [_ports(recs, 3)], rng))
+    segs = _segments(mixed, tmp_path, head)
+    for i in rng.integers(0, len(segs), size=6).tolist():  # resets, on connections known or not
+        f, s, sp, d, dp, seq, _fl, _p = segs[i]
+        segs.insert(i, (f, s, sp, d, dp, seq, TCP.RST | TCP.ACK, b""))
+    want, lanes, fed = _many_against_one(segs, most, rng)
     assert sum(map(len, want)) > 50
     if most >= 5:
         assert len(lanes) > 20
     if most == 1024:
         assert len(fed) < len(segs) * 0.6  # the segments it ignores were not fed one by one
+
+
+def _mutated(segs: list[tuple[Any, ...]], rng: np.random.Generator, k: int) -> list[tuple[Any, ...]]:
+    """``k`` segments with payload changed: an octet of an FPDU header or CRC flipped, the segment
+    lost, sent twice, swapped with the next, moved a few octets in sequence, or a SYN before it."""
+    out = list(segs)
+    data = [i for i, s in enumerate(out) if s[7]]
+    for i in sorted(rng.choice(data, size=min(k, len(data)), replace=False).tolist(), reverse=True):
+        f, src, sp, dst, dp, seq, fl, pay = out[i]
+        how = int(rng.integers(0, 6))
+        if how == 0:
+            b = bytearray(pay)
+            b[int(rng.integers(0, min(16, len(b)))) if rng.random() < 0.7 else len(b) - 1] ^= 1 << int(rng.integers(0, 8))
+            out[i] = (f, src, sp, dst, dp, seq, fl, bytes(b))
+        elif how == 1:
+            del out[i]
+        elif how == 2:
+            out.insert(i + 1, out[i])
+        elif how == 3 and i + 1 < len(out):
+            out[i], out[i + 1] = out[i + 1], out[i]
+        elif how == 4:
+            out[i] = (f, src, sp, dst, dp, (seq + int(rng.integers(1, 9))) & 0xFFFFFFFF, fl, pay)
+        else:
+            out.insert(i, (f, src, sp, dst, dp, (seq - 1) & 0xFFFFFFFF, TCP.SYN | TCP.ACK, b""))
+    return out
+
+
+@pytest.mark.parametrize("name", ["siw_write_bw.pcap", "siw_read_bw.pcap", "siw_crc_send_bw.pcap", "siw_crc_rping.pcap"])
+def test_lane_runs_are_process_segment(name: str, tmp_path: Path, monkeypatch: Any) -> None:
+    """Runs of FPDU-lane segments taken at once (IwarpTracker._lane_run: one direction or both in
+    step) against process_segment one by one, on a real stream, two copies interleaved (both
+    directions carry data) and copies with segments damaged, lost, repeated, reordered, moved
+    in sequence or after a SYN: the same PDUs and state; the runs took segments."""
+    head, recs = _records(CAPS / name)
+    rng = np.random.default_rng(5)
+    taken = [0]
+    real = IwarpTracker._lane_run
+
+    def counted(self: IwarpTracker, *a: Any) -> int:
+        q = a[2]  # (conn, row, place, ...)
+        r: int = real(self, *a)
+        taken[0] += r - q
+        return r
+
+    monkeypatch.setattr(IwarpTracker, "_lane_run", counted)
+    segs = _segments(recs + _interleave([_ports(recs, 11), _ports(recs, 23)], rng), tmp_path, head)
+    _want, lanes, _fed = _many_against_one(segs, 1024, rng)
+    assert taken[0] > len(lanes) // 4 > 10
+    for trial in range(3):
+        taken[0] = 0
+        _want, lanes, _fed = _many_against_one(_mutated(segs, rng, 6), 1024, rng)
+        assert taken[0] > 0, trial
 
 
 def _decoded(payload: bytes, crc: bool = True) -> list[Any]:
