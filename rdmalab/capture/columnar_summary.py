@@ -941,12 +941,12 @@ def _fpdu_chains(tb: _TcpBlock, lo: int, hi: int) -> tuple[np.ndarray, np.ndarra
 
 
 def _lane_lines(tb: _TcpBlock, lo: int, k: int, lane: list[int], fpdus: tuple[np.ndarray, ...],
-                ) -> tuple[np.ndarray, list[tuple[np.ndarray, bytes, np.ndarray]]]:
+                ) -> tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, bytes, np.ndarray]]]:
     """The lines of the segments ``lane`` among the ``k`` segments from ``lo`` on (the iWARP
     tracker took their FPDUs in step: each is an FPDU :func:`_fpdu_chains` describes), their
-    FPDUs' summaries :func:`rdmalab.wire.iwarp.summarize_fpdu`'s text, ``; `` between two: those
-    of one FPDU as a byte matrix of the ``k`` segments (0: no character; nothing on other
-    rows), those of several as sources for :func:`_merge` (their heads, FPDUs and newlines)."""
+    FPDUs' summaries :func:`rdmalab.wire.iwarp.summarize_fpdu`'s text, ``; `` between two: the
+    segments of one FPDU (ascending, of the ``k``) and their lines as a byte matrix (0: no
+    character), those of several as sources for :func:`_merge` (their heads, FPDUs and newlines)."""
     seg, at, ul, tagged, kind, ctl = fpdus
     rows = np.asarray(lane, dtype=np.int64)
     take = np.isin(seg, rows)
@@ -989,11 +989,10 @@ def _lane_lines(tb: _TcpBlock, lo: int, k: int, lane: list[int], fpdus: tuple[np
     one = np.flatnonzero(count[seg] == 1)
     single = seg[one]
     ihead = tb.ihead[lo:lo + k]
-    lines = np.zeros((k, ihead.shape[1] + m.shape[1] + 1), dtype=np.uint8)
-    lines[single] = np.hstack([ihead[single], m[one], _const("\n", len(one))])
+    lines = np.hstack([ihead[single], m[one], _const("\n", len(one))])
     many = count[rows] > 1
     if not many.any():
-        return lines, []
+        return single, lines, []
     # several: the heads, the FPDUs and the newlines as sources of their own
     rows = rows[many]
     several = np.flatnonzero(count[seg] > 1)
@@ -1004,9 +1003,23 @@ def _lane_lines(tb: _TcpBlock, lo: int, k: int, lane: list[int], fpdus: tuple[np
     h_at = np.zeros(len(rows) + 1, dtype=np.int64)
     np.cumsum(_width(h), out=h_at[1:])
     block_rows = tb.rows[lo + rows]
-    return lines, [(block_rows, h.tobytes().translate(None, b"\0"), h_at),
+    return single, lines, [(block_rows, h.tobytes().translate(None, b"\0"), h_at),
                    (tb.rows[lo + seg[several]], m.tobytes().translate(None, b"\0"), f_at),
                    (block_rows, b"\n" * len(rows), np.arange(len(rows) + 1, dtype=np.int64))]
+
+
+def _lines(rows: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, bytes, np.ndarray]:
+    """A source for :func:`_merge`: the lines of ``rows`` given as a byte matrix (0: no character;
+    each row one line, ending in its only newline)."""
+    # bytes.translate deletes the 0 bytes in one C pass
+    text = m.tobytes().translate(None, b"\0")
+    at = np.zeros(len(rows) + 1, dtype=np.int64)
+    ends = np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == 10) + 1
+    if len(ends) == len(rows):
+        at[1:] = ends
+    else:  # a newline inside a line after all: where each row's text ends, counted
+        np.cumsum(_width(m), out=at[1:])
+    return rows, text, at
 
 
 def _ip_text(six: bool, a: bytes) -> str:
@@ -1092,17 +1105,30 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
     special = sorted([*pdus, *errors])
     plain[special] = False
     plain[lane] = False
-    m = np.hstack([tb.head[lo:hi], _dec(scaled.astype(np.uint64)), tb.tail[lo:hi]])
-    m[~plain] = 0
-    more: list[tuple[np.ndarray, bytes, np.ndarray]] = []
-    if lane:
-        lane_m, more = _lane_lines(tb, lo, hi - lo, lane, chains[2])
-        if k < hi - lo:
-            lane_m[k:] = 0
-        m = np.hstack([m, lane_m])
-    at = np.zeros(hi - lo + 1, dtype=np.int64)
-    np.cumsum(_width(m), out=at[1:])
-    sources = [(run.rows, run.text, run.at), (tb.rows[lo:hi], m.tobytes().translate(None, b"\0"), at)]
+    sources = [(run.rows, run.text, run.at)]
+    if plain.all():
+        sources.append(_lines(tb.rows[lo:hi], np.hstack([tb.head[lo:hi], _dec(scaled.astype(np.uint64)),
+                                                         tb.tail[lo:hi]])))
+        more: list[tuple[np.ndarray, bytes, np.ndarray]] = []
+    else:
+        pr = np.flatnonzero(plain)
+        plain_m = np.hstack([tb.head[lo + pr], _dec(scaled[pr].astype(np.uint64)), tb.tail[lo + pr]])
+        more = []
+        if lane:
+            single, lane_m, more = _lane_lines(tb, lo, hi - lo, lane, chains[2])
+            if k < hi - lo:
+                keep = single < k
+                single, lane_m = single[keep], lane_m[keep]
+            # the plain lines and the lane's in one matrix (in row order), as wide as the wider
+            shown = plain.copy()
+            shown[single] = True
+            at_row = np.cumsum(shown) - 1
+            m = np.zeros((len(pr) + len(single), max(plain_m.shape[1], lane_m.shape[1])), dtype=np.uint8)
+            m[at_row[pr], :plain_m.shape[1]] = plain_m
+            m[at_row[single], :lane_m.shape[1]] = lane_m
+            sources.append(_lines(tb.rows[lo:hi][shown], m))
+        else:
+            sources.append(_lines(tb.rows[lo + pr], plain_m))
     if special:
         lines = []
         for i in special:

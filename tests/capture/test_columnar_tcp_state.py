@@ -360,3 +360,19 @@ def test_fpdu_chains_are_decode_fpdu(name: str, tmp_path: Path) -> None:
             assert ok_plain.tolist() == [w[1] for w in want], label
             assert any(w[0] for w in want) or "crc" not in name
             assert any(w[1] for w in want)
+
+
+def test_lines_source_finds_each_line() -> None:
+    """columnar_summary._lines: where each row's line starts, from the newlines, and counted when a
+    line holds a newline of its own (the 0 bytes are no characters)."""
+    texts = [b"ab\n", b"c\0\0d\n", b"\0e\nf\n", b"\n"]
+    m = np.zeros((len(texts), 6), dtype=np.uint8)
+    for i, t in enumerate(texts):
+        m[i, :len(t)] = np.frombuffer(t, dtype=np.uint8)
+    rows = np.array([3, 5, 8, 9])
+    for sel in ([0, 1, 3], [0, 1, 2, 3]):
+        got_rows, text, at = cs._lines(rows[sel], m[sel])
+        want = [texts[i].replace(b"\0", b"") for i in sel]
+        assert text == b"".join(want)
+        assert [text[a:b] for a, b in zip(at[:-1].tolist(), at[1:].tolist(), strict=True)] == want
+        assert got_rows.tolist() == rows[sel].tolist()
