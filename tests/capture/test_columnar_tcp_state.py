@@ -255,12 +255,13 @@ def test_process_many_is_process_segment(most: int, tmp_path: Path) -> None:
 
 def _mutated(segs: list[tuple[Any, ...]], rng: np.random.Generator, k: int) -> list[tuple[Any, ...]]:
     """``k`` segments with payload changed: an octet of an FPDU header or CRC flipped, the segment
-    lost, sent twice, swapped with the next, moved a few octets in sequence, or a SYN before it."""
+    lost, sent twice, swapped with the next, moved a few octets in sequence, a SYN before it, or
+    it and the next of its direction sent again later around one of the other direction."""
     out = list(segs)
     data = [i for i, s in enumerate(out) if s[7]]
     for i in sorted(rng.choice(data, size=min(k, len(data)), replace=False).tolist(), reverse=True):
         f, src, sp, dst, dp, seq, fl, pay = out[i]
-        how = int(rng.integers(0, 6))
+        how = int(rng.integers(0, 8))
         if how == 0:
             b = bytearray(pay)
             b[int(rng.integers(0, min(16, len(b)))) if rng.random() < 0.7 else len(b) - 1] ^= 1 << int(rng.integers(0, 8))
@@ -273,9 +274,22 @@ def _mutated(segs: list[tuple[Any, ...]], rng: np.random.Generator, k: int) -> l
             out[i], out[i + 1] = out[i + 1], out[i]
         elif how == 4:
             out[i] = (f, src, sp, dst, dp, (seq + int(rng.integers(1, 9))) & 0xFFFFFFFF, fl, pay)
-        else:
+        elif how == 5:
             out.insert(i, (f, src, sp, dst, dp, (seq - 1) & 0xFFFFFFFF, TCP.SYN | TCP.ACK, b""))
+        else:
+            _resent_around(out, i)
     return out
+
+
+def _resent_around(out: list[tuple[Any, ...]], i: int) -> None:
+    """Segment ``i`` and the next with payload of its direction sent again later, around the next
+    segment with payload of the other direction after them (in place)."""
+    _f, src, sp, dst, dp = out[i][:5]
+    j = next((j for j in range(i + 1, len(out)) if out[j][1:5] == out[i][1:5] and out[j][7]), None)
+    back = (dst, dp, src, sp)
+    k = None if j is None else next((k for k in range(j + 1, len(out)) if out[k][1:5] == back and out[k][7]), None)
+    if k is not None:
+        out[k:k + 1] = [out[i], out[k], out[j]]
 
 
 @pytest.mark.parametrize("name", ["siw_write_bw.pcap", "siw_read_bw.pcap", "siw_crc_send_bw.pcap", "siw_crc_rping.pcap"])
@@ -303,6 +317,10 @@ def test_lane_runs_are_process_segment(name: str, tmp_path: Path, monkeypatch: A
         taken[0] = 0
         _want, lanes, _fed = _many_against_one(_mutated(segs, rng, 6), 1024, rng)
         assert taken[0] > 0, trial
+    again = list(segs)
+    for i in sorted(rng.choice([i for i, s in enumerate(segs) if s[7]], size=12, replace=False).tolist(), reverse=True):
+        _resent_around(again, i)
+    _many_against_one(again, 1024, rng)
 
 
 def _decoded(payload: bytes, crc: bool = True) -> list[Any]:
