@@ -927,11 +927,18 @@ def _fpdu_chains(tb: _TcpBlock, lo: int, hi: int) -> tuple[np.ndarray, np.ndarra
         inval |= buf[np.minimum(at + b, top)]
     simple &= (tagged == 1) | (inval == 0)
     crc_good = np.zeros(len(at), dtype=bool)
-    view = memoryview(tb.buf)
     covered = 2 + ul + (-(ul + 2) % 4)
-    for i in np.flatnonzero(simple).tolist():
-        a, c = int(at[i]), int(covered[i])
-        crc_good[i] = _crc.crc32c(view[a:a + c]) == int.from_bytes(view[a + c:a + c + 4], "little")
+    idx = np.flatnonzero(simple)
+    if len(idx):
+        a, c = at[idx], covered[idx]
+        crc32c = _crc.crc32c_function()
+        with memoryview(tb.buf) as view:
+            got = np.array([crc32c(view[x:y]) for x, y in zip(a.tolist(), (a + c).tolist(), strict=True)],
+                           dtype=np.uint32)
+        e = a + c  # the CRC, least-significant octet first (RFC 5044 4.1)
+        want = (buf[e].astype(np.uint32) | buf[e + 1].astype(np.uint32) << 8 | buf[e + 2].astype(np.uint32) << 16
+                | buf[e + 3].astype(np.uint32) << 24)
+        crc_good[idx] = got == want
     bad_plain = np.bincount(seg[~simple], minlength=k)
     bad_crc = np.bincount(seg[~(simple & crc_good)], minlength=k)
     whole = np.zeros(k, dtype=bool)
