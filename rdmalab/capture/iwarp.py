@@ -188,19 +188,6 @@ class _Conn:
     dead: bool = False
 
 
-@dataclass(slots=True)
-class _Runs:
-    """Runs of FPDU-lane segments of a block (:meth:`IwarpTracker._lane_runs`), by their places
-    with payload (``t``: 0, 1, ... in the order of the places)."""
-
-    index: list[int]  # place -> its t (-1: no payload)
-    places: list[int]  # t -> place
-    rows: list[int]  # t -> row
-    switch: list[int]  # t -> the next t of the other direction (past the end: none)
-    crc: tuple[list[int], list[int]]  # t -> the last t of its run, of its direction in its run (CRCs good)
-    plain: tuple[list[int], list[int]]  # the same, the CRCs not looked at
-
-
 class IwarpTracker:
     """Stateful iWARP reassembly over every TCP connection of a capture (see module docs)."""
 
@@ -364,7 +351,6 @@ class IwarpTracker:
             conn_no = np.repeat(np.arange(len(heads)), size)
             second[conn_no[has_other[::-1]]] = do[has_other[::-1]]
         ol, sp = order.tolist(), special.tolist()
-        run_end = self._lane_runs(order, co, do, special, pay, lengths, seqs, whole) if whole is not None else None
         touched: list[tuple[int, tuple[Tuple4, Tuple4]]] = []
         for h, e, d0, d1 in zip(heads.tolist(), ends.tolist(), do[heads].tolist(), second.tolist(), strict=True):
             ck = conn_keys[conn_of_dir[d0]]
@@ -401,11 +387,6 @@ class IwarpTracker:
                 elif ok_crc and (ok_crc[i] or ok_plain[i]) and self._whole_fpdus(
                         c, keys[dl[i]], seqs[i], ln[i], ok_crc[i], ok_plain[i]):
                     lane.append(i)
-                    if run_end is not None:  # the run of lane segments that follows it, at once
-                        r = self._lane_run(c, i, q, keys, dl, sides, run_end, seqs, ln, lane)
-                        if r > q:
-                            i = ol[r]
-                            q = r
                 elif not self._seen_before(c, keys[dl[i]], seqs[i], ln[i]):
                     feed(i)
                 last = i
@@ -418,89 +399,6 @@ class IwarpTracker:
                 self._conns.move_to_end(ck)
         lane.sort()
         return out, errors, lane
-
-    @staticmethod
-    def _lane_runs(order: np.ndarray, co: np.ndarray, do: np.ndarray, special: np.ndarray, pay: np.ndarray,
-                   lengths: np.ndarray, seqs: Sequence[int], whole: tuple[np.ndarray, np.ndarray]) -> _Runs:
-        """For :meth:`process_many` (places in ``order``, the rows of each connection in turn): the
-        runs of a connection's segments with payload that :meth:`_whole_fpdus` would take one after
-        the other once it takes the first (and, of the other direction, its first in the run):
-        each is whole FPDUs with the CRCs good (or, the second kind of run, not looked at), next
-        in sequence after the segment with payload before it on its direction, and no SYN or RST
-        comes between (:class:`_Runs`)."""
-        n = len(order)
-        pp = np.flatnonzero(pay)
-        m = len(pp)
-        if m == 0:
-            return _Runs([-1] * n, [], [], [], ([], []), ([], []))
-        seq_o = np.asarray(seqs, dtype=np.int64)[order][pp]
-        nxt_o = (seq_o + lengths[order][pp].astype(np.int64)) & 0xFFFFFFFF
-        c_o, d_o = co[pp], do[pp]
-        # the segment with payload before each on its direction (-1: none)
-        srt = np.lexsort((np.arange(m), d_o, c_o))
-        same = (c_o[srt][1:] == c_o[srt][:-1]) & (d_o[srt][1:] == d_o[srt][:-1])
-        prev = np.full(m, -1, dtype=np.int64)
-        prev[srt[1:][same]] = srt[:-1][same]
-        count = np.cumsum(special[order])[pp]  # SYNs and RSTs up to each place
-        cont = np.zeros(m, dtype=bool)
-        cont[1:] = (c_o[1:] == c_o[:-1]) & (count[1:] == count[:-1])
-        cont &= (prev >= 0) & (nxt_o[prev] == seq_o)
-        switch = np.r_[np.flatnonzero(d_o[1:] != d_o[:-1]) + 1, m]  # where the direction changes
-        t = np.arange(m)
-        index = np.full(n, -1, dtype=np.int64)
-        index[pp] = t
-        kinds = []
-        for mask in whole:
-            c = cont & mask[order][pp]
-            brk = np.r_[np.flatnonzero(~c[1:]), m - 1]  # t whose successor breaks the run
-            run = np.searchsorted(brk, t)  # each one's run
-            end = brk[run]
-            # the last segment of each one's direction in its run
-            srt2 = np.lexsort((t, d_o, run))
-            grp = np.r_[(run[srt2][1:] != run[srt2][:-1]) | (d_o[srt2][1:] != d_o[srt2][:-1]), True]
-            last_at = np.flatnonzero(grp)
-            last = np.empty(m, dtype=np.int64)
-            last[srt2] = srt2[np.repeat(last_at, np.diff(np.r_[-1, last_at]))]
-            kinds.append((end.tolist(), last.tolist()))
-        return _Runs(index.tolist(), pp.tolist(), order[pp].tolist(),
-                     switch[np.searchsorted(switch, t, side="right")].tolist(), kinds[0], kinds[1])
-
-    def _lane_run(self, conn: _Conn, i: int, q: int, keys: Sequence[Tuple4], dl: list[int],
-                  sides: tuple[tuple[int, Tuple4], ...], runs: _Runs, seqs: Sequence[int], ln: Sequence[int],
-                  lane: list[int]) -> int:
-        """After :meth:`_whole_fpdus` took row ``i`` (place ``q``): the segments of its run
-        (:meth:`_lane_runs`) taken too when :meth:`_whole_fpdus` would take them one by one (the
-        other direction in step too), both directions moved past them, their rows added to
-        ``lane``.  The last place taken (``q`` if none)."""
-        d = conn.dirs[keys[dl[i]]]
-        t = runs.index[q]
-        end, last = runs.crc if d.crc is not False else runs.plain
-        te = end[t]
-        if te <= t:
-            return q
-        for _j, k in sides:
-            x = conn.dirs.get(k)
-            if x is None or x.park is not None and x.park.limit is not None:
-                return q  # a direction it does not have yet takes its next row; a park may take a segment
-        rows = runs.rows
-        mine = last[t]
-        f = runs.switch[t]
-        if f <= te:  # the other direction's first segment in the run: in step too?
-            r = rows[f]
-            d2 = conn.dirs[keys[dl[r]]]
-            if (d2.state != FPDU or d2.markers or d2.buf or d2.chunks or d2.pending or d2.next_seq != seqs[r]
-                    or d2.buf_seq != seqs[r] or (d2.crc is not False) != (d.crc is not False)):
-                te = mine = f - 1  # up to it: all on this direction
-                if te <= t:
-                    return q
-            else:
-                r = rows[last[f]]
-                d2.next_seq = d2.buf_seq = seq_add(seqs[r], ln[r])
-                d2.gap_starts.clear()
-        lane += rows[t + 1:te + 1]
-        r = rows[mine]
-        d.next_seq = d.buf_seq = seq_add(seqs[r], ln[r])
-        return runs.places[te]
 
     def _whole_fpdus(self, conn: _Conn, key: Tuple4, seq: int, length: int, crc_good: bool, plain: bool) -> bool:
         """A segment of whole FPDUs (without markers, each decoding without a problem, the CRC good

@@ -293,30 +293,19 @@ def _resent_around(out: list[tuple[Any, ...]], i: int) -> None:
 
 
 @pytest.mark.parametrize("name", ["siw_write_bw.pcap", "siw_read_bw.pcap", "siw_crc_send_bw.pcap", "siw_crc_rping.pcap"])
-def test_lane_runs_are_process_segment(name: str, tmp_path: Path, monkeypatch: Any) -> None:
-    """Runs of FPDU-lane segments taken at once (IwarpTracker._lane_run: one direction or both in
-    step) against process_segment one by one, on a real stream, two copies interleaved (both
-    directions carry data) and copies with segments damaged, lost, repeated, reordered, moved
-    in sequence or after a SYN: the same PDUs and state; the runs took segments."""
+def test_lane_on_changed_streams_is_process_segment(name: str, tmp_path: Path) -> None:
+    """The FPDU lane of process_many (segments taken without feeding them) against process_segment
+    one by one, on a real stream, two copies interleaved (both directions carry data) and copies
+    with segments damaged, lost, repeated, reordered, moved in sequence, after a SYN or sent
+    again around one of the other direction: the same PDUs and state; the lane took segments."""
     head, recs = _records(CAPS / name)
     rng = np.random.default_rng(5)
-    taken = [0]
-    real = IwarpTracker._lane_run
-
-    def counted(self: IwarpTracker, *a: Any) -> int:
-        q = a[2]  # (conn, row, place, ...)
-        r: int = real(self, *a)
-        taken[0] += r - q
-        return r
-
-    monkeypatch.setattr(IwarpTracker, "_lane_run", counted)
     segs = _segments(recs + _interleave([_ports(recs, 11), _ports(recs, 23)], rng), tmp_path, head)
     _want, lanes, _fed = _many_against_one(segs, 1024, rng)
-    assert taken[0] > len(lanes) // 4 > 10
+    assert len(lanes) > 20
     for trial in range(3):
-        taken[0] = 0
         _want, lanes, _fed = _many_against_one(_mutated(segs, rng, 6), 1024, rng)
-        assert taken[0] > 0, trial
+        assert len(lanes) > 10, trial
     again = list(segs)
     for i in sorted(rng.choice([i for i, s in enumerate(segs) if s[7]], size=12, replace=False).tolist(), reverse=True):
         _resent_around(again, i)
