@@ -147,16 +147,22 @@ _SYNDROMES = _table(_SYNDROME)
 
 
 def _seconds(t: np.ndarray) -> np.ndarray:
-    """``%11.6f`` of relative times.  t * 1e6 is rounded with numpy to the nearest integer, which is
-    Python's (correctly rounded) answer unless t * 1e6 lies within a few units in the last place of
-    a half (then the product's own rounding could decide); those, negative times and huge ones are
-    formatted by Python."""
+    """``%11.6f`` of relative times.  |t| * 1e6 is rounded with numpy to the nearest integer, which is
+    Python's (correctly rounded) answer unless |t| * 1e6 lies within a few units in the last place
+    of a half (then the product's own rounding could decide); those and huge times are formatted by
+    Python.  A negative time (a frame before the first: appended captures) is its magnitude's text
+    after a minus sign, as Python writes it (``-0.000000`` too)."""
     n = len(t)
-    y = t * 1e6
+    a = np.abs(t)
+    y = a * 1e6
     k = np.rint(y)
-    exact = ~np.signbit(t) & (t < 1e9) & (0.5 - np.abs(y - k) > 8 * np.spacing(y))
+    exact = (a < 1e9) & (0.5 - np.abs(y - k) > 8 * np.spacing(y))
     ki = np.where(exact, k, 0).astype(np.int64)
-    m = np.hstack([_dec(ki // 1_000_000), _const(".", n), _dec(ki % 1_000_000, 6, pad_zeros=True)])
+    parts = [_dec(ki // 1_000_000), _const(".", n), _dec(ki % 1_000_000, 6, pad_zeros=True)]
+    neg = np.signbit(t)
+    if neg.any():
+        parts.insert(0, np.where(neg, ord("-"), 0).astype(np.uint8)[:, None])
+    m = np.hstack(parts)
     m = np.hstack([_pad(m, 11), m])
     if not exact.all():
         odd = np.flatnonzero(~exact)
