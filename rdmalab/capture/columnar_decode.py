@@ -351,20 +351,30 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
             X[key] = _realign(B, 12 + np.where(o >= 0, o, 48), size)
         else:
             X[key] = np.zeros((n, size), dtype=np.uint8)
-    data["infiniband.rdeth.eecnxt"] = _be(X["rdeth"], 1, 3).astype(np.uint32)
-    data["infiniband.deth.q_key"] = _be(X["deth"], 0, 4)
-    data["infiniband.deth.srcqp"] = _be(X["deth"], 5, 3).astype(np.uint32)
+    # the extended headers' fields, of the headers asked for (the others: zeros, below)
+    if need("infiniband.rdeth"):
+        data["infiniband.rdeth.eecnxt"] = _be(X["rdeth"], 1, 3).astype(np.uint32)
+    if need("infiniband.deth"):
+        data["infiniband.deth.q_key"] = _be(X["deth"], 0, 4)
+        data["infiniband.deth.srcqp"] = _be(X["deth"], 5, 3).astype(np.uint32)
     R = X["reth"]
     A = X["atomiceth"]
-    data["infiniband.reth.dmalen"] = _be(R, 12, 4).astype(np.uint32)
-    data["infiniband.atomiceth.swapdt"] = _be(A, 12, 8)
-    data["infiniband.atomiceth.cmpdt"] = _be(A, 20, 8)
-    data["infiniband.aeth.syndrome"] = X["aeth"][:, 0].copy()
-    data["infiniband.aeth.msn"] = _be(X["aeth"], 1, 3).astype(np.uint32)
-    data["infiniband.atomicacketh.origremdt"] = _be(X["atomicacketh"], 0, 8)
-    data["infiniband.immdt"] = _be(X["immdt"], 0, 4).astype(np.uint32)
-    data["infiniband.ieth"] = _be(X["ieth"], 0, 4).astype(np.uint32)
-    data["rdmalab.xrceth.xrcsrq"] = _be(X["xrceth"], 1, 3).astype(np.uint32)
+    if need("infiniband.reth"):
+        data["infiniband.reth.dmalen"] = _be(R, 12, 4).astype(np.uint32)
+    if need("infiniband.atomiceth"):
+        data["infiniband.atomiceth.swapdt"] = _be(A, 12, 8)
+        data["infiniband.atomiceth.cmpdt"] = _be(A, 20, 8)
+    if need("infiniband.aeth"):
+        data["infiniband.aeth.syndrome"] = X["aeth"][:, 0].copy()
+        data["infiniband.aeth.msn"] = _be(X["aeth"], 1, 3).astype(np.uint32)
+    if need("infiniband.atomicacketh"):
+        data["infiniband.atomicacketh.origremdt"] = _be(X["atomicacketh"], 0, 8)
+    if need("infiniband.immdt"):
+        data["infiniband.immdt"] = _be(X["immdt"], 0, 4).astype(np.uint32)
+    if need("infiniband.ieth"):
+        data["infiniband.ieth"] = _be(X["ieth"], 0, 4).astype(np.uint32)
+    if need("rdmalab.xrceth"):
+        data["rdmalab.xrceth.xrcsrq"] = _be(X["xrceth"], 1, 3).astype(np.uint32)
     for key, layer in (("rdeth", "infiniband.rdeth"), ("deth", "infiniband.deth"), ("reth", "infiniband.reth"),
                        ("atomiceth", "infiniband.atomiceth"), ("aeth", "infiniband.aeth"),
                        ("atomicacketh", "infiniband.atomicacketh"), ("immdt", "infiniband.immdt"),
@@ -372,8 +382,9 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
         L[layer] = L.pop(f"_{key}")
     # RETH and AtomicETH share Wireshark's names for the address and key
     is_at = L["infiniband.atomiceth"]
-    data["infiniband.reth.va"] = np.where(is_at, _be(A, 0, 8), _be(R, 0, 8))
-    data["infiniband.reth.r_key"] = np.where(is_at, _be(A, 8, 4), _be(R, 8, 4)).astype(np.uint32)
+    if need("infiniband.reth", "infiniband.atomiceth"):
+        data["infiniband.reth.va"] = np.where(is_at, _be(A, 0, 8), _be(R, 0, 8))
+        data["infiniband.reth.r_key"] = np.where(is_at, _be(A, 8, 4), _be(R, 8, 4)).astype(np.uint32)
     L["infiniband.va"] = L["infiniband.reth"] | is_at
     L["rdmalab.cnp"] = ib & (opcode == CNP_OPCODE)
     data["rdmalab.cnp"] = L["rdmalab.cnp"].astype(np.uint8)
