@@ -1035,6 +1035,25 @@ def _lines(rows: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, bytes, np.ndarr
     return rows, text, at
 
 
+def _distinct_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of a byte matrix, as ``np.unique(..., return_index=True,
+    return_inverse=True)`` gives them for rows as single values (in the order of their bytes): the
+    first row of each and each row's number among them.  The rows are read as big-endian 64-bit
+    words and sorted by them (a few integer sorts, not a sort of byte strings)."""
+    n, w = m.shape
+    pad = np.zeros((n, -(-w // 8) * 8), dtype=np.uint8)
+    pad[:, :w] = m
+    words = pad.view(">u8").astype(np.uint64)
+    order = np.lexsort(words.T[::-1])  # stable: the first of equal rows first
+    s = words[order]
+    new = np.ones(n, dtype=bool)
+    if n > 1:
+        new[1:] = (s[1:] != s[:-1]).any(axis=1)
+    inv = np.empty(n, dtype=np.int64)
+    inv[order] = np.cumsum(new) - 1
+    return order[new], inv
+
+
 def _ip_text(six: bool, a: bytes) -> str:
     """An address as the iWARP tracker names it (:meth:`IwarpTracker._addresses`)."""
     if six:
@@ -1068,13 +1087,12 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
     flags = tb.flags[lo:hi]
     # the directions: the tracker's (addresses as text: IPv4 and IPv6 apart) and the window
     # scaling's (addresses as integers, as render.TcpWindowScaling.window keys them)
-    u, one, inv = np.unique(np.ascontiguousarray(ends).view(np.dtype((np.void, 37))).ravel(), return_index=True,
-                            return_inverse=True)
+    one, inv = _distinct_rows(ends)
     e1 = ends[one].tolist()
     tkeys = [(_ip_text(bool(e[0]), bytes(e[1:17])), e[33] << 8 | e[34], _ip_text(bool(e[0]), bytes(e[17:33])),
               e[35] << 8 | e[36]) for e in e1]
     w_ends = np.ascontiguousarray(ends[:, 1:])
-    wu, wone, winv = np.unique(w_ends.view(np.dtype((np.void, 36))).ravel(), return_index=True, return_inverse=True)
+    wone, winv = _distinct_rows(w_ends)
     wkeys = [(int.from_bytes(bytes(e[0:16]), "big"), e[32] << 8 | e[33], int.from_bytes(bytes(e[16:32]), "big"),
               e[34] << 8 | e[35]) for e in w_ends[wone].tolist()]
     buf = tb.buf

@@ -383,3 +383,19 @@ def test_lines_source_finds_each_line() -> None:
         assert text == b"".join(want)
         assert [text[a:b] for a, b in zip(at[:-1].tolist(), at[1:].tolist(), strict=True)] == want
         assert got_rows.tolist() == rows[sel].tolist()
+
+
+@pytest.mark.parametrize("width", [1, 8, 9, 36, 37])
+def test_distinct_rows_is_unique(width: int) -> None:
+    """columnar_summary._distinct_rows against np.unique of the rows as single values: the same
+    first rows and numbers, on rows that differ in any octet (the first, the last, a padded word)."""
+    rng = np.random.default_rng(width)
+    for n in (0, 1, 2, 700):
+        base = rng.integers(0, 256, (max(1, n // 10), width), dtype=np.uint8)
+        base[::2, :width // 2] = 0  # rows equal but for their last octets
+        m = base[rng.integers(0, len(base), n)] if n else np.zeros((0, width), dtype=np.uint8)
+        one, inv = cs._distinct_rows(m)
+        _u, want_one, want_inv = np.unique(np.ascontiguousarray(m).view(np.dtype((np.void, width))).ravel(),
+                                           return_index=True, return_inverse=True)
+        assert one.tolist() == want_one.tolist()
+        assert inv.tolist() == want_inv.ravel().tolist()
