@@ -147,16 +147,22 @@ _SYNDROMES = _table(_SYNDROME)
 
 
 def _seconds(t: np.ndarray) -> np.ndarray:
-    """``%11.6f`` of relative times.  t * 1e6 is rounded with numpy to the nearest integer, which is
-    Python's (correctly rounded) answer unless t * 1e6 lies within a few units in the last place of
-    a half (then the product's own rounding could decide); those, negative times and huge ones are
-    formatted by Python."""
+    """``%11.6f`` of relative times.  |t| * 1e6 is rounded with numpy to the nearest integer, which is
+    Python's (correctly rounded) answer unless |t| * 1e6 lies within a few units in the last place
+    of a half (then the product's own rounding could decide); those and huge times are formatted by
+    Python.  A negative time (a frame before the first: appended captures) is its magnitude's text
+    after a minus sign, as Python writes it (``-0.000000`` too)."""
     n = len(t)
-    y = t * 1e6
+    a = np.abs(t)
+    y = a * 1e6
     k = np.rint(y)
-    exact = ~np.signbit(t) & (t < 1e9) & (0.5 - np.abs(y - k) > 8 * np.spacing(y))
+    exact = (a < 1e9) & (0.5 - np.abs(y - k) > 8 * np.spacing(y))
     ki = np.where(exact, k, 0).astype(np.int64)
-    m = np.hstack([_dec(ki // 1_000_000), _const(".", n), _dec(ki % 1_000_000, 6, pad_zeros=True)])
+    parts = [_dec(ki // 1_000_000), _const(".", n), _dec(ki % 1_000_000, 6, pad_zeros=True)]
+    neg = np.signbit(t)
+    if neg.any():
+        parts.insert(0, np.where(neg, ord("-"), 0).astype(np.uint8)[:, None])
+    m = np.hstack(parts)
     m = np.hstack([_pad(m, 11), m])
     if not exact.all():
         odd = np.flatnonzero(~exact)
@@ -928,11 +934,18 @@ def _fpdu_chains(tb: _TcpBlock, lo: int, hi: int) -> tuple[np.ndarray, np.ndarra
         inval |= buf[np.minimum(at + b, top)]
     simple &= (tagged == 1) | (inval == 0)
     crc_good = np.zeros(len(at), dtype=bool)
-    view = memoryview(tb.buf)
     covered = 2 + ul + (-(ul + 2) % 4)
-    for i in np.flatnonzero(simple).tolist():
-        a, c = int(at[i]), int(covered[i])
-        crc_good[i] = _crc.crc32c(view[a:a + c]) == int.from_bytes(view[a + c:a + c + 4], "little")
+    idx = np.flatnonzero(simple)
+    if len(idx):
+        a, c = at[idx], covered[idx]
+        crc32c = _crc.crc32c_function()
+        with memoryview(tb.buf) as view:
+            got = np.array([crc32c(view[x:y]) for x, y in zip(a.tolist(), (a + c).tolist(), strict=True)],
+                           dtype=np.uint32)
+        e = a + c  # the CRC, least-significant octet first (RFC 5044 4.1)
+        want = (buf[e].astype(np.uint32) | buf[e + 1].astype(np.uint32) << 8 | buf[e + 2].astype(np.uint32) << 16
+                | buf[e + 3].astype(np.uint32) << 24)
+        crc_good[idx] = got == want
     bad_plain = np.bincount(seg[~simple], minlength=k)
     bad_crc = np.bincount(seg[~(simple & crc_good)], minlength=k)
     whole = np.zeros(k, dtype=bool)
@@ -942,12 +955,12 @@ def _fpdu_chains(tb: _TcpBlock, lo: int, hi: int) -> tuple[np.ndarray, np.ndarra
 
 
 def _lane_lines(tb: _TcpBlock, lo: int, k: int, lane: list[int], fpdus: tuple[np.ndarray, ...],
-                ) -> tuple[np.ndarray, list[tuple[np.ndarray, bytes, np.ndarray]]]:
+                ) -> tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, bytes, np.ndarray]]]:
     """The lines of the segments ``lane`` among the ``k`` segments from ``lo`` on (the iWARP
     tracker took their FPDUs in step: each is an FPDU :func:`_fpdu_chains` describes), their
-    FPDUs' summaries :func:`rdmalab.wire.iwarp.summarize_fpdu`'s text, ``; `` between two: those
-    of one FPDU as a byte matrix of the ``k`` segments (0: no character; nothing on other
-    rows), those of several as sources for :func:`_merge` (their heads, FPDUs and newlines)."""
+    FPDUs' summaries :func:`rdmalab.wire.iwarp.summarize_fpdu`'s text, ``; `` between two: the
+    segments of one FPDU (ascending, of the ``k``) and their lines as a byte matrix (0: no
+    character), those of several as sources for :func:`_merge` (their heads, FPDUs and newlines)."""
     seg, at, ul, tagged, kind, ctl = fpdus
     rows = np.asarray(lane, dtype=np.int64)
     take = np.isin(seg, rows)
@@ -990,11 +1003,10 @@ def _lane_lines(tb: _TcpBlock, lo: int, k: int, lane: list[int], fpdus: tuple[np
     one = np.flatnonzero(count[seg] == 1)
     single = seg[one]
     ihead = tb.ihead[lo:lo + k]
-    lines = np.zeros((k, ihead.shape[1] + m.shape[1] + 1), dtype=np.uint8)
-    lines[single] = np.hstack([ihead[single], m[one], _const("\n", len(one))])
+    lines = np.hstack([ihead[single], m[one], _const("\n", len(one))])
     many = count[rows] > 1
     if not many.any():
-        return lines, []
+        return single, lines, []
     # several: the heads, the FPDUs and the newlines as sources of their own
     rows = rows[many]
     several = np.flatnonzero(count[seg] > 1)
@@ -1005,9 +1017,42 @@ def _lane_lines(tb: _TcpBlock, lo: int, k: int, lane: list[int], fpdus: tuple[np
     h_at = np.zeros(len(rows) + 1, dtype=np.int64)
     np.cumsum(_width(h), out=h_at[1:])
     block_rows = tb.rows[lo + rows]
-    return lines, [(block_rows, h.tobytes().translate(None, b"\0"), h_at),
+    return single, lines, [(block_rows, h.tobytes().translate(None, b"\0"), h_at),
                    (tb.rows[lo + seg[several]], m.tobytes().translate(None, b"\0"), f_at),
                    (block_rows, b"\n" * len(rows), np.arange(len(rows) + 1, dtype=np.int64))]
+
+
+def _lines(rows: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, bytes, np.ndarray]:
+    """A source for :func:`_merge`: the lines of ``rows`` given as a byte matrix (0: no character;
+    each row one line, ending in its only newline)."""
+    # bytes.translate deletes the 0 bytes in one C pass
+    text = m.tobytes().translate(None, b"\0")
+    at = np.zeros(len(rows) + 1, dtype=np.int64)
+    ends = np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == 10) + 1
+    if len(ends) == len(rows):
+        at[1:] = ends
+    else:  # a newline inside a line after all: where each row's text ends, counted
+        np.cumsum(_width(m), out=at[1:])
+    return rows, text, at
+
+
+def _distinct_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of a byte matrix, as ``np.unique(..., return_index=True,
+    return_inverse=True)`` gives them for rows as single values (in the order of their bytes): the
+    first row of each and each row's number among them.  The rows are read as big-endian 64-bit
+    words and sorted by them (a few integer sorts, not a sort of byte strings)."""
+    n, w = m.shape
+    pad = np.zeros((n, -(-w // 8) * 8), dtype=np.uint8)
+    pad[:, :w] = m
+    words = pad.view(">u8").astype(np.uint64)
+    order = np.lexsort(words.T[::-1])  # stable: the first of equal rows first
+    s = words[order]
+    new = np.ones(n, dtype=bool)
+    if n > 1:
+        new[1:] = (s[1:] != s[:-1]).any(axis=1)
+    inv = np.empty(n, dtype=np.int64)
+    inv[order] = np.cumsum(new) - 1
+    return order[new], inv
 
 
 def _ip_text(six: bool, a: bytes) -> str:
@@ -1043,13 +1088,12 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
     flags = tb.flags[lo:hi]
     # the directions: the tracker's (addresses as text: IPv4 and IPv6 apart) and the window
     # scaling's (addresses as integers, as render.TcpWindowScaling.window keys them)
-    u, one, inv = np.unique(np.ascontiguousarray(ends).view(np.dtype((np.void, 37))).ravel(), return_index=True,
-                            return_inverse=True)
+    one, inv = _distinct_rows(ends)
     e1 = ends[one].tolist()
     tkeys = [(_ip_text(bool(e[0]), bytes(e[1:17])), e[33] << 8 | e[34], _ip_text(bool(e[0]), bytes(e[17:33])),
               e[35] << 8 | e[36]) for e in e1]
     w_ends = np.ascontiguousarray(ends[:, 1:])
-    wu, wone, winv = np.unique(w_ends.view(np.dtype((np.void, 36))).ravel(), return_index=True, return_inverse=True)
+    wone, winv = _distinct_rows(w_ends)
     wkeys = [(int.from_bytes(bytes(e[0:16]), "big"), e[32] << 8 | e[33], int.from_bytes(bytes(e[16:32]), "big"),
               e[34] << 8 | e[35]) for e in w_ends[wone].tolist()]
     buf = tb.buf
@@ -1093,17 +1137,30 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
     special = sorted([*pdus, *errors])
     plain[special] = False
     plain[lane] = False
-    m = np.hstack([tb.head[lo:hi], _dec(scaled.astype(np.uint64)), tb.tail[lo:hi]])
-    m[~plain] = 0
-    more: list[tuple[np.ndarray, bytes, np.ndarray]] = []
-    if lane:
-        lane_m, more = _lane_lines(tb, lo, hi - lo, lane, chains[2])
-        if k < hi - lo:
-            lane_m[k:] = 0
-        m = np.hstack([m, lane_m])
-    at = np.zeros(hi - lo + 1, dtype=np.int64)
-    np.cumsum(_width(m), out=at[1:])
-    sources = [(run.rows, run.text, run.at), (tb.rows[lo:hi], m.tobytes().translate(None, b"\0"), at)]
+    sources = [(run.rows, run.text, run.at)]
+    if plain.all():
+        sources.append(_lines(tb.rows[lo:hi], np.hstack([tb.head[lo:hi], _dec(scaled.astype(np.uint64)),
+                                                         tb.tail[lo:hi]])))
+        more: list[tuple[np.ndarray, bytes, np.ndarray]] = []
+    else:
+        pr = np.flatnonzero(plain)
+        plain_m = np.hstack([tb.head[lo + pr], _dec(scaled[pr].astype(np.uint64)), tb.tail[lo + pr]])
+        more = []
+        if lane:
+            single, lane_m, more = _lane_lines(tb, lo, hi - lo, lane, chains[2])
+            if k < hi - lo:
+                keep = single < k
+                single, lane_m = single[keep], lane_m[keep]
+            # the plain lines and the lane's in one matrix (in row order), as wide as the wider
+            shown = plain.copy()
+            shown[single] = True
+            at_row = np.cumsum(shown) - 1
+            m = np.zeros((len(pr) + len(single), max(plain_m.shape[1], lane_m.shape[1])), dtype=np.uint8)
+            m[at_row[pr], :plain_m.shape[1]] = plain_m
+            m[at_row[single], :lane_m.shape[1]] = lane_m
+            sources.append(_lines(tb.rows[lo:hi][shown], m))
+        else:
+            sources.append(_lines(tb.rows[lo + pr], plain_m))
     if special:
         lines = []
         for i in special:

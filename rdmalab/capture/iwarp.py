@@ -357,12 +357,26 @@ class IwarpTracker:
             sides = ((0, keys[d0]),) if d1 < 0 else ((0, keys[d0]), (1, keys[d1]))
             last = -1  # the last row that used the connection
             p = h
+            c: _Conn | None = None
+            nexts: list[list[int]] = []  # for each direction: where its next row that matters is
+            stale = True  # the connection and its directions looked up again (a row was fed)
             while p < e:
-                c = self._conns.get(ck)
+                if stale:
+                    stale = False
+                    c = self._conns.get(ck)
+                    if c is not None:
+                        nexts = []
+                        for j, key in sides:
+                            dd = c.dirs.get(key)
+                            if dd is None:  # any row makes it
+                                nexts.append(nxt_row[j])
+                            elif dd.state != DEAD:  # a segment with payload
+                                nexts.append(nxt_pay[j])
                 if c is None:
                     i = ol[p]
                     if not fl[i] & TCP.RST:  # it opens the connection
                         feed(i)
+                        stale = True
                         last = i
                     p += 1
                     continue
@@ -370,25 +384,25 @@ class IwarpTracker:
                     last = ol[e - 1]
                     break
                 q = nxt_special[p]
-                for j, key in sides:
-                    dd = c.dirs.get(key)
-                    if dd is None:
-                        q = min(q, nxt_row[j][p])
-                    elif dd.state != DEAD:
-                        q = min(q, nxt_pay[j][p])
+                for nx in nexts:
+                    if nx[p] < q:
+                        q = nx[p]
                 if q > p:
                     last = ol[q - 1]
                 if q >= e:
                     break
                 i = ol[q]
+                ki = keys[dl[i]]
                 if sp[i]:
-                    if fl[i] & TCP.RST or not self._syn_again(c, keys[dl[i]], seqs[i]):
+                    stale = True
+                    if fl[i] & TCP.RST or not self._syn_again(c, ki, seqs[i]):
                         feed(i)
-                elif ok_crc and (ok_crc[i] or ok_plain[i]) and self._whole_fpdus(
-                        c, keys[dl[i]], seqs[i], ln[i], ok_crc[i], ok_plain[i]):
+                elif ok_crc and (ok_crc[i] or ok_plain[i]) and self._whole_fpdus(c, ki, seqs[i], ln[i], ok_crc[i],
+                                                                                 ok_plain[i]):
                     lane.append(i)
-                elif not self._seen_before(c, keys[dl[i]], seqs[i], ln[i]):
+                elif not self._seen_before(c, ki, seqs[i], ln[i]):
                     feed(i)
+                    stale = True
                 last = i
                 p = q + 1
             if last >= 0:

@@ -35,6 +35,7 @@ MPA CRC (RFC 5044 4.4 and RFC 3385): CRC32c (Castagnoli), least-significant byte
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 
 # zlib-ng's CRC-32 is zlib's function (the ICRC's) with a folding (PCLMULQDQ) implementation, about ten
 # times faster over a 4 KiB packet; the same results bit for bit (tests/wire/test_crc_fast.py).
@@ -234,6 +235,15 @@ def vcrc(lrh_through_icrc: bytes | bytearray | memoryview) -> int:
     for byte in bytes(lrh_through_icrc):
         c = _VCRC_TABLE[(c ^ byte) & 0xFF] ^ (c >> 8)
     return c ^ 0xFFFF
+
+
+def crc32c_function() -> Callable[[bytes | bytearray | memoryview], int]:
+    """The CRC32c function :func:`crc32c` calls (the ``crc32c`` package's: any bytes-like object,
+    slices of a memoryview without a copy), for a loop over many FPDUs."""
+    import crc32c as _crc32c  # lazy: only iWARP needs it (start-up and memory of the RoCE-only paths)
+
+    fn: Callable[[bytes | bytearray | memoryview], int] = _crc32c.crc32c
+    return fn
 
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:

@@ -215,6 +215,8 @@ def test_times_round_as_python_does() -> None:
         (np.arange(5000) + 0.5) / 1e6,  # halves (as close as binary gets)
         (rng.integers(0, 10**9, 5000) * 1e-9 + rng.integers(0, 10**6, 5000)),  # sec + ns
         -rng.random(1000), -np.arange(10) * 1e-7, [0.0, -0.0, 1e9 + 0.5e-6, 5e8 + 0.25e-6, 123456.0000005],
+        -rng.random(20000) * 100, -(np.arange(5000) + 0.5) / 1e6,  # before the first frame: by numpy too
+        [-1e9 - 0.5e-6, -99999.9999995, -9999.9999995, -4.9999995e-7],
     ])
     m = _seconds(t)
     got = [bytes(row[row != 0]).decode() for row in m]

@@ -187,22 +187,11 @@ def _state(tr: IwarpTracker) -> list[Any]:
     return out
 
 
-@pytest.mark.parametrize("most", [2, 5, 1024])
-def test_process_many_is_process_segment(most: int, tmp_path: Path) -> None:
-    """IwarpTracker.process_many over blocks of segments (random cuts) against process_segment one
-    segment at a time: the same PDUs in the same frames and the same state, the order of the
-    connections included; connections reset (RST), reopened (the same 4-tuples again), given up
-    (not iWARP), dropped (``most`` connections)."""
-    head, recs = _records(CAPS / "siw_write_bw.pcap")
-    _h, crc = _records(CAPS / "siw_crc_rping.pcap")
-    _h, plain = _records(CAPS / "rxe_rc_pingpong.pcap")
-    rng = np.random.default_rng(most)
-    mixed = (recs + _ports(crc, 7) + plain + _keepalive_and_hole(recs) + _ports(plain, 3) + recs
-             + _interleave([_ports(crc, 100 * k) for k in range(4)] + [_ports(recs, 3)], rng))
-    segs = _segments(mixed, tmp_path, head)
-    for i in rng.integers(0, len(segs), size=6).tolist():  # resets, on connections known or not
-        f, s, sp, d, dp, seq, _fl, _p = segs[i]
-        segs.insert(i, (f, s, sp, d, dp, seq, TCP.RST | TCP.ACK, b""))
+def _many_against_one(segs: list[tuple[Any, ...]], most: int, rng: np.random.Generator,
+                      ) -> tuple[list[list[Any]], list[int], list[int]]:
+    """``segs`` fed to process_many in blocks (random cuts) and to process_segment one by one: the
+    same PDUs in the same frames and the same state.  The PDUs one by one, the segments
+    process_many took in its FPDU lane and those it fed one by one."""
     one, many = IwarpTracker(max_connections=most), IwarpTracker(max_connections=most)
     want = [[(p.summary(), p.stream) for p in one.process_segment(*seg)] for seg in segs]
     fed: list[int] = []
@@ -237,11 +226,90 @@ def test_process_many_is_process_segment(most: int, tmp_path: Path) -> None:
             lanes.append(a + i)
     assert got == want
     assert _state(many) == _state(one)
+    return want, lanes, fed
+
+
+@pytest.mark.parametrize("most", [2, 5, 1024])
+def test_process_many_is_process_segment(most: int, tmp_path: Path) -> None:
+    """IwarpTracker.process_many over blocks of segments (random cuts) against process_segment one
+    segment at a time: the same PDUs in the same frames and the same state, the order of the
+    connections included; connections reset (RST), reopened (the same 4-tuples again), given up
+    (not iWARP), dropped (``most`` connections)."""
+    head, recs = _records(CAPS / "siw_write_bw.pcap")
+    _h, crc = _records(CAPS / "siw_crc_rping.pcap")
+    _h, plain = _records(CAPS / "rxe_rc_pingpong.pcap")
+    rng = np.random.default_rng(most)
+    mixed = (recs + _ports(crc, 7) + plain + _keepalive_and_hole(recs) + _ports(plain, 3) + recs
+             + _interleave([_ports(crc, 100 * k) for k in range(4)] + [_ports(recs, 3)], rng))
+    segs = _segments(mixed, tmp_path, head)
+    for i in rng.integers(0, len(segs), size=6).tolist():  # resets, on connections known or not
+        f, s, sp, d, dp, seq, _fl, _p = segs[i]
+        segs.insert(i, (f, s, sp, d, dp, seq, TCP.RST | TCP.ACK, b""))
+    want, lanes, fed = _many_against_one(segs, most, rng)
     assert sum(map(len, want)) > 50
     if most >= 5:
         assert len(lanes) > 20
     if most == 1024:
         assert len(fed) < len(segs) * 0.6  # the segments it ignores were not fed one by one
+
+
+def _mutated(segs: list[tuple[Any, ...]], rng: np.random.Generator, k: int) -> list[tuple[Any, ...]]:
+    """``k`` segments with payload changed: an octet of an FPDU header or CRC flipped, the segment
+    lost, sent twice, swapped with the next, moved a few octets in sequence, a SYN before it, or
+    it and the next of its direction sent again later around one of the other direction."""
+    out = list(segs)
+    data = [i for i, s in enumerate(out) if s[7]]
+    for i in sorted(rng.choice(data, size=min(k, len(data)), replace=False).tolist(), reverse=True):
+        f, src, sp, dst, dp, seq, fl, pay = out[i]
+        how = int(rng.integers(0, 8))
+        if how == 0:
+            b = bytearray(pay)
+            b[int(rng.integers(0, min(16, len(b)))) if rng.random() < 0.7 else len(b) - 1] ^= 1 << int(rng.integers(0, 8))
+            out[i] = (f, src, sp, dst, dp, seq, fl, bytes(b))
+        elif how == 1:
+            del out[i]
+        elif how == 2:
+            out.insert(i + 1, out[i])
+        elif how == 3 and i + 1 < len(out):
+            out[i], out[i + 1] = out[i + 1], out[i]
+        elif how == 4:
+            out[i] = (f, src, sp, dst, dp, (seq + int(rng.integers(1, 9))) & 0xFFFFFFFF, fl, pay)
+        elif how == 5:
+            out.insert(i, (f, src, sp, dst, dp, (seq - 1) & 0xFFFFFFFF, TCP.SYN | TCP.ACK, b""))
+        else:
+            _resent_around(out, i)
+    return out
+
+
+def _resent_around(out: list[tuple[Any, ...]], i: int) -> None:
+    """Segment ``i`` and the next with payload of its direction sent again later, around the next
+    segment with payload of the other direction after them (in place)."""
+    _f, src, sp, dst, dp = out[i][:5]
+    j = next((j for j in range(i + 1, len(out)) if out[j][1:5] == out[i][1:5] and out[j][7]), None)
+    back = (dst, dp, src, sp)
+    k = None if j is None else next((k for k in range(j + 1, len(out)) if out[k][1:5] == back and out[k][7]), None)
+    if k is not None:
+        out[k:k + 1] = [out[i], out[k], out[j]]
+
+
+@pytest.mark.parametrize("name", ["siw_write_bw.pcap", "siw_read_bw.pcap", "siw_crc_send_bw.pcap", "siw_crc_rping.pcap"])
+def test_lane_on_changed_streams_is_process_segment(name: str, tmp_path: Path) -> None:
+    """The FPDU lane of process_many (segments taken without feeding them) against process_segment
+    one by one, on a real stream, two copies interleaved (both directions carry data) and copies
+    with segments damaged, lost, repeated, reordered, moved in sequence, after a SYN or sent
+    again around one of the other direction: the same PDUs and state; the lane took segments."""
+    head, recs = _records(CAPS / name)
+    rng = np.random.default_rng(5)
+    segs = _segments(recs + _interleave([_ports(recs, 11), _ports(recs, 23)], rng), tmp_path, head)
+    _want, lanes, _fed = _many_against_one(segs, 1024, rng)
+    assert len(lanes) > 20
+    for trial in range(3):
+        _want, lanes, _fed = _many_against_one(_mutated(segs, rng, 6), 1024, rng)
+        assert len(lanes) > 10, trial
+    again = list(segs)
+    for i in sorted(rng.choice([i for i, s in enumerate(segs) if s[7]], size=12, replace=False).tolist(), reverse=True):
+        _resent_around(again, i)
+    _many_against_one(again, 1024, rng)
 
 
 def _decoded(payload: bytes, crc: bool = True) -> list[Any]:
@@ -299,3 +367,35 @@ def test_fpdu_chains_are_decode_fpdu(name: str, tmp_path: Path) -> None:
             assert ok_plain.tolist() == [w[1] for w in want], label
             assert any(w[0] for w in want) or "crc" not in name
             assert any(w[1] for w in want)
+
+
+def test_lines_source_finds_each_line() -> None:
+    """columnar_summary._lines: where each row's line starts, from the newlines, and counted when a
+    line holds a newline of its own (the 0 bytes are no characters)."""
+    texts = [b"ab\n", b"c\0\0d\n", b"\0e\nf\n", b"\n"]
+    m = np.zeros((len(texts), 6), dtype=np.uint8)
+    for i, t in enumerate(texts):
+        m[i, :len(t)] = np.frombuffer(t, dtype=np.uint8)
+    rows = np.array([3, 5, 8, 9])
+    for sel in ([0, 1, 3], [0, 1, 2, 3]):
+        got_rows, text, at = cs._lines(rows[sel], m[sel])
+        want = [texts[i].replace(b"\0", b"") for i in sel]
+        assert text == b"".join(want)
+        assert [text[a:b] for a, b in zip(at[:-1].tolist(), at[1:].tolist(), strict=True)] == want
+        assert got_rows.tolist() == rows[sel].tolist()
+
+
+@pytest.mark.parametrize("width", [1, 8, 9, 36, 37])
+def test_distinct_rows_is_unique(width: int) -> None:
+    """columnar_summary._distinct_rows against np.unique of the rows as single values: the same
+    first rows and numbers, on rows that differ in any octet (the first, the last, a padded word)."""
+    rng = np.random.default_rng(width)
+    for n in (0, 1, 2, 700):
+        base = rng.integers(0, 256, (max(1, n // 10), width), dtype=np.uint8)
+        base[::2, :width // 2] = 0  # rows equal but for their last octets
+        m = base[rng.integers(0, len(base), n)] if n else np.zeros((0, width), dtype=np.uint8)
+        one, inv = cs._distinct_rows(m)
+        _u, want_one, want_inv = np.unique(np.ascontiguousarray(m).view(np.dtype((np.void, width))).ravel(),
+                                           return_index=True, return_inverse=True)
+        assert one.tolist() == want_one.tolist()
+        assert inv.tolist() == want_inv.ravel().tolist()
