@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from rdmalab.capture.blockpool import blocks_in_workers, parallel_capture
+from rdmalab.capture.blockpool import blocks_in_workers, default_workers, parallel_capture
 from rdmalab.capture.columnar import _ethernet_only, _progress, iter_columns
 from rdmalab.capture.columnar_decode import columns_from_packets, decode_block, wants_iwarp, wants_windows
 from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _ipv6_text, format_column
@@ -341,7 +341,7 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
 
     A plain (not compressed) pcap or pcapng file (pcapng: of Ethernet frames;
     :func:`~rdmalab.capture.blockpool.parallel_capture`) of ``parallel_min_bytes`` or more, read whole, is split among ``workers``
-    processes (default: one fewer than the cores; :mod:`rdmalab.capture.blockpool`): the workers
+    processes (default: :func:`~rdmalab.capture.blockpool.default_workers`, one a core not busy now): the workers
     follow the record headers of their ranges of the file, this process checks the ranges and
     numbers the frames, and a worker reads each block again, decodes, filters and renders it; the
     blocks come back in file order.  iWARP fields need the TCP streams followed
@@ -352,10 +352,10 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
     flt = compile_filter(filter_expr) if filter_expr else None
     needed = set(names) | (set(flt.fields) if flt is not None else set())
     if workers is None:
-        # the main process itself keeps one core busy following the record headers and writing
-        # the text, so workers only pay off with cores to spare (on 2 cores -j 1 was faster in
-        # wall and half the CPU time: benchmarks/bench_columnar.py)
-        workers = max(1, (os.cpu_count() or 1) - 1)
+        # the workers follow the record headers of their own ranges, so this process only checks
+        # them and writes: on 2 idle cores -j 2 took 0.54-0.64 s of wall time against 0.73-0.86 s
+        # for -j 1 (the 200k mixed capture of benchmarks/bench_decode.py --mixed)
+        workers = default_workers()
     parallel = (workers > 1 and count is None and not wants_iwarp(needed) and not wants_windows(needed)
                 and parallel_capture(p, ethernet=True)
                 and os.path.getsize(p) >= parallel_min_bytes)

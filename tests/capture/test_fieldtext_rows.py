@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from rdmalab.capture import fieldtext
 from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, Columns
 from rdmalab.capture.fieldtext import _epoch_text, field_matrix, render_fields
 
@@ -39,3 +42,24 @@ def test_a_field_is_written_where_present_only() -> None:
     want_va = [f"0x{v:016x}" if p else "" for v, p in zip(va.tolist(), present.tolist(), strict=True)]
     lines = render_fields(cols, ["infiniband.bth.psn", "infiniband.reth.va"], separator=b",", quote=b'"')
     assert lines.decode().splitlines() == [f'"{a}","{b}"' if a else "," for a, b in zip(want_psn, want_va, strict=True)]
+
+
+@pytest.mark.parametrize("idle", [1, 2])
+def test_field_text_workers_by_default_as_many_as_default_workers(idle: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``workers``, field_text starts :func:`default_workers` workers (one a core not busy now); one
+    means no worker at all, and the text is the same either way."""
+    path = str(Path(__file__).resolve().parents[2] / "captures" / "rxe_write_bw.pcap")
+    names = ["frame.number", "infiniband.bth.psn", "infiniband.reth.dmalen"]
+    one = b"".join(fieldtext.field_text(path, names, workers=1))
+    used: list[int] = []
+    real = fieldtext.blocks_in_workers
+
+    def spy(*a: object, **k: object) -> object:
+        used.append(int(k["workers"]))  # type: ignore[call-overload]
+        return real(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fieldtext, "blocks_in_workers", spy)
+    monkeypatch.setattr(fieldtext, "default_workers", lambda: idle)
+    got = b"".join(fieldtext.field_text(path, names, parallel_min_bytes=0, block_bytes=1 << 16))
+    assert used == ([idle] if idle > 1 else [])
+    assert got == one
