@@ -22,7 +22,9 @@ import json
 import os
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 #: the most ``run.json`` a grader reads (it is written inside the sandbox)
@@ -56,6 +58,40 @@ def _reap(keep: set[int]) -> int:
     return n
 
 
+def sliced(get_msg: Callable[..., Awaitable[Any]], step: float = 1.0) -> Callable[..., Awaitable[Any]]:
+    """``get_msg(timeout=T)`` of a kernel client's channel, asked in slices of ``step`` seconds until ``T``.
+
+    Why: with the Jupyter client stack this lab installs (nbclient 0.11, jupyter_client 8.10, pyzmq 27),
+    the wait for a cell's execute reply sometimes does not wake when the reply arrives, after a cell that
+    opened widget comms (about one run in four of the lab's widget cells): it wakes at the end of its
+    timeout, reads the reply then and goes on, so a cell of a few seconds took the whole cell timeout
+    (600 s in a test). Each slice's end looks at the socket again."""
+    async def get(timeout: float | None = None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = step if deadline is None else min(step, max(0.0, deadline - time.monotonic()))
+            try:
+                return await get_msg(timeout=left)
+            except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+    return get
+
+
+def wake_for_replies(client: Any, step: float = 1.0) -> Any:
+    """Have the nbclient ``client`` wait for each cell's reply in slices (:func:`sliced`), from the moment
+    its kernel client exists (its ``on_notebook_start`` hook, any hook it had called after); ``client``."""
+    before = client.on_notebook_start
+
+    def start(**kw: Any) -> Any:
+        chan = client.kc.shell_channel
+        chan.get_msg = sliced(chan.get_msg, step)
+        return before(**kw) if before is not None else None
+
+    client.on_notebook_start = start
+    return client
+
+
 def execute(notebook: Path, outdir: Path, *, cell_timeout: int, reap: bool = False,
             kernel: str = "python3") -> dict[str, Any]:
     import nbclient  # optional: nbclient, nbformat (lab extra)
@@ -86,6 +122,7 @@ def execute(notebook: Path, outdir: Path, *, cell_timeout: int, reap: bool = Fal
 
     client.on_cell_start = on_start
     client.on_cell_executed = on_done
+    wake_for_replies(client)
     try:
         client.execute()
     except DeadKernelError:

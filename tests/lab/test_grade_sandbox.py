@@ -40,6 +40,7 @@ from rdmalab.cli import main  # noqa: E402
 from rdmalab.lab import grade  # noqa: E402
 from rdmalab.lab import sandbox as sbx  # noqa: E402
 from rdmalab.lab.generate import convert  # noqa: E402
+from rdmalab.lab.runner import wake_for_replies  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NB = "07-four-wires"
@@ -418,8 +419,9 @@ def test_a_copy_of_a_classmates_values_fails_where_the_exercise_varies(tmp_path:
     monkeypatch.setenv("RDMALAB_CHECK_LOG", str(log))
     monkeypatch.setenv("RDMALAB_STUDENT", "alice")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    nbclient.NotebookClient(nbformat.from_dict(convert(src, "instructor")), timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    wake_for_replies(nbclient.NotebookClient(nbformat.from_dict(convert(src, "instructor")), timeout=300,
+                                             kernel_name="python3",
+                                             resources={"metadata": {"path": str(tmp_path)}})).execute()
     alices = {r["exercise"]: decode(r["answer"]) for r in map(json.loads, log.read_text().splitlines())}
     assert set(alices) == {"send.opcodes", "send.rnr"}, alices
     copied = convert(src, "student")

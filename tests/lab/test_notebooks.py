@@ -26,6 +26,7 @@ from test_answers_above import leaks  # noqa: E402
 from rdmalab.lab.answers import decode  # noqa: E402
 from rdmalab.lab.core import get, judge  # noqa: E402
 from rdmalab.lab.generate import convert, parse, sources  # noqa: E402
+from rdmalab.lab.runner import wake_for_replies  # noqa: E402
 from rdmalab.lab.variant import as_student  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,8 +45,8 @@ def _run(src: Path, version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     nb = nbformat.from_dict(convert(src.read_text(encoding="utf-8"), version))
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
+    client = wake_for_replies(nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                                                      resources={"metadata": {"path": str(tmp_path)}}))
     client.execute()
     (tmp_path / f"{src.stem}.{version}.ipynb").write_text(nbformat.writes(nb), encoding="utf-8")
     # A figure whose _repr_svg_/_repr_html_ raises does not fail its cell (IPython's display formatter

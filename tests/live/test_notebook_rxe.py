@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rdmalab.lab.generate import convert
+from rdmalab.lab.runner import wake_for_replies
 from rdmalab.live.vm import VM
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,8 +27,8 @@ def test_live_notebook_on_rxe(lab_vm: VM, tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     nb = nbformat.from_dict(convert(NB.read_text(encoding="utf-8"), "instructor"))
-    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    wake_for_replies(nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                             resources={"metadata": {"path": str(tmp_path)}})).execute()
     (tmp_path / "13-live-rdma.rxe.ipynb").write_text(nbformat.writes(nb), encoding="utf-8")
     text = "\n".join(o.get("text", "") or json.dumps(o.get("data", {}))
                      for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))

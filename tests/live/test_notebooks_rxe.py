@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rdmalab.lab.generate import convert, parse
+from rdmalab.lab.runner import wake_for_replies
 from rdmalab.live.vm import VM
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,8 +60,8 @@ def test_notebook_runs_on_rxe(name: str, lab_vm: VM, tmp_path: Path, monkeypatch
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     nb = nbformat.from_dict(convert(src.read_text(encoding="utf-8"), "instructor"))
-    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    wake_for_replies(nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                             resources={"metadata": {"path": str(tmp_path)}})).execute()
     (tmp_path / f"{name}.rxe.ipynb").write_text(nbformat.writes(nb), encoding="utf-8")
     errors = [(o.get("ename"), o.get("evalue")) for c in nb.cells for o in c.get("outputs", [])
               if o.get("output_type") == "error"]

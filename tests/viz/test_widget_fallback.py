@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rdmalab.lab.generate import parse, sources
+from rdmalab.lab.runner import wake_for_replies
 
 pytest.importorskip("ipywidgets")
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -57,12 +58,10 @@ def test_a_saved_notebook_keeps_each_widgets_static_view(tmp_path: Path, monkeyp
     cells += [nbformat.v4.new_code_cell(code, metadata={"tags": ["widget"], "stem": stem})
               for stem, code in _widget_cells()]
     nb = nbformat.v4.new_notebook(cells=cells)
-    # Each cell takes seconds.  The timeout is short because of the Jupyter client stack here (nbclient
-    # 0.11, jupyter_client 8.10, pyzmq 27.3): after a cell that opens widget comms it sometimes does not
-    # wake for the cell's execute reply until the timeout, then reads it and goes on (seen in about one
-    # run in four, outside pytest too): a 600 s timeout made this test take 10 minutes of CI.
-    nbclient.NotebookClient(nb, timeout=60, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    # the client waits for each reply in slices (rdmalab.lab.runner.sliced says why): without them a widget
+    # cell sometimes held this test for the whole 600 s timeout
+    wake_for_replies(nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                             resources={"metadata": {"path": str(tmp_path)}})).execute()
     path = tmp_path / "widgets.ipynb"
     nbformat.write(nb, path)
     saved = nbformat.read(path, as_version=4)
