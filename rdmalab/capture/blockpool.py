@@ -590,7 +590,17 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
 
     pcapng: this process first reads the section header and interface descriptions up to the
     first packet block (:func:`~rdmalab.capture.pcapio.pcapng_section`), which the workers are
-    given."""
+    given.
+
+    ``render`` and ``extra`` must pickle (the workers are given them by name and value): when they do
+    not, a TypeError says so before any worker starts (a task that does not pickle left this
+    process waiting for its result for ever)."""
+    try:
+        pickle.dumps((render, extra))
+    except Exception as err:  # noqa: BLE001 - whatever pickle raises for it
+        raise TypeError(f"blocks_in_workers: the render function {getattr(render, '__qualname__', render)!r} "
+                        f"and its arguments must pickle to reach the worker processes (a function at a module's "
+                        f"top level): {type(err).__name__}: {err}") from err
     p = os.fspath(path)
     refused = ValueError(f"{p}: not a plain pcap or pcapng file (a stream, or compressed?): its blocks cannot be "
                          "read again by offset; read it in one process")

@@ -794,3 +794,18 @@ def test_decode_json_uses_the_workers_from_a_few_megabytes(tmp_path: Path, monke
         text = capsys.readouterr().out
         assert used == want, path.name
         assert text == _json_one(str(path)), path.name
+
+
+@pytest.mark.timeout(120)
+def test_a_render_function_that_does_not_pickle_is_an_error_not_a_wait() -> None:
+    """A render function the workers cannot be given (not at a module's top level) is refused in one
+    sentence before any worker starts; it used to leave the caller waiting for ever."""
+    from rdmalab.capture.blockpool import blocks_in_workers
+
+    def render(*_: object) -> int:  # local: does not pickle
+        return 1
+
+    with pytest.raises(TypeError, match="must pickle to reach the worker processes"):
+        next(iter(blocks_in_workers(CAPTURES[0], render, (), workers=2, block_bytes=1 << 16)))
+    with pytest.raises(TypeError, match="render"):
+        next(iter(blocks_in_workers(CAPTURES[0], _json_one, (lambda: 0,), workers=2, block_bytes=1 << 16)))
