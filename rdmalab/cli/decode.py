@@ -336,7 +336,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.add_argument("--no-columnar", action="store_true",
                    help="use the per-packet decoder even where the columnar one would do (-T fields, summary lines, -V)")
     d.add_argument("-j", "--workers", type=int, metavar="N",
-                   help="with -T fields, -T json (no -Y) and for summary lines: worker processes for a pcap file "
-                        "of 32 MiB or more (default: one fewer than the cores for -T fields; otherwise one a core "
-                        "the load does not fill, cores less the whole part of the load average, at most 4)")
+                   help="with -T fields, -T json (no -Y) and for summary lines: worker processes for a pcap or "
+                        "pcapng file of 32 MiB or more (4 MiB for -T json) (default: one a core not busy now, "
+                        "from the tasks runnable in /proc/loadavg, at most 4)")
     d.set_defaults(func=run_decode, strict=False)

@@ -248,6 +248,4 @@ def crc32c_function() -> Callable[[bytes | bytearray | memoryview], int]:
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:
     """CRC32c (Castagnoli) as MPA uses it; wire bytes are ``value.to_bytes(4, "little")``."""
-    import crc32c as _crc32c  # lazy: only iWARP needs it (start-up and memory of the RoCE-only paths)
-
-    return int(_crc32c.crc32c(bytes(data)))
+    return int(crc32c_function()(bytes(data)))
