@@ -353,7 +353,7 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
     needed = set(names) | (set(flt.fields) if flt is not None else set())
     if workers is None:
         # the workers follow the record headers of their own ranges, so this process only checks
-        # them and writes: on 2 idle cores -j 2 took 0.54-0.64 s of wall time against 0.73-0.86 s
+        # them and writes: on 2 cores at load below 1, -j 2 took 0.54-0.64 s of wall time against 0.73-0.86 s
         # for -j 1 (the 200k mixed capture of benchmarks/bench_decode.py --mixed)
         workers = default_workers()
     parallel = (workers > 1 and count is None and not wants_iwarp(needed) and not wants_windows(needed)

@@ -28,7 +28,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rdmalab.capture.iwarp import IwarpTracker
+from rdmalab.capture.iwarp import IwarpTracker, _address_text
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, decode_frame
 from rdmalab.capture.pcapio import record_blocks
 from rdmalab.capture.reader import CapturedPacket, RawRecord, decode_record
@@ -322,8 +322,7 @@ def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: fl
     pdus: list[Packet] = []
     if tracker is not None:
         a, b = ipv >> _IP_SRC_S & _IP_SRC_M, ipv >> _IP_DST_S & _IP_DST_M
-        src = _ADDR.get(a) or _address(a)
-        dst = _ADDR.get(b) or _address(b)
+        src, dst = _address_text(4, a), _address_text(4, b)  # as the iWARP reassembly names them
         try:
             pdus = tracker.process_segment(frame, src, sport, dst, dport, seq, flags, bytes(buf[o + start:o + ip_end]))
         except DecodeError:
@@ -346,16 +345,6 @@ def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: fl
     # ASCII, which encodes and joins as a copy
     return b"".join((frame_line(frame, wire, cap, LINKTYPE_ETHERNET, ts).encode(), b"\n    Summary: ",
                      summary.encode(), "\n".join(lines).encode()))
-
-
-_ADDR: dict[int, str] = {}  # IPv4 addresses as the iWARP reassembly names them (bounded)
-
-
-def _address(a: int) -> str:
-    if len(_ADDR) >= _REMEMBERED:
-        _ADDR.clear()
-    text = _ADDR[a] = _ipv4_text(a)
-    return text
 
 
 def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int | None = None,
