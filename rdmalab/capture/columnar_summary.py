@@ -17,6 +17,7 @@ holds the two paths to the same bytes on every capture in ``captures/`` and on d
 from __future__ import annotations
 
 import ipaddress
+import mmap
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -25,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from rdmalab.capture import blockpool
 from rdmalab.capture.blockpool import blocks_in_workers, default_workers, parallel_capture
 from rdmalab.capture.columnar_decode import _opt, decode_block
 from rdmalab.capture.columnar_schema import Columns
@@ -707,6 +709,9 @@ class _TcpBlock:
     lane_text: bytes = b""  # segments of several FPDUs
     lane_at: np.ndarray | None = None
     lane_len: np.ndarray | None = None
+    file_start: int | None = None  # in a worker: buf not sent back, the bytes of the file from here
+    # the directions of the whole block (:func:`_directions`), found in the worker
+    dirs: tuple[list[Any], np.ndarray, list[Any], np.ndarray] | None = None
 
 
 @dataclass(slots=True)
@@ -744,6 +749,7 @@ def _tcp_block(blk: RecordBlock, cols: Columns, rows: np.ndarray, t0: float) -> 
                    l4r + d["tcp.hdr_len"][rows].astype(np.int64), blk.linktype[rows], blk.interfaces()[rows],
                    blk.buf)
     _lane_block(tb)
+    tb.dirs = _directions(ends)
     return tb
 
 
@@ -791,7 +797,12 @@ def _render_in_worker(blk: RecordBlock, n: int, t0: float, prev: float | None, e
         if flt is None:
 
             flt = _WORKER_FILTERS[expr] = compile_filter(expr)
-    return _render_block(blk, t0, flt, n, lenient)
+    bt = _render_block(blk, t0, flt, n, lenient)
+    if bt.tcp is not None and blockpool.RANGE_START is not None:
+        # the block's bytes are the file's from RANGE_START: the parent maps them (not sent back)
+        bt.tcp.buf = b""
+        bt.tcp.file_start = blockpool.RANGE_START
+    return bt
 
 
 def _first_time(blk: RecordBlock) -> float:
@@ -865,7 +876,13 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
             p, _render_in_worker, (filter_expr, lenient), workers=workers, block_bytes=block_bytes, count=count)
     else:
         blocks = _sequential(p, block_bytes, count, flt, lenient)
+    mapped: memoryview | None = None
     for bt, t0 in blocks:
+        if bt.tcp is not None and bt.tcp.file_start is not None:
+            if mapped is None:
+                with open(p, "rb") as f:
+                    mapped = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+            bt.tcp.buf = mapped[bt.tcp.file_start:]  # type: ignore[assignment]
         first = bt.pieces[0] if len(bt.pieces) == 1 else None
         if isinstance(first, bytes):
             yield first
@@ -1104,6 +1121,21 @@ def _distinct_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order[new], inv
 
 
+def _directions(ends: np.ndarray) -> tuple[list[Any], np.ndarray, list[Any], np.ndarray]:
+    """The directions of segments with ``ends`` (:attr:`_TcpBlock.ends`): the tracker's (addresses as
+    text: IPv4 and IPv6 apart) and each segment's among them, the window scaling's (addresses as
+    integers, as render.TcpWindowScaling.window keys them) and each segment's among them."""
+    one, inv = _distinct_rows(ends)
+    e1 = ends[one].tolist()
+    tkeys = [(_ip_text(bool(e[0]), bytes(e[1:17])), e[33] << 8 | e[34], _ip_text(bool(e[0]), bytes(e[17:33])),
+              e[35] << 8 | e[36]) for e in e1]
+    w_ends = np.ascontiguousarray(ends[:, 1:])
+    wone, winv = _distinct_rows(w_ends)
+    wkeys = [(int.from_bytes(bytes(e[0:16]), "big"), e[32] << 8 | e[33], int.from_bytes(bytes(e[16:32]), "big"),
+              e[34] << 8 | e[35]) for e in w_ends[wone].tolist()]
+    return tkeys, inv, wkeys, winv
+
+
 def _ip_text(six: bool, a: bytes) -> str:
     """An address as the iWARP tracker names it (:meth:`IwarpTracker._addresses`)."""
     if six:
@@ -1133,18 +1165,11 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
     lines before it."""
     lo, hi = run.lo, run.hi
     k = hi - lo
-    ends = tb.ends[lo:hi]
     flags = tb.flags[lo:hi]
-    # the directions: the tracker's (addresses as text: IPv4 and IPv6 apart) and the window
-    # scaling's (addresses as integers, as render.TcpWindowScaling.window keys them)
-    one, inv = _distinct_rows(ends)
-    e1 = ends[one].tolist()
-    tkeys = [(_ip_text(bool(e[0]), bytes(e[1:17])), e[33] << 8 | e[34], _ip_text(bool(e[0]), bytes(e[17:33])),
-              e[35] << 8 | e[36]) for e in e1]
-    w_ends = np.ascontiguousarray(ends[:, 1:])
-    wone, winv = _distinct_rows(w_ends)
-    wkeys = [(int.from_bytes(bytes(e[0:16]), "big"), e[32] << 8 | e[33], int.from_bytes(bytes(e[16:32]), "big"),
-              e[34] << 8 | e[35]) for e in w_ends[wone].tolist()]
+    if tb.dirs is None:
+        tb.dirs = _directions(tb.ends)
+    tkeys, inv, wkeys, winv = tb.dirs
+    inv, winv = inv[lo:hi], winv[lo:hi]
     buf = tb.buf
     base = tb.offset[lo:hi]
     opts, pay = tb.opts[lo:hi], tb.payload[lo:hi]
