@@ -232,8 +232,9 @@ def _run(task: tuple[Any, ...]) -> Any:
 
 def _render(render: Render, path: str, start: int, end: int, offs: np.ndarray, first: int, order: str,
             ns_mult: int, linktype: int, n: int, t0: float, prev: float | None, extra: tuple[Any, ...]) -> Any:
-    buf = _read_again(path, start, end)
-    return render(pcap_block(buf, offs, order, ns_mult, linktype, first, end), n, t0, prev, *extra)
+    blk = pcap_block(_read_again(path, start, end), offs, order, ns_mult, linktype, first, end)
+    blk.from_file = start
+    return render(blk, n, t0, prev, *extra)
 
 
 def _read_again(path: str, start: int, end: int) -> bytearray:
@@ -273,19 +274,10 @@ def _to_slot(slot: int | None, result: Any) -> Any:
 
 def _run_pcapng(task: tuple[Any, ...]) -> Any:
     """In a worker process: read the packet blocks of one range of a pcapng file again and render them."""
-    global RANGE_START
     slot, render, path, start, end, offs, first, order, interfaces, n, t0, prev, extra = task
     blk = pcapng_block(_read_again(path, start, end), offs, order, interfaces, first, end)
-    RANGE_START = start  # PROTOTYPE: the design passes it to render
-    try:
-        return _to_slot(slot, render(blk, n, t0, prev, *extra))
-    finally:
-        RANGE_START = None
-
-
-#: PROTOTYPE (issue 38, sum3): in a worker rendering a range of the file read again, where the block's
-#: buffer starts in the file (its bytes are the file's: the parent can map them itself)
-RANGE_START: int | None = None
+    blk.from_file = start
+    return _to_slot(slot, render(blk, n, t0, prev, *extra))
 
 
 def _run_block(task: tuple[Any, ...]) -> Any:

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from rdmalab.capture import blockpool
 from rdmalab.capture.blockpool import blocks_in_workers, default_workers, parallel_capture
 from rdmalab.capture.columnar_decode import _opt, decode_block
 from rdmalab.capture.columnar_schema import Columns
@@ -798,10 +797,10 @@ def _render_in_worker(blk: RecordBlock, n: int, t0: float, prev: float | None, e
 
             flt = _WORKER_FILTERS[expr] = compile_filter(expr)
     bt = _render_block(blk, t0, flt, n, lenient)
-    if bt.tcp is not None and blockpool.RANGE_START is not None:
-        # the block's bytes are the file's from RANGE_START: the parent maps them (not sent back)
+    if bt.tcp is not None and blk.from_file is not None:
+        # the block's bytes are the file's: the parent maps them (not sent back)
         bt.tcp.buf = b""
-        bt.tcp.file_start = blockpool.RANGE_START
+        bt.tcp.file_start = blk.from_file
     return bt
 
 
