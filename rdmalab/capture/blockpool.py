@@ -159,6 +159,7 @@ _SLOTS: tuple[mmap.mmap, int] | None = None
 @dataclass(slots=True, frozen=True)
 class _InSlot:
     size: int
+    buffers: tuple[int, ...] = ()  # the out-of-band buffers after the pickle, their sizes
 
 
 def _forks() -> bool:
@@ -231,8 +232,9 @@ def _run(task: tuple[Any, ...]) -> Any:
 
 def _render(render: Render, path: str, start: int, end: int, offs: np.ndarray, first: int, order: str,
             ns_mult: int, linktype: int, n: int, t0: float, prev: float | None, extra: tuple[Any, ...]) -> Any:
-    buf = _read_again(path, start, end)
-    return render(pcap_block(buf, offs, order, ns_mult, linktype, first, end), n, t0, prev, *extra)
+    blk = pcap_block(_read_again(path, start, end), offs, order, ns_mult, linktype, first, end)
+    blk.from_file = start
+    return render(blk, n, t0, prev, *extra)
 
 
 def _read_again(path: str, start: int, end: int) -> bytearray:
@@ -247,21 +249,34 @@ def _read_again(path: str, start: int, end: int) -> bytearray:
 
 def _to_slot(slot: int | None, result: Any) -> Any:
     """In a worker process: ``result`` into its slot of the shared mapping (:data:`_SLOTS`) when
-    it fits, its length returned; else ``result`` itself."""
+    it fits, its length returned; else ``result`` itself.  Pickled with protocol 5, its arrays'
+    data out of band: copied straight into the slot after the pickle (no pickle of megabytes
+    made and copied again: each new buffer costs page faults), read back as views of the slot."""
     if slot is None or _SLOTS is None:
         return result
     shm, size = _SLOTS
-    data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
-    if len(data) > size:
+    bufs: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(result, protocol=5, buffer_callback=bufs.append)
+    raws = [b.raw() for b in bufs]
+    total = len(data) + sum(r.nbytes for r in raws)
+    if total > size:
         return result
-    shm[slot * size:slot * size + len(data)] = data
-    return _InSlot(len(data))
+    base = slot * size
+    shm[base:base + len(data)] = data
+    at = base + len(data)
+    sizes = []
+    for r in raws:
+        shm[at:at + r.nbytes] = r
+        at += r.nbytes
+        sizes.append(r.nbytes)
+    return _InSlot(len(data), tuple(sizes))
 
 
 def _run_pcapng(task: tuple[Any, ...]) -> Any:
     """In a worker process: read the packet blocks of one range of a pcapng file again and render them."""
     slot, render, path, start, end, offs, first, order, interfaces, n, t0, prev, extra = task
     blk = pcapng_block(_read_again(path, start, end), offs, order, interfaces, first, end)
+    blk.from_file = start
     return _to_slot(slot, render(blk, n, t0, prev, *extra))
 
 
@@ -630,7 +645,12 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
         def result(job: Future[Any], slot: int | None) -> Any:
             got = job.result()
             if isinstance(got, _InSlot) and view is not None and slot is not None:
-                return pickle.loads(view[slot * slot_bytes:slot * slot_bytes + got.size])
+                at = slot * slot_bytes + got.size
+                bufs = []
+                for n in got.buffers:  # views of the slot: read before the slot is named again
+                    bufs.append(view[at:at + n])
+                    at += n
+                return pickle.loads(view[slot * slot_bytes:slot * slot_bytes + got.size], buffers=bufs)
             return got
 
         renders = 0
@@ -742,4 +762,7 @@ class _unmapped:
         if self.view is not None:
             self.view.release()
         if self.shm is not None:
-            self.shm.close()
+            try:
+                self.shm.close()
+            except BufferError:  # arrays of the last results still view it: freed with them
+                pass

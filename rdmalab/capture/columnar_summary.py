@@ -17,9 +17,10 @@ holds the two paths to the same bytes on every capture in ``captures/`` and on d
 from __future__ import annotations
 
 import ipaddress
+import mmap
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -639,19 +640,24 @@ def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int, lenient: bool =
     return _BlockText(blk.first, pieces, tb)
 
 
-def _merge(parts: list[tuple[np.ndarray, bytes, np.ndarray]]) -> tuple[bytes, np.ndarray, np.ndarray]:
+def _merge(parts: list[tuple[np.ndarray, bytes, np.ndarray]],
+           picked: Sequence[tuple[np.ndarray, bytes, np.ndarray, np.ndarray]] = ()) -> tuple[bytes, np.ndarray, np.ndarray]:
     """Lines from several sources, in the order of their rows: each source its rows (ascending),
-    its text and where each row's line starts in it (one more: the end).  The same of the lot."""
+    its text and where each row's line starts in it (one more: the end); ``picked`` sources give
+    each row's start and length in their text instead (lines anywhere in it).  The same of the lot."""
     parts = [p for p in parts if len(p[0])]
-    if len(parts) == 1:
+    picked = [p for p in picked if len(p[0])]
+    if len(parts) == 1 and not picked:
         return parts[0][1], parts[0][0], parts[0][2]
-    if not parts:
+    if not parts and not picked:
         return b"", np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    base = np.cumsum([0] + [len(p[1]) for p in parts[:-1]])
-    rows = np.concatenate([p[0] for p in parts])
-    src = np.concatenate([p[2][:-1] + b for p, b in zip(parts, base.tolist(), strict=True)])
-    lens = np.concatenate([np.diff(p[2]) for p in parts])
-    blob = b"".join(p[1] for p in parts)
+    texts = [p[1] for p in parts] + [p[1] for p in picked]
+    base = np.cumsum([0] + [len(t) for t in texts[:-1]]).tolist()
+    rows = np.concatenate([p[0] for p in parts] + [p[0] for p in picked])
+    src = np.concatenate([p[2][:-1] + b for p, b in zip(parts, base, strict=False)]
+                         + [p[2] + b for p, b in zip(picked, base[len(parts):], strict=True)])
+    lens = np.concatenate([np.diff(p[2]) for p in parts] + [p[3] for p in picked])
+    blob = b"".join(texts)
     order = np.argsort(rows, kind="stable")
     rows, src, lens = rows[order], src[order], lens[order]
     at = np.zeros(len(rows) + 1, dtype=np.int64)
@@ -692,6 +698,19 @@ class _TcpBlock:
     linktype: np.ndarray
     interface: np.ndarray
     buf: bytes | bytearray
+    # written in the worker, from the segment's bytes alone (no stream state): whether its payload is
+    # whole FPDUs (CRC good, not looked at: :func:`_fpdu_chains`), and, for such a segment, its line
+    # as an iWARP frame (the FPDUs' summaries) at ``lane_at[i]:lane_at[i] + lane_len[i]`` of ``lane_text``
+    whole_crc: np.ndarray | None = None
+    whole_plain: np.ndarray | None = None
+    lane_m: np.ndarray | None = None  # segments of one FPDU: their lines (rows ``lane_row``, -1: none)
+    lane_row: np.ndarray | None = None
+    lane_text: bytes = b""  # segments of several FPDUs
+    lane_at: np.ndarray | None = None
+    lane_len: np.ndarray | None = None
+    file_start: int | None = None  # in a worker: buf not sent back, the bytes of the file from here
+    # the directions of the whole block (:func:`_directions`), found in the worker
+    dirs: tuple[list[Any], np.ndarray, list[Any], np.ndarray] | None = None
 
 
 @dataclass(slots=True)
@@ -723,11 +742,46 @@ def _tcp_block(blk: RecordBlock, cols: Columns, rows: np.ndarray, t0: float) -> 
     ends[:, 35:37] = d["tcp.dstport"][rows].astype(">u2").view(np.uint8).reshape(k, 2)
     _l3, l4 = tcp_offsets(cols)
     l4r = l4[rows]
-    return _TcpBlock(rows, head, tail, ihead, ends, d["tcp.seq_raw"][rows], d["tcp.flags"][rows].astype(np.int64),
-                     d["tcp.window_size_value"][rows], d["tcp.len"][rows].astype(np.int64), blk.seconds()[rows],
-                     blk.wirelen[rows], blk.offset[rows], blk.caplen[rows], l4r + 20,
-                     l4r + d["tcp.hdr_len"][rows].astype(np.int64), blk.linktype[rows], blk.interfaces()[rows],
-                     blk.buf)
+    tb = _TcpBlock(rows, head, tail, ihead, ends, d["tcp.seq_raw"][rows], d["tcp.flags"][rows].astype(np.int64),
+                   d["tcp.window_size_value"][rows], d["tcp.len"][rows].astype(np.int64), blk.seconds()[rows],
+                   blk.wirelen[rows], blk.offset[rows], blk.caplen[rows], l4r + 20,
+                   l4r + d["tcp.hdr_len"][rows].astype(np.int64), blk.linktype[rows], blk.interfaces()[rows],
+                   blk.buf)
+    _lane_block(tb)
+    tb.dirs = _directions(ends)
+    return tb
+
+
+def _lane_block(tb: _TcpBlock) -> None:
+    """The FPDU lane's work that needs no stream state, for every segment of the block at once:
+    :func:`_fpdu_chains` and the line of each segment of whole FPDUs (:func:`_lane_lines`), kept in
+    ``tb`` (the tracker later decides which of them go that way)."""
+    k = len(tb.rows)
+    ok_crc, ok_plain, fpdus = _fpdu_chains(tb, 0, k)
+    tb.whole_crc, tb.whole_plain = ok_crc, ok_plain
+    at = np.zeros(k, dtype=np.int64)
+    ln = np.zeros(k, dtype=np.int64)
+    row = np.full(k, -1, dtype=np.int64)
+    tb.lane_m = np.zeros((0, 1), dtype=np.uint8)
+    cand = np.flatnonzero(ok_crc | ok_plain)
+    if len(cand):
+        single, lines, more = _lane_lines(tb, 0, k, cand.tolist(), fpdus)
+        # a segment of one FPDU (most): its line a row of a byte matrix
+        row[single] = np.arange(len(single))
+        tb.lane_m = lines
+        if more:  # several: the sources merged into one text, a line a segment
+            srcs = [(np.searchsorted(tb.rows, r), t, a) for r, t, a in more]
+            text, seg, starts = _merge(srcs)
+            # a segment's pieces (head, FPDUs, newline) are consecutive after the merge
+            first = np.r_[True, seg[1:] != seg[:-1]]
+            segs = seg[first]
+            begin = starts[:-1][first]
+            end = np.r_[begin[1:], starts[-1]]
+            at[segs] = begin
+            ln[segs] = end - begin
+            tb.lane_text = text
+    tb.lane_at, tb.lane_len, tb.lane_row = at, ln, row
+    tb.ihead = tb.ihead[:0]  # not needed any more (not sent back)
 
 
 _WORKER_FILTERS: dict[str, Any] = {}
@@ -742,7 +796,12 @@ def _render_in_worker(blk: RecordBlock, n: int, t0: float, prev: float | None, e
         if flt is None:
 
             flt = _WORKER_FILTERS[expr] = compile_filter(expr)
-    return _render_block(blk, t0, flt, n, lenient)
+    bt = _render_block(blk, t0, flt, n, lenient)
+    if bt.tcp is not None and blk.from_file is not None:
+        # the block's bytes are the file's: the parent maps them (not sent back)
+        bt.tcp.buf = b""
+        bt.tcp.file_start = blk.from_file
+    return bt
 
 
 def _first_time(blk: RecordBlock) -> float:
@@ -816,7 +875,13 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
             p, _render_in_worker, (filter_expr, lenient), workers=workers, block_bytes=block_bytes, count=count)
     else:
         blocks = _sequential(p, block_bytes, count, flt, lenient)
+    mapped: memoryview | None = None
     for bt, t0 in blocks:
+        if bt.tcp is not None and bt.tcp.file_start is not None:
+            if mapped is None:
+                with open(p, "rb") as f:
+                    mapped = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+            bt.tcp.buf = mapped[bt.tcp.file_start:]  # type: ignore[assignment]
         first = bt.pieces[0] if len(bt.pieces) == 1 else None
         if isinstance(first, bytes):
             yield first
@@ -1055,6 +1120,21 @@ def _distinct_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order[new], inv
 
 
+def _directions(ends: np.ndarray) -> tuple[list[Any], np.ndarray, list[Any], np.ndarray]:
+    """The directions of segments with ``ends`` (:attr:`_TcpBlock.ends`): the tracker's (addresses as
+    text: IPv4 and IPv6 apart) and each segment's among them, the window scaling's (addresses as
+    integers, as render.TcpWindowScaling.window keys them) and each segment's among them."""
+    one, inv = _distinct_rows(ends)
+    e1 = ends[one].tolist()
+    tkeys = [(_ip_text(bool(e[0]), bytes(e[1:17])), e[33] << 8 | e[34], _ip_text(bool(e[0]), bytes(e[17:33])),
+              e[35] << 8 | e[36]) for e in e1]
+    w_ends = np.ascontiguousarray(ends[:, 1:])
+    wone, winv = _distinct_rows(w_ends)
+    wkeys = [(int.from_bytes(bytes(e[0:16]), "big"), e[32] << 8 | e[33], int.from_bytes(bytes(e[16:32]), "big"),
+              e[34] << 8 | e[35]) for e in w_ends[wone].tolist()]
+    return tkeys, inv, wkeys, winv
+
+
 def _ip_text(six: bool, a: bytes) -> str:
     """An address as the iWARP tracker names it (:meth:`IwarpTracker._addresses`)."""
     if six:
@@ -1084,18 +1164,11 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
     lines before it."""
     lo, hi = run.lo, run.hi
     k = hi - lo
-    ends = tb.ends[lo:hi]
     flags = tb.flags[lo:hi]
-    # the directions: the tracker's (addresses as text: IPv4 and IPv6 apart) and the window
-    # scaling's (addresses as integers, as render.TcpWindowScaling.window keys them)
-    one, inv = _distinct_rows(ends)
-    e1 = ends[one].tolist()
-    tkeys = [(_ip_text(bool(e[0]), bytes(e[1:17])), e[33] << 8 | e[34], _ip_text(bool(e[0]), bytes(e[17:33])),
-              e[35] << 8 | e[36]) for e in e1]
-    w_ends = np.ascontiguousarray(ends[:, 1:])
-    wone, winv = _distinct_rows(w_ends)
-    wkeys = [(int.from_bytes(bytes(e[0:16]), "big"), e[32] << 8 | e[33], int.from_bytes(bytes(e[16:32]), "big"),
-              e[34] << 8 | e[35]) for e in w_ends[wone].tolist()]
+    if tb.dirs is None:
+        tb.dirs = _directions(tb.ends)
+    tkeys, inv, wkeys, winv = tb.dirs
+    inv, winv = inv[lo:hi], winv[lo:hi]
     buf = tb.buf
     base = tb.offset[lo:hi]
     opts, pay = tb.opts[lo:hi], tb.payload[lo:hi]
@@ -1116,9 +1189,9 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
             a = int(start[i])
             return bytes(buf[a:a + int(length[i])])
 
-        chains = _fpdu_chains(tb, lo, hi)
+        assert tb.whole_crc is not None and tb.whole_plain is not None
         pdus, errors, lane = tracker.process_many(frames, tkeys, inv, tb.seq[lo:hi].tolist(), flags, length, payload,
-                                                  chains[:2])
+                                                  (tb.whole_crc[lo:hi], tb.whole_plain[lo:hi]))
     stop: BaseException | None = None
     if errors and not lenient:
         i = min(errors)
@@ -1138,19 +1211,24 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
     plain[special] = False
     plain[lane] = False
     sources = [(run.rows, run.text, run.at)]
+    picked: list[tuple[np.ndarray, bytes, np.ndarray, np.ndarray]] = []
     if plain.all():
         sources.append(_lines(tb.rows[lo:hi], np.hstack([tb.head[lo:hi], _dec(scaled.astype(np.uint64)),
                                                          tb.tail[lo:hi]])))
-        more: list[tuple[np.ndarray, bytes, np.ndarray]] = []
     else:
         pr = np.flatnonzero(plain)
         plain_m = np.hstack([tb.head[lo + pr], _dec(scaled[pr].astype(np.uint64)), tb.tail[lo + pr]])
-        more = []
         if lane:
-            single, lane_m, more = _lane_lines(tb, lo, hi - lo, lane, chains[2])
-            if k < hi - lo:
-                keep = single < k
-                single, lane_m = single[keep], lane_m[keep]
+            assert tb.lane_m is not None and tb.lane_row is not None and tb.lane_at is not None
+            assert tb.lane_len is not None
+            li = np.asarray(lane, dtype=np.int64)
+            lr = tb.lane_row[lo + li]
+            one = lr >= 0
+            single = li[one]
+            lane_m = tb.lane_m[lr[one]]
+            several = lo + li[~one]
+            if len(several):
+                picked.append((tb.rows[several], tb.lane_text, tb.lane_at[several], tb.lane_len[several]))
             # the plain lines and the lane's in one matrix (in row order), as wide as the wider
             shown = plain.copy()
             shown[single] = True
@@ -1186,8 +1264,7 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
         at2 = np.zeros(len(lines) + 1, dtype=np.int64)
         np.cumsum([len(x) for x in lines], out=at2[1:])
         sources.append((tb.rows[lo:hi][special], b"".join(lines), at2))
-    sources += more
-    text, rows, starts = _merge(sources)
+    text, rows, starts = _merge(sources, picked)
     if stop is not None:
         cut = int(np.searchsorted(rows, tb.rows[lo + k]))
         text = text[:starts[cut]]

@@ -351,6 +351,7 @@ class IwarpTracker:
             conn_no = np.repeat(np.arange(len(heads)), size)
             second[conn_no[has_other[::-1]]] = do[has_other[::-1]]
         ol, sp = order.tolist(), special.tolist()
+        runs = self._lane_runs(order, co, do, special, lengths, seqs, whole) if whole is not None else None
         touched: list[tuple[int, tuple[Tuple4, Tuple4]]] = []
         for h, e, d0, d1 in zip(heads.tolist(), ends.tolist(), do[heads].tolist(), second.tolist(), strict=True):
             ck = conn_keys[conn_of_dir[d0]]
@@ -360,16 +361,19 @@ class IwarpTracker:
             c: _Conn | None = None
             nexts: list[list[int]] = []  # for each direction: where its next row that matters is
             stale = True  # the connection and its directions looked up again (a row was fed)
+            steady = False  # both directions known: only rows with payload, SYN or RST matter
             while p < e:
                 if stale:
                     stale = False
                     c = self._conns.get(ck)
                     if c is not None:
                         nexts = []
+                        steady = True
                         for j, key in sides:
                             dd = c.dirs.get(key)
                             if dd is None:  # any row makes it
                                 nexts.append(nxt_row[j])
+                                steady = False
                             elif dd.state != DEAD:  # a segment with payload
                                 nexts.append(nxt_pay[j])
                 if c is None:
@@ -400,6 +404,13 @@ class IwarpTracker:
                 elif ok_crc and (ok_crc[i] or ok_plain[i]) and self._whole_fpdus(c, ki, seqs[i], ln[i], ok_crc[i],
                                                                                  ok_plain[i]):
                     lane.append(i)
+                    if steady and runs is not None:  # the segments after it in step go the same way
+                        dd = c.dirs[ki]
+                        got = self._lane_run(dd, q, runs[0] if dd.crc is not False else runs[1], runs[2], ol, lane,
+                                             seqs, ln)
+                        if got > q:
+                            q = got
+                            i = ol[q]
                 elif not self._seen_before(c, ki, seqs[i], ln[i]):
                     feed(i)
                     stale = True
@@ -413,6 +424,52 @@ class IwarpTracker:
                 self._conns.move_to_end(ck)
         lane.sort()
         return out, errors, lane
+
+    @staticmethod
+    def _lane_runs(order: np.ndarray, co: np.ndarray, do: np.ndarray, special: np.ndarray, lengths: np.ndarray,
+                   seqs: Sequence[int], whole: tuple[np.ndarray, np.ndarray],
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For :meth:`process_many`: runs of segments that would follow one another into the FPDU lane.
+
+        Among the rows that matter once both directions of a connection are known (payload, SYN or
+        RST; places in ``order``, each connection's together), a run is a row followed by rows of
+        the same connection and direction, each without SYN and RST, whole FPDUs (``whole[0]`` for
+        a direction checking the CRC, ``whole[1]`` for one without), its sequence number where the
+        row before it ends.  Returned: for each such row, where (place in ``order``) the run from it
+        ends, under ``whole[0]`` and under ``whole[1]``, and the places of the rows that matter."""
+        n = len(order)
+        ln = lengths[order]
+        sp = special[order]
+        at = np.flatnonzero((ln > 0) | sp)  # the rows that matter, places in order
+        seq = np.asarray(seqs, dtype=np.int64)[order[at]]
+        nxt_seq = (seq + ln[at]) & 0xFFFFFFFF
+        same = (co[at][1:] == co[at][:-1]) & (do[at][1:] == do[at][:-1]) & ~sp[at][1:] & ~sp[at][:-1]
+        same &= seq[1:] == nxt_seq[:-1]
+        reach = []
+        for mask in whole:
+            link = same & mask[order[at]][1:]  # row t and row t + 1 in one run
+            k = np.arange(len(at))
+            stop = np.where(np.r_[link, False], len(at), k)  # a run ends at the first row with no link after it
+            end = np.minimum.accumulate(stop[::-1])[::-1]
+            full = np.full(n, -1, dtype=np.int64)
+            full[at] = at[end]
+            reach.append(full)
+        return reach[0], reach[1], at
+
+    @staticmethod
+    def _lane_run(d: _Dir, q: int, reach: np.ndarray, at: np.ndarray, ol: list[int], lane: list[int],
+                  seqs: Sequence[int], ln: list[int]) -> int:
+        """The rows of the run that starts at place ``q`` (:meth:`_lane_runs`) after it, into ``lane``
+        and past ``d`` as :meth:`_whole_fpdus` would take them one by one (nothing held, so each is
+        next in sequence; a park's limit the first passed, the later ones pass); the run's last place."""
+        r = int(reach[q])
+        if r <= q:
+            return q
+        lo, hi = np.searchsorted(at, [q + 1, r + 1])
+        rows = [ol[x] for x in at[lo:hi].tolist()]
+        lane.extend(rows)
+        d.next_seq = d.buf_seq = seq_add(seqs[rows[-1]], ln[rows[-1]])
+        return r
 
     def _whole_fpdus(self, conn: _Conn, key: Tuple4, seq: int, length: int, crc_good: bool, plain: bool) -> bool:
         """A segment of whole FPDUs (without markers, each decoding without a problem, the CRC good

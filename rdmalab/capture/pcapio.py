@@ -133,6 +133,9 @@ class RecordBlock:
     #: so that both decoders print the same times
     ts: np.ndarray | None = None
     interface: np.ndarray | None = None  # int32 pcapng interface id (None: all 0)
+    #: where ``buf`` starts in the file, when ``buf`` holds the file's bytes as they are there (a block
+    #: a worker process read again by offset): a process with the file mapped can see them unsent
+    from_file: int | None = None
 
     def __len__(self) -> int:
         return len(self.offset)

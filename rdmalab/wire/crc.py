@@ -34,6 +34,9 @@ MPA CRC (RFC 5044 4.4 and RFC 3385): CRC32c (Castagnoli), least-significant byte
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import os
 import zlib
 from collections.abc import Callable
 
@@ -240,9 +243,35 @@ def vcrc(lrh_through_icrc: bytes | bytearray | memoryview) -> int:
 def crc32c_function() -> Callable[[bytes | bytearray | memoryview], int]:
     """The CRC32c function :func:`crc32c` calls (the ``crc32c`` package's: any bytes-like object,
     slices of a memoryview without a copy), for a loop over many FPDUs."""
+    global _CRC32C
+    if _CRC32C is None:
+        _CRC32C = _load_crc32c()
+    return _CRC32C
+
+
+#: the ``crc32c`` package's function, once loaded (:func:`_load_crc32c`)
+_CRC32C: Callable[[bytes | bytearray | memoryview], int] | None = None
+
+
+def _load_crc32c() -> Callable[[bytes | bytearray | memoryview], int]:
+    """The ``crc32c`` package's C function.  Its extension module is loaded by itself when it can be
+    found: the package's ``__init__`` imports :mod:`importlib.metadata` for its version string,
+    which costs more start-up than the whole extension (about 0.1 s of CPU); else the package."""
+    spec = importlib.util.find_spec("crc32c")  # finds the package without running it
+    for where in (spec.submodule_search_locations or []) if spec is not None else []:
+        for name in os.listdir(where):
+            if name.startswith("_crc32c.") and name.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+                loader = importlib.machinery.ExtensionFileLoader("crc32c._crc32c", os.path.join(where, name))
+                spec = importlib.util.spec_from_loader(loader.name, loader)
+                if spec is None:
+                    break
+                ext = importlib.util.module_from_spec(spec)
+                loader.exec_module(ext)
+                fn: Callable[[bytes | bytearray | memoryview], int] = ext.crc32c
+                return fn
     import crc32c as _crc32c  # lazy: only iWARP needs it (start-up and memory of the RoCE-only paths)
 
-    fn: Callable[[bytes | bytearray | memoryview], int] = _crc32c.crc32c
+    fn = _crc32c.crc32c
     return fn
 
 

@@ -310,6 +310,13 @@ def test_lane_on_changed_streams_is_process_segment(name: str, tmp_path: Path) -
     for i in sorted(rng.choice([i for i, s in enumerate(segs) if s[7]], size=12, replace=False).tolist(), reverse=True):
         _resent_around(again, i)
     _many_against_one(again, 1024, rng)
+    # SYN or RST set on segments with payload in the middle of a stream (their sequence numbers and
+    # payloads kept: whole FPDUs next in sequence, which the lane must still not take)
+    flagged = list(segs)
+    for n, i in enumerate(rng.choice([i for i, s in enumerate(segs) if s[7]], size=12, replace=False).tolist()):
+        f, src, sp, dst, dp, seq, fl, pay = flagged[i]
+        flagged[i] = (f, src, sp, dst, dp, seq, fl | (TCP.SYN if n % 2 else TCP.RST), pay)
+    _many_against_one(flagged, 1024, rng)
 
 
 def _decoded(payload: bytes, crc: bool = True) -> list[Any]:
