@@ -21,7 +21,7 @@ import mmap
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -698,16 +698,18 @@ class _TcpBlock:
     linktype: np.ndarray
     interface: np.ndarray
     buf: bytes | bytearray
-    # written in the worker, from the segment's bytes alone (no stream state): whether its payload is
-    # whole FPDUs (CRC good, not looked at: :func:`_fpdu_chains`), and, for such a segment, its line
-    # as an iWARP frame (the FPDUs' summaries) at ``lane_at[i]:lane_at[i] + lane_len[i]`` of ``lane_text``
+    # written in the worker, from the segments' bytes alone (no stream state): whether a segment's
+    # payload is whole FPDUs (CRC good, not looked at: :func:`_fpdu_chains`) and, for such a segment,
+    # its line as an iWARP frame (:class:`_LaneLines`); and the same of a segment with the next of its
+    # direction (``pair_of``: that one's index, -1: none) when the first holds no whole FPDU and the
+    # two together are whole FPDUs: the second's line, the FPDUs' summaries (``pair``)
     whole_crc: np.ndarray | None = None
     whole_plain: np.ndarray | None = None
-    lane_m: np.ndarray | None = None  # segments of one FPDU: their lines (rows ``lane_row``, -1: none)
-    lane_row: np.ndarray | None = None
-    lane_text: bytes = b""  # segments of several FPDUs
-    lane_at: np.ndarray | None = None
-    lane_len: np.ndarray | None = None
+    lane: _LaneLines | None = None
+    pair_of: np.ndarray | None = None
+    pair_crc: np.ndarray | None = None
+    pair_plain: np.ndarray | None = None
+    pair: _LaneLines | None = None
     file_start: int | None = None  # in a worker: buf not sent back, the bytes of the file from here
     # the directions of the whole block (:func:`_directions`), found in the worker
     dirs: tuple[list[Any], np.ndarray, list[Any], np.ndarray] | None = None
@@ -747,41 +749,126 @@ def _tcp_block(blk: RecordBlock, cols: Columns, rows: np.ndarray, t0: float) -> 
                    blk.wirelen[rows], blk.offset[rows], blk.caplen[rows], l4r + 20,
                    l4r + d["tcp.hdr_len"][rows].astype(np.int64), blk.linktype[rows], blk.interfaces()[rows],
                    blk.buf)
-    _lane_block(tb)
     tb.dirs = _directions(ends)
+    _lane_block(tb)
     return tb
+
+
+@dataclass(slots=True)
+class _LaneLines:
+    """The lines of segments as iWARP frames whose FPDUs :func:`_fpdu_chains` describes, made in
+    the worker: a segment ``i`` of one FPDU has its line as row ``row[i]`` of the byte matrix ``m``
+    (0: no character; -1: none), one of several FPDUs at ``at[i]:at[i] + size[i]`` of ``text``."""
+
+    m: np.ndarray
+    row: np.ndarray
+    text: bytes
+    at: np.ndarray
+    size: np.ndarray
+
+    def pick(self, rows: np.ndarray, block_rows: np.ndarray,
+             ) -> tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, bytes, np.ndarray, np.ndarray]]]:
+        """The lines of segments ``rows`` (indices into this one's arrays; their rows of the block
+        ``block_rows``): those of one FPDU (which of ``rows``, their matrix rows) and the others as a
+        source for :func:`_merge`'s ``picked``."""
+        r = self.row[rows]
+        one = r >= 0
+        several = ~one
+        picked = [(block_rows[several], self.text, self.at[rows[several]], self.size[rows[several]])] \
+            if several.any() else []
+        return np.flatnonzero(one), self.m[r[one]], picked
+
+
+def _lane_text(tb: _TcpBlock, cand: np.ndarray, fpdus: tuple[np.ndarray, ...]) -> _LaneLines:
+    """:class:`_LaneLines` of segments ``cand`` (ascending) of ``tb``, of whole FPDUs ``fpdus``
+    (:func:`_fpdu_chains`); every other segment of ``tb`` has none."""
+    k = len(tb.rows)
+    at = np.zeros(k, dtype=np.int64)
+    size = np.zeros(k, dtype=np.int64)
+    row = np.full(k, -1, dtype=np.int64)
+    if not len(cand):
+        return _LaneLines(np.zeros((0, 1), dtype=np.uint8), row, b"", at, size)
+    single, lines, more = _lane_lines(tb, 0, k, cand.tolist(), fpdus)
+    row[single] = np.arange(len(single))  # a segment of one FPDU (most): its line a row of a matrix
+    text = b""
+    if more:  # several: the sources merged into one text, a line a segment
+        srcs = [(np.searchsorted(tb.rows, r), t, a) for r, t, a in more]
+        text, seg, starts = _merge(srcs)
+        # a segment's pieces (head, FPDUs, newline) are consecutive after the merge
+        first = np.r_[True, seg[1:] != seg[:-1]]
+        segs = seg[first]
+        begin = starts[:-1][first]
+        end = np.r_[begin[1:], starts[-1]]
+        at[segs] = begin
+        size[segs] = end - begin
+    return _LaneLines(lines, row, text, at, size)
 
 
 def _lane_block(tb: _TcpBlock) -> None:
     """The FPDU lane's work that needs no stream state, for every segment of the block at once:
-    :func:`_fpdu_chains` and the line of each segment of whole FPDUs (:func:`_lane_lines`), kept in
-    ``tb`` (the tracker later decides which of them go that way)."""
+    :func:`_fpdu_chains` and the line of each segment of whole FPDUs (:func:`_lane_lines`), and the
+    same for pairs of segments (:func:`_pairs`), kept in ``tb`` (the tracker later decides which of
+    them go that way)."""
     k = len(tb.rows)
     ok_crc, ok_plain, fpdus = _fpdu_chains(tb, 0, k)
     tb.whole_crc, tb.whole_plain = ok_crc, ok_plain
-    at = np.zeros(k, dtype=np.int64)
-    ln = np.zeros(k, dtype=np.int64)
-    row = np.full(k, -1, dtype=np.int64)
-    tb.lane_m = np.zeros((0, 1), dtype=np.uint8)
-    cand = np.flatnonzero(ok_crc | ok_plain)
-    if len(cand):
-        single, lines, more = _lane_lines(tb, 0, k, cand.tolist(), fpdus)
-        # a segment of one FPDU (most): its line a row of a byte matrix
-        row[single] = np.arange(len(single))
-        tb.lane_m = lines
-        if more:  # several: the sources merged into one text, a line a segment
-            srcs = [(np.searchsorted(tb.rows, r), t, a) for r, t, a in more]
-            text, seg, starts = _merge(srcs)
-            # a segment's pieces (head, FPDUs, newline) are consecutive after the merge
-            first = np.r_[True, seg[1:] != seg[:-1]]
-            segs = seg[first]
-            begin = starts[:-1][first]
-            end = np.r_[begin[1:], starts[-1]]
-            at[segs] = begin
-            ln[segs] = end - begin
-            tb.lane_text = text
-    tb.lane_at, tb.lane_len, tb.lane_row = at, ln, row
+    tb.lane = _lane_text(tb, np.flatnonzero(ok_crc | ok_plain), fpdus)
+    _pairs(tb)
     tb.ihead = tb.ihead[:0]  # not needed any more (not sent back)
+
+
+def _pairs(tb: _TcpBlock) -> None:
+    """For :func:`_lane_block`: each segment ``a`` with payload followed, on its direction in the
+    block, by a segment ``b`` with payload that starts where it ends, neither with SYN or RST,
+    ``a`` holding no whole FPDU (its first FPDU is longer than it): whether their payloads together
+    are whole FPDUs (CRC good, or not looked at), and ``b``'s line for them.  That is a large FPDU
+    cut in two by TCP, which the tracker, fed the two one by one, holds at ``a`` and completes at
+    ``b``."""
+    k = len(tb.rows)
+    tb.pair_of = np.full(k, -1, dtype=np.int64)
+    tb.pair_crc = tb.pair_plain = np.zeros(k, dtype=bool)
+    assert tb.dirs is not None
+    inv = tb.dirs[1]
+    has = np.flatnonzero((tb.length > 0) & ((tb.flags & (TCP.SYN | TCP.RST)) == 0))
+    o = has[np.argsort(inv[has], kind="stable")]  # each direction's segments with payload, in order
+    a, b = o[:-1], o[1:]
+    start = tb.offset + tb.payload
+    buf = np.frombuffer(tb.buf, dtype=np.uint8)
+    la = tb.length[a]
+    keep = (inv[a] == inv[b]) & ((tb.seq[a].astype(np.int64) + la) & 0xFFFFFFFF == tb.seq[b])
+    a, b, la = a[keep], b[keep], la[keep]
+    if len(a):
+        ul = buf[start[a]].astype(np.int64) << 8 | buf[np.minimum(start[a] + 1, len(buf) - 1)]
+        longer = (la < 2) | ((2 + ul + 3) // 4 * 4 + 4 > la)  # the first FPDU ends after a
+        by_b = np.argsort(b[longer])  # in the order of the block (b's lines are merged by row)
+        a, b = a[longer][by_b], b[longer][by_b]
+    if not len(a):
+        tb.pair = _lane_text(tb, np.zeros(0, dtype=np.int64), ())
+        return
+    # the two payloads one after the other, each pair a segment of a block of its own
+    la, lb = tb.length[a], tb.length[b]
+    joined = b"".join(bytes(tb.buf[x:x + n]) + bytes(tb.buf[y:y + m]) for x, n, y, m in
+                      zip(start[a].tolist(), la.tolist(), start[b].tolist(), lb.tolist(), strict=True))
+    offs = np.zeros(len(a), dtype=np.int64)
+    np.cumsum((la + lb)[:-1], out=offs[1:])
+    pb = replace(tb, rows=tb.rows[b], ihead=tb.ihead[b], buf=joined, offset=offs, payload=np.zeros(len(a), dtype=np.int64),
+                 length=la + lb)
+    ok_crc, ok_plain, fpdus = _fpdu_chains(pb, 0, len(a))
+    whole = np.flatnonzero(ok_crc | ok_plain)
+    lines = _lane_text(pb, whole, fpdus)
+    tb.pair_of[a[whole]] = b[whole]
+    tb.pair_crc = np.zeros(k, dtype=bool)
+    tb.pair_plain = np.zeros(k, dtype=bool)
+    tb.pair_crc[a] = ok_crc
+    tb.pair_plain[a] = ok_plain
+    # the lines by b's index in the block
+    row = np.full(k, -1, dtype=np.int64)
+    at = np.zeros(k, dtype=np.int64)
+    size = np.zeros(k, dtype=np.int64)
+    row[b] = lines.row
+    at[b] = lines.at
+    size[b] = lines.size
+    tb.pair = _LaneLines(lines.m, row, lines.text, at, size)
 
 
 _WORKER_FILTERS: dict[str, Any] = {}
@@ -1181,6 +1268,7 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
     pdus: dict[int, list[Any]] = {}
     errors: dict[int, Exception] = {}
     lane: list[int] = []
+    paired: list[int] = []
     if tracker is not None:
         length = tb.length[lo:hi]
         start = base + pay
@@ -1190,8 +1278,12 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
             return bytes(buf[a:a + int(length[i])])
 
         assert tb.whole_crc is not None and tb.whole_plain is not None
-        pdus, errors, lane = tracker.process_many(frames, tkeys, inv, tb.seq[lo:hi].tolist(), flags, length, payload,
-                                                  (tb.whole_crc[lo:hi], tb.whole_plain[lo:hi]))
+        assert tb.pair_of is not None and tb.pair_crc is not None and tb.pair_plain is not None
+        partner = tb.pair_of[lo:hi]
+        partner = np.where((partner >= lo) & (partner < hi), partner - lo, -1)  # pairs within the run
+        pdus, errors, lane, paired = tracker.process_many(
+            frames, tkeys, inv, tb.seq[lo:hi].tolist(), flags, length, payload,
+            (tb.whole_crc[lo:hi], tb.whole_plain[lo:hi]), (partner, tb.pair_crc[lo:hi], tb.pair_plain[lo:hi]))
     stop: BaseException | None = None
     if errors and not lenient:
         i = min(errors)
@@ -1200,6 +1292,7 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
             stop.frame_number = frames[i]  # type: ignore[attr-defined]
         pdus = {r: p for r, p in pdus.items() if r < i}
         lane = [r for r in lane if r < i]
+        paired = [r for r in paired if r < i]
         errors = {}
         k = i  # the lines before it
     else:
@@ -1210,6 +1303,7 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
     special = sorted([*pdus, *errors])
     plain[special] = False
     plain[lane] = False
+    plain[paired] = False
     sources = [(run.rows, run.text, run.at)]
     picked: list[tuple[np.ndarray, bytes, np.ndarray, np.ndarray]] = []
     if plain.all():
@@ -1218,24 +1312,28 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
     else:
         pr = np.flatnonzero(plain)
         plain_m = np.hstack([tb.head[lo + pr], _dec(scaled[pr].astype(np.uint64)), tb.tail[lo + pr]])
-        if lane:
-            assert tb.lane_m is not None and tb.lane_row is not None and tb.lane_at is not None
-            assert tb.lane_len is not None
-            li = np.asarray(lane, dtype=np.int64)
-            lr = tb.lane_row[lo + li]
-            one = lr >= 0
-            single = li[one]
-            lane_m = tb.lane_m[lr[one]]
-            several = lo + li[~one]
-            if len(several):
-                picked.append((tb.rows[several], tb.lane_text, tb.lane_at[several], tb.lane_len[several]))
-            # the plain lines and the lane's in one matrix (in row order), as wide as the wider
+        if lane or paired:
+            ones: list[np.ndarray] = []
+            mats: list[np.ndarray] = []
+            for made, taken in ((tb.lane, lane), (tb.pair, paired)):
+                if taken:
+                    assert made is not None
+                    li = np.asarray(taken, dtype=np.int64)
+                    one, m1, more = made.pick(lo + li, tb.rows[lo + li])
+                    ones.append(li[one])
+                    mats.append(m1)
+                    picked += more
+            single = np.concatenate(ones)
+            # the plain lines and the lane's in one matrix (in row order), as wide as the widest
             shown = plain.copy()
             shown[single] = True
             at_row = np.cumsum(shown) - 1
-            m = np.zeros((len(pr) + len(single), max(plain_m.shape[1], lane_m.shape[1])), dtype=np.uint8)
+            m = np.zeros((len(pr) + len(single), max(plain_m.shape[1], *(x.shape[1] for x in mats))), dtype=np.uint8)
             m[at_row[pr], :plain_m.shape[1]] = plain_m
-            m[at_row[single], :lane_m.shape[1]] = lane_m
+            at = 0
+            for x in mats:
+                m[at_row[single[at:at + len(x)]], :x.shape[1]] = x
+                at += len(x)
             sources.append(_lines(tb.rows[lo:hi][shown], m))
         else:
             sources.append(_lines(tb.rows[lo + pr], plain_m))

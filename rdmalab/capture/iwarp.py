@@ -261,7 +261,8 @@ class IwarpTracker:
     def process_many(self, frames: Sequence[int], keys: Sequence[Tuple4], dirs: np.ndarray, seqs: Sequence[int],
                      flags: np.ndarray, lengths: np.ndarray, payload: Callable[[int], bytes | memoryview],
                      whole: tuple[np.ndarray, np.ndarray] | None = None,
-                     ) -> tuple[dict[int, list[Packet]], dict[int, Exception], list[int]]:
+                     pairs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                     ) -> tuple[dict[int, list[Packet]], dict[int, Exception], list[int], list[int]]:
         """:meth:`process_segment` for many segments in capture order, at once: row ``i`` is frame
         ``frames[i]`` from ``keys[dirs[i]]`` (source, source port, destination, destination port)
         with sequence number ``seqs[i]``, ``flags[i]``, ``lengths[i]`` octets of payload and
@@ -284,13 +285,21 @@ class IwarpTracker:
         (``whole[1]``).  Such a row, in order on a direction that follows FPDUs with nothing held
         (:meth:`_whole_fpdus`), is not fed either: the tracker's state moves past it as
         :meth:`process_segment` would move it, and the row is listed in the third value returned
-        (its PDUs are the caller's to describe)."""
+        (its PDUs are the caller's to describe).
+
+        ``pairs``, when given with ``whole``, names for each row ``a`` a row ``b`` after it (-1: none)
+        such that ``a`` holds no whole FPDU and the two payloads together are whole FPDUs as
+        ``whole`` says (CRC good: ``pairs[1]``; not looked at: ``pairs[2]``).  When the tracker
+        would take ``a`` in step as above, ``b`` is the connection's next row that matters and
+        starts where ``a`` ends, the two are not fed either (``a`` would complete nothing, ``b`` those FPDUs): ``b`` is listed
+        in the fourth value returned (its PDUs are those of the two payloads together)."""
         out: dict[int, list[Packet]] = {}
         errors: dict[int, Exception] = {}
         lane: list[int] = []
+        paired: list[int] = []
         n = len(dirs)
         if n == 0:
-            return out, errors, lane
+            return out, errors, lane, paired
 
         def feed(i: int) -> None:
             k = keys[dl[i]]
@@ -319,7 +328,7 @@ class IwarpTracker:
         if len(self._conns) + created > self.max_connections:  # it may drop one: the order matters
             for i in range(n):
                 feed(i)
-            return out, errors, lane
+            return out, errors, lane, paired
         ok_crc, ok_plain = ([], []) if whole is None else (whole[0].tolist(), whole[1].tolist())
         ln = lengths.tolist()
         conn = np.asarray(conn_of_dir, dtype=np.int64)[dirs]
@@ -352,6 +361,16 @@ class IwarpTracker:
             second[conn_no[has_other[::-1]]] = do[has_other[::-1]]
         ol, sp = order.tolist(), special.tolist()
         runs = self._lane_runs(order, co, do, special, lengths, seqs, whole) if whole is not None else None
+        if runs is not None and pairs is not None:
+            partner, pair_crc, pair_plain = pairs[0].tolist(), pairs[1].tolist(), pairs[2].tolist()
+            place = np.empty(n, dtype=np.int64)
+            place[order] = k  # each row's place in order
+            where = place.tolist()
+            after = np.full(n + 1, n, dtype=np.int64)  # the next place that matters after each (n: none)
+            after[runs[2][:-1]] = runs[2][1:]
+            next_place = after.tolist()
+        else:
+            partner = []
         touched: list[tuple[int, tuple[Tuple4, Tuple4]]] = []
         for h, e, d0, d1 in zip(heads.tolist(), ends.tolist(), do[heads].tolist(), second.tolist(), strict=True):
             ck = conn_keys[conn_of_dir[d0]]
@@ -406,11 +425,16 @@ class IwarpTracker:
                     lane.append(i)
                     if steady and runs is not None:  # the segments after it in step go the same way
                         dd = c.dirs[ki]
-                        got = self._lane_run(dd, q, runs[0] if dd.crc is not False else runs[1], runs[2], ol, lane,
-                                             seqs, ln)
+                        got = self._lane_run(dd, q, runs[0] if dd.crc is not False else runs[1], runs[2], runs[3], ol,
+                                             lane, seqs, ln)
                         if got > q:
                             q = got
                             i = ol[q]
+                elif (partner and (b := partner[i]) >= 0 and steady and next_place[q] == where[b]
+                      and seqs[b] == seq_add(seqs[i], ln[i])
+                      and self._whole_fpdus(c, ki, seqs[i], ln[i] + ln[b], pair_crc[i], pair_plain[i])):
+                    paired.append(b)  # a completes nothing, b the FPDUs of the two
+                    q, i = where[b], b
                 elif not self._seen_before(c, ki, seqs[i], ln[i]):
                     feed(i)
                     stale = True
@@ -423,20 +447,23 @@ class IwarpTracker:
             if ck in self._conns:
                 self._conns.move_to_end(ck)
         lane.sort()
-        return out, errors, lane
+        paired.sort()
+        return out, errors, lane, paired
 
     @staticmethod
     def _lane_runs(order: np.ndarray, co: np.ndarray, do: np.ndarray, special: np.ndarray, lengths: np.ndarray,
                    seqs: Sequence[int], whole: tuple[np.ndarray, np.ndarray],
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """For :meth:`process_many`: runs of segments that would follow one another into the FPDU lane.
 
         Among the rows that matter once both directions of a connection are known (payload, SYN or
         RST; places in ``order``, each connection's together), a run is a row followed by rows of
         the same connection and direction, each without SYN and RST, whole FPDUs (``whole[0]`` for
         a direction checking the CRC, ``whole[1]`` for one without), its sequence number where the
-        row before it ends.  Returned: for each such row, where (place in ``order``) the run from it
-        ends, under ``whole[0]`` and under ``whole[1]``, and the places of the rows that matter."""
+        row before it ends, or the row before it again (the same sequence number and length).
+        Returned: for each such row, where (place in ``order``) the run from it ends, under
+        ``whole[0]`` and under ``whole[1]``; the places of the rows that matter, and which of those
+        repeat the row before them."""
         n = len(order)
         ln = lengths[order]
         sp = special[order]
@@ -444,31 +471,36 @@ class IwarpTracker:
         seq = np.asarray(seqs, dtype=np.int64)[order[at]]
         nxt_seq = (seq + ln[at]) & 0xFFFFFFFF
         same = (co[at][1:] == co[at][:-1]) & (do[at][1:] == do[at][:-1]) & ~sp[at][1:] & ~sp[at][:-1]
-        same &= seq[1:] == nxt_seq[:-1]
+        step = same & (seq[1:] == nxt_seq[:-1])
+        # row t + 1 the same octets as row t again (a capture on both ends of a link, a retransmission):
+        # dropped as seen before (:meth:`_seen_before`) on a direction in step
+        again = np.r_[False, same & (seq[1:] == seq[:-1]) & (ln[at][1:] == ln[at][:-1])]
         reach = []
         for mask in whole:
-            link = same & mask[order[at]][1:]  # row t and row t + 1 in one run
+            link = (step & mask[order[at]][1:]) | again[1:]  # row t and row t + 1 in one run
             k = np.arange(len(at))
             stop = np.where(np.r_[link, False], len(at), k)  # a run ends at the first row with no link after it
             end = np.minimum.accumulate(stop[::-1])[::-1]
             full = np.full(n, -1, dtype=np.int64)
             full[at] = at[end]
             reach.append(full)
-        return reach[0], reach[1], at
+        return reach[0], reach[1], at, again
 
     @staticmethod
-    def _lane_run(d: _Dir, q: int, reach: np.ndarray, at: np.ndarray, ol: list[int], lane: list[int],
-                  seqs: Sequence[int], ln: list[int]) -> int:
+    def _lane_run(d: _Dir, q: int, reach: np.ndarray, at: np.ndarray, again: np.ndarray, ol: list[int],
+                  lane: list[int], seqs: Sequence[int], ln: list[int]) -> int:
         """The rows of the run that starts at place ``q`` (:meth:`_lane_runs`) after it, into ``lane``
         and past ``d`` as :meth:`_whole_fpdus` would take them one by one (nothing held, so each is
-        next in sequence; a park's limit the first passed, the later ones pass); the run's last place."""
+        next in sequence; a park's limit the first passed, the later ones pass), but for the rows
+        that repeat the one before them (``again``), which change nothing; the run's last place."""
         r = int(reach[q])
         if r <= q:
             return q
         lo, hi = np.searchsorted(at, [q + 1, r + 1])
-        rows = [ol[x] for x in at[lo:hi].tolist()]
-        lane.extend(rows)
-        d.next_seq = d.buf_seq = seq_add(seqs[rows[-1]], ln[rows[-1]])
+        rows = [ol[x] for x in at[lo:hi][~again[lo:hi]].tolist()]
+        if rows:
+            lane.extend(rows)
+            d.next_seq = d.buf_seq = seq_add(seqs[rows[-1]], ln[rows[-1]])
         return r
 
     def _whole_fpdus(self, conn: _Conn, key: Tuple4, seq: int, length: int, crc_good: bool, plain: bool) -> bool:

@@ -165,6 +165,94 @@ def test_keepalive_and_hole(name: str, tmp_path: Path, capsys: Any) -> None:
     assert whole.count(" iWARP ") > text.count(" iWARP ")  # the hole lost PDUs: the case is one
 
 
+def _split(recs: list[tuple[bytes, bytes]], rng: np.random.Generator) -> list[tuple[bytes, bytes]]:
+    """Data segments cut in two at a random octet (as TCP may cut an FPDU anywhere): the first part
+    one or more FPDUs and the start of another, or the start of one (its header, or only one octet
+    of it), the second the rest; now and then the second a few octets off in sequence, or with SYN
+    or RST set."""
+    out: list[tuple[bytes, bytes]] = []
+    for h, d in recs:
+        t = _tcp(d)
+        if t is None or len(t.data) < 2 or rng.random() < 0.4:
+            out.append((h, d))
+            continue
+        cut = 1 if rng.random() < 0.1 else int(rng.integers(1, len(t.data)))
+        out.append((h, _rebuild(d, data=t.data[:cut])))
+        seq, flags, how = t.seq + cut, t.flags, rng.random()
+        if how < 0.15:
+            seq += int(rng.integers(1, 5))
+        elif how < 0.25:
+            flags |= dpkt.tcp.TH_SYN if how < 0.2 else dpkt.tcp.TH_RST
+        out.append((h, _rebuild(d, seq=seq % (1 << 32), flags=flags, data=t.data[cut:])))
+    return out
+
+
+def _coalesce(recs: list[tuple[bytes, bytes]], rng: np.random.Generator) -> list[tuple[bytes, bytes]]:
+    """Data segments joined with the next of their direction that follows in sequence (its record
+    dropped), as a sender that coalesces writes sends them: segments of several FPDUs."""
+    out = list(recs)
+    i = 0
+    while i < len(out):
+        t = _tcp(out[i][1])
+        if t is not None and t.data and rng.random() < 0.5:
+            key = (t.sport, t.dport)
+            j = next((j for j in range(i + 1, len(out)) if (u := _tcp(out[j][1])) is not None
+                      and (u.sport, u.dport) == key and u.data), None)
+            u = _tcp(out[j][1]) if j is not None else None
+            if j is not None and u is not None and u.seq == (t.seq + len(t.data)) % (1 << 32) and not u.flags & 7:
+                out[i] = (out[i][0], _rebuild(out[i][1], data=t.data + u.data))
+                del out[j]
+        i += 1
+    return out
+
+
+@pytest.mark.parametrize("name", ["siw_write_bw.pcap", "siw_crc_send_bw.pcap", "siw_crc_rping.pcap", "siw_read_bw.pcap"])
+def test_fpdus_cut_anywhere(name: str, tmp_path: Path, capsys: Any) -> None:
+    """Segments of several FPDUs, and FPDUs cut in two by TCP anywhere (the FPDU lane takes such
+    pairs at once): the lines of the columnar path against the per-packet path's, in small and large
+    blocks, and the tracker's process_many against process_segment one by one."""
+    head, recs = _records(CAPS / name)
+    rng = np.random.default_rng(3)
+    cut = _split(_coalesce(recs, rng), rng)
+    p = _write(tmp_path / name, head, cut)
+    for block in (900, 4 << 20):
+        text = _compare(p, capsys, block)
+        assert " iWARP " in text
+    segs = _segments(cut, tmp_path, head)
+    partner, _both = _pairs(segs, [_whole(s[7]) for s in segs])
+    assert sum(j >= 0 for j in partner) > 5  # the case is one
+    _many_against_one(segs, 1024, rng)
+
+
+def test_fpdu_cut_in_two_before_the_other_direction_is_seen(tmp_path: Path) -> None:
+    """A capture that starts in the middle of a stream, its other direction seen once (an ACK)
+    between the two parts of an FPDU cut in two: the tracker makes that direction at the ACK, as
+    fed one by one (process_many does not take the pair at once then)."""
+    segs = []
+    for cp in read(CAPS / "siw_write_bw_midstream.pcap", iwarp=False):
+        t = cp.packet.get(TCP)
+        if t is not None:
+            src, dst = IwarpTracker._addresses(cp.packet)
+            pay = bytes(cp.packet.payload)
+            cut = len(pay) // 3  # each segment with payload in two, inside its FPDU
+            for seq, part in ((t.seq, pay[:cut]), ((t.seq + cut) % (1 << 32), pay[cut:])) if cut else ((t.seq, pay),):
+                segs.append((cp.frame_number, src, t.sport, dst, t.dport, seq, t.flags, part))
+    partner, _both = _pairs(segs, [_whole(s[7]) for s in segs])
+    i = [i for i, j in enumerate(partner) if j >= 0][3]
+    j = partner[i]
+    back = (segs[i][3], segs[i][4], segs[i][1], segs[i][2])
+    ack = next(s for s in segs if s[1:5] == back and not s[7])
+    # the other direction's segments dropped, but one ACK put before the pair's second part
+    kept = [s for s in segs if s[1:5] != back]
+    at = kept.index(segs[j])
+    kept.insert(at, (segs[j][0], *ack[1:]))
+    one = IwarpTracker()
+    for s in kept[:at]:
+        one.process_segment(*s)
+    assert len(one._conns) == 1 and len(next(iter(one._conns.values())).dirs) == 1  # the case is one
+    _many_against_one(kept, 1024, np.random.default_rng(1))
+
+
 # ---------------------------------------------------------------------------- the tracker alone
 
 
@@ -210,11 +298,13 @@ def _many_against_one(segs: list[tuple[Any, ...]], most: int, rng: np.random.Gen
         keys = sorted({s[1:5] for s in block})
         dirs = np.array([keys.index(s[1:5]) for s in block], dtype=np.int64)
         whole = [_whole(s[7]) for s in block]
-        pdus, errors, lane = many.process_many([s[0] for s in block], keys, dirs, [s[5] for s in block],
-                                               np.array([s[6] for s in block]), np.array([len(s[7]) for s in block]),
-                                               lambda i, block=block: block[i][7],
-                                               (np.array([w[0] for w in whole], dtype=bool),
-                                                np.array([w[1] for w in whole], dtype=bool)))
+        partner, pair_whole = _pairs(block, whole)
+        pdus, errors, lane, paired = many.process_many(
+            [s[0] for s in block], keys, dirs, [s[5] for s in block], np.array([s[6] for s in block]),
+            np.array([len(s[7]) for s in block]), lambda i, block=block: block[i][7],
+            (np.array([w[0] for w in whole], dtype=bool), np.array([w[1] for w in whole], dtype=bool)),
+            (np.array(partner, dtype=np.int64), np.array([w[0] for w in pair_whole], dtype=bool),
+             np.array([w[1] for w in pair_whole], dtype=bool)))
         assert not errors
         for i, ps in pdus.items():
             got[a + i] = [(p.summary(), p.stream) for p in ps]
@@ -224,9 +314,40 @@ def _many_against_one(segs: list[tuple[Any, ...]], most: int, rng: np.random.Gen
             assert [x[0] for x in want[a + i]] in own
             got[a + i] = want[a + i]
             lanes.append(a + i)
+        for i in paired:  # the FPDUs of its partner's payload and its own
+            j = partner.index(i)
+            assert not got[a + i] and not got[a + j] and not want[a + j]
+            own = [[p.summary() for p in _decoded(block[j][7] + block[i][7], crc)] for crc in (True, False)]
+            assert [x[0] for x in want[a + i]] in own
+            assert [x[1].frames for x in want[a + i]][0][:2] == (block[j][0], block[i][0])
+            got[a + i] = want[a + i]
+            lanes.append(a + i)
     assert got == want
     assert _state(many) == _state(one)
     return want, lanes, fed
+
+
+def _pairs(block: list[tuple[Any, ...]], whole: list[tuple[bool, bool]],
+           ) -> tuple[list[int], list[tuple[bool, bool]]]:
+    """The pairs process_many is told of, found here from the segments themselves: a segment with
+    payload, not whole FPDUs, its first FPDU longer than it, and the next segment with payload of
+    its 4-tuple (neither SYN nor RST) whose payloads together are whole FPDUs.  Whether the second
+    starts where the first ends is not asked here: process_many must see to it."""
+    partner = [-1] * len(block)
+    out = [(False, False)] * len(block)
+    for i, s in enumerate(block):
+        if not s[7] or len(s[7]) < 2 or s[6] & (TCP.SYN | TCP.RST) or any(whole[i]):
+            continue
+        j = next((j for j in range(i + 1, len(block)) if block[j][1:5] == s[1:5] and block[j][7]), None)
+        if j is None or block[j][6] & (TCP.SYN | TCP.RST):
+            continue
+        ul = int.from_bytes(s[7][:2], "big")
+        if (2 + ul + 3) // 4 * 4 + 4 <= len(s[7]):
+            continue
+        both = _whole(s[7] + block[j][7])
+        if any(both):
+            partner[i], out[i] = j, both
+    return partner, out
 
 
 @pytest.mark.parametrize("most", [2, 5, 1024])
@@ -317,6 +438,27 @@ def test_lane_on_changed_streams_is_process_segment(name: str, tmp_path: Path) -
         f, src, sp, dst, dp, seq, fl, pay = flagged[i]
         flagged[i] = (f, src, sp, dst, dp, seq, fl | (TCP.SYN if n % 2 else TCP.RST), pay)
     _many_against_one(flagged, 1024, rng)
+    # a segment sent again right after itself with fewer octets, or with the next segment's too (TCP
+    # may cut a retransmission otherwise)
+    repeated = list(segs)
+    data = [i for i, s in enumerate(segs) if s[7]]
+    for n, i in enumerate(sorted(rng.choice(data, size=10, replace=False).tolist(), reverse=True)):
+        s0 = repeated[i]
+        nxt = next((s for s in repeated[i + 1:] if s[1:5] == s0[1:5] and s[7]), None)
+        more = s0[7][:len(s0[7]) // 2] if n % 2 or nxt is None else s0[7] + nxt[7]
+        repeated.insert(i + 1, (*s0[:7], more))
+    _many_against_one(repeated, 1024, rng)
+    # a segment of the other direction between the two parts of an FPDU that TCP cut in two: an RST,
+    # a SYN, a segment with payload
+    cut = _segments(_split(recs, rng), tmp_path, head)
+    partner, _both = _pairs(cut, [_whole(s[7]) for s in cut])
+    firsts = [i for i, j in enumerate(partner) if j >= 0]
+    assert len(firsts) > 5
+    for n, i in enumerate(sorted(rng.choice(firsts, size=6, replace=False).tolist(), reverse=True)):
+        f, src, sp, dst, dp, _seq, _fl, _pay = cut[i]
+        flags = (TCP.RST | TCP.ACK, TCP.SYN | TCP.ACK, TCP.ACK)[n % 3]
+        cut.insert(i + 1, (f, dst, dp, src, sp, 12345, flags, b"\x00\x10" if n % 3 == 2 else b""))
+    _many_against_one(cut, 1024, rng)
 
 
 def _decoded(payload: bytes, crc: bool = True) -> list[Any]:
