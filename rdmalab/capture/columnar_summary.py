@@ -838,10 +838,17 @@ def _pairs(tb: _TcpBlock) -> None:
     keep = (inv[a] == inv[b]) & ((tb.seq[a].astype(np.int64) + la) & 0xFFFFFFFF == tb.seq[b])
     a, b, la = a[keep], b[keep], la[keep]
     if len(a):
-        ul = buf[start[a]].astype(np.int64) << 8 | buf[np.minimum(start[a] + 1, len(buf) - 1)]
-        longer = (la < 2) | ((2 + ul + 3) // 4 * 4 + 4 > la)  # the first FPDU ends after a
-        by_b = np.argsort(b[longer])  # in the order of the block (b's lines are merged by row)
-        a, b = a[longer][by_b], b[longer][by_b]
+        top = len(buf) - 1
+        sa = start[a]
+        ul = buf[sa].astype(np.int64) << 8 | buf[np.minimum(sa + 1, top)]
+        total = (2 + ul + 3) // 4 * 4 + 4
+        # the first FPDU ends after a, not after b; where a holds them, DDP's DV and RDMAP's RV are 1
+        # (what _fpdu_chains asks of every FPDU): most TCP that is not iWARP goes no further
+        ctl, rd = buf[np.minimum(sa + 2, top)], buf[np.minimum(sa + 3, top)]
+        maybe = ((la < 2) | (total > la)) & ((la < 2) | (total <= la + tb.length[b]))
+        maybe &= (la < 4) | (((ctl & 0x3F) == 0x01) & ((rd & 0xF0) == 0x40))
+        by_b = np.argsort(b[maybe])  # in the order of the block (b's lines are merged by row)
+        a, b = a[maybe][by_b], b[maybe][by_b]
     if not len(a):
         tb.pair = _lane_text(tb, np.zeros(0, dtype=np.int64), ())
         return
