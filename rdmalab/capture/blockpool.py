@@ -609,7 +609,11 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
 
     ``render`` and ``extra`` must pickle (the workers are given them by name and value): when they do
     not, a TypeError says so before any worker starts (a task that does not pickle left this
-    process waiting for its result for ever)."""
+    process waiting for its result for ever).
+
+    Where workers are forked, a result comes back through shared memory, its numpy arrays as views
+    of it (no copy): they hold until the result after next is asked for, when a worker may write
+    that memory again.  A caller that keeps arrays of a result longer copies them."""
     try:
         pickle.dumps((render, extra))
     except Exception as err:  # noqa: BLE001 - whatever pickle raises for it
