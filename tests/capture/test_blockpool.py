@@ -17,11 +17,12 @@ import glob
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rdmalab.capture import read
-from rdmalab.capture.blockpool import parallel_capture, plain_pcap
+from rdmalab.capture.blockpool import blocks_in_workers, parallel_capture, plain_pcap
 from rdmalab.capture.tsjson import iter_json, iter_json_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -263,6 +264,33 @@ def test_a_damaged_record_in_the_middle_in_workers(tmp_path: Path) -> None:
 def _sized(blk: object, n: int, t0: float, prev: float | None, big: int) -> tuple[int, bytes]:
     first = blk.first  # type: ignore[attr-defined]
     return first, (b"%d;" % first) * (big if first == 1 else 3)
+
+
+def _array(blk: object, n: int, t0: float, prev: float | None) -> Any:
+    import numpy as np
+
+    return np.full(50_000, blk.first, dtype=np.int64)  # type: ignore[attr-defined]
+
+
+def test_a_results_arrays_hold_until_the_result_after_next() -> None:
+    """blocks_in_workers' promise: a result's arrays (out of band, views of the shared slots) hold
+    until the result after next is asked for, however far the workers have got meanwhile."""
+    import time
+
+    import numpy as np
+
+    path = str(ROOT / "captures" / "rxe_write_bw_loss.pcap")
+    it = blocks_in_workers(path, _array, (), workers=2, block_bytes=4096)
+    held: list[tuple[np.ndarray, int]] = []
+    count = 0
+    for arr, _t0 in it:
+        held.append((arr, int(arr[0])))
+        time.sleep(0.01)  # the workers run ahead, into the free slots
+        if len(held) == 2:  # the one before this one still holds
+            before, first = held.pop(0)
+            assert (before == first).all()
+        count += 1
+    assert count > 20
 
 
 def test_results_come_back_through_shared_memory_or_the_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
