@@ -38,7 +38,7 @@ from rdmalab.capture.reader import RawRecord, decode_record, read
 from rdmalab.capture.render import TcpWindowScaling, window_shift_option
 from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_masks
 from rdmalab.wire.errors import DecodeError
-from rdmalab.wire.net import ROCEV2_PORT
+from rdmalab.wire.net import ROCEV2_PORT, TCP
 from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES
 
 
@@ -323,6 +323,9 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
         thl = (T[:, 12] >> 4).astype(np.int64) * 4
         data["tcp.hdr_len"] = thl.astype(np.uint8)
         data["tcp.flags"] = (_be(T, 12, 2) & u64(0x1FF)).astype(np.uint16)
+        for name, bit in TCP.FLAG_FIELDS:
+            if need(name):
+                data[name] = ((data["tcp.flags"] & bit) != 0).astype(np.uint8)
         data["tcp.window_size_value"] = _be(T, 14, 2).astype(np.uint16)
         iplen = np.where(ip6, data["ipv6.plen"].astype(np.int64) + 40, data["ip.len"].astype(np.int64))
         data["tcp.len"] = np.maximum(iplen - (l4 - l3) - thl, 0).astype(np.uint32)

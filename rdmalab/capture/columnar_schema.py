@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from rdmalab.wire.net import TCP
 from rdmalab.wire.opcodes import opcode_name
 
 WINDOW = 160
@@ -78,6 +79,7 @@ COLUMNS: tuple[Col, ...] = (
     Col("tcp.ack_raw", "u4", "tcp"),
     Col("tcp.hdr_len", "u1", "tcp"),
     Col("tcp.flags", "u2", "tcp", "hex4"),
+    *(Col(name, "u1", "tcp", "bool") for name, _bit in TCP.FLAG_FIELDS),
     Col("tcp.window_size_value", "u2", "tcp"),
     # the window scaled by the shift count of the sender's SYN (RFC 7323 2.2), as Wireshark
     # computes it; it needs the capture's handshakes in order, so it is only filled (and present)

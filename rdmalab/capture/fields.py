@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import BTH
+from rdmalab.wire.net import TCP
 from rdmalab.wire.opcodes import CNP_OPCODE, opcode_name
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ EXTRA_FIELDS: tuple[str, ...] = (
     "rdmalab.opcode", "rdmalab.cnp", "rdmalab.encap", "rdmalab.pdus", "rdmalab.payload.len", "rdmalab.problems",
     "rdmalab.icrc.status", "rdmalab.icrc.expected", "rdmalab.vcrc.status", "rdmalab.vcrc.expected",
     "rdmalab.crc32c.status", "rdmalab.crc32c.expected",
+    *(name for name, _bit in TCP.FLAG_FIELDS),
 )
 _fmt_cache: dict[type[Header], dict[str, str]] = {}
 
@@ -164,6 +166,10 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
         out.setdefault("ip.version", 6)
     if "tcp.srcport" in out:  # the segment's payload bytes (tshark's tcp.len, the summary's Len=)
         out["tcp.len"] = pkt.payload_length
+        flags = out.get("tcp.flags")
+        if isinstance(flags, int):  # each flag bit as its own field (tcp.flags.syn == 1)
+            for name, bit in TCP.FLAG_FIELDS:
+                out[name] = 1 if flags & bit else 0
     if cp.pdus:
         skip = frozenset(type(layer.header) for layer in pkt.layers)
         for pdu in cp.pdus:

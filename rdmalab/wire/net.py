@@ -194,6 +194,13 @@ class TCP(Header):
     CWR: ClassVar[int] = 0x080  # RFC 3168 6.1
     NS: ClassVar[int] = 0x100  # RFC 3540 (the bit Wireshark 4.0 calls NS)
 
+    #: each flag bit's own Wireshark field (FT_BOOLEAN, its mask: ``tshark -G fields`` of Wireshark
+    #: 4.0, packet-tcp.c's hf_tcp_flags_*), as display filters and ``-T fields`` name them
+    FLAG_FIELDS: ClassVar[tuple[tuple[str, int], ...]] = (
+        ("tcp.flags.fin", 0x001), ("tcp.flags.syn", 0x002), ("tcp.flags.reset", 0x004), ("tcp.flags.push", 0x008),
+        ("tcp.flags.ack", 0x010), ("tcp.flags.urg", 0x020), ("tcp.flags.ece", 0x040), ("tcp.flags.cwr", 0x080),
+        ("tcp.flags.ae", 0x100))
+
     def validate(self, offset: int = 0) -> list[MalformedError]:
         if self.data_offset < 5:
             return [MalformedError("TCP", "data_offset", offset + 12, self.data_offset, "at least 5 (20 bytes)")]

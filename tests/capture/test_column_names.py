@@ -14,6 +14,7 @@ import rdmalab.wire.iwarp
 import rdmalab.wire.pfc  # noqa: F401 - imported for their Header subclasses
 from rdmalab.capture.columnar import COLUMNS
 from rdmalab.wire.header import Header
+from rdmalab.wire.net import TCP
 
 #: columns that are not one declared header field, and why
 COMPUTED = {
@@ -35,6 +36,8 @@ COMPUTED = {
     # the atomic's add/swap operand: Wireshark names it by the atomic's opcode
     "iwarp_rdma.atomic.swap_data": "add_data of a Swap or CompareSwap",
     "iwarp_rdma.atomic.swap_mask": "add_mask of a Swap or CompareSwap",
+    # Wireshark's field of each flag bit; the declaration has the flags as one field
+    **{name: f"bit 0x{bit:03x} of tcp.flags" for name, bit in TCP.FLAG_FIELDS},
 }
 
 
