@@ -826,7 +826,8 @@ def _pairs(tb: _TcpBlock) -> None:
     ``b``."""
     k = len(tb.rows)
     tb.pair_of = np.full(k, -1, dtype=np.int64)
-    tb.pair_crc = tb.pair_plain = np.zeros(k, dtype=bool)
+    tb.pair_crc = np.zeros(k, dtype=bool)
+    tb.pair_plain = np.zeros(k, dtype=bool)
     assert tb.dirs is not None
     inv = tb.dirs[1]
     has = np.flatnonzero((tb.length > 0) & ((tb.flags & (TCP.SYN | TCP.RST)) == 0))
@@ -845,7 +846,7 @@ def _pairs(tb: _TcpBlock) -> None:
         # the first FPDU ends after a, not after b; where a holds them, DDP's DV and RDMAP's RV are 1
         # (what _fpdu_chains asks of every FPDU): most TCP that is not iWARP goes no further
         ctl, rd = buf[np.minimum(sa + 2, top)], buf[np.minimum(sa + 3, top)]
-        maybe = ((la < 2) | (total > la)) & ((la < 2) | (total <= la + tb.length[b]))
+        maybe = (la < 2) | ((total > la) & (total <= la + tb.length[b]))
         maybe &= (la < 4) | (((ctl & 0x3F) == 0x01) & ((rd & 0xF0) == 0x40))
         by_b = np.argsort(b[maybe])  # in the order of the block (b's lines are merged by row)
         a, b = a[maybe][by_b], b[maybe][by_b]
@@ -864,8 +865,6 @@ def _pairs(tb: _TcpBlock) -> None:
     whole = np.flatnonzero(ok_crc | ok_plain)
     lines = _lane_text(pb, whole, fpdus)
     tb.pair_of[a[whole]] = b[whole]
-    tb.pair_crc = np.zeros(k, dtype=bool)
-    tb.pair_plain = np.zeros(k, dtype=bool)
     tb.pair_crc[a] = ok_crc
     tb.pair_plain[a] = ok_plain
     # the lines by b's index in the block

@@ -256,7 +256,8 @@ _CRC32C: Callable[[bytes | bytearray | memoryview], int] | None = None
 def _load_crc32c() -> Callable[[bytes | bytearray | memoryview], int]:
     """The ``crc32c`` package's C function.  Its extension module is loaded by itself when it can be
     found: the package's ``__init__`` imports :mod:`importlib.metadata` for its version string,
-    which costs more start-up than the whole extension (about 0.1 s of CPU); else the package."""
+    which costs more start-up than the whole extension (``python -X importtime``: 34 ms for the
+    package, 26 ms of it importlib.metadata, 0.4 ms for the extension); else the package."""
     spec = importlib.util.find_spec("crc32c")  # finds the package without running it
     for where in (spec.submodule_search_locations or []) if spec is not None else []:
         for name in os.listdir(where):
