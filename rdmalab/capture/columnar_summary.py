@@ -1008,10 +1008,15 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
                         if flt is None or flt(frame_fields(cp, windows=windows)):
                             out.append((line + "\n").encode())
                         continue
+                    # a TCP header the decoder did not take whole (options past the segment's end, ...):
+                    # its SYN still sets its direction's window scale, as on the per-packet path
+                    damaged_tcp = cp.packet.get(TCP) is not None
                     if flt is not None and not flt(frame_fields(cp, windows=windows)):
                         continue
+                    if damaged_tcp and flt is None:
+                        windows.window(cp.packet)
                     parts = _parts(cp)
-                    if flt is None:
+                    if flt is None and not damaged_tcp:  # (a damaged TCP segment is read each time: its window)
                         if len(seen) >= 4096:
                             seen.clear()
                         seen[key] = parts

@@ -170,6 +170,27 @@ def test_hostile_captures(tmp_path: Path, capsys: Any) -> None:
         assert fast.count("\n") == len(rs), name
 
 
+def test_a_damaged_syn_still_scales_its_windows(tmp_path: Path, capsys: Any) -> None:
+    """A SYN-ACK whose data offset runs past the segment (its Window Scale option still whole in
+    it) is reported as a damaged frame, and its shift still scales its direction's windows, as
+    on the per-packet path and in tshark (frame 5 shows Win=65152, 509 << 7), in one process and
+    in workers."""
+    from rdmalab.capture.columnar_summary import summary_bytes
+
+    head, recs = _pcap_records(ROOT / "captures" / "rxe_read_bw.pcap")
+    h, d = recs[1]
+    assert d[14 + 20 + 13] == 0x12 and d[14 + 20 + 12] == 0xA0  # the SYN-ACK, 40 octets of TCP header
+    recs[1] = (h, d[:46] + bytes([0xF0]) + d[47:])  # data offset 15: 60 octets, past the frame's end
+    p = _write(tmp_path / "syn_ack_offset.pcap", head, recs)
+    fast, ref, rc1, rc2 = _both(["-r", str(p)], capsys)
+    assert rc1 == rc2 == 0
+    assert fast == ref
+    lines = fast.splitlines()
+    assert "data_offset" in lines[1] and "Win=65152" in lines[4], lines[:5]
+    many = b"".join(summary_bytes(p, block_bytes=256, workers=2, parallel_min_bytes=0))
+    assert many.decode() == fast
+
+
 def test_ends_mid_record(tmp_path: Path, capsys: Any) -> None:
     data = (ROOT / "captures" / "rxe_write_bw_loss.pcap").read_bytes()
     p = tmp_path / "cut.pcap"
