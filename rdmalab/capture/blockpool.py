@@ -49,6 +49,7 @@ from rdmalab.capture.pcapio import (
     pcap_raw,
     pcapng_block,
     pcapng_section,
+    record_ns,
 )
 from rdmalab.capture.pcapwriter import PCAPNG_EPB, PCAPNG_IDB, PCAPNG_SHB
 from rdmalab.wire.errors import RdmalabError
@@ -65,6 +66,7 @@ JSON_PARALLEL_MIN_BYTES = 4 << 20
 #: ``render(block, n, t0, prev, *extra)``: the first ``n`` records of ``block``; ``t0`` is the
 #: capture's first timestamp and ``prev`` the timestamp of the record before the block (None for
 #: the first block), both in seconds as :meth:`rdmalab.capture.pcapio.RecordBlock.seconds` gives them
+#: (:func:`blocks_in_workers` with ``exact_times``: nanoseconds, as ``RecordBlock.ts_ns`` has them)
 Render = Callable[..., Any]
 
 
@@ -295,25 +297,38 @@ _SYNC_MAX_CAPLEN = 262_144
 _SYNC_CHAIN = 8
 
 
+#: no time (a range without records)
+_NO_TIME = (0.0, 0)
+
+
+def _times_of(blk: RecordBlock, i: int, j: int) -> tuple[tuple[float, int], tuple[float, int]]:
+    """The times (float seconds, nanoseconds) of records ``i`` and ``j`` of ``blk``."""
+    secs = blk.seconds()
+    return ((float(secs[i]), record_ns(float(secs[i]), int(blk.ts_ns[i]))),
+            (float(secs[j]), record_ns(float(secs[j]), int(blk.ts_ns[j]))))
+
+
 @dataclass(slots=True)
 class _Walked:
     """What a worker found in one range of the file: ``start`` the first record it took for one
     (None: none found), ``offs`` the file offsets of the records that start in the range, ``end``
     where the next record starts, ``whole`` whether every record found is whole and sane (its
-    length at most :data:`MAX_RECORD`, its bytes in the file), and the first and last timestamps."""
+    length at most :data:`MAX_RECORD`, its bytes in the file), and the first and last timestamps
+    (float seconds, nanoseconds)."""
 
     start: int | None
     offs: np.ndarray
     end: int
     whole: bool
-    ts_first: float
-    ts_last: float
+    ts_first: tuple[float, int]
+    ts_last: tuple[float, int]
 
 
-def _header_ts(buf: bytes | bytearray, pos: int, order: str, ns_mult: int) -> float:
+def _header_ts(buf: bytes | bytearray, pos: int, order: str, ns_mult: int) -> tuple[float, int]:
+    """The time of the pcap record header at ``pos``: in float seconds (as RecordBlock.seconds
+    computes it: sec + frac / units, in float64) and in nanoseconds (exact)."""
     sec, frac = struct.unpack_from(order + "II", buf, pos)
-    # as RecordBlock.seconds computes it (sec + frac / units, in float64)
-    return float(sec) + float(frac) / (1e6 if ns_mult == 1000 else 1e9)
+    return float(sec) + float(frac) / (1e6 if ns_mult == 1000 else 1e9), sec * 1_000_000_000 + frac * ns_mult
 
 
 def _sync(buf: bytearray, hi: int, order: str, ns_mult: int, sec0: int) -> int | None:
@@ -373,7 +388,7 @@ def _walk(task: tuple[Any, ...]) -> _Walked:
         del buf[got:]
         first = start - lo if start is not None else _sync(buf, hi - lo, order, ns_mult, sec0)
         if first is None:
-            return _Walked(None, np.zeros(0, dtype=np.int64), lo, False, 0.0, 0.0)
+            return _Walked(None, np.zeros(0, dtype=np.int64), lo, False, _NO_TIME, _NO_TIME)
         offs, end = follow_headers(buf, first, min(hi - lo - 1, len(buf) - 16), order)
         whole = True
         if offs and end > len(buf):  # the last record runs past what was read
@@ -395,7 +410,7 @@ def _walk(task: tuple[Any, ...]) -> _Walked:
         whole = whole and bool((caps <= MAX_RECORD).all())
         return _Walked(lo + first, at + lo, lo + end, whole, _header_ts(buf, offs[0], order, ns_mult),
                        _header_ts(buf, offs[-1], order, ns_mult))
-    return _Walked(lo + first, at, lo + end, whole, 0.0, 0.0)
+    return _Walked(lo + first, at, lo + end, whole, _NO_TIME, _NO_TIME)
 
 
 # ---------------------------------------------------------------- pcapng
@@ -481,7 +496,7 @@ def _walk_ng(task: tuple[Any, ...]) -> _Walked:
         del buf[got:]
         first = start - lo if start is not None else _sync_ng(buf, span, order, nifs)
         if first is None:
-            return _Walked(None, np.zeros(0, dtype=np.int64), lo, False, 0.0, 0.0)
+            return _Walked(None, np.zeros(0, dtype=np.int64), lo, False, _NO_TIME, _NO_TIME)
 
         def more(need: int) -> bool:  # read on to ``need`` bytes of the range; whether they are there
             if lo + need > size:
@@ -535,11 +550,11 @@ def _walk_ng(task: tuple[Any, ...]) -> _Walked:
         iface = np.where(btype[timed] == 2, _pb_interface(iface, order), iface)
         whole = bool(((iface < nifs) & (28 + words[tw + 5].astype(np.int64) <= words[tw + 1] - 4)).all())
     if not whole:
-        return _Walked(lo + first, at + lo, lo + q, False, 0.0, 0.0)
+        return _Walked(lo + first, at + lo, lo + q, False, _NO_TIME, _NO_TIME)
     if len(at):
-        secs = pcapng_block(buf, at[[0, -1]], order, interfaces, 1, 0).seconds()
-        return _Walked(lo + first, at + lo, lo + q, True, float(secs[0]), float(secs[1]))
-    return _Walked(lo + first, at, lo + q, True, 0.0, 0.0)
+        ends = pcapng_block(buf, at[[0, -1]], order, interfaces, 1, 0)
+        return _Walked(lo + first, at + lo, lo + q, True, *_times_of(ends, 0, 1))
+    return _Walked(lo + first, at, lo + q, True, _NO_TIME, _NO_TIME)
 
 
 @dataclass(slots=True)
@@ -554,7 +569,7 @@ class _Format:
     run: Callable[[int | None, Render, int, int, np.ndarray, int, int, float, float | None, tuple[Any, ...]],
                   tuple[Callable[[tuple[Any, ...]], Any], tuple[Any, ...]]]
     tail: Callable[[Any, int, int], Iterator[RecordBlock | RawBlock]]
-    ts: Callable[[RawBlock, int], float]
+    ts: Callable[[RawBlock, int], tuple[float, int]]
 
 
 def _pcap_format(p: str, head: bytes, first_hdr: bytes, size: int, block_bytes: int) -> _Format:
@@ -582,16 +597,19 @@ def _pcapng_format(p: str, sect: PcapngSection, size: int, block_bytes: int) -> 
         lambda lo, hi, start: (_walk_ng, (p, lo, hi, start, order, rows, size)),
         lambda slot, render, start, end, offs, frame, n, t0, prev, extra: (
             _run_pcapng, (slot, render, p, start, end, offs, frame, order, rows, n, t0, prev, extra)),
-        tail, lambda raw, k: 0.0)
+        tail, lambda raw, k: _NO_TIME)
 
 
 def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple[Any, ...], *, workers: int,
                       block_bytes: int, count: int | None = None,
-                      progress: Callable[[int], None] | None = None) -> Generator[tuple[Any, float], None, None]:
-    """``(render(...), t0)`` for each block of the plain pcap or pcapng file ``path`` (the first
-    ``count`` records; :func:`parallel_capture` says which files), computed in ``workers``
-    processes, yielded in file order.  ``progress(bytes)`` is told how far into the file the blocks
-    handed out reach.
+                      progress: Callable[[int], None] | None = None,
+                      exact_times: bool = False) -> Generator[tuple[Any, Any], None, None]:
+    """``(render(blk, n, t0, prev, *extra), t0)`` for each block of the plain pcap or pcapng file
+    ``path`` (the first ``count`` records; :func:`parallel_capture` says which files), computed in
+    ``workers`` processes, yielded in file order: ``blk`` the block's records, ``n`` how many of them
+    to render, ``t0`` the time of the capture's first record and ``prev`` that of the record before
+    the block (None for the first), in float seconds (``exact_times``: in nanoseconds, exact, an
+    int).  ``progress(bytes)`` is told how far into the file the blocks handed out reach.
 
     The workers also follow the record headers (pcapng: the block lengths): the file is cut into
     ranges of ``block_bytes``, and a worker finds the first record of its range by the look of the
@@ -672,8 +690,8 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
                     nxt += 1
 
             pending: deque[tuple[Future[Any], int | None, float]] = deque()
-            t0: float | None = None
-            prev: float | None = None
+            t0: float | int | None = None
+            prev: float | int | None = None
             left = count
             frame = 1
             expected = fmt.first  # where the next record starts
@@ -723,14 +741,13 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
                         break
                     if isinstance(raw, RecordBlock):
                         ready, offs, end = raw, raw.offset, raw.file_pos
-                        secs = raw.seconds()
-                        ts_first, ts_last = float(secs[0]), float(secs[-1])
+                        ts_first, ts_last = _times_of(raw, 0, -1)
                     else:
                         start, end, offs = raw.file_start, raw.file_end, raw.offs
                         ts_first, ts_last = fmt.ts(raw, int(offs[0])), fmt.ts(raw, int(offs[-1]))
                 n = len(offs) if left is None else min(len(offs), left)
                 if t0 is None:
-                    t0 = ts_first
+                    t0 = ts_first[exact_times]
                 slot = renders % nslots if view is not None else None
                 renders += 1
                 if ready is not None:
@@ -740,7 +757,7 @@ def blocks_in_workers(path: str | os.PathLike[str], render: Render, extra: tuple
                 pending.append((pool.submit(_in_worker, fn, task), slot, t0))
                 if progress is not None:
                     progress(end)
-                prev = ts_last
+                prev = ts_last[exact_times]
                 frame += len(offs)
                 while len(pending) > 2 * workers:  # a worker's own error is raised here, in order
                     job, slot, t = pending.popleft()

@@ -236,7 +236,7 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     L: dict[str, np.ndarray] = {}
     data["frame.number"] = np.arange(blk.first, blk.first + n, dtype=np.uint64)
     data["frame.time_ns"] = blk.ts_ns
-    data["frame.time_epoch"] = blk.ts_ns / 1e9
+    data["frame.time_epoch"] = blk.seconds()  # as the per-packet reader has them (float seconds)
     data["frame.len"] = blk.wirelen.astype(np.uint32)
     data["frame.cap_len"] = caplen.astype(np.uint32)
     L["frame"] = np.ones(n, dtype=bool)

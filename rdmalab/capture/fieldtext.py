@@ -22,7 +22,7 @@ from rdmalab.capture.columnar import _ethernet_only, _progress, iter_columns
 from rdmalab.capture.columnar_decode import columns_from_packets, decode_block, wants_iwarp, wants_windows
 from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _ipv6_text, format_column
 from rdmalab.capture.filter import compile_filter, declared_fields
-from rdmalab.capture.pcapio import RecordBlock
+from rdmalab.capture.pcapio import NS_MAX, NS_MIN, RecordBlock, record_ns
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _POW10 = [10 ** i for i in range(20)]
@@ -126,7 +126,12 @@ def _field_rows(cols: Columns, name: str) -> tuple[np.ndarray | None, np.ndarray
     its present rows alone: a field of one protocol costs what that protocol's rows cost."""
     present = cols.present(name)
     if name == "frame.time_epoch":
-        m = _epoch_text(cols.data["frame.time_ns"])
+        ns = cols.data["frame.time_ns"]
+        if len(ns) and (int(ns.max()) == NS_MAX or int(ns.min()) == NS_MIN):  # past what an int64 holds
+            m = _strings([f"{v // 1_000_000_000}.{v % 1_000_000_000:09d}" for v in map(
+                record_ns, cols.data["frame.time_epoch"].tolist(), ns.tolist())])
+        else:
+            m = _epoch_text(ns)
     elif name in DERIVED:
         m = _strings([str(v) for v in cols[name].tolist()])
     else:

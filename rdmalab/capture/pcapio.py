@@ -440,10 +440,30 @@ class _Ifaces:
         return self._arrays
 
 
+#: the nanoseconds an int64 holds (years 1677 to 2262): a pcapng timestamp outside them (64 bits
+#: of units: a damaged block, mostly) is held as the nearest; its float seconds stay as read
+NS_MIN, NS_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def epoch_ns(ts: float) -> int:
+    """Nanoseconds since the epoch of a time in float seconds: a time in whole microseconds stays
+    exact (no float noise), finer ones are rounded to the nanosecond."""
+    us = round(ts * 1e6)
+    if abs(ts * 1e6 - us) < 0.01:
+        return us * 1000
+    return round(ts * 1e9)
+
+
+def record_ns(ts: float, ns: int) -> int:
+    """A record's time in nanoseconds from its float seconds ``ts`` and its ``ts_ns``: ``ns``,
+    exact, where an int64 holds the time, else (past year 2262) as the float has it."""
+    return ns if NS_MIN < ns < NS_MAX else epoch_ns(ts)
+
+
 def _times(t: np.ndarray, iface: np.ndarray, ifaces: _Ifaces) -> tuple[np.ndarray, np.ndarray]:
-    """Nanoseconds (``tsoff * 1e9 + t * 1e9 // units``, exact) and float seconds
-    (``tsoff + t / float(units)``, as the Python walker computes them) of timestamps ``t``
-    (uint64) on interfaces ``iface``."""
+    """Nanoseconds (``tsoff * 1e9 + t * 1e9 // units``, exact where an int64 holds them, else the
+    nearest it holds: :data:`NS_MAX`) and float seconds (``tsoff + t / float(units)``, as the
+    Python walker computes them) of timestamps ``t`` (uint64) on interfaces ``iface``."""
     _lt, units_of, off_of = ifaces.arrays()
     n = len(t)
     ns = np.zeros(n, dtype=np.int64)
@@ -461,8 +481,8 @@ def _times(t: np.ndarray, iface: np.ndarray, ifaces: _Ifaces) -> tuple[np.ndarra
         elif not big and units > 1_000_000_000 and units % 1_000_000_000 == 0 and abs(off) < (1 << 31):
             ns[sel] = off * 1_000_000_000 + tk.astype(np.int64) // (units // 1_000_000_000)
         else:  # units that do not divide (powers of two), or huge times: Python's integers
-            ns[sel] = np.array([off * 1_000_000_000 + (v * 1_000_000_000) // units for v in tk.tolist()],
-                               dtype=np.int64)
+            ns[sel] = np.array([min(max(off * 1_000_000_000 + (v * 1_000_000_000) // units, NS_MIN), NS_MAX)
+                                for v in tk.tolist()], dtype=np.int64)
     return ns, secs
 
 

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from rdmalab.capture.linktypes import LINKTYPE_ERF, LINKTYPE_ETHERNET, decode_frame, erf_frame
-from rdmalab.capture.pcapio import CaptureError, record_blocks
+from rdmalab.capture.pcapio import CaptureError, epoch_ns, record_blocks, record_ns
 from rdmalab.capture.pcapwriter import DEFAULT_SNAPLEN, CaptureWriter, seconds_to_ns
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.packet import Packet
 
-__all__ = ["CaptureError", "CapturedPacket", "RawRecord", "decode_record", "read", "records", "write_pcap"]
+__all__ = ["CaptureError", "CapturedPacket", "RawRecord", "decode_record", "epoch_ns", "read", "records", "write_pcap"]
 
 @dataclass(slots=True)
 class RawRecord:
@@ -38,6 +38,9 @@ class RawRecord:
     data: bytes
     wire_length: int
     interface: int = 0
+    #: the record's time in nanoseconds since the epoch, exact, where the reader has it (its
+    #: header's seconds and units: a nanosecond capture's are finer than ``timestamp``'s float)
+    ns: int | None = None
 
 
 @dataclass(slots=True)
@@ -63,6 +66,17 @@ class CapturedPacket:
     #: the octets Wireshark counts as captured (``frame.cap_len``) where that is not the whole
     #: record (an ERF record's header is not frame data); else None: ``len(packet.data)``
     cap_length: int | None = None
+    #: the record header's time in nanoseconds, exact (:attr:`RawRecord.ns`), or None
+    record_ns: int | None = None
+
+    @property
+    def epoch_ns(self) -> int:
+        """``frame.time_epoch`` in nanoseconds, exact: the ERF record's own time, else the record
+        header's, else (none, or past what an int64 holds: years 1677 to 2262) from ``timestamp``
+        (:func:`epoch_ns`)."""
+        if self.time_ns is not None:
+            return self.time_ns
+        return epoch_ns(self.timestamp) if self.record_ns is None else record_ns(self.timestamp, self.record_ns)
 
     @property
     def captured(self) -> int:
@@ -92,9 +106,9 @@ def records(path: str | os.PathLike[str], *, block_bytes: int = 1 << 20) -> Iter
     for blk in record_blocks(path, block_bytes):
         buf = blk.buf
         rows = zip(blk.offset.tolist(), blk.caplen.tolist(), blk.wirelen.tolist(), blk.seconds().tolist(),
-                   blk.linktype.tolist(), blk.interfaces().tolist(), strict=True)
-        for n, (off, cap, wire, ts, lt, iface) in enumerate(rows, blk.first):
-            yield RawRecord(n, ts, lt, bytes(buf[off:off + cap]), wire, iface)
+                   blk.linktype.tolist(), blk.interfaces().tolist(), blk.ts_ns.tolist(), strict=True)
+        for n, (off, cap, wire, ts, lt, iface, ns) in enumerate(rows, blk.first):
+            yield RawRecord(n, ts, lt, bytes(buf[off:off + cap]), wire, iface, ns)
 
 
 # ============================================================================ decoded packets
@@ -133,7 +147,8 @@ def decode_record(rec: RawRecord, *, lenient: bool = True, tracker: Any = None) 
             if not lenient:
                 raise
             pkt.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
-    cp = CapturedPacket(rec.frame_number, rec.timestamp, rec.linktype, pkt, pdus, rec.wire_length, rec.interface)
+    cp = CapturedPacket(rec.frame_number, rec.timestamp, rec.linktype, pkt, pdus, rec.wire_length, rec.interface,
+                        record_ns=rec.ns)
     if rec.linktype == LINKTYPE_ERF:  # Wireshark's frame time and lengths for ERF are the ERF record's own
         own = erf_frame(rec.data)
         if own is not None:

@@ -26,12 +26,15 @@ from collections.abc import Callable, Iterable, Iterator
 from json import encoder as _json_encoder
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from rdmalab.capture.blockpool import blocks_in_workers
 from rdmalab.capture.columnar import COLUMN_BY_NAME
 from rdmalab.capture.fields import header_fields, packet_fields
 from rdmalab.capture.fieldtext import value_text as _value_text
 from rdmalab.capture.filter import declared_fields
 from rdmalab.capture.linktypes import LINKTYPE_ERF
+from rdmalab.capture.pcapio import record_ns
 from rdmalab.capture.reader import CapturedPacket, RawRecord, _load_iwarp_tracker, decode_record
 
 if TYPE_CHECKING:
@@ -49,14 +52,6 @@ _quote = _json_encoder.encode_basestring  # the C string encoder json.dumps(ensu
 # CRCs (as Wireshark reads their wire bytes) and their digits
 _CRC_NAMES = {"iwarp_mpa.crc": 8, "iwarp_mpa.crc_check": 8, "rdmalab.crc32c.expected": 8,
               "rdmalab.icrc.expected": 8, "infiniband.variant.crc": 4, "rdmalab.vcrc.expected": 4}
-
-
-def _epoch_ns(ts: float) -> int:
-    """The timestamp in nanoseconds; a microsecond-resolution time stays exact (no float noise)."""
-    us = round(ts * 1e6)
-    if abs(ts * 1e6 - us) < 0.01:
-        return us * 1000
-    return round(ts * 1e9)
 
 
 def _ns_text(ns: int) -> str:
@@ -323,8 +318,13 @@ _FRAME_HEADS = ["{" + _FIELD_NL + "  " + _quote(_FRAME_KEYS[0]) + ": "] + [
 def _when(sec: int) -> tuple[str, str]:
     hit = _WHEN.get(sec)
     if hit is None:
-        when = _dt.datetime.fromtimestamp(sec, tz=_dt.UTC)
-        hit = (f"{when:%b} {when.day:2d}, {when:%Y %H:%M:%S}", f"packets-{when:%Y-%m-%d}")
+        try:
+            when = _dt.datetime.fromtimestamp(sec, tz=_dt.UTC)
+            hit = (f"{when:%b} {when.day:2d}, {when:%Y %H:%M:%S}", f"packets-{when:%Y-%m-%d}")
+        except (ValueError, OverflowError, OSError):  # a year datetime does not hold (past 9999): numpy's dates
+            date, clock = str(np.datetime64(sec, "s")).split("T")
+            year, month, day = date.rsplit("-", 2)
+            hit = (f"{_dt.date(2000, int(month), 1):%b} {int(day):2d}, {year} {clock}", f"packets-{date}")
         if len(_WHEN) >= 4096:
             _WHEN.clear()
         _WHEN[sec] = hit
@@ -333,7 +333,7 @@ def _when(sec: int) -> tuple[str, str]:
 
 def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_displayed_ns: int) -> dict[str, Any]:
     """One frame as tshark's JSON object (``_index``, ``_type``, ``_score``, ``_source.layers``)."""
-    ns = _epoch_ns(cp.timestamp) if cp.time_ns is None else cp.time_ns
+    ns = cp.epoch_ns
     day, index = _when(ns // 1_000_000_000)
     frac = ns % 1_000_000_000
     pkt = cp.packet
@@ -454,7 +454,7 @@ def iter_json(packets: Iterable[CapturedPacket], keep: Any = None) -> Iterator[s
     yield "[\n"
     sep = ""
     for cp in packets:
-        ns = _epoch_ns(cp.timestamp) if cp.time_ns is None else cp.time_ns
+        ns = cp.epoch_ns
         if first_ns is None:
             first_ns = prev_ns = prev_disp = ns
         if keep is not None and not keep(cp):
@@ -473,43 +473,43 @@ def iter_json(packets: Iterable[CapturedPacket], keep: Any = None) -> Iterator[s
 # stream before them: those are decoded here, in order, with one tracker.
 
 #: a frame left to this process: (index in block, timestamp, linktype, bytes, wire length,
-#: interface, timestamp of the frame before)
-_Left = tuple[int, float, int, bytes, int, int, float]
+#: interface, timestamp of the frame before): timestamps in float seconds and nanoseconds
+_Left = tuple[int, float, int, int, bytes, int, int, int]
 
 
-def _json_block(blk: Any, n: int, t0: float, prev: float | None, lenient: bool) -> tuple[int, list[str | _Left]]:
+def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> tuple[int, list[str | _Left]]:
     """In a worker process (:func:`rdmalab.capture.blockpool.blocks_in_workers`): the JSON of the
     first ``n`` frames of a block, each after ``",\\n  "``; TCP segments and frames that fail are
     left as records (decoded again, and any error raised in order, by :func:`iter_json_file`)."""
-    first_ns = _epoch_ns(t0)
+    first_ns = t0
     secs = blk.seconds().tolist()
+    nss = [record_ns(ts, ns) for ts, ns in zip(secs, blk.ts_ns.tolist(), strict=True)]
     ifs = blk.interfaces().tolist()
     offs, caps, wires, lts = blk.offset.tolist(), blk.caplen.tolist(), blk.wirelen.tolist(), blk.linktype.tolist()
     pieces: list[str | _Left] = []
     run: list[str] = []
-    before = secs[0] if prev is None else prev
+    before = nss[0] if prev is None else prev
     for j in range(n):
-        ts = secs[j]
+        ts, ns = secs[j], nss[j]
         data = bytes(blk.buf[offs[j]:offs[j] + caps[j]])
         text = None
         try:
-            cp = decode_record(RawRecord(blk.first + j, ts, lts[j], data, wires[j], ifs[j]), lenient=lenient)
+            cp = decode_record(RawRecord(blk.first + j, ts, lts[j], data, wires[j], ifs[j], ns), lenient=lenient)
             # an ERF record's time is its own (exact nanoseconds), the frame after one takes it as its
             # frame before's, and the first frame's frame before is in another block: all left to the caller
             if cp.packet.encap != "tcp" and lts[j] != LINKTYPE_ERF and (
                     lts[j - 1] != LINKTYPE_ERF if j else prev is None):
-                p_ns = _epoch_ns(before)
-                text = _frame_text(packet_json(cp, first_ns=first_ns, prev_ns=p_ns, prev_displayed_ns=p_ns))
+                text = _frame_text(packet_json(cp, first_ns=first_ns, prev_ns=before, prev_displayed_ns=before))
         except Exception:  # noqa: BLE001 - decoded again, and raised in order, by the caller
             text = None
         if text is None:
             if run:
                 pieces.append("".join(run))
                 run = []
-            pieces.append((j, ts, lts[j], data, wires[j], ifs[j], before))
+            pieces.append((j, ts, ns, lts[j], data, wires[j], ifs[j], before))
         else:
             run.append(",\n  " + text)
-        before = ts
+        before = ns
     if run:
         pieces.append("".join(run))
     return blk.first, pieces
@@ -524,18 +524,18 @@ def iter_json_file(path: str, *, workers: int, lenient: bool = True, iwarp: bool
     started = False
     last: tuple[int, int] | None = None  # the frame number and time (ns) of the last frame decoded here
     for (first, pieces), t0 in blocks_in_workers(path, _json_block, (lenient,), workers=workers,
-                                                 block_bytes=block_bytes, count=count):
+                                                 block_bytes=block_bytes, count=count, exact_times=True):
         for piece in pieces:
             if isinstance(piece, str):
                 yield piece if started else piece[2:]  # the first frame has no comma before it
                 started = True
                 continue
-            j, ts, lt, data, wire, iface, before = piece
-            cp = decode_record(RawRecord(first + j, ts, lt, data, wire, iface), lenient=lenient, tracker=tracker)
+            j, ts, ns, lt, data, wire, iface, before = piece
+            cp = decode_record(RawRecord(first + j, ts, lt, data, wire, iface, ns), lenient=lenient, tracker=tracker)
             # the time of the frame before, as iter_json takes it (an ERF record's own) when it was decoded here
-            p_ns = last[1] if last is not None and last[0] == first + j - 1 else _epoch_ns(before)
-            last = (first + j, _epoch_ns(ts) if cp.time_ns is None else cp.time_ns)
-            obj = packet_json(cp, first_ns=_epoch_ns(t0), prev_ns=p_ns, prev_displayed_ns=p_ns)
+            p_ns = last[1] if last is not None and last[0] == first + j - 1 else before
+            last = (first + j, cp.epoch_ns)
+            obj = packet_json(cp, first_ns=t0, prev_ns=p_ns, prev_displayed_ns=p_ns)
             yield (",\n  " if started else "  ") + _frame_text(obj)
             started = True
     yield "\n]\n" if started else "]\n"

@@ -143,8 +143,9 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
                 v = v[0] if occ == "f" else v[-1] if occ == "l" else (v[int(occ) - 1] if 0 < int(occ) <= len(v)
                                                                      else None)
             text = value_text(n, v)
-            if n == "frame.time_epoch" and cp.time_ns is not None:  # a record's own time (ERF), finer than a float
-                text = f"{cp.time_ns // 1_000_000_000}.{cp.time_ns % 1_000_000_000:09d}"
+            if n == "frame.time_epoch":  # exact nanoseconds (a record's, an ERF record's own), finer than a float
+                ns = cp.epoch_ns
+                text = f"{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"
             if isinstance(v, list):
                 text = text.replace(",", opts["aggregator"])
             cells.append(f"{q}{text}{q}" if text else "")  # tshark quotes values, not absent fields

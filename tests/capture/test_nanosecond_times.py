@@ -1,0 +1,143 @@
+"""Frame times in nanoseconds, exact on every path: a nanosecond capture (rdmalab's own writer
+makes them by default) has times a float64 of seconds does not hold (its step near 2026 is about
+240 ns).  ``frame.time_epoch``, ``frame.time_delta`` and ``frame.time_relative`` are checked
+against the integers written, in ``-T fields`` (columnar, per packet, a stream) and ``-T json``
+(one process, worker processes, a stream), and against tshark where it is installed.  A pcapng
+time past what an int64 of nanoseconds holds (year 2262) is read, not a crash."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdmalab.capture import records
+from rdmalab.capture.pcapwriter import CaptureWriter
+from rdmalab.capture.tsjson import iter_json_file
+from rdmalab.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark (Wireshark) is not installed")
+
+#: a time of 2026 whose nanoseconds a float of seconds rounds (…901798123 reads back as …901798010)
+T0 = 1_795_242_068_901_798_123
+#: steps between frames, none a whole microsecond
+STEPS = [61_215_007, 11_641_007, 1, 999_999_999, 7, 123_456_789]
+
+
+def _ns_capture(tmp_path: Path, fmt: str) -> tuple[Path, list[int]]:
+    """The frames of a real RoCE capture (RoCEv2 with the CM, and TCP), at nanosecond times."""
+    frames = [r.data for r in records(ROOT / "captures" / "rxe_read_bw.pcap")][:40]
+    times = [T0]
+    for k in range(1, len(frames)):
+        times.append(times[-1] + STEPS[k % len(STEPS)])
+    path = tmp_path / f"ns.{fmt}"
+    with CaptureWriter(path, format=fmt, nano=True) as w:  # type: ignore[arg-type]
+        for t, data in zip(times, frames, strict=True):
+            w.write(data, t)
+    return path, times
+
+
+def _text(ns: int) -> str:
+    sign = "-" if ns < 0 else ""
+    return f"{sign}{abs(ns) // 1_000_000_000}.{abs(ns) % 1_000_000_000:09d}"
+
+
+def _run(args: list[str], capsys: Any) -> str:
+    assert main(["decode", *args]) == 0
+    return capsys.readouterr().out
+
+
+def _stream(args: list[str], data: bytes) -> str:
+    got = subprocess.run([sys.executable, "-m", "rdmalab", "decode", "-r", "-", *args], input=data,
+                         capture_output=True, check=True)
+    return got.stdout.decode()
+
+
+def _json_times(text: str) -> list[tuple[str, str, str]]:
+    return [(f["frame.time_epoch"], f["frame.time_delta"], f["frame.time_relative"])
+            for f in (p["_source"]["layers"]["frame"] for p in json.loads(text))]
+
+
+@pytest.mark.parametrize("fmt", ["pcap", "pcapng"])
+def test_fields_give_the_nanoseconds_written(tmp_path: Path, fmt: str, capsys: Any) -> None:
+    path, times = _ns_capture(tmp_path, fmt)
+    want = [_text(t) for t in times]
+    columnar = _run(["-T", "fields", "-e", "frame.time_epoch", "-r", str(path)], capsys).split()
+    per_packet = _run(["-T", "fields", "-e", "frame.time_epoch", "--no-columnar", "-r", str(path)], capsys).split()
+    # a field that is not a column takes the per-packet path by itself
+    mixed = _run(["-T", "fields", "-e", "frame.time_epoch", "-e", "rdmalab.icrc.expected", "-r", str(path)],
+                 capsys).splitlines()
+    stream = _stream(["-T", "fields", "-e", "frame.time_epoch"], path.read_bytes()).split()
+    assert columnar == want
+    assert per_packet == want
+    assert [line.split("\t")[0] for line in mixed] == want
+    assert stream == want
+
+
+@pytest.mark.parametrize("fmt", ["pcap", "pcapng"])
+def test_json_gives_the_nanoseconds_written(tmp_path: Path, fmt: str, capsys: Any) -> None:
+    path, times = _ns_capture(tmp_path, fmt)
+    want = [(_text(t), _text(t - (times[k - 1] if k else t)), _text(t - times[0])) for k, t in enumerate(times)]
+    one = _run(["-T", "json", "-j", "1", "-r", str(path)], capsys)
+    many = "".join(iter_json_file(str(path), workers=2, block_bytes=1024))  # many blocks, in workers
+    stream = _stream(["-T", "json"], path.read_bytes())
+    assert _json_times(one) == want
+    assert many == one
+    assert stream == one
+
+
+@requires_tshark
+@pytest.mark.parametrize("fmt", ["pcap", "pcapng"])
+def test_times_as_tshark_gives_them(tmp_path: Path, fmt: str, capsys: Any) -> None:
+    path, _times = _ns_capture(tmp_path, fmt)
+    ts = subprocess.run(["tshark", "-n", "-r", str(path), "-T", "json"], capture_output=True, check=True).stdout
+    theirs = [(f["frame.time"], f["frame.time_epoch"], f["frame.time_delta"], f["frame.time_relative"])
+              for f in (p["_source"]["layers"]["frame"] for p in json.loads(ts))]
+    mine = [(f["frame.time"], f["frame.time_epoch"], f["frame.time_delta"], f["frame.time_relative"])
+            for f in (p["_source"]["layers"]["frame"] for p in json.loads(_run(["-T", "json", "-r", str(path)],
+                                                                                   capsys)))]
+    assert mine == theirs
+
+
+def _far_future(tmp_path: Path) -> Path:
+    """A pcapng capture whose third packet's timestamp has its high word damaged: microseconds
+    of the year 586524, more nanoseconds than an int64 holds."""
+    src = tmp_path / "src.pcapng"
+    with CaptureWriter(src, format="pcapng", nano=False) as w:
+        for k, r in enumerate(records(ROOT / "captures" / "rxe_write_bw_cm.pcap")):
+            if k == 8:
+                break
+            w.write(r.data, 1_795_242_080_870_131_000 + k * 21_263_000)
+    d = bytearray(src.read_bytes())
+    pos = n = 0
+    while pos < len(d):
+        btype, blen = struct.unpack_from("<II", d, pos)
+        if btype == 6:
+            n += 1
+            if n == 3:
+                struct.pack_into("<I", d, pos + 12, 0xFFFFFFF0)
+        pos += blen
+    out = tmp_path / "far.pcapng"
+    out.write_bytes(bytes(d))
+    return out
+
+
+def test_a_time_past_2262_is_read_not_a_crash(tmp_path: Path, capsys: Any) -> None:
+    path = _far_future(tmp_path)
+    summary = _run(["-r", str(path)], capsys)
+    assert summary == _run(["--no-columnar", "-r", str(path)], capsys)
+    assert summary.splitlines()[2].split()[1].startswith("18444948764494.9")  # seconds after frame 1
+    fields = _run(["-T", "fields", "-e", "frame.time_epoch", "-r", str(path)], capsys).split()
+    assert fields == _run(["-T", "fields", "-e", "frame.time_epoch", "--no-columnar", "-r", str(path)], capsys).split()
+    assert fields[2].startswith("18446744006575.8") and fields[3] == "1795242080.933920000"
+    frames = [p["_source"]["layers"]["frame"] for p in json.loads(_run(["-T", "json", "-r", str(path)], capsys))]
+    assert frames[2]["frame.time"].startswith("Jan 18, 586524 13:22:55.8")  # as tshark dates it
+    assert frames[2]["frame.time_epoch"] == fields[2]
+    assert "Frame 3:" in _run(["-V", "-r", str(path)], capsys)
