@@ -66,5 +66,6 @@ def write_annotated(src: str | os.PathLike[str], dst: str | os.PathLike[str], fi
                 fr = blk.first + i
                 comment = notes.get(fr)
                 done += bool(comment)
-                out.write(bytes(buf[off:off + cap]), tns, wire_len=wire, interface=idb_of[lt], comment=comment)
+                out.write(bytes(buf[off:off + cap]), tns, wire_len=wire, interface=idb_of[lt], comment=comment,
+                          as_read=True)
     return done

@@ -231,9 +231,11 @@ class CaptureWriter:
 
     # ------------------------------------------------------------------ packets
     def write(self, data: bytes | bytearray | memoryview, ts_ns: int = 0, *, wire_len: int | None = None,
-              interface: int = 0, comment: str | Sequence[str] | None = None) -> None:
+              interface: int = 0, comment: str | Sequence[str] | None = None, as_read: bool = False) -> None:
         """Append one packet: its bytes, its time in nanoseconds, its length on the wire (default:
-        ``len(data)``), its interface (pcapng) and its comments (pcapng; a str or several)."""
+        ``len(data)``), its interface (pcapng) and its comments (pcapng; a str or several).
+        ``as_read``: a record copied from a capture as it was read, whose wire length may be shorter
+        than its bytes (a damaged record: the copy keeps both, as Wireshark shows them)."""
         if self.closed:
             self._check_open()
         n = self.count + 1
@@ -249,7 +251,7 @@ class CaptureWriter:
             raise ValueError(f"packet {n}: ts_ns must not be negative (before the epoch), not {ts_ns}")
         size = len(data)
         wire = size if wire_len is None else wire_len
-        if wire < size:
+        if wire < size and not as_read:
             raise ValueError(f"packet {n}: wire_len {wire} is shorter than the {size} bytes captured")
         try:
             iface = self._ifaces[interface] if interface >= 0 else None

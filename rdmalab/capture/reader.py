@@ -186,7 +186,8 @@ def write_pcap(path: str | os.PathLike[str] | IO[bytes], frames: Iterable[Any], 
     """Write frames to a pcap file (or binary file object) and return how many were written.
 
     Each frame may be ``bytes``, a ``(timestamp in float seconds, bytes)`` pair, a
-    :class:`~rdmalab.wire.packet.Packet` or a :class:`CapturedPacket` (its wire length is kept).
+    :class:`~rdmalab.wire.packet.Packet` or a :class:`CapturedPacket` (its wire length is kept, and
+    its time to the nanosecond: :attr:`CapturedPacket.epoch_ns`).
     Frames without a timestamp get 0.000001 s apart from 0, so the file is deterministic.  The
     writing is :class:`rdmalab.capture.pcapwriter.CaptureWriter`'s (``nano`` picks nanosecond
     timestamps); float seconds become nanoseconds by :func:`~rdmalab.capture.pcapwriter.seconds_to_ns`.
@@ -194,9 +195,10 @@ def write_pcap(path: str | os.PathLike[str] | IO[bytes], frames: Iterable[Any], 
     with CaptureWriter(path, linktype=linktype, snaplen=snaplen, nano=nano) as w:
         for n, item in enumerate(frames):
             ts: float | None = None
+            ns: int | None = None
             wire: int | None = None
             if isinstance(item, CapturedPacket):
-                ts, data = item.timestamp, item.packet.data
+                ns, data = item.epoch_ns, item.packet.data  # (a nanosecond capture's times: exact)
                 wire = max(item.wire_length, len(data)) if item.wire_length else None
             elif isinstance(item, Packet):
                 data = item.data
@@ -204,5 +206,7 @@ def write_pcap(path: str | os.PathLike[str] | IO[bytes], frames: Iterable[Any], 
                 ts, data = float(item[0]), bytes(item[1])
             else:
                 data = bytes(item)
-            w.write(data, n * 1000 if ts is None else seconds_to_ns(ts), wire_len=wire)
+            if ns is None:
+                ns = n * 1000 if ts is None else seconds_to_ns(ts)
+            w.write(data, ns, wire_len=wire)
         return w.count

@@ -154,6 +154,23 @@ def test_annotated_capture_read_back_with_tshark(tmp_path: Path) -> None:
     assert sorted(int(x) for x in naks) == sorted(f.frames[0] for f in a.of_kind("nak_seq_err"))
 
 
+def test_annotating_a_record_shorter_on_the_wire_than_captured(tmp_path: Path) -> None:
+    """A damaged record whose wire length is below its captured length (read as it is, as tshark
+    reads it: frame.len 44, frame.cap_len 74) is copied as it is, not a ValueError of the writer."""
+    from rdmalab.capture import records
+
+    src = tmp_path / "short_wire.pcap"
+    data = bytearray(LOSS.read_bytes())
+    cap = int.from_bytes(data[24 + 8:24 + 12], "little")
+    data[24 + 12:24 + 16] = (cap - 30).to_bytes(4, "little")  # the first record: 30 octets fewer on the wire
+    src.write_bytes(bytes(data))
+    out = tmp_path / "annotated.pcapng"
+    assert main(["analyze", "-q", str(src), "--annotate", str(out)]) == 0
+    first = [(r.wire_length, len(r.data), r.data) for r in records(src)]
+    assert [(r.wire_length, len(r.data), r.data) for r in records(out)] == first
+    assert first[0][0] == first[0][1] - 30
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs chromium")
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     """The page's plots draw offline: plotly.js (inline) turned each figure into SVG in the browser."""

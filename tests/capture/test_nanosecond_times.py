@@ -141,3 +141,12 @@ def test_a_time_past_2262_is_read_not_a_crash(tmp_path: Path, capsys: Any) -> No
     assert frames[2]["frame.time"].startswith("Jan 18, 586524 13:22:55.8")  # as tshark dates it
     assert frames[2]["frame.time_epoch"] == fields[2]
     assert "Frame 3:" in _run(["-V", "-r", str(path)], capsys)
+
+
+def test_write_pcap_keeps_the_nanoseconds_it_read(tmp_path: Path) -> None:
+    from rdmalab.capture import read, write_pcap
+
+    path, times = _ns_capture(tmp_path, "pcapng")
+    copy = tmp_path / "copy.pcap"
+    write_pcap(copy, read(path), nano=True)
+    assert [r.ns for r in records(copy)] == times
