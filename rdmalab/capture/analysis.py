@@ -76,6 +76,7 @@ from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Findin
 from rdmalab.capture.analysis_rows import Rows, load_rows
 from rdmalab.capture.analysis_trust import _capture_gaps, _capture_trust
 from rdmalab.capture.columnar import Columns, read_columns
+from rdmalab.capture.pcapio import seconds_ns
 from rdmalab.wire.ib import IB_MTUS, PSN_MOD
 from rdmalab.wire.opcodes import opcode_name
 
@@ -178,7 +179,7 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
     for k, cr in enumerate(pairs):
         got = walk(cr, r, mtu, out, wo, k)
         c = cr.conn
-        first_ns = round(c.first * 1e9)
+        first_ns = seconds_ns(c.first)
         pt, pp, pk = got["psn"]
         psn_time[c.id] = {"t": (pt - first_ns) / 1e9, "psn": pp, "kind": pk}
         findings.extend(ack_coalescing(cr, r, wo, k))

@@ -13,6 +13,7 @@ import numpy as np
 from rdmalab.capture.analysis_conn import ConnRows, T
 from rdmalab.capture.analysis_model import Finding
 from rdmalab.capture.analysis_rows import Rows
+from rdmalab.capture.pcapio import seconds_ns
 
 
 def _series_all(r: Rows, pairs: list[ConnRows], bins: int = 50) -> dict[int, list[tuple[float, float]]]:
@@ -23,8 +24,8 @@ def _series_all(r: Rows, pairs: list[ConnRows], bins: int = 50) -> dict[int, lis
     if not pairs:
         return out
     a = r.a
-    t0 = np.array([round(cr.conn.first * 1e9) for cr in pairs], dtype=np.int64)
-    t1 = np.array([round(cr.conn.last * 1e9) for cr in pairs], dtype=np.int64)
+    t0 = np.array([seconds_ns(cr.conn.first) for cr in pairs], dtype=np.int64)
+    t1 = np.array([seconds_ns(cr.conn.last) for cr in pairs], dtype=np.int64)
     nreq = np.array([len(cr.reqs) for cr in pairs], dtype=np.int64)
     rows = np.concatenate([cr.reqs for cr in pairs])
     owner = np.repeat(np.arange(len(pairs)), nreq)

@@ -454,6 +454,12 @@ def epoch_ns(ts: float) -> int:
     return round(ts * 1e9)
 
 
+def seconds_ns(secs: float) -> int:
+    """Float seconds as integer nanoseconds, held within what an int64 holds (:data:`NS_MIN` ..
+    :data:`NS_MAX`: a time read from a damaged timestamp may be past them)."""
+    return min(max(round(secs * 1e9), NS_MIN), NS_MAX)
+
+
 def record_ns(ts: float, ns: int) -> int:
     """A record's time in nanoseconds from its float seconds ``ts`` and its ``ts_ns``: ``ns``,
     exact, where an int64 holds the time, else (past year 2262) as the float has it."""

@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 
+from rdmalab.capture.pcapio import seconds_ns
 from rdmalab.capture.reader import CaptureError, records
 from rdmalab.capture.sniff import LiveCapture, SniffError
 
@@ -31,7 +32,7 @@ def replay(path: str | os.PathLike[str], speed: float | None = 1.0, *, clock: Ca
     start_wall: float | None = None
     start_ts = 0
     for rec in records(path):
-        ts = round(rec.timestamp * 1e9)
+        ts = rec.ns if rec.ns is not None else seconds_ns(rec.timestamp)
         if speed is not None:
             if start_wall is None:
                 start_wall, start_ts = clock(), ts
