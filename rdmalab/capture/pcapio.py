@@ -484,7 +484,7 @@ def _times(t: np.ndarray, iface: np.ndarray, ifaces: _Ifaces) -> tuple[np.ndarra
         if not big and units <= 1_000_000_000 and 1_000_000_000 % units == 0 and \
                 int(tk.max()) * (1_000_000_000 // units) < (1 << 62) and abs(off) < (1 << 31):
             ns[sel] = off * 1_000_000_000 + tk.astype(np.int64) * (1_000_000_000 // units)
-        elif not big and units > 1_000_000_000 and units % 1_000_000_000 == 0 and abs(off) < (1 << 31):
+        elif not big and 1_000_000_000 < units < (1 << 62) and units % 1_000_000_000 == 0 and abs(off) < (1 << 31):
             ns[sel] = off * 1_000_000_000 + tk.astype(np.int64) // (units // 1_000_000_000)
         else:  # units that do not divide (powers of two), or huge times: Python's integers
             ns[sel] = np.array([min(max(off * 1_000_000_000 + (v * 1_000_000_000) // units, NS_MIN), NS_MAX)

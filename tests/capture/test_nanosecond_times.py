@@ -153,3 +153,41 @@ def test_write_pcap_keeps_the_nanoseconds_it_read(tmp_path: Path) -> None:
     copy = tmp_path / "copy.pcap"
     write_pcap(copy, read(path), nano=True)
     assert [r.ns for r in records(copy)] == times
+
+
+def _pcapng_with_resolution(path: Path, tsresol: int, ts: int) -> Path:
+    """Three packets of a real capture on an interface of ``if_tsresol`` ``tsresol``, at ``ts``
+    units and 1000 and 2000 units later."""
+    frames = [r.data for r in records(ROOT / "captures" / "rxe_send_bw.pcap")][:3]
+
+    def block(btype: int, body: bytes) -> bytes:
+        return struct.pack("<II", btype, 12 + len(body)) + body + struct.pack("<I", 12 + len(body))
+
+    opts = struct.pack("<HH", 9, 1) + bytes([tsresol, 0, 0, 0]) + struct.pack("<HH", 0, 0)
+    out = block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+    out += block(1, struct.pack("<HHI", 1, 0, 0) + opts)
+    for k, f in enumerate(frames):
+        t = ts + 1000 * k
+        out += block(6, struct.pack("<IIIII", 0, t >> 32, t & 0xFFFFFFFF, len(f), len(f)) + f + bytes(-len(f) % 4))
+    path.write_bytes(out)
+    return path
+
+
+@pytest.mark.parametrize("tsresol", [63, 127, 0x80 | 63, 0x80 | 127, 19, 0x80 | 62])
+def test_interfaces_of_extreme_resolutions(tmp_path: Path, tsresol: int, capsys: Any) -> None:
+    """``if_tsresol`` up to 10^127 or 2^127 units a second (pcapng's 7 bits of exponent): the
+    times are the integers' own (ts * 10^9 // units), on every path and command, not an
+    OverflowError.  (tshark gives 0.000000001 for 2^63 units: it overflows.)"""
+    ts = 0x60000 << 32
+    path = _pcapng_with_resolution(tmp_path / "res.pcapng", tsresol, ts)
+    units = 2 ** (tsresol & 0x7F) if tsresol & 0x80 else 10 ** tsresol
+    want = [_text((ts + 1000 * k) * 1_000_000_000 // units) for k in range(3)]
+    assert _run(["-T", "fields", "-e", "frame.time_epoch", "-r", str(path)], capsys).split() == want
+    assert _run(["-T", "fields", "-e", "frame.time_epoch", "--no-columnar", "-r", str(path)], capsys).split() == want
+    assert [f[0] for f in _json_times(_run(["-T", "json", "-r", str(path)], capsys))] == want
+    summary = _run(["-r", str(path)], capsys)
+    assert summary == _run(["--no-columnar", "-r", str(path)], capsys) and summary.count("\n") == 3
+    for args in (["-V", "-r"], ["stats", "-r"], ["analyze", "-q", "-r"], ["top", "--speed", "max", "--once", "-r"]):
+        cmd = ["decode", *args] if args[0] == "-V" else args
+        assert main([*cmd, str(path)]) == 0, args
+        capsys.readouterr()
