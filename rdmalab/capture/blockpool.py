@@ -46,6 +46,7 @@ from rdmalab.capture.pcapio import (
     is_stream,
     open_capture,
     pcap_block,
+    pcap_linktype,
     pcap_raw,
     pcapng_block,
     pcapng_section,
@@ -90,7 +91,7 @@ def plain_pcap(path: str) -> bool:
         return True  # the readers report the truncated header
     # ERF records carry their own times, which the frames' times and deltas follow
     # (reader.decode_record): such a file is read in order, by one process
-    return bool(struct.unpack(fmt[0] + "I", head[20:24])[0] & 0x0FFFFFFF != LINKTYPE_ERF)
+    return pcap_linktype(head, fmt[0]) != LINKTYPE_ERF
 
 
 def parallel_capture(path: str, *, ethernet: bool = False) -> bool:
@@ -574,7 +575,7 @@ class _Format:
 
 def _pcap_format(p: str, head: bytes, first_hdr: bytes, size: int, block_bytes: int) -> _Format:
     order, ns_mult = PCAP_MAGICS[head[:4]]
-    linktype = int.from_bytes(head[20:24], "little" if order == "<" else "big") & 0x0FFFFFFF
+    linktype = pcap_linktype(head, order)
     sec0 = struct.unpack(order + "I", first_hdr[:4])[0] if len(first_hdr) == 16 else 0
     return _Format(
         24,

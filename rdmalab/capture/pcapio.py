@@ -309,7 +309,7 @@ def record_blocks(path: str | os.PathLike[str], block_bytes: int = 16 << 20) -> 
         if len(head) < 24:
             raise CaptureError(p, f"ends inside the 24-byte pcap file header (after {len(head)} bytes)", offset=0)
         order, ns_mult = PCAP_MAGICS[magic]
-        linktype = struct.unpack(order + "I", head[20:24])[0] & 0x0FFFFFFF  # the top bits may hold FCS information
+        linktype = pcap_linktype(head, order)
         for raw in pcap_raw(p, f, order, block_bytes):
             yield pcap_block(raw.buf, raw.offs, order, ns_mult, linktype, raw.first, raw.file_end)
 
@@ -443,6 +443,13 @@ class _Ifaces:
 #: the nanoseconds an int64 holds (years 1677 to 2262): a pcapng timestamp outside them (64 bits
 #: of units: a damaged block, mostly) is held as the nearest; its float seconds stay as read
 NS_MIN, NS_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def pcap_linktype(head: bytes, order: str) -> int:
+    """The link type of a pcap file from its 24-byte header: the low 16 bits of its last word
+    (pcap-savefile(5): LT_LINKTYPE; the upper bits may say an FCS length, bits 16-25 are reserved
+    and ignored by readers)."""
+    return int(struct.unpack_from(order + "I", head, 20)[0]) & 0xFFFF
 
 
 def epoch_ns(ts: float) -> int:

@@ -168,3 +168,31 @@ def test_icrc_fast_path_masks_the_bytes_the_reference_masks(path: str, monkeypat
     assert calls == want
     assert np.count_nonzero(cols.data["rdmalab.icrc.ok"] == 1) == sum(
         1 for cp in read(path) if cp.packet.crc_status == "good")
+
+
+@pytest.mark.parametrize("extra", [0, 1 << 26 | 2 << 28, 0x03FF0000])
+def test_the_link_type_is_the_low_16_bits_of_its_word(tmp_path: Path, extra: int) -> None:
+    """pcap-savefile(5): the header's last word holds the link type in its low 16 bits; above them
+    an FCS length (bit 26 says it is there, bits 28-31 count 16-bit units) and reserved bits that
+    readers ignore.  Frames that carry their FCS (4 octets) in a file that says so are Ethernet
+    frames: the same packets as without it, on both paths and in worker processes."""
+    from rdmalab.capture.columnar_summary import summary_bytes
+
+    data = (ROOT / "captures" / "rxe_send_bw.pcap").read_bytes()
+    head = bytearray(data[:24])
+    struct.pack_into("<I", head, 20, struct.unpack_from("<I", head, 20)[0] | extra)
+    out, pos = bytearray(head), 24
+    while pos < len(data):
+        sec, frac, cap, wire = struct.unpack_from("<IIII", data, pos)
+        frame = data[pos + 16:pos + 16 + cap]
+        fcs = struct.pack("<I", zlib.crc32(frame)) if extra & (1 << 26) else b""
+        out += struct.pack("<IIII", sec, frac, cap + len(fcs), wire + len(fcs)) + frame + fcs
+        pos += 16 + cap
+    path = tmp_path / "lt.pcap"
+    path.write_bytes(bytes(out))
+    got = [(cp.packet.encap, cp.packet.ok, cp.packet.info) for cp in read(path)]
+    want = [(cp.packet.encap, cp.packet.ok, cp.packet.info) for cp in read(ROOT / "captures" / "rxe_send_bw.pcap")]
+    assert got == want and {"rocev2", "tcp"} <= {e for e, _ok, _i in got}
+    one = b"".join(summary_bytes(path))
+    assert b"link type" not in one
+    assert b"".join(summary_bytes(path, workers=2, parallel_min_bytes=0, block_bytes=512)) == one
