@@ -20,7 +20,9 @@ frame (iWARP FPDUs packed in one TCP segment) matches when any of them does, as 
 A field name must be one the decoder can produce (:func:`known_fields`: every Wireshark name
 declared by a header in :mod:`rdmalab.wire` and :mod:`rdmalab.capture`, the protocol prefixes of
 those names, and the extra names of :mod:`rdmalab.capture.fields`).  Anything else is a
-:class:`FilterError` naming it, never a filter that silently matches nothing.
+:class:`FilterError` naming it, never a filter that silently matches nothing.  So is a value
+that cannot be one of the field's (:func:`field_kind`: ``ip.src > 4791``, ``infiniband.bth.psn ==
+1.5``, ``eth.src == 10.0.0.1``), as tshark refuses it.
 
 :func:`compile_filter` returns a :class:`DisplayFilter`, which is callable on one flat field
 dictionary (:func:`rdmalab.capture.fields.frame_fields`) and also evaluates over columns
@@ -47,7 +49,7 @@ import rdmalab.wire.mad  # noqa: F401
 import rdmalab.wire.mpa  # noqa: F401
 import rdmalab.wire.net  # noqa: F401
 import rdmalab.wire.rdmap  # noqa: F401
-from rdmalab.capture.columnar import COLUMN_NAMES
+from rdmalab.capture.columnar import COLUMN_BY_NAME, COLUMN_NAMES
 from rdmalab.capture.fields import EXTRA_FIELDS
 from rdmalab.wire.errors import RdmalabError
 from rdmalab.wire.header import Header
@@ -311,6 +313,7 @@ class _Parser:
         self.i = 0
         self.known = known
         self.fields: set[str] = set()
+        self.value_at = 0  # where the last value read starts
 
     def peek(self) -> tuple[str, str, int] | None:
         return self.toks[self.i] if self.i < len(self.toks) else None
@@ -375,6 +378,7 @@ class _Parser:
 
     def value(self) -> Any:
         kind, text, pos = self.take()
+        self.value_at = pos
         if kind == "str":
             return parse_value(bytes(text[1:-1], "utf-8").decode("unicode_escape"), quoted=True)
         if kind == "op":
@@ -384,6 +388,14 @@ class _Parser:
         except ValueError as err:
             raise FilterError(self.expr, str(err), pos) from None
 
+    def checked(self, name: str, v: Any) -> Any:
+        """``v``, when it can be a value of the field ``name``; else a FilterError saying why."""
+        kind = field_kind(name)
+        why = None if kind is None else _kind_error(name, kind, v)
+        if why is not None:
+            raise FilterError(self.expr, why, self.value_at)
+        return v
+
     def test(self) -> Any:
         name = self.field()
         t = self.peek()
@@ -392,7 +404,7 @@ class _Parser:
         op = _WORD_OPS.get(t[1], t[1])
         if op in ("==", "!=", "<", "<=", ">", ">="):
             self.take()
-            return Compare(name, op, self.value())
+            return Compare(name, op, self.checked(name, self.value()))
         if t[1] == "in":
             self.take()
             if not self.is_("{"):
@@ -403,7 +415,7 @@ class _Parser:
                 if self.is_(","):
                     self.take()
                     continue
-                vals.append(self.value())
+                vals.append(self.checked(name, self.value()))
             self.take()
             if not vals:
                 raise FilterError(self.expr, "the set after 'in' is empty", t[2])
@@ -417,6 +429,47 @@ class _Parser:
             raise FilterError(self.expr, f"expected an operator (== != < <= > >= in contains) after {name!r}, "
                                          f"found {t[1]!r}", t[2])
         return Exists(name)
+
+
+#: what a field's values are, from its column's or its header's display format: "number",
+#: "ipv4", "ipv6" or "mac" (a value of another kind never equals one of them: an error, as in
+#: Wireshark); None for what is not checked (protocols, byte strings, rdmalab's text fields)
+_KINDS = {"dec": "number", "bool": "number", "epoch": "number", "hex": "number", "ipv4": "ipv4", "ipv6": "ipv6",
+          "mac": "mac"}
+
+
+@cache
+def field_kind(name: str) -> str | None:
+    """The kind of ``name``'s values (:data:`_KINDS`), or None when not known."""
+    col = COLUMN_BY_NAME.get(name)
+    fmt = col.fmt if col is not None else declared_fields().get(name, ("", 0))[0]
+    return _KINDS.get("hex" if fmt.startswith("hex") else fmt)
+
+
+def _kind_error(name: str, kind: str, v: Any) -> str | None:
+    """Why the literal ``v`` cannot be a value of the field ``name`` of ``kind``, or None."""
+    if isinstance(v, Range):
+        return _kind_error(name, kind, v.lo) or _kind_error(name, kind, v.hi)
+    if isinstance(v, Net):
+        shown = {4: "the IPv4 address", 6: "the IPv6 address", 48: "the MAC address"}[v.version] + f" {_net_text(v)}"
+    else:
+        shown = repr(v) if isinstance(v, str) else str(v)
+    if kind == "number":
+        if isinstance(v, int) or (isinstance(v, float) and COLUMN_BY_NAME.get(name) is not None
+                                  and COLUMN_BY_NAME[name].fmt == "epoch"):
+            return None
+        return f"{name} is a number: {shown} is not {'a whole number' if isinstance(v, float) else 'a number'}"
+    version, what = {"ipv4": (4, "an IPv4 address"), "ipv6": (6, "an IPv6 address"), "mac": (48, "a MAC address")}[kind]
+    if isinstance(v, Net) and v.version == version:
+        return None
+    return f"{name} is {what}: {shown} is not {what}{' or network' if version != 48 else ''}"
+
+
+def _net_text(v: Net) -> str:
+    if v.version == 48:
+        return ":".join(f"{b:02x}" for b in v.value.to_bytes(6, "big"))
+    addr = str(ipaddress.ip_address(v.value) if v.version == 4 else ipaddress.IPv6Address(v.value))
+    return addr if v.prefix == (32 if v.version == 4 else 128) else f"{addr}/{v.prefix}"
 
 
 def _suggest(name: str, known: Iterable[str]) -> str:

@@ -106,3 +106,48 @@ def test_a_network_with_an_impossible_prefix_is_an_error_not_an_empty_result(exp
 def test_a_valid_network_still_matches() -> None:
     assert compile_filter("ip.src == 10.0.0.0/8")({"ip.src": "10.0.0.2"})
     assert not compile_filter("ip.src == 10.0.0.0/24")({"ip.src": "10.0.1.2"})
+
+
+# a value that cannot be one of the field's: an error naming both, as tshark's ("... is not a valid
+# hostname or IPv4 address", "... cannot be converted from a string"), never a filter that quietly
+# matches nothing (or, as it was, something different on the columnar and per-packet paths)
+MISMATCHED = [
+    ('infiniband.rdeth.eecnxt < "abc"', "is a number: 'abc' is not a number", 27),
+    ("ip.src > 4791", "ip.src is an IPv4 address: 4791 is not an IPv4 address or network", 10),
+    ("ip.src != -1", "-1 is not an IPv4 address", 11),
+    ("ip.src == fe80::1", "the IPv6 address fe80::1 is not an IPv4 address", 11),
+    ("infiniband.bth.psn == 1.5", "infiniband.bth.psn is a number: 1.5 is not a whole number", 23),
+    ("infiniband.bth.psn == 10.0.0.1", "the IPv4 address 10.0.0.1 is not a number", 23),
+    ("eth.src == 10.0.0.1", "eth.src is a MAC address: the IPv4 address 10.0.0.1 is not a MAC address", 12),
+    ("ipv6.src == 10.0.0.0/8", "the IPv4 address 10.0.0.0/8 is not an IPv6 address", 13),
+    ("infiniband.bth.opcode in {4 5 1.5}", "1.5 is not a whole number", 31),
+    ("infiniband.bth.psn in {1..abc}", "'abc' is not a number", 24),
+    ("tcp.flags.syn == yes", "'yes' is not a number", 18),
+]
+
+
+@pytest.mark.parametrize(("expr", "why", "at"), MISMATCHED)
+def test_a_value_of_the_wrong_kind_is_an_error(expr: str, why: str, at: int) -> None:
+    with pytest.raises(FilterError) as err:
+        compile_filter(expr)
+    assert why in str(err.value) and f"(at character {at})" in str(err.value)
+
+
+@pytest.mark.skipif(__import__("shutil").which("tshark") is None, reason="tshark (Wireshark) is not installed")
+@pytest.mark.parametrize(("expr", "why", "at"), MISMATCHED)
+def test_tshark_refuses_them_too(expr: str, why: str, at: int) -> None:
+    import subprocess
+
+    got = subprocess.run(["tshark", "-n", "-r", str(CAPTURES / "rxe_send_bw.pcap"), "-Y", expr],
+                         capture_output=True, text=True)
+    assert got.returncode != 0 and not got.stdout, (expr, got.stderr)
+
+
+@pytest.mark.parametrize("expr", [
+    "ip.src == 10.0.0.1", "ip.dst == 10.0.0.0/24", "ip.src in {10.0.0.1 10.0.0.2}", "eth.src == 52:54:00:00:00:01",
+    "ipv6.src == fe80::/10", "infiniband.grh.sgid == ::ffff:10.0.0.1", "infiniband.bth.psn in {1..0x10 20}",
+    "tcp.flags.syn == true", "frame.time_epoch > 1.5", "frame.len >= 0x40", 'rdmalab.encap == "rocev2"',
+    'rdmalab.icrc.status == "bad"', "infiniband", "ip.src",
+])
+def test_values_of_the_right_kind_compile(expr: str) -> None:
+    compile_filter(expr)
