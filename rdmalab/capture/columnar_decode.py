@@ -415,6 +415,7 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     if need_payload:
         plen = ib_end - ext0 - extlen - pad - 4
         data["rdmalab.payload.len"] = np.maximum(plen, 0).astype(np.uint32)
+    L["rdmalab.payload.len"] = ib.copy()  # (and the iWARP PDUs with a payload: fill_iwarp)
     crc_ok = fits & (ib_end >= ext0 + extlen + 4)
     L["infiniband.crc"] = crc_ok
     status = np.zeros(n, dtype=np.int8)
@@ -594,7 +595,7 @@ def columns_from_block(blk: RecordBlock, *, tracker: Any = None, windows: TcpWin
     for i in range(len(blk)):
         off, cap = int(blk.offset[i]), int(blk.caplen[i])
         rec = RawRecord(blk.first + i, float(secs[i]), int(blk.linktype[i]), bytes(blk.buf[off:off + cap]),
-                        int(blk.wirelen[i]), int(ifs[i]))
+                        int(blk.wirelen[i]), int(ifs[i]), int(blk.ts_ns[i]))
         cp = decode_record(rec, tracker=tracker)
         row = frame_fields(cp, raw=True)
         w = windows.window(cp.packet) if windows is not None else None
@@ -629,7 +630,8 @@ def columns_from_dicts(rows: list[dict[str, Any]]) -> Columns:
         data[c.name] = arr
         layer_hits.setdefault(c.layer, np.zeros(n, dtype=bool))
         layer_hits[c.layer] |= hit
-    data["frame.time_ns"] = np.array([round(r["frame.time_epoch"] * 1e9) for r in rows], dtype=np.int64)
+    data["frame.time_ns"] = np.array([r["frame.time_ns"] if "frame.time_ns" in r else round(r["frame.time_epoch"] * 1e9)
+                                      for r in rows], dtype=np.int64)
     for i, row in enumerate(rows):
         if "erf.ts" in row:  # an ERF record's own time (frame_fields gave it, as a float): exactly, in ns
             data["frame.time_ns"][i] = erf_time_ns(int(row["erf.ts"]))

@@ -120,7 +120,7 @@ COLUMNS: tuple[Col, ...] = (
     Col("rdmalab.xrceth.xrcsrq", "u4", "rdmalab.xrceth", "hex6"),
     Col("infiniband.invariant.crc", "u4", "infiniband.crc", "hex8"),
     Col("rdmalab.icrc.ok", "i1", "infiniband.crc"),
-    Col("rdmalab.payload.len", "u4", "infiniband.bth"),
+    Col("rdmalab.payload.len", "u4", "rdmalab.payload.len"),  # IB packets, and iWARP PDUs with a payload
     Col("rdmalab.cnp", "u1", "rdmalab.cnp"),
 )
 
@@ -202,7 +202,7 @@ IWARP_COLUMNS: tuple[Col, ...] = (
 )
 IWARP_LAYERS = ("iwarp", "iwarp_mpa", "iwarp_ddp", "iwarp_rdma", "rdmalab.crc32c")
 #: Field-name prefixes that make the columnar decoder reassemble iWARP streams.
-IWARP_PREFIXES = ("iwarp", "rdmalab.crc32c", "rdmalab.pdus")
+IWARP_PREFIXES = ("iwarp", "rdmalab.crc32c", "rdmalab.pdus", "rdmalab.payload.len")  # (payload.len: of FPDUs too)
 COLUMNS = COLUMNS + IWARP_COLUMNS
 COLUMN_BY_NAME: dict[str, Col] = {c.name: c for c in COLUMNS}
 #: Derived columns, computed on demand from others (strings for people and filters).
@@ -246,10 +246,13 @@ class Columns:
             names = np.array([opcode_name(i) for i in range(256)], dtype=object)
             out: np.ndarray = names[self.data["infiniband.bth.opcode"]]
             return out
-        if name == "rdmalab.encap":
+        if name == "rdmalab.encap":  # as the per-packet decoder names a frame (Packet.encap)
             enc = np.full(self.n, "other", dtype=object)
+            eth = self.layers["eth"]
+            enc[eth] = "eth"
+            enc[~eth & (self.layers["ip"] | self.layers["ipv6"])] = "ip"  # a raw IP link type
+            enc[self.layers["infiniband.bth"]] = "ib"  # native InfiniBand (RoCE below)
             enc[self.present("tcp")] = "tcp"
-            enc[self.present("udp")] = "udp"
             enc[self.layers["rocev1"]] = "rocev1"
             enc[self.layers["rocev2"]] = "rocev2"
             return enc

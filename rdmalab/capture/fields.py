@@ -47,9 +47,11 @@ EXTRA_FIELDS: tuple[str, ...] = (
     "infiniband.invariant.crc", "infiniband.variant.crc", "iwarp_mpa.crc", "iwarp_mpa.crc_check",
     "rdmalab.opcode", "rdmalab.cnp", "rdmalab.encap", "rdmalab.pdus", "rdmalab.payload.len", "rdmalab.problems",
     "rdmalab.icrc.status", "rdmalab.icrc.expected", "rdmalab.vcrc.status", "rdmalab.vcrc.expected",
-    "rdmalab.crc32c.status", "rdmalab.crc32c.expected",
+    "rdmalab.crc32c.status", "rdmalab.crc32c.expected", "frame.time_ns", "rdmalab.icrc.ok", "rdmalab.crc32c.ok",
     *(name for name, _bit in TCP.FLAG_FIELDS),
 )
+#: a CRC's status as the columns hold it (``rdmalab.icrc.ok``, ``rdmalab.crc32c.ok``): 0 unchecked
+_OK = {"good": 1, "bad": 2}
 _fmt_cache: dict[type[Header], dict[str, str]] = {}
 
 
@@ -156,6 +158,7 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
     out: dict[str, Any] = {
         "frame.number": cp.frame_number,
         "frame.time_epoch": cp.timestamp,
+        "frame.time_ns": cp.epoch_ns,
         "frame.len": cp.wire_length or len(cp.packet.data),
         "frame.cap_len": cp.captured,
     }
@@ -178,6 +181,10 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
     internal = pkt.internal_error
     if internal:
         _add(out, "rdmalab.problems", f"internal decoder error: {internal}")
+    for status, ok in (("rdmalab.icrc.status", "rdmalab.icrc.ok"), ("rdmalab.crc32c.status", "rdmalab.crc32c.ok")):
+        st = out.get(status)
+        if st is not None:  # the verdict as the columns hold it (filters and -T fields on both paths)
+            out[ok] = [_OK.get(v, 0) for v in st] if isinstance(st, list) else _OK.get(st, 0)
     if windows is not None:
         w = windows.window(pkt)
         if w is not None:
