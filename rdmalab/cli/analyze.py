@@ -118,6 +118,10 @@ def _annotate(path: str, args: argparse.Namespace, a: Any) -> int:
         return write_annotated(path, args.annotate, a.findings)
     except OSError as err:
         raise Fail(f"{args.annotate}: cannot write the annotated capture ({err.strerror or err})") from None
+    except ValueError as err:  # a frame the copy cannot hold (a time before 1970): no half-written copy left
+        with contextlib.suppress(OSError):
+            os.unlink(args.annotate)
+        raise Fail(f"{args.annotate}: cannot write the annotated capture: {err}") from None
 
 
 def _write_json(doc: dict[str, object], out: TextIO) -> None:

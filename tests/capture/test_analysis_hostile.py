@@ -171,6 +171,34 @@ def test_annotating_a_record_shorter_on_the_wire_than_captured(tmp_path: Path) -
     assert first[0][0] == first[0][1] - 30
 
 
+def test_annotating_frames_before_1970_is_an_error_not_a_traceback(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A pcapng interface whose if_tsoffset puts its frames before 1970: analyze reads it; the
+    annotated copy (its times unsigned, from the epoch) cannot hold them: a sentence naming the
+    frame, exit status 1, and no half-written copy left (it was a ValueError's traceback)."""
+    import struct
+
+    from rdmalab.capture import records
+
+    def block(btype: int, body: bytes) -> bytes:
+        return struct.pack("<II", btype, 12 + len(body)) + body + struct.pack("<I", 12 + len(body))
+
+    opts = struct.pack("<HH", 14, 8) + struct.pack("<q", -(1 << 40)) + struct.pack("<HH", 0, 0)  # if_tsoffset
+    out = block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1)) + block(1, struct.pack("<HHI", 1, 0, 0) + opts)
+    for k, r in enumerate(records(LOSS)):
+        out += block(6, struct.pack("<IIIII", 0, 0, 1000 * k, len(r.data), len(r.data)) + r.data
+                     + bytes(-len(r.data) % 4))
+    src = tmp_path / "before_1970.pcapng"
+    src.write_bytes(out)
+    assert main(["analyze", "-q", str(src)]) == 0
+    capsys.readouterr()
+    copy = tmp_path / "annotated.pcapng"
+    assert main(["analyze", "-q", str(src), "--annotate", str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert "cannot write the annotated capture: packet 1:" in err and "before the epoch" in err
+    assert not copy.exists()
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs chromium")
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     """The page's plots draw offline: plotly.js (inline) turned each figure into SVG in the browser."""
