@@ -50,7 +50,7 @@ import rdmalab.wire.mpa  # noqa: F401
 import rdmalab.wire.net  # noqa: F401
 import rdmalab.wire.rdmap  # noqa: F401
 from rdmalab.capture.columnar import COLUMN_BY_NAME, COLUMN_NAMES
-from rdmalab.capture.fields import EXTRA_FIELDS
+from rdmalab.capture.fields import EXTRA_FIELDS, _address
 from rdmalab.wire.errors import RdmalabError
 from rdmalab.wire.header import Header
 
@@ -466,10 +466,8 @@ def _kind_error(name: str, kind: str, v: Any) -> str | None:
 
 
 def _net_text(v: Net) -> str:
-    if v.version == 48:
-        return ":".join(f"{b:02x}" for b in v.value.to_bytes(6, "big"))
-    addr = str(ipaddress.ip_address(v.value) if v.version == 4 else ipaddress.IPv6Address(v.value))
-    return addr if v.prefix == (32 if v.version == 4 else 128) else f"{addr}/{v.prefix}"
+    addr = _address({4: "ipv4", 6: "ipv6", 48: "mac"}[v.version], v.value)
+    return addr if v.prefix == {4: 32, 6: 128, 48: 48}[v.version] else f"{addr}/{v.prefix}"
 
 
 def _suggest(name: str, known: Iterable[str]) -> str:
