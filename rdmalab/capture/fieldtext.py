@@ -22,7 +22,7 @@ from rdmalab.capture.columnar import _ethernet_only, _progress, iter_columns
 from rdmalab.capture.columnar_decode import columns_from_packets, decode_block, wants_iwarp, wants_windows
 from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _ipv6_text, format_column
 from rdmalab.capture.filter import compile_filter, declared_fields
-from rdmalab.capture.pcapio import NS_MAX, NS_MIN, RecordBlock, record_ns
+from rdmalab.capture.pcapio import NS_MAX, RecordBlock, record_ns
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _POW10 = [10 ** i for i in range(20)]
@@ -127,9 +127,8 @@ def _field_rows(cols: Columns, name: str) -> tuple[np.ndarray | None, np.ndarray
     present = cols.present(name)
     if name == "frame.time_epoch":
         ns = cols.data["frame.time_ns"]
-        if len(ns) and (int(ns.max()) == NS_MAX or int(ns.min()) == NS_MIN):  # past what an int64 holds
-            m = _strings([f"{v // 1_000_000_000}.{v % 1_000_000_000:09d}" for v in map(
-                record_ns, cols.data["frame.time_epoch"].tolist(), ns.tolist())])
+        if len(ns) and (int(ns.min()) < 0 or int(ns.max()) == NS_MAX):  # before 1970, or past what an int64 holds
+            m = _strings([epoch_text(v) for v in map(record_ns, cols.data["frame.time_epoch"].tolist(), ns.tolist())])
         else:
             m = _epoch_text(ns)
     elif name in DERIVED:
@@ -147,8 +146,14 @@ def _field_rows(cols: Columns, name: str) -> tuple[np.ndarray | None, np.ndarray
     return None, m
 
 
+def epoch_text(ns: int) -> str:
+    """tshark's ``frame.time_epoch`` of a time in nanoseconds: the whole seconds, rounded down, a
+    dot and nine digits (so a time before 1970 reads as tshark prints it: -8.5 s is -9.500000000)."""
+    return f"{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"
+
+
 def _epoch_text(ns: np.ndarray) -> np.ndarray:
-    """``seconds.nanoseconds`` of nanosecond times.  A block of packets spans a few seconds: the
+    """:func:`epoch_text` of nanosecond times from 1970 on.  A block of packets spans a few seconds: the
     seconds and the dot are then rows of a small table of those seconds' text, not digits computed
     row by row."""
     n = len(ns)

@@ -31,6 +31,7 @@ import numpy as np
 from rdmalab.capture.blockpool import blocks_in_workers
 from rdmalab.capture.columnar import COLUMN_BY_NAME
 from rdmalab.capture.fields import header_fields, packet_fields
+from rdmalab.capture.fieldtext import epoch_text
 from rdmalab.capture.fieldtext import value_text as _value_text
 from rdmalab.capture.filter import declared_fields
 from rdmalab.capture.linktypes import LINKTYPE_ERF
@@ -338,7 +339,7 @@ def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_display
     frac = ns % 1_000_000_000
     pkt = cp.packet
     chain: list[str] = []
-    values = [str(_encap_type(cp.linktype)), f"{day}.{frac:09d} UTC", "0.000000000", _ns_text(ns),
+    values = [str(_encap_type(cp.linktype)), f"{day}.{frac:09d} UTC", "0.000000000", epoch_text(ns),
               _ns_text(ns - prev_ns), _ns_text(ns - prev_displayed_ns), _ns_text(ns - first_ns), str(cp.frame_number),
               str(cp.wire_length or len(pkt.data)), str(cp.captured), "0", "0", ""]
     frame: dict[str, Any] = dict(zip(_FRAME_KEYS, values, strict=True))

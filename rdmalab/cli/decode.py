@@ -125,7 +125,7 @@ def _fields_columnar(path: str, names: list[str], flt: Any, args: argparse.Names
 def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namespace, opts: dict[str, Any],
                     out: TextIO) -> int:
     from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.capture.fieldtext import value_text  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.fieldtext import epoch_text, value_text  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.render import TcpWindowScaling  # lazy: keeps `rdmalab --help` fast
 
     sep = opts["separator"].decode()
@@ -144,8 +144,7 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
                                                                      else None)
             text = value_text(n, v)
             if n == "frame.time_epoch":  # exact nanoseconds (a record's, an ERF record's own), finer than a float
-                ns = cp.epoch_ns
-                text = f"{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"
+                text = epoch_text(cp.epoch_ns)
             if isinstance(v, list):
                 text = text.replace(",", opts["aggregator"])
             cells.append(f"{q}{text}{q}" if text else "")  # tshark quotes values, not absent fields

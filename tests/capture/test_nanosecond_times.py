@@ -191,3 +191,31 @@ def test_interfaces_of_extreme_resolutions(tmp_path: Path, tsresol: int, capsys:
         cmd = ["decode", *args] if args[0] == "-V" else args
         assert main([*cmd, str(path)]) == 0, args
         capsys.readouterr()
+
+
+def test_times_before_1970_as_tshark_prints_them(tmp_path: Path, capsys: Any) -> None:
+    """An interface whose if_tsoffset (-10 s) puts its frames before 1970 (-8.5 s and -8.25 s):
+    ``frame.time_epoch`` as tshark prints it, whole seconds rounded down (-9.500000000), on the
+    columnar path (a traceback before: an IndexError formatting negative seconds), the per-packet
+    path and in JSON (which printed -8.500000000); the deltas stay signed."""
+    frames = [r.data for r in records(ROOT / "captures" / "rxe_send_bw.pcap")][:2]
+
+    def block(btype: int, body: bytes) -> bytes:
+        return struct.pack("<II", btype, 12 + len(body)) + body + struct.pack("<I", 12 + len(body))
+
+    opts = struct.pack("<HH", 14, 8) + struct.pack("<q", -10) + struct.pack("<HH", 0, 0)
+    out = block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1)) + block(1, struct.pack("<HHI", 1, 0, 0) + opts)
+    for k, f in enumerate(frames):
+        t = 1_500_000 + 250_000 * k  # microseconds
+        out += block(6, struct.pack("<IIIII", 0, t >> 32, t & 0xFFFFFFFF, len(f), len(f)) + f + bytes(-len(f) % 4))
+    path = tmp_path / "before_1970.pcapng"
+    path.write_bytes(out)
+    want = ["-9.500000000", "-9.750000000"]
+    assert _run(["-T", "fields", "-e", "frame.time_epoch", "-r", str(path)], capsys).split() == want
+    assert _run(["-T", "fields", "-e", "frame.time_epoch", "--no-columnar", "-r", str(path)], capsys).split() == want
+    assert _json_times(_run(["-T", "json", "-r", str(path)], capsys)) == [
+        ("-9.500000000", "0.000000000", "0.000000000"), ("-9.750000000", "0.250000000", "0.250000000")]
+    if shutil.which("tshark"):
+        ts = subprocess.run(["tshark", "-n", "-r", str(path), "-T", "fields", "-e", "frame.time_epoch"],
+                            capture_output=True, text=True, check=True).stdout.split()
+        assert ts == want
