@@ -630,11 +630,12 @@ def columns_from_dicts(rows: list[dict[str, Any]]) -> Columns:
         data[c.name] = arr
         layer_hits.setdefault(c.layer, np.zeros(n, dtype=bool))
         layer_hits[c.layer] |= hit
-    data["frame.time_ns"] = np.array([r["frame.time_ns"] if "frame.time_ns" in r else round(r["frame.time_epoch"] * 1e9)
-                                      for r in rows], dtype=np.int64)
+    # frame_fields gives frame.time_ns, exact (an ERF record's own time too: CapturedPacket.epoch_ns);
+    # a row without it takes its ERF timestamp, else its float seconds
     for i, row in enumerate(rows):
-        if "erf.ts" in row:  # an ERF record's own time (frame_fields gave it, as a float): exactly, in ns
-            data["frame.time_ns"][i] = erf_time_ns(int(row["erf.ts"]))
+        if "frame.time_ns" not in row:
+            data["frame.time_ns"][i] = erf_time_ns(int(row["erf.ts"])) if "erf.ts" in row else \
+                round(row["frame.time_epoch"] * 1e9)
     L.update(layer_hits)
     for i, row in enumerate(rows):
         enc = row.get("rdmalab.encap")
