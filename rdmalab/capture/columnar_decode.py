@@ -31,7 +31,11 @@ from rdmalab.capture.columnar_schema import (
     Columns,
     _ipv6_text,
 )
-from rdmalab.capture.fields import frame_fields, packet_fields  # the per-packet field names, one source of truth
+from rdmalab.capture.fields import (  # the per-packet field names, one source of truth
+    CRC_OK,
+    frame_fields,
+    packet_fields,
+)
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, erf_time_ns
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import RawRecord, decode_record, read
@@ -484,7 +488,7 @@ def fill_iwarp(blk: RecordBlock, cols: Columns, tracker: Any) -> None:
         for key, v in got.items():
             first = v[0] if isinstance(v, list) else v
             if key == "rdmalab.crc32c.status":
-                d["rdmalab.crc32c.ok"][i] = {"good": 1, "bad": 2}.get(first, 0)
+                d["rdmalab.crc32c.ok"][i] = CRC_OK.get(first, 0)
                 L["rdmalab.crc32c"][i] = True
                 continue
             col = COLUMN_BY_NAME.get(key)
@@ -644,14 +648,14 @@ def columns_from_dicts(rows: list[dict[str, Any]]) -> Columns:
         if "iwarp_ddp.qn" in row or "iwarp_ddp.stag" in row:
             L["iwarp"][i] = True
         st = row.get("rdmalab.icrc.status")
-        data["rdmalab.icrc.ok"][i] = {"good": 1, "bad": 2}.get(st if isinstance(st, str) else "", 0)
+        data["rdmalab.icrc.ok"][i] = CRC_OK.get(st if isinstance(st, str) else "", 0)
         if "rdmalab.icrc.status" in row:
             L["infiniband.crc"][i] = True
         st = row.get("rdmalab.crc32c.status")
         if isinstance(st, list):
             st = st[0] if st else None
         if st is not None:
-            data["rdmalab.crc32c.ok"][i] = {"good": 1, "bad": 2}.get(st, 0)
+            data["rdmalab.crc32c.ok"][i] = CRC_OK.get(st, 0)
             L["rdmalab.crc32c"][i] = True
         if int(row.get("rdmalab.pdus", 0) or 0) > 1:
             multi[int(row["frame.number"])] = {k: v for k, v in row.items() if k.startswith(IWARP_PREFIXES)}

@@ -51,7 +51,7 @@ EXTRA_FIELDS: tuple[str, ...] = (
     *(name for name, _bit in TCP.FLAG_FIELDS),
 )
 #: a CRC's status as the columns hold it (``rdmalab.icrc.ok``, ``rdmalab.crc32c.ok``): 0 unchecked
-_OK = {"good": 1, "bad": 2}
+CRC_OK = {"good": 1, "bad": 2}
 _fmt_cache: dict[type[Header], dict[str, str]] = {}
 
 
@@ -184,7 +184,7 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
     for status, ok in (("rdmalab.icrc.status", "rdmalab.icrc.ok"), ("rdmalab.crc32c.status", "rdmalab.crc32c.ok")):
         st = out.get(status)
         if st is not None:  # the verdict as the columns hold it (filters and -T fields on both paths)
-            out[ok] = [_OK.get(v, 0) for v in st] if isinstance(st, list) else _OK.get(st, 0)
+            out[ok] = [CRC_OK.get(v, 0) for v in st] if isinstance(st, list) else CRC_OK.get(st, 0)
     if windows is not None:
         w = windows.window(pkt)
         if w is not None:
