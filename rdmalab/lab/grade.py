@@ -229,6 +229,8 @@ def judge_run(sub: Submission, ran: dict[str, Any], *, notes: Iterable[str] = ()
     if report.get("kernel") == "died":
         g.problems.append("the kernel died (a limit on memory or CPU time, or the notebook's own doing); the cells "
                           "after it did not run")
+    elif report.get("kernel") == "broke":  # the runner's problem says in which cell, and why where it knows
+        g.problems.append("the run stopped there: the cells after it did not run")
     if report.get("reaped"):
         g.notes.append(f"{report['reaped']} process(es) the notebook left behind were killed after their cell")
     if outcome.get("timed_out"):

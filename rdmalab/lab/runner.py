@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,8 @@ from typing import Any
 
 #: the most ``run.json`` a grader reads (it is written inside the sandbox)
 REPORT_LIMIT = 1 << 20
+#: a kernel whose address space came this close to its limit had none left to work with
+MEMORY_MARGIN = 64 << 20
 
 
 def _reap(keep: set[int]) -> int:
@@ -92,6 +95,53 @@ def wake_for_replies(client: Any, step: float = 1.0) -> Any:
     return client
 
 
+def watch_messages(client: Any, on_error: Callable[[], None]) -> Any:
+    """Call ``on_error()`` when a message from the kernel of the nbclient ``client`` cannot be read, before
+    the error goes on; ``client``.
+
+    Why: a kernel that has used its whole address space (``RLIMIT_AS``, the sandbox's memory limit) can
+    fail half-way through sending a message; the next message then arrives joined to the torn one and
+    jupyter_client refuses it ("Invalid Signature"), and nbclient stops the notebook with that error.
+    The kernel is still alive at that moment (it sent the message), so its memory can be looked at."""
+    before = client.on_notebook_start
+
+    def wrap(get_msg: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def get(*args: Any, **kw: Any) -> Any:
+            try:
+                return await get_msg(*args, **kw)
+            except Empty:
+                raise
+            except Exception:
+                on_error()
+                raise
+        return get
+
+    def start(**kw: Any) -> Any:
+        for chan in (client.kc.shell_channel, client.kc.iopub_channel):
+            chan.get_msg = wrap(chan.get_msg)
+        return before(**kw) if before is not None else None
+
+    client.on_notebook_start = start
+    return client
+
+
+def _address_space(pid: int) -> dict[str, int]:
+    """``VmPeak`` and ``VmSize`` of a process in bytes, from ``/proc/PID/status`` (``{}`` if it is gone)."""
+    out = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmPeak", "VmSize") and value.split()[1:] == ["kB"]:
+                out[key] = int(value.split()[0]) << 10
+    except (OSError, ValueError, IndexError):
+        return {}
+    return out
+
+
+def _first_line(cell: Any) -> str:
+    return next((x for x in str(cell.get("source", "")).splitlines() if x.strip()), "")[:50]
+
+
 def execute(notebook: Path, outdir: Path, *, cell_timeout: int, reap: bool = False,
             kernel: str = "python3") -> dict[str, Any]:
     import nbclient  # optional: nbclient, nbformat (lab extra)
@@ -107,6 +157,8 @@ def execute(notebook: Path, outdir: Path, *, cell_timeout: int, reap: bool = Fal
         resources={"metadata": {"path": str(outdir)}})
     started: dict[str, float] = {}
     took: dict[str, float] = {}
+    current: dict[str, Any] = {}  # the cell running now
+    peak: dict[str, int] = {}  # the kernel's address space at its peak, when its messages broke
 
     def kernel_pid() -> set[int]:
         proc = getattr(getattr(client.km, "provisioner", None), "process", None)
@@ -114,26 +166,45 @@ def execute(notebook: Path, outdir: Path, *, cell_timeout: int, reap: bool = Fal
 
     def on_start(cell: Any, cell_index: int) -> None:
         started[cell.get("id", "")] = time.monotonic()
+        current["cell"] = cell
 
     def on_done(cell: Any, cell_index: int, execute_reply: Any) -> None:
         took[cell.get("id", "")] = time.monotonic() - started.get(cell.get("id", ""), time.monotonic())
         if reap:
             report["reaped"] += _reap(kernel_pid())
 
+    def on_broken_message() -> None:
+        for pid in kernel_pid():  # still alive: it is the kernel that sent the message
+            peak.update(_address_space(pid))
+
     client.on_cell_start = on_start
     client.on_cell_executed = on_done
     wake_for_replies(client)
+    watch_messages(client, on_broken_message)
     try:
         client.execute()
     except DeadKernelError:
         report["kernel"] = "died"
     except CellExecutionError as err:  # only when allow_errors is overridden by a cell tag
         report["problems"].append(f"stopped: {getattr(err, 'ename', '')}: {getattr(err, 'evalue', '')}")
+    except Exception as err:  # noqa: BLE001 - the kernel's messages could not be read (see watch_messages)
+        if "cell" not in current:
+            raise  # before the first cell: the kernel could not be started (main says so)
+        report["kernel"] = "broke"
+        cell = current["cell"]
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]  # the kernel's own: it inherits ours
+        why = ""
+        if limit != resource.RLIM_INFINITY and peak.get("VmPeak", 0) >= limit - MEMORY_MARGIN:
+            why = (f" (the kernel had used its whole memory limit, {peak['VmPeak'] >> 20} of {limit >> 20} MiB of "
+                   "address space, which leaves it none to send messages with)")
+        report["problems"].append(
+            f"cell {cell.get('id', '?')} ({_first_line(cell)!r}): the kernel's messages could not be read any "
+            f"more{why}: {type(err).__name__}: {str(err)[:60]}")
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             if out.get("output_type") != "error":
                 continue
-            first = next((x for x in cell.source.splitlines() if x.strip()), "")[:50]
+            first = _first_line(cell)
             what = f"{out.get('ename')}: {str(out.get('evalue', ''))[:120]}"
             if out.get("ename") in ("KeyboardInterrupt", "CellTimeoutError") and \
                     took.get(cell.get("id", ""), 0) >= cell_timeout:
