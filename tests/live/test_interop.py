@@ -101,11 +101,13 @@ stats perftest
 # -a (every size 2 .. 2^23) and -D (by duration), each in both roles.  -a moves 84 MB; on TCG with
 # rxe sending into the engine's raw socket that ran at 0.45-0.8 MB/s in CI (a drop costs rxe's 67 ms
 # timeout), over 160 s, so it has 420 s (the engine's out-of-band wait counts idle time only).
-# -D 6: perftest counts the completions it polls in the sample window (its margin, 1 s, to 5 s); with
-# -Q 100 (the default; the engine takes no other with real peers) the first completion needs 100
-# messages acknowledged, which on TCG in CI once took longer than a -D 2 run's whole window (0
-# iterations, as the stock client would count them).
-for spec in "write:420:-a -n 5" "send:240:-D 6 -s 4096"; do
+# -D 20: perftest counts the completions it polls in the sample window (its margin, 5 s, to 15 s); with
+# -Q 100 (the default; the engine takes no other with real peers) a completion stands for 100 messages
+# acknowledged.  Alone in this VM a -D 6 window counts 270-2000 of them, also with 30 busy processes on
+# the host (measured); CI on TCG, with the rest of the test session running beside the VM, once counted
+# 0 in a -D 2 window and once 0 in a -D 6 window (4 s): a stall of the VM for seconds, which a 10 s
+# window outlasts.  0 is what the stock tool itself printed then, so the test cannot pass it off.
+for spec in "write:420:-a -n 5" "send:240:-D 20 -s 4096"; do
   verb=${spec%%:*}; rest=${spec#*:}; t=${rest%%:*}; OPTS=${rest#*:}
   perftest_pair ${verb}_$(echo "$OPTS" | tr -d ' -') $t $verb "$OPTS" ""
 done
@@ -338,15 +340,15 @@ def test_perftest_all_sizes_with_the_stock_tool(matrix: Path, roles: tuple[str, 
 
 @pytest.mark.parametrize("roles", [("stock_server", "rdl_client"), ("stock_client", "rdl_server")])
 def test_perftest_duration_with_the_stock_tool(matrix: Path, roles: tuple[str, str]) -> None:
-    """ib_send_bw -D 6: both sides run by time (the server from its first receive), so each counts its
+    """ib_send_bw -D 20: both sides run by time (the server from its first receive), so each counts its
     own completions; perftest turns the peak off in duration mode (noPeak), so it prints 0.00 on both."""
-    texts = {r: _read(matrix, f"send_D6s4096.{r}.out") for r in roles}
+    texts = {r: _read(matrix, f"send_D20s4096.{r}.out") for r in roles}
     for r in roles:
-        assert _rc(matrix, f"send_D6s4096.{r}") == 0, "\n---\n".join(texts.values())
+        assert _rc(matrix, f"send_D20s4096.{r}") == 0, "\n---\n".join(texts.values())
         rows = REPORT.findall(texts[r])
         assert len(rows) == 1, texts[r]
         size, iters, peak, avg, _rate = rows[0]
-        assert int(size) == 4096 and int(iters) > 0 and float(peak) == 0.0, texts[r]
+        assert int(size) == 4096 and int(iters) > 0 and float(peak) == 0.0, "\n---\n".join(texts.values())
         # perftest 4.5's own average in duration mode is not dependable (a stock server against a
         # stock client printed 0.00 here with 3968 iterations); ours must be the figures' quotient
         if r.startswith("rdl"):
