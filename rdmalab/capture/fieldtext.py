@@ -21,8 +21,8 @@ from rdmalab.capture.blockpool import blocks_in_workers, default_workers, parall
 from rdmalab.capture.columnar import _ethernet_only, _progress, iter_columns
 from rdmalab.capture.columnar_decode import columns_from_packets, decode_block, wants_iwarp, wants_windows
 from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _ipv6_text, format_column
-from rdmalab.capture.filter import compile_filter, declared_fields
-from rdmalab.capture.pcapio import NS_MAX, RecordBlock, record_ns
+from rdmalab.capture.filter import RELATIVE_TIMES, compile_filter, declared_fields
+from rdmalab.capture.pcapio import NS_MAX, NS_MIN, RecordBlock, record_ns
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _POW10 = [10 ** i for i in range(20)]
@@ -172,6 +172,79 @@ def _epoch_text(ns: np.ndarray) -> np.ndarray:
     return out
 
 
+def relative_text(ns: int) -> str:
+    """tshark's text of a relative time in nanoseconds: signed seconds and nine digits (-0.000296000)."""
+    sign = "-" if ns < 0 else ""
+    secs, frac = divmod(abs(ns), 1_000_000_000)
+    return f"{sign}{secs}.{frac:09d}"
+
+
+def _relative_matrix(ns: np.ndarray) -> np.ndarray:
+    """:func:`relative_text` of an int64 array of nanoseconds, as an ASCII matrix."""
+    n = len(ns)
+    a = np.abs(ns)
+    secs = a // 1_000_000_000
+    sign = np.where(ns < 0, ord("-"), 0).astype(np.uint8)[:, None]
+    dot = np.full((n, 1), ord("."), dtype=np.uint8)
+    return np.hstack([sign, _dec(secs), dot, _dec(a - secs * 1_000_000_000, 9, pad_zeros=True)])
+
+
+class Clock:
+    """What :data:`RELATIVE_TIMES` count from, carried from one block of frames to the next, in
+    nanoseconds: the capture's first frame, the frame read before the block, the frame shown before it
+    (None before the first frame shown, whose ``frame.time_delta_displayed`` is 0), as tshark's single
+    pass and :func:`rdmalab.capture.tsjson.iter_json` count them."""
+
+    def __init__(self, first: int | None = None, before: int | None = None, shown: int | None = None) -> None:
+        self.first, self.before, self.shown = first, before, shown
+
+    def times(self, cols: Columns, rows: np.ndarray | None) -> dict[str, list[int] | np.ndarray]:
+        """The relative times of the rows ``rows`` selects (a boolean mask; None: all), in nanoseconds;
+        the clock then stands after the block."""
+        ns = cols.data["frame.time_ns"].astype(np.int64, copy=False)
+        if not len(ns):
+            return {}
+        if self.first is None:
+            self.first = record_ns(float(cols.data["frame.time_epoch"][0]), int(ns[0]))
+        if self.before is None:
+            self.before = self.first
+        kept = ns if rows is None else ns[rows]
+        if self.shown is None and len(kept):
+            # the first frame shown is 0 after the one shown before it, as in tshark
+            self.shown = record_ns(float(cols.data["frame.time_epoch"][rows][0] if rows is not None
+                                         else cols.data["frame.time_epoch"][0]), int(kept[0]))
+        shown = self.shown if self.shown is not None else self.first
+        lo = min(int(ns.min()), self.first, self.before, shown)
+        hi = max(int(ns.max()), self.first, self.before, shown)
+        out: dict[str, list[int] | np.ndarray] = {}
+        if lo <= NS_MIN or hi >= NS_MAX or hi - lo > NS_MAX:
+            # a time past what an int64 holds (as the per-packet path has it: its float seconds'), or a
+            # difference an int64 does not hold (damaged times): Python's integers
+            all_ns = list(map(record_ns, cols.data["frame.time_epoch"].tolist(), ns.tolist()))
+            shown_ns = all_ns if rows is None else [all_ns[i] for i in np.flatnonzero(rows).tolist()]
+            deltas = [a - b for a, b in zip(all_ns, [self.before, *all_ns[:-1]], strict=True)]
+            out["frame.time_relative"] = [x - self.first for x in shown_ns]
+            out["frame.time_delta"] = deltas if rows is None else [deltas[i] for i in np.flatnonzero(rows).tolist()]
+            out["frame.time_delta_displayed"] = [a - b for a, b in zip(shown_ns, [shown, *shown_ns[:-1]],
+                                                                        strict=True)]
+            self.before = all_ns[-1]
+            if shown_ns:
+                self.shown = shown_ns[-1]
+            return out
+        prev = np.empty_like(ns)
+        prev[0], prev[1:] = self.before, ns[:-1]
+        out["frame.time_relative"] = kept - self.first
+        out["frame.time_delta"] = (ns - prev) if rows is None else (ns - prev)[rows]
+        prev_shown = np.empty_like(kept)
+        if len(kept):
+            prev_shown[0], prev_shown[1:] = shown, kept[:-1]
+        out["frame.time_delta_displayed"] = kept - prev_shown
+        self.before = int(ns[-1])
+        if len(kept):
+            self.shown = int(kept[-1])
+        return out
+
+
 def _numeric_text(v: np.ndarray, f: str) -> np.ndarray:
     """The ASCII matrix of integer values ``v`` in the column format ``f`` (dec, bool, hexN, bytesN,
     ipv4, mac)."""
@@ -192,8 +265,9 @@ def _numeric_text(v: np.ndarray, f: str) -> np.ndarray:
 
 
 def render_fields(cols: Columns, names: Sequence[str], *, separator: bytes = b"\t", quote: bytes = b"",
-                  rows: np.ndarray | None = None) -> bytes:
-    """The ``-T fields`` lines of ``cols`` (or of the rows a boolean mask selects)."""
+                  rows: np.ndarray | None = None, times: dict[str, list[int] | np.ndarray] | None = None) -> bytes:
+    """The ``-T fields`` lines of ``cols`` (or of the rows a boolean mask selects); ``times``: the
+    :data:`RELATIVE_TIMES` among ``names`` of those rows (:meth:`Clock.times`)."""
     if rows is not None:
         cols = cols.take(rows)
     n = cols.n
@@ -204,9 +278,16 @@ def render_fields(cols: Columns, names: Sequence[str], *, separator: bytes = b"\
     parts = []
     q = np.frombuffer(quote, dtype=np.uint8)
     for name in names:
-        at_rows, m = _field_rows(cols, name)
+        if name in RELATIVE_TIMES:
+            assert times is not None, name
+            t = times[name]
+            at_rows, m = None, (_strings([relative_text(x) for x in t]) if isinstance(t, list) else _relative_matrix(t))
+        else:
+            at_rows, m = _field_rows(cols, name)
         if len(q):  # tshark quotes values, not absent fields
-            if at_rows is None:
+            if name in RELATIVE_TIMES:
+                qq = np.broadcast_to(q, (n, len(q)))
+            elif at_rows is None:
                 qq = np.where(cols.present(name)[:, None], q[None, :], 0).astype(np.uint8)
             else:
                 qq = np.broadcast_to(q, (len(at_rows), len(q)))
@@ -290,12 +371,15 @@ def _row_fields(cols: Columns, i: int, names: Iterable[str]) -> dict[str, Any]:
 
 
 def _block_text(cols: Columns, names: Sequence[str], flt: object, separator: bytes, quote: bytes,
-                occurrence: str = "a", aggregator: str = ",") -> bytes:
+                occurrence: str = "a", aggregator: str = ",", clock: Clock | None = None) -> bytes:
+    """The ``-T fields`` text of one block; ``clock`` (needed when ``names`` has one of
+    :data:`RELATIVE_TIMES`) stands after the block when it returns."""
     rows = None
     if flt is not None:
         rows = flt.mask(cols, cols.present, cols.n)  # type: ignore[attr-defined]
     if not cols.multi:
-        return render_fields(cols, names, separator=separator, quote=quote, rows=rows)
+        times = clock.times(cols, rows) if clock is not None else None
+        return render_fields(cols, names, separator=separator, quote=quote, rows=rows, times=times)
     # frames completing several iWARP PDUs: a field occurs more than once there, which a filter
     # matches if any occurrence does and tshark prints (-E occurrence=a) joined by commas
     frames = cols.data["frame.number"]
@@ -305,12 +389,17 @@ def _block_text(cols: Columns, names: Sequence[str], flt: object, separator: byt
         for i in multi_rows.tolist():
             rows[i] = flt(_row_fields(cols, i, flt.fields))  # type: ignore[operator,attr-defined]
     keep = np.arange(cols.n) if rows is None else np.nonzero(rows)[0]
-    text = render_fields(cols, names, separator=separator, quote=quote, rows=keep)
+    times = clock.times(cols, rows) if clock is not None else None
+    text = render_fields(cols, names, separator=separator, quote=quote, rows=keep, times=times)
     lines = text.split(b"\n")
     for pos in np.nonzero(np.isin(keep, multi_rows))[0].tolist():
-        fields = _row_fields(cols, int(keep[pos]), names)
+        fields: dict[str, Any] = _row_fields(cols, int(keep[pos]), names)
         cells = []
         for name in names:
+            if name in RELATIVE_TIMES:
+                assert times is not None
+                cells.append(quote + relative_text(int(times[name][pos])).encode() + quote)
+                continue
             v = fields.get(name)
             if isinstance(v, list) and occurrence != "a":
                 k = {"f": 1, "l": len(v)}.get(occurrence) or int(occurrence)
@@ -326,11 +415,14 @@ def _block_text(cols: Columns, names: Sequence[str], flt: object, separator: byt
 _WORKER_FILTERS: dict[str, object] = {}
 
 
-def _fields_in_worker(blk: RecordBlock, n: int, t0: float, prev: float | None, names: list[str], expr: str | None,
-                      verify: bool, sep: bytes, quote: bytes) -> bytes | int:
-    """In a worker process (:func:`rdmalab.capture.blockpool.blocks_in_workers`): decode, filter, render.
-    A block with frames of another link type than Ethernet (a pcapng interface described after
-    the first packet) is not: its first frame number comes back, for the per-packet decoder."""
+def _fields_in_worker(blk: RecordBlock, n: int, t0: int, prev: int | None, names: list[str], expr: str | None,
+                      verify: bool, sep: bytes, quote: bytes) -> tuple[bytes, int] | int:
+    """In a worker process (:func:`rdmalab.capture.blockpool.blocks_in_workers`, exact times): decode,
+    filter, render; the text and the time of the block's last frame come back.  A block with frames of
+    another link type than Ethernet (a pcapng interface described after the first packet) is not: its
+    first frame number comes back, for the per-packet decoder.  Relative times: from ``t0`` and
+    ``prev``; a filtered run with ``frame.time_delta_displayed`` is not given to workers (it needs the
+    frames shown before the block)."""
     if not _ethernet_only(blk):
         return blk.first
     flt = None
@@ -340,7 +432,9 @@ def _fields_in_worker(blk: RecordBlock, n: int, t0: float, prev: float | None, n
             flt = _WORKER_FILTERS[expr] = compile_filter(expr)
     needed = set(names) | (set(flt.fields) if flt is not None else set())  # type: ignore[attr-defined]
     cols = decode_block(blk, verify_icrc=verify, fields=needed)
-    return _block_text(cols, names, flt, sep, quote)
+    clock = Clock(t0, prev, prev) if needed & set(RELATIVE_TIMES) else None
+    last = int(cols.data["frame.time_ns"][-1]) if cols.n else (prev if prev is not None else t0)
+    return _block_text(cols, names, flt, sep, quote, clock=clock), last
 
 
 def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_expr: str | None = None,
@@ -361,12 +455,17 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
     p = os.fspath(path)
     flt = compile_filter(filter_expr) if filter_expr else None
     needed = set(names) | (set(flt.fields) if flt is not None else set())
+    clock = Clock() if needed & set(RELATIVE_TIMES) else None
+    needed -= set(RELATIVE_TIMES)  # computed here, from frame.time_ns
+    if clock is not None:
+        needed.add("frame.time_ns")
     if workers is None:
         # the workers follow the record headers of their own ranges, so this process only checks
         # them and writes: on 2 cores at load below 1, -j 2 took 0.54-0.64 s of wall time against 0.73-0.86 s
         # for -j 1 (the 200k mixed capture of benchmarks/bench_decode.py --mixed)
         workers = default_workers()
     parallel = (workers > 1 and count is None and not wants_iwarp(needed) and not wants_windows(needed)
+                and not (flt is not None and "frame.time_delta_displayed" in names)
                 and parallel_capture(p, ethernet=True)
                 and os.path.getsize(p) >= parallel_min_bytes)
     if not parallel:
@@ -377,22 +476,26 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
                 if cols.n > left:
                     cols = cols.take(np.arange(left))
                 left -= cols.n
-            yield _block_text(cols, names, flt, separator, quote, occurrence, aggregator)
+            yield _block_text(cols, names, flt, separator, quote, occurrence, aggregator, clock)
             if left is not None and left <= 0:
                 return
         return
 
     bar = _bar(p) if progress else None
     blocks = blocks_in_workers(p, _fields_in_worker, (list(names), filter_expr, verify_icrc, separator, quote),
-                               workers=workers, block_bytes=block_bytes,
+                               workers=workers, block_bytes=block_bytes, exact_times=True,
                                progress=(lambda at: bar.update(at - bar.n)) if bar is not None else None)
+    last: int | None = None
     try:
-        for text, _t0 in blocks:
-            if isinstance(text, int):  # frames of other link types from this frame on: as iter_columns reads them
+        for got, t0 in blocks:
+            if isinstance(got, int):  # frames of other link types from this frame on: as iter_columns reads them
                 blocks.close()
-                yield _block_text(columns_from_packets(p, first=text), names, flt, separator, quote, occurrence,
-                                  aggregator)
+                if clock is not None:
+                    clock = Clock(t0, last, last)
+                yield _block_text(columns_from_packets(p, first=got), names, flt, separator, quote, occurrence,
+                                  aggregator, clock)
                 return
+            text, last = got
             yield text
     finally:
         blocks.close()

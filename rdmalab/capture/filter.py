@@ -54,6 +54,12 @@ from rdmalab.capture.fields import EXTRA_FIELDS, _address
 from rdmalab.wire.errors import RdmalabError
 from rdmalab.wire.header import Header
 
+#: tshark's times of a frame relative to others (``frame.time_relative``: since the capture's first frame;
+#: ``frame.time_delta``: since the frame read before it; ``frame.time_delta_displayed``: since the frame
+#: shown before it, which a display filter decides): printed (-T fields, -T json), counted in file order
+#: (:class:`rdmalab.capture.fieldtext.Clock`), not filtered on
+RELATIVE_TIMES = ("frame.time_relative", "frame.time_delta", "frame.time_delta_displayed")
+
 
 class FilterError(RdmalabError, ValueError):
     """A display filter that cannot be compiled: bad syntax or an unknown field (named)."""
@@ -371,6 +377,9 @@ class _Parser:
         if kind != "word" or not re.match(r"^[A-Za-z_][\w.\-]*$", text):
             raise FilterError(self.expr, f"expected a field name, found {text!r}", pos)
         if text not in self.known:
+            if text in RELATIVE_TIMES:
+                raise FilterError(self.expr, f"{text!r} (a time relative to other frames) is not taken by rdmalab's "
+                                  "display filters; print it with -T fields -e, or filter on frame.time_epoch", pos)
             hint = _suggest(text, self.known)
             raise FilterError(self.expr, f"{text!r} is not a field rdmalab knows{hint}", pos)
         self.fields.add(text)

@@ -31,7 +31,7 @@ import numpy as np
 from rdmalab.capture.blockpool import blocks_in_workers
 from rdmalab.capture.columnar import COLUMN_BY_NAME
 from rdmalab.capture.fields import header_fields, packet_fields
-from rdmalab.capture.fieldtext import epoch_text
+from rdmalab.capture.fieldtext import epoch_text, relative_text
 from rdmalab.capture.fieldtext import value_text as _value_text
 from rdmalab.capture.filter import declared_fields
 from rdmalab.capture.linktypes import LINKTYPE_ERF
@@ -53,12 +53,6 @@ _quote = _json_encoder.encode_basestring  # the C string encoder json.dumps(ensu
 # CRCs (as Wireshark reads their wire bytes) and their digits
 _CRC_NAMES = {"iwarp_mpa.crc": 8, "iwarp_mpa.crc_check": 8, "rdmalab.crc32c.expected": 8,
               "rdmalab.icrc.expected": 8, "infiniband.variant.crc": 4, "rdmalab.vcrc.expected": 4}
-
-
-def _ns_text(ns: int) -> str:
-    sign = "-" if ns < 0 else ""
-    s, frac = divmod(abs(ns), 1_000_000_000)
-    return f"{sign}{s}.{frac:09d}"
 
 
 def value_text(name: str, value: Any) -> str:
@@ -340,7 +334,7 @@ def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_display
     pkt = cp.packet
     chain: list[str] = []
     values = [str(_encap_type(cp.linktype)), f"{day}.{frac:09d} UTC", "0.000000000", epoch_text(ns),
-              _ns_text(ns - prev_ns), _ns_text(ns - prev_displayed_ns), _ns_text(ns - first_ns), str(cp.frame_number),
+              relative_text(ns - prev_ns), relative_text(ns - prev_displayed_ns), relative_text(ns - first_ns), str(cp.frame_number),
               str(cp.wire_length or len(pkt.data)), str(cp.captured), "0", "0", ""]
     frame: dict[str, Any] = dict(zip(_FRAME_KEYS, values, strict=True))
     layers: dict[str, Any] = {"frame": frame}
@@ -451,17 +445,18 @@ def _frame_text(obj: dict[str, Any]) -> str:
 def iter_json(packets: Iterable[CapturedPacket], keep: Any = None) -> Iterator[str]:
     """The text of ``tshark -T json`` for these frames, in pieces (``keep(cp)`` filters, None keeps all)."""
     first_ns: int | None = None
-    prev_ns = prev_disp = 0
+    prev_ns = 0
+    prev_disp: int | None = None  # the first frame shown is 0 after the one shown before it, as in tshark
     yield "[\n"
     sep = ""
     for cp in packets:
         ns = cp.epoch_ns
         if first_ns is None:
-            first_ns = prev_ns = prev_disp = ns
+            first_ns = prev_ns = ns
         if keep is not None and not keep(cp):
             prev_ns = ns
             continue
-        obj = packet_json(cp, first_ns=first_ns, prev_ns=prev_ns, prev_displayed_ns=prev_disp)
+        obj = packet_json(cp, first_ns=first_ns, prev_ns=prev_ns, prev_displayed_ns=ns if prev_disp is None else prev_disp)
         prev_ns = prev_disp = ns
         yield sep + "  " + _frame_text(obj)
         sep = ",\n"

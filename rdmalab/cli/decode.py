@@ -89,19 +89,19 @@ def _write_bytes(out: TextIO, data: bytes) -> None:
 def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     """``-T fields``: columnar when every field (and the filter's) is a column, else per packet."""
     from rdmalab.capture.columnar import COLUMN_NAMES  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.capture.filter import known_fields  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.filter import RELATIVE_TIMES, known_fields  # lazy: keeps `rdmalab --help` fast
 
     names: list[str] = args.fields or []
     if not names:
         raise Fail("-T fields needs at least one -e FIELD (e.g. -e ip.src -e infiniband.bth.psn)")
-    unknown = [n for n in names if n not in COLUMN_NAMES and n not in known_fields()]
+    unknown = [n for n in names if n not in COLUMN_NAMES and n not in known_fields() and n not in RELATIVE_TIMES]
     if unknown:
         raise Fail(f"-e {unknown[0]}: not a field rdmalab knows" + (f" (also {', '.join(unknown[1:])})"
                                                                      if unknown[1:] else ""))
     opts = _field_options(args.field_opts or [])
     if opts["header"]:
         _write_bytes(out, opts["separator"].join(n.encode() for n in names) + b"\n")
-    wanted = set(names) | (set(flt.fields) if flt is not None else set())
+    wanted = set(names) - set(RELATIVE_TIMES) | (set(flt.fields) if flt is not None else set())
     if wanted <= COLUMN_NAMES and not args.no_columnar and not (args.no_iwarp and any(
             n.startswith(("iwarp", "rdmalab.crc32c", "rdmalab.pdus")) for n in wanted)):
         return _fields_columnar(path, names, flt, args, opts, out)
@@ -125,19 +125,32 @@ def _fields_columnar(path: str, names: list[str], flt: Any, args: argparse.Names
 def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namespace, opts: dict[str, Any],
                     out: TextIO) -> int:
     from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.capture.fieldtext import epoch_text, value_text  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.fieldtext import epoch_text, relative_text, value_text  # lazy: `rdmalab --help` fast
     from rdmalab.capture.render import TcpWindowScaling  # lazy: keeps `rdmalab --help` fast
 
     sep = opts["separator"].decode()
     q = opts["quote"].decode()
     occ = opts["occurrence"]
     windows = TcpWindowScaling()  # tcp.window_size: every frame's handshake, in order
+    first: int | None = None  # the relative times (fieldtext.Clock counts them the same way over columns)
+    before = 0
+    shown: int | None = None
     for cp in read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count):
+        ns = cp.epoch_ns
+        if first is None:
+            first = before = ns
         fields = frame_fields(cp, windows=windows)
+        times = {"frame.time_relative": ns - first, "frame.time_delta": ns - before}
+        before = ns
         if flt is not None and not flt(fields):
             continue
+        times["frame.time_delta_displayed"] = 0 if shown is None else ns - shown
+        shown = ns
         cells = []
         for n in names:
+            if n in times:
+                cells.append(f"{q}{relative_text(times[n])}{q}")
+                continue
             v = fields.get(n)
             if isinstance(v, list) and v and occ != "a":
                 v = v[0] if occ == "f" else v[-1] if occ == "l" else (v[int(occ) - 1] if 0 < int(occ) <= len(v)

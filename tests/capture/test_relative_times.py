@@ -1,0 +1,143 @@
+"""tshark's relative times in ``-T fields``: ``frame.time_relative`` (since the capture's first frame),
+``frame.time_delta`` (since the frame read before) and ``frame.time_delta_displayed`` (since the frame
+shown before; 0 for the first one shown), on the columnar path (one process, worker processes, the
+per-packet columns of other link types), the per-packet path (``--no-columnar``) and in ``-T json``.
+They are the first fields an engineer asks tshark for; before, ``-e frame.time_relative`` was "not a
+field rdmalab knows".  Checked against tshark's own output where tshark is installed, and against
+times computed here from the record headers (nanosecond captures, times that go backwards)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdmalab.capture import records
+from rdmalab.capture.fieldtext import field_text, relative_text
+from rdmalab.capture.filter import FilterError, compile_filter
+from rdmalab.capture.pcapwriter import CaptureWriter
+from rdmalab.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPS = ROOT / "captures"
+requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark (Wireshark) is not installed")
+TIMES = ["frame.time_relative", "frame.time_delta", "frame.time_delta_displayed"]
+FIELDS = ["frame.number", *TIMES, "ip.src"]
+
+
+def _ours(path: Path, flt: str | None, capsys: Any, *extra: str) -> str:
+    args = ["decode", "-r", str(path), "-T", "fields", *[a for f in FIELDS for a in ("-e", f)], *extra]
+    if flt:
+        args += ["-Y", flt]
+    assert main(args) == 0
+    return capsys.readouterr().out
+
+
+def _expected(path: Path, keep: Any) -> str:
+    """The lines computed here from the record headers, ``keep(i)`` choosing the frames shown."""
+    ns = [r.ns for r in records(path)]
+    lines, shown = [], None
+    for i, t in enumerate(ns):
+        if not keep(i):
+            continue
+        rel, delta = t - ns[0], t - ns[i - 1] if i else 0
+        disp = 0 if shown is None else t - shown
+        shown = t
+        lines.append(f"{i + 1}\t{relative_text(rel)}\t{relative_text(delta)}\t{relative_text(disp)}")
+    return "\n".join(lines) + "\n"
+
+
+def _backwards(tmp_path: Path) -> Path:
+    """Frames of a real capture at nanosecond times that also go backwards (a merged capture)."""
+    frames = [r.data for r in records(CAPS / "rxe_read_bw.pcap")][:30]
+    t, times = 1_795_242_068_901_798_123, []
+    for k in range(len(frames)):
+        t += (-1_500_000_007 if k % 7 == 3 else 123_456_789 + k)
+        times.append(t)
+    path = tmp_path / "back.pcapng"
+    with CaptureWriter(path, format="pcapng", nano=True) as w:  # type: ignore[arg-type]
+        for when, data in zip(times, frames, strict=True):
+            w.write(data, when)
+    return path
+
+
+@pytest.mark.parametrize("mode", [[], ["--no-columnar"]])
+def test_times_against_the_record_headers(tmp_path: Path, capsys: Any, mode: list[str]) -> None:
+    path = _backwards(tmp_path)
+
+    def four(text: str) -> str:
+        return "".join("\t".join(line.split("\t")[:4]) + "\n" for line in text.splitlines())
+
+    got = four(_ours(path, None, capsys, *mode))
+    assert got == _expected(path, lambda i: True)
+    assert any(line.split("\t")[2].startswith("-") for line in got.splitlines()), got  # it did go backwards
+    got = four(_ours(path, "udp", capsys, *mode))
+    shown = {int(line.split("\t")[0]) - 1 for line in got.splitlines()}
+    assert 0 < min(shown) and len(shown) < 30, shown  # frame 1 (TCP) is not shown: the first shown counts from itself
+    assert got == _expected(path, lambda i: i in shown)
+
+
+def test_worker_processes_count_from_the_blocks_before(tmp_path: Path) -> None:
+    """Ranges of 4 KiB in two workers: each block's first delta is from the block before it."""
+    path = CAPS / "rxe_send_bw_loss.pcap"
+    one = b"".join(field_text(path, FIELDS[:3], workers=1))
+    many = b"".join(field_text(path, FIELDS[:3], workers=2, block_bytes=4096, parallel_min_bytes=0))
+    assert one == many and len(one.splitlines()) > 100
+    assert one.decode() == "".join("\t".join(line.split("\t")[:3]) + "\n"
+                                   for line in _expected(path, lambda i: True).splitlines())
+
+
+@requires_tshark
+@pytest.mark.parametrize("name", ["rxe_read_bw.pcap", "siw_write_bw.pcap", "rxe_send_bw_loss.pcap",
+                                  "hw_ib_connectx_erf.pcap"])
+@pytest.mark.parametrize("flt", [None, "tcp", "infiniband.bth.opcode == 12", "frame.len > 100"])
+def test_as_tshark_prints_them(name: str, flt: str | None, capsys: Any) -> None:
+    path = CAPS / name
+    cmd = ["tshark", "-r", str(path), "-T", "fields", *[a for f in FIELDS for a in ("-e", f)]]
+    if flt:
+        cmd += ["-Y", flt]
+    want = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert _ours(path, flt, capsys) == want
+    assert _ours(path, flt, capsys, "--no-columnar") == want
+
+
+@requires_tshark
+def test_json_delta_displayed_of_the_first_frame_shown_is_zero(capsys: Any) -> None:
+    """``-T json -Y``: the first frame shown counts from itself (it counted from frame 1 before)."""
+    path = CAPS / "rxe_read_bw.pcap"
+    flt = "infiniband.bth.opcode == 12"
+    want = json.loads(subprocess.run(["tshark", "-r", str(path), "-T", "json", "-Y", flt], capture_output=True,
+                                     text=True, check=True).stdout)
+    assert main(["decode", "-r", str(path), "-T", "json", "-Y", flt]) == 0
+    got = json.loads(capsys.readouterr().out)
+    keys = ["frame.number", *TIMES]
+    assert [{k: p["_source"]["layers"]["frame"][k] for k in keys} for p in got] == \
+        [{k: p["_source"]["layers"]["frame"][k] for k in keys} for p in want]
+    assert got[0]["_source"]["layers"]["frame"]["frame.time_delta_displayed"] == "0.000000000"
+
+
+@pytest.mark.parametrize("name", TIMES)
+def test_a_filter_on_them_is_a_clear_error(name: str) -> None:
+    with pytest.raises(FilterError, match=r"time relative to other frames.*-T fields -e"):
+        compile_filter(f"{name} > 1")
+
+
+def test_damaged_times_past_2262_agree_on_both_paths(tmp_path: Path, capsys: Any) -> None:
+    """Two frames whose timestamps' high word is damaged (the year 586524, past what an int64 of
+    nanoseconds holds): the columnar path counted them as 0 s apart from everything (its clamped
+    integers); now both paths count with the time the per-packet path has (its float seconds)."""
+    from test_nanosecond_times import _far_future  # tests/capture is on sys.path (pytest's rootdir insertion)
+
+    path = _far_future(tmp_path)
+    for flt in (None, "frame.number > 2"):
+        columnar = _ours(path, flt, capsys)
+        assert columnar == _ours(path, flt, capsys, "--no-columnar")
+        rows = [line.split("\t") for line in columnar.splitlines()]
+        third = next(r for r in rows if r[0] == "3")
+        assert third[1].startswith("18444948764494.9") and third[2].startswith("18444948764494.9"), third
+        fourth = next(r for r in rows if r[0] == "4")
+        assert fourth[2].startswith("-18444948764494.9"), fourth  # back from the year 586524
