@@ -59,6 +59,9 @@ from rdmalab.wire.header import Header
 #: shown before it, which a display filter decides): printed (-T fields, -T json), counted in file order
 #: (:class:`rdmalab.capture.fieldtext.Clock`), not filtered on
 RELATIVE_TIMES = ("frame.time_relative", "frame.time_delta", "frame.time_delta_displayed")
+#: Wireshark's protocol names for which rdmalab has a protocol of another name: ``iwarp_ddp_rdmap`` is the
+#: dissector of DDP and RDMAP (packet-iwarp-ddp-rdmap.c), present exactly where ``iwarp_ddp`` is
+PROTOCOL_ALIASES = {"iwarp_ddp_rdmap": "iwarp_ddp"}
 
 
 class FilterError(RdmalabError, ValueError):
@@ -376,6 +379,7 @@ class _Parser:
         kind, text, pos = self.take()
         if kind != "word" or not re.match(r"^[A-Za-z_][\w.\-]*$", text):
             raise FilterError(self.expr, f"expected a field name, found {text!r}", pos)
+        text = PROTOCOL_ALIASES.get(text, text)
         if text not in self.known:
             if text in RELATIVE_TIMES:
                 raise FilterError(self.expr, f"{text!r} (a time relative to other frames) is not taken by rdmalab's "

@@ -151,3 +151,24 @@ def test_tshark_refuses_them_too(expr: str, why: str, at: int) -> None:
 ])
 def test_values_of_the_right_kind_compile(expr: str) -> None:
     compile_filter(expr)
+
+
+@pytest.mark.parametrize("name", ["siw_read_bw.pcap", "siw_crc_read_bw.pcap", "siw_send_bw.pcap"])
+@pytest.mark.parametrize("expr", ["iwarp_ddp_rdmap", "!iwarp_ddp_rdmap && tcp", "iwarp_ddp_rdmap || iwarp_mpa"])
+def test_wiresharks_name_of_the_ddp_and_rdmap_protocol(name: str, expr: str) -> None:
+    """``iwarp_ddp_rdmap`` (the protocol of Wireshark's DDP/RDMAP dissector) is present where
+    ``iwarp_ddp`` is, on both paths, and picks the frames tshark picks ("not a field" before)."""
+    import shutil
+    import subprocess
+
+    path = CAPTURES / name
+    same = compile_filter(expr.replace("iwarp_ddp_rdmap", "iwarp_ddp"))
+    flt = compile_filter(expr)
+    packets = [cp.frame_number for cp in read(path) if flt(frame_fields(cp))]
+    assert packets == [cp.frame_number for cp in read(path) if same(frame_fields(cp))] and packets
+    cols = read_columns(path)
+    assert np.flatnonzero(flt.mask(cols, cols.present, cols.n)).tolist() == [n - 1 for n in packets]
+    if shutil.which("tshark"):
+        got = subprocess.run(["tshark", "-n", "-r", str(path), "-Y", expr, "-T", "fields", "-e", "frame.number"],
+                             capture_output=True, text=True, check=True).stdout.split()
+        assert [int(x) for x in got] == packets
