@@ -201,6 +201,11 @@ def _header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
     return hit
 
 
+#: protocols whose dotted field names Wireshark shows side by side, not in subtrees (packet-arp.c:
+#: arp.hw.type, arp.src.hw_mac ... are all items of the arp tree)
+_FLAT = frozenset({"arp"})
+
+
 def _make_header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
     lay = h.LAYOUT
     proto_name = lay.ws_proto or "rdmalab"
@@ -215,7 +220,7 @@ def _make_header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
             continue
         # a bit field of a byte Wireshark shows as a value (ip.dsfield.ecn under ip.dsfield_tree)
         parent, _, _leaf = name.rpartition(".")
-        if "." in parent and parent != proto_name and parent not in vals and proto_name == proto:
+        if "." in parent and parent != proto_name and parent not in vals and proto_name == proto and proto not in _FLAT:
             fields.setdefault(parent + "_tree", {})[name] = value_text(name, v)
         else:
             fields[name] = value_text(name, v)

@@ -19,6 +19,17 @@ from typing import Any
 
 from rdmalab.wire import crc as _crc
 from rdmalab.wire.cm import CMMessage, decode_mad_payload
+from rdmalab.wire.control import (
+    ARP,
+    ETHERTYPE_ARP,
+    ICMP,
+    IPPROTO_ICMP,
+    IPPROTO_ICMPV6,
+    ICMPv6,
+    decode_arp,
+    icmp_summary,
+    icmpv6_summary,
+)
 from rdmalab.wire.errors import DecodeError, MalformedError, TruncatedError
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import (
@@ -111,6 +122,13 @@ def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient
         decode_grh_packet(data, pkt, pos, lenient=lenient)
     elif ethertype in (ETHERTYPE_IPV4, ETHERTYPE_IPV6):
         _ip(data, pkt, pos, lenient, ports)
+    elif ethertype == ETHERTYPE_ARP and (arp := decode_arp(data, pos, len(data))) is not None:
+        pkt.layers.append(Layer(arp, pos))
+        if isinstance(arp, ARP):
+            pkt.info = arp.summary()
+            pkt.payload_offset, pkt.payload_length = pos + 28, 0  # what follows is the frame's padding
+        else:  # the addresses of other sizes stay bytes
+            pkt.payload_offset, pkt.payload_length = pos + 8, len(data) - pos - 8
     elif ethertype == ETHERTYPE_MAC_CONTROL and data[pos:pos + 2] == PFC_OPCODE.to_bytes(2, "big"):
         # an 802.1Qbb PFC frame (the congestion fabric's pauses); other MAC Control opcodes
         # (802.3x PAUSE, ...) stay undecoded bytes
@@ -169,6 +187,14 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
             pkt.crc_expected = _crc.icrc_rocev2(data[ip_start:crc_at])
         else:
             pkt.payload_offset, pkt.payload_length = pos + 8, udp_end - pos - 8
+    elif proto in (IPPROTO_ICMP, IPPROTO_ICMPV6) and end - pos >= 4:
+        six = proto == IPPROTO_ICMPV6
+        icmp = (ICMPv6 if six else ICMP).decode(data, pos)
+        pkt.layers.append(Layer(icmp, pos))
+        msg = bytes(data[pos:end])
+        ip = pkt.layers[-2].header
+        pkt.info = icmpv6_summary(msg, ip.hop_limit) if six else icmp_summary(msg, ip.ttl)  # type: ignore[attr-defined]
+        pkt.payload_offset, pkt.payload_length = pos + 4, end - pos - 4
     elif proto == IPPROTO_TCP:
         tcp = TCP.decode(data, pos)
         pkt.layers.append(Layer(tcp, pos))
@@ -252,7 +278,8 @@ def _ipoib(data: bytes, pkt: Packet, end: int, lenient: bool) -> None:
     carries (:data:`~rdmalab.wire.ib.IPOIB_ETHERTYPES`: IPv4, ARP, IPv6); others (which tshark
     may also claim) stay payload.  IPv4 and IPv6 are decoded by the IP decoder an Ethernet frame's
     EtherType leads to (:func:`_ip`, here without RoCEv2 on UDP 4791: RoCE is an Ethernet
-    encapsulation); ARP has no decoder here (nor in Ethernet frames) and stays payload.  The packet stays native IB (``encap`` ``"ib"``, its ICRC and
+    encapsulation); ARP by :func:`~rdmalab.wire.control.decode_arp` (its fixed part: IPoIB's hardware
+    addresses are 20 bytes).  The packet stays native IB (``encap`` ``"ib"``, its ICRC and
     VCRC as before); its payload becomes what the inner decoders leave (the UDP payload, say),
     as for an Ethernet frame.  Only native IB: Wireshark also tries it on RoCE payloads, but
     IPoIB is an IB link's encapsulation (RFC 4391), and RoCE carries IP on Ethernet already.
@@ -266,6 +293,13 @@ def _ipoib(data: bytes, pkt: Packet, end: int, lenient: bool) -> None:
         return
     pkt.layers.append(Layer(IPoIB.decode(data, off), off))
     pkt.payload_offset, pkt.payload_length = off + 4, size - 4
+    if ethertype == ETHERTYPE_ARP:
+        arp = decode_arp(data, off + 4, off + size)
+        if arp is not None:
+            pkt.layers.append(Layer(arp, off + 4))
+            n = arp.LAYOUT.size
+            pkt.payload_offset, pkt.payload_length = off + 4 + n, size - 4 - n
+        return
     if ethertype not in (ETHERTYPE_IPV4, ETHERTYPE_IPV6):
         return
     try:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from rdmalab.wire.control import ETHERTYPE_ARP
 from rdmalab.wire.errors import MalformedError
 from rdmalab.wire.header import F, Header, Layout, compile_constructor, layout
 from rdmalab.wire.net import ETHERTYPE_IPV4, ETHERTYPE_IPV6, TCP, UDP, IPv4, IPv6
@@ -796,7 +797,6 @@ ACK_OPCODE = find_opcode(Transport.RC, Op.ACKNOWLEDGE)  # 0x11: ACK and NAK (IBA
 
 # ============================================================================ IPoIB
 
-ETHERTYPE_ARP = 0x0806
 #: The EtherTypes an IPoIB header is recognised for, with their names: IPv4, ARP and IPv6, what
 #: IPoIB carries (RFC 4391 sections 6 and 9; RFC 4391 itself is IPv4/ARP, RFC 4861 over it IPv6).
 IPOIB_ETHERTYPES: dict[int, str] = {ETHERTYPE_IPV4: "IPv4", ETHERTYPE_ARP: "ARP", ETHERTYPE_IPV6: "IPv6"}

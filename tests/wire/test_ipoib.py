@@ -14,6 +14,7 @@ from rdmalab.capture.linktypes import ERF, LINKTYPE_ERF
 from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.capture.render import protocol
 from rdmalab.wire import BTH, RETH, decode_ib, encode_ib, encode_rocev2
+from rdmalab.wire.control import ARPoIB, ARPOther
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.frame import decode_ethernet, encode_ip_udp
 from rdmalab.wire.ib import DETH, LRH, IPoIB
@@ -50,8 +51,11 @@ def test_ipv6_and_arp() -> None:
     assert [la.name for la in pkt.layers][-3:] == ["IPoIB", "IPv6", "UDP"]
     assert pkt[IPv6].dst == int.from_bytes(bytes.fromhex("ff02" + "00" * 13 + "01"), "big")
     arp = decode_ib(ud_send(b"\x08\x06\x00\x00" + ARP))
-    assert [la.name for la in arp.layers][-1] == "IPoIB" and arp.payload == ARP  # no ARP decoder: its bytes
+    assert [la.name for la in arp.layers][-2:] == ["IPoIB", "ARP"] and arp.payload == b""  # RFC 4391 8: all 56 bytes
+    assert isinstance(arp[ARPoIB], ARPoIB) and arp[ARPoIB].opcode == 1 and arp[ARPoIB].hw_size == 20
     assert arp.summary().endswith("IPoIB ARP")
+    other = decode_ib(ud_send(b"\x08\x06\x00\x00" + bytes.fromhex("0006 0800 06 04 0001") + bytes(20)))
+    assert isinstance(other.layers[-1].header, ARPOther) and len(other.payload) == 20  # its addresses: bytes
 
 
 def test_rc_send_and_write_are_tried_too() -> None:
