@@ -29,6 +29,22 @@ ARP_HW_INFINIBAND = 32  # RFC 4391 8 (IANA ARP hardware type 32)
 ARP_REQUEST, ARP_REPLY = 1, 2  # RFC 826 (ar$op)
 
 
+def _arp_fields(hw_type: int | None, hw_size: int | None, hw: str, hw_bits: int, hw_fmt: str) -> tuple[F, ...]:
+    """The fields of an ARP packet (RFC 826): the fixed part (``hw_type`` and ``hw_size`` the values
+    required, None: any), then, when ``hw_bits``, the sender's and target's hardware and IPv4 addresses
+    (Wireshark's ``arp.src.<hw>``, ``arp.src.proto_ipv4`` ...)."""
+    fixed = (F("hw_type", 16, "arp.hw.type", const=hw_type, doc="hardware type (1 Ethernet, 32 InfiniBand)"),
+             F("proto_type", 16, "arp.proto.type", fmt="hex", const=None if hw_type is None else ETHERTYPE_IPV4,
+               doc="protocol type (0x0800 IPv4)"),
+             F("hw_size", 8, "arp.hw.size", const=hw_size),
+             F("proto_size", 8, "arp.proto.size", const=None if hw_size is None else 4),
+             F("opcode", 16, "arp.opcode", doc="1 request, 2 reply"))
+    if not hw_bits:
+        return fixed
+    return (*fixed, F("src_hw", hw_bits, f"arp.src.{hw}", fmt=hw_fmt), F("src_ip", 32, "arp.src.proto_ipv4", fmt="ipv4"),
+            F("dst_hw", hw_bits, f"arp.dst.{hw}", fmt=hw_fmt), F("dst_ip", 32, "arp.dst.proto_ipv4", fmt="ipv4"))
+
+
 @dataclass(frozen=True, slots=True)
 class ARP(Header):
     """An ARP packet for Ethernet and IPv4 (RFC 826: ar$hrd, ar$pro, ar$hln, ar$pln, ar$op, then the
@@ -44,20 +60,8 @@ class ARP(Header):
     dst_hw: int = 0
     dst_ip: int = 0
 
-    LAYOUT: ClassVar[Layout] = layout(
-        "ARP",
-        "RFC 826 (packet format)",
-        F("hw_type", 16, "arp.hw.type", const=ARP_HW_ETHERNET, doc="hardware type: 1, Ethernet"),
-        F("proto_type", 16, "arp.proto.type", fmt="hex", const=ETHERTYPE_IPV4, doc="protocol type: IPv4"),
-        F("hw_size", 8, "arp.hw.size", const=6),
-        F("proto_size", 8, "arp.proto.size", const=4),
-        F("opcode", 16, "arp.opcode", doc="1 request, 2 reply"),
-        F("src_hw", 48, "arp.src.hw_mac", fmt="mac"),
-        F("src_ip", 32, "arp.src.proto_ipv4", fmt="ipv4"),
-        F("dst_hw", 48, "arp.dst.hw_mac", fmt="mac"),
-        F("dst_ip", 32, "arp.dst.proto_ipv4", fmt="ipv4"),
-        ws="arp",
-    )
+    LAYOUT: ClassVar[Layout] = layout("ARP", "RFC 826 (packet format)",
+                                      *_arp_fields(ARP_HW_ETHERNET, 6, "hw_mac", 48, "mac"), ws="arp")
 
     def summary(self) -> str:
         """What it asks or answers, in tshark's words (its ``packet-arp.c`` Info column)."""
@@ -91,20 +95,9 @@ class ARPoIB(Header):
     dst_hw: int = 0
     dst_ip: int = 0
 
-    LAYOUT: ClassVar[Layout] = layout(
-        "ARP",
-        "RFC 826 (packet format); RFC 4391 8 (IPoIB link-layer address)",
-        F("hw_type", 16, "arp.hw.type", const=ARP_HW_INFINIBAND, doc="hardware type: 32, InfiniBand"),
-        F("proto_type", 16, "arp.proto.type", fmt="hex", const=ETHERTYPE_IPV4, doc="protocol type: IPv4"),
-        F("hw_size", 8, "arp.hw.size", const=20),
-        F("proto_size", 8, "arp.proto.size", const=4),
-        F("opcode", 16, "arp.opcode", doc="1 request, 2 reply"),
-        F("src_hw", 160, "arp.src.hw", fmt="bytes", doc="flags and QPN (4 bytes), then the port GID"),
-        F("src_ip", 32, "arp.src.proto_ipv4", fmt="ipv4"),
-        F("dst_hw", 160, "arp.dst.hw", fmt="bytes"),
-        F("dst_ip", 32, "arp.dst.proto_ipv4", fmt="ipv4"),
-        ws="arp",
-    )
+    # a hardware address: flags and QPN (4 bytes), then the port GID (RFC 4391 8)
+    LAYOUT: ClassVar[Layout] = layout("ARP", "RFC 826 (packet format); RFC 4391 8 (IPoIB link-layer address)",
+                                      *_arp_fields(ARP_HW_INFINIBAND, 20, "hw", 160, "bytes"), ws="arp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,16 +111,7 @@ class ARPOther(Header):
     proto_size: int = 4
     opcode: int = ARP_REQUEST
 
-    LAYOUT: ClassVar[Layout] = layout(
-        "ARP",
-        "RFC 826 (packet format)",
-        F("hw_type", 16, "arp.hw.type"),
-        F("proto_type", 16, "arp.proto.type", fmt="hex"),
-        F("hw_size", 8, "arp.hw.size"),
-        F("proto_size", 8, "arp.proto.size"),
-        F("opcode", 16, "arp.opcode", doc="1 request, 2 reply"),
-        ws="arp",
-    )
+    LAYOUT: ClassVar[Layout] = layout("ARP", "RFC 826 (packet format)", *_arp_fields(None, None, "", 0, ""), ws="arp")
 
 
 #: the first 6 bytes of an ARP packet for Ethernet and IPv4 (hardware type 1, protocol 0x0800, sizes 6
