@@ -135,6 +135,11 @@ def decode_arp(data: bytes, pos: int, end: int) -> ARP | ARPoIB | ARPOther | Non
     return None
 
 
+def _icmp_fields(proto: str) -> tuple[F, ...]:
+    """Type, code and checksum: how every ICMP (RFC 792) and ICMPv6 (RFC 4443 2.1) message begins."""
+    return (F("type", 8, f"{proto}.type"), F("code", 8, f"{proto}.code"), F("checksum", 16, f"{proto}.checksum", fmt="hex"))
+
+
 @dataclass(frozen=True, slots=True)
 class ICMP(Header):
     """The first 4 bytes of every ICMP message (RFC 792): type, code, checksum."""
@@ -143,14 +148,7 @@ class ICMP(Header):
     code: int = 0
     checksum: int = 0
 
-    LAYOUT: ClassVar[Layout] = layout(
-        "ICMP",
-        "RFC 792",
-        F("type", 8, "icmp.type"),
-        F("code", 8, "icmp.code"),
-        F("checksum", 16, "icmp.checksum", fmt="hex"),
-        ws="icmp",
-    )
+    LAYOUT: ClassVar[Layout] = layout("ICMP", "RFC 792", *_icmp_fields("icmp"), ws="icmp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,14 +159,7 @@ class ICMPv6(Header):
     code: int = 0
     checksum: int = 0
 
-    LAYOUT: ClassVar[Layout] = layout(
-        "ICMPv6",
-        "RFC 4443 2.1",
-        F("type", 8, "icmpv6.type"),
-        F("code", 8, "icmpv6.code"),
-        F("checksum", 16, "icmpv6.checksum", fmt="hex"),
-        ws="icmpv6",
-    )
+    LAYOUT: ClassVar[Layout] = layout("ICMPv6", "RFC 4443 2.1", *_icmp_fields("icmpv6"), ws="icmpv6")
 
 
 #: ICMP types (RFC 792; IANA "ICMP Type Numbers"), named as Wireshark's Info column names them
