@@ -25,6 +25,7 @@ from rdmalab.wire.control import (
     ICMP,
     IPPROTO_ICMP,
     IPPROTO_ICMPV6,
+    ARPOther,
     ICMPv6,
     decode_arp,
     icmp_summary,
@@ -126,9 +127,9 @@ def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient
         pkt.layers.append(Layer(arp, pos))
         if isinstance(arp, ARP):
             pkt.info = arp.summary()
-            pkt.payload_offset, pkt.payload_length = pos + 28, 0  # what follows is the frame's padding
-        else:  # the addresses of other sizes stay bytes
-            pkt.payload_offset, pkt.payload_length = pos + 8, len(data) - pos - 8
+        end = pos + arp.LAYOUT.size
+        # after a whole packet the frame's padding; after the fixed part, the addresses of other sizes as bytes
+        pkt.payload_offset, pkt.payload_length = end, (len(data) - end if isinstance(arp, ARPOther) else 0)
     elif ethertype == ETHERTYPE_MAC_CONTROL and data[pos:pos + 2] == PFC_OPCODE.to_bytes(2, "big"):
         # an 802.1Qbb PFC frame (the congestion fabric's pauses); other MAC Control opcodes
         # (802.3x PAUSE, ...) stay undecoded bytes
@@ -156,7 +157,7 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
             _problem(pkt, p, lenient)
         hl = max(20, ip4.header_len)
         end = pos + ip4.total_length
-        proto = ip4.protocol
+        proto, hops = ip4.protocol, ip4.ttl
         if ip4.frag_offset or ip4.flags & 1:
             pkt.payload_offset, pkt.payload_length = pos + hl, max(0, min(end, len(data)) - pos - hl)
             pkt.ip_fragment = True
@@ -166,7 +167,7 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         ip6 = IPv6.decode(data, pos)
         pkt.layers.append(Layer(ip6, pos))
         end = pos + 40 + ip6.payload_length
-        proto = ip6.next_header
+        proto, hops = ip6.next_header, ip6.hop_limit
         pos += 40
     else:
         raise MalformedError("IP", "version", pos, version, "4 or 6")
@@ -192,8 +193,7 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         icmp = (ICMPv6 if six else ICMP).decode(data, pos)
         pkt.layers.append(Layer(icmp, pos))
         msg = bytes(data[pos:end])
-        ip = pkt.layers[-2].header
-        pkt.info = icmpv6_summary(msg, ip.hop_limit) if six else icmp_summary(msg, ip.ttl)  # type: ignore[attr-defined]
+        pkt.info = icmpv6_summary(msg, hops) if six else icmp_summary(msg, hops)
         pkt.payload_offset, pkt.payload_length = pos + 4, end - pos - 4
     elif proto == IPPROTO_TCP:
         tcp = TCP.decode(data, pos)
@@ -278,8 +278,8 @@ def _ipoib(data: bytes, pkt: Packet, end: int, lenient: bool) -> None:
     carries (:data:`~rdmalab.wire.ib.IPOIB_ETHERTYPES`: IPv4, ARP, IPv6); others (which tshark
     may also claim) stay payload.  IPv4 and IPv6 are decoded by the IP decoder an Ethernet frame's
     EtherType leads to (:func:`_ip`, here without RoCEv2 on UDP 4791: RoCE is an Ethernet
-    encapsulation); ARP by :func:`~rdmalab.wire.control.decode_arp` (its fixed part: IPoIB's hardware
-    addresses are 20 bytes).  The packet stays native IB (``encap`` ``"ib"``, its ICRC and
+    encapsulation); ARP by :func:`~rdmalab.wire.control.decode_arp` (whole: IPoIB's ARP, RFC 4391
+    section 8, is :class:`~rdmalab.wire.control.ARPoIB`).  The packet stays native IB (``encap`` ``"ib"``, its ICRC and
     VCRC as before); its payload becomes what the inner decoders leave (the UDP payload, say),
     as for an Ethernet frame.  Only native IB: Wireshark also tries it on RoCE payloads, but
     IPoIB is an IB link's encapsulation (RFC 4391), and RoCE carries IP on Ethernet already.
