@@ -10,7 +10,8 @@ formatted from the columns too, their windows and iWARP streams followed a block
 (:func:`_run_text`; the lines of segments that complete iWARP PDUs the tracker decoded are
 written from those PDUs).  Every other frame (TCP that is not clean; RoCEv1; MADs; anything the
 per-packet decoder would report a problem for; other link types) goes through the per-packet
-path, in capture order, with the same TCP window and iWARP stream state.  ``tests/capture/test_columnar_summary.py``
+path, in capture order, with the same TCP window, iWARP stream and echo pairing state (a block
+written in a worker leaves its echo requests and replies to this process).  ``tests/capture/test_columnar_summary.py``
 holds the two paths to the same bytes on every capture in ``captures/`` and on damaged ones.
 """
 
@@ -38,7 +39,9 @@ from rdmalab.capture.linktypes import LINKTYPE_ERF, LINKTYPE_ETHERNET, erf_frame
 from rdmalab.capture.pcapio import RecordBlock, record_blocks
 from rdmalab.capture.reader import RawRecord, decode_record
 from rdmalab.capture.render import (
+    EchoPairs,
     TcpWindowScaling,
+    echo_message,
     endpoints,
     format_summary,
     info,
@@ -544,9 +547,9 @@ class _BlockText:
 _Parts = tuple[str, str, str, str, tuple[float, int] | None]
 
 
-def _parts(cp: Any) -> _Parts:
+def _parts(cp: Any, request_in: int | None = None) -> _Parts:
     own = (cp.timestamp, cp.wire_length) if cp.time_ns is not None else None
-    return (*endpoints(cp.packet), protocol(cp), info(cp), own)
+    return (*endpoints(cp.packet), protocol(cp), info(cp, None, request_in), own)
 
 
 #: what the per-packet path says of a frame that is not TCP depends on its bytes alone (no stream
@@ -567,7 +570,7 @@ def _stateless_line(first: int, rec: _Record, t0: float, flt: Any, lenient: bool
             cp = decode_record(RawRecord(first + j, ts, lt, data, wire, iface), lenient=lenient)
         except Exception:  # noqa: BLE001 - decoded again, and raised in order, by the caller
             return None
-        if cp.packet.encap == "tcp":
+        if cp.packet.encap == "tcp" or echo_message(cp.packet) is not None:  # (an echo: paired in order)
             return None
         if flt is not None and not flt(frame_fields(cp)):
             return b""
@@ -957,6 +960,7 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
 
         tracker = IwarpTracker()
     windows = TcpWindowScaling()  # follows every frame, filtered out or not, as tshark does
+    echoes = EchoPairs()  # the same (the blocks leave echo requests and replies to this loop)
     # what the per-packet path says of a frame that is not TCP depends on its bytes alone (no
     # stream or window state): the same bytes again (repeated test runs, duplicated frames) are
     # not decoded again.  Bounded: emptied when full.
@@ -1011,12 +1015,14 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
                     # a TCP header the decoder did not take whole (options past the segment's end, ...):
                     # its SYN still sets its direction's window scale, as on the per-packet path
                     damaged_tcp = cp.packet.get(TCP) is not None
+                    echo = echo_message(cp.packet) is not None  # an echo request or reply: paired in order
+                    request_in = echoes.note(bt.first + j, cp.packet) if echo else None
                     if flt is not None and not flt(frame_fields(cp, windows=windows)):
                         continue
                     if damaged_tcp and flt is None:
                         windows.window(cp.packet)
-                    parts = _parts(cp)
-                    if flt is None and not damaged_tcp:  # (a damaged TCP segment is read each time: its window)
+                    parts = _parts(cp, request_in)
+                    if flt is None and not damaged_tcp and not echo:  # (a damaged TCP segment, an echo: read each time)
                         if len(seen) >= 4096:
                             seen.clear()
                         seen[key] = parts

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rdmalab.capture.linktypes import LINKTYPE_NAMES
+from rdmalab.wire.control import ICMP, ICMPv6
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import GRH, LRH, IPoIB
 from rdmalab.wire.net import TCP, Ethernet, IPv4, IPv6, tcp_flag_names
@@ -163,6 +164,68 @@ class TcpWindowScaling:
         return out
 
 
+def _ones_add(a: int, b: int) -> int:
+    """16-bit one's complement addition (RFC 1071)."""
+    s = a + b
+    return (s & 0xFFFF) + (s >> 16)
+
+
+#: echo request type -> (reply type, what the reply's checksum adds to the request's: the type word's change,
+#: RFC 1624 3): ICMP 8 -> 0 (RFC 792), ICMPv6 128 -> 129 (RFC 4443 4.1-4.2)
+_ECHO_REQUESTS = {(4, 8): (0, 0x0800), (6, 128): (129, 0xFFFF ^ 0x0100)}
+_ECHO_REPLIES = {(4, 0), (6, 129)}
+
+
+class EchoPairs:
+    """Echo replies matched with their requests in one pass over a capture, as tshark matches them
+    (and words it: "(request in N)" after a reply's Info).
+
+    Fed every frame in capture order (:meth:`note`).  A request waits for the reply of the same
+    identifier, sequence number and data between the same two addresses (either way round); the
+    data is compared through the checksum: the reply's is the request's with the type changed
+    (RFC 1624).  A later request of the same key takes the earlier one's place; a reply answers one
+    request, and a second reply of it answers none.  At most ``limit`` requests wait (the oldest
+    goes first); tshark keeps them all."""
+
+    def __init__(self, limit: int = 1 << 16) -> None:
+        self._waiting: dict[tuple[int, int, int, int, int, int], int] = {}
+        self._limit = limit
+
+    def note(self, frame: int, pkt: Packet) -> int | None:
+        """Feed frame ``frame``: for an echo reply that answers a request fed before, that request's
+        frame number (the request is answered then), else None."""
+        echo = echo_message(pkt)
+        if echo is None:
+            return None
+        version, kind, ident_seq, checksum = echo
+        src, dst = _ip_pair(pkt)
+        req = _ECHO_REQUESTS.get((version, kind))
+        if req is not None:
+            key = (version, min(src, dst), max(src, dst), req[0], ident_seq, _ones_add(checksum, req[1]))
+            self._waiting.pop(key, None)
+            if len(self._waiting) >= self._limit:
+                del self._waiting[next(iter(self._waiting))]
+            self._waiting[key] = frame
+            return None
+        return self._waiting.pop((version, min(src, dst), max(src, dst), kind, ident_seq, checksum), None)
+
+
+def echo_message(pkt: Packet) -> tuple[int, int, int, int] | None:
+    """An ICMP or ICMPv6 echo request or reply: IP version, type, identifier and sequence number (as one
+    32-bit number) and checksum; None for any other frame (what :class:`EchoPairs` looks at)."""
+    last = pkt.layers[-1].header if pkt.layers else None
+    if isinstance(last, ICMP):
+        version = 4
+    elif isinstance(last, ICMPv6):
+        version = 6
+    else:
+        return None
+    at = pkt.layers[-1].offset
+    if at + 8 > len(pkt.data) or ((version, last.type) not in _ECHO_REQUESTS and (version, last.type) not in _ECHO_REPLIES):
+        return None
+    return version, last.type, int.from_bytes(pkt.data[at + 4:at + 8], "big"), last.checksum
+
+
 def _ip_pair(pkt: Packet) -> tuple[int, int]:
     for cls in (IPv4, IPv6):
         ip = pkt.get(cls)
@@ -196,14 +259,17 @@ def tcp_info_text(sport: int, dport: int, flags: int, seq: int, ack: int, window
     return f"{sport} → {dport} [{names}] Seq={seq} Win={window} Len={length}"
 
 
-def info(cp: CapturedPacket, tcp_windows: TcpWindowScaling | None = None) -> str:
+def info(cp: CapturedPacket, tcp_windows: TcpWindowScaling | None = None, request_in: int | None = None) -> str:
     """tshark's Info column.  ``tcp_windows``, fed every frame in capture order, scales TCP
-    windows as tshark does; without it they are shown raw."""
+    windows as tshark does; without it they are shown raw.  ``request_in``: the frame of the echo
+    request an echo reply answers (:class:`EchoPairs`), said after the reply's Info."""
     window = tcp_windows.window(cp.packet) if tcp_windows is not None else None
     if cp.pdus:
         text = "; ".join(p.summary() for p in cp.pdus)
     else:
         text = (tcp_info(cp.packet, window) if cp.packet.encap == "tcp" else None) or cp.packet.summary()
+        if request_in is not None and text == cp.packet.info:  # the ICMP message's own line (not IPoIB's)
+            text += f" (request in {request_in})"
     return _with_problems(text, (cp.packet, *cp.pdus), cp.packet.internal_error)
 
 
@@ -221,14 +287,15 @@ def _with_problems(text: str, packets: Sequence[Packet], internal: str | None) -
     return text
 
 
-def summary_line(cp: CapturedPacket, t0: float, tcp_windows: TcpWindowScaling | None = None) -> str:
+def summary_line(cp: CapturedPacket, t0: float, tcp_windows: TcpWindowScaling | None = None,
+                 request_in: int | None = None) -> str:
     """One line, as tshark prints: number, relative time, source, destination, protocol, length, info.
 
     Pass one :class:`TcpWindowScaling` for all frames of a capture, in order, for TCP windows
-    scaled as tshark shows them."""
+    scaled as tshark shows them, and for an echo reply the frame of its request (:class:`EchoPairs`)."""
     src, dst = endpoints(cp.packet)
     return format_summary(cp.frame_number, cp.timestamp - t0, src, dst, protocol(cp),
-                          cp.wire_length or len(cp.packet.data), info(cp, tcp_windows))
+                          cp.wire_length or len(cp.packet.data), info(cp, tcp_windows, request_in))
 
 
 def format_summary(frame: int, t: float, src: str, dst: str, proto: str, length: int, text: str) -> str:

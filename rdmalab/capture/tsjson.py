@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 _PROTO_CHAIN = {"eth": "eth:ethertype", "vlan": "vlan:ethertype"}
 # Wireshark's dissector (layer) names where one dissector decodes several of our protocols
 _LAYER = {"iwarp_ddp": "iwarp_ddp_rdmap", "iwarp_rdma": "iwarp_ddp_rdmap"}
+# subtrees of a protocol that frame.protocols names after it (the IPv6 extension headers: packet-ipv6.c
+# dissects each as a protocol of its own, shown inside the IPv6 tree)
+_CHAIN_SUBTREES = frozenset({"ipv6.hopopts", "ipv6.routing", "ipv6.fraghdr", "ipv6.dstopts"})
 
 
 _quote = _json_encoder.encode_basestring  # the C string encoder json.dumps(ensure_ascii=False) uses
@@ -241,11 +244,15 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any], 
     current: dict[str, dict[str, Any]] = {}
     texts: dict[str, list[str] | None] = {}  # a protocol's entries as text; None: written from the dict
     order: list[str] = []
+    subchain: dict[str, list[str]] = {}
     for layer in pkt.layers:
         h = layer.header
         if type(h) in skip:
             continue
         proto, fields, ours, text = _header_layer(h, pkt.data, layer.offset)
+        sub = h.LAYOUT.ws_proto
+        if sub in _CHAIN_SUBTREES:
+            subchain.setdefault(proto, []).append(sub)
         if ours:
             extras.update(ours)
         if not proto:  # a header only rdmalab names (the CNP's reserved bytes)
@@ -302,6 +309,7 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any], 
             dest = _Rendered(dest, "{" + "".join(parts)[1:] + _FIELD_NL + "}", _FIELD_NL)
         _put(layers, proto, dest)
         chain.append(_PROTO_CHAIN.get(proto, proto))
+        chain.extend(subchain.get(proto, ()))
 
 
 #: seconds since the epoch -> (the date and time of frame.time up to the second, _index): frames

@@ -252,7 +252,7 @@ def _decode_live(args: argparse.Namespace, flt: Any, out: TextIO) -> int:
 
 def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: str | None = None) -> int:
     from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.capture.render import TcpWindowScaling, frame_tree, summary_line  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.render import EchoPairs, TcpWindowScaling, frame_tree, summary_line  # lazy: `--help` fast
     from rdmalab.wire.errors import DecodeError  # lazy: keeps `rdmalab --help` fast
 
     fmt = args.format
@@ -278,9 +278,11 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
         t0: float | None = None
         write = out.write
         windows = TcpWindowScaling()  # follows every frame, filtered out or not, as tshark does
+        echoes = EchoPairs()  # the same
         for cp in read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count):
             if t0 is None:
                 t0 = cp.timestamp
+            request_in = echoes.note(cp.frame_number, cp.packet)
             fields = frame_fields(cp, windows=windows) if flt is not None else None
             if not args.verbose and cp.packet.encap == "tcp" and not cp.pdus:
                 line = summary_line(cp, t0, windows)
@@ -294,7 +296,7 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
                 write(frame_tree(cp))
                 write("\n\n")
             else:
-                write(line if line is not None else summary_line(cp, t0))
+                write(line if line is not None else summary_line(cp, t0, request_in=request_in))
                 write("\n")
     except DecodeError as err:
         out.flush()

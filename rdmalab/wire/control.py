@@ -9,7 +9,8 @@ and ``-T fields`` know Wireshark's names for them (``arp``, ``arp.opcode``, ``ic
 Only the fixed parts are declared: ARP for Ethernet hardware and IPv4 addresses (hardware type 1,
 protocol 0x0800, sizes 6 and 4: every ARP an Ethernet RoCE capture holds) and for IPoIB and IPv4
 (20-byte hardware addresses) whole; of other ARP packets the first 8 bytes; and the type, code and
-checksum that begin every ICMP and ICMPv6 message.  The rest of a message is read only for its summary.
+checksum that begin every ICMP and ICMPv6 message.  The rest of a message is read only for its summary,
+which names every type (and the codes of the types whose codes tshark names) as tshark's Info column does.
 """
 
 from __future__ import annotations
@@ -162,27 +163,104 @@ class ICMPv6(Header):
     LAYOUT: ClassVar[Layout] = layout("ICMPv6", "RFC 4443 2.1", *_icmp_fields("icmpv6"), ws="icmpv6")
 
 
-#: ICMP types (RFC 792; IANA "ICMP Type Numbers"), named as Wireshark's Info column names them
-ICMP_TYPES = {0: "Echo (ping) reply", 3: "Destination unreachable", 4: "Source quench (flow control)",
-              5: "Redirect", 8: "Echo (ping) request", 11: "Time-to-live exceeded", 12: "Parameter problem",
-              13: "Timestamp request", 14: "Timestamp reply"}
-#: ICMPv6 types (RFC 4443 2.1, RFC 4861 4, RFC 3810 5.2), named as Wireshark's Info column names them
+#: ICMP types (RFC 792, RFC 950, RFC 1256, RFC 1393, RFC 2521, RFC 8335; IANA "ICMP Type Numbers"),
+#: named as Wireshark's Info column names them; every other type is "Unknown ICMP (obsolete or malformed?)"
+ICMP_TYPES = {0: "Echo (ping) reply", 1: "Reserved", 2: "Reserved", 3: "Destination unreachable",
+              4: "Source quench (flow control)", 5: "Redirect", 6: "Alternate host address", 8: "Echo (ping) request",
+              9: "Router advertisement", 10: "Router solicitation", 11: "Time-to-live exceeded",
+              12: "Parameter problem", 13: "Timestamp request", 14: "Timestamp reply", 15: "Information request",
+              16: "Information reply", 17: "Address mask request", 18: "Address mask reply",
+              19: "Reserved (for security)", 30: "Traceroute", 31: "Datagram Conversion Error",
+              32: "Mobile Host Redirect", 33: "IPv6 Where-Are-You", 34: "IPv6 I-Am-Here",
+              35: "Mobile Registration Request", 36: "Mobile Registration Reply", 37: "Domain Name Request",
+              38: "Domain Name Reply", 39: "SKIP", 40: "Photuris", 41: "Experimental mobility protocols",
+              42: "Extended Echo request", 43: "Extended Echo reply"}
+#: the codes of the ICMP types whose Info names their code (RFC 792, RFC 1812 5.2.7.1, RFC 2521 3,
+#: RFC 8335 3): a code not listed is "Unknown code: N"
+ICMP_CODES = {
+    3: {0: "Network unreachable", 1: "Host unreachable", 2: "Protocol unreachable", 3: "Port unreachable",
+        4: "Fragmentation needed", 5: "Source route failed", 6: "Destination network unknown",
+        7: "Destination host unknown", 8: "Source host isolated", 9: "Network administratively prohibited",
+        10: "Host administratively prohibited", 11: "Network unreachable for TOS", 12: "Host unreachable for TOS",
+        13: "Communication administratively filtered", 14: "Host precedence violation",
+        15: "Precedence cutoff in effect"},
+    5: {0: "Redirect for network", 1: "Redirect for host", 2: "Redirect for TOS and network",
+        3: "Redirect for TOS and host"},
+    6: {0: "Alternate address for host"},
+    9: {0: "Normal router advertisement", 16: "Does not route common traffic"},
+    11: {0: "Time to live exceeded in transit", 1: "Fragment reassembly time exceeded"},
+    12: {0: "Pointer indicates the error", 1: "Required option missing", 2: "Bad length"},
+    40: {0: "Bad SPI", 1: "Authentication Failed", 2: "Decompression Failed", 3: "Decryption Failed",
+         4: "Need Authentication", 5: "Need Authorization"},
+    42: {0: "No error"},
+    43: {0: "No error", 1: "Malformed Query", 2: "No Such Interface", 3: "No Such Table Entry",
+         4: "Multiple Interfaces Satisfy Query"},
+}
+#: ICMP types that carry an identifier and a sequence number (RFC 792: echo, timestamp, information; RFC 950: address mask)
+ICMP_ID_SEQ = frozenset({0, 8, 13, 14, 15, 16, 17, 18})
+
+#: ICMPv6 types (RFC 4443 2.1, RFC 4861 4, RFC 2710 3, RFC 3810 5, RFC 2894, RFC 4620, RFC 3122, RFC 6275,
+#: RFC 3971, RFC 4286, RFC 6775, RFC 7731, RFC 8335; IANA "ICMPv6 Parameters"), named as Wireshark's Info
+#: column names them; every other type is "Unknown (N)"
 ICMPV6_TYPES = {1: "Destination Unreachable", 2: "Packet Too Big", 3: "Time Exceeded", 4: "Parameter Problem",
-                128: "Echo (ping) request", 129: "Echo (ping) reply", 133: "Router Solicitation",
+                100: "Private experimentation", 101: "Private experimentation",
+                127: "Reserved for expansion of ICMPv6 error messages",
+                128: "Echo (ping) request", 129: "Echo (ping) reply", 130: "Multicast Listener Query",
+                131: "Multicast Listener Report", 132: "Multicast Listener Done", 133: "Router Solicitation",
                 134: "Router Advertisement", 135: "Neighbor Solicitation", 136: "Neighbor Advertisement",
-                137: "Redirect", 143: "Multicast Listener Report Message v2"}
+                137: "Redirect", 138: "Router Renumbering", 139: "Node Information Query",
+                140: "Node Information Reply", 141: "Inverse Neighbor Discovery Solicitation",
+                142: "Inverse Neighbor Discovery Advertisement", 143: "Multicast Listener Report Message v2",
+                144: "Home Agent Address Discovery Request", 145: "Home Agent Address Discovery Reply",
+                146: "Mobile Prefix Solicitation", 147: "Mobile Prefix Advertisement",
+                148: "Certification Path Solicitation", 149: "Certification Path Advertisement",
+                150: "Experimental Mobility", 151: "Multicast Router Advertisement", 152: "Multicast Router Solicitation",
+                153: "Multicast Router Termination", 154: "FMIPv6", 155: "RPL Control", 156: "Locator Update", 157: "Duplicate Address Request",
+                158: "Duplicate Address Confirmation", 159: "MPL Control Message", 160: "Extended Echo request",
+                161: "Extended Echo reply", 200: "Private experimentation", 201: "Private experimentation",
+                255: "Reserved for expansion of ICMPv6 informational messages"}
+#: the codes of the ICMPv6 types whose Info names their code (RFC 4443 3.1, 3.3, 3.4; RFC 2894 3.1;
+#: RFC 4620 4; RFC 6550 6; RFC 8335 3): a code not listed is "Unknown (N)", of a Destination Unreachable "Unknown"
+ICMPV6_CODES = {
+    1: {0: "no route to destination", 1: "Administratively prohibited", 2: "Beyond scope of source address",
+        3: "Address unreachable", 4: "Port unreachable", 5: "Source address failed ingress/egress policy",
+        6: "Reject route to destination", 7: "Error in Source Routing Header"},
+    3: {0: "hop limit exceeded in transit", 1: "fragment reassembly time exceeded"},
+    4: {0: "erroneous header field encountered", 1: "unrecognized Next Header type encountered",
+        2: "unrecognized IPv6 option encountered", 3: "IPv6 First Fragment has incomplete IPv6 Header Chain"},
+    138: {0: "Command", 1: "Result"},
+    139: {0: "Query subject = IPv6 addresses", 1: "Query subject = DNS name or empty",
+          2: "Query subject = IPv4 addresses"},
+    140: {0: "Successful", 1: "Refused", 2: "Unknown query type"},
+    155: {0: "DODAG Information Solicitation", 1: "DODAG Information Object", 2: "Destination Advertisement Object",
+          3: "Destination Advertisement Object Acknowledgment", 4: "P2P Discovery Reply Object",
+          5: "P2P Discovery Reply Object Acknowledgement"},
+    160: {0: "No error"},
+    161: {0: "No error", 1: "Malformed Query", 2: "No Such Interface", 3: "No Such Table Entry",
+          4: "Multiple Interfaces Satisfy Query"},
+}
 
 
 def icmp_summary(msg: bytes, ttl: int) -> str:
-    """One ICMP message ``msg`` (from its type on) in a line: its type's name, and for an echo its
-    identifier and sequence number (big- and little-endian, as tshark shows both) and the IP TTL.
-    Requests and replies are not paired (tshark adds "(reply in N)" after reading both)."""
+    """One ICMP message ``msg`` (from its type on) in a line, as tshark's Info column words it: its
+    type's name in 20 characters; the code's name where the type names its codes; for a message with
+    an identifier and a sequence number (echo, timestamp, information, address mask) both (the
+    sequence big- and little-endian, as tshark shows it) and the IP TTL.  A frame alone does not say
+    which request a reply answers: :class:`rdmalab.capture.render.EchoPairs` pairs them in a capture."""
     kind = msg[0]
-    name = ICMP_TYPES.get(kind, f"Type {kind}")
-    if kind in (0, 8) and len(msg) >= 8:
+    name = ICMP_TYPES.get(kind)
+    if kind == 9 and len(msg) >= 2 and msg[1] in (0, 16):
+        name = "Mobile IP Advertisement"  # Wireshark's name for a router advertisement of these codes (RFC 5944 2.1)
+    if name is None:
+        return "Unknown ICMP (obsolete or malformed?)"
+    text = f"{name:<20}"
+    codes = ICMP_CODES.get(kind)
+    if codes is not None and len(msg) >= 2:
+        text += f" ({codes.get(msg[1], f'Unknown code: {msg[1]}')})"
+    if kind in ICMP_ID_SEQ and len(msg) >= 8:
         ident, seq = int.from_bytes(msg[4:6], "big"), int.from_bytes(msg[6:8], "big")
-        return f"{name}  id=0x{ident:04x}, seq={seq}/{int.from_bytes(msg[6:8], 'little')}, ttl={ttl}"
-    return name
+        text += f" id=0x{ident:04x}, seq={seq}/{int.from_bytes(msg[6:8], 'little')}, ttl={ttl}"
+    return text
 
 
 def _option(msg: bytes, start: int, want: int) -> bytes | None:
@@ -199,23 +277,36 @@ def _option(msg: bytes, start: int, want: int) -> bytes | None:
     return None
 
 
+def _link_address(msg: bytes, start: int, want: int, words: str) -> str:
+    """`` {words} {MAC}`` for a source (option 1) or target (option 2) link-layer address option in the
+    options from ``start`` (RFC 4861 4.6.1), or nothing."""
+    mac = _option(msg, start, want)
+    return f" {words} {mac[:6].hex(':')}" if mac is not None and len(mac) >= 6 else ""
+
+
 def icmpv6_summary(msg: bytes, hop_limit: int) -> str:
     """One ICMPv6 message ``msg`` (from its type on) in a line, as tshark's Info column words it: the
-    type's name; a solicitation's source link-layer address (option 1), a neighbour solicitation's or
-    advertisement's target and the advertisement's flags; an echo's identifier, sequence and the hop
-    limit (requests and replies not paired)."""
+    type's name; the code's name where the type names its codes (an experimental mobility's or FMIPv6
+    message's subtype is not named); a router's or a solicitation's source
+    link-layer address (option 1), a neighbour solicitation's or advertisement's target, the
+    advertisement's flags and target link-layer address (option 2); an echo's identifier, sequence and
+    the hop limit (paired in a capture by :class:`rdmalab.capture.render.EchoPairs`)."""
     kind = msg[0]
-    name = ICMPV6_TYPES.get(kind, f"Unknown ICMPv6 type {kind}")
+    text = ICMPV6_TYPES.get(kind, f"Unknown ({kind})")
+    codes = ICMPV6_CODES.get(kind)
+    if codes is not None and len(msg) >= 2:
+        text += f" ({codes.get(msg[1], 'Unknown' if kind == 1 else f'Unknown ({msg[1]})')})"
     if kind in (128, 129) and len(msg) >= 8:
         ident, seq = int.from_bytes(msg[4:6], "big"), int.from_bytes(msg[6:8], "big")
-        return f"{name} id=0x{ident:04x}, seq={seq}, hop limit={hop_limit}"
-    if kind in (133, 135):  # the source link-layer address option
-        target = ""
-        if kind == 135 and len(msg) >= 24:
-            target = f" for {ipaddress.IPv6Address(msg[8:24])}"
-        mac = _option(msg, 8 if kind == 133 else 24, 1)
-        return f"{name}{target}" + (f" from {mac[:6].hex(':')}" if mac is not None and len(mac) >= 6 else "")
+        return f"{text} id=0x{ident:04x}, seq={seq}, hop limit={hop_limit}"
+    if kind == 133:
+        return text + _link_address(msg, 8, 1, "from")
+    if kind == 134 and len(msg) >= 16:
+        return text + _link_address(msg, 16, 1, "from")
+    if kind == 135 and len(msg) >= 24:
+        return f"{text} for {ipaddress.IPv6Address(msg[8:24])}" + _link_address(msg, 24, 1, "from")
     if kind == 136 and len(msg) >= 24:
         flags = [word for bit, word in ((0x80, "rtr"), (0x40, "sol"), (0x20, "ovr")) if msg[4] & bit]
-        return f"{name} {ipaddress.IPv6Address(msg[8:24])}" + (f" ({', '.join(flags)})" if flags else "")
-    return name
+        return (f"{text} {ipaddress.IPv6Address(msg[8:24])} ({', '.join(flags) or 'none'})"
+                + _link_address(msg, 24, 2, "is at"))
+    return text

@@ -58,6 +58,7 @@ from rdmalab.wire.net import (
     ETHERTYPE_VLAN,
     IPPROTO_TCP,
     IPPROTO_UDP,
+    IPV6_EXTENSIONS,
     ROCEV2_PORT,
     TCP,
     UDP,
@@ -65,6 +66,10 @@ from rdmalab.wire.net import (
     Ethernet,
     IPv4,
     IPv6,
+    IPv6DestOptions,
+    IPv6Fragment,
+    IPv6HopByHop,
+    IPv6Routing,
     tcp_checksum,
 )
 from rdmalab.wire.packet import Layer, Packet, _problem, decode_transport, encode_ib, encode_transport, guarded
@@ -169,6 +174,19 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         end = pos + 40 + ip6.payload_length
         proto, hops = ip6.next_header, ip6.hop_limit
         pos += 40
+        while proto in IPV6_EXTENSIONS and pos + 8 <= min(end, len(data)):
+            # extension headers (RFC 8200 4): each says the next; a fragment other than a whole first one
+            # leaves the rest as its payload, as an IPv4 fragment does
+            ext = IPV6_EXTENSIONS[proto].decode(data, pos)
+            pkt.layers.append(Layer(ext, pos))
+            if isinstance(ext, IPv6Fragment):
+                proto, pos = ext.next_header, pos + 8
+                if ext.offset or ext.more:
+                    pkt.payload_offset, pkt.payload_length = pos, max(0, min(end, len(data)) - pos)
+                    pkt.ip_fragment = True
+                    return
+            elif isinstance(ext, (IPv6HopByHop, IPv6DestOptions, IPv6Routing)):
+                proto, pos = ext.next_header, pos + 8 + 8 * ext.length
     else:
         raise MalformedError("IP", "version", pos, version, "4 or 6")
     if end > len(data):

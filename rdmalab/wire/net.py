@@ -138,6 +138,72 @@ class IPv6(Header):
 
 
 @dataclass(frozen=True, slots=True)
+class IPv6HopByHop(Header):
+    """The fixed part of an IPv6 Hop-by-Hop Options header (RFC 8200 4.3): the next header and the
+    header's length in 8-byte units after the first 8; its options follow (not decoded)."""
+
+    next_header: int = 58
+    length: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout("IPv6 Hop-by-Hop Options", "RFC 8200 4.3",
+                                      F("next_header", 8, "ipv6.hopopts.nxt"), F("length", 8, "ipv6.hopopts.len"),
+                                      ws="ipv6.hopopts")
+
+
+@dataclass(frozen=True, slots=True)
+class IPv6DestOptions(Header):
+    """The fixed part of an IPv6 Destination Options header (RFC 8200 4.6), laid out as Hop-by-Hop's."""
+
+    next_header: int = 58
+    length: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout("IPv6 Destination Options", "RFC 8200 4.6",
+                                      F("next_header", 8, "ipv6.dstopts.nxt"), F("length", 8, "ipv6.dstopts.len"),
+                                      ws="ipv6.dstopts")
+
+
+@dataclass(frozen=True, slots=True)
+class IPv6Routing(Header):
+    """The fixed part of an IPv6 Routing header (RFC 8200 4.4): next header, length in 8-byte units
+    after the first 8, routing type and segments left; the type-specific data follows (not decoded)."""
+
+    next_header: int = 58
+    length: int = 0
+    routing_type: int = 0
+    segments_left: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout("IPv6 Routing", "RFC 8200 4.4",
+                                      F("next_header", 8, "ipv6.routing.nxt"), F("length", 8, "ipv6.routing.len"),
+                                      F("routing_type", 8, "ipv6.routing.type"),
+                                      F("segments_left", 8, "ipv6.routing.segleft"), ws="ipv6.routing")
+
+
+@dataclass(frozen=True, slots=True)
+class IPv6Fragment(Header):
+    """An IPv6 Fragment header (RFC 8200 4.5), all 8 bytes."""
+
+    next_header: int = 58
+    reserved: int = 0
+    offset: int = 0
+    reserved_bits: int = 0
+    more: int = 0
+    ident: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout("IPv6 Fragment", "RFC 8200 4.5",
+                                      F("next_header", 8, "ipv6.fraghdr.nxt"),
+                                      F("reserved", 8, "ipv6.fraghdr.reserved_octet", fmt="hex", reserved=True),
+                                      F("offset", 13, "ipv6.fraghdr.offset"),
+                                      F("reserved_bits", 2, "ipv6.fraghdr.reserved_bits", reserved=True),
+                                      F("more", 1, "ipv6.fraghdr.more"), F("ident", 32, "ipv6.fraghdr.ident", fmt="hex"),
+                                      ws="ipv6.fraghdr")
+
+
+#: the IPv6 extension headers a frame's decoder walks through, by next-header value (RFC 8200 4; IANA
+#: "Assigned Internet Protocol Numbers"): 0 Hop-by-Hop, 43 Routing, 44 Fragment, 60 Destination Options
+IPV6_EXTENSIONS: dict[int, type[Header]] = {0: IPv6HopByHop, 43: IPv6Routing, 44: IPv6Fragment, 60: IPv6DestOptions}
+
+
+@dataclass(frozen=True, slots=True)
 class UDP(Header):
     sport: int = 0
     dport: int = ROCEV2_PORT
