@@ -37,6 +37,7 @@ from rdmalab.capture.filter import declared_fields
 from rdmalab.capture.linktypes import LINKTYPE_ERF
 from rdmalab.capture.pcapio import record_ns
 from rdmalab.capture.reader import CapturedPacket, RawRecord, _load_iwarp_tracker, decode_record
+from rdmalab.capture.render import echo_message
 
 if TYPE_CHECKING:
     from rdmalab.wire.header import Header
@@ -48,7 +49,10 @@ _PROTO_CHAIN = {"eth": "eth:ethertype", "vlan": "vlan:ethertype"}
 _LAYER = {"iwarp_ddp": "iwarp_ddp_rdmap", "iwarp_rdma": "iwarp_ddp_rdmap"}
 # subtrees of a protocol that frame.protocols names after it (the IPv6 extension headers: packet-ipv6.c
 # dissects each as a protocol of its own, shown inside the IPv6 tree)
-_CHAIN_SUBTREES = frozenset({"ipv6.hopopts", "ipv6.routing", "ipv6.fraghdr", "ipv6.dstopts"})
+_CHAIN_SUBTREES = {"ipv6.hopopts": "ipv6.hopopts", "ipv6.routing": "ipv6.routing", "ipv6.fraghdr": "ipv6.fraghdr",
+                   "ipv6.dstopts": "ipv6.dstopts",
+                   # IPoIB's EtherType (packet-infiniband.c hands what follows to the ethertype table)
+                   "infiniband.payload": "ethertype"}
 
 
 _quote = _json_encoder.encode_basestring  # the C string encoder json.dumps(ensure_ascii=False) uses
@@ -250,8 +254,8 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any], 
         if type(h) in skip:
             continue
         proto, fields, ours, text = _header_layer(h, pkt.data, layer.offset)
-        sub = h.LAYOUT.ws_proto
-        if sub in _CHAIN_SUBTREES:
+        sub = _CHAIN_SUBTREES.get(h.LAYOUT.ws_proto or "")
+        if sub is not None:
             subchain.setdefault(proto, []).append(sub)
         if ours:
             extras.update(ours)
@@ -297,7 +301,10 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any], 
             dest[name] = shown
         else:
             extras[name] = shown
-    if pkt.payload_length and pkt.encap in ("rocev2", "rocev1", "ib"):
+    if pkt.payload_length and pkt.encap in ("rocev2", "rocev1", "ib") and "infiniband.mad" not in current.get(
+            "infiniband", ()) and (echo_message(pkt) is not None or ("icmp" not in current and "icmpv6" not in current)):
+        # (a MAD's bytes are its fields, not data, in tshark's tree and frame.protocols; so are the bytes of
+        # an ICMP message other than an echo, whose body tshark reads)
         payload = pkt.payload
         current["data"] = {"data.data": _hexbytes(payload), "data.len": str(len(payload))}
         texts["data"] = None
