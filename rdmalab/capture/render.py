@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rdmalab.capture.linktypes import LINKTYPE_NAMES
-from rdmalab.wire.control import ICMP, ICMPv6
+from rdmalab.wire.control import ICMPEcho, ICMPv6Echo
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import GRH, LRH, IPoIB
 from rdmalab.wire.net import TCP, Ethernet, IPv4, IPv6, tcp_flag_names
@@ -214,16 +214,15 @@ def echo_message(pkt: Packet) -> tuple[int, int, int, int] | None:
     """An ICMP or ICMPv6 echo request or reply: IP version, type, identifier and sequence number (as one
     32-bit number) and checksum; None for any other frame (what :class:`EchoPairs` looks at)."""
     last = pkt.layers[-1].header if pkt.layers else None
-    if isinstance(last, ICMP):
+    if isinstance(last, ICMPEcho):
         version = 4
-    elif isinstance(last, ICMPv6):
+    elif isinstance(last, ICMPv6Echo):
         version = 6
     else:
         return None
-    at = pkt.layers[-1].offset
-    if at + 8 > len(pkt.data) or ((version, last.type) not in _ECHO_REQUESTS and (version, last.type) not in _ECHO_REPLIES):
+    if (version, last.type) not in _ECHO_REQUESTS and (version, last.type) not in _ECHO_REPLIES:
         return None
-    return version, last.type, int.from_bytes(pkt.data[at + 4:at + 8], "big"), last.checksum
+    return version, last.type, last.ident << 16 | last.seq, last.checksum
 
 
 def _ip_pair(pkt: Packet) -> tuple[int, int]:

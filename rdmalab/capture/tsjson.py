@@ -209,8 +209,8 @@ def _header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
 
 
 #: protocols whose dotted field names Wireshark shows side by side, not in subtrees (packet-arp.c:
-#: arp.hw.type, arp.src.hw_mac ... are all items of the arp tree)
-_FLAT = frozenset({"arp"})
+#: arp.hw.type, arp.src.hw_mac ... are all items of the arp tree; packet-icmpv6.c: icmpv6.echo.identifier)
+_FLAT = frozenset({"arp", "icmpv6"})
 
 
 def _make_header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
@@ -243,8 +243,22 @@ def _make_header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
     return layer_name, fields, ours, _entries(fields, _FIELD_NL)
 
 
+def ping_time(data: bytes, frame_secs: int) -> tuple[int, int] | None:
+    """The time an echo's ``data`` begins with, as ping writes it (a timeval: 32-bit seconds and
+    microseconds, big- or little-endian), when it looks like one: within a day of the frame's time
+    ``frame_secs``, under a million microseconds (tshark's test, packet-icmp.c); (seconds, microseconds)."""
+    if len(data) < 8:
+        return None
+    for order in ("big", "little"):
+        secs, usecs = int.from_bytes(data[0:4], order), int.from_bytes(data[4:8], order)
+        diff = (secs - frame_secs) & 0xFFFFFFFF
+        if min(diff, (1 << 32) - diff) < 86_400 and usecs < 1_000_000:
+            return secs, usecs
+    return None
+
+
 def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any], chain: list[str],
-                   skip: frozenset[type] = frozenset()) -> None:
+                   skip: frozenset[type] = frozenset(), frame_ns: int | None = None) -> None:
     current: dict[str, dict[str, Any]] = {}
     texts: dict[str, list[str] | None] = {}  # a protocol's entries as text; None: written from the dict
     order: list[str] = []
@@ -301,8 +315,23 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any], 
             dest[name] = shown
         else:
             extras[name] = shown
-    if pkt.payload_length and pkt.encap in ("rocev2", "rocev1", "ib") and "infiniband.mad" not in current.get(
-            "infiniband", ()) and (echo_message(pkt) is not None or ("icmp" not in current and "icmpv6" not in current)):
+    echo = echo_message(pkt)
+    if echo is not None and pkt.payload_length:  # an echo's data: in its ICMP tree, as tshark shows it
+        proto = "icmp" if echo[0] == 4 else "icmpv6"
+        payload = pkt.payload
+        tree = current[proto]
+        texts[proto] = None
+        stamp = ping_time(payload, frame_ns // 1_000_000_000) if echo[0] == 4 and frame_ns is not None else None
+        if stamp is not None and frame_ns is not None:
+            secs, usecs = stamp
+            tree["icmp.data_time"] = f"{_when(secs)[0]}.{usecs * 1000:09d} UTC"
+            tree["icmp.data_time_relative"] = relative_text(frame_ns - (secs * 1_000_000_000 + usecs * 1000))
+            payload = payload[8:]
+        if payload:
+            tree["data"] = {"data.data": _hexbytes(payload), "data.len": str(len(payload))}
+            subchain.setdefault(proto, []).append("data")
+    elif pkt.payload_length and pkt.encap in ("rocev2", "rocev1", "ib") and "infiniband.mad" not in current.get(
+            "infiniband", ()) and "icmp" not in current and "icmpv6" not in current:
         # (a MAD's bytes are its fields, not data, in tshark's tree and frame.protocols; so are the bytes of
         # an ICMP message other than an echo, whose body tshark reads)
         payload = pkt.payload
@@ -359,7 +388,7 @@ def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_display
     frame: dict[str, Any] = dict(zip(_FRAME_KEYS, values, strict=True))
     layers: dict[str, Any] = {"frame": frame}
     extras: dict[str, Any] = {}
-    _packet_layers(pkt, layers, extras, chain)
+    _packet_layers(pkt, layers, extras, chain, frame_ns=ns)
     if cp.pdus:
         skip = frozenset(type(layer.header) for layer in pkt.layers)
         for pdu in cp.pdus:

@@ -163,6 +163,37 @@ class ICMPv6(Header):
     LAYOUT: ClassVar[Layout] = layout("ICMPv6", "RFC 4443 2.1", *_icmp_fields("icmpv6"), ws="icmpv6")
 
 
+@dataclass(frozen=True, slots=True)
+class ICMPEcho(Header):
+    """The first 8 bytes of an ICMP message with an identifier and a sequence number (RFC 792: echo,
+    timestamp, information; RFC 950: address mask): type, code, checksum, identifier, sequence number."""
+
+    type: int = 8
+    code: int = 0
+    checksum: int = 0
+    ident: int = 0
+    seq: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout("ICMP", "RFC 792", *_icmp_fields("icmp"), F("ident", 16, "icmp.ident"),
+                                      F("seq", 16, "icmp.seq"), ws="icmp")
+
+
+@dataclass(frozen=True, slots=True)
+class ICMPv6Echo(Header):
+    """The first 8 bytes of an ICMPv6 echo request or reply (RFC 4443 4.1, 4.2): type, code, checksum,
+    identifier, sequence number."""
+
+    type: int = 128
+    code: int = 0
+    checksum: int = 0
+    ident: int = 0
+    seq: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout("ICMPv6", "RFC 4443 4.1", *_icmp_fields("icmpv6"),
+                                      F("ident", 16, "icmpv6.echo.identifier", fmt="hex"),
+                                      F("seq", 16, "icmpv6.echo.sequence_number"), ws="icmpv6")
+
+
 #: ICMP types (RFC 792, RFC 950, RFC 1256, RFC 1393, RFC 2521, RFC 8335; IANA "ICMP Type Numbers"),
 #: named as Wireshark's Info column names them; every other type is "Unknown ICMP (obsolete or malformed?)"
 ICMP_TYPES = {0: "Echo (ping) reply", 1: "Reserved", 2: "Reserved", 3: "Destination unreachable",
@@ -239,6 +270,15 @@ ICMPV6_CODES = {
     161: {0: "No error", 1: "Malformed Query", 2: "No Such Interface", 3: "No Such Table Entry",
           4: "Multiple Interfaces Satisfy Query"},
 }
+
+
+def decode_icmp(data: bytes, pos: int, end: int, six: bool) -> ICMP | ICMPEcho | ICMPv6 | ICMPv6Echo:
+    """The header of the ICMP (``six``: ICMPv6) message at ``pos`` (at least 4 bytes before ``end``): with
+    its identifier and sequence number where its type has them and they were captured."""
+    kind = data[pos]
+    if end - pos >= 8 and (kind in (128, 129) if six else kind in ICMP_ID_SEQ):
+        return (ICMPv6Echo if six else ICMPEcho).decode(data, pos)
+    return (ICMPv6 if six else ICMP).decode(data, pos)
 
 
 def icmp_summary(msg: bytes, ttl: int) -> str:

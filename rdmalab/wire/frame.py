@@ -22,12 +22,11 @@ from rdmalab.wire.cm import CMMessage, decode_mad_payload
 from rdmalab.wire.control import (
     ARP,
     ETHERTYPE_ARP,
-    ICMP,
     IPPROTO_ICMP,
     IPPROTO_ICMPV6,
     ARPOther,
-    ICMPv6,
     decode_arp,
+    decode_icmp,
     icmp_summary,
     icmpv6_summary,
 )
@@ -208,11 +207,12 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
             pkt.payload_offset, pkt.payload_length = pos + 8, udp_end - pos - 8
     elif proto in (IPPROTO_ICMP, IPPROTO_ICMPV6) and end - pos >= 4:
         six = proto == IPPROTO_ICMPV6
-        icmp = (ICMPv6 if six else ICMP).decode(data, pos)
+        icmp = decode_icmp(data, pos, end, six)
         pkt.layers.append(Layer(icmp, pos))
         msg = bytes(data[pos:end])
         pkt.info = icmpv6_summary(msg, hops) if six else icmp_summary(msg, hops)
-        pkt.payload_offset, pkt.payload_length = pos + 4, end - pos - 4
+        size = icmp.LAYOUT.size
+        pkt.payload_offset, pkt.payload_length = pos + size, end - pos - size
     elif proto == IPPROTO_TCP:
         tcp = TCP.decode(data, pos)
         pkt.layers.append(Layer(tcp, pos))

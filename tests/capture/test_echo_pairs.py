@@ -10,6 +10,7 @@ worker processes, a block at a time, with a display filter.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import shutil
@@ -151,3 +152,40 @@ def test_ipoib_lines_keep_their_own_words(capsys: Any) -> None:
     assert main(["decode", "-r", str(ROOT / "captures" / "hw_ib_connectx_erf.pcap")]) == 0
     out = capsys.readouterr().out
     assert "IPoIB IPv6" in out and "(request in" not in out
+
+
+#: what tshark's ICMP tree holds that rdmalab's does not (the checksum's verdict, little-endian copies of the
+#: identifier and sequence, the pairing's fields in the reply's tree)
+_THEIRS_ONLY = {"icmp.checksum.status", "icmp.ident_le", "icmp.seq_le", "icmp.resp_to", "icmp.resptime",
+                "icmpv6.checksum.status", "icmpv6.resp_to", "icmpv6.resptime"}
+
+
+@requires_tshark
+def test_echo_trees_as_tshark(tmp_path: Path, capsys: Any) -> None:
+    """An echo's identifier and sequence number are fields; its data is in its tree, after the time ping
+    wrote at its start where the bytes look like one (big- or little-endian timeval within a day of the
+    frame: icmp.data_time and its distance from the frame's time), as tshark shows them."""
+    now = 1_795_242_068  # the frames' time, as _capture writes them
+    stamps = [now.to_bytes(4, "big") + (123_456).to_bytes(4, "big"),
+              (now - 5).to_bytes(4, "little") + (999_999).to_bytes(4, "little"),
+              (now + 90_000).to_bytes(4, "big") + bytes(4),  # more than a day away: data
+              now.to_bytes(4, "big") + (1_000_000).to_bytes(4, "big")]  # not microseconds: data
+    frames = [_v4(A, B, 8, 9, k, s + b"0123456789") for k, s in enumerate(stamps)]
+    frames += [_v4(A, B, 8, 9, 9, stamps[0]), _v4(A, B, 8, 9, 10, b""), _v6(A6, B6, 128, 0xBEEF, 3, stamps[0] + b"x")]
+    path = _capture(tmp_path / "echo.pcap", frames)
+    want = json.loads(subprocess.run(["tshark", "-n", "-r", str(path), "-T", "json"], capture_output=True, text=True,
+                                     check=True).stdout)
+    for args in ([], ["--no-columnar"]):
+        assert main(["decode", "-r", str(path), "-T", "json", *args]) == 0
+        got = json.loads(capsys.readouterr().out)
+        for a, b in zip(got, want, strict=True):
+            la, lb = a["_source"]["layers"], b["_source"]["layers"]
+            assert la["frame"]["frame.protocols"] == lb["frame"]["frame.protocols"]
+            proto = "icmp" if "icmp" in lb else "icmpv6"
+            assert la[proto] == {k: v for k, v in lb[proto].items() if k not in _THEIRS_ONLY}, args
+    fields = ["icmp.ident", "icmp.seq", "icmpv6.echo.identifier", "icmpv6.echo.sequence_number"]
+    args = ["-r", str(path), "-T", "fields", *[x for f in fields for x in ("-e", f)], "-Y", "icmp.seq >= 2 || icmpv6"]
+    theirs = subprocess.run(["tshark", "-n", *args], capture_output=True, text=True, check=True).stdout
+    for extra in ([], ["--no-columnar"]):
+        assert main(["decode", *args, *extra]) == 0
+        assert capsys.readouterr().out == theirs, extra

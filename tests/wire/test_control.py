@@ -20,7 +20,7 @@ from rdmalab.capture import read
 from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.capture.render import protocol
 from rdmalab.cli import main
-from rdmalab.wire.control import ARP, ICMP, ARPOther, ICMPv6
+from rdmalab.wire.control import ARP, ARPOther, ICMPEcho, ICMPv6, ICMPv6Echo
 from rdmalab.wire.frame import decode_ethernet
 from rdmalab.wire.net import ETHERTYPE_IPV4, ETHERTYPE_IPV6, Ethernet, IPv4, IPv6
 
@@ -30,7 +30,8 @@ A, B = 0x525400000101, 0x525400000102
 LL_A = int.from_bytes(bytes.fromhex("fe80000000000000505400fffe000101"), "big")
 LL_B = int.from_bytes(bytes.fromhex("fe80000000000000505400fffe000102"), "big")
 FIELDS = ["frame.number", "arp.opcode", "arp.src.hw_mac", "arp.src.proto_ipv4", "arp.dst.proto_ipv4", "arp.src.hw",
-          "icmp.type", "icmp.code", "icmp.checksum", "icmpv6.type", "icmpv6.code", "icmpv6.checksum"]
+          "icmp.type", "icmp.code", "icmp.checksum", "icmp.ident", "icmp.seq", "icmpv6.type", "icmpv6.code",
+          "icmpv6.checksum", "icmpv6.echo.identifier", "icmpv6.echo.sequence_number"]
 
 
 def _arp(op: int, spa: str, tpa: str, sha: int = A, tha: int = 0) -> bytes:
@@ -88,9 +89,9 @@ def test_summary_names_what_it_is(frame: bytes, proto: str, info: str) -> None:
 def test_echo_lines_carry_identifier_sequence_and_ttl() -> None:
     """Echoes as tshark words them, without its pairing of requests and replies ("(reply in N)")."""
     v4 = decode_ethernet(_icmp4(bytes([8, 0, 0, 0, 0x17, 0x02, 0, 1]) + bytes(8)))
-    assert v4.summary() == "Echo (ping) request  id=0x1702, seq=1/256, ttl=64" and v4[ICMP].type == 8
+    assert v4.summary() == "Echo (ping) request  id=0x1702, seq=1/256, ttl=64" and v4[ICMPEcho].type == 8 and v4[ICMPEcho].ident == 0x1702
     v6 = decode_ethernet(_icmp6(bytes([129, 0, 0, 0, 0x2B, 0x02, 0, 0]), hlim=64))
-    assert v6.summary() == "Echo (ping) reply id=0x2b02, seq=0, hop limit=64" and v6[ICMPv6].type == 129
+    assert v6.summary() == "Echo (ping) reply id=0x2b02, seq=0, hop limit=64" and v6[ICMPv6Echo].type == 129 and v6[ICMPv6Echo].seq == 0
 
 
 @pytest.mark.parametrize("frame", [
@@ -278,7 +279,7 @@ CHAINS = [
 def test_ipv6_extension_headers_and_neighbour_discovery(frame: bytes, info: str, chain: str) -> None:
     pkt = decode_ethernet(_with_checksum_at(frame), lenient=False)
     assert pkt.summary() == info and not pkt.problems
-    assert isinstance(pkt.layers[-1].header, ICMPv6)
+    assert isinstance(pkt.layers[-1].header, ICMPv6 | ICMPv6Echo)
 
 
 def _with_checksum_at(frame: bytes) -> bytes:
@@ -320,4 +321,4 @@ def test_ipv6_extension_headers_as_tshark(tmp_path: Path, capsys: Any) -> None:
 def test_a_later_ipv6_fragment_is_a_fragment() -> None:
     frame = _ip6_chain([(44, bytes([0, 0x08, 0, 0, 0, 5]))], 58, bytes([128, 0, 0, 0]) + bytes(12), hlim=64)
     pkt = decode_ethernet(frame)
-    assert pkt.ip_fragment and pkt.payload_length == 16 and not any(isinstance(x.header, ICMPv6) for x in pkt.layers)
+    assert pkt.ip_fragment and pkt.payload_length == 16 and not any(isinstance(x.header, ICMPv6 | ICMPv6Echo) for x in pkt.layers)
