@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import BTH
+from rdmalab.wire.mad import MADHeader
 from rdmalab.wire.net import TCP
 from rdmalab.wire.opcodes import CNP_OPCODE, opcode_name
 
@@ -142,7 +143,7 @@ def packet_fields(pkt: Packet, out: dict[str, Any], *, raw: bool = False, skip: 
             _add(out, "rdmalab.vcrc.expected", _swap16(pkt.vcrc_expected))
         _add(out, "rdmalab.vcrc.status", pkt.vcrc_status or "unchecked")
     if pkt.encap in ("rocev2", "rocev1", "ib") or pkt.payload_length and pkt.encap == "iwarp":
-        _add(out, "rdmalab.payload.len", pkt.payload_length)
+        _add(out, "rdmalab.payload.len", _transport_payload_length(pkt))
     if pkt.problems:
         for p in pkt.problems:
             _add(out, "rdmalab.problems", str(p))
@@ -195,3 +196,13 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
 def to_json(cp: CapturedPacket) -> str:
     """One packet as one line of flat JSON (the dictionary of :func:`frame_fields`)."""
     return json.dumps(frame_fields(cp), separators=(",", ":"))
+
+
+def _transport_payload_length(pkt: Packet) -> int:
+    """The octets of a packet's payload after its transport headers: for a datagram that carries a MAD,
+    the whole MAD (what the columns count, :mod:`rdmalab.capture.columnar_decode`), not what its decoded
+    headers and message leave."""
+    mad = next((layer.offset for layer in pkt.layers if isinstance(layer.header, MADHeader)), None)
+    if mad is None:
+        return pkt.payload_length
+    return pkt.payload_length + pkt.payload_offset - mad
