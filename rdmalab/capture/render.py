@@ -267,7 +267,7 @@ def info(cp: CapturedPacket, tcp_windows: TcpWindowScaling | None = None, reques
         text = "; ".join(p.summary() for p in cp.pdus)
     else:
         text = (tcp_info(cp.packet, window) if cp.packet.encap == "tcp" else None) or cp.packet.summary()
-        if request_in is not None and text == cp.packet.info:  # the ICMP message's own line (not IPoIB's)
+        if request_in is not None and cp.packet.info and text.endswith(cp.packet.info):  # (IPoIB's too)
             text += f" (request in {request_in})"
     return _with_problems(text, (cp.packet, *cp.pdus), cp.packet.internal_error)
 

@@ -66,19 +66,23 @@ class ARP(Header):
 
     def summary(self) -> str:
         """What it asks or answers, in tshark's words (its ``packet-arp.c`` Info column)."""
-        spa, tpa = ipaddress.IPv4Address(self.src_ip), ipaddress.IPv4Address(self.dst_ip)
-        if self.opcode == ARP_REQUEST:
-            if self.src_ip == 0:  # a probe (RFC 5227 2.1.1): is the address taken?
-                return f"Who has {tpa}? (ARP Probe)"
-            if spa == tpa:  # asks for its own address: an announcement (RFC 5227 2.3) or gratuitous
-                return f"ARP Announcement for {spa}" if self.dst_hw == 0 else f"Gratuitous ARP for {spa} (Request)"
-            return f"Who has {tpa}? Tell {spa}"
-        if self.opcode == ARP_REPLY:
-            mac = self.src_hw.to_bytes(6, "big").hex(":")
-            if spa == tpa:
-                return f"Gratuitous ARP for {spa} (Reply)"
-            return f"{spa} is at {mac}"
-        return f"ARP opcode {self.opcode}"
+        return _arp_summary(self.opcode, self.src_ip, self.dst_ip, self.dst_hw == 0,
+                            self.src_hw.to_bytes(6, "big").hex(":"))
+
+
+def _arp_summary(opcode: int, src_ip: int, dst_ip: int, no_target_hw: bool, src_hw: str) -> str:
+    spa, tpa = ipaddress.IPv4Address(src_ip), ipaddress.IPv4Address(dst_ip)
+    if opcode == ARP_REQUEST:
+        if src_ip == 0:  # a probe (RFC 5227 2.1.1): is the address taken?
+            return f"Who has {tpa}? (ARP Probe)"
+        if spa == tpa:  # asks for its own address: an announcement (RFC 5227 2.3) or gratuitous
+            return f"ARP Announcement for {spa}" if no_target_hw else f"Gratuitous ARP for {spa} (Request)"
+        return f"Who has {tpa}? Tell {spa}"
+    if opcode == ARP_REPLY:
+        if spa == tpa:
+            return f"Gratuitous ARP for {spa} (Reply)"
+        return f"{spa} is at {src_hw}"
+    return f"ARP opcode {opcode}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +103,12 @@ class ARPoIB(Header):
     # a hardware address: flags and QPN (4 bytes), then the port GID (RFC 4391 8)
     LAYOUT: ClassVar[Layout] = layout("ARP", "RFC 826 (packet format); RFC 4391 8 (IPoIB link-layer address)",
                                       *_arp_fields(ARP_HW_INFINIBAND, 20, "hw", 160, "bytes"), ws="arp")
+
+    def summary(self) -> str:
+        """As :meth:`ARP.summary` words it; the 20-byte hardware address in hex digits, as tshark shows it."""
+        hw = self.src_hw if isinstance(self.src_hw, bytes) else int(self.src_hw).to_bytes(20, "big")
+        return _arp_summary(self.opcode, self.src_ip, self.dst_ip, not any(self.dst_hw.to_bytes(20, "big")
+                            if isinstance(self.dst_hw, int) else self.dst_hw), hw.hex())
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,9 +329,10 @@ def _option(msg: bytes, start: int, want: int) -> bytes | None:
 
 def _link_address(msg: bytes, start: int, want: int, words: str) -> str:
     """`` {words} {MAC}`` for a source (option 1) or target (option 2) link-layer address option in the
-    options from ``start`` (RFC 4861 4.6.1), or nothing."""
+    options from ``start`` (RFC 4861 4.6.1) that holds an Ethernet address (one unit of 8 bytes, RFC 2464 8),
+    or nothing (IPoIB's 20-byte addresses, RFC 4391 9.1.1, tshark does not name in its Info either)."""
     mac = _option(msg, start, want)
-    return f" {words} {mac[:6].hex(':')}" if mac is not None and len(mac) >= 6 else ""
+    return f" {words} {mac.hex(':')}" if mac is not None and len(mac) == 6 else ""
 
 
 def icmpv6_summary(msg: bytes, hop_limit: int) -> str:

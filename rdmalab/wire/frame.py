@@ -24,6 +24,7 @@ from rdmalab.wire.control import (
     ETHERTYPE_ARP,
     IPPROTO_ICMP,
     IPPROTO_ICMPV6,
+    ARPoIB,
     ARPOther,
     decode_arp,
     decode_icmp,
@@ -315,6 +316,8 @@ def _ipoib(data: bytes, pkt: Packet, end: int, lenient: bool) -> None:
         arp = decode_arp(data, off + 4, off + size)
         if arp is not None:
             pkt.layers.append(Layer(arp, off + 4))
+            if isinstance(arp, ARP | ARPoIB):
+                pkt.info = arp.summary()
             n = arp.LAYOUT.size
             pkt.payload_offset, pkt.payload_length = off + 4 + n, size - 4 - n
         return

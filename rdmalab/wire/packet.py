@@ -214,6 +214,8 @@ class Packet:
         infos = [text for h in headers if (text := h.info(headers)) is not None]  # MAD, CM
         if infos:
             parts.append(" ".join(infos))
+            if self.info is not None:  # the message an IPoIB datagram carries (ARP, ICMP), in tshark's words
+                parts.append(self.info)
         elif self.payload_length:
             parts.append(f"payload={self.payload_length}")
         if self.crc_status == "bad":

@@ -147,11 +147,21 @@ def test_every_summary_path_pairs_as_tshark(name: str, tmp_path: Path, capsys: A
         assert _infos(capsys.readouterr().out.splitlines()) == replies, args
 
 
-def test_ipoib_lines_keep_their_own_words(capsys: Any) -> None:
-    # the ERF capture's pings ride IPoIB: the line is the InfiniBand packet's, not the message's
-    assert main(["decode", "-r", str(ROOT / "captures" / "hw_ib_connectx_erf.pcap")]) == 0
-    out = capsys.readouterr().out
-    assert "IPoIB IPv6" in out and "(request in" not in out
+@requires_tshark
+def test_ipoib_lines_end_with_the_message_tshark_names(capsys: Any) -> None:
+    """A native IB packet that carries ARP, ICMP or ICMPv6 over IPoIB keeps its InfiniBand words and ends
+    with the message's, as tshark's Info gives it (an echo reply with its request's frame): the ERF
+    capture of ConnectX HCAs (before stop 45: "... IPoIB IPv4 10.0.1.34 → 10.0.0.58 ICMP", nothing more)."""
+    path = str(ROOT / "captures" / "hw_ib_connectx_erf.pcap")
+    want = subprocess.run(["tshark", "-n", "-r", path, "-Y", "arp || icmp || icmpv6", "-T", "fields", "-e",
+                           "frame.number", "-e", "_ws.col.Info"], capture_output=True, text=True, check=True).stdout
+    info = dict(line.split("\t", 1) for line in want.splitlines())
+    assert len(info) == 13 and any("(request in " in v for v in info.values())
+    for args in ([], ["--no-columnar"]):
+        assert main(["decode", "-r", path, *args]) == 0
+        lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+        for frame, text in info.items():
+            assert " IPoIB " in lines[frame] and lines[frame].endswith(" " + text), (frame, args)
 
 
 #: what tshark's ICMP tree holds that rdmalab's does not (the checksum's verdict, little-endian copies of the

@@ -53,7 +53,7 @@ def test_ipv6_and_arp() -> None:
     arp = decode_ib(ud_send(b"\x08\x06\x00\x00" + ARP))
     assert [la.name for la in arp.layers][-2:] == ["IPoIB", "ARP"] and arp.payload == b""  # RFC 4391 8: all 56 bytes
     assert isinstance(arp[ARPoIB], ARPoIB) and arp[ARPoIB].opcode == 1 and arp[ARPoIB].hw_size == 20
-    assert arp.summary().endswith("IPoIB ARP")
+    assert arp.summary().endswith("IPoIB ARP Who has 0.0.0.0? (ARP Probe)")  # this ARP asks with zero addresses
     other = decode_ib(ud_send(b"\x08\x06\x00\x00" + bytes.fromhex("0006 0800 06 04 0001") + bytes(20)))
     assert isinstance(other.layers[-1].header, ARPOther) and len(other.payload) == 20  # its addresses: bytes
 
