@@ -291,11 +291,11 @@ def decode_icmp(data: bytes, pos: int, end: int, six: bool) -> ICMP | ICMPEcho |
     return (ICMPv6 if six else ICMP).decode(data, pos)
 
 
-def icmp_summary(msg: bytes, ttl: int) -> str:
+def icmp_summary(msg: bytes, ttl: int | None) -> str:
     """One ICMP message ``msg`` (from its type on) in a line, as tshark's Info column words it: its
     type's name in 20 characters; the code's name where the type names its codes; for a message with
     an identifier and a sequence number (echo, timestamp, information, address mask) both (the
-    sequence big- and little-endian, as tshark shows it) and the IP TTL.  A frame alone does not say
+    sequence big- and little-endian, as tshark shows it) and the IPv4 TTL ``ttl``.  A frame alone does not say
     which request a reply answers: :class:`rdmalab.capture.render.EchoPairs` pairs them in a capture."""
     kind = msg[0]
     name = ICMP_TYPES.get(kind)
@@ -309,39 +309,40 @@ def icmp_summary(msg: bytes, ttl: int) -> str:
         text += f" ({codes.get(msg[1], f'Unknown code: {msg[1]}')})"
     if kind in ICMP_ID_SEQ and len(msg) >= 8:
         ident, seq = int.from_bytes(msg[4:6], "big"), int.from_bytes(msg[6:8], "big")
-        text += f" id=0x{ident:04x}, seq={seq}/{int.from_bytes(msg[6:8], 'little')}, ttl={ttl}"
+        text += f" id=0x{ident:04x}, seq={seq}/{int.from_bytes(msg[6:8], 'little')}"
+        if ttl is not None:  # (ICMP carried by IPv6 has no TTL to show, nor does tshark show one)
+            text += f", ttl={ttl}"
     return text
 
 
-def _option(msg: bytes, start: int, want: int) -> bytes | None:
-    """The value of the first neighbour-discovery option of type ``want`` (RFC 4861 4.6: type, length in
-    units of 8 bytes, value) in ``msg`` from ``start``; None if there is none or the options are damaged."""
+def _link_addresses(msg: bytes, start: int) -> str:
+    """`` from {MAC}`` for each source (option 1) and `` is at {MAC}`` for each target (option 2) link-layer
+    address option among the neighbour-discovery options from ``start`` (RFC 4861 4.6.1) that holds an
+    Ethernet address (one unit of 8 bytes, RFC 2464 8), in their order, as tshark's Info adds them (IPoIB's
+    20-byte addresses, RFC 4391 9.1.1, it does not name); the options up to a damaged one."""
+    out = []
     o = start
     while o + 2 <= len(msg):
         kind, units = msg[o], msg[o + 1]
         if units == 0 or o + 8 * units > len(msg):
-            return None
-        if kind == want:
-            return msg[o + 2:o + 8 * units]
+            break
+        if kind in (1, 2) and units == 1:
+            out.append(f" {'from' if kind == 1 else 'is at'} {msg[o + 2:o + 8].hex(':')}")
         o += 8 * units
-    return None
+    return "".join(out)
 
 
-def _link_address(msg: bytes, start: int, want: int, words: str) -> str:
-    """`` {words} {MAC}`` for a source (option 1) or target (option 2) link-layer address option in the
-    options from ``start`` (RFC 4861 4.6.1) that holds an Ethernet address (one unit of 8 bytes, RFC 2464 8),
-    or nothing (IPoIB's 20-byte addresses, RFC 4391 9.1.1, tshark does not name in its Info either)."""
-    mac = _option(msg, start, want)
-    return f" {words} {mac.hex(':')}" if mac is not None and len(mac) == 6 else ""
+#: where the options of each neighbour-discovery message start (RFC 4861 4.1-4.5)
+_ND_OPTIONS = {133: 8, 134: 16, 135: 24, 136: 24, 137: 40}
 
 
 def icmpv6_summary(msg: bytes, hop_limit: int) -> str:
     """One ICMPv6 message ``msg`` (from its type on) in a line, as tshark's Info column words it: the
     type's name; the code's name where the type names its codes (an experimental mobility's or FMIPv6
-    message's subtype is not named); a router's or a solicitation's source
-    link-layer address (option 1), a neighbour solicitation's or advertisement's target, the
-    advertisement's flags and target link-layer address (option 2); an echo's identifier, sequence and
-    the hop limit (paired in a capture by :class:`rdmalab.capture.render.EchoPairs`)."""
+    message's subtype is not named); a neighbour solicitation's or advertisement's target and the
+    advertisement's flags; the Ethernet addresses of a neighbour-discovery message's link-layer address
+    options; an echo's identifier, sequence and the hop limit (paired in a capture by
+    :class:`rdmalab.capture.render.EchoPairs`)."""
     kind = msg[0]
     text = ICMPV6_TYPES.get(kind, f"Unknown ({kind})")
     codes = ICMPV6_CODES.get(kind)
@@ -350,14 +351,11 @@ def icmpv6_summary(msg: bytes, hop_limit: int) -> str:
     if kind in (128, 129) and len(msg) >= 8:
         ident, seq = int.from_bytes(msg[4:6], "big"), int.from_bytes(msg[6:8], "big")
         return f"{text} id=0x{ident:04x}, seq={seq}, hop limit={hop_limit}"
-    if kind == 133:
-        return text + _link_address(msg, 8, 1, "from")
-    if kind == 134 and len(msg) >= 16:
-        return text + _link_address(msg, 16, 1, "from")
     if kind == 135 and len(msg) >= 24:
-        return f"{text} for {ipaddress.IPv6Address(msg[8:24])}" + _link_address(msg, 24, 1, "from")
-    if kind == 136 and len(msg) >= 24:
+        text += f" for {ipaddress.IPv6Address(msg[8:24])}"
+    elif kind == 136 and len(msg) >= 24:
         flags = [word for bit, word in ((0x80, "rtr"), (0x40, "sol"), (0x20, "ovr")) if msg[4] & bit]
-        return (f"{text} {ipaddress.IPv6Address(msg[8:24])} ({', '.join(flags) or 'none'})"
-                + _link_address(msg, 24, 2, "is at"))
+        text += f" {ipaddress.IPv6Address(msg[8:24])} ({', '.join(flags) or 'none'})"
+    if kind in _ND_OPTIONS:
+        text += _link_addresses(msg, _ND_OPTIONS[kind])
     return text

@@ -161,7 +161,15 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         for p in ip4.check(pos):
             _problem(pkt, p, lenient)
         hl = max(20, ip4.header_len)
-        end = pos + ip4.total_length
+        if ip4.total_length == 0:  # left for the NIC to fill in (segmentation offload): the frame's length,
+            end = len(data)        # as Wireshark presumes it (packet-ip.c)
+        elif ip4.total_length < hl:  # nothing after the header can be trusted (Wireshark: "Bogus IP length")
+            _problem(pkt, MalformedError("IPv4", "total_length", pos + 2, ip4.total_length,
+                                         f"at least the header's {hl} bytes"), lenient)
+            pkt.payload_offset, pkt.payload_length = pos + hl, 0
+            return
+        else:
+            end = pos + ip4.total_length
         proto, hops = ip4.protocol, ip4.ttl
         if ip4.frag_offset or ip4.flags & 1:
             pkt.payload_offset, pkt.payload_length = pos + hl, max(0, min(end, len(data)) - pos - hl)
@@ -211,7 +219,7 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         icmp = decode_icmp(data, pos, end, six)
         pkt.layers.append(Layer(icmp, pos))
         msg = bytes(data[pos:end])
-        pkt.info = icmpv6_summary(msg, hops) if six else icmp_summary(msg, hops)
+        pkt.info = icmpv6_summary(msg, hops) if six else icmp_summary(msg, hops if version == 4 else None)
         size = icmp.LAYOUT.size
         pkt.payload_offset, pkt.payload_length = pos + size, end - pos - size
     elif proto == IPPROTO_TCP:

@@ -9,6 +9,8 @@ and in ``-T json``; damaged and short messages are read without a crash."""
 from __future__ import annotations
 
 import json
+import random
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -322,3 +324,80 @@ def test_a_later_ipv6_fragment_is_a_fragment() -> None:
     frame = _ip6_chain([(44, bytes([0, 0x08, 0, 0, 0, 5]))], 58, bytes([128, 0, 0, 0]) + bytes(12), hlim=64)
     pkt = decode_ethernet(frame)
     assert pkt.ip_fragment and pkt.payload_length == 16 and not any(isinstance(x.header, ICMPv6 | ICMPv6Echo) for x in pkt.layers)
+
+
+def _mutated(n: int, seed: int) -> list[bytes]:
+    """``n`` frames made from this file's control frames by changing, cutting, lengthening and inserting bytes."""
+    rnd = random.Random(seed)
+    seeds = [_with_checksum_at(f) for f, _i, _c in CHAINS] + [_icmp4(_icmp4_msg(t, 0)) for t in (0, 3, 8, 9, 13)] \
+        + [_icmp6(_icmp6_msg(t, 0)) for t in (1, 128, 133, 134, 135, 136, 143)] + [f for f, _p, _i in CRAFTED]
+    frames = []
+    for _ in range(n):
+        f = bytearray(rnd.choice(seeds))
+        for _ in range(rnd.randrange(1, 6)):
+            op = rnd.random()
+            if op < 0.5 and len(f) > 14:
+                f[rnd.randrange(14, len(f))] = rnd.randrange(256)
+            elif op < 0.7:
+                f = f[:rnd.randrange(14, len(f) + 1)]
+            elif op < 0.85:
+                f += bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 40)))
+            else:
+                i = rnd.randrange(14, max(15, len(f)))
+                f[i:i] = bytes([rnd.choice([0, 43, 44, 60, 58, 1, 17, 6]), rnd.randrange(256)])
+        frames.append(bytes(f))
+    return frames
+
+
+@requires_tshark
+def test_mutated_control_frames_as_tshark(tmp_path: Path) -> None:
+    """Damaged and odd control frames: no crash, and every ICMP or ICMPv6 message tshark reads without a
+    complaint has tshark's Info here (the problems rdmalab adds, such as an IP length past the capture, aside).
+    Not compared: a first IPv4 fragment (tshark reads the message in it; rdmalab leaves a fragment as payload)
+    and ICMPv6 carried by IPv4 (tshark does not read it)."""
+    frames = _mutated(4000, 11)
+    path = _capture(tmp_path, frames)
+    theirs = subprocess.run(["tshark", "-n", "-r", str(path), "-T", "fields", "-e", "_ws.col.Protocol", "-e",
+                             "_ws.col.Info"], capture_output=True, text=True, check=True).stdout.splitlines()
+    compared = 0
+    wrong = []
+    for k, (cp, line) in enumerate(zip(read(path), theirs, strict=True)):
+        proto, info = line.split("\t", 1)
+        pkt = cp.packet
+        if proto not in ("ICMP", "ICMPv6") or "[" in info or pkt.ip_fragment or (
+                pkt.get(IPv4) is not None and isinstance(pkt.layers[-1].header, ICMPv6 | ICMPv6Echo)):
+            continue
+        compared += 1
+        mine = re.sub(r" \[\d+ problem\(s\): .*\]$", "", pkt.summary())
+        if (protocol(cp), mine) != (proto, info):
+            wrong.append((k + 1, mine, info))
+    assert compared > 1400 and not wrong, wrong[:5]
+
+
+_NA = bytes([136, 0, 0, 0, 0x40, 0, 0, 0]) + LL_A.to_bytes(16, "big")
+
+
+@requires_tshark
+@pytest.mark.parametrize("frame", [
+    _icmp6(_NA + bytes([1, 1]) + A.to_bytes(6, "big")),  # a source address option after an advertisement
+    _icmp6(_NA + bytes([2, 1]) + A.to_bytes(6, "big") + bytes([1, 1]) + B.to_bytes(6, "big")),  # both, in order
+    _icmp6(_NA + bytes([2, 3]) + bytes(22) + bytes([2, 1]) + B.to_bytes(6, "big")),  # an IPoIB one, then Ethernet
+    _icmp6(bytes([135, 0, 0, 0]) + bytes(4) + LL_B.to_bytes(16, "big") + bytes([2, 1]) + A.to_bytes(6, "big")),
+    _icmp6(bytes([137, 0, 0, 0]) + bytes(4) + LL_A.to_bytes(16, "big") + LL_B.to_bytes(16, "big")
+           + bytes([2, 1]) + A.to_bytes(6, "big")),  # a redirect's target address
+], ids=["na-source", "na-target-then-source", "na-ipoib-then-ethernet", "ns-target", "redirect-target"])
+def test_link_layer_address_options_as_tshark(frame: bytes, tmp_path: Path) -> None:
+    frame = _with_checksum_at(frame)
+    want = subprocess.run(["tshark", "-n", "-r", str(_capture(tmp_path, [frame])), "-T", "fields", "-e",
+                           "_ws.col.Info"], capture_output=True, text=True, check=True).stdout.strip("\n")
+    assert decode_ethernet(frame).summary() == want and (" is at " in want or " from " in want)
+
+
+def test_ipv4_total_length_zero_and_too_small() -> None:
+    ip0 = IPv4(total_length=0, protocol=1, src=0x0A000001, dst=0x0A000002).with_checksum().encode()
+    eth = Ethernet(dst=B, src=A, ethertype=ETHERTYPE_IPV4).encode()
+    tso = decode_ethernet(eth + ip0 + bytes([8, 0, 0, 0, 0, 1, 0, 2]) + b"abcd")  # segmentation offload: the frame's length
+    assert tso.summary() == "Echo (ping) request  id=0x0001, seq=2/512, ttl=64" and not tso.problems
+    bogus = IPv4(total_length=12, protocol=1, src=0x0A000001, dst=0x0A000002).with_checksum().encode()
+    pkt = decode_ethernet(eth + bogus + bytes([8, 0, 0, 0, 0, 1, 0, 2]), lenient=True)
+    assert pkt.payload_length == 0 and "total_length" in str(pkt.problems[0]) and pkt.layers[-1].name == "IPv4"
