@@ -377,12 +377,16 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     if need("infiniband.bth.psn"):
         data["infiniband.bth.psn"] = _be(B, 9, 3, np.uint32)
     # the IB packet's end (ICRC included): from the UDP length or the GRH payload length
-    ib_end = np.where(rocev1, l3 + 40 + data["ipv6.plen"].astype(np.int64), l4 + udplen)
-    ib_end = np.minimum(ib_end, caplen)
+    wire_end = np.where(rocev1, l3 + 40 + data["ipv6.plen"].astype(np.int64), l4 + udplen)
+    ib_end = np.minimum(wire_end, caplen)
+    # a RoCEv2 packet cut by the capture (a snap length): its headers as far as captured, its captured
+    # payload, no ICRC (rdmalab.wire.packet.decode_transport's ``captured``)
+    cut = ib & ~rocev1 & (wire_end > caplen)
+    have = np.where(cut, np.minimum(caplen, wire_end - 4), ib_end)
     t = _opt()
     ext0 = bth + 12
     extlen = t["extlen"][opcode].astype(np.int64)
-    fits = ib & (ext0 + extlen <= ib_end)
+    fits = ib & (ext0 + extlen <= have)
     sizes = {"rdeth": 4, "deth": 8, "reth": 16, "atomiceth": 28, "aeth": 4, "atomicacketh": 8, "immdt": 4,
              "ieth": 4, "xrceth": 4}
     X: dict[str, np.ndarray] = {}
@@ -392,7 +396,8 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
                 "ieth": ("infiniband.ieth",), "xrceth": ("rdmalab.xrceth",)}
     for key, size in sizes.items():
         o = t[key][opcode].astype(np.int64)
-        L[f"_{key}"] = fits & (o >= 0)
+        # (of a packet cut by the capture, each header that was captured whole, as the per-packet decoder has them)
+        L[f"_{key}"] = np.where(cut, ib & (o >= 0) & (ext0 + o + size <= have), fits & (o >= 0))
         if need(*layer_of[key]):
             X[key] = _realign(B, 12 + np.where(o >= 0, o, 48), size)
         else:
@@ -417,10 +422,10 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     L["rdmalab.cnp"] = ib & (opcode == CNP_OPCODE)
     data["rdmalab.cnp"] = L["rdmalab.cnp"].astype(np.uint8)
     if need_payload:
-        plen = ib_end - ext0 - extlen - pad - 4
+        plen = np.where(cut, np.minimum(have, wire_end - 4 - pad) - ext0 - extlen, ib_end - ext0 - extlen - pad - 4)
         data["rdmalab.payload.len"] = np.maximum(plen, 0).astype(np.uint32)
     L["rdmalab.payload.len"] = ib.copy()  # (and the iWARP PDUs with a payload: fill_iwarp)
-    crc_ok = fits & (ib_end >= ext0 + extlen + 4)
+    crc_ok = fits & (ib_end >= ext0 + extlen + 4) & ~cut
     L["infiniband.crc"] = crc_ok
     status = np.zeros(n, dtype=np.int8)
     if need("infiniband.invariant", "rdmalab.icrc") or verify_icrc:

@@ -142,7 +142,7 @@ def packet_fields(pkt: Packet, out: dict[str, Any], *, raw: bool = False, skip: 
         if pkt.vcrc_expected is not None:
             _add(out, "rdmalab.vcrc.expected", _swap16(pkt.vcrc_expected))
         _add(out, "rdmalab.vcrc.status", pkt.vcrc_status or "unchecked")
-    if pkt.encap in ("rocev2", "rocev1", "ib") or pkt.payload_length and pkt.encap == "iwarp":
+    if pkt.encap in ("rocev2", "rocev1", "ib") and bth is not None or pkt.payload_length and pkt.encap == "iwarp":
         _add(out, "rdmalab.payload.len", _transport_payload_length(pkt))
     if pkt.problems:
         for p in pkt.problems:

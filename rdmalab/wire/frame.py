@@ -197,8 +197,9 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
                 proto, pos = ext.next_header, pos + 8 + 8 * ext.length
     else:
         raise MalformedError("IP", "version", pos, version, "4 or 6")
+    wire_end = end  # where the datagram ends on the wire
     if end > len(data):
-        _problem(pkt, TruncatedError(pkt.layers[-1].name, "length", ip_start + (2 if version == 4 else 4),
+        _problem(pkt, TruncatedError("IPv4" if version == 4 else "IPv6", "length", ip_start + (2 if version == 4 else 4),
                                      end - ip_start, f"{end - ip_start} bytes, {len(data) - ip_start} captured"),
                  lenient)
         end = len(data)
@@ -208,6 +209,10 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         udp_end = min(end, pos + udp.length) if udp.length >= 8 else end
         if udp.dport in ports:
             pkt.encap = "rocev2"
+            wire_udp_end = min(wire_end, pos + udp.length) if udp.length >= 8 else wire_end
+            if wire_udp_end > len(data):  # cut by the capture (a snap length): the ICRC was not captured
+                _transport(data, pkt, pos + 8, wire_udp_end, 4, lenient, captured=len(data))
+                return
             crc_at = _transport(data, pkt, pos + 8, udp_end, 4, lenient)
             pkt.crc_offset, pkt.crc_kind = crc_at, "icrc"
             pkt.crc = int.from_bytes(data[crc_at : crc_at + 4], "little")
@@ -236,10 +241,11 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         pkt.payload_offset, pkt.payload_length = pos, end - pos
 
 
-def _transport(data: bytes, pkt: Packet, offset: int, end: int, trailer: int, lenient: bool) -> int:
+def _transport(data: bytes, pkt: Packet, offset: int, end: int, trailer: int, lenient: bool,
+               captured: int | None = None) -> int:
     """The transport headers (:func:`rdmalab.wire.packet.decode_transport`), then the MAD a
     datagram to or from QP0/QP1 carries (QP0/QP1 are UD QPs whose messages are MADs, IBA Vol 1 13.5.1)."""
-    crc_at = decode_transport(data, pkt, offset, end, trailer, lenient=lenient)
+    crc_at = decode_transport(data, pkt, offset, end, trailer, lenient=lenient, captured=captured)
     if data[offset] >> 5 != Transport.UD:  # the BTH opcode's transport bits: only UD datagrams carry MADs
         return crc_at
     deth = pkt.get(DETH)

@@ -242,14 +242,20 @@ def decode_transport(
     trailer: int,
     *,
     lenient: bool,
+    captured: int | None = None,
 ) -> int:
     """Decode BTH, extended headers and payload from ``offset`` up to ``end``.
 
     ``trailer`` is the number of CRC bytes between the payload and ``end`` (4 for RoCE, 6
     for native IB).  Fills ``pkt`` and returns the offset of the first trailer byte.
-    """
+
+    ``captured``: the capture holds the packet only up to there, before ``end`` (a snap length):
+    the headers are decoded as far as they were captured whole (one cut short is a problem, and nothing
+    after it payload), the payload is the part of it captured (its pad left out), and the CRC, not
+    captured, is left alone."""
+    have = end - trailer if captured is None else min(captured, end - trailer)  # the bytes there are to read
     bth = BTH.decode(data, offset)
-    if end - offset < bth.size + trailer:
+    if have - offset < bth.size or end - offset < bth.size + trailer:
         raise TruncatedError("BTH", None, offset, end - offset, f"at least {bth.size + trailer} bytes (BTH + CRC)")
     pkt.layers.append(Layer(bth, offset))
     for p in bth.check(offset):
@@ -260,14 +266,15 @@ def decode_transport(
     if info is None:
         _problem(pkt, MalformedError("BTH", "opcode", offset, bth.opcode,
                                      "an opcode of IBA Vol 1 table 38", detail=opcode_name(bth.opcode)), lenient)
-        pkt.payload_offset, pkt.payload_length = pos, max(0, crc_at - pos)
+        pkt.payload_offset, pkt.payload_length = pos, max(0, have - pos)
         return crc_at
     for cls in info.headers:
-        if pos + cls.LAYOUT.size > crc_at:
-            err = TruncatedError(cls.LAYOUT.name, None, pos, max(0, crc_at - pos),
+        if pos + cls.LAYOUT.size > have:
+            err = TruncatedError(cls.LAYOUT.name, None, pos, max(0, have - pos),
                                  f"{cls.LAYOUT.size} bytes for {info.name}")
             _problem(pkt, err, lenient)
-            pkt.payload_offset, pkt.payload_length = pos, max(0, crc_at - pos)
+            # (a header the capture cut: no payload after it was captured)
+            pkt.payload_offset, pkt.payload_length = pos, max(0, have - pos) if captured is None else 0
             return crc_at
         h = cls.decode(data, pos)
         pkt.layers.append(Layer(h, pos))
@@ -279,14 +286,14 @@ def decode_transport(
         if body:
             _problem(pkt, MalformedError("Payload", None, pos, body, f"no payload after the headers of {info.name}"),
                      lenient)
-        pkt.payload_offset, pkt.payload_length, pkt.pad = pos, max(0, body), 0
+        pkt.payload_offset, pkt.payload_length, pkt.pad = pos, max(0, have - pos), 0
         return crc_at
     if bth.padcnt > body:
         _problem(pkt, MalformedError("BTH", "padcnt", offset + 1, bth.padcnt,
                                      f"at most {body} (bytes left before the CRC)"), lenient)
-        pkt.payload_offset, pkt.payload_length = pos, body
+        pkt.payload_offset, pkt.payload_length = pos, max(0, have - pos)
         return crc_at
-    pkt.payload_offset, pkt.payload_length, pkt.pad = pos, body - bth.padcnt, bth.padcnt
+    pkt.payload_offset, pkt.payload_length, pkt.pad = pos, min(have, crc_at - bth.padcnt) - pos, bth.padcnt
     return crc_at
 
 

@@ -1,0 +1,99 @@
+"""RoCE captured with a snap length: the headers captured whole, no ICRC verdict on an ICRC not captured.
+
+Engineers capture RoCE at line rate with a snap length (``tcpdump -s 128``): the headers are there, the
+payload and the ICRC are not.  rdmalab took the last four captured bytes for the ICRC and called every
+such packet ``[BAD ICRC]``, and counted the cut payload minus four bytes (stop 45).  Here each snap
+length from inside the BTH to past the extended headers is cut from the real rxe captures (as tcpdump
+or editcap cuts: the record keeps the length on the wire), and every path is held to the same output,
+the headers to tshark's fields.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdmalab.capture import read
+from rdmalab.capture.pcapwriter import CaptureWriter
+from rdmalab.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark (Wireshark) is not installed")
+SOURCES = ["rxe_write_bw.pcap", "rxe_atomic_cswap.pcap", "rxe_rping.pcap", "rxe_write_bw_loss.pcap"]
+FIELDS = ["frame.number", "infiniband.bth.opcode", "infiniband.bth.psn", "infiniband.bth.destqp",
+          "infiniband.reth.va", "infiniband.reth.dmalen", "infiniband.aeth.msn", "infiniband.deth.srcqp",
+          "infiniband.atomiceth.cmpdt", "infiniband.immdt", "infiniband.invariant.crc", "rdmalab.icrc.status",
+          "rdmalab.payload.len"]
+
+
+def _cut(name: str, snap: int, dest: Path) -> Path:
+    """``captures/name`` with every record cut to ``snap`` bytes, its length on the wire kept."""
+    with CaptureWriter(dest, format="pcap") as w:
+        for cp in read(ROOT / "captures" / name):
+            data = cp.packet.data
+            w.write(data[:snap], cp.epoch_ns, wire_len=cp.wire_length or len(data))
+    return dest
+
+
+@pytest.mark.parametrize("name", SOURCES)
+@pytest.mark.parametrize("snap", [48, 54, 58, 62, 70, 74, 86, 128])
+def test_cut_roce_has_its_captured_headers_and_no_icrc_verdict(name: str, snap: int, tmp_path: Path,
+                                                                  capsys: Any) -> None:
+    path = _cut(name, snap, tmp_path / "cut.pcap")
+    whole = {cp.frame_number: cp.packet for cp in read(ROOT / "captures" / name)}
+    cut = 0
+    for cp in read(path):
+        pkt = cp.packet
+        if pkt.encap != "rocev2" or len(whole[cp.frame_number].data) <= snap:
+            continue
+        cut += 1
+        assert pkt.crc is None and pkt.crc_status is None and "BAD ICRC" not in pkt.summary()
+        full = whole[cp.frame_number]
+        # each header captured whole is the uncut packet's; those after the first cut one are absent
+        mine = [(la.header, la.offset) for la in pkt.layers]
+        theirs = [(la.header, la.offset) for la in full.layers if la.offset + la.header.LAYOUT.size <= snap]
+        assert mine == theirs[:len(mine)] and len(theirs) - len(mine) <= 1
+        if len(mine) == len([la for la in full.layers if la.header.LAYOUT.name not in ("Payload",)]):
+            assert pkt.payload == full.payload[:len(pkt.payload)]  # the captured part of the payload
+    assert cut > 0 or (name, snap) in {("rxe_atomic_cswap.pcap", 86), ("rxe_atomic_cswap.pcap", 128)}  # (its longest: 86)
+    outputs = {}
+    for args in ([], ["-V"], ["-T", "json"], ["-T", "fields", *[a for f in FIELDS for a in ("-e", f)]]):
+        for path_args in ([], ["--no-columnar"]):
+            assert main(["decode", "-r", str(path), *args, *path_args]) == 0
+            outputs[(tuple(args), tuple(path_args))] = capsys.readouterr().out
+        assert outputs[(tuple(args), ())] == outputs[(tuple(args), ("--no-columnar",))], args
+    assert "BAD ICRC" not in outputs[((), ())]
+
+
+@requires_tshark
+@pytest.mark.parametrize("snap", [62, 74, 128])
+def test_cut_roce_headers_as_tshark(snap: int, tmp_path: Path, capsys: Any) -> None:
+    path = _cut("rxe_write_bw.pcap", snap, tmp_path / "cut.pcap")
+    names = ["frame.number", "infiniband.bth.opcode", "infiniband.bth.psn", "infiniband.reth.dmalen",
+             "infiniband.aeth.msn", "infiniband.invariant.crc"]
+    args = ["-r", str(path), "-Y", "infiniband", "-T", "fields", *[a for f in names for a in ("-e", f)]]
+    want = subprocess.run(["tshark", "-n", *args], capture_output=True, text=True, check=True).stdout
+    assert main(["decode", *args]) == 0
+    assert capsys.readouterr().out == want
+
+
+def test_analyze_counts_no_bad_icrc_in_a_cut_capture(tmp_path: Path, capsys: Any) -> None:
+    """analyze already left cut frames out of bad_icrc; it still does, and still counts a damaged ICRC."""
+    path = _cut("rxe_write_bw.pcap", 128, tmp_path / "cut.pcap")
+    assert main(["analyze", str(path), "-T", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["rdma_packets"] == 25 and "bad_icrc" not in report["counts"]
+    damaged = tmp_path / "damaged.pcap"
+    with CaptureWriter(damaged, format="pcap") as w:
+        for cp in read(ROOT / "captures" / "rxe_write_bw.pcap"):
+            data = bytearray(cp.packet.data)
+            if cp.packet.encap == "rocev2":
+                data[-1] ^= 0xFF
+            w.write(bytes(data), cp.epoch_ns)
+    assert main(["analyze", str(damaged), "-T", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["counts"]["bad_icrc"] == 25
