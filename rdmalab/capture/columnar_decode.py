@@ -337,7 +337,7 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     rocev2 = udp & (data["udp.dstport"] == ROCEV2_PORT) & (caplen >= l4 + 8 + 12)
     rocev1 = eth & (etype == 0x8915) & (caplen >= l3 + 40 + 12)
     L["rocev2"], L["rocev1"] = rocev2, rocev1
-    L["infiniband.grh"] = rocev1
+    L["infiniband.grh"] = eth & (etype == 0x8915) & (caplen >= l3 + 40)  # (its BTH may be cut by the capture)
     if need6:
         data["infiniband.grh.tclass"] = data["ipv6.tclass"]
         data["infiniband.grh.flowlabel"] = data["ipv6.flow"]
@@ -379,9 +379,9 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     # the IB packet's end (ICRC included): from the UDP length or the GRH payload length
     wire_end = np.where(rocev1, l3 + 40 + data["ipv6.plen"].astype(np.int64), l4 + udplen)
     ib_end = np.minimum(wire_end, caplen)
-    # a RoCEv2 packet cut by the capture (a snap length): its headers as far as captured, its captured
+    # a RoCE packet cut by the capture (a snap length): its headers as far as captured, its captured
     # payload, no ICRC (rdmalab.wire.packet.decode_transport's ``captured``)
-    cut = ib & ~rocev1 & (wire_end > caplen)
+    cut = ib & (wire_end > caplen)
     have = np.where(cut, np.minimum(caplen, wire_end - 4), ib_end)
     t = _opt()
     ext0 = bth + 12

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rdmalab.wire.net import TCP
+from rdmalab.wire.net import ETHERTYPE_ROCE, ROCEV2_PORT, TCP
 from rdmalab.wire.opcodes import opcode_name
 
 WINDOW = 160
@@ -253,8 +253,9 @@ class Columns:
             enc[~eth & (self.layers["ip"] | self.layers["ipv6"])] = "ip"  # a raw IP link type
             enc[self.layers["infiniband.bth"]] = "ib"  # native InfiniBand (RoCE below)
             enc[self.present("tcp")] = "tcp"
-            enc[self.layers["rocev1"]] = "rocev1"
-            enc[self.layers["rocev2"]] = "rocev2"
+            # (RoCE whose BTH the capture cut is RoCE all the same, as the per-packet decoder names it)
+            enc[self.layers["rocev1"] | (eth & (self.data["eth.type"] == ETHERTYPE_ROCE))] = "rocev1"
+            enc[self.layers["rocev2"] | (self.layers["udp"] & (self.data["udp.dstport"] == ROCEV2_PORT))] = "rocev2"
             return enc
         raise KeyError(name)
 

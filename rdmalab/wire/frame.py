@@ -361,8 +361,10 @@ def decode_grh_packet(data: bytes, pkt: Packet, offset: int, *, lenient: bool) -
         if offset + 40 + grh.paylen > end:
             _problem(pkt, TruncatedError("GRH", "paylen", offset + 4, grh.paylen,
                                          f"{grh.paylen} bytes after the GRH, {end - offset - 40} captured"), lenient)
-        else:
-            end = offset + 40 + grh.paylen  # Ethernet padding after the packet
+            # cut by the capture (a snap length): the ICRC was not captured
+            _transport(data, pkt, offset + 40, offset + 40 + grh.paylen, 4, lenient, captured=end)
+            return
+        end = offset + 40 + grh.paylen  # Ethernet padding after the packet
     crc_at = _transport(data, pkt, offset + 40, end, 4, lenient)
     pkt.crc_offset, pkt.crc_kind = crc_at, "icrc"
     pkt.crc = int.from_bytes(data[crc_at : crc_at + 4], "little")
