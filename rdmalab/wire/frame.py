@@ -289,6 +289,10 @@ def _decode_ib(data: bytes, pkt: Packet, lenient: bool, has_vcrc: bool) -> None:
                  lenient)
         pkt.payload_offset, pkt.payload_length = pos, end - pos
         return
+    if length and length + (2 if has_vcrc else 0) > end:  # cut by the capture: its CRCs were not captured
+        crc_at = _transport(data, pkt, pos, length + (2 if has_vcrc else 0), trailer, lenient, captured=end)
+        _ipoib(data, pkt, min(crc_at, end), lenient)
+        return
     crc_at = _transport(data, pkt, pos, end, trailer, lenient)
     pkt.crc_offset, pkt.crc_kind = crc_at, "icrc"
     pkt.crc = int.from_bytes(data[crc_at : crc_at + 4], "little")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from rdmalab.capture import read
+from rdmalab.capture.linktypes import LINKTYPE_ERF
 from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.cli import main
 
@@ -39,6 +41,34 @@ def _cut(name: str, snap: int, dest: Path) -> Path:
             data = cp.packet.data
             w.write(data[:snap], cp.epoch_ns, wire_len=cp.wire_length or len(data))
     return dest
+
+
+@pytest.mark.parametrize("snap", [30, 60, 70, 100, 160])
+def test_cut_native_infiniband_has_no_crc_verdicts(snap: int, tmp_path: Path, capsys: Any) -> None:
+    """An ERF capture of ConnectX HCAs cut by a snap length (the pcap records cut, as editcap -s cuts
+    them): no ICRC or VCRC verdict on CRCs not captured (they were [BAD ICRC]); the packets captured
+    whole keep theirs (all good)."""
+    src = ROOT / "captures" / "hw_ib_connectx_erf.pcap"
+    dest = tmp_path / "cut.pcap"
+    with CaptureWriter(dest, format="pcap", linktype=LINKTYPE_ERF) as w:
+        with open(src, "rb") as f:
+            f.seek(24)
+            while head := f.read(16):
+                sec, frac, incl, orig = struct.unpack("<IIII", head)
+                rec = f.read(incl)
+                w.write(rec[:snap], sec * 1_000_000_000 + frac * 1000, wire_len=orig)
+    whole = {cp.frame_number: cp for cp in read(src)}
+    cut = 0
+    for cp in read(dest):
+        pkt = cp.packet
+        if cp.captured < whole[cp.frame_number].captured:
+            cut += 1
+            assert pkt.crc_status is None and pkt.vcrc_status is None, cp.frame_number
+        else:
+            assert pkt.crc_status == whole[cp.frame_number].packet.crc_status == "good"
+    assert cut > 0
+    assert main(["decode", "-r", str(dest)]) == 0
+    assert "BAD" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", SOURCES)
