@@ -28,6 +28,7 @@ import json
 import socket
 from typing import TYPE_CHECKING, Any
 
+from rdmalab.wire.frame import tcp_segment_length
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import BTH
 from rdmalab.wire.mad import MADHeader
@@ -169,7 +170,7 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
     if "ipv6.version" in out:  # Wireshark's IPv6 dissector adds the hidden ip.version too (ip.version == 6)
         out.setdefault("ip.version", 6)
     if "tcp.srcport" in out:  # the segment's payload bytes (tshark's tcp.len, the summary's Len=)
-        out["tcp.len"] = pkt.payload_length
+        out["tcp.len"] = tcp_segment_length(pkt)
         flags = out.get("tcp.flags")
         if isinstance(flags, int):  # each flag bit as its own field (tcp.flags.syn == 1)
             for name, bit in TCP.FLAG_FIELDS:

@@ -10,6 +10,7 @@ import numpy as np
 
 from rdmalab.capture.linktypes import LINKTYPE_NAMES
 from rdmalab.wire.control import ICMPEcho, ICMPv6Echo
+from rdmalab.wire.frame import tcp_segment_length
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import GRH, LRH, IPoIB
 from rdmalab.wire.net import TCP, Ethernet, IPv4, IPv6, tcp_flag_names
@@ -242,7 +243,7 @@ def tcp_info(pkt: Packet, window: int | None = None) -> str | None:
     if tcp is None:
         return None
     return tcp_info_text(tcp.sport, tcp.dport, tcp.flags, tcp.seq, tcp.ack,
-                         tcp.window if window is None else window, pkt.payload_length)
+                         tcp.window if window is None else window, tcp_segment_length(pkt))
 
 
 _FLAG_TEXT: dict[int, str] = {}

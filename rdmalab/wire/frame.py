@@ -234,11 +234,38 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
             _problem(pkt, p, lenient)
         start = pos + max(20, tcp.header_len)
         if start > end:
-            raise TruncatedError("TCP", "data_offset", pos + 12, tcp.data_offset, "options within the packet")
+            if wire_end <= len(data):  # a header longer than its datagram: damaged
+                raise TruncatedError("TCP", "data_offset", pos + 12, tcp.data_offset, "options within the packet")
+            # the capture cut its options (a snap length): a TCP segment all the same, nothing of its payload
+            _problem(pkt, TruncatedError("TCP", "data_offset", pos + 12, tcp.data_offset,
+                                         f"{start - pos} bytes of header, {len(data) - pos} captured"), lenient)
+            pkt.encap = "tcp"
+            pkt.payload_offset, pkt.payload_length = len(data), 0
+            return
         pkt.encap = "tcp"
         pkt.payload_offset, pkt.payload_length = start, end - start
     else:
         pkt.payload_offset, pkt.payload_length = pos, end - pos
+
+
+def tcp_segment_length(pkt: Packet) -> int:
+    """The octets of a TCP segment's payload as its IP header counts them (tshark's ``tcp.len``): its
+    payload's length, or, for a segment the capture cut short (a snap length), its length on the wire."""
+    at = next((i for i, la in enumerate(pkt.layers) if isinstance(la.header, TCP)), None)
+    ip_layer = next((la for la in reversed(pkt.layers[:at]) if isinstance(la.header, IPv4 | IPv6)), None) \
+        if at is not None else None
+    if at is None or ip_layer is None:
+        return pkt.payload_length
+    ip, tcp = ip_layer.header, pkt.layers[at]
+    assert isinstance(tcp.header, TCP)
+    if isinstance(ip, IPv4):
+        if ip.total_length == 0:  # left for the NIC to fill in: the frame's length
+            return pkt.payload_length
+        wire_end = ip_layer.offset + ip.total_length
+    else:
+        assert isinstance(ip, IPv6)
+        wire_end = ip_layer.offset + 40 + ip.payload_length
+    return max(0, wire_end - (tcp.offset + max(20, tcp.header.header_len)))
 
 
 def _transport(data: bytes, pkt: Packet, offset: int, end: int, trailer: int, lenient: bool,

@@ -129,3 +129,35 @@ def test_analyze_counts_no_bad_icrc_in_a_cut_capture(tmp_path: Path, capsys: Any
             w.write(bytes(data), cp.epoch_ns)
     assert main(["analyze", str(damaged), "-T", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["counts"]["bad_icrc"] == 25
+
+
+@pytest.mark.parametrize("name", ["siw_read_bw.pcap", "siw_crc_rping.pcap", "rxe_write_bw.pcap"])
+@pytest.mark.parametrize("snap", [40, 58, 66, 80, 128])
+def test_cut_tcp_paths_agree(name: str, snap: int, tmp_path: Path, capsys: Any) -> None:
+    """TCP and iWARP cut by a snap length, options included (a SYN's options cut was no TCP segment at all on
+    one path): every path the same, a segment whose options were cut still a TCP segment."""
+    path = _cut(name, snap, tmp_path / "cut.pcap")
+    names = ["frame.number", "tcp.srcport", "tcp.seq_raw", "tcp.len", "tcp.flags", "rdmalab.encap", "tcp.window_size",
+             "iwarp_mpa.ulpdulength", "iwarp_ddp.msn", "rdmalab.payload.len"]
+    for args in ([], ["-V"], ["-T", "json"], ["-T", "fields", *[a for f in names for a in ("-e", f)]]):
+        out = []
+        for path_args in ([], ["--no-columnar"]):
+            assert main(["decode", "-r", str(path), *args, *path_args]) == 0
+            out.append(capsys.readouterr().out)
+        assert out[0] == out[1], args
+    for cp in read(path):
+        if cp.packet.layers and any(la.name == "TCP" for la in cp.packet.layers):
+            assert cp.packet.encap == "tcp", cp.frame_number
+
+
+@requires_tshark
+@pytest.mark.parametrize("snap", [66, 128])
+def test_cut_tcp_length_as_tshark(snap: int, tmp_path: Path, capsys: Any) -> None:
+    """tcp.len of a segment cut by a snap length is its length on the wire, as tshark counts it (it was what
+    was captured, on the per-packet path)."""
+    path = _cut("siw_read_bw.pcap", snap, tmp_path / "cut.pcap")
+    args = ["-r", str(path), "-Y", "tcp", "-T", "fields", "-e", "frame.number", "-e", "tcp.len", "-e", "tcp.seq_raw"]
+    want = subprocess.run(["tshark", "-n", *args], capture_output=True, text=True, check=True).stdout
+    for extra in ([], ["--no-columnar"]):
+        assert main(["decode", *args, *extra]) == 0
+        assert capsys.readouterr().out == want, extra
