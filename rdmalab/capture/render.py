@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rdmalab.capture.linktypes import LINKTYPE_NAMES
-from rdmalab.wire.control import ICMPEcho, ICMPv6Echo
+from rdmalab.wire.control import ECHO_TYPES, ICMPEcho, ICMPv6Echo
 from rdmalab.wire.frame import tcp_segment_length
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import GRH, LRH, IPoIB
@@ -171,10 +171,10 @@ def _ones_add(a: int, b: int) -> int:
     return (s & 0xFFFF) + (s >> 16)
 
 
-#: echo request type -> (reply type, what the reply's checksum adds to the request's: the type word's change,
-#: RFC 1624 3): ICMP 8 -> 0 (RFC 792), ICMPv6 128 -> 129 (RFC 4443 4.1-4.2)
-_ECHO_REQUESTS = {(4, 8): (0, 0x0800), (6, 128): (129, 0xFFFF ^ 0x0100)}
-_ECHO_REPLIES = {(4, 0), (6, 129)}
+#: (IP version, echo request type) -> (reply type, what the reply's checksum adds to the request's): the
+#: type word's change, request minus reply in one's complement (RFC 1624 3)
+_ECHO_REQUESTS = {(v, req): (rep, _ones_add(req << 8, 0xFFFF ^ (rep << 8))) for v, (req, rep) in ECHO_TYPES.items()}
+_ECHO_REPLIES = {(v, rep) for v, (_req, rep) in ECHO_TYPES.items()}
 
 
 class EchoPairs:

@@ -106,9 +106,7 @@ class ARPoIB(Header):
 
     def summary(self) -> str:
         """As :meth:`ARP.summary` words it; the 20-byte hardware address in hex digits, as tshark shows it."""
-        hw = self.src_hw if isinstance(self.src_hw, bytes) else int(self.src_hw).to_bytes(20, "big")
-        return _arp_summary(self.opcode, self.src_ip, self.dst_ip, not any(self.dst_hw.to_bytes(20, "big")
-                            if isinstance(self.dst_hw, int) else self.dst_hw), hw.hex())
+        return _arp_summary(self.opcode, self.src_ip, self.dst_ip, self.dst_hw == 0, self.src_hw.to_bytes(20, "big").hex())
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +235,8 @@ ICMP_CODES = {
     43: {0: "No error", 1: "Malformed Query", 2: "No Such Interface", 3: "No Such Table Entry",
          4: "Multiple Interfaces Satisfy Query"},
 }
+#: echo request and reply types by IP version: ICMP (RFC 792), ICMPv6 (RFC 4443 4.1, 4.2)
+ECHO_TYPES = {4: (8, 0), 6: (128, 129)}
 #: ICMP types that carry an identifier and a sequence number (RFC 792: echo, timestamp, information; RFC 950: address mask)
 ICMP_ID_SEQ = frozenset({0, 8, 13, 14, 15, 16, 17, 18})
 
@@ -286,7 +286,7 @@ def decode_icmp(data: bytes, pos: int, end: int, six: bool) -> ICMP | ICMPEcho |
     """The header of the ICMP (``six``: ICMPv6) message at ``pos`` (at least 4 bytes before ``end``): with
     its identifier and sequence number where its type has them and they were captured."""
     kind = data[pos]
-    if end - pos >= 8 and (kind in (128, 129) if six else kind in ICMP_ID_SEQ):
+    if end - pos >= 8 and (kind in ECHO_TYPES[6] if six else kind in ICMP_ID_SEQ):
         return (ICMPv6Echo if six else ICMPEcho).decode(data, pos)
     return (ICMPv6 if six else ICMP).decode(data, pos)
 
@@ -348,7 +348,7 @@ def icmpv6_summary(msg: bytes, hop_limit: int) -> str:
     codes = ICMPV6_CODES.get(kind)
     if codes is not None and len(msg) >= 2:
         text += f" ({codes.get(msg[1], 'Unknown' if kind == 1 else f'Unknown ({msg[1]})')})"
-    if kind in (128, 129) and len(msg) >= 8:
+    if kind in ECHO_TYPES[6] and len(msg) >= 8:
         ident, seq = int.from_bytes(msg[4:6], "big"), int.from_bytes(msg[6:8], "big")
         return f"{text} id=0x{ident:04x}, seq={seq}, hop limit={hop_limit}"
     if kind == 135 and len(msg) >= 24:

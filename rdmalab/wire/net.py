@@ -137,6 +137,12 @@ class IPv6(Header):
     )
 
 
+def _ext_fields(proto: str) -> tuple[F, ...]:
+    """Next header and length (in 8-byte units after the first 8): how every IPv6 extension header but the
+    Fragment header begins (RFC 8200 4.3-4.6)."""
+    return F("next_header", 8, f"{proto}.nxt"), F("length", 8, f"{proto}.len")
+
+
 @dataclass(frozen=True, slots=True)
 class IPv6HopByHop(Header):
     """The fixed part of an IPv6 Hop-by-Hop Options header (RFC 8200 4.3): the next header and the
@@ -145,8 +151,7 @@ class IPv6HopByHop(Header):
     next_header: int = 58
     length: int = 0
 
-    LAYOUT: ClassVar[Layout] = layout("IPv6 Hop-by-Hop Options", "RFC 8200 4.3",
-                                      F("next_header", 8, "ipv6.hopopts.nxt"), F("length", 8, "ipv6.hopopts.len"),
+    LAYOUT: ClassVar[Layout] = layout("IPv6 Hop-by-Hop Options", "RFC 8200 4.3", *_ext_fields("ipv6.hopopts"),
                                       ws="ipv6.hopopts")
 
 
@@ -157,8 +162,7 @@ class IPv6DestOptions(Header):
     next_header: int = 58
     length: int = 0
 
-    LAYOUT: ClassVar[Layout] = layout("IPv6 Destination Options", "RFC 8200 4.6",
-                                      F("next_header", 8, "ipv6.dstopts.nxt"), F("length", 8, "ipv6.dstopts.len"),
+    LAYOUT: ClassVar[Layout] = layout("IPv6 Destination Options", "RFC 8200 4.6", *_ext_fields("ipv6.dstopts"),
                                       ws="ipv6.dstopts")
 
 
@@ -172,8 +176,7 @@ class IPv6Routing(Header):
     routing_type: int = 0
     segments_left: int = 0
 
-    LAYOUT: ClassVar[Layout] = layout("IPv6 Routing", "RFC 8200 4.4",
-                                      F("next_header", 8, "ipv6.routing.nxt"), F("length", 8, "ipv6.routing.len"),
+    LAYOUT: ClassVar[Layout] = layout("IPv6 Routing", "RFC 8200 4.4", *_ext_fields("ipv6.routing"),
                                       F("routing_type", 8, "ipv6.routing.type"),
                                       F("segments_left", 8, "ipv6.routing.segleft"), ws="ipv6.routing")
 

@@ -255,7 +255,7 @@ def decode_transport(
     captured, is left alone."""
     have = end - trailer if captured is None else min(captured, end - trailer)  # the bytes there are to read
     bth = BTH.decode(data, offset)
-    if have - offset < bth.size or end - offset < bth.size + trailer:
+    if end - offset < bth.size + trailer:
         raise TruncatedError("BTH", None, offset, end - offset, f"at least {bth.size + trailer} bytes (BTH + CRC)")
     pkt.layers.append(Layer(bth, offset))
     for p in bth.check(offset):
