@@ -22,6 +22,8 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from rdmalab.capture.blockpool import worker_pool
 from rdmalab.capture.columnar_decode import (  # noqa: F401 - the public names of the columnar decoder
     columns_from_block,
@@ -57,7 +59,7 @@ from rdmalab.capture.pcapio import (  # noqa: F401 - the public names of the col
     record_blocks,
 )
 from rdmalab.capture.render import TcpWindowScaling
-from rdmalab.wire.net import ROCEV2_PORT
+from rdmalab.wire.net import ETHERTYPE_QINQ, ETHERTYPE_VLAN, ROCEV2_PORT
 
 __all__ = ["COLUMNS", "COLUMN_BY_NAME", "COLUMN_NAMES", "DERIVED", "IWARP_COLUMNS", "IWARP_LAYERS", "IWARP_PREFIXES",
            "LINKTYPE_ETHERNET", "ROCEV2_PORT", "WINDOW", "CaptureError", "Col", "Columns", "RecordBlock",
@@ -68,8 +70,39 @@ __all__ = ["COLUMNS", "COLUMN_BY_NAME", "COLUMN_NAMES", "DERIVED", "IWARP_COLUMN
 # ============================================================================ whole files
 
 
+def stacked_tags(blk: RecordBlock) -> np.ndarray:
+    """Per frame: whether its tags are more than the columns hold (an 802.1ad tag then an 802.1Q
+    tag at most): two 802.1Q tags, two 802.1ad tags, a third tag.  Ethernet frames only."""
+    buf = np.frombuffer(blk.buf, dtype=np.uint8)
+    n = len(blk.offset)
+    if n == 0 or len(buf) == 0:
+        return np.zeros(n, dtype=bool)
+    top = len(buf) - 1
+
+    def etype(at: int) -> np.ndarray:
+        i = blk.offset + at
+        inside = blk.caplen >= at + 2
+        got = buf[np.minimum(i, top)].astype(np.int64) << 8 | buf[np.minimum(i + 1, top)]
+        return np.where(inside, got, 0)
+
+    tag = (ETHERTYPE_VLAN, ETHERTYPE_QINQ)
+    t1 = etype(12)
+    first = np.isin(t1, tag)
+    if not first.any():
+        return np.zeros(n, dtype=bool)
+    t2 = etype(16)
+    second = first & np.isin(t2, tag)
+    allowed = (t1 == ETHERTYPE_QINQ) & (t2 == ETHERTYPE_VLAN)
+    eth = blk.linktype == LINKTYPE_ETHERNET
+    out: np.ndarray = eth & second & (~allowed | np.isin(etype(20), tag))
+    return out
+
+
 def _ethernet_only(blk: RecordBlock) -> bool:
-    return bool((blk.linktype == LINKTYPE_ETHERNET).all())
+    """Whether the columns hold every frame of the block: Ethernet, with at most one 802.1ad tag
+    and then at most one 802.1Q tag before what it carries (:func:`stacked_tags`: the others are
+    for the per-packet decoder, which reads any number of tags)."""
+    return bool((blk.linktype == LINKTYPE_ETHERNET).all()) and not stacked_tags(blk).any()
 
 
 def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, verify_icrc: bool = True,

@@ -30,6 +30,7 @@ from rdmalab.capture.columnar_schema import (
     WINDOW,
     Columns,
     _ipv6_text,
+    link_header_length,
 )
 from rdmalab.capture.fields import (  # the per-packet field names, one source of truth
     CRC_OK,
@@ -42,7 +43,7 @@ from rdmalab.capture.reader import RawRecord, decode_record, read
 from rdmalab.capture.render import TcpWindowScaling, window_shift_option
 from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_masks
 from rdmalab.wire.errors import DecodeError
-from rdmalab.wire.net import ROCEV2_PORT, TCP
+from rdmalab.wire.net import ETHERTYPE_QINQ, ETHERTYPE_VLAN, ROCEV2_PORT, TCP, IPv4
 from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES
 
 
@@ -160,7 +161,7 @@ def fill_tcp_windows(blk: RecordBlock, cols: Columns, windows: TcpWindowScaling)
     if len(idx) == 0:
         return
     v6 = L["ipv6"][idx]
-    l4 = np.where(L["vlan"][idx], 18, 14) + np.where(v6, 40, d["ip.hdr_len"][idx].astype(np.int64))
+    l4 = link_header_length(L)[idx] + np.where(v6, 40, d["ip.hdr_len"][idx].astype(np.int64))
     opt = blk.offset[idx] + l4
     opt_end = np.minimum(opt + d["tcp.hdr_len"][idx].astype(np.int64), blk.offset[idx] + blk.caplen[idx])
     if v6.any():
@@ -251,14 +252,23 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
         data["eth.src"] = _be(H, 6, 6)
     etype = _be(H, 12, 2)
     data["eth.type"] = etype.astype(np.uint16)
-    vlan = eth & (etype == 0x8100) & (caplen >= 18)
+    # an 802.1ad S-TAG, then an 802.1Q tag (frames of more tags are not given to the columns:
+    # columnar.stacked_tags)
+    qinq = eth & (etype == ETHERTYPE_QINQ) & (caplen >= 18)
+    L["ieee8021ad"] = qinq
+    if need("ieee8021ad"):
+        tci = _be(H, 14, 2)
+        data["ieee8021ad.id"] = (tci & u64(0xFFF)).astype(np.uint16)
+        data["ieee8021ad.priority"] = (tci >> u64(13)).astype(np.uint8)
+    etype = np.where(qinq, _be(H, 16, 2), etype)
+    vlan = eth & (etype == ETHERTYPE_VLAN) & (caplen >= np.where(qinq, 22, 18))
     L["vlan"] = vlan
     if need("vlan"):
-        tci = _be(H, 14, 2)
+        tci = np.where(qinq, _be(H, 18, 2), _be(H, 14, 2))
         data["vlan.id"] = (tci & u64(0xFFF)).astype(np.uint16)
         data["vlan.priority"] = (tci >> u64(13)).astype(np.uint8)
-    etype = np.where(vlan, _be(H, 16, 2), etype)
-    l3 = np.where(vlan, 18, 14).astype(np.int64)
+    etype = np.where(vlan, np.where(qinq, _be(H, 20, 2), _be(H, 16, 2)), etype)
+    l3 = link_header_length(L)
     IP = _realign(H, l3, 40)
     b0 = IP[:, 0]
     ip = eth & (etype == 0x0800) & (b0 >> 4 == 4) & (caplen >= l3 + 20)
@@ -282,6 +292,9 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
         data["ip.id"] = _be(IP, 4, 2, np.uint16)
     if need("ip.flags"):
         data["ip.flags"] = (ff >> u64(13)).astype(np.uint8)
+        for name, bit in IPv4.FLAG_FIELDS:
+            if need(name):
+                data[name] = ((data["ip.flags"] & bit) != 0).astype(np.uint8)
     if need("ip.ttl"):
         data["ip.ttl"] = IP[:, 8]
     if need("ip.checksum"):
@@ -319,19 +332,23 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     data["udp.length"] = udplen.astype(np.uint16)
     if need("udp.checksum"):
         data["udp.checksum"] = _be(T, 6, 2).astype(np.uint16)
+    # a TCP header within its datagram as its IP header counts it (a total length of 0 is the frame's):
+    # its segment has a length (tcp.len) and is a segment (rdmalab.encap "tcp"); a header the datagram
+    # ends inside leaves TCP's fields without them, as wire.frame.tcp_segment_length and tshark
+    thl = (T[:, 12] >> 4).astype(np.int64) * 4
+    iplen = np.where(ip6, data["ipv6.plen"].astype(np.int64) + 40, data["ip.len"].astype(np.int64))
+    L["tcp.len"] = tcp & ((~ip6 & (iplen == 0)) | (l3 + iplen >= l4 + thl))
     if need("tcp"):
         data["tcp.srcport"] = data["udp.srcport"]
         data["tcp.dstport"] = data["udp.dstport"]
         data["tcp.seq_raw"] = _be(T, 4, 4).astype(np.uint32)
         data["tcp.ack_raw"] = _be(T, 8, 4).astype(np.uint32)
-        thl = (T[:, 12] >> 4).astype(np.int64) * 4
         data["tcp.hdr_len"] = thl.astype(np.uint8)
         data["tcp.flags"] = (_be(T, 12, 2) & u64(0x1FF)).astype(np.uint16)
         for name, bit in TCP.FLAG_FIELDS:
             if need(name):
                 data[name] = ((data["tcp.flags"] & bit) != 0).astype(np.uint8)
         data["tcp.window_size_value"] = _be(T, 14, 2).astype(np.uint16)
-        iplen = np.where(ip6, data["ipv6.plen"].astype(np.int64) + 40, data["ip.len"].astype(np.int64))
         data["tcp.len"] = np.maximum(iplen - (l4 - l3) - thl, 0).astype(np.uint32)
     # RoCEv2: UDP to port 4791; RoCEv1: EtherType 0x8915 and a GRH
     rocev2 = udp & (data["udp.dstport"] == ROCEV2_PORT) & (caplen >= l4 + 8 + 12)
@@ -461,7 +478,7 @@ def fill_iwarp(blk: RecordBlock, cols: Columns, tracker: Any) -> None:
         return
     d, L = cols.data, cols.layers
     v6 = L["ipv6"][idx]
-    l3 = np.where(L["vlan"][idx], 18, 14)
+    l3 = link_header_length(L)[idx]
     l4 = l3 + np.where(v6, 40, d["ip.hdr_len"][idx].astype(np.int64))
     start = blk.offset[idx] + l4 + d["tcp.hdr_len"][idx].astype(np.int64)
     end = np.minimum(start + d["tcp.len"][idx].astype(np.int64), blk.offset[idx] + blk.caplen[idx])

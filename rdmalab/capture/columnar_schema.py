@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rdmalab.wire.net import ETHERTYPE_ROCE, ROCEV2_PORT, TCP
+from rdmalab.wire.net import ETHERTYPE_ROCE, ROCEV2_PORT, TCP, IPv4
 from rdmalab.wire.opcodes import opcode_name
 
 WINDOW = 160
@@ -47,6 +47,8 @@ COLUMNS: tuple[Col, ...] = (
     Col("eth.dst", "u8", "eth", "mac"),
     Col("eth.src", "u8", "eth", "mac"),
     Col("eth.type", "u2", "eth", "hex4"),
+    Col("ieee8021ad.id", "u2", "ieee8021ad"),
+    Col("ieee8021ad.priority", "u1", "ieee8021ad"),
     Col("vlan.id", "u2", "vlan"),
     Col("vlan.priority", "u1", "vlan"),
     Col("ip.version", "u1", "ipver"),
@@ -56,6 +58,7 @@ COLUMNS: tuple[Col, ...] = (
     Col("ip.len", "u2", "ip"),
     Col("ip.id", "u2", "ip", "hex4"),
     Col("ip.flags", "u1", "ip", "hex2"),
+    *(Col(name, "u1", "ip", "bool") for name, _bit in IPv4.FLAG_FIELDS),
     Col("ip.frag_offset", "u2", "ip"),
     Col("ip.ttl", "u1", "ip"),
     Col("ip.proto", "u1", "ip"),
@@ -85,7 +88,7 @@ COLUMNS: tuple[Col, ...] = (
     # computes it; it needs the capture's handshakes in order, so it is only filled (and present)
     # where the decoder follows them (rdmalab.capture.render.TcpWindowScaling)
     Col("tcp.window_size", "u4", "tcp.window_size"),
-    Col("tcp.len", "u4", "tcp"),
+    Col("tcp.len", "u4", "tcp.len"),  # (not for a header longer than its datagram: columnar_decode)
     Col("infiniband.grh.tclass", "u1", "infiniband.grh"),
     Col("infiniband.grh.flowlabel", "u4", "infiniband.grh"),
     Col("infiniband.grh.paylen", "u2", "infiniband.grh"),
@@ -252,7 +255,7 @@ class Columns:
             enc[eth] = "eth"
             enc[~eth & (self.layers["ip"] | self.layers["ipv6"])] = "ip"  # a raw IP link type
             enc[self.layers["infiniband.bth"]] = "ib"  # native InfiniBand (RoCE below)
-            enc[self.present("tcp")] = "tcp"
+            enc[self.layers["tcp.len"]] = "tcp"  # (a header longer than its datagram: not a segment)
             # (RoCE whose BTH the capture cut is RoCE all the same, as the per-packet decoder names it)
             enc[self.layers["rocev1"] | (eth & (self.data["eth.type"] == ETHERTYPE_ROCE))] = "rocev1"
             enc[self.layers["rocev2"] | (self.layers["udp"] & (self.data["udp.dstport"] == ROCEV2_PORT))] = "rocev2"
@@ -383,3 +386,10 @@ def format_column(cols: Columns, name: str, missing: str | None = "") -> list[An
         return vals
     pres = present.tolist()
     return [v if ok else missing for v, ok in zip(vals, pres, strict=True)]
+
+
+def link_header_length(layers: dict[str, np.ndarray]) -> np.ndarray:
+    """Where each row's network header starts: after the Ethernet header and its tags (an 802.1ad
+    S-TAG, an 802.1Q tag: four octets each, IEEE 802.1Q 9.6), as the columns' layers say."""
+    return 14 + 4 * (layers["ieee8021ad"].astype(np.int64) + layers["vlan"].astype(np.int64))
+

@@ -29,7 +29,7 @@ import numpy as np
 
 from rdmalab.capture.blockpool import blocks_in_workers, default_workers, parallel_capture
 from rdmalab.capture.columnar_decode import _opt, decode_block
-from rdmalab.capture.columnar_schema import Columns
+from rdmalab.capture.columnar_schema import Columns, link_header_length
 from rdmalab.capture.columnar_tcp import FLAG_TEXT, TCP_FIELDS, clean_tcp, tcp_offsets
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.fieldtext import _OCTET_DOT32, _dec, _hex, _strings
@@ -71,7 +71,7 @@ def _fast_rows(blk: RecordBlock, c: Columns) -> np.ndarray:
     d, L = c.data, c.layers
     cap = blk.caplen
     v4, v6 = L["ip"], L["ipv6"]
-    l3 = np.where(L["vlan"], 18, 14)
+    l3 = link_header_length(L)
     l4 = np.where(v6, l3 + 40, l3 + d["ip.hdr_len"].astype(np.int64))
     ip_end = np.where(v6, l3 + 40 + d["ipv6.plen"].astype(np.int64), l3 + d["ip.len"].astype(np.int64))
     udplen = d["udp.length"].astype(np.int64)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rdmalab.capture.columnar_schema import Columns
+from rdmalab.capture.columnar_schema import Columns, link_header_length
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.wire.net import tcp_flag_names
@@ -50,7 +50,7 @@ FLAG_TEXT = _flag_table()
 def tcp_offsets(c: Columns) -> tuple[np.ndarray, np.ndarray]:
     """Per row: where the IP header starts and where the TCP header starts, in the frame."""
     d, L = c.data, c.layers
-    l3 = np.where(L["vlan"], 18, 14).astype(np.int64)
+    l3 = link_header_length(L)
     l4 = l3 + np.where(L["ipv6"], 40, d["ip.hdr_len"].astype(np.int64))
     return l3, l4
 

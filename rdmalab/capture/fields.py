@@ -32,7 +32,7 @@ from rdmalab.wire.frame import tcp_segment_length
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import BTH
 from rdmalab.wire.mad import MADHeader
-from rdmalab.wire.net import TCP
+from rdmalab.wire.net import TCP, IPv4
 from rdmalab.wire.opcodes import CNP_OPCODE, opcode_name
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ EXTRA_FIELDS: tuple[str, ...] = (
     "rdmalab.opcode", "rdmalab.cnp", "rdmalab.encap", "rdmalab.pdus", "rdmalab.payload.len", "rdmalab.problems",
     "rdmalab.icrc.status", "rdmalab.icrc.expected", "rdmalab.vcrc.status", "rdmalab.vcrc.expected",
     "rdmalab.crc32c.status", "rdmalab.crc32c.expected", "frame.time_ns", "rdmalab.icrc.ok", "rdmalab.crc32c.ok",
-    *(name for name, _bit in TCP.FLAG_FIELDS),
+    *(name for name, _bit in TCP.FLAG_FIELDS), *(name for name, _bit in IPv4.FLAG_FIELDS),
 )
 #: a CRC's status as the columns hold it (``rdmalab.icrc.ok``, ``rdmalab.crc32c.ok``): 0 unchecked
 CRC_OK = {"good": 1, "bad": 2}
@@ -170,11 +170,18 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
     if "ipv6.version" in out:  # Wireshark's IPv6 dissector adds the hidden ip.version too (ip.version == 6)
         out.setdefault("ip.version", 6)
     if "tcp.srcport" in out:  # the segment's payload bytes (tshark's tcp.len, the summary's Len=)
-        out["tcp.len"] = tcp_segment_length(pkt)
+        seg_len = tcp_segment_length(pkt)
+        if seg_len is not None:  # (a header longer than its datagram: no length, as tshark)
+            out["tcp.len"] = seg_len
         flags = out.get("tcp.flags")
         if isinstance(flags, int):  # each flag bit as its own field (tcp.flags.syn == 1)
             for name, bit in TCP.FLAG_FIELDS:
                 out[name] = 1 if flags & bit else 0
+    ip_flags = out.get("ip.flags")
+    if ip_flags is not None:  # each bit as its own field (an ICMP error's quoted header: a second value)
+        for name, bit in IPv4.FLAG_FIELDS:
+            out[name] = [1 if f & bit else 0 for f in ip_flags] if isinstance(ip_flags, list) else \
+                (1 if ip_flags & bit else 0)
     if cp.pdus:
         skip = frozenset(type(layer.header) for layer in pkt.layers)
         for pdu in cp.pdus:

@@ -21,7 +21,7 @@ from rdmalab.capture.blockpool import blocks_in_workers, default_workers, parall
 from rdmalab.capture.columnar import _ethernet_only, _progress, iter_columns
 from rdmalab.capture.columnar_decode import columns_from_packets, decode_block, wants_iwarp, wants_windows
 from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _ipv6_text, format_column
-from rdmalab.capture.filter import RELATIVE_TIMES, compile_filter, declared_fields
+from rdmalab.capture.filter import EITHER_FIELDS, RELATIVE_TIMES, compile_filter, declared_fields
 from rdmalab.capture.pcapio import NS_MAX, NS_MIN, RecordBlock, record_ns
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
@@ -124,6 +124,11 @@ def _field_rows(cols: Columns, name: str) -> tuple[np.ndarray | None, np.ndarray
     """The text of one field as ``(rows, matrix)``: the matrix of the rows where the field is present
     (``rows``, an index array), or ``(None, matrix of every row)``.  A numeric column is formatted for
     its present rows alone: a field of one protocol costs what that protocol's rows cost."""
+    pair = EITHER_FIELDS.get(name)
+    if pair is not None:  # (ip.addr ...) the two fields' texts joined by a comma, where the frame has them
+        both = np.flatnonzero(cols.present(pair[0]) & cols.present(pair[1]))
+        a, b = (field_matrix(cols, f)[both] for f in pair)
+        return both, np.hstack([a, np.full((len(both), 1), ord(","), dtype=np.uint8), b])
     present = cols.present(name)
     if name == "frame.time_epoch":
         ns = cols.data["frame.time_ns"]
@@ -353,6 +358,11 @@ def _row_fields(cols: Columns, i: int, names: Iterable[str]) -> dict[str, Any]:
     several iWARP PDUs, every occurrence of its iWARP fields), for what columns cannot say."""
     out: dict[str, Any] = {}
     for name in names:
+        if name in EITHER_FIELDS:
+            got = _row_fields(cols, i, EITHER_FIELDS[name])
+            if len(got) == 2:
+                out[name] = list(got.values())
+            continue
         try:
             present = cols.present(name)[i]
         except KeyError:
@@ -415,6 +425,12 @@ def _block_text(cols: Columns, names: Sequence[str], flt: object, separator: byt
 _WORKER_FILTERS: dict[str, object] = {}
 
 
+def _columns_needed(names: Iterable[str], flt: Any) -> set[str]:
+    """The columns the fields ``names`` and the compiled filter ``flt`` read (ip.addr: ip.src and ip.dst)."""
+    needed = {part for n in names for part in EITHER_FIELDS.get(n, (n,))}
+    return needed | (set(flt.fields) if flt is not None else set())
+
+
 def _fields_in_worker(blk: RecordBlock, n: int, t0: int, prev: int | None, names: list[str], expr: str | None,
                       verify: bool, sep: bytes, quote: bytes) -> tuple[bytes, int] | int:
     """In a worker process (:func:`rdmalab.capture.blockpool.blocks_in_workers`, exact times): decode,
@@ -430,7 +446,7 @@ def _fields_in_worker(blk: RecordBlock, n: int, t0: int, prev: int | None, names
         flt = _WORKER_FILTERS.get(expr)
         if flt is None:
             flt = _WORKER_FILTERS[expr] = compile_filter(expr)
-    needed = set(names) | (set(flt.fields) if flt is not None else set())  # type: ignore[attr-defined]
+    needed = _columns_needed(names, flt)
     cols = decode_block(blk, verify_icrc=verify, fields=needed)
     clock = Clock(t0, prev, prev) if needed & set(RELATIVE_TIMES) else None
     last = int(cols.data["frame.time_ns"][-1]) if cols.n else (prev if prev is not None else t0)
@@ -454,7 +470,7 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
     """
     p = os.fspath(path)
     flt = compile_filter(filter_expr) if filter_expr else None
-    needed = set(names) | (set(flt.fields) if flt is not None else set())
+    needed = _columns_needed(names, flt)
     clock = Clock() if needed & set(RELATIVE_TIMES) else None
     needed -= set(RELATIVE_TIMES)  # computed here, from frame.time_ns
     if clock is not None:

@@ -9,13 +9,21 @@ capture work needs::
     not     := ("!" | "not") not | "(" expr ")" | test
     test    := FIELD                                  field (or protocol) is present
              | FIELD relop VALUE                      == != < <= > >=  (eq ne lt le gt ge)
+                                                      === !== ~=  (all_eq any_ne)
              | FIELD "in" "{" VALUE ["," ] ... "}"    any of the values; "a..b" is a range
              | FIELD "contains" VALUE                 substring of a string field
     VALUE   := 123 | 0x1f | 1.5 | "text" | 10.0.0.1 | 10.0.0.0/24 | fe80::1 | ::ffff:10.0.0.0/120
              | 52:54:00:00:01:01 | bare-word
 
 ``&&`` binds tighter than ``||``, as in Wireshark.  A field that holds several values in one
-frame (iWARP FPDUs packed in one TCP segment) matches when any of them does, as in Wireshark.
+frame (iWARP FPDUs packed in one TCP segment) matches as in Wireshark 4.0 (``wireshark-filter(4)``,
+"Comparison operators"): ``==`` (``any_eq``), ``<``, ``in`` and ``contains`` when any of its values
+does, ``!=`` (``ne``, ``all_ne``) when all of them differ, ``===`` (``all_eq``) when all are equal,
+``!==`` (``~=``, ``any_ne``) when any differs; a field the frame does not have matches no comparison.
+
+Wireshark's fields that stand for either of two (:data:`EITHER_FIELDS`: ``ip.addr``, ``ipv6.addr``,
+``eth.addr``, ``tcp.port``, ``udp.port``) hold both: ``ip.addr == 10.0.0.1`` is a frame from or to
+that address, ``ip.addr != 10.0.0.1`` one neither from nor to it.
 
 A field name must be one the decoder can produce (:func:`known_fields`: every Wireshark name
 declared by a header in :mod:`rdmalab.wire` and :mod:`rdmalab.capture`, the protocol prefixes of
@@ -35,7 +43,7 @@ import difflib
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, lru_cache
 from typing import Any
 
@@ -57,11 +65,50 @@ from rdmalab.wire.header import Header
 #: tshark's times of a frame relative to others (``frame.time_relative``: since the capture's first frame;
 #: ``frame.time_delta``: since the frame read before it; ``frame.time_delta_displayed``: since the frame
 #: shown before it, which a display filter decides): printed (-T fields, -T json), counted in file order
-#: (:class:`rdmalab.capture.fieldtext.Clock`), not filtered on
+#: (:class:`rdmalab.capture.fieldtext.Clock`); a filter reads the first two (:data:`FILTER_TIMES`,
+#: :class:`FrameClock`), not the third (it would depend on the filter's own answers)
 RELATIVE_TIMES = ("frame.time_relative", "frame.time_delta", "frame.time_delta_displayed")
+FILTER_TIMES = ("frame.time_relative", "frame.time_delta")
+
+
+class FrameClock:
+    """The :data:`FILTER_TIMES` of frames given in capture order, every frame (shown or not), as a
+    display filter reads them: seconds (a float: ``frame.time_relative > 2.5``), from each frame's
+    exact nanoseconds since the epoch.  A capture's first frame is 0 and 0."""
+
+    def __init__(self) -> None:
+        self._first: int | None = None
+        self._before = 0
+
+    def stamp(self, fields: dict[str, Any], ns: int) -> dict[str, Any]:
+        """``fields`` with the frame's two times added (the frame at ``ns`` is the next in order)."""
+        if self._first is None:
+            self._first = self._before = ns
+        fields["frame.time_relative"] = (ns - self._first) / 1e9
+        fields["frame.time_delta"] = (ns - self._before) / 1e9
+        self._before = ns
+        return fields
 #: Wireshark's protocol names for which rdmalab has a protocol of another name: ``iwarp_ddp_rdmap`` is the
 #: dissector of DDP and RDMAP (packet-iwarp-ddp-rdmap.c), present exactly where ``iwarp_ddp`` is
 PROTOCOL_ALIASES = {"iwarp_ddp_rdmap": "iwarp_ddp"}
+#: Wireshark's fields that hold two of a frame's fields at once (each dissector adds the address or
+#: port a second time under this name: packet-ip.c, packet-ipv6.c, packet-eth.c, packet-tcp.c,
+#: packet-udp.c), each with the two, in the order tshark prints them (``-T fields``: an Ethernet
+#: header's destination comes first)
+EITHER_FIELDS: dict[str, tuple[str, str]] = {
+    "ip.addr": ("ip.src", "ip.dst"), "ipv6.addr": ("ipv6.src", "ipv6.dst"), "eth.addr": ("eth.dst", "eth.src"),
+    "tcp.port": ("tcp.srcport", "tcp.dstport"), "udp.port": ("udp.srcport", "udp.dstport"),
+}
+
+
+def either_values(fields: Mapping[str, Any], name: str) -> list[Any] | None:
+    """The values of an :data:`EITHER_FIELDS` name in a per-packet field dictionary, in tshark's
+    order (None when the frame has not the protocol)."""
+    a, b = EITHER_FIELDS[name]
+    va, vb = fields.get(a), fields.get(b)
+    if va is None or vb is None:
+        return None
+    return [*(va if isinstance(va, list) else [va]), *(vb if isinstance(vb, list) else [vb])]
 
 
 class FilterError(RdmalabError, ValueError):
@@ -122,6 +169,7 @@ def known_fields() -> frozenset[str]:
     """Every field name a filter may use: decoder fields and their protocol prefixes."""
     names: set[str] = set(EXTRA_FIELDS) | set(declared_fields())
     names.update(COLUMN_NAMES)  # the columnar decoder's columns
+    names.update(EITHER_FIELDS)
     prefixes = set()
     for n in names:
         parts = n.split(".")
@@ -287,11 +335,15 @@ class Or:
     args: tuple[Any, ...]
 
 
-_WORD_OPS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "any_eq": "==", "all_ne": "!="}
+#: the comparison operators' words and other spellings, as the operator the tree holds
+#: (``===``: all values equal; ``~=``: any value differs; ``!=``: all differ)
+_WORD_OPS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "any_eq": "==", "all_ne": "!=",
+             "all_eq": "===", "any_ne": "~=", "!==": "~="}
+_COMPARISONS = ("==", "!=", "<", "<=", ">", ">=", "===", "~=")
 _TOKEN_RE = re.compile(
     r"""\s*(?:
         (?P<str>"(?:[^"\\]|\\.)*")
-      | (?P<op>==|!=|<=|>=|&&|\|\||[<>!(){},])
+      | (?P<op>===|!==|==|!=|~=|<=|>=|&&|\|\||[<>!(){},])
       | (?P<word>[^\s"<>=!(){},&|]+)
     )""",
     re.VERBOSE,
@@ -380,10 +432,11 @@ class _Parser:
         if kind != "word" or not re.match(r"^[A-Za-z_][\w.\-]*$", text):
             raise FilterError(self.expr, f"expected a field name, found {text!r}", pos)
         text = PROTOCOL_ALIASES.get(text, text)
-        if text not in self.known:
+        if text not in self.known and text not in FILTER_TIMES:
             if text in RELATIVE_TIMES:
-                raise FilterError(self.expr, f"{text!r} (a time relative to other frames) is not taken by rdmalab's "
-                                  "display filters; print it with -T fields -e, or filter on frame.time_epoch", pos)
+                raise FilterError(self.expr, f"{text!r} (the time since the frame shown before, which the filter "
+                                  "itself decides) is not taken by rdmalab's display filters; filter on "
+                                  "frame.time_delta (since the frame read before) or frame.time_relative", pos)
             hint = _suggest(text, self.known)
             raise FilterError(self.expr, f"{text!r} is not a field rdmalab knows{hint}", pos)
         self.fields.add(text)
@@ -410,14 +463,29 @@ class _Parser:
         return v
 
     def test(self) -> Any:
+        node = self.one_test()
+        pair = EITHER_FIELDS.get(getattr(node, "field", ""))
+        if pair is None:
+            return node
+        # a test of both fields: any of the two for most, both for != and === (all values)
+        self.fields.discard(node.field)
+        self.fields.update(pair)
+        a, b = (replace(node, field=f) for f in pair)
+        return And((a, b)) if getattr(node, "op", "") in ("!=", "===") else Or((a, b))
+
+    def one_test(self) -> Any:
         name = self.field()
         t = self.peek()
         if t is None or t[0] == "str":
             return Exists(name)
         op = _WORD_OPS.get(t[1], t[1])
-        if op in ("==", "!=", "<", "<=", ">", ">="):
+        if op in _COMPARISONS:
             self.take()
-            return Compare(name, op, self.checked(name, self.value()))
+            v = self.value()
+            if isinstance(v, Range):  # (as tshark: ".." was unexpected in this context)
+                raise FilterError(self.expr, f"a range (a..b) is a member of a set: {name} in {{a..b}}, "
+                                             f"not a value to compare with {t[1]}", self.value_at)
+            return Compare(name, op, self.checked(name, v))
         if t[1] == "in":
             self.take()
             if not self.is_("{"):
@@ -439,7 +507,7 @@ class _Parser:
         if t[1] in ("matches", "~"):
             raise FilterError(self.expr, "'matches' (regular expressions) is not supported", t[2])
         if t[0] == "word" and t[1] not in ("and", "or", "not"):
-            raise FilterError(self.expr, f"expected an operator (== != < <= > >= in contains) after {name!r}, "
+            raise FilterError(self.expr, f"expected an operator (== != < <= > >= === !== in contains) after {name!r}, "
                                          f"found {t[1]!r}", t[2])
         return Exists(name)
 
@@ -454,6 +522,10 @@ _KINDS = {"dec": "number", "bool": "number", "epoch": "number", "hex": "number",
 @cache
 def field_kind(name: str) -> str | None:
     """The kind of ``name``'s values (:data:`_KINDS`), or None when not known."""
+    if name in EITHER_FIELDS:
+        return field_kind(EITHER_FIELDS[name][0])
+    if name in FILTER_TIMES:
+        return "seconds"
     col = COLUMN_BY_NAME.get(name)
     fmt = col.fmt if col is not None else declared_fields().get(name, ("", 0))[0]
     return _KINDS.get("hex" if fmt.startswith("hex") else fmt)
@@ -467,6 +539,10 @@ def _kind_error(name: str, kind: str, v: Any) -> str | None:
         shown = {4: "the IPv4 address", 6: "the IPv6 address", 48: "the MAC address"}[v.version] + f" {_net_text(v)}"
     else:
         shown = repr(v) if isinstance(v, str) else str(v)
+    if kind == "seconds":  # a time: seconds, whole or not
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return None
+        return f"{name} is a time in seconds: {shown} is not a number of seconds"
     if kind == "number":
         if isinstance(v, int) or (isinstance(v, float) and COLUMN_BY_NAME.get(name) is not None
                                   and COLUMN_BY_NAME[name].fmt == "epoch"):
@@ -501,7 +577,14 @@ def _values(fields: Mapping[str, Any], name: str) -> list[Any]:
 def _eval(node: Any, fields: Mapping[str, Any]) -> bool:
     t = type(node)
     if t is Compare:
-        return any(_match_value(node.op, x, node.value) for x in _values(fields, node.field))
+        values = _values(fields, node.field)
+        if node.op == "!=":  # every value differs (Wireshark 4.0's all_ne)
+            return bool(values) and not any(_match_value("==", x, node.value) for x in values)
+        if node.op == "===":
+            return bool(values) and all(_match_value("==", x, node.value) for x in values)
+        if node.op == "~=":
+            return any(_match_value("!=", x, node.value) for x in values)
+        return any(_match_value(node.op, x, node.value) for x in values)
     if t is And:
         return all(_eval(a, fields) for a in node.args)
     if t is Or:
@@ -584,6 +667,7 @@ class DisplayFilter:
 
 
 def _col_cmp(np: Any, op: str, col: Any, want: Any) -> Any:
+    op = {"===": "==", "~=": "!="}.get(op, op)  # (a column holds one value a row: all and any are one)
     if isinstance(want, Range):
         return _col_cmp(np, ">=", col, want.lo) & _col_cmp(np, "<=", col, want.hi)
     if col.dtype.kind == "S":  # 16-byte addresses (GIDs) as bytes: numpy drops their trailing zero bytes

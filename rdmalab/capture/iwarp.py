@@ -52,12 +52,13 @@ resynchronisation.  Memory is bounded: at most ``max_connections`` flows (least 
 dropped first), and per direction one FPDU's worth of bytes plus ``max_pending_bytes`` of
 out-of-order data.
 
-Each returned packet has ``encap="iwarp"`` and ``extra`` keys ``frame`` (the frame in which the
-PDU completed), ``frames`` (all frames that carried its bytes), ``tuple`` (``(src, sport, dst,
-dport)``), ``seq`` (TCP sequence number of its first byte), ``direction`` (``"initiator"``,
-``"responder"`` or ``None`` if unknown), ``resync`` (``True`` when found by resynchronisation
-rather than by following the stream from the MPA frames) and ``handshake`` (``True`` when both
-MPA frames of the connection were seen before it: Wireshark decodes only such streams).
+Each returned packet has ``encap="iwarp"`` and a ``stream``
+(:class:`~rdmalab.wire.packet.StreamPosition`): ``frame`` (the frame in which the PDU completed),
+``frames`` (all frames that carried its bytes), ``tuple4`` (``(src, sport, dst, dport)``), ``seq``
+(TCP sequence number of its first byte), ``direction`` (``"initiator"``, ``"responder"`` or
+``None`` if unknown), ``resync`` (``True`` when found by resynchronisation rather than by
+following the stream from the MPA frames) and ``handshake`` (``True`` when both MPA frames of the
+connection were seen before it: Wireshark decodes only such streams).
 """
 
 from __future__ import annotations
@@ -213,6 +214,22 @@ class IwarpTracker:
             return []
         src, dst = self._addresses(pkt)
         return self.process_segment(frame_number, src, tcp.sport, dst, tcp.dport, tcp.seq, tcp.flags, pkt.payload)
+
+    def follows(self, pkt: Packet) -> bool:
+        """Whether the direction of ``pkt``'s TCP stream is one this tracker reads as MPA (its
+        negotiation seen, or FPDUs found in step mid-stream): its payload is iWARP's bytes, whole
+        FPDUs or parts of them, not bytes of no protocol (tshark's ``data``)."""
+        tcp = pkt.get(TCP)
+        if tcp is None:
+            return False
+        src, dst = self._addresses(pkt)
+        fwd: Tuple4 = (src, tcp.sport, dst, tcp.dport)
+        rev: Tuple4 = (dst, tcp.dport, src, tcp.sport)
+        conn = self._conns.get((fwd, rev) if fwd <= rev else (rev, fwd))
+        if conn is None or conn.dead:
+            return False
+        d = conn.dirs.get(fwd)
+        return d is not None and d.state in (START, MPA_MAYBE, AWAIT, FPDU)
 
     def process_segment(self, frame_number: int, src: str, sport: int, dst: str, dport: int, seq: int, flags: int,
                         payload: bytes | memoryview) -> list[Packet]:

@@ -68,6 +68,10 @@ class CapturedPacket:
     cap_length: int | None = None
     #: the record header's time in nanoseconds, exact (:attr:`RawRecord.ns`), or None
     record_ns: int | None = None
+    #: a TCP segment whose payload no protocol above TCP claims: no PDU completes in it and the
+    #: iWARP tracker does not read its stream as MPA (or was not asked: ``iwarp=False``), what
+    #: tshark shows as ``data``
+    tcp_data: bool = False
 
     @property
     def epoch_ns(self) -> int:
@@ -149,6 +153,8 @@ def decode_record(rec: RawRecord, *, lenient: bool = True, tracker: Any = None) 
             pkt.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
     cp = CapturedPacket(rec.frame_number, rec.timestamp, rec.linktype, pkt, pdus, rec.wire_length, rec.interface,
                         record_ns=rec.ns)
+    if pkt.encap == "tcp" and pkt.payload_length and not pdus:
+        cp.tcp_data = tracker is None or not tracker.follows(pkt)
     if rec.linktype == LINKTYPE_ERF:  # Wireshark's frame time and lengths for ERF are the ERF record's own
         own = erf_frame(rec.data)
         if own is not None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import ipaddress
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rdmalab.capture.linktypes import LINKTYPE_NAMES
+from rdmalab.capture.linktypes import ERF, LINKTYPE_ERF, LINKTYPE_NAMES
 from rdmalab.wire.control import ECHO_TYPES, ICMPEcho, ICMPv6Echo
 from rdmalab.wire.frame import tcp_segment_length
 from rdmalab.wire.header import Header
@@ -243,7 +244,7 @@ def tcp_info(pkt: Packet, window: int | None = None) -> str | None:
     if tcp is None:
         return None
     return tcp_info_text(tcp.sport, tcp.dport, tcp.flags, tcp.seq, tcp.ack,
-                         tcp.window if window is None else window, tcp_segment_length(pkt))
+                         tcp.window if window is None else window, tcp_segment_length(pkt) or 0)
 
 
 _FLAG_TEXT: dict[int, str] = {}
@@ -288,19 +289,70 @@ def _with_problems(text: str, packets: Sequence[Packet], internal: str | None) -
 
 
 def summary_line(cp: CapturedPacket, t0: float, tcp_windows: TcpWindowScaling | None = None,
-                 request_in: int | None = None) -> str:
+                 request_in: int | None = None, when: str | None = None) -> str:
     """One line, as tshark prints: number, relative time, source, destination, protocol, length, info.
 
     Pass one :class:`TcpWindowScaling` for all frames of a capture, in order, for TCP windows
-    scaled as tshark shows them, and for an echo reply the frame of its request (:class:`EchoPairs`)."""
+    scaled as tshark shows them, and for an echo reply the frame of its request (:class:`EchoPairs`).
+    ``when``: the time column's text in another format (:class:`TimeColumn`) than seconds since ``t0``."""
     src, dst = endpoints(cp.packet)
-    return format_summary(cp.frame_number, cp.timestamp - t0, src, dst, protocol(cp),
+    return format_summary(cp.frame_number, cp.timestamp - t0 if when is None else when, src, dst, protocol(cp),
                           cp.wire_length or len(cp.packet.data), info(cp, tcp_windows, request_in))
 
 
-def format_summary(frame: int, t: float, src: str, dst: str, proto: str, length: int, text: str) -> str:
-    """The summary line's layout (tshark's columns: No., Time, Source, Destination, Protocol, Length, Info)."""
+def format_summary(frame: int, t: float | str, src: str, dst: str, proto: str, length: int, text: str) -> str:
+    """The summary line's layout (tshark's columns: No., Time, Source, Destination, Protocol, Length, Info);
+    ``t`` seconds, or a time's text (:class:`TimeColumn`)."""
+    if isinstance(t, str):
+        return f"{frame:5d} {t:>11} {src:>15} → {dst:<15} {proto:<10} {length:5d} {text}"
     return f"{frame:5d} {t:11.6f} {src:>15} → {dst:<15} {proto:<10} {length:5d} {text}"
+
+
+#: tshark's time formats (``-t``): what each shows
+TIME_FORMATS = {
+    "r": "seconds since the first frame (the default)", "a": "the time of day (local)",
+    "ad": "date and time of day (local)", "d": "seconds since the frame before",
+    "dd": "seconds since the frame shown before", "e": "seconds since the epoch (1970, UTC)",
+    "u": "the time of day (UTC)", "ud": "date and time of day (UTC)",
+}
+
+
+class TimeColumn:
+    """The summary line's time as tshark's ``-t FORMAT`` shows it (:data:`TIME_FORMATS`), to the
+    microsecond.  Feed it every frame in capture order (:meth:`seen`), and ask for the text of the
+    frames shown (:meth:`text`, after :meth:`seen` of that frame)."""
+
+    def __init__(self, fmt: str) -> None:
+        if fmt not in TIME_FORMATS:
+            raise ValueError(f"-t {fmt}: not a time format ({', '.join(f'{k}: {v}' for k, v in TIME_FORMATS.items())})")
+        self.fmt = fmt
+        self._first: int | None = None
+        self._before = self._now = 0
+        self._shown: int | None = None
+
+    def seen(self, ns: int) -> None:
+        """The next frame's time (nanoseconds since the epoch, :attr:`CapturedPacket.epoch_ns`)."""
+        if self._first is None:
+            self._first = self._before = self._now = ns
+        self._before, self._now = self._now, ns
+
+    def text(self) -> str:
+        """The time column of the frame last :meth:`seen`, which is shown."""
+        ns, fmt = self._now, self.fmt
+        shown, self._shown = self._shown, ns
+        if fmt in ("r", "d", "dd"):
+            since = {"r": self._first, "d": self._before, "dd": ns if shown is None else shown}[fmt]
+            return f"{(ns - (since or 0)) / 1e9:.6f}"
+        us = (ns + 500) // 1000
+        if fmt == "e":
+            return f"{us // 1_000_000}.{us % 1_000_000:06d}"
+        secs, frac = divmod(us, 1_000_000)
+        try:
+            when = (_dt.datetime.fromtimestamp(secs, tz=_dt.UTC) if fmt in ("u", "ud")
+                    else _dt.datetime.fromtimestamp(secs))
+        except (ValueError, OverflowError, OSError):  # a time datetime does not hold: seconds since the epoch
+            return f"{secs}.{frac:06d}"
+        return f"{when:%Y-%m-%d %H:%M:%S}.{frac:06d}" if fmt in ("ad", "ud") else f"{when:%H:%M:%S}.{frac:06d}"
 
 
 #: (header, offset, indent) -> its lines: a header's lines depend on its values, where it starts
@@ -380,6 +432,59 @@ def frame_line(frame_number: int, wire_length: int, captured: int, linktype: int
     lt = LINKTYPE_NAMES.get(linktype) or f"link type {linktype}"
     return (f"Frame {frame_number}: {wire_length or captured} bytes on wire, {captured} bytes captured, {lt}, "
             f"time {timestamp:.6f}")
+
+
+#: a byte as the ASCII column of a hex dump shows it: printable ASCII as itself, anything else a dot
+_ASCII = bytes(b if 0x20 <= b < 0x7F else 0x2E for b in range(256))
+
+
+def hex_dump(data: bytes | bytearray | memoryview) -> str:
+    """Bytes as tshark's ``-x`` prints them: 16 a line, each line its offset (four hex digits, more
+    past 64 KiB), the bytes in hex and the same as ASCII (a dot for what does not print)::
+
+        0000  52 54 00 00 01 01 52 54 00 00 01 02 08 00 45 00   RT....RT......E.
+    """
+    raw = bytes(data)
+    width = max(4, len(f"{max(len(raw) - 1, 0):x}"))
+    lines = []
+    for at in range(0, len(raw), 16):
+        row = raw[at:at + 16]
+        lines.append(f"{at:0{width}x}  {row.hex(' '):<47}   {row.translate(_ASCII).decode('ascii')}")
+    return "\n".join(lines)
+
+
+def frame_hex(cp: CapturedPacket) -> str:
+    """``rdmalab decode -x`` of one frame: the frame's bytes (tshark's frame: an ERF record's after its
+    header), and after them the bytes of the iWARP PDUs that complete here and were not sent as they
+    are in this segment, each source under tshark's name for it: an FPDU whose bytes began in earlier
+    segments (``Reassembled TCP (1448 bytes):``), an FPDU of this segment with its markers taken out
+    (``FPDU without Markers (324 bytes):``); with the frame itself then named (``Frame (70 bytes):``).
+    As tshark, only for a stream whose MPA negotiation is in the capture."""
+    data = cp.packet.data
+    if cp.linktype == LINKTYPE_ERF and cp.cap_length is not None:
+        frame = data[ERF.LAYOUT.size:ERF.LAYOUT.size + cp.cap_length]  # (the ERF header is a pseudo-header)
+    else:
+        frame = data
+    sources: list[tuple[str, bytes]] = []
+    tcp = cp.packet.get(TCP)
+    if cp.pdus and tcp is not None:
+        spanning = b""
+        # where each PDU's bytes end in the stream: the next one's start, the last one's the segment's end
+        ends = [p.stream.seq if p.stream is not None else None for p in cp.pdus[1:]]
+        ends.append((tcp.seq + cp.packet.payload_length) % (1 << 32))
+        for p, end in zip(cp.pdus, ends, strict=True):
+            fpdu = bytes(p.data)
+            if p.stream is None or not p.stream.handshake:
+                continue
+            if len(p.stream.frames) > 1:
+                spanning += fpdu
+            elif end is not None and (end - p.stream.seq) % (1 << 32) > len(fpdu):  # markers among its bytes
+                sources.append(("FPDU without Markers", fpdu))
+        if spanning:
+            sources.insert(0, ("Reassembled TCP", spanning))
+    if not sources:
+        return hex_dump(frame)
+    return "\n".join(f"{name} ({len(b)} bytes):\n{hex_dump(b)}" for name, b in [("Frame", bytes(frame)), *sources])
 
 
 def frame_tree(cp: CapturedPacket) -> str:

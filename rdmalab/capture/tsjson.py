@@ -38,13 +38,14 @@ from rdmalab.capture.linktypes import LINKTYPE_ERF
 from rdmalab.capture.pcapio import record_ns
 from rdmalab.capture.reader import CapturedPacket, RawRecord, _load_iwarp_tracker, decode_record
 from rdmalab.capture.render import echo_message
+from rdmalab.wire.rdmap import DDPTagged, DDPUntagged
 
 if TYPE_CHECKING:
     from rdmalab.wire.header import Header
     from rdmalab.wire.packet import Packet
 
 # tshark's frame.protocols names for our header classes' protocols ("ethertype" follows eth)
-_PROTO_CHAIN = {"eth": "eth:ethertype", "vlan": "vlan:ethertype"}
+_PROTO_CHAIN = {"eth": "eth:ethertype", "vlan": "vlan:ethertype", "ieee8021ad": "ieee8021ad:ethertype"}
 # Wireshark's dissector (layer) names where one dissector decodes several of our protocols
 _LAYER = {"iwarp_ddp": "iwarp_ddp_rdmap", "iwarp_rdma": "iwarp_ddp_rdmap"}
 # subtrees of a protocol that frame.protocols names after it (the IPv6 extension headers: packet-ipv6.c
@@ -211,6 +212,11 @@ def _header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
 #: protocols whose dotted field names Wireshark shows side by side, not in subtrees (packet-arp.c:
 #: arp.hw.type, arp.src.hw_mac ... are all items of the arp tree; packet-icmpv6.c: icmpv6.echo.identifier)
 _FLAT = frozenset({"arp", "icmpv6"})
+#: protocols frame.protocols names once for each of their headers in a frame (not once a frame)
+_EACH_TIME = frozenset({"vlan", "ieee8021ad"})
+#: fields a dissector shows in its tree under another protocol's name (packet-ieee8021ah.c: the
+#: 802.1ad tag's type is ieee8021ah.etype)
+_FOREIGN = frozenset({"ieee8021ah.etype"})
 
 
 def _make_header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
@@ -222,7 +228,7 @@ def _make_header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
     ours: dict[str, Any] = {}
     fields: dict[str, Any] = {}
     for name, v in vals.items():
-        if proto == "rdmalab" or not name.startswith(proto + "."):
+        if proto == "rdmalab" or not (name.startswith(proto + ".") or name in _FOREIGN):
             ours[name] = value_text(name, v)
             continue
         # a bit field of a byte Wireshark shows as a value (ip.dsfield.ecn under ip.dsfield_tree)
@@ -263,11 +269,14 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any], 
     texts: dict[str, list[str] | None] = {}  # a protocol's entries as text; None: written from the dict
     order: list[str] = []
     subchain: dict[str, list[str]] = {}
+    times: dict[str, int] = {}  # headers of a protocol frame.protocols names each time (two 802.1Q tags)
     for layer in pkt.layers:
         h = layer.header
         if type(h) in skip:
             continue
         proto, fields, ours, text = _header_layer(h, pkt.data, layer.offset)
+        if proto in _EACH_TIME:
+            times[proto] = times.get(proto, 0) + 1
         sub = _CHAIN_SUBTREES.get(h.LAYOUT.ws_proto or "")
         if sub is not None:
             subchain.setdefault(proto, []).append(sub)
@@ -330,8 +339,8 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any], 
         if payload:
             tree["data"] = {"data.data": _hexbytes(payload), "data.len": str(len(payload))}
             subchain.setdefault(proto, []).append("data")
-    elif pkt.payload_length and pkt.encap in ("rocev2", "rocev1", "ib") and "infiniband.mad" not in current.get(
-            "infiniband", ()) and "icmp" not in current and "icmpv6" not in current:
+    elif pkt.payload_length and pkt.encap in ("rocev2", "rocev1", "ib", "iwarp") and "infiniband.mad" not in current.get(
+            "infiniband", ()) and "icmp" not in current and "icmpv6" not in current and _whole_message(pkt):
         # (a MAD's bytes are its fields, not data, in tshark's tree and frame.protocols; so are the bytes of
         # an ICMP message other than an echo, whose body tshark reads)
         payload = pkt.payload
@@ -344,8 +353,18 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any], 
         if parts is not None and dest:
             dest = _Rendered(dest, "{" + "".join(parts)[1:] + _FIELD_NL + "}", _FIELD_NL)
         _put(layers, proto, dest)
-        chain.append(_PROTO_CHAIN.get(proto, proto))
+        chain.extend([_PROTO_CHAIN.get(proto, proto)] * times.get(proto, 1))
         chain.extend(subchain.get(proto, ()))
+
+
+def _whole_message(pkt: Packet) -> bool:
+    """Whether tshark shows a packet's payload as data: not an untagged FPDU before the last of its
+    message (packet-iwarp-ddp-rdmap.c holds those bytes to put the message together: its data comes
+    with the last FPDU), not the private data of an MPA Request or Reply (the MPA tree holds them)."""
+    if pkt.encap != "iwarp":
+        return True
+    ddp = pkt.get(DDPTagged) or pkt.get(DDPUntagged)
+    return ddp is not None and (isinstance(ddp, DDPTagged) or bool(ddp.last))
 
 
 #: seconds since the epoch -> (the date and time of frame.time up to the second, _index): frames
@@ -389,15 +408,23 @@ def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_display
     layers: dict[str, Any] = {"frame": frame}
     extras: dict[str, Any] = {}
     _packet_layers(pkt, layers, extras, chain, frame_ns=ns)
+    if cp.tcp_data:  # bytes of no protocol above TCP (an application's own exchange, perftest's ...)
+        payload = pkt.payload
+        layers["data"] = {"data.data": _hexbytes(payload), "data.len": str(len(payload))}
+        chain.append("data")
     if cp.pdus:
         skip = frozenset(type(layer.header) for layer in pkt.layers)
-        for pdu in cp.pdus:
-            _packet_layers(pdu, layers, extras, chain, skip)
+        for i, pdu in enumerate(cp.pdus):
+            more: list[str] = []
+            _packet_layers(pdu, layers, extras, more, skip)
+            # the MPA dissector is named once a segment, DDP/RDMAP (and the data after it) each FPDU
+            # (packet-iwarp-mpa.c dissects the segment's FPDUs in one call)
+            chain.extend(more if i == 0 else [p for p in more if p != "iwarp_mpa"])
     if pkt.internal_error:
         extras["rdmalab.problems"] = f"internal decoder error: {pkt.internal_error}"
     extras["rdmalab.encap"] = pkt.encap
     layers["rdmalab"] = extras
-    protocols = ":".join(dict.fromkeys(chain))
+    protocols = ":".join(chain)
     frame["frame.protocols"] = values[-1] = protocols
     text = "".join([h + _quote(v) for h, v in zip(_FRAME_HEADS, values, strict=True)]) + _FIELD_NL + "}"
     layers["frame"] = _Rendered(frame, text, _FIELD_NL)

@@ -89,7 +89,7 @@ def _write_bytes(out: TextIO, data: bytes) -> None:
 def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     """``-T fields``: columnar when every field (and the filter's) is a column, else per packet."""
     from rdmalab.capture.columnar import COLUMN_NAMES  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.capture.filter import RELATIVE_TIMES, known_fields  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.filter import EITHER_FIELDS, RELATIVE_TIMES, known_fields  # lazy: `rdmalab --help` fast
 
     names: list[str] = args.fields or []
     if not names:
@@ -101,8 +101,12 @@ def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> in
     opts = _field_options(args.field_opts or [])
     if opts["header"]:
         _write_bytes(out, opts["separator"].join(n.encode() for n in names) + b"\n")
-    wanted = set(names) - set(RELATIVE_TIMES) | (set(flt.fields) if flt is not None else set())
-    if wanted <= COLUMN_NAMES and not args.no_columnar and not (args.no_iwarp and any(
+    wanted = {part for n in set(names) - set(RELATIVE_TIMES) for part in EITHER_FIELDS.get(n, (n,))}
+    wanted |= set(flt.fields) if flt is not None else set()
+    # (the columns join ip.addr's two values with a comma: another aggregator or one occurrence per packet)
+    either = [n for n in names if n in EITHER_FIELDS]
+    plain_either = not either or (opts["occurrence"] == "a" and opts["aggregator"] == ",")
+    if wanted <= COLUMN_NAMES and plain_either and not args.no_columnar and not (args.no_iwarp and any(
             n.startswith(("iwarp", "rdmalab.crc32c", "rdmalab.pdus")) for n in wanted)):
         return _fields_columnar(path, names, flt, args, opts, out)
     return _fields_objects(path, names, flt, args, opts, out)
@@ -126,12 +130,14 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
                     out: TextIO) -> int:
     from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.fieldtext import epoch_text, relative_text, value_text  # lazy: `rdmalab --help` fast
+    from rdmalab.capture.filter import EITHER_FIELDS, either_values  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.render import TcpWindowScaling  # lazy: keeps `rdmalab --help` fast
 
     sep = opts["separator"].decode()
     q = opts["quote"].decode()
     occ = opts["occurrence"]
     windows = TcpWindowScaling()  # tcp.window_size: every frame's handshake, in order
+    clock = _clock(flt)
     first: int | None = None  # the relative times (fieldtext.Clock counts them the same way over columns)
     before = 0
     shown: int | None = None
@@ -140,6 +146,8 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
         if first is None:
             first = before = ns
         fields = frame_fields(cp, windows=windows)
+        if clock is not None:
+            clock.stamp(fields, ns)
         times = {"frame.time_relative": ns - first, "frame.time_delta": ns - before}
         before = ns
         if flt is not None and not flt(fields):
@@ -151,7 +159,7 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
             if n in times:
                 cells.append(f"{q}{relative_text(times[n])}{q}")
                 continue
-            v = fields.get(n)
+            v = either_values(fields, n) if n in EITHER_FIELDS else fields.get(n)
             if isinstance(v, list) and v and occ != "a":
                 v = v[0] if occ == "f" else v[-1] if occ == "l" else (v[int(occ) - 1] if 0 < int(occ) <= len(v)
                                                                      else None)
@@ -183,11 +191,22 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
             out.write(piece)
         return 0
     windows = TcpWindowScaling()  # tcp.window_size for the filter: every frame, in order
-    keep = None if flt is None else (lambda cp: flt(frame_fields(cp, windows=windows)))
+    clock = _clock(flt)
+    keep = None if flt is None else (
+        lambda cp: flt(frame_fields(cp, windows=windows) if clock is None
+                       else clock.stamp(frame_fields(cp, windows=windows), cp.epoch_ns)))
     packets = read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count)
     for piece in iter_json(packets, keep):
         out.write(piece)
     return 0
+
+
+def _clock(flt: Any) -> Any:
+    """A :class:`~rdmalab.capture.filter.FrameClock` when the filter reads frame.time_relative or
+    frame.time_delta (fed every frame, in order), else None."""
+    from rdmalab.capture.filter import FILTER_TIMES, FrameClock  # lazy: keeps `rdmalab --help` fast
+
+    return FrameClock() if flt is not None and not flt.fields.isdisjoint(FILTER_TIMES) else None
 
 
 def _columns_answer(flt: Any) -> bool:
@@ -219,6 +238,9 @@ def run_decode(args: argparse.Namespace, out: TextIO) -> int:
     fmt = args.format
     if fmt != "fields" and args.fields:
         raise Fail("-e FIELD needs -T fields")
+    if fmt != "text" and (args.hexdump or args.print_summary):
+        raise Fail(f"{'-x' if args.hexdump else '-P'}: for the text output (summary lines, -V); "
+                   f"-T {fmt} has its own layout")
     if args.line_flush:
         out = _Flushed(out)  # type: ignore[assignment]
     if args.interface is not None:
@@ -252,7 +274,14 @@ def _decode_live(args: argparse.Namespace, flt: Any, out: TextIO) -> int:
 
 def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: str | None = None) -> int:
     from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.capture.render import EchoPairs, TcpWindowScaling, frame_tree, summary_line  # lazy: `--help` fast
+    from rdmalab.capture.render import (  # lazy: keeps `rdmalab --help` fast
+        EchoPairs,
+        TcpWindowScaling,
+        TimeColumn,
+        frame_hex,
+        frame_tree,
+        summary_line,
+    )
     from rdmalab.wire.errors import DecodeError  # lazy: keeps `rdmalab --help` fast
 
     fmt = args.format
@@ -261,15 +290,20 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
             return run_fields(path, args, flt, out)
         if fmt == "json":
             return run_json(path, args, flt, out)
-        if not args.verbose and not args.no_columnar and (flt is None or _columns_answer(flt)):
+        hexdump = args.hexdump
+        # the summary line: alone by default; with -V or -x only when asked (-P), as tshark
+        summaries = args.print_summary or not (args.verbose or hexdump)
+        timed = args.time_format != "r"  # another time column than seconds since the first frame (-t)
+        if (not args.verbose and not hexdump and not timed and not args.no_columnar
+                and (flt is None or _columns_answer(flt))):
             from rdmalab.capture.columnar_summary import summary_bytes  # lazy: keeps `rdmalab --help` fast
 
             for text in summary_bytes(path, count=args.count, flt=flt, filter_expr=args.filter,
                                       lenient=not args.strict, iwarp=not args.no_iwarp, workers=args.workers):
                 _write_bytes(out, text)
             return 0
-        if (args.verbose and not args.no_columnar and flt is None and not args.strict and not args.line_flush
-                and shown is None):
+        if (args.verbose and not hexdump and not args.print_summary and not args.no_columnar and flt is None
+                and not args.strict and not args.line_flush and shown is None):
             from rdmalab.capture.tree_templates import tree_blocks  # lazy: only -V needs it; --help fast
 
             for trees in tree_blocks(path, iwarp=not args.no_iwarp, count=args.count):
@@ -279,25 +313,41 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
         write = out.write
         windows = TcpWindowScaling()  # follows every frame, filtered out or not, as tshark does
         echoes = EchoPairs()  # the same
+        clock = _clock(flt)  # the same (frame.time_delta in a filter: since the frame read before)
+        times = TimeColumn(args.time_format) if timed else None  # the same (-t d: since the frame read before)
         for cp in read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count):
             if t0 is None:
                 t0 = cp.timestamp
+            if times is not None:
+                times.seen(cp.epoch_ns)
             request_in = echoes.note(cp.frame_number, cp.packet)
             fields = frame_fields(cp, windows=windows) if flt is not None else None
-            if not args.verbose and cp.packet.encap == "tcp" and not cp.pdus:
-                line = summary_line(cp, t0, windows)
+            if clock is not None and fields is not None:
+                clock.stamp(fields, cp.epoch_ns)
+            if summaries and cp.packet.encap == "tcp" and not cp.pdus:
+                line = summary_line(cp, t0, windows)  # (-t: the time put in once the filter has shown it)
             else:
-                if fields is None and not args.verbose:  # (-V shows raw windows; a filter's fields took the window)
+                if fields is None and summaries:  # (-V shows raw windows; a filter's fields took the window)
                     windows.window(cp.packet)
                 line = None
             if flt is not None and fields is not None and not flt(fields):
                 continue
+            if summaries:
+                if line is None:
+                    line = summary_line(cp, t0, request_in=request_in,
+                                        when=times.text() if times is not None else None)
+                elif times is not None:
+                    line = line[:6] + f"{times.text():>11}" + line[17:]  # (the layout of render.format_summary)
+                write(line)
+                write("\n")
             if args.verbose:
                 write(frame_tree(cp))
                 write("\n\n")
-            else:
-                write(line if line is not None else summary_line(cp, t0, request_in=request_in))
+            elif hexdump and summaries:
                 write("\n")
+            if hexdump:  # the bytes, then a blank line (tshark -x; an empty frame: the blank line alone)
+                dump = frame_hex(cp)
+                write(dump + "\n\n" if dump else "\n")
     except DecodeError as err:
         out.flush()
         frame = getattr(err, "frame_number", "?")
@@ -331,6 +381,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     live.add_argument("-q", dest="quiet", action="store_true",
                       help="with -i: do not print 'Capturing on' and the count of packets captured on standard error")
     d.add_argument("-V", dest="verbose", action="store_true", help="print every layer and field with offsets")
+    d.add_argument("-x", dest="hexdump", action="store_true",
+                   help="print each packet's bytes in hex and ASCII, 16 a line (as tshark -x; after the tree with "
+                        "-V; an iWARP PDU put together from earlier segments is shown as well)")
+    d.add_argument("-P", dest="print_summary", action="store_true",
+                   help="print the summary line also with -V or -x (as tshark -P)")
     d.add_argument("-T", dest="format", choices=("text", "json", "fields"), default="text",
                    help="output format: text (default), json (as tshark -T json: an array of objects with "
                         "_source.layers nested by protocol, Wireshark field names, string values), "
@@ -340,9 +395,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.add_argument("-E", dest="field_opts", action="append", metavar="OPTION",
                    help="with -T fields: separator=,|/t|/s  header=y|n  quote=d|s|n  occurrence=f|l|a  aggregator=,")
     d.add_argument("-c", dest="count", type=int, metavar="N", help="read only the first N packets (as tshark)")
+    d.add_argument("-t", dest="time_format", default="r", choices=("r", "a", "ad", "d", "dd", "e", "u", "ud"),
+                   metavar="FORMAT",
+                   help="the summary line's time as tshark -t: r seconds since the first frame (default), a/ad "
+                        "time of day/with the date (local), u/ud the same in UTC, d since the frame before, dd "
+                        "since the frame shown before, e seconds since the epoch")
+    d.add_argument("-n", dest="no_resolve", action="store_true",
+                   help="no name resolution (as tshark -n): rdmalab never resolves addresses or ports, so this is "
+                        "what it always does")
     d.add_argument("-Y", dest="filter", metavar="FILTER",
                    help="display filter in Wireshark's language, e.g. "
-                        "'infiniband.bth.opcode in {16 17} && ip.src == 10.0.0.0/24'")
+                        "'infiniband.bth.opcode in {16, 17} && ip.src == 10.0.0.0/24'")
     mode = d.add_mutually_exclusive_group()
     mode.add_argument("--lenient", dest="strict", action="store_false",
                       help="report bad frames and go on (the default)")

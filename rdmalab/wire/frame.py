@@ -70,6 +70,7 @@ from rdmalab.wire.net import (
     IPv6Fragment,
     IPv6HopByHop,
     IPv6Routing,
+    QinQ,
     tcp_checksum,
 )
 from rdmalab.wire.packet import Layer, Packet, _problem, decode_transport, encode_ib, encode_transport, guarded
@@ -119,7 +120,7 @@ def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...]) -> Non
 
 def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient: bool, ports: tuple[int, ...]) -> None:
     while ethertype in (ETHERTYPE_VLAN, ETHERTYPE_QINQ):
-        tag = VLAN.decode(data, pos)
+        tag: VLAN | QinQ = (VLAN if ethertype == ETHERTYPE_VLAN else QinQ).decode(data, pos)
         pkt.layers.append(Layer(tag, pos))
         ethertype = tag.ethertype
         pos += 4
@@ -248,9 +249,11 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         pkt.payload_offset, pkt.payload_length = pos, end - pos
 
 
-def tcp_segment_length(pkt: Packet) -> int:
+def tcp_segment_length(pkt: Packet) -> int | None:
     """The octets of a TCP segment's payload as its IP header counts them (tshark's ``tcp.len``): its
-    payload's length, or, for a segment the capture cut short (a snap length), its length on the wire."""
+    payload's length, or, for a segment the capture cut short (a snap length), its length on the wire.
+    As tshark (packet-tcp.c): after the header length the header says, even a bogus one under 20
+    octets; None when that header runs past the end of the IP datagram (no segment length at all)."""
     at = next((i for i, la in enumerate(pkt.layers) if isinstance(la.header, TCP)), None)
     ip_layer = next((la for la in reversed(pkt.layers[:at]) if isinstance(la.header, IPv4 | IPv6)), None) \
         if at is not None else None
@@ -265,7 +268,8 @@ def tcp_segment_length(pkt: Packet) -> int:
     else:
         assert isinstance(ip, IPv6)
         wire_end = ip_layer.offset + 40 + ip.payload_length
-    return max(0, wire_end - (tcp.offset + max(20, tcp.header.header_len)))
+    payload_at = tcp.offset + tcp.header.header_len
+    return None if payload_at > wire_end else wire_end - payload_at
 
 
 def _transport(data: bytes, pkt: Packet, offset: int, end: int, trailer: int, lenient: bool,

@@ -58,6 +58,28 @@ class VLAN(Header):
 
 
 @dataclass(frozen=True, slots=True)
+class QinQ(Header):
+    """An IEEE 802.1ad service tag (S-TAG, TPID 0x88A8: a provider's tag outside the customer's
+    802.1Q tag; IEEE 802.1Q 9.6, the same fields as a C-TAG).  Wireshark names it ``ieee8021ad``
+    and its type field ``ieee8021ah.etype`` (packet-ieee8021ah.c declares the field for both)."""
+
+    pcp: int = 0
+    dei: int = 0
+    vid: int = 0
+    ethertype: int = ETHERTYPE_VLAN
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "IEEE 802.1ad",
+        "IEEE 802.1Q 9.6 (S-TAG)",
+        F("pcp", 3, "ieee8021ad.priority"),
+        F("dei", 1, "ieee8021ad.dei"),
+        F("vid", 12, "ieee8021ad.id"),
+        F("ethertype", 16, "ieee8021ah.etype", fmt="hex"),
+        ws="ieee8021ad",
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class IPv4(Header):
     version: int = 4
     ihl: int = 5
@@ -91,6 +113,11 @@ class IPv4(Header):
         F("dst", 32, "ip.dst", fmt="ipv4"),
         ws="ip",
     )
+
+    #: each flag bit's own Wireshark field (FT_BOOLEAN within the 3-bit ip.flags: reserved, Don't
+    #: Fragment, More Fragments, RFC 791 3.1; packet-ip.c's hf_ip_flags_rf/df/mf), as display
+    #: filters and ``-T fields`` name them
+    FLAG_FIELDS: ClassVar[tuple[tuple[str, int], ...]] = (("ip.flags.rb", 0x4), ("ip.flags.df", 0x2), ("ip.flags.mf", 0x1))
 
     def validate(self, offset: int = 0) -> list[MalformedError]:
         if self.ihl < 5:

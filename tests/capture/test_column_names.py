@@ -14,7 +14,7 @@ import rdmalab.wire.iwarp
 import rdmalab.wire.pfc  # noqa: F401 - imported for their Header subclasses
 from rdmalab.capture.columnar import COLUMNS
 from rdmalab.wire.header import Header
-from rdmalab.wire.net import TCP
+from rdmalab.wire.net import TCP, IPv4
 
 #: columns that are not one declared header field, and why
 COMPUTED = {
@@ -38,6 +38,7 @@ COMPUTED = {
     "iwarp_rdma.atomic.swap_mask": "add_mask of a Swap or CompareSwap",
     # Wireshark's field of each flag bit; the declaration has the flags as one field
     **{name: f"bit 0x{bit:03x} of tcp.flags" for name, bit in TCP.FLAG_FIELDS},
+    **{name: f"bit 0x{bit:x} of ip.flags" for name, bit in IPv4.FLAG_FIELDS},
 }
 
 

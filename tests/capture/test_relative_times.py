@@ -120,10 +120,42 @@ def test_json_delta_displayed_of_the_first_frame_shown_is_zero(capsys: Any) -> N
     assert got[0]["_source"]["layers"]["frame"]["frame.time_delta_displayed"] == "0.000000000"
 
 
-@pytest.mark.parametrize("name", TIMES)
-def test_a_filter_on_them_is_a_clear_error(name: str) -> None:
-    with pytest.raises(FilterError, match=r"time relative to other frames.*-T fields -e"):
-        compile_filter(f"{name} > 1")
+def test_a_filter_on_the_time_since_the_frame_shown_before_is_a_clear_error() -> None:
+    """frame.time_delta_displayed depends on what the filter itself shows: refused, naming the two it
+    can read instead (frame.time_relative and frame.time_delta were refused too before)."""
+    with pytest.raises(FilterError, match=r"frame.time_delta_displayed.*filter on frame.time_delta"):
+        compile_filter("frame.time_delta_displayed > 1")
+    with pytest.raises(FilterError, match=r"frame.time_relative is a time in seconds"):
+        compile_filter("frame.time_relative > 10.0.0.1")
+    for name in ("frame.time_relative", "frame.time_delta"):
+        assert compile_filter(f"{name} > 1.5").fields == {name}
+
+
+TIME_FILTERS = ["frame.time_relative > 5", "frame.time_relative >= 0.5 && frame.time_relative < 1",
+                "frame.time_delta > 0.001", "frame.time_delta == 0", "frame.time_relative in {1..2}",
+                "frame.time_delta < 0.00001 and infiniband", "frame.time_delta > 0.0002 || tcp.flags.syn == 1"]
+
+
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("name", ["rxe_send_bw_loss.pcap", "siw_read_bw.pcap", "hw_ib_connectx_erf.pcap"])
+def test_filters_on_the_times_pick_tshark_frames_on_every_output(name: str, capsys: Any) -> None:
+    """``-Y 'frame.time_relative > 5'``: the frames tshark picks, in the summary lines, -V, -T json and
+    -T fields (the time of every frame counted, shown or not)."""
+    path = str(CAPS / name)
+    for flt in TIME_FILTERS:
+        want = subprocess.run(["tshark", "-n", "-r", path, "-Y", flt, "-T", "fields", "-e", "frame.number"],
+                              capture_output=True, text=True, check=True).stdout.split()
+        for mode in ([], ["--no-columnar"], ["-V"], ["-T", "json"], ["-T", "fields", "-e", "frame.number"]):
+            assert main(["decode", "-r", path, "-Y", flt, *mode]) == 0
+            out = capsys.readouterr().out
+            if mode[:2] == ["-T", "json"]:
+                got = [p["_source"]["layers"]["frame"]["frame.number"] for p in json.loads(out)]
+            elif mode == ["-V"]:
+                got = [line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("Frame ")]
+            else:
+                got = [line.split()[0] for line in out.splitlines() if line.strip()]
+            assert got == want, (flt, mode)
 
 
 def test_damaged_times_past_2262_agree_on_both_paths(tmp_path: Path, capsys: Any) -> None:

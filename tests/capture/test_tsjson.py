@@ -250,3 +250,40 @@ def test_frame_protocols_of_infiniband_frames_as_tshark(name: str, capsys: Any) 
         assert main(["decode", "-r", path, "-T", "json", *args]) == 0
         got = [f["_source"]["layers"]["frame"]["frame.protocols"] for f in json.loads(capsys.readouterr().out)]
         assert got == want, args
+
+
+#: frames whose frame.protocols rightly differ from tshark 4.0's: a capture begun mid-stream, whose MPA
+#: negotiation tshark never saw (it shows the FPDUs rdmalab finds as TCP data), and opcodes tshark 4.0
+#: has no payload for (XRC: 0xa0-0xbf; ATOMIC WRITE: 0x1d, 0xbd; it shows no data after their headers)
+_PROTOCOLS_APART = {"siw_write_bw_midstream.pcap": "iwarp", "synthetic_all_opcodes_rocev1.pcap": "opcodes",
+                    "synthetic_all_opcodes_rocev2.pcap": "opcodes", "synthetic_rocev2.pcap": "opcodes"}
+_FILES = sorted(p.name for p in CAPTURES.glob("*.pcap"))
+
+
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("name", _FILES)
+def test_frame_protocols_of_every_capture_as_tshark(name: str, capsys: Any) -> None:
+    """TCP bytes of no protocol above it (perftest's and rping's own exchange) end in ``data``, as do an
+    FPDU's bytes (a tagged FPDU's, or an untagged message's last: tshark holds the others to put the
+    message together), not an MPA Request's private data; each FPDU of a segment names DDP/RDMAP again;
+    each VLAN tag its protocol again.  Before: 30 of 70 frames of rxe_write_bw.pcap, 47 of 87 of
+    siw_read_bw.pcap differed."""
+    from rdmalab.cli import main
+
+    path = str(CAPTURES / name)
+    want = subprocess.run(["tshark", "-n", "--disable-protocol", "rpcordma", "-r", path, "-T", "fields",
+                           "-e", "frame.protocols", "-e", "infiniband.bth.opcode"],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+    apart = _PROTOCOLS_APART.get(name)
+    for args in ([], ["--no-columnar"]):
+        assert main(["decode", "-r", path, "-T", "json", *args]) == 0
+        got = [f["_source"]["layers"]["frame"]["frame.protocols"] for f in json.loads(capsys.readouterr().out)]
+        assert len(got) == len(want)
+        differ = [(i + 1, g, w) for i, (g, w) in enumerate(zip(got, want, strict=True)) if g != w.split("\t")[0]]
+        if apart == "iwarp":  # FPDUs tshark shows as TCP data
+            differ = [d for d in differ if not (d[2].startswith("eth:ethertype:ip:tcp:data") and "iwarp_mpa" in d[1])]
+        elif apart == "opcodes":
+            differ = [d for d in differ if not (d[1] == d[2].split("\t")[0] + ":data"
+                                                and int(d[2].split("\t")[1]) in (0x1D, 0xBD, *range(0xA0, 0xC0)))]
+        assert not differ, (args, differ[:5], len(differ))
