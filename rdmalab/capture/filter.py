@@ -11,7 +11,8 @@ capture work needs::
              | FIELD relop VALUE                      == != < <= > >=  (eq ne lt le gt ge)
                                                       === !== ~=  (all_eq any_ne)
              | FIELD "in" "{" VALUE ["," ] ... "}"    any of the values; "a..b" is a range
-             | FIELD "contains" VALUE                 substring of a string field
+             | FIELD "contains" VALUE                 substring of a text field; bytes of the frame
+             | FIELD "matches" "REGEX"                a text field or the frame's bytes (any case)
     VALUE   := 123 | 0x1f | 1.5 | "text" | 10.0.0.1 | 10.0.0.0/24 | fe80::1 | ::ffff:10.0.0.0/120
              | 52:54:00:00:01:01 | bare-word
 
@@ -39,6 +40,7 @@ dictionary (:func:`rdmalab.capture.fields.frame_fields`) and also evaluates over
 
 from __future__ import annotations
 
+import codecs
 import difflib
 import ipaddress
 import re
@@ -321,6 +323,12 @@ class Contains:
 
 
 @dataclass(frozen=True, slots=True)
+class Matches:
+    field: str
+    pattern: Any  # a compiled regular expression (bytes for the frame)
+
+
+@dataclass(frozen=True, slots=True)
 class Not:
     arg: Any
 
@@ -501,15 +509,70 @@ class _Parser:
             if not vals:
                 raise FilterError(self.expr, "the set after 'in' is empty", t[2])
             return In(name, tuple(vals))
-        if t[1] == "contains":
+        if t[1] in ("contains", "matches", "~"):
             self.take()
-            return Contains(name, self.value())
-        if t[1] in ("matches", "~"):
-            raise FilterError(self.expr, "'matches' (regular expressions) is not supported", t[2])
+            op = "contains" if t[1] == "contains" else "matches"
+            kind, text, pos = self.take()
+            self.value_at = pos
+            why = _text_test_error(name, op)
+            if why is not None:
+                raise FilterError(self.expr, why, t[2])
+            if op == "matches":
+                if kind != "str":
+                    raise FilterError(self.expr, f"'matches' takes a quoted regular expression, found {text!r}", pos)
+                source = text[1:-1]  # (its escapes, \x52 ..., are the regular expression's)
+                try:  # Wireshark's matches is PCRE2 without case (wireshark-filter(4)): the same in Python's re
+                    octets = name == "frame" or field_kind(name) == "mac"  # (on the octets, as tshark)
+                    pattern = re.compile(source.encode("utf-8") if octets else source, re.IGNORECASE | re.DOTALL)
+                except re.error as err:
+                    raise FilterError(self.expr, f"{source!r} is not a regular expression: {err}", pos) from None
+                return Matches(name, pattern)
+            if name != "frame" and field_kind(name) != "mac":  # a text field: a substring
+                self.i -= 1
+                return Contains(name, self.value())
+            try:  # the frame's or a MAC address's octets (tshark compares bytes)
+                return Contains(name, _frame_bytes_literal(kind, text))
+            except ValueError as err:
+                raise FilterError(self.expr, str(err), pos) from None
         if t[0] == "word" and t[1] not in ("and", "or", "not"):
             raise FilterError(self.expr, f"expected an operator (== != < <= > >= === !== in contains) after {name!r}, "
                                          f"found {t[1]!r}", t[2])
         return Exists(name)
+
+
+#: where a filter that reads the frame's bytes (``frame contains``, ``frame matches``:
+#: :attr:`DisplayFilter.needs_frame`) finds them in a field dictionary (no field has this name)
+FRAME_BYTES = "\0frame"
+_BYTES_RE = re.compile(r"^(?:[0-9A-Fa-f]{2})+$|^[0-9A-Fa-f]{2}([:.\-])[0-9A-Fa-f]{2}(?:\1[0-9A-Fa-f]{2})*$")
+
+
+def _frame_bytes_literal(kind: str, text: str) -> bytes:
+    """What ``frame contains`` looks for: a quoted string's octets (UTF-8), or bytes written as hex
+    pairs (``4d:50:41``, ``4d-50-41``, ``4d.50.41``, ``4d5041``), as Wireshark reads them."""
+    if kind == "str":  # its characters as UTF-8, an escape \xhh as that octet (as Wireshark's strings)
+        return bytes(codecs.escape_decode(text[1:-1].encode("utf-8"))[0])
+    if _BYTES_RE.match(text):
+        return bytes.fromhex(re.sub(r"[:.\-]", "", text))
+    raise ValueError(f"{text!r} is not bytes: write them as hex pairs (4d:50:41) or a quoted string (\"MPA\")")
+
+
+def _text_test_error(name: str, op: str) -> str | None:
+    """Why ``name contains ...``/``name matches ...`` cannot be answered as Wireshark answers it, or None:
+    they read text fields, MAC addresses (as text) and the frame's bytes; not numbers or IP addresses
+    (Wireshark compares their octets), nor other protocols' bytes (where each protocol's bytes start and
+    end is each Wireshark dissector's own choice)."""
+    if name == "frame":
+        return None
+    if name in known_fields() and declared_fields().get(name, ("", 0))[0] == "proto" or name not in declared_fields() \
+            and name not in COLUMN_BY_NAME and name not in EXTRA_FIELDS and name not in EITHER_FIELDS:
+        return f"'{op}' on the bytes of {name}: rdmalab reads only the frame's (frame {op} ...)"
+    kind = field_kind(name)
+    if kind in ("number", "ipv4", "ipv6", "seconds"):
+        what = {"number": "a number", "ipv4": "an IPv4 address", "ipv6": "an IPv6 address",
+                "seconds": "a time"}[kind]
+        return (f"'{op}' on {name}, {what}: rdmalab tests text fields, MAC addresses and the frame's bytes; "
+                f"compare {name} with == < > or a network instead")
+    return None
 
 
 #: what a field's values are, from its column's or its header's display format: "number",
@@ -600,8 +663,32 @@ def _eval(node: Any, fields: Mapping[str, Any]) -> bool:
     if t is In:
         return any(_match_value("==", x, v) for x in _values(fields, node.field) for v in node.values)
     if t is Contains:
+        if node.field == "frame":
+            return node.value in _frame(fields)
+        if isinstance(node.value, bytes):  # a MAC address's octets
+            return any(node.value in _mac_bytes(x) for x in _values(fields, node.field))
         return any(isinstance(x, str) and str(node.value) in x for x in _values(fields, node.field))
+    if t is Matches:
+        if node.field == "frame":
+            return node.pattern.search(_frame(fields)) is not None
+        if isinstance(node.pattern.pattern, bytes):  # a MAC address's octets
+            return any(node.pattern.search(_mac_bytes(x)) is not None for x in _values(fields, node.field))
+        return any(isinstance(x, str) and node.pattern.search(x) is not None for x in _values(fields, node.field))
     raise AssertionError(node)  # pragma: no cover
+
+
+def _mac_bytes(x: Any) -> bytes:
+    """A MAC address (its text ``52:54:00:00:01:01`` or its integer) as its six octets."""
+    if isinstance(x, str):
+        return bytes.fromhex(x.replace(":", "").replace("-", ""))
+    return int(x).to_bytes(6, "big")
+
+
+def _frame(fields: Mapping[str, Any]) -> bytes:
+    data = fields.get(FRAME_BYTES)
+    if data is None:  # a caller's mistake, not the user's
+        raise KeyError("a filter on the frame's bytes needs them in the fields (filter.FRAME_BYTES)")
+    return bytes(data)
 
 
 def _match_value(op: str, x: Any, want: Any) -> bool:
@@ -618,6 +705,9 @@ class DisplayFilter:
         self.tree = tree
         #: the field names the filter reads
         self.fields = fields
+        #: whether it reads the frame's bytes (``frame contains``/``matches``): a field dictionary
+        #: must then hold them under :data:`FRAME_BYTES`
+        self.needs_frame = _reads_frame(tree)
 
     def __call__(self, fields: Mapping[str, Any]) -> bool:
         return _eval(self.tree, fields)
@@ -658,12 +748,30 @@ class DisplayFilter:
                     m |= _col_cmp(np, "==", col, v)
                 return ok & m
             if t is Contains:
+                if isinstance(node.value, bytes):  # a MAC address's octets
+                    return ok & np.array([node.value in _mac_bytes(x) for x in col.tolist()], dtype=bool)
                 if col.dtype != object:
                     return np.zeros(n, dtype=bool)
                 return ok & np.array([isinstance(x, str) and str(node.value) in x for x in col], dtype=bool)
+            if t is Matches:
+                if isinstance(node.pattern.pattern, bytes):  # a MAC address's octets
+                    return ok & np.array([node.pattern.search(_mac_bytes(x)) is not None for x in col.tolist()],
+                                         dtype=bool)
+                if col.dtype != object:
+                    return np.zeros(n, dtype=bool)
+                return ok & np.array([isinstance(x, str) and node.pattern.search(x) is not None for x in col],
+                                     dtype=bool)
             raise AssertionError(node)  # pragma: no cover
 
         return np.asarray(ev(self.tree), dtype=bool)
+
+
+def _reads_frame(node: Any) -> bool:
+    if isinstance(node, (And, Or)):
+        return any(_reads_frame(a) for a in node.args)
+    if isinstance(node, Not):
+        return _reads_frame(node.arg)
+    return isinstance(node, (Contains, Matches)) and node.field == "frame"
 
 
 def _col_cmp(np: Any, op: str, col: Any, want: Any) -> Any:

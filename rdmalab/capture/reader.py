@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from rdmalab.capture.linktypes import LINKTYPE_ERF, LINKTYPE_ETHERNET, decode_frame, erf_frame
+from rdmalab.capture.linktypes import ERF, LINKTYPE_ERF, LINKTYPE_ETHERNET, decode_frame, erf_frame
 from rdmalab.capture.pcapio import CaptureError, epoch_ns, record_blocks, record_ns
 from rdmalab.capture.pcapwriter import DEFAULT_SNAPLEN, CaptureWriter, seconds_to_ns
 from rdmalab.wire.errors import DecodeError
@@ -41,6 +41,9 @@ class RawRecord:
     #: the record's time in nanoseconds since the epoch, exact, where the reader has it (its
     #: header's seconds and units: a nanosecond capture's are finer than ``timestamp``'s float)
     ns: int | None = None
+
+
+ERF_HEADER_LEN = ERF.LAYOUT.size  # an ERF record's header before its frame
 
 
 @dataclass(slots=True)
@@ -86,6 +89,15 @@ class CapturedPacket:
     def captured(self) -> int:
         """``frame.cap_len``: the octets of the frame that were captured."""
         return len(self.packet.data) if self.cap_length is None else self.cap_length
+
+    @property
+    def frame_bytes(self) -> bytes | memoryview:
+        """The frame's bytes as Wireshark's frame holds them: an ERF record's after its header (a
+        pseudo-header, not frame data: ``frame.cap_len`` of them), any other record's whole."""
+        data = self.packet.data
+        if self.linktype == LINKTYPE_ERF and self.cap_length is not None:
+            return data[ERF_HEADER_LEN:ERF_HEADER_LEN + self.cap_length]
+        return data
 
     @property
     def rdma(self) -> list[Packet]:

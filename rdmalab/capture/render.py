@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rdmalab.capture.linktypes import ERF, LINKTYPE_ERF, LINKTYPE_NAMES
+from rdmalab.capture.linktypes import LINKTYPE_NAMES
 from rdmalab.wire.control import ECHO_TYPES, ICMPEcho, ICMPv6Echo
 from rdmalab.wire.frame import tcp_segment_length
 from rdmalab.wire.header import Header
@@ -460,11 +460,7 @@ def frame_hex(cp: CapturedPacket) -> str:
     segments (``Reassembled TCP (1448 bytes):``), an FPDU of this segment with its markers taken out
     (``FPDU without Markers (324 bytes):``); with the frame itself then named (``Frame (70 bytes):``).
     As tshark, only for a stream whose MPA negotiation is in the capture."""
-    data = cp.packet.data
-    if cp.linktype == LINKTYPE_ERF and cp.cap_length is not None:
-        frame = data[ERF.LAYOUT.size:ERF.LAYOUT.size + cp.cap_length]  # (the ERF header is a pseudo-header)
-    else:
-        frame = data
+    frame = cp.frame_bytes
     sources: list[tuple[str, bytes]] = []
     tcp = cp.packet.get(TCP)
     if cp.pdus and tcp is not None:

@@ -128,7 +128,7 @@ def _fields_columnar(path: str, names: list[str], flt: Any, args: argparse.Names
 
 def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namespace, opts: dict[str, Any],
                     out: TextIO) -> int:
-    from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture import read  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.fieldtext import epoch_text, relative_text, value_text  # lazy: `rdmalab --help` fast
     from rdmalab.capture.filter import EITHER_FIELDS, either_values  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.render import TcpWindowScaling  # lazy: keeps `rdmalab --help` fast
@@ -145,9 +145,7 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
         ns = cp.epoch_ns
         if first is None:
             first = before = ns
-        fields = frame_fields(cp, windows=windows)
-        if clock is not None:
-            clock.stamp(fields, ns)
+        fields = _filter_fields(flt, clock, cp, windows)
         times = {"frame.time_relative": ns - first, "frame.time_delta": ns - before}
         before = ns
         if flt is not None and not flt(fields):
@@ -175,7 +173,7 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
 
 def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     """``-T json``: tshark's layout (an array of ``{"_index", "_type", "_score", "_source": {"layers"}}``)."""
-    from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture import read  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.blockpool import (  # lazy: keeps `rdmalab --help` fast
         JSON_PARALLEL_MIN_BYTES,
         default_workers,
@@ -192,13 +190,25 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
         return 0
     windows = TcpWindowScaling()  # tcp.window_size for the filter: every frame, in order
     clock = _clock(flt)
-    keep = None if flt is None else (
-        lambda cp: flt(frame_fields(cp, windows=windows) if clock is None
-                       else clock.stamp(frame_fields(cp, windows=windows), cp.epoch_ns)))
+    keep = None if flt is None else (lambda cp: flt(_filter_fields(flt, clock, cp, windows)))
     packets = read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count)
     for piece in iter_json(packets, keep):
         out.write(piece)
     return 0
+
+
+def _filter_fields(flt: Any, clock: Any, cp: Any, windows: Any) -> dict[str, Any]:
+    """A frame's fields as a display filter reads them (:func:`rdmalab.capture.frame_fields`), with
+    the times relative to other frames (``clock``, :func:`_clock`) and the frame's bytes when it asks."""
+    from rdmalab.capture import frame_fields  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.filter import FRAME_BYTES  # lazy: keeps `rdmalab --help` fast
+
+    fields: dict[str, Any] = frame_fields(cp, windows=windows)
+    if clock is not None:
+        clock.stamp(fields, cp.epoch_ns)
+    if flt is not None and flt.needs_frame:
+        fields[FRAME_BYTES] = cp.frame_bytes
+    return fields
 
 
 def _clock(flt: Any) -> Any:
@@ -273,7 +283,7 @@ def _decode_live(args: argparse.Namespace, flt: Any, out: TextIO) -> int:
 
 
 def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: str | None = None) -> int:
-    from rdmalab.capture import frame_fields, read  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture import read  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.render import (  # lazy: keeps `rdmalab --help` fast
         EchoPairs,
         TcpWindowScaling,
@@ -321,9 +331,7 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
             if times is not None:
                 times.seen(cp.epoch_ns)
             request_in = echoes.note(cp.frame_number, cp.packet)
-            fields = frame_fields(cp, windows=windows) if flt is not None else None
-            if clock is not None and fields is not None:
-                clock.stamp(fields, cp.epoch_ns)
+            fields = _filter_fields(flt, clock, cp, windows) if flt is not None else None
             if summaries and cp.packet.encap == "tcp" and not cp.pdus:
                 line = summary_line(cp, t0, windows)  # (-t: the time put in once the filter has shown it)
             else:
