@@ -71,6 +71,9 @@ from rdmalab.wire.header import Header
 #: :class:`FrameClock`), not the third (it would depend on the filter's own answers)
 RELATIVE_TIMES = ("frame.time_relative", "frame.time_delta", "frame.time_delta_displayed")
 FILTER_TIMES = ("frame.time_relative", "frame.time_delta")
+#: fields the per-packet decoder gives when asked, not in every field dictionary: ``frame.protocols``
+#: (:func:`rdmalab.capture.tsjson.frame_protocols`)
+ASKED_FIELDS = ("frame.protocols",)
 
 
 class FrameClock:
@@ -172,6 +175,7 @@ def known_fields() -> frozenset[str]:
     names: set[str] = set(EXTRA_FIELDS) | set(declared_fields())
     names.update(COLUMN_NAMES)  # the columnar decoder's columns
     names.update(EITHER_FIELDS)
+    names.update(ASKED_FIELDS)
     prefixes = set()
     for n in names:
         parts = n.split(".")
@@ -564,7 +568,8 @@ def _text_test_error(name: str, op: str) -> str | None:
     if name == "frame":
         return None
     if name in known_fields() and declared_fields().get(name, ("", 0))[0] == "proto" or name not in declared_fields() \
-            and name not in COLUMN_BY_NAME and name not in EXTRA_FIELDS and name not in EITHER_FIELDS:
+            and name not in COLUMN_BY_NAME and name not in EXTRA_FIELDS and name not in EITHER_FIELDS \
+            and name not in ASKED_FIELDS:
         return f"'{op}' on the bytes of {name}: rdmalab reads only the frame's (frame {op} ...)"
     kind = field_kind(name)
     if kind in ("number", "ipv4", "ipv6", "seconds"):

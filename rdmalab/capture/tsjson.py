@@ -22,7 +22,7 @@ Differences from tshark, on purpose or by scope:
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from json import encoder as _json_encoder
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ from rdmalab.capture.linktypes import LINKTYPE_ERF
 from rdmalab.capture.pcapio import record_ns
 from rdmalab.capture.reader import CapturedPacket, RawRecord, _load_iwarp_tracker, decode_record
 from rdmalab.capture.render import echo_message
+from rdmalab.wire.mad import MADHeader
 from rdmalab.wire.rdmap import DDPTagged, DDPUntagged
 
 if TYPE_CHECKING:
@@ -224,7 +225,7 @@ def _make_header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
     proto_name = lay.ws_proto or "rdmalab"
     proto = proto_name.split(".", 1)[0]
     vals = header_fields(h)
-    layer_name = _LAYER.get(proto, proto)
+    layer_name = _protocol_of(type(h))
     ours: dict[str, Any] = {}
     fields: dict[str, Any] = {}
     for name, v in vals.items():
@@ -263,23 +264,97 @@ def ping_time(data: bytes, frame_secs: int) -> tuple[int, int] | None:
     return None
 
 
-def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any], chain: list[str],
+def _protocol_chain(pkt: Packet, skip: frozenset[type] = frozenset(), frame_ns: int | None = None) -> list[str]:
+    """The steps of tshark's ``frame.protocols`` that a packet's headers make (not those of the headers of
+    ``skip`` classes): each protocol once, in the order of its first header (a protocol of
+    :data:`_EACH_TIME` once a header), the subtrees named after it, and ``data`` where tshark shows the
+    payload as data (:func:`_echo_data`, :func:`_payload_is_data`)."""
+    count: dict[str, int] = {}
+    sub: dict[str, list[str]] = {}
+    for layer in pkt.layers:
+        h = layer.header
+        if type(h) in skip:
+            continue
+        proto = _protocol_of(type(h))
+        if not proto:
+            continue
+        count[proto] = count.get(proto, 0) + 1
+        step = _CHAIN_SUBTREES.get(h.LAYOUT.ws_proto or "")
+        if step is not None:
+            sub.setdefault(proto, []).append(step)
+    echo = _echo_data(pkt, frame_ns)
+    if echo is not None:
+        if echo[1]:
+            sub.setdefault(echo[0], []).append("data")
+    elif _payload_is_data(pkt, count):
+        count["data"] = 1
+    chain: list[str] = []
+    for proto, n in count.items():
+        chain.extend([_PROTO_CHAIN.get(proto, proto)] * (n if proto in _EACH_TIME else 1))
+        chain.extend(sub.get(proto, ()))
+    return chain
+
+
+_PROTOCOL_OF: dict[type, str] = {}
+
+
+def _protocol_of(cls: type[Header]) -> str:
+    """The JSON layer (tshark's protocol) a header class's fields go in ("" for a header only rdmalab
+    names): the protocol of its Wireshark names, or the dissector that decodes it (:data:`_LAYER`)."""
+    got = _PROTOCOL_OF.get(cls)
+    if got is None:
+        proto = (cls.LAYOUT.ws_proto or "rdmalab").split(".", 1)[0]
+        got = _PROTOCOL_OF[cls] = "" if proto == "rdmalab" else _LAYER.get(proto, proto)
+    return got
+
+
+def _echo_data(pkt: Packet, frame_ns: int | None) -> tuple[str, bytes, tuple[int, int] | None] | None:
+    """An echo request or reply with a payload: its ICMP protocol, the bytes tshark shows as its data
+    (after ping's timeval, :func:`ping_time`, where it finds one) and that timeval; else None."""
+    echo = echo_message(pkt)
+    if echo is None or not pkt.payload_length:
+        return None
+    payload = bytes(pkt.payload)
+    stamp = ping_time(payload, frame_ns // 1_000_000_000) if echo[0] == 4 and frame_ns is not None else None
+    return ("icmp" if echo[0] == 4 else "icmpv6"), (payload[8:] if stamp is not None else payload), stamp
+
+
+def _payload_is_data(pkt: Packet, protocols: Collection[str]) -> bool:
+    """Whether tshark shows the payload after a packet's headers as ``data``: an RDMA packet's (RoCE,
+    InfiniBand, an iWARP FPDU's: :func:`_whole_message`), not a MAD's (its bytes are its fields in
+    tshark's tree) nor an ICMP message's other than an echo's (tshark reads its body)."""
+    return (bool(pkt.payload_length) and pkt.encap in ("rocev2", "rocev1", "ib", "iwarp")
+            and not any(isinstance(layer.header, MADHeader) for layer in pkt.layers)
+            and "icmp" not in protocols and "icmpv6" not in protocols and _whole_message(pkt))
+
+
+def frame_protocols(cp: CapturedPacket) -> str:
+    """tshark's ``frame.protocols`` of a frame (``eth:ethertype:ip:udp:infiniband:data`` ...): its
+    headers' protocols, ``data`` after TCP bytes of no protocol above TCP (:attr:`CapturedPacket.tcp_data`),
+    then the iWARP PDUs completed in it (the MPA dissector named once a segment, DDP/RDMAP each FPDU:
+    packet-iwarp-mpa.c dissects the segment's FPDUs in one call)."""
+    pkt = cp.packet
+    chain = _protocol_chain(pkt, frozenset(), cp.epoch_ns)
+    if cp.tcp_data:
+        chain.append("data")
+    if cp.pdus:
+        skip = frozenset(type(layer.header) for layer in pkt.layers)
+        for i, pdu in enumerate(cp.pdus):
+            more = _protocol_chain(pdu, skip)
+            chain.extend(more if i == 0 else [p for p in more if p != "iwarp_mpa"])
+    return ":".join(chain)
+
+
+def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any],
                    skip: frozenset[type] = frozenset(), frame_ns: int | None = None) -> None:
     current: dict[str, dict[str, Any]] = {}
     texts: dict[str, list[str] | None] = {}  # a protocol's entries as text; None: written from the dict
     order: list[str] = []
-    subchain: dict[str, list[str]] = {}
-    times: dict[str, int] = {}  # headers of a protocol frame.protocols names each time (two 802.1Q tags)
     for layer in pkt.layers:
         h = layer.header
         if type(h) in skip:
             continue
         proto, fields, ours, text = _header_layer(h, pkt.data, layer.offset)
-        if proto in _EACH_TIME:
-            times[proto] = times.get(proto, 0) + 1
-        sub = _CHAIN_SUBTREES.get(h.LAYOUT.ws_proto or "")
-        if sub is not None:
-            subchain.setdefault(proto, []).append(sub)
         if ours:
             extras.update(ours)
         if not proto:  # a header only rdmalab names (the CNP's reserved bytes)
@@ -324,25 +399,18 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any], 
             dest[name] = shown
         else:
             extras[name] = shown
-    echo = echo_message(pkt)
-    if echo is not None and pkt.payload_length:  # an echo's data: in its ICMP tree, as tshark shows it
-        proto = "icmp" if echo[0] == 4 else "icmpv6"
-        payload = pkt.payload
+    echo = _echo_data(pkt, frame_ns)
+    if echo is not None:  # an echo's data: in its ICMP tree, as tshark shows it
+        proto, payload, stamp = echo
         tree = current[proto]
         texts[proto] = None
-        stamp = ping_time(payload, frame_ns // 1_000_000_000) if echo[0] == 4 and frame_ns is not None else None
         if stamp is not None and frame_ns is not None:
             secs, usecs = stamp
             tree["icmp.data_time"] = f"{_when(secs)[0]}.{usecs * 1000:09d} UTC"
             tree["icmp.data_time_relative"] = relative_text(frame_ns - (secs * 1_000_000_000 + usecs * 1000))
-            payload = payload[8:]
         if payload:
             tree["data"] = {"data.data": _hexbytes(payload), "data.len": str(len(payload))}
-            subchain.setdefault(proto, []).append("data")
-    elif pkt.payload_length and pkt.encap in ("rocev2", "rocev1", "ib", "iwarp") and "infiniband.mad" not in current.get(
-            "infiniband", ()) and "icmp" not in current and "icmpv6" not in current and _whole_message(pkt):
-        # (a MAD's bytes are its fields, not data, in tshark's tree and frame.protocols; so are the bytes of
-        # an ICMP message other than an echo, whose body tshark reads)
+    elif _payload_is_data(pkt, current):
         payload = pkt.payload
         current["data"] = {"data.data": _hexbytes(payload), "data.len": str(len(payload))}
         texts["data"] = None
@@ -353,8 +421,6 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any], 
         if parts is not None and dest:
             dest = _Rendered(dest, "{" + "".join(parts)[1:] + _FIELD_NL + "}", _FIELD_NL)
         _put(layers, proto, dest)
-        chain.extend([_PROTO_CHAIN.get(proto, proto)] * times.get(proto, 1))
-        chain.extend(subchain.get(proto, ()))
 
 
 def _whole_message(pkt: Packet) -> bool:
@@ -400,32 +466,25 @@ def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_display
     day, index = _when(ns // 1_000_000_000)
     frac = ns % 1_000_000_000
     pkt = cp.packet
-    chain: list[str] = []
     values = [str(_encap_type(cp.linktype)), f"{day}.{frac:09d} UTC", "0.000000000", epoch_text(ns),
               relative_text(ns - prev_ns), relative_text(ns - prev_displayed_ns), relative_text(ns - first_ns), str(cp.frame_number),
               str(cp.wire_length or len(pkt.data)), str(cp.captured), "0", "0", ""]
     frame: dict[str, Any] = dict(zip(_FRAME_KEYS, values, strict=True))
     layers: dict[str, Any] = {"frame": frame}
     extras: dict[str, Any] = {}
-    _packet_layers(pkt, layers, extras, chain, frame_ns=ns)
+    _packet_layers(pkt, layers, extras, frame_ns=ns)
     if cp.tcp_data:  # bytes of no protocol above TCP (an application's own exchange, perftest's ...)
         payload = pkt.payload
         layers["data"] = {"data.data": _hexbytes(payload), "data.len": str(len(payload))}
-        chain.append("data")
     if cp.pdus:
         skip = frozenset(type(layer.header) for layer in pkt.layers)
-        for i, pdu in enumerate(cp.pdus):
-            more: list[str] = []
-            _packet_layers(pdu, layers, extras, more, skip)
-            # the MPA dissector is named once a segment, DDP/RDMAP (and the data after it) each FPDU
-            # (packet-iwarp-mpa.c dissects the segment's FPDUs in one call)
-            chain.extend(more if i == 0 else [p for p in more if p != "iwarp_mpa"])
+        for pdu in cp.pdus:
+            _packet_layers(pdu, layers, extras, skip)
     if pkt.internal_error:
         extras["rdmalab.problems"] = f"internal decoder error: {pkt.internal_error}"
     extras["rdmalab.encap"] = pkt.encap
     layers["rdmalab"] = extras
-    protocols = ":".join(chain)
-    frame["frame.protocols"] = values[-1] = protocols
+    frame["frame.protocols"] = values[-1] = frame_protocols(cp)
     text = "".join([h + _quote(v) for h, v in zip(_FRAME_HEADS, values, strict=True)]) + _FIELD_NL + "}"
     layers["frame"] = _Rendered(frame, text, _FIELD_NL)
     return {"_index": index, "_type": "doc", "_score": None, "_source": {"layers": layers}}

@@ -138,6 +138,9 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
     occ = opts["occurrence"]
     windows = TcpWindowScaling()  # tcp.window_size: every frame's handshake, in order
     clock = _clock(flt)
+    protocols = "frame.protocols" in names  # (computed for the frames asked only)
+    if protocols:
+        from rdmalab.capture.tsjson import frame_protocols  # lazy: keeps `rdmalab --help` fast
     first: int | None = None  # the relative times (fieldtext.Clock counts them the same way over columns)
     before = 0
     shown: int | None = None
@@ -146,6 +149,8 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
         if first is None:
             first = before = ns
         fields = _filter_fields(flt, clock, cp, windows)
+        if protocols:
+            fields["frame.protocols"] = frame_protocols(cp)
         times = {"frame.time_relative": ns - first, "frame.time_delta": ns - before}
         before = ns
         if flt is not None and not flt(fields):
@@ -208,6 +213,10 @@ def _filter_fields(flt: Any, clock: Any, cp: Any, windows: Any) -> dict[str, Any
         clock.stamp(fields, cp.epoch_ns)
     if flt is not None and flt.needs_frame:
         fields[FRAME_BYTES] = cp.frame_bytes
+    if flt is not None and "frame.protocols" in flt.fields:
+        from rdmalab.capture.tsjson import frame_protocols  # lazy: keeps `rdmalab --help` fast
+
+        fields["frame.protocols"] = frame_protocols(cp)
     return fields
 
 

@@ -264,7 +264,8 @@ _FILES = sorted(p.name for p in CAPTURES.glob("*.pcap"))
 @pytest.mark.tshark
 @pytest.mark.parametrize("name", _FILES)
 def test_frame_protocols_of_every_capture_as_tshark(name: str, capsys: Any) -> None:
-    """TCP bytes of no protocol above it (perftest's and rping's own exchange) end in ``data``, as do an
+    """``frame.protocols`` (in -T json, -T fields and a filter):
+    TCP bytes of no protocol above it (perftest's and rping's own exchange) end in ``data``, as do an
     FPDU's bytes (a tagged FPDU's, or an untagged message's last: tshark holds the others to put the
     message together), not an MPA Request's private data; each FPDU of a segment names DDP/RDMAP again;
     each VLAN tag its protocol again.  Before: 30 of 70 frames of rxe_write_bw.pcap, 47 of 87 of
@@ -287,3 +288,9 @@ def test_frame_protocols_of_every_capture_as_tshark(name: str, capsys: Any) -> N
             differ = [d for d in differ if not (d[1] == d[2].split("\t")[0] + ":data"
                                                 and int(d[2].split("\t")[1]) in (0x1D, 0xBD, *range(0xA0, 0xC0)))]
         assert not differ, (args, differ[:5], len(differ))
+        # -T fields -e frame.protocols and a filter on it say the same (the per-packet decoder's)
+        assert main(["decode", "-r", path, "-T", "fields", "-e", "frame.protocols", *args]) == 0
+        assert capsys.readouterr().out.splitlines() == got
+        assert main(["decode", "-r", path, "-Y", 'frame.protocols contains ":data"', "-T", "fields", "-e",
+                     "frame.number"]) == 0
+        assert capsys.readouterr().out.split() == [str(i + 1) for i, g in enumerate(got) if ":data" in g]
