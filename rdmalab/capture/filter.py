@@ -72,8 +72,9 @@ from rdmalab.wire.header import Header
 RELATIVE_TIMES = ("frame.time_relative", "frame.time_delta", "frame.time_delta_displayed")
 FILTER_TIMES = ("frame.time_relative", "frame.time_delta")
 #: fields the per-packet decoder gives when asked, not in every field dictionary: ``frame.protocols``
-#: (:func:`rdmalab.capture.tsjson.frame_protocols`)
-ASKED_FIELDS = ("frame.protocols",)
+#: (:func:`rdmalab.capture.tsjson.frame_protocols`), the conversations' numbers
+#: (:class:`rdmalab.capture.render.Conversations`)
+ASKED_FIELDS = ("frame.protocols", "tcp.stream", "udp.stream")
 
 
 class FrameClock:

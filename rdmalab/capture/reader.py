@@ -16,13 +16,13 @@ what was wrong.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from rdmalab.capture.linktypes import ERF, LINKTYPE_ERF, LINKTYPE_ETHERNET, decode_frame, erf_frame
 from rdmalab.capture.pcapio import CaptureError, epoch_ns, record_blocks, record_ns
-from rdmalab.capture.pcapwriter import DEFAULT_SNAPLEN, CaptureWriter, seconds_to_ns
+from rdmalab.capture.pcapwriter import DEFAULT_SNAPLEN, CaptureWriter, Format, seconds_to_ns
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.packet import Packet
 
@@ -197,6 +197,49 @@ def read(path: str | os.PathLike[str], *, lenient: bool = True, iwarp: bool = Tr
 
 
 # ============================================================================ writing
+
+
+def write_shown(path: str | os.PathLike[str], dest: str | os.PathLike[str] | IO[bytes], *,
+                keep: Callable[[CapturedPacket], bool] | None = None, format: Format = "pcapng",
+                count: int | None = None, lenient: bool = True, iwarp: bool = True) -> int:
+    """``tshark -r FILE -Y FILTER -w OUT``: copy the records of a capture that ``keep`` keeps (every
+    record without it) into a new pcapng (or pcap) file, each as it was read: its bytes, its time to the
+    nanosecond, its length on the wire, its link type (each interface of the input is an interface of
+    the output, in pcapng).  ``keep`` is given every frame in order, decoded (with the iWARP streams
+    followed when ``iwarp``).  ``path`` may be a stream (``-``, a FIFO): it is read once.  Returns how
+    many were written.  A pcap output holds one link type, the first frame's: a frame of another is a
+    :class:`CaptureError` that says to write pcapng."""
+    tracker_cls = _load_iwarp_tracker() if iwarp and keep is not None else None
+    tracker = tracker_cls() if tracker_cls is not None else None
+    ifaces: dict[tuple[int, int], int] = {}  # (the input's interface, its link type) -> the output's
+    w: CaptureWriter | None = None
+    try:
+        for rec in records(path):
+            if count is not None and rec.frame_number > count:
+                break
+            if w is None:  # (a pcap file's one link type is the first frame's)
+                w = CaptureWriter(dest, format=format, linktype=None if format == "pcapng" else rec.linktype)
+            if keep is not None and not keep(decode_record(rec, lenient=lenient, tracker=tracker)):
+                continue
+            out = ifaces.get((rec.interface, rec.linktype))
+            if out is None:
+                if format == "pcap":
+                    if rec.linktype != w.interfaces[0]:
+                        raise CaptureError(path, f"frame {rec.frame_number} is of link type {rec.linktype}, the pcap "
+                                                 f"file written of link type {w.interfaces[0]}: a pcap file holds one "
+                                                 "(write pcapng)", frames_read=rec.frame_number - 1)
+                    out = 0
+                else:
+                    out = w.add_interface(rec.linktype, snaplen=0)
+                ifaces[(rec.interface, rec.linktype)] = out
+            w.write(rec.data, rec.ns if rec.ns is not None else epoch_ns(rec.timestamp), wire_len=rec.wire_length,
+                    interface=out, as_read=True)
+        if w is None:  # an empty capture: an empty file of its format
+            w = CaptureWriter(dest, format=format, linktype=None if format == "pcapng" else LINKTYPE_ETHERNET)
+        return w.count
+    finally:
+        if w is not None:
+            w.close()
 
 
 def write_pcap(path: str | os.PathLike[str] | IO[bytes], frames: Iterable[Any], *, linktype: int = LINKTYPE_ETHERNET,

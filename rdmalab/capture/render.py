@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import ipaddress
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -82,6 +82,47 @@ def window_shift_option(data: bytes | bytearray | memoryview, start: int, end: i
             return min(int(data[o + 2]), 14)
         o += data[o + 1]
     return None
+
+
+class Conversations:
+    """tshark's ``tcp.stream`` and ``udp.stream``: each TCP or UDP conversation (both directions between
+    two address:port endpoints) numbered from 0 in the order of its first frame, TCP and UDP apart.  A
+    TCP SYN without ACK whose sequence number is not the conversation's first SYN's starts a new one (the
+    ports reused: packet-tcp.c gives it a new stream).  Feed it every frame in capture order
+    (:meth:`add`, a frame's field dictionary, :func:`rdmalab.capture.fields.frame_fields`)."""
+
+    def __init__(self, most: int = 1 << 20) -> None:
+        self._index: dict[tuple[Any, ...], tuple[int, int | None]] = {}  # key -> (stream, SYN's seq)
+        self._next = {"tcp": 0, "udp": 0}
+        self._most = most  # (bounded: the oldest conversations forgotten past it; numbers go on)
+
+    def add(self, fields: dict[str, Any]) -> None:
+        """Put the frame's ``tcp.stream`` or ``udp.stream`` into its field dictionary."""
+        for proto in ("tcp", "udp"):
+            sport, dport = fields.get(proto + ".srcport"), fields.get(proto + ".dstport")
+            if not isinstance(sport, int) or not isinstance(dport, int):
+                continue  # (none, or an ICMP error's quoted header as well: not counted)
+            src = fields.get("ip.src", fields.get("ipv6.src"))
+            dst = fields.get("ip.dst", fields.get("ipv6.dst"))
+            if isinstance(src, list) and isinstance(dst, list):
+                src, dst = src[0], dst[0]  # (the outer header of a frame that quotes another)
+            a, b = (src, sport), (dst, dport)
+            key = (proto, *(a + b if a <= b else b + a)) if src is not None and dst is not None else None
+            if key is None:
+                return
+            syn = proto == "tcp" and (fields.get("tcp.flags", 0) & 0x12) == 0x02
+            seq = fields.get("tcp.seq_raw") if syn else None
+            got = self._index.get(key)
+            if got is None or (syn and got[1] is not None and seq != got[1]):
+                if len(self._index) >= self._most:
+                    self._index.pop(next(iter(self._index)))
+                got = (self._next[proto], seq)
+                self._next[proto] += 1
+            elif syn and got[1] is None:
+                got = (got[0], seq)
+            self._index[key] = got
+            fields[proto + ".stream"] = got[0]
+            return
 
 
 class TcpWindowScaling:

@@ -138,6 +138,7 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
     occ = opts["occurrence"]
     windows = TcpWindowScaling()  # tcp.window_size: every frame's handshake, in order
     clock = _clock(flt)
+    conversations = _conversations(flt, names)
     protocols = "frame.protocols" in names  # (computed for the frames asked only)
     if protocols:
         from rdmalab.capture.tsjson import frame_protocols  # lazy: keeps `rdmalab --help` fast
@@ -148,7 +149,7 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
         ns = cp.epoch_ns
         if first is None:
             first = before = ns
-        fields = _filter_fields(flt, clock, cp, windows)
+        fields = _filter_fields(flt, clock, cp, windows, conversations)
         if protocols:
             fields["frame.protocols"] = frame_protocols(cp)
         times = {"frame.time_relative": ns - first, "frame.time_delta": ns - before}
@@ -195,22 +196,26 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
         return 0
     windows = TcpWindowScaling()  # tcp.window_size for the filter: every frame, in order
     clock = _clock(flt)
-    keep = None if flt is None else (lambda cp: flt(_filter_fields(flt, clock, cp, windows)))
+    conversations = _conversations(flt)
+    keep = None if flt is None else (lambda cp: flt(_filter_fields(flt, clock, cp, windows, conversations)))
     packets = read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count)
     for piece in iter_json(packets, keep):
         out.write(piece)
     return 0
 
 
-def _filter_fields(flt: Any, clock: Any, cp: Any, windows: Any) -> dict[str, Any]:
+def _filter_fields(flt: Any, clock: Any, cp: Any, windows: Any, conversations: Any = None) -> dict[str, Any]:
     """A frame's fields as a display filter reads them (:func:`rdmalab.capture.frame_fields`), with
-    the times relative to other frames (``clock``, :func:`_clock`) and the frame's bytes when it asks."""
+    the times relative to other frames (``clock``, :func:`_clock`), the conversation numbers
+    (``conversations``, :func:`_conversations`) and the frame's bytes when it asks."""
     from rdmalab.capture import frame_fields  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.filter import FRAME_BYTES  # lazy: keeps `rdmalab --help` fast
 
     fields: dict[str, Any] = frame_fields(cp, windows=windows)
     if clock is not None:
         clock.stamp(fields, cp.epoch_ns)
+    if conversations is not None:
+        conversations.add(fields)
     if flt is not None and flt.needs_frame:
         fields[FRAME_BYTES] = cp.frame_bytes
     if flt is not None and "frame.protocols" in flt.fields:
@@ -218,6 +223,38 @@ def _filter_fields(flt: Any, clock: Any, cp: Any, windows: Any) -> dict[str, Any
 
         fields["frame.protocols"] = frame_protocols(cp)
     return fields
+
+
+def _write(path: str, args: argparse.Namespace, flt: Any) -> int:
+    """``-w FILE``: the packets the filter shows (all without one) copied into a new capture file, as
+    tshark -w (pcapng unless -F pcap); nothing printed."""
+    from rdmalab.capture.reader import write_shown  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.render import TcpWindowScaling  # lazy: keeps `rdmalab --help` fast
+
+    keep = None
+    if flt is not None:
+        windows, clock, conversations = TcpWindowScaling(), _clock(flt), _conversations(flt)
+        keep = lambda cp: flt(_filter_fields(flt, clock, cp, windows, conversations))  # noqa: E731
+    dest = sys.stdout.buffer if args.write == "-" else args.write
+    if args.write != "-" and os.path.abspath(args.write) == os.path.abspath(path):
+        raise Fail(f"-w {args.write}: that is the file being read")
+    try:
+        write_shown(path, dest, keep=keep, format=args.out_format or "pcapng", count=args.count,
+                    lenient=not args.strict, iwarp=not args.no_iwarp)
+    except OSError as err:
+        if err.filename is None or os.fspath(err.filename) != args.write:
+            raise
+        raise Fail(f"-w {args.write}: cannot write the file there ({err.strerror})") from None
+    return 0
+
+
+def _conversations(flt: Any, names: Any = ()) -> Any:
+    """A :class:`~rdmalab.capture.render.Conversations` when the filter or the ``-e`` fields read
+    tcp.stream or udp.stream (fed every frame, in order), else None."""
+    from rdmalab.capture.render import Conversations  # lazy: keeps `rdmalab --help` fast
+
+    wanted = set(names) | (set(flt.fields) if flt is not None else set())
+    return Conversations() if wanted & {"tcp.stream", "udp.stream"} else None
 
 
 def _clock(flt: Any) -> Any:
@@ -257,6 +294,16 @@ def run_decode(args: argparse.Namespace, out: TextIO) -> int:
     fmt = args.format
     if fmt != "fields" and args.fields:
         raise Fail("-e FIELD needs -T fields")
+    if args.write is not None:
+        shown = [o for o, v in (("-V", args.verbose), ("-x", args.hexdump), ("-P", args.print_summary),
+                                (f"-T {fmt}", fmt != "text")) if v]
+        if shown:
+            raise Fail(f"-w {args.write} writes the packets to a file; {', '.join(shown)} prints them: give one or "
+                       "the other")
+        if args.interface is not None:
+            raise Fail("-w with -i: rdmalab capture -i IFACE -w FILE writes a live capture (with -f, -a, -b)")
+    elif args.out_format is not None:
+        raise Fail(f"-F {args.out_format}: the format of the file -w writes; give -w FILE")
     if fmt != "text" and (args.hexdump or args.print_summary):
         raise Fail(f"{'-x' if args.hexdump else '-P'}: for the text output (summary lines, -V); "
                    f"-T {fmt} has its own layout")
@@ -305,6 +352,8 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
 
     fmt = args.format
     try:
+        if args.write is not None:
+            return _write(path, args, flt)
         if fmt == "fields":
             return run_fields(path, args, flt, out)
         if fmt == "json":
@@ -333,6 +382,7 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
         windows = TcpWindowScaling()  # follows every frame, filtered out or not, as tshark does
         echoes = EchoPairs()  # the same
         clock = _clock(flt)  # the same (frame.time_delta in a filter: since the frame read before)
+        conversations = _conversations(flt)  # the same (tcp.stream counts every conversation)
         times = TimeColumn(args.time_format) if timed else None  # the same (-t d: since the frame read before)
         for cp in read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count):
             if t0 is None:
@@ -340,7 +390,7 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
             if times is not None:
                 times.seen(cp.epoch_ns)
             request_in = echoes.note(cp.frame_number, cp.packet)
-            fields = _filter_fields(flt, clock, cp, windows) if flt is not None else None
+            fields = _filter_fields(flt, clock, cp, windows, conversations) if flt is not None else None
             if summaries and cp.packet.encap == "tcp" and not cp.pdus:
                 line = summary_line(cp, t0, windows)  # (-t: the time put in once the filter has shown it)
             else:
@@ -412,6 +462,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.add_argument("-E", dest="field_opts", action="append", metavar="OPTION",
                    help="with -T fields: separator=,|/t|/s  header=y|n  quote=d|s|n  occurrence=f|l|a  aggregator=,")
     d.add_argument("-c", dest="count", type=int, metavar="N", help="read only the first N packets (as tshark)")
+    d.add_argument("-w", dest="write", metavar="FILE",
+                   help="write the packets (those the -Y filter shows) to FILE instead of printing them, each "
+                        "record as read (as tshark -w; - for standard output)")
+    d.add_argument("-F", dest="out_format", choices=("pcapng", "pcap"),
+                   help="with -w: the file format (default pcapng, as tshark; pcap holds one link type)")
     d.add_argument("-t", dest="time_format", default="r", choices=("r", "a", "ad", "d", "dd", "e", "u", "ud"),
                    metavar="FORMAT",
                    help="the summary line's time as tshark -t: r seconds since the first frame (default), a/ad "
