@@ -5,33 +5,21 @@ ports again, as a capture of repeated test runs has them).  Before: "not a field
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tshark_cli import decode as _ours
+from tshark_cli import requires_tshark
+from tshark_cli import tshark as _tshark
 
 from rdmalab.capture import records
 from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.capture.render import Conversations
-from rdmalab.cli import main
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
 FILES = sorted(p.name for p in CAPTURES.glob("*.pcap"))
-requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None,
-                                     reason="tshark (Wireshark) is not installed; CI installs it")
 ARGS = ["-T", "fields", "-e", "frame.number", "-e", "tcp.stream", "-e", "udp.stream"]
-
-
-def _ours(capsys: Any, *args: str) -> str:
-    assert main(["decode", *args]) == 0
-    out: str = capsys.readouterr().out
-    return out
-
-
-def _tshark(*args: str) -> str:
-    return subprocess.run(["tshark", "-n", *args], capture_output=True, text=True, check=True).stdout
 
 
 @requires_tshark

@@ -5,21 +5,19 @@ filters and ``-T fields``, on the columns' path and the per-packet path, against
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tshark_cli import decode as _ours
+from tshark_cli import requires_tshark
+from tshark_cli import tshark as _tshark
 
 from rdmalab.capture.filter import EITHER_FIELDS, FilterError, compile_filter, known_fields
-from rdmalab.cli import main
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
 #: RoCEv2 with rdma_cm, iWARP over TCP with ARP and ICMPv6 around it, RoCEv2 perftest traffic
 FILES = ["rxe_rping.pcap", "siw_rping.pcap", "rxe_write_bw.pcap", "siw_crc_send_bw.pcap"]
-requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None,
-                                     reason="tshark (Wireshark) is not installed; CI installs it")
 
 FILTERS = [
     "ip.addr == 10.0.0.1", "ip.addr != 10.0.0.1", "not ip.addr == 10.0.0.1", "ip.addr == 10.0.0.0/24",
@@ -34,16 +32,6 @@ FILTERS = [
 ]
 
 
-def _rdmalab(capsys: Any, *args: str) -> str:
-    assert main(list(args)) == 0
-    out: str = capsys.readouterr().out
-    return out
-
-
-def _tshark(*args: str) -> str:
-    return subprocess.run(["tshark", "-n", *args], capture_output=True, text=True, check=True).stdout
-
-
 @requires_tshark
 @pytest.mark.tshark
 @pytest.mark.parametrize("name", FILES)
@@ -52,12 +40,12 @@ def test_filters_pick_the_frames_tshark_picks(name: str, capsys: Any) -> None:
     for expr in FILTERS:
         want = _tshark("-r", path, "-Y", expr, "-T", "fields", "-e", "frame.number").split()
         for path_opt in ([], ["--no-columnar"]):
-            got = _rdmalab(capsys, "decode", *path_opt, "-r", path, "-Y", expr, "-T", "fields", "-e", "frame.number").split()
+            got = _ours(capsys, *path_opt, "-r", path, "-Y", expr, "-T", "fields", "-e", "frame.number").split()
             assert got == want, (name, expr, path_opt, len(got), len(want))
     # and the summary lines' path (its own columns, then the per-packet decoder for TCP)
     for expr in ("ip.addr != 10.0.0.1", "tcp.port == 18515 || udp.port == 4791", "ip.flags.df == 1"):
         want = _tshark("-r", path, "-Y", expr, "-T", "fields", "-e", "frame.number").split()
-        lines = _rdmalab(capsys, "decode", "-r", path, "-Y", expr).splitlines()
+        lines = _ours(capsys, "-r", path, "-Y", expr).splitlines()
         assert [line.split()[0] for line in lines] == want, (name, expr)
 
 
@@ -75,11 +63,11 @@ def test_fields_print_both_values_as_tshark_does(name: str, opts: list[str], cap
     want = _tshark("-r", path, "-T", "fields", *args, *opts)
     assert want.strip()
     for path_opt in ([], ["--no-columnar"]):
-        assert _rdmalab(capsys, "decode", *path_opt, "-r", path, "-T", "fields", *args, *opts) == want, (name, path_opt)
+        assert _ours(capsys, *path_opt, "-r", path, "-T", "fields", *args, *opts) == want, (name, path_opt)
     flt = ["-Y", "ip.addr == 10.0.0.2 and not arp"]
     want = _tshark("-r", path, "-T", "fields", *args, *opts, *flt)
     for path_opt in ([], ["--no-columnar"]):
-        assert _rdmalab(capsys, "decode", *path_opt, "-r", path, "-T", "fields", *args, *opts, *flt) == want, (name, path_opt)
+        assert _ours(capsys, *path_opt, "-r", path, "-T", "fields", *args, *opts, *flt) == want, (name, path_opt)
 
 
 def test_either_field_is_a_test_of_its_two() -> None:

@@ -5,20 +5,16 @@ result), ``matches`` was refused, and ``ip.src contains 10`` answered something 
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tshark_cli import decode, requires_tshark, shown_frames
 
 from rdmalab.capture.filter import FRAME_BYTES, FilterError, compile_filter
-from rdmalab.cli import main
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
-requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None,
-                                     reason="tshark (Wireshark) is not installed; CI installs it")
 #: (not "frame contains ff": tshark 4.0 reads ff as its FOUNDATION Fieldbus protocol, absent, not as a byte)
 FILTERS = ['frame contains "MPA ID"', "frame contains 4d:50:41", "frame contains 4d-50-41", "frame contains 4d5041",
            "frame contains 0a", 'frame contains "\\xff"',
@@ -38,19 +34,9 @@ def test_frame_bytes_as_tshark_on_every_output(name: str, capsys: Any) -> None:
     for flt in FILTERS:
         want = subprocess.run(["tshark", "-n", "-r", path, "-Y", flt, "-T", "fields", "-e", "frame.number"],
                               capture_output=True, text=True, check=True).stdout.split()
-        for mode in ([], ["-V"], ["-T", "json"], ["-T", "fields", "-e", "frame.number"], ["-x"]):
-            assert main(["decode", "-r", path, "-Y", flt, *mode]) == 0
-            out = capsys.readouterr().out
-            if mode[:2] == ["-T", "json"]:
-                got = [p["_source"]["layers"]["frame"]["frame.number"] for p in json.loads(out)]
-            elif mode == ["-V"]:
-                got = [line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("Frame ")]
-            elif mode == ["-x"]:
-                got = [str(i + 1) for i in range(out.count("\n\n"))]  # (one dump a frame shown)
-                got = want if len(got) == len(want) else got
-            else:
-                got = [line.split()[0] for line in out.splitlines() if line.strip()]
-            assert got == want, (flt, mode)
+        for mode in ([], ["-V"], ["-T", "json"], ["-T", "fields", "-e", "frame.number"]):
+            assert shown_frames(decode(capsys, "-r", path, "-Y", flt, *mode), mode) == want, (flt, mode)
+        assert decode(capsys, "-r", path, "-Y", flt, "-x").count("\n\n") == len(want), flt  # (a dump a frame)
 
 
 def test_text_fields_and_case() -> None:

@@ -4,12 +4,13 @@ FPDU with its MPA markers taken out), against tshark on every capture of the rep
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tshark_cli import decode as _ours
+from tshark_cli import requires_tshark
 
 from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.capture.render import hex_dump
@@ -17,19 +18,11 @@ from rdmalab.cli import main
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
 FILES = sorted(p.name for p in CAPTURES.glob("*.pcap"))
-requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None,
-                                     reason="tshark (Wireshark) is not installed; CI installs it")
 #: tshark also shows a Send message of several FPDUs put together (its SMB Direct dissector's
 #: reassembly, "Reassembled SMB Direct (4096 bytes)"), which rdmalab -x does not: those frames are set apart
 SEND_MESSAGES = {"siw_send_bw.pcap", "siw_crc_send_bw.pcap"}
 #: tshark's heuristic dissectors that claim RDMA payloads as other protocols' (and show their reassembly)
 NO_HEURISTICS = ["--disable-protocol", "rpcordma", "--disable-protocol", "smb_direct"]
-
-
-def _ours(capsys: Any, *args: str) -> str:
-    assert main(["decode", *args]) == 0
-    out: str = capsys.readouterr().out
-    return out
 
 
 def _tshark(*args: str) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tshark_cli import decode, shown_frames
 
 from rdmalab.capture import records
 from rdmalab.capture.fieldtext import field_text, relative_text
@@ -147,15 +148,7 @@ def test_filters_on_the_times_pick_tshark_frames_on_every_output(name: str, caps
         want = subprocess.run(["tshark", "-n", "-r", path, "-Y", flt, "-T", "fields", "-e", "frame.number"],
                               capture_output=True, text=True, check=True).stdout.split()
         for mode in ([], ["--no-columnar"], ["-V"], ["-T", "json"], ["-T", "fields", "-e", "frame.number"]):
-            assert main(["decode", "-r", path, "-Y", flt, *mode]) == 0
-            out = capsys.readouterr().out
-            if mode[:2] == ["-T", "json"]:
-                got = [p["_source"]["layers"]["frame"]["frame.number"] for p in json.loads(out)]
-            elif mode == ["-V"]:
-                got = [line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("Frame ")]
-            else:
-                got = [line.split()[0] for line in out.splitlines() if line.strip()]
-            assert got == want, (flt, mode)
+            assert shown_frames(decode(capsys, "-r", path, "-Y", flt, *mode), mode) == want, (flt, mode)
 
 
 def test_damaged_times_past_2262_agree_on_both_paths(tmp_path: Path, capsys: Any) -> None:

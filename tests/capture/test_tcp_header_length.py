@@ -6,20 +6,18 @@ length of 0 and called it ``tcp`` where the per-packet decoder said ``eth``."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tshark_cli import decode as _ours
+from tshark_cli import requires_tshark
 
 from rdmalab.capture import records
 from rdmalab.capture.pcapwriter import CaptureWriter
-from rdmalab.cli import main
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
-requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None,
-                                     reason="tshark (Wireshark) is not installed; CI installs it")
 FIELDS = ["frame.number", "tcp.srcport", "tcp.dstport", "tcp.len", "tcp.hdr_len", "tcp.seq_raw"]
 
 
@@ -36,12 +34,6 @@ def _damaged(path: Path) -> None:
                 d[at] = (n % 16) << 4 | d[at] & 15
                 w.write(bytes(d), r.ns or 0)
                 n += 1
-
-
-def _ours(capsys: Any, *args: str) -> str:
-    assert main(["decode", *args]) == 0
-    out: str = capsys.readouterr().out
-    return out
 
 
 @requires_tshark

@@ -5,13 +5,14 @@ tshark's own output file, read back by tshark: the same frames, bytes, lengths a
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tshark_cli import requires_tshark
+from tshark_cli import tshark as _tshark
 
 from rdmalab.capture import frame_fields, read, records
 from rdmalab.capture.linktypes import LINKTYPE_ERF, LINKTYPE_ETHERNET
@@ -21,17 +22,11 @@ from rdmalab.capture.reader import write_shown
 from rdmalab.cli import main
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
-requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None,
-                                     reason="tshark (Wireshark) is not installed; CI installs it")
 FILTERS = [None, "infiniband.bth.opcode == 4 || tcp.flags.syn == 1", 'frame contains "MPA"',
            "ip.addr == 10.0.0.1 && frame.time_relative > 1", "infiniband.aeth.syndrome >= 0x60 || arp"]
 #: what tshark reads back from each copy (its time of an ERF record is the pcapng block's, not the ERF
 #: header's, in tshark's own copy too: left out for ERF)
 READ_BACK = ["frame.len", "frame.cap_len", "frame.encap_type", "frame.protocols"]
-
-
-def _tshark(*args: str) -> str:
-    return subprocess.run(["tshark", "-n", *args], capture_output=True, text=True, check=True).stdout
 
 
 @requires_tshark
