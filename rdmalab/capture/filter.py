@@ -74,7 +74,7 @@ FILTER_TIMES = ("frame.time_relative", "frame.time_delta")
 #: fields the per-packet decoder gives when asked, not in every field dictionary: ``frame.protocols``
 #: (:func:`rdmalab.capture.tsjson.frame_protocols`), the conversations' numbers
 #: (:class:`rdmalab.capture.render.Conversations`)
-ASKED_FIELDS = ("frame.protocols", "tcp.stream", "udp.stream")
+ASKED_FIELDS = ("frame.protocols", "tcp.stream", "udp.stream", "tcp.seq", "tcp.ack", "tcp.nxtseq")
 
 
 class FrameClock:

@@ -88,16 +88,19 @@ class Conversations:
     """tshark's ``tcp.stream`` and ``udp.stream``: each TCP or UDP conversation (both directions between
     two address:port endpoints) numbered from 0 in the order of its first frame, TCP and UDP apart.  A
     TCP SYN without ACK whose sequence number is not the conversation's first SYN's starts a new one (the
-    ports reused: packet-tcp.c gives it a new stream).  Feed it every frame in capture order
-    (:meth:`add`, a frame's field dictionary, :func:`rdmalab.capture.fields.frame_fields`)."""
+    ports reused: packet-tcp.c gives it a new stream).  A TCP segment also gets tshark's relative
+    sequence numbers (:meth:`_relative`).  Feed it every frame in capture order (:meth:`add`, a
+    frame's field dictionary, :func:`rdmalab.capture.fields.frame_fields`)."""
 
     def __init__(self, most: int = 1 << 20) -> None:
         self._index: dict[tuple[Any, ...], tuple[int, int | None]] = {}  # key -> (stream, SYN's seq)
         self._next = {"tcp": 0, "udp": 0}
         self._most = most  # (bounded: the oldest conversations forgotten past it; numbers go on)
+        self._base: dict[tuple[int, Any, int], int] = {}  # (TCP stream, address, port) -> its sequence base
 
     def add(self, fields: dict[str, Any]) -> None:
-        """Put the frame's ``tcp.stream`` or ``udp.stream`` into its field dictionary."""
+        """Put the frame's ``tcp.stream`` or ``udp.stream`` (and ``tcp.seq``, ``tcp.ack``, ``tcp.nxtseq``)
+        into its field dictionary."""
         for proto in ("tcp", "udp"):
             sport, dport = fields.get(proto + ".srcport"), fields.get(proto + ".dstport")
             if not isinstance(sport, int) or not isinstance(dport, int):
@@ -122,7 +125,45 @@ class Conversations:
                 got = (got[0], seq)
             self._index[key] = got
             fields[proto + ".stream"] = got[0]
+            if proto == "tcp":
+                self._relative(fields, got[0], a, b)
             return
+
+    def _relative(self, fields: dict[str, Any], stream: int, a: tuple[Any, int], b: tuple[Any, int]) -> None:
+        """tshark's relative ``tcp.seq``, ``tcp.ack`` and ``tcp.nxtseq`` (packet-tcp.c, its default
+        tcp.relative_sequence_numbers): counted from each direction's SYN (0), or, a direction whose SYN
+        the capture missed, from one before its first sequence number (1); the acknowledgment from the
+        other direction's (without the ACK flag: the field as it is); the next sequence number after the segment's length,
+        SYN and FIN counting one each."""
+        flags, seq, ack = fields.get("tcp.flags", 0), fields.get("tcp.seq_raw"), fields.get("tcp.ack_raw")
+        if not isinstance(seq, int) or not isinstance(ack, int) or not isinstance(flags, int):
+            return
+        if "tcp.len" not in fields:  # a header past its datagram: tshark stops before counting (raw numbers)
+            fields["tcp.seq"], fields["tcp.ack"] = seq, ack
+            return
+        mine = self._base.get((stream, *a))
+        if mine is None or flags & 0x02:
+            mine = seq if flags & 0x02 else (seq - 1) % (1 << 32)
+            self._remember((stream, *a), mine)
+        fields["tcp.seq"] = (seq - mine) % (1 << 32)
+        if fields.get("tcp.hdr_len", 20) < 20:  # a bogus header length: tshark stops after the sequence number
+            return
+        if flags & 0x10:
+            theirs = self._base.get((stream, *b))
+            if theirs is None:  # (its first bytes not seen yet: the first it acknowledges are its 1)
+                theirs = (ack - 1) % (1 << 32)
+                self._remember((stream, *b), theirs)
+            fields["tcp.ack"] = (ack - theirs) % (1 << 32)
+        else:  # (no acknowledgment: the field as it is, tshark shows it raw)
+            fields["tcp.ack"] = ack
+        length = fields.get("tcp.len")
+        if isinstance(length, int):
+            fields["tcp.nxtseq"] = (fields["tcp.seq"] + length + (flags & 0x02 != 0) + (flags & 0x01 != 0)) % (1 << 32)
+
+    def _remember(self, key: tuple[int, Any, int], base: int) -> None:
+        if len(self._base) >= 2 * self._most:
+            self._base.pop(next(iter(self._base)))
+        self._base[key] = base
 
 
 class TcpWindowScaling:

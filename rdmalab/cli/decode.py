@@ -254,7 +254,7 @@ def _conversations(flt: Any, names: Any = ()) -> Any:
     from rdmalab.capture.render import Conversations  # lazy: keeps `rdmalab --help` fast
 
     wanted = set(names) | (set(flt.fields) if flt is not None else set())
-    return Conversations() if wanted & {"tcp.stream", "udp.stream"} else None
+    return Conversations() if wanted & {"tcp.stream", "udp.stream", "tcp.seq", "tcp.ack", "tcp.nxtseq"} else None
 
 
 def _clock(flt: Any) -> Any:

@@ -1,5 +1,6 @@
 """``tcp.stream`` and ``udp.stream`` (each conversation numbered in the order of its first frame, a TCP
-SYN with a new initial sequence number on the same ports a new one) in ``-T fields`` and display filters,
+SYN with a new initial sequence number on the same ports a new one) and tshark's relative ``tcp.seq``,
+``tcp.ack`` and ``tcp.nxtseq`` in ``-T fields`` and display filters,
 against tshark: on every capture of the repository, and on captures appended to each other (the same
 ports again, as a capture of repeated test runs has them).  Before: "not a field rdmalab knows"."""
 
@@ -19,7 +20,8 @@ from rdmalab.capture.render import Conversations
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
 FILES = sorted(p.name for p in CAPTURES.glob("*.pcap"))
-ARGS = ["-T", "fields", "-e", "frame.number", "-e", "tcp.stream", "-e", "udp.stream"]
+ARGS = ["-T", "fields", "-e", "frame.number", "-e", "tcp.stream", "-e", "udp.stream", "-e", "tcp.seq", "-e", "tcp.ack",
+        "-e", "tcp.nxtseq"]
 
 
 @requires_tshark
@@ -28,7 +30,7 @@ ARGS = ["-T", "fields", "-e", "frame.number", "-e", "tcp.stream", "-e", "udp.str
 def test_stream_numbers_as_tshark(name: str, capsys: Any) -> None:
     path = str(CAPTURES / name)
     assert _ours(capsys, "-r", path, *ARGS) == _tshark("-r", path, *ARGS)
-    flt = "tcp.stream == 1 || udp.stream in {0, 3} || !(tcp.stream >= 0 || udp.stream >= 0)"
+    flt = "tcp.stream == 1 || udp.stream in {0, 3} || !(tcp.stream >= 0 || udp.stream >= 0) || tcp.seq == 1"
     want = _tshark("-r", path, "-Y", flt, "-T", "fields", "-e", "frame.number").split()
     for mode in ([], ["-T", "fields", "-e", "frame.number"]):
         got = [line.split()[0] for line in _ours(capsys, "-r", path, "-Y", flt, *mode).splitlines()]
@@ -72,3 +74,21 @@ def test_counts_every_frame_and_both_directions() -> None:
     for f in frames:
         c.add(f)
     assert [f.get("udp.stream", f.get("tcp.stream")) for f in frames] == [0, 0, 1, 0, 0, 1, None]
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_relative_numbers_of_damaged_headers(tmp_path: Path, capsys: Any) -> None:
+    """A header longer than its datagram (tshark counts nothing: the raw numbers) and a bogus header
+    length under 20 (the sequence number alone), on every Data Offset, as tshark."""
+    path = tmp_path / "offsets.pcap"
+    with CaptureWriter(path) as w:
+        n = 0
+        for r in records(CAPTURES / "rxe_write_bw.pcap"):
+            d = bytearray(r.data)
+            if d[12:14] == b"\x08\x00" and d[23] == 6:
+                at = 14 + (d[14] & 15) * 4 + 12
+                d[at] = (n % 16) << 4 | d[at] & 15
+                n += 1
+            w.write(bytes(d), r.ns or 0)
+    assert _ours(capsys, "-r", str(path), *ARGS) == _tshark("-r", str(path), *ARGS)
