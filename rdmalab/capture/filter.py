@@ -74,7 +74,10 @@ FILTER_TIMES = ("frame.time_relative", "frame.time_delta")
 #: fields the per-packet decoder gives when asked, not in every field dictionary: ``frame.protocols``
 #: (:func:`rdmalab.capture.tsjson.frame_protocols`), the conversations' numbers
 #: (:class:`rdmalab.capture.render.Conversations`)
-ASKED_FIELDS = ("frame.protocols", "tcp.stream", "udp.stream", "tcp.seq", "tcp.ack", "tcp.nxtseq")
+ASKED_FIELDS = ("frame.protocols", "tcp.stream", "udp.stream", "tcp.seq", "tcp.ack", "tcp.nxtseq", "data", "data.data",
+                "data.len", "tcp.payload")
+#: the :data:`ASKED_FIELDS` whose values are bytes (as hex text): not for contains/matches (frame's are)
+_BYTES_FIELDS = ("data.data", "tcp.payload")
 
 
 class FrameClock:
@@ -568,6 +571,8 @@ def _text_test_error(name: str, op: str) -> str | None:
     end is each Wireshark dissector's own choice)."""
     if name == "frame":
         return None
+    if name in _BYTES_FIELDS:
+        return f"'{op}' on {name}: rdmalab tests the bytes of the whole frame (frame {op} ...)"
     if name in known_fields() and declared_fields().get(name, ("", 0))[0] == "proto" or name not in declared_fields() \
             and name not in COLUMN_BY_NAME and name not in EXTRA_FIELDS and name not in EITHER_FIELDS \
             and name not in ASKED_FIELDS:

@@ -328,6 +328,30 @@ def _payload_is_data(pkt: Packet, protocols: Collection[str]) -> bool:
             and "icmp" not in protocols and "icmpv6" not in protocols and _whole_message(pkt))
 
 
+def _data_bytes(pkt: Packet) -> bytes:
+    """The bytes of a packet's ``data`` layer: its payload, and an InfiniBand packet's pad after it
+    (packet-infiniband.c hands the payload and pad on together, IBA Vol 1 9.2 BTH PadCnt)."""
+    pad = pkt.pad if pkt.encap in ("rocev2", "rocev1", "ib") else 0  # (an FPDU's MPA pad is MPA's, not data)
+    return bytes(pkt.data[pkt.payload_offset:pkt.payload_offset + pkt.payload_length + pad])
+
+
+def frame_data(cp: CapturedPacket) -> list[bytes]:
+    """The payloads tshark shows as ``data`` layers of a frame (``data.data``, ``data.len``), in order:
+    what :func:`frame_protocols` names ``data``."""
+    pkt = cp.packet
+    out: list[bytes] = []
+    for i, p in enumerate((pkt, *cp.pdus)):
+        echo = _echo_data(p, cp.epoch_ns if i == 0 else None)
+        if echo is not None:
+            if echo[1]:
+                out.append(echo[1])
+        elif _payload_is_data(p, {_protocol_of(type(layer.header)) for layer in p.layers}):
+            out.append(_data_bytes(p))
+        if i == 0 and cp.tcp_data:
+            out.append(bytes(pkt.payload))
+    return out
+
+
 def frame_protocols(cp: CapturedPacket) -> str:
     """tshark's ``frame.protocols`` of a frame (``eth:ethertype:ip:udp:infiniband:data`` ...): its
     headers' protocols, ``data`` after TCP bytes of no protocol above TCP (:attr:`CapturedPacket.tcp_data`),
@@ -411,7 +435,7 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any],
         if payload:
             tree["data"] = {"data.data": _hexbytes(payload), "data.len": str(len(payload))}
     elif _payload_is_data(pkt, current):
-        payload = pkt.payload
+        payload = _data_bytes(pkt)
         current["data"] = {"data.data": _hexbytes(payload), "data.len": str(len(payload))}
         texts["data"] = None
         order.append("data")

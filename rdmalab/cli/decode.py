@@ -139,9 +139,6 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
     windows = TcpWindowScaling()  # tcp.window_size: every frame's handshake, in order
     clock = _clock(flt)
     conversations = _conversations(flt, names)
-    protocols = "frame.protocols" in names  # (computed for the frames asked only)
-    if protocols:
-        from rdmalab.capture.tsjson import frame_protocols  # lazy: keeps `rdmalab --help` fast
     first: int | None = None  # the relative times (fieldtext.Clock counts them the same way over columns)
     before = 0
     shown: int | None = None
@@ -150,8 +147,7 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
         if first is None:
             first = before = ns
         fields = _filter_fields(flt, clock, cp, windows, conversations)
-        if protocols:
-            fields["frame.protocols"] = frame_protocols(cp)
+        _asked(fields, cp, names)
         times = {"frame.time_relative": ns - first, "frame.time_delta": ns - before}
         before = ns
         if flt is not None and not flt(fields):
@@ -218,11 +214,25 @@ def _filter_fields(flt: Any, clock: Any, cp: Any, windows: Any, conversations: A
         conversations.add(fields)
     if flt is not None and flt.needs_frame:
         fields[FRAME_BYTES] = cp.frame_bytes
-    if flt is not None and "frame.protocols" in flt.fields:
-        from rdmalab.capture.tsjson import frame_protocols  # lazy: keeps `rdmalab --help` fast
-
-        fields["frame.protocols"] = frame_protocols(cp)
+    if flt is not None:
+        _asked(fields, cp, flt.fields)
     return fields
+
+
+def _asked(fields: dict[str, Any], cp: Any, names: Any) -> None:
+    """Put the per-packet fields only computed when asked for (``filter.ASKED_FIELDS`` but the
+    conversations') among ``names`` into a frame's field dictionary."""
+    from rdmalab.capture.tsjson import frame_data, frame_protocols  # lazy: keeps `rdmalab --help` fast
+
+    if "frame.protocols" in names:
+        fields["frame.protocols"] = frame_protocols(cp)
+    if not {"data", "data.data", "data.len"}.isdisjoint(names):
+        data = frame_data(cp)
+        if data:
+            fields["data.data"] = [d.hex() for d in data] if len(data) > 1 else data[0].hex()
+            fields["data.len"] = [len(d) for d in data] if len(data) > 1 else len(data[0])
+    if "tcp.payload" in names and cp.packet.encap == "tcp" and cp.packet.payload_length:
+        fields["tcp.payload"] = bytes(cp.packet.payload).hex()
 
 
 def _write(path: str, args: argparse.Namespace, flt: Any) -> int:
