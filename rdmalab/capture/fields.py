@@ -32,7 +32,7 @@ from rdmalab.wire.frame import tcp_segment_length
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import BTH
 from rdmalab.wire.mad import MADHeader
-from rdmalab.wire.net import TCP, IPv4
+from rdmalab.wire.net import TCP, UDP, IPv4, IPv6
 from rdmalab.wire.opcodes import CNP_OPCODE, opcode_name
 
 if TYPE_CHECKING:
@@ -199,6 +199,29 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
         if w is not None:
             out["tcp.window_size"] = w
     return out
+
+
+#: the protocols whose bytes a display filter's ``contains``/``matches`` reads (``tcp contains "MPA"``):
+#: from the protocol's first header to the end of what carries it, as Wireshark's protocol items span
+#: them (an Ethernet frame's whole, an IP datagram as its length says, a UDP datagram as its, TCP and the
+#: messages an IP datagram carries to that datagram's end, InfiniBand to the end of its UDP datagram or frame)
+BYTE_PROTOCOLS = ("eth", "vlan", "ip", "ipv6", "udp", "tcp", "infiniband", "arp", "icmp", "icmpv6")
+
+
+def protocol_bytes(pkt: Packet, proto: str) -> bytes | None:
+    """The bytes of one of :data:`BYTE_PROTOCOLS` in a decoded frame, or None when the frame has not it."""
+    end = len(pkt.data)  # the end of the innermost datagram so far
+    for layer in pkt.layers:
+        h, at = layer.header, layer.offset
+        if isinstance(h, IPv4) and h.total_length:
+            end = min(end, at + h.total_length)
+        elif isinstance(h, IPv6):
+            end = min(end, at + 40 + h.payload_length)
+        elif isinstance(h, UDP):
+            end = min(end, at + max(h.length, 8))
+        if (h.LAYOUT.ws_proto or "").split(".", 1)[0] == proto:
+            return bytes(pkt.data[at:end])
+    return None
 
 
 def to_json(cp: CapturedPacket) -> str:

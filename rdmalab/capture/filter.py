@@ -40,7 +40,6 @@ dictionary (:func:`rdmalab.capture.fields.frame_fields`) and also evaluates over
 
 from __future__ import annotations
 
-import codecs
 import difflib
 import ipaddress
 import re
@@ -60,7 +59,7 @@ import rdmalab.wire.mpa  # noqa: F401
 import rdmalab.wire.net  # noqa: F401
 import rdmalab.wire.rdmap  # noqa: F401
 from rdmalab.capture.columnar import COLUMN_BY_NAME, COLUMN_NAMES
-from rdmalab.capture.fields import EXTRA_FIELDS, _address
+from rdmalab.capture.fields import BYTE_PROTOCOLS, EXTRA_FIELDS, _address
 from rdmalab.wire.errors import RdmalabError
 from rdmalab.wire.header import Header
 
@@ -528,14 +527,19 @@ class _Parser:
             if op == "matches":
                 if kind != "str":
                     raise FilterError(self.expr, f"'matches' takes a quoted regular expression, found {text!r}", pos)
-                source = text[1:-1]  # (its escapes, \x52 ..., are the regular expression's)
+                source = text[1:-1]
+                try:  # the string's escapes first (\\d is the expression's \d), then the expression
+                    raw = _unescaped(source)
+                except ValueError as err:
+                    raise FilterError(self.expr, str(err), pos) from None
                 try:  # Wireshark's matches is PCRE2 without case (wireshark-filter(4)): the same in Python's re
-                    octets = name == "frame" or field_kind(name) == "mac"  # (on the octets, as tshark)
-                    pattern = re.compile(source.encode("utf-8") if octets else source, re.IGNORECASE | re.DOTALL)
+                    octets = name == "frame" or name in BYTE_PROTOCOLS or field_kind(name) == "mac"  # (octets)
+                    pattern = re.compile(raw if octets else raw.decode("utf-8", "surrogateescape"),
+                                         re.IGNORECASE | re.DOTALL)
                 except re.error as err:
                     raise FilterError(self.expr, f"{source!r} is not a regular expression: {err}", pos) from None
                 return Matches(name, pattern)
-            if name != "frame" and field_kind(name) != "mac":  # a text field: a substring
+            if name != "frame" and name not in BYTE_PROTOCOLS and field_kind(name) != "mac":  # a text field
                 self.i -= 1
                 return Contains(name, self.value())
             try:  # the frame's or a MAC address's octets (tshark compares bytes)
@@ -551,14 +555,43 @@ class _Parser:
 #: where a filter that reads the frame's bytes (``frame contains``, ``frame matches``:
 #: :attr:`DisplayFilter.needs_frame`) finds them in a field dictionary (no field has this name)
 FRAME_BYTES = "\0frame"
+#: where a filter on protocols' bytes (``tcp contains "MPA"``: :attr:`DisplayFilter.byte_protocols`) finds
+#: them: each protocol's bytes (:func:`rdmalab.capture.fields.protocol_bytes`), None for one the frame has not
+PROTOCOL_BYTES = "\0protocols"
 _BYTES_RE = re.compile(r"^(?:[0-9A-Fa-f]{2})+$|^[0-9A-Fa-f]{2}([:.\-])[0-9A-Fa-f]{2}(?:\1[0-9A-Fa-f]{2})*$")
+
+
+_ESCAPES = {"\\": 0x5C, '"': 0x22, "a": 0x07, "b": 0x08, "f": 0x0C, "n": 0x0A, "r": 0x0D, "t": 0x09, "v": 0x0B}
+_ESCAPE_RE = re.compile(r"\\(x[0-9A-Fa-f]{2}|[0-7]{1,3}|.?)", re.DOTALL)
+
+
+def _unescaped(text: str) -> bytes:
+    r"""The octets of a quoted string's text as Wireshark reads its escapes (wireshark-filter(4),
+    "Display Filter Strings": ``\\`` ``\"`` ``\a``-``\v``, ``\xhh``, ``\ooo``; another is an error,
+    as tshark says "\s is not a valid character escape sequence"); the rest as UTF-8."""
+    out = bytearray()
+    at = 0
+    for m in _ESCAPE_RE.finditer(text):
+        out += text[at:m.start()].encode("utf-8")
+        esc = m.group(1)
+        if esc[:1] == "x" and len(esc) == 3:
+            out.append(int(esc[1:], 16))
+        elif esc[:1].isdigit() and esc[:1] in "01234567":
+            out.append(int(esc, 8) & 0xFF)
+        elif esc in _ESCAPES:
+            out.append(_ESCAPES[esc])
+        else:
+            raise ValueError(f"\\{esc} is not a character escape Wireshark reads (\\\\ \\\" \\t \\n \\xhh \\ooo ...)")
+        at = m.end()
+    out += text[at:].encode("utf-8")
+    return bytes(out)
 
 
 def _frame_bytes_literal(kind: str, text: str) -> bytes:
     """What ``frame contains`` looks for: a quoted string's octets (UTF-8), or bytes written as hex
     pairs (``4d:50:41``, ``4d-50-41``, ``4d.50.41``, ``4d5041``), as Wireshark reads them."""
     if kind == "str":  # its characters as UTF-8, an escape \xhh as that octet (as Wireshark's strings)
-        return bytes(codecs.escape_decode(text[1:-1].encode("utf-8"))[0])
+        return _unescaped(text[1:-1])
     if _BYTES_RE.match(text):
         return bytes.fromhex(re.sub(r"[:.\-]", "", text))
     raise ValueError(f"{text!r} is not bytes: write them as hex pairs (4d:50:41) or a quoted string (\"MPA\")")
@@ -569,14 +602,15 @@ def _text_test_error(name: str, op: str) -> str | None:
     they read text fields, MAC addresses (as text) and the frame's bytes; not numbers or IP addresses
     (Wireshark compares their octets), nor other protocols' bytes (where each protocol's bytes start and
     end is each Wireshark dissector's own choice)."""
-    if name == "frame":
+    if name == "frame" or name in BYTE_PROTOCOLS:
         return None
     if name in _BYTES_FIELDS:
         return f"'{op}' on {name}: rdmalab tests the bytes of the whole frame (frame {op} ...)"
     if name in known_fields() and declared_fields().get(name, ("", 0))[0] == "proto" or name not in declared_fields() \
             and name not in COLUMN_BY_NAME and name not in EXTRA_FIELDS and name not in EITHER_FIELDS \
             and name not in ASKED_FIELDS:
-        return f"'{op}' on the bytes of {name}: rdmalab reads only the frame's (frame {op} ...)"
+        return (f"'{op}' on the bytes of {name}: rdmalab reads the frame's and those of "
+                f"{', '.join(BYTE_PROTOCOLS)} (frame {op} ...)")
     kind = field_kind(name)
     if kind in ("number", "ipv4", "ipv6", "seconds"):
         what = {"number": "a number", "ipv4": "an IPv4 address", "ipv6": "an IPv6 address",
@@ -676,12 +710,18 @@ def _eval(node: Any, fields: Mapping[str, Any]) -> bool:
     if t is Contains:
         if node.field == "frame":
             return node.value in _frame(fields)
+        if node.field in BYTE_PROTOCOLS:
+            got = _protocol(fields, node.field)
+            return got is not None and node.value in got
         if isinstance(node.value, bytes):  # a MAC address's octets
             return any(node.value in _mac_bytes(x) for x in _values(fields, node.field))
         return any(isinstance(x, str) and str(node.value) in x for x in _values(fields, node.field))
     if t is Matches:
         if node.field == "frame":
             return node.pattern.search(_frame(fields)) is not None
+        if node.field in BYTE_PROTOCOLS:
+            got = _protocol(fields, node.field)
+            return got is not None and node.pattern.search(got) is not None
         if isinstance(node.pattern.pattern, bytes):  # a MAC address's octets
             return any(node.pattern.search(_mac_bytes(x)) is not None for x in _values(fields, node.field))
         return any(isinstance(x, str) and node.pattern.search(x) is not None for x in _values(fields, node.field))
@@ -693,6 +733,14 @@ def _mac_bytes(x: Any) -> bytes:
     if isinstance(x, str):
         return bytes.fromhex(x.replace(":", "").replace("-", ""))
     return int(x).to_bytes(6, "big")
+
+
+def _protocol(fields: Mapping[str, Any], proto: str) -> bytes | None:
+    spans = fields.get(PROTOCOL_BYTES)
+    if spans is None:  # a caller's mistake, not the user's
+        raise KeyError("a filter on a protocol's bytes needs them in the fields (filter.PROTOCOL_BYTES)")
+    got: bytes | None = spans.get(proto)
+    return got
 
 
 def _frame(fields: Mapping[str, Any]) -> bytes:
@@ -719,6 +767,9 @@ class DisplayFilter:
         #: whether it reads the frame's bytes (``frame contains``/``matches``): a field dictionary
         #: must then hold them under :data:`FRAME_BYTES`
         self.needs_frame = _reads_frame(tree)
+        #: the protocols whose bytes it reads (``tcp contains ...``): a field dictionary must then hold them
+        #: under :data:`PROTOCOL_BYTES`
+        self.byte_protocols = frozenset(_byte_protocols(tree))
 
     def __call__(self, fields: Mapping[str, Any]) -> bool:
         return _eval(self.tree, fields)
@@ -775,6 +826,16 @@ class DisplayFilter:
             raise AssertionError(node)  # pragma: no cover
 
         return np.asarray(ev(self.tree), dtype=bool)
+
+
+def _byte_protocols(node: Any) -> set[str]:
+    if isinstance(node, (And, Or)):
+        return set().union(*(_byte_protocols(a) for a in node.args))
+    if isinstance(node, Not):
+        return _byte_protocols(node.arg)
+    if isinstance(node, (Contains, Matches)) and node.field in BYTE_PROTOCOLS:
+        return {node.field}
+    return set()
 
 
 def _reads_frame(node: Any) -> bool:

@@ -204,8 +204,8 @@ def _filter_fields(flt: Any, clock: Any, cp: Any, windows: Any, conversations: A
     """A frame's fields as a display filter reads them (:func:`rdmalab.capture.frame_fields`), with
     the times relative to other frames (``clock``, :func:`_clock`), the conversation numbers
     (``conversations``, :func:`_conversations`) and the frame's bytes when it asks."""
-    from rdmalab.capture import frame_fields  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.capture.filter import FRAME_BYTES  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.fields import frame_fields, protocol_bytes  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.filter import FRAME_BYTES, PROTOCOL_BYTES  # lazy: keeps `rdmalab --help` fast
 
     fields: dict[str, Any] = frame_fields(cp, windows=windows)
     if clock is not None:
@@ -214,6 +214,8 @@ def _filter_fields(flt: Any, clock: Any, cp: Any, windows: Any, conversations: A
         conversations.add(fields)
     if flt is not None and flt.needs_frame:
         fields[FRAME_BYTES] = cp.frame_bytes
+    if flt is not None and flt.byte_protocols:
+        fields[PROTOCOL_BYTES] = {p: protocol_bytes(cp.packet, p) for p in flt.byte_protocols}
     if flt is not None:
         _asked(fields, cp, flt.fields)
     return fields
