@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 # (and the MPA-CRC variant that `rdmalab capture` uses for siw_crc_*) as an external module.
 # bubblewrap: `rdmalab grade` runs each submission in a sandbox of its own (rdmalab.lab.sandbox).
 # ibsim-utils, opensm, infiniband-diags: the stock InfiniBand subnet tools that `rdmalab ibsim` is compared with (issue 39).
-RDMALAB_APT="${RDMALAB_APT:-tshark chromium chromium-driver fonts-dejavu-core python3-pyverbs qemu-system-x86 linux-image-amd64 busybox-static file rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest tcpdump iproute2 procps kmod linux-source-6.1 linux-headers-amd64 gcc make bubblewrap ibsim-utils opensm infiniband-diags}" bash scripts/setup.sh "test,lab,wireshark,book,analysis,live"
+# tzdata: decode -t a/ad (local time) is compared with tshark's in a time zone other than UTC; a slim image has no zones.
+RDMALAB_APT="${RDMALAB_APT:-tshark tzdata chromium chromium-driver fonts-dejavu-core python3-pyverbs qemu-system-x86 linux-image-amd64 busybox-static file rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest tcpdump iproute2 procps kmod linux-source-6.1 linux-headers-amd64 gcc make bubblewrap ibsim-utils opensm infiniband-diags}" bash scripts/setup.sh "test,lab,wireshark,book,analysis,live"
 # opensm and some diags live in /usr/sbin, which a non-login shell may not have on its PATH
 export PATH="$PWD/.venv/bin:$PATH:/usr/sbin:/sbin"
 # Locally a missing oracle makes its tests skip with a reason; in CI it must be there, so that
