@@ -766,10 +766,11 @@ class DisplayFilter:
         self.fields = fields
         #: whether it reads the frame's bytes (``frame contains``/``matches``): a field dictionary
         #: must then hold them under :data:`FRAME_BYTES`
-        self.needs_frame = _reads_frame(tree)
+        reads = _bytes_read(tree)
+        self.needs_frame = "frame" in reads
         #: the protocols whose bytes it reads (``tcp contains ...``): a field dictionary must then hold them
         #: under :data:`PROTOCOL_BYTES`
-        self.byte_protocols = frozenset(_byte_protocols(tree))
+        self.byte_protocols = frozenset(reads - {"frame"})
 
     def __call__(self, fields: Mapping[str, Any]) -> bool:
         return _eval(self.tree, fields)
@@ -828,22 +829,15 @@ class DisplayFilter:
         return np.asarray(ev(self.tree), dtype=bool)
 
 
-def _byte_protocols(node: Any) -> set[str]:
+def _bytes_read(node: Any) -> set[str]:
+    """The frame (``"frame"``) and the :data:`BYTE_PROTOCOLS` whose bytes a filter's contains/matches read."""
     if isinstance(node, (And, Or)):
-        return set().union(*(_byte_protocols(a) for a in node.args))
+        return set().union(*(_bytes_read(a) for a in node.args))
     if isinstance(node, Not):
-        return _byte_protocols(node.arg)
-    if isinstance(node, (Contains, Matches)) and node.field in BYTE_PROTOCOLS:
+        return _bytes_read(node.arg)
+    if isinstance(node, (Contains, Matches)) and (node.field == "frame" or node.field in BYTE_PROTOCOLS):
         return {node.field}
     return set()
-
-
-def _reads_frame(node: Any) -> bool:
-    if isinstance(node, (And, Or)):
-        return any(_reads_frame(a) for a in node.args)
-    if isinstance(node, Not):
-        return _reads_frame(node.arg)
-    return isinstance(node, (Contains, Matches)) and node.field == "frame"
 
 
 def _col_cmp(np: Any, op: str, col: Any, want: Any) -> Any:
