@@ -20,7 +20,9 @@ would show.
 one after the other (``mergecap -a``, pcapng, as Wireshark writes; without mergecap, the project's
 :class:`~rdmalab.capture.pcapwriter.CaptureWriter`, pcap) and repeated until ``--packets`` (default
 200,000 there).  Rows, each with default options against tshark in the same run: summaries,
-``-T fields`` (:data:`bench_columnar.FIELDS`) on all the packets, ``-T json`` and ``-V`` on the first
+``-T fields`` (:data:`bench_columnar.FIELDS`) on all the packets, ``-T fields`` of the conversations'
+fields (``tcp.stream``, ``udp.stream``, relative ``tcp.seq``, ``tcp.ack``, ``tcp.nxtseq``: followed in
+order, one process) on all the packets, ``-T json`` and ``-V`` on the first
 ``--json-packets``.
 
 With ``--repeat N`` each command runs N times (rdmalab's and tshark's in turn) and the best wall and
@@ -48,6 +50,7 @@ sys.path[:0] = [p for p in (_ROOT, os.path.dirname(os.path.abspath(__file__))) i
 from bench_columnar import FIELDS, build, run  # noqa: E402
 
 import rdmalab  # noqa: E402
+from rdmalab.capture.columnar_schema import CONVERSATION_FIELDS  # noqa: E402
 
 
 def mixed_sources() -> list[str]:
@@ -123,6 +126,11 @@ def main_mixed(args: argparse.Namespace, tmp: str) -> None:
                     [tshark, "-n", "-r", big] if tshark else None)
     rows += compare("-T fields", n, [("rdmalab decode -T fields", [*py, "-r", big, "-T", "fields", *ef])],
                     [tshark, "-n", "-r", big, "-T", "fields", *ef] if tshark else None)
+    # the fields that follow every conversation in order (tcp.stream, relative sequence numbers)
+    cf = [a for f in CONVERSATION_FIELDS for a in ("-e", f)]
+    rows += compare("-T fields (conversations)", n,
+                    [("rdmalab decode -T fields -e tcp.stream ...", [*py, "-r", big, "-T", "fields", *cf])],
+                    [tshark, "-n", "-r", big, "-T", "fields", *cf] if tshark else None)
     rows += compare("-T json", m, [("rdmalab decode -T json", [*py, "-T", "json", "-r", small])],
                     [tshark, "-n", "-r", small, "-T", "json"] if tshark else None)
     rows += compare("-V", m, [("rdmalab decode -V", [*py, "-V", "-r", small])],

@@ -30,8 +30,10 @@ from rdmalab.capture.columnar_decode import (  # noqa: F401 - the public names o
     columns_from_dicts,
     columns_from_packets,
     decode_block,
+    fill_conversations,
     fill_iwarp,
     fill_tcp_windows,
+    wants_conversations,
     wants_iwarp,
     wants_windows,
 )
@@ -39,6 +41,7 @@ from rdmalab.capture.columnar_schema import (  # noqa: F401 - the public names o
     COLUMN_BY_NAME,
     COLUMN_NAMES,
     COLUMNS,
+    CONVERSATION_FIELDS,
     DERIVED,
     IWARP_COLUMNS,
     IWARP_LAYERS,
@@ -58,14 +61,14 @@ from rdmalab.capture.pcapio import (  # noqa: F401 - the public names of the col
     is_stream,
     record_blocks,
 )
-from rdmalab.capture.render import TcpWindowScaling
+from rdmalab.capture.render import Conversations, TcpWindowScaling
 from rdmalab.wire.net import ETHERTYPE_QINQ, ETHERTYPE_VLAN, ROCEV2_PORT
 
-__all__ = ["COLUMNS", "COLUMN_BY_NAME", "COLUMN_NAMES", "DERIVED", "IWARP_COLUMNS", "IWARP_LAYERS", "IWARP_PREFIXES",
+__all__ = ["COLUMNS", "COLUMN_BY_NAME", "COLUMN_NAMES", "CONVERSATION_FIELDS", "DERIVED", "IWARP_COLUMNS", "IWARP_LAYERS", "IWARP_PREFIXES",
            "LINKTYPE_ETHERNET", "ROCEV2_PORT", "WINDOW", "CaptureError", "Col", "Columns", "RecordBlock",
-           "columns_from_dicts", "columns_from_packets", "decode_block", "empty_columns", "fill_iwarp",
-           "fill_tcp_windows", "format_column", "iter_columns", "read_columns", "read_many", "record_blocks",
-           "wants_iwarp", "wants_windows"]
+           "columns_from_dicts", "columns_from_packets", "decode_block", "empty_columns", "fill_conversations",
+           "fill_iwarp", "fill_tcp_windows", "format_column", "iter_columns", "read_columns", "read_many",
+           "record_blocks", "wants_conversations", "wants_iwarp", "wants_windows"]
 
 # ============================================================================ whole files
 
@@ -118,6 +121,7 @@ def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, v
         fields = tuple(fields)
     tracker = _tracker() if wants_iwarp(fields) else None
     windows = TcpWindowScaling() if wants_windows(fields) else None
+    conversations = Conversations() if wants_conversations(fields) else None
     stream = is_stream(p)
     try:
         per_packet = False
@@ -128,11 +132,12 @@ def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, v
                     return
                 per_packet = True  # a stream is not read again: this block and the rest, frame by frame
             if per_packet:
-                cols = columns_from_block(blk, tracker=tracker, windows=windows)
+                cols = columns_from_block(blk, tracker=tracker, windows=windows, conversations=conversations)
                 cols.path = p
                 yield cols
                 continue
-            cols = decode_block(blk, verify_icrc=verify_icrc, fields=fields, tracker=tracker, windows=windows)
+            cols = decode_block(blk, verify_icrc=verify_icrc, fields=fields, tracker=tracker, windows=windows,
+                                conversations=conversations)
             cols.path = p
             if bar is not None:
                 bar.update(blk.file_pos - bar.n)
@@ -173,6 +178,7 @@ def read_columns(path: str | os.PathLike[str], *, verify_icrc: bool = True, prog
     parts: list[Columns] = []
     tracker = _tracker()
     windows = TcpWindowScaling()
+    conversations = Conversations()
 
     def done(item: tuple[RecordBlock, Any]) -> Columns:
         # the iWARP reassembly follows TCP streams across blocks: it runs here, in block order
@@ -180,6 +186,7 @@ def read_columns(path: str | os.PathLike[str], *, verify_icrc: bool = True, prog
         cols: Columns = fut.result()
         fill_iwarp(blk, cols, tracker)
         fill_tcp_windows(blk, cols, windows)
+        fill_conversations(cols, conversations)
         return cols
 
     with worker_pool(workers) as pool:

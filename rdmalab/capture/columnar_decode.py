@@ -24,6 +24,7 @@ from rdmalab.capture.columnar_schema import (
     _LAYER_NAMES,
     COLUMN_BY_NAME,
     COLUMNS,
+    CONVERSATION_FIELDS,
     IWARP_COLUMNS,
     IWARP_LAYERS,
     IWARP_PREFIXES,
@@ -40,7 +41,7 @@ from rdmalab.capture.fields import (  # the per-packet field names, one source o
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, erf_time_ns
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import RawRecord, decode_record, read
-from rdmalab.capture.render import TcpWindowScaling, window_shift_option
+from rdmalab.capture.render import Conversations, TcpWindowScaling, conversation_key, window_shift_option
 from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_masks
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.net import ETHERTYPE_QINQ, ETHERTYPE_VLAN, ROCEV2_PORT, TCP, IPv4
@@ -135,8 +136,20 @@ def wants_windows(fields: Iterable[str] | None) -> bool:
     return fields is None or "tcp.window_size" in fields
 
 
+#: The columns :func:`fill_conversations` reads (added to the fields asked for when it runs).
+_CONVERSATION_INPUTS = ("ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "tcp.srcport", "tcp.dstport", "udp.srcport",
+                        "udp.dstport", "tcp.seq_raw", "tcp.ack_raw", "tcp.flags", "tcp.hdr_len", "tcp.len")
+
+
+def wants_conversations(fields: Iterable[str] | None) -> bool:
+    """Whether decoding ``fields`` (None: all) needs the conversations followed (``tcp.stream``,
+    ``udp.stream``, the relative ``tcp.seq``, ``tcp.ack`` and ``tcp.nxtseq``)."""
+    return fields is None or not set(fields).isdisjoint(CONVERSATION_FIELDS)
+
+
 def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable[str] | None = None,
-                 tracker: Any = None, windows: TcpWindowScaling | None = None) -> Columns:
+                 tracker: Any = None, windows: TcpWindowScaling | None = None,
+                 conversations: Conversations | None = None) -> Columns:
     """Decode one block of Ethernet records into columns.
 
     ``fields`` (default: all) limits the work to the columns named (and what they depend on);
@@ -144,13 +157,76 @@ def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable
     :class:`rdmalab.capture.iwarp.IwarpTracker`, kept from block to block) fills the iWARP
     columns; without one they are absent.  ``windows`` (a
     :class:`~rdmalab.capture.render.TcpWindowScaling`, kept from block to block) fills
-    ``tcp.window_size``; without it that column is absent."""
+    ``tcp.window_size``; without it that column is absent.  ``conversations`` (the same) fills
+    :data:`~rdmalab.capture.columnar_schema.CONVERSATION_FIELDS` (:func:`fill_conversations`)."""
     if fields is not None and (tracker is not None or windows is not None):
         fields = (*fields, *_TCP_INPUTS)
+    if fields is not None and conversations is not None:
+        fields = (*fields, *_CONVERSATION_INPUTS)
     cols = _decode(blk, verify_icrc, None if fields is None else frozenset(fields), tracker)
     if windows is not None:
         fill_tcp_windows(blk, cols, windows)
+    if conversations is not None:
+        fill_conversations(cols, conversations)
     return cols
+
+
+def fill_conversations(cols: Columns, conversations: Conversations) -> None:
+    """:data:`~rdmalab.capture.columnar_schema.CONVERSATION_FIELDS` of a block's frames, in order
+    (:meth:`Conversations.streams_many` and :meth:`Conversations.relative_many`: Python per
+    conversation and per SYN, not per frame)."""
+    d, L = cols.data, cols.layers
+    for name in CONVERSATION_FIELDS:
+        L[name] = np.zeros(cols.n, dtype=bool)
+    ip, ip6 = L["ip"], L["ipv6"] & ~L["ip"]  # (the per-packet fields: ip.src if any, else ipv6.src)
+    stream_of = np.full(cols.n, -1, dtype=np.int64)
+    for proto in ("tcp", "udp"):
+        rows = np.flatnonzero(L[proto] & (ip | ip6) & (stream_of < 0))
+        if not len(rows):
+            continue
+        six = ip6[rows]
+        # each row's two endpoints (IPv6 as 16 bytes; an IPv4 address in the last 4), a family byte before
+        ends = np.zeros((len(rows), 2, 19), dtype=np.uint8)
+        ends[:, :, 0] = six[:, None]
+        for at, which in ((0, "src"), (1, "dst")):
+            ends[:, at, 13:17] = d[f"ip.{which}"][rows].astype(">u4").view(np.uint8).reshape(-1, 4)
+            if six.any():
+                ends[six, at, 1:17] = np.ascontiguousarray(d[f"ipv6.{which}"][rows[six]]).view(np.uint8).reshape(-1, 16)
+            ends[:, at, 17:19] = d[f"{proto}.{which}port"][rows].astype(">u2").view(np.uint8).reshape(-1, 2)
+        flat = ends.reshape(-1, 19)
+        codes, inv = np.unique(flat.view(np.dtype((np.void, 19))).reshape(-1), return_inverse=True)
+        points = [(int.from_bytes(c[1:17], "big"), int.from_bytes(c[17:19], "big"))
+                  for c in (bytes(x) for x in codes.tolist())]
+        fam = [bool(bytes(x)[0]) for x in codes.tolist()]
+        inv = inv.reshape(-1, 2)
+        src, dst = inv[:, 0], inv[:, 1]
+        # the conversations: the pairs of endpoints, either way round
+        pair, pinv = np.unique(np.minimum(src, dst) * len(points) + np.maximum(src, dst), return_inverse=True)
+        keys = [conversation_key(proto, fam[a], points[a], points[b])
+                for a, b in ((p // len(points), p % len(points)) for p in pair.tolist())]
+        if proto == "tcp":
+            flags = d["tcp.flags"][rows].astype(np.int64)
+            syn = (flags & 0x12) == 0x02
+            seq = d["tcp.seq_raw"][rows]
+        else:
+            syn = np.zeros(len(rows), dtype=bool)
+            seq = np.zeros(len(rows), dtype=np.int64)
+        stream = conversations.streams_many(keys, pinv.reshape(-1), syn, seq)
+        stream_of[rows] = stream
+        d[f"{proto}.stream"] = np.zeros(cols.n, dtype=np.uint32)
+        d[f"{proto}.stream"][rows] = stream
+        L[f"{proto}.stream"][rows] = True
+        if proto != "tcp":
+            continue
+        length = np.where(L["tcp.len"][rows], d["tcp.len"][rows].astype(np.int64), -1)
+        seq_rel, ack_rel, nxt, has_ack, has_nxt = conversations.relative_many(
+            stream, points, src, dst, flags, seq, d["tcp.ack_raw"][rows], d["tcp.hdr_len"][rows].astype(np.int64),
+            length)
+        for name, values, where in (("tcp.seq", seq_rel, np.ones(len(rows), dtype=bool)), ("tcp.ack", ack_rel, has_ack),
+                                    ("tcp.nxtseq", nxt, has_nxt)):
+            d[name] = np.zeros(cols.n, dtype=np.uint32)
+            d[name][rows[where]] = values[where]
+            L[name][rows[where]] = True
 
 
 def fill_tcp_windows(blk: RecordBlock, cols: Columns, windows: TcpWindowScaling) -> None:
@@ -457,7 +533,7 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     for c in COLUMNS:  # the columns not asked for
         if c.name not in data:
             data[c.name] = np.zeros(n, dtype=c.dtype)
-    for name in (*IWARP_LAYERS, *(c.layer for c in IWARP_COLUMNS), "tcp.window_size"):
+    for name in (*IWARP_LAYERS, *(c.layer for c in IWARP_COLUMNS), "tcp.window_size", *CONVERSATION_FIELDS):
         L[name] = np.zeros(n, dtype=bool)
     cols = Columns(n, data, L)
     if tracker is not None:
@@ -597,11 +673,13 @@ def columns_from_packets(path: str | os.PathLike[str], *, first: int = 1, limit:
     n_max = limit
     rows: list[dict[str, Any]] = []
     windows = TcpWindowScaling()
+    conversations = Conversations()
     for cp in read(path):
         w = windows.window(cp.packet)  # every frame, in order: the handshakes before ``first`` too
+        row = frame_fields(cp, raw=True)
+        conversations.add(row)  # (the same)
         if cp.frame_number < first:
             continue
-        row = frame_fields(cp, raw=True)
         if "ipv6.version" in row and "ip.version" not in row:
             row["ip.version"] = row["ipv6.version"]  # as the fast path and tshark: ip.version of an IPv6 packet is 6
         if w is not None:
@@ -612,10 +690,12 @@ def columns_from_packets(path: str | os.PathLike[str], *, first: int = 1, limit:
     return columns_from_dicts(rows)
 
 
-def columns_from_block(blk: RecordBlock, *, tracker: Any = None, windows: TcpWindowScaling | None = None) -> Columns:
+def columns_from_block(blk: RecordBlock, *, tracker: Any = None, windows: TcpWindowScaling | None = None,
+                       conversations: Conversations | None = None) -> Columns:
     """Columns of one block made with the per-packet decoder, for a stream (which cannot be read
-    again from its start as :func:`columns_from_packets` reads a file): ``tracker`` and
-    ``windows`` carry the iWARP streams and TCP windows from block to block (None: not followed)."""
+    again from its start as :func:`columns_from_packets` reads a file): ``tracker``,
+    ``windows`` and ``conversations`` carry the iWARP streams, TCP windows and conversations from
+    block to block (None: not followed)."""
     rows: list[dict[str, Any]] = []
     secs, ifs = blk.seconds(), blk.interfaces()
     for i in range(len(blk)):
@@ -624,6 +704,8 @@ def columns_from_block(blk: RecordBlock, *, tracker: Any = None, windows: TcpWin
                         int(blk.wirelen[i]), int(ifs[i]), int(blk.ts_ns[i]))
         cp = decode_record(rec, tracker=tracker)
         row = frame_fields(cp, raw=True)
+        if conversations is not None:
+            conversations.add(row)
         w = windows.window(cp.packet) if windows is not None else None
         if w is not None:
             row["tcp.window_size"] = w

@@ -38,6 +38,10 @@ class Col:
     fmt: str = "dec"
 
 
+#: the columns that number conversations (tcp.stream, udp.stream) and count TCP sequence numbers from each
+#: direction's first (tcp.seq, tcp.ack, tcp.nxtseq), as tshark does by default
+CONVERSATION_FIELDS = ("tcp.stream", "udp.stream", "tcp.seq", "tcp.ack", "tcp.nxtseq")
+
 COLUMNS: tuple[Col, ...] = (
     Col("frame.number", "u8", "frame"),
     Col("frame.time_epoch", "f8", "frame", "epoch"),
@@ -89,6 +93,10 @@ COLUMNS: tuple[Col, ...] = (
     # where the decoder follows them (rdmalab.capture.render.TcpWindowScaling)
     Col("tcp.window_size", "u4", "tcp.window_size"),
     Col("tcp.len", "u4", "tcp.len"),  # (not for a header longer than its datagram: columnar_decode)
+    # tshark's conversation numbers and relative sequence numbers: they need every frame before in order,
+    # so they are only filled (and present) where the decoder follows the conversations
+    # (rdmalab.capture.render.Conversations, columnar_decode.fill_conversations)
+    *(Col(name, "u4", name) for name in CONVERSATION_FIELDS),
     Col("infiniband.grh.tclass", "u1", "infiniband.grh"),
     Col("infiniband.grh.flowlabel", "u4", "infiniband.grh"),
     Col("infiniband.grh.paylen", "u2", "infiniband.grh"),

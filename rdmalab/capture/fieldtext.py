@@ -19,7 +19,13 @@ import numpy as np
 
 from rdmalab.capture.blockpool import blocks_in_workers, default_workers, parallel_capture
 from rdmalab.capture.columnar import _ethernet_only, _progress, iter_columns
-from rdmalab.capture.columnar_decode import columns_from_packets, decode_block, wants_iwarp, wants_windows
+from rdmalab.capture.columnar_decode import (
+    columns_from_packets,
+    decode_block,
+    wants_conversations,
+    wants_iwarp,
+    wants_windows,
+)
 from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _ipv6_text, format_column
 from rdmalab.capture.filter import EITHER_FIELDS, RELATIVE_TIMES, compile_filter, declared_fields
 from rdmalab.capture.pcapio import NS_MAX, NS_MIN, RecordBlock, record_ns
@@ -481,6 +487,7 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
         # for -j 1 (the 200k mixed capture of benchmarks/bench_decode.py --mixed)
         workers = default_workers()
     parallel = (workers > 1 and count is None and not wants_iwarp(needed) and not wants_windows(needed)
+                and not wants_conversations(needed)
                 and not (flt is not None and "frame.time_delta_displayed" in names)
                 and parallel_capture(p, ethernet=True)
                 and os.path.getsize(p) >= parallel_min_bytes)

@@ -89,14 +89,17 @@ class Conversations:
     two address:port endpoints) numbered from 0 in the order of its first frame, TCP and UDP apart.  A
     TCP SYN without ACK whose sequence number is not the conversation's first SYN's starts a new one (the
     ports reused: packet-tcp.c gives it a new stream).  A TCP segment also gets tshark's relative
-    sequence numbers (:meth:`_relative`).  Feed it every frame in capture order (:meth:`add`, a
-    frame's field dictionary, :func:`rdmalab.capture.fields.frame_fields`)."""
+    sequence numbers (:meth:`_relative`).  Feed it every frame in capture order, one at a time
+    (:meth:`add`, a frame's field dictionary, :func:`rdmalab.capture.fields.frame_fields`) or a block
+    of them at a time (:meth:`streams_many` and :meth:`relative_many`, the columns':
+    :func:`rdmalab.capture.columnar_decode.fill_conversations`): the same numbers and the same state."""
 
     def __init__(self, most: int = 1 << 20) -> None:
-        self._index: dict[tuple[Any, ...], tuple[int, int | None]] = {}  # key -> (stream, SYN's seq)
+        # protocol -> key -> (stream, SYN's seq)
+        self._index: dict[str, dict[tuple[Any, ...], tuple[int, int | None]]] = {"tcp": {}, "udp": {}}
         self._next = {"tcp": 0, "udp": 0}
-        self._most = most  # (bounded: the oldest conversations forgotten past it; numbers go on)
-        self._base: dict[tuple[int, Any, int], int] = {}  # (TCP stream, address, port) -> its sequence base
+        self._most = most  # (bounded: the oldest conversations of a protocol forgotten past it; numbers go on)
+        self._base: dict[tuple[Any, ...], int] = {}  # (TCP stream, address, port) -> its sequence base
 
     def add(self, fields: dict[str, Any]) -> None:
         """Put the frame's ``tcp.stream`` or ``udp.stream`` (and ``tcp.seq``, ``tcp.ack``, ``tcp.nxtseq``)
@@ -105,29 +108,34 @@ class Conversations:
             sport, dport = fields.get(proto + ".srcport"), fields.get(proto + ".dstport")
             if not isinstance(sport, int) or not isinstance(dport, int):
                 continue  # (none, or an ICMP error's quoted header as well: not counted)
+            six = "ip.src" not in fields
             src = fields.get("ip.src", fields.get("ipv6.src"))
             dst = fields.get("ip.dst", fields.get("ipv6.dst"))
             if isinstance(src, list) and isinstance(dst, list):
                 src, dst = src[0], dst[0]  # (the outer header of a frame that quotes another)
-            a, b = (src, sport), (dst, dport)
-            key = (proto, *(a + b if a <= b else b + a)) if src is not None and dst is not None else None
-            if key is None:
+            if src is None or dst is None:
                 return
+            a, b = (src, sport), (dst, dport)
             syn = proto == "tcp" and (fields.get("tcp.flags", 0) & 0x12) == 0x02
-            seq = fields.get("tcp.seq_raw") if syn else None
-            got = self._index.get(key)
-            if got is None or (syn and got[1] is not None and seq != got[1]):
-                if len(self._index) >= self._most:
-                    self._index.pop(next(iter(self._index)))
-                got = (self._next[proto], seq)
-                self._next[proto] += 1
-            elif syn and got[1] is None:
-                got = (got[0], seq)
-            self._index[key] = got
-            fields[proto + ".stream"] = got[0]
+            stream = self._stream(conversation_key(proto, six, a, b), syn, fields.get("tcp.seq_raw") if syn else None)
+            fields[proto + ".stream"] = stream
             if proto == "tcp":
-                self._relative(fields, got[0], a, b)
+                self._relative(fields, stream, a, b)
             return
+
+    def _stream(self, key: tuple[Any, ...], syn: bool, seq: int | None) -> int:
+        """The stream of one frame of conversation ``key`` (a SYN without ACK: ``syn``, its ``seq``)."""
+        index = self._index[key[0]]
+        got = index.get(key)
+        if got is None or (syn and got[1] is not None and seq != got[1]):
+            if len(index) >= self._most:
+                index.pop(next(iter(index)))
+            got = (self._next[key[0]], seq)
+            self._next[key[0]] += 1
+        elif syn and got[1] is None:
+            got = (got[0], seq)
+        index[key] = got
+        return got[0]
 
     def _relative(self, fields: dict[str, Any], stream: int, a: tuple[Any, int], b: tuple[Any, int]) -> None:
         """tshark's relative ``tcp.seq``, ``tcp.ack`` and ``tcp.nxtseq`` (packet-tcp.c, its default
@@ -138,32 +146,184 @@ class Conversations:
         flags, seq, ack = fields.get("tcp.flags", 0), fields.get("tcp.seq_raw"), fields.get("tcp.ack_raw")
         if not isinstance(seq, int) or not isinstance(ack, int) or not isinstance(flags, int):
             return
-        if "tcp.len" not in fields:  # a header past its datagram: tshark stops before counting (raw numbers)
-            fields["tcp.seq"], fields["tcp.ack"] = seq, ack
-            return
+        length = fields.get("tcp.len")
+        got = self._relative_one(stream, a, b, flags, seq, ack, fields.get("tcp.hdr_len", 20),
+                                 length if isinstance(length, int) else None)
+        fields["tcp.seq"] = got[0]
+        if got[1] is not None:
+            fields["tcp.ack"] = got[1]
+        if got[2] is not None:
+            fields["tcp.nxtseq"] = got[2]
+
+    def _relative_one(self, stream: int, a: tuple[Any, int], b: tuple[Any, int], flags: int, seq: int, ack: int,
+                      hdr_len: int, length: int | None) -> tuple[int, int | None, int | None]:
+        """:meth:`_relative` of one segment: (tcp.seq, tcp.ack, tcp.nxtseq), None where it has none.
+        ``length`` None: a header past its datagram (tshark stops before counting: the raw numbers)."""
+        if length is None:
+            return seq, ack, None
         mine = self._base.get((stream, *a))
         if mine is None or flags & 0x02:
             mine = seq if flags & 0x02 else (seq - 1) % (1 << 32)
             self._remember((stream, *a), mine)
-        fields["tcp.seq"] = (seq - mine) % (1 << 32)
-        if fields.get("tcp.hdr_len", 20) < 20:  # a bogus header length: tshark stops after the sequence number
-            return
+        rel = (seq - mine) % (1 << 32)
+        if hdr_len < 20:  # a bogus header length: tshark stops after the sequence number
+            return rel, None, None
         if flags & 0x10:
             theirs = self._base.get((stream, *b))
             if theirs is None:  # (its first bytes not seen yet: the first it acknowledges are its 1)
                 theirs = (ack - 1) % (1 << 32)
                 self._remember((stream, *b), theirs)
-            fields["tcp.ack"] = (ack - theirs) % (1 << 32)
+            rel_ack = (ack - theirs) % (1 << 32)
         else:  # (no acknowledgment: the field as it is, tshark shows it raw)
-            fields["tcp.ack"] = ack
-        length = fields.get("tcp.len")
-        if isinstance(length, int):
-            fields["tcp.nxtseq"] = (fields["tcp.seq"] + length + (flags & 0x02 != 0) + (flags & 0x01 != 0)) % (1 << 32)
+            rel_ack = ack
+        return rel, rel_ack, (rel + length + (flags & 0x02 != 0) + (flags & 0x01 != 0)) % (1 << 32)
 
-    def _remember(self, key: tuple[int, Any, int], base: int) -> None:
+    def _remember(self, key: tuple[Any, ...], base: int) -> None:
         if len(self._base) >= 2 * self._most:
             self._base.pop(next(iter(self._base)))
         self._base[key] = base
+
+    def streams_many(self, keys: Sequence[tuple[Any, ...]], conv: np.ndarray, syn: np.ndarray,
+                     seq: np.ndarray) -> np.ndarray:
+        """The streams of many frames in capture order, at once: row ``i`` belongs to conversation
+        ``keys[conv[i]]`` (:func:`conversation_key`, one protocol), ``syn[i]``: a SYN without ACK,
+        with sequence number ``seq[i]``.  The state is left as :meth:`add` one by one leaves it: only
+        the rows that can change it (a conversation's first row here, a SYN) go through
+        :meth:`_stream` in Python, the others take their conversation's stream at their place."""
+        n = len(conv)
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        if keys and len(self._index[keys[0][0]]) + len(keys) + int(np.count_nonzero(syn)) >= self._most:
+            ev = np.arange(n)  # it may forget a conversation on the way: every row, in order
+        else:
+            _u, first = np.unique(conv, return_index=True)
+            ev = np.union1d(first, np.flatnonzero(syn))
+        syn_l, seq_l, conv_l = syn[ev].tolist(), seq[ev].tolist(), conv[ev].tolist()
+        got = np.array([self._stream(keys[c], s, q if s else None) for c, s, q in zip(conv_l, syn_l, seq_l, strict=True)],
+                       dtype=np.int64)
+        out: np.ndarray = got[_last_event(conv, ev)]
+        return out
+
+    def relative_many(self, stream: np.ndarray, ends: Sequence[tuple[Any, int]], src: np.ndarray, dst: np.ndarray,
+                      flags: np.ndarray, seq: np.ndarray, ack: np.ndarray, hdr_len: np.ndarray,
+                      length: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_relative_one` of many TCP segments in capture order, at once: row ``i`` of stream
+        ``stream[i]`` goes from endpoint ``ends[src[i]]`` (address, port) to ``ends[dst[i]]``;
+        ``length`` None: every header within its datagram, else a row's length, -1: not.  Returns
+        tcp.seq, tcp.ack, tcp.nxtseq (uint32) and where tcp.ack and where tcp.nxtseq are present
+        (tcp.seq always is); the state as one by one.
+
+        Each direction's base is the sequence number of its last SYN at or before the row, else
+        the one known before the block, else the first it got in the block at or before the row
+        (from its first segment, or from the first acknowledgment of it, whichever came first)."""
+        n = len(stream)
+        empty = np.zeros(n, dtype=np.uint32)
+        if n == 0:
+            return empty, empty.copy(), empty.copy(), np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
+        fl = flags.astype(np.int64)
+        sq, ak = seq.astype(np.int64), ack.astype(np.int64)
+        has_len = np.ones(n, dtype=bool) if length is None else length >= 0
+        ln = np.zeros(n, dtype=np.int64) if length is None else np.maximum(length.astype(np.int64), 0)
+        is_syn, is_ack = (fl & 0x02) != 0, (fl & 0x10) != 0
+        full = has_len & (hdr_len >= 20)
+        acked = full & is_ack
+        # the directions (stream, endpoint) of the senders and of the acknowledged
+        e = max(len(ends), 1)
+        code = np.concatenate([stream.astype(np.int64) * e + src, stream.astype(np.int64) * e + dst])
+        dcodes, dinv = np.unique(code, return_inverse=True)
+        dkeys = [(int(c) // e, *ends[int(c) % e]) for c in dcodes.tolist()]
+        if len(self._base) + len(dkeys) >= 2 * self._most:  # it may forget a base on the way: one by one
+            return self._relative_rows(stream, ends, src, dst, fl, sq, ak, hdr_len, has_len, ln)
+        sdir, rdir = dinv[:n], dinv[n:]
+        rows = np.arange(n, dtype=np.int64)
+        # events (direction, time: 2 * row for the sender's number, 2 * row + 1 for the acknowledged's)
+        firm = has_len & is_syn  # a SYN sets its direction's base
+        soft_s = has_len & ~is_syn  # one before the first number, if none yet
+        ev_dir = np.concatenate([sdir[firm], sdir[soft_s], rdir[acked]])
+        ev_t = np.concatenate([2 * rows[firm], 2 * rows[soft_s], 2 * rows[acked] + 1])
+        ev_val = np.concatenate([sq[firm], (sq[soft_s] - 1) % (1 << 32), (ak[acked] - 1) % (1 << 32)])
+        ev_firm = np.concatenate([np.ones(int(firm.sum()), dtype=bool), np.zeros(int(soft_s.sum()) + int(acked.sum()),
+                                                                                 dtype=bool)])
+        nd = len(dkeys)
+        prior = np.array([self._base.get(k, -1) for k in dkeys], dtype=np.int64)
+        # the first soft event of each direction
+        soft = ~ev_firm
+        first_soft = np.full(nd, -1, dtype=np.int64)
+        first_soft_t = np.full(nd, np.iinfo(np.int64).max, dtype=np.int64)
+        if soft.any():
+            sd, st, sv = ev_dir[soft], ev_t[soft], ev_val[soft]
+            o = np.lexsort((st, sd))
+            head = np.r_[True, sd[o][1:] != sd[o][:-1]]
+            first_soft[sd[o][head]] = sv[o][head]
+            first_soft_t[sd[o][head]] = st[o][head]
+        # the last firm event at or before a time, per direction
+        fd, ft, fv = ev_dir[ev_firm], ev_t[ev_firm], ev_val[ev_firm]
+        fo = np.lexsort((ft, fd))
+        fkey = fd[fo] * (2 * n + 2) + ft[fo]
+
+        def base_at(d: np.ndarray, t: np.ndarray) -> np.ndarray:
+            out = np.where(prior[d] >= 0, prior[d], np.where(first_soft_t[d] <= t, first_soft[d], -1))
+            if len(fkey):
+                pos = np.searchsorted(fkey, d * (2 * n + 2) + t, side="right") - 1
+                ok = pos >= 0
+                pos = np.maximum(pos, 0)
+                ok &= fd[fo][pos] == d
+                out = np.where(ok, fv[fo][pos], out)
+            return out
+
+        rel = np.where(has_len, (sq - base_at(sdir, 2 * rows)) % (1 << 32), sq)
+        rel_ack = np.where(acked, (ak - base_at(rdir, 2 * rows + 1)) % (1 << 32), ak)
+        nxt = (rel + ln + is_syn + ((fl & 0x01) != 0)) % (1 << 32)
+        # the state the rows one by one leave: each direction's last firm base, else its prior, else its first
+        # soft one; new directions in the order of their first event
+        last = np.full(nd, -1, dtype=np.int64)
+        if len(fkey):
+            tail = np.r_[fd[fo][1:] != fd[fo][:-1], True]
+            last[fd[fo][tail]] = fv[fo][tail]
+        final = np.where(last >= 0, last, np.where(prior >= 0, prior, first_soft))
+        first_t = np.full(nd, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first_t, ev_dir, ev_t)
+        for d in np.argsort(first_t, kind="stable").tolist():
+            if final[d] >= 0 and (prior[d] < 0 or last[d] >= 0):
+                self._remember(dkeys[d], int(final[d]))
+        return rel.astype(np.uint32), rel_ack.astype(np.uint32), nxt.astype(np.uint32), full | ~has_len, full
+
+    def _relative_rows(self, stream: np.ndarray, ends: Sequence[tuple[Any, int]], src: np.ndarray, dst: np.ndarray,
+                       fl: np.ndarray, sq: np.ndarray, ak: np.ndarray, hdr_len: np.ndarray, has_len: np.ndarray,
+                       ln: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        n = len(stream)
+        out = np.zeros((3, n), dtype=np.uint32)
+        have = np.zeros((2, n), dtype=bool)
+        for i, (s, a, b, f, q, k, h, hl, x) in enumerate(zip(
+                stream.tolist(), src.tolist(), dst.tolist(), fl.tolist(), sq.tolist(), ak.tolist(), hdr_len.tolist(),
+                has_len.tolist(), ln.tolist(), strict=True)):
+            got = self._relative_one(s, ends[a], ends[b], f, q, k, h, x if hl else None)
+            out[0, i] = got[0]
+            if got[1] is not None:
+                out[1, i] = got[1]
+                have[0, i] = True
+            if got[2] is not None:
+                out[2, i] = got[2]
+                have[1, i] = True
+        return out[0], out[1], out[2], have[0], have[1]
+
+
+def conversation_key(proto: str, six: bool, a: tuple[Any, int], b: tuple[Any, int]) -> tuple[Any, ...]:
+    """The key of the conversation between endpoints ``a`` and ``b`` (address, port), the same
+    either way round (:class:`Conversations`)."""
+    return (proto, six, *(a + b if a <= b else b + a))
+
+
+def _last_event(group: np.ndarray, ev: np.ndarray) -> np.ndarray:
+    """For each row, the index into ``ev`` (rows, ascending) of the last of its group's rows among
+    them at or before it (every group's first row is among them)."""
+    n = len(group)
+    g = group.astype(np.int64)
+    order = np.lexsort((ev, g[ev]))
+    key = g[ev][order] * (n + 1) + ev[order]
+    pos = np.searchsorted(key, g * (n + 1) + np.arange(n), side="right") - 1
+    out: np.ndarray = order[pos]
+    return out
 
 
 class TcpWindowScaling:

@@ -278,10 +278,11 @@ def _clock(flt: Any) -> Any:
 
 
 def _columns_answer(flt: Any) -> bool:
-    """Whether every field of a compiled filter is a column (so it can run over columns)."""
-    from rdmalab.capture.columnar import COLUMN_NAMES  # lazy: keeps `rdmalab --help` fast
+    """Whether every field of a compiled filter is a column the summary lines' blocks have (each
+    block decoded alone: not the conversations', which follow every frame before)."""
+    from rdmalab.capture.columnar import COLUMN_NAMES, CONVERSATION_FIELDS  # lazy: keeps `rdmalab --help` fast
 
-    return set(flt.fields) <= COLUMN_NAMES
+    return set(flt.fields) <= COLUMN_NAMES - set(CONVERSATION_FIELDS)
 
 
 def run_decode(args: argparse.Namespace, out: TextIO) -> int:

@@ -24,6 +24,11 @@ COMPUTED = {
     "iwarp_mpa.crc": "the MPA CRC32c trailer, not a header field",
     "iwarp_mpa.crc_check": "whether that trailer checks (computed)",
     "tcp.window_size": "the raw window scaled by the shift count of the sender's SYN (RFC 7323 2.2)",
+    "tcp.stream": "the TCP conversation's number, in the order of its first frame (render.Conversations)",
+    "udp.stream": "the UDP conversation's number, in the order of its first frame (render.Conversations)",
+    "tcp.seq": "tcp.seq_raw counted from its direction's SYN (render.Conversations)",
+    "tcp.ack": "tcp.ack_raw counted from the other direction's SYN (render.Conversations)",
+    "tcp.nxtseq": "the relative tcp.seq after the segment (render.Conversations)",
     # Wireshark names the Terminate's error type and code by the layer that reported the error
     # (packet-iwarp-ddp-rdmap.c); the declaration has one field each, term_etype and term_errcode
     "iwarp_rdma.term_etype_rdma": "term_etype when the layer is RDMAP",

@@ -27,6 +27,7 @@ from rdmalab.capture import reader
 from rdmalab.capture.columnar import read_columns
 from rdmalab.capture.columnar_schema import COLUMNS
 from rdmalab.capture.fields import frame_fields
+from rdmalab.capture.render import Conversations
 from rdmalab.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +67,9 @@ def _disagreement(cols: Any, per: list[dict[str, Any]], name: str) -> str | None
 def test_every_column_is_a_field_of_the_same_frames(path: str) -> None:
     cols = read_columns(path)
     per = [frame_fields(cp, raw=True) for cp in reader.read(path)]
+    conversations = Conversations()
+    for f in per:  # (as decode feeds them: every frame, in order)
+        conversations.add(f)
     assert cols.n == len(per)
     base = os.path.basename(path)
     for col in COLUMNS:

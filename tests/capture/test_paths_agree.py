@@ -19,7 +19,7 @@ import pytest
 from rdmalab.capture import frame_fields, read
 from rdmalab.capture.columnar import COLUMN_NAMES, read_columns
 from rdmalab.capture.filter import compile_filter
-from rdmalab.capture.render import TcpWindowScaling
+from rdmalab.capture.render import Conversations, TcpWindowScaling
 from rdmalab.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,10 @@ CAPTURES = sorted(glob.glob(str(ROOT / "captures" / "*.pcap")))
 def test_every_column_is_present_on_the_same_frames(path: str) -> None:
     cols = read_columns(path)
     windows = TcpWindowScaling()
+    conversations = Conversations()
     fields = [frame_fields(cp, windows=windows) for cp in read(path)]
+    for f in fields:  # (as decode feeds them: every frame, in order)
+        conversations.add(f)
     assert cols.n == len(fields)
     for name in sorted(COLUMN_NAMES):
         flt = compile_filter(name)
