@@ -10,8 +10,10 @@ hexadecimal padded to the width of Wireshark's field type, dotted IPv4, colon-se
 
 from __future__ import annotations
 
+import datetime as _dt
 import ipaddress
 import os
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -27,7 +29,7 @@ from rdmalab.capture.columnar_decode import (
     wants_windows,
 )
 from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _ipv6_text, format_column
-from rdmalab.capture.filter import EITHER_FIELDS, RELATIVE_TIMES, compile_filter, declared_fields
+from rdmalab.capture.filter import ABSOLUTE_TIME, EITHER_FIELDS, RELATIVE_TIMES, compile_filter, declared_fields
 from rdmalab.capture.pcapio import NS_MAX, NS_MIN, RecordBlock, record_ns
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
@@ -135,6 +137,12 @@ def _field_rows(cols: Columns, name: str) -> tuple[np.ndarray | None, np.ndarray
         both = np.flatnonzero(cols.present(pair[0]) & cols.present(pair[1]))
         a, b = (field_matrix(cols, f)[both] for f in pair)
         return both, np.hstack([a, np.full((len(both), 1), ord(","), dtype=np.uint8), b])
+    if name == ABSOLUTE_TIME:  # (computed from frame.time_ns, every frame)
+        ns = cols.data["frame.time_ns"]
+        if len(ns) and int(ns.max()) == NS_MAX:  # past what an int64 holds: as the float seconds have it
+            return None, _strings([absolute_text(v) for v in map(record_ns, cols.data["frame.time_epoch"].tolist(),
+                                                                 ns.tolist())])
+        return None, _absolute_matrix(ns.astype(np.int64, copy=False))
     present = cols.present(name)
     if name == "frame.time_epoch":
         ns = cols.data["frame.time_ns"]
@@ -181,6 +189,50 @@ def _epoch_text(ns: np.ndarray) -> np.ndarray:
     out[:, :head.shape[1]] = head
     out[:, head.shape[1]:] = _dec(ns - secs * 1_000_000_000, 9, pad_zeros=True)
     return out
+
+
+#: seconds since the epoch -> frame.time's text up to the second and its time zone's name (local time),
+#: bounded (frames of the same second share them)
+_ABSOLUTE: dict[tuple[int, tuple[str, str]], tuple[str, str, str]] = {}
+
+
+def absolute_parts(sec: int) -> tuple[str, str, str]:
+    """tshark's ``frame.time`` of a second since the epoch, in local time as tshark shows it
+    (``Nov 21, 2026 06:21:08``, the day's number padded to two places), the time zone's name
+    (``UTC``, ``IST``) and the local date (``2026-11-21``, the ``_index`` of ``-T json``)."""
+    key = (sec, time.tzname)  # (the zone TZ names, read again by time.tzset)
+    hit = _ABSOLUTE.get(key)
+    if hit is None:
+        try:
+            when = _dt.datetime.fromtimestamp(sec).astimezone()
+            hit = (f"{when:%b} {when.day:2d}, {when:%Y %H:%M:%S}", when.tzname() or "", f"{when:%Y-%m-%d}")
+        except (ValueError, OverflowError, OSError):  # a year datetime does not hold (past 9999): numpy's, UTC
+            date, clock = str(np.datetime64(sec, "s")).split("T")
+            year, month, day = date.rsplit("-", 2)
+            hit = (f"{_dt.date(2000, int(month), 1):%b} {int(day):2d}, {year} {clock}", "UTC", date)
+        if len(_ABSOLUTE) >= 4096:
+            _ABSOLUTE.clear()
+        _ABSOLUTE[key] = hit
+    return hit
+
+
+def absolute_text(ns: int) -> str:
+    """tshark's ``frame.time`` of a time in nanoseconds since the epoch (local time, nine digits
+    after the second, the zone's name): ``Nov 21, 2026 06:21:08.901798000 UTC``."""
+    sec, frac = divmod(ns, 1_000_000_000)
+    head, zone, _date = absolute_parts(sec)
+    return f"{head}.{frac:09d} {zone}"
+
+
+def _absolute_matrix(ns: np.ndarray) -> np.ndarray:
+    """:func:`absolute_text` of an int64 array of nanoseconds, as an ASCII matrix: the text of each
+    distinct second once, the fractions as digits."""
+    secs = ns // 1_000_000_000
+    uniq, inv = np.unique(secs, return_inverse=True)
+    parts = [absolute_parts(int(x)) for x in uniq.tolist()]
+    heads = _strings([p[0] + "." for p in parts])[inv.reshape(-1)]
+    zones = _strings([" " + p[1] for p in parts])[inv.reshape(-1)]
+    return np.hstack([heads, _dec(ns - secs * 1_000_000_000, 9, pad_zeros=True), zones])
 
 
 def relative_text(ns: int) -> str:
@@ -296,7 +348,7 @@ def render_fields(cols: Columns, names: Sequence[str], *, separator: bytes = b"\
         else:
             at_rows, m = _field_rows(cols, name)
         if len(q):  # tshark quotes values, not absent fields
-            if name in RELATIVE_TIMES:
+            if name in RELATIVE_TIMES or name == ABSOLUTE_TIME:
                 qq = np.broadcast_to(q, (n, len(q)))
             elif at_rows is None:
                 qq = np.where(cols.present(name)[:, None], q[None, :], 0).astype(np.uint8)
@@ -364,6 +416,9 @@ def _row_fields(cols: Columns, i: int, names: Iterable[str]) -> dict[str, Any]:
     several iWARP PDUs, every occurrence of its iWARP fields), for what columns cannot say."""
     out: dict[str, Any] = {}
     for name in names:
+        if name == ABSOLUTE_TIME:
+            out[name] = absolute_text(record_ns(float(cols.data["frame.time_epoch"][i]), int(cols.data["frame.time_ns"][i])))
+            continue
         if name in EITHER_FIELDS:
             got = _row_fields(cols, i, EITHER_FIELDS[name])
             if len(got) == 2:
@@ -434,6 +489,8 @@ _WORKER_FILTERS: dict[str, object] = {}
 def _columns_needed(names: Iterable[str], flt: Any) -> set[str]:
     """The columns the fields ``names`` and the compiled filter ``flt`` read (ip.addr: ip.src and ip.dst)."""
     needed = {part for n in names for part in EITHER_FIELDS.get(n, (n,))}
+    if ABSOLUTE_TIME in needed:  # (its text is made from frame.time_ns)
+        needed = (needed - {ABSOLUTE_TIME}) | {"frame.time_ns", "frame.time_epoch"}
     return needed | (set(flt.fields) if flt is not None else set())
 
 

@@ -40,9 +40,11 @@ dictionary (:func:`rdmalab.capture.fields.frame_fields`) and also evaluates over
 
 from __future__ import annotations
 
+import calendar
 import difflib
 import ipaddress
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import cache, lru_cache
@@ -70,6 +72,10 @@ from rdmalab.wire.header import Header
 #: :class:`FrameClock`), not the third (it would depend on the filter's own answers)
 RELATIVE_TIMES = ("frame.time_relative", "frame.time_delta", "frame.time_delta_displayed")
 FILTER_TIMES = ("frame.time_relative", "frame.time_delta")
+#: tshark's date and time of a frame, local time (``Nov 21, 2026 06:21:08.901798000 UTC``): printed from
+#: frame.time_ns (:func:`rdmalab.capture.fieldtext.absolute_text`); a filter compares it with a quoted date and
+#: time (:func:`absolute_time_ns`), as a test of frame.time_ns
+ABSOLUTE_TIME = "frame.time"
 #: fields the per-packet decoder gives when asked, not in every field dictionary: ``frame.protocols``
 #: (:func:`rdmalab.capture.tsjson.frame_protocols`), the conversations' numbers
 #: (:class:`rdmalab.capture.render.Conversations`)
@@ -179,6 +185,7 @@ def known_fields() -> frozenset[str]:
     names.update(COLUMN_NAMES)  # the columnar decoder's columns
     names.update(EITHER_FIELDS)
     names.update(ASKED_FIELDS)
+    names.add(ABSOLUTE_TIME)
     prefixes = set()
     for n in names:
         parts = n.split(".")
@@ -469,6 +476,20 @@ class _Parser:
         except ValueError as err:
             raise FilterError(self.expr, str(err), pos) from None
 
+    def absolute_time(self) -> int:
+        """The next token, a quoted date and time for frame.time, in nanoseconds since the epoch."""
+        t = self.peek()
+        if t is None:
+            raise FilterError(self.expr, "expected a value, found the end of the filter", len(self.expr))
+        kind, text, pos = self.take()
+        self.value_at = pos
+        if kind == "op":
+            raise FilterError(self.expr, f"expected a value, found {text!r}", pos)
+        try:
+            return absolute_time_ns(text[1:-1] if kind == "str" else text)
+        except ValueError as err:
+            raise FilterError(self.expr, str(err), pos) from None
+
     def checked(self, name: str, v: Any) -> Any:
         """``v``, when it can be a value of the field ``name``; else a FilterError saying why."""
         kind = field_kind(name)
@@ -491,6 +512,31 @@ class _Parser:
     def one_test(self) -> Any:
         name = self.field()
         t = self.peek()
+        if name == ABSOLUTE_TIME:  # a test of frame.time_ns, its literals dates and times
+            self.fields.discard(name)
+            self.fields.add("frame.time_ns")
+            name = "frame.time_ns"
+            if t is not None and t[0] != "str" and _WORD_OPS.get(t[1], t[1]) in _COMPARISONS:
+                self.take()
+                return Compare(name, _WORD_OPS.get(t[1], t[1]), self.absolute_time())
+            if t is not None and t[1] == "in":
+                self.take()
+                if not self.is_("{"):
+                    raise FilterError(self.expr, "'in' must be followed by a set, e.g. {1 2 3}", t[2])
+                self.take()
+                vals = []
+                while not self.is_("}"):
+                    if self.is_(","):
+                        self.take()
+                        continue
+                    vals.append(self.absolute_time())
+                self.take()
+                if not vals:
+                    raise FilterError(self.expr, "the set after 'in' is empty", t[2])
+                return In(name, tuple(vals))
+            if t is not None and t[1] in ("contains", "matches", "~"):
+                raise FilterError(self.expr, f"'{t[1]}' on {ABSOLUTE_TIME}, a date and time: compare it with == < > "
+                                  "and a quoted date and time instead", t[2])
         if t is None or t[0] == "str":
             return Exists(name)
         op = _WORD_OPS.get(t[1], t[1])
@@ -665,6 +711,66 @@ def _kind_error(name: str, kind: str, v: Any) -> str | None:
 def _net_text(v: Net) -> str:
     addr = _address({4: "ipv4", 6: "ipv6", 48: "mac"}[v.version], v.value)
     return addr if v.prefix == {4: 32, 6: 128, 48: 48}[v.version] else f"{addr}/{v.prefix}"
+
+
+_MONTHS = {m: i for i, m in enumerate(("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov",
+                                        "dec"), 1)}
+#: tshark's two ways of writing frame.time in a filter (Wireshark 4.0, ftype-time.c): "Nov 12, 1999
+#: 08:55:44.123" (the month's three letters in any case, UTC after it or local time) and ISO 8601,
+#: "2011-07-04 12:34:56" (or T; the time, its seconds and the zone, Z or an offset, may be left out)
+_WRITTEN = re.compile(r"\s*([A-Za-z]{3})\s+(\d{1,2}),\s*(\d{1,4})\s+(\d{1,2}):(\d{1,2}):(\d{1,2})")
+_ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2}))?)?")
+_ABS_EXAMPLE = 'Example: "Nov 12, 1999 08:55:44.123" or "2011-07-04 12:34:56"'
+
+
+def absolute_time_ns(text: str) -> int:
+    """A date and time written as tshark takes it after ``frame.time`` (:data:`_WRITTEN`, :data:`_ISO`), in
+    nanoseconds since the epoch: local time unless it says UTC (``UTC``, ``Z``, an offset); fields past
+    their range carry over as C's mktime carries them (Feb 30 is Mar 2).  ValueError says what is wrong."""
+    m = _WRITTEN.match(text)
+    iso = None if m is not None else _ISO.match(text)
+    if m is None and iso is None or m is not None and m.group(1).lower() not in _MONTHS:
+        raise ValueError(f"{text!r} is not a valid absolute time. {_ABS_EXAMPLE}")
+    if m is not None:
+        year, month, day = int(m.group(3)), _MONTHS[m.group(1).lower()], int(m.group(2))
+        hour, minute, sec = int(m.group(4)), int(m.group(5)), int(m.group(6))
+        rest = text[m.end():]
+        if not (1 <= day <= 31 and hour <= 23 and minute <= 59 and sec <= 61):  # (strptime's ranges)
+            raise ValueError(f"{text!r} is not a valid absolute time. {_ABS_EXAMPLE}")
+    else:
+        assert iso is not None
+        year, month, day = int(iso.group(1)), int(iso.group(2)), int(iso.group(3))
+        if not (1 <= month <= 12 and 1 <= day <= 31):
+            raise ValueError(f"{text!r} is not a valid absolute time. {_ABS_EXAMPLE}")
+        hour, minute, sec = (int(iso.group(k) or 0) for k in (4, 5, 6))
+        rest = text[iso.end():]
+        if not (hour <= 23 and minute <= 59 and sec <= 61):  # (the date read, the rest not a time)
+            raise ValueError(f"{text!r}: unexpected {text[iso.end(3):].strip()!r} after the date (not a time of day)")
+    frac = 0
+    if rest[:1] == "." or (iso is not None and iso.group(6) is not None and rest[:1] == ","):
+        digits = re.match(r"\d*", rest[1:])
+        assert digits is not None
+        if not digits.group():
+            raise ValueError(f"{text!r}: the subseconds after the point are not a number")
+        if len(digits.group()) > 9:
+            raise ValueError(f"{text!r}: the subseconds are invalid (at most nine digits, nanoseconds)")
+        frac = int(digits.group().ljust(9, "0"))
+        rest = rest[1 + digits.end():]
+    offset: int | None = None  # seconds east of UTC, when the text says which zone
+    zone = re.fullmatch(r"\s*UTC", rest) if m is not None else re.fullmatch(r"Z|\s*UTC|([+-])(\d{2}):?(\d{2})", rest)
+    if zone is not None:
+        offset = 0
+        if zone.lastindex:
+            offset = (1 if zone.group(1) == "+" else -1) * (int(zone.group(2)) * 3600 + int(zone.group(3)) * 60)
+    elif rest.strip():
+        raise ValueError(f"{text!r}: unexpected {rest.strip()!r} after the time (a zone is UTC"
+                         f"{'' if m is not None else ', Z or +hh:mm'}; without one the time is local)")
+    fields = (year, month, day, hour, minute, sec, 0, 0, -1)
+    try:
+        secs = calendar.timegm(fields) - offset if offset is not None else int(time.mktime(fields))
+    except (OverflowError, ValueError) as err:
+        raise ValueError(f"{text!r} is not a valid absolute time ({err}). {_ABS_EXAMPLE}") from None
+    return secs * 1_000_000_000 + frac
 
 
 def _suggest(name: str, known: Iterable[str]) -> str:

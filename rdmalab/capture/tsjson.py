@@ -21,17 +21,14 @@ Differences from tshark, on purpose or by scope:
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Callable, Collection, Iterable, Iterator
 from json import encoder as _json_encoder
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from rdmalab.capture.blockpool import blocks_in_workers
 from rdmalab.capture.columnar import COLUMN_BY_NAME
 from rdmalab.capture.fields import header_fields, packet_fields
-from rdmalab.capture.fieldtext import epoch_text, relative_text
+from rdmalab.capture.fieldtext import absolute_parts, epoch_text, relative_text
 from rdmalab.capture.fieldtext import value_text as _value_text
 from rdmalab.capture.filter import declared_fields
 from rdmalab.capture.linktypes import LINKTYPE_ERF
@@ -430,7 +427,8 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any],
         texts[proto] = None
         if stamp is not None and frame_ns is not None:
             secs, usecs = stamp
-            tree["icmp.data_time"] = f"{_when(secs)[0]}.{usecs * 1000:09d} UTC"
+            day, zone, _date = absolute_parts(secs)  # (local time, as frame.time)
+            tree["icmp.data_time"] = f"{day}.{usecs * 1000:09d} {zone}"
             tree["icmp.data_time_relative"] = relative_text(frame_ns - (secs * 1_000_000_000 + usecs * 1000))
         if payload:
             tree["data"] = {"data.data": _hexbytes(payload), "data.len": str(len(payload))}
@@ -457,9 +455,6 @@ def _whole_message(pkt: Packet) -> bool:
     return ddp is not None and (isinstance(ddp, DDPTagged) or bool(ddp.last))
 
 
-#: seconds since the epoch -> (the date and time of frame.time up to the second, _index): frames
-#: of the same second share them (strftime three times a frame otherwise)
-_WHEN: dict[int, tuple[str, str]] = {}
 _FRAME_KEYS = ("frame.encap_type", "frame.time", "frame.offset_shift", "frame.time_epoch", "frame.time_delta",
                "frame.time_delta_displayed", "frame.time_relative", "frame.number", "frame.len", "frame.cap_len",
                "frame.marked", "frame.ignored", "frame.protocols")
@@ -468,29 +463,13 @@ _FRAME_HEADS = ["{" + _FIELD_NL + "  " + _quote(_FRAME_KEYS[0]) + ": "] + [
     "," + _FIELD_NL + "  " + _quote(k) + ": " for k in _FRAME_KEYS[1:]]
 
 
-def _when(sec: int) -> tuple[str, str]:
-    hit = _WHEN.get(sec)
-    if hit is None:
-        try:
-            when = _dt.datetime.fromtimestamp(sec, tz=_dt.UTC)
-            hit = (f"{when:%b} {when.day:2d}, {when:%Y %H:%M:%S}", f"packets-{when:%Y-%m-%d}")
-        except (ValueError, OverflowError, OSError):  # a year datetime does not hold (past 9999): numpy's dates
-            date, clock = str(np.datetime64(sec, "s")).split("T")
-            year, month, day = date.rsplit("-", 2)
-            hit = (f"{_dt.date(2000, int(month), 1):%b} {int(day):2d}, {year} {clock}", f"packets-{date}")
-        if len(_WHEN) >= 4096:
-            _WHEN.clear()
-        _WHEN[sec] = hit
-    return hit
-
-
 def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_displayed_ns: int) -> dict[str, Any]:
     """One frame as tshark's JSON object (``_index``, ``_type``, ``_score``, ``_source.layers``)."""
     ns = cp.epoch_ns
-    day, index = _when(ns // 1_000_000_000)
+    day, zone, date = absolute_parts(ns // 1_000_000_000)  # (local time, as tshark's)
     frac = ns % 1_000_000_000
     pkt = cp.packet
-    values = [str(_encap_type(cp.linktype)), f"{day}.{frac:09d} UTC", "0.000000000", epoch_text(ns),
+    values = [str(_encap_type(cp.linktype)), f"{day}.{frac:09d} {zone}", "0.000000000", epoch_text(ns),
               relative_text(ns - prev_ns), relative_text(ns - prev_displayed_ns), relative_text(ns - first_ns), str(cp.frame_number),
               str(cp.wire_length or len(pkt.data)), str(cp.captured), "0", "0", ""]
     frame: dict[str, Any] = dict(zip(_FRAME_KEYS, values, strict=True))
@@ -511,7 +490,7 @@ def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_display
     frame["frame.protocols"] = values[-1] = frame_protocols(cp)
     text = "".join([h + _quote(v) for h, v in zip(_FRAME_HEADS, values, strict=True)]) + _FIELD_NL + "}"
     layers["frame"] = _Rendered(frame, text, _FIELD_NL)
-    return {"_index": index, "_type": "doc", "_score": None, "_source": {"layers": layers}}
+    return {"_index": f"packets-{date}", "_type": "doc", "_score": None, "_source": {"layers": layers}}
 
 
 def _encap_type(linktype: int) -> int:

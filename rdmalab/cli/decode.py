@@ -89,7 +89,12 @@ def _write_bytes(out: TextIO, data: bytes) -> None:
 def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     """``-T fields``: columnar when every field (and the filter's) is a column, else per packet."""
     from rdmalab.capture.columnar import COLUMN_NAMES  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.capture.filter import EITHER_FIELDS, RELATIVE_TIMES, known_fields  # lazy: `rdmalab --help` fast
+    from rdmalab.capture.filter import (  # lazy: `rdmalab --help` fast
+        ABSOLUTE_TIME,
+        EITHER_FIELDS,
+        RELATIVE_TIMES,
+        known_fields,
+    )
 
     names: list[str] = args.fields or []
     if not names:
@@ -102,6 +107,8 @@ def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> in
     if opts["header"]:
         _write_bytes(out, opts["separator"].join(n.encode() for n in names) + b"\n")
     wanted = {part for n in set(names) - set(RELATIVE_TIMES) for part in EITHER_FIELDS.get(n, (n,))}
+    if ABSOLUTE_TIME in wanted:  # (its text is made from frame.time_ns)
+        wanted = (wanted - {ABSOLUTE_TIME}) | {"frame.time_ns"}
     wanted |= set(flt.fields) if flt is not None else set()
     # (the columns join ip.addr's two values with a comma: another aggregator or one occurrence per packet)
     either = [n for n in names if n in EITHER_FIELDS]
@@ -129,8 +136,13 @@ def _fields_columnar(path: str, names: list[str], flt: Any, args: argparse.Names
 def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namespace, opts: dict[str, Any],
                     out: TextIO) -> int:
     from rdmalab.capture import read  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.capture.fieldtext import epoch_text, relative_text, value_text  # lazy: `rdmalab --help` fast
-    from rdmalab.capture.filter import EITHER_FIELDS, either_values  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.fieldtext import (  # lazy: `rdmalab --help` fast
+        absolute_text,
+        epoch_text,
+        relative_text,
+        value_text,
+    )
+    from rdmalab.capture.filter import ABSOLUTE_TIME, EITHER_FIELDS, either_values  # lazy: `rdmalab --help` fast
     from rdmalab.capture.render import TcpWindowScaling  # lazy: keeps `rdmalab --help` fast
 
     sep = opts["separator"].decode()
@@ -158,6 +170,9 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
         for n in names:
             if n in times:
                 cells.append(f"{q}{relative_text(times[n])}{q}")
+                continue
+            if n == ABSOLUTE_TIME:
+                cells.append(f"{q}{absolute_text(ns)}{q}")
                 continue
             v = either_values(fields, n) if n in EITHER_FIELDS else fields.get(n)
             if isinstance(v, list) and v and occ != "a":
