@@ -62,6 +62,7 @@ import rdmalab.wire.net  # noqa: F401
 import rdmalab.wire.rdmap  # noqa: F401
 from rdmalab.capture.columnar import COLUMN_BY_NAME, COLUMN_NAMES
 from rdmalab.capture.fields import BYTE_PROTOCOLS, EXTRA_FIELDS, _address
+from rdmalab.capture.pcapio import FRAME_META_FIELDS
 from rdmalab.wire.errors import RdmalabError
 from rdmalab.wire.header import Header
 
@@ -186,6 +187,7 @@ def known_fields() -> frozenset[str]:
     names.update(EITHER_FIELDS)
     names.update(ASKED_FIELDS)
     names.add(ABSOLUTE_TIME)
+    names.update(FRAME_META_FIELDS)
     prefixes = set()
     for n in names:
         parts = n.split(".")
@@ -467,8 +469,12 @@ class _Parser:
     def value(self) -> Any:
         kind, text, pos = self.take()
         self.value_at = pos
-        if kind == "str":
-            return parse_value(bytes(text[1:-1], "utf-8").decode("unicode_escape"), quoted=True)
+        if kind == "str":  # its escapes as Wireshark reads them, the rest as UTF-8 ("rxe0 ü" is not mangled)
+            try:
+                raw = _unescaped(text[1:-1])
+            except ValueError as err:
+                raise FilterError(self.expr, str(err), pos) from None
+            return parse_value(raw.decode("utf-8", "surrogateescape"), quoted=True)
         if kind == "op":
             raise FilterError(self.expr, f"expected a value, found {text!r}", pos)
         try:
@@ -654,7 +660,7 @@ def _text_test_error(name: str, op: str) -> str | None:
         return f"'{op}' on {name}: rdmalab tests the bytes of the whole frame (frame {op} ...)"
     if name in known_fields() and declared_fields().get(name, ("", 0))[0] == "proto" or name not in declared_fields() \
             and name not in COLUMN_BY_NAME and name not in EXTRA_FIELDS and name not in EITHER_FIELDS \
-            and name not in ASKED_FIELDS:
+            and name not in ASKED_FIELDS and name not in FRAME_META_FIELDS:
         return (f"'{op}' on the bytes of {name}: rdmalab reads the frame's and those of "
                 f"{', '.join(BYTE_PROTOCOLS)} (frame {op} ...)")
     kind = field_kind(name)

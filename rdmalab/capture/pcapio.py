@@ -43,7 +43,8 @@ import select
 import stat
 import struct
 import sys
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -746,3 +747,116 @@ def pcapng_block(buf: bytes | bytearray, offs: np.ndarray, order: str, interface
     lts = ifaces.arrays()[0][iface] if n else np.zeros(0, dtype=np.int32)
     return RecordBlock(buf, at + np.where(simple, 12, 28), cap, wire, ns, lts.astype(np.int32), frame, file_pos,
                        secs, iface.astype(np.int32))
+
+
+#: the fields of a pcapng file's blocks around its packets, as Wireshark names them: the section's number
+#: (from 1), the interface's number in its section (from 0, as the packet block names it), its ``if_name``
+#: (``unknown`` without one) and ``if_description``, and the packet's comments (``opt_comment``).  (tshark
+#: 4.0 names the interface of a later section by the first section's interface of the same number.)
+FRAME_META_FIELDS = ("frame.section_number", "frame.interface_id", "frame.interface_name",
+                     "frame.interface_description", "frame.comment")
+
+
+class FrameMeta:
+    """:data:`FRAME_META_FIELDS` of the packets of a pcapng file, in file order: :meth:`add` puts a
+    frame's into its field dictionary (a pcap file has none of them, as in tshark, but for ERF records:
+    each capture port an interface, numbered as first seen, named as tshark names them).  The file's blocks
+    are read a second time, beside the reader that decodes them, a block at a time (bounded memory);
+    a block the reader would refuse ends them (the reader says what is wrong)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        if is_stream(path):
+            raise CaptureError(os.fspath(path), "is a stream: frame.comment, frame.interface_* and "
+                               "frame.section_number are read from a pcapng file's blocks a second time; write the "
+                               "capture to a file first")
+        self._f = open_capture(path)
+        weakref.finalize(self, self._f.close)  # (closed when collected, or at exit, if not before)
+        self._packets: Generator[dict[str, Any], None, None] = self._walk()
+        self._frame = 0
+        self._got: dict[str, Any] = {}
+        self._ports: dict[int, int] = {}  # an ERF record's capture port -> its interface number
+
+    def _walk(self) -> Generator[dict[str, Any], None, None]:
+        try:
+            yield from self._blocks(self._f)
+        finally:  # (the file closed when the packets end, or when this is collected)
+            self._f.close()
+
+    def _blocks(self, f: IO[bytes]) -> Iterator[dict[str, Any]]:
+        if read_full(f, 4) != _PCAPNG_SHB:
+            return
+        f.seek(0)
+        section = 0
+        names: list[tuple[str, list[str]]] = []  # (name, description) of every interface so far, in file order
+        base, order = 0, "<"
+        while True:
+            hdr = read_full(f, 8)
+            if len(hdr) < 8:
+                return
+            if hdr[:4] == _PCAPNG_SHB:
+                bom = read_full(f, 4)
+                if bom not in (_BOM_LE, _BOM_BE):
+                    return
+                order = "<" if bom == _BOM_LE else ">"
+                blen = struct.unpack_from(order + "I", hdr, 4)[0]
+                body = bom + read_full(f, blen - 12) if blen >= 12 else b""
+                section += 1
+                base = len(names)
+            else:
+                btype, blen = struct.unpack(order + "II", hdr)
+                body = read_full(f, blen - 8) if blen >= 12 else b""
+            if blen < 12 or blen % 4 or blen > MAX_RECORD or len(body) != blen - 8:
+                return
+            btype = struct.unpack_from(order + "I", hdr)[0]
+            if btype == PCAPNG_IDB:
+                opts = _options(body, 8, order)
+                names.append((opts.get(2, [b"unknown"])[0].decode("utf-8", "replace"),
+                              [v.decode("utf-8", "replace") for v in opts.get(3, [])][:1]))
+            elif btype in PCAPNG_PACKET_TYPES:
+                if btype == 3:
+                    local, comments = 0, []
+                else:
+                    local = struct.unpack_from(order + ("I" if btype == PCAPNG_EPB else "H"), body, 0)[0]
+                    cap = struct.unpack_from(order + "I", body, 12)[0]
+                    comments = [v.decode("utf-8", "replace") for v in _options(body, 20 + (cap + 3) // 4 * 4,
+                                                                                order).get(1, [])]
+                iface = base + local
+                got: dict[str, Any] = {"frame.section_number": section, "frame.interface_id": local}
+                if iface < len(names):
+                    got["frame.interface_name"] = names[iface][0]
+                    if names[iface][1]:
+                        got["frame.interface_description"] = names[iface][1][0]
+                if comments:
+                    got["frame.comment"] = comments if len(comments) > 1 else comments[0]
+                yield got
+
+    def add(self, fields: dict[str, Any], frame: int) -> None:
+        """Put frame number ``frame``'s fields (the frames asked for in increasing order) into ``fields``."""
+        while self._frame < frame:
+            self._got = next(self._packets, {})
+            self._frame += 1
+        fields.update(self._got)
+        flags = fields.get("erf.flags")
+        if isinstance(flags, int) and "frame.interface_id" not in fields:  # (the ERF header's port: bits 0-1)
+            port = flags & 3
+            name = f"Port {chr(65 + port)} (ERF Interface {port})"
+            fields["frame.interface_id"] = self._ports.setdefault(port, len(self._ports))
+            fields["frame.interface_name"] = fields["frame.interface_description"] = name
+
+    def close(self) -> None:
+        self._packets.close()
+        self._f.close()
+
+
+def _options(body: bytes, at: int, order: str) -> dict[int, list[bytes]]:
+    """The pcapng options (code -> values, in order) from ``at`` of a block's body (after its type and
+    length, without its closing length), up to opt_endofopt or a damaged one."""
+    out: dict[int, list[bytes]] = {}
+    end = len(body) - 4
+    while at + 4 <= end:
+        code, olen = struct.unpack_from(order + "HH", body, at)
+        if code == 0 or at + 4 + olen > end:
+            break
+        out.setdefault(code, []).append(bytes(body[at + 4:at + 4 + olen]))
+        at += 4 + (olen + 3) // 4 * 4
+    return out

@@ -151,6 +151,7 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
     windows = TcpWindowScaling()  # tcp.window_size: every frame's handshake, in order
     clock = _clock(flt)
     conversations = _conversations(flt, names)
+    meta = _meta(path, flt, names)
     first: int | None = None  # the relative times (fieldtext.Clock counts them the same way over columns)
     before = 0
     shown: int | None = None
@@ -158,7 +159,7 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
         ns = cp.epoch_ns
         if first is None:
             first = before = ns
-        fields = _filter_fields(flt, clock, cp, windows, conversations)
+        fields = _filter_fields(flt, clock, cp, windows, conversations, meta)
         _asked(fields, cp, names)
         times = {"frame.time_relative": ns - first, "frame.time_delta": ns - before}
         before = ns
@@ -208,14 +209,16 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     windows = TcpWindowScaling()  # tcp.window_size for the filter: every frame, in order
     clock = _clock(flt)
     conversations = _conversations(flt)
-    keep = None if flt is None else (lambda cp: flt(_filter_fields(flt, clock, cp, windows, conversations)))
+    meta = _meta(path, flt)
+    keep = None if flt is None else (lambda cp: flt(_filter_fields(flt, clock, cp, windows, conversations, meta)))
     packets = read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count)
     for piece in iter_json(packets, keep):
         out.write(piece)
     return 0
 
 
-def _filter_fields(flt: Any, clock: Any, cp: Any, windows: Any, conversations: Any = None) -> dict[str, Any]:
+def _filter_fields(flt: Any, clock: Any, cp: Any, windows: Any, conversations: Any = None,
+                   meta: Any = None) -> dict[str, Any]:
     """A frame's fields as a display filter reads them (:func:`rdmalab.capture.frame_fields`), with
     the times relative to other frames (``clock``, :func:`_clock`), the conversation numbers
     (``conversations``, :func:`_conversations`) and the frame's bytes when it asks."""
@@ -227,6 +230,8 @@ def _filter_fields(flt: Any, clock: Any, cp: Any, windows: Any, conversations: A
         clock.stamp(fields, cp.epoch_ns)
     if conversations is not None:
         conversations.add(fields)
+    if meta is not None:
+        meta.add(fields, cp.frame_number)
     if flt is not None and flt.needs_frame:
         fields[FRAME_BYTES] = cp.frame_bytes
     if flt is not None and flt.byte_protocols:
@@ -260,8 +265,8 @@ def _write(path: str, args: argparse.Namespace, flt: Any) -> int:
 
     keep = None
     if flt is not None:
-        windows, clock, conversations = TcpWindowScaling(), _clock(flt), _conversations(flt)
-        keep = lambda cp: flt(_filter_fields(flt, clock, cp, windows, conversations))  # noqa: E731
+        windows, clock, conversations, meta = TcpWindowScaling(), _clock(flt), _conversations(flt), _meta(path, flt)
+        keep = lambda cp: flt(_filter_fields(flt, clock, cp, windows, conversations, meta))  # noqa: E731
     dest = sys.stdout.buffer if args.write == "-" else args.write
     if args.write != "-" and os.path.abspath(args.write) == os.path.abspath(path):
         raise Fail(f"-w {args.write}: that is the file being read")
@@ -273,6 +278,15 @@ def _write(path: str, args: argparse.Namespace, flt: Any) -> int:
             raise
         raise Fail(f"-w {args.write}: cannot write the file there ({err.strerror})") from None
     return 0
+
+
+def _meta(path: str, flt: Any, names: Any = ()) -> Any:
+    """A :class:`~rdmalab.capture.pcapio.FrameMeta` of the file when the filter or the ``-e`` fields read
+    a pcapng block's fields (frame.comment, frame.interface_*, frame.section_number), else None."""
+    from rdmalab.capture.pcapio import FRAME_META_FIELDS, FrameMeta  # lazy: keeps `rdmalab --help` fast
+
+    wanted = set(names) | (set(flt.fields) if flt is not None else set())
+    return FrameMeta(path) if wanted & set(FRAME_META_FIELDS) else None
 
 
 def _conversations(flt: Any, names: Any = ()) -> Any:
@@ -411,6 +425,7 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
         echoes = EchoPairs()  # the same
         clock = _clock(flt)  # the same (frame.time_delta in a filter: since the frame read before)
         conversations = _conversations(flt)  # the same (tcp.stream counts every conversation)
+        meta = _meta(path, flt)
         times = TimeColumn(args.time_format) if timed else None  # the same (-t d: since the frame read before)
         for cp in read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count):
             if t0 is None:
@@ -418,7 +433,7 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
             if times is not None:
                 times.seen(cp.epoch_ns)
             request_in = echoes.note(cp.frame_number, cp.packet)
-            fields = _filter_fields(flt, clock, cp, windows, conversations) if flt is not None else None
+            fields = _filter_fields(flt, clock, cp, windows, conversations, meta) if flt is not None else None
             if summaries and cp.packet.encap == "tcp" and not cp.pdus:
                 line = summary_line(cp, t0, windows)  # (-t: the time put in once the filter has shown it)
             else:

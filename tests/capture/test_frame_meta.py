@@ -1,0 +1,107 @@
+"""The fields of a pcapng file's blocks around its packets (:class:`rdmalab.capture.pcapio.FrameMeta`):
+``frame.comment`` (what ``rdmalab analyze --annotate`` writes, and Wireshark's own packet comments),
+``frame.interface_id``, ``frame.interface_name``, ``frame.interface_description`` and
+``frame.section_number``, in ``-T fields`` and display filters on every output, against tshark.  Before:
+"not a field rdmalab knows", so a capture annotated by rdmalab could not be filtered on its findings by
+rdmalab itself."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tshark_cli import decode as _ours
+from tshark_cli import requires_tshark, shown_frames
+from tshark_cli import tshark as _tshark
+
+from rdmalab.capture import records
+from rdmalab.capture.pcapwriter import CaptureWriter
+from rdmalab.cli import main
+
+CAPTURES = Path(__file__).resolve().parents[2] / "captures"
+META = ["frame.comment", "frame.interface_id", "frame.interface_name", "frame.interface_description",
+        "frame.section_number"]
+ARGS = ["-T", "fields", "-e", "frame.number", *[a for n in META for a in ("-e", n)]]
+
+
+def _sections(path: Path, n: int) -> None:
+    """``n`` sections, each with three interfaces (named, named and described, neither) and packets of
+    rxe_rping.pcap on them in turn, some with one comment, some with two."""
+    data = [r.data for r in records(CAPTURES / "rxe_rping.pcap")][:12]
+    with open(path, "wb") as out:
+        for sec in range(n):
+            buf = io.BytesIO()
+            with CaptureWriter(buf, format="pcapng", if_name=f"veth{sec}", comment=f"section {sec}") as w:
+                ifaces = [0, w.add_interface(1, name="rxe0 ü", description="the RoCE port"), w.add_interface(1)]
+                for i, d in enumerate(data):
+                    note = None if i % 4 else ([f"c{sec}-{i}", "a second, with a comma"] if i % 8 == 0 else f"only {i}")
+                    w.write(d, 1_000_000_000 * (i + 1) + sec, interface=ifaces[i % 3], comment=note)
+            out.write(buf.getvalue())
+
+
+@pytest.fixture(scope="module")
+def annotated(tmp_path_factory: Any) -> Path:
+    out = tmp_path_factory.mktemp("meta") / "annotated.pcapng"
+    assert main(["analyze", str(CAPTURES / "rxe_write_bw_loss.pcap"), "--annotate", str(out), "-q"]) == 0
+    return out
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_fields_as_tshark(annotated: Path, tmp_path: Path, capsys: Any) -> None:
+    capsys.readouterr()
+    one = tmp_path / "one.pcapng"
+    _sections(one, 1)
+    for path in (annotated, one, CAPTURES / "rxe_rping.pcap", CAPTURES / "hw_ib_connectx_erf.pcap"):
+        want = _tshark("-r", str(path), *ARGS)
+        assert _ours(capsys, "-r", str(path), *ARGS) == want, path
+    assert "go-back-N" in _tshark("-r", str(annotated), *ARGS)
+    assert "Port B (ERF Interface 1)" in want  # (ERF: each capture port an interface)
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_filters_as_tshark(annotated: Path, tmp_path: Path, capsys: Any) -> None:
+    capsys.readouterr()
+    one = tmp_path / "one.pcapng"
+    _sections(one, 1)
+    cases = [(annotated, 'frame.comment contains "go-back-N"'), (annotated, "frame.comment"),
+             (annotated, 'frame.comment matches "psn_gap: PSN \\\\d+ missing"'), (annotated, "!frame.comment"),
+             (one, "frame.interface_id == 1"), (one, 'frame.interface_name == "rxe0 ü"'),
+             (one, 'frame.interface_description contains "RoCE"'), (one, 'frame.comment == "only 4"'),
+             (one, "frame.section_number == 1 && frame.interface_id != 0"),
+             (CAPTURES / "rxe_rping.pcap", "frame.interface_id == 0 || frame.comment")]
+    for path, flt in cases:
+        want = _tshark("-r", str(path), "-Y", flt, "-T", "fields", "-e", "frame.number").split()
+        assert want or flt.startswith("frame.interface_id == 0 ||"), flt
+        for mode in ([], ["-T", "fields", "-e", "frame.number"], ["-T", "json"], ["-V"], ["--no-columnar"]):
+            assert shown_frames(_ours(capsys, "-r", str(path), "-Y", flt, *mode), mode) == want, (flt, mode)
+        out = tmp_path / "kept.pcapng"
+        assert main(["decode", "-r", str(path), "-Y", flt, "-w", str(out)]) == 0
+        assert sum(1 for _ in records(out)) == len(want), flt
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_sections(tmp_path: Path, capsys: Any) -> None:
+    """A second section numbers its interfaces from 0 again, as tshark; its interfaces are its own
+    (tshark 4.0 names them by the first section's of the same number: veth0 for the second's veth1)."""
+    two = tmp_path / "two.pcapng"
+    _sections(two, 2)
+    ours = [line.split("\t") for line in _ours(capsys, "-r", str(two), *ARGS).splitlines()]
+    theirs = [line.split("\t") for line in _tshark("-r", str(two), *ARGS).splitlines()]
+    assert len(ours) == len(theirs) == 24
+    for a, b in zip(ours, theirs, strict=True):
+        if a[5] == "2" and a[2] == "0":  # the second section's interface 0
+            assert (a[3], b[3]) == ("veth1", "veth0")
+            a[3] = b[3]
+        assert a == b
+    assert {x[5] for x in ours} == {"1", "2"}
+
+
+def test_a_stream_is_refused(annotated: Path, capsys: Any, monkeypatch: Any) -> None:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(annotated.read_bytes())))
+    assert main(["decode", "-r", "-", "-T", "fields", "-e", "frame.comment"]) != 0
+    assert "write the capture to a file first" in capsys.readouterr().err
