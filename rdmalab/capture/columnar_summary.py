@@ -28,7 +28,14 @@ from typing import Any
 import numpy as np
 
 from rdmalab.capture.blockpool import blocks_in_workers, default_workers, parallel_capture
-from rdmalab.capture.columnar_decode import _opt, decode_block
+from rdmalab.capture.columnar import _ethernet_only
+from rdmalab.capture.columnar_decode import (
+    _opt,
+    columns_from_block,
+    decode_block,
+    wants_conversations,
+    wants_iwarp,
+)
 from rdmalab.capture.columnar_schema import Columns, link_header_length
 from rdmalab.capture.columnar_tcp import FLAG_TEXT, TCP_FIELDS, clean_tcp, tcp_offsets
 from rdmalab.capture.fields import frame_fields
@@ -39,6 +46,7 @@ from rdmalab.capture.linktypes import LINKTYPE_ERF, LINKTYPE_ETHERNET, erf_frame
 from rdmalab.capture.pcapio import RecordBlock, record_blocks
 from rdmalab.capture.reader import RawRecord, decode_record
 from rdmalab.capture.render import (
+    Conversations,
     EchoPairs,
     TcpWindowScaling,
     echo_message,
@@ -912,13 +920,15 @@ def _first_time(blk: RecordBlock) -> float:
 
 
 def _sequential(path: str, block_bytes: int, count: int | None, flt: Any,
-                lenient: bool) -> Iterator[tuple[_BlockText, float]]:
+                lenient: bool, shown: _Shown | None = None) -> Iterator[tuple[_BlockText, float]]:
     t0: float | None = None
     left = count
     for blk in record_blocks(path, block_bytes):
         n = len(blk) if left is None else min(len(blk), left)
         if t0 is None:
             t0 = _first_time(blk)
+        if shown is not None:
+            shown.note(blk, n)
         yield _render_block(blk, t0, flt, n, lenient), t0
         if left is not None:
             left -= n
@@ -955,6 +965,11 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     what it raises (``lenient=False``: the first :class:`~rdmalab.wire.errors.DecodeError`),
     after the lines before it."""
     p = os.fspath(path)
+    shown: _Shown | None = None
+    if flt is not None and wants_conversations(flt.fields) and not wants_iwarp(flt.fields):
+        # a filter on the conversations (tcp.stream == 3): every line written as without a filter (one
+        # process, in order), then the lines of the frames it keeps, from the block's columns
+        shown, flt, filter_expr, workers = _Shown(flt), None, None, 1
     tracker = None
     if iwarp:
 
@@ -971,7 +986,7 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
         blocks: Iterator[tuple[_BlockText, float]] = blocks_in_workers(
             p, _render_in_worker, (filter_expr, lenient), workers=workers, block_bytes=block_bytes, count=count)
     else:
-        blocks = _sequential(p, block_bytes, count, flt, lenient)
+        blocks = _sequential(p, block_bytes, count, flt, lenient, shown)
     mapped: memoryview | None = None
     for bt, t0 in blocks:
         if bt.tcp is not None and bt.tcp.file_start is not None:
@@ -981,7 +996,7 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
             bt.tcp.buf = mapped[bt.tcp.file_start:]  # type: ignore[assignment]
         first = bt.pieces[0] if len(bt.pieces) == 1 else None
         if isinstance(first, bytes):
-            yield first
+            yield first if shown is None else shown.keep(first)
             continue
         out: list[bytes] = []
         failed: BaseException | None = None
@@ -1033,9 +1048,39 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
         except Exception as err:  # the lines before the frame that failed, then the error
             failed = err
         if out:
-            yield b"".join(out)
+            yield b"".join(out) if shown is None else shown.keep(b"".join(out))
         if failed is not None:
             raise failed
+
+
+class _Shown:
+    """Which frames a display filter on the conversations keeps (:func:`summary_bytes`): each block's
+    columns with the conversations followed in order (:func:`~rdmalab.capture.columnar_decode.fill_conversations`;
+    a block of other link types: the per-packet decoder's columns, the same numbers), the filter run on
+    them, and the block's lines cut down to those frames'."""
+
+    def __init__(self, flt: Any) -> None:
+        self.flt = flt
+        self.conversations = Conversations()
+        self.mask = np.zeros(0, dtype=bool)
+
+    def note(self, blk: RecordBlock, n: int) -> None:
+        """The first ``n`` frames of the next block."""
+        if _ethernet_only(blk):
+            cols = decode_block(blk, verify_icrc=True, fields=self.flt.fields, conversations=self.conversations)
+        else:
+            cols = columns_from_block(blk, conversations=self.conversations)
+        self.mask = np.asarray(self.flt.mask(cols, cols.present, cols.n), dtype=bool)[:n]
+
+    def keep(self, text: bytes) -> bytes:
+        """The lines of the frames kept among ``text``, the lines of the block's first frames (all of them,
+        or those before an error)."""
+        lines = text.split(b"\n")[:-1]
+        if len(lines) > len(self.mask):  # (a newline inside a line: a frame's text is not one line)
+            raise RuntimeError(f"summary lines: {len(lines)} lines for {len(self.mask)} frames of a block")
+        kept = [line for line, k in zip(lines, self.mask.tolist(), strict=False) if k]
+        self.mask = self.mask[len(lines):]
+        return b"".join(line + b"\n" for line in kept)
 
 
 #: the FPDUs :func:`_fpdu_chains` describes itself: (tagged, RDMAP opcode) -> its name's row in _FPDU_NAMES

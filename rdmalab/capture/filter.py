@@ -528,7 +528,7 @@ class _Parser:
             if t is not None and t[1] == "in":
                 self.take()
                 if not self.is_("{"):
-                    raise FilterError(self.expr, "'in' must be followed by a set, e.g. {1 2 3}", t[2])
+                    raise FilterError(self.expr, "'in' must be followed by a set, e.g. {1, 2, 3}", t[2])
                 self.take()
                 vals = []
                 while not self.is_("}"):
@@ -556,7 +556,7 @@ class _Parser:
         if t[1] == "in":
             self.take()
             if not self.is_("{"):
-                raise FilterError(self.expr, "'in' must be followed by a set, e.g. {1 2 3}", t[2])
+                raise FilterError(self.expr, "'in' must be followed by a set, e.g. {1, 2, 3}", t[2])
             self.take()
             vals = []
             while not self.is_("}"):

@@ -307,11 +307,15 @@ def _clock(flt: Any) -> Any:
 
 
 def _columns_answer(flt: Any) -> bool:
-    """Whether every field of a compiled filter is a column the summary lines' blocks have (each
-    block decoded alone: not the conversations', which follow every frame before)."""
-    from rdmalab.capture.columnar import COLUMN_NAMES, CONVERSATION_FIELDS  # lazy: keeps `rdmalab --help` fast
+    """Whether every field of a compiled filter is a column the summary lines can filter on (the
+    conversations' and iWARP's not both: each follows the capture in its own pass)."""
+    from rdmalab.capture.columnar import (  # lazy: keeps `rdmalab --help` fast
+        COLUMN_NAMES,
+        wants_conversations,
+        wants_iwarp,
+    )
 
-    return set(flt.fields) <= COLUMN_NAMES - set(CONVERSATION_FIELDS)
+    return set(flt.fields) <= COLUMN_NAMES and not (wants_conversations(flt.fields) and wants_iwarp(flt.fields))
 
 
 def run_decode(args: argparse.Namespace, out: TextIO) -> int:

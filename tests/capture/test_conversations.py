@@ -135,3 +135,31 @@ def test_relative_numbers_of_damaged_headers(tmp_path: Path, capsys: Any) -> Non
     want = _tshark("-r", str(path), *ARGS)
     for how in PATHS:
         assert _ours(capsys, *how, "-r", str(path), *ARGS) == want, how
+
+
+def test_summary_lines_filtered_on_conversations(tmp_path: Path, capsys: Any) -> None:
+    """Summary lines with a filter on the conversations (written as without a filter, then the frames the
+    columns' filter keeps): the per-packet path's lines, on every capture appended (ERF records among
+    Ethernet ones: those blocks' columns from the per-packet decoder), in blocks of 16 KiB, with -c."""
+    from rdmalab.capture.columnar_summary import summary_bytes
+    from rdmalab.capture.filter import compile_filter
+
+    path = tmp_path / "all.pcapng"
+    with CaptureWriter(path, format="pcapng", linktype=None) as w:
+        ifaces: dict[int, int] = {}
+        for name in sorted(FILES, key=lambda n: "erf" in n):  # (the ERF records after Ethernet conversations)
+            for r in records(CAPTURES / name):
+                if r.linktype not in ifaces:
+                    ifaces[r.linktype] = w.add_interface(r.linktype)
+                w.write(r.data, r.ns or 0, interface=ifaces[r.linktype])
+    assert len(ifaces) == 2
+    for flt in ("tcp.stream == 2", "udp.stream in {0, 7} || tcp.seq == 1", "!(udp.stream >= 1)",
+                "tcp.nxtseq > 100 && ip.src == 10.0.0.1"):
+        for count in (None, 700):
+            more = ["-c", str(count)] if count else []
+            want = _ours(capsys, "--no-columnar", "-r", str(path), "-Y", flt, *more)
+            got = b"".join(summary_bytes(path, flt=compile_filter(flt), filter_expr=flt, count=count,
+                                         block_bytes=16 << 10)).decode()
+            assert got == want, (flt, count)
+            assert _ours(capsys, "-r", str(path), "-Y", flt, *more) == want
+            assert want.count("\n") > 5, flt
