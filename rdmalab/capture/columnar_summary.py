@@ -43,7 +43,7 @@ from rdmalab.capture.fieldtext import _OCTET_DOT32, _dec, _hex, _strings
 from rdmalab.capture.filter import compile_filter
 from rdmalab.capture.iwarp import IwarpTracker
 from rdmalab.capture.linktypes import LINKTYPE_ERF, LINKTYPE_ETHERNET, erf_frame
-from rdmalab.capture.pcapio import RecordBlock, record_blocks
+from rdmalab.capture.pcapio import NS_MAX, NS_MIN, RecordBlock, record_blocks, record_ns
 from rdmalab.capture.reader import RawRecord, decode_record
 from rdmalab.capture.render import (
     Conversations,
@@ -55,6 +55,7 @@ from rdmalab.capture.render import (
     info,
     protocol,
     summary_line,
+    time_text,
     window_shift_option,
 )
 from rdmalab.wire import crc as _crc
@@ -158,32 +159,47 @@ _OPNAMES = _table([opcode_name(i) for i in range(256)])
 _SYNDROMES = _table(_SYNDROME)
 
 
-def _seconds(t: np.ndarray) -> np.ndarray:
-    """``%11.6f`` of relative times.  |t| * 1e6 is rounded with numpy to the nearest integer, which is
-    Python's (correctly rounded) answer unless |t| * 1e6 lies within a few units in the last place
-    of a half (then the product's own rounding could decide); those and huge times are formatted by
-    Python.  A negative time (a frame before the first: appended captures) is its magnitude's text
-    after a minus sign, as Python writes it (``-0.000000`` too)."""
-    n = len(t)
-    a = np.abs(t)
-    y = a * 1e6
-    k = np.rint(y)
-    exact = (a < 1e9) & (0.5 - np.abs(y - k) > 8 * np.spacing(y))
-    ki = np.where(exact, k, 0).astype(np.int64)
-    parts = [_dec(ki // 1_000_000), _const(".", n), _dec(ki % 1_000_000, 6, pad_zeros=True)]
-    neg = np.signbit(t)
+def _seconds(rel: np.ndarray, digits: np.ndarray) -> np.ndarray:
+    """:func:`~rdmalab.capture.render.time_text` of relative times in nanoseconds (int64), each to its
+    frame's ``digits``, right-aligned in 11 characters (0: no character).  A negative time (a frame
+    before the first: appended captures) is its magnitude's text after a minus sign."""
+    n = len(rel)
+    a = np.abs(rel)
+    secs = a // 1_000_000_000
+    frac = a - secs * 1_000_000_000
+    head = _dec(secs)
+    neg = rel < 0
     if neg.any():
-        parts.insert(0, np.where(neg, ord("-"), 0).astype(np.uint8)[:, None])
-    m = np.hstack(parts)
-    m = np.hstack([_pad(m, 11), m])
-    if not exact.all():
-        odd = np.flatnonzero(~exact)
-        strs = _strings([f"{x:11.6f}" for x in t[odd].tolist()])
-        w = max(m.shape[1], strs.shape[1])
-        m = np.hstack([m, np.zeros((n, w - m.shape[1]), dtype=np.uint8)])
-        m[odd] = 0
-        m[odd, :strs.shape[1]] = strs
-    return m
+        head = np.hstack([np.where(neg, ord("-"), 0).astype(np.uint8)[:, None], head])
+    kinds = np.unique(digits) if n else np.zeros(0, dtype=np.int8)
+    if len(kinds) == 1 and int(kinds[0]) == 6:  # (the common case: microseconds)
+        m = np.hstack([head, _const(".", n), _dec(frac // 1000, 6, pad_zeros=True)])
+    else:
+        tails = []
+        for d in kinds.tolist():
+            sel = digits == d
+            t = np.zeros((n, d + 1 if d else 1), dtype=np.uint8)
+            if d:
+                t[sel, 0] = ord(".")
+                t[sel, 1:] = _dec(frac[sel] // 10 ** (9 - d), d, pad_zeros=True)
+            tails.append(t)
+        m = np.hstack([head, *tails])
+    return np.hstack([_pad(m, 11), m])
+
+
+def _time_column(blk: RecordBlock, rows: np.ndarray, t0: int) -> np.ndarray:
+    """The time column of the block's rows ``rows``: seconds since ``t0`` (ns) to each frame's precision
+    (:func:`_seconds`); a time past what an int64 holds (years 1677 to 2262: a damaged timestamp), or a
+    difference it does not hold, in Python's integers, as the per-packet path has them (``record_ns``)."""
+    ns = blk.ts_ns[rows]
+    digits = blk.time_digits()[rows]
+    if not len(ns) or (NS_MIN < t0 < NS_MAX and int(ns.min()) > NS_MIN and int(ns.max()) < NS_MAX
+                       and int(ns.max()) - t0 < NS_MAX and t0 - int(ns.min()) < NS_MAX):
+        return _seconds(ns - t0, digits)
+    texts = [time_text(record_ns(s, v) - t0, d) for s, v, d in
+             zip(blk.seconds()[rows].tolist(), ns.tolist(), digits.tolist(), strict=True)]
+    m = _strings(texts)
+    return np.hstack([_pad(m, 11), m])
 
 
 def _addresses(c: Columns, rows: np.ndarray, which: str) -> np.ndarray:
@@ -217,7 +233,7 @@ class _Taken(dict[str, np.ndarray]):
         return v
 
 
-def _column_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tuple[bytes, np.ndarray]:
+def _column_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: int) -> tuple[bytes, np.ndarray]:
     """The lines of ``rows`` (each ending in a newline) and where each starts in that text, formatted
     column by column."""
     d, L = c.data, c.layers
@@ -231,7 +247,7 @@ def _column_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> t
     length = _dec(np.where(wire != 0, wire, blk.caplen[rows]).astype(np.uint64))
     frame = _dec(get["frame.number"])
     src, dst = _addresses(c, rows, "src"), _addresses(c, rows, "dst")
-    parts = [_pad(frame, 5), frame, _const(" ", n), _seconds(blk.seconds()[rows] - t0), _const(" ", n),
+    parts = [_pad(frame, 5), frame, _const(" ", n), _time_column(blk, rows, t0), _const(" ", n),
              _pad(src, 15), src, _const(" \u2192 ", n), dst, _pad(dst, 15), _const(" RRoCE      ", n),
              _pad(length, 5), length, _const(" ", n), _OPNAMES[get["infiniband.bth.opcode"]],
              _const(" QP=0x", n), _hex(get["infiniband.bth.destqp"].astype(np.uint64), 6, prefix=False),
@@ -274,7 +290,7 @@ def _column_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> t
     return m.tobytes().translate(None, b"\0"), starts
 
 
-def tcp_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def tcp_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each row (clean TCP segments: :func:`rdmalab.capture.columnar_tcp.clean_tcp`), its summary
     line up to ``Win=``, what follows the window (`` Len=N`` and a newline), as
     :func:`rdmalab.capture.render.summary_line` writes them, and the line of an iWARP frame up to its
@@ -290,7 +306,7 @@ def tcp_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> tuple
     src, dst = _addresses(c, rows, "src"), _addresses(c, rows, "dst")
     sport, dport = _dec(get["tcp.srcport"]), _dec(get["tcp.dstport"])
     flags = get["tcp.flags"].astype(np.int64) & 0x1FF
-    lead = np.hstack([_pad(frame, 5), frame, _const(" ", n), _seconds(blk.seconds()[rows] - t0), _const(" ", n),
+    lead = np.hstack([_pad(frame, 5), frame, _const(" ", n), _time_column(blk, rows, t0), _const(" ", n),
                       _pad(src, 15), src, _const(" \u2192 ", n), dst, _pad(dst, 15)])
     size = np.hstack([_pad(length, 5), length, _const(" ", n)])
     iwarp = np.hstack([lead, _const(f" {'iWARP':<10} ", n), size])
@@ -386,7 +402,7 @@ def _template(src: str, dst: str, length: int, opcode: int, flags: int, bad: int
     return tuple(segs) + (b"",) * (5 - len(segs))
 
 
-def _template_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) -> bytes | None:
+def _template_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: int) -> bytes | None:
     """The lines of ``rows`` built from group templates, or None when the block has too many groups."""
     d, L = c.data, c.layers
     n = len(rows)
@@ -488,7 +504,7 @@ def _template_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) ->
             if sel.any():
                 xs[x - 1].append((i_rows[sel], imm[sel]))
     slots: list[tuple[np.ndarray | None, np.ndarray]] = [
-        (None, frame), (None, _const(" ", n)), (None, _seconds(blk.seconds()[rows] - t0)), (None, tables[0][inv]),
+        (None, frame), (None, _const(" ", n)), (None, _time_column(blk, rows, t0)), (None, tables[0][inv]),
         (None, _dec(get["infiniband.bth.psn"])), (None, tables[1][inv])]
     for x in range(3):
         w = max((m.shape[1] for _, m in xs[x]), default=0)
@@ -513,7 +529,7 @@ def _template_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float) ->
     return text
 
 
-def _fast_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: float, starts: bool = True) -> tuple[bytes, np.ndarray | None]:
+def _fast_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: int, starts: bool = True) -> tuple[bytes, np.ndarray | None]:
     """The lines of ``rows`` (each ending in a newline) and, when ``starts``, where each starts in that text."""
     if len(rows) == 0:
         return b"", np.zeros(1, dtype=np.int64)
@@ -534,13 +550,14 @@ _USE_TEMPLATES = True
 _GROUPS_PER_ROW = 8
 
 
-_Record = tuple[int, float, int, bytes, int, int]
+_Record = tuple[int, float, int, bytes, int, int, int, int]
 
 
 @dataclass(slots=True)
 class _BlockText:
     """One block's lines, in order: text (bytes), the frames only this process can write (a
-    record: row, seconds, link type, bytes, wire length, interface: TCP frames that are not clean
+    record: row, seconds, link type, bytes, wire length, interface, nanoseconds, the time's decimal places: TCP
+    frames that are not clean
     and any frame the decoder must report in order) and runs of lines with clean TCP segments
     between them (:class:`_Run`, segments of ``tcp``: their windows and iWARP streams follow the
     whole capture)."""
@@ -552,11 +569,11 @@ class _BlockText:
 
 #: a frame's line but for its number and time: source, destination, protocol, info, and (a record
 #: with a time of its own: ERF) the per-packet path's time and length of it, else None
-_Parts = tuple[str, str, str, str, tuple[float, int] | None]
+_Parts = tuple[str, str, str, str, tuple[int, int] | None]
 
 
 def _parts(cp: Any, request_in: int | None = None) -> _Parts:
-    own = (cp.timestamp, cp.wire_length) if cp.time_ns is not None else None
+    own = (cp.time_ns, cp.wire_length) if cp.time_ns is not None else None
     return (*endpoints(cp.packet), protocol(cp), info(cp, None, request_in), own)
 
 
@@ -567,15 +584,15 @@ def _parts(cp: Any, request_in: int | None = None) -> _Parts:
 _SEEN: dict[tuple[int, bytes, bool], _Parts] = {}
 
 
-def _stateless_line(first: int, rec: _Record, t0: float, flt: Any, lenient: bool) -> bytes | None:
+def _stateless_line(first: int, rec: _Record, t0: int, flt: Any, lenient: bool) -> bytes | None:
     """The line of a frame that is not TCP (b"": the filter drops it), or None when the frame is
     left to the caller's per-packet loop (TCP after all, or an error to raise in order)."""
-    j, ts, lt, data, wire, iface = rec
+    j, ts, lt, data, wire, iface, ns, digits = rec
     key = (lt, data, lenient)
     parts = _SEEN.get(key) if flt is None else None
     if parts is None:
         try:
-            cp = decode_record(RawRecord(first + j, ts, lt, data, wire, iface), lenient=lenient)
+            cp = decode_record(RawRecord(first + j, ts, lt, data, wire, iface, ns, digits), lenient=lenient)
         except Exception:  # noqa: BLE001 - decoded again, and raised in order, by the caller
             return None
         if cp.packet.encap == "tcp" or echo_message(cp.packet) is not None:  # (an echo: paired in order)
@@ -587,13 +604,14 @@ def _stateless_line(first: int, rec: _Record, t0: float, flt: Any, lenient: bool
             if len(_SEEN) >= 4096:
                 _SEEN.clear()
             _SEEN[key] = parts
-    if parts[4] is not None:
-        ts, wire = parts[4]
-    return (format_summary(first + j, ts - t0, parts[0], parts[1], parts[2], wire or len(data), parts[3])
-            + "\n").encode()
+    if parts[4] is not None:  # (an ERF record's own time, to the nanosecond)
+        ns, wire = parts[4]
+        digits = 9
+    return (format_summary(first + j, time_text(record_ns(ts, ns) - t0 if parts[4] is None else ns - t0, digits),
+                           parts[0], parts[1], parts[2], wire or len(data), parts[3]) + "\n").encode()
 
 
-def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int, lenient: bool = True) -> _BlockText:
+def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = True) -> _BlockText:
     """The first ``n`` records of a block: decoded into columns, the fast rows formatted from them,
     the other frames that are not TCP by the per-packet decoder; the clean TCP segments (without a
     filter) are left as columns and text (:class:`_TcpBlock`) for the caller, which follows their
@@ -615,7 +633,7 @@ def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int, lenient: bool =
         tcp_rows, others = others[clean], others[~clean]
     else:
         tcp_rows = others[:0]
-    secs, ifs = blk.seconds(), blk.interfaces()
+    secs, ifs, digits = blk.seconds(), blk.interfaces(), blk.time_digits()
     tcp = cols.layers["tcp"]
     line_rows: list[int] = []
     lines: list[bytes] = []
@@ -623,7 +641,7 @@ def _render_block(blk: RecordBlock, t0: float, flt: Any, n: int, lenient: bool =
     for j in others.tolist():
         off, cap = int(blk.offset[j]), int(blk.caplen[j])
         rec = (j, float(secs[j]), int(blk.linktype[j]), bytes(blk.buf[off:off + cap]), int(blk.wirelen[j]),
-               int(ifs[j]))
+               int(ifs[j]), int(blk.ts_ns[j]), int(digits[j]))
         line = None if tcp[j] else _stateless_line(blk.first, rec, t0, flt, lenient)
         if line is None:
             records.append((j, rec))
@@ -701,6 +719,8 @@ class _TcpBlock:
     window: np.ndarray
     length: np.ndarray  # TCP payload octets
     seconds: np.ndarray
+    ns: np.ndarray  # the record's time in nanoseconds
+    digits: np.ndarray  # its decimal places (RecordBlock.time_digits)
     wire: np.ndarray  # the record's wire length (0: the captured length)
     offset: np.ndarray  # where the frame starts in buf
     caplen: np.ndarray
@@ -739,7 +759,7 @@ class _Run:
     hi: int
 
 
-def _tcp_block(blk: RecordBlock, cols: Columns, rows: np.ndarray, t0: float) -> _TcpBlock:
+def _tcp_block(blk: RecordBlock, cols: Columns, rows: np.ndarray, t0: int) -> _TcpBlock:
     head, tail, ihead = tcp_text(blk, cols, rows, t0)
     d, L = cols.data, cols.layers
     k = len(rows)
@@ -757,6 +777,7 @@ def _tcp_block(blk: RecordBlock, cols: Columns, rows: np.ndarray, t0: float) -> 
     l4r = l4[rows]
     tb = _TcpBlock(rows, head, tail, ihead, ends, d["tcp.seq_raw"][rows], d["tcp.flags"][rows].astype(np.int64),
                    d["tcp.window_size_value"][rows], d["tcp.len"][rows].astype(np.int64), blk.seconds()[rows],
+                   blk.ts_ns[rows], blk.time_digits()[rows],
                    blk.wirelen[rows], blk.offset[rows], blk.caplen[rows], l4r + 20,
                    l4r + d["tcp.hdr_len"][rows].astype(np.int64), blk.linktype[rows], blk.interfaces()[rows],
                    blk.buf)
@@ -891,9 +912,10 @@ def _pairs(tb: _TcpBlock) -> None:
 _WORKER_FILTERS: dict[str, Any] = {}
 
 
-def _render_in_worker(blk: RecordBlock, n: int, t0: float, prev: float | None, expr: str | None,
-                      lenient: bool) -> _BlockText:
-    """In a worker process (:func:`rdmalab.capture.blockpool.blocks_in_workers`): one block's text."""
+def _render_in_worker(blk: RecordBlock, n: int, _t0: Any, _prev: Any, expr: str | None,
+                      lenient: bool, t0: int) -> _BlockText:
+    """In a worker process (:func:`rdmalab.capture.blockpool.blocks_in_workers`): one block's text, its
+    times since ``t0`` (the first frame's, in nanoseconds, as the per-packet path takes it: :func:`_first_time`)."""
     flt = None
     if expr:
         flt = _WORKER_FILTERS.get(expr)
@@ -908,20 +930,34 @@ def _render_in_worker(blk: RecordBlock, n: int, t0: float, prev: float | None, e
     return bt
 
 
-def _first_time(blk: RecordBlock) -> float:
-    """The time of a capture's first frame as the per-packet path takes it (``CapturedPacket.timestamp``:
-    an ERF record's own time, else the record's)."""
+def _first_time(blk: RecordBlock) -> int:
+    """The time of a capture's first frame in nanoseconds as the per-packet path takes it
+    (``CapturedPacket.epoch_ns``: an ERF record's own time, else the record's)."""
     if int(blk.linktype[0]) == LINKTYPE_ERF:
         off, cap = int(blk.offset[0]), int(blk.caplen[0])
         own = erf_frame(blk.buf[off:off + cap])
         if own is not None:
-            return own[0] / 1e9
-    return float(blk.seconds()[0])
+            return int(own[0])
+    return record_ns(float(blk.seconds()[0]), int(blk.ts_ns[0]))
+
+
+def _file_first_time(path: str) -> int:
+    """:func:`_first_time` of a file's first frame (0 without frames)."""
+    blocks = record_blocks(path, 64 << 10)
+    try:
+        for blk in blocks:
+            if len(blk):
+                return _first_time(blk)
+        return 0
+    finally:
+        close = getattr(blocks, "close", None)  # (a generator: its file closed now)
+        if close is not None:
+            close()
 
 
 def _sequential(path: str, block_bytes: int, count: int | None, flt: Any,
-                lenient: bool, shown: _Shown | None = None) -> Iterator[tuple[_BlockText, float]]:
-    t0: float | None = None
+                lenient: bool, shown: _Shown | None = None) -> Iterator[tuple[_BlockText, int]]:
+    t0: int | None = None
     left = count
     for blk in record_blocks(path, block_bytes):
         n = len(blk) if left is None else min(len(blk), left)
@@ -983,8 +1019,9 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     if workers is None:
         workers = default_workers()
     if workers > 1 and parallel_capture(p) and os.path.getsize(p) >= parallel_min_bytes and (flt is None or filter_expr):
-        blocks: Iterator[tuple[_BlockText, float]] = blocks_in_workers(
-            p, _render_in_worker, (filter_expr, lenient), workers=workers, block_bytes=block_bytes, count=count)
+        t0 = _file_first_time(p)
+        blocks: Iterator[tuple[_BlockText, int]] = ((bt, t0) for bt, _t in blocks_in_workers(
+            p, _render_in_worker, (filter_expr, lenient, t0), workers=workers, block_bytes=block_bytes, count=count))
     else:
         blocks = _sequential(p, block_bytes, count, flt, lenient, shown)
     mapped: memoryview | None = None
@@ -1012,11 +1049,11 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
                     if stop is not None:
                         raise stop
                     continue
-                j, ts, lt, data, wire, iface = piece
+                j, ts, lt, data, wire, iface, ns, digits = piece
                 key = (lt, data)
                 parts = seen.get(key) if flt is None else None
                 if parts is None:
-                    cp = decode_record(RawRecord(bt.first + j, ts, lt, data, wire, iface), lenient=lenient,
+                    cp = decode_record(RawRecord(bt.first + j, ts, lt, data, wire, iface, ns, digits), lenient=lenient,
                                        tracker=tracker)
                     if cp.packet.encap == "tcp":
                         if not cp.pdus:
@@ -1041,10 +1078,12 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
                         if len(seen) >= 4096:
                             seen.clear()
                         seen[key] = parts
-                if parts[4] is not None:
-                    ts, wire = parts[4]
-                out.append((format_summary(bt.first + j, ts - t0, parts[0], parts[1], parts[2], wire or len(data),
-                                           parts[3]) + "\n").encode())
+                if parts[4] is not None:  # (an ERF record's own time, to the nanosecond)
+                    ns, wire = parts[4]
+                    digits = 9
+                when = ns - t0 if parts[4] is not None else record_ns(ts, ns) - t0
+                out.append((format_summary(bt.first + j, time_text(when, digits), parts[0], parts[1], parts[2],
+                                           wire or len(data), parts[3]) + "\n").encode())
         except Exception as err:  # the lines before the frame that failed, then the error
             failed = err
         if out:
@@ -1303,7 +1342,7 @@ class _Given(TcpWindowScaling):
         return self._window
 
 
-def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, windows: TcpWindowScaling,
+def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: int, tracker: Any, windows: TcpWindowScaling,
               lenient: bool) -> tuple[bytes, BaseException | None]:
     """The lines of a :class:`_Run`: its clean TCP segments fed, in capture order, to the iWARP
     tracker and the window scaling as :func:`rdmalab.capture.reader.decode_record` and
@@ -1403,6 +1442,7 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
         lines = []
         for i in special:
             frame, ts, wire = frames[i], float(tb.seconds[lo + i]), int(tb.wire[lo + i])
+            ns, digits = record_ns(ts, int(tb.ns[lo + i])), int(tb.digits[lo + i])
             if i in pdus:
                 # an iWARP frame: render.summary_line's text for it, from what is known without decoding
                 # the frame again (a clean segment has no problems of its own: only its PDUs' are shown)
@@ -1411,14 +1451,14 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: float, tracker: Any, win
                 for p in got:
                     if p.problems and str(p.problems[0]) not in pdu_text:
                         pdu_text += f" [{len(p.problems)} problem(s): {p.problems[0]}]"
-                lines.append((format_summary(frame, ts - t0, tkeys[inv[i]][0], tkeys[inv[i]][2], "iWARP",
+                lines.append((format_summary(frame, time_text(ns - t0, digits), tkeys[inv[i]][0], tkeys[inv[i]][2], "iWARP",
                                              wire or int(tb.caplen[lo + i]), pdu_text)
                               + "\n").encode())
                 continue
             err = errors[i]
             o = int(base[i])
             cp = decode_record(RawRecord(frame, ts, int(tb.linktype[lo + i]), bytes(buf[o:o + int(tb.caplen[lo + i])]),
-                                         wire, int(tb.interface[lo + i])), lenient=lenient)
+                                         wire, int(tb.interface[lo + i]), ns, digits), lenient=lenient)
             cp.packet.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
             lines.append((summary_line(cp, t0, _Given(int(scaled[i]))) + "\n").encode())
         at2 = np.zeros(len(lines) + 1, dtype=np.int64)

@@ -137,9 +137,14 @@ class RecordBlock:
     #: where ``buf`` starts in the file, when ``buf`` holds the file's bytes as they are there (a block
     #: a worker process read again by offset): a process with the file mapped can see them unsent
     from_file: int | None = None
+    #: int8 per record: the decimal places of its time as tshark shows them (:func:`time_digits`; None: all 6)
+    digits: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.offset)
+
+    def time_digits(self) -> np.ndarray:
+        return self.digits if self.digits is not None else np.full(len(self.offset), 6, dtype=np.int8)
 
     def seconds(self) -> np.ndarray:
         return self.ts if self.ts is not None else self.ts_ns / 1e9
@@ -403,6 +408,13 @@ def pcap_raw(p: str, f: IO[bytes], order: str, block_bytes: int, pos_file: int =
             return
 
 
+def time_digits(units: int) -> int:
+    """The decimal places tshark shows of a time counted in ``units`` per second (a pcap file's
+    microseconds or nanoseconds, a pcapng interface's ``if_tsresol``): the most of 0, 1, 2, 3, 6 and 9
+    whose unit is not finer than the capture's (10^-4 s shows 3, 2^-20 s 6), each time cut there."""
+    return max(d for d in (0, 1, 2, 3, 6, 9) if 10 ** d <= max(int(units), 1))
+
+
 def pcap_block(buf: bytes | bytearray, offs: np.ndarray, order: str, ns_mult: int, linktype: int, frame: int,
                file_pos: int) -> RecordBlock:
     """The pcap record headers at ``offs``, read with numpy (ts_sec, ts_frac, caplen, wirelen)."""
@@ -414,7 +426,8 @@ def pcap_block(buf: bytes | bytearray, offs: np.ndarray, order: str, ns_mult: in
     # seconds as the per-packet reader computed them: sec + frac / (1e6 or 1e9), in float64
     ts = r[:, 0].astype(np.float64) + r[:, 1].astype(np.float64) / (1e6 if ns_mult == 1000 else 1e9)
     return RecordBlock(buf, at + 16, r[:, 2], r[:, 3], r[:, 0] * 1_000_000_000 + r[:, 1] * ns_mult,
-                       np.full(n, linktype, dtype=np.int32), frame, file_pos, ts)
+                       np.full(n, linktype, dtype=np.int32), frame, file_pos, ts,
+                       digits=np.full(n, 9 if ns_mult == 1 else 6, dtype=np.int8))
 
 
 class _Ifaces:
@@ -538,7 +551,7 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int, *, or
         buf = pending + chunk
         end = len(buf)
         pos = 0
-        parts: list[tuple[np.ndarray, ...]] = []  # (offs, caps, wires, ts_ns, secs, lts, ifs) of runs
+        parts: list[tuple[np.ndarray, ...]] = []  # (offs, caps, wires, ts_ns, secs, lts, ifs, digits) of runs
         count = 0
         err: CaptureError | None = None
         words = np.frombuffer(buf, dtype=np.dtype(_NATIVE + "u4"), count=end // 4)
@@ -568,8 +581,9 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int, *, or
                             t = (words[at + 3].astype(np.uint64) << np.uint64(32)) | words[at + 4].astype(np.uint64)
                             ns, secs = _times(t, iface, ifaces)
                             lts = ifaces.arrays()[0][iface]
+                            digs = np.array([time_digits(u) for u in ifaces.arrays()[1].tolist()], dtype=np.int8)
                             parts.append(((at << 2) + 28, cap, words[at + 6].astype(np.int64), ns, secs, lts,
-                                          iface.astype(np.int32)))
+                                          iface.astype(np.int32), digs[iface]))
                             count += len(at)
                             pos = int((at[-1] << 2) + blen_a[-1])
                             continue
@@ -641,16 +655,16 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int, *, or
                     parts.append((np.array([data], dtype=np.int64), np.array([cap_i], dtype=np.int64),
                                   np.array([wire], dtype=np.int64), np.array([ns1], dtype=np.int64),
                                   np.array([s1], dtype=np.float64), np.array([lt], dtype=np.int32),
-                                  np.array([iface_i], dtype=np.int32)))
+                                  np.array([iface_i], dtype=np.int32), np.array([time_digits(units)], dtype=np.int8)))
                     count += 1
                 pos += blen
         del words
         if count:
-            cols = [np.concatenate([p[i] for p in parts]) if len(parts) > 1 else parts[0][i] for i in range(7)]
-            offs, caps, wires, tss, secs_a, lts_a, ifs = cols
+            cols = [np.concatenate([p[i] for p in parts]) if len(parts) > 1 else parts[0][i] for i in range(8)]
+            offs, caps, wires, tss, secs_a, lts_a, ifs, digs = cols
             yield RecordBlock(buf, offs.astype(np.int64), caps.astype(np.int64), wires.astype(np.int64),
                               tss.astype(np.int64), lts_a.astype(np.int32), frame, pos_file + pos,
-                              secs_a.astype(np.float64), ifs.astype(np.int32))
+                              secs_a.astype(np.float64), ifs.astype(np.int32), digits=digs.astype(np.int8))
             frame += count
         if err is not None:
             raise err
@@ -745,8 +759,9 @@ def pcapng_block(buf: bytes | bytearray, offs: np.ndarray, order: str, interface
         t = (words[w[timed] + 3].astype(np.uint64) << np.uint64(32)) | words[w[timed] + 4].astype(np.uint64)
         ns[timed], secs[timed] = _times(t, iface[timed], ifaces)
     lts = ifaces.arrays()[0][iface] if n else np.zeros(0, dtype=np.int32)
+    digs = np.array([time_digits(u) for u in ifaces.arrays()[1].tolist()] or [6], dtype=np.int8)
     return RecordBlock(buf, at + np.where(simple, 12, 28), cap, wire, ns, lts.astype(np.int32), frame, file_pos,
-                       secs, iface.astype(np.int32))
+                       secs, iface.astype(np.int32), digits=digs[iface] if n else np.zeros(0, dtype=np.int8))
 
 
 #: the fields of a pcapng file's blocks around its packets, as Wireshark names them: the section's number

@@ -41,6 +41,8 @@ class RawRecord:
     #: the record's time in nanoseconds since the epoch, exact, where the reader has it (its
     #: header's seconds and units: a nanosecond capture's are finer than ``timestamp``'s float)
     ns: int | None = None
+    #: the decimal places of its time as tshark shows them (:func:`~rdmalab.capture.pcapio.time_digits`)
+    digits: int = 6
 
 
 ERF_HEADER_LEN = ERF.LAYOUT.size  # an ERF record's header before its frame
@@ -71,6 +73,9 @@ class CapturedPacket:
     cap_length: int | None = None
     #: the record header's time in nanoseconds, exact (:attr:`RawRecord.ns`), or None
     record_ns: int | None = None
+    #: the decimal places of its time as tshark shows them: its record's (:attr:`RawRecord.digits`), an
+    #: ERF record's 9 (its own time, 32.32 fixed point)
+    digits: int = 6
     #: a TCP segment whose payload no protocol above TCP claims: no PDU completes in it and the
     #: iWARP tracker does not read its stream as MPA (or was not asked: ``iwarp=False``), what
     #: tshark shows as ``data``
@@ -122,9 +127,10 @@ def records(path: str | os.PathLike[str], *, block_bytes: int = 1 << 20) -> Iter
     for blk in record_blocks(path, block_bytes):
         buf = blk.buf
         rows = zip(blk.offset.tolist(), blk.caplen.tolist(), blk.wirelen.tolist(), blk.seconds().tolist(),
-                   blk.linktype.tolist(), blk.interfaces().tolist(), blk.ts_ns.tolist(), strict=True)
-        for n, (off, cap, wire, ts, lt, iface, ns) in enumerate(rows, blk.first):
-            yield RawRecord(n, ts, lt, bytes(buf[off:off + cap]), wire, iface, ns)
+                   blk.linktype.tolist(), blk.interfaces().tolist(), blk.ts_ns.tolist(), blk.time_digits().tolist(),
+                   strict=True)
+        for n, (off, cap, wire, ts, lt, iface, ns, digits) in enumerate(rows, blk.first):
+            yield RawRecord(n, ts, lt, bytes(buf[off:off + cap]), wire, iface, ns, digits)
 
 
 # ============================================================================ decoded packets
@@ -164,7 +170,7 @@ def decode_record(rec: RawRecord, *, lenient: bool = True, tracker: Any = None) 
                 raise
             pkt.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
     cp = CapturedPacket(rec.frame_number, rec.timestamp, rec.linktype, pkt, pdus, rec.wire_length, rec.interface,
-                        record_ns=rec.ns)
+                        record_ns=rec.ns, digits=rec.digits)
     if pkt.encap == "tcp" and pkt.payload_length and not pdus:
         cp.tcp_data = tracker is None or not tracker.follows(pkt)
     if rec.linktype == LINKTYPE_ERF:  # Wireshark's frame time and lengths for ERF are the ERF record's own
@@ -172,6 +178,7 @@ def decode_record(rec: RawRecord, *, lenient: bool = True, tracker: Any = None) 
         if own is not None:
             cp.time_ns, cp.wire_length, cp.cap_length = own
             cp.timestamp = own[0] / 1e9
+            cp.digits = 9
     return cp
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rdmalab.capture.linktypes import LINKTYPE_NAMES
+from rdmalab.capture.pcapio import epoch_ns
 from rdmalab.wire.control import ECHO_TYPES, ICMPEcho, ICMPv6Echo
 from rdmalab.wire.frame import tcp_segment_length
 from rdmalab.wire.header import Header
@@ -530,16 +531,32 @@ def _with_problems(text: str, packets: Sequence[Packet], internal: str | None) -
     return text
 
 
-def summary_line(cp: CapturedPacket, t0: float, tcp_windows: TcpWindowScaling | None = None,
+def summary_line(cp: CapturedPacket, t0_ns: int | float, tcp_windows: TcpWindowScaling | None = None,
                  request_in: int | None = None, when: str | None = None) -> str:
     """One line, as tshark prints: number, relative time, source, destination, protocol, length, info.
 
-    Pass one :class:`TcpWindowScaling` for all frames of a capture, in order, for TCP windows
-    scaled as tshark shows them, and for an echo reply the frame of its request (:class:`EchoPairs`).
-    ``when``: the time column's text in another format (:class:`TimeColumn`) than seconds since ``t0``."""
+    ``t0_ns``: the first frame's time (:attr:`CapturedPacket.epoch_ns`; a float: in seconds, as
+    :attr:`CapturedPacket.timestamp`); the time column is the seconds since it to the frame's precision
+    (:func:`time_text`).  Pass one :class:`TcpWindowScaling`
+    for all frames of a capture, in order, for TCP windows scaled as tshark shows them, and for an echo
+    reply the frame of its request (:class:`EchoPairs`).  ``when``: the time column's text in another
+    format (:class:`TimeColumn`)."""
     src, dst = endpoints(cp.packet)
-    return format_summary(cp.frame_number, cp.timestamp - t0 if when is None else when, src, dst, protocol(cp),
-                          cp.wire_length or len(cp.packet.data), info(cp, tcp_windows, request_in))
+    if isinstance(t0_ns, float):
+        t0_ns = epoch_ns(t0_ns)
+    return format_summary(cp.frame_number, time_text(cp.epoch_ns - t0_ns, cp.digits) if when is None else when, src,
+                          dst, protocol(cp), cp.wire_length or len(cp.packet.data), info(cp, tcp_windows, request_in))
+
+
+def time_text(ns: int, digits: int = 6) -> str:
+    """A time in nanoseconds (signed: a frame before the first is negative) as tshark's time column shows
+    it: seconds, cut (not rounded) to ``digits`` decimals, the capture's precision
+    (:func:`~rdmalab.capture.pcapio.time_digits`: 6 for microseconds, 9 for nanoseconds and ERF)."""
+    sign = "-" if ns < 0 else ""
+    secs, frac = divmod(abs(ns), 1_000_000_000)
+    if digits <= 0:
+        return f"{sign}{secs}"
+    return f"{sign}{secs}.{frac // 10 ** (9 - digits):0{digits}d}"
 
 
 def format_summary(frame: int, t: float | str, src: str, dst: str, proto: str, length: int, text: str) -> str:
@@ -561,8 +578,8 @@ TIME_FORMATS = {
 
 class TimeColumn:
     """The summary line's time as tshark's ``-t FORMAT`` shows it (:data:`TIME_FORMATS`), to the
-    microsecond.  Feed it every frame in capture order (:meth:`seen`), and ask for the text of the
-    frames shown (:meth:`text`, after :meth:`seen` of that frame)."""
+    frame's precision (:func:`time_text`).  Feed it every frame in capture order (:meth:`seen`), and
+    ask for the text of the frames shown (:meth:`text`, after :meth:`seen` of that frame)."""
 
     def __init__(self, fmt: str) -> None:
         if fmt not in TIME_FORMATS:
@@ -578,23 +595,24 @@ class TimeColumn:
             self._first = self._before = self._now = ns
         self._before, self._now = self._now, ns
 
-    def text(self) -> str:
-        """The time column of the frame last :meth:`seen`, which is shown."""
+    def text(self, digits: int = 6) -> str:
+        """The time column of the frame last :meth:`seen`, which is shown, to ``digits`` decimals
+        (:attr:`CapturedPacket.digits`)."""
         ns, fmt = self._now, self.fmt
         shown, self._shown = self._shown, ns
         if fmt in ("r", "d", "dd"):
             since = {"r": self._first, "d": self._before, "dd": ns if shown is None else shown}[fmt]
-            return f"{(ns - (since or 0)) / 1e9:.6f}"
-        us = (ns + 500) // 1000
+            return time_text(ns - (since or 0), digits)
         if fmt == "e":
-            return f"{us // 1_000_000}.{us % 1_000_000:06d}"
-        secs, frac = divmod(us, 1_000_000)
+            return time_text(ns, digits)
+        secs = ns // 1_000_000_000
+        frac = time_text(ns - secs * 1_000_000_000, digits)[1:]  # (".123456", or "" without decimals)
         try:
             when = (_dt.datetime.fromtimestamp(secs, tz=_dt.UTC) if fmt in ("u", "ud")
                     else _dt.datetime.fromtimestamp(secs))
         except (ValueError, OverflowError, OSError):  # a time datetime does not hold: seconds since the epoch
-            return f"{secs}.{frac:06d}"
-        return f"{when:%Y-%m-%d %H:%M:%S}.{frac:06d}" if fmt in ("ad", "ud") else f"{when:%H:%M:%S}.{frac:06d}"
+            return f"{secs}{frac}"
+        return f"{when:%Y-%m-%d %H:%M:%S}{frac}" if fmt in ("ad", "ud") else f"{when:%H:%M:%S}{frac}"
 
 
 #: (header, offset, indent) -> its lines: a header's lines depend on its values, where it starts

@@ -393,6 +393,7 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
         frame_hex,
         frame_tree,
         summary_line,
+        time_text,
     )
     from rdmalab.wire.errors import DecodeError  # lazy: keeps `rdmalab --help` fast
 
@@ -423,7 +424,7 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
             for trees in tree_blocks(path, iwarp=not args.no_iwarp, count=args.count):
                 _write_bytes(out, trees)
             return 0
-        t0: float | None = None
+        t0: int | None = None
         write = out.write
         windows = TcpWindowScaling()  # follows every frame, filtered out or not, as tshark does
         echoes = EchoPairs()  # the same
@@ -433,7 +434,7 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
         times = TimeColumn(args.time_format) if timed else None  # the same (-t d: since the frame read before)
         for cp in read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count):
             if t0 is None:
-                t0 = cp.timestamp
+                t0 = cp.epoch_ns
             if times is not None:
                 times.seen(cp.epoch_ns)
             request_in = echoes.note(cp.frame_number, cp.packet)
@@ -449,9 +450,11 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
             if summaries:
                 if line is None:
                     line = summary_line(cp, t0, request_in=request_in,
-                                        when=times.text() if times is not None else None)
-                elif times is not None:
-                    line = line[:6] + f"{times.text():>11}" + line[17:]  # (the layout of render.format_summary)
+                                        when=times.text(cp.digits) if times is not None else None)
+                elif times is not None:  # (the layout of render.format_summary: the number, a space, the time)
+                    head = len(f"{cp.frame_number:5d}") + 1
+                    was = max(11, len(time_text(cp.epoch_ns - t0, cp.digits)))
+                    line = line[:head] + f"{times.text(cp.digits):>11}" + line[head + was:]
                 write(line)
                 write("\n")
             if args.verbose:

@@ -224,24 +224,24 @@ def test_strict_stops_at_the_same_frame(tmp_path: Path, capsys: Any) -> None:
     assert outs[0][0].out.count("\n") == 30
 
 
-def test_times_round_as_python_does() -> None:
-    """The vectorised ``%11.6f`` of relative times is Python's, including halves, nanosecond
-    times, negative times (a capture whose clock steps back) and large ones."""
+def test_times_as_time_text() -> None:
+    """The vectorised time column is :func:`rdmalab.capture.render.time_text`'s, each row to its own
+    precision (0-9 decimals, cut: 1.9999999 s to six is 1.999999), negative times (a capture whose clock
+    steps back) and large ones included."""
     from rdmalab.capture.columnar_summary import _seconds
+    from rdmalab.capture.render import time_text
 
     rng = np.random.default_rng(19)
-    t = np.concatenate([
-        rng.random(20000) * 100,  # nanosecond resolution: anything after the sixth decimal
-        np.arange(20000) * 1e-6,  # microsecond times
-        (np.arange(5000) + 0.5) / 1e6,  # halves (as close as binary gets)
-        (rng.integers(0, 10**9, 5000) * 1e-9 + rng.integers(0, 10**6, 5000)),  # sec + ns
-        -rng.random(1000), -np.arange(10) * 1e-7, [0.0, -0.0, 1e9 + 0.5e-6, 5e8 + 0.25e-6, 123456.0000005],
-        -rng.random(20000) * 100, -(np.arange(5000) + 0.5) / 1e6,  # before the first frame: by numpy too
-        [-1e9 - 0.5e-6, -99999.9999995, -9999.9999995, -4.9999995e-7],
-    ])
-    m = _seconds(t)
-    got = [bytes(row[row != 0]).decode() for row in m]
-    assert got == [f"{x:11.6f}" for x in t.tolist()]
+    rel = np.concatenate([
+        rng.integers(-10**11, 10**11, 20000), np.arange(20000) * 1000, rng.integers(-999, 999, 2000),
+        [0, -1, 1, 999_999_999, -999_999_999, 1_999_999_999, 10**18, -(10**18), 2**62],
+    ]).astype(np.int64)
+    for digits in (np.full(len(rel), 6, dtype=np.int8), np.full(len(rel), 9, dtype=np.int8),
+                   rng.choice(np.array([0, 1, 2, 3, 6, 9], dtype=np.int8), len(rel))):
+        m = _seconds(rel, digits)
+        got = [bytes(row[row != 0]).decode() for row in m]
+        assert got == [f"{time_text(x, d):>11}" for x, d in zip(rel.tolist(), digits.tolist(), strict=True)]
+    assert time_text(1_999_999_999, 6) == "1.999999" and time_text(-1, 6) == "-0.000000" and time_text(3_500_000_000, 0) == "3"
 
 
 @pytest.mark.parametrize(("name", "expr", "count"), [
