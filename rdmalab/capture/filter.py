@@ -482,6 +482,23 @@ class _Parser:
         except ValueError as err:
             raise FilterError(self.expr, str(err), pos) from None
 
+    def members(self, at: int, value: Callable[[], Any]) -> tuple[Any, ...]:
+        """After ``in`` (at character ``at``, the next token): the set's members, each read by ``value``."""
+        self.take()
+        if not self.is_("{"):
+            raise FilterError(self.expr, "'in' must be followed by a set, e.g. {1, 2, 3}", at)
+        self.take()
+        vals = []
+        while not self.is_("}"):
+            if self.is_(","):
+                self.take()
+                continue
+            vals.append(value())
+        self.take()
+        if not vals:
+            raise FilterError(self.expr, "the set after 'in' is empty", at)
+        return tuple(vals)
+
     def absolute_time(self) -> int:
         """The next token, a quoted date and time for frame.time, in nanoseconds since the epoch."""
         t = self.peek()
@@ -526,20 +543,7 @@ class _Parser:
                 self.take()
                 return Compare(name, _WORD_OPS.get(t[1], t[1]), self.absolute_time())
             if t is not None and t[1] == "in":
-                self.take()
-                if not self.is_("{"):
-                    raise FilterError(self.expr, "'in' must be followed by a set, e.g. {1, 2, 3}", t[2])
-                self.take()
-                vals = []
-                while not self.is_("}"):
-                    if self.is_(","):
-                        self.take()
-                        continue
-                    vals.append(self.absolute_time())
-                self.take()
-                if not vals:
-                    raise FilterError(self.expr, "the set after 'in' is empty", t[2])
-                return In(name, tuple(vals))
+                return In(name, self.members(t[2], self.absolute_time))
             if t is not None and t[1] in ("contains", "matches", "~"):
                 raise FilterError(self.expr, f"'{t[1]}' on {ABSOLUTE_TIME}, a date and time: compare it with == < > "
                                   "and a quoted date and time instead", t[2])
@@ -554,20 +558,7 @@ class _Parser:
                                              f"not a value to compare with {t[1]}", self.value_at)
             return Compare(name, op, self.checked(name, v))
         if t[1] == "in":
-            self.take()
-            if not self.is_("{"):
-                raise FilterError(self.expr, "'in' must be followed by a set, e.g. {1, 2, 3}", t[2])
-            self.take()
-            vals = []
-            while not self.is_("}"):
-                if self.is_(","):
-                    self.take()
-                    continue
-                vals.append(self.checked(name, self.value()))
-            self.take()
-            if not vals:
-                raise FilterError(self.expr, "the set after 'in' is empty", t[2])
-            return In(name, tuple(vals))
+            return In(name, self.members(t[2], lambda: self.checked(name, self.value())))
         if t[1] in ("contains", "matches", "~"):
             self.take()
             op = "contains" if t[1] == "contains" else "matches"

@@ -48,12 +48,17 @@ def annotated(tmp_path_factory: Any) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def one(tmp_path_factory: Any) -> Path:
+    out = tmp_path_factory.mktemp("meta") / "one.pcapng"
+    _sections(out, 1)
+    return out
+
+
 @requires_tshark
 @pytest.mark.tshark
-def test_fields_as_tshark(annotated: Path, tmp_path: Path, capsys: Any) -> None:
+def test_fields_as_tshark(annotated: Path, one: Path, capsys: Any) -> None:
     capsys.readouterr()
-    one = tmp_path / "one.pcapng"
-    _sections(one, 1)
     for path in (annotated, one, CAPTURES / "rxe_rping.pcap", CAPTURES / "hw_ib_connectx_erf.pcap"):
         want = _tshark("-r", str(path), *ARGS)
         assert _ours(capsys, "-r", str(path), *ARGS) == want, path
@@ -63,10 +68,8 @@ def test_fields_as_tshark(annotated: Path, tmp_path: Path, capsys: Any) -> None:
 
 @requires_tshark
 @pytest.mark.tshark
-def test_filters_as_tshark(annotated: Path, tmp_path: Path, capsys: Any) -> None:
+def test_filters_as_tshark(annotated: Path, one: Path, tmp_path: Path, capsys: Any) -> None:
     capsys.readouterr()
-    one = tmp_path / "one.pcapng"
-    _sections(one, 1)
     cases = [(annotated, 'frame.comment contains "go-back-N"'), (annotated, "frame.comment"),
              (annotated, 'frame.comment matches "psn_gap: PSN \\\\d+ missing"'), (annotated, "!frame.comment"),
              (one, "frame.interface_id == 1"), (one, 'frame.interface_name == "rxe0 ü"'),
