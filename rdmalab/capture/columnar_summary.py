@@ -39,7 +39,7 @@ from rdmalab.capture.columnar_decode import (
 from rdmalab.capture.columnar_schema import Columns, link_header_length
 from rdmalab.capture.columnar_tcp import FLAG_TEXT, TCP_FIELDS, clean_tcp, tcp_offsets
 from rdmalab.capture.fields import frame_fields
-from rdmalab.capture.fieldtext import _OCTET_DOT32, _dec, _hex, _strings
+from rdmalab.capture.fieldtext import _OCTET_DOT32, _dec, _hex, _strings, relative_matrix
 from rdmalab.capture.filter import compile_filter
 from rdmalab.capture.iwarp import IwarpTracker
 from rdmalab.capture.linktypes import LINKTYPE_ERF, LINKTYPE_ETHERNET, erf_frame
@@ -161,29 +161,10 @@ _SYNDROMES = _table(_SYNDROME)
 
 def _seconds(rel: np.ndarray, digits: np.ndarray) -> np.ndarray:
     """:func:`~rdmalab.capture.render.time_text` of relative times in nanoseconds (int64), each to its
-    frame's ``digits``, right-aligned in 11 characters (0: no character).  A negative time (a frame
-    before the first: appended captures) is its magnitude's text after a minus sign."""
-    n = len(rel)
-    a = np.abs(rel)
-    secs = a // 1_000_000_000
-    frac = a - secs * 1_000_000_000
-    head = _dec(secs)
-    neg = rel < 0
-    if neg.any():
-        head = np.hstack([np.where(neg, ord("-"), 0).astype(np.uint8)[:, None], head])
-    kinds = np.unique(digits) if n else np.zeros(0, dtype=np.int8)
-    if len(kinds) == 1 and int(kinds[0]) == 6:  # (the common case: microseconds)
-        m = np.hstack([head, _const(".", n), _dec(frac // 1000, 6, pad_zeros=True)])
-    else:
-        tails = []
-        for d in kinds.tolist():
-            sel = digits == d
-            t = np.zeros((n, d + 1 if d else 1), dtype=np.uint8)
-            if d:
-                t[sel, 0] = ord(".")
-                t[sel, 1:] = _dec(frac[sel] // 10 ** (9 - d), d, pad_zeros=True)
-            tails.append(t)
-        m = np.hstack([head, *tails])
+    frame's ``digits`` (:func:`~rdmalab.capture.fieldtext.relative_matrix`), right-aligned in 11 characters
+    (0: no character).  A negative time (a frame before the first: appended captures) is its magnitude's
+    text after a minus sign."""
+    m = relative_matrix(rel, digits)
     return np.hstack([_pad(m, 11), m])
 
 
@@ -604,11 +585,19 @@ def _stateless_line(first: int, rec: _Record, t0: int, flt: Any, lenient: bool) 
             if len(_SEEN) >= 4096:
                 _SEEN.clear()
             _SEEN[key] = parts
-    if parts[4] is not None:  # (an ERF record's own time, to the nanosecond)
+    return _record_line(first + j, parts, ts, ns, digits, t0, wire, len(data))
+
+
+def _record_line(frame: int, parts: _Parts, ts: float, ns: int, digits: int, t0: int, wire: int, caplen: int) -> bytes:
+    """The line of a record (seconds ``ts``, nanoseconds ``ns`` as its header has them) from its
+    :data:`_Parts`: an ERF record's own time and length where it has them, to the nanosecond."""
+    if parts[4] is not None:
         ns, wire = parts[4]
         digits = 9
-    return (format_summary(first + j, time_text(record_ns(ts, ns) - t0 if parts[4] is None else ns - t0, digits),
-                           parts[0], parts[1], parts[2], wire or len(data), parts[3]) + "\n").encode()
+    else:
+        ns = record_ns(ts, ns)
+    return (format_summary(frame, time_text(ns - t0, digits), parts[0], parts[1], parts[2], wire or caplen, parts[3])
+            + "\n").encode()
 
 
 def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = True) -> _BlockText:
@@ -1078,12 +1067,7 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
                         if len(seen) >= 4096:
                             seen.clear()
                         seen[key] = parts
-                if parts[4] is not None:  # (an ERF record's own time, to the nanosecond)
-                    ns, wire = parts[4]
-                    digits = 9
-                when = ns - t0 if parts[4] is not None else record_ns(ts, ns) - t0
-                out.append((format_summary(bt.first + j, time_text(when, digits), parts[0], parts[1], parts[2],
-                                           wire or len(data), parts[3]) + "\n").encode())
+                out.append(_record_line(bt.first + j, parts, ts, ns, digits, t0, wire, len(data)))
         except Exception as err:  # the lines before the frame that failed, then the error
             failed = err
         if out:

@@ -31,6 +31,7 @@ from rdmalab.capture.columnar_decode import (
 from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _ipv6_text, format_column
 from rdmalab.capture.filter import ABSOLUTE_TIME, EITHER_FIELDS, RELATIVE_TIMES, compile_filter, declared_fields
 from rdmalab.capture.pcapio import NS_MAX, NS_MIN, RecordBlock, record_ns
+from rdmalab.capture.render import time_text
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _POW10 = [10 ** i for i in range(20)]
@@ -237,19 +238,25 @@ def _absolute_matrix(ns: np.ndarray) -> np.ndarray:
 
 def relative_text(ns: int) -> str:
     """tshark's text of a relative time in nanoseconds: signed seconds and nine digits (-0.000296000)."""
-    sign = "-" if ns < 0 else ""
-    secs, frac = divmod(abs(ns), 1_000_000_000)
-    return f"{sign}{secs}.{frac:09d}"
+    return time_text(ns, 9)
 
 
-def _relative_matrix(ns: np.ndarray) -> np.ndarray:
-    """:func:`relative_text` of an int64 array of nanoseconds, as an ASCII matrix."""
+def relative_matrix(ns: np.ndarray, digits: np.ndarray | None = None) -> np.ndarray:
+    """:func:`~rdmalab.capture.render.time_text` of an int64 array of nanoseconds, each to its ``digits``
+    (None: nine, :func:`relative_text`), as an ASCII matrix (0: no character)."""
     n = len(ns)
     a = np.abs(ns)
     secs = a // 1_000_000_000
-    sign = np.where(ns < 0, ord("-"), 0).astype(np.uint8)[:, None]
-    dot = np.full((n, 1), ord("."), dtype=np.uint8)
-    return np.hstack([sign, _dec(secs), dot, _dec(a - secs * 1_000_000_000, 9, pad_zeros=True)])
+    frac = a - secs * 1_000_000_000
+    parts = [np.where(ns < 0, ord("-"), 0).astype(np.uint8)[:, None], _dec(secs)]
+    for d in ([9] if digits is None else np.unique(digits).tolist()):
+        sel = np.ones(n, dtype=bool) if digits is None else digits == d
+        t = np.zeros((n, d + 1 if d else 1), dtype=np.uint8)
+        if d:
+            t[sel, 0] = ord(".")
+            t[sel, 1:] = _dec(frac[sel] // 10 ** (9 - d), d, pad_zeros=True)
+        parts.append(t)
+    return np.hstack(parts)
 
 
 class Clock:
@@ -344,7 +351,7 @@ def render_fields(cols: Columns, names: Sequence[str], *, separator: bytes = b"\
         if name in RELATIVE_TIMES:
             assert times is not None, name
             t = times[name]
-            at_rows, m = None, (_strings([relative_text(x) for x in t]) if isinstance(t, list) else _relative_matrix(t))
+            at_rows, m = None, (_strings([relative_text(x) for x in t]) if isinstance(t, list) else relative_matrix(t))
         else:
             at_rows, m = _field_rows(cols, name)
         if len(q):  # tshark quotes values, not absent fields

@@ -453,6 +453,10 @@ class _Ifaces:
                             np.array([r[2] for r in self.rows], dtype=np.int64))
         return self._arrays
 
+    def digits(self) -> np.ndarray:
+        """Each interface's :func:`time_digits` (int8), from its units."""
+        return np.array([time_digits(r[1]) for r in self.rows], dtype=np.int8)
+
 
 #: the nanoseconds an int64 holds (years 1677 to 2262): a pcapng timestamp outside them (64 bits
 #: of units: a damaged block, mostly) is held as the nearest; its float seconds stay as read
@@ -519,17 +523,13 @@ def _interface(buf: bytes | bytearray, pos: int, blen: int, order: str) -> tuple
     (``if_tsoffset``)."""
     lt = struct.unpack_from(order + "H", buf, pos + 8)[0]
     units, tsoff = 1_000_000, 0
-    o = pos + 16
-    while o + 4 <= pos + blen - 4:
-        code, olen = struct.unpack_from(order + "HH", buf, o)
-        if code == 0:
-            break
-        if code == 9 and olen >= 1:
-            v = buf[o + 4]
-            units = (2 if v & 0x80 else 10) ** (v & 0x7F)
-        elif code == 14 and olen >= 8:
-            tsoff = struct.unpack_from(order + "q", buf, o + 4)[0]
-        o += 4 + ((olen + 3) & ~3)
+    opts = _options(buf, pos + 16, pos + blen - 4, order)
+    for v in opts.get(9, []):
+        if len(v) >= 1:
+            units = (2 if v[0] & 0x80 else 10) ** (v[0] & 0x7F)
+    for v in opts.get(14, []):
+        if len(v) >= 8:
+            tsoff = struct.unpack_from(order + "q", v)[0]
     return lt, units, tsoff
 
 
@@ -581,9 +581,8 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int, *, or
                             t = (words[at + 3].astype(np.uint64) << np.uint64(32)) | words[at + 4].astype(np.uint64)
                             ns, secs = _times(t, iface, ifaces)
                             lts = ifaces.arrays()[0][iface]
-                            digs = np.array([time_digits(u) for u in ifaces.arrays()[1].tolist()], dtype=np.int8)
                             parts.append(((at << 2) + 28, cap, words[at + 6].astype(np.int64), ns, secs, lts,
-                                          iface.astype(np.int32), digs[iface]))
+                                          iface.astype(np.int32), ifaces.digits()[iface]))
                             count += len(at)
                             pos = int((at[-1] << 2) + blen_a[-1])
                             continue
@@ -759,9 +758,8 @@ def pcapng_block(buf: bytes | bytearray, offs: np.ndarray, order: str, interface
         t = (words[w[timed] + 3].astype(np.uint64) << np.uint64(32)) | words[w[timed] + 4].astype(np.uint64)
         ns[timed], secs[timed] = _times(t, iface[timed], ifaces)
     lts = ifaces.arrays()[0][iface] if n else np.zeros(0, dtype=np.int32)
-    digs = np.array([time_digits(u) for u in ifaces.arrays()[1].tolist()] or [6], dtype=np.int8)
     return RecordBlock(buf, at + np.where(simple, 12, 28), cap, wire, ns, lts.astype(np.int32), frame, file_pos,
-                       secs, iface.astype(np.int32), digits=digs[iface] if n else np.zeros(0, dtype=np.int8))
+                       secs, iface.astype(np.int32), digits=ifaces.digits()[iface] if n else np.zeros(0, dtype=np.int8))
 
 
 #: the fields of a pcapng file's blocks around its packets, as Wireshark names them: the section's number
@@ -824,7 +822,7 @@ class FrameMeta:
                 return
             btype = struct.unpack_from(order + "I", hdr)[0]
             if btype == PCAPNG_IDB:
-                opts = _options(body, 8, order)
+                opts = _options(body, 8, len(body) - 4, order)
                 names.append((opts.get(2, [b"unknown"])[0].decode("utf-8", "replace"),
                               [v.decode("utf-8", "replace") for v in opts.get(3, [])][:1]))
             elif btype in PCAPNG_PACKET_TYPES:
@@ -833,8 +831,8 @@ class FrameMeta:
                 else:
                     local = struct.unpack_from(order + ("I" if btype == PCAPNG_EPB else "H"), body, 0)[0]
                     cap = struct.unpack_from(order + "I", body, 12)[0]
-                    comments = [v.decode("utf-8", "replace") for v in _options(body, 20 + (cap + 3) // 4 * 4,
-                                                                                order).get(1, [])]
+                    comments = [v.decode("utf-8", "replace")
+                                for v in _options(body, 20 + (cap + 3) // 4 * 4, len(body) - 4, order).get(1, [])]
                 iface = base + local
                 got: dict[str, Any] = {"frame.section_number": section, "frame.interface_id": local}
                 if iface < len(names):
@@ -863,15 +861,14 @@ class FrameMeta:
         self._f.close()
 
 
-def _options(body: bytes, at: int, order: str) -> dict[int, list[bytes]]:
-    """The pcapng options (code -> values, in order) from ``at`` of a block's body (after its type and
-    length, without its closing length), up to opt_endofopt or a damaged one."""
+def _options(buf: bytes | bytearray, at: int, end: int, order: str) -> dict[int, list[bytes]]:
+    """The pcapng options (3.5: code -> its values, in order) of a block from ``at`` to ``end`` of ``buf``
+    (where its closing length starts), up to opt_endofopt; an option that runs past ``end`` cut there."""
     out: dict[int, list[bytes]] = {}
-    end = len(body) - 4
     while at + 4 <= end:
-        code, olen = struct.unpack_from(order + "HH", body, at)
-        if code == 0 or at + 4 + olen > end:
+        code, olen = struct.unpack_from(order + "HH", buf, at)
+        if code == 0:
             break
-        out.setdefault(code, []).append(bytes(body[at + 4:at + 4 + olen]))
+        out.setdefault(code, []).append(bytes(buf[at + 4:min(at + 4 + olen, end)]))  # (one past the end: cut)
         at += 4 + (olen + 3) // 4 * 4
     return out

@@ -532,7 +532,7 @@ def _with_problems(text: str, packets: Sequence[Packet], internal: str | None) -
 
 
 def summary_line(cp: CapturedPacket, t0_ns: int | float, tcp_windows: TcpWindowScaling | None = None,
-                 request_in: int | None = None, when: str | None = None) -> str:
+                 request_in: int | None = None, when: str | None = None, text: str | None = None) -> str:
     """One line, as tshark prints: number, relative time, source, destination, protocol, length, info.
 
     ``t0_ns``: the first frame's time (:attr:`CapturedPacket.epoch_ns`; a float: in seconds, as
@@ -540,12 +540,14 @@ def summary_line(cp: CapturedPacket, t0_ns: int | float, tcp_windows: TcpWindowS
     (:func:`time_text`).  Pass one :class:`TcpWindowScaling`
     for all frames of a capture, in order, for TCP windows scaled as tshark shows them, and for an echo
     reply the frame of its request (:class:`EchoPairs`).  ``when``: the time column's text in another
-    format (:class:`TimeColumn`)."""
+    format (:class:`TimeColumn`).  ``text``: the Info column, made before (:func:`info`: a TCP segment's
+    window scaled in capture order, its line written once a filter has shown it)."""
     src, dst = endpoints(cp.packet)
     if isinstance(t0_ns, float):
         t0_ns = epoch_ns(t0_ns)
     return format_summary(cp.frame_number, time_text(cp.epoch_ns - t0_ns, cp.digits) if when is None else when, src,
-                          dst, protocol(cp), cp.wire_length or len(cp.packet.data), info(cp, tcp_windows, request_in))
+                          dst, protocol(cp), cp.wire_length or len(cp.packet.data),
+                          info(cp, tcp_windows, request_in) if text is None else text)
 
 
 def time_text(ns: int, digits: int = 6) -> str:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from rdmalab.capture.blockpool import blocks_in_workers
 from rdmalab.capture.columnar import COLUMN_BY_NAME
 from rdmalab.capture.fields import header_fields, packet_fields
-from rdmalab.capture.fieldtext import absolute_parts, epoch_text, relative_text
+from rdmalab.capture.fieldtext import absolute_parts, absolute_text, epoch_text, relative_text
 from rdmalab.capture.fieldtext import value_text as _value_text
 from rdmalab.capture.filter import declared_fields
 from rdmalab.capture.linktypes import LINKTYPE_ERF
@@ -427,8 +427,7 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any],
         texts[proto] = None
         if stamp is not None and frame_ns is not None:
             secs, usecs = stamp
-            day, zone, _date = absolute_parts(secs)  # (local time, as frame.time)
-            tree["icmp.data_time"] = f"{day}.{usecs * 1000:09d} {zone}"
+            tree["icmp.data_time"] = absolute_text(secs * 1_000_000_000 + usecs * 1000)  # (local time, as frame.time)
             tree["icmp.data_time_relative"] = relative_text(frame_ns - (secs * 1_000_000_000 + usecs * 1000))
         if payload:
             tree["data"] = {"data.data": _hexbytes(payload), "data.len": str(len(payload))}
@@ -466,10 +465,9 @@ _FRAME_HEADS = ["{" + _FIELD_NL + "  " + _quote(_FRAME_KEYS[0]) + ": "] + [
 def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_displayed_ns: int) -> dict[str, Any]:
     """One frame as tshark's JSON object (``_index``, ``_type``, ``_score``, ``_source.layers``)."""
     ns = cp.epoch_ns
-    day, zone, date = absolute_parts(ns // 1_000_000_000)  # (local time, as tshark's)
-    frac = ns % 1_000_000_000
+    date = absolute_parts(ns // 1_000_000_000)[2]  # (local time, as tshark's frame.time)
     pkt = cp.packet
-    values = [str(_encap_type(cp.linktype)), f"{day}.{frac:09d} {zone}", "0.000000000", epoch_text(ns),
+    values = [str(_encap_type(cp.linktype)), absolute_text(ns), "0.000000000", epoch_text(ns),
               relative_text(ns - prev_ns), relative_text(ns - prev_displayed_ns), relative_text(ns - first_ns), str(cp.frame_number),
               str(cp.wire_length or len(pkt.data)), str(cp.captured), "0", "0", ""]
     frame: dict[str, Any] = dict(zip(_FRAME_KEYS, values, strict=True))

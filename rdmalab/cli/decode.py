@@ -392,8 +392,8 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
         TimeColumn,
         frame_hex,
         frame_tree,
+        info,
         summary_line,
-        time_text,
     )
     from rdmalab.wire.errors import DecodeError  # lazy: keeps `rdmalab --help` fast
 
@@ -439,22 +439,16 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
                 times.seen(cp.epoch_ns)
             request_in = echoes.note(cp.frame_number, cp.packet)
             fields = _filter_fields(flt, clock, cp, windows, conversations, meta) if flt is not None else None
+            tcp_info = None
             if summaries and cp.packet.encap == "tcp" and not cp.pdus:
-                line = summary_line(cp, t0, windows)  # (-t: the time put in once the filter has shown it)
-            else:
-                if fields is None and summaries:  # (-V shows raw windows; a filter's fields took the window)
-                    windows.window(cp.packet)
-                line = None
+                tcp_info = info(cp, windows)  # (its window scaled in order; -t: the time put in once shown)
+            elif fields is None and summaries:  # (-V shows raw windows; a filter's fields took the window)
+                windows.window(cp.packet)
             if flt is not None and fields is not None and not flt(fields):
                 continue
             if summaries:
-                if line is None:
-                    line = summary_line(cp, t0, request_in=request_in,
-                                        when=times.text(cp.digits) if times is not None else None)
-                elif times is not None:  # (the layout of render.format_summary: the number, a space, the time)
-                    head = len(f"{cp.frame_number:5d}") + 1
-                    was = max(11, len(time_text(cp.epoch_ns - t0, cp.digits)))
-                    line = line[:head] + f"{times.text(cp.digits):>11}" + line[head + was:]
+                line = summary_line(cp, t0, request_in=request_in, text=tcp_info,
+                                    when=times.text(cp.digits) if times is not None else None)
                 write(line)
                 write("\n")
             if args.verbose:
