@@ -488,16 +488,23 @@ class _Parser:
         if not self.is_("{"):
             raise FilterError(self.expr, "'in' must be followed by a set, e.g. {1, 2, 3}", at)
         self.take()
-        vals = []
-        while not self.is_("}"):
-            if self.is_(","):
-                self.take()
-                continue
-            vals.append(value())
-        self.take()
-        if not vals:
+        if self.is_("}"):
             raise FilterError(self.expr, "the set after 'in' is empty", at)
-        return tuple(vals)
+        vals = []
+        while True:
+            if self.is_(",", "}"):
+                _kind, text, pos = self.take()
+                raise FilterError(self.expr, f"expected a member of the set, found {text!r}", pos)
+            vals.append(value())
+            t = self.peek()
+            if t is None:
+                raise FilterError(self.expr, "the set is not closed: '}' is missing", len(self.expr))
+            if self.is_("}"):
+                self.take()
+                return tuple(vals)
+            if not self.is_(","):  # as Wireshark 4.0, which no longer takes members separated by spaces alone
+                raise FilterError(self.expr, "the members of a set are separated by commas, e.g. {1, 2, 3}", t[2])
+            self.take()
 
     def absolute_time(self) -> int:
         """The next token, a quoted date and time for frame.time, in nanoseconds since the epoch."""

@@ -14,7 +14,9 @@ looking ahead:
 * a **connection** is a requester stream (source IP, destination IP, destination QP) of RC/UC
   requests; a PSN jump of more than :data:`~rdmalab.capture.analysis_conn.RUN_JUMP` starts a new
   one.  A response stream (same addresses the other way, its destination QP the requester's QP) is
-  bound to the connection whose request PSNs its PSN falls in, when it first does; responses
+  bound to the connection whose request PSNs its PSN falls in, when it first does (or whose first
+  request PSN is after it, a NAK's after the first requests were lost, when that connection is the
+  only one of these addresses without a response stream yet); responses
   before that are counted as packets of that connection once it is bound (analyze gives them to
   the run named after them);
 * the **go-back-N walk** is analyze's (:func:`~rdmalab.capture.analysis_conn.walk`), per packet: a
@@ -495,12 +497,20 @@ class LiveTop:
             p = psn_unwrap(ps, conn.prev)
             top = max(conn.max_seen, conn.epsn(mtu) - 1)
             if conn.ref <= p <= top + 1:
-                self._by_resp[key] = conn
-                conn.resp_keys.append(key)
-                conn.requester_qpn = q
-                conn.packets += self._pending.pop(key, 0)
-                return conn
-        return None
+                return self._bound(key, conn)
+        # A NAK names the PSN the responder expects, which is before the first request seen when the
+        # first requests were lost on the way to the capture point: it belongs to the one connection of
+        # these addresses that no response stream answers yet, as analyze gives it to the run named after it.
+        below = [conn for conn in self._by_pair.get((dst, src), ()) if conn.prev is not None
+                 and conn.requester_qpn is None and 0 < conn.ref - psn_unwrap(ps, conn.ref) <= RUN_JUMP]
+        return self._bound(key, below[0]) if len(below) == 1 else None
+
+    def _bound(self, key: tuple[int, int, int], conn: LiveConn) -> LiveConn:
+        self._by_resp[key] = conn
+        conn.resp_keys.append(key)
+        conn.requester_qpn = key[2]
+        conn.packets += self._pending.pop(key, 0)
+        return conn
 
     def _retire(self, conn: LiveConn) -> None:
         r = self.retired

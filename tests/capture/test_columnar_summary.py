@@ -248,7 +248,7 @@ def test_times_as_time_text() -> None:
     ("rxe_write_bw_loss.pcap", None, None),
     ("rxe_write_bw_cm.pcap", None, 150),
     ("siw_write_bw.pcap", "tcp || infiniband", None),
-    ("rxe_read_bw.pcap", "infiniband.bth.opcode in {12 13 14 15 16}", None),
+    ("rxe_read_bw.pcap", "infiniband.bth.opcode in {12, 13, 14, 15, 16}", None),
 ])
 def test_worker_processes_give_the_same_text(name: str, expr: str | None, count: int | None) -> None:
     """Blocks rendered in worker processes (small blocks, so that there are many) give the text of

@@ -31,7 +31,7 @@ def test_terms_and_precedence() -> None:
     ("infiniband.bth.opcode ne 17", {"infiniband.bth.opcode": 17}, False),
     ("infiniband.bth.psn lt 5 or infiniband.bth.psn gt 9", {"infiniband.bth.psn": 10}, True),
     ("infiniband.bth.psn le 5", {"infiniband.bth.psn": 5}, True),
-    ("infiniband.bth.opcode in {16 17 18}", {"infiniband.bth.opcode": 17}, True),
+    ("infiniband.bth.opcode in {16, 17, 18}", {"infiniband.bth.opcode": 17}, True),
     ("infiniband.bth.opcode in {16, 18}", {"infiniband.bth.opcode": 17}, False),
     ("infiniband.bth.psn in {10..20}", {"infiniband.bth.psn": 15}, True),
     ("ip.src == 10.0.0.0/24", {"ip.src": "10.0.0.2"}, True),
@@ -66,6 +66,39 @@ def test_errors_name_the_problem(expr: str, needle: str) -> None:
     assert needle in str(err.value)
 
 
+# a set's members are separated by commas (Wireshark 4.0 no longer takes spaces alone); each bad set is
+# an error at the place it goes wrong, and tshark refuses it too
+BAD_SETS = [
+    ("udp.port in {4791 1}", "separated by commas", 18),
+    ("udp.port in {4791,,1}", "expected a member of the set, found ','", 18),
+    ("udp.port in {4791,}", "expected a member of the set, found '}'", 18),
+    ("udp.port in {,4791}", "expected a member of the set, found ','", 13),
+    ("udp.port in {4791, 1", "'}' is missing", 20),
+    ("udp.port in {}", "empty", 9),
+]
+GOOD_SETS = ["udp.port in {4791,1}", "udp.port in {4791 , 1}", "udp.port in {4791, 1..5}",
+             "infiniband.bth.psn in {1..0x10, 20}"]
+
+
+@pytest.mark.parametrize(("expr", "why", "at"), BAD_SETS)
+def test_a_set_needs_commas_between_its_members(expr: str, why: str, at: int) -> None:
+    with pytest.raises(FilterError) as err:
+        compile_filter(expr)
+    assert why in str(err.value) and f"(at character {at + 1})" in str(err.value)
+
+
+@pytest.mark.skipif(__import__("shutil").which("tshark") is None, reason="tshark (Wireshark) is not installed")
+def test_tshark_agrees_on_which_sets_are_sets() -> None:
+    import subprocess
+
+    for expr in [e for e, _w, _a in BAD_SETS] + GOOD_SETS:
+        got = subprocess.run(["tshark", "-n", "-r", str(CAPTURES / "rxe_send_bw.pcap"), "-c", "1", "-Y", expr],
+                             capture_output=True, text=True)
+        assert (got.returncode == 0) == (expr in GOOD_SETS), (expr, got.stderr)
+        if expr in GOOD_SETS:
+            compile_filter(expr)
+
+
 def test_known_fields_come_from_the_declarations() -> None:
     names = known_fields()
     for n in ("infiniband.bth.psn", "infiniband.reth.dmalen", "infiniband.aeth.syndrome", "iwarp_ddp.stag",
@@ -79,7 +112,7 @@ def test_known_fields_come_from_the_declarations() -> None:
                                   "rxe_rping.pcap"])
 @pytest.mark.parametrize("expr", [
     "infiniband.aeth.syndrome >= 0x60",
-    "infiniband.bth.opcode in {0 1 2} and infiniband.bth.a",
+    "infiniband.bth.opcode in {0, 1, 2} and infiniband.bth.a",
     "ip.src == 10.0.0.0/31 && !infiniband.reth",
     "udp && not infiniband.bth.psn in {100..20000000}",
     "infiniband.reth.va > 0 or infiniband.deth",
@@ -96,7 +129,7 @@ def test_columns_and_packets_agree(name: str, expr: str) -> None:
     assert isinstance(mask, np.ndarray)
 
 
-@pytest.mark.parametrize("expr", ["ip.src == 10.0.0.0/33", "ipv6.src == fe80::/129", "ip.dst in {10.0.0.0/8 10.1.0.0/40}"])
+@pytest.mark.parametrize("expr", ["ip.src == 10.0.0.0/33", "ipv6.src == fe80::/129", "ip.dst in {10.0.0.0/8, 10.1.0.0/40}"])
 def test_a_network_with_an_impossible_prefix_is_an_error_not_an_empty_result(expr: str) -> None:
     with pytest.raises(FilterError) as err:
         compile_filter(expr)
@@ -120,7 +153,7 @@ MISMATCHED = [
     ("infiniband.bth.psn == 10.0.0.1", "the IPv4 address 10.0.0.1 is not a number", 23),
     ("eth.src == 10.0.0.1", "eth.src is a MAC address: the IPv4 address 10.0.0.1 is not a MAC address", 12),
     ("ipv6.src == 10.0.0.0/8", "the IPv4 address 10.0.0.0/8 is not an IPv6 address", 13),
-    ("infiniband.bth.opcode in {4 5 1.5}", "1.5 is not a whole number", 31),
+    ("infiniband.bth.opcode in {4, 5, 1.5}", "1.5 is not a whole number", 33),
     ("infiniband.bth.psn in {1..abc}", "'abc' is not a number", 24),
     ("tcp.flags.syn == yes", "'yes' is not a number", 18),
 ]
@@ -144,8 +177,8 @@ def test_tshark_refuses_them_too(expr: str, why: str, at: int) -> None:
 
 
 @pytest.mark.parametrize("expr", [
-    "ip.src == 10.0.0.1", "ip.dst == 10.0.0.0/24", "ip.src in {10.0.0.1 10.0.0.2}", "eth.src == 52:54:00:00:00:01",
-    "ipv6.src == fe80::/10", "infiniband.grh.sgid == ::ffff:10.0.0.1", "infiniband.bth.psn in {1..0x10 20}",
+    "ip.src == 10.0.0.1", "ip.dst == 10.0.0.0/24", "ip.src in {10.0.0.1, 10.0.0.2}", "eth.src == 52:54:00:00:00:01",
+    "ipv6.src == fe80::/10", "infiniband.grh.sgid == ::ffff:10.0.0.1", "infiniband.bth.psn in {1..0x10, 20}",
     "tcp.flags.syn == true", "frame.time_epoch > 1.5", "frame.len >= 0x40", 'rdmalab.encap == "rocev2"',
     'rdmalab.icrc.status == "bad"', "infiniband", "ip.src",
 ])

@@ -122,6 +122,31 @@ def test_cnp_rnr_and_bad_icrc_like_analyze(tmp_path: Path) -> None:
     assert (row["cnps"], row["nak_rnr"], row["bad_icrc"]) == (1, 1, 1)
 
 
+def test_nak_for_requests_lost_before_the_capture_point(tmp_path: Path) -> None:
+    """The first request is lost before the capture point (netem on the requester's side, as in the live
+    test): the responder's NAK names a PSN before every request the capture holds.  analyze gives it to
+    the connection; the live view must count it too, and call the retransmission it causes NAK-triggered."""
+    def req(k: int, t: float, op: int) -> tuple[float, bytes]:
+        return t, encode_rocev2(BTH(opcode=op, destqp=0x22, psn=k, ackreq=int(op == 0x08)),
+                                [RETH(0x1000, 7, 4096)] if op == 0x06 else [], b"x" * 1024)
+
+    def resp(k: int, t: float, aeth: AETH) -> tuple[float, bytes]:
+        return t, encode_rocev2(BTH(opcode=0x11, destqp=0x11, psn=k), [aeth], b"", src_ip="10.0.0.2",
+                                dst_ip="10.0.0.1")
+
+    t = 100.0
+    frames = [req(1, t + 1e-6, 0x07), req(2, t + 2e-6, 0x07), req(3, t + 3e-6, 0x08), resp(0, t + 4e-6, AETH.nak(0, 0)),
+              req(0, t + 5e-6, 0x06), req(1, t + 6e-6, 0x07), req(2, t + 7e-6, 0x07), req(3, t + 8e-6, 0x08),
+              resp(3, t + 9e-6, AETH.ack(1))]
+    path = tmp_path / "lost_first.pcap"
+    write_capture(path, [(seconds_to_ns(ts), fr) for ts, fr in frames])
+    for top in (_live(path), _live(path, one_by_one=True, batch=1)):
+        _same_as_analyze(path, top)
+        (row,) = top.rows()
+        assert (row["packets"], row["nak_seq_err"], row["retransmissions"], row["requester_qpn"]) == (9, 1, 1, 0x11)
+        assert top.kinds["retransmission_nak"] == 1
+
+
 def _pfc(prio_mask: int, quanta: int) -> bytes:
     body = (0x0101).to_bytes(2, "big") + prio_mask.to_bytes(2, "big") + quanta.to_bytes(2, "big") * 8
     return bytes.fromhex("0180c2000001" "020000000001") + (0x8808).to_bytes(2, "big") + body.ljust(46, b"\0")
