@@ -32,8 +32,10 @@ from rdmalab.wire.frame import tcp_segment_length
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import BTH
 from rdmalab.wire.mad import MADHeader
+from rdmalab.wire.mpa import MPA, MPA_HEADER_SIZE
 from rdmalab.wire.net import TCP, UDP, IPv4, IPv6
 from rdmalab.wire.opcodes import CNP_OPCODE, opcode_name
+from rdmalab.wire.rdmap import DDPTagged, DDPUntagged
 
 if TYPE_CHECKING:
     from rdmalab.capture.reader import CapturedPacket
@@ -206,6 +208,13 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
 #: them (an Ethernet frame's whole, an IP datagram as its length says, a UDP datagram as its, TCP and the
 #: messages an IP datagram carries to that datagram's end, InfiniBand to the end of its UDP datagram or frame)
 BYTE_PROTOCOLS = ("eth", "vlan", "ip", "ipv6", "udp", "tcp", "infiniband", "arp", "icmp", "icmpv6")
+#: iWARP's protocols whose bytes contains/matches read, once for each MPA frame a TCP segment completes
+#: (:attr:`rdmalab.capture.reader.CapturedPacket.pdus`): ``iwarp_mpa`` the MPA frame as sent (an FPDU
+#: with its length, markers, pad and CRC; a Request or Reply with its private data: the item of
+#: packet-iwarp-mpa.c), ``iwarp_ddp_rdmap`` the ULPDU (the DDP and RDMAP headers and the payload, without
+#: markers, pad or CRC: what MPA hands packet-iwarp-ddp-rdmap.c).  ``iwarp_ddp`` and ``iwarp_rdma`` are
+#: labels in Wireshark, without bytes.
+IWARP_BYTE_PROTOCOLS = ("iwarp_mpa", "iwarp_ddp_rdmap")
 
 
 def protocol_bytes(pkt: Packet, proto: str) -> bytes | None:
@@ -222,6 +231,19 @@ def protocol_bytes(pkt: Packet, proto: str) -> bytes | None:
         if (h.LAYOUT.ws_proto or "").split(".", 1)[0] == proto:
             return bytes(pkt.data[at:end])
     return None
+
+
+def pdu_bytes(cp: CapturedPacket, proto: str) -> list[bytes] | None:
+    """The bytes of one of :data:`IWARP_BYTE_PROTOCOLS` in each MPA frame a TCP segment completes, or
+    None when it completes none that has it."""
+    out = []
+    for pdu in cp.pdus:
+        mpa = pdu.get(MPA)
+        if proto == "iwarp_mpa":
+            out.append(bytes(pdu.wire if pdu.wire is not None else pdu.data))
+        elif mpa is not None and mpa.ulpdu_length and (DDPTagged in pdu or DDPUntagged in pdu):
+            out.append(bytes(pdu.data[MPA_HEADER_SIZE:MPA_HEADER_SIZE + mpa.ulpdu_length]))
+    return out or None
 
 
 def to_json(cp: CapturedPacket) -> str:

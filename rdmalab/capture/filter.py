@@ -61,7 +61,7 @@ import rdmalab.wire.mpa  # noqa: F401
 import rdmalab.wire.net  # noqa: F401
 import rdmalab.wire.rdmap  # noqa: F401
 from rdmalab.capture.columnar import COLUMN_BY_NAME, COLUMN_NAMES
-from rdmalab.capture.fields import BYTE_PROTOCOLS, EXTRA_FIELDS, _address
+from rdmalab.capture.fields import BYTE_PROTOCOLS, EXTRA_FIELDS, IWARP_BYTE_PROTOCOLS, _address
 from rdmalab.capture.pcapio import FRAME_META_FIELDS
 from rdmalab.wire.errors import RdmalabError
 from rdmalab.wire.header import Header
@@ -398,6 +398,7 @@ class _Parser:
         self.i = 0
         self.known = known
         self.fields: set[str] = set()
+        self.typed = ""  # the last field name as written (before PROTOCOL_ALIASES)
         self.value_at = 0  # where the last value read starts
 
     def peek(self) -> tuple[str, str, int] | None:
@@ -455,6 +456,7 @@ class _Parser:
         kind, text, pos = self.take()
         if kind != "word" or not re.match(r"^[A-Za-z_][\w.\-]*$", text):
             raise FilterError(self.expr, f"expected a field name, found {text!r}", pos)
+        self.typed = text
         text = PROTOCOL_ALIASES.get(text, text)
         if text not in self.known and text not in FILTER_TIMES:
             if text in RELATIVE_TIMES:
@@ -569,6 +571,8 @@ class _Parser:
         if t[1] in ("contains", "matches", "~"):
             self.take()
             op = "contains" if t[1] == "contains" else "matches"
+            if self.typed in IWARP_BYTE_PROTOCOLS:  # (iwarp_ddp_rdmap's bytes, not the iwarp_ddp label's)
+                name = self.typed
             kind, text, pos = self.take()
             self.value_at = pos
             why = _text_test_error(name, op)
@@ -583,13 +587,13 @@ class _Parser:
                 except ValueError as err:
                     raise FilterError(self.expr, str(err), pos) from None
                 try:  # Wireshark's matches is PCRE2 without case (wireshark-filter(4)): the same in Python's re
-                    octets = name == "frame" or name in BYTE_PROTOCOLS or field_kind(name) == "mac"  # (octets)
+                    octets = name == "frame" or name in _OCTETS or field_kind(name) == "mac"  # (octets)
                     pattern = re.compile(raw if octets else raw.decode("utf-8", "surrogateescape"),
                                          re.IGNORECASE | re.DOTALL)
                 except re.error as err:
                     raise FilterError(self.expr, f"{source!r} is not a regular expression: {err}", pos) from None
                 return Matches(name, pattern)
-            if name != "frame" and name not in BYTE_PROTOCOLS and field_kind(name) != "mac":  # a text field
+            if name != "frame" and name not in _OCTETS and field_kind(name) != "mac":  # a text field
                 self.i -= 1
                 return Contains(name, self.value())
             try:  # the frame's or a MAC address's octets (tshark compares bytes)
@@ -602,6 +606,8 @@ class _Parser:
         return Exists(name)
 
 
+#: the protocols whose bytes contains/matches read: the frame's layers', and iWARP's, once an MPA frame
+_OCTETS = BYTE_PROTOCOLS + IWARP_BYTE_PROTOCOLS
 #: where a filter that reads the frame's bytes (``frame contains``, ``frame matches``:
 #: :attr:`DisplayFilter.needs_frame`) finds them in a field dictionary (no field has this name)
 FRAME_BYTES = "\0frame"
@@ -652,15 +658,18 @@ def _text_test_error(name: str, op: str) -> str | None:
     they read text fields, MAC addresses (as text) and the frame's bytes; not numbers or IP addresses
     (Wireshark compares their octets), nor other protocols' bytes (where each protocol's bytes start and
     end is each Wireshark dissector's own choice)."""
-    if name == "frame" or name in BYTE_PROTOCOLS:
+    if name == "frame" or name in _OCTETS:
         return None
+    if name in ("iwarp_ddp", "iwarp_rdma"):  # (Wireshark's labels in the iwarp_ddp_rdmap tree)
+        return (f"'{op}' on {name}, a label without bytes in Wireshark: the DDP and RDMAP headers and payload "
+                f"are iwarp_ddp_rdmap's (iwarp_ddp_rdmap {op} ...), the MPA frame iwarp_mpa's")
     if name in _BYTES_FIELDS:
         return f"'{op}' on {name}: rdmalab tests the bytes of the whole frame (frame {op} ...)"
     if name in known_fields() and declared_fields().get(name, ("", 0))[0] == "proto" or name not in declared_fields() \
             and name not in COLUMN_BY_NAME and name not in EXTRA_FIELDS and name not in EITHER_FIELDS \
             and name not in ASKED_FIELDS and name not in FRAME_META_FIELDS:
         return (f"'{op}' on the bytes of {name}: rdmalab reads the frame's and those of "
-                f"{', '.join(BYTE_PROTOCOLS)} (frame {op} ...)")
+                f"{', '.join(_OCTETS)} (frame {op} ...)")
     kind = field_kind(name)
     if kind in ("number", "ipv4", "ipv6", "seconds"):
         what = {"number": "a number", "ipv4": "an IPv4 address", "ipv6": "an IPv6 address",
@@ -820,18 +829,18 @@ def _eval(node: Any, fields: Mapping[str, Any]) -> bool:
     if t is Contains:
         if node.field == "frame":
             return node.value in _frame(fields)
-        if node.field in BYTE_PROTOCOLS:
+        if node.field in _OCTETS:
             got = _protocol(fields, node.field)
-            return got is not None and node.value in got
+            return got is not None and (node.value in got if isinstance(got, bytes) else any(node.value in g for g in got))
         if isinstance(node.value, bytes):  # a MAC address's octets
             return any(node.value in _mac_bytes(x) for x in _values(fields, node.field))
         return any(isinstance(x, str) and str(node.value) in x for x in _values(fields, node.field))
     if t is Matches:
         if node.field == "frame":
             return node.pattern.search(_frame(fields)) is not None
-        if node.field in BYTE_PROTOCOLS:
+        if node.field in _OCTETS:
             got = _protocol(fields, node.field)
-            return got is not None and node.pattern.search(got) is not None
+            return got is not None and any(node.pattern.search(g) is not None for g in ([got] if isinstance(got, bytes) else got))
         if isinstance(node.pattern.pattern, bytes):  # a MAC address's octets
             return any(node.pattern.search(_mac_bytes(x)) is not None for x in _values(fields, node.field))
         return any(isinstance(x, str) and node.pattern.search(x) is not None for x in _values(fields, node.field))
@@ -845,11 +854,11 @@ def _mac_bytes(x: Any) -> bytes:
     return int(x).to_bytes(6, "big")
 
 
-def _protocol(fields: Mapping[str, Any], proto: str) -> bytes | None:
+def _protocol(fields: Mapping[str, Any], proto: str) -> bytes | list[bytes] | None:
     spans = fields.get(PROTOCOL_BYTES)
     if spans is None:  # a caller's mistake, not the user's
         raise KeyError("a filter on a protocol's bytes needs them in the fields (filter.PROTOCOL_BYTES)")
-    got: bytes | None = spans.get(proto)
+    got: bytes | list[bytes] | None = spans.get(proto)
     return got
 
 
@@ -945,7 +954,7 @@ def _bytes_read(node: Any) -> set[str]:
         return set().union(*(_bytes_read(a) for a in node.args))
     if isinstance(node, Not):
         return _bytes_read(node.arg)
-    if isinstance(node, (Contains, Matches)) and (node.field == "frame" or node.field in BYTE_PROTOCOLS):
+    if isinstance(node, (Contains, Matches)) and (node.field == "frame" or node.field in _OCTETS):
         return {node.field}
     return set()
 

@@ -801,6 +801,7 @@ class FrameMeta:
         f.seek(0)
         section = 0
         names: list[tuple[str, list[str]]] = []  # (name, description) of every interface so far, in file order
+        same: dict[tuple[int, int, int], dict[str, Any]] = {}  # one dict for the frames of an interface without comments
         base, order = 0, "<"
         while True:
             hdr = read_full(f, 8)
@@ -834,27 +835,37 @@ class FrameMeta:
                     comments = [v.decode("utf-8", "replace")
                                 for v in _options(body, 20 + (cap + 3) // 4 * 4, len(body) - 4, order).get(1, [])]
                 iface = base + local
-                got: dict[str, Any] = {"frame.section_number": section, "frame.interface_id": local}
-                if iface < len(names):
-                    got["frame.interface_name"] = names[iface][0]
-                    if names[iface][1]:
-                        got["frame.interface_description"] = names[iface][1][0]
-                if comments:
-                    got["frame.comment"] = comments if len(comments) > 1 else comments[0]
+                got = same.get((section, local, iface))
+                if got is None or comments:
+                    got = {"frame.section_number": section, "frame.interface_id": local}
+                    if iface < len(names):
+                        got["frame.interface_name"] = names[iface][0]
+                        if names[iface][1]:
+                            got["frame.interface_description"] = names[iface][1][0]
+                    if comments:
+                        got["frame.comment"] = comments if len(comments) > 1 else comments[0]
+                    elif iface < len(names):
+                        same[(section, local, iface)] = got
                 yield got
 
-    def add(self, fields: dict[str, Any], frame: int) -> None:
-        """Put frame number ``frame``'s fields (the frames asked for in increasing order) into ``fields``."""
+    def of(self, frame: int, erf_flags: int | None = None) -> dict[str, Any]:
+        """Frame number ``frame``'s fields (frames asked for in increasing order, the same one again
+        allowed), ``erf_flags`` the flags of its ERF header if it has one (its capture port: bits 0-1).
+        The frames of one interface without comments share one dictionary (not to be changed)."""
         while self._frame < frame:
             self._got = next(self._packets, {})
             self._frame += 1
-        fields.update(self._got)
+        if erf_flags is None or "frame.interface_id" in self._got:
+            return self._got
+        port = erf_flags & 3
+        name = f"Port {chr(65 + port)} (ERF Interface {port})"
+        return {"frame.interface_id": self._ports.setdefault(port, len(self._ports)),
+                "frame.interface_name": name, "frame.interface_description": name}
+
+    def add(self, fields: dict[str, Any], frame: int) -> None:
+        """Put frame number ``frame``'s fields (the frames asked for in increasing order) into ``fields``."""
         flags = fields.get("erf.flags")
-        if isinstance(flags, int) and "frame.interface_id" not in fields:  # (the ERF header's port: bits 0-1)
-            port = flags & 3
-            name = f"Port {chr(65 + port)} (ERF Interface {port})"
-            fields["frame.interface_id"] = self._ports.setdefault(port, len(self._ports))
-            fields["frame.interface_name"] = fields["frame.interface_description"] = name
+        fields.update(self.of(frame, flags if isinstance(flags, int) else None))
 
     def close(self) -> None:
         self._packets.close()

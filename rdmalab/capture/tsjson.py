@@ -21,6 +21,7 @@ Differences from tshark, on purpose or by scope:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection, Iterable, Iterator
 from json import encoder as _json_encoder
 from typing import TYPE_CHECKING, Any
@@ -31,8 +32,8 @@ from rdmalab.capture.fields import header_fields, packet_fields
 from rdmalab.capture.fieldtext import absolute_parts, absolute_text, epoch_text, relative_text
 from rdmalab.capture.fieldtext import value_text as _value_text
 from rdmalab.capture.filter import declared_fields
-from rdmalab.capture.linktypes import LINKTYPE_ERF
-from rdmalab.capture.pcapio import record_ns
+from rdmalab.capture.linktypes import ERF, LINKTYPE_ERF
+from rdmalab.capture.pcapio import FrameMeta, record_ns
 from rdmalab.capture.reader import CapturedPacket, RawRecord, _load_iwarp_tracker, decode_record
 from rdmalab.capture.render import echo_message
 from rdmalab.wire.mad import MADHeader
@@ -462,8 +463,45 @@ _FRAME_HEADS = ["{" + _FIELD_NL + "  " + _quote(_FRAME_KEYS[0]) + ": "] + [
     "," + _FIELD_NL + "  " + _quote(k) + ": " for k in _FRAME_KEYS[1:]]
 
 
-def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_displayed_ns: int) -> dict[str, Any]:
-    """One frame as tshark's JSON object (``_index``, ``_type``, ``_score``, ``_source.layers``)."""
+#: a packet comment's expert item, as tshark writes it under frame.comment_tree: severity "Comment" and group
+#: "Comments" (epan/proto.h: PI_COMMENT 0x00100000, PI_COMMENTS_GROUP 0x0b000000)
+_COMMENT_EXPERT = (("_ws.expert.severity", str(0x00100000)), ("_ws.expert.group", str(0x0b000000)))
+
+
+def _comment_layer(comments: str | list[str]) -> dict[str, Any]:
+    """tshark's ``pkt_comment`` layer of a frame's pcapng comments (before its frame layer): each comment
+    and its expert item (a repeated key a list, as everywhere here)."""
+    layer: dict[str, Any] = {}
+    for c in [comments] if isinstance(comments, str) else comments:
+        _put(layer, "frame.comment", c)
+        _put(layer, "frame.comment_tree", {"_ws.expert": dict((("frame.comment.expert", ""), ("_ws.expert.message", c),
+                                                               *_COMMENT_EXPERT))})
+    return layer
+
+
+@functools.lru_cache(maxsize=256)
+def _interface_head(section: int | None, iface: int, name: str | None,
+                    description: str | None) -> tuple[dict[str, Any], str]:
+    """The frame layer's first keys for a frame of a pcapng interface (or an ERF record's port) as tshark
+    writes them (the section's number, in a pcapng file; the interface's, its name and description),
+    and their text, each with the comma after it."""
+    tree = {k: v for k, v in (("frame.interface_name", name), ("frame.interface_description", description))
+            if v is not None}
+    head: dict[str, Any] = {} if section is None else {"frame.section_number": str(section)}
+    head |= {"frame.interface_id": str(iface), "frame.interface_id_tree": tree}
+    out: list[str] = []
+    for k, v in head.items():
+        out.append(_FIELD_NL + "  " + _quote(k) + ": ")
+        _dump(v, _FIELD_NL + "  ", out)
+        out.append(",")
+    return head, "".join(out)
+
+
+def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_displayed_ns: int,
+                meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One frame as tshark's JSON object (``_index``, ``_type``, ``_score``, ``_source.layers``); ``meta``:
+    the frame's pcapng fields (:meth:`rdmalab.capture.pcapio.FrameMeta.of`): its comments (the
+    ``pkt_comment`` layer), section and interface (the frame layer's first keys)."""
     ns = cp.epoch_ns
     date = absolute_parts(ns // 1_000_000_000)[2]  # (local time, as tshark's frame.time)
     pkt = cp.packet
@@ -471,7 +509,16 @@ def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_display
               relative_text(ns - prev_ns), relative_text(ns - prev_displayed_ns), relative_text(ns - first_ns), str(cp.frame_number),
               str(cp.wire_length or len(pkt.data)), str(cp.captured), "0", "0", ""]
     frame: dict[str, Any] = dict(zip(_FRAME_KEYS, values, strict=True))
-    layers: dict[str, Any] = {"frame": frame}
+    layers: dict[str, Any] = {}
+    head = ""
+    if meta:
+        if "frame.comment" in meta:
+            layers["pkt_comment"] = _comment_layer(meta["frame.comment"])
+        if "frame.interface_id" in meta:
+            keys, head = _interface_head(meta.get("frame.section_number"), meta["frame.interface_id"],
+                                         meta.get("frame.interface_name"), meta.get("frame.interface_description"))
+            frame = keys | frame
+    layers["frame"] = frame
     extras: dict[str, Any] = {}
     _packet_layers(pkt, layers, extras, frame_ns=ns)
     if cp.tcp_data:  # bytes of no protocol above TCP (an application's own exchange, perftest's ...)
@@ -487,6 +534,8 @@ def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_display
     layers["rdmalab"] = extras
     frame["frame.protocols"] = values[-1] = frame_protocols(cp)
     text = "".join([h + _quote(v) for h, v in zip(_FRAME_HEADS, values, strict=True)]) + _FIELD_NL + "}"
+    if head:
+        text = "{" + head + text[1:]
     layers["frame"] = _Rendered(frame, text, _FIELD_NL)
     return {"_index": f"packets-{date}", "_type": "doc", "_score": None, "_source": {"layers": layers}}
 
@@ -578,8 +627,17 @@ def _frame_text(obj: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def iter_json(packets: Iterable[CapturedPacket], keep: Any = None) -> Iterator[str]:
-    """The text of ``tshark -T json`` for these frames, in pieces (``keep(cp)`` filters, None keeps all)."""
+def _meta_of(meta: FrameMeta | None, cp: CapturedPacket) -> dict[str, Any] | None:
+    """A frame's pcapng fields from ``meta`` (None: the capture is a stream, read once)."""
+    if meta is None:
+        return None
+    erf = cp.packet.get(ERF)
+    return meta.of(cp.frame_number, erf.flags if erf is not None else None)
+
+
+def iter_json(packets: Iterable[CapturedPacket], keep: Any = None, meta: FrameMeta | None = None) -> Iterator[str]:
+    """The text of ``tshark -T json`` for these frames, in pieces (``keep(cp)`` filters, None keeps all);
+    ``meta``: the capture file's pcapng fields (comments, sections and interfaces), read beside the frames."""
     first_ns: int | None = None
     prev_ns = 0
     prev_disp: int | None = None  # the first frame shown is 0 after the one shown before it, as in tshark
@@ -592,7 +650,8 @@ def iter_json(packets: Iterable[CapturedPacket], keep: Any = None) -> Iterator[s
         if keep is not None and not keep(cp):
             prev_ns = ns
             continue
-        obj = packet_json(cp, first_ns=first_ns, prev_ns=prev_ns, prev_displayed_ns=ns if prev_disp is None else prev_disp)
+        obj = packet_json(cp, first_ns=first_ns, prev_ns=prev_ns, prev_displayed_ns=ns if prev_disp is None else prev_disp,
+                          meta=_meta_of(meta, cp))
         prev_ns = prev_disp = ns
         yield sep + "  " + _frame_text(obj)
         sep = ",\n"
@@ -647,27 +706,65 @@ def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> t
     return blk.first, pieces
 
 
+#: where a frame's layers begin in the text _frame_text writes: a string value holds no newline (_quote
+#: escapes it), so this is found exactly once per frame
+_LAYERS_START = '\n      "layers": {' + _LAYERS_NL + '"frame": {'
+
+
+def _with_meta(text: str, meta: FrameMeta, frame: int) -> tuple[str, int]:
+    """Frames ``frame``, ``frame + 1``, ... as _frame_text wrote them (``text``, made without their
+    pcapng fields) with them; and the number of the frame after the last."""
+    gots = [meta.of(frame + k) for k in range(text.count(_LAYERS_START))]
+    if gots and all(g is gots[0] for g in gots) and "frame.comment" not in gots[0]:  # (one interface, no comments)
+        got = gots[0]
+        if "frame.interface_id" in got:
+            text = text.replace(_LAYERS_START, _LAYERS_START + _interface_head(
+                got.get("frame.section_number"), got["frame.interface_id"], got.get("frame.interface_name"),
+                got.get("frame.interface_description"))[1])
+        return text, frame + len(gots)
+    parts = text.split(_LAYERS_START)
+    out = [parts[0]]
+    for got, rest in zip(gots, parts[1:], strict=True):
+        head = '\n      "layers": {' + _LAYERS_NL
+        if "frame.comment" in got:
+            body: list[str] = []
+            _dump(_comment_layer(got["frame.comment"]), _LAYERS_NL, body)
+            head += '"pkt_comment": ' + "".join(body) + "," + _LAYERS_NL
+        head += '"frame": {'
+        if "frame.interface_id" in got:
+            head += _interface_head(got.get("frame.section_number"), got["frame.interface_id"],
+                                    got.get("frame.interface_name"), got.get("frame.interface_description"))[1]
+        out.append(head)
+        out.append(rest)
+    return "".join(out), frame + len(gots)
+
+
 def iter_json_file(path: str, *, workers: int, lenient: bool = True, iwarp: bool = True, count: int | None = None,
-                   block_bytes: int = 4 << 20) -> Iterator[str]:
+                   block_bytes: int = 4 << 20, meta: FrameMeta | None = None) -> Iterator[str]:
     """:func:`iter_json` of a whole plain pcap or pcapng file (no filter), its blocks rendered in
-    ``workers`` processes (:mod:`rdmalab.capture.blockpool`): the same text, in pieces."""
+    ``workers`` processes (:mod:`rdmalab.capture.blockpool`): the same text, in pieces (``meta``: the
+    file's pcapng fields, put into the workers' text here, in frame order)."""
     tracker = _load_iwarp_tracker()() if iwarp else None
     yield "[\n"
     started = False
     last: tuple[int, int] | None = None  # the frame number and time (ns) of the last frame decoded here
     for (first, pieces), t0 in blocks_in_workers(path, _json_block, (lenient,), workers=workers,
                                                  block_bytes=block_bytes, count=count, exact_times=True):
+        nxt = first  # the number of the next frame in the pieces
         for piece in pieces:
             if isinstance(piece, str):
+                if meta is not None:
+                    piece, nxt = _with_meta(piece, meta, nxt)
                 yield piece if started else piece[2:]  # the first frame has no comma before it
                 started = True
                 continue
             j, ts, ns, lt, data, wire, iface, before = piece
+            nxt = first + j + 1
             cp = decode_record(RawRecord(first + j, ts, lt, data, wire, iface, ns), lenient=lenient, tracker=tracker)
             # the time of the frame before, as iter_json takes it (an ERF record's own) when it was decoded here
             p_ns = last[1] if last is not None and last[0] == first + j - 1 else before
             last = (first + j, cp.epoch_ns)
-            obj = packet_json(cp, first_ns=t0, prev_ns=p_ns, prev_displayed_ns=p_ns)
+            obj = packet_json(cp, first_ns=t0, prev_ns=p_ns, prev_displayed_ns=p_ns, meta=_meta_of(meta, cp))
             yield (",\n  " if started else "  ") + _frame_text(obj)
             started = True
     yield "\n]\n" if started else "]\n"

@@ -197,22 +197,25 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
         default_workers,
         parallel_capture,
     )
+    from rdmalab.capture.pcapio import FrameMeta, is_stream  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.render import TcpWindowScaling  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.tsjson import iter_json, iter_json_file  # lazy: keeps `rdmalab --help` fast
 
     workers = default_workers() if args.workers is None else args.workers
+    # the pcapng fields (comments, sections, interfaces: tshark's pkt_comment layer and the frame layer's
+    # first keys) are read from the file a second time; a stream has none here (the filter says so if it asks)
+    meta = _meta(path, flt) or (None if is_stream(path) else FrameMeta(path))
     if flt is None and workers > 1 and parallel_capture(path) and os.path.getsize(path) >= JSON_PARALLEL_MIN_BYTES:
         for piece in iter_json_file(path, workers=workers, lenient=not args.strict, iwarp=not args.no_iwarp,
-                                    count=args.count):
+                                    count=args.count, meta=meta):
             out.write(piece)
         return 0
     windows = TcpWindowScaling()  # tcp.window_size for the filter: every frame, in order
     clock = _clock(flt)
     conversations = _conversations(flt)
-    meta = _meta(path, flt)
     keep = None if flt is None else (lambda cp: flt(_filter_fields(flt, clock, cp, windows, conversations, meta)))
     packets = read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count)
-    for piece in iter_json(packets, keep):
+    for piece in iter_json(packets, keep, meta):
         out.write(piece)
     return 0
 
@@ -222,7 +225,12 @@ def _filter_fields(flt: Any, clock: Any, cp: Any, windows: Any, conversations: A
     """A frame's fields as a display filter reads them (:func:`rdmalab.capture.frame_fields`), with
     the times relative to other frames (``clock``, :func:`_clock`), the conversation numbers
     (``conversations``, :func:`_conversations`) and the frame's bytes when it asks."""
-    from rdmalab.capture.fields import frame_fields, protocol_bytes  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.fields import (  # lazy: keeps `rdmalab --help` fast
+        IWARP_BYTE_PROTOCOLS,
+        frame_fields,
+        pdu_bytes,
+        protocol_bytes,
+    )
     from rdmalab.capture.filter import FRAME_BYTES, PROTOCOL_BYTES  # lazy: keeps `rdmalab --help` fast
 
     fields: dict[str, Any] = frame_fields(cp, windows=windows)
@@ -235,7 +243,8 @@ def _filter_fields(flt: Any, clock: Any, cp: Any, windows: Any, conversations: A
     if flt is not None and flt.needs_frame:
         fields[FRAME_BYTES] = cp.frame_bytes
     if flt is not None and flt.byte_protocols:
-        fields[PROTOCOL_BYTES] = {p: protocol_bytes(cp.packet, p) for p in flt.byte_protocols}
+        fields[PROTOCOL_BYTES] = {p: pdu_bytes(cp, p) if p in IWARP_BYTE_PROTOCOLS else protocol_bytes(cp.packet, p)
+                                  for p in flt.byte_protocols}
     if flt is not None:
         _asked(fields, cp, flt.fields)
     return fields
