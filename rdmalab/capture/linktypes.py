@@ -32,18 +32,22 @@ from rdmalab.wire.frame import decode_after_ethertype, decode_ethernet, decode_i
 from rdmalab.wire.header import F, Header, Layout, layout
 from rdmalab.wire.packet import Layer, Packet
 
+LINKTYPE_NULL = 0
 LINKTYPE_ETHERNET = 1
 LINKTYPE_RAW = 101
 LINKTYPE_DLT_RAW12 = 12
 LINKTYPE_DLT_RAW14 = 14
 LINKTYPE_LINUX_SLL = 113
 LINKTYPE_ERF = 197
+LINKTYPE_LOOP = 108
 LINKTYPE_IPV4 = 228
 LINKTYPE_IPV6 = 229
 LINKTYPE_INFINIBAND = 247
 LINKTYPE_LINUX_SLL2 = 276
 
 LINKTYPE_NAMES = {
+    LINKTYPE_NULL: "BSD loopback",
+    LINKTYPE_LOOP: "OpenBSD loopback",
     LINKTYPE_ETHERNET: "Ethernet",
     LINKTYPE_RAW: "raw IP",
     LINKTYPE_DLT_RAW12: "raw IP (DLT 12)",
@@ -68,6 +72,28 @@ ERF_TYPE_IPV4 = 22
 ERF_TYPE_IPV6 = 23
 ERF_TYPE_INFINIBAND_LINK = 25
 _ERF_ETHERNET_TYPES = frozenset({ERF_TYPE_ETH, ERF_TYPE_COLOR_ETH, ERF_TYPE_DSM_COLOR_ETH, ERF_TYPE_COLOR_HASH_ETH})
+
+
+#: the address families of IP in a BSD loopback header (tcpdump's print-null.c, Wireshark's packet-null.c):
+#: AF_INET, and AF_INET6 as NetBSD/OpenBSD, FreeBSD and Darwin number it
+BSD_AF_INET = 2
+BSD_AF_INET6 = frozenset({24, 28, 30})
+
+
+@dataclass(frozen=True, slots=True)
+class NullLoopback(Header):
+    """BSD loopback header, 4 bytes: the packet's address family, in the capturing host's byte order
+    (LINKTYPE_NULL: read as tcpdump and Wireshark read it, swapped when its upper 16 bits are set) or
+    in network byte order (LINKTYPE_LOOP)."""
+
+    family: int = BSD_AF_INET
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "Null/Loopback",
+        "tcpdump.org LINKTYPE_NULL and LINKTYPE_LOOP (BSD loopback encapsulation)",
+        F("family", 32, "null.family", doc="Address family: 2 IPv4; 24, 28, 30 IPv6 (BSD, FreeBSD, Darwin)"),
+        ws="null",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +337,27 @@ def decode_frame(linktype: int, data: bytes, *, lenient: bool = True) -> Packet:
         return _guard(decode_erf, data, lenient)
     if linktype == LINKTYPE_INFINIBAND:
         return _guard(decode_ib, data, lenient)
+    if linktype in (LINKTYPE_NULL, LINKTYPE_LOOP):
+        return _loopback(data, lenient, host_order=linktype == LINKTYPE_NULL)
     return _unsupported(data, 0, f"link type {linktype} (not decoded)", [])
+
+
+def _loopback(data: bytes, lenient: bool, *, host_order: bool) -> Packet:
+    """A BSD loopback record: its family header, then IPv4 or IPv6 (another family is not decoded)."""
+    if len(data) < 4:
+        err = TruncatedError("Null/Loopback", "family", 0, len(data), "4 bytes")
+        if not lenient:
+            raise err
+        pkt = _unsupported(data, 0, "Null/Loopback (truncated)", [])
+        pkt.problems.append(err)
+        return pkt
+    family = int.from_bytes(data[:4], "big")
+    if host_order and family & 0xFFFF0000:  # written by a little-endian host
+        family = int.from_bytes(data[:4], "little")
+    prefix = [Layer(NullLoopback(family), 0)]
+    if family == BSD_AF_INET or family in BSD_AF_INET6:
+        return _rebase(decode_ip(data[4:], lenient=lenient), data, 4, prefix)
+    return _unsupported(data, 4, f"Null/Loopback family {family} (not decoded)", prefix)
 
 
 def _cooked(cls: type[SLL] | type[SLL2], data: bytes, lenient: bool) -> Packet:
