@@ -168,8 +168,16 @@ class StreamReader:
         self._prefix = prefix
         self._fd = fd  # for a raw pipe: what else has arrived is taken without waiting
         self._eof = False
+        #: given every byte read, in order (a :class:`FrameMeta` of this stream: :data:`_TAPS`)
+        self.tap: Callable[[bytes], None] | None = None
 
     def read(self, n: int = STREAM_BLOCK) -> bytes:
+        data = self._take(n)
+        if self.tap is not None and data:
+            self.tap(data)
+        return data
+
+    def _take(self, n: int) -> bytes:
         if self._prefix:
             out, self._prefix = self._prefix[:n], self._prefix[n:]
             return out
@@ -207,7 +215,7 @@ class StreamReader:
         self.close()
 
 
-def read_full(f: IO[bytes] | StreamReader, n: int) -> bytes:
+def read_full(f: IO[bytes] | StreamReader | _Tap, n: int) -> bytes:
     """``n`` bytes from ``f``, fewer only at its end (a stream's reads may return less)."""
     data = f.read(n)
     if len(data) >= n or not data:
@@ -252,9 +260,46 @@ def _open_stream(p: str) -> StreamReader:
     plain = StreamReader(raw, fd=raw.fileno())
     head = read_full(plain, 2)
     if head != b"\x1f\x8b":
-        return StreamReader(raw, head, fd=raw.fileno())
-    inner: Any = StreamReader(raw, head, fd=raw.fileno())  # GzipFile reads it through read(n)
-    return StreamReader(gzip.GzipFile(fileobj=inner, mode="rb"))
+        out = StreamReader(raw, head, fd=raw.fileno())
+    else:
+        inner: Any = StreamReader(raw, head, fd=raw.fileno())  # GzipFile reads it through read(n)
+        out = StreamReader(gzip.GzipFile(fileobj=inner, mode="rb"))
+    out.tap = _TAPS.pop(p, None)
+    return out
+
+
+#: the taps waiting for a stream to be opened (its path -> what is given every byte read from it, in
+#: order): how a :class:`FrameMeta` reads a pipe's blocks "a second time"
+_TAPS: dict[str, Callable[[bytes], None]] = {}
+
+
+class _Tap:
+    """A stream's bytes read by its reader and not yet by a :class:`FrameMeta` of it, as a file to read.
+    The FrameMeta asks for a frame only once the reader has decoded it, so the bytes it reads are
+    here; those both have read are dropped (memory holds about what the reader reads ahead).  Closed,
+    it keeps nothing more (a pcap stream: the FrameMeta has nothing to read)."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._pos = 0
+        self._closed = False
+
+    def feed(self, data: bytes) -> None:
+        if not self._closed:
+            self._buf += data
+
+    def read(self, n: int) -> bytes:
+        out = bytes(self._buf[self._pos:self._pos + n])
+        self._pos += len(out)
+        if self._pos >= STREAM_BLOCK and 2 * self._pos >= len(self._buf):
+            del self._buf[:self._pos]
+            self._pos = 0
+        return out
+
+    def close(self) -> None:
+        self._closed = True
+        self._buf = bytearray()
+        self._pos = 0
 
 
 def open_capture(path: str | os.PathLike[str]) -> IO[bytes]:
@@ -778,11 +823,14 @@ class FrameMeta:
     a block the reader would refuse ends them (the reader says what is wrong)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        if is_stream(path):
-            raise CaptureError(os.fspath(path), "is a stream: frame.comment, frame.interface_* and "
-                               "frame.section_number are read from a pcapng file's blocks a second time; write the "
-                               "capture to a file first")
-        self._f = open_capture(path)
+        self._f: IO[bytes] | _Tap
+        p = os.fspath(path)
+        if is_stream(p):  # (made before the stream is opened: its reader gives this its bytes too)
+            self._f = tap = _Tap()
+            _TAPS[p] = tap.feed
+            weakref.finalize(self, _TAPS.pop, p, None)
+        else:
+            self._f = open_capture(p)
         weakref.finalize(self, self._f.close)  # (closed when collected, or at exit, if not before)
         self._packets: Generator[dict[str, Any], None, None] = self._walk()
         self._frame = 0
@@ -795,16 +843,17 @@ class FrameMeta:
         finally:  # (the file closed when the packets end, or when this is collected)
             self._f.close()
 
-    def _blocks(self, f: IO[bytes]) -> Iterator[dict[str, Any]]:
-        if read_full(f, 4) != _PCAPNG_SHB:
+    def _blocks(self, f: IO[bytes] | _Tap) -> Iterator[dict[str, Any]]:
+        first = read_full(f, 4)  # (not read again: a stream cannot seek)
+        if first != _PCAPNG_SHB:
             return
-        f.seek(0)
         section = 0
         names: list[tuple[str, list[str]]] = []  # (name, description) of every interface so far, in file order
         same: dict[tuple[int, int, int], dict[str, Any]] = {}  # one dict for the frames of an interface without comments
         base, order = 0, "<"
         while True:
-            hdr = read_full(f, 8)
+            hdr = first + read_full(f, 8 - len(first))
+            first = b""
             if len(hdr) < 8:
                 return
             if hdr[:4] == _PCAPNG_SHB:

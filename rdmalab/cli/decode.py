@@ -197,14 +197,14 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
         default_workers,
         parallel_capture,
     )
-    from rdmalab.capture.pcapio import FrameMeta, is_stream  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.pcapio import FrameMeta  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.render import TcpWindowScaling  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.tsjson import iter_json, iter_json_file  # lazy: keeps `rdmalab --help` fast
 
     workers = default_workers() if args.workers is None else args.workers
     # the pcapng fields (comments, sections, interfaces: tshark's pkt_comment layer and the frame layer's
-    # first keys) are read from the file a second time; a stream has none here (the filter says so if it asks)
-    meta = _meta(path, flt) or (None if is_stream(path) else FrameMeta(path))
+    # first keys) are read from the file's blocks a second time (a stream's as its reader reads them)
+    meta = _meta(path, flt) or FrameMeta(path)
     if flt is None and workers > 1 and parallel_capture(path) and os.path.getsize(path) >= JSON_PARALLEL_MIN_BYTES:
         for piece in iter_json_file(path, workers=workers, lenient=not args.strict, iwarp=not args.no_iwarp,
                                     count=args.count, meta=meta):

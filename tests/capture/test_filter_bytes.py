@@ -61,7 +61,8 @@ def test_text_fields_and_case() -> None:
 @pytest.mark.parametrize("expr,needle", [
     ("ip.src contains 10", "'contains' on ip.src, an IPv4 address"),
     ("infiniband.bth.psn contains 1", "'contains' on infiniband.bth.psn, a number"),
-    ('iwarp_mpa contains "MPA"', "'contains' on the bytes of iwarp_mpa: rdmalab reads the frame's and those of eth,"),
+    ('iwarp_ddp contains "MPA"', "'contains' on iwarp_ddp, a label without bytes in Wireshark"),
+    ('iwarp_rdma matches "x"', "'matches' on iwarp_rdma, a label without bytes in Wireshark"),
     ('infiniband.bth matches "x"', "'matches' on the bytes of infiniband.bth"),
     ("frame contains 4d:5", "'4d:5' is not bytes"),
     ("frame matches MPA", "'matches' takes a quoted regular expression"),

@@ -7,7 +7,12 @@ rdmalab itself."""
 
 from __future__ import annotations
 
+import gzip
 import io
+import os
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +25,8 @@ from rdmalab.capture import records
 from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.cli import main
 
-CAPTURES = Path(__file__).resolve().parents[2] / "captures"
+ROOT = Path(__file__).resolve().parents[2]
+CAPTURES = ROOT / "captures"
 META = ["frame.comment", "frame.interface_id", "frame.interface_name", "frame.interface_description",
         "frame.section_number"]
 ARGS = ["-T", "fields", "-e", "frame.number", *[a for n in META for a in ("-e", n)]]
@@ -104,7 +110,46 @@ def test_sections(tmp_path: Path, capsys: Any) -> None:
     assert {x[5] for x in ours} == {"1", "2"}
 
 
-def test_a_stream_is_refused(annotated: Path, capsys: Any, monkeypatch: Any) -> None:
-    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(annotated.read_bytes())))
-    assert main(["decode", "-r", "-", "-T", "fields", "-e", "frame.comment"]) != 0
-    assert "write the capture to a file first" in capsys.readouterr().err
+@requires_tshark
+@pytest.mark.tshark
+def test_a_stream_gives_them_too(annotated: Path, one: Path, tmp_path: Path) -> None:
+    """From a pipe (plain and gzip) the blocks are read as the stream's reader reads them (before: "write
+    the capture to a file first"): the same fields and filters as tshark's from the file."""
+    gz = tmp_path / "one.pcapng.gz"
+    gz.write_bytes(gzip.compress(one.read_bytes()))
+    for path, flt in ((annotated, 'frame.comment contains "go-back-N"'), (one, "frame.interface_id == 1"),
+                      (gz, 'frame.comment || frame.interface_name == "rxe0 ü"')):
+        for args in (ARGS, ["-Y", flt, *ARGS]):
+            with open(path, "rb") as f:
+                got = subprocess.run([sys.executable, "-m", "rdmalab", "decode", "-r", "-", *args], stdin=f,
+                                     capture_output=True, text=True, cwd=ROOT)
+            assert got.returncode == 0, got.stderr
+            assert got.stdout == _tshark("-r", str(path), *args), (path.name, args)
+
+
+@pytest.mark.parametrize("name", ["rxe_write_bw_loss.pcap", "pcapng"])
+def test_what_a_stream_keeps_for_them_is_bounded(name: str, one: Path, tmp_path: Path, capsys: Any,
+                                                 monkeypatch: Any) -> None:
+    """Through a FIFO, read in small pieces: a pcap stream has no blocks to read, so nothing is kept for
+    them after its first frame; a pcapng stream's bytes are kept only until its frames are asked for (each piece read is
+    gone before the reader reads far past it)."""
+    from rdmalab.capture import pcapio
+
+    monkeypatch.setattr(pcapio, "STREAM_BLOCK", 4096)  # (the reads and what is dropped, small)
+    kept: list[int] = []
+    real = pcapio._Tap.feed
+    monkeypatch.setattr(pcapio._Tap, "feed", lambda self, data: (real(self, data), kept.append(len(self._buf))))
+    src = CAPTURES / name if name.endswith(".pcap") else one
+    data = src.read_bytes() * (1 if name.endswith(".pcap") else 400)  # (a pcapng file of 400 sections)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(data))
+    writer.start()
+    assert main(["decode", "-r", str(fifo), "-T", "fields", "-e", "frame.comment", "-e", "frame.number"]) == 0
+    writer.join()
+    lines = capsys.readouterr().out.splitlines()
+    if name.endswith(".pcap"):
+        assert len(lines) == 420 and kept[-1] == 0 and max(kept) <= 2 * 4096  # (what came before the first frame)
+    else:
+        assert len(lines) == 4800 and sum(1 for x in lines if x.split("\t")[0]) == 400 * 3
+        assert len(data) > 900_000 and max(kept) <= 3 * 4096, max(kept)

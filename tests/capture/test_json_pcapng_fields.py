@@ -3,8 +3,8 @@ layer begins with ``frame.section_number``, ``frame.interface_id`` and ``frame.i
 interface's name and description), and a frame with comments has a ``pkt_comment`` layer before it
 (each comment with its expert item).  An ERF record's capture port is its interface, as in tshark.
 Before, the JSON had none of them (the fields and filters did).  Both ways of writing the JSON (one
-process, and blocks rendered in worker processes whose text gets them in the parent) are held to tshark
-and to each other, on files whose interfaces change inside a block."""
+process, and blocks rendered in worker processes whose text gets them in the parent) and a pipe are
+held to tshark and to each other, on files whose interfaces change inside a block."""
 
 from __future__ import annotations
 
@@ -118,18 +118,13 @@ def test_a_later_section_named_by_its_own_interfaces(tmp_path: Path, capsys: Any
     assert differ and set(differ) <= {"veth1"}, differ  # section 2's first interface is veth1, not veth0
 
 
-def test_a_stream_has_no_second_reading(tmp_path: Path, capsys: Any) -> None:
-    """From a pipe the file cannot be read a second time: the JSON is written without these keys (a filter
-    on them says why it cannot run)."""
-    path = tmp_path / "one.pcapng"
-    _sections(path, 1)
-    with open(path, "rb") as f:
-        proc = subprocess.run([sys.executable, "-m", "rdmalab", "decode", "-T", "json", "-r", "-"], stdin=f,
-                              capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
-    assert proc.returncode == 0, proc.stderr
-    frames = json.loads(proc.stdout)
-    assert len(frames) == 12 and all("frame.interface_id" not in o["_source"]["layers"]["frame"] for o in frames)
-    with open(path, "rb") as f:
-        proc = subprocess.run([sys.executable, "-m", "rdmalab", "decode", "-T", "json", "-r", "-", "-Y", "frame.comment"],
-                              stdin=f, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
-    assert proc.returncode != 0 and "write the capture to a file first" in proc.stderr
+@requires_tshark
+@pytest.mark.tshark
+def test_a_stream_gives_them_too(files: dict[str, Path]) -> None:
+    """From a pipe the blocks are read as the stream's reader reads them: the JSON of the file."""
+    for name in ("one", "commented"):
+        with open(files[name], "rb") as f:
+            proc = subprocess.run([sys.executable, "-m", "rdmalab", "decode", "-T", "json", "-r", "-"], stdin=f,
+                                  capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+        assert proc.returncode == 0, proc.stderr
+        assert [_blocks_part(a) for a in json.loads(proc.stdout)] == [_blocks_part(b) for b in _tshark_json(files[name])]
