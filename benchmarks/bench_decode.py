@@ -22,7 +22,9 @@ one after the other (``mergecap -a``, pcapng, as Wireshark writes; without merge
 200,000 there).  Rows, each with default options against tshark in the same run: summaries,
 ``-T fields`` (:data:`bench_columnar.FIELDS`) on all the packets, ``-T fields`` of the conversations'
 fields (``tcp.stream``, ``udp.stream``, relative ``tcp.seq``, ``tcp.ack``, ``tcp.nxtseq``: followed in
-order, one process) on all the packets, ``-T json`` and ``-V`` on the first
+order, one process) on all the packets, ``-T fields`` of the pcapng blocks' fields (``frame.interface_id``,
+``frame.interface_name``, ``frame.comment`` ...: the file's blocks read beside the columns) on all the
+packets, ``-T json`` and ``-V`` on the first
 ``--json-packets``.
 
 With ``--repeat N`` each command runs N times (rdmalab's and tshark's in turn) and the best wall and
@@ -51,6 +53,7 @@ from bench_columnar import FIELDS, build, run  # noqa: E402
 
 import rdmalab  # noqa: E402
 from rdmalab.capture.columnar_schema import CONVERSATION_FIELDS  # noqa: E402
+from rdmalab.capture.pcapio import FRAME_META_FIELDS  # noqa: E402
 
 
 def mixed_sources() -> list[str]:
@@ -131,6 +134,11 @@ def main_mixed(args: argparse.Namespace, tmp: str) -> None:
     rows += compare("-T fields (conversations)", n,
                     [("rdmalab decode -T fields -e tcp.stream ...", [*py, "-r", big, "-T", "fields", *cf])],
                     [tshark, "-n", "-r", big, "-T", "fields", *cf] if tshark else None)
+    # the fields of the pcapng blocks around the packets (interfaces, sections, comments), read beside the columns
+    mf = [a for f in ("frame.number", *FRAME_META_FIELDS) for a in ("-e", f)]
+    rows += compare("-T fields (pcapng blocks)", n,
+                    [("rdmalab decode -T fields -e frame.interface_id ...", [*py, "-r", big, "-T", "fields", *mf])],
+                    [tshark, "-n", "-r", big, "-T", "fields", *mf] if tshark else None)
     rows += compare("-T json", m, [("rdmalab decode -T json", [*py, "-T", "json", "-r", small])],
                     [tshark, "-n", "-r", small, "-T", "json"] if tshark else None)
     rows += compare("-V", m, [("rdmalab decode -V", [*py, "-V", "-r", small])],

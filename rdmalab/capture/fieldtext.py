@@ -30,7 +30,7 @@ from rdmalab.capture.columnar_decode import (
 )
 from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _ipv6_text, format_column
 from rdmalab.capture.filter import ABSOLUTE_TIME, EITHER_FIELDS, RELATIVE_TIMES, compile_filter, declared_fields
-from rdmalab.capture.pcapio import NS_MAX, NS_MIN, RecordBlock, record_ns
+from rdmalab.capture.pcapio import FRAME_META_FIELDS, NS_MAX, NS_MIN, FrameMeta, RecordBlock, record_ns
 from rdmalab.capture.render import time_text
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
@@ -335,9 +335,11 @@ def _numeric_text(v: np.ndarray, f: str) -> np.ndarray:
 
 
 def render_fields(cols: Columns, names: Sequence[str], *, separator: bytes = b"\t", quote: bytes = b"",
-                  rows: np.ndarray | None = None, times: dict[str, list[int] | np.ndarray] | None = None) -> bytes:
+                  rows: np.ndarray | None = None, times: dict[str, list[int] | np.ndarray] | None = None,
+                  texts: dict[str, list[str | None]] | None = None) -> bytes:
     """The ``-T fields`` lines of ``cols`` (or of the rows a boolean mask selects); ``times``: the
-    :data:`RELATIVE_TIMES` among ``names`` of those rows (:meth:`Clock.times`)."""
+    :data:`RELATIVE_TIMES` among ``names`` of those rows (:meth:`Clock.times`); ``texts``: the text of
+    other fields among ``names`` in those rows (None: absent), made elsewhere (the pcapng blocks' fields)."""
     if rows is not None:
         cols = cols.take(rows)
     n = cols.n
@@ -348,14 +350,19 @@ def render_fields(cols: Columns, names: Sequence[str], *, separator: bytes = b"\
     parts = []
     q = np.frombuffer(quote, dtype=np.uint8)
     for name in names:
-        if name in RELATIVE_TIMES:
+        given = texts.get(name) if texts is not None else None
+        if given is not None:
+            at_rows, m = None, _strings([t or "" for t in given])
+        elif name in RELATIVE_TIMES:
             assert times is not None, name
             t = times[name]
             at_rows, m = None, (_strings([relative_text(x) for x in t]) if isinstance(t, list) else relative_matrix(t))
         else:
             at_rows, m = _field_rows(cols, name)
         if len(q):  # tshark quotes values, not absent fields
-            if name in RELATIVE_TIMES or name == ABSOLUTE_TIME:
+            if given is not None:
+                qq = np.where(np.array([t is not None for t in given])[:, None], q[None, :], 0).astype(np.uint8)
+            elif name in RELATIVE_TIMES or name == ABSOLUTE_TIME:
                 qq = np.broadcast_to(q, (n, len(q)))
             elif at_rows is None:
                 qq = np.where(cols.present(name)[:, None], q[None, :], 0).astype(np.uint8)
@@ -383,6 +390,16 @@ def render_fields(cols: Columns, names: Sequence[str], *, separator: bytes = b"\
     # bytes.translate deletes the 0 bytes in one C pass, several times faster than a boolean mask
     text: bytes = out.tobytes().translate(None, b"\0")
     return text
+
+
+#: the characters ``tshark -T fields`` writes escaped in a text value (a comment with a tab or a newline
+#: stays on its line): backspace, tab, newline, form feed, carriage return; the others as they are
+_FIELD_ESCAPES = str.maketrans({"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"})
+
+
+def field_cell(name: str, value: object) -> str:
+    """:func:`value_text` as a ``-T fields`` cell writes it (tshark's escapes: :data:`_FIELD_ESCAPES`)."""
+    return value_text(name, value).translate(_FIELD_ESCAPES)
 
 
 def value_text(name: str, value: object) -> str:
@@ -448,16 +465,45 @@ def _row_fields(cols: Columns, i: int, names: Iterable[str]) -> dict[str, Any]:
     return out
 
 
+def _meta_texts(cols: Columns, keep: np.ndarray | None, names: Sequence[str], meta: FrameMeta | None,
+                occurrence: str, aggregator: str) -> dict[str, list[str | None]] | None:
+    """The text of the pcapng blocks' fields among ``names`` (:data:`FRAME_META_FIELDS`) in the rows
+    ``keep`` (a boolean mask; None: all), from ``meta``, fed every frame of the block in order."""
+    wanted = [n for n in names if n in FRAME_META_FIELDS]
+    if meta is None or not wanted:
+        return None
+    frames = cols.data["frame.number"].tolist()
+    shown = [True] * len(frames) if keep is None else keep.tolist()
+    out: dict[str, list[str | None]] = {n: [] for n in wanted}
+    for frame, ok in zip(frames, shown, strict=True):
+        got = meta.of(int(frame))
+        if not ok:
+            continue
+        for n in wanted:
+            v = got.get(n)
+            if isinstance(v, list) and occurrence != "a":
+                k = {"f": 1, "l": len(v)}.get(occurrence) or int(occurrence)
+                v = v[k - 1] if 0 < k <= len(v) else None
+            text = None if v is None else field_cell(n, v)
+            if isinstance(v, list) and text is not None:
+                text = text.replace(",", aggregator)
+            out[n].append(text)
+    return out
+
+
 def _block_text(cols: Columns, names: Sequence[str], flt: object, separator: bytes, quote: bytes,
-                occurrence: str = "a", aggregator: str = ",", clock: Clock | None = None) -> bytes:
+                occurrence: str = "a", aggregator: str = ",", clock: Clock | None = None,
+                meta: FrameMeta | None = None) -> bytes:
     """The ``-T fields`` text of one block; ``clock`` (needed when ``names`` has one of
-    :data:`RELATIVE_TIMES`) stands after the block when it returns."""
+    :data:`RELATIVE_TIMES`) stands after the block when it returns; ``meta`` (needed when ``names`` has
+    one of :data:`FRAME_META_FIELDS`) is fed the block's frames."""
     rows = None
     if flt is not None:
         rows = flt.mask(cols, cols.present, cols.n)  # type: ignore[attr-defined]
     if not cols.multi:
         times = clock.times(cols, rows) if clock is not None else None
-        return render_fields(cols, names, separator=separator, quote=quote, rows=rows, times=times)
+        texts = _meta_texts(cols, rows, names, meta, occurrence, aggregator)
+        return render_fields(cols, names, separator=separator, quote=quote, rows=rows, times=times, texts=texts)
     # frames completing several iWARP PDUs: a field occurs more than once there, which a filter
     # matches if any occurrence does and tshark prints (-E occurrence=a) joined by commas
     frames = cols.data["frame.number"]
@@ -468,7 +514,8 @@ def _block_text(cols: Columns, names: Sequence[str], flt: object, separator: byt
             rows[i] = flt(_row_fields(cols, i, flt.fields))  # type: ignore[operator,attr-defined]
     keep = np.arange(cols.n) if rows is None else np.nonzero(rows)[0]
     times = clock.times(cols, rows) if clock is not None else None
-    text = render_fields(cols, names, separator=separator, quote=quote, rows=keep, times=times)
+    texts = _meta_texts(cols, rows, names, meta, occurrence, aggregator)
+    text = render_fields(cols, names, separator=separator, quote=quote, rows=keep, times=times, texts=texts)
     lines = text.split(b"\n")
     for pos in np.nonzero(np.isin(keep, multi_rows))[0].tolist():
         fields: dict[str, Any] = _row_fields(cols, int(keep[pos]), names)
@@ -478,11 +525,15 @@ def _block_text(cols: Columns, names: Sequence[str], flt: object, separator: byt
                 assert times is not None
                 cells.append(quote + relative_text(int(times[name][pos])).encode() + quote)
                 continue
+            if texts is not None and name in texts:
+                cell_text = texts[name][pos]
+                cells.append(b"" if cell_text is None else quote + cell_text.encode() + quote)
+                continue
             v = fields.get(name)
             if isinstance(v, list) and occurrence != "a":
                 k = {"f": 1, "l": len(v)}.get(occurrence) or int(occurrence)
                 v = v[k - 1] if 0 < k <= len(v) else v[k] if -len(v) <= k < 0 else None
-            cell = value_text(name, v)
+            cell = field_cell(name, v)
             if isinstance(v, list):
                 cell = cell.replace(",", aggregator)
             cells.append(quote + cell.encode() + quote if cell else b"")
@@ -543,6 +594,9 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
     needed = _columns_needed(names, flt)
     clock = Clock() if needed & set(RELATIVE_TIMES) else None
     needed -= set(RELATIVE_TIMES)  # computed here, from frame.time_ns
+    # the pcapng blocks' fields: read beside the columns, in this process (frame by frame, cheap)
+    meta = FrameMeta(p) if needed & set(FRAME_META_FIELDS) else None
+    needed -= set(FRAME_META_FIELDS)
     if clock is not None:
         needed.add("frame.time_ns")
     if workers is None:
@@ -550,7 +604,7 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
         # them and writes: on 2 cores at load below 1, -j 2 took 0.54-0.64 s of wall time against 0.73-0.86 s
         # for -j 1 (the 200k mixed capture of benchmarks/bench_decode.py --mixed)
         workers = default_workers()
-    parallel = (workers > 1 and count is None and not wants_iwarp(needed) and not wants_windows(needed)
+    parallel = (workers > 1 and count is None and meta is None and not wants_iwarp(needed) and not wants_windows(needed)
                 and not wants_conversations(needed)
                 and not (flt is not None and "frame.time_delta_displayed" in names)
                 and parallel_capture(p, ethernet=True)
@@ -563,7 +617,7 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
                 if cols.n > left:
                     cols = cols.take(np.arange(left))
                 left -= cols.n
-            yield _block_text(cols, names, flt, separator, quote, occurrence, aggregator, clock)
+            yield _block_text(cols, names, flt, separator, quote, occurrence, aggregator, clock, meta)
             if left is not None and left <= 0:
                 return
         return

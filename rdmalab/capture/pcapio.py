@@ -327,6 +327,17 @@ def open_capture(path: str | os.PathLike[str]) -> IO[bytes]:
     return f
 
 
+def is_pcapng_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a file (not a stream; plain or gzip) that begins with a pcapng section header."""
+    if is_stream(path):
+        return False
+    try:
+        with open_capture(path) as f:
+            return read_full(f, 4) == _PCAPNG_SHB
+    except (CaptureError, OSError, EOFError):
+        return False
+
+
 def spool(path: str | os.PathLike[str], into: IO[bytes]) -> int:
     """Copy a capture (a stream: ``-``, a FIFO; decompressed if gzip) into the binary file ``into``,
     a block at a time, for what reads a capture more than once (``rdmalab analyze -r -``); returns

@@ -95,6 +95,7 @@ def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> in
         RELATIVE_TIMES,
         known_fields,
     )
+    from rdmalab.capture.pcapio import FRAME_META_FIELDS, is_pcapng_file  # lazy: keeps `rdmalab --help` fast
 
     names: list[str] = args.fields or []
     if not names:
@@ -113,6 +114,9 @@ def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> in
     # (the columns join ip.addr's two values with a comma: another aggregator or one occurrence per packet)
     either = [n for n in names if n in EITHER_FIELDS]
     plain_either = not either or (opts["occurrence"] == "a" and opts["aggregator"] == ",")
+    if not wanted.isdisjoint(FRAME_META_FIELDS) and (flt is None or flt.fields.isdisjoint(FRAME_META_FIELDS)) \
+            and is_pcapng_file(path):  # (written beside the columns; an ERF record's port needs its header)
+        wanted -= set(FRAME_META_FIELDS)
     if wanted <= COLUMN_NAMES and plain_either and not args.no_columnar and not (args.no_iwarp and any(
             n.startswith(("iwarp", "rdmalab.crc32c", "rdmalab.pdus")) for n in wanted)):
         return _fields_columnar(path, names, flt, args, opts, out)
@@ -139,8 +143,8 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
     from rdmalab.capture.fieldtext import (  # lazy: `rdmalab --help` fast
         absolute_text,
         epoch_text,
+        field_cell,
         relative_text,
-        value_text,
     )
     from rdmalab.capture.filter import ABSOLUTE_TIME, EITHER_FIELDS, either_values  # lazy: `rdmalab --help` fast
     from rdmalab.capture.render import TcpWindowScaling  # lazy: keeps `rdmalab --help` fast
@@ -179,7 +183,7 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
             if isinstance(v, list) and v and occ != "a":
                 v = v[0] if occ == "f" else v[-1] if occ == "l" else (v[int(occ) - 1] if 0 < int(occ) <= len(v)
                                                                      else None)
-            text = value_text(n, v)
+            text = field_cell(n, v)
             if n == "frame.time_epoch":  # exact nanoseconds (a record's, an ERF record's own), finer than a float
                 text = epoch_text(cp.epoch_ns)
             if isinstance(v, list):

@@ -110,6 +110,37 @@ def test_sections(tmp_path: Path, capsys: Any) -> None:
     assert {x[5] for x in ours} == {"1", "2"}
 
 
+@pytest.mark.parametrize("opts", [[], ["-E", "quote=d"], ["-E", "occurrence=f"], ["-E", "occurrence=l", "-E", "aggregator=/"],
+                                  ["-E", "occurrence=2"], ["-Y", "udp.dstport == 4791 && frame.number > 3"], ["-c", "7"]])
+def test_written_beside_the_columns(annotated: Path, one: Path, tmp_path: Path, capsys: Any, monkeypatch: Any,
+                                    opts: list[str]) -> None:
+    """From a pcapng file they are written beside the columns (fed the frames of each block, in order),
+    not by the per-packet decoder: the same text as the per-packet decoder's, with tshark's -E options,
+    a filter on other fields and -c."""
+    two = tmp_path / "two.pcapng"
+    _sections(two, 2)
+    for path in (annotated, one, two):
+        slow = _ours(capsys, "-r", str(path), "--no-columnar", *opts, *ARGS)
+        with monkeypatch.context() as m:
+            m.setattr("rdmalab.cli.decode._fields_objects", lambda *a: pytest.fail("the per-packet path was taken"))
+            assert _ours(capsys, "-r", str(path), *opts, *ARGS) == slow, (path.name, opts)
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_text_escaped_as_tshark(tmp_path: Path, capsys: Any) -> None:
+    """A comment with control characters: tshark -T fields writes backspace, tab, newline, form feed and
+    carriage return escaped (so that a frame stays one line), the others as they are; both paths do too."""
+    path = tmp_path / "escapes.pcapng"
+    text = "".join(f"{chr(65 + i % 26)}{chr(i)}" for i in range(1, 32)) + "\\\x7f ü"
+    subprocess.run(["editcap", "-a", f"1:{text}", "-a", "3:two\tlines\nhere", str(CAPTURES / "rxe_rping.pcap"), str(path)],
+                   check=True)
+    want = _tshark("-r", str(path), *ARGS)
+    assert "\\t" in want and want.count("\n") == 41
+    assert _ours(capsys, "-r", str(path), *ARGS) == want
+    assert _ours(capsys, "-r", str(path), "--no-columnar", *ARGS) == want
+
+
 @requires_tshark
 @pytest.mark.tshark
 def test_a_stream_gives_them_too(annotated: Path, one: Path, tmp_path: Path) -> None:
