@@ -830,8 +830,7 @@ def _eval(node: Any, fields: Mapping[str, Any]) -> bool:
         if node.field == "frame":
             return node.value in _frame(fields)
         if node.field in _OCTETS:
-            got = _protocol(fields, node.field)
-            return got is not None and (node.value in got if isinstance(got, bytes) else any(node.value in g for g in got))
+            return any(node.value in g for g in _protocol(fields, node.field))
         if isinstance(node.value, bytes):  # a MAC address's octets
             return any(node.value in _mac_bytes(x) for x in _values(fields, node.field))
         return any(isinstance(x, str) and str(node.value) in x for x in _values(fields, node.field))
@@ -839,8 +838,7 @@ def _eval(node: Any, fields: Mapping[str, Any]) -> bool:
         if node.field == "frame":
             return node.pattern.search(_frame(fields)) is not None
         if node.field in _OCTETS:
-            got = _protocol(fields, node.field)
-            return got is not None and any(node.pattern.search(g) is not None for g in ([got] if isinstance(got, bytes) else got))
+            return any(node.pattern.search(g) is not None for g in _protocol(fields, node.field))
         if isinstance(node.pattern.pattern, bytes):  # a MAC address's octets
             return any(node.pattern.search(_mac_bytes(x)) is not None for x in _values(fields, node.field))
         return any(isinstance(x, str) and node.pattern.search(x) is not None for x in _values(fields, node.field))
@@ -854,12 +852,14 @@ def _mac_bytes(x: Any) -> bytes:
     return int(x).to_bytes(6, "big")
 
 
-def _protocol(fields: Mapping[str, Any], proto: str) -> bytes | list[bytes] | None:
+def _protocol(fields: Mapping[str, Any], proto: str) -> list[bytes]:
+    """The bytes of each occurrence of ``proto`` in a frame (its header's, or iWARP's once an MPA frame): none
+    when the frame has not it."""
     spans = fields.get(PROTOCOL_BYTES)
     if spans is None:  # a caller's mistake, not the user's
         raise KeyError("a filter on a protocol's bytes needs them in the fields (filter.PROTOCOL_BYTES)")
     got: bytes | list[bytes] | None = spans.get(proto)
-    return got
+    return [] if got is None else [got] if isinstance(got, bytes) else got
 
 
 def _frame(fields: Mapping[str, Any]) -> bytes:

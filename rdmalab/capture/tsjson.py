@@ -497,6 +497,15 @@ def _interface_head(section: int | None, iface: int, name: str | None,
     return head, "".join(out)
 
 
+def _head_of(meta: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """:func:`_interface_head` of a frame's pcapng fields (:meth:`~rdmalab.capture.pcapio.FrameMeta.of`, which
+    has ``frame.interface_id``): ({} and "" when it has none)."""
+    if "frame.interface_id" not in meta:
+        return {}, ""
+    return _interface_head(meta.get("frame.section_number"), meta["frame.interface_id"],
+                           meta.get("frame.interface_name"), meta.get("frame.interface_description"))
+
+
 def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_displayed_ns: int,
                 meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """One frame as tshark's JSON object (``_index``, ``_type``, ``_score``, ``_source.layers``); ``meta``:
@@ -514,10 +523,8 @@ def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_display
     if meta:
         if "frame.comment" in meta:
             layers["pkt_comment"] = _comment_layer(meta["frame.comment"])
-        if "frame.interface_id" in meta:
-            keys, head = _interface_head(meta.get("frame.section_number"), meta["frame.interface_id"],
-                                         meta.get("frame.interface_name"), meta.get("frame.interface_description"))
-            frame = keys | frame
+        keys, head = _head_of(meta)
+        frame = keys | frame
     layers["frame"] = frame
     extras: dict[str, Any] = {}
     _packet_layers(pkt, layers, extras, frame_ns=ns)
@@ -716,12 +723,8 @@ def _with_meta(text: str, meta: FrameMeta, frame: int) -> tuple[str, int]:
     pcapng fields) with them; and the number of the frame after the last."""
     gots = [meta.of(frame + k) for k in range(text.count(_LAYERS_START))]
     if gots and all(g is gots[0] for g in gots) and "frame.comment" not in gots[0]:  # (one interface, no comments)
-        got = gots[0]
-        if "frame.interface_id" in got:
-            text = text.replace(_LAYERS_START, _LAYERS_START + _interface_head(
-                got.get("frame.section_number"), got["frame.interface_id"], got.get("frame.interface_name"),
-                got.get("frame.interface_description"))[1])
-        return text, frame + len(gots)
+        head = _head_of(gots[0])[1]
+        return (text.replace(_LAYERS_START, _LAYERS_START + head) if head else text), frame + len(gots)
     parts = text.split(_LAYERS_START)
     out = [parts[0]]
     for got, rest in zip(gots, parts[1:], strict=True):
@@ -730,10 +733,7 @@ def _with_meta(text: str, meta: FrameMeta, frame: int) -> tuple[str, int]:
             body: list[str] = []
             _dump(_comment_layer(got["frame.comment"]), _LAYERS_NL, body)
             head += '"pkt_comment": ' + "".join(body) + "," + _LAYERS_NL
-        head += '"frame": {'
-        if "frame.interface_id" in got:
-            head += _interface_head(got.get("frame.section_number"), got["frame.interface_id"],
-                                    got.get("frame.interface_name"), got.get("frame.interface_description"))[1]
+        head += '"frame": {' + _head_of(got)[1]
         out.append(head)
         out.append(rest)
     return "".join(out), frame + len(gots)
