@@ -43,6 +43,8 @@ nothing pairs a NAK with the retransmission it caused.  This module does, on the
   ``ack_coalescing``  ACKs backwards, ACKs of PSNs not sent, AckReq left unanswered
   ``bad_crc32c``      (iWARP) an MPA CRC that does not verify
   ``terminate``       (iWARP) a Terminate, with its layer, type and code explained
+  ``unreachable``     an ICMP or ICMPv6 error that quotes a RoCE packet (port unreachable: nothing
+                      takes RoCEv2 at that address), with the quoted packet's QP, PSN and opcode
   ==================  =======================================================================
 
 The analysis reads what is on the capture.  A capture taken at the receiver (or after the lossy
@@ -73,7 +75,7 @@ from rdmalab.capture.analysis_conn import _Out, ack_coalescing, connections, wal
 from rdmalab.capture.analysis_counters import COUNTER_ROWS, counters_side_by_side, parse_counters
 from rdmalab.capture.analysis_iwarp import _iwarp_findings
 from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Findings, Message
-from rdmalab.capture.analysis_rows import Rows, load_rows
+from rdmalab.capture.analysis_rows import Rows, load_rows, unreachable_text
 from rdmalab.capture.analysis_trust import _capture_gaps, _capture_trust
 from rdmalab.capture.columnar import Columns, read_columns
 from rdmalab.capture.pcapio import seconds_ns
@@ -114,6 +116,8 @@ KIND_HELP: dict[str, str] = {
     "bad_icrc": "The packet's invariant CRC does not verify: it was damaged on the way (or the capture cut it).",
     "bad_crc32c": "An iWARP MPA FPDU whose CRC32c does not verify.",
     "terminate": "An iWARP Terminate message: the peer closes the connection, and says why.",
+    "unreachable": "An ICMP error came back for a RoCE packet. Port unreachable means that nothing at that "
+                   "address takes RoCEv2 (UDP 4791): no RDMA device is bound to it, or its rxe link is down.",
     "opcode_sequence": "Message packets out of order: a Middle or Last without its First, or a First while "
                        "another message is still open.",
     "msn_jump": "The message sequence number in the ACKs goes backwards.",
@@ -150,6 +154,18 @@ def analyze(source: str | os.PathLike[str] | Columns, *, sent: str | os.PathLike
     return analyze_rows(r, path, sent=sent, cnp_window_us=cnp_window_us, cnp_min_gap_us=cnp_min_gap_us,
                         progress=progress, read_file=not isinstance(source, Columns),
                         cols=source if isinstance(source, Columns) else None)
+
+
+def _unreachable(r: Rows, conns: list[Connection]) -> list[Finding]:
+    """``unreachable`` findings: each ICMP error that quotes a RoCE packet, given to the connection of the
+    quoted packet's destination and QP when the capture has one."""
+    out = []
+    for u in r.unreachable:
+        conn = next((c.id for c in conns if (c.responder, c.responder_qpn) == (u["dst"], u["qp"])
+                     or (c.requester, c.requester_qpn) == (u["dst"], u["qp"])), None)
+        out.append(Finding("unreachable", conn, [u["frame"]], u["time_ns"] / 1e9, unreachable_text(u),
+                           detail={k: u[k] for k in ("from", "src", "dst", "qp", "psn")}))
+    return out
 
 
 def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Columns | None = None,
@@ -192,6 +208,7 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
     findings.extend(_congestion(r, pairs, seg, cnp_window_us))
     checks: dict[str, Any] = {"cnp_pacing": cnp_pacing(r, pairs, seg, cnp_min_gap_us)}
     findings.extend(_iwarp_findings(r, path if read_file else None))
+    findings.extend(_unreachable(r, conns))
     findings.extend(_capture_gaps(findings))
     if sent is not None:
         before = sent if isinstance(sent, Columns) else read_columns(sent)

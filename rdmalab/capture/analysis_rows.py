@@ -37,11 +37,12 @@ from rdmalab.capture.columnar import (
     decode_block,
     record_blocks,
 )
+from rdmalab.capture.columnar_decode import QUOTED, QUOTING
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import CaptureError, RawRecord, decode_record
-from rdmalab.wire.opcodes import OPCODES
+from rdmalab.wire.opcodes import OPCODES, opcode_name
 
 #: the columns ``analyze`` reads (the decoder computes these and what they depend on only)
 FIELDS: tuple[str, ...] = (
@@ -84,6 +85,9 @@ class Rows:
     dup_pairs: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
     #: iWARP rows worth a finding (bad MPA CRC, Terminate): dicts of their columns
     iwarp: list[dict[str, Any]] = field(default_factory=list)
+    #: ICMP errors that quote a RoCE packet (port unreachable: nothing takes RoCEv2 there): frame, time,
+    #: the error's summary, who sent it, and the quoted packet's addresses, opcode, QP and PSN
+    unreachable: list[dict[str, Any]] = field(default_factory=list)
     #: frames of UD packets to QP 1 (CM MADs), decoded one by one afterwards
     cm_frames: list[int] = field(default_factory=list)
     first_ns: int | None = None
@@ -130,6 +134,17 @@ def _payload_on_the_wire(cols: Columns, sel: np.ndarray, plen: np.ndarray, caple
     out = plen.copy()
     out[cut] = np.where(known & (full >= 0), full, plen[cut])
     return out
+
+
+def unreachable_text(u: dict[str, Any]) -> str:
+    """A finding's text for one of :attr:`Rows.unreachable` (``analyze`` and ``top`` say the same)."""
+    psn = f" PSN {u['psn']}" if u["psn"] is not None else ""
+    return f"{u['what']} from {u['from']} for {opcode_name(int(u['opcode']))} to {u['dst']} QP {int(u['qp']):#x}{psn}"
+
+
+def _last(v: Any) -> Any:
+    """The last occurrence of a field's value (a list for a field that occurs more than once)."""
+    return v[-1] if isinstance(v, list) else v
 
 
 class _Collector:
@@ -199,6 +214,17 @@ class _Collector:
                             row[key] = int(cols.data[name][i])
                             break
                 r.iwarp.append(row)
+
+        for number, got in cols.multi.items():
+            if QUOTED not in got or "infiniband.bth.destqp" not in got:
+                continue
+            src, dst = got.get("ip.src", got.get("ipv6.src")), got.get("ip.dst", got.get("ipv6.dst"))
+            if not isinstance(src, list) or not isinstance(dst, list):
+                continue
+            i = number - int(fr[0])
+            r.unreachable.append({"frame": number, "time_ns": int(tns[i]), "what": got[QUOTING], "from": src[0],
+                                  "src": src[-1], "dst": dst[-1], "opcode": _last(got["infiniband.bth.opcode"]),
+                                  "qp": _last(got["infiniband.bth.destqp"]), "psn": _last(got.get("infiniband.bth.psn"))})
 
     def finish(self) -> Rows:
         r = self.rows

@@ -42,6 +42,7 @@ from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, erf_time_ns
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import RawRecord, decode_record, read
 from rdmalab.capture.render import Conversations, TcpWindowScaling, conversation_key, window_shift_option
+from rdmalab.wire.control import ICMP_ERRORS, ICMPV6_ERRORS, IPPROTO_ICMP, IPPROTO_ICMPV6
 from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_masks
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.net import ETHERTYPE_QINQ, ETHERTYPE_VLAN, ROCEV2_PORT, TCP, IPv4
@@ -178,10 +179,42 @@ def fill_conversations(cols: Columns, conversations: Conversations) -> None:
     d, L = cols.data, cols.layers
     for name in CONVERSATION_FIELDS:
         L[name] = np.zeros(cols.n, dtype=bool)
+        d[name] = np.zeros(cols.n, dtype=np.uint32)
+    at = _quote_rows(cols)
+    if not len(at):
+        _conversations_of(cols, conversations, np.ones(cols.n, dtype=bool))
+        return
+    # an ICMP error that quotes a UDP or TCP header counts in the conversations in its place (as tshark):
+    # the rows between such frames a run at a time, each of those as the per-packet path counts it
+    lo = 0
+    for i in [*at.tolist(), cols.n]:
+        span = np.zeros(cols.n, dtype=bool)
+        span[lo:i] = True
+        _conversations_of(cols, conversations, span)
+        if i < cols.n:
+            got = cols.multi[int(d["frame.number"][i])]
+            raw = got[QUOTED]  # (addresses as integers, as the columns key the conversations)
+            conversations.add(raw)
+            got.update((k, raw[k]) for k in CONVERSATION_FIELDS if k in raw)
+        lo = i + 1
+
+
+def _quote_rows(cols: Columns) -> np.ndarray:
+    """The rows of ICMP errors that quote a datagram (:func:`fill_quotes`), in order."""
+    if not cols.multi:
+        return np.zeros(0, dtype=np.int64)
+    frames = cols.data["frame.number"]
+    quoting = [f for f, got in cols.multi.items() if QUOTED in got]
+    return np.flatnonzero(np.isin(frames, np.asarray(quoting, dtype=frames.dtype)))
+
+
+def _conversations_of(cols: Columns, conversations: Conversations, span: np.ndarray) -> None:
+    """:func:`fill_conversations` of the rows ``span`` holds."""
+    d, L = cols.data, cols.layers
     ip, ip6 = L["ip"], L["ipv6"] & ~L["ip"]  # (the per-packet fields: ip.src if any, else ipv6.src)
     stream_of = np.full(cols.n, -1, dtype=np.int64)
     for proto in ("tcp", "udp"):
-        rows = np.flatnonzero(L[proto] & (ip | ip6) & (stream_of < 0))
+        rows = np.flatnonzero(span & L[proto] & (ip | ip6) & (stream_of < 0))
         if not len(rows):
             continue
         six = ip6[rows]
@@ -213,7 +246,6 @@ def fill_conversations(cols: Columns, conversations: Conversations) -> None:
             seq = np.zeros(len(rows), dtype=np.int64)
         stream = conversations.streams_many(keys, pinv.reshape(-1), syn, seq)
         stream_of[rows] = stream
-        d[f"{proto}.stream"] = np.zeros(cols.n, dtype=np.uint32)
         d[f"{proto}.stream"][rows] = stream
         L[f"{proto}.stream"][rows] = True
         if proto != "tcp":
@@ -224,7 +256,6 @@ def fill_conversations(cols: Columns, conversations: Conversations) -> None:
             length)
         for name, values, where in (("tcp.seq", seq_rel, np.ones(len(rows), dtype=bool)), ("tcp.ack", ack_rel, has_ack),
                                     ("tcp.nxtseq", nxt, has_nxt)):
-            d[name] = np.zeros(cols.n, dtype=np.uint32)
             d[name][rows[where]] = values[where]
             L[name][rows[where]] = True
 
@@ -536,9 +567,41 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     for name in (*IWARP_LAYERS, *(c.layer for c in IWARP_COLUMNS), "tcp.window_size", *CONVERSATION_FIELDS):
         L[name] = np.zeros(n, dtype=bool)
     cols = Columns(n, data, L)
+    # ICMP errors that quote a datagram (rare): their fields by the per-packet decoder (a quote's ip.src
+    # is the frame's second); the type at the ICMP header's first byte (T's)
+    quoting = (l4ok & (caplen > l4 + 8) & ((ip & (proto4 == IPPROTO_ICMP) & ((ff >> u64(13)) & u64(1) == 0)
+                                            & np.isin(T[:, 0], list(ICMP_ERRORS)))
+                                           | (ip6 & (nxt6 == IPPROTO_ICMPV6) & np.isin(T[:, 0], list(ICMPV6_ERRORS)))))
+    if quoting.any():
+        fill_quotes(blk, cols, np.flatnonzero(quoting))
     if tracker is not None:
         fill_iwarp(blk, cols, tracker)
     return cols
+
+
+#: the key that marks the per-packet fields of an ICMP error that quotes a datagram in :attr:`Columns.multi`
+#: (:func:`fill_quotes`; a NUL first: no field's name)
+QUOTED = "\0quoted"
+#: beside :data:`QUOTED`: the ICMP error's summary (``Destination unreachable (Port unreachable)``)
+QUOTING = "\0quoting"
+
+
+def fill_quotes(blk: RecordBlock, cols: Columns, rows: np.ndarray) -> None:
+    """The fields of the ICMP errors ``rows`` that quote a datagram, as the per-packet decoder has them
+    (:attr:`rdmalab.wire.packet.Packet.quoted`: the quote's ip.src after the frame's, its UDP, TCP and
+    BTH), into :attr:`Columns.multi`, which the ``-T fields`` text and the display filter read for them.
+    A row whose quote is no IP datagram is left as it is."""
+    secs, ifs = blk.seconds(), blk.interfaces()
+    for i in rows.tolist():
+        off, cap = int(blk.offset[i]), int(blk.caplen[i])
+        cp = decode_record(RawRecord(blk.first + i, float(secs[i]), int(blk.linktype[i]), bytes(blk.buf[off:off + cap]),
+                                     int(blk.wirelen[i]), int(ifs[i]), int(blk.ts_ns[i])))
+        if cp.packet.quoted is None:
+            continue
+        got = frame_fields(cp)
+        got[QUOTED] = frame_fields(cp, raw=True)  # (what fill_conversations counts)
+        got[QUOTING] = cp.packet.info or ""
+        cols.multi[blk.first + i] = got
 
 
 def fill_iwarp(blk: RecordBlock, cols: Columns, tracker: Any) -> None:

@@ -39,7 +39,7 @@ from rdmalab.capture.columnar_decode import (
 from rdmalab.capture.columnar_schema import Columns, link_header_length
 from rdmalab.capture.columnar_tcp import FLAG_TEXT, TCP_FIELDS, clean_tcp, tcp_offsets
 from rdmalab.capture.fields import frame_fields
-from rdmalab.capture.fieldtext import _OCTET_DOT32, _dec, _hex, _strings, relative_matrix
+from rdmalab.capture.fieldtext import _OCTET_DOT32, _dec, _hex, _strings, filter_mask, relative_matrix
 from rdmalab.capture.filter import compile_filter
 from rdmalab.capture.iwarp import IwarpTracker
 from rdmalab.capture.linktypes import LINKTYPE_ERF, LINKTYPE_ETHERNET, erf_frame
@@ -1093,7 +1093,7 @@ class _Shown:
             cols = decode_block(blk, verify_icrc=True, fields=self.flt.fields, conversations=self.conversations)
         else:
             cols = columns_from_block(blk, conversations=self.conversations)
-        self.mask = np.asarray(self.flt.mask(cols, cols.present, cols.n), dtype=bool)[:n]
+        self.mask = filter_mask(self.flt, cols)[:n]
 
     def keep(self, text: bytes) -> bytes:
         """The lines of the frames kept among ``text``, the lines of the block's first frames (all of them,

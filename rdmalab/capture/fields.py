@@ -111,8 +111,10 @@ def _swap16(v: int) -> int:
     return int.from_bytes(v.to_bytes(2, "little"), "big")
 
 
-def packet_fields(pkt: Packet, out: dict[str, Any], *, raw: bool = False, skip: frozenset[type] = frozenset()) -> None:
-    """Add one packet's fields to ``out`` (repeated keys become lists)."""
+def packet_fields(pkt: Packet, out: dict[str, Any], *, raw: bool = False, skip: frozenset[type] = frozenset(),
+                  quoted: bool = False, quotes: bool = True) -> None:
+    """Add one packet's fields to ``out`` (repeated keys become lists), then (``quotes``) those of the
+    datagram it quotes (an ICMP error's: ``quoted`` for those, whose problems are not the frame's)."""
     for layer in pkt.layers:
         h = layer.header
         if type(h) in skip:
@@ -147,9 +149,11 @@ def packet_fields(pkt: Packet, out: dict[str, Any], *, raw: bool = False, skip: 
         _add(out, "rdmalab.vcrc.status", pkt.vcrc_status or "unchecked")
     if pkt.encap in ("rocev2", "rocev1", "ib") and bth is not None or pkt.payload_length and pkt.encap == "iwarp":
         _add(out, "rdmalab.payload.len", _transport_payload_length(pkt))
-    if pkt.problems:
+    if pkt.problems and not quoted:  # (a quote's problems are its own: cut short, as a quote mostly is)
         for p in pkt.problems:
             _add(out, "rdmalab.problems", str(p))
+    if pkt.quoted is not None and quotes:  # an ICMP error's quoted datagram: its fields after the frame's (ip.src twice)
+        packet_fields(pkt.quoted, out, raw=raw, quoted=True)
 
 
 def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowScaling | None = None) -> dict[str, Any]:
@@ -169,12 +173,14 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
     pkt = cp.packet
     packet_fields(pkt, out, raw=raw)
     out["rdmalab.encap"] = pkt.encap
-    if "ipv6.version" in out:  # Wireshark's IPv6 dissector adds the hidden ip.version too (ip.version == 6)
-        out.setdefault("ip.version", 6)
-    if "tcp.srcport" in out:  # the segment's payload bytes (tshark's tcp.len, the summary's Len=)
+    if "ipv6.version" in out:  # Wireshark's IPv6 dissector adds the hidden ip.version too (ip.version == 6),
+        out.setdefault("ip.version", out["ipv6.version"])  # once a header (an ICMPv6 error's quote: twice)
+    if "tcp.srcport" in out and TCP in pkt:  # the segment's payload bytes (tshark's tcp.len, the summary's Len=;
+        # a quoted segment has none, as in tshark)
         seg_len = tcp_segment_length(pkt)
         if seg_len is not None:  # (a header longer than its datagram: no length, as tshark)
             out["tcp.len"] = seg_len
+    if "tcp.srcport" in out:
         flags = out.get("tcp.flags")
         if isinstance(flags, int):  # each flag bit as its own field (tcp.flags.syn == 1)
             for name, bit in TCP.FLAG_FIELDS:

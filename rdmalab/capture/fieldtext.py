@@ -435,6 +435,18 @@ def value_text(name: str, value: object) -> str:
 # ============================================================================ whole files, in parallel
 
 
+def filter_mask(flt: Any, cols: Columns) -> np.ndarray:
+    """The rows a compiled display filter keeps: on the columns, and on the per-packet fields of the
+    rows whose fields occur more than once (:attr:`Columns.multi`: several iWARP PDUs, an ICMP error's
+    quote), which a filter matches if any occurrence does."""
+    rows = np.asarray(flt.mask(cols, cols.present, cols.n), dtype=bool)
+    if cols.multi:
+        frames = cols.data["frame.number"]
+        for i in np.flatnonzero(np.isin(frames, np.fromiter(cols.multi, dtype=frames.dtype))).tolist():
+            rows[i] = flt(_row_fields(cols, i, flt.fields))
+    return rows
+
+
 def _row_fields(cols: Columns, i: int, names: Iterable[str]) -> dict[str, Any]:
     """Row ``i`` as a per-packet field dictionary (the fields ``names`` and, for a frame with
     several iWARP PDUs, every occurrence of its iWARP fields), for what columns cannot say."""
@@ -499,7 +511,7 @@ def _block_text(cols: Columns, names: Sequence[str], flt: object, separator: byt
     one of :data:`FRAME_META_FIELDS`) is fed the block's frames."""
     rows = None
     if flt is not None:
-        rows = flt.mask(cols, cols.present, cols.n)  # type: ignore[attr-defined]
+        rows = filter_mask(flt, cols)
     if not cols.multi:
         times = clock.times(cols, rows) if clock is not None else None
         texts = _meta_texts(cols, rows, names, meta, occurrence, aggregator)
@@ -508,10 +520,6 @@ def _block_text(cols: Columns, names: Sequence[str], flt: object, separator: byt
     # matches if any occurrence does and tshark prints (-E occurrence=a) joined by commas
     frames = cols.data["frame.number"]
     multi_rows = np.nonzero(np.isin(frames, np.fromiter(cols.multi, dtype=frames.dtype)))[0]
-    if flt is not None:
-        assert rows is not None
-        for i in multi_rows.tolist():
-            rows[i] = flt(_row_fields(cols, i, flt.fields))  # type: ignore[operator,attr-defined]
     keep = np.arange(cols.n) if rows is None else np.nonzero(rows)[0]
     times = clock.times(cols, rows) if clock is not None else None
     texts = _meta_texts(cols, rows, names, meta, occurrence, aggregator)

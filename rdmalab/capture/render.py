@@ -109,11 +109,16 @@ class Conversations:
             sport, dport = fields.get(proto + ".srcport"), fields.get(proto + ".dstport")
             if not isinstance(sport, int) or not isinstance(dport, int):
                 continue  # (none, or an ICMP error's quoted header as well: not counted)
+            if proto == "tcp" and "tcp.flags" not in fields:  # an ICMP error's quote of its first 8 octets:
+                fields["tcp.seq"] = fields["tcp.seq_raw"]  # no conversation, the number as it is (as tshark)
+                return
             six = "ip.src" not in fields
             src = fields.get("ip.src", fields.get("ipv6.src"))
             dst = fields.get("ip.dst", fields.get("ipv6.dst"))
             if isinstance(src, list) and isinstance(dst, list):
-                src, dst = src[0], dst[0]  # (the outer header of a frame that quotes another)
+                # an ICMP error that quotes a datagram: the only UDP or TCP header is the quote's, and
+                # its conversation is the quoted IP header's (the last), counted as tshark counts it
+                src, dst = src[-1], dst[-1]
             if src is None or dst is None:
                 return
             a, b = (src, sport), (dst, dport)
@@ -670,6 +675,12 @@ def packet_tree(pkt: Packet, indent: str = "    ") -> list[str]:
                        f"@ bytes {pkt.crc_offset + 4}-{pkt.crc_offset + 5}")
     for p in pkt.problems:
         out.append(f"{indent}Problem: {p}")
+    q = pkt.quoted
+    if q is not None and q.layers:  # an ICMP error's quote: the datagram that caused it, as far as it was quoted
+        start = q.layers[0].offset
+        out.append(f"{indent}Quoted datagram (the packet this error answers): {len(q.data) - start} bytes "
+                   f"@ bytes {start}-{len(q.data) - 1}")
+        out.extend(packet_tree(q, indent + "    "))
     return out
 
 

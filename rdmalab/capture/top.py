@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from rdmalab.capture.analysis_conn import NAK_NAMES, RUN_JUMP, T, op_family
-from rdmalab.capture.analysis_rows import _TERM_EXTRA, FIELDS, _Collector, block_columns
+from rdmalab.capture.analysis_rows import _TERM_EXTRA, FIELDS, _Collector, block_columns, unreachable_text
 from rdmalab.capture.columnar import _tracker
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.pcapio import RecordBlock
@@ -321,7 +321,9 @@ class LiveTop:
                                                    f"(computed {w['crc_check']:#010x}), frame {w['frame']}")
             if w["terminate"]:
                 self._finding(None, "terminate", t, f"iWARP Terminate (layer {w['term_layer']}), frame {w['frame']}")
-        rows.iwarp, rows.cm_frames = [], []
+        for u in rows.unreachable:
+            self._finding(None, "unreachable", u["time_ns"] / 1e9, f"{unreachable_text(u)} (frame {u['frame']})")
+        rows.iwarp, rows.cm_frames, rows.unreachable = [], [], []
         if part is None:
             return
         rows.addr_v6 = addr_v6

@@ -347,6 +347,9 @@ def frame_data(cp: CapturedPacket) -> list[bytes]:
             out.append(_data_bytes(p))
         if i == 0 and cp.tcp_data:
             out.append(bytes(pkt.payload))
+        q = p.quoted
+        if i == 0 and q is not None and _payload_is_data(q, {_protocol_of(type(layer.header)) for layer in q.layers}):
+            out.append(_data_bytes(q))  # (an ICMP error's quote: the payload of the datagram it quotes)
     return out
 
 
@@ -357,6 +360,10 @@ def frame_protocols(cp: CapturedPacket) -> str:
     packet-iwarp-mpa.c dissects the segment's FPDUs in one call)."""
     pkt = cp.packet
     chain = _protocol_chain(pkt, frozenset(), cp.epoch_ns)
+    q = pkt.quoted
+    while q is not None:  # an ICMP error's quoted datagram (packet-icmp.c: ip:udp:... after icmp), and its quote
+        chain.extend(_protocol_chain(q))
+        q = q.quoted
     if cp.tcp_data:
         chain.append("data")
     if cp.pdus:
@@ -402,7 +409,7 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any],
                 dest[k] = v
     # what the packet adds besides its headers (CRCs, rdmalab's own fields)
     flat: dict[str, Any] = {}
-    packet_fields(pkt, flat, skip=frozenset(type(layer.header) for layer in pkt.layers))
+    packet_fields(pkt, flat, skip=frozenset(type(layer.header) for layer in pkt.layers), quotes=False)
     for name, v in flat.items():
         proto = name.split(".", 1)[0]
         proto = _LAYER.get(proto, proto)
@@ -443,6 +450,24 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any],
         if parts is not None and dest:
             dest = _Rendered(dest, "{" + "".join(parts)[1:] + _FIELD_NL + "}", _FIELD_NL)
         _put(layers, proto, dest)
+
+
+def _quote_layers(quoted: Packet, layers: dict[str, Any]) -> None:
+    """The layers of the datagram an ICMP error quotes, where tshark puts them: its IP and UDP or TCP
+    headers in the ICMP message's tree (packet-icmp.c and packet-icmpv6.c dissect the quote as the
+    message's part), what UDP hands on (InfiniBand, data) in the frame's layers after it."""
+    got: dict[str, Any] = {}
+    _packet_layers(quoted, got, {})
+    icmp = "icmpv6" if "icmpv6" in layers else "icmp"
+    tree = dict(layers[icmp])  # (its text is written anew, with the quote in it)
+    for proto, value in got.items():
+        if proto in ("ip", "ipv6", "udp", "tcp", "icmp", "icmpv6"):
+            tree[proto] = dict(value)
+        else:
+            _put(layers, proto, value)
+    if quoted.quoted is not None:  # a quote that is an ICMP error itself: its quote in its tree
+        _quote_layers(quoted.quoted, tree)
+    layers[icmp] = tree
 
 
 def _whole_message(pkt: Packet) -> bool:
@@ -528,6 +553,8 @@ def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_display
     layers["frame"] = frame
     extras: dict[str, Any] = {}
     _packet_layers(pkt, layers, extras, frame_ns=ns)
+    if pkt.quoted is not None:
+        _quote_layers(pkt.quoted, layers)
     if cp.tcp_data:  # bytes of no protocol above TCP (an application's own exchange, perftest's ...)
         payload = pkt.payload
         layers["data"] = {"data.data": _hexbytes(payload), "data.len": str(len(payload))}

@@ -114,7 +114,7 @@ def render(top: LiveTop, *, title: str = "rdmalab top", average: bool = False, m
     fl = Text(f"Findings: {kinds}\n", style="bold")
     for f in list(top.findings)[-12:]:
         where = f"conn {f.connection}" if f.connection is not None else "capture"
-        style = "red" if f.kind in ("nak_other", "bad_icrc", "bad_crc32c", "terminate") else \
+        style = "red" if f.kind in ("nak_other", "bad_icrc", "bad_crc32c", "terminate", "unreachable") else \
             "yellow" if f.kind in ("nak_seq_err", "nak_rnr", "retransmission", "timeout", "psn_gap") else "cyan"
         fl.append(f"  {f.time - (top.start_ns or 0) / 1e9:10.6f} ", style="dim")
         fl.append(f"{f.kind:<16}", style=style)

@@ -98,7 +98,10 @@ def _summary(a: Analysis) -> str:
                         ("nak_other", "fatal NAK(s): the connection went to the error state"),
                         ("implied_nak", "READ response gap(s) (implied NAK)"),
                         ("bad_icrc", "packet(s) with a bad ICRC"), ("bad_crc32c", "iWARP FPDU(s) with a bad CRC32c"),
-                        ("terminate", "iWARP Terminate(s)"), ("opcode_sequence", "message(s) out of opcode order"),
+                        ("terminate", "iWARP Terminate(s)"),
+                        ("unreachable", "ICMP error(s) for RoCE packets (port unreachable: nothing takes RoCEv2 "
+                                        "at that address)"),
+                        ("opcode_sequence", "message(s) out of opcode order"),
                         ("ack_coalescing", "acknowledgement anomaly(ies)"), ("msn_jump", "MSN jump(s) back"),
                         ("lost", "packet(s) sent and never received"),
                         ("time_backwards", "step(s) back in the capture's timestamps")):

@@ -239,6 +239,14 @@ ICMP_CODES = {
 ECHO_TYPES = {4: (8, 0), 6: (128, 129)}
 #: ICMP types that carry an identifier and a sequence number (RFC 792: echo, timestamp, information; RFC 950: address mask)
 ICMP_ID_SEQ = frozenset({0, 8, 13, 14, 15, 16, 17, 18})
+#: the ICMP error messages, which quote the datagram that caused them after their 8-byte header: Destination
+#: Unreachable, Source Quench, Redirect, Time Exceeded, Parameter Problem (RFC 792: "Internet Header + 64 bits
+#: of Data Datagram"; RFC 1812 4.3.2.3: as much of it as fits in 576 octets)
+ICMP_ERRORS = frozenset({3, 4, 5, 11, 12})
+#: the ICMPv6 error messages that quote the packet that caused them, "as much of invoking packet as possible
+#: without the ICMPv6 packet exceeding the minimum IPv6 MTU" (RFC 4443 3.1-3.4): Destination Unreachable,
+#: Packet Too Big, Time Exceeded, Parameter Problem
+ICMPV6_ERRORS = frozenset({1, 2, 3, 4})
 
 #: ICMPv6 types (RFC 4443 2.1, RFC 4861 4, RFC 2710 3, RFC 3810 5, RFC 2894, RFC 4620, RFC 3122, RFC 6275,
 #: RFC 3971, RFC 4286, RFC 6775, RFC 7731, RFC 8335; IANA "ICMPv6 Parameters"), named as Wireshark's Info

@@ -22,6 +22,8 @@ from rdmalab.wire.cm import CMMessage, decode_mad_payload
 from rdmalab.wire.control import (
     ARP,
     ETHERTYPE_ARP,
+    ICMP_ERRORS,
+    ICMPV6_ERRORS,
     IPPROTO_ICMP,
     IPPROTO_ICMPV6,
     ARPoIB,
@@ -71,6 +73,7 @@ from rdmalab.wire.net import (
     IPv6HopByHop,
     IPv6Routing,
     QinQ,
+    TCPQuoted,
     tcp_checksum,
 )
 from rdmalab.wire.packet import Layer, Packet, _problem, decode_transport, encode_ib, encode_transport, guarded
@@ -151,7 +154,7 @@ def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient
         pkt.payload_offset, pkt.payload_length = pos, len(data) - pos
 
 
-def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...]) -> None:
+def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...], quote: bool = False) -> None:
     if pos >= len(data):
         raise TruncatedError("IP", "version", pos, 0, "an IPv4 or IPv6 header")
     version = data[pos] >> 4
@@ -198,6 +201,8 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
                 proto, pos = ext.next_header, pos + 8 + 8 * ext.length
     else:
         raise MalformedError("IP", "version", pos, version, "4 or 6")
+    if quote:  # a quote ends where the ICMP message does (tshark: the rest of it, ICRC and all, is the quote's)
+        end = min(end, len(data))
     wire_end = end  # where the datagram ends on the wire
     if end > len(data):
         _problem(pkt, TruncatedError("IPv4" if version == 4 else "IPv6", "length", ip_start + (2 if version == 4 else 4),
@@ -228,6 +233,10 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         pkt.info = icmpv6_summary(msg, hops) if six else icmp_summary(msg, hops if version == 4 else None)
         size = icmp.LAYOUT.size
         pkt.payload_offset, pkt.payload_length = pos + size, end - pos - size
+        if end - pos > 8 and data[pos] in (ICMPV6_ERRORS if six else ICMP_ERRORS):  # (a quote's own: nested)
+            pkt.quoted = _quoted(data[:end], pos + 8, ports)
+    elif proto == IPPROTO_TCP and quote and pos + 20 > end >= pos + 8:  # (a quote of the ports and seq alone)
+        pkt.layers.append(Layer(TCPQuoted.decode(data, pos), pos))
     elif proto == IPPROTO_TCP:
         tcp = TCP.decode(data, pos)
         pkt.layers.append(Layer(tcp, pos))
@@ -247,6 +256,24 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         pkt.payload_offset, pkt.payload_length = start, end - start
     else:
         pkt.payload_offset, pkt.payload_length = pos, end - pos
+
+
+def _quoted(data: bytes, pos: int, ports: tuple[int, ...]) -> Packet | None:
+    """The datagram an ICMP error quotes from ``pos`` to the end of ``data`` (the end of the ICMP
+    message), decoded as far as it was quoted (often its headers and a few octets: RFC 792), as
+    Wireshark's packet-icmp.c and packet-icmpv6.c hand it to the IP dissector.  Its problems (a length
+    past the quote, a header cut short) are its own, never the frame's; None when it is no IP datagram."""
+    if pos >= len(data) or data[pos] >> 4 not in (4, 6) or data[pos] >> 4 == 4 and data[pos] & 15 < 5:
+        return None  # (no IP header; an IPv4 header length under 20 octets is bogus to tshark too: no addresses)
+    quoted = Packet(data, encap="ip")
+    guarded(quoted, True, lambda: _ip(data, quoted, pos, True, ports, quote=True))
+    if not quoted.layers:
+        return None
+    ip = quoted.layers[0].header
+    length = ip.total_length if isinstance(ip, IPv4) else 40 + ip.payload_length if isinstance(ip, IPv6) else 0
+    if quoted.crc_kind == "icrc" and length > len(data) - pos:
+        quoted.crc_expected = None  # a quote cut short: its last octets are no ICRC to check (shown, unchecked)
+    return quoted
 
 
 def tcp_segment_length(pkt: Packet) -> int | None:

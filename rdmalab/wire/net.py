@@ -312,6 +312,26 @@ class TCP(Header):
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class TCPQuoted(Header):
+    """The first 8 octets of a TCP header, all that an ICMP error must quote of the segment that caused it
+    (RFC 792: "64 bits of Data Datagram"; RFC 9293 3.1): ports and sequence number, as Wireshark shows a
+    quote that short.  Only :attr:`rdmalab.wire.packet.Packet.quoted` holds it."""
+
+    sport: int = 0
+    dport: int = 0
+    seq: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "TCP",
+        "RFC 9293 3.1 (the first 8 octets)",
+        F("sport", 16, "tcp.srcport"),
+        F("dport", 16, "tcp.dstport"),
+        F("seq", 32, "tcp.seq_raw"),
+        ws="tcp",
+    )
+
+
 #: The TCP flag bits and their names, lowest bit first (RFC 9293 3.1; ECE and CWR RFC 3168 6.1, NS
 #: RFC 3540), the order in which tshark lists them ("[SYN, ACK]").
 TCP_FLAG_NAMES: tuple[tuple[int, str], ...] = (

@@ -100,10 +100,14 @@ class Packet:
     wire: bytes | None = None  # the FPDU's bytes as on the wire, markers included (wire.iwarp)
     private_data: bytes | None = None  # an MPA Request/Reply's private data (wire.iwarp)
     stream: StreamPosition | None = None  # where an iWARP PDU sat in its TCP stream (capture.iwarp)
+    #: the datagram an ICMP or ICMPv6 error message quotes, decoded as the frame's bytes from its IP
+    #: header on (wire.frame): its own layers, apart from the frame's, so that ``get`` and whatever
+    #: counts a frame's headers (a RoCE packet, a TCP segment) never take the quote for the frame
+    quoted: Packet | None = None
 
     #: the fields above that a decoder sets beyond the headers (what ``annotate_from`` copies)
     ANNOTATIONS: ClassVar[tuple[str, ...]] = ("info", "internal_error", "ip_fragment", "zero_length", "markers",
-                                              "wire", "private_data", "stream")
+                                              "wire", "private_data", "stream", "quoted")
 
     def annotate_from(self, other: Packet) -> None:
         """Take ``other``'s annotations (``info``, ``markers``, ``stream``, ...) as this packet's."""
