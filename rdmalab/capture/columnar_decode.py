@@ -598,7 +598,7 @@ def fill_quotes(blk: RecordBlock, cols: Columns, rows: np.ndarray) -> None:
                                      int(blk.wirelen[i]), int(ifs[i]), int(blk.ts_ns[i])))
         if cp.packet.quoted is None:
             continue
-        got = frame_fields(cp)
+        got = frame_fields(cp, windows=TcpWindowScaling())  # (a quoted segment's window, unscaled)
         got[QUOTED] = frame_fields(cp, raw=True)  # (what fill_conversations counts)
         got[QUOTING] = cp.packet.info or ""
         cols.multi[blk.first + i] = got

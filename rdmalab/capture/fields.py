@@ -206,6 +206,9 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
         w = windows.window(pkt)
         if w is not None:
             out["tcp.window_size"] = w
+        q = pkt.quoted.get(TCP) if pkt.quoted is not None else None
+        if q is not None:  # a quoted segment's window, unscaled (tshark knows no scale in a quote)
+            _add(out, "tcp.window_size", q.window)
     return out
 
 

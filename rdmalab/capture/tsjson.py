@@ -347,10 +347,23 @@ def frame_data(cp: CapturedPacket) -> list[bytes]:
             out.append(_data_bytes(p))
         if i == 0 and cp.tcp_data:
             out.append(bytes(pkt.payload))
-        q = p.quoted
-        if i == 0 and q is not None and _payload_is_data(q, {_protocol_of(type(layer.header)) for layer in q.layers}):
-            out.append(_data_bytes(q))  # (an ICMP error's quote: the payload of the datagram it quotes)
+        q = p.quoted if i == 0 else None
+        while q is not None:  # an ICMP error's quote: the payload of the datagram it quotes
+            got = _quote_data(q)
+            if got is not None:
+                out.append(got)
+            q = q.quoted
     return out
+
+
+def _quote_data(q: Packet) -> bytes | None:
+    """The bytes tshark shows as ``data`` after a quoted datagram's headers: a quoted RDMA packet's
+    payload, a quoted TCP segment's (tshark dissects no protocol above TCP in a quote)."""
+    if q.encap == "tcp" and q.payload_length:
+        return bytes(q.payload)
+    if _payload_is_data(q, {_protocol_of(type(layer.header)) for layer in q.layers}):
+        return _data_bytes(q)
+    return None
 
 
 def frame_protocols(cp: CapturedPacket) -> str:
@@ -363,6 +376,8 @@ def frame_protocols(cp: CapturedPacket) -> str:
     q = pkt.quoted
     while q is not None:  # an ICMP error's quoted datagram (packet-icmp.c: ip:udp:... after icmp), and its quote
         chain.extend(_protocol_chain(q))
+        if q.encap == "tcp" and q.payload_length:
+            chain.append("data")
         q = q.quoted
     if cp.tcp_data:
         chain.append("data")
@@ -465,6 +480,9 @@ def _quote_layers(quoted: Packet, layers: dict[str, Any]) -> None:
             tree[proto] = dict(value)
         else:
             _put(layers, proto, value)
+    if quoted.encap == "tcp" and quoted.payload_length:  # a quoted segment's payload: data, in the ICMP tree
+        payload = bytes(quoted.payload)
+        tree["data"] = {"data.data": _hexbytes(payload), "data.len": str(len(payload))}
     if quoted.quoted is not None:  # a quote that is an ICMP error itself: its quote in its tree
         _quote_layers(quoted.quoted, tree)
     layers[icmp] = tree

@@ -266,8 +266,11 @@ def _asked(fields: dict[str, Any], cp: Any, names: Any) -> None:
         if data:
             fields["data.data"] = [d.hex() for d in data] if len(data) > 1 else data[0].hex()
             fields["data.len"] = [len(d) for d in data] if len(data) > 1 else len(data[0])
-    if "tcp.payload" in names and cp.packet.encap == "tcp" and cp.packet.payload_length:
-        fields["tcp.payload"] = bytes(cp.packet.payload).hex()
+    if "tcp.payload" in names:
+        q = cp.packet.quoted  # (an ICMP error's quoted segment: its payload, as tshark's)
+        seg = cp.packet if cp.packet.encap == "tcp" else q if q is not None and q.encap == "tcp" else None
+        if seg is not None and seg.payload_length:
+            fields["tcp.payload"] = bytes(seg.payload).hex()
 
 
 def _write(path: str, args: argparse.Namespace, flt: Any) -> int:

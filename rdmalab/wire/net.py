@@ -251,6 +251,10 @@ class UDP(Header):
     )
 
 
+#: a TCP header's first 8 octets: ports and sequence number (RFC 9293 3.1), all an ICMP error must quote
+_TCP_FIRST_8 = (F("sport", 16, "tcp.srcport"), F("dport", 16, "tcp.dstport"), F("seq", 32, "tcp.seq_raw"))
+
+
 @dataclass(frozen=True, slots=True)
 class TCP(Header):
     sport: int = 0
@@ -267,9 +271,7 @@ class TCP(Header):
     LAYOUT: ClassVar[Layout] = layout(
         "TCP",
         "RFC 9293 3.1",
-        F("sport", 16, "tcp.srcport"),
-        F("dport", 16, "tcp.dstport"),
-        F("seq", 32, "tcp.seq_raw"),
+        *_TCP_FIRST_8,
         F("ack", 32, "tcp.ack_raw"),
         F("data_offset", 4, "tcp.hdr_len"),
         F("reserved", 3, None, reserved=True),
@@ -322,14 +324,7 @@ class TCPQuoted(Header):
     dport: int = 0
     seq: int = 0
 
-    LAYOUT: ClassVar[Layout] = layout(
-        "TCP",
-        "RFC 9293 3.1 (the first 8 octets)",
-        F("sport", 16, "tcp.srcport"),
-        F("dport", 16, "tcp.dstport"),
-        F("seq", 32, "tcp.seq_raw"),
-        ws="tcp",
-    )
+    LAYOUT: ClassVar[Layout] = layout("TCP", "RFC 9293 3.1 (the first 8 octets)", *_TCP_FIRST_8, ws="tcp")
 
 
 #: The TCP flag bits and their names, lowest bit first (RFC 9293 3.1; ECE and CWR RFC 3168 6.1, NS

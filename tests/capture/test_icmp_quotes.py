@@ -35,7 +35,8 @@ FIELDS = ("frame.number", "frame.protocols", "ip.src", "ip.dst", "ip.len", "ip.t
           "tcp.ack", "tcp.len", "tcp.flags", "tcp.flags.syn", "infiniband.bth.opcode", "infiniband.bth.destqp",
           "infiniband.bth.psn", "infiniband.bth.p_key", "infiniband.reth.va", "infiniband.reth.r_key",
           "infiniband.reth.dmalen", "infiniband.aeth.syndrome", "infiniband.deth.srcqp",
-          "infiniband.invariant.crc", "icmp.type", "icmp.code", "icmpv6.type", "icmpv6.code")
+          "infiniband.invariant.crc", "icmp.type", "icmp.code", "icmpv6.type", "icmpv6.code", "tcp.window_size",
+          "tcp.window_size_value", "tcp.payload", "data.len", "data.data")
 
 
 def _ip4(src: int, dst: int, proto: int, body: bytes, total: int | None = None) -> bytes:
@@ -77,6 +78,7 @@ def _built(tmp_path: Path) -> Path:
         _eth(_ip4(A, B, 6, _tcp(3333, 4444, 1000, 0, 0x02))),
         _eth(_ip4(B, A, 1, _icmp(3, 4, _ip4(A, B, 6, _tcp(3333, 4444, 1001, 5, 0x18))[:28]))),  # 8 octets of TCP
         _eth(_ip4(C, D, 6, _tcp(1, 2, 9, 0, 0x02))),
+        _eth(_ip4(B, A, 1, _icmp(3, 4, _ip4(A, B, 6, _tcp(3333, 4444, 1001, 5, 0x18) + b"abc")))),  # with its payload
     ]
     path = tmp_path / "quotes.pcap"
     write_capture(path, [((10 + i) * 10**9, f) for i, f in enumerate(frames)], nano=False)
@@ -109,10 +111,17 @@ def test_fields_of_quotes_as_tshark(columnar: bool, capsys: Any, tmp_path: Path)
     for path in (REAL, built):
         names = FIELDS if path == REAL else tuple(n for n in FIELDS if not n.startswith("infiniband.reth"))
         if path == built:  # (tshark names a 1-octet UDP payload's heuristic protocols: not rdmalab's to guess)
-            names = tuple(n for n in names if n not in ("frame.protocols", "infiniband.invariant.crc"))
+            names = tuple(n for n in names if n not in ("frame.protocols", "infiniband.invariant.crc", "data.len",
+                                                        "data.data"))
         want = _tshark(path, "-T", "fields", *_fields(path, names))
         got = _ours(capsys, "-r", str(path), "-T", "fields", *_fields(path, names), *flag)
         assert got == want, path.name
+    # (and those left out above, of the quoted segment with a payload: tshark's data)
+    names = ("frame.protocols", "tcp.payload", "data.len", "data.data", "tcp.window_size")
+    want = _tshark(built, "-Y", "frame.number == 10", "-T", "fields", *_fields(built, names))
+    assert want == ["eth:ethertype:ip:icmp:ip:tcp:data\t616263\t3\t616263\t8192"]
+    assert _ours(capsys, "-r", str(built), "-Y", "frame.number == 10", "-T", "fields", *_fields(built, names),
+                 *flag) == want
     # the quotes' numbers the conversations take, as tshark's
     assert [line.split("\t")[17] for line in _ours(capsys, "-r", str(built), "-T", "fields",
                                                    *_fields(built, FIELDS), *flag)][:3] == ["0", "1", "1"]
