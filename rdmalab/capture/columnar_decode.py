@@ -14,6 +14,7 @@ stream reassembly of :mod:`rdmalab.capture.iwarp`, fed the block's TCP segments 
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -150,7 +151,7 @@ def wants_conversations(fields: Iterable[str] | None) -> bool:
 
 def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable[str] | None = None,
                  tracker: Any = None, windows: TcpWindowScaling | None = None,
-                 conversations: Conversations | None = None) -> Columns:
+                 conversations: Conversations | None = None, quotes: bool = True) -> Columns:
     """Decode one block of Ethernet records into columns.
 
     ``fields`` (default: all) limits the work to the columns named (and what they depend on);
@@ -159,12 +160,15 @@ def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable
     columns; without one they are absent.  ``windows`` (a
     :class:`~rdmalab.capture.render.TcpWindowScaling`, kept from block to block) fills
     ``tcp.window_size``; without it that column is absent.  ``conversations`` (the same) fills
-    :data:`~rdmalab.capture.columnar_schema.CONVERSATION_FIELDS` (:func:`fill_conversations`)."""
+    :data:`~rdmalab.capture.columnar_schema.CONVERSATION_FIELDS` (:func:`fill_conversations`).
+    ``quotes``: the ICMP errors that quote a datagram get their per-packet fields in
+    :attr:`Columns.multi` (:func:`fill_quotes`); False leaves them out (for a caller that decodes
+    those frames one by one anyway)."""
     if fields is not None and (tracker is not None or windows is not None):
         fields = (*fields, *_TCP_INPUTS)
     if fields is not None and conversations is not None:
         fields = (*fields, *_CONVERSATION_INPUTS)
-    cols = _decode(blk, verify_icrc, None if fields is None else frozenset(fields), tracker)
+    cols = _decode(blk, verify_icrc, None if fields is None else frozenset(fields), tracker, quotes)
     if windows is not None:
         fill_tcp_windows(blk, cols, windows)
     if conversations is not None:
@@ -180,17 +184,12 @@ def fill_conversations(cols: Columns, conversations: Conversations) -> None:
     for name in CONVERSATION_FIELDS:
         L[name] = np.zeros(cols.n, dtype=bool)
         d[name] = np.zeros(cols.n, dtype=np.uint32)
-    at = _quote_rows(cols)
-    if not len(at):
-        _conversations_of(cols, conversations, np.ones(cols.n, dtype=bool))
-        return
     # an ICMP error that quotes a UDP or TCP header counts in the conversations in its place (as tshark):
     # the rows between such frames a run at a time, each of those as the per-packet path counts it
     lo = 0
-    for i in [*at.tolist(), cols.n]:
-        span = np.zeros(cols.n, dtype=bool)
-        span[lo:i] = True
-        _conversations_of(cols, conversations, span)
+    for i in [*_quote_rows(cols).tolist(), cols.n]:
+        if i > lo:
+            _conversations_of(cols, conversations, lo, i)
         if i < cols.n:
             got = cols.multi[int(d["frame.number"][i])]
             raw = got[QUOTED]  # (addresses as integers, as the columns key the conversations)
@@ -208,16 +207,18 @@ def _quote_rows(cols: Columns) -> np.ndarray:
     return np.flatnonzero(np.isin(frames, np.asarray(quoting, dtype=frames.dtype)))
 
 
-def _conversations_of(cols: Columns, conversations: Conversations, span: np.ndarray) -> None:
-    """:func:`fill_conversations` of the rows ``span`` holds."""
+def _conversations_of(cols: Columns, conversations: Conversations, lo: int, hi: int) -> None:
+    """:func:`fill_conversations` of the rows ``lo:hi`` (what it costs is theirs, not the block's)."""
     d, L = cols.data, cols.layers
-    ip, ip6 = L["ip"], L["ipv6"] & ~L["ip"]  # (the per-packet fields: ip.src if any, else ipv6.src)
-    stream_of = np.full(cols.n, -1, dtype=np.int64)
+    ip = L["ip"][lo:hi]
+    ip6 = L["ipv6"][lo:hi] & ~ip  # (the per-packet fields: ip.src if any, else ipv6.src)
+    stream_of = np.full(hi - lo, -1, dtype=np.int64)
     for proto in ("tcp", "udp"):
-        rows = np.flatnonzero(span & L[proto] & (ip | ip6) & (stream_of < 0))
-        if not len(rows):
+        here = np.flatnonzero(L[proto][lo:hi] & (ip | ip6) & (stream_of < 0))
+        if not len(here):
             continue
-        six = ip6[rows]
+        rows = here + lo
+        six = ip6[here]
         # each row's two endpoints (IPv6 as 16 bytes; an IPv4 address in the last 4), a family byte before
         ends = np.zeros((len(rows), 2, 19), dtype=np.uint8)
         ends[:, :, 0] = six[:, None]
@@ -245,7 +246,7 @@ def _conversations_of(cols: Columns, conversations: Conversations, span: np.ndar
             syn = np.zeros(len(rows), dtype=bool)
             seq = np.zeros(len(rows), dtype=np.int64)
         stream = conversations.streams_many(keys, pinv.reshape(-1), syn, seq)
-        stream_of[rows] = stream
+        stream_of[here] = stream
         d[f"{proto}.stream"][rows] = stream
         L[f"{proto}.stream"][rows] = True
         if proto != "tcp":
@@ -314,7 +315,8 @@ _EXT_FIELDS = (
 _NEED_CACHE: dict[tuple[frozenset[str] | None, tuple[str, ...]], bool] = {}
 
 
-def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, tracker: Any) -> Columns:
+def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, tracker: Any,
+            quotes: bool = True) -> Columns:
     n = len(blk.offset)
 
     def need(*prefixes: str) -> bool:
@@ -572,7 +574,7 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     quoting = (l4ok & (caplen > l4 + 8) & ((ip & (proto4 == IPPROTO_ICMP) & ((ff >> u64(13)) & u64(1) == 0)
                                             & np.isin(T[:, 0], list(ICMP_ERRORS)))
                                            | (ip6 & (nxt6 == IPPROTO_ICMPV6) & np.isin(T[:, 0], list(ICMPV6_ERRORS)))))
-    if quoting.any():
+    if quotes and quoting.any():
         fill_quotes(blk, cols, np.flatnonzero(quoting))
     if tracker is not None:
         fill_iwarp(blk, cols, tracker)
@@ -584,6 +586,21 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
 QUOTED = "\0quoted"
 #: beside :data:`QUOTED`: the ICMP error's summary (``Destination unreachable (Port unreachable)``)
 QUOTING = "\0quoting"
+
+
+#: the fields :meth:`Conversations.add` reads (addresses as integers, as the columns key conversations)
+_CONVERSATION_INPUT = ("tcp.srcport", "tcp.dstport", "udp.srcport", "udp.dstport", "tcp.flags", "tcp.seq_raw",
+                       "tcp.ack_raw", "tcp.len", "tcp.hdr_len")
+
+
+def _conversation_fields(got: dict[str, Any]) -> dict[str, Any]:
+    """What :meth:`Conversations.add` reads of a frame's per-packet fields, its addresses as integers."""
+    out = {k: got[k] for k in _CONVERSATION_INPUT if k in got}
+    for name in ("ip.src", "ip.dst", "ipv6.src", "ipv6.dst"):
+        v = got.get(name)
+        if v is not None:
+            out[name] = [int(ipaddress.ip_address(a)) for a in v] if isinstance(v, list) else int(ipaddress.ip_address(v))
+    return out
 
 
 def fill_quotes(blk: RecordBlock, cols: Columns, rows: np.ndarray) -> None:
@@ -599,7 +616,7 @@ def fill_quotes(blk: RecordBlock, cols: Columns, rows: np.ndarray) -> None:
         if cp.packet.quoted is None:
             continue
         got = frame_fields(cp, windows=TcpWindowScaling())  # (a quoted segment's window, unscaled)
-        got[QUOTED] = frame_fields(cp, raw=True)  # (what fill_conversations counts)
+        got[QUOTED] = _conversation_fields(got)  # (what fill_conversations counts)
         got[QUOTING] = cp.packet.info or ""
         cols.multi[blk.first + i] = got
 

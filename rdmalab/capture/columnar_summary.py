@@ -605,7 +605,10 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
     the other frames that are not TCP by the per-packet decoder; the clean TCP segments (without a
     filter) are left as columns and text (:class:`_TcpBlock`) for the caller, which follows their
     connections in order, and every other TCP frame as a record."""
-    cols = decode_block(blk, verify_icrc=True, fields=(*_FIELDS, *TCP_FIELDS) if flt is None else (*_FIELDS, *flt.fields))
+    # (an ICMP error that quotes a datagram is no fast row: the per-packet decoder writes its line, and a
+    # filter reads its quote there: the columns need not)
+    cols = decode_block(blk, verify_icrc=True, fields=(*_FIELDS, *TCP_FIELDS) if flt is None else (*_FIELDS, *flt.fields),
+                        quotes=False)
     fast = _fast_rows(blk, cols)
     fast[n:] = False
     if flt is not None:
