@@ -27,11 +27,17 @@ order, one process) on all the packets, ``-T fields`` of the pcapng blocks' fiel
 packets, ``-T json`` and ``-V`` on the first
 ``--json-packets``.
 
+``--icmp`` measures what a host where nothing takes RoCEv2 answers: each RoCEv2 packet of the real rxe
+captures followed by the ICMP port unreachable that quotes it, as Linux writes one (IPv4: at most 576
+octets in all, RFC 1812 4.3.2.3; IPv6: up to 1280), repeated until ``--packets`` (default 100,000:
+half of them ICMP errors, each quoting another packet).  Rows: summaries, ``-T fields`` (the
+conversations' ``udp.stream`` among them) and a filter on a quoted field, against tshark.
+
 With ``--repeat N`` each command runs N times (rdmalab's and tshark's in turn) and the best wall and
 CPU times count: on a loaded machine the ratio of CPU times (the table's last column) is the steadier.
 
     python benchmarks/bench_decode.py [--packets N] [--json-packets N] [--keep DIR] [--no-tshark] [--mixed]
-                                      [--repeat N]
+                                      [--icmp] [--repeat N]
 """
 
 from __future__ import annotations
@@ -90,6 +96,72 @@ def build_mixed(path: str, n: int) -> int:
                     w.write(rec.data, round(rec.timestamp * 1e9), wire_len=rec.wire_length or None)
                     written += 1
     return written
+
+
+def build_icmp(path: str, n: int) -> int:
+    """Each RoCEv2 packet of the real rxe captures (shifted in time by each round) and, 10 us after it, the
+    ICMP (ICMPv6) port unreachable that quotes it from the destination, until ``n`` frames."""
+    import struct
+
+    from rdmalab.capture import records
+    from rdmalab.capture.pcapwriter import CaptureWriter
+    from rdmalab.wire.net import internet_checksum
+
+    packets = [(round(r.timestamp * 1e9), r.data) for s in sorted(glob.glob(os.path.join(_ROOT, "captures", "rxe_*.pcap")))
+               for r in records(s) if len(r.data) > 42 and r.data[12:14] in (b"\x08\x00", b"\x86\xdd")
+               and r.data[23 if r.data[12:14] == b"\x08\x00" else 20] == 17]
+    span = max(t for t, _ in packets) - min(t for t, _ in packets) + 1_000_000
+    written = 0
+    with CaptureWriter(path, nano=True) as w:
+        for k in range(-(-n // (2 * len(packets)))):
+            for t, frame in packets:
+                if written >= n:
+                    return written
+                w.write(frame, t + k * span)
+                written += 1
+                if written >= n:
+                    return written
+                eth = frame[6:12] + frame[0:6] + frame[12:14]
+                if frame[12:14] == b"\x08\x00":
+                    ip = frame[14:]
+                    quote = ip[:576 - 28]
+                    body = struct.pack(">BBHI", 3, 3, 0, 0) + quote
+                    body = body[:2] + internet_checksum(body).to_bytes(2, "big") + body[4:]
+                    hdr = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(body), 0, 0, 64, 1, 0, ip[16:20], ip[12:16])
+                    hdr = hdr[:10] + internet_checksum(hdr).to_bytes(2, "big") + hdr[12:]
+                    err = eth + hdr + body
+                else:
+                    ip = frame[14:]
+                    body = struct.pack(">BBHI", 1, 4, 0, 0) + ip[:1280 - 48]
+                    err = eth + struct.pack(">IHBB16s16s", 6 << 28, len(body), 58, 64, ip[24:40], ip[8:24]) + body
+                w.write(err, t + k * span + 10_000)
+                written += 1
+    return written
+
+
+def main_icmp(args: argparse.Namespace, tmp: str) -> None:
+    n_all = args.packets if args.packets_given else 100_000
+    big = os.path.join(tmp, "icmp_big.pcap")
+    n = build_icmp(big, n_all)
+    print(f"{big}: {n:,} frames, real rxe RoCEv2 packets each followed by the ICMP port unreachable that quotes it, "
+          f"{os.path.getsize(big) / 2**20:.0f} MiB")
+    py = [sys.executable, "-m", "rdmalab", "decode"]
+    tshark = None if args.no_tshark or not shutil.which("tshark") else "tshark"
+    ef = [a for f in ("frame.number", "ip.src", "udp.stream", "infiniband.bth.destqp", "infiniband.bth.psn", "icmp.type")
+          for a in ("-e", f)]
+    flt = ["-Y", "icmp && infiniband.bth.opcode == 6"]  # (the errors that quote an RDMA WRITE First)
+    rows: list[str] = []
+    rows += compare("summary lines", n, [("rdmalab decode -r FILE", [*py, "-r", big])],
+                    [tshark, "-n", "-r", big] if tshark else None)
+    rows += compare("-T fields", n, [("rdmalab decode -T fields", [*py, "-r", big, "-T", "fields", *ef])],
+                    [tshark, "-n", "-r", big, "-T", "fields", *ef] if tshark else None)
+    rows += compare("-Y on a quoted field", n, [("rdmalab decode -Y ...", [*py, "-r", big, *flt])],
+                    [tshark, "-n", "-r", big, *flt] if tshark else None)
+    if rows:
+        print("\n| command (RoCEv2 and the ICMP errors quoting it) | rdmalab (peak RSS) | tshark (peak RSS) | "
+              "rdmalab packets/s over tshark's | over tshark's CPU time |")
+        print("|---|---|---|---|---|")
+        print("\n".join(rows))
 
 
 def protocols(path: str) -> str:
@@ -215,6 +287,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, metavar="N",
                     help="run each command N times, rdmalab's and tshark's in turn, and keep the best wall and CPU "
                          "times of each (a loaded machine's noise)")
+    ap.add_argument("--icmp", action="store_true",
+                    help="RoCEv2 packets each followed by the ICMP port unreachable that quotes it")
     ap.add_argument("--mixed", action="store_true",
                     help="the real rxe and siw captures appended (RoCEv2, iWARP, TCP, ICMPv6, ARP) instead of rxe alone")
     args = ap.parse_args()
@@ -228,9 +302,9 @@ def main() -> None:
     compiled()
     tmp = args.keep or tempfile.mkdtemp(prefix="rdmalab-bench-")
     os.makedirs(tmp, exist_ok=True)
-    if args.mixed:
+    if args.mixed or args.icmp:
         try:
-            main_mixed(args, tmp)
+            (main_mixed if args.mixed else main_icmp)(args, tmp)
         finally:
             if not args.keep:
                 shutil.rmtree(tmp, ignore_errors=True)
