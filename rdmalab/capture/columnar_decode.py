@@ -574,8 +574,8 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     quoting = (l4ok & (caplen > l4 + 8) & ((ip & (proto4 == IPPROTO_ICMP) & ((ff >> u64(13)) & u64(1) == 0)
                                             & np.isin(T[:, 0], list(ICMP_ERRORS)))
                                            | (ip6 & (nxt6 == IPPROTO_ICMPV6) & np.isin(T[:, 0], list(ICMPV6_ERRORS)))))
-    if quotes and quoting.any():
-        fill_quotes(blk, cols, np.flatnonzero(quoting))
+    if quotes and quoting.any() and need("ip", "udp", "tcp", "infiniband", "icmp", "data", "rdmalab"):
+        fill_quotes(blk, cols, np.flatnonzero(quoting))  # (not for fields no quote has: frame.len ...)
     if tracker is not None:
         fill_iwarp(blk, cols, tracker)
     return cols
