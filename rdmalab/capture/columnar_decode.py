@@ -179,54 +179,70 @@ def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable
 def fill_conversations(cols: Columns, conversations: Conversations) -> None:
     """:data:`~rdmalab.capture.columnar_schema.CONVERSATION_FIELDS` of a block's frames, in order
     (:meth:`Conversations.streams_many` and :meth:`Conversations.relative_many`: Python per
-    conversation and per SYN, not per frame)."""
+    conversation and per SYN, not per frame).  An ICMP error that quotes a UDP or TCP header
+    (:func:`fill_quotes`) counts in its place, with the quote's addresses and ports, as tshark counts
+    it (a quoted segment keeps its raw numbers); its numbers go into its fields in :attr:`Columns.multi`."""
     d, L = cols.data, cols.layers
+    n = cols.n
     for name in CONVERSATION_FIELDS:
-        L[name] = np.zeros(cols.n, dtype=bool)
-        d[name] = np.zeros(cols.n, dtype=np.uint32)
-    # an ICMP error that quotes a UDP or TCP header counts in the conversations in its place (as tshark):
-    # the rows between such frames a run at a time, each of those as the per-packet path counts it
-    lo = 0
-    for i in [*_quote_rows(cols).tolist(), cols.n]:
-        if i > lo:
-            _conversations_of(cols, conversations, lo, i)
-        if i < cols.n:
-            got = cols.multi[int(d["frame.number"][i])]
-            raw = got[QUOTED]  # (addresses as integers, as the columns key the conversations)
-            conversations.add(raw)
-            got.update((k, raw[k]) for k in CONVERSATION_FIELDS if k in raw)
-        lo = i + 1
-
-
-def _quote_rows(cols: Columns) -> np.ndarray:
-    """The rows of ICMP errors that quote a datagram (:func:`fill_quotes`), in order."""
-    if not cols.multi:
-        return np.zeros(0, dtype=np.int64)
-    frames = cols.data["frame.number"]
-    quoting = [f for f, got in cols.multi.items() if QUOTED in got]
-    return np.flatnonzero(np.isin(frames, np.asarray(quoting, dtype=frames.dtype)))
-
-
-def _conversations_of(cols: Columns, conversations: Conversations, lo: int, hi: int) -> None:
-    """:func:`fill_conversations` of the rows ``lo:hi`` (what it costs is theirs, not the block's)."""
-    d, L = cols.data, cols.layers
-    ip = L["ip"][lo:hi]
-    ip6 = L["ipv6"][lo:hi] & ~ip  # (the per-packet fields: ip.src if any, else ipv6.src)
-    stream_of = np.full(hi - lo, -1, dtype=np.int64)
+        L[name] = np.zeros(n, dtype=bool)
+        d[name] = np.zeros(n, dtype=np.uint32)
+    ip, ip6 = L["ip"], L["ipv6"] & ~L["ip"]  # (the per-packet fields: ip.src if any, else ipv6.src)
+    frames = d["frame.number"]
+    quoting = {int(r): cols.multi[int(frames[r])] for r in _quote_rows(cols).tolist()}
+    stream_of = np.full(n, -1, dtype=np.int64)
     for proto in ("tcp", "udp"):
-        here = np.flatnonzero(L[proto][lo:hi] & (ip | ip6) & (stream_of < 0))
-        if not len(here):
+        mine = np.flatnonzero(L[proto] & (ip | ip6) & (stream_of < 0))
+        quotes: list[tuple[int, dict[str, Any]]] = []
+        for r, got in quoting.items():
+            raw = got[QUOTED]
+            if not isinstance(raw.get(proto + ".srcport"), int) or not isinstance(raw.get(proto + ".dstport"), int):
+                continue
+            if proto == "tcp" and "tcp.flags" not in raw:  # a quote of 8 octets: no conversation, the number as it is
+                got["tcp.seq"] = raw["tcp.seq_raw"]
+                continue
+            quotes.append((r, raw))
+        if not len(mine) and not quotes:
             continue
-        rows = here + lo
-        six = ip6[here]
+        rows = np.concatenate([mine, np.array([r for r, _ in quotes], dtype=np.int64)])
+        order = np.argsort(rows, kind="stable")  # capture order, the quotes in their places
+        rows, k = rows[order], len(mine)
+        m = len(rows)
         # each row's two endpoints (IPv6 as 16 bytes; an IPv4 address in the last 4), a family byte before
-        ends = np.zeros((len(rows), 2, 19), dtype=np.uint8)
+        ends = np.zeros((m, 2, 19), dtype=np.uint8)
+        six = np.zeros(m, dtype=bool)
+        at = np.argsort(order)  # where each of mine and of the quotes went
+        mi = at[:k]
+        six[mi] = ip6[mine]
+        for j, which in ((0, "src"), (1, "dst")):
+            ends[mi, j, 13:17] = d[f"ip.{which}"][mine].astype(">u4").view(np.uint8).reshape(-1, 4)
+            if six[mi].any():
+                sel = mi[six[mi]]
+                ends[sel, j, 1:17] = np.ascontiguousarray(d[f"ipv6.{which}"][mine[six[mi]]]).view(np.uint8).reshape(-1, 16)
+            ends[mi, j, 17:19] = d[f"{proto}.{which}port"][mine].astype(">u2").view(np.uint8).reshape(-1, 2)
+        flags = np.zeros(m, dtype=np.int64)
+        seq = np.zeros(m, dtype=np.int64)
+        ack = np.zeros(m, dtype=np.int64)
+        hdr = np.full(m, 20, dtype=np.int64)
+        length = np.full(m, -1, dtype=np.int64)  # (a quote: its raw numbers, as tshark's)
+        if proto == "tcp":
+            flags[mi] = d["tcp.flags"][mine]
+            seq[mi] = d["tcp.seq_raw"][mine]
+            ack[mi] = d["tcp.ack_raw"][mine]
+            hdr[mi] = d["tcp.hdr_len"][mine]
+            length[mi] = np.where(L["tcp.len"][mine], d["tcp.len"][mine].astype(np.int64), -1)
+        for (_r, raw), q in zip(quotes, at[k:].tolist(), strict=True):
+            four = "ip.src" in raw
+            six[q] = not four
+            for j, which in ((0, "src"), (1, "dst")):
+                addr = raw["ip." + which] if four else raw["ipv6." + which]
+                addr = addr[-1] if isinstance(addr, list) else addr  # (the quote's, after the frame's)
+                ends[q, j, 1:17] = np.frombuffer(int(addr).to_bytes(16, "big"), dtype=np.uint8)
+                ends[q, j, 17:19] = np.frombuffer(int(raw[f"{proto}.{which}port"]).to_bytes(2, "big"), dtype=np.uint8)
+            if proto == "tcp":
+                flags[q], seq[q] = raw["tcp.flags"], raw["tcp.seq_raw"]
+                ack[q], hdr[q] = raw.get("tcp.ack_raw", 0), raw.get("tcp.hdr_len", 20)
         ends[:, :, 0] = six[:, None]
-        for at, which in ((0, "src"), (1, "dst")):
-            ends[:, at, 13:17] = d[f"ip.{which}"][rows].astype(">u4").view(np.uint8).reshape(-1, 4)
-            if six.any():
-                ends[six, at, 1:17] = np.ascontiguousarray(d[f"ipv6.{which}"][rows[six]]).view(np.uint8).reshape(-1, 16)
-            ends[:, at, 17:19] = d[f"{proto}.{which}port"][rows].astype(">u2").view(np.uint8).reshape(-1, 2)
         flat = ends.reshape(-1, 19)
         codes, inv = np.unique(flat.view(np.dtype((np.void, 19))).reshape(-1), return_inverse=True)
         points = [(int.from_bytes(c[1:17], "big"), int.from_bytes(c[17:19], "big"))
@@ -238,27 +254,35 @@ def _conversations_of(cols: Columns, conversations: Conversations, lo: int, hi: 
         pair, pinv = np.unique(np.minimum(src, dst) * len(points) + np.maximum(src, dst), return_inverse=True)
         keys = [conversation_key(proto, fam[a], points[a], points[b])
                 for a, b in ((p // len(points), p % len(points)) for p in pair.tolist())]
-        if proto == "tcp":
-            flags = d["tcp.flags"][rows].astype(np.int64)
-            syn = (flags & 0x12) == 0x02
-            seq = d["tcp.seq_raw"][rows]
-        else:
-            syn = np.zeros(len(rows), dtype=bool)
-            seq = np.zeros(len(rows), dtype=np.int64)
+        syn = (flags & 0x12) == 0x02 if proto == "tcp" else np.zeros(m, dtype=bool)
         stream = conversations.streams_many(keys, pinv.reshape(-1), syn, seq)
-        stream_of[here] = stream
-        d[f"{proto}.stream"][rows] = stream
-        L[f"{proto}.stream"][rows] = True
-        if proto != "tcp":
-            continue
-        length = np.where(L["tcp.len"][rows], d["tcp.len"][rows].astype(np.int64), -1)
-        seq_rel, ack_rel, nxt, has_ack, has_nxt = conversations.relative_many(
-            stream, points, src, dst, flags, seq, d["tcp.ack_raw"][rows], d["tcp.hdr_len"][rows].astype(np.int64),
-            length)
-        for name, values, where in (("tcp.seq", seq_rel, np.ones(len(rows), dtype=bool)), ("tcp.ack", ack_rel, has_ack),
-                                    ("tcp.nxtseq", nxt, has_nxt)):
-            d[name][rows[where]] = values[where]
-            L[name][rows[where]] = True
+        stream_of[mine] = stream[mi]
+        d[f"{proto}.stream"][mine] = stream[mi]
+        L[f"{proto}.stream"][mine] = True
+        if proto == "tcp":
+            seq_rel, ack_rel, nxt, has_ack, has_nxt = conversations.relative_many(
+                stream, points, src, dst, flags, seq, ack, hdr, length)
+            for name, values, where in (("tcp.seq", seq_rel, np.ones(m, dtype=bool)), ("tcp.ack", ack_rel, has_ack),
+                                        ("tcp.nxtseq", nxt, has_nxt)):
+                w = where[mi]
+                d[name][mine[w]] = values[mi][w]
+                L[name][mine[w]] = True
+        for (r, _raw), q in zip(quotes, at[k:].tolist(), strict=True):
+            got = quoting[r]
+            got[f"{proto}.stream"] = int(stream[q])
+            if proto == "tcp":
+                got["tcp.seq"] = int(seq_rel[q])
+                if has_ack[q]:
+                    got["tcp.ack"] = int(ack_rel[q])
+
+
+def _quote_rows(cols: Columns) -> np.ndarray:
+    """The rows of ICMP errors that quote a datagram (:func:`fill_quotes`), in order."""
+    if not cols.multi:
+        return np.zeros(0, dtype=np.int64)
+    frames = cols.data["frame.number"]
+    quoting = [f for f, got in cols.multi.items() if QUOTED in got]
+    return np.flatnonzero(np.isin(frames, np.asarray(quoting, dtype=frames.dtype)))
 
 
 def fill_tcp_windows(blk: RecordBlock, cols: Columns, windows: TcpWindowScaling) -> None:

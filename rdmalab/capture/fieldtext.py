@@ -28,7 +28,7 @@ from rdmalab.capture.columnar_decode import (
     wants_iwarp,
     wants_windows,
 )
-from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _ipv6_text, format_column
+from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _fmt_values, _ipv6_text, format_column
 from rdmalab.capture.filter import ABSOLUTE_TIME, EITHER_FIELDS, RELATIVE_TIMES, compile_filter, declared_fields
 from rdmalab.capture.pcapio import FRAME_META_FIELDS, NS_MAX, NS_MIN, FrameMeta, RecordBlock, record_ns
 from rdmalab.capture.render import time_text
@@ -468,7 +468,7 @@ def _row_fields(cols: Columns, i: int, names: Iterable[str]) -> dict[str, Any]:
             continue
         col = COLUMN_BY_NAME.get(name)
         if col is not None and col.fmt in ("ipv4", "ipv6", "mac"):
-            out[name] = format_column(cols.take(np.array([i])), name)[0]
+            out[name] = _fmt_values(col, cols.data[name][i:i + 1])[0]  # (one value: not the row's every column)
         elif col is not None or name in DERIVED:
             out[name] = cols[name][i].item() if col is not None else cols[name][i]
         else:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from rdmalab.capture.columnar import COLUMN_NAMES
 from rdmalab.capture.pcapwriter import write_capture
 from rdmalab.capture.reader import read
 from rdmalab.cli import main
@@ -71,7 +72,8 @@ def _built(tmp_path: Path) -> Path:
     frames = [
         _eth(_ip4(C, D, 17, _udp(5000, 6000, b"a"))),
         _eth(_ip4(B, A, 1, _icmp(3, 3, _ip4(A, B, 17, _udp(7000, 7001, b"x" * 8))))),  # a conversation new in a quote
-        _eth(_ip4(A, B, 17, _udp(7000, 7001, b"y"))),  # the same conversation: the quote's number
+        _eth(_ip4(C, D, 17, _udp(8000, 8001, b"z"))),  # another, new after it
+        _eth(_ip4(A, B, 17, _udp(7000, 7001, b"y"))),  # the quote's conversation: the quote's number
         _eth(roce),
         _eth(_ip4(B, A, 1, _icmp(3, 3, roce))),  # a RoCEv2 datagram quoted whole
         _eth(_ip4(B, A, 1, _icmp(11, 0, _ip4(A, B, 6, _tcp(3333, 4444, 1000, 0, 0x02))))),
@@ -113,18 +115,21 @@ def test_fields_of_quotes_as_tshark(columnar: bool, capsys: Any, tmp_path: Path)
         if path == built:  # (tshark names a 1-octet UDP payload's heuristic protocols: not rdmalab's to guess)
             names = tuple(n for n in names if n not in ("frame.protocols", "infiniband.invariant.crc", "data.len",
                                                         "data.data"))
-        want = _tshark(path, "-T", "fields", *_fields(path, names))
-        got = _ours(capsys, "-r", str(path), "-T", "fields", *_fields(path, names), *flag)
-        assert got == want, path.name
+        # all of them (icmp.type is no column: the per-packet decoder), then the columns' alone (the columns)
+        columns = tuple(n for n in names if n in COLUMN_NAMES)
+        assert len(columns) >= 25
+        for asked in (names, columns):
+            want = _tshark(path, "-T", "fields", *_fields(path, asked))
+            got = _ours(capsys, "-r", str(path), "-T", "fields", *_fields(path, asked), *flag)
+            assert got == want, (path.name, len(asked))
     # (and those left out above, of the quoted segment with a payload: tshark's data)
     names = ("frame.protocols", "tcp.payload", "data.len", "data.data", "tcp.window_size")
-    want = _tshark(built, "-Y", "frame.number == 10", "-T", "fields", *_fields(built, names))
+    want = _tshark(built, "-Y", "frame.number == 11", "-T", "fields", *_fields(built, names))
     assert want == ["eth:ethertype:ip:icmp:ip:tcp:data\t616263\t3\t616263\t8192"]
-    assert _ours(capsys, "-r", str(built), "-Y", "frame.number == 10", "-T", "fields", *_fields(built, names),
+    assert _ours(capsys, "-r", str(built), "-Y", "frame.number == 11", "-T", "fields", *_fields(built, names),
                  *flag) == want
-    # the quotes' numbers the conversations take, as tshark's
-    assert [line.split("\t")[17] for line in _ours(capsys, "-r", str(built), "-T", "fields",
-                                                   *_fields(built, FIELDS), *flag)][:3] == ["0", "1", "1"]
+    # the quotes' numbers the conversations take, as tshark's: the quote's conversation numbered in the quote
+    assert _ours(capsys, "-r", str(built), "-T", "fields", "-e", "udp.stream", *flag)[:4] == ["0", "1", "2", "1"]
 
 
 @requires_tshark
