@@ -397,6 +397,17 @@ def render_fields(cols: Columns, names: Sequence[str], *, separator: bytes = b"\
 _FIELD_ESCAPES = str.maketrans({"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"})
 
 
+def pick_occurrence(value: Any, occurrence: str) -> Any:
+    """The value ``-T fields`` writes of a field that occurs more than once (a list) under tshark's ``-E
+    occurrence=``: ``a`` all of them, ``f`` the first, ``l`` the last; None for an empty list.  A
+    value that is not a list is returned as it is."""
+    if not isinstance(value, list) or occurrence == "a":
+        return value
+    if not value:
+        return None
+    return value[0] if occurrence == "f" else value[-1]
+
+
 def field_cell(name: str, value: object) -> str:
     """:func:`value_text` as a ``-T fields`` cell writes it (tshark's escapes: :data:`_FIELD_ESCAPES`)."""
     return value_text(name, value).translate(_FIELD_ESCAPES)
@@ -492,10 +503,7 @@ def _meta_texts(cols: Columns, keep: np.ndarray | None, names: Sequence[str], me
         if not ok:
             continue
         for n in wanted:
-            v = got.get(n)
-            if isinstance(v, list) and occurrence != "a":
-                k = {"f": 1, "l": len(v)}.get(occurrence) or int(occurrence)
-                v = v[k - 1] if 0 < k <= len(v) else None
+            v = pick_occurrence(got.get(n), occurrence)
             text = None if v is None else field_cell(n, v)
             if isinstance(v, list) and text is not None:
                 text = text.replace(",", aggregator)
@@ -537,10 +545,7 @@ def _block_text(cols: Columns, names: Sequence[str], flt: object, separator: byt
                 cell_text = texts[name][pos]
                 cells.append(b"" if cell_text is None else quote + cell_text.encode() + quote)
                 continue
-            v = fields.get(name)
-            if isinstance(v, list) and occurrence != "a":
-                k = {"f": 1, "l": len(v)}.get(occurrence) or int(occurrence)
-                v = v[k - 1] if 0 < k <= len(v) else v[k] if -len(v) <= k < 0 else None
+            v = pick_occurrence(fields.get(name), occurrence)
             cell = field_cell(name, v)
             if isinstance(v, list):
                 cell = cell.replace(",", aggregator)

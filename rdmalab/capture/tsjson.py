@@ -356,11 +356,18 @@ def frame_data(cp: CapturedPacket) -> list[bytes]:
     return out
 
 
+def _quoted_segment_data(q: Packet) -> bytes | None:
+    """A quoted TCP segment's payload, which tshark shows as ``data`` (it dissects no protocol above
+    TCP in a quote), or None."""
+    return bytes(q.payload) if q.encap == "tcp" and q.payload_length else None
+
+
 def _quote_data(q: Packet) -> bytes | None:
     """The bytes tshark shows as ``data`` after a quoted datagram's headers: a quoted RDMA packet's
-    payload, a quoted TCP segment's (tshark dissects no protocol above TCP in a quote)."""
-    if q.encap == "tcp" and q.payload_length:
-        return bytes(q.payload)
+    payload, a quoted TCP segment's (:func:`_quoted_segment_data`)."""
+    segment = _quoted_segment_data(q)
+    if segment is not None:
+        return segment
     if _payload_is_data(q, {_protocol_of(type(layer.header)) for layer in q.layers}):
         return _data_bytes(q)
     return None
@@ -376,7 +383,7 @@ def frame_protocols(cp: CapturedPacket) -> str:
     q = pkt.quoted
     while q is not None:  # an ICMP error's quoted datagram (packet-icmp.c: ip:udp:... after icmp), and its quote
         chain.extend(_protocol_chain(q))
-        if q.encap == "tcp" and q.payload_length:
+        if _quoted_segment_data(q) is not None:
             chain.append("data")
         q = q.quoted
     if cp.tcp_data:
@@ -480,8 +487,8 @@ def _quote_layers(quoted: Packet, layers: dict[str, Any]) -> None:
             tree[proto] = dict(value)
         else:
             _put(layers, proto, value)
-    if quoted.encap == "tcp" and quoted.payload_length:  # a quoted segment's payload: data, in the ICMP tree
-        payload = bytes(quoted.payload)
+    payload = _quoted_segment_data(quoted)
+    if payload is not None:  # a quoted segment's payload: data, in the ICMP tree
         tree["data"] = {"data.data": _hexbytes(payload), "data.len": str(len(payload))}
     if quoted.quoted is not None:  # a quote that is an ICMP error itself: its quote in its tree
         _quote_layers(quoted.quoted, tree)

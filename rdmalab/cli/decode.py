@@ -36,8 +36,8 @@ def _field_options(opts: list[str]) -> dict[str, Any]:
                 raise Fail(f"-E quote={val}: must be d (double), s (single) or n (none)")
             out["quote"] = _QUOTES[val]
         elif key == "occurrence":
-            if val not in ("f", "l", "a") and not val.lstrip("-").isdigit():
-                raise Fail(f"-E occurrence={val}: must be f, l, a or a number")
+            if val not in ("f", "l", "a"):  # (tshark's three: print.c output_fields_set_option)
+                raise Fail(f"-E occurrence={val}: must be f (first), l (last) or a (all)")
             out["occurrence"] = val
         elif key == "aggregator":
             out["aggregator"] = {"/s": " ", "/t": "\t"}.get(val, val)
@@ -144,6 +144,7 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
         absolute_text,
         epoch_text,
         field_cell,
+        pick_occurrence,
         relative_text,
     )
     from rdmalab.capture.filter import ABSOLUTE_TIME, EITHER_FIELDS, either_values  # lazy: `rdmalab --help` fast
@@ -179,10 +180,7 @@ def _fields_objects(path: str, names: list[str], flt: Any, args: argparse.Namesp
             if n == ABSOLUTE_TIME:
                 cells.append(f"{q}{absolute_text(ns)}{q}")
                 continue
-            v = either_values(fields, n) if n in EITHER_FIELDS else fields.get(n)
-            if isinstance(v, list) and v and occ != "a":
-                v = v[0] if occ == "f" else v[-1] if occ == "l" else (v[int(occ) - 1] if 0 < int(occ) <= len(v)
-                                                                     else None)
+            v = pick_occurrence(either_values(fields, n) if n in EITHER_FIELDS else fields.get(n), occ)
             text = field_cell(n, v)
             if n == "frame.time_epoch":  # exact nanoseconds (a record's, an ERF record's own), finer than a float
                 text = epoch_text(cp.epoch_ns)

@@ -111,7 +111,7 @@ def test_sections(tmp_path: Path, capsys: Any) -> None:
 
 
 @pytest.mark.parametrize("opts", [[], ["-E", "quote=d"], ["-E", "occurrence=f"], ["-E", "occurrence=l", "-E", "aggregator=/"],
-                                  ["-E", "occurrence=2"], ["-Y", "udp.dstport == 4791 && frame.number > 3"], ["-c", "7"]])
+                                  ["-Y", "udp.dstport == 4791 && frame.number > 3"], ["-c", "7"]])
 def test_written_beside_the_columns(annotated: Path, one: Path, tmp_path: Path, capsys: Any, monkeypatch: Any,
                                     opts: list[str]) -> None:
     """From a pcapng file they are written beside the columns (fed the frames of each block, in order),

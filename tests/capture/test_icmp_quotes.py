@@ -134,6 +134,29 @@ def test_fields_of_quotes_as_tshark(columnar: bool, capsys: Any, tmp_path: Path)
 
 @requires_tshark
 @pytest.mark.tshark
+@pytest.mark.parametrize("occurrence", ["f", "l"])
+def test_each_occurrence_picked_alike_on_both_paths(occurrence: str, capsys: Any, tmp_path: Path) -> None:
+    """``-E occurrence``: the first or the last of a field that occurs twice, as tshark, on the columns
+    and on the per-packet path (before, each picked in its own way); tshark's other values are errors."""
+    built = _built(tmp_path)
+    names = _fields(built, ("frame.number", "ip.src", "ip.dst", "ip.addr", "udp.srcport"))
+    args = ["-r", str(built), "-T", "fields", *names, "-E", f"occurrence={occurrence}"]
+    got = _ours(capsys, *args)
+    assert _ours(capsys, *args, "--no-columnar") == got == _tshark(built, *args[2:])
+    # frame 2: B -> A quoting A -> B (udp 7000 -> 7001): ip.src is B then A, ip.addr B, A, A, B
+    want = {"f": "10.0.0.2\t10.0.0.1\t10.0.0.2\t7000", "l": "10.0.0.1\t10.0.0.2\t10.0.0.2\t7000"}[occurrence]
+    assert got[1] == "2\t" + want, got[1]
+
+
+@pytest.mark.parametrize("occurrence", ["2", "-1", "0", "first"])
+def test_an_occurrence_tshark_has_not_is_an_error(occurrence: str, capsys: Any) -> None:
+    assert main(["decode", "-r", str(REAL), "-T", "fields", "-e", "ip.src", "-E", f"occurrence={occurrence}"]) != 0
+    err = capsys.readouterr().err
+    assert f"-E occurrence={occurrence}: must be f (first), l (last) or a (all)" in err, err
+
+
+@requires_tshark
+@pytest.mark.tshark
 def test_frame_protocols_of_quotes_as_tshark(capsys: Any) -> None:
     want = _tshark(REAL, "-T", "fields", "-e", "frame.protocols")
     assert "eth:ethertype:ip:icmp:ip:udp:infiniband:data" in want
