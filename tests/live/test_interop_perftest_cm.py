@@ -12,7 +12,8 @@ Checked: every program's exit status 0 and perftest's report line (size, iterati
 sides (a stock program's figures only when its clock calibration worked: see ``_check_pair``); the capture holds two rdma_cm connections per run (REQ, REP, RTU each) to port 18515 and the
 DREQ/DREP of both at the end.  Then ``write`` in both roles again under 2 % netem loss on both veths,
 once more with every ACK that rxe0 sends for the control QP's last message dropped (a u32 filter), and
-once more with the first such ACK of the engine dropped (u32 and a policer).
+once more with the first such ACK of the engine dropped (u32 and a policer), and with the stock
+server only, the engine's first ACK of its key record before the data connection dropped.
 """
 
 from __future__ import annotations
@@ -48,13 +49,17 @@ opts() { if [ "$1" = atomic ]; then echo "-n $2"; else echo "-s 4096 -n $2"; fi;
 wait_for() {  # $1 file, $2 text: up to 60 s (the engine's start-up under TCG)
   for i in $(seq 1 120); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.5; done; return 1
 }
-pair() {  # $1 tag, $2 verb, $3 iterations
+stock_server() {  # $1 tag, $2 verb, $3 iterations
   local tag=$1 v=$2 o=$(opts $2 $3)
   log "$tag $v: stock ib_${v}_bw -R server, rdmalab client"
   timeout 200 ib_${v}_bw -d $RXE0 -R -F $o > "$OUT/$tag.$v.stock_server.out" 2>&1 &
   sleep 1
   timeout 200 $LINKED $RDL perftest $v -R $o $RXE0_IP > "$OUT/$tag.$v.rdl_client.out" 2>&1
   echo $? > "$OUT/$tag.$v.rdl_client.rc"; wait $!; echo $? > "$OUT/$tag.$v.stock_server.rc"
+}
+pair() {  # $1 tag, $2 verb, $3 iterations
+  local tag=$1 v=$2 o=$(opts $2 $3)
+  stock_server $tag $v $3
   log "$tag $v: rdmalab perftest -R server, stock ib_${v}_bw -R client"
   timeout 200 $NS $RDL perftest $v -R -d $PEER_NETDEV $o > "$OUT/$tag.$v.rdl_server.out" 2>&1 &
   local srv=$!
@@ -86,6 +91,17 @@ $NS tc filter add dev $PEER_NETDEV egress protocol ip u32 match ip protocol 17 0
 pair firstack write LASTACK_ITERS
 $NS tc -s filter show dev $PEER_NETDEV egress > "$OUT/firstack.filter" 2>&1
 $NS tc qdisc del dev $PEER_NETDEV clsact
+log "keyack: the first ACK the engine sends with MSN 5 dropped (the stock server's key record before the data connection)"
+tcpdump -i $RXE0_NETDEV -U --immediate-mode -B 8192 -w "$OUT/keyack.pcap" udp port 4791 2> /dev/null &
+TD=$!; sleep 1
+$NS tc qdisc add dev $PEER_NETDEV clsact
+$NS tc filter add dev $PEER_NETDEV egress protocol ip u32 match ip protocol 17 0xff match ip dport 4791 0xffff \
+  match u8 0x11 0xff at 28 match u32 0x00000005 0x00ffffff at 40 \
+  action police rate 64bit burst 72 conform-exceed pass/drop
+stock_server keyack write LASTACK_ITERS
+$NS tc -s filter show dev $PEER_NETDEV egress > "$OUT/keyack.filter" 2>&1
+$NS tc qdisc del dev $PEER_NETDEV clsact
+sleep 1; kill $TD; wait $TD 2>/dev/null
 echo done > "$OUT/DONE"
 """
 
@@ -137,8 +153,12 @@ def _figures_from(who: str, verb: str) -> str:
 
 
 def _check_pair(out: Path, tag: str, verb: str, iters: int) -> None:
+    _check_one(out, tag, verb, iters, ("stock_server", "rdl_client", "stock_client", "rdl_server"))
+
+
+def _check_one(out: Path, tag: str, verb: str, iters: int, programs: tuple[str, ...]) -> None:
     line = _report_line(verb, iters)
-    for who in ("stock_server", "rdl_client", "stock_client", "rdl_server"):
+    for who in programs:
         raw = _read(out, f"{tag}.{verb}.{who}.out")
         text = PERFTEST_CLOCK_WARNING.sub("", raw)
         assert _rc(out, f"{tag}.{verb}.{who}") == 0, f"{who}:\n{text}"
@@ -193,6 +213,27 @@ def test_perftest_rdma_cm_write_both_roles_when_the_engines_last_ack_is_lost_onc
     sent, dropped = int(m.group(1)), int(m.group(2))
     # one dropped per role, and each role's retransmission acknowledged by an ACK that passed
     assert dropped >= 2 and sent - dropped >= 2, f"the policer dropped {dropped} of {sent} ACKs:\n{stats}"
+
+
+def test_perftest_rdma_cm_client_waits_out_the_stock_servers_retransmission_before_it_listens(
+        perftest_cm_job: Path) -> None:
+    # perftest's server listens for the data connection only once its SEND of the key record before
+    # it (the 5th control message) has completed (rdma_cm_server_connection after the exchange).  The
+    # engine's first ACK of that SEND is dropped, so the stock server waits one retransmission
+    # period of its control QP (the local ACK timeout rdma_cm gives it) before it listens, and every
+    # REQ of ours meanwhile is rejected with "Invalid Service ID".  perftest's own client gives up
+    # after 10 tries 100 ms apart; ours keeps trying while the server may still be retransmitting.
+    _check_one(perftest_cm_job, "keyack", "write", LASTACK_ITERS, ("stock_server", "rdl_client"))
+    stats = _read(perftest_cm_job, "keyack.filter")
+    m = re.search(r"Sent \d+ bytes (\d+) pkt \(dropped (\d+),", stats)
+    assert m and int(m.group(2)) >= 1, f"the policer dropped no ACK:\n{stats}"
+    rejected = 0
+    for rec in records(perftest_cm_job / "keyack.pcap"):
+        msg = CMMessage.from_packet(decode_ethernet(rec.data))
+        if msg is not None and msg.name == "REJ":
+            rejected += 1
+    # the scenario happened: the data connection was refused while the server had not listened yet
+    assert rejected >= 1, "no REJ: the stock server listened before our first REQ"
 
 
 def test_each_run_makes_two_connections_to_18515_and_disconnects_both(perftest_cm_job: Path) -> None:
