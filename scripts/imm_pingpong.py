@@ -25,13 +25,13 @@ import sys
 import time
 
 import pyverbs.enums as e
-from pyverbs.addr import AHAttr, GID, GlobalRoute
+from pyverbs.addr import GID, AHAttr, GlobalRoute
 from pyverbs.cq import CQ
 from pyverbs.device import Context
 from pyverbs.mr import MR
 from pyverbs.pd import PD
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
-from pyverbs.wr import RecvWR, SendWR, SGE
+from pyverbs.wr import SGE, RecvWR, SendWR
 
 PORT = 1
 SIZE = 8192
