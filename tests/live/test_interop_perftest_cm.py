@@ -67,6 +67,12 @@ pair() {  # $1 tag, $2 verb, $3 iterations
   timeout 200 ib_${v}_bw -d $RXE0 -R -F $o $PEER_IP > "$OUT/$tag.$v.stock_client.out" 2>&1
   echo $? > "$OUT/$tag.$v.stock_client.rc"; wait $srv; echo $? > "$OUT/$tag.$v.rdl_server.rc"
 }
+drop_engines_first_ack() {  # $1 MSN: the first RC ACK (opcode 0x11) with that MSN from the engine (veth1) dropped
+  $NS tc qdisc add dev $PEER_NETDEV clsact
+  $NS tc filter add dev $PEER_NETDEV egress protocol ip u32 match ip protocol 17 0xff match ip dport 4791 0xffff \
+    match u8 0x11 0xff at 28 match u32 $(printf 0x%08x $1) 0x00ffffff at 40 \
+    action police rate 64bit burst 72 conform-exceed pass/drop
+}
 tcpdump -i $RXE0_NETDEV -U --immediate-mode -B 8192 -w "$OUT/cm.pcap" udp port 4791 2> /dev/null &
 TD=$!; sleep 1
 for v in VERBS; do pair plain $v ITERS; done
@@ -84,20 +90,14 @@ pair lastack write LASTACK_ITERS
 tc -s filter show dev $RXE0_NETDEV egress > "$OUT/lastack.filter" 2>&1
 tc qdisc del dev $RXE0_NETDEV clsact
 log "the first ACK the engine sends with MSN 16 dropped (u32, and a policer that drops one in 6.5 s)"
-$NS tc qdisc add dev $PEER_NETDEV clsact
-$NS tc filter add dev $PEER_NETDEV egress protocol ip u32 match ip protocol 17 0xff match ip dport 4791 0xffff \
-  match u8 0x11 0xff at 28 match u32 0x00000010 0x00ffffff at 40 \
-  action police rate 64bit burst 72 conform-exceed pass/drop
+drop_engines_first_ack 16
 pair firstack write LASTACK_ITERS
 $NS tc -s filter show dev $PEER_NETDEV egress > "$OUT/firstack.filter" 2>&1
 $NS tc qdisc del dev $PEER_NETDEV clsact
 log "keyack: the first ACK the engine sends with MSN 5 dropped (the stock server's key record before the data connection)"
 tcpdump -i $RXE0_NETDEV -U --immediate-mode -B 8192 -w "$OUT/keyack.pcap" udp port 4791 2> /dev/null &
 TD=$!; sleep 1
-$NS tc qdisc add dev $PEER_NETDEV clsact
-$NS tc filter add dev $PEER_NETDEV egress protocol ip u32 match ip protocol 17 0xff match ip dport 4791 0xffff \
-  match u8 0x11 0xff at 28 match u32 0x00000005 0x00ffffff at 40 \
-  action police rate 64bit burst 72 conform-exceed pass/drop
+drop_engines_first_ack 5
 stock_server keyack write LASTACK_ITERS
 $NS tc -s filter show dev $PEER_NETDEV egress > "$OUT/keyack.filter" 2>&1
 $NS tc qdisc del dev $PEER_NETDEV clsact
