@@ -137,7 +137,8 @@ def test_fields_of_quotes_as_tshark(columnar: bool, capsys: Any, tmp_path: Path)
 @pytest.mark.parametrize("occurrence", ["f", "l"])
 def test_each_occurrence_picked_alike_on_both_paths(occurrence: str, capsys: Any, tmp_path: Path) -> None:
     """``-E occurrence``: the first or the last of a field that occurs twice, as tshark, on the columns
-    and on the per-packet path (before, each picked in its own way); tshark's other values are errors."""
+    and on the per-packet path (both now through fieldtext.pick_occurrence); tshark's other values
+    are errors (the test below)."""
     built = _built(tmp_path)
     names = _fields(built, ("frame.number", "ip.src", "ip.dst", "ip.addr", "udp.srcport"))
     args = ["-r", str(built), "-T", "fields", *names, "-E", f"occurrence={occurrence}"]
