@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rdmalab.capture.defects import DissectorChoice, DissectorTables, WiresharkDefect, dissector_choice, explain
-from rdmalab.capture.fields import frame_fields, ws_formats
-from rdmalab.capture.linktypes import ERF, ERFExt
+from rdmalab.capture.fields import TRAILER_BYTES, frame_fields, ws_formats
+from rdmalab.capture.linktypes import ERF, ERFEthernet, ERFExt
 from rdmalab.capture.reader import CapturedPacket, read
 from rdmalab.wire.header import Header
 
@@ -287,12 +287,9 @@ class CrosscheckReport:
 def _our_offsets(cp: CapturedPacket) -> dict[str, list[int]]:
     """Byte offsets (as Wireshark counts them) of our whole-byte fields in the frame packet."""
     out: dict[str, list[int]] = {}
-    base = 0
+    base = cp.frame_start  # Wireshark's ERF frame starts after the ERF headers (an Ethernet record's pad too)
     for layer in cp.packet.layers:
-        if isinstance(layer.header, (ERF, ERFExt)):
-            base = layer.end  # Wireshark's ERF frame starts after the ERF headers
-    for layer in cp.packet.layers:
-        if isinstance(layer.header, (ERF, ERFExt)):
+        if isinstance(layer.header, (ERF, ERFExt, ERFEthernet)):
             continue  # Wireshark shows the ERF header as a pseudo-header, outside the frame's bytes
         for f in layer.header.LAYOUT.fields:
             if f.ws and f.bits % 8 == 0 and f.bit_offset % 8 == 0:
@@ -335,7 +332,10 @@ def compare_packet(cp: CapturedPacket, ws: dict[str, list[WsField]], report: Cro
             add(FieldResult(frame, key, "only_rdmalab", mine[0] if len(mine) == 1 else mine))
             continue
         fmt = fmts.get(key, "dec")
-        theirs = [parse_ws_value(f.show, fmt) for f in ws[key]]
+        if key in TRAILER_BYTES:  # octets of any length, as hex text (leading zeros count)
+            theirs: list[Any] = [f.show.replace(":", "").lower() for f in ws[key]]
+        else:
+            theirs = [parse_ws_value(f.show, fmt) for f in ws[key]]
         report.fields_compared += 1
         report.per_key[key] += 1
         if theirs == mine:

@@ -33,7 +33,7 @@ from rdmalab.wire.header import Header
 from rdmalab.wire.ib import BTH
 from rdmalab.wire.mad import MADHeader
 from rdmalab.wire.mpa import MPA, MPA_HEADER_SIZE
-from rdmalab.wire.net import TCP, UDP, IPv4, IPv6
+from rdmalab.wire.net import FCS_UNVERIFIED, TCP, UDP, IPv4, IPv6
 from rdmalab.wire.opcodes import CNP_OPCODE, opcode_name
 from rdmalab.wire.rdmap import DDPTagged, DDPUntagged
 
@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 _ADDRESS_FMTS = ("mac", "ipv4", "ipv6")
 
+#: the octets after an Ethernet frame's datagram (``Packet.eth_trailer``), as hex text: ``-T fields``
+#: writes them as tshark does (``0000...``), the JSON colon-separated
+TRAILER_BYTES = ("eth.padding", "eth.trailer", "vlan.trailer")
 #: The names :func:`frame_fields` adds besides those the headers declare (display filters accept
 #: exactly the declared names plus these: :func:`rdmalab.capture.filter.known_fields`).
 EXTRA_FIELDS: tuple[str, ...] = (
@@ -53,6 +56,7 @@ EXTRA_FIELDS: tuple[str, ...] = (
     "rdmalab.icrc.status", "rdmalab.icrc.expected", "rdmalab.vcrc.status", "rdmalab.vcrc.expected",
     "rdmalab.crc32c.status", "rdmalab.crc32c.expected", "frame.time_ns", "rdmalab.icrc.ok", "rdmalab.crc32c.ok",
     *(name for name, _bit in TCP.FLAG_FIELDS), *(name for name, _bit in IPv4.FLAG_FIELDS),
+    "eth.fcs.status", "rdmalab.fcs.status", *TRAILER_BYTES,
 )
 #: a CRC's status as the columns hold it (``rdmalab.icrc.ok``, ``rdmalab.crc32c.ok``): 0 unchecked
 CRC_OK = {"good": 1, "bad": 2}
@@ -149,6 +153,17 @@ def packet_fields(pkt: Packet, out: dict[str, Any], *, raw: bool = False, skip: 
         _add(out, "rdmalab.vcrc.status", pkt.vcrc_status or "unchecked")
     if pkt.encap in ("rocev2", "rocev1", "ib") and bth is not None or pkt.payload_length and pkt.encap == "iwarp":
         _add(out, "rdmalab.payload.len", _transport_payload_length(pkt))
+    trailer = pkt.eth_trailer
+    if trailer is not None and not quoted:  # after the frame's datagram: padding, a trailer, the FCS
+        if trailer.padding:
+            _add(out, "eth.padding", trailer.padding.hex())
+        if trailer.trailer:
+            _add(out, trailer.trailer_name, trailer.trailer.hex())
+        if trailer.fcs is not None:
+            _add(out, "eth.fcs", trailer.fcs)
+            _add(out, "eth.fcs.status", FCS_UNVERIFIED)  # (tshark's: it does not check it unless told)
+            _add(out, "rdmalab.fcs.status", "unchecked" if trailer.fcs_expected is None else
+                 "good" if trailer.fcs == trailer.fcs_expected else "bad")
     if pkt.problems and not quoted:  # (a quote's problems are its own: cut short, as a quote mostly is)
         for p in pkt.problems:
             _add(out, "rdmalab.problems", str(p))

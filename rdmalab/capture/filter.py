@@ -61,7 +61,7 @@ import rdmalab.wire.mpa  # noqa: F401
 import rdmalab.wire.net  # noqa: F401
 import rdmalab.wire.rdmap  # noqa: F401
 from rdmalab.capture.columnar import COLUMN_BY_NAME, COLUMN_NAMES
-from rdmalab.capture.fields import BYTE_PROTOCOLS, EXTRA_FIELDS, IWARP_BYTE_PROTOCOLS, _address
+from rdmalab.capture.fields import BYTE_PROTOCOLS, EXTRA_FIELDS, IWARP_BYTE_PROTOCOLS, TRAILER_BYTES, _address
 from rdmalab.capture.pcapio import FRAME_META_FIELDS
 from rdmalab.wire.errors import RdmalabError
 from rdmalab.wire.header import Header
@@ -83,7 +83,7 @@ ABSOLUTE_TIME = "frame.time"
 ASKED_FIELDS = ("frame.protocols", "tcp.stream", "udp.stream", "tcp.seq", "tcp.ack", "tcp.nxtseq", "data", "data.data",
                 "data.len", "tcp.payload")
 #: the :data:`ASKED_FIELDS` whose values are bytes (as hex text): not for contains/matches (frame's are)
-_BYTES_FIELDS = ("data.data", "tcp.payload")
+_BYTES_FIELDS = ("data.data", "tcp.payload", *TRAILER_BYTES)
 
 
 class FrameClock:

@@ -228,17 +228,26 @@ class ERF(Header):
         return (self.ts >> 32) + (self.ts & 0xFFFFFFFF) / 2**32
 
 
-def erf_frame(data: bytes | bytearray | memoryview) -> tuple[int, int, int] | None:
+def erf_frame(data: bytes | bytearray | memoryview) -> tuple[int, int, int, int] | None:
     """Wireshark's frame time (nanoseconds since the epoch), ``frame.len`` and ``frame.cap_len`` of a
-    pcap record of link type ERF, which are the ERF record's own: its header's timestamp
-    (:func:`erf_time_ns`), its wire length (``wlen``), and the octets after its 16-byte header, at
-    most ``wlen`` (the header is a pseudo-header, not frame data).  None for a record shorter than
-    the header."""
+    pcap record of link type ERF, which are the ERF record's own, and where in the record the frame's
+    octets start: its header's timestamp (:func:`erf_time_ns`), its wire length (``wlen``), and the
+    octets after its headers, at most ``wlen``.  The headers are a pseudo-header, not frame data: the
+    16-octet header, its 8-octet extension headers, and for an Ethernet record the offset and pad
+    octets before the Ethernet header (``wiretap/erf.c``: ``erf_read_header`` puts all three in the
+    pseudo-header).  None for a record shorter than the header."""
     size = ERF.LAYOUT.size
     if len(data) < size:
         return None
     erf = ERF.decode(data, 0)
-    return erf.time_ns, erf.wlen, min(erf.wlen, len(data) - size)
+    start, more = size, erf.ext
+    while more and start + 8 <= len(data):
+        more = data[start] >> 7
+        start += 8
+    if erf.type in _ERF_ETHERNET_TYPES:
+        start += 2
+    start = min(start, len(data))
+    return erf.time_ns, erf.wlen, min(erf.wlen, len(data) - start), start
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +268,23 @@ class ERFExt(Header):
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ERFEthernet(Header):
+    """The two octets an ERF Ethernet record has before its frame (part of the pseudo-header, as the ERF
+    header is: Wireshark's ``erf.eth``)."""
+
+    off: int = 0
+    pad: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "ERF Ethernet",
+        "Endace ERF Ethernet record: offset and pad before the frame",
+        F("off", 8, "erf.eth.off", doc="Offset"),
+        F("pad", 8, "erf.eth.pad", fmt="hex", doc="Padding"),
+        ws="erf",
+    )
+
+
 def _rebase(inner: Packet, data: bytes, offset: int, prefix: list[Layer], encap: str | None = None) -> Packet:
     """``inner`` decoded from ``data[offset:]``, re-expressed over the whole record."""
     if offset == 0 and not prefix:
@@ -273,6 +299,10 @@ def _rebase(inner: Packet, data: bytes, offset: int, prefix: list[Layer], encap:
     pkt.vcrc, pkt.vcrc_expected = inner.vcrc, inner.vcrc_expected
     pkt.problems = inner.problems
     pkt.annotate_from(inner)
+    if inner.datagram_end is not None:
+        pkt.datagram_end = inner.datagram_end + offset
+    if inner.eth_trailer is not None:
+        pkt.eth_trailer = inner.eth_trailer.shifted(offset)
     return pkt
 
 
@@ -305,9 +335,12 @@ def decode_erf(data: bytes, *, lenient: bool) -> Packet:
             raise err
     end = min(len(data), max(pos, erf.rlen))
     if erf.type in _ERF_ETHERNET_TYPES:
+        if pos + 2 <= end:
+            prefix.append(Layer(ERFEthernet.decode(data, pos), pos))
         pos += 2  # offset and pad bytes before the Ethernet header
         stop = min(end, pos + erf.wlen) if erf.wlen else end
-        inner = decode_ethernet(data[pos:stop], lenient=lenient)
+        # (wlen counts the FCS an ERF Ethernet record keeps; tshark 4.0 tells it as it does in a pcap: by the lengths)
+        inner = decode_ethernet(data[pos:stop], lenient=lenient, frame_len=erf.wlen or stop - pos)
     elif erf.type == ERF_TYPE_INFINIBAND:
         stop = min(end, pos + erf.wlen) if erf.wlen else end
         inner = _guard(decode_ib, data[pos:stop], lenient)
@@ -319,14 +352,16 @@ def decode_erf(data: bytes, *, lenient: bool) -> Packet:
     return _rebase(inner, data, pos, prefix, inner.encap)
 
 
-def decode_frame(linktype: int, data: bytes, *, lenient: bool = True) -> Packet:
+def decode_frame(linktype: int, data: bytes, *, lenient: bool = True, wire_length: int | None = None) -> Packet:
     """Decode one captured record of the given link type.
 
     Strict (``lenient=False``) raises :class:`~rdmalab.wire.errors.DecodeError` on the first
     problem; lenient records problems in ``Packet.problems`` and never raises for bad bytes.
+    ``wire_length``: the record's length on the wire (None or 0: as captured), which decides how an
+    Ethernet frame's octets after its datagram are divided (padding, trailer, FCS).
     """
     if linktype == LINKTYPE_ETHERNET:
-        return decode_ethernet(data, lenient=lenient)
+        return decode_ethernet(data, lenient=lenient, frame_len=wire_length or len(data))
     if linktype in (LINKTYPE_RAW, LINKTYPE_DLT_RAW12, LINKTYPE_DLT_RAW14, LINKTYPE_IPV4, LINKTYPE_IPV6):
         return decode_ip(data, lenient=lenient)
     if linktype == LINKTYPE_LINUX_SLL:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from rdmalab.capture.linktypes import ERF, LINKTYPE_ERF, LINKTYPE_ETHERNET, decode_frame, erf_frame
+from rdmalab.capture.linktypes import LINKTYPE_ERF, LINKTYPE_ETHERNET, decode_frame, erf_frame
 from rdmalab.capture.pcapio import CaptureError, epoch_ns, record_blocks, record_ns
 from rdmalab.capture.pcapwriter import DEFAULT_SNAPLEN, CaptureWriter, Format, seconds_to_ns
 from rdmalab.wire.errors import DecodeError
@@ -45,7 +45,6 @@ class RawRecord:
     digits: int = 6
 
 
-ERF_HEADER_LEN = ERF.LAYOUT.size  # an ERF record's header before its frame
 
 
 @dataclass(slots=True)
@@ -71,6 +70,9 @@ class CapturedPacket:
     #: the octets Wireshark counts as captured (``frame.cap_len``) where that is not the whole
     #: record (an ERF record's header is not frame data); else None: ``len(packet.data)``
     cap_length: int | None = None
+    #: where the frame's octets start in the record: after an ERF record's headers (its pseudo-header:
+    #: :func:`~rdmalab.capture.linktypes.erf_frame`), else 0
+    frame_start: int = 0
     #: the record header's time in nanoseconds, exact (:attr:`RawRecord.ns`), or None
     record_ns: int | None = None
     #: the decimal places of its time as tshark shows them: its record's (:attr:`RawRecord.digits`), an
@@ -97,11 +99,12 @@ class CapturedPacket:
 
     @property
     def frame_bytes(self) -> bytes | memoryview:
-        """The frame's bytes as Wireshark's frame holds them: an ERF record's after its header (a
-        pseudo-header, not frame data: ``frame.cap_len`` of them), any other record's whole."""
+        """The frame's bytes as Wireshark's frame holds them: an ERF record's after its headers (a
+        pseudo-header, not frame data: ``frame.cap_len`` of them from :attr:`frame_start`), any other
+        record's whole."""
         data = self.packet.data
         if self.linktype == LINKTYPE_ERF and self.cap_length is not None:
-            return data[ERF_HEADER_LEN:ERF_HEADER_LEN + self.cap_length]
+            return data[self.frame_start:self.frame_start + self.cap_length]
         return data
 
     @property
@@ -146,7 +149,7 @@ def _load_iwarp_tracker() -> Any:
 def decode_record(rec: RawRecord, *, lenient: bool = True, tracker: Any = None) -> CapturedPacket:
     """Decode one raw record (and feed TCP segments to an iWARP tracker, if given)."""
     try:
-        pkt = decode_frame(rec.linktype, rec.data, lenient=lenient)
+        pkt = decode_frame(rec.linktype, rec.data, lenient=lenient, wire_length=rec.wire_length)
     except DecodeError as err:
         err.frame_number = rec.frame_number  # type: ignore[attr-defined]
         raise
@@ -176,7 +179,7 @@ def decode_record(rec: RawRecord, *, lenient: bool = True, tracker: Any = None) 
     if rec.linktype == LINKTYPE_ERF:  # Wireshark's frame time and lengths for ERF are the ERF record's own
         own = erf_frame(rec.data)
         if own is not None:
-            cp.time_ns, cp.wire_length, cp.cap_length = own
+            cp.time_ns, cp.wire_length, cp.cap_length, cp.frame_start = own
             cp.timestamp = own[0] / 1e9
             cp.digits = 9
     return cp

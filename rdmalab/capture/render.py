@@ -15,7 +15,7 @@ from rdmalab.wire.control import ECHO_TYPES, ICMPEcho, ICMPv6Echo
 from rdmalab.wire.frame import tcp_segment_length
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import GRH, LRH, IPoIB
-from rdmalab.wire.net import TCP, Ethernet, IPv4, IPv6, tcp_flag_names
+from rdmalab.wire.net import TCP, Ethernet, EthernetTrailer, IPv4, IPv6, tcp_flag_names
 from rdmalab.wire.packet import Packet
 
 if TYPE_CHECKING:
@@ -673,6 +673,8 @@ def packet_tree(pkt: Packet, indent: str = "    ") -> list[str]:
             vs = pkt.vcrc_status or "unchecked"
             out.append(f"{indent}VCRC: {pkt.vcrc.to_bytes(2, 'little').hex(' ')} ({vs}) "
                        f"@ bytes {pkt.crc_offset + 4}-{pkt.crc_offset + 5}")
+    if pkt.eth_trailer is not None:
+        out.extend(trailer_lines(indent, pkt.eth_trailer))
     for p in pkt.problems:
         out.append(f"{indent}Problem: {p}")
     q = pkt.quoted
@@ -681,6 +683,26 @@ def packet_tree(pkt: Packet, indent: str = "    ") -> list[str]:
         out.append(f"{indent}Quoted datagram (the packet this error answers): {len(q.data) - start} bytes "
                    f"@ bytes {start}-{len(q.data) - 1}")
         out.extend(packet_tree(q, indent + "    "))
+    return out
+
+
+def trailer_lines(indent: str, t: EthernetTrailer) -> list[str]:
+    """A tree's lines for the octets of an Ethernet frame after its datagram: padding, a trailer, the FCS
+    (checked here, where tshark leaves it unverified unless told)."""
+    out = []
+    if t.padding:
+        out.append(f"{indent}Ethernet padding: {len(t.padding)} byte(s) @ bytes {t.padding_at}-"
+                   f"{t.padding_at + len(t.padding) - 1}  {{eth.padding}}")
+    if t.trailer:
+        more = " ..." if len(t.trailer) > 32 else ""
+        out.append(f"{indent}Ethernet trailer: {len(t.trailer)} byte(s) @ bytes {t.trailer_at}-"
+                   f"{t.trailer_at + len(t.trailer) - 1}: {t.trailer[:32].hex(' ')}{more}  {{{t.trailer_name}}}")
+    if t.fcs is not None and t.fcs_at is not None:
+        if t.fcs_expected is None:
+            status = "unchecked: the frame was not captured whole"
+        else:
+            status = "good" if t.fcs == t.fcs_expected else f"bad, should be 0x{t.fcs_expected:08x}"
+        out.append(f"{indent}Ethernet FCS: 0x{t.fcs:08x} ({status}) @ bytes {t.fcs_at}-{t.fcs_at + 3}  {{eth.fcs}}")
     return out
 
 

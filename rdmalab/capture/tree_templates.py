@@ -42,13 +42,24 @@ from rdmalab.capture.render import (
     pdu_lines,
     pdus_info,
     tcp_info_text,
+    trailer_lines,
 )
 from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_rocev2
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.header import Header, _fmt, compile_decoder
 from rdmalab.wire.ib import AETH, BTH, DETH, Transport
 from rdmalab.wire.mad import carries_mad
-from rdmalab.wire.net import ETHERTYPE_IPV4, IPPROTO_TCP, IPPROTO_UDP, ROCEV2_PORT, TCP, UDP, Ethernet, IPv4
+from rdmalab.wire.net import (
+    ETHERTYPE_IPV4,
+    IPPROTO_TCP,
+    IPPROTO_UDP,
+    ROCEV2_PORT,
+    TCP,
+    UDP,
+    Ethernet,
+    IPv4,
+    ethernet_trailer,
+)
 from rdmalab.wire.opcodes import OPCODES
 from rdmalab.wire.packet import Layer, Packet
 
@@ -239,16 +250,21 @@ def fast_frame(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, 
     if ipv >> _IP_FRAG_S & _IP_FRAG_M or ipv >> _IP_FLAGS_S & 1 or total < 40 or 14 + total > cap:
         return None
     ip_end = 14 + total
+    tail: list[str] = []  # the octets after the datagram: padding, a trailer, an FCS
+    if ip_end < cap:
+        trailer = ethernet_trailer(bytes(buf[o:o + cap]), ip_end, wire or cap)
+        if trailer is not None:
+            tail = trailer_lines("    ", trailer)
     proto = buf[o + 23]
     if proto == IPPROTO_UDP:
-        return _roce(buf, o, cap, frame, wire, ts, interface, ipv, ip_end)
+        return _roce(buf, o, cap, frame, wire, ts, interface, ipv, ip_end, tail)
     if proto == IPPROTO_TCP:
-        return _tcp(buf, o, cap, frame, wire, ts, interface, ipv, ip_end, tracker)
+        return _tcp(buf, o, cap, frame, wire, ts, interface, ipv, ip_end, tracker, tail)
     return None
 
 
 def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
-          ipv: int, ip_end: int) -> bytes | None:
+          ipv: int, ip_end: int, tail: list[str]) -> bytes | None:
     uv = int.from_bytes(buf[o + 34:o + 42], "big")
     if uv >> _UDP_DPORT_S & _UDP_DPORT_M != ROCEV2_PORT:
         return None
@@ -304,11 +320,12 @@ def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: f
     if pad:
         lines.append(pad_line("    ", pos + plen, pad))
     lines.append(crc_line("    ", "ICRC", crc_at, crc, "good", None))
+    lines += tail
     return "\n".join(lines).encode()
 
 
 def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
-         ipv: int, ip_end: int, tracker: Any) -> bytes | None:
+         ipv: int, ip_end: int, tracker: Any, tail: list[str]) -> bytes | None:
     tv = int.from_bytes(buf[o + 34:o + 54], "big")
     hl = (tv >> _TCP_OFF_S & _TCP_OFF_M) * 4
     if hl < 20 or 34 + hl > ip_end:
@@ -328,7 +345,7 @@ def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: fl
         except DecodeError:
             pass  # as the per-packet reader (lenient): the stream's damage is its PDUs' to report
         except Exception as err:  # a reassembly bug must not stop a capture: reported on the frame, as the reader does
-            full = decode_frame(LINKTYPE_ETHERNET, bytes(buf[o:o + cap]), lenient=True)
+            full = decode_frame(LINKTYPE_ETHERNET, bytes(buf[o:o + cap]), lenient=True, wire_length=wire)
             full.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
             return frame_tree(CapturedPacket(frame, ts, LINKTYPE_ETHERNET, full, [], wire, interface)).encode()
     if pdus:  # the Summary line from the PDUs, and their trees after the segment's
@@ -339,6 +356,7 @@ def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: fl
     lines = ["", _ETH_TEXT(int.from_bytes(buf[o:o + 14], "big")), _IP_TEXT(ipv), _TCP_TEXT(tv)]
     if plen:
         lines.append(payload_line("    ", start, plen, buf[o + start:o + start + min(plen, 32)]))
+    lines += tail
     if pdus:
         lines += pdu_lines(pdus)
     # the Summary line has the one character outside ASCII (the arrow): the text around it stays

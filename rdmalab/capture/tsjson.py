@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from rdmalab.capture.blockpool import blocks_in_workers
 from rdmalab.capture.columnar import COLUMN_BY_NAME
-from rdmalab.capture.fields import header_fields, packet_fields
+from rdmalab.capture.fields import TRAILER_BYTES, header_fields, packet_fields
 from rdmalab.capture.fieldtext import absolute_parts, absolute_text, epoch_text, relative_text
 from rdmalab.capture.fieldtext import value_text as _value_text
 from rdmalab.capture.filter import declared_fields
@@ -213,6 +213,9 @@ def _header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
 _FLAT = frozenset({"arp", "icmpv6"})
 #: protocols frame.protocols names once for each of their headers in a frame (not once a frame)
 _EACH_TIME = frozenset({"vlan", "ieee8021ad"})
+#: subtrees that are a label without a value of their own: tshark's JSON names them without ``_tree``
+#: (packet-erf.c: erf.eth, an FT_NONE item over the Ethernet record's offset and pad)
+_LABELS = frozenset({"erf.eth"})
 #: fields a dissector shows in its tree under another protocol's name (packet-ieee8021ah.c: the
 #: 802.1ad tag's type is ieee8021ah.etype)
 _FOREIGN = frozenset({"ieee8021ah.etype"})
@@ -233,7 +236,7 @@ def _make_header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
         # a bit field of a byte Wireshark shows as a value (ip.dsfield.ecn under ip.dsfield_tree)
         parent, _, _leaf = name.rpartition(".")
         if "." in parent and parent != proto_name and parent not in vals and proto_name == proto and proto not in _FLAT:
-            fields.setdefault(parent + "_tree", {})[name] = value_text(name, v)
+            fields.setdefault(parent if parent in _LABELS else parent + "_tree", {})[name] = value_text(name, v)
         else:
             fields[name] = value_text(name, v)
     if proto == "rdmalab":
@@ -432,10 +435,15 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any],
     # what the packet adds besides its headers (CRCs, rdmalab's own fields)
     flat: dict[str, Any] = {}
     packet_fields(pkt, flat, skip=frozenset(type(layer.header) for layer in pkt.layers), quotes=False)
+    tagged_trailer = pkt.eth_trailer is not None and pkt.eth_trailer.trailer_name == "vlan.trailer"
     for name, v in flat.items():
         proto = name.split(".", 1)[0]
         proto = _LAYER.get(proto, proto)
         values = v if isinstance(v, list) else [v]
+        if name in TRAILER_BYTES:  # (hex text: colon-separated, as the JSON writes bytes)
+            values = [_hexbytes(bytes.fromhex(x)) for x in values]
+        if proto == "eth" and tagged_trailer:  # after an 802.1Q tag its dissector's tree holds them (packet-vlan.c)
+            proto = "vlan"
         shown: Any = [value_text(name, x) for x in values] if len(values) > 1 else value_text(name, values[0])
         if proto in current and proto != "rdmalab":
             dest = current[proto]

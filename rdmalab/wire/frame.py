@@ -74,6 +74,7 @@ from rdmalab.wire.net import (
     IPv6Routing,
     QinQ,
     TCPQuoted,
+    ethernet_trailer,
     tcp_checksum,
 )
 from rdmalab.wire.packet import Layer, Packet, _problem, decode_transport, encode_ib, encode_transport, guarded
@@ -82,11 +83,18 @@ from rdmalab.wire.pfc import ETHERTYPE_MAC_CONTROL, PFC, PFC_OPCODE
 AddressLike = str | int | ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-def decode_ethernet(data: bytes | bytearray | memoryview, *, lenient: bool = False, rocev2_ports: Sequence[int] = (ROCEV2_PORT,)) -> Packet:
-    """Decode an Ethernet frame (as a pcap with LINKTYPE_ETHERNET holds it)."""
+def decode_ethernet(data: bytes | bytearray | memoryview, *, lenient: bool = False, rocev2_ports: Sequence[int] = (ROCEV2_PORT,),
+                    frame_len: int | None = None, fcs_len: int = -1) -> Packet:
+    """Decode an Ethernet frame (as a pcap with LINKTYPE_ETHERNET holds it).
+
+    ``frame_len`` is the frame's length on the wire (the record's; None: ``len(data)``) and ``fcs_len``
+    what the capture says of an FCS at its end (:func:`~rdmalab.wire.net.ethernet_trailer`: -1, it does
+    not say); with them the octets after the datagram are divided into padding, trailer and FCS
+    (``Packet.eth_trailer``)."""
     raw = bytes(data)
     pkt = Packet(raw, encap="eth")
-    return guarded(pkt, lenient, lambda: _eth(raw, pkt, lenient, tuple(rocev2_ports)))
+    size = len(raw) if frame_len is None else frame_len
+    return guarded(pkt, lenient, lambda: _eth(raw, pkt, lenient, tuple(rocev2_ports), size, fcs_len))
 
 
 def decode_ip(data: bytes | bytearray | memoryview, *, lenient: bool = False, rocev2_ports: Sequence[int] = (ROCEV2_PORT,)) -> Packet:
@@ -115,10 +123,15 @@ def decode_after_ethertype(
     return guarded(pkt, lenient, lambda: _after_ethertype(raw, pkt, ethertype, offset, lenient, tuple(rocev2_ports)))
 
 
-def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...]) -> None:
+def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...], frame_len: int, fcs_len: int) -> None:
     eth = Ethernet.decode(data, 0)
     pkt.layers.append(Layer(eth, 0))
-    _after_ethertype(data, pkt, eth.ethertype, 14, lenient, ports)
+    try:
+        _after_ethertype(data, pkt, eth.ethertype, 14, lenient, ports)
+    finally:  # (a datagram the decoder gave up on part way has its length all the same)
+        if pkt.datagram_end is not None:
+            tagged = any(type(layer.header) is VLAN for layer in pkt.layers)
+            pkt.eth_trailer = ethernet_trailer(data, pkt.datagram_end, frame_len, fcs_len, tagged=tagged)
 
 
 def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient: bool, ports: tuple[int, ...]) -> None:
@@ -139,6 +152,8 @@ def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient
         end = pos + arp.LAYOUT.size
         # after a whole packet the frame's padding; after the fixed part, the addresses of other sizes as bytes
         pkt.payload_offset, pkt.payload_length = end, (len(data) - end if isinstance(arp, ARPOther) else 0)
+        if isinstance(arp, ARP):
+            pkt.datagram_end = end
     elif ethertype == ETHERTYPE_MAC_CONTROL and data[pos:pos + 2] == PFC_OPCODE.to_bytes(2, "big"):
         # an 802.1Qbb PFC frame (the congestion fabric's pauses); other MAC Control opcodes
         # (802.3x PAUSE, ...) stay undecoded bytes
@@ -173,7 +188,7 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
             pkt.payload_offset, pkt.payload_length = pos + hl, 0
             return
         else:
-            end = pos + ip4.total_length
+            end = pkt.datagram_end = pos + ip4.total_length
         proto, hops = ip4.protocol, ip4.ttl
         if ip4.frag_offset or ip4.flags & 1:
             pkt.payload_offset, pkt.payload_length = pos + hl, max(0, min(end, len(data)) - pos - hl)
@@ -183,7 +198,7 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
     elif version == 6:
         ip6 = IPv6.decode(data, pos)
         pkt.layers.append(Layer(ip6, pos))
-        end = pos + 40 + ip6.payload_length
+        end = pkt.datagram_end = pos + 40 + ip6.payload_length
         proto, hops = ip6.next_header, ip6.hop_limit
         pos += 40
         while proto in IPV6_EXTENSIONS and pos + 8 <= min(end, len(data)):
@@ -427,6 +442,7 @@ def decode_grh_packet(data: bytes, pkt: Packet, offset: int, *, lenient: bool) -
             _transport(data, pkt, offset + 40, offset + 40 + grh.paylen, 4, lenient, captured=end)
             return
         end = offset + 40 + grh.paylen  # Ethernet padding after the packet
+        pkt.datagram_end = end
     crc_at = _transport(data, pkt, offset + 40, end, 4, lenient)
     pkt.crc_offset, pkt.crc_kind = crc_at, "icrc"
     pkt.crc = int.from_bytes(data[crc_at : crc_at + 4], "little")

@@ -7,6 +7,7 @@ parts are declared; IPv4 and TCP options are carried as opaque bytes.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -77,6 +78,96 @@ class QinQ(Header):
         F("ethertype", 16, "ieee8021ah.etype", fmt="hex"),
         ws="ieee8021ad",
     )
+
+
+@dataclass(frozen=True, slots=True)
+class EthernetFCS(Header):
+    """The frame check sequence that ends an Ethernet frame when the capture kept it (IEEE 802.3
+    3.2.9: a CRC-32 of the frame from the destination address on, sent least significant octet
+    first).  ``fcs`` is its four octets as read, big-endian, which is how Wireshark shows ``eth.fcs``;
+    :func:`ethernet_trailer` finds it."""
+
+    fcs: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "Ethernet FCS",
+        "IEEE 802.3 3.2.9",
+        F("fcs", 32, "eth.fcs", fmt="hex"),
+        ws="eth",
+    )
+
+
+#: Wireshark's ``eth.fcs.status`` when it does not check the FCS (its default: the ``eth.check_fcs``
+#: preference off): 2, "Unverified" (epan/proto.h ``PROTO_CHECKSUM_E_UNVERIFIED``)
+FCS_UNVERIFIED = 2
+#: the shortest Ethernet frame without its FCS (IEEE 802.3 4.4.2: 64 octets with it); a shorter
+#: datagram is padded up to it
+ETH_MIN_FRAME = 60
+
+
+@dataclass(frozen=True, slots=True)
+class EthernetTrailer:
+    """The octets of an Ethernet frame after the datagram its EtherType carries, divided as Wireshark
+    divides them (``epan/dissectors/packet-eth.c`` ``add_ethernet_trailer``, after
+    ``packet-ethertype.c`` ``add_dix_trailer``): padding up to the 60-octet minimum (zeros only), then a
+    trailer (what else a device appended), then the FCS.  Offsets are into the packet's data."""
+
+    padding_at: int
+    padding: bytes
+    trailer_at: int
+    trailer: bytes
+    fcs_at: int | None = None
+    fcs: int | None = None
+    #: what the FCS should be (the CRC-32 of the frame before it), when all of the frame was captured
+    fcs_expected: int | None = None
+    #: Wireshark's name for the trailer: ``eth.trailer``, or ``vlan.trailer`` after an 802.1Q tag
+    trailer_name: str = "eth.trailer"
+
+    def shifted(self, by: int) -> EthernetTrailer:
+        """The same trailer in data that starts ``by`` octets earlier (an ERF record's headers before the frame)."""
+        return EthernetTrailer(self.padding_at + by, self.padding, self.trailer_at + by, self.trailer,
+                               None if self.fcs_at is None else self.fcs_at + by, self.fcs, self.fcs_expected,
+                               self.trailer_name)
+
+
+def ethernet_trailer(data: bytes, datagram_end: int, frame_len: int, fcs_len: int = -1, *,
+                     tagged: bool = False) -> EthernetTrailer | None:
+    """What follows the datagram that ends at ``datagram_end`` in the Ethernet frame ``data`` (as
+    captured; ``frame_len`` octets long on the wire), as Wireshark 4.0 divides it, or None when nothing
+    of it was captured.
+
+    ``fcs_len`` is what the capture says of an FCS: 4 (it has one), 0 (it has none) or
+    -1 (it does not say: a pcap or pcapng file of link type Ethernet, an ERF record), in which case a frame of 64
+    octets or more whose trailer (after any padding) has 4 octets or more is taken to end in one.
+    Padding is counted only where the frame had to be padded (the datagram with its headers under 60
+    octets, the frame 60 or more) and only when those octets are all zero.  After an 802.1Q tag
+    (``tagged``) Wireshark looks for no FCS and names the rest ``vlan.trailer``."""
+    reported = frame_len - datagram_end
+    captured = min(len(data), frame_len) - datagram_end
+    if reported <= 0 or captured <= 0:
+        return None
+    if tagged:
+        fcs_len = 0
+    pad = 0
+    if frame_len >= ETH_MIN_FRAME and frame_len - reported < ETH_MIN_FRAME:
+        pad = ETH_MIN_FRAME - (frame_len - reported)
+        if pad > captured or any(data[datagram_end:datagram_end + pad]):
+            pad = 0
+    reported -= pad
+    captured -= pad
+    fcs = fcs_len == 4 or (fcs_len < 0 and frame_len >= 64 and reported >= 4)
+    if fcs:
+        reported -= 4
+        captured = min(captured, reported) if captured < reported + 4 else captured - 4
+    at = datagram_end + pad
+    fcs_at = at + reported if fcs and at + reported + 4 <= len(data) else None
+    value = expected = None
+    if fcs_at is not None:
+        value = int.from_bytes(data[fcs_at:fcs_at + 4], "big")
+        if fcs_at + 4 == frame_len:  # the whole frame captured: what its CRC-32 is
+            expected = int.from_bytes(zlib.crc32(data[:fcs_at]).to_bytes(4, "little"), "big")
+    return EthernetTrailer(datagram_end, bytes(data[datagram_end:at]), at, bytes(data[at:at + max(0, captured)]),
+                           fcs_at, value, expected, "vlan.trailer" if tagged else "eth.trailer")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from rdmalab.wire import crc as _crc
 from rdmalab.wire.errors import DecodeError, EncodeError, MalformedError, TruncatedError
@@ -19,6 +19,9 @@ from rdmalab.wire.header import Header, Span
 from rdmalab.wire.ib import AETH, BTH, DETH, GRH, LNH_IBA_GLOBAL, LNH_IBA_LOCAL, LRH, RETH, AtomicETH, ImmDt
 from rdmalab.wire.mpa import MPAMarker
 from rdmalab.wire.opcodes import OPCODES, opcode_name
+
+if TYPE_CHECKING:
+    from rdmalab.wire.net import EthernetTrailer
 
 H = TypeVar("H", bound=Header)
 
@@ -104,10 +107,16 @@ class Packet:
     #: header on (wire.frame): its own layers, apart from the frame's, so that ``get`` and whatever
     #: counts a frame's headers (a RoCE packet, a TCP segment) never take the quote for the frame
     quoted: Packet | None = None
+    #: where the datagram an EtherType carries ends, as its own header says (an IP datagram's length,
+    #: an ARP packet's size, ...), when it says so (wire.frame); None: it takes the rest of the frame
+    datagram_end: int | None = None
+    #: the octets of an Ethernet frame after that datagram: padding, a trailer, the FCS (wire.frame)
+    eth_trailer: EthernetTrailer | None = None
 
     #: the fields above that a decoder sets beyond the headers (what ``annotate_from`` copies)
     ANNOTATIONS: ClassVar[tuple[str, ...]] = ("info", "internal_error", "ip_fragment", "zero_length", "markers",
-                                              "wire", "private_data", "stream", "quoted")
+                                              "wire", "private_data", "stream", "quoted", "datagram_end",
+                                              "eth_trailer")
 
     def annotate_from(self, other: Packet) -> None:
         """Take ``other``'s annotations (``info``, ``markers``, ``stream``, ...) as this packet's."""
