@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rdmalab.capture.linktypes import LINKTYPE_ERF, LINKTYPE_ETHERNET
+from rdmalab.capture.linktypes import COLUMNAR_LINKTYPES, LINKTYPE_ERF
 from rdmalab.capture.pcapio import (
     MAX_RECORD,
     PCAP_MAGICS,
@@ -112,7 +112,7 @@ def parallel_capture(path: str, *, ethernet: bool = False) -> bool:
             sect = pcapng_section(f, os.fstat(f.fileno()).st_size)
     except OSError:
         return False
-    return sect is not None and all(lt != LINKTYPE_ERF and (lt == LINKTYPE_ETHERNET or not ethernet)
+    return sect is not None and all(lt != LINKTYPE_ERF and (lt in COLUMNAR_LINKTYPES or not ethernet)
                                     for lt, _units, _off in sect.interfaces)
 
 

@@ -54,7 +54,7 @@ from rdmalab.capture.columnar_schema import (  # noqa: F401 - the public names o
     format_column,
 )
 from rdmalab.capture.iwarp import IwarpTracker
-from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
+from rdmalab.capture.linktypes import COLUMNAR_LINKTYPES, LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2
 from rdmalab.capture.pcapio import (  # noqa: F401 - the public names of the columnar decoder
     CaptureError,
     RecordBlock,
@@ -101,11 +101,27 @@ def stacked_tags(blk: RecordBlock) -> np.ndarray:
     return out
 
 
+def _cooked_tags(blk: RecordBlock) -> np.ndarray:
+    """Per frame: a Linux cooked capture whose EtherType is a VLAN tag's (the per-packet decoder reads
+    the tags after it; the columns read tags after an Ethernet header only)."""
+    buf = np.frombuffer(blk.buf, dtype=np.uint8)
+    out = np.zeros(len(blk.offset), dtype=bool)
+    for lt, at in ((LINKTYPE_LINUX_SLL, 14), (LINKTYPE_LINUX_SLL2, 0)):
+        rows = np.flatnonzero((blk.linktype == lt) & (blk.caplen >= at + 2))
+        if len(rows):
+            i = blk.offset[rows] + at
+            etype = buf[i].astype(np.int64) << 8 | buf[i + 1]
+            out[rows] = np.isin(etype, (ETHERTYPE_VLAN, ETHERTYPE_QINQ))
+    return out
+
+
 def _ethernet_only(blk: RecordBlock) -> bool:
-    """Whether the columns hold every frame of the block: Ethernet, with at most one 802.1ad tag
-    and then at most one 802.1Q tag before what it carries (:func:`stacked_tags`: the others are
-    for the per-packet decoder, which reads any number of tags)."""
-    return bool((blk.linktype == LINKTYPE_ETHERNET).all()) and not stacked_tags(blk).any()
+    """Whether the columns hold every frame of the block: Ethernet (or a Linux cooked capture:
+    :data:`COLUMNAR_LINKTYPES`), with at most one 802.1ad tag and then at most one 802.1Q tag before
+    what it carries (:func:`stacked_tags`, :func:`_cooked_tags`: the others are for the per-packet
+    decoder, which reads any number of tags)."""
+    return (bool(np.isin(blk.linktype, COLUMNAR_LINKTYPES).all()) and not stacked_tags(blk).any()
+            and not _cooked_tags(blk).any())
 
 
 def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, verify_icrc: bool = True,

@@ -39,7 +39,7 @@ from rdmalab.capture.fields import (  # the per-packet field names, one source o
     frame_fields,
     packet_fields,
 )
-from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, erf_time_ns
+from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2, erf_time_ns
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import RawRecord, decode_record, read
 from rdmalab.capture.render import Conversations, TcpWindowScaling, conversation_key, window_shift_option
@@ -385,6 +385,19 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
         data["eth.src"] = _be(H, 6, 6)
     etype = _be(H, 12, 2)
     data["eth.type"] = etype.astype(np.uint16)
+    # a Linux cooked capture (tcpdump -i any): its header, then what its EtherType says, as after Ethernet
+    sll1 = (blk.linktype == LINKTYPE_LINUX_SLL) & (caplen >= 16)
+    sll2 = (blk.linktype == LINKTYPE_LINUX_SLL2) & (caplen >= 20)
+    sll = sll1 | sll2
+    L["sll"], L["sll.ifindex"] = sll, sll2
+    if sll.any():
+        etype = np.where(sll1, _be(H, 14, 2), np.where(sll2, _be(H, 0, 2), etype))
+        data["sll.etype"] = etype.astype(np.uint16)
+        data["sll.pkttype"] = np.where(sll2, H[:, 10], _be(H, 0, 2)).astype(np.uint16)
+        data["sll.hatype"] = np.where(sll2, _be(H, 8, 2), _be(H, 2, 2)).astype(np.uint16)
+        data["sll.halen"] = np.where(sll2, H[:, 11], _be(H, 4, 2)).astype(np.uint16)
+        data["sll.ifindex"] = _be(H, 4, 4).astype(np.uint32)
+    link = eth | sll  # (a header the columns read: what follows its EtherType is read the same way)
     # an 802.1ad S-TAG, then an 802.1Q tag (frames of more tags are not given to the columns:
     # columnar.stacked_tags)
     qinq = eth & (etype == ETHERTYPE_QINQ) & (caplen >= 18)
@@ -404,7 +417,7 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     l3 = link_header_length(L)
     IP = _realign(H, l3, 40)
     b0 = IP[:, 0]
-    ip = eth & (etype == 0x0800) & (b0 >> 4 == 4) & (caplen >= l3 + 20)
+    ip = link & (etype == 0x0800) & (b0 >> 4 == 4) & (caplen >= l3 + 20)
     ihl = (b0 & 0x0F).astype(np.int64)
     L["ip"] = ip
     data["ip.len"] = _be(IP, 2, 2).astype(np.uint16)
@@ -436,7 +449,7 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
         data["ip.src"] = _be(IP, 12, 4, np.uint32)
     if need("ip.dst"):
         data["ip.dst"] = _be(IP, 16, 4, np.uint32)
-    ip6 = eth & (etype == 0x86DD) & (b0 >> 4 == 6) & (caplen >= l3 + 40)
+    ip6 = link & (etype == 0x86DD) & (b0 >> 4 == 6) & (caplen >= l3 + 40)
     L["ipv6"] = ip6
     L["ipver"] = ip | ip6
     need6 = need("ipv6", "infiniband.grh")
@@ -485,9 +498,9 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
         data["tcp.len"] = np.maximum(iplen - (l4 - l3) - thl, 0).astype(np.uint32)
     # RoCEv2: UDP to port 4791; RoCEv1: EtherType 0x8915 and a GRH
     rocev2 = udp & (data["udp.dstport"] == ROCEV2_PORT) & (caplen >= l4 + 8 + 12)
-    rocev1 = eth & (etype == 0x8915) & (caplen >= l3 + 40 + 12)
+    rocev1 = link & (etype == 0x8915) & (caplen >= l3 + 40 + 12)
     L["rocev2"], L["rocev1"] = rocev2, rocev1
-    L["infiniband.grh"] = eth & (etype == 0x8915) & (caplen >= l3 + 40)  # (its BTH may be cut by the capture)
+    L["infiniband.grh"] = link & (etype == 0x8915) & (caplen >= l3 + 40)  # (its BTH may be cut by the capture)
     if need6:
         data["infiniband.grh.tclass"] = data["ipv6.tclass"]
         data["infiniband.grh.flowlabel"] = data["ipv6.flow"]

@@ -51,6 +51,12 @@ COLUMNS: tuple[Col, ...] = (
     Col("eth.dst", "u8", "eth", "mac"),
     Col("eth.src", "u8", "eth", "mac"),
     Col("eth.type", "u2", "eth", "hex4"),
+    # a Linux cooked capture's header (v1 and v2; the interface index is v2's alone)
+    Col("sll.pkttype", "u2", "sll"),
+    Col("sll.hatype", "u2", "sll"),
+    Col("sll.halen", "u2", "sll"),
+    Col("sll.etype", "u2", "sll", "hex4"),
+    Col("sll.ifindex", "u4", "sll.ifindex"),
     Col("ieee8021ad.id", "u2", "ieee8021ad"),
     Col("ieee8021ad.priority", "u1", "ieee8021ad"),
     Col("vlan.id", "u2", "vlan"),
@@ -259,13 +265,15 @@ class Columns:
             return out
         if name == "rdmalab.encap":  # as the per-packet decoder names a frame (Packet.encap)
             enc = np.full(self.n, "other", dtype=object)
-            eth = self.layers["eth"]
+            eth = self.layers["eth"] | self.layers["sll"]  # (a Linux cooked capture's: as the per-packet decoder names it)
             enc[eth] = "eth"
             enc[~eth & (self.layers["ip"] | self.layers["ipv6"])] = "ip"  # a raw IP link type
             enc[self.layers["infiniband.bth"]] = "ib"  # native InfiniBand (RoCE below)
             enc[self.layers["tcp.len"]] = "tcp"  # (a header longer than its datagram: not a segment)
             # (RoCE whose BTH the capture cut is RoCE all the same, as the per-packet decoder names it)
-            enc[self.layers["rocev1"] | (eth & (self.data["eth.type"] == ETHERTYPE_ROCE))] = "rocev1"
+            roce1 = (self.layers["eth"] & (self.data["eth.type"] == ETHERTYPE_ROCE)) | (
+                self.layers["sll"] & (self.data["sll.etype"] == ETHERTYPE_ROCE))
+            enc[self.layers["rocev1"] | roce1] = "rocev1"
             enc[self.layers["rocev2"] | (self.layers["udp"] & (self.data["udp.dstport"] == ROCEV2_PORT))] = "rocev2"
             return enc
         raise KeyError(name)
@@ -398,6 +406,10 @@ def format_column(cols: Columns, name: str, missing: str | None = "") -> list[An
 
 def link_header_length(layers: dict[str, np.ndarray]) -> np.ndarray:
     """Where each row's network header starts: after the Ethernet header and its tags (an 802.1ad
-    S-TAG, an 802.1Q tag: four octets each, IEEE 802.1Q 9.6), as the columns' layers say."""
-    return 14 + 4 * (layers["ieee8021ad"].astype(np.int64) + layers["vlan"].astype(np.int64))
+    S-TAG, an 802.1Q tag: four octets each, IEEE 802.1Q 9.6), or after a Linux cooked capture's
+    header (16 octets, v2's 20: tcpdump.org LINKTYPE_LINUX_SLL and LINKTYPE_LINUX_SLL2), as the
+    columns' layers say."""
+    eth = 14 + 4 * (layers["ieee8021ad"].astype(np.int64) + layers["vlan"].astype(np.int64))
+    out: np.ndarray = np.where(layers["sll"], 16 + 4 * layers["sll.ifindex"].astype(np.int64), eth)
+    return out
 

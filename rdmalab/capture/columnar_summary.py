@@ -42,7 +42,7 @@ from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.fieldtext import _OCTET_DOT32, _dec, _hex, _strings, filter_mask, relative_matrix
 from rdmalab.capture.filter import compile_filter
 from rdmalab.capture.iwarp import IwarpTracker
-from rdmalab.capture.linktypes import LINKTYPE_ERF, LINKTYPE_ETHERNET, erf_frame
+from rdmalab.capture.linktypes import COLUMNAR_LINKTYPES, LINKTYPE_ERF, erf_frame
 from rdmalab.capture.pcapio import NS_MAX, NS_MIN, RecordBlock, record_blocks, record_ns
 from rdmalab.capture.reader import RawRecord, decode_record
 from rdmalab.capture.render import (
@@ -84,7 +84,7 @@ def _fast_rows(blk: RecordBlock, c: Columns) -> np.ndarray:
     l4 = np.where(v6, l3 + 40, l3 + d["ip.hdr_len"].astype(np.int64))
     ip_end = np.where(v6, l3 + 40 + d["ipv6.plen"].astype(np.int64), l3 + d["ip.len"].astype(np.int64))
     udplen = d["udp.length"].astype(np.int64)
-    ok = L["rocev2"] & (v4 | v6) & (blk.linktype == LINKTYPE_ETHERNET)
+    ok = L["rocev2"] & (v4 | v6) & np.isin(blk.linktype, COLUMNAR_LINKTYPES)
     ok &= ~(v4 & ((d["ip.flags"] & 1) != 0))  # a fragment
     ok &= ip_end <= cap  # IP length within the capture (else: truncated, a problem)
     ok &= (udplen >= 8) & (l4 + udplen <= ip_end)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from rdmalab.capture.columnar_schema import Columns, link_header_length
-from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
+from rdmalab.capture.linktypes import COLUMNAR_LINKTYPES
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.wire.net import tcp_flag_names
 
@@ -63,7 +63,7 @@ def clean_tcp(blk: RecordBlock, c: Columns) -> np.ndarray:
     l3, l4 = tcp_offsets(c)
     ip_end = np.where(v6, l3 + 40 + d["ipv6.plen"].astype(np.int64), l3 + d["ip.len"].astype(np.int64))
     thl = d["tcp.hdr_len"].astype(np.int64)
-    ok = L["tcp"] & (blk.linktype == LINKTYPE_ETHERNET) & (v4 | v6)
+    ok = L["tcp"] & np.isin(blk.linktype, COLUMNAR_LINKTYPES) & (v4 | v6)
     ok &= ~(v4 & ((d["ip.flags"] & 1) != 0))  # more fragments: a fragment (an offset is already not TCP)
     ok &= ~(v6 & (d["ipv6.nxt"] != 6))
     ok &= ip_end <= blk.caplen  # else the per-packet decoder reports the IP length truncated

@@ -44,6 +44,9 @@ LINKTYPE_IPV4 = 228
 LINKTYPE_IPV6 = 229
 LINKTYPE_INFINIBAND = 247
 LINKTYPE_LINUX_SLL2 = 276
+#: the link types whose frames the columnar decoder reads (``rdmalab.capture.columnar_decode``):
+#: Ethernet, and Linux cooked captures v1 and v2 (``tcpdump -i any``, ``rdmalab capture -i any``)
+COLUMNAR_LINKTYPES = (LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2)
 
 LINKTYPE_NAMES = {
     LINKTYPE_NULL: "BSD loopback",

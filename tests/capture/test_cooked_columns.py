@@ -1,0 +1,117 @@
+"""Linux cooked captures (``tcpdump -i any``, ``rdmalab capture -i any``: link types 113 and 276) read
+by the columns as Ethernet frames are: the same summary lines and fields as the per-packet decoder,
+the same values as the Ethernet frames they were made from, and tshark's ``sll.*`` fields.
+
+The cooked captures are made here from the real captures in ``captures/``: each Ethernet frame's
+header replaced by the cooked header a Linux host writes for it (tcpdump.org LINKTYPE_LINUX_SLL and
+LINKTYPE_LINUX_SLL2: the EtherType, the ARPHRD type 1, the sender's address)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tshark_cli import decode, requires_tshark, tshark
+
+from rdmalab.capture import records
+from rdmalab.capture.columnar import _ethernet_only, decode_block, record_blocks
+from rdmalab.capture.columnar_summary import _fast_rows
+from rdmalab.capture.columnar_tcp import clean_tcp
+from rdmalab.capture.fieldtext import field_text
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ["rxe_write_bw_loss.pcap", "rxe_rping.pcap", "siw_crc_write_bw.pcap", "siw_write_bw_midstream.pcap",
+           "lo_icmp_unreachable.pcap", "synthetic_all_opcodes_rocev1.pcap", "synthetic_all_opcodes_rocev2.pcap"]
+FIELDS = ["frame.number", "frame.len", "sll.pkttype", "sll.hatype", "sll.halen", "sll.etype", "sll.ifindex",
+          "ip.src", "ipv6.dst", "udp.stream", "tcp.stream", "tcp.seq", "tcp.window_size", "infiniband.bth.opcode",
+          "infiniband.bth.psn", "infiniband.grh.dgid", "iwarp_ddp.stag", "rdmalab.encap", "rdmalab.icrc.status"]
+
+
+def _cooked(frame: bytes, version: int, pkttype: int = 0) -> bytes:
+    etype, src, body = frame[12:14], frame[6:12], frame[14:]
+    if version == 1:
+        return struct.pack(">HHH", pkttype, 1, 6) + src + b"\0\0" + etype + body
+    return etype + b"\0\0" + struct.pack(">IHBB", 3, 1, pkttype, 6) + src + b"\0\0" + body
+
+
+def _write(path: Path, linktype: int, frames: list[tuple[int, bytes]]) -> Path:
+    with path.open("wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, linktype))
+        for ns, d in frames:
+            f.write(struct.pack("<IIII", ns // 10**9, ns % 10**9 // 1000, len(d), len(d)) + d)
+    return path
+
+
+def cooked_copy(tmp_path: Path, name: str, version: int) -> Path:
+    frames = [(r.ns, _cooked(bytes(r.data), version, i % 5)) for i, r in enumerate(records(ROOT / "captures" / name))]
+    return _write(tmp_path / f"sll{version}_{name}", 113 if version == 1 else 276, frames)
+
+
+def _fields(path: Path, *more: str) -> list[str]:
+    return ["-r", str(path), "-T", "fields", *(a for n in FIELDS for a in ("-e", n)), *more]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("name", SOURCES)
+def test_columns_and_the_per_packet_decoder_agree(tmp_path: Path, capsys: Any, name: str, version: int) -> None:
+    path = cooked_copy(tmp_path, name, version)
+    summary = decode(capsys, "-r", str(path))
+    assert summary == decode(capsys, "-r", str(path), "--no-columnar")
+    assert summary.count("\n") == sum(1 for _ in records(path))
+    fields = decode(capsys, *_fields(path))
+    assert fields == decode(capsys, *_fields(path, "--no-columnar"))
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_columns_read_them(tmp_path: Path, version: int) -> None:
+    """Not the per-packet decoder's fallback: the columns hold every frame, the summary lines of
+    RoCE and TCP are made from them, as for the Ethernet frames they came from."""
+    for name, layer, fast in (("rxe_write_bw_loss.pcap", "udp", _fast_rows), ("siw_crc_write_bw.pcap", "tcp", clean_tcp)):
+        blk = next(record_blocks(cooked_copy(tmp_path, name, version)))
+        eth = next(record_blocks(ROOT / "captures" / name))
+        assert _ethernet_only(blk)
+        cols, ref = decode_block(blk), decode_block(eth)
+        assert cols.layers["sll"].all() and not cols.layers["eth"].any()
+        assert cols.layers["sll.ifindex"].all() == (version == 2)
+        assert cols.layers[layer].sum() > 0.8 * len(blk)
+        assert (cols.layers[layer] == ref.layers[layer]).all()
+        assert (fast(blk, cols) == fast(eth, ref)).all()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_same_values_as_the_ethernet_frames(tmp_path: Path, capsys: Any, version: int) -> None:
+    path = cooked_copy(tmp_path, "siw_crc_write_bw.pcap", version)
+    names = [n for n in FIELDS if not n.startswith(("sll.", "frame.len"))]
+    args = ["-T", "fields", *(a for n in names for a in ("-e", n))]
+    assert decode(capsys, "-r", str(path), *args) == decode(capsys, "-r", str(ROOT / "captures" / "siw_crc_write_bw.pcap"), *args)
+
+
+def test_a_vlan_tag_after_the_cooked_header_is_read_frame_by_frame(tmp_path: Path, capsys: Any) -> None:
+    frames = [(r.ns, bytes(r.data)) for r in records(ROOT / "captures" / "rxe_send_bw.pcap")]
+    tagged = [(ns, _cooked(d[:12] + b"\x81\x00\x00\x07" + d[12:], 2)) for ns, d in frames]
+    path = _write(tmp_path / "tagged.pcap", 276, tagged)
+    assert not _ethernet_only(next(record_blocks(path)))
+    out = decode(capsys, *_fields(path, "-e", "vlan.id"))
+    assert out == decode(capsys, *_fields(path, "-e", "vlan.id", "--no-columnar"))
+    assert out.splitlines()[-1].endswith("\t7")
+
+
+def test_worker_processes_give_the_same_fields(tmp_path: Path) -> None:
+    path = cooked_copy(tmp_path, "rxe_write_bw_loss.pcap", 2)
+    names = ["frame.number", "sll.etype", "sll.ifindex", "ip.src", "infiniband.bth.psn", "rdmalab.icrc.status"]
+    one = b"".join(field_text(path, names, workers=1))
+    two = b"".join(field_text(path, names, workers=2, parallel_min_bytes=0, block_bytes=64 << 10))
+    assert one == two and one.count(b"\n") == sum(1 for _ in records(path))
+
+
+@requires_tshark
+@pytest.mark.parametrize("version", [1, 2])
+def test_tshark_reads_the_cooked_header_so(tmp_path: Path, capsys: Any, version: int) -> None:
+    path = cooked_copy(tmp_path, "rxe_rping.pcap", version)
+    names = ["frame.number", "sll.pkttype", "sll.hatype", "sll.halen", "sll.etype", "ip.src", "infiniband.bth.psn"]
+    if version == 2:
+        names.append("sll.ifindex")
+    args = ["-r", str(path), "-T", "fields", *(a for n in names for a in ("-e", n))]
+    assert decode(capsys, *args) == tshark(*args)
