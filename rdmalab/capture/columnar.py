@@ -30,6 +30,7 @@ from rdmalab.capture.columnar_decode import (  # noqa: F401 - the public names o
     columns_from_dicts,
     columns_from_packets,
     decode_block,
+    erf_ethernet_view,
     fill_conversations,
     fill_iwarp,
     fill_tcp_windows,
@@ -141,7 +142,8 @@ def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, v
     stream = is_stream(p)
     try:
         per_packet = False
-        for blk in record_blocks(p, block_bytes):
+        for raw in record_blocks(p, block_bytes):
+            blk = erf_ethernet_view(raw)  # (ERF Ethernet records: their frames, for the columns)
             if not per_packet and not _ethernet_only(blk):
                 if not stream:
                     yield columns_from_packets(p, first=blk.first)
@@ -207,7 +209,8 @@ def read_columns(path: str | os.PathLike[str], *, verify_icrc: bool = True, prog
 
     with worker_pool(workers) as pool:
         futs: list[tuple[RecordBlock, Any]] = []
-        for blk in record_blocks(p, block_bytes):
+        for raw in record_blocks(p, block_bytes):
+            blk = erf_ethernet_view(raw)
             if not _ethernet_only(blk):
                 for _b, fu in futs:
                     fu.cancel()

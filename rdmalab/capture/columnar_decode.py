@@ -39,7 +39,14 @@ from rdmalab.capture.fields import (  # the per-packet field names, one source o
     frame_fields,
     packet_fields,
 )
-from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2, erf_time_ns
+from rdmalab.capture.linktypes import (
+    ERF_ETHERNET_TYPES,
+    LINKTYPE_ERF,
+    LINKTYPE_ETHERNET,
+    LINKTYPE_LINUX_SLL,
+    LINKTYPE_LINUX_SLL2,
+    erf_time_ns,
+)
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import RawRecord, decode_record, read
 from rdmalab.capture.render import Conversations, TcpWindowScaling, conversation_key, window_shift_option
@@ -174,6 +181,48 @@ def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable
     if conversations is not None:
         fill_conversations(cols, conversations)
     return cols
+
+
+def erf_ethernet_view(blk: RecordBlock) -> RecordBlock:
+    """The block with its ERF records (pcap link type 197) seen as the Ethernet frames they hold, as
+    the per-packet reader gives them (:func:`rdmalab.capture.reader.decode_record`,
+    :func:`rdmalab.capture.linktypes.erf_frame`): each frame from after the record's 16-octet header
+    and its two offset and pad octets, ``wlen`` octets on the wire and at most that many captured, at
+    the record's own time (nanoseconds, 9 decimal places), so that the columns read them as Ethernet
+    frames.  Only when every ERF record of the block is an Ethernet record without extension headers
+    whose ``rlen`` is the record's length and ``wlen`` is not 0; else the block as it is (its frames
+    for the per-packet decoder, which shows the ERF header too)."""
+    erf = blk.linktype == LINKTYPE_ERF
+    if not erf.any():
+        return blk
+    rows = np.flatnonzero(erf)
+    buf = np.frombuffer(blk.buf, dtype=np.uint8)
+    off, cap = blk.offset[rows], blk.caplen[rows]
+    if (cap < 18).any() or (off + cap > len(buf)).any():
+        return blk
+    rlen = buf[off + 10].astype(np.int64) << 8 | buf[off + 11]
+    wlen = buf[off + 14].astype(np.int64) << 8 | buf[off + 15]
+    if not (np.isin(buf[off + 8], list(ERF_ETHERNET_TYPES)) & (rlen == cap) & (wlen > 0)).all():
+        return blk  # (another record type, an extension header: the type's top bit, a damaged length)
+    ts = np.zeros(len(rows), dtype=np.uint64)
+    for k in range(8):  # the timestamp is little-endian: 32.32 fixed-point seconds
+        ts |= buf[off + k].astype(np.uint64) << np.uint64(8 * k)
+    frac = ((ts & np.uint64(0xFFFFFFFF)) * np.uint64(1_000_000_000) + np.uint64(1 << 31)) >> np.uint64(32)
+    ns = ((ts >> np.uint64(32)) * np.uint64(1_000_000_000) + frac).astype(np.int64)  # (erf_time_ns's rounding)
+    offset, caplen, wirelen = blk.offset.copy(), blk.caplen.copy(), blk.wirelen.copy()
+    offset[rows] = off + 18
+    caplen[rows] = np.minimum(wlen, cap - 18)
+    wirelen[rows] = wlen
+    ts_ns = blk.ts_ns.copy()
+    ts_ns[rows] = ns
+    secs = blk.seconds().astype(np.float64)  # (a copy)
+    secs[rows] = ns / 1e9
+    digits = blk.time_digits().copy()
+    digits[rows] = 9
+    linktype = blk.linktype.copy()
+    linktype[rows] = LINKTYPE_ETHERNET
+    return RecordBlock(blk.buf, offset, caplen, wirelen, ts_ns, linktype, blk.first, blk.file_pos, secs,
+                       blk.interface, blk.from_file, digits)
 
 
 def fill_conversations(cols: Columns, conversations: Conversations) -> None:
@@ -511,7 +560,12 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
         data["infiniband.grh.dgid"] = data["ipv6.dst"]
     bth = np.where(rocev1, l3 + 40, l4 + 8)
     B = T[:, 8:] if not rocev1.any() else _realign(H, bth, 12 + 48)
-    ib = rocev1 | rocev2
+    # a BTH only where the datagram holds one and its ICRC (rdmalab.wire.packet.decode_transport: 16
+    # octets at least), or the capture cut it: not out of the Ethernet padding after a short datagram
+    ip_end = np.where(~ip6 & (iplen == 0), caplen, l3 + iplen)  # (a length of 0: the frame's, as per packet)
+    dgram_end = np.where(rocev1, np.where(data["ipv6.plen"] > 0, l3 + 40 + data["ipv6.plen"].astype(np.int64), caplen),
+                         np.where(udplen >= 8, np.minimum(ip_end, l4 + udplen), ip_end))
+    ib = (rocev1 | rocev2) & ((dgram_end > caplen) | (dgram_end - bth >= 16))
     L["infiniband.bth"] = ib
     opcode = B[:, 0].copy()
     data["infiniband.bth.opcode"] = opcode

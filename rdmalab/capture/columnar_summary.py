@@ -33,6 +33,7 @@ from rdmalab.capture.columnar_decode import (
     _opt,
     columns_from_block,
     decode_block,
+    erf_ethernet_view,
     wants_conversations,
     wants_iwarp,
 )
@@ -951,10 +952,11 @@ def _sequential(path: str, block_bytes: int, count: int | None, flt: Any,
                 lenient: bool, shown: _Shown | None = None) -> Iterator[tuple[_BlockText, int]]:
     t0: int | None = None
     left = count
-    for blk in record_blocks(path, block_bytes):
+    for raw in record_blocks(path, block_bytes):
+        blk = erf_ethernet_view(raw)  # (ERF Ethernet records: their frames, for the columns)
         n = len(blk) if left is None else min(len(blk), left)
         if t0 is None:
-            t0 = _first_time(blk)
+            t0 = _first_time(raw)
         if shown is not None:
             shown.note(blk, n)
         yield _render_block(blk, t0, flt, n, lenient), t0

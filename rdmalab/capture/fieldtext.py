@@ -545,6 +545,9 @@ def _block_text(cols: Columns, names: Sequence[str], flt: object, separator: byt
                 cell_text = texts[name][pos]
                 cells.append(b"" if cell_text is None else quote + cell_text.encode() + quote)
                 continue
+            if name == "frame.time_epoch":  # exact nanoseconds, as the other rows (not the per-packet float)
+                cells.append(quote + epoch_text(int(cols.data["frame.time_ns"][keep[pos]])).encode() + quote)
+                continue
             v = pick_occurrence(fields.get(name), occurrence)
             cell = field_cell(name, v)
             if isinstance(v, list):

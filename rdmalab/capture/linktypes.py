@@ -74,7 +74,7 @@ ERF_TYPE_INFINIBAND = 21
 ERF_TYPE_IPV4 = 22
 ERF_TYPE_IPV6 = 23
 ERF_TYPE_INFINIBAND_LINK = 25
-_ERF_ETHERNET_TYPES = frozenset({ERF_TYPE_ETH, ERF_TYPE_COLOR_ETH, ERF_TYPE_DSM_COLOR_ETH, ERF_TYPE_COLOR_HASH_ETH})
+ERF_ETHERNET_TYPES = frozenset({ERF_TYPE_ETH, ERF_TYPE_COLOR_ETH, ERF_TYPE_DSM_COLOR_ETH, ERF_TYPE_COLOR_HASH_ETH})
 
 
 #: the address families of IP in a BSD loopback header (tcpdump's print-null.c, Wireshark's packet-null.c):
@@ -199,6 +199,7 @@ class ERF(Header):
     lctr: int = 0
     wlen: int = 0
 
+    PSEUDO: ClassVar[bool] = True
     LAYOUT: ClassVar[Layout] = layout(
         "ERF",
         "Endace ERF record format (16-byte generic header)",
@@ -247,7 +248,7 @@ def erf_frame(data: bytes | bytearray | memoryview) -> tuple[int, int, int, int]
     while more and start + 8 <= len(data):
         more = data[start] >> 7
         start += 8
-    if erf.type in _ERF_ETHERNET_TYPES:
+    if erf.type in ERF_ETHERNET_TYPES:
         start += 2
     start = min(start, len(data))
     return erf.time_ns, erf.wlen, min(erf.wlen, len(data) - start), start
@@ -261,6 +262,7 @@ class ERFExt(Header):
     type: int = 0
     data: int = 0
 
+    PSEUDO: ClassVar[bool] = True
     LAYOUT: ClassVar[Layout] = layout(
         "ERF extension",
         "Endace ERF extension header",
@@ -279,6 +281,7 @@ class ERFEthernet(Header):
     off: int = 0
     pad: int = 0
 
+    PSEUDO: ClassVar[bool] = True
     LAYOUT: ClassVar[Layout] = layout(
         "ERF Ethernet",
         "Endace ERF Ethernet record: offset and pad before the frame",
@@ -337,7 +340,7 @@ def decode_erf(data: bytes, *, lenient: bool) -> Packet:
         if not lenient:
             raise err
     end = min(len(data), max(pos, erf.rlen))
-    if erf.type in _ERF_ETHERNET_TYPES:
+    if erf.type in ERF_ETHERNET_TYPES:
         if pos + 2 <= end:
             prefix.append(Layer(ERFEthernet.decode(data, pos), pos))
         pos += 2  # offset and pad bytes before the Ethernet header

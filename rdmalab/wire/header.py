@@ -152,6 +152,9 @@ class Header:
 
     __slots__ = ()
     LAYOUT: ClassVar[Layout]
+    #: a capture's pseudo-header (an ERF record's headers), not part of the frame: a packet's summary
+    #: does not name it among the frame's headers
+    PSEUDO: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ decode
     @classmethod

@@ -201,7 +201,7 @@ class Packet:
         if bth is None:
             if self.info is not None:
                 return self.info
-            names = [layer.name for layer in self.layers]
+            names = [layer.name for layer in self.layers if not layer.header.PSEUDO]
             return " / ".join(names) + (f" ({self.payload_length} bytes)" if self.payload_length else "")
         parts = [f"{opcode_name(bth.opcode)} QP=0x{bth.destqp:06x} PSN={bth.psn}"]
         if bth.ackreq or bth.se or bth.fecn or bth.becn:

@@ -298,3 +298,15 @@ def test_hostile_quotes(tmp_path: Path, capsys: Any) -> None:
     assert len(sane) > 60
     assert [got[0][n - 1].rsplit("\t", 1)[0] for n in sane] == [want[n - 1] for n in sane]
     assert want[0].split("\t")[1] == "10.0.0.5,10.0.0.6,10.0.0.1"  # (the nested quote: three IP headers)
+
+
+def test_a_quoting_frames_time_is_exact_on_the_columns_too(capsys: Any) -> None:
+    """Its fields come from the per-packet decoder (Columns.multi), its time from the columns' nanoseconds:
+    ``frame.time_epoch`` of frame 2 is ...766003000 (tshark's), not the float's ...766002893."""
+    args = ["decode", "-r", str(CAPTURES / "lo_icmp_unreachable.pcap"), "-T", "fields", "-e", "frame.number",
+            "-e", "frame.time_epoch", "-e", "ip.src"]
+    assert main(args) == 0
+    fast = capsys.readouterr().out
+    assert main([*args, "--no-columnar"]) == 0
+    assert fast == capsys.readouterr().out
+    assert fast.splitlines()[1] == "2\t1796061022.766003000\t127.0.0.1,127.0.0.1"
