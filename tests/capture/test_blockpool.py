@@ -729,10 +729,14 @@ def test_which_pcapng_files_the_workers_read(tmp_path: Path) -> None:
     erf = tmp_path / "erf.pcapng"
     erf.write_bytes(_shb() + _idb(1) + _idb(LINKTYPE_ERF) + _epb(0, frames[0][0] // 1000, *frames[0][1:]))
     assert not parallel_capture(str(erf))
-    # -T fields decodes frames of other link types than Ethernet with the per-packet decoder, in order
+    # -T fields decodes frames of link types the columns do not read (raw IP) with the per-packet decoder,
+    # in order; Linux cooked captures the columns read, as Ethernet
+    raw = tmp_path / "raw.pcapng"
+    raw.write_bytes(_shb() + _idb(1) + _idb(101) + _epb(0, frames[0][0] // 1000, *frames[0][1:]))
+    assert parallel_capture(str(raw)) and not parallel_capture(str(raw), ethernet=True)
     sll = tmp_path / "sll.pcapng"
-    sll.write_bytes(_shb() + _idb(1) + _idb(113) + _epb(0, frames[0][0] // 1000, *frames[0][1:]))
-    assert parallel_capture(str(sll)) and not parallel_capture(str(sll), ethernet=True)
+    sll.write_bytes(_shb() + _idb(1) + _idb(113) + _idb(276) + _epb(0, frames[0][0] // 1000, *frames[0][1:]))
+    assert parallel_capture(str(sll), ethernet=True)
     pcap = tmp_path / "a.pcap"
     hostile.write(pcap, frames)
     assert parallel_capture(str(pcap))
