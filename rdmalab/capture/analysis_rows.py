@@ -34,12 +34,13 @@ from rdmalab.capture.columnar import (
     _progress,
     _tracker,
     columns_from_dicts,
+    cooked_tags,
     decode_block,
     record_blocks,
 )
-from rdmalab.capture.columnar_decode import QUOTED, QUOTING
+from rdmalab.capture.columnar_decode import QUOTED, QUOTING, erf_ethernet_view
 from rdmalab.capture.fields import frame_fields
-from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
+from rdmalab.capture.linktypes import COLUMNAR_LINKTYPES
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import CaptureError, RawRecord, decode_record
 from rdmalab.wire.opcodes import OPCODES, opcode_name
@@ -313,10 +314,14 @@ def _drop_identical(r: Rows, dup_ns: int) -> np.ndarray:
 
 
 def block_columns(blk: RecordBlock, fields: tuple[str, ...], tracker: Any) -> Columns:
-    """One block of records as columns: its Ethernet frames by the columnar decoder, frames of
-    other link types one by one by the per-packet decoder (also used by :mod:`rdmalab.capture.top`)."""
+    """One block of records as columns: its Ethernet frames, Linux cooked captures' and ERF Ethernet
+    records' by the columnar decoder (:data:`~rdmalab.capture.linktypes.COLUMNAR_LINKTYPES`,
+    :func:`~rdmalab.capture.columnar_decode.erf_ethernet_view`), frames of other link types (and
+    cooked ones with a VLAN tag) one by one by the per-packet decoder (also used by
+    :mod:`rdmalab.capture.top`)."""
+    blk = erf_ethernet_view(blk)
     cols = decode_block(blk, fields=fields, tracker=tracker)
-    eth = blk.linktype == LINKTYPE_ETHERNET
+    eth = np.isin(blk.linktype, COLUMNAR_LINKTYPES) & ~cooked_tags(blk)
     if not eth.all():
         other = np.nonzero(~eth)[0].tolist()
         dicts = []

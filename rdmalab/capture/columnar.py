@@ -102,7 +102,7 @@ def stacked_tags(blk: RecordBlock) -> np.ndarray:
     return out
 
 
-def _cooked_tags(blk: RecordBlock) -> np.ndarray:
+def cooked_tags(blk: RecordBlock) -> np.ndarray:
     """Per frame: a Linux cooked capture whose EtherType is a VLAN tag's (the per-packet decoder reads
     the tags after it; the columns read tags after an Ethernet header only)."""
     buf = np.frombuffer(blk.buf, dtype=np.uint8)
@@ -119,10 +119,10 @@ def _cooked_tags(blk: RecordBlock) -> np.ndarray:
 def _ethernet_only(blk: RecordBlock) -> bool:
     """Whether the columns hold every frame of the block: Ethernet (or a Linux cooked capture:
     :data:`COLUMNAR_LINKTYPES`), with at most one 802.1ad tag and then at most one 802.1Q tag before
-    what it carries (:func:`stacked_tags`, :func:`_cooked_tags`: the others are for the per-packet
+    what it carries (:func:`stacked_tags`, :func:`cooked_tags`: the others are for the per-packet
     decoder, which reads any number of tags)."""
     return (bool(np.isin(blk.linktype, COLUMNAR_LINKTYPES).all()) and not stacked_tags(blk).any()
-            and not _cooked_tags(blk).any())
+            and not cooked_tags(blk).any())
 
 
 def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, verify_icrc: bool = True,

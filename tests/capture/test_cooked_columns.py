@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from tshark_cli import decode, requires_tshark, tshark
 
-from rdmalab.capture import records
+from rdmalab.capture import analysis_rows, records
 from rdmalab.capture.columnar import _ethernet_only, decode_block, record_blocks
 from rdmalab.capture.columnar_summary import _fast_rows
 from rdmalab.capture.columnar_tcp import clean_tcp
 from rdmalab.capture.fieldtext import field_text
+from rdmalab.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ["rxe_write_bw_loss.pcap", "rxe_rping.pcap", "siw_crc_write_bw.pcap", "siw_write_bw_midstream.pcap",
@@ -115,3 +116,22 @@ def test_tshark_reads_the_cooked_header_so(tmp_path: Path, capsys: Any, version:
         names.append("sll.ifindex")
     args = ["-r", str(path), "-T", "fields", *(a for n in names for a in ("-e", n))]
     assert decode(capsys, *args) == tshark(*args)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_analyze_finds_what_it_finds_in_the_ethernet_frames(tmp_path: Path, capsys: Any, version: int) -> None:
+    """``rdmalab analyze`` reads a cooked capture with the columns too: the same connections, messages
+    and findings as in the capture it was made from (the first line names the file)."""
+    def per_packet(*_a: Any, **_k: Any) -> None:
+        raise AssertionError("a frame went to the per-packet decoder")
+
+    src = ROOT / "captures" / "rxe_write_bw_loss.pcap"
+    path = cooked_copy(tmp_path, src.name, version)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(analysis_rows, "decode_record", per_packet)
+        assert main(["analyze", str(path)]) == 0
+    cooked = capsys.readouterr().out.splitlines()
+    assert main(["analyze", str(src)]) == 0
+    ref = capsys.readouterr().out.splitlines()
+    assert cooked[1:] == ref[1:] and len(ref) > 10
+    assert cooked[0].split(":", 1)[1] == ref[0].split(":", 1)[1]

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from tshark_cli import decode, requires_tshark, tshark
 
-from rdmalab.capture import records
+from rdmalab.capture import analysis_rows, records
 from rdmalab.capture.columnar import _ethernet_only, decode_block, record_blocks
 from rdmalab.capture.columnar_decode import erf_ethernet_view
 from rdmalab.capture.columnar_summary import _fast_rows
+from rdmalab.cli import main
 from rdmalab.wire.frame import encode_rocev2
 from rdmalab.wire.ib import BTH
 
@@ -100,3 +101,19 @@ def test_no_bth_out_of_the_padding_after_a_short_roce_datagram(tmp_path: Path, c
     out = decode(capsys, *args)
     assert out == decode(capsys, *args, "--no-columnar")
     assert [line.split("\t")[2] for line in out.splitlines()] == ["", "", "", "", "5"]
+
+
+def test_analyze_finds_what_it_finds_in_the_ethernet_frames(tmp_path: Path, capsys: Any) -> None:
+    def per_packet(*_a: Any, **_k: Any) -> None:
+        raise AssertionError("a frame went to the per-packet decoder")
+
+    src = ROOT / "captures" / "rxe_write_bw_loss.pcap"
+    path = erf_copy(tmp_path, src.name)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(analysis_rows, "decode_record", per_packet)
+        assert main(["analyze", str(path)]) == 0
+    erf = capsys.readouterr().out.splitlines()
+    assert main(["analyze", str(src)]) == 0
+    ref = capsys.readouterr().out.splitlines()
+    assert erf[1:] == ref[1:] and len(ref) > 10
+    assert erf[0].split(":", 1)[1] == ref[0].split(":", 1)[1]
