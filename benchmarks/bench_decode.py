@@ -33,11 +33,15 @@ octets in all, RFC 1812 4.3.2.3; IPv6: up to 1280), repeated until ``--packets``
 half of them ICMP errors, each quoting another packet).  Rows: summaries, ``-T fields`` (the
 conversations' ``udp.stream`` among them) and a filter on a quoted field, against tshark.
 
+``--links`` measures the ``--mixed`` capture (``--packets``, default 200,000) written again as two other
+link types write it: behind Linux cooked capture v2 headers (``tcpdump -i any``) and as ERF Ethernet
+records (a DAG card's).  Rows: summaries and ``-T fields`` of each, against tshark.
+
 With ``--repeat N`` each command runs N times (rdmalab's and tshark's in turn) and the best wall and
 CPU times count: on a loaded machine the ratio of CPU times (the table's last column) is the steadier.
 
     python benchmarks/bench_decode.py [--packets N] [--json-packets N] [--keep DIR] [--no-tshark] [--mixed]
-                                      [--icmp] [--repeat N]
+                                      [--icmp] [--links] [--repeat N]
 """
 
 from __future__ import annotations
@@ -160,6 +164,64 @@ def main_icmp(args: argparse.Namespace, tmp: str) -> None:
                     [tshark, "-n", "-r", big, *flt] if tshark else None)
     if rows:
         print("\n| command (RoCEv2 and the ICMP errors quoting it) | rdmalab (peak RSS) | tshark (peak RSS) | "
+              "rdmalab packets/s over tshark's | over tshark's CPU time |")
+        print("|---|---|---|---|---|")
+        print("\n".join(rows))
+
+
+def build_links(src: str, n: int, sll: str, erf: str) -> int:
+    """The first ``n`` frames of ``src`` written again as two other link types' captures (pcap): behind
+    a Linux cooked capture v2 header (``tcpdump -i any``: link type 276, the EtherType, interface 3,
+    ARPHRD_ETHER, the sender's address) and as ERF Ethernet records (a DAG card's: link type 197, record
+    type 2, the offset and pad octets, 32.32 fixed-point times)."""
+    import struct
+
+    from rdmalab.capture import records
+
+    written = 0
+    with open(sll, "wb") as fs, open(erf, "wb") as fe:
+        fs.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 276))
+        fe.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 197))
+        for r in records(src):
+            if written >= n:
+                break
+            d = bytes(r.data)
+            if len(d) < 14:
+                continue
+            s, us = r.ns // 10**9, r.ns % 10**9 // 1000
+            cooked = d[12:14] + b"\0\0" + struct.pack(">IHBB", 3, 1, 0, 6) + d[6:12] + b"\0\0" + d[14:]
+            fs.write(struct.pack("<IIII", s, us, len(cooked), len(cooked)) + cooked)
+            body = b"\0\0" + d + bytes(-(18 + len(d)) % 8)
+            ts = s << 32 | (r.ns % 10**9 << 32) // 10**9
+            rec = struct.pack("<Q", ts) + struct.pack(">BBHHH", 2, 4, 16 + len(body), 0, len(d)) + body
+            fe.write(struct.pack("<IIII", s, us, len(rec), len(rec)) + rec)
+            written += 1
+    return written
+
+
+def main_links(args: argparse.Namespace, tmp: str) -> None:
+    """The mixed capture as other link types write it: Linux cooked v2 and ERF Ethernet."""
+    n_all = args.packets if args.packets_given else 200_000
+    mixed = os.path.join(tmp, "mixed_big.pcapng")
+    build_mixed(mixed, n_all)
+    sll, erf = os.path.join(tmp, "mixed_sll2.pcap"), os.path.join(tmp, "mixed_erf.pcap")
+    n = build_links(mixed, n_all, sll, erf)
+    py = [sys.executable, "-m", "rdmalab", "decode"]
+    tshark = None if args.no_tshark or not shutil.which("tshark") else "tshark"
+    ef = [a for f in FIELDS for a in ("-e", f)]
+    rows: list[str] = []
+    for label, path in (("Linux cooked v2", sll), ("ERF Ethernet", erf)):
+        print(f"{path}: {n:,} packets of the mixed capture as {label}, {os.path.getsize(path) / 2**20:.0f} MiB")
+        head = [[*py, *extra, "-r", path, "-c", "20000"] for extra in ([], ["--no-columnar"])]
+        same = [subprocess.run(cmd, capture_output=True, check=True).stdout for cmd in head]
+        print(f"  summary lines of the first 20,000, columnar vs per-packet path: "
+              f"{'identical' if same[0] == same[1] else 'DIFFERENT'}")
+        rows += compare(f"{label}: summary lines", n, [("rdmalab decode -r FILE", [*py, "-r", path])],
+                        [tshark, "-n", "-r", path] if tshark else None)
+        rows += compare(f"{label}: -T fields", n, [("rdmalab decode -T fields", [*py, "-r", path, "-T", "fields", *ef])],
+                        [tshark, "-n", "-r", path, "-T", "fields", *ef] if tshark else None)
+    if rows:
+        print("\n| command (mixed capture, other link types) | rdmalab (peak RSS) | tshark (peak RSS) | "
               "rdmalab packets/s over tshark's | over tshark's CPU time |")
         print("|---|---|---|---|---|")
         print("\n".join(rows))
@@ -292,6 +354,8 @@ def main() -> None:
                     help="RoCEv2 packets each followed by the ICMP port unreachable that quotes it")
     ap.add_argument("--mixed", action="store_true",
                     help="the real rxe and siw captures appended (RoCEv2, iWARP, TCP, ICMPv6, ARP) instead of rxe alone")
+    ap.add_argument("--links", action="store_true",
+                    help="the --mixed capture as a Linux cooked v2 capture and as ERF Ethernet records")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error(f"--repeat {args.repeat}: at least 1")
@@ -303,9 +367,9 @@ def main() -> None:
     compiled()
     tmp = args.keep or tempfile.mkdtemp(prefix="rdmalab-bench-")
     os.makedirs(tmp, exist_ok=True)
-    if args.mixed or args.icmp:
+    if args.mixed or args.icmp or args.links:
         try:
-            (main_mixed if args.mixed else main_icmp)(args, tmp)
+            (main_mixed if args.mixed else main_links if args.links else main_icmp)(args, tmp)
         finally:
             if not args.keep:
                 shutil.rmtree(tmp, ignore_errors=True)
