@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rdmalab.capture.linktypes import LINKTYPE_NAMES
+from rdmalab.capture.linktypes import LINKTYPE_NAMES, SLL, SLL2
 from rdmalab.capture.pcapio import epoch_ns
 from rdmalab.wire.control import ECHO_TYPES, ICMPEcho, ICMPv6Echo
 from rdmalab.wire.frame import tcp_segment_length
@@ -25,7 +25,8 @@ _PROTOCOL = {"rocev2": "RRoCE", "rocev1": "RoCE", "ib": "InfiniBand", "iwarp": "
 
 
 def endpoints(pkt: Packet) -> tuple[str, str]:
-    """Source and destination as tshark's columns show them (IP, else GID, else LID, else MAC)."""
+    """Source and destination as tshark's columns show them (IP, else GID, else LID, else MAC, else a
+    Linux cooked capture's source address)."""
     for cls in (IPv4, IPv6):
         ip = pkt.get(cls)
         if ip is not None:
@@ -41,6 +42,9 @@ def endpoints(pkt: Packet) -> tuple[str, str]:
     eth = pkt.get(Ethernet)
     if eth is not None:
         return eth.src.to_bytes(6, "big").hex(":"), eth.dst.to_bytes(6, "big").hex(":")
+    cooked = pkt.get(SLL) or pkt.get(SLL2)
+    if cooked is not None:  # a Linux cooked capture: the sender's address alone (tshark's columns: no destination)
+        return cooked.addr.to_bytes(8, "big")[:min(cooked.halen, 8)].hex(":") or "-", ""
     return "-", "-"
 
 

@@ -135,3 +135,17 @@ def test_analyze_finds_what_it_finds_in_the_ethernet_frames(tmp_path: Path, caps
     ref = capsys.readouterr().out.splitlines()
     assert cooked[1:] == ref[1:] and len(ref) > 10
     assert cooked[0].split(":", 1)[1] == ref[0].split(":", 1)[1]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_frame_without_ip_shows_the_senders_address(tmp_path: Path, capsys: Any, version: int) -> None:
+    """Where the summary line of an Ethernet frame without IP shows its MAC addresses, a cooked one has
+    only the sender's (tshark's Source column: the cooked header's address; no Destination)."""
+    path = cooked_copy(tmp_path, "rxe_write_bw_loss.pcap", version)
+    arp = [line for line in decode(capsys, "-r", str(path)).splitlines() if " ARP " in line]
+    eth = [line for line in decode(capsys, "-r", str(ROOT / "captures" / "rxe_write_bw_loss.pcap")).splitlines()
+           if " ARP " in line]
+    assert len(arp) == len(eth) == 2
+    for a, e in zip(arp, eth, strict=True):
+        src = e.split()[2]  # (frame, time, source, arrow, destination, ...)
+        assert a.split()[2:4] == [src, "→"] and a.split()[4] == "ARP"
