@@ -45,8 +45,6 @@ class RawRecord:
     digits: int = 6
 
 
-
-
 @dataclass(slots=True)
 class CapturedPacket:
     """A decoded record: the frame, and the RDMA PDUs that complete in it.
