@@ -38,8 +38,7 @@ from rdmalab.capture.columnar import (
     decode_block,
     record_blocks,
 )
-from rdmalab.capture.columnar_decode import QUOTED, QUOTING, erf_ethernet_view
-from rdmalab.capture.fields import frame_fields
+from rdmalab.capture.columnar_decode import QUOTED, QUOTING, erf_ethernet_view, per_packet_row
 from rdmalab.capture.linktypes import COLUMNAR_LINKTYPES
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import CaptureError, RawRecord, decode_record
@@ -325,12 +324,16 @@ def block_columns(blk: RecordBlock, fields: tuple[str, ...], tracker: Any) -> Co
     if not eth.all():
         other = np.nonzero(~eth)[0].tolist()
         dicts = []
+        quoting: dict[int, dict[str, Any]] = {}
         for i in other:
             off, cap = int(blk.offset[i]), int(blk.caplen[i])
             rec = RawRecord(blk.first + i, int(blk.ts_ns[i]) / 1e9, int(blk.linktype[i]),
                             bytes(blk.buf[off:off + cap]), int(blk.wirelen[i]))
-            dicts.append(frame_fields(decode_record(rec), raw=True))
-        oc = columns_from_dicts(dicts)
+            row, entry = per_packet_row(decode_record(rec), None, None)  # (an ICMP error's quote: in multi)
+            dicts.append(row)
+            if entry is not None:
+                quoting[blk.first + i] = entry
+        oc = columns_from_dicts(dicts, quoting)
         oc.data["frame.time_ns"] = blk.ts_ns[other].astype(oc.data["frame.time_ns"].dtype)
         both = Columns.concat([cols.take(eth), oc])
         cols = both.take(np.argsort(both.data["frame.number"], kind="stable"))

@@ -48,11 +48,12 @@ from rdmalab.capture.linktypes import (
     erf_time_ns,
 )
 from rdmalab.capture.pcapio import RecordBlock
-from rdmalab.capture.reader import RawRecord, decode_record, read
+from rdmalab.capture.reader import CapturedPacket, RawRecord, decode_record, read
 from rdmalab.capture.render import Conversations, TcpWindowScaling, conversation_key, window_shift_option
 from rdmalab.wire.control import ICMP_ERRORS, ICMPV6_ERRORS, IPPROTO_ICMP, IPPROTO_ICMPV6
 from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_masks
 from rdmalab.wire.errors import DecodeError
+from rdmalab.wire.ib import GRH_NXTHDR_IBA
 from rdmalab.wire.net import ETHERTYPE_QINQ, ETHERTYPE_VLAN, ROCEV2_PORT, TCP, IPv4
 from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES
 
@@ -566,6 +567,7 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     dgram_end = np.where(rocev1, np.where(data["ipv6.plen"] > 0, l3 + 40 + data["ipv6.plen"].astype(np.int64), caplen),
                          np.where(udplen >= 8, np.minimum(ip_end, l4 + udplen), ip_end))
     ib = (rocev1 | rocev2) & ((dgram_end > caplen) | (dgram_end - bth >= 16))
+    ib &= ~(rocev1 & (nxt6 != GRH_NXTHDR_IBA))  # (a GRH whose next header is not IBA's: no BTH after it)
     L["infiniband.bth"] = ib
     opcode = B[:, 0].copy()
     data["infiniband.bth.opcode"] = opcode
@@ -593,8 +595,9 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
         data["infiniband.bth.a"] = B[:, 8] >> 7
     if need("infiniband.bth.psn"):
         data["infiniband.bth.psn"] = _be(B, 9, 3, np.uint32)
-    # the IB packet's end (ICRC included): from the UDP length or the GRH payload length
-    wire_end = np.where(rocev1, l3 + 40 + data["ipv6.plen"].astype(np.int64), l4 + udplen)
+    # the IB packet's end (ICRC included): from the UDP length (within the IP datagram's) or the GRH
+    # payload length, as the per-packet decoder takes it
+    wire_end = dgram_end
     ib_end = np.minimum(wire_end, caplen)
     # a RoCE packet cut by the capture (a snap length): its headers as far as captured, its captured
     # payload, no ICRC (rdmalab.wire.packet.decode_transport's ``captured``)
@@ -706,10 +709,42 @@ def fill_quotes(blk: RecordBlock, cols: Columns, rows: np.ndarray) -> None:
                                      int(blk.wirelen[i]), int(ifs[i]), int(blk.ts_ns[i])))
         if cp.packet.quoted is None:
             continue
-        got = frame_fields(cp, windows=TcpWindowScaling())  # (a quoted segment's window, unscaled)
-        got[QUOTED] = _conversation_fields(got)  # (what fill_conversations counts)
-        got[QUOTING] = cp.packet.info or ""
-        cols.multi[blk.first + i] = got
+        cols.multi[blk.first + i] = quote_fields(cp)
+
+
+def quote_fields(cp: CapturedPacket) -> dict[str, Any]:
+    """An ICMP error that quotes a datagram, as :attr:`Columns.multi` holds it: its per-packet fields
+    (the quote's after the frame's), what :func:`fill_conversations` counts of them (:data:`QUOTED`)
+    and its summary (:data:`QUOTING`)."""
+    got = frame_fields(cp, windows=TcpWindowScaling())  # (a quoted segment's window, unscaled)
+    got[QUOTED] = _conversation_fields(got)  # (what fill_conversations counts)
+    got[QUOTING] = cp.packet.info or ""
+    return got
+
+
+def per_packet_row(cp: CapturedPacket, conversations: Conversations | None,
+                   windows: TcpWindowScaling | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A frame the per-packet decoder read, for :func:`columns_from_dicts`: its fields (addresses as
+    integers, the conversations' numbers and the scaled TCP window, ``conversations`` and ``windows``
+    fed in capture order) and, for an ICMP error that quotes a datagram, its :attr:`Columns.multi`
+    entry: the columns keep the frame's own headers (as :func:`fill_quotes` leaves them), the entry
+    all of its fields, the quote's conversation numbers among them."""
+    row = frame_fields(cp, raw=True)
+    if conversations is not None:
+        conversations.add(row)
+    w = windows.window(cp.packet) if windows is not None else None
+    if cp.packet.quoted is None:
+        if w is not None:
+            row["tcp.window_size"] = w
+        return row, None
+    entry = quote_fields(cp)
+    for name in CONVERSATION_FIELDS:
+        if name in row:
+            entry[name] = row[name]
+    own = frame_fields(cp, raw=True, quotes=False)
+    if w is not None:
+        own["tcp.window_size"] = w
+    return own, entry
 
 
 def fill_iwarp(blk: RecordBlock, cols: Columns, tracker: Any) -> None:
@@ -845,20 +880,20 @@ def columns_from_packets(path: str | os.PathLike[str], *, first: int = 1, limit:
     rows: list[dict[str, Any]] = []
     windows = TcpWindowScaling()
     conversations = Conversations()
+    quoting: dict[int, dict[str, Any]] = {}
     for cp in read(path):
-        w = windows.window(cp.packet)  # every frame, in order: the handshakes before ``first`` too
-        row = frame_fields(cp, raw=True)
-        conversations.add(row)  # (the same)
+        # every frame, in order: the handshakes and conversations before ``first`` too
+        row, entry = per_packet_row(cp, conversations, windows)
         if cp.frame_number < first:
             continue
         if "ipv6.version" in row and "ip.version" not in row:
             row["ip.version"] = row["ipv6.version"]  # as the fast path and tshark: ip.version of an IPv6 packet is 6
-        if w is not None:
-            row["tcp.window_size"] = w
         rows.append(row)
+        if entry is not None:
+            quoting[cp.frame_number] = entry
         if n_max is not None and len(rows) >= n_max:
             break
-    return columns_from_dicts(rows)
+    return columns_from_dicts(rows, quoting)
 
 
 def columns_from_block(blk: RecordBlock, *, tracker: Any = None, windows: TcpWindowScaling | None = None,
@@ -868,23 +903,24 @@ def columns_from_block(blk: RecordBlock, *, tracker: Any = None, windows: TcpWin
     ``windows`` and ``conversations`` carry the iWARP streams, TCP windows and conversations from
     block to block (None: not followed)."""
     rows: list[dict[str, Any]] = []
+    quoting: dict[int, dict[str, Any]] = {}
     secs, ifs = blk.seconds(), blk.interfaces()
     for i in range(len(blk)):
         off, cap = int(blk.offset[i]), int(blk.caplen[i])
         rec = RawRecord(blk.first + i, float(secs[i]), int(blk.linktype[i]), bytes(blk.buf[off:off + cap]),
                         int(blk.wirelen[i]), int(ifs[i]), int(blk.ts_ns[i]))
         cp = decode_record(rec, tracker=tracker)
-        row = frame_fields(cp, raw=True)
-        if conversations is not None:
-            conversations.add(row)
-        w = windows.window(cp.packet) if windows is not None else None
-        if w is not None:
-            row["tcp.window_size"] = w
+        row, entry = per_packet_row(cp, conversations, windows)
         rows.append(row)
-    return columns_from_dicts(rows)
+        if entry is not None:
+            quoting[cp.frame_number] = entry
+    return columns_from_dicts(rows, quoting)
 
 
-def columns_from_dicts(rows: list[dict[str, Any]]) -> Columns:
+def columns_from_dicts(rows: list[dict[str, Any]], quoting: dict[int, dict[str, Any]] | None = None) -> Columns:
+    """Columns of frames given as per-packet field dictionaries (:func:`frame_fields`, addresses as
+    integers); ``quoting``: the :attr:`Columns.multi` entries of the ICMP errors among them that quote a
+    datagram (:func:`per_packet_row`)."""
     n = len(rows)
     data: dict[str, np.ndarray] = {}
     L: dict[str, np.ndarray] = {k: np.zeros(n, dtype=bool) for k in _LAYER_NAMES}
@@ -934,6 +970,7 @@ def columns_from_dicts(rows: list[dict[str, Any]]) -> Columns:
             L["rdmalab.crc32c"][i] = True
         if int(row.get("rdmalab.pdus", 0) or 0) > 1:
             multi[int(row["frame.number"])] = {k: v for k, v in row.items() if k.startswith(IWARP_PREFIXES)}
+    multi.update(quoting or {})
     L["frame"] = np.ones(n, dtype=bool)
     L["infiniband.bth"] = L["infiniband.bth"] | L["rocev1"] | L["rocev2"]
     for proto in ("iwarp_mpa", "iwarp_ddp", "iwarp_rdma"):

@@ -171,12 +171,14 @@ def packet_fields(pkt: Packet, out: dict[str, Any], *, raw: bool = False, skip: 
         packet_fields(pkt.quoted, out, raw=raw, quoted=True)
 
 
-def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowScaling | None = None) -> dict[str, Any]:
+def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowScaling | None = None,
+                 quotes: bool = True) -> dict[str, Any]:
     """All fields of one captured frame and its PDUs, as one flat dictionary.
 
     ``raw=True`` keeps addresses as integers (what the cross-check compares).  ``windows``, one
     :class:`~rdmalab.capture.render.TcpWindowScaling` fed every frame of the capture in order,
-    adds ``tcp.window_size`` (the scaled window) to TCP segments.
+    adds ``tcp.window_size`` (the scaled window) to TCP segments.  ``quotes=False`` leaves out the
+    fields of the datagram an ICMP error quotes (the frame's own headers alone, as the columns hold it).
     """
     out: dict[str, Any] = {
         "frame.number": cp.frame_number,
@@ -186,7 +188,7 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
         "frame.cap_len": cp.captured,
     }
     pkt = cp.packet
-    packet_fields(pkt, out, raw=raw)
+    packet_fields(pkt, out, raw=raw, quotes=quotes)
     out["rdmalab.encap"] = pkt.encap
     if "ipv6.version" in out:  # Wireshark's IPv6 dissector adds the hidden ip.version too (ip.version == 6),
         out.setdefault("ip.version", out["ipv6.version"])  # once a header (an ICMPv6 error's quote: twice)
@@ -221,7 +223,7 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
         w = windows.window(pkt)
         if w is not None:
             out["tcp.window_size"] = w
-        q = pkt.quoted.get(TCP) if pkt.quoted is not None else None
+        q = pkt.quoted.get(TCP) if pkt.quoted is not None and quotes else None
         if q is not None:  # a quoted segment's window, unscaled (tshark knows no scale in a quote)
             _add(out, "tcp.window_size", q.window)
     return out

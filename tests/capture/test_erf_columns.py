@@ -117,3 +117,23 @@ def test_analyze_finds_what_it_finds_in_the_ethernet_frames(tmp_path: Path, caps
     ref = capsys.readouterr().out.splitlines()
     assert erf[1:] == ref[1:] and len(ref) > 10
     assert erf[0].split(":", 1)[1] == ref[0].split(":", 1)[1]
+
+
+def test_damaged_roce_headers_read_as_the_per_packet_decoder_reads_them(tmp_path: Path, capsys: Any) -> None:
+    """A RoCEv1 GRH whose next header is not IBA's (0x1b): no BTH after it (the columns read one);
+    a RoCEv2 UDP length past the IP datagram's end: the datagram's end is the packet's, its ICRC
+    checked there (the columns took the packet as cut by the capture and checked no ICRC)."""
+    v1 = bytearray(next(iter(records(ROOT / "captures" / "synthetic_all_opcodes_rocev1.pcap"))).data)
+    v1[14 + 6] = 0xBB
+    v2 = bytearray(encode_rocev2(BTH(opcode=0x04, destqp=0x12, psn=5), [], b"x" * 40))
+    v2[38:40] = (40992).to_bytes(2, "big")
+    path = tmp_path / "damaged.pcap"
+    with path.open("wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        for i, d in enumerate((bytes(v1), bytes(v2))):
+            f.write(struct.pack("<IIII", 1000 + i, 0, len(d), len(d)) + d)
+    args = ["-r", str(path), "-T", "fields", "-e", "frame.number", "-e", "infiniband.bth.psn", "-e",
+            "rdmalab.icrc.status", "-e", "rdmalab.encap"]
+    out = decode(capsys, *args)
+    assert out == decode(capsys, *args, "--no-columnar")
+    assert out.splitlines() == ["1\t\t\trocev1", "2\t5\tbad\trocev2"]
