@@ -972,7 +972,7 @@ def columns_from_dicts(rows: list[dict[str, Any]], quoting: dict[int, dict[str, 
             multi[int(row["frame.number"])] = {k: v for k, v in row.items() if k.startswith(IWARP_PREFIXES)}
     multi.update(quoting or {})
     L["frame"] = np.ones(n, dtype=bool)
-    L["infiniband.bth"] = L["infiniband.bth"] | L["rocev1"] | L["rocev2"]
+    # (the BTH as its fields say: a RoCE frame whose BTH is cut or not after a GRH of IBA has none, as in decode_block)
     for proto in ("iwarp_mpa", "iwarp_ddp", "iwarp_rdma"):
         L[proto] = np.logical_or.reduce([L[c.name] for c in IWARP_COLUMNS if c.name.startswith(proto + ".")])
     return Columns(n, data, L, multi=multi)

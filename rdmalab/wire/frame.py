@@ -180,6 +180,9 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         for p in ip4.check(pos):
             _problem(pkt, p, lenient)
         hl = max(20, ip4.header_len)
+        if ip4.ihl < 5:  # nothing after a header shorter than 20 octets is read (Wireshark: "Bogus IP header length")
+            pkt.payload_offset, pkt.payload_length = pos + 20, max(0, len(data) - pos - 20)
+            return
         if ip4.total_length == 0:  # left for the NIC to fill in (segmentation offload): the frame's length,
             end = len(data)        # as Wireshark presumes it (packet-ip.c)
         elif ip4.total_length < hl:  # nothing after the header can be trusted (Wireshark: "Bogus IP length")
