@@ -516,7 +516,10 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
         data["ipv6.dst"] = np.ascontiguousarray(IP[:, 24:40]).view("S16").reshape(n)
     l4 = np.where(ip6, l3 + 40, l3 + ihl * 4)
     proto = np.where(ip6, nxt6, proto4)
-    l4ok = (ip & (frag == 0) & (ihl >= 5)) | ip6
+    # (a total length shorter than the header: nothing after it is read, as per packet; 0: the frame's;
+    # a first fragment, More Fragments set: its payload is not read either, as per packet)
+    len4 = data["ip.len"].astype(np.int64)
+    l4ok = (ip & (frag == 0) & ((ff >> u64(13)) & u64(1) == 0) & (ihl >= 5) & ((len4 == 0) | (len4 >= ihl * 4))) | ip6
     udp = l4ok & (proto == 17) & (caplen >= l4 + 8)
     tcp = l4ok & (proto == 6) & (caplen >= l4 + 20)
     L["udp"], L["tcp"] = udp, tcp

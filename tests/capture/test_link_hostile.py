@@ -53,3 +53,31 @@ def test_columns_read_damaged_frames_as_the_per_packet_decoder(tmp_path: Path, c
     assert summary == decode(capsys, "-r", str(path), "--no-columnar"), name
     args = ["-r", str(path), "-T", "fields", *(a for n in FIELDS for a in ("-e", n))]
     assert decode(capsys, *args) == decode(capsys, *args, "--no-columnar"), name
+
+
+def test_ipv4_headers_whose_payload_is_not_read(tmp_path: Path, capsys: Any) -> None:
+    """A first fragment (More Fragments set), a total length under the header's, a header length under
+    20 octets: the per-packet decoder reads nothing after the IPv4 header (tshark: a fragment, "Bogus IP
+    length", "Bogus IP header length"), and neither do the columns (they read the UDP header and the
+    BTH after all three)."""
+    from rdmalab.wire.frame import encode_rocev2
+    from rdmalab.wire.ib import BTH
+
+    good = encode_rocev2(BTH(opcode=0x04, destqp=0x12, psn=5), [], b"x" * 40)
+    frames = []
+    for at, value in ((20, good[20] | 0x20), (17, 1), (14, 0x43), (None, None)):
+        d = bytearray(good)
+        if at is not None:
+            d[at] = value
+        frames.append(bytes(d))
+    path = tmp_path / "ip.pcap"
+    with path.open("wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        for i, d in enumerate(frames):
+            f.write(struct.pack("<IIII", 1000 + i, 0, len(d), len(d)) + d)
+    args = ["-r", str(path), "-T", "fields", "-e", "frame.number", "-e", "udp.length", "-e", "infiniband.bth.psn",
+            "-e", "rdmalab.encap", "-e", "udp.stream"]
+    out = decode(capsys, *args)
+    assert out == decode(capsys, *args, "--no-columnar")
+    assert out.splitlines() == ["1\t\t\teth\t", "2\t\t\teth\t", "3\t\t\teth\t", "4\t64\t5\trocev2\t0"]
+    assert decode(capsys, "-r", str(path)) == decode(capsys, "-r", str(path), "--no-columnar")
