@@ -92,7 +92,7 @@ def decode_ethernet(data: bytes | bytearray | memoryview, *, lenient: bool = Fal
     not say); with them the octets after the datagram are divided into padding, trailer and FCS
     (``Packet.eth_trailer``)."""
     raw = bytes(data)
-    pkt = Packet(raw, encap="eth")
+    pkt = Packet(raw, encap="eth" if len(raw) >= 14 else "other")  # (no whole Ethernet header: nothing decoded)
     size = len(raw) if frame_len is None else frame_len
     return guarded(pkt, lenient, lambda: _eth(raw, pkt, lenient, tuple(rocev2_ports), size, fcs_len))
 
