@@ -66,15 +66,23 @@ def _opcode_tables() -> dict[str, np.ndarray]:
     t = {k: np.full(256, -1, dtype=np.int16) for k in names.values()}
     t["extlen"] = np.zeros(256, dtype=np.int16)
     t["known"] = np.zeros(256, dtype=bool)
+    t["payload"] = np.zeros(256, dtype=bool)
+    most = max(len(info.headers) for info in OPCODES.values())
+    # where each extended header starts and ends after the BTH, in order (past the last: never reached)
+    t["starts"] = np.full((256, most + 1), 1 << 20, dtype=np.int64)
+    t["ends"] = np.full((256, most + 1), 1 << 20, dtype=np.int64)
     for code, info in OPCODES.items():
         pos = 0
-        for h in info.headers:
+        for k, h in enumerate(info.headers):
             key = names.get(h.__name__)
             if key is not None:
                 t[key][code] = pos
+            t["starts"][code, k] = pos
             pos += h.LAYOUT.size
+            t["ends"][code, k] = pos
         t["extlen"][code] = pos
         t["known"][code] = True
+        t["payload"][code] = info.payload
     return t
 
 
@@ -605,7 +613,8 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     # a RoCE packet cut by the capture (a snap length): its headers as far as captured, its captured
     # payload, no ICRC (rdmalab.wire.packet.decode_transport's ``captured``)
     cut = ib & (wire_end > caplen)
-    have = np.where(cut, np.minimum(caplen, wire_end - 4), ib_end)
+    # what there is to read of its headers and payload: up to the ICRC, or to what the capture holds
+    have = np.where(cut, np.minimum(caplen, wire_end - 4), wire_end - 4)
     t = _opt()
     ext0 = bth + 12
     extlen = t["extlen"][opcode].astype(np.int64)
@@ -619,8 +628,8 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
                 "ieth": ("infiniband.ieth",), "xrceth": ("rdmalab.xrceth",)}
     for key, size in sizes.items():
         o = t[key][opcode].astype(np.int64)
-        # (of a packet cut by the capture, each header that was captured whole, as the per-packet decoder has them)
-        L[f"_{key}"] = np.where(cut, ib & (o >= 0) & (ext0 + o + size <= have), fits & (o >= 0))
+        # each header there whole, before the ICRC or the capture's end, as the per-packet decoder has them
+        L[f"_{key}"] = ib & (o >= 0) & (ext0 + o + size <= have)
         if need(*layer_of[key]):
             X[key] = _realign(B, 12 + np.where(o >= 0, o, 48), size)
         else:
@@ -645,10 +654,20 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     L["rdmalab.cnp"] = ib & (opcode == CNP_OPCODE)
     data["rdmalab.cnp"] = L["rdmalab.cnp"].astype(np.uint8)
     if need_payload:
-        plen = np.where(cut, np.minimum(have, wire_end - 4 - pad) - ext0 - extlen, ib_end - ext0 - extlen - pad - 4)
+        # rdmalab.wire.packet.decode_transport's payload: after the headers, before the pad; what is left
+        # after the BTH of an unknown opcode, after the first header cut short (none when the capture cut
+        # it), after the headers of an opcode without payload or with a pad larger than what is there
+        end_h = ext0 + extlen
+        crc_at = wire_end - 4
+        over = t["ends"][opcode] > (have - ext0)[:, None]
+        cut_at = ext0 + t["starts"][opcode][np.arange(n), np.argmax(over, axis=1)]
+        plen = np.where(~t["known"][opcode], have - ext0,
+                        np.where(~fits, np.where(cut, 0, have - cut_at),
+                                 np.where(~t["payload"][opcode] | (pad > crc_at - end_h), have - end_h,
+                                          np.minimum(have, crc_at - pad) - end_h)))
         data["rdmalab.payload.len"] = np.maximum(plen, 0).astype(np.uint32)
     L["rdmalab.payload.len"] = ib.copy()  # (and the iWARP PDUs with a payload: fill_iwarp)
-    crc_ok = fits & (ib_end >= ext0 + extlen + 4) & ~cut
+    crc_ok = ib & ~cut  # (the ICRC is read at the packet's end whatever its headers: the per-packet decoder's)
     L["infiniband.crc"] = crc_ok
     status = np.zeros(n, dtype=np.int8)
     if need("infiniband.invariant", "rdmalab.icrc") or verify_icrc:

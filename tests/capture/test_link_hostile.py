@@ -81,3 +81,34 @@ def test_ipv4_headers_whose_payload_is_not_read(tmp_path: Path, capsys: Any) -> 
     assert out == decode(capsys, *args, "--no-columnar")
     assert out.splitlines() == ["1\t\t\teth\t", "2\t\t\teth\t", "3\t\t\teth\t", "4\t64\t5\trocev2\t0"]
     assert decode(capsys, "-r", str(path)) == decode(capsys, "-r", str(path), "--no-columnar")
+
+
+def test_roce_packets_whose_headers_do_not_add_up(tmp_path: Path, capsys: Any) -> None:
+    """The per-packet decoder's rules (rdmalab.wire.packet.decode_transport) on the columns too: an
+    extended header cut short by the datagram's end (the ICRC is still read at the end, the rest of the
+    packet is its payload), an unknown opcode (all after the BTH is payload), an opcode without payload
+    that has some, a pad larger than the payload."""
+    from rdmalab.wire.frame import encode_rocev2
+    from rdmalab.wire.ib import AETH, BTH
+
+    ack = bytearray(encode_rocev2(BTH(opcode=0x11, destqp=0x21, psn=9), [AETH.ack(3)]))
+    short = bytearray(ack)
+    short[16:18] = (int.from_bytes(ack[16:18], "big") - 1).to_bytes(2, "big")  # the IP datagram one octet short
+    unknown = bytearray(ack)
+    unknown[42] = 0x1F  # an opcode of no table
+    extra = bytearray(encode_rocev2(BTH(opcode=0x04, destqp=0x21, psn=9), [], b"xyz12345"))
+    extra[42] = 0x11  # an RC Acknowledge, then 4 octets more than its AETH ("xyz1": MSN 0x797a31)
+    pad = bytearray(encode_rocev2(BTH(opcode=0x04, destqp=0x21, psn=9), [], b""))
+    pad[43] |= 0x10  # a pad of 1 where there is no payload
+    path = tmp_path / "roce.pcap"
+    frames = [bytes(f) for f in (ack, short, unknown, extra, pad)]
+    with path.open("wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        for i, d in enumerate(frames):
+            f.write(struct.pack("<IIII", 1000 + i, 0, len(d), len(d)) + d)
+    names = ["frame.number", "infiniband.bth.opcode", "infiniband.aeth.msn", "rdmalab.payload.len", "rdmalab.icrc.status"]
+    args = ["-r", str(path), "-T", "fields", *(a for n in names for a in ("-e", n))]
+    out = decode(capsys, *args)
+    assert out == decode(capsys, *args, "--no-columnar")
+    assert [line.split("\t")[2:] for line in out.splitlines()] == [
+        ["3", "0", "good"], ["", "3", "bad"], ["", "4", "bad"], ["7961137", "4", "bad"], ["", "0", "bad"]]
