@@ -341,6 +341,10 @@ def walk(cr: ConnRows, r: Rows, mtu: int, out: _Out, wo: WalkOrder, k: int) -> d
             rdreq = bool(T_read_req[o])
             nps = max(1, math.ceil(dml / mtu)) if rdreq else 1
             retrans = prev is not None and p <= prev
+            if p < epsn and not messages and open_msg is None and (T["first"][o] or T["only"][o]):
+                # the capture began inside the first message, whose first copy it did not see (lost before
+                # the capture point): the requester went back to it, and the responder expects it here
+                epsn = p
             if retrans:
                 trigger = "timeout"
                 cause: list[int] = []

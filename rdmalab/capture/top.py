@@ -399,6 +399,11 @@ class LiveTop:
         p = psn_unwrap(ps, conn.prev if conn.prev is not None else conn.ref)
         rdreq = bool(T["read_req"][o])
         epsn = conn.epsn(mtu)
+        if p < epsn and not conn.messages and conn.open_fam is None and (T["first"][o] or T["only"][o]):
+            # the first message's first copy lost before the capture point, sent again: expected here
+            # (as analysis_conn.walk)
+            conn.epsn_base, conn.epsn_read = p, None
+            epsn = p
         if conn.prev is not None and p <= conn.prev:
             trigger = "nak" if conn.pending_nak else "rnr" if conn.pending_rnr else "timeout"
             self._finding(conn, "retransmission", t, f"go-back-N from PSN {p % PSN_MOD} ({trigger})")
