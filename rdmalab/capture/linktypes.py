@@ -183,6 +183,15 @@ def erf_ib_record(ns: int, packet: bytes) -> bytes:
     return (head + packet).ljust(rlen, b"\0")
 
 
+def erf_ethernet_record(ns: int, frame: bytes) -> bytes:
+    """An Ethernet frame (its FCS too, if it has one: ``wlen`` counts what is given) as an ERF record of
+    type 2 at ``ns``: the header, the offset and pad octets (0), the frame, padded to 8 bytes (flags:
+    varying record length), as a DAG card writes it."""
+    rlen = (16 + 2 + len(frame) + 7) // 8 * 8
+    head = ERF(ts=erf_timestamp(ns), type=ERF_TYPE_ETH, flags=4, rlen=rlen, wlen=len(frame)).encode()
+    return (head + b"\0\0" + frame).ljust(rlen, b"\0")
+
+
 @dataclass(frozen=True, slots=True)
 class ERF(Header):
     """ERF record header, 16 bytes (Endace Extensible Record Format).

@@ -20,6 +20,7 @@ from rdmalab.capture.columnar import _ethernet_only, decode_block, record_blocks
 from rdmalab.capture.columnar_summary import _fast_rows
 from rdmalab.capture.columnar_tcp import clean_tcp
 from rdmalab.capture.fieldtext import field_text
+from rdmalab.capture.pcapwriter import write_capture
 from rdmalab.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,10 +39,7 @@ def _cooked(frame: bytes, version: int, pkttype: int = 0) -> bytes:
 
 
 def _write(path: Path, linktype: int, frames: list[tuple[int, bytes]]) -> Path:
-    with path.open("wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, linktype))
-        for ns, d in frames:
-            f.write(struct.pack("<IIII", ns // 10**9, ns % 10**9 // 1000, len(d), len(d)) + d)
+    write_capture(path, frames, linktype=linktype, nano=False)
     return path
 
 

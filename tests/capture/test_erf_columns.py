@@ -5,7 +5,6 @@ a BTH and its ICRC, which the columns do not read a BTH into from the Ethernet p
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,8 @@ from rdmalab.capture import analysis_rows, records
 from rdmalab.capture.columnar import _ethernet_only, decode_block, record_blocks
 from rdmalab.capture.columnar_decode import erf_ethernet_view
 from rdmalab.capture.columnar_summary import _fast_rows
+from rdmalab.capture.linktypes import ERF, LINKTYPE_ERF, ERFExt, erf_ethernet_record
+from rdmalab.capture.pcapwriter import write_capture
 from rdmalab.cli import main
 from rdmalab.wire.frame import encode_rocev2
 from rdmalab.wire.ib import BTH
@@ -27,20 +28,22 @@ FIELDS = ["frame.number", "frame.len", "frame.cap_len", "frame.time_epoch", "fra
           "rdmalab.encap", "iwarp_ddp.stag", "eth.src"]
 
 
+def _with_extension_header(record: bytes) -> bytes:
+    """An ERF record with one (empty) extension header put after its 16-octet header."""
+    erf = ERF.decode(record, 0)
+    body = ERFExt().encode() + record[16:]
+    body += bytes(-(16 + len(body)) % 8)
+    return erf.replace(ext=1, rlen=16 + len(body)).encode() + body
+
+
 def erf_copy(tmp_path: Path, name: str, *, ext: bool = False) -> Path:
-    """The frames of a real capture as ERF Ethernet records (the offset and pad octets, the frame, then
-    padding to 8 octets; ``wlen`` the frame's length), times of 32.32 fixed-point seconds."""
+    """The frames of a real capture as ERF Ethernet records (``erf_ethernet_record``: the offset and pad
+    octets, the frame, padding to 8 octets; ``wlen`` the frame's length), times of 32.32 fixed-point
+    seconds; with ``ext``, each with an extension header."""
     path = tmp_path / f"erf_{name}"
-    with path.open("wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 197))
-        for r in records(ROOT / "captures" / name):
-            d = bytes(r.data)
-            body = (b"\0" * 8 if ext else b"") + b"\0\0" + d
-            body += bytes(-(16 + len(body)) % 8)
-            ts = (r.ns // 10**9) << 32 | (r.ns % 10**9 << 32) // 10**9
-            head = struct.pack("<Q", ts) + struct.pack(">BBHHH", 2 | (0x80 if ext else 0), 4, 16 + len(body), 0, len(d))
-            rec = head + body
-            f.write(struct.pack("<IIII", r.ns // 10**9, r.ns % 10**9 // 1000, len(rec), len(rec)) + rec)
+    recs = [(r.ns, erf_ethernet_record(r.ns, bytes(r.data))) for r in records(ROOT / "captures" / name)]
+    write_capture(path, [(ns, _with_extension_header(rec) if ext else rec) for ns, rec in recs],
+                  linktype=LINKTYPE_ERF, nano=False)
     return path
 
 
@@ -92,10 +95,7 @@ def test_no_bth_out_of_the_padding_after_a_short_roce_datagram(tmp_path: Path, c
         d[38:40] = (8 + keep).to_bytes(2, "big")  # udp.length
         frames.append(bytes(d) + bytes(max(0, 60 - len(d))))
     path = tmp_path / "short.pcap"
-    with path.open("wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
-        for i, d in enumerate(frames):
-            f.write(struct.pack("<IIII", 1000 + i, 0, len(d), len(d)) + d)
+    write_capture(path, [((1000 + i) * 10**9, d) for i, d in enumerate(frames)], nano=False)
     args = ["-r", str(path), "-T", "fields", "-e", "frame.number", "-e", "udp.length", "-e", "infiniband.bth.psn",
             "-e", "rdmalab.encap"]
     out = decode(capsys, *args)
@@ -128,10 +128,7 @@ def test_damaged_roce_headers_read_as_the_per_packet_decoder_reads_them(tmp_path
     v2 = bytearray(encode_rocev2(BTH(opcode=0x04, destqp=0x12, psn=5), [], b"x" * 40))
     v2[38:40] = (40992).to_bytes(2, "big")
     path = tmp_path / "damaged.pcap"
-    with path.open("wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
-        for i, d in enumerate((bytes(v1), bytes(v2))):
-            f.write(struct.pack("<IIII", 1000 + i, 0, len(d), len(d)) + d)
+    write_capture(path, [((1000 + i) * 10**9, bytes(d)) for i, d in enumerate((v1, v2))], nano=False)
     args = ["-r", str(path), "-T", "fields", "-e", "frame.number", "-e", "infiniband.bth.psn", "-e",
             "rdmalab.icrc.status", "-e", "rdmalab.encap"]
     out = decode(capsys, *args)

@@ -19,6 +19,8 @@ from tshark_cli import decode, requires_tshark, tshark
 
 from rdmalab.capture import read
 from rdmalab.capture.crosscheck import crosscheck
+from rdmalab.capture.linktypes import LINKTYPE_ERF, erf_ethernet_record
+from rdmalab.capture.pcapwriter import write_capture
 from rdmalab.wire.frame import decode_ethernet, encode_rocev2, encode_tcp_frame
 from rdmalab.wire.ib import BTH
 from rdmalab.wire.net import ethernet_trailer
@@ -61,23 +63,16 @@ CASES: dict[str, tuple[bytes, tuple[str, ...]]] = {
 
 
 def _pcap(path: Path, frames: list[bytes]) -> Path:
-    with path.open("wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
-        for i, d in enumerate(frames):
-            f.write(struct.pack("<IIII", 1000 + i, 0, len(d), len(d)) + d)
+    write_capture(path, [((1000 + i) * 10**9, d) for i, d in enumerate(frames)], nano=False)
     return path
 
 
 def _erf(path: Path, frames: list[bytes]) -> Path:
     """The frames as ERF Ethernet records (type 2: two octets, offset and pad, before the frame;
     ``wlen`` counts the FCS) in a pcap of link type ERF."""
-    with path.open("wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 197))
-        for i, d in enumerate(frames):
-            body = b"\0\0" + d
-            body += bytes(-(16 + len(body)) % 8)
-            rec = struct.pack("<Q", (1000 + i) << 32) + struct.pack(">BBHHH", 2, 0x04, 16 + len(body), 0, len(d)) + body
-            f.write(struct.pack("<IIII", 1000 + i, 0, len(rec), len(rec)) + rec)
+    times = [(1000 + i) * 10**9 for i in range(len(frames))]
+    write_capture(path, [(t, erf_ethernet_record(t, d)) for t, d in zip(times, frames, strict=True)],
+                  linktype=LINKTYPE_ERF, nano=False)
     return path
 
 

@@ -318,11 +318,8 @@ def _raw_ip_copy(tmp_path: Path) -> Path:
     from rdmalab.capture import records
 
     path = tmp_path / "raw.pcap"
-    with path.open("wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 101))
-        for r in records(CAPTURES / "lo_icmp_unreachable.pcap"):
-            d = bytes(r.data)[14:]
-            f.write(struct.pack("<IIII", r.ns // 10**9, r.ns % 10**9 // 1000, len(d), len(d)) + d)
+    write_capture(path, [(r.ns, bytes(r.data)[14:]) for r in records(CAPTURES / "lo_icmp_unreachable.pcap")],
+                  linktype=101, nano=False)
     return path
 
 

@@ -5,7 +5,6 @@ link header), and the columns' summary lines and fields must be the per-packet d
 from __future__ import annotations
 
 import random
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,9 @@ import pytest
 from test_cooked_columns import cooked_copy
 from test_erf_columns import erf_copy
 from tshark_cli import decode
+
+from rdmalab.capture import records
+from rdmalab.capture.pcapwriter import write_capture
 
 ROOT = Path(__file__).resolve().parents[2]
 FIELDS = ["frame.number", "frame.len", "frame.cap_len", "sll.pkttype", "sll.etype", "ip.src", "ip.proto", "udp.length",
@@ -24,20 +26,17 @@ HEADER = {"eth": 14, "sll1": 16, "sll2": 20, "erf": 32}  # (ERF: its 16 octets, 
 
 
 def _damaged(src: Path, dest: Path, rng: random.Random, keep: int) -> Path:
-    data = src.read_bytes()
-    out = bytearray(data[:24])
-    pos = 24
-    while pos + 16 <= len(data):
-        cap = struct.unpack_from("<I", data, pos + 8)[0]
-        body = bytearray(data[pos + 16:pos + 16 + cap])
+    frames = []
+    recs = list(records(src))
+    for r in recs:
+        body = bytearray(r.data)
         for _ in range(rng.choice((0, 0, 1, 2))):
             if body:
                 body[rng.randrange(min(len(body), 96))] = rng.randrange(256)
         if len(body) > keep and rng.random() < 0.03:  # cut by a snap length, the link header kept
             body = body[:rng.randrange(keep, len(body))]
-        out += data[pos:pos + 8] + struct.pack("<II", len(body), len(body)) + body
-        pos += 16 + cap
-    dest.write_bytes(bytes(out))
+        frames.append((r.ns, bytes(body)))
+    write_capture(dest, frames, linktype=recs[0].linktype, nano=False)
     return dest
 
 
@@ -71,10 +70,7 @@ def test_ipv4_headers_whose_payload_is_not_read(tmp_path: Path, capsys: Any) -> 
             d[at] = value
         frames.append(bytes(d))
     path = tmp_path / "ip.pcap"
-    with path.open("wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
-        for i, d in enumerate(frames):
-            f.write(struct.pack("<IIII", 1000 + i, 0, len(d), len(d)) + d)
+    write_capture(path, [((1000 + i) * 10**9, d) for i, d in enumerate(frames)], nano=False)
     args = ["-r", str(path), "-T", "fields", "-e", "frame.number", "-e", "udp.length", "-e", "infiniband.bth.psn",
             "-e", "rdmalab.encap", "-e", "udp.stream"]
     out = decode(capsys, *args)
@@ -102,10 +98,7 @@ def test_roce_packets_whose_headers_do_not_add_up(tmp_path: Path, capsys: Any) -
     pad[43] |= 0x10  # a pad of 1 where there is no payload
     path = tmp_path / "roce.pcap"
     frames = [bytes(f) for f in (ack, short, unknown, extra, pad)]
-    with path.open("wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
-        for i, d in enumerate(frames):
-            f.write(struct.pack("<IIII", 1000 + i, 0, len(d), len(d)) + d)
+    write_capture(path, [((1000 + i) * 10**9, d) for i, d in enumerate(frames)], nano=False)
     names = ["frame.number", "infiniband.bth.opcode", "infiniband.aeth.msn", "rdmalab.payload.len", "rdmalab.icrc.status"]
     args = ["-r", str(path), "-T", "fields", *(a for n in names for a in ("-e", n))]
     out = decode(capsys, *args)
