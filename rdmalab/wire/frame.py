@@ -144,6 +144,12 @@ def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient
         pkt.encap = "rocev1"
         decode_grh_packet(data, pkt, pos, lenient=lenient)
     elif ethertype in (ETHERTYPE_IPV4, ETHERTYPE_IPV6):
+        want = 4 if ethertype == ETHERTYPE_IPV4 else 6
+        if pos < len(data) and data[pos] >> 4 != want:  # (Wireshark: "Bogus IPv4 version", nothing more read)
+            _problem(pkt, MalformedError("IPv4" if want == 4 else "IPv6", "version", pos, data[pos] >> 4,
+                                         f"{want} (EtherType 0x{ethertype:04x})"), lenient)
+            pkt.payload_offset, pkt.payload_length = pos, len(data) - pos
+            return
         _ip(data, pkt, pos, lenient, ports)
     elif ethertype == ETHERTYPE_ARP and (arp := decode_arp(data, pos, len(data))) is not None:
         pkt.layers.append(Layer(arp, pos))

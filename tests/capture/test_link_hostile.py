@@ -105,3 +105,22 @@ def test_roce_packets_whose_headers_do_not_add_up(tmp_path: Path, capsys: Any) -
     assert out == decode(capsys, *args, "--no-columnar")
     assert [line.split("\t")[2:] for line in out.splitlines()] == [
         ["3", "0", "good"], ["", "3", "bad"], ["", "4", "bad"], ["7961137", "4", "bad"], ["", "0", "bad"]]
+
+
+def test_an_ip_version_its_ethertype_does_not_name(tmp_path: Path, capsys: Any) -> None:
+    """An IPv4 header after the IPv6 EtherType, and the other way round: Wireshark reads nothing after
+    the EtherType ("Bogus IP version"), nor do the columns; the per-packet decoder read the header its
+    version nibble named."""
+    from rdmalab.wire.frame import encode_rocev2
+    from rdmalab.wire.ib import BTH
+
+    v4 = bytearray(encode_rocev2(BTH(opcode=0x04, destqp=0x12, psn=5), [], b"x" * 40))
+    v6 = bytearray(encode_rocev2(BTH(opcode=0x04, destqp=0x12, psn=5), [], b"x" * 40, src_ip="fe80::1", dst_ip="fe80::2"))
+    v4[12:14], v6[12:14] = b"\x86\xdd", b"\x08\x00"
+    path = tmp_path / "version.pcap"
+    write_capture(path, [((1000 + i) * 10**9, bytes(d)) for i, d in enumerate((v4, v6))], nano=False)
+    args = ["-r", str(path), "-T", "fields", "-e", "frame.number", "-e", "ip.src", "-e", "ipv6.src", "-e",
+            "infiniband.bth.psn", "-e", "rdmalab.encap"]
+    out = decode(capsys, *args)
+    assert out == decode(capsys, *args, "--no-columnar") == "1\t\t\t\teth\n2\t\t\t\teth\n"
+    assert "expected 6 (EtherType 0x86dd)" in decode(capsys, "-r", str(path), "--no-columnar").splitlines()[0]
