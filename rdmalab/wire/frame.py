@@ -84,17 +84,16 @@ AddressLike = str | int | ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def decode_ethernet(data: bytes | bytearray | memoryview, *, lenient: bool = False, rocev2_ports: Sequence[int] = (ROCEV2_PORT,),
-                    frame_len: int | None = None, fcs_len: int = -1) -> Packet:
+                    frame_len: int | None = None) -> Packet:
     """Decode an Ethernet frame (as a pcap with LINKTYPE_ETHERNET holds it).
 
-    ``frame_len`` is the frame's length on the wire (the record's; None: ``len(data)``) and ``fcs_len``
-    what the capture says of an FCS at its end (:func:`~rdmalab.wire.net.ethernet_trailer`: -1, it does
-    not say); with them the octets after the datagram are divided into padding, trailer and FCS
-    (``Packet.eth_trailer``)."""
+    ``frame_len`` is the frame's length on the wire (the record's; None: ``len(data)``); with it the
+    octets after the datagram are divided into padding, trailer and FCS as for a capture that does not
+    say whether it kept the FCS (:func:`~rdmalab.wire.net.ethernet_trailer`, ``Packet.eth_trailer``)."""
     raw = bytes(data)
     pkt = Packet(raw, encap="eth" if len(raw) >= 14 else "other")  # (no whole Ethernet header: nothing decoded)
     size = len(raw) if frame_len is None else frame_len
-    return guarded(pkt, lenient, lambda: _eth(raw, pkt, lenient, tuple(rocev2_ports), size, fcs_len))
+    return guarded(pkt, lenient, lambda: _eth(raw, pkt, lenient, tuple(rocev2_ports), size))
 
 
 def decode_ip(data: bytes | bytearray | memoryview, *, lenient: bool = False, rocev2_ports: Sequence[int] = (ROCEV2_PORT,)) -> Packet:
@@ -123,7 +122,7 @@ def decode_after_ethertype(
     return guarded(pkt, lenient, lambda: _after_ethertype(raw, pkt, ethertype, offset, lenient, tuple(rocev2_ports)))
 
 
-def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...], frame_len: int, fcs_len: int) -> None:
+def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...], frame_len: int) -> None:
     eth = Ethernet.decode(data, 0)
     pkt.layers.append(Layer(eth, 0))
     try:
@@ -131,7 +130,7 @@ def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...], frame_
     finally:  # (a datagram the decoder gave up on part way has its length all the same)
         if pkt.datagram_end is not None:
             tagged = any(type(layer.header) is VLAN for layer in pkt.layers)
-            pkt.eth_trailer = ethernet_trailer(data, pkt.datagram_end, frame_len, fcs_len, tagged=tagged)
+            pkt.eth_trailer = ethernet_trailer(data, pkt.datagram_end, frame_len, tagged=tagged)
 
 
 def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient: bool, ports: tuple[int, ...]) -> None:
