@@ -22,10 +22,11 @@ records that came together and is handed out at once, not when a full block or t
 stream arrives.  Memory stays bounded however long the stream runs: one block, and the part of a
 record still coming.  A stream is read once: nothing here seeks or opens it again.
 
-pcapng in bulk: the only per-block Python is following the block lengths through a run of
-Enhanced Packet Blocks (one subscript of a ``memoryview`` of 32-bit words a block); each run's
-interface ids, timestamps and lengths are then read with numpy over the buffer, all at once, and
-checked with masks.  Any other block (section header, interface description, simple or obsolete
+pcapng in bulk: a buffer's Enhanced Packet Blocks are found with numpy (every word that holds the
+EPB type and is followed by a length a block may have; a run is the chain of those that start where
+the one before ends, :class:`_EpbCandidates`: Python steps only where something that looks like a
+block lies inside another's data); each run's interface ids, timestamps and lengths are then read
+with numpy over the buffer, all at once, and checked with masks.  Any other block (section header, interface description, simple or obsolete
 packet block, one of another type), and any block that fails a check, ends the run and is read
 by the block-by-block rules, so the records, times and errors (message, frame, byte offset) are
 those of a walker that reads every block in Python: ``tests/capture/pcapng_reference.py`` is one,
@@ -589,6 +590,39 @@ def _interface(buf: bytes | bytearray, pos: int, blen: int, order: str) -> tuple
     return lt, units, tsoff
 
 
+class _EpbCandidates:
+    """Where a buffer's runs of Enhanced Packet Blocks are, found with numpy: every 32-bit word that
+    holds the EPB type and is followed by a length a block may have (at least 32, a multiple of 4, at
+    most :data:`MAX_RECORD`, inside the buffer) is a candidate; a run is the chain of candidates each
+    of which starts where the one before it ends.  A candidate inside another block's data (its octets
+    happen to look like an EPB's) is not on the chain and is stepped over: the run is the one a walker
+    that follows the lengths block by block finds."""
+
+    def __init__(self, words: np.ndarray, end: int) -> None:
+        idx = np.flatnonzero(words[:max(len(words) - 1, 0)] == PCAPNG_EPB)
+        blen = words[idx + 1].astype(np.int64)
+        ok = (blen >= 32) & (blen % 4 == 0) & (blen <= MAX_RECORD) & ((idx << 2) + blen <= end)
+        self.at: np.ndarray = idx[ok].astype(np.int64)  # word index of each candidate, ascending
+        self.nxt: np.ndarray = self.at + (blen[ok] >> 2)  # where the block after it would start
+        # the candidates i after which candidate i+1 does not start where candidate i ends
+        self.breaks: np.ndarray = np.flatnonzero(self.at[1:] != self.nxt[:-1])
+
+    def run(self, word: int) -> np.ndarray:
+        """The word indexes of the run of EPBs that starts at word ``word`` (empty when the block
+        there is not a whole EPB with a length it may have)."""
+        at, nxt, pieces = self.at, self.nxt, []
+        i = int(np.searchsorted(at, word))
+        while i < len(at) and int(at[i]) == word:
+            b = int(np.searchsorted(self.breaks, i))  # the first break at or after i ends this stretch
+            k = int(self.breaks[b]) if b < len(self.breaks) else len(at) - 1
+            pieces.append(at[i:k + 1])
+            word = int(nxt[k])  # where the stretch's last block ends: a candidate there goes on with the run
+            i = int(np.searchsorted(at, word))
+        if not pieces:
+            return at[:0]
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
 def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int, *, order: str = "<",
                    interfaces: list[tuple[int, int, int]] | None = None, frame: int = 1,
                    pos_file: int = 0) -> Iterator[RecordBlock]:
@@ -611,21 +645,15 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int, *, or
         count = 0
         err: CaptureError | None = None
         words = np.frombuffer(buf, dtype=np.dtype(_NATIVE + "u4"), count=end // 4)
+        epbs: _EpbCandidates | None = None  # (made when the buffer's first run starts)
         with memoryview(buf) as mv, mv[:end // 4 * 4].cast("I") as w32:
             while pos + 8 <= end:
                 if order == _NATIVE and w32[pos >> 2] == PCAPNG_EPB:
                     # a run of Enhanced Packet Blocks: follow the lengths, then read them with numpy
-                    starts: list[int] = []
-                    add = starts.append
-                    q = pos
-                    while q + 8 <= end and w32[q >> 2] == PCAPNG_EPB:
-                        blen = w32[(q >> 2) + 1]
-                        if blen < 32 or blen % 4 or blen > MAX_RECORD or q + blen > end:
-                            break
-                        add(q)
-                        q += blen
-                    if starts:
-                        at = np.array(starts, dtype=np.int64) >> 2
+                    if epbs is None:
+                        epbs = _EpbCandidates(words, end)
+                    at = epbs.run(pos >> 2)
+                    if len(at):
                         blen_a = words[at + 1].astype(np.int64)
                         iface = words[at + 2].astype(np.int64)
                         cap = words[at + 5].astype(np.int64)

@@ -177,3 +177,23 @@ def test_record_blocks_walks_a_compressed_pcapng_in_bulk_too(tmp_path: Path) -> 
     assert [t for b in got for t in b.ts_ns.tolist()] == [t for b in want for t in b[6][1]]
     with pytest.raises(CaptureError, match="no such file"):
         list(pcapio.record_blocks(tmp_path / "missing.pcapng"))
+
+
+@pytest.mark.parametrize("block_bytes", [64, 4096, 1 << 20])
+def test_blocks_inside_a_frames_data_are_not_records(block_bytes: int, tmp_path: Path) -> None:
+    """A frame whose data holds whole enhanced packet blocks (a pcapng file copied over the network
+    and captured) at 4-octet boundaries: the walker follows the lengths from block to block and
+    steps over them, as the block-by-block walker does; the blocks in the data are not records."""
+    inner = b"".join(_epb("<", 0, 1000 + i, fr) for i, fr in enumerate(_frames(6)))
+    parts = [_shb("<"), _idb("<", 1)]
+    for i, fr in enumerate(_frames(30)):
+        data = fr[:12] + inner if i % 3 == 0 else fr  # 12 octets, then the blocks (the EPB header is 28)
+        parts.append(_epb("<", 0, 5000 + i, data))
+    # one whose data ends in half an EPB: a candidate that runs past the file's end
+    parts.append(_epb("<", 0, 9000, b"\0" * 12 + inner[:40]))
+    parts += [_epb("<", 0, 9001 + i, fr) for i, fr in enumerate(_frames(3))]
+    p = tmp_path / "nested.pcapng"
+    p.write_bytes(b"".join(parts))
+    blocks, err = _same(p, (block_bytes,))
+    assert err is None
+    assert sum(len(b[3][1]) for b in blocks) == 30 + 1 + 3
