@@ -46,6 +46,7 @@ from rdmalab.capture.pcapio import (
     is_stream,
     open_capture,
     pcap_block,
+    pcap_fcs_len,
     pcap_linktype,
     pcap_raw,
     pcapng_block,
@@ -113,7 +114,7 @@ def parallel_capture(path: str, *, ethernet: bool = False) -> bool:
     except OSError:
         return False
     return sect is not None and all(lt != LINKTYPE_ERF and (lt in COLUMNAR_LINKTYPES or not ethernet)
-                                    for lt, _units, _off in sect.interfaces)
+                                    for lt, _units, _off, _fcs in sect.interfaces)
 
 
 def default_workers() -> int:
@@ -228,14 +229,14 @@ def _in_worker(fn: Callable[[tuple[Any, ...]], Any], task: tuple[Any, ...]) -> A
 
 def _run(task: tuple[Any, ...]) -> Any:
     """In a worker process: read one block of pcap records again and render it."""
-    slot, render, path, start, end, offs, first, order, ns_mult, linktype, n, t0, prev, extra = task
-    return _to_slot(slot, _render(render, path, start, end, offs, first, order, ns_mult, linktype, n, t0, prev,
-                                  extra))
+    slot, render, path, start, end, offs, first, order, ns_mult, linktype, fcs_len, n, t0, prev, extra = task
+    return _to_slot(slot, _render(render, path, start, end, offs, first, order, ns_mult, (linktype, fcs_len), n, t0,
+                                  prev, extra))
 
 
 def _render(render: Render, path: str, start: int, end: int, offs: np.ndarray, first: int, order: str,
-            ns_mult: int, linktype: int, n: int, t0: float, prev: float | None, extra: tuple[Any, ...]) -> Any:
-    blk = pcap_block(_read_again(path, start, end), offs, order, ns_mult, linktype, first, end)
+            ns_mult: int, link: tuple[int, int], n: int, t0: float, prev: float | None, extra: tuple[Any, ...]) -> Any:
+    blk = pcap_block(_read_again(path, start, end), offs, order, ns_mult, link[0], first, end, link[1])
     blk.from_file = start
     return render(blk, n, t0, prev, *extra)
 
@@ -575,13 +576,13 @@ class _Format:
 
 def _pcap_format(p: str, head: bytes, first_hdr: bytes, size: int, block_bytes: int) -> _Format:
     order, ns_mult = PCAP_MAGICS[head[:4]]
-    linktype = pcap_linktype(head, order)
+    linktype, fcs_len = pcap_linktype(head, order), pcap_fcs_len(head, order)
     sec0 = struct.unpack(order + "I", first_hdr[:4])[0] if len(first_hdr) == 16 else 0
     return _Format(
         24,
         lambda lo, hi, start: (_walk, (p, lo, hi, start, order, ns_mult, size, sec0)),
         lambda slot, render, start, end, offs, frame, n, t0, prev, extra: (
-            _run, (slot, render, p, start, end, offs, frame, order, ns_mult, linktype, n, t0, prev, extra)),
+            _run, (slot, render, p, start, end, offs, frame, order, ns_mult, linktype, fcs_len, n, t0, prev, extra)),
         lambda f, at, frame: pcap_raw(p, f, order, block_bytes, at, frame),
         lambda raw, k: _header_ts(raw.buf, k, order, ns_mult))
 

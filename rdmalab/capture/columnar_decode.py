@@ -45,6 +45,7 @@ from rdmalab.capture.linktypes import (
     LINKTYPE_ETHERNET,
     LINKTYPE_LINUX_SLL,
     LINKTYPE_LINUX_SLL2,
+    RAW_IP_LINKTYPES,
     erf_time_ns,
 )
 from rdmalab.capture.pcapio import RecordBlock
@@ -455,7 +456,13 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
         data["sll.hatype"] = np.where(sll2, _be(H, 8, 2), _be(H, 2, 2)).astype(np.uint16)
         data["sll.halen"] = np.where(sll2, H[:, 11], _be(H, 4, 2)).astype(np.uint16)
         data["sll.ifindex"] = _be(H, 4, 4).astype(np.uint32)
-    link = eth | sll  # (a header the columns read: what follows its EtherType is read the same way)
+    # raw IP: no link header; the version nibble stands for the EtherType (as the per-packet decode_ip reads it)
+    rawip = np.isin(blk.linktype, RAW_IP_LINKTYPES) & (caplen >= 1)
+    L["rawip"] = rawip
+    if rawip.any():
+        nibble = H[:, 0] >> 4
+        etype = np.where(rawip, np.where(nibble == 4, 0x0800, np.where(nibble == 6, 0x86DD, 0)), etype)
+    link = eth | sll | rawip  # (a header the columns read: what follows its EtherType is read the same way)
     # an 802.1ad S-TAG, then an 802.1Q tag (frames of more tags are not given to the columns:
     # columnar.stacked_tags)
     qinq = eth & (etype == ETHERTYPE_QINQ) & (caplen >= 18)
@@ -784,9 +791,10 @@ def fill_iwarp(blk: RecordBlock, cols: Columns, tracker: Any) -> None:
     v6 = L["ipv6"][idx]
     l3 = link_header_length(L)[idx]
     l4 = l3 + np.where(v6, 40, d["ip.hdr_len"][idx].astype(np.int64))
-    start = blk.offset[idx] + l4 + d["tcp.hdr_len"][idx].astype(np.int64)
+    hdr = d["tcp.hdr_len"][idx].astype(np.int64)
+    start = blk.offset[idx] + l4 + hdr
     end = np.minimum(start + d["tcp.len"][idx].astype(np.int64), blk.offset[idx] + blk.caplen[idx])
-    end = np.maximum(end, start)
+    end = np.where(hdr < 20, start, np.maximum(end, start))  # (a bogus header length: no payload, as tshark reads it)
     if v6.any():
         src = [_ipv6_text(a) if six else "" for a, six in zip(d["ipv6.src"][idx].tolist(), v6.tolist(), strict=True)]
         dst = [_ipv6_text(a) if six else "" for a, six in zip(d["ipv6.dst"][idx].tolist(), v6.tolist(), strict=True)]
@@ -926,11 +934,11 @@ def columns_from_block(blk: RecordBlock, *, tracker: Any = None, windows: TcpWin
     block to block (None: not followed)."""
     rows: list[dict[str, Any]] = []
     quoting: dict[int, dict[str, Any]] = {}
-    secs, ifs = blk.seconds(), blk.interfaces()
+    secs, ifs, fcss = blk.seconds(), blk.interfaces(), blk.fcs_lens()
     for i in range(len(blk)):
         off, cap = int(blk.offset[i]), int(blk.caplen[i])
         rec = RawRecord(blk.first + i, float(secs[i]), int(blk.linktype[i]), bytes(blk.buf[off:off + cap]),
-                        int(blk.wirelen[i]), int(ifs[i]), int(blk.ts_ns[i]))
+                        int(blk.wirelen[i]), int(ifs[i]), int(blk.ts_ns[i]), fcs_len=int(fcss[i]))
         cp = decode_record(rec, tracker=tracker)
         row, entry = per_packet_row(cp, conversations, windows)
         rows.append(row)

@@ -267,7 +267,7 @@ class Columns:
             enc = np.full(self.n, "other", dtype=object)
             eth = self.layers["eth"] | self.layers["sll"]  # (a Linux cooked capture's: as the per-packet decoder names it)
             enc[eth] = "eth"
-            enc[~eth & (self.layers["ip"] | self.layers["ipv6"])] = "ip"  # a raw IP link type
+            enc[(~eth & (self.layers["ip"] | self.layers["ipv6"])) | self.layers["rawip"]] = "ip"  # a raw IP link type
             enc[self.layers["infiniband.bth"]] = "ib"  # native InfiniBand (RoCE below)
             enc[self.layers["tcp.len"]] = "tcp"  # (a header longer than its datagram: not a segment)
             # (RoCE whose BTH the capture cut is RoCE all the same, as the per-packet decoder names it)
@@ -356,7 +356,7 @@ def empty_columns() -> Columns:
     return Columns(0, data, {k: np.zeros(0, dtype=bool) for k in _LAYER_NAMES})
 
 
-_LAYER_NAMES = sorted({c.layer for c in COLUMNS} | {"rocev1", "rocev2", "infiniband.reth", *IWARP_LAYERS})
+_LAYER_NAMES = sorted({c.layer for c in COLUMNS} | {"rocev1", "rocev2", "infiniband.reth", "rawip", *IWARP_LAYERS})
 
 
 # ============================================================================ printing like tshark
@@ -407,9 +407,10 @@ def format_column(cols: Columns, name: str, missing: str | None = "") -> list[An
 def link_header_length(layers: dict[str, np.ndarray]) -> np.ndarray:
     """Where each row's network header starts: after the Ethernet header and its tags (an 802.1ad
     S-TAG, an 802.1Q tag: four octets each, IEEE 802.1Q 9.6), or after a Linux cooked capture's
-    header (16 octets, v2's 20: tcpdump.org LINKTYPE_LINUX_SLL and LINKTYPE_LINUX_SLL2), as the
-    columns' layers say."""
+    header (16 octets, v2's 20: tcpdump.org LINKTYPE_LINUX_SLL and LINKTYPE_LINUX_SLL2), or at the
+    record's first octet (raw IP, ``rawip``), as the columns' layers say."""
     eth = 14 + 4 * (layers["ieee8021ad"].astype(np.int64) + layers["vlan"].astype(np.int64))
-    out: np.ndarray = np.where(layers["sll"], 16 + 4 * layers["sll.ifindex"].astype(np.int64), eth)
+    out: np.ndarray = np.where(layers["sll"], 16 + 4 * layers["sll.ifindex"].astype(np.int64),
+                               np.where(layers["rawip"], 0, eth))
     return out
 

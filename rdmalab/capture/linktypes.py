@@ -44,9 +44,11 @@ LINKTYPE_IPV4 = 228
 LINKTYPE_IPV6 = 229
 LINKTYPE_INFINIBAND = 247
 LINKTYPE_LINUX_SLL2 = 276
+#: raw IP: the record is an IPv4 or IPv6 datagram, its version nibble says which (a tun device's capture)
+RAW_IP_LINKTYPES = (LINKTYPE_RAW, LINKTYPE_DLT_RAW12, LINKTYPE_DLT_RAW14, LINKTYPE_IPV4, LINKTYPE_IPV6)
 #: the link types whose frames the columnar decoder reads (``rdmalab.capture.columnar_decode``):
-#: Ethernet, and Linux cooked captures v1 and v2 (``tcpdump -i any``, ``rdmalab capture -i any``)
-COLUMNAR_LINKTYPES = (LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2)
+#: Ethernet, Linux cooked captures v1 and v2 (``tcpdump -i any``, ``rdmalab capture -i any``) and raw IP
+COLUMNAR_LINKTYPES = (LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2, *RAW_IP_LINKTYPES)
 
 LINKTYPE_NAMES = {
     LINKTYPE_NULL: "BSD loopback",
@@ -367,17 +369,19 @@ def decode_erf(data: bytes, *, lenient: bool) -> Packet:
     return _rebase(inner, data, pos, prefix, inner.encap)
 
 
-def decode_frame(linktype: int, data: bytes, *, lenient: bool = True, wire_length: int | None = None) -> Packet:
+def decode_frame(linktype: int, data: bytes, *, lenient: bool = True, wire_length: int | None = None,
+                 fcs_len: int = -1) -> Packet:
     """Decode one captured record of the given link type.
 
     Strict (``lenient=False``) raises :class:`~rdmalab.wire.errors.DecodeError` on the first
     problem; lenient records problems in ``Packet.problems`` and never raises for bad bytes.
     ``wire_length``: the record's length on the wire (None or 0: as captured), which decides how an
-    Ethernet frame's octets after its datagram are divided (padding, trailer, FCS).
+    Ethernet frame's octets after its datagram are divided (padding, trailer, FCS), with ``fcs_len``, the
+    FCS length the capture says it keeps (-1: it does not say; :func:`~rdmalab.wire.net.ethernet_trailer`).
     """
     if linktype == LINKTYPE_ETHERNET:
-        return decode_ethernet(data, lenient=lenient, frame_len=wire_length or len(data))
-    if linktype in (LINKTYPE_RAW, LINKTYPE_DLT_RAW12, LINKTYPE_DLT_RAW14, LINKTYPE_IPV4, LINKTYPE_IPV6):
+        return decode_ethernet(data, lenient=lenient, frame_len=wire_length or len(data), fcs_len=fcs_len)
+    if linktype in RAW_IP_LINKTYPES:
         return decode_ip(data, lenient=lenient)
     if linktype == LINKTYPE_LINUX_SLL:
         return _cooked(SLL, data, lenient)

@@ -140,6 +140,9 @@ class RecordBlock:
     from_file: int | None = None
     #: int8 per record: the decimal places of its time as tshark shows them (:func:`time_digits`; None: all 6)
     digits: np.ndarray | None = None
+    #: int8 per record: the FCS length the capture says its frames keep (a pcap header's FCS bits, a pcapng
+    #: interface's ``if_fcslen``; -1: it does not say; None: -1 for all), :func:`~rdmalab.wire.net.ethernet_trailer`'s ``fcs_len``
+    fcs_len: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.offset)
@@ -152,6 +155,9 @@ class RecordBlock:
 
     def interfaces(self) -> np.ndarray:
         return self.interface if self.interface is not None else np.zeros(len(self.offset), dtype=np.int32)
+
+    def fcs_lens(self) -> np.ndarray:
+        return self.fcs_len if self.fcs_len is not None else np.full(len(self.offset), -1, dtype=np.int8)
 
 
 class StreamReader:
@@ -372,9 +378,9 @@ def record_blocks(path: str | os.PathLike[str], block_bytes: int = 16 << 20) -> 
         if len(head) < 24:
             raise CaptureError(p, f"ends inside the 24-byte pcap file header (after {len(head)} bytes)", offset=0)
         order, ns_mult = PCAP_MAGICS[magic]
-        linktype = pcap_linktype(head, order)
+        linktype, fcs_len = pcap_linktype(head, order), pcap_fcs_len(head, order)
         for raw in pcap_raw(p, f, order, block_bytes):
-            yield pcap_block(raw.buf, raw.offs, order, ns_mult, linktype, raw.first, raw.file_end)
+            yield pcap_block(raw.buf, raw.offs, order, ns_mult, linktype, raw.first, raw.file_end, fcs_len)
 
 
 @dataclass(slots=True)
@@ -473,8 +479,9 @@ def time_digits(units: int) -> int:
 
 
 def pcap_block(buf: bytes | bytearray, offs: np.ndarray, order: str, ns_mult: int, linktype: int, frame: int,
-               file_pos: int) -> RecordBlock:
-    """The pcap record headers at ``offs``, read with numpy (ts_sec, ts_frac, caplen, wirelen)."""
+               file_pos: int, fcs_len: int = -1) -> RecordBlock:
+    """The pcap record headers at ``offs``, read with numpy (ts_sec, ts_frac, caplen, wirelen); the file's
+    header says its frames keep an FCS of ``fcs_len`` octets (-1: it does not say, :func:`pcap_fcs_len`)."""
     at = np.asarray(offs, dtype=np.int64)
     bufnp = np.frombuffer(buf, dtype=np.uint8)
     hdr = np.lib.stride_tricks.sliding_window_view(bufnp, 16)[at]
@@ -484,22 +491,23 @@ def pcap_block(buf: bytes | bytearray, offs: np.ndarray, order: str, ns_mult: in
     ts = r[:, 0].astype(np.float64) + r[:, 1].astype(np.float64) / (1e6 if ns_mult == 1000 else 1e9)
     return RecordBlock(buf, at + 16, r[:, 2], r[:, 3], r[:, 0] * 1_000_000_000 + r[:, 1] * ns_mult,
                        np.full(n, linktype, dtype=np.int32), frame, file_pos, ts,
-                       digits=np.full(n, 9 if ns_mult == 1 else 6, dtype=np.int8))
+                       digits=np.full(n, 9 if ns_mult == 1 else 6, dtype=np.int8),
+                       fcs_len=None if fcs_len < 0 else np.full(n, fcs_len, dtype=np.int8))
 
 
 class _Ifaces:
     """The interfaces of the current section: link type, timestamp units per second, offset in
-    seconds, as lists (the block-by-block rules) and as arrays (the runs)."""
+    seconds, FCS length (-1: not said), as lists (the block-by-block rules) and as arrays (the runs)."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple[int, int, int]] = []
+        self.rows: list[tuple[int, int, int, int]] = []
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def clear(self) -> None:
         self.rows = []
         self._arrays = None
 
-    def append(self, row: tuple[int, int, int]) -> None:
+    def append(self, row: tuple[int, int, int, int]) -> None:
         self.rows.append(row)
         self._arrays = None
 
@@ -514,6 +522,12 @@ class _Ifaces:
         """Each interface's :func:`time_digits` (int8), from its units."""
         return np.array([time_digits(r[1]) for r in self.rows], dtype=np.int8)
 
+    def fcs(self) -> np.ndarray | None:
+        """Each interface's FCS length (int8; -1: not said), or None when no interface says one."""
+        if all(r[3] < 0 for r in self.rows):
+            return None
+        return np.array([r[3] for r in self.rows], dtype=np.int8)
+
 
 #: the nanoseconds an int64 holds (years 1677 to 2262): a pcapng timestamp outside them (64 bits
 #: of units: a damaged block, mostly) is held as the nearest; its float seconds stay as read
@@ -525,6 +539,13 @@ def pcap_linktype(head: bytes, order: str) -> int:
     (pcap-savefile(5): LT_LINKTYPE; the upper bits may say an FCS length, bits 16-25 are reserved
     and ignored by readers)."""
     return int(struct.unpack_from(order + "I", head, 20)[0]) & 0xFFFF
+
+
+def pcap_fcs_len(head: bytes, order: str) -> int:
+    """The FCS length, in octets, a pcap file's header says its frames keep, or -1 when it does not say
+    (pcap-savefile(5): bit 26 of the link type word, the F bit, says bits 28-31 hold it in 16-bit words)."""
+    word = int(struct.unpack_from(order + "I", head, 20)[0])
+    return (word >> 28) * 2 if word & 0x04000000 else -1
 
 
 def epoch_ns(ts: float) -> int:
@@ -574,10 +595,11 @@ def _times(t: np.ndarray, iface: np.ndarray, ifaces: _Ifaces) -> tuple[np.ndarra
     return ns, secs
 
 
-def _interface(buf: bytes | bytearray, pos: int, blen: int, order: str) -> tuple[int, int, int]:
+def _interface(buf: bytes | bytearray, pos: int, blen: int, order: str) -> tuple[int, int, int, int]:
     """The interface description block at ``pos`` (``blen`` bytes, at least 20): its link type,
-    timestamp units per second (``if_tsresol``, default microseconds) and offset in seconds
-    (``if_tsoffset``)."""
+    timestamp units per second (``if_tsresol``, default microseconds), offset in seconds
+    (``if_tsoffset``) and the FCS length its frames keep (``if_fcslen``, option 13, in octets; -1
+    without it)."""
     lt = struct.unpack_from(order + "H", buf, pos + 8)[0]
     units, tsoff = 1_000_000, 0
     opts = _options(buf, pos + 16, pos + blen - 4, order)
@@ -587,7 +609,11 @@ def _interface(buf: bytes | bytearray, pos: int, blen: int, order: str) -> tuple
     for v in opts.get(14, []):
         if len(v) >= 8:
             tsoff = struct.unpack_from(order + "q", v)[0]
-    return lt, units, tsoff
+    fcs = -1
+    for v in opts.get(13, []):
+        if len(v) >= 1:
+            fcs = v[0]
+    return lt, units, tsoff, fcs
 
 
 class _EpbCandidates:
@@ -624,7 +650,7 @@ class _EpbCandidates:
 
 
 def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int, *, order: str = "<",
-                   interfaces: list[tuple[int, int, int]] | None = None, frame: int = 1,
+                   interfaces: list[tuple[int, int, int, int]] | None = None, frame: int = 1,
                    pos_file: int = 0) -> Iterator[RecordBlock]:
     """The records of a pcapng file whose first bytes ``head`` were read from ``f``, in blocks of
     about ``block_bytes``, walked in bulk (see the module's docstring, "pcapng in bulk").
@@ -665,8 +691,10 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int, *, or
                             t = (words[at + 3].astype(np.uint64) << np.uint64(32)) | words[at + 4].astype(np.uint64)
                             ns, secs = _times(t, iface, ifaces)
                             lts = ifaces.arrays()[0][iface]
+                            fcs_of = ifaces.fcs()
                             parts.append(((at << 2) + 28, cap, words[at + 6].astype(np.int64), ns, secs, lts,
-                                          iface.astype(np.int32), ifaces.digits()[iface]))
+                                          iface.astype(np.int32), ifaces.digits()[iface],
+                                          np.full(len(at), -1, dtype=np.int8) if fcs_of is None else fcs_of[iface]))
                             count += len(at)
                             pos = int((at[-1] << 2) + blen_a[-1])
                             continue
@@ -730,7 +758,7 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int, *, or
                                                  "interface(s) were described before it", offset=at_file,
                                            frames_read=frame - 1 + count)
                         break
-                    lt, units, tsoff = ifaces.rows[iface_i]
+                    lt, units, tsoff, fcs1 = ifaces.rows[iface_i]
                     if tv is None:  # a simple packet block has no time
                         ns1, s1 = 0, 0.0
                     else:
@@ -738,16 +766,18 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int, *, or
                     parts.append((np.array([data], dtype=np.int64), np.array([cap_i], dtype=np.int64),
                                   np.array([wire], dtype=np.int64), np.array([ns1], dtype=np.int64),
                                   np.array([s1], dtype=np.float64), np.array([lt], dtype=np.int32),
-                                  np.array([iface_i], dtype=np.int32), np.array([time_digits(units)], dtype=np.int8)))
+                                  np.array([iface_i], dtype=np.int32), np.array([time_digits(units)], dtype=np.int8),
+                                  np.array([fcs1], dtype=np.int8)))
                     count += 1
                 pos += blen
         del words
         if count:
-            cols = [np.concatenate([p[i] for p in parts]) if len(parts) > 1 else parts[0][i] for i in range(8)]
-            offs, caps, wires, tss, secs_a, lts_a, ifs, digs = cols
+            cols = [np.concatenate([p[i] for p in parts]) if len(parts) > 1 else parts[0][i] for i in range(9)]
+            offs, caps, wires, tss, secs_a, lts_a, ifs, digs, fcss = cols
             yield RecordBlock(buf, offs.astype(np.int64), caps.astype(np.int64), wires.astype(np.int64),
                               tss.astype(np.int64), lts_a.astype(np.int32), frame, pos_file + pos,
-                              secs_a.astype(np.float64), ifs.astype(np.int32), digits=digs.astype(np.int8))
+                              secs_a.astype(np.float64), ifs.astype(np.int32), digits=digs.astype(np.int8),
+                              fcs_len=fcss.astype(np.int8) if (fcss >= 0).any() else None)
             frame += count
         if err is not None:
             raise err
@@ -779,7 +809,7 @@ class PcapngSection:
     another section (the file's size when there is none)."""
 
     order: str
-    interfaces: list[tuple[int, int, int]]
+    interfaces: list[tuple[int, int, int, int]]
     first: int
 
 
@@ -797,7 +827,7 @@ def pcapng_section(f: IO[bytes], size: int) -> PcapngSection | None:
     pos = struct.unpack_from(order + "I", shb, 4)[0]
     if pos < 28 or pos % 4 or pos > MAX_RECORD or pos > size:
         return None
-    rows: list[tuple[int, int, int]] = []
+    rows: list[tuple[int, int, int, int]] = []
     while pos + 8 <= size:
         f.seek(pos)
         hdr = read_full(f, 8)
@@ -814,7 +844,7 @@ def pcapng_section(f: IO[bytes], size: int) -> PcapngSection | None:
     return PcapngSection(order, rows, pos) if pos == size else None
 
 
-def pcapng_block(buf: bytes | bytearray, offs: np.ndarray, order: str, interfaces: list[tuple[int, int, int]],
+def pcapng_block(buf: bytes | bytearray, offs: np.ndarray, order: str, interfaces: list[tuple[int, int, int, int]],
                  frame: int, file_pos: int) -> RecordBlock:
     """The packets of the pcapng packet blocks at ``offs`` of ``buf`` (each whole and sane as the
     reader checks them: offsets multiples of 4 from the buffer's start), on ``interfaces``, read
@@ -842,8 +872,10 @@ def pcapng_block(buf: bytes | bytearray, offs: np.ndarray, order: str, interface
         t = (words[w[timed] + 3].astype(np.uint64) << np.uint64(32)) | words[w[timed] + 4].astype(np.uint64)
         ns[timed], secs[timed] = _times(t, iface[timed], ifaces)
     lts = ifaces.arrays()[0][iface] if n else np.zeros(0, dtype=np.int32)
+    fcs_of = ifaces.fcs()
     return RecordBlock(buf, at + np.where(simple, 12, 28), cap, wire, ns, lts.astype(np.int32), frame, file_pos,
-                       secs, iface.astype(np.int32), digits=ifaces.digits()[iface] if n else np.zeros(0, dtype=np.int8))
+                       secs, iface.astype(np.int32), digits=ifaces.digits()[iface] if n else np.zeros(0, dtype=np.int8),
+                       fcs_len=fcs_of[iface] if fcs_of is not None and n else None)
 
 
 #: the fields of a pcapng file's blocks around its packets, as Wireshark names them: the section's number

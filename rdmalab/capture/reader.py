@@ -43,6 +43,8 @@ class RawRecord:
     ns: int | None = None
     #: the decimal places of its time as tshark shows them (:func:`~rdmalab.capture.pcapio.time_digits`)
     digits: int = 6
+    #: the FCS length the capture says its frames keep (-1: it does not say): ``RecordBlock.fcs_len``
+    fcs_len: int = -1
 
 
 @dataclass(slots=True)
@@ -129,9 +131,9 @@ def records(path: str | os.PathLike[str], *, block_bytes: int = 1 << 20) -> Iter
         buf = blk.buf
         rows = zip(blk.offset.tolist(), blk.caplen.tolist(), blk.wirelen.tolist(), blk.seconds().tolist(),
                    blk.linktype.tolist(), blk.interfaces().tolist(), blk.ts_ns.tolist(), blk.time_digits().tolist(),
-                   strict=True)
-        for n, (off, cap, wire, ts, lt, iface, ns, digits) in enumerate(rows, blk.first):
-            yield RawRecord(n, ts, lt, bytes(buf[off:off + cap]), wire, iface, ns, digits)
+                   blk.fcs_lens().tolist(), strict=True)
+        for n, (off, cap, wire, ts, lt, iface, ns, digits, fcs) in enumerate(rows, blk.first):
+            yield RawRecord(n, ts, lt, bytes(buf[off:off + cap]), wire, iface, ns, digits, fcs)
 
 
 # ============================================================================ decoded packets
@@ -147,7 +149,7 @@ def _load_iwarp_tracker() -> Any:
 def decode_record(rec: RawRecord, *, lenient: bool = True, tracker: Any = None) -> CapturedPacket:
     """Decode one raw record (and feed TCP segments to an iWARP tracker, if given)."""
     try:
-        pkt = decode_frame(rec.linktype, rec.data, lenient=lenient, wire_length=rec.wire_length)
+        pkt = decode_frame(rec.linktype, rec.data, lenient=lenient, wire_length=rec.wire_length, fcs_len=rec.fcs_len)
     except DecodeError as err:
         err.frame_number = rec.frame_number  # type: ignore[attr-defined]
         raise

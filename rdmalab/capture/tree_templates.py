@@ -238,9 +238,9 @@ def _icrc(buf: bytes | bytearray, start: int, end: int) -> int:
 
 
 def fast_frame(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
-               tracker: Any) -> bytes | None:
+               tracker: Any, fcs_len: int = -1) -> bytes | None:
     """The tree of the Ethernet frame ``buf[o:o + cap]`` (frame number ``frame``, ``wire`` bytes on the
-    wire, time ``ts``), as :func:`~rdmalab.capture.render.frame_tree` of the lenient per-packet
+    wire, time ``ts``, from a capture that says it keeps an FCS of ``fcs_len`` octets, -1: does not say), as :func:`~rdmalab.capture.render.frame_tree` of the lenient per-packet
     decoder writes it (UTF-8), or None when the frame is not one this module writes (nothing is then fed
     to ``tracker``, the iWARP reassembly, or None)."""
     if cap < 54 or buf[o + 12:o + 15] != _IPV4_START or not _PLAIN:
@@ -252,7 +252,7 @@ def fast_frame(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, 
     ip_end = 14 + total
     tail: list[str] = []  # the octets after the datagram: padding, a trailer, an FCS
     if ip_end < cap:
-        trailer = ethernet_trailer(bytes(buf[o:o + cap]), ip_end, wire or cap)
+        trailer = ethernet_trailer(bytes(buf[o:o + cap]), ip_end, wire or cap, fcs_len)
         if trailer is not None:
             tail = trailer_lines("    ", trailer)
     proto = buf[o + 23]
@@ -376,13 +376,13 @@ def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int 
         buf = blk.buf
         out: list[bytes] = []
         rows = zip(blk.offset.tolist(), blk.caplen.tolist(), blk.wirelen.tolist(), blk.seconds().tolist(),
-                   blk.linktype.tolist(), blk.interfaces().tolist(), strict=True)
+                   blk.linktype.tolist(), blk.interfaces().tolist(), blk.fcs_lens().tolist(), strict=True)
         last = False
         fast, ethernet = fast_frame, LINKTYPE_ETHERNET
-        for n, (off, cap, wire, ts, lt, iface) in enumerate(rows, blk.first):
-            text = fast(buf, off, cap, n, wire, ts, iface, tracker) if lt == ethernet else None
+        for n, (off, cap, wire, ts, lt, iface, fcs) in enumerate(rows, blk.first):
+            text = fast(buf, off, cap, n, wire, ts, iface, tracker, fcs) if lt == ethernet else None
             if text is None:
-                rec = RawRecord(n, ts, lt, bytes(buf[off:off + cap]), wire, iface)
+                rec = RawRecord(n, ts, lt, bytes(buf[off:off + cap]), wire, iface, fcs_len=fcs)
                 text = frame_tree(decode_record(rec, lenient=True, tracker=tracker)).encode()
             out.append(text)
             if count is not None and n >= count:

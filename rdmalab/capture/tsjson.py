@@ -442,8 +442,8 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any],
         values = v if isinstance(v, list) else [v]
         if name in TRAILER_BYTES:  # (hex text: colon-separated, as the JSON writes bytes)
             values = [_hexbytes(bytes.fromhex(x)) for x in values]
-        if proto == "eth" and tagged_trailer:  # after an 802.1Q tag its dissector's tree holds them (packet-vlan.c)
-            proto = "vlan"
+        if proto == "eth" and tagged_trailer and name in TRAILER_BYTES:  # after an 802.1Q tag its dissector's
+            proto = "vlan"  # tree holds the trailer (packet-vlan.c); an FCS the capture says it keeps stays in eth's
         shown: Any = [value_text(name, x) for x in values] if len(values) > 1 else value_text(name, values[0])
         if proto in current and proto != "rdmalab":
             dest = current[proto]
@@ -732,7 +732,7 @@ def iter_json(packets: Iterable[CapturedPacket], keep: Any = None, meta: FrameMe
 
 #: a frame left to this process: (index in block, timestamp, linktype, bytes, wire length,
 #: interface, timestamp of the frame before): timestamps in float seconds and nanoseconds
-_Left = tuple[int, float, int, int, bytes, int, int, int]
+_Left = tuple[int, float, int, int, bytes, int, int, int, int]
 
 
 def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> tuple[int, list[str | _Left]]:
@@ -742,7 +742,7 @@ def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> t
     first_ns = t0
     secs = blk.seconds().tolist()
     nss = [record_ns(ts, ns) for ts, ns in zip(secs, blk.ts_ns.tolist(), strict=True)]
-    ifs = blk.interfaces().tolist()
+    ifs, fcss = blk.interfaces().tolist(), blk.fcs_lens().tolist()
     offs, caps, wires, lts = blk.offset.tolist(), blk.caplen.tolist(), blk.wirelen.tolist(), blk.linktype.tolist()
     pieces: list[str | _Left] = []
     run: list[str] = []
@@ -752,7 +752,8 @@ def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> t
         data = bytes(blk.buf[offs[j]:offs[j] + caps[j]])
         text = None
         try:
-            cp = decode_record(RawRecord(blk.first + j, ts, lts[j], data, wires[j], ifs[j], ns), lenient=lenient)
+            cp = decode_record(RawRecord(blk.first + j, ts, lts[j], data, wires[j], ifs[j], ns, fcs_len=fcss[j]),
+                               lenient=lenient)
             # an ERF record's time is its own (exact nanoseconds), the frame after one takes it as its
             # frame before's, and the first frame's frame before is in another block: all left to the caller
             if cp.packet.encap != "tcp" and lts[j] != LINKTYPE_ERF and (
@@ -764,7 +765,7 @@ def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> t
             if run:
                 pieces.append("".join(run))
                 run = []
-            pieces.append((j, ts, ns, lts[j], data, wires[j], ifs[j], before))
+            pieces.append((j, ts, ns, lts[j], data, wires[j], ifs[j], before, fcss[j]))
         else:
             run.append(",\n  " + text)
         before = ns
@@ -818,9 +819,10 @@ def iter_json_file(path: str, *, workers: int, lenient: bool = True, iwarp: bool
                 yield piece if started else piece[2:]  # the first frame has no comma before it
                 started = True
                 continue
-            j, ts, ns, lt, data, wire, iface, before = piece
+            j, ts, ns, lt, data, wire, iface, before, fcs = piece
             nxt = first + j + 1
-            cp = decode_record(RawRecord(first + j, ts, lt, data, wire, iface, ns), lenient=lenient, tracker=tracker)
+            cp = decode_record(RawRecord(first + j, ts, lt, data, wire, iface, ns, fcs_len=fcs), lenient=lenient,
+                               tracker=tracker)
             # the time of the frame before, as iter_json takes it (an ERF record's own) when it was decoded here
             p_ns = last[1] if last is not None and last[0] == first + j - 1 else before
             last = (first + j, cp.epoch_ns)

@@ -84,16 +84,17 @@ AddressLike = str | int | ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def decode_ethernet(data: bytes | bytearray | memoryview, *, lenient: bool = False, rocev2_ports: Sequence[int] = (ROCEV2_PORT,),
-                    frame_len: int | None = None) -> Packet:
+                    frame_len: int | None = None, fcs_len: int = -1) -> Packet:
     """Decode an Ethernet frame (as a pcap with LINKTYPE_ETHERNET holds it).
 
     ``frame_len`` is the frame's length on the wire (the record's; None: ``len(data)``); with it the
-    octets after the datagram are divided into padding, trailer and FCS as for a capture that does not
-    say whether it kept the FCS (:func:`~rdmalab.wire.net.ethernet_trailer`, ``Packet.eth_trailer``)."""
+    octets after the datagram are divided into padding, trailer and FCS, for a capture that says its
+    frames keep an FCS of ``fcs_len`` octets, or (-1) does not say
+    (:func:`~rdmalab.wire.net.ethernet_trailer`, ``Packet.eth_trailer``)."""
     raw = bytes(data)
     pkt = Packet(raw, encap="eth" if len(raw) >= 14 else "other")  # (no whole Ethernet header: nothing decoded)
     size = len(raw) if frame_len is None else frame_len
-    return guarded(pkt, lenient, lambda: _eth(raw, pkt, lenient, tuple(rocev2_ports), size))
+    return guarded(pkt, lenient, lambda: _eth(raw, pkt, lenient, tuple(rocev2_ports), size, fcs_len))
 
 
 def decode_ip(data: bytes | bytearray | memoryview, *, lenient: bool = False, rocev2_ports: Sequence[int] = (ROCEV2_PORT,)) -> Packet:
@@ -122,7 +123,7 @@ def decode_after_ethertype(
     return guarded(pkt, lenient, lambda: _after_ethertype(raw, pkt, ethertype, offset, lenient, tuple(rocev2_ports)))
 
 
-def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...], frame_len: int) -> None:
+def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...], frame_len: int, fcs_len: int) -> None:
     eth = Ethernet.decode(data, 0)
     pkt.layers.append(Layer(eth, 0))
     try:
@@ -130,7 +131,7 @@ def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...], frame_
     finally:  # (a datagram the decoder gave up on part way has its length all the same)
         if pkt.datagram_end is not None:
             tagged = any(type(layer.header) is VLAN for layer in pkt.layers)
-            pkt.eth_trailer = ethernet_trailer(data, pkt.datagram_end, frame_len, tagged=tagged)
+            pkt.eth_trailer = ethernet_trailer(data, pkt.datagram_end, frame_len, fcs_len, tagged=tagged)
 
 
 def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient: bool, ports: tuple[int, ...]) -> None:
@@ -265,7 +266,11 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         pkt.layers.append(Layer(tcp, pos))
         for p in tcp.check(pos):
             _problem(pkt, p, lenient)
-        start = pos + max(20, tcp.header_len)
+        if tcp.data_offset < 5:  # a bogus header length: nothing after the header is read (tshark: no payload)
+            pkt.encap = "tcp"
+            pkt.payload_offset, pkt.payload_length = min(pos + 20, end), 0
+            return
+        start = pos + tcp.header_len
         if start > end:
             if wire_end <= len(data):  # a header longer than its datagram: damaged
                 raise TruncatedError("TCP", "data_offset", pos + 12, tcp.data_offset, "options within the packet")

@@ -136,16 +136,33 @@ def ethernet_trailer(data: bytes, datagram_end: int, frame_len: int, fcs_len: in
     captured; ``frame_len`` octets long on the wire), as Wireshark 4.0 divides it, or None when nothing
     of it was captured.
 
-    ``fcs_len`` is what the capture says of an FCS: 4 (it has one), 0 (it has none) or
-    -1 (it does not say: a pcap or pcapng file of link type Ethernet, an ERF record), in which case a frame of 64
-    octets or more whose trailer (after any padding) has 4 octets or more is taken to end in one.
+    ``fcs_len`` is what the capture says of an FCS: 4 (it has one: a pcap file's header with its FCS
+    bits, a pcapng interface's ``if_fcslen``), 0 (it has none) or -1 (it does not say: most pcap and
+    pcapng files of link type Ethernet, an ERF record), in which case a frame of 64 octets or more
+    whose trailer (after any padding) has 4 octets or more is taken to end in one.
     Padding is counted only where the frame had to be padded (the datagram with its headers under 60
     octets, the frame 60 or more) and only when those octets are all zero.  After an 802.1Q tag
-    (``tagged``) Wireshark looks for no FCS and names the rest ``vlan.trailer``."""
+    (``tagged``) Wireshark looks for no FCS in the trailer and names it ``vlan.trailer``.
+
+    When the capture says 4, Wireshark (``epan/dissectors/packet-eth.c``) takes the FCS off the frame's
+    end before it reads what the EtherType names (measured with tshark 4.0.17,
+    ``tests/capture/test_declared_fcs.py``): a datagram that runs into those 4 octets leaves no trailer,
+    and the FCS is the frame's last 4 octets all the same; otherwise the octets after the datagram,
+    FCS included, are divided as above, and an FCS is shown only when 4 octets or more are left after
+    the padding (none, and no trailer, when fewer are).  After a tag the trailer ends where the FCS
+    starts, and the FCS is shown when the frame is 64 octets or more (or under 60: no padding; from 60 to
+    63 Wireshark shows padding where the FCS would be, which this does not divide)."""
     reported = frame_len - datagram_end
     captured = min(len(data), frame_len) - datagram_end
+    declared = fcs_len == 4
+    if declared and reported <= 4:  # the datagram reaches into the FCS: the FCS, nothing else
+        return _fcs_only(data, datagram_end, frame_len, "vlan.trailer" if tagged else "eth.trailer")
     if reported <= 0 or captured <= 0:
         return None
+    fcs_outside = tagged and declared  # (the FCS off the end before the tag's trailer is divided)
+    if fcs_outside:
+        captured = min(captured, reported - 4)
+        reported -= 4
     if tagged:
         fcs_len = 0
     pad = 0
@@ -154,20 +171,40 @@ def ethernet_trailer(data: bytes, datagram_end: int, frame_len: int, fcs_len: in
         if pad > captured or any(data[datagram_end:datagram_end + pad]):
             pad = 0
     reported -= pad
-    captured -= pad
-    fcs = fcs_len == 4 or (fcs_len < 0 and frame_len >= 64 and reported >= 4)
+    captured = max(captured - pad, 0)
+    fcs = (declared and not tagged and reported >= 4) or (fcs_len < 0 and frame_len >= 64 and reported >= 4)
+    if declared and not tagged and reported < 4:  # too few left for the FCS: Wireshark shows neither
+        reported = captured = 0
     if fcs:
         reported -= 4
         captured = min(captured, reported) if captured < reported + 4 else captured - 4
+    if fcs_outside:
+        fcs = frame_len >= 64 or frame_len < ETH_MIN_FRAME
     at = datagram_end + pad
-    fcs_at = at + reported if fcs and at + reported + 4 <= len(data) else None
-    value = expected = None
-    if fcs_at is not None:
-        value = int.from_bytes(data[fcs_at:fcs_at + 4], "big")
-        if fcs_at + 4 == frame_len:  # the whole frame captured: what its CRC-32 is
-            expected = int.from_bytes(zlib.crc32(data[:fcs_at]).to_bytes(4, "little"), "big")
+    fcs_at = frame_len - 4 if fcs and 4 <= frame_len <= len(data) else None  # (captured whole)
+    value, expected = _fcs_of(data, fcs_at, frame_len)
     return EthernetTrailer(datagram_end, bytes(data[datagram_end:at]), at, bytes(data[at:at + max(0, captured)]),
                            fcs_at, value, expected, "vlan.trailer" if tagged else "eth.trailer")
+
+
+def _fcs_of(data: bytes, fcs_at: int | None, frame_len: int) -> tuple[int | None, int | None]:
+    """The FCS at ``fcs_at`` (None: none) and, when the whole frame was captured, what its CRC-32 is."""
+    if fcs_at is None:
+        return None, None
+    value = int.from_bytes(data[fcs_at:fcs_at + 4], "big")
+    expected = None
+    if fcs_at + 4 == frame_len:
+        expected = int.from_bytes(zlib.crc32(data[:fcs_at]).to_bytes(4, "little"), "big")
+    return value, expected
+
+
+def _fcs_only(data: bytes, datagram_end: int, frame_len: int, name: str) -> EthernetTrailer | None:
+    """A frame whose datagram runs into the FCS its capture says it keeps: the last 4 octets, when captured."""
+    fcs_at = frame_len - 4 if 4 <= frame_len <= len(data) else None
+    if fcs_at is None:
+        return None
+    value, expected = _fcs_of(data, fcs_at, frame_len)
+    return EthernetTrailer(datagram_end, b"", datagram_end, b"", fcs_at, value, expected, name)
 
 
 @dataclass(frozen=True, slots=True)

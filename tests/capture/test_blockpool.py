@@ -313,7 +313,7 @@ def test_results_come_back_through_shared_memory_or_the_pipe(monkeypatch: pytest
     shm = mmap.mmap(-1, 2 << 16)
     monkeypatch.setattr(blockpool, "_SLOTS", (shm, 1 << 16))
     for big, slot in ((10, 1), (1 << 15, 0)):  # a result of about 40 bytes, then one of about 200 KiB
-        task = (slot, _sized, path, int(w.offs[0]), w.end, offs, 1, order, ns_mult, 1, len(offs), 0.0, None, (big,))
+        task = (slot, _sized, path, int(w.offs[0]), w.end, offs, 1, order, ns_mult, 1, -1, len(offs), 0.0, None, (big,))
         got = blockpool._run(task)
         want = _sized(type("B", (), {"first": 1})(), len(offs), 0.0, None, big)
         if big == 10:
@@ -729,13 +729,14 @@ def test_which_pcapng_files_the_workers_read(tmp_path: Path) -> None:
     erf = tmp_path / "erf.pcapng"
     erf.write_bytes(_shb() + _idb(1) + _idb(LINKTYPE_ERF) + _epb(0, frames[0][0] // 1000, *frames[0][1:]))
     assert not parallel_capture(str(erf))
-    # -T fields decodes frames of link types the columns do not read (raw IP) with the per-packet decoder,
-    # in order; Linux cooked captures the columns read, as Ethernet
-    raw = tmp_path / "raw.pcapng"
-    raw.write_bytes(_shb() + _idb(1) + _idb(101) + _epb(0, frames[0][0] // 1000, *frames[0][1:]))
-    assert parallel_capture(str(raw)) and not parallel_capture(str(raw), ethernet=True)
+    # -T fields decodes frames of link types the columns do not read (BSD loopback) with the per-packet
+    # decoder, in order; Linux cooked captures and raw IP the columns read, as Ethernet
+    loop = tmp_path / "loop.pcapng"
+    loop.write_bytes(_shb() + _idb(1) + _idb(0) + _epb(0, frames[0][0] // 1000, *frames[0][1:]))
+    assert parallel_capture(str(loop)) and not parallel_capture(str(loop), ethernet=True)
     sll = tmp_path / "sll.pcapng"
-    sll.write_bytes(_shb() + _idb(1) + _idb(113) + _idb(276) + _epb(0, frames[0][0] // 1000, *frames[0][1:]))
+    sll.write_bytes(_shb() + _idb(1) + _idb(113) + _idb(276) + _idb(101) + _idb(228) + _idb(229)
+                    + _epb(0, frames[0][0] // 1000, *frames[0][1:]))
     assert parallel_capture(str(sll), ethernet=True)
     pcap = tmp_path / "a.pcap"
     hostile.write(pcap, frames)

@@ -1,5 +1,5 @@
 """Damaged frames of the link types the columns read besides Ethernet (Linux cooked v1 and v2, ERF
-Ethernet records) and of Ethernet itself: random octets changed, some records cut (never below the
+Ethernet records, raw IP) and of Ethernet itself: random octets changed, some records cut (never below the
 link header), and the columns' summary lines and fields must be the per-packet decoder's."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from test_cooked_columns import cooked_copy
 from test_erf_columns import erf_copy
+from test_rawip_columns import rawip_copy
 from tshark_cli import decode
 
 from rdmalab.capture import records
@@ -22,7 +23,7 @@ FIELDS = ["frame.number", "frame.len", "frame.cap_len", "sll.pkttype", "sll.etyp
           "tcp.window_size", "udp.stream", "tcp.stream", "iwarp_ddp.stag", "rdmalab.payload.len"]
 SOURCES = ["rxe_write_bw_loss.pcap", "siw_crc_write_bw.pcap", "rxe_rping.pcap", "lo_icmp_unreachable.pcap",
            "synthetic_all_opcodes_rocev1.pcap"]
-HEADER = {"eth": 14, "sll1": 16, "sll2": 20, "erf": 32}  # (ERF: its 16 octets, the pad octets, Ethernet's 14)
+HEADER = {"eth": 14, "sll1": 16, "sll2": 20, "erf": 32, "rawip": 1}  # (ERF: its 16 octets, the pad octets, Ethernet's 14)
 
 
 def _damaged(src: Path, dest: Path, rng: random.Random, keep: int) -> Path:
@@ -41,11 +42,11 @@ def _damaged(src: Path, dest: Path, rng: random.Random, keep: int) -> Path:
 
 
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("kind", ["eth", "sll1", "sll2", "erf"])
+@pytest.mark.parametrize("kind", ["eth", "sll1", "sll2", "erf", "rawip"])
 def test_columns_read_damaged_frames_as_the_per_packet_decoder(tmp_path: Path, capsys: Any, kind: str, seed: int) -> None:
     rng = random.Random(f"{kind}{seed}")
     name = SOURCES[(seed + len(kind)) % len(SOURCES)]
-    src = ROOT / "captures" / name if kind == "eth" else \
+    src = ROOT / "captures" / name if kind == "eth" else rawip_copy(tmp_path, name) if kind == "rawip" else \
         erf_copy(tmp_path, name) if kind == "erf" else cooked_copy(tmp_path, name, int(kind[-1]))
     path = _damaged(src, tmp_path / f"damaged_{kind}.pcap", rng, HEADER[kind])
     summary = decode(capsys, "-r", str(path))
@@ -124,3 +125,27 @@ def test_an_ip_version_its_ethertype_does_not_name(tmp_path: Path, capsys: Any) 
     out = decode(capsys, *args)
     assert out == decode(capsys, *args, "--no-columnar") == "1\t\t\t\teth\n2\t\t\t\teth\n"
     assert "expected 6 (EtherType 0x86dd)" in decode(capsys, "-r", str(path), "--no-columnar").splitlines()[0]
+
+
+def test_a_bogus_tcp_header_length_leaves_no_payload(tmp_path: Path, capsys: Any) -> None:
+    """A TCP data offset under 5 (a header under 20 octets): tshark reads no payload after it ("Bogus TCP
+    header length"), and neither does rdmalab, on both paths: the iWARP stream is not fed octets from
+    where the header says it ends (the columns fed them from there, the per-packet decoder from octet 20)."""
+    recs = list(records(ROOT / "captures" / "siw_crc_write_bw.pcap"))
+    frames = []
+    hit = None
+    for r in recs:
+        d = bytearray(r.data)
+        if hit is None and d[12:14] == b"\x08\x00" and d[23] == 6 and len(d) > 100 and r.frame_number > 12:
+            d[46] = (3 << 4) | (d[46] & 0x0F)  # data offset 3: 12 octets
+            hit = r.frame_number
+        frames.append((r.ns, bytes(d)))
+    assert hit is not None
+    path = tmp_path / "bogus.pcap"
+    write_capture(path, frames, nano=False)
+    args = ["-r", str(path), "-T", "fields", *(a for n in FIELDS for a in ("-e", n)), "-e", "tcp.payload"]
+    out = decode(capsys, *args)
+    assert out == decode(capsys, *args, "--no-columnar")
+    row = out.splitlines()[hit - 1].split("\t")
+    assert row[0] == str(hit) and row[FIELDS.index("tcp.len")] != "0" and row[-1] == ""
+    assert decode(capsys, "-r", str(path)) == decode(capsys, "-r", str(path), "--no-columnar")
