@@ -633,7 +633,7 @@ class _EpbCandidates:
         # the candidates i after which candidate i+1 does not start where candidate i ends
         self.breaks: np.ndarray = np.flatnonzero(self.at[1:] != self.nxt[:-1])
 
-    def run(self, word: int) -> np.ndarray:
+    def chain(self, word: int) -> np.ndarray:
         """The word indexes of the run of EPBs that starts at word ``word`` (empty when the block
         there is not a whole EPB with a length it may have)."""
         at, nxt, pieces = self.at, self.nxt, []
@@ -678,7 +678,7 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int, *, or
                     # a run of Enhanced Packet Blocks: follow the lengths, then read them with numpy
                     if epbs is None:
                         epbs = _EpbCandidates(words, end)
-                    at = epbs.run(pos >> 2)
+                    at = epbs.chain(pos >> 2)
                     if len(at):
                         blen_a = words[at + 1].astype(np.int64)
                         iface = words[at + 2].astype(np.int64)
