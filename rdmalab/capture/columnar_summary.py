@@ -737,6 +737,9 @@ class _TcpBlock:
     file_start: int | None = None  # in a worker: buf not sent back, the bytes of the file from here
     # the directions of the whole block (:func:`_directions`), found in the worker
     dirs: tuple[list[Any], np.ndarray, list[Any], np.ndarray] | None = None
+    # a SYN's Window Scale shift count (-1: none; :func:`rdmalab.capture.render.window_shift_option`),
+    # read in the worker; 0 on other segments
+    wscale: np.ndarray | None = None
 
 
 @dataclass(slots=True)
@@ -775,6 +778,11 @@ def _tcp_block(blk: RecordBlock, cols: Columns, rows: np.ndarray, t0: int) -> _T
                    l4r + d["tcp.hdr_len"][rows].astype(np.int64), blk.linktype[rows], blk.interfaces()[rows],
                    blk.buf)
     tb.dirs = _directions(ends)
+    tb.wscale = np.zeros(k, dtype=np.int8)
+    for i in np.flatnonzero(tb.flags & TCP.SYN).tolist():
+        o = int(tb.offset[i])
+        got = window_shift_option(blk.buf[o:o + int(tb.caplen[i])], int(tb.opts[i]), int(tb.payload[i]))
+        tb.wscale[i] = -1 if got is None else got
     _lane_block(tb)
     return tb
 
@@ -1348,11 +1356,13 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: int, tracker: Any, windo
     inv, winv = inv[lo:hi], winv[lo:hi]
     buf = tb.buf
     base = tb.offset[lo:hi]
-    opts, pay = tb.opts[lo:hi], tb.payload[lo:hi]
+    pay = tb.payload[lo:hi]
+    assert tb.wscale is not None
+    wscale = tb.wscale[lo:hi]
 
     def shift(i: int) -> int | None:
-        o = int(base[i])
-        return window_shift_option(buf[o:o + int(tb.caplen[lo + i])], int(opts[i]), int(pay[i]))
+        got = int(wscale[i])
+        return None if got < 0 else got
 
     frames = (first + tb.rows[lo:hi]).tolist()
     pdus: dict[int, list[Any]] = {}

@@ -53,8 +53,7 @@ from typing import Any
 import numpy as np
 
 import rdmalab.capture.linktypes  # noqa: F401  - declares SLL/ERF headers
-import rdmalab.wire.cm  # noqa: F401  - the wire modules declare the headers declared_fields() walks
-import rdmalab.wire.ib  # noqa: F401
+import rdmalab.wire.ib  # noqa: F401  - the wire modules declare the headers declared_fields() walks
 import rdmalab.wire.iwarp  # noqa: F401
 import rdmalab.wire.mad  # noqa: F401
 import rdmalab.wire.mpa  # noqa: F401
@@ -155,6 +154,8 @@ def declared_fields() -> dict[str, tuple[str, int]]:
 @lru_cache(maxsize=1)
 def _declarations() -> list[tuple[str | None, Any]]:
     """(protocol name of the header, field spec) for every Wireshark-named field of every header."""
+    # the MADs' headers (CM, SA, SMP, PMA), which the decoders load at the first MAD (rdmalab.wire.frame)
+    import rdmalab.wire.cm  # noqa: F401, PLC0415
     out: list[tuple[str | None, Any]] = []
     todo: list[type] = [Header]
     while todo:

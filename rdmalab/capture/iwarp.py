@@ -63,6 +63,7 @@ connection were seen before it: Wireshark decodes only such streams).
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import re
 from collections import OrderedDict
@@ -189,6 +190,14 @@ class _Conn:
     dead: bool = False
 
 
+def _fresh(pkt: Packet) -> Packet:
+    """A copy of a decoded packet whose lists (layers, problems) are its own; the headers, immutable,
+    are shared."""
+    out = copy.copy(pkt)
+    out.layers, out.problems = list(pkt.layers), list(pkt.problems)
+    return out
+
+
 class IwarpTracker:
     """Stateful iWARP reassembly over every TCP connection of a capture (see module docs)."""
 
@@ -205,6 +214,9 @@ class IwarpTracker:
         self.give_up_bytes = give_up_bytes
         self.max_waiting = max_waiting
         self._conns: OrderedDict[tuple[Tuple4, Tuple4], _Conn] = OrderedDict()
+        # MPA frames decoded, by their bytes: the connections of one application send the same
+        # Request and Reply again and again (bounded: emptied when full)
+        self._mpa_frames: dict[bytes, Packet] = {}
 
     # ---------------------------------------------------------------- public
     def process(self, frame_number: int, pkt: Packet) -> list[Packet]:
@@ -924,7 +936,7 @@ class IwarpTracker:
         pd_length = int.from_bytes(d.buf[18:20], "big")
         if len(d.buf) < 20 + pd_length:
             return
-        pkt, n = decode_mpa_frame(d.buf, 0, lenient=True)
+        pkt, n = self._mpa_frame(bytes(d.buf[:20 + pd_length]))
         hdr = pkt[MPAReqRep]
         if hdr.is_request:
             conn.request = hdr
@@ -960,6 +972,18 @@ class IwarpTracker:
             for x in conn.dirs.values():
                 if x is not d and x.state == FPDU:
                     self._parse(conn, x, out)
+
+    def _mpa_frame(self, frame: bytes) -> tuple[Packet, int]:
+        """:func:`~rdmalab.wire.iwarp.decode_mpa_frame` of a whole MPA frame, a new packet each time
+        (the tracker sets its stream position), decoded once for the same bytes."""
+        seen = self._mpa_frames.get(frame)
+        if seen is None:
+            pkt, n = decode_mpa_frame(frame, 0, lenient=True)
+            if len(self._mpa_frames) >= 256:
+                self._mpa_frames.clear()
+            self._mpa_frames[frame] = _fresh(pkt)
+            return pkt, n
+        return _fresh(seen), len(frame)
 
     def _request_missed(self, conn: _Conn, d: _Dir, out: list[Packet]) -> None:
         """``d`` turned out not to start with an MPA frame: a peer waiting for it hunts."""

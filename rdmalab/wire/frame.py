@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rdmalab.wire import crc as _crc
-from rdmalab.wire.cm import CMMessage, decode_mad_payload
 from rdmalab.wire.control import (
     ARP,
     ETHERTYPE_ARP,
@@ -81,6 +80,9 @@ from rdmalab.wire.packet import Layer, Packet, _problem, decode_transport, encod
 from rdmalab.wire.pfc import ETHERTYPE_MAC_CONTROL, PFC, PFC_OPCODE
 
 AddressLike = str | int | ipaddress.IPv4Address | ipaddress.IPv6Address
+
+if TYPE_CHECKING:
+    from rdmalab.wire.cm import CMMessage
 
 
 def decode_ethernet(data: bytes | bytearray | memoryview, *, lenient: bool = False, rocev2_ports: Sequence[int] = (ROCEV2_PORT,),
@@ -337,6 +339,10 @@ def _transport(data: bytes, pkt: Packet, offset: int, end: int, trailer: int, le
     deth = pkt.get(DETH)
     bth = pkt.get(BTH)
     if deth is not None and bth is not None and carries_mad(bth.opcode, bth.destqp, deth.src_qp, pkt.payload_length):
+        # the MAD classes' modules (CM, SA, SMP, PMA: a hundred headers to declare) load at the first
+        # MAD: a capture without one, and the start of every command, do without them
+        from rdmalab.wire.cm import decode_mad_payload  # noqa: PLC0415
+
         decode_mad_payload(data, pkt, lenient=lenient)
     return crc_at
 
@@ -596,7 +602,7 @@ def gsi_frame(msg: CMMessage | bytes, *, psn: int = 0, src_qp: int = 1, dst_qp: 
 
     ``rocev2`` goes to :func:`encode_rocev2` (``src_ip``, ``dst_ip``, MACs ...).
     """
-    payload = msg.encode() if isinstance(msg, CMMessage) else bytes(msg)
+    payload = bytes(msg) if isinstance(msg, (bytes, bytearray, memoryview)) else msg.encode()
     bth = BTH(opcode=_UD_SEND_ONLY, p_key=p_key, destqp=dst_qp, psn=psn)
     return encode_rocev2(bth, [DETH(q_key=GSI_QKEY, src_qp=src_qp)], payload, **rocev2)
 

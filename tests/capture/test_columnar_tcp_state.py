@@ -461,6 +461,25 @@ def test_lane_on_changed_streams_is_process_segment(name: str, tmp_path: Path) -
     _many_against_one(cut, 1024, rng)
 
 
+@pytest.mark.parametrize("name", ["siw_write_bw.pcap", "siw_read_bw.pcap", "siw_crc_send_bw.pcap"])
+def test_bytes_sent_again(name: str, tmp_path: Path) -> None:
+    """Segments a direction already has, sent again: a run of them after later ones (go-back-N), the
+    stream's data again without a SYN (a capture appended to itself), both on connections whose
+    other direction carries data too.  process_many against process_segment one by one: the same
+    PDUs and state, and none of those segments fed to the tracker."""
+    head, recs = _records(CAPS / name)
+    segs = _segments(recs + _interleave([_ports(recs, 11), _ports(recs, 23)], np.random.default_rng(2)),
+                     tmp_path, head)
+    data = [i for i, s in enumerate(segs) if s[7] and not s[6] & (TCP.SYN | TCP.RST)]
+    again = [(100_000 + k, *segs[i][1:]) for k, i in enumerate(data[len(data) // 3:len(data) // 3 + 40])]
+    later = data[len(data) // 3 + 60]
+    replay = [(200_000 + k, *segs[i][1:]) for k, i in enumerate(data[len(data) // 2:])]
+    mixed = segs[:later] + again + segs[later:] + replay
+    want, _lanes, fed = _many_against_one(mixed, 1024, np.random.default_rng(4))
+    assert not any(want[len(mixed) - len(replay):])  # the case is one: bytes seen before complete nothing
+    assert not [f for f in fed if f >= 100_000]
+
+
 def _decoded(payload: bytes, crc: bool = True) -> list[Any]:
     out, at = [], 0
     while at < len(payload):

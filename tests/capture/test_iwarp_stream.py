@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from rdmalab.capture.iwarp import IwarpTracker
 from rdmalab.wire.frame import decode_ethernet
-from rdmalab.wire.iwarp import encode_fpdus, encode_mpa_frame, rdma_write, read_request, send
+from rdmalab.wire.iwarp import decode_mpa_frame, encode_fpdus, encode_mpa_frame, rdma_write, read_request, send
 from rdmalab.wire.net import IPPROTO_TCP, TCP, Ethernet, IPv4
 from rdmalab.wire.packet import Packet
 
@@ -342,3 +342,29 @@ def test_ipv6_and_non_tcp_frames() -> None:
     tr = IwarpTracker()
     udp_like = decode_ethernet(Ethernet(dst=2, src=1, ethertype=0x0806).encode() + bytes(28))
     assert tr.process(1, udp_like) == []
+
+
+def test_the_same_mpa_frames_again_are_packets_of_their_own() -> None:
+    """Connections that send the same MPA Request and Reply (the tracker decodes those bytes once):
+    each connection's MPA frames are packets of their own, with their own stream positions, equal
+    to what the decoder makes of the bytes; a change to one changes no other."""
+    req = encode_mpa_frame(rev=2, private_data=b"pd" * 10, ird=4, ord=4)
+    rep = encode_mpa_frame(reply=True, rev=2, private_data=b"ok", ird=4, ord=4)
+    segs = []
+    for k in range(3):
+        a, b = (A[0], A[1] + k), B
+        segs += [Seg(a, b, 1000, b"", TCP.SYN), Seg(b, a, 5000, b"", TCP.SYN | TCP.ACK),
+                 Seg(a, b, 1001, req), Seg(b, a, 5001, rep)]
+    pkts = run(segs)
+    assert len(pkts) == 6 and len({id(p) for p in pkts}) == 6
+    assert len({id(p.layers) for p in pkts}) == 6 and len({id(p.problems) for p in pkts}) == 6
+    want = {True: decode_mpa_frame(req)[0], False: decode_mpa_frame(rep)[0]}
+    for k, p in enumerate(pkts):
+        ref = want[k % 2 == 0]
+        assert (p.summary(), p.data, p.layers, p.private_data) == (ref.summary(), ref.data, ref.layers, ref.private_data)
+        assert p.stream is not None and p.stream.tuple4[1] in (A[1] + k // 2, B[1])
+        assert p.stream.frames == (4 * (k // 2) + 3 + k % 2,)
+    pkts[0].layers.clear()
+    pkts[0].problems.append(ValueError("changed"))
+    assert pkts[2].layers and not pkts[2].problems
+    assert run(segs)[2].layers == pkts[2].layers
