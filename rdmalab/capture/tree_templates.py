@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
+from rdmalab.capture.blockpool import JSON_PARALLEL_MIN_BYTES, blocks_in_workers, default_workers, parallel_capture
 from rdmalab.capture.iwarp import IwarpTracker, _address_text
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, decode_frame
 from rdmalab.capture.pcapio import record_blocks
@@ -243,6 +245,21 @@ def fast_frame(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, 
     wire, time ``ts``, from a capture that says it keeps an FCS of ``fcs_len`` octets, -1: does not say), as :func:`~rdmalab.capture.render.frame_tree` of the lenient per-packet
     decoder writes it (UTF-8), or None when the frame is not one this module writes (nothing is then fed
     to ``tracker``, the iWARP reassembly, or None)."""
+    front = _ipv4_front(buf, o, cap, wire, fcs_len)
+    if front is None:
+        return None
+    ipv, ip_end, tail = front
+    proto = buf[o + 23]
+    if proto == IPPROTO_UDP:
+        return _roce(buf, o, cap, frame, wire, ts, interface, ipv, ip_end, tail)
+    if proto == IPPROTO_TCP:
+        return _tcp(buf, o, cap, frame, wire, ts, interface, ipv, ip_end, tracker, tail)
+    return None
+
+
+def _ipv4_front(buf: bytes | bytearray, o: int, cap: int, wire: int, fcs_len: int) -> tuple[int, int, list[str]] | None:
+    """For :func:`fast_frame`: an Ethernet frame's IPv4 header (without options, not a fragment) as
+    one number, where its datagram ends, and the lines of the octets after it; None for another frame."""
     if cap < 54 or buf[o + 12:o + 15] != _IPV4_START or not _PLAIN:
         return None
     ipv = int.from_bytes(buf[o + 14:o + 34], "big")
@@ -255,12 +272,7 @@ def fast_frame(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, 
         trailer = ethernet_trailer(bytes(buf[o:o + cap]), ip_end, wire or cap, fcs_len)
         if trailer is not None:
             tail = trailer_lines("    ", trailer)
-    proto = buf[o + 23]
-    if proto == IPPROTO_UDP:
-        return _roce(buf, o, cap, frame, wire, ts, interface, ipv, ip_end, tail)
-    if proto == IPPROTO_TCP:
-        return _tcp(buf, o, cap, frame, wire, ts, interface, ipv, ip_end, tracker, tail)
-    return None
+    return ipv, ip_end, tail
 
 
 def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
@@ -326,6 +338,23 @@ def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: f
 
 def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
          ipv: int, ip_end: int, tracker: Any, tail: list[str]) -> bytes | None:
+    parts = _tcp_parts(buf, o, frame, wire, cap, ts, ipv, ip_end, tail)
+    if parts is None:
+        return None
+    return tcp_tree(parts, tracker, lambda: bytes(buf[o:o + cap]), interface)
+
+
+#: a TCP segment's tree but for what the iWARP reassembly adds (:func:`_tcp_parts`): its text without
+#: iWARP PDUs (UTF-8) and where its Summary starts and ends in it; the frame number, wire length and
+#: time; and what the reassembly is fed (source, source port, destination, destination port, sequence
+#: number, flags, payload)
+TcpParts = tuple[bytes, int, int, int, int, float, str, int, str, int, int, int, bytes]
+
+
+def _tcp_parts(buf: bytes | bytearray, o: int, frame: int, wire: int, cap: int, ts: float, ipv: int, ip_end: int,
+               tail: list[str]) -> TcpParts | None:
+    """What the tree of a TCP segment (IPv4 without options, its datagram ending at ``ip_end``) holds
+    whatever its stream: :data:`TcpParts`, or None when its header does not fit."""
     tv = int.from_bytes(buf[o + 34:o + 54], "big")
     hl = (tv >> _TCP_OFF_S & _TCP_OFF_M) * 4
     if hl < 20 or 34 + hl > ip_end:
@@ -336,55 +365,83 @@ def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: fl
     dport = tv >> _TCP_DPORT_S & _TCP_DPORT_M
     seq = tv >> _TCP_SEQ_S & _TCP_SEQ_M
     flags = tv >> _TCP_FLAGS_S & _TCP_FLAGS_M
-    pdus: list[Packet] = []
-    if tracker is not None:
-        a, b = ipv >> _IP_SRC_S & _IP_SRC_M, ipv >> _IP_DST_S & _IP_DST_M
-        src, dst = _address_text(4, a), _address_text(4, b)  # as the iWARP reassembly names them
-        try:
-            pdus = tracker.process_segment(frame, src, sport, dst, dport, seq, flags, bytes(buf[o + start:o + ip_end]))
-        except DecodeError:
-            pass  # as the per-packet reader (lenient): the stream's damage is its PDUs' to report
-        except Exception as err:  # a reassembly bug must not stop a capture: reported on the frame, as the reader does
-            full = decode_frame(LINKTYPE_ETHERNET, bytes(buf[o:o + cap]), lenient=True, wire_length=wire)
-            full.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
-            return frame_tree(CapturedPacket(frame, ts, LINKTYPE_ETHERNET, full, [], wire, interface)).encode()
-    if pdus:  # the Summary line from the PDUs, and their trees after the segment's
-        summary = pdus_info(pdus)
-    else:
-        summary = tcp_info_text(sport, dport, flags, seq, tv >> _TCP_ACK_S & _TCP_ACK_M,
-                                tv >> _TCP_WIN_S & _TCP_WIN_M, plen)
+    a, b = ipv >> _IP_SRC_S & _IP_SRC_M, ipv >> _IP_DST_S & _IP_DST_M
+    summary = tcp_info_text(sport, dport, flags, seq, tv >> _TCP_ACK_S & _TCP_ACK_M, tv >> _TCP_WIN_S & _TCP_WIN_M, plen)
     lines = ["", _ETH_TEXT(int.from_bytes(buf[o:o + 14], "big")), _IP_TEXT(ipv), _TCP_TEXT(tv)]
     if plen:
         lines.append(payload_line("    ", start, plen, buf[o + start:o + start + min(plen, 32)]))
     lines += tail
-    if pdus:
-        lines += pdu_lines(pdus)
     # the Summary line has the one character outside ASCII (the arrow): the text around it stays
     # ASCII, which encodes and joins as a copy
-    return b"".join((frame_line(frame, wire, cap, LINKTYPE_ETHERNET, ts).encode(), b"\n    Summary: ",
-                     summary.encode(), "\n".join(lines).encode()))
+    head = frame_line(frame, wire, cap, LINKTYPE_ETHERNET, ts).encode() + b"\n    Summary: "
+    text = summary.encode()
+    return (b"".join((head, text, "\n".join(lines).encode())), len(head), len(head) + len(text), frame, wire, ts,
+            _address_text(4, a), sport, _address_text(4, b), dport, seq, flags, bytes(buf[o + start:o + ip_end]))
+
+
+def tcp_tree(parts: TcpParts, tracker: Any, frame_bytes: Callable[[], bytes], interface: int) -> bytes:
+    """The tree of a TCP segment from its :data:`TcpParts`, the segment fed to ``tracker`` (the iWARP
+    reassembly, or None): with the iWARP PDUs it completes, their Summary and their trees after the
+    segment's.  ``frame_bytes()`` gives the frame's bytes, for a tracker that fails on it."""
+    text, a, b, frame, wire, ts, src, sport, dst, dport, seq, flags, payload = parts
+    pdus: list[Packet] = []
+    if tracker is not None:
+        try:
+            pdus = tracker.process_segment(frame, src, sport, dst, dport, seq, flags, payload)
+        except DecodeError:
+            pass  # as the per-packet reader (lenient): the stream's damage is its PDUs' to report
+        except Exception as err:  # a reassembly bug must not stop a capture: reported on the frame, as the reader does
+            data = frame_bytes()
+            full = decode_frame(LINKTYPE_ETHERNET, data, lenient=True, wire_length=wire)
+            full.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
+            return frame_tree(CapturedPacket(frame, ts, LINKTYPE_ETHERNET, full, [], wire, interface)).encode()
+    if not pdus:
+        return text
+    # the Summary line from the PDUs, and their trees after the segment's
+    more = pdu_lines(pdus)
+    return b"".join((text[:a], pdus_info(pdus).encode(), text[b:], ("\n" + "\n".join(more)).encode() if more else b""))
 
 
 def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int | None = None,
-                block_bytes: int = 1 << 20) -> Iterator[bytes]:
+                block_bytes: int = 1 << 20, workers: int | None = 1,
+                parallel_min_bytes: int = JSON_PARALLEL_MIN_BYTES) -> Iterator[bytes]:
     """The text of ``rdmalab decode -V -r FILE`` (lenient), UTF-8, in pieces: each frame's tree
-    followed by a blank line, in capture order, the frames of one block of records at a time."""
+    followed by a blank line, in capture order, the frames of one block of records at a time.
+
+    ``workers`` (None: :func:`~rdmalab.capture.blockpool.default_workers`) above 1 writes the trees of
+    a plain pcap or pcapng file (:func:`~rdmalab.capture.blockpool.parallel_capture`) of at least
+    ``parallel_min_bytes`` in worker processes, but for the TCP segments': those this process writes,
+    in order, feeding the iWARP reassembly as it goes (:func:`_tree_block`).  The same text."""
     if count is not None and count <= 0:
         return
     tracker = IwarpTracker() if iwarp else None
-    for blk in record_blocks(path, block_bytes):
+    p = os.fspath(path)
+    if workers is None:
+        workers = default_workers()
+    if workers > 1 and parallel_capture(p) and os.path.getsize(p) >= parallel_min_bytes:
+        for (first, pieces), _t0 in blocks_in_workers(p, _tree_block, (), workers=workers,
+                                                      block_bytes=max(block_bytes, 4 << 20), count=count):
+            out: list[bytes] = []
+            for piece in pieces:
+                if isinstance(piece, bytes):
+                    out.append(piece)
+                    continue
+                if len(piece) == 3:  # a TCP segment's tree but for its stream's part
+                    _j, parts, iface = piece
+                    out.append(tcp_tree(parts, tracker, partial(_frame_again, p, first + _j), iface) + b"\n\n")
+                    continue
+                j, data, wire, ts, lt, iface, fcs = piece
+                out.append(_one_tree(data, 0, len(data), first + j, wire, ts, lt, iface, fcs, tracker) + b"\n\n")
+            yield b"".join(out)
+        return
+    for blk in record_blocks(p, block_bytes):
         buf = blk.buf
-        out: list[bytes] = []
+        out = []
         rows = zip(blk.offset.tolist(), blk.caplen.tolist(), blk.wirelen.tolist(), blk.seconds().tolist(),
                    blk.linktype.tolist(), blk.interfaces().tolist(), blk.fcs_lens().tolist(), strict=True)
         last = False
-        fast, ethernet = fast_frame, LINKTYPE_ETHERNET
         for n, (off, cap, wire, ts, lt, iface, fcs) in enumerate(rows, blk.first):
-            text = fast(buf, off, cap, n, wire, ts, iface, tracker, fcs) if lt == ethernet else None
-            if text is None:
-                rec = RawRecord(n, ts, lt, bytes(buf[off:off + cap]), wire, iface, fcs_len=fcs)
-                text = frame_tree(decode_record(rec, lenient=True, tracker=tracker)).encode()
-            out.append(text)
+            out.append(_one_tree(buf, off, cap, n, wire, ts, lt, iface, fcs, tracker))
             if count is not None and n >= count:
                 last = True
                 break
@@ -393,3 +450,76 @@ def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int 
             yield b"\n\n".join(out)
         if last:
             return
+
+
+def _one_tree(buf: bytes | bytearray, off: int, cap: int, n: int, wire: int, ts: float, lt: int, iface: int,
+              fcs: int, tracker: Any) -> bytes:
+    """The tree of frame ``n`` (``buf[off:off + cap]``), its TCP segment (if it is one) fed to
+    ``tracker`` in the course."""
+    text = fast_frame(buf, off, cap, n, wire, ts, iface, tracker, fcs) if lt == LINKTYPE_ETHERNET else None
+    if text is None:
+        rec = RawRecord(n, ts, lt, bytes(buf[off:off + cap]), wire, iface, fcs_len=fcs)
+        text = frame_tree(decode_record(rec, lenient=True, tracker=tracker)).encode()
+    return text
+
+
+def _frame_again(path: str, frame: int) -> bytes:
+    """Frame number ``frame``'s bytes, read again from the file (for the rare tree that needs them
+    whole after its worker sent only its parts: :func:`tcp_tree`)."""
+    for blk in record_blocks(path, 1 << 20):
+        if blk.first + len(blk) > frame:
+            off, cap = int(blk.offset[frame - blk.first]), int(blk.caplen[frame - blk.first])
+            return bytes(blk.buf[off:off + cap])
+    raise LookupError(f"{path}: no frame {frame}")
+
+
+#: a frame a worker leaves to the process that reads the iWARP streams (:func:`_tree_block`): its index
+#: in the block, bytes, wire length, time, link type, interface and declared FCS length
+_LeftFrame = tuple[int, bytes, int, float, int, int, int]
+#: or, for a TCP segment, its index, :data:`TcpParts` and interface
+
+
+def _tree_block(blk: Any, n: int, _t0: Any, _prev: Any) -> tuple[int, list[bytes | _LeftFrame | tuple[int, TcpParts, int]]]:
+    """In a worker process (:func:`~rdmalab.capture.blockpool.blocks_in_workers`): the trees of the
+    first ``n`` frames of a block, each followed by a blank line, but for the TCP segments, whose
+    iWARP PDUs depend on the stream before them, and the frames that fail here: those are left to
+    the process that reads the streams in order (:func:`tree_blocks`), a TCP segment the templates
+    write as its :data:`TcpParts`, any other as its record.  A frame that is not a TCP segment has
+    no state of any other frame in its tree."""
+    buf = blk.buf
+    pieces: list[bytes | _LeftFrame | tuple[int, TcpParts, int]] = []
+    run: list[bytes] = []
+    rows = zip(blk.offset.tolist()[:n], blk.caplen.tolist()[:n], blk.wirelen.tolist()[:n], blk.seconds().tolist()[:n],
+               blk.linktype.tolist()[:n], blk.interfaces().tolist()[:n], blk.fcs_lens().tolist()[:n], strict=True)
+    for j, (off, cap, wire, ts, lt, iface, fcs) in enumerate(rows):
+        text: bytes | None = None
+        num = blk.first + j
+        try:
+            if lt == LINKTYPE_ETHERNET and cap >= 24 and buf[off + 12:off + 14] == b"\x08\x00" \
+                    and buf[off + 23] == IPPROTO_TCP:
+                # a TCP segment (or what may decode as one): left, with what its tree holds whatever its stream
+                front = _ipv4_front(buf, off, cap, wire, fcs)
+                parts = None if front is None else _tcp_parts(buf, off, num, wire, cap, ts, *front)
+                if parts is not None:
+                    if run:
+                        pieces.append(b"".join(run))
+                        run = []
+                    pieces.append((j, parts, iface))
+                    continue
+            else:
+                text = fast_frame(buf, off, cap, num, wire, ts, iface, None, fcs) if lt == LINKTYPE_ETHERNET else None
+                if text is None:
+                    cp = decode_record(RawRecord(num, ts, lt, bytes(buf[off:off + cap]), wire, iface, fcs_len=fcs))
+                    text = None if cp.packet.encap == "tcp" else frame_tree(cp).encode()
+        except Exception:  # noqa: BLE001 - written again, by the process that reads the streams
+            text = None
+        if text is None:
+            if run:
+                pieces.append(b"".join(run))
+                run = []
+            pieces.append((j, bytes(buf[off:off + cap]), wire, ts, lt, iface, fcs))
+        else:
+            run.append(text + b"\n\n")
+    if run:
+        pieces.append(b"".join(run))
+    return blk.first, pieces

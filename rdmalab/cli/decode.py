@@ -435,7 +435,7 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
                 and not args.strict and not args.line_flush and shown is None):
             from rdmalab.capture.tree_templates import tree_blocks  # lazy: only -V needs it; --help fast
 
-            for trees in tree_blocks(path, iwarp=not args.no_iwarp, count=args.count):
+            for trees in tree_blocks(path, iwarp=not args.no_iwarp, count=args.count, workers=args.workers):
                 _write_bytes(out, trees)
             return 0
         t0: int | None = None
@@ -544,7 +544,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.add_argument("--no-columnar", action="store_true",
                    help="use the per-packet decoder even where the columnar one would do (-T fields, summary lines, -V)")
     d.add_argument("-j", "--workers", type=int, metavar="N",
-                   help="with -T fields, -T json (no -Y) and for summary lines: worker processes for a pcap or "
-                        "pcapng file of 32 MiB or more (4 MiB for -T json) (default: one a core not busy now, "
+                   help="with -T fields, -T json (no -Y), -V and for summary lines: worker processes for a pcap or "
+                        "pcapng file of 32 MiB or more (4 MiB for -T json and -V) (default: one a core not busy now, "
                         "from the tasks runnable in /proc/loadavg, at most 4)")
     d.set_defaults(func=run_decode, strict=False)

@@ -46,6 +46,48 @@ def test_small_blocks_and_a_count() -> None:
     assert list(tree_blocks(path, count=0)) == []
 
 
+def _appended(tmp_path: Path, names: list[str]) -> Path:
+    """The records of several captures in one file, one after the other (as ``mergecap -a`` makes them)."""
+    recs = [r for name in names for r in records(ROOT / "captures" / name)]
+    path = tmp_path / "appended.pcap"
+    write_capture(path, [(int(r.timestamp * 1e9), r.data) for r in recs], nano=True)
+    return path
+
+
+def test_trees_in_workers_are_the_trees(tmp_path: Path) -> None:
+    """-V in worker processes (every frame but the TCP segments written there, those here, in order,
+    with the iWARP reassembly): the same text as in one process, blocks cut anywhere, with a count,
+    on RoCE, iWARP (CRC, markers, Read), CM, plain TCP, damaged frames and other link layers."""
+    names = ["siw_crc_send_bw.pcap", "rxe_read_bw.pcap", "siw_write_bw.pcap", "rxe_imm.pcap", "siw_read_bw.pcap"]
+    path = _appended(tmp_path, names)
+    one = _fast(path)
+    assert "        RDMAP  [" in one and "RDMA Read Response" in one and "RDMA READ Response" in one  # iWARP, RoCE
+    for block in (700, 1 << 20):
+        got = b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0, block_bytes=block)).decode()
+        assert got == one
+    got = b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0, count=333, block_bytes=700)).decode()
+    assert got == _fast(path, count=333)
+    for path in (_damaged(tmp_path), *[p for p in CAPTURES if "erf" not in p]):
+        assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0)).decode() == _fast(path), path
+
+
+def test_a_tracker_that_fails_in_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The iWARP reassembly failing on a segment whose tree came in parts from a worker: the frame
+    decoded whole again and its tree says so, as in one process."""
+    path = _appended(tmp_path, ["siw_write_bw.pcap"])
+    real = tree_templates.IwarpTracker.process_segment
+
+    def failing(self: object, frame: int, *a: object) -> object:
+        if frame == 40:
+            raise RuntimeError("a test's failure")
+        return real(self, frame, *a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tree_templates.IwarpTracker, "process_segment", failing)
+    one = _fast(path)
+    assert "iWARP tracker: RuntimeError: a test's failure" in one
+    assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0)).decode() == one
+
+
 @pytest.mark.parametrize("name", ["rxe_write_bw.pcap", "siw_crc_write_bw.pcap", "rxe_atomic_fadd.pcap"])
 def test_the_templates_write_most_frames(name: str) -> None:
     """The comparison above is not empty: RoCEv2 and TCP frames of real captures take the templates."""
