@@ -17,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -722,8 +723,14 @@ def _conversation_fields(got: dict[str, Any]) -> dict[str, Any]:
     for name in ("ip.src", "ip.dst", "ipv6.src", "ipv6.dst"):
         v = got.get(name)
         if v is not None:
-            out[name] = [int(ipaddress.ip_address(a)) for a in v] if isinstance(v, list) else int(ipaddress.ip_address(v))
+            out[name] = [_address_int(a) for a in v] if isinstance(v, list) else _address_int(v)
     return out
+
+
+@lru_cache(maxsize=4096)
+def _address_int(text: str) -> int:
+    """An address's text as an integer (the same few hosts again and again: each read once)."""
+    return int(ipaddress.ip_address(text))
 
 
 def fill_quotes(blk: RecordBlock, cols: Columns, rows: np.ndarray) -> None:
