@@ -22,7 +22,7 @@ one after the other (``mergecap -a``, pcapng, as Wireshark writes; without merge
 200,000 there).  Rows, each with default options against tshark in the same run: summaries,
 ``-T fields`` (:data:`bench_columnar.FIELDS`) on all the packets, ``-T fields`` of the conversations'
 fields (``tcp.stream``, ``udp.stream``, relative ``tcp.seq``, ``tcp.ack``, ``tcp.nxtseq``: followed in
-order, one process) on all the packets, ``-T fields`` of the pcapng blocks' fields (``frame.interface_id``,
+order in one process, the blocks decoded in workers) on all the packets, ``-T fields`` of the pcapng blocks' fields (``frame.interface_id``,
 ``frame.interface_name``, ``frame.comment`` ...: the file's blocks read beside the columns) on all the
 packets, ``-T json`` and ``-V`` on the first
 ``--json-packets``.

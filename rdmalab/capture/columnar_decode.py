@@ -157,8 +157,8 @@ def wants_windows(fields: Iterable[str] | None) -> bool:
 
 
 #: The columns :func:`fill_conversations` reads (added to the fields asked for when it runs).
-_CONVERSATION_INPUTS = ("ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "tcp.srcport", "tcp.dstport", "udp.srcport",
-                        "udp.dstport", "tcp.seq_raw", "tcp.ack_raw", "tcp.flags", "tcp.hdr_len", "tcp.len")
+CONVERSATION_INPUTS = ("ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "tcp.srcport", "tcp.dstport", "udp.srcport",
+                       "udp.dstport", "tcp.seq_raw", "tcp.ack_raw", "tcp.flags", "tcp.hdr_len", "tcp.len")
 
 
 def wants_conversations(fields: Iterable[str] | None) -> bool:
@@ -185,7 +185,7 @@ def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable
     if fields is not None and (tracker is not None or windows is not None):
         fields = (*fields, *_TCP_INPUTS)
     if fields is not None and conversations is not None:
-        fields = (*fields, *_CONVERSATION_INPUTS)
+        fields = (*fields, *CONVERSATION_INPUTS)
     cols = _decode(blk, verify_icrc, None if fields is None else frozenset(fields), tracker, quotes)
     if windows is not None:
         fill_tcp_windows(blk, cols, windows)

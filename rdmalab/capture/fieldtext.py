@@ -22,16 +22,27 @@ import numpy as np
 from rdmalab.capture.blockpool import blocks_in_workers, default_workers, parallel_capture
 from rdmalab.capture.columnar import _ethernet_only, _progress, iter_columns
 from rdmalab.capture.columnar_decode import (
+    CONVERSATION_INPUTS,
+    QUOTED,
+    QUOTING,
     columns_from_packets,
     decode_block,
+    fill_conversations,
     wants_conversations,
     wants_iwarp,
     wants_windows,
 )
 from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _fmt_values, _ipv6_text, format_column
-from rdmalab.capture.filter import ABSOLUTE_TIME, EITHER_FIELDS, RELATIVE_TIMES, compile_filter, declared_fields
+from rdmalab.capture.filter import (
+    ABSOLUTE_TIME,
+    EITHER_FIELDS,
+    RELATIVE_TIMES,
+    compile_filter,
+    declared_fields,
+    either_values,
+)
 from rdmalab.capture.pcapio import FRAME_META_FIELDS, NS_MAX, NS_MIN, FrameMeta, RecordBlock, record_ns
-from rdmalab.capture.render import time_text
+from rdmalab.capture.render import Conversations, time_text
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _POW10 = [10 ** i for i in range(20)]
@@ -466,10 +477,10 @@ def _row_fields(cols: Columns, i: int, names: Iterable[str]) -> dict[str, Any]:
         if name == ABSOLUTE_TIME:
             out[name] = absolute_text(record_ns(float(cols.data["frame.time_epoch"][i]), int(cols.data["frame.time_ns"][i])))
             continue
-        if name in EITHER_FIELDS:
-            got = _row_fields(cols, i, EITHER_FIELDS[name])
-            if len(got) == 2:
-                out[name] = list(got.values())
+        if name in EITHER_FIELDS:  # (a row of several occurrences: all of them, as tshark lists them)
+            both = either_values(_row_fields(cols, i, EITHER_FIELDS[name]), name)
+            if both is not None:
+                out[name] = both
             continue
         try:
             present = cols.present(name)[i]
@@ -602,7 +613,9 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
     follow the record headers of their ranges of the file, this process checks the ranges and
     numbers the frames, and a worker reads each block again, decodes, filters and renders it; the
     blocks come back in file order.  iWARP fields need the TCP streams followed
-    in order, so they are decoded in this process.  ``occurrence``/``aggregator`` are tshark's
+    in order, so they are decoded in this process.  The conversations' fields (``tcp.stream``,
+    relative sequence numbers ...) are counted in order in this process, the blocks decoded in the
+    workers first (:func:`_conversations_text`).  ``occurrence``/``aggregator`` are tshark's
     ``-E`` options, for fields that occur more than once in a frame (several iWARP FPDUs).
     """
     p = os.fspath(path)
@@ -621,10 +634,13 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
         # for -j 1 (the 200k mixed capture of benchmarks/bench_decode.py --mixed)
         workers = default_workers()
     parallel = (workers > 1 and count is None and meta is None and not wants_iwarp(needed) and not wants_windows(needed)
-                and not wants_conversations(needed)
                 and not (flt is not None and "frame.time_delta_displayed" in names)
                 and parallel_capture(p, ethernet=True)
                 and os.path.getsize(p) >= parallel_min_bytes)
+    if parallel and wants_conversations(needed):
+        yield from _conversations_text(p, names, flt, needed, verify_icrc, separator, quote, occurrence, aggregator,
+                                       clock, workers, block_bytes, progress)
+        return
     if not parallel:
         left = count
         for cols in iter_columns(p, verify_icrc=verify_icrc, progress=progress, block_bytes=block_bytes,
@@ -654,6 +670,50 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
                 return
             text, last = got
             yield text
+    finally:
+        blocks.close()
+        if bar is not None:
+            bar.close()
+
+
+def _columns_in_worker(blk: RecordBlock, n: int, _t0: int, _prev: int | None, needed: list[str],
+                       verify: bool) -> Columns | int:
+    """In a worker process (:func:`rdmalab.capture.blockpool.blocks_in_workers`): a block's columns
+    (:func:`~rdmalab.capture.columnar_decode.decode_block`, the ICMP errors' quotes among them), with
+    what the conversations are counted from, but not counted: that is done in order, by the caller
+    (:func:`_conversations_text`).  A block with frames of another link type than Ethernet is not
+    decoded: its first frame number comes back, for the per-packet decoder."""
+    if not _ethernet_only(blk):
+        return blk.first
+    cols = decode_block(blk, verify_icrc=verify, fields=(*needed, *CONVERSATION_INPUTS))
+    if cols.multi:  # (an ICMP error's fields: only those the caller reads go back)
+        keep = {*needed, QUOTED, QUOTING}
+        cols.multi = {f: {k: v for k, v in got.items() if k in keep} for f, got in cols.multi.items()}
+    return cols if cols.n <= n else cols.take(np.arange(n))
+
+
+def _conversations_text(p: str, names: Sequence[str], flt: Any, needed: set[str], verify_icrc: bool,
+                        separator: bytes, quote: bytes, occurrence: str, aggregator: str, clock: Clock | None,
+                        workers: int, block_bytes: int, progress: bool) -> Iterator[bytes]:
+    """:func:`field_text` of fields that need the conversations (``tcp.stream``, relative sequence
+    numbers ...): each block decoded in a worker (:func:`_columns_in_worker`), the conversations
+    followed here, in capture order, then the filter and the text, as :func:`iter_columns` and
+    :func:`_block_text` do in one process."""
+    conversations = Conversations()
+    bar = _bar(p) if progress else None
+    blocks = blocks_in_workers(p, _columns_in_worker, (sorted(needed), verify_icrc), workers=workers,
+                               block_bytes=block_bytes, exact_times=True,
+                               progress=(lambda at: bar.update(at - bar.n)) if bar is not None else None)
+    try:
+        for got, _t0 in blocks:
+            if isinstance(got, int):  # frames of other link types from this frame on: as iter_columns reads them
+                blocks.close()
+                yield _block_text(columns_from_packets(p, first=got), names, flt, separator, quote, occurrence,
+                                  aggregator, clock)
+                return
+            got.path = p
+            fill_conversations(got, conversations)
+            yield _block_text(got, names, flt, separator, quote, occurrence, aggregator, clock)
     finally:
         blocks.close()
         if bar is not None:

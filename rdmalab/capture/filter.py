@@ -122,7 +122,11 @@ def either_values(fields: Mapping[str, Any], name: str) -> list[Any] | None:
     va, vb = fields.get(a), fields.get(b)
     if va is None or vb is None:
         return None
-    return [*(va if isinstance(va, list) else [va]), *(vb if isinstance(vb, list) else [vb])]
+    la, lb = (va if isinstance(va, list) else [va]), (vb if isinstance(vb, list) else [vb])
+    if len(la) != len(lb):
+        return [*la, *lb]
+    # each header adds its two in turn (an ICMP error's: the frame's, then the quote's)
+    return [v for pair in zip(la, lb, strict=True) for v in pair]
 
 
 class FilterError(RdmalabError, ValueError):

@@ -842,3 +842,38 @@ def test_a_render_function_that_does_not_pickle_is_an_error_not_a_wait() -> None
         next(iter(blocks_in_workers(CAPTURES[0], render, (), workers=2, block_bytes=1 << 16)))
     with pytest.raises(TypeError, match="render"):
         next(iter(blocks_in_workers(CAPTURES[0], _json_one, (lambda: 0,), workers=2, block_bytes=1 << 16)))
+
+
+CONVERSATION_NAMES = ["frame.number", "tcp.stream", "udp.stream", "tcp.seq", "tcp.ack", "tcp.nxtseq", "ip.addr",
+                      "udp.port", "infiniband.bth.psn", "frame.time_delta"]
+
+
+@pytest.mark.parametrize("expr", [None, "tcp.stream == 1 || udp.stream == 0", "udp.stream == 2 || tcp.seq > 1000"])
+def test_fields_of_the_conversations_in_workers(tmp_path: Path, expr: str | None, monkeypatch: Any) -> None:
+    """-T fields of the conversations' fields (followed in order) with the blocks decoded in workers:
+    the same text as one process, on captures appended (RoCEv2 with rdma_cm, iWARP, the ICMP errors
+    that quote RoCEv2 datagrams: conversations counted from the quotes), blocks cut anywhere, with a
+    filter on them, and on a capture cut mid-record (every frame before the cut, then the same error)."""
+    import hostile  # tests/hostile.py
+
+    from rdmalab.capture import fieldtext
+    from rdmalab.capture.fieldtext import field_text
+
+    in_workers: list[str] = []
+    real = fieldtext._conversations_text
+    monkeypatch.setattr(fieldtext, "_conversations_text", lambda p, *a: in_workers.append(p) or real(p, *a))
+    frames = [f for name in ("rxe_rping.pcap", "lo_icmp_unreachable.pcap", "siw_rping.pcap", "rxe_write_bw_loss.pcap")
+              for f in hostile.frames_of(ROOT / "captures" / name)]
+    whole = tmp_path / "appended.pcap"
+    hostile.write(whole, frames)
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(whole.read_bytes()[:-300])
+    for path in (whole, cut):
+        for block in (4096, 1 << 20):
+            one = _until_error(field_text(str(path), CONVERSATION_NAMES, filter_expr=expr, workers=1))
+            many = _until_error(field_text(str(path), CONVERSATION_NAMES, filter_expr=expr, workers=2,
+                                           block_bytes=block, parallel_min_bytes=0))
+            assert many == one, (path.name, block)
+            assert one[0].count("\n") > (300 if expr is None else 10)
+            assert ("truncated mid-record" in one[1]) == (path == cut)
+    assert len(in_workers) == 4  # the workers' path was taken (and not by one process)

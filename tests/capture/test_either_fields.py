@@ -16,8 +16,9 @@ from tshark_cli import tshark as _tshark
 from rdmalab.capture.filter import EITHER_FIELDS, FilterError, compile_filter, known_fields
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
-#: RoCEv2 with rdma_cm, iWARP over TCP with ARP and ICMPv6 around it, RoCEv2 perftest traffic
-FILES = ["rxe_rping.pcap", "siw_rping.pcap", "rxe_write_bw.pcap", "siw_crc_send_bw.pcap"]
+#: RoCEv2 with rdma_cm, iWARP over TCP with ARP and ICMPv6 around it, RoCEv2 perftest traffic, the ICMP
+#: errors that quote RoCEv2 datagrams (each of those frames has two IPv4 headers: four addresses)
+FILES = ["rxe_rping.pcap", "siw_rping.pcap", "rxe_write_bw.pcap", "siw_crc_send_bw.pcap", "lo_icmp_unreachable.pcap"]
 
 FILTERS = [
     "ip.addr == 10.0.0.1", "ip.addr != 10.0.0.1", "not ip.addr == 10.0.0.1", "ip.addr == 10.0.0.0/24",
