@@ -420,7 +420,7 @@ def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int 
         workers = default_workers()
     if workers > 1 and parallel_capture(p) and os.path.getsize(p) >= parallel_min_bytes:
         for (first, pieces), _t0 in blocks_in_workers(p, _tree_block, (), workers=workers,
-                                                      block_bytes=max(block_bytes, 4 << 20), count=count):
+                                                      block_bytes=block_bytes, count=count):
             out: list[bytes] = []
             for piece in pieces:
                 if isinstance(piece, bytes):
