@@ -14,7 +14,8 @@ import datetime as _dt
 import ipaddress
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from contextlib import closing
 from typing import Any
 
 import numpy as np
@@ -654,12 +655,9 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
                 return
         return
 
-    bar = _bar(p) if progress else None
-    blocks = blocks_in_workers(p, _fields_in_worker, (list(names), filter_expr, verify_icrc, separator, quote),
-                               workers=workers, block_bytes=block_bytes, exact_times=True,
-                               progress=(lambda at: bar.update(at - bar.n)) if bar is not None else None)
     last: int | None = None
-    try:
+    with closing(_in_workers(p, _fields_in_worker, (list(names), filter_expr, verify_icrc, separator, quote),
+                             workers, block_bytes, progress)) as blocks:
         for got, t0 in blocks:
             if isinstance(got, int):  # frames of other link types from this frame on: as iter_columns reads them
                 blocks.close()
@@ -670,6 +668,17 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
                 return
             text, last = got
             yield text
+
+
+def _in_workers(p: str, render: Any, extra: tuple[Any, ...], workers: int, block_bytes: int,
+                progress: bool) -> Generator[tuple[Any, Any], None, None]:
+    """:func:`~rdmalab.capture.blockpool.blocks_in_workers` with exact times, a progress bar on a
+    terminal (``progress``), the workers and the bar closed when the blocks end or the caller closes this."""
+    bar = _bar(p) if progress else None
+    blocks = blocks_in_workers(p, render, extra, workers=workers, block_bytes=block_bytes, exact_times=True,
+                               progress=(lambda at: bar.update(at - bar.n)) if bar is not None else None)
+    try:
+        yield from blocks
     finally:
         blocks.close()
         if bar is not None:
@@ -700,11 +709,8 @@ def _conversations_text(p: str, names: Sequence[str], flt: Any, needed: set[str]
     followed here, in capture order, then the filter and the text, as :func:`iter_columns` and
     :func:`_block_text` do in one process."""
     conversations = Conversations()
-    bar = _bar(p) if progress else None
-    blocks = blocks_in_workers(p, _columns_in_worker, (sorted(needed), verify_icrc), workers=workers,
-                               block_bytes=block_bytes, exact_times=True,
-                               progress=(lambda at: bar.update(at - bar.n)) if bar is not None else None)
-    try:
+    with closing(_in_workers(p, _columns_in_worker, (sorted(needed), verify_icrc), workers, block_bytes,
+                             progress)) as blocks:
         for got, _t0 in blocks:
             if isinstance(got, int):  # frames of other link types from this frame on: as iter_columns reads them
                 blocks.close()
@@ -714,10 +720,6 @@ def _conversations_text(p: str, names: Sequence[str], flt: Any, needed: set[str]
             got.path = p
             fill_conversations(got, conversations)
             yield _block_text(got, names, flt, separator, quote, occurrence, aggregator, clock)
-    finally:
-        blocks.close()
-        if bar is not None:
-            bar.close()
 
 
 def _bar(path: str) -> Any:

@@ -476,10 +476,11 @@ def _frame_again(path: str, frame: int) -> bytes:
 #: a frame a worker leaves to the process that reads the iWARP streams (:func:`_tree_block`): its index
 #: in the block, bytes, wire length, time, link type, interface and declared FCS length
 _LeftFrame = tuple[int, bytes, int, float, int, int, int]
-#: or, for a TCP segment, its index, :data:`TcpParts` and interface
+#: a TCP segment a worker leaves so: its index in the block, :data:`TcpParts` and interface
+_LeftTcp = tuple[int, TcpParts, int]
 
 
-def _tree_block(blk: Any, n: int, _t0: Any, _prev: Any) -> tuple[int, list[bytes | _LeftFrame | tuple[int, TcpParts, int]]]:
+def _tree_block(blk: Any, n: int, _t0: Any, _prev: Any) -> tuple[int, list[bytes | _LeftFrame | _LeftTcp]]:
     """In a worker process (:func:`~rdmalab.capture.blockpool.blocks_in_workers`): the trees of the
     first ``n`` frames of a block, each followed by a blank line, but for the TCP segments, whose
     iWARP PDUs depend on the stream before them, and the frames that fail here: those are left to
@@ -487,12 +488,13 @@ def _tree_block(blk: Any, n: int, _t0: Any, _prev: Any) -> tuple[int, list[bytes
     write as its :data:`TcpParts`, any other as its record.  A frame that is not a TCP segment has
     no state of any other frame in its tree."""
     buf = blk.buf
-    pieces: list[bytes | _LeftFrame | tuple[int, TcpParts, int]] = []
+    pieces: list[bytes | _LeftFrame | _LeftTcp] = []
     run: list[bytes] = []
     rows = zip(blk.offset.tolist()[:n], blk.caplen.tolist()[:n], blk.wirelen.tolist()[:n], blk.seconds().tolist()[:n],
                blk.linktype.tolist()[:n], blk.interfaces().tolist()[:n], blk.fcs_lens().tolist()[:n], strict=True)
     for j, (off, cap, wire, ts, lt, iface, fcs) in enumerate(rows):
         text: bytes | None = None
+        tcp: _LeftTcp | None = None
         num = blk.first + j
         try:
             if lt == LINKTYPE_ETHERNET and cap >= 24 and buf[off + 12:off + 14] == b"\x08\x00" \
@@ -500,26 +502,21 @@ def _tree_block(blk: Any, n: int, _t0: Any, _prev: Any) -> tuple[int, list[bytes
                 # a TCP segment (or what may decode as one): left, with what its tree holds whatever its stream
                 front = _ipv4_front(buf, off, cap, wire, fcs)
                 parts = None if front is None else _tcp_parts(buf, off, num, wire, cap, ts, *front)
-                if parts is not None:
-                    if run:
-                        pieces.append(b"".join(run))
-                        run = []
-                    pieces.append((j, parts, iface))
-                    continue
+                tcp = None if parts is None else (j, parts, iface)
             else:
                 text = fast_frame(buf, off, cap, num, wire, ts, iface, None, fcs) if lt == LINKTYPE_ETHERNET else None
                 if text is None:
                     cp = decode_record(RawRecord(num, ts, lt, bytes(buf[off:off + cap]), wire, iface, fcs_len=fcs))
                     text = None if cp.packet.encap == "tcp" else frame_tree(cp).encode()
         except Exception:  # noqa: BLE001 - written again, by the process that reads the streams
-            text = None
-        if text is None:
-            if run:
-                pieces.append(b"".join(run))
-                run = []
-            pieces.append((j, bytes(buf[off:off + cap]), wire, ts, lt, iface, fcs))
-        else:
+            text = tcp = None
+        if text is not None:
             run.append(text + b"\n\n")
+            continue
+        if run:
+            pieces.append(b"".join(run))
+            run = []
+        pieces.append(tcp if tcp is not None else (j, bytes(buf[off:off + cap]), wire, ts, lt, iface, fcs))
     if run:
         pieces.append(b"".join(run))
     return blk.first, pieces
