@@ -491,25 +491,33 @@ def tcp_info(pkt: Packet, window: int | None = None) -> str | None:
     """tshark's Info for a TCP segment: ports, flags, raw sequence numbers, window, length.
 
     As ``tshark -o tcp.relative_sequence_numbers:false``.  ``window`` is the scaled window
-    (:class:`TcpWindowScaling`); without it the raw field is shown."""
+    (:class:`TcpWindowScaling`); without it the raw field is shown.  As tshark (packet-tcp.c):
+    a header length under 20 octets ends the text with ``, bogus TCP header length (N, must be at
+    least 20)`` in place of ``Len=``, and a header that runs past its datagram (no ``tcp.len``)
+    has no ``Len=`` (:func:`info` gives it no ``window``: tshark shows such a segment's raw window)."""
     tcp = pkt.get(TCP)
     if tcp is None:
         return None
-    return tcp_info_text(tcp.sport, tcp.dport, tcp.flags, tcp.seq, tcp.ack,
-                         tcp.window if window is None else window, tcp_segment_length(pkt) or 0)
+    shown = tcp.window if window is None else window
+    if tcp.data_offset < 5:
+        return tcp_info_text(tcp.sport, tcp.dport, tcp.flags, tcp.seq, tcp.ack, shown, None) \
+            + f", bogus TCP header length ({tcp.data_offset * 4}, must be at least 20)"
+    return tcp_info_text(tcp.sport, tcp.dport, tcp.flags, tcp.seq, tcp.ack, shown, tcp_segment_length(pkt))
 
 
 _FLAG_TEXT: dict[int, str] = {}
 
 
-def tcp_info_text(sport: int, dport: int, flags: int, seq: int, ack: int, window: int, length: int) -> str:
-    """:func:`tcp_info` from the segment's numbers (``window`` as shown: raw or scaled)."""
+def tcp_info_text(sport: int, dport: int, flags: int, seq: int, ack: int, window: int, length: int | None) -> str:
+    """:func:`tcp_info` from the segment's numbers (``window`` as shown: raw or scaled; ``length``
+    None: no ``Len=``)."""
     names = _FLAG_TEXT.get(flags)
     if names is None:  # (9 bits: at most 512 texts)
         names = _FLAG_TEXT[flags] = ", ".join(tcp_flag_names(flags))  # in tshark's order (lowest bit first)
+    tail = "" if length is None else f" Len={length}"
     if flags & TCP.ACK:
-        return f"{sport} → {dport} [{names}] Seq={seq} Ack={ack} Win={window} Len={length}"
-    return f"{sport} → {dport} [{names}] Seq={seq} Win={window} Len={length}"
+        return f"{sport} → {dport} [{names}] Seq={seq} Ack={ack} Win={window}{tail}"
+    return f"{sport} → {dport} [{names}] Seq={seq} Win={window}{tail}"
 
 
 def info(cp: CapturedPacket, tcp_windows: TcpWindowScaling | None = None, request_in: int | None = None) -> str:
@@ -520,7 +528,15 @@ def info(cp: CapturedPacket, tcp_windows: TcpWindowScaling | None = None, reques
     if cp.pdus:
         text = "; ".join(p.summary() for p in cp.pdus)
     else:
-        text = (tcp_info(cp.packet, window) if cp.packet.encap == "tcp" else None) or cp.packet.summary()
+        # (a TCP header the decoder did not take whole, its options past the datagram's end: its
+        # numbers all the same, as tshark shows them before it calls the segment malformed; its
+        # window raw, as tshark's)
+        if cp.packet.encap == "tcp":
+            text = tcp_info(cp.packet, window) or cp.packet.summary()
+        elif cp.packet.layers and isinstance(cp.packet.layers[-1].header, TCP):
+            text = tcp_info(cp.packet) or cp.packet.summary()
+        else:
+            text = cp.packet.summary()
         if request_in is not None and cp.packet.info and text.endswith(cp.packet.info):  # (IPoIB's too)
             text += f" (request in {request_in})"
     return _with_problems(text, (cp.packet, *cp.pdus), cp.packet.internal_error)
