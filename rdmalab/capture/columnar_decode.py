@@ -552,6 +552,11 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     # ends inside leaves TCP's fields without them, as wire.frame.tcp_segment_length and tshark
     thl = (T[:, 12] >> 4).astype(np.int64) * 4
     iplen = np.where(ip6, data["ipv6.plen"].astype(np.int64) + 40, data["ip.len"].astype(np.int64))
+    # a datagram whose header says it goes on past the frame's end on the wire (its FCS off, where the
+    # capture says it keeps one) ends there, as wire.frame._ip and tshark's reported length have it
+    frame_end = (np.where(blk.wirelen > 0, blk.wirelen, caplen).astype(np.int64)
+                 - np.where(eth, np.maximum(blk.fcs_lens(), 0), 0))
+    iplen = np.where((ip6 | (iplen != 0)) & (l3 + iplen > frame_end) & (frame_end >= l3), frame_end - l3, iplen)
     L["tcp.len"] = tcp & ((~ip6 & (iplen == 0)) | (l3 + iplen >= l4 + thl))
     if need("tcp"):
         data["tcp.srcport"] = data["udp.srcport"]

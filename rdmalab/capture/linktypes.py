@@ -382,21 +382,21 @@ def decode_frame(linktype: int, data: bytes, *, lenient: bool = True, wire_lengt
     if linktype == LINKTYPE_ETHERNET:
         return decode_ethernet(data, lenient=lenient, frame_len=wire_length or len(data), fcs_len=fcs_len)
     if linktype in RAW_IP_LINKTYPES:
-        return decode_ip(data, lenient=lenient)
+        return decode_ip(data, lenient=lenient, frame_len=wire_length or len(data))
     if linktype == LINKTYPE_LINUX_SLL:
-        return _cooked(SLL, data, lenient)
+        return _cooked(SLL, data, lenient, wire_length or len(data))
     if linktype == LINKTYPE_LINUX_SLL2:
-        return _cooked(SLL2, data, lenient)
+        return _cooked(SLL2, data, lenient, wire_length or len(data))
     if linktype == LINKTYPE_ERF:
         return _guard(decode_erf, data, lenient)
     if linktype == LINKTYPE_INFINIBAND:
         return _guard(decode_ib, data, lenient)
     if linktype in (LINKTYPE_NULL, LINKTYPE_LOOP):
-        return _loopback(data, lenient, host_order=linktype == LINKTYPE_NULL)
+        return _loopback(data, lenient, host_order=linktype == LINKTYPE_NULL, frame_len=wire_length or len(data))
     return _unsupported(data, 0, f"link type {linktype} (not decoded)", [])
 
 
-def _loopback(data: bytes, lenient: bool, *, host_order: bool) -> Packet:
+def _loopback(data: bytes, lenient: bool, *, host_order: bool, frame_len: int | None = None) -> Packet:
     """A BSD loopback record: its family header, then IPv4 or IPv6 (another family is not decoded)."""
     if len(data) < 4:
         err = TruncatedError("Null/Loopback", "family", 0, len(data), "4 bytes")
@@ -410,11 +410,12 @@ def _loopback(data: bytes, lenient: bool, *, host_order: bool) -> Packet:
         family = int.from_bytes(data[:4], "little")
     prefix = [Layer(NullLoopback(family), 0)]
     if family == BSD_AF_INET or family in BSD_AF_INET6:
-        return _rebase(decode_ip(data[4:], lenient=lenient), data, 4, prefix)
+        return _rebase(decode_ip(data[4:], lenient=lenient, frame_len=None if frame_len is None else frame_len - 4),
+                       data, 4, prefix)
     return _unsupported(data, 4, f"Null/Loopback family {family} (not decoded)", prefix)
 
 
-def _cooked(cls: type[SLL] | type[SLL2], data: bytes, lenient: bool) -> Packet:
+def _cooked(cls: type[SLL] | type[SLL2], data: bytes, lenient: bool, frame_len: int | None = None) -> Packet:
     size = cls.LAYOUT.size
     try:
         hdr = cls.decode(data, 0)
@@ -425,7 +426,7 @@ def _cooked(cls: type[SLL] | type[SLL2], data: bytes, lenient: bool) -> Packet:
         pkt.payload_offset, pkt.payload_length = 0, len(data)
         pkt.problems.append(err)
         return pkt
-    return decode_after_ethertype(data, hdr.protocol, size, lenient=lenient, prefix=(hdr,))
+    return decode_after_ethertype(data, hdr.protocol, size, lenient=lenient, prefix=(hdr,), frame_len=frame_len)
 
 
 def _guard(fn: object, data: bytes, lenient: bool) -> Packet:

@@ -92,18 +92,23 @@ def decode_ethernet(data: bytes | bytearray | memoryview, *, lenient: bool = Fal
     ``frame_len`` is the frame's length on the wire (the record's; None: ``len(data)``); with it the
     octets after the datagram are divided into padding, trailer and FCS, for a capture that says its
     frames keep an FCS of ``fcs_len`` octets, or (-1) does not say
-    (:func:`~rdmalab.wire.net.ethernet_trailer`, ``Packet.eth_trailer``)."""
+    (:func:`~rdmalab.wire.net.ethernet_trailer`, ``Packet.eth_trailer``), and an IP datagram whose
+    header says it goes on past the frame's end ends there, a problem, as tshark has it (without it,
+    bytes cut short are a datagram cut short: a truncated one)."""
     raw = bytes(data)
     pkt = Packet(raw, encap="eth" if len(raw) >= 14 else "other")  # (no whole Ethernet header: nothing decoded)
     size = len(raw) if frame_len is None else frame_len
-    return guarded(pkt, lenient, lambda: _eth(raw, pkt, lenient, tuple(rocev2_ports), size, fcs_len))
+    return guarded(pkt, lenient, lambda: _eth(raw, pkt, lenient, tuple(rocev2_ports), size, fcs_len,
+                                              frame_len is not None))
 
 
-def decode_ip(data: bytes | bytearray | memoryview, *, lenient: bool = False, rocev2_ports: Sequence[int] = (ROCEV2_PORT,)) -> Packet:
-    """Decode a raw IPv4 or IPv6 packet (LINKTYPE_RAW)."""
+def decode_ip(data: bytes | bytearray | memoryview, *, lenient: bool = False, rocev2_ports: Sequence[int] = (ROCEV2_PORT,),
+              frame_len: int | None = None) -> Packet:
+    """Decode a raw IPv4 or IPv6 packet (LINKTYPE_RAW); ``frame_len``: its length on the wire (None: not
+    known), past which its datagram does not go, whatever its header says."""
     raw = bytes(data)
     pkt = Packet(raw, encap="ip")
-    return guarded(pkt, lenient, lambda: _ip(raw, pkt, 0, lenient, tuple(rocev2_ports)))
+    return guarded(pkt, lenient, lambda: _ip(raw, pkt, 0, lenient, tuple(rocev2_ports), reported=frame_len))
 
 
 def decode_after_ethertype(
@@ -114,29 +119,36 @@ def decode_after_ethertype(
     lenient: bool = False,
     prefix: Sequence[Header] = (),
     rocev2_ports: Sequence[int] = (ROCEV2_PORT,),
+    frame_len: int | None = None,
 ) -> Packet:
-    """Decode what follows an EtherType at ``offset`` (e.g. after a Linux cooked header)."""
+    """Decode what follows an EtherType at ``offset`` (e.g. after a Linux cooked header); ``frame_len``:
+    the frame's length on the wire (None: not known), past which an IP datagram does not go."""
     raw = bytes(data)
     pkt = Packet(raw, encap="eth")
     pos = 0
     for h in prefix:
         pkt.layers.append(Layer(h, pos))
         pos += h.LAYOUT.size
-    return guarded(pkt, lenient, lambda: _after_ethertype(raw, pkt, ethertype, offset, lenient, tuple(rocev2_ports)))
+    return guarded(pkt, lenient, lambda: _after_ethertype(raw, pkt, ethertype, offset, lenient, tuple(rocev2_ports),
+                                                          frame_len))
 
 
-def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...], frame_len: int, fcs_len: int) -> None:
+def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...], frame_len: int, fcs_len: int,
+         told: bool = True) -> None:
     eth = Ethernet.decode(data, 0)
     pkt.layers.append(Layer(eth, 0))
     try:
-        _after_ethertype(data, pkt, eth.ethertype, 14, lenient, ports)
+        # (the frame's end on the wire, its FCS off where the capture says it keeps one: where an IP
+        # datagram whose header says more ends, as tshark's reported length has it)
+        _after_ethertype(data, pkt, eth.ethertype, 14, lenient, ports, frame_len - max(fcs_len, 0) if told else None)
     finally:  # (a datagram the decoder gave up on part way has its length all the same)
         if pkt.datagram_end is not None:
             tagged = any(type(layer.header) is VLAN for layer in pkt.layers)
             pkt.eth_trailer = ethernet_trailer(data, pkt.datagram_end, frame_len, fcs_len, tagged=tagged)
 
 
-def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient: bool, ports: tuple[int, ...]) -> None:
+def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient: bool, ports: tuple[int, ...],
+                     reported: int | None = None) -> None:
     while ethertype in (ETHERTYPE_VLAN, ETHERTYPE_QINQ):
         tag: VLAN | QinQ = (VLAN if ethertype == ETHERTYPE_VLAN else QinQ).decode(data, pos)
         pkt.layers.append(Layer(tag, pos))
@@ -152,7 +164,7 @@ def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient
                                          f"{want} (EtherType 0x{ethertype:04x})"), lenient)
             pkt.payload_offset, pkt.payload_length = pos, len(data) - pos
             return
-        _ip(data, pkt, pos, lenient, ports)
+        _ip(data, pkt, pos, lenient, ports, reported=reported)
     elif ethertype == ETHERTYPE_ARP and (arp := decode_arp(data, pos, len(data))) is not None:
         pkt.layers.append(Layer(arp, pos))
         if isinstance(arp, ARP):
@@ -177,7 +189,12 @@ def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient
         pkt.payload_offset, pkt.payload_length = pos, len(data) - pos
 
 
-def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...], quote: bool = False) -> None:
+def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...], quote: bool = False,
+        reported: int | None = None) -> None:
+    """An IPv4 or IPv6 datagram at ``pos`` and what it carries.  ``reported``: where the frame ends on the
+    wire (None: not known); a datagram whose header says it goes on past that ends there, a problem,
+    as tshark (packet-ip.c, packet-ipv6.c) takes the rest of the frame as the datagram ("IPv4 total
+    length exceeds packet length")."""
     if pos >= len(data):
         raise TruncatedError("IP", "version", pos, 0, "an IPv4 or IPv6 header")
     version = data[pos] >> 4
@@ -229,6 +246,13 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         raise MalformedError("IP", "version", pos, version, "4 or 6")
     if quote:  # a quote ends where the ICMP message does (tshark: the rest of it, ICRC and all, is the quote's)
         end = min(end, len(data))
+    if reported is not None and end > reported >= pos:
+        six = version == 6
+        _problem(pkt, MalformedError("IPv6" if six else "IPv4", "payload_length" if six else "total_length",
+                                     ip_start + (4 if six else 2), end - ip_start - (40 if six else 0),
+                                     f"at most the {reported - ip_start - (40 if six else 0)} bytes the frame holds"
+                                     f"{' after the header' if six else ''}"), lenient)
+        end = pkt.datagram_end = reported
     wire_end = end  # where the datagram ends on the wire
     if end > len(data):
         _problem(pkt, TruncatedError("IPv4" if version == 4 else "IPv6", "length", ip_start + (2 if version == 4 else 4),
@@ -325,6 +349,8 @@ def tcp_segment_length(pkt: Packet) -> int | None:
     else:
         assert isinstance(ip, IPv6)
         wire_end = ip_layer.offset + 40 + ip.payload_length
+    if pkt.datagram_end is not None:  # (a header that says more than the frame holds: the frame's end)
+        wire_end = min(wire_end, pkt.datagram_end)
     payload_at = tcp.offset + tcp.header.header_len
     return None if payload_at > wire_end else wire_end - payload_at
 

@@ -149,7 +149,7 @@ def test_damaged_frames(tmp_path: Path) -> None:
     assert got == _per_packet(path)
     assert "Problem:" in got and "(bad, should be" in got  # the damage was seen, by the per-packet way
     for problem in ("malformed BTH.tver", "malformed BTH.padcnt", "malformed BTH.opcode", "malformed AETH.type",
-                    "malformed Payload", "truncated TCP.data_offset", "truncated IPv4.length", "truncated AETH"):
+                    "malformed Payload", "truncated TCP.data_offset", "malformed IPv4.total_length", "truncated AETH"):
         assert f"Problem: {problem}" in got, problem
 
 
