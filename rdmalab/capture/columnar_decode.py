@@ -247,7 +247,8 @@ def fill_conversations(cols: Columns, conversations: Conversations) -> None:
     for name in CONVERSATION_FIELDS:
         L[name] = np.zeros(n, dtype=bool)
         d[name] = np.zeros(n, dtype=np.uint32)
-    ip, ip6 = L["ip"], L["ipv6"] & ~L["ip"]  # (the per-packet fields: ip.src if any, else ipv6.src)
+    ip = L["ip.rest"]  # (ip.src's layer: the per-packet fields: ip.src if any, else ipv6.src)
+    ip6 = L["ipv6"] & ~ip
     frames = d["frame.number"]
     quoting = {int(r): cols.multi[int(frames[r])] for r in _quote_rows(cols).tolist()}
     stream_of = np.full(n, -1, dtype=np.int64)
@@ -487,6 +488,10 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     ihl = (b0 & 0x0F).astype(np.int64)
     L["ip"] = ip
     data["ip.len"] = _be(IP, 2, 2).astype(np.uint16)
+    # what tshark shows of a bogus header (packet-ip.c; wire.net.IPv4Bogus, IPv4BogusLength): a header
+    # length under 20, its first octet; a total length shorter than the header, up to the total length
+    L["ip.front"] = ip & (ihl >= 5)
+    L["ip.rest"] = L["ip.front"] & ((data["ip.len"] == 0) | (data["ip.len"] >= ihl * 4))
     ff = _be(IP, 6, 2)
     frag = (ff & u64(0x1FFF)).astype(np.uint16)
     data["ip.frag_offset"] = frag

@@ -66,6 +66,8 @@ from rdmalab.wire.net import (
     VLAN,
     Ethernet,
     IPv4,
+    IPv4Bogus,
+    IPv4BogusLength,
     IPv6,
     IPv6DestOptions,
     IPv6Fragment,
@@ -206,11 +208,15 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
             _problem(pkt, p, lenient)
         hl = max(20, ip4.header_len)
         if ip4.ihl < 5:  # nothing after a header shorter than 20 octets is read (Wireshark: "Bogus IP header length")
+            pkt.layers[-1] = Layer(IPv4Bogus.decode(data, pos), pos)  # (its first octet: all tshark shows)
+            pkt.info = f"Bogus IP header length ({ip4.ihl * 4}, must be at least 20)"
             pkt.payload_offset, pkt.payload_length = pos + 20, max(0, len(data) - pos - 20)
             return
         if ip4.total_length == 0:  # left for the NIC to fill in (segmentation offload): the frame's length,
             end = len(data)        # as Wireshark presumes it (packet-ip.c)
         elif ip4.total_length < hl:  # nothing after the header can be trusted (Wireshark: "Bogus IP length")
+            pkt.layers[-1] = Layer(IPv4BogusLength.decode(data, pos), pos)  # (up to its length: all tshark shows)
+            pkt.info = f"Bogus IP length ({ip4.total_length}, less than header length {hl})"
             _problem(pkt, MalformedError("IPv4", "total_length", pos + 2, ip4.total_length,
                                          f"at least the header's {hl} bytes"), lenient)
             pkt.payload_offset, pkt.payload_length = pos + hl, 0

@@ -207,6 +207,11 @@ def _fcs_only(data: bytes, datagram_end: int, frame_len: int, name: str) -> Ethe
     return EthernetTrailer(datagram_end, b"", datagram_end, b"", fcs_at, value, expected, name)
 
 
+_IPV4_FIRST_2 = (F("version", 4, "ip.version", const=4), F("ihl", 4, "ip.hdr_len"))
+_IPV4_FIRST_4 = (*_IPV4_FIRST_2, F("dscp", 6, "ip.dsfield.dscp"),
+                 F("ecn", 2, "ip.dsfield.ecn", doc="ECN: 3 = Congestion Experienced"), F("total_length", 16, "ip.len"))
+
+
 @dataclass(frozen=True, slots=True)
 class IPv4(Header):
     version: int = 4
@@ -226,11 +231,7 @@ class IPv4(Header):
     LAYOUT: ClassVar[Layout] = layout(
         "IPv4",
         "RFC 791 3.1",
-        F("version", 4, "ip.version", const=4),
-        F("ihl", 4, "ip.hdr_len"),
-        F("dscp", 6, "ip.dsfield.dscp"),
-        F("ecn", 2, "ip.dsfield.ecn", doc="ECN: 3 = Congestion Experienced"),
-        F("total_length", 16, "ip.len"),
+        *_IPV4_FIRST_4,
         F("identification", 16, "ip.id", fmt="hex"),
         F("flags", 3, "ip.flags", fmt="hex"),
         F("frag_offset", 13, "ip.frag_offset"),
@@ -265,6 +266,43 @@ class IPv4(Header):
         """The same header with its checksum computed (RFC 791, one's complement sum)."""
         return self.replace(checksum=internet_checksum(self.replace(checksum=0).encode()))
 
+
+
+@dataclass(frozen=True, slots=True)
+class IPv4Bogus(Header):
+    """An IPv4 header whose header length is under 20 octets (IHL under 5): its first octet, all of it
+    that tshark shows (packet-ip.c: "Bogus IP header length", nothing more read).  The decoder puts it
+    in the frame's layers in the place of the :class:`IPv4` header (whose checks name the problem)."""
+
+    version: int = 4
+    ihl: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout("IPv4", "RFC 791 3.1 (the first octet)", *_IPV4_FIRST_2, ws="ip")
+
+    def ws_fields(self) -> dict[str, int]:
+        out = Header.ws_fields(self)
+        out["ip.hdr_len"] = self.ihl * 4
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class IPv4BogusLength(Header):
+    """An IPv4 header whose total length is shorter than the header: its first 4 octets, up to the
+    total length, all of it that tshark shows (packet-ip.c: "Bogus IP length", nothing more read), in
+    the place of the :class:`IPv4` header as :class:`IPv4Bogus`."""
+
+    version: int = 4
+    ihl: int = 5
+    dscp: int = 0
+    ecn: int = 0
+    total_length: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout("IPv4", "RFC 791 3.1 (the first 4 octets)", *_IPV4_FIRST_4, ws="ip")
+
+    def ws_fields(self) -> dict[str, int]:
+        out = Header.ws_fields(self)
+        out["ip.hdr_len"] = self.ihl * 4
+        return out
 
 @dataclass(frozen=True, slots=True)
 class IPv6(Header):
