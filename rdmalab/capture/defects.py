@@ -302,6 +302,35 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
     kinds=("only_rdmalab",),
 ))
 
+_IB_TRANSPORT = frozenset({"BTH", "RDETH", "DETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH",
+                           "XRCETH", "FETH", "CNP", "MAD"})
+
+
+def _headers_into_icrc(cp: CapturedPacket, ws: WiresharkView) -> bool:
+    """A RoCE datagram, whole in the capture, too short for its transport headers and the 4-octet ICRC
+    after them: rdmalab names a header truncated (:func:`rdmalab.wire.packet.decode_transport`: the BTH
+    needs 16 octets, the others end before the ICRC), Wireshark read a BTH there."""
+    whole = not cp.wire_length or cp.wire_length <= len(cp.packet.data)
+    return (whole and "infiniband.bth.opcode" in ws
+            and any(p.kind == "truncated" and p.layer in _IB_TRANSPORT for p in cp.packet.problems))
+
+
+WIRESHARK_DEFECTS.append(WiresharkDefect(
+    "headers-into-icrc",
+    "a RoCE datagram, whole in the capture, too short for its transport headers (or its MAD) and its ICRC "
+    "(a damaged IP or UDP length, or a damaged packet)",
+    ("infiniband.bth*", "infiniband.invariant.crc", "infiniband.variant.crc", *_AFTER_BTH),
+    "Wireshark parses the headers the opcode names from the octets there are, the ICRC's among them (a BTH "
+    "from any 12 octets), then shows as ICRC, or as VCRC, the octets left; rdmalab reads the ICRC at the "
+    "datagram's end, parses the headers before it, and names the header that does not fit truncated",
+    "IBA Vol 1 9.2: the BTH is 12 octets and the opcode names the headers after it; 13.4.2: a MAD is 256 "
+    "octets; 7.8.1 and RoCEv2 Annex A17.3.3: every packet ends in its 4-octet ICRC (RoCE has no VCRC)",
+    "Wireshark 4.0 epan/dissectors/packet-infiniband.c, as tshark 4.0.17 shows it on damaged copies of real "
+    "captures (tests/capture/test_crosscheck_causes.py)",
+    _headers_into_icrc,
+    kinds=("only_wireshark", "only_rdmalab"),
+))
+
 DEFECTS_BY_ID = {d.id: d for d in WIRESHARK_DEFECTS}
 
 
