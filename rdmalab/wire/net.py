@@ -258,14 +258,11 @@ class IPv4(Header):
         return self.ihl * 4
 
     def ws_fields(self) -> dict[str, int]:
-        out = Header.ws_fields(self)
-        out["ip.hdr_len"] = self.ihl * 4  # Wireshark counts bytes, the header counts 32-bit words
-        return out
+        return _ipv4_ws_fields(self)
 
     def with_checksum(self) -> IPv4:
         """The same header with its checksum computed (RFC 791, one's complement sum)."""
         return self.replace(checksum=internet_checksum(self.replace(checksum=0).encode()))
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,9 +277,7 @@ class IPv4Bogus(Header):
     LAYOUT: ClassVar[Layout] = layout("IPv4", "RFC 791 3.1 (the first octet)", *_IPV4_FIRST_2, ws="ip")
 
     def ws_fields(self) -> dict[str, int]:
-        out = Header.ws_fields(self)
-        out["ip.hdr_len"] = self.ihl * 4
-        return out
+        return _ipv4_ws_fields(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,9 +295,16 @@ class IPv4BogusLength(Header):
     LAYOUT: ClassVar[Layout] = layout("IPv4", "RFC 791 3.1 (the first 4 octets)", *_IPV4_FIRST_4, ws="ip")
 
     def ws_fields(self) -> dict[str, int]:
-        out = Header.ws_fields(self)
-        out["ip.hdr_len"] = self.ihl * 4
-        return out
+        return _ipv4_ws_fields(self)
+
+
+def _ipv4_ws_fields(h: IPv4 | IPv4Bogus | IPv4BogusLength) -> dict[str, int]:
+    """An IPv4 header's (or its first octets') Wireshark fields: ``ip.hdr_len`` in octets, as Wireshark
+    counts it (the header counts 32-bit words)."""
+    out = Header.ws_fields(h)
+    out["ip.hdr_len"] = h.ihl * 4
+    return out
+
 
 @dataclass(frozen=True, slots=True)
 class IPv6(Header):
