@@ -302,8 +302,9 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
     kinds=("only_rdmalab",),
 ))
 
-_IB_TRANSPORT = frozenset({"BTH", "RDETH", "DETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH",
-                           "XRCETH", "FETH", "CNP", "MAD"})
+#: the layers of a RoCE packet after its UDP header: the BTH, every header the opcode table names after it, a MAD
+_IB_TRANSPORT = frozenset({BTH.LAYOUT.name, MADHeader.LAYOUT.name,
+                           *(h.LAYOUT.name for info in OPCODES.values() for h in info.headers)})
 
 
 def _headers_into_icrc(cp: CapturedPacket, ws: WiresharkView) -> bool:

@@ -379,20 +379,21 @@ def decode_frame(linktype: int, data: bytes, *, lenient: bool = True, wire_lengt
     Ethernet frame's octets after its datagram are divided (padding, trailer, FCS), with ``fcs_len``, the
     FCS length the capture says it keeps (-1: it does not say; :func:`~rdmalab.wire.net.ethernet_trailer`).
     """
+    wire = wire_length or len(data)
     if linktype == LINKTYPE_ETHERNET:
-        return decode_ethernet(data, lenient=lenient, frame_len=wire_length or len(data), fcs_len=fcs_len)
+        return decode_ethernet(data, lenient=lenient, frame_len=wire, fcs_len=fcs_len)
     if linktype in RAW_IP_LINKTYPES:
-        return decode_ip(data, lenient=lenient, frame_len=wire_length or len(data))
+        return decode_ip(data, lenient=lenient, frame_len=wire)
     if linktype == LINKTYPE_LINUX_SLL:
-        return _cooked(SLL, data, lenient, wire_length or len(data))
+        return _cooked(SLL, data, lenient, wire)
     if linktype == LINKTYPE_LINUX_SLL2:
-        return _cooked(SLL2, data, lenient, wire_length or len(data))
+        return _cooked(SLL2, data, lenient, wire)
     if linktype == LINKTYPE_ERF:
         return _guard(decode_erf, data, lenient)
     if linktype == LINKTYPE_INFINIBAND:
         return _guard(decode_ib, data, lenient)
     if linktype in (LINKTYPE_NULL, LINKTYPE_LOOP):
-        return _loopback(data, lenient, host_order=linktype == LINKTYPE_NULL, frame_len=wire_length or len(data))
+        return _loopback(data, lenient, host_order=linktype == LINKTYPE_NULL, frame_len=wire)
     return _unsupported(data, 0, f"link type {linktype} (not decoded)", [])
 
 

@@ -264,8 +264,9 @@ def _ipv4_front(buf: bytes | bytearray, o: int, cap: int, wire: int, fcs_len: in
         return None
     ipv = int.from_bytes(buf[o + 14:o + 34], "big")
     total = ipv >> _IP_TOTAL_S & _IP_TOTAL_M
-    if (ipv >> _IP_FRAG_S & _IP_FRAG_M or ipv >> _IP_FLAGS_S & 1 or total < 40 or 14 + total > cap
-            or 14 + total > (wire or cap) - max(fcs_len, 0)):  # (past the frame's end: a problem, per packet)
+    # (a datagram past the capture's end, or past the frame's on the wire, its FCS off: a problem, per packet)
+    if ipv >> _IP_FRAG_S & _IP_FRAG_M or ipv >> _IP_FLAGS_S & 1 or total < 40 \
+            or 14 + total > min(cap, (wire or cap) - max(fcs_len, 0)):
         return None
     ip_end = 14 + total
     tail: list[str] = []  # the octets after the datagram: padding, a trailer, an FCS

@@ -100,8 +100,10 @@ def decode_ethernet(data: bytes | bytearray | memoryview, *, lenient: bool = Fal
     raw = bytes(data)
     pkt = Packet(raw, encap="eth" if len(raw) >= 14 else "other")  # (no whole Ethernet header: nothing decoded)
     size = len(raw) if frame_len is None else frame_len
-    return guarded(pkt, lenient, lambda: _eth(raw, pkt, lenient, tuple(rocev2_ports), size, fcs_len,
-                                              frame_len is not None))
+    # (the frame's end on the wire, its FCS off where the capture says it keeps one: where an IP
+    # datagram whose header says more ends, as tshark's reported length has it)
+    reported = None if frame_len is None else frame_len - max(fcs_len, 0)
+    return guarded(pkt, lenient, lambda: _eth(raw, pkt, lenient, tuple(rocev2_ports), size, fcs_len, reported))
 
 
 def decode_ip(data: bytes | bytearray | memoryview, *, lenient: bool = False, rocev2_ports: Sequence[int] = (ROCEV2_PORT,),
@@ -136,13 +138,11 @@ def decode_after_ethertype(
 
 
 def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...], frame_len: int, fcs_len: int,
-         told: bool = True) -> None:
+         reported: int | None) -> None:
     eth = Ethernet.decode(data, 0)
     pkt.layers.append(Layer(eth, 0))
     try:
-        # (the frame's end on the wire, its FCS off where the capture says it keeps one: where an IP
-        # datagram whose header says more ends, as tshark's reported length has it)
-        _after_ethertype(data, pkt, eth.ethertype, 14, lenient, ports, frame_len - max(fcs_len, 0) if told else None)
+        _after_ethertype(data, pkt, eth.ethertype, 14, lenient, ports, reported)
     finally:  # (a datagram the decoder gave up on part way has its length all the same)
         if pkt.datagram_end is not None:
             tagged = any(type(layer.header) is VLAN for layer in pkt.layers)
