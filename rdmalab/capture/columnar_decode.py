@@ -27,11 +27,13 @@ from rdmalab.capture.columnar_schema import (
     COLUMN_BY_NAME,
     COLUMNS,
     CONVERSATION_FIELDS,
+    DERIVED,
     IWARP_COLUMNS,
     IWARP_LAYERS,
     IWARP_PREFIXES,
     WINDOW,
     Columns,
+    _fmt_values,
     _ipv6_text,
     link_header_length,
 )
@@ -52,7 +54,14 @@ from rdmalab.capture.linktypes import (
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import CapturedPacket, RawRecord, decode_record, read
 from rdmalab.capture.render import Conversations, TcpWindowScaling, conversation_key, window_shift_option
-from rdmalab.wire.control import ICMP_ERRORS, ICMPV6_ERRORS, IPPROTO_ICMP, IPPROTO_ICMPV6
+from rdmalab.wire.control import (
+    ICMP_ERRORS,
+    ICMPV6_ERRORS,
+    IPPROTO_ICMP,
+    IPPROTO_ICMPV6,
+    icmp_summary,
+    icmpv6_summary,
+)
 from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_masks
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.ib import GRH_NXTHDR_IBA
@@ -516,14 +525,15 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
         data["ip.ttl"] = IP[:, 8]
     if need("ip.checksum"):
         data["ip.checksum"] = _be(IP, 10, 2, np.uint16)
-    if need("ip.src"):
+    # (the addresses also for the conversation an ICMP error's quote counts in: _quotes_in_columns)
+    if need("ip.src") or quotes:
         data["ip.src"] = _be(IP, 12, 4, np.uint32)
-    if need("ip.dst"):
+    if need("ip.dst") or quotes:
         data["ip.dst"] = _be(IP, 16, 4, np.uint32)
     ip6 = link & (etype == 0x86DD) & (b0 >> 4 == 6) & (caplen >= l3 + 40)
     L["ipv6"] = ip6
     L["ipver"] = ip | ip6
-    need6 = need("ipv6", "infiniband.grh")
+    need6 = need("ipv6", "infiniband.grh") or quotes
     if need6:
         w0 = _be(IP, 0, 4)
         data["ipv6.tclass"] = ((w0 >> u64(20)) & u64(0xFF)).astype(np.uint8)
@@ -709,7 +719,12 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
                                             & np.isin(T[:, 0], list(ICMP_ERRORS)))
                                            | (ip6 & (nxt6 == IPPROTO_ICMPV6) & np.isin(T[:, 0], list(ICMPV6_ERRORS)))))
     if quotes and quoting.any() and need("ip", "udp", "tcp", "infiniband", "icmp", "data", "rdmalab"):
-        fill_quotes(blk, cols, np.flatnonzero(quoting))  # (not for fields no quote has: frame.len ...)
+        rows = np.flatnonzero(quoting)  # (not for fields no quote has: frame.len ...)
+        # the quote: after the ICMP header, to the end of the ICMP message (of the datagram, as captured)
+        q_at, q_to = l4[rows] + 8, np.minimum(ip_end[rows], caplen[rows])
+        done = np.zeros(len(rows), dtype=bool) if wanted is None else _quotes_in_columns(
+            blk, cols, rows, q_at, q_to, wanted, verify_icrc, np.where(ip6[rows], IP[rows, 7], IP[rows, 8]))
+        fill_quotes(blk, cols, rows[~done])
     if tracker is not None:
         fill_iwarp(blk, cols, tracker)
     return cols
@@ -741,6 +756,112 @@ def _conversation_fields(got: dict[str, Any]) -> dict[str, Any]:
 def _address_int(text: str) -> int:
     """An address's text as an integer (the same few hosts again and again: each read once)."""
     return int(ipaddress.ip_address(text))
+
+
+#: what a quote's entry in :attr:`Columns.multi` takes from the frame alone: the frame's and its link's
+#: fields (the quote is an IP datagram), and the frame's name
+_FRAME_OWN = ("frame.", "eth.", "sll.", "vlan.", "ieee8021ad.", "rdmalab.encap")
+_ADDRESSES = ("ip.src", "ip.dst", "ipv6.src", "ipv6.dst")
+
+
+def _quotes_in_columns(blk: RecordBlock, cols: Columns, rows: np.ndarray, at: np.ndarray, to: np.ndarray,
+                       wanted: frozenset[str], verify_icrc: bool, hops: np.ndarray) -> np.ndarray:
+    """The entries :func:`quote_fields` makes, for the ICMP errors ``rows`` whose quote (from ``at`` to
+    ``to`` in the frame) is a UDP datagram (RoCEv2 among them: a host where nothing takes RoCEv2 answers
+    each packet so), from columns rather than frame by frame: the quotes decoded as a block of raw IP
+    datagrams, each ending where its quote ends (as :func:`rdmalab.wire.frame._quoted` has it: an ICRC
+    at the quote's end, shown unchecked when the quote is shorter than the datagram), the fields
+    ``wanted`` (and what :func:`fill_conversations` counts) of the frame and of the quote joined as the
+    per-packet fields join them (the frame's, then the quote's).  Which rows were done: the others
+    (another protocol quoted, an IPv6 extension header, a fragment, no IP header at all) are left for
+    :func:`fill_quotes`."""
+    n = len(rows)
+    length = np.maximum(to - at, 0).astype(np.int64)
+    sub = RecordBlock(blk.buf, (blk.offset[rows] + at).astype(np.int64), length, length.copy(), blk.ts_ns[rows],
+                      np.full(n, RAW_IP_LINKTYPES[0], dtype=np.int32), 0, blk.file_pos)
+    names = sorted(n for n in {*wanted, *CONVERSATION_INPUTS}
+                   if (n in COLUMN_BY_NAME or n in DERIVED) and not n.startswith(_FRAME_OWN))
+    inner = _decode(sub, verify_icrc, frozenset(names), None, quotes=False)
+    IL, idata = inner.layers, inner.data
+    done = np.asarray(IL["udp"] & (IL["ip.rest"] | IL["ipv6"]) & ~IL["tcp"], dtype=bool)
+    if not done.any():
+        return done
+    # a quote shorter than the datagram it quotes: its last octets are shown as the ICRC, unchecked
+    declared = np.where(IL["ipv6"], idata["ipv6.plen"].astype(np.int64) + 40, idata["ip.len"].astype(np.int64))
+    idata["rdmalab.icrc.ok"] = np.where(declared > length, 0, idata["rdmalab.icrc.ok"]).astype(np.int8)
+    # (the frame's own columns: those it was asked for and its addresses, the others were not computed)
+    outer_vals = _field_values(cols, rows, sorted(n for n in {*wanted, *_ADDRESSES} if n in COLUMN_BY_NAME or n in DERIVED))
+    inner_vals = _field_values(inner, np.arange(n), names)
+    # ip.version: each IPv4 header's, as the per-packet fields have it; where neither is IPv4, the IPv6
+    # headers' (Wireshark's IPv6 dissector adds a hidden ip.version: fields.frame_fields)
+    outer_ints = {name: _address_ints(cols, rows, name) for name in _ADDRESSES}
+    inner_ints = {name: _address_ints(inner, np.arange(n), name) for name in _ADDRESSES}
+    versions = []
+    for vals, c, r in ((outer_vals, cols, rows), (inner_vals, inner, np.arange(n))):
+        if "ip.version" in vals:
+            versions.append(vals["ip.version"])
+            four = c.layers["ip"][r].tolist()
+            vals["ip.version"] = [v if f else None for v, f in zip(vals["ip.version"], four, strict=True)]
+    frames = cols.data["frame.number"][rows].tolist()
+    msgs = (blk.offset[rows] + at - 8).tolist()
+    six = cols.layers["ipv6"][rows].tolist()
+    hop_list = hops.tolist()
+    for k in np.flatnonzero(done).tolist():
+        entry: dict[str, Any] = {}
+        for name, values in outer_vals.items():
+            v = values[k]
+            if v is not None:
+                entry[name] = v
+        for name, values in inner_vals.items():
+            v = values[k]
+            if v is None:
+                continue
+            mine = entry.get(name)
+            entry[name] = v if mine is None else [mine, v]
+        if versions and "ip.version" not in entry:  # (no IPv4 header: the IPv6 headers')
+            six_versions = [vs[k] for vs in versions if vs[k] is not None]
+            if six_versions:
+                entry["ip.version"] = six_versions[0] if len(six_versions) == 1 else six_versions
+        raw = {name: entry[name] for name in _CONVERSATION_INPUT if name in entry}
+        for name in _ADDRESSES:  # (as _conversation_fields has them: integers)
+            o, q = outer_ints[name][k], inner_ints[name][k]
+            if o is not None or q is not None:
+                raw[name] = q if o is None else o if q is None else [o, q]
+        entry[QUOTED] = raw
+        m = msgs[k]
+        msg = bytes(blk.buf[m:m + 8])
+        entry[QUOTING] = icmpv6_summary(msg, hop_list[k]) if six[k] else icmp_summary(msg, None)
+        cols.multi[frames[k]] = entry
+    return done
+
+
+def _field_values(cols: Columns, rows: np.ndarray, names: Iterable[str]) -> dict[str, list[Any]]:
+    """Each of ``names`` (columns and :data:`DERIVED` fields) in ``rows``, as the per-packet fields have
+    them (addresses as text, numbers as ints), None where the row has none."""
+    out: dict[str, list[Any]] = {}
+    for name in names:
+        present = cols.present(name)[rows].tolist()
+        if not any(present):
+            continue
+        col = COLUMN_BY_NAME.get(name)
+        if col is not None and col.fmt in ("ipv4", "ipv6", "mac"):  # (the same few addresses: each written once)
+            distinct, inv = np.unique(cols.data[name][rows], return_inverse=True)
+            texts = _fmt_values(col, distinct)
+            values = [texts[i] for i in inv.reshape(-1).tolist()]
+        else:
+            values = cols[name][rows].tolist()
+        out[name] = [v if p else None for v, p in zip(values, present, strict=True)]
+    return out
+
+
+def _address_ints(cols: Columns, rows: np.ndarray, name: str) -> list[int | None]:
+    """The address ``name`` (ip.src ... ipv6.dst) in ``rows`` as integers, None where the row has none."""
+    present = cols.present(name)[rows]
+    if not present.any():
+        return [None] * len(rows)
+    values = cols.data[name][rows]
+    ints = values.tolist() if values.dtype.kind in "iu" else [int.from_bytes(v.ljust(16, b"\0"), "big") for v in values.tolist()]
+    return [v if p else None for v, p in zip(ints, present.tolist(), strict=True)]
 
 
 def fill_quotes(blk: RecordBlock, cols: Columns, rows: np.ndarray) -> None:

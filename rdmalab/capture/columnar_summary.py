@@ -606,10 +606,10 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
     the other frames that are not TCP by the per-packet decoder; the clean TCP segments (without a
     filter) are left as columns and text (:class:`_TcpBlock`) for the caller, which follows their
     connections in order, and every other TCP frame as a record."""
-    # (an ICMP error that quotes a datagram is no fast row: the per-packet decoder writes its line, and a
-    # filter reads its quote there: the columns need not)
+    # (an ICMP error that quotes a datagram is no fast row: the per-packet decoder writes its line; a
+    # filter reads its quote in the columns, Columns.multi, and only the errors it keeps are decoded again)
     cols = decode_block(blk, verify_icrc=True, fields=(*_FIELDS, *TCP_FIELDS) if flt is None else (*_FIELDS, *flt.fields),
-                        quotes=False)
+                        quotes=flt is not None and lenient)
     fast = _fast_rows(blk, cols)
     fast[n:] = False
     if flt is not None:
@@ -617,6 +617,13 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
     else:
         rows = np.flatnonzero(fast)
     others = np.flatnonzero(~fast[:n])
+    kept = np.zeros(len(blk), dtype=bool)  # (the quoting frames the filter keeps: not filtered again)
+    if flt is not None and cols.multi:  # (lenient: a frame the filter drops raises nothing either way)
+        frames = cols.data["frame.number"][others]
+        quoting = np.isin(frames, np.fromiter(cols.multi, dtype=frames.dtype))
+        passed = filter_mask(flt, cols)[others]
+        kept[others[quoting & passed]] = True
+        others = others[~quoting | passed]
     text, starts = _fast_text(blk, cols, rows, t0, starts=len(others) > 0)
     if not len(others):
         return _BlockText(blk.first, [text] if text else [])
@@ -635,7 +642,7 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
         off, cap = int(blk.offset[j]), int(blk.caplen[j])
         rec = (j, float(secs[j]), int(blk.linktype[j]), bytes(blk.buf[off:off + cap]), int(blk.wirelen[j]),
                int(ifs[j]), int(blk.ts_ns[j]), int(digits[j]))
-        line = None if tcp[j] else _stateless_line(blk.first, rec, t0, flt, lenient)
+        line = None if tcp[j] else _stateless_line(blk.first, rec, t0, None if kept[j] else flt, lenient)
         if line is None:
             records.append((j, rec))
         elif line:
