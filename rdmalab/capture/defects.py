@@ -332,6 +332,83 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
     kinds=("only_wireshark", "only_rdmalab"),
 ))
 
+
+
+def _unnamed_opcode(cp: CapturedPacket, ws: WiresharkView) -> bool:
+    """A BTH opcode the IBA's table does not name (reserved, or manufacturer-specific: transport 111b),
+    which tshark shows as vendor data."""
+    return "infiniband.vendor" in ws and any(op not in OPCODES and op != CNP_OPCODE for op in _opcodes(cp))
+
+
+WIRESHARK_DEFECTS.append(WiresharkDefect(
+    "unnamed-opcode-vendor",
+    "a BTH opcode the IBA names no operation for (a reserved one, or a manufacturer-specific one: 0xC0-0xFF)",
+    ("infiniband.invariant.crc", "infiniband.vendor", "infiniband.payload"),
+    "Wireshark names the opcode 'Unknown' and shows every octet after the BTH, the ICRC's included, as "
+    "infiniband.vendor; rdmalab reads the ICRC at the packet's end, as for any opcode, and the octets between "
+    "as the payload",
+    "IBA Vol 1 9.2 and table 38: opcodes a transport does not list are reserved, transport 111b is "
+    "manufacturer-specific; 7.8.1 and RoCEv2 Annex A17.3.3: every packet ends in its ICRC",
+    "Wireshark 4.0 epan/dissectors/packet-infiniband.c (an opcode outside its table: the rest as vendor data), "
+    "as tshark 4.0.17 shows it on damaged copies of real captures (tests/capture/test_crosscheck_causes.py)",
+    _unnamed_opcode,
+    kinds=("only_rdmalab", "only_wireshark"),
+))
+
+
+def _octets_after_headers(cp: CapturedPacket, ws: WiresharkView) -> bool:
+    """An opcode without payload whose packet holds octets between its headers and its ICRC
+    (:func:`rdmalab.wire.packet.decode_transport` names them a malformed payload), tshark showing no ICRC."""
+    return "infiniband.invariant.crc" not in ws and any(
+        p.kind == "malformed" and p.layer == "Payload" for q in (cp.packet, *cp.pdus) for p in q.problems)
+
+
+WIRESHARK_DEFECTS.append(WiresharkDefect(
+    "octets-after-headers-no-crc",
+    "an opcode without payload (an ACK, an Atomic ACK, a READ request ...) whose packet holds octets after its "
+    "headers, before the ICRC (a damaged opcode or length)",
+    ("infiniband.invariant.crc",),
+    "Wireshark shows the ICRC only when exactly its 4 octets are left after the headers it parsed; with octets "
+    "between it shows neither them nor the ICRC; rdmalab reads the ICRC at the packet's end and names the "
+    "octets before it a malformed payload",
+    "IBA Vol 1 9.2 and table 38: the opcode names the headers; 7.8.1 and RoCEv2 Annex A17.3.3: every packet "
+    "ends in its 4-octet ICRC",
+    "Wireshark 4.0 epan/dissectors/packet-infiniband.c (the CRCs are added by dissect_infiniband_common when "
+    "exactly their octets remain), as tshark 4.0.17 shows it on damaged copies of real captures",
+    _octets_after_headers,
+    kinds=("only_rdmalab",),
+))
+
+#: tshark's TCP sequence analysis flags after which its TCP dissector hands the payload to no dissector
+_TCP_AGAIN = ("tcp.analysis.retransmission", "tcp.analysis.out_of_order", "tcp.analysis.fast_retransmission",
+              "tcp.analysis.spurious_retransmission")
+
+
+def _tcp_analysis_again(cp: CapturedPacket, ws: WiresharkView) -> bool:
+    """FPDUs rdmalab took from a segment that tshark's sequence analysis calls a retransmission or out of
+    order, in a frame tshark shows no iWARP in."""
+    return (bool(cp.pdus) and any(k in ws for k in _TCP_AGAIN)
+            and not any(k.startswith(("iwarp_mpa", "iwarp_ddp", "iwarp_rdma")) for k in ws))
+
+
+WIRESHARK_DEFECTS.append(WiresharkDefect(
+    "tcp-analysis-not-new",
+    "an iWARP segment whose octets tshark's TCP sequence analysis takes for ones it has seen (a retransmission, "
+    "out of order), its direction's highest sequence number moved past them by another segment (a stray or "
+    "damaged one, even without payload)",
+    ("iwarp_*", "rdmalab.crc32c*", "rdmalab.mpa*", "rdmalab.ddp*", "rdmalab.rdmap*"),
+    "Wireshark hands the payload of a segment its sequence analysis calls a retransmission or out of order to "
+    "no dissector (no MPA, DDP or RDMAP); rdmalab follows each direction by the octets it has taken (a "
+    "segment without payload moves nothing), so the octets are new to it and it decodes their FPDUs",
+    "RFC 9293 3.4 and 3.10.7.4: a segment's octets are placed by its sequence number; RFC 5044 7: FPDUs are "
+    "found by their MPA lengths in the stream",
+    "Wireshark 4.0 epan/dissectors/packet-tcp.c (its sequence analysis and reassembly), as tshark 4.0.17 shows it "
+    "on damaged copies of real siw captures (tests/capture/test_crosscheck_causes.py)",
+    _tcp_analysis_again,
+    kinds=("only_rdmalab",),
+    dissected=None,
+))
+
 DEFECTS_BY_ID = {d.id: d for d in WIRESHARK_DEFECTS}
 
 

@@ -227,3 +227,78 @@ def test_headers_into_the_icrc_are_named(tmp_path: Path) -> None:
     _short_datagrams(cut, snap=True)
     report = crosscheck(cut)
     assert "headers-into-icrc" not in {r.defect.id for r in report.explained if r.defect}
+
+
+def _rewritten(path: Path, source: str, change: dict[int, tuple[int, bytes]]) -> None:
+    """The frames of ``source``, frame ``n`` of ``change`` with octets from its offset replaced."""
+    from rdmalab.capture import records
+    from rdmalab.capture.pcapwriter import CaptureWriter
+
+    with CaptureWriter(path) as w:
+        for n, r in enumerate(records(CAPTURES / source), start=1):
+            d = bytearray(r.data)
+            if n in change:
+                at, octets = change[n]
+                d[at:at + len(octets)] = octets
+            w.write(bytes(d), r.ns or 0)
+
+
+def _roce_frames(source: str) -> list[int]:
+    """The numbers of ``source``'s RoCEv2 frames (IPv4, UDP to 4791), with their opcodes."""
+    return [n for n, cp in enumerate(read(CAPTURES / source), start=1) if cp.packet.encap == "rocev2"]
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_an_opcode_the_iba_does_not_name_is_tsharks_vendor_data(tmp_path: Path) -> None:
+    """Reserved and manufacturer-specific opcodes: tshark shows every octet after the BTH as vendor data, the
+    ICRC's included, rdmalab the ICRC at the end; named, none unexplained.  A named opcode put in their place
+    (an RDMA WRITE Only of the same bytes) is no such difference."""
+    ops = (0x15, 0x1E, 0x3F, 0x60, 0x83, 0x9F, 0xC0, 0xDF, 0xE0, 0xF3, 0xFF)
+    frames = _roce_frames("rxe_write_bw.pcap")
+    path = tmp_path / "unnamed.pcap"
+    _rewritten(path, "rxe_write_bw.pcap", {n: (42, bytes([ops[i % len(ops)]])) for i, n in enumerate(frames)})
+    report = crosscheck(path)
+    assert not report.unexplained, report.text()
+    named = {r.frame for r in report.explained if r.defect and r.defect.id == "unnamed-opcode-vendor"}
+    assert named == set(frames)
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_octets_after_the_headers_of_an_opcode_without_payload_are_named(tmp_path: Path) -> None:
+    """RDMA WRITE packets (a RETH and a payload) made ACKs and Atomic ACKs (no payload): tshark shows no ICRC
+    (only when exactly 4 octets are left after its headers), rdmalab the ICRC and a malformed payload."""
+    writes = [n for n, cp in enumerate(read(CAPTURES / "rxe_write_bw.pcap"), start=1)
+              if (b := cp.packet.get(BTH)) is not None and b.opcode in (0x06, 0x07, 0x08, 0x0A)]
+    assert len(writes) >= 10
+    path = tmp_path / "acks.pcap"
+    _rewritten(path, "rxe_write_bw.pcap", {n: (42, bytes([(0x11, 0x12)[i % 2]])) for i, n in enumerate(writes)})
+    report = crosscheck(path)
+    assert not report.unexplained, report.text()
+    named = {r.frame for r in report.explained if r.defect and r.defect.id == "octets-after-headers-no-crc"}
+    assert named == set(writes)
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_tsharks_sequence_analysis_after_a_damaged_sequence_number_is_named(tmp_path: Path) -> None:
+    """siw's rping with the sequence number of an ACK without payload (frame 16) moved far ahead: tshark then
+    takes the next segments of that direction for out of order and retransmissions and decodes no iWARP in
+    them; rdmalab, for which a segment without payload moves nothing, decodes the FPDUs tshark decodes in the
+    undamaged capture.  Named, none unexplained, and rdmalab's PDUs are the undamaged capture's."""
+    seq_at = 14 + 20 + 4
+    original = list(read(CAPTURES / "siw_rping.pcap"))
+    assert original[15].packet.payload_length == 0
+    seq = int.from_bytes(original[15].packet.data[seq_at:seq_at + 4], "big")
+    path = tmp_path / "moved.pcap"
+    _rewritten(path, "siw_rping.pcap", {16: (seq_at, ((seq + 0x0C000000) % 2**32).to_bytes(4, "big"))})
+    report = crosscheck(path)
+    assert not report.unexplained, report.text()
+    named = {r.frame for r in report.explained if r.defect and r.defect.id == "tcp-analysis-not-new"}
+    assert {19, 21} <= named
+    damaged = list(read(path))
+    for n in named:
+        ours = [[la.header for la in p.layers] for p in damaged[n - 1].pdus]
+        assert ours and ours == [[la.header for la in p.layers] for p in original[n - 1].pdus]
+    assert not crosscheck(CAPTURES / "siw_rping.pcap").unexplained
