@@ -941,15 +941,17 @@ def fill_iwarp(blk: RecordBlock, cols: Columns, tracker: Any) -> None:
     buf = blk.buf
     frame0 = int(d["frame.number"][0]) if cols.n else 0
     process = tracker.process_segment
+    # a segment the capture cut: its length on the wire, for the FPDUs it holds (IwarpTracker.process_segment)
+    wire = np.where(L["tcp.len"][idx], d["tcp.len"][idx].astype(np.int64), -1)
     rows = zip(idx.tolist(), src, dst, d["ip.src"][idx].tolist(), d["ip.dst"][idx].tolist(),
                d["tcp.srcport"][idx].tolist(), d["tcp.dstport"][idx].tolist(), d["tcp.seq_raw"][idx].tolist(),
-               d["tcp.flags"][idx].tolist(), start.tolist(), end.tolist(), v6.tolist(), strict=True)
-    for i, s6, d6, s4, d4, sport, dport, seq, flags, a, b, six in rows:
+               d["tcp.flags"][idx].tolist(), start.tolist(), end.tolist(), v6.tolist(), wire.tolist(), strict=True)
+    for i, s6, d6, s4, d4, sport, dport, seq, flags, a, b, six, w in rows:
         if not six:
             s6 = f"{s4 >> 24}.{(s4 >> 16) & 255}.{(s4 >> 8) & 255}.{s4 & 255}"
             d6 = f"{d4 >> 24}.{(d4 >> 16) & 255}.{(d4 >> 8) & 255}.{d4 & 255}"
         try:
-            pdus = process(frame0 + i, s6, sport, d6, dport, seq, flags, buf[a:b])
+            pdus = process(frame0 + i, s6, sport, d6, dport, seq, flags, buf[a:b], w if w > b - a else None)
         except DecodeError:  # a damaged stream: the per-packet decoder reports it, columns skip it
             continue
         if not pdus:

@@ -409,6 +409,76 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
     dissected=None,
 ))
 
+
+
+def _is_cut(pdu: Any) -> bool:
+    """An FPDU the capture cut (:func:`rdmalab.wire.iwarp.decode_cut_fpdu`: a truncated problem on its MPA length)."""
+    return any(p.kind == "truncated" and p.layer == "MPA" for p in pdu.problems)
+
+
+def _shown(text: str) -> Any:
+    """A value as tshark shows it (decimal, hex with 0x, octets as hex pairs), as an integer where it is one."""
+    try:
+        if ":" in text:
+            return int(text.replace(":", ""), 16)
+        return int(text, 16) if text.startswith("0x") else int(text)
+    except ValueError:
+        return text
+
+
+def _cut_fpdu(cp: CapturedPacket, ws: WiresharkView) -> bool:
+    """An FPDU the capture cut whose MPA length tshark shows, and of DDP and RDMAP only what the FPDUs
+    captured whole before it in the segment hold, value for value."""
+    if "iwarp_mpa.ulpdulength" not in ws or not any(_is_cut(p) for p in cp.pdus):
+        return False
+    whole = [p for p in cp.pdus if not _is_cut(p)]
+    for key, shown in ws.items():
+        if key.startswith(("iwarp_ddp.", "iwarp_rdma.")) and any(str(v) for v in shown):  # (not a tree node)
+            mine = [v for p in whole for la in p.layers for k, v in la.header.ws_fields().items() if k == key]
+            if [_shown(str(v)) for v in shown] != mine:
+                return False
+    return True
+
+
+WIRESHARK_DEFECTS.append(WiresharkDefect(
+    "cut-fpdu-mpa-only",
+    "an FPDU the capture cut (a snap length shorter than the segment: a headers-only capture)",
+    ("iwarp_ddp*", "iwarp_rdma*", "rdmalab.ddp*", "rdmalab.rdmap*", "rdmalab.crc32c*"),
+    "Wireshark's MPA dissector shows the ULPDU length of an FPDU the capture cut ('MPA FPDU [Packet size limited "
+    "during capture]') and hands none of it to DDP/RDMAP; rdmalab also decodes the DDP and RDMAP headers (and "
+    "the headers the opcode names) that were captured whole",
+    "RFC 5044 4.1: the FPDU starts with its ULPDU length; RFC 5041 4 and RFC 5040 4: the DDP and RDMAP headers "
+    "follow it",
+    "Wireshark 4.0 epan/dissectors/packet-iwarp-mpa.c (an FPDU not wholly in the frame), as tshark 4.0.17 shows "
+    "it on siw captures cut by editcap -s (tests/capture/test_iwarp_cut_segments.py)",
+    _cut_fpdu,
+    kinds=("only_rdmalab", "value"),
+    dissected="iwarp_mpa",
+))
+
+
+def _retransmitted_cut(cp: CapturedPacket, ws: WiresharkView) -> bool:
+    """A segment the capture cut, in which rdmalab found no FPDU (octets it already had), that tshark's
+    sequence analysis calls a retransmission or out of order and whose FPDU length its MPA dissector shows."""
+    cut = bool(cp.wire_length) and cp.wire_length > len(cp.packet.data)
+    return cut and not cp.pdus and "iwarp_mpa.ulpdulength" in ws and any(k in ws for k in _TCP_AGAIN)
+
+
+WIRESHARK_DEFECTS.append(WiresharkDefect(
+    "retransmitted-cut-fpdu",
+    "a retransmission of a segment the capture cut (a snap length), holding the head of an FPDU",
+    ("iwarp_*", "rdmalab.crc32c*", "rdmalab.mpa*", "rdmalab.ddp*", "rdmalab.rdmap*"),
+    "Wireshark keeps no segment the capture cut for reassembly, so it does not take the retransmission for octets "
+    "it has shown and its MPA dissector shows the FPDU's length again; rdmalab decodes no octets of a segment it "
+    "already has, as tshark does for a segment captured whole",
+    "RFC 9293 3.10.7.4: a retransmission carries octets already sent; RFC 5044 7: each FPDU once in the stream",
+    "Wireshark 4.0 epan/dissectors/packet-tcp.c (no reassembly of a frame the capture cut) and packet-iwarp-mpa.c, "
+    "as tshark 4.0.17 shows it on siw captures cut by editcap -s (tests/capture/test_iwarp_cut_segments.py)",
+    _retransmitted_cut,
+    kinds=("only_wireshark",),
+    dissected="iwarp_mpa",
+))
+
 DEFECTS_BY_ID = {d.id: d for d in WIRESHARK_DEFECTS}
 
 

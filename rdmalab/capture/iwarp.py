@@ -74,11 +74,13 @@ import numpy as np
 
 from rdmalab.wire import crc as _crc
 from rdmalab.wire.errors import DecodeError
-from rdmalab.wire.iwarp import decode_fpdu, decode_mpa_frame
+from rdmalab.wire.frame import tcp_segment_length
+from rdmalab.wire.iwarp import decode_cut_fpdu, decode_fpdu, decode_mpa_frame
 from rdmalab.wire.mpa import (
     MARKER_INTERVAL,
     MARKER_SIZE,
     MAX_ULPDU,
+    MPA_HEADER_SIZE,
     MPA_KEY_PREFIX,
     MPA_KEY_REP,
     MPA_KEY_REQ,
@@ -225,7 +227,9 @@ class IwarpTracker:
         if tcp is None:
             return []
         src, dst = self._addresses(pkt)
-        return self.process_segment(frame_number, src, tcp.sport, dst, tcp.dport, tcp.seq, tcp.flags, pkt.payload)
+        wire = tcp_segment_length(pkt) if pkt.payload_length and pkt.problems else None  # (cut: a problem says so)
+        return self.process_segment(frame_number, src, tcp.sport, dst, tcp.dport, tcp.seq, tcp.flags, pkt.payload,
+                                    wire)
 
     def follows(self, pkt: Packet) -> bool:
         """Whether the direction of ``pkt``'s TCP stream is one this tracker reads as MPA (its
@@ -244,9 +248,14 @@ class IwarpTracker:
         return d is not None and d.state in (START, MPA_MAYBE, AWAIT, FPDU)
 
     def process_segment(self, frame_number: int, src: str, sport: int, dst: str, dport: int, seq: int, flags: int,
-                        payload: bytes | memoryview) -> list[Packet]:
+                        payload: bytes | memoryview, wire_length: int | None = None) -> list[Packet]:
         """The same as :meth:`process`, given one TCP segment's addresses, ports, sequence number,
-        flags and payload (what the columnar decoder has without decoding a packet object)."""
+        flags and payload (what the columnar decoder has without decoding a packet object).
+        ``wire_length``: the segment's payload octets on the wire, when the capture cut it (a snap
+        length): on a direction that follows FPDUs in step, a segment of whole FPDUs whose last one the
+        capture cut gives those FPDUs (the last one as far as it was captured:
+        :func:`~rdmalab.wire.iwarp.decode_cut_fpdu`) and keeps the direction in step
+        (:meth:`_cut_segment`)."""
         fwd: Tuple4 = (src, sport, dst, dport)
         rev: Tuple4 = (dst, dport, src, sport)
         key = (fwd, rev) if fwd <= rev else (rev, fwd)
@@ -283,9 +292,70 @@ class IwarpTracker:
             if d.state == HUNT:
                 self._inherit(conn, d)
                 self._request_missed(conn, d, out)
+        if wire_length is not None and wire_length > len(payload) and self._cut_segment(
+                conn, d, seq, bytes(payload), wire_length, frame_number, out):
+            return out
         self._add_segment(conn, d, seq, bytes(payload), frame_number, out)
         self._parse(conn, d, out)
         return out
+
+    def _cut_segment(self, conn: _Conn, d: _Dir, seq: int, data: bytes, wire_length: int, frame: int,
+                     out: list[Packet]) -> bool:
+        """A segment the capture cut (``data`` of its ``wire_length`` payload octets) on a direction
+        that follows FPDUs in step, nothing held (no markers: their places are not known in the octets
+        not captured): its FPDUs, by their MPA lengths, up to the one the capture cut, go to ``out``
+        (the whole ones decoded, the cut one as far as it was captured).  When the last ends where the
+        segment does on the wire (an iWARP sender aligns FPDUs to segments, RFC 5044 8), or goes on
+        past it, the direction moves past it, still in step; when more FPDUs follow it in the octets
+        not captured, the direction looks for FPDU starts again after the segment, as after a hole;
+        looking so, a cut segment that follows the last one and starts like an FPDU (its DDP and RDMAP
+        control octets) is taken as above (an iWARP sender starts a segment with an FPDU).  A cut FPDU
+        that does not end with the segment must show an FPDU's control octets too.  True when so; otherwise nothing is done (False): the segment is taken as before, its
+        octets not captured a hole in the stream."""
+        if (d.state not in (FPDU, HUNT) or d.markers or d.buf or d.chunks or d.pending or d.park is not None
+                or d.next_seq != seq or d.buf_seq != seq):
+            return False
+        if d.state == HUNT and (d.crc is None or not _plausible_header(bytearray(data), 0)):
+            return False  # (looking for FPDUs: a segment that follows the last one, and starts like an FPDU)
+        got: list[tuple[Packet, int]] = []
+        pos = 0
+        while pos + MPA_HEADER_SIZE <= len(data):
+            size = fpdu_length(int.from_bytes(data[pos:pos + MPA_HEADER_SIZE], "big"))
+            if pos + size <= len(data):  # captured whole
+                try:
+                    pkt, n = decode_fpdu(data, pos, crc=d.crc is not False, lenient=True)
+                except DecodeError:
+                    return False
+                if pkt.crc_status == "bad" and pkt.problems:
+                    return False  # (not FPDU boundaries after all)
+                got.append((pkt, pos))
+                pos += n
+                continue
+            # the FPDU the capture cut: it ends with the segment, goes on in the next ones (its CRC
+            # alone, as siw sends a large FPDU's), or others follow it in octets not captured; its DDP and
+            # RDMAP control octets those of an FPDU, unless it ends exactly with the segment
+            if pos + size != wire_length and not _plausible_header(bytearray(data), pos):
+                return False
+            got.append((decode_cut_fpdu(data[pos:], size), pos))
+            pos += size
+            break
+        if not got:
+            return False
+        handshake = conn.request is not None and conn.reply is not None
+        for pkt, at in got:
+            pkt.stream = StreamPosition(frame, (frame,), d.tuple4, seq_add(seq, at), d.role, d.resynced, handshake)
+            out.append(pkt)
+        if pos >= wire_length:
+            # past the last FPDU: the octets of it in the segments after this one are taken for ones already seen
+            d.next_seq = d.buf_seq = seq_add(seq, pos)
+            d.state = FPDU
+        else:  # FPDUs in the octets not captured, where they end not known: found again as after a hole
+            d.next_seq = d.buf_seq = seq_add(seq, wire_length)
+            d.state = HUNT
+            d.waiting.clear()
+            d.scan_pos = 0
+        d.gap_starts.clear()
+        return True
 
     def process_many(self, frames: Sequence[int], keys: Sequence[Tuple4], dirs: np.ndarray, seqs: Sequence[int],
                      flags: np.ndarray, lengths: np.ndarray, payload: Callable[[int], bytes | memoryview],
@@ -1013,8 +1083,11 @@ class IwarpTracker:
             except DecodeError:
                 d.state = HUNT
                 return
-            if pkt.crc_status == "bad" and pkt.problems:
-                # Nonsense headers and a wrong CRC: we have lost the FPDU boundaries.
+            if pkt.crc_status == "bad" and pkt.problems and not (
+                    n == len(d.buf) or any(off == n for off, _frame in d.chunks)):
+                # Nonsense headers and a wrong CRC: we have lost the FPDU boundaries.  Unless the FPDU
+                # ends where a segment does (an iWARP sender aligns FPDUs to segments, RFC 5044 8): a
+                # damaged FPDU in step, shown with its problems, the stream kept (as tshark shows it).
                 d.state = HUNT
                 d.waiting.clear()
                 d.scan_pos = 1

@@ -107,6 +107,46 @@ def rdmap_control_byte(opcode: int) -> int:
 # ============================================================================ ULPDU (DDP + RDMAP)
 
 
+def decode_cut_fpdu(data: bytes, wire_length: int) -> Packet:
+    """An FPDU (without markers) the capture cut short, as a snap length cuts a segment: ``data`` the
+    octets of it captured, ``wire_length`` its octets on the wire.  Its MPA header, then its DDP and
+    RDMAP headers and the headers its opcode names, as far as they were captured whole (a header the
+    capture cut is not shown); the captured octets after them are its payload; its CRC was not
+    captured (no verdict); a truncated problem says how much of it the capture holds.  Raises
+    :class:`TruncatedError` when not even its MPA header was captured."""
+    if len(data) < MPA_HEADER_SIZE:
+        raise TruncatedError("MPA", "ulpdu_length", 0, len(data), f"{MPA_HEADER_SIZE} bytes for the MPA header")
+    ulpdu_len = ulpdu_length_at(data, 0)
+    pkt = Packet(bytes(data), encap="iwarp")
+    pkt.layers.append(Layer(MPA(ulpdu_len), 0))
+    pkt.problems.append(TruncatedError("MPA", "ulpdu_length", 0, ulpdu_len,
+                                       f"{wire_length} bytes of FPDU on the wire, {len(data)} captured"))
+    end = min(len(data), MPA_HEADER_SIZE + ulpdu_len)
+    offset = MPA_HEADER_SIZE
+    pkt.payload_offset, pkt.payload_length = end, 0  # (a DDP header cut part way: no payload)
+    pkt.zero_length = ulpdu_len == 0
+    tagged = data[offset] >> 7 if end > offset else 0
+    size = DDP_TAGGED_SIZE if tagged else DDP_UNTAGGED_SIZE
+    if end - offset >= size:
+        rdmap_op = data[offset + 1] & 0x0F
+        info = RDMAP_OPCODES.get(rdmap_op)
+        headers = None if info is None or info.tagged != bool(tagged) or OP_TERMINATE == rdmap_op else \
+            size + sum(cls.LAYOUT.size for cls in info.headers)
+        if headers is not None and end - offset >= headers:  # every header there whole: as a whole FPDU's
+            decode_ulpdu(data, pkt, offset, end, lenient=True)
+        else:  # the DDP and RDMAP headers alone (those after them cut, or not known)
+            ddp: DDPTagged | DDPUntagged = DDPTagged.decode(data, offset) if tagged else DDPUntagged.decode(data, offset)
+            pkt.layers.append(Layer(ddp, offset))
+            rdmap: RDMAPControl | RDMAPUntagged = (
+                RDMAPControl.decode(data, offset + 1) if tagged else RDMAPUntagged.decode(data, offset + 1))
+            pkt.layers.append(Layer(rdmap, offset + 1))
+            for p in (*ddp.check(offset), *rdmap.check(offset + 1)):
+                pkt.problems.append(p)
+            pkt.payload_offset = offset + size  # (what follows: a header cut part way, no payload)
+    pkt.info = summarize_fpdu(pkt)
+    return pkt
+
+
 def decode_ulpdu(data: bytes, pkt: Packet, offset: int, end: int, *, lenient: bool = False) -> None:
     """Decode the DDP segment ``data[offset:end]`` into ``pkt`` (layers, payload).
 

@@ -474,3 +474,37 @@ def test_smb_direct_port_5445_is_cross_checked(tmp_path: Path) -> None:
           and (r.defect is None or r.defect.id == "iwarp-mid-stream")]
     assert not iw, "\n".join(map(str, iw[:10]))
     assert report.per_key["iwarp_mpa.ulpdulength"] > 30
+
+
+@needs_captures
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("source", [CRC_SEND, CRC_WRITE], ids=["crc-send", "crc-write"])
+def test_a_damaged_fpdu_in_step_keeps_the_stream(tmp_path: Path, source: Path) -> None:
+    """An FPDU whose RDMAP control octet was damaged (an RDMAP version of 3) and whose CRC is therefore bad,
+    ending where its segment does: shown with its problems and its bad CRC, as tshark shows it, and the
+    FPDUs after it decoded as in the undamaged capture (before, the stream was taken as out of step, and
+    the next FPDUs were lost until a resynchronisation)."""
+    from rdmalab.capture import records
+    from rdmalab.capture.pcapwriter import CaptureWriter
+
+    whole = list(read(source))
+    damaged_frames = [cp.frame_number for cp in whole if len(cp.pdus) == 1 and cp.pdus[0].stream is not None
+                      and cp.pdus[0].stream.frames == (cp.frame_number,)][2::7][:4]  # (an FPDU in one segment)
+    assert len(damaged_frames) == 4
+    path = tmp_path / "damaged.pcap"
+    with CaptureWriter(path) as w:
+        for cp, r in zip(whole, records(source), strict=True):
+            d = bytearray(r.data)
+            if cp.frame_number in damaged_frames:
+                at = len(d) - cp.packet.payload_length + 3  # (the payload starts with the FPDU: its RDMAP control octet)
+                d[at] |= 0xC0
+            w.write(bytes(d), r.ns or 0)
+    got = list(read(path))
+    for a, b in zip(whole, got, strict=True):
+        if a.frame_number in damaged_frames:
+            assert len(b.pdus) == 1 and b.pdus[0].crc_status == "bad" and b.pdus[0].problems
+            continue
+        assert [[la.header for la in p.layers] for p in b.pdus] == [[la.header for la in p.layers] for p in a.pdus]
+    report = crosscheck(path)
+    assert not report.unexplained, report.text()
