@@ -41,6 +41,7 @@ from rdmalab.capture.fields import (  # the per-packet field names, one source o
     CRC_OK,
     frame_fields,
     packet_fields,
+    shown_window,
 )
 from rdmalab.capture.linktypes import (
     ERF_ETHERNET_TYPES,
@@ -268,7 +269,7 @@ def fill_conversations(cols: Columns, conversations: Conversations) -> None:
             raw = got[QUOTED]
             if not isinstance(raw.get(proto + ".srcport"), int) or not isinstance(raw.get(proto + ".dstport"), int):
                 continue
-            if proto == "tcp" and "tcp.flags" not in raw:  # a quote of 8 octets: no conversation, the number as it is
+            if proto == "tcp" and "tcp.flags" not in raw and "tcp.hdr_len" not in raw:  # a quote of 8 octets: no conversation
                 got["tcp.seq"] = raw["tcp.seq_raw"]
                 continue
             quotes.append((r, raw))
@@ -295,7 +296,7 @@ def fill_conversations(cols: Columns, conversations: Conversations) -> None:
         ack = np.zeros(m, dtype=np.int64)
         hdr = np.full(m, 20, dtype=np.int64)
         length = np.full(m, -1, dtype=np.int64)  # (a quote: its raw numbers, as tshark's)
-        if proto == "tcp":
+        if proto == "tcp":  # (a bogus header length too: its flags and number not shown, but counted, as tshark)
             flags[mi] = d["tcp.flags"][mine]
             seq[mi] = d["tcp.seq_raw"][mine]
             ack[mi] = d["tcp.ack_raw"][mine]
@@ -380,8 +381,9 @@ def fill_tcp_windows(blk: RecordBlock, cols: Columns, windows: TcpWindowScaling)
                                                d["tcp.dstport"][idx].tolist(), d["tcp.flags"][idx].tolist(),
                                                d["tcp.window_size_value"][idx].tolist(), opt.tolist(),
                                                opt_end.tolist(), strict=True)]
-    d["tcp.window_size"][idx] = out
-    L["tcp.window_size"][idx] = True
+    # (a header past its datagram, no tcp.len: the raw window, as fields.shown_window)
+    d["tcp.window_size"][idx] = np.where(L["tcp.len"][idx], out, d["tcp.window_size_value"][idx])
+    L["tcp.window_size"][idx] = L["tcp.rest"][idx]  # (a bogus header length: its window in the line alone, as tshark)
 
 
 def _wanted(wanted: frozenset[str] | None, prefixes: tuple[str, ...]) -> bool:
@@ -566,6 +568,7 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     # its segment has a length (tcp.len) and is a segment (rdmalab.encap "tcp"); a header the datagram
     # ends inside leaves TCP's fields without them, as wire.frame.tcp_segment_length and tshark
     thl = (T[:, 12] >> 4).astype(np.int64) * 4
+    L["tcp.rest"] = tcp & (thl >= 20)  # (a bogus header length: nothing of the header after it, as tshark)
     iplen = np.where(ip6, data["ipv6.plen"].astype(np.int64) + 40, data["ip.len"].astype(np.int64))
     # a datagram whose header says it goes on past the frame's end on the wire (its FCS off, where the
     # capture says it keeps one) ends there, as wire.frame._ip and tshark's reported length have it
@@ -579,7 +582,7 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
         data["tcp.seq_raw"] = _be(T, 4, 4).astype(np.uint32)
         data["tcp.ack_raw"] = _be(T, 8, 4).astype(np.uint32)
         data["tcp.hdr_len"] = thl.astype(np.uint8)
-        data["tcp.flags"] = (_be(T, 12, 2) & u64(0x1FF)).astype(np.uint16)
+        data["tcp.flags"] = (_be(T, 12, 2) & u64(0xFFF)).astype(np.uint16)  # (the reserved bits too: Wireshark's)
         for name, bit in TCP.FLAG_FIELDS:
             if need(name):
                 data[name] = ((data["tcp.flags"] & bit) != 0).astype(np.uint8)
@@ -901,8 +904,8 @@ def per_packet_row(cp: CapturedPacket, conversations: Conversations | None,
         conversations.add(row)
     w = windows.window(cp.packet) if windows is not None else None
     if cp.packet.quoted is None:
-        if w is not None:
-            row["tcp.window_size"] = w
+        if w is not None and "tcp.window_size_value" in row:  # (a bogus header length: no field, as tshark)
+            row["tcp.window_size"] = shown_window(row, w)
         return row, None
     entry = quote_fields(cp)
     for name in CONVERSATION_FIELDS:

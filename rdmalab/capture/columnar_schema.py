@@ -91,11 +91,12 @@ COLUMNS: tuple[Col, ...] = (
     Col("tcp.srcport", "u2", "tcp"),
     Col("tcp.dstport", "u2", "tcp"),
     Col("tcp.seq_raw", "u4", "tcp"),
-    Col("tcp.ack_raw", "u4", "tcp"),
+    # (a bogus header length, under 20: "tcp.rest", the acknowledgment number, flags and window, absent)
+    Col("tcp.ack_raw", "u4", "tcp.rest"),
     Col("tcp.hdr_len", "u1", "tcp"),
-    Col("tcp.flags", "u2", "tcp", "hex4"),
-    *(Col(name, "u1", "tcp", "bool") for name, _bit in TCP.FLAG_FIELDS),
-    Col("tcp.window_size_value", "u2", "tcp"),
+    Col("tcp.flags", "u2", "tcp.rest", "hex4"),
+    *(Col(name, "u1", "tcp.rest", "bool") for name, _bit in TCP.FLAG_FIELDS),
+    Col("tcp.window_size_value", "u2", "tcp.rest"),
     # the window scaled by the shift count of the sender's SYN (RFC 7323 2.2), as Wireshark
     # computes it; it needs the capture's handshakes in order, so it is only filled (and present)
     # where the decoder follows them (rdmalab.capture.render.TcpWindowScaling)

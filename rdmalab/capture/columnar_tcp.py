@@ -27,7 +27,7 @@ import numpy as np
 from rdmalab.capture.columnar_schema import Columns, link_header_length
 from rdmalab.capture.linktypes import COLUMNAR_LINKTYPES
 from rdmalab.capture.pcapio import RecordBlock
-from rdmalab.wire.net import tcp_flag_names
+from rdmalab.wire.net import TCP, tcp_flag_names
 
 #: the columns clean_tcp and tcp_text read (for decode_block's ``fields``)
 TCP_FIELDS = ("frame.number", "ip.src", "ip.dst", "ip.hdr_len", "ip.flags", "ip.len", "ipv6.src", "ipv6.dst",
@@ -68,6 +68,7 @@ def clean_tcp(blk: RecordBlock, c: Columns) -> np.ndarray:
     ok &= ~(v6 & (d["ipv6.nxt"] != 6))
     ok &= ip_end <= blk.caplen  # else the per-packet decoder reports the IP length truncated
     ok &= (thl >= 20) & (l4 + thl <= ip_end)  # a data offset below 5, or options past the packet: problems
+    ok &= (d["tcp.flags"] & TCP.RES) == 0  # (reserved bits set: rare, their line by the per-packet decoder)
     result: np.ndarray = ok
     return result
 

@@ -28,6 +28,7 @@ import json
 import socket
 from typing import TYPE_CHECKING, Any
 
+from rdmalab.capture.render import HIDDEN_TCP_ACK, HIDDEN_TCP_FLAGS
 from rdmalab.wire.frame import tcp_segment_length
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import BTH
@@ -197,6 +198,9 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
         seg_len = tcp_segment_length(pkt)
         if seg_len is not None:  # (a header longer than its datagram: no length, as tshark)
             out["tcp.len"] = seg_len
+    tcp = pkt.get(TCP)
+    if tcp is not None and tcp.data_offset < 5:  # (a bogus header length: not shown, but counted)
+        out[HIDDEN_TCP_FLAGS], out[HIDDEN_TCP_ACK] = tcp.all_flags, tcp.ack
     if "tcp.srcport" in out:
         flags = out.get("tcp.flags")
         if isinstance(flags, int):  # each flag bit as its own field (tcp.flags.syn == 1)
@@ -221,12 +225,19 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
             out[ok] = [CRC_OK.get(v, 0) for v in st] if isinstance(st, list) else CRC_OK.get(st, 0)
     if windows is not None:
         w = windows.window(pkt)
-        if w is not None:
-            out["tcp.window_size"] = w
+        if w is not None and "tcp.window_size_value" in out:  # (a bogus header length: a window in the line alone)
+            out["tcp.window_size"] = shown_window(out, w)
         q = pkt.quoted.get(TCP) if pkt.quoted is not None and quotes else None
         if q is not None:  # a quoted segment's window, unscaled (tshark knows no scale in a quote)
             _add(out, "tcp.window_size", q.window)
     return out
+
+
+def shown_window(fields: dict[str, Any], scaled: int) -> int:
+    """tshark's ``tcp.window_size`` of a segment whose fields are ``fields`` and whose window scales to
+    ``scaled``: the raw window for a header that runs past its datagram (no ``tcp.len``: tshark stops
+    before the window scaling), else ``scaled``."""
+    return scaled if "tcp.len" in fields else int(fields["tcp.window_size_value"])
 
 
 #: the protocols whose bytes a display filter's ``contains``/``matches`` reads (``tcp contains "MPA"``):

@@ -113,7 +113,7 @@ class Conversations:
             sport, dport = fields.get(proto + ".srcport"), fields.get(proto + ".dstport")
             if not isinstance(sport, int) or not isinstance(dport, int):
                 continue  # (none, or an ICMP error's quoted header as well: not counted)
-            if proto == "tcp" and "tcp.flags" not in fields:  # an ICMP error's quote of its first 8 octets:
+            if proto == "tcp" and "tcp.flags" not in fields and "tcp.hdr_len" not in fields:  # a quote of 8 octets:
                 fields["tcp.seq"] = fields["tcp.seq_raw"]  # no conversation, the number as it is (as tshark)
                 return
             six = "ip.src" not in fields
@@ -126,7 +126,7 @@ class Conversations:
             if src is None or dst is None:
                 return
             a, b = (src, sport), (dst, dport)
-            syn = proto == "tcp" and (fields.get("tcp.flags", 0) & 0x12) == 0x02
+            syn = proto == "tcp" and (fields.get("tcp.flags", fields.get(HIDDEN_TCP_FLAGS, 0)) & 0x12) == 0x02
             stream = self._stream(conversation_key(proto, six, a, b), syn, fields.get("tcp.seq_raw") if syn else None)
             fields[proto + ".stream"] = stream
             if proto == "tcp":
@@ -153,7 +153,9 @@ class Conversations:
         the capture missed, from one before its first sequence number (1); the acknowledgment from the
         other direction's (without the ACK flag: the field as it is); the next sequence number after the segment's length,
         SYN and FIN counting one each."""
-        flags, seq, ack = fields.get("tcp.flags", 0), fields.get("tcp.seq_raw"), fields.get("tcp.ack_raw")
+        # (a bogus header length: its flags and acknowledgment number not shown, but counted, as tshark)
+        flags, seq = fields.get("tcp.flags", fields.get(HIDDEN_TCP_FLAGS, 0)), fields.get("tcp.seq_raw")
+        ack = fields.get("tcp.ack_raw", fields.get(HIDDEN_TCP_ACK))
         if not isinstance(seq, int) or not isinstance(ack, int) or not isinstance(flags, int):
             return
         length = fields.get("tcp.len")
@@ -500,19 +502,25 @@ def tcp_info(pkt: Packet, window: int | None = None) -> str | None:
         return None
     shown = tcp.window if window is None else window
     if tcp.data_offset < 5:
-        return tcp_info_text(tcp.sport, tcp.dport, tcp.flags, tcp.seq, tcp.ack, shown, None) \
+        return tcp_info_text(tcp.sport, tcp.dport, tcp.all_flags, tcp.seq, tcp.ack, shown, None) \
             + f", bogus TCP header length ({tcp.data_offset * 4}, must be at least 20)"
-    return tcp_info_text(tcp.sport, tcp.dport, tcp.flags, tcp.seq, tcp.ack, shown, tcp_segment_length(pkt))
+    return tcp_info_text(tcp.sport, tcp.dport, tcp.all_flags, tcp.seq, tcp.ack, shown, tcp_segment_length(pkt))
 
 
 _FLAG_TEXT: dict[int, str] = {}
+
+#: a TCP header of bogus length (under 20 octets) shows no flags nor acknowledgment number (tshark's fields
+#: stop at the header length), but tshark still counts them in its conversations: fields.frame_fields puts
+#: them under these names (rdmalab's own, no field's), for :class:`Conversations`
+HIDDEN_TCP_FLAGS = "rdmalab.tcp_flags_unshown"
+HIDDEN_TCP_ACK = "rdmalab.tcp_ack_unshown"
 
 
 def tcp_info_text(sport: int, dport: int, flags: int, seq: int, ack: int, window: int, length: int | None) -> str:
     """:func:`tcp_info` from the segment's numbers (``window`` as shown: raw or scaled; ``length``
     None: no ``Len=``)."""
     names = _FLAG_TEXT.get(flags)
-    if names is None:  # (9 bits: at most 512 texts)
+    if names is None:  # (12 bits: at most 4096 texts)
         names = _FLAG_TEXT[flags] = ", ".join(tcp_flag_names(flags))  # in tshark's order (lowest bit first)
     tail = "" if length is None else f" Len={length}"
     if flags & TCP.ACK:

@@ -188,6 +188,7 @@ _TCP_DPORT_S, _TCP_DPORT_M = _field(TCP, "dport")
 _TCP_SEQ_S, _TCP_SEQ_M = _field(TCP, "seq")
 _TCP_OFF_S, _TCP_OFF_M = _field(TCP, "data_offset")
 _TCP_FLAGS_S, _TCP_FLAGS_M = _field(TCP, "flags")
+_TCP_RES_S, _TCP_RES_M = _field(TCP, "reserved")
 _TCP_ACK_S, _TCP_ACK_M = _field(TCP, "ack")
 _TCP_WIN_S, _TCP_WIN_M = _field(TCP, "window")
 # the headers in front of the BTH are not in the light packet the Summary line is made from: their
@@ -368,7 +369,7 @@ def _tcp_parts(buf: bytes | bytearray, o: int, frame: int, wire: int, cap: int, 
     seq = tv >> _TCP_SEQ_S & _TCP_SEQ_M
     flags = tv >> _TCP_FLAGS_S & _TCP_FLAGS_M
     a, b = ipv >> _IP_SRC_S & _IP_SRC_M, ipv >> _IP_DST_S & _IP_DST_M
-    summary = tcp_info_text(sport, dport, flags, seq, tv >> _TCP_ACK_S & _TCP_ACK_M, tv >> _TCP_WIN_S & _TCP_WIN_M, plen)
+    summary = tcp_info_text(sport, dport, flags | (tv >> _TCP_RES_S & _TCP_RES_M) << 9, seq, tv >> _TCP_ACK_S & _TCP_ACK_M, tv >> _TCP_WIN_S & _TCP_WIN_M, plen)
     lines = ["", _ETH_TEXT(int.from_bytes(buf[o:o + 14], "big")), _IP_TEXT(ipv), _TCP_TEXT(tv)]
     if plen:
         lines.append(payload_line("    ", start, plen, buf[o + start:o + start + min(plen, 32)]))

@@ -458,14 +458,18 @@ class TCP(Header):
     URG: ClassVar[int] = 0x020
     ECE: ClassVar[int] = 0x040  # RFC 3168 6.1
     CWR: ClassVar[int] = 0x080  # RFC 3168 6.1
-    NS: ClassVar[int] = 0x100  # RFC 3540 (the bit Wireshark 4.0 calls NS)
+    AE: ClassVar[int] = 0x100  # RFC 9768 (Accurate ECN; RFC 3540's NS before it), as Wireshark 4.0.17 names it
+    NS: ClassVar[int] = AE
+    #: the three reserved bits before the flags (RFC 9293 3.1), which Wireshark shows as part of tcp.flags
+    #: (``tcp.flags`` holds 12 bits, ``tcp.flags.res`` is set when any of the three is)
+    RES: ClassVar[int] = 0xE00
 
     #: each flag bit's own Wireshark field (FT_BOOLEAN, its mask: ``tshark -G fields`` of Wireshark
     #: 4.0, packet-tcp.c's hf_tcp_flags_*), as display filters and ``-T fields`` name them
     FLAG_FIELDS: ClassVar[tuple[tuple[str, int], ...]] = (
         ("tcp.flags.fin", 0x001), ("tcp.flags.syn", 0x002), ("tcp.flags.reset", 0x004), ("tcp.flags.push", 0x008),
         ("tcp.flags.ack", 0x010), ("tcp.flags.urg", 0x020), ("tcp.flags.ece", 0x040), ("tcp.flags.cwr", 0x080),
-        ("tcp.flags.ae", 0x100))
+        ("tcp.flags.ae", 0x100), ("tcp.flags.res", 0xE00))
 
     def validate(self, offset: int = 0) -> list[MalformedError]:
         if self.data_offset < 5:
@@ -479,7 +483,20 @@ class TCP(Header):
     def ws_fields(self) -> dict[str, int]:
         out = Header.ws_fields(self)
         out["tcp.hdr_len"] = self.data_offset * 4  # Wireshark counts bytes, the header counts 32-bit words
+        if self.data_offset < 5:  # a bogus header length: Wireshark shows nothing of the header after it
+            return {k: v for k, v in out.items() if k in _TCP_BOGUS_SHOWN}
+        out["tcp.flags"] = self.all_flags  # (the reserved bits too, as Wireshark's 12-bit field)
         return out
+
+    @property
+    def all_flags(self) -> int:
+        """The flags with the reserved bits before them (:attr:`RES`): Wireshark's 12-bit ``tcp.flags``."""
+        return self.reserved << 9 | self.flags
+
+
+#: what tshark 4.0.17 shows of a TCP header whose data offset is under 5 (packet-tcp.c: "Bogus TCP header
+#: length"): the fields before the data offset, and it; no acknowledgment number, flags or window
+_TCP_BOGUS_SHOWN = frozenset({"tcp.srcport", "tcp.dstport", "tcp.seq_raw", "tcp.hdr_len"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,11 +512,12 @@ class TCPQuoted(Header):
     LAYOUT: ClassVar[Layout] = layout("TCP", "RFC 9293 3.1 (the first 8 octets)", *_TCP_FIRST_8, ws="tcp")
 
 
-#: The TCP flag bits and their names, lowest bit first (RFC 9293 3.1; ECE and CWR RFC 3168 6.1, NS
-#: RFC 3540), the order in which tshark lists them ("[SYN, ACK]").
+#: The TCP flag bits and their names, lowest bit first (RFC 9293 3.1; ECE and CWR RFC 3168 6.1, AE
+#: RFC 9768), then the reserved bits: the order in which tshark 4.0.17 lists them ("[SYN, ACK]",
+#: "[SYN, AE]", "[SYN, Reserved]").
 TCP_FLAG_NAMES: tuple[tuple[int, str], ...] = (
     (TCP.FIN, "FIN"), (TCP.SYN, "SYN"), (TCP.RST, "RST"), (TCP.PSH, "PSH"), (TCP.ACK, "ACK"), (TCP.URG, "URG"),
-    (TCP.ECE, "ECE"), (TCP.CWR, "CWR"), (TCP.NS, "NS"))
+    (TCP.ECE, "ECE"), (TCP.CWR, "CWR"), (TCP.AE, "AE"), (TCP.RES, "Reserved"))
 
 
 def tcp_flag_names(flags: int) -> list[str]:

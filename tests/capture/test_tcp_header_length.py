@@ -104,3 +104,24 @@ def test_the_line_of_a_bogus_header_as_tshark(tmp_path: Path, capsys: Any) -> No
     # a filter on the segments keeps the same lines
     kept = _ours(capsys, "-r", str(path), "-Y", "tcp.srcport >= 0").splitlines()
     assert kept == [line for line in ours if " TCP " in line or " iWARP " in line]
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_the_fields_of_a_bogus_header_as_tshark(tmp_path: Path, capsys: Any) -> None:
+    """A header under 20 octets: tshark shows its fields up to the data offset (ports, sequence number,
+    header length) and none after it (no acknowledgment number, flags or window), and the conversation's
+    numbers all the same; -T fields, -T json and a filter say so on both paths."""
+    path = tmp_path / "bogus.pcap"
+    _damaged_after_handshake(path)
+    names = ["frame.number", "tcp.srcport", "tcp.seq_raw", "tcp.hdr_len", "tcp.ack_raw", "tcp.flags", "tcp.flags.ack",
+             "tcp.window_size_value", "tcp.window_size", "tcp.stream", "tcp.seq", "tcp.ack", "tcp.len"]
+    args = ["-r", str(path), "-T", "fields", *[a for f in names for a in ("-e", f)]]
+    want = subprocess.run(["tshark", "-n", *args], capture_output=True, text=True, check=True).stdout
+    bogus = [line for line in want.splitlines() if line.split("\t")[3] and int(line.split("\t")[3]) < 20]
+    assert len(bogus) > 5 and all(line.split("\t")[4:9] == [""] * 5 for line in bogus)
+    for opt in ([], ["--no-columnar"]):
+        assert _ours(capsys, *args, *opt) == want, opt
+        flt = _ours(capsys, "-r", str(path), "-Y", "tcp.hdr_len < 20 && !tcp.flags", "-T", "fields", "-e",
+                    "frame.number", *opt).split()
+        assert flt == [line.split("\t")[0] for line in bogus]
