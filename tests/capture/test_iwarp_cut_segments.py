@@ -10,25 +10,22 @@ is iWARP where tshark shows MPA or DDP/RDMA, and every difference ``crosscheck``
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tshark_cli import decode, requires_tshark
 
 from rdmalab.capture import read, records
 from rdmalab.capture.crosscheck import crosscheck
 from rdmalab.capture.pcapwriter import CaptureWriter
-from rdmalab.cli import main
 from rdmalab.wire.iwarp import decode_cut_fpdu, encode_fpdu, rdma_write, read_request, send
 from rdmalab.wire.mpa import MPA
 from rdmalab.wire.rdmap import DDPTagged, DDPUntagged, RDMAPControl, RDMAPUntagged, ReadRequest
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
-requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None,
-                                     reason="tshark (Wireshark) is not installed; CI installs it")
 SIW = ["siw_write_bw.pcap", "siw_crc_write_bw.pcap", "siw_crc_read_bw.pcap", "siw_crc_rping.pcap",
        "siw_send_bw.pcap"]
 
@@ -110,12 +107,6 @@ def test_the_cut_fpdus_are_the_whole_captures(tmp_path: Path) -> None:
             assert [la.header for la in pb.layers] == [la.header for la in pa.layers][:len(pb.layers)], name
 
 
-def _run(capsys: Any, *args: str) -> str:
-    assert main(["decode", *args]) == 0
-    out: str = capsys.readouterr().out
-    return out
-
-
 @pytest.mark.parametrize("snap", [96, 160])
 def test_both_paths_say_the_same(snap: int, tmp_path: Path, capsys: Any) -> None:
     fields = [a for f in ("frame.number", "iwarp_mpa.ulpdulength", "iwarp_ddp.msn", "iwarp_ddp.stag",
@@ -124,4 +115,4 @@ def test_both_paths_say_the_same(snap: int, tmp_path: Path, capsys: Any) -> None
     for name in SIW:
         cut = str(_snapped(CAPTURES / name, tmp_path / name, snap))
         for args in ([], ["-V"], ["-T", "json"], ["-T", "fields", *fields], ["-Y", "iwarp_ddp.msn > 2"]):
-            assert _run(capsys, "-r", cut, *args) == _run(capsys, "-r", cut, *args, "--no-columnar"), (name, args)
+            assert decode(capsys, "-r", cut, *args) == decode(capsys, "-r", cut, *args, "--no-columnar"), (name, args)

@@ -9,14 +9,13 @@ keeps, and the fields of the quotes."""
 from __future__ import annotations
 
 import random
-import shutil
 import struct
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from tshark_cli import decode, requires_tshark, tshark
 
 import rdmalab.capture.columnar_decode as cd
 from rdmalab.capture import records
@@ -24,13 +23,10 @@ from rdmalab.capture.columnar import COLUMN_NAMES
 from rdmalab.capture.columnar_schema import DERIVED
 from rdmalab.capture.pcapio import record_blocks
 from rdmalab.capture.pcapwriter import CaptureWriter
-from rdmalab.cli import main
 from rdmalab.wire.net import internet_checksum
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
 REAL = CAPTURES / "lo_icmp_unreachable.pcap"
-requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None,
-                                     reason="tshark (Wireshark) is not installed; CI installs it")
 ALL = (*COLUMN_NAMES, *DERIVED)
 
 
@@ -151,14 +147,11 @@ def test_other_quotes_are_still_read_frame_by_frame(tmp_path: Path) -> None:
 
 
 def _tshark(path: Path, *args: str) -> list[str]:
-    return subprocess.run(["tshark", "-n", "-r", str(path), *args], capture_output=True, text=True,
-                          check=True).stdout.splitlines()
+    return tshark("-r", str(path), *args).splitlines()
 
 
 def _ours(capsys: Any, *args: str) -> list[str]:
-    assert main(["decode", *args]) == 0
-    out: list[str] = capsys.readouterr().out.splitlines()
-    return out
+    return decode(capsys, *args).splitlines()
 
 
 @requires_tshark

@@ -6,21 +6,17 @@ nine flags, RFC 9293 3.1), ``tcp.flags.res`` is set when any reserved bit is, th
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tshark_cli import decode, requires_tshark, tshark
 
 from rdmalab.capture import records
 from rdmalab.capture.pcapwriter import CaptureWriter
-from rdmalab.cli import main
 from rdmalab.wire.net import TCP, tcp_flag_names
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
-requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None,
-                                     reason="tshark (Wireshark) is not installed; CI installs it")
 #: (reserved bits, flags) written into real segments
 CASES = [(0, 0x102), (1, 0x002), (4, 0x012), (7, 0x1FF), (2, 0x010), (0, 0x100), (0, 0x018), (3, 0x011)]
 
@@ -47,9 +43,7 @@ def test_the_names() -> None:
 
 
 def _ours(capsys: Any, *args: str) -> list[str]:
-    assert main(["decode", *args]) == 0
-    out: list[str] = capsys.readouterr().out.splitlines()
-    return out
+    return decode(capsys, *args).splitlines()
 
 
 @requires_tshark
@@ -59,11 +53,9 @@ def test_flags_as_tshark(tmp_path: Path, capsys: Any) -> None:
     path = _frames(tmp_path)
     names = ("tcp.flags", "tcp.flags.res", "tcp.flags.ae", "tcp.flags.cwr", "tcp.flags.syn", "tcp.flags.ack")
     argv = ["-T", "fields", *[a for n in names for a in ("-e", n)]]
-    want = subprocess.run(["tshark", "-n", "-r", str(path), *argv], capture_output=True, text=True,
-                          check=True).stdout.splitlines()
+    want = tshark("-r", str(path), *argv).splitlines()
     assert [w.split("\t")[1] for w in want] == ["0", "1", "1", "1", "1", "0", "0", "1"]
-    lines = subprocess.run(["tshark", "-n", "-r", str(path)], capture_output=True, text=True,
-                           check=True).stdout.splitlines()
+    lines = tshark("-r", str(path)).splitlines()
     their_flags = [line[line.index(" [", line.index("→", line.index("TCP"))):].split("]")[0] + "]" for line in lines]
     for flag in ([], ["--no-columnar"]):
         assert _ours(capsys, "-r", str(path), *argv, *flag) == want
