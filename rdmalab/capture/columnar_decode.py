@@ -782,8 +782,8 @@ def _quotes_in_columns(blk: RecordBlock, cols: Columns, rows: np.ndarray, at: np
     length = np.maximum(to - at, 0).astype(np.int64)
     sub = RecordBlock(blk.buf, (blk.offset[rows] + at).astype(np.int64), length, length.copy(), blk.ts_ns[rows],
                       np.full(n, RAW_IP_LINKTYPES[0], dtype=np.int32), 0, blk.file_pos)
-    names = sorted(n for n in {*wanted, *CONVERSATION_INPUTS}
-                   if (n in COLUMN_BY_NAME or n in DERIVED) and not n.startswith(_FRAME_OWN))
+    names = sorted(f for f in {*wanted, *CONVERSATION_INPUTS}
+                   if (f in COLUMN_BY_NAME or f in DERIVED) and not f.startswith(_FRAME_OWN))
     inner = _decode(sub, verify_icrc, frozenset(names), None, quotes=False)
     IL, idata = inner.layers, inner.data
     done = np.asarray(IL["udp"] & (IL["ip.rest"] | IL["ipv6"]) & ~IL["tcp"], dtype=bool)
@@ -793,12 +793,12 @@ def _quotes_in_columns(blk: RecordBlock, cols: Columns, rows: np.ndarray, at: np
     declared = np.where(IL["ipv6"], idata["ipv6.plen"].astype(np.int64) + 40, idata["ip.len"].astype(np.int64))
     idata["rdmalab.icrc.ok"] = np.where(declared > length, 0, idata["rdmalab.icrc.ok"]).astype(np.int8)
     # (the frame's own columns: those it was asked for and its addresses, the others were not computed)
-    outer_vals = _field_values(cols, rows, sorted(n for n in {*wanted, *_ADDRESSES} if n in COLUMN_BY_NAME or n in DERIVED))
+    outer_vals = _field_values(cols, rows, sorted(f for f in {*wanted, *_ADDRESSES} if f in COLUMN_BY_NAME or f in DERIVED))
     inner_vals = _field_values(inner, np.arange(n), names)
-    # ip.version: each IPv4 header's, as the per-packet fields have it; where neither is IPv4, the IPv6
-    # headers' (Wireshark's IPv6 dissector adds a hidden ip.version: fields.frame_fields)
     outer_ints = {name: _address_ints(cols, rows, name) for name in _ADDRESSES}
     inner_ints = {name: _address_ints(inner, np.arange(n), name) for name in _ADDRESSES}
+    # ip.version: each IPv4 header's, as the per-packet fields have it; where neither is IPv4, the IPv6
+    # headers' (Wireshark's IPv6 dissector adds a hidden ip.version: fields.frame_fields)
     versions = []
     for vals, c, r in ((outer_vals, cols, rows), (inner_vals, inner, np.arange(n))):
         if "ip.version" in vals:

@@ -410,7 +410,6 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
 ))
 
 
-
 def _is_cut(pdu: Any) -> bool:
     """An FPDU the capture cut (:func:`rdmalab.wire.iwarp.decode_cut_fpdu`: a truncated problem on its MPA length)."""
     return any(p.kind == "truncated" and p.layer == "MPA" for p in pdu.problems)
@@ -450,7 +449,7 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
     "RFC 5044 4.1: the FPDU starts with its ULPDU length; RFC 5041 4 and RFC 5040 4: the DDP and RDMAP headers "
     "follow it",
     "Wireshark 4.0 epan/dissectors/packet-iwarp-mpa.c (an FPDU not wholly in the frame), as tshark 4.0.17 shows "
-    "it on siw captures cut by editcap -s (tests/capture/test_iwarp_cut_segments.py)",
+    "it on siw captures cut to snap lengths (tests/capture/test_iwarp_cut_segments.py)",
     _cut_fpdu,
     kinds=("only_rdmalab", "value"),
     dissected="iwarp_mpa",
@@ -473,7 +472,7 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
     "already has, as tshark does for a segment captured whole",
     "RFC 9293 3.10.7.4: a retransmission carries octets already sent; RFC 5044 7: each FPDU once in the stream",
     "Wireshark 4.0 epan/dissectors/packet-tcp.c (no reassembly of a frame the capture cut) and packet-iwarp-mpa.c, "
-    "as tshark 4.0.17 shows it on siw captures cut by editcap -s (tests/capture/test_iwarp_cut_segments.py)",
+    "as tshark 4.0.17 shows it on siw captures cut to snap lengths (tests/capture/test_iwarp_cut_segments.py)",
     _retransmitted_cut,
     kinds=("only_wireshark",),
     dissected="iwarp_mpa",

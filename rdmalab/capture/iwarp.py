@@ -310,8 +310,9 @@ class IwarpTracker:
         not captured, the direction looks for FPDU starts again after the segment, as after a hole;
         looking so, a cut segment that follows the last one and starts like an FPDU (its DDP and RDMAP
         control octets) is taken as above (an iWARP sender starts a segment with an FPDU).  A cut FPDU
-        that does not end with the segment must show an FPDU's control octets too.  True when so; otherwise nothing is done (False): the segment is taken as before, its
-        octets not captured a hole in the stream."""
+        that does not end with the segment must show an FPDU's control octets too.  True when so;
+        otherwise nothing is done (False): the segment is taken as before, its octets not captured a
+        hole in the stream."""
         if (d.state not in (FPDU, HUNT) or d.markers or d.buf or d.chunks or d.pending or d.park is not None
                 or d.next_seq != seq or d.buf_seq != seq):
             return False

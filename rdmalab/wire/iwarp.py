@@ -130,7 +130,7 @@ def decode_cut_fpdu(data: bytes, wire_length: int) -> Packet:
     if end - offset >= size:
         rdmap_op = data[offset + 1] & 0x0F
         info = RDMAP_OPCODES.get(rdmap_op)
-        headers = None if info is None or info.tagged != bool(tagged) or OP_TERMINATE == rdmap_op else \
+        headers = None if info is None or info.tagged != bool(tagged) or rdmap_op == OP_TERMINATE else \
             size + sum(cls.LAYOUT.size for cls in info.headers)
         if headers is not None and end - offset >= headers:  # every header there whole: as a whole FPDU's
             decode_ulpdu(data, pkt, offset, end, lenient=True)
