@@ -745,10 +745,14 @@ _CONVERSATION_INPUT = ("tcp.srcport", "tcp.dstport", "udp.srcport", "udp.dstport
                        "tcp.ack_raw", "tcp.len", "tcp.hdr_len")
 
 
-def _conversation_fields(got: dict[str, Any]) -> dict[str, Any]:
-    """What :meth:`Conversations.add` reads of a frame's per-packet fields, its addresses as integers."""
+def _conversation_fields(got: dict[str, Any], addresses: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What :meth:`Conversations.add` reads of a frame's per-packet fields, its addresses as integers
+    (``addresses``: those integers, already known, for the addresses the frame has)."""
     out = {k: got[k] for k in _CONVERSATION_INPUT if k in got}
-    for name in ("ip.src", "ip.dst", "ipv6.src", "ipv6.dst"):
+    if addresses is not None:
+        out.update(addresses)
+        return out
+    for name in _ADDRESSES:
         v = got.get(name)
         if v is not None:
             out[name] = [_address_int(a) for a in v] if isinstance(v, list) else _address_int(v)
@@ -825,12 +829,12 @@ def _quotes_in_columns(blk: RecordBlock, cols: Columns, rows: np.ndarray, at: np
             six_versions = [vs[k] for vs in versions if vs[k] is not None]
             if six_versions:
                 entry["ip.version"] = six_versions[0] if len(six_versions) == 1 else six_versions
-        raw = {name: entry[name] for name in _CONVERSATION_INPUT if name in entry}
-        for name in _ADDRESSES:  # (as _conversation_fields has them: integers)
+        ints = {}
+        for name in _ADDRESSES:  # (the frame's, then the quote's)
             o, q = outer_ints[name][k], inner_ints[name][k]
             if o is not None or q is not None:
-                raw[name] = q if o is None else o if q is None else [o, q]
-        entry[QUOTED] = raw
+                ints[name] = q if o is None else o if q is None else [o, q]
+        entry[QUOTED] = _conversation_fields(entry, ints)
         m = msgs[k]
         msg = bytes(blk.buf[m:m + 8])
         entry[QUOTING] = icmpv6_summary(msg, hop_list[k]) if six[k] else icmp_summary(msg, None)

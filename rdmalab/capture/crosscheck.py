@@ -21,7 +21,6 @@ position, and it streams: we parse it incrementally with ``xml.etree.ElementTree
 from __future__ import annotations
 
 import importlib
-import ipaddress
 import os
 import shutil
 import subprocess
@@ -31,7 +30,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rdmalab.capture.defects import DissectorChoice, DissectorTables, WiresharkDefect, dissector_choice, explain
+from rdmalab.capture.defects import (
+    DissectorChoice,
+    DissectorTables,
+    WiresharkDefect,
+    dissector_choice,
+    explain,
+    parse_ws_value,
+)
 from rdmalab.capture.fields import TRAILER_BYTES, frame_fields, ws_formats
 from rdmalab.capture.linktypes import ERF, ERFEthernet, ERFExt
 from rdmalab.capture.reader import CapturedPacket, read
@@ -118,34 +124,7 @@ def dissector_tables(tshark: str | None = None) -> DissectorTables:
     return _TABLES[exe]
 
 
-# ----------------------------------------------------------------------------- value parsing
-
-
-def parse_ws_value(show: str, fmt: str = "dec") -> Any:
-    """A tshark ``show`` string as an integer where it is one (as rdmalab holds the value)."""
-    s = show.strip()
-    if fmt in ("ipv6", "ipv4"):
-        try:
-            return int(ipaddress.IPv6Address(s) if fmt == "ipv6" else ipaddress.IPv4Address(s))
-        except ValueError:
-            pass  # Wireshark shows some GIDs as plain bytes
-    try:
-        if s.startswith(("0x", "0X")):
-            return int(s, 16)
-        if s.lstrip("-").isdigit():
-            return int(s)
-        if s in ("True", "False"):
-            return int(s == "True")
-        parts = s.split(":")
-        if len(parts) > 1 and all(len(p) == 2 for p in parts):
-            return int("".join(parts), 16)
-        if s.count(".") == 3:
-            return int(ipaddress.IPv4Address(s))
-        if ":" in s:
-            return int(ipaddress.IPv6Address(s))
-    except ValueError:
-        pass
-    return s
+# ----------------------------------------------------------------------------- rdmalab's field names
 
 
 def _all_header_classes() -> list[type[Header]]:

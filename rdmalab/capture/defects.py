@@ -21,6 +21,7 @@ tshark's ``frame.protocols`` and its own tables (:class:`DissectorTables`, from 
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,34 @@ class WiresharkDefect:
 
     def matches(self, key: str) -> bool:
         return any(fnmatch.fnmatchcase(key, pat) for pat in self.fields)
+
+
+def parse_ws_value(show: str, fmt: str = "dec") -> Any:
+    """A tshark ``show`` string as an integer where it is one (as rdmalab holds the value): what the
+    cross-check compares (:mod:`rdmalab.capture.crosscheck`) and what a defect's condition reads."""
+    s = show.strip()
+    if fmt in ("ipv6", "ipv4"):
+        try:
+            return int(ipaddress.IPv6Address(s) if fmt == "ipv6" else ipaddress.IPv4Address(s))
+        except ValueError:
+            pass  # Wireshark shows some GIDs as plain bytes
+    try:
+        if s.startswith(("0x", "0X")):
+            return int(s, 16)
+        if s.lstrip("-").isdigit():
+            return int(s)
+        if s in ("True", "False"):
+            return int(s == "True")
+        parts = s.split(":")
+        if len(parts) > 1 and all(len(p) == 2 for p in parts):
+            return int("".join(parts), 16)
+        if s.count(".") == 3:
+            return int(ipaddress.IPv4Address(s))
+        if ":" in s:
+            return int(ipaddress.IPv6Address(s))
+    except ValueError:
+        pass
+    return s
 
 
 def _opcodes(cp: CapturedPacket) -> list[int]:
@@ -415,16 +444,6 @@ def _is_cut(pdu: Any) -> bool:
     return any(p.kind == "truncated" and p.layer == "MPA" for p in pdu.problems)
 
 
-def _shown(text: str) -> Any:
-    """A value as tshark shows it (decimal, hex with 0x, octets as hex pairs), as an integer where it is one."""
-    try:
-        if ":" in text:
-            return int(text.replace(":", ""), 16)
-        return int(text, 16) if text.startswith("0x") else int(text)
-    except ValueError:
-        return text
-
-
 def _cut_fpdu(cp: CapturedPacket, ws: WiresharkView) -> bool:
     """An FPDU the capture cut whose MPA length tshark shows, and of DDP and RDMAP only what the FPDUs
     captured whole before it in the segment hold, value for value."""
@@ -434,7 +453,7 @@ def _cut_fpdu(cp: CapturedPacket, ws: WiresharkView) -> bool:
     for key, shown in ws.items():
         if key.startswith(("iwarp_ddp.", "iwarp_rdma.")) and any(str(v) for v in shown):  # (not a tree node)
             mine = [v for p in whole for la in p.layers for k, v in la.header.ws_fields().items() if k == key]
-            if [_shown(str(v)) for v in shown] != mine:
+            if [parse_ws_value(str(v)) for v in shown] != mine:
                 return False
     return True
 

@@ -80,7 +80,6 @@ from rdmalab.wire.mpa import (
     MARKER_INTERVAL,
     MARKER_SIZE,
     MAX_ULPDU,
-    MPA_HEADER_SIZE,
     MPA_KEY_PREFIX,
     MPA_KEY_REP,
     MPA_KEY_REQ,
@@ -320,8 +319,7 @@ class IwarpTracker:
             return False  # (looking for FPDUs: a segment that follows the last one, and starts like an FPDU)
         got: list[tuple[Packet, int]] = []
         pos = 0
-        while pos + MPA_HEADER_SIZE <= len(data):
-            size = fpdu_length(int.from_bytes(data[pos:pos + MPA_HEADER_SIZE], "big"))
+        while (size := fpdu_wire_length(data, pos)) is not None:  # (its length field captured)
             if pos + size <= len(data):  # captured whole
                 try:
                     pkt, n = decode_fpdu(data, pos, crc=d.crc is not False, lenient=True)

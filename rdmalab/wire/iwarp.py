@@ -135,16 +135,26 @@ def decode_cut_fpdu(data: bytes, wire_length: int) -> Packet:
         if headers is not None and end - offset >= headers:  # every header there whole: as a whole FPDU's
             decode_ulpdu(data, pkt, offset, end, lenient=True)
         else:  # the DDP and RDMAP headers alone (those after them cut, or not known)
-            ddp: DDPTagged | DDPUntagged = DDPTagged.decode(data, offset) if tagged else DDPUntagged.decode(data, offset)
-            pkt.layers.append(Layer(ddp, offset))
-            rdmap: RDMAPControl | RDMAPUntagged = (
-                RDMAPControl.decode(data, offset + 1) if tagged else RDMAPUntagged.decode(data, offset + 1))
-            pkt.layers.append(Layer(rdmap, offset + 1))
-            for p in (*ddp.check(offset), *rdmap.check(offset + 1)):
-                pkt.problems.append(p)
+            _ddp_rdmap(data, pkt, offset, tagged, True)
             pkt.payload_offset = offset + size  # (what follows: a header cut part way, no payload)
     pkt.info = summarize_fpdu(pkt)
     return pkt
+
+
+def _ddp_rdmap(data: bytes, pkt: Packet, offset: int, tagged: int, lenient: bool) -> RDMAPControl | RDMAPUntagged:
+    """The DDP header at ``offset`` (tagged or not) and the RDMAP control field in it, each a layer of
+    ``pkt`` with the problems its checks find; the RDMAP header returned."""
+    ddp: DDPTagged | DDPUntagged = DDPTagged.decode(data, offset) if tagged else DDPUntagged.decode(data, offset)
+    pkt.layers.append(Layer(ddp, offset))
+    for p in ddp.check(offset):
+        _problem(pkt, p, lenient)
+    rdmap: RDMAPControl | RDMAPUntagged = (
+        RDMAPControl.decode(data, offset + 1) if tagged else RDMAPUntagged.decode(data, offset + 1)
+    )
+    pkt.layers.append(Layer(rdmap, offset + 1))
+    for p in rdmap.check(offset + 1):
+        _problem(pkt, p, lenient)
+    return rdmap
 
 
 def decode_ulpdu(data: bytes, pkt: Packet, offset: int, end: int, *, lenient: bool = False) -> None:
@@ -165,16 +175,7 @@ def decode_ulpdu(data: bytes, pkt: Packet, offset: int, end: int, *, lenient: bo
                  lenient)
         pkt.payload_offset, pkt.payload_length = offset, length
         return
-    ddp: DDPTagged | DDPUntagged = DDPTagged.decode(data, offset) if tagged else DDPUntagged.decode(data, offset)
-    pkt.layers.append(Layer(ddp, offset))
-    for p in ddp.check(offset):
-        _problem(pkt, p, lenient)
-    rdmap: RDMAPControl | RDMAPUntagged = (
-        RDMAPControl.decode(data, offset + 1) if tagged else RDMAPUntagged.decode(data, offset + 1)
-    )
-    pkt.layers.append(Layer(rdmap, offset + 1))
-    for p in rdmap.check(offset + 1):
-        _problem(pkt, p, lenient)
+    rdmap = _ddp_rdmap(data, pkt, offset, tagged, lenient)
     pos = offset + size
     info = RDMAP_OPCODES.get(rdmap.opcode)
     if info is None:

@@ -459,7 +459,6 @@ class TCP(Header):
     ECE: ClassVar[int] = 0x040  # RFC 3168 6.1
     CWR: ClassVar[int] = 0x080  # RFC 3168 6.1
     AE: ClassVar[int] = 0x100  # RFC 9768 (Accurate ECN; RFC 3540's NS before it), as Wireshark 4.0.17 names it
-    NS: ClassVar[int] = AE
     #: the three reserved bits before the flags (RFC 9293 3.1), which Wireshark shows as part of tcp.flags
     #: (``tcp.flags`` holds 12 bits, ``tcp.flags.res`` is set when any of the three is)
     RES: ClassVar[int] = 0xE00
