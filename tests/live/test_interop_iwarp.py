@@ -171,11 +171,13 @@ def test_both_roles_against_the_stock_program_on_siw(iw_job: Path, mode: str, wh
                     assert float(m.group(3)) > 0, f"{who}: a report of no messages:\n{text}"
 
 
-def _connections(pcap: Path) -> dict[tuple[int, int], dict[str, Any]]:
-    """Per TCP connection (client port, server port): who initiated (the Request's source address),
-    the C flag of its MPA Request and Reply, and the CRC32c verdicts of its FPDUs (None: not checked,
-    because the decoder saw no CRC negotiated on that connection)."""
-    out: dict[tuple[int, int], dict[str, Any]] = {}
+def _connections(pcap: Path) -> dict[tuple[int, int, int, int], dict[str, Any]]:
+    """Per TCP connection (client address and port, server address and port): who initiated (the
+    Request's source address), the C flag of its MPA Request and Reply, and the CRC32c verdicts of its
+    FPDUs (None: not checked, because the decoder saw no CRC negotiated on that connection).  The
+    addresses are part of the key: each host picks its client ports on its own, and the two hosts' picks
+    do meet (one CI run had port 45522 on both)."""
+    out: dict[tuple[int, int, int, int], dict[str, Any]] = {}
     for cp in read(pcap):
         ip = cp.packet.get(IPv4)
         tcp = cp.packet.get(TCP)
@@ -184,7 +186,9 @@ def _connections(pcap: Path) -> dict[tuple[int, int], dict[str, Any]]:
         for p in cp.pdus or []:
             head = p.layers[0].header if p.layers else None
             is_req = type(head).__name__ == "MPAReqRep" and "Request" in (p.info or "")
-            key = (tcp.sport, tcp.dport) if is_req or tcp.dport in (7174, 18515) else (tcp.dport, tcp.sport)
+            to_server = is_req or tcp.dport in (7174, 18515)
+            key = ((ip.src, tcp.sport, ip.dst, tcp.dport) if to_server
+                   else (ip.dst, tcp.dport, ip.src, tcp.sport))
             c = out.setdefault(key, {"initiator": None, "req_c": None, "rep_c": None, "verdicts": []})
             if type(head).__name__ == "MPAReqRep":
                 if is_req:
