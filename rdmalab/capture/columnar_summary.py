@@ -4,8 +4,9 @@ The per-packet path (:func:`rdmalab.capture.render.summary_line` over
 :func:`rdmalab.capture.read`) builds a :class:`~rdmalab.capture.reader.CapturedPacket` per frame.
 Here each block of records is decoded into columns (:mod:`rdmalab.capture.columnar_decode`) and
 the lines of the frames the columns fully describe, well-formed RoCEv2 packets (which the
-per-packet decoder would decode without a problem), are formatted from the columns with numpy,
-a block of lines at a time.  The clean TCP segments (:mod:`rdmalab.capture.columnar_tcp`) are
+per-packet decoder would decode without a problem) and the ICMP errors that quote a datagram (a
+host where nothing takes RoCEv2 answers each packet with one), are formatted from the columns with
+numpy, a block of lines at a time.  The clean TCP segments (:mod:`rdmalab.capture.columnar_tcp`) are
 formatted from the columns too, their windows and iWARP streams followed a block at a time
 (:func:`_run_text`; the lines of segments that complete iWARP PDUs the tracker decoded are
 written from those PDUs).  Every other frame (TCP that is not clean; RoCEv1; MADs; anything the
@@ -60,6 +61,7 @@ from rdmalab.capture.render import (
     window_shift_option,
 )
 from rdmalab.wire import crc as _crc
+from rdmalab.wire.control import ICMP_ERRORS, ICMPV6_ERRORS, IPPROTO_ICMP, IPPROTO_ICMPV6, icmp_summary, icmpv6_summary
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.ib import AETH, Transport
 from rdmalab.wire.mad import GSI_QPN
@@ -101,6 +103,58 @@ def _fast_rows(blk: RecordBlock, c: Columns) -> np.ndarray:
     ok &= ~(ud & ((d["infiniband.bth.destqp"] <= GSI_QPN) | (d["infiniband.deth.srcqp"] <= GSI_QPN)))
     result: np.ndarray = ok
     return result
+
+
+def _quoting_rows(blk: RecordBlock, c: Columns) -> np.ndarray:
+    """Rows that are ICMP errors (RFC 792: destination unreachable, source quench, redirect, time
+    exceeded, parameter problem) or ICMPv6 errors (RFC 4443 2.1: types 1 to 4) quoting a datagram,
+    whose line the columns fully give.  The per-packet line of such a frame is its link and IP
+    headers' and its message's type and code (:func:`rdmalab.wire.control.icmp_summary`): the quote's
+    own problems are never the frame's (:func:`rdmalab.wire.frame._quoted`).  So the rows here are
+    those the per-packet decoder reads to the ICMP header without a problem: not a fragment, the IP
+    length within the capture, the ICMP header of an IPv4 datagram or straight after the IPv6
+    header, and a quote after it (as :func:`rdmalab.wire.frame._ip` takes one)."""
+    d, L = c.data, c.layers
+    v4, v6 = L["ip.rest"], L["ipv6"]
+    l3, l4 = tcp_offsets(c)
+    ip_end = np.where(v6, l3 + 40 + d["ipv6.plen"].astype(np.int64), l3 + d["ip.len"].astype(np.int64))
+    ok = (v4 | v6) & np.isin(blk.linktype, COLUMNAR_LINKTYPES)
+    ok &= ~(v4 & (((d["ip.flags"] & 1) != 0) | (d["ip.frag_offset"] != 0)))
+    ok &= np.where(v6, d["ipv6.nxt"] == IPPROTO_ICMPV6, d["ip.proto"] == IPPROTO_ICMP)
+    ok &= (ip_end <= blk.caplen) & (l4 + 8 < ip_end)
+    rows = np.flatnonzero(ok)
+    kind = np.frombuffer(blk.buf, dtype=np.uint8)[blk.offset[rows] + l4[rows]]
+    ok[rows] = np.where(v6[rows], np.isin(kind, _ICMPV6_ERRORS), np.isin(kind, _ICMP_ERRORS))
+    result: np.ndarray = ok
+    return result
+
+
+_ICMP_ERRORS, _ICMPV6_ERRORS = sorted(ICMP_ERRORS), sorted(ICMPV6_ERRORS)
+
+
+def _quoting_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: int) -> tuple[np.ndarray, bytes, np.ndarray]:
+    """The lines of the ICMP errors ``rows`` (:func:`_quoting_rows`) as a source for :func:`_merge`:
+    the info of each kind of message (its version, type and code) written once."""
+    n = len(rows)
+    six = c.layers["ipv6"][rows]
+    _l3, l4 = tcp_offsets(c)
+    buf = np.frombuffer(blk.buf, dtype=np.uint8)
+    at = blk.offset[rows] + l4[rows]
+    key = six.astype(np.int64) << 16 | buf[at].astype(np.int64) << 8 | buf[at + 1]
+    kinds, inv = np.unique(key, return_inverse=True)
+    names, infos = [], []
+    for k in kinds.tolist():
+        msg = bytes([(k >> 8) & 0xFF, k & 0xFF]) + bytes(6)
+        names.append(f" {'ICMPv6' if k >> 16 else 'ICMP':<10} ")
+        infos.append(icmpv6_summary(msg, 0) if k >> 16 else icmp_summary(msg, None))
+    proto, info_text = _strings(names), _strings(infos)
+    wire = blk.wirelen[rows]
+    length = _dec(np.where(wire != 0, wire, blk.caplen[rows]).astype(np.uint64))
+    frame = _dec(c.data["frame.number"][rows])
+    src, dst = _addresses(c, rows, "src"), _addresses(c, rows, "dst")
+    return _lines(rows, np.hstack([_pad(frame, 5), frame, _const(" ", n), _time_column(blk, rows, t0), _const(" ", n),
+                                   _pad(src, 15), src, _const(" \u2192 ", n), dst, _pad(dst, 15), proto[inv],
+                                   _pad(length, 5), length, _const(" ", n), info_text[inv], _const("\n", n)]))
 
 
 # ---------------------------------------------------------------------------- text as byte matrices
@@ -606,8 +660,9 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
     the other frames that are not TCP by the per-packet decoder; the clean TCP segments (without a
     filter) are left as columns and text (:class:`_TcpBlock`) for the caller, which follows their
     connections in order, and every other TCP frame as a record."""
-    # (an ICMP error that quotes a datagram is no fast row: the per-packet decoder writes its line; a
-    # filter reads its quote in the columns, Columns.multi, and only the errors it keeps are decoded again)
+    # (an ICMP error that quotes a datagram: its line from the columns when they read it to its ICMP
+    # header without a problem (_quoting_rows); a filter reads its quote in the columns, Columns.multi,
+    # and only the errors it keeps are decoded again)
     cols = decode_block(blk, verify_icrc=True, fields=(*_FIELDS, *TCP_FIELDS) if flt is None else (*_FIELDS, *flt.fields),
                         quotes=flt is not None and lenient)
     fast = _fast_rows(blk, cols)
@@ -624,7 +679,14 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
         passed = filter_mask(flt, cols)[others]
         kept[others[quoting & passed]] = True
         others = others[~quoting | passed]
-    text, starts = _fast_text(blk, cols, rows, t0, starts=len(others) > 0)
+    quotes = np.zeros(0, dtype=np.int64)
+    if len(others) and (flt is None or kept.any()):
+        clean = _quoting_rows(blk, cols)[others] & (kept[others] if flt is not None else True)
+        quotes, others = others[clean], others[~clean]
+    text, starts = _fast_text(blk, cols, rows, t0, starts=len(others) > 0 or len(quotes) > 0)
+    if len(quotes):
+        assert starts is not None
+        text, rows, starts = _merge([(rows, text, starts), _quoting_text(blk, cols, quotes, t0)])
     if not len(others):
         return _BlockText(blk.first, [text] if text else [])
     assert starts is not None
@@ -1478,6 +1540,7 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: int, tracker: Any, windo
 
 
 #: The columns the summary lines read (decode_block skips the work for the others).
-_FIELDS = ("frame.number", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "udp.length", "infiniband.bth",
+#: (ip.hdr_len and ip.flags: what _fast_rows and _quoting_rows check, with a filter on other fields too)
+_FIELDS = ("frame.number", "ip.src", "ip.dst", "ip.hdr_len", "ip.flags", "ipv6.src", "ipv6.dst", "udp.length", "infiniband.bth",
            "infiniband.reth", "infiniband.atomiceth", "infiniband.aeth", "infiniband.deth", "infiniband.immdt",
            "rdmalab.payload.len", "rdmalab.bth", "rdmalab.icrc")
