@@ -606,7 +606,12 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     # a BTH only where the datagram holds one and its ICRC (rdmalab.wire.packet.decode_transport: 16
     # octets at least), or the capture cut it: not out of the Ethernet padding after a short datagram
     ip_end = np.where(~ip6 & (iplen == 0), caplen, l3 + iplen)  # (a length of 0: the frame's, as per packet)
-    dgram_end = np.where(rocev1, np.where(data["ipv6.plen"] > 0, l3 + 40 + data["ipv6.plen"].astype(np.int64), caplen),
+    v1_end = l3 + 40 + data["ipv6.plen"].astype(np.int64)
+    # (a GRH that says the packet goes on past a frame the capture holds whole: it ends with its frame,
+    # as wire.frame.decode_grh_packet has it with the frame's length known)
+    v1_end = np.where((v1_end > frame_end) & (blk.wirelen > 0) & (l3 + 40 <= frame_end) & (frame_end <= caplen),
+                      frame_end, v1_end)
+    dgram_end = np.where(rocev1, np.where(data["ipv6.plen"] > 0, v1_end, caplen),
                          np.where(udplen >= 8, np.minimum(ip_end, l4 + udplen), ip_end))
     ib = (rocev1 | rocev2) & ((dgram_end > caplen) | (dgram_end - bth >= 16))
     ib &= ~(rocev1 & (nxt6 != GRH_NXTHDR_IBA))  # (a GRH whose next header is not IBA's: no BTH after it)

@@ -616,15 +616,17 @@ def _parts(cp: Any, request_in: int | None = None) -> _Parts:
 #: what the per-packet path says of a frame that is not TCP depends on its bytes alone (no stream
 #: or window state): the same bytes again (repeated test runs, duplicated frames) are not decoded
 #: again.  Bounded: emptied when full.
-#: Keyed by how the frame is decoded too (lenient or not).
-_SEEN: dict[tuple[int, bytes, bool], _Parts] = {}
+#: Keyed by the frame's length on the wire too (the same bytes are a packet cut by a snap length, or a
+#: whole one whose headers say more than it holds: tshark and the decoder tell them apart) and by how the
+#: frame is decoded (lenient or not).
+_SEEN: dict[tuple[int, bytes, int, bool], _Parts] = {}
 
 
 def _stateless_line(first: int, rec: _Record, t0: int, flt: Any, lenient: bool) -> bytes | None:
     """The line of a frame that is not TCP (b"": the filter drops it), or None when the frame is
     left to the caller's per-packet loop (TCP after all, or an error to raise in order)."""
     j, ts, lt, data, wire, iface, ns, digits = rec
-    key = (lt, data, lenient)
+    key = (lt, data, wire, lenient)
     parts = _SEEN.get(key) if flt is None else None
     if parts is None:
         try:
@@ -1086,7 +1088,7 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     # what the per-packet path says of a frame that is not TCP depends on its bytes alone (no
     # stream or window state): the same bytes again (repeated test runs, duplicated frames) are
     # not decoded again.  Bounded: emptied when full.
-    seen: dict[tuple[int, bytes], _Parts] = {}
+    seen: dict[tuple[int, bytes, int], _Parts] = {}
     if workers is None:
         workers = default_workers()
     if workers > 1 and parallel_capture(p) and os.path.getsize(p) >= parallel_min_bytes and (flt is None or filter_expr):
@@ -1121,7 +1123,7 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
                         raise stop
                     continue
                 j, ts, lt, data, wire, iface, ns, digits = piece
-                key = (lt, data)
+                key = (lt, data, wire)
                 parts = seen.get(key) if flt is None else None
                 if parts is None:
                     cp = decode_record(RawRecord(bt.first + j, ts, lt, data, wire, iface, ns, digits), lenient=lenient,

@@ -365,8 +365,10 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
 
 def _unnamed_opcode(cp: CapturedPacket, ws: WiresharkView) -> bool:
     """A BTH opcode the IBA's table does not name (reserved, or manufacturer-specific: transport 111b),
-    which tshark shows as vendor data."""
-    return "infiniband.vendor" in ws and any(op not in OPCODES and op != CNP_OPCODE for op in _opcodes(cp))
+    which tshark shows as vendor data; the frame's own, or that of the datagram an ICMP error quotes."""
+    quoted = cp.packet.quoted
+    ops = [*_opcodes(cp), *([bth.opcode] if quoted is not None and (bth := quoted.get(BTH)) is not None else [])]
+    return "infiniband.vendor" in ws and any(op not in OPCODES and op != CNP_OPCODE for op in ops)
 
 
 WIRESHARK_DEFECTS.append(WiresharkDefect(

@@ -158,7 +158,7 @@ def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient
         pos += 4
     if ethertype == ETHERTYPE_ROCE:
         pkt.encap = "rocev1"
-        decode_grh_packet(data, pkt, pos, lenient=lenient)
+        decode_grh_packet(data, pkt, pos, lenient=lenient, reported=reported)
     elif ethertype in (ETHERTYPE_IPV4, ETHERTYPE_IPV6):
         want = 4 if ethertype == ETHERTYPE_IPV4 else 6
         if pos < len(data) and data[pos] >> 4 != want:  # (Wireshark: "Bogus IPv4 version", nothing more read)
@@ -474,8 +474,11 @@ def _ipoib(data: bytes, pkt: Packet, end: int, lenient: bool) -> None:
 
 
 
-def decode_grh_packet(data: bytes, pkt: Packet, offset: int, *, lenient: bool) -> None:
-    """RoCEv1: GRH, BTH ... ICRC (no VCRC), from ``offset`` to the end of ``data``."""
+def decode_grh_packet(data: bytes, pkt: Packet, offset: int, *, lenient: bool, reported: int | None = None) -> None:
+    """RoCEv1: GRH, BTH ... ICRC (no VCRC), from ``offset`` to the end of ``data``.  ``reported``: where the
+    frame ends on the wire (its FCS off), when known: a packet whose GRH says it goes on past a frame the
+    capture holds whole is damaged, and ends with its frame (as an IP datagram's length past the frame:
+    :func:`_ip`; tshark reads a RoCEv1 packet to its frame's end, the GRH's length not looked at)."""
     grh = GRH.decode(data, offset)
     pkt.layers.append(Layer(grh, offset))
     for p in grh.check(offset):
@@ -485,7 +488,12 @@ def decode_grh_packet(data: bytes, pkt: Packet, offset: int, *, lenient: bool) -
         pkt.payload_offset, pkt.payload_length = offset + 40, len(data) - offset - 40
         return
     end = len(data)
-    if grh.paylen and offset + 40 + grh.paylen != end:
+    if grh.paylen and reported is not None and offset + 40 + grh.paylen > reported and offset + 40 <= reported <= end:
+        _problem(pkt, MalformedError("GRH", "paylen", offset + 4, grh.paylen,
+                                     f"at most the {reported - offset - 40} bytes the frame holds after the GRH"),
+                 lenient)
+        end = pkt.datagram_end = reported
+    elif grh.paylen and offset + 40 + grh.paylen != end:
         if offset + 40 + grh.paylen > end:
             _problem(pkt, TruncatedError("GRH", "paylen", offset + 4, grh.paylen,
                                          f"{grh.paylen} bytes after the GRH, {end - offset - 40} captured"), lenient)

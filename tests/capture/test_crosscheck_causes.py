@@ -266,6 +266,22 @@ def test_an_opcode_the_iba_does_not_name_is_tsharks_vendor_data(tmp_path: Path) 
 
 @requires_tshark
 @pytest.mark.tshark
+def test_an_unnamed_opcode_in_an_icmp_errors_quote_is_named(tmp_path: Path) -> None:
+    """The same in the RoCEv2 packets the real port unreachables quote (IPv4 and IPv6): tshark shows the
+    quote's octets after its BTH as vendor data."""
+    at = {n: next(la.offset for la in cp.packet.quoted.layers if isinstance(la.header, BTH))
+          for n, cp in enumerate(read(CAPTURES / "lo_icmp_unreachable.pcap"), start=1)
+          if cp.packet.quoted is not None and cp.packet.quoted.get(BTH) is not None}
+    assert len(at) >= 8
+    path = tmp_path / "quoted.pcap"
+    _rewritten(path, "lo_icmp_unreachable.pcap", {n: (o, bytes([(0x34, 0xC5)[n % 2]])) for n, o in at.items()})
+    report = crosscheck(path)
+    assert not report.unexplained, report.text()
+    assert {r.frame for r in report.explained if r.defect and r.defect.id == "unnamed-opcode-vendor"} == set(at)
+
+
+@requires_tshark
+@pytest.mark.tshark
 def test_octets_after_the_headers_of_an_opcode_without_payload_are_named(tmp_path: Path) -> None:
     """RDMA WRITE packets (a RETH and a payload) made ACKs and Atomic ACKs (no payload): tshark shows no ICRC
     (only when exactly 4 octets are left after its headers), rdmalab the ICRC and a malformed payload."""

@@ -161,3 +161,73 @@ def test_cut_tcp_length_as_tshark(snap: int, tmp_path: Path, capsys: Any) -> Non
     for extra in ([], ["--no-columnar"]):
         assert main(["decode", *args, *extra]) == 0
         assert capsys.readouterr().out == want, extra
+
+
+@pytest.mark.parametrize("cut", [70, 78, 86, 100])
+def test_a_whole_rocev1_frame_shorter_than_its_grh_says_ends_with_the_frame(cut: int, tmp_path: Path,
+                                                                           capsys: Any) -> None:
+    """Not a snap length: the frame itself is shorter than its GRH's payload length says (a damaged packet,
+    its length on the wire the captured one).  The packet ends with its frame, its ICRC the frame's last four
+    octets, checked (as an IP datagram's length past its frame), and the GRH's length is named malformed,
+    not cut by the capture; tshark's fields, which read a RoCEv1 packet to its frame's end, and both paths
+    agree."""
+    path = tmp_path / "short.pcap"
+    with CaptureWriter(path, format="pcap") as w:
+        for cp in read(ROOT / "captures" / "synthetic_all_opcodes_rocev1.pcap"):
+            data = cp.packet.data[:cut]
+            w.write(data, cp.epoch_ns, wire_len=len(data))
+    shorter = 0
+    for cp in read(path):
+        pkt = cp.packet
+        grh_end = 14 + 40 + pkt.layers[1].header.paylen  # type: ignore[attr-defined]
+        if grh_end <= len(pkt.data):
+            continue
+        shorter += 1
+        assert pkt.crc_offset == len(pkt.data) - 4 and pkt.crc_status in ("good", "bad")
+        assert [p.kind for p in pkt.problems if p.layer == "GRH"] == ["malformed"], pkt.problems
+        assert "captured" not in str(pkt.problems[0])
+    assert shorter >= 20
+    names = ["frame.number", "infiniband.bth.opcode", "infiniband.bth.psn", "infiniband.invariant.crc"]
+    args = ["-r", str(path), "-T", "fields", *[a for f in names for a in ("-e", f)]]
+    outputs = []
+    for path_args in ([], ["--no-columnar"]):
+        assert main(["decode", *args, *path_args]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
+    if shutil.which("tshark"):  # (tshark's own differences, a pad past the octets there are: crosscheck's causes)
+        want = subprocess.run(["tshark", "-n", *args], capture_output=True, text=True, check=True).stdout
+        pairs = [(a, b) for a, b in zip(outputs[0].splitlines(), want.splitlines(), strict=True)
+                 if not b.endswith("\t")]  # (the ICRCs tshark shows: each is rdmalab's)
+        assert len(pairs) >= 20 and all(a == b for a, b in pairs), pairs
+        from rdmalab.capture.crosscheck import crosscheck
+
+        report = crosscheck(path)
+        # (cut at 70 or 78 octets, tshark shows no BTH at all for the RD, UD and XRC packets, whose headers
+        # do not fit: a cause the cross-check does not name yet, so checked from 86 octets on)
+        assert cut < 86 or not report.unexplained, report.text(verbose=True)
+    for args in ([], ["-V"], ["-T", "json"]):
+        got = []
+        for path_args in ([], ["--no-columnar"]):
+            assert main(["decode", "-r", str(path), *args, *path_args]) == 0
+            got.append(capsys.readouterr().out)
+        assert got[0] == got[1], args
+
+
+def test_the_same_bytes_cut_by_a_snap_length_or_whole_are_told_apart(tmp_path: Path, capsys: Any) -> None:
+    """The summary lines remember what the per-packet decoder said of a frame's bytes: the same bytes with
+    another length on the wire (cut by a snap length, or a whole frame shorter than its headers say) are
+    another frame.  Decoded one after the other in one process, each capture's lines are its own."""
+    lines = {}
+    for whole in (False, True, False):
+        path = tmp_path / f"cut{int(whole)}.pcap"
+        with CaptureWriter(path, format="pcap") as w:
+            for cp in read(ROOT / "captures" / "rxe_write_bw.pcap"):
+                data = cp.packet.data[:60]
+                w.write(data, cp.epoch_ns, wire_len=len(data) if whole else len(cp.packet.data))
+        got = []
+        for path_args in ([], ["--no-columnar"]):
+            assert main(["decode", "-r", str(path), *path_args]) == 0
+            got.append(capsys.readouterr().out)
+        assert got[0] == got[1], whole
+        lines[whole] = got[0]
+    assert "malformed IPv4.total_length" in lines[True] and "malformed IPv4.total_length" not in lines[False]
