@@ -331,6 +331,35 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
     kinds=("only_rdmalab",),
 ))
 
+#: the fields of a MAD and what it carries (its class's header, its attributes): every Wireshark name an
+#: rdmalab MAD header declares matches one (tests/capture/test_crosscheck_causes.py holds it so)
+MAD_FIELDS = tuple(f"infiniband.{p}*" for p in (
+    "mad.", "rmpp.", "cm.", "sa.", "smpdirected.", "smplid.", "classportinfo.", "nodeinfo.", "notice.",
+    "pathrecord.", "portcounters.", "portcounters_ext.", "portinfo.", "sminfo.", "switchinfo."))
+
+
+def _cut_mad(cp: CapturedPacket, ws: WiresharkView) -> bool:
+    """A MAD in a RoCE datagram the capture cut short (a snap length: the frame was longer on the wire)."""
+    return (cp.packet.get(MADHeader) is not None and bool(cp.wire_length) and cp.wire_length > len(cp.packet.data)
+            and "infiniband.mad.mgmtclass" not in ws)
+
+
+WIRESHARK_DEFECTS.append(WiresharkDefect(
+    "cut-mad-not-parsed",
+    "a MAD (QP0/QP1's datagrams) in a packet the capture cut short (a snap length)",
+    MAD_FIELDS,
+    "Wireshark checks the packet's length before it parses a MAD ('Invalid Packet Length from LRH!', the "
+    "packet malformed) and shows no MAD field; rdmalab shows the MAD's fields the capture holds and names "
+    "the packet truncated",
+    "IBA Vol 1 13.4.2: a MAD is 256 octets, its common header (13.4.3) first; a capture's snap length keeps "
+    "the first octets of a frame (pcap's caplen below its wire length)",
+    "Wireshark 4.0 epan/dissectors/packet-infiniband.c (the packet length check before the MAD's parse), as "
+    "tshark 4.0.17 shows it on a CM REQ cut at 212 octets (tests/capture/test_crosscheck_causes.py)",
+    _cut_mad,
+    kinds=("only_rdmalab",),
+))
+
+
 #: the layers of a RoCE packet after its UDP header: the BTH, every header the opcode table names after it, a MAD
 _IB_TRANSPORT = frozenset({BTH.LAYOUT.name, MADHeader.LAYOUT.name,
                            *(h.LAYOUT.name for info in OPCODES.values() for h in info.headers)})

@@ -282,6 +282,44 @@ def test_an_unnamed_opcode_in_an_icmp_errors_quote_is_named(tmp_path: Path) -> N
 
 @requires_tshark
 @pytest.mark.tshark
+@pytest.mark.parametrize("snap", [70, 100, 212, 300])
+def test_a_mad_cut_by_a_snap_length_is_named(snap: int, tmp_path: Path) -> None:
+    """The CM MADs of real rdma_cm captures cut at a snap length: tshark shows none of their MAD fields
+    once the cut falls inside the MAD (the packet's length is checked first), rdmalab those captured;
+    named, none unexplained."""
+    from rdmalab.capture.pcapwriter import CaptureWriter
+    from rdmalab.wire.mad import MADHeader
+
+    path = tmp_path / "cut.pcap"
+    cut = 0
+    with CaptureWriter(path) as w:
+        for name in ("rxe_write_bw_cm.pcap", "rxe_rping.pcap"):
+            for cp in read(CAPTURES / name):
+                d = cp.packet.data
+                mad = cp.packet.get(MADHeader) is not None and len(d) > snap
+                cut += mad
+                w.write(d[:snap] if mad else d, cp.epoch_ns, wire_len=cp.wire_length or len(d))
+    assert cut == 17
+    report = crosscheck(path)
+    assert not report.unexplained, report.text()
+    named = {r.frame for r in report.explained if r.defect and r.defect.id == "cut-mad-not-parsed"}
+    assert len(named) == (cut if snap >= 100 else 0)  # (cut before the MAD: no MAD field of rdmalab's either)
+
+
+def test_every_mad_field_rdmalab_declares_is_among_the_cut_mad_fields() -> None:
+    from fnmatch import fnmatchcase
+
+    from rdmalab.capture.defects import MAD_FIELDS
+
+    transport = ("bth", "grh", "lrh", "rwh", "deth", "rdeth", "reth", "aeth", "atomiceth", "atomicacketh", "immdt",
+                 "ieth", "invariant", "variant")
+    mad = [n for n in cc.known_ws_names() if n.startswith("infiniband.") and n.split(".")[1] not in transport]
+    assert len(mad) > 200
+    assert [n for n in mad if not any(fnmatchcase(n, p) for p in MAD_FIELDS)] == []
+
+
+@requires_tshark
+@pytest.mark.tshark
 def test_octets_after_the_headers_of_an_opcode_without_payload_are_named(tmp_path: Path) -> None:
     """RDMA WRITE packets (a RETH and a payload) made ACKs and Atomic ACKs (no payload): tshark shows no ICRC
     (only when exactly 4 octets are left after its headers), rdmalab the ICRC and a malformed payload."""
