@@ -72,12 +72,14 @@ JSON_PARALLEL_MIN_BYTES = 4 << 20
 Render = Callable[..., Any]
 
 
-def plain_pcap(path: str) -> bool:
+def plain_pcap(path: str, *, own_times: bool = False) -> bool:
     """Whether ``path`` is an uncompressed pcap file (its blocks can be read again by offset).
 
     A stream (``-``, a FIFO: :func:`~rdmalab.capture.pcapio.is_stream`) is not: it is not even
     opened here, which would take its first bytes.  Nor is a pcap of ERF records, whose frames'
-    times are the records' own (read in order by one process)."""
+    times are the records' own (read in order by one process), unless ``own_times``: the caller
+    takes each ERF record's own time in its worker (:func:`rdmalab.capture.columnar_decode.erf_ethernet_view`)
+    and needs no time of the record before a block (summary lines: times since the first frame)."""
     if is_stream(path):
         return False
     try:
@@ -92,17 +94,18 @@ def plain_pcap(path: str) -> bool:
         return True  # the readers report the truncated header
     # ERF records carry their own times, which the frames' times and deltas follow
     # (reader.decode_record): such a file is read in order, by one process
-    return pcap_linktype(head, fmt[0]) != LINKTYPE_ERF
+    return own_times or pcap_linktype(head, fmt[0]) != LINKTYPE_ERF
 
 
-def parallel_capture(path: str, *, ethernet: bool = False) -> bool:
+def parallel_capture(path: str, *, ethernet: bool = False, own_times: bool = False) -> bool:
     """Whether ``path`` is a capture whose blocks :func:`blocks_in_workers` reads in worker processes:
     a plain pcap file (:func:`plain_pcap`), or an uncompressed pcapng file none of whose interfaces
     described before its first packet is of ERF records (as for pcap: their frames' times are the
     records' own, read in order by one process) or, with ``ethernet``, of another link type than
     Ethernet (``-T fields`` decodes those frames with the per-packet decoder, in order).  A pcapng
-    file whose first blocks are damaged is not: the reader, in one process, says what is wrong."""
-    if plain_pcap(path):
+    file whose first blocks are damaged is not: the reader, in one process, says what is wrong.
+    ``own_times``: ERF records too, their times the caller's (:func:`plain_pcap`)."""
+    if plain_pcap(path, own_times=own_times):
         return True
     if is_stream(path):
         return False
@@ -113,7 +116,7 @@ def parallel_capture(path: str, *, ethernet: bool = False) -> bool:
             sect = pcapng_section(f, os.fstat(f.fileno()).st_size)
     except OSError:
         return False
-    return sect is not None and all(lt != LINKTYPE_ERF and (lt in COLUMNAR_LINKTYPES or not ethernet)
+    return sect is not None and all((own_times or lt != LINKTYPE_ERF) and (lt in COLUMNAR_LINKTYPES or not ethernet)
                                     for lt, _units, _off, _fcs in sect.interfaces)
 
 

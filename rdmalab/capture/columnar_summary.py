@@ -994,7 +994,7 @@ def _render_in_worker(blk: RecordBlock, n: int, _t0: Any, _prev: Any, expr: str 
         if flt is None:
 
             flt = _WORKER_FILTERS[expr] = compile_filter(expr)
-    bt = _render_block(blk, t0, flt, n, lenient)
+    bt = _render_block(erf_ethernet_view(blk), t0, flt, n, lenient)  # (ERF records: their frames, their own times)
     if bt.tcp is not None and blk.from_file is not None:
         # the block's bytes are the file's: the parent maps them (not sent back)
         bt.tcp.buf = b""
@@ -1091,7 +1091,8 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     seen: dict[tuple[int, bytes, int], _Parts] = {}
     if workers is None:
         workers = default_workers()
-    if workers > 1 and parallel_capture(p) and os.path.getsize(p) >= parallel_min_bytes and (flt is None or filter_expr):
+    if (workers > 1 and parallel_capture(p, own_times=True) and os.path.getsize(p) >= parallel_min_bytes
+            and (flt is None or filter_expr)):
         t0 = _file_first_time(p)
         blocks: Iterator[tuple[_BlockText, int]] = ((bt, t0) for bt, _t in blocks_in_workers(
             p, _render_in_worker, (filter_expr, lenient, t0), workers=workers, block_bytes=block_bytes, count=count))

@@ -134,3 +134,23 @@ def test_damaged_roce_headers_read_as_the_per_packet_decoder_reads_them(tmp_path
     out = decode(capsys, *args)
     assert out == decode(capsys, *args, "--no-columnar")
     assert out.splitlines() == ["1\t\t\trocev1", "2\t5\tbad\trocev2"]
+
+
+@pytest.mark.parametrize("ext", [False, True])
+def test_summary_lines_in_worker_processes(tmp_path: Path, capsys: Any, ext: bool) -> None:
+    """The summary lines of an ERF capture are written in worker processes too (each record's own time:
+    its frame's time since the first record's), the same text as one process and as the per-packet path:
+    Ethernet records read as frames, records with an extension header, and a DAG card's native
+    InfiniBand records, which the per-packet decoder writes in the workers."""
+    from rdmalab.capture import blockpool
+    from rdmalab.capture.columnar_summary import summary_bytes
+
+    paths = [erf_copy(tmp_path, "rxe_write_bw_loss.pcap", ext=ext), erf_copy(tmp_path, "siw_crc_write_bw.pcap", ext=ext),
+             ROOT / "captures" / "hw_ib_connectx_erf.pcap", ROOT / "captures" / "synthetic_native_ib_erf.pcap"]
+    for path in paths:
+        p = str(path)
+        assert not blockpool.parallel_capture(p) and blockpool.parallel_capture(p, own_times=True)
+        one = b"".join(summary_bytes(p, block_bytes=4096))
+        many = b"".join(summary_bytes(p, block_bytes=4096, workers=2, parallel_min_bytes=0))
+        assert many == one and one.count(b"\n") == sum(1 for _ in records(path))
+        assert many.decode() == decode(capsys, "-r", p, "--no-columnar")
