@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rdmalab.capture.defects import (
+    NEW_CONVERSATION,
     DissectorChoice,
     DissectorTables,
     WiresharkDefect,
@@ -356,6 +357,19 @@ def compare_packet(cp: CapturedPacket, ws: dict[str, list[WsField]], report: Cro
                             note="CRC32c verdict (Wireshark validates the MPA CRC)"))
 
 
+def _note_new_conversation(ws: dict[str, list[WsField]], again: set[str]) -> None:
+    """Mark a frame of a TCP conversation tshark started again at a SYN without ACK (its ports reused),
+    that frame included, for the ``tcp-syn-new-conversation`` cause; ``again`` holds those conversations."""
+    stream = ws.get("tcp.stream")
+    if not stream:
+        return
+    first = [f.show for f in ws.get("tcp.flags.syn", [])[:1]] + [f.show for f in ws.get("tcp.flags.ack", [])[:1]]
+    if "tcp.analysis.reused_ports" in ws and first in (["1", "0"], ["True", "False"]):
+        again.add(stream[0].show)
+    if stream[0].show in again:
+        ws[NEW_CONVERSATION] = stream
+
+
 def crosscheck(path: str | os.PathLike[str], *, tshark: str | None = None) -> CrosscheckReport:
     """Compare rdmalab and Wireshark on every packet and field of a capture."""
     report = CrosscheckReport(os.fspath(path))
@@ -367,6 +381,7 @@ def crosscheck(path: str | os.PathLike[str], *, tshark: str | None = None) -> Cr
 
     ws_pending: dict[int, dict[str, list[WsField]]] = {}
     ws_done = False
+    again: set[str] = set()  # tshark's TCP conversations that a SYN without ACK started again (ports reused)
     for cp in read(path, lenient=True):
         report.packets += 1
         while not ws_done and cp.frame_number not in ws_pending:
@@ -380,6 +395,7 @@ def crosscheck(path: str | os.PathLike[str], *, tshark: str | None = None) -> Cr
         ws = ws_pending.pop(cp.frame_number, None)
         if ws is None:
             continue
+        _note_new_conversation(ws, again)
         compare_packet(cp, ws, report, known, tables)
     for _num, _fields in ws_iter:
         report.wireshark_packets += 1

@@ -470,6 +470,39 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
 ))
 
 
+#: a key the cross-check adds to tshark's fields of a frame in a TCP conversation tshark started again at a
+#: SYN without ACK it took for a reuse of the conversation's ports ("TCP Port numbers reused": another
+#: sequence number than the conversation's first); no field of tshark's has the name
+NEW_CONVERSATION = "crosscheck:tcp.stream started again by a SYN"
+
+
+def _new_conversation(cp: CapturedPacket, ws: WiresharkView) -> bool:
+    """FPDUs rdmalab took from a segment of a connection tshark started again at a SYN without ACK, in a
+    frame tshark shows no iWARP in."""
+    return (NEW_CONVERSATION in ws and bool(cp.pdus)
+            and not any(k.startswith(("iwarp_mpa", "iwarp_ddp", "iwarp_rdma")) for k in ws))
+
+
+WIRESHARK_DEFECTS.append(WiresharkDefect(
+    "tcp-syn-new-conversation",
+    "an iWARP connection on which a segment with SYN set and ACK not set appears, at another sequence number "
+    "than the connection's first SYN (a damaged flag: its payload at the octet the stream is at)",
+    ("iwarp_*", "rdmalab.crc32c*", "rdmalab.mpa*", "rdmalab.ddp*", "rdmalab.rdmap*"),
+    "Wireshark takes such a SYN for a new connection on the same ports ('TCP Port numbers reused') and starts a "
+    "new conversation for both directions, in which it has seen no MPA Request and Reply: it decodes no iWARP "
+    "in either direction after it (a SYN with ACK set it does not start again: it decodes on); rdmalab takes a "
+    "SYN whose payload starts at the octet its direction is at for a damaged flag and follows both directions' "
+    "FPDUs on",
+    "RFC 9293 3.4.1: a SYN gives a direction a new initial sequence number (one that lands on the stream's next "
+    "octet is a 1 in 2**32 chance); RFC 5044 7.1: the MPA Request and Reply start a connection's iWARP streams",
+    "Wireshark 4.0 epan/dissectors/packet-tcp.c (tcp.analysis.reused_ports, a new conversation), as tshark "
+    "4.0.17 shows it on copies of siw's rping with a Send's flags changed (tests/capture/test_crosscheck_causes.py)",
+    _new_conversation,
+    kinds=("only_rdmalab",),
+    dissected=None,
+))
+
+
 def _is_cut(pdu: Any) -> bool:
     """An FPDU the capture cut (:func:`rdmalab.wire.iwarp.decode_cut_fpdu`: a truncated problem on its MPA length)."""
     return any(p.kind == "truncated" and p.layer == "MPA" for p in pdu.problems)

@@ -199,6 +199,16 @@ def _fresh(pkt: Packet) -> Packet:
     return out
 
 
+def _in_step(d: _Dir, seq: int, length: int) -> bool:
+    """Whether a segment with SYN set and ``length`` octets of payload at ``seq`` goes on with a direction
+    that follows FPDUs (or looks for them) rather than starting it again: its payload starts at the
+    direction's next sequence number.  A SYN starts a direction's sequence numbers at a new initial one
+    (RFC 9293 3.4.1); one that lands on the octet the stream is at, payload and all, is a damaged flag (a
+    new connection would have to pick that number out of 2**32), and its FPDUs go on the stream, as
+    tshark decodes them."""
+    return length > 0 and d.state in (FPDU, HUNT) and d.next_seq == seq
+
+
 class IwarpTracker:
     """Stateful iWARP reassembly over every TCP connection of a capture (see module docs)."""
 
@@ -276,7 +286,7 @@ class IwarpTracker:
         d = conn.dirs.get(fwd)
         if d is None:
             d = conn.dirs[fwd] = _Dir(fwd)
-        if flags & TCP.SYN:
+        if flags & TCP.SYN and not _in_step(d, seq, len(payload)):
             d.next_seq = d.buf_seq = seq_add(seq, 1)
             d.buf.clear()
             d.chunks.clear()
@@ -516,7 +526,7 @@ class IwarpTracker:
                 ki = keys[dl[i]]
                 if sp[i]:
                     stale = True
-                    if fl[i] & TCP.RST or not self._syn_again(c, ki, seqs[i]):
+                    if fl[i] & TCP.RST or not self._syn_again(c, ki, seqs[i], ln[i]):
                         feed(i)
                 elif ok_crc and (ok_crc[i] or ok_plain[i]) and self._whole_fpdus(c, ki, seqs[i], ln[i], ok_crc[i],
                                                                                  ok_plain[i]):
@@ -618,12 +628,13 @@ class IwarpTracker:
         d.gap_starts.clear()
         return True
 
-    def _syn_again(self, conn: _Conn, key: Tuple4, seq: int) -> bool:
-        """A SYN (without RST) on a direction ``conn`` (alive) already has: what
-        :meth:`process_segment` would do with it (the direction starts again, before an MPA frame),
-        done (True); False, nothing done, for a direction it does not have."""
+    def _syn_again(self, conn: _Conn, key: Tuple4, seq: int, length: int) -> bool:
+        """A SYN (without RST) of ``length`` octets of payload on a direction ``conn`` (alive) already has:
+        what :meth:`process_segment` would do with it (the direction starts again, before an MPA frame),
+        done (True); False, nothing done, for a direction it does not have or that the SYN does not
+        start again (:func:`_in_step`)."""
         d = conn.dirs.get(key)
-        if d is None:
+        if d is None or _in_step(d, seq, length):
             return False
         d.next_seq = d.buf_seq = seq_add(seq, 1)
         d.buf.clear()

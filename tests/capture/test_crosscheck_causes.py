@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from tshark_cli import decode
 
 import rdmalab.capture.crosscheck as cc
 from rdmalab.capture import CapturedPacket, read, write_pcap
@@ -332,6 +333,53 @@ def test_octets_after_the_headers_of_an_opcode_without_payload_are_named(tmp_pat
     assert not report.unexplained, report.text()
     named = {r.frame for r in report.explained if r.defect and r.defect.id == "octets-after-headers-no-crc"}
     assert named == set(writes)
+
+
+def _with_flags(path: Path, flags: int) -> list[CapturedPacket]:
+    """siw's rping with the TCP flags of the client's first Send (frame 8, [PSH, ACK]) changed; the frames
+    of the undamaged capture."""
+    original = list(read(CAPTURES / "siw_rping.pcap"))
+    assert original[7].pdus and original[7].packet.data[14 + 20 + 13] == 0x18
+    _rewritten(path, "siw_rping.pcap", {8: (14 + 20 + 13, bytes([flags]))})
+    return original
+
+
+def _same_pdus(path: Path, original: list[CapturedPacket], frames: set[int]) -> None:
+    damaged = list(read(path))
+    for n in frames:
+        ours = [[la.header for la in p.layers] for p in damaged[n - 1].pdus]
+        assert ours and ours == [[la.header for la in p.layers] for p in original[n - 1].pdus], n
+
+
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("flags", [0x1A, 0x1B])
+def test_a_syn_with_ack_in_step_goes_on_with_the_stream(flags: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SYN (and FIN) set on a Send whose payload starts where its direction is: rdmalab takes it for a damaged
+    flag and follows both directions' FPDUs on, the undamaged capture's, as tshark does; nothing to name."""
+    path = tmp_path / "syn.pcap"
+    original = _with_flags(path, flags)
+    report = crosscheck(path)
+    assert not report.unexplained and not report.explained, report.text()
+    _same_pdus(path, original, {n for n, cp in enumerate(original, start=1) if cp.pdus})
+    for mode in ([], ["-T", "fields", "-e", "frame.number", "-e", "iwarp_ddp.msn", "-e", "tcp.stream"]):
+        assert decode(capsys, "-r", str(path), *mode) == decode(capsys, "-r", str(path), *mode, "--no-columnar")
+
+
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("flags", [0x02, 0x0A, 0x0B])
+def test_a_syn_without_ack_is_tsharks_new_conversation(flags: int, tmp_path: Path) -> None:
+    """SYN set and ACK not on that Send: tshark starts a new conversation (port numbers reused) and decodes no
+    iWARP after it in either direction; rdmalab follows both directions' FPDUs on, the undamaged capture's.
+    Named, none unexplained."""
+    path = tmp_path / "syn.pcap"
+    original = _with_flags(path, flags)
+    report = crosscheck(path)
+    assert not report.unexplained, report.text()
+    named = {r.frame for r in report.explained if r.defect and r.defect.id == "tcp-syn-new-conversation"}
+    assert named == {n for n, cp in enumerate(original, start=1) if cp.pdus and n >= 8}
+    _same_pdus(path, original, named)
 
 
 @requires_tshark
