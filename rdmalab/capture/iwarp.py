@@ -14,7 +14,10 @@ PDUs (MPA Request/Reply frames and FPDUs) that *complete* in each frame, decoded
   offset where ULPDU_Length, pad and CRC32c check out for two consecutive FPDUs (with markers, a
   marker's FPDUPTR proposes the offset).  Wireshark does not decode such streams at all;
 * after a hole (the capture missed bytes: a TCP sequence jump), resynchronises at the first
-  segment after it in which an FPDU start can be proven, as below.
+  segment after it in which an FPDU start can be proven, as below;
+* starts a direction again at a SYN (a new connection on the same ports: an MPA frame must come
+  next), unless the SYN's payload starts at the octet the direction is at (a damaged flag, whose
+  FPDUs go on the stream: :func:`_in_step`).
 
 Holes, keep-alives and retransmissions, the exact rules:
 
