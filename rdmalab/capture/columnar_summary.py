@@ -38,8 +38,8 @@ from rdmalab.capture.columnar_decode import (
     wants_conversations,
     wants_iwarp,
 )
-from rdmalab.capture.columnar_schema import Columns, link_header_length
-from rdmalab.capture.columnar_tcp import FLAG_TEXT, TCP_FIELDS, clean_tcp, tcp_offsets
+from rdmalab.capture.columnar_schema import Columns
+from rdmalab.capture.columnar_tcp import FLAG_TEXT, TCP_FIELDS, clean_tcp, ip_end, tcp_offsets
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.fieldtext import _OCTET_DOT32, _dec, _hex, _strings, filter_mask, relative_matrix
 from rdmalab.capture.filter import compile_filter
@@ -83,14 +83,13 @@ def _fast_rows(blk: RecordBlock, c: Columns) -> np.ndarray:
     d, L = c.data, c.layers
     cap = blk.caplen
     v4, v6 = L["ip"], L["ipv6"]
-    l3 = link_header_length(L)
-    l4 = np.where(v6, l3 + 40, l3 + d["ip.hdr_len"].astype(np.int64))
-    ip_end = np.where(v6, l3 + 40 + d["ipv6.plen"].astype(np.int64), l3 + d["ip.len"].astype(np.int64))
+    l3, l4 = tcp_offsets(c)
+    end = ip_end(c, l3)
     udplen = d["udp.length"].astype(np.int64)
     ok = L["rocev2"] & (v4 | v6) & np.isin(blk.linktype, COLUMNAR_LINKTYPES)
     ok &= ~(v4 & ((d["ip.flags"] & 1) != 0))  # a fragment
-    ok &= ip_end <= cap  # IP length within the capture (else: truncated, a problem)
-    ok &= (udplen >= 8) & (l4 + udplen <= ip_end)
+    ok &= end <= cap  # IP length within the capture (else: truncated, a problem)
+    ok &= (udplen >= 8) & (l4 + udplen <= end)
     op = d["infiniband.bth.opcode"]
     ok &= _KNOWN[op] & (d["infiniband.bth.tver"] == 0) & L["infiniband.crc"]
     # the payload the opcode allows: none, or at least the pad (IBA Vol 1 9.2, table 38)
@@ -117,11 +116,11 @@ def _quoting_rows(blk: RecordBlock, c: Columns) -> np.ndarray:
     d, L = c.data, c.layers
     v4, v6 = L["ip.rest"], L["ipv6"]
     l3, l4 = tcp_offsets(c)
-    ip_end = np.where(v6, l3 + 40 + d["ipv6.plen"].astype(np.int64), l3 + d["ip.len"].astype(np.int64))
+    end = ip_end(c, l3)
     ok = (v4 | v6) & np.isin(blk.linktype, COLUMNAR_LINKTYPES)
     ok &= ~(v4 & (((d["ip.flags"] & 1) != 0) | (d["ip.frag_offset"] != 0)))
     ok &= np.where(v6, d["ipv6.nxt"] == IPPROTO_ICMPV6, d["ip.proto"] == IPPROTO_ICMP)
-    ok &= (ip_end <= blk.caplen) & (l4 + 8 < ip_end)
+    ok &= (end <= blk.caplen) & (l4 + 8 < end)
     rows = np.flatnonzero(ok)
     kind = np.frombuffer(blk.buf, dtype=np.uint8)[blk.offset[rows] + l4[rows]]
     ok[rows] = np.where(v6[rows], np.isin(kind, _ICMPV6_ERRORS), np.isin(kind, _ICMP_ERRORS))
@@ -148,13 +147,8 @@ def _quoting_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: int) -> tu
         names.append(f" {'ICMPv6' if k >> 16 else 'ICMP':<10} ")
         infos.append(icmpv6_summary(msg, 0) if k >> 16 else icmp_summary(msg, None))
     proto, info_text = _strings(names), _strings(infos)
-    wire = blk.wirelen[rows]
-    length = _dec(np.where(wire != 0, wire, blk.caplen[rows]).astype(np.uint64))
-    frame = _dec(c.data["frame.number"][rows])
-    src, dst = _addresses(c, rows, "src"), _addresses(c, rows, "dst")
-    return _lines(rows, np.hstack([_pad(frame, 5), frame, _const(" ", n), _time_column(blk, rows, t0), _const(" ", n),
-                                   _pad(src, 15), src, _const(" \u2192 ", n), dst, _pad(dst, 15), proto[inv],
-                                   _pad(length, 5), length, _const(" ", n), info_text[inv], _const("\n", n)]))
+    return _lines(rows, np.hstack([_lead(blk, c, rows, t0), proto[inv], _length(blk, rows), info_text[inv],
+                                   _const("\n", n)]))
 
 
 # ---------------------------------------------------------------------------- text as byte matrices
@@ -269,6 +263,26 @@ class _Taken(dict[str, np.ndarray]):
         return v
 
 
+def _lead(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: int) -> np.ndarray:
+    """The first columns of the lines of ``rows``: frame number, time, source and destination
+    (render.format_summary's ``{frame:5d} {t:11.6f} {src:>15} → {dst:<15}``)."""
+    n = len(rows)
+    frame = _dec(c.data["frame.number"][rows])
+    src, dst = _addresses(c, rows, "src"), _addresses(c, rows, "dst")
+    out: np.ndarray = np.hstack([_pad(frame, 5), frame, _const(" ", n), _time_column(blk, rows, t0), _const(" ", n),
+                                 _pad(src, 15), src, _const(" \u2192 ", n), dst, _pad(dst, 15)])
+    return out
+
+
+def _length(blk: RecordBlock, rows: np.ndarray) -> np.ndarray:
+    """The length column of the lines of ``rows`` and the space after it (``{length:5d} ``): the frame's
+    length on the wire, its captured length where the record has none."""
+    wire = blk.wirelen[rows]
+    length = _dec(np.where(wire != 0, wire, blk.caplen[rows]).astype(np.uint64))
+    out: np.ndarray = np.hstack([_pad(length, 5), length, _const(" ", len(rows))])
+    return out
+
+
 def _column_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: int) -> tuple[bytes, np.ndarray]:
     """The lines of ``rows`` (each ending in a newline) and where each starts in that text, formatted
     column by column."""
@@ -279,13 +293,7 @@ def _column_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: int) -> tup
     get = _Taken(d, rows)
     has = {k: L[k][rows] for k in ("infiniband.reth", "infiniband.atomiceth", "infiniband.aeth",
                                    "infiniband.deth", "infiniband.immdt")}
-    wire = blk.wirelen[rows]
-    length = _dec(np.where(wire != 0, wire, blk.caplen[rows]).astype(np.uint64))
-    frame = _dec(get["frame.number"])
-    src, dst = _addresses(c, rows, "src"), _addresses(c, rows, "dst")
-    parts = [_pad(frame, 5), frame, _const(" ", n), _time_column(blk, rows, t0), _const(" ", n),
-             _pad(src, 15), src, _const(" \u2192 ", n), dst, _pad(dst, 15), _const(" RRoCE      ", n),
-             _pad(length, 5), length, _const(" ", n), _OPNAMES[get["infiniband.bth.opcode"]],
+    parts = [_lead(blk, c, rows, t0), _const(" RRoCE      ", n), _length(blk, rows), _OPNAMES[get["infiniband.bth.opcode"]],
              _const(" QP=0x", n), _hex(get["infiniband.bth.destqp"].astype(np.uint64), 6, prefix=False),
              _const(" PSN=", n), _dec(get["infiniband.bth.psn"])]
 
@@ -336,15 +344,10 @@ def tcp_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: int) -> tuple[n
         empty = np.zeros((0, 0), dtype=np.uint8)
         return empty, empty, empty
     get = _Taken(c.data, rows)
-    wire = blk.wirelen[rows]
-    length = _dec(np.where(wire != 0, wire, blk.caplen[rows]).astype(np.uint64))
-    frame = _dec(get["frame.number"])
-    src, dst = _addresses(c, rows, "src"), _addresses(c, rows, "dst")
     sport, dport = _dec(get["tcp.srcport"]), _dec(get["tcp.dstport"])
     flags = get["tcp.flags"].astype(np.int64) & 0x1FF
-    lead = np.hstack([_pad(frame, 5), frame, _const(" ", n), _time_column(blk, rows, t0), _const(" ", n),
-                      _pad(src, 15), src, _const(" \u2192 ", n), dst, _pad(dst, 15)])
-    size = np.hstack([_pad(length, 5), length, _const(" ", n)])
+    lead = _lead(blk, c, rows, t0)
+    size = _length(blk, rows)
     iwarp = np.hstack([lead, _const(f" {'iWARP':<10} ", n), size])
     parts = [lead, _const(f" {'TCP':<10} ", n), size, sport, _const(" \u2192 ", n), dport, _const(" [", n),
              FLAG_TEXT[flags], _const("] Seq=", n), _dec(get["tcp.seq_raw"])]

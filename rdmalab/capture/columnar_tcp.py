@@ -55,19 +55,28 @@ def tcp_offsets(c: Columns) -> tuple[np.ndarray, np.ndarray]:
     return l3, l4
 
 
+def ip_end(c: Columns, l3: np.ndarray) -> np.ndarray:
+    """Per row: where its IP datagram ends in the frame, as its header counts it (``l3``: where the
+    header starts, :func:`tcp_offsets`)."""
+    d = c.data
+    out: np.ndarray = np.where(c.layers["ipv6"], l3 + 40 + d["ipv6.plen"].astype(np.int64),
+                               l3 + d["ip.len"].astype(np.int64))
+    return out
+
+
 def clean_tcp(blk: RecordBlock, c: Columns) -> np.ndarray:
     """Rows that are TCP segments the per-packet decoder reads without a problem or special case
     (the checks of :func:`rdmalab.wire.frame._ip` for TCP, as masks)."""
     d, L = c.data, c.layers
     v4, v6 = L["ip"], L["ipv6"]
     l3, l4 = tcp_offsets(c)
-    ip_end = np.where(v6, l3 + 40 + d["ipv6.plen"].astype(np.int64), l3 + d["ip.len"].astype(np.int64))
+    end = ip_end(c, l3)
     thl = d["tcp.hdr_len"].astype(np.int64)
     ok = L["tcp"] & np.isin(blk.linktype, COLUMNAR_LINKTYPES) & (v4 | v6)
     ok &= ~(v4 & ((d["ip.flags"] & 1) != 0))  # more fragments: a fragment (an offset is already not TCP)
     ok &= ~(v6 & (d["ipv6.nxt"] != 6))
-    ok &= ip_end <= blk.caplen  # else the per-packet decoder reports the IP length truncated
-    ok &= (thl >= 20) & (l4 + thl <= ip_end)  # a data offset below 5, or options past the packet: problems
+    ok &= end <= blk.caplen  # else the per-packet decoder reports the IP length truncated
+    ok &= (thl >= 20) & (l4 + thl <= end)  # a data offset below 5, or options past the packet: problems
     ok &= (d["tcp.flags"] & TCP.RES) == 0  # (reserved bits set: rare, their line by the per-packet decoder)
     result: np.ndarray = ok
     return result

@@ -363,8 +363,8 @@ def _note_new_conversation(ws: dict[str, list[WsField]], again: set[str]) -> Non
     stream = ws.get("tcp.stream")
     if not stream:
         return
-    first = [f.show for f in ws.get("tcp.flags.syn", [])[:1]] + [f.show for f in ws.get("tcp.flags.ack", [])[:1]]
-    if "tcp.analysis.reused_ports" in ws and first in (["1", "0"], ["True", "False"]):
+    syn, ack = (parse_ws_value(ws[k][0].show) if ws.get(k) else None for k in ("tcp.flags.syn", "tcp.flags.ack"))
+    if "tcp.analysis.reused_ports" in ws and syn == 1 and ack == 0:
         again.add(stream[0].show)
     if stream[0].show in again:
         ws[NEW_CONVERSATION] = stream

@@ -439,6 +439,11 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
     kinds=("only_rdmalab",),
 ))
 
+def _no_iwarp(ws: WiresharkView) -> bool:
+    """Whether tshark shows no MPA, DDP or RDMAP field in the frame."""
+    return not any(k.startswith(("iwarp_mpa", "iwarp_ddp", "iwarp_rdma")) for k in ws)
+
+
 #: tshark's TCP sequence analysis flags after which its TCP dissector hands the payload to no dissector
 _TCP_AGAIN = ("tcp.analysis.retransmission", "tcp.analysis.out_of_order", "tcp.analysis.fast_retransmission",
               "tcp.analysis.spurious_retransmission")
@@ -447,8 +452,7 @@ _TCP_AGAIN = ("tcp.analysis.retransmission", "tcp.analysis.out_of_order", "tcp.a
 def _tcp_analysis_again(cp: CapturedPacket, ws: WiresharkView) -> bool:
     """FPDUs rdmalab took from a segment that tshark's sequence analysis calls a retransmission or out of
     order, in a frame tshark shows no iWARP in."""
-    return (bool(cp.pdus) and any(k in ws for k in _TCP_AGAIN)
-            and not any(k.startswith(("iwarp_mpa", "iwarp_ddp", "iwarp_rdma")) for k in ws))
+    return bool(cp.pdus) and any(k in ws for k in _TCP_AGAIN) and _no_iwarp(ws)
 
 
 WIRESHARK_DEFECTS.append(WiresharkDefect(
@@ -479,8 +483,7 @@ NEW_CONVERSATION = "crosscheck:tcp.stream started again by a SYN"
 def _new_conversation(cp: CapturedPacket, ws: WiresharkView) -> bool:
     """FPDUs rdmalab took from a segment of a connection tshark started again at a SYN without ACK, in a
     frame tshark shows no iWARP in."""
-    return (NEW_CONVERSATION in ws and bool(cp.pdus)
-            and not any(k.startswith(("iwarp_mpa", "iwarp_ddp", "iwarp_rdma")) for k in ws))
+    return NEW_CONVERSATION in ws and bool(cp.pdus) and _no_iwarp(ws)
 
 
 WIRESHARK_DEFECTS.append(WiresharkDefect(
