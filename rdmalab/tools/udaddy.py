@@ -116,8 +116,8 @@ def _event(ch: CMEventChannel, want: int, what: str) -> CMEvent:
         ev = wait_event(ch, None, want, what)
     except CMEventError as exc:
         raise UdaddyError(f"event: {event_str(exc.event.kind)}, error: {exc.event.status}") from None
-    except PyverbsRDMAError as exc:
-        raise UdaddyError(f"{what}: {exc}") from None
+    except PyverbsRDMAError as exc:  # its message names what it waited for
+        raise UdaddyError(str(exc)) from None
     return CMEvent.of(ev)
 
 
@@ -131,7 +131,7 @@ def run_server(opts: UdaddyOptions, out: IO[str]) -> int:
         lid.listen(0)
     except PyverbsRDMAError as exc:
         raise UdaddyError(f"bind address failed: {exc}") from None
-    ev = _event(ch, EV.RDMA_CM_EVENT_CONNECT_REQUEST, "waiting for a connection")
+    ev = _event(ch, EV.RDMA_CM_EVENT_CONNECT_REQUEST, "a connection request")
     cmid = CMID(ev, listen_id=lid)
     node = _Node(cmid, opts, out)
     node.post_recvs()
@@ -157,13 +157,13 @@ def run_client(opts: UdaddyOptions, out: IO[str]) -> int:
                                    port_space=RDMA_PS_UDP))
     except PyverbsRDMAError as exc:
         raise UdaddyError(f"failure getting addr: {exc}") from None
-    _event(ch, EV.RDMA_CM_EVENT_ADDR_RESOLVED, "resolving the address")
+    _event(ch, EV.RDMA_CM_EVENT_ADDR_RESOLVED, "the address resolution")
     cmid.resolve_route()
-    _event(ch, EV.RDMA_CM_EVENT_ROUTE_RESOLVED, "resolving the route")
+    _event(ch, EV.RDMA_CM_EVENT_ROUTE_RESOLVED, "the route resolution")
     node = _Node(cmid, opts, out)
     node.post_recvs()
     cmid.connect(ConnParam())
-    ev = _event(ch, EV.RDMA_CM_EVENT_ESTABLISHED, "SIDR")
+    ev = _event(ch, EV.RDMA_CM_EVENT_ESTABLISHED, "the SIDR reply")
     ud = UDParam(ev)
     node.remote_qpn = ud.qp_num
     node.ah = AH(cmid.pd, attr=ud.ah_attr)

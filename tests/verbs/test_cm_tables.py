@@ -558,6 +558,29 @@ def test_wait_event_takes_this_cmids_event_skipping_others_and_speaks_for_an_ado
     assert un.value.error_code == errno.ETIMEDOUT
 
 
+def test_perftest_says_once_what_it_waited_for() -> None:
+    """A wait of perftest's (and udaddy's) rdma_cm that ends without its event names what it waited for once (it read
+    "the client's data connection: waiting for waiting for the client's data connection: ...")."""
+    from rdmalab.tools.perftest.options import PerftestError
+    from rdmalab.tools.perftest.rdmacm import _event
+
+    for what in ("the client's data connection", "the control QP's connection", "rdma_resolve_addr"):
+        with pytest.raises(PerftestError) as exc:
+            _event(_Channel(), None, (), what, "10.0.0.2:7", 1.0)  # type: ignore[arg-type]
+        assert str(exc.value).startswith(f"waiting for {what}: nothing"), str(exc.value)
+        assert str(exc.value).count(what) == 1 and str(exc.value).count("waiting for") == 1, str(exc.value)
+    from rdmalab.tools.udaddy import UdaddyError
+    from rdmalab.tools.udaddy import _event as udaddy_event
+
+    with pytest.raises(UdaddyError) as uerr:
+        udaddy_event(_Channel(), EV.RDMA_CM_EVENT_CONNECT_REQUEST, "a connection request")  # type: ignore[arg-type]
+    assert str(uerr.value).startswith("waiting for a connection request: nothing"), str(uerr.value)
+    assert str(uerr.value).count("waiting for") == 1, str(uerr.value)
+    with pytest.raises(PerftestError, match=r"^the control QP's connection: rejected by 10\.0\.0\.2:7: "):
+        _event(_Channel(_Ev(EV.RDMA_CM_EVENT_REJECTED, None, status=8)), None, (EV.RDMA_CM_EVENT_ESTABLISHED,),
+               "the control QP's connection", "10.0.0.2:7", 1.0)  # type: ignore[arg-type]
+
+
 # ---------------------------------------------------------------------- the CMID table on a real connection
 @pytest.mark.parametrize("transport", ["roce", "iwarp"])
 def test_a_connection_and_its_disconnect_walk_the_cmid_table(transport: str,

@@ -158,8 +158,8 @@ def _event(ch: CMEventChannel, cmid: CMID | None, kinds: tuple[int, ...], what: 
         if ev.kind == EV.RDMA_CM_EVENT_UNREACHABLE:
             raise PerftestError(f"{what}: {where} is unreachable: {unreachable_text(ev.info)}") from None
         raise PerftestError(f"{what}: got {event_str(ev.kind)} (status {ev.status}) from {where}") from None
-    except PyverbsRDMAError as exc:
-        raise PerftestError(f"{what}: {exc}") from None
+    except PyverbsRDMAError as exc:  # its message names what it waited for
+        raise PerftestError(str(exc)) from None
 
 
 def _cm_device(opts: PerftestOptions) -> Any:
@@ -216,7 +216,7 @@ def _run_cm(opts: PerftestOptions, out: IO[str], client: bool, sizes: list[int])
             ctrl = _Control(cid, opts.timeout)
             cid.connect(ctrl_param)
             # no timeout of ours: the CM ends the attempt itself (REJ, or UNREACHABLE after its retries)
-            _event(ch, cid, (EV.RDMA_CM_EVENT_ESTABLISHED,), "connecting the control QP", where, 1e9)
+            _event(ch, cid, (EV.RDMA_CM_EVENT_ESTABLISHED,), "the control QP's connection", where, 1e9)
         else:
             listener = CMID(ch)
             try:
@@ -224,7 +224,7 @@ def _run_cm(opts: PerftestOptions, out: IO[str], client: bool, sizes: list[int])
                 listener.listen(1)
             except PyverbsRDMAError as exc:
                 raise PerftestError(f"rdma_bind_addr/rdma_listen on port {opts.port}: {exc}") from None
-            req = _event(ch, None, (), "waiting for the client's control connection", where, 1e9, listen=listener)
+            req = _event(ch, None, (), "the client's control connection", where, 1e9, listen=listener)
             cid = _adopt(ch, req, listener)
             ids.append(cid)
             ctrl = _Control(cid, opts.timeout)
@@ -243,7 +243,7 @@ def _run_cm(opts: PerftestOptions, out: IO[str], client: bool, sizes: list[int])
             did, qp, cq, mr, bufsize = _connect_data(ch, ctrl, opts, sizes, data_param, where, iwarp)
         else:
             assert listener is not None
-            req = _event(ch, None, (), "waiting for the client's data connection", where, opts.timeout, listen=listener)
+            req = _event(ch, None, (), "the client's data connection", where, opts.timeout, listen=listener)
             did = _adopt(ch, req, listener)
             qp, cq, mr, bufsize = _data_qp(did, opts, sizes, iwarp)
             did.accept(data_param)
@@ -316,7 +316,7 @@ def _connect_data(ch: CMEventChannel, ctrl: _Control, opts: PerftestOptions, siz
         qp, cq, mr, bufsize = _data_qp(cid, opts, sizes, iwarp)
         cid.connect(param)
         try:
-            _event(ch, cid, (EV.RDMA_CM_EVENT_ESTABLISHED,), "connecting the data QP", where, 1e9)
+            _event(ch, cid, (EV.RDMA_CM_EVENT_ESTABLISHED,), "the data QP's connection", where, 1e9)
             return cid, qp, cq, mr, bufsize
         except Rejected:
             if attempt >= CM_RETRIES and time.monotonic() >= end:  # (perftest's 10 tries at least)
