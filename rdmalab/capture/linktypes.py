@@ -309,7 +309,7 @@ def _rebase(inner: Packet, data: bytes, offset: int, prefix: list[Layer], encap:
     pkt = Packet(data, encap=encap or inner.encap)
     pkt.layers = prefix + [Layer(layer.header, layer.offset + offset) for layer in inner.layers]
     pkt.payload_offset = inner.payload_offset + offset
-    pkt.payload_length = inner.payload_length
+    pkt.payload_length, pkt.payload_wire = inner.payload_length, inner.payload_wire
     pkt.pad = inner.pad
     pkt.crc, pkt.crc_expected, pkt.crc_kind = inner.crc, inner.crc_expected, inner.crc_kind
     pkt.crc_offset = None if inner.crc_offset is None else inner.crc_offset + offset
@@ -345,7 +345,7 @@ def decode_erf(data: bytes, *, lenient: bool) -> Packet:
     if erf.rlen < pos or erf.rlen > len(data):
         err: DecodeError
         if erf.rlen > len(data):
-            err = TruncatedError("ERF", "rlen", 10, erf.rlen, f"{erf.rlen} bytes, {len(data)} captured")
+            err = TruncatedError("ERF", "rlen", 10, erf.rlen, f"at most the {len(data)} bytes captured")
         else:
             err = MalformedError("ERF", "rlen", 10, erf.rlen, f"at least {pos} (the headers)")
         if not lenient:

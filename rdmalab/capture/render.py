@@ -690,7 +690,7 @@ def packet_tree(pkt: Packet, indent: str = "    ") -> list[str]:
         out.extend(_header_lines(layer.header, layer.offset, indent))
     po, pl = pkt.payload_offset, pkt.payload_length
     if pl:
-        out.append(payload_line(indent, po, pl, pkt.data[po:po + min(pl, 32)]))
+        out.append(payload_line(indent, po, pl, pkt.data[po:po + min(pl, 32)], pkt.payload_wire))
     if pkt.pad:
         out.append(pad_line(indent, po + pl, pkt.pad))
     if pkt.crc is not None and pkt.crc_offset is not None:
@@ -734,10 +734,13 @@ def trailer_lines(indent: str, t: EthernetTrailer) -> list[str]:
     return out
 
 
-def payload_line(indent: str, offset: int, length: int, head: bytes | bytearray | memoryview) -> str:
-    """A tree's payload line: ``length`` bytes from ``offset``, shown by their first (up to 32) bytes ``head``."""
+def payload_line(indent: str, offset: int, length: int, head: bytes | bytearray | memoryview,
+                 wire: int | None = None) -> str:
+    """A tree's payload line: ``length`` bytes from ``offset``, shown by their first (up to 32) bytes ``head``;
+    ``wire``: the payload's length on the wire, when a snap length cut it to ``length``."""
     more = " ..." if length > 32 else ""
-    return f"{indent}Payload: {length} bytes @ bytes {offset}-{offset + length - 1}: {head.hex(' ')}{more}"
+    size = f"{length} bytes" if wire is None else f"{length} of {wire} bytes captured"
+    return f"{indent}Payload: {size} @ bytes {offset}-{offset + length - 1}: {head.hex(' ')}{more}"
 
 
 def pad_line(indent: str, offset: int, pad: int) -> str:

@@ -1222,4 +1222,6 @@ def decode_mad_payload(data: bytes, pkt: Packet, *, lenient: bool) -> None:
     for header, at in found:
         pkt.layers.append(Layer(header, at))
     pkt.payload_offset, pkt.payload_length = pos, max(0, end - pos)
+    if pkt.payload_wire is not None:  # a cut MAD: what is left of it on the wire
+        pkt.payload_wire = max(0, pkt.payload_wire - (pos - start))
 

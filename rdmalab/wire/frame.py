@@ -261,8 +261,12 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         end = pkt.datagram_end = reported
     wire_end = end  # where the datagram ends on the wire
     if end > len(data):
+        # the field's own value (IPv6: the payload's length, after the 40-byte header) against what was captured
+        head = 0 if version == 4 else 40
         _problem(pkt, TruncatedError("IPv4" if version == 4 else "IPv6", "length", ip_start + (2 if version == 4 else 4),
-                                     end - ip_start, f"{end - ip_start} bytes, {len(data) - ip_start} captured"),
+                                     end - ip_start - head,
+                                     f"at most the {max(0, len(data) - ip_start - head)} bytes captured"
+                                     f"{' after the header' if head else ''}"),
                  lenient)
         end = len(data)
     if proto == IPPROTO_UDP:
@@ -399,7 +403,8 @@ def _decode_ib(data: bytes, pkt: Packet, lenient: bool, has_vcrc: bool) -> None:
         err: DecodeError = MalformedError("LRH", "pktlen", 4, lrh.pktlen,
                              f"{(end - (2 if has_vcrc else 0)) // 4} words for a {end}-byte packet")
         if length + (2 if has_vcrc else 0) > end:
-            err = TruncatedError("LRH", "pktlen", 4, lrh.pktlen, f"{length} bytes, but only {end} captured")
+            err = TruncatedError("LRH", "pktlen", 4, lrh.pktlen, f"at most {(end - (2 if has_vcrc else 0)) // 4} "
+                                 f"4-byte words, as many as the {end} bytes captured hold")
         _problem(pkt, err, lenient)
     pos = 8
     if lrh.lnh == LNH_IBA_GLOBAL:
@@ -454,6 +459,7 @@ def _ipoib(data: bytes, pkt: Packet, end: int, lenient: bool) -> None:
         return
     pkt.layers.append(Layer(IPoIB.decode(data, off), off))
     pkt.payload_offset, pkt.payload_length = off + 4, size - 4
+    pkt.payload_wire = None  # (a cut datagram inside: its own decoder says what the capture holds of it)
     if ethertype == ETHERTYPE_ARP:
         arp = decode_arp(data, off + 4, off + size)
         if arp is not None:
@@ -496,7 +502,7 @@ def decode_grh_packet(data: bytes, pkt: Packet, offset: int, *, lenient: bool, r
     elif grh.paylen and offset + 40 + grh.paylen != end:
         if offset + 40 + grh.paylen > end:
             _problem(pkt, TruncatedError("GRH", "paylen", offset + 4, grh.paylen,
-                                         f"{grh.paylen} bytes after the GRH, {end - offset - 40} captured"), lenient)
+                                         f"at most the {end - offset - 40} bytes captured after the GRH"), lenient)
             # cut by the capture (a snap length): the ICRC was not captured
             _transport(data, pkt, offset + 40, offset + 40 + grh.paylen, 4, lenient, captured=end)
             return

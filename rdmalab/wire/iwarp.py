@@ -111,8 +111,9 @@ def decode_cut_fpdu(data: bytes, wire_length: int) -> Packet:
     """An FPDU (without markers) the capture cut short, as a snap length cuts a segment: ``data`` the
     octets of it captured, ``wire_length`` its octets on the wire.  Its MPA header, then its DDP and
     RDMAP headers and the headers its opcode names, as far as they were captured whole (a header the
-    capture cut is not shown); the captured octets after them are its payload; its CRC was not
-    captured (no verdict); a truncated problem says how much of it the capture holds.  Raises
+    capture cut is not shown); the captured octets after them are its payload (its length on the wire in
+    ``payload_wire`` when the cut is in it); its CRC was not captured (no verdict); a truncated
+    problem says how much of it the capture holds.  Raises
     :class:`TruncatedError` when not even its MPA header was captured."""
     if len(data) < MPA_HEADER_SIZE:
         raise TruncatedError("MPA", "ulpdu_length", 0, len(data), f"{MPA_HEADER_SIZE} bytes for the MPA header")
@@ -120,7 +121,8 @@ def decode_cut_fpdu(data: bytes, wire_length: int) -> Packet:
     pkt = Packet(bytes(data), encap="iwarp")
     pkt.layers.append(Layer(MPA(ulpdu_len), 0))
     pkt.problems.append(TruncatedError("MPA", "ulpdu_length", 0, ulpdu_len,
-                                       f"{wire_length} bytes of FPDU on the wire, {len(data)} captured"))
+                                       f"at most the {len(data) - MPA_HEADER_SIZE} octets captured after it "
+                                       f"({len(data)} of the FPDU's {wire_length})"))
     end = min(len(data), MPA_HEADER_SIZE + ulpdu_len)
     offset = MPA_HEADER_SIZE
     pkt.payload_offset, pkt.payload_length = end, 0  # (a DDP header cut part way: no payload)
@@ -134,6 +136,8 @@ def decode_cut_fpdu(data: bytes, wire_length: int) -> Packet:
             size + sum(cls.LAYOUT.size for cls in info.headers)
         if headers is not None and end - offset >= headers:  # every header there whole: as a whole FPDU's
             decode_ulpdu(data, pkt, offset, end, lenient=True)
+            if end < MPA_HEADER_SIZE + ulpdu_len:  # the cut is in the payload: its length on the wire
+                pkt.payload_wire = MPA_HEADER_SIZE + ulpdu_len - pkt.payload_offset
         else:  # the DDP and RDMAP headers alone (those after them cut, or not known)
             _ddp_rdmap(data, pkt, offset, tagged, True)
             pkt.payload_offset = offset + size  # (what follows: a header cut part way, no payload)
@@ -459,7 +463,9 @@ def summarize_fpdu(pkt: Packet) -> str:
         imm = get(ImmediateData)
         if imm is not None:
             parts.append(f"imm=0x{imm.imm_data:016x}")
-        if pkt.payload_length:
+        if pkt.payload_wire is not None:  # a snap length cut it: its length on the wire, and what was captured
+            parts.append(f"payload={pkt.payload_wire} ({pkt.payload_length} captured)")
+        elif pkt.payload_length:
             parts.append(f"payload={pkt.payload_length}")
         text = " ".join(parts)
     if pkt.crc_status == "bad":

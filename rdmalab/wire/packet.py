@@ -112,6 +112,9 @@ class Packet:
     datagram_end: int | None = None
     #: the octets of an Ethernet frame after that datagram: padding, a trailer, the FCS (wire.frame)
     eth_trailer: EthernetTrailer | None = None
+    #: a payload the capture cut (a snap length): its length on the wire, of which ``payload_length``
+    #: octets were captured (wire.packet.decode_transport); None: the payload is whole
+    payload_wire: int | None = None
 
     #: the fields above that a decoder sets beyond the headers (what ``annotate_from`` copies)
     ANNOTATIONS: ClassVar[tuple[str, ...]] = ("info", "internal_error", "ip_fragment", "zero_length", "markers",
@@ -229,6 +232,8 @@ class Packet:
             parts.append(" ".join(infos))
             if self.info is not None:  # the message an IPoIB datagram carries (ARP, ICMP), in tshark's words
                 parts.append(self.info)
+        elif self.payload_wire is not None:  # a snap length cut it: its length on the wire, and what was captured
+            parts.append(f"payload={self.payload_wire} ({self.payload_length} captured)")
         elif self.payload_length:
             parts.append(f"payload={self.payload_length}")
         if self.crc_status == "bad":
@@ -264,8 +269,8 @@ def decode_transport(
 
     ``captured``: the capture holds the packet only up to there, before ``end`` (a snap length):
     the headers are decoded as far as they were captured whole (one cut short is a problem, and nothing
-    after it payload), the payload is the part of it captured (its pad left out), and the CRC, not
-    captured, is left alone."""
+    after it payload), the payload is the part of it captured (its pad left out; its length on the
+    wire in ``pkt.payload_wire`` when the cut is in it), and the CRC, not captured, is left alone."""
     have = end - trailer if captured is None else min(captured, end - trailer)  # the bytes there are to read
     bth = BTH.decode(data, offset)
     if end - offset < bth.size + trailer:
@@ -307,6 +312,8 @@ def decode_transport(
         pkt.payload_offset, pkt.payload_length = pos, max(0, have - pos)
         return crc_at
     pkt.payload_offset, pkt.payload_length, pkt.pad = pos, min(have, crc_at - bth.padcnt) - pos, bth.padcnt
+    if have < crc_at - bth.padcnt:
+        pkt.payload_wire = crc_at - bth.padcnt - pos
     return crc_at
 
 

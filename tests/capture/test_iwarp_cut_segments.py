@@ -53,7 +53,8 @@ def test_a_cut_fpdu_shows_what_was_captured() -> None:
     assert pkt.layers[0].header == MPA(len(write) - 6)
     assert pkt.payload_length == 30 - 2 - 14 and pkt.crc_status is None
     assert [p.kind for p in pkt.problems] == ["truncated"]
-    assert f"{len(write)} bytes of FPDU on the wire, 30 captured" in str(pkt.problems[0])
+    assert f"at most the 28 octets captured after it (30 of the FPDU's {len(write)})" in str(pkt.problems[0])
+    assert pkt.payload_wire == 64 and "payload=64 (14 captured)" in pkt.summary()
     cut = decode_cut_fpdu(write[:10], len(write))  # (the DDP header cut part way)
     assert [type(la.header) for la in cut.layers] == [MPA] and cut.payload_length == 0
     rr = encode_fpdu(read_request(0xA, 0x100, 4096, 0xB, 0x200))

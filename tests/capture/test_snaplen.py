@@ -64,6 +64,13 @@ def test_cut_native_infiniband_has_no_crc_verdicts(snap: int, tmp_path: Path, ca
         if cp.captured < whole[cp.frame_number].captured:
             cut += 1
             assert pkt.crc_status is None and pkt.vcrc_status is None, cp.frame_number
+            full = whole[cp.frame_number].packet
+            if snap >= 100 and "IPoIB" in full.summary():  # its IPoIB header captured: still read as IPoIB
+                assert "IPoIB " in pkt.summary() and pkt.payload_wire is None, cp.frame_number
+            if pkt.payload_wire is not None:  # a cut payload (a MAD's, after its headers captured whole): it
+                assert full.crc_offset is not None  # ends on the wire where the whole packet's ends, before the ICRC
+                assert pkt.payload_offset + pkt.payload_wire == full.crc_offset - full.pad, cp.frame_number
+                assert pkt.payload_wire > pkt.payload_length, cp.frame_number
         else:
             assert pkt.crc_status == whole[cp.frame_number].packet.crc_status == "good"
     assert cut > 0
@@ -100,6 +107,85 @@ def test_cut_roce_has_its_captured_headers_and_no_icrc_verdict(name: str, snap: 
             outputs[(tuple(args), tuple(path_args))] = capsys.readouterr().out
         assert outputs[(tuple(args), ())] == outputs[(tuple(args), ("--no-columnar",))], args
     assert "BAD ICRC" not in outputs[((), ())]
+
+
+@pytest.mark.parametrize("name", SOURCES)
+@pytest.mark.parametrize("snap", [58, 70, 86, 128, 1000])
+def test_a_cut_payload_is_shown_with_its_length_on_the_wire(name: str, snap: int, tmp_path: Path,
+                                                             capsys: Any) -> None:
+    """A payload the snap length cut: its summary says its length on the wire and how much of it was
+    captured ("payload=1024 (74 captured)"; it said "payload=74", which reads as a 74-byte message), and
+    the IP length's problem says how much was captured ("got 1084 (0x43c), expected at most the 114 bytes
+    captured"; it said "expected 1084 bytes, 114 captured").  A packet whose payload was captured whole
+    (a snap length past it, or a cut in its headers: no payload captured or counted) says as before."""
+    path = _cut(name, snap, tmp_path / "cut.pcap")
+    whole = {cp.frame_number: cp.packet for cp in read(ROOT / "captures" / name)}
+    shown = 0
+    lines = {}
+    for cp in read(path):
+        pkt, full = cp.packet, whole[cp.frame_number]
+        if pkt.encap not in ("rocev2", "rocev1"):
+            continue
+        lines[cp.frame_number] = pkt.summary()
+        assert full.crc_offset is not None
+        end = full.crc_offset - full.pad  # where the transport's payload (a MAD's too) ends on the wire
+        if pkt.payload_wire is not None:  # a cut in the payload: its length on the wire, and the part captured
+            assert pkt.payload_wire == end - pkt.payload_offset > pkt.payload_length > 0 or (
+                pkt.payload_length == 0 and pkt.payload_offset == len(pkt.data)), cp.frame_number
+            if f" payload={full.payload_length}" in full.summary():  # (a MAD's line names the MAD instead)
+                assert f" payload={pkt.payload_wire} ({pkt.payload_length} captured) " in pkt.summary()
+                shown += 1
+        else:  # whole, or a cut in the headers (no payload captured), or only in the pad and ICRC
+            assert pkt.payload_length == 0 or pkt.payload_offset + pkt.payload_length == end, cp.frame_number
+            assert "captured)" not in pkt.summary()
+        if len(full.data) > snap and pkt.encap == "rocev2":
+            ip_at = 14 + 4 * (full.data[12:14] == b"\x81\x00")
+            total = int.from_bytes(full.data[ip_at + 2:ip_at + 4], "big")
+            assert (f"truncated IPv4.length at byte {ip_at + 2}: got {total} (0x{total:x}), expected at most "
+                    f"the {snap - ip_at} bytes captured") in [str(p) for p in pkt.problems]
+    assert shown > 0 or name != "rxe_write_bw.pcap" or snap < 70  # (from 70 octets its WRITE Middles are cut)
+    assert main(["decode", "-r", str(path)]) == 0  # the line of the command, from either path
+    out = capsys.readouterr().out
+    assert all(f" {line}" in out for line in lines.values())
+    assert main(["decode", "-r", str(path), "-V"]) == 0  # -V: the payload's line says it too
+    tree = capsys.readouterr().out
+    for cp in read(path):
+        if cp.packet.payload_wire is not None and cp.packet.payload_length:
+            assert (f"Payload: {cp.packet.payload_length} of {cp.packet.payload_wire} bytes captured @ bytes "
+                    f"{cp.packet.payload_offset}-") in tree
+
+
+@pytest.mark.parametrize("name", ["siw_write_bw.pcap", "siw_rping.pcap", "siw_crc_send_bw.pcap"])
+@pytest.mark.parametrize("snap", [90, 128, 400])
+def test_a_cut_fpdu_payload_is_shown_with_its_length_on_the_wire(name: str, snap: int, tmp_path: Path,
+                                                                 capsys: Any) -> None:
+    """The same for an iWARP FPDU a snap length cut in its payload ("payload=16 (4 captured)"), and its MPA
+    length's problem ("got 34 (0x22), expected at most the 22 octets captured after it (24 of the FPDU's
+    40)"; it said "expected 40 bytes of FPDU on the wire, 24 captured")."""
+    path = _cut(name, snap, tmp_path / "cut.pcap")
+    whole = {cp.frame_number: cp.pdus for cp in read(ROOT / "captures" / name)}
+    shown = 0
+    for cp in read(path):
+        for i, pdu in enumerate(cp.pdus):
+            if not hasattr(pdu.layers[0].header, "ulpdu_length"):
+                continue  # an MPA Request or Reply
+            ulpdu = pdu.layers[0].header.ulpdu_length
+            if pdu.payload_wire is not None:  # the payload's octets on the wire: to the ULPDU's end
+                assert pdu.payload_wire == 2 + ulpdu - pdu.payload_offset > pdu.payload_length, cp.frame_number
+                full = whole[cp.frame_number]  # the same PDU in the frame uncut, when it completes there
+                if i < len(full) and full[i].data[:len(pdu.data)] == pdu.data:
+                    assert full[i].payload_length == pdu.payload_wire
+                assert f" payload={pdu.payload_wire} ({pdu.payload_length} captured)" in pdu.summary()
+                assert str(pdu.problems[0]) == (f"truncated MPA.ulpdu_length at byte 0: got {ulpdu} (0x{ulpdu:x}), "
+                                                f"expected at most the {len(pdu.data) - 2} octets captured after it "
+                                                f"({len(pdu.data)} of the FPDU's {2 + ulpdu + (-ulpdu - 2) % 4 + 4})")
+                shown += 1
+            else:  # whole (or its headers cut: no payload)
+                assert pdu.payload_offset + pdu.payload_length in (2 + ulpdu, pdu.payload_offset), cp.frame_number
+                assert "captured)" not in pdu.summary()
+    assert shown > 0 or snap == 400 and name != "siw_write_bw.pcap"
+    assert main(["decode", "-r", str(path)]) == 0
+    assert ("captured) [1 problem(s): truncated MPA.ulpdu_length" in capsys.readouterr().out) == (shown > 0)
 
 
 @requires_tshark
