@@ -10,7 +10,7 @@ every switch,
 ``smpquery nodeinfo``/``portinfo`` of every LID (16 of a big net), ``smpquery
 nodedesc``/``pkeys``/``sl2vl``/``vlarb``/``guids`` of a switch and a CA, ``ibroute -M``, ``saquery`` from
 another node (through the subnet to OpenSM's SA and back), then ``perfquery`` of those LIDs and
-``perfquery -x`` of three, ``perfquery -E``/``-D``/``--vloppackets``/``--vlxmitcounters`` of a switch port.  OpenSM's own traffic is compared as its sum: where parallel paths exist its
+``perfquery -x`` of three CA ports (ibsim's ``-x -R`` leaves PortRcvPkts: see ``outputs``), ``perfquery -E``/``-D``/``--vloppackets``/``--vlxmitcounters`` of a switch port.  OpenSM's own traffic is compared as its sum: where parallel paths exist its
 directed-route sweep picks one by its threads' timing, and two runs of stock ibsim on the 4-spine fat tree
 split it differently between the spines (2082/895 and 2831/146 MADs sent on Spine1/Spine2 port 1); the
 diags that follow are single-threaded, so after the reset their counters are compared port by port.
@@ -151,7 +151,11 @@ class Run:
         out["saquery (from the last CA)"] = self.run("saquery", host=self.last_ca)
         for lid in lids:
             out[f"perfquery {lid} {port_of[lid]}"] = self.run("perfquery", str(lid), str(port_of[lid]))
-        for lid in lids[:3]:
+        # -x of three CA ports: stock ibsim's -x -R clears PortXmitPkts but not PortRcvPkts (measured: 814/815 on
+        # a spine port before, 2/819 after), so a switch port's extended PortRcvPkts still holds the sweep's
+        # traffic and its split between parallel paths (1322 or 2071 on Spine1 port 1 in two runs of the same
+        # fat tree, its sum with Spine2's the same); a CA port receives the same SMPs whichever path they take
+        for lid in [lid for lid in lids if lid in ca_lids][:3]:
             out[f"perfquery -x {lid} {port_of[lid]}"] = self.run("perfquery", "-x", str(lid), str(port_of[lid]))
         for opt in ("-E", "-D", "--vloppackets", "--vlxmitcounters"):  # detail and per-VL counters of a switch port
             out[f"perfquery {opt} {sw} 1"] = self.run("perfquery", opt, str(sw), "1")
