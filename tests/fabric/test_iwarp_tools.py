@@ -59,7 +59,8 @@ def _pair(server: list[str], client: list[str], port: int) -> tuple[subprocess.C
     finally:
         if srv.poll() is None:
             srv.kill()
-    assert srv.returncode == 0, out
+    # (the client's side too: a server left waiting says only that nothing came)
+    assert srv.returncode == 0, f"{out}\n--- the client (status {cli.returncode}):\n{cli.stdout}{cli.stderr}"
     return cli, out
 
 
