@@ -577,8 +577,9 @@ def test_perftest_says_once_what_it_waited_for() -> None:
     assert str(uerr.value).startswith("waiting for a connection request: nothing"), str(uerr.value)
     assert str(uerr.value).count("waiting for") == 1, str(uerr.value)
     with pytest.raises(PerftestError, match=r"^the control QP's connection: rejected by 10\.0\.0\.2:7: "):
-        _event(_Channel(_Ev(EV.RDMA_CM_EVENT_REJECTED, None, status=8)), None, (EV.RDMA_CM_EVENT_ESTABLISHED,),
-               "the control QP's connection", "10.0.0.2:7", 1.0)  # type: ignore[arg-type]
+        rej = _Channel(_Ev(EV.RDMA_CM_EVENT_REJECTED, None, status=8))
+        _event(rej, None, (EV.RDMA_CM_EVENT_ESTABLISHED,), "the control QP's connection", "10.0.0.2:7",  # type: ignore[arg-type]
+               1.0)
 
 
 # ---------------------------------------------------------------------- the CMID table on a real connection
