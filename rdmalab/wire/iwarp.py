@@ -463,10 +463,8 @@ def summarize_fpdu(pkt: Packet) -> str:
         imm = get(ImmediateData)
         if imm is not None:
             parts.append(f"imm=0x{imm.imm_data:016x}")
-        if pkt.payload_wire is not None:  # a snap length cut it: its length on the wire, and what was captured
-            parts.append(f"payload={pkt.payload_wire} ({pkt.payload_length} captured)")
-        elif pkt.payload_length:
-            parts.append(f"payload={pkt.payload_length}")
+        if (size := pkt.payload_text()) is not None:
+            parts.append(size)
         text = " ".join(parts)
     if pkt.crc_status == "bad":
         text += " [BAD CRC32c]"

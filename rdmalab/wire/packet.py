@@ -196,6 +196,13 @@ class Packet:
                                 f"{self.vcrc.to_bytes(2, 'little').hex()} ({self.vcrc_status or 'unchecked'})", None))
         return out
 
+    def payload_text(self) -> str | None:
+        """The payload's size as a summary line shows it: ``payload=N``, or ``payload=N (C captured)`` when a
+        snap length cut it (:attr:`payload_wire`); None without payload."""
+        if self.payload_wire is not None:
+            return f"payload={self.payload_wire} ({self.payload_length} captured)"
+        return f"payload={self.payload_length}" if self.payload_length else None
+
     def summary(self) -> str:
         """One line: what a packet list shows (tshark's Info column, in our words)."""
         # the first header of each class, as self.get finds it (no header class here subclasses another)
@@ -232,10 +239,8 @@ class Packet:
             parts.append(" ".join(infos))
             if self.info is not None:  # the message an IPoIB datagram carries (ARP, ICMP), in tshark's words
                 parts.append(self.info)
-        elif self.payload_wire is not None:  # a snap length cut it: its length on the wire, and what was captured
-            parts.append(f"payload={self.payload_wire} ({self.payload_length} captured)")
-        elif self.payload_length:
-            parts.append(f"payload={self.payload_length}")
+        elif (size := self.payload_text()) is not None:
+            parts.append(size)
         if self.crc_status == "bad":
             parts.append("[BAD ICRC]")
         if self.problems:

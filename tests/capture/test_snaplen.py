@@ -23,6 +23,7 @@ from rdmalab.capture import read
 from rdmalab.capture.linktypes import LINKTYPE_ERF
 from rdmalab.capture.pcapwriter import CaptureWriter
 from rdmalab.cli import main
+from rdmalab.wire.mpa import MPA
 
 ROOT = Path(__file__).resolve().parents[2]
 requires_tshark = pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark (Wireshark) is not installed")
@@ -167,7 +168,7 @@ def test_a_cut_fpdu_payload_is_shown_with_its_length_on_the_wire(name: str, snap
     shown = 0
     for cp in read(path):
         for i, pdu in enumerate(cp.pdus):
-            if not hasattr(pdu.layers[0].header, "ulpdu_length"):
+            if not isinstance(pdu.layers[0].header, MPA):
                 continue  # an MPA Request or Reply
             ulpdu = pdu.layers[0].header.ulpdu_length
             if pdu.payload_wire is not None:  # the payload's octets on the wire: to the ULPDU's end
