@@ -261,7 +261,7 @@ def relative_matrix(ns: np.ndarray, digits: np.ndarray | None = None) -> np.ndar
     secs = a // 1_000_000_000
     frac = a - secs * 1_000_000_000
     parts = [np.where(ns < 0, ord("-"), 0).astype(np.uint8)[:, None], _dec(secs)]
-    for d in ([9] if digits is None else np.unique(digits).tolist()):
+    for d in ([9] if digits is None else np.flatnonzero(np.bincount(digits)).tolist()):  # (np.unique loads numpy.ma)
         sel = np.ones(n, dtype=bool) if digits is None else digits == d
         t = np.zeros((n, d + 1 if d else 1), dtype=np.uint8)
         if d:
