@@ -75,6 +75,9 @@ echo "== rdmalab decode on a capture shipped in the wheel"
 cap=$("$tmp/venv/bin/python" -c 'from rdmalab.lab import capture_path; print(capture_path("rxe_rping.pcap"))')
 case "$cap" in "$tmp"/venv/*) ;; *) echo "capture resolved outside the installed wheel: $cap" >&2; exit 1 ;; esac
 rdmalab decode -c 5 "$cap"
+# the help's "Start with" (a clone's relative path), typed where there is no clone: the error names the wheel's copy
+hint=$(cd "$tmp" && rdmalab decode -r captures/synthetic_rocev2.pcap 2>&1 >/dev/null) && { echo "decode of a missing file succeeded" >&2; exit 1; }
+case "$hint" in *"rdmalab's own synthetic_rocev2.pcap is $tmp/venv/"*) echo "$hint" ;; *) echo "no hint to the wheel's capture: $hint" >&2; exit 1 ;; esac
 "$tmp/venv/bin/python" - <<'PYEOF'
 from rdmalab import lab
 r = lab.check("welcome.opcode", "nonsense")  # reads a shipped capture; a wrong answer must fail, with a reason

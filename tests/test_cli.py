@@ -166,6 +166,32 @@ def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("argv", [["decode", "-r", "captures/synthetic_rocev2.pcap"], ["stats", "rxe_rping.pcap"],
+                                  ["analyze", "captures/rxe_send_bw_loss.pcap"], ["crosscheck", "rxe_rping.pcap"],
+                                  ["top", "-r", "rxe_send_bw_loss.pcap", "--once"],
+                                  ["convert", "captures/rxe_rping.pcap", "-o", "ds"]])
+def test_a_missing_file_named_as_an_own_capture_says_where_that_is(argv: list[str], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The help's "Start with" typed outside a clone (after pip install rdmalab), or a capture's name
+    from a notebook: the error names rdmalab's own copy, which then works as the path."""
+    if argv[0] == "crosscheck" and shutil.which("tshark") is None:
+        pytest.skip("crosscheck needs tshark")
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    missing = next(a for a in argv if a.endswith(".pcap"))
+    name = os.path.basename(missing)
+    head, _, hint = err.strip().partition(" (")
+    assert head == f"rdmalab: {missing}: no such file" and len(err.strip().splitlines()) == 1
+    own = hint.removeprefix(f"rdmalab's own {name} is ").removesuffix(")")
+    assert Path(own) == CAPTURES / name  # (a clone's copy: the wheel's is checked by scripts/check_wheel.sh)
+    assert main([a if a != missing else own for a in argv]) == 0
+    capsys.readouterr()
+    assert main(["decode", "-r", "elsewhere.pcap"]) == 1  # a name rdmalab has no capture of: no hint
+    assert capsys.readouterr().err.strip() == "rdmalab: elsewhere.pcap: no such file"
+
+
 def test_not_a_pcap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     p = tmp_path / "notes.txt"
     p.write_text("just some text\n")

@@ -314,8 +314,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not _user_error(err):
             raise
         out.flush()  # CaptureError, DecodeError, Fail...: one sentence, no traceback
-        print(f"rdmalab: {err}", file=sys.stderr)
+        print(f"rdmalab: {err}{_own_capture_hint(err)}", file=sys.stderr)
         return 1
+
+
+def _own_capture_hint(err: BaseException) -> str:
+    """For a capture file that does not exist but is named as one of rdmalab's own captures (the
+    help's "Start with" typed outside a clone, after ``pip install rdmalab``; a file name from a
+    notebook or the README): where rdmalab's own copy is, to type instead.  Else nothing."""
+    if getattr(err, "reason", None) is None and err.__context__ is not None:
+        err = err.__context__  # (a command that says the capture's error as its own Fail)
+    path = getattr(err, "path", None)
+    if getattr(err, "reason", None) != "no such file" or not isinstance(path, str):
+        return ""
+    import os
+
+    from rdmalab.lab.data import captures_dirs  # noqa: PLC0415 - on this error only (the lab package is slow to load)
+
+    name = os.path.basename(path)
+    for folder in captures_dirs():
+        own = folder / name
+        if name and own.is_file():
+            return f" (rdmalab's own {name} is {own})"
+    return ""
 
 
 if __name__ == "__main__":  # pragma: no cover

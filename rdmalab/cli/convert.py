@@ -25,8 +25,12 @@ def run_convert(args: argparse.Namespace, out: TextIO) -> int:
         if f == "-" or (os.path.exists(f) and not os.path.isfile(f) and not os.path.isdir(f)):
             raise Fail(f"{'standard input' if f == '-' else f}: convert reads capture files (in worker processes, "
                        "by ranges), not a stream: write it to a file first")
+        if os.path.isdir(f):
+            raise Fail(f"{f}: is a directory, not a capture file")
         if not os.path.isfile(f):
-            raise Fail(f"{f}: no such file")
+            from rdmalab.capture.pcapio import CaptureError  # noqa: PLC0415 - (loaded with dataset above)
+
+            raise CaptureError(f, "no such file")
     results = convert(args.files, args.output, partition=args.partition, workers=args.workers, dask=args.dask,
                       dask_workers=args.dask_workers)
     total = 0
