@@ -62,6 +62,7 @@ import rdmalab.wire.rdmap  # noqa: F401
 from rdmalab.capture.columnar import COLUMN_BY_NAME, COLUMN_NAMES
 from rdmalab.capture.fields import BYTE_PROTOCOLS, EXTRA_FIELDS, IWARP_BYTE_PROTOCOLS, TRAILER_BYTES, _address
 from rdmalab.capture.pcapio import FRAME_META_FIELDS
+from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, LABEL_FIELDS
 from rdmalab.wire.errors import RdmalabError
 from rdmalab.wire.header import Header
 
@@ -80,7 +81,7 @@ ABSOLUTE_TIME = "frame.time"
 #: (:func:`rdmalab.capture.tsjson.frame_protocols`), the conversations' numbers
 #: (:class:`rdmalab.capture.render.Conversations`)
 ASKED_FIELDS = ("frame.protocols", "tcp.stream", "udp.stream", "tcp.seq", "tcp.ack", "tcp.nxtseq", "data", "data.data",
-                "data.len", "tcp.payload")
+                "data.len", "tcp.payload", *ANALYSIS_FIELDS)
 #: the :data:`ASKED_FIELDS` whose values are bytes (as hex text): not for contains/matches (frame's are)
 _BYTES_FIELDS = ("data.data", "tcp.payload", *TRAILER_BYTES)
 
@@ -463,6 +464,10 @@ class _Parser:
             raise FilterError(self.expr, f"expected a field name, found {text!r}", pos)
         self.typed = text
         text = PROTOCOL_ALIASES.get(text, text)
+        if text == "tcp.analysis":
+            raise FilterError(self.expr, "'tcp.analysis' (tshark's SEQ/ACK analysis, on nearly every segment) is not "
+                              "given by rdmalab: filter on tcp.analysis.flags (any of its flags) or on one flag, "
+                              "e.g. tcp.analysis.retransmission", pos)
         if text not in self.known and text not in FILTER_TIMES:
             if text in RELATIVE_TIMES:
                 raise FilterError(self.expr, f"{text!r} (the time since the frame shown before, which the filter "
@@ -564,6 +569,9 @@ class _Parser:
         if t is None or t[0] == "str":
             return Exists(name)
         op = _WORD_OPS.get(t[1], t[1])
+        if name in LABEL_FIELDS and (op in _COMPARISONS or t[1] in ("in", "contains", "matches", "~")):
+            raise FilterError(self.expr, f"{name} is a label, present or not (as in tshark): test it alone "
+                              f"({name}, !{name}), not with {t[1]!r}", t[2])
         if op in _COMPARISONS:
             self.take()
             v = self.value()

@@ -11,6 +11,7 @@ import numpy as np
 
 from rdmalab.capture.linktypes import LINKTYPE_NAMES, SLL, SLL2
 from rdmalab.capture.pcapio import epoch_ns
+from rdmalab.capture.tcp_analysis import TcpAnalysis
 from rdmalab.wire.control import ECHO_TYPES, ICMPEcho, ICMPv6Echo
 from rdmalab.wire.frame import tcp_segment_length
 from rdmalab.wire.header import Header
@@ -99,16 +100,19 @@ class Conversations:
     of them at a time (:meth:`streams_many` and :meth:`relative_many`, the columns':
     :func:`rdmalab.capture.columnar_decode.fill_conversations`): the same numbers and the same state."""
 
-    def __init__(self, most: int = 1 << 20) -> None:
+    def __init__(self, most: int = 1 << 20, *, analysis: bool = False) -> None:
         # protocol -> key -> (stream, SYN's seq)
         self._index: dict[str, dict[tuple[Any, ...], tuple[int, int | None]]] = {"tcp": {}, "udp": {}}
         self._next = {"tcp": 0, "udp": 0}
         self._most = most  # (bounded: the oldest conversations of a protocol forgotten past it; numbers go on)
         self._base: dict[tuple[Any, ...], int] = {}  # (TCP stream, address, port) -> its sequence base
+        # tshark's tcp.analysis.* flags, when asked for (they follow every TCP segment in order)
+        self._analysis = TcpAnalysis(TcpWindowScaling(), most) if analysis else None
 
-    def add(self, fields: dict[str, Any]) -> None:
-        """Put the frame's ``tcp.stream`` or ``udp.stream`` (and ``tcp.seq``, ``tcp.ack``, ``tcp.nxtseq``)
-        into its field dictionary."""
+    def add(self, fields: dict[str, Any], pkt: Packet | None = None) -> None:
+        """Put the frame's ``tcp.stream`` or ``udp.stream`` (and ``tcp.seq``, ``tcp.ack``, ``tcp.nxtseq``;
+        made with ``analysis=True``: the ``tcp.analysis.*`` fields of :mod:`rdmalab.capture.tcp_analysis`,
+        from the frame's packet ``pkt``) into its field dictionary."""
         for proto in ("tcp", "udp"):
             sport, dport = fields.get(proto + ".srcport"), fields.get(proto + ".dstport")
             if not isinstance(sport, int) or not isinstance(dport, int):
@@ -131,6 +135,9 @@ class Conversations:
             fields[proto + ".stream"] = stream
             if proto == "tcp":
                 self._relative(fields, stream, a, b)
+                if self._analysis is not None and pkt is not None and not isinstance(fields.get("tcp.srcport"), list) \
+                        and "tcp.flags" in fields and not isinstance(fields.get("ip.src", fields.get("ipv6.src")), list):
+                    self._analysis.add(fields, stream, a, b, pkt)  # (not a segment an ICMP error quotes)
             return
 
     def _stream(self, key: tuple[Any, ...], syn: bool, seq: int | None) -> int:
@@ -363,6 +370,16 @@ class TcpWindowScaling:
         syn = bool(tcp.flags & TCP.SYN)
         return self.update(src, tcp.sport, dst, tcp.dport, tcp.flags, int(tcp.window),
                            tcp_window_shift(pkt) if syn else None)
+
+    def shifts(self, pkt: Packet) -> tuple[int, int]:
+        """The shift counts learnt so far of a TCP segment's sender and of its receiver (:data:`NONE`:
+        no scaling, :data:`UNKNOWN`: the handshake was not seen)."""
+        tcp = pkt.get(TCP)
+        if tcp is None:
+            return self.UNKNOWN, self.UNKNOWN
+        src, dst = _ip_pair(pkt)
+        return (self._shift.get((src, tcp.sport, dst, tcp.dport), self.UNKNOWN),
+                self._shift.get((dst, tcp.dport, src, tcp.sport), self.UNKNOWN))
 
     def update(self, src: object, sport: int, dst: object, dport: int, flags: int, window: int,
                shift: int | None) -> int:

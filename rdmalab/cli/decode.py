@@ -239,7 +239,7 @@ def _filter_fields(flt: Any, clock: Any, cp: Any, windows: Any, conversations: A
     if clock is not None:
         clock.stamp(fields, cp.epoch_ns)
     if conversations is not None:
-        conversations.add(fields)
+        conversations.add(fields, cp.packet)
     if meta is not None:
         meta.add(fields, cp.frame_number)
     if flt is not None and flt.needs_frame:
@@ -305,11 +305,16 @@ def _meta(path: str, flt: Any, names: Any = ()) -> Any:
 
 def _conversations(flt: Any, names: Any = ()) -> Any:
     """A :class:`~rdmalab.capture.render.Conversations` when the filter or the ``-e`` fields read
-    tcp.stream or udp.stream (fed every frame, in order), else None."""
+    tcp.stream or udp.stream (fed every frame, in order), with the TCP analysis when they read one of
+    its fields (:data:`rdmalab.capture.tcp_analysis.ANALYSIS_FIELDS`), else None."""
     from rdmalab.capture.render import Conversations  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS  # lazy: the same
 
     wanted = set(names) | (set(flt.fields) if flt is not None else set())
-    return Conversations() if wanted & {"tcp.stream", "udp.stream", "tcp.seq", "tcp.ack", "tcp.nxtseq"} else None
+    analysis = not wanted.isdisjoint(ANALYSIS_FIELDS)  # (each segment's tcp.stream as well)
+    if analysis or wanted & {"tcp.stream", "udp.stream", "tcp.seq", "tcp.ack", "tcp.nxtseq"}:
+        return Conversations(analysis=analysis)
+    return None
 
 
 def _clock(flt: Any) -> Any:

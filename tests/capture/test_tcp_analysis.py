@@ -1,0 +1,272 @@
+"""tshark's TCP sequence analysis (``tcp.analysis.*``, rdmalab.capture.tcp_analysis) against tshark's own.
+
+Compared frame by frame, every analysis field as ``-T fields`` writes it, on: every capture of
+``captures/`` with TCP (siw's retransmissions and duplicate ACKs among them); the real captures appended
+one after the other (each copy's segments again: retransmissions, spurious ones and keep-alives, at
+times that go back); and a made conversation whose segments raise each flag tshark has (lost and
+ACKed-unseen segments, duplicate ACKs and a fast retransmission, keep-alive and its ACK, window update,
+window full, zero window, its probe and the probe's ACK, out-of-order, spurious and plain
+retransmissions).  tshark must give each flag there at least once, so that each is compared.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdmalab.capture.filter import FilterError, compile_filter
+from rdmalab.capture.pcapwriter import write_capture
+from rdmalab.capture.reader import records
+from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, FLAG_FIELDS
+from rdmalab.cli import main
+from rdmalab.wire.frame import encode_tcp_frame
+from rdmalab.wire.net import TCP
+from tests.tshark_util import requires_tshark
+
+ROOT = Path(__file__).resolve().parents[2]
+WITH_TCP = [p for p in sorted((ROOT / "captures").glob("*.pcap"))
+            if p.name.startswith(("siw", "rxe_")) or p.name.startswith("synthetic_iwarp")]
+
+A, B = ("10.0.0.1", 40000), ("10.0.0.2", 7174)
+MS = 1_000_000
+
+
+def made_conversation() -> list[tuple[int, bytes]]:
+    """One connection whose segments raise each of tshark's analysis flags (times in ns)."""
+    out: list[tuple[int, bytes]] = []
+    t = 1_795_000_000 * 1_000_000_000
+
+    def seg(dt_ms: float, frm: tuple[str, int], seq: int, ack: int, n: int = 0, flags: int = TCP.ACK,
+            window: int = 1000) -> None:
+        nonlocal t
+        t += int(dt_ms * MS)
+        to = B if frm == A else A
+        out.append((t, encode_tcp_frame(bytes(n), src_ip=frm[0], dst_ip=to[0], src_port=frm[1], dst_port=to[1],
+                                        seq=seq, ack=ack, flags=flags | (TCP.PSH if n else 0), window=window)))
+
+    seg(0, A, 1000, 0, flags=TCP.SYN)
+    seg(1, B, 5000, 1001, flags=TCP.SYN | TCP.ACK)
+    seg(1, A, 1001, 5001)  # (the first round trip: 2 ms)
+    seg(10, A, 1001, 5001, 100)
+    seg(1, A, 1201, 5001, 100)  # 1101..1200 not captured: lost segment
+    seg(1, B, 5001, 1101)
+    seg(1, B, 5001, 1101)  # duplicate ACK 1
+    seg(1, B, 5001, 1101)  # duplicate ACK 2
+    seg(2, A, 1101, 5001, 100)  # within 20 ms of the duplicates: fast retransmission
+    seg(1, B, 5001, 1401)  # ACKs 1301..1400, never seen: ACKed unseen segment
+    seg(50, A, 1300, 5001)  # one octet below the next: keep-alive
+    seg(1, B, 5001, 1401)  # its ACK
+    seg(1, B, 5001, 1401, window=1200)  # the same numbers, another window: window update
+    seg(10, A, 1401, 5001, 1200)  # up to the window B offered: window full
+    seg(1, B, 5001, 2601, window=0)  # zero window
+    seg(200, A, 2601, 5001, 1)  # one octet into the zero window: probe
+    seg(1, B, 5001, 2601, window=0)  # its ACK
+    seg(1, B, 5001, 2601, window=1000)  # window update again
+    seg(10, A, 2601, 5001, 100)
+    seg(1, A, 2801, 5001, 100)  # a hole again (2701..2800)
+    seg(0.5, A, 2701, 5001, 100)  # within the first round trip: out of order
+    seg(1, B, 5001, 2901)
+    seg(300, A, 2801, 5001, 100)  # data B has acknowledged: spurious retransmission
+    seg(300, A, 2901, 5001, 100)
+    seg(300, A, 2901, 5001, 100)  # not acknowledged, long after: retransmission
+    seg(1, B, 5001, 3001, flags=TCP.ACK | TCP.FIN)
+    seg(1, A, 3001, 5002, flags=TCP.ACK | TCP.FIN)
+    seg(1, B, 5002, 3002)
+    return out
+
+
+def unseen_acknowledged() -> list[tuple[int, bytes]]:
+    """ACKs of data the capture missed, again and again: repeated, duplicated, then moving on; and the
+    other direction's data and ACKs between them (how often tshark says "ACKed unseen segment")."""
+    out: list[tuple[int, bytes]] = []
+    t = 1_795_000_100 * 1_000_000_000
+
+    def seg(frm: tuple[str, int], seq: int, ack: int, n: int = 0, flags: int = TCP.ACK, window: int = 2000) -> None:
+        nonlocal t
+        t += 5 * MS
+        to = B if frm == A else A
+        out.append((t, encode_tcp_frame(bytes(n), src_ip=frm[0], dst_ip=to[0], src_port=frm[1], dst_port=to[1],
+                                        seq=seq, ack=ack, flags=flags | (TCP.PSH if n else 0), window=window)))
+
+    seg(A, 1000, 0, flags=TCP.SYN)
+    seg(B, 5000, 1001, flags=TCP.SYN | TCP.ACK)
+    seg(A, 1001, 5001)
+    seg(A, 1001, 5001, 100)
+    seg(B, 5001, 1301)  # 1101..1300 unseen
+    seg(B, 5001, 1301)  # the same ACK again: a duplicate
+    seg(B, 5001, 1301)
+    seg(A, 1301, 5001, 100)
+    seg(B, 5001, 1501)  # 1401..1500 unseen as well
+    seg(B, 5001, 1501, 50)  # with data of its own
+    seg(A, 1501, 5051, 100)
+    seg(B, 5051, 1701)  # and again
+    seg(A, 1701, 5051, 100)
+    seg(B, 5051, 1801)  # at last, what was seen
+    seg(B, 5051, 1801, window=1000)
+    seg(A, 1801, 5051, 100)
+    seg(B, 5051, 2001)  # unseen once more
+    seg(B, 5051, 2001)
+    seg(A, 2001, 5051, flags=TCP.ACK | TCP.FIN)
+    seg(B, 5051, 2002, flags=TCP.ACK | TCP.FIN)
+    seg(A, 2002, 5052)
+    return out
+
+
+def lossy_conversation(seed: int, n: int = 400) -> list[tuple[int, bytes]]:
+    """A bulk transfer A -> B with cumulative ACKs, as a capture point that loses, repeats and reorders
+    frames would see it (seeded): some frames dropped, some twice, some swapped with the next; the
+    sender retransmits what was not acknowledged; B's window now and then closes and opens."""
+    rnd = random.Random(seed)
+    frames: list[tuple[int, bytes]] = []
+    t = 1_795_000_200 * 1_000_000_000
+
+    def frame(frm: tuple[str, int], seq: int, ack: int, n_: int = 0, flags: int = TCP.ACK, window: int = 4000) -> None:
+        nonlocal t
+        t += rnd.choice((100_000, 400_000, 1 * MS, 5 * MS, 30 * MS))
+        to = B if frm == A else A
+        frames.append((t, encode_tcp_frame(bytes(n_), src_ip=frm[0], dst_ip=to[0], src_port=frm[1], dst_port=to[1],
+                                           seq=seq % (1 << 32), ack=ack % (1 << 32),
+                                           flags=flags | (TCP.PSH if n_ else 0), window=window)))
+
+    isn_a, isn_b = rnd.randrange(1 << 32), rnd.randrange(1 << 32)
+    frame(A, isn_a, 0, flags=TCP.SYN)
+    frame(B, isn_b, isn_a + 1, flags=TCP.SYN | TCP.ACK)
+    frame(A, isn_a + 1, isn_b + 1)
+    sent, acked, window = isn_a + 1, isn_a + 1, 4000
+    b_sent = b_acked = isn_b + 1  # (B sends some data too, from the odd seeds on: both directions)
+    while len(frames) < n:
+        r = rnd.random()
+        if r < 0.55:
+            size = rnd.choice((1, 100, 500, 1000))
+            start = acked if rnd.random() < 0.15 else sent  # (a retransmission of the unacknowledged)
+            if rnd.random() < 0.7:
+                b_acked = rnd.randrange(b_acked, b_sent + 1)
+            frame(A, start, b_acked, size)
+            sent = max(sent, start + size)
+        elif r < 0.85 or (r < 0.9 and seed % 2 == 0):
+            acked = rnd.randrange(acked, sent + 1) if rnd.random() < 0.8 else acked
+            window = 0 if rnd.random() < 0.05 else rnd.choice((window, 4000, 3000))
+            frame(B, b_sent, acked, window=window)
+        elif r < 0.9:
+            size = rnd.choice((1, 200))
+            frame(B, b_sent, acked, size, window=window)
+            b_sent += size
+        else:
+            frame(A, sent - 1, b_acked)  # keep-alive
+    shown: list[tuple[int, bytes]] = []
+    for f in frames:
+        r = rnd.random()
+        if r < 0.08 and len(shown) > 3:
+            continue  # lost at the capture point
+        shown.append(f)
+        if r > 0.95:
+            shown.append((f[0] + 1000, f[1]))  # seen twice
+    for i in range(3, len(shown) - 1):
+        if rnd.random() < 0.04:  # reordered (the times stay in order)
+            (ta, fa), (tb, fb) = shown[i], shown[i + 1]
+            shown[i], shown[i + 1] = (ta, fb), (tb, fa)
+    return shown
+
+
+def appended(path: Path) -> None:
+    """The real siw and rxe captures' frames, appended one after the other twice, times as read."""
+    frames = []
+    for _ in range(2):
+        for src in WITH_TCP:
+            if src.name.startswith(("siw", "rxe_send", "rxe_write_bw")):
+                frames += [(r.ns if r.ns is not None else round(r.timestamp * 1e9), bytes(r.data)) for r in records(src)]
+    write_capture(path, frames)
+
+
+def _tshark(path: Path, names: tuple[str, ...]) -> list[str]:
+    args = ["tshark", "-n", "-r", str(path), "-T", "fields", *(x for n in names for x in ("-e", n))]
+    return subprocess.run(args, capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+def _ours(path: Path, names: tuple[str, ...], capsys: Any, *extra: str) -> list[str]:
+    capsys.readouterr()
+    assert main(["decode", "-r", str(path), "-T", "fields", *(x for n in names for x in ("-e", n)), *extra]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def _same(path: Path, capsys: Any) -> list[str]:
+    names = ("frame.number", *ANALYSIS_FIELDS)
+    theirs, ours = _tshark(path, names), _ours(path, names, capsys)
+    assert len(ours) == len(theirs)
+    bad = [(t, o) for t, o in zip(theirs, ours, strict=True) if t != o]
+    assert not bad, f"{len(bad)} frames differ from tshark's (tshark, rdmalab): {bad[:5]}"
+    return theirs
+
+
+def _written_and_compared(path: Path, frames: list[tuple[int, bytes]], capsys: Any) -> tuple[Path, list[list[str]]]:
+    """The frames written to ``path``, compared with tshark (:func:`_same`); tshark's rows, split."""
+    write_capture(path, frames)
+    return path, [r.split("\t") for r in _same(path, capsys)]
+
+
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("path", WITH_TCP, ids=lambda p: p.name)
+def test_the_analysis_of_each_capture_is_tsharks(path: Path, capsys: Any) -> None:
+    _same(path, capsys)
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_the_analysis_of_captures_appended_is_tsharks(tmp_path: Path, capsys: Any) -> None:
+    path = tmp_path / "appended.pcap"
+    appended(path)
+    rows = _same(path, capsys)
+    flagged = [r for r in rows if r.split("\t")[1]]
+    assert len(flagged) > 100  # (the second copy: retransmissions, keep-alives, duplicate ACKs)
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_each_flag_of_a_made_conversation_is_tsharks(tmp_path: Path, capsys: Any) -> None:
+    path, rows = _written_and_compared(tmp_path / "made.pcap", made_conversation(), capsys)
+    given = {name for r in rows for name, v in zip(ANALYSIS_FIELDS, r[1:], strict=True) if v}
+    assert given == set(ANALYSIS_FIELDS), f"tshark gives none of {sorted(set(ANALYSIS_FIELDS) - given)} here"
+    # the filter picks the frames tshark's picks, and the summary lines of the per-packet path
+    for flt in ("tcp.analysis.flags", "tcp.analysis.retransmission && !tcp.analysis.fast_retransmission",
+                "tcp.analysis.duplicate_ack_num == 2", "tcp.analysis.window_full || tcp.analysis.zero_window_probe"):
+        want = subprocess.run(["tshark", "-n", "-r", str(path), "-Y", flt, "-T", "fields", "-e", "frame.number"],
+                              capture_output=True, text=True, check=True).stdout.split()
+        assert _ours(path, ("frame.number",), capsys, "-Y", flt) == want, flt
+        assert main(["decode", "-r", str(path), "-Y", flt]) == 0
+        assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == want, flt
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_acks_of_unseen_data_are_said_as_tshark_says_them(tmp_path: Path, capsys: Any) -> None:
+    _path, rows = _written_and_compared(tmp_path / "unseen.pcap", unseen_acknowledged(), capsys)
+    said = [r[0] for r in rows if r[1 + ANALYSIS_FIELDS.index("tcp.analysis.ack_lost_segment")]]
+    assert 3 <= len(said) < 10  # (not on every ACK past the unseen octets)
+
+
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("seed", range(6))
+def test_a_lossy_capture_of_a_bulk_transfer_is_analysed_as_tshark_does(seed: int, tmp_path: Path, capsys: Any) -> None:
+    _path, rows = _written_and_compared(tmp_path / f"lossy{seed}.pcap", lossy_conversation(seed), capsys)
+    assert sum(1 for r in rows if r[1]) > 40  # (flags of many kinds here, each frame compared)
+
+
+@pytest.mark.parametrize("flt", ["tcp.analysis.retransmission == 1", "tcp.analysis.flags != 0",
+                                 'tcp.analysis.keep_alive contains "x"', "tcp.analysis.window_full in {1}"])
+def test_a_flag_is_a_label_not_a_value(flt: str) -> None:
+    with pytest.raises(FilterError, match="is a label, present or not"):
+        compile_filter(flt)
+
+
+def test_the_analysis_tree_itself_is_not_given() -> None:
+    with pytest.raises(FilterError, match="not given by rdmalab: filter on tcp.analysis.flags"):
+        compile_filter("tcp.analysis")
+    for name in (*ANALYSIS_FIELDS, "tcp.analysis.flags && tcp.len > 0"):
+        compile_filter(name)
+    assert len(FLAG_FIELDS) == 14
