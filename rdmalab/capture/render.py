@@ -107,12 +107,13 @@ class Conversations:
         self._most = most  # (bounded: the oldest conversations of a protocol forgotten past it; numbers go on)
         self._base: dict[tuple[Any, ...], int] = {}  # (TCP stream, address, port) -> its sequence base
         # tshark's tcp.analysis.* flags, when asked for (they follow every TCP segment in order)
-        self._analysis = TcpAnalysis(TcpWindowScaling(), most) if analysis else None
+        self._analysis = TcpAnalysis(most) if analysis else None
 
-    def add(self, fields: dict[str, Any], pkt: Packet | None = None) -> None:
+    def add(self, fields: dict[str, Any], pkt: Packet | None = None, windows: TcpWindowScaling | None = None) -> None:
         """Put the frame's ``tcp.stream`` or ``udp.stream`` (and ``tcp.seq``, ``tcp.ack``, ``tcp.nxtseq``;
         made with ``analysis=True``: the ``tcp.analysis.*`` fields of :mod:`rdmalab.capture.tcp_analysis`,
-        from the frame's packet ``pkt``) into its field dictionary."""
+        given the frame's packet ``pkt`` and the :class:`TcpWindowScaling` that has seen it, which
+        ``fields`` came with) into its field dictionary."""
         for proto in ("tcp", "udp"):
             sport, dport = fields.get(proto + ".srcport"), fields.get(proto + ".dstport")
             if not isinstance(sport, int) or not isinstance(dport, int):
@@ -135,9 +136,9 @@ class Conversations:
             fields[proto + ".stream"] = stream
             if proto == "tcp":
                 self._relative(fields, stream, a, b)
-                if self._analysis is not None and pkt is not None and not isinstance(fields.get("tcp.srcport"), list) \
-                        and "tcp.flags" in fields and not isinstance(fields.get("ip.src", fields.get("ipv6.src")), list):
-                    self._analysis.add(fields, stream, a, b, pkt)  # (not a segment an ICMP error quotes)
+                if self._analysis is not None and pkt is not None and windows is not None and "tcp.flags" in fields \
+                        and not isinstance(fields.get("ip.src", fields.get("ipv6.src")), list):
+                    self._analysis.add(fields, stream, a, b, windows.shifts(pkt)[1])  # (not a segment an ICMP error quotes)
             return
 
     def _stream(self, key: tuple[Any, ...], syn: bool, seq: int | None) -> int:

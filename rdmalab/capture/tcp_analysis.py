@@ -69,40 +69,26 @@ class _Conversation:
 
 
 class TcpAnalysis:
-    """The ``tcp.analysis.*`` fields of TCP segments fed in capture order (:meth:`add`).
+    """The ``tcp.analysis.*`` fields of TCP segments fed in capture order (:meth:`add`).  Bounded: past
+    ``most`` conversations, the oldest is forgotten."""
 
-    ``scaling`` is a :class:`rdmalab.capture.render.TcpWindowScaling` of its own (fed here): a segment
-    fills the window the other direction last offered (window full) only where that direction's
-    scaling is known.  Bounded: past ``most`` conversations, the oldest is forgotten."""
-
-    def __init__(self, scaling: Any, most: int = 1 << 20) -> None:
-        self._scaling = scaling
+    def __init__(self, most: int = 1 << 20) -> None:
         self._conv: dict[int, _Conversation] = {}
         self._most = most
-        self._last: tuple[int, dict[str, Any]] | None = None  # (frame, its fields): a frame given again
 
-    def add(self, fields: dict[str, Any], stream: int, src: tuple[Any, int], dst: tuple[Any, int], pkt: Any) -> None:
+    def add(self, fields: dict[str, Any], stream: int, src: tuple[Any, int], dst: tuple[Any, int],
+            rev_shift: int) -> None:
         """Put the analysis fields of the TCP segment in ``fields`` (a frame's field dictionary with its
-        raw numbers, ``tcp.len`` and ``frame.time_ns``; ``pkt`` its packet, for the window scaling) into
-        it.  ``stream`` is its ``tcp.stream``, ``src`` and ``dst`` its (address, port) ends.  A segment
-        quoted by an ICMP error is not analysed (as tshark)."""
-        frame = fields.get("frame.number")
-        if self._last is not None and self._last[0] == frame:
-            fields.update(self._last[1])
-            return
-        got = self._analyse(fields, stream, src, dst, pkt)
-        self._last = (frame, got) if isinstance(frame, int) else None
-        fields.update(got)
-
-    def _analyse(self, fields: dict[str, Any], stream: int, src: tuple[Any, int], dst: tuple[Any, int],
-                 pkt: Any) -> dict[str, Any]:
+        raw numbers, ``tcp.len`` and ``frame.time_ns``) into it.  ``stream`` is its ``tcp.stream``,
+        ``src`` and ``dst`` its (address, port) ends, ``rev_shift`` the window scaling shift its receiver
+        announced (:meth:`rdmalab.capture.render.TcpWindowScaling.shifts`: -1 not known, -2 none): a segment
+        fills the window the receiver last offered (window full) only where that is known.  The caller
+        leaves out a segment an ICMP error quotes (as tshark)."""
         seq, ack, flags = fields.get("tcp.seq_raw"), fields.get("tcp.ack_raw"), fields.get("tcp.flags")
         seglen, window, now = fields.get("tcp.len"), fields.get("tcp.window_size_value"), fields.get("frame.time_ns")
-        if not all(isinstance(v, int) for v in (seq, ack, flags, seglen, window, now)):
-            return {}  # (a quote, or a header tshark stops in before its analysis)
-        assert isinstance(seq, int) and isinstance(ack, int) and isinstance(flags, int)
-        assert isinstance(seglen, int) and isinstance(window, int) and isinstance(now, int)
-        self._scaling.window(pkt)  # (learns each side's shift from the handshake)
+        if not (isinstance(seq, int) and isinstance(ack, int) and isinstance(flags, int) and isinstance(seglen, int)
+                and isinstance(window, int) and isinstance(now, int)):
+            return  # (a header tshark stops in before its analysis)
         conv = self._conv.get(stream)
         if conv is None:
             if len(self._conv) >= self._most:
@@ -114,18 +100,15 @@ class TcpAnalysis:
             conv.syn_ns = now
         elif flags & TCP.ACK and not flags & TCP.SYN and conv.syn_ns and not conv.first_rtt_ns:
             conv.first_rtt_ns = now - conv.syn_ns
-        got = self._flags(fwd, rev, seq, ack, flags, seglen, window, now, int(fields["frame.number"]),
-                          self._scaling.shifts(pkt)[1], conv.first_rtt_ns)
-        out: dict[str, Any] = {}
-        names, dup = got
+        names, dup = self._flags(fwd, rev, seq, ack, flags, seglen, window, now, int(fields["frame.number"]),
+                                 rev_shift, conv.first_rtt_ns)
         if names:
-            out["tcp.analysis.flags"] = 1
+            fields["tcp.analysis.flags"] = 1
             for name in names:
                 # (tshark gives a duplicate ACK's label twice: in the flags and under the frame it repeats)
-                out[name] = [1, 1] if name == "tcp.analysis.duplicate_ack" else 1
+                fields[name] = [1, 1] if name == "tcp.analysis.duplicate_ack" else 1
         if dup is not None:
-            out["tcp.analysis.duplicate_ack_num"], out["tcp.analysis.duplicate_ack_frame"] = dup
-        return out
+            fields["tcp.analysis.duplicate_ack_num"], fields["tcp.analysis.duplicate_ack_frame"] = dup
 
     @staticmethod
     def _flags(fwd: _Direction, rev: _Direction, seq: int, ack: int, flags: int, seglen: int, window: int, now: int,

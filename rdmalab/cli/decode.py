@@ -239,7 +239,7 @@ def _filter_fields(flt: Any, clock: Any, cp: Any, windows: Any, conversations: A
     if clock is not None:
         clock.stamp(fields, cp.epoch_ns)
     if conversations is not None:
-        conversations.add(fields, cp.packet)
+        conversations.add(fields, cp.packet, windows)  # (windows: fed this frame by frame_fields)
     if meta is not None:
         meta.add(fields, cp.frame_number)
     if flt is not None and flt.needs_frame:

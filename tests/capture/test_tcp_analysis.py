@@ -28,8 +28,7 @@ from rdmalab.wire.net import TCP
 from tests.tshark_util import requires_tshark
 
 ROOT = Path(__file__).resolve().parents[2]
-WITH_TCP = [p for p in sorted((ROOT / "captures").glob("*.pcap"))
-            if p.name.startswith(("siw", "rxe_")) or p.name.startswith("synthetic_iwarp")]
+WITH_TCP = [p for p in sorted((ROOT / "captures").glob("*.pcap")) if p.name.startswith(("siw", "rxe_", "synthetic_iwarp"))]
 
 A, B = ("10.0.0.1", 40000), ("10.0.0.2", 7174)
 MS = 1_000_000
