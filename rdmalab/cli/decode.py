@@ -100,6 +100,10 @@ def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> in
     names: list[str] = args.fields or []
     if not names:
         raise Fail("-T fields needs at least one -e FIELD (e.g. -e ip.src -e infiniband.bth.psn)")
+    if "tcp.analysis" in names:  # (a prefix of the analysis fields rdmalab gives, not a field of its own)
+        raise Fail("-e tcp.analysis: tshark's SEQ/ACK analysis tree (on nearly every segment) is not given by "
+                   "rdmalab: ask for tcp.analysis.flags (any of its flags) or one flag, e.g. "
+                   "-e tcp.analysis.retransmission")
     unknown = [n for n in names if n not in COLUMN_NAMES and n not in known_fields() and n not in RELATIVE_TIMES]
     if unknown:
         raise Fail(f"-e {unknown[0]}: not a field rdmalab knows" + (f" (also {', '.join(unknown[1:])})"

@@ -263,9 +263,15 @@ def test_a_flag_is_a_label_not_a_value(flt: str) -> None:
         compile_filter(flt)
 
 
-def test_the_analysis_tree_itself_is_not_given() -> None:
+def test_the_analysis_tree_itself_is_not_given(capsys: Any) -> None:
     with pytest.raises(FilterError, match="not given by rdmalab: filter on tcp.analysis.flags"):
         compile_filter("tcp.analysis")
+    # nor printed: an empty column where tshark prints the tree's presence would say nothing of the difference
+    path = str(ROOT / "captures" / "siw_rping.pcap")
+    assert main(["decode", "-r", path, "-T", "fields", "-e", "frame.number", "-e", "tcp.analysis"]) == 1
+    out, err = capsys.readouterr()
+    assert not out and err.startswith("rdmalab: -e tcp.analysis: tshark's SEQ/ACK analysis tree")
+    assert "-e tcp.analysis.retransmission" in err and len(err.strip().splitlines()) == 1
     for name in (*ANALYSIS_FIELDS, "tcp.analysis.flags && tcp.len > 0"):
         compile_filter(name)
     assert len(FLAG_FIELDS) == 14
