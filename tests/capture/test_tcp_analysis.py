@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tshark_util import requires_tshark
 
 from rdmalab.capture.filter import FilterError, compile_filter
 from rdmalab.capture.pcapwriter import write_capture
@@ -25,7 +26,6 @@ from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, FLAG_FIELDS
 from rdmalab.cli import main
 from rdmalab.wire.frame import encode_tcp_frame
 from rdmalab.wire.net import TCP
-from tests.tshark_util import requires_tshark
 
 ROOT = Path(__file__).resolve().parents[2]
 WITH_TCP = [p for p in sorted((ROOT / "captures").glob("*.pcap")) if p.name.startswith(("siw", "rxe_", "synthetic_iwarp"))]
