@@ -24,8 +24,9 @@ one after the other (``mergecap -a``, pcapng, as Wireshark writes; without merge
 fields (``tcp.stream``, ``udp.stream``, relative ``tcp.seq``, ``tcp.ack``, ``tcp.nxtseq``: followed in
 order in one process, the blocks decoded in workers) on all the packets, ``-T fields`` of the pcapng blocks' fields (``frame.interface_id``,
 ``frame.interface_name``, ``frame.comment`` ...: the file's blocks read beside the columns) on all the
-packets, ``-T json`` and ``-V`` on the first
-``--json-packets``.
+packets, ``-T fields`` of tshark's TCP sequence analysis (``tcp.analysis.flags`` and the rest: each TCP
+segment weighed in order in one process) and summaries filtered on it (``-Y tcp.analysis.retransmission``)
+on all the packets, ``-T json`` and ``-V`` on the first ``--json-packets``.
 
 ``--icmp`` measures what a host where nothing takes RoCEv2 answers: each RoCEv2 packet of the real rxe
 captures followed by the ICMP port unreachable that quotes it, as Linux writes one (IPv4: at most 576
@@ -64,6 +65,7 @@ from bench_columnar import FIELDS, build, run  # noqa: E402
 import rdmalab  # noqa: E402
 from rdmalab.capture.columnar_schema import CONVERSATION_FIELDS  # noqa: E402
 from rdmalab.capture.pcapio import FRAME_META_FIELDS  # noqa: E402
+from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS  # noqa: E402
 
 
 def mixed_sources() -> list[str]:
@@ -269,6 +271,16 @@ def main_mixed(args: argparse.Namespace, tmp: str) -> None:
     rows += compare("-T fields (conversations)", n,
                     [("rdmalab decode -T fields -e tcp.stream ...", [*py, "-r", big, "-T", "fields", *cf])],
                     [tshark, "-n", "-r", big, "-T", "fields", *cf] if tshark else None)
+    # tshark's TCP sequence analysis: every TCP segment weighed in order (retransmissions, duplicate ACKs ...),
+    # as fields and as the filter engineers type first
+    af = [a for f in ("frame.number", *ANALYSIS_FIELDS) for a in ("-e", f)]
+    rows += compare("-T fields (TCP analysis)", n,
+                    [("rdmalab decode -T fields -e tcp.analysis.flags ...", [*py, "-r", big, "-T", "fields", *af])],
+                    [tshark, "-n", "-r", big, "-T", "fields", *af] if tshark else None)
+    rows += compare("summary lines -Y tcp.analysis.retransmission", n,
+                    [("rdmalab decode -Y tcp.analysis.retransmission",
+                      [*py, "-r", big, "-Y", "tcp.analysis.retransmission"])],
+                    [tshark, "-n", "-r", big, "-Y", "tcp.analysis.retransmission"] if tshark else None)
     # the fields of the pcapng blocks around the packets (interfaces, sections, comments), read beside the columns
     mf = [a for f in ("frame.number", *FRAME_META_FIELDS) for a in ("-e", f)]
     rows += compare("-T fields (pcapng blocks)", n,

@@ -33,7 +33,9 @@ from rdmalab.capture.columnar_decode import (  # noqa: F401 - the public names o
     erf_ethernet_view,
     fill_conversations,
     fill_iwarp,
+    fill_tcp_analysis,
     fill_tcp_windows,
+    wants_analysis,
     wants_conversations,
     wants_iwarp,
     wants_windows,
@@ -63,13 +65,14 @@ from rdmalab.capture.pcapio import (  # noqa: F401 - the public names of the col
     record_blocks,
 )
 from rdmalab.capture.render import Conversations, TcpWindowScaling
+from rdmalab.capture.tcp_analysis import TcpAnalysis
 from rdmalab.wire.net import ETHERTYPE_QINQ, ETHERTYPE_VLAN, ROCEV2_PORT
 
 __all__ = ["COLUMNS", "COLUMN_BY_NAME", "COLUMN_NAMES", "CONVERSATION_FIELDS", "DERIVED", "IWARP_COLUMNS", "IWARP_LAYERS", "IWARP_PREFIXES",
            "LINKTYPE_ETHERNET", "ROCEV2_PORT", "WINDOW", "CaptureError", "Col", "Columns", "RecordBlock",
            "columns_from_dicts", "columns_from_packets", "decode_block", "empty_columns", "fill_conversations",
-           "fill_iwarp", "fill_tcp_windows", "format_column", "iter_columns", "read_columns", "read_many",
-           "record_blocks", "wants_conversations", "wants_iwarp", "wants_windows"]
+           "fill_iwarp", "fill_tcp_analysis", "fill_tcp_windows", "format_column", "iter_columns", "read_columns",
+           "read_many", "record_blocks", "wants_analysis", "wants_conversations", "wants_iwarp", "wants_windows"]
 
 # ============================================================================ whole files
 
@@ -138,7 +141,8 @@ def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, v
         fields = tuple(fields)
     tracker = _tracker() if wants_iwarp(fields) else None
     windows = TcpWindowScaling() if wants_windows(fields) else None
-    conversations = Conversations() if wants_conversations(fields) else None
+    analysis = TcpAnalysis() if wants_analysis(fields) else None
+    conversations = Conversations(analysis=analysis is not None) if wants_conversations(fields) else None
     stream = is_stream(p)
     try:
         per_packet = False
@@ -155,7 +159,7 @@ def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, v
                 yield cols
                 continue
             cols = decode_block(blk, verify_icrc=verify_icrc, fields=fields, tracker=tracker, windows=windows,
-                                conversations=conversations)
+                                conversations=conversations, analysis=analysis)
             cols.path = p
             if bar is not None:
                 bar.update(blk.file_pos - bar.n)
@@ -197,14 +201,17 @@ def read_columns(path: str | os.PathLike[str], *, verify_icrc: bool = True, prog
     tracker = _tracker()
     windows = TcpWindowScaling()
     conversations = Conversations()
+    analysis = TcpAnalysis()
 
     def done(item: tuple[RecordBlock, Any]) -> Columns:
         # the iWARP reassembly follows TCP streams across blocks: it runs here, in block order
         blk, fut = item
         cols: Columns = fut.result()
         fill_iwarp(blk, cols, tracker)
-        fill_tcp_windows(blk, cols, windows)
+        ends = fill_tcp_windows(blk, cols, windows, ends=True)
         fill_conversations(cols, conversations)
+        assert ends is not None
+        fill_tcp_analysis(cols, analysis, ends)
         return cols
 
     with worker_pool(workers) as pool:

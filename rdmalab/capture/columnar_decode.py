@@ -55,6 +55,7 @@ from rdmalab.capture.linktypes import (
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import CapturedPacket, RawRecord, decode_record, read
 from rdmalab.capture.render import Conversations, TcpWindowScaling, conversation_key, window_shift_option
+from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, TcpAnalysis
 from rdmalab.wire.control import (
     ICMP_ERRORS,
     ICMPV6_ERRORS,
@@ -162,8 +163,15 @@ _TCP_INPUTS = ("ip.src", "ip.dst", "ip.hdr_len", "ipv6.src", "ipv6.dst", "tcp.sr
 
 
 def wants_windows(fields: Iterable[str] | None) -> bool:
-    """Whether decoding ``fields`` (None: all) needs the TCP handshakes followed (``tcp.window_size``)."""
-    return fields is None or "tcp.window_size" in fields
+    """Whether decoding ``fields`` (None: all) needs the TCP handshakes followed (``tcp.window_size``,
+    and the TCP analysis, which weighs a segment against the window its receiver offered)."""
+    return fields is None or "tcp.window_size" in fields or wants_analysis(fields)
+
+
+def wants_analysis(fields: Iterable[str] | None) -> bool:
+    """Whether decoding ``fields`` (None: all) needs tshark's TCP sequence analysis followed
+    (:data:`~rdmalab.capture.tcp_analysis.ANALYSIS_FIELDS`: :func:`fill_tcp_analysis`)."""
+    return fields is None or not set(fields).isdisjoint(ANALYSIS_FIELDS)
 
 
 #: The columns :func:`fill_conversations` reads (added to the fields asked for when it runs).
@@ -173,13 +181,15 @@ CONVERSATION_INPUTS = ("ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "tcp.srcport"
 
 def wants_conversations(fields: Iterable[str] | None) -> bool:
     """Whether decoding ``fields`` (None: all) needs the conversations followed (``tcp.stream``,
-    ``udp.stream``, the relative ``tcp.seq``, ``tcp.ack`` and ``tcp.nxtseq``)."""
-    return fields is None or not set(fields).isdisjoint(CONVERSATION_FIELDS)
+    ``udp.stream``, the relative ``tcp.seq``, ``tcp.ack`` and ``tcp.nxtseq``; the TCP analysis, which
+    follows each conversation)."""
+    return fields is None or not set(fields).isdisjoint(CONVERSATION_FIELDS) or wants_analysis(fields)
 
 
 def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable[str] | None = None,
                  tracker: Any = None, windows: TcpWindowScaling | None = None,
-                 conversations: Conversations | None = None, quotes: bool = True) -> Columns:
+                 conversations: Conversations | None = None, quotes: bool = True,
+                 analysis: TcpAnalysis | None = None) -> Columns:
     """Decode one block of Ethernet records into columns.
 
     ``fields`` (default: all) limits the work to the columns named (and what they depend on);
@@ -191,16 +201,23 @@ def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable
     :data:`~rdmalab.capture.columnar_schema.CONVERSATION_FIELDS` (:func:`fill_conversations`).
     ``quotes``: the ICMP errors that quote a datagram get their per-packet fields in
     :attr:`Columns.multi` (:func:`fill_quotes`); False leaves them out (for a caller that decodes
-    those frames one by one anyway)."""
+    those frames one by one anyway).  ``analysis`` (the same; with ``windows`` and ``conversations``)
+    fills the TCP analysis' columns (:func:`fill_tcp_analysis`)."""
+    if analysis is not None and (windows is None or conversations is None):
+        raise ValueError("the TCP analysis follows the windows and the conversations: give both")
     if fields is not None and (tracker is not None or windows is not None):
         fields = (*fields, *_TCP_INPUTS)
     if fields is not None and conversations is not None:
         fields = (*fields, *CONVERSATION_INPUTS)
     cols = _decode(blk, verify_icrc, None if fields is None else frozenset(fields), tracker, quotes)
+    ends = None
     if windows is not None:
-        fill_tcp_windows(blk, cols, windows)
+        ends = fill_tcp_windows(blk, cols, windows, ends=analysis is not None)
     if conversations is not None:
         fill_conversations(cols, conversations)
+    if analysis is not None:
+        assert ends is not None
+        fill_tcp_analysis(cols, analysis, ends)
     return cols
 
 
@@ -356,13 +373,20 @@ def _quote_rows(cols: Columns) -> np.ndarray:
     return np.flatnonzero(np.isin(frames, np.asarray(quoting, dtype=frames.dtype)))
 
 
-def fill_tcp_windows(blk: RecordBlock, cols: Columns, windows: TcpWindowScaling) -> None:
+#: the TCP segments of a block as :func:`fill_tcp_windows` followed them, for :func:`fill_tcp_analysis`: their
+#: rows, each one's ends ((address, port) of its source and of its destination), and its receiver's
+#: window scaling shift after the segment (:meth:`TcpWindowScaling.receiver`)
+TcpEnds = tuple[np.ndarray, list[tuple[int, int]], list[tuple[int, int]], list[int]]
+
+
+def fill_tcp_windows(blk: RecordBlock, cols: Columns, windows: TcpWindowScaling, *, ends: bool = False) -> TcpEnds | None:
     """``tcp.window_size`` of the block's TCP segments, in order: the raw window scaled by the
-    shift count each direction's SYN offered (Python per TCP segment; other frames cost nothing)."""
+    shift count each direction's SYN offered (Python per TCP segment; other frames cost nothing).
+    ``ends``: return the segments' :data:`TcpEnds` as well."""
     d, L = cols.data, cols.layers
     idx = np.flatnonzero(L["tcp"])
     if len(idx) == 0:
-        return
+        return (idx, [], [], []) if ends else None
     v6 = L["ipv6"][idx]
     l4 = link_header_length(L)[idx] + np.where(v6, 40, d["ip.hdr_len"][idx].astype(np.int64))
     opt = blk.offset[idx] + l4
@@ -376,14 +400,67 @@ def fill_tcp_windows(blk: RecordBlock, cols: Columns, windows: TcpWindowScaling)
         src, dst = d["ip.src"][idx].tolist(), d["ip.dst"][idx].tolist()
     buf = blk.buf
     update = windows.update
-    out = [update(s, sp, t, dp, fl, w, window_shift_option(buf, a + 20, e) if fl & 0x02 else None)
-           for s, sp, t, dp, fl, w, a, e in zip(src, d["tcp.srcport"][idx].tolist(), dst,
-                                               d["tcp.dstport"][idx].tolist(), d["tcp.flags"][idx].tolist(),
-                                               d["tcp.window_size_value"][idx].tolist(), opt.tolist(),
-                                               opt_end.tolist(), strict=True)]
+    sports, dports = d["tcp.srcport"][idx].tolist(), d["tcp.dstport"][idx].tolist()
+    rows = zip(src, sports, dst, dports, d["tcp.flags"][idx].tolist(), d["tcp.window_size_value"][idx].tolist(),
+               opt.tolist(), opt_end.tolist(), strict=True)
+    got: TcpEnds | None = None
+    if not ends:
+        out = [update(s, sp, t, dp, fl, w, window_shift_option(buf, a + 20, e) if fl & 0x02 else None)
+               for s, sp, t, dp, fl, w, a, e in rows]
+    else:  # (and each receiver's shift as the segment left it: a SYN may change it)
+        out, rev = [], []
+        receiver = windows.receiver
+        for s, sp, t, dp, fl, w, a, e in rows:
+            out.append(update(s, sp, t, dp, fl, w, window_shift_option(buf, a + 20, e) if fl & 0x02 else None))
+            rev.append(receiver(s, sp, t, dp))
+        got = (idx, list(zip(src, sports, strict=True)), list(zip(dst, dports, strict=True)), rev)
     # (a header past its datagram, no tcp.len: the raw window, as fields.shown_window)
     d["tcp.window_size"][idx] = np.where(L["tcp.len"][idx], out, d["tcp.window_size_value"][idx])
     L["tcp.window_size"][idx] = L["tcp.rest"][idx]  # (a bogus header length: its window in the line alone, as tshark)
+    return got
+
+
+def fill_tcp_analysis(cols: Columns, analysis: TcpAnalysis, ends: TcpEnds) -> None:
+    """The TCP analysis' columns (:data:`~rdmalab.capture.tcp_analysis.ANALYSIS_FIELDS`) of a block's
+    segments, in order: each fed to ``analysis`` (kept from block to block) with its ``tcp.stream``
+    (:func:`fill_conversations` first), its ends and its receiver's window scaling shift (``ends``, from
+    :func:`fill_tcp_windows`), as the per-packet path feeds it (:class:`~rdmalab.capture.render.Conversations`).
+    Python runs per TCP segment.  A segment tshark does not analyse has none: a header cut before its
+    window or past its datagram (no ``tcp.len``); an ICMP error's quote is not a row of the ``tcp`` layer."""
+    d, L = cols.data, cols.layers
+    n = cols.n
+    for name in ANALYSIS_FIELDS:
+        L[name] = np.zeros(n, dtype=bool)
+    idx, srcs, dsts, revs = ends
+    if not len(idx):
+        return
+    ok = (L["tcp.stream"] & L["tcp.rest"] & L["tcp.len"])[idx]
+    frames = d["frame.number"]
+    segment = analysis.segment
+    hits: list[tuple[int, list[str], tuple[int, int] | None]] = []
+    for k, row, stream, seq, ack, flags, seglen, window, now, frame in zip(
+            np.flatnonzero(ok).tolist(), idx[ok].tolist(), d["tcp.stream"][idx[ok]].tolist(),
+            d["tcp.seq_raw"][idx[ok]].tolist(), d["tcp.ack_raw"][idx[ok]].tolist(), d["tcp.flags"][idx[ok]].tolist(),
+            d["tcp.len"][idx[ok]].tolist(), d["tcp.window_size_value"][idx[ok]].tolist(),
+            d["frame.time_ns"][idx[ok]].tolist(), frames[idx[ok]].tolist(), strict=True):
+        names, dup = segment(stream, srcs[k], dsts[k], revs[k], seq, ack, flags, seglen, window, now, frame)
+        if names or dup is not None:
+            hits.append((row, names, dup))
+    for row, names, dup in hits:
+        if names:
+            L["tcp.analysis.flags"][row] = True
+            for name in names:
+                L[name][row] = True
+        if dup is not None:
+            for name, value in zip(("tcp.analysis.duplicate_ack_num", "tcp.analysis.duplicate_ack_frame"), dup,
+                                   strict=True):
+                L[name][row] = True
+                d[name][row] = value
+            # (tshark gives a duplicate ACK's label twice: Columns.multi holds both, the column the first)
+            cols.multi.setdefault(int(frames[row]), {})["tcp.analysis.duplicate_ack"] = [1, 1]
+    for name in ANALYSIS_FIELDS:
+        if name not in ("tcp.analysis.duplicate_ack_num", "tcp.analysis.duplicate_ack_frame"):
+            d[name] = L[name].astype(np.uint8)
 
 
 def _wanted(wanted: frozenset[str] | None, prefixes: tuple[str, ...]) -> bool:
@@ -718,7 +795,8 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     for c in COLUMNS:  # the columns not asked for
         if c.name not in data:
             data[c.name] = np.zeros(n, dtype=c.dtype)
-    for name in (*IWARP_LAYERS, *(c.layer for c in IWARP_COLUMNS), "tcp.window_size", *CONVERSATION_FIELDS):
+    for name in (*IWARP_LAYERS, *(c.layer for c in IWARP_COLUMNS), "tcp.window_size", *CONVERSATION_FIELDS,
+                 *ANALYSIS_FIELDS):
         L[name] = np.zeros(n, dtype=bool)
     cols = Columns(n, data, L)
     # ICMP errors that quote a datagram (rare): their fields by the per-packet decoder (a quote's ip.src
@@ -909,9 +987,9 @@ def per_packet_row(cp: CapturedPacket, conversations: Conversations | None,
     entry: the columns keep the frame's own headers (as :func:`fill_quotes` leaves them), the entry
     all of its fields, the quote's conversation numbers among them."""
     row = frame_fields(cp, raw=True)
-    if conversations is not None:
-        conversations.add(row)
     w = windows.window(cp.packet) if windows is not None else None
+    if conversations is not None:
+        conversations.add(row, cp.packet, windows)  # (the TCP analysis, if it follows it: after the window)
     if cp.packet.quoted is None:
         if w is not None and "tcp.window_size_value" in row:  # (a bogus header length: no field, as tshark)
             row["tcp.window_size"] = shown_window(row, w)
@@ -1061,7 +1139,7 @@ def columns_from_packets(path: str | os.PathLike[str], *, first: int = 1, limit:
     n_max = limit
     rows: list[dict[str, Any]] = []
     windows = TcpWindowScaling()
-    conversations = Conversations()
+    conversations = Conversations(analysis=True)
     quoting: dict[int, dict[str, Any]] = {}
     for cp in read(path):
         # every frame, in order: the handshakes and conversations before ``first`` too
@@ -1152,6 +1230,8 @@ def columns_from_dicts(rows: list[dict[str, Any]], quoting: dict[int, dict[str, 
             L["rdmalab.crc32c"][i] = True
         if int(row.get("rdmalab.pdus", 0) or 0) > 1:
             multi[int(row["frame.number"])] = {k: v for k, v in row.items() if k.startswith(IWARP_PREFIXES)}
+        if "tcp.analysis.duplicate_ack" in row:  # (its label twice, as tshark's: fill_tcp_analysis)
+            multi.setdefault(int(row["frame.number"]), {})["tcp.analysis.duplicate_ack"] = row["tcp.analysis.duplicate_ack"]
     multi.update(quoting or {})
     L["frame"] = np.ones(n, dtype=bool)
     # (the BTH as its fields say: a RoCE frame whose BTH is cut or not after a GRH of IBA has none, as in decode_block)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from rdmalab.capture.tcp_analysis import LABEL_FIELDS
 from rdmalab.wire.net import ETHERTYPE_ROCE, ROCEV2_PORT, TCP, IPv4
 from rdmalab.wire.opcodes import opcode_name
 
@@ -106,6 +107,13 @@ COLUMNS: tuple[Col, ...] = (
     # so they are only filled (and present) where the decoder follows the conversations
     # (rdmalab.capture.render.Conversations, columnar_decode.fill_conversations)
     *(Col(name, "u4", name) for name in CONVERSATION_FIELDS),
+    # tshark's TCP sequence analysis (rdmalab.capture.tcp_analysis): each segment weighed against its
+    # conversation's segments before it, in order, so only filled (and present) where the decoder follows
+    # it (columnar_decode.fill_tcp_analysis); the flags are labels (1 where present); a duplicate ACK's
+    # label occurs twice in tshark's tree (Columns.multi holds both)
+    *(Col(name, "u1", name) for name in LABEL_FIELDS),
+    Col("tcp.analysis.duplicate_ack_num", "u4", "tcp.analysis.duplicate_ack_num"),
+    Col("tcp.analysis.duplicate_ack_frame", "u8", "tcp.analysis.duplicate_ack_frame"),
     Col("infiniband.grh.tclass", "u1", "infiniband.grh"),
     Col("infiniband.grh.flowlabel", "u4", "infiniband.grh"),
     Col("infiniband.grh.paylen", "u2", "infiniband.grh"),

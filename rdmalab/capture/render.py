@@ -382,6 +382,11 @@ class TcpWindowScaling:
         return (self._shift.get((src, tcp.sport, dst, tcp.dport), self.UNKNOWN),
                 self._shift.get((dst, tcp.dport, src, tcp.sport), self.UNKNOWN))
 
+    def receiver(self, src: object, sport: int, dst: object, dport: int) -> int:
+        """The shift count learnt so far of the receiver of a segment from ``src``:``sport`` to
+        ``dst``:``dport`` (:meth:`shifts`' second, from the ends' numbers)."""
+        return self._shift.get((dst, dport, src, sport), self.UNKNOWN)
+
     def update(self, src: object, sport: int, dst: object, dport: int, flags: int, window: int,
                shift: int | None) -> int:
         """The scaled window of one segment, given its addresses, ports, flags, raw window and (for

@@ -3,10 +3,11 @@ and out-of-order segments, duplicate ACKs, keep-alives, window updates, zero win
 
 Wireshark follows each TCP direction's highest sequence number, last acknowledgment, window and
 duplicate-ACK count, and flags a segment against them (packet-tcp.c, ``tcp_analyze_sequence_number``,
-tshark 4.0).  :class:`TcpAnalysis` does the same, one segment at a time, in capture order: the per-packet
-path feeds it every frame (:class:`rdmalab.capture.render.Conversations` with ``analysis=True``, which
-gives each segment its ``tcp.stream``), when a display filter or ``-T fields`` asks for one of
-:data:`ANALYSIS_FIELDS`.  The flags are those tshark gives on the real captures of ``captures/`` and on
+tshark 4.0).  :class:`TcpAnalysis` does the same, one segment at a time, in capture order, when a display
+filter or ``-T fields`` asks for one of :data:`ANALYSIS_FIELDS`: the columnar decoder feeds it each
+block's segments from their columns (:func:`rdmalab.capture.columnar_decode.fill_tcp_analysis`, after the
+windows and the conversations), the per-packet path every frame (:class:`rdmalab.capture.render.Conversations`
+with ``analysis=True``, which gives each segment its ``tcp.stream``).  The flags are those tshark gives on the real captures of ``captures/`` and on
 segments made to raise each flag (``tests/capture/test_tcp_analysis.py``).
 
 Not given: ``tcp.analysis`` itself (tshark's SEQ/ACK analysis tree, on nearly every segment) and its
@@ -18,7 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdmalab.wire.net import TCP, seq_add, seq_diff
+from rdmalab.wire.net import SEQ_HALF as _SEQ_HALF
+from rdmalab.wire.net import SEQ_MASK as _SEQ_MASK
+from rdmalab.wire.net import TCP
 
 #: the flags, as tshark names them (FT_NONE labels: present or not), in the order of its -T fields
 FLAG_FIELDS = ("tcp.analysis.retransmission", "tcp.analysis.fast_retransmission",
@@ -63,7 +66,7 @@ class _Conversation:
     __slots__ = ("dirs", "syn_ns", "first_rtt_ns")
 
     def __init__(self) -> None:
-        self.dirs: dict[tuple[Any, int], _Direction] = {}
+        self.dirs: dict[Any, _Direction] = {}
         self.syn_ns = 0  # the last SYN without ACK
         self.first_rtt_ns = 0  # from it to the first ACK without SYN (tshark's iRTT)
 
@@ -89,19 +92,8 @@ class TcpAnalysis:
         if not (isinstance(seq, int) and isinstance(ack, int) and isinstance(flags, int) and isinstance(seglen, int)
                 and isinstance(window, int) and isinstance(now, int)):
             return  # (a header tshark stops in before its analysis)
-        conv = self._conv.get(stream)
-        if conv is None:
-            if len(self._conv) >= self._most:
-                self._conv.pop(next(iter(self._conv)))
-            conv = self._conv[stream] = _Conversation()
-        fwd = conv.dirs.setdefault(src, _Direction())
-        rev = conv.dirs.setdefault(dst, _Direction())
-        if flags & TCP.SYN and not flags & TCP.ACK:
-            conv.syn_ns = now
-        elif flags & TCP.ACK and not flags & TCP.SYN and conv.syn_ns and not conv.first_rtt_ns:
-            conv.first_rtt_ns = now - conv.syn_ns
-        names, dup = self._flags(fwd, rev, seq, ack, flags, seglen, window, now, int(fields["frame.number"]),
-                                 rev_shift, conv.first_rtt_ns)
+        names, dup = self.segment(stream, src, dst, rev_shift, seq, ack, flags, seglen, window, now,
+                                  int(fields["frame.number"]))
         if names:
             fields["tcp.analysis.flags"] = 1
             for name in names:
@@ -110,70 +102,101 @@ class TcpAnalysis:
         if dup is not None:
             fields["tcp.analysis.duplicate_ack_num"], fields["tcp.analysis.duplicate_ack_frame"] = dup
 
+    def segment(self, stream: int, src: Any, dst: Any, rev_shift: int, seq: int, ack: int, flags: int, seglen: int,
+                window: int, now: int, frame: int) -> tuple[list[str], tuple[int, int] | None]:
+        """:meth:`add` of one segment given by its numbers (raw sequence and acknowledgment numbers, flags,
+        ``tcp.len``, raw window, time in nanoseconds, frame number; ``src`` and ``dst`` its ends, any values
+        that tell the two directions apart): the names of its flags, in :data:`FLAG_FIELDS` order, and a
+        duplicate ACK's number and the frame of the ACK it repeats (else None)."""
+        conv = self._conv.get(stream)
+        if conv is None:
+            if len(self._conv) >= self._most:
+                self._conv.pop(next(iter(self._conv)))
+            conv = self._conv[stream] = _Conversation()
+        dirs = conv.dirs
+        fwd = dirs.get(src)
+        if fwd is None:
+            fwd = dirs[src] = _Direction()
+        rev = dirs.get(dst)
+        if rev is None:
+            rev = dirs[dst] = _Direction()
+        if flags & TCP.SYN and not flags & TCP.ACK:
+            conv.syn_ns = now
+        elif flags & TCP.ACK and not flags & TCP.SYN and conv.syn_ns and not conv.first_rtt_ns:
+            conv.first_rtt_ns = now - conv.syn_ns
+        return self._flags(fwd, rev, seq, ack, flags, seglen, window, now, frame, rev_shift, conv.first_rtt_ns)
+
     @staticmethod
     def _flags(fwd: _Direction, rev: _Direction, seq: int, ack: int, flags: int, seglen: int, window: int, now: int,
                frame: int, rev_shift: int, first_rtt_ns: int) -> tuple[list[str], tuple[int, int] | None]:
-        """The flags of one segment, and the direction's state moved past it (packet-tcp.c's order)."""
+        """The flags of one segment, and the direction's state moved past it (packet-tcp.c's order).
+        (Sequence arithmetic written out: ``(a + n) & M`` is :func:`~rdmalab.wire.net.seq_add`, and
+        ``((a - b + H) & M) - H`` is :func:`~rdmalab.wire.net.seq_diff`; this runs for every segment.)"""
+        M, H = _SEQ_MASK, _SEQ_HALF
         ta: set[str] = set()
         dup: tuple[int, int] | None = None
         plain = not flags & _SYN_FIN_RST
-        repeats = seq == fwd.nextseq and ack == fwd.lastack  # (the window and ACK of the last segment again)
-        probe = seglen == 1 and seq == fwd.nextseq and rev.window == 0
+        nextseq_was = fwd.nextseq
+        repeats = seq == nextseq_was and ack == fwd.lastack  # (the window and ACK of the last segment again)
+        probe = seglen == 1 and seq == nextseq_was and rev.window == 0
         if probe:
             ta.add("tcp.analysis.zero_window_probe")
         else:
             if window == 0 and plain:
                 ta.add("tcp.analysis.zero_window")
-            if fwd.nextseq and seq_diff(seq, fwd.nextseq) > 0 and not flags & TCP.RST:
+            if nextseq_was and ((seq - nextseq_was + H) & M) > H and not flags & TCP.RST:
                 ta.add("tcp.analysis.lost_segment")
-            if seglen <= 1 and seq == seq_add(fwd.nextseq, -1) and plain:
+            if seglen <= 1 and seq == (nextseq_was - 1) & M and plain:
                 ta.add("tcp.analysis.keep_alive")
-            if seglen == 0 and window and window != fwd.window and repeats and plain:
-                ta.add("tcp.analysis.window_update")
-            if (seglen > 0 and rev_shift != -1 and plain
-                    and seq_add(seq, seglen) == seq_add(rev.lastack, rev.window << max(rev_shift, 0))):
+            if plain and seglen == 0:
+                if window and window != fwd.window and repeats:
+                    ta.add("tcp.analysis.window_update")
+            elif plain and rev_shift != -1 and (seq + seglen) & M == (rev.lastack + (rev.window << max(rev_shift, 0))) & M:
                 ta.add("tcp.analysis.window_full")
-            if seglen == 0 and window and window == fwd.window and repeats and plain \
-                    and "tcp.analysis.keep_alive" in rev.last_flags:
-                ta.add("tcp.analysis.keep_alive_ack")
-            elif seglen == 0 and window == 0 and fwd.window == 0 and repeats and plain \
-                    and "tcp.analysis.zero_window_probe" in rev.last_flags:
-                ta.add("tcp.analysis.zero_window_probe_ack")
-            elif seglen == 0 and window and window == fwd.window and repeats and plain:
-                fwd.dupacks = 1 if fwd.dupacks == -1 else fwd.dupacks + 1  # (-1: an ACK of unseen data was said)
-                ta.add("tcp.analysis.duplicate_ack")
-                dup = (fwd.dupacks, fwd.lastnondupack)
+            if seglen == 0 and repeats and plain:
+                if window and window == fwd.window and "tcp.analysis.keep_alive" in rev.last_flags:
+                    ta.add("tcp.analysis.keep_alive_ack")
+                elif window == 0 and fwd.window == 0 and "tcp.analysis.zero_window_probe" in rev.last_flags:
+                    ta.add("tcp.analysis.zero_window_probe_ack")
+                elif window and window == fwd.window:
+                    fwd.dupacks = 1 if fwd.dupacks == -1 else fwd.dupacks + 1  # (-1: an ACK of unseen data was said)
+                    ta.add("tcp.analysis.duplicate_ack")
+                    dup = (fwd.dupacks, fwd.lastnondupack)
         if ack != fwd.lastack:
             fwd.lastnondupack = frame
             fwd.dupacks = 0
-        if rev.maxseqtobeacked and seq_diff(ack, rev.maxseqtobeacked) > 0 and flags & TCP.ACK:
-            if rev.maxseqtobeacked != rev.nextseq:  # it acknowledges octets in a hole of the other direction
+        rev_max = rev.maxseqtobeacked
+        if rev_max and ((ack - rev_max + H) & M) > H and flags & TCP.ACK:
+            if rev_max != rev.nextseq:  # it acknowledges octets in a hole of the other direction
                 rev.maxseqtobeacked = rev.nextseq
                 ta.add("tcp.analysis.ack_lost_segment")
             else:  # octets past all the other direction sent: said once, until that direction's ACK moves
                 if rev.dupacks == 0:
                     ta.add("tcp.analysis.ack_lost_segment")
                 rev.dupacks = -1
-        if (seglen > 0 or flags & (TCP.SYN | TCP.FIN)) and "tcp.analysis.keep_alive" not in ta:
-            behind = bool(fwd.nextseq) and seq_diff(seq, fwd.nextseq) < 0
-            if seglen > 1 and seq_add(fwd.nextseq, -1) == seq:
+        syn_fin = 1 if flags & (TCP.SYN | TCP.FIN) else 0
+        ends = (seq + seglen + syn_fin) & M
+        if (seglen > 0 or syn_fin) and "tcp.analysis.keep_alive" not in ta:
+            behind = bool(nextseq_was) and ((seq - nextseq_was + H) & M) < H
+            if seglen > 1 and (nextseq_was - 1) & M == seq:
                 behind = False  # (more than the octet before a zero window probe: new data)
-            ends = seq_add(seq, seglen + (1 if flags & (TCP.SYN | TCP.FIN) else 0))
             # (times as tshark's unsigned nanoseconds: a segment before the one compared with is long after it)
-            if seglen > 0 and rev.lastack and seq_diff(seq_add(seq, seglen), rev.lastack) <= 0:
+            if seglen > 0 and rev.lastack and ((seq + seglen - rev.lastack + H) & M) <= H:
                 ta.update(("tcp.analysis.spurious_retransmission", "tcp.analysis.retransmission"))  # (acknowledged)
             elif (behind and (rev.dupacks >= 2 or rev.dupacks == -1) and rev.lastack == seq  # (-1: unsigned in tshark)
                     and (now - rev.lastack_ns) % _U64 < FAST_RETRANSMISSION_NS):
                 ta.update(("tcp.analysis.fast_retransmission", "tcp.analysis.retransmission"))
-            elif behind and (now - fwd.nextseq_ns) % _U64 < (first_rtt_ns or OUT_OF_ORDER_NS) and fwd.nextseq != ends:
+            elif behind and (now - fwd.nextseq_ns) % _U64 < (first_rtt_ns or OUT_OF_ORDER_NS) and nextseq_was != ends:
                 ta.add("tcp.analysis.out_of_order")
             elif behind:
                 ta.add("tcp.analysis.retransmission")
-        nextseq = seq_add(seq, seglen + (1 if flags & (TCP.SYN | TCP.FIN) else 0))
-        if (not fwd.nextseq or seq_diff(nextseq, fwd.nextseq) > 0) and not probe:
-            fwd.nextseq, fwd.nextseq_ns = nextseq, now
+        if (not fwd.nextseq or ((ends - fwd.nextseq + H) & M) > H) and not probe:
+            fwd.nextseq, fwd.nextseq_ns = ends, now
         if (not fwd.maxseqtobeacked or seq == fwd.maxseqtobeacked) and not probe:
             fwd.maxseqtobeacked = fwd.nextseq
         fwd.window, fwd.lastack, fwd.lastack_ns = window, ack, now
+        if not ta:
+            fwd.last_flags = frozenset()
+            return [], dup
         fwd.last_flags = frozenset(ta)
         return [n for n in FLAG_FIELDS if n in ta], dup

@@ -28,7 +28,7 @@ from rdmalab.capture.columnar import read_columns
 from rdmalab.capture.columnar_decode import QUOTED
 from rdmalab.capture.columnar_schema import COLUMNS, CONVERSATION_FIELDS
 from rdmalab.capture.fields import frame_fields
-from rdmalab.capture.render import Conversations
+from rdmalab.capture.render import Conversations, TcpWindowScaling
 from rdmalab.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,9 +69,11 @@ def test_every_column_is_a_field_of_the_same_frames(path: str) -> None:
     cols = read_columns(path)
     frames = list(reader.read(path))
     per = [frame_fields(cp, raw=True) for cp in frames]
-    conversations = Conversations()
-    for f in per:  # (as decode feeds them: every frame, in order)
-        conversations.add(f)
+    conversations = Conversations(analysis=True)  # (and tshark's TCP analysis, which the columns hold too)
+    windows = TcpWindowScaling()
+    for f, cp in zip(per, frames, strict=True):  # (as decode feeds them: every frame, in order)
+        windows.window(cp.packet)
+        conversations.add(f, cp.packet, windows)
     assert cols.n == len(per)
     # an ICMP error that quotes a datagram: its columns are the frame's own headers, and Columns.multi holds
     # its per-packet fields, the quote's after the frame's (what -T fields and filters read for it)

@@ -31,10 +31,11 @@ CAPTURES = sorted(glob.glob(str(ROOT / "captures" / "*.pcap")))
 def test_every_column_is_present_on_the_same_frames(path: str) -> None:
     cols = read_columns(path)
     windows = TcpWindowScaling()
-    conversations = Conversations()
-    fields = [frame_fields(cp, windows=windows) for cp in read(path)]
-    for f in fields:  # (as decode feeds them: every frame, in order)
-        conversations.add(f)
+    conversations = Conversations(analysis=True)  # (and tshark's TCP analysis, which the columns hold too)
+    fields = []
+    for cp in read(path):  # (as decode feeds them: every frame, in order)
+        fields.append(frame_fields(cp, windows=windows))
+        conversations.add(fields[-1], cp.packet, windows)
     assert cols.n == len(fields)
     for name in sorted(COLUMN_NAMES):
         flt = compile_filter(name)

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import random
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tshark_util import requires_tshark
 
+from rdmalab.capture.columnar import iter_columns, read_columns
+from rdmalab.capture.fieldtext import _block_text
 from rdmalab.capture.filter import FilterError, compile_filter
 from rdmalab.capture.pcapwriter import write_capture
 from rdmalab.capture.reader import records
@@ -193,11 +196,15 @@ def _ours(path: Path, names: tuple[str, ...], capsys: Any, *extra: str) -> list[
 
 
 def _same(path: Path, capsys: Any) -> list[str]:
+    """tshark's fields of every frame, and rdmalab's the same on both paths: from columns (the default:
+    rdmalab.capture.columnar_decode.fill_tcp_analysis) and per packet (render.Conversations)."""
     names = ("frame.number", *ANALYSIS_FIELDS)
-    theirs, ours = _tshark(path, names), _ours(path, names, capsys)
-    assert len(ours) == len(theirs)
-    bad = [(t, o) for t, o in zip(theirs, ours, strict=True) if t != o]
-    assert not bad, f"{len(bad)} frames differ from tshark's (tshark, rdmalab): {bad[:5]}"
+    theirs = _tshark(path, names)
+    for extra in ((), ("--no-columnar",)):
+        ours = _ours(path, names, capsys, *extra)
+        assert len(ours) == len(theirs)
+        bad = [(t, o) for t, o in zip(theirs, ours, strict=True) if t != o]
+        assert not bad, f"{extra}: {len(bad)} frames differ from tshark's (tshark, rdmalab): {bad[:5]}"
     return theirs
 
 
@@ -254,6 +261,39 @@ def test_acks_of_unseen_data_are_said_as_tshark_says_them(tmp_path: Path, capsys
 def test_a_lossy_capture_of_a_bulk_transfer_is_analysed_as_tshark_does(seed: int, tmp_path: Path, capsys: Any) -> None:
     _path, rows = _written_and_compared(tmp_path / f"lossy{seed}.pcap", lossy_conversation(seed), capsys)
     assert sum(1 for r in rows if r[1]) > 40  # (flags of many kinds here, each frame compared)
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_the_columns_follow_the_analysis_from_block_to_block(tmp_path: Path, capsys: Any) -> None:
+    """The columns of blocks far smaller than the capture (the state goes on from one to the next), of a
+    raw IP capture (its columns made by the per-packet decoder), of a capture read from a pipe, and the
+    Python API's (read_columns) hold the fields tshark gives, with one -E occurrence option too."""
+    frames = lossy_conversation(1)
+    path, rows = _written_and_compared(tmp_path / "lossy.pcap", frames, capsys)
+    names = ("frame.number", *ANALYSIS_FIELDS)
+    want = ["\t".join(r) for r in rows]
+    small = list(iter_columns(path, block_bytes=4096, fields=names))
+    assert len(small) > 20
+    got = b"".join(_block_text(c, names, None, b"\t", b"") for c in small).decode().splitlines()
+    assert got == want
+    cols = read_columns(path)
+    assert int(cols.present("tcp.analysis.flags").sum()) == sum(1 for r in rows if r[1])
+    dup = ANALYSIS_FIELDS.index("tcp.analysis.duplicate_ack") + 1
+    assert {f: got["tcp.analysis.duplicate_ack"] for f, got in cols.multi.items()} == {
+        int(r[0]): [1, 1] for r in rows if r[dup]}
+    raw = tmp_path / "raw.pcap"  # (the same segments without their Ethernet headers: link type RAW)
+    write_capture(raw, [(t, f[14:]) for t, f in frames], linktype=101)
+    assert _ours(raw, names, capsys) == _tshark(raw, names) == want
+    first = subprocess.run(["tshark", "-n", "-r", str(path), "-T", "fields", "-e", "tcp.analysis.duplicate_ack",
+                            "-E", "occurrence=f", "-E", "separator=,"], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    assert _ours(path, ("tcp.analysis.duplicate_ack",), capsys, "-E", "occurrence=f") == first
+    assert "1" in first
+    piped = subprocess.run([sys.executable, "-m", "rdmalab", "decode", "-r", "-", "-T", "fields",
+                            *(x for n in names for x in ("-e", n))], input=path.read_bytes(), capture_output=True,
+                           check=True).stdout.decode().splitlines()
+    assert piped == want
 
 
 @pytest.mark.parametrize("flt", ["tcp.analysis.retransmission == 1", "tcp.analysis.flags != 0",
