@@ -29,27 +29,13 @@ fi
 export RDMALAB_LIVE="${RDMALAB_LIVE:-1}"
 echo "== ruff"; ruff check rdmalab tests benchmarks examples
 echo "== mypy (strict on rdmalab.wire)"; mypy rdmalab
-# pytest exits 5 when it collected no tests: that is a failure of this suite, say so plainly.
-run_pytest() {
-  python -m pytest "$@"
-  local r=$?
-  if [ "$r" = 5 ]; then echo "pytest collected no tests: pytest $*" >&2; r=1; fi
-  return "$r"
-}
+echo "== pytest"
 set +e
-if [ "$#" -gt 0 ]; then  # (tests named on the command line: as asked, in one process)
-  echo "== pytest $*"; run_pytest "$@"; rc=$?
-else
-  # The live tests first, alone: their VMs run under TCG and take both cores (the interop matrix's
-  # VM in the background beside the lab VM). Then every other test, one worker process a core
-  # (pytest-xdist; a file's tests stay together in one worker, in their order, as their module-scoped
-  # fixtures expect); one after the other they took 46 of CI's 53 minutes.
-  echo "== pytest tests/live (the lab VM)"; run_pytest tests/live; rc_live=$?
-  echo "== pytest, the other tests ($(nproc) workers)"
-  run_pytest --ignore=tests/live -n "$(nproc)" --dist loadfile; rc_host=$?
-  rc=$rc_live; [ "$rc" = 0 ] && rc=$rc_host
-fi
+python -m pytest "$@"
+rc=$?
 set -e
+# pytest exits 5 when it collected no tests: that is a failure of this suite, say so plainly.
+if [ "$rc" = 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi
 if [ "$rc" != 0 ]; then exit "$rc"; fi
 # python3-pyverbs provides only the test files here (no kernel device): the suite runs on rdmalab.verbs.
 echo "== rdma-core's pyverbs tests on rdmalab.verbs, side by side with kernel rxe"
