@@ -252,9 +252,11 @@ class Columns:
         self.data = data
         self.layers = layers
         self.path = path
-        #: frames that complete more than one iWARP PDU: frame number -> every iWARP field of
-        #: the frame, a list where a field occurs more than once (what tshark prints with
-        #: ``-E occurrence=a``); the columns hold each field's first occurrence
+        #: frames whose fields occur more than once, frame number -> those fields: a frame that
+        #: completes more than one iWARP PDU (every iWARP field of the frame, a list where a field
+        #: occurs more than once: what tshark prints with ``-E occurrence=a``), a duplicate ACK
+        #: (``tcp.analysis.duplicate_ack``: ``[1, 1]``), an ICMP error that quotes a datagram (its
+        #: per-packet fields, columnar_decode.fill_quotes); the columns hold each field's first occurrence
         self.multi: dict[int, dict[str, Any]] = multi if multi is not None else {}
 
     def __len__(self) -> int:
