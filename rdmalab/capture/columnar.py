@@ -65,7 +65,6 @@ from rdmalab.capture.pcapio import (  # noqa: F401 - the public names of the col
     record_blocks,
 )
 from rdmalab.capture.render import Conversations, TcpWindowScaling
-from rdmalab.capture.tcp_analysis import TcpAnalysis
 from rdmalab.wire.net import ETHERTYPE_QINQ, ETHERTYPE_VLAN, ROCEV2_PORT
 
 __all__ = ["COLUMNS", "COLUMN_BY_NAME", "COLUMN_NAMES", "CONVERSATION_FIELDS", "DERIVED", "IWARP_COLUMNS", "IWARP_LAYERS", "IWARP_PREFIXES",
@@ -141,8 +140,7 @@ def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, v
         fields = tuple(fields)
     tracker = _tracker() if wants_iwarp(fields) else None
     windows = TcpWindowScaling() if wants_windows(fields) else None
-    analysis = TcpAnalysis() if wants_analysis(fields) else None
-    conversations = Conversations(analysis=analysis is not None) if wants_conversations(fields) else None
+    conversations = Conversations(analysis=wants_analysis(fields)) if wants_conversations(fields) else None
     stream = is_stream(p)
     try:
         per_packet = False
@@ -159,7 +157,7 @@ def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, v
                 yield cols
                 continue
             cols = decode_block(blk, verify_icrc=verify_icrc, fields=fields, tracker=tracker, windows=windows,
-                                conversations=conversations, analysis=analysis)
+                                conversations=conversations)
             cols.path = p
             if bar is not None:
                 bar.update(blk.file_pos - bar.n)
@@ -200,8 +198,7 @@ def read_columns(path: str | os.PathLike[str], *, verify_icrc: bool = True, prog
     parts: list[Columns] = []
     tracker = _tracker()
     windows = TcpWindowScaling()
-    conversations = Conversations()
-    analysis = TcpAnalysis()
+    conversations = Conversations(analysis=True)
 
     def done(item: tuple[RecordBlock, Any]) -> Columns:
         # the iWARP reassembly follows TCP streams across blocks: it runs here, in block order
@@ -210,8 +207,8 @@ def read_columns(path: str | os.PathLike[str], *, verify_icrc: bool = True, prog
         fill_iwarp(blk, cols, tracker)
         ends = fill_tcp_windows(blk, cols, windows, ends=True)
         fill_conversations(cols, conversations)
-        assert ends is not None
-        fill_tcp_analysis(cols, analysis, ends)
+        assert ends is not None and conversations.analysis is not None
+        fill_tcp_analysis(cols, conversations.analysis, ends)
         return cols
 
     with worker_pool(workers) as pool:

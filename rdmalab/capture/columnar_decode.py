@@ -55,7 +55,7 @@ from rdmalab.capture.linktypes import (
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import CapturedPacket, RawRecord, decode_record, read
 from rdmalab.capture.render import Conversations, TcpWindowScaling, conversation_key, window_shift_option
-from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, TcpAnalysis
+from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, LABEL_FIELDS, TcpAnalysis
 from rdmalab.wire.control import (
     ICMP_ERRORS,
     ICMPV6_ERRORS,
@@ -188,8 +188,7 @@ def wants_conversations(fields: Iterable[str] | None) -> bool:
 
 def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable[str] | None = None,
                  tracker: Any = None, windows: TcpWindowScaling | None = None,
-                 conversations: Conversations | None = None, quotes: bool = True,
-                 analysis: TcpAnalysis | None = None) -> Columns:
+                 conversations: Conversations | None = None, quotes: bool = True) -> Columns:
     """Decode one block of Ethernet records into columns.
 
     ``fields`` (default: all) limits the work to the columns named (and what they depend on);
@@ -201,10 +200,11 @@ def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable
     :data:`~rdmalab.capture.columnar_schema.CONVERSATION_FIELDS` (:func:`fill_conversations`).
     ``quotes``: the ICMP errors that quote a datagram get their per-packet fields in
     :attr:`Columns.multi` (:func:`fill_quotes`); False leaves them out (for a caller that decodes
-    those frames one by one anyway).  ``analysis`` (the same; with ``windows`` and ``conversations``)
-    fills the TCP analysis' columns (:func:`fill_tcp_analysis`)."""
-    if analysis is not None and (windows is None or conversations is None):
-        raise ValueError("the TCP analysis follows the windows and the conversations: give both")
+    those frames one by one anyway).  Conversations made with ``analysis=True`` also fill the TCP
+    analysis' columns (:func:`fill_tcp_analysis`; ``windows`` must then be given)."""
+    analysis = conversations.analysis if conversations is not None else None
+    if analysis is not None and windows is None:
+        raise ValueError("the TCP analysis weighs each segment against its receiver's window: give the windows too")
     if fields is not None and (tracker is not None or windows is not None):
         fields = (*fields, *_TCP_INPUTS)
     if fields is not None and conversations is not None:
@@ -458,9 +458,8 @@ def fill_tcp_analysis(cols: Columns, analysis: TcpAnalysis, ends: TcpEnds) -> No
                 d[name][row] = value
             # (tshark gives a duplicate ACK's label twice: Columns.multi holds both, the column the first)
             cols.multi.setdefault(int(frames[row]), {})["tcp.analysis.duplicate_ack"] = [1, 1]
-    for name in ANALYSIS_FIELDS:
-        if name not in ("tcp.analysis.duplicate_ack_num", "tcp.analysis.duplicate_ack_frame"):
-            d[name] = L[name].astype(np.uint8)
+    for name in LABEL_FIELDS:  # (present: 1)
+        d[name] = L[name].astype(np.uint8)
 
 
 def _wanted(wanted: frozenset[str] | None, prefixes: tuple[str, ...]) -> bool:

@@ -61,7 +61,6 @@ from rdmalab.capture.render import (
     time_text,
     window_shift_option,
 )
-from rdmalab.capture.tcp_analysis import TcpAnalysis
 from rdmalab.wire import crc as _crc
 from rdmalab.wire.control import ICMP_ERRORS, ICMPV6_ERRORS, IPPROTO_ICMP, IPPROTO_ICMPV6, icmp_summary, icmpv6_summary
 from rdmalab.wire.errors import DecodeError
@@ -1175,16 +1174,15 @@ class _Shown:
     def __init__(self, flt: Any) -> None:
         self.flt = flt
         # (the TCP analysis, when the filter reads it: it follows the windows too)
-        self.analysis = TcpAnalysis() if wants_analysis(flt.fields) else None
-        self.windows = TcpWindowScaling() if self.analysis is not None else None
-        self.conversations = Conversations(analysis=self.analysis is not None)
+        self.conversations = Conversations(analysis=wants_analysis(flt.fields))
+        self.windows = TcpWindowScaling() if self.conversations.analysis is not None else None
         self.mask = np.zeros(0, dtype=bool)
 
     def note(self, blk: RecordBlock, n: int) -> None:
         """The first ``n`` frames of the next block."""
         if _ethernet_only(blk):
             cols = decode_block(blk, verify_icrc=True, fields=self.flt.fields, conversations=self.conversations,
-                                windows=self.windows, analysis=self.analysis)
+                                windows=self.windows)
         else:
             cols = columns_from_block(blk, conversations=self.conversations, windows=self.windows)
         self.mask = filter_mask(self.flt, cols)[:n]

@@ -107,7 +107,10 @@ class Conversations:
         self._most = most  # (bounded: the oldest conversations of a protocol forgotten past it; numbers go on)
         self._base: dict[tuple[Any, ...], int] = {}  # (TCP stream, address, port) -> its sequence base
         # tshark's tcp.analysis.* flags, when asked for (they follow every TCP segment in order)
-        self._analysis = TcpAnalysis(most) if analysis else None
+        #: the TCP analysis these conversations feed (``analysis=True``), else None; the columnar decoder
+        #: feeds the same one (:func:`rdmalab.capture.columnar_decode.fill_tcp_analysis`), so that a capture
+        #: read partly from columns and partly packet by packet follows one analysis
+        self.analysis = TcpAnalysis(most) if analysis else None
 
     def add(self, fields: dict[str, Any], pkt: Packet | None = None, windows: TcpWindowScaling | None = None) -> None:
         """Put the frame's ``tcp.stream`` or ``udp.stream`` (and ``tcp.seq``, ``tcp.ack``, ``tcp.nxtseq``;
@@ -136,9 +139,9 @@ class Conversations:
             fields[proto + ".stream"] = stream
             if proto == "tcp":
                 self._relative(fields, stream, a, b)
-                if self._analysis is not None and pkt is not None and windows is not None and "tcp.flags" in fields \
+                if self.analysis is not None and pkt is not None and windows is not None and "tcp.flags" in fields \
                         and not isinstance(fields.get("ip.src", fields.get("ipv6.src")), list):
-                    self._analysis.add(fields, stream, a, b, windows.shifts(pkt)[1])  # (not a segment an ICMP error quotes)
+                    self.analysis.add(fields, stream, a, b, windows.shifts(pkt)[1])  # (not a segment an ICMP error quotes)
             return
 
     def _stream(self, key: tuple[Any, ...], syn: bool, seq: int | None) -> int:
@@ -379,8 +382,7 @@ class TcpWindowScaling:
         if tcp is None:
             return self.UNKNOWN, self.UNKNOWN
         src, dst = _ip_pair(pkt)
-        return (self._shift.get((src, tcp.sport, dst, tcp.dport), self.UNKNOWN),
-                self._shift.get((dst, tcp.dport, src, tcp.sport), self.UNKNOWN))
+        return self._shift.get((src, tcp.sport, dst, tcp.dport), self.UNKNOWN), self.receiver(src, tcp.sport, dst, tcp.dport)
 
     def receiver(self, src: object, sport: int, dst: object, dport: int) -> int:
         """The shift count learnt so far of the receiver of a segment from ``src``:``sport`` to
