@@ -159,6 +159,7 @@ def execute(notebook: Path, outdir: Path, *, cell_timeout: int, reap: bool = Fal
     took: dict[str, float] = {}
     current: dict[str, Any] = {}  # the cell running now
     peak: dict[str, int] = {}  # the kernel's address space at its peak, when its messages broke
+    timed_out: set[str] = set()  # the cells nbclient interrupted at their time limit
 
     def kernel_pid() -> set[int]:
         proc = getattr(getattr(client.km, "provisioner", None), "process", None)
@@ -170,6 +171,10 @@ def execute(notebook: Path, outdir: Path, *, cell_timeout: int, reap: bool = Fal
 
     def on_done(cell: Any, cell_index: int, execute_reply: Any) -> None:
         took[cell.get("id", "")] = time.monotonic() - started.get(cell.get("id", ""), time.monotonic())
+        # nbclient's own reply for a cell it interrupted (error_on_timeout above): the cell ran too long even
+        # when the kernel's KeyboardInterrupt is late (a busy kernel, a fork bomb) and the cell has no error output
+        if ((execute_reply or {}).get("content") or {}).get("ename") == "CellTimeoutError":
+            timed_out.add(cell.get("id", ""))
         if reap:
             report["reaped"] += _reap(kernel_pid())
 
@@ -200,15 +205,21 @@ def execute(notebook: Path, outdir: Path, *, cell_timeout: int, reap: bool = Fal
         report["problems"].append(
             f"cell {cell.get('id', '?')} ({_first_line(cell)!r}): the kernel's messages could not be read any "
             f"more{why}: {type(err).__name__}: {str(err)[:60]}")
+    interrupted = f"ran longer than {cell_timeout} s and was interrupted"
     for cell in nb.cells:
+        first = _first_line(cell)
+        stopped = cell.get("id", "") in timed_out
+        if stopped:
+            report["problems"].append(f"cell {cell.get('id', '?')} ({first!r}): {interrupted}")
         for out in cell.get("outputs", []):
             if out.get("output_type") != "error":
                 continue
-            first = _first_line(cell)
-            what = f"{out.get('ename')}: {str(out.get('evalue', ''))[:120]}"
             if out.get("ename") in ("KeyboardInterrupt", "CellTimeoutError") and \
-                    took.get(cell.get("id", ""), 0) >= cell_timeout:
-                what = f"ran longer than {cell_timeout} s and was interrupted"
+                    (stopped or took.get(cell.get("id", ""), 0) >= cell_timeout):
+                if not stopped:
+                    report["problems"].append(f"cell {cell.get('id', '?')} ({first!r}): {interrupted}")
+                continue
+            what = f"{out.get('ename')}: {str(out.get('evalue', ''))[:120]}"
             report["problems"].append(f"cell {cell.get('id', '?')} ({first!r}): {what}")
     return report
 
