@@ -315,3 +315,32 @@ def test_the_analysis_tree_itself_is_not_given(capsys: Any) -> None:
     for name in (*ANALYSIS_FIELDS, "tcp.analysis.flags && tcp.len > 0"):
         compile_filter(name)
     assert len(FLAG_FIELDS) == 14
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_a_stream_read_part_from_columns_part_per_packet_is_analysed_once(tmp_path: Path, capsys: Any) -> None:
+    """One lossy conversation captured on two interfaces of a pcapng file: an Ethernet one (its frames read
+    from columns) and a raw IP one (link type 101: its frames' columns made by the per-packet decoder), the
+    segments taking turns in blocks of every size.  Both kinds of frame feed the one analysis of the
+    reading, so each segment is weighed after all those before it, as tshark weighs them."""
+    from rdmalab.capture.pcapwriter import CaptureWriter
+
+    frames = lossy_conversation(3)
+    path = tmp_path / "two-interfaces.pcapng"
+    with CaptureWriter(path, format="pcapng") as w:
+        raw = w.add_interface(101)
+        for i, (ts, frame) in enumerate(frames):
+            if (i // 5) % 3 == 2:  # five frames in fifteen through the raw interface
+                w.write(frame[14:], ts, interface=raw)
+            else:
+                w.write(frame, ts)
+    names = ("frame.number", *ANALYSIS_FIELDS)
+    want = _same(path, capsys)  # both paths, each against tshark
+    assert sum(1 for r in want if r.split("\t")[1]) > 10  # flags on both kinds of frame
+    flagged_raw = [r for r in want if r.split("\t")[1] and ((int(r.split("\t")[0]) - 1) // 5) % 3 == 2]
+    assert flagged_raw, "no flagged frame came through the per-packet interface"
+    for block in (1024, 4096, 65536):
+        got = b"".join(_block_text(c, names, None, b"\t", b"")
+                       for c in iter_columns(path, block_bytes=block, fields=names)).decode().splitlines()
+        assert got == want, block
