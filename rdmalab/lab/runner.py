@@ -207,20 +207,15 @@ def execute(notebook: Path, outdir: Path, *, cell_timeout: int, reap: bool = Fal
             f"more{why}: {type(err).__name__}: {str(err)[:60]}")
     interrupted = f"ran longer than {cell_timeout} s and was interrupted"
     for cell in nb.cells:
-        first = _first_line(cell)
-        stopped = cell.get("id", "") in timed_out
-        if stopped:
-            report["problems"].append(f"cell {cell.get('id', '?')} ({first!r}): {interrupted}")
-        for out in cell.get("outputs", []):
-            if out.get("output_type") != "error":
-                continue
-            if out.get("ename") in ("KeyboardInterrupt", "CellTimeoutError") and \
-                    (stopped or took.get(cell.get("id", ""), 0) >= cell_timeout):
-                if not stopped:
-                    report["problems"].append(f"cell {cell.get('id', '?')} ({first!r}): {interrupted}")
-                continue
-            what = f"{out.get('ename')}: {str(out.get('evalue', ''))[:120]}"
-            report["problems"].append(f"cell {cell.get('id', '?')} ({first!r}): {what}")
+        said = f"cell {cell.get('id', '?')} ({_first_line(cell)!r})"
+        errors = [out for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+        stops = [out for out in errors if out.get("ename") in ("KeyboardInterrupt", "CellTimeoutError")]
+        stopped = cell.get("id", "") in timed_out or bool(stops) and took.get(cell.get("id", ""), 0) >= cell_timeout
+        if stopped:  # (said once, whatever the kernel's own error output)
+            report["problems"].append(f"{said}: {interrupted}")
+        for out in errors:
+            if not (stopped and out in stops):
+                report["problems"].append(f"{said}: {out.get('ename')}: {str(out.get('evalue', ''))[:120]}")
     return report
 
 
