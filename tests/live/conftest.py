@@ -15,6 +15,8 @@ import pytest
 
 from rdmalab.live.vm import VM, missing
 
+_MATRIX = "tests/live/test_interop.py::"
+
 
 def _requested(config: pytest.Config) -> bool:
     return os.environ.get("RDMALAB_LIVE") == "1" or "live" in (config.getoption("markexpr") or "")
@@ -28,15 +30,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.live)
             if not _requested(config):
                 item.add_marker(skip)
+    if items and all(item.nodeid.startswith("tests/live/") for item in items):
+        # tests/live alone (scripts/test.sh runs it beside the other tests): the interop matrix first,
+        # in its own VM before the session VM boots, so that one TCG VM runs at a time
+        items.sort(key=lambda item: not item.nodeid.startswith(_MATRIX))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """When the session will run the interop matrix (tests/live/test_interop.py), start it now, in
-    the background, in its own VM: it takes 15 minutes under TCG, mostly in the guest."""
+    """When the session will run the interop matrix (tests/live/test_interop.py) and tests outside
+    tests/live as well, start the matrix now, in the background, in its own VM: it takes 15 minutes
+    under TCG, mostly in the guest, while the other tests run on the other core.  A session of
+    tests/live alone (scripts/test.sh runs it beside the others) runs the matrix in its turn: in the
+    background it would be a second VM beside the session's, and two TCG VMs take both cores."""
     if session.config.option.collectonly:
         return
+    if all(item.nodeid.startswith("tests/live/") for item in session.items):
+        return  # it runs first, in its turn (pytest_collection_modifyitems)
     for item in session.items:
-        if item.nodeid.startswith("tests/live/test_interop.py::") and _requested(session.config) \
+        if item.nodeid.startswith(_MATRIX) and _requested(session.config) \
                 and not item.get_closest_marker("skip"):
             item.module.start_in_background(session.config)  # type: ignore[attr-defined]
             return
@@ -44,7 +55,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     for item in session.items:
-        if item.nodeid.startswith("tests/live/test_interop.py::"):
+        if item.nodeid.startswith(_MATRIX):
             item.module.stop_background()  # type: ignore[attr-defined]
             return
 
