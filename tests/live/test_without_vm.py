@@ -156,3 +156,28 @@ def test_a_vm_that_dies_before_it_is_ready_gets_a_hint_naming_the_package() -> N
                                               "FileNotFoundError: [Errno 2] No such file or directory: 'file'")
     assert "busybox-static" in vm._hint("busybox is not statically linked")
     assert vm._hint("something else went wrong") == ""
+
+
+def test_bytecode_is_written_for_the_guest_which_cannot_write_it(tmp_path: Path) -> None:
+    import importlib.util
+    import shutil
+
+    import rdmalab
+
+    # a package of its own: each module gets its bytecode, current ones are left as they are
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    for name in ("__init__.py", "a.py", "sub/__init__.py", "sub/b.py"):
+        (pkg / name).write_text(f"X = {name!r}\n")
+    assert vm.compile_for_guest(pkg)
+    cached = [Path(importlib.util.cache_from_source(str(p))) for p in pkg.rglob("*.py")]
+    assert len(cached) == 4 and all(c.exists() for c in cached)
+    first = [c.stat().st_mtime_ns for c in cached]
+    assert vm.compile_for_guest(pkg) and [c.stat().st_mtime_ns for c in cached] == first
+    shutil.rmtree(pkg / "sub" / "__pycache__")
+    assert vm.compile_for_guest(pkg) and all(c.exists() for c in cached)
+    # and rdmalab's own modules, which a VM's boot compiles (VM.start)
+    assert vm.compile_for_guest()
+    root = Path(rdmalab.__file__).parent
+    missing = [p for p in root.rglob("*.py") if not Path(importlib.util.cache_from_source(str(p))).exists()]
+    assert not missing, missing[:5]
