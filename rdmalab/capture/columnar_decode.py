@@ -54,8 +54,14 @@ from rdmalab.capture.linktypes import (
 )
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import CapturedPacket, RawRecord, decode_record, read
-from rdmalab.capture.render import Conversations, TcpWindowScaling, conversation_key, window_shift_option
-from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, LABEL_FIELDS, TcpAnalysis
+from rdmalab.capture.render import (
+    Conversations,
+    TcpWindowScaling,
+    conversation_key,
+    sack_delivered,
+    window_shift_option,
+)
+from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, LABEL_FIELDS, VALUE_FIELDS, TcpAnalysis
 from rdmalab.wire.control import (
     ICMP_ERRORS,
     ICMPV6_ERRORS,
@@ -374,9 +380,10 @@ def _quote_rows(cols: Columns) -> np.ndarray:
 
 
 #: the TCP segments of a block as :func:`fill_tcp_windows` followed them, for :func:`fill_tcp_analysis`: their
-#: rows, each one's ends ((address, port) of its source and of its destination), and its receiver's
-#: window scaling shift after the segment (:meth:`TcpWindowScaling.receiver`)
-TcpEnds = tuple[np.ndarray, list[tuple[int, int]], list[tuple[int, int]], list[int]]
+#: rows, each one's ends ((address, port) of its source and of its destination), its receiver's
+#: window scaling shift after the segment (:meth:`TcpWindowScaling.receiver`), and the octets its SACK
+#: option says were received (:func:`~rdmalab.capture.render.sack_delivered`)
+TcpEnds = tuple[np.ndarray, list[tuple[int, int]], list[tuple[int, int]], list[int], list[int]]
 
 
 def fill_tcp_windows(blk: RecordBlock, cols: Columns, windows: TcpWindowScaling, *, ends: bool = False) -> TcpEnds | None:
@@ -386,7 +393,7 @@ def fill_tcp_windows(blk: RecordBlock, cols: Columns, windows: TcpWindowScaling,
     d, L = cols.data, cols.layers
     idx = np.flatnonzero(L["tcp"])
     if len(idx) == 0:
-        return (idx, [], [], []) if ends else None
+        return (idx, [], [], [], []) if ends else None
     v6 = L["ipv6"][idx]
     l4 = link_header_length(L)[idx] + np.where(v6, 40, d["ip.hdr_len"][idx].astype(np.int64))
     opt = blk.offset[idx] + l4
@@ -408,12 +415,13 @@ def fill_tcp_windows(blk: RecordBlock, cols: Columns, windows: TcpWindowScaling,
         out = [update(s, sp, t, dp, fl, w, window_shift_option(buf, a + 20, e) if fl & 0x02 else None)
                for s, sp, t, dp, fl, w, a, e in rows]
     else:  # (and each receiver's shift as the segment left it: a SYN may change it)
-        out, rev = [], []
+        out, rev, sacks = [], [], []
         receiver = windows.receiver
         for s, sp, t, dp, fl, w, a, e in rows:
             out.append(update(s, sp, t, dp, fl, w, window_shift_option(buf, a + 20, e) if fl & 0x02 else None))
             rev.append(receiver(s, sp, t, dp))
-        got = (idx, list(zip(src, sports, strict=True)), list(zip(dst, dports, strict=True)), rev)
+            sacks.append(sack_delivered(buf, a + 20, e) if e > a + 20 else 0)
+        got = (idx, list(zip(src, sports, strict=True)), list(zip(dst, dports, strict=True)), rev, sacks)
     # (a header past its datagram, no tcp.len: the raw window, as fields.shown_window)
     d["tcp.window_size"][idx] = np.where(L["tcp.len"][idx], out, d["tcp.window_size_value"][idx])
     L["tcp.window_size"][idx] = L["tcp.rest"][idx]  # (a bogus header length: its window in the line alone, as tshark)
@@ -431,21 +439,27 @@ def fill_tcp_analysis(cols: Columns, analysis: TcpAnalysis, ends: TcpEnds) -> No
     n = cols.n
     for name in ANALYSIS_FIELDS:
         L[name] = np.zeros(n, dtype=bool)
-    idx, srcs, dsts, revs = ends
+    idx, srcs, dsts, revs, sacks = ends
     if not len(idx):
         return
     ok = (L["tcp.stream"] & L["tcp.rest"] & L["tcp.len"])[idx]
     frames = d["frame.number"]
     segment = analysis.segment
     hits: list[tuple[int, list[str], tuple[int, int] | None]] = []
+    valued: list[int] = []  # (the rows with the analysis tree, and their values)
+    values: list[tuple[int, ...]] = []
     for k, row, stream, seq, ack, flags, seglen, window, now, frame in zip(
             np.flatnonzero(ok).tolist(), idx[ok].tolist(), d["tcp.stream"][idx[ok]].tolist(),
             d["tcp.seq_raw"][idx[ok]].tolist(), d["tcp.ack_raw"][idx[ok]].tolist(), d["tcp.flags"][idx[ok]].tolist(),
             d["tcp.len"][idx[ok]].tolist(), d["tcp.window_size_value"][idx[ok]].tolist(),
             d["frame.time_ns"][idx[ok]].tolist(), frames[idx[ok]].tolist(), strict=True):
-        names, dup = segment(stream, srcs[k], dsts[k], revs[k], seq, ack, flags, seglen, window, now, frame)
+        names, dup, got = segment(stream, srcs[k], dsts[k], revs[k], seq, ack, flags, seglen, window, now, frame,
+                                  sacks[k])
         if names or dup is not None:
             hits.append((row, names, dup))
+        if got is not None:
+            valued.append(row)
+            values.append(got)
     for row, names, dup in hits:
         if names:
             L["tcp.analysis.flags"][row] = True
@@ -460,6 +474,13 @@ def fill_tcp_analysis(cols: Columns, analysis: TcpAnalysis, ends: TcpEnds) -> No
             cols.multi.setdefault(int(frames[row]), {})["tcp.analysis.duplicate_ack"] = [1, 1]
     for name in LABEL_FIELDS:  # (present: 1)
         d[name] = L[name].astype(np.uint8)
+    if values:  # (0: absent, as tshark leaves it out)
+        at = np.asarray(valued, dtype=np.intp)
+        table = np.asarray(values, dtype=np.int64)
+        for j, name in enumerate(VALUE_FIELDS):
+            v = table[:, j]
+            d[name][at] = v
+            L[name][at] = v != 0
 
 
 def _wanted(wanted: frozenset[str] | None, prefixes: tuple[str, ...]) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rdmalab.capture.tcp_analysis import LABEL_FIELDS
+from rdmalab.capture.tcp_analysis import LABEL_FIELDS, TIME_FIELDS, VALUE_FIELDS
 from rdmalab.wire.net import ETHERTYPE_ROCE, ROCEV2_PORT, TCP, IPv4
 from rdmalab.wire.opcodes import opcode_name
 
@@ -31,7 +31,7 @@ WINDOW = 160
 class Col:
     """One column: Wireshark name, numpy dtype, the layer whose rows it applies to, and how
     tshark prints it (``dec``, ``hexN`` with N digits, ``bool``, ``ipv4``, ``ipv6``, ``mac``,
-    ``epoch``, ``str``)."""
+    ``epoch``, ``str``, ``reltime``: a relative time in nanoseconds, written as signed seconds and nine digits)."""
 
     name: str
     dtype: str
@@ -114,6 +114,9 @@ COLUMNS: tuple[Col, ...] = (
     *(Col(name, "u1", name) for name in LABEL_FIELDS),
     Col("tcp.analysis.duplicate_ack_num", "u4", "tcp.analysis.duplicate_ack_num"),
     Col("tcp.analysis.duplicate_ack_frame", "u8", "tcp.analysis.duplicate_ack_frame"),
+    # its values (a frame acknowledged, times in nanoseconds: tshark's relative times, "reltime")
+    *(Col(name, "i8", name, "reltime") if name in TIME_FIELDS else Col(name, "u8" if name.endswith("frame") else "u4",
+                                                                        name) for name in VALUE_FIELDS),
     Col("infiniband.grh.tclass", "u1", "infiniband.grh"),
     Col("infiniband.grh.flowlabel", "u4", "infiniband.grh"),
     Col("infiniband.grh.paylen", "u2", "infiniband.grh"),
@@ -391,7 +394,16 @@ def _fmt_values(col: Col, values: np.ndarray) -> list[str]:
         return [v.to_bytes(6, "big").hex(":") for v in values.tolist()]
     if f == "ipv6":
         return [_ipv6_text(bytes(v).ljust(16, b"\0")) for v in values]
+    if f == "reltime":
+        return [reltime_text(v) for v in values.tolist()]
     raise AssertionError(f)  # pragma: no cover
+
+
+def reltime_text(ns: int) -> str:
+    """tshark's text of a relative time (FT_RELATIVE_TIME) in nanoseconds: signed seconds, a dot and nine
+    digits (``0.001500000``, ``-0.003000000``)."""
+    a = abs(ns)
+    return f"{'-' if ns < 0 else ''}{a // 1_000_000_000}.{a % 1_000_000_000:09d}"
 
 
 def _ipv6_text(b: bytes) -> str:

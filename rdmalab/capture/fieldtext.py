@@ -172,6 +172,9 @@ def _field_rows(cols: Columns, name: str) -> tuple[np.ndarray | None, np.ndarray
             rows = None if present.all() else np.flatnonzero(present)
             v = cols.data[name] if rows is None else cols.data[name][rows]
             return rows, _numeric_text(v, f)
+        if f == "reltime":  # (the TCP analysis' times: nanoseconds)
+            rows = np.flatnonzero(present)
+            return rows, relative_matrix(cols.data[name][rows].astype(np.int64, copy=False))
         m = _strings(format_column(cols, name))  # IPv6 and anything rare: per-value strings
     if not present.all():
         m = np.where(present[:, None], m, 0).astype(np.uint8)
@@ -441,6 +444,8 @@ def value_text(name: str, value: object) -> str:
         col = COLUMN_BY_NAME.get(name)
         if col is not None and col.fmt in ("dec", "bool"):
             return str(value)
+        if col is not None and col.fmt == "reltime":
+            return relative_text(value)
         if col is not None and col.fmt.startswith("hex"):
             return f"0x{value:0{int(col.fmt[3:])}x}"
         if col is not None and col.fmt.startswith("bytes"):

@@ -47,6 +47,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from functools import cache, lru_cache
 from typing import Any
 
@@ -62,7 +63,7 @@ import rdmalab.wire.rdmap  # noqa: F401
 from rdmalab.capture.columnar import COLUMN_BY_NAME, COLUMN_NAMES
 from rdmalab.capture.fields import BYTE_PROTOCOLS, EXTRA_FIELDS, IWARP_BYTE_PROTOCOLS, TRAILER_BYTES, _address
 from rdmalab.capture.pcapio import FRAME_META_FIELDS
-from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, LABEL_FIELDS
+from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, LABEL_FIELDS, TIME_FIELDS
 from rdmalab.wire.errors import RdmalabError
 from rdmalab.wire.header import Header
 
@@ -538,6 +539,8 @@ class _Parser:
         why = None if kind is None else _kind_error(name, kind, v)
         if why is not None:
             raise FilterError(self.expr, why, self.value_at)
+        if name in TIME_FIELDS:  # (seconds written, nanoseconds held: tcp.analysis.ack_rtt > 0.0015)
+            return _seconds_ns(v)
         return v
 
     def test(self) -> Any:
@@ -696,7 +699,7 @@ def _text_test_error(name: str, op: str) -> str | None:
 #: "ipv4", "ipv6" or "mac" (a value of another kind never equals one of them: an error, as in
 #: Wireshark); None for what is not checked (protocols, byte strings, rdmalab's text fields)
 _KINDS = {"dec": "number", "bool": "number", "epoch": "number", "hex": "number", "ipv4": "ipv4", "ipv6": "ipv6",
-          "mac": "mac"}
+          "mac": "mac", "reltime": "seconds"}
 
 
 @cache
@@ -709,6 +712,13 @@ def field_kind(name: str) -> str | None:
     col = COLUMN_BY_NAME.get(name)
     fmt = col.fmt if col is not None else declared_fields().get(name, ("", 0))[0]
     return _KINDS.get("hex" if fmt.startswith("hex") else fmt)
+
+
+def _seconds_ns(v: Any) -> Any:
+    """A literal number of seconds (or a range of them) in nanoseconds, exactly as written (0.0015 is 1500000)."""
+    if isinstance(v, Range):
+        return Range(_seconds_ns(v.lo), _seconds_ns(v.hi))
+    return int(Decimal(str(v)) * 1_000_000_000) if isinstance(v, float) else v * 1_000_000_000
 
 
 def _kind_error(name: str, kind: str, v: Any) -> str | None:

@@ -90,6 +90,44 @@ def window_shift_option(data: bytes | bytearray | memoryview, start: int, end: i
     return None
 
 
+def sack_delivered(data: bytes | bytearray | memoryview, start: int, end: int) -> int:
+    """The octets the SACK option (RFC 2018) in the TCP options ``data[start:end]`` says were received, as
+    tshark's bytes in flight subtract them: the sum of the first three blocks (right edge less left edge,
+    modulo 2**32) of the segment's last SACK option that has one; 0 without one (packet-tcp.c,
+    ``dissect_tcpopt_sack``, which keeps up to three blocks of each option for ``tcp.analysis.bytes_in_flight``).
+    A damaged option list is read up to the damage."""
+    if 5 not in data[start:end]:  # (no octet 5 among the options: no SACK option)
+        return 0
+    got = 0
+    o = start
+    end = min(end, len(data))
+    while o < end:
+        kind = data[o]
+        if kind == 0:  # end of option list
+            break
+        if kind == 1:  # no-operation
+            o += 1
+            continue
+        if o + 1 >= end or data[o + 1] < 2:
+            break
+        size = data[o + 1]
+        if kind == 5:
+            blocks = [(int.from_bytes(data[b:b + 4], "big"), int.from_bytes(data[b + 4:b + 8], "big"))
+                      for b in range(o + 2, min(o + size, end) - 7, 8)]
+            if blocks:
+                got = sum((right - left) & 0xFFFFFFFF for left, right in blocks[:3]) & 0xFFFFFFFF
+        o += size
+    return got
+
+
+def tcp_sack_delivered(pkt: Packet) -> int:
+    """:func:`sack_delivered` of a TCP segment's options (0 without a TCP header)."""
+    layer = next((la for la in pkt.layers if isinstance(la.header, TCP)), None)
+    if layer is None:
+        return 0
+    return sack_delivered(pkt.data, layer.offset + 20, layer.offset + layer.header.header_len)  # type: ignore[attr-defined]
+
+
 class Conversations:
     """tshark's ``tcp.stream`` and ``udp.stream``: each TCP or UDP conversation (both directions between
     two address:port endpoints) numbered from 0 in the order of its first frame, TCP and UDP apart.  A
@@ -141,7 +179,8 @@ class Conversations:
                 self._relative(fields, stream, a, b)
                 if self.analysis is not None and pkt is not None and windows is not None and "tcp.flags" in fields \
                         and not isinstance(fields.get("ip.src", fields.get("ipv6.src")), list):
-                    self.analysis.add(fields, stream, a, b, windows.shifts(pkt)[1])  # (not a segment an ICMP error quotes)
+                    # (not a segment an ICMP error quotes)
+                    self.analysis.add(fields, stream, a, b, windows.shifts(pkt)[1], tcp_sack_delivered(pkt))
             return
 
     def _stream(self, key: tuple[Any, ...], syn: bool, seq: int | None) -> int:

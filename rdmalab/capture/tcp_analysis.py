@@ -10,9 +10,11 @@ windows and the conversations), the per-packet path every frame (:class:`rdmalab
 with ``analysis=True``, which gives each segment its ``tcp.stream``).  The flags are those tshark gives on the real captures of ``captures/`` and on
 segments made to raise each flag (``tests/capture/test_tcp_analysis.py``).
 
-Not given: ``tcp.analysis`` itself (tshark's SEQ/ACK analysis tree, on nearly every segment) and its
-other fields (``acks_frame``, ``ack_rtt``, ``bytes_in_flight`` ...), ``tcp.analysis.reused_ports``, the
-TCP Fast Open flags, and the flags in the summary lines' Info (``[TCP Retransmission]``).
+The tree's values (:data:`VALUE_FIELDS`: the segment an ACK acknowledges and the round trip, the bytes in
+flight ...) follow each direction's segments not yet acknowledged, a list as packet-tcp.c's unacked list.
+Not given: ``tcp.analysis`` itself (tshark's SEQ/ACK analysis tree, on nearly every segment),
+``tcp.analysis.reused_ports``, the TCP Fast Open flags, and the flags in the summary lines' Info
+(``[TCP Retransmission]``).
 """
 
 from __future__ import annotations
@@ -29,10 +31,20 @@ FLAG_FIELDS = ("tcp.analysis.retransmission", "tcp.analysis.fast_retransmission"
                "tcp.analysis.ack_lost_segment", "tcp.analysis.duplicate_ack", "tcp.analysis.keep_alive",
                "tcp.analysis.keep_alive_ack", "tcp.analysis.window_update", "tcp.analysis.window_full",
                "tcp.analysis.zero_window", "tcp.analysis.zero_window_probe", "tcp.analysis.zero_window_probe_ack")
-#: every field :class:`TcpAnalysis` gives: ``tcp.analysis.flags`` (any flag), the flags, and a duplicate
-#: ACK's number and the frame of the ACK it repeats
+#: the values of the analysis tree beside its flags, in the order :meth:`TcpAnalysis.segment` gives them
+#: (0: absent, as tshark leaves them out): the frame of the segment this one acknowledges (its ACK is that
+#: segment's end) and the time since it, the conversation's first round trip (SYN to the ACK after it),
+#: the octets sent and not acknowledged (given for a segment with data), the octets since the last PSH,
+#: and a plain retransmission's time since the oldest segment not acknowledged and that segment's frame
+VALUE_FIELDS = ("tcp.analysis.acks_frame", "tcp.analysis.ack_rtt", "tcp.analysis.initial_rtt",
+                "tcp.analysis.bytes_in_flight", "tcp.analysis.push_bytes_sent", "tcp.analysis.rto",
+                "tcp.analysis.rto_frame")
+#: the :data:`VALUE_FIELDS` that are times (tshark's FT_RELATIVE_TIME: nanoseconds here, written as seconds)
+TIME_FIELDS = ("tcp.analysis.ack_rtt", "tcp.analysis.initial_rtt", "tcp.analysis.rto")
+#: every field :class:`TcpAnalysis` gives: ``tcp.analysis.flags`` (any flag), the flags, a duplicate
+#: ACK's number and the frame of the ACK it repeats, and the :data:`VALUE_FIELDS`
 ANALYSIS_FIELDS = ("tcp.analysis.flags", *FLAG_FIELDS, "tcp.analysis.duplicate_ack_num",
-                   "tcp.analysis.duplicate_ack_frame")
+                   "tcp.analysis.duplicate_ack_frame", *VALUE_FIELDS)
 #: the label fields (no value: a filter tests them alone, as tshark, which refuses to compare them)
 LABEL_FIELDS = ("tcp.analysis.flags", *FLAG_FIELDS)
 
@@ -42,17 +54,28 @@ FAST_RETRANSMISSION_NS = 20_000_000
 #: out of order: a segment this soon after the direction's highest one (without a first round trip time)
 OUT_OF_ORDER_NS = 3_000_000
 _U64 = 1 << 64
+#: the analysis tree itself (tshark's ``tcp.analysis``, "SEQ/ACK analysis"): 1 in a field dictionary whose
+#: segment has it
+TREE = "tcp.analysis"
+
+
+#: a direction's segments not yet acknowledged are listed up to this many (packet-tcp.c's TCP_MAX_UNACKED_SEGMENTS)
+MOST_UNACKED = 10_000
+#: bytes in flight past this many are not given (packet-tcp.c: a sum gone wrong)
+_BIF_MAX = 2_000_000_000
 
 
 class _Direction:
     """One direction of a TCP conversation as Wireshark's analysis follows it (``tcp_flow_t``)."""
 
-    __slots__ = ("nextseq", "nextseq_ns", "lastack", "lastack_ns", "window", "dupacks", "lastnondupack",
-                 "maxseqtobeacked", "last_flags")
+    __slots__ = ("nextseq", "nextseq_ns", "nextseq_frame", "lastack", "lastack_ns", "window", "dupacks",
+                 "lastnondupack", "maxseqtobeacked", "last_flags", "base", "valid_bif", "unacked", "push_sent",
+                 "push_last", "sack", "ordered")
 
     def __init__(self) -> None:
         self.nextseq = 0  # the highest sequence number seen, after the segment (0: none seen)
         self.nextseq_ns = 0  # when it was seen
+        self.nextseq_frame = 0  # and in which frame
         self.lastack = 0
         self.lastack_ns = 0
         self.window = 0  # the last segment's window field, unscaled
@@ -60,6 +83,14 @@ class _Direction:
         self.lastnondupack = 0  # the frame of the last ACK that was not a duplicate
         self.maxseqtobeacked = 0  # the highest sequence number seen without a hole before it
         self.last_flags: frozenset[str] = frozenset()
+        self.base = -1  # the sequence number before the first (the SYN's own): -1 not known yet
+        self.valid_bif = True  # bytes in flight are counted (not after a hole, until the other side ACKs)
+        #: the segments sent and not yet acknowledged, oldest first: [seq, end, frame, time in ns]
+        self.unacked: list[list[int]] = []
+        self.ordered = True  # whether each of them starts where the one before it ends
+        self.push_sent = 0  # octets sent since the last segment with PSH (tshark's push_bytes_sent)
+        self.push_last = False  # whether the last segment with data had PSH
+        self.sack = 0  # the octets the last segment's SACK option said were received
 
 
 class _Conversation:
@@ -71,6 +102,13 @@ class _Conversation:
         self.first_rtt_ns = 0  # from it to the first ACK without SYN (tshark's iRTT)
 
 
+#: what :meth:`TcpAnalysis.segment` gives of one segment: its flags' names, a duplicate ACK's number and
+#: the frame it repeats (else None), and the :data:`VALUE_FIELDS` (0 for each one absent) when the segment
+#: has tshark's analysis tree at all (else None: a segment that neither has a flag, nor acknowledges the
+#: end of a segment, nor carries data counted in flight)
+Segment = tuple[list[str], "tuple[int, int] | None", "tuple[int, int, int, int, int, int, int] | None"]
+
+
 class TcpAnalysis:
     """The ``tcp.analysis.*`` fields of TCP segments fed in capture order (:meth:`add`).  Bounded: past
     ``most`` conversations, the oldest is forgotten."""
@@ -80,20 +118,22 @@ class TcpAnalysis:
         self._most = most
 
     def add(self, fields: dict[str, Any], stream: int, src: tuple[Any, int], dst: tuple[Any, int],
-            rev_shift: int) -> None:
+            rev_shift: int, sack: int = 0) -> None:
         """Put the analysis fields of the TCP segment in ``fields`` (a frame's field dictionary with its
         raw numbers, ``tcp.len`` and ``frame.time_ns``) into it.  ``stream`` is its ``tcp.stream``,
         ``src`` and ``dst`` its (address, port) ends, ``rev_shift`` the window scaling shift its receiver
         announced (:meth:`rdmalab.capture.render.TcpWindowScaling.shifts`: -1 not known, -2 none): a segment
         fills the window the receiver last offered (window full) only where that is known.  The caller
-        leaves out a segment an ICMP error quotes (as tshark)."""
+        leaves out a segment an ICMP error quotes (as tshark).  ``sack``: the octets its SACK option says
+        were received (:func:`rdmalab.capture.render.sack_delivered`), which the other direction's bytes in
+        flight leave out.  The times are nanoseconds."""
         seq, ack, flags = fields.get("tcp.seq_raw"), fields.get("tcp.ack_raw"), fields.get("tcp.flags")
         seglen, window, now = fields.get("tcp.len"), fields.get("tcp.window_size_value"), fields.get("frame.time_ns")
         if not (isinstance(seq, int) and isinstance(ack, int) and isinstance(flags, int) and isinstance(seglen, int)
                 and isinstance(window, int) and isinstance(now, int)):
             return  # (a header tshark stops in before its analysis)
-        names, dup = self.segment(stream, src, dst, rev_shift, seq, ack, flags, seglen, window, now,
-                                  int(fields["frame.number"]))
+        names, dup, values = self.segment(stream, src, dst, rev_shift, seq, ack, flags, seglen, window, now,
+                                          int(fields["frame.number"]), sack)
         if names:
             fields["tcp.analysis.flags"] = 1
             for name in names:
@@ -101,13 +141,17 @@ class TcpAnalysis:
                 fields[name] = [1, 1] if name == "tcp.analysis.duplicate_ack" else 1
         if dup is not None:
             fields["tcp.analysis.duplicate_ack_num"], fields["tcp.analysis.duplicate_ack_frame"] = dup
+        if values is not None:
+            for name, v in zip(VALUE_FIELDS, values, strict=True):
+                if v:
+                    fields[name] = v
 
     def segment(self, stream: int, src: Any, dst: Any, rev_shift: int, seq: int, ack: int, flags: int, seglen: int,
-                window: int, now: int, frame: int) -> tuple[list[str], tuple[int, int] | None]:
+                window: int, now: int, frame: int, sack: int = 0) -> Segment:
         """:meth:`add` of one segment given by its numbers (raw sequence and acknowledgment numbers, flags,
-        ``tcp.len``, raw window, time in nanoseconds, frame number; ``src`` and ``dst`` its ends, any values
-        that tell the two directions apart): the names of its flags, in :data:`FLAG_FIELDS` order, and a
-        duplicate ACK's number and the frame of the ACK it repeats (else None)."""
+        ``tcp.len``, raw window, time in nanoseconds, frame number, octets its SACK option says were received;
+        ``src`` and ``dst`` its ends, any values that tell the two directions apart): its :data:`Segment`, the names of its flags in
+        :data:`FLAG_FIELDS` order."""
         conv = self._conv.get(stream)
         if conv is None:
             if len(self._conv) >= self._most:
@@ -124,17 +168,27 @@ class TcpAnalysis:
             conv.syn_ns = now
         elif flags & TCP.ACK and not flags & TCP.SYN and conv.syn_ns and not conv.first_rtt_ns:
             conv.first_rtt_ns = now - conv.syn_ns
+        fwd.sack = sack
         return self._flags(fwd, rev, seq, ack, flags, seglen, window, now, frame, rev_shift, conv.first_rtt_ns)
 
     @staticmethod
     def _flags(fwd: _Direction, rev: _Direction, seq: int, ack: int, flags: int, seglen: int, window: int, now: int,
-               frame: int, rev_shift: int, first_rtt_ns: int) -> tuple[list[str], tuple[int, int] | None]:
-        """The flags of one segment, and the direction's state moved past it (packet-tcp.c's order).
-        (Sequence arithmetic written out: ``(a + n) & M`` is :func:`~rdmalab.wire.net.seq_add`, and
-        ``((a - b + H) & M) - H`` is :func:`~rdmalab.wire.net.seq_diff`; this runs for every segment.)"""
+               frame: int, rev_shift: int, first_rtt_ns: int) -> Segment:
+        """The :data:`Segment` of one segment, and the directions' state moved past it (packet-tcp.c's order,
+        ``tcp_analyze_sequence_number``).  (Sequence arithmetic written out: ``(a + n) & M`` is
+        :func:`~rdmalab.wire.net.seq_add`, and ``((a - b + H) & M) - H`` is :func:`~rdmalab.wire.net.seq_diff`;
+        this runs for every segment.)"""
         M, H = _SEQ_MASK, _SEQ_HALF
         ta: set[str] = set()
         dup: tuple[int, int] | None = None
+        acks_frame = rtt = bif = push = rto = rto_frame = 0
+        tree = False
+        if fwd.base < 0:  # (where the relative numbers start: the SYN's, else one before the first)
+            fwd.base = seq if flags & TCP.SYN else (seq - 1) & M
+        if flags & TCP.ACK:
+            if rev.base < 0:
+                rev.base = (ack - 1) & M
+            rev.valid_bif = True
         plain = not flags & _SYN_FIN_RST
         nextseq_was = fwd.nextseq
         repeats = seq == nextseq_was and ack == fwd.lastack  # (the window and ACK of the last segment again)
@@ -146,6 +200,7 @@ class TcpAnalysis:
                 ta.add("tcp.analysis.zero_window")
             if nextseq_was and ((seq - nextseq_was + H) & M) > H and not flags & TCP.RST:
                 ta.add("tcp.analysis.lost_segment")
+                fwd.valid_bif = False  # (until the other side ACKs)
             if seglen <= 1 and seq == (nextseq_was - 1) & M and plain:
                 ta.add("tcp.analysis.keep_alive")
             if plain and seglen == 0:
@@ -167,6 +222,7 @@ class TcpAnalysis:
             fwd.dupacks = 0
         rev_max = rev.maxseqtobeacked
         if rev_max and ((ack - rev_max + H) & M) > H and flags & TCP.ACK:
+            tree = True  # (the tree, even when the flag is not said again)
             if rev_max != rev.nextseq:  # it acknowledges octets in a hole of the other direction
                 rev.maxseqtobeacked = rev.nextseq
                 ta.add("tcp.analysis.ack_lost_segment")
@@ -190,13 +246,80 @@ class TcpAnalysis:
                 ta.add("tcp.analysis.out_of_order")
             elif behind:
                 ta.add("tcp.analysis.retransmission")
+                # the time since the oldest segment not acknowledged (else since the highest one was sent)
+                oldest = fwd.unacked[0] if fwd.unacked else None
+                rto = now - (oldest[3] if oldest else fwd.nextseq_ns)
+                rto_frame = (oldest[2] if oldest else fwd.nextseq_frame) if rto else 0
+        unacked = fwd.unacked
+        if (seglen or syn_fin) and len(unacked) < MOST_UNACKED:
+            if not unacked:
+                fwd.ordered = True
+            elif seq != unacked[-1][1]:
+                fwd.ordered = False
+            unacked.append([seq, ends, frame, now])
         if (not fwd.nextseq or ((ends - fwd.nextseq + H) & M) > H) and not probe:
-            fwd.nextseq, fwd.nextseq_ns = ends, now
+            fwd.nextseq, fwd.nextseq_ns, fwd.nextseq_frame = ends, now, frame
         if (not fwd.maxseqtobeacked or seq == fwd.maxseqtobeacked) and not probe:
             fwd.maxseqtobeacked = fwd.nextseq
         fwd.window, fwd.lastack, fwd.lastack_ns = window, ack, now
-        if not ta:
-            fwd.last_flags = frozenset()
-            return [], dup
-        fwd.last_flags = frozenset(ta)
-        return [n for n in FLAG_FIELDS if n in ta], dup
+        fwd.last_flags = frozenset(ta) if ta else frozenset()
+        # the other direction's segments this one acknowledges: gone from its list; the oldest whose end it
+        # acknowledges exactly is the segment it ACKs
+        theirs = rev.unacked
+        if theirs:
+            acked = None
+            last = theirs[-1]
+            if rev.ordered and ((ack - last[1]) & M) >= H and ((last[1] - theirs[0][0]) & M) < H:
+                # (one run of segments, each starting where the one before ends, whose last end is not
+                # acknowledged: those acknowledged are the first few, and only the next can be in part)
+                k = 0
+                while ((ack - theirs[k][1]) & M) < H:
+                    if ack == theirs[k][1]:
+                        acked = theirs[k]
+                    k += 1
+                if ((theirs[k][0] - ack) & M) >= H:
+                    theirs[k][0] = ack
+                if k:
+                    del theirs[:k]
+            else:
+                keep = []
+                for s in theirs:
+                    if ack == s[1]:
+                        if acked is None:
+                            acked = s
+                    elif ((ack - s[1]) & M) >= H:  # (its end not acknowledged: it stays, less what is)
+                        if ((s[0] - ack) & M) >= H:
+                            s[0] = ack
+                        keep.append(s)
+                if len(keep) != len(theirs):
+                    rev.unacked = keep
+            if acked is not None:
+                tree = True
+                acks_frame, rtt = acked[2], now - acked[3]
+        # the octets in flight after a segment with data: from the lowest start to the highest end of the
+        # segments not acknowledged (counted from the direction's first number)
+        if seglen and unacked and fwd.valid_bif:
+            tree = True
+            base = fwd.base
+            first = (unacked[0][0] - base) & M
+            span = (unacked[-1][1] - unacked[0][0]) & M
+            if fwd.ordered and span < H and first + span <= M:  # (one run: from its start to its end)
+                in_flight = span
+            else:
+                first = min((s[0] - base) & M for s in unacked)
+                in_flight = max((s[1] - base) & M for s in unacked) - first
+            in_flight = (in_flight - rev.sack) & M  # (less what the other side's last SACK said it has)
+            if 0 < in_flight < _BIF_MAX:
+                bif = in_flight - syn_fin  # (a SYN or FIN's octet is not data)
+            if flags & TCP.PSH or fwd.push_last:
+                fwd.push_sent = seglen if fwd.push_last else (fwd.push_sent + seglen) & M
+                fwd.push_last = bool(flags & TCP.PSH)
+            else:
+                fwd.push_sent = (fwd.push_sent + seglen) & M
+            if bif:
+                push = fwd.push_sent
+        if ta:
+            return [n for n in FLAG_FIELDS if n in ta], dup, (acks_frame, rtt, first_rtt_ns, bif, push, rto, rto_frame)
+        if not tree:
+            return [], dup, None
+        return [], dup, (acks_frame, rtt, first_rtt_ns, bif, push, rto, rto_frame)

@@ -25,7 +25,7 @@ from rdmalab.capture.fieldtext import _block_text
 from rdmalab.capture.filter import FilterError, compile_filter
 from rdmalab.capture.pcapwriter import write_capture
 from rdmalab.capture.reader import records
-from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, FLAG_FIELDS
+from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, FLAG_FIELDS, VALUE_FIELDS
 from rdmalab.cli import main
 from rdmalab.wire.frame import encode_tcp_frame
 from rdmalab.wire.net import TCP
@@ -115,6 +115,75 @@ def unseen_acknowledged() -> list[tuple[int, bytes]]:
     seg(A, 2001, 5051, flags=TCP.ACK | TCP.FIN)
     seg(B, 5051, 2002, flags=TCP.ACK | TCP.FIN)
     seg(A, 2002, 5052)
+    return out
+
+
+def with_options(frame: bytes, options: bytes) -> bytes:
+    """An Ethernet/IPv4/TCP frame of :func:`encode_tcp_frame` with TCP ``options`` (a multiple of four octets)
+    put after its header: the lengths and the IPv4 checksum made again (tshark checks neither TCP's)."""
+    ip = bytearray(frame[14:34])
+    ip[2:4] = (int.from_bytes(ip[2:4], "big") + len(options)).to_bytes(2, "big")
+    ip[10:12] = b"\0\0"
+    total = sum(int.from_bytes(ip[i:i + 2], "big") for i in range(0, 20, 2))
+    while total > 0xFFFF:
+        total = (total & 0xFFFF) + (total >> 16)
+    ip[10:12] = (~total & 0xFFFF).to_bytes(2, "big")
+    tcp = bytearray(frame[34:54])
+    tcp[12] = ((20 + len(options)) // 4) << 4
+    return frame[:14] + bytes(ip) + bytes(tcp) + options + frame[54:]
+
+
+def sack(*edges: int) -> bytes:
+    """A SACK option (RFC 2018) of the blocks ``edges`` (left, right, left, right ...), after two NOPs."""
+    return b"\x01\x01" + bytes((5, 2 + 4 * len(edges))) + b"".join(e.to_bytes(4, "big") for e in edges)
+
+
+def acknowledged_values() -> list[tuple[int, bytes]]:
+    """Segments whose analysis values tshark gives: ACKs of whole segments, of part of one, of several
+    (the segment acknowledged is the oldest whose end the ACK is), at times that go back (a negative
+    round trip), data with FIN, PSH now and then, and SACK options of one to four blocks, alone or in
+    twos, which the bytes in flight of the other direction leave out (the first three blocks of the last
+    option of the last segment), and segments without one after them."""
+    out: list[tuple[int, bytes]] = []
+    t = 1_795_000_300 * 1_000_000_000
+
+    def seg(dt_ms: float, frm: tuple[str, int], seq: int, ack: int, n: int = 0, flags: int = TCP.ACK,
+            options: bytes = b"") -> None:
+        nonlocal t
+        t += int(dt_ms * MS)
+        to = B if frm == A else A
+        frame = encode_tcp_frame(bytes(n), src_ip=frm[0], dst_ip=to[0], src_port=frm[1], dst_port=to[1],
+                                 seq=seq, ack=ack, flags=flags, window=1000)
+        out.append((t, with_options(frame, options) if options else frame))
+
+    seg(0, A, 1000, 0, flags=TCP.SYN, options=b"\x04\x02\x01\x01")  # (SACK permitted)
+    seg(1, B, 5000, 1001, flags=TCP.SYN | TCP.ACK, options=b"\x04\x02\x01\x01")
+    seg(1, A, 1001, 5001)
+    seg(1, A, 1001, 5001, 100)
+    seg(1, A, 1101, 5001, 100, flags=TCP.ACK | TCP.PSH)
+    seg(1, A, 1201, 5001, 100)
+    seg(1, B, 5001, 1150)  # part of a segment: no tree
+    seg(1, B, 5001, 1201)  # the end of the second segment
+    seg(-5, B, 5001, 1301)  # the third, at a time before it was sent: a negative round trip
+    for i in range(4):
+        seg(1, A, 1301 + 100 * i, 5001, 100, flags=TCP.ACK | (TCP.PSH if i == 1 else 0))
+    seg(1, B, 5001, 1401, options=sack(1501, 1601))  # (the first three segments' ends: one block)
+    seg(1, A, 1701, 5001, 100)
+    seg(1, B, 5001, 1401, options=sack(1501, 1601, 1801, 1901) + sack(1501, 1701))  # (two options: the last)
+    seg(1, A, 1801, 5001, 100)
+    seg(1, A, 1901, 5001, 100)
+    seg(1, A, 1401, 5001, 100)  # a retransmission
+    seg(1, B, 5001, 1401, options=b"\x01\x01\x05\x22" + b"".join(
+        e.to_bytes(4, "big") for e in (1501, 1601, 1701, 1801, 1901, 2001, 2001, 2002)))  # (four blocks: three)
+    seg(1, A, 2001, 5001, 100)
+    seg(1, B, 5001, 1401)  # no option: none left out
+    seg(1, A, 2101, 5001, 100)
+    seg(1, B, 5001, 1601, 50, flags=TCP.ACK | TCP.PSH, options=sack(1701, 1801))  # with data of its own
+    seg(1, A, 2201, 5051, 100)
+    seg(1, B, 5051, 2301)
+    seg(1, A, 2301, 5051, 100, flags=TCP.ACK | TCP.FIN)  # data and FIN: its octet is not in flight
+    seg(1, B, 5051, 2402, 50, flags=TCP.ACK | TCP.FIN)
+    seg(1, A, 2402, 5102)
     return out
 
 
@@ -294,6 +363,33 @@ def test_the_columns_follow_the_analysis_from_block_to_block(tmp_path: Path, cap
                             *(x for n in names for x in ("-e", n))], input=path.read_bytes(), capture_output=True,
                            check=True).stdout.decode().splitlines()
     assert piped == want
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_the_values_of_acknowledged_and_sacked_segments_are_tsharks(tmp_path: Path, capsys: Any) -> None:
+    """acks_frame, ack_rtt (negative too), initial_rtt, bytes_in_flight (less SACKed octets, less a FIN's)
+    and push_bytes_sent, frame by frame, on both paths, and filters on them as tshark's."""
+    path, rows = _written_and_compared(tmp_path / "values.pcap", acknowledged_values(), capsys)
+    col = {name: 1 + ANALYSIS_FIELDS.index(name) for name in VALUE_FIELDS}
+    bif = {int(r[0]): r[col["tcp.analysis.bytes_in_flight"]] for r in rows}
+    # (tshark's answers, each compared: SACKed octets left out, 100 of 400, 300 of 700; none after a
+    # segment without SACK; the FIN's octet left out)
+    assert (bif[15], bif[21], bif[23], bif[27]) == ("300", "400", "800", "100"), bif
+    assert any(r[col["tcp.analysis.ack_rtt"]].startswith("-") for r in rows)
+    assert not any(r[col["tcp.analysis.initial_rtt"]] for r in rows if r[0] == "7")  # (part of a segment: no tree)
+    for flt in ("tcp.analysis.ack_rtt > 0.0015", "tcp.analysis.ack_rtt < 0", "tcp.analysis.acks_frame == 5",
+                "tcp.analysis.bytes_in_flight >= 300 && tcp.analysis.push_bytes_sent < 300",
+                "tcp.analysis.initial_rtt == 0.002", "tcp.analysis.ack_rtt in {0.001 0.003}",
+                "!tcp.analysis.initial_rtt && tcp", "tcp.analysis.ack_rtt == 1"):
+        want = subprocess.run(["tshark", "-n", "-r", str(path), "-Y", flt.replace("{0.001 0.003}", "{0.001, 0.003}"),
+                               "-T", "fields", "-e", "frame.number"], capture_output=True, text=True,
+                              check=True).stdout.split()
+        flt = flt.replace("{0.001 0.003}", "{0.001, 0.003}")
+        for extra in ((), ("--no-columnar",)):
+            assert _ours(path, ("frame.number",), capsys, "-Y", flt, *extra) == want, (flt, extra)
+        if flt != "tcp.analysis.ack_rtt == 1":
+            assert want, flt
 
 
 @pytest.mark.parametrize("flt", ["tcp.analysis.retransmission == 1", "tcp.analysis.flags != 0",
