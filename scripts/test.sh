@@ -2,6 +2,8 @@
 # The README's test command: set everything up, then run the linters and the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# each step says when it began (UTC), so a CI log shows where the time went
+step() { echo "== $* ($(date -u +%T))"; }
 # tshark is the decoding oracle; chromium + chromedriver render the book in a real browser;
 # python3-pyverbs ships rdma-core's pyverbs test suite, the API oracle (docs/pyverbs.md).
 # The live tests (tests/live) boot a virtme-ng VM with the distribution's kernel and run kernel
@@ -12,6 +14,7 @@ cd "$(dirname "$0")/.."
 # bubblewrap: `rdmalab grade` runs each submission in a sandbox of its own (rdmalab.lab.sandbox).
 # ibsim-utils, opensm, infiniband-diags: the stock InfiniBand subnet tools that `rdmalab ibsim` is compared with (issue 39).
 # tzdata: decode -t a/ad (local time) is compared with tshark's in a time zone other than UTC; a slim image has no zones.
+step "set-up: apt and pip"
 RDMALAB_APT="${RDMALAB_APT:-tshark tzdata chromium chromium-driver fonts-dejavu-core python3-pyverbs qemu-system-x86 linux-image-amd64 busybox-static file rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest tcpdump iproute2 procps kmod linux-source-6.1 linux-headers-amd64 gcc make bubblewrap ibsim-utils opensm infiniband-diags}" bash scripts/setup.sh "test,lab,wireshark,book,analysis,live"
 # opensm and some diags live in /usr/sbin, which a non-login shell may not have on its PATH
 export PATH="$PWD/.venv/bin:$PATH:/usr/sbin:/sbin"
@@ -27,9 +30,9 @@ fi
 # tests/live boot one VM for the session (30-60 s under TCG, ~2-3 min for all live tests); the
 # notebooks run on rxe (tests/live/test_notebook*_rxe.py) attach to it: ~3-5 min more under TCG
 export RDMALAB_LIVE="${RDMALAB_LIVE:-1}"
-echo "== ruff"; ruff check rdmalab tests benchmarks examples
-echo "== mypy (strict on rdmalab.wire)"; mypy rdmalab
-echo "== pytest"
+step ruff; ruff check rdmalab tests benchmarks examples
+step "mypy (strict on rdmalab.wire)"; mypy rdmalab
+step "pytest"
 set +e
 if [ "$RDMALAB_LIVE" = 1 ] && [ $# = 0 ]; then
   # The whole suite, in two pytest processes side by side: the tests outside tests/live use about one
@@ -44,7 +47,7 @@ if [ "$RDMALAB_LIVE" = 1 ] && [ $# = 0 ]; then
   rc=$?
   wait "$live_pid"
   live_rc=$?
-  echo "== pytest tests/live (run beside the tests above)"
+  step "pytest tests/live (run beside the tests above)"
   cat "$live_log"
   rm -f "$live_log"
   if [ "$live_rc" = 5 ]; then echo "pytest collected no live tests" >&2; live_rc=1; fi
@@ -58,13 +61,13 @@ set -e
 if [ "$rc" = 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi
 if [ "$rc" != 0 ]; then exit "$rc"; fi
 # python3-pyverbs provides only the test files here (no kernel device): the suite runs on rdmalab.verbs.
-echo "== rdma-core's pyverbs tests on rdmalab.verbs, side by side with kernel rxe"
+step "rdma-core's pyverbs tests on rdmalab.verbs, side by side with kernel rxe"
 python scripts/run_pyverbs_suite.py --check
-echo "== the same suite with soft0 given a net interface (rdma-cm tests included), side by side with rxe's"
+step "the same suite with soft0 given a net interface (rdma-cm tests included), side by side with rxe's"
 bash scripts/pyverbs_in_netns.sh --check --rxe tests/pyverbs/rxe-6.1-netif-results.json --exceptions tests/pyverbs/exceptions-netif.json
-echo "== the wheel: pip install rdmalab in a fresh venv, then rdmalab lab and rdmalab decode from it"
+step "the wheel: pip install rdmalab in a fresh venv, then rdmalab lab and rdmalab decode from it"
 bash scripts/check_wheel.sh "$PWD/.venv/bin/python"
-echo "== the book: built offline from the notebooks, links checked, rendered in headless Chromium"
+step "the book: built offline from the notebooks, links checked, rendered in headless Chromium"
 bash scripts/build_book.sh
-echo "== the instructor edition of the book (solutions folded; every check must pass)"
+step "the instructor edition of the book (solutions folded; every check must pass)"
 bash scripts/build_book.sh --instructor --no-browser
