@@ -96,7 +96,8 @@ def test_filters_as_tshark(zone: str, capsys: Any) -> None:
     assert shown_frames(_ours(capsys, "-r", path, "-Y", exact), []) == ["2"]
     for text in REFUSED:
         flt = f'frame.time >= "{text}"'
-        assert _tshark(zone, "-r", path, "-Y", flt).returncode != 0, flt
+        if zone == "UTC":  # whether tshark takes a text does not depend on the zone: asked once, not thrice
+            assert _tshark(zone, "-r", path, "-Y", flt).returncode != 0, flt
         with pytest.raises(FilterError, match="frame.time"):
             compile_filter(flt)
         assert main(["decode", "-r", path, "-Y", flt]) != 0
