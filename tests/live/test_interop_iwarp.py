@@ -210,7 +210,19 @@ def test_each_connection_negotiated_the_modes_crc_and_every_fpdu_checks(iw_job: 
         assert "mpa_crc_required = true" in _read(iw_job, "siw.siw.txt")
     conns = _connections(iw_job / f"{mode}.pcap")
     # rping: one connection per role; perftest -R: two (control, data) per role
-    assert len(conns) == sum(2 if w == "rping" else 4 for w in MODES[mode]), conns
+    nominal = sum(2 if w == "rping" else 4 for w in MODES[mode])
+    # A pairing run again on the mark of siw 6.1's accept race (iwarp_driver.py) left the first run's
+    # connections in the capture too: the one the race held (its evidence names the engine's port) and,
+    # for perftest, perhaps its other one. Each is checked below as every other.
+    raced = []
+    for race in sorted(iw_job.glob(f"{mode}.*.siw_race")):
+        m = re.search(r"<- (\d+)\.(\d+)\.(\d+)\.(\d+):(\d+)", race.read_text())
+        assert m, race.read_text()
+        a, b, c_, d, port = (int(x) for x in m.groups())
+        raced.append(((a << 24) | (b << 16) | (c_ << 8) | d, port, race.name.split(".")[1]))
+    extra = sum(1 if what == "rping" else 2 for _ip, _port, what in raced)
+    assert nominal + len(raced) <= len(conns) <= nominal + extra, (len(conns), nominal, raced, conns)
+    assert all(any(k[:2] == (ip, port) for k in conns) for ip, port, _w in raced), (raced, list(conns))
     siw_ip, engine_ip = TOPOLOGY["IW_IP"], TOPOLOGY["IW_PEER_IP"]
     assert {c["initiator"] for c in conns.values()} == {siw_ip, engine_ip}, conns
     for key, c in conns.items():
