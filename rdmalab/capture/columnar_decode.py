@@ -218,7 +218,8 @@ def decode_block(blk: RecordBlock, *, verify_icrc: bool = True, fields: Iterable
     cols = _decode(blk, verify_icrc, None if fields is None else frozenset(fields), tracker, quotes)
     ends = None
     if windows is not None:
-        ends = fill_tcp_windows(blk, cols, windows, ends=analysis is not None)
+        ends = fill_tcp_windows(blk, cols, windows, ends=analysis is not None,
+                                sacks=analysis is not None and analysis.values)
     if conversations is not None:
         fill_conversations(cols, conversations)
     if analysis is not None:
@@ -269,12 +270,15 @@ def erf_ethernet_view(blk: RecordBlock) -> RecordBlock:
                        blk.interface, blk.from_file, digits)
 
 
-def fill_conversations(cols: Columns, conversations: Conversations) -> None:
+def fill_conversations(cols: Columns, conversations: Conversations, *, udp: bool = True,
+                       relative: bool = True) -> None:
     """:data:`~rdmalab.capture.columnar_schema.CONVERSATION_FIELDS` of a block's frames, in order
     (:meth:`Conversations.streams_many` and :meth:`Conversations.relative_many`: Python per
     conversation and per SYN, not per frame).  An ICMP error that quotes a UDP or TCP header
     (:func:`fill_quotes`) counts in its place, with the quote's addresses and ports, as tshark counts
-    it (a quoted segment keeps its raw numbers); its numbers go into its fields in :attr:`Columns.multi`."""
+    it (a quoted segment keeps its raw numbers); its numbers go into its fields in :attr:`Columns.multi`.
+    ``udp`` False: ``tcp.stream`` alone (``conversations`` then follows TCP alone), ``relative`` False:
+    without the relative sequence numbers (what the TCP analysis needs, for the summary lines' flags)."""
     d, L = cols.data, cols.layers
     n = cols.n
     for name in CONVERSATION_FIELDS:
@@ -285,7 +289,7 @@ def fill_conversations(cols: Columns, conversations: Conversations) -> None:
     frames = d["frame.number"]
     quoting = {int(r): cols.multi[int(frames[r])] for r in _quote_rows(cols).tolist()}
     stream_of = np.full(n, -1, dtype=np.int64)
-    for proto in ("tcp", "udp"):
+    for proto in ("tcp", "udp") if udp else ("tcp",):
         mine = np.flatnonzero(L[proto] & (ip | ip6) & (stream_of < 0))
         quotes: list[tuple[int, dict[str, Any]]] = []
         for r, got in quoting.items():
@@ -353,6 +357,10 @@ def fill_conversations(cols: Columns, conversations: Conversations) -> None:
         stream_of[mine] = stream[mi]
         d[f"{proto}.stream"][mine] = stream[mi]
         L[f"{proto}.stream"][mine] = True
+        if proto == "tcp" and not relative:
+            for (r, _raw), q in zip(quotes, at[k:].tolist(), strict=True):
+                quoting[r]["tcp.stream"] = int(stream[q])
+            continue
         if proto == "tcp":
             seq_rel, ack_rel, nxt, has_ack, has_nxt = conversations.relative_many(
                 stream, points, src, dst, flags, seq, ack, hdr, length)
@@ -386,10 +394,12 @@ def _quote_rows(cols: Columns) -> np.ndarray:
 TcpEnds = tuple[np.ndarray, list[tuple[int, int]], list[tuple[int, int]], list[int], list[int]]
 
 
-def fill_tcp_windows(blk: RecordBlock, cols: Columns, windows: TcpWindowScaling, *, ends: bool = False) -> TcpEnds | None:
+def fill_tcp_windows(blk: RecordBlock, cols: Columns, windows: TcpWindowScaling, *, ends: bool = False,
+                     sacks: bool = True) -> TcpEnds | None:
     """``tcp.window_size`` of the block's TCP segments, in order: the raw window scaled by the
     shift count each direction's SYN offered (Python per TCP segment; other frames cost nothing).
-    ``ends``: return the segments' :data:`TcpEnds` as well."""
+    ``ends``: return the segments' :data:`TcpEnds` as well (``sacks`` False: their SACK options not
+    read, 0 each, for an analysis of the flags alone)."""
     d, L = cols.data, cols.layers
     idx = np.flatnonzero(L["tcp"])
     if len(idx) == 0:
@@ -415,13 +425,13 @@ def fill_tcp_windows(blk: RecordBlock, cols: Columns, windows: TcpWindowScaling,
         out = [update(s, sp, t, dp, fl, w, window_shift_option(buf, a + 20, e) if fl & 0x02 else None)
                for s, sp, t, dp, fl, w, a, e in rows]
     else:  # (and each receiver's shift as the segment left it: a SYN may change it)
-        out, rev, sacks = [], [], []
+        out, rev, delivered = [], [], []
         receiver = windows.receiver
         for s, sp, t, dp, fl, w, a, e in rows:
             out.append(update(s, sp, t, dp, fl, w, window_shift_option(buf, a + 20, e) if fl & 0x02 else None))
             rev.append(receiver(s, sp, t, dp))
-            sacks.append(sack_delivered(buf, a + 20, e) if e > a + 20 else 0)
-        got = (idx, list(zip(src, sports, strict=True)), list(zip(dst, dports, strict=True)), rev, sacks)
+            delivered.append(sack_delivered(buf, a + 20, e) if sacks and e > a + 20 else 0)
+        got = (idx, list(zip(src, sports, strict=True)), list(zip(dst, dports, strict=True)), rev, delivered)
     # (a header past its datagram, no tcp.len: the raw window, as fields.shown_window)
     d["tcp.window_size"][idx] = np.where(L["tcp.len"][idx], out, d["tcp.window_size_value"][idx])
     L["tcp.window_size"][idx] = L["tcp.rest"][idx]  # (a bogus header length: its window in the line alone, as tshark)
@@ -460,18 +470,33 @@ def fill_tcp_analysis(cols: Columns, analysis: TcpAnalysis, ends: TcpEnds) -> No
         if got is not None:
             valued.append(row)
             values.append(got)
+    # (the rows of each flag gathered, then set a column at a time)
+    named: dict[str, list[int]] = {"tcp.analysis.flags": []}
+    dups: list[int] = []
+    dup_values: list[tuple[int, int]] = []
     for row, names, dup in hits:
         if names:
-            L["tcp.analysis.flags"][row] = True
+            named["tcp.analysis.flags"].append(row)
             for name in names:
-                L[name][row] = True
+                some = named.get(name)
+                if some is None:
+                    named[name] = [row]
+                else:
+                    some.append(row)
         if dup is not None:
-            for name, value in zip(("tcp.analysis.duplicate_ack_num", "tcp.analysis.duplicate_ack_frame"), dup,
-                                   strict=True):
-                L[name][row] = True
-                d[name][row] = value
+            dups.append(row)
+            dup_values.append(dup)
+    for name, rows in named.items():
+        L[name][rows] = True
+    if dups:
+        table = np.asarray(dup_values, dtype=np.int64)
+        for j, name in enumerate(("tcp.analysis.duplicate_ack_num", "tcp.analysis.duplicate_ack_frame")):
+            L[name][dups] = True
+            d[name][dups] = table[:, j]
+        multi = cols.multi
+        for frame in frames[dups].tolist():
             # (tshark gives a duplicate ACK's label twice: Columns.multi holds both, the column the first)
-            cols.multi.setdefault(int(frames[row]), {})["tcp.analysis.duplicate_ack"] = [1, 1]
+            multi.setdefault(frame, {})["tcp.analysis.duplicate_ack"] = [1, 1]
     for name in LABEL_FIELDS:  # (present: 1)
         d[name] = L[name].astype(np.uint8)
     if values:  # (0: absent, as tshark leaves it out)

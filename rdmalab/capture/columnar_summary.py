@@ -21,7 +21,9 @@ from __future__ import annotations
 import ipaddress
 import mmap
 import os
+import re
 import sys
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,11 +33,15 @@ import numpy as np
 from rdmalab.capture.blockpool import blocks_in_workers, default_workers, parallel_capture
 from rdmalab.capture.columnar import _ethernet_only
 from rdmalab.capture.columnar_decode import (
+    _TCP_INPUTS,
+    CONVERSATION_INPUTS,
     _opt,
     columns_from_block,
     decode_block,
     erf_ethernet_view,
-    wants_analysis,
+    fill_conversations,
+    fill_tcp_analysis,
+    fill_tcp_windows,
     wants_conversations,
     wants_iwarp,
 )
@@ -61,6 +67,7 @@ from rdmalab.capture.render import (
     time_text,
     window_shift_option,
 )
+from rdmalab.capture.tcp_analysis import FLAG_FIELDS, VALUE_FIELDS, info_prefix
 from rdmalab.wire import crc as _crc
 from rdmalab.wire.control import ICMP_ERRORS, ICMPV6_ERRORS, IPPROTO_ICMP, IPPROTO_ICMPV6, icmp_summary, icmpv6_summary
 from rdmalab.wire.errors import DecodeError
@@ -1032,7 +1039,7 @@ def _file_first_time(path: str) -> int:
 
 
 def _sequential(path: str, block_bytes: int, count: int | None, flt: Any,
-                lenient: bool, shown: _Shown | None = None) -> Iterator[tuple[_BlockText, int]]:
+                lenient: bool, shown: _Shown | None, prefixes: _Prefixes) -> Iterator[tuple[_BlockText, int]]:
     t0: int | None = None
     left = count
     for raw in record_blocks(path, block_bytes):
@@ -1040,8 +1047,10 @@ def _sequential(path: str, block_bytes: int, count: int | None, flt: Any,
         n = len(blk) if left is None else min(len(blk), left)
         if t0 is None:
             t0 = _first_time(raw)
+        # (the TCP analysis followed in order; a filter on the conversations reads the same columns)
+        cols = prefixes.note(blk, n, shown.flt.fields if shown is not None else ())
         if shown is not None:
-            shown.note(blk, n)
+            shown.note(cols, n)
         yield _render_block(blk, t0, flt, n, lenient), t0
         if left is not None:
             left -= n
@@ -1087,6 +1096,9 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     if iwarp:
 
         tracker = IwarpTracker()
+    # tshark's TCP analysis flags in front of the Info of the lines that have one: the analysis follows
+    # every frame in capture order, here (read again from the file when workers write the lines)
+    prefixes = _Prefixes(values=shown is not None and not shown.flt.fields.isdisjoint(VALUE_FIELDS))
     windows = TcpWindowScaling()  # follows every frame, filtered out or not, as tshark does
     echoes = EchoPairs()  # the same (the blocks leave echo requests and replies to this loop)
     # what the per-packet path says of a frame that is not TCP depends on its bytes alone (no
@@ -1100,8 +1112,9 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
         t0 = _file_first_time(p)
         blocks: Iterator[tuple[_BlockText, int]] = ((bt, t0) for bt, _t in blocks_in_workers(
             p, _render_in_worker, (filter_expr, lenient, t0), workers=workers, block_bytes=block_bytes, count=count))
+        prefixes.read_from(p, block_bytes)
     else:
-        blocks = _sequential(p, block_bytes, count, flt, lenient, shown)
+        blocks = _sequential(p, block_bytes, count, flt, lenient, shown, prefixes)
     mapped: memoryview | None = None
     for bt, t0 in blocks:
         if bt.tcp is not None and bt.tcp.file_start is not None:
@@ -1111,6 +1124,7 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
             bt.tcp.buf = mapped[bt.tcp.file_start:]  # type: ignore[assignment]
         first = bt.pieces[0] if len(bt.pieces) == 1 else None
         if isinstance(first, bytes):
+            first = prefixes.apply(first)
             yield first if shown is None else shown.keep(first)
             continue
         out: list[bytes] = []
@@ -1160,31 +1174,24 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
         except Exception as err:  # the lines before the frame that failed, then the error
             failed = err
         if out:
-            yield b"".join(out) if shown is None else shown.keep(b"".join(out))
+            text = prefixes.apply(b"".join(out))
+            yield text if shown is None else shown.keep(text)
         if failed is not None:
             raise failed
 
 
 class _Shown:
     """Which frames a display filter on the conversations keeps (:func:`summary_bytes`): each block's
-    columns with the conversations followed in order (:func:`~rdmalab.capture.columnar_decode.fill_conversations`;
-    a block of other link types: the per-packet decoder's columns, the same numbers), the filter run on
-    them, and the block's lines cut down to those frames'."""
+    columns with the conversations followed in order (:meth:`_Prefixes.note`, which follows them and the
+    TCP analysis for the lines' prefixes; a block of other link types: the per-packet decoder's columns,
+    the same numbers), the filter run on them, and the block's lines cut down to those frames'."""
 
     def __init__(self, flt: Any) -> None:
         self.flt = flt
-        # (the TCP analysis, when the filter reads it: it follows the windows too)
-        self.conversations = Conversations(analysis=wants_analysis(flt.fields))
-        self.windows = TcpWindowScaling() if self.conversations.analysis is not None else None
         self.mask = np.zeros(0, dtype=bool)
 
-    def note(self, blk: RecordBlock, n: int) -> None:
-        """The first ``n`` frames of the next block."""
-        if _ethernet_only(blk):
-            cols = decode_block(blk, verify_icrc=True, fields=self.flt.fields, conversations=self.conversations,
-                                windows=self.windows)
-        else:
-            cols = columns_from_block(blk, conversations=self.conversations, windows=self.windows)
+    def note(self, cols: Columns, n: int) -> None:
+        """The first ``n`` frames of the next block, its columns ``cols`` (:meth:`_Prefixes.note`'s)."""
         self.mask = filter_mask(self.flt, cols)[:n]
 
     def keep(self, text: bytes) -> bytes:
@@ -1196,6 +1203,130 @@ class _Shown:
         kept = [line for line, k in zip(lines, self.mask.tolist(), strict=False) if k]
         self.mask = self.mask[len(lines):]
         return b"".join(line + b"\n" for line in kept)
+
+
+#: where a summary line's Info starts: after the addresses' arrow, the destination, the protocol and the length
+_INFO_AT = re.compile(rb" \xe2\x86\x92 \S+ +\S+ +\d+ ")
+#: the columns :class:`_Prefixes` reads (the analysis' inputs are added by decode_block)
+_PREFIX_FIELDS = ("frame.number", "tcp.analysis.flags", *FLAG_FIELDS, "tcp.analysis.duplicate_ack_num",
+                  "tcp.analysis.duplicate_ack_frame")
+#: the columns the analysis reads (:func:`~rdmalab.capture.columnar_decode.decode_block` adds them to a
+#: caller's fields when it follows the windows and conversations itself)
+_PREFIX_INPUTS = ("frame.number", *_TCP_INPUTS, *CONVERSATION_INPUTS)
+
+
+def with_prefix(line: bytes, prefix: bytes) -> bytes:
+    """A summary line with ``prefix`` in front of its Info (as tshark puts its TCP analysis flags)."""
+    m = _INFO_AT.search(line)
+    if m is None:
+        return line
+    return line[:m.end()] + prefix + line[m.end():]
+
+
+def _frame_of(line: bytes) -> int | None:
+    """The frame number a summary line starts with (None: not a frame's line)."""
+    head = line.split(None, 1)[:1]
+    return int(head[0]) if head and head[0].isdigit() else None
+
+
+class _Prefixes:
+    """tshark's TCP analysis flags in front of the Info of the summary lines (``[TCP Retransmission] ``,
+    :func:`~rdmalab.capture.tcp_analysis.info_prefix`).  The lines are written from columns in blocks,
+    perhaps by worker processes, but the analysis follows the capture's segments in order: each block's
+    columns (the analysis' inputs, the conversations and windows followed as ``-T fields`` follows them:
+    :func:`~rdmalab.capture.columnar_decode.fill_tcp_analysis`; a block of other link types through the
+    per-packet decoder) are decoded here, in capture order (:meth:`note`, or the file read again beside the
+    workers: :meth:`read_from`), and the few lines of frames with a flag get their prefix (:meth:`apply`)."""
+
+    def __init__(self, values: bool = False) -> None:
+        self.conversations = Conversations(analysis=True)
+        assert self.conversations.analysis is not None
+        self.analysis = self.conversations.analysis
+        # (the values too when a filter on the conversations reads them, else the flags alone: cheaper)
+        self.analysis.values = values
+        self.windows = TcpWindowScaling()
+        #: (frame, prefix) of the frames analysed whose lines have not been written yet, in order
+        self.pending: deque[tuple[int, bytes]] = deque()
+        self.upto = 0  # the last frame analysed
+        self._blocks: Iterator[RecordBlock] | None = None
+        self._texts: dict[int, bytes] = {}  # flags (one bit each, FLAG_FIELDS) -> their prefix
+
+    def read_from(self, path: str, block_bytes: int) -> None:
+        """Read the frames of ``path`` (a file) as :meth:`apply` needs them."""
+        self._blocks = (erf_ethernet_view(raw) for raw in record_blocks(path, block_bytes))
+
+    def note(self, blk: RecordBlock, n: int, fields: Any = ()) -> Columns:
+        """The next block's frames analysed (the first ``n`` of them get their prefix); its columns,
+        with ``fields`` too (a filter's)."""
+        if _ethernet_only(blk) and not fields:
+            # (decode_block's steps, the conversations of TCP alone, without relative numbers: cheaper)
+            cols = decode_block(blk, verify_icrc=False, fields=_PREFIX_INPUTS)
+            ends = fill_tcp_windows(blk, cols, self.windows, ends=True, sacks=self.analysis.values)
+            fill_conversations(cols, self.conversations, udp=False, relative=False)
+            assert ends is not None
+            fill_tcp_analysis(cols, self.analysis, ends)
+        elif _ethernet_only(blk):
+            cols = decode_block(blk, verify_icrc=True, fields=(*_PREFIX_FIELDS, *fields),
+                                conversations=self.conversations, windows=self.windows)
+        else:
+            cols = columns_from_block(blk, conversations=self.conversations, windows=self.windows)
+        self.upto = blk.first + len(blk) - 1
+        L = cols.layers
+        rows = np.flatnonzero(L["tcp.analysis.flags"][:n])
+        if not len(rows):
+            return cols
+        bits = np.zeros(len(rows), dtype=np.int64)
+        for i, name in enumerate(FLAG_FIELDS):
+            bits |= L[name][rows].astype(np.int64) << i
+        d = cols.data
+        texts = self._texts
+        dup = FLAG_FIELDS.index("tcp.analysis.duplicate_ack")
+        append = self.pending.append
+        for frame, b, num, of in zip(d["frame.number"][rows].tolist(), bits.tolist(),
+                                     d["tcp.analysis.duplicate_ack_num"][rows].tolist(),
+                                     d["tcp.analysis.duplicate_ack_frame"][rows].tolist(), strict=True):
+            if b >> dup & 1:
+                append((frame, info_prefix([n for i, n in enumerate(FLAG_FIELDS) if b >> i & 1], (num, of)).encode()))
+                continue
+            text = texts.get(b)
+            if text is None:
+                text = texts[b] = info_prefix([n for i, n in enumerate(FLAG_FIELDS) if b >> i & 1]).encode()
+            append((frame, text))
+        return cols
+
+    def apply(self, text: bytes) -> bytes:
+        """``text``, the next lines written (one a frame, in order), the prefixes put in."""
+        if not text:
+            return text
+        end = len(text) - 1
+        last = _frame_of(text[text.rfind(b"\n", 0, end) + 1:end])
+        if last is None:
+            return text
+        while self._blocks is not None and self.upto < last:
+            blk = next(self._blocks, None)
+            if blk is None:
+                self._blocks = None
+            else:
+                self.note(blk, len(blk))
+        pending = self.pending
+        if not pending or pending[0][0] > last:
+            return text
+        lines = text.split(b"\n")
+        first = _frame_of(lines[0])
+        at: dict[int, int] | None = None
+        if first is None or first + len(lines) - 2 != last:  # (not every frame's line: a filter's)
+            at = {}
+            for i, line in enumerate(lines[:-1]):
+                f = _frame_of(line)
+                if f is not None:
+                    at[f] = i
+            first = 0
+        while pending and pending[0][0] <= last:
+            f, prefix = pending.popleft()
+            i = f - first if at is None else at.get(f, -1)
+            if i >= 0:
+                lines[i] = with_prefix(lines[i], prefix)
+        return b"\n".join(lines)
 
 
 #: the FPDUs :func:`_fpdu_chains` describes itself: (tagged, RDMAP opcode) -> its name's row in _FPDU_NAMES

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import ipaddress
+import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -664,6 +665,19 @@ def format_summary(frame: int, t: float | str, src: str, dst: str, proto: str, l
     if isinstance(t, str):
         return f"{frame:5d} {t:>11} {src:>15} → {dst:<15} {proto:<10} {length:5d} {text}"
     return f"{frame:5d} {t:11.6f} {src:>15} → {dst:<15} {proto:<10} {length:5d} {text}"
+
+
+#: where :func:`format_summary`'s Info starts: after the addresses' arrow, the destination, the protocol and the length
+_INFO_AT = re.compile(r" → \S+ +\S+ +\d+ ")
+
+
+def with_info_prefix(line: str, prefix: str) -> str:
+    """A summary line (:func:`format_summary`) with ``prefix`` in front of its Info, where tshark puts its
+    TCP analysis flags (:func:`rdmalab.capture.tcp_analysis.info_prefix`)."""
+    m = _INFO_AT.search(line) if prefix else None
+    if m is None:
+        return line
+    return line[:m.end()] + prefix + line[m.end():]
 
 
 #: tshark's time formats (``-t``): what each shows

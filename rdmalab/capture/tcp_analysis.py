@@ -12,9 +12,10 @@ segments made to raise each flag (``tests/capture/test_tcp_analysis.py``).
 
 The tree's values (:data:`VALUE_FIELDS`: the segment an ACK acknowledges and the round trip, the bytes in
 flight ...) follow each direction's segments not yet acknowledged, a list as packet-tcp.c's unacked list.
+The flags are also said in front of a summary line's Info, as tshark says them (:func:`info_prefix`:
+``[TCP Retransmission] ``, ``[TCP Dup ACK 12#1] `` ...).
 Not given: ``tcp.analysis`` itself (tshark's SEQ/ACK analysis tree, on nearly every segment),
-``tcp.analysis.reused_ports``, the TCP Fast Open flags, and the flags in the summary lines' Info
-(``[TCP Retransmission]``).
+``tcp.analysis.reused_ports`` and the TCP Fast Open flags.
 """
 
 from __future__ import annotations
@@ -65,6 +66,85 @@ MOST_UNACKED = 10_000
 _BIF_MAX = 2_000_000_000
 
 
+#: what tshark puts in front of the Info column for each flag, in the order it shows them: packet-tcp.c
+#: (tshark 4.0, tcp_print_sequence_number_analysis) prepends each flag's text in turn, retransmissions
+#: first, then lost segments, window, keep-alive, duplicate ACK, zero window, so the last one comes
+#: first.  A duplicate ACK's text has its frame and number (:func:`info_prefix`); a plain retransmission's
+#: is said only when it is neither fast nor spurious (packet-tcp.c keeps one kind of retransmission).
+INFO_PREFIXES = (("tcp.analysis.zero_window_probe_ack", "[TCP ZeroWindowProbeAck] "),
+                 ("tcp.analysis.zero_window", "[TCP ZeroWindow] "),
+                 ("tcp.analysis.zero_window_probe", "[TCP ZeroWindowProbe] "),
+                 ("tcp.analysis.duplicate_ack", "[TCP Dup ACK {frame}#{num}] "),
+                 ("tcp.analysis.keep_alive_ack", "[TCP Keep-Alive ACK] "),
+                 ("tcp.analysis.keep_alive", "[TCP Keep-Alive] "),
+                 ("tcp.analysis.window_full", "[TCP Window Full] "),
+                 ("tcp.analysis.window_update", "[TCP Window Update] "),
+                 ("tcp.analysis.ack_lost_segment", "[TCP ACKed unseen segment] "),
+                 ("tcp.analysis.lost_segment", "[TCP Previous segment not captured] "),
+                 ("tcp.analysis.out_of_order", "[TCP Out-Of-Order] "),
+                 ("tcp.analysis.spurious_retransmission", "[TCP Spurious Retransmission] "),
+                 ("tcp.analysis.fast_retransmission", "[TCP Fast Retransmission] "),
+                 ("tcp.analysis.retransmission", "[TCP Retransmission] "))
+_KINDS_OF_RETRANSMISSION = ("tcp.analysis.spurious_retransmission", "tcp.analysis.fast_retransmission")
+
+
+def info_prefix(names: Any, dup: tuple[int, int] | None = None) -> str:
+    """The text tshark puts in front of a segment's Info for its flags ``names`` (a collection of
+    :data:`FLAG_FIELDS`; ``dup``: a duplicate ACK's number and the frame it repeats, as
+    :meth:`TcpAnalysis.segment` gives them): "" without a flag."""
+    if not names:
+        return ""
+    out = []
+    for name, text in INFO_PREFIXES:
+        if name not in names:
+            continue
+        if name == "tcp.analysis.duplicate_ack":
+            if dup is None:
+                continue
+            text = text.format(frame=dup[1], num=dup[0])
+        elif name == "tcp.analysis.retransmission" and any(k in names for k in _KINDS_OF_RETRANSMISSION):
+            continue
+        out.append(text)
+    return "".join(out)
+
+
+def fields_prefix(fields: dict[str, Any]) -> str:
+    """:func:`info_prefix` of a frame's field dictionary, after :meth:`TcpAnalysis.add`."""
+    if "tcp.analysis.flags" not in fields:
+        return ""
+    dup = None
+    if "tcp.analysis.duplicate_ack_num" in fields:
+        dup = (fields["tcp.analysis.duplicate_ack_num"], fields["tcp.analysis.duplicate_ack_frame"])
+    return info_prefix([n for n in FLAG_FIELDS if n in fields], dup)
+
+
+#: each flag's bit in :meth:`TcpAnalysis._flags` (its place in :data:`FLAG_FIELDS`)
+_BIT = {name: 1 << i for i, name in enumerate(FLAG_FIELDS)}
+_RETRANSMISSION = _BIT["tcp.analysis.retransmission"]
+_FAST_RETRANSMISSION = _BIT["tcp.analysis.fast_retransmission"]
+_SPURIOUS_RETRANSMISSION = _BIT["tcp.analysis.spurious_retransmission"]
+_OUT_OF_ORDER = _BIT["tcp.analysis.out_of_order"]
+_LOST_SEGMENT = _BIT["tcp.analysis.lost_segment"]
+_ACK_LOST_SEGMENT = _BIT["tcp.analysis.ack_lost_segment"]
+_DUPLICATE_ACK = _BIT["tcp.analysis.duplicate_ack"]
+_KEEP_ALIVE = _BIT["tcp.analysis.keep_alive"]
+_KEEP_ALIVE_ACK = _BIT["tcp.analysis.keep_alive_ack"]
+_WINDOW_UPDATE = _BIT["tcp.analysis.window_update"]
+_WINDOW_FULL = _BIT["tcp.analysis.window_full"]
+_ZERO_WINDOW = _BIT["tcp.analysis.zero_window"]
+_ZERO_WINDOW_PROBE = _BIT["tcp.analysis.zero_window_probe"]
+_ZERO_WINDOW_PROBE_ACK = _BIT["tcp.analysis.zero_window_probe_ack"]
+_NAMES: dict[int, tuple[str, ...]] = {}
+
+
+def _names(bits: int) -> tuple[str, ...]:
+    """The names of the flags ``bits`` (:data:`_BIT`), in :data:`FLAG_FIELDS` order."""
+    got = _NAMES.get(bits)
+    if got is None:
+        got = _NAMES[bits] = tuple(n for n in FLAG_FIELDS if bits & _BIT[n])
+    return got
+
+
 class _Direction:
     """One direction of a TCP conversation as Wireshark's analysis follows it (``tcp_flow_t``)."""
 
@@ -82,7 +162,7 @@ class _Direction:
         self.dupacks = 0  # duplicate ACKs in a row (-1: data past this direction's was ACKed)
         self.lastnondupack = 0  # the frame of the last ACK that was not a duplicate
         self.maxseqtobeacked = 0  # the highest sequence number seen without a hole before it
-        self.last_flags: frozenset[str] = frozenset()
+        self.last_flags = 0  # the last segment's flags (bits: _BIT)
         self.base = -1  # the sequence number before the first (the SYN's own): -1 not known yet
         self.valid_bif = True  # bytes in flight are counted (not after a hole, until the other side ACKs)
         #: the segments sent and not yet acknowledged, oldest first: [seq, end, frame, time in ns]
@@ -113,9 +193,12 @@ class TcpAnalysis:
     """The ``tcp.analysis.*`` fields of TCP segments fed in capture order (:meth:`add`).  Bounded: past
     ``most`` conversations, the oldest is forgotten."""
 
-    def __init__(self, most: int = 1 << 20) -> None:
+    def __init__(self, most: int = 1 << 20, *, values: bool = True) -> None:
         self._conv: dict[int, _Conversation] = {}
         self._most = most
+        #: whether the :data:`VALUE_FIELDS` are followed (False: the flags alone, for the summary lines'
+        #: prefixes, at about half the cost: :meth:`segment` gives no values, and a ``sack`` is not read)
+        self.values = values
 
     def add(self, fields: dict[str, Any], stream: int, src: tuple[Any, int], dst: tuple[Any, int],
             rev_shift: int, sack: int = 0) -> None:
@@ -169,17 +252,18 @@ class TcpAnalysis:
         elif flags & TCP.ACK and not flags & TCP.SYN and conv.syn_ns and not conv.first_rtt_ns:
             conv.first_rtt_ns = now - conv.syn_ns
         fwd.sack = sack
-        return self._flags(fwd, rev, seq, ack, flags, seglen, window, now, frame, rev_shift, conv.first_rtt_ns)
+        return self._flags(fwd, rev, seq, ack, flags, seglen, window, now, frame, rev_shift, conv.first_rtt_ns,
+                           self.values)
 
     @staticmethod
     def _flags(fwd: _Direction, rev: _Direction, seq: int, ack: int, flags: int, seglen: int, window: int, now: int,
-               frame: int, rev_shift: int, first_rtt_ns: int) -> Segment:
+               frame: int, rev_shift: int, first_rtt_ns: int, values: bool = True) -> Segment:
         """The :data:`Segment` of one segment, and the directions' state moved past it (packet-tcp.c's order,
         ``tcp_analyze_sequence_number``).  (Sequence arithmetic written out: ``(a + n) & M`` is
         :func:`~rdmalab.wire.net.seq_add`, and ``((a - b + H) & M) - H`` is :func:`~rdmalab.wire.net.seq_diff`;
         this runs for every segment.)"""
         M, H = _SEQ_MASK, _SEQ_HALF
-        ta: set[str] = set()
+        ta = 0  # (the flags: one bit each, _BIT)
         dup: tuple[int, int] | None = None
         acks_frame = rtt = bif = push = rto = rto_frame = 0
         tree = False
@@ -194,28 +278,28 @@ class TcpAnalysis:
         repeats = seq == nextseq_was and ack == fwd.lastack  # (the window and ACK of the last segment again)
         probe = seglen == 1 and seq == nextseq_was and rev.window == 0
         if probe:
-            ta.add("tcp.analysis.zero_window_probe")
+            ta |= _ZERO_WINDOW_PROBE
         else:
             if window == 0 and plain:
-                ta.add("tcp.analysis.zero_window")
+                ta |= _ZERO_WINDOW
             if nextseq_was and ((seq - nextseq_was + H) & M) > H and not flags & TCP.RST:
-                ta.add("tcp.analysis.lost_segment")
+                ta |= _LOST_SEGMENT
                 fwd.valid_bif = False  # (until the other side ACKs)
             if seglen <= 1 and seq == (nextseq_was - 1) & M and plain:
-                ta.add("tcp.analysis.keep_alive")
+                ta |= _KEEP_ALIVE
             if plain and seglen == 0:
                 if window and window != fwd.window and repeats:
-                    ta.add("tcp.analysis.window_update")
+                    ta |= _WINDOW_UPDATE
             elif plain and rev_shift != -1 and (seq + seglen) & M == (rev.lastack + (rev.window << max(rev_shift, 0))) & M:
-                ta.add("tcp.analysis.window_full")
+                ta |= _WINDOW_FULL
             if seglen == 0 and repeats and plain:
-                if window and window == fwd.window and "tcp.analysis.keep_alive" in rev.last_flags:
-                    ta.add("tcp.analysis.keep_alive_ack")
-                elif window == 0 and fwd.window == 0 and "tcp.analysis.zero_window_probe" in rev.last_flags:
-                    ta.add("tcp.analysis.zero_window_probe_ack")
+                if window and window == fwd.window and rev.last_flags & _KEEP_ALIVE:
+                    ta |= _KEEP_ALIVE_ACK
+                elif window == 0 and fwd.window == 0 and rev.last_flags & _ZERO_WINDOW_PROBE:
+                    ta |= _ZERO_WINDOW_PROBE_ACK
                 elif window and window == fwd.window:
                     fwd.dupacks = 1 if fwd.dupacks == -1 else fwd.dupacks + 1  # (-1: an ACK of unseen data was said)
-                    ta.add("tcp.analysis.duplicate_ack")
+                    ta |= _DUPLICATE_ACK
                     dup = (fwd.dupacks, fwd.lastnondupack)
         if ack != fwd.lastack:
             fwd.lastnondupack = frame
@@ -225,31 +309,39 @@ class TcpAnalysis:
             tree = True  # (the tree, even when the flag is not said again)
             if rev_max != rev.nextseq:  # it acknowledges octets in a hole of the other direction
                 rev.maxseqtobeacked = rev.nextseq
-                ta.add("tcp.analysis.ack_lost_segment")
+                ta |= _ACK_LOST_SEGMENT
             else:  # octets past all the other direction sent: said once, until that direction's ACK moves
                 if rev.dupacks == 0:
-                    ta.add("tcp.analysis.ack_lost_segment")
+                    ta |= _ACK_LOST_SEGMENT
                 rev.dupacks = -1
         syn_fin = 1 if flags & (TCP.SYN | TCP.FIN) else 0
         ends = (seq + seglen + syn_fin) & M
-        if (seglen > 0 or syn_fin) and "tcp.analysis.keep_alive" not in ta:
+        if (seglen > 0 or syn_fin) and not ta & _KEEP_ALIVE:
             behind = bool(nextseq_was) and ((seq - nextseq_was + H) & M) < H
             if seglen > 1 and (nextseq_was - 1) & M == seq:
                 behind = False  # (more than the octet before a zero window probe: new data)
             # (times as tshark's unsigned nanoseconds: a segment before the one compared with is long after it)
             if seglen > 0 and rev.lastack and ((seq + seglen - rev.lastack + H) & M) <= H:
-                ta.update(("tcp.analysis.spurious_retransmission", "tcp.analysis.retransmission"))  # (acknowledged)
+                ta |= _SPURIOUS_RETRANSMISSION | _RETRANSMISSION  # (acknowledged)
             elif (behind and (rev.dupacks >= 2 or rev.dupacks == -1) and rev.lastack == seq  # (-1: unsigned in tshark)
                     and (now - rev.lastack_ns) % _U64 < FAST_RETRANSMISSION_NS):
-                ta.update(("tcp.analysis.fast_retransmission", "tcp.analysis.retransmission"))
+                ta |= _FAST_RETRANSMISSION | _RETRANSMISSION
             elif behind and (now - fwd.nextseq_ns) % _U64 < (first_rtt_ns or OUT_OF_ORDER_NS) and nextseq_was != ends:
-                ta.add("tcp.analysis.out_of_order")
+                ta |= _OUT_OF_ORDER
             elif behind:
-                ta.add("tcp.analysis.retransmission")
+                ta |= _RETRANSMISSION
                 # the time since the oldest segment not acknowledged (else since the highest one was sent)
                 oldest = fwd.unacked[0] if fwd.unacked else None
                 rto = now - (oldest[3] if oldest else fwd.nextseq_ns)
                 rto_frame = (oldest[2] if oldest else fwd.nextseq_frame) if rto else 0
+        if (not fwd.nextseq or ((ends - fwd.nextseq + H) & M) > H) and not probe:
+            fwd.nextseq, fwd.nextseq_ns, fwd.nextseq_frame = ends, now, frame
+        if (not fwd.maxseqtobeacked or seq == fwd.maxseqtobeacked) and not probe:
+            fwd.maxseqtobeacked = fwd.nextseq
+        fwd.window, fwd.lastack, fwd.lastack_ns = window, ack, now
+        fwd.last_flags = ta
+        if not values:  # (the flags alone: no list of segments, no values)
+            return (list(_names(ta)), dup, None) if ta else ([], dup, None)
         unacked = fwd.unacked
         if (seglen or syn_fin) and len(unacked) < MOST_UNACKED:
             if not unacked:
@@ -257,12 +349,6 @@ class TcpAnalysis:
             elif seq != unacked[-1][1]:
                 fwd.ordered = False
             unacked.append([seq, ends, frame, now])
-        if (not fwd.nextseq or ((ends - fwd.nextseq + H) & M) > H) and not probe:
-            fwd.nextseq, fwd.nextseq_ns, fwd.nextseq_frame = ends, now, frame
-        if (not fwd.maxseqtobeacked or seq == fwd.maxseqtobeacked) and not probe:
-            fwd.maxseqtobeacked = fwd.nextseq
-        fwd.window, fwd.lastack, fwd.lastack_ns = window, ack, now
-        fwd.last_flags = frozenset(ta) if ta else frozenset()
         # the other direction's segments this one acknowledges: gone from its list; the oldest whose end it
         # acknowledges exactly is the segment it ACKs
         theirs = rev.unacked
@@ -319,7 +405,7 @@ class TcpAnalysis:
             if bif:
                 push = fwd.push_sent
         if ta:
-            return [n for n in FLAG_FIELDS if n in ta], dup, (acks_frame, rtt, first_rtt_ns, bif, push, rto, rto_frame)
+            return list(_names(ta)), dup, (acks_frame, rtt, first_rtt_ns, bif, push, rto, rto_frame)
         if not tree:
             return [], dup, None
         return [], dup, (acks_frame, rtt, first_rtt_ns, bif, push, rto, rto_frame)

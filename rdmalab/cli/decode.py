@@ -409,7 +409,9 @@ def _decode_live(args: argparse.Namespace, flt: Any, out: TextIO) -> int:
 
 def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: str | None = None) -> int:
     from rdmalab.capture import read  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.fields import frame_fields  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.render import (  # lazy: keeps `rdmalab --help` fast
+        Conversations,
         EchoPairs,
         TcpWindowScaling,
         TimeColumn,
@@ -417,8 +419,11 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
         frame_tree,
         info,
         summary_line,
+        with_info_prefix,
     )
+    from rdmalab.capture.tcp_analysis import fields_prefix  # lazy: keeps `rdmalab --help` fast
     from rdmalab.wire.errors import DecodeError  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.wire.net import TCP  # lazy: keeps `rdmalab --help` fast
 
     fmt = args.format
     try:
@@ -453,6 +458,14 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
         echoes = EchoPairs()  # the same
         clock = _clock(flt)  # the same (frame.time_delta in a filter: since the frame read before)
         conversations = _conversations(flt)  # the same (tcp.stream counts every conversation)
+        # the TCP analysis, for the flags in front of the lines' Info (the filter's when it follows one)
+        flagged = None
+        if summaries:
+            flagged = conversations
+            if conversations is None or conversations.analysis is None:
+                flagged = Conversations(analysis=True)
+                assert flagged.analysis is not None
+                flagged.analysis.values = False  # (the flags alone)
         meta = _meta(path, flt)
         times = TimeColumn(args.time_format) if timed else None  # the same (-t d: since the frame read before)
         for cp in read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count):
@@ -462,6 +475,15 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
                 times.seen(cp.epoch_ns)
             request_in = echoes.note(cp.frame_number, cp.packet)
             fields = _filter_fields(flt, clock, cp, windows, conversations, meta) if flt is not None else None
+            prefix = ""
+            if flagged is not None and (cp.packet.get(TCP) is not None or cp.packet.quoted is not None):
+                # (an ICMP error's quote counts in the TCP conversations' numbers, as on the columnar path)
+                if flagged is conversations and fields is not None:
+                    prefix = fields_prefix(fields)
+                else:
+                    got = frame_fields(cp, windows=windows)
+                    flagged.add(got, cp.packet, windows)
+                    prefix = fields_prefix(got)
             tcp_info = None
             if summaries and cp.packet.encap == "tcp" and not cp.pdus:
                 tcp_info = info(cp, windows)  # (its window scaled in order; -t: the time put in once shown)
@@ -472,6 +494,8 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
             if summaries:
                 line = summary_line(cp, t0, request_in=request_in, text=tcp_info,
                                     when=times.text(cp.digits) if times is not None else None)
+                if prefix:
+                    line = with_info_prefix(line, prefix)
                 write(line)
                 write("\n")
             if args.verbose:
