@@ -61,7 +61,7 @@ from rdmalab.capture.render import (
     sack_delivered,
     window_shift_option,
 )
-from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, LABEL_FIELDS, VALUE_FIELDS, TcpAnalysis
+from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, LABEL_FIELDS, TREE, VALUE_FIELDS, TcpAnalysis
 from rdmalab.wire.control import (
     ICMP_ERRORS,
     ICMPV6_ERRORS,
@@ -501,6 +501,8 @@ def fill_tcp_analysis(cols: Columns, analysis: TcpAnalysis, ends: TcpEnds) -> No
         d[name] = L[name].astype(np.uint8)
     if values:  # (0: absent, as tshark leaves it out)
         at = np.asarray(valued, dtype=np.intp)
+        L[TREE][at] = True
+        d[TREE][at] = 1
         table = np.asarray(values, dtype=np.int64)
         for j, name in enumerate(VALUE_FIELDS):
             v = table[:, j]

@@ -67,7 +67,7 @@ from rdmalab.capture.render import (
     time_text,
     window_shift_option,
 )
-from rdmalab.capture.tcp_analysis import FLAG_FIELDS, VALUE_FIELDS, info_prefix
+from rdmalab.capture.tcp_analysis import FLAG_FIELDS, TREE, VALUE_FIELDS, info_prefix, tree_lines
 from rdmalab.wire import crc as _crc
 from rdmalab.wire.control import ICMP_ERRORS, ICMPV6_ERRORS, IPPROTO_ICMP, IPPROTO_ICMPV6, icmp_summary, icmpv6_summary
 from rdmalab.wire.errors import DecodeError
@@ -1039,7 +1039,7 @@ def _file_first_time(path: str) -> int:
 
 
 def _sequential(path: str, block_bytes: int, count: int | None, flt: Any,
-                lenient: bool, shown: _Shown | None, prefixes: _Prefixes) -> Iterator[tuple[_BlockText, int]]:
+                lenient: bool, shown: _Shown | None, prefixes: AnalysisFeed) -> Iterator[tuple[_BlockText, int]]:
     t0: int | None = None
     left = count
     for raw in record_blocks(path, block_bytes):
@@ -1098,7 +1098,7 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
         tracker = IwarpTracker()
     # tshark's TCP analysis flags in front of the Info of the lines that have one: the analysis follows
     # every frame in capture order, here (read again from the file when workers write the lines)
-    prefixes = _Prefixes(values=shown is not None and not shown.flt.fields.isdisjoint(VALUE_FIELDS))
+    prefixes = AnalysisFeed(values=shown is not None and not shown.flt.fields.isdisjoint((*VALUE_FIELDS, TREE)))
     windows = TcpWindowScaling()  # follows every frame, filtered out or not, as tshark does
     echoes = EchoPairs()  # the same (the blocks leave echo requests and replies to this loop)
     # what the per-packet path says of a frame that is not TCP depends on its bytes alone (no
@@ -1182,7 +1182,7 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
 
 class _Shown:
     """Which frames a display filter on the conversations keeps (:func:`summary_bytes`): each block's
-    columns with the conversations followed in order (:meth:`_Prefixes.note`, which follows them and the
+    columns with the conversations followed in order (:meth:`AnalysisFeed.note`, which follows them and the
     TCP analysis for the lines' prefixes; a block of other link types: the per-packet decoder's columns,
     the same numbers), the filter run on them, and the block's lines cut down to those frames'."""
 
@@ -1191,7 +1191,7 @@ class _Shown:
         self.mask = np.zeros(0, dtype=bool)
 
     def note(self, cols: Columns, n: int) -> None:
-        """The first ``n`` frames of the next block, its columns ``cols`` (:meth:`_Prefixes.note`'s)."""
+        """The first ``n`` frames of the next block, its columns ``cols`` (:meth:`AnalysisFeed.note`'s)."""
         self.mask = filter_mask(self.flt, cols)[:n]
 
     def keep(self, text: bytes) -> bytes:
@@ -1207,12 +1207,18 @@ class _Shown:
 
 #: where a summary line's Info starts: after the addresses' arrow, the destination, the protocol and the length
 _INFO_AT = re.compile(rb" \xe2\x86\x92 \S+ +\S+ +\d+ ")
-#: the columns :class:`_Prefixes` reads (the analysis' inputs are added by decode_block)
+#: the columns :class:`AnalysisFeed` reads (the analysis' inputs are added by decode_block)
 _PREFIX_FIELDS = ("frame.number", "tcp.analysis.flags", *FLAG_FIELDS, "tcp.analysis.duplicate_ack_num",
                   "tcp.analysis.duplicate_ack_frame")
 #: the columns the analysis reads (:func:`~rdmalab.capture.columnar_decode.decode_block` adds them to a
 #: caller's fields when it follows the windows and conversations itself)
 _PREFIX_INPUTS = ("frame.number", *_TCP_INPUTS, *CONVERSATION_INPUTS)
+
+
+#: a frame's tree's first line (-V), its TCP header's heading, and the first line after that is not one of its fields
+_FRAME_HEAD = re.compile(rb"(?m)^Frame (\d+): ")
+_TCP_HEADING = b"\n    TCP  ["
+_NOT_A_FIELD = re.compile(rb"\n(?!        )")
 
 
 def with_prefix(line: bytes, prefix: bytes) -> bytes:
@@ -1229,21 +1235,25 @@ def _frame_of(line: bytes) -> int | None:
     return int(head[0]) if head and head[0].isdigit() else None
 
 
-class _Prefixes:
+class AnalysisFeed:
     """tshark's TCP analysis flags in front of the Info of the summary lines (``[TCP Retransmission] ``,
     :func:`~rdmalab.capture.tcp_analysis.info_prefix`).  The lines are written from columns in blocks,
     perhaps by worker processes, but the analysis follows the capture's segments in order: each block's
     columns (the analysis' inputs, the conversations and windows followed as ``-T fields`` follows them:
     :func:`~rdmalab.capture.columnar_decode.fill_tcp_analysis`; a block of other link types through the
     per-packet decoder) are decoded here, in capture order (:meth:`note`, or the file read again beside the
-    workers: :meth:`read_from`), and the few lines of frames with a flag get their prefix (:meth:`apply`)."""
+    workers: :meth:`read_from`), and the few lines of frames with a flag get their prefix (:meth:`apply`).
+    ``trees``: the frames' trees (``-V``, :mod:`rdmalab.capture.tree_templates`) get tshark's SEQ/ACK analysis
+    tree instead (:meth:`apply_trees`)."""
 
-    def __init__(self, values: bool = False) -> None:
+    def __init__(self, values: bool = False, *, trees: bool = False) -> None:
         self.conversations = Conversations(analysis=True)
         assert self.conversations.analysis is not None
         self.analysis = self.conversations.analysis
-        # (the values too when a filter on the conversations reads them, else the flags alone: cheaper)
-        self.analysis.values = values
+        # (the values too when a filter on the conversations reads them or a tree shows them, else the
+        # flags alone: cheaper)
+        self.analysis.values = values or trees
+        self.trees = trees
         self.windows = TcpWindowScaling()
         #: (frame, prefix) of the frames analysed whose lines have not been written yet, in order
         self.pending: deque[tuple[int, bytes]] = deque()
@@ -1272,6 +1282,9 @@ class _Prefixes:
             cols = columns_from_block(blk, conversations=self.conversations, windows=self.windows)
         self.upto = blk.first + len(blk) - 1
         L = cols.layers
+        if self.trees:
+            self._note_trees(cols, n)
+            return cols
         rows = np.flatnonzero(L["tcp.analysis.flags"][:n])
         if not len(rows):
             return cols
@@ -1294,6 +1307,61 @@ class _Prefixes:
             append((frame, text))
         return cols
 
+    def _note_trees(self, cols: Columns, n: int) -> None:
+        """The SEQ/ACK analysis tree of the first ``n`` frames of a block that have one, as text to put in."""
+        d, L = cols.data, cols.layers
+        rows = np.flatnonzero(L[TREE][:n]).tolist()
+        if not rows:
+            return
+        flagged = L["tcp.analysis.flags"]
+        dup = L["tcp.analysis.duplicate_ack_num"]
+        values = [d[name] for name in VALUE_FIELDS]
+        for r in rows:
+            names = [name for name in FLAG_FIELDS if L[name][r]] if flagged[r] else []
+            pair = (int(d["tcp.analysis.duplicate_ack_num"][r]), int(d["tcp.analysis.duplicate_ack_frame"][r])) \
+                if dup[r] else None
+            v = [int(col[r]) for col in values]
+            lines = tree_lines(names, pair, (v[0], v[1], v[2], v[3], v[4], v[5], v[6]))
+            self.pending.append((int(d["frame.number"][r]), "".join("\n        " + x for x in lines).encode()))
+
+    def _read_upto(self, last: int) -> None:
+        """The frames up to ``last`` analysed (read from the file beside the workers: :meth:`read_from`)."""
+        while self._blocks is not None and self.upto < last:
+            blk = next(self._blocks, None)
+            if blk is None:
+                self._blocks = None
+            else:
+                self.note(blk, len(blk))
+
+    def apply_trees(self, text: bytes) -> bytes:
+        """``text``, the next frames' trees (``-V``), in order, tshark's SEQ/ACK analysis put in each that has
+        one, after its TCP header's fields (as :func:`~rdmalab.capture.render.with_analysis_tree`)."""
+        heads = [(m.start(), int(m.group(1))) for m in _FRAME_HEAD.finditer(text)]
+        if not heads:
+            return text
+        self._read_upto(heads[-1][1])
+        pending = self.pending
+        if not pending or pending[0][0] > heads[-1][1]:
+            return text
+        where = {f: (pos, heads[i + 1][0] if i + 1 < len(heads) else len(text)) for i, (pos, f) in enumerate(heads)}
+        out: list[bytes] = []
+        prev = 0
+        while pending and pending[0][0] <= heads[-1][1]:
+            frame, block = pending.popleft()
+            got = where.get(frame)
+            if got is None:
+                continue
+            at = text.find(_TCP_HEADING, got[0], got[1])
+            if at < 0:
+                continue
+            m = _NOT_A_FIELD.search(text, at + len(_TCP_HEADING), got[1])
+            end = m.start() if m is not None else len(text[:got[1]].rstrip(b"\n"))
+            out.append(text[prev:end])
+            out.append(block)
+            prev = end
+        out.append(text[prev:])
+        return b"".join(out)
+
     def apply(self, text: bytes) -> bytes:
         """``text``, the next lines written (one a frame, in order), the prefixes put in."""
         if not text:
@@ -1302,12 +1370,7 @@ class _Prefixes:
         last = _frame_of(text[text.rfind(b"\n", 0, end) + 1:end])
         if last is None:
             return text
-        while self._blocks is not None and self.upto < last:
-            blk = next(self._blocks, None)
-            if blk is None:
-                self._blocks = None
-            else:
-                self.note(blk, len(blk))
+        self._read_upto(last)
         pending = self.pending
         if not pending or pending[0][0] > last:
             return text

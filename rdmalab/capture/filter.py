@@ -465,10 +465,6 @@ class _Parser:
             raise FilterError(self.expr, f"expected a field name, found {text!r}", pos)
         self.typed = text
         text = PROTOCOL_ALIASES.get(text, text)
-        if text == "tcp.analysis":
-            raise FilterError(self.expr, "'tcp.analysis' (tshark's SEQ/ACK analysis, on nearly every segment) is not "
-                              "given by rdmalab: filter on tcp.analysis.flags (any of its flags) or on one flag, "
-                              "e.g. tcp.analysis.retransmission", pos)
         if text not in self.known and text not in FILTER_TIMES:
             if text in RELATIVE_TIMES:
                 raise FilterError(self.expr, f"{text!r} (the time since the frame shown before, which the filter "

@@ -680,6 +680,25 @@ def with_info_prefix(line: str, prefix: str) -> str:
     return line[:m.end()] + prefix + line[m.end():]
 
 
+#: where the TCP header's lines of a frame's tree (:func:`frame_tree`) end: the first line after its
+#: heading that is not one of its fields (a heading of its own, or the blank line after the frame)
+_TCP_HEADING = "\n    TCP  ["
+_NOT_A_FIELD = re.compile(r"\n(?!        )")
+
+
+def with_analysis_tree(tree: str, lines: list[str]) -> str:
+    """A frame's tree (:func:`frame_tree`) with ``lines`` (tshark's SEQ/ACK analysis tree:
+    :func:`rdmalab.capture.tcp_analysis.tree_lines`) after its TCP header's fields, as their last child."""
+    if not lines:
+        return tree
+    at = tree.find(_TCP_HEADING)
+    if at < 0:
+        return tree
+    m = _NOT_A_FIELD.search(tree, at + len(_TCP_HEADING))
+    end = m.start() if m is not None else len(tree.rstrip("\n"))
+    return tree[:end] + "".join("\n        " + line for line in lines) + tree[end:]
+
+
 #: tshark's time formats (``-t``): what each shows
 TIME_FORMATS = {
     "r": "seconds since the first frame (the default)", "a": "the time of day (local)",

@@ -13,9 +13,9 @@ segments made to raise each flag (``tests/capture/test_tcp_analysis.py``).
 The tree's values (:data:`VALUE_FIELDS`: the segment an ACK acknowledges and the round trip, the bytes in
 flight ...) follow each direction's segments not yet acknowledged, a list as packet-tcp.c's unacked list.
 The flags are also said in front of a summary line's Info, as tshark says them (:func:`info_prefix`:
-``[TCP Retransmission] ``, ``[TCP Dup ACK 12#1] `` ...).
-Not given: ``tcp.analysis`` itself (tshark's SEQ/ACK analysis tree, on nearly every segment),
-``tcp.analysis.reused_ports`` and the TCP Fast Open flags.
+``[TCP Retransmission] ``, ``[TCP Dup ACK 12#1] `` ...), and the whole SEQ/ACK analysis tree in ``-V``
+(:func:`tree_lines`); ``tcp.analysis`` itself (:data:`TREE`) is a label on the segments that have it.
+Not given: ``tcp.analysis.reused_ports``, the TCP Fast Open flags, and ``tcp.analysis`` in ``-T json``.
 """
 
 from __future__ import annotations
@@ -42,12 +42,15 @@ VALUE_FIELDS = ("tcp.analysis.acks_frame", "tcp.analysis.ack_rtt", "tcp.analysis
                 "tcp.analysis.rto_frame")
 #: the :data:`VALUE_FIELDS` that are times (tshark's FT_RELATIVE_TIME: nanoseconds here, written as seconds)
 TIME_FIELDS = ("tcp.analysis.ack_rtt", "tcp.analysis.initial_rtt", "tcp.analysis.rto")
+#: the analysis tree itself (tshark's ``tcp.analysis``, "SEQ/ACK analysis", a label): on a segment that has
+#: a flag, acknowledges the end of a segment, or carries data counted in flight (:data:`Segment`)
+TREE = "tcp.analysis"
 #: every field :class:`TcpAnalysis` gives: ``tcp.analysis.flags`` (any flag), the flags, a duplicate
-#: ACK's number and the frame of the ACK it repeats, and the :data:`VALUE_FIELDS`
+#: ACK's number and the frame of the ACK it repeats, the :data:`VALUE_FIELDS`, and the tree itself
 ANALYSIS_FIELDS = ("tcp.analysis.flags", *FLAG_FIELDS, "tcp.analysis.duplicate_ack_num",
-                   "tcp.analysis.duplicate_ack_frame", *VALUE_FIELDS)
+                   "tcp.analysis.duplicate_ack_frame", *VALUE_FIELDS, TREE)
 #: the label fields (no value: a filter tests them alone, as tshark, which refuses to compare them)
-LABEL_FIELDS = ("tcp.analysis.flags", *FLAG_FIELDS)
+LABEL_FIELDS = ("tcp.analysis.flags", *FLAG_FIELDS, TREE)
 
 _SYN_FIN_RST = TCP.SYN | TCP.FIN | TCP.RST
 #: a retransmission within this long after the reverse direction's second duplicate ACK is a fast one
@@ -55,9 +58,6 @@ FAST_RETRANSMISSION_NS = 20_000_000
 #: out of order: a segment this soon after the direction's highest one (without a first round trip time)
 OUT_OF_ORDER_NS = 3_000_000
 _U64 = 1 << 64
-#: the analysis tree itself (tshark's ``tcp.analysis``, "SEQ/ACK analysis"): 1 in a field dictionary whose
-#: segment has it
-TREE = "tcp.analysis"
 
 
 #: a direction's segments not yet acknowledged are listed up to this many (packet-tcp.c's TCP_MAX_UNACKED_SEGMENTS)
@@ -225,6 +225,7 @@ class TcpAnalysis:
         if dup is not None:
             fields["tcp.analysis.duplicate_ack_num"], fields["tcp.analysis.duplicate_ack_frame"] = dup
         if values is not None:
+            fields[TREE] = 1
             for name, v in zip(VALUE_FIELDS, values, strict=True):
                 if v:
                     fields[name] = v
@@ -409,3 +410,86 @@ class TcpAnalysis:
         if not tree:
             return [], dup, None
         return [], dup, (acks_frame, rtt, first_rtt_ns, bif, push, rto, rto_frame)
+
+
+#: each flag's expert information in tshark's SEQ/ACK analysis tree (packet-tcp.c's ei_tcp_analysis_*):
+#: severity and message, in the order tshark adds them under "[TCP Analysis Flags]" (a fast or spurious
+#: retransmission's own, then the plain one's; a duplicate ACK's is under the frame it repeats)
+EXPERT = (("tcp.analysis.fast_retransmission", "Note", "This frame is a (suspected) fast retransmission"),
+          ("tcp.analysis.spurious_retransmission", "Note", "This frame is a (suspected) spurious retransmission"),
+          ("tcp.analysis.retransmission", "Note", "This frame is a (suspected) retransmission"),
+          ("tcp.analysis.out_of_order", "Warning", "This frame is a (suspected) out-of-order segment"),
+          ("tcp.analysis.lost_segment", "Warning", "Previous segment(s) not captured (common at capture start)"),
+          ("tcp.analysis.ack_lost_segment", "Warning", "ACKed segment that wasn't captured (common at capture start)"),
+          ("tcp.analysis.window_update", "Chat", "TCP window update"),
+          ("tcp.analysis.window_full", "Warning", "TCP window specified by the receiver is now completely full"),
+          ("tcp.analysis.keep_alive", "Note", "TCP keep-alive segment"),
+          ("tcp.analysis.keep_alive_ack", "Note", "ACK to a TCP keep-alive segment"),
+          ("tcp.analysis.duplicate_ack", "", ""),
+          ("tcp.analysis.zero_window_probe", "Note", "TCP Zero Window Probe"),
+          ("tcp.analysis.zero_window", "Warning", "TCP Zero Window segment"),
+          ("tcp.analysis.zero_window_probe_ack", "Note", "ACK to a TCP Zero Window Probe"))
+#: tshark's _ws.expert.severity of each (the number -T json writes) and the Sequence group's
+SEVERITY = {"Chat": 2097152, "Note": 4194304, "Warning": 6291456}
+SEQUENCE_GROUP = 33554432
+
+
+def seconds_text(ns: int) -> str:
+    """A relative time as tshark writes it: signed seconds and nine digits."""
+    a = abs(ns)
+    return f"{'-' if ns < 0 else ''}{a // 1_000_000_000}.{a % 1_000_000_000:09d}"
+
+
+def _expert(severity: str, message: str) -> list[str]:
+    return [f"[Expert Info ({severity}/Sequence): {message}]", f"    [{message}]", f"    [Severity level: {severity}]",
+            "    [Group: Sequence]"]
+
+
+def tree_lines(names: Any, dup: tuple[int, int] | None,
+               values: tuple[int, int, int, int, int, int, int] | None) -> list[str]:
+    """tshark's ``[SEQ/ACK analysis]`` tree of a segment (``tshark -V``, packet-tcp.c's
+    tcp_print_sequence_number_analysis), its lines indented from 0, four spaces a level: from its
+    :data:`Segment` (``names`` its flags); none without the tree (``values`` None)."""
+    if values is None:
+        return []
+    acks_frame, rtt, first_rtt, bif, push, rto, rto_frame = values
+    out = ["[SEQ/ACK analysis]"]
+    if acks_frame:
+        out.append(f"    [This is an ACK to the segment in frame: {acks_frame}]")
+        if rtt:
+            out.append(f"    [The RTT to ACK the segment was: {seconds_text(rtt)} seconds]")
+    if first_rtt:
+        out.append(f"    [iRTT: {seconds_text(first_rtt)} seconds]")
+    if bif:
+        out.append(f"    [Bytes in flight: {bif}]")
+        out.append(f"    [Bytes sent since last PSH flag: {push}]")
+    if names:
+        out.append("    [TCP Analysis Flags]")
+        kind = any(k in names for k in _KINDS_OF_RETRANSMISSION)
+        for name, severity, message in EXPERT:
+            if name not in names:
+                continue
+            if name == "tcp.analysis.duplicate_ack":
+                if dup is not None:
+                    out.append("        [This is a TCP duplicate ack]")
+                continue
+            out.extend("        " + line for line in _expert(severity, message))
+            if name == "tcp.analysis.retransmission" and not kind and rto:
+                out.append(f"        [The RTO for this segment was: {seconds_text(rto)} seconds]")
+                out.append(f"        [RTO based on delta from frame: {rto_frame}]")
+    if dup is not None:
+        out.append(f"    [Duplicate ACK #: {dup[0]}]")
+        out.append(f"    [Duplicate to the ACK in frame: {dup[1]}]")
+        out.extend("        " + line for line in _expert("Note", f"Duplicate ACK (#{dup[0]})"))
+    return out
+
+
+def fields_tree(fields: dict[str, Any]) -> list[str]:
+    """:func:`tree_lines` of a frame's field dictionary, after :meth:`TcpAnalysis.add`."""
+    if TREE not in fields:
+        return []
+    dup = None
+    if "tcp.analysis.duplicate_ack_num" in fields:
+        dup = (fields["tcp.analysis.duplicate_ack_num"], fields["tcp.analysis.duplicate_ack_frame"])
+    v = [int(fields.get(name, 0)) for name in VALUE_FIELDS]
+    return tree_lines([n for n in FLAG_FIELDS if n in fields], dup, (v[0], v[1], v[2], v[3], v[4], v[5], v[6]))

@@ -30,6 +30,8 @@ from functools import partial
 from typing import Any
 
 from rdmalab.capture.blockpool import JSON_PARALLEL_MIN_BYTES, blocks_in_workers, default_workers, parallel_capture
+from rdmalab.capture.columnar_decode import erf_ethernet_view
+from rdmalab.capture.columnar_summary import AnalysisFeed
 from rdmalab.capture.iwarp import IwarpTracker, _address_text
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, decode_frame
 from rdmalab.capture.pcapio import record_blocks
@@ -421,7 +423,11 @@ def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int 
     p = os.fspath(path)
     if workers is None:
         workers = default_workers()
+    # tshark's SEQ/ACK analysis trees: the TCP analysis followed here, in capture order, and put into the
+    # trees of the segments that have one (read from the file again beside the workers)
+    seq_ack = AnalysisFeed(trees=True)
     if workers > 1 and parallel_capture(p) and os.path.getsize(p) >= parallel_min_bytes:
+        seq_ack.read_from(p, block_bytes)
         for (first, pieces), _t0 in blocks_in_workers(p, _tree_block, (), workers=workers,
                                                       block_bytes=block_bytes, count=count):
             out: list[bytes] = []
@@ -435,9 +441,10 @@ def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int 
                     continue
                 j, data, wire, ts, lt, iface, fcs = piece
                 out.append(_one_tree(data, 0, len(data), first + j, wire, ts, lt, iface, fcs, tracker) + b"\n\n")
-            yield b"".join(out)
+            yield seq_ack.apply_trees(b"".join(out))
         return
     for blk in record_blocks(p, block_bytes):
+        seq_ack.note(erf_ethernet_view(blk), len(blk))
         buf = blk.buf
         out = []
         rows = zip(blk.offset.tolist(), blk.caplen.tolist(), blk.wirelen.tolist(), blk.seconds().tolist(),
@@ -450,7 +457,7 @@ def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int 
                 break
         if out:
             out.append(b"")
-            yield b"\n\n".join(out)
+            yield seq_ack.apply_trees(b"\n\n".join(out))
         if last:
             return
 

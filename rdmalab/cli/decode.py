@@ -100,10 +100,6 @@ def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> in
     names: list[str] = args.fields or []
     if not names:
         raise Fail("-T fields needs at least one -e FIELD (e.g. -e ip.src -e infiniband.bth.psn)")
-    if "tcp.analysis" in names:  # (a prefix of the analysis fields rdmalab gives, not a field of its own)
-        raise Fail("-e tcp.analysis: tshark's SEQ/ACK analysis tree (on nearly every segment) is not given by "
-                   "rdmalab: ask for tcp.analysis.flags (any of its flags) or one flag, e.g. "
-                   "-e tcp.analysis.retransmission")
     unknown = [n for n in names if n not in COLUMN_NAMES and n not in known_fields() and n not in RELATIVE_TIMES]
     if unknown:
         raise Fail(f"-e {unknown[0]}: not a field rdmalab knows" + (f" (also {', '.join(unknown[1:])})"
@@ -419,9 +415,10 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
         frame_tree,
         info,
         summary_line,
+        with_analysis_tree,
         with_info_prefix,
     )
-    from rdmalab.capture.tcp_analysis import fields_prefix  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.tcp_analysis import fields_prefix, fields_tree  # lazy: keeps `rdmalab --help` fast
     from rdmalab.wire.errors import DecodeError  # lazy: keeps `rdmalab --help` fast
     from rdmalab.wire.net import TCP  # lazy: keeps `rdmalab --help` fast
 
@@ -460,12 +457,12 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
         conversations = _conversations(flt)  # the same (tcp.stream counts every conversation)
         # the TCP analysis, for the flags in front of the lines' Info (the filter's when it follows one)
         flagged = None
-        if summaries:
+        if summaries or args.verbose:  # (-V: the SEQ/ACK analysis tree, its values too)
             flagged = conversations
             if conversations is None or conversations.analysis is None:
                 flagged = Conversations(analysis=True)
                 assert flagged.analysis is not None
-                flagged.analysis.values = False  # (the flags alone)
+                flagged.analysis.values = bool(args.verbose)  # (else the flags alone)
         meta = _meta(path, flt)
         times = TimeColumn(args.time_format) if timed else None  # the same (-t d: since the frame read before)
         for cp in read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count):
@@ -476,14 +473,15 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
             request_in = echoes.note(cp.frame_number, cp.packet)
             fields = _filter_fields(flt, clock, cp, windows, conversations, meta) if flt is not None else None
             prefix = ""
+            seq_ack: list[str] = []
             if flagged is not None and (cp.packet.get(TCP) is not None or cp.packet.quoted is not None):
                 # (an ICMP error's quote counts in the TCP conversations' numbers, as on the columnar path)
-                if flagged is conversations and fields is not None:
-                    prefix = fields_prefix(fields)
-                else:
+                got = fields
+                if flagged is not conversations or got is None:
                     got = frame_fields(cp, windows=windows)
                     flagged.add(got, cp.packet, windows)
-                    prefix = fields_prefix(got)
+                prefix = fields_prefix(got)
+                seq_ack = fields_tree(got) if args.verbose else []
             tcp_info = None
             if summaries and cp.packet.encap == "tcp" and not cp.pdus:
                 tcp_info = info(cp, windows)  # (its window scaled in order; -t: the time put in once shown)
@@ -499,7 +497,7 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
                 write(line)
                 write("\n")
             if args.verbose:
-                write(frame_tree(cp))
+                write(with_analysis_tree(frame_tree(cp), seq_ack))
                 write("\n\n")
             elif hexdump and summaries:
                 write("\n")

@@ -399,18 +399,27 @@ def test_a_flag_is_a_label_not_a_value(flt: str) -> None:
         compile_filter(flt)
 
 
-def test_the_analysis_tree_itself_is_not_given(capsys: Any) -> None:
-    with pytest.raises(FilterError, match="not given by rdmalab: filter on tcp.analysis.flags"):
-        compile_filter("tcp.analysis")
-    # nor printed: an empty column where tshark prints the tree's presence would say nothing of the difference
-    path = str(ROOT / "captures" / "siw_rping.pcap")
-    assert main(["decode", "-r", path, "-T", "fields", "-e", "frame.number", "-e", "tcp.analysis"]) == 1
-    out, err = capsys.readouterr()
-    assert not out and err.startswith("rdmalab: -e tcp.analysis: tshark's SEQ/ACK analysis tree")
-    assert "-e tcp.analysis.retransmission" in err and len(err.strip().splitlines()) == 1
-    for name in (*ANALYSIS_FIELDS, "tcp.analysis.flags && tcp.len > 0"):
+@requires_tshark
+@pytest.mark.tshark
+def test_the_analysis_tree_itself_is_a_label(tmp_path: Path, capsys: Any) -> None:
+    """``tcp.analysis`` (tshark's SEQ/ACK analysis tree) on the segments that have it: a label, as tshark's
+    (-e gives 1, a comparison is an error); -Y picks tshark's frames on both paths (the -T fields of every
+    comparison above hold it too, ANALYSIS_FIELDS)."""
+    with pytest.raises(FilterError, match="is a label, present or not"):
+        compile_filter("tcp.analysis == 1")
+    for name in (*ANALYSIS_FIELDS, "tcp.analysis.flags && tcp.len > 0", "tcp.analysis && !tcp.analysis.flags"):
         compile_filter(name)
     assert len(FLAG_FIELDS) == 14
+    path = tmp_path / "values.pcap"
+    write_capture(path, acknowledged_values())
+    for flt in ("tcp.analysis", "!tcp.analysis && tcp", "tcp.analysis && !tcp.analysis.flags"):
+        want = subprocess.run(["tshark", "-n", "-r", str(path), "-Y", flt, "-T", "fields", "-e", "frame.number"],
+                              capture_output=True, text=True, check=True).stdout.split()
+        assert want, flt
+        for extra in ((), ("--no-columnar",)):
+            assert _ours(path, ("frame.number",), capsys, "-Y", flt, *extra) == want, (flt, extra)
+            assert main(["decode", "-r", str(path), "-Y", flt, *extra]) == 0
+            assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == want, (flt, extra)
 
 
 @requires_tshark

@@ -163,3 +163,67 @@ def test_the_text_of_each_flag() -> None:
     assert info_prefix(["tcp.analysis.lost_segment", "tcp.analysis.window_full"]) == \
         "[TCP Window Full] [TCP Previous segment not captured] "
     assert {name for name, _t in INFO_PREFIXES} == set(FLAG_FIELDS)
+
+
+def seq_ack_trees(text: str, indent: int) -> dict[int, list[str]]:
+    """frame -> its ``[SEQ/ACK analysis]`` tree's lines (``-V`` text: tshark's under its TCP tree at
+    ``indent`` 4, rdmalab's among its TCP header's fields at 8), dedented."""
+    out: dict[int, list[str]] = {}
+    frame = 0
+    cur: list[str] | None = None
+    head = " " * indent + "[SEQ/ACK analysis]"
+    for line in text.splitlines():
+        m = re.match(r"^Frame (\d+): ", line)
+        if m:
+            frame, cur = int(m.group(1)), None
+        elif line == head:
+            cur = out[frame] = [line[indent:]]
+        elif cur is not None and line.startswith(" " * (indent + 4)):
+            cur.append(line[indent:])
+        else:
+            cur = None
+    return out
+
+
+def _same_trees(path: Path, capsys: Any) -> dict[int, list[str]]:
+    """tshark's SEQ/ACK analysis trees (-V) and rdmalab's, on both paths (whose -V text is the same)."""
+    want = seq_ack_trees(subprocess.run(["tshark", "-n", "-r", str(path), "-V"], capture_output=True, text=True,
+                                        check=True).stdout, 4)
+    fast = _ours(path, capsys, "-V")
+    assert _ours(path, capsys, "-V", "--no-columnar") == fast
+    got = seq_ack_trees(fast, 8)
+    bad = [f for f in sorted(set(want) | set(got)) if want.get(f) != got.get(f)]
+    assert not bad, f"{path.name}: {len(bad)} frames' trees differ; frame {bad[0]}: {want.get(bad[0])} {got.get(bad[0])}"
+    return want
+
+
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("path", WITH_TCP, ids=lambda p: p.name)
+def test_the_seq_ack_tree_of_each_capture_is_tsharks(path: Path, capsys: Any) -> None:
+    _same_trees(path, capsys)
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_the_seq_ack_trees_of_made_and_lossy_conversations_are_tsharks(tmp_path: Path, capsys: Any) -> None:
+    """Every line kind tshark writes there (each flag's expert information, RTO, RTT negative too, bytes in
+    flight, duplicate ACKs) is compared; the trees come after the TCP header's fields, in worker processes
+    and small blocks too."""
+    lines: set[str] = set()
+    for path in _made(tmp_path):
+        for tree in _same_trees(path, capsys).values():
+            lines |= {re.sub(r"-?\d+(\.\d+)?", "N", x.strip()) for x in tree}
+    assert {"[The RTO for this segment was: N seconds]", "[The RTT to ACK the segment was: N seconds]",
+            "[Bytes in flight: N]", "[Duplicate to the ACK in frame: N]", "[This is a TCP duplicate ack]",
+            "[Expert Info (Chat/Sequence): TCP window update]"} <= lines, lines
+    assert sum(1 for x in lines if x.startswith("[Expert Info")) >= 14
+    from rdmalab.capture.tree_templates import tree_blocks
+
+    path = tmp_path / "lossy3.pcap"
+    whole = _ours(path, capsys, "-V")
+    assert "[SEQ/ACK analysis]" in whole
+    for block in (1024, 65536):
+        for workers in (1, 2):
+            got = b"".join(tree_blocks(path, block_bytes=block, workers=workers, parallel_min_bytes=0)).decode()
+            assert got == whole, (block, workers)

@@ -1,5 +1,6 @@
 """``rdmalab decode -V`` from per-header templates (rdmalab.capture.tree_templates): every tree is the
-per-packet decoder's tree (render.frame_tree), on every capture in captures/ (RoCEv1/v2, native IB in
+per-packet decoder's tree (render.frame_tree, with tshark's SEQ/ACK analysis where a TCP segment has one, as
+``decode -V`` puts it in), on every capture in captures/ (RoCEv1/v2, native IB in
 ERF, iWARP with markers and CRCs, CM, UD, losses), on damaged frames, and in blocks of any size."""
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from rdmalab.capture import read, render, tree_templates
+from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.pcapwriter import write_capture
 from rdmalab.capture.reader import records
+from rdmalab.capture.tcp_analysis import fields_tree
 from rdmalab.capture.tree_templates import SPECIAL, fast_frame, header_text_fn, templatable, tree_blocks
 from rdmalab.cli import main
 from rdmalab.wire import ib, net
@@ -26,7 +29,19 @@ CAPTURES = sorted(glob.glob(str(ROOT / "captures" / "*.pcap")))
 
 
 def _per_packet(path: str | Path, count: int | None = None) -> str:
-    return "".join(render.frame_tree(cp) + "\n\n" for cp in read(path, count=count))
+    """The per-packet trees, each TCP segment's with tshark's SEQ/ACK analysis put in as ``decode -V
+    --no-columnar`` puts it (the analysis fed every TCP segment, and an ICMP error's quote, in order)."""
+    conversations = render.Conversations(analysis=True)
+    windows = render.TcpWindowScaling()
+    out = []
+    for cp in read(path, count=count):
+        lines: list[str] = []
+        if cp.packet.get(net.TCP) is not None or cp.packet.quoted is not None:
+            fields = frame_fields(cp, windows=windows)
+            conversations.add(fields, cp.packet, windows)
+            lines = fields_tree(fields)
+        out.append(render.with_analysis_tree(render.frame_tree(cp), lines) + "\n\n")
+    return "".join(out)
 
 
 def _fast(path: str | Path, **kw: int) -> str:
