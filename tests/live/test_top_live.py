@@ -38,11 +38,11 @@ packet_socket() {  # whether process $1 has an AF_PACKET socket bound to $KA_NET
 for i in $(seq 1 1200); do packet_socket $tpid && break; sleep 0.1; done
 packet_socket $tpid || { echo "rdmalab top did not open its socket"; cat top.err; exit 1; }
 tc qdisc add dev $KB_NETDEV root netem loss 10%
-timeout 180 ib_write_bw -d $SD -x 1 -n 20 -s 4096 > server.log 2>&1 &
+timeout 180 ib_write_bw -d $SD -x 1 -F -n 20 -s 4096 > server.log 2>&1 &
 spid=$!
 for i in $(seq 1 300); do ss -ltn 'sport = :18515' | grep -q LISTEN && break; sleep 0.1; done
 sleep 0.5
-timeout 180 ib_write_bw -d $CD -x 1 -n 20 -s 4096 $KA_IP > client.log 2>&1
+timeout 180 ib_write_bw -d $CD -x 1 -F -n 20 -s 4096 $KA_IP > client.log 2>&1
 crc=$?
 wait $spid
 src=$?
