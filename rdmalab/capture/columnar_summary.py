@@ -67,7 +67,15 @@ from rdmalab.capture.render import (
     time_text,
     window_shift_option,
 )
-from rdmalab.capture.tcp_analysis import FLAG_FIELDS, TREE, VALUE_FIELDS, info_prefix, tree_lines
+from rdmalab.capture.tcp_analysis import (
+    FLAG_FIELDS,
+    TREE,
+    VALUE_FIELDS,
+    info_prefix,
+    insert_json,
+    json_lines,
+    tree_lines,
+)
 from rdmalab.wire import crc as _crc
 from rdmalab.wire.control import ICMP_ERRORS, ICMPV6_ERRORS, IPPROTO_ICMP, IPPROTO_ICMPV6, icmp_summary, icmpv6_summary
 from rdmalab.wire.errors import DecodeError
@@ -1217,6 +1225,7 @@ _PREFIX_INPUTS = ("frame.number", *_TCP_INPUTS, *CONVERSATION_INPUTS)
 
 #: a frame's tree's first line (-V), its TCP header's heading, and the first line after that is not one of its fields
 _FRAME_HEAD = re.compile(rb"(?m)^Frame (\d+): ")
+_JSON_NUMBER = re.compile(r'"frame\.number": "(\d+)"')
 _TCP_HEADING = b"\n    TCP  ["
 _NOT_A_FIELD = re.compile(rb"\n(?!        )")
 
@@ -1246,14 +1255,15 @@ class AnalysisFeed:
     ``trees``: the frames' trees (``-V``, :mod:`rdmalab.capture.tree_templates`) get tshark's SEQ/ACK analysis
     tree instead (:meth:`apply_trees`)."""
 
-    def __init__(self, values: bool = False, *, trees: bool = False) -> None:
+    def __init__(self, values: bool = False, *, trees: bool = False, json: bool = False) -> None:
         self.conversations = Conversations(analysis=True)
         assert self.conversations.analysis is not None
         self.analysis = self.conversations.analysis
         # (the values too when a filter on the conversations reads them or a tree shows them, else the
         # flags alone: cheaper)
-        self.analysis.values = values or trees
-        self.trees = trees
+        self.analysis.values = values or trees or json
+        self.trees = trees or json
+        self.json = json  # (``-T json``: the ``tcp.analysis`` members instead, :meth:`apply_json`)
         self.windows = TcpWindowScaling()
         #: (frame, prefix) of the frames analysed whose lines have not been written yet, in order
         self.pending: deque[tuple[int, bytes]] = deque()
@@ -1321,7 +1331,11 @@ class AnalysisFeed:
             pair = (int(d["tcp.analysis.duplicate_ack_num"][r]), int(d["tcp.analysis.duplicate_ack_frame"][r])) \
                 if dup[r] else None
             v = [int(col[r]) for col in values]
-            lines = tree_lines(names, pair, (v[0], v[1], v[2], v[3], v[4], v[5], v[6]))
+            given = (v[0], v[1], v[2], v[3], v[4], v[5], v[6])
+            if self.json:
+                self.pending.append((int(d["frame.number"][r]), json_lines(names, pair, given)))  # type: ignore[arg-type]
+                continue
+            lines = tree_lines(names, pair, given)
             self.pending.append((int(d["frame.number"][r]), "".join("\n        " + x for x in lines).encode()))
 
     def _read_upto(self, last: int) -> None:
@@ -1361,6 +1375,14 @@ class AnalysisFeed:
             prev = end
         out.append(text[prev:])
         return b"".join(out)
+
+    def apply_json(self, text: str) -> str:
+        """``text``, the next frames' ``-T json`` text, in order, with the ``tcp.analysis`` member of each
+        segment that has one (:func:`~rdmalab.capture.tcp_analysis.insert_json`)."""
+        numbers = _JSON_NUMBER.findall(text)
+        if numbers:
+            self._read_upto(int(numbers[-1]))
+        return insert_json(text, self.pending)
 
     def apply(self, text: bytes) -> bytes:
         """``text``, the next lines written (one a frame, in order), the prefixes put in."""

@@ -14,12 +14,13 @@ The tree's values (:data:`VALUE_FIELDS`: the segment an ACK acknowledges and the
 flight ...) follow each direction's segments not yet acknowledged, a list as packet-tcp.c's unacked list.
 The flags are also said in front of a summary line's Info, as tshark says them (:func:`info_prefix`:
 ``[TCP Retransmission] ``, ``[TCP Dup ACK 12#1] `` ...), and the whole SEQ/ACK analysis tree in ``-V``
-(:func:`tree_lines`); ``tcp.analysis`` itself (:data:`TREE`) is a label on the segments that have it.
-Not given: ``tcp.analysis.reused_ports``, the TCP Fast Open flags, and ``tcp.analysis`` in ``-T json``.
+(:func:`tree_lines`) and ``-T json`` (:func:`json_lines`); ``tcp.analysis`` itself (:data:`TREE`) is a
+label on the segments that have it.  Not given: ``tcp.analysis.reused_ports`` and the TCP Fast Open flags.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rdmalab.wire.net import SEQ_HALF as _SEQ_HALF
@@ -493,3 +494,106 @@ def fields_tree(fields: dict[str, Any]) -> list[str]:
         dup = (fields["tcp.analysis.duplicate_ack_num"], fields["tcp.analysis.duplicate_ack_frame"])
     v = [int(fields.get(name, 0)) for name in VALUE_FIELDS]
     return tree_lines([n for n in FLAG_FIELDS if n in fields], dup, (v[0], v[1], v[2], v[3], v[4], v[5], v[6]))
+
+
+def _json_entry(key: str, value: Any) -> list[str]:
+    """A JSON member's lines (a text value, or an object given as a list of members' lines)."""
+    if not isinstance(value, list):
+        return [f'"{key}": "{value}"']
+    lines = [f'"{key}": {{']
+    for i, member in enumerate(value):
+        lines.extend("  " + x for x in member[:-1])
+        lines.append("  " + member[-1] + ("," if i + 1 < len(value) else ""))
+    return [*lines, "}"]
+
+
+def _json_expert(flag: str, severity: str, message: str) -> list[str]:
+    return _json_entry("_ws.expert", [_json_entry(flag, ""), _json_entry("_ws.expert.message", message),
+                                      _json_entry("_ws.expert.severity", SEVERITY[severity]),
+                                      _json_entry("_ws.expert.group", SEQUENCE_GROUP)])
+
+
+def json_lines(names: Any, dup: tuple[int, int] | None,
+               values: tuple[int, int, int, int, int, int, int] | None) -> list[str]:
+    """The ``"tcp.analysis"`` member of a segment's ``tcp`` layer as ``tshark -T json`` writes it (the
+    tree of :func:`tree_lines`: its values, the flags' expert information, a duplicate ACK's), its lines
+    indented from 0, two spaces a level; none without the tree."""
+    if values is None:
+        return []
+    acks_frame, rtt, first_rtt, bif, push, rto, rto_frame = values
+    members: list[list[str]] = []
+    if acks_frame:
+        members.append(_json_entry("tcp.analysis.acks_frame", acks_frame))
+        if rtt:
+            members.append(_json_entry("tcp.analysis.ack_rtt", seconds_text(rtt)))
+    if first_rtt:
+        members.append(_json_entry("tcp.analysis.initial_rtt", seconds_text(first_rtt)))
+    if bif:
+        members.append(_json_entry("tcp.analysis.bytes_in_flight", bif))
+        members.append(_json_entry("tcp.analysis.push_bytes_sent", push))
+    if names:
+        kind = any(k in names for k in _KINDS_OF_RETRANSMISSION)
+        flags: list[list[str]] = []
+        for name, severity, message in EXPERT:
+            if name not in names:
+                continue
+            if name == "tcp.analysis.duplicate_ack":
+                if dup is not None:
+                    flags.append(_json_entry(name, ""))
+                continue
+            flags.append(_json_expert(name, severity, message))
+            if name == "tcp.analysis.retransmission" and not kind and rto:
+                flags.append(_json_entry("tcp.analysis.rto", seconds_text(rto)))
+                flags.append(_json_entry("tcp.analysis.rto_frame", rto_frame))
+        members.append(_json_entry("tcp.analysis.flags", flags))
+    if dup is not None:
+        members.append(_json_entry("tcp.analysis.duplicate_ack_num", dup[0]))
+        members.append(_json_entry("tcp.analysis.duplicate_ack_frame", dup[1]))
+        members.append(_json_entry("tcp.analysis.duplicate_ack_frame_tree", [
+            _json_expert("tcp.analysis.duplicate_ack", "Note", f"Duplicate ACK (#{dup[0]})")]))
+    return _json_entry(TREE, members)
+
+
+def fields_json(fields: dict[str, Any]) -> list[str]:
+    """:func:`json_lines` of a frame's field dictionary, after :meth:`TcpAnalysis.add`."""
+    if TREE not in fields:
+        return []
+    dup = None
+    if "tcp.analysis.duplicate_ack_num" in fields:
+        dup = (fields["tcp.analysis.duplicate_ack_num"], fields["tcp.analysis.duplicate_ack_frame"])
+    v = [int(fields.get(name, 0)) for name in VALUE_FIELDS]
+    return json_lines([n for n in FLAG_FIELDS if n in fields], dup, (v[0], v[1], v[2], v[3], v[4], v[5], v[6]))
+
+
+#: a frame's number in ``-T json`` text, and where its ``tcp`` layer starts and ends
+_JSON_FRAME = re.compile(r'"frame\.number": "(\d+)"')
+_JSON_TCP = '\n        "tcp": {'
+_JSON_END = "\n        }"
+
+
+def insert_json(text: str, pending: Any) -> str:
+    """``-T json`` text of some frames with the ``"tcp.analysis"`` members of ``pending`` (a deque of
+    (frame, :func:`json_lines`), in frame order: those of frames up to the text's last are taken) put at
+    the end of their frames' ``tcp`` layers."""
+    if not pending:
+        return text
+    heads = [(m.start(), int(m.group(1))) for m in _JSON_FRAME.finditer(text)]
+    if not heads or pending[0][0] > heads[-1][1]:
+        return text
+    where = {f: (pos, heads[i + 1][0] if i + 1 < len(heads) else len(text)) for i, (pos, f) in enumerate(heads)}
+    out: list[str] = []
+    prev = 0
+    while pending and pending[0][0] <= heads[-1][1]:
+        frame, lines = pending.popleft()
+        got = where.get(frame)
+        if got is None:
+            continue
+        at = text.find(_JSON_TCP, got[0], got[1])
+        end = text.find(_JSON_END, at + len(_JSON_TCP), got[1]) if at >= 0 else -1
+        if end < 0:
+            continue
+        out.append(text[prev:end])
+        out.append(",\n" + "\n".join("          " + x for x in lines))
+        prev = end
+    out.append(text[prev:])
+    return "".join(out)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections import deque
 from typing import Any, TextIO
 
 from rdmalab.cli import Fail
@@ -199,8 +200,10 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
         default_workers,
         parallel_capture,
     )
+    from rdmalab.capture.columnar_summary import AnalysisFeed  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.pcapio import FrameMeta  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.render import TcpWindowScaling  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.tcp_analysis import insert_json  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.tsjson import iter_json, iter_json_file  # lazy: keeps `rdmalab --help` fast
 
     workers = default_workers() if args.workers is None else args.workers
@@ -208,18 +211,42 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     # first keys) are read from the file's blocks a second time (a stream's as its reader reads them)
     meta = _meta(path, flt) or FrameMeta(path)
     if flt is None and workers > 1 and parallel_capture(path) and os.path.getsize(path) >= JSON_PARALLEL_MIN_BYTES:
+        # (tshark's tcp.analysis: the analysis follows the file, read again here, beside the workers)
+        feed = AnalysisFeed(json=True)
+        feed.read_from(path, 4 << 20)
         for piece in iter_json_file(path, workers=workers, lenient=not args.strict, iwarp=not args.no_iwarp,
                                     count=args.count, meta=meta):
-            out.write(piece)
+            out.write(feed.apply_json(piece))
         return 0
     windows = TcpWindowScaling()  # tcp.window_size for the filter: every frame, in order
     clock = _clock(flt)
     conversations = _conversations(flt)
     keep = None if flt is None else (lambda cp: flt(_filter_fields(flt, clock, cp, windows, conversations, meta)))
     packets = read(path, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count)
-    for piece in iter_json(packets, keep, meta):
-        out.write(piece)
+    seq_ack: deque[tuple[int, list[str]]] = deque()  # (frame, its tcp.analysis member), read before its text
+    for piece in iter_json(_analysed(packets, seq_ack), keep, meta):
+        out.write(insert_json(piece, seq_ack))
     return 0
+
+
+def _analysed(packets: Any, seq_ack: Any) -> Any:
+    """The frames, each TCP segment's ``tcp.analysis`` member (-T json) noted in ``seq_ack`` as it passes
+    (the analysis fed every TCP segment, and an ICMP error's quote, in order, as decode -V feeds it)."""
+    from rdmalab.capture.fields import frame_fields  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.render import Conversations, TcpWindowScaling  # lazy: the same
+    from rdmalab.capture.tcp_analysis import fields_json  # lazy: the same
+    from rdmalab.wire.net import TCP  # lazy: the same
+
+    conversations = Conversations(analysis=True)
+    windows = TcpWindowScaling()
+    for cp in packets:
+        if cp.packet.get(TCP) is not None or cp.packet.quoted is not None:
+            fields = frame_fields(cp, windows=windows)
+            conversations.add(fields, cp.packet, windows)
+            lines = fields_json(fields)
+            if lines:
+                seq_ack.append((cp.frame_number, lines))
+        yield cp
 
 
 def _filter_fields(flt: Any, clock: Any, cp: Any, windows: Any, conversations: Any = None,

@@ -14,6 +14,7 @@ same bytes.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -34,7 +35,7 @@ from tshark_util import requires_tshark
 from rdmalab.capture.columnar_summary import summary_bytes
 from rdmalab.capture.filter import compile_filter
 from rdmalab.capture.pcapwriter import write_capture
-from rdmalab.capture.tcp_analysis import FLAG_FIELDS, INFO_PREFIXES, info_prefix
+from rdmalab.capture.tcp_analysis import EXPERT, FLAG_FIELDS, INFO_PREFIXES, info_prefix
 from rdmalab.cli import main
 
 #: a line's number and the flags at the start of its Info (after the addresses, the protocol and the length)
@@ -227,3 +228,59 @@ def test_the_seq_ack_trees_of_made_and_lossy_conversations_are_tsharks(tmp_path:
         for workers in (1, 2):
             got = b"".join(tree_blocks(path, block_bytes=block, workers=workers, parallel_min_bytes=0)).decode()
             assert got == whole, (block, workers)
+
+
+def json_analysis(text: str) -> dict[int, Any]:
+    """frame -> the ``tcp.analysis`` member of its ``tcp`` layer in ``-T json`` text, its members as (key,
+    value) pairs in order (tshark repeats a key: a fast retransmission's two ``_ws.expert``)."""
+    out: dict[int, Any] = {}
+    for pkt in json.loads(text, object_pairs_hook=list):
+        layers = dict(dict(dict(pkt)["_source"])["layers"])
+        tcp = layers.get("tcp")
+        got = [v for k, v in tcp or [] if k == "tcp.analysis"]
+        if got:
+            out[int(dict(layers["frame"])["frame.number"])] = got[0]
+    return out
+
+
+def _same_json(path: Path, capsys: Any, monkeypatch: Any) -> dict[int, Any]:
+    """tshark's tcp.analysis (-T json) and rdmalab's, per packet and in worker processes (the same text)."""
+    from rdmalab.capture import blockpool
+
+    want = json_analysis(subprocess.run(["tshark", "-n", "-r", str(path), "-T", "json"], capture_output=True,
+                                        text=True, check=True).stdout)
+    one = _ours(path, capsys, "-T", "json", "--workers", "1")
+    got = json_analysis(one)
+    bad = [f for f in sorted(set(want) | set(got)) if want.get(f) != got.get(f)]
+    assert not bad, f"{path.name}: {len(bad)} frames differ; frame {bad[0]}: {want.get(bad[0])} {got.get(bad[0])}"
+    with monkeypatch.context() as m:
+        m.setattr(blockpool, "JSON_PARALLEL_MIN_BYTES", 0)
+        assert _ours(path, capsys, "-T", "json", "--workers", "2") == one
+    return want
+
+
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("path", [p for p in WITH_TCP if p.name.startswith("siw")], ids=lambda p: p.name)
+def test_the_json_tcp_analysis_of_each_capture_is_tsharks(path: Path, capsys: Any, monkeypatch: Any) -> None:
+    _same_json(path, capsys, monkeypatch)
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_the_json_tcp_analysis_of_made_and_lossy_conversations_is_tsharks(tmp_path: Path, capsys: Any,
+                                                                          monkeypatch: Any) -> None:
+    """Every flag's expert object, the RTO, the duplicate ACK's frame tree, repeated keys in order."""
+    keys: set[str] = set()
+
+    def walk(members: Any) -> None:
+        for k, v in members:
+            keys.add(k if k != "_ws.expert" else f"_ws.expert/{v[0][0]}")
+            if isinstance(v, list):
+                walk(v)
+
+    for path in _made(tmp_path):
+        for members in _same_json(path, capsys, monkeypatch).values():
+            walk(members)
+    assert {f"_ws.expert/{name}" for name, _s, _m in EXPERT} <= keys, keys
+    assert {"tcp.analysis.rto", "tcp.analysis.duplicate_ack_frame_tree", "tcp.analysis.ack_rtt"} <= keys
