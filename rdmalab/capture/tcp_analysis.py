@@ -174,6 +174,10 @@ class _Direction:
         self.sack = 0  # the octets the last segment's SACK option said were received
 
 
+#: the other direction of a conversation between an end and itself (:meth:`TcpAnalysis.segment`)
+_SAME_END = ("the other direction of an end talking to itself",)
+
+
 class _Conversation:
     __slots__ = ("dirs", "syn_ns", "first_rtt_ns")
 
@@ -246,6 +250,11 @@ class TcpAnalysis:
         fwd = dirs.get(src)
         if fwd is None:
             fwd = dirs[src] = _Direction()
+        if dst == src:
+            # a segment to its own address and port: tshark still keeps two directions (packet-tcp.c
+            # orders the two ends by address, then port, and takes the same one as the sender when both are
+            # equal), so each such segment is sent by the one and received by the other
+            dst = _SAME_END
         rev = dirs.get(dst)
         if rev is None:
             rev = dirs[dst] = _Direction()

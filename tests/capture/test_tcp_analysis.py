@@ -187,6 +187,34 @@ def acknowledged_values() -> list[tuple[int, bytes]]:
     return out
 
 
+def to_itself() -> list[tuple[int, bytes]]:
+    """Segments from an address and port to the same address and port (a socket connected to itself):
+    tshark keeps two directions all the same, each segment sent by the one and received by the other (so
+    its data is never acknowledged: bytes in flight grow), with losses, duplicate ACKs and a keep-alive."""
+    out: list[tuple[int, bytes]] = []
+    t = 1_795_000_400 * 1_000_000_000
+
+    def seg(seq: int, ack: int, n: int = 0, flags: int = TCP.ACK) -> None:
+        nonlocal t
+        t += MS
+        out.append((t, encode_tcp_frame(bytes(n), src_ip=A[0], dst_ip=A[0], src_port=A[1], dst_port=A[1], seq=seq,
+                                        ack=ack, flags=flags | (TCP.PSH if n else 0), window=1000)))
+
+    seg(1000, 0, flags=TCP.SYN)
+    seg(1000, 1001, flags=TCP.SYN | TCP.ACK)
+    seg(1001, 1001)
+    for k in range(3):
+        seg(1001 + 100 * k, 1001 + 100 * k, 100)
+        seg(1101 + 100 * k, 1101 + 100 * k)
+        seg(1101 + 100 * k, 1101 + 100 * k)
+    seg(1501, 1301, 100)  # (1401..1500 not captured)
+    seg(1301, 1401)
+    seg(1301, 1401)
+    seg(1401, 1401, 100)
+    seg(1400, 1601)
+    return out
+
+
 def lossy_conversation(seed: int, n: int = 400) -> list[tuple[int, bytes]]:
     """A bulk transfer A -> B with cumulative ACKs, as a capture point that loses, repeats and reorders
     frames would see it (seeded): some frames dropped, some twice, some swapped with the next; the
@@ -322,6 +350,14 @@ def test_acks_of_unseen_data_are_said_as_tshark_says_them(tmp_path: Path, capsys
     _path, rows = _written_and_compared(tmp_path / "unseen.pcap", unseen_acknowledged(), capsys)
     said = [r[0] for r in rows if r[1 + ANALYSIS_FIELDS.index("tcp.analysis.ack_lost_segment")]]
     assert 3 <= len(said) < 10  # (not on every ACK past the unseen octets)
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_an_end_talking_to_itself_has_two_directions_as_in_tshark(tmp_path: Path, capsys: Any) -> None:
+    _path, rows = _written_and_compared(tmp_path / "itself.pcap", to_itself(), capsys)
+    assert sum(1 for r in rows if r[1]) >= 4
+    assert any(r[1 + ANALYSIS_FIELDS.index("tcp.analysis.bytes_in_flight")] == "301" for r in rows)
 
 
 @requires_tshark

@@ -28,6 +28,7 @@ from test_tcp_analysis import (
     appended,
     lossy_conversation,
     made_conversation,
+    to_itself,
     unseen_acknowledged,
 )
 from tshark_util import requires_tshark
@@ -91,7 +92,8 @@ def test_the_flags_in_front_of_each_captures_lines_are_tsharks(path: Path, capsy
 def _made(tmp_path: Path) -> list[Path]:
     out = []
     for name, frames in (("made", made_conversation()), ("unseen", unseen_acknowledged()),
-                         ("values", acknowledged_values()), *((f"lossy{s}", lossy_conversation(s)) for s in range(6))):
+                         ("values", acknowledged_values()), ("itself", to_itself()),
+                         *((f"lossy{s}", lossy_conversation(s)) for s in range(6))):
         path = tmp_path / f"{name}.pcap"
         write_capture(path, frames)
         out.append(path)
