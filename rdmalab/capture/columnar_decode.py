@@ -425,12 +425,22 @@ def fill_tcp_windows(blk: RecordBlock, cols: Columns, windows: TcpWindowScaling,
         out = [update(s, sp, t, dp, fl, w, window_shift_option(buf, a + 20, e) if fl & 0x02 else None)
                for s, sp, t, dp, fl, w, a, e in rows]
     else:  # (and each receiver's shift as the segment left it: a SYN may change it)
-        out, rev, delivered = [], [], []
-        receiver = windows.receiver
+        out, rev = [], []
+        # (update and receiver written out for a segment without SYN: the shift each direction's SYN offered)
+        shift_of = windows._shift.get
+        unknown = windows.UNKNOWN
         for s, sp, t, dp, fl, w, a, e in rows:
-            out.append(update(s, sp, t, dp, fl, w, window_shift_option(buf, a + 20, e) if fl & 0x02 else None))
-            rev.append(receiver(s, sp, t, dp))
-            delivered.append(sack_delivered(buf, a + 20, e) if sacks and e > a + 20 else 0)
+            if fl & 0x02:
+                out.append(update(s, sp, t, dp, fl, w, window_shift_option(buf, a + 20, e)))
+            else:
+                sh = shift_of((s, sp, t, dp), unknown)
+                out.append(w << sh if sh >= 0 else w)
+            rev.append(shift_of((t, dp, s, sp), unknown))
+        if sacks:
+            delivered = [sack_delivered(buf, a + 20, e) if e > a + 20 else 0 for a, e in
+                         zip(opt.tolist(), opt_end.tolist(), strict=True)]
+        else:
+            delivered = [0] * len(rev)
         got = (idx, list(zip(src, sports, strict=True)), list(zip(dst, dports, strict=True)), rev, delivered)
     # (a header past its datagram, no tcp.len: the raw window, as fields.shown_window)
     d["tcp.window_size"][idx] = np.where(L["tcp.len"][idx], out, d["tcp.window_size_value"][idx])
@@ -508,6 +518,33 @@ def fill_tcp_analysis(cols: Columns, analysis: TcpAnalysis, ends: TcpEnds) -> No
             v = table[:, j]
             d[name][at] = v
             L[name][at] = v != 0
+
+
+def tcp_flags(cols: Columns, analysis: TcpAnalysis, ends: TcpEnds) -> list[tuple[int, int, tuple[int, int] | None]]:
+    """:func:`fill_tcp_analysis` for an analysis of the flags alone (``analysis.values`` False), without
+    its columns: the (row, flags as bits of :data:`~rdmalab.capture.tcp_analysis.FLAG_FIELDS` order, a
+    duplicate ACK's number and the frame it repeats) of each of the block's segments with a flag
+    (:meth:`TcpAnalysis.flags_many`), the segments fed as :func:`fill_tcp_analysis` feeds them."""
+    d, L = cols.data, cols.layers
+    idx, srcs, dsts, revs, _sacks = ends
+    if not len(idx):
+        return []
+    ok = (L["tcp.stream"] & L["tcp.rest"] & L["tcp.len"])[idx]
+    if ok.all():
+        rows = idx
+    else:
+        keep = np.flatnonzero(ok).tolist()
+        rows = idx[ok]
+        srcs, dsts, revs = [srcs[k] for k in keep], [dsts[k] for k in keep], [revs[k] for k in keep]
+    got = analysis.flags_many(
+        d["tcp.stream"][rows].tolist(), srcs, dsts, revs, d["tcp.seq_raw"][rows].tolist(),
+        d["tcp.ack_raw"][rows].tolist(), d["tcp.flags"][rows].tolist(), d["tcp.len"][rows].tolist(),
+        d["tcp.window_size_value"][rows].tolist(), d["frame.time_ns"][rows].tolist(),
+        d["frame.number"][rows].tolist())
+    if not got:
+        return []
+    at = rows[[i for i, _ta, _dup in got]].tolist()
+    return [(row, ta, dup) for row, (_i, ta, dup) in zip(at, got, strict=True)]
 
 
 def _wanted(wanted: frozenset[str] | None, prefixes: tuple[str, ...]) -> bool:

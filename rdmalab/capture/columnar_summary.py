@@ -42,6 +42,7 @@ from rdmalab.capture.columnar_decode import (
     fill_conversations,
     fill_tcp_analysis,
     fill_tcp_windows,
+    tcp_flags,
     wants_conversations,
     wants_iwarp,
 )
@@ -71,6 +72,7 @@ from rdmalab.capture.tcp_analysis import (
     FLAG_FIELDS,
     TREE,
     VALUE_FIELDS,
+    _names,
     info_prefix,
     insert_json,
     json_lines,
@@ -1284,6 +1286,10 @@ class AnalysisFeed:
             ends = fill_tcp_windows(blk, cols, self.windows, ends=True, sacks=self.analysis.values)
             fill_conversations(cols, self.conversations, udp=False, relative=False)
             assert ends is not None
+            if not self.analysis.values:  # (the flags alone: the prefixes straight from them, no columns)
+                self.upto = blk.first + len(blk) - 1
+                self._note_flags(cols, tcp_flags(cols, self.analysis, ends), n)
+                return cols
             fill_tcp_analysis(cols, self.analysis, ends)
         elif _ethernet_only(blk):
             cols = decode_block(blk, verify_icrc=True, fields=(*_PREFIX_FIELDS, *fields),
@@ -1316,6 +1322,24 @@ class AnalysisFeed:
                 text = texts[b] = info_prefix([n for i, n in enumerate(FLAG_FIELDS) if b >> i & 1]).encode()
             append((frame, text))
         return cols
+
+    def _note_flags(self, cols: Columns, got: list[tuple[int, int, tuple[int, int] | None]], n: int) -> None:
+        """The prefixes of the first ``n`` frames of a block among its segments with a flag ``got``
+        (:func:`~rdmalab.capture.columnar_decode.tcp_flags`: row, flags as bits, a duplicate ACK's pair)."""
+        if not got:
+            return
+        got = [g for g in got if g[0] < n]
+        frames = cols.data["frame.number"][[row for row, _b, _dup in got]].tolist()
+        texts = self._texts
+        append = self.pending.append
+        for frame, (_row, b, dup) in zip(frames, got, strict=True):
+            if dup is not None:
+                append((frame, info_prefix(_names(b), dup).encode()))
+                continue
+            text = texts.get(b)
+            if text is None:
+                text = texts[b] = info_prefix(_names(b)).encode()
+            append((frame, text))
 
     def _note_trees(self, cols: Columns, n: int) -> None:
         """The SEQ/ACK analysis tree of the first ``n`` frames of a block that have one, as text to put in."""

@@ -266,6 +266,119 @@ class TcpAnalysis:
         return self._flags(fwd, rev, seq, ack, flags, seglen, window, now, frame, rev_shift, conv.first_rtt_ns,
                            self.values)
 
+    def flags_many(self, streams: list[int], srcs: list[Any], dsts: list[Any], rev_shifts: list[int],
+                   seqs: list[int], acks: list[int], flagss: list[int], seglens: list[int], windows: list[int],
+                   nows: list[int], frames: list[int]) -> list[tuple[int, int, tuple[int, int] | None]]:
+        """:meth:`segment` of many segments in capture order, for an analysis of the flags alone
+        (``values`` False), one loop with the state in local names (the summary lines' prefixes: this
+        runs for every TCP segment): the (place in the lists, flags as bits of :data:`_BIT`, a duplicate
+        ACK's number and the frame it repeats) of each segment with a flag.  The rules are
+        :meth:`_flags`' own, in its order, less what only the values read (the list of segments not
+        acknowledged, where the relative numbers start, whether bytes in flight are counted)."""
+        assert not self.values
+        M, H, U64 = _SEQ_MASK, _SEQ_HALF, _U64
+        SYN, ACK, RST, SYN_FIN, SYN_FIN_RST = TCP.SYN, TCP.ACK, TCP.RST, TCP.SYN | TCP.FIN, _SYN_FIN_RST
+        convs = self._conv
+        most = self._most
+        out: list[tuple[int, int, tuple[int, int] | None]] = []
+        i = -1
+        for stream, src, dst, rev_shift, seq, ack, flags, seglen, window, now, frame in zip(
+                streams, srcs, dsts, rev_shifts, seqs, acks, flagss, seglens, windows, nows, frames, strict=True):
+            i += 1
+            conv = convs.get(stream)
+            if conv is None:
+                if len(convs) >= most:
+                    convs.pop(next(iter(convs)))
+                conv = convs[stream] = _Conversation()
+            dirs = conv.dirs
+            fwd = dirs.get(src)
+            if fwd is None:
+                fwd = dirs[src] = _Direction()
+            if dst == src:  # (an end talking to itself: two directions still, as segment())
+                dst = _SAME_END
+            rev = dirs.get(dst)
+            if rev is None:
+                rev = dirs[dst] = _Direction()
+            if flags & SYN:
+                if not flags & ACK:
+                    conv.syn_ns = now
+            elif flags & ACK and conv.syn_ns and not conv.first_rtt_ns:
+                conv.first_rtt_ns = now - conv.syn_ns
+            # (from here _flags, its state read once)
+            ta = 0
+            dup: tuple[int, int] | None = None
+            plain = not flags & SYN_FIN_RST
+            nextseq_was = fwd.nextseq
+            fwd_lastack = fwd.lastack
+            rev_window = rev.window
+            repeats = seq == nextseq_was and ack == fwd_lastack
+            probe = seglen == 1 and seq == nextseq_was and rev_window == 0
+            if probe:
+                ta = _ZERO_WINDOW_PROBE
+            else:
+                if window == 0 and plain:
+                    ta = _ZERO_WINDOW
+                if nextseq_was and ((seq - nextseq_was + H) & M) > H and not flags & RST:
+                    ta |= _LOST_SEGMENT
+                if seglen <= 1 and seq == (nextseq_was - 1) & M and plain:
+                    ta |= _KEEP_ALIVE
+                if plain and seglen == 0:
+                    if window and window != fwd.window and repeats:
+                        ta |= _WINDOW_UPDATE
+                elif (plain and rev_shift != -1
+                      and (seq + seglen) & M == (rev.lastack + (rev_window << max(rev_shift, 0))) & M):
+                    ta |= _WINDOW_FULL
+                if seglen == 0 and repeats and plain:
+                    fwd_window = fwd.window
+                    if window and window == fwd_window and rev.last_flags & _KEEP_ALIVE:
+                        ta |= _KEEP_ALIVE_ACK
+                    elif window == 0 and fwd_window == 0 and rev.last_flags & _ZERO_WINDOW_PROBE:
+                        ta |= _ZERO_WINDOW_PROBE_ACK
+                    elif window and window == fwd_window:
+                        fwd.dupacks = 1 if fwd.dupacks == -1 else fwd.dupacks + 1
+                        ta |= _DUPLICATE_ACK
+                        dup = (fwd.dupacks, fwd.lastnondupack)
+            if ack != fwd_lastack:
+                fwd.lastnondupack = frame
+                fwd.dupacks = 0
+            rev_max = rev.maxseqtobeacked
+            if rev_max and ((ack - rev_max + H) & M) > H and flags & ACK:
+                if rev_max != rev.nextseq:
+                    rev.maxseqtobeacked = rev.nextseq
+                    ta |= _ACK_LOST_SEGMENT
+                else:
+                    if rev.dupacks == 0:
+                        ta |= _ACK_LOST_SEGMENT
+                    rev.dupacks = -1
+            syn_fin = 1 if flags & SYN_FIN else 0
+            ends = (seq + seglen + syn_fin) & M
+            if (seglen > 0 or syn_fin) and not ta & _KEEP_ALIVE:
+                behind = bool(nextseq_was) and ((seq - nextseq_was + H) & M) < H
+                if seglen > 1 and (nextseq_was - 1) & M == seq:
+                    behind = False
+                rev_lastack = rev.lastack
+                if seglen > 0 and rev_lastack and ((seq + seglen - rev_lastack + H) & M) <= H:
+                    ta |= _SPURIOUS_RETRANSMISSION | _RETRANSMISSION
+                elif behind:
+                    if ((rev.dupacks >= 2 or rev.dupacks == -1) and rev_lastack == seq
+                            and (now - rev.lastack_ns) % U64 < FAST_RETRANSMISSION_NS):
+                        ta |= _FAST_RETRANSMISSION | _RETRANSMISSION
+                    elif (now - fwd.nextseq_ns) % U64 < (conv.first_rtt_ns or OUT_OF_ORDER_NS) and nextseq_was != ends:
+                        ta |= _OUT_OF_ORDER
+                    else:
+                        ta |= _RETRANSMISSION
+            if not probe:
+                if not nextseq_was or ((ends - nextseq_was + H) & M) > H:
+                    fwd.nextseq, fwd.nextseq_ns, fwd.nextseq_frame = ends, now, frame
+                maxseq = fwd.maxseqtobeacked
+                if not maxseq or seq == maxseq:
+                    fwd.maxseqtobeacked = fwd.nextseq
+            fwd.window, fwd.lastack, fwd.lastack_ns = window, ack, now
+            fwd.last_flags = ta
+            if ta:
+                out.append((i, ta, dup))
+        return out
+
     @staticmethod
     def _flags(fwd: _Direction, rev: _Direction, seq: int, ack: int, flags: int, seglen: int, window: int, now: int,
                frame: int, rev_shift: int, first_rtt_ns: int, values: bool = True) -> Segment:
