@@ -338,7 +338,8 @@ def fill_conversations(cols: Columns, conversations: Conversations, *, udp: bool
                 ends[q, j, 1:17] = np.frombuffer(int(addr).to_bytes(16, "big"), dtype=np.uint8)
                 ends[q, j, 17:19] = np.frombuffer(int(raw[f"{proto}.{which}port"]).to_bytes(2, "big"), dtype=np.uint8)
             if proto == "tcp":
-                flags[q], seq[q] = raw["tcp.flags"], raw["tcp.seq_raw"]
+                # (a quote cut after its ports and sequence number, as an ICMP error may carry it, has no flags)
+                flags[q], seq[q] = raw.get("tcp.flags", 0), raw.get("tcp.seq_raw", 0)
                 ack[q], hdr[q] = raw.get("tcp.ack_raw", 0), raw.get("tcp.hdr_len", 20)
         ends[:, :, 0] = six[:, None]
         flat = ends.reshape(-1, 19)

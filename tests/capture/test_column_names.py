@@ -13,7 +13,7 @@ import rdmalab.wire.frame
 import rdmalab.wire.iwarp
 import rdmalab.wire.pfc  # noqa: F401 - imported for their Header subclasses
 from rdmalab.capture.columnar import COLUMNS
-from rdmalab.capture.tcp_analysis import LABEL_FIELDS
+from rdmalab.capture.tcp_analysis import LABEL_FIELDS, VALUE_FIELDS
 from rdmalab.wire.header import Header
 from rdmalab.wire.net import TCP, IPv4
 
@@ -34,6 +34,7 @@ COMPUTED = {
     **{name: "a label of tshark's TCP sequence analysis (tcp_analysis.TcpAnalysis)" for name in LABEL_FIELDS},
     "tcp.analysis.duplicate_ack_num": "how many duplicate ACKs in a row (tcp_analysis.TcpAnalysis)",
     "tcp.analysis.duplicate_ack_frame": "the frame of the ACK a duplicate ACK repeats (tcp_analysis.TcpAnalysis)",
+    **{name: "a value of tshark's TCP sequence analysis tree (tcp_analysis.VALUE_FIELDS)" for name in VALUE_FIELDS},
     # Wireshark names the Terminate's error type and code by the layer that reported the error
     # (packet-iwarp-ddp-rdmap.c); the declaration has one field each, term_etype and term_errcode
     "iwarp_rdma.term_etype_rdma": "term_etype when the layer is RDMAP",
