@@ -607,15 +607,20 @@ def tree_lines(names: Any, dup: tuple[int, int] | None,
     return out
 
 
-def fields_tree(fields: dict[str, Any]) -> list[str]:
-    """:func:`tree_lines` of a frame's field dictionary, after :meth:`TcpAnalysis.add`."""
-    if TREE not in fields:
-        return []
+def _of_fields(fields: dict[str, Any]) -> tuple[list[str], tuple[int, int] | None,
+                                                 tuple[int, int, int, int, int, int, int]]:
+    """The flags, a duplicate ACK's number and frame, and the values of a frame's field dictionary (after
+    :meth:`TcpAnalysis.add`), as :func:`tree_lines` and :func:`json_lines` take them."""
     dup = None
     if "tcp.analysis.duplicate_ack_num" in fields:
         dup = (fields["tcp.analysis.duplicate_ack_num"], fields["tcp.analysis.duplicate_ack_frame"])
     v = [int(fields.get(name, 0)) for name in VALUE_FIELDS]
-    return tree_lines([n for n in FLAG_FIELDS if n in fields], dup, (v[0], v[1], v[2], v[3], v[4], v[5], v[6]))
+    return [n for n in FLAG_FIELDS if n in fields], dup, (v[0], v[1], v[2], v[3], v[4], v[5], v[6])
+
+
+def fields_tree(fields: dict[str, Any]) -> list[str]:
+    """:func:`tree_lines` of a frame's field dictionary, after :meth:`TcpAnalysis.add`."""
+    return tree_lines(*_of_fields(fields)) if TREE in fields else []
 
 
 def _json_entry(key: str, value: Any) -> list[str]:
@@ -678,13 +683,7 @@ def json_lines(names: Any, dup: tuple[int, int] | None,
 
 def fields_json(fields: dict[str, Any]) -> list[str]:
     """:func:`json_lines` of a frame's field dictionary, after :meth:`TcpAnalysis.add`."""
-    if TREE not in fields:
-        return []
-    dup = None
-    if "tcp.analysis.duplicate_ack_num" in fields:
-        dup = (fields["tcp.analysis.duplicate_ack_num"], fields["tcp.analysis.duplicate_ack_frame"])
-    v = [int(fields.get(name, 0)) for name in VALUE_FIELDS]
-    return json_lines([n for n in FLAG_FIELDS if n in fields], dup, (v[0], v[1], v[2], v[3], v[4], v[5], v[6]))
+    return json_lines(*_of_fields(fields)) if TREE in fields else []
 
 
 #: a frame's number in ``-T json`` text, and where its ``tcp`` layer starts and ends
