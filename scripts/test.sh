@@ -38,7 +38,7 @@ if [ "$RDMALAB_LIVE" = 1 ] && [ $# = 0 ]; then
   # The whole suite, in two pytest processes side by side: the tests outside tests/live use about one
   # core of the two (one process), and tests/live mostly waits on its TCG VM, which uses about one core,
   # one VM at a time (the interop matrix's first: tests/live/conftest.py runs it before the others when the
-  # session holds only live tests). One after the other they took 58 minutes here.
+  # session holds only live tests). One after the other they took 58 minutes here; side by side 29.
   # The live tests' report follows the others'. (Arguments given: one process runs what they ask for.)
   live_log=$(mktemp "${TMPDIR:-/tmp}/rdmalab-live-tests.XXXXXX")
   python -m pytest tests/live -p no:cacheprovider > "$live_log" 2>&1 &
