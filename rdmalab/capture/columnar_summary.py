@@ -56,6 +56,8 @@ from rdmalab.capture.linktypes import COLUMNAR_LINKTYPES, LINKTYPE_ERF, erf_fram
 from rdmalab.capture.pcapio import NS_MAX, NS_MIN, RecordBlock, record_blocks, record_ns
 from rdmalab.capture.reader import RawRecord, decode_record
 from rdmalab.capture.render import (
+    NOT_A_FIELD,
+    TCP_HEADING,
     Conversations,
     EchoPairs,
     TcpWindowScaling,
@@ -1228,8 +1230,9 @@ _PREFIX_INPUTS = ("frame.number", *_TCP_INPUTS, *CONVERSATION_INPUTS)
 #: a frame's tree's first line (-V), its TCP header's heading, and the first line after that is not one of its fields
 _FRAME_HEAD = re.compile(rb"(?m)^Frame (\d+): ")
 _JSON_NUMBER = re.compile(r'"frame\.number": "(\d+)"')
-_TCP_HEADING = b"\n    TCP  ["
-_NOT_A_FIELD = re.compile(rb"\n(?!        )")
+# (render.with_analysis_tree's marks, as bytes: the -V text of the workers)
+_TCP_HEADING = TCP_HEADING.encode()
+_NOT_A_FIELD = re.compile(NOT_A_FIELD.pattern.encode())
 
 
 def with_prefix(line: bytes, prefix: bytes) -> bytes:

@@ -682,8 +682,8 @@ def with_info_prefix(line: str, prefix: str) -> str:
 
 #: where the TCP header's lines of a frame's tree (:func:`frame_tree`) end: the first line after its
 #: heading that is not one of its fields (a heading of its own, or the blank line after the frame)
-_TCP_HEADING = "\n    TCP  ["
-_NOT_A_FIELD = re.compile(r"\n(?!        )")
+TCP_HEADING = "\n    TCP  ["
+NOT_A_FIELD = re.compile(r"\n(?!        )")
 
 
 def with_analysis_tree(tree: str, lines: list[str]) -> str:
@@ -691,10 +691,10 @@ def with_analysis_tree(tree: str, lines: list[str]) -> str:
     :func:`rdmalab.capture.tcp_analysis.tree_lines`) after its TCP header's fields, as their last child."""
     if not lines:
         return tree
-    at = tree.find(_TCP_HEADING)
+    at = tree.find(TCP_HEADING)
     if at < 0:
         return tree
-    m = _NOT_A_FIELD.search(tree, at + len(_TCP_HEADING))
+    m = NOT_A_FIELD.search(tree, at + len(TCP_HEADING))
     end = m.start() if m is not None else len(tree.rstrip("\n"))
     return tree[:end] + "".join("\n        " + line for line in lines) + tree[end:]
 
