@@ -180,6 +180,65 @@ class WorkerLost(RdmalabError):
     """A worker process ended without its result (killed by a signal, out of memory)."""
 
 
+def run_beside(make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+    """The items of the iterator ``make()`` makes, made in a process forked beside this one now, in
+    order (where the system cannot fork: made here, as they are taken).  This process does other work
+    meanwhile; the child runs at most a pipe's buffer ahead of what has been taken (a child that would
+    read a whole file for a command that stops early reads only a few blocks past it).  The child's
+    error is raised here when its place is reached (as :func:`_sendable` makes it), a child that died
+    is a :class:`WorkerLost`, and the child is ended when the items are no longer wanted."""
+    if not _forks():
+        return iter(make())
+    import multiprocessing  # lazy: only the parallel paths need it (start-up, memory)
+
+    ctx = multiprocessing.get_context("fork")
+    got, put = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_beside, args=(make, put), daemon=True)  # (forked: nothing pickled)
+    child.start()
+    put.close()
+    return _taken(got, child)
+
+
+def _taken(got: Any, child: Any) -> Iterator[Any]:
+    """The items :func:`run_beside`'s child sends, until its end or its error."""
+    try:
+        while True:
+            try:
+                kind, value = got.recv()
+            except EOFError:
+                child.join()
+                raise WorkerLost(f"the process beside this one ended without its results "
+                                 f"(exit code {child.exitcode})") from None
+            if kind == _ITEM:
+                yield value
+            elif kind == _ERROR:
+                raise value
+            else:
+                return
+    finally:
+        got.close()
+        if child.is_alive():
+            child.terminate()
+        child.join()
+
+
+_ITEM, _ERROR, _END = 0, 1, 2
+
+
+def _beside(make: Callable[[], Iterator[Any]], put: Any) -> None:
+    """In the child of :func:`run_beside`: each item sent, then the end or the error."""
+    try:
+        for item in make():
+            put.send((_ITEM, item))
+        put.send((_END, None))
+    except BrokenPipeError:  # (the parent no longer wants them)
+        pass
+    except Exception as err:  # noqa: BLE001 - sent, raised in the parent at its place
+        put.send((_ERROR, _sendable(err)))
+    finally:
+        put.close()
+
+
 @contextlib.contextmanager
 def worker_pool(workers: int, initializer: Callable[..., None] | None = None,
                 initargs: tuple[Any, ...] = ()) -> Iterator[Any]:

@@ -26,11 +26,12 @@ import sys
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from rdmalab.capture.blockpool import blocks_in_workers, default_workers, parallel_capture
+from rdmalab.capture.blockpool import blocks_in_workers, default_workers, parallel_capture, run_beside
 from rdmalab.capture.columnar import _ethernet_only
 from rdmalab.capture.columnar_decode import (
     _TCP_INPUTS,
@@ -1273,12 +1274,22 @@ class AnalysisFeed:
         #: (frame, prefix) of the frames analysed whose lines have not been written yet, in order
         self.pending: deque[tuple[int, bytes]] = deque()
         self.upto = 0  # the last frame analysed
-        self._blocks: Iterator[RecordBlock] | None = None
+        self._beside: Iterator[tuple[int, list[tuple[int, Any]]]] | None = None  # (read_from)
         self._texts: dict[int, bytes] = {}  # flags (one bit each, FLAG_FIELDS) -> their prefix
 
     def read_from(self, path: str, block_bytes: int) -> None:
-        """Read the frames of ``path`` (a file) as :meth:`apply` needs them."""
-        self._blocks = (erf_ethernet_view(raw) for raw in record_blocks(path, block_bytes))
+        """Read the frames of ``path`` (a file) as :meth:`apply` needs them, and analyse them in a process
+        beside this one (:func:`~rdmalab.capture.blockpool.run_beside`: this process, which writes what the
+        workers render and follows the iWARP streams, is the one the others wait for)."""
+        self._beside = run_beside(partial(self._analysed, path, block_bytes))
+
+    def _analysed(self, path: str, block_bytes: int) -> Iterator[tuple[int, list[tuple[int, Any]]]]:
+        """In the process beside (:meth:`read_from`), a copy of this feed: after each block of ``path``,
+        the last frame analysed and what :meth:`note` left to put into the text."""
+        for raw in record_blocks(path, block_bytes):
+            self.note(erf_ethernet_view(raw), len(raw))
+            yield self.upto, list(self.pending)
+            self.pending.clear()
 
     def note(self, blk: RecordBlock, n: int, fields: Any = ()) -> Columns:
         """The next block's frames analysed (the first ``n`` of them get their prefix); its columns,
@@ -1367,12 +1378,13 @@ class AnalysisFeed:
 
     def _read_upto(self, last: int) -> None:
         """The frames up to ``last`` analysed (read from the file beside the workers: :meth:`read_from`)."""
-        while self._blocks is not None and self.upto < last:
-            blk = next(self._blocks, None)
-            if blk is None:
-                self._blocks = None
+        while self._beside is not None and self.upto < last:
+            got = next(self._beside, None)
+            if got is None:
+                self._beside = None
             else:
-                self.note(blk, len(blk))
+                self.upto = got[0]
+                self.pending.extend(got[1])
 
     def apply_trees(self, text: bytes) -> bytes:
         """``text``, the next frames' trees (``-V``), in order, tshark's SEQ/ACK analysis put in each that has
