@@ -1228,8 +1228,11 @@ _PREFIX_FIELDS = ("frame.number", "tcp.analysis.flags", *FLAG_FIELDS, "tcp.analy
 _PREFIX_INPUTS = ("frame.number", *_TCP_INPUTS, *CONVERSATION_INPUTS)
 
 
-#: a frame's tree's first line (-V), its TCP header's heading, and the first line after that is not one of its fields
-_FRAME_HEAD = re.compile(rb"(?m)^Frame (\d+): ")
+#: a frame's tree's first line (-V) but the text's first (a literal first, which re finds fast: ten times faster
+#: than ``(?m)^Frame`` over the megabytes of a block's trees; the text's own first line: _FIRST_HEAD), its TCP
+#: header's heading, and the first line after that is not one of its fields
+_FRAME_HEAD = re.compile(rb"\nFrame (\d+): ")
+_FIRST_HEAD = re.compile(rb"Frame (\d+): ")
 _JSON_NUMBER = re.compile(r'"frame\.number": "(\d+)"')
 # (render.with_analysis_tree's marks, as bytes: the -V text of the workers)
 _TCP_HEADING = TCP_HEADING.encode()
@@ -1389,7 +1392,9 @@ class AnalysisFeed:
     def apply_trees(self, text: bytes) -> bytes:
         """``text``, the next frames' trees (``-V``), in order, tshark's SEQ/ACK analysis put in each that has
         one, after its TCP header's fields (as :func:`~rdmalab.capture.render.with_analysis_tree`)."""
-        heads = [(m.start(), int(m.group(1))) for m in _FRAME_HEAD.finditer(text)]
+        first = _FIRST_HEAD.match(text)
+        heads = [(0, int(first.group(1)))] if first is not None else []
+        heads += [(m.start() + 1, int(m.group(1))) for m in _FRAME_HEAD.finditer(text)]
         if not heads:
             return text
         self._read_upto(heads[-1][1])
