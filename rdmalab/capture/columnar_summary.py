@@ -1359,25 +1359,31 @@ class AnalysisFeed:
             append((frame, text))
 
     def _note_trees(self, cols: Columns, n: int) -> None:
-        """The SEQ/ACK analysis tree of the first ``n`` frames of a block that have one, as text to put in."""
+        """The SEQ/ACK analysis tree of the first ``n`` frames of a block that have one, as text to put in
+        (the block's columns read for those rows at once: the flags as bits, the values as lists)."""
         d, L = cols.data, cols.layers
-        rows = np.flatnonzero(L[TREE][:n]).tolist()
-        if not rows:
+        at = np.flatnonzero(L[TREE][:n])
+        if not len(at):
             return
-        flagged = L["tcp.analysis.flags"]
-        dup = L["tcp.analysis.duplicate_ack_num"]
-        values = [d[name] for name in VALUE_FIELDS]
-        for r in rows:
-            names = [name for name in FLAG_FIELDS if L[name][r]] if flagged[r] else []
-            pair = (int(d["tcp.analysis.duplicate_ack_num"][r]), int(d["tcp.analysis.duplicate_ack_frame"][r])) \
-                if dup[r] else None
-            v = [int(col[r]) for col in values]
-            given = (v[0], v[1], v[2], v[3], v[4], v[5], v[6])
+        bits = np.zeros(len(at), dtype=np.int64)
+        for i, name in enumerate(FLAG_FIELDS):
+            bits |= L[name][at].astype(np.int64) << i
+        bits[L["tcp.analysis.flags"][at] == 0] = 0
+        pairs = zip(L["tcp.analysis.duplicate_ack_num"][at].tolist(), d["tcp.analysis.duplicate_ack_num"][at].tolist(),
+                    d["tcp.analysis.duplicate_ack_frame"][at].tolist(), strict=True)
+        values = zip(*[[int(x) for x in d[name][at].tolist()] for name in VALUE_FIELDS], strict=True)
+        names_of: dict[int, list[str]] = {}
+        append = self.pending.append
+        for frame, b, (dup, num, of), given in zip(d["frame.number"][at].tolist(), bits.tolist(), pairs, values,
+                                                   strict=True):
+            names = names_of.get(b)
+            if names is None:
+                names = names_of[b] = [name for i, name in enumerate(FLAG_FIELDS) if b >> i & 1]
+            pair = (int(num), int(of)) if dup else None
             if self.json:
-                self.pending.append((int(d["frame.number"][r]), json_lines(names, pair, given)))  # type: ignore[arg-type]
+                append((frame, json_lines(names, pair, given)))  # type: ignore[arg-type]
                 continue
-            lines = tree_lines(names, pair, given)
-            self.pending.append((int(d["frame.number"][r]), "".join("\n        " + x for x in lines).encode()))
+            append((frame, "".join(["\n        " + x for x in tree_lines(names, pair, given)]).encode()))
 
     def _read_upto(self, last: int) -> None:
         """The frames up to ``last`` analysed (read from the file beside the workers: :meth:`read_from`)."""
