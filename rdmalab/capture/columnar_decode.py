@@ -288,6 +288,8 @@ def fill_conversations(cols: Columns, conversations: Conversations, *, udp: bool
     ip6 = L["ipv6"] & ~ip
     frames = d["frame.number"]
     quoting = {int(r): cols.multi[int(frames[r])] for r in _quote_rows(cols).tolist()}
+    if conversations.analysis is not None:
+        conversations.analysis.syns.clear()  # (those of the block before: analysed, or never to be)
     stream_of = np.full(n, -1, dtype=np.int64)
     for proto in ("tcp", "udp") if udp else ("tcp",):
         mine = np.flatnonzero(L[proto] & (ip | ip6) & (stream_of < 0))
@@ -353,12 +355,21 @@ def fill_conversations(cols: Columns, conversations: Conversations, *, udp: bool
         pair, pinv = np.unique(np.minimum(src, dst) * len(points) + np.maximum(src, dst), return_inverse=True)
         keys = [conversation_key(proto, fam[a], points[a], points[b])
                 for a, b in ((p // len(points), p % len(points)) for p in pair.tolist())]
-        syn = (flags & 0x12) == 0x02 if proto == "tcp" else np.zeros(m, dtype=bool)
-        stream = conversations.streams_many(keys, pinv.reshape(-1), syn, seq)
+        stream, marks = conversations.streams_many(keys, pinv.reshape(-1), flags, seq, points, src, dst, ack, hdr,
+                                                    length)
         stream_of[mine] = stream[mi]
         d[f"{proto}.stream"][mine] = stream[mi]
         L[f"{proto}.stream"][mine] = True
+        if marks and conversations.analysis is not None:
+            # (the SYNs on a known base, for the analysis of this block: not the quotes)
+            mine_at = np.full(m, -1, dtype=np.int64)
+            mine_at[mi] = mine
+            syns = conversations.analysis.syns
+            for q, mark in marks.items():
+                if mine_at[q] >= 0:
+                    syns[int(frames[mine_at[q]])] = mark
         if proto == "tcp" and not relative:
+            conversations.follow_bases(stream, points, src, dst, flags, seq, ack, hdr, length)
             for (r, _raw), q in zip(quotes, at[k:].tolist(), strict=True):
                 quoting[r]["tcp.stream"] = int(stream[q])
             continue

@@ -132,16 +132,20 @@ def tcp_sack_delivered(pkt: Packet) -> int:
 class Conversations:
     """tshark's ``tcp.stream`` and ``udp.stream``: each TCP or UDP conversation (both directions between
     two address:port endpoints) numbered from 0 in the order of its first frame, TCP and UDP apart.  A
-    TCP SYN without ACK whose sequence number is not the conversation's first SYN's starts a new one (the
-    ports reused: packet-tcp.c gives it a new stream).  A TCP segment also gets tshark's relative
+    TCP SYN whose sender's relative numbers already start somewhere (its base: :meth:`_relative`, from its
+    last SYN, else from its first segment or from the other side's first ACK of it) and whose sequence
+    number is not that base has the ports reused: without ACK it starts a new conversation, whose state
+    starts afresh; with ACK it stays in its conversation (packet-tcp.c, tshark 4.0: dissect_tcp, after
+    find_conversation_pinfo; the frames go into the analysis' :attr:`~TcpAnalysis.syns`, with those of the
+    SYNs without ACK on their base, which have tshark's analysis tree).  A TCP segment also gets tshark's relative
     sequence numbers (:meth:`_relative`).  Feed it every frame in capture order, one at a time
     (:meth:`add`, a frame's field dictionary, :func:`rdmalab.capture.fields.frame_fields`) or a block
     of them at a time (:meth:`streams_many` and :meth:`relative_many`, the columns':
     :func:`rdmalab.capture.columnar_decode.fill_conversations`): the same numbers and the same state."""
 
     def __init__(self, most: int = 1 << 20, *, analysis: bool = False) -> None:
-        # protocol -> key -> (stream, SYN's seq)
-        self._index: dict[str, dict[tuple[Any, ...], tuple[int, int | None]]] = {"tcp": {}, "udp": {}}
+        # protocol -> key -> its stream (the last one of those endpoints)
+        self._index: dict[str, dict[tuple[Any, ...], int]] = {"tcp": {}, "udp": {}}
         self._next = {"tcp": 0, "udp": 0}
         self._most = most  # (bounded: the oldest conversations of a protocol forgotten past it; numbers go on)
         self._base: dict[tuple[Any, ...], int] = {}  # (TCP stream, address, port) -> its sequence base
@@ -173,30 +177,45 @@ class Conversations:
             if src is None or dst is None:
                 return
             a, b = (src, sport), (dst, dport)
-            syn = proto == "tcp" and (fields.get("tcp.flags", fields.get(HIDDEN_TCP_FLAGS, 0)) & 0x12) == 0x02
-            stream = self._stream(conversation_key(proto, six, a, b), syn, fields.get("tcp.seq_raw") if syn else None)
+            flags = fields.get("tcp.flags", fields.get(HIDDEN_TCP_FLAGS, 0)) if proto == "tcp" else 0
+            seq = fields.get("tcp.seq_raw")
+            stream, mark = self._stream(conversation_key(proto, six, a, b), flags if isinstance(flags, int) else 0,
+                                        seq if isinstance(seq, int) else 0, a, self._base.get)
             fields[proto + ".stream"] = stream
             if proto == "tcp":
                 self._relative(fields, stream, a, b)
                 if self.analysis is not None and pkt is not None and windows is not None and "tcp.flags" in fields \
                         and not isinstance(fields.get("ip.src", fields.get("ipv6.src")), list):
                     # (not a segment an ICMP error quotes)
+                    if mark is not None:
+                        self.analysis.syns[int(fields["frame.number"])] = mark
                     self.analysis.add(fields, stream, a, b, windows.shifts(pkt)[1], tcp_sack_delivered(pkt))
+                    if mark is not None:
+                        self.analysis.syns.pop(int(fields["frame.number"]), None)
             return
 
-    def _stream(self, key: tuple[Any, ...], syn: bool, seq: int | None) -> int:
-        """The stream of one frame of conversation ``key`` (a SYN without ACK: ``syn``, its ``seq``)."""
+    def _stream(self, key: tuple[Any, ...], flags: int, seq: int, a: tuple[Any, int],
+                bases: Callable[[tuple[Any, ...]], int | None]) -> tuple[int, bool | None]:
+        """The stream of one frame of conversation ``key`` (TCP flags ``flags``, 0 for UDP; sequence number
+        ``seq``; sent by endpoint ``a``), and for a SYN whose sender's base (``bases`` of (stream, address,
+        port), None: not known yet) is known, whether it has the ports reused (True: ``seq`` is not the
+        base; such a SYN without ACK starts a new stream), else None (a SYN with ACK on its base too)."""
         index = self._index[key[0]]
         got = index.get(key)
-        if got is None or (syn and got[1] is not None and seq != got[1]):
+        mark = None
+        if got is not None and flags & 0x02:
+            base = bases((got, *a))
+            if base is not None and base != seq:
+                mark = True
+            elif base is not None and not flags & 0x10:
+                mark = False  # (a SYN without ACK on its base: tshark's analysis tree, if empty)
+        if got is None or (mark and not flags & 0x10):
             if len(index) >= self._most:
                 index.pop(next(iter(index)))
-            got = (self._next[key[0]], seq)
+            got = self._next[key[0]]
             self._next[key[0]] += 1
-        elif syn and got[1] is None:
-            got = (got[0], seq)
         index[key] = got
-        return got[0]
+        return got, mark
 
     def _relative(self, fields: dict[str, Any], stream: int, a: tuple[Any, int], b: tuple[Any, int]) -> None:
         """tshark's relative ``tcp.seq``, ``tcp.ack`` and ``tcp.nxtseq`` (packet-tcp.c, its default
@@ -246,30 +265,114 @@ class Conversations:
             self._base.pop(next(iter(self._base)))
         self._base[key] = base
 
-    def streams_many(self, keys: Sequence[tuple[Any, ...]], conv: np.ndarray, syn: np.ndarray,
-                     seq: np.ndarray) -> np.ndarray:
+    def streams_many(self, keys: Sequence[tuple[Any, ...]], conv: np.ndarray, flags: np.ndarray, seq: np.ndarray,
+                     ends: Sequence[tuple[Any, int]] = (), src: np.ndarray | None = None, dst: np.ndarray | None = None,
+                     ack: np.ndarray | None = None, hdr_len: np.ndarray | None = None,
+                     length: np.ndarray | None = None) -> tuple[np.ndarray, dict[int, bool]]:
         """The streams of many frames in capture order, at once: row ``i`` belongs to conversation
-        ``keys[conv[i]]`` (:func:`conversation_key`, one protocol), ``syn[i]``: a SYN without ACK,
-        with sequence number ``seq[i]``.  The state is left as :meth:`add` one by one leaves it: only
-        the rows that can change it (a conversation's first row here, a SYN) go through
-        :meth:`_stream` in Python, the others take their conversation's stream at their place."""
+        ``keys[conv[i]]`` (:func:`conversation_key`, one protocol), with TCP flags ``flags[i]`` (0: UDP)
+        and sequence number ``seq[i]``; and the SYNs' marks (:meth:`_stream`: row -> ports reused).  A TCP
+        block's SYNs need their senders' bases: row ``i`` goes from endpoint ``ends[src[i]]`` to
+        ``ends[dst[i]]``, with acknowledgment number ``ack[i]``, header length ``hdr_len[i]`` and segment
+        length ``length[i]`` (-1: not known), as :meth:`relative_many` takes them.  The state is left as
+        :meth:`add` one by one leaves it, less the bases (:meth:`relative_many` or :meth:`follow_bases`
+        next): only the rows that can change a stream (a conversation's first row here, a SYN) go through
+        :meth:`_stream` in Python, and before a SYN the rows of its conversation (for the bases, followed
+        here apart from the state); the others take their conversation's stream at their place."""
         n = len(conv)
         if n == 0:
-            return np.zeros(0, dtype=np.int64)
+            return np.zeros(0, dtype=np.int64), {}
+        syn = (flags & 0x02) != 0
         if keys and len(self._index[keys[0][0]]) + len(keys) + int(np.count_nonzero(syn)) >= self._most:
             ev = np.arange(n)  # it may forget a conversation on the way: every row, in order
         else:
             _u, first = np.unique(conv, return_index=True)
             ev = np.union1d(first, np.flatnonzero(syn))
-        syn_l, seq_l, conv_l = syn[ev].tolist(), seq[ev].tolist(), conv[ev].tolist()
-        got = np.array([self._stream(keys[c], s, q if s else None) for c, s, q in zip(conv_l, syn_l, seq_l, strict=True)],
-                       dtype=np.int64)
-        out: np.ndarray = got[_last_event(conv, ev)]
-        return out
+        if not syn.any():
+            conv_l = conv[ev].tolist()
+            got = np.array([self._stream(keys[c], 0, 0, ("", 0), _no_base)[0] for c in conv_l], dtype=np.int64)
+            return got[_last_event(conv, ev)], {}
+        assert src is not None and dst is not None and ack is not None and hdr_len is not None and length is not None
+        # the rows of the conversations with a SYN here, up to their last SYN: their bases followed, from
+        # those that can set one (a SYN; after each SYN, or from the block's start, the first segment each
+        # end sends and the first ACK of each end: later ones find their base known)
+        last_syn = np.full(len(keys), -1, dtype=np.int64)
+        at = np.flatnonzero(syn)
+        np.maximum.at(last_syn, conv[at], at)
+        walked = np.arange(n) <= last_syn[conv]
+        w_rows = np.flatnonzero(walked)
+        w_conv = conv[w_rows]
+        order = np.argsort(w_conv, kind="stable")  # (by conversation, then in order)
+        w_rows, w_conv = w_rows[order], w_conv[order]
+        part = np.cumsum(syn[w_rows])  # (the SYNs before: counted in the whole, a part of a conversation each)
+        e = max(len(ends), 1)
+        part_key = (w_conv * (n + 1) + part) * e
+        has_len = length[w_rows] >= 0
+        sends = has_len & ~syn[w_rows]
+        acks = has_len & (hdr_len[w_rows] >= 20) & ((flags[w_rows] & 0x10) != 0)
+        picked = [at, ev]
+        for sel, end in ((sends, src), (acks, dst)):
+            if sel.any():
+                _u, first = np.unique(part_key[sel] + end[w_rows[sel]], return_index=True)
+                picked.append(w_rows[sel][first])
+        rows = np.unique(np.concatenate(picked))
+        is_ev = np.isin(rows, ev)
+        over: dict[tuple[Any, ...], int] = {}  # (the bases these rows give, apart from the state)
+
+        def bases(k: tuple[Any, ...]) -> int | None:
+            got = over.get(k)
+            return self._base.get(k) if got is None else got
+
+        streams: list[int] = []
+        marks: dict[int, bool] = {}
+        current: dict[int, int] = {}
+        for r, c, e, w, f, q, k, s, d, h, ln in zip(
+                rows.tolist(), conv[rows].tolist(), is_ev.tolist(), walked[rows].tolist(), flags[rows].tolist(),
+                seq[rows].tolist(), ack[rows].tolist(), src[rows].tolist(), dst[rows].tolist(), hdr_len[rows].tolist(),
+                length[rows].tolist(), strict=True):
+            a = ends[s]
+            if e:
+                st, mark = self._stream(keys[c], f, q, a, bases)
+                streams.append(st)
+                current[c] = st
+                if mark is not None:
+                    marks[r] = mark
+            else:
+                st = current[c]
+            if w and ln >= 0:  # (the bases as _relative_one leaves them)
+                mine = (st, *a)
+                if f & 0x02 or bases(mine) is None:
+                    over[mine] = q if f & 0x02 else (q - 1) % (1 << 32)
+                theirs = (st, *ends[d])
+                if h >= 20 and f & 0x10 and bases(theirs) is None:
+                    over[theirs] = (k - 1) % (1 << 32)
+        got = np.array(streams, dtype=np.int64)
+        return got[_last_event(conv, ev)], marks
+
+    def follow_bases(self, stream: np.ndarray, ends: Sequence[tuple[Any, int]], src: np.ndarray, dst: np.ndarray,
+                     flags: np.ndarray, seq: np.ndarray, ack: np.ndarray, hdr_len: np.ndarray,
+                     length: np.ndarray | None) -> None:
+        """:meth:`relative_many`'s state alone, without the numbers (the streams of later SYNs read it): of
+        the rows of the streams that may change it, those with a SYN here or a direction whose base is not
+        known yet (the others' bases stay)."""
+        if not len(stream):
+            return
+        streams, first, which = np.unique(stream, return_index=True, return_inverse=True)
+        syn_streams = np.zeros(len(streams), dtype=bool)
+        syn_streams[which[(flags & 0x02) != 0]] = True
+        base = self._base
+        open_ = np.array([bool(x) or (s, *ends[a]) not in base or (s, *ends[b]) not in base for s, a, b, x in zip(
+            streams.tolist(), src[first].tolist(), dst[first].tolist(), syn_streams.tolist(), strict=True)])
+        if not open_.any():
+            return
+        rows = np.flatnonzero(open_[which])
+        self.relative_many(stream[rows], ends, src[rows], dst[rows], flags[rows], seq[rows], ack[rows], hdr_len[rows],
+                           None if length is None else length[rows], values=False)
 
     def relative_many(self, stream: np.ndarray, ends: Sequence[tuple[Any, int]], src: np.ndarray, dst: np.ndarray,
                       flags: np.ndarray, seq: np.ndarray, ack: np.ndarray, hdr_len: np.ndarray,
-                      length: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                      length: np.ndarray | None, *,
+                      values: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`_relative_one` of many TCP segments in capture order, at once: row ``i`` of stream
         ``stream[i]`` goes from endpoint ``ends[src[i]]`` (address, port) to ``ends[dst[i]]``;
         ``length`` None: every header within its datagram, else a row's length, -1: not.  Returns
@@ -334,9 +437,12 @@ class Conversations:
                 out = np.where(ok, fv[fo][pos], out)
             return out
 
-        rel = np.where(has_len, (sq - base_at(sdir, 2 * rows)) % (1 << 32), sq)
-        rel_ack = np.where(acked, (ak - base_at(rdir, 2 * rows + 1)) % (1 << 32), ak)
-        nxt = (rel + ln + is_syn + ((fl & 0x01) != 0)) % (1 << 32)
+        if values:
+            rel = np.where(has_len, (sq - base_at(sdir, 2 * rows)) % (1 << 32), sq)
+            rel_ack = np.where(acked, (ak - base_at(rdir, 2 * rows + 1)) % (1 << 32), ak)
+            nxt = (rel + ln + is_syn + ((fl & 0x01) != 0)) % (1 << 32)
+        else:  # (the state alone: follow_bases)
+            rel = rel_ack = nxt = empty
         # the state the rows one by one leave: each direction's last firm base, else its prior, else its first
         # soft one; new directions in the order of their first event
         last = np.full(nd, -1, dtype=np.int64)
@@ -375,6 +481,11 @@ def conversation_key(proto: str, six: bool, a: tuple[Any, int], b: tuple[Any, in
     """The key of the conversation between endpoints ``a`` and ``b`` (address, port), the same
     either way round (:class:`Conversations`)."""
     return (proto, six, *(a + b if a <= b else b + a))
+
+
+def _no_base(_key: tuple[Any, ...]) -> int | None:
+    """(No SYN: no base read)"""
+    return None
 
 
 def _last_event(group: np.ndarray, ev: np.ndarray) -> np.ndarray:

@@ -15,7 +15,10 @@ flight ...) follow each direction's segments not yet acknowledged, a list as pac
 The flags are also said in front of a summary line's Info, as tshark says them (:func:`info_prefix`:
 ``[TCP Retransmission] ``, ``[TCP Dup ACK 12#1] `` ...), and the whole SEQ/ACK analysis tree in ``-V``
 (:func:`tree_lines`) and ``-T json`` (:func:`json_lines`); ``tcp.analysis`` itself (:data:`TREE`) is a
-label on the segments that have it.  Not given: ``tcp.analysis.reused_ports`` and the TCP Fast Open flags.
+label on the segments that have it.  ``tcp.analysis.reused_ports``: a SYN whose sequence number is not
+where its sender's relative numbers start (a new connection on the same ports; without ACK, a new
+``tcp.stream`` too): the conversations decide it (:meth:`rdmalab.capture.render.Conversations._stream`)
+and name its frame in :attr:`TcpAnalysis.syns`.  Not given: the TCP Fast Open flags.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ FLAG_FIELDS = ("tcp.analysis.retransmission", "tcp.analysis.fast_retransmission"
                "tcp.analysis.spurious_retransmission", "tcp.analysis.out_of_order", "tcp.analysis.lost_segment",
                "tcp.analysis.ack_lost_segment", "tcp.analysis.duplicate_ack", "tcp.analysis.keep_alive",
                "tcp.analysis.keep_alive_ack", "tcp.analysis.window_update", "tcp.analysis.window_full",
-               "tcp.analysis.zero_window", "tcp.analysis.zero_window_probe", "tcp.analysis.zero_window_probe_ack")
+               "tcp.analysis.zero_window", "tcp.analysis.zero_window_probe", "tcp.analysis.zero_window_probe_ack",
+               "tcp.analysis.reused_ports")
 #: the values of the analysis tree beside its flags, in the order :meth:`TcpAnalysis.segment` gives them
 #: (0: absent, as tshark leaves them out): the frame of the segment this one acknowledges (its ACK is that
 #: segment's end) and the time since it, the conversation's first round trip (SYN to the ACK after it),
@@ -70,8 +74,9 @@ _BIF_MAX = 2_000_000_000
 #: what tshark puts in front of the Info column for each flag, in the order it shows them: packet-tcp.c
 #: (tshark 4.0, tcp_print_sequence_number_analysis) prepends each flag's text in turn, retransmissions
 #: first, then lost segments, window, keep-alive, duplicate ACK, zero window, so the last one comes
-#: first.  A duplicate ACK's text has its frame and number (:func:`info_prefix`); a plain retransmission's
-#: is said only when it is neither fast nor spurious (packet-tcp.c keeps one kind of retransmission).
+#: first; the ports reused (a SYN's, tshark's TCP_A_REUSED_PORTS) are said before them all, so last.  A
+#: duplicate ACK's text has its frame and number (:func:`info_prefix`); a plain retransmission's is said
+#: only when it is neither fast nor spurious (packet-tcp.c keeps one kind of retransmission).
 INFO_PREFIXES = (("tcp.analysis.zero_window_probe_ack", "[TCP ZeroWindowProbeAck] "),
                  ("tcp.analysis.zero_window", "[TCP ZeroWindow] "),
                  ("tcp.analysis.zero_window_probe", "[TCP ZeroWindowProbe] "),
@@ -85,7 +90,8 @@ INFO_PREFIXES = (("tcp.analysis.zero_window_probe_ack", "[TCP ZeroWindowProbeAck
                  ("tcp.analysis.out_of_order", "[TCP Out-Of-Order] "),
                  ("tcp.analysis.spurious_retransmission", "[TCP Spurious Retransmission] "),
                  ("tcp.analysis.fast_retransmission", "[TCP Fast Retransmission] "),
-                 ("tcp.analysis.retransmission", "[TCP Retransmission] "))
+                 ("tcp.analysis.retransmission", "[TCP Retransmission] "),
+                 ("tcp.analysis.reused_ports", "[TCP Port numbers reused] "))
 _KINDS_OF_RETRANSMISSION = ("tcp.analysis.spurious_retransmission", "tcp.analysis.fast_retransmission")
 
 
@@ -135,6 +141,7 @@ _WINDOW_FULL = _BIT["tcp.analysis.window_full"]
 _ZERO_WINDOW = _BIT["tcp.analysis.zero_window"]
 _ZERO_WINDOW_PROBE = _BIT["tcp.analysis.zero_window_probe"]
 _ZERO_WINDOW_PROBE_ACK = _BIT["tcp.analysis.zero_window_probe_ack"]
+_REUSED_PORTS = _BIT["tcp.analysis.reused_ports"]
 _NAMES: dict[int, tuple[str, ...]] = {}
 
 
@@ -204,6 +211,11 @@ class TcpAnalysis:
         #: whether the :data:`VALUE_FIELDS` are followed (False: the flags alone, for the summary lines'
         #: prefixes, at about half the cost: :meth:`segment` gives no values, and a ``sack`` is not read)
         self.values = values
+        #: the SYNs whose sender's base sequence number was known, frame -> whether the ports are reused
+        #: (another number than the base: tshark's TCP_A_REUSED_PORTS; False: a SYN without ACK on its
+        #: base, which has the analysis tree all the same).  The conversations name them before they come
+        #: here (:meth:`rdmalab.capture.render.Conversations._stream`); each is taken out as it is analysed.
+        self.syns: dict[int, bool] = {}
 
     def add(self, fields: dict[str, Any], stream: int, src: tuple[Any, int], dst: tuple[Any, int],
             rev_shift: int, sack: int = 0) -> None:
@@ -258,13 +270,16 @@ class TcpAnalysis:
         rev = dirs.get(dst)
         if rev is None:
             rev = dirs[dst] = _Direction()
-        if flags & TCP.SYN and not flags & TCP.ACK:
-            conv.syn_ns = now
-        elif flags & TCP.ACK and not flags & TCP.SYN and conv.syn_ns and not conv.first_rtt_ns:
+        mark = None
+        if flags & TCP.SYN:
+            if not flags & TCP.ACK:
+                conv.syn_ns = now
+            mark = self.syns.pop(frame, None)
+        elif flags & TCP.ACK and conv.syn_ns and not conv.first_rtt_ns:
             conv.first_rtt_ns = now - conv.syn_ns
         fwd.sack = sack
         return self._flags(fwd, rev, seq, ack, flags, seglen, window, now, frame, rev_shift, conv.first_rtt_ns,
-                           self.values)
+                           self.values, mark)
 
     def flags_many(self, streams: list[int], srcs: list[Any], dsts: list[Any], rev_shifts: list[int],
                    seqs: list[int], acks: list[int], flagss: list[int], seglens: list[int], windows: list[int],
@@ -280,6 +295,7 @@ class TcpAnalysis:
         SYN, ACK, RST, SYN_FIN, SYN_FIN_RST = TCP.SYN, TCP.ACK, TCP.RST, TCP.SYN | TCP.FIN, _SYN_FIN_RST
         convs = self._conv
         most = self._most
+        syns = self.syns
         out: list[tuple[int, int, tuple[int, int] | None]] = []
         i = -1
         for stream, src, dst, rev_shift, seq, ack, flags, seglen, window, now, frame in zip(
@@ -299,13 +315,15 @@ class TcpAnalysis:
             rev = dirs.get(dst)
             if rev is None:
                 rev = dirs[dst] = _Direction()
+            ta = 0
             if flags & SYN:
                 if not flags & ACK:
                     conv.syn_ns = now
+                if syns and syns.pop(frame, False):  # (the ports reused: the conversations said so)
+                    ta = _REUSED_PORTS
             elif flags & ACK and conv.syn_ns and not conv.first_rtt_ns:
                 conv.first_rtt_ns = now - conv.syn_ns
             # (from here _flags, its state read once)
-            ta = 0
             dup: tuple[int, int] | None = None
             plain = not flags & SYN_FIN_RST
             nextseq_was = fwd.nextseq
@@ -314,10 +332,10 @@ class TcpAnalysis:
             repeats = seq == nextseq_was and ack == fwd_lastack
             probe = seglen == 1 and seq == nextseq_was and rev_window == 0
             if probe:
-                ta = _ZERO_WINDOW_PROBE
+                ta |= _ZERO_WINDOW_PROBE
             else:
                 if window == 0 and plain:
-                    ta = _ZERO_WINDOW
+                    ta |= _ZERO_WINDOW
                 if nextseq_was and ((seq - nextseq_was + H) & M) > H and not flags & RST:
                     ta |= _LOST_SEGMENT
                 if seglen <= 1 and seq == (nextseq_was - 1) & M and plain:
@@ -381,16 +399,17 @@ class TcpAnalysis:
 
     @staticmethod
     def _flags(fwd: _Direction, rev: _Direction, seq: int, ack: int, flags: int, seglen: int, window: int, now: int,
-               frame: int, rev_shift: int, first_rtt_ns: int, values: bool = True) -> Segment:
+               frame: int, rev_shift: int, first_rtt_ns: int, values: bool = True,
+               syn: bool | None = None) -> Segment:
         """The :data:`Segment` of one segment, and the directions' state moved past it (packet-tcp.c's order,
-        ``tcp_analyze_sequence_number``).  (Sequence arithmetic written out: ``(a + n) & M`` is
+        ``tcp_analyze_sequence_number``); ``syn``: a SYN's mark (:attr:`TcpAnalysis.syns`).  (Sequence arithmetic written out: ``(a + n) & M`` is
         :func:`~rdmalab.wire.net.seq_add`, and ``((a - b + H) & M) - H`` is :func:`~rdmalab.wire.net.seq_diff`;
         this runs for every segment.)"""
         M, H = _SEQ_MASK, _SEQ_HALF
-        ta = 0  # (the flags: one bit each, _BIT)
+        ta = _REUSED_PORTS if syn else 0  # (the flags: one bit each, _BIT)
         dup: tuple[int, int] | None = None
         acks_frame = rtt = bif = push = rto = rto_frame = 0
-        tree = False
+        tree = syn is not None  # (a SYN on a known base: the tree, if empty)
         if fwd.base < 0:  # (where the relative numbers start: the SYN's, else one before the first)
             fwd.base = seq if flags & TCP.SYN else (seq - 1) & M
         if flags & TCP.ACK:
@@ -536,9 +555,12 @@ class TcpAnalysis:
 
 
 #: each flag's expert information in tshark's SEQ/ACK analysis tree (packet-tcp.c's ei_tcp_analysis_*):
-#: severity and message, in the order tshark adds them under "[TCP Analysis Flags]" (a fast or spurious
-#: retransmission's own, then the plain one's; a duplicate ACK's is under the frame it repeats)
-EXPERT = (("tcp.analysis.fast_retransmission", "Note", "This frame is a (suspected) fast retransmission"),
+#: severity and message, in the order tshark adds them under "[TCP Analysis Flags]" (the ports reused first;
+#: a fast or spurious retransmission's own, then the plain one's; a duplicate ACK's is under the frame it
+#: repeats)
+EXPERT = (("tcp.analysis.reused_ports", "Note",
+           "A new tcp session is started with the same ports as an earlier session in this trace"),
+          ("tcp.analysis.fast_retransmission", "Note", "This frame is a (suspected) fast retransmission"),
           ("tcp.analysis.spurious_retransmission", "Note", "This frame is a (suspected) spurious retransmission"),
           ("tcp.analysis.retransmission", "Note", "This frame is a (suspected) retransmission"),
           ("tcp.analysis.out_of_order", "Warning", "This frame is a (suspected) out-of-order segment"),
@@ -678,6 +700,8 @@ def json_lines(names: Any, dup: tuple[int, int] | None,
         members.append(_json_entry("tcp.analysis.duplicate_ack_frame", dup[1]))
         members.append(_json_entry("tcp.analysis.duplicate_ack_frame_tree", [
             _json_expert("tcp.analysis.duplicate_ack", "Note", f"Duplicate ACK (#{dup[0]})")]))
+    if not members:  # (the tree alone: an empty text, as tshark writes it)
+        return [f'"{TREE}": ""']
     return _json_entry(TREE, members)
 
 

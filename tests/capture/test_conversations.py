@@ -107,11 +107,12 @@ def test_counts_every_frame_and_both_directions() -> None:
               {"ip.src": "10.0.0.2", "ip.dst": "10.0.0.1", "udp.srcport": 4791, "udp.dstport": 5},
               {"ip.src": "10.0.0.2", "ip.dst": "10.0.0.1", "udp.srcport": 6, "udp.dstport": 4791},
               {"ip.src": "10.0.0.1", "ip.dst": "10.0.0.2", "tcp.srcport": 9, "tcp.dstport": 80, "tcp.flags": 2,
-               "tcp.seq_raw": 100},
+               "tcp.seq_raw": 100, "tcp.ack_raw": 0, "tcp.len": 0},
               {"ip.src": "10.0.0.1", "ip.dst": "10.0.0.2", "tcp.srcport": 9, "tcp.dstport": 80, "tcp.flags": 2,
-               "tcp.seq_raw": 100},  # the SYN again: the same conversation
+               "tcp.seq_raw": 100, "tcp.ack_raw": 0, "tcp.len": 0},  # the SYN again: the same conversation
               {"ip.src": "10.0.0.1", "ip.dst": "10.0.0.2", "tcp.srcport": 9, "tcp.dstport": 80, "tcp.flags": 2,
-               "tcp.seq_raw": 7}, {"eth.type": 0x806}]
+               "tcp.seq_raw": 7, "tcp.ack_raw": 0, "tcp.len": 0},  # (another sequence number than the base: a new one)
+              {"eth.type": 0x806}]
     for f in frames:
         c.add(f)
     assert [f.get("udp.stream", f.get("tcp.stream")) for f in frames] == [0, 0, 1, 0, 0, 1, None]

@@ -6,7 +6,8 @@ one after the other (each copy's segments again: retransmissions, spurious ones 
 times that go back); and a made conversation whose segments raise each flag tshark has (lost and
 ACKed-unseen segments, duplicate ACKs and a fast retransmission, keep-alive and its ACK, window update,
 window full, zero window, its probe and the probe's ACK, out-of-order, spurious and plain
-retransmissions).  tshark must give each flag there at least once, so that each is compared.
+retransmissions, and the ports reused by a SYN after the close: test_tcp_reused_ports.py has more).
+tshark must give each flag there at least once, so that each is compared.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def made_conversation() -> list[tuple[int, bytes]]:
     seg(1, B, 5001, 3001, flags=TCP.ACK | TCP.FIN)
     seg(1, A, 3001, 5002, flags=TCP.ACK | TCP.FIN)
     seg(1, B, 5002, 3002)
+    seg(100, A, 9000, 0, flags=TCP.SYN)  # the same ports again, another ISN: ports reused (a new stream)
     return out
 
 
@@ -445,7 +447,7 @@ def test_the_analysis_tree_itself_is_a_label(tmp_path: Path, capsys: Any) -> Non
         compile_filter("tcp.analysis == 1")
     for name in (*ANALYSIS_FIELDS, "tcp.analysis.flags && tcp.len > 0", "tcp.analysis && !tcp.analysis.flags"):
         compile_filter(name)
-    assert len(FLAG_FIELDS) == 14
+    assert len(FLAG_FIELDS) == 15
     path = tmp_path / "values.pcap"
     write_capture(path, acknowledged_values())
     for flt in ("tcp.analysis", "!tcp.analysis && tcp", "tcp.analysis && !tcp.analysis.flags"):
