@@ -98,6 +98,9 @@ from rdmalab.wire.rdmap import OP_TERMINATE, RDMAP_OPCODES
 MAX_FPDU_WIRE = fpdu_length(MAX_ULPDU) + 4 * (fpdu_length(MAX_ULPDU) // MARKER_INTERVAL + 2)
 
 Tuple4 = tuple[str, int, str, int]
+#: what the tracker reads of a TCP segment besides its payload (:meth:`IwarpTracker.segment_of`): source,
+#: source port, destination, destination port, sequence number, flags, octets on the wire (None: all captured)
+Segment = tuple[str, int, str, int, int, int, int | None]
 
 # Direction states
 START = "start"  # handshake seen: the next bytes must be an MPA frame
@@ -235,13 +238,24 @@ class IwarpTracker:
     # ---------------------------------------------------------------- public
     def process(self, frame_number: int, pkt: Packet) -> list[Packet]:
         """The iWARP PDUs that complete with this frame (empty for non-TCP frames)."""
+        seg = self.segment_of(pkt)
+        if seg is None:
+            return []
+        src, sport, dst, dport, seq, flags, wire = seg
+        return self.process_segment(frame_number, src, sport, dst, dport, seq, flags, pkt.payload, wire)
+
+    @staticmethod
+    def segment_of(pkt: Packet) -> Segment | None:
+        """What :meth:`process` feeds :meth:`process_segment` with for ``pkt`` but its payload (source,
+        source port, destination, destination port, sequence number, flags, ``wire_length``), or None
+        for a frame without TCP: a worker process that decodes a segment sends it so to the process that
+        reads the streams in order (:func:`rdmalab.capture.tsjson.iter_json_file`)."""
         tcp = pkt.get(TCP)
         if tcp is None:
-            return []
-        src, dst = self._addresses(pkt)
+            return None
+        src, dst = IwarpTracker._addresses(pkt)
         wire = tcp_segment_length(pkt) if pkt.payload_length and pkt.problems else None  # (cut: a problem says so)
-        return self.process_segment(frame_number, src, tcp.sport, dst, tcp.dport, tcp.seq, tcp.flags, pkt.payload,
-                                    wire)
+        return src, tcp.sport, dst, tcp.dport, tcp.seq, tcp.flags, wire
 
     def follows(self, pkt: Packet) -> bool:
         """Whether the direction of ``pkt``'s TCP stream is one this tracker reads as MPA (its
@@ -251,8 +265,12 @@ class IwarpTracker:
         if tcp is None:
             return False
         src, dst = self._addresses(pkt)
-        fwd: Tuple4 = (src, tcp.sport, dst, tcp.dport)
-        rev: Tuple4 = (dst, tcp.dport, src, tcp.sport)
+        return self.follows_segment(src, tcp.sport, dst, tcp.dport)
+
+    def follows_segment(self, src: str, sport: int, dst: str, dport: int) -> bool:
+        """:meth:`follows` of a segment from ``src``:``sport`` to ``dst``:``dport``."""
+        fwd: Tuple4 = (src, sport, dst, dport)
+        rev: Tuple4 = (dst, dport, src, sport)
         conn = self._conns.get((fwd, rev) if fwd <= rev else (rev, fwd))
         if conn is None or conn.dead:
             return False

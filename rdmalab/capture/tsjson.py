@@ -392,11 +392,18 @@ def frame_protocols(cp: CapturedPacket) -> str:
     if cp.tcp_data:
         chain.append("data")
     if cp.pdus:
-        skip = frozenset(type(layer.header) for layer in pkt.layers)
-        for i, pdu in enumerate(cp.pdus):
-            more = _protocol_chain(pdu, skip)
-            chain.extend(more if i == 0 else [p for p in more if p != "iwarp_mpa"])
+        chain.extend(_pdus_chain(cp.pdus, frozenset(type(layer.header) for layer in pkt.layers)))
     return ":".join(chain)
+
+
+def _pdus_chain(pdus: list[Packet], skip: frozenset[type]) -> list[str]:
+    """The steps of ``frame.protocols`` the iWARP PDUs completed in a segment add (not those of the
+    segment's header classes ``skip``): the MPA dissector once, DDP/RDMAP each FPDU."""
+    chain: list[str] = []
+    for i, pdu in enumerate(pdus):
+        more = _protocol_chain(pdu, skip)
+        chain.extend(more if i == 0 else [p for p in more if p != "iwarp_mpa"])
+    return chain
 
 
 def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any],
@@ -569,6 +576,13 @@ def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_display
     """One frame as tshark's JSON object (``_index``, ``_type``, ``_score``, ``_source.layers``); ``meta``:
     the frame's pcapng fields (:meth:`rdmalab.capture.pcapio.FrameMeta.of`): its comments (the
     ``pkt_comment`` layer), section and interface (the frame layer's first keys)."""
+    return _packet_json(cp, first_ns, prev_ns, prev_displayed_ns, meta, None)
+
+
+def _packet_json(cp: CapturedPacket, first_ns: int, prev_ns: int, prev_displayed_ns: int,
+                 meta: dict[str, Any] | None, seg: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """:func:`packet_json`; ``seg``, when given, gets a copy of the rdmalab fields of the frame's own
+    headers (before those of its PDUs and :func:`_tail_layers`': :func:`_tcp_splice`)."""
     ns = cp.epoch_ns
     date = absolute_parts(ns // 1_000_000_000)[2]  # (local time, as tshark's frame.time)
     pkt = cp.packet
@@ -588,23 +602,33 @@ def packet_json(cp: CapturedPacket, *, first_ns: int, prev_ns: int, prev_display
     _packet_layers(pkt, layers, extras, frame_ns=ns)
     if pkt.quoted is not None:
         _quote_layers(pkt.quoted, layers)
-    if cp.tcp_data:  # bytes of no protocol above TCP (an application's own exchange, perftest's ...)
-        payload = pkt.payload
-        layers["data"] = {"data.data": _hexbytes(payload), "data.len": str(len(payload))}
-    if cp.pdus:
-        skip = frozenset(type(layer.header) for layer in pkt.layers)
-        for pdu in cp.pdus:
-            _packet_layers(pdu, layers, extras, skip)
-    if pkt.internal_error:
-        extras["rdmalab.problems"] = f"internal decoder error: {pkt.internal_error}"
-    extras["rdmalab.encap"] = pkt.encap
-    layers["rdmalab"] = extras
+    if seg is not None:
+        seg.append(dict(extras))
+    _tail_layers(layers, extras, pkt.payload if cp.tcp_data else None, cp.pdus,
+                 frozenset(type(layer.header) for layer in pkt.layers) if cp.pdus else frozenset(), pkt.internal_error,
+                 pkt.encap)
     frame["frame.protocols"] = values[-1] = frame_protocols(cp)
     text = "".join([h + _quote(v) for h, v in zip(_FRAME_HEADS, values, strict=True)]) + _FIELD_NL + "}"
     if head:
         text = "{" + head + text[1:]
     layers["frame"] = _Rendered(frame, text, _FIELD_NL)
     return {"_index": f"packets-{date}", "_type": "doc", "_score": None, "_source": {"layers": layers}}
+
+
+def _tail_layers(layers: dict[str, Any], extras: dict[str, Any], tcp_data: bytes | None, pdus: list[Packet],
+                 skip: frozenset[type], internal_error: str | None, encap: str) -> None:
+    """The layers of a frame after its own headers' (and an ICMP error's quote): the ``data`` of a TCP
+    segment's payload of no protocol (``tcp_data``, else None), the iWARP PDUs completed in it (their
+    headers but for those of the segment's classes ``skip``), and rdmalab's own layer, whose fields so
+    far are ``extras``."""
+    if tcp_data is not None:  # bytes of no protocol above TCP (an application's own exchange, perftest's ...)
+        layers["data"] = {"data.data": _hexbytes(tcp_data), "data.len": str(len(tcp_data))}
+    for pdu in pdus:
+        _packet_layers(pdu, layers, extras, skip)
+    if internal_error:
+        extras["rdmalab.problems"] = f"internal decoder error: {internal_error}"
+    extras["rdmalab.encap"] = encap
+    layers["rdmalab"] = extras
 
 
 def _encap_type(linktype: int) -> int:
@@ -675,7 +699,6 @@ def _frame_text(obj: dict[str, Any]) -> str:
         _dump(obj, "\n  ", out)
         return "".join(out)
     nl = _LAYERS_NL
-    inner = nl + "  "
     parts = ['{\n    "_index": ', _quote(obj["_index"]), ',\n    "_type": "doc",\n    "_score": null,\n    "_source": {'
              '\n      "layers": {']
     sep = nl
@@ -684,14 +707,25 @@ def _frame_text(obj: dict[str, Any]) -> str:
         sep = "," + nl
         parts.append(_quote(name))
         parts.append(": ")
-        if type(layer) is _Rendered and layer.nl == nl:
-            parts.append(layer.text)
-        elif type(layer) is dict and layer and all(type(v) is str for v in layer.values()):  # data, rdmalab
-            parts.append("{" + ",".join([inner + _quote(k) + ": " + _quote(v) for k, v in layer.items()]) + nl + "}")
-        else:
-            _dump(layer, nl, parts)
-    parts.append("\n      }\n    }\n  }")
+        _layer_text(layer, parts)
+    parts.append(_FRAME_END)
     return "".join(parts)
+
+
+#: what ends a frame's text after its last layer (_frame_text)
+_FRAME_END = "\n      }\n    }\n  }"
+
+
+def _layer_text(layer: Any, parts: list[str]) -> None:
+    """A protocol's layer as _frame_text writes it (after its key), appended to ``parts``."""
+    nl = _LAYERS_NL
+    if type(layer) is _Rendered and layer.nl == nl:
+        parts.append(layer.text)
+    elif type(layer) is dict and layer and all(type(v) is str for v in layer.values()):  # data, rdmalab
+        inner = nl + "  "
+        parts.append("{" + ",".join([inner + _quote(k) + ": " + _quote(v) for k, v in layer.items()]) + nl + "}")
+    else:
+        _dump(layer, nl, parts)
 
 
 def _meta_of(meta: FrameMeta | None, cp: CapturedPacket) -> dict[str, Any] | None:
@@ -728,50 +762,183 @@ def iter_json(packets: Iterable[CapturedPacket], keep: Any = None, meta: FrameMe
 # ---------------------------------------------------------------------------- a file, in workers
 # A frame's JSON depends on its own bytes, the capture's first timestamp and the timestamp of the
 # frame before it (frame.time_delta), except for TCP segments, whose iWARP PDUs depend on the
-# stream before them: those are decoded here, in order, with one tracker.
+# stream before them.  A worker writes a TCP segment's JSON as a decode with no iWARP tracker does
+# and sends it with what the tracker is fed; the process that reads the streams in order (one
+# tracker) feeds it, and takes the worker's text only where the tracker leaves the frame's JSON as
+# that decode writes it (:func:`_stateless_holds`): else it decodes the segment again, per packet.
 
 #: a frame left to this process: (index in block, timestamp, linktype, bytes, wire length,
 #: interface, timestamp of the frame before): timestamps in float seconds and nanoseconds
 _Left = tuple[int, float, int, int, bytes, int, int, int, int]
+#: what the iWARP tracker is fed of a TCP segment (:data:`rdmalab.capture.iwarp.Segment`), where its payload
+#: is in the record's bytes, its length (``Packet.payload_offset``, ``payload_length``) and, when the packet's
+#: bytes are not the record's, the payload itself (else None)
+_Feed = tuple[tuple[str, int, str, int, int, int, int | None], int, int, bytes | None]
+#: what a worker sends for changing a TCP segment's JSON as a decode with no tracker writes it into the
+#: JSON of the segment with the iWARP PDUs the tracker completes in it (:func:`_splice_of`, :func:`_spliced`)
+_Splice = tuple[int, int, int, str, dict[str, Any], tuple[str, ...], frozenset[type], str | None, str]
+#: a TCP segment a worker writes (:func:`_json_block`): the frame left (:data:`_Left`, for a decode here
+#: when its text depends on the stream), its JSON as a decode with no tracker writes it (after
+#: ``",\n  "``), what the tracker is fed (None: no TCP header, nothing to feed) and, for a segment with
+#: a payload, the :data:`_Splice` of its text (None: it has none, or its text is not one to splice)
+_LeftTcp = tuple[_Left, str, _Feed | None, _Splice | None]
+
+#: the key of the frame layer's last field, ``frame.protocols``, as _frame_text writes it (a string value
+#: holds no bare quote, _quote escapes it: found exactly where the key is)
+_PROTOCOLS_KEY = '"frame.protocols": '
+#: where the data layer of a TCP segment's payload starts in a frame's text
+_DATA_LAYER = "," + _LAYERS_NL + '"data": '
 
 
-def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> tuple[int, list[str | _Left]]:
+def _splice_of(text: str, obj: dict[str, Any], seg_extras: dict[str, Any], cp: CapturedPacket) -> _Splice | None:
+    """For a TCP segment with a payload decoded with no iWARP tracker (``cp``, so its payload is its
+    ``data`` layer), its JSON object ``obj``, that object's text ``text`` and the rdmalab fields of its
+    headers ``seg_extras``: where in ``text`` the value of ``frame.protocols`` starts and ends and where the
+    layers after the segment's own (``data``, ``rdmalab``) start, ``frame.protocols`` without ``data``, the
+    fields ``seg_extras``, the names of the segment's layers, its header classes, its internal error and
+    encapsulation: what :func:`_spliced` changes that text with.  None when the text is not laid out so."""
+    pkt = cp.packet
+    layers = obj["_source"]["layers"]
+    names = tuple(layers)
+    if not cp.tcp_data or cp.pdus or names[-2:] != ("data", "rdmalab") or names[0] != "frame":
+        return None
+    protocols = layers["frame"].get("frame.protocols")
+    if protocols == "data":
+        chain = ""
+    elif isinstance(protocols, str) and protocols.endswith(":data"):
+        chain = protocols[:-5]
+    else:
+        return None
+    ps = text.find(_PROTOCOLS_KEY)
+    value = _quote(protocols)
+    cut = text.rfind(_DATA_LAYER)
+    if ps < 0 or not text.startswith(value, ps + len(_PROTOCOLS_KEY)) or cut < ps or not text.endswith(_FRAME_END):
+        return None
+    ps += len(_PROTOCOLS_KEY)
+    return (ps, ps + len(value), cut, chain, seg_extras, names[:-2], frozenset(type(la.header) for la in pkt.layers),
+            pkt.internal_error, pkt.encap)
+
+
+def _spliced(text: str, splice: _Splice, pdus: list[Packet]) -> str | None:
+    """The JSON ``text`` of a TCP segment decoded with no iWARP tracker (:func:`_splice_of`) as a decode
+    with the tracker writes it, where the tracker completes ``pdus`` (maybe none) in it and reads its
+    payload as iWARP's (no ``data`` layer); None where that is not so simple (a PDU's layer has the name
+    of one of the segment's): the frame is then decoded again, per packet."""
+    ps, pe, cut, chain, seg_extras, names, skip, internal_error, encap = splice
+    layers: dict[str, Any] = {}
+    _tail_layers(layers, dict(seg_extras), None, pdus, skip, internal_error, encap)
+    if any(name in layers for name in names):
+        return None
+    more = _pdus_chain(pdus, skip)
+    if more:
+        chain = ":".join([chain, *more]) if chain else ":".join(more)
+    parts = [text[:ps], _quote(chain), text[pe:cut]]
+    for name, layer in layers.items():
+        parts.append("," + _LAYERS_NL)
+        parts.append(_quote(name))
+        parts.append(": ")
+        _layer_text(layer, parts)
+    parts.append(_FRAME_END)
+    return "".join(parts)
+
+
+def _feed_of(pkt: Packet, data: bytes) -> _Feed | None:
+    """What the iWARP tracker is fed of ``pkt``, the TCP segment decoded from the record ``data``
+    (:meth:`rdmalab.capture.iwarp.IwarpTracker.segment_of`), or None."""
+    seg = _load_iwarp_tracker().segment_of(pkt)
+    if seg is None:
+        return None
+    return seg, pkt.payload_offset, pkt.payload_length, None if pkt.data is data else bytes(pkt.payload)
+
+
+def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> tuple[int, list[str | _Left | _LeftTcp]]:
     """In a worker process (:func:`rdmalab.capture.blockpool.blocks_in_workers`): the JSON of the
-    first ``n`` frames of a block, each after ``",\\n  "``; TCP segments and frames that fail are
-    left as records (decoded again, and any error raised in order, by :func:`iter_json_file`)."""
+    first ``n`` frames of a block, each after ``",\n  "``; TCP segments are sent as :data:`_LeftTcp`
+    (their JSON with no iWARP tracker, which :func:`iter_json_file` takes or not), frames that fail
+    are left as records (decoded again, and any error raised in order, by :func:`iter_json_file`)."""
     first_ns = t0
     secs = blk.seconds().tolist()
     nss = [record_ns(ts, ns) for ts, ns in zip(secs, blk.ts_ns.tolist(), strict=True)]
     ifs, fcss = blk.interfaces().tolist(), blk.fcs_lens().tolist()
     offs, caps, wires, lts = blk.offset.tolist(), blk.caplen.tolist(), blk.wirelen.tolist(), blk.linktype.tolist()
-    pieces: list[str | _Left] = []
+    pieces: list[str | _Left | _LeftTcp] = []
     run: list[str] = []
     before = nss[0] if prev is None else prev
     for j in range(n):
         ts, ns = secs[j], nss[j]
         data = bytes(blk.buf[offs[j]:offs[j] + caps[j]])
         text = None
+        feed: _Feed | None = None
+        splice: _Splice | None = None
+        tcp = False
         try:
             cp = decode_record(RawRecord(blk.first + j, ts, lts[j], data, wires[j], ifs[j], ns, fcs_len=fcss[j]),
                                lenient=lenient)
             # an ERF record's time is its own (exact nanoseconds), the frame after one takes it as its
             # frame before's, and the first frame's frame before is in another block: all left to the caller
-            if cp.packet.encap != "tcp" and lts[j] != LINKTYPE_ERF and (
-                    lts[j - 1] != LINKTYPE_ERF if j else prev is None):
-                text = _frame_text(packet_json(cp, first_ns=first_ns, prev_ns=before, prev_displayed_ns=before))
+            if lts[j] != LINKTYPE_ERF and (lts[j - 1] != LINKTYPE_ERF if j else prev is None):
+                tcp = cp.packet.encap == "tcp"
+                seg: list[dict[str, Any]] | None = [] if tcp and cp.packet.payload_length else None
+                obj = _packet_json(cp, first_ns, before, before, None, seg)
+                text = _frame_text(obj)
+                if tcp:
+                    feed = _feed_of(cp.packet, data)
+                    splice = _splice_of(",\n  " + text, obj, seg[0], cp) if seg else None
         except Exception:  # noqa: BLE001 - decoded again, and raised in order, by the caller
             text = None
-        if text is None:
+            tcp = False
+        if text is None or tcp:
             if run:
                 pieces.append("".join(run))
                 run = []
-            pieces.append((j, ts, ns, lts[j], data, wires[j], ifs[j], before, fcss[j]))
+            left: _Left = (j, ts, ns, lts[j], data, wires[j], ifs[j], before, fcss[j])
+            pieces.append(left if text is None else (left, ",\n  " + text, feed, splice))
         else:
             run.append(",\n  " + text)
         before = ns
     if run:
         pieces.append("".join(run))
     return blk.first, pieces
+
+
+class _Replay:
+    """An iWARP tracker for :func:`~rdmalab.capture.reader.decode_record` that gives, for the one segment
+    it decodes, what the real tracker gave when fed it (its PDUs or its error, and ``follows``)."""
+
+    __slots__ = ("err", "following", "pdus")
+
+    def __init__(self, pdus: list[Packet], err: Exception | None, following: bool) -> None:
+        self.pdus, self.err, self.following = pdus, err, following
+
+    def process(self, _frame: int, _pkt: Packet) -> list[Packet]:
+        if self.err is not None:
+            raise self.err
+        return self.pdus
+
+    def follows(self, _pkt: Packet) -> bool:
+        return self.following
+
+
+def _stateless_holds(tracker: Any, frame: int, data: bytes, feed: _Feed | None) -> _Replay | None:
+    """Feed ``tracker`` the TCP segment ``feed`` (frame ``frame``, record ``data``), as
+    :func:`~rdmalab.capture.reader.decode_record` would; None when the frame's JSON is what a decode with
+    no tracker writes: the tracker completes no PDU in it, raises nothing, and does not read its payload
+    as iWARP's (``CapturedPacket.tcp_data``: a decode with no tracker shows every payload as ``data``).
+    Otherwise what the tracker gave, for a decode of the frame here (:class:`_Replay`)."""
+    if feed is None or tracker is None:  # (decode_record feeds nothing, or process() gives [] and follows() False)
+        return None
+    (src, sport, dst, dport, seq, flags, wire), at, length, own = feed
+    payload = data[at:at + length] if own is None else own
+    pdus: list[Packet] = []
+    err: Exception | None = None
+    try:
+        pdus = list(tracker.process_segment(frame, src, sport, dst, dport, seq, flags, payload, wire))
+    except Exception as e:  # noqa: BLE001 - given to decode_record, which reports or raises it
+        err = e
+    following = tracker.follows_segment(src, sport, dst, dport)
+    if err is None and not pdus and not (length and following):
+        return None
+    return _Replay(pdus, err, following)
 
 
 #: where a frame's layers begin in the text _frame_text writes: a string value holds no newline (_quote
@@ -800,33 +967,79 @@ def _with_meta(text: str, meta: FrameMeta, frame: int) -> tuple[str, int]:
     return "".join(out), frame + len(gots)
 
 
+def _json_pieces(first: int, t0: int, pieces: list[str | _Left | _LeftTcp], out: list[str], tracker: Any,
+                 lenient: bool, meta: FrameMeta | None, last: tuple[int, int] | None) -> tuple[int, int] | None:
+    """For :func:`iter_json_file`: the text of the frames of a block (from frame ``first``) that a worker
+    sent as ``pieces`` (:func:`_json_block`) appended to ``out``, each frame after ``",\\n  "``: the workers'
+    text with the pcapng fields of ``meta`` put in, the frames left decoded here, in order, each TCP segment
+    fed to ``tracker`` (:func:`_stateless_holds`).  ``last``: the number and time (ns) of the last frame
+    decoded here, before the block and (returned) after it."""
+    run: list[str] = []  # the workers' text of consecutive frames, from frame run_at (pcapng fields to add)
+    run_at = nxt = first  # nxt: the number of the frame after the last one sent as a tuple
+    for piece in pieces:
+        if isinstance(piece, str):
+            if not run:
+                run_at = nxt
+            run.append(piece)
+            continue
+        if len(piece) == 4:  # a TCP segment: the worker's text, changed or not, or decoded here
+            left, text, feed, splice = piece
+            j, data = left[0], left[4]
+            nxt = first + j + 1
+            replay = _stateless_holds(tracker, first + j, data, feed)
+            if replay is not None and replay.err is None and splice is not None:
+                new = _spliced(text, splice, replay.pdus)
+                if new is not None:
+                    text, replay = new, None
+            if replay is None:
+                if not run:
+                    run_at = first + j
+                run.append(text)
+                continue
+            got: Any = replay
+        else:
+            left, got = piece, tracker
+            j = left[0]
+            nxt = first + j + 1
+        if run:
+            out.append("".join(run) if meta is None else _with_meta("".join(run), meta, run_at)[0])
+            run = []
+        _j, ts, ns, lt, data, wire, iface, before, fcs = left
+        cp = decode_record(RawRecord(first + j, ts, lt, data, wire, iface, ns, fcs_len=fcs), lenient=lenient,
+                           tracker=got)
+        # the time of the frame before, as iter_json takes it (an ERF record's own) when it was decoded here
+        p_ns = last[1] if last is not None and last[0] == first + j - 1 else before
+        last = (first + j, cp.epoch_ns)
+        obj = packet_json(cp, first_ns=t0, prev_ns=p_ns, prev_displayed_ns=p_ns, meta=_meta_of(meta, cp))
+        out.append(",\n  " + _frame_text(obj))
+    if run:
+        out.append("".join(run) if meta is None else _with_meta("".join(run), meta, run_at)[0])
+    return last
+
+
 def iter_json_file(path: str, *, workers: int, lenient: bool = True, iwarp: bool = True, count: int | None = None,
                    block_bytes: int = 4 << 20, meta: FrameMeta | None = None) -> Iterator[str]:
     """:func:`iter_json` of a whole plain pcap or pcapng file (no filter), its blocks rendered in
     ``workers`` processes (:mod:`rdmalab.capture.blockpool`): the same text, in pieces (``meta``: the
-    file's pcapng fields, put into the workers' text here, in frame order)."""
+    file's pcapng fields, put into the workers' text here, in frame order).  The TCP segments are fed to
+    the iWARP reassembly here, in order: a segment the stream changes the JSON of (PDUs completed in it,
+    its payload iWARP's bytes: :func:`_stateless_holds`) is decoded again here, per packet."""
     tracker = _load_iwarp_tracker()() if iwarp else None
     yield "[\n"
     started = False
     last: tuple[int, int] | None = None  # the frame number and time (ns) of the last frame decoded here
     for (first, pieces), t0 in blocks_in_workers(path, _json_block, (lenient,), workers=workers,
                                                  block_bytes=block_bytes, count=count, exact_times=True):
-        nxt = first  # the number of the next frame in the pieces
-        for piece in pieces:
-            if isinstance(piece, str):
-                if meta is not None:
-                    piece, nxt = _with_meta(piece, meta, nxt)
-                yield piece if started else piece[2:]  # the first frame has no comma before it
-                started = True
-                continue
-            j, ts, ns, lt, data, wire, iface, before, fcs = piece
-            nxt = first + j + 1
-            cp = decode_record(RawRecord(first + j, ts, lt, data, wire, iface, ns, fcs_len=fcs), lenient=lenient,
-                               tracker=tracker)
-            # the time of the frame before, as iter_json takes it (an ERF record's own) when it was decoded here
-            p_ns = last[1] if last is not None and last[0] == first + j - 1 else before
-            last = (first + j, cp.epoch_ns)
-            obj = packet_json(cp, first_ns=t0, prev_ns=p_ns, prev_displayed_ns=p_ns, meta=_meta_of(meta, cp))
-            yield (",\n  " if started else "  ") + _frame_text(obj)
+        out: list[str] = []  # the block's frames, each after ",\n  "
+        try:
+            last = _json_pieces(first, t0, pieces, out, tracker, lenient, meta, last)
+        except Exception:  # the frames before the error first, as one process writes them
+            text = "".join(out)
+            if text:
+                yield text if started else text[2:]
+            raise
+        text = "".join(out)
+        if text:
+            yield text if started else text[2:]  # the first frame has no comma before it
             started = True
     yield "\n]\n" if started else "]\n"
