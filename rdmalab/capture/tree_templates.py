@@ -27,13 +27,21 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from rdmalab.capture.blockpool import JSON_PARALLEL_MIN_BYTES, blocks_in_workers, default_workers, parallel_capture
 from rdmalab.capture.columnar_decode import erf_ethernet_view
 from rdmalab.capture.columnar_summary import AnalysisFeed
 from rdmalab.capture.iwarp import IwarpTracker, _address_text
-from rdmalab.capture.linktypes import LINKTYPE_ETHERNET, decode_frame
+from rdmalab.capture.linktypes import (
+    ERF,
+    ERF_ETHERNET_TYPES,
+    LINKTYPE_ERF,
+    LINKTYPE_ETHERNET,
+    ERFEthernet,
+    decode_frame,
+    erf_time_ns,
+)
 from rdmalab.capture.pcapio import record_blocks
 from rdmalab.capture.reader import CapturedPacket, RawRecord, decode_record
 from rdmalab.capture.render import (
@@ -198,27 +206,128 @@ _TCP_WIN_S, _TCP_WIN_M = _field(TCP, "window")
 _PLAIN = (all(c.info is Header.info for c in (Ethernet, IPv4, UDP, TCP))
           and all(not c.LAYOUT.consts and c.validate is Header.validate for c in (Ethernet, UDP)))
 _UD = int(Transport.UD)
-_ETH_TEXT = _text_fn(Ethernet, 0)
-_IP_TEXT = _text_fn(IPv4, 14)
-_UDP_TEXT = _text_fn(UDP, 34)
-_TCP_TEXT = _text_fn(TCP, 34)
 _IPV4_START = ETHERTYPE_IPV4.to_bytes(2, "big") + bytes([0x45])  # the EtherType, then IPv4 of 5 words (no options)
-_BTH_TEXT = _text_fn(BTH, 42)
 _BTH_DECODE = compile_decoder(BTH)  # BTH.decode's generated decoder, called directly
-#: Per BTH opcode: where its extended headers end, and for each its decoder, offset, size and
-#: template; () when one of them has no template or adds to the Summary line (Header.info)
-_PLANS: dict[int, tuple[()] | tuple[int, list[tuple[Any, int, int, Callable[[int], str]]]]] = {}
+#: Per BTH opcode: where its extended headers end in the frame, and for each its decoder, offset in the
+#: frame, size and template; () when one of them has no template or adds to the Summary line (Header.info)
+Plan = tuple[()] | tuple[int, list[tuple[Any, int, int, Callable[[int], str]]]]
 
 
-def _plan(headers: tuple[type[Header], ...]) -> tuple[()] | tuple[int, list[tuple[Any, int, int, Callable[[int], str]]]]:
+class _Shape:
+    """The templates of an Ethernet frame's headers for a tree whose offsets count from ``at`` octets
+    before the frame: 0, an Ethernet record's; 18, an ERF Ethernet record's, whose 16-octet header
+    and offset and pad octets come first (the per-packet decoder's packet is the whole record).  And
+    per BTH opcode its :data:`Plan`."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.eth = _text_fn(Ethernet, at)
+        self.ip = _text_fn(IPv4, at + 14)
+        self.udp = _text_fn(UDP, at + 34)
+        self.tcp = _text_fn(TCP, at + 34)
+        self.bth = _text_fn(BTH, at + 42)
+        self.plans: dict[int, Plan] = {}
+
+    def plan(self, opcode: int, headers: tuple[type[Header], ...]) -> Plan:
+        got = self.plans.get(opcode)
+        if got is None:
+            got = self.plans[opcode] = _plan(headers, self.at)
+        return got
+
+
+def _plan(headers: tuple[type[Header], ...], at: int) -> Plan:
     steps = []
     pos = 54
     for cls in headers:
         if not templatable(cls) or cls.info is not Header.info:
             return ()
-        steps.append((compile_decoder(cls), pos, cls.LAYOUT.size, _text_fn(cls, pos)))
+        steps.append((compile_decoder(cls), pos, cls.LAYOUT.size, _text_fn(cls, at + pos)))
         pos += cls.LAYOUT.size
     return pos, steps
+
+
+_ETHERNET = _Shape(0)
+#: an ERF Ethernet record's frame: after the record's header (16 octets) and its offset and pad octets
+_ERF_AT = ERF.LAYOUT.size + ERFEthernet.LAYOUT.size
+_IN_ERF = _Shape(_ERF_AT)
+_ERF_TEXT = header_text_fn(ERF, 0, "    ")
+_ERF_ETH_TEXT = header_text_fn(ERFEthernet, ERF.LAYOUT.size, "    ")
+_ERF_TS = ERF.LAYOUT.field("ts")
+_ERF_TS_ZERO = "\n        ts: 0x" + "0" * (_ERF_TS.bits // 4) + " "  # (the renderer's hex: every digit)
+if (_ERF_TS.shift, _ERF_TS.bits, _ERF_TS.fmt) != (64, 64, "hex") or _ERF_TS_ZERO not in _ERF_TEXT(0):
+    raise ImportError("tree_templates: the ERF header's timestamp is not its first field, shown in hex")
+#: the octets of an ERF record's headers after its timestamp (its type, flags, lengths, offset and pad)
+#: -> its rlen, wlen and its headers' lines before and after the timestamp's hex digits; an rlen of -1
+#: for a record that is not an Ethernet record without extension headers (erf_ethernet).  Bounded.
+_ERF_SEEN: dict[bytes, tuple[int, int, str, str]] = {}
+
+
+def _erf_lines(rest: bytes) -> tuple[int, int, str, str]:
+    if rest[0] not in ERF_ETHERNET_TYPES or not rest[6] << 8 | rest[7]:  # (an extension header: the type's top bit)
+        return -1, 0, "", ""
+    text = _ERF_TEXT(int.from_bytes(rest[:8], "big")) + "\n" + _ERF_ETH_TEXT(rest[8] << 8 | rest[9])
+    at = text.index(_ERF_TS_ZERO) + len(_ERF_TS_ZERO) - 1 - _ERF_TS.bits // 4
+    return rest[2] << 8 | rest[3], rest[6] << 8 | rest[7], text[:at], text[at + _ERF_TS.bits // 4:]
+
+
+class _Record(NamedTuple):
+    """A record that holds an Ethernet frame after headers of its own (an ERF Ethernet record:
+    :func:`erf_ethernet`), what its tree has that the frame's has not: its link type; where it starts
+    in the block and how many octets of it were captured (the frame line's, as the per-packet
+    decoder's, whose packet is the whole record); its headers' lines, after the Summary line; the
+    templates of the frame's headers at their offsets in the record."""
+
+    linktype: int
+    start: int
+    size: int
+    lines: str
+    shape: _Shape
+
+
+def erf_ethernet(buf: bytes | bytearray, off: int, cap: int) -> tuple[_Record, int, int, int, float] | None:
+    """The Ethernet frame of the ERF record ``buf[off:off + cap]`` (pcap link type 197), as
+    :func:`~rdmalab.capture.columnar_decode.erf_ethernet_view` takes one: an Ethernet record without
+    extension headers whose ``rlen`` is its captured length and whose ``wlen`` is not 0.  Its
+    :class:`_Record`, where the frame starts in ``buf``, its captured octets (after the record's
+    headers, at most ``wlen``), ``wlen`` and the record's own time (:func:`~rdmalab.capture.linktypes.erf_time_ns`,
+    in seconds: as :func:`~rdmalab.capture.reader.decode_record` gives it); None for another record."""
+    if cap < _ERF_AT:
+        return None
+    rest = bytes(buf[off + 8:off + _ERF_AT])
+    seen = _ERF_SEEN.get(rest)
+    if seen is None:
+        if len(_ERF_SEEN) >= _REMEMBERED:
+            _ERF_SEEN.clear()
+        seen = _ERF_SEEN[rest] = _erf_lines(rest)
+    rlen, wlen, before, after = seen
+    if rlen != cap:
+        return None
+    ts = int.from_bytes(buf[off:off + 8], "little")  # (32.32 fixed-point seconds, the one little-endian field)
+    return (_Record(LINKTYPE_ERF, off, cap, f"{before}{ts:016x}{after}", _IN_ERF), off + _ERF_AT,
+            min(wlen, cap - _ERF_AT), wlen, erf_time_ns(ts) / 1e9)
+
+
+def _ethernet_in(buf: bytes | bytearray, off: int, cap: int, wire: int, ts: float, lt: int,
+                 fcs: int) -> tuple[int, int, int, float, int, _Record | None] | None:
+    """The Ethernet frame a record of link type ``lt`` is or holds, as the templates take it: where it
+    starts in ``buf``, its captured and wire lengths, time, declared FCS length and its :class:`_Record`
+    (None: the record is the frame); None for a record of another kind."""
+    if lt == LINKTYPE_ETHERNET:
+        return off, cap, wire, ts, fcs, None
+    if lt == LINKTYPE_ERF:
+        erf = erf_ethernet(buf, off, cap)
+        if erf is not None:
+            record, o, c, w, t = erf
+            return o, c, w, t, -1, record  # (decode_erf says no FCS length)
+    return None
+
+
+def _frame_head(frame: int, wire: int, cap: int, ts: float, record: _Record | None) -> str:
+    """A frame's first line (:func:`~rdmalab.capture.render.frame_line`), of its record's link type and
+    captured length."""
+    if record is None:
+        return frame_line(frame, wire, cap, LINKTYPE_ETHERNET, ts)
+    return frame_line(frame, wire, record.size, record.linktype, ts)
 
 
 # The ICRC of a RoCEv2 datagram is the CRC of the datagram as sent XOR a term that depends only on
@@ -243,24 +352,26 @@ def _icrc(buf: bytes | bytearray, start: int, end: int) -> int:
 
 
 def fast_frame(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
-               tracker: Any, fcs_len: int = -1) -> bytes | None:
+               tracker: Any, fcs_len: int = -1, record: _Record | None = None) -> bytes | None:
     """The tree of the Ethernet frame ``buf[o:o + cap]`` (frame number ``frame``, ``wire`` bytes on the
     wire, time ``ts``, from a capture that says it keeps an FCS of ``fcs_len`` octets, -1: does not say), as :func:`~rdmalab.capture.render.frame_tree` of the lenient per-packet
     decoder writes it (UTF-8), or None when the frame is not one this module writes (nothing is then fed
-    to ``tracker``, the iWARP reassembly, or None)."""
-    front = _ipv4_front(buf, o, cap, wire, fcs_len)
+    to ``tracker``, the iWARP reassembly, or None).  ``record``: the record that holds the frame after
+    headers of its own (an ERF record: :func:`erf_ethernet`), whose tree it then is."""
+    front = _ipv4_front(buf, o, cap, wire, fcs_len, record)
     if front is None:
         return None
     ipv, ip_end, tail = front
     proto = buf[o + 23]
     if proto == IPPROTO_UDP:
-        return _roce(buf, o, cap, frame, wire, ts, interface, ipv, ip_end, tail)
+        return _roce(buf, o, cap, frame, wire, ts, interface, ipv, ip_end, tail, record)
     if proto == IPPROTO_TCP:
-        return _tcp(buf, o, cap, frame, wire, ts, interface, ipv, ip_end, tracker, tail)
+        return _tcp(buf, o, cap, frame, wire, ts, interface, ipv, ip_end, tracker, tail, record)
     return None
 
 
-def _ipv4_front(buf: bytes | bytearray, o: int, cap: int, wire: int, fcs_len: int) -> tuple[int, int, list[str]] | None:
+def _ipv4_front(buf: bytes | bytearray, o: int, cap: int, wire: int, fcs_len: int,
+                record: _Record | None = None) -> tuple[int, int, list[str]] | None:
     """For :func:`fast_frame`: an Ethernet frame's IPv4 header (without options, not a fragment) as
     one number, where its datagram ends, and the lines of the octets after it; None for another frame."""
     if cap < 54 or buf[o + 12:o + 15] != _IPV4_START or not _PLAIN:
@@ -276,12 +387,12 @@ def _ipv4_front(buf: bytes | bytearray, o: int, cap: int, wire: int, fcs_len: in
     if ip_end < cap:
         trailer = ethernet_trailer(bytes(buf[o:o + cap]), ip_end, wire or cap, fcs_len)
         if trailer is not None:
-            tail = trailer_lines("    ", trailer)
+            tail = trailer_lines("    ", trailer if record is None else trailer.shifted(record.shape.at))
     return ipv, ip_end, tail
 
 
 def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
-          ipv: int, ip_end: int, tail: list[str]) -> bytes | None:
+          ipv: int, ip_end: int, tail: list[str], record: _Record | None) -> bytes | None:
     uv = int.from_bytes(buf[o + 34:o + 42], "big")
     if uv >> _UDP_DPORT_S & _UDP_DPORT_M != ROCEV2_PORT:
         return None
@@ -294,14 +405,15 @@ def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: f
     info = OPCODES.get(opcode)
     if info is None or bth.check(42):
         return None
-    plan = _PLANS.get(opcode)
+    shape = _ETHERNET if record is None else record.shape
+    plan = shape.plans.get(opcode)
     if plan is None:
-        plan = _PLANS[opcode] = _plan(info.headers)
+        plan = shape.plan(opcode, info.headers)
     if not plan:
         return None
     layers = [Layer(bth, 42)]
-    texts = [_ETH_TEXT(int.from_bytes(buf[o:o + 14], "big")), _IP_TEXT(ipv), _UDP_TEXT(uv),
-             _BTH_TEXT(int.from_bytes(buf[o + 42:o + 54], "big"))]
+    texts = [shape.eth(int.from_bytes(buf[o:o + 14], "big")), shape.ip(ipv), shape.udp(uv),
+             shape.bth(int.from_bytes(buf[o + 42:o + 54], "big"))]
     crc_at = udp_end - 4
     pos = plan[0]
     if pos > crc_at:
@@ -331,33 +443,38 @@ def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: f
         return None  # a bad ICRC: the per-packet way says what it should be
     # the Summary line from a packet holding what Packet.summary reads (the BTH and what follows it)
     summary = Packet(b"", layers, "rocev2", pos, plen, pad, crc, crc, crc_at, "icrc").summary()
-    lines = [frame_line(frame, wire, cap, LINKTYPE_ETHERNET, ts), "    Summary: " + summary, *texts]
+    lines = [_frame_head(frame, wire, cap, ts, record), "    Summary: " + summary]
+    if record is not None:
+        lines.append(record.lines)
+    lines += texts
+    at = shape.at  # (the offsets in the tree: from the record's start)
     if plen:
-        lines.append(payload_line("    ", pos, plen, buf[o + pos:o + pos + min(plen, 32)]))
+        lines.append(payload_line("    ", at + pos, plen, buf[o + pos:o + pos + min(plen, 32)]))
     if pad:
-        lines.append(pad_line("    ", pos + plen, pad))
-    lines.append(crc_line("    ", "ICRC", crc_at, crc, "good", None))
+        lines.append(pad_line("    ", at + pos + plen, pad))
+    lines.append(crc_line("    ", "ICRC", at + crc_at, crc, "good", None))
     lines += tail
     return "\n".join(lines).encode()
 
 
 def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
-         ipv: int, ip_end: int, tracker: Any, tail: list[str]) -> bytes | None:
-    parts = _tcp_parts(buf, o, frame, wire, cap, ts, ipv, ip_end, tail)
+         ipv: int, ip_end: int, tracker: Any, tail: list[str], record: _Record | None) -> bytes | None:
+    parts = _tcp_parts(buf, o, frame, wire, cap, ts, ipv, ip_end, tail, record)
     if parts is None:
         return None
-    return tcp_tree(parts, tracker, lambda: bytes(buf[o:o + cap]), interface)
+    start, size = (o, cap) if record is None else (record.start, record.size)
+    return tcp_tree(parts, tracker, lambda: bytes(buf[start:start + size]), interface)
 
 
 #: a TCP segment's tree but for what the iWARP reassembly adds (:func:`_tcp_parts`): its text without
 #: iWARP PDUs (UTF-8) and where its Summary starts and ends in it; the frame number, wire length and
-#: time; and what the reassembly is fed (source, source port, destination, destination port, sequence
-#: number, flags, payload)
-TcpParts = tuple[bytes, int, int, int, int, float, str, int, str, int, int, int, bytes]
+#: time; what the reassembly is fed (source, source port, destination, destination port, sequence
+#: number, flags, payload); and the link type of its record
+TcpParts = tuple[bytes, int, int, int, int, float, str, int, str, int, int, int, bytes, int]
 
 
 def _tcp_parts(buf: bytes | bytearray, o: int, frame: int, wire: int, cap: int, ts: float, ipv: int, ip_end: int,
-               tail: list[str]) -> TcpParts | None:
+               tail: list[str], record: _Record | None = None) -> TcpParts | None:
     """What the tree of a TCP segment (IPv4 without options, its datagram ending at ``ip_end``) holds
     whatever its stream: :data:`TcpParts`, or None when its header does not fit."""
     tv = int.from_bytes(buf[o + 34:o + 54], "big")
@@ -372,23 +489,26 @@ def _tcp_parts(buf: bytes | bytearray, o: int, frame: int, wire: int, cap: int, 
     flags = tv >> _TCP_FLAGS_S & _TCP_FLAGS_M
     a, b = ipv >> _IP_SRC_S & _IP_SRC_M, ipv >> _IP_DST_S & _IP_DST_M
     summary = tcp_info_text(sport, dport, flags | (tv >> _TCP_RES_S & _TCP_RES_M) << 9, seq, tv >> _TCP_ACK_S & _TCP_ACK_M, tv >> _TCP_WIN_S & _TCP_WIN_M, plen)
-    lines = ["", _ETH_TEXT(int.from_bytes(buf[o:o + 14], "big")), _IP_TEXT(ipv), _TCP_TEXT(tv)]
+    shape = _ETHERNET if record is None else record.shape
+    lines = [""] if record is None else ["", record.lines]
+    lines += (shape.eth(int.from_bytes(buf[o:o + 14], "big")), shape.ip(ipv), shape.tcp(tv))
     if plen:
-        lines.append(payload_line("    ", start, plen, buf[o + start:o + start + min(plen, 32)]))
+        lines.append(payload_line("    ", shape.at + start, plen, buf[o + start:o + start + min(plen, 32)]))
     lines += tail
     # the Summary line has the one character outside ASCII (the arrow): the text around it stays
     # ASCII, which encodes and joins as a copy
-    head = frame_line(frame, wire, cap, LINKTYPE_ETHERNET, ts).encode() + b"\n    Summary: "
+    head = _frame_head(frame, wire, cap, ts, record).encode() + b"\n    Summary: "
     text = summary.encode()
     return (b"".join((head, text, "\n".join(lines).encode())), len(head), len(head) + len(text), frame, wire, ts,
-            _address_text(4, a), sport, _address_text(4, b), dport, seq, flags, bytes(buf[o + start:o + ip_end]))
+            _address_text(4, a), sport, _address_text(4, b), dport, seq, flags, bytes(buf[o + start:o + ip_end]),
+            LINKTYPE_ETHERNET if record is None else record.linktype)
 
 
 def tcp_tree(parts: TcpParts, tracker: Any, frame_bytes: Callable[[], bytes], interface: int) -> bytes:
     """The tree of a TCP segment from its :data:`TcpParts`, the segment fed to ``tracker`` (the iWARP
     reassembly, or None): with the iWARP PDUs it completes, their Summary and their trees after the
-    segment's.  ``frame_bytes()`` gives the frame's bytes, for a tracker that fails on it."""
-    text, a, b, frame, wire, ts, src, sport, dst, dport, seq, flags, payload = parts
+    segment's.  ``frame_bytes()`` gives the record's bytes, for a tracker that fails on it."""
+    text, a, b, frame, wire, ts, src, sport, dst, dport, seq, flags, payload, lt = parts
     pdus: list[Packet] = []
     if tracker is not None:
         try:
@@ -397,9 +517,13 @@ def tcp_tree(parts: TcpParts, tracker: Any, frame_bytes: Callable[[], bytes], in
             pass  # as the per-packet reader (lenient): the stream's damage is its PDUs' to report
         except Exception as err:  # a reassembly bug must not stop a capture: reported on the frame, as the reader does
             data = frame_bytes()
-            full = decode_frame(LINKTYPE_ETHERNET, data, lenient=True, wire_length=wire)
-            full.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
-            return frame_tree(CapturedPacket(frame, ts, LINKTYPE_ETHERNET, full, [], wire, interface)).encode()
+            if lt == LINKTYPE_ETHERNET:
+                full = decode_frame(LINKTYPE_ETHERNET, data, lenient=True, wire_length=wire)
+                cp = CapturedPacket(frame, ts, LINKTYPE_ETHERNET, full, [], wire, interface)
+            else:  # (an ERF record: its own time and lengths, as the reader gives them)
+                cp = decode_record(RawRecord(frame, ts, lt, data, wire, interface), lenient=True)
+            cp.packet.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
+            return frame_tree(cp).encode()
     if not pdus:
         return text
     # the Summary line from the PDUs, and their trees after the segment's
@@ -413,8 +537,13 @@ def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int 
     """The text of ``rdmalab decode -V -r FILE`` (lenient), UTF-8, in pieces: each frame's tree
     followed by a blank line, in capture order, the frames of one block of records at a time.
 
+    The frames of Ethernet records, and of ERF Ethernet records (:func:`erf_ethernet`: the record's
+    header lines before the frame's), take the templates (:func:`fast_frame`); any other frame the
+    per-packet decoder.
+
     ``workers`` (None: :func:`~rdmalab.capture.blockpool.default_workers`) above 1 writes the trees of
-    a plain pcap or pcapng file (:func:`~rdmalab.capture.blockpool.parallel_capture`) of at least
+    a plain pcap or pcapng file (:func:`~rdmalab.capture.blockpool.parallel_capture`; of ERF records
+    too, each tree of its record's own time) of at least
     ``parallel_min_bytes`` in worker processes, but for the TCP segments': those this process writes,
     in order, feeding the iWARP reassembly as it goes (:func:`_tree_block`).  The same text."""
     if count is not None and count <= 0:
@@ -426,7 +555,7 @@ def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int 
     # tshark's SEQ/ACK analysis trees: the TCP analysis followed here, in capture order, and put into the
     # trees of the segments that have one (read from the file again beside the workers)
     seq_ack = AnalysisFeed(trees=True)
-    if workers > 1 and parallel_capture(p) and os.path.getsize(p) >= parallel_min_bytes:
+    if workers > 1 and parallel_capture(p, own_times=True) and os.path.getsize(p) >= parallel_min_bytes:
         seq_ack.read_from(p, block_bytes)
         for (first, pieces), _t0 in blocks_in_workers(p, _tree_block, (), workers=workers,
                                                       block_bytes=block_bytes, count=count):
@@ -466,7 +595,8 @@ def _one_tree(buf: bytes | bytearray, off: int, cap: int, n: int, wire: int, ts:
               fcs: int, tracker: Any) -> bytes:
     """The tree of frame ``n`` (``buf[off:off + cap]``), its TCP segment (if it is one) fed to
     ``tracker`` in the course."""
-    text = fast_frame(buf, off, cap, n, wire, ts, iface, tracker, fcs) if lt == LINKTYPE_ETHERNET else None
+    eth = _ethernet_in(buf, off, cap, wire, ts, lt, fcs)
+    text = None if eth is None else fast_frame(buf, eth[0], eth[1], n, eth[2], eth[3], iface, tracker, eth[4], eth[5])
     if text is None:
         rec = RawRecord(n, ts, lt, bytes(buf[off:off + cap]), wire, iface, fcs_len=fcs)
         text = frame_tree(decode_record(rec, lenient=True, tracker=tracker)).encode()
@@ -507,14 +637,17 @@ def _tree_block(blk: Any, n: int, _t0: Any, _prev: Any) -> tuple[int, list[bytes
         tcp: _LeftTcp | None = None
         num = blk.first + j
         try:
-            if lt == LINKTYPE_ETHERNET and cap >= 24 and buf[off + 12:off + 14] == b"\x08\x00" \
-                    and buf[off + 23] == IPPROTO_TCP:
+            eth = _ethernet_in(buf, off, cap, wire, ts, lt, fcs)
+            if eth is not None and eth[1] >= 24 and buf[eth[0] + 12:eth[0] + 14] == b"\x08\x00" \
+                    and buf[eth[0] + 23] == IPPROTO_TCP:
                 # a TCP segment (or what may decode as one): left, with what its tree holds whatever its stream
-                front = _ipv4_front(buf, off, cap, wire, fcs)
-                parts = None if front is None else _tcp_parts(buf, off, num, wire, cap, ts, *front)
+                fo, fc, fw, ft, ffcs, record = eth
+                front = _ipv4_front(buf, fo, fc, fw, ffcs, record)
+                parts = None if front is None else _tcp_parts(buf, fo, num, fw, fc, ft, *front, record)
                 tcp = None if parts is None else (j, parts, iface)
             else:
-                text = fast_frame(buf, off, cap, num, wire, ts, iface, None, fcs) if lt == LINKTYPE_ETHERNET else None
+                text = None if eth is None else fast_frame(buf, eth[0], eth[1], num, eth[2], eth[3], iface, None,
+                                                           eth[4], eth[5])
                 if text is None:
                     cp = decode_record(RawRecord(num, ts, lt, bytes(buf[off:off + cap]), wire, iface, fcs_len=fcs))
                     text = None if cp.packet.encap == "tcp" else frame_tree(cp).encode()
