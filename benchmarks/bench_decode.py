@@ -36,7 +36,8 @@ conversations' ``udp.stream`` among them) and a filter on a quoted field, agains
 
 ``--links`` measures the ``--mixed`` capture (``--packets``, default 200,000) written again as two other
 link types write it: behind Linux cooked capture v2 headers (``tcpdump -i any``) and as ERF Ethernet
-records (a DAG card's).  Rows: summaries and ``-T fields`` of each, against tshark.
+records (a DAG card's).  Rows: summaries and ``-T fields`` of each, against tshark; and ``-V`` of the ERF
+records on the first ``--json-packets`` (its text compared with the per-packet path's first).
 
 With ``--repeat N`` each command runs N times (rdmalab's and tshark's in turn) and the best wall and
 CPU times count: on a loaded machine the ratio of CPU times (the table's last column) is the steadier.
@@ -208,6 +209,9 @@ def main_links(args: argparse.Namespace, tmp: str) -> None:
     build_mixed(mixed, n_all)
     sll, erf = os.path.join(tmp, "mixed_sll2.pcap"), os.path.join(tmp, "mixed_erf.pcap")
     n = build_links(mixed, n_all, sll, erf)
+    small_sll, small_erf = os.path.join(tmp, "mixed_small_sll2.pcap"), os.path.join(tmp, "mixed_small_erf.pcap")
+    m = build_links(mixed, args.json_packets, small_sll, small_erf)
+    os.remove(small_sll)
     py = [sys.executable, "-m", "rdmalab", "decode"]
     tshark = None if args.no_tshark or not shutil.which("tshark") else "tshark"
     ef = [a for f in FIELDS for a in ("-e", f)]
@@ -222,6 +226,14 @@ def main_links(args: argparse.Namespace, tmp: str) -> None:
                         [tshark, "-n", "-r", path] if tshark else None)
         rows += compare(f"{label}: -T fields", n, [("rdmalab decode -T fields", [*py, "-r", path, "-T", "fields", *ef])],
                         [tshark, "-n", "-r", path, "-T", "fields", *ef] if tshark else None)
+    # -V of the ERF records: the frames' trees from the templates, the ERF header's lines first
+    same = [subprocess.run([*py, "-V", *extra, "-r", small_erf], capture_output=True, check=True).stdout
+            for extra in ([], ["--no-columnar"])]
+    print(f"{small_erf}: -V of the first {m:,} as ERF Ethernet, templates vs per-packet path: "
+          f"{'identical' if same[0] == same[1] else 'DIFFERENT'} ({len(same[0]):,} bytes)")
+    del same
+    rows += compare("ERF Ethernet: -V", m, [("rdmalab decode -V", [*py, "-V", "-r", small_erf])],
+                    [tshark, "-n", "-r", small_erf, "-V"] if tshark else None)
     if rows:
         print("\n| command (mixed capture, other link types) | rdmalab (peak RSS) | tshark (peak RSS) | "
               "rdmalab packets/s over tshark's | over tshark's CPU time |")

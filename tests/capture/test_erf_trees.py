@@ -280,7 +280,7 @@ def test_a_tracker_that_fails(tmp_path: Path, capsys: Any, monkeypatch: pytest.M
 
 def _ours_per_frame(text: str) -> dict[int, tuple[str, ...]]:
     """frame -> its wire length, time (6 decimals), and its ERF header's timestamp, rlen and wlen, from -V text."""
-    out = {}
+    out: dict[int, tuple[str, ...]] = {}
     for tree in text.split("\n\n"):
         m = re.match(r"Frame (\d+): (\d+) bytes on wire, \d+ bytes captured, ERF, time (\S+)\n", tree)
         if m is None:
@@ -293,7 +293,7 @@ def _ours_per_frame(text: str) -> dict[int, tuple[str, ...]]:
 
 def _tsharks_per_frame(text: str) -> dict[int, tuple[str, ...]]:
     """The same from tshark's -V text (its epoch time cut to 6 decimals: the times here are whole microseconds)."""
-    out = {}
+    out: dict[int, tuple[str, ...]] = {}
     for tree in re.split(r"\n(?=Frame \d+: )", text):
         m = re.match(r"Frame (\d+): (\d+) bytes on wire", tree)
         if m is None:
