@@ -15,8 +15,10 @@ ICRC must be good.  Its other lines are written by the renderer's own functions
 (:func:`~rdmalab.capture.render.frame_line`, ``payload_line``, ``crc_line``, ``tcp_info_text``;
 the RoCE Summary by :meth:`Packet.summary <rdmalab.wire.packet.Packet.summary>` of a packet holding
 the BTH and what follows it; a segment's that completes iWARP PDUs and their trees by
-``pdus_info`` and ``pdu_lines``, what :func:`~rdmalab.capture.render.frame_tree` runs).  Every
-other frame (other link types, VLAN tags, IPv6, IPv4 options or fragments, MADs to or from QP0/QP1,
+``pdus_info`` and ``pdu_lines``, what :func:`~rdmalab.capture.render.frame_tree` runs).  The frame
+of an ERF Ethernet record (:func:`erf_ethernet`: the records the columns read as Ethernet frames) takes
+the same way, its tree the record's: the ERF header's lines first, every offset from the record's start.
+Every other frame (other link types, VLAN tags, IPv6, IPv4 options or fragments, MADs to or from QP0/QP1,
 anything truncated or malformed, a bad ICRC) goes through the per-packet decoder and
 :func:`~rdmalab.capture.render.frame_tree`, in capture order, with the same iWARP stream
 reassembly (:class:`rdmalab.capture.iwarp.IwarpTracker`) fed every TCP segment in order.
