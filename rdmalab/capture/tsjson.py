@@ -22,7 +22,9 @@ Differences from tshark, on purpose or by scope:
 from __future__ import annotations
 
 import functools
+import gc
 from collections.abc import Callable, Collection, Iterable, Iterator
+from contextlib import contextmanager
 from json import encoder as _json_encoder
 from typing import TYPE_CHECKING, Any
 
@@ -762,10 +764,11 @@ def iter_json(packets: Iterable[CapturedPacket], keep: Any = None, meta: FrameMe
 # ---------------------------------------------------------------------------- a file, in workers
 # A frame's JSON depends on its own bytes, the capture's first timestamp and the timestamp of the
 # frame before it (frame.time_delta), except for TCP segments, whose iWARP PDUs depend on the
-# stream before them.  A worker writes a TCP segment's JSON as a decode with no iWARP tracker does
-# and sends it with what the tracker is fed; the process that reads the streams in order (one
-# tracker) feeds it, and takes the worker's text only where the tracker leaves the frame's JSON as
-# that decode writes it (:func:`_stateless_holds`): else it decodes the segment again, per packet.
+# stream before them.  A worker writes a TCP segment's JSON but for what the stream decides (its
+# payload as data, or the iWARP PDUs completed in it, and frame.protocols's end) and sends it with
+# what the tracker is fed; the process that reads the streams in order (one tracker) feeds it and
+# finishes the text (:func:`_tcp_text`), or, where that will not do (the tracker fails on it), decodes
+# the segment again, per packet.
 
 #: a frame left to this process: (index in block, timestamp, linktype, bytes, wire length,
 #: interface, timestamp of the frame before): timestamps in float seconds and nanoseconds
@@ -774,62 +777,60 @@ _Left = tuple[int, float, int, int, bytes, int, int, int, int]
 #: is in the record's bytes, its length (``Packet.payload_offset``, ``payload_length``) and, when the packet's
 #: bytes are not the record's, the payload itself (else None)
 _Feed = tuple[tuple[str, int, str, int, int, int, int | None], int, int, bytes | None]
-#: what a worker sends for changing a TCP segment's JSON as a decode with no tracker writes it into the
-#: JSON of the segment with the iWARP PDUs the tracker completes in it (:func:`_splice_of`, :func:`_spliced`)
+#: what a worker sends of a TCP segment with a payload for the process that reads the streams to finish
+#: its text (:func:`_splice_of`, :func:`_spliced`): where ``frame.protocols``'s value starts and ends in
+#: the text and where the layers after the segment's own start, ``frame.protocols`` without what the
+#: stream decides, the rdmalab fields of the segment's headers, the names of its layers, its header
+#: classes, its internal error and its encapsulation
 _Splice = tuple[int, int, int, str, dict[str, Any], tuple[str, ...], frozenset[type], str | None, str]
 #: a TCP segment a worker writes (:func:`_json_block`): the frame left (:data:`_Left`, for a decode here
-#: when its text depends on the stream), its JSON as a decode with no tracker writes it (after
-#: ``",\n  "``), what the tracker is fed (None: no TCP header, nothing to feed) and, for a segment with
-#: a payload, the :data:`_Splice` of its text (None: it has none, or its text is not one to splice)
+#: when its text cannot be finished so), its JSON (after ``",\n  "``; for a segment with a payload, as
+#: if no protocol above TCP claimed it nor the payload were data: no ``data`` layer, to be finished by
+#: :func:`_spliced`), what the tracker is fed (None: no TCP header, nothing to feed) and, for a segment
+#: with a payload, its :data:`_Splice` (None: its text is not laid out to finish so: decoded here)
 _LeftTcp = tuple[_Left, str, _Feed | None, _Splice | None]
 
 #: the key of the frame layer's last field, ``frame.protocols``, as _frame_text writes it (a string value
 #: holds no bare quote, _quote escapes it: found exactly where the key is)
 _PROTOCOLS_KEY = '"frame.protocols": '
-#: where the data layer of a TCP segment's payload starts in a frame's text
-_DATA_LAYER = "," + _LAYERS_NL + '"data": '
+#: where rdmalab's layer starts in a frame's text, the last layer (its key at a layer's indentation)
+_RDMALAB_LAYER = "," + _LAYERS_NL + '"rdmalab": '
 
 
 def _splice_of(text: str, obj: dict[str, Any], seg_extras: dict[str, Any], cp: CapturedPacket) -> _Splice | None:
-    """For a TCP segment with a payload decoded with no iWARP tracker (``cp``, so its payload is its
-    ``data`` layer), its JSON object ``obj``, that object's text ``text`` and the rdmalab fields of its
-    headers ``seg_extras``: where in ``text`` the value of ``frame.protocols`` starts and ends and where the
-    layers after the segment's own (``data``, ``rdmalab``) start, ``frame.protocols`` without ``data``, the
-    fields ``seg_extras``, the names of the segment's layers, its header classes, its internal error and
-    encapsulation: what :func:`_spliced` changes that text with.  None when the text is not laid out so."""
+    """For a TCP segment with a payload (``cp``, decoded with no iWARP tracker and ``tcp_data`` False: no
+    PDU, no ``data``), its JSON object ``obj``, that object's text ``text`` and the rdmalab fields of its
+    headers ``seg_extras``: its :data:`_Splice`, or None when the text is not laid out so."""
     pkt = cp.packet
     layers = obj["_source"]["layers"]
     names = tuple(layers)
-    if not cp.tcp_data or cp.pdus or names[-2:] != ("data", "rdmalab") or names[0] != "frame":
+    if cp.tcp_data or cp.pdus or names[-1] != "rdmalab" or names[0] != "frame":
         return None
-    protocols = layers["frame"].get("frame.protocols")
-    if protocols == "data":
-        chain = ""
-    elif isinstance(protocols, str) and protocols.endswith(":data"):
-        chain = protocols[:-5]
-    else:
+    chain = layers["frame"].get("frame.protocols")
+    if not isinstance(chain, str):
         return None
     ps = text.find(_PROTOCOLS_KEY)
-    value = _quote(protocols)
-    cut = text.rfind(_DATA_LAYER)
+    value = _quote(chain)
+    cut = text.rfind(_RDMALAB_LAYER)
     if ps < 0 or not text.startswith(value, ps + len(_PROTOCOLS_KEY)) or cut < ps or not text.endswith(_FRAME_END):
         return None
     ps += len(_PROTOCOLS_KEY)
-    return (ps, ps + len(value), cut, chain, seg_extras, names[:-2], frozenset(type(la.header) for la in pkt.layers),
+    return (ps, ps + len(value), cut, chain, seg_extras, names[:-1], frozenset(type(la.header) for la in pkt.layers),
             pkt.internal_error, pkt.encap)
 
 
-def _spliced(text: str, splice: _Splice, pdus: list[Packet]) -> str | None:
-    """The JSON ``text`` of a TCP segment decoded with no iWARP tracker (:func:`_splice_of`) as a decode
-    with the tracker writes it, where the tracker completes ``pdus`` (maybe none) in it and reads its
-    payload as iWARP's (no ``data`` layer); None where that is not so simple (a PDU's layer has the name
-    of one of the segment's): the frame is then decoded again, per packet."""
+def _spliced(text: str, splice: _Splice, pdus: list[Packet], tcp_data: bytes | None) -> str | None:
+    """The JSON of a TCP segment with a payload from its worker's ``text`` and :data:`_Splice` as a decode
+    with the iWARP tracker writes it, where the tracker completes ``pdus`` (maybe none) in it, or, where
+    the tracker does not read its payload as iWARP's (or there is no tracker), ``tcp_data``, its payload
+    (tshark's ``data``); None where that is not so simple (a layer after the segment's with the name of
+    one of the segment's): the frame is then decoded again, per packet."""
     ps, pe, cut, chain, seg_extras, names, skip, internal_error, encap = splice
     layers: dict[str, Any] = {}
-    _tail_layers(layers, dict(seg_extras), None, pdus, skip, internal_error, encap)
+    _tail_layers(layers, dict(seg_extras), tcp_data, pdus, skip, internal_error, encap)
     if any(name in layers for name in names):
         return None
-    more = _pdus_chain(pdus, skip)
+    more = ["data"] if tcp_data is not None else _pdus_chain(pdus, skip)
     if more:
         chain = ":".join([chain, *more]) if chain else ":".join(more)
     parts = [text[:ps], _quote(chain), text[pe:cut]]
@@ -851,6 +852,21 @@ def _feed_of(pkt: Packet, data: bytes) -> _Feed | None:
     return seg, pkt.payload_offset, pkt.payload_length, None if pkt.data is data else bytes(pkt.payload)
 
 
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cyclic garbage collector off for a block's frames: a block's JSON makes tens of thousands of
+    objects that live until the block is sent (its pieces), and the main process receives them all at
+    once, none of them in cycles; the collections their number sets off (each one over everything
+    alive) cost the workers a fifth of their time."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> tuple[int, list[str | _Left | _LeftTcp]]:
     """In a worker process (:func:`rdmalab.capture.blockpool.blocks_in_workers`): the JSON of the
     first ``n`` frames of a block, each after ``",\n  "``; TCP segments are sent as :data:`_LeftTcp`
@@ -864,38 +880,41 @@ def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> t
     pieces: list[str | _Left | _LeftTcp] = []
     run: list[str] = []
     before = nss[0] if prev is None else prev
-    for j in range(n):
-        ts, ns = secs[j], nss[j]
-        data = bytes(blk.buf[offs[j]:offs[j] + caps[j]])
-        text = None
-        feed: _Feed | None = None
-        splice: _Splice | None = None
-        tcp = False
-        try:
-            cp = decode_record(RawRecord(blk.first + j, ts, lts[j], data, wires[j], ifs[j], ns, fcs_len=fcss[j]),
-                               lenient=lenient)
-            # an ERF record's time is its own (exact nanoseconds), the frame after one takes it as its
-            # frame before's, and the first frame's frame before is in another block: all left to the caller
-            if lts[j] != LINKTYPE_ERF and (lts[j - 1] != LINKTYPE_ERF if j else prev is None):
-                tcp = cp.packet.encap == "tcp"
-                seg: list[dict[str, Any]] | None = [] if tcp and cp.packet.payload_length else None
-                obj = _packet_json(cp, first_ns, before, before, None, seg)
-                text = _frame_text(obj)
-                if tcp:
-                    feed = _feed_of(cp.packet, data)
-                    splice = _splice_of(",\n  " + text, obj, seg[0], cp) if seg else None
-        except Exception:  # noqa: BLE001 - decoded again, and raised in order, by the caller
+    with _no_gc():
+        for j in range(n):
+            ts, ns = secs[j], nss[j]
+            data = bytes(blk.buf[offs[j]:offs[j] + caps[j]])
             text = None
+            feed: _Feed | None = None
+            splice: _Splice | None = None
             tcp = False
-        if text is None or tcp:
-            if run:
-                pieces.append("".join(run))
-                run = []
-            left: _Left = (j, ts, ns, lts[j], data, wires[j], ifs[j], before, fcss[j])
-            pieces.append(left if text is None else (left, ",\n  " + text, feed, splice))
-        else:
-            run.append(",\n  " + text)
-        before = ns
+            try:
+                cp = decode_record(RawRecord(blk.first + j, ts, lts[j], data, wires[j], ifs[j], ns, fcs_len=fcss[j]),
+                                   lenient=lenient)
+                # an ERF record's time is its own (exact nanoseconds), the frame after one takes it as its
+                # frame before's, and the first frame's frame before is in another block: all left to the caller
+                if lts[j] != LINKTYPE_ERF and (lts[j - 1] != LINKTYPE_ERF if j else prev is None):
+                    tcp = cp.packet.encap == "tcp"
+                    seg: list[dict[str, Any]] | None = None
+                    if tcp and cp.packet.payload_length:  # (its data or PDUs put in by the stream's reader)
+                        seg, cp.tcp_data = [], False
+                    obj = _packet_json(cp, first_ns, before, before, None, seg)
+                    text = _frame_text(obj)
+                    if tcp:
+                        feed = _feed_of(cp.packet, data)
+                        splice = _splice_of(",\n  " + text, obj, seg[0], cp) if seg else None
+            except Exception:  # noqa: BLE001 - decoded again, and raised in order, by the caller
+                text = None
+                tcp = False
+            if text is None or tcp:
+                if run:
+                    pieces.append("".join(run))
+                    run = []
+                left: _Left = (j, ts, ns, lts[j], data, wires[j], ifs[j], before, fcss[j])
+                pieces.append(left if text is None else (left, ",\n  " + text, feed, splice))
+            else:
+                run.append(",\n  " + text)
+            before = ns
     if run:
         pieces.append("".join(run))
     return blk.first, pieces
@@ -919,26 +938,44 @@ class _Replay:
         return self.following
 
 
-def _stateless_holds(tracker: Any, frame: int, data: bytes, feed: _Feed | None) -> _Replay | None:
-    """Feed ``tracker`` the TCP segment ``feed`` (frame ``frame``, record ``data``), as
-    :func:`~rdmalab.capture.reader.decode_record` would; None when the frame's JSON is what a decode with
-    no tracker writes: the tracker completes no PDU in it, raises nothing, and does not read its payload
-    as iWARP's (``CapturedPacket.tcp_data``: a decode with no tracker shows every payload as ``data``).
-    Otherwise what the tracker gave, for a decode of the frame here (:class:`_Replay`)."""
-    if feed is None or tracker is None:  # (decode_record feeds nothing, or process() gives [] and follows() False)
-        return None
-    (src, sport, dst, dport, seq, flags, wire), at, length, own = feed
-    payload = data[at:at + length] if own is None else own
+def _fed(tracker: Any, frame: int, feed: _Feed, payload: bytes) -> _Replay:
+    """Feed ``tracker`` the TCP segment ``feed`` (frame ``frame``, its payload ``payload``), as
+    :func:`~rdmalab.capture.reader.decode_record` would: what it gave (:class:`_Replay`)."""
+    src, sport, dst, dport, seq, flags, wire = feed[0]
     pdus: list[Packet] = []
     err: Exception | None = None
     try:
         pdus = list(tracker.process_segment(frame, src, sport, dst, dport, seq, flags, payload, wire))
     except Exception as e:  # noqa: BLE001 - given to decode_record, which reports or raises it
         err = e
-    following = tracker.follows_segment(src, sport, dst, dport)
-    if err is None and not pdus and not (length and following):
-        return None
-    return _Replay(pdus, err, following)
+    return _Replay(pdus, err, tracker.follows_segment(src, sport, dst, dport))
+
+
+def _tcp_text(tracker: Any, frame: int, data: bytes, text: str, feed: _Feed | None,
+              splice: _Splice | None) -> tuple[str | None, Any]:
+    """The JSON of a TCP segment (frame ``frame``, record ``data``) from what its worker sent (:data:`_LeftTcp`),
+    the segment fed to ``tracker`` (None: no iWARP) as :func:`~rdmalab.capture.reader.decode_record` feeds
+    it; or (None, the tracker to decode the frame again with, per packet: one that gives what the real one
+    gave, once it has been fed).
+
+    A segment without payload: the tracker completes no PDU in it, and its text is its worker's unless the
+    tracker fails on it.  With a payload the worker's text has neither ``data`` nor PDUs: the PDUs the
+    tracker completes in it are put in (:func:`_spliced`), none where the tracker reads the payload as
+    iWARP's, else the payload as ``data`` (``CapturedPacket.tcp_data``)."""
+    if feed is None:  # (no TCP header: the tracker gives no PDU and does not follow it)
+        return (text, None) if splice is None else (None, tracker)
+    _seg, at, length, own = feed
+    payload = (data[at:at + length] if own is None else own) if length else b""
+    got = _fed(tracker, frame, feed, payload) if tracker is not None else None
+    if got is not None and got.err is not None:
+        return None, got
+    if not length:
+        return text, None
+    if splice is None:
+        return None, got
+    pdus = got.pdus if got is not None else []
+    new = _spliced(text, splice, pdus, payload if not pdus and (got is None or not got.following) else None)
+    return (new, None) if new is not None else (None, got)
 
 
 #: where a frame's layers begin in the text _frame_text writes: a string value holds no newline (_quote
@@ -972,7 +1009,7 @@ def _json_pieces(first: int, t0: int, pieces: list[str | _Left | _LeftTcp], out:
     """For :func:`iter_json_file`: the text of the frames of a block (from frame ``first``) that a worker
     sent as ``pieces`` (:func:`_json_block`) appended to ``out``, each frame after ``",\\n  "``: the workers'
     text with the pcapng fields of ``meta`` put in, the frames left decoded here, in order, each TCP segment
-    fed to ``tracker`` (:func:`_stateless_holds`).  ``last``: the number and time (ns) of the last frame
+    fed to ``tracker`` (:func:`_tcp_text`).  ``last``: the number and time (ns) of the last frame
     decoded here, before the block and (returned) after it."""
     run: list[str] = []  # the workers' text of consecutive frames, from frame run_at (pcapng fields to add)
     run_at = nxt = first  # nxt: the number of the frame after the last one sent as a tuple
@@ -986,17 +1023,12 @@ def _json_pieces(first: int, t0: int, pieces: list[str | _Left | _LeftTcp], out:
             left, text, feed, splice = piece
             j, data = left[0], left[4]
             nxt = first + j + 1
-            replay = _stateless_holds(tracker, first + j, data, feed)
-            if replay is not None and replay.err is None and splice is not None:
-                new = _spliced(text, splice, replay.pdus)
-                if new is not None:
-                    text, replay = new, None
-            if replay is None:
+            new, got = _tcp_text(tracker, first + j, data, text, feed, splice)
+            if new is not None:
                 if not run:
                     run_at = first + j
-                run.append(text)
+                run.append(new)
                 continue
-            got: Any = replay
         else:
             left, got = piece, tracker
             j = left[0]
@@ -1022,8 +1054,8 @@ def iter_json_file(path: str, *, workers: int, lenient: bool = True, iwarp: bool
     """:func:`iter_json` of a whole plain pcap or pcapng file (no filter), its blocks rendered in
     ``workers`` processes (:mod:`rdmalab.capture.blockpool`): the same text, in pieces (``meta``: the
     file's pcapng fields, put into the workers' text here, in frame order).  The TCP segments are fed to
-    the iWARP reassembly here, in order: a segment the stream changes the JSON of (PDUs completed in it,
-    its payload iWARP's bytes: :func:`_stateless_holds`) is decoded again here, per packet."""
+    the iWARP reassembly here, in order, and their text finished here with what it decides (the PDUs
+    completed in a segment, or its payload as data: :func:`_tcp_text`)."""
     tracker = _load_iwarp_tracker()() if iwarp else None
     yield "[\n"
     started = False
@@ -1032,7 +1064,8 @@ def iter_json_file(path: str, *, workers: int, lenient: bool = True, iwarp: bool
                                                  block_bytes=block_bytes, count=count, exact_times=True):
         out: list[str] = []  # the block's frames, each after ",\n  "
         try:
-            last = _json_pieces(first, t0, pieces, out, tracker, lenient, meta, last)
+            with _no_gc():
+                last = _json_pieces(first, t0, pieces, out, tracker, lenient, meta, last)
         except Exception:  # the frames before the error first, as one process writes them
             text = "".join(out)
             if text:

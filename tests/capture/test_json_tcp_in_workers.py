@@ -1,15 +1,16 @@
 """``rdmalab decode -T json`` in worker processes: the TCP segments (rdmalab.capture.tsjson).
 
-A worker writes a TCP segment's JSON as a decode with no iWARP tracker writes it; the main process
-feeds the tracker in order and takes that text as it is only where the tracker leaves the frame's JSON
-so (no PDU completed in it, no error, its payload not read as iWARP's: else its payload is ``data``),
-changes it (:func:`~rdmalab.capture.tsjson._spliced`: the PDUs' layers, no ``data``) where the tracker
-completes PDUs in it or reads its payload as iWARP's, and decodes it again per packet where neither
-will do.  Each way must give one process's text byte for byte: iWARP captures (an FPDU completed in a
-segment, FPDUs cut across segments, a stream whose MPA start was not captured), the same streams with
-every segment sent twice (retransmissions), reordered and cut by a snap length, and a capture of RoCE
-and iWARP frames mixed, at several block sizes.  The rule itself is checked too: taking the worker's
-text where the stream changes it gives another text (these captures have such frames).
+A worker writes a TCP segment's JSON but for what its stream decides: a segment without payload whole
+(as a decode with no iWARP tracker writes it), one with a payload without its ``data`` layer; the main
+process feeds the tracker in order and finishes the text (:func:`~rdmalab.capture.tsjson._spliced`):
+the PDUs the tracker completes in the segment, nothing more where it reads the payload as iWARP's
+(mid-FPDU, a retransmission), else the payload as ``data``; and decodes the segment again per packet
+where that will not do (the tracker fails on it).  Each way must give one process's text byte for
+byte: iWARP captures (FPDUs completed in a segment, FPDUs cut across segments, a stream whose MPA
+start was not captured), the same streams with every segment sent twice (retransmissions), reordered
+and cut by a snap length, and a capture of RoCE and iWARP frames mixed, at several block sizes.  The
+rule itself is checked too: finishing the text as if the tracker followed no stream, or completed no
+PDU, gives another text (these captures have such frames).
 """
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ class _Ways:
         self.spliced = self.with_pdus = self.decoded = 0
         spliced, decode = tsjson._spliced, tsjson.decode_record
 
-        def counted_splice(text: str, splice: Any, pdus: list[Any]) -> str | None:
-            got = spliced(text, splice, pdus)
+        def counted_splice(text: str, splice: Any, pdus: list[Any], tcp_data: bytes | None) -> str | None:
+            got = spliced(text, splice, pdus, tcp_data)
             if got is not None:
                 self.spliced += 1
                 self.with_pdus += bool(pdus)
@@ -112,30 +113,33 @@ def test_mixed_capture_in_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     ways = _Ways(monkeypatch)
     for block_bytes in (4096, 1 << 20):
         assert _many(path, block_bytes) == one, block_bytes
-    assert ways.with_pdus and ways.spliced > ways.with_pdus  # (segments mid-FPDU too: no PDU, no data)
+    assert ways.with_pdus and ways.spliced > ways.with_pdus  # (segments with data, or mid-FPDU, too)
 
 
 def _wrong_rules() -> dict[str, Any]:
-    """Rules that take the worker's text where they must not."""
-    holds = tsjson._stateless_holds
+    """Rules that finish a segment's text wrongly: as if the tracker read no payload as iWARP's (every
+    payload without PDUs shown as data), or completed no PDU in any segment."""
+    fed = tsjson._fed
 
-    def ignore_follows(tracker: Any, frame: int, data: bytes, feed: Any) -> Any:
-        got = holds(tracker, frame, data, feed)
-        return got if got is not None and (got.pdus or got.err) else None
+    def no_follows(tracker: Any, frame: int, feed: Any, payload: bytes) -> Any:
+        got = fed(tracker, frame, feed, payload)
+        got.following = False
+        return got
 
-    def always(tracker: Any, frame: int, data: bytes, feed: Any) -> Any:
-        holds(tracker, frame, data, feed)
-        return None
+    def no_pdus(tracker: Any, frame: int, feed: Any, payload: bytes) -> Any:
+        got = fed(tracker, frame, feed, payload)
+        got.pdus = []
+        return got
 
-    return {"ignore_follows": ignore_follows, "always": always}
+    return {"no_follows": no_follows, "no_pdus": no_pdus}
 
 
-@pytest.mark.parametrize("rule", ["ignore_follows", "always"])
+@pytest.mark.parametrize("rule", ["no_follows", "no_pdus"])
 @pytest.mark.parametrize("name", ["siw_write_bw.pcap", "siw_write_bw_midstream.pcap"])
 def test_a_wrong_rule_is_seen(name: str, rule: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The comparisons above would see a rule that takes a stream-dependent segment's text from the
-    worker: mid-FPDU segments (their payload iWARP's, not data) and segments completing FPDUs."""
+    """The comparisons above would see a segment's text finished without what its stream decides:
+    mid-FPDU segments (their payload iWARP's, not data) and segments completing FPDUs."""
     path = CAPTURES / name
     one = _one(path)
-    monkeypatch.setattr(tsjson, "_stateless_holds", _wrong_rules()[rule])
+    monkeypatch.setattr(tsjson, "_fed", _wrong_rules()[rule])
     assert _many(path, 4096) != one
