@@ -410,7 +410,7 @@ class TcpAnalysis:
         dup: tuple[int, int] | None = None
         acks_frame = rtt = bif = push = rto = rto_frame = 0
         tree = syn is not None  # (a SYN on a known base: the tree, if empty)
-        if fwd.base < 0:  # (where the relative numbers start: the SYN's, else one before the first)
+        if fwd.base < 0 or flags & TCP.SYN:  # (where the relative numbers start: the last SYN's, else one before the first)
             fwd.base = seq if flags & TCP.SYN else (seq - 1) & M
         if flags & TCP.ACK:
             if rev.base < 0:
