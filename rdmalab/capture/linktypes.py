@@ -350,7 +350,9 @@ def decode_erf(data: bytes, *, lenient: bool) -> Packet:
             err = MalformedError("ERF", "rlen", 10, erf.rlen, f"at least {pos} (the headers)")
         if not lenient:
             raise err
-    end = min(len(data), max(pos, erf.rlen))
+    # (lenient, the record's bytes are read whatever its rlen says, as tshark 4.0 reads an ERF record of a
+    # pcap file: packet-erf.c dissects what follows the headers by the captured length; wlen still bounds it)
+    end = len(data)
     if erf.type in ERF_ETHERNET_TYPES:
         if pos + 2 <= end:
             prefix.append(Layer(ERFEthernet.decode(data, pos), pos))
