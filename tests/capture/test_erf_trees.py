@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from test_erf_columns import _with_extension_header
 from test_tcp_info_prefix import seq_ack_trees
-from test_tree_templates import _damaged, _edges
+from test_tree_templates import _damaged, _edges, fail_tracker_at
 from tshark_cli import decode, requires_tshark
 
 from rdmalab.capture import records, tree_templates
@@ -264,14 +264,7 @@ def test_a_tracker_that_fails(tmp_path: Path, capsys: Any, monkeypatch: pytest.M
     """The iWARP reassembly failing on an ERF record's segment (in one process, and from a worker's
     parts): the record decoded whole again and its tree says so, as the per-packet path's."""
     path = erf_copy(tmp_path, ROOT / "captures" / "siw_write_bw.pcap")
-    real = tree_templates.IwarpTracker.process_segment
-
-    def failing(self: object, frame: int, *a: object) -> object:
-        if frame == 40:
-            raise RuntimeError("a test's failure")
-        return real(self, frame, *a)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(tree_templates.IwarpTracker, "process_segment", failing)
+    fail_tracker_at(monkeypatch, 40)
     one = _fast(path)
     assert "    Problem: rdmalab could not fully decode this frame: iWARP tracker: RuntimeError: a test's failure" in one
     assert _fast(path, workers=2, parallel_min_bytes=0) == one

@@ -86,18 +86,23 @@ def test_trees_in_workers_are_the_trees(tmp_path: Path) -> None:
         assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0)).decode() == _fast(path), path
 
 
+def fail_tracker_at(monkeypatch: pytest.MonkeyPatch, frame: int) -> None:
+    """The iWARP reassembly of the trees raises on the segment of frame ``frame`` (a reassembly bug)."""
+    real = tree_templates.IwarpTracker.process_segment
+
+    def failing(self: object, number: int, *a: object) -> object:
+        if number == frame:
+            raise RuntimeError("a test's failure")
+        return real(self, number, *a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tree_templates.IwarpTracker, "process_segment", failing)
+
+
 def test_a_tracker_that_fails_in_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The iWARP reassembly failing on a segment whose tree came in parts from a worker: the frame
     decoded whole again and its tree says so, as in one process."""
     path = _appended(tmp_path, ["siw_write_bw.pcap"])
-    real = tree_templates.IwarpTracker.process_segment
-
-    def failing(self: object, frame: int, *a: object) -> object:
-        if frame == 40:
-            raise RuntimeError("a test's failure")
-        return real(self, frame, *a)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(tree_templates.IwarpTracker, "process_segment", failing)
+    fail_tracker_at(monkeypatch, 40)
     one = _fast(path)
     assert "iWARP tracker: RuntimeError: a test's failure" in one
     assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0)).decode() == one
