@@ -249,7 +249,7 @@ class IwarpTracker:
         """What :meth:`process` feeds :meth:`process_segment` with for ``pkt`` but its payload (source,
         source port, destination, destination port, sequence number, flags, ``wire_length``), or None
         for a frame without TCP: a worker process that decodes a segment sends it so to the process that
-        reads the streams in order (:func:`rdmalab.capture.tsjson.iter_json_file`)."""
+        reads the streams in order (:func:`rdmalab.capture.json_blocks.iter_json_file`)."""
         tcp = pkt.get(TCP)
         if tcp is None:
             return None

@@ -201,10 +201,11 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
         parallel_capture,
     )
     from rdmalab.capture.columnar_summary import AnalysisFeed  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.json_blocks import iter_json_file  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.pcapio import FrameMeta  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.render import TcpWindowScaling  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.tcp_analysis import insert_json  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.capture.tsjson import iter_json, iter_json_file  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.tsjson import iter_json  # lazy: keeps `rdmalab --help` fast
 
     workers = default_workers() if args.workers is None else args.workers
     # the pcapng fields (comments, sections, interfaces: tshark's pkt_comment layer and the frame layer's

@@ -23,7 +23,8 @@ import pytest
 
 from rdmalab.capture import read
 from rdmalab.capture.blockpool import blocks_in_workers, parallel_capture, plain_pcap
-from rdmalab.capture.tsjson import iter_json, iter_json_file
+from rdmalab.capture.json_blocks import iter_json_file
+from rdmalab.capture.tsjson import iter_json
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the captures whose blocks the workers read (plain pcap, and pcapng: siw_write_bw_midstream.pcap)
@@ -797,7 +798,7 @@ def test_decode_json_uses_the_workers_from_a_few_megabytes(tmp_path: Path, monke
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """``decode -T json -j 2`` hands a file of JSON_PARALLEL_MIN_BYTES or more to the workers (JSON costs
     enough a frame to pay for their start-up), and its text is one process's; a smaller file stays here."""
-    from rdmalab.capture import blockpool, records, tsjson
+    from rdmalab.capture import blockpool, json_blocks, records
     from rdmalab.capture.pcapwriter import CaptureWriter
     from rdmalab.cli import main
 
@@ -814,13 +815,13 @@ def test_decode_json_uses_the_workers_from_a_few_megabytes(tmp_path: Path, monke
         for r in recs:
             w.write(r.data, int(r.timestamp * 1e9))
     used: list[int] = []
-    real = tsjson.blocks_in_workers
+    real = json_blocks.blocks_in_workers
 
     def spy(*a: object, **k: object) -> object:
         used.append(int(k["workers"]))  # type: ignore[call-overload]
         return real(*a, **k)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(tsjson, "blocks_in_workers", spy)
+    monkeypatch.setattr(json_blocks, "blocks_in_workers", spy)
     for path, want in ((big, [2]), (small, [])):
         used.clear()
         assert main(["decode", "-T", "json", "-j", "2", "-r", str(path)]) == 0

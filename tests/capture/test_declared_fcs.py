@@ -21,9 +21,10 @@ from test_pcapng_bulk import _block, _epb, _shb
 from tshark_cli import decode, requires_tshark, tshark
 
 from rdmalab.capture import read
+from rdmalab.capture.json_blocks import iter_json_file
 from rdmalab.capture.pcapio import pcap_fcs_len
 from rdmalab.capture.pcapwriter import write_capture
-from rdmalab.capture.tsjson import iter_json, iter_json_file
+from rdmalab.capture.tsjson import iter_json
 
 #: two frames more: an 802.1Q frame padded, then its FCS; a runt (under 64 octets) ending in its FCS
 MORE = {

@@ -20,8 +20,9 @@ from tshark_cli import decode as _ours
 from tshark_cli import requires_tshark
 
 from rdmalab.capture import read
+from rdmalab.capture.json_blocks import iter_json_file
 from rdmalab.capture.pcapio import FrameMeta
-from rdmalab.capture.tsjson import iter_json, iter_json_file
+from rdmalab.capture.tsjson import iter_json
 from rdmalab.cli import main
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"

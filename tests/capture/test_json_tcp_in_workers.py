@@ -1,8 +1,8 @@
-"""``rdmalab decode -T json`` in worker processes: the TCP segments (rdmalab.capture.tsjson).
+"""``rdmalab decode -T json`` in worker processes: the TCP segments (rdmalab.capture.json_blocks).
 
 A worker writes a TCP segment's JSON but for what its stream decides: a segment without payload whole
 (as a decode with no iWARP tracker writes it), one with a payload without its ``data`` layer; the main
-process feeds the tracker in order and finishes the text (:func:`~rdmalab.capture.tsjson._spliced`):
+process feeds the tracker in order and finishes the text (:func:`~rdmalab.capture.json_blocks._spliced`):
 the PDUs the tracker completes in the segment, nothing more where it reads the payload as iWARP's
 (mid-FPDU, a retransmission), else the payload as ``data``; and decodes the segment again per packet
 where that will not do (the tracker fails on it).  Each way must give one process's text byte for
@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
-from rdmalab.capture import read, tsjson
+from rdmalab.capture import json_blocks, read
+from rdmalab.capture.json_blocks import iter_json_file
 from rdmalab.capture.pcapio import FrameMeta
-from rdmalab.capture.tsjson import iter_json, iter_json_file
+from rdmalab.capture.tsjson import iter_json
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = ROOT / "captures"
@@ -72,7 +73,7 @@ class _Ways:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.spliced = self.with_pdus = self.decoded = 0
-        spliced, decode = tsjson._spliced, tsjson.decode_record
+        spliced, decode = json_blocks._spliced, json_blocks.decode_record
 
         def counted_splice(text: str, splice: Any, pdus: list[Any], tcp_data: bytes | None) -> str | None:
             got = spliced(text, splice, pdus, tcp_data)
@@ -85,8 +86,8 @@ class _Ways:
             self.decoded += 1
             return decode(*args, **kw)
 
-        monkeypatch.setattr(tsjson, "_spliced", counted_splice)
-        monkeypatch.setattr(tsjson, "decode_record", counted_decode)
+        monkeypatch.setattr(json_blocks, "_spliced", counted_splice)
+        monkeypatch.setattr(json_blocks, "decode_record", counted_decode)
 
 
 @pytest.mark.parametrize("name", IWARP)
@@ -119,7 +120,7 @@ def test_mixed_capture_in_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def _wrong_rules() -> dict[str, Any]:
     """Rules that finish a segment's text wrongly: as if the tracker read no payload as iWARP's (every
     payload without PDUs shown as data), or completed no PDU in any segment."""
-    fed = tsjson._fed
+    fed = json_blocks._fed
 
     def no_follows(tracker: Any, frame: int, feed: Any, payload: bytes) -> Any:
         got = fed(tracker, frame, feed, payload)
@@ -141,5 +142,5 @@ def test_a_wrong_rule_is_seen(name: str, rule: str, monkeypatch: pytest.MonkeyPa
     mid-FPDU segments (their payload iWARP's, not data) and segments completing FPDUs."""
     path = CAPTURES / name
     one = _one(path)
-    monkeypatch.setattr(tsjson, "_fed", _wrong_rules()[rule])
+    monkeypatch.setattr(json_blocks, "_fed", _wrong_rules()[rule])
     assert _many(path, 4096) != one

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from rdmalab.capture import records
+from rdmalab.capture.json_blocks import iter_json_file
 from rdmalab.capture.pcapio import FrameMeta
 from rdmalab.capture.pcapwriter import CaptureWriter
-from rdmalab.capture.tsjson import iter_json_file
 from rdmalab.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
