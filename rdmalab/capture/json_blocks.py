@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rdmalab.capture.blockpool import blocks_in_workers
+from rdmalab.capture.json_templates import roce_json
 from rdmalab.capture.linktypes import LINKTYPE_ERF
 from rdmalab.capture.pcapio import FrameMeta, record_ns
 from rdmalab.capture.reader import CapturedPacket, RawRecord, _load_iwarp_tracker, decode_record
@@ -157,6 +158,19 @@ def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> t
     with _no_gc():
         for j in range(n):
             ts, ns = secs[j], nss[j]
+            # an ERF record's time is its own (exact nanoseconds), the frame after one takes it as its
+            # frame before's, and the first frame's frame before is in another block: all left to the caller
+            own = lts[j] != LINKTYPE_ERF and (lts[j - 1] != LINKTYPE_ERF if j else prev is None)
+            if own:
+                try:
+                    text = roce_json(blk.buf, offs[j], caps[j], wires[j], lts[j], fcss[j], blk.first + j, ts, ns,
+                                     ifs[j], first_ns, before)
+                except Exception:  # noqa: BLE001 - the per-packet way below writes it, or raises in order
+                    text = None
+                if text is not None:
+                    run.append(",\n  " + text)
+                    before = ns
+                    continue
             data = bytes(blk.buf[offs[j]:offs[j] + caps[j]])
             text = None
             feed: _Feed | None = None
@@ -165,9 +179,7 @@ def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> t
             try:
                 cp = decode_record(RawRecord(blk.first + j, ts, lts[j], data, wires[j], ifs[j], ns, fcs_len=fcss[j]),
                                    lenient=lenient)
-                # an ERF record's time is its own (exact nanoseconds), the frame after one takes it as its
-                # frame before's, and the first frame's frame before is in another block: all left to the caller
-                if lts[j] != LINKTYPE_ERF and (lts[j - 1] != LINKTYPE_ERF if j else prev is None):
+                if own:
                     tcp = cp.packet.encap == "tcp"
                     seg: list[dict[str, Any]] | None = None
                     if tcp and cp.packet.payload_length:  # (its data or PDUs put in by the stream's reader)

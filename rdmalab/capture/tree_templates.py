@@ -393,8 +393,29 @@ def _ipv4_front(buf: bytes | bytearray, o: int, cap: int, wire: int, fcs_len: in
     return ipv, ip_end, tail
 
 
-def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
-          ipv: int, ip_end: int, tail: list[str], record: _Record | None) -> bytes | None:
+class RoceFrame(NamedTuple):
+    """A RoCEv2 datagram the per-packet decoder would record no problem in (:func:`roce_frame`): its BTH,
+    its opcode's :class:`~rdmalab.wire.opcodes.OpcodeInfo`, its extended headers (each with its offset in
+    the frame), where its payload starts, its payload and pad lengths, where its ICRC is and the ICRC."""
+
+    bth: BTH
+    info: Any
+    extended: list[Layer]
+    pos: int
+    plen: int
+    pad: int
+    crc_at: int
+    crc: int
+
+
+_DECODERS: dict[type[Header], Any] = {}
+
+
+def roce_frame(buf: bytes | bytearray, o: int, ip_end: int) -> RoceFrame | None:
+    """The RoCEv2 datagram of the Ethernet frame at ``buf[o:]`` whose IPv4 header (no options, not a
+    fragment: :func:`_ipv4_front`) and UDP header are plain and whose datagram ends at ``ip_end``, when the
+    per-packet decoder would find no problem in it (its headers' own checks, the payload and pad the
+    opcode allows, not a MAD to or from QP0/QP1, a good ICRC); else None."""
     uv = int.from_bytes(buf[o + 34:o + 42], "big")
     if uv >> _UDP_DPORT_S & _UDP_DPORT_M != ROCEV2_PORT:
         return None
@@ -407,25 +428,21 @@ def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: f
     info = OPCODES.get(opcode)
     if info is None or bth.check(42):
         return None
-    shape = _ETHERNET if record is None else record.shape
-    plan = shape.plans.get(opcode)
-    if plan is None:
-        plan = shape.plan(opcode, info.headers)
-    if not plan:
-        return None
-    layers = [Layer(bth, 42)]
-    texts = [shape.eth(int.from_bytes(buf[o:o + 14], "big")), shape.ip(ipv), shape.udp(uv),
-             shape.bth(int.from_bytes(buf[o + 42:o + 54], "big"))]
     crc_at = udp_end - 4
-    pos = plan[0]
+    pos = 54 + sum(cls.LAYOUT.size for cls in info.headers)
     if pos > crc_at:
         return None
-    for decode, at, size, text in plan[1]:
+    extended: list[Layer] = []
+    at = 54
+    for cls in info.headers:
+        decode = _DECODERS.get(cls)
+        if decode is None:
+            decode = _DECODERS[cls] = compile_decoder(cls)
         h = decode(buf, o + at)
         if h.check(at):
             return None
-        layers.append(Layer(h, at))
-        texts.append(text(int.from_bytes(buf[o + at:o + at + size], "big")))
+        extended.append(Layer(h, at))
+        at += cls.LAYOUT.size
     body = crc_at - pos
     if not info.payload:
         if body:
@@ -437,12 +454,31 @@ def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: f
             return None
         plen = body - pad
     if opcode >> 5 == _UD:  # a datagram: a MAD to or from QP0/QP1 goes the per-packet way (rdmalab.wire.frame._transport)
-        deth = next((la.header for la in layers if type(la.header) is DETH), None)
+        deth = next((la.header for la in extended if type(la.header) is DETH), None)
         if deth is not None and carries_mad(opcode, bth.destqp, deth.src_qp, plen):
             return None
     crc = int.from_bytes(buf[o + crc_at:o + crc_at + 4], "little")
     if crc != _icrc(buf, o + 14, o + crc_at):
         return None  # a bad ICRC: the per-packet way says what it should be
+    return RoceFrame(bth, info, extended, pos, plen, pad, crc_at, crc)
+
+
+def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
+          ipv: int, ip_end: int, tail: list[str], record: _Record | None) -> bytes | None:
+    roce = roce_frame(buf, o, ip_end)
+    if roce is None:
+        return None
+    bth, pos, plen, pad, crc_at, crc = roce.bth, roce.pos, roce.plen, roce.pad, roce.crc_at, roce.crc
+    shape = _ETHERNET if record is None else record.shape
+    plan = shape.plans.get(bth.opcode)
+    if plan is None:
+        plan = shape.plan(bth.opcode, roce.info.headers)
+    if not plan:
+        return None
+    texts = [shape.eth(int.from_bytes(buf[o:o + 14], "big")), shape.ip(ipv), shape.udp(int.from_bytes(buf[o + 34:o + 42], "big")),
+             shape.bth(int.from_bytes(buf[o + 42:o + 54], "big"))]
+    texts += [text(int.from_bytes(buf[o + at:o + at + size], "big")) for _decode, at, size, text in plan[1]]
+    layers = [Layer(bth, 42), *roce.extended]
     # the Summary line from a packet holding what Packet.summary reads (the BTH and what follows it)
     summary = Packet(b"", layers, "rocev2", pos, plen, pad, crc, crc, crc_at, "icrc").summary()
     lines = [_frame_head(frame, wire, cap, ts, record), "    Summary: " + summary]

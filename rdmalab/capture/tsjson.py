@@ -221,23 +221,31 @@ _FOREIGN = frozenset({"ieee8021ah.etype"})
 
 
 def _make_header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
-    lay = h.LAYOUT
-    proto_name = lay.ws_proto or "rdmalab"
-    proto = proto_name.split(".", 1)[0]
     vals = header_fields(h)
-    layer_name = _protocol_of(type(h))
+    return header_layer_of(type(h), {name: value_text(name, v) for name, v in vals.items()},
+                           _hexbytes(data[offset:offset + h.LAYOUT.size]))
+
+
+def header_layer_of(cls: type[Header], texts: dict[str, str], raw: str) -> _LayerParts:
+    """What :func:`_header_layer` makes of a header of class ``cls`` whose Wireshark fields
+    (:func:`~rdmalab.capture.fields.header_fields`, in that order) are written ``texts`` and whose
+    bytes are written ``raw`` (colon-separated hex), whatever those texts are: the JSON templates
+    (:mod:`rdmalab.capture.json_templates`) call it with marks in the place of some values."""
+    proto_name = cls.LAYOUT.ws_proto or "rdmalab"
+    proto = proto_name.split(".", 1)[0]
+    layer_name = _protocol_of(cls)
     ours: dict[str, Any] = {}
     fields: dict[str, Any] = {}
-    for name, v in vals.items():
+    for name, text in texts.items():
         if proto == "rdmalab" or not (name.startswith(proto + ".") or name in _FOREIGN):
-            ours[name] = value_text(name, v)
+            ours[name] = text
             continue
         # a bit field of a byte Wireshark shows as a value (ip.dsfield.ecn under ip.dsfield_tree)
         parent, _, _leaf = name.rpartition(".")
-        if "." in parent and parent != proto_name and parent not in vals and proto_name == proto and proto not in _FLAT:
-            fields.setdefault(parent if parent in _LABELS else parent + "_tree", {})[name] = value_text(name, v)
+        if "." in parent and parent != proto_name and parent not in texts and proto_name == proto and proto not in _FLAT:
+            fields.setdefault(parent if parent in _LABELS else parent + "_tree", {})[name] = text
         else:
-            fields[name] = value_text(name, v)
+            fields[name] = text
     if proto == "rdmalab":
         return "", {}, ours, ""
     for k, v in fields.items():
@@ -245,7 +253,6 @@ def _make_header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
             fields[k] = _Shared(v)
     if proto_name != proto:
         # a header Wireshark shows as a subtree: its bytes, then its fields
-        raw = _hexbytes(data[offset:offset + lay.size])
         fields = {proto_name: raw, proto_name + "_tree": _Shared(fields)}
     return layer_name, fields, ours, _entries(fields, _FIELD_NL)
 
@@ -583,11 +590,9 @@ def _packet_json(cp: CapturedPacket, first_ns: int, prev_ns: int, prev_displayed
     """:func:`packet_json`; ``seg``, when given, gets a copy of the rdmalab fields of the frame's own
     headers (before those of its PDUs and :func:`_tail_layers`': :func:`_tcp_splice`)."""
     ns = cp.epoch_ns
-    date = absolute_parts(ns // 1_000_000_000)[2]  # (local time, as tshark's frame.time)
     pkt = cp.packet
-    values = [str(_encap_type(cp.linktype)), absolute_text(ns), "0.000000000", epoch_text(ns),
-              relative_text(ns - prev_ns), relative_text(ns - prev_displayed_ns), relative_text(ns - first_ns), str(cp.frame_number),
-              str(cp.wire_length or len(pkt.data)), str(cp.captured), "0", "0", ""]
+    values = frame_values(cp.linktype, ns, prev_ns, prev_displayed_ns, first_ns, cp.frame_number,
+                          cp.wire_length or len(pkt.data), cp.captured)
     frame: dict[str, Any] = dict(zip(_FRAME_KEYS, values, strict=True))
     layers: dict[str, Any] = {}
     head = ""
@@ -607,11 +612,32 @@ def _packet_json(cp: CapturedPacket, first_ns: int, prev_ns: int, prev_displayed
                  frozenset(type(layer.header) for layer in pkt.layers) if cp.pdus else frozenset(), pkt.internal_error,
                  pkt.encap)
     frame["frame.protocols"] = values[-1] = frame_protocols(cp)
-    text = "".join([h + _quote(v) for h, v in zip(_FRAME_HEADS, values, strict=True)]) + _FIELD_NL + "}"
+    text = frame_layer_text(values)
     if head:
         text = "{" + head + text[1:]
     layers["frame"] = _Rendered(frame, text, _FIELD_NL)
-    return {"_index": f"packets-{date}", "_type": "doc", "_score": None, "_source": {"layers": layers}}
+    return {"_index": index_of(ns), "_type": "doc", "_score": None, "_source": {"layers": layers}}
+
+
+def frame_values(linktype: int, ns: int, prev_ns: int, prev_displayed_ns: int, first_ns: int, number: int,
+                 length: int, captured: int) -> list[str]:
+    """The values of the frame layer's fields (:data:`_FRAME_KEYS`, ``frame.protocols`` left empty) of
+    frame ``number`` of a ``linktype`` record, at ``ns``, ``length`` octets on the wire, ``captured``
+    captured; the frames before it at ``prev_ns`` and (the one shown) ``prev_displayed_ns``, the first
+    at ``first_ns``."""
+    return [str(_encap_type(linktype)), absolute_text(ns), "0.000000000", epoch_text(ns), relative_text(ns - prev_ns),
+            relative_text(ns - prev_displayed_ns), relative_text(ns - first_ns), str(number), str(length), str(captured),
+            "0", "0", ""]
+
+
+def frame_layer_text(values: list[str]) -> str:
+    """The frame layer's JSON (at a layer's indentation) of its :func:`frame_values`."""
+    return "".join([h + _quote(v) for h, v in zip(_FRAME_HEADS, values, strict=True)]) + _FIELD_NL + "}"
+
+
+def index_of(ns: int) -> str:
+    """A frame's ``_index`` (``packets-2026-11-21``): its local date, as tshark's ``frame.time``."""
+    return "packets-" + absolute_parts(ns // 1_000_000_000)[2]
 
 
 def _tail_layers(layers: dict[str, Any], extras: dict[str, Any], tcp_data: bytes | None, pdus: list[Packet],
@@ -698,8 +724,7 @@ def _frame_text(obj: dict[str, Any]) -> str:
         _dump(obj, "\n  ", out)
         return "".join(out)
     nl = _LAYERS_NL
-    parts = ['{\n    "_index": ', _quote(obj["_index"]), ',\n    "_type": "doc",\n    "_score": null,\n    "_source": {'
-             '\n      "layers": {']
+    parts = [_FRAME_START, _quote(obj["_index"]), _FRAME_LAYERS]
     sep = nl
     for name, layer in obj["_source"]["layers"].items():
         parts.append(sep)
@@ -709,6 +734,12 @@ def _frame_text(obj: dict[str, Any]) -> str:
         _layer_text(layer, parts)
     parts.append(_FRAME_END)
     return "".join(parts)
+
+
+#: what begins a frame's text (_frame_text), before its _index's value, and what follows that value up
+#: to the first layer's key
+_FRAME_START = '{\n    "_index": '
+_FRAME_LAYERS = ',\n    "_type": "doc",\n    "_score": null,\n    "_source": {\n      "layers": {'
 
 
 #: what ends a frame's text after its last layer (_frame_text)

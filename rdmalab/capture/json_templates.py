@@ -1,0 +1,257 @@
+"""``rdmalab decode -T json`` in bulk: the JSON of the commonest frames from per-header templates.
+
+Most frames of a RoCE capture are Ethernet / IPv4 / UDP / BTH and the extended headers its opcode
+implies.  Their JSON (:func:`rdmalab.capture.tsjson.packet_json`, written by ``_frame_text``) is
+fixed text with the fields' values in slots, so it is written here without a packet object, one
+header at a time from the header's bytes:
+
+* a header's entries (:class:`HeaderJson`) are made by :func:`~rdmalab.capture.tsjson.header_layer_of`,
+  the per-packet writer's own function, once per value of the header's fields but for those in
+  :data:`VOLATILE` (the ones that change from one packet to the next: the IPv4 identification and
+  checksum, the PSN, a RETH's address ...), with marks in their place; a header whose other fields
+  were seen before costs a dictionary look-up and the text of its volatile fields.  Each template is
+  checked, when it is made, against what the per-packet writer makes of the header it was made from.
+* the frame's other layers (``frame``, ``data``, ``rdmalab``) are written from the values the per-packet
+  writer's own functions give (``frame_values``, ``packet_fields`` of a packet holding the BTH and what
+  follows it, ``value_text``).
+
+A frame takes this way (:func:`roce_json`) only when the per-packet decoder would record no problem
+in it (:func:`rdmalab.capture.tree_templates.roce_frame`: the checks the ``-V`` templates make, a good
+ICRC) and nothing follows its datagram (no padding, trailer or FCS).  The first frame of each kind
+(opcode, with or without a payload and a pad) in a process is also written the per-packet way and the
+two texts compared: a kind whose texts differ goes the per-packet way from then on, and is counted in
+:data:`REFUSED` (which the tests hold empty).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rdmalab.capture.fields import header_fields, packet_fields
+from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
+from rdmalab.capture.reader import RawRecord, decode_record
+from rdmalab.capture.tree_templates import RoceFrame, _ipv4_front, roce_frame
+from rdmalab.capture.tsjson import (
+    _FIELD_NL,
+    _FRAME_END,
+    _FRAME_LAYERS,
+    _FRAME_START,
+    _LAYER,
+    _LAYERS_NL,
+    _frame_text,
+    _hexbytes,
+    _make_header_layer,
+    _packet_json,
+    _quote,
+    frame_layer_text,
+    frame_values,
+    header_layer_of,
+    index_of,
+    value_text,
+)
+from rdmalab.wire.header import Header, compile_decoder
+from rdmalab.wire.ib import AETH, BTH, IETH, RETH, AtomicAckETH, AtomicETH, ImmDt
+from rdmalab.wire.net import UDP, Ethernet, IPv4
+from rdmalab.wire.packet import Layer, Packet
+
+__all__ = ["REFUSED", "VOLATILE", "HeaderJson", "roce_json"]
+
+#: Per header class, the fields that change from one packet to the next (they are slots of its
+#: templates; every other field's value picks a template).  Each must be a plain number in the
+#: header's Wireshark fields (``header_fields`` gives it as the field holds it) and must not change
+#: which fields the header has: :class:`HeaderJson` checks the first, the tests the second.
+VOLATILE: dict[type[Header], tuple[str, ...]] = {
+    IPv4: ("total_length", "identification", "checksum"),
+    BTH: ("psn",),
+    RETH: ("va", "r_key", "dma_length"),
+    AETH: ("msn",),
+    AtomicETH: ("va", "r_key", "swap_add", "compare"),
+    AtomicAckETH: ("orig_data",),
+    ImmDt: ("imm",),
+    IETH: ("r_key",),
+}
+
+_MARK = "\ue000"  # (a private-use character: no field's text holds one, and the JSON writer leaves it as it is)
+_RAW = f"{_MARK}raw{_MARK}"
+_REMEMBERED = 4096  # templates kept per header class (emptied when full)
+
+#: the kinds of frame (opcode, payload, pad) whose template text differed from the per-packet writer's
+#: in this process (:func:`roce_json` then leaves them to it)
+REFUSED: set[tuple[int, bool, bool]] = set()
+
+
+class _Template:
+    """One header's JSON but for its volatile fields' values and its bytes: its layer, its entries
+    (``str.format`` text, a slot per volatile field then one for the bytes), its top-level keys and
+    the rdmalab fields it adds."""
+
+    __slots__ = ("keys", "ours", "proto", "raw", "text")
+
+    def __init__(self, proto: str, text: str, keys: frozenset[str], ours: dict[str, str], raw: bool) -> None:
+        self.proto, self.text, self.keys, self.ours, self.raw = proto, text, keys, ours, raw
+
+
+class HeaderJson:
+    """The JSON of a header class's headers from templates (:func:`parts`); ``ok`` False once a
+    template failed its check (the class then goes the per-packet way)."""
+
+    def __init__(self, cls: type[Header]) -> None:
+        lay = cls.LAYOUT
+        self.cls = cls
+        self.size = lay.size
+        self.decode = compile_decoder(cls)
+        self.volatile: list[tuple[int, int, str]] = []  # (shift, mask, Wireshark name)
+        keep = (1 << 8 * lay.size) - 1
+        for name in VOLATILE.get(cls, ()):
+            f = lay.field(name)
+            if not f.ws or f.fmt in ("mac", "ipv4", "ipv6"):
+                raise ValueError(f"{cls.__name__}.{f.name}: a volatile field must be a number with a Wireshark name")
+            self.volatile.append((f.shift, f.mask, f.ws))
+            keep &= ~(f.mask << f.shift)
+        self.keep = keep
+        self.seen: dict[int, _Template] = {}
+        self.ok = True
+
+    def parts(self, data: bytes | bytearray, at: int) -> tuple[_Template, str] | None:
+        """The template of the header at ``data[at:]`` and its entries' text (each starting with a
+        comma, at a layer's fields' indentation), or None when this class has no template."""
+        b = bytes(data[at:at + self.size])
+        v = int.from_bytes(b, "big")
+        t = self.seen.get(v & self.keep)
+        if t is None:
+            if not self.ok:
+                return None
+            t = self._make(b, v)
+            if t is None:
+                self.ok = False
+                return None
+        args = [value_text(ws, v >> shift & mask) for shift, mask, ws in self.volatile]
+        if t.raw:
+            args.append(_hexbytes(b))
+        return t, t.text.format(*args)
+
+    def _make(self, b: bytes, v: int) -> _Template | None:
+        h = self.decode(b, 0)
+        vals: dict[str, Any] = h.ws_fields()
+        texts = {name: value_text(name, x) for name, x in header_fields(h).items()}
+        for i, (shift, mask, ws) in enumerate(self.volatile):
+            if vals.get(ws) != v >> shift & mask:  # (not the field as it is held: no template)
+                return None
+            texts[ws] = f"{_MARK}{i}{_MARK}"
+        proto, fields, ours, text = header_layer_of(self.cls, texts, _RAW)
+        if any(_MARK in x for x in ours.values()):
+            return None
+        pieces = text.replace("{", "{{").replace("}", "}}").split(_MARK)
+        for i in range(1, len(pieces), 2):  # (the bytes' slot numbered after the volatile fields')
+            pieces[i] = "{" + (str(len(self.volatile)) if pieces[i] == "raw" else pieces[i]) + "}"
+        t = _Template(proto, "".join(pieces), frozenset(fields), ours, _RAW in text)
+        args = [value_text(ws, v >> shift & mask) for shift, mask, ws in self.volatile]
+        if t.raw:
+            args.append(_hexbytes(b))
+        want = _make_header_layer(h, b, 0)
+        if (proto, t.text.format(*args), ours) != (want[0], want[3], want[2]):
+            return None
+        if len(self.seen) >= _REMEMBERED:
+            self.seen.clear()
+        self.seen[v & self.keep] = t
+        return t
+
+
+_HEADERS: dict[type[Header], HeaderJson] = {}
+
+
+def _header_json(cls: type[Header]) -> HeaderJson:
+    got = _HEADERS.get(cls)
+    if got is None:
+        got = _HEADERS[cls] = HeaderJson(cls)
+    return got
+
+
+_ETH, _IP, _UDP, _BTH = (_header_json(c) for c in (Ethernet, IPv4, UDP, BTH))
+_CHECKED: set[tuple[int, bool, bool]] = set()
+_ROCE_CHAIN = "eth:ethertype:ip:udp:infiniband"
+
+
+def roce_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int, fcs_len: int, frame: int,
+              seconds: float, ns: int, interface: int, first_ns: int, prev_ns: int) -> str | None:
+    """The JSON text of frame ``frame`` (``buf[o:o + cap]``, ``wire`` octets on the wire, a record of
+    ``linktype`` at ``seconds``, ``ns``, of ``interface``, from a capture that says it keeps an FCS of
+    ``fcs_len`` octets), the capture's first frame at ``first_ns`` and the frame before it at
+    ``prev_ns``, as ``_frame_text(packet_json(...))`` writes it, without the pcapng fields and
+    the TCP analysis; None when it is not a frame written here."""
+    if linktype != LINKTYPE_ETHERNET or wire != cap or fcs_len > 0:
+        return None
+    front = _ipv4_front(buf, o, cap, wire, fcs_len)
+    if front is None or front[1] != cap or buf[o + 23] != 17:  # (a datagram to the frame's end: no trailer)
+        return None
+    roce = roce_frame(buf, o, cap)
+    if roce is None:
+        return None
+    kind = (roce.bth.opcode, roce.plen > 0, roce.pad > 0)
+    if kind in REFUSED:
+        return None
+    text = _written(buf, o, cap, roce, frame, ns, first_ns, prev_ns)
+    if kind not in _CHECKED:
+        _CHECKED.add(kind)
+        cp = decode_record(RawRecord(frame, seconds, linktype, bytes(buf[o:o + cap]), wire, interface, ns,
+                                     fcs_len=fcs_len), lenient=True)
+        if text != _frame_text(_packet_json(cp, first_ns, prev_ns, prev_ns, None, None)):
+            REFUSED.add(kind)
+            return None
+    return text
+
+
+def _written(buf: bytes | bytearray, o: int, cap: int, roce: RoceFrame, frame: int, ns: int, first_ns: int,
+             prev_ns: int) -> str | None:
+    layers: dict[str, list[str]] = {}  # layer -> its entries
+    keys: dict[str, frozenset[str]] = {}
+    extras: dict[str, str] = {}
+    for hj, at in ((_ETH, 0), (_IP, 14), (_UDP, 34), (_BTH, 42),
+                   *((_header_json(type(la.header)), la.offset) for la in roce.extended)):
+        got = hj.parts(buf, o + at)
+        if got is None:
+            return None
+        t, text = got
+        extras.update(t.ours)
+        if not t.proto:
+            continue
+        seen = keys.get(t.proto)
+        if seen is None:
+            layers[t.proto], keys[t.proto] = [text], t.keys
+        elif seen.isdisjoint(t.keys):
+            layers[t.proto].append(text)
+            keys[t.proto] = seen | t.keys
+        else:
+            return None  # (keys in common: the per-packet writer merges them)
+    # what the packet adds besides its headers (the ICRC, rdmalab's own fields), as packet_json adds them
+    light = Packet(b"", [Layer(roce.bth, 42), *roce.extended], "rocev2", roce.pos, roce.plen, roce.pad, roce.crc,
+                   roce.crc, roce.crc_at, "icrc")
+    flat: dict[str, Any] = {}
+    packet_fields(light, flat, skip=frozenset(type(la.header) for la in light.layers), quotes=False)
+    for name, x in flat.items():
+        if type(x) is not int and type(x) is not str:
+            return None
+        proto = name.split(".", 1)[0]
+        proto = _LAYER.get(proto, proto)
+        shown = value_text(name, x)
+        if proto in layers and proto != "rdmalab":
+            if name in keys[proto]:
+                return None
+            layers[proto].append("," + _FIELD_NL + "  " + _quote(name) + ": " + _quote(shown))
+        else:
+            extras[name] = shown
+    extras["rdmalab.encap"] = "rocev2"
+    values = frame_values(LINKTYPE_ETHERNET, ns, prev_ns, prev_ns, first_ns, frame, cap, cap)
+    values[-1] = _ROCE_CHAIN + ":data" if roce.plen else _ROCE_CHAIN
+    parts = [_FRAME_START, _quote(index_of(ns)), _FRAME_LAYERS, _LAYERS_NL, '"frame": ', frame_layer_text(values)]
+    for proto, entries in layers.items():
+        parts.append("," + _LAYERS_NL + _quote(proto) + ": {" + "".join(entries)[1:] + _FIELD_NL + "}")
+    inner = _LAYERS_NL + "  "
+    if roce.plen:
+        data = buf[o + roce.pos:o + roce.pos + roce.plen + roce.pad]
+        parts.append("," + _LAYERS_NL + '"data": {' + inner + '"data.data": "' + data.hex(":") + '",' + inner
+                     + '"data.len": "' + str(len(data)) + '"' + _LAYERS_NL + "}")
+    parts.append("," + _LAYERS_NL + '"rdmalab": {'
+                 + ",".join([inner + _quote(k) + ": " + _quote(x) for k, x in extras.items()]) + _LAYERS_NL + "}")
+    parts.append(_FRAME_END)
+    return "".join(parts)

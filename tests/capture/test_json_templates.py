@@ -1,0 +1,165 @@
+"""``-T json`` of RoCEv2 frames from per-header templates (rdmalab.capture.json_templates): the text of
+the per-packet writer, frame by frame, on every capture of ``captures/``; every header template held
+to the per-packet writer for random values of its volatile fields; the frames the templates must leave
+to the per-packet way (a bad ICRC, padding, an FCS, a frame cut short); and the check of each kind of
+frame against the per-packet writer, which takes the kind away from the templates when they differ."""
+
+from __future__ import annotations
+
+import glob
+import random
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdmalab.capture import json_templates
+from rdmalab.capture.json_templates import VOLATILE, HeaderJson, roce_json
+from rdmalab.capture.pcapio import record_blocks, record_ns
+from rdmalab.capture.reader import RawRecord, decode_record
+from rdmalab.capture.tsjson import _frame_text, _make_header_layer, _packet_json
+from rdmalab.wire.header import Header
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPTURES = sorted(glob.glob(str(ROOT / "captures" / "*.pcap")))
+
+
+def _frames(path: str) -> list[tuple[bytes, int, int, int, float, int, int]]:
+    """(bytes, captured, wire, link type, seconds, ns, FCS length) of each record of a capture."""
+    out = []
+    for blk in record_blocks(path, 1 << 20):
+        secs = blk.seconds().tolist()
+        for j in range(len(blk)):
+            off, cap = int(blk.offset[j]), int(blk.caplen[j])
+            out.append((bytes(blk.buf[off:off + cap]), cap, int(blk.wirelen[j]), int(blk.linktype[j]), secs[j],
+                        record_ns(secs[j], int(blk.ts_ns[j])), int(blk.fcs_lens()[j])))
+    return out
+
+
+def _per_packet(data: bytes, cap: int, wire: int, lt: int, ts: float, ns: int, fcs: int, frame: int, first: int,
+                prev: int) -> str:
+    cp = decode_record(RawRecord(frame, ts, lt, data, wire, 0, ns, fcs_len=fcs), lenient=True)
+    return _frame_text(_packet_json(cp, first, prev, prev, None, None))
+
+
+def _templated(data: bytes, cap: int, wire: int, lt: int, ts: float, ns: int, fcs: int, frame: int, first: int,
+               prev: int) -> str | None:
+    return roce_json(data, 0, cap, wire, lt, fcs, frame, ts, ns, 0, first, prev)
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=[Path(p).name for p in CAPTURES])
+def test_each_frame_as_the_per_packet_writer_writes_it(path: str) -> None:
+    frames = _frames(path)
+    taken = 0
+    first = prev = frames[0][5] if frames else 0
+    for n, f in enumerate(frames, 1):
+        got = _templated(*f, n, first, prev)
+        if got is not None:
+            taken += 1
+            assert got == _per_packet(*f, n, first, prev), f"{Path(path).name} frame {n}"
+        prev = f[5]
+    assert not json_templates.REFUSED
+    roce = sum(1 for f in frames if f[0][12:14] == b"\x08\x00" and f[0][23] == 17 and f[0][36:38] == b"\x12\xb7")
+    if Path(path).name.startswith("rxe_"):  # (the kernel's RoCE: every datagram taken but the MADs of rdma_cm)
+        assert taken >= 0.9 * roce > 0 or "cm" in path or "rping" in path or "udaddy" in path, \
+            f"{Path(path).name}: {taken} of {roce} RoCE frames from templates"
+
+
+def _random_header(cls: type[Header], rng: random.Random, base: int | None = None) -> bytes:
+    """A header of ``cls`` that decodes (its constant fields kept), random in its volatile fields, and
+    (``base`` None) in every other field too."""
+    lay = cls.LAYOUT
+    v = rng.getrandbits(8 * lay.size) if base is None else base
+    for name in VOLATILE.get(cls, ()):
+        f = lay.field(name)
+        v = v & ~(f.mask << f.shift) | rng.getrandbits(f.bits) << f.shift
+    for f in lay.fields:
+        if f.const is not None:
+            v = v & ~(f.mask << f.shift) | f.const << f.shift
+    return v.to_bytes(lay.size, "big")
+
+
+def _mismatches(cls: type[Header]) -> int:
+    """Headers of random other fields, each with 20 random values of its volatile fields: how many of
+    them the templates write otherwise than the per-packet writer (or not at all)."""
+    rng = random.Random(cls.__name__)
+    hj = HeaderJson(cls)
+    bad = 0
+    for _ in range(40):
+        base = int.from_bytes(_random_header(cls, rng), "big")
+        for _ in range(20):
+            b = _random_header(cls, rng, base)
+            got = hj.parts(b, 0)
+            want = _make_header_layer(cls.decode(b), b, 0)
+            if got is None or (got[0].proto, got[1], got[0].ours) != (want[0], want[3], want[2]):
+                bad += 1
+    return bad
+
+
+@pytest.mark.parametrize("cls", list(VOLATILE), ids=[c.__name__ for c in VOLATILE])
+def test_a_header_template_is_the_per_packet_writers_text_whatever_its_volatile_fields(cls: type[Header]) -> None:
+    assert _mismatches(cls) == 0
+
+
+def test_a_field_that_changes_the_headers_fields_cannot_be_volatile(monkeypatch: Any) -> None:
+    """The AETH's syndrome type names its value's field (credit_count, timer, error_code): with it
+    among the volatile fields a template is another type's text, which the test above finds."""
+    from rdmalab.wire.ib import AETH
+
+    monkeypatch.setitem(VOLATILE, AETH, ("type", "msn"))
+    assert _mismatches(AETH) > 100
+
+
+def _roce_write(path: str = "rxe_write_bw.pcap") -> tuple[list[Any], int]:
+    frames = _frames(str(ROOT / "captures" / path))
+    first = frames[0][5]
+    for n, f in enumerate(frames, 1):
+        if _templated(*f, n, first, first) is not None and f[1] > 200:
+            return list(f), n
+    raise AssertionError("no RoCE frame with a payload")
+
+
+def test_frames_the_templates_leave_to_the_per_packet_way() -> None:
+    f, n = _roce_write()
+    data = f[0]
+    first = f[5]
+    cases = {
+        "bad ICRC": data[:-5] + bytes([data[-5] ^ 1]) + data[-4:],
+        "padding after the datagram": data + bytes(6),
+        "cut short": data[:-10],
+    }
+    for name, d in cases.items():
+        g = [d, len(d), len(d), *f[3:]]
+        assert _templated(*g, n, first, first) is None, name
+    assert _templated(data, len(data), len(data) + 4, *f[3:], n, first, first) is None  # (longer on the wire)
+    g = list(f)
+    g[6] = 4  # (the capture says it keeps an FCS)
+    assert _templated(*g, n, first, first) is None
+    # and the same frame, whole, is taken
+    assert _templated(*f, n, first, first) == _per_packet(*f, n, first, first)
+
+
+def test_a_kind_whose_text_differs_goes_the_per_packet_way(monkeypatch: Any) -> None:
+    f, n = _roce_write()
+    first = f[5]
+    kind = (f[0][42], True, bool(f[0][43] >> 4 & 3))
+    monkeypatch.setattr(json_templates, "_CHECKED", set())
+    monkeypatch.setattr(json_templates, "REFUSED", set())
+    real = json_templates._written
+    monkeypatch.setattr(json_templates, "_written", lambda *a: real(*a).replace('"eth.type"', '"eth.typo"'))
+    assert _templated(*f, n, first, first) is None
+    assert json_templates.REFUSED == {kind}
+    assert _templated(*f, n, first, first) is None  # (and stays refused)
+
+
+def test_the_udp_length_is_the_datagrams() -> None:
+    """A UDP length shorter than the IPv4 datagram: what follows it is not the ICRC; the per-packet way
+    says so, the templates leave the frame to it or write what it writes."""
+    f, n = _roce_write()
+    data = bytearray(f[0])
+    struct.pack_into("!H", data, 38, struct.unpack_from("!H", data, 38)[0] - 4)
+    first = f[5]
+    g = [bytes(data), *f[1:]]
+    got = _templated(*g, n, first, first)
+    assert got is None or got == _per_packet(*g, n, first, first)
