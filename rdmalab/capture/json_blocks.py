@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rdmalab.capture.blockpool import blocks_in_workers
-from rdmalab.capture.json_templates import roce_json
+from rdmalab.capture.json_templates import _TCP_CHAIN, roce_json, tcp_json
 from rdmalab.capture.linktypes import LINKTYPE_ERF
 from rdmalab.capture.pcapio import FrameMeta, record_ns
 from rdmalab.capture.reader import CapturedPacket, RawRecord, _load_iwarp_tracker, decode_record
@@ -38,6 +38,7 @@ from rdmalab.capture.tsjson import (
     _tail_layers,
     packet_json,
 )
+from rdmalab.wire.net import TCP, Ethernet, IPv4
 
 if TYPE_CHECKING:
     from rdmalab.wire.packet import Packet
@@ -142,6 +143,65 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
+def _per_packet(frame: int, ts: float, ns: int, lt: int, data: bytes, wire: int, iface: int, fcs: int, first_ns: int,
+                before: int, lenient: bool, own: bool) -> tuple[str | None, bool, _Feed | None, _Splice | None]:
+    """A worker's text of a frame, decoded per packet (None: left to the caller, as a frame that is not
+    ``own``, or that fails here), whether it is a TCP segment, and for one what the tracker is fed of it and
+    its :data:`_Splice` (:func:`_json_block`)."""
+    try:
+        cp = decode_record(RawRecord(frame, ts, lt, data, wire, iface, ns, fcs_len=fcs), lenient=lenient)
+        if not own:
+            return None, False, None, None
+        tcp = cp.packet.encap == "tcp"
+        seg: list[dict[str, Any]] | None = None
+        if tcp and cp.packet.payload_length:  # (its data or PDUs put in by the stream's reader)
+            seg, cp.tcp_data = [], False
+        obj = _packet_json(cp, first_ns, before, before, None, seg)
+        text = _frame_text(obj)
+        if not tcp:
+            return text, False, None, None
+        return text, True, _feed_of(cp.packet, data), _splice_of(",\n  " + text, obj, seg[0], cp) if seg else None
+    except Exception:  # noqa: BLE001 - decoded again, and raised in order, by the caller
+        return None, False, None, None
+
+
+#: the kinds of TCP segment (flags, header length, with a payload) whose worker's piece from the templates
+#: was checked against the per-packet way in this process, and those whose pieces differed (left to it)
+_TCP_CHECKED: set[tuple[int, int, bool]] = set()
+TCP_REFUSED: set[tuple[int, int, bool]] = set()
+_TCP_NAMES = ("frame", "eth", "ip", "tcp")
+_TCP_CLASSES = frozenset({Ethernet, IPv4, TCP})
+
+
+def _tcp_templated(buf: Any, o: int, cap: int, wire: int, lt: int, fcs: int, frame: int, ts: float, ns: int,
+                   iface: int, first_ns: int, before: int, lenient: bool) -> tuple[bytes, str, _Feed, _Splice | None] | None:
+    """A TCP segment's piece (the record's bytes, its text after ``",\n  "``, what the tracker is fed, its
+    :data:`_Splice`) from the templates (:func:`~rdmalab.capture.json_templates.tcp_json`), the first of each
+    kind checked against :func:`_per_packet`; None for a frame they do not write."""
+    got = tcp_json(buf, o, cap, wire, lt, fcs, frame, ns, first_ns, before)
+    if got is None:
+        return None
+    text, extras, at, length, seg = got
+    kind = (seg[5], at, length > 0)
+    if kind in TCP_REFUSED:
+        return None
+    full = ",\n  " + text
+    splice: _Splice | None = None
+    if length:
+        ps = full.find(_PROTOCOLS_KEY) + len(_PROTOCOLS_KEY)
+        pe = ps + len(_quote(_TCP_CHAIN))
+        splice = (ps, pe, full.rfind(_RDMALAB_LAYER), _TCP_CHAIN, extras, _TCP_NAMES, _TCP_CLASSES, None, "tcp")
+    data = bytes(buf[o:o + cap])
+    piece = (data, full, (seg, at, length, None), splice)
+    if kind not in _TCP_CHECKED:
+        _TCP_CHECKED.add(kind)
+        want, _tcp, feed, wsplice = _per_packet(frame, ts, ns, lt, data, wire, iface, fcs, first_ns, before, lenient, True)
+        if want is None or (",\n  " + want, feed, wsplice) != piece[1:]:
+            TCP_REFUSED.add(kind)
+            return None
+    return piece
+
+
 def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> tuple[int, list[str | _Left | _LeftTcp]]:
     """In a worker process (:func:`rdmalab.capture.blockpool.blocks_in_workers`): the JSON of the
     first ``n`` frames of a block, each after ``",\n  "``; TCP segments are sent as :data:`_LeftTcp`
@@ -165,33 +225,25 @@ def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> t
                 try:
                     text = roce_json(blk.buf, offs[j], caps[j], wires[j], lts[j], fcss[j], blk.first + j, ts, ns,
                                      ifs[j], first_ns, before)
+                    piece = None if text is not None else _tcp_templated(blk.buf, offs[j], caps[j], wires[j], lts[j],
+                                                                         fcss[j], blk.first + j, ts, ns, ifs[j],
+                                                                         first_ns, before, lenient)
                 except Exception:  # noqa: BLE001 - the per-packet way below writes it, or raises in order
-                    text = None
+                    text = piece = None
                 if text is not None:
                     run.append(",\n  " + text)
                     before = ns
                     continue
+                if piece is not None:
+                    if run:
+                        pieces.append("".join(run))
+                        run = []
+                    pieces.append(((j, ts, ns, lts[j], piece[0], wires[j], ifs[j], before, fcss[j]), *piece[1:]))
+                    before = ns
+                    continue
             data = bytes(blk.buf[offs[j]:offs[j] + caps[j]])
-            text = None
-            feed: _Feed | None = None
-            splice: _Splice | None = None
-            tcp = False
-            try:
-                cp = decode_record(RawRecord(blk.first + j, ts, lts[j], data, wires[j], ifs[j], ns, fcs_len=fcss[j]),
-                                   lenient=lenient)
-                if own:
-                    tcp = cp.packet.encap == "tcp"
-                    seg: list[dict[str, Any]] | None = None
-                    if tcp and cp.packet.payload_length:  # (its data or PDUs put in by the stream's reader)
-                        seg, cp.tcp_data = [], False
-                    obj = _packet_json(cp, first_ns, before, before, None, seg)
-                    text = _frame_text(obj)
-                    if tcp:
-                        feed = _feed_of(cp.packet, data)
-                        splice = _splice_of(",\n  " + text, obj, seg[0], cp) if seg else None
-            except Exception:  # noqa: BLE001 - decoded again, and raised in order, by the caller
-                text = None
-                tcp = False
+            text, tcp, feed, splice = _per_packet(blk.first + j, ts, ns, lts[j], data, wires[j], ifs[j], fcss[j],
+                                                  first_ns, before, lenient, own)
             if text is None or tcp:
                 if run:
                     pieces.append("".join(run))

@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from rdmalab.capture.fields import header_fields, packet_fields
+from rdmalab.capture.iwarp import _address_text
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.reader import RawRecord, decode_record
 from rdmalab.capture.tree_templates import RoceFrame, _ipv4_front, roce_frame
@@ -51,10 +52,10 @@ from rdmalab.capture.tsjson import (
 )
 from rdmalab.wire.header import Header, compile_decoder
 from rdmalab.wire.ib import AETH, BTH, IETH, RETH, AtomicAckETH, AtomicETH, ImmDt
-from rdmalab.wire.net import UDP, Ethernet, IPv4
+from rdmalab.wire.net import TCP, UDP, Ethernet, IPv4
 from rdmalab.wire.packet import Layer, Packet
 
-__all__ = ["REFUSED", "VOLATILE", "HeaderJson", "roce_json"]
+__all__ = ["REFUSED", "VOLATILE", "HeaderJson", "frame_json", "roce_json", "tcp_json"]
 
 #: Per header class, the fields that change from one packet to the next (they are slots of its
 #: templates; every other field's value picks a template).  Each must be a plain number in the
@@ -69,6 +70,7 @@ VOLATILE: dict[type[Header], tuple[str, ...]] = {
     AtomicAckETH: ("orig_data",),
     ImmDt: ("imm",),
     IETH: ("r_key",),
+    TCP: ("seq", "ack", "window", "checksum"),
 }
 
 _MARK = "\ue000"  # (a private-use character: no field's text holds one, and the JSON writer leaves it as it is)
@@ -92,8 +94,9 @@ class _Template:
 
 
 class HeaderJson:
-    """The JSON of a header class's headers from templates (:func:`parts`); ``ok`` False once a
-    template failed its check (the class then goes the per-packet way)."""
+    """The JSON of a header class's headers from templates (:func:`parts`): a template per value of the
+    fields that are not volatile, made the first time that value is seen and checked then (a header whose
+    template fails its check goes the per-packet way, and so do all those with its fields' values)."""
 
     def __init__(self, cls: type[Header]) -> None:
         lay = cls.LAYOUT
@@ -109,22 +112,22 @@ class HeaderJson:
             self.volatile.append((f.shift, f.mask, f.ws))
             keep &= ~(f.mask << f.shift)
         self.keep = keep
-        self.seen: dict[int, _Template] = {}
-        self.ok = True
+        self.seen: dict[int, _Template | None] = {}  # the fields but the volatile ones -> template (None: none)
 
     def parts(self, data: bytes | bytearray, at: int) -> tuple[_Template, str] | None:
         """The template of the header at ``data[at:]`` and its entries' text (each starting with a
         comma, at a layer's fields' indentation), or None when this class has no template."""
         b = bytes(data[at:at + self.size])
         v = int.from_bytes(b, "big")
-        t = self.seen.get(v & self.keep)
-        if t is None:
-            if not self.ok:
-                return None
-            t = self._make(b, v)
-            if t is None:
-                self.ok = False
-                return None
+        key = v & self.keep
+        if key in self.seen:
+            t = self.seen[key]
+        else:
+            if len(self.seen) >= _REMEMBERED:
+                self.seen.clear()
+            t = self.seen[key] = self._make(b, v)
+        if t is None:  # (a header whose template failed its check: the per-packet way)
+            return None
         args = [value_text(ws, v >> shift & mask) for shift, mask, ws in self.volatile]
         if t.raw:
             args.append(_hexbytes(b))
@@ -151,9 +154,6 @@ class HeaderJson:
         want = _make_header_layer(h, b, 0)
         if (proto, t.text.format(*args), ours) != (want[0], want[3], want[2]):
             return None
-        if len(self.seen) >= _REMEMBERED:
-            self.seen.clear()
-        self.seen[v & self.keep] = t
         return t
 
 
@@ -168,6 +168,8 @@ def _header_json(cls: type[Header]) -> HeaderJson:
 
 
 _ETH, _IP, _UDP, _BTH = (_header_json(c) for c in (Ethernet, IPv4, UDP, BTH))
+#: what the iWARP reassembly is fed of a TCP segment but its payload (rdmalab.capture.iwarp.Segment)
+TcpSegment = tuple[str, int, str, int, int, int, None]
 _CHECKED: set[tuple[int, bool, bool]] = set()
 _ROCE_CHAIN = "eth:ethertype:ip:udp:infiniband"
 
@@ -203,11 +205,30 @@ def roce_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int
 
 def _written(buf: bytes | bytearray, o: int, cap: int, roce: RoceFrame, frame: int, ns: int, first_ns: int,
              prev_ns: int) -> str | None:
+    headers = [(_ETH, 0), (_IP, 14), (_UDP, 34), (_BTH, 42),
+               *((_header_json(type(la.header)), la.offset) for la in roce.extended)]
+    # what the packet adds besides its headers (the ICRC, rdmalab's own fields), as packet_json adds them
+    light = Packet(b"", [Layer(roce.bth, 42), *roce.extended], "rocev2", roce.pos, roce.plen, roce.pad, roce.crc,
+                   roce.crc, roce.crc_at, "icrc")
+    data = buf[o + roce.pos:o + roce.pos + roce.plen + roce.pad] if roce.plen else None
+    got = frame_json(buf, o, cap, headers, light, _ROCE_CHAIN + ":data" if roce.plen else _ROCE_CHAIN, data, "rocev2",
+                     frame, ns, first_ns, prev_ns)
+    return None if got is None else got[0]
+
+
+def frame_json(buf: bytes | bytearray, o: int, cap: int, headers: list[tuple[HeaderJson, int]], light: Packet | None,
+               chain: str, data: bytes | bytearray | None, encap: str, frame: int, ns: int, first_ns: int,
+               prev_ns: int) -> tuple[str, dict[str, str]] | None:
+    """The JSON text of frame ``frame`` (the Ethernet frame ``buf[o:o + cap]``, whole on the wire) of
+    ``headers`` (each header's templates and offset in the frame), whose ``frame.protocols`` is ``chain``,
+    whose payload tshark shows as ``data`` (None: none), as ``_frame_text(packet_json(...))`` writes it;
+    ``light``: a packet holding its headers after the IP header's, for the fields the packet adds besides
+    its headers' (``packet_fields``: CRCs, rdmalab's own), None for none.  With the rdmalab fields before
+    ``rdmalab.encap`` (what a worker sends of a TCP segment); None when a header has no template."""
     layers: dict[str, list[str]] = {}  # layer -> its entries
     keys: dict[str, frozenset[str]] = {}
     extras: dict[str, str] = {}
-    for hj, at in ((_ETH, 0), (_IP, 14), (_UDP, 34), (_BTH, 42),
-                   *((_header_json(type(la.header)), la.offset) for la in roce.extended)):
+    for hj, at in headers:
         got = hj.parts(buf, o + at)
         if got is None:
             return None
@@ -223,35 +244,65 @@ def _written(buf: bytes | bytearray, o: int, cap: int, roce: RoceFrame, frame: i
             keys[t.proto] = seen | t.keys
         else:
             return None  # (keys in common: the per-packet writer merges them)
-    # what the packet adds besides its headers (the ICRC, rdmalab's own fields), as packet_json adds them
-    light = Packet(b"", [Layer(roce.bth, 42), *roce.extended], "rocev2", roce.pos, roce.plen, roce.pad, roce.crc,
-                   roce.crc, roce.crc_at, "icrc")
-    flat: dict[str, Any] = {}
-    packet_fields(light, flat, skip=frozenset(type(la.header) for la in light.layers), quotes=False)
-    for name, x in flat.items():
-        if type(x) is not int and type(x) is not str:
-            return None
-        proto = name.split(".", 1)[0]
-        proto = _LAYER.get(proto, proto)
-        shown = value_text(name, x)
-        if proto in layers and proto != "rdmalab":
-            if name in keys[proto]:
+    if light is not None:
+        flat: dict[str, Any] = {}
+        packet_fields(light, flat, skip=frozenset(type(la.header) for la in light.layers), quotes=False)
+        for name, x in flat.items():
+            if type(x) is not int and type(x) is not str:
                 return None
-            layers[proto].append("," + _FIELD_NL + "  " + _quote(name) + ": " + _quote(shown))
-        else:
-            extras[name] = shown
-    extras["rdmalab.encap"] = "rocev2"
+            proto = name.split(".", 1)[0]
+            proto = _LAYER.get(proto, proto)
+            shown = value_text(name, x)
+            if proto in layers and proto != "rdmalab":
+                if name in keys[proto]:
+                    return None
+                layers[proto].append("," + _FIELD_NL + "  " + _quote(name) + ": " + _quote(shown))
+            else:
+                extras[name] = shown
     values = frame_values(LINKTYPE_ETHERNET, ns, prev_ns, prev_ns, first_ns, frame, cap, cap)
-    values[-1] = _ROCE_CHAIN + ":data" if roce.plen else _ROCE_CHAIN
+    values[-1] = chain
     parts = [_FRAME_START, _quote(index_of(ns)), _FRAME_LAYERS, _LAYERS_NL, '"frame": ', frame_layer_text(values)]
     for proto, entries in layers.items():
         parts.append("," + _LAYERS_NL + _quote(proto) + ": {" + "".join(entries)[1:] + _FIELD_NL + "}")
     inner = _LAYERS_NL + "  "
-    if roce.plen:
-        data = buf[o + roce.pos:o + roce.pos + roce.plen + roce.pad]
+    if data is not None:
         parts.append("," + _LAYERS_NL + '"data": {' + inner + '"data.data": "' + data.hex(":") + '",' + inner
                      + '"data.len": "' + str(len(data)) + '"' + _LAYERS_NL + "}")
+    every = {**extras, "rdmalab.encap": encap}
     parts.append("," + _LAYERS_NL + '"rdmalab": {'
-                 + ",".join([inner + _quote(k) + ": " + _quote(x) for k, x in extras.items()]) + _LAYERS_NL + "}")
+                 + ",".join([inner + _quote(k) + ": " + _quote(x) for k, x in every.items()]) + _LAYERS_NL + "}")
     parts.append(_FRAME_END)
-    return "".join(parts)
+    return "".join(parts), extras
+
+
+_TCP_HEADERS = [(_ETH, 0), (_IP, 14), (_header_json(TCP), 34)]
+_TCP_CHAIN = "eth:ethertype:ip:tcp"
+_TCP_OFF, _TCP_SPORT, _TCP_DPORT, _TCP_SEQ, _TCP_FLAGS = (TCP.LAYOUT.field(n) for n in ("data_offset", "sport", "dport", "seq",
+                                                                                    "flags"))
+_IP_SRC, _IP_DST = IPv4.LAYOUT.field("src"), IPv4.LAYOUT.field("dst")
+
+
+def tcp_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int, fcs_len: int, frame: int, ns: int,
+             first_ns: int, prev_ns: int) -> tuple[str, dict[str, str], int, int, TcpSegment] | None:
+    """For a worker (:func:`rdmalab.capture.json_blocks._json_block`): the JSON text of a TCP segment
+    (IPv4 without options, not a fragment, to the frame's end) as the per-packet writer writes it with no
+    iWARP reassembly and its payload not shown as data (as :func:`roce_json`'s arguments), the rdmalab fields
+    of its headers, where its payload starts and its length, and what the iWARP reassembly is fed of it
+    (source, port, destination, port, sequence number, flags, None); None for another frame."""
+    if linktype != LINKTYPE_ETHERNET or wire != cap or fcs_len > 0:
+        return None
+    front = _ipv4_front(buf, o, cap, wire, fcs_len)
+    if front is None or front[1] != cap or buf[o + 23] != 6:
+        return None
+    tv = int.from_bytes(buf[o + 34:o + 54], "big")
+    hl = (tv >> _TCP_OFF.shift & _TCP_OFF.mask) * 4
+    if hl < 20 or 34 + hl > cap:
+        return None
+    got = frame_json(buf, o, cap, _TCP_HEADERS, None, _TCP_CHAIN, None, "tcp", frame, ns, first_ns, prev_ns)
+    if got is None:
+        return None
+    ipv = front[0]
+    seg = (_address_text(4, ipv >> _IP_SRC.shift & _IP_SRC.mask), tv >> _TCP_SPORT.shift & _TCP_SPORT.mask,
+           _address_text(4, ipv >> _IP_DST.shift & _IP_DST.mask), tv >> _TCP_DPORT.shift & _TCP_DPORT.mask,
+           tv >> _TCP_SEQ.shift & _TCP_SEQ.mask, tv >> _TCP_FLAGS.shift & _TCP_FLAGS.mask, None)
+    return got[0], got[1], 34 + hl, cap - 34 - hl, seg

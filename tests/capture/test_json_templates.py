@@ -20,6 +20,7 @@ from rdmalab.capture.pcapio import record_blocks, record_ns
 from rdmalab.capture.reader import RawRecord, decode_record
 from rdmalab.capture.tsjson import _frame_text, _make_header_layer, _packet_json
 from rdmalab.wire.header import Header
+from rdmalab.wire.net import TCP
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = sorted(glob.glob(str(ROOT / "captures" / "*.pcap")))
@@ -77,6 +78,9 @@ def _random_header(cls: type[Header], rng: random.Random, base: int | None = Non
     for f in lay.fields:
         if f.const is not None:
             v = v & ~(f.mask << f.shift) | f.const << f.shift
+    if cls is TCP:  # (the segments tcp_json takes: a header of 20 octets or more)
+        f = lay.field("data_offset")
+        v |= max(5, v >> f.shift & f.mask) << f.shift
     return v.to_bytes(lay.size, "big")
 
 
@@ -163,3 +167,48 @@ def test_the_udp_length_is_the_datagrams() -> None:
     g = [bytes(data), *f[1:]]
     got = _templated(*g, n, first, first)
     assert got is None or got == _per_packet(*g, n, first, first)
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=[Path(p).name for p in CAPTURES])
+def test_a_tcp_segments_piece_is_the_per_packet_ones(path: str, monkeypatch: Any) -> None:
+    """What a worker sends of a TCP segment (its text, what the iWARP reassembly is fed, where its text is
+    finished), from the templates, is what the per-packet way sends, on every segment of the iWARP and
+    other captures, each compared here (not only the first of its kind)."""
+    from rdmalab.capture import json_blocks
+
+    monkeypatch.setattr(json_blocks, "_TCP_CHECKED", set())
+    frames = _frames(path)
+    first = prev = frames[0][5]
+    taken = tcp = 0
+    for n, (data, cap, wire, lt, ts, ns, fcs) in enumerate(frames, 1):
+        json_blocks._TCP_CHECKED.clear()  # (every segment checked against the per-packet way, in the function)
+        got = json_blocks._tcp_templated(data, 0, cap, wire, lt, fcs, n, ts, ns, 0, first, prev, True)
+        want = json_blocks._per_packet(n, ts, ns, lt, data, wire, 0, fcs, first, prev, True, True)
+        tcp += want[1]
+        if got is not None:
+            taken += 1
+            assert got == (data, ",\n  " + want[0], want[2], want[3]), f"frame {n}"
+        prev = ns
+    assert not json_blocks.TCP_REFUSED
+    assert taken >= 0.9 * tcp, f"{taken} of {tcp} TCP segments from templates"
+    assert tcp or "siw" not in path
+
+
+def test_a_tcp_kind_whose_piece_differs_goes_the_per_packet_way(monkeypatch: Any) -> None:
+    from rdmalab.capture import json_blocks
+
+    path = str(ROOT / "captures" / "siw_write_bw.pcap")
+    frames = _frames(path)
+    first = frames[0][5]
+    monkeypatch.setattr(json_blocks, "_TCP_CHECKED", set())
+    monkeypatch.setattr(json_blocks, "TCP_REFUSED", set())
+    real = json_blocks.tcp_json
+    monkeypatch.setattr(json_blocks, "tcp_json", lambda *a: None if (g := real(*a)) is None else
+                        (g[0].replace('"tcp.flags"', '"tcp.flag"'), *g[1:]))
+    kinds = set()
+    for n, (data, cap, wire, lt, ts, ns, fcs) in enumerate(frames, 1):
+        assert json_blocks._tcp_templated(data, 0, cap, wire, lt, fcs, n, ts, ns, 0, first, first, True) is None
+        g = real(data, 0, cap, wire, lt, fcs, n, ns, first, first)
+        if g is not None:
+            kinds.add((g[4][5], g[2], g[3] > 0))
+    assert json_blocks.TCP_REFUSED == kinds and kinds
