@@ -25,6 +25,7 @@ two texts compared: a kind whose texts differ goes the per-packet way from then 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rdmalab.capture.fields import header_fields, packet_fields
@@ -48,6 +49,7 @@ from rdmalab.capture.tsjson import (
     frame_values,
     header_layer_of,
     index_of,
+    int_text,
     value_text,
 )
 from rdmalab.wire.header import Header, compile_decoder
@@ -104,12 +106,14 @@ class HeaderJson:
         self.size = lay.size
         self.decode = compile_decoder(cls)
         self.volatile: list[tuple[int, int, str]] = []  # (shift, mask, Wireshark name)
+        self.texts: list[tuple[int, int, Callable[[int], str]]] = []  # (shift, mask, value_text of the name)
         keep = (1 << 8 * lay.size) - 1
         for name in VOLATILE.get(cls, ()):
             f = lay.field(name)
             if not f.ws or f.fmt in ("mac", "ipv4", "ipv6"):
                 raise ValueError(f"{cls.__name__}.{f.name}: a volatile field must be a number with a Wireshark name")
             self.volatile.append((f.shift, f.mask, f.ws))
+            self.texts.append((f.shift, f.mask, int_text(f.ws)))
             keep &= ~(f.mask << f.shift)
         self.keep = keep
         self.seen: dict[int, _Template | None] = {}  # the fields but the volatile ones -> template (None: none)
@@ -128,7 +132,7 @@ class HeaderJson:
             t = self.seen[key] = self._make(b, v)
         if t is None:  # (a header whose template failed its check: the per-packet way)
             return None
-        args = [value_text(ws, v >> shift & mask) for shift, mask, ws in self.volatile]
+        args = [text(v >> shift & mask) for shift, mask, text in self.texts]
         if t.raw:
             args.append(_hexbytes(b))
         return t, t.text.format(*args)

@@ -64,11 +64,16 @@ _CRC_NAMES = {"iwarp_mpa.crc": 8, "iwarp_mpa.crc_check": 8, "rdmalab.crc32c.expe
 def value_text(name: str, value: Any) -> str:
     """A value as tshark's JSON shows it: as ``-T fields`` does, but byte strings colon-separated."""
     if type(value) is int:
-        f = _INT_TEXT.get(name)
-        if f is None:
-            f = _INT_TEXT[name] = _int_text(name)
-        return f(value)
+        return int_text(name)(value)
     return _value_text_any(name, value)
+
+
+def int_text(name: str) -> Callable[[int], str]:
+    """:func:`value_text` of field ``name`` for an integer value, as a function of the value."""
+    f = _INT_TEXT.get(name)
+    if f is None:
+        f = _INT_TEXT[name] = _int_text(name)
+    return f
 
 
 def _value_text_any(name: str, value: Any) -> str:
