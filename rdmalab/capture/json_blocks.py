@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rdmalab.capture.blockpool import blocks_in_workers
 from rdmalab.capture.json_templates import _TCP_CHAIN, roce_json, tcp_json
 from rdmalab.capture.linktypes import LINKTYPE_ERF
-from rdmalab.capture.pcapio import FrameMeta, record_ns
+from rdmalab.capture.pcapio import FrameMeta, record_blocks, record_ns
 from rdmalab.capture.reader import CapturedPacket, RawRecord, _load_iwarp_tracker, decode_record
 from rdmalab.capture.tsjson import (
     _FRAME_END,
@@ -396,13 +396,15 @@ def iter_json_file(path: str, *, workers: int, lenient: bool = True, iwarp: bool
     completed in a segment, or its payload as data: :func:`_tcp_text`).  ``block_bytes``: the file is cut
     into blocks of about that many octets (1 MiB: a block's JSON text is about seven times its octets, and
     several blocks are held at once; with 4 MiB blocks the mixed benchmark's 50,000 frames held 400 MiB
-    in this process, with 1 MiB 144 MiB, and took no longer)."""
+    in this process, with 1 MiB 144 MiB, and took no longer).  ``workers`` 1: the blocks rendered in this
+    process, the same way (:func:`_blocks_here`; a stream too)."""
     tracker = _load_iwarp_tracker()() if iwarp else None
     yield "[\n"
     started = False
     last: tuple[int, int] | None = None  # the frame number and time (ns) of the last frame decoded here
-    for (first, pieces), t0 in blocks_in_workers(path, _json_block, (lenient,), workers=workers,
-                                                 block_bytes=block_bytes, count=count, exact_times=True):
+    blocks = (blocks_in_workers(path, _json_block, (lenient,), workers=workers, block_bytes=block_bytes, count=count,
+                                exact_times=True) if workers > 1 else _blocks_here(path, lenient, block_bytes, count))
+    for (first, pieces), t0 in blocks:
         out: list[str] = []  # the block's frames, each after ",\n  "
         try:
             with _no_gc():
@@ -417,3 +419,22 @@ def iter_json_file(path: str, *, workers: int, lenient: bool = True, iwarp: bool
             yield text if started else text[2:]  # the first frame has no comma before it
             started = True
     yield "\n]\n" if started else "]\n"
+
+
+def _blocks_here(path: str, lenient: bool, block_bytes: int,
+                 count: int | None) -> Iterator[tuple[tuple[int, list[str | _Left | _LeftTcp]], int]]:
+    """What :func:`~rdmalab.capture.blockpool.blocks_in_workers` gives :func:`iter_json_file` of
+    :func:`_json_block`, its blocks read by the sequential reader and rendered in this process."""
+    t0: int | None = None
+    prev: int | None = None
+    for blk in record_blocks(path, block_bytes):
+        n = len(blk) if count is None else min(len(blk), count - blk.first + 1)
+        if n <= 0:
+            if count is not None and blk.first > count:
+                return
+            continue
+        nss = [record_ns(ts, ns) for ts, ns in zip(blk.seconds().tolist()[:n], blk.ts_ns.tolist()[:n], strict=True)]
+        if t0 is None:
+            t0 = nss[0]
+        yield _json_block(blk, n, t0, prev, lenient), t0
+        prev = nss[-1]

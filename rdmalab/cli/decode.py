@@ -211,12 +211,14 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     # the pcapng fields (comments, sections, interfaces: tshark's pkt_comment layer and the frame layer's
     # first keys) are read from the file's blocks a second time (a stream's as its reader reads them)
     meta = _meta(path, flt) or FrameMeta(path)
-    if flt is None and workers > 1 and parallel_capture(path) and os.path.getsize(path) >= JSON_PARALLEL_MIN_BYTES:
-        # (tshark's tcp.analysis: the analysis follows the file, read again here, beside the workers)
+    if flt is None and parallel_capture(path):
+        # in blocks, in workers for a file big enough, else here (tshark's tcp.analysis: the analysis follows
+        # the file, read again here, beside them)
         feed = AnalysisFeed(json=True)
         feed.read_from(path, 4 << 20)
-        for piece in iter_json_file(path, workers=workers, lenient=not args.strict, iwarp=not args.no_iwarp,
-                                    count=args.count, meta=meta):
+        big = os.path.getsize(path) >= JSON_PARALLEL_MIN_BYTES
+        for piece in iter_json_file(path, workers=workers if big else 1, lenient=not args.strict,
+                                    iwarp=not args.no_iwarp, count=args.count, meta=meta):
             out.write(feed.apply_json(piece))
         return 0
     windows = TcpWindowScaling()  # tcp.window_size for the filter: every frame, in order
