@@ -61,7 +61,7 @@ from rdmalab.capture.render import (
     sack_delivered,
     window_shift_option,
 )
-from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, LABEL_FIELDS, TREE, VALUE_FIELDS, TcpAnalysis
+from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, FLAG_FIELDS, LABEL_FIELDS, TREE, VALUE_FIELDS, TcpAnalysis
 from rdmalab.wire.control import (
     ICMP_ERRORS,
     ICMPV6_ERRORS,
@@ -474,24 +474,28 @@ def fill_tcp_analysis(cols: Columns, analysis: TcpAnalysis, ends: TcpEnds) -> No
     idx, srcs, dsts, revs, sacks = ends
     if not len(idx):
         return
-    ok = (L["tcp.stream"] & L["tcp.rest"] & L["tcp.len"])[idx]
     frames = d["frame.number"]
-    segment = analysis.segment
     hits: list[tuple[int, list[str], tuple[int, int] | None]] = []
     valued: list[int] = []  # (the rows with the analysis tree, and their values)
     values: list[tuple[int, ...]] = []
-    for k, row, stream, seq, ack, flags, seglen, window, now, frame in zip(
-            np.flatnonzero(ok).tolist(), idx[ok].tolist(), d["tcp.stream"][idx[ok]].tolist(),
-            d["tcp.seq_raw"][idx[ok]].tolist(), d["tcp.ack_raw"][idx[ok]].tolist(), d["tcp.flags"][idx[ok]].tolist(),
-            d["tcp.len"][idx[ok]].tolist(), d["tcp.window_size_value"][idx[ok]].tolist(),
-            d["frame.time_ns"][idx[ok]].tolist(), frames[idx[ok]].tolist(), strict=True):
-        names, dup, got = segment(stream, srcs[k], dsts[k], revs[k], seq, ack, flags, seglen, window, now, frame,
-                                  sacks[k])
-        if names or dup is not None:
-            hits.append((row, names, dup))
-        if got is not None:
-            valued.append(row)
-            values.append(got)
+    if not analysis.values:  # (the flags alone: TcpAnalysis.flags_many's one loop, the same rules)
+        hits = [(row, [name for i, name in enumerate(FLAG_FIELDS) if bits >> i & 1], dup)
+                for row, bits, dup in tcp_flags(cols, analysis, ends)]
+    else:
+        ok = (L["tcp.stream"] & L["tcp.rest"] & L["tcp.len"])[idx]
+        segment = analysis.segment
+        for k, row, stream, seq, ack, flags, seglen, window, now, frame in zip(
+                np.flatnonzero(ok).tolist(), idx[ok].tolist(), d["tcp.stream"][idx[ok]].tolist(),
+                d["tcp.seq_raw"][idx[ok]].tolist(), d["tcp.ack_raw"][idx[ok]].tolist(), d["tcp.flags"][idx[ok]].tolist(),
+                d["tcp.len"][idx[ok]].tolist(), d["tcp.window_size_value"][idx[ok]].tolist(),
+                d["frame.time_ns"][idx[ok]].tolist(), frames[idx[ok]].tolist(), strict=True):
+            names, dup, got = segment(stream, srcs[k], dsts[k], revs[k], seq, ack, flags, seglen, window, now, frame,
+                                      sacks[k])
+            if names or dup is not None:
+                hits.append((row, names, dup))
+            if got is not None:
+                valued.append(row)
+                values.append(got)
     # (the rows of each flag gathered, then set a column at a time)
     named: dict[str, list[int]] = {"tcp.analysis.flags": []}
     dups: list[int] = []

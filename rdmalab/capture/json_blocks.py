@@ -397,7 +397,7 @@ def iter_json_file(path: str, *, workers: int, lenient: bool = True, iwarp: bool
     into blocks of about that many octets (1 MiB: a block's JSON text is about seven times its octets, and
     several blocks are held at once; with 4 MiB blocks the mixed benchmark's 50,000 frames held 400 MiB
     in this process, with 1 MiB 144 MiB, and took no longer).  ``workers`` 1: the blocks rendered in this
-    process, the same way (:func:`_blocks_here`; a stream too)."""
+    process, the same way (:func:`_blocks_here`)."""
     tracker = _load_iwarp_tracker()() if iwarp else None
     yield "[\n"
     started = False

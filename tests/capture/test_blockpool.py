@@ -35,16 +35,19 @@ def _json_one(path: str, count: int | None = None, lenient: bool = True) -> str:
     return "".join(iter_json(read(path, count=count, lenient=lenient)))
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("path", CAPTURES, ids=[Path(p).name for p in CAPTURES])
-def test_json_in_workers_is_the_json_of_one_process(path: str) -> None:
-    many = "".join(iter_json_file(path, workers=2, block_bytes=4096))
+def test_json_in_workers_is_the_json_of_one_process(path: str, workers: int) -> None:
+    """(workers 1: the blocks rendered the workers' way, in this process)"""
+    many = "".join(iter_json_file(path, workers=workers, block_bytes=4096))
     assert many == _json_one(path)
 
 
 def test_json_in_workers_with_a_count() -> None:
     path = str(ROOT / "captures" / "siw_write_bw.pcap")
     for count in (0, 1, 7, 150):
-        assert "".join(iter_json_file(path, workers=2, block_bytes=4096, count=count)) == _json_one(path, count)
+        for workers in (1, 2):
+            assert "".join(iter_json_file(path, workers=workers, block_bytes=4096, count=count)) == _json_one(path, count)
     from rdmalab.capture.columnar_summary import summary_bytes
 
     assert b"".join(summary_bytes(path, count=0, workers=2, block_bytes=4096, parallel_min_bytes=0)) == b""
@@ -100,6 +103,8 @@ def test_a_capture_cut_mid_record_loses_nothing_in_workers(tmp_path: Path) -> No
         one, many = _until_error(run(1)), _until_error(run(2))
         assert "truncated mid-record" in one[1], what
         assert many == one, what
+        if what == "json":  # (and its blocks rendered the workers' way, in this process)
+            assert _until_error(iter_json_file(path, workers=1, block_bytes=8192)) == one
         if what == "summary":  # a line for every whole record before the one the cut is in
             cut_at = int(re.search(r"record (\d+) at byte", one[1]).group(1))  # type: ignore[union-attr]
             assert cut_at > 1200 and many[0].count("\n") == cut_at - 1
@@ -117,6 +122,7 @@ def test_json_in_workers_strict_stops_at_the_same_frame(tmp_path: Path) -> None:
     one = _until_error(iter_json(read(p, lenient=False)))
     many = _until_error(iter_json_file(str(p), workers=2, block_bytes=4096, lenient=False))
     assert one[1] and many == one
+    assert _until_error(iter_json_file(str(p), workers=1, block_bytes=4096, lenient=False)) == one
     assert one[0].count('"frame.number"') == 200
 
 

@@ -212,3 +212,44 @@ def test_a_tcp_kind_whose_piece_differs_goes_the_per_packet_way(monkeypatch: Any
         if g is not None:
             kinds.add((g[4][5], g[2], g[3] > 0))
     assert json_blocks.TCP_REFUSED == kinds and kinds
+
+
+class _Everything(set[object]):
+    """A set that holds every kind: the per-kind check against the per-packet way switched off."""
+
+    def __contains__(self, _x: object) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("name", ["rxe_write_bw.pcap", "rxe_atomic_fadd.pcap", "rxe_ud_send_bw.pcap",
+                                  "siw_write_bw.pcap", "siw_crc_read_bw.pcap"])
+def test_frames_with_a_header_octet_changed(name: str, monkeypatch: Any) -> None:
+    """Every octet of the headers of some frames changed in turn (1, 0x10, 0x80, 0xff XORed in), the checks
+    per kind switched off: each frame the templates still write (a RoCE frame, a TCP segment's piece) is
+    what the per-packet way writes, and the others are left to it (a bad ICRC, a length that does not add
+    up, a header that is not one)."""
+    from rdmalab.capture import json_blocks
+
+    monkeypatch.setattr(json_templates, "_CHECKED", _Everything())
+    monkeypatch.setattr(json_blocks, "_TCP_CHECKED", _Everything())
+    frames = _frames(str(ROOT / "captures" / name))
+    first = frames[0][5]
+    taken = 0
+    for n in range(1, min(len(frames), 240), 11):
+        data, cap, wire, lt, ts, ns, fcs = frames[n - 1]
+        for pos in range(min(cap, 86)):
+            for delta in (1, 0x10, 0x80, 0xFF):
+                d = bytearray(data)
+                d[pos] ^= delta
+                b = bytes(d)
+                got_roce = roce_json(b, 0, cap, wire, lt, fcs, n, ts, ns, 0, first, first)
+                if got_roce is not None:
+                    taken += 1
+                    assert got_roce == _per_packet(b, cap, wire, lt, ts, ns, fcs, n, first, first), (n, pos, delta)
+                    continue
+                got = json_blocks._tcp_templated(b, 0, cap, wire, lt, fcs, n, ts, ns, 0, first, first, True)
+                if got is not None:
+                    taken += 1
+                    want = json_blocks._per_packet(n, ts, ns, lt, b, wire, 0, fcs, first, first, True, True)
+                    assert want[0] is not None and got == (b, ",\n  " + want[0], want[2], want[3]), (n, pos, delta)
+    assert taken > 500
