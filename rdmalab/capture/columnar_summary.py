@@ -1102,9 +1102,10 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     p = os.fspath(path)
     shown: _Shown | None = None
     if flt is not None and wants_conversations(flt.fields) and not wants_iwarp(flt.fields):
-        # a filter on the conversations (tcp.stream == 3): every line written as without a filter (one
-        # process, in order), then the lines of the frames it keeps, from the block's columns
-        shown, flt, filter_expr, workers = _Shown(flt), None, None, 1
+        # a filter on the conversations (tcp.stream == 3): every line written as without a filter (in
+        # workers too), then the lines of the frames it keeps, from the block's columns (the conversations
+        # and the TCP analysis followed in order, here or in the process beside the workers)
+        shown, flt, filter_expr = _Shown(flt), None, None
     tracker = None
     if iwarp:
 
@@ -1125,72 +1126,75 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
         t0 = _file_first_time(p)
         blocks: Iterator[tuple[_BlockText, int]] = ((bt, t0) for bt, _t in blocks_in_workers(
             p, _render_in_worker, (filter_expr, lenient, t0), workers=workers, block_bytes=block_bytes, count=count))
-        prefixes.read_from(p, block_bytes)
+        prefixes.read_from(p, block_bytes, shown)
     else:
         blocks = _sequential(p, block_bytes, count, flt, lenient, shown, prefixes)
-    mapped: memoryview | None = None
-    for bt, t0 in blocks:
-        if bt.tcp is not None and bt.tcp.file_start is not None:
-            if mapped is None:
-                with open(p, "rb") as f:
-                    mapped = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
-            bt.tcp.buf = mapped[bt.tcp.file_start:]  # type: ignore[assignment]
-        first = bt.pieces[0] if len(bt.pieces) == 1 else None
-        if isinstance(first, bytes):
-            first = prefixes.apply(first)
-            yield first if shown is None else shown.keep(first)
-            continue
-        out: list[bytes] = []
-        failed: BaseException | None = None
-        try:
-            for piece in bt.pieces:
-                if isinstance(piece, bytes):
-                    out.append(piece)
-                    continue
-                if isinstance(piece, _Run):  # clean TCP segments, their text formatted from the columns
-                    assert bt.tcp is not None
-                    text, stop = _run_text(bt.first, bt.tcp, piece, t0, tracker, windows, lenient)
-                    out.append(text)
-                    if stop is not None:
-                        raise stop
-                    continue
-                j, ts, lt, data, wire, iface, ns, digits = piece
-                key = (lt, data, wire)
-                parts = seen.get(key) if flt is None else None
-                if parts is None:
-                    cp = decode_record(RawRecord(bt.first + j, ts, lt, data, wire, iface, ns, digits), lenient=lenient,
-                                       tracker=tracker)
-                    if cp.packet.encap == "tcp":
-                        if not cp.pdus:
-                            line = summary_line(cp, t0, windows)
-                        else:
+    try:
+        mapped: memoryview | None = None
+        for bt, t0 in blocks:
+            if bt.tcp is not None and bt.tcp.file_start is not None:
+                if mapped is None:
+                    with open(p, "rb") as f:
+                        mapped = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+                bt.tcp.buf = mapped[bt.tcp.file_start:]  # type: ignore[assignment]
+            first = bt.pieces[0] if len(bt.pieces) == 1 else None
+            if isinstance(first, bytes):
+                first = prefixes.apply(first)
+                yield first if shown is None else shown.keep(first)
+                continue
+            out: list[bytes] = []
+            failed: BaseException | None = None
+            try:
+                for piece in bt.pieces:
+                    if isinstance(piece, bytes):
+                        out.append(piece)
+                        continue
+                    if isinstance(piece, _Run):  # clean TCP segments, their text formatted from the columns
+                        assert bt.tcp is not None
+                        text, stop = _run_text(bt.first, bt.tcp, piece, t0, tracker, windows, lenient)
+                        out.append(text)
+                        if stop is not None:
+                            raise stop
+                        continue
+                    j, ts, lt, data, wire, iface, ns, digits = piece
+                    key = (lt, data, wire)
+                    parts = seen.get(key) if flt is None else None
+                    if parts is None:
+                        cp = decode_record(RawRecord(bt.first + j, ts, lt, data, wire, iface, ns, digits), lenient=lenient,
+                                           tracker=tracker)
+                        if cp.packet.encap == "tcp":
+                            if not cp.pdus:
+                                line = summary_line(cp, t0, windows)
+                            else:
+                                windows.window(cp.packet)
+                                line = summary_line(cp, t0)
+                            if flt is None or flt(frame_fields(cp, windows=windows)):
+                                out.append((line + "\n").encode())
+                            continue
+                        # a TCP header the decoder did not take whole (options past the segment's end, ...):
+                        # its SYN still sets its direction's window scale, as on the per-packet path
+                        damaged_tcp = cp.packet.get(TCP) is not None
+                        echo = echo_message(cp.packet) is not None  # an echo request or reply: paired in order
+                        request_in = echoes.note(bt.first + j, cp.packet) if echo else None
+                        if flt is not None and not flt(frame_fields(cp, windows=windows)):
+                            continue
+                        if damaged_tcp and flt is None:
                             windows.window(cp.packet)
-                            line = summary_line(cp, t0)
-                        if flt is None or flt(frame_fields(cp, windows=windows)):
-                            out.append((line + "\n").encode())
-                        continue
-                    # a TCP header the decoder did not take whole (options past the segment's end, ...):
-                    # its SYN still sets its direction's window scale, as on the per-packet path
-                    damaged_tcp = cp.packet.get(TCP) is not None
-                    echo = echo_message(cp.packet) is not None  # an echo request or reply: paired in order
-                    request_in = echoes.note(bt.first + j, cp.packet) if echo else None
-                    if flt is not None and not flt(frame_fields(cp, windows=windows)):
-                        continue
-                    if damaged_tcp and flt is None:
-                        windows.window(cp.packet)
-                    parts = _parts(cp, request_in)
-                    if flt is None and not damaged_tcp and not echo:  # (a damaged TCP segment, an echo: read each time)
-                        if len(seen) >= 4096:
-                            seen.clear()
-                        seen[key] = parts
-                out.append(_record_line(bt.first + j, parts, ts, ns, digits, t0, wire, len(data)))
-        except Exception as err:  # the lines before the frame that failed, then the error
-            failed = err
-        if out:
-            text = prefixes.apply(b"".join(out))
-            yield text if shown is None else shown.keep(text)
-        if failed is not None:
-            raise failed
+                        parts = _parts(cp, request_in)
+                        if flt is None and not damaged_tcp and not echo:  # (a damaged TCP segment, an echo: read each time)
+                            if len(seen) >= 4096:
+                                seen.clear()
+                            seen[key] = parts
+                    out.append(_record_line(bt.first + j, parts, ts, ns, digits, t0, wire, len(data)))
+            except Exception as err:  # the lines before the frame that failed, then the error
+                failed = err
+            if out:
+                text = prefixes.apply(b"".join(out))
+                yield text if shown is None else shown.keep(text)
+            if failed is not None:
+                raise failed
+    finally:  # (the process beside ended now, not when this generator is collected)
+        prefixes.close()
 
 
 class _Shown:
@@ -1277,21 +1281,32 @@ class AnalysisFeed:
         #: (frame, prefix) of the frames analysed whose lines have not been written yet, in order
         self.pending: deque[tuple[int, bytes]] = deque()
         self.upto = 0  # the last frame analysed
-        self._beside: Iterator[tuple[int, list[tuple[int, Any]]]] | None = None  # (read_from)
+        self._beside: Iterator[tuple[int, list[tuple[int, Any]], Any]] | None = None  # (read_from)
+        self._shown: _Shown | None = None  # (read_from)
         self._texts: dict[int, bytes] = {}  # flags (one bit each, FLAG_FIELDS) -> their prefix
 
-    def read_from(self, path: str, block_bytes: int) -> None:
+    def read_from(self, path: str, block_bytes: int, shown: _Shown | None = None) -> None:
         """Read the frames of ``path`` (a file) as :meth:`apply` needs them, and analyse them in a process
         beside this one (:func:`~rdmalab.capture.blockpool.run_beside`: this process, which writes what the
-        workers render and follows the iWARP streams, is the one the others wait for)."""
+        workers render and follows the iWARP streams, is the one the others wait for).  ``shown``: a filter
+        on the conversations, run there on each block's columns; its masks are added to ``shown``'s here
+        as the frames are analysed (:meth:`apply` before :meth:`_Shown.keep`)."""
+        self._shown = shown
         self._beside = run_beside(partial(self._analysed, path, block_bytes))
 
-    def _analysed(self, path: str, block_bytes: int) -> Iterator[tuple[int, list[tuple[int, Any]]]]:
+    def _analysed(self, path: str, block_bytes: int) -> Iterator[tuple[int, list[tuple[int, Any]], Any]]:
         """In the process beside (:meth:`read_from`), a copy of this feed: after each block of ``path``,
-        the last frame analysed and what :meth:`note` left to put into the text."""
+        the last frame analysed, what :meth:`note` left to put into the text and (a filter on the
+        conversations) which of the block's frames it keeps."""
+        shown = self._shown
         for raw in record_blocks(path, block_bytes):
-            self.note(erf_ethernet_view(raw), len(raw))
-            yield self.upto, list(self.pending)
+            blk = erf_ethernet_view(raw)
+            if shown is None:
+                self.note(blk, len(raw))
+                yield self.upto, list(self.pending), None
+            else:
+                shown.note(self.note(blk, len(raw), shown.flt.fields), len(raw))
+                yield self.upto, list(self.pending), shown.mask
             self.pending.clear()
 
     def note(self, blk: RecordBlock, n: int, fields: Any = ()) -> Columns:
@@ -1385,6 +1400,13 @@ class AnalysisFeed:
                 continue
             append((frame, "".join(["\n        " + x for x in tree_lines(names, pair, given)]).encode()))
 
+    def close(self) -> None:
+        """The process beside (:meth:`read_from`) ended, if it has not: no more frames are wanted."""
+        beside, self._beside = self._beside, None
+        close = getattr(beside, "close", None)  # (a generator: run_beside's, or made here where none forks)
+        if close is not None:
+            close()
+
     def _read_upto(self, last: int) -> None:
         """The frames up to ``last`` analysed (read from the file beside the workers: :meth:`read_from`)."""
         while self._beside is not None and self.upto < last:
@@ -1394,6 +1416,8 @@ class AnalysisFeed:
             else:
                 self.upto = got[0]
                 self.pending.extend(got[1])
+                if got[2] is not None and self._shown is not None:
+                    self._shown.mask = np.concatenate((self._shown.mask, got[2]))
 
     def apply_trees(self, text: bytes) -> bytes:
         """``text``, the next frames' trees (``-V``), in order, tshark's SEQ/ACK analysis put in each that has

@@ -886,3 +886,39 @@ def test_fields_of_the_conversations_in_workers(tmp_path: Path, expr: str | None
             assert one[0].count("\n") > (300 if expr is None else 10)
             assert ("truncated mid-record" in one[1]) == (path == cut)
     assert len(in_workers) == 4  # the workers' path was taken (and not by one process)
+
+
+@pytest.mark.parametrize("expr", ["tcp.stream == 1 || udp.stream == 0", "tcp.analysis.retransmission",
+                                  "tcp.analysis.bytes_in_flight > 100 || tcp.seq == 1", "tcp.analysis.ack_rtt"])
+def test_summaries_filtered_on_the_conversations_in_workers(tmp_path: Path, expr: str, monkeypatch: Any) -> None:
+    """Summary lines with a filter on the conversations or the TCP analysis (followed in order, in the
+    process beside the workers, which also runs the filter on each block's columns) with the lines written
+    in workers: the same lines as one process, on captures appended (lossy RoCE, iWARP, ICMP errors), blocks
+    cut anywhere, and on a capture cut mid-record (every line kept before the cut, then the same error)."""
+    import hostile  # tests/hostile.py
+
+    from rdmalab.capture import blockpool as bp
+    from rdmalab.capture import columnar_summary
+    from rdmalab.capture.filter import compile_filter
+
+    used: list[int] = []
+    real = bp.blocks_in_workers
+    monkeypatch.setattr(columnar_summary, "blocks_in_workers", lambda *a, **k: used.append(k["workers"]) or real(*a, **k))
+    frames = [f for name in ("siw_write_bw.pcap", "rxe_write_bw_loss.pcap", "lo_icmp_unreachable.pcap", "siw_rping.pcap")
+              for f in hostile.frames_of(ROOT / "captures" / name)]
+    whole = tmp_path / "appended.pcap"
+    hostile.write(whole, frames)
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(whole.read_bytes()[:-300])
+    flt = compile_filter(expr)
+    for path in (whole, cut):
+        before = len(used)
+        one = _until_error(columnar_summary.summary_bytes(str(path), flt=flt, filter_expr=expr, workers=1))
+        assert len(used) == before
+        for block in (4096, 1 << 20):
+            many = _until_error(columnar_summary.summary_bytes(str(path), flt=flt, filter_expr=expr, workers=2,
+                                                               block_bytes=block, parallel_min_bytes=0))
+            assert many == one, (path.name, block)
+        assert one[0].count("\n") > 2
+        assert ("truncated mid-record" in one[1]) == (path == cut)
+    assert used == [2, 2, 2, 2]
