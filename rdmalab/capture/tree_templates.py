@@ -595,20 +595,10 @@ def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int 
     seq_ack = AnalysisFeed(trees=True)
     if workers > 1 and parallel_capture(p, own_times=True) and os.path.getsize(p) >= parallel_min_bytes:
         seq_ack.read_from(p, block_bytes)
-        for (first, pieces), _t0 in blocks_in_workers(p, _tree_block, (), workers=workers,
-                                                      block_bytes=block_bytes, count=count):
-            out: list[bytes] = []
-            for piece in pieces:
-                if isinstance(piece, bytes):
-                    out.append(piece)
-                    continue
-                if len(piece) == 3:  # a TCP segment's tree but for its stream's part
-                    _j, parts, iface = piece
-                    out.append(tcp_tree(parts, tracker, partial(_frame_again, p, first + _j), iface) + b"\n\n")
-                    continue
-                j, data, wire, ts, lt, iface, fcs = piece
-                out.append(_one_tree(data, 0, len(data), first + j, wire, ts, lt, iface, fcs, tracker) + b"\n\n")
-            yield seq_ack.apply_trees(b"".join(out))
+        try:
+            yield from _trees_of_workers(p, seq_ack, tracker, block_bytes, workers, count)
+        finally:
+            seq_ack.close()
         return
     for blk in record_blocks(p, block_bytes):
         seq_ack.note(erf_ethernet_view(blk), len(blk))
@@ -627,6 +617,26 @@ def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int 
             yield seq_ack.apply_trees(b"\n\n".join(out))
         if last:
             return
+
+
+def _trees_of_workers(p: str, seq_ack: AnalysisFeed, tracker: Any, block_bytes: int, workers: int,
+                      count: int | None) -> Iterator[bytes]:
+    """:func:`tree_blocks`' text of blocks rendered in workers (:func:`_tree_block`), the TCP segments'
+    finished here in order."""
+    for (first, pieces), _t0 in blocks_in_workers(p, _tree_block, (), workers=workers,
+                                                  block_bytes=block_bytes, count=count):
+        out: list[bytes] = []
+        for piece in pieces:
+            if isinstance(piece, bytes):
+                out.append(piece)
+                continue
+            if len(piece) == 3:  # a TCP segment's tree but for its stream's part
+                _j, parts, iface = piece
+                out.append(tcp_tree(parts, tracker, partial(_frame_again, p, first + _j), iface) + b"\n\n")
+                continue
+            j, data, wire, ts, lt, iface, fcs = piece
+            out.append(_one_tree(data, 0, len(data), first + j, wire, ts, lt, iface, fcs, tracker) + b"\n\n")
+        yield seq_ack.apply_trees(b"".join(out))
 
 
 def _one_tree(buf: bytes | bytearray, off: int, cap: int, n: int, wire: int, ts: float, lt: int, iface: int,

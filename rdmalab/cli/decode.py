@@ -217,9 +217,12 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
         feed = AnalysisFeed(json=True)
         feed.read_from(path, 4 << 20)
         big = os.path.getsize(path) >= JSON_PARALLEL_MIN_BYTES
-        for piece in iter_json_file(path, workers=workers if big else 1, lenient=not args.strict,
-                                    iwarp=not args.no_iwarp, count=args.count, meta=meta):
-            out.write(feed.apply_json(piece))
+        try:
+            for piece in iter_json_file(path, workers=workers if big else 1, lenient=not args.strict,
+                                        iwarp=not args.no_iwarp, count=args.count, meta=meta):
+                out.write(feed.apply_json(piece))
+        finally:
+            feed.close()
         return 0
     windows = TcpWindowScaling()  # tcp.window_size for the filter: every frame, in order
     clock = _clock(flt)
