@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rdmalab.capture.blockpool import blocks_in_workers
-from rdmalab.capture.json_templates import _TCP_CHAIN, roce_json, tcp_json
+from rdmalab.capture.json_templates import TCP_SHAPES, roce_json, tcp_json
 from rdmalab.capture.linktypes import LINKTYPE_ERF
 from rdmalab.capture.pcapio import FrameMeta, record_blocks, record_ns
 from rdmalab.capture.reader import CapturedPacket, RawRecord, _load_iwarp_tracker, decode_record
@@ -38,7 +38,6 @@ from rdmalab.capture.tsjson import (
     _tail_layers,
     packet_json,
 )
-from rdmalab.wire.net import TCP, Ethernet, IPv4
 
 if TYPE_CHECKING:
     from rdmalab.wire.packet import Packet
@@ -165,12 +164,10 @@ def _per_packet(frame: int, ts: float, ns: int, lt: int, data: bytes, wire: int,
         return None, False, None, None
 
 
-#: the kinds of TCP segment (flags, header length, with a payload) whose worker's piece from the templates
+#: the kinds of TCP segment (flags, where the payload starts, with a payload, 802.1Q tag) whose worker's piece from the templates
 #: was checked against the per-packet way in this process, and those whose pieces differed (left to it)
-_TCP_CHECKED: set[tuple[int, int, bool]] = set()
-TCP_REFUSED: set[tuple[int, int, bool]] = set()
-_TCP_NAMES = ("frame", "eth", "ip", "tcp")
-_TCP_CLASSES = frozenset({Ethernet, IPv4, TCP})
+_TCP_CHECKED: set[tuple[int, int, bool, int]] = set()
+TCP_REFUSED: set[tuple[int, int, bool, int]] = set()
 
 
 def _tcp_templated(buf: Any, o: int, cap: int, wire: int, lt: int, fcs: int, frame: int, ts: float, ns: int,
@@ -181,16 +178,17 @@ def _tcp_templated(buf: Any, o: int, cap: int, wire: int, lt: int, fcs: int, fra
     got = tcp_json(buf, o, cap, wire, lt, fcs, frame, ns, first_ns, before)
     if got is None:
         return None
-    text, extras, at, length, seg = got
-    kind = (seg[5], at, length > 0)
+    text, extras, at, length, seg, tag = got
+    kind = (seg[5], at, length > 0, tag)
     if kind in TCP_REFUSED:
         return None
     full = ",\n  " + text
     splice: _Splice | None = None
     if length:
+        chain, names, classes = TCP_SHAPES[tag]
         ps = full.find(_PROTOCOLS_KEY) + len(_PROTOCOLS_KEY)
-        pe = ps + len(_quote(_TCP_CHAIN))
-        splice = (ps, pe, full.rfind(_RDMALAB_LAYER), _TCP_CHAIN, extras, _TCP_NAMES, _TCP_CLASSES, None, "tcp")
+        pe = ps + len(_quote(chain))
+        splice = (ps, pe, full.rfind(_RDMALAB_LAYER), chain, extras, names, classes, None, "tcp")
     data = bytes(buf[o:o + cap])
     piece = (data, full, (seg, at, length, None), splice)
     if kind not in _TCP_CHECKED:

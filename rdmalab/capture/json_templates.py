@@ -54,10 +54,10 @@ from rdmalab.capture.tsjson import (
 )
 from rdmalab.wire.header import Header, compile_decoder
 from rdmalab.wire.ib import AETH, BTH, IETH, RETH, AtomicAckETH, AtomicETH, ImmDt
-from rdmalab.wire.net import TCP, UDP, Ethernet, IPv4
+from rdmalab.wire.net import ETHERTYPE_VLAN, TCP, UDP, VLAN, Ethernet, IPv4
 from rdmalab.wire.packet import Layer, Packet
 
-__all__ = ["REFUSED", "VOLATILE", "HeaderJson", "frame_json", "roce_json", "tcp_json"]
+__all__ = ["REFUSED", "TCP_SHAPES", "VOLATILE", "HeaderJson", "frame_json", "roce_json", "tcp_json"]
 
 #: Per header class, the fields that change from one packet to the next (they are slots of its
 #: templates; every other field's value picks a template).  Each must be a plain number in the
@@ -81,7 +81,7 @@ _REMEMBERED = 4096  # templates kept per header class (emptied when full)
 
 #: the kinds of frame (opcode, payload, pad) whose template text differed from the per-packet writer's
 #: in this process (:func:`roce_json` then leaves them to it)
-REFUSED: set[tuple[int, bool, bool]] = set()
+REFUSED: set[tuple[int, bool, bool, int]] = set()
 
 
 class _Template:
@@ -174,8 +174,22 @@ def _header_json(cls: type[Header]) -> HeaderJson:
 _ETH, _IP, _UDP, _BTH = (_header_json(c) for c in (Ethernet, IPv4, UDP, BTH))
 #: what the iWARP reassembly is fed of a TCP segment but its payload (rdmalab.capture.iwarp.Segment)
 TcpSegment = tuple[str, int, str, int, int, int, None]
-_CHECKED: set[tuple[int, bool, bool]] = set()
-_ROCE_CHAIN = "eth:ethertype:ip:udp:infiniband"
+_CHECKED: set[tuple[int, bool, bool, int]] = set()
+#: the headers in front of the IPv4 header's end (Ethernet, IPv4; with an 802.1Q tag between them), each
+#: with its offset, by the tag's length
+_FRONT = {0: [(_ETH, 0), (_IP, 14)], 4: [(_ETH, 0), (_header_json(VLAN), 14), (_IP, 18)]}
+_ROCE_CHAIN = {0: "eth:ethertype:ip:udp:infiniband", 4: "eth:ethertype:vlan:ethertype:ip:udp:infiniband"}
+
+
+def _tag_of(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int, fcs_len: int) -> int | None:
+    """The octets of the 802.1Q tag between an Ethernet frame's addresses and its EtherType (0 or 4), for a
+    frame the templates may write (a whole Ethernet record, no FCS kept); None for another."""
+    if linktype != LINKTYPE_ETHERNET or wire != cap or fcs_len > 0 or cap < 18:
+        return None
+    return 4 if buf[o + 12:o + 14] == _TPID else 0
+
+
+_TPID = ETHERTYPE_VLAN.to_bytes(2, "big")
 
 
 def roce_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int, fcs_len: int, frame: int,
@@ -184,19 +198,21 @@ def roce_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int
     ``linktype`` at ``seconds``, ``ns``, of ``interface``, from a capture that says it keeps an FCS of
     ``fcs_len`` octets), the capture's first frame at ``first_ns`` and the frame before it at
     ``prev_ns``, as ``_frame_text(packet_json(...))`` writes it, without the pcapng fields and
-    the TCP analysis; None when it is not a frame written here."""
-    if linktype != LINKTYPE_ETHERNET or wire != cap or fcs_len > 0:
+    the TCP analysis; None when it is not a frame written here.  With or without one 802.1Q tag."""
+    tag = _tag_of(buf, o, cap, wire, linktype, fcs_len)
+    if tag is None:
         return None
-    front = _ipv4_front(buf, o, cap, wire, fcs_len)
-    if front is None or front[1] != cap or buf[o + 23] != 17:  # (a datagram to the frame's end: no trailer)
+    # (after a tag, the frame read as if its addresses ended 4 octets later: the same offsets from there)
+    front = _ipv4_front(buf, o + tag, cap - tag, wire - tag, fcs_len)
+    if front is None or front[1] != cap - tag or buf[o + tag + 23] != 17:  # (to the frame's end: no trailer)
         return None
-    roce = roce_frame(buf, o, cap)
+    roce = roce_frame(buf, o + tag, cap - tag)
     if roce is None:
         return None
-    kind = (roce.bth.opcode, roce.plen > 0, roce.pad > 0)
+    kind = (roce.bth.opcode, roce.plen > 0, roce.pad > 0, tag)
     if kind in REFUSED:
         return None
-    text = _written(buf, o, cap, roce, frame, ns, first_ns, prev_ns)
+    text = _written(buf, o, cap, tag, roce, frame, ns, first_ns, prev_ns)
     if kind not in _CHECKED:
         _CHECKED.add(kind)
         cp = decode_record(RawRecord(frame, seconds, linktype, bytes(buf[o:o + cap]), wire, interface, ns,
@@ -207,15 +223,16 @@ def roce_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int
     return text
 
 
-def _written(buf: bytes | bytearray, o: int, cap: int, roce: RoceFrame, frame: int, ns: int, first_ns: int,
+def _written(buf: bytes | bytearray, o: int, cap: int, tag: int, roce: RoceFrame, frame: int, ns: int, first_ns: int,
              prev_ns: int) -> str | None:
-    headers = [(_ETH, 0), (_IP, 14), (_UDP, 34), (_BTH, 42),
-               *((_header_json(type(la.header)), la.offset) for la in roce.extended)]
+    headers = [*_FRONT[tag], (_UDP, tag + 34), (_BTH, tag + 42),
+               *((_header_json(type(la.header)), tag + la.offset) for la in roce.extended)]
     # what the packet adds besides its headers (the ICRC, rdmalab's own fields), as packet_json adds them
     light = Packet(b"", [Layer(roce.bth, 42), *roce.extended], "rocev2", roce.pos, roce.plen, roce.pad, roce.crc,
                    roce.crc, roce.crc_at, "icrc")
-    data = buf[o + roce.pos:o + roce.pos + roce.plen + roce.pad] if roce.plen else None
-    got = frame_json(buf, o, cap, headers, light, _ROCE_CHAIN + ":data" if roce.plen else _ROCE_CHAIN, data, "rocev2",
+    data = buf[o + tag + roce.pos:o + tag + roce.pos + roce.plen + roce.pad] if roce.plen else None
+    chain = _ROCE_CHAIN[tag]
+    got = frame_json(buf, o, cap, headers, light, chain + ":data" if roce.plen else chain, data, "rocev2",
                      frame, ns, first_ns, prev_ns)
     return None if got is None else got[0]
 
@@ -279,34 +296,42 @@ def frame_json(buf: bytes | bytearray, o: int, cap: int, headers: list[tuple[Hea
     return "".join(parts), extras
 
 
-_TCP_HEADERS = [(_ETH, 0), (_IP, 14), (_header_json(TCP), 34)]
-_TCP_CHAIN = "eth:ethertype:ip:tcp"
+_TCP = _header_json(TCP)
+#: by the 802.1Q tag's length: a TCP segment's frame.protocols (without what its stream decides), its
+#: layers and its header classes
+TCP_SHAPES = {0: ("eth:ethertype:ip:tcp", ("frame", "eth", "ip", "tcp"), frozenset({Ethernet, IPv4, TCP})),
+              4: ("eth:ethertype:vlan:ethertype:ip:tcp", ("frame", "eth", "vlan", "ip", "tcp"),
+                  frozenset({Ethernet, VLAN, IPv4, TCP}))}
 _TCP_OFF, _TCP_SPORT, _TCP_DPORT, _TCP_SEQ, _TCP_FLAGS = (TCP.LAYOUT.field(n) for n in ("data_offset", "sport", "dport", "seq",
                                                                                     "flags"))
 _IP_SRC, _IP_DST = IPv4.LAYOUT.field("src"), IPv4.LAYOUT.field("dst")
 
 
 def tcp_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int, fcs_len: int, frame: int, ns: int,
-             first_ns: int, prev_ns: int) -> tuple[str, dict[str, str], int, int, TcpSegment] | None:
+             first_ns: int, prev_ns: int) -> tuple[str, dict[str, str], int, int, TcpSegment, int] | None:
     """For a worker (:func:`rdmalab.capture.json_blocks._json_block`): the JSON text of a TCP segment
-    (IPv4 without options, not a fragment, to the frame's end) as the per-packet writer writes it with no
-    iWARP reassembly and its payload not shown as data (as :func:`roce_json`'s arguments), the rdmalab fields
-    of its headers, where its payload starts and its length, and what the iWARP reassembly is fed of it
-    (source, port, destination, port, sequence number, flags, None); None for another frame."""
-    if linktype != LINKTYPE_ETHERNET or wire != cap or fcs_len > 0:
+    (IPv4 without options, not a fragment, to the frame's end; one 802.1Q tag or none) as the per-packet
+    writer writes it with no iWARP reassembly and its payload not shown as data (as :func:`roce_json`'s
+    arguments), the rdmalab fields of its headers, where its payload starts and its length, what the iWARP
+    reassembly is fed of it (source, port, destination, port, sequence number, flags, None) and the tag's
+    length (:data:`TCP_SHAPES`); None for another frame."""
+    tag = _tag_of(buf, o, cap, wire, linktype, fcs_len)
+    if tag is None:
         return None
-    front = _ipv4_front(buf, o, cap, wire, fcs_len)
-    if front is None or front[1] != cap or buf[o + 23] != 6:
+    front = _ipv4_front(buf, o + tag, cap - tag, wire - tag, fcs_len)
+    if front is None or front[1] != cap - tag or buf[o + tag + 23] != 6:
         return None
-    tv = int.from_bytes(buf[o + 34:o + 54], "big")
+    at = o + tag + 34
+    tv = int.from_bytes(buf[at:at + 20], "big")
     hl = (tv >> _TCP_OFF.shift & _TCP_OFF.mask) * 4
-    if hl < 20 or 34 + hl > cap:
+    if hl < 20 or tag + 34 + hl > cap:
         return None
-    got = frame_json(buf, o, cap, _TCP_HEADERS, None, _TCP_CHAIN, None, "tcp", frame, ns, first_ns, prev_ns)
+    got = frame_json(buf, o, cap, [*_FRONT[tag], (_TCP, tag + 34)], None, TCP_SHAPES[tag][0], None, "tcp", frame, ns,
+                     first_ns, prev_ns)
     if got is None:
         return None
     ipv = front[0]
     seg = (_address_text(4, ipv >> _IP_SRC.shift & _IP_SRC.mask), tv >> _TCP_SPORT.shift & _TCP_SPORT.mask,
            _address_text(4, ipv >> _IP_DST.shift & _IP_DST.mask), tv >> _TCP_DPORT.shift & _TCP_DPORT.mask,
            tv >> _TCP_SEQ.shift & _TCP_SEQ.mask, tv >> _TCP_FLAGS.shift & _TCP_FLAGS.mask, None)
-    return got[0], got[1], 34 + hl, cap - 34 - hl, seg
+    return got[0], got[1], tag + 34 + hl, cap - tag - 34 - hl, seg, tag

@@ -147,7 +147,7 @@ def test_frames_the_templates_leave_to_the_per_packet_way() -> None:
 def test_a_kind_whose_text_differs_goes_the_per_packet_way(monkeypatch: Any) -> None:
     f, n = _roce_write()
     first = f[5]
-    kind = (f[0][42], True, bool(f[0][43] >> 4 & 3))
+    kind = (f[0][42], True, bool(f[0][43] >> 4 & 3), 0)
     monkeypatch.setattr(json_templates, "_CHECKED", set())
     monkeypatch.setattr(json_templates, "REFUSED", set())
     real = json_templates._written
@@ -210,7 +210,7 @@ def test_a_tcp_kind_whose_piece_differs_goes_the_per_packet_way(monkeypatch: Any
         assert json_blocks._tcp_templated(data, 0, cap, wire, lt, fcs, n, ts, ns, 0, first, first, True) is None
         g = real(data, 0, cap, wire, lt, fcs, n, ns, first, first)
         if g is not None:
-            kinds.add((g[4][5], g[2], g[3] > 0))
+            kinds.add((g[4][5], g[2], g[3] > 0, g[5]))
     assert json_blocks.TCP_REFUSED == kinds and kinds
 
 
@@ -253,3 +253,40 @@ def test_frames_with_a_header_octet_changed(name: str, monkeypatch: Any) -> None
                     want = json_blocks._per_packet(n, ts, ns, lt, b, wire, 0, fcs, first, first, True, True)
                     assert want[0] is not None and got == (b, ",\n  " + want[0], want[2], want[3]), (n, pos, delta)
     assert taken > 500
+
+
+def _tag(data: bytes, pcp: int = 3, vid: int = 100) -> bytes:
+    return data[:12] + struct.pack(">HH", 0x8100, pcp << 13 | vid) + data[12:]
+
+
+@pytest.mark.parametrize("name", ["rxe_write_bw.pcap", "rxe_read_bw.pcap", "rxe_atomic_cswap.pcap",
+                                  "siw_write_bw.pcap", "siw_crc_send_bw.pcap"])
+def test_frames_with_an_802_1q_tag(name: str, monkeypatch: Any) -> None:
+    """Each frame of a capture with an 802.1Q tag put in (as a switch's mirror port gives RoCE with PFC
+    priorities): the RoCE frames and TCP segments the templates write are the per-packet way's text and
+    pieces, every one compared, and they write nine in ten of them; tags in the ``vlan`` layer."""
+    from rdmalab.capture import json_blocks
+
+    monkeypatch.setattr(json_templates, "_CHECKED", _Everything())
+    monkeypatch.setattr(json_blocks, "_TCP_CHECKED", _Everything())
+    frames = _frames(str(ROOT / "captures" / name))
+    first = frames[0][5]
+    taken = eligible = 0
+    for n, (data, _cap, _wire, lt, ts, ns, fcs) in enumerate(frames, 1):
+        b = _tag(data)
+        cap = len(b)
+        if b[16:18] == b"\x08\x00" and b[27] in (6, 17) and cap >= 64:
+            eligible += 1
+        got_roce = roce_json(b, 0, cap, cap, lt, fcs, n, ts, ns, 0, first, first)
+        if got_roce is not None:
+            taken += 1
+            want = _per_packet(b, cap, cap, lt, ts, ns, fcs, n, first, first)
+            assert got_roce == want, n
+            assert '"vlan": {' in want and '"vlan.id": "100"' in want and "eth:ethertype:vlan:ethertype:ip:udp" in want
+            continue
+        got = json_blocks._tcp_templated(b, 0, cap, cap, lt, fcs, n, ts, ns, 0, first, first, True)
+        if got is not None:
+            taken += 1
+            want_tcp = json_blocks._per_packet(n, ts, ns, lt, b, cap, 0, fcs, first, first, True, True)
+            assert want_tcp[0] is not None and got == (b, ",\n  " + want_tcp[0], want_tcp[2], want_tcp[3]), n
+    assert taken >= 0.9 * eligible > 0, (taken, eligible)
