@@ -1,7 +1,8 @@
 """``rdmalab decode -T json`` in bulk: the JSON of the commonest frames from per-header templates.
 
 Most frames of a RoCE capture are Ethernet / IPv4 / UDP / BTH and the extended headers its opcode
-implies.  Their JSON (:func:`rdmalab.capture.tsjson.packet_json`, written by ``_frame_text``) is
+implies, or Ethernet / IPv4 / TCP (iWARP, and the programs' own exchanges), with one 802.1Q tag or none.
+Their JSON (:func:`rdmalab.capture.tsjson.packet_json`, written by ``_frame_text``) is
 fixed text with the fields' values in slots, so it is written here without a packet object, one
 header at a time from the header's bytes:
 
@@ -18,9 +19,10 @@ header at a time from the header's bytes:
 A frame takes this way (:func:`roce_json`) only when the per-packet decoder would record no problem
 in it (:func:`rdmalab.capture.tree_templates.roce_frame`: the checks the ``-V`` templates make, a good
 ICRC) and nothing follows its datagram (no padding, trailer or FCS).  The first frame of each kind
-(opcode, with or without a payload and a pad) in a process is also written the per-packet way and the
-two texts compared: a kind whose texts differ goes the per-packet way from then on, and is counted in
-:data:`REFUSED` (which the tests hold empty).
+(opcode, with or without a payload and a pad, and a tag) in a process is also written the per-packet
+way and the two texts compared: a kind whose texts differ goes the per-packet way from then on, and is
+counted in :data:`REFUSED` (which the tests hold empty).  A TCP segment (:func:`tcp_json`) is written as
+a worker sends it, without what its stream decides; :mod:`rdmalab.capture.json_blocks` checks its kinds.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ _MARK = "\ue000"  # (a private-use character: no field's text holds one, and the
 _RAW = f"{_MARK}raw{_MARK}"
 _REMEMBERED = 4096  # templates kept per header class (emptied when full)
 
-#: the kinds of frame (opcode, payload, pad) whose template text differed from the per-packet writer's
+#: the kinds of frame (opcode, payload, pad, 802.1Q tag) whose template text differed from the per-packet writer's
 #: in this process (:func:`roce_json` then leaves them to it)
 REFUSED: set[tuple[int, bool, bool, int]] = set()
 
