@@ -92,8 +92,17 @@ from rdmalab.wire.mpa import (
     ulpdu_length_at,
 )
 from rdmalab.wire.net import SEQ_MOD, TCP, IPv4, IPv6, seq_add, seq_diff
-from rdmalab.wire.packet import Packet, StreamPosition
-from rdmalab.wire.rdmap import OP_TERMINATE, RDMAP_OPCODES
+from rdmalab.wire.packet import Packet, SendMessage, StreamPosition
+from rdmalab.wire.rdmap import (
+    OP_SEND,
+    OP_SEND_INVALIDATE,
+    OP_SEND_SE,
+    OP_SEND_SE_INVALIDATE,
+    OP_TERMINATE,
+    RDMAP_OPCODES,
+    DDPUntagged,
+    RDMAPUntagged,
+)
 
 MAX_FPDU_WIRE = fpdu_length(MAX_ULPDU) + 4 * (fpdu_length(MAX_ULPDU) // MARKER_INTERVAL + 2)
 
@@ -195,6 +204,41 @@ class _Conn:
     reply: MPAReqRep | None = None
     initiator: Tuple4 | None = None
     dead: bool = False
+    #: the untagged Send segments of the message being put together, either direction's (:func:`_sent`)
+    sends: list[tuple[int | None, bytes]] = field(default_factory=list)
+    send_bytes: int = 0
+
+
+_SENDS = frozenset({OP_SEND, OP_SEND_INVALIDATE, OP_SEND_SE, OP_SEND_SE_INVALIDATE})
+#: the octets of a Send message put together at most (a stream of segments without a last one, hostile or
+#: cut, is bounded: past this its segments are dropped, and the message is not shown whole)
+MAX_SEND_MESSAGE = 16 << 20
+
+
+def _sent(conn: _Conn, pkt: Packet) -> None:
+    """An FPDU of ``conn`` in the order tshark dissects it: an untagged Send segment (Send, with Invalidate,
+    with Solicited Event) is added to the message being put together, and the last one ends it; a message of
+    several segments is put on the last one (``Packet.send_message``).  packet-iwarp-ddp-rdmap.c does it so
+    (``dissect_rdmap_payload``: ``fragment_add_seq_next`` keyed by the TCP conversation, both directions in
+    one sequence, "more fragments" while the DDP last flag is clear)."""
+    rdmap = pkt.get(RDMAPUntagged)
+    ddp = pkt.get(DDPUntagged)
+    if rdmap is None or ddp is None or rdmap.opcode not in _SENDS:
+        return
+    part = bytes(pkt.data[pkt.payload_offset:pkt.payload_offset + pkt.payload_length])
+    frame = pkt.stream.frame if pkt.stream is not None else None
+    if conn.send_bytes + len(part) <= MAX_SEND_MESSAGE:
+        conn.sends.append((frame, part))
+        conn.send_bytes += len(part)
+    else:  # (too long to hold: nothing more of it held, and the message not shown whole)
+        conn.sends.clear()
+        conn.send_bytes = MAX_SEND_MESSAGE + 1
+    if not ddp.last:
+        return
+    parts = conn.sends
+    conn.sends, conn.send_bytes = [], 0
+    if len(parts) > 1:
+        pkt.send_message = SendMessage(b"".join(p for _f, p in parts), tuple((f, len(p)) for f, p in parts))
 
 
 def _fresh(pkt: Packet) -> Packet:
@@ -374,6 +418,7 @@ class IwarpTracker:
         handshake = conn.request is not None and conn.reply is not None
         for pkt, at in got:
             pkt.stream = StreamPosition(frame, (frame,), d.tuple4, seq_add(seq, at), d.role, d.resynced, handshake)
+            _sent(conn, pkt)
             out.append(pkt)
         if pos >= wire_length:
             # past the last FPDU: the octets of it in the segments after this one are taken for ones already seen
@@ -1130,6 +1175,7 @@ class IwarpTracker:
         frames = self._discard(d, n)
         pkt.stream = StreamPosition(frames[-1] if frames else None, tuple(frames), d.tuple4, seq, d.role,
                                     d.resynced, conn.request is not None and conn.reply is not None)
+        _sent(conn, pkt)
         out.append(pkt)
 
     # ---------------------------------------------------------------- resynchronisation

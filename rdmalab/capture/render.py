@@ -18,7 +18,7 @@ from rdmalab.wire.frame import tcp_segment_length
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import GRH, LRH, IPoIB
 from rdmalab.wire.net import TCP, Ethernet, EthernetTrailer, IPv4, IPv6, tcp_flag_names
-from rdmalab.wire.packet import Packet
+from rdmalab.wire.packet import Packet, SendMessage
 
 if TYPE_CHECKING:
     from rdmalab.capture.reader import CapturedPacket
@@ -992,7 +992,9 @@ def frame_hex(cp: CapturedPacket) -> str:
     header), and after them the bytes of the iWARP PDUs that complete here and were not sent as they
     are in this segment, each source under tshark's name for it: an FPDU whose bytes began in earlier
     segments (``Reassembled TCP (1448 bytes):``), an FPDU of this segment with its markers taken out
-    (``FPDU without Markers (324 bytes):``); with the frame itself then named (``Frame (70 bytes):``).
+    (``FPDU without Markers (324 bytes):``), a Send message of several FPDUs that one of them ends
+    (``Reassembled SMB Direct (4096 bytes):``, tshark's title for any Send message it puts together:
+    ``Packet.send_message``); with the frame itself then named (``Frame (70 bytes):``).
     As tshark, only for a stream whose MPA negotiation is in the capture."""
     frame = cp.frame_bytes
     sources: list[tuple[str, bytes]] = []
@@ -1010,6 +1012,8 @@ def frame_hex(cp: CapturedPacket) -> str:
                 spanning += fpdu
             elif end is not None and (end - p.stream.seq) % (1 << 32) > len(fpdu):  # markers among its bytes
                 sources.append(("FPDU without Markers", fpdu))
+            if p.send_message is not None:  # (packet-iwarp-ddp-rdmap.c's title for it, whatever the ULP)
+                sources.append(("Reassembled SMB Direct", p.send_message.data))
         if spanning:
             sources.insert(0, ("Reassembled TCP", spanning))
     if not sources:
@@ -1037,4 +1041,13 @@ def pdu_lines(pdus: list[Packet]) -> list[str]:
     for i, pdu in enumerate(pdus, 1):
         out.append(f"    PDU {i} of {len(pdus)} ({pdu.encap}; offsets within the PDU): {pdu.summary()}")
         out.extend(packet_tree(pdu, "        "))
+        if pdu.send_message is not None:
+            out.append(send_message_line("        ", pdu.send_message))
     return out
+
+
+def send_message_line(indent: str, msg: SendMessage) -> str:
+    """The line that says which FPDUs a Send message was put together from (tshark's "Reassembled SMB
+    Direct Fragments" tree, in one line): its length and each FPDU's frame and payload octets."""
+    parts = ", ".join(f"#{'?' if f is None else f}({n})" for f, n in msg.fragments)
+    return f"{indent}Send message: {len(msg.data)} bytes in {len(msg.fragments)} FPDUs: {parts} (the data of this PDU)"

@@ -342,7 +342,10 @@ def _payload_is_data(pkt: Packet, protocols: Collection[str]) -> bool:
 
 def _data_bytes(pkt: Packet) -> bytes:
     """The bytes of a packet's ``data`` layer: its payload, and an InfiniBand packet's pad after it
-    (packet-infiniband.c hands the payload and pad on together, IBA Vol 1 9.2 BTH PadCnt)."""
+    (packet-infiniband.c hands the payload and pad on together, IBA Vol 1 9.2 BTH PadCnt); the FPDU
+    that ends a Send message of several FPDUs: the whole message (``Packet.send_message``)."""
+    if pkt.send_message is not None:
+        return pkt.send_message.data
     pad = pkt.pad if pkt.encap in ("rocev2", "rocev1", "ib") else 0  # (an FPDU's MPA pad is MPA's, not data)
     return bytes(pkt.data[pkt.payload_offset:pkt.payload_offset + pkt.payload_length + pad])
 

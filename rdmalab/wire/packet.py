@@ -71,6 +71,16 @@ class StreamPosition:
         return self.tuple4[3]
 
 
+@dataclass(frozen=True, slots=True)
+class SendMessage:
+    """An RDMAP Send message of several untagged DDP segments, put together as tshark 4.0 puts it
+    together (set by :mod:`rdmalab.capture.iwarp` on the FPDU that ends it): its octets and, for each
+    segment, the frame that carried it and its payload's length."""
+
+    data: bytes
+    fragments: tuple[tuple[int | None, int], ...]
+
+
 @dataclass
 class Packet:
     """A decoded frame.
@@ -115,11 +125,14 @@ class Packet:
     #: a payload the capture cut (a snap length): its length on the wire, of which ``payload_length``
     #: octets were captured (wire.packet.decode_transport); None: the payload is whole
     payload_wire: int | None = None
+    #: the Send message an iWARP FPDU ends, when it took several FPDUs (capture.iwarp): what tshark shows
+    #: as the FPDU's ``data`` (and, with ``-x``, as "Reassembled SMB Direct")
+    send_message: SendMessage | None = None
 
     #: the fields above that a decoder sets beyond the headers (what ``annotate_from`` copies)
     ANNOTATIONS: ClassVar[tuple[str, ...]] = ("info", "internal_error", "ip_fragment", "zero_length", "markers",
                                               "wire", "private_data", "stream", "quoted", "datagram_end",
-                                              "eth_trailer")
+                                              "eth_trailer", "send_message")
 
     def annotate_from(self, other: Packet) -> None:
         """Take ``other``'s annotations (``info``, ``markers``, ``stream``, ...) as this packet's."""
