@@ -56,10 +56,28 @@ GUEST = r"""
 OUT="$RDMALAB_JOB"; PY="$RDMALAB_PYTHON"
 log() { echo "$(date +%T) $*" >> "$OUT/driver.log"; }
 listening() { for i in $(seq 1 100); do ss -ltn "sport = :$1" | grep -q LISTEN && return 0; sleep 0.2; done; return 1; }
+# siw's end of the connections on port $1 holding the same unread bytes (Recv-Q) for 2 s or more while
+# process $2 runs: the mark of siw 6.1's accept race (tests/live/iwarp_driver.py), written to file $3
+unread() { n=0; last=""; while kill -0 $2 2>/dev/null; do
+    q=$(ss -tnH state established "sport = :$1" | awk '$1 > 0 {print $1 " bytes unread on siw'"'"'s socket " $3 " <- " $4}' | head -1)
+    if [ -n "$q" ] && [ "$q" = "$last" ]; then n=$((n + 1)); else n=0; fi; last="$q"
+    [ $n -ge 4 ] && echo "$q for 2 s or more" > "$3"; sleep 0.5; done; }
+base_rping() {
+    timeout 60 rping -s -a $IWA_IP -v -V -C $COUNT -S 64 > "$OUT/base.rping_server.out" 2>&1 & S=$!
+    unread 7174 $S "$OUT/base.rping.unread" & W=$!
+    listening 7174; timeout 60 rping -c -a $IWA_IP -v -V -C $COUNT -S 64 > "$OUT/base.rping_client.out" 2>&1
+    echo $? > "$OUT/base.rping_client.rc"; wait $S; echo $? > "$OUT/base.rping_server.rc"; wait $W
+}
 log "baseline: stock rping and ib_write_bw -R, siw1 <-> siw2"
-timeout 60 rping -s -a $IWA_IP -v -V -C $COUNT -S 64 > "$OUT/base.rping_server.out" 2>&1 &
-listening 7174; timeout 60 rping -c -a $IWA_IP -v -V -C $COUNT -S 64 > "$OUT/base.rping_client.out" 2>&1
-echo $? > "$OUT/base.rping_client.rc"; wait $!; echo $? > "$OUT/base.rping_server.rc"
+base_rping
+if [ -s "$OUT/base.rping.unread" ] && ! { [ "$(cat "$OUT/base.rping_client.rc")" = 0 ] \
+        && [ "$(cat "$OUT/base.rping_server.rc")" = 0 ]; }; then
+    # the accept race, seen (a failure without its mark is a failure): that run kept, the pairing run once more
+    log "baseline rping: siw accept race: $(cat "$OUT/base.rping.unread"); running it once more"
+    mv "$OUT/base.rping.unread" "$OUT/base.rping.siw_race"
+    for w in server client; do for e in out rc; do mv "$OUT/base.rping_$w.$e" "$OUT/base.rping_$w.race.$e"; done; done
+    base_rping
+fi
 timeout 60 ib_write_bw -d $IWA_DEV -R -F -n $ITERS -s 4096 > "$OUT/base.write_server.out" 2>&1 &
 listening 18515; timeout 60 ib_write_bw -d $IWB_DEV -R -F -n $ITERS -s 4096 $IWA_IP > "$OUT/base.write_client.out" 2>&1
 echo $? > "$OUT/base.write_client.rc"; wait $!; echo $? > "$OUT/base.write_server.rc"
@@ -135,6 +153,11 @@ def _pairs() -> list[tuple[str, str]]:
 def test_the_stock_tools_run_between_two_kernel_siw_devices(iw_job: Path) -> None:
     """The oracle's own baseline (siw1 <-> siw2): what the engine is held to works on this VM."""
     out = iw_job
+    race = out / "base.rping.siw_race"
+    if race.exists():  # the guest ran it again only on the mark of siw 6.1's accept race (GUEST); say so
+        warnings.warn(f"baseline rping: siw 6.1 accept race in the first run ({race.read_text().strip()}); the "
+                      f"second run is checked below. The first run's client said:\n"
+                      f"{_read(out, 'base.rping_client.race.out')[-600:]}", stacklevel=1)
     for name in ("base.rping_server", "base.rping_client", "base.write_server", "base.write_client"):
         assert _rc(out, name) == 0, _read(out, name + ".out")
     assert _ping_lines(_read(out, "base.rping_client.out"), "") == _expected(COUNT)
