@@ -13,6 +13,8 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -76,6 +78,14 @@ def _run(lab_vm: VM) -> tuple[Any, dict[str, Any]]:
     return res, doc
 
 
+def _row(doc: dict[str, Any], name: str) -> tuple[Any, ...]:
+    rows = [r for r in doc["connections"] if r["name"] == name]
+    assert len(rows) == 1, doc["connections"]
+    (row,) = rows
+    return (row["packets"], row["request_bytes"], row["retransmitted_bytes"], row["messages"], row["nak_seq_err"],
+            row["nak_rnr"], row["retransmissions"], row["psn_gaps"])
+
+
 def _compared(res: Any, doc: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """The view's numbers for the run's connection, and analyze's of the tcpdump capture."""
     a = analyze(res.pcap_path)
@@ -83,30 +93,45 @@ def _compared(res: Any, doc: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[Any
     (c,) = a.connections
     print(f"analyze: {c.name}: {c.packets} packets, {a.events('nak_seq_err')} NAKs, "
           f"{a.events('retransmission')} retransmissions; top: {doc['connections']}")
-    rows = [r for r in doc["connections"] if r["name"] == c.name]
-    assert len(rows) == 1, doc["connections"]
-    (row,) = rows
     assert c.summary["messages"].get("WRITE", 0) >= 20
-    return ((row["packets"], row["request_bytes"], row["retransmitted_bytes"], row["messages"],
-             row["nak_seq_err"], row["nak_rnr"], row["retransmissions"], row["psn_gaps"]),
+    return (_row(doc, c.name),
             (c.packets, c.request_bytes, c.retransmitted_bytes, c.summary["messages"],
              a.events("nak_seq_err"), a.events("nak_rnr"), a.events("retransmission"), a.events("psn_gap")))
+
+
+def _replayed(pcap: Path, name: str) -> tuple[Any, ...]:
+    """``rdmalab top -r`` of the capture (its frames in the capture's order, as fast as they come)."""
+    out = subprocess.run([sys.executable, "-m", "rdmalab", "top", "-r", str(pcap), "--speed", "max", "--once",
+                          "-T", "json"], capture_output=True, text=True, check=True).stdout
+    return _row(json.loads(out), name)
+
+
+def _time_backwards(pcap: Path) -> str | None:
+    """analyze's finding that the capture's timestamps go back (frames stamped out of their order), if any."""
+    found = [f.text for f in analyze(pcap).findings if f.kind == "time_backwards"]
+    return found[0] if found else None
 
 
 def test_top_live_equals_analyze_of_tcpdump(lab_vm: VM) -> None:
     res, doc = _run(lab_vm)
     top, ours = _compared(res, doc)
     if top != ours:
-        # Seen once in a local CI run (load average 6): the same packets and bytes, one retransmission and
-        # one PSN gap more in the view. Not yet understood (two packet sockets of a 2-vCPU guest may be
-        # handed concurrently received frames in different orders); the run's capture and the view's
-        # numbers are kept for a reader, and the run is made once more, which must agree.
+        # The view reads the frames in the order they come; analyze orders them by timestamp (docs/captures.md,
+        # "what the view does not reproduce"). In the lab VM (2 vCPUs, netem) tcpdump's timestamps can go back
+        # by up to about 10 ms (local CI, 2026-12-03: 32 times; a go-back-N pass stamped before the frames
+        # received ahead of it), and then the two differ by a retransmission or two. That case is checked:
+        # the view saw the frames of tcpdump's capture in its order (the capture replayed through the view
+        # gives the same numbers) and the capture's times go back. Any other difference fails, after the run
+        # and the view's numbers are kept for a reader.
         keep = ROOT / "build" / "live-artifacts" / "top-live-mismatch"
         keep.mkdir(parents=True, exist_ok=True)
         shutil.copy(res.pcap_path, keep / "capture.pcap")
         shutil.copy(res.job_dir / "top.json", keep / "top.json")
-        warnings.warn(f"rdmalab top saw {top} where analyze of tcpdump's capture found {ours}; "
-                      f"kept in {keep}; running once more", stacklevel=1)
-        res, doc = _run(lab_vm)
-        top, ours = _compared(res, doc)
+        back = _time_backwards(res.pcap_path)
+        replay = _replayed(res.pcap_path, analyze(res.pcap_path).connections[0].name)
+        assert back is not None and replay == top, (top, ours, replay, back, keep)
+        warnings.warn(f"rdmalab top saw {top} where analyze of tcpdump's capture found {ours}: the capture's "
+                      f"frames are out of time order ({back}), which analyze sorts and the view does not; the "
+                      f"capture replayed through the view gives the view's numbers. Kept in {keep}", stacklevel=1)
+        return
     assert top == ours, (top, ours)
