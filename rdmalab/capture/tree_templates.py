@@ -210,9 +210,9 @@ _PLAIN = (all(c.info is Header.info for c in (Ethernet, IPv4, UDP, TCP))
 _UD = int(Transport.UD)
 _IPV4_START = ETHERTYPE_IPV4.to_bytes(2, "big") + bytes([0x45])  # the EtherType, then IPv4 of 5 words (no options)
 _BTH_DECODE = compile_decoder(BTH)  # BTH.decode's generated decoder, called directly
-#: Per BTH opcode: where its extended headers end in the frame, and for each its decoder, offset in the
-#: frame, size and template; () when one of them has no template or adds to the Summary line (Header.info)
-Plan = tuple[()] | tuple[int, list[tuple[Any, int, int, Callable[[int], str]]]]
+#: Per BTH opcode: the templates of its extended headers, in order; None when one of them has no template or
+#: adds to the Summary line (Header.info)
+Plan = tuple[Callable[[int], str], ...] | None
 
 
 class _Shape:
@@ -231,10 +231,9 @@ class _Shape:
         self.plans: dict[int, Plan] = {}
 
     def plan(self, opcode: int, headers: tuple[type[Header], ...]) -> Plan:
-        got = self.plans.get(opcode)
-        if got is None:
-            got = self.plans[opcode] = _plan(headers, self.at)
-        return got
+        if opcode not in self.plans:
+            self.plans[opcode] = _plan(headers, self.at)
+        return self.plans[opcode]
 
 
 def _plan(headers: tuple[type[Header], ...], at: int) -> Plan:
@@ -242,10 +241,10 @@ def _plan(headers: tuple[type[Header], ...], at: int) -> Plan:
     pos = 54
     for cls in headers:
         if not templatable(cls) or cls.info is not Header.info:
-            return ()
-        steps.append((compile_decoder(cls), pos, cls.LAYOUT.size, _text_fn(cls, at + pos)))
+            return None
+        steps.append(_text_fn(cls, at + pos))
         pos += cls.LAYOUT.size
-    return pos, steps
+    return tuple(steps)
 
 
 _ETHERNET = _Shape(0)
@@ -470,14 +469,12 @@ def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: f
         return None
     bth, pos, plen, pad, crc_at, crc = roce.bth, roce.pos, roce.plen, roce.pad, roce.crc_at, roce.crc
     shape = _ETHERNET if record is None else record.shape
-    plan = shape.plans.get(bth.opcode)
+    plan = shape.plan(bth.opcode, roce.info.headers)
     if plan is None:
-        plan = shape.plan(bth.opcode, roce.info.headers)
-    if not plan:
         return None
     texts = [shape.eth(int.from_bytes(buf[o:o + 14], "big")), shape.ip(ipv), shape.udp(int.from_bytes(buf[o + 34:o + 42], "big")),
              shape.bth(int.from_bytes(buf[o + 42:o + 54], "big"))]
-    texts += [text(int.from_bytes(buf[o + at:o + at + size], "big")) for _decode, at, size, text in plan[1]]
+    texts += [text(int.from_bytes(buf[o + la.offset:o + la.end], "big")) for text, la in zip(plan, roce.extended, strict=True)]
     layers = [Layer(bth, 42), *roce.extended]
     # the Summary line from a packet holding what Packet.summary reads (the BTH and what follows it)
     summary = Packet(b"", layers, "rocev2", pos, plen, pad, crc, crc, crc_at, "icrc").summary()
