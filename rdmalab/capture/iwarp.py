@@ -93,16 +93,7 @@ from rdmalab.wire.mpa import (
 )
 from rdmalab.wire.net import SEQ_MOD, TCP, IPv4, IPv6, seq_add, seq_diff
 from rdmalab.wire.packet import Packet, SendMessage, StreamPosition
-from rdmalab.wire.rdmap import (
-    OP_SEND,
-    OP_SEND_INVALIDATE,
-    OP_SEND_SE,
-    OP_SEND_SE_INVALIDATE,
-    OP_TERMINATE,
-    RDMAP_OPCODES,
-    DDPUntagged,
-    RDMAPUntagged,
-)
+from rdmalab.wire.rdmap import OP_TERMINATE, RDMAP_OPCODES, SEND_OPCODES, DDPUntagged, RDMAPUntagged
 
 MAX_FPDU_WIRE = fpdu_length(MAX_ULPDU) + 4 * (fpdu_length(MAX_ULPDU) // MARKER_INTERVAL + 2)
 
@@ -209,7 +200,6 @@ class _Conn:
     send_bytes: int = 0
 
 
-_SENDS = frozenset({OP_SEND, OP_SEND_INVALIDATE, OP_SEND_SE, OP_SEND_SE_INVALIDATE})
 #: the octets of a Send message put together at most (a stream of segments without a last one, hostile or
 #: cut, is bounded: past this its segments are dropped, and the message is not shown whole)
 MAX_SEND_MESSAGE = 16 << 20
@@ -223,7 +213,7 @@ def _sent(conn: _Conn, pkt: Packet) -> None:
     one sequence, "more fragments" while the DDP last flag is clear)."""
     rdmap = pkt.get(RDMAPUntagged)
     ddp = pkt.get(DDPUntagged)
-    if rdmap is None or ddp is None or rdmap.opcode not in _SENDS:
+    if rdmap is None or ddp is None or rdmap.opcode not in SEND_OPCODES:
         return
     part = bytes(pkt.data[pkt.payload_offset:pkt.payload_offset + pkt.payload_length])
     frame = pkt.stream.frame if pkt.stream is not None else None

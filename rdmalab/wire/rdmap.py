@@ -531,6 +531,10 @@ RDMAP_OPCODES: dict[int, RdmapOpInfo] = {
     )
 }
 
+#: the Send messages (RFC 5040 4.6: Send, with Invalidate, with Solicited Event, with both): untagged, on the
+#: Send queue, with the ULP's payload (Immediate Data, also on that queue, carries none)
+SEND_OPCODES = frozenset(op for op, i in RDMAP_OPCODES.items() if i.qn == QN_SEND and i.payload)
+
 # 0x8, 0x9, 0xE, 0xF stay reserved (RFC 5040 reserved 0x8-0xF; RFC 7306 assigned 0xA-0xD).
 RDMAP_RESERVED_OPCODES = frozenset({0x8, 0x9, 0xE, 0xF})
 
