@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rdmalab.capture.defects import (
+    CUT_BEFORE,
     NEW_CONVERSATION,
     DissectorChoice,
     DissectorTables,
@@ -370,6 +371,21 @@ def _note_new_conversation(ws: dict[str, list[WsField]], again: set[str]) -> Non
         ws[NEW_CONVERSATION] = stream
 
 
+def _note_cut_segment(cp: CapturedPacket, ws: dict[str, list[WsField]], cut: dict[tuple[str, str], int]) -> None:
+    """Mark a frame of a TCP direction in which the capture cut a segment with payload (its length on the wire
+    longer than what was captured) at or before this frame, for the ``cut-segment-loses-alignment`` cause;
+    ``cut`` holds those directions (tshark's stream and source port) and the first such segment's frame."""
+    stream, port, length = (ws.get(k) for k in ("tcp.stream", "tcp.srcport", "tcp.len"))
+    if not stream or not port:
+        return
+    key = (stream[0].show, port[0].show)
+    if (key not in cut and length and parse_ws_value(length[0].show) != 0 and cp.wire_length
+            and cp.wire_length > len(cp.packet.data)):
+        cut[key] = cp.frame_number
+    if key in cut:
+        ws[CUT_BEFORE] = [WsField(CUT_BEFORE, str(cut[key]), "", None, None)]
+
+
 def crosscheck(path: str | os.PathLike[str], *, tshark: str | None = None) -> CrosscheckReport:
     """Compare rdmalab and Wireshark on every packet and field of a capture."""
     report = CrosscheckReport(os.fspath(path))
@@ -382,6 +398,7 @@ def crosscheck(path: str | os.PathLike[str], *, tshark: str | None = None) -> Cr
     ws_pending: dict[int, dict[str, list[WsField]]] = {}
     ws_done = False
     again: set[str] = set()  # tshark's TCP conversations that a SYN without ACK started again (ports reused)
+    cut: dict[tuple[str, str], int] = {}  # TCP directions in which the capture cut a segment: its frame
     for cp in read(path, lenient=True):
         report.packets += 1
         while not ws_done and cp.frame_number not in ws_pending:
@@ -396,6 +413,7 @@ def crosscheck(path: str | os.PathLike[str], *, tshark: str | None = None) -> Cr
         if ws is None:
             continue
         _note_new_conversation(ws, again)
+        _note_cut_segment(cp, ws, cut)
         compare_packet(cp, ws, report, known, tables)
     for _num, _fields in ws_iter:
         report.wireshark_packets += 1

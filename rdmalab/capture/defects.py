@@ -439,6 +439,11 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
     kinds=("only_rdmalab",),
 ))
 
+def _mpa_lengths(ws: WiresharkView) -> list[Any]:
+    """tshark's MPA lengths of the frame, in order."""
+    return [parse_ws_value(str(v)) for v in ws.get("iwarp_mpa.ulpdulength", [])]
+
+
 def _no_iwarp(ws: WiresharkView) -> bool:
     """Whether tshark shows no MPA, DDP or RDMAP field in the frame."""
     return not any(k.startswith(("iwarp_mpa", "iwarp_ddp", "iwarp_rdma")) for k in ws)
@@ -512,10 +517,10 @@ def _is_cut(pdu: Any) -> bool:
 
 
 def _cut_fpdu(cp: CapturedPacket, ws: WiresharkView) -> bool:
-    """An FPDU the capture cut whose MPA length tshark shows, and of DDP and RDMAP only what the FPDUs
-    captured whole before it in the segment hold, value for value."""
-    if "iwarp_mpa.ulpdulength" not in ws or not any(_is_cut(p) for p in cp.pdus):
-        return False
+    """An FPDU the capture cut whose MPA length tshark shows (each of the frame's MPA lengths rdmalab's), and of
+    DDP and RDMAP only what the FPDUs captured whole before it in the segment hold, value for value."""
+    if not any(_is_cut(p) for p in cp.pdus) or _mpa_lengths(ws) != _iwarp_values(cp, "iwarp_mpa.ulpdulength"):
+        return False  # (tshark's MPA lengths rdmalab's, the cut FPDU's included: the same FPDU boundaries)
     whole = [p for p in cp.pdus if not _is_cut(p)]
     for key, shown in ws.items():
         if key.startswith(("iwarp_ddp.", "iwarp_rdma.")) and any(str(v) for v in shown):  # (not a tree node)
@@ -562,6 +567,47 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
     _retransmitted_cut,
     kinds=("only_wireshark",),
     dissected="iwarp_mpa",
+))
+
+#: a key the cross-check adds to tshark's fields of a frame of a TCP direction in which the capture cut a segment
+#: with payload at or before this frame (a snap length): its value is that segment's frame number; no field of
+#: tshark's has the name
+CUT_BEFORE = "crosscheck:a segment of this direction cut by the capture"
+
+
+def _after_cut_segment(cp: CapturedPacket, ws: WiresharkView) -> bool:
+    """FPDUs rdmalab verified (each one's CRC32c good, or without a CRC no problem; the FPDU the capture cut no
+    problem but that) in a direction where the capture cut a segment at or before this frame, whose MPA lengths
+    tshark does not show."""
+    if CUT_BEFORE not in ws or not cp.pdus:
+        return False
+    for p in cp.pdus:
+        if _is_cut(p) and len(p.problems) == 1:  # (the FPDU the capture cut: found in step, its header read)
+            continue
+        if p.crc_status == "bad" or (p.crc_status != "good" and p.problems):
+            return False
+    return _mpa_lengths(ws) != _iwarp_values(cp, "iwarp_mpa.ulpdulength")
+
+
+WIRESHARK_DEFECTS.append(WiresharkDefect(
+    "cut-segment-loses-alignment",
+    "the FPDUs of a TCP direction after a segment the capture cut (a snap length shorter than the segment: "
+    "a GSO segment longer than tcpdump's -s), where FPDUs span segments",
+    ("iwarp_*", "rdmalab.crc32c*", "rdmalab.mpa*", "rdmalab.ddp*", "rdmalab.rdmap*"),
+    "Wireshark keeps no segment the capture cut for reassembly, so the rest of an FPDU begun in the segment "
+    "before is not joined to it: its MPA dissector reads an MPA length at the cut segment's first octet, inside "
+    "that FPDU, and from then on takes lengths where no FPDU begins (often no iWARP at all for the rest of the "
+    "direction); rdmalab keeps the stream in step past the octets not captured and finds the FPDUs after them, "
+    "their CRC32c good",
+    "RFC 5044 4.1 and 7: FPDUs follow one another in the stream, each found by the ULPDU length of the one "
+    "before; a capture's snap length keeps the first octets of a frame (pcap's caplen below its wire length)",
+    "Wireshark 4.0 epan/dissectors/packet-tcp.c (no reassembly of a frame the capture cut) and "
+    "packet-iwarp-mpa.c (tcp_dissect_pdus from the segment's first octet), as tshark 4.0.17 shows it on a live "
+    "siw capture whose 10,644-octet segment tcpdump -s 9216 cut, and on siw's captures with one segment cut "
+    "(tests/capture/test_iwarp_cut_segments.py)",
+    _after_cut_segment,
+    kinds=("only_rdmalab", "value"),
+    dissected=None,
 ))
 
 DEFECTS_BY_ID = {d.id: d for d in WIRESHARK_DEFECTS}

@@ -366,8 +366,10 @@ class IwarpTracker:
     def _cut_segment(self, conn: _Conn, d: _Dir, seq: int, data: bytes, wire_length: int, frame: int,
                      out: list[Packet]) -> bool:
         """A segment the capture cut (``data`` of its ``wire_length`` payload octets) on a direction
-        that follows FPDUs in step, nothing held (no markers: their places are not known in the octets
-        not captured): its FPDUs, by their MPA lengths, up to the one the capture cut, go to ``out``
+        that follows FPDUs in step, no segment held after a hole (no markers: their places are not known in
+        the octets not captured), perhaps the first octets of an FPDU the segments before began (GSO
+        segments do not end with an FPDU): its FPDUs, by their MPA lengths, that one first, up to the one
+        the capture cut, go to ``out``
         (the whole ones decoded, the cut one as far as it was captured).  When the last ends where the
         segment does on the wire (an iWARP sender aligns FPDUs to segments, RFC 5044 8), or goes on
         past it, the direction moves past it, still in step; when more FPDUs follow it in the octets
@@ -377,11 +379,18 @@ class IwarpTracker:
         that does not end with the segment must show an FPDU's control octets too.  True when so;
         otherwise nothing is done (False): the segment is taken as before, its octets not captured a
         hole in the stream."""
-        if (d.state not in (FPDU, HUNT) or d.markers or d.buf or d.chunks or d.pending or d.park is not None
-                or d.next_seq != seq or d.buf_seq != seq):
+        if (d.state not in (FPDU, HUNT) or d.markers or d.pending or d.next_seq != seq
+                or (d.park is not None and d.park.limit is not None and seq_diff(seq, d.park.limit) < 0)):
+            return False
+        held = bytes(d.buf)  # (in step: the first octets of an FPDU the segments before began)
+        if held and (d.state != FPDU or seq_add(d.buf_seq, len(held)) != seq):
+            return False
+        if not held and (d.chunks or d.buf_seq != seq):
             return False
         if d.state == HUNT and (d.crc is None or not _plausible_header(bytearray(data), 0)):
             return False  # (looking for FPDUs: a segment that follows the last one, and starts like an FPDU)
+        base, before = d.buf_seq, list(d.chunks)
+        data, wire_length = held + data, len(held) + wire_length
         got: list[tuple[Packet, int]] = []
         pos = 0
         while (size := fpdu_wire_length(data, pos)) is not None:  # (its length field captured)
@@ -407,15 +416,21 @@ class IwarpTracker:
             return False
         handshake = conn.request is not None and conn.reply is not None
         for pkt, at in got:
-            pkt.stream = StreamPosition(frame, (frame,), d.tuple4, seq_add(seq, at), d.role, d.resynced, handshake)
+            # (an FPDU begun in the octets held: the frames that carried them too)
+            frames = tuple(f for i, (off, f) in enumerate(before)
+                           if off < len(held) and (i + 1 == len(before) or before[i + 1][0] > at)) if at < len(held) else ()
+            pkt.stream = StreamPosition(frame, (*frames, frame), d.tuple4, seq_add(base, at), d.role, d.resynced,
+                                        handshake)
             _sent(conn, pkt)
             out.append(pkt)
+        d.buf.clear()
+        d.chunks.clear()
         if pos >= wire_length:
             # past the last FPDU: the octets of it in the segments after this one are taken for ones already seen
-            d.next_seq = d.buf_seq = seq_add(seq, pos)
+            d.next_seq = d.buf_seq = seq_add(base, pos)
             d.state = FPDU
         else:  # FPDUs in the octets not captured, where they end not known: found again as after a hole
-            d.next_seq = d.buf_seq = seq_add(seq, wire_length)
+            d.next_seq = d.buf_seq = seq_add(base, wire_length)
             d.state = HUNT
             d.waiting.clear()
             d.scan_pos = 0
