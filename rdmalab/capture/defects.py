@@ -578,9 +578,16 @@ CUT_BEFORE = "crosscheck:a segment of this direction cut by the capture"
 def _after_cut_segment(cp: CapturedPacket, ws: WiresharkView) -> bool:
     """FPDUs rdmalab verified (each one's CRC32c good, or without a CRC no problem; the FPDU the capture cut no
     problem but that) in a direction where the capture cut a segment at or before this frame, whose MPA lengths
-    tshark does not show."""
-    if CUT_BEFORE not in ws or not cp.pdus:
+    tshark does not show; or a segment the capture cut in that direction in which rdmalab finds no FPDU begin
+    (it goes on with one begun before) and tshark reads one MPA length at its first octet, whose FPDU would run
+    past the segment's end."""
+    if CUT_BEFORE not in ws:
         return False
+    if not cp.pdus:  # a cut segment in which no FPDU begins: tshark's MPA length read at its first octet
+        lengths, size = _mpa_lengths(ws), ws.get("tcp.len", [])
+        cut = bool(cp.wire_length) and cp.wire_length > len(cp.packet.data)
+        return (cut and len(lengths) == 1 and isinstance(lengths[0], int) and len(size) == 1
+                and 2 + lengths[0] + 4 > parse_ws_value(str(size[0])))  # (its FPDU would run past the segment)
     for p in cp.pdus:
         if _is_cut(p) and len(p.problems) == 1:  # (the FPDU the capture cut: found in step, its header read)
             continue
@@ -606,7 +613,7 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
     "siw capture whose 10,644-octet segment tcpdump -s 9216 cut, and on siw's captures with one segment cut "
     "(tests/capture/test_iwarp_cut_segments.py)",
     _after_cut_segment,
-    kinds=("only_rdmalab", "value"),
+    kinds=("only_rdmalab", "value", "only_wireshark"),
     dissected=None,
 ))
 

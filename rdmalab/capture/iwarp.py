@@ -375,7 +375,9 @@ class IwarpTracker:
         past it, the direction moves past it, still in step; when more FPDUs follow it in the octets
         not captured, the direction looks for FPDU starts again after the segment, as after a hole;
         looking so, a cut segment that follows the last one and starts like an FPDU (its DDP and RDMAP
-        control octets) is taken as above (an iWARP sender starts a segment with an FPDU).  A cut FPDU
+        control octets) is taken as above (an iWARP sender starts a segment with an FPDU), and one that does
+        not is passed over (it goes on with an FPDU begun in the octets not captured); the octets looked
+        through before it, where no FPDU start was proven, are given up.  A cut FPDU
         that does not end with the segment must show an FPDU's control octets too.  True when so;
         otherwise nothing is done (False): the segment is taken as before, its octets not captured a
         hole in the stream."""
@@ -383,12 +385,27 @@ class IwarpTracker:
                 or (d.park is not None and d.park.limit is not None and seq_diff(seq, d.park.limit) < 0)):
             return False
         held = bytes(d.buf)  # (in step: the first octets of an FPDU the segments before began)
-        if held and (d.state != FPDU or seq_add(d.buf_seq, len(held)) != seq):
+        if held and seq_add(d.buf_seq, len(held)) != seq:
             return False
+        if d.state == HUNT:
+            if d.crc is None:
+                return False
+            if held:  # (octets looked through for an FPDU start, none proven: given up at a cut segment)
+                d.hunted += len(held)
+                d.buf.clear()
+                d.chunks.clear()
+                d.waiting.clear()
+                d.scan_pos = 0
+                d.buf_seq = seq
+                held = b""
         if not held and (d.chunks or d.buf_seq != seq):
             return False
-        if d.state == HUNT and (d.crc is None or not _plausible_header(bytearray(data), 0)):
-            return False  # (looking for FPDUs: a segment that follows the last one, and starts like an FPDU)
+        if d.state == HUNT and not _plausible_header(bytearray(data), 0):
+            # (looking for FPDUs after a cut segment: a segment that follows the last one, cut too, that does
+            # not start like an FPDU goes on with one begun in octets not captured: passed over, still looking)
+            d.next_seq = d.buf_seq = seq_add(seq, wire_length)
+            d.gap_starts.clear()
+            return True
         base, before = d.buf_seq, list(d.chunks)
         data, wire_length = held + data, len(held) + wire_length
         got: list[tuple[Packet, int]] = []
