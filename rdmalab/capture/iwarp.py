@@ -379,8 +379,8 @@ class IwarpTracker:
         not is passed over (it goes on with an FPDU begun in the octets not captured); the octets looked
         through before it, where no FPDU start was proven, are given up.  A cut FPDU
         that does not end with the segment must show an FPDU's control octets too.  True when so;
-        otherwise nothing is done (False): the segment is taken as before, its octets not captured a
-        hole in the stream."""
+        otherwise (False) the segment is taken as before, its octets not captured a hole in the stream
+        (looking for FPDUs, the octets looked through before it are given up all the same)."""
         if (d.state not in (FPDU, HUNT) or d.markers or d.pending or d.next_seq != seq
                 or (d.park is not None and d.park.limit is not None and seq_diff(seq, d.park.limit) < 0)):
             return False
