@@ -19,7 +19,8 @@ would show.
 (``captures/rxe_*.pcap``, ``captures/siw*.pcap``: RoCEv2, iWARP and plain TCP, ICMPv6, ARP) appended
 one after the other (``mergecap -a``, pcapng, as Wireshark writes; without mergecap, the project's
 :class:`~rdmalab.capture.pcapwriter.CaptureWriter`, pcap) and repeated until ``--packets`` (default
-200,000 there).  Rows, each with default options against tshark in the same run: summaries,
+200,000 there).  Rows, each with default options against tshark in the same run: the start-up (the
+first 10 packets: what each takes before its first line, a part of every other row), summaries,
 ``-T fields`` (:data:`bench_columnar.FIELDS`) on all the packets, ``-T fields`` of the conversations'
 fields (``tcp.stream``, ``udp.stream``, relative ``tcp.seq``, ``tcp.ack``, ``tcp.nxtseq``: followed in
 order in one process, the blocks decoded in workers) on all the packets, ``-T fields`` of the pcapng blocks' fields (``frame.interface_id``,
@@ -159,6 +160,10 @@ def main_icmp(args: argparse.Namespace, tmp: str) -> None:
           for a in ("-e", f)]
     flt = ["-Y", "infiniband.bth.opcode == 6"]  # (RDMA WRITE First, and the errors that quote one)
     rows: list[str] = []
+    # what each takes before the first line (start-up: imports, tshark's dissector tables): a part of every
+    # row below that no packet changes
+    rows += compare("start-up (the first 10 packets)", 10, [("rdmalab decode -c 10", [*py, "-r", big, "-c", "10"])],
+                    [tshark, "-n", "-r", big, "-c", "10"] if tshark else None)
     rows += compare("summary lines", n, [("rdmalab decode -r FILE", [*py, "-r", big])],
                     [tshark, "-n", "-r", big] if tshark else None)
     rows += compare("-T fields", n, [("rdmalab decode -T fields", [*py, "-r", big, "-T", "fields", *ef])],
@@ -274,6 +279,10 @@ def main_mixed(args: argparse.Namespace, tmp: str) -> None:
     load0 = os.getloadavg()[0]
     ef = [a for f in FIELDS for a in ("-e", f)]
     rows: list[str] = []
+    # what each takes before the first line (start-up: imports, tshark's dissector tables): a part of every
+    # row below that no packet changes
+    rows += compare("start-up (the first 10 packets)", 10, [("rdmalab decode -c 10", [*py, "-r", big, "-c", "10"])],
+                    [tshark, "-n", "-r", big, "-c", "10"] if tshark else None)
     rows += compare("summary lines", n, [("rdmalab decode -r FILE", [*py, "-r", big])],
                     [tshark, "-n", "-r", big] if tshark else None)
     rows += compare("-T fields", n, [("rdmalab decode -T fields", [*py, "-r", big, "-T", "fields", *ef])],
