@@ -36,6 +36,7 @@ from rdmalab.capture.defects import (
     DissectorChoice,
     DissectorTables,
     WiresharkDefect,
+    cut_by_capture,
     dissector_choice,
     explain,
     parse_ws_value,
@@ -379,8 +380,7 @@ def _note_cut_segment(cp: CapturedPacket, ws: dict[str, list[WsField]], cut: dic
     if not stream or not port:
         return
     key = (stream[0].show, port[0].show)
-    if (key not in cut and length and parse_ws_value(length[0].show) != 0 and cp.wire_length
-            and cp.wire_length > len(cp.packet.data)):
+    if key not in cut and length and parse_ws_value(length[0].show) != 0 and cut_by_capture(cp):
         cut[key] = cp.frame_number
     if key in cut:
         ws[CUT_BEFORE] = [WsField(CUT_BEFORE, str(cut[key]), "", None, None)]

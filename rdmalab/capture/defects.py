@@ -309,6 +309,11 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
 
 
 
+def cut_by_capture(cp: CapturedPacket) -> bool:
+    """Whether the capture cut the frame (a snap length: its length on the wire longer than what was captured)."""
+    return bool(cp.wire_length) and cp.wire_length > len(cp.packet.data)
+
+
 def _short_mad_parse(cp: CapturedPacket, ws: WiresharkView) -> bool:
     mad = cp.packet.get(MADHeader)
     return (mad is not None and "infiniband.invariant.crc" not in ws
@@ -340,8 +345,7 @@ MAD_FIELDS = tuple(f"infiniband.{p}*" for p in (
 
 def _cut_mad(cp: CapturedPacket, ws: WiresharkView) -> bool:
     """A MAD in a RoCE datagram the capture cut short (a snap length: the frame was longer on the wire)."""
-    return (cp.packet.get(MADHeader) is not None and bool(cp.wire_length) and cp.wire_length > len(cp.packet.data)
-            and "infiniband.mad.mgmtclass" not in ws)
+    return cp.packet.get(MADHeader) is not None and cut_by_capture(cp) and "infiniband.mad.mgmtclass" not in ws
 
 
 WIRESHARK_DEFECTS.append(WiresharkDefect(
@@ -550,8 +554,7 @@ WIRESHARK_DEFECTS.append(WiresharkDefect(
 def _retransmitted_cut(cp: CapturedPacket, ws: WiresharkView) -> bool:
     """A segment the capture cut, in which rdmalab found no FPDU (octets it already had), that tshark's
     sequence analysis calls a retransmission or out of order and whose FPDU length its MPA dissector shows."""
-    cut = bool(cp.wire_length) and cp.wire_length > len(cp.packet.data)
-    return cut and not cp.pdus and "iwarp_mpa.ulpdulength" in ws and any(k in ws for k in _TCP_AGAIN)
+    return cut_by_capture(cp) and not cp.pdus and "iwarp_mpa.ulpdulength" in ws and any(k in ws for k in _TCP_AGAIN)
 
 
 WIRESHARK_DEFECTS.append(WiresharkDefect(
@@ -585,8 +588,7 @@ def _after_cut_segment(cp: CapturedPacket, ws: WiresharkView) -> bool:
         return False
     if not cp.pdus:  # a cut segment in which no FPDU begins: tshark's MPA length read at its first octet
         lengths, size = _mpa_lengths(ws), ws.get("tcp.len", [])
-        cut = bool(cp.wire_length) and cp.wire_length > len(cp.packet.data)
-        return (cut and len(lengths) == 1 and isinstance(lengths[0], int) and len(size) == 1
+        return (cut_by_capture(cp) and len(lengths) == 1 and isinstance(lengths[0], int) and len(size) == 1
                 and 2 + lengths[0] + 4 > parse_ws_value(str(size[0])))  # (its FPDU would run past the segment)
     for p in cp.pdus:
         if _is_cut(p) and len(p.problems) == 1:  # (the FPDU the capture cut: found in step, its header read)

@@ -434,8 +434,8 @@ class IwarpTracker:
         handshake = conn.request is not None and conn.reply is not None
         for pkt, at in got:
             # (an FPDU begun in the octets held: the frames that carried them too)
-            frames = tuple(f for i, (off, f) in enumerate(before)
-                           if off < len(held) and (i + 1 == len(before) or before[i + 1][0] > at)) if at < len(held) else ()
+            ends = [off for off, _f in before[1:]] + [len(held)]  # (where each held chunk ends)
+            frames = tuple(f for (_off, f), end in zip(before, ends, strict=True) if end > at) if at < len(held) else ()
             pkt.stream = StreamPosition(frame, (*frames, frame), d.tuple4, seq_add(base, at), d.role, d.resynced,
                                         handshake)
             _sent(conn, pkt)
