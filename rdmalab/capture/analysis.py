@@ -73,7 +73,7 @@ from rdmalab.capture.analysis_compare import _lost
 from rdmalab.capture.analysis_congestion import PACING_HYPOTHESES, _congestion, _series_all, cnp_pacing
 from rdmalab.capture.analysis_conn import _Out, ack_coalescing, connections, walk, walk_order
 from rdmalab.capture.analysis_counters import COUNTER_ROWS, counters_side_by_side, parse_counters
-from rdmalab.capture.analysis_iwarp import _iwarp_findings
+from rdmalab.capture.analysis_iwarp import _iwarp_findings, iwarp_connections
 from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Findings, Message
 from rdmalab.capture.analysis_rows import Rows, load_rows, unreachable_text
 from rdmalab.capture.analysis_trust import _capture_gaps, _capture_trust
@@ -207,7 +207,8 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
     series = _series_all(r, pairs)
     findings.extend(_congestion(r, pairs, seg, cnp_window_us))
     checks: dict[str, Any] = {"cnp_pacing": cnp_pacing(r, pairs, seg, cnp_min_gap_us)}
-    findings.extend(_iwarp_findings(r, path if read_file else None))
+    iw_conns = iwarp_connections(r, len(conns))
+    findings.extend(_iwarp_findings(r, path if read_file else None, len(conns)))
     findings.extend(_unreachable(r, conns))
     findings.extend(_capture_gaps(findings))
     if sent is not None:
@@ -221,7 +222,7 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
     findings.sort(key=lambda f: f.time)
     # a plain list in the result (it pickles to Dask workers and back; the budget was for the analysis)
     return Analysis(path, r.frames, len(r) + len(r.dup_pairs), conns, out.messages, list(findings), mtu, series,
-                    psn_time, checks)
+                    psn_time, checks, r.iwarp_conns.frames, iw_conns)
 
 
 def _bar(total: int, what: str) -> Any:

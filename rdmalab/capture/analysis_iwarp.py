@@ -1,4 +1,5 @@
-"""iWARP in the analysis of a capture (:mod:`rdmalab.capture.analysis`): ``bad_crc32c`` (an MPA
+"""iWARP in the analysis of a capture (:mod:`rdmalab.capture.analysis`): its connections (the TCP
+connections that carry MPA, counted by :mod:`rdmalab.capture.iwarp_conns`), ``bad_crc32c`` (an MPA
 FPDU whose CRC32c does not verify) and ``terminate`` findings, a Terminate explained by its
 layer, error type and error code (RFC 5040 4.8 and 7, RFC 5044 8, RFC 6581); what the columns do
 not hold of those PDUs is decoded again from the few frames that carry them."""
@@ -7,48 +8,67 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdmalab.capture.analysis_model import Finding
+from rdmalab.capture.analysis_model import Connection, Finding
 from rdmalab.capture.analysis_rows import Rows
 from rdmalab.capture.reader import read
 from rdmalab.wire.rdmap import TERM_ETYPE_NAMES, TERM_LAYER_NAMES, Terminate, term_errcode_names
 
 
-def _iwarp_findings(r: Rows, path: str | None) -> list[Finding]:
+def iwarp_connections(r: Rows, first_id: int) -> list[Connection]:
+    """The iWARP connections of the rows, as :class:`Connection` s numbered from ``first_id`` in the
+    order of their first frame (``packets``: frames with iWARP, ``request_bytes``: the data their
+    FPDUs carry, both directions; the rest in ``summary``, :meth:`IwarpConn.summary`)."""
+    out = []
+    for k, c in enumerate(sorted(r.iwarp_conns.conns.values(), key=lambda c: c.id)):
+        out.append(Connection(first_id + k, "iWARP", c.requester, c.responder, None, None, c.requester_port,
+                              packets=c.packets, request_bytes=c.request_bytes, first=c.first_ns / 1e9,
+                              last=c.last_ns / 1e9, summary=c.summary(), responder_port=c.responder_port))
+    return out
+
+
+def _iwarp_findings(r: Rows, path: str | None, first_id: int = 0) -> list[Finding]:
     """``bad_crc32c`` and ``terminate`` from the iWARP columns (the decoder reassembles the TCP
     streams as it reads the blocks).  A Terminate (RDMAP opcode 7, RFC 5040 4.8) is explained by
     its layer, error type and error code (RFC 5040 7, RFC 5044 8, RFC 6581); when the columns do
     not carry the type and code, the Terminate frames alone are decoded again for them."""
     out: list[Finding] = []
+    ids = {c.id: first_id + k for k, c in enumerate(sorted(r.iwarp_conns.conns.values(), key=lambda c: c.id))}
     need_detail = [row["frame"] for row in r.iwarp if row["bad_crc"] or row["terminate"] and "term_etype" not in row]
     detail = _pdu_details(path, set(need_detail)) if need_detail and path is not None else {}
     for row in r.iwarp:
-        t = row["time_ns"] / 1e9
-        if row["bad_crc"]:
-            crc = row["crc_check"]  # the CRC field of the FPDU (tshark's iwarp_mpa.crc_check)
-            want = detail.get(row["frame"], {}).get("crc_expected")
-            exp = f", should be {want:#010x}" if want is not None else ""
-            out.append(Finding("bad_crc32c", None, [row["frame"]], t, f"MPA CRC32c {crc:#010x} does not verify{exp}",
-                               {"crc": crc, "expected": want}))
-        if row["terminate"]:
-            layer = row["term_layer"]
-            etype, code = row.get("term_etype"), row.get("term_errcode")
-            extra: dict[str, Any] = {}
-            if etype is None and "etype" in detail.get(row["frame"], {}):
-                d = detail[row["frame"]]
-                etype, code = d["etype"], d["errcode"]
-                extra = {"ddp_header": d["ddp_header"], "rdmap_header": d["rdmap_header"]}
-            lname = TERM_LAYER_NAMES.get(layer, f"layer {layer}")
-            if etype is None or code is None:
-                out.append(Finding("terminate", None, [row["frame"]], t,
-                                   f"Terminate: {lname} error; the connection is closed after it (RFC 5040 7.1)",
-                                   {"layer": layer}))
-                continue
-            ename = TERM_ETYPE_NAMES.get(layer, {}).get(etype, f"type {etype}")
-            err = term_errcode_names(layer, etype).get(code, f"code {code:#04x}")
-            out.append(Finding("terminate", None, [row["frame"]], t,
-                               f"Terminate: {lname} error, {ename}: {err} (layer {layer}, type {etype}, "
-                               f"code {code:#04x}); the connection is closed after it (RFC 5040 7.1)",
-                               {"layer": layer, "etype": etype, "errcode": code, **extra}))
+        conn = ids.get(row.get("conn"))  # type: ignore[arg-type]
+        for kind, text, info in iwarp_finding_texts(row, detail.get(row["frame"], {})):
+            out.append(Finding(kind, conn, [row["frame"]], row["time_ns"] / 1e9, text, info))
+    return out
+
+
+def iwarp_finding_texts(row: dict[str, Any], detail: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """The findings of one of :attr:`Rows.iwarp <rdmalab.capture.analysis_rows.Rows.iwarp>`: (kind, text,
+    detail) of its bad MPA CRC and of its Terminate (``analyze`` and ``top`` say the same); ``detail``:
+    what :func:`_pdu_details` found of its frame, if anything."""
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    if row["bad_crc"]:
+        crc = row["crc_check"]  # the CRC field of the FPDU (tshark's iwarp_mpa.crc_check)
+        want = detail.get("crc_expected")
+        exp = f", should be {want:#010x}" if want is not None else ""
+        out.append(("bad_crc32c", f"MPA CRC32c {crc:#010x} does not verify{exp}", {"crc": crc, "expected": want}))
+    if row["terminate"]:
+        layer = row["term_layer"]
+        etype, code = row.get("term_etype"), row.get("term_errcode")
+        extra: dict[str, Any] = {}
+        if etype is None and "etype" in detail:
+            etype, code = detail["etype"], detail["errcode"]
+            extra = {"ddp_header": detail["ddp_header"], "rdmap_header": detail["rdmap_header"]}
+        lname = TERM_LAYER_NAMES.get(layer, f"layer {layer}")
+        if etype is None or code is None:
+            out.append(("terminate", f"Terminate: {lname} error; the connection is closed after it (RFC 5040 7.1)",
+                        {"layer": layer}))
+            return out
+        ename = TERM_ETYPE_NAMES.get(layer, {}).get(etype, f"type {etype}")
+        err = term_errcode_names(layer, etype).get(code, f"code {code:#04x}")
+        out.append(("terminate", f"Terminate: {lname} error, {ename}: {err} (layer {layer}, type {etype}, "
+                                 f"code {code:#04x}); the connection is closed after it (RFC 5040 7.1)",
+                    {"layer": layer, "etype": etype, "errcode": code, **extra}))
     return out
 
 

@@ -45,12 +45,18 @@ class Message:
 
 @dataclass
 class Connection:
+    """One connection: a RoCE/InfiniBand queue pair's requests and their responses (``transport`` RC,
+    UC ...), or a TCP connection that carries iWARP (``transport`` ``"iWARP"``: no QPNs on the wire;
+    ``requester`` and ``requester_port`` are MPA's initiator, ``responder`` and ``responder_port`` its
+    responder, :mod:`rdmalab.capture.iwarp_conns`)."""
+
     id: int
     transport: str
     requester: str
     responder: str
     requester_qpn: int | None
-    responder_qpn: int
+    responder_qpn: int | None
+    #: RoCEv2: the requester's UDP source port; iWARP: the initiator's TCP port
     requester_port: int | None = None
     #: which run of the capture the connection is in (0, then one more after each seam where the
     #: capture's time goes back: captures appended to each other)
@@ -65,11 +71,17 @@ class Connection:
     first: float = 0.0
     last: float = 0.0
     summary: dict[str, Any] = field(default_factory=dict)
+    #: iWARP: the responder's TCP port (the port it listens on)
+    responder_port: int | None = None
 
     @property
     def name(self) -> str:
+        if self.transport == "iWARP":
+            arrow = "->" if self.summary.get("initiator_known_by") else "<->"
+            return f"{self.requester}:{self.requester_port} {arrow} {self.responder}:{self.responder_port} (iWARP)"
         rq = f"{self.requester_qpn:#x}" if self.requester_qpn is not None else "?"
-        return f"{self.requester} QP {rq} -> {self.responder} QP {self.responder_qpn:#x} ({self.transport})"
+        rs = f"{self.responder_qpn:#x}" if self.responder_qpn is not None else "?"
+        return f"{self.requester} QP {rq} -> {self.responder} QP {rs} ({self.transport})"
 
 
 #: findings of one kind kept one by one over a whole capture; past this, each connection's further
@@ -153,6 +165,34 @@ class Findings(list[Finding]):
             self.append(f)
 
 
+def _counted(c: dict[str, int]) -> str:
+    return ", ".join(f"{n} {k}" for k, n in sorted(c.items(), key=lambda x: -x[1]))
+
+
+def _iwarp_lines(c: Connection) -> list[str]:
+    """The text of an iWARP connection (:meth:`Analysis.text`)."""
+    s = c.summary
+    out = []
+    mpa = s.get("mpa") or {}
+    if mpa:
+        parts = [f"{w.capitalize()} frame {m['frame']} (markers {m['markers']}, CRC {m['crc']}"
+                 + (", REJECTED)" if m.get("reject") else ")") for w, m in mpa.items()]
+        out.append(f"  MPA rev {next(iter(mpa.values()))['rev']}: " + ", ".join(parts))
+    if not s.get("initiator_known_by"):
+        out.append("  the capture holds neither its SYN nor its MPA Request: which end is the initiator is not known")
+    out.append(f"  {c.packets} frames with iWARP, {s.get('fpdus', 0)} FPDUs, {c.request_bytes} data bytes; "
+               f"{s.get('throughput_mbps', 0):.2f} Mbit/s over {s.get('duration_s', 0) * 1e3:.3f} ms")
+    for d in s.get("directions", []):
+        if not d["fpdus"]:
+            out.append(f"  {d['from']} -> {d['to']}: no FPDU")
+            continue
+        bad = "".join(f", {d[k]} {w}" for k, w in (("bad_crc32c", "bad MPA CRC"), ("terminates", "Terminate"))
+                      if d[k])
+        out.append(f"  {d['from']} -> {d['to']}: {d['fpdus']} FPDUs ({_counted(d['opcodes'])}), "
+                   f"{sum(d['messages'].values())} messages ({_counted(d['messages'])}), {d['bytes']} bytes{bad}")
+    return out
+
+
 @dataclass
 class Analysis:
     path: str | None
@@ -169,6 +209,10 @@ class Analysis:
     psn_time: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     #: checks over the whole capture: ``cnp_pacing`` (per hypothesis), ``capture`` (trust)
     checks: dict[str, Any] = field(default_factory=dict)
+    #: frames that carry iWARP (MPA frames and FPDUs; ``rdma_packets`` counts RoCE and InfiniBand packets)
+    iwarp_frames: int = 0
+    #: the TCP connections that carry iWARP (``transport`` ``"iWARP"``), numbered after ``connections``
+    iwarp_connections: list[Connection] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = defaultdict(int)
@@ -221,25 +265,37 @@ class Analysis:
             d = {k: getattr(m, k) for k in names}
             d["duration"] = m.duration
             msgs.append(d)
-        conns = []
-        for c in self.connections:
+        conns: list[dict[str, Any]] = []
+        iwarp: list[dict[str, Any]] = []
+        for c in self.connections + self.iwarp_connections:
             d = asdict(c)
             d["name"] = c.name
-            conns.append(d)
-        return {"file": self.path, "packets": self.packets, "rdma_packets": self.rdma_packets, "mtu": self.mtu,
+            (iwarp if c.transport == "iWARP" else conns).append(d)
+        return {"file": self.path, "packets": self.packets, "rdma_packets": self.rdma_packets,
+                "iwarp_frames": self.iwarp_frames, "iwarp_connections": iwarp, "mtu": self.mtu,
                 "counts": self.counts(), "events": self.all_events(), "connections": conns, "messages": msgs,
                 "findings": [{"kind": f.kind, "connection": f.connection, "frames": f.frames, "time": f.time,
                               "text": f.text, "detail": f.detail, "capture": f.capture} for f in self.findings],
                 "checks": self.checks}
 
     def text(self, limit: int = 200, conn_limit: int = 50) -> str:
-        lines = [f"{self.path or 'capture'}: {self.packets} frames, {self.rdma_packets} RDMA packets, "
-                 f"{len(self.connections)} connection(s), {len(self.messages)} message(s), path MTU ~{self.mtu}"]
+        iw = self.iwarp_connections
+        rdma = "RDMA packets (RoCE, InfiniBand)" if self.iwarp_frames else "RDMA packets"
+        msgs = len(self.messages) + sum(sum(c.summary.get("messages", {}).values()) for c in iw)
+        conns = f"{len(self.connections) + len(iw)} connection(s) ({len(self.connections)} RoCE, {len(iw)} iWARP)" \
+            if iw else f"{len(self.connections)} connection(s)"
+        lines = [f"{self.path or 'capture'}: {self.packets} frames, {self.rdma_packets} {rdma}, "
+                 + (f"{self.iwarp_frames} iWARP frames, " if self.iwarp_frames else "")
+                 + f"{conns}, {msgs} message(s), path MTU ~{self.mtu}"]
         runs = any(c.run for c in self.connections)
-        for c in self.connections[:conn_limit]:
+        every = self.connections + iw
+        for c in every[:conn_limit]:
             s = c.summary
             where = f" [{c.capture}]" if c.capture else ""
             lines.append(f"\nConnection {c.id}{where}: {c.name}" + (f" (run {c.run} of the capture)" if runs else ""))
+            if c.transport == "iWARP":
+                lines.extend(_iwarp_lines(c))
+                continue
             if c.cm:
                 lines.append(f"  set up by CM REQ frame {c.cm['req_frame']} / REP frame {c.cm['rep_frame']} "
                              f"(service ID {c.cm['service_id']:#x})" if isinstance(c.cm["service_id"], int) else
@@ -253,8 +309,8 @@ class Analysis:
             ops = s.get("messages")
             if ops:
                 lines.append("  messages: " + ", ".join(f"{n} {k}" for k, n in ops.items()))
-        if len(self.connections) > conn_limit:
-            lines.append(f"\n... {len(self.connections) - conn_limit} more connections (use -T json for all)")
+        if len(every) > conn_limit:
+            lines.append(f"\n... {len(every) - conn_limit} more connections (use -T json for all)")
         pacing = self.checks.get("cnp_pacing")
         if pacing and pacing["triggers"]:
             lines.append(f"\nCNP pacing (minimum gap {pacing['min_gap_us']:g} us, {pacing['triggers']} CE-marked "

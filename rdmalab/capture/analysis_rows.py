@@ -39,6 +39,7 @@ from rdmalab.capture.columnar import (
     record_blocks,
 )
 from rdmalab.capture.columnar_decode import QUOTED, QUOTING, erf_ethernet_view, per_packet_row
+from rdmalab.capture.iwarp_conns import IWARP_FIELDS, IwarpConns
 from rdmalab.capture.linktypes import COLUMNAR_LINKTYPES
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import CaptureError, RawRecord, decode_record
@@ -53,6 +54,8 @@ FIELDS: tuple[str, ...] = (
     "rdmalab.crc32c.ok", "iwarp_mpa.crc", "iwarp_mpa.crc_check", "iwarp_rdma.opcode", "iwarp_rdma.term_layer",
     "udp.length", "ipv6.plen", "infiniband.bth.padcnt",
 )
+#: ... and those the iWARP connections are counted from (:mod:`rdmalab.capture.iwarp_conns`)
+FIELDS = tuple(dict.fromkeys(FIELDS + IWARP_FIELDS))
 #: Terminate error type and code columns (one per layer, as tshark's ``iwarp_rdma.term_etype_ddp`` ...):
 #: a Terminate has its type and code in the columns of its layer
 _TERM_ETYPE = tuple(n for n in COLUMN_BY_NAME if n.startswith("iwarp_rdma.term_etype"))
@@ -83,8 +86,11 @@ class Rows:
     seam_frames: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  #: first frame of each new run
     #: identical copies left out: (frame of the copy, frame it copies)
     dup_pairs: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
-    #: iWARP rows worth a finding (bad MPA CRC, Terminate): dicts of their columns
+    #: iWARP rows worth a finding (bad MPA CRC, Terminate): dicts of their columns (``conn``: the
+    #: id of their connection in :attr:`iwarp_conns`)
     iwarp: list[dict[str, Any]] = field(default_factory=list)
+    #: the TCP connections that carry iWARP, counted (:mod:`rdmalab.capture.iwarp_conns`)
+    iwarp_conns: IwarpConns = field(default_factory=IwarpConns)
     #: ICMP errors that quote a RoCE packet (port unreachable: nothing takes RoCEv2 there): frame, time,
     #: the error's summary, who sent it, and the quoted packet's addresses, opcode, QP and PSN
     unreachable: list[dict[str, Any]] = field(default_factory=list)
@@ -201,13 +207,14 @@ class _Collector:
             cm = part["deth"] & (part["dqp"] == 1)
             if cm.any():
                 r.cm_frames.extend(part["frame"][cm].tolist())
+        conn_of = dict(r.iwarp_conns.add(cols))
         if "rdmalab.crc32c" in cols.layers:
             bad = cols.layers["rdmalab.crc32c"] & (cols.data["rdmalab.crc32c.ok"] == 2)
             term = cols.layers["iwarp_rdma.opcode"] & (cols.data["iwarp_rdma.opcode"] == 7)
             for i in np.nonzero(bad | term)[0].tolist():
                 row = {"frame": int(fr[i]), "time_ns": int(tns[i]), "bad_crc": bool(bad[i]), "terminate": bool(term[i]),
                        "crc": int(cols.data["iwarp_mpa.crc"][i]), "crc_check": int(cols.data["iwarp_mpa.crc_check"][i]),
-                       "term_layer": int(cols.data["iwarp_rdma.term_layer"][i])}
+                       "term_layer": int(cols.data["iwarp_rdma.term_layer"][i]), "conn": conn_of.get(int(fr[i]))}
                 for key, names in (("term_etype", _TERM_ETYPE), ("term_errcode", _TERM_ERRCODE)):
                     for name in names:
                         if name in cols.layers and cols.layers[name][i]:

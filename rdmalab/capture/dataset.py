@@ -201,7 +201,7 @@ def merge_analyses(parts: Sequence[Any], names: Sequence[str]) -> Any:
     """One :class:`~rdmalab.capture.analysis.Analysis` of several captures: connections numbered
     one after the other, every connection and finding naming its capture."""
 
-    conns, msgs, finds = [], [], []
+    conns, iwarp, msgs, finds = [], [], [], []
     throughput, psn_time, checks = {}, {}, {}
     off = 0
     for a, name in zip(parts, names, strict=True):
@@ -209,6 +209,10 @@ def merge_analyses(parts: Sequence[Any], names: Sequence[str]) -> Any:
             c.id += off
             c.capture = name
             conns.append(c)
+        for c in a.iwarp_connections:
+            c.id += off
+            c.capture = name
+            iwarp.append(c)
         for m in a.messages:
             m.connection += off
             msgs.append(m)
@@ -220,10 +224,10 @@ def merge_analyses(parts: Sequence[Any], names: Sequence[str]) -> Any:
         throughput.update({k + off: v for k, v in a.throughput.items()})
         psn_time.update({k + off: v for k, v in a.psn_time.items()})
         checks[name] = a.checks
-        off += len(a.connections)
+        off += len(a.connections) + len(a.iwarp_connections)
     return Analysis(f"{len(parts)} captures", sum(a.packets for a in parts), sum(a.rdma_packets for a in parts),
                     conns, msgs, finds, max((a.mtu for a in parts), default=1024), throughput, psn_time,
-                    {"captures": checks})
+                    {"captures": checks}, sum(a.iwarp_frames for a in parts), iwarp)
 
 
 def analyze_many(paths: Sequence[str | os.PathLike[str]], *, dask: str | None = "local", dask_workers: int = 2,

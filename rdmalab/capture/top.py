@@ -61,8 +61,10 @@ from typing import Any
 import numpy as np
 
 from rdmalab.capture.analysis_conn import NAK_NAMES, RUN_JUMP, T, op_family
+from rdmalab.capture.analysis_iwarp import iwarp_finding_texts
 from rdmalab.capture.analysis_rows import _TERM_EXTRA, FIELDS, _Collector, block_columns, unreachable_text
 from rdmalab.capture.columnar import _tracker
+from rdmalab.capture.iwarp_conns import IwarpConn
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.wire.ib import IB_MTUS, PSN_HALF, PSN_MOD, psn_unwrap
@@ -196,6 +198,24 @@ class LiveConn:
                 "kinds": dict(k)}
 
 
+def iwarp_row(c: IwarpConn) -> dict[str, Any]:
+    """An iWARP connection's row of the table: :meth:`LiveConn.row`'s keys (the RoCE-only counts
+    None: NAKs, CNPs, ICRCs and PSNs are not iWARP's; TCP retransmits), and its directions, MPA CRC
+    failures and Terminates."""
+    dur = (c.last_ns - c.first_ns) / 1e9
+    s = c.summary()
+    return {"id": c.id, "name": c.name, "transport": "iWARP", "requester": c.requester, "responder": c.responder,
+            "requester_qpn": None, "responder_qpn": None, "requester_port": c.requester_port,
+            "responder_port": c.responder_port, "packets": c.packets, "request_bytes": c.request_bytes,
+            "retransmitted_bytes": None, "messages": dict(c.messages), "opcodes": dict(c.opcodes), "mbps": c.mbps,
+            "msg_rate": c.msg_rate, "nak_seq_err": None, "nak_rnr": None, "nak_other": None, "retransmissions": None,
+            "cnps": None, "bad_icrc": None, "psn_gaps": None, "bad_crc32c": s["bad_crc32c"],
+            "terminates": s["terminates"], "directions": s["directions"], "mpa": s["mpa"],
+            "first": c.first_ns / 1e9, "last": c.last_ns / 1e9,
+            "avg_mbps": c.request_bytes * 8 / dur / 1e6 if dur > 0 else 0.0,
+            "avg_msg_rate": sum(c.messages.values()) / dur if dur > 0 else 0.0, "kinds": dict(c.kinds)}
+
+
 def _retired() -> dict[str, Any]:
     return {"connections": 0, "packets": 0, "request_bytes": 0, "retransmitted_bytes": 0, "messages": Counter(),
             "kinds": Counter()}
@@ -234,6 +254,11 @@ class LiveTop:
         self._next_id = 0
         self._max_plen = 0
         self._collector = _Collector(1 << 62, 0)  # rows only: seams and copies are analyze's, not ours
+        #: the iWARP connections (TCP connections that carry MPA), counted as analyze counts them, numbered
+        #: among the RoCE ones; at most ``max_conns`` of them kept too
+        self._iwarp = self._collector.rows.iwarp_conns
+        self._iwarp.max_conns = max_conns
+        self._iwarp.on_new = self._iwarp_new
         self._tracker = _tracker()
         self._buf = bytearray()
         self._off: list[int] = []
@@ -314,13 +339,12 @@ class LiveTop:
         part = {k: v[-1] for k, v in c.parts.items()} if c.parts else None
         c.parts, c.back = {}, []
         addr_v6 = list(c.v6)
+        by_id = {c.id: c for c in self._iwarp.conns.values()} if rows.iwarp else {}
         for w in rows.iwarp:
             t = w["time_ns"] / 1e9
-            if w["bad_crc"]:
-                self._finding(None, "bad_crc32c", t, f"MPA CRC32c {w['crc']:#010x} does not verify "
-                                                   f"(computed {w['crc_check']:#010x}), frame {w['frame']}")
-            if w["terminate"]:
-                self._finding(None, "terminate", t, f"iWARP Terminate (layer {w['term_layer']}), frame {w['frame']}")
+            iw = by_id.get(w.get("conn"))  # type: ignore[arg-type]
+            for kind, text, _ in iwarp_finding_texts(w, {}):
+                self._finding(iw, kind, t, f"{text} (frame {w['frame']})")
         for u in rows.unreachable:
             self._finding(None, "unreachable", u["time_ns"] / 1e9, f"{unreachable_text(u)} (frame {u['frame']})")
         rows.iwarp, rows.cm_frames, rows.unreachable = [], [], []
@@ -330,7 +354,11 @@ class LiveTop:
         self._rows(part, rows.addr)
 
     # ------------------------------------------------------------------ the walk
-    def _finding(self, conn: LiveConn | None, kind: str, t: float, text: str) -> None:
+    def _iwarp_new(self, conn: IwarpConn) -> None:
+        conn.id = self._next_id
+        self._next_id += 1
+
+    def _finding(self, conn: LiveConn | IwarpConn | None, kind: str, t: float, text: str) -> None:
         self.kinds[kind] += 1
         if conn is not None:
             conn.kinds[kind] += 1
@@ -558,32 +586,53 @@ class LiveTop:
                 conn.msg_rate = conn.tick_msgs / dt
                 conn.tick_bytes = conn.tick_msgs = 0
                 conn.tick_ns = now
+        for iw in list(self._iwarp.conns.values()):
+            if self.idle_ns is not None and now - iw.last_ns > self.idle_ns:
+                self._iwarp.retire(iw)
+        self._iwarp.tick(now)
 
     @property
     def connections(self) -> list[LiveConn]:
-        """The connections kept, by id (order of their first packet)."""
+        """The RoCE connections kept, by id (order of their first packet)."""
         return sorted(self._conns.values(), key=lambda c: c.id)
 
+    @property
+    def iwarp_connections(self) -> list[IwarpConn]:
+        """The iWARP connections kept (TCP connections that carry MPA), by id."""
+        return sorted(self._iwarp.conns.values(), key=lambda c: c.id)
+
     def rows(self) -> list[dict[str, Any]]:
-        """The table: one dict per connection kept (:meth:`LiveConn.row`)."""
+        """The table: one dict per RoCE connection kept (:meth:`LiveConn.row`)."""
         return [c.row() for c in self.connections]
 
+    def iwarp_rows(self) -> list[dict[str, Any]]:
+        """The iWARP connections kept, a dict each (:func:`iwarp_row`)."""
+        return [iwarp_row(c) for c in self.iwarp_connections]
+
     def totals(self) -> dict[str, Any]:
-        """Whole-run totals: connections (kept and retired), packets, bytes, messages, finding kinds."""
+        """Whole-run totals: RoCE connections (kept and retired), packets, bytes, messages, finding kinds;
+        iWARP frames, connections, data bytes and messages (``iwarp_*``)."""
         r = self.retired
         msgs: Counter[str] = Counter(r["messages"])
         for c in self._conns.values():
             msgs.update(c.messages)
+        iw = self._iwarp
+        iw_msgs: Counter[str] = Counter(iw.retired["messages"])
+        for ic in iw.conns.values():
+            iw_msgs.update(ic.messages)
         return {"frames": self.frames, "rdma_packets": self.rdma_packets,
                 "connections": len(self._conns) + r["connections"],
                 "packets": sum(c.packets for c in self._conns.values()) + r["packets"],
                 "request_bytes": sum(c.request_bytes for c in self._conns.values()) + r["request_bytes"],
+                "iwarp_frames": iw.frames, "iwarp_connections": len(iw.conns) + iw.retired["connections"],
+                "iwarp_bytes": sum(c.request_bytes for c in iw.conns.values()) + iw.retired["bytes"],
+                "iwarp_messages": dict(iw_msgs),
                 "retransmitted_bytes": sum(c.retransmitted_bytes for c in self._conns.values())
                 + r["retransmitted_bytes"],
                 "messages": dict(msgs), "kinds": dict(sorted(self.kinds.items())), "mtu": self.mtu,
                 "dropped": self.dropped, "pause_frames": self.pauses, "pfc_frames": self.pfc, "pfc_by_priority": list(self.pfc_by_priority)}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"totals": self.totals(), "connections": self.rows(),
+        return {"totals": self.totals(), "connections": self.rows(), "iwarp_connections": self.iwarp_rows(),
                 "findings": [{"time": f.time, "connection": f.connection, "kind": f.kind, "text": f.text}
                              for f in self.findings]}

@@ -77,8 +77,11 @@ def render(top: LiveTop, *, title: str = "rdmalab top", average: bool = False, m
     k = tot["kinds"]
     head = Text.assemble(
         (f"{title}  ", "bold"),
-        f"{tot['frames']} frames, {tot['rdma_packets']} RDMA packets, {tot['connections']} connection(s), "
-        f"{sum(tot['messages'].values())} messages, path MTU ~{tot['mtu']}   ",
+        f"{tot['frames']} frames, {tot['rdma_packets']} RDMA packets, "
+        + (f"{tot['iwarp_frames']} iWARP frames, " if tot.get("iwarp_frames") else "")
+        + f"{tot['connections'] + tot.get('iwarp_connections', 0)} connection(s), "
+        f"{sum(tot['messages'].values()) + sum(tot.get('iwarp_messages', {}).values())} messages, "
+        f"path MTU ~{tot['mtu']}   ",
         ("PFC ", "bold"), f"{tot['pfc_frames']}" + (f" (pausing priority 0-7: {'/'.join(map(str, tot['pfc_by_priority']))})"
                                                     if tot["pfc_frames"] else "") + "  ",
         ("PAUSE ", "bold"), f"{tot['pause_frames']}",
@@ -93,12 +96,19 @@ def render(top: LiveTop, *, title: str = "rdmalab top", average: bool = False, m
                        ("retx B", "right"), ("CNP", "right"), ("ICRC", "right")):
         table.add_column(name, justify=just, no_wrap=name == "connection",  # type: ignore[arg-type]
                          min_width=28 if name == "opcodes" else None)
-    rows = top.rows()
+    rows = sorted(top.rows() + top.iwarp_rows(), key=lambda r: r["id"])  # (ids: one numbering for both)
     if max_rows is not None:
         rows = rows[-max_rows:]
     for r in rows:
         ops = ", ".join(f"{n} {_short(o)}" for o, n in sorted(r["opcodes"].items(), key=lambda x: -x[1])[:3])
         msgs = ", ".join(f"{n} {o}" for o, n in r["messages"].items()) or "0"
+        if r["transport"] == "iWARP":  # (NAKs, CNPs, ICRCs: RoCE's; TCP retransmits for iWARP)
+            bad = r["bad_crc32c"] + r["terminates"]
+            table.add_row(str(r["id"]), r["name"], ops, str(r["packets"]), _size(r["request_bytes"]),
+                          f"{r['avg_mbps' if average else 'mbps']:.1f}",
+                          f"{r['avg_msg_rate' if average else 'msg_rate']:.0f}", msgs, *["-"] * 7,
+                          style="yellow" if bad else None)
+            continue
         bad = r["nak_seq_err"] + r["nak_rnr"] + r["nak_other"] + r["retransmissions"] + r["bad_icrc"]
         table.add_row(str(r["id"]), r["name"], ops, str(r["packets"]), _size(r["request_bytes"]),
                       f"{r['avg_mbps' if average else 'mbps']:.1f}", f"{r['avg_msg_rate' if average else 'msg_rate']:.0f}",

@@ -48,10 +48,13 @@ def html_report(a: Analysis) -> str:
              f"<title>rdmalab analysis: {html.escape(title)}</title><style>{_CSS}</style></head><body>",
              f"<h1>{html.escape(title)}</h1>",
              f"<p class=muted>{a.packets} frames, {a.rdma_packets} RDMA packets, {len(a.connections)} connection(s), "
-             f"{len(a.messages)} message(s), path MTU ~{a.mtu}</p>"]
+             f"{len(a.messages)} message(s), path MTU ~{a.mtu}"
+             + (f"; {a.iwarp_frames} iWARP frames, {len(a.iwarp_connections)} iWARP connection(s)"
+                if a.iwarp_frames else "") + "</p>"]
     worst = bool(set(a.counts()) - {"cnp", "ecn_ce"})
     parts.append(f"<div class='summary{'' if worst else ' ok'}'>{_summary(a)}</div>")
     parts.append(_connections_table(a))
+    parts.append(_iwarp_table(a))
     parts.extend(_plots(a))
     parts.append(_findings_html(a))
     parts.append(_messages_html(a))
@@ -66,8 +69,10 @@ def html_report(a: Analysis) -> str:
 def _summary(a: Analysis) -> str:
     n = a.all_events()  # what the findings stand for (a pass of duplicates, findings folded past a budget)
     say: list[str] = []
-    if not a.connections:
+    if not a.connections and not a.iwarp_connections:
         say.append("No RDMA connection in this capture.")
+    elif not a.connections:
+        say.append(f"{len(a.iwarp_connections)} iWARP connection(s) (TCP connections that carry MPA); no RoCE.")
     req = sum(c.request_bytes for c in a.connections)
     again = sum(c.retransmitted_bytes for c in a.connections)
     if n.get("capture_seam"):
@@ -122,6 +127,29 @@ def _summary(a: Analysis) -> str:
 def _seams(a: Analysis) -> int:
     f = a.of_kind("capture_seam")
     return int(f[0].detail["count"]) if f else 0
+
+
+def _iwarp_table(a: Analysis, limit: int = 2000) -> str:
+    """The iWARP connections: ends, MPA exchange, FPDUs and messages each way, data bytes."""
+    if not a.iwarp_connections:
+        return ""
+    rows = []
+    for c in a.iwarp_connections[:limit]:
+        s = c.summary
+        mpa = ", ".join(f"{w} frame {m['frame']} (CRC {m['crc']}, markers {m['markers']})"
+                        for w, m in s.get("mpa", {}).items()) or "not in the capture"
+        ways = "<br>".join(f"{html.escape(d['from'])} → {html.escape(d['to'])}: {d['fpdus']} FPDUs, "
+                           + (", ".join(f"{n} {html.escape(k)}" for k, n in d["messages"].items()) or "no message")
+                           for d in s.get("directions", []))
+        cap = f"{html.escape(c.capture)}: " if c.capture else ""
+        rows.append(f"<tr><td>{c.id}</td><td>{cap}{html.escape(c.name)}</td><td>{mpa}</td><td>{ways}</td>"
+                    f"<td class=n>{c.packets}</td><td class=n>{c.request_bytes:,}</td>"
+                    f"<td class=n>{s.get('throughput_mbps', 0):.2f}</td></tr>")
+    more = (f"<p class=muted>... and {len(a.iwarp_connections) - limit} more (-T json has all).</p>"
+            if len(a.iwarp_connections) > limit else "")
+    return ("<h2>iWARP connections</h2><table><tr><th>#</th><th>initiator → responder</th><th>MPA</th>"
+            "<th>messages each way</th><th>frames</th><th>data bytes</th><th>Mbit/s</th></tr>"
+            + "".join(rows) + "</table>" + more)
 
 
 def _connections_table(a: Analysis, shown: int = 20, limit: int = 2000) -> str:

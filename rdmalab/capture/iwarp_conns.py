@@ -1,0 +1,351 @@
+"""iWARP connections of a capture, counted block by block: what ``rdmalab analyze`` and ``rdmalab top``
+show for each TCP connection that carries MPA and RDMAP, as they show RoCE's queue pairs.
+
+An iWARP connection is one TCP connection (RFC 5044: MPA runs on one TCP connection; DDP and RDMAP
+on MPA).  Its ends are named as MPA names them (RFC 5044 7.1): the **initiator** (who sends the MPA
+Request; it is the TCP client, who sent the SYN) and the **responder** (who listens).  The initiator is
+known from the SYN when the capture holds it, else from the MPA Request (the first MPA frame of the
+connection), else it is not known: the capture began after the MPA exchange, and the first side
+seen sending FPDUs is written first.
+
+Counted per direction, from the decoder's iWARP columns (the TCP stream reassembly of
+:mod:`rdmalab.capture.iwarp`: each FPDU where it completes, several in a frame from
+:attr:`~rdmalab.capture.columnar.Columns.multi`):
+
+* **FPDUs** by RDMAP opcode (RFC 5040 4.2; RFC 7306 5 and 6 for the atomic and immediate ones);
+* **messages** by opcode: an FPDU with the DDP Last flag set ends one (RFC 5041 5.1: a message is
+  the DDP segments up to the one with L set);
+* **bytes**: the data the FPDUs carry (RDMA Write, Read Response and the Sends: the ULPDU length of
+  the MPA header less the DDP header, 14 octets tagged and 18 untagged, RFC 5041 4.2 and 4.3, and less
+  the headers RDMAP adds for the opcode); a Read Request carries none (its size is in its header);
+* **bad MPA CRCs** (where negotiated, RFC 5044 4.4) and **Terminates** (RFC 5040 4.8).
+
+Bounded memory: each connection is a fixed set of counters; at most ``max_conns`` are kept and the
+SYNs of at most :data:`SYN_MAX` TCP connections not (yet) known as iWARP are remembered.
+:meth:`IwarpConns.retire` hands a connection's counts to :attr:`IwarpConns.retired` (``top`` retires
+idle ones; ``analyze`` keeps them all).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rdmalab.capture.columnar import Columns
+from rdmalab.wire.rdmap import RDMAP_OPCODES
+
+__all__ = ["IwarpConn", "IwarpConns", "IWARP_FIELDS", "SYN_MAX", "rdmap_name", "data_octets"]
+
+#: the columns the counting reads (added to what analyze and top decode)
+IWARP_FIELDS: tuple[str, ...] = (
+    "tcp.srcport", "tcp.dstport", "tcp.flags", "iwarp_mpa.rev", "iwarp_mpa.marker_flag", "iwarp_mpa.crc_flag",
+    "iwarp_mpa.rej_flag", "iwarp_mpa.ulpdulength", "iwarp_ddp.tagged_flag", "iwarp_ddp.last_flag",
+    "iwarp_rdma.opcode", "rdmalab.pdus", "rdmalab.crc32c.ok",
+)
+#: SYNs remembered of TCP connections not known as iWARP (yet): the oldest is forgotten past this
+SYN_MAX = 4096
+_TCP_SYN, _TCP_ACK = 0x02, 0x10
+#: DDP header octets (RFC 5041 4.2 tagged: control, RDMAP control, STag, TO; 4.3 untagged: control,
+#: RDMAP control, RsvdULP, QN, MSN, MO)
+_DDP_TAGGED, _DDP_UNTAGGED = 14, 18
+
+
+def rdmap_name(opcode: int) -> str:
+    """An RDMAP opcode's short name (``Write``, ``Read Request``, ``Send with SE`` ...)."""
+    info = RDMAP_OPCODES.get(opcode)
+    if info is None:
+        return f"opcode {opcode:#x}"
+    return info.ws_name or info.name
+
+
+def data_octets(opcode: int, tagged: int, ulpdu_length: int) -> int:
+    """The data an FPDU carries: its MPA ULPDU length less the DDP header and the headers RDMAP puts
+    after it for ``opcode`` (0 for an opcode that carries no data, RFC 5040 4.3-4.8)."""
+    info = RDMAP_OPCODES.get(opcode)
+    if info is None or not info.payload:
+        return 0
+    head = (_DDP_TAGGED if tagged else _DDP_UNTAGGED) + sum(h.LAYOUT.size for h in info.headers)
+    return max(0, ulpdu_length - head)
+
+
+@dataclass
+class _Side:
+    """One direction's counts."""
+
+    fpdus: int = 0
+    frames: int = 0
+    octets: int = 0
+    opcodes: Counter[str] = field(default_factory=Counter)
+    messages: Counter[str] = field(default_factory=Counter)
+    bad_crc: int = 0
+    terminates: int = 0
+
+    def row(self) -> dict[str, Any]:
+        return {"frames": self.frames, "fpdus": self.fpdus, "bytes": self.octets, "opcodes": dict(self.opcodes),
+                "messages": dict(self.messages), "bad_crc32c": self.bad_crc, "terminates": self.terminates}
+
+
+@dataclass
+class IwarpConn:
+    """One TCP connection that carries iWARP: its ends (``requester``: MPA's initiator, when known),
+    each direction's counts, the MPA exchange when the capture holds it.  It answers the questions
+    ``top`` asks of a RoCE connection (``packets``: frames with iWARP, ``request_bytes``: data bytes of
+    both directions, ``messages``; no QPNs on the wire, no retransmitted bytes counted: TCP's)."""
+
+    id: int
+    requester: str
+    requester_port: int
+    responder: str
+    responder_port: int
+    #: how the initiator is known: ``"syn"``, ``"mpa"`` (the MPA Request), or None (not known)
+    known_by: str | None
+    first_ns: int
+    last_ns: int
+    #: [initiator -> responder, responder -> initiator]
+    sides: tuple[_Side, _Side] = field(default_factory=lambda: (_Side(), _Side()))
+    #: the MPA Request and Reply: frame, revision, Markers and CRC flags (M, C), Reject
+    mpa: dict[str, dict[str, int]] = field(default_factory=dict)
+    # ---- rates for a live view (since the last tick)
+    tick_octets: int = 0
+    tick_msgs: int = 0
+    tick_ns: int = 0
+    mbps: float = 0.0
+    msg_rate: float = 0.0
+    #: finding kinds on this connection, counted (by ``top``)
+    kinds: Counter[str] = field(default_factory=Counter)
+    transport = "iWARP"
+    requester_qpn = None
+    responder_qpn = None
+    retransmitted_bytes = 0
+
+    @property
+    def key(self) -> tuple[str, int, str, int]:
+        return self.requester, self.requester_port, self.responder, self.responder_port
+
+    @property
+    def name(self) -> str:
+        arrow = "->" if self.known_by else "<->"
+        return f"{self.requester}:{self.requester_port} {arrow} {self.responder}:{self.responder_port} (iWARP)"
+
+    @property
+    def packets(self) -> int:
+        return self.sides[0].frames + self.sides[1].frames
+
+    @property
+    def request_bytes(self) -> int:
+        return self.sides[0].octets + self.sides[1].octets
+
+    @property
+    def messages(self) -> Counter[str]:
+        return self.sides[0].messages + self.sides[1].messages
+
+    @property
+    def opcodes(self) -> Counter[str]:
+        return self.sides[0].opcodes + self.sides[1].opcodes
+
+    def summary(self) -> dict[str, Any]:
+        dur = (self.last_ns - self.first_ns) / 1e9
+        a, b = (f"{self.requester}:{self.requester_port}", f"{self.responder}:{self.responder_port}")
+        return {"duration_s": dur, "throughput_mbps": self.request_bytes * 8 / dur / 1e6 if dur > 0 else 0.0,
+                "initiator_known_by": self.known_by, "mpa": self.mpa, "fpdus": self.sides[0].fpdus + self.sides[1].fpdus,
+                "bytes": self.request_bytes, "messages": dict(self.messages), "opcodes": dict(self.opcodes),
+                "directions": [{"from": a, "to": b, **self.sides[0].row()}, {"from": b, "to": a, **self.sides[1].row()}],
+                "bad_crc32c": self.sides[0].bad_crc + self.sides[1].bad_crc,
+                "terminates": self.sides[0].terminates + self.sides[1].terminates}
+
+
+Key = tuple[str, int, str, int]
+
+
+class IwarpConns:
+    """The iWARP connections of the blocks :meth:`add` was given (module docstring)."""
+
+    def __init__(self, max_conns: int | None = None) -> None:
+        self.max_conns = max_conns
+        self.conns: OrderedDict[Key, IwarpConn] = OrderedDict()  # (initiator, port, responder, port), least recent first
+        self.syns: OrderedDict[Key, None] = OrderedDict()  # (client, port, server, port) of SYNs seen
+        self.frames = 0  # frames with iWARP (MPA frames and FPDUs), over the whole run
+        self.retired: dict[str, Any] = {"connections": 0, "frames": 0, "bytes": 0, "messages": Counter()}
+        self.next_id = 0
+        #: called with each new connection (top numbers it among its own)
+        self.on_new: Any = None
+
+    def add(self, cols: Columns) -> list[tuple[int, int | None]]:
+        """Count one block; return (frame, connection id) of each frame with a bad MPA CRC or a
+        Terminate, for the findings."""
+        L, d = cols.layers, cols.data
+        if "tcp" not in L or any(name not in d for name in ("tcp.flags", "tcp.srcport", "tcp.dstport")):
+            return []
+        syn = L["tcp"] & ((d["tcp.flags"] & (_TCP_SYN | _TCP_ACK)) == _TCP_SYN)
+        iw = L.get("iwarp")
+        rows = np.nonzero(syn | iw)[0] if iw is not None else np.nonzero(syn)[0]
+        if not len(rows):
+            return []
+        out: list[tuple[int, int | None]] = []
+        fr = d["frame.number"][rows].tolist()
+        tns = d["frame.time_ns"][rows].tolist()
+        src, dst = _texts(cols, rows, "src"), _texts(cols, rows, "dst")
+        sport, dport = d["tcp.srcport"][rows].tolist(), d["tcp.dstport"][rows].tolist()
+        is_syn = syn[rows].tolist()
+        cols_of = {name: (d[name][rows].tolist(), L[name][rows].tolist()) for name in
+                   ("iwarp_mpa.rev", "iwarp_mpa.marker_flag", "iwarp_mpa.crc_flag", "iwarp_mpa.rej_flag",
+                    "iwarp_mpa.ulpdulength", "iwarp_ddp.tagged_flag", "iwarp_ddp.last_flag", "iwarp_rdma.opcode")
+                   if name in d}
+        bad_crc = ((L["rdmalab.crc32c"] & (d["rdmalab.crc32c.ok"] == 2))[rows].tolist()
+                   if "rdmalab.crc32c" in L and "rdmalab.crc32c.ok" in d else [False] * len(rows))
+        for j in range(len(rows)):
+            key: Key = (src[j], sport[j], dst[j], dport[j])
+            if is_syn[j]:
+                self._syn(key)
+                continue
+            self.frames += 1
+            conn, side = self._conn(key, tns[j])
+            conn.last_ns = max(conn.last_ns, tns[j])
+            s = conn.sides[side]
+            s.frames += 1
+            got = cols.multi.get(fr[j])
+            vals: dict[str, Any] = {name: (got.get(name) if got is not None else (v[j] if has[j] else None))
+                    for name, (v, has) in cols_of.items()}
+            if vals.get("iwarp_mpa.rev") is not None:  # (only an MPA Request or Reply has a revision)
+                self._mpa(conn, key, side, fr[j], vals)
+                s = conn.sides[0 if key == conn.key else 1]
+            before = s.messages.total()
+            self._fpdus(s, vals)
+            if bad_crc[j]:
+                s.bad_crc += 1
+            if bad_crc[j] or _has_terminate(vals):
+                out.append((fr[j], conn.id))
+            conn.tick_msgs += s.messages.total() - before
+        return out
+
+    # ------------------------------------------------------------------ the pieces
+    def _syn(self, key: Key) -> None:
+        self.syns[key] = None
+        self.syns.move_to_end(key)
+        if len(self.syns) > SYN_MAX:
+            self.syns.popitem(last=False)
+
+    def _conn(self, key: Key, tns: int) -> tuple[IwarpConn, int]:
+        """The connection of a frame sent along ``key`` (source, port, destination, port), and its
+        direction (0: initiator to responder)."""
+        back: Key = (key[2], key[3], key[0], key[1])
+        conn = self.conns.get(key)
+        if conn is not None:
+            self.conns.move_to_end(key)
+            return conn, 0
+        conn = self.conns.get(back)
+        if conn is not None:
+            self.conns.move_to_end(back)
+            return conn, 1
+        if back in self.syns:  # the other end sent the SYN: it is the initiator
+            self.syns.pop(back)
+            conn = self._new(back, "syn", tns)
+            return conn, 1
+        known = "syn" if self.syns.pop(key, 0) is None else None
+        conn = self._new(key, known, tns)
+        return conn, 0
+
+    def _new(self, key: Key, known_by: str | None, tns: int) -> IwarpConn:
+        conn = IwarpConn(self.next_id, key[0], key[1], key[2], key[3], known_by, tns, tns)
+        self.next_id += 1
+        self.conns[key] = conn
+        if self.on_new is not None:
+            self.on_new(conn)
+        if self.max_conns is not None and len(self.conns) > self.max_conns:
+            self.retire(next(iter(self.conns.values())))
+        return conn
+
+    def _mpa(self, conn: IwarpConn, key: Key, side: int, frame: int, vals: dict[str, Any]) -> None:
+        """An MPA Request or Reply: the first MPA frame of the connection is the Request (the Reply
+        answers it), so without a SYN its sender is the initiator."""
+        if "request" not in conn.mpa and side == 1 and conn.known_by is None:
+            self._swap(conn, key)
+            side = 0
+        which = "request" if "request" not in conn.mpa else "reply"
+        if which == "request" and conn.known_by is None:
+            conn.known_by = "mpa"
+        conn.mpa[which] = {"frame": frame, "rev": _first(vals.get("iwarp_mpa.rev")),
+                           "markers": _first(vals.get("iwarp_mpa.marker_flag")),
+                           "crc": _first(vals.get("iwarp_mpa.crc_flag")),
+                           "reject": _first(vals.get("iwarp_mpa.rej_flag"))}
+
+    def _swap(self, conn: IwarpConn, key: Key) -> None:
+        """The sender of ``key`` is the initiator after all: turn the connection round."""
+        self.conns.pop(conn.key, None)
+        conn.requester, conn.requester_port, conn.responder, conn.responder_port = key
+        conn.sides = (conn.sides[1], conn.sides[0])
+        self.conns[key] = conn
+
+    @staticmethod
+    def _fpdus(s: _Side, vals: dict[str, Any]) -> None:
+        ops = _list(vals.get("iwarp_rdma.opcode"))
+        if not ops:
+            return
+        s.fpdus += len(ops)
+        lengths = _list(vals.get("iwarp_mpa.ulpdulength"))
+        tagged = _list(vals.get("iwarp_ddp.tagged_flag"))
+        last = _list(vals.get("iwarp_ddp.last_flag"))
+        aligned = len(lengths) == len(tagged) == len(last) == len(ops)
+        for k, op in enumerate(ops):
+            name = rdmap_name(op)
+            s.opcodes[name] += 1
+            if op == 7:
+                s.terminates += 1
+            if aligned:
+                s.octets += data_octets(op, tagged[k], lengths[k])
+                if last[k]:
+                    s.messages[name] += 1
+            elif op in (1, 7):  # (the fields of a Terminate's copied headers: one FPDU a message all the same)
+                s.messages[name] += 1
+
+    def retire(self, conn: IwarpConn) -> None:
+        """Forget ``conn``, its counts kept in :attr:`retired`."""
+        r = self.retired
+        r["connections"] += 1
+        r["frames"] += conn.packets
+        r["bytes"] += conn.request_bytes
+        r["messages"].update(conn.messages)
+        self.conns.pop(conn.key, None)
+
+    def tick(self, now_ns: int) -> None:
+        """Rates since the last tick (Mbit/s of data, messages per second)."""
+        for conn in self.conns.values():
+            since = conn.tick_ns or conn.first_ns
+            dt = (now_ns - since) / 1e9
+            if dt > 0:
+                octets = conn.request_bytes
+                conn.mbps = (octets - conn.tick_octets) * 8 / dt / 1e6
+                conn.msg_rate = conn.tick_msgs / dt
+                conn.tick_octets, conn.tick_msgs, conn.tick_ns = octets, 0, now_ns
+
+
+def _first(v: Any) -> Any:
+    return v[0] if isinstance(v, list) else v
+
+
+def _list(v: Any) -> list[int]:
+    if v is None:
+        return []
+    return [int(x) for x in v] if isinstance(v, list) else [int(v)]
+
+
+def _has_terminate(vals: dict[str, Any]) -> bool:
+    return 7 in _list(vals.get("iwarp_rdma.opcode"))
+
+
+def _texts(cols: Columns, rows: np.ndarray, which: str) -> list[str]:
+    """The ``which`` (src or dst) IP address of each row, as text."""
+    v4 = cols.data[f"ip.{which}"][rows].tolist()
+    six = cols.layers["ipv6"][rows].tolist() if "ipv6" in cols.layers else [False] * len(rows)
+    out = []
+    raw6 = cols.data[f"ipv6.{which}"][rows].tolist() if any(six) else None
+    for k, a in enumerate(v4):
+        if six[k] and raw6 is not None:
+            out.append(str(ipaddress.IPv6Address(bytes(raw6[k]).ljust(16, b"\0"))))
+        else:
+            out.append(f"{a >> 24}.{(a >> 16) & 255}.{(a >> 8) & 255}.{a & 255}")
+    return out

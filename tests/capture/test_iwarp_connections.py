@@ -1,0 +1,262 @@
+"""iWARP connections in ``analyze`` and ``top``: one per TCP connection that carries MPA, with its FPDUs,
+messages and data bytes per direction (rdmalab.capture.iwarp_conns).
+
+Oracles: tshark's iWARP fields (opcode, DDP Last flag, MPA ULPDU length, tagged flag) of every frame,
+counted per TCP stream and direction, with the TCP client (the SYN's sender) as the initiator; and what the
+programs that made the real captures were asked to do (captures/MANIFEST.md: ``ib_write_bw -n 5 -s 4096``
+moves 5 RDMA Writes of 4096 bytes, ``rping -C 3 -S 64`` 3 Read and 3 Write of 64 bytes)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tshark_cli import requires_tshark, tshark
+
+from rdmalab.capture import records
+from rdmalab.capture.analysis import analyze
+from rdmalab.capture.analysis_model import Connection
+from rdmalab.capture.iwarp_conns import SYN_MAX, IwarpConns, data_octets, rdmap_name
+from rdmalab.capture.pcapio import record_blocks
+from rdmalab.capture.pcapwriter import CaptureWriter
+from rdmalab.capture.top import LiveTop
+from rdmalab.cli import main
+
+CAPTURES = Path(__file__).resolve().parents[2] / "captures"
+#: the iWARP captures tshark decodes (it decodes nothing of siw_write_bw_midstream: no MPA exchange in it)
+IWARP = sorted(p for p in CAPTURES.glob("*.pcap") if ("siw" in p.name or "iwarp" in p.name)
+               and "midstream" not in p.name)
+_ARGS = ("--disable-protocol", "rpcordma", "--disable-protocol", "smb_direct")
+_FIELDS = ("tcp.stream", "ip.src", "tcp.srcport", "ip.dst", "tcp.dstport", "tcp.flags", "iwarp_rdma.opcode",
+           "iwarp_ddp.last_flag", "iwarp_mpa.ulpdulength", "iwarp_ddp.tagged_flag", "iwarp_mpa.rev")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x, 0) for x in text.split(",")] if text else []
+
+
+def _tshark_connections(path: Path) -> dict[tuple[str, int, str, int], dict[str, Any]]:
+    """tshark's iWARP per TCP connection: (initiator, port, responder, port) -> per direction (0: from the
+    initiator) FPDUs and messages by opcode, data bytes, frames with iWARP."""
+    args = [x for f in _FIELDS for x in ("-e", f)]
+    lines = tshark("-r", str(path), "-T", "fields", *args, "-E", "occurrence=a", "-E", "aggregator=,",
+                   *_ARGS).splitlines()
+    client: dict[str, tuple[str, int, str, int]] = {}
+    rows = []
+    for line in lines:
+        stream, src, sport, dst, dport, flags, ops, last, length, tagged, rev = line.split("\t")
+        if not stream:  # (not TCP over IPv4)
+            continue
+        if int(flags, 16) & 0x12 == 0x02:  # a SYN without ACK: its sender is the client, the initiator
+            client[stream] = (src, int(sport), dst, int(dport))
+        rows.append((stream, (src, int(sport), dst, int(dport)), _ints(ops), _ints(last), _ints(length),
+                     _ints(tagged), bool(rev)))
+    out: dict[tuple[str, int, str, int], dict[str, Any]] = {}
+    for stream, key, ops, last, length, tagged, rev in rows:
+        if not ops and not rev:
+            continue
+        init = client[stream]
+        side = 0 if key == init else 1
+        c = out.setdefault(init, {"dirs": [{"fpdus": Counter(), "messages": Counter(), "bytes": 0, "frames": 0}
+                                           for _ in range(2)]})
+        d = c["dirs"][side]
+        d["frames"] += 1
+        assert len(ops) == len(last) == len(length) == len(tagged), line
+        for op, ls, n, tg in zip(ops, last, length, tagged, strict=True):
+            d["fpdus"][rdmap_name(op)] += 1
+            d["messages"][rdmap_name(op)] += ls
+            d["bytes"] += data_octets(op, tg, n)
+    return out
+
+
+def _mine(c: Connection) -> dict[str, Any]:
+    return {"dirs": [{"fpdus": Counter(d["opcodes"]), "messages": +Counter(d["messages"]), "bytes": d["bytes"],
+                      "frames": d["frames"]} for d in c.summary["directions"]]}
+
+
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("path", IWARP, ids=[p.name for p in IWARP])
+def test_every_connection_as_tshark_counts_it(path: Path) -> None:
+    """Per TCP connection and direction: the FPDUs by opcode, the messages (DDP Last set) by opcode, the data
+    bytes and the frames with iWARP are tshark's; the initiator is the SYN's sender."""
+    theirs = {k: {"dirs": [{**d, "messages": +d["messages"]} for d in v["dirs"]]}
+              for k, v in _tshark_connections(path).items()}
+    a = analyze(path)
+    assert not a.connections  # (no RoCE in these captures)
+    mine = {(c.requester, c.requester_port, c.responder, c.responder_port): _mine(c) for c in a.iwarp_connections}
+    assert theirs and mine == theirs
+    assert all(c.summary["initiator_known_by"] == "syn" for c in a.iwarp_connections)
+    assert a.iwarp_frames == sum(d["frames"] for c in theirs.values() for d in c["dirs"])
+    # numbered after the RoCE connections, in the order of their first frame
+    assert [c.id for c in a.iwarp_connections] == list(range(len(a.iwarp_connections)))
+    assert [c.first for c in a.iwarp_connections] == sorted(c.first for c in a.iwarp_connections)
+
+
+def _data(a: Any) -> Connection:
+    """The perftest data connection: the one whose initiator sends more than Sends (the first carries
+    perftest's own key exchange)."""
+    (c,) = [c for c in a.iwarp_connections if set(c.summary["opcodes"]) - {"Send"}
+            or c.summary["bytes"] > 20000]
+    return c
+
+
+@pytest.mark.parametrize("name,op,side,messages,nbytes", [
+    ("siw_write_bw.pcap", "Write", 0, 5, 5 * 4096),  # ib_write_bw -n 5 -s 4096
+    ("siw_crc_write_bw.pcap", "Write", 0, 5, 5 * 4096),
+    ("siw_read_bw.pcap", "Read Response", 1, 5, 5 * 4096),  # ib_read_bw: the responder answers 5 Reads
+    ("siw_crc_read_bw.pcap", "Read Response", 1, 5, 5 * 4096),
+    ("siw_send_bw.pcap", "Send", 0, 5, 5 * 4096 + 8),  # ib_send_bw, and perftest's 2 small Writes (4 bytes each)
+])
+def test_what_perftest_was_asked_to_move(name: str, op: str, side: int, messages: int, nbytes: int) -> None:
+    """MANIFEST: each *_bw capture moved 5 messages of 4096 bytes on its data connection, over MSS-sized FPDUs."""
+    c = _data(analyze(CAPTURES / name))
+    d = c.summary["directions"][side]
+    assert d["messages"][op] == messages and d["opcodes"][op] > messages  # (more FPDUs than messages)
+    assert c.request_bytes == nbytes and c.responder_port == 18515
+    assert c.summary["mpa"]["request"]["frame"] < c.summary["mpa"]["reply"]["frame"]
+    if "read" in name:
+        assert c.summary["directions"][0]["messages"] == {"Read Request": 5}
+
+
+@pytest.mark.parametrize("name,crc", [("siw_rping.pcap", 0), ("siw_crc_rping.pcap", 1)])
+def test_rping_reads_and_writes_64_bytes_three_times(name: str, crc: int) -> None:
+    """rping -C 3 -S 64: the server (the responder, port 7174) reads the client's 64 bytes and writes them
+    back, three times; the MPA exchange says whether CRC32c was negotiated (MANIFEST)."""
+    (c,) = analyze(CAPTURES / name).iwarp_connections
+    to_client, to_server = c.summary["directions"][1], c.summary["directions"][0]
+    assert c.responder_port == 7174 and c.summary["initiator_known_by"] == "syn"
+    assert to_client["messages"]["Read Request"] == 3 and to_client["messages"]["Write"] == 3
+    assert to_server["messages"]["Read Response"] == 3
+    assert to_server["bytes"] - 16 * to_server["messages"]["Send"] == 3 * 64  # (rping's Sends: 16 bytes each)
+    assert {m["crc"] for m in c.summary["mpa"].values()} == {crc}
+    assert {m["rev"] for m in c.summary["mpa"].values()} == {2}
+
+
+def test_a_capture_that_begins_after_the_mpa_exchange() -> None:
+    """siw_write_bw_midstream starts at the 6th Write FPDU of ib_write_bw -n 10 -s 16384 (MANIFEST): no SYN, no
+    MPA; the initiator is not known (said so), and the 10 Writes end in it, less the 5 FPDUs of 1428 bytes cut."""
+    a = analyze(CAPTURES / "siw_write_bw_midstream.pcap")
+    data = max(a.iwarp_connections, key=lambda c: c.request_bytes)
+    assert data.summary["initiator_known_by"] is None and not data.summary["mpa"]
+    assert "<->" in data.name and "not known" in a.text()
+    assert data.summary["directions"][0]["messages"] == {"Write": 10}
+    assert data.request_bytes == 10 * 16384 - 5 * 1428
+
+
+def test_findings_name_their_connection() -> None:
+    """A bad MPA CRC and a Terminate are findings of the connection they were sent on."""
+    a = analyze(CAPTURES / "synthetic_iwarp_mpa_crc.pcap")
+    (c,) = a.iwarp_connections
+    kinds = {f.kind: f.connection for f in a.findings}
+    assert kinds == {"bad_crc32c": c.id, "terminate": c.id}
+    assert c.summary["bad_crc32c"] == 1 and c.summary["terminates"] == 1
+
+
+@pytest.mark.parametrize("path", IWARP + [CAPTURES / "siw_write_bw_midstream.pcap"],
+                         ids=[p.name for p in IWARP] + ["siw_write_bw_midstream.pcap"])
+def test_top_counts_what_analyze_counts(path: Path) -> None:
+    """``top``'s iWARP rows at the end of a replay are analyze's connections: ends, frames, data bytes,
+    messages, and the findings on each."""
+    a = analyze(path)
+    top = LiveTop(idle_s=None)
+    for blk in record_blocks(path, 1 << 12):
+        top.feed_block(blk)
+    top.tick()
+    rows = top.iwarp_rows()
+    assert [(r["name"], r["packets"], r["request_bytes"], r["messages"], r["directions"]) for r in rows] == \
+        [(c.name, c.packets, c.request_bytes, c.summary["messages"], c.summary["directions"])
+         for c in a.iwarp_connections]
+    tot = top.totals()
+    assert (tot["iwarp_frames"], tot["iwarp_connections"]) == (a.iwarp_frames, len(a.iwarp_connections))
+    assert tot["connections"] == len(a.connections) == 0
+    per = Counter((f.kind, f.connection is not None) for f in a.findings if f.kind in ("bad_crc32c", "terminate"))
+    assert Counter((f.kind, f.connection is not None) for f in top.findings) == per
+
+
+def test_analyze_and_top_commands_show_them(capsys: Any) -> None:
+    path = str(CAPTURES / "siw_rping.pcap")
+    assert main(["analyze", path]) == 0
+    out = capsys.readouterr().out
+    assert "1 connection(s) (0 RoCE, 1 iWARP)" in out and "(iWARP)" in out and "3 Read Request" in out
+    assert main(["analyze", "-T", "json", path]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["connections"] == [] and len(doc["iwarp_connections"]) == 1
+    assert doc["iwarp_connections"][0]["transport"] == "iWARP" and doc["iwarp_frames"] == 23
+    assert main(["top", "-r", path, "--once", "-T", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in doc["iwarp_connections"]] == ["10.0.0.2:50170 -> 10.0.0.1:7174 (iWARP)"]
+    assert main(["top", "-r", path, "--once"]) == 0
+    out = capsys.readouterr().out
+    assert "10.0.0.2:50170 -> 10.0.0.1:7174 (iWARP)" in out and "23 iWARP frames" in out
+
+
+def _as_ipv6(frame: bytes) -> bytes:
+    """An Ethernet IPv4 frame as IPv6 (2001:db8::a.b.c.d), its transport segment unchanged."""
+    if frame[12:14] != b"\x08\x00":
+        return frame
+    ihl = (frame[14] & 15) * 4
+    total = int.from_bytes(frame[16:18], "big")
+    seg = frame[14 + ihl:14 + total]
+    addr = [b"\x20\x01\x0d\xb8" + bytes(8) + frame[26 + 4 * k:30 + 4 * k] for k in range(2)]
+    hdr = struct.pack("!IHBB", 6 << 28, len(seg), frame[23], 64) + addr[0] + addr[1]
+    return frame[:12] + b"\x86\xdd" + hdr + seg
+
+
+def test_over_ipv6(tmp_path: Path) -> None:
+    """The same connection over IPv6: the same counts, the ends named by their IPv6 addresses."""
+    src = CAPTURES / "siw_rping.pcap"
+    dst = tmp_path / "rping6.pcap"
+    with CaptureWriter(dst) as w:
+        for r in records(src):
+            w.write(_as_ipv6(r.data), round(r.timestamp * 1e9))
+    (four,) = analyze(src).iwarp_connections
+    (six,) = analyze(dst).iwarp_connections
+    assert (six.requester, six.responder) == ("2001:db8::a00:2", "2001:db8::a00:1")
+    assert six.summary["directions"] == [{**d, "from": d["from"].replace("10.0.0.", "2001:db8::a00:"),
+                                          "to": d["to"].replace("10.0.0.", "2001:db8::a00:")}
+                                         for d in four.summary["directions"]]
+
+
+def _syn(k: int) -> bytes:
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 40, 0, 0, 64, 6, 0, bytes([10, 1, k >> 8 & 255, k & 255]),
+                     bytes([10, 2, 0, 1]))
+    tcp = struct.pack("!HHIIBBHHH", 1024 + k % 60000, 7174, k, 0, 5 << 4, 0x02, 65535, 0, 0)
+    return bytes(6) + bytes(6) + b"\x08\x00" + ip + tcp
+
+
+def test_memory_stays_bounded() -> None:
+    """SYNs of connections that never carry iWARP are remembered up to SYN_MAX; at most max_conns
+    connections are kept in top, the others retired into its totals."""
+    top = LiveTop(idle_s=None, max_conns=3)
+    for k in range(SYN_MAX + 500):
+        top.feed(k * 1000, _syn(k))
+    top.flush()
+    iw: IwarpConns = top._iwarp
+    assert len(iw.syns) == SYN_MAX and not iw.conns
+    frames = [(round(r.timestamp * 1e9), r.data) for r in records(CAPTURES / "siw_rping.pcap")]
+    for rep in range(5):  # the same connection from five client ports: five connections
+        for ts, data in frames:
+            at = 14 + (data[14] & 15) * 4 + (0 if data[26:30] == bytes([10, 0, 0, 2]) else 2)
+            top.feed(ts + rep * 10**9, data[:at] + (50170 + rep).to_bytes(2, "big") + data[at + 2:])
+    top.tick()
+    assert len(top.iwarp_connections) == 3 and iw.retired["connections"] == 2
+    tot = top.totals()
+    assert tot["iwarp_connections"] == 5 and tot["iwarp_frames"] == 5 * 23
+    assert tot["iwarp_bytes"] == 5 * analyze(CAPTURES / "siw_rping.pcap").iwarp_connections[0].request_bytes
+
+
+def test_html_report_lists_them() -> None:
+    import html
+
+    from rdmalab.viz.report import html_report
+
+    a = analyze(CAPTURES / "siw_write_bw.pcap")
+    page = html_report(a)
+    assert "<h2>iWARP connections</h2>" in page and "No RDMA connection" not in page
+    assert all(html.escape(c.name) in page for c in a.iwarp_connections)
+    assert "5 Write" in page
