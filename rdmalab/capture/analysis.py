@@ -73,7 +73,7 @@ from rdmalab.capture.analysis_compare import _lost
 from rdmalab.capture.analysis_congestion import PACING_HYPOTHESES, _congestion, _series_all, cnp_pacing
 from rdmalab.capture.analysis_conn import _Out, ack_coalescing, connections, walk, walk_order
 from rdmalab.capture.analysis_counters import COUNTER_ROWS, counters_side_by_side, parse_counters
-from rdmalab.capture.analysis_iwarp import _iwarp_findings, iwarp_connections
+from rdmalab.capture.analysis_iwarp import _iwarp_findings, iwarp_connections, resync_findings
 from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Findings, Message
 from rdmalab.capture.analysis_rows import Rows, load_rows, unreachable_text
 from rdmalab.capture.analysis_trust import _capture_gaps, _capture_trust
@@ -116,6 +116,8 @@ KIND_HELP: dict[str, str] = {
     "bad_icrc": "The packet's invariant CRC does not verify: it was damaged on the way (or the capture cut it).",
     "bad_crc32c": "An iWARP MPA FPDU whose CRC32c does not verify.",
     "terminate": "An iWARP Terminate message: the peer closes the connection, and says why.",
+    "iwarp_resync": "An iWARP stream followed again past octets not read as FPDUs: a hole in the capture, or a "
+                    "capture that begins inside an FPDU. The FPDUs in those octets are not in the analysis.",
     "unreachable": "An ICMP error came back for a RoCE packet. Port unreachable means that nothing at that "
                    "address takes RoCEv2 (UDP 4791): no RDMA device is bound to it, or its rxe link is down.",
     "opcode_sequence": "Message packets out of order: a Middle or Last without its First, or a First while "
@@ -209,6 +211,7 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
     checks: dict[str, Any] = {"cnp_pacing": cnp_pacing(r, pairs, seg, cnp_min_gap_us)}
     iw_conns = iwarp_connections(r, len(conns))
     findings.extend(_iwarp_findings(r, path if read_file else None, len(conns)))
+    findings.extend(resync_findings(r, len(conns)))
     findings.extend(_unreachable(r, conns))
     findings.extend(_capture_gaps(findings))
     if sent is not None:

@@ -42,6 +42,27 @@ def _iwarp_findings(r: Rows, path: str | None, first_id: int = 0) -> list[Findin
     return out
 
 
+def resync_text(row: dict[str, Any]) -> str:
+    """The text of an ``iwarp_resync`` finding (one of :attr:`Rows.iwarp_resyncs
+    <rdmalab.capture.analysis_rows.Rows.iwarp_resyncs>`; ``analyze`` and ``top`` say the same)."""
+    src, sport, dst, dport = row["key"]
+    way = f"{src}:{sport} -> {dst}:{dport}"
+    if row["kind"] == "hole":
+        return (f"{way}: FPDUs followed again {row['octets']} octets further on, past a hole in the capture "
+                "(a TCP sequence jump nothing filled): the FPDUs in those octets are not in the analysis")
+    return (f"{way}: {row['octets']} octets passed over before an FPDU start could be proven (the capture "
+            "begins inside an FPDU, or the stream was lost): the FPDUs in them are not in the analysis")
+
+
+def resync_findings(r: Rows, first_id: int = 0) -> list[Finding]:
+    """``iwarp_resync`` findings: where the reassembly followed a stream again past octets it could not
+    read as FPDUs (:attr:`~rdmalab.capture.iwarp.IwarpTracker.resyncs`)."""
+    ids = {c.id: first_id + k for k, c in enumerate(sorted(r.iwarp_conns.conns.values(), key=lambda c: c.id))}
+    return [Finding("iwarp_resync", ids.get(row["conn"]), [row["frame"]], row["time_ns"] / 1e9, resync_text(row),
+                    {"kind": row["kind"], "octets": row["octets"], "direction": list(row["key"])})
+            for row in r.iwarp_resyncs]
+
+
 def iwarp_finding_texts(row: dict[str, Any], detail: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     """The findings of one of :attr:`Rows.iwarp <rdmalab.capture.analysis_rows.Rows.iwarp>`: (kind, text,
     detail) of its bad MPA CRC and of its Terminate (``analyze`` and ``top`` say the same); ``detail``:

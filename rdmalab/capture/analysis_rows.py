@@ -91,6 +91,13 @@ class Rows:
     iwarp: list[dict[str, Any]] = field(default_factory=list)
     #: the TCP connections that carry iWARP, counted (:mod:`rdmalab.capture.iwarp_conns`)
     iwarp_conns: IwarpConns = field(default_factory=IwarpConns)
+    #: where an iWARP stream was followed again past octets not read as FPDUs (the first
+    #: :data:`RESYNC_ROWS`; the connections count them all): frame, time, connection id, direction
+    #: (src, sport, dst, dport), kind (``hole``, ``hunt``), octets
+    iwarp_resyncs: list[dict[str, Any]] = field(default_factory=list)
+    #: holes of iWARP streams that filled after all (taken out of :attr:`iwarp_resyncs`; ``top`` takes
+    #: back the finding it showed): frame, connection id, direction, the hole's FPDU start
+    iwarp_filled: list[dict[str, Any]] = field(default_factory=list)
     #: ICMP errors that quote a RoCE packet (port unreachable: nothing takes RoCEv2 there): frame, time,
     #: the error's summary, who sent it, and the quoted packet's addresses, opcode, QP and PSN
     unreachable: list[dict[str, Any]] = field(default_factory=list)
@@ -153,8 +160,14 @@ def _last(v: Any) -> Any:
     return v[-1] if isinstance(v, list) else v
 
 
+#: resynchronisations of iWARP streams kept one by one in :attr:`Rows.iwarp_resyncs`
+RESYNC_ROWS = 10_000
+
+
 class _Collector:
     def __init__(self, seam_ns: int, dup_ns: int) -> None:
+        #: the iWARP reassembly the blocks are decoded with (its resynchronisations are counted here)
+        self.tracker = _tracker()
         self.seam_ns = seam_ns
         self.dup_ns = dup_ns
         self.parts: dict[str, list[np.ndarray]] = {}
@@ -208,6 +221,20 @@ class _Collector:
             if cm.any():
                 r.cm_frames.extend(part["frame"][cm].tolist())
         conn_of = dict(r.iwarp_conns.add(cols))
+        resyncs = self.tracker.take_resyncs()
+        if resyncs:
+            first = int(fr[0])
+            for frame, key, kind, octets, seq in resyncs:
+                i = min(max(frame - first, 0), n - 1)
+                if kind == "filled":
+                    cid = r.iwarp_conns.filled(key, octets)
+                    r.iwarp_resyncs = [w for w in r.iwarp_resyncs if (w["key"], w["seq"], w["kind"]) != (key, seq, "hole")]
+                    r.iwarp_filled.append({"frame": frame, "conn": cid, "key": key, "seq": seq})
+                    continue
+                cid = r.iwarp_conns.resynced(frame, int(tns[i]), key, octets)
+                if len(r.iwarp_resyncs) < RESYNC_ROWS:
+                    r.iwarp_resyncs.append({"frame": frame, "time_ns": int(tns[i]), "conn": cid, "key": key,
+                                            "kind": kind, "octets": octets, "seq": seq})
         if "rdmalab.crc32c" in cols.layers:
             bad = cols.layers["rdmalab.crc32c"] & (cols.data["rdmalab.crc32c.ok"] == 2)
             term = cols.layers["iwarp_rdma.opcode"] & (cols.data["iwarp_rdma.opcode"] == 7)
@@ -348,14 +375,14 @@ def block_columns(blk: RecordBlock, fields: tuple[str, ...], tracker: Any) -> Co
 
 
 def _columns(path: str | os.PathLike[str], fields: tuple[str, ...], progress: bool,
-             block_bytes: int) -> Iterator[Columns]:
+             block_bytes: int, tracker: Any = None) -> Iterator[Columns]:
     """The capture's columns block by block.  Unlike :func:`~rdmalab.capture.columnar.iter_columns`,
     which hands the rest of the file to the per-packet decoder at the first frame of another link
     type than Ethernet, only those frames go through the per-packet decoder here (a merged capture
     with one native InfiniBand frame in it stays fast)."""
     p = os.fspath(path)
     bar = _progress(p) if progress else None
-    tracker = _tracker()
+    tracker = _tracker() if tracker is None else tracker
     try:
         for blk in record_blocks(p, block_bytes):
             cols = block_columns(blk, fields, tracker)
@@ -376,7 +403,7 @@ def load_rows(source: str | os.PathLike[str] | Columns, *, seam_ms: float = 1.0,
         c.add(source)
     else:
         try:
-            for cols in _columns(source, FIELDS + _TERM_EXTRA, progress, block_bytes):
+            for cols in _columns(source, FIELDS + _TERM_EXTRA, progress, block_bytes, c.tracker):
                 c.add(cols)
         except CaptureError as err:
             if c.rows.frames == 0:  # nothing readable: not a capture, or damaged from the start

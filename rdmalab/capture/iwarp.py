@@ -249,6 +249,10 @@ def _in_step(d: _Dir, seq: int, length: int) -> bool:
     return length > 0 and d.state in (FPDU, HUNT) and d.next_seq == seq
 
 
+#: resynchronisations an :class:`IwarpTracker` keeps between two :meth:`~IwarpTracker.take_resyncs`
+RESYNCS_MAX = 10_000
+
+
 class IwarpTracker:
     """Stateful iWARP reassembly over every TCP connection of a capture (see module docs)."""
 
@@ -268,8 +272,40 @@ class IwarpTracker:
         # MPA frames decoded, by their bytes: the connections of one application send the same
         # Request and Reply again and again (bounded: emptied when full)
         self._mpa_frames: dict[bytes, Packet] = {}
+        #: where a direction was followed again past octets it could not read as FPDUs, since the
+        #: last :meth:`take_resyncs`: (frame, (src, sport, dst, dport), kind, octets, seq); ``kind``
+        #: ``"hole"`` (past a hole in the capture: a TCP sequence jump that nothing filled, rule 3 or 6
+        #: of the module docstring) or ``"hunt"`` (octets passed over looking for an FPDU start: a
+        #: capture that begins inside an FPDU, or after rule 6); ``octets`` from the first octet not
+        #: read to the FPDU start, ``seq`` that start.  ``"filled"`` takes a ``"hole"`` back: bytes that
+        #: came late for the hole (a retransmission or a reordered segment seen after the segments that
+        #: followed it) completed every FPDU up to that start (rule 4), ``octets`` and ``seq`` the hole's.
+        #: At most :data:`RESYNCS_MAX` kept between two takes.
+        self.resyncs: list[tuple[int, Tuple4, str, int, int]] = []
+        self.resyncs_dropped = 0
+        self._frame = 0
+        # per direction, its last "hole" (seq, octets): a park that fills takes it back
+        self._holes: OrderedDict[Tuple4, tuple[int, int]] = OrderedDict()
 
     # ---------------------------------------------------------------- public
+    def take_resyncs(self) -> list[tuple[int, Tuple4, str, int, int]]:
+        """The :attr:`resyncs` since the last call (and forget them)."""
+        out, self.resyncs = self.resyncs, []
+        return out
+
+    def _resynced(self, d: _Dir, kind: str, octets: int, seq: int) -> None:
+        if octets <= 0:
+            return
+        if len(self.resyncs) >= RESYNCS_MAX:
+            self.resyncs_dropped += 1
+            return
+        self.resyncs.append((self._frame, d.tuple4, kind, octets, seq))
+        if kind == "hole":
+            self._holes[d.tuple4] = (seq, octets)
+            self._holes.move_to_end(d.tuple4)
+            if len(self._holes) > 2 * self.max_connections:
+                self._holes.popitem(last=False)
+
     def process(self, frame_number: int, pkt: Packet) -> list[Packet]:
         """The iWARP PDUs that complete with this frame (empty for non-TCP frames)."""
         seg = self.segment_of(pkt)
@@ -323,6 +359,7 @@ class IwarpTracker:
         fwd: Tuple4 = (src, sport, dst, dport)
         rev: Tuple4 = (dst, dport, src, sport)
         key = (fwd, rev) if fwd <= rev else (rev, fwd)
+        self._frame = frame_number
         conn = self._conns.get(key)
         if conn is None:
             if flags & TCP.RST:
@@ -826,6 +863,7 @@ class IwarpTracker:
         assert d.next_seq is not None
         nxt = d.next_seq
         first = min(d.pending, key=lambda s: seq_diff(s, nxt))
+        self._resynced(d, "hole", seq_diff(first, nxt), first)
         self._park(d, first)
         d.next_seq = d.buf_seq = first
         if d.state in (FPDU, HUNT, AWAIT):
@@ -878,6 +916,10 @@ class IwarpTracker:
         assert p.next_seq is not None and p.limit is not None
         if p.state != FPDU or (seq_diff(p.next_seq, p.limit) >= 0 and not p.pending):
             d.park = None  # lost step, or every byte up to the resynchronisation point is in
+            hole = self._holes.get(d.tuple4)
+            if p.state == FPDU and hole is not None and hole[0] == p.limit:
+                del self._holes[d.tuple4]
+                self.resyncs.append((frame, d.tuple4, "filled", hole[1], hole[0]))
 
     def _gap_resync(self, conn: _Conn, d: _Dir, seq: int, data: bytes) -> None:
         """A segment at ``seq`` arrived past a hole: resynchronise at once if an FPDU start can be
@@ -1029,6 +1071,8 @@ class IwarpTracker:
 
     def _resync_at(self, d: _Dir, s: int, zero_crc: bool) -> None:
         """Declare the bytes before ``s`` lost and follow the stream from ``s``, an FPDU start."""
+        if d.next_seq is not None:
+            self._resynced(d, "hole", seq_diff(s, d.next_seq), s)
         self._park(d, s)
         d.next_seq = d.buf_seq = s
         d.state = FPDU
@@ -1285,6 +1329,7 @@ class IwarpTracker:
                     scanned = min(scanned, i)
         if found is not None:
             i, pos = found
+            self._resynced(d, "hunt", i, seq_add(d.buf_seq, i))
             self._discard(d, i)
             d.hunted += i
             d.state = FPDU

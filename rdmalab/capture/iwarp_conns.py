@@ -18,7 +18,9 @@ Counted per direction, from the decoder's iWARP columns (the TCP stream reassemb
 * **bytes**: the data the FPDUs carry (RDMA Write, Read Response and the Sends: the ULPDU length of
   the MPA header less the DDP header, 14 octets tagged and 18 untagged, RFC 5041 4.2 and 4.3, and less
   the headers RDMAP adds for the opcode); a Read Request carries none (its size is in its header);
-* **bad MPA CRCs** (where negotiated, RFC 5044 4.4) and **Terminates** (RFC 5040 4.8).
+* **bad MPA CRCs** (where negotiated, RFC 5044 4.4) and **Terminates** (RFC 5040 4.8);
+* **resynchronisations**: where the reassembly followed the stream again past octets it could not
+  read as FPDUs (a hole in the capture, a capture that begins inside an FPDU), and those octets.
 
 Bounded memory: each connection is a fixed set of counters; at most ``max_conns`` are kept and the
 SYNs of at most :data:`SYN_MAX` TCP connections not (yet) known as iWARP are remembered.
@@ -83,10 +85,14 @@ class _Side:
     messages: Counter[str] = field(default_factory=Counter)
     bad_crc: int = 0
     terminates: int = 0
+    #: times the stream was followed again past octets not read as FPDUs, and those octets
+    resyncs: int = 0
+    skipped: int = 0
 
     def row(self) -> dict[str, Any]:
         return {"frames": self.frames, "fpdus": self.fpdus, "bytes": self.octets, "opcodes": dict(self.opcodes),
-                "messages": dict(self.messages), "bad_crc32c": self.bad_crc, "terminates": self.terminates}
+                "messages": dict(self.messages), "bad_crc32c": self.bad_crc, "terminates": self.terminates,
+                "resyncs": self.resyncs, "octets_skipped": self.skipped}
 
 
 @dataclass
@@ -221,6 +227,27 @@ class IwarpConns:
                 out.append((fr[j], conn.id))
             conn.tick_msgs += s.messages.total() - before
         return out
+
+    def resynced(self, frame: int, tns: int, key: Key, octets: int) -> int:
+        """The direction ``key`` was followed again past ``octets`` it could not read as FPDUs (the
+        tracker's :attr:`~rdmalab.capture.iwarp.IwarpTracker.resyncs`): counted; the connection's id."""
+        conn, side = self._conn(key, tns)
+        s = conn.sides[side]
+        s.resyncs += 1
+        s.skipped += octets
+        return conn.id
+
+    def filled(self, key: Key, octets: int) -> int | None:
+        """A hole counted by :meth:`resynced` filled after all (bytes that came late completed its
+        FPDUs): taken back; the connection's id (None if it was retired meanwhile)."""
+        back: Key = (key[2], key[3], key[0], key[1])
+        conn = self.conns.get(key) or self.conns.get(back)
+        if conn is None:
+            return None
+        s = conn.sides[0 if conn.key == key else 1]
+        s.resyncs -= 1
+        s.skipped -= octets
+        return conn.id
 
     # ------------------------------------------------------------------ the pieces
     def _syn(self, key: Key) -> None:

@@ -61,9 +61,8 @@ from typing import Any
 import numpy as np
 
 from rdmalab.capture.analysis_conn import NAK_NAMES, RUN_JUMP, T, op_family
-from rdmalab.capture.analysis_iwarp import iwarp_finding_texts
+from rdmalab.capture.analysis_iwarp import iwarp_finding_texts, resync_text
 from rdmalab.capture.analysis_rows import _TERM_EXTRA, FIELDS, _Collector, block_columns, unreachable_text
-from rdmalab.capture.columnar import _tracker
 from rdmalab.capture.iwarp_conns import IwarpConn
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.pcapio import RecordBlock
@@ -259,7 +258,10 @@ class LiveTop:
         self._iwarp = self._collector.rows.iwarp_conns
         self._iwarp.max_conns = max_conns
         self._iwarp.on_new = self._iwarp_new
-        self._tracker = _tracker()
+        # the findings of iWARP holes not filled yet, (direction, FPDU start) -> finding: one that fills
+        # after all (late bytes completed its FPDUs) is taken back, as analyze leaves it out
+        self._holes: OrderedDict[tuple[Any, int], LiveFinding] = OrderedDict()
+        self._tracker = self._collector.tracker  # (the collector counts its resynchronisations)
         self._buf = bytearray()
         self._off: list[int] = []
         self._cap: list[int] = []
@@ -339,12 +341,31 @@ class LiveTop:
         part = {k: v[-1] for k, v in c.parts.items()} if c.parts else None
         c.parts, c.back = {}, []
         addr_v6 = list(c.v6)
-        by_id = {c.id: c for c in self._iwarp.conns.values()} if rows.iwarp else {}
+        by_id = {c.id: c for c in self._iwarp.conns.values()} \
+            if rows.iwarp or rows.iwarp_resyncs or rows.iwarp_filled else {}
         for w in rows.iwarp:
             t = w["time_ns"] / 1e9
             iw = by_id.get(w.get("conn"))  # type: ignore[arg-type]
             for kind, text, _ in iwarp_finding_texts(w, {}):
                 self._finding(iw, kind, t, f"{text} (frame {w['frame']})")
+        for w in rows.iwarp_resyncs:
+            f = self._finding(by_id.get(w["conn"]), "iwarp_resync", w["time_ns"] / 1e9,
+                              f"{resync_text(w)} (frame {w['frame']})")
+            if w["kind"] == "hole":
+                self._holes[(w["key"], w["seq"])] = f
+                if len(self._holes) > PENDING_MAX:
+                    self._holes.popitem(last=False)
+        for w in rows.iwarp_filled:  # a hole that filled after all (bytes that came late): its finding taken back
+            if (w["key"], w["seq"]) not in self._holes:
+                continue
+            f = self._holes.pop((w["key"], w["seq"]))
+            if f in self.findings:
+                self.findings.remove(f)
+            self.kinds["iwarp_resync"] -= 1
+            conn = by_id.get(w["conn"])
+            if conn is not None:
+                conn.kinds["iwarp_resync"] -= 1
+        rows.iwarp_resyncs, rows.iwarp_filled = [], []
         for u in rows.unreachable:
             self._finding(None, "unreachable", u["time_ns"] / 1e9, f"{unreachable_text(u)} (frame {u['frame']})")
         rows.iwarp, rows.cm_frames, rows.unreachable = [], [], []
@@ -358,11 +379,13 @@ class LiveTop:
         conn.id = self._next_id
         self._next_id += 1
 
-    def _finding(self, conn: LiveConn | IwarpConn | None, kind: str, t: float, text: str) -> None:
+    def _finding(self, conn: LiveConn | IwarpConn | None, kind: str, t: float, text: str) -> LiveFinding:
         self.kinds[kind] += 1
         if conn is not None:
             conn.kinds[kind] += 1
-        self.findings.append(LiveFinding(t, None if conn is None else conn.id, kind, text))
+        f = LiveFinding(t, None if conn is None else conn.id, kind, text)
+        self.findings.append(f)
+        return f
 
     @property
     def mtu(self) -> int:

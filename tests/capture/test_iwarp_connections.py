@@ -260,3 +260,64 @@ def test_html_report_lists_them() -> None:
     assert "<h2>iWARP connections</h2>" in page and "No RDMA connection" not in page
     assert all(html.escape(c.name) in page for c in a.iwarp_connections)
     assert "5 Write" in page
+
+
+# ---------------------------------------------------------------- resynchronisations said, not silent
+
+def _hole(tmp_path: Path, late: bool = False) -> tuple[Path, int, int]:
+    """siw_crc_write_bw with one data segment of the Writes cut out (the capture missed it); with
+    ``late`` the segment comes back three segments later (a retransmission seen late)."""
+    from test_iwarp_resync import CRC_WRITE, DATA_PORT, data_segments, load, save, tcp_of
+
+    frames = load(CRC_WRITE)
+    segs = data_segments(frames, DATA_PORT)
+    k = segs[5]
+    lost = tcp_of(frames[k][1])
+    if late:
+        edited = frames[:k] + frames[k + 1:segs[8] + 1] + [frames[k]] + frames[segs[8] + 1:]
+    else:
+        edited = frames[:k] + frames[k + 1:]
+    return save(edited, tmp_path / "hole.pcap"), len(lost.data), k
+
+
+def test_a_hole_in_the_capture_is_a_finding_of_its_connection(tmp_path: Path) -> None:
+    """The reassembly follows the Writes again past the hole: analyze says so (``iwarp_resync``, the
+    octets from the hole to the FPDU start it went on from), on the Writes' connection and direction,
+    and the connection counts it; top says the same as it happens."""
+    path, lost, _k = _hole(tmp_path)
+    a = analyze(path)
+    (f,) = a.of_kind("iwarp_resync")
+    data = _data(a)
+    assert f.connection == data.id and f.detail["kind"] == "hole"
+    assert f.detail["direction"][:2] == [data.requester, data.requester_port]
+    # at least the segment the capture missed; at most that and the rest of the FPDU it began
+    assert lost <= f.detail["octets"] < lost + 1460
+    d = data.summary["directions"][0]
+    assert (d["resyncs"], d["octets_skipped"]) == (1, f.detail["octets"])
+    assert "followed again 1 time(s)" in a.text() and "iwarp_resync" in a.text()
+    whole = _data(analyze(CAPTURES / "siw_crc_write_bw.pcap"))
+    assert d["messages"]["Write"] < whole.summary["directions"][0]["messages"]["Write"] or \
+        d["bytes"] < whole.summary["directions"][0]["bytes"]
+    top = LiveTop(idle_s=None)
+    for blk in record_blocks(path, 1 << 12):
+        top.feed_block(blk)
+    (seen,) = [x for x in top.findings if x.kind == "iwarp_resync"]
+    assert seen.connection is not None and f.text in seen.text
+
+
+def test_no_resync_where_nothing_was_missed(tmp_path: Path) -> None:
+    """No finding on the captures that miss nothing, nor where the missed segment comes late: the
+    reassembly went on past the hole, then the late bytes completed every FPDU in it (the hole is taken
+    back: the same messages and bytes as the whole capture; top takes back the finding it showed)."""
+    for path in IWARP:
+        assert not analyze(path).of_kind("iwarp_resync"), path.name
+    late, _lost, _k = _hole(tmp_path, late=True)
+    a = analyze(late)
+    assert not a.of_kind("iwarp_resync")
+    data, whole = _data(a), _data(analyze(CAPTURES / "siw_crc_write_bw.pcap"))
+    assert data.summary["directions"] == whole.summary["directions"]
+    assert data.summary["directions"][0]["resyncs"] == 0
+    top = LiveTop(idle_s=None)
+    for blk in record_blocks(late, 1 << 10):
+        top.feed_block(blk)
+    assert not [f for f in top.findings if f.kind == "iwarp_resync"] and not top.kinds["iwarp_resync"]
