@@ -214,8 +214,9 @@ class IwarpConns:
             s = conn.sides[side]
             s.frames += 1
             got = cols.multi.get(fr[j])
-            vals: dict[str, Any] = {name: (got.get(name) if got is not None else (v[j] if has[j] else None))
-                    for name, (v, has) in cols_of.items()}
+            # (a frame's several values from multi; a field multi does not hold from its column)
+            vals: dict[str, Any] = {name: (got[name] if got is not None and name in got else (v[j] if has[j] else None))
+                                    for name, (v, has) in cols_of.items()}
             if vals.get("iwarp_mpa.rev") is not None:  # (only an MPA Request or Reply has a revision)
                 self._mpa(conn, key, side, fr[j], vals)
                 s = conn.sides[0 if key == conn.key else 1]

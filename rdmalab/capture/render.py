@@ -287,7 +287,9 @@ class Conversations:
             ev = np.arange(n)  # it may forget a conversation on the way: every row, in order
         else:
             _u, first = np.unique(conv, return_index=True)
-            ev = np.union1d(first, np.flatnonzero(syn))
+            at = np.zeros(n, dtype=bool)  # (the union of the two, sorted: np.union1d would load numpy.ma)
+            at[first] = True
+            ev = np.flatnonzero(at | syn)
         if not syn.any():
             conv_l = conv[ev].tolist()
             got = np.array([self._stream(keys[c], 0, 0, ("", 0), _no_base)[0] for c in conv_l], dtype=np.int64)
@@ -315,8 +317,9 @@ class Conversations:
             if sel.any():
                 _u, first = np.unique(part_key[sel] + end[w_rows[sel]], return_index=True)
                 picked.append(w_rows[sel][first])
-        rows = np.unique(np.concatenate(picked))
-        is_ev = np.isin(rows, ev)
+        rows = np.unique(np.concatenate(picked), return_index=True)[0]  # (return_index: no numpy.ma loaded)
+        pos = np.minimum(np.searchsorted(ev, rows), len(ev) - 1)  # (np.isin would load numpy.ma; both sorted)
+        is_ev = ev[pos] == rows if len(ev) else np.zeros(len(rows), dtype=bool)
         over: dict[tuple[Any, ...], int] = {}  # (the bases these rows give, apart from the state)
 
         def bases(k: tuple[Any, ...]) -> int | None:

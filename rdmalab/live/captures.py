@@ -27,7 +27,7 @@ import json
 import re
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rdmalab.capture import read, write_pcap
@@ -109,6 +109,19 @@ CAPTURES: dict[str, CaptureSpec] = {c.name: c for c in [
          cut_at_write=6, note="cut: from the frame of the 6th RDMA Write FPDU on"),
     *_siw_set("siw_crc", "siw_crc"),
 ]}
+
+
+def _calm(cmd: str) -> str:
+    """A perftest command (``ib_*``) with ``-F``: perftest calibrates its cycle counter against
+    gettimeofday (get_clock.c, sample_get_cpu_mhz) and in the TCG VM on a busy host can find
+    "Correlation coefficient r^2: X < 0.9"; without -F it then exits 1 with "Can't produce a report"
+    after the traffic (a local CI run saw it twice running, under load), with -F it reports.  -F changes
+    nothing on the wire."""
+    prog, sep, rest = cmd.partition(" ")
+    return f"{prog} -F{sep}{rest}" if prog.startswith("ib_") else cmd
+
+
+CAPTURES = {name: replace(c, server=_calm(c.server), client=_calm(c.client)) for name, c in CAPTURES.items()}
 
 
 def driver_script(driver: str, ko: str) -> str:
