@@ -19,7 +19,7 @@ def iwarp_connections(r: Rows, first_id: int) -> list[Connection]:
     order of their first frame (``packets``: frames with iWARP, ``request_bytes``: the data their
     FPDUs carry, both directions; the rest in ``summary``, :meth:`IwarpConn.summary`)."""
     out = []
-    for k, c in enumerate(sorted(r.iwarp_conns.conns.values(), key=lambda c: c.id)):
+    for k, c in enumerate(r.iwarp_conns.every()):
         out.append(Connection(first_id + k, "iWARP", c.requester, c.responder, None, None, c.requester_port,
                               packets=c.packets, request_bytes=c.request_bytes, first=c.first_ns / 1e9,
                               last=c.last_ns / 1e9, summary=c.summary(), responder_port=c.responder_port))
@@ -32,7 +32,7 @@ def _iwarp_findings(r: Rows, path: str | None, first_id: int = 0) -> list[Findin
     its layer, error type and error code (RFC 5040 7, RFC 5044 8, RFC 6581); when the columns do
     not carry the type and code, the Terminate frames alone are decoded again for them."""
     out: list[Finding] = []
-    ids = {c.id: first_id + k for k, c in enumerate(sorted(r.iwarp_conns.conns.values(), key=lambda c: c.id))}
+    ids = {c.id: first_id + k for k, c in enumerate(r.iwarp_conns.every())}
     need_detail = [row["frame"] for row in r.iwarp if row["bad_crc"] or row["terminate"] and "term_etype" not in row]
     detail = _pdu_details(path, set(need_detail)) if need_detail and path is not None else {}
     for row in r.iwarp:
@@ -57,7 +57,7 @@ def resync_text(row: dict[str, Any]) -> str:
 def resync_findings(r: Rows, first_id: int = 0) -> list[Finding]:
     """``iwarp_resync`` findings: where the reassembly followed a stream again past octets it could not
     read as FPDUs (:attr:`~rdmalab.capture.iwarp.IwarpTracker.resyncs`)."""
-    ids = {c.id: first_id + k for k, c in enumerate(sorted(r.iwarp_conns.conns.values(), key=lambda c: c.id))}
+    ids = {c.id: first_id + k for k, c in enumerate(r.iwarp_conns.every())}
     return [Finding("iwarp_resync", ids.get(row["conn"]), [row["frame"]], row["time_ns"] / 1e9, resync_text(row),
                     {"kind": row["kind"], "octets": row["octets"], "direction": list(row["key"])})
             for row in r.iwarp_resyncs]

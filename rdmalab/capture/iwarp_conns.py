@@ -23,7 +23,9 @@ Counted per direction, from the decoder's iWARP columns (the TCP stream reassemb
   read as FPDUs (a hole in the capture, a capture that begins inside an FPDU), and those octets.
 
 Bounded memory: each connection is a fixed set of counters; at most ``max_conns`` are kept and the
-SYNs of at most :data:`SYN_MAX` TCP connections not (yet) known as iWARP are remembered.
+SYNs of at most :data:`SYN_MAX` TCP connections not (yet) known as iWARP are remembered.  A SYN on the
+ports of a connection ends it (a new connection reuses the ports, as tshark starts a new ``tcp.stream``):
+``analyze`` keeps the ended ones (:attr:`IwarpConns.ended`), ``top`` retires them.
 :meth:`IwarpConns.retire` hands a connection's counts to :attr:`IwarpConns.retired` (``top`` retires
 idle ones; ``analyze`` keeps them all).
 """
@@ -174,6 +176,10 @@ class IwarpConns:
         self.max_conns = max_conns
         self.conns: OrderedDict[Key, IwarpConn] = OrderedDict()  # (initiator, port, responder, port), least recent first
         self.syns: OrderedDict[Key, None] = OrderedDict()  # (client, port, server, port) of SYNs seen
+        #: connections that ended (a new SYN on their ports: the ports reused by a new connection), kept
+        #: when ``keep_ended`` (analyze), else retired (top)
+        self.ended: list[IwarpConn] = []
+        self.keep_ended = True
         self.frames = 0  # frames with iWARP (MPA frames and FPDUs), over the whole run
         self.retired: dict[str, Any] = {"connections": 0, "frames": 0, "bytes": 0, "messages": Counter()}
         self.next_id = 0
@@ -207,6 +213,9 @@ class IwarpConns:
             key: Key = (src[j], sport[j], dst[j], dport[j])
             if is_syn[j]:
                 self._syn(key)
+                old = self.conns.get(key) or self.conns.get((key[2], key[3], key[0], key[1]))
+                if old is not None:  # the ports reused: a new connection begins (as tshark's tcp.stream)
+                    self._end(old)
                 continue
             self.frames += 1
             conn, side = self._conn(key, tns[j])
@@ -329,6 +338,17 @@ class IwarpConns:
                     s.messages[name] += 1
             elif op in (1, 7):  # (the fields of a Terminate's copied headers: one FPDU a message all the same)
                 s.messages[name] += 1
+
+    def _end(self, conn: IwarpConn) -> None:
+        if self.keep_ended:
+            self.conns.pop(conn.key, None)
+            self.ended.append(conn)
+        else:
+            self.retire(conn)
+
+    def every(self) -> list[IwarpConn]:
+        """Every connection kept, ended or not, by id (the order of their first frame)."""
+        return sorted([*self.ended, *self.conns.values()], key=lambda c: c.id)
 
     def retire(self, conn: IwarpConn) -> None:
         """Forget ``conn``, its counts kept in :attr:`retired`."""

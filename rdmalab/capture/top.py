@@ -257,6 +257,7 @@ class LiveTop:
         #: among the RoCE ones; at most ``max_conns`` of them kept too
         self._iwarp = self._collector.rows.iwarp_conns
         self._iwarp.max_conns = max_conns
+        self._iwarp.keep_ended = False  # (a connection whose ports a new one reuses: retired into the totals)
         self._iwarp.on_new = self._iwarp_new
         # the findings of iWARP holes not filled yet, (direction, FPDU start) -> finding: one that fills
         # after all (late bytes completed its FPDUs) is taken back, as analyze leaves it out

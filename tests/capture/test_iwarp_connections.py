@@ -321,3 +321,45 @@ def test_no_resync_where_nothing_was_missed(tmp_path: Path) -> None:
     for blk in record_blocks(late, 1 << 10):
         top.feed_block(blk)
     assert not [f for f in top.findings if f.kind == "iwarp_resync"] and not top.kinds["iwarp_resync"]
+
+
+def test_captures_appended_reuse_the_ports_a_new_connection_each(tmp_path: Path) -> None:
+    """The same capture appended to itself (mergecap -a): each SYN on the ports starts a new connection,
+    as tshark starts a new tcp.stream, with the same counts; top retires the ended one into its totals."""
+    src = CAPTURES / "siw_rping.pcap"
+    dst = tmp_path / "twice.pcap"
+    recs = list(records(src))
+    with CaptureWriter(dst) as w:
+        for rep in range(2):
+            for r in recs:
+                w.write(r.data, round(r.timestamp * 1e9) + rep * 10**9)
+    (one,) = analyze(src).iwarp_connections
+    a = analyze(dst)
+    assert [c.summary["directions"] for c in a.iwarp_connections] == [one.summary["directions"]] * 2
+    assert [c.id for c in a.iwarp_connections] == [0, 1] and a.iwarp_frames == 2 * 23
+    top = LiveTop(idle_s=None)
+    for blk in record_blocks(dst, 1 << 12):
+        top.feed_block(blk)
+    tot = top.totals()
+    assert (tot["iwarp_connections"], len(top.iwarp_connections), top._iwarp.retired["connections"]) == (2, 1, 1)
+    assert tot["iwarp_bytes"] == 2 * one.request_bytes
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_every_capture_appended_as_tshark_counts_it(tmp_path: Path) -> None:
+    """All the iWARP captures appended into one pcapng (mergecap -a, as Wireshark writes; every connection on
+    other ports): one connection per tshark TCP stream that carries iWARP, in the order of their first frame,
+    each counted as tshark counts it."""
+    import shutil
+    import subprocess
+
+    if shutil.which("mergecap") is None:
+        pytest.skip("mergecap (Wireshark) is not installed; CI installs it with tshark")
+    merged = tmp_path / "all.pcapng"
+    subprocess.run(["mergecap", "-a", "-F", "pcapng", "-w", str(merged), *map(str, IWARP)], check=True)
+    theirs = _tshark_connections(merged)
+    a = analyze(merged)
+    mine = {(c.requester, c.requester_port, c.responder, c.responder_port): _mine(c) for c in a.iwarp_connections}
+    assert len(mine) == len(a.iwarp_connections) == len(theirs) > 10
+    assert mine == {k: {"dirs": [{**d, "messages": +d["messages"]} for d in v["dirs"]]} for k, v in theirs.items()}
