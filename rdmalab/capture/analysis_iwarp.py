@@ -17,11 +17,13 @@ from rdmalab.wire.rdmap import TERM_ETYPE_NAMES, TERM_LAYER_NAMES, Terminate, te
 def iwarp_connections(r: Rows, first_id: int) -> list[Connection]:
     """The iWARP connections of the rows, as :class:`Connection` s numbered from ``first_id`` in the
     order of their first frame (``packets``: frames with iWARP, ``request_bytes``: the data their
-    FPDUs carry, both directions; the rest in ``summary``, :meth:`IwarpConn.summary`)."""
+    FPDUs carry, both directions, ``retransmitted_bytes``: the octets of TCP segments sent again; the rest
+    in ``summary``, :meth:`IwarpConn.summary`)."""
     out = []
     for k, c in enumerate(r.iwarp_conns.every()):
         out.append(Connection(first_id + k, "iWARP", c.requester, c.responder, None, None, c.requester_port,
-                              packets=c.packets, request_bytes=c.request_bytes, first=c.first_ns / 1e9,
+                              packets=c.packets, request_bytes=c.request_bytes,
+                              retransmitted_bytes=c.retransmitted_bytes, first=c.first_ns / 1e9,
                               last=c.last_ns / 1e9, summary=c.summary(), responder_port=c.responder_port))
     return out
 

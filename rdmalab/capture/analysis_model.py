@@ -188,6 +188,8 @@ def _iwarp_lines(c: Connection) -> list[str]:
             continue
         bad = "".join(f", {d[k]} {w}" for k, w in (("bad_crc32c", "bad MPA CRC"), ("terminates", "Terminate"))
                       if d[k])
+        if d.get("retransmissions"):
+            bad += f", {d['retransmissions']} TCP retransmission(s) ({d['retransmitted_bytes']} bytes)"
         if d.get("resyncs"):
             bad += f", followed again {d['resyncs']} time(s) past {d['octets_skipped']} octets not read as FPDUs"
         out.append(f"  {d['from']} -> {d['to']}: {d['fpdus']} FPDUs ({_counted(d['opcodes'])}), "

@@ -20,7 +20,10 @@ Counted per direction, from the decoder's iWARP columns (the TCP stream reassemb
   the headers RDMAP adds for the opcode); a Read Request carries none (its size is in its header);
 * **bad MPA CRCs** (where negotiated, RFC 5044 4.4) and **Terminates** (RFC 5040 4.8);
 * **resynchronisations**: where the reassembly followed the stream again past octets it could not
-  read as FPDUs (a hole in the capture, a capture that begins inside an FPDU), and those octets.
+  read as FPDUs (a hole in the capture, a capture that begins inside an FPDU), and those octets;
+* **TCP retransmissions**: segments that carry octets of the direction seen before, and those octets
+  (a segment that fills a hole is out of order, not sent again; a keep-alive, one octet just below the
+  highest, RFC 1122 4.2.3.6, neither), counted from the connection's first frame with iWARP on.
 
 Bounded memory: each connection is a fixed set of counters; at most ``max_conns`` are kept and the
 SYNs of at most :data:`SYN_MAX` TCP connections not (yet) known as iWARP are remembered.  A SYN on the
@@ -48,8 +51,10 @@ __all__ = ["IwarpConn", "IwarpConns", "IWARP_FIELDS", "SYN_MAX", "rdmap_name", "
 IWARP_FIELDS: tuple[str, ...] = (
     "tcp.srcport", "tcp.dstport", "tcp.flags", "iwarp_mpa.rev", "iwarp_mpa.marker_flag", "iwarp_mpa.crc_flag",
     "iwarp_mpa.rej_flag", "iwarp_mpa.ulpdulength", "iwarp_ddp.tagged_flag", "iwarp_ddp.last_flag",
-    "iwarp_rdma.opcode", "rdmalab.pdus", "rdmalab.crc32c.ok",
+    "iwarp_rdma.opcode", "rdmalab.pdus", "rdmalab.crc32c.ok", "tcp.seq_raw", "tcp.len",
 )
+#: ranges of sequence space skipped (not seen yet) a direction remembers for its retransmission count
+HOLES_MAX = 16
 #: SYNs remembered of TCP connections not known as iWARP (yet): the oldest is forgotten past this
 SYN_MAX = 4096
 _TCP_SYN, _TCP_ACK = 0x02, 0x10
@@ -90,11 +95,61 @@ class _Side:
     #: times the stream was followed again past octets not read as FPDUs, and those octets
     resyncs: int = 0
     skipped: int = 0
+    #: TCP segments that carried octets of this direction seen before, and those octets
+    retx: int = 0
+    retx_octets: int = 0
+    # sequence space: the first number seen, the end of the highest segment (unwrapped, from it), the
+    # ranges below it not seen yet (a segment in one fills it: out of order, not sent again)
+    base: int | None = None
+    hi: int = 0
+    holes: list[list[int]] = field(default_factory=list)
+
+    def segment(self, seq: int, length: int) -> None:
+        """Count one TCP segment of ``length`` octets at ``seq``: a retransmission when it carries octets
+        seen before (not a keep-alive: one octet just below the highest, RFC 1122 4.2.3.6)."""
+        if self.base is None:
+            self.base, self.hi = seq, length
+            return
+        rel = (seq - self.base) & 0xFFFFFFFF
+        at = self.hi + ((rel - self.hi + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)  # unwrapped near hi
+        end = at + length
+        if at >= self.hi:
+            if at > self.hi:
+                self.holes.append([self.hi, at])
+                if len(self.holes) > HOLES_MAX:
+                    del self.holes[0]  # (the oldest forgotten: its octets count as seen)
+            self.hi = end
+            return
+        if length == 1 and at == self.hi - 1:
+            return  # a keep-alive
+        new = max(0, end - self.hi)
+        for h in self.holes:  # octets of holes this segment fills were not seen before
+            lo, up = max(h[0], at), min(h[1], end)
+            if lo < up:
+                new += up - lo
+        self._fill(at, min(end, self.hi))
+        self.hi = max(self.hi, end)
+        if new < length:
+            self.retx += 1
+            self.retx_octets += length - new
+
+    def _fill(self, lo: int, up: int) -> None:
+        out = []
+        for a, b in self.holes:
+            if up <= a or b <= lo:
+                out.append([a, b])
+                continue
+            if a < lo:
+                out.append([a, lo])
+            if up < b:
+                out.append([up, b])
+        self.holes = out
 
     def row(self) -> dict[str, Any]:
         return {"frames": self.frames, "fpdus": self.fpdus, "bytes": self.octets, "opcodes": dict(self.opcodes),
                 "messages": dict(self.messages), "bad_crc32c": self.bad_crc, "terminates": self.terminates,
-                "resyncs": self.resyncs, "octets_skipped": self.skipped}
+                "resyncs": self.resyncs, "octets_skipped": self.skipped, "retransmissions": self.retx,
+                "retransmitted_bytes": self.retx_octets}
 
 
 @dataclass
@@ -128,7 +183,6 @@ class IwarpConn:
     transport = "iWARP"
     requester_qpn = None
     responder_qpn = None
-    retransmitted_bytes = 0
 
     @property
     def key(self) -> tuple[str, int, str, int]:
@@ -152,6 +206,11 @@ class IwarpConn:
         return self.sides[0].messages + self.sides[1].messages
 
     @property
+    def retransmitted_bytes(self) -> int:
+        """Octets of TCP segments sent again (both directions: :meth:`_Side.segment`)."""
+        return self.sides[0].retx_octets + self.sides[1].retx_octets
+
+    @property
     def opcodes(self) -> Counter[str]:
         return self.sides[0].opcodes + self.sides[1].opcodes
 
@@ -162,6 +221,8 @@ class IwarpConn:
                 "initiator_known_by": self.known_by, "mpa": self.mpa, "fpdus": self.sides[0].fpdus + self.sides[1].fpdus,
                 "bytes": self.request_bytes, "messages": dict(self.messages), "opcodes": dict(self.opcodes),
                 "directions": [{"from": a, "to": b, **self.sides[0].row()}, {"from": b, "to": a, **self.sides[1].row()}],
+                "retransmissions": self.sides[0].retx + self.sides[1].retx,
+                "retransmitted_bytes": self.retransmitted_bytes,
                 "bad_crc32c": self.sides[0].bad_crc + self.sides[1].bad_crc,
                 "terminates": self.sides[0].terminates + self.sides[1].terminates}
 
@@ -194,7 +255,11 @@ class IwarpConns:
             return []
         syn = L["tcp"] & ((d["tcp.flags"] & (_TCP_SYN | _TCP_ACK)) == _TCP_SYN)
         iw = L.get("iwarp")
-        rows = np.nonzero(syn | iw)[0] if iw is not None else np.nonzero(syn)[0]
+        if iw is None:
+            iw = np.zeros(cols.n, dtype=bool)
+        # segments with data, for the retransmissions of the connections known (all rows: few are TCP's)
+        seg = L["tcp"] & L["tcp.len"] & (d["tcp.len"] > 0) if (self.conns or iw.any()) and "tcp.len" in d else iw
+        rows = np.nonzero(syn | iw | seg)[0]
         if not len(rows):
             return []
         out: list[tuple[int, int | None]] = []
@@ -203,6 +268,9 @@ class IwarpConns:
         src, dst = _texts(cols, rows, "src"), _texts(cols, rows, "dst")
         sport, dport = d["tcp.srcport"][rows].tolist(), d["tcp.dstport"][rows].tolist()
         is_syn = syn[rows].tolist()
+        is_iw = iw[rows].tolist()
+        seq = d["tcp.seq_raw"][rows].tolist() if "tcp.seq_raw" in d else [0] * len(rows)
+        seg_len = np.where(L["tcp.len"][rows], d["tcp.len"][rows], 0).tolist() if "tcp.len" in d else [0] * len(rows)
         cols_of = {name: (d[name][rows].tolist(), L[name][rows].tolist()) for name in
                    ("iwarp_mpa.rev", "iwarp_mpa.marker_flag", "iwarp_mpa.crc_flag", "iwarp_mpa.rej_flag",
                     "iwarp_mpa.ulpdulength", "iwarp_ddp.tagged_flag", "iwarp_ddp.last_flag", "iwarp_rdma.opcode")
@@ -217,8 +285,15 @@ class IwarpConns:
                 if old is not None:  # the ports reused: a new connection begins (as tshark's tcp.stream)
                     self._end(old)
                 continue
+            if not is_iw[j]:  # a segment of a connection known, perhaps: counted for its retransmissions
+                c, way = self._known(key)
+                if c is not None:
+                    c.sides[way].segment(seq[j], seg_len[j])
+                continue
             self.frames += 1
             conn, side = self._conn(key, tns[j])
+            if seg_len[j]:
+                conn.sides[side].segment(seq[j], seg_len[j])
             conn.last_ns = max(conn.last_ns, tns[j])
             s = conn.sides[side]
             s.frames += 1
@@ -265,6 +340,14 @@ class IwarpConns:
         self.syns.move_to_end(key)
         if len(self.syns) > SYN_MAX:
             self.syns.popitem(last=False)
+
+    def _known(self, key: Key) -> tuple[IwarpConn | None, int]:
+        """The connection kept of a frame sent along ``key``, and its direction; (None, 0) if none."""
+        conn = self.conns.get(key)
+        if conn is not None:
+            return conn, 0
+        conn = self.conns.get((key[2], key[3], key[0], key[1]))
+        return conn, 1
 
     def _conn(self, key: Key, tns: int) -> tuple[IwarpConn, int]:
         """The connection of a frame sent along ``key`` (source, port, destination, port), and its

@@ -199,15 +199,16 @@ class LiveConn:
 
 def iwarp_row(c: IwarpConn) -> dict[str, Any]:
     """An iWARP connection's row of the table: :meth:`LiveConn.row`'s keys (the RoCE-only counts
-    None: NAKs, CNPs, ICRCs and PSNs are not iWARP's; TCP retransmits), and its directions, MPA CRC
-    failures and Terminates."""
+    None: NAKs, CNPs, ICRCs and PSNs are not iWARP's; retransmissions are TCP's), and its directions,
+    MPA CRC failures and Terminates."""
     dur = (c.last_ns - c.first_ns) / 1e9
     s = c.summary()
     return {"id": c.id, "name": c.name, "transport": "iWARP", "requester": c.requester, "responder": c.responder,
             "requester_qpn": None, "responder_qpn": None, "requester_port": c.requester_port,
             "responder_port": c.responder_port, "packets": c.packets, "request_bytes": c.request_bytes,
-            "retransmitted_bytes": None, "messages": dict(c.messages), "opcodes": dict(c.opcodes), "mbps": c.mbps,
-            "msg_rate": c.msg_rate, "nak_seq_err": None, "nak_rnr": None, "nak_other": None, "retransmissions": None,
+            "retransmitted_bytes": c.retransmitted_bytes, "messages": dict(c.messages), "opcodes": dict(c.opcodes),
+            "mbps": c.mbps, "msg_rate": c.msg_rate, "nak_seq_err": None, "nak_rnr": None, "nak_other": None,
+            "retransmissions": s["retransmissions"],
             "cnps": None, "bad_icrc": None, "psn_gaps": None, "bad_crc32c": s["bad_crc32c"],
             "terminates": s["terminates"], "directions": s["directions"], "mpa": s["mpa"],
             "first": c.first_ns / 1e9, "last": c.last_ns / 1e9,

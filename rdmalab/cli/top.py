@@ -102,11 +102,12 @@ def render(top: LiveTop, *, title: str = "rdmalab top", average: bool = False, m
     for r in rows:
         ops = ", ".join(f"{n} {_short(o)}" for o, n in sorted(r["opcodes"].items(), key=lambda x: -x[1])[:3])
         msgs = ", ".join(f"{n} {o}" for o, n in r["messages"].items()) or "0"
-        if r["transport"] == "iWARP":  # (NAKs, CNPs, ICRCs: RoCE's; TCP retransmits for iWARP)
-            bad = r["bad_crc32c"] + r["terminates"]
+        if r["transport"] == "iWARP":  # (NAKs, CNPs, ICRCs: RoCE's; retransmissions: TCP's)
+            bad = r["bad_crc32c"] + r["terminates"] + r["retransmissions"]
             table.add_row(str(r["id"]), r["name"], ops, str(r["packets"]), _size(r["request_bytes"]),
                           f"{r['avg_mbps' if average else 'mbps']:.1f}",
-                          f"{r['avg_msg_rate' if average else 'msg_rate']:.0f}", msgs, *["-"] * 7,
+                          f"{r['avg_msg_rate' if average else 'msg_rate']:.0f}", msgs, "-", "-", "-",
+                          str(r["retransmissions"]), _size(r["retransmitted_bytes"]), "-", "-",
                           style="yellow" if bad else None)
             continue
         bad = r["nak_seq_err"] + r["nak_rnr"] + r["nak_other"] + r["retransmissions"] + r["bad_icrc"]

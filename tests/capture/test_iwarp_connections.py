@@ -32,7 +32,8 @@ IWARP = sorted(p for p in CAPTURES.glob("*.pcap") if ("siw" in p.name or "iwarp"
                and "midstream" not in p.name)
 _ARGS = ("--disable-protocol", "rpcordma", "--disable-protocol", "smb_direct")
 _FIELDS = ("tcp.stream", "ip.src", "tcp.srcport", "ip.dst", "tcp.dstport", "tcp.flags", "iwarp_rdma.opcode",
-           "iwarp_ddp.last_flag", "iwarp_mpa.ulpdulength", "iwarp_ddp.tagged_flag", "iwarp_mpa.rev")
+           "iwarp_ddp.last_flag", "iwarp_mpa.ulpdulength", "iwarp_ddp.tagged_flag", "iwarp_mpa.rev", "tcp.len",
+           "tcp.analysis.retransmission")
 
 
 def _ints(text: str) -> list[int]:
@@ -41,29 +42,36 @@ def _ints(text: str) -> list[int]:
 
 def _tshark_connections(path: Path) -> dict[tuple[str, int, str, int], dict[str, Any]]:
     """tshark's iWARP per TCP connection: (initiator, port, responder, port) -> per direction (0: from the
-    initiator) FPDUs and messages by opcode, data bytes, frames with iWARP."""
+    initiator) FPDUs and messages by opcode, data bytes, frames with iWARP, and the segments with data
+    tshark calls retransmissions (``tcp.analysis.retransmission``: spurious ones too) and their octets."""
     args = [x for f in _FIELDS for x in ("-e", f)]
     lines = tshark("-r", str(path), "-T", "fields", *args, "-E", "occurrence=a", "-E", "aggregator=,",
                    *_ARGS).splitlines()
     client: dict[str, tuple[str, int, str, int]] = {}
     rows = []
     for line in lines:
-        stream, src, sport, dst, dport, flags, ops, last, length, tagged, rev = line.split("\t")
+        stream, src, sport, dst, dport, flags, ops, last, length, tagged, rev, seglen, retx = line.split("\t")
         if not stream:  # (not TCP over IPv4)
             continue
         if int(flags, 16) & 0x12 == 0x02:  # a SYN without ACK: its sender is the client, the initiator
             client[stream] = (src, int(sport), dst, int(dport))
         rows.append((stream, (src, int(sport), dst, int(dport)), _ints(ops), _ints(last), _ints(length),
-                     _ints(tagged), bool(rev)))
+                     _ints(tagged), bool(rev), int(seglen or 0) if retx else 0))
     out: dict[tuple[str, int, str, int], dict[str, Any]] = {}
-    for stream, key, ops, last, length, tagged, rev in rows:
-        if not ops and not rev:
+    iwarp = {r[0] for r in rows if r[2] or r[6]}
+    for stream, key, ops, last, length, tagged, rev, again in rows:
+        if stream not in iwarp:
             continue
         init = client[stream]
         side = 0 if key == init else 1
-        c = out.setdefault(init, {"dirs": [{"fpdus": Counter(), "messages": Counter(), "bytes": 0, "frames": 0}
-                                           for _ in range(2)]})
+        c = out.setdefault(init, {"dirs": [{"fpdus": Counter(), "messages": Counter(), "bytes": 0, "frames": 0,
+                                            "retransmissions": 0, "retransmitted_bytes": 0} for _ in range(2)]})
         d = c["dirs"][side]
+        if again:
+            d["retransmissions"] += 1
+            d["retransmitted_bytes"] += again
+        if not ops and not rev:
+            continue
         d["frames"] += 1
         assert len(ops) == len(last) == len(length) == len(tagged), line
         for op, ls, n, tg in zip(ops, last, length, tagged, strict=True):
@@ -75,7 +83,8 @@ def _tshark_connections(path: Path) -> dict[tuple[str, int, str, int], dict[str,
 
 def _mine(c: Connection) -> dict[str, Any]:
     return {"dirs": [{"fpdus": Counter(d["opcodes"]), "messages": +Counter(d["messages"]), "bytes": d["bytes"],
-                      "frames": d["frames"]} for d in c.summary["directions"]]}
+                      "frames": d["frames"], "retransmissions": d["retransmissions"],
+                      "retransmitted_bytes": d["retransmitted_bytes"]} for d in c.summary["directions"]]}
 
 
 @requires_tshark
@@ -83,7 +92,8 @@ def _mine(c: Connection) -> dict[str, Any]:
 @pytest.mark.parametrize("path", IWARP, ids=[p.name for p in IWARP])
 def test_every_connection_as_tshark_counts_it(path: Path) -> None:
     """Per TCP connection and direction: the FPDUs by opcode, the messages (DDP Last set) by opcode, the data
-    bytes and the frames with iWARP are tshark's; the initiator is the SYN's sender."""
+    bytes, the frames with iWARP and the TCP retransmissions (segments, octets) are tshark's; the initiator is
+    the SYN's sender."""
     theirs = {k: {"dirs": [{**d, "messages": +d["messages"]} for d in v["dirs"]]}
               for k, v in _tshark_connections(path).items()}
     a = analyze(path)
@@ -91,6 +101,8 @@ def test_every_connection_as_tshark_counts_it(path: Path) -> None:
     mine = {(c.requester, c.requester_port, c.responder, c.responder_port): _mine(c) for c in a.iwarp_connections}
     assert theirs and mine == theirs
     assert all(c.summary["initiator_known_by"] == "syn" for c in a.iwarp_connections)
+    assert [c.retransmitted_bytes for c in a.iwarp_connections] == \
+        [sum(d["retransmitted_bytes"] for d in c.summary["directions"]) for c in a.iwarp_connections]
     assert a.iwarp_frames == sum(d["frames"] for c in theirs.values() for d in c["dirs"])
     # numbered after the RoCE connections, in the order of their first frame
     assert [c.id for c in a.iwarp_connections] == list(range(len(a.iwarp_connections)))
@@ -363,3 +375,24 @@ def test_every_capture_appended_as_tshark_counts_it(tmp_path: Path) -> None:
     mine = {(c.requester, c.requester_port, c.responder, c.responder_port): _mine(c) for c in a.iwarp_connections}
     assert len(mine) == len(a.iwarp_connections) == len(theirs) > 10
     assert mine == {k: {"dirs": [{**d, "messages": +d["messages"]} for d in v["dirs"]]} for k, v in theirs.items()}
+
+
+def test_what_counts_as_a_tcp_retransmission() -> None:
+    """Octets seen before: a retransmission (partly new: the octets seen count); a segment that fills a hole:
+    out of order, not counted; a keep-alive (one octet just below the highest): not counted; across the
+    sequence number's wrap."""
+    from rdmalab.capture.iwarp_conns import _Side
+
+    top = (1 << 32) - 1000
+    s = _Side()
+    s.segment(top, 500)           # [top, top+500)
+    s.segment(top + 1500, 500)    # past a hole of 1000 (wraps past 2**32)
+    assert (s.retx, s.retx_octets) == (0, 0)
+    s.segment(top + 500, 1000)    # fills the hole: out of order
+    assert (s.retx, s.retx_octets) == (0, 0)
+    s.segment(top + 1999, 1)      # a keep-alive
+    assert (s.retx, s.retx_octets) == (0, 0)
+    s.segment((top + 1800) % (1 << 32), 400)  # 200 seen, 200 new
+    assert (s.retx, s.retx_octets) == (1, 200)
+    s.segment(top, 100)           # all seen
+    assert (s.retx, s.retx_octets) == (2, 300)
