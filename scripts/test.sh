@@ -21,7 +21,7 @@ export PATH="$PWD/.venv/bin:$PATH:/usr/sbin:/sbin"
 # Locally a missing oracle makes its tests skip with a reason; in CI it must be there, so that
 # no Wireshark cross-check or browser check is skipped and counted as passing.
 if [ "${CI:-}" = true ]; then
-  for tool in tshark chromium chromedriver bwrap tcpdump ibsim ibsim-run opensm ibnetdiscover ibroute smpquery perfquery saquery sminfo; do
+  for tool in tshark mergecap chromium chromedriver bwrap tcpdump ibsim ibsim-run opensm ibnetdiscover ibroute smpquery perfquery saquery sminfo; do
     command -v "$tool" >/dev/null || { echo "CI: $tool is not installed; the checks that need it would be skipped" >&2; exit 1; }
   done
   # the live tests must run, not skip: say here what the VM would lack (rdmalab.live.vm.missing)

@@ -35,7 +35,6 @@ idle ones; ``analyze`` keeps them all).
 
 from __future__ import annotations
 
-import ipaddress
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +42,9 @@ from typing import Any
 import numpy as np
 
 from rdmalab.capture.columnar import Columns
-from rdmalab.wire.rdmap import RDMAP_OPCODES
+from rdmalab.capture.columnar_schema import _ipv6_text
+from rdmalab.wire.net import SEQ_MASK, TCP, seq_diff
+from rdmalab.wire.rdmap import RDMAP_OPCODES, DDPTagged, DDPUntagged
 
 __all__ = ["IwarpConn", "IwarpConns", "IWARP_FIELDS", "SYN_MAX", "rdmap_name", "data_octets"]
 
@@ -57,10 +58,6 @@ IWARP_FIELDS: tuple[str, ...] = (
 HOLES_MAX = 16
 #: SYNs remembered of TCP connections not known as iWARP (yet): the oldest is forgotten past this
 SYN_MAX = 4096
-_TCP_SYN, _TCP_ACK = 0x02, 0x10
-#: DDP header octets (RFC 5041 4.2 tagged: control, RDMAP control, STag, TO; 4.3 untagged: control,
-#: RDMAP control, RsvdULP, QN, MSN, MO)
-_DDP_TAGGED, _DDP_UNTAGGED = 14, 18
 
 
 def rdmap_name(opcode: int) -> str:
@@ -72,12 +69,14 @@ def rdmap_name(opcode: int) -> str:
 
 
 def data_octets(opcode: int, tagged: int, ulpdu_length: int) -> int:
-    """The data an FPDU carries: its MPA ULPDU length less the DDP header and the headers RDMAP puts
-    after it for ``opcode`` (0 for an opcode that carries no data, RFC 5040 4.3-4.8)."""
+    """The data an FPDU carries: its MPA ULPDU length less the DDP header (14 octets tagged, 18 untagged,
+    RFC 5041 4.2/4.3: :class:`~rdmalab.wire.rdmap.DDPTagged`, :class:`~rdmalab.wire.rdmap.DDPUntagged`)
+    and the headers RDMAP puts after it for ``opcode`` (0 for an opcode that carries no data, RFC 5040
+    4.3-4.8)."""
     info = RDMAP_OPCODES.get(opcode)
     if info is None or not info.payload:
         return 0
-    head = (_DDP_TAGGED if tagged else _DDP_UNTAGGED) + sum(h.LAYOUT.size for h in info.headers)
+    head = (DDPTagged if tagged else DDPUntagged).LAYOUT.size + sum(h.LAYOUT.size for h in info.headers)
     return max(0, ulpdu_length - head)
 
 
@@ -110,8 +109,7 @@ class _Side:
         if self.base is None:
             self.base, self.hi = seq, length
             return
-        rel = (seq - self.base) & 0xFFFFFFFF
-        at = self.hi + ((rel - self.hi + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)  # unwrapped near hi
+        at = self.hi + seq_diff(seq, (self.base + self.hi) & SEQ_MASK)  # unwrapped, near the highest
         end = at + length
         if at >= self.hi:
             if at > self.hi:
@@ -253,7 +251,7 @@ class IwarpConns:
         L, d = cols.layers, cols.data
         if "tcp" not in L or any(name not in d for name in ("tcp.flags", "tcp.srcport", "tcp.dstport")):
             return []
-        syn = L["tcp"] & ((d["tcp.flags"] & (_TCP_SYN | _TCP_ACK)) == _TCP_SYN)
+        syn = L["tcp"] & ((d["tcp.flags"] & (TCP.SYN | TCP.ACK)) == TCP.SYN)
         iw = L.get("iwarp")
         if iw is None:
             iw = np.zeros(cols.n, dtype=bool)
@@ -469,14 +467,16 @@ def _has_terminate(vals: dict[str, Any]) -> bool:
 
 
 def _texts(cols: Columns, rows: np.ndarray, which: str) -> list[str]:
-    """The ``which`` (src or dst) IP address of each row, as text."""
+    """The ``which`` (src or dst) IP address of each row, as text: as the columnar decoder writes it for
+    the iWARP tracker (:func:`~rdmalab.capture.columnar_schema._ipv6_text` for IPv6), so a connection's
+    key here is the tracker's (:meth:`IwarpConns.resynced`)."""
     v4 = cols.data[f"ip.{which}"][rows].tolist()
     six = cols.layers["ipv6"][rows].tolist() if "ipv6" in cols.layers else [False] * len(rows)
     out = []
     raw6 = cols.data[f"ipv6.{which}"][rows].tolist() if any(six) else None
     for k, a in enumerate(v4):
         if six[k] and raw6 is not None:
-            out.append(str(ipaddress.IPv6Address(bytes(raw6[k]).ljust(16, b"\0"))))
+            out.append(_ipv6_text(bytes(raw6[k]).ljust(16, b"\0")))  # (numpy drops an address's trailing zeros)
         else:
             out.append(f"{a >> 24}.{(a >> 16) & 255}.{(a >> 8) & 255}.{a & 255}")
     return out
