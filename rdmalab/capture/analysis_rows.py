@@ -408,6 +408,5 @@ def load_rows(source: str | os.PathLike[str] | Columns, *, seam_ms: float = 1.0,
         except CaptureError as err:
             if c.rows.frames == 0:  # nothing readable: not a capture, or damaged from the start
                 raise
-            c.rows.damage = err.reason + (f" (byte {err.offset})" if err.offset is not None and
-                                          "byte" not in err.reason else "")
+            c.rows.damage = err.damage
     return c.finish()

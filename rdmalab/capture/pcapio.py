@@ -118,6 +118,13 @@ class CaptureError(RdmalabError):
         self.reason = message
         super().__init__(f"{shown_path(self.path)}: {message}")
 
+    @property
+    def damage(self) -> str:
+        """What is wrong and where, without the file's name: the reason, and its byte offset when the
+        reason does not say it (the text of ``capture_damaged`` findings)."""
+        known = self.offset is not None and "byte" not in self.reason
+        return self.reason + (f" (byte {self.offset})" if known else "")
+
 
 @dataclass(slots=True)
 class RecordBlock:

@@ -389,6 +389,15 @@ class LiveTop:
         self.findings.append(f)
         return f
 
+    def damaged(self, damage: str) -> LiveFinding:
+        """The capture being replayed cannot be read past here (``damage``: :attr:`CaptureError.damage
+        <rdmalab.capture.pcapio.CaptureError.damage>`): the frames fed so far counted, and a
+        ``capture_damaged`` finding for the capture, as :func:`~rdmalab.capture.analysis.analyze` makes."""
+        self.flush()
+        last = self._collector.rows.last_ns
+        return self._finding(None, "capture_damaged", (last or 0) / 1e9,
+                             f"the capture {damage}: the numbers cover the {self.frames} frames before it")
+
     @property
     def mtu(self) -> int:
         return next((m for m in IB_MTUS if m >= self._max_plen), 4096)

@@ -14,6 +14,7 @@ import io
 import json
 import math
 import signal
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, TextIO
@@ -203,9 +204,13 @@ def run_top(args: argparse.Namespace, out: TextIO) -> int:
             live.stop()
         raise Fail(str(err)) from None
     except CaptureError as err:
-        if live is not None:
-            live.stop()
-        raise Fail(str(err)) from None
+        if top.frames_fed == 0:  # not a capture, or damaged from its start: nothing to show
+            if live is not None:
+                live.stop()
+            raise Fail(str(err)) from None
+        # cut short or damaged further on (as analyze): what was read is shown, and what stopped it said
+        found = top.damaged(err.damage)
+        print(f"rdmalab: warning: {args.read}: {found.text}", file=sys.stderr)
     finally:
         close = getattr(src, "close", None)
         if close is not None:

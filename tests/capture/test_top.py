@@ -349,3 +349,34 @@ def test_live_on_loopback_like_analyze(tmp_path: Path) -> None:
         (c.packets, c.request_bytes, c.retransmitted_bytes, c.summary["messages"]), doc
     assert (row["nak_seq_err"], row["retransmissions"], row["psn_gaps"]) == \
         (a.events("nak_seq_err"), a.events("retransmission"), a.events("psn_gap")), doc
+
+
+def test_a_capture_cut_short_shows_what_was_read_and_says_where_it_stops(tmp_path: Path) -> None:
+    """``top -r`` on a capture cut in the middle of a record: the frames before the cut counted (the same
+    numbers as analyze's of that file), a ``capture_damaged`` finding and a warning naming the file and the
+    byte, exit 0; a file that is no capture at all: one sentence, exit 1, no table."""
+    src = CAPTURES[0].parent / "rxe_send_bw_loss.pcap"
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(src.read_bytes()[:src.stat().st_size // 2])
+    run = subprocess.run([sys.executable, "-m", "rdmalab", "top", "-r", str(cut), "--once", "-T", "json",
+                          "--speed", "max"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    a = analyze(cut)
+    (damage,) = a.of_kind("capture_damaged")
+    got = json.loads(run.stdout)
+    frames = damage.detail["frames_read"]
+    assert got["totals"]["frames"] == frames > 0
+    assert got["totals"]["connections"] == len(a.connections) == 1
+    assert got["connections"][0]["packets"] == a.connections[0].packets
+    (finding,) = [f for f in got["findings"] if f["kind"] == "capture_damaged"]
+    assert "truncated mid-record" in finding["text"] and f"the {frames} frames before it" in finding["text"]
+    assert run.stderr.startswith(f"rdmalab: warning: {cut}: the capture is truncated mid-record: record {frames + 1}")
+    text = subprocess.run([sys.executable, "-m", "rdmalab", "top", "-r", str(cut), "--once", "--speed", "max"],
+                          capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0 and "10.0.0.2 QP 0x25 -> 10.0.0.1 QP 0x25" in text.stdout, text.stdout + text.stderr
+    junk = tmp_path / "junk.pcap"
+    junk.write_bytes(b"hello, not a capture\n" * 4)
+    bad = subprocess.run([sys.executable, "-m", "rdmalab", "top", "-r", str(junk), "--once"], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert "is not a pcap or pcapng file" in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr
