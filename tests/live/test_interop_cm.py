@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from rdmalab.capture.reader import records
+from rdmalab.verbs.engine.ibcm_table import req_timeout_ms
 from rdmalab.wire.cm import CMMessage
 from rdmalab.wire.frame import decode_ethernet
 from rdmalab.wire.net import IPv4
@@ -227,22 +228,31 @@ def test_a_connect_where_nothing_listens_is_rejected_in_words_both_ways(cm_job: 
     assert "rejected by 10.0.0.1:9999: reason 8 (Invalid Service ID)" in o, o
     # How long the answer took: from the engine's REQ for port 9999 to the kernel's REJ (the capture),
     # and from the REJ to the command's end.  The command's whole time also holds the interpreter's
-    # start-up in the TCG VM (issue 21's subject), measured beside the stock rping's.
+    # start-up in the TCG VM (issue 21's subject), measured beside the stock rping's: figures for the
+    # notes, not bounds (how fast a TCG VM runs is not the subject).  What is checked is what the REJ
+    # did: the engine sent its REQ once (a client that missed the REJ sends it again when its response
+    # timer runs out, ibcm_table.req_timeout_ms) and the command ended before that timer would have.
     req_t = rej_t = None
+    comm_id = None
+    retry_s = 0.0
+    sent = 0
     for rec in records(cm_job / "cm.pcap"):
         msg = CMMessage.from_packet(decode_ethernet(rec.data), lenient=True)
         if msg is not None and msg.name == "REQ" and msg.dst_port == 9999 and req_t is None:
-            req_t = rec.timestamp
+            req_t, comm_id = rec.timestamp, msg.body.local_comm_id
+            retry_s = req_timeout_ms(msg.body.remote_cm_response_timeout) / 1000  # as ibcm_actions sets it
         elif msg is not None and msg.name == "REJ" and req_t is not None and rej_t is None:
             rej_t = rec.timestamp
+        if msg is not None and msg.name == "REQ" and comm_id is not None and msg.body.local_comm_id == comm_id:
+            sent += 1
     assert req_t is not None and rej_t is not None
     t0, t1 = (float(x) for x in _read(cm_job, "rej.rdl_client.time").split())
     s0, s1 = (float(x) for x in _read(cm_job, "rej.stock_to_stock.time").split())
     (cm_job / "rej.times").write_text(
         f"REQ -> REJ {1000 * (rej_t - req_t):.1f} ms; REJ -> rdmalab's message and exit {1000 * (t1 - rej_t):.0f} ms; "
         f"rdmalab rping in all {t1 - t0:.2f} s (start-up included), stock rping in all {s1 - s0:.2f} s\n")
-    assert t1 - rej_t < max(1.0, s1 - s0), "the command did not end soon after the REJ came"
-    assert rej_t - req_t < 1.0
+    assert sent == 1, f"the engine sent its REQ {sent} times: the REJ did not end the connect"
+    assert t1 - rej_t < retry_s, f"the command ended {t1 - rej_t:.1f} s after the REJ, past the REQ's response timer"
     stock = _read(cm_job, "rej.stock_client.out")
     assert _rc(cm_job, "rej.stock_client") != 0, stock
     assert "RDMA_CM_EVENT_REJECTED, error 8" in stock, stock
