@@ -1450,6 +1450,24 @@ class AnalysisFeed:
         out.append(text[prev:])
         return b"".join(out)
 
+    def apply_tree(self, frame: int, text: bytes) -> bytes:
+        """``text``, the tree of frame number ``frame`` alone (``-V``; frames come in order), with tshark's
+        SEQ/ACK analysis after its TCP header's fields if it has one: :meth:`apply_trees` of one frame,
+        without looking for the frames' first lines in the text."""
+        self._read_upto(frame)
+        pending = self.pending
+        while pending and pending[0][0] < frame:
+            pending.popleft()
+        if not pending or pending[0][0] != frame:
+            return text
+        block = pending.popleft()[1]
+        at = text.find(_TCP_HEADING)
+        if at < 0:
+            return text
+        m = _NOT_A_FIELD.search(text, at + len(_TCP_HEADING))
+        end = m.start() if m is not None else len(text.rstrip(b"\n"))
+        return b"".join((text[:end], block, text[end:]))
+
     def apply_json(self, text: str) -> str:
         """``text``, the next frames' ``-T json`` text, in order, with the ``tcp.analysis`` member of each
         segment that has one (:func:`~rdmalab.capture.tcp_analysis.insert_json`)."""

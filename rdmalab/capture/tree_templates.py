@@ -47,6 +47,7 @@ from rdmalab.capture.linktypes import (
 from rdmalab.capture.pcapio import record_blocks
 from rdmalab.capture.reader import CapturedPacket, RawRecord, decode_record
 from rdmalab.capture.render import (
+    TCP_HEADING,
     _make_header_lines,
     crc_line,
     frame_line,
@@ -616,24 +617,31 @@ def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int 
             return
 
 
+_TCP_HEADING = TCP_HEADING.encode()
+
+
 def _trees_of_workers(p: str, seq_ack: AnalysisFeed, tracker: Any, block_bytes: int, workers: int,
                       count: int | None) -> Iterator[bytes]:
     """:func:`tree_blocks`' text of blocks rendered in workers (:func:`_tree_block`), the TCP segments'
     finished here in order."""
     for (first, pieces), _t0 in blocks_in_workers(p, _tree_block, (), workers=workers,
                                                   block_bytes=block_bytes, count=count):
+        # the SEQ/ACK analysis put in each frame's tree as it is written here, in order (the frames the
+        # workers wrote are not TCP segments: their text is looked at only if it has a TCP header)
         out: list[bytes] = []
         for piece in pieces:
             if isinstance(piece, bytes):
-                out.append(piece)
+                out.append(seq_ack.apply_trees(piece) if _TCP_HEADING in piece else piece)
                 continue
             if len(piece) == 3:  # a TCP segment's tree but for its stream's part
-                _j, parts, iface = piece
-                out.append(tcp_tree(parts, tracker, partial(_frame_again, p, first + _j), iface) + b"\n\n")
-                continue
-            j, data, wire, ts, lt, iface, fcs = piece
-            out.append(_one_tree(data, 0, len(data), first + j, wire, ts, lt, iface, fcs, tracker) + b"\n\n")
-        yield seq_ack.apply_trees(b"".join(out))
+                j, parts, iface = piece
+                text = tcp_tree(parts, tracker, partial(_frame_again, p, first + j), iface)
+            else:
+                j, data, wire, ts, lt, iface, fcs = piece
+                text = _one_tree(data, 0, len(data), first + j, wire, ts, lt, iface, fcs, tracker)
+            out.append(seq_ack.apply_tree(first + j, text))
+            out.append(b"\n\n")
+        yield b"".join(out)
 
 
 def _one_tree(buf: bytes | bytearray, off: int, cap: int, n: int, wire: int, ts: float, lt: int, iface: int,
@@ -699,7 +707,7 @@ def _tree_block(blk: Any, n: int, _t0: Any, _prev: Any) -> tuple[int, list[bytes
         except Exception:  # noqa: BLE001 - written again, by the process that reads the streams
             text = tcp = None
         if text is not None:
-            run.append(text + b"\n\n")
+            run += (text, b"\n\n")  # (not text + b"\n\n": a copy of every tree more)
             continue
         if run:
             pieces.append(b"".join(run))
