@@ -209,7 +209,7 @@ def _fcs_only(data: bytes, datagram_end: int, frame_len: int, name: str) -> Ethe
 
 _IPV4_FIRST_2 = (F("version", 4, "ip.version", const=4), F("ihl", 4, "ip.hdr_len"))
 _IPV4_FIRST_4 = (*_IPV4_FIRST_2, F("dscp", 6, "ip.dsfield.dscp"),
-                 F("ecn", 2, "ip.dsfield.ecn", doc="ECN: 3 = Congestion Experienced"), F("total_length", 16, "ip.len"))
+                 F("ecn", 2, "ip.dsfield.ecn", doc="RFC 3168 5: 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE (Congestion Experienced)"), F("total_length", 16, "ip.len"))
 
 
 @dataclass(frozen=True, slots=True)
