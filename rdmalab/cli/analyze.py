@@ -141,7 +141,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("analyze", help="connections, messages, losses, NAKs, retransmissions, CNPs of a capture",
                        description="RDMA-aware analysis: pairs requesters with responders, rebuilds messages, and "
                                    "reports psn_gap, retransmission (NAK/implied NAK/timeout), duplicate, NAKs, "
-                                   "CNP and ECN-CE, bad ICRC, opcode sequence and MSN findings.")
+                                   "CNP and ECN-CE, bad ICRC, opcode sequence and MSN findings.  iWARP: one "
+                                   "connection per TCP connection that carries MPA (its MPA exchange, FPDUs and "
+                                   "messages by RDMAP opcode, data bytes and TCP retransmissions per direction), "
+                                   "and bad MPA CRC, Terminate and resynchronisation findings.")
     p.add_argument("files", nargs="*", metavar="FILE",
                    help="capture file (pcap/pcapng, also .gz); several files, or a dataset directory written by "
                         "`rdmalab convert`, are analysed one task per capture on Dask and reported together")
