@@ -73,7 +73,7 @@ from rdmalab.capture.analysis_compare import _lost
 from rdmalab.capture.analysis_congestion import PACING_HYPOTHESES, _congestion, _series_all, cnp_pacing
 from rdmalab.capture.analysis_conn import _Out, ack_coalescing, connections, walk, walk_order
 from rdmalab.capture.analysis_counters import COUNTER_ROWS, counters_side_by_side, parse_counters
-from rdmalab.capture.analysis_iwarp import _iwarp_findings, iwarp_connections, resync_findings
+from rdmalab.capture.analysis_iwarp import _iwarp_findings, iwarp_connections, iwarp_seq_time, resync_findings
 from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Findings, Message
 from rdmalab.capture.analysis_rows import Rows, load_rows, unreachable_text
 from rdmalab.capture.analysis_trust import _capture_gaps, _capture_trust
@@ -225,7 +225,7 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
     findings.sort(key=lambda f: f.time)
     # a plain list in the result (it pickles to Dask workers and back; the budget was for the analysis)
     return Analysis(path, r.frames, len(r) + len(r.dup_pairs), conns, out.messages, list(findings), mtu, series,
-                    psn_time, checks, r.iwarp_conns.frames, iw_conns)
+                    psn_time, checks, r.iwarp_conns.frames, iw_conns, iwarp_seq_time(r, len(conns)))
 
 
 def _bar(total: int, what: str) -> Any:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from rdmalab.capture.analysis_model import Connection, Finding
 from rdmalab.capture.analysis_rows import Rows
 from rdmalab.capture.reader import read
@@ -25,6 +27,26 @@ def iwarp_connections(r: Rows, first_id: int) -> list[Connection]:
                               packets=c.packets, request_bytes=c.request_bytes,
                               retransmitted_bytes=c.retransmitted_bytes, first=c.first_ns / 1e9,
                               last=c.last_ns / 1e9, summary=c.summary(), responder_port=c.responder_port))
+    return out
+
+
+def iwarp_seq_time(r: Rows, first_id: int) -> dict[int, dict[str, np.ndarray]]:
+    """Per iWARP connection (numbered as :func:`iwarp_connections` numbers them), its TCP segments with
+    data as recorded for a picture (:attr:`~rdmalab.capture.iwarp_conns.IwarpConns.points_left`): arrays
+    ``dir`` (0: initiator to responder), ``frame``, ``t`` (seconds since the connection's first frame with
+    iWARP), ``seq`` (where the segment starts: octets after its direction's first octet seen), ``len`` and
+    ``kind`` (an index of :data:`~rdmalab.capture.iwarp_conns.SEGMENT_KINDS`), in capture order per
+    direction, the initiator's first.  Connections with none recorded are left out."""
+    out: dict[int, dict[str, np.ndarray]] = {}
+    for k, c in enumerate(r.iwarp_conns.every()):
+        parts = [(way, np.frombuffer(s.points, dtype=np.int64).reshape(-1, 5))
+                 for way, s in enumerate(c.sides) if s.points]
+        if not parts:
+            continue
+        rows = np.concatenate([p for _w, p in parts])
+        out[first_id + k] = {"dir": np.concatenate([np.full(len(p), w, dtype=np.int8) for w, p in parts]),
+                             "frame": rows[:, 0], "t": (rows[:, 1] - c.first_ns) / 1e9, "seq": rows[:, 2],
+                             "len": rows[:, 3], "kind": rows[:, 4].astype(np.int8)}
     return out
 
 

@@ -217,6 +217,9 @@ class Analysis:
     iwarp_frames: int = 0
     #: the TCP connections that carry iWARP (``transport`` ``"iWARP"``), numbered after ``connections``
     iwarp_connections: list[Connection] = field(default_factory=list)
+    #: per iWARP connection, for its TCP sequence plot: its segments with data
+    #: (:func:`~rdmalab.capture.analysis_iwarp.iwarp_seq_time`)
+    iwarp_seq_time: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = defaultdict(int)

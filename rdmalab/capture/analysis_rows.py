@@ -39,7 +39,7 @@ from rdmalab.capture.columnar import (
     record_blocks,
 )
 from rdmalab.capture.columnar_decode import QUOTED, QUOTING, erf_ethernet_view, per_packet_row
-from rdmalab.capture.iwarp_conns import IWARP_FIELDS, IwarpConns
+from rdmalab.capture.iwarp_conns import IWARP_FIELDS, SEQ_POINTS_MAX, IwarpConns
 from rdmalab.capture.linktypes import COLUMNAR_LINKTYPES
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import CaptureError, RawRecord, decode_record
@@ -399,6 +399,7 @@ def load_rows(source: str | os.PathLike[str] | Columns, *, seam_ms: float = 1.0,
               progress: bool = False, block_bytes: int = 8 << 20) -> Rows:
     """The rows of a capture file (read block by block) or of columns already in memory."""
     c = _Collector(round(seam_ms * 1e6), round(dup_us * 1e3))
+    c.rows.iwarp_conns.points_left = SEQ_POINTS_MAX  # (the segments of the iWARP connections' pictures)
     if isinstance(source, Columns):
         c.add(source)
     else:

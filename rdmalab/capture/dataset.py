@@ -202,7 +202,7 @@ def merge_analyses(parts: Sequence[Any], names: Sequence[str]) -> Any:
     one after the other, every connection and finding naming its capture."""
 
     conns, iwarp, msgs, finds = [], [], [], []
-    throughput, psn_time, checks = {}, {}, {}
+    throughput, psn_time, seq_time, checks = {}, {}, {}, {}
     off = 0
     for a, name in zip(parts, names, strict=True):
         for c in a.connections:
@@ -223,11 +223,12 @@ def merge_analyses(parts: Sequence[Any], names: Sequence[str]) -> Any:
             finds.append(f)
         throughput.update({k + off: v for k, v in a.throughput.items()})
         psn_time.update({k + off: v for k, v in a.psn_time.items()})
+        seq_time.update({k + off: v for k, v in a.iwarp_seq_time.items()})
         checks[name] = a.checks
         off += len(a.connections) + len(a.iwarp_connections)
     return Analysis(f"{len(parts)} captures", sum(a.packets for a in parts), sum(a.rdma_packets for a in parts),
                     conns, msgs, finds, max((a.mtu for a in parts), default=1024), throughput, psn_time,
-                    {"captures": checks}, sum(a.iwarp_frames for a in parts), iwarp)
+                    {"captures": checks}, sum(a.iwarp_frames for a in parts), iwarp, seq_time)
 
 
 def analyze_many(paths: Sequence[str | os.PathLike[str]], *, dask: str | None = "local", dask_workers: int = 2,

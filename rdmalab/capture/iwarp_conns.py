@@ -35,6 +35,7 @@ idle ones; ``analyze`` keeps them all).
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,7 +47,8 @@ from rdmalab.capture.columnar_schema import _ipv6_text
 from rdmalab.wire.net import SEQ_MASK, TCP, seq_diff
 from rdmalab.wire.rdmap import RDMAP_OPCODES, DDPTagged, DDPUntagged
 
-__all__ = ["IwarpConn", "IwarpConns", "IWARP_FIELDS", "SYN_MAX", "rdmap_name", "data_octets"]
+__all__ = ["IwarpConn", "IwarpConns", "IWARP_FIELDS", "SEGMENT_KINDS", "SEQ_POINTS_MAX", "SYN_MAX", "rdmap_name",
+           "data_octets"]
 
 #: the columns the counting reads (added to what analyze and top decode)
 IWARP_FIELDS: tuple[str, ...] = (
@@ -56,6 +58,14 @@ IWARP_FIELDS: tuple[str, ...] = (
 )
 #: ranges of sequence space skipped (not seen yet) a direction remembers for its retransmission count
 HOLES_MAX = 16
+#: what a TCP segment with data is to its direction (:meth:`_Side.segment`): octets past the highest
+#: seen (a gap before it is a hole), octets seen before (some or all: sent again), octets of holes alone
+#: (out of order: sent before, seen late), a keep-alive
+SEGMENT_KINDS = ("new", "retransmission", "out of order", "keep-alive")
+NEW, RETRANSMISSION, OUT_OF_ORDER, KEEP_ALIVE = range(4)
+#: segments recorded for the pictures of analyze (``Analysis.iwarp_seq_time``), over all the connections:
+#: five 8-byte numbers each, 20 MB at most
+SEQ_POINTS_MAX = 500_000
 #: SYNs remembered of TCP connections not known as iWARP (yet): the oldest is forgotten past this
 SYN_MAX = 4096
 
@@ -103,12 +113,19 @@ class _Side:
     hi: int = 0
     holes: list[list[int]] = field(default_factory=list)
 
-    def segment(self, seq: int, length: int) -> None:
+    #: the segments recorded for a picture (:attr:`IwarpConns.points_left`), five numbers each: frame,
+    #: time (ns), where it starts (octets after the first octet seen of the direction), length, what it is
+    #: (:data:`SEGMENT_KINDS`)
+    points: array[int] | None = None
+
+    def segment(self, seq: int, length: int) -> tuple[int, int]:
         """Count one TCP segment of ``length`` octets at ``seq``: a retransmission when it carries octets
-        seen before (not a keep-alive: one octet just below the highest, RFC 1122 4.2.3.6)."""
+        seen before (not a keep-alive: one octet just below the highest, RFC 1122 4.2.3.6).  Return where
+        it starts (octets after the direction's first octet seen, unwrapped) and what it is, an index of
+        :data:`SEGMENT_KINDS`."""
         if self.base is None:
             self.base, self.hi = seq, length
-            return
+            return 0, NEW
         at = self.hi + seq_diff(seq, (self.base + self.hi) & SEQ_MASK)  # unwrapped, near the highest
         end = at + length
         if at >= self.hi:
@@ -117,9 +134,9 @@ class _Side:
                 if len(self.holes) > HOLES_MAX:
                     del self.holes[0]  # (the oldest forgotten: its octets count as seen)
             self.hi = end
-            return
+            return at, NEW
         if length == 1 and at == self.hi - 1:
-            return  # a keep-alive
+            return at, KEEP_ALIVE
         new = max(0, end - self.hi)
         for h in self.holes:  # octets of holes this segment fills were not seen before
             lo, up = max(h[0], at), min(h[1], end)
@@ -130,6 +147,8 @@ class _Side:
         if new < length:
             self.retx += 1
             self.retx_octets += length - new
+            return at, RETRANSMISSION
+        return at, OUT_OF_ORDER
 
     def _fill(self, lo: int, up: int) -> None:
         out = []
@@ -244,6 +263,9 @@ class IwarpConns:
         self.next_id = 0
         #: called with each new connection (top numbers it among its own)
         self.on_new: Any = None
+        #: segments still to record for the pictures (:attr:`_Side.points`): 0, none (top); analyze
+        #: gives it :data:`SEQ_POINTS_MAX`
+        self.points_left = 0
 
     def add(self, cols: Columns) -> list[tuple[int, int | None]]:
         """Count one block; return (frame, connection id) of each frame with a bad MPA CRC or a
@@ -286,12 +308,12 @@ class IwarpConns:
             if not is_iw[j]:  # a segment of a connection known, perhaps: counted for its retransmissions
                 c, way = self._known(key)
                 if c is not None:
-                    c.sides[way].segment(seq[j], seg_len[j])
+                    self._segment(c.sides[way], fr[j], tns[j], seq[j], seg_len[j])
                 continue
             self.frames += 1
             conn, side = self._conn(key, tns[j])
             if seg_len[j]:
-                conn.sides[side].segment(seq[j], seg_len[j])
+                self._segment(conn.sides[side], fr[j], tns[j], seq[j], seg_len[j])
             conn.last_ns = max(conn.last_ns, tns[j])
             s = conn.sides[side]
             s.frames += 1
@@ -310,6 +332,15 @@ class IwarpConns:
                 out.append((fr[j], conn.id))
             conn.tick_msgs += s.messages.total() - before
         return out
+
+    def _segment(self, s: _Side, frame: int, tns: int, seq: int, length: int) -> None:
+        """A TCP segment with data of direction ``s``: counted, and recorded while :attr:`points_left`."""
+        at, kind = s.segment(seq, length)
+        if self.points_left > 0:
+            self.points_left -= 1
+            if s.points is None:
+                s.points = array("q")
+            s.points.extend((frame, tns, at, length, kind))
 
     def resynced(self, frame: int, tns: int, key: Key, octets: int) -> int:
         """The direction ``key`` was followed again past ``octets`` it could not read as FPDUs (the

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from rdmalab.capture.analysis import KIND_HELP, Analysis, Finding
+from rdmalab.capture.iwarp_conns import KEEP_ALIVE, NEW, OUT_OF_ORDER, RETRANSMISSION
 
 #: connections drawn in the per-connection plots (those with the most findings first)
 PLOT_CONNECTIONS = 8
@@ -51,7 +52,7 @@ def html_report(a: Analysis) -> str:
              f"{len(a.messages)} message(s), path MTU ~{a.mtu}"
              + (f"; {a.iwarp_frames} iWARP frames, {len(a.iwarp_connections)} iWARP connection(s)"
                 if a.iwarp_frames else "") + "</p>"]
-    worst = bool(set(a.counts()) - {"cnp", "ecn_ce"})
+    worst = bool(set(a.counts()) - {"cnp", "ecn_ce"}) or bool(_tcp_sent_again(a)[0])
     parts.append(f"<div class='summary{'' if worst else ' ok'}'>{_summary(a)}</div>")
     parts.append(_connections_table(a))
     parts.append(_iwarp_table(a))
@@ -99,6 +100,10 @@ def _summary(a: Analysis) -> str:
                    "requested.")
     if n.get("timeout"):
         say.append(f"{n['timeout']} retransmission(s) have nothing but the requester's timer to explain them.")
+    segments, octets = _tcp_sent_again(a)
+    if segments:
+        say.append(f"<b>TCP sent {segments} segment(s) again on the iWARP connections</b> ({octets:,} bytes): "
+                   "iWARP leaves loss recovery to TCP (a segment lost, or its acknowledgement late).")
     for kind, words in (("nak_rnr", "receiver-not-ready NAK(s): receive buffers were missing"),
                         ("nak_other", "fatal NAK(s): the connection went to the error state"),
                         ("implied_nak", "READ response gap(s) (implied NAK)"),
@@ -114,7 +119,7 @@ def _summary(a: Analysis) -> str:
             say.append(f"{n[kind]} {words}.")
     if n.get("cnp") or n.get("ecn_ce"):
         say.append(f"Congestion: {n.get('ecn_ce', 0)} CE-marked request(s), {n.get('cnp', 0)} CNP(s).")
-    if not say or not (set(n) - {"cnp", "ecn_ce"}):
+    if not say or not (set(n) - {"cnp", "ecn_ce"}) and not segments:
         say.insert(0, "<b>Nothing went wrong</b> that the capture shows: no loss, no NAK, no retransmission.")
     lat = [m.duration for m in a.messages if m.duration is not None]
     if lat:
@@ -122,6 +127,13 @@ def _summary(a: Analysis) -> str:
         say.append(f"Message latency: median {np.median(arr):.1f} us, 99th percentile {np.percentile(arr, 99):.1f} us, "
                    f"longest {arr.max():.1f} us ({len(arr)} completed messages).")
     return " ".join(say)
+
+
+def _tcp_sent_again(a: Analysis) -> tuple[int, int]:
+    """The TCP segments the iWARP connections sent again, and their octets (each direction's count:
+    :meth:`~rdmalab.capture.iwarp_conns._Side.segment`)."""
+    return (sum(c.summary.get("retransmissions", 0) for c in a.iwarp_connections),
+            sum(c.retransmitted_bytes for c in a.iwarp_connections))
 
 
 def _seams(a: Analysis) -> int:
@@ -144,17 +156,21 @@ def _iwarp_table(a: Analysis, limit: int = 2000) -> str:
         cap = f"{html.escape(c.capture)}: " if c.capture else ""
         rows.append(f"<tr><td>{c.id}</td><td>{cap}{html.escape(c.name)}</td><td>{mpa}</td><td>{ways}</td>"
                     f"<td class=n>{c.packets}</td><td class=n>{c.request_bytes:,}</td>"
+                    f"<td class=n>{s.get('retransmissions', 0)} ({s.get('retransmitted_bytes', 0):,} B)</td>"
                     f"<td class=n>{s.get('throughput_mbps', 0):.2f}</td></tr>")
     more = (f"<p class=muted>... and {len(a.iwarp_connections) - limit} more (-T json has all).</p>"
             if len(a.iwarp_connections) > limit else "")
     return ("<h2>iWARP connections</h2><table><tr><th>#</th><th>initiator → responder</th><th>MPA</th>"
-            "<th>messages each way</th><th>frames</th><th>data bytes</th><th>Mbit/s</th></tr>"
+            "<th>messages each way</th><th>frames</th><th>data bytes</th><th>TCP segments sent again</th>"
+            "<th>Mbit/s</th></tr>"
             + "".join(rows) + "</table>" + more)
 
 
 def _connections_table(a: Analysis, shown: int = 20, limit: int = 2000) -> str:
     """The connections, those with the most findings first: the first ``shown`` in view, the rest
     (up to ``limit``) folded away."""
+    if not a.connections:
+        return "<h2>Connections</h2><p>No RoCE or InfiniBand connection.</p>" if not a.iwarp_connections else ""
     per: dict[int | None, int] = defaultdict(int)
     for f in a.findings:
         per[f.connection] += 1
@@ -270,6 +286,7 @@ def _plots(a: Analysis) -> list[str]:
         _layout(fig, "Throughput over time (events marked above the curves)", "ms since the connection's first packet",
                 "Mbit/s")
         figs.append(("Throughput", fig))
+    figs += _iwarp_plots(a, go)
     lat = np.array([m.duration * 1e6 for m in a.messages if m.duration is not None and m.duration > 0])
     if len(lat):
         lo, hi = np.log10(max(lat.min(), 1e-3)), np.log10(lat.max())
@@ -291,6 +308,48 @@ def _plots(a: Analysis) -> list[str]:
         first = False
         out.append(f"<h2>{html.escape(name)}</h2><div class=plot>{div}</div>")
     return out
+
+
+def _iwarp_plots(a: Analysis, go: Any) -> list[tuple[str, Any]]:
+    """Each plotted iWARP connection's TCP segments over time, both directions (what Wireshark's
+    Stevens graph shows of one): where each segment starts in its direction's sequence space, new data
+    as dots, segments sent again as red crosses, out-of-order ones (holes filled late) as orange
+    diamonds, keep-alives as grey ticks."""
+    per: dict[int | None, int] = defaultdict(int)
+    for f in a.findings:
+        per[f.connection] += 1
+    shown = [c for c in a.iwarp_connections if c.id in a.iwarp_seq_time]
+    shown = sorted(sorted(shown, key=lambda c: (-per.get(c.id, 0), -c.packets, c.id))[:PLOT_CONNECTIONS],
+                   key=lambda c: c.id)
+    figs: list[tuple[str, Any]] = []
+    for c in shown:
+        pts = a.iwarp_seq_time[c.id]
+        ends = c.name.removesuffix(" (iWARP)").split(" ")
+        names = (f"{ends[0]} → {ends[-1]}", f"{ends[-1]} → {ends[0]}")
+        fig = go.Figure()
+        for way in (0, 1):
+            for kind, label, colour, symbol, size in (
+                    (NEW, "", ("#1f77b4", "#2ca02c")[way], "circle", 4),
+                    (RETRANSMISSION, "sent again", _COLOURS["again"], "x-thin-open", 9),
+                    (OUT_OF_ORDER, "out of order", _COLOURS["nak"], "diamond-open", 8),
+                    (KEEP_ALIVE, "keep-alive", "#7f7f7f", "line-ew-open", 8)):
+                sel = np.nonzero((pts["dir"] == way) & (pts["kind"] == kind))[0]
+                if kind == NEW and len(sel) > PLOT_POINTS:
+                    sel = sel[:: len(sel) // PLOT_POINTS + 1]
+                if not len(sel):
+                    continue
+                hover = [f"frame {f}: {n} octets at {q}" for f, n, q in
+                         zip(pts["frame"][sel].tolist(), pts["len"][sel].tolist(), pts["seq"][sel].tolist(),
+                             strict=True)]
+                fig.add_trace(go.Scattergl(x=pts["t"][sel] * 1e3, y=pts["seq"][sel], mode="markers",
+                                           name=names[way] + (f", {label}" if label else ""), text=hover,
+                                           hoverinfo="text+x",
+                                           marker={"color": colour, "symbol": symbol, "size": size,
+                                                   "line": {"width": 1.5 if kind != NEW else 0, "color": colour}}))
+        _layout(fig, f"iWARP connection {c.id}: TCP segments over time (sent again: red crosses)",
+                "ms since the connection's first frame with iWARP", "octets after the direction's first")
+        figs.append((f"TCP sequence over time, iWARP connection {c.id}", fig))
+    return figs
 
 
 # ---------------------------------------------------------------------------- findings, messages, frames

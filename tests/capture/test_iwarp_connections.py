@@ -109,6 +109,82 @@ def test_every_connection_as_tshark_counts_it(path: Path) -> None:
     assert [c.first for c in a.iwarp_connections] == sorted(c.first for c in a.iwarp_connections)
 
 
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("path", IWARP, ids=[p.name for p in IWARP])
+def test_the_segments_plotted_are_tsharks(path: Path) -> None:
+    """``Analysis.iwarp_seq_time``, what the HTML report plots of each iWARP connection: every TCP segment with
+    data from the connection's first frame with iWARP on, each where tshark puts it (``tcp.seq`` relative to
+    the SYN: the first octet after it is 1, here 0), of its length, sent again where tshark says
+    ``tcp.analysis.retransmission``, and timed from the connection's first frame with iWARP."""
+    lines = tshark("-r", str(path), "-T", "fields", *[x for f in ("frame.number", "frame.time_epoch", "tcp.stream",
+                   "ip.src", "tcp.srcport", "tcp.flags", "tcp.seq", "tcp.len", "tcp.analysis.retransmission",
+                   "iwarp_mpa.ulpdulength", "iwarp_mpa.rev") for x in ("-e", f)], "-E", "occurrence=f", *_ARGS).splitlines()
+    syn: dict[str, tuple[str, int]] = {}
+    first: dict[str, int] = {}  # stream -> its first frame with iWARP
+    rows = []
+    for line in lines:
+        frame, t, stream, src, sport, flags, seq, seglen, retx, ulpdu, rev = line.split("\t")
+        if not stream:
+            continue
+        if int(flags, 16) & 0x12 == 0x02:
+            syn[stream] = (src, int(sport))
+        if (ulpdu or rev) and stream not in first:
+            first[stream] = int(frame)
+        rows.append((int(frame), float(t), stream, (src, int(sport)), int(seq or 0), int(seglen or 0), bool(retx)))
+    theirs: dict[tuple[str, int], list[tuple[int, int, int, int, bool]]] = {}
+    t0: dict[tuple[str, int], float] = {}
+    for frame, t, stream, src, seq, seglen, retx in rows:
+        if stream not in first or frame < first[stream] or not seglen:
+            continue
+        key = syn[stream]
+        if frame == first[stream]:
+            t0[key] = t
+        theirs.setdefault(key, []).append((src != key, frame, seq - 1, seglen, retx))
+    a = analyze(path)
+    mine = {}
+    for c in a.iwarp_connections:
+        pts = a.iwarp_seq_time[c.id]
+        assert pts["t"].min() >= 0 and len(pts["frame"]) == len(pts["t"]) == len(pts["kind"])
+        got = sorted(zip(pts["dir"].astype(bool).tolist(), pts["frame"].tolist(), pts["seq"].tolist(),
+                         pts["len"].tolist(), (pts["kind"] == 1).tolist(), strict=True))
+        mine[(c.requester, c.requester_port)] = got
+        for frame, t in zip(pts["frame"].tolist(), pts["t"].tolist(), strict=True):
+            (when,) = [r[1] for r in rows if r[0] == frame]
+            assert abs(t - (when - t0[(c.requester, c.requester_port)])) < 2e-6, frame
+    assert mine == {k: sorted(v) for k, v in theirs.items()}
+    if path.name == "siw_write_bw.pcap":  # (its one retransmission: the comparison holds one)
+        assert sum(r for v in mine.values() for *_x, r in v) == 1
+
+
+def test_the_report_shows_each_connections_segments_and_says_what_tcp_sent_again(tmp_path: Path) -> None:
+    """The HTML report of an iWARP capture: a TCP sequence plot per connection, the segments sent again in
+    the connections' table and in the summary (which no longer says nothing went wrong)."""
+    pytest.importorskip("plotly")
+    from rdmalab.viz.report import html_report
+
+    a = analyze(CAPTURES / "siw_write_bw.pcap")
+    page = html_report(a)
+    assert page.count("TCP sequence over time, iWARP connection") == len(a.iwarp_connections) == 2
+    assert "TCP sent 1 segment(s) again on the iWARP connections</b> (1,260 bytes)" in page
+    assert "Nothing went wrong" not in page and "<td class=n>1 (1,260 B)</td>" in page
+    assert "No RoCE or InfiniBand connection" not in page and "requester → responder" not in page
+    quiet = html_report(analyze(CAPTURES / "siw_send_bw.pcap"))
+    assert "Nothing went wrong" in quiet and "segment(s) again" not in quiet
+
+
+def test_the_segments_recorded_are_bounded() -> None:
+    """The segments kept for the pictures stop at the budget (top keeps none); the counts go on."""
+    conns = IwarpConns()
+    assert conns.points_left == 0
+    conns.points_left = 3
+    c = conns._new(("10.0.0.2", 1, "10.0.0.1", 2), "syn", 0)
+    for k in range(10):
+        conns._segment(c.sides[0], k + 1, k, 1000 + 100 * k, 100)
+    assert c.sides[0].points is not None and len(c.sides[0].points) == 3 * 5 and conns.points_left == 0
+    assert c.sides[0].hi == 1000
+
+
 def _data(a: Any) -> Connection:
     """The perftest data connection: the one whose initiator sends more than Sends (the first carries
     perftest's own key exchange)."""
