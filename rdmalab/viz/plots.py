@@ -1,4 +1,5 @@
-"""Time-sequence (PSN over time) and throughput plots, for engine traces and for captures.
+"""Time-sequence (PSN over time, TCP sequence over time) and throughput plots, for engine traces and for
+captures.
 
 The PSN plot is the RDMA cousin of tcptrace's time-sequence graph: each request packet is a dot
 at (time it was sent, its PSN); a retransmitted packet is an orange cross, a packet the fabric
@@ -15,11 +16,15 @@ from __future__ import annotations
 import io
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from rdmalab.capture.iwarp_conns import KEEP_ALIVE, NEW, OUT_OF_ORDER, RETRANSMISSION
 from rdmalab.viz.ladder import _decoded, _endpoints, _kind_from_syndrome_text, _kind_of, match_arrivals
 from rdmalab.wire.ib import AETH, BTH
 from rdmalab.wire.opcodes import OPCODES
+
+if TYPE_CHECKING:
+    from rdmalab.capture.analysis_model import Analysis
 
 
 @dataclass
@@ -221,6 +226,58 @@ def throughput(source: Any, *, window_us: float | None = None, title: str | None
     ax.set_ylabel(rate_unit)
     if title:
         ax.set_title(title)
+    fig.tight_layout()
+    return Plot(fig)
+
+
+#: how :func:`tcp_seq_time` draws a segment of each kind (:data:`~rdmalab.capture.iwarp_conns.SEGMENT_KINDS`)
+_SEGMENT_STYLE = {
+    RETRANSMISSION: dict(marker="x", color="#ef6c00", s=40, label="sent again"),
+    OUT_OF_ORDER: dict(marker="s", color="#6d4c41", s=24, label="out of order (a hole filled late)"),
+    KEEP_ALIVE: dict(marker="_", color="#9e9e9e", s=40, label="keep-alive"),
+}
+
+
+def tcp_seq_time(analysis: Analysis, connection: int | None = None, *, title: str | None = None,
+                 width: float = 7.5, height: float = 3.6) -> Plot:
+    """An iWARP connection's TCP segments over time (tcptrace's time-sequence graph of one connection): each
+    segment with data a point at (its time, where it starts in its direction's sequence space), both
+    directions; segments sent again are orange crosses, out-of-order ones brown squares, keep-alives grey
+    dashes.  ``analysis``: :func:`~rdmalab.capture.analysis.analyze`'s result (its ``iwarp_seq_time``);
+    ``connection``: the id of one of its ``iwarp_connections``, by default the one with the most segments
+    sent again (then the most frames).  A ``ValueError`` names the connections there are when there is no
+    such one."""
+    have = [c for c in analysis.iwarp_connections if c.id in analysis.iwarp_seq_time]
+    if connection is None:
+        if not have:
+            raise ValueError(f"{analysis.path}: no iWARP connection with TCP segments to plot")
+        conn = max(have, key=lambda c: (c.summary.get("retransmissions", 0), c.packets, -c.id))
+    else:
+        found = [c for c in have if c.id == connection]
+        if not found:
+            raise ValueError(f"connection {connection}: not an iWARP connection of {analysis.path} with TCP segments "
+                             f"(those are {[c.id for c in have] or 'none'})")
+        conn = found[0]
+    pts = analysis.iwarp_seq_time[conn.id]
+    unit, div = _time_unit(float(pts["t"].max()) * 1e6 if len(pts["t"]) else 0.0)
+    t = pts["t"] * 1e6 / div
+    ends = conn.name.removesuffix(" (iWARP)").split(" ")
+    fig, ax = _figure(width, height)
+    for way, (marker, colour, size) in enumerate((("o", "#1565c0", 14), (".", "#2e7d32", 30))):
+        sel = (pts["dir"] == way) & (pts["kind"] == NEW)
+        if sel.any():
+            frm, to = (ends[0], ends[-1]) if way == 0 else (ends[-1], ends[0])
+            ax.scatter(t[sel], pts["seq"][sel], marker=marker, color=colour, s=size, zorder=3,
+                       label=f"{frm} \u2192 {to}")
+    for kind, style in _SEGMENT_STYLE.items():
+        sel = pts["kind"] == kind
+        if sel.any():
+            ax.scatter(t[sel], pts["seq"][sel], zorder=4, **style)
+    ax.set_xlabel(f"time since the connection's first frame with iWARP ({unit})")
+    ax.set_ylabel("octets after the direction's first")
+    ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+    ax.set_title(title or f"iWARP connection {conn.id}: TCP segments over time")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
     fig.tight_layout()
     return Plot(fig)
 

@@ -115,3 +115,30 @@ def test_hexdump_legend_groups_marks_and_shows_single_bytes(offsets: list[int], 
         else:
             marks.append((o, o + 1, "masked"))
     assert text in hexdump(bytes(32), highlight=marks)._repr_html_()
+
+
+def test_the_tcp_sequence_plot_puts_each_segment_where_analyze_counted_it() -> None:
+    """viz.tcp_seq_time of siw_crc_rping: one point per TCP segment with data (both directions), the three the
+    server sent again as the orange crosses, each at its time and its place in the direction's octets; the
+    connection chosen by default is the one with segments sent again; a connection that is not there is named."""
+    from pathlib import Path
+
+    from rdmalab.capture.analysis import analyze
+    from rdmalab.viz import tcp_seq_time
+
+    a = analyze(Path(__file__).resolve().parents[2] / "captures" / "siw_crc_rping.pcap")
+    pts = a.iwarp_seq_time[0]
+    plot = tcp_seq_time(a)
+    ax = plot.figure.axes[0]
+    offsets = {c.get_label(): c.get_offsets() for c in ax.collections}
+    again = offsets.pop("sent again")
+    want = sorted((t * 1e3, q) for t, q, k in zip(pts["t"].tolist(), pts["seq"].tolist(), pts["kind"].tolist(),
+                                                  strict=True) if k == 1)
+    got = sorted(map(tuple, again.tolist()))
+    assert [q for _t, q in got] == [q for _t, q in want] == [200, 416, 632]
+    assert [t for t, _q in got] == pytest.approx([t for t, _q in want])
+    assert len(again) == 3 and sum(len(v) for v in offsets.values()) == len(pts["t"]) - 3
+    assert set(offsets) == {"10.0.0.2:56885 \u2192 10.0.0.1:7174", "10.0.0.1:7174 \u2192 10.0.0.2:56885"}
+    assert "(ms)" in ax.get_xlabel() and "<svg" in plot.to_svg()
+    with pytest.raises(ValueError, match=r"connection 3: not an iWARP connection .* \(those are \[0\]\)"):
+        tcp_seq_time(a, 3)
