@@ -293,7 +293,8 @@ class Analysis:
             if iw else f"{len(self.connections)} connection(s)"
         lines = [f"{self.path or 'capture'}: {self.packets} frames, {self.rdma_packets} {rdma}, "
                  + (f"{self.iwarp_frames} iWARP frames, " if self.iwarp_frames else "")
-                 + f"{conns}, {msgs} message(s), path MTU ~{self.mtu}"]
+                 + f"{conns}, {msgs} message(s)"
+                 + (f", path MTU ~{self.mtu}" if self.rdma_packets else "")]  # (RoCE's and InfiniBand's MTU)
         runs = any(c.run for c in self.connections)
         every = self.connections + iw
         for c in every[:conn_limit]:

@@ -81,8 +81,8 @@ def render(top: LiveTop, *, title: str = "rdmalab top", average: bool = False, m
         f"{tot['frames']} frames, {tot['rdma_packets']} RDMA packets, "
         + (f"{tot['iwarp_frames']} iWARP frames, " if tot.get("iwarp_frames") else "")
         + f"{tot['connections'] + tot.get('iwarp_connections', 0)} connection(s), "
-        f"{sum(tot['messages'].values()) + sum(tot.get('iwarp_messages', {}).values())} messages, "
-        f"path MTU ~{tot['mtu']}   ",
+        f"{sum(tot['messages'].values()) + sum(tot.get('iwarp_messages', {}).values())} messages"
+        + (f", path MTU ~{tot['mtu']}   " if tot["rdma_packets"] else "   "),
         ("PFC ", "bold"), f"{tot['pfc_frames']}" + (f" (pausing priority 0-7: {'/'.join(map(str, tot['pfc_by_priority']))})"
                                                     if tot["pfc_frames"] else "") + "  ",
         ("PAUSE ", "bold"), f"{tot['pause_frames']}",

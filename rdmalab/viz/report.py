@@ -49,7 +49,7 @@ def html_report(a: Analysis) -> str:
              f"<title>rdmalab analysis: {html.escape(title)}</title><style>{_CSS}</style></head><body>",
              f"<h1>{html.escape(title)}</h1>",
              f"<p class=muted>{a.packets} frames, {a.rdma_packets} RDMA packets, {len(a.connections)} connection(s), "
-             f"{len(a.messages)} message(s), path MTU ~{a.mtu}"
+             f"{len(a.messages)} message(s)" + (f", path MTU ~{a.mtu}" if a.rdma_packets else "")
              + (f"; {a.iwarp_frames} iWARP frames, {len(a.iwarp_connections)} iWARP connection(s)"
                 if a.iwarp_frames else "") + "</p>"]
     worst = bool(set(a.counts()) - {"cnp", "ecn_ce"}) or bool(_tcp_sent_again(a)[0])
