@@ -194,6 +194,23 @@ viz.psn_time(loss, title="rxe_send_bw_loss.pcap: PSN over time")
 viz.throughput(loss, title="rxe_send_bw_loss.pcap: payload throughput")
 
 # %% [markdown]
+# ## Recovery over iWARP is TCP's
+#
+# iWARP has no PSN and no NAK of its own: MPA rides on TCP, and a segment that does not arrive is
+# TCP's to send again. `rdmalab analyze` counts, for each iWARP connection and direction, the TCP
+# segments that carry octets seen before. In `siw_crc_rping.pcap` the server sent three segments
+# of 40 bytes again (orange crosses below). The client's next ACK each time carries a D-SACK
+# (RFC 2883): it had those octets already. Nothing was lost: the server's retransmission timer fired
+# before the ACK came back, in a slow emulated VM.
+
+# %%
+from rdmalab.capture.analysis import analyze
+
+rping_iwarp = analyze(lab.capture_path("siw_crc_rping.pcap"))
+print(rping_iwarp.text())
+viz.tcp_seq_time(rping_iwarp)
+
+# %% [markdown]
 # ## Exercises
 #
 # (Exercise 1 is above, next to frame 4.)
