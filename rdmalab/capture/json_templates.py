@@ -1,6 +1,6 @@
 """``rdmalab decode -T json`` in bulk: the JSON of the commonest frames from per-header templates.
 
-Most frames of a RoCE capture are Ethernet / IPv4 / UDP / BTH and the extended headers its opcode
+Most frames of a RoCE capture are Ethernet / IPv4 (or IPv6) / UDP / BTH and the extended headers its opcode
 implies, or Ethernet / IPv4 / TCP (iWARP, and the programs' own exchanges), with one 802.1Q tag or none.
 Their JSON (:func:`rdmalab.capture.tsjson.packet_json`, written by ``_frame_text``) is
 fixed text with the fields' values in slots, so it is written here without a packet object, one
@@ -56,7 +56,7 @@ from rdmalab.capture.tsjson import (
 )
 from rdmalab.wire.header import Header, compile_decoder
 from rdmalab.wire.ib import AETH, BTH, IETH, RETH, AtomicAckETH, AtomicETH, ImmDt
-from rdmalab.wire.net import ETHERTYPE_VLAN, TCP, UDP, VLAN, Ethernet, IPv4
+from rdmalab.wire.net import ETHERTYPE_VLAN, TCP, UDP, VLAN, Ethernet, IPv4, IPv6
 from rdmalab.wire.packet import Layer, Packet
 
 __all__ = ["REFUSED", "TCP_SHAPES", "VOLATILE", "HeaderJson", "frame_json", "roce_json", "tcp_json"]
@@ -67,6 +67,7 @@ __all__ = ["REFUSED", "TCP_SHAPES", "VOLATILE", "HeaderJson", "frame_json", "roc
 #: which fields the header has: :class:`HeaderJson` checks the first, the tests the second.
 VOLATILE: dict[type[Header], tuple[str, ...]] = {
     IPv4: ("total_length", "identification", "checksum"),
+    IPv6: ("payload_length",),
     BTH: ("psn",),
     RETH: ("va", "r_key", "dma_length"),
     AETH: ("msn",),
@@ -83,7 +84,7 @@ _REMEMBERED = 4096  # templates kept per header class (emptied when full)
 
 #: the kinds of frame (opcode, payload, pad, 802.1Q tag) whose template text differed from the per-packet writer's
 #: in this process (:func:`roce_json` then leaves them to it)
-REFUSED: set[tuple[int, bool, bool, int]] = set()
+REFUSED: set[tuple[int, bool, bool, int, int]] = set()
 
 
 class _Template:
@@ -176,11 +177,16 @@ def _header_json(cls: type[Header]) -> HeaderJson:
 _ETH, _IP, _UDP, _BTH = (_header_json(c) for c in (Ethernet, IPv4, UDP, BTH))
 #: what the iWARP reassembly is fed of a TCP segment but its payload (rdmalab.capture.iwarp.Segment)
 TcpSegment = tuple[str, int, str, int, int, int, None]
-_CHECKED: set[tuple[int, bool, bool, int]] = set()
+_CHECKED: set[tuple[int, bool, bool, int, int]] = set()
 #: the headers in front of the IPv4 header's end (Ethernet, IPv4; with an 802.1Q tag between them), each
 #: with its offset, by the tag's length
 _FRONT = {0: [(_ETH, 0), (_IP, 14)], 4: [(_ETH, 0), (_header_json(VLAN), 14), (_IP, 18)]}
 _ROCE_CHAIN = {0: "eth:ethertype:ip:udp:infiniband", 4: "eth:ethertype:vlan:ethertype:ip:udp:infiniband"}
+#: the same over IPv6 (RoCEv2 to an IPv6 GID: the default GID of a RoCE port is its IPv6 link-local one)
+_IP6 = _header_json(IPv6)
+_FRONT6 = {0: [(_ETH, 0), (_IP6, 14)], 4: [(_ETH, 0), (_header_json(VLAN), 14), (_IP6, 18)]}
+_ROCE_CHAIN6 = {0: "eth:ethertype:ipv6:udp:infiniband", 4: "eth:ethertype:vlan:ethertype:ipv6:udp:infiniband"}
+_IPV6_UDP = b"\x86\xdd"  # (the EtherType; the next header's octet is checked on its own)
 
 
 def _tag_of(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int, fcs_len: int) -> int | None:
@@ -205,16 +211,21 @@ def roce_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int
     if tag is None:
         return None
     # (after a tag, the frame read as if its addresses ended 4 octets later: the same offsets from there)
-    front = _ipv4_front(buf, o + tag, cap - tag, wire - tag, fcs_len)
-    if front is None or front[1] != cap - tag or buf[o + tag + 23] != 17:  # (to the frame's end: no trailer)
-        return None
-    roce = roce_frame(buf, o + tag, cap - tag)
+    if buf[o + tag + 12:o + tag + 14] == _IPV6_UDP:
+        if not _ipv6_udp_to_end(buf, o + tag, cap - tag):
+            return None
+        version, roce = 6, roce_frame(buf, o + tag, cap - tag, 40)
+    else:
+        front = _ipv4_front(buf, o + tag, cap - tag, wire - tag, fcs_len)
+        if front is None or front[1] != cap - tag or buf[o + tag + 23] != 17:  # (to the frame's end: no trailer)
+            return None
+        version, roce = 4, roce_frame(buf, o + tag, cap - tag)
     if roce is None:
         return None
-    kind = (roce.bth.opcode, roce.plen > 0, roce.pad > 0, tag)
+    kind = (roce.bth.opcode, roce.plen > 0, roce.pad > 0, tag, version)
     if kind in REFUSED:
         return None
-    text = _written(buf, o, cap, tag, roce, frame, ns, first_ns, prev_ns)
+    text = _written(buf, o, cap, tag, roce, frame, ns, first_ns, prev_ns, version)
     if kind not in _CHECKED:
         _CHECKED.add(kind)
         cp = decode_record(RawRecord(frame, seconds, linktype, bytes(buf[o:o + cap]), wire, interface, ns,
@@ -225,15 +236,22 @@ def roce_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int
     return text
 
 
+def _ipv6_udp_to_end(buf: bytes | bytearray, o: int, cap: int) -> bool:
+    """Whether the Ethernet frame ``buf[o:o + cap]`` is an IPv6 datagram whose next header is UDP (no
+    extension header) and which ends where the frame does (no padding, no trailer)."""
+    return (cap >= 62 and buf[o + 14] >> 4 == 6 and buf[o + 20] == 17
+            and 54 + int.from_bytes(buf[o + 18:o + 20], "big") == cap)
+
+
 def _written(buf: bytes | bytearray, o: int, cap: int, tag: int, roce: RoceFrame, frame: int, ns: int, first_ns: int,
-             prev_ns: int) -> str | None:
-    headers = [*_FRONT[tag], (_UDP, tag + 34), (_BTH, tag + 42),
+             prev_ns: int, version: int = 4) -> str | None:
+    front, chain, udp = (_FRONT[tag], _ROCE_CHAIN[tag], 34) if version == 4 else (_FRONT6[tag], _ROCE_CHAIN6[tag], 54)
+    headers = [*front, (_UDP, tag + udp), (_BTH, tag + udp + 8),
                *((_header_json(type(la.header)), tag + la.offset) for la in roce.extended)]
     # what the packet adds besides its headers (the ICRC, rdmalab's own fields), as packet_json adds them
-    light = Packet(b"", [Layer(roce.bth, 42), *roce.extended], "rocev2", roce.pos, roce.plen, roce.pad, roce.crc,
+    light = Packet(b"", [Layer(roce.bth, udp + 8), *roce.extended], "rocev2", roce.pos, roce.plen, roce.pad, roce.crc,
                    roce.crc, roce.crc_at, "icrc")
     data = buf[o + tag + roce.pos:o + tag + roce.pos + roce.plen + roce.pad] if roce.plen else None
-    chain = _ROCE_CHAIN[tag]
     got = frame_json(buf, o, cap, headers, light, chain + ":data" if roce.plen else chain, data, "rocev2",
                      frame, ns, first_ns, prev_ns)
     return None if got is None else got[0]

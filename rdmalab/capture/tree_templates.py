@@ -18,7 +18,8 @@ the BTH and what follows it; a segment's that completes iWARP PDUs and their tre
 ``pdus_info`` and ``pdu_lines``, what :func:`~rdmalab.capture.render.frame_tree` runs).  The frame
 of an ERF Ethernet record (:func:`erf_ethernet`: the records the columns read as Ethernet frames) takes
 the same way, its tree the record's: the ERF header's lines first, every offset from the record's start.
-Every other frame (other link types, VLAN tags, IPv6, IPv4 options or fragments, MADs to or from QP0/QP1,
+RoCEv2 over IPv6 (no extension headers: a RoCE port's default GID is its IPv6 link-local one) takes it too.
+Every other frame (other link types, VLAN tags, TCP over IPv6, IPv4 options or fragments, MADs to or from QP0/QP1,
 anything truncated or malformed, a bad ICRC) goes through the per-packet decoder and
 :func:`~rdmalab.capture.render.frame_tree`, in capture order, with the same iWARP stream
 reassembly (:class:`rdmalab.capture.iwarp.IwarpTracker`) fed every TCP segment in order.
@@ -66,6 +67,7 @@ from rdmalab.wire.ib import AETH, BTH, DETH, Transport
 from rdmalab.wire.mad import carries_mad
 from rdmalab.wire.net import (
     ETHERTYPE_IPV4,
+    ETHERTYPE_IPV6,
     IPPROTO_TCP,
     IPPROTO_UDP,
     ROCEV2_PORT,
@@ -73,6 +75,7 @@ from rdmalab.wire.net import (
     UDP,
     Ethernet,
     IPv4,
+    IPv6,
     ethernet_trailer,
 )
 from rdmalab.wire.opcodes import OPCODES
@@ -206,10 +209,11 @@ _TCP_ACK_S, _TCP_ACK_M = _field(TCP, "ack")
 _TCP_WIN_S, _TCP_WIN_M = _field(TCP, "window")
 # the headers in front of the BTH are not in the light packet the Summary line is made from: their
 # ``info`` must add nothing to it (Header.info), and their declarations fix no value (no ``check``)
-_PLAIN = (all(c.info is Header.info for c in (Ethernet, IPv4, UDP, TCP))
+_PLAIN = (all(c.info is Header.info for c in (Ethernet, IPv4, IPv6, UDP, TCP))
           and all(not c.LAYOUT.consts and c.validate is Header.validate for c in (Ethernet, UDP)))
 _UD = int(Transport.UD)
 _IPV4_START = ETHERTYPE_IPV4.to_bytes(2, "big") + bytes([0x45])  # the EtherType, then IPv4 of 5 words (no options)
+_IPV6_TYPE = ETHERTYPE_IPV6.to_bytes(2, "big")
 _BTH_DECODE = compile_decoder(BTH)  # BTH.decode's generated decoder, called directly
 #: Per BTH opcode: the templates of its extended headers, in order; None when one of them has no template or
 #: adds to the Summary line (Header.info)
@@ -229,17 +233,21 @@ class _Shape:
         self.udp = _text_fn(UDP, at + 34)
         self.tcp = _text_fn(TCP, at + 34)
         self.bth = _text_fn(BTH, at + 42)
-        self.plans: dict[int, Plan] = {}
+        # (over IPv6: its 40 octets, then UDP and the BTH 20 octets later)
+        self.ip6 = _text_fn(IPv6, at + 14)
+        self.udp6 = _text_fn(UDP, at + 54)
+        self.bth6 = _text_fn(BTH, at + 62)
+        self.plans: dict[tuple[int, int], Plan] = {}
 
-    def plan(self, opcode: int, headers: tuple[type[Header], ...]) -> Plan:
-        if opcode not in self.plans:
-            self.plans[opcode] = _plan(headers, self.at)
-        return self.plans[opcode]
+    def plan(self, opcode: int, headers: tuple[type[Header], ...], ip_len: int = 20) -> Plan:
+        key = (opcode, ip_len)
+        if key not in self.plans:
+            self.plans[key] = _plan(headers, self.at, 34 + ip_len)
+        return self.plans[key]
 
 
-def _plan(headers: tuple[type[Header], ...], at: int) -> Plan:
+def _plan(headers: tuple[type[Header], ...], at: int, pos: int = 54) -> Plan:
     steps = []
-    pos = 54
     for cls in headers:
         if not templatable(cls) or cls.info is not Header.info:
             return None
@@ -340,9 +348,11 @@ _HEAD = 20 + 8 + 5
 _DELTA: dict[tuple[bytes, int], int] = {}
 
 
-def _icrc(buf: bytes | bytearray, start: int, end: int) -> int:
-    """:func:`~rdmalab.wire.crc.icrc_rocev2` of the IPv4 RoCEv2 datagram ``buf[start:end]`` (through the pad)."""
-    key = (bytes(buf[start:start + _HEAD]), end - start)
+def _icrc(buf: bytes | bytearray, start: int, end: int, head: int = _HEAD) -> int:
+    """:func:`~rdmalab.wire.crc.icrc_rocev2` of the RoCEv2 datagram ``buf[start:end]`` (through the pad),
+    whose variant fields are in its first ``head`` octets (IPv4 without options: :data:`_HEAD`; IPv6
+    without extension headers: 40 + 8 + 5)."""
+    key = (bytes(buf[start:start + head]), end - start)
     delta = _DELTA.get(key)
     with memoryview(buf) as mv:
         sent = crc32(mv[start:end], ICRC_SEED)
@@ -362,7 +372,10 @@ def fast_frame(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, 
     headers of its own (an ERF record: :func:`erf_ethernet`), whose tree it then is."""
     front = _ipv4_front(buf, o, cap, wire, fcs_len, record)
     if front is None:
-        return None
+        six = _ipv6_udp_front(buf, o, cap, wire, fcs_len, record)
+        if six is None:
+            return None
+        return _roce(buf, o, cap, frame, wire, ts, interface, 0, six[0], six[1], record, 40)
     ipv, ip_end, tail = front
     proto = buf[o + 23]
     if proto == IPPROTO_UDP:
@@ -393,6 +406,24 @@ def _ipv4_front(buf: bytes | bytearray, o: int, cap: int, wire: int, fcs_len: in
     return ipv, ip_end, tail
 
 
+def _ipv6_udp_front(buf: bytes | bytearray, o: int, cap: int, wire: int, fcs_len: int,
+                    record: _Record | None = None) -> tuple[int, list[str]] | None:
+    """For :func:`fast_frame`: where the IPv6 datagram of an Ethernet frame ends and the lines of the octets
+    after it, when its next header is UDP (no extension header) and it is whole; None for another frame."""
+    if cap < 62 or buf[o + 12:o + 14] != _IPV6_TYPE or buf[o + 14] >> 4 != 6 or buf[o + 20] != IPPROTO_UDP \
+            or not _PLAIN:
+        return None
+    ip_end = 54 + int.from_bytes(buf[o + 18:o + 20], "big")
+    if ip_end > min(cap, (wire or cap) - max(fcs_len, 0)):
+        return None
+    tail: list[str] = []
+    if ip_end < cap:
+        trailer = ethernet_trailer(bytes(buf[o:o + cap]), ip_end, wire or cap, fcs_len)
+        if trailer is not None:
+            tail = trailer_lines("    ", trailer if record is None else trailer.shifted(record.shape.at))
+    return ip_end, tail
+
+
 class RoceFrame(NamedTuple):
     """A RoCEv2 datagram the per-packet decoder would record no problem in (:func:`roce_frame`): its BTH,
     its opcode's :class:`~rdmalab.wire.opcodes.OpcodeInfo`, its extended headers (each with its offset in
@@ -411,29 +442,31 @@ class RoceFrame(NamedTuple):
 _DECODERS: dict[type[Header], Any] = {}
 
 
-def roce_frame(buf: bytes | bytearray, o: int, ip_end: int) -> RoceFrame | None:
-    """The RoCEv2 datagram of the Ethernet frame at ``buf[o:]`` whose IPv4 header (no options, not a
-    fragment: :func:`_ipv4_front`) and UDP header are plain and whose datagram ends at ``ip_end``, when the
-    per-packet decoder would find no problem in it (its headers' own checks, the payload and pad the
-    opcode allows, not a MAD to or from QP0/QP1, a good ICRC); else None."""
-    uv = int.from_bytes(buf[o + 34:o + 42], "big")
+def roce_frame(buf: bytes | bytearray, o: int, ip_end: int, ip_len: int = 20) -> RoceFrame | None:
+    """The RoCEv2 datagram of the Ethernet frame at ``buf[o:]`` whose IP header of ``ip_len`` octets (IPv4
+    without options, not a fragment: :func:`_ipv4_front`; or IPv6, 40, without extension headers) and UDP
+    header are plain and whose datagram ends at ``ip_end``, when the per-packet decoder would find no
+    problem in it (its headers' own checks, the payload and pad the opcode allows, not a MAD to or from
+    QP0/QP1, a good ICRC); else None."""
+    udp = 14 + ip_len
+    uv = int.from_bytes(buf[o + udp:o + udp + 8], "big")
     if uv >> _UDP_DPORT_S & _UDP_DPORT_M != ROCEV2_PORT:
         return None
     length = uv >> _UDP_LEN_S & _UDP_LEN_M
-    udp_end = min(ip_end, 34 + length) if length >= 8 else ip_end
-    if udp_end - 42 < 16:
+    udp_end = min(ip_end, udp + length) if length >= 8 else ip_end
+    if udp_end - (udp + 8) < 16:
         return None
-    bth = _BTH_DECODE(buf, o + 42)
+    bth = _BTH_DECODE(buf, o + udp + 8)
     opcode = bth.opcode
     info = OPCODES.get(opcode)
-    if info is None or bth.check(42):
+    if info is None or bth.check(udp + 8):
         return None
     crc_at = udp_end - 4
-    pos = 54 + sum(cls.LAYOUT.size for cls in info.headers)
+    pos = udp + 20 + sum(cls.LAYOUT.size for cls in info.headers)
     if pos > crc_at:
         return None
     extended: list[Layer] = []
-    at = 54
+    at = udp + 20
     for cls in info.headers:
         decode = _DECODERS.get(cls)
         if decode is None:
@@ -458,25 +491,33 @@ def roce_frame(buf: bytes | bytearray, o: int, ip_end: int) -> RoceFrame | None:
         if deth is not None and carries_mad(opcode, bth.destqp, deth.src_qp, plen):
             return None
     crc = int.from_bytes(buf[o + crc_at:o + crc_at + 4], "little")
-    if crc != _icrc(buf, o + 14, o + crc_at):
+    if crc != _icrc(buf, o + 14, o + crc_at, ip_len + 13):
         return None  # a bad ICRC: the per-packet way says what it should be
     return RoceFrame(bth, info, extended, pos, plen, pad, crc_at, crc)
 
 
 def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
-          ipv: int, ip_end: int, tail: list[str], record: _Record | None) -> bytes | None:
-    roce = roce_frame(buf, o, ip_end)
+          ipv: int, ip_end: int, tail: list[str], record: _Record | None, ip_len: int = 20) -> bytes | None:
+    """The tree of a RoCEv2 frame over IPv4 (``ipv``: its header as one number) or over IPv6 (``ip_len``
+    40), or None when :func:`roce_frame` does not take it."""
+    roce = roce_frame(buf, o, ip_end, ip_len)
     if roce is None:
         return None
     bth, pos, plen, pad, crc_at, crc = roce.bth, roce.pos, roce.plen, roce.pad, roce.crc_at, roce.crc
     shape = _ETHERNET if record is None else record.shape
-    plan = shape.plan(bth.opcode, roce.info.headers)
+    plan = shape.plan(bth.opcode, roce.info.headers, ip_len)
     if plan is None:
         return None
-    texts = [shape.eth(int.from_bytes(buf[o:o + 14], "big")), shape.ip(ipv), shape.udp(int.from_bytes(buf[o + 34:o + 42], "big")),
-             shape.bth(int.from_bytes(buf[o + 42:o + 54], "big"))]
+    udp = 14 + ip_len
+    if ip_len == 20:
+        front = [shape.ip(ipv), shape.udp(int.from_bytes(buf[o + 34:o + 42], "big")),
+                 shape.bth(int.from_bytes(buf[o + 42:o + 54], "big"))]
+    else:
+        front = [shape.ip6(int.from_bytes(buf[o + 14:o + 54], "big")), shape.udp6(int.from_bytes(buf[o + 54:o + 62], "big")),
+                 shape.bth6(int.from_bytes(buf[o + 62:o + 74], "big"))]
+    texts = [shape.eth(int.from_bytes(buf[o:o + 14], "big")), *front]
     texts += [text(int.from_bytes(buf[o + la.offset:o + la.end], "big")) for text, la in zip(plan, roce.extended, strict=True)]
-    layers = [Layer(bth, 42), *roce.extended]
+    layers = [Layer(bth, udp + 8), *roce.extended]
     # the Summary line from a packet holding what Packet.summary reads (the BTH and what follows it)
     summary = Packet(b"", layers, "rocev2", pos, plen, pad, crc, crc, crc_at, "icrc").summary()
     lines = [_frame_head(frame, wire, cap, ts, record), "    Summary: " + summary]

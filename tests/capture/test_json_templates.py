@@ -19,6 +19,7 @@ from rdmalab.capture.json_templates import VOLATILE, HeaderJson, roce_json
 from rdmalab.capture.pcapio import record_blocks, record_ns
 from rdmalab.capture.reader import RawRecord, decode_record
 from rdmalab.capture.tsjson import _frame_text, _make_header_layer, _packet_json
+from rdmalab.wire.crc import icrc_rocev2
 from rdmalab.wire.header import Header
 from rdmalab.wire.net import TCP
 
@@ -147,7 +148,7 @@ def test_frames_the_templates_leave_to_the_per_packet_way() -> None:
 def test_a_kind_whose_text_differs_goes_the_per_packet_way(monkeypatch: Any) -> None:
     f, n = _roce_write()
     first = f[5]
-    kind = (f[0][42], True, bool(f[0][43] >> 4 & 3), 0)
+    kind = (f[0][42], True, bool(f[0][43] >> 4 & 3), 0, 4)  # (opcode, payload, pad, tag, IP version)
     monkeypatch.setattr(json_templates, "_CHECKED", set())
     monkeypatch.setattr(json_templates, "REFUSED", set())
     real = json_templates._written
@@ -290,3 +291,73 @@ def test_frames_with_an_802_1q_tag(name: str, monkeypatch: Any) -> None:
             want_tcp = json_blocks._per_packet(n, ts, ns, lt, b, cap, 0, fcs, first, first, True, True)
             assert want_tcp[0] is not None and got == (b, ",\n  " + want_tcp[0], want_tcp[2], want_tcp[3]), n
     assert taken >= 0.9 * eligible > 0, (taken, eligible)
+
+
+def _over_ipv6(data: bytes, flow: int = 0x12345) -> bytes:
+    """A RoCEv2-over-IPv4 frame sent to IPv6 GIDs instead (2001:db8::A.B.C.D, a flow label, hop limit 64),
+    its ICRC that of the new datagram (IBA Annex A17.3.3: over IPv6 the traffic class, flow label and hop
+    limit are masked); any other frame as it is."""
+    if data[12:14] != b"\x08\x00" or data[23] != 17 or data[36:38] != b"\x12\xb7":
+        return data
+    ihl = (data[14] & 15) * 4
+    total = int.from_bytes(data[16:18], "big")
+    hdr = (struct.pack(">IHBB", 6 << 28 | 0x20 << 20 | flow, total - ihl, 17, 64) + b"\x20\x01\x0d\xb8" + bytes(8)
+           + data[26:30] + b"\x20\x01\x0d\xb8" + bytes(8) + data[30:34])
+    out = bytearray(data[:12] + b"\x86\xdd" + hdr + data[14 + ihl:14 + total])
+    out[-4:] = icrc_rocev2(bytes(out[14:-4])).to_bytes(4, "little")
+    return bytes(out)
+
+
+@pytest.mark.parametrize("tagged", [False, True], ids=["untagged", "802.1Q"])
+@pytest.mark.parametrize("name", ["rxe_write_bw.pcap", "rxe_read_bw.pcap", "rxe_atomic_cswap.pcap", "rxe_imm.pcap",
+                                  "rxe_ud_send_bw.pcap", "rxe_send_bw_loss.pcap"])
+def test_roce_over_ipv6(name: str, tagged: bool, monkeypatch: Any) -> None:
+    """RoCEv2 to IPv6 GIDs (a RoCE port's default GID is its IPv6 link-local one): every frame of a capture sent
+    so instead, with an 802.1Q tag or not, the checks per kind switched off: each frame the templates write is
+    the per-packet way's text, and they write every frame over IPv6 they write over IPv4; the ``ipv6`` layer
+    in each."""
+    monkeypatch.setattr(json_templates, "_CHECKED", _Everything())
+    frames = _frames(str(ROOT / "captures" / name))
+    first = frames[0][5]
+    taken = eligible = 0
+    for n, (data, _cap, _wire, lt, ts, ns, fcs) in enumerate(frames, 1):
+        b = _over_ipv6(data)
+        if tagged:
+            b = _tag(b)
+        cap = len(b)
+        four = _tag(data) if tagged else data
+        if b[12 + 4 * tagged:14 + 4 * tagged] == b"\x86\xdd" and \
+                roce_json(four, 0, len(four), len(four), lt, fcs, n, ts, ns, 0, first, first) is not None:
+            eligible += 1  # (a frame the templates write over IPv4)
+        got = roce_json(b, 0, cap, cap, lt, fcs, n, ts, ns, 0, first, first)
+        if got is not None:
+            taken += 1
+            want = _per_packet(b, cap, cap, lt, ts, ns, fcs, n, first, first)
+            assert got == want, n
+            assert '"ipv6": {' in want and ":ipv6:udp:infiniband" in want and '"ipv6.flow": "0x012345"' in want
+    assert taken == eligible > 0, (taken, eligible)
+
+
+@pytest.mark.parametrize("name", ["rxe_write_bw.pcap", "rxe_atomic_fadd.pcap"])
+def test_ipv6_frames_with_a_header_octet_changed(name: str, monkeypatch: Any) -> None:
+    """The IPv6 frames of :func:`test_roce_over_ipv6` with every octet of their first 90 changed in turn (the
+    IPv6 version, payload length, next header, addresses, UDP, BTH ...): what the templates still write is the
+    per-packet way's text, the rest (a next header that is not UDP, a length that does not add up, a bad ICRC)
+    is left to it."""
+    monkeypatch.setattr(json_templates, "_CHECKED", _Everything())
+    frames = _frames(str(ROOT / "captures" / name))
+    first = frames[0][5]
+    taken = 0
+    for n in range(1, min(len(frames), 200), 13):
+        data, _cap, _wire, lt, ts, ns, fcs = frames[n - 1]
+        v6 = _over_ipv6(data)
+        for pos in range(min(len(v6), 90)):
+            for delta in (1, 0x10, 0x80, 0xFF):
+                d = bytearray(v6)
+                d[pos] ^= delta
+                b = bytes(d)
+                got = roce_json(b, 0, len(b), len(b), lt, fcs, n, ts, ns, 0, first, first)
+                if got is not None:
+                    taken += 1
+                    assert got == _per_packet(b, len(b), len(b), lt, ts, ns, fcs, n, first, first), (n, pos, delta)
+    assert taken > 50

@@ -247,15 +247,15 @@ def test_icrc_from_the_remembered_term() -> None:
 
 
 def _edges(tmp_path: Path) -> tuple[Path, list[bool | None]]:
-    """Frames at the edges of the templates' shapes, and whether each takes them: VLAN-tagged and
-    IPv6 RoCEv2, IPv4 options, fragments, Ethernet padding after the IP packet, UDP to another port,
+    """Frames at the edges of the templates' shapes, and whether each takes them: VLAN-tagged RoCEv2 (not
+    taken) and IPv6 RoCEv2 (taken), IPv4 options, fragments, Ethernet padding after the IP packet, UDP to another port,
     TCP with options and a payload, a MAD, and frames of every opcode in one stream."""
     send = ib.BTH(opcode=0x04, destqp=0x12, psn=5)  # RC SEND Only
     ack = encode_rocev2(ib.BTH(opcode=0x11, destqp=0x12, psn=5), [ib.AETH.ack(1)])
     frames: list[tuple[bytes, bool | None]] = [
         (encode_rocev2(send, [], b"x" * 40), True),
         (encode_rocev2(send, [], b"x" * 40, vlan=net.VLAN(vid=7, ethertype=0x0800)), False),
-        (encode_rocev2(send, [], b"x" * 40, src_ip="fe80::1", dst_ip="fe80::2"), False),
+        (encode_rocev2(send, [], b"x" * 40, src_ip="fe80::1", dst_ip="fe80::2"), True),  # (IPv6: templates too)
         (ack + bytes(2), True),  # Ethernet padding after the IP packet
         (encode_rocev2(send, [], b"abc"), True),  # a pad of 1
         (encode_rocev2(send, [], b"x" * 40, dst_port=4792), False),  # UDP, not RoCEv2
@@ -297,3 +297,59 @@ def test_a_file_cut_mid_record(tmp_path: Path, capsys: pytest.CaptureFixture[str
     slow = capsys.readouterr()
     assert fast.out == slow.out and fast.out.count("\nFrame ") == 58
     assert fast.err == slow.err and "truncated mid-record" in fast.err
+
+
+def _over_ipv6(data: bytes) -> bytes:
+    """A RoCEv2-over-IPv4 frame sent to IPv6 GIDs instead (2001:db8::A.B.C.D, a flow label, hop limit 64), its
+    ICRC that of the new datagram; any other frame as it is."""
+    if data[12:14] != b"\x08\x00" or data[23] != 17 or data[36:38] != b"\x12\xb7":
+        return data
+    ihl = (data[14] & 15) * 4
+    total = int.from_bytes(data[16:18], "big")
+    hdr = ((6 << 28 | 0x20 << 20 | 0x12345).to_bytes(4, "big") + (total - ihl).to_bytes(2, "big") + bytes([17, 64])
+           + b"\x20\x01\x0d\xb8" + bytes(8) + data[26:30] + b"\x20\x01\x0d\xb8" + bytes(8) + data[30:34])
+    out = bytearray(data[:12] + b"\x86\xdd" + hdr + data[14 + ihl:14 + total] + data[14 + total:])
+    end = 54 + total - ihl
+    out[end - 4:end] = icrc_rocev2(bytes(out[14:end - 4])).to_bytes(4, "little")
+    return bytes(out)
+
+
+@pytest.mark.parametrize("name", ["rxe_write_bw.pcap", "rxe_read_bw.pcap", "rxe_atomic_cswap.pcap", "rxe_imm.pcap",
+                                  "rxe_ud_send_bw.pcap", "rxe_send_bw_loss.pcap"])
+def test_roce_over_ipv6(name: str, tmp_path: Path) -> None:
+    """RoCEv2 to IPv6 GIDs: a capture's frames sent so instead have the per-packet trees (-V, blocks and
+    workers), and the templates write every RoCE frame over IPv6 they write over IPv4."""
+    recs = list(records(ROOT / "captures" / name))
+    path = tmp_path / "v6.pcap"
+    write_capture(path, [(round(r.timestamp * 1e9), _over_ipv6(r.data)) for r in recs])
+    assert _fast(path) == _per_packet(path)
+    assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0, block_bytes=4096)).decode() == _per_packet(path)
+    four = six = 0
+    for r in recs:
+        v6 = _over_ipv6(r.data)
+        if v6 is r.data:
+            continue
+        four += fast_frame(r.data, 0, len(r.data), r.frame_number, r.wire_length, r.timestamp, 0, None) is not None
+        got = fast_frame(v6, 0, len(v6), r.frame_number, len(v6), r.timestamp, 0, None)
+        six += got is not None
+        assert got is None or b"    IPv6  [RFC 8200 3]  bytes 14-53" in got
+    assert six == four > 0
+
+
+def test_ipv6_frames_with_a_header_octet_changed(tmp_path: Path) -> None:
+    """IPv6 RoCEv2 frames with each octet of their first 80 changed in turn (the version, payload length, next
+    header, addresses, UDP, BTH): the trees are the per-packet ones, whichever way each goes."""
+    recs = list(records(ROOT / "captures" / "rxe_write_bw.pcap"))[:80:9]
+    frames = []
+    for r in recs:
+        v6 = _over_ipv6(r.data)
+        for pos in range(min(len(v6), 80)):
+            for delta in (1, 0x80):
+                d = bytearray(v6)
+                d[pos] ^= delta
+                frames.append(bytes(d))
+    path = tmp_path / "v6_changed.pcap"
+    write_capture(path, [(i * 1000, f) for i, f in enumerate(frames)])
+    assert _fast(path) == _per_packet(path)
+    taken = sum(fast_frame(f, 0, len(f), 1, len(f), 0.0, 0, None) is not None for f in frames)
+    assert 0 < taken < len(frames)
