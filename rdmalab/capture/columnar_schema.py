@@ -392,8 +392,10 @@ def _fmt_values(col: Col, values: np.ndarray) -> list[str]:
         return [f"{v >> 24}.{(v >> 16) & 255}.{(v >> 8) & 255}.{v & 255}" for v in values.tolist()]
     if f == "mac":
         return [v.to_bytes(6, "big").hex(":") for v in values.tolist()]
-    if f == "ipv6":
-        return [_ipv6_text(bytes(v).ljust(16, b"\0")) for v in values]
+    if f == "ipv6":  # (each address written once: a capture's addresses repeat, and the text costs microseconds)
+        uniq, inv = np.unique(values, return_inverse=True)
+        texts = np.array([_ipv6_text(bytes(v).ljust(16, b"\0")) for v in uniq.tolist()] or [""], dtype=object)
+        return texts[inv.reshape(-1)].tolist() if len(values) else []
     if f == "reltime":
         return [reltime_text(v) for v in values.tolist()]
     raise AssertionError(f)  # pragma: no cover
@@ -419,14 +421,21 @@ def format_column(cols: Columns, name: str, missing: str | None = "") -> list[An
     if name == "frame.time_epoch":
         ns = cols.data["frame.time_ns"].tolist()
         vals = [f"{t // 1_000_000_000}.{t % 1_000_000_000:09d}" for t in ns]
-    elif name in DERIVED:
-        vals = [str(v) for v in cols[name].tolist()]
-    else:
-        vals = _fmt_values(COLUMN_BY_NAME[name], cols[name])
-    if present.all():
+        if present.all():
+            return vals
+        return [v if ok else missing for v, ok in zip(vals, present.tolist(), strict=True)]
+    values = cols[name]
+    every = present.all()
+    if not every:  # (the rows that have the field, alone: the others' values are not the field's)
+        at = np.flatnonzero(present)
+        values = values[at]
+    vals = [str(v) for v in values.tolist()] if name in DERIVED else _fmt_values(COLUMN_BY_NAME[name], values)
+    if every:
         return vals
-    pres = present.tolist()
-    return [v if ok else missing for v, ok in zip(vals, pres, strict=True)]
+    out: list[Any] = [missing] * len(present)
+    for i, v in zip(at.tolist(), vals, strict=True):
+        out[i] = v
+    return out
 
 
 def link_header_length(layers: dict[str, np.ndarray]) -> np.ndarray:
