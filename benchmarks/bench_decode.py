@@ -40,11 +40,16 @@ link types write it: behind Linux cooked capture v2 headers (``tcpdump -i any``)
 records (a DAG card's).  Rows: summaries and ``-T fields`` of each, against tshark; and ``-V`` of the ERF
 records on the first ``--json-packets`` (its text compared with the per-packet path's first).
 
+``--ipv6`` measures the ``--mixed`` capture with its RoCEv2 sent to IPv6 GIDs instead (what perftest and
+rdma_cm send on a RoCE port's default GID, its IPv6 link-local one; the ICRCs recomputed). Rows:
+summaries, ``-T fields`` (``ipv6.src``/``ipv6.dst`` for the IPv4 addresses), ``-T json`` and ``-V`` against
+tshark; the fast paths' text compared with the per-packet path's first.
+
 With ``--repeat N`` each command runs N times (rdmalab's and tshark's in turn) and the best wall and
 CPU times count: on a loaded machine the ratio of CPU times (the table's last column) is the steadier.
 
     python benchmarks/bench_decode.py [--packets N] [--json-packets N] [--keep DIR] [--no-tshark] [--mixed]
-                                      [--icmp] [--links] [--repeat N]
+                                      [--icmp] [--links] [--ipv6] [--repeat N]
 """
 
 from __future__ import annotations
@@ -246,6 +251,82 @@ def main_links(args: argparse.Namespace, tmp: str) -> None:
         print("\n".join(rows))
 
 
+def over_ipv6(data: bytes) -> bytes:
+    """A RoCEv2-over-IPv4 frame sent to IPv6 GIDs instead (2001:db8::A.B.C.D, as rdma_cm maps an IPv4
+    address into a GID's low bits; a flow label; hop limit 64), its ICRC that of the new datagram (IBA
+    Annex A17.3.3: over IPv6 the traffic class, flow label and hop limit are masked); any other frame as
+    it is."""
+    import struct
+
+    from rdmalab.wire.crc import icrc_rocev2
+
+    if len(data) < 54 or data[12:14] != b"\x08\x00" or data[23] != 17 or data[36:38] != b"\x12\xb7":
+        return data
+    ihl = (data[14] & 15) * 4
+    total = int.from_bytes(data[16:18], "big")
+    hdr = (struct.pack(">IHBB", 6 << 28 | 0x12345, total - ihl, 17, 64) + b"\x20\x01\x0d\xb8" + bytes(8)
+           + data[26:30] + b"\x20\x01\x0d\xb8" + bytes(8) + data[30:34])
+    out = bytearray(data[:12] + b"\x86\xdd" + hdr + data[14 + ihl:14 + total])
+    out[-4:] = icrc_rocev2(bytes(out[14:-4])).to_bytes(4, "little")
+    return bytes(out)
+
+
+def build_ipv6(src: str, n: int, path: str) -> int:
+    """The first ``n`` frames of ``src`` (pcapng) written again (pcap) with every RoCEv2 frame sent over
+    IPv6 (:func:`over_ipv6`)."""
+    from rdmalab.capture import records
+    from rdmalab.capture.pcapwriter import CaptureWriter
+
+    written = 0
+    with CaptureWriter(path) as w:
+        for r in records(src):
+            if written >= n:
+                break
+            d = over_ipv6(bytes(r.data))
+            w.write(d, r.ns, wire_len=r.wire_length + len(d) - len(r.data))
+            written += 1
+    return written
+
+
+def main_ipv6(args: argparse.Namespace, tmp: str) -> None:
+    """The mixed capture with its RoCEv2 sent to IPv6 GIDs (what perftest and rdma_cm send on GID index 0, a
+    RoCE port's IPv6 link-local GID): summaries, -T fields, -T json and -V against tshark."""
+    n_all = args.packets if args.packets_given else 200_000
+    mixed = os.path.join(tmp, "mixed_big.pcapng")
+    build_mixed(mixed, n_all)
+    big, small = os.path.join(tmp, "mixed_ipv6.pcap"), os.path.join(tmp, "mixed_small_ipv6.pcap")
+    n = build_ipv6(mixed, n_all, big)
+    m = build_ipv6(mixed, args.json_packets, small)
+    print(f"{big}: {n:,} packets of the mixed capture, its RoCEv2 over IPv6, {os.path.getsize(big) / 2**20:.0f} MiB")
+    print(f"  {protocols(big)}")
+    py = [sys.executable, "-m", "rdmalab", "decode"]
+    for opt in ([], ["-T", "json"], ["-V"]):
+        same = [subprocess.run([*py, *opt, *extra, "-r", small, "-c", "5000"], capture_output=True, check=True).stdout
+                for extra in ([], ["--no-columnar"])]
+        print(f"  {' '.join(opt) or 'summary lines'} of the first 5,000, fast vs per-packet path: "
+              f"{'identical' if same[0] == same[1] else 'DIFFERENT'}")
+    tshark = None if args.no_tshark or not shutil.which("tshark") else "tshark"
+    ef = [a for f in FIELDS_IPV6 for a in ("-e", f)]
+    rows: list[str] = []
+    rows += compare("IPv6: summary lines", n, [("rdmalab decode -r FILE", [*py, "-r", big])],
+                    [tshark, "-n", "-r", big] if tshark else None)
+    rows += compare("IPv6: -T fields", n, [("rdmalab decode -T fields", [*py, "-r", big, "-T", "fields", *ef])],
+                    [tshark, "-n", "-r", big, "-T", "fields", *ef] if tshark else None)
+    rows += compare("IPv6: -T json", m, [("rdmalab decode -T json", [*py, "-T", "json", "-r", small])],
+                    [tshark, "-n", "-r", small, "-T", "json"] if tshark else None)
+    rows += compare("IPv6: -V", m, [("rdmalab decode -V", [*py, "-V", "-r", small])],
+                    [tshark, "-n", "-r", small, "-V"] if tshark else None)
+    if rows:
+        print("\n| command (mixed capture, RoCEv2 over IPv6) | rdmalab (peak RSS) | tshark (peak RSS) | "
+              "rdmalab packets/s over tshark's | over tshark's CPU time |")
+        print("|---|---|---|---|---|")
+        print("\n".join(rows))
+
+
+#: bench_columnar.FIELDS with the IPv6 addresses instead of the IPv4 ones
+FIELDS_IPV6 = ["ipv6.src" if f == "ip.src" else "ipv6.dst" if f == "ip.dst" else f for f in FIELDS]
+
+
 def protocols(path: str) -> str:
     """How many frames of each kind the capture holds (as the columnar decoder sees them)."""
     from rdmalab.capture.columnar import iter_columns
@@ -389,6 +470,8 @@ def main() -> None:
                     help="the real rxe and siw captures appended (RoCEv2, iWARP, TCP, ICMPv6, ARP) instead of rxe alone")
     ap.add_argument("--links", action="store_true",
                     help="the --mixed capture as a Linux cooked v2 capture and as ERF Ethernet records")
+    ap.add_argument("--ipv6", action="store_true",
+                    help="the --mixed capture with its RoCEv2 sent to IPv6 GIDs (ICRCs recomputed)")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error(f"--repeat {args.repeat}: at least 1")
@@ -400,9 +483,9 @@ def main() -> None:
     compiled()
     tmp = args.keep or tempfile.mkdtemp(prefix="rdmalab-bench-")
     os.makedirs(tmp, exist_ok=True)
-    if args.mixed or args.icmp or args.links:
+    if args.mixed or args.icmp or args.links or args.ipv6:
         try:
-            (main_mixed if args.mixed else main_links if args.links else main_icmp)(args, tmp)
+            (main_mixed if args.mixed else main_links if args.links else main_ipv6 if args.ipv6 else main_icmp)(args, tmp)
         finally:
             if not args.keep:
                 shutil.rmtree(tmp, ignore_errors=True)
