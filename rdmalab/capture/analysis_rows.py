@@ -15,7 +15,11 @@ Three things about the capture itself are found here, where every frame passes o
 * **identical frames**: an RDMA frame equal to one of the few RDMA frames before it (addresses,
   QP, PSN, opcode, length and ICRC, hence its bytes) within ``dup_us``, with nothing from the
   other direction in between: a mirror port or a merge that copied the frame twice.  The copy is
-  left out of the analysis and reported once for the whole capture.
+  left out of the analysis and reported once for the whole capture.  A response (an ACK, a NAK,
+  a Read response, an atomic ACK) or a CNP counts so only when it has an IPv4 identification that
+  is not 0: a responder answers each duplicate request again, with the same bytes but for that
+  number (IBA 9.7.5.1, C9-105; rxe's ``duplicate_request``), and IPv6 has none, nor does a sender that sets it to 0 (RFC 6864 4.1),
+  so identical responses back to back are the protocol's there, not the capture's.
 """
 
 from __future__ import annotations
@@ -43,14 +47,14 @@ from rdmalab.capture.iwarp_conns import IWARP_FIELDS, SEQ_POINTS_MAX, IwarpConns
 from rdmalab.capture.linktypes import COLUMNAR_LINKTYPES
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import CaptureError, RawRecord, decode_record
-from rdmalab.wire.opcodes import OPCODES, opcode_name
+from rdmalab.wire.opcodes import OPCODES, REQUEST_OPCODES, opcode_name
 
 #: the columns ``analyze`` reads (the decoder computes these and what they depend on only)
 FIELDS: tuple[str, ...] = (
     "frame.number", "frame.time_ns", "frame.len", "frame.cap_len", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "ip.dsfield.ecn",
     "ipv6.tclass", "udp.srcport", "infiniband.bth.opcode", "infiniband.bth.psn", "infiniband.bth.destqp",
     "infiniband.bth.a", "infiniband.aeth.syndrome", "infiniband.aeth.msn", "infiniband.reth.dmalen",
-    "rdmalab.payload.len", "infiniband.invariant.crc", "rdmalab.icrc.ok", "infiniband.deth.srcqp",
+    "rdmalab.payload.len", "infiniband.invariant.crc", "rdmalab.icrc.ok", "infiniband.deth.srcqp", "ip.id",
     "rdmalab.crc32c.ok", "iwarp_mpa.crc", "iwarp_mpa.crc_check", "iwarp_rdma.opcode", "iwarp_rdma.term_layer",
     "udp.length", "ipv6.plen", "infiniband.bth.padcnt",
 )
@@ -71,6 +75,7 @@ _KEEP: dict[str, tuple[str, str]] = {
     "syn": ("infiniband.aeth.syndrome", "i8"), "msn": ("infiniband.aeth.msn", "i8"),
     "dmalen": ("infiniband.reth.dmalen", "i8"), "plen": ("rdmalab.payload.len", "i8"),
     "icrc": ("infiniband.invariant.crc", "u4"), "icrc_ok": ("rdmalab.icrc.ok", "i1"),
+    "ipid": ("ip.id", "u2"),  # (0 where there is none: IPv6, InfiniBand)
 }
 
 
@@ -213,6 +218,7 @@ class _Collector:
             v6 = (cols.layers["ipv6"] | cols.layers["rocev1"])[sel]
             if v6.any():
                 part["ecn"] = np.where(v6, cols.data["ipv6.tclass"][sel] & 3, part["ecn"]).astype("u1")
+            part["ipid"] = np.where(cols.layers["ip"][sel], part["ipid"], 0).astype("u2")  # (none but IPv4's)
             part["aeth"] = cols.layers["infiniband.aeth"][sel]
             part["deth"] = cols.layers["infiniband.deth"][sel]
             for key, arr in part.items():
@@ -313,6 +319,10 @@ def _empty() -> dict[str, np.ndarray]:
 
 
 _DUP_LAGS = 4
+#: per BTH opcode: a request (whose repetition, back to back with nothing from the other direction, the
+#: protocol never sends: a requester sends again after a NAK or its timer)
+_REQUEST = np.zeros(256, dtype=bool)
+_REQUEST[sorted(REQUEST_OPCODES)] = True
 _SAME = ("src", "dst", "dqp", "psn", "op", "plen", "icrc", "flen", "syn", "msn")
 
 
@@ -336,6 +346,7 @@ def _drop_identical(r: Rows, dup_ns: int) -> np.ndarray:
             same &= a[name][i] == a[name][j]
         same &= np.abs(a["tns"][i] - a["tns"][j]) <= dup_ns
         same &= ~dup[j]
+        same &= _REQUEST[a["op"][i]] | (a["ipid"][i] != 0)  # (module docstring: responses need the number)
         hit = i[same]
         dup[hit] = True
         orig[hit] = j[same]

@@ -198,9 +198,20 @@ def test_analyze_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "no such file" in capsys.readouterr().err
 
 
-def test_html_report_without_connections() -> None:
+def test_html_report_without_connections(tmp_path: Path) -> None:
+    """No RoCE connection: no RoCE plot; an iWARP capture has the TCP sequence plot of its connection alone."""
     a = analyze(CAPTURES / "siw_rping.pcap")
-    assert "plotly-graph-div" not in html_report(a) and not a.connections
+    page = html_report(a)
+    assert not a.connections and len(a.iwarp_connections) == 1
+    assert page.count('class="plotly-graph-div"') == 1 and "TCP sequence over time, iWARP connection 0" in page
+    from rdmalab.capture.pcapwriter import write_capture
+    from rdmalab.capture.reader import records
+
+    path = tmp_path / "handshake.pcap"  # (a router solicitation and a TCP handshake: no RDMA)
+    write_capture(path, [(round(r.timestamp * 1e9), r.data) for r in list(records(CAPTURES / "siw_write_bw.pcap"))[:4]])
+    none = analyze(path)
+    assert not none.connections and not none.iwarp_connections
+    assert "plotly-graph-div" not in html_report(none) and "No RoCE or InfiniBand connection" in html_report(none)
 
 
 @pytest.mark.parametrize("name,handshakes", [("rxe_write_bw_cm.pcap", 2), ("rxe_rping.pcap", 1)])

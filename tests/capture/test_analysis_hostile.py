@@ -347,3 +347,73 @@ def test_a_frame_stamped_late_is_not_a_seam() -> None:
     assert len(a.connections) == 1 and a.connections[0].summary["messages"] == {"WRITE": 20}
     assert not a.of_kind("capture_seam") and a.of_kind("time_backwards")
     assert not a.of_kind("capture_gap") and not a.of_kind("opcode_sequence")
+
+
+def _over_ipv6(data: bytes) -> bytes:
+    """A RoCEv2-over-IPv4 frame sent to IPv6 GIDs instead (no IP identification then), its ICRC that of the new
+    datagram; any other frame as it is."""
+    import struct
+
+    from rdmalab.wire.crc import icrc_rocev2
+
+    if data[12:14] != b"\x08\x00" or data[23] != 17 or data[36:38] != b"\x12\xb7":
+        return data
+    ihl = (data[14] & 15) * 4
+    total = int.from_bytes(data[16:18], "big")
+    hdr = (struct.pack(">IHBB", 6 << 28, total - ihl, 17, 64) + b"\x20\x01\x0d\xb8" + bytes(8) + data[26:30]
+           + b"\x20\x01\x0d\xb8" + bytes(8) + data[30:34])
+    out = bytearray(data[:12] + b"\x86\xdd" + hdr + data[14 + ihl:14 + total])
+    out[-4:] = icrc_rocev2(bytes(out[14:-4])).to_bytes(4, "little")
+    return bytes(out)
+
+
+def _ip_id_zero(data: bytes) -> bytes:
+    """A RoCEv2-over-IPv4 frame with its IP identification 0 (RFC 6864 4.1: a sender may, with DF set), the
+    checksum and the ICRC (which covers the identification) made good again; any other frame as it is."""
+    from rdmalab.wire.crc import icrc_rocev2
+    from rdmalab.wire.net import internet_checksum
+
+    if data[12:14] != b"\x08\x00" or data[23] != 17 or data[36:38] != b"\x12\xb7":
+        return data
+    total = int.from_bytes(data[16:18], "big")
+    out = bytearray(data)
+    out[18:20] = bytes(2)
+    out[24:26] = bytes(2)
+    out[24:26] = internet_checksum(bytes(out[14:34])).to_bytes(2, "big")
+    out[14 + total - 4:14 + total] = icrc_rocev2(bytes(out[14:14 + total - 4])).to_bytes(4, "little")
+    return bytes(out)
+
+
+@pytest.mark.parametrize("name", ["rxe_rc_pingpong.pcap", "rxe_send_lat.pcap", "rxe_write_lat.pcap",
+                                  "rxe_srq_pingpong.pcap"])
+@pytest.mark.parametrize("how", ["IPv6", "IPv4 id 0"])
+def test_responses_answered_again_are_not_copies(name: str, how: str, tmp_path: Path) -> None:
+    """rxe answers a duplicate request again with the same ACK (IBA 9.7.5.1, C9-105): without an IP
+    identification to tell them apart (IPv6; an IPv4 sender that sets it to 0) the ACKs are identical back to
+    back. They are the protocol's, not a capture's copies: the analysis is the same as over IPv4 with its
+    identifications, no duplicate_frames finding, nothing left out; a request copied is still found so."""
+    from rdmalab.capture.pcapwriter import write_capture
+    from rdmalab.capture.reader import records
+    from rdmalab.wire.opcodes import REQUEST_OPCODES
+
+    src = Path(__file__).resolve().parents[2] / "captures" / name
+    recs = list(records(src))
+    change = _over_ipv6 if how == "IPv6" else _ip_id_zero
+    frames = [change(r.data) for r in recs]
+    path = tmp_path / "same.pcap"
+    write_capture(path, [(round(r.timestamp * 1e9), f) for r, f in zip(recs, frames, strict=True)])
+    twice = sum(a == b for a, b in zip(frames, frames[1:], strict=False) if a[12:14] == b"\x86\xdd" or a[23] == 17)
+    assert twice > 0  # (identical RoCE frames back to back: what the rule is about)
+    one, a = analyze(src), analyze(path)
+    assert a.counts() == one.counts() and not a.of_kind("duplicate_frames")
+    assert a.rdma_packets == one.rdma_packets and len(a.messages) == len(one.messages)
+    # a request copied by a mirror port: found
+    bth = 62 if how == "IPv6" else 42
+    k = next(i for i, f in enumerate(frames) if len(f) > bth and f[bth - 6:bth - 4] == b"\x12\xb7"
+             and f[bth] in REQUEST_OPCODES)
+    copied = tmp_path / "copied.pcap"
+    ts = [round(r.timestamp * 1e9) for r in recs]
+    write_capture(copied, [(t, f) for t, f in zip(ts, frames, strict=True)][:k + 1] + [(ts[k] + 1000, frames[k])]
+                  + [(t + 1000, f) for t, f in zip(ts, frames, strict=True)][k + 1:])
+    (dup,) = analyze(copied).of_kind("duplicate_frames")
+    assert dup.detail["count"] == 1 and dup.frames == [k + 2]
