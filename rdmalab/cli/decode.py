@@ -224,6 +224,10 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
         finally:
             feed.close()
         return 0
+    if flt is not None and parallel_capture(path) and not args.strict and _columns_filter(flt, args):
+        # a filter the columns answer: the frames it shows found first (-T fields -e frame.number, in
+        # blocks, in workers), then only those and the TCP segments (the iWARP streams) decoded one by one
+        return _json_shown(path, args, flt, meta, out)
     windows = TcpWindowScaling()  # tcp.window_size for the filter: every frame, in order
     clock = _clock(flt)
     conversations = _conversations(flt)
@@ -233,6 +237,75 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     for piece in iter_json(_analysed(packets, seq_ack), keep, meta):
         out.write(insert_json(piece, seq_ack))
     return 0
+
+
+def _columns_filter(flt: Any, args: argparse.Namespace) -> bool:
+    """Whether ``-T fields -e frame.number`` answers a display filter from the columns, as ``run_fields``
+    decides it (its fields all columns, none of the pcapng blocks' fields; iWARP's only with the iWARP
+    reassembly on)."""
+    from rdmalab.capture.columnar import COLUMN_NAMES  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.pcapio import FRAME_META_FIELDS  # lazy: keeps `rdmalab --help` fast
+
+    fields = set(flt.fields)
+    return (fields <= COLUMN_NAMES and fields.isdisjoint(FRAME_META_FIELDS) and not args.no_columnar
+            and not (args.no_iwarp and any(n.startswith(("iwarp", "rdmalab.crc32c", "rdmalab.pdus")) for n in fields)))
+
+
+def _json_shown(path: str, args: argparse.Namespace, flt: Any, meta: Any, out: TextIO) -> int:
+    """``-T json -Y FILTER`` of a file whose filter the columns answer: the frames shown are found by the
+    columnar ``-T fields`` path, then the file is read in order, each frame shown decoded and written as the
+    per-packet path writes it, and each TCP segment decoded too (the iWARP streams follow every one); a
+    frame that is neither (RoCE, any UDP, ARP) is not decoded, only its time kept (``frame.time_delta``).
+    tshark's ``tcp.analysis`` members come from the analysis that follows the file beside (as without
+    a filter).  The same text as the per-packet path: what it costs is the frames shown and the TCP ones."""
+    from rdmalab.capture.columnar_summary import AnalysisFeed  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.fieldtext import field_text  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.reader import (  # lazy: keeps `rdmalab --help` fast
+        CapturedPacket,
+        _load_iwarp_tracker,
+        decode_record,
+        records,
+    )
+    from rdmalab.capture.tsjson import iter_json  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.wire.packet import Packet  # lazy: keeps `rdmalab --help` fast
+
+    verify = any(n.startswith("rdmalab.icrc") for n in flt.fields)  # (as run_fields: the ICRC checked if asked)
+    numbers = b"".join(field_text(path, ["frame.number"], filter_expr=args.filter, count=args.count,
+                                  verify_icrc=verify, workers=args.workers, progress=False))
+    shown = {int(x) for x in numbers.split()}
+    tracker_cls = _load_iwarp_tracker() if not args.no_iwarp else None
+    tracker = tracker_cls() if tracker_cls is not None else None
+    lenient = not args.strict
+    unused = Packet(b"", encap="other")  # (a frame not shown and not decoded: iter_json reads its time alone)
+
+    def packets() -> Any:
+        for rec in records(path):
+            if rec.frame_number in shown or not _udp_or_arp(rec.linktype, rec.data):
+                yield decode_record(rec, lenient=lenient, tracker=tracker)
+            else:
+                yield CapturedPacket(rec.frame_number, rec.timestamp, rec.linktype, unused, [], rec.wire_length,
+                                     rec.interface, record_ns=rec.ns, digits=rec.digits)
+            if args.count is not None and rec.frame_number >= args.count:
+                return
+
+    feed = AnalysisFeed(json=True)
+    feed.read_from(path, 4 << 20)
+    try:
+        for piece in iter_json(packets(), lambda cp: cp.frame_number in shown, meta):
+            out.write(feed.apply_json(piece))
+    finally:
+        feed.close()
+    return 0
+
+
+def _udp_or_arp(linktype: int, data: bytes) -> bool:
+    """Whether a record is an Ethernet frame (untagged) that holds UDP over IPv4 or IPv6 (no extension
+    header) or ARP: what the iWARP reassembly never reads."""
+    if linktype != 1 or len(data) < 34:
+        return False
+    kind = data[12:14]
+    return (kind == b"\x08\x00" and data[23] == 17) or (kind == b"\x86\xdd" and len(data) >= 54 and data[20] == 17) \
+        or kind == b"\x08\x06"
 
 
 def _analysed(packets: Any, seq_ack: Any) -> Any:
