@@ -251,14 +251,11 @@ def _columns_filter(flt: Any, args: argparse.Namespace) -> bool:
             and not (args.no_iwarp and any(n.startswith(("iwarp", "rdmalab.crc32c", "rdmalab.pdus")) for n in fields)))
 
 
-def _json_shown(path: str, args: argparse.Namespace, flt: Any, meta: Any, out: TextIO) -> int:
-    """``-T json -Y FILTER`` of a file whose filter the columns answer: the frames shown are found by the
-    columnar ``-T fields`` path, then the file is read in order, each frame shown decoded and written as the
-    per-packet path writes it, and each TCP segment decoded too (the iWARP streams follow every one); a
-    frame that is neither (RoCE, any UDP, ARP) is not decoded, only its time kept (``frame.time_delta``).
-    tshark's ``tcp.analysis`` members come from the analysis that follows the file beside (as without
-    a filter).  The same text as the per-packet path: what it costs is the frames shown and the TCP ones."""
-    from rdmalab.capture.columnar_summary import AnalysisFeed  # lazy: keeps `rdmalab --help` fast
+def _shown_and_decoded(path: str, args: argparse.Namespace, flt: Any) -> tuple[set[int], Any]:
+    """For ``-T json -Y`` and ``-V -Y`` of a file whose filter the columns answer: the frames the filter shows
+    (found by the columnar ``-T fields -e frame.number`` path, in worker processes), and the file's frames in
+    order, each shown one decoded and each TCP segment too (the iWARP streams follow every one); a frame that
+    is neither (RoCE, any UDP, ARP) is not decoded, its time alone kept (``frame.time_delta``)."""
     from rdmalab.capture.fieldtext import field_text  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.reader import (  # lazy: keeps `rdmalab --help` fast
         CapturedPacket,
@@ -266,7 +263,6 @@ def _json_shown(path: str, args: argparse.Namespace, flt: Any, meta: Any, out: T
         decode_record,
         records,
     )
-    from rdmalab.capture.tsjson import iter_json  # lazy: keeps `rdmalab --help` fast
     from rdmalab.wire.packet import Packet  # lazy: keeps `rdmalab --help` fast
 
     verify = any(n.startswith("rdmalab.icrc") for n in flt.fields)  # (as run_fields: the ICRC checked if asked)
@@ -276,7 +272,7 @@ def _json_shown(path: str, args: argparse.Namespace, flt: Any, meta: Any, out: T
     tracker_cls = _load_iwarp_tracker() if not args.no_iwarp else None
     tracker = tracker_cls() if tracker_cls is not None else None
     lenient = not args.strict
-    unused = Packet(b"", encap="other")  # (a frame not shown and not decoded: iter_json reads its time alone)
+    unused = Packet(b"", encap="other")  # (a frame not shown and not decoded: its time alone is read)
 
     def packets() -> Any:
         for rec in records(path):
@@ -288,10 +284,41 @@ def _json_shown(path: str, args: argparse.Namespace, flt: Any, meta: Any, out: T
             if args.count is not None and rec.frame_number >= args.count:
                 return
 
+    return shown, packets()
+
+
+def _trees_shown(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
+    """``-V -Y FILTER`` of a file whose filter the columns answer (:func:`_shown_and_decoded`): each frame shown
+    written as the per-packet path writes it, tshark's SEQ/ACK analysis from the analysis that follows the file
+    beside (as ``-V`` without a filter)."""
+    from rdmalab.capture.columnar_summary import AnalysisFeed  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.render import frame_tree  # lazy: keeps `rdmalab --help` fast
+
+    shown, packets = _shown_and_decoded(path, args, flt)
+    feed = AnalysisFeed(trees=True)
+    feed.read_from(path, 1 << 20)
+    try:
+        for cp in packets:
+            if cp.frame_number in shown:
+                _write_bytes(out, feed.apply_tree(cp.frame_number, frame_tree(cp).encode()) + b"\n\n")
+    finally:
+        feed.close()
+    return 0
+
+
+def _json_shown(path: str, args: argparse.Namespace, flt: Any, meta: Any, out: TextIO) -> int:
+    """``-T json -Y FILTER`` of a file whose filter the columns answer (:func:`_shown_and_decoded`): each
+    frame shown written as the per-packet path writes it, tshark's ``tcp.analysis`` members from the analysis
+    that follows the file beside (as without a filter).  The same text as the per-packet path: what it costs
+    is the frames shown and the TCP ones."""
+    from rdmalab.capture.columnar_summary import AnalysisFeed  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.tsjson import iter_json  # lazy: keeps `rdmalab --help` fast
+
+    shown, packets = _shown_and_decoded(path, args, flt)
     feed = AnalysisFeed(json=True)
     feed.read_from(path, 4 << 20)
     try:
-        for piece in iter_json(packets(), lambda cp: cp.frame_number in shown, meta):
+        for piece in iter_json(packets, lambda cp: cp.frame_number in shown, meta):
             out.write(feed.apply_json(piece))
     finally:
         feed.close()
@@ -555,6 +582,12 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
             for trees in tree_blocks(path, iwarp=not args.no_iwarp, count=args.count, workers=args.workers):
                 _write_bytes(out, trees)
             return 0
+        if (args.verbose and not hexdump and not args.print_summary and not args.no_columnar and flt is not None
+                and not args.strict and not args.line_flush and shown is None and _columns_filter(flt, args)):
+            from rdmalab.capture.blockpool import parallel_capture  # lazy: keeps `rdmalab --help` fast
+
+            if parallel_capture(path):  # (a file, read again by the analysis beside)
+                return _trees_shown(path, args, flt, out)
         t0: int | None = None
         write = out.write
         windows = TcpWindowScaling()  # follows every frame, filtered out or not, as tshark does

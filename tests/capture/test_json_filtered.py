@@ -1,11 +1,14 @@
-"""``decode -T json -Y FILTER`` of a file whose filter the columns answer (rdmalab.cli.decode._json_shown): the
-frames shown found by the columnar ``-T fields`` path, only those and the TCP segments decoded one by one.
-The text is the per-packet path's (``--no-columnar``) for every filter below on every capture named, and
-that path's is held to tshark's elsewhere (tests/capture/test_tsjson.py)."""
+"""``decode -T json -Y FILTER`` and ``decode -V -Y FILTER`` of a file whose filter the columns answer
+(rdmalab.cli.decode._shown_and_decoded): the frames shown found by the columnar ``-T fields`` path, only those
+and the TCP segments decoded one by one.  The text is the per-packet path's (``--no-columnar``) for every
+filter below on every capture named, and that path's is held to tshark's elsewhere
+(tests/capture/test_tsjson.py, tests/capture/test_tree_templates.py)."""
 
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -27,6 +30,12 @@ def _json(*args: str) -> str:
     with redirect_stdout(buf):
         assert main(["decode", "-T", "json", *args]) == 0
     return buf.getvalue()
+
+
+def _trees(path: Path, *args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "rdmalab", "decode", "-V", *args, "-r", str(path)], capture_output=True,
+                         text=True, timeout=300, check=True)
+    return out.stdout
 
 
 @pytest.mark.parametrize("name", ["siw_write_bw.pcap", "rxe_send_bw_loss.pcap", "siw_crc_rping.pcap",
@@ -63,3 +72,17 @@ def test_with_a_count_and_appended_captures(tmp_path: Path) -> None:
         for count in ([], ["-c", "150"]):
             assert _json(*count, "-Y", expr, "-r", str(path)) == _json("--no-columnar", *count, "-Y", expr, "-r",
                                                                           str(path)), (expr, count)
+
+
+@pytest.mark.parametrize("name", ["siw_write_bw.pcap", "rxe_send_bw_loss.pcap", "siw_crc_rping.pcap",
+                                  "synthetic_iwarp_mpa_crc.pcap"])
+def test_trees_are_the_per_packet_paths(name: str) -> None:
+    """-V -Y: each frame shown as the per-packet path writes its tree, with tshark's SEQ/ACK analysis."""
+    path = CAPTURES / name
+    frames = 0
+    for expr in ("infiniband.bth.opcode == 17", "tcp.analysis.retransmission", "iwarp_rdma.opcode == 0",
+                 "frame.number > 5 && frame.number < 40", "tcp.len > 0", "tcp.analysis.ack_rtt > 0"):
+        got = _trees(path, "-Y", expr)
+        assert got == _trees(path, "--no-columnar", "-Y", expr), expr
+        frames += got.count("\nFrame ") + got.startswith("Frame ")
+    assert frames > 0
