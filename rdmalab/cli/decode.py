@@ -251,7 +251,21 @@ def _columns_filter(flt: Any, args: argparse.Namespace) -> bool:
             and not (args.no_iwarp and any(n.startswith(("iwarp", "rdmalab.crc32c", "rdmalab.pdus")) for n in fields)))
 
 
-def _shown_and_decoded(path: str, args: argparse.Namespace, flt: Any) -> tuple[set[int], Any]:
+class _Ascending:
+    """Frame numbers given in ascending order, asked in ascending order (``frame in shown``): read as they are
+    asked, so that memory does not grow with the capture."""
+
+    def __init__(self, numbers: Any) -> None:
+        self._numbers = numbers
+        self._next: int | None = next(numbers, None)
+
+    def __contains__(self, frame: int) -> bool:
+        while self._next is not None and self._next < frame:
+            self._next = next(self._numbers, None)
+        return self._next == frame
+
+
+def _shown_and_decoded(path: str, args: argparse.Namespace, flt: Any) -> tuple[_Ascending, Any]:
     """For ``-T json -Y`` and ``-V -Y`` of a file whose filter the columns answer: the frames the filter shows
     (found by the columnar ``-T fields -e frame.number`` path, in worker processes), and the file's frames in
     order, each shown one decoded and each TCP segment too (the iWARP streams follow every one); a frame that
@@ -266,9 +280,10 @@ def _shown_and_decoded(path: str, args: argparse.Namespace, flt: Any) -> tuple[s
     from rdmalab.wire.packet import Packet  # lazy: keeps `rdmalab --help` fast
 
     verify = any(n.startswith("rdmalab.icrc") for n in flt.fields)  # (as run_fields: the ICRC checked if asked)
-    numbers = b"".join(field_text(path, ["frame.number"], filter_expr=args.filter, count=args.count,
-                                  verify_icrc=verify, workers=args.workers, progress=False))
-    shown = {int(x) for x in numbers.split()}
+    numbers = (int(x) for text in field_text(path, ["frame.number"], filter_expr=args.filter, count=args.count,
+                                             verify_icrc=verify, workers=args.workers, progress=False)
+               for x in text.split())
+    shown = _Ascending(numbers)
     tracker_cls = _load_iwarp_tracker() if not args.no_iwarp else None
     tracker = tracker_cls() if tracker_cls is not None else None
     lenient = not args.strict
