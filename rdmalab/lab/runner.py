@@ -150,8 +150,12 @@ def execute(notebook: Path, outdir: Path, *, cell_timeout: int, reap: bool = Fal
 
     report: dict[str, Any] = {"problems": [], "reaped": 0, "kernel": "ran"}
     nb = nbformat.read(notebook, as_version=4)  # type: ignore[no-untyped-call]
+    # shutdown_kernel "immediate": the kernel is killed once the cells have run, not asked to shut down. A
+    # kernel asked to has been seen to hang in its own close (ipykernel's IPKernelApp.close, in zmq's
+    # Context.term) for 14 minutes after a hostile submission, and its outputs are all here already
     client = nbclient.NotebookClient(
         nb, timeout=cell_timeout, kernel_name=kernel, allow_errors=True, interrupt_on_timeout=True,
+        shutdown_kernel="immediate",
         error_on_timeout={"ename": "CellTimeoutError", "evalue": f"ran longer than {cell_timeout} s",
                           "traceback": []},
         resources={"metadata": {"path": str(outdir)}})
