@@ -151,3 +151,24 @@ def truncated_tail(src: str | os.PathLike[str], dst: str | os.PathLike[str], n: 
 
 __all__ = ["appended", "duplicated", "frames_of", "many_connections", "psn_wrap", "reordered", "snaplen_cut",
            "truncated_tail", "write"]
+
+
+def over_ipv6(data: bytes, *, trailer: bool = False) -> bytes:
+    """A RoCEv2-over-IPv4 frame sent to IPv6 GIDs instead (2001:db8::A.B.C.D, traffic class 0x20, flow label
+    0x12345, hop limit 64: no IP identification then), its ICRC that of the new datagram (IBA Annex A17.3.3:
+    over IPv6 the traffic class, flow label and hop limit are masked); ``trailer``: the octets after the IPv4
+    datagram (padding) kept after the new one.  Any other frame as it is."""
+    import struct
+
+    from rdmalab.wire.crc import icrc_rocev2
+
+    if data[12:14] != b"\x08\x00" or data[23] != 17 or data[36:38] != b"\x12\xb7":
+        return data
+    ihl = (data[14] & 15) * 4
+    total = int.from_bytes(data[16:18], "big")
+    hdr = (struct.pack(">IHBB", 6 << 28 | 0x20 << 20 | 0x12345, total - ihl, 17, 64) + b"\x20\x01\x0d\xb8"
+           + bytes(8) + data[26:30] + b"\x20\x01\x0d\xb8" + bytes(8) + data[30:34])
+    out = bytearray(data[:12] + b"\x86\xdd" + hdr + data[14 + ihl:14 + total] + (data[14 + total:] if trailer else b""))
+    end = 54 + total - ihl
+    out[end - 4:end] = icrc_rocev2(bytes(out[14:end - 4])).to_bytes(4, "little")
+    return bytes(out)

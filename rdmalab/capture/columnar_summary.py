@@ -1243,6 +1243,16 @@ _TCP_HEADING = TCP_HEADING.encode()
 _NOT_A_FIELD = re.compile(NOT_A_FIELD.pattern.encode())
 
 
+def _tcp_fields_end(text: bytes, lo: int, hi: int) -> int | None:
+    """Where the fields of the TCP header end in the tree ``text[lo:hi]`` (the SEQ/ACK analysis goes there,
+    as :func:`~rdmalab.capture.render.with_analysis_tree` puts it); None when the tree has no TCP header."""
+    at = text.find(_TCP_HEADING, lo, hi)
+    if at < 0:
+        return None
+    m = _NOT_A_FIELD.search(text, at + len(_TCP_HEADING), hi)
+    return m.start() if m is not None else len(text[:hi].rstrip(b"\n"))
+
+
 def with_prefix(line: bytes, prefix: bytes) -> bytes:
     """A summary line with ``prefix`` in front of its Info (as tshark puts its TCP analysis flags)."""
     m = _INFO_AT.search(line)
@@ -1439,11 +1449,9 @@ class AnalysisFeed:
             got = where.get(frame)
             if got is None:
                 continue
-            at = text.find(_TCP_HEADING, got[0], got[1])
-            if at < 0:
+            end = _tcp_fields_end(text, got[0], got[1])
+            if end is None:
                 continue
-            m = _NOT_A_FIELD.search(text, at + len(_TCP_HEADING), got[1])
-            end = m.start() if m is not None else len(text[:got[1]].rstrip(b"\n"))
             out.append(text[prev:end])
             out.append(block)
             prev = end
@@ -1461,12 +1469,8 @@ class AnalysisFeed:
         if not pending or pending[0][0] != frame:
             return text
         block = pending.popleft()[1]
-        at = text.find(_TCP_HEADING)
-        if at < 0:
-            return text
-        m = _NOT_A_FIELD.search(text, at + len(_TCP_HEADING))
-        end = m.start() if m is not None else len(text.rstrip(b"\n"))
-        return b"".join((text[:end], block, text[end:]))
+        end = _tcp_fields_end(text, 0, len(text))
+        return text if end is None else b"".join((text[:end], block, text[end:]))
 
     def apply_json(self, text: str) -> str:
         """``text``, the next frames' ``-T json`` text, in order, with the ``tcp.analysis`` member of each

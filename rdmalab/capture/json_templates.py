@@ -34,7 +34,7 @@ from rdmalab.capture.fields import header_fields, packet_fields
 from rdmalab.capture.iwarp import _address_text
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.reader import RawRecord, decode_record
-from rdmalab.capture.tree_templates import RoceFrame, _ipv4_front, roce_frame
+from rdmalab.capture.tree_templates import RoceFrame, _ipv4_front, _ipv6_udp_front, roce_frame
 from rdmalab.capture.tsjson import (
     _FIELD_NL,
     _FRAME_END,
@@ -186,7 +186,6 @@ _ROCE_CHAIN = {0: "eth:ethertype:ip:udp:infiniband", 4: "eth:ethertype:vlan:ethe
 _IP6 = _header_json(IPv6)
 _FRONT6 = {0: [(_ETH, 0), (_IP6, 14)], 4: [(_ETH, 0), (_header_json(VLAN), 14), (_IP6, 18)]}
 _ROCE_CHAIN6 = {0: "eth:ethertype:ipv6:udp:infiniband", 4: "eth:ethertype:vlan:ethertype:ipv6:udp:infiniband"}
-_IPV6_UDP = b"\x86\xdd"  # (the EtherType; the next header's octet is checked on its own)
 
 
 def _tag_of(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int, fcs_len: int) -> int | None:
@@ -211,8 +210,9 @@ def roce_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int
     if tag is None:
         return None
     # (after a tag, the frame read as if its addresses ended 4 octets later: the same offsets from there)
-    if buf[o + tag + 12:o + tag + 14] == _IPV6_UDP:
-        if not _ipv6_udp_to_end(buf, o + tag, cap - tag):
+    six = _ipv6_udp_front(buf, o + tag, cap - tag, wire - tag, fcs_len)
+    if six is not None:
+        if six[0] != cap - tag:  # (to the frame's end: no padding, no trailer)
             return None
         version, roce = 6, roce_frame(buf, o + tag, cap - tag, 40)
     else:
@@ -234,13 +234,6 @@ def roce_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int
             REFUSED.add(kind)
             return None
     return text
-
-
-def _ipv6_udp_to_end(buf: bytes | bytearray, o: int, cap: int) -> bool:
-    """Whether the Ethernet frame ``buf[o:o + cap]`` is an IPv6 datagram whose next header is UDP (no
-    extension header) and which ends where the frame does (no padding, no trailer)."""
-    return (cap >= 62 and buf[o + 14] >> 4 == 6 and buf[o + 20] == 17
-            and 54 + int.from_bytes(buf[o + 18:o + 20], "big") == cap)
 
 
 def _written(buf: bytes | bytearray, o: int, cap: int, tag: int, roce: RoceFrame, frame: int, ns: int, first_ns: int,

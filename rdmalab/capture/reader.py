@@ -26,7 +26,8 @@ from rdmalab.capture.pcapwriter import DEFAULT_SNAPLEN, CaptureWriter, Format, s
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.packet import Packet
 
-__all__ = ["CaptureError", "CapturedPacket", "RawRecord", "decode_record", "epoch_ns", "read", "records", "write_pcap"]
+__all__ = ["CaptureError", "CapturedPacket", "RawRecord", "decode_record", "epoch_ns", "read", "read_selected", "records",
+           "write_pcap"]
 
 @dataclass(slots=True)
 class RawRecord:
@@ -204,6 +205,36 @@ def read(path: str | os.PathLike[str], *, lenient: bool = True, iwarp: bool = Tr
         yield decode_record(rec, lenient=lenient, tracker=tracker)
         if count is not None and rec.frame_number >= count:
             return  # at once: a stream (a pipe, a live capture) is not read further
+
+
+def read_selected(path: str | os.PathLike[str], wanted: Any, *, lenient: bool = True, iwarp: bool = True,
+                  count: int | None = None) -> Iterator[CapturedPacket]:
+    """:func:`read` of a file, but for the frames no one reads whole: each frame ``wanted`` holds (``frame
+    number in wanted``, asked in frame order) is decoded, and so is each that may be a TCP segment (the iWARP
+    streams follow every one); any other (UDP over IPv4 or IPv6, ARP: :func:`_no_tcp`) is a
+    :class:`CapturedPacket` of its record's number, time and lengths with an empty packet, not decoded.  For a
+    display filter whose frames are known beforehand (``decode -T json -Y``, ``-V -Y``)."""
+    tracker_cls = _load_iwarp_tracker() if iwarp else None
+    tracker = tracker_cls() if tracker_cls is not None else None
+    unused = Packet(b"", encap="other")
+    for rec in records(path):
+        if rec.frame_number in wanted or not _no_tcp(rec.linktype, rec.data):
+            yield decode_record(rec, lenient=lenient, tracker=tracker)
+        else:
+            yield CapturedPacket(rec.frame_number, rec.timestamp, rec.linktype, unused, [], rec.wire_length,
+                                 rec.interface, record_ns=rec.ns, digits=rec.digits)
+        if count is not None and rec.frame_number >= count:
+            return
+
+
+def _no_tcp(linktype: int, data: bytes) -> bool:
+    """Whether a record is an Ethernet frame (untagged) that holds UDP over IPv4 or IPv6 (no extension
+    header) or ARP: what the iWARP reassembly never reads."""
+    if linktype != LINKTYPE_ETHERNET or len(data) < 34:
+        return False
+    kind = data[12:14]
+    return (kind == b"\x08\x00" and data[23] == 17) or (kind == b"\x86\xdd" and len(data) >= 54 and data[20] == 17) \
+        or kind == b"\x08\x06"
 
 
 # ============================================================================ writing

@@ -268,38 +268,16 @@ class _Ascending:
 def _shown_and_decoded(path: str, args: argparse.Namespace, flt: Any) -> tuple[_Ascending, Any]:
     """For ``-T json -Y`` and ``-V -Y`` of a file whose filter the columns answer: the frames the filter shows
     (found by the columnar ``-T fields -e frame.number`` path, in worker processes), and the file's frames in
-    order, each shown one decoded and each TCP segment too (the iWARP streams follow every one); a frame that
-    is neither (RoCE, any UDP, ARP) is not decoded, its time alone kept (``frame.time_delta``)."""
+    order, those shown and the TCP segments decoded (:func:`~rdmalab.capture.reader.read_selected`)."""
     from rdmalab.capture.fieldtext import field_text  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.capture.reader import (  # lazy: keeps `rdmalab --help` fast
-        CapturedPacket,
-        _load_iwarp_tracker,
-        decode_record,
-        records,
-    )
-    from rdmalab.wire.packet import Packet  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.reader import read_selected  # lazy: keeps `rdmalab --help` fast
 
     verify = any(n.startswith("rdmalab.icrc") for n in flt.fields)  # (as run_fields: the ICRC checked if asked)
     numbers = (int(x) for text in field_text(path, ["frame.number"], filter_expr=args.filter, count=args.count,
                                              verify_icrc=verify, workers=args.workers, progress=False)
                for x in text.split())
     shown = _Ascending(numbers)
-    tracker_cls = _load_iwarp_tracker() if not args.no_iwarp else None
-    tracker = tracker_cls() if tracker_cls is not None else None
-    lenient = not args.strict
-    unused = Packet(b"", encap="other")  # (a frame not shown and not decoded: its time alone is read)
-
-    def packets() -> Any:
-        for rec in records(path):
-            if rec.frame_number in shown or not _udp_or_arp(rec.linktype, rec.data):
-                yield decode_record(rec, lenient=lenient, tracker=tracker)
-            else:
-                yield CapturedPacket(rec.frame_number, rec.timestamp, rec.linktype, unused, [], rec.wire_length,
-                                     rec.interface, record_ns=rec.ns, digits=rec.digits)
-            if args.count is not None and rec.frame_number >= args.count:
-                return
-
-    return shown, packets()
+    return shown, read_selected(path, shown, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count)
 
 
 def _trees_shown(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
@@ -338,16 +316,6 @@ def _json_shown(path: str, args: argparse.Namespace, flt: Any, meta: Any, out: T
     finally:
         feed.close()
     return 0
-
-
-def _udp_or_arp(linktype: int, data: bytes) -> bool:
-    """Whether a record is an Ethernet frame (untagged) that holds UDP over IPv4 or IPv6 (no extension
-    header) or ARP: what the iWARP reassembly never reads."""
-    if linktype != 1 or len(data) < 34:
-        return False
-    kind = data[12:14]
-    return (kind == b"\x08\x00" and data[23] == 17) or (kind == b"\x86\xdd" and len(data) >= 54 and data[20] == 17) \
-        or kind == b"\x08\x06"
 
 
 def _analysed(packets: Any, seq_ack: Any) -> Any:

@@ -261,14 +261,13 @@ def tcp_seq_time(analysis: Analysis, connection: int | None = None, *, title: st
     pts = analysis.iwarp_seq_time[conn.id]
     unit, div = _time_unit(float(pts["t"].max()) * 1e6 if len(pts["t"]) else 0.0)
     t = pts["t"] * 1e6 / div
-    ends = conn.name.removesuffix(" (iWARP)").split(" ")
+    ways = conn.summary["directions"]  # (initiator to responder, then back)
     fig, ax = _figure(width, height)
     for way, (marker, colour, size) in enumerate((("o", "#1565c0", 14), (".", "#2e7d32", 30))):
         sel = (pts["dir"] == way) & (pts["kind"] == NEW)
         if sel.any():
-            frm, to = (ends[0], ends[-1]) if way == 0 else (ends[-1], ends[0])
             ax.scatter(t[sel], pts["seq"][sel], marker=marker, color=colour, s=size, zorder=3,
-                       label=f"{frm} \u2192 {to}")
+                       label=f"{ways[way]['from']} \u2192 {ways[way]['to']}")
     for kind, style in _SEGMENT_STYLE.items():
         sel = pts["kind"] == kind
         if sel.any():

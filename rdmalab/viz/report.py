@@ -205,11 +205,13 @@ def _connections_table(a: Analysis, shown: int = 20, limit: int = 2000) -> str:
 # ---------------------------------------------------------------------------- plots
 
 
-def _plotted(a: Analysis) -> list[Any]:
+def _plotted(a: Analysis, conns: list[Any] | None = None) -> list[Any]:
+    """The connections drawn (``conns``, by default the RoCE ones): the :data:`PLOT_CONNECTIONS` with the most
+    findings, then packets, in id order."""
     per: dict[int | None, int] = defaultdict(int)
     for f in a.findings:
         per[f.connection] += 1
-    ranked = sorted(a.connections, key=lambda c: (-per.get(c.id, 0), -c.packets, c.id))
+    ranked = sorted(a.connections if conns is None else conns, key=lambda c: (-per.get(c.id, 0), -c.packets, c.id))
     return sorted(ranked[:PLOT_CONNECTIONS], key=lambda c: c.id)
 
 
@@ -315,17 +317,10 @@ def _iwarp_plots(a: Analysis, go: Any) -> list[tuple[str, Any]]:
     Stevens graph shows of one): where each segment starts in its direction's sequence space, new data
     as dots, segments sent again as red crosses, out-of-order ones (holes filled late) as orange
     diamonds, keep-alives as grey ticks."""
-    per: dict[int | None, int] = defaultdict(int)
-    for f in a.findings:
-        per[f.connection] += 1
-    shown = [c for c in a.iwarp_connections if c.id in a.iwarp_seq_time]
-    shown = sorted(sorted(shown, key=lambda c: (-per.get(c.id, 0), -c.packets, c.id))[:PLOT_CONNECTIONS],
-                   key=lambda c: c.id)
     figs: list[tuple[str, Any]] = []
-    for c in shown:
+    for c in _plotted(a, [c for c in a.iwarp_connections if c.id in a.iwarp_seq_time]):
         pts = a.iwarp_seq_time[c.id]
-        ends = c.name.removesuffix(" (iWARP)").split(" ")
-        names = (f"{ends[0]} → {ends[-1]}", f"{ends[-1]} → {ends[0]}")
+        names = [f"{d['from']} → {d['to']}" for d in c.summary["directions"]]
         fig = go.Figure()
         for way in (0, 1):
             for kind, label, colour, symbol, size in (

@@ -349,24 +349,6 @@ def test_a_frame_stamped_late_is_not_a_seam() -> None:
     assert not a.of_kind("capture_gap") and not a.of_kind("opcode_sequence")
 
 
-def _over_ipv6(data: bytes) -> bytes:
-    """A RoCEv2-over-IPv4 frame sent to IPv6 GIDs instead (no IP identification then), its ICRC that of the new
-    datagram; any other frame as it is."""
-    import struct
-
-    from rdmalab.wire.crc import icrc_rocev2
-
-    if data[12:14] != b"\x08\x00" or data[23] != 17 or data[36:38] != b"\x12\xb7":
-        return data
-    ihl = (data[14] & 15) * 4
-    total = int.from_bytes(data[16:18], "big")
-    hdr = (struct.pack(">IHBB", 6 << 28, total - ihl, 17, 64) + b"\x20\x01\x0d\xb8" + bytes(8) + data[26:30]
-           + b"\x20\x01\x0d\xb8" + bytes(8) + data[30:34])
-    out = bytearray(data[:12] + b"\x86\xdd" + hdr + data[14 + ihl:14 + total])
-    out[-4:] = icrc_rocev2(bytes(out[14:-4])).to_bytes(4, "little")
-    return bytes(out)
-
-
 def _ip_id_zero(data: bytes) -> bytes:
     """A RoCEv2-over-IPv4 frame with its IP identification 0 (RFC 6864 4.1: a sender may, with DF set), the
     checksum and the ICRC (which covers the identification) made good again; any other frame as it is."""
@@ -398,7 +380,7 @@ def test_responses_answered_again_are_not_copies(name: str, how: str, tmp_path: 
 
     src = Path(__file__).resolve().parents[2] / "captures" / name
     recs = list(records(src))
-    change = _over_ipv6 if how == "IPv6" else _ip_id_zero
+    change = hostile.over_ipv6 if how == "IPv6" else _ip_id_zero
     frames = [change(r.data) for r in recs]
     path = tmp_path / "same.pcap"
     write_capture(path, [(round(r.timestamp * 1e9), f) for r, f in zip(recs, frames, strict=True)])

@@ -12,6 +12,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import hostile  # tests/hostile.py: frames made hostile, or sent another way
 import pytest
 
 from rdmalab.capture import json_templates
@@ -19,7 +20,6 @@ from rdmalab.capture.json_templates import VOLATILE, HeaderJson, roce_json
 from rdmalab.capture.pcapio import record_blocks, record_ns
 from rdmalab.capture.reader import RawRecord, decode_record
 from rdmalab.capture.tsjson import _frame_text, _make_header_layer, _packet_json
-from rdmalab.wire.crc import icrc_rocev2
 from rdmalab.wire.header import Header
 from rdmalab.wire.net import TCP
 
@@ -293,21 +293,6 @@ def test_frames_with_an_802_1q_tag(name: str, monkeypatch: Any) -> None:
     assert taken >= 0.9 * eligible > 0, (taken, eligible)
 
 
-def _over_ipv6(data: bytes, flow: int = 0x12345) -> bytes:
-    """A RoCEv2-over-IPv4 frame sent to IPv6 GIDs instead (2001:db8::A.B.C.D, a flow label, hop limit 64),
-    its ICRC that of the new datagram (IBA Annex A17.3.3: over IPv6 the traffic class, flow label and hop
-    limit are masked); any other frame as it is."""
-    if data[12:14] != b"\x08\x00" or data[23] != 17 or data[36:38] != b"\x12\xb7":
-        return data
-    ihl = (data[14] & 15) * 4
-    total = int.from_bytes(data[16:18], "big")
-    hdr = (struct.pack(">IHBB", 6 << 28 | 0x20 << 20 | flow, total - ihl, 17, 64) + b"\x20\x01\x0d\xb8" + bytes(8)
-           + data[26:30] + b"\x20\x01\x0d\xb8" + bytes(8) + data[30:34])
-    out = bytearray(data[:12] + b"\x86\xdd" + hdr + data[14 + ihl:14 + total])
-    out[-4:] = icrc_rocev2(bytes(out[14:-4])).to_bytes(4, "little")
-    return bytes(out)
-
-
 @pytest.mark.parametrize("tagged", [False, True], ids=["untagged", "802.1Q"])
 @pytest.mark.parametrize("name", ["rxe_write_bw.pcap", "rxe_read_bw.pcap", "rxe_atomic_cswap.pcap", "rxe_imm.pcap",
                                   "rxe_ud_send_bw.pcap", "rxe_send_bw_loss.pcap"])
@@ -321,7 +306,7 @@ def test_roce_over_ipv6(name: str, tagged: bool, monkeypatch: Any) -> None:
     first = frames[0][5]
     taken = eligible = 0
     for n, (data, _cap, _wire, lt, ts, ns, fcs) in enumerate(frames, 1):
-        b = _over_ipv6(data)
+        b = hostile.over_ipv6(data)
         if tagged:
             b = _tag(b)
         cap = len(b)
@@ -350,7 +335,7 @@ def test_ipv6_frames_with_a_header_octet_changed(name: str, monkeypatch: Any) ->
     taken = 0
     for n in range(1, min(len(frames), 200), 13):
         data, _cap, _wire, lt, ts, ns, fcs = frames[n - 1]
-        v6 = _over_ipv6(data)
+        v6 = hostile.over_ipv6(data)
         for pos in range(min(len(v6), 90)):
             for delta in (1, 0x10, 0x80, 0xFF):
                 d = bytearray(v6)

@@ -10,6 +10,7 @@ import os
 import random
 from pathlib import Path
 
+import hostile  # tests/hostile.py: frames made hostile, or sent another way
 import pytest
 
 from rdmalab.capture import read, render, tree_templates
@@ -299,21 +300,6 @@ def test_a_file_cut_mid_record(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert fast.err == slow.err and "truncated mid-record" in fast.err
 
 
-def _over_ipv6(data: bytes) -> bytes:
-    """A RoCEv2-over-IPv4 frame sent to IPv6 GIDs instead (2001:db8::A.B.C.D, a flow label, hop limit 64), its
-    ICRC that of the new datagram; any other frame as it is."""
-    if data[12:14] != b"\x08\x00" or data[23] != 17 or data[36:38] != b"\x12\xb7":
-        return data
-    ihl = (data[14] & 15) * 4
-    total = int.from_bytes(data[16:18], "big")
-    hdr = ((6 << 28 | 0x20 << 20 | 0x12345).to_bytes(4, "big") + (total - ihl).to_bytes(2, "big") + bytes([17, 64])
-           + b"\x20\x01\x0d\xb8" + bytes(8) + data[26:30] + b"\x20\x01\x0d\xb8" + bytes(8) + data[30:34])
-    out = bytearray(data[:12] + b"\x86\xdd" + hdr + data[14 + ihl:14 + total] + data[14 + total:])
-    end = 54 + total - ihl
-    out[end - 4:end] = icrc_rocev2(bytes(out[14:end - 4])).to_bytes(4, "little")
-    return bytes(out)
-
-
 @pytest.mark.parametrize("name", ["rxe_write_bw.pcap", "rxe_read_bw.pcap", "rxe_atomic_cswap.pcap", "rxe_imm.pcap",
                                   "rxe_ud_send_bw.pcap", "rxe_send_bw_loss.pcap"])
 def test_roce_over_ipv6(name: str, tmp_path: Path) -> None:
@@ -321,12 +307,12 @@ def test_roce_over_ipv6(name: str, tmp_path: Path) -> None:
     workers), and the templates write every RoCE frame over IPv6 they write over IPv4."""
     recs = list(records(ROOT / "captures" / name))
     path = tmp_path / "v6.pcap"
-    write_capture(path, [(round(r.timestamp * 1e9), _over_ipv6(r.data)) for r in recs])
+    write_capture(path, [(round(r.timestamp * 1e9), hostile.over_ipv6(r.data, trailer=True)) for r in recs])
     assert _fast(path) == _per_packet(path)
     assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0, block_bytes=4096)).decode() == _per_packet(path)
     four = six = 0
     for r in recs:
-        v6 = _over_ipv6(r.data)
+        v6 = hostile.over_ipv6(r.data, trailer=True)
         if v6 is r.data:
             continue
         four += fast_frame(r.data, 0, len(r.data), r.frame_number, r.wire_length, r.timestamp, 0, None) is not None
@@ -342,7 +328,7 @@ def test_ipv6_frames_with_a_header_octet_changed(tmp_path: Path) -> None:
     recs = list(records(ROOT / "captures" / "rxe_write_bw.pcap"))[:80:9]
     frames = []
     for r in recs:
-        v6 = _over_ipv6(r.data)
+        v6 = hostile.over_ipv6(r.data, trailer=True)
         for pos in range(min(len(v6), 80)):
             for delta in (1, 0x80):
                 d = bytearray(v6)
