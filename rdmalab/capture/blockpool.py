@@ -193,10 +193,28 @@ def run_beside(make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
 
     ctx = multiprocessing.get_context("fork")
     got, put = ctx.Pipe(duplex=False)
+    _widen(put)
     child = ctx.Process(target=_beside, args=(make, put), daemon=True)  # (forked: nothing pickled)
     child.start()
     put.close()
     return _taken(got, child)
+
+
+#: how far (octets) :func:`run_beside`'s child may run ahead: its pipe's buffer, made this large where the
+#: system lets it (Linux: F_SETPIPE_SZ, up to /proc/sys/fs/pipe-max-size, 1 MiB by default; else 64 KiB):
+#: a block's items for the trees are a few hundred KiB, so the child can make the next block's while this
+#: process takes the last one's
+BESIDE_AHEAD = 1 << 20
+
+
+def _widen(conn: Any) -> None:
+    """The buffer of a pipe's end ``conn`` made :data:`BESIDE_AHEAD` octets, where the system lets it."""
+    try:
+        import fcntl  # lazy: not on every system
+
+        fcntl.fcntl(conn.fileno(), fcntl.F_SETPIPE_SZ, BESIDE_AHEAD)
+    except (ImportError, AttributeError, OSError):  # (another system, or a smaller limit: as it was)
+        pass
 
 
 def _taken(got: Any, child: Any) -> Iterator[Any]:

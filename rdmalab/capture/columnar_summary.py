@@ -1472,6 +1472,22 @@ class AnalysisFeed:
         end = _tcp_fields_end(text, 0, len(text))
         return text if end is None else b"".join((text[:end], block, text[end:]))
 
+    def tree_pieces(self, frame: int, text: bytes | memoryview, end: int | None) -> tuple[bytes | memoryview, ...]:
+        """:meth:`apply_tree` of a TCP segment's tree whose header's fields end at ``end`` (None: not known,
+        looked for), as the pieces to write one after the other (no copy of ``text``, perhaps a view)."""
+        self._read_upto(frame)
+        pending = self.pending
+        while pending and pending[0][0] < frame:
+            pending.popleft()
+        if not pending or pending[0][0] != frame:
+            return (text,)
+        block = pending.popleft()[1]
+        if end is None:
+            end = _tcp_fields_end(bytes(text), 0, len(text))
+            if end is None:
+                return (text,)
+        return text[:end], block, text[end:]
+
     def apply_json(self, text: str) -> str:
         """``text``, the next frames' ``-T json`` text, in order, with the ``tcp.analysis`` member of each
         segment that has one (:func:`~rdmalab.capture.tcp_analysis.insert_json`)."""

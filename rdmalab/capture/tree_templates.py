@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from rdmalab.capture.blockpool import JSON_PARALLEL_MIN_BYTES, blocks_in_workers, default_workers, parallel_capture
 from rdmalab.capture.columnar_decode import erf_ethernet_view
 from rdmalab.capture.columnar_summary import AnalysisFeed
@@ -546,8 +548,11 @@ def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: fl
 #: a TCP segment's tree but for what the iWARP reassembly adds (:func:`_tcp_parts`): its text without
 #: iWARP PDUs (UTF-8) and where its Summary starts and ends in it; the frame number, wire length and
 #: time; what the reassembly is fed (source, source port, destination, destination port, sequence
-#: number, flags, payload); and the link type of its record
-TcpParts = tuple[bytes, int, int, int, int, float, str, int, str, int, int, int, bytes, int]
+#: number, flags, payload; the IPv4 addresses as numbers); the link type of its record; and where its TCP
+#: header's fields end in the text (where its SEQ/ACK analysis goes: :meth:`AnalysisFeed.apply_tree`).  The
+#: text and payload may be views of the workers' shared memory (:class:`_TcpColumns`).
+TcpParts = tuple[bytes | memoryview, int, int, int, int, float, int, int, int, int, int, int, bytes | memoryview, int,
+                 int]
 
 
 def _tcp_parts(buf: bytes | bytearray, o: int, frame: int, wire: int, cap: int, ts: float, ipv: int, ip_end: int,
@@ -569,27 +574,35 @@ def _tcp_parts(buf: bytes | bytearray, o: int, frame: int, wire: int, cap: int, 
     shape = _ETHERNET if record is None else record.shape
     lines = [""] if record is None else ["", record.lines]
     lines += (shape.eth(int.from_bytes(buf[o:o + 14], "big")), shape.ip(ipv), shape.tcp(tv))
-    if plen:
-        lines.append(payload_line("    ", shape.at + start, plen, buf[o + start:o + start + min(plen, 32)]))
-    lines += tail
+    fields = "\n".join(lines).encode()  # (the TCP header's fields end here: its SEQ/ACK analysis goes after)
+    more = [payload_line("    ", shape.at + start, plen, buf[o + start:o + start + min(plen, 32)])] if plen else []
+    more += tail
     # the Summary line has the one character outside ASCII (the arrow): the text around it stays
     # ASCII, which encodes and joins as a copy
     head = _frame_head(frame, wire, cap, ts, record).encode() + b"\n    Summary: "
     text = summary.encode()
-    return (b"".join((head, text, "\n".join(lines).encode())), len(head), len(head) + len(text), frame, wire, ts,
-            _address_text(4, a), sport, _address_text(4, b), dport, seq, flags, bytes(buf[o + start:o + ip_end]),
-            LINKTYPE_ETHERNET if record is None else record.linktype)
+    return (b"".join((head, text, fields, ("\n" + "\n".join(more)).encode() if more else b"")), len(head),
+            len(head) + len(text), frame, wire, ts, a, sport, b, dport, seq, flags, bytes(buf[o + start:o + ip_end]),
+            LINKTYPE_ETHERNET if record is None else record.linktype, len(head) + len(text) + len(fields))
 
 
 def tcp_tree(parts: TcpParts, tracker: Any, frame_bytes: Callable[[], bytes], interface: int) -> bytes:
     """The tree of a TCP segment from its :data:`TcpParts`, the segment fed to ``tracker`` (the iWARP
     reassembly, or None): with the iWARP PDUs it completes, their Summary and their trees after the
     segment's.  ``frame_bytes()`` gives the record's bytes, for a tracker that fails on it."""
-    text, a, b, frame, wire, ts, src, sport, dst, dport, seq, flags, payload, lt = parts
+    return bytes(tcp_tree_at(parts, tracker, frame_bytes, interface)[0])
+
+
+def tcp_tree_at(parts: TcpParts, tracker: Any, frame_bytes: Callable[[], bytes],
+                interface: int) -> tuple[bytes | memoryview, int | None]:
+    """:func:`tcp_tree`, and where the TCP header's fields end in it (None: not known, the tree of a
+    tracker's failure); the text as given when the tracker completes no PDU (a view stays a view)."""
+    text, a, b, frame, wire, ts, src, sport, dst, dport, seq, flags, payload, lt, end = parts
     pdus: list[Packet] = []
     if tracker is not None:
         try:
-            pdus = tracker.process_segment(frame, src, sport, dst, dport, seq, flags, payload)
+            pdus = tracker.process_segment(frame, _address_text(4, src), sport, _address_text(4, dst), dport, seq,
+                                           flags, payload)
         except DecodeError:
             pass  # as the per-packet reader (lenient): the stream's damage is its PDUs' to report
         except Exception as err:  # a reassembly bug must not stop a capture: reported on the frame, as the reader does
@@ -600,19 +613,34 @@ def tcp_tree(parts: TcpParts, tracker: Any, frame_bytes: Callable[[], bytes], in
             else:  # (an ERF record: its own time and lengths, as the reader gives them)
                 cp = decode_record(RawRecord(frame, ts, lt, data, wire, interface), lenient=True)
             cp.packet.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
-            return frame_tree(cp).encode()
+            return frame_tree(cp).encode(), None
     if not pdus:
-        return text
+        return text, end
     # the Summary line from the PDUs, and their trees after the segment's
     more = pdu_lines(pdus)
-    return b"".join((text[:a], pdus_info(pdus).encode(), text[b:], ("\n" + "\n".join(more)).encode() if more else b""))
+    info = pdus_info(pdus).encode()
+    return (b"".join((text[:a], info, text[b:], ("\n" + "\n".join(more)).encode() if more else b"")),
+            end + len(info) - (b - a))
 
 
 def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int | None = None,
                 block_bytes: int = 1 << 20, workers: int | None = 1,
                 parallel_min_bytes: int = JSON_PARALLEL_MIN_BYTES) -> Iterator[bytes]:
     """The text of ``rdmalab decode -V -r FILE`` (lenient), UTF-8, in pieces: each frame's tree
-    followed by a blank line, in capture order, the frames of one block of records at a time.
+    followed by a blank line, in capture order, the frames of one block of records at a time
+    (:func:`tree_pieces` joined)."""
+    for pieces in tree_pieces(path, iwarp=iwarp, count=count, block_bytes=block_bytes, workers=workers,
+                              parallel_min_bytes=parallel_min_bytes):
+        yield b"".join(pieces)
+
+
+def tree_pieces(path: str | os.PathLike[str], *, iwarp: bool = True, count: int | None = None,
+                block_bytes: int = 1 << 20, workers: int | None = 1,
+                parallel_min_bytes: int = JSON_PARALLEL_MIN_BYTES) -> Iterator[list[bytes | memoryview]]:
+    """:func:`tree_blocks`' text, each block's as the list of its pieces, not joined (a writer that
+    writes a list without joining it, ``os.writev``, saves a copy of the text).  A piece may be a view
+    of the worker processes' shared memory: it holds until the block after next is asked for (write
+    or copy each list before asking for the next).
 
     The frames of Ethernet records, and of ERF Ethernet records (:func:`erf_ethernet`: the record's
     header lines before the frame's), take the templates (:func:`fast_frame`); any other frame the
@@ -653,7 +681,7 @@ def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int 
                 break
         if out:
             out.append(b"")
-            yield seq_ack.apply_trees(b"\n\n".join(out))
+            yield [seq_ack.apply_trees(b"\n\n".join(out))]
         if last:
             return
 
@@ -662,27 +690,35 @@ _TCP_HEADING = TCP_HEADING.encode()
 
 
 def _trees_of_workers(p: str, seq_ack: AnalysisFeed, tracker: Any, block_bytes: int, workers: int,
-                      count: int | None) -> Iterator[bytes]:
-    """:func:`tree_blocks`' text of blocks rendered in workers (:func:`_tree_block`), the TCP segments'
+                      count: int | None) -> Iterator[list[bytes | memoryview]]:
+    """:func:`tree_pieces`' text of blocks rendered in workers (:func:`_tree_block`), the TCP segments'
     finished here in order."""
-    for (first, pieces), _t0 in blocks_in_workers(p, _tree_block, (), workers=workers,
+    for (first, pieces, tcp), _t0 in blocks_in_workers(p, _tree_block, (), workers=workers,
                                                   block_bytes=block_bytes, count=count):
         # the SEQ/ACK analysis put in each frame's tree as it is written here, in order (the frames the
-        # workers wrote are not TCP segments: their text is looked at only if it has a TCP header)
-        out: list[bytes] = []
+        # workers wrote are not TCP segments; one whose tree has a TCP header, an ICMP error's quote, comes
+        # alone with its number)
+        out: list[bytes | memoryview] = []
+        segments = tcp.unpack() if tcp is not None else []
         for piece in pieces:
-            if isinstance(piece, bytes):
-                out.append(seq_ack.apply_trees(piece) if _TCP_HEADING in piece else piece)
+            if isinstance(piece, np.ndarray):  # (the trees of a run of frames: a view of the shared memory,
+                out.append(piece.data)  # which holds until the block after next is asked for)
                 continue
-            if len(piece) == 3:  # a TCP segment's tree but for its stream's part
-                j, parts, iface = piece
-                text = tcp_tree(parts, tracker, partial(_frame_again, p, first + j), iface)
+            if isinstance(piece, range):  # TCP segments' trees but for their streams' part
+                for i in piece:
+                    j, parts, iface = segments[i]
+                    text, end = tcp_tree_at(parts, tracker, partial(_frame_again, p, first + j), iface)
+                    out += seq_ack.tree_pieces(first + j, text, end)
+                    out.append(b"\n\n")
+                continue
+            if len(piece) == 2:  # a tree with a TCP header the worker wrote
+                j, text = piece
             else:
                 j, data, wire, ts, lt, iface, fcs = piece
                 text = _one_tree(data, 0, len(data), first + j, wire, ts, lt, iface, fcs, tracker)
             out.append(seq_ack.apply_tree(first + j, text))
             out.append(b"\n\n")
-        yield b"".join(out)
+        yield out
 
 
 def _one_tree(buf: bytes | bytearray, off: int, cap: int, n: int, wire: int, ts: float, lt: int, iface: int,
@@ -710,25 +746,68 @@ def _frame_again(path: str, frame: int) -> bytes:
 #: a frame a worker leaves to the process that reads the iWARP streams (:func:`_tree_block`): its index
 #: in the block, bytes, wire length, time, link type, interface and declared FCS length
 _LeftFrame = tuple[int, bytes, int, float, int, int, int]
-#: a TCP segment a worker leaves so: its index in the block, :data:`TcpParts` and interface
+#: a TCP segment a worker leaves so: its index in the block, :data:`TcpParts` and interface (sent as
+#: :class:`_TcpColumns`, a run of them as a range of its rows)
 _LeftTcp = tuple[int, TcpParts, int]
 
 
-def _tree_block(blk: Any, n: int, _t0: Any, _prev: Any) -> tuple[int, list[bytes | _LeftFrame | _LeftTcp]]:
+class _TcpColumns(NamedTuple):
+    """The TCP segments a worker leaves (:data:`_LeftTcp`) as a few arrays, not as tens of thousands of
+    small objects to pickle and unpickle: per segment its numbers (a row of ``ints``: index in the block,
+    Summary's start and end, frame, wire length, source, source port, destination, destination port,
+    sequence number, flags, link type, interface, text length, payload length, where the TCP header's
+    fields end) and time; their texts and payloads one after the other."""
+
+    ints: np.ndarray
+    ts: np.ndarray
+    text: np.ndarray
+    payload: np.ndarray
+
+    @staticmethod
+    def pack(left: list[_LeftTcp]) -> _TcpColumns:
+        ints = np.array([(j, p[1], p[2], p[3], p[4], p[6], p[7], p[8], p[9], p[10], p[11], p[13], iface,
+                          len(p[0]), len(p[12]), p[14]) for j, p, iface in left], dtype=np.int64).reshape(-1, 16)
+        return _TcpColumns(ints, np.array([p[5] for _j, p, _i in left], dtype=np.float64),
+                           np.frombuffer(b"".join([p[0] for _j, p, _i in left]), dtype=np.uint8),
+                           np.frombuffer(b"".join([p[12] for _j, p, _i in left]), dtype=np.uint8))
+
+    def unpack(self) -> list[_LeftTcp]:
+        """The segments, their texts and payloads views of the arrays (no copy)."""
+        text, payload = self.text.data, self.payload.data
+        out: list[_LeftTcp] = []
+        t = p = 0
+        for (j, a, b, frame, wire, src, sport, dst, dport, seq, flags, lt, iface, tl, pl, end), ts in zip(
+                self.ints.tolist(), self.ts.tolist(), strict=True):
+            out.append((j, (text[t:t + tl], a, b, frame, wire, ts, src, sport, dst, dport, seq, flags,
+                            payload[p:p + pl], lt, end), iface))
+            t += tl
+            p += pl
+        return out
+#: a tree a worker wrote that has a TCP header (an ICMP error's quote): its index in the block and text,
+#: for the SEQ/ACK analysis the process that follows the segments in order puts in
+_WithTcp = tuple[int, bytes]
+#: (the trees of a run of frames a worker wrote: :func:`_run_text`)
+
+
+def _tree_block(blk: Any, n: int, _t0: Any,
+                _prev: Any) -> tuple[int, list[np.ndarray | range | _LeftFrame | _WithTcp], _TcpColumns | None]:
     """In a worker process (:func:`~rdmalab.capture.blockpool.blocks_in_workers`): the trees of the
     first ``n`` frames of a block, each followed by a blank line, but for the TCP segments, whose
     iWARP PDUs depend on the stream before them, and the frames that fail here: those are left to
     the process that reads the streams in order (:func:`tree_blocks`), a TCP segment the templates
-    write as its :data:`TcpParts`, any other as its record.  A frame that is not a TCP segment has
+    write as its :data:`TcpParts` (all of them as :class:`_TcpColumns`, a run of them in the pieces as a
+    range of its rows), any other as its record.  A frame that is not a TCP segment has
     no state of any other frame in its tree."""
     buf = blk.buf
-    pieces: list[bytes | _LeftFrame | _LeftTcp] = []
+    pieces: list[np.ndarray | range | _LeftFrame | _WithTcp] = []
+    left: list[_LeftTcp] = []  # (the TCP segments: in the pieces as ranges of them)
     run: list[bytes] = []
     rows = zip(blk.offset.tolist()[:n], blk.caplen.tolist()[:n], blk.wirelen.tolist()[:n], blk.seconds().tolist()[:n],
                blk.linktype.tolist()[:n], blk.interfaces().tolist()[:n], blk.fcs_lens().tolist()[:n], strict=True)
     for j, (off, cap, wire, ts, lt, iface, fcs) in enumerate(rows):
         text: bytes | None = None
         tcp: _LeftTcp | None = None
+        alone = False  # (a tree with a TCP header: comes alone, for the SEQ/ACK analysis)
         num = blk.first + j
         try:
             eth = _ethernet_in(buf, off, cap, wire, ts, lt, fcs)
@@ -745,15 +824,34 @@ def _tree_block(blk: Any, n: int, _t0: Any, _prev: Any) -> tuple[int, list[bytes
                 if text is None:
                     cp = decode_record(RawRecord(num, ts, lt, bytes(buf[off:off + cap]), wire, iface, fcs_len=fcs))
                     text = None if cp.packet.encap == "tcp" else frame_tree(cp).encode()
+                    # (the templates write no TCP header but a segment's, left above)
+                    alone = text is not None and _TCP_HEADING in text
         except Exception:  # noqa: BLE001 - written again, by the process that reads the streams
             text = tcp = None
-        if text is not None:
+        if text is not None and not alone:
             run += (text, b"\n\n")  # (not text + b"\n\n": a copy of every tree more)
             continue
         if run:
-            pieces.append(b"".join(run))
+            pieces.append(_run_text(run))
             run = []
-        pieces.append(tcp if tcp is not None else (j, bytes(buf[off:off + cap]), wire, ts, lt, iface, fcs))
+        if text is not None:
+            pieces.append((j, text))
+        elif tcp is not None:  # (consecutive segments: one range of the columns' rows)
+            last = pieces[-1] if pieces else None
+            if isinstance(last, range) and last.stop == len(left):
+                pieces[-1] = range(last.start, last.stop + 1)
+            else:
+                pieces.append(range(len(left), len(left) + 1))
+            left.append(tcp)
+        else:
+            pieces.append((j, bytes(buf[off:off + cap]), wire, ts, lt, iface, fcs))
     if run:
-        pieces.append(b"".join(run))
-    return blk.first, pieces
+        pieces.append(_run_text(run))
+    return blk.first, pieces, _TcpColumns.pack(left) if left else None
+
+
+def _run_text(run: list[bytes]) -> np.ndarray:
+    """The trees of a run of frames a worker wrote, joined, as octets of an array: an array comes back
+    through the workers' shared memory without a copy (:func:`~rdmalab.capture.blockpool.blocks_in_workers`),
+    where bytes would be copied into the pickle, and out of it again."""
+    return np.frombuffer(b"".join(run), dtype=np.uint8)

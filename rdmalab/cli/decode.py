@@ -87,6 +87,34 @@ def _write_bytes(out: TextIO, data: bytes) -> None:
         out.write(data.decode())
 
 
+def _write_pieces(out: TextIO, pieces: list[bytes | memoryview]) -> None:
+    """``pieces`` written in turn, as :func:`_write_bytes` writes them joined, but to a file descriptor
+    without joining them first (``os.writev``, ``IOV_MAX`` at a time: a copy of the text less)."""
+    buf = getattr(out, "buffer", None)
+    try:
+        fd = buf.fileno() if buf is not None else -1
+    except (AttributeError, OSError, ValueError):  # (a stream without a descriptor: a test's)
+        fd = -1
+    if fd < 0 or not hasattr(os, "writev"):
+        _write_bytes(out, b"".join(pieces))
+        return
+    out.flush()
+    assert buf is not None
+    buf.flush()
+    views: list[bytes | memoryview] = [p for p in pieces if p]
+    limit = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
+    while views:
+        batch = views[:limit]
+        n = os.writev(fd, batch)
+        done = 0
+        while done < len(batch) and n >= len(batch[done]):
+            n -= len(batch[done])
+            done += 1
+        views = views[done:]
+        if n:  # (a write cut short in a piece: its rest next)
+            views[0] = memoryview(views[0])[n:]
+
+
 def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     """``-T fields``: columnar when every field (and the filter's) is a column, else per packet."""
     from rdmalab.capture.columnar import COLUMN_NAMES  # lazy: keeps `rdmalab --help` fast
@@ -560,10 +588,10 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
             return 0
         if (args.verbose and not hexdump and not args.print_summary and not args.no_columnar and flt is None
                 and not args.strict and not args.line_flush and shown is None):
-            from rdmalab.capture.tree_templates import tree_blocks  # lazy: only -V needs it; --help fast
+            from rdmalab.capture.tree_templates import tree_pieces  # lazy: only -V needs it; --help fast
 
-            for trees in tree_blocks(path, iwarp=not args.no_iwarp, count=args.count, workers=args.workers):
-                _write_bytes(out, trees)
+            for trees in tree_pieces(path, iwarp=not args.no_iwarp, count=args.count, workers=args.workers):
+                _write_pieces(out, trees)
             return 0
         if (args.verbose and not hexdump and not args.print_summary and not args.no_columnar and flt is not None
                 and not args.strict and not args.line_flush and shown is None and _columns_filter(flt, args)):

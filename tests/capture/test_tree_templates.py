@@ -9,6 +9,7 @@ import glob
 import os
 import random
 from pathlib import Path
+from typing import Any
 
 import hostile  # tests/hostile.py: frames made hostile, or sent another way
 import pytest
@@ -339,3 +340,82 @@ def test_ipv6_frames_with_a_header_octet_changed(tmp_path: Path) -> None:
     assert _fast(path) == _per_packet(path)
     taken = sum(fast_frame(f, 0, len(f), 1, len(f), 0.0, 0, None) is not None for f in frames)
     assert 0 < taken < len(frames)
+
+
+def _trailed(src: str | Path, dst: Path) -> Path:
+    """``src`` with six octets after every TCP segment's datagram (Ethernet padding: a line of the tree after
+    the TCP header's, where its fields must still end)."""
+    frames = [(t, data + bytes(6), wire + 6) if data[12:14] == b"\x08\x00" and len(data) > 23 and data[23] == 6
+              else (t, data, wire) for t, data, wire in hostile.frames_of(src)]
+    hostile.write(dst, frames)
+    return dst
+
+
+@pytest.mark.parametrize("name", ["siw_crc_send_bw.pcap", "siw_write_bw_midstream.pcap", "synthetic_iwarp_mpa_markers.pcap", "siw_write_bw.pcap",
+                                  "siw_crc_rping.pcap"])
+def test_where_a_segments_tcp_fields_end_is_said_not_looked_for(name: str, tmp_path: Path) -> None:
+    """The workers say where each TCP segment's header fields end in its tree (where its SEQ/ACK analysis
+    goes), and the iWARP PDUs a segment completes move it: the place the text itself shows
+    (columnar_summary._tcp_fields_end, which looked for it), for every segment of iWARP captures, with
+    and without padding after the segments."""
+    from rdmalab.capture.columnar_summary import _tcp_fields_end
+    from rdmalab.capture.iwarp import IwarpTracker
+    from rdmalab.capture.pcapio import record_blocks
+
+    src = ROOT / "captures" / name
+    if not src.exists():
+        pytest.skip(f"{name} is not in captures/")
+    for path in (src, _trailed(src, tmp_path / "trailed.pcap")):
+        tracker = IwarpTracker()
+        segments = pdus = 0
+        for blk in record_blocks(path, 1 << 14):
+            _first, _pieces, tcp = tree_templates._tree_block(blk, len(blk), None, None)
+            for _j, parts, iface in tcp.unpack() if tcp is not None else []:
+                text, end = tree_templates.tcp_tree_at(parts, tracker, bytes, iface)
+                text = bytes(text)
+                assert end == _tcp_fields_end(text, 0, len(text)), text.decode()
+                segments += 1
+                pdus += b"\n    PDU " in text
+        assert segments >= 9 and pdus >= 5, (path, segments, pdus)
+
+
+def test_trees_a_worker_wrote_with_a_tcp_header_get_their_analysis(tmp_path: Path) -> None:
+    """An ICMP error that quotes a TCP segment is written by a worker (not left as a segment); its tree with
+    and without workers is the per-packet one (test_icmp_quotes' routers' quotes)."""
+    from test_icmp_quotes import _built
+
+    path = _built(tmp_path)
+    for block in (100, 300, 1 << 20):
+        got = b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0, block_bytes=block)).decode()
+        assert got == _per_packet(path), block
+
+
+def test_pieces_are_written_whole_however_the_system_cuts_the_writes(tmp_path: Path, monkeypatch: Any) -> None:
+    """``decode -V`` writes a block's pieces with os.writev, without joining them: every octet once, in
+    order, when each write takes only part of what it is given (a pipe, a signal), IOV_MAX at a time;
+    and joined where the output has no file descriptor."""
+    import io
+    import os as _os
+
+    from rdmalab.cli.decode import _write_pieces
+
+    pieces: list[bytes | memoryview] = [b"abc", b"", memoryview(b"defgh")[1:], b"ij" * 700, b"k"] * 600
+    want = b"".join(pieces)
+    real = _os.writev
+    calls = []
+
+    def stingy(fd: int, bufs: list[Any]) -> int:
+        calls.append(len(bufs))
+        head = b"".join(bytes(b) for b in bufs)[:997]  # (a write cut inside a piece)
+        return _os.write(fd, head)
+
+    monkeypatch.setattr(_os, "writev", stingy)
+    path = tmp_path / "out"
+    with open(path, "w") as f:
+        _write_pieces(f, pieces)
+    assert path.read_bytes() == want
+    assert max(calls) <= (_os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in _os.sysconf_names else 1024)
+    monkeypatch.setattr(_os, "writev", real)
+    text = io.StringIO()  # (no descriptor)
+    _write_pieces(text, [b"x\n", memoryview(b"y\n")])
+    assert text.getvalue() == "x\ny\n"
