@@ -542,7 +542,7 @@ def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: fl
     if parts is None:
         return None
     start, size = (o, cap) if record is None else (record.start, record.size)
-    return tcp_tree(parts, tracker, lambda: bytes(buf[start:start + size]), interface)
+    return tcp_tree(parts, tracker, lambda _frame: bytes(buf[start:start + size]), interface)
 
 
 #: a TCP segment's tree but for what the iWARP reassembly adds (:func:`_tcp_parts`): its text without
@@ -586,14 +586,14 @@ def _tcp_parts(buf: bytes | bytearray, o: int, frame: int, wire: int, cap: int, 
             LINKTYPE_ETHERNET if record is None else record.linktype, len(head) + len(text) + len(fields))
 
 
-def tcp_tree(parts: TcpParts, tracker: Any, frame_bytes: Callable[[], bytes], interface: int) -> bytes:
+def tcp_tree(parts: TcpParts, tracker: Any, frame_bytes: Callable[[int], bytes], interface: int) -> bytes:
     """The tree of a TCP segment from its :data:`TcpParts`, the segment fed to ``tracker`` (the iWARP
     reassembly, or None): with the iWARP PDUs it completes, their Summary and their trees after the
-    segment's.  ``frame_bytes()`` gives the record's bytes, for a tracker that fails on it."""
+    segment's.  ``frame_bytes(frame number)`` gives the record's bytes, for a tracker that fails on it."""
     return bytes(tcp_tree_at(parts, tracker, frame_bytes, interface)[0])
 
 
-def tcp_tree_at(parts: TcpParts, tracker: Any, frame_bytes: Callable[[], bytes],
+def tcp_tree_at(parts: TcpParts, tracker: Any, frame_bytes: Callable[[int], bytes],
                 interface: int) -> tuple[bytes | memoryview, int | None]:
     """:func:`tcp_tree`, and where the TCP header's fields end in it (None: not known, the tree of a
     tracker's failure); the text as given when the tracker completes no PDU (a view stays a view)."""
@@ -606,7 +606,7 @@ def tcp_tree_at(parts: TcpParts, tracker: Any, frame_bytes: Callable[[], bytes],
         except DecodeError:
             pass  # as the per-packet reader (lenient): the stream's damage is its PDUs' to report
         except Exception as err:  # a reassembly bug must not stop a capture: reported on the frame, as the reader does
-            data = frame_bytes()
+            data = frame_bytes(frame)
             if lt == LINKTYPE_ETHERNET:
                 full = decode_frame(LINKTYPE_ETHERNET, data, lenient=True, wire_length=wire)
                 cp = CapturedPacket(frame, ts, LINKTYPE_ETHERNET, full, [], wire, interface)
@@ -700,6 +700,7 @@ def _trees_of_workers(p: str, seq_ack: AnalysisFeed, tracker: Any, block_bytes: 
         # alone with its number)
         out: list[bytes | memoryview] = []
         segments = tcp.unpack() if tcp is not None else []
+        again = partial(_frame_again, p)
         for piece in pieces:
             if isinstance(piece, np.ndarray):  # (the trees of a run of frames: a view of the shared memory,
                 out.append(piece.data)  # which holds until the block after next is asked for)
@@ -707,7 +708,7 @@ def _trees_of_workers(p: str, seq_ack: AnalysisFeed, tracker: Any, block_bytes: 
             if isinstance(piece, range):  # TCP segments' trees but for their streams' part
                 for i in piece:
                     j, parts, iface = segments[i]
-                    text, end = tcp_tree_at(parts, tracker, partial(_frame_again, p, first + j), iface)
+                    text, end = tcp_tree_at(parts, tracker, again, iface)
                     out += seq_ack.tree_pieces(first + j, text, end)
                     out.append(b"\n\n")
                 continue
