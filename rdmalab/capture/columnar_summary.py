@@ -75,6 +75,7 @@ from rdmalab.capture.tcp_analysis import (
     FLAG_FIELDS,
     TREE,
     VALUE_FIELDS,
+    Later,
     _names,
     info_prefix,
     insert_json,
@@ -1276,9 +1277,11 @@ class AnalysisFeed:
     per-packet decoder) are decoded here, in capture order (:meth:`note`, or the file read again beside the
     workers: :meth:`read_from`), and the few lines of frames with a flag get their prefix (:meth:`apply`).
     ``trees``: the frames' trees (``-V``, :mod:`rdmalab.capture.tree_templates`) get tshark's SEQ/ACK analysis
-    tree instead (:meth:`apply_trees`)."""
+    tree instead (:meth:`apply_trees`).  ``later``: (for a display filter's frames, :meth:`apply_tree` and
+    :meth:`apply_json` alone) each segment's text is made when its frame is written, not for every segment
+    (:class:`~rdmalab.capture.tcp_analysis.Later`)."""
 
-    def __init__(self, values: bool = False, *, trees: bool = False, json: bool = False) -> None:
+    def __init__(self, values: bool = False, *, trees: bool = False, json: bool = False, later: bool = False) -> None:
         self.conversations = Conversations(analysis=True)
         assert self.conversations.analysis is not None
         self.analysis = self.conversations.analysis
@@ -1287,6 +1290,8 @@ class AnalysisFeed:
         self.analysis.values = values or trees or json
         self.trees = trees or json
         self.json = json  # (``-T json``: the ``tcp.analysis`` members instead, :meth:`apply_json`)
+        # (a display filter's frames: each segment's text made only when its frame is written, a Later)
+        self.later = later
         self.windows = TcpWindowScaling()
         #: (frame, prefix) of the frames analysed whose lines have not been written yet, in order
         self.pending: deque[tuple[int, bytes]] = deque()
@@ -1405,6 +1410,9 @@ class AnalysisFeed:
             if names is None:
                 names = names_of[b] = [name for i, name in enumerate(FLAG_FIELDS) if b >> i & 1]
             pair = (int(num), int(of)) if dup else None
+            if self.later:
+                append((frame, Later(names, pair, given)))  # type: ignore[arg-type]
+                continue
             if self.json:
                 append((frame, json_lines(names, pair, given)))  # type: ignore[arg-type]
                 continue
@@ -1469,6 +1477,8 @@ class AnalysisFeed:
         if not pending or pending[0][0] != frame:
             return text
         block = pending.popleft()[1]
+        if isinstance(block, Later):
+            block = block.tree()
         end = _tcp_fields_end(text, 0, len(text))
         return text if end is None else b"".join((text[:end], block, text[end:]))
 

@@ -314,6 +314,24 @@ class IwarpTracker:
         src, sport, dst, dport, seq, flags, wire = seg
         return self.process_segment(frame_number, src, sport, dst, dport, seq, flags, pkt.payload, wire)
 
+    def process_frame(self, frame_number: int, data: bytes | memoryview) -> list[Packet] | None:
+        """:meth:`process` of an untagged Ethernet frame ``data`` that holds a whole TCP segment over IPv4
+        without options, not a fragment, without decoding it (what the lenient decoder finds in it: the
+        segment's addresses, ports, sequence number, flags and payload, the datagram's own length); None,
+        nothing fed, for any other frame (decode it and :meth:`process` the packet)."""
+        if len(data) < 54 or data[12] != 8 or data[13] != 0 or data[14] != 0x45 or data[23] != 6 \
+                or data[20] & 0x3F or data[21]:  # (IPv4 without options, TCP; MF or an offset: a fragment)
+            return None
+        total = data[16] << 8 | data[17]
+        hl = (data[46] >> 4) * 4
+        if hl < 20 or 20 + hl > total or 14 + total > len(data):
+            return None
+        src, dst = int.from_bytes(data[26:30], "big"), int.from_bytes(data[30:34], "big")
+        return self.process_segment(frame_number, _address_text(4, src), data[34] << 8 | data[35],
+                                    _address_text(4, dst), data[36] << 8 | data[37],
+                                    int.from_bytes(data[38:42], "big"), (data[46] & 1) << 8 | data[47],
+                                    data[34 + hl:14 + total])
+
     @staticmethod
     def segment_of(pkt: Packet) -> Segment | None:
         """What :meth:`process` feeds :meth:`process_segment` with for ``pkt`` but its payload (source,

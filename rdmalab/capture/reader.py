@@ -210,21 +210,40 @@ def read(path: str | os.PathLike[str], *, lenient: bool = True, iwarp: bool = Tr
 def read_selected(path: str | os.PathLike[str], wanted: Any, *, lenient: bool = True, iwarp: bool = True,
                   count: int | None = None) -> Iterator[CapturedPacket]:
     """:func:`read` of a file, but for the frames no one reads whole: each frame ``wanted`` holds (``frame
-    number in wanted``, asked in frame order) is decoded, and so is each that may be a TCP segment (the iWARP
-    streams follow every one); any other (UDP over IPv4 or IPv6, ARP: :func:`_no_tcp`) is a
+    number in wanted``, asked in frame order) is decoded; so is each other that may be a TCP segment (the iWARP
+    streams follow every one), but for a plain one (an untagged Ethernet frame of a whole TCP segment over IPv4
+    without options, lenient) whose addresses, ports, sequence number, flags and payload alone are fed to the
+    streams (:meth:`~rdmalab.capture.iwarp.IwarpTracker.process_frame`); any other Ethernet frame not wanted
+    (UDP over IPv4 or IPv6, ARP: :func:`_no_tcp`; with ``iwarp=False`` or lenient, TCP too) is a
     :class:`CapturedPacket` of its record's number, time and lengths with an empty packet, not decoded.  For a
     display filter whose frames are known beforehand (``decode -T json -Y``, ``-V -Y``)."""
     tracker_cls = _load_iwarp_tracker() if iwarp else None
     tracker = tracker_cls() if tracker_cls is not None else None
     unused = Packet(b"", encap="other")
     for rec in records(path):
-        if rec.frame_number in wanted or not _no_tcp(rec.linktype, rec.data):
+        if rec.frame_number in wanted or not (_no_tcp(rec.linktype, rec.data)
+                                              or (lenient and _fed(tracker, rec))):
             yield decode_record(rec, lenient=lenient, tracker=tracker)
         else:
             yield CapturedPacket(rec.frame_number, rec.timestamp, rec.linktype, unused, [], rec.wire_length,
                                  rec.interface, record_ns=rec.ns, digits=rec.digits)
         if count is not None and rec.frame_number >= count:
             return
+
+
+def _fed(tracker: Any, rec: RawRecord) -> bool:
+    """Whether the Ethernet record ``rec``, not shown, needs no decoding: no tracker follows the streams (its
+    packet is then no one's), or it is a plain TCP segment now fed to ``tracker`` as decoding it would
+    (:meth:`~rdmalab.capture.iwarp.IwarpTracker.process_frame`; lenient: the tracker's failure, which a
+    decoded frame would show, is not shown)."""
+    if rec.linktype != LINKTYPE_ETHERNET:
+        return False
+    if tracker is None:
+        return True
+    try:
+        return tracker.process_frame(rec.frame_number, rec.data) is not None
+    except Exception:  # noqa: BLE001 - (lenient: as decode_record, on a frame no one shows)
+        return True
 
 
 def _no_tcp(linktype: int, data: bytes) -> bool:

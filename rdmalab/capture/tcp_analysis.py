@@ -24,7 +24,7 @@ and name its frame in :attr:`TcpAnalysis.syns`.  Not given: the TCP Fast Open fl
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from rdmalab.wire.net import SEQ_HALF as _SEQ_HALF
 from rdmalab.wire.net import SEQ_MASK as _SEQ_MASK
@@ -716,10 +716,27 @@ _JSON_TCP = '\n        "tcp": {'
 _JSON_END = "\n        }"
 
 
+class Later(NamedTuple):
+    """A segment's analysis whose text is made when its frame is written (:meth:`json` for ``-T json``,
+    :meth:`tree` for ``-V``): a display filter shows few of the segments, and most never are."""
+
+    names: Any
+    dup: tuple[int, int] | None
+    values: tuple[int, int, int, int, int, int, int] | None
+
+    def json(self) -> list[str]:
+        """:func:`json_lines`."""
+        return json_lines(self.names, self.dup, self.values)
+
+    def tree(self) -> bytes:
+        """The lines of :func:`tree_lines` as put after the TCP header's fields of a ``-V`` tree."""
+        return "".join(["\n        " + x for x in tree_lines(self.names, self.dup, self.values)]).encode()
+
+
 def insert_json(text: str, pending: Any) -> str:
     """``-T json`` text of some frames with the ``"tcp.analysis"`` members of ``pending`` (a deque of
-    (frame, :func:`json_lines`), in frame order: those of frames up to the text's last are taken) put at
-    the end of their frames' ``tcp`` layers."""
+    (frame, :func:`json_lines` or a :class:`Later`), in frame order: those of frames up to the text's last are
+    taken) put at the end of their frames' ``tcp`` layers."""
     if not pending:
         return text
     heads = [(m.start(), int(m.group(1))) for m in _JSON_FRAME.finditer(text)]
@@ -737,6 +754,8 @@ def insert_json(text: str, pending: Any) -> str:
         end = text.find(_JSON_END, at + len(_JSON_TCP), got[1]) if at >= 0 else -1
         if end < 0:
             continue
+        if isinstance(lines, Later):
+            lines = lines.json()
         out.append(text[prev:end])
         out.append(",\n" + "\n".join("          " + x for x in lines))
         prev = end

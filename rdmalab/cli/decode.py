@@ -316,7 +316,7 @@ def _trees_shown(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> 
     from rdmalab.capture.render import frame_tree  # lazy: keeps `rdmalab --help` fast
 
     shown, packets = _shown_and_decoded(path, args, flt)
-    feed = AnalysisFeed(trees=True)
+    feed = AnalysisFeed(trees=True, later=True)
     feed.read_from(path, 1 << 20)
     try:
         for cp in packets:
@@ -336,7 +336,7 @@ def _json_shown(path: str, args: argparse.Namespace, flt: Any, meta: Any, out: T
     from rdmalab.capture.tsjson import iter_json  # lazy: keeps `rdmalab --help` fast
 
     shown, packets = _shown_and_decoded(path, args, flt)
-    feed = AnalysisFeed(json=True)
+    feed = AnalysisFeed(json=True, later=True)
     feed.read_from(path, 4 << 20)
     try:
         for piece in iter_json(packets, lambda cp: cp.frame_number in shown, meta):

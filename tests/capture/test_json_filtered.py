@@ -86,3 +86,75 @@ def test_trees_are_the_per_packet_paths(name: str) -> None:
         assert got == _trees(path, "--no-columnar", "-Y", expr), expr
         frames += got.count("\nFrame ") + got.startswith("Frame ")
     assert frames > 0
+
+
+def _hostile_segments(src: Path, dst: Path) -> Path:
+    """``src``'s frames, and copies of its TCP segments made hard to read without decoding them: IPv4 options,
+    a fragment, cut short, a TCP data offset past the datagram, a padding after the datagram, a VLAN tag; the
+    copies go to other ports, so each hostile kind starts a stream of its own."""
+    import struct
+
+    import hostile
+
+    out = []
+    for t, data, wire in hostile.frames_of(src):
+        out.append((t, data, wire))
+        if data[12:14] != b"\x08\x00" or len(data) < 54 or data[23] != 6:
+            continue
+        ports = (data[34:36], data[36:38])
+        for k, make in enumerate((
+                lambda d: d[:14] + bytes([0x46]) + d[15:16] + struct.pack(">H", int.from_bytes(d[16:18], "big") + 4)
+                + d[18:34] + b"\x01\x01\x01\x00" + d[34:],  # IPv4 options (NOPs)
+                lambda d: d[:20] + b"\x20\x00" + d[22:],  # more fragments
+                lambda d: d[:len(d) - 3] if len(d) > 60 else d[:56],  # cut short
+                lambda d: d[:46] + bytes([0xF0 | d[46] & 0x0F]) + d[47:],  # a data offset of 60 octets
+                lambda d: d + bytes(7),  # padding
+                lambda d: d[:12] + b"\x81\x00\x00\x05" + d[12:])):  # a VLAN tag
+            frame = make(data)
+            at = 14 + (4 if frame[12:14] == b"\x81\x00" else 0) + 20 + (4 if k == 0 else 0)
+            sport = (int.from_bytes(ports[0], "big") + 1000 * (k + 1)) & 0xFFFF
+            frame = frame[:at] + struct.pack(">H", sport) + frame[at + 2:]
+            out.append((t, frame, wire + len(frame) - len(data) if k != 2 else wire))
+    hostile.write(dst, out)
+    return dst
+
+
+@pytest.mark.parametrize("name", ["siw_write_bw.pcap", "siw_crc_rping.pcap", "synthetic_iwarp_mpa_markers.pcap"])
+def test_segments_fed_undecoded_give_the_streams_decoding_gives(name: str, tmp_path: Path) -> None:
+    """The TCP segments a filter does not show are fed to the iWARP streams without decoding them
+    (IwarpTracker.process_frame, for a plain segment over IPv4): every frame's PDUs are those a tracker fed
+    decoded segments completes, on real iWARP captures and on copies of their segments made hostile (IPv4
+    options, fragments, cut, a data offset past the datagram, padding, a VLAN tag), which it leaves to the
+    decoder."""
+    from rdmalab.capture.iwarp import IwarpTracker
+    from rdmalab.capture.reader import decode_record, records
+
+    path = _hostile_segments(CAPTURES / name, tmp_path / "hostile.pcap")
+    decoded, fed = IwarpTracker(), IwarpTracker()
+    taken = left = pdus = 0
+    for rec in records(path):
+        want = decode_record(rec, tracker=decoded).pdus
+        got = fed.process_frame(rec.frame_number, rec.data)
+        if got is None:
+            got = decode_record(rec, tracker=fed).pdus
+            left += rec.data[12:14] in (b"\x08\x00", b"\x81\x00") and len(rec.data) > 23
+        else:
+            taken += 1
+        assert [frame_tree_of(p) for p in got] == [frame_tree_of(p) for p in want], rec.frame_number
+        pdus += len(want)
+    assert taken > 20 and left > 20 and pdus > 5, (taken, left, pdus)
+
+
+def frame_tree_of(pkt: object) -> str:
+    """A PDU's whole tree, to compare two (every layer, field and problem)."""
+    from rdmalab.capture.render import packet_tree
+
+    return "\n".join(packet_tree(pkt))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("expr", ["infiniband.bth.opcode == 17", "tcp.len > 0", "tcp.stream == 3"])
+def test_hostile_segments_not_shown_give_the_per_packet_text(expr: str, tmp_path: Path) -> None:
+    """-T json -Y and -V -Y of a capture with hostile copies of its iWARP segments: the per-packet path's text."""
+    path = str(_hostile_segments(CAPTURES / "siw_crc_rping.pcap", tmp_path / "hostile.pcap"))
+    assert _json("-Y", expr, "-r", path) == _json("--no-columnar", "-Y", expr, "-r", path)
+    assert _trees(Path(path), "-Y", expr) == _trees(Path(path), "--no-columnar", "-Y", expr)
