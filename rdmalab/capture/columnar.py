@@ -46,6 +46,8 @@ from rdmalab.capture.columnar_schema import (  # noqa: F401 - the public names o
     COLUMNS,
     CONVERSATION_FIELDS,
     DERIVED,
+    FILTER_NAMES,
+    FILTER_PROTOCOLS,
     IWARP_COLUMNS,
     IWARP_LAYERS,
     IWARP_PREFIXES,
@@ -67,7 +69,8 @@ from rdmalab.capture.pcapio import (  # noqa: F401 - the public names of the col
 from rdmalab.capture.render import Conversations, TcpWindowScaling
 from rdmalab.wire.net import ETHERTYPE_QINQ, ETHERTYPE_VLAN, ROCEV2_PORT
 
-__all__ = ["COLUMNS", "COLUMN_BY_NAME", "COLUMN_NAMES", "CONVERSATION_FIELDS", "DERIVED", "IWARP_COLUMNS", "IWARP_LAYERS", "IWARP_PREFIXES",
+__all__ = ["COLUMNS", "COLUMN_BY_NAME", "COLUMN_NAMES", "CONVERSATION_FIELDS", "DERIVED", "FILTER_NAMES",
+           "FILTER_PROTOCOLS", "IWARP_COLUMNS", "IWARP_LAYERS", "IWARP_PREFIXES",
            "LINKTYPE_ETHERNET", "ROCEV2_PORT", "WINDOW", "CaptureError", "Col", "Columns", "RecordBlock",
            "columns_from_dicts", "columns_from_packets", "decode_block", "empty_columns", "fill_conversations",
            "fill_iwarp", "fill_tcp_analysis", "fill_tcp_windows", "format_column", "iter_columns", "read_columns",

@@ -28,6 +28,7 @@ from rdmalab.capture.columnar_schema import (
     COLUMNS,
     CONVERSATION_FIELDS,
     DERIVED,
+    FILTER_PROTOCOLS,
     IWARP_COLUMNS,
     IWARP_LAYERS,
     IWARP_PREFIXES,
@@ -966,6 +967,11 @@ def _quotes_in_columns(blk: RecordBlock, cols: Columns, rows: np.ndarray, at: np
     (another protocol quoted, an IPv6 extension header, a fragment, no IP header at all) are left for
     :func:`fill_quotes`."""
     n = len(rows)
+    # (a filter's protocol name, -Y infiniband: the protocol's columns, whose presence in the entry says it is
+    # there, as in the per-packet fields)
+    named = wanted & FILTER_PROTOCOLS
+    if named:
+        wanted = wanted | {c.name for c in COLUMNS if c.name.startswith(tuple(p + "." for p in named))}
     length = np.maximum(to - at, 0).astype(np.int64)
     sub = RecordBlock(blk.buf, (blk.offset[rows] + at).astype(np.int64), length, length.copy(), blk.ts_ns[rows],
                       np.full(n, RAW_IP_LINKTYPES[0], dtype=np.int32), 0, blk.file_pos)

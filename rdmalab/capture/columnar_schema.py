@@ -239,6 +239,13 @@ COLUMN_BY_NAME: dict[str, Col] = {c.name: c for c in COLUMNS}
 #: Derived columns, computed on demand from others (strings for people and filters).
 DERIVED = ("rdmalab.icrc.status", "rdmalab.opcode", "rdmalab.encap", "rdmalab.crc32c.status")
 COLUMN_NAMES: frozenset[str] = frozenset([*COLUMN_BY_NAME, *DERIVED])
+#: The protocol names a display filter tests on the columns (``-Y udp``, ``tcp && !infiniband``):
+#: :meth:`Columns.present` of each is the per-packet filter's (a protocol is there when a field of its is:
+#: filter._eval's Exists), an ICMP error's quote included (its row's fields are the per-packet decoder's,
+#: :attr:`Columns.multi`).  The others (``arp``, ``icmp``, ``iwarp_mpa`` ...) are read frame by frame.
+FILTER_PROTOCOLS: frozenset[str] = frozenset({"eth", "vlan", "sll", "ip", "ipv6", "udp", "tcp", "infiniband"})
+#: What a display filter on the columns may name: :data:`COLUMN_NAMES` and :data:`FILTER_PROTOCOLS`.
+FILTER_NAMES: frozenset[str] = COLUMN_NAMES | FILTER_PROTOCOLS
 #: Layers that share rows with another one (a protocol name a filter may test).
 _LAYER_ALIASES = {"infiniband.reth": "infiniband.reth", "infiniband": "infiniband.bth"}
 

@@ -842,6 +842,10 @@ def _eval(node: Any, fields: Mapping[str, Any]) -> bool:
             return True
         prefix = node.field + "."
         borrowed = _borrowed(node.field)
+        if node.field == "ip" and all(v == 6 for v in _values(fields, "ip.version")):
+            # (the hidden ip.version Wireshark's IPv6 dissector adds, ip.version == 6, is no IPv4 header:
+            # tshark's ``ip`` does not match an IPv6 packet, whose ip.version a filter still reads)
+            borrowed = borrowed | {"ip.version"}
         return any(k.startswith(prefix) and k not in borrowed for k in fields)
     if t is In:
         return any(_match_value("==", x, v) for x in _values(fields, node.field) for v in node.values)

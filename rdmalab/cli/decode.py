@@ -117,7 +117,7 @@ def _write_pieces(out: TextIO, pieces: list[bytes | memoryview]) -> None:
 
 def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     """``-T fields``: columnar when every field (and the filter's) is a column, else per packet."""
-    from rdmalab.capture.columnar import COLUMN_NAMES  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.columnar import COLUMN_NAMES, FILTER_PROTOCOLS  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.filter import (  # lazy: `rdmalab --help` fast
         ABSOLUTE_TIME,
         EITHER_FIELDS,
@@ -139,7 +139,8 @@ def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> in
     wanted = {part for n in set(names) - set(RELATIVE_TIMES) for part in EITHER_FIELDS.get(n, (n,))}
     if ABSOLUTE_TIME in wanted:  # (its text is made from frame.time_ns)
         wanted = (wanted - {ABSOLUTE_TIME}) | {"frame.time_ns"}
-    wanted |= set(flt.fields) if flt is not None else set()
+    # (a filter's protocol names the columns answer: -Y udp; not a column to print)
+    wanted |= set(flt.fields) - FILTER_PROTOCOLS if flt is not None else set()
     # (the columns join ip.addr's two values with a comma: another aggregator or one occurrence per packet)
     either = [n for n in names if n in EITHER_FIELDS]
     plain_either = not either or (opts["occurrence"] == "a" and opts["aggregator"] == ",")
@@ -271,11 +272,11 @@ def _columns_filter(flt: Any, args: argparse.Namespace) -> bool:
     """Whether ``-T fields -e frame.number`` answers a display filter from the columns, as ``run_fields``
     decides it (its fields all columns, none of the pcapng blocks' fields; iWARP's only with the iWARP
     reassembly on)."""
-    from rdmalab.capture.columnar import COLUMN_NAMES  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.columnar import FILTER_NAMES  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.pcapio import FRAME_META_FIELDS  # lazy: keeps `rdmalab --help` fast
 
     fields = set(flt.fields)
-    return (fields <= COLUMN_NAMES and fields.isdisjoint(FRAME_META_FIELDS) and not args.no_columnar
+    return (fields <= FILTER_NAMES and fields.isdisjoint(FRAME_META_FIELDS) and not args.no_columnar
             and not (args.no_iwarp and any(n.startswith(("iwarp", "rdmalab.crc32c", "rdmalab.pdus")) for n in fields)))
 
 
@@ -473,12 +474,12 @@ def _columns_answer(flt: Any) -> bool:
     """Whether every field of a compiled filter is a column the summary lines can filter on (the
     conversations' and iWARP's not both: each follows the capture in its own pass)."""
     from rdmalab.capture.columnar import (  # lazy: keeps `rdmalab --help` fast
-        COLUMN_NAMES,
+        FILTER_NAMES,
         wants_conversations,
         wants_iwarp,
     )
 
-    return set(flt.fields) <= COLUMN_NAMES and not (wants_conversations(flt.fields) and wants_iwarp(flt.fields))
+    return set(flt.fields) <= FILTER_NAMES and not (wants_conversations(flt.fields) and wants_iwarp(flt.fields))
 
 
 def run_decode(args: argparse.Namespace, out: TextIO) -> int:
