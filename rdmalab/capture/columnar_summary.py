@@ -46,6 +46,7 @@ from rdmalab.capture.columnar_decode import (
     tcp_flags,
     wants_conversations,
     wants_iwarp,
+    wants_windows,
 )
 from rdmalab.capture.columnar_schema import Columns
 from rdmalab.capture.columnar_tcp import FLAG_TEXT, TCP_FIELDS, clean_tcp, ip_end, tcp_offsets
@@ -690,12 +691,19 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
     # (an ICMP error that quotes a datagram: its line from the columns when they read it to its ICMP
     # header without a problem (_quoting_rows); a filter reads its quote in the columns, Columns.multi,
     # and only the errors it keeps are decoded again)
-    cols = decode_block(blk, verify_icrc=True, fields=(*_FIELDS, *TCP_FIELDS) if flt is None else (*_FIELDS, *flt.fields),
-                        quotes=flt is not None and lenient)
+    # (a filter on fields a TCP segment's columns hold alone, no stream's state: the clean segments still
+    # written from the columns, in order, the filter's mask saying which of their lines to keep)
+    stateless = flt is not None and not (wants_iwarp(flt.fields) or wants_windows(flt.fields)
+                                         or wants_conversations(flt.fields))
+    wanted = (*_FIELDS, *TCP_FIELDS) if flt is None else (*_FIELDS, *TCP_FIELDS, *flt.fields) if stateless \
+        else (*_FIELDS, *flt.fields)
+    cols = decode_block(blk, verify_icrc=True, fields=wanted, quotes=flt is not None and lenient)
     fast = _fast_rows(blk, cols)
     fast[n:] = False
+    mask = None
     if flt is not None:
-        rows = np.flatnonzero(fast & np.asarray(flt.mask(cols, cols.present, cols.n)))
+        mask = np.asarray(flt.mask(cols, cols.present, cols.n), dtype=bool)
+        rows = np.flatnonzero(fast & mask)
     else:
         rows = np.flatnonzero(fast)
     others = np.flatnonzero(~fast[:n])
@@ -717,7 +725,7 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
     if not len(others):
         return _BlockText(blk.first, [text] if text else [])
     assert starts is not None
-    if flt is None:
+    if flt is None or stateless:
         clean = clean_tcp(blk, cols)[others]
         tcp_rows, others = others[clean], others[~clean]
     else:
@@ -742,6 +750,8 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
         np.cumsum([len(x) for x in lines], out=at[1:])
         text, rows, starts = _merge([(rows, text, starts), (np.array(line_rows, dtype=np.int64), b"".join(lines), at)])
     tb = _tcp_block(blk, cols, tcp_rows, t0) if len(tcp_rows) else None
+    if tb is not None and mask is not None:
+        tb.keep = mask[tcp_rows]
     pieces: list[bytes | _Record | _Run] = []
     lo = t_lo = 0  # the next static line and the next TCP segment
     ends: list[tuple[int, _Record | None]] = [*records, (len(blk), None)]
@@ -836,6 +846,9 @@ class _TcpBlock:
     # a SYN's Window Scale shift count (-1: none; :func:`rdmalab.capture.render.window_shift_option`),
     # read in the worker; 0 on other segments
     wscale: np.ndarray | None = None
+    # (a display filter on fields of the segments' own columns) whose lines are kept: each is fed to the
+    # iWARP streams and the window scaling all the same
+    keep: np.ndarray | None = None
 
 
 @dataclass(slots=True)
@@ -1881,6 +1894,11 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: int, tracker: Any, windo
         np.cumsum([len(x) for x in lines], out=at2[1:])
         sources.append((tb.rows[lo:hi][special], b"".join(lines), at2))
     text, rows, starts = _merge(sources, picked)
+    if tb.keep is not None and not tb.keep[lo:hi].all():  # (a filter's: the lines of the segments it drops out)
+        keep = ~np.isin(rows, tb.rows[lo:hi][~tb.keep[lo:hi]])
+        text = np.frombuffer(text, dtype=np.uint8)[np.repeat(keep, np.diff(starts))].tobytes()
+        rows = rows[keep]
+        starts = np.concatenate(([0], np.cumsum(np.diff(starts)[keep])))
     if stop is not None:
         cut = int(np.searchsorted(rows, tb.rows[lo + k]))
         text = text[:starts[cut]]

@@ -404,3 +404,56 @@ def test_tcp_segments_are_formatted_from_columns(monkeypatch: Any, capsys: Any) 
     tcp = [int(line.split()[0]) for line in out.splitlines() if " TCP " in line]
     assert iwarp and len(tcp) > 20
     assert decoded == []
+
+
+@pytest.mark.parametrize("name", ["siw_crc_rping.pcap", "siw_write_bw.pcap", "siw_write_bw_midstream.pcap",
+                                  "synthetic_iwarp_mpa_markers.pcap"])
+def test_filtered_tcp_segments_are_written_from_columns(name: str, capsys: Any, monkeypatch: Any) -> None:
+    """With a filter on fields a segment's own columns hold (no stream's state: not iWARP's, the windows' or
+    the conversations'), the clean TCP segments are still written from the columns and fed, every one, to
+    the iWARP streams and the window scaling; the filter's mask drops the lines of those it does not keep:
+    the per-packet path's lines, in one process and in workers, in small blocks, with -c."""
+    import rdmalab.capture.columnar_summary as cs
+    from rdmalab.capture.columnar_summary import summary_lines
+    from rdmalab.capture.filter import compile_filter
+
+    runs = []
+    real = cs._run_text
+    monkeypatch.setattr(cs, "_run_text", lambda *a: runs.append(a[2]) or real(*a))
+    path = str(ROOT / "captures" / name)
+    kept = 0
+    for expr in ("tcp.len > 0", "tcp.flags.push == 1 || udp", "tcp.srcport > 1024", "!tcp", "frame.len > 120",
+                 "ip.dst == 10.0.0.1 && tcp"):
+        whole = ""
+        for count in (None, 37):
+            fast, ref, rc1, rc2 = _both(["-r", path, "-Y", expr] + (["-c", str(count)] if count else []), capsys)
+            assert rc1 == rc2 == 0 and fast == ref, (expr, count)
+            kept += fast.count("\n")
+            whole = whole or ref
+        flt = compile_filter(expr)
+        one = "".join(summary_lines(path, flt=flt, filter_expr=expr, block_bytes=4096))
+        many = "".join(summary_lines(path, flt=flt, filter_expr=expr, block_bytes=4096, workers=2, parallel_min_bytes=0))
+        assert many == one == whole, expr
+    assert runs and kept > 20
+
+
+def test_a_filtered_strict_decode_stops_where_the_per_packet_one_does(tmp_path: Path, capsys: Any) -> None:
+    """--strict with a filter on an iWARP capture whose FPDU a segment damages: the lines kept before the
+    frame that stops it, and the same error, on both paths."""
+    head, recs = _pcap_records(ROOT / "captures" / "siw_crc_rping.pcap")
+    for i, (h, d) in enumerate(recs):
+        if len(d) > 80 and d[23] == 6 and i > 20:
+            recs[i] = (h, d[:70] + bytes([d[70] ^ 0xFF]) + d[71:])  # (a segment's payload changed: its CRC bad)
+            break
+    p = _write(tmp_path / "strict_iwarp.pcap", head, recs)
+    from rdmalab.cli import Fail
+
+    outs = []
+    for extra in ([], ["--no-columnar"]):
+        try:
+            rc = main(["decode", "--strict", *extra, "-Y", "tcp.len > 0", "-r", str(p)])
+            err = ""
+        except (Fail, SystemExit) as e:
+            rc, err = None, str(e)
+        outs.append((capsys.readouterr().out, rc, err))
+    assert outs[0] == outs[1]
