@@ -59,7 +59,13 @@ from rdmalab.capture.columnar_schema import (  # noqa: F401 - the public names o
     format_column,
 )
 from rdmalab.capture.iwarp import IwarpTracker
-from rdmalab.capture.linktypes import COLUMNAR_LINKTYPES, LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2
+from rdmalab.capture.linktypes import (
+    COLUMNAR_LINKTYPES,
+    LINKTYPE_ETHERNET,
+    LINKTYPE_LINUX_SLL,
+    LINKTYPE_LINUX_SLL2,
+    RAW_IP_LINKTYPES,
+)
 from rdmalab.capture.pcapio import (  # noqa: F401 - the public names of the columnar decoder
     CaptureError,
     RecordBlock,
@@ -67,7 +73,7 @@ from rdmalab.capture.pcapio import (  # noqa: F401 - the public names of the col
     record_blocks,
 )
 from rdmalab.capture.render import Conversations, TcpWindowScaling
-from rdmalab.wire.net import ETHERTYPE_QINQ, ETHERTYPE_VLAN, ROCEV2_PORT
+from rdmalab.wire.net import ETHERTYPE_QINQ, ETHERTYPE_VLAN, IPV6_EXTENSIONS, ROCEV2_PORT
 
 __all__ = ["COLUMNS", "COLUMN_BY_NAME", "COLUMN_NAMES", "CONVERSATION_FIELDS", "DERIVED", "FILTER_NAMES",
            "FILTER_PROTOCOLS", "IWARP_COLUMNS", "IWARP_LAYERS", "IWARP_PREFIXES",
@@ -121,13 +127,67 @@ def cooked_tags(blk: RecordBlock) -> np.ndarray:
     return out
 
 
+#: the IPv6 extension headers the per-packet decoder reads past (rdmalab.wire.net.IPV6_EXTENSIONS)
+_IPV6_EXTENSIONS = tuple(IPV6_EXTENSIONS)
+
+
+def ipv6_extensions(blk: RecordBlock) -> np.ndarray:
+    """Per frame: an IPv6 datagram whose first next header is an extension header the per-packet decoder reads
+    past (Hop-by-Hop, Routing, Fragment, Destination Options) to what the columns do not follow (UDP or TCP
+    after it, an ICMPv6 error and its quote); but for the common one the columns hold as it is: a Hop-by-Hop
+    header before an ICMPv6 message that is no error (MLD: nothing in it is a column)."""
+    n = len(blk.offset)
+    out = np.zeros(n, dtype=bool)
+    if n == 0 or len(blk.buf) == 0 or (b"\x86\xdd" not in blk.buf and not np.isin(blk.linktype, RAW_IP_LINKTYPES).any()):
+        return out  # (no IPv6 EtherType anywhere in the block: most blocks, looked through at memchr's speed)
+    buf = np.frombuffer(blk.buf, dtype=np.uint8)
+    top = len(buf) - 1
+
+    def at(rows: np.ndarray, pos: np.ndarray) -> np.ndarray:  # the octet at pos of each row's frame (0: past it)
+        got = buf[np.minimum(blk.offset[rows] + pos, top)].astype(np.int64)
+        octet: np.ndarray = np.where(pos < blk.caplen[rows], got, 0)
+        return octet
+
+    def u16(rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        return at(rows, pos) << 8 | at(rows, pos + 1)
+
+    rows = np.arange(n)
+    eth = blk.linktype == LINKTYPE_ETHERNET
+    etype = np.where(eth, u16(rows, np.full(n, 12)), 0)
+    pos = np.full(n, 14, dtype=np.int64)
+    for _ in range(2):  # (an 802.1ad tag, an 802.1Q tag: the columns read two at most)
+        tagged = eth & np.isin(etype, (ETHERTYPE_VLAN, ETHERTYPE_QINQ))
+        etype = np.where(tagged, u16(rows, pos + 2), etype)
+        pos = np.where(tagged, pos + 4, pos)
+    l3 = np.where(eth & (etype == 0x86DD), pos, -1)
+    for lt, type_at, start in ((LINKTYPE_LINUX_SLL, 14, 16), (LINKTYPE_LINUX_SLL2, 0, 20)):
+        mine = blk.linktype == lt
+        l3 = np.where(mine & (u16(rows, np.full(n, type_at)) == 0x86DD), start, l3)
+    l3 = np.where(np.isin(blk.linktype, RAW_IP_LINKTYPES) & (at(rows, np.zeros(n, dtype=np.int64)) >> 4 == 6), 0, l3)
+    six = np.flatnonzero(l3 >= 0)
+    if not len(six):
+        return out
+    base = l3[six]
+    first = at(six, base + 6)
+    ext = np.isin(first, _IPV6_EXTENSIONS) & (base + 40 < blk.caplen[six])
+    if not ext.any():
+        return out
+    six, base, first = six[ext], base[ext], first[ext]
+    nxt = at(six, base + 40)
+    after = base + 40 + 8 + 8 * at(six, base + 41)
+    mld = (first == 0) & (nxt == 58) & (at(six, after) >= 128) & (after < blk.caplen[six])
+    out[six[~mld]] = True
+    return out
+
+
 def _ethernet_only(blk: RecordBlock) -> bool:
     """Whether the columns hold every frame of the block: Ethernet (or a Linux cooked capture:
     :data:`COLUMNAR_LINKTYPES`), with at most one 802.1ad tag and then at most one 802.1Q tag before
     what it carries (:func:`stacked_tags`, :func:`cooked_tags`: the others are for the per-packet
-    decoder, which reads any number of tags)."""
+    decoder, which reads any number of tags), and no IPv6 extension header but a Hop-by-Hop one before an
+    ICMPv6 message that is no error (:func:`ipv6_extensions`)."""
     return (bool(np.isin(blk.linktype, COLUMNAR_LINKTYPES).all()) and not stacked_tags(blk).any()
-            and not cooked_tags(blk).any())
+            and not cooked_tags(blk).any() and not ipv6_extensions(blk).any())
 
 
 def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, verify_icrc: bool = True,

@@ -316,6 +316,9 @@ class Columns:
             return self.layers["frame"]
         if name in self.layers:
             return self.layers[name]
+        if name == "infiniband" and "infiniband.grh" in self.layers:  # (a RoCEv1 GRH whose BTH is cut: there too)
+            anyib: np.ndarray = self.layers["infiniband.bth"] | self.layers["infiniband.grh"]
+            return anyib
         alias = _LAYER_ALIASES.get(name)
         if alias is not None and alias in self.layers:
             return self.layers[alias]

@@ -91,3 +91,105 @@ def test_ip_is_ipv4_not_the_hidden_ip_version_of_ipv6(capsys: Any) -> None:
         hidden = decode(capsys, *extra, "-r", path, "-Y", "ip.version == 6", "-T", "fields", "-e", "frame.number").split()
         assert six and four and not set(six) & set(four), (extra, six, four)
         assert hidden == six
+
+
+def _cut_everywhere(tmp_path: Path) -> Path:
+    """One frame of each kind (RoCEv2 over IPv4 and over IPv6, a TCP segment, an ICMP error quoting RoCEv2,
+    an ICMPv6 one, ARP, RoCEv1, 802.1Q-tagged RoCEv2) cut at every length from 1 octet to the whole frame."""
+    picks: list[bytes] = []
+    for name, want in (("rxe_write_bw_loss.pcap", lambda d: d[12:14] == b"\x08\x00" and d[23] == 17),
+                       ("siw_crc_rping.pcap", lambda d: d[12:14] == b"\x08\x00" and d[23] == 6 and len(d) > 80),
+                       ("lo_icmp_unreachable.pcap", lambda d: d[12:14] == b"\x08\x00" and d[23] == 1),
+                       ("lo_icmp_unreachable.pcap", lambda d: d[12:14] == b"\x86\xdd" and d[20] == 58),
+                       ("lo_icmp_unreachable.pcap", lambda d: d[12:14] == b"\x86\xdd" and d[20] == 17),
+                       ("synthetic_all_opcodes_rocev1.pcap", lambda d: d[12:14] == b"\x89\x15"),
+                       ("rxe_rping.pcap", lambda d: d[12:14] == b"\x08\x06")):
+        src = CAPTURES / name
+        if not src.exists():
+            continue
+        got = next((bytes(r.data) for r in records(src) if want(bytes(r.data))), None)
+        if got is not None:
+            picks += [got[:200], _tagged(got[:200], [(0x8100, 7)])]
+    path = tmp_path / "cut.pcap"
+    with CaptureWriter(path) as w:
+        t = 10**9
+        for frame in picks:
+            for n in range(1, len(frame) + 1):
+                w.write(frame[:n], t, wire_len=len(frame))
+                t += 1000
+    return path
+
+
+@pytest.mark.parametrize("expr", ["eth", "vlan", "ip", "ipv6", "udp", "tcp", "infiniband", "!udp && ip"])
+def test_protocol_filters_on_frames_cut_anywhere(expr: str, tmp_path: Path, capsys: Any) -> None:
+    """Each kind of frame cut at every length (a header the capture ends in): a protocol is there on the
+    columns exactly where it is frame by frame."""
+    path = str(_cut_everywhere(tmp_path))
+    mode = ["-T", "fields", "-e", "frame.number"]
+    got = decode(capsys, "-r", path, "-Y", expr, *mode)
+    assert got == decode(capsys, "--no-columnar", "-r", path, "-Y", expr, *mode)
+
+
+def _ipv6_extensions(tmp_path: Path) -> Path:
+    """IPv6 datagrams with an extension header before UDP (RoCEv2 among them), TCP or ICMPv6 (MLD, an error
+    quoting RoCEv2), the first fragment of a datagram, 802.1Q-tagged copies, between plain RoCEv2 frames."""
+    import struct
+
+    src, dst = bytes.fromhex("fe800000000000000000000000000001"), bytes.fromhex("fe800000000000000000000000000002")
+    roce = next(bytes(r.data) for r in records(CAPTURES / "rxe_write_bw_loss.pcap")
+                if bytes(r.data)[12:14] == b"\x08\x00" and bytes(r.data)[23] == 17)
+    udp_roce = roce[34:]  # (its ICRC covers the IPv4 header: wrong over IPv6, shown bad, the same both ways)
+
+    def ext(kind: int, nxt: int) -> bytes:
+        if kind == 44:
+            return struct.pack(">BBHI", nxt, 0, 0, 7)  # offset 0, no more fragments: an atomic fragment
+        return bytes([nxt, 0]) + b"\x01\x04\x00\x00\x00\x00"  # (a PadN option)
+
+    def ip6(nxt: int, body: bytes) -> bytes:
+        return struct.pack(">IHBB", 0x60000000, len(body), nxt, 64) + src + dst + body
+
+    tcp = struct.pack(">HHIIBBHHH", 4000, 5000, 1, 0, 5 << 4, 0x18, 1024, 0, 0) + b"data"
+    mld = struct.pack(">BBHHH", 143, 0, 0, 0, 0)
+    error = struct.pack(">BBHI", 1, 4, 0, 0) + ip6(17, udp_roce)
+    bodies = [ip6(kind, ext(kind, nxt) + body) for kind in (0, 43, 44, 60)
+              for nxt, body in ((17, udp_roce), (6, tcp), (58, mld), (58, error))]
+    bodies.append(ip6(44, struct.pack(">BBHI", 17, 0, 1, 9) + udp_roce))  # (more fragments: no UDP decoded)
+    frames = [b"\x02" * 6 + b"\x04" * 6 + b"\x86\xdd" + b for b in bodies]
+    path = tmp_path / "ipv6_ext.pcap"
+    with CaptureWriter(path) as w:
+        t = 10**9
+        for f in frames + [_tagged(f, [(0x8100, 9)]) for f in frames]:
+            for one in (roce, f):
+                w.write(one, t)
+                t += 1000
+    return path
+
+
+def test_ipv6_extension_headers_before_udp_and_tcp(tmp_path: Path, capsys: Any) -> None:
+    """A block with an IPv6 extension header the columns do not read past (ipv6_extensions) is read frame by
+    frame: the UDP (RoCEv2 too), TCP and quotes after it are in -T fields and filters as on the per-packet
+    path, and as tshark has them; a Hop-by-Hop header before MLD keeps the block in the columns."""
+    from rdmalab.capture.columnar import ipv6_extensions
+    from rdmalab.capture.pcapio import record_blocks
+
+    path = str(_ipv6_extensions(tmp_path))
+    fields = ["frame.number", "udp.srcport", "tcp.dstport", "infiniband.bth.opcode", "ipv6.nxt"]
+    mode = [a for f in fields for a in ("-e", f)]
+    for expr in (None, "udp", "tcp", "infiniband", "udp.dstport == 4791"):
+        extra = ["-Y", expr] if expr else []
+        got = decode(capsys, "-r", path, "-T", "fields", *mode, *extra)
+        assert got == decode(capsys, "--no-columnar", "-r", path, "-T", "fields", *mode, *extra), expr
+    marks = [m for blk in record_blocks(path) for m in ipv6_extensions(blk).tolist()]
+    assert sum(marks) == 2 * (4 * 4 + 1) - 2 and len(marks) == 2 * 2 * 17  # (all but the two MLD after a Hop-by-Hop)
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_ipv6_extension_headers_as_tshark(tmp_path: Path, capsys: Any) -> None:
+    path = str(_ipv6_extensions(tmp_path))
+    for expr in ("udp", "tcp", "ipv6", "ip"):
+        ours = decode(capsys, "-r", path, "-Y", expr, "-T", "fields", "-e", "frame.number", "-e", "udp.srcport",
+                      "-e", "tcp.dstport").split("\n")
+        theirs = tshark("-r", path, "-Y", expr, "-T", "fields", "-e", "frame.number", "-e", "udp.srcport",
+                        "-e", "tcp.dstport").split("\n")
+        assert ours == theirs, expr
