@@ -149,7 +149,8 @@ def ipv6_extensions(blk: RecordBlock) -> np.ndarray:
         return octet
 
     def u16(rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        return at(rows, pos) << 8 | at(rows, pos + 1)
+        word: np.ndarray = at(rows, pos) << 8 | at(rows, pos + 1)
+        return word
 
     rows = np.arange(n)
     eth = blk.linktype == LINKTYPE_ETHERNET
