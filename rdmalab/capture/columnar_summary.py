@@ -1115,10 +1115,12 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     after the lines before it."""
     p = os.fspath(path)
     shown: _Shown | None = None
-    if flt is not None and wants_conversations(flt.fields) and not wants_iwarp(flt.fields):
-        # a filter on the conversations (tcp.stream == 3): every line written as without a filter (in
-        # workers too), then the lines of the frames it keeps, from the block's columns (the conversations
-        # and the TCP analysis followed in order, here or in the process beside the workers)
+    if flt is not None and (wants_conversations(flt.fields) or wants_iwarp(flt.fields) or wants_windows(flt.fields)) \
+            and not (wants_conversations(flt.fields) and wants_iwarp(flt.fields)):
+        # a filter on the conversations (tcp.stream == 3), the windows (tcp.window_size) or iWARP's fields
+        # (iwarp_rdma.opcode == 1): every line written as without a filter (in workers too), then the lines
+        # of the frames it keeps, from the block's columns (the conversations, the windows, the TCP analysis
+        # and the iWARP streams followed in order, here or in the process beside the workers)
         shown, flt, filter_expr = _Shown(flt), None, None
     tracker = None
     if iwarp:
@@ -1312,6 +1314,7 @@ class AnalysisFeed:
         self._beside: Iterator[tuple[int, list[tuple[int, Any]], Any]] | None = None  # (read_from)
         self._shown: _Shown | None = None  # (read_from)
         self._texts: dict[int, bytes] = {}  # flags (one bit each, FLAG_FIELDS) -> their prefix
+        self._tracker: IwarpTracker | None = None  # (a filter on iWARP's fields: the streams, :meth:`_iwarp`)
 
     def read_from(self, path: str, block_bytes: int, shown: _Shown | None = None) -> None:
         """Read the frames of ``path`` (a file) as :meth:`apply` needs them, and analyse them in a process
@@ -1352,10 +1355,11 @@ class AnalysisFeed:
                 return cols
             fill_tcp_analysis(cols, self.analysis, ends)
         elif _ethernet_only(blk):
-            cols = decode_block(blk, verify_icrc=True, fields=(*_PREFIX_FIELDS, *fields),
+            cols = decode_block(blk, verify_icrc=True, fields=(*_PREFIX_FIELDS, *fields), tracker=self._iwarp(fields),
                                 conversations=self.conversations, windows=self.windows)
         else:
-            cols = columns_from_block(blk, conversations=self.conversations, windows=self.windows)
+            cols = columns_from_block(blk, tracker=self._iwarp(fields), conversations=self.conversations,
+                                      windows=self.windows)
         self.upto = blk.first + len(blk) - 1
         L = cols.layers
         if self.trees:
@@ -1382,6 +1386,14 @@ class AnalysisFeed:
                 text = texts[b] = info_prefix([n for i, n in enumerate(FLAG_FIELDS) if b >> i & 1]).encode()
             append((frame, text))
         return cols
+
+    def _iwarp(self, fields: Any) -> IwarpTracker | None:
+        """The iWARP streams followed here for a filter that reads them (``fields``), else None."""
+        if not fields or not wants_iwarp(fields):
+            return None
+        if self._tracker is None:
+            self._tracker = IwarpTracker()
+        return self._tracker
 
     def _note_flags(self, cols: Columns, got: list[tuple[int, int, tuple[int, int] | None]], n: int) -> None:
         """The prefixes of the first ``n`` frames of a block among its segments with a flag ``got``

@@ -457,3 +457,30 @@ def test_a_filtered_strict_decode_stops_where_the_per_packet_one_does(tmp_path: 
             rc, err = None, str(e)
         outs.append((capsys.readouterr().out, rc, err))
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("name", ["siw_crc_rping.pcap", "siw_write_bw.pcap", "siw_write_bw_midstream.pcap",
+                                  "synthetic_iwarp_mpa_markers.pcap", "synthetic_iwarp_all_opcodes.pcap"])
+def test_filters_on_iwarp_and_window_fields_cut_the_lines_down(name: str, capsys: Any, monkeypatch: Any) -> None:
+    """A filter on iWARP's fields or on tcp.window_size needs the streams or the windows followed in order:
+    the lines are written as without a filter and cut down to the frames the filter keeps on the columns of
+    the process that follows them (summary_bytes' _Shown), not decoded frame by frame; the per-packet path's
+    lines, in one process and in workers in small blocks."""
+    import rdmalab.capture.columnar_summary as cs
+    from rdmalab.capture.columnar_summary import summary_lines
+    from rdmalab.capture.filter import compile_filter
+
+    cut = []
+    real = cs._Shown.keep
+    monkeypatch.setattr(cs._Shown, "keep", lambda self, text: cut.append(1) or real(self, text))
+    path = str(ROOT / "captures" / name)
+    kept = 0
+    for expr in ("iwarp_rdma.opcode == 1", "iwarp_ddp.msn > 2 || tcp.len == 0", "iwarp_mpa.ulpdulength > 20",
+                 "tcp.window_size > 500", "rdmalab.crc32c.ok == 1 && tcp.srcport > 1000"):
+        fast, ref, rc1, rc2 = _both(["-r", path, "-Y", expr], capsys)
+        assert rc1 == rc2 == 0 and fast == ref, expr
+        kept += fast.count("\n")
+        flt = compile_filter(expr)
+        many = "".join(summary_lines(path, flt=flt, filter_expr=expr, block_bytes=4096, workers=2, parallel_min_bytes=0))
+        assert many == ref, expr
+    assert cut and kept > 20
