@@ -64,6 +64,7 @@ from rdmalab.capture.render import (
 )
 from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, FLAG_FIELDS, LABEL_FIELDS, TREE, VALUE_FIELDS, TcpAnalysis
 from rdmalab.wire.control import (
+    ETHERTYPE_ARP,
     ICMP_ERRORS,
     ICMPV6_ERRORS,
     IPPROTO_ICMP,
@@ -754,6 +755,16 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
                  - np.where(eth, np.maximum(blk.fcs_lens(), 0), 0))
     iplen = np.where((ip6 | (iplen != 0)) & (l3 + iplen > frame_end) & (frame_end >= l3), frame_end - l3, iplen)
     L["tcp.len"] = tcp & ((~ip6 & (iplen == 0)) | (l3 + iplen >= l4 + thl))
+    # ICMP, ICMPv6 and ARP are no columns, but a filter tests that they are there (-Y icmpv6), as the
+    # per-packet decoder reads them (wire.frame._ip: the 4 octets of type, code and checksum within the
+    # datagram as captured; control.decode_arp: 8 octets at least); ICMPv6 after a Hop-by-Hop header too
+    # (MLD: the one extension header a block the columns read holds, columnar.ipv6_extensions)
+    avail = np.minimum(np.where(~ip6 & (iplen == 0), caplen, l3 + iplen), caplen)
+    L["icmp"] = l4ok & ~ip6 & (proto == IPPROTO_ICMP) & (avail >= l4 + 4)
+    after_hbh = l4 + 8 + 8 * T[:, 1].astype(np.int64)
+    L["icmpv6"] = ip6 & (((nxt6 == IPPROTO_ICMPV6) & (avail >= l4 + 4))
+                         | ((nxt6 == 0) & (T[:, 0] == IPPROTO_ICMPV6) & (caplen >= l4 + 2) & (avail >= after_hbh + 4)))
+    L["arp"] = link & (etype == ETHERTYPE_ARP) & (caplen >= l3 + 8)
     if need("tcp"):
         data["tcp.srcport"] = data["udp.srcport"]
         data["tcp.dstport"] = data["udp.dstport"]
@@ -1340,6 +1351,9 @@ def columns_from_dicts(rows: list[dict[str, Any]], quoting: dict[int, dict[str, 
             multi.setdefault(int(row["frame.number"]), {})["tcp.analysis.duplicate_ack"] = row["tcp.analysis.duplicate_ack"]
     multi.update(quoting or {})
     L["frame"] = np.ones(n, dtype=bool)
+    for proto in ("icmp", "icmpv6", "arp"):  # (no columns: there when a field of theirs is, as a filter has it)
+        prefix = proto + "."
+        L[proto] = np.array([any(k.startswith(prefix) for k in row) for row in rows], dtype=bool)
     # (the BTH as its fields say: a RoCE frame whose BTH is cut or not after a GRH of IBA has none, as in decode_block)
     for proto in ("iwarp_mpa", "iwarp_ddp", "iwarp_rdma"):
         L[proto] = np.logical_or.reduce([L[c.name] for c in IWARP_COLUMNS if c.name.startswith(proto + ".")])

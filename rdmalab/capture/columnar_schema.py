@@ -242,8 +242,9 @@ COLUMN_NAMES: frozenset[str] = frozenset([*COLUMN_BY_NAME, *DERIVED])
 #: The protocol names a display filter tests on the columns (``-Y udp``, ``tcp && !infiniband``):
 #: :meth:`Columns.present` of each is the per-packet filter's (a protocol is there when a field of its is:
 #: filter._eval's Exists), an ICMP error's quote included (its row's fields are the per-packet decoder's,
-#: :attr:`Columns.multi`).  The others (``arp``, ``icmp``, ``iwarp_mpa`` ...) are read frame by frame.
-FILTER_PROTOCOLS: frozenset[str] = frozenset({"eth", "vlan", "sll", "ip", "ipv6", "udp", "tcp", "infiniband"})
+#: :attr:`Columns.multi`).  The others (``iwarp_mpa``, ``data`` ...) are read frame by frame.
+FILTER_PROTOCOLS: frozenset[str] = frozenset({"eth", "vlan", "sll", "ip", "ipv6", "udp", "tcp", "infiniband", "icmp",
+                                               "icmpv6", "arp"})
 #: What a display filter on the columns may name: :data:`COLUMN_NAMES` and :data:`FILTER_PROTOCOLS`.
 FILTER_NAMES: frozenset[str] = COLUMN_NAMES | FILTER_PROTOCOLS
 #: Layers that share rows with another one (a protocol name a filter may test).
@@ -382,7 +383,8 @@ def empty_columns() -> Columns:
     return Columns(0, data, {k: np.zeros(0, dtype=bool) for k in _LAYER_NAMES})
 
 
-_LAYER_NAMES = sorted({c.layer for c in COLUMNS} | {"rocev1", "rocev2", "infiniband.reth", "rawip", *IWARP_LAYERS})
+_LAYER_NAMES = sorted({c.layer for c in COLUMNS} | {"rocev1", "rocev2", "infiniband.reth", "rawip", "icmp", "icmpv6", "arp",
+                                                    *IWARP_LAYERS})
 
 
 # ============================================================================ printing like tshark

@@ -21,7 +21,8 @@ from rdmalab.capture.reader import records
 
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
 EXPRESSIONS = ["udp", "tcp", "ip", "ipv6", "eth", "vlan", "infiniband", "udp && !infiniband", "tcp || ipv6", "!ip",
-               "ip && !udp", "infiniband && frame.len > 100", "sll"]
+               "ip && !udp", "infiniband && frame.len > 100", "sll", "icmp", "icmpv6", "arp", "icmp || icmpv6 || arp",
+               "!arp && !icmpv6"]
 NAMES = ["lo_icmp_unreachable.pcap", "synthetic_all_opcodes_rocev2.pcap", "synthetic_all_opcodes_rocev1.pcap",
          "rxe_write_bw_loss.pcap", "siw_crc_rping.pcap", "rxe_ud_pingpong.pcap", "hw_ib_connectx_erf.pcap",
          "synthetic_rocev2_cm_req.pcap"]
@@ -103,7 +104,7 @@ def _cut_everywhere(tmp_path: Path) -> Path:
                        ("lo_icmp_unreachable.pcap", lambda d: d[12:14] == b"\x86\xdd" and d[20] == 58),
                        ("lo_icmp_unreachable.pcap", lambda d: d[12:14] == b"\x86\xdd" and d[20] == 17),
                        ("synthetic_all_opcodes_rocev1.pcap", lambda d: d[12:14] == b"\x89\x15"),
-                       ("rxe_rping.pcap", lambda d: d[12:14] == b"\x08\x06")):
+                       ("rxe_write_bw_loss.pcap", lambda d: d[12:14] == b"\x08\x06")):
         src = CAPTURES / name
         if not src.exists():
             continue
@@ -120,7 +121,8 @@ def _cut_everywhere(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("expr", ["eth", "vlan", "ip", "ipv6", "udp", "tcp", "infiniband", "!udp && ip"])
+@pytest.mark.parametrize("expr", ["eth", "vlan", "ip", "ipv6", "udp", "tcp", "infiniband", "!udp && ip", "icmp", "icmpv6",
+                                  "arp"])
 def test_protocol_filters_on_frames_cut_anywhere(expr: str, tmp_path: Path, capsys: Any) -> None:
     """Each kind of frame cut at every length (a header the capture ends in): a protocol is there on the
     columns exactly where it is frame by frame."""
@@ -175,7 +177,7 @@ def test_ipv6_extension_headers_before_udp_and_tcp(tmp_path: Path, capsys: Any) 
     path = str(_ipv6_extensions(tmp_path))
     fields = ["frame.number", "udp.srcport", "tcp.dstport", "infiniband.bth.opcode", "ipv6.nxt"]
     mode = [a for f in fields for a in ("-e", f)]
-    for expr in (None, "udp", "tcp", "infiniband", "udp.dstport == 4791"):
+    for expr in (None, "udp", "tcp", "infiniband", "udp.dstport == 4791", "icmpv6", "icmpv6 && !udp"):
         extra = ["-Y", expr] if expr else []
         got = decode(capsys, "-r", path, "-T", "fields", *mode, *extra)
         assert got == decode(capsys, "--no-columnar", "-r", path, "-T", "fields", *mode, *extra), expr
@@ -187,9 +189,41 @@ def test_ipv6_extension_headers_before_udp_and_tcp(tmp_path: Path, capsys: Any) 
 @pytest.mark.tshark
 def test_ipv6_extension_headers_as_tshark(tmp_path: Path, capsys: Any) -> None:
     path = str(_ipv6_extensions(tmp_path))
-    for expr in ("udp", "tcp", "ipv6", "ip"):
+    for expr in ("udp", "tcp", "ipv6", "ip", "icmpv6"):
         ours = decode(capsys, "-r", path, "-Y", expr, "-T", "fields", "-e", "frame.number", "-e", "udp.srcport",
                       "-e", "tcp.dstport").split("\n")
         theirs = tshark("-r", path, "-Y", expr, "-T", "fields", "-e", "frame.number", "-e", "udp.srcport",
                         "-e", "tcp.dstport").split("\n")
         assert ours == theirs, expr
+
+
+def test_protocol_filters_on_datagrams_shorter_than_their_frames(tmp_path: Path, capsys: Any) -> None:
+    """An IPv4 or IPv6 datagram whose length field ends it inside the frame (the rest Ethernet padding) at
+    every length from its header to its whole: ICMP, ICMPv6, UDP and TCP are there on the columns exactly
+    where they are frame by frame (a message cut by its datagram, not by the capture)."""
+    import struct
+
+    picks = []
+    for name, want in (("lo_icmp_unreachable.pcap", lambda d: d[12:14] == b"\x08\x00" and d[23] == 1),
+                       ("lo_icmp_unreachable.pcap", lambda d: d[12:14] == b"\x86\xdd" and d[20] == 58),
+                       ("siw_crc_rping.pcap", lambda d: d[12:14] == b"\x08\x00" and d[23] == 6),
+                       ("rxe_write_bw_loss.pcap", lambda d: d[12:14] == b"\x08\x00" and d[23] == 17)):
+        picks.append(next(bytes(r.data) for r in records(CAPTURES / name) if want(bytes(r.data))))
+    path = tmp_path / "short.pcap"
+    with CaptureWriter(path) as w:
+        t = 10**9
+        for frame in picks:
+            six = frame[12:14] == b"\x86\xdd"
+            head = 40 if six else 20
+            for k in range(0, 30):
+                f = bytearray(frame[:14 + head + 40].ljust(14 + head + 40, b"\0"))
+                if six:
+                    f[18:20] = struct.pack(">H", k)
+                else:
+                    f[16:18] = struct.pack(">H", head + k)
+                w.write(bytes(f), t)
+                t += 1000
+    mode = ["-T", "fields", "-e", "frame.number"]
+    for expr in ("icmp", "icmpv6", "udp", "tcp", "ip", "ipv6"):
+        got = decode(capsys, "-r", str(path), "-Y", expr, *mode)
+        assert got == decode(capsys, "--no-columnar", "-r", str(path), "-Y", expr, *mode), expr
