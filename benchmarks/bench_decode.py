@@ -27,7 +27,8 @@ order in one process, the blocks decoded in workers) on all the packets, ``-T fi
 ``frame.interface_name``, ``frame.comment`` ...: the file's blocks read beside the columns) on all the
 packets, ``-T fields`` of tshark's TCP sequence analysis (``tcp.analysis.flags`` and the rest: each TCP
 segment weighed in order in one process) and summaries filtered on it (``-Y tcp.analysis.retransmission``)
-on all the packets, ``-T json`` and ``-V`` on the first ``--json-packets``, and both filtered on the RoCE ACKs
+on all the packets, summaries filtered on a protocol's name (``udp``, ``arp``), on iWARP's fields and on the
+scaled window, ``-T json`` and ``-V`` on the first ``--json-packets``, and both filtered on the RoCE ACKs
 (``-Y 'infiniband.bth.opcode == 17'``: the frames a filter shows, decoded whole).
 
 ``--icmp`` measures what a host where nothing takes RoCEv2 answers: each RoCEv2 packet of the real rxe
@@ -384,6 +385,11 @@ def main_mixed(args: argparse.Namespace, tmp: str) -> None:
                     [("rdmalab decode -Y tcp.analysis.retransmission",
                       [*py, "-r", big, "-Y", "tcp.analysis.retransmission"])],
                     [tshark, "-n", "-r", big, "-Y", "tcp.analysis.retransmission"] if tshark else None)
+    # what engineers type to pick one kind of traffic out: a protocol's name (answered from the columns, an
+    # ICMP error's quote included), iWARP's fields (the streams followed beside), the scaled window
+    for expr in ("udp", "arp", "iwarp_rdma.opcode == 1", "tcp.window_size > 1000"):
+        rows += compare(f"summary lines -Y '{expr}'", n, [(f"rdmalab decode -Y '{expr}'", [*py, "-r", big, "-Y", expr])],
+                        [tshark, "-n", "-r", big, "-Y", expr] if tshark else None)
     # the fields of the pcapng blocks around the packets (interfaces, sections, comments), read beside the columns
     mf = [a for f in ("frame.number", *FRAME_META_FIELDS) for a in ("-e", f)]
     rows += compare("-T fields (pcapng blocks)", n,
