@@ -242,11 +242,20 @@ COLUMN_NAMES: frozenset[str] = frozenset([*COLUMN_BY_NAME, *DERIVED])
 #: The protocol names a display filter tests on the columns (``-Y udp``, ``tcp && !infiniband``):
 #: :meth:`Columns.present` of each is the per-packet filter's (a protocol is there when a field of its is:
 #: filter._eval's Exists), an ICMP error's quote included (its row's fields are the per-packet decoder's,
-#: :attr:`Columns.multi`).  The others (``iwarp_mpa``, ``data`` ...) are read frame by frame.
-FILTER_PROTOCOLS: frozenset[str] = frozenset({"eth", "vlan", "sll", "ip", "ipv6", "udp", "tcp", "infiniband", "icmp",
+#: :attr:`Columns.multi`).  The others (``ip``, whose bogus headers of another version the columns do not
+#: call IPv4; ``iwarp_mpa``, ``data`` ...) are read frame by frame, and so is a filter that reads a protocol's
+#: bytes (``eth contains 52:54``: :func:`columns_answer`).
+FILTER_PROTOCOLS: frozenset[str] = frozenset({"eth", "vlan", "sll", "ipv6", "udp", "tcp", "infiniband", "icmp",
                                                "icmpv6", "arp"})
 #: What a display filter on the columns may name: :data:`COLUMN_NAMES` and :data:`FILTER_PROTOCOLS`.
 FILTER_NAMES: frozenset[str] = COLUMN_NAMES | FILTER_PROTOCOLS
+
+
+def columns_answer(flt: Any) -> bool:
+    """Whether the columns answer a compiled display filter's fields: each a column, or a protocol of
+    :data:`FILTER_PROTOCOLS` whose presence alone it tests (not its bytes: ``udp contains 12``)."""
+    names = set(flt.fields) - (FILTER_PROTOCOLS - set(flt.byte_protocols))
+    return names <= COLUMN_NAMES
 #: Layers that share rows with another one (a protocol name a filter may test).
 _LAYER_ALIASES = {"infiniband.reth": "infiniband.reth", "infiniband": "infiniband.bth"}
 

@@ -842,9 +842,10 @@ def _eval(node: Any, fields: Mapping[str, Any]) -> bool:
             return True
         prefix = node.field + "."
         borrowed = _borrowed(node.field)
-        if node.field == "ip" and all(v == 6 for v in _values(fields, "ip.version")):
+        if node.field == "ip" and any(k.startswith("ipv6.") for k in fields):
             # (the hidden ip.version Wireshark's IPv6 dissector adds, ip.version == 6, is no IPv4 header:
-            # tshark's ``ip`` does not match an IPv6 packet, whose ip.version a filter still reads)
+            # tshark's ``ip`` does not match an IPv6 packet, whose ip.version a filter still reads; an IPv4
+            # EtherType before a header of version 6 is ``ip``, a bogus one)
             borrowed = borrowed | {"ip.version"}
         return any(k.startswith(prefix) and k not in borrowed for k in fields)
     if t is In:

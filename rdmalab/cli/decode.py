@@ -117,7 +117,7 @@ def _write_pieces(out: TextIO, pieces: list[bytes | memoryview]) -> None:
 
 def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     """``-T fields``: columnar when every field (and the filter's) is a column, else per packet."""
-    from rdmalab.capture.columnar import COLUMN_NAMES, FILTER_PROTOCOLS  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.columnar import COLUMN_NAMES, FILTER_PROTOCOLS, columns_answer  # lazy: `--help` fast
     from rdmalab.capture.filter import (  # lazy: `rdmalab --help` fast
         ABSOLUTE_TIME,
         EITHER_FIELDS,
@@ -147,7 +147,8 @@ def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> in
     if not wanted.isdisjoint(FRAME_META_FIELDS) and (flt is None or flt.fields.isdisjoint(FRAME_META_FIELDS)) \
             and is_pcapng_file(path):  # (written beside the columns; an ERF record's port needs its header)
         wanted -= set(FRAME_META_FIELDS)
-    if wanted <= COLUMN_NAMES and plain_either and not args.no_columnar and not (args.no_iwarp and any(
+    if wanted <= COLUMN_NAMES and (flt is None or columns_answer(flt)) and plain_either and not args.no_columnar \
+            and not (args.no_iwarp and any(
             n.startswith(("iwarp", "rdmalab.crc32c", "rdmalab.pdus")) for n in wanted)):
         return _fields_columnar(path, names, flt, args, opts, out)
     return _fields_objects(path, names, flt, args, opts, out)
@@ -272,11 +273,11 @@ def _columns_filter(flt: Any, args: argparse.Namespace) -> bool:
     """Whether ``-T fields -e frame.number`` answers a display filter from the columns, as ``run_fields``
     decides it (its fields all columns, none of the pcapng blocks' fields; iWARP's only with the iWARP
     reassembly on)."""
-    from rdmalab.capture.columnar import FILTER_NAMES  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.columnar import columns_answer  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.pcapio import FRAME_META_FIELDS  # lazy: keeps `rdmalab --help` fast
 
     fields = set(flt.fields)
-    return (fields <= FILTER_NAMES and fields.isdisjoint(FRAME_META_FIELDS) and not args.no_columnar
+    return (columns_answer(flt) and fields.isdisjoint(FRAME_META_FIELDS) and not args.no_columnar
             and not (args.no_iwarp and any(n.startswith(("iwarp", "rdmalab.crc32c", "rdmalab.pdus")) for n in fields)))
 
 
@@ -474,12 +475,12 @@ def _columns_answer(flt: Any) -> bool:
     """Whether every field of a compiled filter is a column the summary lines can filter on (the
     conversations' and iWARP's not both: each follows the capture in its own pass)."""
     from rdmalab.capture.columnar import (  # lazy: keeps `rdmalab --help` fast
-        FILTER_NAMES,
+        columns_answer,
         wants_conversations,
         wants_iwarp,
     )
 
-    return set(flt.fields) <= FILTER_NAMES and not (wants_conversations(flt.fields) and wants_iwarp(flt.fields))
+    return columns_answer(flt) and not (wants_conversations(flt.fields) and wants_iwarp(flt.fields))
 
 
 def run_decode(args: argparse.Namespace, out: TextIO) -> int:

@@ -4,7 +4,9 @@ in every output, are the per-packet path's (``--no-columnar``), an ICMP error's 
 ``udp`` and ``infiniband`` match an error that quotes a RoCEv2 datagram), and the frames tshark keeps.
 
 ``ip`` is IPv4's: Wireshark's IPv6 dissector adds a hidden ``ip.version`` (``ip.version == 6`` matches an IPv6
-packet), but tshark's ``ip`` does not; the per-packet filter took that hidden field for an IPv4 header."""
+packet), but tshark's ``ip`` does not; the per-packet filter took that hidden field for an IPv4 header.  (``ip``
+itself stays frame by frame: an IPv4 EtherType before a header of another version is ``ip``.)  A filter on a
+protocol's bytes (``eth contains``) is read frame by frame too."""
 
 from __future__ import annotations
 
@@ -66,7 +68,9 @@ def test_protocol_filters_are_answered_from_the_columns_as_frame_by_frame(
             got = decode(capsys, "-r", str(path), "-Y", expr, *mode)
             assert got == decode(capsys, "--no-columnar", "-r", str(path), "-Y", expr, *mode), (path.name, expr)
             kept += len(shown_frames(got, mode))
-            if path.suffix == ".pcap" and "hw_ib" not in path.name:  # (ERF: the per-packet path either way)
+            # (ERF: the per-packet path either way; ip too: a bogus header of another version is ip, and the
+            # columns do not call it IPv4)
+            if path.suffix == ".pcap" and "hw_ib" not in path.name and "ip" not in expr.replace("!", " ").split():
                 assert columnar, (path.name, expr, "not answered from the columns")
     assert kept > 1000
 
