@@ -46,7 +46,6 @@ from rdmalab.capture.columnar_schema import (  # noqa: F401 - the public names o
     COLUMNS,
     CONVERSATION_FIELDS,
     DERIVED,
-    FILTER_NAMES,
     FILTER_PROTOCOLS,
     IWARP_COLUMNS,
     IWARP_LAYERS,
@@ -76,7 +75,7 @@ from rdmalab.capture.pcapio import (  # noqa: F401 - the public names of the col
 from rdmalab.capture.render import Conversations, TcpWindowScaling
 from rdmalab.wire.net import ETHERTYPE_QINQ, ETHERTYPE_VLAN, IPV6_EXTENSIONS, ROCEV2_PORT
 
-__all__ = ["COLUMNS", "COLUMN_BY_NAME", "COLUMN_NAMES", "CONVERSATION_FIELDS", "DERIVED", "FILTER_NAMES",
+__all__ = ["COLUMNS", "COLUMN_BY_NAME", "COLUMN_NAMES", "CONVERSATION_FIELDS", "DERIVED",
            "FILTER_PROTOCOLS", "columns_answer", "IWARP_COLUMNS", "IWARP_LAYERS", "IWARP_PREFIXES",
            "LINKTYPE_ETHERNET", "ROCEV2_PORT", "WINDOW", "CaptureError", "Col", "Columns", "RecordBlock",
            "columns_from_dicts", "columns_from_packets", "decode_block", "empty_columns", "fill_conversations",

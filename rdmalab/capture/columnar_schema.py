@@ -247,8 +247,6 @@ COLUMN_NAMES: frozenset[str] = frozenset([*COLUMN_BY_NAME, *DERIVED])
 #: bytes (``eth contains 52:54``: :func:`columns_answer`).
 FILTER_PROTOCOLS: frozenset[str] = frozenset({"eth", "vlan", "sll", "ipv6", "udp", "tcp", "infiniband", "icmp",
                                                "icmpv6", "arp"})
-#: What a display filter on the columns may name: :data:`COLUMN_NAMES` and :data:`FILTER_PROTOCOLS`.
-FILTER_NAMES: frozenset[str] = COLUMN_NAMES | FILTER_PROTOCOLS
 
 
 def columns_answer(flt: Any) -> bool:
@@ -256,6 +254,8 @@ def columns_answer(flt: Any) -> bool:
     :data:`FILTER_PROTOCOLS` whose presence alone it tests (not its bytes: ``udp contains 12``)."""
     names = set(flt.fields) - (FILTER_PROTOCOLS - set(flt.byte_protocols))
     return names <= COLUMN_NAMES
+
+
 #: Layers that share rows with another one (a protocol name a filter may test).
 _LAYER_ALIASES = {"infiniband.reth": "infiniband.reth", "infiniband": "infiniband.bth"}
 

@@ -80,8 +80,6 @@ from rdmalab.capture.tcp_analysis import (
     _names,
     info_prefix,
     insert_json,
-    json_lines,
-    tree_lines,
 )
 from rdmalab.wire import crc as _crc
 from rdmalab.wire.control import ICMP_ERRORS, ICMPV6_ERRORS, IPPROTO_ICMP, IPPROTO_ICMPV6, icmp_summary, icmpv6_summary
@@ -1434,14 +1432,8 @@ class AnalysisFeed:
             names = names_of.get(b)
             if names is None:
                 names = names_of[b] = [name for i, name in enumerate(FLAG_FIELDS) if b >> i & 1]
-            pair = (int(num), int(of)) if dup else None
-            if self.later:
-                append((frame, Later(names, pair, given)))  # type: ignore[arg-type]
-                continue
-            if self.json:
-                append((frame, json_lines(names, pair, given)))  # type: ignore[arg-type]
-                continue
-            append((frame, "".join(["\n        " + x for x in tree_lines(names, pair, given)]).encode()))
+            item = Later(names, (int(num), int(of)) if dup else None, given)
+            append((frame, item if self.later else item.json() if self.json else item.tree()))  # type: ignore[arg-type]
 
     def close(self) -> None:
         """The process beside (:meth:`read_from`) ended, if it has not: no more frames are wanted."""
@@ -1495,28 +1487,27 @@ class AnalysisFeed:
         """``text``, the tree of frame number ``frame`` alone (``-V``; frames come in order), with tshark's
         SEQ/ACK analysis after its TCP header's fields if it has one: :meth:`apply_trees` of one frame,
         without looking for the frames' first lines in the text."""
+        block = self._tree_of(frame)
+        end = None if block is None else _tcp_fields_end(text, 0, len(text))
+        return text if block is None or end is None else b"".join((text[:end], block, text[end:]))
+
+    def _tree_of(self, frame: int) -> bytes | None:
+        """The SEQ/ACK analysis lines of frame number ``frame`` (frames come in order), None without any."""
         self._read_upto(frame)
         pending = self.pending
         while pending and pending[0][0] < frame:
             pending.popleft()
         if not pending or pending[0][0] != frame:
-            return text
+            return None
         block = pending.popleft()[1]
-        if isinstance(block, Later):
-            block = block.tree()
-        end = _tcp_fields_end(text, 0, len(text))
-        return text if end is None else b"".join((text[:end], block, text[end:]))
+        return block.tree() if isinstance(block, Later) else block
 
     def tree_pieces(self, frame: int, text: bytes | memoryview, end: int | None) -> tuple[bytes | memoryview, ...]:
         """:meth:`apply_tree` of a TCP segment's tree whose header's fields end at ``end`` (None: not known,
         looked for), as the pieces to write one after the other (no copy of ``text``, perhaps a view)."""
-        self._read_upto(frame)
-        pending = self.pending
-        while pending and pending[0][0] < frame:
-            pending.popleft()
-        if not pending or pending[0][0] != frame:
+        block = self._tree_of(frame)
+        if block is None:
             return (text,)
-        block = pending.popleft()[1]
         if end is None:
             end = _tcp_fields_end(bytes(text), 0, len(text))
             if end is None:

@@ -214,7 +214,7 @@ def read_selected(path: str | os.PathLike[str], wanted: Any, *, lenient: bool = 
     streams follow every one), but for a plain one (an untagged Ethernet frame of a whole TCP segment over IPv4
     without options, lenient) whose addresses, ports, sequence number, flags and payload alone are fed to the
     streams (:meth:`~rdmalab.capture.iwarp.IwarpTracker.process_frame`); any other Ethernet frame not wanted
-    (UDP over IPv4 or IPv6, ARP: :func:`_no_tcp`; with ``iwarp=False`` or lenient, TCP too) is a
+    (UDP over IPv4 or IPv6, ARP: :func:`_no_tcp`; lenient with ``iwarp=False``, every one) is a
     :class:`CapturedPacket` of its record's number, time and lengths with an empty packet, not decoded.  For a
     display filter whose frames are known beforehand (``decode -T json -Y``, ``-V -Y``)."""
     tracker_cls = _load_iwarp_tracker() if iwarp else None

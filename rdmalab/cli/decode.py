@@ -117,7 +117,7 @@ def _write_pieces(out: TextIO, pieces: list[bytes | memoryview]) -> None:
 
 def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
     """``-T fields``: columnar when every field (and the filter's) is a column, else per packet."""
-    from rdmalab.capture.columnar import COLUMN_NAMES, FILTER_PROTOCOLS, columns_answer  # lazy: `--help` fast
+    from rdmalab.capture.columnar import COLUMN_NAMES, columns_answer  # lazy: keeps `rdmalab --help` fast
     from rdmalab.capture.filter import (  # lazy: `rdmalab --help` fast
         ABSOLUTE_TIME,
         EITHER_FIELDS,
@@ -139,8 +139,6 @@ def run_fields(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> in
     wanted = {part for n in set(names) - set(RELATIVE_TIMES) for part in EITHER_FIELDS.get(n, (n,))}
     if ABSOLUTE_TIME in wanted:  # (its text is made from frame.time_ns)
         wanted = (wanted - {ABSOLUTE_TIME}) | {"frame.time_ns"}
-    # (a filter's protocol names the columns answer: -Y udp; not a column to print)
-    wanted |= set(flt.fields) - FILTER_PROTOCOLS if flt is not None else set()
     # (the columns join ip.addr's two values with a comma: another aggregator or one occurrence per packet)
     either = [n for n in names if n in EITHER_FIELDS]
     plain_either = not either or (opts["occurrence"] == "a" and opts["aggregator"] == ",")
