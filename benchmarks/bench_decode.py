@@ -386,8 +386,9 @@ def main_mixed(args: argparse.Namespace, tmp: str) -> None:
                       [*py, "-r", big, "-Y", "tcp.analysis.retransmission"])],
                     [tshark, "-n", "-r", big, "-Y", "tcp.analysis.retransmission"] if tshark else None)
     # what engineers type to pick one kind of traffic out: a protocol's name (answered from the columns, an
-    # ICMP error's quote included), iWARP's fields (the streams followed beside), the scaled window
-    for expr in ("udp", "arp", "iwarp_rdma.opcode == 1", "tcp.window_size > 1000"):
+    # ICMP error's quote included), iWARP's fields (the streams followed beside), the scaled window, the pauses
+    # (the time since the frame before: counted over the blocks in order)
+    for expr in ("udp", "arp", "iwarp_rdma.opcode == 1", "tcp.window_size > 1000", "frame.time_delta > 0.001"):
         rows += compare(f"summary lines -Y '{expr}'", n, [(f"rdmalab decode -Y '{expr}'", [*py, "-r", big, "-Y", expr])],
                         [tshark, "-n", "-r", big, "-Y", expr] if tshark else None)
     # the fields of the pcapng blocks around the packets (interfaces, sections, comments), read beside the columns

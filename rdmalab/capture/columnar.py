@@ -47,6 +47,7 @@ from rdmalab.capture.columnar_schema import (  # noqa: F401 - the public names o
     CONVERSATION_FIELDS,
     DERIVED,
     FILTER_PROTOCOLS,
+    FILTER_TIMES,
     IWARP_COLUMNS,
     IWARP_LAYERS,
     IWARP_PREFIXES,
@@ -76,7 +77,7 @@ from rdmalab.capture.render import Conversations, TcpWindowScaling
 from rdmalab.wire.net import ETHERTYPE_QINQ, ETHERTYPE_VLAN, IPV6_EXTENSIONS, ROCEV2_PORT
 
 __all__ = ["COLUMNS", "COLUMN_BY_NAME", "COLUMN_NAMES", "CONVERSATION_FIELDS", "DERIVED",
-           "FILTER_PROTOCOLS", "columns_answer", "IWARP_COLUMNS", "IWARP_LAYERS", "IWARP_PREFIXES",
+           "FILTER_PROTOCOLS", "FILTER_TIMES", "columns_answer", "IWARP_COLUMNS", "IWARP_LAYERS", "IWARP_PREFIXES",
            "LINKTYPE_ETHERNET", "ROCEV2_PORT", "WINDOW", "CaptureError", "Col", "Columns", "RecordBlock",
            "columns_from_dicts", "columns_from_packets", "decode_block", "empty_columns", "fill_conversations",
            "fill_iwarp", "fill_tcp_analysis", "fill_tcp_windows", "format_column", "iter_columns", "read_columns",

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from rdmalab.capture.pcapio import NS_MAX, NS_MIN, record_ns
 from rdmalab.capture.tcp_analysis import LABEL_FIELDS, TIME_FIELDS, VALUE_FIELDS
 from rdmalab.wire.net import ETHERTYPE_ROCE, ROCEV2_PORT, TCP, IPv4
 from rdmalab.wire.opcodes import opcode_name
@@ -247,12 +248,18 @@ COLUMN_NAMES: frozenset[str] = frozenset([*COLUMN_BY_NAME, *DERIVED])
 #: bytes (``eth contains 52:54``: :func:`columns_answer`).
 FILTER_PROTOCOLS: frozenset[str] = frozenset({"eth", "vlan", "sll", "ipv6", "udp", "tcp", "infiniband", "icmp",
                                                "icmpv6", "arp"})
+#: tshark's times of a frame relative to others that a display filter reads (``frame.time_relative``: since the
+#: capture's first frame; ``frame.time_delta``: since the frame read before it), in float seconds
+#: (``frame.time_delta > 0.001``).  They are not a record's alone: a table has them once the frames before
+#: it are counted (:meth:`Columns.stamp_times`), and a filter on the columns reads them then.
+FILTER_TIMES = ("frame.time_relative", "frame.time_delta")
 
 
 def columns_answer(flt: Any) -> bool:
-    """Whether the columns answer a compiled display filter's fields: each a column, or a protocol of
+    """Whether the columns answer a compiled display filter's fields: each a column, one of
+    :data:`FILTER_TIMES` (the caller stamps them: :meth:`Columns.stamp_times`), or a protocol of
     :data:`FILTER_PROTOCOLS` whose presence alone it tests (not its bytes: ``udp contains 12``)."""
-    names = set(flt.fields) - (FILTER_PROTOCOLS - set(flt.byte_protocols))
+    names = set(flt.fields) - (FILTER_PROTOCOLS - set(flt.byte_protocols)) - set(FILTER_TIMES)
     return names <= COLUMN_NAMES
 
 
@@ -296,6 +303,9 @@ class Columns:
             names = np.array([opcode_name(i) for i in range(256)], dtype=object)
             out: np.ndarray = names[self.data["infiniband.bth.opcode"]]
             return out
+        if name in FILTER_TIMES:
+            raise KeyError(f"{name}: these columns' frames were not counted from the frames before them "
+                           "(Columns.stamp_times)")
         if name == "rdmalab.encap":  # as the per-packet decoder names a frame (Packet.encap)
             enc = np.full(self.n, "other", dtype=object)
             eth = self.layers["eth"] | self.layers["sll"]  # (a Linux cooked capture's: as the per-packet decoder names it)
@@ -322,7 +332,7 @@ class Columns:
             return self.layers["rdmalab.crc32c"]
         if name in ("rdmalab.opcode",):
             return self.layers["infiniband.bth"]
-        if name == "rdmalab.encap" or name == "frame":
+        if name == "rdmalab.encap" or name == "frame" or name in FILTER_TIMES:
             return self.layers["frame"]
         if name in self.layers:
             return self.layers[name]
@@ -338,6 +348,30 @@ class Columns:
             anyhit: np.ndarray = np.logical_or.reduce(hits)
             return anyhit
         raise KeyError(name)
+
+    def stamp_times(self, first: int, before: int) -> int:
+        """Add :data:`FILTER_TIMES` to the table as a display filter reads them, float seconds from each
+        frame's exact nanoseconds since the epoch (as :class:`rdmalab.capture.filter.FrameClock` counts them
+        frame by frame): since ``first`` (the capture's first frame) and since the frame before (``before``
+        for the first row: the frame read before the table's).  The time of the last row comes back (the
+        next table's ``before``)."""
+        ns = self.data["frame.time_ns"].astype(np.int64, copy=False)
+        if not self.n:
+            return before
+        lo, hi = min(int(ns.min()), first, before), max(int(ns.max()), first, before)
+        if lo <= NS_MIN or hi >= NS_MAX or hi - lo > NS_MAX:
+            # a time past what an int64 holds (the per-packet path's float seconds), or a difference it does
+            # not hold (damaged times): Python's integers, frame by frame
+            exact = list(map(record_ns, self.data["frame.time_epoch"].tolist(), ns.tolist()))
+            self.data["frame.time_relative"] = np.array([(x - first) / 1e9 for x in exact], dtype=np.float64)
+            self.data["frame.time_delta"] = np.array(
+                [(a - b) / 1e9 for a, b in zip(exact, [before, *exact[:-1]], strict=True)], dtype=np.float64)
+            return exact[-1]
+        prev = np.empty_like(ns)
+        prev[0], prev[1:] = before, ns[:-1]
+        self.data["frame.time_relative"] = (ns - first) / 1e9
+        self.data["frame.time_delta"] = (ns - prev) / 1e9
+        return int(ns[-1])
 
     def has(self, name: str) -> bool:
         """Whether this table can answer ``name`` (a column, derived column or layer)."""

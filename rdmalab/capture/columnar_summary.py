@@ -48,10 +48,10 @@ from rdmalab.capture.columnar_decode import (
     wants_iwarp,
     wants_windows,
 )
-from rdmalab.capture.columnar_schema import Columns
+from rdmalab.capture.columnar_schema import FILTER_TIMES, Columns
 from rdmalab.capture.columnar_tcp import FLAG_TEXT, TCP_FIELDS, clean_tcp, ip_end, tcp_offsets
 from rdmalab.capture.fields import frame_fields
-from rdmalab.capture.fieldtext import _OCTET_DOT32, _dec, _hex, _strings, filter_mask, relative_matrix
+from rdmalab.capture.fieldtext import _OCTET_DOT32, Clock, _dec, _hex, _strings, filter_mask, relative_matrix
 from rdmalab.capture.filter import compile_filter
 from rdmalab.capture.iwarp import IwarpTracker
 from rdmalab.capture.linktypes import COLUMNAR_LINKTYPES, LINKTYPE_ERF, erf_frame
@@ -1113,12 +1113,14 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     after the lines before it."""
     p = os.fspath(path)
     shown: _Shown | None = None
-    if flt is not None and (wants_conversations(flt.fields) or wants_iwarp(flt.fields) or wants_windows(flt.fields)) \
+    if flt is not None and (wants_conversations(flt.fields) or wants_iwarp(flt.fields) or wants_windows(flt.fields)
+                            or not flt.fields.isdisjoint(FILTER_TIMES)) \
             and not (wants_conversations(flt.fields) and wants_iwarp(flt.fields)):
-        # a filter on the conversations (tcp.stream == 3), the windows (tcp.window_size) or iWARP's fields
-        # (iwarp_rdma.opcode == 1): every line written as without a filter (in workers too), then the lines
-        # of the frames it keeps, from the block's columns (the conversations, the windows, the TCP analysis
-        # and the iWARP streams followed in order, here or in the process beside the workers)
+        # a filter on the conversations (tcp.stream == 3), the windows (tcp.window_size), iWARP's fields
+        # (iwarp_rdma.opcode == 1) or the times since other frames (frame.time_delta > 0.001): every line
+        # written as without a filter (in workers too), then the lines of the frames it keeps, from the
+        # block's columns (the conversations, the windows, the TCP analysis, the iWARP streams and the
+        # times followed in order, here or in the process beside the workers)
         shown, flt, filter_expr = _Shown(flt), None, None
     tracker = None
     if iwarp:
@@ -1220,9 +1222,14 @@ class _Shown:
     def __init__(self, flt: Any) -> None:
         self.flt = flt
         self.mask = np.zeros(0, dtype=bool)
+        # (the times since the first frame and the frame before: counted over every block, in order)
+        self.clock = Clock() if not flt.fields.isdisjoint(FILTER_TIMES) else None
 
     def note(self, cols: Columns, n: int) -> None:
-        """The first ``n`` frames of the next block, its columns ``cols`` (:meth:`AnalysisFeed.note`'s)."""
+        """The first ``n`` frames of the next block, its columns ``cols`` (:meth:`AnalysisFeed.note`'s:
+        every frame of the block)."""
+        if self.clock is not None:
+            self.clock.before = self.clock.stamp(cols)
         self.mask = filter_mask(self.flt, cols)[:n]
 
     def keep(self, text: bytes) -> bytes:

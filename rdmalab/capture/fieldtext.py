@@ -33,7 +33,15 @@ from rdmalab.capture.columnar_decode import (
     wants_iwarp,
     wants_windows,
 )
-from rdmalab.capture.columnar_schema import COLUMN_BY_NAME, DERIVED, Columns, _fmt_values, _ipv6_text, format_column
+from rdmalab.capture.columnar_schema import (
+    COLUMN_BY_NAME,
+    DERIVED,
+    FILTER_TIMES,
+    Columns,
+    _fmt_values,
+    _ipv6_text,
+    format_column,
+)
 from rdmalab.capture.filter import (
     ABSOLUTE_TIME,
     EITHER_FIELDS,
@@ -283,6 +291,16 @@ class Clock:
     def __init__(self, first: int | None = None, before: int | None = None, shown: int | None = None) -> None:
         self.first, self.before, self.shown = first, before, shown
 
+    def stamp(self, cols: Columns) -> int | None:
+        """The block's :data:`~rdmalab.capture.columnar_schema.FILTER_TIMES` added to ``cols`` for a display
+        filter (:meth:`~rdmalab.capture.columnar_schema.Columns.stamp_times`); the time of its last frame
+        comes back (the clock stays before the block: :meth:`times` moves it past)."""
+        if not cols.n:
+            return self.before
+        if self.first is None:
+            self.first = record_ns(float(cols.data["frame.time_epoch"][0]), int(cols.data["frame.time_ns"][0]))
+        return cols.stamp_times(self.first, self.before if self.before is not None else self.first)
+
     def times(self, cols: Columns, rows: np.ndarray | None) -> dict[str, list[int] | np.ndarray]:
         """The relative times of the rows ``rows`` selects (a boolean mask; None: all), in nanoseconds;
         the clock then stands after the block."""
@@ -499,6 +517,8 @@ def _row_fields(cols: Columns, i: int, names: Iterable[str]) -> dict[str, Any]:
             out[name] = _fmt_values(col, cols.data[name][i:i + 1])[0]  # (one value: not the row's every column)
         elif col is not None or name in DERIVED:
             out[name] = cols[name][i].item() if col is not None else cols[name][i]
+        elif name in FILTER_TIMES:
+            out[name] = cols[name][i].item()
         else:
             out[name] = True  # a protocol: present
     out.update(cols.multi.get(int(cols.data["frame.number"][i]), {}))
@@ -536,6 +556,8 @@ def _block_text(cols: Columns, names: Sequence[str], flt: object, separator: byt
     one of :data:`FRAME_META_FIELDS`) is fed the block's frames."""
     rows = None
     if flt is not None:
+        if clock is not None and not flt.fields.isdisjoint(FILTER_TIMES):  # type: ignore[attr-defined]
+            clock.stamp(cols)
         rows = filter_mask(flt, cols)
     if not cols.multi:
         times = clock.times(cols, rows) if clock is not None else None

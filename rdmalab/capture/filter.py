@@ -60,7 +60,7 @@ import rdmalab.wire.mad  # noqa: F401
 import rdmalab.wire.mpa  # noqa: F401
 import rdmalab.wire.net  # noqa: F401
 import rdmalab.wire.rdmap  # noqa: F401
-from rdmalab.capture.columnar import COLUMN_BY_NAME, COLUMN_NAMES
+from rdmalab.capture.columnar import COLUMN_BY_NAME, COLUMN_NAMES, FILTER_TIMES
 from rdmalab.capture.fields import BYTE_PROTOCOLS, EXTRA_FIELDS, IWARP_BYTE_PROTOCOLS, TRAILER_BYTES, _address
 from rdmalab.capture.pcapio import FRAME_META_FIELDS
 from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, LABEL_FIELDS, TIME_FIELDS
@@ -70,10 +70,11 @@ from rdmalab.wire.header import Header
 #: tshark's times of a frame relative to others (``frame.time_relative``: since the capture's first frame;
 #: ``frame.time_delta``: since the frame read before it; ``frame.time_delta_displayed``: since the frame
 #: shown before it, which a display filter decides): printed (-T fields, -T json), counted in file order
-#: (:class:`rdmalab.capture.fieldtext.Clock`); a filter reads the first two (:data:`FILTER_TIMES`,
-#: :class:`FrameClock`), not the third (it would depend on the filter's own answers)
-RELATIVE_TIMES = ("frame.time_relative", "frame.time_delta", "frame.time_delta_displayed")
-FILTER_TIMES = ("frame.time_relative", "frame.time_delta")
+#: (:class:`rdmalab.capture.fieldtext.Clock`); a filter reads the first two
+#: (:data:`~rdmalab.capture.columnar_schema.FILTER_TIMES`: :class:`FrameClock` frame by frame,
+#: :meth:`~rdmalab.capture.columnar_schema.Columns.stamp_times` on columns), not the third (it would depend on
+#: the filter's own answers)
+RELATIVE_TIMES = (*FILTER_TIMES, "frame.time_delta_displayed")
 #: tshark's date and time of a frame, local time (``Nov 21, 2026 06:21:08.901798000 UTC``): printed from
 #: frame.time_ns (:func:`rdmalab.capture.fieldtext.absolute_text`); a filter compares it with a quoted date and
 #: time (:func:`absolute_time_ns`), as a test of frame.time_ns

@@ -54,8 +54,10 @@ def test_the_per_packet_paths_text(name: str, monkeypatch: pytest.MonkeyPatch) -
         assert got == _json("--no-columnar", "-Y", expr, "-r", path), expr
         shown += got.count('"_index"')
     assert shown > 0
-    # (udp, tcp, icmpv6 and arp are the columns' to answer, FILTER_PROTOCOLS; iwarp_mpa and frame.time_delta not)
-    assert len(taken) == 12 and "udp" in taken and "icmpv6 || arp" in taken and "iwarp_mpa" not in taken, taken
+    # (udp, tcp, icmpv6 and arp are the columns' to answer, FILTER_PROTOCOLS, and frame.time_delta,
+    # FILTER_TIMES; iwarp_mpa not)
+    assert len(taken) == 13 and "udp" in taken and "icmpv6 || arp" in taken and "iwarp_mpa" not in taken, taken
+    assert "frame.time_delta > 0.001" in taken
 
 
 def test_with_a_count_and_appended_captures(tmp_path: Path) -> None:
