@@ -1121,6 +1121,12 @@ def per_packet_row(cp: CapturedPacket, conversations: Conversations | None,
     return own, entry
 
 
+#: a PDU's field (packet_fields) -> the column that holds it (its first occurrence), and that column's layer: the
+#: iWARP fields that are a layer of their own (Col.layer), and the CRC's status as its number (CRC_OK)
+_IWARP_COLUMN = {c.name: c.name for c in COLUMNS if c.layer == c.name} | {"rdmalab.crc32c.status": "rdmalab.crc32c.ok"}
+_IWARP_LAYER = {name: name for name in _IWARP_COLUMN.values()} | {"rdmalab.crc32c.ok": "rdmalab.crc32c"}
+
+
 def fill_iwarp(blk: RecordBlock, cols: Columns, tracker: Any) -> None:
     """Feed the block's TCP segments, in order, to the iWARP stream reassembly (the same
     :class:`~rdmalab.capture.iwarp.IwarpTracker` the per-packet decoder uses) and put the fields
@@ -1153,6 +1159,11 @@ def fill_iwarp(blk: RecordBlock, cols: Columns, tracker: Any) -> None:
     rows = zip(idx.tolist(), src, dst, d["ip.src"][idx].tolist(), d["ip.dst"][idx].tolist(),
                d["tcp.srcport"][idx].tolist(), d["tcp.dstport"][idx].tolist(), d["tcp.seq_raw"][idx].tolist(),
                d["tcp.flags"][idx].tolist(), start.tolist(), end.tolist(), v6.tolist(), wire.tolist(), strict=True)
+    # (each column's rows and values gathered, then set at once: not an array element at a time)
+    at: dict[str, list[int]] = {}
+    values: dict[str, list[Any]] = {}
+    pdu_rows: list[int] = []
+    pdu_counts: list[int] = []
     for i, s6, d6, s4, d4, sport, dport, seq, flags, a, b, six, w in rows:
         if not six:
             s6 = f"{s4 >> 24}.{(s4 >> 16) & 255}.{(s4 >> 8) & 255}.{s4 & 255}"
@@ -1166,21 +1177,31 @@ def fill_iwarp(blk: RecordBlock, cols: Columns, tracker: Any) -> None:
         got: dict[str, Any] = {}
         for pdu in pdus:
             packet_fields(pdu, got, raw=True)
+        several = len(pdus) > 1
         for key, v in got.items():
-            first = v[0] if isinstance(v, list) else v
-            if key == "rdmalab.crc32c.status":
-                d["rdmalab.crc32c.ok"][i] = CRC_OK.get(first, 0)
-                L["rdmalab.crc32c"][i] = True
+            if isinstance(v, list):
+                several = True  # (several PDUs, or markers)
+                v = v[0]
+            name = _IWARP_COLUMN.get(key)
+            if name is None:
                 continue
-            col = COLUMN_BY_NAME.get(key)
-            if col is None or col.layer != key:
-                continue
-            d[key][i] = first
-            L[key][i] = True
-        d["rdmalab.pdus"][i] = len(pdus)
-        L["iwarp"][i] = True
-        if len(pdus) > 1 or any(isinstance(v, list) for v in got.values()):  # several PDUs, or markers
+            if name == "rdmalab.crc32c.ok":
+                v = CRC_OK.get(v, 0)
+            rows_of = at.get(name)
+            if rows_of is None:
+                rows_of, at[name], values[name] = [], [], []
+                rows_of = at[name]
+            rows_of.append(i)
+            values[name].append(v)
+        pdu_rows.append(i)
+        pdu_counts.append(len(pdus))
+        if several:
             cols.multi[frame0 + i] = got
+    for name, rows_of in at.items():
+        d[name][rows_of] = values[name]
+        L[_IWARP_LAYER[name]][rows_of] = True
+    d["rdmalab.pdus"][pdu_rows] = pdu_counts
+    L["iwarp"][pdu_rows] = True
     for proto in ("iwarp_mpa", "iwarp_ddp", "iwarp_rdma"):
         hits = [L[c.name] for c in IWARP_COLUMNS if c.name.startswith(proto + ".")]
         L[proto] = np.logical_or.reduce(hits)

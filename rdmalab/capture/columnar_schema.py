@@ -332,8 +332,8 @@ class Columns:
             return self.layers["rdmalab.crc32c"]
         if name in ("rdmalab.opcode",):
             return self.layers["infiniband.bth"]
-        if name == "rdmalab.encap" or name == "frame" or name in FILTER_TIMES:
-            return self.layers["frame"]
+        if name == "rdmalab.encap" or name == "frame" or (name in FILTER_TIMES and name in self.data):
+            return self.layers["frame"]  # (the times: once stamped, stamp_times)
         if name in self.layers:
             return self.layers[name]
         if name == "infiniband" and "infiniband.grh" in self.layers:  # (a RoCEv1 GRH whose BTH is cut: there too)
