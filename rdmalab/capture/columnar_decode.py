@@ -38,6 +38,7 @@ from rdmalab.capture.columnar_schema import (
     _ipv6_text,
     link_header_length,
 )
+from rdmalab.capture.columnar_tcp import FPDU_HEADERS, fpdu_chains
 from rdmalab.capture.fields import (  # the per-packet field names, one source of truth
     CRC_OK,
     frame_fields,
@@ -75,6 +76,7 @@ from rdmalab.wire.control import (
 from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_masks
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.ib import GRH_NXTHDR_IBA
+from rdmalab.wire.iwarp import decode_fpdu
 from rdmalab.wire.net import ETHERTYPE_QINQ, ETHERTYPE_VLAN, ROCEV2_PORT, TCP, IPv4
 from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES
 
@@ -1132,8 +1134,14 @@ def fill_iwarp(blk: RecordBlock, cols: Columns, tracker: Any) -> None:
     :class:`~rdmalab.capture.iwarp.IwarpTracker` the per-packet decoder uses) and put the fields
     of the PDUs each frame completes into the iWARP columns.
 
-    Python runs per TCP segment and per PDU here (reassembly is sequential by nature); frames
-    of other protocols cost nothing."""
+    Reassembly is sequential by nature, but most segments of a stream in step are whole FPDUs
+    (:func:`~rdmalab.capture.columnar_tcp.fpdu_chains`): the tracker moves past those without decoding
+    them (:meth:`~rdmalab.capture.iwarp.IwarpTracker.process_many`, as the summary lines have it), and
+    their fields are read from their octets here, a column at a time (:class:`_FpduColumns`: the
+    fields an FPDU of that kind decoded one by one has, at the places its headers declare).  The other
+    segments are fed one by one and their PDUs' fields taken (:func:`packet_fields`); frames of other
+    protocols cost nothing.  A block with a segment the capture cut (a snap length) feeds every segment
+    one by one (:meth:`~rdmalab.capture.iwarp.IwarpTracker.process_segment` takes its length on the wire)."""
     tcp = cols.layers["tcp"]
     idx = np.nonzero(tcp & (cols.data["tcp.len"] > 0) | tcp & ((cols.data["tcp.flags"] & 0x06) != 0))[0]
     if len(idx) == 0:
@@ -1150,34 +1158,79 @@ def fill_iwarp(blk: RecordBlock, cols: Columns, tracker: Any) -> None:
         src = [_ipv6_text(a) if six else "" for a, six in zip(d["ipv6.src"][idx].tolist(), v6.tolist(), strict=True)]
         dst = [_ipv6_text(a) if six else "" for a, six in zip(d["ipv6.dst"][idx].tolist(), v6.tolist(), strict=True)]
     else:
-        src = dst = [""] * len(idx)
-    buf = blk.buf
+        src, dst = [""] * len(idx), [""] * len(idx)
+    for k, (s4, d4, six) in enumerate(zip(d["ip.src"][idx].tolist(), d["ip.dst"][idx].tolist(), v6.tolist(),
+                                          strict=True)):
+        if not six:
+            src[k] = f"{s4 >> 24}.{(s4 >> 16) & 255}.{(s4 >> 8) & 255}.{s4 & 255}"
+            dst[k] = f"{d4 >> 24}.{(d4 >> 16) & 255}.{(d4 >> 8) & 255}.{d4 & 255}"
     frame0 = int(d["frame.number"][0]) if cols.n else 0
-    process = tracker.process_segment
+    frames = (frame0 + idx).tolist()
+    sports, dports = d["tcp.srcport"][idx].tolist(), d["tcp.dstport"][idx].tolist()
+    seqs, flags = d["tcp.seq_raw"][idx].tolist(), d["tcp.flags"][idx].astype(np.int64)
     # a segment the capture cut: its length on the wire, for the FPDUs it holds (IwarpTracker.process_segment)
     wire = np.where(L["tcp.len"][idx], d["tcp.len"][idx].astype(np.int64), -1)
-    rows = zip(idx.tolist(), src, dst, d["ip.src"][idx].tolist(), d["ip.dst"][idx].tolist(),
-               d["tcp.srcport"][idx].tolist(), d["tcp.dstport"][idx].tolist(), d["tcp.seq_raw"][idx].tolist(),
-               d["tcp.flags"][idx].tolist(), start.tolist(), end.tolist(), v6.tolist(), wire.tolist(), strict=True)
-    # (each column's rows and values gathered, then set at once: not an array element at a time)
+    buf = blk.buf
+    got_of: dict[int, dict[str, Any]] = {}  # row (of idx) -> its PDUs' fields
+    npdus: dict[int, int] = {}
+    lane: list[int] = []
+    plain: list[int] = []
+    fpdus: tuple[np.ndarray, ...] = ()
+    if (wire > end - start).any() or not hasattr(tracker, "process_many"):
+        process = tracker.process_segment
+        for k, (a, b, w) in enumerate(zip(start.tolist(), end.tolist(), wire.tolist(), strict=True)):
+            try:
+                pdus = process(frames[k], src[k], sports[k], dst[k], dports[k], seqs[k], int(flags[k]), buf[a:b],
+                               w if w > b - a else None)
+            except DecodeError:  # a damaged stream: the per-packet decoder reports it, columns skip it
+                continue
+            if pdus:
+                got_of[k] = _pdu_fields(pdus)
+                npdus[k] = len(pdus)
+    else:
+        keys: dict[tuple[str, int, str, int], int] = {}
+        dirs = np.array([keys.setdefault(key, len(keys)) for key in zip(src, sports, dst, dports, strict=True)],
+                        dtype=np.int64)
+        length = end - start
+        ok_crc, ok_plain, fpdus = fpdu_chains(buf, start, length)
+        a_list = start.tolist()
+
+        def payload(k: int) -> Any:
+            return buf[a_list[k]:a_list[k] + int(length[k])]
+
+        out, errors, lane, _paired = tracker.process_many(frames, list(keys), dirs, seqs, flags, length, payload,
+                                                          (ok_crc, ok_plain), None, plain)
+        for k in sorted(errors):
+            if not isinstance(errors[k], DecodeError):  # (a damaged stream: reported frame by frame, skipped here)
+                raise errors[k]
+        for k, pdus in out.items():
+            got_of[k] = _pdu_fields(pdus)
+            npdus[k] = len(pdus)
+    _put_pdu_fields(cols, idx[list(got_of)].tolist(), list(got_of.values()), [npdus[k] for k in got_of])
+    if lane:
+        _lane_columns(blk, cols, idx, np.asarray(lane, dtype=np.int64), np.asarray(plain, dtype=np.int64), fpdus)
+    for proto in ("iwarp_mpa", "iwarp_ddp", "iwarp_rdma"):
+        L[proto] = np.logical_or.reduce([L[c.name] for c in IWARP_COLUMNS if c.name.startswith(proto + ".")])
+
+
+def _pdu_fields(pdus: list[Any]) -> dict[str, Any]:
+    """The fields of a frame's PDUs (:func:`packet_fields`, raw; a field of several: a list)."""
+    got: dict[str, Any] = {}
+    for pdu in pdus:
+        packet_fields(pdu, got, raw=True)
+    return got
+
+
+def _put_pdu_fields(cols: Columns, rows: list[int], gots: list[dict[str, Any]], counts: list[int]) -> None:
+    """The iWARP columns of the block's ``rows`` from their PDUs' fields ``gots`` (:func:`_pdu_fields`; the
+    first occurrence of each), ``counts`` PDUs each; a row with several PDUs or markers (a field that occurs
+    more than once) keeps its fields in :attr:`Columns.multi`.  Each column's rows are set at once."""
+    d, L = cols.data, cols.layers
+    frame0 = int(d["frame.number"][0]) if cols.n else 0
     at: dict[str, list[int]] = {}
     values: dict[str, list[Any]] = {}
-    pdu_rows: list[int] = []
-    pdu_counts: list[int] = []
-    for i, s6, d6, s4, d4, sport, dport, seq, flags, a, b, six, w in rows:
-        if not six:
-            s6 = f"{s4 >> 24}.{(s4 >> 16) & 255}.{(s4 >> 8) & 255}.{s4 & 255}"
-            d6 = f"{d4 >> 24}.{(d4 >> 16) & 255}.{(d4 >> 8) & 255}.{d4 & 255}"
-        try:
-            pdus = process(frame0 + i, s6, sport, d6, dport, seq, flags, buf[a:b], w if w > b - a else None)
-        except DecodeError:  # a damaged stream: the per-packet decoder reports it, columns skip it
-            continue
-        if not pdus:
-            continue
-        got: dict[str, Any] = {}
-        for pdu in pdus:
-            packet_fields(pdu, got, raw=True)
-        several = len(pdus) > 1
+    for i, got, count in zip(rows, gots, counts, strict=True):
+        several = count > 1
         for key, v in got.items():
             if isinstance(v, list):
                 several = True  # (several PDUs, or markers)
@@ -1187,24 +1240,145 @@ def fill_iwarp(blk: RecordBlock, cols: Columns, tracker: Any) -> None:
                 continue
             if name == "rdmalab.crc32c.ok":
                 v = CRC_OK.get(v, 0)
-            rows_of = at.get(name)
-            if rows_of is None:
-                rows_of, at[name], values[name] = [], [], []
-                rows_of = at[name]
-            rows_of.append(i)
+            if name not in at:
+                at[name], values[name] = [], []
+            at[name].append(i)
             values[name].append(v)
-        pdu_rows.append(i)
-        pdu_counts.append(len(pdus))
         if several:
             cols.multi[frame0 + i] = got
     for name, rows_of in at.items():
         d[name][rows_of] = values[name]
         L[_IWARP_LAYER[name]][rows_of] = True
-    d["rdmalab.pdus"][pdu_rows] = pdu_counts
-    L["iwarp"][pdu_rows] = True
-    for proto in ("iwarp_mpa", "iwarp_ddp", "iwarp_rdma"):
-        hits = [L[c.name] for c in IWARP_COLUMNS if c.name.startswith(proto + ".")]
-        L[proto] = np.logical_or.reduce(hits)
+    d["rdmalab.pdus"][rows] = counts
+    L["iwarp"][rows] = True
+
+
+#: how one field of an FPDU of one kind (:data:`~rdmalab.capture.columnar_tcp.FPDU_KINDS`) is read from its
+#: octets: its column, and where (from the FPDU's first octet: the octets read as one big-endian number, the
+#: shift right and the mask); or a value of its own: ``"crc"`` (the CRC field, as packet_fields shows it),
+#: ``"payload"`` (the ULPDU's payload octets: there when not 0), or a constant
+_Read = tuple[str, int, int, int, int] | tuple[str, str, int]
+#: RDMAPUntagged's Wireshark field that is not its own field's name (rdmalab.wire.rdmap: RDMAPUntagged.ws_fields)
+_WS_FIELD = {"iwarp_rdma.reserved": "inval_stag"}
+_PLANS: dict[tuple[int, bool], list[_Read] | None] = {}
+
+
+def _fpdu_plan(data: Any, at: int, kind: int, crc: bool) -> list[_Read] | None:
+    """How the columns of an FPDU of ``kind`` are read from its octets (:data:`_Read`), made from the one at
+    ``data[at:]`` decoded (:func:`~rdmalab.wire.iwarp.decode_fpdu`, as the tracker decodes it: without
+    markers, the CRC checked where negotiated, ``crc``) and checked against its fields; None when a field
+    is not read so (then the FPDUs of that kind are decoded one by one)."""
+    pkt, _n = decode_fpdu(data, at, markers=None, crc=crc, lenient=True)
+    fields: dict[str, Any] = {}
+    packet_fields(pkt, fields, raw=True)
+    reads: dict[str, _Read] = {}
+    for layer in pkt.layers:
+        h = layer.header
+        specs = {f.name: f for f in h.LAYOUT.fields}
+        for key in h.ws_fields():
+            f = next((x for x in h.LAYOUT.fields if x.ws == key), None) or specs.get(_WS_FIELD.get(key, ""))
+            if f is None or f.byte_end - f.byte_start > 8:
+                return None
+            nb = f.byte_end - f.byte_start
+            reads[key] = (key, layer.offset + f.byte_start, nb, 8 * nb - f.bit_offset % 8 - f.bits, f.mask)
+    for key in fields:
+        if key in reads:
+            continue
+        if key in ("iwarp_mpa.crc", "iwarp_mpa.crc_check", "rdmalab.crc32c.expected"):
+            reads[key] = (key, "crc", 0)
+        elif key == "rdmalab.payload.len":
+            reads[key] = (key, "payload", 0)
+        elif key == "rdmalab.crc32c.status":
+            reads[key] = (key, "const", CRC_OK.get(fields[key], 0))
+        else:
+            return None
+    # (the payload's length: a field of the FPDUs that carry a payload, whether this one does or not)
+    reads.setdefault("rdmalab.payload.len", ("rdmalab.payload.len", "payload", 0))
+    plan = [r for key, r in reads.items()
+            if (key in fields or key == "rdmalab.payload.len") and _IWARP_COLUMN.get(key) is not None]
+    # (checked: each read of this FPDU gives its decoded field)
+    one = np.array([at], dtype=np.int64)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    ul = int(buf[at]) << 8 | int(buf[at + 1])
+    for r in plan:
+        got = _read(buf, one, np.array([ul], dtype=np.int64), kind, r)
+        if r[0] not in fields:  # (no payload: none shown, and none read: _lane_columns sets it where not 0)
+            if r[1] != "payload" or int(got[0]):
+                return None
+            continue
+        want = fields[r[0]]
+        if r[1] == "const":
+            want = CRC_OK.get(want, 0)
+        if isinstance(want, list) or int(got[0]) != int(want):
+            return None
+    return plan
+
+
+def _read(buf: np.ndarray, at: np.ndarray, ul: np.ndarray, kind: int, r: _Read) -> np.ndarray:
+    """The values of one :data:`_Read` for the FPDUs at ``at`` (ULPDU_Length ``ul``)."""
+    if r[1] == "crc":
+        e = at + 2 + ul + (-(ul + 2) % 4)  # the CRC, as packet_fields shows it: its octets in order
+        out = np.zeros(len(at), dtype=np.uint64)
+        for b in range(4):
+            out = out << np.uint64(8) | buf[e + b].astype(np.uint64)
+        return out
+    if r[1] == "payload":
+        pay: np.ndarray = (ul - FPDU_HEADERS[kind]).astype(np.uint64)
+        return pay
+    if r[1] == "const":
+        return np.full(len(at), r[2], dtype=np.uint64)
+    _key, off, nb, shift, mask = r  # type: ignore[misc]
+    out = np.zeros(len(at), dtype=np.uint64)
+    for b in range(nb):
+        out = out << np.uint64(8) | buf[at + off + b].astype(np.uint64)
+    return (out >> np.uint64(shift)) & np.uint64(mask)
+
+
+def _lane_columns(blk: RecordBlock, cols: Columns, idx: np.ndarray, lane: np.ndarray, plain: np.ndarray,
+                  fpdus: tuple[np.ndarray, ...]) -> None:
+    """The iWARP columns of the segments ``lane`` (of ``idx``, the block's rows fed to the tracker) that the
+    tracker took in step without decoding them: whole FPDUs (``fpdus``:
+    :func:`~rdmalab.capture.columnar_tcp.fpdu_chains`), without their CRC on a direction that negotiated none
+    (``plain``).  A segment of one FPDU: its fields read a column at a time (:func:`_fpdu_plan`); of several,
+    each decoded (:func:`~rdmalab.wire.iwarp.decode_fpdu`), as the tracker decodes them."""
+    seg, at, ul, _tagged, kind, _ctl = fpdus
+    take = np.isin(seg, lane)
+    seg, at, ul, kind = seg[take], at[take], ul[take], kind[take]
+    no_crc = np.isin(seg, plain)
+    count = np.bincount(seg, minlength=len(idx))
+    one = count[seg] == 1
+    d, L = cols.data, cols.layers
+    buf = np.frombuffer(blk.buf, dtype=np.uint8)
+    slow: list[int] = []  # (places in seg: the FPDUs decoded one by one)
+    for kd in np.unique(kind[one]).tolist():
+        for crc in (True, False):
+            sel = np.flatnonzero(one & (kind == kd) & (no_crc != crc))
+            if not len(sel):
+                continue
+            key = (kd, crc)
+            if key not in _PLANS:
+                _PLANS[key] = _fpdu_plan(blk.buf, int(at[sel[0]]), kd, crc)
+            plan = _PLANS[key]
+            if plan is None:
+                slow += sel.tolist()
+                continue
+            rows = idx[seg[sel]]
+            for r in plan:
+                got = _read(buf, at[sel], ul[sel], kd, r)
+                name = _IWARP_COLUMN[r[0]]
+                there = got > 0 if r[1] == "payload" else np.ones(len(sel), dtype=bool)
+                d[name][rows[there]] = got[there]
+                L[_IWARP_LAYER[name]][rows[there]] = True
+            d["rdmalab.pdus"][rows] = 1
+            L["iwarp"][rows] = True
+    slow += np.flatnonzero(~one).tolist()
+    if not slow:
+        return
+    by_row: dict[int, list[Any]] = {}
+    for j in sorted(slow, key=lambda j: (int(seg[j]), int(at[j]))):
+        pkt, _n = decode_fpdu(blk.buf, int(at[j]), markers=None, crc=not bool(no_crc[j]), lenient=True)
+        by_row.setdefault(int(idx[seg[j]]), []).append(pkt)
+    _put_pdu_fields(cols, list(by_row), [_pdu_fields(p) for p in by_row.values()], [len(p) for p in by_row.values()])
 
 
 #: The CRC function the ICRC check calls: rdmalab.wire.crc's (zlib's CRC-32 as zlib-ng computes

@@ -49,7 +49,16 @@ from rdmalab.capture.columnar_decode import (
     wants_windows,
 )
 from rdmalab.capture.columnar_schema import FILTER_TIMES, Columns
-from rdmalab.capture.columnar_tcp import FLAG_TEXT, TCP_FIELDS, clean_tcp, ip_end, tcp_offsets
+from rdmalab.capture.columnar_tcp import (
+    FLAG_TEXT,
+    FPDU_HEADERS,
+    FPDU_KINDS,
+    TCP_FIELDS,
+    clean_tcp,
+    fpdu_chains,
+    ip_end,
+    tcp_offsets,
+)
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.fieldtext import _OCTET_DOT32, Clock, _dec, _hex, _strings, filter_mask, relative_matrix
 from rdmalab.capture.filter import compile_filter
@@ -81,14 +90,13 @@ from rdmalab.capture.tcp_analysis import (
     info_prefix,
     insert_json,
 )
-from rdmalab.wire import crc as _crc
 from rdmalab.wire.control import ICMP_ERRORS, ICMPV6_ERRORS, IPPROTO_ICMP, IPPROTO_ICMPV6, icmp_summary, icmpv6_summary
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.ib import AETH, Transport
 from rdmalab.wire.mad import GSI_QPN
 from rdmalab.wire.net import TCP
 from rdmalab.wire.opcodes import OPCODES, opcode_name
-from rdmalab.wire.rdmap import OP_READ_REQUEST, OP_READ_RESPONSE, OP_SEND, OP_SEND_SE, OP_WRITE, rdmap_opcode_name
+from rdmalab.wire.rdmap import rdmap_opcode_name
 
 _PAYLOAD = np.zeros(256, dtype=bool)
 for _code, _info in OPCODES.items():
@@ -1559,89 +1567,13 @@ class AnalysisFeed:
         return b"\n".join(lines)
 
 
-#: the FPDUs :func:`_fpdu_chains` describes itself: (tagged, RDMAP opcode) -> its name's row in _FPDU_NAMES
-_FPDU_KINDS = {(1, OP_WRITE): 0, (1, OP_READ_RESPONSE): 1, (0, OP_SEND): 2, (0, OP_SEND_SE): 3,
-               (0, OP_READ_REQUEST): 4}
-#: the octets of each kind's headers in the ULPDU (DDP, RDMAP and a Read Request's own)
-_FPDU_HEADERS = np.array([14, 14, 18, 18, 18 + 28, 0], dtype=np.int64)
-_FPDU_NAMES = _table([rdmap_opcode_name(op) for _t, op in _FPDU_KINDS])
-_FPDU_KIND = np.full(32, -1, dtype=np.int64)
-for (_t, _op), _k in _FPDU_KINDS.items():
-    _FPDU_KIND[_t << 4 | _op] = _k
+_FPDU_NAMES = _table([rdmap_opcode_name(op) for _t, op in FPDU_KINDS])
 _LAST = _table([" [more]", " [last]"])
-#: at most this many FPDUs in one segment are described from columns (more: the tracker decodes them)
-_MOST_FPDUS = 64
 
 
 def _fpdu_chains(tb: _TcpBlock, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
-    """Which segments ``lo:hi`` of ``tb`` hold whole FPDUs without markers, each an RDMA Write, RDMA
-    Read Response, Send, Send with SE or RDMA Read Request that :func:`rdmalab.wire.iwarp.decode_fpdu`
-    decodes without a problem (DDP Rsvd 0 and DV 1, RDMAP RV 1 and Rsv 0, the Invalidate STag 0 of
-    an untagged one, the ULPDU long enough for its headers, a Read Request's exactly: RFC 5041 4,
-    RFC 5040 4), its CRC32c good (the first mask) or
-    not looked at (the second), as :meth:`IwarpTracker.process_many` takes them; and those FPDUs
-    (segment, start in the buffer, ULPDU_Length), in order."""
-    k = hi - lo
-    buf = np.frombuffer(tb.buf, dtype=np.uint8)
-    top = len(buf) - 1
-    start = tb.offset[lo:hi] + tb.payload[lo:hi]
-    end = start + tb.length[lo:hi]
-    cand = np.flatnonzero(tb.length[lo:hi] > 0)
-    pos = start[cand].copy()
-    stop = end[cand]
-    ok = np.ones(len(cand), dtype=bool)
-    f_seg: list[np.ndarray] = []
-    f_at: list[np.ndarray] = []
-    f_len: list[np.ndarray] = []
-    for _ in range(_MOST_FPDUS):
-        act = np.flatnonzero(ok & (pos < stop))
-        if not len(act):
-            break
-        p = pos[act]
-        ul = buf[np.minimum(p, top)].astype(np.int64) << 8 | buf[np.minimum(p + 1, top)]
-        total = (2 + ul + 3) // 4 * 4 + 4  # header, ULPDU, pad (RFC 5044 4.1), CRC
-        fits = (p + 2 <= stop[act]) & (p + total <= stop[act])
-        ok[act[~fits]] = False
-        good = act[fits]
-        f_seg.append(cand[good])
-        f_at.append(p[fits])
-        f_len.append(ul[fits])
-        pos[good] = p[fits] + total[fits]
-    ok &= pos == stop
-    seg = np.concatenate(f_seg) if f_seg else np.zeros(0, dtype=np.int64)
-    at = np.concatenate(f_at) if f_at else np.zeros(0, dtype=np.int64)
-    ul = np.concatenate(f_len) if f_len else np.zeros(0, dtype=np.int64)
-    order = np.lexsort((at, seg))
-    seg, at, ul = seg[order], at[order], ul[order]
-    ctl, rd = buf[np.minimum(at + 2, top)], buf[np.minimum(at + 3, top)]
-    tagged = (ctl >> 7).astype(np.int64)
-    kind = _FPDU_KIND[tagged << 4 | (rd & 15)]
-    need = _FPDU_HEADERS[kind]
-    simple = (kind >= 0) & ((ctl & 0x3F) == 0x01) & ((rd & 0xF0) == 0x40) & (ul >= need)
-    simple &= (kind != 4) | (ul == need)  # a Read Request carries no payload
-    inval = np.zeros(len(at), dtype=np.int64)
-    for b in range(4, 8):
-        inval |= buf[np.minimum(at + b, top)]
-    simple &= (tagged == 1) | (inval == 0)
-    crc_good = np.zeros(len(at), dtype=bool)
-    covered = 2 + ul + (-(ul + 2) % 4)
-    idx = np.flatnonzero(simple)
-    if len(idx):
-        a, c = at[idx], covered[idx]
-        crc32c = _crc.crc32c_function()
-        with memoryview(tb.buf) as view:
-            got = np.array([crc32c(view[x:y]) for x, y in zip(a.tolist(), (a + c).tolist(), strict=True)],
-                           dtype=np.uint32)
-        e = a + c  # the CRC, least-significant octet first (RFC 5044 4.1)
-        want = (buf[e].astype(np.uint32) | buf[e + 1].astype(np.uint32) << 8 | buf[e + 2].astype(np.uint32) << 16
-                | buf[e + 3].astype(np.uint32) << 24)
-        crc_good[idx] = got == want
-    bad_plain = np.bincount(seg[~simple], minlength=k)
-    bad_crc = np.bincount(seg[~(simple & crc_good)], minlength=k)
-    whole = np.zeros(k, dtype=bool)
-    whole[cand[ok]] = True
-    return (whole & (bad_crc == 0), whole & (bad_plain == 0),
-            (seg, at, ul, tagged, kind, ctl))
+    """:func:`~rdmalab.capture.columnar_tcp.fpdu_chains` of the segments ``lo:hi`` of ``tb``."""
+    return fpdu_chains(tb.buf, tb.offset[lo:hi] + tb.payload[lo:hi], tb.length[lo:hi])
 
 
 def _lane_lines(tb: _TcpBlock, lo: int, k: int, lane: list[int], fpdus: tuple[np.ndarray, ...],
@@ -1685,7 +1617,7 @@ def _lane_lines(tb: _TcpBlock, lo: int, k: int, lane: list[int], fpdus: tuple[np
     seg_text(rr, " sink=0x", _hex(word(20, 4, rr), 8, prefix=False), "@0x", _varhex(word(24, 8, rr)),
              " src=0x", _hex(word(36, 4, rr), 8, prefix=False), "@0x", _varhex(word(40, 8, rr)),
              " len=", _dec(word(32, 4, rr)))
-    pay = (ul - _FPDU_HEADERS[kind]).astype(np.uint64)
+    pay = (ul - FPDU_HEADERS[kind]).astype(np.uint64)
     seg_text(pay > 0, " payload=", _dec(pay))
     m = np.hstack(parts)
     # a segment of one FPDU (most): its line as a row of a matrix of the run's segments

@@ -22,12 +22,16 @@ bytes within the IP packet).  Every other TCP frame goes through the per-packet 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from rdmalab.capture.columnar_schema import Columns, link_header_length
 from rdmalab.capture.linktypes import COLUMNAR_LINKTYPES
 from rdmalab.capture.pcapio import RecordBlock
+from rdmalab.wire import crc as _crc
 from rdmalab.wire.net import TCP, tcp_flag_names
+from rdmalab.wire.rdmap import OP_READ_REQUEST, OP_READ_RESPONSE, OP_SEND, OP_SEND_SE, OP_WRITE
 
 #: the columns clean_tcp and tcp_text read (for decode_block's ``fields``)
 TCP_FIELDS = ("frame.number", "ip.src", "ip.dst", "ip.hdr_len", "ip.flags", "ip.len", "ipv6.src", "ipv6.dst",
@@ -89,3 +93,88 @@ def split_rows(m: np.ndarray) -> list[bytes]:
     text = m.tobytes().translate(None, b"\0")
     at = starts.tolist()
     return [text[a:b] for a, b in zip(at[:-1], at[1:], strict=True)]
+
+
+# ============================================================================ whole FPDUs, from columns
+
+#: the FPDUs :func:`fpdu_chains` describes itself: (tagged, RDMAP opcode) -> its kind (a row of the tables below)
+FPDU_KINDS = {(1, OP_WRITE): 0, (1, OP_READ_RESPONSE): 1, (0, OP_SEND): 2, (0, OP_SEND_SE): 3,
+              (0, OP_READ_REQUEST): 4}
+#: the octets of each kind's headers in the ULPDU (DDP, RDMAP and a Read Request's own)
+FPDU_HEADERS = np.array([14, 14, 18, 18, 18 + 28, 0], dtype=np.int64)
+#: (tagged << 4 | RDMAP opcode) -> the kind (-1: not one :func:`fpdu_chains` describes)
+FPDU_KIND = np.full(32, -1, dtype=np.int64)
+for (_t, _op), _k in FPDU_KINDS.items():
+    FPDU_KIND[_t << 4 | _op] = _k
+#: at most this many FPDUs in one segment are described from columns (more: the tracker decodes them)
+MOST_FPDUS = 64
+
+
+def fpdu_chains(data: Any, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+    """Which of the TCP payloads ``data[start[i]:start[i] + length[i]]`` hold whole FPDUs without markers, each
+    an RDMA Write, RDMA Read Response, Send, Send with SE or RDMA Read Request that
+    :func:`rdmalab.wire.iwarp.decode_fpdu` decodes without a problem (DDP Rsvd 0 and DV 1, RDMAP RV 1 and Rsv
+    0, the Invalidate STag 0 of an untagged one, the ULPDU long enough for its headers, a Read Request's
+    exactly: RFC 5041 4, RFC 5040 4), its CRC32c good (the first mask) or not looked at (the second), as
+    :meth:`~rdmalab.capture.iwarp.IwarpTracker.process_many` takes them; and those FPDUs (payload, start in
+    ``data``, ULPDU_Length, tagged, kind, DDP control octet), in order."""
+    k = len(start)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    top = len(buf) - 1
+    end = start + length
+    cand = np.flatnonzero(length > 0)
+    pos = start[cand].copy()
+    stop = end[cand]
+    ok = np.ones(len(cand), dtype=bool)
+    f_seg: list[np.ndarray] = []
+    f_at: list[np.ndarray] = []
+    f_len: list[np.ndarray] = []
+    for _ in range(MOST_FPDUS):
+        act = np.flatnonzero(ok & (pos < stop))
+        if not len(act):
+            break
+        p = pos[act]
+        ul = buf[np.minimum(p, top)].astype(np.int64) << 8 | buf[np.minimum(p + 1, top)]
+        total = (2 + ul + 3) // 4 * 4 + 4  # header, ULPDU, pad (RFC 5044 4.1), CRC
+        fits = (p + 2 <= stop[act]) & (p + total <= stop[act])
+        ok[act[~fits]] = False
+        good = act[fits]
+        f_seg.append(cand[good])
+        f_at.append(p[fits])
+        f_len.append(ul[fits])
+        pos[good] = p[fits] + total[fits]
+    ok &= pos == stop
+    seg = np.concatenate(f_seg) if f_seg else np.zeros(0, dtype=np.int64)
+    at = np.concatenate(f_at) if f_at else np.zeros(0, dtype=np.int64)
+    ul = np.concatenate(f_len) if f_len else np.zeros(0, dtype=np.int64)
+    order = np.lexsort((at, seg))
+    seg, at, ul = seg[order], at[order], ul[order]
+    ctl, rd = buf[np.minimum(at + 2, top)], buf[np.minimum(at + 3, top)]
+    tagged = (ctl >> 7).astype(np.int64)
+    kind = FPDU_KIND[tagged << 4 | (rd & 15)]
+    need = FPDU_HEADERS[kind]
+    simple = (kind >= 0) & ((ctl & 0x3F) == 0x01) & ((rd & 0xF0) == 0x40) & (ul >= need)
+    simple &= (kind != 4) | (ul == need)  # a Read Request carries no payload
+    inval = np.zeros(len(at), dtype=np.int64)
+    for b in range(4, 8):
+        inval |= buf[np.minimum(at + b, top)]
+    simple &= (tagged == 1) | (inval == 0)
+    crc_good = np.zeros(len(at), dtype=bool)
+    covered = 2 + ul + (-(ul + 2) % 4)
+    idx = np.flatnonzero(simple)
+    if len(idx):
+        a, c = at[idx], covered[idx]
+        crc32c = _crc.crc32c_function()
+        with memoryview(data) as view:
+            got = np.array([crc32c(view[x:y]) for x, y in zip(a.tolist(), (a + c).tolist(), strict=True)],
+                           dtype=np.uint32)
+        e = a + c  # the CRC, least-significant octet first (RFC 5044 4.1)
+        want = (buf[e].astype(np.uint32) | buf[e + 1].astype(np.uint32) << 8 | buf[e + 2].astype(np.uint32) << 16
+                | buf[e + 3].astype(np.uint32) << 24)
+        crc_good[idx] = got == want
+    bad_plain = np.bincount(seg[~simple], minlength=k)
+    bad_crc = np.bincount(seg[~(simple & crc_good)], minlength=k)
+    whole = np.zeros(k, dtype=bool)
+    whole[cand[ok]] = True
+    return (whole & (bad_crc == 0), whole & (bad_plain == 0),
+            (seg, at, ul, tagged, kind, ctl))

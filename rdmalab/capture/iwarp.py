@@ -513,6 +513,7 @@ class IwarpTracker:
                      flags: np.ndarray, lengths: np.ndarray, payload: Callable[[int], bytes | memoryview],
                      whole: tuple[np.ndarray, np.ndarray] | None = None,
                      pairs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                     plain: list[int] | None = None,
                      ) -> tuple[dict[int, list[Packet]], dict[int, Exception], list[int], list[int]]:
         """:meth:`process_segment` for many segments in capture order, at once: row ``i`` is frame
         ``frames[i]`` from ``keys[dirs[i]]`` (source, source port, destination, destination port)
@@ -543,7 +544,10 @@ class IwarpTracker:
         ``whole`` says (CRC good: ``pairs[1]``; not looked at: ``pairs[2]``).  When the tracker
         would take ``a`` in step as above, ``b`` is the connection's next row that matters and
         starts where ``a`` ends, the two are not fed either (``a`` would complete nothing, ``b`` those FPDUs): ``b`` is listed
-        in the fourth value returned (its PDUs are those of the two payloads together)."""
+        in the fourth value returned (its PDUs are those of the two payloads together).
+
+        ``plain``, when given, gets the rows of the third value taken on a direction without the CRC
+        (``whole[1]``'s: their FPDUs' CRC fields not looked at), in no particular order."""
         out: dict[int, list[Packet]] = {}
         errors: dict[int, Exception] = {}
         lane: list[int] = []
@@ -674,10 +678,12 @@ class IwarpTracker:
                 elif ok_crc and (ok_crc[i] or ok_plain[i]) and self._whole_fpdus(c, ki, seqs[i], ln[i], ok_crc[i],
                                                                                  ok_plain[i]):
                     lane.append(i)
+                    dd = c.dirs[ki]
+                    if plain is not None and dd.crc is False:
+                        plain.append(i)
                     if steady and runs is not None:  # the segments after it in step go the same way
-                        dd = c.dirs[ki]
                         got = self._lane_run(dd, q, runs[0] if dd.crc is not False else runs[1], runs[2], runs[3], ol,
-                                             lane, seqs, ln)
+                                             lane, seqs, ln, plain if dd.crc is False else None)
                         if got > q:
                             q = got
                             i = ol[q]
@@ -739,11 +745,12 @@ class IwarpTracker:
 
     @staticmethod
     def _lane_run(d: _Dir, q: int, reach: np.ndarray, at: np.ndarray, again: np.ndarray, ol: list[int],
-                  lane: list[int], seqs: Sequence[int], ln: list[int]) -> int:
+                  lane: list[int], seqs: Sequence[int], ln: list[int], plain: list[int] | None = None) -> int:
         """The rows of the run that starts at place ``q`` (:meth:`_lane_runs`) after it, into ``lane``
         and past ``d`` as :meth:`_whole_fpdus` would take them one by one (nothing held, so each is
         next in sequence; a park's limit the first passed, the later ones pass), but for the rows
-        that repeat the one before them (``again``), which change nothing; the run's last place."""
+        that repeat the one before them (``again``), which change nothing; the run's last place.  ``plain``
+        gets the same rows (a direction without the CRC)."""
         r = int(reach[q])
         if r <= q:
             return q
@@ -751,6 +758,8 @@ class IwarpTracker:
         rows = [ol[x] for x in at[lo:hi][~again[lo:hi]].tolist()]
         if rows:
             lane.extend(rows)
+            if plain is not None:
+                plain.extend(rows)
             d.next_seq = d.buf_seq = seq_add(seqs[rows[-1]], ln[rows[-1]])
         return r
 

@@ -567,3 +567,100 @@ def test_distinct_rows_is_unique(width: int) -> None:
                                            return_index=True, return_inverse=True)
         assert one.tolist() == want_one.tolist()
         assert inv.tolist() == want_inv.ravel().tolist()
+
+
+class _OneByOne:
+    """An iWARP tracker fed one segment at a time (no process_many): fill_iwarp's reference."""
+
+    def __init__(self) -> None:
+        self.tracker = IwarpTracker()
+
+    def process_segment(self, *args: Any) -> Any:
+        return self.tracker.process_segment(*args)
+
+
+def _iwarp_columns_agree(path: Path, block_bytes: int) -> None:
+    from rdmalab.capture.columnar import IWARP_COLUMNS, IWARP_LAYERS
+
+    fast, slow = IwarpTracker(), _OneByOne()
+    for blk in record_blocks(str(path), block_bytes):
+        a = decode_block(blk, verify_icrc=False, fields=("frame.number",), tracker=fast)
+        b = decode_block(blk, verify_icrc=False, fields=("frame.number",), tracker=slow)
+        for c in IWARP_COLUMNS:
+            there = b.layers[c.layer]
+            assert np.array_equal(a.layers[c.layer], there), (path.name, c.name)
+            assert np.array_equal(a.data[c.name][there], b.data[c.name][there]), (path.name, c.name)
+        for name in IWARP_LAYERS:
+            assert np.array_equal(a.layers[name], b.layers[name]), (path.name, name)
+        assert np.array_equal(a.data["rdmalab.pdus"], b.data["rdmalab.pdus"]), path.name
+        assert a.multi == b.multi, path.name
+
+
+#: iWARP fields of every layer, the CRC's both ways, the PDU count (-T fields: columns against the per-packet path)
+_IWARP_FIELDS = ["frame.number", "iwarp_mpa.ulpdulength", "iwarp_mpa.crc", "iwarp_mpa.crc_check", "iwarp_ddp.tagged_flag",
+                 "iwarp_ddp.last_flag", "iwarp_ddp.stag", "iwarp_ddp.tagged_offset", "iwarp_ddp.qn", "iwarp_ddp.msn",
+                 "iwarp_ddp.mo", "iwarp_rdma.opcode", "iwarp_rdma.sinkstag", "iwarp_rdma.srcto", "iwarp_rdma.rdmardsz",
+                 "rdmalab.payload.len", "rdmalab.crc32c.status", "rdmalab.pdus"]
+
+
+@pytest.mark.parametrize("name", ["siw_write_bw.pcap", "siw_crc_write_bw.pcap", "siw_read_bw.pcap", "siw_crc_read_bw.pcap",
+                                  "siw_send_bw.pcap", "siw_crc_send_bw.pcap", "siw_crc_rping.pcap", "siw_rping.pcap"])
+def test_iwarp_columns_of_whole_fpdus_are_those_decoded(name: str, tmp_path: Path, capsys: Any) -> None:
+    """fill_iwarp reads the columns of a segment of whole FPDUs the tracker takes in step from its octets
+    (columnar_decode._fpdu_plan): the same columns, layers, PDU counts and several-PDU fields as the PDUs the
+    tracker decodes one segment at a time, on real streams with and without CRC, and on copies with segments
+    coalesced (several FPDUs), cut in two, and with octets of their FPDUs changed; in small and large blocks."""
+    from rdmalab.capture import columnar_decode
+
+    head, recs = _records(CAPS / name)
+    rng = np.random.default_rng(5)
+    damaged = []
+    for h, d in recs:
+        t = _tcp(d)
+        if t is not None and len(t.data) > 4 and rng.random() < 0.2:
+            b = bytearray(t.data)
+            b[int(rng.integers(0, min(len(b), 48)))] ^= 1 << int(rng.integers(0, 8))
+            d = _rebuild(d, data=bytes(b))
+        damaged.append((h, d))
+    variants = {"real": recs, "coalesced": _coalesce(recs, rng), "cut": _split(_coalesce(recs, rng), rng),
+                "damaged": damaged}
+    columnar_decode._PLANS.clear()
+    for label, rs in variants.items():
+        p = _write(tmp_path / f"{label}.pcap", head, rs)
+        for block in (2048, 4 << 20):
+            _iwarp_columns_agree(p, block)
+        fields = [a for f in _IWARP_FIELDS for a in ("-e", f)]
+        assert main(["decode", "-r", str(p), "-T", "fields", *fields]) == 0
+        columns = capsys.readouterr().out
+        assert main(["decode", "--no-columnar", "-r", str(p), "-T", "fields", *fields]) == 0
+        assert columns == capsys.readouterr().out, label
+        assert columns.count("\t0x") > 10, label  # (iWARP frames among them)
+    plans = {key for key, plan in columnar_decode._PLANS.items() if plan is not None}
+    if "_bw" in name and "send" not in name:  # (the others hold a handful of PDUs, none in step)
+        assert plans, "no segment was read from its octets"  # the case is one
+        assert any(crc for _kind, crc in plans) == ("crc" in name), plans
+
+
+def test_iwarp_columns_of_every_fpdu_kind_are_read() -> None:
+    """Every kind of FPDU the columns read from octets (Write, Read Response, Send, Send SE, Read Request), with
+    and without CRC: a plan made and checked against the FPDU decoded (none falls back for lack of one)."""
+    from rdmalab.capture import columnar_decode
+    from rdmalab.capture.columnar_tcp import FPDU_KINDS
+    from rdmalab.wire.iwarp import encode_fpdu
+    from rdmalab.wire.rdmap import DDPTagged, DDPUntagged, RDMAPControl
+
+    for (tagged, op), kind in FPDU_KINDS.items():
+        if tagged:
+            ulpdu = DDPTagged(last=1, rsvdulp=0x40 | op, stag=0x1234, to=0x99).encode() + bytes(20)
+        else:
+            rest = bytes(28) if op == 1 else bytes(24)
+            ulpdu = DDPUntagged(last=1, rsvdulp=(0x40 | op) << 32, qn=1 if op == 1 else 0, msn=7, mo=0).encode() + rest
+        assert RDMAPControl  # (the control octet: RsvdULP's first, RFC 5040 4.1)
+        for crc in (True, False):
+            fpdu = encode_fpdu(ulpdu, crc=crc)
+            plan = columnar_decode._fpdu_plan(fpdu, 0, kind, crc)
+            assert plan is not None, (op, crc)
+            if op != 1:  # (a plan made from an FPDU without payload reads the payload's length of those with one)
+                bare = encode_fpdu(ulpdu[:len(ulpdu) - 20 if tagged else len(ulpdu) - 24], crc=crc)
+                again = columnar_decode._fpdu_plan(bare, 0, kind, crc)
+                assert again == plan, (op, crc)
