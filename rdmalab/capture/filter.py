@@ -60,7 +60,8 @@ import rdmalab.wire.mad  # noqa: F401
 import rdmalab.wire.mpa  # noqa: F401
 import rdmalab.wire.net  # noqa: F401
 import rdmalab.wire.rdmap  # noqa: F401
-from rdmalab.capture.columnar import COLUMN_BY_NAME, COLUMN_NAMES, FILTER_TIMES
+from rdmalab.capture.columnar import COLUMN_BY_NAME, COLUMN_NAMES
+from rdmalab.capture.columnar import FILTER_TIMES as FILTER_TIMES  # (re-exported: the filter's own names)
 from rdmalab.capture.fields import BYTE_PROTOCOLS, EXTRA_FIELDS, IWARP_BYTE_PROTOCOLS, TRAILER_BYTES, _address
 from rdmalab.capture.pcapio import FRAME_META_FIELDS
 from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, LABEL_FIELDS, TIME_FIELDS

@@ -464,8 +464,7 @@ def _conversations(flt: Any, names: Any = ()) -> Any:
 def _clock(flt: Any) -> Any:
     """A :class:`~rdmalab.capture.filter.FrameClock` when the filter reads frame.time_relative or
     frame.time_delta (fed every frame, in order), else None."""
-    from rdmalab.capture.columnar import FILTER_TIMES  # lazy: keeps `rdmalab --help` fast
-    from rdmalab.capture.filter import FrameClock  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.filter import FILTER_TIMES, FrameClock  # lazy: keeps `rdmalab --help` fast
 
     return FrameClock() if flt is not None and not flt.fields.isdisjoint(FILTER_TIMES) else None
 
