@@ -375,6 +375,12 @@ def main_mixed(args: argparse.Namespace, tmp: str) -> None:
     rows += compare("-T fields (conversations)", n,
                     [("rdmalab decode -T fields -e tcp.stream ...", [*py, "-r", big, "-T", "fields", *cf])],
                     [tshark, "-n", "-r", big, "-T", "fields", *cf] if tshark else None)
+    # iWARP's fields: every TCP stream followed in order (the FPDUs of segments in step read from their octets)
+    wf = [a for f in ("frame.number", "iwarp_rdma.opcode", "iwarp_ddp.msn", "iwarp_ddp.tagged_offset", "iwarp_mpa.ulpdulength")
+          for a in ("-e", f)]
+    rows += compare("-T fields (iWARP)", n,
+                    [("rdmalab decode -T fields -e iwarp_rdma.opcode ...", [*py, "-r", big, "-T", "fields", *wf])],
+                    [tshark, "-n", "-r", big, "-T", "fields", *wf] if tshark else None)
     # tshark's TCP sequence analysis: every TCP segment weighed in order (retransmissions, duplicate ACKs ...),
     # as fields and as the filter engineers type first
     af = [a for f in ("frame.number", *ANALYSIS_FIELDS) for a in ("-e", f)]
