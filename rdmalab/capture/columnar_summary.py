@@ -1368,7 +1368,9 @@ class AnalysisFeed:
                 return cols
             fill_tcp_analysis(cols, self.analysis, ends)
         elif _ethernet_only(blk):
-            cols = decode_block(blk, verify_icrc=True, fields=(*_PREFIX_FIELDS, *fields), tracker=self._iwarp(fields),
+            # (the ICRCs checked only for a filter that reads their status: CRC-32 of every RoCE packet else)
+            cols = decode_block(blk, verify_icrc=any(f.startswith("rdmalab.icrc") for f in fields),
+                                fields=(*_PREFIX_FIELDS, *fields), tracker=self._iwarp(fields),
                                 conversations=self.conversations, windows=self.windows)
         else:
             cols = columns_from_block(blk, tracker=self._iwarp(fields), conversations=self.conversations,

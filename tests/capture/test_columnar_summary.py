@@ -484,3 +484,19 @@ def test_filters_on_iwarp_and_window_fields_cut_the_lines_down(name: str, capsys
         many = "".join(summary_lines(path, flt=flt, filter_expr=expr, block_bytes=4096, workers=2, parallel_min_bytes=0))
         assert many == ref, expr
     assert cut and kept > 20
+
+
+@pytest.mark.parametrize("name", ["lo_icmp_unreachable.pcap", "rxe_write_bw_loss.pcap", "hw_ib_connectx_erf.pcap"])
+def test_a_filter_on_the_icrc_beside_the_streams(name: str, capsys: Any) -> None:
+    """The process that follows the streams for a filter checks the ICRCs only when the filter reads their status
+    (a CRC-32 of every RoCE packet else): with a window's or a conversation's field beside it, the frames the
+    per-packet path keeps, bad ICRCs among them (lo_icmp_unreachable's quoted datagrams)."""
+    path = str(ROOT / "captures" / name)
+    kept = 0
+    for expr in ('rdmalab.icrc.status == "bad" || tcp.window_size > 100000000',
+                 'rdmalab.icrc.status == "good" && udp.stream == 0', "rdmalab.icrc.ok == 2 || iwarp_rdma.opcode == 0",
+                 "tcp.window_size > 100 || infiniband.bth.opcode == 17"):
+        fast, ref, rc1, rc2 = _both(["-r", path, "-Y", expr], capsys)
+        assert rc1 == rc2 == 0 and fast == ref, expr
+        kept += fast.count("\n")
+    assert kept > 0
