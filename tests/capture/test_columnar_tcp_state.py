@@ -505,22 +505,29 @@ def _whole(payload: bytes) -> tuple[bool, bool]:
     return plain and all(p.crc_status == "good" for p in pdus), plain
 
 
+def _damaged(recs: list[tuple[bytes, bytes]], rng: np.random.Generator, share: float,
+             near: int) -> list[tuple[bytes, bytes]]:
+    """Copies of ``recs`` with one bit flipped in a ``share`` of the segments of more than 4 octets of
+    payload: in its first ``near`` octets (FPDU headers) mostly, anywhere in it (payloads, CRCs) now and then."""
+    out = []
+    for h, d in recs:
+        t = _tcp(d)
+        if t is not None and len(t.data) > 4 and rng.random() < share:
+            b = bytearray(t.data)
+            at = int(rng.integers(0, min(len(b), near))) if rng.random() < 0.8 else int(rng.integers(0, len(b)))
+            b[at] ^= 1 << int(rng.integers(0, 8))
+            d = _rebuild(d, data=bytes(b))
+        out.append((h, d))
+    return out
+
+
 @pytest.mark.parametrize("name", ["siw_write_bw.pcap", "siw_crc_rping.pcap", "siw_read_bw.pcap", "siw_crc_send_bw.pcap"])
 def test_fpdu_chains_are_decode_fpdu(name: str, tmp_path: Path) -> None:
     """Which segments the columnar FPDU lane describes itself (whole FPDUs of the kinds it knows,
     without a problem, CRC good or not looked at) against rdmalab.wire.iwarp.decode_fpdu, on real
     streams and on copies with octets of their FPDU headers, payloads and CRCs changed."""
     head, recs = _records(CAPS / name)
-    rng = np.random.default_rng(11)
-    damaged = []
-    for h, d in recs:
-        t = _tcp(d)
-        if t is not None and len(t.data) > 4 and rng.random() < 0.5:
-            b = bytearray(t.data)
-            at = int(rng.integers(0, min(len(b), 64))) if rng.random() < 0.8 else int(rng.integers(0, len(b)))
-            b[at] ^= 1 << int(rng.integers(0, 8))
-            d = _rebuild(d, data=bytes(b))
-        damaged.append((h, d))
+    damaged = _damaged(recs, np.random.default_rng(11), 0.5, 64)
     for label, rs in (("real", recs), ("damaged", damaged)):
         p = _write(tmp_path / f"{label}.pcap", head, rs)
         for blk in record_blocks(str(p), 4 << 20):
@@ -614,17 +621,11 @@ def test_iwarp_columns_of_whole_fpdus_are_those_decoded(name: str, tmp_path: Pat
 
     head, recs = _records(CAPS / name)
     rng = np.random.default_rng(5)
-    damaged = []
-    for h, d in recs:
-        t = _tcp(d)
-        if t is not None and len(t.data) > 4 and rng.random() < 0.2:
-            b = bytearray(t.data)
-            b[int(rng.integers(0, min(len(b), 48)))] ^= 1 << int(rng.integers(0, 8))
-            d = _rebuild(d, data=bytes(b))
-        damaged.append((h, d))
+    damaged = _damaged(recs, rng, 0.2, 48)
     variants = {"real": recs, "coalesced": _coalesce(recs, rng), "cut": _split(_coalesce(recs, rng), rng),
                 "damaged": damaged}
     columnar_decode._PLANS.clear()
+    shown = 0
     for label, rs in variants.items():
         p = _write(tmp_path / f"{label}.pcap", head, rs)
         for block in (2048, 4 << 20):
@@ -634,7 +635,8 @@ def test_iwarp_columns_of_whole_fpdus_are_those_decoded(name: str, tmp_path: Pat
         columns = capsys.readouterr().out
         assert main(["decode", "--no-columnar", "-r", str(p), "-T", "fields", *fields]) == 0
         assert columns == capsys.readouterr().out, label
-        assert columns.count("\t0x") > 10, label  # (iWARP frames among them)
+        shown += columns.count("\t0x")
+    assert shown > 40  # (iWARP frames among them)
     plans = {key for key, plan in columnar_decode._PLANS.items() if plan is not None}
     if "_bw" in name and "send" not in name:  # (the others hold a handful of PDUs, none in step)
         assert plans, "no segment was read from its octets"  # the case is one
