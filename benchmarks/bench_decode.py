@@ -43,7 +43,8 @@ records (a DAG card's).  Rows: summaries and ``-T fields`` of each, against tsha
 records on the first ``--json-packets`` (its text compared with the per-packet path's first).
 
 ``--ipv6`` measures the ``--mixed`` capture with its RoCEv2 sent to IPv6 GIDs instead (what perftest and
-rdma_cm send on a RoCE port's default GID, its IPv6 link-local one; the ICRCs recomputed). Rows:
+rdma_cm send on a RoCE port's default GID, its IPv6 link-local one; the ICRCs recomputed), and its TCP
+(iWARP, perftest's exchange) between the same IPv6 addresses. Rows:
 summaries, ``-T fields`` (``ipv6.src``/``ipv6.dst`` for the IPv4 addresses), ``-T json`` and ``-V`` against
 tshark; the fast paths' text compared with the per-packet path's first.
 
@@ -256,16 +257,23 @@ def main_links(args: argparse.Namespace, tmp: str) -> None:
 def over_ipv6(data: bytes) -> bytes:
     """A RoCEv2-over-IPv4 frame sent to IPv6 GIDs instead (2001:db8::A.B.C.D, as rdma_cm maps an IPv4
     address into a GID's low bits; a flow label; hop limit 64), its ICRC that of the new datagram (IBA
-    Annex A17.3.3: over IPv6 the traffic class, flow label and hop limit are masked); any other frame as
+    Annex A17.3.3: over IPv6 the traffic class, flow label and hop limit are masked); a TCP segment over IPv4
+    without options (iWARP, perftest's own exchange) sent between the same IPv6 addresses; any other frame as
     it is."""
     import struct
 
     from rdmalab.wire.crc import icrc_rocev2
 
-    if len(data) < 54 or data[12:14] != b"\x08\x00" or data[23] != 17 or data[36:38] != b"\x12\xb7":
+    if len(data) < 54 or data[12:14] != b"\x08\x00":
         return data
     ihl = (data[14] & 15) * 4
     total = int.from_bytes(data[16:18], "big")
+    if data[23] == 6 and ihl == 20:
+        hdr = (struct.pack(">IHBB", 6 << 28 | 0x12345, total - ihl, 6, 64) + b"\x20\x01\x0d\xb8" + bytes(8)
+               + data[26:30] + b"\x20\x01\x0d\xb8" + bytes(8) + data[30:34])
+        return data[:12] + b"\x86\xdd" + hdr + data[14 + ihl:14 + total]
+    if data[23] != 17 or data[36:38] != b"\x12\xb7":
+        return data
     hdr = (struct.pack(">IHBB", 6 << 28 | 0x12345, total - ihl, 17, 64) + b"\x20\x01\x0d\xb8" + bytes(8)
            + data[26:30] + b"\x20\x01\x0d\xb8" + bytes(8) + data[30:34])
     out = bytearray(data[:12] + b"\x86\xdd" + hdr + data[14 + ihl:14 + total])
@@ -274,8 +282,8 @@ def over_ipv6(data: bytes) -> bytes:
 
 
 def build_ipv6(src: str, n: int, path: str) -> int:
-    """The first ``n`` frames of ``src`` (pcapng) written again (pcap) with every RoCEv2 frame sent over
-    IPv6 (:func:`over_ipv6`)."""
+    """The first ``n`` frames of ``src`` (pcapng) written again (pcap) with every RoCEv2 frame and TCP segment
+    sent over IPv6 (:func:`over_ipv6`)."""
     from rdmalab.capture import records
     from rdmalab.capture.pcapwriter import CaptureWriter
 
@@ -292,14 +300,15 @@ def build_ipv6(src: str, n: int, path: str) -> int:
 
 def main_ipv6(args: argparse.Namespace, tmp: str) -> None:
     """The mixed capture with its RoCEv2 sent to IPv6 GIDs (what perftest and rdma_cm send on GID index 0, a
-    RoCE port's IPv6 link-local GID): summaries, -T fields, -T json and -V against tshark."""
+    RoCE port's IPv6 link-local GID) and its TCP between the same addresses: summaries, -T fields, -T json and
+    -V against tshark."""
     n_all = args.packets if args.packets_given else 200_000
     mixed = os.path.join(tmp, "mixed_big.pcapng")
     build_mixed(mixed, n_all)
     big, small = os.path.join(tmp, "mixed_ipv6.pcap"), os.path.join(tmp, "mixed_small_ipv6.pcap")
     n = build_ipv6(mixed, n_all, big)
     m = build_ipv6(mixed, args.json_packets, small)
-    print(f"{big}: {n:,} packets of the mixed capture, its RoCEv2 over IPv6, {os.path.getsize(big) / 2**20:.0f} MiB")
+    print(f"{big}: {n:,} packets of the mixed capture, its RoCEv2 and TCP over IPv6, {os.path.getsize(big) / 2**20:.0f} MiB")
     print(f"  {protocols(big)}")
     py = [sys.executable, "-m", "rdmalab", "decode"]
     for opt in ([], ["-T", "json"], ["-V"]):
@@ -319,7 +328,7 @@ def main_ipv6(args: argparse.Namespace, tmp: str) -> None:
     rows += compare("IPv6: -V", m, [("rdmalab decode -V", [*py, "-V", "-r", small])],
                     [tshark, "-n", "-r", small, "-V"] if tshark else None)
     if rows:
-        print("\n| command (mixed capture, RoCEv2 over IPv6) | rdmalab (peak RSS) | tshark (peak RSS) | "
+        print("\n| command (mixed capture, RoCEv2 and TCP over IPv6) | rdmalab (peak RSS) | tshark (peak RSS) | "
               "rdmalab packets/s over tshark's | over tshark's CPU time |")
         print("|---|---|---|---|---|")
         print("\n".join(rows))
@@ -492,7 +501,7 @@ def main() -> None:
     ap.add_argument("--links", action="store_true",
                     help="the --mixed capture as a Linux cooked v2 capture and as ERF Ethernet records")
     ap.add_argument("--ipv6", action="store_true",
-                    help="the --mixed capture with its RoCEv2 sent to IPv6 GIDs (ICRCs recomputed)")
+                    help="the --mixed capture with its RoCEv2 (ICRCs recomputed) and TCP sent over IPv6")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error(f"--repeat {args.repeat}: at least 1")

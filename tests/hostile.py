@@ -149,8 +149,8 @@ def truncated_tail(src: str | os.PathLike[str], dst: str | os.PathLike[str], n: 
     return got
 
 
-__all__ = ["appended", "duplicated", "frames_of", "many_connections", "psn_wrap", "reordered", "snaplen_cut",
-           "truncated_tail", "write"]
+__all__ = ["appended", "duplicated", "frames_of", "many_connections", "over_ipv6", "psn_wrap", "reordered",
+           "snaplen_cut", "tcp_over_ipv6", "truncated_tail", "write"]
 
 
 def over_ipv6(data: bytes, *, trailer: bool = False) -> bytes:
@@ -172,3 +172,17 @@ def over_ipv6(data: bytes, *, trailer: bool = False) -> bytes:
     end = 54 + total - ihl
     out[end - 4:end] = icrc_rocev2(bytes(out[14:end - 4])).to_bytes(4, "little")
     return bytes(out)
+
+
+def tcp_over_ipv6(data: bytes, *, trailer: bool = False) -> bytes:
+    """A TCP segment over IPv4 (without options) sent between IPv6 addresses instead (2001:db8::A.B.C.D, flow
+    label 0xabcde, hop limit 64), its payload, TCP header and all else as they were; ``trailer``: the octets
+    after the IPv4 datagram kept after the new one.  Any other frame as it is."""
+    import struct
+
+    if len(data) < 34 or data[12:14] != b"\x08\x00" or data[14] != 0x45 or data[23] != 6:
+        return data
+    total = int.from_bytes(data[16:18], "big")
+    hdr = (struct.pack(">IHBB", 6 << 28 | 0xABCDE, total - 20, 6, 64) + b"\x20\x01\x0d\xb8" + bytes(8)
+           + data[26:30] + b"\x20\x01\x0d\xb8" + bytes(8) + data[30:34])
+    return data[:12] + b"\x86\xdd" + hdr + data[34:14 + total] + (data[14 + total:] if trailer else b"")

@@ -18,8 +18,8 @@ the BTH and what follows it; a segment's that completes iWARP PDUs and their tre
 ``pdus_info`` and ``pdu_lines``, what :func:`~rdmalab.capture.render.frame_tree` runs).  The frame
 of an ERF Ethernet record (:func:`erf_ethernet`: the records the columns read as Ethernet frames) takes
 the same way, its tree the record's: the ERF header's lines first, every offset from the record's start.
-RoCEv2 over IPv6 (no extension headers: a RoCE port's default GID is its IPv6 link-local one) takes it too.
-Every other frame (other link types, VLAN tags, TCP over IPv6, IPv4 options or fragments, MADs to or from QP0/QP1,
+RoCEv2 and TCP over IPv6 (no extension headers: a RoCE port's default GID is its IPv6 link-local one) take it too.
+Every other frame (other link types, VLAN tags, IPv4 options or fragments, IPv6 extension headers, MADs to or from QP0/QP1,
 anything truncated or malformed, a bad ICRC) goes through the per-packet decoder and
 :func:`~rdmalab.capture.render.frame_tree`, in capture order, with the same iWARP stream
 reassembly (:class:`rdmalab.capture.iwarp.IwarpTracker`) fed every TCP segment in order.
@@ -199,6 +199,8 @@ _IP_FLAGS_S, _IP_FLAGS_M = _field(IPv4, "flags")
 _IP_FRAG_S, _IP_FRAG_M = _field(IPv4, "frag_offset")
 _IP_SRC_S, _IP_SRC_M = _field(IPv4, "src")
 _IP_DST_S, _IP_DST_M = _field(IPv4, "dst")
+_IP6_SRC_S, _IP6_SRC_M = _field(IPv6, "src")
+_IP6_DST_S, _IP6_DST_M = _field(IPv6, "dst")
 _UDP_DPORT_S, _UDP_DPORT_M = _field(UDP, "dport")
 _UDP_LEN_S, _UDP_LEN_M = _field(UDP, "length")
 _TCP_SPORT_S, _TCP_SPORT_M = _field(TCP, "sport")
@@ -238,6 +240,7 @@ class _Shape:
         # (over IPv6: its 40 octets, then UDP and the BTH 20 octets later)
         self.ip6 = _text_fn(IPv6, at + 14)
         self.udp6 = _text_fn(UDP, at + 54)
+        self.tcp6 = _text_fn(TCP, at + 54)
         self.bth6 = _text_fn(BTH, at + 62)
         self.plans: dict[tuple[int, int], Plan] = {}
 
@@ -374,10 +377,13 @@ def fast_frame(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, 
     headers of its own (an ERF record: :func:`erf_ethernet`), whose tree it then is."""
     front = _ipv4_front(buf, o, cap, wire, fcs_len, record)
     if front is None:
-        six = _ipv6_udp_front(buf, o, cap, wire, fcs_len, record)
+        six = _ipv6_front(buf, o, cap, wire, fcs_len, record)
         if six is None:
             return None
-        return _roce(buf, o, cap, frame, wire, ts, interface, 0, six[0], six[1], record, 40)
+        if six[0] == IPPROTO_UDP:
+            return _roce(buf, o, cap, frame, wire, ts, interface, 0, six[1], six[2], record, 40)
+        return _tcp(buf, o, cap, frame, wire, ts, interface, int.from_bytes(buf[o + 14:o + 54], "big"), six[1],
+                    tracker, six[2], record, 40)
     ipv, ip_end, tail = front
     proto = buf[o + 23]
     if proto == IPPROTO_UDP:
@@ -412,18 +418,33 @@ def _ipv6_udp_front(buf: bytes | bytearray, o: int, cap: int, wire: int, fcs_len
                     record: _Record | None = None) -> tuple[int, list[str]] | None:
     """For :func:`fast_frame`: where the IPv6 datagram of an Ethernet frame ends and the lines of the octets
     after it, when its next header is UDP (no extension header) and it is whole; None for another frame."""
-    if cap < 62 or buf[o + 12:o + 14] != _IPV6_TYPE or buf[o + 14] >> 4 != 6 or buf[o + 20] != IPPROTO_UDP \
-            or not _PLAIN:
+    six = _ipv6_front(buf, o, cap, wire, fcs_len, record)
+    return None if six is None or six[0] != IPPROTO_UDP else (six[1], six[2])
+
+
+#: the least an IPv6 datagram holds, by its next header, for the templates: the UDP header, the TCP header
+_IPV6_LEAST = {IPPROTO_UDP: 8, IPPROTO_TCP: 20}
+
+
+def _ipv6_front(buf: bytes | bytearray, o: int, cap: int, wire: int, fcs_len: int,
+                record: _Record | None = None) -> tuple[int, int, list[str]] | None:
+    """For :func:`fast_frame`: the next header of the IPv6 datagram of an Ethernet frame, where the datagram
+    ends and the lines of the octets after it, when its next header is UDP or TCP (no extension header), it
+    holds that header's fixed part and it is whole; None for another frame."""
+    if cap < 62 or buf[o + 12:o + 14] != _IPV6_TYPE or buf[o + 14] >> 4 != 6 or not _PLAIN:
         return None
-    ip_end = 54 + int.from_bytes(buf[o + 18:o + 20], "big")
-    if ip_end > min(cap, (wire or cap) - max(fcs_len, 0)):
+    nxt = buf[o + 20]
+    least = _IPV6_LEAST.get(nxt)
+    length = int.from_bytes(buf[o + 18:o + 20], "big")
+    ip_end = 54 + length
+    if least is None or length < least or ip_end > min(cap, (wire or cap) - max(fcs_len, 0)):
         return None
     tail: list[str] = []
     if ip_end < cap:
         trailer = ethernet_trailer(bytes(buf[o:o + cap]), ip_end, wire or cap, fcs_len)
         if trailer is not None:
             tail = trailer_lines("    ", trailer if record is None else trailer.shifted(record.shape.at))
-    return ip_end, tail
+    return nxt, ip_end, tail
 
 
 class RoceFrame(NamedTuple):
@@ -537,8 +558,8 @@ def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: f
 
 
 def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
-         ipv: int, ip_end: int, tracker: Any, tail: list[str], record: _Record | None) -> bytes | None:
-    parts = _tcp_parts(buf, o, frame, wire, cap, ts, ipv, ip_end, tail, record)
+         ipv: int, ip_end: int, tracker: Any, tail: list[str], record: _Record | None, ip_len: int = 20) -> bytes | None:
+    parts = _tcp_parts(buf, o, frame, wire, cap, ts, ipv, ip_end, tail, record, ip_len)
     if parts is None:
         return None
     start, size = (o, cap) if record is None else (record.start, record.size)
@@ -548,32 +569,40 @@ def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: fl
 #: a TCP segment's tree but for what the iWARP reassembly adds (:func:`_tcp_parts`): its text without
 #: iWARP PDUs (UTF-8) and where its Summary starts and ends in it; the frame number, wire length and
 #: time; what the reassembly is fed (source, source port, destination, destination port, sequence
-#: number, flags, payload; the IPv4 addresses as numbers); the link type of its record; and where its TCP
-#: header's fields end in the text (where its SEQ/ACK analysis goes: :meth:`AnalysisFeed.apply_tree`).  The
-#: text and payload may be views of the workers' shared memory (:class:`_TcpColumns`).
+#: number, flags, payload; the addresses as numbers); the link type of its record; where its TCP
+#: header's fields end in the text (where its SEQ/ACK analysis goes: :meth:`AnalysisFeed.apply_tree`); and the
+#: IP version of the addresses (4 or 6).  The text and payload may be views of the workers' shared memory
+#: (:class:`_TcpColumns`).
 TcpParts = tuple[bytes | memoryview, int, int, int, int, float, int, int, int, int, int, int, bytes | memoryview, int,
-                 int]
+                 int, int]
 
 
 def _tcp_parts(buf: bytes | bytearray, o: int, frame: int, wire: int, cap: int, ts: float, ipv: int, ip_end: int,
-               tail: list[str], record: _Record | None = None) -> TcpParts | None:
-    """What the tree of a TCP segment (IPv4 without options, its datagram ending at ``ip_end``) holds
-    whatever its stream: :data:`TcpParts`, or None when its header does not fit."""
-    tv = int.from_bytes(buf[o + 34:o + 54], "big")
+               tail: list[str], record: _Record | None = None, ip_len: int = 20) -> TcpParts | None:
+    """What the tree of a TCP segment holds whatever its stream: :data:`TcpParts`, or None when its header
+    does not fit.  Over IPv4 without options (``ip_len`` 20) or IPv6 without extension headers (40), its
+    IP header read as one number ``ipv``, its datagram ending at ``ip_end``."""
+    at = 14 + ip_len
+    tv = int.from_bytes(buf[o + at:o + at + 20], "big")
     hl = (tv >> _TCP_OFF_S & _TCP_OFF_M) * 4
-    if hl < 20 or 34 + hl > ip_end:
+    if hl < 20 or at + hl > ip_end:
         return None
-    start = 34 + hl
+    start = at + hl
     plen = ip_end - start
     sport = tv >> _TCP_SPORT_S & _TCP_SPORT_M
     dport = tv >> _TCP_DPORT_S & _TCP_DPORT_M
     seq = tv >> _TCP_SEQ_S & _TCP_SEQ_M
     flags = tv >> _TCP_FLAGS_S & _TCP_FLAGS_M
-    a, b = ipv >> _IP_SRC_S & _IP_SRC_M, ipv >> _IP_DST_S & _IP_DST_M
-    summary = tcp_info_text(sport, dport, flags | (tv >> _TCP_RES_S & _TCP_RES_M) << 9, seq, tv >> _TCP_ACK_S & _TCP_ACK_M, tv >> _TCP_WIN_S & _TCP_WIN_M, plen)
     shape = _ETHERNET if record is None else record.shape
+    if ip_len == 20:
+        a, b, version = ipv >> _IP_SRC_S & _IP_SRC_M, ipv >> _IP_DST_S & _IP_DST_M, 4
+        ip_lines, tcp_lines = shape.ip(ipv), shape.tcp(tv)
+    else:
+        a, b, version = ipv >> _IP6_SRC_S & _IP6_SRC_M, ipv >> _IP6_DST_S & _IP6_DST_M, 6
+        ip_lines, tcp_lines = shape.ip6(ipv), shape.tcp6(tv)
+    summary = tcp_info_text(sport, dport, flags | (tv >> _TCP_RES_S & _TCP_RES_M) << 9, seq, tv >> _TCP_ACK_S & _TCP_ACK_M, tv >> _TCP_WIN_S & _TCP_WIN_M, plen)
     lines = [""] if record is None else ["", record.lines]
-    lines += (shape.eth(int.from_bytes(buf[o:o + 14], "big")), shape.ip(ipv), shape.tcp(tv))
+    lines += (shape.eth(int.from_bytes(buf[o:o + 14], "big")), ip_lines, tcp_lines)
     fields = "\n".join(lines).encode()  # (the TCP header's fields end here: its SEQ/ACK analysis goes after)
     more = [payload_line("    ", shape.at + start, plen, buf[o + start:o + start + min(plen, 32)])] if plen else []
     more += tail
@@ -583,7 +612,7 @@ def _tcp_parts(buf: bytes | bytearray, o: int, frame: int, wire: int, cap: int, 
     text = summary.encode()
     return (b"".join((head, text, fields, ("\n" + "\n".join(more)).encode() if more else b"")), len(head),
             len(head) + len(text), frame, wire, ts, a, sport, b, dport, seq, flags, bytes(buf[o + start:o + ip_end]),
-            LINKTYPE_ETHERNET if record is None else record.linktype, len(head) + len(text) + len(fields))
+            LINKTYPE_ETHERNET if record is None else record.linktype, len(head) + len(text) + len(fields), version)
 
 
 def tcp_tree(parts: TcpParts, tracker: Any, frame_bytes: Callable[[int], bytes], interface: int) -> bytes:
@@ -597,12 +626,12 @@ def tcp_tree_at(parts: TcpParts, tracker: Any, frame_bytes: Callable[[int], byte
                 interface: int) -> tuple[bytes | memoryview, int | None]:
     """:func:`tcp_tree`, and where the TCP header's fields end in it (None: not known, the tree of a
     tracker's failure); the text as given when the tracker completes no PDU (a view stays a view)."""
-    text, a, b, frame, wire, ts, src, sport, dst, dport, seq, flags, payload, lt, end = parts
+    text, a, b, frame, wire, ts, src, sport, dst, dport, seq, flags, payload, lt, end, version = parts
     pdus: list[Packet] = []
     if tracker is not None:
         try:
-            pdus = tracker.process_segment(frame, _address_text(4, src), sport, _address_text(4, dst), dport, seq,
-                                           flags, payload)
+            pdus = tracker.process_segment(frame, _address_text(version, src), sport, _address_text(version, dst),
+                                           dport, seq, flags, payload)
         except DecodeError:
             pass  # as the per-packet reader (lenient): the stream's damage is its PDUs' to report
         except Exception as err:  # a reassembly bug must not stop a capture: reported on the frame, as the reader does
@@ -757,30 +786,47 @@ class _TcpColumns(NamedTuple):
     small objects to pickle and unpickle: per segment its numbers (a row of ``ints``: index in the block,
     Summary's start and end, frame, wire length, source, source port, destination, destination port,
     sequence number, flags, link type, interface, text length, payload length, where the TCP header's
-    fields end) and time; their texts and payloads one after the other."""
+    fields end, IP version) and time; their texts and payloads one after the other.  An IPv6 address, too
+    wide for a row, is in ``six``, its row holding its place there."""
 
     ints: np.ndarray
     ts: np.ndarray
     text: np.ndarray
     payload: np.ndarray
+    six: list[int]
 
     @staticmethod
     def pack(left: list[_LeftTcp]) -> _TcpColumns:
-        ints = np.array([(j, p[1], p[2], p[3], p[4], p[6], p[7], p[8], p[9], p[10], p[11], p[13], iface,
-                          len(p[0]), len(p[12]), p[14]) for j, p, iface in left], dtype=np.int64).reshape(-1, 16)
+        six: list[int] = []
+        place: dict[int, int] = {}
+
+        def short(address: int, version: int) -> int:
+            if version == 4:
+                return address
+            at = place.get(address)
+            if at is None:
+                at = place[address] = len(six)
+                six.append(address)
+            return at
+
+        ints = np.array([(j, p[1], p[2], p[3], p[4], short(p[6], p[15]), p[7], short(p[8], p[15]), p[9], p[10], p[11],
+                          p[13], iface, len(p[0]), len(p[12]), p[14], p[15]) for j, p, iface in left],
+                        dtype=np.int64).reshape(-1, 17)
         return _TcpColumns(ints, np.array([p[5] for _j, p, _i in left], dtype=np.float64),
                            np.frombuffer(b"".join([p[0] for _j, p, _i in left]), dtype=np.uint8),
-                           np.frombuffer(b"".join([p[12] for _j, p, _i in left]), dtype=np.uint8))
+                           np.frombuffer(b"".join([p[12] for _j, p, _i in left]), dtype=np.uint8), six)
 
     def unpack(self) -> list[_LeftTcp]:
         """The segments, their texts and payloads views of the arrays (no copy)."""
-        text, payload = self.text.data, self.payload.data
+        text, payload, six = self.text.data, self.payload.data, self.six
         out: list[_LeftTcp] = []
         t = p = 0
-        for (j, a, b, frame, wire, src, sport, dst, dport, seq, flags, lt, iface, tl, pl, end), ts in zip(
+        for (j, a, b, frame, wire, src, sport, dst, dport, seq, flags, lt, iface, tl, pl, end, version), ts in zip(
                 self.ints.tolist(), self.ts.tolist(), strict=True):
+            if version == 6:
+                src, dst = six[src], six[dst]
             out.append((j, (text[t:t + tl], a, b, frame, wire, ts, src, sport, dst, dport, seq, flags,
-                            payload[p:p + pl], lt, end), iface))
+                            payload[p:p + pl], lt, end, version), iface))
             t += tl
             p += pl
         return out
@@ -812,12 +858,19 @@ def _tree_block(blk: Any, n: int, _t0: Any,
         num = blk.first + j
         try:
             eth = _ethernet_in(buf, off, cap, wire, ts, lt, fcs)
-            if eth is not None and eth[1] >= 24 and buf[eth[0] + 12:eth[0] + 14] == b"\x08\x00" \
-                    and buf[eth[0] + 23] == IPPROTO_TCP:
+            if eth is not None and _carries_tcp(buf, eth[0], eth[1]):
                 # a TCP segment (or what may decode as one): left, with what its tree holds whatever its stream
                 fo, fc, fw, ft, ffcs, record = eth
-                front = _ipv4_front(buf, fo, fc, fw, ffcs, record)
-                parts = None if front is None else _tcp_parts(buf, fo, num, fw, fc, ft, *front, record)
+                parts = None
+                if buf[fo + 13] == 0x00:  # (IPv4)
+                    front = _ipv4_front(buf, fo, fc, fw, ffcs, record)
+                    if front is not None:
+                        parts = _tcp_parts(buf, fo, num, fw, fc, ft, *front, record)
+                else:
+                    six = _ipv6_front(buf, fo, fc, fw, ffcs, record)
+                    if six is not None:
+                        parts = _tcp_parts(buf, fo, num, fw, fc, ft, int.from_bytes(buf[fo + 14:fo + 54], "big"),
+                                           six[1], six[2], record, 40)
                 tcp = None if parts is None else (j, parts, iface)
             else:
                 text = None if eth is None else fast_frame(buf, eth[0], eth[1], num, eth[2], eth[3], iface, None,
@@ -849,6 +902,14 @@ def _tree_block(blk: Any, n: int, _t0: Any,
     if run:
         pieces.append(_run_text(run))
     return blk.first, pieces, _TcpColumns.pack(left) if left else None
+
+
+def _carries_tcp(buf: bytes | bytearray, o: int, cap: int) -> bool:
+    """Whether the Ethernet frame at ``buf[o:o + cap]`` is (or may decode as) a TCP segment the workers leave to
+    the process that follows the streams: IPv4 whose protocol is TCP, or IPv6 whose next header is."""
+    if cap >= 24 and buf[o + 12:o + 14] == b"\x08\x00":
+        return buf[o + 23] == IPPROTO_TCP
+    return cap >= 21 and buf[o + 12:o + 14] == _IPV6_TYPE and buf[o + 20] == IPPROTO_TCP
 
 
 def _run_text(run: list[bytes]) -> np.ndarray:

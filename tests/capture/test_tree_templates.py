@@ -342,6 +342,57 @@ def test_ipv6_frames_with_a_header_octet_changed(tmp_path: Path) -> None:
     assert 0 < taken < len(frames)
 
 
+@pytest.mark.parametrize("name", ["siw_crc_send_bw.pcap", "siw_write_bw_midstream.pcap", "synthetic_iwarp_mpa_markers.pcap",
+                                  "siw_read_bw.pcap", "rxe_write_bw.pcap", "siw_crc_rping.pcap"])
+def test_tcp_over_ipv6(name: str, tmp_path: Path) -> None:
+    """TCP between IPv6 addresses (iWARP over IPv6, perftest's own TCP exchange): the segments of a capture sent
+    so instead have the per-packet trees (-V, one process and workers, blocks cut anywhere), their iWARP PDUs
+    reassembled, and the templates write every segment over IPv6 they write over IPv4."""
+    recs = list(records(ROOT / "captures" / name))
+    path = tmp_path / "tcp6.pcap"
+    moved = [hostile.tcp_over_ipv6(r.data, trailer=True) for r in recs]
+    write_capture(path, [(round(r.timestamp * 1e9), v6) for r, v6 in zip(recs, moved, strict=True)])
+    want = _per_packet(path)
+    assert _fast(path) == want
+    for block in (700, 4096):
+        assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0, block_bytes=block)).decode() == want
+    if name.startswith(("siw", "synthetic_iwarp")):
+        assert "        RDMAP  [" in want
+    four = six = 0
+    for r, v6 in zip(recs, moved, strict=True):
+        if v6 is r.data:
+            continue
+        four += fast_frame(r.data, 0, len(r.data), r.frame_number, r.wire_length, r.timestamp, 0, None) is not None
+        got = fast_frame(v6, 0, len(v6), r.frame_number, len(v6), r.timestamp, 0, None)
+        six += got is not None
+        assert got is None or b"    IPv6  [RFC 8200 3]  bytes 14-53" in got
+    assert six == four > 0
+
+
+def test_tcp_over_ipv6_with_a_header_octet_changed(tmp_path: Path) -> None:
+    """IPv6 TCP segments of an iWARP stream with each octet of their first 80 changed in turn (the version, payload
+    length, next header, addresses, ports, sequence number, header length, flags): the trees are the per-packet
+    ones, whichever way each goes, and some take the templates."""
+    recs = [r for r in records(ROOT / "captures" / "siw_crc_send_bw.pcap")][:60:7]
+    frames = []
+    for r in recs:
+        v6 = hostile.tcp_over_ipv6(r.data)
+        if v6 is r.data:
+            continue
+        frames.append(v6)
+        for pos in range(min(len(v6), 80)):
+            for delta in (1, 0x80):
+                d = bytearray(v6)
+                d[pos] ^= delta
+                frames.append(bytes(d))
+    path = tmp_path / "tcp6_changed.pcap"
+    write_capture(path, [(i * 1000, f) for i, f in enumerate(frames)])
+    assert _fast(path) == _per_packet(path)
+    assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0, block_bytes=4096)).decode() == _per_packet(path)
+    taken = sum(fast_frame(f, 0, len(f), 1, len(f), 0.0, 0, None) is not None for f in frames)
+    assert 0 < taken < len(frames)
+
+
 def _trailed(src: str | Path, dst: Path) -> Path:
     """``src`` with six octets after every TCP segment's datagram (Ethernet padding: a line of the tree after
     the TCP header's, where its fields must still end)."""
