@@ -39,8 +39,9 @@ conversations' ``udp.stream`` among them) and a filter on a quoted field, agains
 
 ``--links`` measures the ``--mixed`` capture (``--packets``, default 200,000) written again as two other
 link types write it: behind Linux cooked capture v2 headers (``tcpdump -i any``) and as ERF Ethernet
-records (a DAG card's).  Rows: summaries and ``-T fields`` of each, against tshark; and ``-V`` of the ERF
-records on the first ``--json-packets`` (its text compared with the per-packet path's first).
+records (a DAG card's); and with an 802.1Q tag in every frame (priority 3: a RoCE NIC's lossless class).
+Rows: summaries and ``-T fields`` of each, against tshark; and ``-V`` of the ERF records and of the tagged
+frames on the first ``--json-packets`` (its text compared with the per-packet path's first).
 
 ``--ipv6`` measures the ``--mixed`` capture with its RoCEv2 sent to IPv6 GIDs instead (what perftest and
 rdma_cm send on a RoCE port's default GID, its IPv6 link-local one; the ICRCs recomputed), and its TCP
@@ -185,19 +186,21 @@ def main_icmp(args: argparse.Namespace, tmp: str) -> None:
         print("\n".join(rows))
 
 
-def build_links(src: str, n: int, sll: str, erf: str) -> int:
+def build_links(src: str, n: int, sll: str, erf: str, tagged: str) -> int:
     """The first ``n`` frames of ``src`` written again as two other link types' captures (pcap): behind
     a Linux cooked capture v2 header (``tcpdump -i any``: link type 276, the EtherType, interface 3,
     ARPHRD_ETHER, the sender's address) and as ERF Ethernet records (a DAG card's: link type 197, record
-    type 2, the offset and pad octets, 32.32 fixed-point times)."""
+    type 2, the offset and pad octets, 32.32 fixed-point times); and as Ethernet frames with an 802.1Q tag
+    (priority 3, VLAN 100: what a RoCE NIC sends on a lossless class, the priority PFC pauses)."""
     import struct
 
     from rdmalab.capture import records
 
     written = 0
-    with open(sll, "wb") as fs, open(erf, "wb") as fe:
+    with open(sll, "wb") as fs, open(erf, "wb") as fe, open(tagged, "wb") as ft:
         fs.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 276))
         fe.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 197))
+        ft.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
         for r in records(src):
             if written >= n:
                 break
@@ -211,25 +214,27 @@ def build_links(src: str, n: int, sll: str, erf: str) -> int:
             ts = s << 32 | (r.ns % 10**9 << 32) // 10**9
             rec = struct.pack("<Q", ts) + struct.pack(">BBHHH", 2, 4, 16 + len(body), 0, len(d)) + body
             fe.write(struct.pack("<IIII", s, us, len(rec), len(rec)) + rec)
+            tag = d[:12] + b"\x81\x00" + (3 << 13 | 100).to_bytes(2, "big") + d[12:]
+            ft.write(struct.pack("<IIII", s, us, len(tag), r.wire_length + 4) + tag)
             written += 1
     return written
 
 
 def main_links(args: argparse.Namespace, tmp: str) -> None:
-    """The mixed capture as other link types write it: Linux cooked v2 and ERF Ethernet."""
+    """The mixed capture as other link types write it: Linux cooked v2 and ERF Ethernet; and 802.1Q-tagged."""
     n_all = args.packets if args.packets_given else 200_000
     mixed = os.path.join(tmp, "mixed_big.pcapng")
     build_mixed(mixed, n_all)
-    sll, erf = os.path.join(tmp, "mixed_sll2.pcap"), os.path.join(tmp, "mixed_erf.pcap")
-    n = build_links(mixed, n_all, sll, erf)
-    small_sll, small_erf = os.path.join(tmp, "mixed_small_sll2.pcap"), os.path.join(tmp, "mixed_small_erf.pcap")
-    m = build_links(mixed, args.json_packets, small_sll, small_erf)
+    sll, erf, tagged = (os.path.join(tmp, f"mixed_{k}.pcap") for k in ("sll2", "erf", "8021q"))
+    n = build_links(mixed, n_all, sll, erf, tagged)
+    small_sll, small_erf, small_tagged = (os.path.join(tmp, f"mixed_small_{k}.pcap") for k in ("sll2", "erf", "8021q"))
+    m = build_links(mixed, args.json_packets, small_sll, small_erf, small_tagged)
     os.remove(small_sll)
     py = [sys.executable, "-m", "rdmalab", "decode"]
     tshark = None if args.no_tshark or not shutil.which("tshark") else "tshark"
     ef = [a for f in FIELDS for a in ("-e", f)]
     rows: list[str] = []
-    for label, path in (("Linux cooked v2", sll), ("ERF Ethernet", erf)):
+    for label, path in (("Linux cooked v2", sll), ("ERF Ethernet", erf), ("802.1Q-tagged", tagged)):
         print(f"{path}: {n:,} packets of the mixed capture as {label}, {os.path.getsize(path) / 2**20:.0f} MiB")
         head = [[*py, *extra, "-r", path, "-c", "20000"] for extra in ([], ["--no-columnar"])]
         same = [subprocess.run(cmd, capture_output=True, check=True).stdout for cmd in head]
@@ -239,14 +244,16 @@ def main_links(args: argparse.Namespace, tmp: str) -> None:
                         [tshark, "-n", "-r", path] if tshark else None)
         rows += compare(f"{label}: -T fields", n, [("rdmalab decode -T fields", [*py, "-r", path, "-T", "fields", *ef])],
                         [tshark, "-n", "-r", path, "-T", "fields", *ef] if tshark else None)
-    # -V of the ERF records: the frames' trees from the templates, the ERF header's lines first
-    same = [subprocess.run([*py, "-V", *extra, "-r", small_erf], capture_output=True, check=True).stdout
-            for extra in ([], ["--no-columnar"])]
-    print(f"{small_erf}: -V of the first {m:,} as ERF Ethernet, templates vs per-packet path: "
-          f"{'identical' if same[0] == same[1] else 'DIFFERENT'} ({len(same[0]):,} bytes)")
-    del same
-    rows += compare("ERF Ethernet: -V", m, [("rdmalab decode -V", [*py, "-V", "-r", small_erf])],
-                    [tshark, "-n", "-r", small_erf, "-V"] if tshark else None)
+    # -V of the ERF records (the frames' trees from the templates, the ERF header's lines first) and of the
+    # tagged frames (the tag's lines after the Ethernet header's)
+    for label, path in (("ERF Ethernet", small_erf), ("802.1Q-tagged", small_tagged)):
+        same = [subprocess.run([*py, "-V", *extra, "-r", path], capture_output=True, check=True).stdout
+                for extra in ([], ["--no-columnar"])]
+        print(f"{path}: -V of the first {m:,} as {label}, templates vs per-packet path: "
+              f"{'identical' if same[0] == same[1] else 'DIFFERENT'} ({len(same[0]):,} bytes)")
+        del same
+        rows += compare(f"{label}: -V", m, [("rdmalab decode -V", [*py, "-V", "-r", path])],
+                        [tshark, "-n", "-r", path, "-V"] if tshark else None)
     if rows:
         print("\n| command (mixed capture, other link types) | rdmalab (peak RSS) | tshark (peak RSS) | "
               "rdmalab packets/s over tshark's | over tshark's CPU time |")
@@ -499,7 +506,7 @@ def main() -> None:
     ap.add_argument("--mixed", action="store_true",
                     help="the real rxe and siw captures appended (RoCEv2, iWARP, TCP, ICMPv6, ARP) instead of rxe alone")
     ap.add_argument("--links", action="store_true",
-                    help="the --mixed capture as a Linux cooked v2 capture and as ERF Ethernet records")
+                    help="the --mixed capture as a Linux cooked v2 capture, as ERF Ethernet records and 802.1Q-tagged")
     ap.add_argument("--ipv6", action="store_true",
                     help="the --mixed capture with its RoCEv2 (ICRCs recomputed) and TCP sent over IPv6")
     args = ap.parse_args()

@@ -150,7 +150,7 @@ def truncated_tail(src: str | os.PathLike[str], dst: str | os.PathLike[str], n: 
 
 
 __all__ = ["appended", "duplicated", "frames_of", "many_connections", "over_ipv6", "psn_wrap", "reordered",
-           "snaplen_cut", "tcp_over_ipv6", "truncated_tail", "write"]
+           "snaplen_cut", "tagged", "tcp_over_ipv6", "truncated_tail", "write"]
 
 
 def over_ipv6(data: bytes, *, trailer: bool = False) -> bytes:
@@ -186,3 +186,9 @@ def tcp_over_ipv6(data: bytes, *, trailer: bool = False) -> bytes:
     hdr = (struct.pack(">IHBB", 6 << 28 | 0xABCDE, total - 20, 6, 64) + b"\x20\x01\x0d\xb8" + bytes(8)
            + data[26:30] + b"\x20\x01\x0d\xb8" + bytes(8) + data[30:34])
     return data[:12] + b"\x86\xdd" + hdr + data[34:14 + total] + (data[14 + total:] if trailer else b"")
+
+
+def tagged(data: bytes, pcp: int = 3, vid: int = 100) -> bytes:
+    """An Ethernet frame with an 802.1Q tag put after its addresses (priority ``pcp``, VLAN ``vid``: how a RoCE
+    NIC sends on a lossless class, PFC reading the priority), the rest as it was."""
+    return data[:12] + b"\x81\x00" + (pcp << 13 | vid).to_bytes(2, "big") + data[12:]

@@ -18,8 +18,9 @@ the BTH and what follows it; a segment's that completes iWARP PDUs and their tre
 ``pdus_info`` and ``pdu_lines``, what :func:`~rdmalab.capture.render.frame_tree` runs).  The frame
 of an ERF Ethernet record (:func:`erf_ethernet`: the records the columns read as Ethernet frames) takes
 the same way, its tree the record's: the ERF header's lines first, every offset from the record's start.
-RoCEv2 and TCP over IPv6 (no extension headers: a RoCE port's default GID is its IPv6 link-local one) take it too.
-Every other frame (other link types, VLAN tags, IPv4 options or fragments, IPv6 extension headers, MADs to or from QP0/QP1,
+RoCEv2 and TCP over IPv6 (no extension headers: a RoCE port's default GID is its IPv6 link-local one) take it too,
+and so do frames with one 802.1Q tag (a RoCE NIC's on a lossless class: the tag's lines after the Ethernet header's).
+Every other frame (other link types, two tags, IPv4 options or fragments, IPv6 extension headers, MADs to or from QP0/QP1,
 anything truncated or malformed, a bad ICRC) goes through the per-packet decoder and
 :func:`~rdmalab.capture.render.frame_tree`, in capture order, with the same iWARP stream
 reassembly (:class:`rdmalab.capture.iwarp.IwarpTracker`) fed every TCP segment in order.
@@ -70,11 +71,13 @@ from rdmalab.wire.mad import carries_mad
 from rdmalab.wire.net import (
     ETHERTYPE_IPV4,
     ETHERTYPE_IPV6,
+    ETHERTYPE_VLAN,
     IPPROTO_TCP,
     IPPROTO_UDP,
     ROCEV2_PORT,
     TCP,
     UDP,
+    VLAN,
     Ethernet,
     IPv4,
     IPv6,
@@ -213,11 +216,12 @@ _TCP_ACK_S, _TCP_ACK_M = _field(TCP, "ack")
 _TCP_WIN_S, _TCP_WIN_M = _field(TCP, "window")
 # the headers in front of the BTH are not in the light packet the Summary line is made from: their
 # ``info`` must add nothing to it (Header.info), and their declarations fix no value (no ``check``)
-_PLAIN = (all(c.info is Header.info for c in (Ethernet, IPv4, IPv6, UDP, TCP))
-          and all(not c.LAYOUT.consts and c.validate is Header.validate for c in (Ethernet, UDP)))
+_PLAIN = (all(c.info is Header.info for c in (Ethernet, VLAN, IPv4, IPv6, UDP, TCP))
+          and all(not c.LAYOUT.consts and c.validate is Header.validate for c in (Ethernet, VLAN, UDP)))
 _UD = int(Transport.UD)
 _IPV4_START = ETHERTYPE_IPV4.to_bytes(2, "big") + bytes([0x45])  # the EtherType, then IPv4 of 5 words (no options)
 _IPV6_TYPE = ETHERTYPE_IPV6.to_bytes(2, "big")
+_TPID = ETHERTYPE_VLAN.to_bytes(2, "big")  # (an 802.1Q tag's first octets, where the EtherType would be)
 _BTH_DECODE = compile_decoder(BTH)  # BTH.decode's generated decoder, called directly
 #: Per BTH opcode: the templates of its extended headers, in order; None when one of them has no template or
 #: adds to the Summary line (Header.info)
@@ -230,25 +234,39 @@ class _Shape:
     and offset and pad octets come first (the per-packet decoder's packet is the whole record).  And
     per BTH opcode its :data:`Plan`."""
 
-    def __init__(self, at: int) -> None:
+    def __init__(self, at: int, tag: int = 0) -> None:
         self.at = at
+        self.tag = tag
+        l2 = 14 + tag  # (where the IP header starts: after the addresses, an 802.1Q tag if any and the EtherType)
         self.eth = _text_fn(Ethernet, at)
-        self.ip = _text_fn(IPv4, at + 14)
-        self.udp = _text_fn(UDP, at + 34)
-        self.tcp = _text_fn(TCP, at + 34)
-        self.bth = _text_fn(BTH, at + 42)
-        # (over IPv6: its 40 octets, then UDP and the BTH 20 octets later)
-        self.ip6 = _text_fn(IPv6, at + 14)
-        self.udp6 = _text_fn(UDP, at + 54)
-        self.tcp6 = _text_fn(TCP, at + 54)
-        self.bth6 = _text_fn(BTH, at + 62)
+        self.vlan = _text_fn(VLAN, at + 14) if tag else None
+        self.ip = _text_fn(IPv4, at + l2)
+        self.ip6 = _text_fn(IPv6, at + l2)
+        # per IP header length (IPv4 without options 20, IPv6 40): the UDP, TCP and BTH templates after it
+        self.udp_at = {n: _text_fn(UDP, at + l2 + n) for n in (20, 40)}
+        self.tcp_at = {n: _text_fn(TCP, at + l2 + n) for n in (20, 40)}
+        self.bth_at = {n: _text_fn(BTH, at + l2 + n + 8) for n in (20, 40)}
         self.plans: dict[tuple[int, int], Plan] = {}
+        self._tagged: _Shape | None = None
 
     def plan(self, opcode: int, headers: tuple[type[Header], ...], ip_len: int = 20) -> Plan:
         key = (opcode, ip_len)
         if key not in self.plans:
-            self.plans[key] = _plan(headers, self.at, 34 + ip_len)
+            self.plans[key] = _plan(headers, self.at, 34 + self.tag + ip_len)
         return self.plans[key]
+
+    def tagged(self) -> _Shape:
+        """The same frames' shape with an 802.1Q tag after their addresses."""
+        if self._tagged is None:
+            self._tagged = _Shape(self.at, 4)
+        return self._tagged
+
+    def link(self, buf: bytes | bytearray, o: int) -> str:
+        """The lines of the frame's Ethernet header (and tag) at ``buf[o:]``."""
+        eth = self.eth(int.from_bytes(buf[o:o + 14], "big"))
+        if self.vlan is None:
+            return eth
+        return eth + "\n" + self.vlan(int.from_bytes(buf[o + 14:o + 18], "big"))
 
 
 def _plan(headers: tuple[type[Header], ...], at: int, pos: int = 54) -> Plan:
@@ -262,6 +280,12 @@ def _plan(headers: tuple[type[Header], ...], at: int, pos: int = 54) -> Plan:
 
 
 _ETHERNET = _Shape(0)
+
+
+def _shape(record: _Record | None, tag: int) -> _Shape:
+    """The shape of a frame in ``record`` (None: the record is the frame) after an 802.1Q tag of ``tag`` octets."""
+    shape = _ETHERNET if record is None else record.shape
+    return shape.tagged() if tag else shape
 #: an ERF Ethernet record's frame: after the record's header (16 octets) and its offset and pad octets
 _ERF_AT = ERF.LAYOUT.size + ERFEthernet.LAYOUT.size
 _IN_ERF = _Shape(_ERF_AT)
@@ -374,44 +398,72 @@ def fast_frame(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, 
     wire, time ``ts``, from a capture that says it keeps an FCS of ``fcs_len`` octets, -1: does not say), as :func:`~rdmalab.capture.render.frame_tree` of the lenient per-packet
     decoder writes it (UTF-8), or None when the frame is not one this module writes (nothing is then fed
     to ``tracker``, the iWARP reassembly, or None).  ``record``: the record that holds the frame after
-    headers of its own (an ERF record: :func:`erf_ethernet`), whose tree it then is."""
-    front = _ipv4_front(buf, o, cap, wire, fcs_len, record)
+    headers of its own (an ERF record: :func:`erf_ethernet`), whose tree it then is.  With or without one
+    802.1Q tag."""
+    front = _front(buf, o, cap, wire, fcs_len, record)
     if front is None:
-        six = _ipv6_front(buf, o, cap, wire, fcs_len, record)
-        if six is None:
-            return None
-        if six[0] == IPPROTO_UDP:
-            return _roce(buf, o, cap, frame, wire, ts, interface, 0, six[1], six[2], record, 40)
-        return _tcp(buf, o, cap, frame, wire, ts, interface, int.from_bytes(buf[o + 14:o + 54], "big"), six[1],
-                    tracker, six[2], record, 40)
-    ipv, ip_end, tail = front
-    proto = buf[o + 23]
+        return None
+    tag, proto, ipv, ip_end, tail, ip_len = front
     if proto == IPPROTO_UDP:
-        return _roce(buf, o, cap, frame, wire, ts, interface, ipv, ip_end, tail, record)
-    if proto == IPPROTO_TCP:
-        return _tcp(buf, o, cap, frame, wire, ts, interface, ipv, ip_end, tracker, tail, record)
-    return None
+        return _roce(buf, o, cap, frame, wire, ts, interface, ipv, ip_end, tail, record, ip_len, tag)
+    if proto != IPPROTO_TCP:
+        return None
+    parts = _tcp_parts(buf, o, frame, wire, cap, ts, ipv, ip_end, tail, record, ip_len, tag)
+    if parts is None:
+        return None
+    start, size = (o, cap) if record is None else (record.start, record.size)
+    return tcp_tree(parts, tracker, lambda _frame: bytes(buf[start:start + size]), interface)
+
+
+#: what :func:`_front` finds in front of a frame's transport header: the octets of its 802.1Q tag (0 or 4),
+#: its IP protocol (next header), its IP header as one number, where its datagram ends, the lines of the
+#: octets after it, and its IP header's length (20 or 40)
+Front = tuple[int, int, int, int, list[str], int]
+
+
+def _front(buf: bytes | bytearray, o: int, cap: int, wire: int, fcs_len: int,
+           record: _Record | None = None) -> Front | None:
+    """:data:`Front` of the Ethernet frame ``buf[o:o + cap]``, with or without one 802.1Q tag, over IPv4
+    without options (not a fragment) or IPv6 without extension headers (UDP or TCP next); None for another
+    frame."""
+    tag = 4 if buf[o + 12:o + 14] == _TPID else 0
+    four = _ipv4_front(buf, o, cap, wire, fcs_len, record, tag)
+    if four is not None:
+        return tag, buf[o + tag + 23], four[0], four[1], four[2], 20
+    six = _ipv6_front(buf, o, cap, wire, fcs_len, record, tag)
+    if six is None:
+        return None
+    return tag, six[0], int.from_bytes(buf[o + tag + 14:o + tag + 54], "big"), six[1], six[2], 40
 
 
 def _ipv4_front(buf: bytes | bytearray, o: int, cap: int, wire: int, fcs_len: int,
-                record: _Record | None = None) -> tuple[int, int, list[str]] | None:
+                record: _Record | None = None, tag: int = 0) -> tuple[int, int, list[str]] | None:
     """For :func:`fast_frame`: an Ethernet frame's IPv4 header (without options, not a fragment) as
-    one number, where its datagram ends, and the lines of the octets after it; None for another frame."""
-    if cap < 54 or buf[o + 12:o + 15] != _IPV4_START or not _PLAIN:
+    one number, where its datagram ends, and the lines of the octets after it; None for another frame.
+    ``tag``: the octets of the 802.1Q tag after the frame's addresses (4), or 0."""
+    l2 = 14 + tag
+    if cap < l2 + 40 or buf[o + l2 - 2:o + l2 + 1] != _IPV4_START or not _PLAIN:
         return None
-    ipv = int.from_bytes(buf[o + 14:o + 34], "big")
+    ipv = int.from_bytes(buf[o + l2:o + l2 + 20], "big")
     total = ipv >> _IP_TOTAL_S & _IP_TOTAL_M
     # (a datagram past the capture's end, or past the frame's on the wire, its FCS off: a problem, per packet)
     if ipv >> _IP_FRAG_S & _IP_FRAG_M or ipv >> _IP_FLAGS_S & 1 or total < 40 \
-            or 14 + total > min(cap, (wire or cap) - max(fcs_len, 0)):
+            or l2 + total > min(cap, (wire or cap) - max(fcs_len, 0)):
         return None
-    ip_end = 14 + total
-    tail: list[str] = []  # the octets after the datagram: padding, a trailer, an FCS
-    if ip_end < cap:
-        trailer = ethernet_trailer(bytes(buf[o:o + cap]), ip_end, wire or cap, fcs_len)
-        if trailer is not None:
-            tail = trailer_lines("    ", trailer if record is None else trailer.shifted(record.shape.at))
-    return ipv, ip_end, tail
+    ip_end = l2 + total
+    return ipv, ip_end, _tail(buf, o, cap, wire, fcs_len, record, tag, ip_end)
+
+
+def _tail(buf: bytes | bytearray, o: int, cap: int, wire: int, fcs_len: int, record: _Record | None, tag: int,
+          ip_end: int) -> list[str]:
+    """The lines of the octets after the datagram that ends at ``ip_end`` in the frame: padding, a trailer, an
+    FCS (after an 802.1Q tag, ``tag``, as Wireshark divides them there)."""
+    if ip_end >= cap:
+        return []
+    trailer = ethernet_trailer(bytes(buf[o:o + cap]), ip_end, wire or cap, fcs_len, tagged=tag > 0)
+    if trailer is None:
+        return []
+    return trailer_lines("    ", trailer if record is None else trailer.shifted(record.shape.at))
 
 
 def _ipv6_udp_front(buf: bytes | bytearray, o: int, cap: int, wire: int, fcs_len: int,
@@ -427,24 +479,21 @@ _IPV6_LEAST = {IPPROTO_UDP: 8, IPPROTO_TCP: 20}
 
 
 def _ipv6_front(buf: bytes | bytearray, o: int, cap: int, wire: int, fcs_len: int,
-                record: _Record | None = None) -> tuple[int, int, list[str]] | None:
+                record: _Record | None = None, tag: int = 0) -> tuple[int, int, list[str]] | None:
     """For :func:`fast_frame`: the next header of the IPv6 datagram of an Ethernet frame, where the datagram
     ends and the lines of the octets after it, when its next header is UDP or TCP (no extension header), it
-    holds that header's fixed part and it is whole; None for another frame."""
-    if cap < 62 or buf[o + 12:o + 14] != _IPV6_TYPE or buf[o + 14] >> 4 != 6 or not _PLAIN:
+    holds that header's fixed part and it is whole; None for another frame.  ``tag``: the octets of the
+    802.1Q tag after the frame's addresses (4), or 0."""
+    l2 = 14 + tag
+    if cap < l2 + 48 or buf[o + l2 - 2:o + l2] != _IPV6_TYPE or buf[o + l2] >> 4 != 6 or not _PLAIN:
         return None
-    nxt = buf[o + 20]
+    nxt = buf[o + l2 + 6]
     least = _IPV6_LEAST.get(nxt)
-    length = int.from_bytes(buf[o + 18:o + 20], "big")
-    ip_end = 54 + length
+    length = int.from_bytes(buf[o + l2 + 4:o + l2 + 6], "big")
+    ip_end = l2 + 40 + length
     if least is None or length < least or ip_end > min(cap, (wire or cap) - max(fcs_len, 0)):
         return None
-    tail: list[str] = []
-    if ip_end < cap:
-        trailer = ethernet_trailer(bytes(buf[o:o + cap]), ip_end, wire or cap, fcs_len)
-        if trailer is not None:
-            tail = trailer_lines("    ", trailer if record is None else trailer.shifted(record.shape.at))
-    return nxt, ip_end, tail
+    return nxt, ip_end, _tail(buf, o, cap, wire, fcs_len, record, tag, ip_end)
 
 
 class RoceFrame(NamedTuple):
@@ -465,13 +514,13 @@ class RoceFrame(NamedTuple):
 _DECODERS: dict[type[Header], Any] = {}
 
 
-def roce_frame(buf: bytes | bytearray, o: int, ip_end: int, ip_len: int = 20) -> RoceFrame | None:
+def roce_frame(buf: bytes | bytearray, o: int, ip_end: int, ip_len: int = 20, tag: int = 0) -> RoceFrame | None:
     """The RoCEv2 datagram of the Ethernet frame at ``buf[o:]`` whose IP header of ``ip_len`` octets (IPv4
     without options, not a fragment: :func:`_ipv4_front`; or IPv6, 40, without extension headers) and UDP
     header are plain and whose datagram ends at ``ip_end``, when the per-packet decoder would find no
     problem in it (its headers' own checks, the payload and pad the opcode allows, not a MAD to or from
-    QP0/QP1, a good ICRC); else None."""
-    udp = 14 + ip_len
+    QP0/QP1, a good ICRC); else None.  ``tag``: the octets of an 802.1Q tag after the frame's addresses."""
+    udp = 14 + tag + ip_len
     uv = int.from_bytes(buf[o + udp:o + udp + 8], "big")
     if uv >> _UDP_DPORT_S & _UDP_DPORT_M != ROCEV2_PORT:
         return None
@@ -514,31 +563,27 @@ def roce_frame(buf: bytes | bytearray, o: int, ip_end: int, ip_len: int = 20) ->
         if deth is not None and carries_mad(opcode, bth.destqp, deth.src_qp, plen):
             return None
     crc = int.from_bytes(buf[o + crc_at:o + crc_at + 4], "little")
-    if crc != _icrc(buf, o + 14, o + crc_at, ip_len + 13):
+    if crc != _icrc(buf, o + 14 + tag, o + crc_at, ip_len + 13):
         return None  # a bad ICRC: the per-packet way says what it should be
     return RoceFrame(bth, info, extended, pos, plen, pad, crc_at, crc)
 
 
 def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
-          ipv: int, ip_end: int, tail: list[str], record: _Record | None, ip_len: int = 20) -> bytes | None:
+          ipv: int, ip_end: int, tail: list[str], record: _Record | None, ip_len: int = 20, tag: int = 0) -> bytes | None:
     """The tree of a RoCEv2 frame over IPv4 (``ipv``: its header as one number) or over IPv6 (``ip_len``
-    40), or None when :func:`roce_frame` does not take it."""
-    roce = roce_frame(buf, o, ip_end, ip_len)
+    40), after an 802.1Q tag of ``tag`` octets or none, or None when :func:`roce_frame` does not take it."""
+    roce = roce_frame(buf, o, ip_end, ip_len, tag)
     if roce is None:
         return None
     bth, pos, plen, pad, crc_at, crc = roce.bth, roce.pos, roce.plen, roce.pad, roce.crc_at, roce.crc
-    shape = _ETHERNET if record is None else record.shape
+    shape = _shape(record, tag)
     plan = shape.plan(bth.opcode, roce.info.headers, ip_len)
     if plan is None:
         return None
-    udp = 14 + ip_len
-    if ip_len == 20:
-        front = [shape.ip(ipv), shape.udp(int.from_bytes(buf[o + 34:o + 42], "big")),
-                 shape.bth(int.from_bytes(buf[o + 42:o + 54], "big"))]
-    else:
-        front = [shape.ip6(int.from_bytes(buf[o + 14:o + 54], "big")), shape.udp6(int.from_bytes(buf[o + 54:o + 62], "big")),
-                 shape.bth6(int.from_bytes(buf[o + 62:o + 74], "big"))]
-    texts = [shape.eth(int.from_bytes(buf[o:o + 14], "big")), *front]
+    udp = 14 + tag + ip_len
+    ip_lines = shape.ip(ipv) if ip_len == 20 else shape.ip6(ipv)
+    texts = [shape.link(buf, o), ip_lines, shape.udp_at[ip_len](int.from_bytes(buf[o + udp:o + udp + 8], "big")),
+             shape.bth_at[ip_len](int.from_bytes(buf[o + udp + 8:o + udp + 20], "big"))]
     texts += [text(int.from_bytes(buf[o + la.offset:o + la.end], "big")) for text, la in zip(plan, roce.extended, strict=True)]
     layers = [Layer(bth, udp + 8), *roce.extended]
     # the Summary line from a packet holding what Packet.summary reads (the BTH and what follows it)
@@ -557,15 +602,6 @@ def _roce(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: f
     return "\n".join(lines).encode()
 
 
-def _tcp(buf: bytes | bytearray, o: int, cap: int, frame: int, wire: int, ts: float, interface: int,
-         ipv: int, ip_end: int, tracker: Any, tail: list[str], record: _Record | None, ip_len: int = 20) -> bytes | None:
-    parts = _tcp_parts(buf, o, frame, wire, cap, ts, ipv, ip_end, tail, record, ip_len)
-    if parts is None:
-        return None
-    start, size = (o, cap) if record is None else (record.start, record.size)
-    return tcp_tree(parts, tracker, lambda _frame: bytes(buf[start:start + size]), interface)
-
-
 #: a TCP segment's tree but for what the iWARP reassembly adds (:func:`_tcp_parts`): its text without
 #: iWARP PDUs (UTF-8) and where its Summary starts and ends in it; the frame number, wire length and
 #: time; what the reassembly is fed (source, source port, destination, destination port, sequence
@@ -578,11 +614,12 @@ TcpParts = tuple[bytes | memoryview, int, int, int, int, float, int, int, int, i
 
 
 def _tcp_parts(buf: bytes | bytearray, o: int, frame: int, wire: int, cap: int, ts: float, ipv: int, ip_end: int,
-               tail: list[str], record: _Record | None = None, ip_len: int = 20) -> TcpParts | None:
+               tail: list[str], record: _Record | None = None, ip_len: int = 20, tag: int = 0) -> TcpParts | None:
     """What the tree of a TCP segment holds whatever its stream: :data:`TcpParts`, or None when its header
-    does not fit.  Over IPv4 without options (``ip_len`` 20) or IPv6 without extension headers (40), its
-    IP header read as one number ``ipv``, its datagram ending at ``ip_end``."""
-    at = 14 + ip_len
+    does not fit.  Over IPv4 without options (``ip_len`` 20) or IPv6 without extension headers (40), after
+    an 802.1Q tag of ``tag`` octets or none, its IP header read as one number ``ipv``, its datagram ending
+    at ``ip_end``."""
+    at = 14 + tag + ip_len
     tv = int.from_bytes(buf[o + at:o + at + 20], "big")
     hl = (tv >> _TCP_OFF_S & _TCP_OFF_M) * 4
     if hl < 20 or at + hl > ip_end:
@@ -593,16 +630,17 @@ def _tcp_parts(buf: bytes | bytearray, o: int, frame: int, wire: int, cap: int, 
     dport = tv >> _TCP_DPORT_S & _TCP_DPORT_M
     seq = tv >> _TCP_SEQ_S & _TCP_SEQ_M
     flags = tv >> _TCP_FLAGS_S & _TCP_FLAGS_M
-    shape = _ETHERNET if record is None else record.shape
+    shape = _shape(record, tag)
     if ip_len == 20:
         a, b, version = ipv >> _IP_SRC_S & _IP_SRC_M, ipv >> _IP_DST_S & _IP_DST_M, 4
-        ip_lines, tcp_lines = shape.ip(ipv), shape.tcp(tv)
+        ip_lines = shape.ip(ipv)
     else:
         a, b, version = ipv >> _IP6_SRC_S & _IP6_SRC_M, ipv >> _IP6_DST_S & _IP6_DST_M, 6
-        ip_lines, tcp_lines = shape.ip6(ipv), shape.tcp6(tv)
+        ip_lines = shape.ip6(ipv)
+    tcp_lines = shape.tcp_at[ip_len](tv)
     summary = tcp_info_text(sport, dport, flags | (tv >> _TCP_RES_S & _TCP_RES_M) << 9, seq, tv >> _TCP_ACK_S & _TCP_ACK_M, tv >> _TCP_WIN_S & _TCP_WIN_M, plen)
     lines = [""] if record is None else ["", record.lines]
-    lines += (shape.eth(int.from_bytes(buf[o:o + 14], "big")), ip_lines, tcp_lines)
+    lines += (shape.link(buf, o), ip_lines, tcp_lines)
     fields = "\n".join(lines).encode()  # (the TCP header's fields end here: its SEQ/ACK analysis goes after)
     more = [payload_line("    ", shape.at + start, plen, buf[o + start:o + start + min(plen, 32)])] if plen else []
     more += tail
@@ -861,16 +899,11 @@ def _tree_block(blk: Any, n: int, _t0: Any,
             if eth is not None and _carries_tcp(buf, eth[0], eth[1]):
                 # a TCP segment (or what may decode as one): left, with what its tree holds whatever its stream
                 fo, fc, fw, ft, ffcs, record = eth
+                front = _front(buf, fo, fc, fw, ffcs, record)
                 parts = None
-                if buf[fo + 13] == 0x00:  # (IPv4)
-                    front = _ipv4_front(buf, fo, fc, fw, ffcs, record)
-                    if front is not None:
-                        parts = _tcp_parts(buf, fo, num, fw, fc, ft, *front, record)
-                else:
-                    six = _ipv6_front(buf, fo, fc, fw, ffcs, record)
-                    if six is not None:
-                        parts = _tcp_parts(buf, fo, num, fw, fc, ft, int.from_bytes(buf[fo + 14:fo + 54], "big"),
-                                           six[1], six[2], record, 40)
+                if front is not None and front[1] == IPPROTO_TCP:
+                    tag, _proto, ipv, ip_end, tail, ip_len = front
+                    parts = _tcp_parts(buf, fo, num, fw, fc, ft, ipv, ip_end, tail, record, ip_len, tag)
                 tcp = None if parts is None else (j, parts, iface)
             else:
                 text = None if eth is None else fast_frame(buf, eth[0], eth[1], num, eth[2], eth[3], iface, None,
@@ -906,10 +939,12 @@ def _tree_block(blk: Any, n: int, _t0: Any,
 
 def _carries_tcp(buf: bytes | bytearray, o: int, cap: int) -> bool:
     """Whether the Ethernet frame at ``buf[o:o + cap]`` is (or may decode as) a TCP segment the workers leave to
-    the process that follows the streams: IPv4 whose protocol is TCP, or IPv6 whose next header is."""
-    if cap >= 24 and buf[o + 12:o + 14] == b"\x08\x00":
-        return buf[o + 23] == IPPROTO_TCP
-    return cap >= 21 and buf[o + 12:o + 14] == _IPV6_TYPE and buf[o + 20] == IPPROTO_TCP
+    the process that follows the streams: IPv4 whose protocol is TCP, or IPv6 whose next header is (after one
+    802.1Q tag or none)."""
+    t = 4 if buf[o + 12:o + 14] == _TPID else 0
+    if cap >= 24 + t and buf[o + t + 12:o + t + 14] == b"\x08\x00":
+        return buf[o + t + 23] == IPPROTO_TCP
+    return cap >= 21 + t and buf[o + t + 12:o + t + 14] == _IPV6_TYPE and buf[o + t + 20] == IPPROTO_TCP
 
 
 def _run_text(run: list[bytes]) -> np.ndarray:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import os
 import random
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -249,14 +250,18 @@ def test_icrc_from_the_remembered_term() -> None:
 
 
 def _edges(tmp_path: Path) -> tuple[Path, list[bool | None]]:
-    """Frames at the edges of the templates' shapes, and whether each takes them: VLAN-tagged RoCEv2 (not
-    taken) and IPv6 RoCEv2 (taken), IPv4 options, fragments, Ethernet padding after the IP packet, UDP to another port,
-    TCP with options and a payload, a MAD, and frames of every opcode in one stream."""
+    """Frames at the edges of the templates' shapes, and whether each takes them: VLAN-tagged RoCEv2 over IPv4
+    and IPv6 (taken; two tags: not), IPv6 RoCEv2 (taken), IPv4 options, fragments, Ethernet padding after the IP
+    packet, UDP to another port, TCP with options and a payload, a MAD, and frames of every opcode in one stream."""
     send = ib.BTH(opcode=0x04, destqp=0x12, psn=5)  # RC SEND Only
     ack = encode_rocev2(ib.BTH(opcode=0x11, destqp=0x12, psn=5), [ib.AETH.ack(1)])
+    tagged = encode_rocev2(send, [], b"x" * 40, vlan=net.VLAN(vid=7, ethertype=0x0800))
     frames: list[tuple[bytes, bool | None]] = [
         (encode_rocev2(send, [], b"x" * 40), True),
-        (encode_rocev2(send, [], b"x" * 40, vlan=net.VLAN(vid=7, ethertype=0x0800)), False),
+        (tagged, True),
+        (hostile.tagged(tagged, 5, 9), False),  # (two tags: the per-packet way)
+        (hostile.tagged(encode_rocev2(send, [], b"x" * 40, src_ip="fe80::1", dst_ip="fe80::2")), True),
+        (hostile.tagged(ack) + bytes(2), True),  # a tag, then padding after the IP packet
         (encode_rocev2(send, [], b"x" * 40, src_ip="fe80::1", dst_ip="fe80::2"), True),  # (IPv6: templates too)
         (ack + bytes(2), True),  # Ethernet padding after the IP packet
         (encode_rocev2(send, [], b"abc"), True),  # a pad of 1
@@ -272,6 +277,7 @@ def _edges(tmp_path: Path) -> tuple[Path, list[bool | None]]:
         tcp = rec.data[12:14] == b"\x08\x00" and rec.data[23] == 6
         frames.append((rec.data, tcp or None))
         frames.append((rec.data + bytes(6), tcp or None))  # and padded
+        frames.append((hostile.tagged(rec.data), tcp or None))  # and tagged
     for name in ("synthetic_rocev2_cm_req.pcap", "synthetic_all_opcodes_rocev2.pcap"):
         frames += [(rec.data, None) for rec in records(ROOT / "captures" / name)]
     path = tmp_path / "edges.pcap"
@@ -389,6 +395,87 @@ def test_tcp_over_ipv6_with_a_header_octet_changed(tmp_path: Path) -> None:
     write_capture(path, [(i * 1000, f) for i, f in enumerate(frames)])
     assert _fast(path) == _per_packet(path)
     assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0, block_bytes=4096)).decode() == _per_packet(path)
+    taken = sum(fast_frame(f, 0, len(f), 1, len(f), 0.0, 0, None) is not None for f in frames)
+    assert 0 < taken < len(frames)
+
+
+def _tagged_copy(name: str, path: Path) -> tuple[list[bytes], list[bytes]]:
+    """The frames of capture ``name`` and the same frames 802.1Q-tagged (priorities and VLANs varied, every
+    third sent over IPv6 first), the tagged ones written to ``path``."""
+    recs = list(records(ROOT / "captures" / name))
+    plain = [r.data for r in recs]
+    tagged = []
+    for i, data in enumerate(plain):
+        if i % 3 == 2:
+            data = hostile.tcp_over_ipv6(hostile.over_ipv6(data, trailer=True), trailer=True)
+        tagged.append(hostile.tagged(data, pcp=i % 8, vid=1 + i % 4094))
+    write_capture(path, [(round(r.timestamp * 1e9), t) for r, t in zip(recs, tagged, strict=True)])
+    return plain, tagged
+
+
+@pytest.mark.parametrize("name", ["rxe_write_bw.pcap", "rxe_read_bw.pcap", "rxe_ud_send_bw.pcap", "rxe_atomic_cswap.pcap",
+                                  "rxe_send_bw_loss.pcap", "siw_crc_send_bw.pcap", "siw_read_bw.pcap",
+                                  "synthetic_iwarp_mpa_markers.pcap", "synthetic_all_opcodes_rocev2.pcap"])
+def test_vlan_tagged(name: str, tmp_path: Path) -> None:
+    """802.1Q-tagged frames (a RoCE NIC's on a lossless class: PFC reads the tag's priority), over IPv4 and
+    IPv6: the per-packet trees (-V, one process and workers, blocks cut anywhere), the iWARP PDUs of the
+    tagged segments reassembled; and the templates write every tagged frame they write untagged."""
+    path = tmp_path / "tagged.pcap"
+    plain, tagged = _tagged_copy(name, path)
+    want = _per_packet(path)
+    assert "    VLAN  [IEEE 802.1Q 9.6]  bytes 14-17" in want
+    assert _fast(path) == want
+    for block in (700, 4096):
+        assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0, block_bytes=block)).decode() == want
+    if name.startswith(("siw", "synthetic_iwarp")):
+        assert "        RDMAP  [" in want
+    untagged = sum(fast_frame(d, 0, len(d), 1, len(d), 0.0, 0, None) is not None
+                   for i, d in enumerate(plain) if i % 3 != 2)
+    taken = sum(fast_frame(d, 0, len(d), 1, len(d), 0.0, 0, None) is not None
+                for i, d in enumerate(tagged) if i % 3 != 2)
+    assert taken == untagged > 0
+
+
+@pytest.mark.parametrize("fcs", [4, 0])
+def test_vlan_tagged_with_a_declared_fcs(fcs: int, tmp_path: Path) -> None:
+    """Tagged RoCEv2 frames, some of them padded to the least frame, in a capture that says its frames keep
+    their FCS (4: each ends in it) or do not (0): the per-packet trees (where after a tag Wireshark divides
+    what follows the datagram its own way: rdmalab.wire.net.ethernet_trailer)."""
+    from test_eth_trailer import _fcs
+
+    frames = []
+    for r in list(records(ROOT / "captures" / "rxe_write_bw.pcap"))[:200]:
+        t = hostile.tagged(r.data)
+        t += bytes(max(0, 60 - len(t)))  # (padded as a NIC pads a short frame)
+        frames.append(t + (_fcs(t) if fcs else b""))
+    path = tmp_path / "fcs.pcap"
+    write_capture(path, [((1000 + i) * 10**9, d) for i, d in enumerate(frames)], nano=False)
+    raw = bytearray(path.read_bytes())
+    struct.pack_into("<I", raw, 20, 1 | 0x04000000 | (fcs // 2) << 28)  # (pcap-savefile(5): the FCS bits)
+    path.write_bytes(bytes(raw))
+    want = _per_packet(path)
+    assert ("eth.fcs" in want or "FCS" in want) == (fcs == 4)
+    assert _fast(path) == want
+    assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0, block_bytes=4096)).decode() == want
+
+
+def test_tagged_frames_with_a_header_octet_changed(tmp_path: Path) -> None:
+    """Tagged RoCEv2 and TCP frames with each octet of their first 60 changed in turn (the tag's type, priority,
+    VLAN, the EtherType after it, the IP header): the trees are the per-packet ones, whichever way each goes."""
+    recs = list(records(ROOT / "captures" / "rxe_write_bw.pcap"))[:40:9]
+    recs += list(records(ROOT / "captures" / "siw_crc_send_bw.pcap"))[:40:9]
+    frames = []
+    for r in recs:
+        t = hostile.tagged(r.data)
+        frames.append(t)
+        for pos in range(12, min(len(t), 60)):
+            for delta in (1, 0x80):
+                d = bytearray(t)
+                d[pos] ^= delta
+                frames.append(bytes(d))
+    path = tmp_path / "tagged_changed.pcap"
+    write_capture(path, [(i * 1000, f) for i, f in enumerate(frames)])
+    assert _fast(path) == _per_packet(path)
     taken = sum(fast_frame(f, 0, len(f), 1, len(f), 0.0, 0, None) is not None for f in frames)
     assert 0 < taken < len(frames)
 
