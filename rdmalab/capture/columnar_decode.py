@@ -479,13 +479,24 @@ def fill_tcp_analysis(cols: Columns, analysis: TcpAnalysis, ends: TcpEnds) -> No
     if not len(idx):
         return
     frames = d["frame.number"]
-    hits: list[tuple[int, list[str], tuple[int, int] | None]] = []
+    dups: list[int] = []
+    dup_values: list[tuple[int, int]] = []
     valued: list[int] = []  # (the rows with the analysis tree, and their values)
     values: list[tuple[int, ...]] = []
     if not analysis.values:  # (the flags alone: TcpAnalysis.flags_many's one loop, the same rules)
-        hits = [(row, [name for i, name in enumerate(FLAG_FIELDS) if bits >> i & 1], dup)
-                for row, bits, dup in tcp_flags(cols, analysis, ends)]
+        got = tcp_flags(cols, analysis, ends)
+        if got:  # (each flag's rows set at once from the flags' bits)
+            rows = np.fromiter((g[0] for g in got), dtype=np.intp, count=len(got))
+            bits = np.fromiter((g[1] for g in got), dtype=np.int64, count=len(got))
+            L["tcp.analysis.flags"][rows[bits != 0]] = True
+            for i, name in enumerate(FLAG_FIELDS):
+                L[name][rows[(bits >> i & 1) != 0]] = True
+            for row, _bits, dup in got:
+                if dup is not None:
+                    dups.append(row)
+                    dup_values.append(dup)
     else:
+        hits: list[tuple[int, list[str], tuple[int, int] | None]] = []
         ok = (L["tcp.stream"] & L["tcp.rest"] & L["tcp.len"])[idx]
         segment = analysis.segment
         for k, row, stream, seq, ack, flags, seglen, window, now, frame in zip(
@@ -493,31 +504,29 @@ def fill_tcp_analysis(cols: Columns, analysis: TcpAnalysis, ends: TcpEnds) -> No
                 d["tcp.seq_raw"][idx[ok]].tolist(), d["tcp.ack_raw"][idx[ok]].tolist(), d["tcp.flags"][idx[ok]].tolist(),
                 d["tcp.len"][idx[ok]].tolist(), d["tcp.window_size_value"][idx[ok]].tolist(),
                 d["frame.time_ns"][idx[ok]].tolist(), frames[idx[ok]].tolist(), strict=True):
-            names, dup, got = segment(stream, srcs[k], dsts[k], revs[k], seq, ack, flags, seglen, window, now, frame,
-                                      sacks[k])
+            names, dup, value = segment(stream, srcs[k], dsts[k], revs[k], seq, ack, flags, seglen, window, now, frame,
+                                        sacks[k])
             if names or dup is not None:
                 hits.append((row, names, dup))
-            if got is not None:
+            if value is not None:
                 valued.append(row)
-                values.append(got)
-    # (the rows of each flag gathered, then set a column at a time)
-    named: dict[str, list[int]] = {"tcp.analysis.flags": []}
-    dups: list[int] = []
-    dup_values: list[tuple[int, int]] = []
-    for row, names, dup in hits:
-        if names:
-            named["tcp.analysis.flags"].append(row)
-            for name in names:
-                some = named.get(name)
-                if some is None:
-                    named[name] = [row]
-                else:
-                    some.append(row)
-        if dup is not None:
-            dups.append(row)
-            dup_values.append(dup)
-    for name, rows in named.items():
-        L[name][rows] = True
+                values.append(value)
+        # (the rows of each flag gathered, then set a column at a time)
+        named: dict[str, list[int]] = {"tcp.analysis.flags": []}
+        for row, names, dup in hits:
+            if names:
+                named["tcp.analysis.flags"].append(row)
+                for name in names:
+                    some = named.get(name)
+                    if some is None:
+                        named[name] = [row]
+                    else:
+                        some.append(row)
+            if dup is not None:
+                dups.append(row)
+                dup_values.append(dup)
+        for name, flagged in named.items():
+            L[name][flagged] = True
     if dups:
         table = np.asarray(dup_values, dtype=np.int64)
         for j, name in enumerate(("tcp.analysis.duplicate_ack_num", "tcp.analysis.duplicate_ack_frame")):
