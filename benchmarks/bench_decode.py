@@ -403,6 +403,13 @@ def main_mixed(args: argparse.Namespace, tmp: str) -> None:
     rows += compare("-T fields (TCP analysis)", n,
                     [("rdmalab decode -T fields -e tcp.analysis.flags ...", [*py, "-r", big, "-T", "fields", *af])],
                     [tshark, "-n", "-r", big, "-T", "fields", *af] if tshark else None)
+    # the flags alone (which segments were retransmitted, duplicate ACKs ...): no value asked for, so the
+    # analysis follows the flags alone
+    ff = [a for f in ("frame.number", "tcp.analysis.flags", "tcp.analysis.retransmission",
+                      "tcp.analysis.duplicate_ack_num", "tcp.analysis.window_full") for a in ("-e", f)]
+    rows += compare("-T fields (TCP analysis flags)", n,
+                    [("rdmalab decode -T fields -e tcp.analysis.retransmission ...", [*py, "-r", big, "-T", "fields", *ff])],
+                    [tshark, "-n", "-r", big, "-T", "fields", *ff] if tshark else None)
     rows += compare("summary lines -Y tcp.analysis.retransmission", n,
                     [("rdmalab decode -Y tcp.analysis.retransmission",
                       [*py, "-r", big, "-Y", "tcp.analysis.retransmission"])],

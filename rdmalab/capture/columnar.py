@@ -36,6 +36,7 @@ from rdmalab.capture.columnar_decode import (  # noqa: F401 - the public names o
     fill_tcp_analysis,
     fill_tcp_windows,
     wants_analysis,
+    wants_analysis_values,
     wants_conversations,
     wants_iwarp,
     wants_windows,
@@ -205,7 +206,8 @@ def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, v
         fields = tuple(fields)
     tracker = _tracker() if wants_iwarp(fields) else None
     windows = TcpWindowScaling() if wants_windows(fields) else None
-    conversations = Conversations(analysis=wants_analysis(fields)) if wants_conversations(fields) else None
+    conversations = Conversations(analysis=wants_analysis(fields),
+                                  values=wants_analysis_values(fields)) if wants_conversations(fields) else None
     stream = is_stream(p)
     try:
         per_packet = False

@@ -184,6 +184,12 @@ def wants_analysis(fields: Iterable[str] | None) -> bool:
     return fields is None or not set(fields).isdisjoint(ANALYSIS_FIELDS)
 
 
+def wants_analysis_values(fields: Iterable[str] | None) -> bool:
+    """Whether decoding ``fields`` (None: all) needs the TCP analysis' values or its tree
+    (:data:`~rdmalab.capture.tcp_analysis.VALUE_FIELDS`, ``tcp.analysis``), not its flags alone."""
+    return fields is None or not set(fields).isdisjoint((*VALUE_FIELDS, TREE))
+
+
 #: The columns :func:`fill_conversations` reads (added to the fields asked for when it runs).
 CONVERSATION_INPUTS = ("ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "tcp.srcport", "tcp.dstport", "udp.srcport",
                        "udp.dstport", "tcp.seq_raw", "tcp.ack_raw", "tcp.flags", "tcp.hdr_len", "tcp.len")

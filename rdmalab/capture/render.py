@@ -143,7 +143,7 @@ class Conversations:
     of them at a time (:meth:`streams_many` and :meth:`relative_many`, the columns':
     :func:`rdmalab.capture.columnar_decode.fill_conversations`): the same numbers and the same state."""
 
-    def __init__(self, most: int = 1 << 20, *, analysis: bool = False) -> None:
+    def __init__(self, most: int = 1 << 20, *, analysis: bool = False, values: bool = True) -> None:
         # protocol -> key -> its stream (the last one of those endpoints)
         self._index: dict[str, dict[tuple[Any, ...], int]] = {"tcp": {}, "udp": {}}
         self._next = {"tcp": 0, "udp": 0}
@@ -152,8 +152,9 @@ class Conversations:
         # tshark's tcp.analysis.* flags, when asked for (they follow every TCP segment in order)
         #: the TCP analysis these conversations feed (``analysis=True``), else None; the columnar decoder
         #: feeds the same one (:func:`rdmalab.capture.columnar_decode.fill_tcp_analysis`), so that a capture
-        #: read partly from columns and partly packet by packet follows one analysis
-        self.analysis = TcpAnalysis(most) if analysis else None
+        #: read partly from columns and partly packet by packet follows one analysis; ``values`` False: its flags
+        #: alone (:attr:`TcpAnalysis.values`, for a caller that reads no value nor the tree)
+        self.analysis = TcpAnalysis(most, values=values) if analysis else None
 
     def add(self, fields: dict[str, Any], pkt: Packet | None = None, windows: TcpWindowScaling | None = None) -> None:
         """Put the frame's ``tcp.stream`` or ``udp.stream`` (and ``tcp.seq``, ``tcp.ack``, ``tcp.nxtseq``;

@@ -294,16 +294,27 @@ def _ours(path: Path, names: tuple[str, ...], capsys: Any, *extra: str) -> list[
     return capsys.readouterr().out.splitlines()
 
 
+#: the flags alone (no value, no tree): the first of ANALYSIS_FIELDS, after the frame number
+FLAGS_ALONE = ("frame.number", "tcp.analysis.flags", *FLAG_FIELDS, "tcp.analysis.duplicate_ack_num",
+               "tcp.analysis.duplicate_ack_frame")
+
+
 def _same(path: Path, capsys: Any) -> list[str]:
     """tshark's fields of every frame, and rdmalab's the same on both paths: from columns (the default:
-    rdmalab.capture.columnar_decode.fill_tcp_analysis) and per packet (render.Conversations)."""
+    rdmalab.capture.columnar_decode.fill_tcp_analysis) and per packet (render.Conversations); and the flags
+    alone, asked for without a value (the columns then follow the flags alone: TcpAnalysis(values=False))."""
     names = ("frame.number", *ANALYSIS_FIELDS)
+    assert names[:len(FLAGS_ALONE)] == FLAGS_ALONE
     theirs = _tshark(path, names)
     for extra in ((), ("--no-columnar",)):
         ours = _ours(path, names, capsys, *extra)
         assert len(ours) == len(theirs)
         bad = [(t, o) for t, o in zip(theirs, ours, strict=True) if t != o]
         assert not bad, f"{extra}: {len(bad)} frames differ from tshark's (tshark, rdmalab): {bad[:5]}"
+    cut = ["\t".join(row.split("\t")[:len(FLAGS_ALONE)]) for row in theirs]
+    alone = _ours(path, FLAGS_ALONE, capsys)
+    bad = [(t, o) for t, o in zip(cut, alone, strict=True) if t != o]
+    assert len(alone) == len(cut) and not bad, f"the flags alone: {len(bad)} frames differ from tshark's: {bad[:5]}"
     return theirs
 
 
