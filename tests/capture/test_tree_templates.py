@@ -429,6 +429,12 @@ def test_vlan_tagged(name: str, tmp_path: Path) -> None:
         assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0, block_bytes=block)).decode() == want
     if name.startswith(("siw", "synthetic_iwarp")):
         assert "        RDMAP  [" in want
+    if name == "rxe_write_bw.pcap":  # (the same frames as ERF Ethernet records: the ERF header's lines, then the tag's)
+        from test_erf_trees import erf_copy
+
+        erf = erf_copy(tmp_path, path)
+        assert _fast(erf) == _per_packet(erf)
+        assert "    VLAN  [IEEE 802.1Q 9.6]  bytes 32-35" in _fast(erf)
     untagged = sum(fast_frame(d, 0, len(d), 1, len(d), 0.0, 0, None) is not None
                    for i, d in enumerate(plain) if i % 3 != 2)
     taken = sum(fast_frame(d, 0, len(d), 1, len(d), 0.0, 0, None) is not None
