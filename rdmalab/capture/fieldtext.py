@@ -534,18 +534,25 @@ def _meta_texts(cols: Columns, keep: np.ndarray | None, names: Sequence[str], me
         return None
     frames = cols.data["frame.number"].tolist()
     shown = [True] * len(frames) if keep is None else keep.tolist()
-    out: dict[str, list[str | None]] = {n: [] for n in wanted}
+    rows: list[tuple[str | None, ...]] = []
+    # (the frames of one interface without comments share one dictionary, FrameMeta.of: its texts made once)
+    made: dict[int, tuple[tuple[str | None, ...], dict[str, Any]]] = {}
     for frame, ok in zip(frames, shown, strict=True):
-        got = meta.of(int(frame))
+        got = meta.of(frame)
         if not ok:
             continue
-        for n in wanted:
-            v = pick_occurrence(got.get(n), occurrence)
-            text = None if v is None else field_cell(n, v)
-            if isinstance(v, list) and text is not None:
-                text = text.replace(",", aggregator)
-            out[n].append(text)
-    return out
+        hit = made.get(id(got))
+        if hit is None or hit[1] is not got:
+            texts = []
+            for n in wanted:
+                v = pick_occurrence(got.get(n), occurrence)
+                text = None if v is None else field_cell(n, v)
+                if isinstance(v, list) and text is not None:
+                    text = text.replace(",", aggregator)
+                texts.append(text)
+            hit = made[id(got)] = (tuple(texts), got)  # (the dictionary held: its id not taken again meanwhile)
+        rows.append(hit[0])
+    return {n: [r[k] for r in rows] for k, n in enumerate(wanted)}
 
 
 def _block_text(cols: Columns, names: Sequence[str], flt: object, separator: bytes, quote: bytes,

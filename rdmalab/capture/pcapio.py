@@ -893,6 +893,9 @@ FRAME_META_FIELDS = ("frame.section_number", "frame.interface_id", "frame.interf
                      "frame.interface_description", "frame.comment")
 
 
+_EPB_FIELDS_LE, _EPB_FIELDS_BE = struct.Struct("<I8xI"), struct.Struct(">I8xI")
+
+
 class FrameMeta:
     """:data:`FRAME_META_FIELDS` of the packets of a pcapng file, in file order: :meth:`add` puts a
     frame's into its field dictionary (a pcap file has none of them, as in tshark, but for ERF records:
@@ -926,6 +929,10 @@ class FrameMeta:
         if first != _PCAPNG_SHB:
             return
         section = 0
+        two_le, two_be = struct.Struct("<II").unpack, struct.Struct(">II").unpack
+        # an enhanced packet block's interface and captured length (after its 8-octet header)
+        epb_le = _EPB_FIELDS_LE.unpack_from
+        epb_be = _EPB_FIELDS_BE.unpack_from
         names: list[tuple[str, list[str]]] = []  # (name, description) of every interface so far, in file order
         same: dict[tuple[int, int, int], dict[str, Any]] = {}  # one dict for the frames of an interface without comments
         base, order = 0, "<"
@@ -943,12 +950,28 @@ class FrameMeta:
                 body = bom + read_full(f, blen - 12) if blen >= 12 else b""
                 section += 1
                 base = len(names)
+                btype = struct.unpack_from(order + "I", hdr)[0]
             else:
-                btype, blen = struct.unpack(order + "II", hdr)
+                btype, blen = (two_le if order == "<" else two_be)(hdr)
                 body = read_full(f, blen - 8) if blen >= 12 else b""
             if blen < 12 or blen % 4 or blen > MAX_RECORD or len(body) != blen - 8:
                 return
-            btype = struct.unpack_from(order + "I", hdr)[0]
+            if btype == PCAPNG_EPB and blen >= 32:  # (the commonest block, read without a call more than needed)
+                local, cap = (epb_le if order == "<" else epb_be)(body)
+                iface = base + local
+                if blen - 12 > 20 + (cap + 3) // 4 * 4:  # (options after the packet's data: its comments, if any)
+                    comments = [v.decode("utf-8", "replace")
+                                for v in _options(body, 20 + (cap + 3) // 4 * 4, len(body) - 4, order).get(1, [])]
+                    if comments:
+                        yield self._fields(section, local, iface, names, comments)
+                        continue
+                got = same.get((section, local, iface))
+                if got is None:
+                    got = self._fields(section, local, iface, names, [])
+                    if iface < len(names):
+                        same[(section, local, iface)] = got
+                yield got
+                continue
             if btype == PCAPNG_IDB:
                 opts = _options(body, 8, len(body) - 4, order)
                 names.append((opts.get(2, [b"unknown"])[0].decode("utf-8", "replace"),
@@ -964,16 +987,24 @@ class FrameMeta:
                 iface = base + local
                 got = same.get((section, local, iface))
                 if got is None or comments:
-                    got = {"frame.section_number": section, "frame.interface_id": local}
-                    if iface < len(names):
-                        got["frame.interface_name"] = names[iface][0]
-                        if names[iface][1]:
-                            got["frame.interface_description"] = names[iface][1][0]
-                    if comments:
-                        got["frame.comment"] = comments if len(comments) > 1 else comments[0]
-                    elif iface < len(names):
+                    got = self._fields(section, local, iface, names, comments)
+                    if not comments and iface < len(names):
                         same[(section, local, iface)] = got
                 yield got
+
+    @staticmethod
+    def _fields(section: int, local: int, iface: int, names: list[tuple[str, list[str]]],
+                comments: list[str]) -> dict[str, Any]:
+        """A packet's fields: its section, its interface's number in it (``local``; ``iface`` in the file),
+        name and description (``names``), and its comments."""
+        got: dict[str, Any] = {"frame.section_number": section, "frame.interface_id": local}
+        if iface < len(names):
+            got["frame.interface_name"] = names[iface][0]
+            if names[iface][1]:
+                got["frame.interface_description"] = names[iface][1][0]
+        if comments:
+            got["frame.comment"] = comments if len(comments) > 1 else comments[0]
+        return got
 
     def of(self, frame: int, erf_flags: int | None = None) -> dict[str, Any]:
         """Frame number ``frame``'s fields (frames asked for in increasing order, the same one again

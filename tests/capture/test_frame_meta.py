@@ -184,3 +184,37 @@ def test_what_a_stream_keeps_for_them_is_bounded(name: str, one: Path, tmp_path:
     else:
         assert len(lines) == 4800 and sum(1 for x in lines if x.split("\t")[0]) == 400 * 3
         assert len(data) > 900_000 and max(kept) <= 3 * 4096, max(kept)
+
+
+def _named(order: str) -> bytes:
+    """A pcapng section of byte order ``order``: two interfaces (the second named ``eth1``), packets of
+    rxe_rping.pcap on them in turn, every third with a comment option (opt_comment) after its data."""
+    import struct
+
+    from test_pcapng_bulk import _block, _shb
+
+    def opt(code: int, value: bytes) -> bytes:
+        return struct.pack(order + "HH", code, len(value)) + value + b"\0" * (-len(value) % 4)
+
+    parts = [_shb(order), _block(order, 1, struct.pack(order + "HHI", 1, 0, 0)),
+             _block(order, 1, struct.pack(order + "HHI", 1, 0, 0) + opt(2, b"eth1") + opt(0, b""))]
+    for i, d in enumerate([r.data for r in records(CAPTURES / "rxe_rping.pcap")][:30]):
+        data = d + b"\0" * (-len(d) % 4)
+        extra = opt(1, f"note {i}".encode()) + opt(0, b"") if i % 3 == 0 else b""
+        parts.append(_block(order, 6, struct.pack(order + "IIIII", i % 2, 0, i, len(d), len(d)) + data + extra))
+    return b"".join(parts)
+
+
+def test_either_byte_order(tmp_path: Path, capsys: Any) -> None:
+    """A big-endian section's blocks give the fields a little-endian one gives: the interfaces' numbers and
+    names, the comments of the packets that have one (the others: none)."""
+    got = []
+    for order in "<>":
+        path = tmp_path / f"order{ord(order)}.pcapng"
+        path.write_bytes(_named(order))
+        got.append(_ours(capsys, *ARGS, "-r", str(path)))
+    assert got[0] == got[1]
+    rows = [line.split("\t") for line in got[0].splitlines()]
+    assert len(rows) == 30
+    assert [r[1] for r in rows[:4]] == ["note 0", "", "", "note 3"]
+    assert [r[2:4] for r in rows[:2]] == [["0", "unknown"], ["1", "eth1"]]
