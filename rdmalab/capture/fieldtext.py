@@ -655,10 +655,15 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
     """
     p = os.fspath(path)
     flt = compile_filter(filter_expr) if filter_expr else None
+    if flt is not None and not flt.fields.isdisjoint(FRAME_META_FIELDS):
+        raise ValueError(f"field_text: the filter {filter_expr!r} reads "
+                         f"{', '.join(sorted(flt.fields & set(FRAME_META_FIELDS)))}, a pcapng block's field that is not a "
+                         "column: filter on it frame by frame (rdmalab decode -Y does), or on the columns' fields")
     needed = _columns_needed(names, flt)
     clock = Clock() if needed & set(RELATIVE_TIMES) else None
     needed -= set(RELATIVE_TIMES)  # computed here, from frame.time_ns
-    # the pcapng blocks' fields: read beside the columns, in this process (frame by frame, cheap)
+    # the pcapng blocks' fields: read beside the columns, in this process (a block at a time, an interface's text
+    # made once: FrameMeta, _meta_texts)
     meta = FrameMeta(p) if needed & set(FRAME_META_FIELDS) else None
     needed -= set(FRAME_META_FIELDS)
     if clock is not None:
@@ -668,13 +673,14 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
         # them and writes: on 2 cores at load below 1, -j 2 took 0.54-0.64 s of wall time against 0.73-0.86 s
         # for -j 1 (the 200k mixed capture of benchmarks/bench_decode.py --mixed)
         workers = default_workers()
-    parallel = (workers > 1 and count is None and meta is None and not wants_iwarp(needed) and not wants_windows(needed)
+    parallel = (workers > 1 and count is None and not wants_iwarp(needed) and not wants_windows(needed)
                 and not (flt is not None and "frame.time_delta_displayed" in names)
                 and parallel_capture(p, ethernet=True)
                 and os.path.getsize(p) >= parallel_min_bytes)
-    if parallel and wants_conversations(needed):
+    if parallel and (wants_conversations(needed) or meta is not None):
+        # (the blocks decoded in the workers, the conversations and the pcapng blocks' fields followed here)
         yield from _conversations_text(p, names, flt, needed, verify_icrc, separator, quote, occurrence, aggregator,
-                                       clock, workers, block_bytes, progress)
+                                       clock, workers, block_bytes, progress, meta)
         return
     if not parallel:
         left = count
@@ -737,23 +743,24 @@ def _columns_in_worker(blk: RecordBlock, n: int, _t0: int, _prev: int | None, ne
 
 def _conversations_text(p: str, names: Sequence[str], flt: Any, needed: set[str], verify_icrc: bool,
                         separator: bytes, quote: bytes, occurrence: str, aggregator: str, clock: Clock | None,
-                        workers: int, block_bytes: int, progress: bool) -> Iterator[bytes]:
+                        workers: int, block_bytes: int, progress: bool, meta: FrameMeta | None = None) -> Iterator[bytes]:
     """:func:`field_text` of fields that need the conversations (``tcp.stream``, relative sequence
-    numbers ...): each block decoded in a worker (:func:`_columns_in_worker`), the conversations
-    followed here, in capture order, then the filter and the text, as :func:`iter_columns` and
-    :func:`_block_text` do in one process."""
-    conversations = Conversations()
+    numbers ...) or the pcapng blocks' fields (``meta``): each block decoded in a worker
+    (:func:`_columns_in_worker`), the conversations followed here, in capture order, then the filter and
+    the text, as :func:`iter_columns` and :func:`_block_text` do in one process."""
+    conversations = Conversations() if wants_conversations(needed) else None
     with closing(_in_workers(p, _columns_in_worker, (sorted(needed), verify_icrc), workers, block_bytes,
                              progress)) as blocks:
         for got, _t0 in blocks:
             if isinstance(got, int):  # frames of other link types from this frame on: as iter_columns reads them
                 blocks.close()
                 yield _block_text(columns_from_packets(p, first=got), names, flt, separator, quote, occurrence,
-                                  aggregator, clock)
+                                  aggregator, clock, meta)
                 return
             got.path = p
-            fill_conversations(got, conversations)
-            yield _block_text(got, names, flt, separator, quote, occurrence, aggregator, clock)
+            if conversations is not None:
+                fill_conversations(got, conversations)
+            yield _block_text(got, names, flt, separator, quote, occurrence, aggregator, clock, meta)
 
 
 def _bar(path: str) -> Any:

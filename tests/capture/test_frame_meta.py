@@ -218,3 +218,22 @@ def test_either_byte_order(tmp_path: Path, capsys: Any) -> None:
     assert len(rows) == 30
     assert [r[1] for r in rows[:4]] == ["note 0", "", "", "note 3"]
     assert [r[2:4] for r in rows[:2]] == [["0", "unknown"], ["1", "eth1"]]
+
+
+@pytest.mark.parametrize("flt", [None, "udp.dstport == 4791 && frame.number > 3"])
+def test_written_beside_the_workers(annotated: Path, tmp_path: Path, capsys: Any, flt: str | None) -> None:
+    """With the blocks decoded in worker processes (blocks cut small, a file of two sections, another with
+    rdmalab's own findings as comments), the pcapng blocks' fields are followed in this process: the same text
+    as in one process, with a filter on other fields, and beside the conversations' fields.  A filter on them is
+    not answered from the columns: the library says so (the CLI filters frame by frame)."""
+    from rdmalab.capture.fieldtext import field_text
+
+    two = tmp_path / "two.pcapng"
+    _sections(two, 2)
+    for path in (annotated, two):
+        for names in (["frame.number", *META], ["frame.number", "frame.interface_name", "udp.stream", "frame.comment"]):
+            one = b"".join(field_text(path, names, filter_expr=flt, workers=1))
+            many = b"".join(field_text(path, names, filter_expr=flt, workers=2, parallel_min_bytes=0, block_bytes=700))
+            assert many == one and one, (path.name, names, flt)
+    with pytest.raises(ValueError, match=r"reads frame.comment, frame.interface_id, a pcapng block's field"):
+        b"".join(field_text(two, ["frame.number"], filter_expr="frame.interface_id == 1 || frame.comment"))
