@@ -9,6 +9,8 @@ import glob
 import os
 import random
 import struct
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -307,63 +309,17 @@ def test_a_file_cut_mid_record(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert fast.err == slow.err and "truncated mid-record" in fast.err
 
 
-@pytest.mark.parametrize("name", ["rxe_write_bw.pcap", "rxe_read_bw.pcap", "rxe_atomic_cswap.pcap", "rxe_imm.pcap",
-                                  "rxe_ud_send_bw.pcap", "rxe_send_bw_loss.pcap"])
-def test_roce_over_ipv6(name: str, tmp_path: Path) -> None:
-    """RoCEv2 to IPv6 GIDs: a capture's frames sent so instead have the per-packet trees (-V, blocks and
-    workers), and the templates write every RoCE frame over IPv6 they write over IPv4."""
+def _same_over_ipv6(name: str, move: Callable[[bytes], bytes], tmp_path: Path) -> str:
+    """The frames of capture ``name`` sent over IPv6 by ``move``: the per-packet trees (-V, one process and
+    workers, blocks cut anywhere), and the templates write every moved frame they write as it was.  The text."""
     recs = list(records(ROOT / "captures" / name))
     path = tmp_path / "v6.pcap"
-    write_capture(path, [(round(r.timestamp * 1e9), hostile.over_ipv6(r.data, trailer=True)) for r in recs])
-    assert _fast(path) == _per_packet(path)
-    assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0, block_bytes=4096)).decode() == _per_packet(path)
-    four = six = 0
-    for r in recs:
-        v6 = hostile.over_ipv6(r.data, trailer=True)
-        if v6 is r.data:
-            continue
-        four += fast_frame(r.data, 0, len(r.data), r.frame_number, r.wire_length, r.timestamp, 0, None) is not None
-        got = fast_frame(v6, 0, len(v6), r.frame_number, len(v6), r.timestamp, 0, None)
-        six += got is not None
-        assert got is None or b"    IPv6  [RFC 8200 3]  bytes 14-53" in got
-    assert six == four > 0
-
-
-def test_ipv6_frames_with_a_header_octet_changed(tmp_path: Path) -> None:
-    """IPv6 RoCEv2 frames with each octet of their first 80 changed in turn (the version, payload length, next
-    header, addresses, UDP, BTH): the trees are the per-packet ones, whichever way each goes."""
-    recs = list(records(ROOT / "captures" / "rxe_write_bw.pcap"))[:80:9]
-    frames = []
-    for r in recs:
-        v6 = hostile.over_ipv6(r.data, trailer=True)
-        for pos in range(min(len(v6), 80)):
-            for delta in (1, 0x80):
-                d = bytearray(v6)
-                d[pos] ^= delta
-                frames.append(bytes(d))
-    path = tmp_path / "v6_changed.pcap"
-    write_capture(path, [(i * 1000, f) for i, f in enumerate(frames)])
-    assert _fast(path) == _per_packet(path)
-    taken = sum(fast_frame(f, 0, len(f), 1, len(f), 0.0, 0, None) is not None for f in frames)
-    assert 0 < taken < len(frames)
-
-
-@pytest.mark.parametrize("name", ["siw_crc_send_bw.pcap", "siw_write_bw_midstream.pcap", "synthetic_iwarp_mpa_markers.pcap",
-                                  "siw_read_bw.pcap", "rxe_write_bw.pcap", "siw_crc_rping.pcap"])
-def test_tcp_over_ipv6(name: str, tmp_path: Path) -> None:
-    """TCP between IPv6 addresses (iWARP over IPv6, perftest's own TCP exchange): the segments of a capture sent
-    so instead have the per-packet trees (-V, one process and workers, blocks cut anywhere), their iWARP PDUs
-    reassembled, and the templates write every segment over IPv6 they write over IPv4."""
-    recs = list(records(ROOT / "captures" / name))
-    path = tmp_path / "tcp6.pcap"
-    moved = [hostile.tcp_over_ipv6(r.data, trailer=True) for r in recs]
+    moved = [move(r.data) for r in recs]
     write_capture(path, [(round(r.timestamp * 1e9), v6) for r, v6 in zip(recs, moved, strict=True)])
     want = _per_packet(path)
     assert _fast(path) == want
     for block in (700, 4096):
         assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0, block_bytes=block)).decode() == want
-    if name.startswith(("siw", "synthetic_iwarp")):
-        assert "        RDMAP  [" in want
     four = six = 0
     for r, v6 in zip(recs, moved, strict=True):
         if v6 is r.data:
@@ -373,30 +329,60 @@ def test_tcp_over_ipv6(name: str, tmp_path: Path) -> None:
         six += got is not None
         assert got is None or b"    IPv6  [RFC 8200 3]  bytes 14-53" in got
     assert six == four > 0
+    return want
+
+
+@pytest.mark.parametrize("name", ["rxe_write_bw.pcap", "rxe_read_bw.pcap", "rxe_atomic_cswap.pcap", "rxe_imm.pcap",
+                                  "rxe_ud_send_bw.pcap", "rxe_send_bw_loss.pcap"])
+def test_roce_over_ipv6(name: str, tmp_path: Path) -> None:
+    """RoCEv2 to IPv6 GIDs (:func:`_same_over_ipv6`)."""
+    _same_over_ipv6(name, partial(hostile.over_ipv6, trailer=True), tmp_path)
+
+
+@pytest.mark.parametrize("name", ["siw_crc_send_bw.pcap", "siw_write_bw_midstream.pcap", "synthetic_iwarp_mpa_markers.pcap",
+                                  "siw_read_bw.pcap", "rxe_write_bw.pcap", "siw_crc_rping.pcap"])
+def test_tcp_over_ipv6(name: str, tmp_path: Path) -> None:
+    """TCP between IPv6 addresses (iWARP over IPv6, perftest's own TCP exchange: :func:`_same_over_ipv6`), the
+    iWARP PDUs reassembled."""
+    want = _same_over_ipv6(name, partial(hostile.tcp_over_ipv6, trailer=True), tmp_path)
+    if name.startswith(("siw", "synthetic_iwarp")):
+        assert "        RDMAP  [" in want
+
+
+def _same_when_changed(frames: list[bytes], lo: int, hi: int, tmp_path: Path) -> None:
+    """``frames``, each followed by copies with one octet of its ``lo:hi`` changed in turn (its lowest bit, its
+    highest): the trees are the per-packet ones (one process and workers), whichever way each goes, and some,
+    not all, take the templates."""
+    changed = []
+    for f in frames:
+        changed.append(f)
+        for pos in range(lo, min(len(f), hi)):
+            for delta in (1, 0x80):
+                d = bytearray(f)
+                d[pos] ^= delta
+                changed.append(bytes(d))
+    path = tmp_path / "changed.pcap"
+    write_capture(path, [(i * 1000, f) for i, f in enumerate(changed)])
+    want = _per_packet(path)
+    assert _fast(path) == want
+    assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0, block_bytes=4096)).decode() == want
+    taken = sum(fast_frame(f, 0, len(f), 1, len(f), 0.0, 0, None) is not None for f in changed)
+    assert 0 < taken < len(changed)
+
+
+def test_ipv6_frames_with_a_header_octet_changed(tmp_path: Path) -> None:
+    """IPv6 RoCEv2 frames with each octet of their first 80 changed (the version, payload length, next header,
+    addresses, UDP, BTH)."""
+    recs = list(records(ROOT / "captures" / "rxe_write_bw.pcap"))[:80:9]
+    _same_when_changed([hostile.over_ipv6(r.data, trailer=True) for r in recs], 0, 80, tmp_path)
 
 
 def test_tcp_over_ipv6_with_a_header_octet_changed(tmp_path: Path) -> None:
-    """IPv6 TCP segments of an iWARP stream with each octet of their first 80 changed in turn (the version, payload
-    length, next header, addresses, ports, sequence number, header length, flags): the trees are the per-packet
-    ones, whichever way each goes, and some take the templates."""
-    recs = [r for r in records(ROOT / "captures" / "siw_crc_send_bw.pcap")][:60:7]
-    frames = []
-    for r in recs:
-        v6 = hostile.tcp_over_ipv6(r.data)
-        if v6 is r.data:
-            continue
-        frames.append(v6)
-        for pos in range(min(len(v6), 80)):
-            for delta in (1, 0x80):
-                d = bytearray(v6)
-                d[pos] ^= delta
-                frames.append(bytes(d))
-    path = tmp_path / "tcp6_changed.pcap"
-    write_capture(path, [(i * 1000, f) for i, f in enumerate(frames)])
-    assert _fast(path) == _per_packet(path)
-    assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0, block_bytes=4096)).decode() == _per_packet(path)
-    taken = sum(fast_frame(f, 0, len(f), 1, len(f), 0.0, 0, None) is not None for f in frames)
-    assert 0 < taken < len(frames)
+    """IPv6 TCP segments of an iWARP stream with each octet of their first 80 changed (the version, payload
+    length, next header, addresses, ports, sequence number, header length, flags)."""
+    recs = list(records(ROOT / "captures" / "siw_crc_send_bw.pcap"))[:60:7]
+    moved = [hostile.tcp_over_ipv6(r.data) for r in recs]
+    _same_when_changed([v6 for r, v6 in zip(recs, moved, strict=True) if v6 is not r.data], 0, 80, tmp_path)
 
 
 def _tagged_copy(name: str, path: Path) -> tuple[list[bytes], list[bytes]]:
@@ -466,24 +452,11 @@ def test_vlan_tagged_with_a_declared_fcs(fcs: int, tmp_path: Path) -> None:
 
 
 def test_tagged_frames_with_a_header_octet_changed(tmp_path: Path) -> None:
-    """Tagged RoCEv2 and TCP frames with each octet of their first 60 changed in turn (the tag's type, priority,
-    VLAN, the EtherType after it, the IP header): the trees are the per-packet ones, whichever way each goes."""
+    """Tagged RoCEv2 and TCP frames with each octet from the 13th to the 60th changed (the tag's type, priority,
+    VLAN, the EtherType after it, the IP header)."""
     recs = list(records(ROOT / "captures" / "rxe_write_bw.pcap"))[:40:9]
     recs += list(records(ROOT / "captures" / "siw_crc_send_bw.pcap"))[:40:9]
-    frames = []
-    for r in recs:
-        t = hostile.tagged(r.data)
-        frames.append(t)
-        for pos in range(12, min(len(t), 60)):
-            for delta in (1, 0x80):
-                d = bytearray(t)
-                d[pos] ^= delta
-                frames.append(bytes(d))
-    path = tmp_path / "tagged_changed.pcap"
-    write_capture(path, [(i * 1000, f) for i, f in enumerate(frames)])
-    assert _fast(path) == _per_packet(path)
-    taken = sum(fast_frame(f, 0, len(f), 1, len(f), 0.0, 0, None) is not None for f in frames)
-    assert 0 < taken < len(frames)
+    _same_when_changed([hostile.tagged(r.data) for r in recs], 12, 60, tmp_path)
 
 
 def _trailed(src: str | Path, dst: Path) -> Path:
