@@ -164,10 +164,10 @@ def _per_packet(frame: int, ts: float, ns: int, lt: int, data: bytes, wire: int,
         return None, False, None, None
 
 
-#: the kinds of TCP segment (flags, where the payload starts, with a payload, 802.1Q tag) whose worker's piece from the templates
+#: the kinds of TCP segment (flags, where the payload starts, with a payload, 802.1Q tag and IP version) whose worker's piece from the templates
 #: was checked against the per-packet way in this process, and those whose pieces differed (left to it)
-_TCP_CHECKED: set[tuple[int, int, bool, int]] = set()
-TCP_REFUSED: set[tuple[int, int, bool, int]] = set()
+_TCP_CHECKED: set[tuple[int, int, bool, tuple[int, int]]] = set()
+TCP_REFUSED: set[tuple[int, int, bool, tuple[int, int]]] = set()
 
 
 def _tcp_templated(buf: Any, o: int, cap: int, wire: int, lt: int, fcs: int, frame: int, ts: float, ns: int,
@@ -178,14 +178,14 @@ def _tcp_templated(buf: Any, o: int, cap: int, wire: int, lt: int, fcs: int, fra
     got = tcp_json(buf, o, cap, wire, lt, fcs, frame, ns, first_ns, before)
     if got is None:
         return None
-    text, extras, at, length, seg, tag = got
-    kind = (seg[5], at, length > 0, tag)
+    text, extras, at, length, seg, shape = got
+    kind = (seg[5], at, length > 0, shape)
     if kind in TCP_REFUSED:
         return None
     full = ",\n  " + text
     splice: _Splice | None = None
     if length:
-        chain, names, classes = TCP_SHAPES[tag]
+        chain, names, classes = TCP_SHAPES[shape]
         ps = full.find(_PROTOCOLS_KEY) + len(_PROTOCOLS_KEY)
         pe = ps + len(_quote(chain))
         splice = (ps, pe, full.rfind(_RDMALAB_LAYER), chain, extras, names, classes, None, "tcp")

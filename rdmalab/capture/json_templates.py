@@ -34,7 +34,7 @@ from rdmalab.capture.fields import header_fields, packet_fields
 from rdmalab.capture.iwarp import _address_text
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.reader import RawRecord, decode_record
-from rdmalab.capture.tree_templates import RoceFrame, _ipv4_front, _ipv6_udp_front, roce_frame
+from rdmalab.capture.tree_templates import RoceFrame, _ipv4_front, _ipv6_front, _ipv6_udp_front, roce_frame
 from rdmalab.capture.tsjson import (
     _FIELD_NL,
     _FRAME_END,
@@ -310,41 +310,55 @@ def frame_json(buf: bytes | bytearray, o: int, cap: int, headers: list[tuple[Hea
 
 
 _TCP = _header_json(TCP)
-#: by the 802.1Q tag's length: a TCP segment's frame.protocols (without what its stream decides), its
-#: layers and its header classes
-TCP_SHAPES = {0: ("eth:ethertype:ip:tcp", ("frame", "eth", "ip", "tcp"), frozenset({Ethernet, IPv4, TCP})),
-              4: ("eth:ethertype:vlan:ethertype:ip:tcp", ("frame", "eth", "vlan", "ip", "tcp"),
-                  frozenset({Ethernet, VLAN, IPv4, TCP}))}
+#: by the 802.1Q tag's length and the IP version: a TCP segment's frame.protocols (without what its stream
+#: decides), its layers and its header classes
+TCP_SHAPES = {(0, 4): ("eth:ethertype:ip:tcp", ("frame", "eth", "ip", "tcp"), frozenset({Ethernet, IPv4, TCP})),
+              (4, 4): ("eth:ethertype:vlan:ethertype:ip:tcp", ("frame", "eth", "vlan", "ip", "tcp"),
+                       frozenset({Ethernet, VLAN, IPv4, TCP})),
+              (0, 6): ("eth:ethertype:ipv6:tcp", ("frame", "eth", "ipv6", "tcp"), frozenset({Ethernet, IPv6, TCP})),
+              (4, 6): ("eth:ethertype:vlan:ethertype:ipv6:tcp", ("frame", "eth", "vlan", "ipv6", "tcp"),
+                       frozenset({Ethernet, VLAN, IPv6, TCP}))}
 _TCP_OFF, _TCP_SPORT, _TCP_DPORT, _TCP_SEQ, _TCP_FLAGS = (TCP.LAYOUT.field(n) for n in ("data_offset", "sport", "dport", "seq",
                                                                                     "flags"))
 _IP_SRC, _IP_DST = IPv4.LAYOUT.field("src"), IPv4.LAYOUT.field("dst")
+_IP6_SRC, _IP6_DST = IPv6.LAYOUT.field("src"), IPv6.LAYOUT.field("dst")
 
 
 def tcp_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int, fcs_len: int, frame: int, ns: int,
-             first_ns: int, prev_ns: int) -> tuple[str, dict[str, str], int, int, TcpSegment, int] | None:
+             first_ns: int, prev_ns: int) -> tuple[str, dict[str, str], int, int, TcpSegment, tuple[int, int]] | None:
     """For a worker (:func:`rdmalab.capture.json_blocks._json_block`): the JSON text of a TCP segment
-    (IPv4 without options, not a fragment, to the frame's end; one 802.1Q tag or none) as the per-packet
-    writer writes it with no iWARP reassembly and its payload not shown as data (as :func:`roce_json`'s
-    arguments), the rdmalab fields of its headers, where its payload starts and its length, what the iWARP
-    reassembly is fed of it (source, port, destination, port, sequence number, flags, None) and the tag's
-    length (:data:`TCP_SHAPES`); None for another frame."""
+    (IPv4 without options, not a fragment, or IPv6 without extension headers, to the frame's end; one 802.1Q
+    tag or none) as the per-packet writer writes it with no iWARP reassembly and its payload not shown as data
+    (as :func:`roce_json`'s arguments), the rdmalab fields of its headers, where its payload starts and its
+    length, what the iWARP reassembly is fed of it (source, port, destination, port, sequence number, flags,
+    None) and its shape (the tag's length and the IP version: :data:`TCP_SHAPES`); None for another frame."""
     tag = _tag_of(buf, o, cap, wire, linktype, fcs_len)
     if tag is None:
         return None
-    front = _ipv4_front(buf, o + tag, cap - tag, wire - tag, fcs_len)
-    if front is None or front[1] != cap - tag or buf[o + tag + 23] != 6:
-        return None
-    at = o + tag + 34
-    tv = int.from_bytes(buf[at:at + 20], "big")
+    # (after a tag, the frame read as if its addresses ended 4 octets later: the same offsets from there)
+    four = _ipv4_front(buf, o + tag, cap - tag, wire - tag, fcs_len)
+    if four is not None:
+        if four[1] != cap - tag or buf[o + tag + 23] != 6:
+            return None
+        version, ip_len, ipv = 4, 20, four[0]
+        src, dst = ipv >> _IP_SRC.shift & _IP_SRC.mask, ipv >> _IP_DST.shift & _IP_DST.mask
+    else:
+        six = _ipv6_front(buf, o + tag, cap - tag, wire - tag, fcs_len)
+        if six is None or six[0] != 6 or six[1] != cap - tag:
+            return None
+        version, ip_len, ipv = 6, 40, int.from_bytes(buf[o + tag + 14:o + tag + 54], "big")
+        src, dst = ipv >> _IP6_SRC.shift & _IP6_SRC.mask, ipv >> _IP6_DST.shift & _IP6_DST.mask
+    th = tag + 14 + ip_len  # (where the TCP header starts)
+    tv = int.from_bytes(buf[o + th:o + th + 20], "big")
     hl = (tv >> _TCP_OFF.shift & _TCP_OFF.mask) * 4
-    if hl < 20 or tag + 34 + hl > cap:
+    if hl < 20 or th + hl > cap:
         return None
-    got = frame_json(buf, o, cap, [*_FRONT[tag], (_TCP, tag + 34)], None, TCP_SHAPES[tag][0], None, "tcp", frame, ns,
-                     first_ns, prev_ns)
+    shape = (tag, version)
+    got = frame_json(buf, o, cap, [*(_FRONT if version == 4 else _FRONT6)[tag], (_TCP, th)], None, TCP_SHAPES[shape][0],
+                     None, "tcp", frame, ns, first_ns, prev_ns)
     if got is None:
         return None
-    ipv = front[0]
-    seg = (_address_text(4, ipv >> _IP_SRC.shift & _IP_SRC.mask), tv >> _TCP_SPORT.shift & _TCP_SPORT.mask,
-           _address_text(4, ipv >> _IP_DST.shift & _IP_DST.mask), tv >> _TCP_DPORT.shift & _TCP_DPORT.mask,
+    seg = (_address_text(version, src), tv >> _TCP_SPORT.shift & _TCP_SPORT.mask,
+           _address_text(version, dst), tv >> _TCP_DPORT.shift & _TCP_DPORT.mask,
            tv >> _TCP_SEQ.shift & _TCP_SEQ.mask, tv >> _TCP_FLAGS.shift & _TCP_FLAGS.mask, None)
-    return got[0], got[1], tag + 34 + hl, cap - tag - 34 - hl, seg, tag
+    return got[0], got[1], th + hl, cap - th - hl, seg, shape
