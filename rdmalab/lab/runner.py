@@ -32,6 +32,32 @@ from typing import Any
 REPORT_LIMIT = 1 << 20
 #: a kernel whose address space came this close to its limit had none left to work with
 MEMORY_MARGIN = 64 << 20
+#: how long a kernel interrupted at its cell's time limit is given to answer again (at least; twice the cell's
+#: limit when that is longer) before the notebook is given up
+ANSWER_SECONDS = 30
+
+
+class Silent(Exception):
+    """The kernel did not answer after a cell was interrupted at its time limit (:func:`answers`)."""
+
+
+async def answers(client: Any, seconds: float) -> bool:
+    """Whether the kernel of the nbclient ``client`` answers a ``kernel_info`` request within ``seconds``
+    (the replies to earlier requests, an interrupted cell's late one, passed over).
+
+    Why: a kernel can stop answering for good and stay alive: one that ran out of memory in a hog's cell was
+    seen closing itself, stuck in zmq's ``Context.term``. nbclient would then give every cell after it its
+    whole time limit (19 cells of 40 s and the output waits: 14 minutes, the test's own time limit)."""
+    msg_id = client.kc.kernel_info()
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            msg = await client.kc.shell_channel.get_msg(timeout=left)
+        except Empty:
+            return False
+        if (msg.get("parent_header") or {}).get("msg_id") == msg_id:
+            return True
+    return False
 
 
 def _reap(keep: set[int]) -> int:
@@ -138,6 +164,17 @@ def _address_space(pid: int) -> dict[str, int]:
     return out
 
 
+def _memory_used(peak: dict[str, int]) -> str:
+    """`` (the kernel had used its whole memory limit ...)`` when the kernel's address space at its peak
+    (``peak``: :func:`_address_space`'s) reached its limit (``RLIMIT_AS``, the kernel's own: it inherits
+    this process's), else ``""``."""
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY or peak.get("VmPeak", 0) < limit - MEMORY_MARGIN:
+        return ""
+    return (f" (the kernel had used its whole memory limit, {peak['VmPeak'] >> 20} of {limit >> 20} MiB of "
+            "address space, which leaves it none to send messages with)")
+
+
 def _first_line(cell: Any) -> str:
     return next((x for x in str(cell.get("source", "")).splitlines() if x.strip()), "")[:50]
 
@@ -173,14 +210,23 @@ def execute(notebook: Path, outdir: Path, *, cell_timeout: int, reap: bool = Fal
         started[cell.get("id", "")] = time.monotonic()
         current["cell"] = cell
 
-    def on_done(cell: Any, cell_index: int, execute_reply: Any) -> None:
+    def on_done(cell: Any, cell_index: int, execute_reply: Any) -> Awaitable[None] | None:
         took[cell.get("id", "")] = time.monotonic() - started.get(cell.get("id", ""), time.monotonic())
+        if reap:
+            report["reaped"] += _reap(kernel_pid())
         # nbclient's own reply for a cell it interrupted (error_on_timeout above): the cell ran too long even
         # when the kernel's KeyboardInterrupt is late (a busy kernel, a fork bomb) and the cell has no error output
         if ((execute_reply or {}).get("content") or {}).get("ename") == "CellTimeoutError":
             timed_out.add(cell.get("id", ""))
-        if reap:
-            report["reaped"] += _reap(kernel_pid())
+            return still_there()
+        return None
+
+    async def still_there() -> None:
+        """After an interrupt: the notebook goes on only with a kernel that answers (:func:`answers`)."""
+        wait = max(ANSWER_SECONDS, 2 * cell_timeout)
+        if not await answers(client, wait):
+            on_broken_message()  # (its address space, while it is alive)
+            raise Silent(f"the kernel did not answer for {wait} s after the cell was interrupted")
 
     def on_broken_message() -> None:
         for pid in kernel_pid():  # still alive: it is the kernel that sent the message
@@ -196,19 +242,19 @@ def execute(notebook: Path, outdir: Path, *, cell_timeout: int, reap: bool = Fal
         report["kernel"] = "died"
     except CellExecutionError as err:  # only when allow_errors is overridden by a cell tag
         report["problems"].append(f"stopped: {getattr(err, 'ename', '')}: {getattr(err, 'evalue', '')}")
+    except Silent as err:
+        report["kernel"] = "silent"
+        cell = current["cell"]
+        report["problems"].append(f"cell {cell.get('id', '?')} ({_first_line(cell)!r}): {err}{_memory_used(peak)}; "
+                                  "the cells after it were not run")
     except Exception as err:  # noqa: BLE001 - the kernel's messages could not be read (see watch_messages)
         if "cell" not in current:
             raise  # before the first cell: the kernel could not be started (main says so)
         report["kernel"] = "broke"
         cell = current["cell"]
-        limit = resource.getrlimit(resource.RLIMIT_AS)[0]  # the kernel's own: it inherits ours
-        why = ""
-        if limit != resource.RLIM_INFINITY and peak.get("VmPeak", 0) >= limit - MEMORY_MARGIN:
-            why = (f" (the kernel had used its whole memory limit, {peak['VmPeak'] >> 20} of {limit >> 20} MiB of "
-                   "address space, which leaves it none to send messages with)")
         report["problems"].append(
             f"cell {cell.get('id', '?')} ({_first_line(cell)!r}): the kernel's messages could not be read any "
-            f"more{why}: {type(err).__name__}: {str(err)[:60]}")
+            f"more{_memory_used(peak)}: {type(err).__name__}: {str(err)[:60]}")
     interrupted = f"ran longer than {cell_timeout} s and was interrupted"
     for cell in nb.cells:
         said = f"cell {cell.get('id', '?')} ({_first_line(cell)!r})"
