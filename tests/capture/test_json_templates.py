@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import random
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -323,6 +324,16 @@ def test_roce_over_ipv6(name: str, tagged: bool, monkeypatch: Any) -> None:
     assert taken == eligible > 0, (taken, eligible)
 
 
+def _changed(frame: bytes, upto: int) -> Iterator[tuple[int, int, bytes]]:
+    """``frame`` with each octet of its first ``upto`` changed in turn (1, 0x10, 0x80, 0xff XORed in): each
+    place, what was XORed in and the frame so changed."""
+    for pos in range(min(len(frame), upto)):
+        for delta in (1, 0x10, 0x80, 0xFF):
+            d = bytearray(frame)
+            d[pos] ^= delta
+            yield pos, delta, bytes(d)
+
+
 @pytest.mark.parametrize("name", ["rxe_write_bw.pcap", "rxe_atomic_fadd.pcap"])
 def test_ipv6_frames_with_a_header_octet_changed(name: str, monkeypatch: Any) -> None:
     """The IPv6 frames of :func:`test_roce_over_ipv6` with every octet of their first 90 changed in turn (the
@@ -335,16 +346,11 @@ def test_ipv6_frames_with_a_header_octet_changed(name: str, monkeypatch: Any) ->
     taken = 0
     for n in range(1, min(len(frames), 200), 13):
         data, _cap, _wire, lt, ts, ns, fcs = frames[n - 1]
-        v6 = hostile.over_ipv6(data)
-        for pos in range(min(len(v6), 90)):
-            for delta in (1, 0x10, 0x80, 0xFF):
-                d = bytearray(v6)
-                d[pos] ^= delta
-                b = bytes(d)
-                got = roce_json(b, 0, len(b), len(b), lt, fcs, n, ts, ns, 0, first, first)
-                if got is not None:
-                    taken += 1
-                    assert got == _per_packet(b, len(b), len(b), lt, ts, ns, fcs, n, first, first), (n, pos, delta)
+        for pos, delta, b in _changed(hostile.over_ipv6(data), 90):
+            got = roce_json(b, 0, len(b), len(b), lt, fcs, n, ts, ns, 0, first, first)
+            if got is not None:
+                taken += 1
+                assert got == _per_packet(b, len(b), len(b), lt, ts, ns, fcs, n, first, first), (n, pos, delta)
     assert taken > 50
 
 
@@ -392,15 +398,10 @@ def test_tcp_over_ipv6_with_a_header_octet_changed(monkeypatch: Any) -> None:
     taken = 0
     for n in range(1, min(len(frames), 120), 9):
         data, _cap, _wire, lt, ts, ns, fcs = frames[n - 1]
-        v6 = hostile.tcp_over_ipv6(data)
-        for pos in range(min(len(v6), 80)):
-            for delta in (1, 0x10, 0x80, 0xFF):
-                d = bytearray(v6)
-                d[pos] ^= delta
-                b = bytes(d)
-                got = json_blocks._tcp_templated(b, 0, len(b), len(b), lt, fcs, n, ts, ns, 0, first, first, True)
-                if got is not None:
-                    taken += 1
-                    want = json_blocks._per_packet(n, ts, ns, lt, b, len(b), 0, fcs, first, first, True, True)
-                    assert want[0] is not None and got == (b, ",\n  " + want[0], want[2], want[3]), (n, pos, delta)
+        for pos, delta, b in _changed(hostile.tcp_over_ipv6(data), 80):
+            got = json_blocks._tcp_templated(b, 0, len(b), len(b), lt, fcs, n, ts, ns, 0, first, first, True)
+            if got is not None:
+                taken += 1
+                want = json_blocks._per_packet(n, ts, ns, lt, b, len(b), 0, fcs, first, first, True, True)
+                assert want[0] is not None and got == (b, ",\n  " + want[0], want[2], want[3]), (n, pos, delta)
     assert taken > 200
