@@ -652,6 +652,8 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
     relative sequence numbers ...) are counted in order in this process, the blocks decoded in the
     workers first (:func:`_conversations_text`).  ``occurrence``/``aggregator`` are tshark's
     ``-E`` options, for fields that occur more than once in a frame (several iWARP FPDUs).
+    The pcapng blocks' fields (:data:`~rdmalab.capture.pcapio.FRAME_META_FIELDS`) may be asked for, but a filter
+    on them is refused with a ValueError (they are not columns: ``rdmalab decode -Y`` filters them frame by frame).
     """
     p = os.fspath(path)
     flt = compile_filter(filter_expr) if filter_expr else None

@@ -34,7 +34,7 @@ from rdmalab.capture.fields import header_fields, packet_fields
 from rdmalab.capture.iwarp import _address_text
 from rdmalab.capture.linktypes import LINKTYPE_ETHERNET
 from rdmalab.capture.reader import RawRecord, decode_record
-from rdmalab.capture.tree_templates import RoceFrame, _ipv4_front, _ipv6_front, _ipv6_udp_front, roce_frame
+from rdmalab.capture.tree_templates import RoceFrame, _front, _ipv4_front, _ipv6_udp_front, roce_frame
 from rdmalab.capture.tsjson import (
     _FIELD_NL,
     _FRAME_END,
@@ -56,7 +56,7 @@ from rdmalab.capture.tsjson import (
 )
 from rdmalab.wire.header import Header, compile_decoder
 from rdmalab.wire.ib import AETH, BTH, IETH, RETH, AtomicAckETH, AtomicETH, ImmDt
-from rdmalab.wire.net import ETHERTYPE_VLAN, TCP, UDP, VLAN, Ethernet, IPv4, IPv6
+from rdmalab.wire.net import ETHERTYPE_VLAN, IPPROTO_TCP, TCP, UDP, VLAN, Ethernet, IPv4, IPv6
 from rdmalab.wire.packet import Layer, Packet
 
 __all__ = ["REFUSED", "TCP_SHAPES", "VOLATILE", "HeaderJson", "frame_json", "roce_json", "tcp_json"]
@@ -335,19 +335,14 @@ def tcp_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int,
     tag = _tag_of(buf, o, cap, wire, linktype, fcs_len)
     if tag is None:
         return None
-    # (after a tag, the frame read as if its addresses ended 4 octets later: the same offsets from there)
-    four = _ipv4_front(buf, o + tag, cap - tag, wire - tag, fcs_len)
-    if four is not None:
-        if four[1] != cap - tag or buf[o + tag + 23] != 6:
-            return None
-        version, ip_len, ipv = 4, 20, four[0]
-        src, dst = ipv >> _IP_SRC.shift & _IP_SRC.mask, ipv >> _IP_DST.shift & _IP_DST.mask
+    front = _front(buf, o, cap, wire, fcs_len)  # (the -V templates' reading of the headers in front, the tag's too)
+    if front is None or front[1] != IPPROTO_TCP or front[3] != cap:  # (to the frame's end: no trailer)
+        return None
+    _tag, _proto, ipv, _end, _tail, ip_len = front
+    if ip_len == 20:
+        version, src, dst = 4, ipv >> _IP_SRC.shift & _IP_SRC.mask, ipv >> _IP_DST.shift & _IP_DST.mask
     else:
-        six = _ipv6_front(buf, o + tag, cap - tag, wire - tag, fcs_len)
-        if six is None or six[0] != 6 or six[1] != cap - tag:
-            return None
-        version, ip_len, ipv = 6, 40, int.from_bytes(buf[o + tag + 14:o + tag + 54], "big")
-        src, dst = ipv >> _IP6_SRC.shift & _IP6_SRC.mask, ipv >> _IP6_DST.shift & _IP6_DST.mask
+        version, src, dst = 6, ipv >> _IP6_SRC.shift & _IP6_SRC.mask, ipv >> _IP6_DST.shift & _IP6_DST.mask
     th = tag + 14 + ip_len  # (where the TCP header starts)
     tv = int.from_bytes(buf[o + th:o + th + 20], "big")
     hl = (tv >> _TCP_OFF.shift & _TCP_OFF.mask) * 4

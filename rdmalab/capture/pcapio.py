@@ -956,34 +956,23 @@ class FrameMeta:
                 body = read_full(f, blen - 8) if blen >= 12 else b""
             if blen < 12 or blen % 4 or blen > MAX_RECORD or len(body) != blen - 8:
                 return
-            if btype == PCAPNG_EPB and blen >= 32:  # (the commonest block, read without a call more than needed)
-                local, cap = (epb_le if order == "<" else epb_be)(body)
-                iface = base + local
-                if blen - 12 > 20 + (cap + 3) // 4 * 4:  # (options after the packet's data: its comments, if any)
-                    comments = [v.decode("utf-8", "replace")
-                                for v in _options(body, 20 + (cap + 3) // 4 * 4, len(body) - 4, order).get(1, [])]
-                    if comments:
-                        yield self._fields(section, local, iface, names, comments)
-                        continue
-                got = same.get((section, local, iface))
-                if got is None:
-                    got = self._fields(section, local, iface, names, [])
-                    if iface < len(names):
-                        same[(section, local, iface)] = got
-                yield got
-                continue
             if btype == PCAPNG_IDB:
                 opts = _options(body, 8, len(body) - 4, order)
                 names.append((opts.get(2, [b"unknown"])[0].decode("utf-8", "replace"),
                               [v.decode("utf-8", "replace") for v in opts.get(3, [])][:1]))
             elif btype in PCAPNG_PACKET_TYPES:
+                comments: list[str] = []
                 if btype == 3:
-                    local, comments = 0, []
+                    local = 0
                 else:
-                    local = struct.unpack_from(order + ("I" if btype == PCAPNG_EPB else "H"), body, 0)[0]
-                    cap = struct.unpack_from(order + "I", body, 12)[0]
-                    comments = [v.decode("utf-8", "replace")
-                                for v in _options(body, 20 + (cap + 3) // 4 * 4, len(body) - 4, order).get(1, [])]
+                    if btype == PCAPNG_EPB and blen >= 32:  # (the commonest block: its interface and length at once)
+                        local, cap = (epb_le if order == "<" else epb_be)(body)
+                    else:
+                        local = struct.unpack_from(order + ("I" if btype == PCAPNG_EPB else "H"), body, 0)[0]
+                        cap = struct.unpack_from(order + "I", body, 12)[0]
+                    at = 20 + (cap + 3) // 4 * 4
+                    if len(body) - 4 > at:  # (options after the packet's data: its comments, if any)
+                        comments = [v.decode("utf-8", "replace") for v in _options(body, at, len(body) - 4, order).get(1, [])]
                 iface = base + local
                 got = same.get((section, local, iface))
                 if got is None or comments:

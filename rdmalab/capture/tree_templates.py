@@ -286,6 +286,8 @@ def _shape(record: _Record | None, tag: int) -> _Shape:
     """The shape of a frame in ``record`` (None: the record is the frame) after an 802.1Q tag of ``tag`` octets."""
     shape = _ETHERNET if record is None else record.shape
     return shape.tagged() if tag else shape
+
+
 #: an ERF Ethernet record's frame: after the record's header (16 octets) and its offset and pad octets
 _ERF_AT = ERF.LAYOUT.size + ERFEthernet.LAYOUT.size
 _IN_ERF = _Shape(_ERF_AT)
