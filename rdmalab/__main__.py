@@ -2,6 +2,6 @@
 
 import sys
 
-from rdmalab.cli import main
+from rdmalab.cli import command
 
-sys.exit(main())
+sys.exit(command())

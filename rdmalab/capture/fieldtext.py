@@ -636,9 +636,20 @@ def _fields_in_worker(blk: RecordBlock, n: int, t0: int, prev: int | None, names
     return _block_text(cols, names, flt, sep, quote, clock=clock), last
 
 
+#: ``-T fields``' blocks of records in one process: 2 MiB (a block, its rows, columns and text are what the
+#: command holds: docs/captures.md has the memory)
+BLOCK_BYTES = 2 << 20
+#: and in worker processes, each holding its own: 4 MiB.  A block has a cost of its own whatever its size (the
+#: columnar decoder's few hundred numpy calls): with 2 workers on 2 cores the 200,000-frame mixed capture's
+#: fields (benchmarks/bench_decode.py --mixed, imports left out) took 0.40 s in 512 KiB blocks, 0.28-0.29 s in
+#: 1 MiB, 0.21-0.22 s in 2 MiB, 0.19-0.20 s in 4 MiB, 0.21 s in 6 MiB and 0.23-0.24 s in 8 MiB (fewer blocks
+#: than that shared less evenly between the workers)
+WORKER_BLOCK_BYTES = 4 << 20
+
+
 def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_expr: str | None = None,
                count: int | None = None, separator: bytes = b"\t", quote: bytes = b"", verify_icrc: bool = False,
-               workers: int | None = None, progress: bool = False, block_bytes: int = 2 << 20,
+               workers: int | None = None, progress: bool = False, block_bytes: int | None = None,
                parallel_min_bytes: int = 32 << 20, occurrence: str = "a", aggregator: str = ",") -> Iterator[bytes]:
     """The ``-T fields`` output of a capture, block by block (bounded memory).
 
@@ -654,6 +665,8 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
     ``-E`` options, for fields that occur more than once in a frame (several iWARP FPDUs).
     The pcapng blocks' fields (:data:`~rdmalab.capture.pcapio.FRAME_META_FIELDS`) may be asked for, but a filter
     on them is refused with a ValueError (they are not columns: ``rdmalab decode -Y`` filters them frame by frame).
+    ``block_bytes``: the size of a block of records (default: :data:`BLOCK_BYTES` in this process,
+    :data:`WORKER_BLOCK_BYTES` in workers).
     """
     p = os.fspath(path)
     flt = compile_filter(filter_expr) if filter_expr else None
@@ -679,6 +692,8 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
                 and not (flt is not None and "frame.time_delta_displayed" in names)
                 and parallel_capture(p, ethernet=True)
                 and os.path.getsize(p) >= parallel_min_bytes)
+    if block_bytes is None:
+        block_bytes = WORKER_BLOCK_BYTES if parallel else BLOCK_BYTES
     if parallel and (wants_conversations(needed) or meta is not None):
         # (the blocks decoded in the workers, the conversations and the pcapng blocks' fields followed here)
         yield from _conversations_text(p, names, flt, needed, verify_icrc, separator, quote, occurrence, aggregator,

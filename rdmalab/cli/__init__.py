@@ -29,13 +29,14 @@ This module also holds what the subcommands share: :class:`Fail` (the one-senten
 :class:`Args`, the quick parser of the live servers' plain command lines (:func:`quick_parse`) and
 :func:`listen_then_run`, a server that listens before it loads the engine.  On the way to a server's
 listen (issue 21: start-up in the TCG lab VM, where every module read from the 9p root costs) only
-``rdmalab``, this module, the command's own module, ``__future__`` and the C module ``_socket`` are
-loaded: no argparse, no typing, no ``socket.py``, no other layer.
+``rdmalab``, this module, the command's own module, ``__future__`` and the C modules ``_socket`` and
+``gc`` are loaded: no argparse, no typing, no ``socket.py``, no other layer.
 """
 
 from __future__ import annotations
 
 import _socket  # (socket.py, with enum, selectors ..., is loaded after a server's listen: listen_socket)
+import gc  # (a module built into the interpreter: nothing is read to import it)
 import sys
 
 from rdmalab import __version__
@@ -280,6 +281,29 @@ def _user_error(err: Exception) -> bool:
     RdmalabError was raised (a live server does not load it before it listens)."""
     errors = sys.modules.get("rdmalab.wire.errors")
     return isinstance(err, Fail) or (errors is not None and isinstance(err, errors.RdmalabError))
+
+
+#: whether this process is the ``rdmalab`` program (:func:`command`), not a caller of :func:`main` (a test, a notebook)
+_program = False
+
+
+def command() -> int:
+    """The ``rdmalab`` program: its console script and ``python -m rdmalab``.  :func:`main` of the command
+    line, in a process that ends with it (what :func:`settled` relies on)."""
+    global _program
+    _program = True
+    return main()
+
+
+def settled() -> None:
+    """Said by a command once it has imported the modules it runs, before its work.  In the ``rdmalab``
+    program (:func:`command`) the objects made so far (the modules, their classes and functions, which live
+    until the process ends) are left out of the cyclic garbage collector's passes from here on (``gc.freeze``):
+    each pass of its oldest generation walked them all, and so did the pass at the process's end; the worker
+    processes forked later inherit them left out.  What the command makes after this is collected as usual.
+    In a process that calls :func:`main` (tests, a notebook) nothing is done: it lives on after the command."""
+    if _program:
+        gc.freeze()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,7 +13,7 @@ import sys
 from collections import deque
 from typing import Any, TextIO
 
-from rdmalab.cli import Fail
+from rdmalab.cli import Fail, settled
 
 _QUOTES = {"d": b'"', "s": b"'", "n": b""}
 
@@ -566,6 +566,7 @@ def _decode(path: str, args: argparse.Namespace, flt: Any, out: TextIO, shown: s
     from rdmalab.wire.errors import DecodeError  # lazy: keeps `rdmalab --help` fast
     from rdmalab.wire.net import TCP  # lazy: keeps `rdmalab --help` fast
 
+    settled()  # (the modules above are most of what every decoder imports)
     fmt = args.format
     try:
         if args.write is not None:
