@@ -15,6 +15,7 @@ import pytest
 
 import rdmalab.cli as cli
 from rdmalab.capture import fieldtext
+from rdmalab.capture.columnar import iter_columns as real_columns  # (what fieldtext calls)
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURE = ROOT / "captures" / "rxe_rc_pingpong.pcap"
@@ -42,10 +43,15 @@ def test_console_script_and_module_run_the_program() -> None:
     assert "command()" in (ROOT / "rdmalab" / "__main__.py").read_text()
 
 
-def test_the_program_leaves_its_modules_out_of_the_collector_before_it_decodes() -> None:
-    got = subprocess.run([sys.executable, "-c", _PROBE, "decode", "-r", str(CAPTURE), "-c", "3"],
-                         capture_output=True, text=True, check=True, cwd=ROOT)
-    assert len(got.stdout.splitlines()) == 3  # (the command's own output, as without it)
+@pytest.mark.parametrize(("argv", "lines"), [(["decode", "-r", str(CAPTURE), "-c", "3"], 3),
+                                             (["analyze", str(CAPTURE), "--quiet"], None),
+                                             (["stats", "-r", str(CAPTURE)], None)])
+def test_the_program_leaves_its_modules_out_of_the_collector_before_its_work(argv: list[str], lines: int | None) -> None:
+    got = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, check=True, cwd=ROOT)
+    if lines is not None:
+        assert len(got.stdout.splitlines()) == lines  # (the command's own output, as without it)
+    else:
+        assert got.stdout.strip()
     exit_line = got.stderr.strip().splitlines()[-1]
     code, frozen = exit_line.split(" frozen ")
     assert code == "exit 0"
@@ -62,7 +68,7 @@ def test_settled_does_nothing_in_a_process_that_calls_main(capsys: pytest.Captur
 
 def test_settled_in_the_program_freezes(monkeypatch: pytest.MonkeyPatch) -> None:
     called: list[bool] = []
-    monkeypatch.setattr(cli.gc, "freeze", lambda: called.append(True))
+    monkeypatch.setattr(gc, "freeze", lambda: called.append(True))  # (the module rdmalab.cli calls)
     cli.settled()
     assert called == []
     monkeypatch.setattr(cli, "_program", True)
@@ -74,7 +80,7 @@ def test_field_text_blocks_are_larger_in_workers(monkeypatch: pytest.MonkeyPatch
     """The default block of ``-T fields``: :data:`fieldtext.BLOCK_BYTES` in one process, the larger
     :data:`fieldtext.WORKER_BLOCK_BYTES` in workers; one given is used either way."""
     seen: list[tuple[str, int]] = []
-    real_in_workers, real_columns = fieldtext._in_workers, fieldtext.iter_columns
+    real_in_workers = fieldtext._in_workers
 
     def in_workers(p, render, extra, workers, block_bytes, progress):  # type: ignore[no-untyped-def]
         seen.append(("workers", block_bytes))
@@ -85,7 +91,7 @@ def test_field_text_blocks_are_larger_in_workers(monkeypatch: pytest.MonkeyPatch
         return real_columns(*a, block_bytes=block_bytes, **kw)
 
     monkeypatch.setattr(fieldtext, "_in_workers", in_workers)
-    monkeypatch.setattr(fieldtext, "iter_columns", columns)
+    monkeypatch.setattr("rdmalab.capture.fieldtext.iter_columns", columns)
     names = ["frame.number", "infiniband.bth.psn"]
     one = b"".join(fieldtext.field_text(CAPTURE, names, workers=1))
     two = b"".join(fieldtext.field_text(CAPTURE, names, workers=2, parallel_min_bytes=0))

@@ -12,12 +12,13 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from rdmalab.cli import Fail
+from rdmalab.cli import Fail, settled
 
 
 def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
     from rdmalab.capture.analysis import analyze  # lazy: keeps `rdmalab --help` fast
 
+    settled()
     paths = list(args.files or []) + ([args.read] if args.read else [])
     if not paths:
         raise Fail("analyze needs a capture file: rdmalab analyze FILE (or several, or a `rdmalab convert` dataset)")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from rdmalab.cli import Fail
+from rdmalab.cli import Fail, settled
 
 
 def run_stats(args: argparse.Namespace, out: TextIO) -> int:
     from rdmalab.capture.stats import capture_stats  # lazy: keeps `rdmalab --help` fast
 
+    settled()
     path = args.file or args.read
     if path is None:
         raise Fail("stats needs a capture file: rdmalab stats -r FILE")
