@@ -590,6 +590,38 @@ def _expert(severity: str, message: str) -> list[str]:
             "    [Group: Sequence]"]
 
 
+#: (flags, whether a duplicate ACK's pair is known) -> :func:`_flag_lines`.  Bounded: there are 15 flags, and
+#: few of their sets ever seen.
+_FLAG_LINES: dict[tuple[tuple[str, ...], bool], tuple[list[str], list[str] | None]] = {}
+
+
+def _flag_lines(names: tuple[str, ...], dup: bool) -> tuple[list[str], list[str] | None]:
+    """The ``[TCP Analysis Flags]`` lines of a segment's SEQ/ACK analysis tree (:func:`tree_lines`) with the
+    flags ``names``: the lines up to where a plain retransmission's RTO lines go, and those after it (None:
+    no such place, not a plain retransmission).  The same for every segment with those flags: made once."""
+    got = _FLAG_LINES.get((names, dup))
+    if got is not None:
+        return got
+    before = ["    [TCP Analysis Flags]"]
+    after: list[str] | None = None
+    out = before
+    kind = any(k in names for k in _KINDS_OF_RETRANSMISSION)
+    for name, severity, message in EXPERT:
+        if name not in names:
+            continue
+        if name == "tcp.analysis.duplicate_ack":
+            if dup:
+                out.append("        [This is a TCP duplicate ack]")
+            continue
+        out.extend("        " + line for line in _expert(severity, message))
+        if name == "tcp.analysis.retransmission" and not kind:
+            out = after = []
+    if len(_FLAG_LINES) >= 4096:
+        _FLAG_LINES.clear()
+    _FLAG_LINES[names, dup] = before, after
+    return before, after
+
+
 def tree_lines(names: Any, dup: tuple[int, int] | None,
                values: tuple[int, int, int, int, int, int, int] | None) -> list[str]:
     """tshark's ``[SEQ/ACK analysis]`` tree of a segment (``tshark -V``, packet-tcp.c's
@@ -609,19 +641,13 @@ def tree_lines(names: Any, dup: tuple[int, int] | None,
         out.append(f"    [Bytes in flight: {bif}]")
         out.append(f"    [Bytes sent since last PSH flag: {push}]")
     if names:
-        out.append("    [TCP Analysis Flags]")
-        kind = any(k in names for k in _KINDS_OF_RETRANSMISSION)
-        for name, severity, message in EXPERT:
-            if name not in names:
-                continue
-            if name == "tcp.analysis.duplicate_ack":
-                if dup is not None:
-                    out.append("        [This is a TCP duplicate ack]")
-                continue
-            out.extend("        " + line for line in _expert(severity, message))
-            if name == "tcp.analysis.retransmission" and not kind and rto:
-                out.append(f"        [The RTO for this segment was: {seconds_text(rto)} seconds]")
-                out.append(f"        [RTO based on delta from frame: {rto_frame}]")
+        before, after = _flag_lines(tuple(names), dup is not None)
+        out += before
+        if after is not None and rto:  # (a plain retransmission's RTO: after its own expert lines)
+            out.append(f"        [The RTO for this segment was: {seconds_text(rto)} seconds]")
+            out.append(f"        [RTO based on delta from frame: {rto_frame}]")
+        if after:
+            out += after
     if dup is not None:
         out.append(f"    [Duplicate ACK #: {dup[0]}]")
         out.append(f"    [Duplicate to the ACK in frame: {dup[1]}]")
@@ -730,7 +756,8 @@ class Later(NamedTuple):
 
     def tree(self) -> bytes:
         """The lines of :func:`tree_lines` as put after the TCP header's fields of a ``-V`` tree."""
-        return "".join(["\n        " + x for x in tree_lines(self.names, self.dup, self.values)]).encode()
+        lines = tree_lines(self.names, self.dup, self.values)
+        return ("\n        " + "\n        ".join(lines)).encode() if lines else b""
 
 
 def insert_json(text: str, pending: Any) -> str:

@@ -26,7 +26,7 @@ from rdmalab.capture.fieldtext import _block_text
 from rdmalab.capture.filter import FilterError, compile_filter
 from rdmalab.capture.pcapwriter import write_capture
 from rdmalab.capture.reader import records
-from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, FLAG_FIELDS, VALUE_FIELDS
+from rdmalab.capture.tcp_analysis import ANALYSIS_FIELDS, FLAG_FIELDS, VALUE_FIELDS, Later, tree_lines
 from rdmalab.cli import main
 from rdmalab.wire.frame import encode_tcp_frame
 from rdmalab.wire.net import TCP
@@ -498,3 +498,25 @@ def test_a_stream_read_part_from_columns_part_per_packet_is_analysed_once(tmp_pa
         got = b"".join(_block_text(c, names, None, b"\t", b"")
                        for c in iter_columns(path, block_bytes=block, fields=names)).decode().splitlines()
         assert got == want, block
+
+
+def test_the_flags_lines_are_made_once_and_the_rto_goes_after_a_plain_retransmission() -> None:
+    """``tree_lines`` takes a set of flags' lines from a memo (``_flag_lines``): the same text for every
+    segment with those flags, a plain retransmission's RTO lines put between its own expert lines and the
+    next flag's, never for a fast or spurious one, nor without an RTO; a duplicate ACK's line only with its pair."""
+    retx, full = "tcp.analysis.retransmission", "tcp.analysis.window_full"
+    values = (0, 0, 0, 0, 0, 1_500_000, 7)  # (no ACKed frame, RTT, iRTT or bytes in flight; an RTO of 1.5 ms)
+    lines = tree_lines([retx, full], None, values)
+    rto = lines.index("        [The RTO for this segment was: 0.001500000 seconds]")
+    assert lines[rto + 1] == "        [RTO based on delta from frame: 7]"
+    assert lines[rto - 1] == "            [Group: Sequence]" and "retransmission" in lines[rto - 3]
+    assert "receiver is now completely full" in lines[rto + 2]
+    assert tree_lines([retx, full], None, values) == lines  # (from the memo: the same)
+    assert not any("RTO" in x for x in tree_lines([retx, full], None, values[:5] + (0, 0)))
+    spurious = tree_lines([retx, "tcp.analysis.spurious_retransmission"], None, values)
+    assert not any("RTO" in x for x in spurious) and sum("Expert Info" in x for x in spurious) == 2
+    dup = "tcp.analysis.duplicate_ack"
+    assert "        [This is a TCP duplicate ack]" in tree_lines([dup], (2, 5), values)
+    assert "        [This is a TCP duplicate ack]" not in tree_lines([dup], None, values)
+    assert Later([retx], None, values).tree() == ("\n        " + "\n        ".join(tree_lines([retx], None, values))).encode()
+    assert Later([], None, None).tree() == b""
