@@ -296,8 +296,8 @@ def command() -> int:
 
 
 def settled() -> None:
-    """Said by a command once it has imported the modules it runs, before its work (decode, analyze, stats).  In the ``rdmalab``
-    program (:func:`command`) the objects made so far (the modules, their classes and functions, which live
+    """Said by a command once it has imported the modules it runs, before its work (decode, analyze,
+    stats).  In the ``rdmalab`` program (:func:`command`) the objects made so far (the modules, their classes and functions, which live
     until the process ends) are left out of the cyclic garbage collector's passes from here on (``gc.freeze``):
     each pass of its oldest generation walked them all, and so did the pass at the process's end; the worker
     processes forked later inherit them left out.  What the command makes after this is collected as usual.
