@@ -58,9 +58,7 @@ def test_a_kernel_that_stops_answering_ends_the_notebook(tmp_path: Path, monkeyp
     """After a cell interrupted at its time limit the kernel must answer (a kernel_info request) within
     runner.ANSWER_SECONDS, else the notebook ends there and says so: the cells after it are not run, each to
     its own time limit (nbclient would give every one of them its whole limit: 14 minutes in CI)."""
-    import rdmalab.lab.runner as runner
-
-    monkeypatch.setattr(runner, "ANSWER_SECONDS", 5)
+    monkeypatch.setattr("rdmalab.lab.runner.ANSWER_SECONDS", 5)
     marker = tmp_path / "ran"
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(SILENT, id="silent"),
