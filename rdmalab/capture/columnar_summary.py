@@ -89,6 +89,7 @@ from rdmalab.capture.tcp_analysis import (
     _names,
     info_prefix,
     insert_json,
+    insert_json_one,
 )
 from rdmalab.wire.control import ICMP_ERRORS, ICMPV6_ERRORS, IPPROTO_ICMP, IPPROTO_ICMPV6, icmp_summary, icmpv6_summary
 from rdmalab.wire.errors import DecodeError
@@ -1266,6 +1267,7 @@ _PREFIX_INPUTS = ("frame.number", *_TCP_INPUTS, *CONVERSATION_INPUTS)
 #: header's heading, and the first line after that is not one of its fields
 _FRAME_HEAD = re.compile(rb"\nFrame (\d+): ")
 _FIRST_HEAD = re.compile(rb"Frame (\d+): ")
+_JSON_NUMBER_KEY = '"frame.number": "'
 _JSON_NUMBER = re.compile(r'"frame\.number": "(\d+)"')
 # (render.with_analysis_tree's marks, as bytes: the -V text of the workers)
 _TCP_HEADING = TCP_HEADING.encode()
@@ -1534,10 +1536,33 @@ class AnalysisFeed:
     def apply_json(self, text: str) -> str:
         """``text``, the next frames' ``-T json`` text, in order, with the ``tcp.analysis`` member of each
         segment that has one (:func:`~rdmalab.capture.tcp_analysis.insert_json`)."""
-        numbers = _JSON_NUMBER.findall(text)
-        if numbers:
-            self._read_upto(int(numbers[-1]))
+        at = text.rfind(_JSON_NUMBER_KEY)  # (the last frame's number: found from the end)
+        m = _JSON_NUMBER.match(text, at) if at >= 0 else None
+        if m is None:
+            return text
+        last = int(m.group(1))
+        self._read_upto(last)
+        if not self.pending or self.pending[0][0] > last:  # (the segments' members put in already: json_frame)
+            return text
         return insert_json(text, self.pending)
+
+    def json_frame(self, frame: int, text: str) -> str:
+        """``text``, the ``-T json`` text of frame ``frame`` alone, with its ``tcp.analysis`` member put in
+        (:func:`~rdmalab.capture.tcp_analysis.insert_json_one`) if it has one; the frames before it are left to
+        :meth:`apply_json` (a member of one of them, which seldom has one, stays in :attr:`pending` for it)."""
+        self._read_upto(frame)
+        pending = self.pending
+        if not pending or pending[0][0] > frame:
+            return text
+        if pending[0][0] == frame:
+            return insert_json_one(text, pending.popleft()[1])  # type: ignore[arg-type]  # (json: its members)
+        for i, (f, lines) in enumerate(pending):  # (behind a frame before it's: seldom)
+            if f >= frame:
+                if f == frame:
+                    del pending[i]
+                    return insert_json_one(text, lines)  # type: ignore[arg-type]
+                break
+        return text
 
     def apply(self, text: bytes) -> bytes:
         """``text``, the next lines written (one a frame, in order), the prefixes put in."""

@@ -341,12 +341,15 @@ def _with_meta(text: str, meta: FrameMeta, frame: int) -> tuple[str, int]:
 
 
 def _json_pieces(first: int, t0: int, pieces: list[str | _Left | _LeftTcp], out: list[str], tracker: Any,
-                 lenient: bool, meta: FrameMeta | None, last: tuple[int, int] | None) -> tuple[int, int] | None:
+                 lenient: bool, meta: FrameMeta | None, last: tuple[int, int] | None,
+                 analysis: Any = None) -> tuple[int, int] | None:
     """For :func:`iter_json_file`: the text of the frames of a block (from frame ``first``) that a worker
     sent as ``pieces`` (:func:`_json_block`) appended to ``out``, each frame after ``",\\n  "``: the workers'
     text with the pcapng fields of ``meta`` put in, the frames left decoded here, in order, each TCP segment
     fed to ``tracker`` (:func:`_tcp_text`).  ``last``: the number and time (ns) of the last frame
-    decoded here, before the block and (returned) after it."""
+    decoded here, before the block and (returned) after it.  ``analysis``: the ``tcp.analysis`` members
+    (:meth:`~rdmalab.capture.columnar_summary.AnalysisFeed.json_frame`) put into the text of each frame
+    finished or decoded here (the TCP segments, which have them), one frame's text at a time."""
     run: list[str] = []  # the workers' text of consecutive frames, from frame run_at (pcapng fields to add)
     run_at = nxt = first  # nxt: the number of the frame after the last one sent as a tuple
     for piece in pieces:
@@ -361,6 +364,8 @@ def _json_pieces(first: int, t0: int, pieces: list[str | _Left | _LeftTcp], out:
             nxt = first + j + 1
             new, got = _tcp_text(tracker, first + j, data, text, feed, splice)
             if new is not None:
+                if analysis is not None:
+                    new = analysis.json_frame(first + j, new)
                 if not run:
                     run_at = first + j
                 run.append(new)
@@ -379,14 +384,15 @@ def _json_pieces(first: int, t0: int, pieces: list[str | _Left | _LeftTcp], out:
         p_ns = last[1] if last is not None and last[0] == first + j - 1 else before
         last = (first + j, cp.epoch_ns)
         obj = packet_json(cp, first_ns=t0, prev_ns=p_ns, prev_displayed_ns=p_ns, meta=_meta_of(meta, cp))
-        out.append(",\n  " + _frame_text(obj))
+        text = ",\n  " + _frame_text(obj)
+        out.append(text if analysis is None else analysis.json_frame(first + j, text))
     if run:
         out.append("".join(run) if meta is None else _with_meta("".join(run), meta, run_at)[0])
     return last
 
 
 def iter_json_file(path: str, *, workers: int, lenient: bool = True, iwarp: bool = True, count: int | None = None,
-                   block_bytes: int = 1 << 20, meta: FrameMeta | None = None) -> Iterator[str]:
+                   block_bytes: int = 1 << 20, meta: FrameMeta | None = None, analysis: Any = None) -> Iterator[str]:
     """:func:`iter_json` of a whole plain pcap or pcapng file (no filter), its blocks rendered in
     ``workers`` processes (:mod:`rdmalab.capture.blockpool`): the same text, in pieces (``meta``: the
     file's pcapng fields, put into the workers' text here, in frame order).  The TCP segments are fed to
@@ -395,7 +401,10 @@ def iter_json_file(path: str, *, workers: int, lenient: bool = True, iwarp: bool
     into blocks of about that many octets (1 MiB: a block's JSON text is about seven times its octets, and
     several blocks are held at once; with 4 MiB blocks the mixed benchmark's 50,000 frames held 400 MiB
     in this process, with 1 MiB 144 MiB, and took no longer).  ``workers`` 1: the blocks rendered in this
-    process, the same way (:func:`_blocks_here`)."""
+    process, the same way (:func:`_blocks_here`).  ``analysis``: an
+    :class:`~rdmalab.capture.columnar_summary.AnalysisFeed` (``json``) that puts the ``tcp.analysis`` member into
+    each TCP segment's text as it is finished here (:func:`_json_pieces`); its :meth:`apply_json` is then
+    still to be called on each piece given, for a member of another frame (seldom one)."""
     tracker = _load_iwarp_tracker()() if iwarp else None
     yield "[\n"
     started = False
@@ -406,7 +415,7 @@ def iter_json_file(path: str, *, workers: int, lenient: bool = True, iwarp: bool
         out: list[str] = []  # the block's frames, each after ",\n  "
         try:
             with _no_gc():
-                last = _json_pieces(first, t0, pieces, out, tracker, lenient, meta, last)
+                last = _json_pieces(first, t0, pieces, out, tracker, lenient, meta, last, analysis)
         except Exception:  # the frames before the error first, as one process writes them
             text = "".join(out)
             if text:

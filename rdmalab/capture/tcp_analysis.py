@@ -781,10 +781,25 @@ def insert_json(text: str, pending: Any) -> str:
         end = text.find(_JSON_END, at + len(_JSON_TCP), got[1]) if at >= 0 else -1
         if end < 0:
             continue
-        if isinstance(lines, Later):
-            lines = lines.json()
         out.append(text[prev:end])
-        out.append(",\n" + "\n".join("          " + x for x in lines))
+        out.append(_json_member(lines))
         prev = end
     out.append(text[prev:])
     return "".join(out)
+
+
+def _json_member(lines: list[str] | Later) -> str:
+    """The text :func:`insert_json` puts at the end of a ``tcp`` layer: a ``tcp.analysis`` member."""
+    if isinstance(lines, Later):
+        lines = lines.json()
+    return ",\n" + "\n".join("          " + x for x in lines)
+
+
+def insert_json_one(text: str, lines: list[str] | Later) -> str:
+    """:func:`insert_json` of the text of one frame (``text``) and its ``tcp.analysis`` member: without
+    looking for frame numbers in it (the text unchanged when it has no ``tcp`` layer at the top)."""
+    at = text.find(_JSON_TCP)
+    end = text.find(_JSON_END, at + len(_JSON_TCP)) if at >= 0 else -1
+    if end < 0:
+        return text
+    return "".join((text[:end], _json_member(lines), text[end:]))

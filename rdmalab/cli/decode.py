@@ -247,7 +247,7 @@ def run_json(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> int:
         big = os.path.getsize(path) >= JSON_PARALLEL_MIN_BYTES
         try:
             for piece in iter_json_file(path, workers=workers if big else 1, lenient=not args.strict,
-                                        iwarp=not args.no_iwarp, count=args.count, meta=meta):
+                                        iwarp=not args.no_iwarp, count=args.count, meta=meta, analysis=feed):
                 out.write(feed.apply_json(piece))
         finally:
             feed.close()

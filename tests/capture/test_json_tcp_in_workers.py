@@ -15,14 +15,17 @@ PDU, gives another text (these captures have such frames).
 
 from __future__ import annotations
 
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rdmalab.capture import json_blocks, read
+from rdmalab.capture.columnar_summary import AnalysisFeed
 from rdmalab.capture.json_blocks import iter_json_file
 from rdmalab.capture.pcapio import FrameMeta
+from rdmalab.capture.tcp_analysis import insert_json, insert_json_one
 from rdmalab.capture.tsjson import iter_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,3 +147,35 @@ def test_a_wrong_rule_is_seen(name: str, rule: str, monkeypatch: pytest.MonkeyPa
     one = _one(path)
     monkeypatch.setattr(json_blocks, "_fed", _wrong_rules()[rule])
     assert _many(path, 4096) != one
+
+
+def _frames_json(*frames: tuple[int, bool]) -> list[str]:
+    """Made ``-T json`` texts of frames (number, whether it has a ``tcp`` layer), as the writers lay them out."""
+    out = []
+    for n, tcp in frames:
+        layers = f'\n        "frame": {{\n          "frame.number": "{n}"\n        }}'
+        if tcp:
+            layers += ',\n        "tcp": {\n          "tcp.srcport": "1"\n        }'
+        out.append(',\n  {\n    "_source": {\n      "layers": {' + layers + "\n      }\n    }\n  }")
+    return out
+
+
+def test_a_segments_analysis_goes_into_its_own_text_and_another_frames_waits_for_the_piece() -> None:
+    """AnalysisFeed.json_frame puts a segment's tcp.analysis member into that frame's text alone; a member of
+    a frame before it (written by a worker, in a run) stays pending for apply_json, which puts it in the
+    piece's text; a piece with nothing pending is given back as it is."""
+    feed = AnalysisFeed(json=True)
+    feed.pending.extend([(3, ['"tcp.analysis.x": "three"']), (5, ['"tcp.analysis.x": "five"'])])
+    one, two, three, four, five = _frames_json((1, False), (2, True), (3, True), (4, False), (5, True))
+    assert feed.json_frame(2, two) == two  # (no member)
+    got5 = feed.json_frame(5, five)  # (frame 3's member is before it: left)
+    assert got5.count('"tcp.analysis.x": "five"') == 1 and got5.index("five") > got5.index('"tcp.srcport"')
+    assert [f for f, _ in feed.pending] == [3]
+    piece = "".join((one, two, three, four, got5))
+    done = feed.apply_json(piece)
+    assert done.count('"tcp.analysis.x": "three"') == 1 and done.count("five") == 1 and not feed.pending
+    assert feed.apply_json(piece) is piece  # nothing pending: the text as given
+    # the member goes at the end of the tcp layer, as insert_json puts it
+    member = ['"tcp.analysis.x": "y"']
+    assert insert_json_one(three, member) == insert_json(three, deque([(3, member)]))
+    assert insert_json_one(four, member) == four  # no tcp layer: unchanged
