@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from rdmalab.capture.blockpool import blocks_in_workers
 from rdmalab.capture.json_templates import TCP_SHAPES, roce_json, tcp_json
 from rdmalab.capture.linktypes import LINKTYPE_ERF
@@ -36,6 +38,7 @@ from rdmalab.capture.tsjson import (
     _pdus_chain,
     _quote,
     _tail_layers,
+    frame_starts,
     packet_json,
 )
 
@@ -171,11 +174,13 @@ TCP_REFUSED: set[tuple[int, int, bool, tuple[int, int]]] = set()
 
 
 def _tcp_templated(buf: Any, o: int, cap: int, wire: int, lt: int, fcs: int, frame: int, ts: float, ns: int,
-                   iface: int, first_ns: int, before: int, lenient: bool) -> tuple[bytes, str, _Feed, _Splice | None] | None:
+                   iface: int, first_ns: int, before: int, lenient: bool,
+                   start: str | None = None) -> tuple[bytes, str, _Feed, _Splice | None] | None:
     """A TCP segment's piece (the record's bytes, its text after ``",\n  "``, what the tracker is fed, its
     :data:`_Splice`) from the templates (:func:`~rdmalab.capture.json_templates.tcp_json`), the first of each
-    kind checked against :func:`_per_packet`; None for a frame they do not write."""
-    got = tcp_json(buf, o, cap, wire, lt, fcs, frame, ns, first_ns, before)
+    kind checked against :func:`_per_packet`; None for a frame they do not write.  ``start``: the frame's
+    :func:`~rdmalab.capture.tsjson.frame_starts` (None: made here)."""
+    got = tcp_json(buf, o, cap, wire, lt, fcs, frame, ns, first_ns, before, start)
     if got is None:
         return None
     text, extras, at, length, seg, shape = got
@@ -213,6 +218,7 @@ def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> t
     pieces: list[str | _Left | _LeftTcp] = []
     run: list[str] = []
     before = nss[0] if prev is None else prev
+    starts = _starts(nss[:n], before, first_ns, blk.first, caps[:n])
     with _no_gc():
         for j in range(n):
             ts, ns = secs[j], nss[j]
@@ -221,11 +227,12 @@ def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> t
             own = lts[j] != LINKTYPE_ERF and (lts[j - 1] != LINKTYPE_ERF if j else prev is None)
             if own:
                 try:
+                    start = starts[j] if starts is not None else None
                     text = roce_json(blk.buf, offs[j], caps[j], wires[j], lts[j], fcss[j], blk.first + j, ts, ns,
-                                     ifs[j], first_ns, before)
+                                     ifs[j], first_ns, before, start)
                     piece = None if text is not None else _tcp_templated(blk.buf, offs[j], caps[j], wires[j], lts[j],
                                                                          fcss[j], blk.first + j, ts, ns, ifs[j],
-                                                                         first_ns, before, lenient)
+                                                                         first_ns, before, lenient, start)
                 except Exception:  # noqa: BLE001 - the per-packet way below writes it, or raises in order
                     text = piece = None
                 if text is not None:
@@ -254,6 +261,20 @@ def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> t
     if run:
         pieces.append("".join(run))
     return blk.first, pieces
+
+
+def _starts(nss: list[int], before: int, first_ns: int, first: int, caps: list[int]) -> list[str] | None:
+    """:func:`~rdmalab.capture.tsjson.frame_starts` of a block's frames (their times ``nss``, the frame before the
+    first at ``before``, numbered from ``first``, whole Ethernet frames of ``caps`` octets: what the templates
+    write), or None for frames before 1970 (each one's made by the templates as it is written)."""
+    if not nss or min(nss) < 0:
+        return None
+    ns = np.array(nss, dtype=np.int64)
+    prev = np.empty_like(ns)
+    prev[0] = before
+    prev[1:] = ns[:-1]
+    return frame_starts(ns, prev, first_ns, np.arange(first, first + len(nss), dtype=np.int64),
+                        np.array(caps, dtype=np.int64))
 
 
 class _Replay:

@@ -200,12 +200,13 @@ _TPID = ETHERTYPE_VLAN.to_bytes(2, "big")
 
 
 def roce_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int, fcs_len: int, frame: int,
-              seconds: float, ns: int, interface: int, first_ns: int, prev_ns: int) -> str | None:
+              seconds: float, ns: int, interface: int, first_ns: int, prev_ns: int, start: str | None = None) -> str | None:
     """The JSON text of frame ``frame`` (``buf[o:o + cap]``, ``wire`` octets on the wire, a record of
     ``linktype`` at ``seconds``, ``ns``, of ``interface``, from a capture that says it keeps an FCS of
     ``fcs_len`` octets), the capture's first frame at ``first_ns`` and the frame before it at
     ``prev_ns``, as ``_frame_text(packet_json(...))`` writes it, without the pcapng fields and
-    the TCP analysis; None when it is not a frame written here.  With or without one 802.1Q tag."""
+    the TCP analysis; None when it is not a frame written here.  With or without one 802.1Q tag.  ``start``:
+    the frame's :func:`~rdmalab.capture.tsjson.frame_starts` (None: made here)."""
     tag = _tag_of(buf, o, cap, wire, linktype, fcs_len)
     if tag is None:
         return None
@@ -225,7 +226,7 @@ def roce_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int
     kind = (roce.bth.opcode, roce.plen > 0, roce.pad > 0, tag, version)
     if kind in REFUSED:
         return None
-    text = _written(buf, o, cap, tag, roce, frame, ns, first_ns, prev_ns, version)
+    text = _written(buf, o, cap, tag, roce, frame, ns, first_ns, prev_ns, version, start)
     if kind not in _CHECKED:
         _CHECKED.add(kind)
         cp = decode_record(RawRecord(frame, seconds, linktype, bytes(buf[o:o + cap]), wire, interface, ns,
@@ -237,7 +238,7 @@ def roce_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int
 
 
 def _written(buf: bytes | bytearray, o: int, cap: int, tag: int, roce: RoceFrame, frame: int, ns: int, first_ns: int,
-             prev_ns: int, version: int = 4) -> str | None:
+             prev_ns: int, version: int = 4, start: str | None = None) -> str | None:
     front, chain, udp = (_FRONT[tag], _ROCE_CHAIN[tag], 34) if version == 4 else (_FRONT6[tag], _ROCE_CHAIN6[tag], 54)
     headers = [*front, (_UDP, tag + udp), (_BTH, tag + udp + 8),
                *((_header_json(type(la.header)), tag + la.offset) for la in roce.extended)]
@@ -246,19 +247,21 @@ def _written(buf: bytes | bytearray, o: int, cap: int, tag: int, roce: RoceFrame
                    roce.crc, roce.crc_at, "icrc")
     data = buf[o + tag + roce.pos:o + tag + roce.pos + roce.plen + roce.pad] if roce.plen else None
     got = frame_json(buf, o, cap, headers, light, chain + ":data" if roce.plen else chain, data, "rocev2",
-                     frame, ns, first_ns, prev_ns)
+                     frame, ns, first_ns, prev_ns, start)
     return None if got is None else got[0]
 
 
 def frame_json(buf: bytes | bytearray, o: int, cap: int, headers: list[tuple[HeaderJson, int]], light: Packet | None,
                chain: str, data: bytes | bytearray | None, encap: str, frame: int, ns: int, first_ns: int,
-               prev_ns: int) -> tuple[str, dict[str, str]] | None:
+               prev_ns: int, start: str | None = None) -> tuple[str, dict[str, str]] | None:
     """The JSON text of frame ``frame`` (the Ethernet frame ``buf[o:o + cap]``, whole on the wire) of
     ``headers`` (each header's templates and offset in the frame), whose ``frame.protocols`` is ``chain``,
     whose payload tshark shows as ``data`` (None: none), as ``_frame_text(packet_json(...))`` writes it;
     ``light``: a packet holding its headers after the IP header's, for the fields the packet adds besides
     its headers' (``packet_fields``: CRCs, rdmalab's own), None for none.  With the rdmalab fields before
-    ``rdmalab.encap`` (what a worker sends of a TCP segment); None when a header has no template."""
+    ``rdmalab.encap`` (what a worker sends of a TCP segment); None when a header has no template.  ``start``:
+    the frame's text up to its ``frame.protocols``'s value, :func:`~rdmalab.capture.tsjson.frame_starts` (None:
+    made here, :func:`~rdmalab.capture.tsjson.frame_values`)."""
     layers: dict[str, list[str]] = {}  # layer -> its entries
     keys: dict[str, frozenset[str]] = {}
     extras: dict[str, str] = {}
@@ -293,9 +296,12 @@ def frame_json(buf: bytes | bytearray, o: int, cap: int, headers: list[tuple[Hea
                 layers[proto].append("," + _FIELD_NL + "  " + _quote(name) + ": " + _quote(shown))
             else:
                 extras[name] = shown
-    values = frame_values(LINKTYPE_ETHERNET, ns, prev_ns, prev_ns, first_ns, frame, cap, cap)
-    values[-1] = chain
-    parts = [_FRAME_START, _quote(index_of(ns)), _FRAME_LAYERS, _LAYERS_NL, '"frame": ', frame_layer_text(values)]
+    if start is None:
+        values = frame_values(LINKTYPE_ETHERNET, ns, prev_ns, prev_ns, first_ns, frame, cap, cap)
+        values[-1] = chain
+        parts = [_FRAME_START, _quote(index_of(ns)), _FRAME_LAYERS, _LAYERS_NL, '"frame": ', frame_layer_text(values)]
+    else:
+        parts = [start, _quote(chain), _FIELD_NL, "}"]
     for proto, entries in layers.items():
         parts.append("," + _LAYERS_NL + _quote(proto) + ": {" + "".join(entries)[1:] + _FIELD_NL + "}")
     inner = _LAYERS_NL + "  "
@@ -325,7 +331,8 @@ _IP6_SRC, _IP6_DST = IPv6.LAYOUT.field("src"), IPv6.LAYOUT.field("dst")
 
 
 def tcp_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int, fcs_len: int, frame: int, ns: int,
-             first_ns: int, prev_ns: int) -> tuple[str, dict[str, str], int, int, TcpSegment, tuple[int, int]] | None:
+             first_ns: int, prev_ns: int,
+             start: str | None = None) -> tuple[str, dict[str, str], int, int, TcpSegment, tuple[int, int]] | None:
     """For a worker (:func:`rdmalab.capture.json_blocks._json_block`): the JSON text of a TCP segment
     (IPv4 without options, not a fragment, or IPv6 without extension headers, to the frame's end; one 802.1Q
     tag or none) as the per-packet writer writes it with no iWARP reassembly and its payload not shown as data
@@ -350,7 +357,7 @@ def tcp_json(buf: bytes | bytearray, o: int, cap: int, wire: int, linktype: int,
         return None
     shape = (tag, version)
     got = frame_json(buf, o, cap, [*(_FRONT if version == 4 else _FRONT6)[tag], (_TCP, th)], None, TCP_SHAPES[shape][0],
-                     None, "tcp", frame, ns, first_ns, prev_ns)
+                     None, "tcp", frame, ns, first_ns, prev_ns, start)
     if got is None:
         return None
     seg = (_address_text(version, src), tv >> _TCP_SPORT.shift & _TCP_SPORT.mask,

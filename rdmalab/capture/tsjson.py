@@ -26,9 +26,21 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from json import encoder as _json_encoder
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from rdmalab.capture.columnar import COLUMN_BY_NAME
 from rdmalab.capture.fields import TRAILER_BYTES, header_fields, packet_fields
-from rdmalab.capture.fieldtext import absolute_parts, absolute_text, epoch_text, relative_text
+from rdmalab.capture.fieldtext import (
+    _absolute_matrix,
+    _dec,
+    _epoch_text,
+    _strings,
+    absolute_parts,
+    absolute_text,
+    epoch_text,
+    relative_matrix,
+    relative_text,
+)
 from rdmalab.capture.fieldtext import value_text as _value_text
 from rdmalab.capture.filter import declared_fields
 from rdmalab.capture.linktypes import ERF
@@ -636,6 +648,47 @@ def frame_values(linktype: int, ns: int, prev_ns: int, prev_displayed_ns: int, f
     return [str(_encap_type(linktype)), absolute_text(ns), "0.000000000", epoch_text(ns), relative_text(ns - prev_ns),
             relative_text(ns - prev_displayed_ns), relative_text(ns - first_ns), str(number), str(length), str(captured),
             "0", "0", ""]
+
+
+def frame_starts(ns: np.ndarray, prev_ns: np.ndarray, first_ns: int, numbers: np.ndarray,
+                 lengths: np.ndarray) -> list[str]:
+    """The text of each of a block's Ethernet frames, whole on the wire (``lengths`` octets each), as
+    ``_frame_text`` writes it up to its ``frame.protocols``'s value: its ``_index`` and its frame layer's
+    other fields (:func:`frame_values` of ``ns``, the frames before them at ``prev_ns``, the first at
+    ``first_ns``), made a column at a time: the text of the same fields of each frame in turn costs a
+    worker a sixth of its time (``-T json``).  :func:`frame_start` is one frame's."""
+    n = len(ns)
+    if n == 0:
+        return []
+    ns = ns.astype(np.int64, copy=False)
+
+    def const(text: str) -> np.ndarray:
+        return np.broadcast_to(np.frombuffer(text.encode(), dtype=np.uint8), (n, len(text.encode())))
+
+    secs = ns // 1_000_000_000
+    uniq, inv = np.unique(secs, return_inverse=True)
+    index = _strings([_quote("packets-" + absolute_parts(int(x))[2]) for x in uniq.tolist()])[inv.reshape(-1)]
+    parts = [const(_FRAME_START), index, const(_FRAME_LAYERS + _LAYERS_NL + '"frame": ' + _FRAME_HEADS[0]
+                                               + _quote(str(_encap_type(1))) + _FRAME_HEADS[1] + '"'),
+             _absolute_matrix(ns), const('"' + _FRAME_HEADS[2] + '"0.000000000"' + _FRAME_HEADS[3] + '"'),
+             _epoch_text(ns)]
+    for k, d in enumerate((ns - prev_ns, ns - prev_ns, ns - first_ns), 4):
+        parts += (const('"' + _FRAME_HEADS[k] + '"'), relative_matrix(d))
+    for k, v in ((7, numbers), (8, lengths), (9, lengths)):
+        parts += (const('"' + _FRAME_HEADS[k] + '"'), _dec(v.astype(np.int64, copy=False)))
+    parts += (const('"' + _FRAME_HEADS[10] + '"0"' + _FRAME_HEADS[11] + '"0"' + _FRAME_HEADS[12]),)
+    m = np.hstack(parts)
+    keep = m != 0  # (the matrices' blanks: no character)
+    ends = np.cumsum(keep.sum(axis=1)).tolist()
+    text = m[keep].tobytes().decode()
+    return [text[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+def frame_start(ns: int, prev_ns: int, first_ns: int, number: int, length: int) -> str:
+    """:func:`frame_starts` of one frame: from :func:`frame_values`, a field at a time."""
+    values = frame_values(1, ns, prev_ns, prev_ns, first_ns, number, length, length)
+    return "".join([_FRAME_START, _quote(index_of(ns)), _FRAME_LAYERS, _LAYERS_NL, '"frame": ',
+                    *[h + _quote(v) for h, v in zip(_FRAME_HEADS[:-1], values, strict=False)], _FRAME_HEADS[-1]])
 
 
 def frame_layer_text(values: list[str]) -> str:

@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import hostile  # tests/hostile.py: frames made hostile, or sent another way
+import numpy as np
 import pytest
 
 from rdmalab.capture import json_templates
 from rdmalab.capture.json_templates import VOLATILE, HeaderJson, roce_json
 from rdmalab.capture.pcapio import record_blocks, record_ns
 from rdmalab.capture.reader import RawRecord, decode_record
-from rdmalab.capture.tsjson import _frame_text, _make_header_layer, _packet_json
+from rdmalab.capture.tsjson import _frame_text, _make_header_layer, _packet_json, frame_start, frame_starts
 from rdmalab.wire.header import Header
 from rdmalab.wire.net import TCP
 
@@ -405,3 +406,23 @@ def test_tcp_over_ipv6_with_a_header_octet_changed(monkeypatch: Any) -> None:
                 want = json_blocks._per_packet(n, ts, ns, lt, b, len(b), 0, fcs, first, first, True, True)
                 assert want[0] is not None and got == (b, ",\n  " + want[0], want[2], want[3]), (n, pos, delta)
     assert taken > 200
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_frames_starts_a_column_at_a_time_are_each_frames_own(seed: int) -> None:
+    """frame_starts (a block's _index and frame layers, made a column at a time in a -T json worker) equals
+    frame_start (one frame's, from frame_values: what the per-packet writer writes) for times that cross
+    seconds and days, go back (a frame before the one before it), sit before the first frame, on the
+    second, with nine digits, the last years nanoseconds since 1970 hold (2262), and frame numbers and lengths of
+    every width."""
+    rnd = random.Random(seed)
+    base = rnd.choice([0, 1_795_241_888 * 10**9, 86_399 * 10**9 + 999_999_999, 9_223_372_036 * 10**9 - 10**15, 10**18])
+    ns = np.array([base + rnd.choice([0, 1, 10**9, rnd.randrange(3 * 10**9), rnd.randrange(10**14)])
+                   for _ in range(300)], dtype=np.int64)
+    prev = np.array([int(ns[0]) - rnd.randrange(5)] + [int(x) for x in ns[:-1]], dtype=np.int64)
+    first = int(ns.min()) + rnd.choice([0, 10**9, -(10**12)])
+    numbers = np.array(sorted(rnd.randrange(1, 10**rnd.randrange(1, 10)) for _ in range(300)), dtype=np.int64)
+    lengths = np.array([rnd.choice([14, 60, 1082, 9000, 65535]) for _ in range(300)], dtype=np.int64)
+    want = [frame_start(int(a), int(b), first, int(c), int(d)) for a, b, c, d in zip(ns, prev, numbers, lengths, strict=True)]
+    assert frame_starts(ns, prev, first, numbers, lengths) == want
+    assert frame_starts(ns[:0], prev[:0], first, numbers[:0], lengths[:0]) == []
