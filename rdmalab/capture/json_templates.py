@@ -38,8 +38,6 @@ from rdmalab.capture.tree_templates import RoceFrame, _front, _ipv4_front, _ipv6
 from rdmalab.capture.tsjson import (
     _FIELD_NL,
     _FRAME_END,
-    _FRAME_LAYERS,
-    _FRAME_START,
     _LAYER,
     _LAYERS_NL,
     _frame_text,
@@ -47,10 +45,8 @@ from rdmalab.capture.tsjson import (
     _make_header_layer,
     _packet_json,
     _quote,
-    frame_layer_text,
-    frame_values,
+    frame_start,
     header_layer_of,
-    index_of,
     int_text,
     value_text,
 )
@@ -261,58 +257,145 @@ def frame_json(buf: bytes | bytearray, o: int, cap: int, headers: list[tuple[Hea
     its headers' (``packet_fields``: CRCs, rdmalab's own), None for none.  With the rdmalab fields before
     ``rdmalab.encap`` (what a worker sends of a TCP segment); None when a header has no template.  ``start``:
     the frame's text up to its ``frame.protocols``'s value, :func:`~rdmalab.capture.tsjson.frame_starts` (None:
-    made here, :func:`~rdmalab.capture.tsjson.frame_values`)."""
-    layers: dict[str, list[str]] = {}  # layer -> its entries
-    keys: dict[str, frozenset[str]] = {}
-    extras: dict[str, str] = {}
+    made here, :func:`~rdmalab.capture.tsjson.frame_values`).
+
+    Where each header's entries and each of the packet's fields go (which layer, in which order, or
+    rdmalab's layer) depends only on the headers' templates and the fields' names: that is worked out once
+    for each such kind of frame (:class:`_Plan`), and each frame's text is its plan's pieces with its own
+    values between them."""
+    ts: list[_Template] = []
+    texts: list[str] = []
     for hj, at in headers:
         got = hj.parts(buf, o + at)
         if got is None:
             return None
-        t, text = got
-        extras.update(t.ours)
-        if not t.proto:
-            continue
-        seen = keys.get(t.proto)
-        if seen is None:
-            layers[t.proto], keys[t.proto] = [text], t.keys
-        elif seen.isdisjoint(t.keys):
-            layers[t.proto].append(text)
-            keys[t.proto] = seen | t.keys
-        else:
-            return None  # (keys in common: the per-packet writer merges them)
+        ts.append(got[0])
+        texts.append(got[1])
+    names: tuple[str, ...] = ()
+    shown: list[str] = []
     if light is not None:
         flat: dict[str, Any] = {}
         packet_fields(light, flat, skip=frozenset(type(la.header) for la in light.layers), quotes=False)
         for name, x in flat.items():
             if type(x) is not int and type(x) is not str:
                 return None
+            shown.append(value_text(name, x))
+        names = tuple(flat)
+    key = (tuple(ts), names, data is not None, encap, chain)
+    if key in _PLANS:
+        plan = _PLANS[key]
+    else:
+        if len(_PLANS) >= _REMEMBERED:
+            _PLANS.clear()
+        plan = _PLANS[key] = _Plan.make(ts, names, data is not None, encap, chain)
+    if plan is None:
+        return None  # (keys in common: the per-packet writer merges them)
+    parts = [frame_start(ns, prev_ns, first_ns, frame, cap) if start is None else start]
+    for kind, x in plan.ops:
+        if kind == _CONST:
+            parts.append(x)
+        elif kind == _TEXT:
+            parts.append(texts[x])
+        elif kind == _FIRST:
+            parts.append(texts[x][1:])  # (a layer's first entry: without its comma)
+        elif kind == _SHOWN:
+            parts.append(_quote(shown[x]))
+        else:  # _DATA
+            assert data is not None
+            parts += (data.hex(":"), x, str(len(data)))
+    return "".join(parts), {name: x if kind == _CONST else shown[x] for name, kind, x in plan.extras}
+
+
+#: the kinds of a :class:`_Plan`'s pieces: a constant text, a header's entries, a layer's first header's entries
+#: (without their first comma), a field's value (quoted), the payload as ``data`` (its octets, then the
+#: constant text given, then its length)
+_CONST, _TEXT, _FIRST, _SHOWN, _DATA = range(5)
+#: a :class:`_Plan`'s piece: its kind and a constant text (_CONST, _DATA) or a place (the others)
+_Op = tuple[int, Any]
+
+
+class _Plan:
+    """Where the pieces of a kind of frame go (:func:`frame_json`): its text after its frame layer's
+    ``frame.protocols`` key as ``ops`` (constant texts between the headers' entries and the fields' values), and
+    rdmalab's fields but ``rdmalab.encap`` as :attr:`extras` (each one's name and, as ``ops`` has them, a
+    constant text or the place of its value among the fields'; in the order the per-packet writer puts them)."""
+
+    __slots__ = ("extras", "ops")
+
+    def __init__(self, ops: list[_Op], extras: list[tuple[str, int, Any]]) -> None:
+        self.ops, self.extras = ops, extras
+
+    @staticmethod
+    def make(ts: list[_Template], names: tuple[str, ...], data: bool, encap: str, chain: str) -> _Plan | None:
+        """The plan of frames whose headers have the templates ``ts`` (in order) and whose packet adds the
+        fields ``names``; None where two entries of a layer would have a key in common (the per-packet writer
+        merges them)."""
+        layers: dict[str, list[tuple[int, int]]] = {}  # layer -> its entries: (_TEXT, header) or (_SHOWN, field)
+        keys: dict[str, frozenset[str]] = {}
+        extras: dict[str, _Op] = {}  # rdmalab field -> (_CONST, its text) or (_SHOWN, field)
+        for i, t in enumerate(ts):
+            for k, x in t.ours.items():
+                extras[k] = (_CONST, x)
+            if not t.proto:
+                continue
+            seen = keys.get(t.proto)
+            if seen is None:
+                layers[t.proto], keys[t.proto] = [(_TEXT, i)], t.keys
+            elif seen.isdisjoint(t.keys):
+                layers[t.proto].append((_TEXT, i))
+                keys[t.proto] = seen | t.keys
+            else:
+                return None
+        for j, name in enumerate(names):
             proto = name.split(".", 1)[0]
             proto = _LAYER.get(proto, proto)
-            shown = value_text(name, x)
             if proto in layers and proto != "rdmalab":
                 if name in keys[proto]:
                     return None
-                layers[proto].append("," + _FIELD_NL + "  " + _quote(name) + ": " + _quote(shown))
+                layers[proto].append((_SHOWN, j))
             else:
-                extras[name] = shown
-    if start is None:
-        values = frame_values(LINKTYPE_ETHERNET, ns, prev_ns, prev_ns, first_ns, frame, cap, cap)
-        values[-1] = chain
-        parts = [_FRAME_START, _quote(index_of(ns)), _FRAME_LAYERS, _LAYERS_NL, '"frame": ', frame_layer_text(values)]
-    else:
-        parts = [start, _quote(chain), _FIELD_NL, "}"]
-    for proto, entries in layers.items():
-        parts.append("," + _LAYERS_NL + _quote(proto) + ": {" + "".join(entries)[1:] + _FIELD_NL + "}")
-    inner = _LAYERS_NL + "  "
-    if data is not None:
-        parts.append("," + _LAYERS_NL + '"data": {' + inner + '"data.data": "' + data.hex(":") + '",' + inner
-                     + '"data.len": "' + str(len(data)) + '"' + _LAYERS_NL + "}")
-    every = {**extras, "rdmalab.encap": encap}
-    parts.append("," + _LAYERS_NL + '"rdmalab": {'
-                 + ",".join([inner + _quote(k) + ": " + _quote(x) for k, x in every.items()]) + _LAYERS_NL + "}")
-    parts.append(_FRAME_END)
-    return "".join(parts), extras
+                extras[name] = (_SHOWN, j)
+        ops: list[_Op] = [(_CONST, _quote(chain) + _FIELD_NL + "}")]
+
+        def const(text: str) -> None:
+            if ops and ops[-1][0] == _CONST:
+                ops[-1] = (_CONST, ops[-1][1] + text)
+            else:
+                ops.append((_CONST, text))
+
+        for proto, entries in layers.items():
+            const("," + _LAYERS_NL + _quote(proto) + ": {")
+            first = True  # (the layer's entries joined, less their first character: the first entry's comma)
+            for kind, i in entries:
+                if kind == _TEXT:
+                    if not ts[i].text:  # (a header of no entries: the next one's comma goes)
+                        continue
+                    ops.append((_FIRST if first else _TEXT, i))
+                else:
+                    const(("" if first else ",") + _FIELD_NL + "  " + _quote(names[i]) + ": ")
+                    ops.append((_SHOWN, i))
+                first = False
+            const(_FIELD_NL + "}")
+        inner = _LAYERS_NL + "  "
+        if data:
+            const("," + _LAYERS_NL + '"data": {' + inner + '"data.data": "')
+            ops.append((_DATA, '",' + inner + '"data.len": "'))
+            const('"' + _LAYERS_NL + "}")
+        const("," + _LAYERS_NL + '"rdmalab": {')
+        every = {**extras, "rdmalab.encap": (_CONST, encap)}
+        for n, (k, (kind, x)) in enumerate(every.items()):
+            const(("," if n else "") + inner + _quote(k) + ": ")
+            if kind == _CONST:
+                const(_quote(str(x)))
+            else:
+                ops.append((_SHOWN, x))
+        const(_LAYERS_NL + "}" + _FRAME_END)
+        return _Plan(ops, [(k, kind, x) for k, (kind, x) in extras.items()])
+
+
+#: the plans of the kinds of frame seen (:func:`frame_json`): by the headers' templates, the fields' names, whether
+#: there is ``data``, the encapsulation and ``frame.protocols`` (emptied when full)
+_PLANS: dict[tuple[Any, ...], _Plan | None] = {}
 
 
 _TCP = _header_json(TCP)
