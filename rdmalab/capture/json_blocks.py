@@ -23,7 +23,7 @@ import numpy as np
 from rdmalab.capture.blockpool import blocks_in_workers
 from rdmalab.capture.json_templates import TCP_SHAPES, roce_json, tcp_json
 from rdmalab.capture.linktypes import LINKTYPE_ERF
-from rdmalab.capture.pcapio import FrameMeta, record_blocks, record_ns
+from rdmalab.capture.pcapio import NS_MAX, FrameMeta, record_blocks, record_ns
 from rdmalab.capture.reader import CapturedPacket, RawRecord, _load_iwarp_tracker, decode_record
 from rdmalab.capture.tsjson import (
     _FRAME_END,
@@ -266,8 +266,10 @@ def _json_block(blk: Any, n: int, t0: int, prev: int | None, lenient: bool) -> t
 def _starts(nss: list[int], before: int, first_ns: int, first: int, caps: list[int]) -> list[str] | None:
     """:func:`~rdmalab.capture.tsjson.frame_starts` of a block's frames (their times ``nss``, the frame before the
     first at ``before``, numbered from ``first``, whole Ethernet frames of ``caps`` octets: what the templates
-    write), or None for frames before 1970 (each one's made by the templates as it is written)."""
-    if not nss or min(nss) < 0:
+    write), or None where a time (theirs, the one before or the first) is before 1970 or past what int64
+    nanoseconds hold (2262: a time a capture's record can hold), each one's made by the templates as it is
+    written."""
+    if not nss or min(*nss, before, first_ns) < 0 or max(*nss, before, first_ns) > NS_MAX:
         return None
     ns = np.array(nss, dtype=np.int64)
     prev = np.empty_like(ns)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from rdmalab.capture import json_templates
+from rdmalab.capture.json_blocks import _starts
 from rdmalab.capture.json_templates import VOLATILE, HeaderJson, roce_json
 from rdmalab.capture.pcapio import record_blocks, record_ns
 from rdmalab.capture.reader import RawRecord, decode_record
@@ -426,3 +427,14 @@ def test_the_frames_starts_a_column_at_a_time_are_each_frames_own(seed: int) -> 
     want = [frame_start(int(a), int(b), first, int(c), int(d)) for a, b, c, d in zip(ns, prev, numbers, lengths, strict=True)]
     assert frame_starts(ns, prev, first, numbers, lengths) == want
     assert frame_starts(ns[:0], prev[:0], first, numbers[:0], lengths[:0]) == []
+
+
+def test_a_blocks_frame_starts_are_left_to_each_frame_outside_what_int64_holds() -> None:
+    """A block whose times (its frames', the frame before it's or the first frame's) are before 1970 or past
+    2262 gets no column-made starts (numpy's int64 would not hold them): each frame's is made as it is written."""
+    ok = [1_795_242_080_870_131_000, 1_795_242_080_891_394_000]
+    assert _starts(ok, ok[0], ok[0], 1, [60, 60]) is not None
+    assert _starts([*ok, 2**64 * 10**3], ok[0], ok[0], 1, [60, 60, 60]) is None
+    assert _starts(ok, 2**64 * 10**3, ok[0], 1, [60, 60]) is None
+    assert _starts(ok, ok[0], -5, 1, [60, 60]) is None
+    assert _starts([-1, *ok], ok[0], ok[0], 1, [60, 60, 60]) is None
