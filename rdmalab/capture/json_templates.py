@@ -257,7 +257,7 @@ def frame_json(buf: bytes | bytearray, o: int, cap: int, headers: list[tuple[Hea
     its headers' (``packet_fields``: CRCs, rdmalab's own), None for none.  With the rdmalab fields before
     ``rdmalab.encap`` (what a worker sends of a TCP segment); None when a header has no template.  ``start``:
     the frame's text up to its ``frame.protocols``'s value, :func:`~rdmalab.capture.tsjson.frame_starts` (None:
-    made here, :func:`~rdmalab.capture.tsjson.frame_values`).
+    made here, :func:`~rdmalab.capture.tsjson.frame_start`).
 
     Where each header's entries and each of the packet's fields go (which layer, in which order, or
     rdmalab's layer) depends only on the headers' templates and the fields' names: that is worked out once

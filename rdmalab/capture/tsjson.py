@@ -43,7 +43,7 @@ from rdmalab.capture.fieldtext import (
 )
 from rdmalab.capture.fieldtext import value_text as _value_text
 from rdmalab.capture.filter import declared_fields
-from rdmalab.capture.linktypes import ERF
+from rdmalab.capture.linktypes import ERF, LINKTYPE_ETHERNET
 from rdmalab.capture.pcapio import FrameMeta
 from rdmalab.capture.reader import CapturedPacket
 from rdmalab.capture.render import echo_message
@@ -669,11 +669,12 @@ def frame_starts(ns: np.ndarray, prev_ns: np.ndarray, first_ns: int, numbers: np
     uniq, inv = np.unique(secs, return_inverse=True)
     index = _strings([_quote("packets-" + absolute_parts(int(x))[2]) for x in uniq.tolist()])[inv.reshape(-1)]
     parts = [const(_FRAME_START), index, const(_FRAME_LAYERS + _LAYERS_NL + '"frame": ' + _FRAME_HEADS[0]
-                                               + _quote(str(_encap_type(1))) + _FRAME_HEADS[1] + '"'),
+                                               + _quote(str(_encap_type(LINKTYPE_ETHERNET))) + _FRAME_HEADS[1] + '"'),
              _absolute_matrix(ns), const('"' + _FRAME_HEADS[2] + '"0.000000000"' + _FRAME_HEADS[3] + '"'),
              _epoch_text(ns)]
-    for k, d in enumerate((ns - prev_ns, ns - prev_ns, ns - first_ns), 4):
-        parts += (const('"' + _FRAME_HEADS[k] + '"'), relative_matrix(d))
+    delta = relative_matrix(ns - prev_ns)  # (frame.time_delta, and the same since the frame shown before)
+    for k, d in enumerate((delta, delta, relative_matrix(ns - first_ns)), 4):
+        parts += (const('"' + _FRAME_HEADS[k] + '"'), d)
     for k, v in ((7, numbers), (8, lengths), (9, lengths)):
         parts += (const('"' + _FRAME_HEADS[k] + '"'), _dec(v.astype(np.int64, copy=False)))
     parts += (const('"' + _FRAME_HEADS[10] + '"0"' + _FRAME_HEADS[11] + '"0"' + _FRAME_HEADS[12]),)
@@ -686,9 +687,9 @@ def frame_starts(ns: np.ndarray, prev_ns: np.ndarray, first_ns: int, numbers: np
 
 def frame_start(ns: int, prev_ns: int, first_ns: int, number: int, length: int) -> str:
     """:func:`frame_starts` of one frame: from :func:`frame_values`, a field at a time."""
-    values = frame_values(1, ns, prev_ns, prev_ns, first_ns, number, length, length)
+    values = frame_values(LINKTYPE_ETHERNET, ns, prev_ns, prev_ns, first_ns, number, length, length)[:-1]
     return "".join([_FRAME_START, _quote(index_of(ns)), _FRAME_LAYERS, _LAYERS_NL, '"frame": ',
-                    *[h + _quote(v) for h, v in zip(_FRAME_HEADS[:-1], values, strict=False)], _FRAME_HEADS[-1]])
+                    *[h + _quote(v) for h, v in zip(_FRAME_HEADS[:-1], values, strict=True)], _FRAME_HEADS[-1]])
 
 
 def frame_layer_text(values: list[str]) -> str:
