@@ -763,6 +763,32 @@ class IwarpTracker:
             d.next_seq = d.buf_seq = seq_add(seqs[rows[-1]], ln[rows[-1]])
         return r
 
+    def take_whole(self, frame_number: int, src: str, sport: int, dst: str, dport: int, seq: int, flags: int,
+                   length: int, crc_good: bool, plain: bool, sends: bool) -> bool:
+        """What :meth:`process_segment` does with a segment whose ``length`` octets of payload are whole
+        FPDUs without markers, each decoding without a problem, the CRC good (``crc_good``) or not looked at
+        (``plain``), when it would emit exactly those FPDUs (:meth:`_whole_fpdus`: a direction of a
+        connection it follows that is in step on FPDUs, nothing held, the segment next in sequence), done
+        without decoding them (True: the caller has them); False, nothing done, otherwise (give the
+        segment to :meth:`process_segment`).  ``sends``: some of the FPDUs are untagged Sends, each the last
+        of its message (taken only when the connection puts no message together: each is then a message
+        of one FPDU, shown without a Send message, and none is left begun)."""
+        if flags & (TCP.SYN | TCP.RST) or not length:
+            return False
+        fwd: Tuple4 = (src, sport, dst, dport)
+        rev: Tuple4 = (dst, dport, src, sport)
+        key = (fwd, rev) if fwd <= rev else (rev, fwd)
+        conn = self._conns.get(key)
+        if conn is None or conn.dead or (sends and conn.sends):
+            return False
+        if not self._whole_fpdus(conn, fwd, seq, length, crc_good, plain):
+            return False
+        self._frame = frame_number
+        self._conns.move_to_end(key)
+        if sends:  # (_sent of each: a message of one FPDU, begun and ended)
+            conn.sends, conn.send_bytes = [], 0
+        return True
+
     def _whole_fpdus(self, conn: _Conn, key: Tuple4, seq: int, length: int, crc_good: bool, plain: bool) -> bool:
         """A segment of whole FPDUs (without markers, each decoding without a problem, the CRC good
         or, without CRC, not looked at) on a direction of ``conn`` that follows FPDUs in step, with

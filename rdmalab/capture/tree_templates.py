@@ -38,6 +38,7 @@ import numpy as np
 from rdmalab.capture.blockpool import JSON_PARALLEL_MIN_BYTES, blocks_in_workers, default_workers, parallel_capture
 from rdmalab.capture.columnar_decode import erf_ethernet_view
 from rdmalab.capture.columnar_summary import AnalysisFeed
+from rdmalab.capture.columnar_tcp import FPDU_KINDS, fpdu_chains
 from rdmalab.capture.iwarp import IwarpTracker, _address_text
 from rdmalab.capture.linktypes import (
     ERF,
@@ -52,6 +53,7 @@ from rdmalab.capture.pcapio import record_blocks
 from rdmalab.capture.reader import CapturedPacket, RawRecord, decode_record
 from rdmalab.capture.render import (
     TCP_HEADING,
+    _header_lines,
     _make_header_lines,
     crc_line,
     frame_line,
@@ -68,6 +70,7 @@ from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.header import Header, _fmt, compile_decoder
 from rdmalab.wire.ib import AETH, BTH, DETH, Transport
 from rdmalab.wire.mad import carries_mad
+from rdmalab.wire.mpa import MPA
 from rdmalab.wire.net import (
     ETHERTYPE_IPV4,
     ETHERTYPE_IPV6,
@@ -85,6 +88,17 @@ from rdmalab.wire.net import (
 )
 from rdmalab.wire.opcodes import OPCODES
 from rdmalab.wire.packet import Layer, Packet
+from rdmalab.wire.rdmap import (
+    OP_READ_REQUEST,
+    OP_SEND,
+    OP_SEND_SE,
+    DDPTagged,
+    DDPUntagged,
+    RDMAPControl,
+    RDMAPUntagged,
+    ReadRequest,
+    rdmap_opcode_name,
+)
 
 __all__ = ["SPECIAL", "fast_frame", "header_text_fn", "templatable", "tree_blocks"]
 
@@ -687,9 +701,15 @@ def tcp_tree_at(parts: TcpParts, tracker: Any, frame_bytes: Callable[[int], byte
         return text, end
     # the Summary line from the PDUs, and their trees after the segment's
     more = pdu_lines(pdus)
-    info = pdus_info(pdus).encode()
-    return (b"".join((text[:a], info, text[b:], ("\n" + "\n".join(more)).encode() if more else b"")),
-            end + len(info) - (b - a))
+    return _with_pdus(parts, pdus_info(pdus).encode(), ("\n" + "\n".join(more)).encode() if more else b"")
+
+
+def _with_pdus(parts: TcpParts, info: bytes | memoryview,
+               more: bytes | memoryview) -> tuple[bytes, int]:
+    """The tree of a TCP segment (its :data:`TcpParts`) that completes iWARP PDUs: their Summary ``info`` in
+    place of the segment's, their trees ``more`` after it; and where the TCP header's fields end in it."""
+    text, a, b, end = parts[0], parts[1], parts[2], parts[14]
+    return b"".join((text[:a], info, text[b:], more)), end + len(info) - (b - a)
 
 
 def tree_blocks(path: str | os.PathLike[str], *, iwarp: bool = True, count: int | None = None,
@@ -777,8 +797,16 @@ def _trees_of_workers(p: str, seq_ack: AnalysisFeed, tracker: Any, block_bytes: 
             if isinstance(piece, range):  # TCP segments' trees but for their streams' part
                 for i in piece:
                     j, parts, iface = segments[i]
-                    text, end = tcp_tree_at(parts, tracker, again, iface)
-                    out += seq_ack.tree_pieces(first + j, text, end)
+                    lane = tcp.lane(i) if tracker is not None and tcp is not None else None
+                    tree: bytes | memoryview
+                    end: int | None
+                    if lane is not None and tracker.take_whole(
+                            parts[3], _address_text(parts[15], parts[6]), parts[7], _address_text(parts[15], parts[8]),
+                            parts[9], parts[10], parts[11], len(parts[12]), lane[0], lane[1], lane[2]):
+                        tree, end = _with_pdus(parts, lane[3], lane[4])
+                    else:
+                        tree, end = tcp_tree_at(parts, tracker, again, iface)
+                    out += seq_ack.tree_pieces(first + j, tree, end)
                     out.append(b"\n\n")
                 continue
             if len(piece) == 2:  # a tree with a TCP header the worker wrote
@@ -834,6 +862,8 @@ class _TcpColumns(NamedTuple):
     text: np.ndarray
     payload: np.ndarray
     six: list[int]
+    #: the segments of whole FPDUs (:func:`_lanes`), or None
+    lanes: _Lanes | None = None
 
     @staticmethod
     def pack(left: list[_LeftTcp]) -> _TcpColumns:
@@ -852,9 +882,10 @@ class _TcpColumns(NamedTuple):
         ints = np.array([(j, p[1], p[2], p[3], p[4], short(p[6], p[15]), p[7], short(p[8], p[15]), p[9], p[10], p[11],
                           p[13], iface, len(p[0]), len(p[12]), p[14], p[15]) for j, p, iface in left],
                         dtype=np.int64).reshape(-1, 17)
+        payload = np.frombuffer(b"".join([p[12] for _j, p, _i in left]), dtype=np.uint8)
         return _TcpColumns(ints, np.array([p[5] for _j, p, _i in left], dtype=np.float64),
-                           np.frombuffer(b"".join([p[0] for _j, p, _i in left]), dtype=np.uint8),
-                           np.frombuffer(b"".join([p[12] for _j, p, _i in left]), dtype=np.uint8), six)
+                           np.frombuffer(b"".join([p[0] for _j, p, _i in left]), dtype=np.uint8), payload, six,
+                           _lanes(payload, ints[:, 14]))
 
     def unpack(self) -> list[_LeftTcp]:
         """The segments, their texts and payloads views of the arrays (no copy)."""
@@ -870,6 +901,152 @@ class _TcpColumns(NamedTuple):
             t += tl
             p += pl
         return out
+
+    def lane(self, i: int) -> tuple[bool, bool, bool, bytes | memoryview, bytes | memoryview] | None:
+        """Segment ``i``'s whole FPDUs as :func:`_lanes` found them (CRC good, not looked at, some untagged
+        Sends among them; the Summary's text and the PDUs' trees), or None."""
+        lanes = self.lanes
+        if lanes is None:
+            return None
+        kind, at, info, more = lanes.rows[i]
+        if not kind:
+            return None
+        text = lanes.text.data
+        return kind & 1 != 0, kind & 2 != 0, kind & 4 != 0, text[at:at + info], text[at + info:at + info + more]
+
+
+class _Lanes(NamedTuple):
+    """For each TCP segment a worker leaves (:class:`_TcpColumns`), whether its payload is whole FPDUs
+    and their text (:func:`_lanes`): a row of ``rows`` (bits: 1 the CRCs good, 2 the CRCs not looked at,
+    4 some untagged Sends among them, 0 not so; where its text starts in ``text``, the Summary's length,
+    the PDUs' trees' length)."""
+
+    rows: list[tuple[int, int, int, int]]
+    text: np.ndarray
+
+
+#: the FPDU kinds (:data:`~rdmalab.capture.columnar_tcp.FPDU_KINDS`) that are untagged Sends
+_SEND_KINDS = frozenset((FPDU_KINDS[(0, OP_SEND)], FPDU_KINDS[(0, OP_SEND_SE)]))
+
+
+#: the indentation of an iWARP PDU's headers in a frame's tree (:func:`~rdmalab.capture.render.pdu_lines`)
+_PDU_INDENT = "        "
+#: the FPDU kind (:data:`~rdmalab.capture.columnar_tcp.FPDU_KINDS`) of an RDMA Read Request
+_READ_REQUEST_KIND = FPDU_KINDS[(0, OP_READ_REQUEST)]
+
+
+class _FpduText:
+    """The Summary and tree of an FPDU :func:`~rdmalab.capture.columnar_tcp.fpdu_chains` describes (whole,
+    without markers, an RDMA Write, Read Response, Send, Send with SE or Read Request whose headers
+    decode without a problem), written from its octets as :func:`~rdmalab.capture.render.pdu_lines` writes
+    the packet :func:`~rdmalab.wire.iwarp.decode_fpdu` makes of them: the DDP and Read Request headers
+    by their templates (:func:`header_text_fn`), the MPA header and the RDMAP control field (few values)
+    remembered by value, the payload, pad and CRC lines by the renderer's own functions."""
+
+    def __init__(self) -> None:
+        self.ddp = (header_text_fn(DDPUntagged, 2, _PDU_INDENT), header_text_fn(DDPTagged, 2, _PDU_INDENT))
+        self.read_request = header_text_fn(ReadRequest, 20, _PDU_INDENT)
+        self.memo: dict[tuple[int, int], str] = {}  # (0: MPA, 1: RDMAP tagged, 2: untagged; value) -> lines
+
+    def _lines(self, which: int, value: int) -> str:
+        key = (which, value)
+        hit = self.memo.get(key)
+        if hit is None:
+            if len(self.memo) >= _REMEMBERED:
+                self.memo.clear()
+            h: Header = MPA(value) if which == 0 else RDMAPControl.decode(value.to_bytes(1, "big")) if which == 1 \
+                else RDMAPUntagged.decode(value.to_bytes(5, "big"))
+            hit = self.memo[key] = "\n".join(_header_lines(h, 0 if which == 0 else 3, _PDU_INDENT))
+        return hit
+
+    def fpdu(self, data: bytes, at: int, ul: int, kind: int, crc: bool) -> tuple[str, str]:
+        """The Summary and the tree lines (after the PDU's heading) of the FPDU at ``data[at:]``, of
+        ULPDU_Length ``ul`` and kind ``kind``; ``crc``: its CRC checked (and good), else not looked at."""
+        tagged = data[at + 2] >> 7
+        size = 14 if tagged else 18
+        v = int.from_bytes(data[at + 2:at + 2 + size], "big")
+        ctl = data[at + 3]
+        name = rdmap_opcode_name(ctl & 15)
+        last = "[last]" if data[at + 2] & 0x40 else "[more]"
+        parts = [self._lines(0, ul), self.ddp[tagged](v)]
+        if tagged:
+            parts.append(self._lines(1, ctl))
+            words = f"{name} STag=0x{v >> 64 & 0xFFFFFFFF:08x} TO=0x{v & 0xFFFFFFFFFFFFFFFF:x} {last}"
+        else:
+            parts.append(self._lines(2, v >> 96 & 0xFFFFFFFFFF))
+            words = f"{name} QN={v >> 64 & 0xFFFFFFFF} MSN={v >> 32 & 0xFFFFFFFF} MO={v & 0xFFFFFFFF} {last}"
+        po = 2 + size
+        if kind == _READ_REQUEST_KIND:
+            rr = int.from_bytes(data[at + 20:at + 48], "big")
+            parts.append(self.read_request(rr))
+            words += (f" sink=0x{rr >> 192:08x}@0x{rr >> 128 & 0xFFFFFFFFFFFFFFFF:x}"
+                      f" src=0x{rr >> 64 & 0xFFFFFFFF:08x}@0x{rr & 0xFFFFFFFFFFFFFFFF:x} len={rr >> 96 & 0xFFFFFFFF}")
+            po = 48
+        pl = 2 + ul - po
+        if pl:
+            parts.append(payload_line(_PDU_INDENT, po, pl, data[at + po:at + po + min(pl, 32)]))
+            words += f" payload={pl}"
+        pad = -(ul + 2) % 4
+        if pad:
+            parts.append(pad_line(_PDU_INDENT, po + pl, pad))
+        end = 2 + ul + pad
+        parts.append(crc_line(_PDU_INDENT, "MPA CRC32c", end, int.from_bytes(data[at + end:at + end + 4], "little"),
+                              "good" if crc else None, None))
+        return words, "\n".join(parts)
+
+
+_FPDU_TEXT: list[_FpduText] = []  # (made on first use: templates)
+
+
+def _lanes(payload: np.ndarray, lengths: np.ndarray) -> _Lanes | None:
+    """Which of the payloads (one after the other in ``payload``, ``lengths`` octets each) are whole FPDUs
+    without markers that decode without a problem, their CRCs good or not looked at
+    (:func:`~rdmalab.capture.columnar_tcp.fpdu_chains`), each untagged Send among them the last of its
+    message; and for each such segment the Summary and the PDUs' trees :func:`tcp_tree_at` would write
+    when the iWARP reassembly emits those FPDUs (:meth:`~rdmalab.capture.iwarp.IwarpTracker.take_whole`),
+    written here, in the worker, from the octets (:class:`_FpduText`), so that the process following the
+    streams need not decode them (a Send message of several FPDUs, which needs the stream, is left to
+    it).  None: no such segment."""
+    if not len(lengths):
+        return None
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    ok_crc, ok_plain, (seg, at, ul, _tagged, kind, ctl) = fpdu_chains(payload, starts, lengths)
+    cand = np.flatnonzero(ok_crc | ok_plain)
+    if not len(cand):
+        return None
+    if not _FPDU_TEXT:
+        _FPDU_TEXT.append(_FpduText())
+    write = _FPDU_TEXT[0].fpdu
+    data = payload.tobytes()
+    rows = [(0, 0, 0, 0)] * len(lengths)
+    pieces: list[bytes] = []
+    pos = 0
+    firsts = np.searchsorted(seg, cand).tolist()
+    lasts = np.searchsorted(seg, cand, side="right").tolist()
+    at_l, ul_l, kind_l, last_l = at.tolist(), ul.tolist(), kind.tolist(), (ctl & 0x40 != 0).tolist()
+    for i, crc, lo, hi in zip(cand.tolist(), ok_crc[cand].tolist(), firsts, lasts, strict=True):
+        sends = False
+        for f in range(lo, hi):
+            if kind_l[f] in _SEND_KINDS:
+                sends = True
+                if not last_l[f]:
+                    break  # (a Send message begun: put together by the stream)
+        else:
+            words: list[str] = []
+            lines: list[str] = []
+            n = hi - lo
+            for k, f in enumerate(range(lo, hi), 1):
+                summary, tree = write(data, at_l[f], ul_l[f], kind_l[f], crc)
+                words.append(summary)
+                lines += (f"    PDU {k} of {n} (iwarp; offsets within the PDU): {summary}", tree)
+            info = "; ".join(words).encode()
+            more = ("\n" + "\n".join(lines)).encode()
+            rows[i] = ((1 if crc else 2) | (4 if sends else 0), pos, len(info), len(more))
+            pieces += (info, more)
+            pos += len(info) + len(more)
+    if not pieces:
+        return None
+    return _Lanes(rows, np.frombuffer(b"".join(pieces), dtype=np.uint8))
 #: a tree a worker wrote that has a TCP header (an ICMP error's quote): its index in the block and text,
 #: for the SEQ/ACK analysis the process that follows the segments in order puts in
 _WithTcp = tuple[int, bytes]

@@ -15,16 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import hostile  # tests/hostile.py: frames made hostile, or sent another way
+import numpy as np
 import pytest
 
 from rdmalab.capture import read, render, tree_templates
 from rdmalab.capture.fields import frame_fields
+from rdmalab.capture.iwarp import IwarpTracker
 from rdmalab.capture.pcapwriter import write_capture
 from rdmalab.capture.reader import records
 from rdmalab.capture.tcp_analysis import fields_tree
 from rdmalab.capture.tree_templates import SPECIAL, fast_frame, header_text_fn, templatable, tree_blocks
 from rdmalab.cli import main
 from rdmalab.wire import ib, net
+from rdmalab.wire import iwarp as iwarp_wire
 from rdmalab.wire.crc import icrc_rocev2
 from rdmalab.wire.frame import encode_rocev2
 from rdmalab.wire.header import Header
@@ -89,6 +92,75 @@ def test_trees_in_workers_are_the_trees(tmp_path: Path) -> None:
     assert got == _fast(path, count=333)
     for path in (_damaged(tmp_path), *[p for p in CAPTURES if "erf" not in p]):
         assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0)).decode() == _fast(path), path
+
+
+def _fpdus_as_decoded(data: bytes, crc: bool) -> tuple[str, str]:
+    """The Summary and PDU trees of the FPDUs ``data`` is made of, decoded (what the stream writes)."""
+    pdus, at = [], 0
+    while at < len(data):
+        pkt, n = iwarp_wire.decode_fpdu(data, at, crc=crc, lenient=True)
+        pdus.append(pkt)
+        at += n
+    return render.pdus_info(pdus), "\n" + "\n".join(render.pdu_lines(pdus))
+
+
+def test_fpdus_written_from_their_octets_are_the_decoded_ones() -> None:
+    """The FPDUs a worker writes from their octets (tree_templates._lanes): the same Summary and trees as
+    the FPDUs decoded, for each kind it takes (RDMA Write, Read Response, Send, Send with SE, Read Request:
+    pad or none, payloads shorter than a payload line shows and longer, last or not, several in a segment)
+    with the CRC checked and not; a segment with another kind or a Send that begins a message of several
+    is not taken, one with a bad CRC only as not looked at."""
+    ulpdus = [iwarp_wire.rdma_write(0x7457DC00, 0x55FA02A6C000, bytes(range(200)), last=False),
+              iwarp_wire.rdma_write(1, 0, b"x"), iwarp_wire.read_response(0xABCDEF01, 1 << 63, b"ab", last=True),
+              iwarp_wire.send(b"hello", msn=7, mo=0), iwarp_wire.send(b"", se=True, msn=0xFFFFFFFF),
+              iwarp_wire.read_request(0xD4171E00, 0x56029A15B000, 4096, 0xB6405700, 0x55E5BD1A4000, msn=3),
+              iwarp_wire.send(bytes(33), se=True, mo=4096)]
+    segments = [[u] for u in ulpdus] + [ulpdus[:3], ulpdus[3:]]
+    for crc in (True, False):
+        datas = [iwarp_wire.encode_fpdus(seg, crc=crc) for seg in segments]
+        # a segment the workers leave to the stream: a Send that begins a message, another kind, a bad CRC
+        begun = iwarp_wire.encode_fpdus([iwarp_wire.send(b"a", last=False)], crc=crc)
+        other = iwarp_wire.encode_fpdus([iwarp_wire.send(b"a", inv_stag=5)], crc=crc)
+        bad = bytearray(datas[0])
+        bad[-1] ^= 1
+        payloads = [*datas, begun, other, bytes(bad)]
+        lanes = tree_templates._lanes(np.frombuffer(b"".join(payloads), dtype=np.uint8),
+                                      np.array([len(p) for p in payloads], dtype=np.int64))
+        assert lanes is not None
+        cols = tree_templates._TcpColumns(np.zeros((0, 17), dtype=np.int64), np.zeros(0), np.zeros(0, np.uint8),
+                                          np.zeros(0, np.uint8), [], lanes)
+        for i, data in enumerate(datas):
+            lane = cols.lane(i)
+            assert lane is not None, i
+            crc_good, plain, sends, info, more = lane
+            assert (crc_good, plain) == (crc, not crc)
+            assert sends == any(u[1] & 15 in (3, 5) and not u[0] & 0x80 for u in segments[i])
+            assert (bytes(info).decode(), bytes(more).decode()) == _fpdus_as_decoded(data, crc), (i, crc)
+        assert cols.lane(len(datas)) is None and cols.lane(len(datas) + 1) is None
+        # a bad CRC: written as not looked at (the stream takes that only on a direction without CRC)
+        assert cols.lane(len(datas) + 2)[:2] == (False, True)  # type: ignore[index]
+
+
+def test_whole_fpdus_decoded_in_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """-V in worker processes: a segment of whole FPDUs is decoded in its worker, and the process that
+    follows the streams only moves its stream past it when the stream would emit just those FPDUs
+    (IwarpTracker.take_whole); the trees are the ones of one process, the Send messages of several FPDUs
+    (put together by the stream, never by a worker) among them, with CRC and without."""
+    path = _appended(tmp_path, ["siw_send_bw.pcap", "siw_crc_send_bw.pcap", "siw_crc_write_bw.pcap", "siw_read_bw.pcap"])
+    taken: list[bool] = []
+    real = IwarpTracker.take_whole
+
+    def counting(self: IwarpTracker, *a: Any) -> bool:
+        got = real(self, *a)
+        taken.append(got)
+        return got
+
+    monkeypatch.setattr(IwarpTracker, "take_whole", counting)
+    one = _fast(path)
+    assert not taken  # (one process: every segment through the stream)
+    assert one.count("Send message:") == 10
+    assert b"".join(tree_blocks(path, workers=2, parallel_min_bytes=0)).decode() == one
+    assert taken.count(True) > 100 and taken.count(False) >= 10  # (the Sends that end a message of several)
 
 
 def fail_tracker_at(monkeypatch: pytest.MonkeyPatch, frame: int) -> None:
