@@ -33,6 +33,7 @@ from types import TracebackType
 from rdmalab.wire.errors import RdmalabError
 from rdmalab.wire.ibsim import (
     IBSIM_DEFAULT_SERVER_PORT,
+    IBSIM_MAX_CLIENTS,
     SIM_BASENAME,
     SIM_CTL_MAX_DATA,
     SIM_CTL_SIZE,
@@ -115,6 +116,9 @@ class IBSimClient:
             info = SimClientInfo(id=ident, qp=0, issm=int(self.issm), nodeid=self.node_requested)
             reply = self.control(CtlType.CONNECT, info.encode(), what=f"CONNECT to node {self.node_requested!r}")
             got = SimClientInfo.decode(reply)
+            if not 0 <= got.id < IBSIM_MAX_CLIENTS:  # (ibsim.c's sim_ctl_new_client answers a slot, 0-9)
+                raise IBSimError(f"the reply to CONNECT from {self._where()} names client {got.id}, not one of "
+                                 f"ibsim's 0-{IBSIM_MAX_CLIENTS - 1}: is another program listening there?")
             self.client_id, self.node = got.id, got.nodeid
             try:
                 data.connect((self.server, self.server_port + self.client_id + 1) if self.server
@@ -161,13 +165,20 @@ class IBSimClient:
             raise IBSimError("the client is closed")
         name = what or type_.name
         msg = SimCtl(type=int(type_), clientid=max(self.client_id, 0), len=len(data), data=data)
+        sent = msg.encode()
         try:
-            self._ctl.send(msg.encode())
+            self._ctl.send(sent)
             raw = self._ctl.recv(SIM_CTL_SIZE + 16)
         except ConnectionRefusedError:
             raise IBSimNotRunning(f"{name}: the simulator on {self._where()} is gone") from None
         except TimeoutError:
             raise IBSimTimeout(f"{name}: no control reply from {self._where()} in {self.timeout} s") from None
+        if raw == sent and type_ == CtlType.CONNECT:
+            # the request itself came back (ibsim answers CONNECT with the client's slot and node in place of
+            # what was asked): nothing answered, and the socket that took it echoes (this client's own control
+            # socket, given the simulator's port by the system before ibsim took it, sends to itself)
+            raise IBSimNotRunning(f"{name}: no ibsim simulator answered on {self._where()}: the request came "
+                                  "back as it was sent")
         reply = SimCtl.decode(raw)
         if reply.type == CtlType.ERROR:
             hint = ""

@@ -123,3 +123,49 @@ def test_a_capture_file_that_cannot_be_written_is_one_sentence(tmp_path: Path,
         signal.signal(signal.SIGTERM, before)
     err = capsys.readouterr().err
     assert err == f"rdmalab: ibsim: -w {bad}: cannot write it (No such file or directory)\n"
+
+
+def _answering(reply: object) -> tuple[socket.socket, threading.Thread]:
+    """A UDP socket on 127.0.0.1 that answers each datagram with ``reply(datagram)`` (until closed)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                got, peer = sock.recvfrom(4096)
+                sock.sendto(reply(got), peer)  # type: ignore[operator]
+            except OSError:
+                return
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return sock, t
+
+
+def test_a_client_that_is_answered_by_something_else_than_ibsim_says_so() -> None:
+    """The remote mode's CONNECT answered by what is not ibsim: its own request sent back (the client's own
+    control socket given the simulator's port before ibsim took it sends to itself) is no simulator
+    there, which a caller waiting for one to start retries; a reply naming a client id ibsim never gives
+    (a slot, 0-9) is an error in words, never a port past 65535 (OverflowError)."""
+    from rdmalab.fabric.ibsim_client import IBSimClient, IBSimError, IBSimNotRunning
+
+    echo, _t = _answering(lambda d: d)
+    try:
+        with pytest.raises(IBSimNotRunning, match="no ibsim simulator answered .* came back as it was sent"):
+            IBSimClient(None, server="127.0.0.1", port=echo.getsockname()[1], timeout=2.0)
+    finally:
+        echo.close()
+
+    def wrong_id(d: bytes) -> bytes:
+        ctl = W.SimCtl.decode(d)
+        info = W.SimClientInfo.decode(ctl.data)
+        return W.SimCtl(type=ctl.type, clientid=0, len=ctl.len,
+                        data=W.SimClientInfo(id=40000, qp=info.qp, issm=info.issm, nodeid="Hca1").encode()).encode()
+
+    other, _t = _answering(wrong_id)
+    try:
+        with pytest.raises(IBSimError, match=r"names client 40000, not one of ibsim's 0-9"):
+            IBSimClient(None, server="127.0.0.1", port=other.getsockname()[1], timeout=2.0)
+    finally:
+        other.close()
