@@ -69,8 +69,9 @@ from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_rocev2
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.header import Header, _fmt, compile_decoder
 from rdmalab.wire.ib import AETH, BTH, DETH, Transport
+from rdmalab.wire.iwarp import DDP_TAGGED_SIZE, DDP_UNTAGGED_SIZE
 from rdmalab.wire.mad import carries_mad
-from rdmalab.wire.mpa import MPA
+from rdmalab.wire.mpa import MPA, MPA_CRC_SIZE, MPA_HEADER_SIZE, pad_length
 from rdmalab.wire.net import (
     ETHERTYPE_IPV4,
     ETHERTYPE_IPV6,
@@ -944,8 +945,9 @@ class _FpduText:
     remembered by value, the payload, pad and CRC lines by the renderer's own functions."""
 
     def __init__(self) -> None:
-        self.ddp = (header_text_fn(DDPUntagged, 2, _PDU_INDENT), header_text_fn(DDPTagged, 2, _PDU_INDENT))
-        self.read_request = header_text_fn(ReadRequest, 20, _PDU_INDENT)
+        self.ddp = (header_text_fn(DDPUntagged, MPA_HEADER_SIZE, _PDU_INDENT),
+                    header_text_fn(DDPTagged, MPA_HEADER_SIZE, _PDU_INDENT))
+        self.read_request = header_text_fn(ReadRequest, MPA_HEADER_SIZE + DDP_UNTAGGED_SIZE, _PDU_INDENT)
         self.memo: dict[tuple[int, int], str] = {}  # (0: MPA, 1: RDMAP tagged, 2: untagged; value) -> lines
 
     def _lines(self, which: int, value: int) -> str:
@@ -956,18 +958,19 @@ class _FpduText:
                 self.memo.clear()
             h: Header = MPA(value) if which == 0 else RDMAPControl.decode(value.to_bytes(1, "big")) if which == 1 \
                 else RDMAPUntagged.decode(value.to_bytes(5, "big"))
-            hit = self.memo[key] = "\n".join(_header_lines(h, 0 if which == 0 else 3, _PDU_INDENT))
+            hit = self.memo[key] = "\n".join(_header_lines(h, 0 if which == 0 else MPA_HEADER_SIZE + 1, _PDU_INDENT))
         return hit
 
     def fpdu(self, data: bytes, at: int, ul: int, kind: int, crc: bool) -> tuple[str, str]:
         """The Summary and the tree lines (after the PDU's heading) of the FPDU at ``data[at:]``, of
         ULPDU_Length ``ul`` and kind ``kind``; ``crc``: its CRC checked (and good), else not looked at."""
-        tagged = data[at + 2] >> 7
-        size = 14 if tagged else 18
-        v = int.from_bytes(data[at + 2:at + 2 + size], "big")
-        ctl = data[at + 3]
+        ddp = at + MPA_HEADER_SIZE
+        tagged = data[ddp] >> 7
+        size = DDP_TAGGED_SIZE if tagged else DDP_UNTAGGED_SIZE
+        v = int.from_bytes(data[ddp:ddp + size], "big")
+        ctl = data[ddp + 1]
         name = rdmap_opcode_name(ctl & 15)
-        last = "[last]" if data[at + 2] & 0x40 else "[more]"
+        last = "[last]" if data[ddp] & 0x40 else "[more]"
         parts = [self._lines(0, ul), self.ddp[tagged](v)]
         if tagged:
             parts.append(self._lines(1, ctl))
@@ -975,23 +978,24 @@ class _FpduText:
         else:
             parts.append(self._lines(2, v >> 96 & 0xFFFFFFFFFF))
             words = f"{name} QN={v >> 64 & 0xFFFFFFFF} MSN={v >> 32 & 0xFFFFFFFF} MO={v & 0xFFFFFFFF} {last}"
-        po = 2 + size
+        po = MPA_HEADER_SIZE + size
         if kind == _READ_REQUEST_KIND:
-            rr = int.from_bytes(data[at + 20:at + 48], "big")
+            rr = int.from_bytes(data[at + po:at + po + ReadRequest.LAYOUT.size], "big")
             parts.append(self.read_request(rr))
             words += (f" sink=0x{rr >> 192:08x}@0x{rr >> 128 & 0xFFFFFFFFFFFFFFFF:x}"
                       f" src=0x{rr >> 64 & 0xFFFFFFFF:08x}@0x{rr & 0xFFFFFFFFFFFFFFFF:x} len={rr >> 96 & 0xFFFFFFFF}")
-            po = 48
-        pl = 2 + ul - po
+            po += ReadRequest.LAYOUT.size
+        pl = MPA_HEADER_SIZE + ul - po
         if pl:
             parts.append(payload_line(_PDU_INDENT, po, pl, data[at + po:at + po + min(pl, 32)]))
             words += f" payload={pl}"
-        pad = -(ul + 2) % 4
+        pad = pad_length(ul)
         if pad:
             parts.append(pad_line(_PDU_INDENT, po + pl, pad))
-        end = 2 + ul + pad
-        parts.append(crc_line(_PDU_INDENT, "MPA CRC32c", end, int.from_bytes(data[at + end:at + end + 4], "little"),
-                              "good" if crc else None, None))
+        end = MPA_HEADER_SIZE + ul + pad
+        parts.append(crc_line(_PDU_INDENT, "MPA CRC32c", end,
+                              int.from_bytes(data[at + end:at + end + MPA_CRC_SIZE], "little"), "good" if crc else None,
+                              None))
         return words, "\n".join(parts)
 
 
