@@ -53,6 +53,7 @@ from rdmalab.capture.columnar_tcp import (
     FLAG_TEXT,
     FPDU_HEADERS,
     FPDU_KINDS,
+    READ_REQUEST_KIND,
     TCP_FIELDS,
     clean_tcp,
     fpdu_chains,
@@ -94,10 +95,12 @@ from rdmalab.capture.tcp_analysis import (
 from rdmalab.wire.control import ICMP_ERRORS, ICMPV6_ERRORS, IPPROTO_ICMP, IPPROTO_ICMPV6, icmp_summary, icmpv6_summary
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.ib import AETH, Transport
+from rdmalab.wire.iwarp import DDP_UNTAGGED_SIZE
 from rdmalab.wire.mad import GSI_QPN
+from rdmalab.wire.mpa import MPA_HEADER_SIZE
 from rdmalab.wire.net import TCP
 from rdmalab.wire.opcodes import OPCODES, opcode_name
-from rdmalab.wire.rdmap import rdmap_opcode_name
+from rdmalab.wire.rdmap import DDPTagged, DDPUntagged, ReadRequest, rdmap_opcode_name
 
 _PAYLOAD = np.zeros(256, dtype=bool)
 for _code, _info in OPCODES.items():
@@ -1603,6 +1606,62 @@ def _fpdu_chains(tb: _TcpBlock, lo: int, hi: int) -> tuple[np.ndarray, np.ndarra
     return fpdu_chains(tb.buf, tb.offset[lo:hi] + tb.payload[lo:hi], tb.length[lo:hi])
 
 
+def _field_at(cls: Any, name: str, base: int) -> tuple[int, int]:
+    """Where field ``name`` of header ``cls`` lies in an FPDU whose header ``cls`` begins at octet ``base``:
+    its first octet and its size in octets (the field a whole number of octets)."""
+    f = cls.LAYOUT.field(name)
+    assert f.bit_offset % 8 == 0 and f.bits % 8 == 0, (cls.__name__, name)
+    return base + f.byte_start, f.bits // 8
+
+
+_DDP_AT = MPA_HEADER_SIZE
+_RR_AT = MPA_HEADER_SIZE + DDP_UNTAGGED_SIZE
+#: (first octet, size) in an FPDU of the fields its Summary says
+_STAG, _TO = _field_at(DDPTagged, "stag", _DDP_AT), _field_at(DDPTagged, "to", _DDP_AT)
+_QN, _MSN, _MO = (_field_at(DDPUntagged, name, _DDP_AT) for name in ("qn", "msn", "mo"))
+_SINK_STAG, _SINK_TO, _RR_SIZE, _SRC_STAG, _SRC_TO = (
+    _field_at(ReadRequest, name, _RR_AT) for name in ("sink_stag", "sink_to", "size", "src_stag", "src_to"))
+
+
+def fpdu_words(buf: np.ndarray, fpdus: tuple[np.ndarray, ...]) -> np.ndarray:
+    """The Summary of each FPDU :func:`~rdmalab.capture.columnar_tcp.fpdu_chains` describes (``fpdus``: its
+    FPDUs' columns; their octets in ``buf``, uint8), as :func:`rdmalab.wire.iwarp.summarize_fpdu` says the
+    FPDU :func:`~rdmalab.wire.iwarp.decode_fpdu` makes of them: one row of bytes each (0: no character).
+    The summary lines' lane of whole FPDUs (:func:`_lane_lines`) and the trees' (:mod:`.tree_templates`)
+    both write their FPDUs' words with it."""
+    _seg, at, ul, tagged, kind, ctl = fpdus
+    n = len(at)
+
+    def word(field: tuple[int, int], where: np.ndarray) -> np.ndarray:
+        off, size = field
+        out = np.zeros(n, dtype=np.uint64)
+        idx = at[where]
+        for b in range(size):
+            out[where] = out[where] << np.uint64(8) | buf[idx + off + b].astype(np.uint64)
+        return out
+
+    t, u = tagged == 1, tagged == 0
+    parts: list[np.ndarray] = [_FPDU_NAMES[kind]]
+
+    def text(where: np.ndarray, *pieces: np.ndarray | str) -> None:
+        if where.any():
+            m = np.hstack([_const(p, n) if isinstance(p, str) else p for p in pieces])
+            if not where.all():
+                m[~where] = 0
+            parts.append(m)
+
+    text(t, " STag=0x", _hex(word(_STAG, t), 8, prefix=False), " TO=0x", _varhex(word(_TO, t)))
+    text(u, " QN=", _dec(word(_QN, u)), " MSN=", _dec(word(_MSN, u)), " MO=", _dec(word(_MO, u)))
+    parts.append(_LAST[(ctl >> 6) & 1])
+    rr = kind == READ_REQUEST_KIND
+    text(rr, " sink=0x", _hex(word(_SINK_STAG, rr), 8, prefix=False), "@0x", _varhex(word(_SINK_TO, rr)),
+         " src=0x", _hex(word(_SRC_STAG, rr), 8, prefix=False), "@0x", _varhex(word(_SRC_TO, rr)),
+         " len=", _dec(word(_RR_SIZE, rr)))
+    pay = (ul - FPDU_HEADERS[kind]).astype(np.uint64)
+    text(pay > 0, " payload=", _dec(pay))
+    return np.hstack(parts)
+
+
 def _lane_lines(tb: _TcpBlock, lo: int, k: int, lane: list[int], fpdus: tuple[np.ndarray, ...],
                 ) -> tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, bytes, np.ndarray]]]:
     """The lines of the segments ``lane`` among the ``k`` segments from ``lo`` on (the iWARP
@@ -1613,40 +1672,13 @@ def _lane_lines(tb: _TcpBlock, lo: int, k: int, lane: list[int], fpdus: tuple[np
     seg, at, ul, tagged, kind, ctl = fpdus
     rows = np.asarray(lane, dtype=np.int64)
     take = np.isin(seg, rows)
-    seg, at, ul, tagged, kind, ctl = seg[take], at[take], ul[take], tagged[take], kind[take], ctl[take]
+    seg = seg[take]
     n = len(seg)
-    buf = np.frombuffer(tb.buf, dtype=np.uint8)
-
-    def word(off: int, size: int, where: np.ndarray) -> np.ndarray:
-        out = np.zeros(n, dtype=np.uint64)
-        idx = at[where]
-        for b in range(size):
-            out[where] = out[where] << np.uint64(8) | buf[idx + off + b].astype(np.uint64)
-        return out
-
-    t, u = tagged == 1, tagged == 0
-    parts: list[np.ndarray] = []
-
-    def seg_text(where: np.ndarray, *pieces: np.ndarray | str) -> None:
-        if where.any():
-            m = np.hstack([_const(p, n) if isinstance(p, str) else p for p in pieces])
-            if not where.all():
-                m[~where] = 0
-            parts.append(m)
-
+    words = fpdu_words(np.frombuffer(tb.buf, dtype=np.uint8), tuple(c[take] for c in fpdus))
     first = np.r_[True, seg[1:] != seg[:-1]] if n else np.zeros(0, dtype=bool)
-    seg_text(~first, "; ")
-    parts.append(_FPDU_NAMES[kind])
-    seg_text(t, " STag=0x", _hex(word(4, 4, t), 8, prefix=False), " TO=0x", _varhex(word(8, 8, t)))
-    seg_text(u, " QN=", _dec(word(8, 4, u)), " MSN=", _dec(word(12, 4, u)), " MO=", _dec(word(16, 4, u)))
-    parts.append(_LAST[(ctl >> 6) & 1])
-    rr = kind == 4
-    seg_text(rr, " sink=0x", _hex(word(20, 4, rr), 8, prefix=False), "@0x", _varhex(word(24, 8, rr)),
-             " src=0x", _hex(word(36, 4, rr), 8, prefix=False), "@0x", _varhex(word(40, 8, rr)),
-             " len=", _dec(word(32, 4, rr)))
-    pay = (ul - FPDU_HEADERS[kind]).astype(np.uint64)
-    seg_text(pay > 0, " payload=", _dec(pay))
-    m = np.hstack(parts)
+    sep = _const("; ", n).copy()
+    sep[first] = 0
+    m = np.hstack([sep, words])
     # a segment of one FPDU (most): its line as a row of a matrix of the run's segments
     count = np.bincount(seg, minlength=k)
     one = np.flatnonzero(count[seg] == 1)

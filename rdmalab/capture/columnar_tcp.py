@@ -30,8 +30,9 @@ from rdmalab.capture.columnar_schema import Columns, link_header_length
 from rdmalab.capture.linktypes import COLUMNAR_LINKTYPES
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.wire import crc as _crc
+from rdmalab.wire.iwarp import DDP_TAGGED_SIZE, DDP_UNTAGGED_SIZE
 from rdmalab.wire.net import TCP, tcp_flag_names
-from rdmalab.wire.rdmap import OP_READ_REQUEST, OP_READ_RESPONSE, OP_SEND, OP_SEND_SE, OP_WRITE
+from rdmalab.wire.rdmap import OP_READ_REQUEST, OP_READ_RESPONSE, OP_SEND, OP_SEND_SE, OP_WRITE, ReadRequest
 
 #: the columns clean_tcp and tcp_text read (for decode_block's ``fields``)
 TCP_FIELDS = ("frame.number", "ip.src", "ip.dst", "ip.hdr_len", "ip.flags", "ip.len", "ipv6.src", "ipv6.dst",
@@ -100,8 +101,11 @@ def split_rows(m: np.ndarray) -> list[bytes]:
 #: the FPDUs :func:`fpdu_chains` describes itself: (tagged, RDMAP opcode) -> its kind (a row of the tables below)
 FPDU_KINDS = {(1, OP_WRITE): 0, (1, OP_READ_RESPONSE): 1, (0, OP_SEND): 2, (0, OP_SEND_SE): 3,
               (0, OP_READ_REQUEST): 4}
-#: the octets of each kind's headers in the ULPDU (DDP, RDMAP and a Read Request's own)
-FPDU_HEADERS = np.array([14, 14, 18, 18, 18 + 28, 0], dtype=np.int64)
+#: the kind of a Read Request (its own header after DDP's)
+READ_REQUEST_KIND = FPDU_KINDS[(0, OP_READ_REQUEST)]
+#: the octets of each kind's headers in the ULPDU (DDP, RDMAP and a Read Request's own; the last row: no kind)
+FPDU_HEADERS = np.array([DDP_TAGGED_SIZE, DDP_TAGGED_SIZE, DDP_UNTAGGED_SIZE, DDP_UNTAGGED_SIZE,
+                         DDP_UNTAGGED_SIZE + ReadRequest.LAYOUT.size, 0], dtype=np.int64)
 #: (tagged << 4 | RDMAP opcode) -> the kind (-1: not one :func:`fpdu_chains` describes)
 FPDU_KIND = np.full(32, -1, dtype=np.int64)
 for (_t, _op), _k in FPDU_KINDS.items():

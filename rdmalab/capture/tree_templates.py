@@ -37,8 +37,8 @@ import numpy as np
 
 from rdmalab.capture.blockpool import JSON_PARALLEL_MIN_BYTES, blocks_in_workers, default_workers, parallel_capture
 from rdmalab.capture.columnar_decode import erf_ethernet_view
-from rdmalab.capture.columnar_summary import AnalysisFeed
-from rdmalab.capture.columnar_tcp import FPDU_KINDS, fpdu_chains
+from rdmalab.capture.columnar_summary import AnalysisFeed, fpdu_words
+from rdmalab.capture.columnar_tcp import FPDU_KINDS, READ_REQUEST_KIND, fpdu_chains
 from rdmalab.capture.iwarp import IwarpTracker, _address_text
 from rdmalab.capture.linktypes import (
     ERF,
@@ -90,7 +90,6 @@ from rdmalab.wire.net import (
 from rdmalab.wire.opcodes import OPCODES
 from rdmalab.wire.packet import Layer, Packet
 from rdmalab.wire.rdmap import (
-    OP_READ_REQUEST,
     OP_SEND,
     OP_SEND_SE,
     DDPTagged,
@@ -98,7 +97,6 @@ from rdmalab.wire.rdmap import (
     RDMAPControl,
     RDMAPUntagged,
     ReadRequest,
-    rdmap_opcode_name,
 )
 
 __all__ = ["SPECIAL", "fast_frame", "header_text_fn", "templatable", "tree_blocks"]
@@ -932,12 +930,10 @@ _SEND_KINDS = frozenset((FPDU_KINDS[(0, OP_SEND)], FPDU_KINDS[(0, OP_SEND_SE)]))
 
 #: the indentation of an iWARP PDU's headers in a frame's tree (:func:`~rdmalab.capture.render.pdu_lines`)
 _PDU_INDENT = "        "
-#: the FPDU kind (:data:`~rdmalab.capture.columnar_tcp.FPDU_KINDS`) of an RDMA Read Request
-_READ_REQUEST_KIND = FPDU_KINDS[(0, OP_READ_REQUEST)]
 
 
 class _FpduText:
-    """The Summary and tree of an FPDU :func:`~rdmalab.capture.columnar_tcp.fpdu_chains` describes (whole,
+    """The tree of an FPDU :func:`~rdmalab.capture.columnar_tcp.fpdu_chains` describes (whole,
     without markers, an RDMA Write, Read Response, Send, Send with SE or Read Request whose headers
     decode without a problem), written from its octets as :func:`~rdmalab.capture.render.pdu_lines` writes
     the packet :func:`~rdmalab.wire.iwarp.decode_fpdu` makes of them: the DDP and Read Request headers
@@ -961,34 +957,26 @@ class _FpduText:
             hit = self.memo[key] = "\n".join(_header_lines(h, 0 if which == 0 else MPA_HEADER_SIZE + 1, _PDU_INDENT))
         return hit
 
-    def fpdu(self, data: bytes, at: int, ul: int, kind: int, crc: bool) -> tuple[str, str]:
-        """The Summary and the tree lines (after the PDU's heading) of the FPDU at ``data[at:]``, of
-        ULPDU_Length ``ul`` and kind ``kind``; ``crc``: its CRC checked (and good), else not looked at."""
+    def fpdu(self, data: bytes, at: int, ul: int, kind: int, crc: bool) -> str:
+        """The tree lines (after the PDU's heading) of the FPDU at ``data[at:]``, of ULPDU_Length ``ul`` and
+        kind ``kind``; ``crc``: its CRC checked (and good), else not looked at."""
         ddp = at + MPA_HEADER_SIZE
         tagged = data[ddp] >> 7
         size = DDP_TAGGED_SIZE if tagged else DDP_UNTAGGED_SIZE
         v = int.from_bytes(data[ddp:ddp + size], "big")
-        ctl = data[ddp + 1]
-        name = rdmap_opcode_name(ctl & 15)
-        last = "[last]" if data[ddp] & 0x40 else "[more]"
         parts = [self._lines(0, ul), self.ddp[tagged](v)]
         if tagged:
-            parts.append(self._lines(1, ctl))
-            words = f"{name} STag=0x{v >> 64 & 0xFFFFFFFF:08x} TO=0x{v & 0xFFFFFFFFFFFFFFFF:x} {last}"
+            parts.append(self._lines(1, data[ddp + 1]))
         else:
             parts.append(self._lines(2, v >> 96 & 0xFFFFFFFFFF))
-            words = f"{name} QN={v >> 64 & 0xFFFFFFFF} MSN={v >> 32 & 0xFFFFFFFF} MO={v & 0xFFFFFFFF} {last}"
         po = MPA_HEADER_SIZE + size
-        if kind == _READ_REQUEST_KIND:
+        if kind == READ_REQUEST_KIND:
             rr = int.from_bytes(data[at + po:at + po + ReadRequest.LAYOUT.size], "big")
             parts.append(self.read_request(rr))
-            words += (f" sink=0x{rr >> 192:08x}@0x{rr >> 128 & 0xFFFFFFFFFFFFFFFF:x}"
-                      f" src=0x{rr >> 64 & 0xFFFFFFFF:08x}@0x{rr & 0xFFFFFFFFFFFFFFFF:x} len={rr >> 96 & 0xFFFFFFFF}")
             po += ReadRequest.LAYOUT.size
         pl = MPA_HEADER_SIZE + ul - po
         if pl:
             parts.append(payload_line(_PDU_INDENT, po, pl, data[at + po:at + po + min(pl, 32)]))
-            words += f" payload={pl}"
         pad = pad_length(ul)
         if pad:
             parts.append(pad_line(_PDU_INDENT, po + pl, pad))
@@ -996,7 +984,7 @@ class _FpduText:
         parts.append(crc_line(_PDU_INDENT, "MPA CRC32c", end,
                               int.from_bytes(data[at + end:at + end + MPA_CRC_SIZE], "little"), "good" if crc else None,
                               None))
-        return words, "\n".join(parts)
+        return "\n".join(parts)
 
 
 _FPDU_TEXT: list[_FpduText] = []  # (made on first use: templates)
@@ -1008,16 +996,23 @@ def _lanes(payload: np.ndarray, lengths: np.ndarray) -> _Lanes | None:
     (:func:`~rdmalab.capture.columnar_tcp.fpdu_chains`), each untagged Send among them the last of its
     message; and for each such segment the Summary and the PDUs' trees :func:`tcp_tree_at` would write
     when the iWARP reassembly emits those FPDUs (:meth:`~rdmalab.capture.iwarp.IwarpTracker.take_whole`),
-    written here, in the worker, from the octets (:class:`_FpduText`), so that the process following the
-    streams need not decode them (a Send message of several FPDUs, which needs the stream, is left to
+    written here, in the worker, from the octets (the words as the summary lines' lane writes them,
+    :func:`~rdmalab.capture.columnar_summary.fpdu_words`, the trees by :class:`_FpduText`), so that the
+    process following the streams need not decode them (a Send message of several FPDUs, which needs the stream, is left to
     it).  None: no such segment."""
     if not len(lengths):
         return None
     starts = np.r_[0, np.cumsum(lengths)[:-1]]
-    ok_crc, ok_plain, (seg, at, ul, _tagged, kind, ctl) = fpdu_chains(payload, starts, lengths)
+    ok_crc, ok_plain, fpdus = fpdu_chains(payload, starts, lengths)
     cand = np.flatnonzero(ok_crc | ok_plain)
     if not len(cand):
         return None
+    fpdus = tuple(c[np.isin(fpdus[0], cand)] for c in fpdus)
+    seg, at, ul, _tagged, kind, ctl = fpdus
+    # the FPDUs' Summaries, as the summary lines' lane writes them
+    words = fpdu_words(payload, fpdus)
+    said = words.tobytes().translate(None, b"\0").decode()
+    ends = np.cumsum(np.count_nonzero(words, axis=1)).tolist()
     if not _FPDU_TEXT:
         _FPDU_TEXT.append(_FpduText())
     write = _FPDU_TEXT[0].fpdu
@@ -1036,14 +1031,15 @@ def _lanes(payload: np.ndarray, lengths: np.ndarray) -> _Lanes | None:
                 if not last_l[f]:
                     break  # (a Send message begun: put together by the stream)
         else:
-            words: list[str] = []
+            summaries: list[str] = []
             lines: list[str] = []
             n = hi - lo
             for k, f in enumerate(range(lo, hi), 1):
-                summary, tree = write(data, at_l[f], ul_l[f], kind_l[f], crc)
-                words.append(summary)
-                lines += (f"    PDU {k} of {n} (iwarp; offsets within the PDU): {summary}", tree)
-            info = "; ".join(words).encode()
+                summary = said[ends[f - 1] if f else 0:ends[f]]
+                summaries.append(summary)
+                lines += (f"    PDU {k} of {n} (iwarp; offsets within the PDU): {summary}",
+                          write(data, at_l[f], ul_l[f], kind_l[f], crc))
+            info = "; ".join(summaries).encode()
             more = ("\n" + "\n".join(lines)).encode()
             rows[i] = ((1 if crc else 2) | (4 if sends else 0), pos, len(info), len(more))
             pieces += (info, more)

@@ -17,11 +17,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rdmalab.capture import columnar_summary, records
 from rdmalab.capture.columnar import decode_block, record_blocks
 from rdmalab.capture.columnar_summary import _fast_rows, _template_text
+from rdmalab.capture.columnar_tcp import fpdu_chains
 from rdmalab.cli import main
+from rdmalab.wire import iwarp as iwarp_wire
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = sorted(glob.glob(str(ROOT / "captures" / "*.pcap")))
@@ -500,3 +504,35 @@ def test_a_filter_on_the_icrc_beside_the_streams(name: str, capsys: Any) -> None
         assert rc1 == rc2 == 0 and fast == ref, expr
         kept += fast.count("\n")
     assert kept > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["write", "read_response", "send", "send_se", "read_request"]),
+                          st.integers(0, 2**32 - 1), st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1),
+                          st.integers(0, 70), st.booleans()), min_size=1, max_size=6))
+def test_fpdu_words_are_what_summarize_fpdu_says(specs: list[tuple[str, int, int, int, int, bool]]) -> None:
+    """fpdu_words, which the summary lines' lane and the trees' workers both write their FPDUs' words with:
+    the text rdmalab.wire.iwarp.summarize_fpdu gives the FPDU decode_fpdu makes of the same octets, for each
+    kind fpdu_chains takes, with any STag, offset, MSN, MO and Read size, payloads with pad and without."""
+    ulpdus = []
+    for kind, a, b, c, size, last in specs:
+        payload = bytes(range(size))
+        if kind == "write":
+            ulpdus.append(iwarp_wire.rdma_write(a, b, payload, last=last))
+        elif kind == "read_response":
+            ulpdus.append(iwarp_wire.read_response(a, b, payload, last=last))
+        elif kind == "read_request":
+            ulpdus.append(iwarp_wire.read_request(a, b, c, c ^ a, b >> 1, msn=c))
+        else:
+            ulpdus.append(iwarp_wire.send(payload, se=kind == "send_se", msn=c, mo=a, last=last))
+    data = iwarp_wire.encode_fpdus(ulpdus, crc=True)
+    ok_crc, _plain, fpdus = fpdu_chains(np.frombuffer(data, dtype=np.uint8), np.array([0]), np.array([len(data)]))
+    assert ok_crc.tolist() == [True]
+    words = columnar_summary.fpdu_words(np.frombuffer(data, dtype=np.uint8), fpdus)
+    got = [bytes(row[row != 0]).decode() for row in words]
+    want, at = [], 0
+    while at < len(data):
+        pkt, n = iwarp_wire.decode_fpdu(data, at, crc=True)
+        want.append(iwarp_wire.summarize_fpdu(pkt))
+        at += n
+    assert got == want
