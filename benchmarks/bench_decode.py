@@ -43,6 +43,13 @@ records (a DAG card's); and with an 802.1Q tag in every frame (priority 3: a RoC
 Rows: summaries and ``-T fields`` of each, against tshark; and ``-V`` of the ERF records and of the tagged
 frames on the first ``--json-packets`` (its text compared with the per-packet path's first).
 
+``--background`` measures the ``--mixed`` capture (``--packets``, default 200,000) with the traffic a host's
+capture holds beside its RDMA put between its frames, one frame in four (``tests/hostile.background_frames``:
+DNS, mDNS, NTP and other UDP, ARP, router and neighbour discovery, MLD, LLDP, other IP protocols and
+EtherTypes, a fifth of them tagged; every frame different, so that no memo of frames seen helps).  Rows:
+summaries, ``-T fields``, ``-T json`` and ``-V`` against tshark; the fast paths' text compared with the
+per-packet path's first.
+
 ``--ipv6`` measures the ``--mixed`` capture with its RoCEv2 sent to IPv6 GIDs instead (what perftest and
 rdma_cm send on a RoCE port's default GID, its IPv6 link-local one; the ICRCs recomputed), and its TCP
 (iWARP, perftest's exchange) between the same IPv6 addresses. Rows:
@@ -53,7 +60,7 @@ With ``--repeat N`` each command runs N times (rdmalab's and tshark's in turn) a
 CPU times count: on a loaded machine the ratio of CPU times (the table's last column) is the steadier.
 
     python benchmarks/bench_decode.py [--packets N] [--json-packets N] [--keep DIR] [--no-tshark] [--mixed]
-                                      [--icmp] [--links] [--ipv6] [--repeat N]
+                                      [--icmp] [--links] [--ipv6] [--background] [--repeat N]
 """
 
 from __future__ import annotations
@@ -69,7 +76,8 @@ import tempfile
 import time
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [p for p in (_ROOT, os.path.dirname(os.path.abspath(__file__))) if p not in sys.path]
+sys.path[:0] = [p for p in (_ROOT, os.path.dirname(os.path.abspath(__file__)), os.path.join(_ROOT, "tests"))
+                if p not in sys.path]
 
 from bench_columnar import FIELDS, build, run  # noqa: E402
 
@@ -341,6 +349,66 @@ def main_ipv6(args: argparse.Namespace, tmp: str) -> None:
         print("\n".join(rows))
 
 
+def build_background(src: str, n: int, path: str) -> int:
+    """The first frames of ``src`` with a frame of background traffic (``tests/hostile.background_frames``,
+    undamaged) after every three, ``n`` frames in all (pcap, nanoseconds), each background frame timed
+    just after the frame before it."""
+    import hostile
+
+    from rdmalab.capture import records
+    from rdmalab.capture.pcapwriter import CaptureWriter
+
+    extra = iter(hostile.background_frames(1, n // 4 + 1, damaged=False))
+    written = 0
+    with CaptureWriter(path, nano=True) as w:
+        for r in records(src):
+            if written >= n:
+                break
+            ns = r.ns if r.ns is not None else round(r.timestamp * 1e9)
+            w.write(r.data, ns, wire_len=r.wire_length or None)
+            written += 1
+            if written % 4 == 3 and written < n:
+                _t, data, wire = next(extra)
+                w.write(data, ns + 1, wire_len=wire)
+                written += 1
+    return written
+
+
+def main_background(args: argparse.Namespace, tmp: str) -> None:
+    """The mixed capture with background traffic between its frames: summaries, -T fields, -T json and -V
+    against tshark."""
+    n_all = args.packets if args.packets_given else 200_000
+    mixed = os.path.join(tmp, "mixed_big.pcapng")
+    build_mixed(mixed, n_all)
+    big, small = os.path.join(tmp, "mixed_background.pcap"), os.path.join(tmp, "mixed_small_background.pcap")
+    n = build_background(mixed, n_all, big)
+    m = build_background(mixed, args.json_packets, small)
+    print(f"{big}: {n:,} packets, the mixed capture's with background traffic, {os.path.getsize(big) / 2**20:.0f} MiB")
+    print(f"  {protocols(big)}")
+    py = [sys.executable, "-m", "rdmalab", "decode"]
+    for opt in ([], ["-T", "json"], ["-V"]):
+        same = [subprocess.run([*py, *opt, *extra, "-r", small, "-c", "5000"], capture_output=True, check=True).stdout
+                for extra in ([], ["--no-columnar"])]
+        print(f"  {' '.join(opt) or 'summary lines'} of the first 5,000, fast vs per-packet path: "
+              f"{'identical' if same[0] == same[1] else 'DIFFERENT'}")
+    tshark = None if args.no_tshark or not shutil.which("tshark") else "tshark"
+    ef = [a for f in FIELDS for a in ("-e", f)]
+    rows: list[str] = []
+    rows += compare("background: summary lines", n, [("rdmalab decode -r FILE", [*py, "-r", big])],
+                    [tshark, "-n", "-r", big] if tshark else None)
+    rows += compare("background: -T fields", n, [("rdmalab decode -T fields", [*py, "-r", big, "-T", "fields", *ef])],
+                    [tshark, "-n", "-r", big, "-T", "fields", *ef] if tshark else None)
+    rows += compare("background: -T json", m, [("rdmalab decode -T json", [*py, "-T", "json", "-r", small])],
+                    [tshark, "-n", "-r", small, "-T", "json"] if tshark else None)
+    rows += compare("background: -V", m, [("rdmalab decode -V", [*py, "-V", "-r", small])],
+                    [tshark, "-n", "-r", small, "-V"] if tshark else None)
+    if rows:
+        print("\n| command (mixed capture, background traffic between) | rdmalab (peak RSS) | tshark (peak RSS) | "
+              "rdmalab packets/s over tshark's | over tshark's CPU time |")
+        print("|---|---|---|---|---|")
+        print("\n".join(rows))
+
+
 #: bench_columnar.FIELDS with the IPv6 addresses instead of the IPv4 ones
 FIELDS_IPV6 = ["ipv6.src" if f == "ip.src" else "ipv6.dst" if f == "ip.dst" else f for f in FIELDS]
 
@@ -352,8 +420,10 @@ def protocols(path: str) -> str:
     counts: dict[str, int] = {}
     for c in iter_columns(path, fields=("frame.number",)):
         L = c.layers
+        ip = L["ip"] | L["ipv6"]
         kinds = {"RoCEv2": L["rocev2"], "TCP": L["tcp"], "UDP (not RoCE)": L["udp"] & ~L["rocev2"],
-                 "ICMPv6": L["ipv6"] & (c.data["ipv6.nxt"] == 58), "ARP": c.data["eth.type"] == 0x0806}
+                 "ICMP": L["icmp"], "ICMPv6": L["icmpv6"], "ARP": L["arp"],
+                 "other": ~(L["rocev2"] | L["tcp"] | L["udp"] | L["icmp"] | L["icmpv6"] | L["arp"]) & (ip | L["eth"])}
         for k, m in kinds.items():
             counts[k] = counts.get(k, 0) + int(m.sum())
     return ", ".join(f"{k} {v:,}" for k, v in counts.items())
@@ -516,6 +586,8 @@ def main() -> None:
                     help="the --mixed capture as a Linux cooked v2 capture, as ERF Ethernet records and 802.1Q-tagged")
     ap.add_argument("--ipv6", action="store_true",
                     help="the --mixed capture with its RoCEv2 (ICRCs recomputed) and TCP sent over IPv6")
+    ap.add_argument("--background", action="store_true",
+                    help="the --mixed capture with background traffic (UDP, ARP, ICMP, ICMPv6, LLDP ...) between its frames")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error(f"--repeat {args.repeat}: at least 1")
@@ -527,9 +599,10 @@ def main() -> None:
     compiled()
     tmp = args.keep or tempfile.mkdtemp(prefix="rdmalab-bench-")
     os.makedirs(tmp, exist_ok=True)
-    if args.mixed or args.icmp or args.links or args.ipv6:
+    if args.mixed or args.icmp or args.links or args.ipv6 or args.background:
         try:
-            (main_mixed if args.mixed else main_links if args.links else main_ipv6 if args.ipv6 else main_icmp)(args, tmp)
+            (main_mixed if args.mixed else main_links if args.links else main_ipv6 if args.ipv6
+             else main_background if args.background else main_icmp)(args, tmp)
         finally:
             if not args.keep:
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -11,12 +11,16 @@ Each builder writes a pcap (nanosecond timestamps) of about ``n`` frames:
   so they go back).
 * :func:`snaplen_cut`: a real capture with every frame cut to ``snaplen`` bytes (``editcap -s``),
   and :func:`truncated_tail`: a capture that ends in the middle of its last record.
+
+And :func:`background_frames`: the traffic a host's capture holds beside its RDMA (name resolution,
+discovery, neighbours: each frame different), for the decoder's tests and ``benchmarks/bench_decode.py``.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import struct
 from collections.abc import Iterator
 
 from rdmalab.capture.columnar import record_blocks
@@ -192,3 +196,102 @@ def tagged(data: bytes, pcp: int = 3, vid: int = 100) -> bytes:
     """An Ethernet frame with an 802.1Q tag put after its addresses (priority ``pcp``, VLAN ``vid``: how a RoCE
     NIC sends on a lossless class, PFC reading the priority), the rest as it was."""
     return data[:12] + b"\x81\x00" + (pcp << 13 | vid).to_bytes(2, "big") + data[12:]
+
+
+# ---------------------------------------------------------------------------- traffic beside RDMA
+
+
+def _ipv4(proto: int, payload: bytes, rng: random.Random, options: bytes = b"") -> bytes:
+    ihl = 5 + len(options) // 4
+    head = struct.pack("!BBHHHBBH4s4s", 0x40 | ihl, rng.randrange(256), 20 + len(options) + len(payload),
+                       rng.randrange(65536), rng.choice([0, 0x4000]), rng.randrange(1, 256), proto, 0,
+                       rng.randbytes(4), rng.randbytes(4))
+    return head + options + payload
+
+
+def _ipv6(nxt: int, payload: bytes, rng: random.Random) -> bytes:
+    src = bytes.fromhex("fe80000000000000") + rng.randbytes(8)
+    dst = rng.choice([bytes.fromhex("ff0200000000000000000001ff") + rng.randbytes(3), rng.randbytes(16)])
+    return struct.pack("!IHBB", 0x60000000 | rng.randrange(1 << 20), len(payload), nxt, rng.randrange(256)) \
+        + src + dst + payload
+
+
+def _udp(rng: random.Random) -> bytes:
+    body = rng.randbytes(rng.choice([0, 1, 7, 30, 200]))
+    dport = rng.choice([53, 5353, 4790, 4792, 123, rng.randrange(65536)])
+    return struct.pack("!HHHH", rng.randrange(65536), dport, 8 + len(body), rng.randrange(65536)) + body
+
+
+def _icmp(rng: random.Random, six: bool) -> bytes:
+    if six:  # RS, RA, NS (with a source link-layer option or not), NA, MLD, redirect, unknown
+        kind = rng.choice([133, 134, 135, 136, 130, 131, 132, 137, 143, 200])
+        body = rng.randbytes(4) + rng.randbytes(16)
+        if kind in (135, 136, 133) and rng.random() < 0.5:
+            body += bytes([1 if kind != 136 else 2, 1]) + rng.randbytes(6)
+    else:  # router advertisement and solicitation, timestamp, information, address mask, unknown
+        kind = rng.choice([9, 10, 13, 14, 15, 16, 17, 18, 42, 200])
+        body = rng.randbytes(rng.choice([4, 8, 16]))
+    return bytes([kind, rng.choice([0, 0, 1, 16])]) + rng.randbytes(2) + body
+
+
+def _arp(rng: random.Random) -> bytes:
+    me = rng.randbytes(4)
+    other = rng.choice([me, rng.randbytes(4), bytes(4)])
+    op = rng.choice([1, 1, 2, 2, 3, 8])
+    sha, tha = rng.randbytes(6), rng.choice([bytes(6), b"\xff" * 6, rng.randbytes(6)])
+    spa, tpa = (bytes(4), other) if rng.random() < 0.2 else (me, other)
+    return bytes.fromhex("000108000604") + struct.pack("!H", op) + sha + spa + tha + tpa
+
+
+def background_frame(rng: random.Random) -> bytes:
+    """An Ethernet frame of what a host sends beside RDMA, random fields: UDP (DNS, mDNS, NTP, any port;
+    near RoCEv2's but not it), IP datagrams of other protocols (IGMP, GRE, ESP, OSPF, SCTP ...), ICMP and
+    ICMPv6 messages that are neither errors nor echoes (router and neighbour discovery, MLD, timestamps),
+    ARP (requests, replies, probes, announcements), other EtherTypes (LLDP, IEEE 802.3 lengths, MAC
+    Control, IPX); a fifth behind an 802.1Q tag or an 802.1ad S-TAG and a tag; most padded to 60 octets."""
+    kind = rng.choice(["udp4", "udp6", "ip4", "ip6", "icmp", "icmp6", "arp", "eth", "eth"])
+    if kind == "udp4":
+        ethertype, body = 0x0800, _ipv4(17, _udp(rng), rng, rng.choice([b"", b"", b"\x01\x01\x01\x00"]))
+    elif kind == "udp6":
+        ethertype, body = 0x86DD, _ipv6(17, _udp(rng), rng)
+    elif kind == "ip4":
+        ethertype, body = 0x0800, _ipv4(rng.choice([2, 47, 50, 89, 132, 253]), rng.randbytes(rng.randrange(0, 60)), rng)
+    elif kind == "ip6":
+        ethertype, body = 0x86DD, _ipv6(rng.choice([59, 47, 132, 89]), rng.randbytes(rng.randrange(0, 60)), rng)
+    elif kind == "icmp":
+        ethertype, body = 0x0800, _ipv4(1, _icmp(rng, False), rng)
+    elif kind == "icmp6":
+        ethertype, body = 0x86DD, _ipv6(58, _icmp(rng, True), rng)
+    elif kind == "arp":
+        ethertype, body = 0x0806, _arp(rng)
+    else:  # LLDP, an IEEE 802.3 length, MAC Control (a PAUSE; a PFC frame is read), IPX, a made-up one
+        ethertype = rng.choice([0x88CC, 0x0026, 0x8808, 0x8137, 0x1234])
+        body = rng.choice([b"\x00\x01\xff\xff", b"\x01\x01\x00\xff"]) if ethertype == 0x8808 else b""
+        body += rng.randbytes(rng.randrange(0, 80))
+    tags = b""
+    shape = rng.random()
+    if shape < 0.2:
+        tags = struct.pack("!HH", 0x8100, rng.randrange(65536))
+    elif shape < 0.3:
+        tags = struct.pack("!HHHH", 0x88A8, rng.randrange(65536), 0x8100, rng.randrange(65536))
+    frame = rng.randbytes(6) + rng.randbytes(6) + tags + struct.pack("!H", ethertype) + body
+    return frame.ljust(60, b"\0") if rng.random() < 0.7 else frame  # (padded as a NIC sends it, or not)
+
+
+def background_frames(seed: int, n: int, damaged: bool = True) -> list[Frame]:
+    """``n`` frames of the traffic a host's capture holds beside its RDMA (:func:`background_frame`), as
+    (time, captured bytes, length on the wire); ``damaged``: some cut by a snap length, some with octets
+    changed (lengths past the frame, versions, types, ports ...)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        data = bytearray(background_frame(rng))
+        wire = len(data)
+        roll = rng.random() if damaged else 1.0
+        if roll < 0.1:
+            data = data[:rng.randrange(14, max(15, len(data)))]
+        elif roll < 0.25:
+            for _ in range(rng.randrange(1, 3)):
+                data[rng.randrange(12, len(data))] = rng.randrange(256)
+        out.append((1_700_000_000_000_000_000 + i * 1_000_003, bytes(data), wire))
+    return out

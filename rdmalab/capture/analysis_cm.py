@@ -27,7 +27,7 @@ def _raw_frames(path: str, frames: set[int]) -> dict[int, Any]:
             i = f - blk.first
             off, cap = int(blk.offset[i]), int(blk.caplen[i])
             out[f] = RawRecord(f, int(blk.ts_ns[i]) / 1e9, int(blk.linktype[i]), bytes(blk.buf[off:off + cap]),
-                               int(blk.wirelen[i]))
+                               int(blk.wirelen[i]), fcs_len=int(blk.fcs_lens()[i]))
         if hi >= len(want):
             break
     return out

@@ -373,7 +373,7 @@ def block_columns(blk: RecordBlock, fields: tuple[str, ...], tracker: Any) -> Co
         for i in other:
             off, cap = int(blk.offset[i]), int(blk.caplen[i])
             rec = RawRecord(blk.first + i, int(blk.ts_ns[i]) / 1e9, int(blk.linktype[i]),
-                            bytes(blk.buf[off:off + cap]), int(blk.wirelen[i]))
+                            bytes(blk.buf[off:off + cap]), int(blk.wirelen[i]), fcs_len=int(blk.fcs_lens()[i]))
             row, entry = per_packet_row(decode_record(rec), None, None)  # (an ICMP error's quote: in multi)
             dicts.append(row)
             if entry is not None:

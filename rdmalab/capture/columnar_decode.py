@@ -1093,11 +1093,11 @@ def fill_quotes(blk: RecordBlock, cols: Columns, rows: np.ndarray) -> None:
     (:attr:`rdmalab.wire.packet.Packet.quoted`: the quote's ip.src after the frame's, its UDP, TCP and
     BTH), into :attr:`Columns.multi`, which the ``-T fields`` text and the display filter read for them.
     A row whose quote is no IP datagram is left as it is."""
-    secs, ifs = blk.seconds(), blk.interfaces()
+    secs, ifs, fcss = blk.seconds(), blk.interfaces(), blk.fcs_lens()
     for i in rows.tolist():
         off, cap = int(blk.offset[i]), int(blk.caplen[i])
         cp = decode_record(RawRecord(blk.first + i, float(secs[i]), int(blk.linktype[i]), bytes(blk.buf[off:off + cap]),
-                                     int(blk.wirelen[i]), int(ifs[i]), int(blk.ts_ns[i])))
+                                     int(blk.wirelen[i]), int(ifs[i]), int(blk.ts_ns[i]), fcs_len=int(fcss[i])))
         if cp.packet.quoted is None:
             continue
         cols.multi[blk.first + i] = quote_fields(cp)

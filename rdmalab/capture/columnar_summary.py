@@ -61,7 +61,7 @@ from rdmalab.capture.columnar_tcp import (
     tcp_offsets,
 )
 from rdmalab.capture.fields import frame_fields
-from rdmalab.capture.fieldtext import _OCTET_DOT32, Clock, _dec, _hex, _strings, filter_mask, relative_matrix
+from rdmalab.capture.fieldtext import _OCTET_DOT32, Clock, _dec, _hex, _join, _strings, filter_mask, relative_matrix
 from rdmalab.capture.filter import compile_filter
 from rdmalab.capture.iwarp import IwarpTracker
 from rdmalab.capture.linktypes import COLUMNAR_LINKTYPES, LINKTYPE_ERF, erf_frame
@@ -92,14 +92,39 @@ from rdmalab.capture.tcp_analysis import (
     insert_json,
     insert_json_one,
 )
-from rdmalab.wire.control import ICMP_ERRORS, ICMPV6_ERRORS, IPPROTO_ICMP, IPPROTO_ICMPV6, icmp_summary, icmpv6_summary
+from rdmalab.wire.control import (
+    ARP,
+    ARP_ETHERNET_IPV4,
+    ARP_REPLY,
+    ARP_REQUEST,
+    ECHO_TYPES,
+    ETHERTYPE_ARP,
+    ICMP_ERRORS,
+    ICMPV6_ERRORS,
+    IPPROTO_ICMP,
+    IPPROTO_ICMPV6,
+    icmp_summary,
+    icmpv6_summary,
+)
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.ib import AETH, Transport
 from rdmalab.wire.iwarp import DDP_UNTAGGED_SIZE
 from rdmalab.wire.mad import GSI_QPN
 from rdmalab.wire.mpa import MPA_HEADER_SIZE
-from rdmalab.wire.net import TCP
+from rdmalab.wire.net import (
+    ETHERTYPE_IPV4,
+    ETHERTYPE_IPV6,
+    ETHERTYPE_QINQ,
+    ETHERTYPE_ROCE,
+    ETHERTYPE_VLAN,
+    IPPROTO_TCP,
+    IPPROTO_UDP,
+    IPV6_EXTENSIONS,
+    ROCEV2_PORT,
+    TCP,
+)
 from rdmalab.wire.opcodes import OPCODES, opcode_name
+from rdmalab.wire.pfc import ETHERTYPE_MAC_CONTROL
 from rdmalab.wire.rdmap import DDPTagged, DDPUntagged, ReadRequest, rdmap_opcode_name
 
 _PAYLOAD = np.zeros(256, dtype=bool)
@@ -182,6 +207,243 @@ def _quoting_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: int) -> tu
     proto, info_text = _strings(names), _strings(infos)
     return _lines(rows, np.hstack([_lead(blk, c, rows, t0), proto[inv], _length(blk, rows), info_text[inv],
                                    _const("\n", n)]))
+
+
+# The frames that carry nothing the lab decodes further, whose line is the same function of a few octets
+# whatever comes before them: a UDP datagram to a port other than RoCEv2's, an IP datagram of a protocol
+# the decoder does not read (neither ICMP, TCP nor UDP), an Ethernet frame of an EtherType it does not read
+# (LLDP, STP ...), an ARP request or reply for Ethernet and IPv4, and an ICMP or ICMPv6 message that is
+# neither an error (:func:`_quoting_rows`) nor an echo (paired in order: EchoPairs).  A real capture holds them beside its
+# RDMA traffic (name resolution, discovery, neighbours): each different, the per-packet decoder's memo of
+# frames seen (_SEEN) does not help them.
+
+#: the kinds of :func:`_plain_rows`
+_UDP, _IP_OTHER, _ETH_OTHER, _ARP, _ICMP = 1, 2, 3, 4, 5
+#: ICMP and ICMPv6 types that are not :data:`_ICMP` rows: errors and echoes
+_NOT_PLAIN_ICMP = np.zeros(256, dtype=bool), np.zeros(256, dtype=bool)
+_NOT_PLAIN_ICMP[0][[*ICMP_ERRORS, *ECHO_TYPES[4]]] = True
+_NOT_PLAIN_ICMP[1][[*ICMPV6_ERRORS, *ECHO_TYPES[6]]] = True
+#: EtherTypes the per-packet decoder reads what follows of (wire.frame._after_ethertype); any other's
+#: octets are the frame's payload
+_READ_ETHERTYPES = (ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ARP, ETHERTYPE_ROCE, ETHERTYPE_VLAN, ETHERTYPE_QINQ,
+                    ETHERTYPE_MAC_CONTROL)
+#: IP protocols the per-packet decoder reads (wire.frame._ip), and IPv6's extension headers
+_READ_PROTOCOLS = sorted({IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP, *IPV6_EXTENSIONS})
+_ARP_FIXED = np.frombuffer(ARP_ETHERNET_IPV4, dtype=np.uint8)
+
+
+def _plain_rows(blk: RecordBlock, c: Columns) -> np.ndarray:
+    """The kind of each row (0: none) whose line the columns give as the per-packet decoder writes it
+    (:func:`_plain_text`), read by it without a problem: a UDP datagram not to RoCEv2's port, within the
+    capture and within its IP datagram; a datagram of another protocol (not ICMP, TCP or UDP, no IPv6
+    extension header), within the capture; an ICMP or ICMPv6 message of 4 octets or more, neither an error
+    nor an echo, within the capture; an Ethernet frame of an EtherType the decoder does not read (after
+    the columns' tags); an ARP packet for Ethernet and IPv4, whole.  Never a fragment."""
+    d, L = c.data, c.layers
+    n = len(blk)
+    kind = np.zeros(n, dtype=np.int8)
+    if not n:
+        return kind
+    cap = blk.caplen.astype(np.int64)
+    link = np.isin(blk.linktype, COLUMNAR_LINKTYPES) & (L["eth"] | L["sll"] | L["rawip"])
+    v4, v6 = L["ip.rest"], L["ipv6"]
+    l3, l4 = tcp_offsets(c)
+    end = ip_end(c, l3)
+    # (where the frame ends on the wire, its FCS off: a datagram said to go past it is a problem)
+    frame_end = (np.where(blk.wirelen > 0, blk.wirelen, blk.caplen).astype(np.int64)
+                 - np.where(L["eth"], np.maximum(blk.fcs_lens(), 0), 0))
+    whole = link & (v4 | v6) & (end <= cap) & (end <= frame_end)
+    whole &= ~(v4 & (((d["ip.flags"] & 1) != 0) | (d["ip.frag_offset"] != 0) | (d["ip.len"] < d["ip.hdr_len"])))
+    udplen = d["udp.length"].astype(np.int64)
+    udp = whole & L["udp"] & ~L["rocev2"] & (d["udp.dstport"] != ROCEV2_PORT) & (udplen >= 8) & (l4 + udplen <= end)
+    proto = np.where(v6, d["ipv6.nxt"], d["ip.proto"])
+    other = whole & ~np.isin(proto, _READ_PROTOCOLS) & (l4 <= end)
+    kind[udp] = _UDP
+    kind[other] = _IP_OTHER
+    icmp = np.flatnonzero(whole & np.isin(proto, (IPPROTO_ICMP, IPPROTO_ICMPV6)) & (l4 + 4 <= end))
+    if len(icmp):
+        buf = np.frombuffer(blk.buf, dtype=np.uint8)
+        msg_type = buf[blk.offset[icmp] + l4[icmp]]
+        six = proto[icmp] == IPPROTO_ICMPV6
+        kind[icmp[~np.where(six, _NOT_PLAIN_ICMP[1][msg_type], _NOT_PLAIN_ICMP[0][msg_type])]] = _ICMP
+    # the EtherType after the tags (a raw IP record has none): read where the network header starts
+    eth = L["eth"] & (cap >= l3)
+    rows = np.flatnonzero(eth & ~(v4 | v6))
+    if len(rows):
+        buf = np.frombuffer(blk.buf, dtype=np.uint8)
+        at = blk.offset[rows] + l3[rows]
+        etype = buf[at - 2].astype(np.int64) << 8 | buf[at - 1]
+        kind[rows[~np.isin(etype, _READ_ETHERTYPES)]] = _ETH_OTHER
+        arp = rows[(etype == ETHERTYPE_ARP) & (cap[rows] >= l3[rows] + ARP.LAYOUT.size)]
+        if len(arp):
+            at = blk.offset[arp] + l3[arp]
+            fixed = (buf[at[:, None] + np.arange(len(_ARP_FIXED))] == _ARP_FIXED).all(axis=1)
+            kind[arp[fixed]] = _ARP
+    return kind
+
+
+def _macs(blk: RecordBlock, rows: np.ndarray, at: int | np.ndarray) -> np.ndarray:
+    """The MAC addresses at octet ``at`` of the frames ``rows`` (as tshark writes one, aa:bb:...)."""
+    buf = np.frombuffer(blk.buf, dtype=np.uint8)
+    octets = buf[(blk.offset[rows] + at)[:, None] + np.arange(6)]
+    out: np.ndarray = _join([_hex(octets[:, i].astype(np.uint64), 2, prefix=False) for i in range(6)], b":")
+    return out
+
+
+def _ipv4s(blk: RecordBlock, rows: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The IPv4 addresses at octet ``at`` (one per row) of the frames ``rows``, dotted."""
+    buf = np.frombuffer(blk.buf, dtype=np.uint8)
+    octets = buf[(blk.offset[rows] + at)[:, None] + np.arange(4)]
+    m: np.ndarray = _OCTET_DOT32[octets].view(np.uint8).reshape(len(rows), 16).copy()
+    m[:, 15] = 0  # no dot after the last octet
+    return m
+
+
+def _arp_info(blk: RecordBlock, rows: np.ndarray, l3: np.ndarray) -> np.ndarray:
+    """What the ARP packets at ``l3`` in the frames ``rows`` ask or answer, as
+    :meth:`rdmalab.wire.control.ARP.summary` words it (tshark's packet-arp.c)."""
+    n = len(rows)
+    buf = np.frombuffer(blk.buf, dtype=np.uint8)
+    at = blk.offset[rows] + l3
+
+    def field(name: str) -> tuple[int, int]:
+        f = ARP.LAYOUT.field(name)
+        return f.byte_start, f.bits // 8
+
+    def value(name: str) -> np.ndarray:
+        off, size = field(name)
+        v = np.zeros(n, dtype=np.uint64)
+        for b in range(size):
+            v = v << np.uint64(8) | buf[at + off + b].astype(np.uint64)
+        return v
+
+    op, spa, tpa, tha = value("opcode"), value("src_ip"), value("dst_ip"), value("dst_hw")
+    src_ip, dst_ip = _ipv4s(blk, rows, l3 + field("src_ip")[0]), _ipv4s(blk, rows, l3 + field("dst_ip")[0])
+    src_hw = _macs(blk, rows, l3 + field("src_hw")[0])
+    request, reply, same = op == ARP_REQUEST, op == ARP_REPLY, spa == tpa
+    parts: list[np.ndarray] = []
+
+    def text(where: np.ndarray, *pieces: np.ndarray | str) -> None:
+        if where.any():
+            m = np.hstack([_const(p, n) if isinstance(p, str) else p for p in pieces])
+            if not where.all():
+                m = m.copy()
+                m[~where] = 0
+            parts.append(m)
+
+    probe = request & (spa == 0)
+    asks = request & ~probe
+    text(probe | (asks & ~same), "Who has ", dst_ip, "?")
+    text(probe, " (ARP Probe)")
+    text(asks & ~same, " Tell ", src_ip)
+    text(asks & same & (tha == 0), "ARP Announcement for ", src_ip)
+    text(asks & same & (tha != 0), "Gratuitous ARP for ", src_ip, " (Request)")
+    text(reply & same, "Gratuitous ARP for ", src_ip, " (Reply)")
+    text(reply & ~same, src_ip, " is at ", src_hw)
+    text(~(request | reply), "ARP opcode ", _dec(op))
+    return np.hstack(parts)
+
+
+def _icmp_infos(blk: RecordBlock, c: Columns, rows: np.ndarray, l3: np.ndarray, l4: np.ndarray,
+                end: np.ndarray) -> list[str]:
+    """The Info of the ICMP and ICMPv6 messages of ``rows`` (:data:`_ICMP`), from their type on (``l4``)
+    to their datagram's end (``end``), as the per-packet decoder says them
+    (:func:`~rdmalab.wire.control.icmp_summary` with the TTL of an IPv4 datagram,
+    :func:`~rdmalab.wire.control.icmpv6_summary` with its TTL or hop limit); a message seen before in
+    the block said once."""
+    d = c.data
+    v6 = c.layers["ipv6"][rows]
+    six = (np.where(v6, d["ipv6.nxt"][rows], d["ip.proto"][rows]) == IPPROTO_ICMPV6).tolist()
+    at = blk.offset[rows]
+    hops = np.frombuffer(blk.buf, dtype=np.uint8)[at + l3 + np.where(v6, 7, 8)].tolist()
+    buf = blk.buf
+    said: dict[tuple[bool, bool, int, bytes], str] = {}
+    out = []
+    for ipv6, icmpv6, hop, lo, hi in zip(v6.tolist(), six, hops, (at + l4).tolist(), (at + end).tolist(), strict=True):
+        key = (ipv6, icmpv6, hop, bytes(buf[lo:hi]))
+        text = said.get(key)
+        if text is None:
+            msg = key[3]
+            text = said[key] = icmpv6_summary(msg, hop) if icmpv6 else icmp_summary(msg, None if ipv6 else hop)
+        out.append(text)
+    return out
+
+
+def _plain_text(blk: RecordBlock, c: Columns, rows: np.ndarray, kinds: np.ndarray, t0: int,
+                shown: np.ndarray | None) -> tuple[tuple[np.ndarray, bytes, np.ndarray], np.ndarray]:
+    """The lines of ``rows`` (their kinds ``kinds``: :func:`_plain_rows`; those a display filter shows,
+    ``shown``, None: all) as a source for :func:`_merge`, and which of ``rows`` are left to the per-packet
+    decoder.  A frame's layers, and so its protocol column and the names
+    its Info lists, follow from its link type, tags, IP version and kind alone: one frame of each such
+    shape is decoded per packet, which gives them, and a shape whose frame the decoder reads otherwise than
+    the columns do (a problem, another protocol) is left to it whole."""
+    L = c.layers
+    l3, l4 = tcp_offsets(c)
+    v6 = L["ipv6"][rows]
+    # (the FCS a capture says its frames keep: where a frame's payload ends)
+    shape = ((blk.fcs_lens()[rows].astype(np.int64) + 1) << 48 | blk.linktype[rows].astype(np.int64) << 16
+             | L["ieee8021ad"][rows].astype(np.int64) << 12
+             | L["vlan"][rows].astype(np.int64) << 11 | L["sll.ifindex"][rows].astype(np.int64) << 10
+             | v6.astype(np.int64) << 8 | kinds)
+    shapes, first, inv = np.unique(shape, return_index=True, return_inverse=True)
+    inv = inv.reshape(-1)
+    d = c.data
+    size = np.select([kinds == _UDP, kinds == _IP_OTHER, kinds == _ETH_OTHER],
+                     [d["udp.length"][rows].astype(np.int64) - 8, ip_end(c, l3)[rows] - l4[rows],
+                      blk.caplen[rows].astype(np.int64) - l3[rows]], 0)
+    protos, names, good = [], [], np.ones(len(shapes), dtype=bool)
+    secs, ifs, digits = blk.seconds(), blk.interfaces(), blk.time_digits()
+    for i, j in enumerate(rows[first].tolist()):
+        off, cap = int(blk.offset[j]), int(blk.caplen[j])
+        cp = decode_record(RawRecord(blk.first + j, float(secs[j]), int(blk.linktype[j]), bytes(blk.buf[off:off + cap]),
+                                     int(blk.wirelen[j]), int(ifs[j]), int(blk.ts_ns[j]), int(digits[j]),
+                                     int(blk.fcs_lens()[j])))
+        pkt = cp.packet
+        layers = " / ".join(layer.name for layer in pkt.layers if not layer.header.PSEUDO)
+        said = info(cp)
+        n = int(size[first[i]])
+        if shapes[i] & 0xFF in (_ARP, _ICMP):
+            ok = pkt.info is not None and said == pkt.info
+        else:
+            ok = said == layers + (f" ({n} bytes)" if n else "") and pkt.payload_length == n
+        good[i] = ok and not pkt.problems and pkt.encap not in ("tcp", "rocev2", "rocev1") and not pkt.ip_fragment
+        protos.append(f" {protocol(cp):<10} ")
+        names.append(layers)
+    left = ~good[inv]
+    keep = ~left if shown is None else ~left & shown
+    rows, kinds, inv, size = rows[keep], kinds[keep], inv[keep], size[keep]
+    n = len(rows)
+    src, dst = np.zeros((n, 1), dtype=np.uint8), np.zeros((n, 1), dtype=np.uint8)
+    on_ip = np.isin(kinds, (_UDP, _IP_OTHER, _ICMP))
+    if on_ip.any():
+        src, dst = _addresses(c, rows, "src"), _addresses(c, rows, "dst")
+    mac = np.flatnonzero(~on_ip)
+    if len(mac):
+        src, dst = (np.hstack([m, np.zeros((n, max(0, 17 - m.shape[1])), dtype=np.uint8)]) for m in (src, dst))
+        src[mac] = 0
+        dst[mac] = 0
+        src[mac, :17] = _macs(blk, rows[mac], 6)
+        dst[mac, :17] = _macs(blk, rows[mac], 0)
+    info_text = _strings(names)[inv]
+    arp = np.flatnonzero(kinds == _ARP)
+    if len(arp):
+        asked = _arp_info(blk, rows[arp], l3[rows[arp]])
+        w = max(info_text.shape[1], asked.shape[1])
+        info_text = np.hstack([info_text, np.zeros((n, w - info_text.shape[1]), dtype=np.uint8)])
+        info_text[arp] = 0
+        info_text[arp, :asked.shape[1]] = asked
+    icmp = np.flatnonzero(kinds == _ICMP)
+    if len(icmp):
+        words = _strings(_icmp_infos(blk, c, rows[icmp], l3[rows[icmp]], l4[rows[icmp]], ip_end(c, l3)[rows[icmp]]))
+        w = max(info_text.shape[1], words.shape[1])
+        info_text = np.hstack([info_text, np.zeros((n, w - info_text.shape[1]), dtype=np.uint8)])
+        info_text[icmp] = 0
+        info_text[icmp, :words.shape[1]] = words
+    sized = np.hstack([_const(" (", n), _dec(np.maximum(size, 0).astype(np.uint64)), _const(" bytes)", n)])
+    sized[(size <= 0) | (kinds == _ARP) | (kinds == _ICMP)] = 0
+    lines = np.hstack([_lead(blk, c, rows, t0, src, dst), _strings(protos)[inv], _length(blk, rows), info_text, sized,
+                       _const("\n", n)])
+    return _lines(rows, lines), left
 
 
 # ---------------------------------------------------------------------------- text as byte matrices
@@ -296,12 +558,15 @@ class _Taken(dict[str, np.ndarray]):
         return v
 
 
-def _lead(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: int) -> np.ndarray:
+def _lead(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: int, src: np.ndarray | None = None,
+          dst: np.ndarray | None = None) -> np.ndarray:
     """The first columns of the lines of ``rows``: frame number, time, source and destination
-    (render.format_summary's ``{frame:5d} {t:11.6f} {src:>15} → {dst:<15}``)."""
+    (render.format_summary's ``{frame:5d} {t:11.6f} {src:>15} → {dst:<15}``); the addresses the IP
+    headers' unless given (byte matrices)."""
     n = len(rows)
     frame = _dec(c.data["frame.number"][rows])
-    src, dst = _addresses(c, rows, "src"), _addresses(c, rows, "dst")
+    if src is None or dst is None:
+        src, dst = _addresses(c, rows, "src"), _addresses(c, rows, "dst")
     out: np.ndarray = np.hstack([_pad(frame, 5), frame, _const(" ", n), _time_column(blk, rows, t0), _const(" ", n),
                                  _pad(src, 15), src, _const(" \u2192 ", n), dst, _pad(dst, 15)])
     return out
@@ -622,7 +887,9 @@ _USE_TEMPLATES = True
 _GROUPS_PER_ROW = 8
 
 
-_Record = tuple[int, float, int, bytes, int, int, int, int]
+#: a record the per-packet decoder reads: (row, seconds, link type, octets, wire length, interface, time in ns,
+#: digits, the FCS length its capture says its frames keep)
+_Record = tuple[int, float, int, bytes, int, int, int, int, int]
 
 
 @dataclass(slots=True)
@@ -654,19 +921,19 @@ def _parts(cp: Any, request_in: int | None = None) -> _Parts:
 #: again.  Bounded: emptied when full.
 #: Keyed by the frame's length on the wire too (the same bytes are a packet cut by a snap length, or a
 #: whole one whose headers say more than it holds: tshark and the decoder tell them apart) and by how the
-#: frame is decoded (lenient or not).
-_SEEN: dict[tuple[int, bytes, int, bool], _Parts] = {}
+#: frame is decoded (lenient or not) and the FCS length its capture says its frames keep.
+_SEEN: dict[tuple[int, bytes, int, int, bool], _Parts] = {}
 
 
 def _stateless_line(first: int, rec: _Record, t0: int, flt: Any, lenient: bool) -> bytes | None:
     """The line of a frame that is not TCP (b"": the filter drops it), or None when the frame is
     left to the caller's per-packet loop (TCP after all, or an error to raise in order)."""
-    j, ts, lt, data, wire, iface, ns, digits = rec
-    key = (lt, data, wire, lenient)
+    j, ts, lt, data, wire, iface, ns, digits, fcs = rec
+    key = (lt, data, wire, fcs, lenient)
     parts = _SEEN.get(key) if flt is None else None
     if parts is None:
         try:
-            cp = decode_record(RawRecord(first + j, ts, lt, data, wire, iface, ns, digits), lenient=lenient)
+            cp = decode_record(RawRecord(first + j, ts, lt, data, wire, iface, ns, digits, fcs), lenient=lenient)
         except Exception:  # noqa: BLE001 - decoded again, and raised in order, by the caller
             return None
         if cp.packet.encap == "tcp" or echo_message(cp.packet) is not None:  # (an echo: paired in order)
@@ -728,10 +995,22 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
     if len(others) and (flt is None or kept.any()):
         clean = _quoting_rows(blk, cols)[others] & (kept[others] if flt is not None else True)
         quotes, others = others[clean], others[~clean]
-    text, starts = _fast_text(blk, cols, rows, t0, starts=len(others) > 0 or len(quotes) > 0)
-    if len(quotes):
+    plain = np.zeros(0, dtype=np.int64)
+    if len(others):
+        kinds = _plain_rows(blk, cols)[others]
+        plain, others = others[kinds != 0], others[kinds == 0]
+    text, starts = _fast_text(blk, cols, rows, t0, starts=len(others) > 0 or len(quotes) > 0 or len(plain) > 0)
+    if len(quotes) or len(plain):
         assert starts is not None
-        text, rows, starts = _merge([(rows, text, starts), _quoting_text(blk, cols, quotes, t0)])
+        sources = [(rows, text, starts)]
+        if len(quotes):
+            sources.append(_quoting_text(blk, cols, quotes, t0))
+        if len(plain):
+            source, left = _plain_text(blk, cols, plain, kinds[kinds != 0], t0, None if mask is None else mask[plain])
+            sources.append(source)
+            if left.any():
+                others = np.sort(np.concatenate([others, plain[left]]))
+        text, rows, starts = _merge(sources)
     if not len(others):
         return _BlockText(blk.first, [text] if text else [])
     assert starts is not None
@@ -740,7 +1019,7 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
         tcp_rows, others = others[clean], others[~clean]
     else:
         tcp_rows = others[:0]
-    secs, ifs, digits = blk.seconds(), blk.interfaces(), blk.time_digits()
+    secs, ifs, digits, fcss = blk.seconds(), blk.interfaces(), blk.time_digits(), blk.fcs_lens()
     tcp = cols.layers["tcp"]
     line_rows: list[int] = []
     lines: list[bytes] = []
@@ -748,7 +1027,7 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
     for j in others.tolist():
         off, cap = int(blk.offset[j]), int(blk.caplen[j])
         rec = (j, float(secs[j]), int(blk.linktype[j]), bytes(blk.buf[off:off + cap]), int(blk.wirelen[j]),
-               int(ifs[j]), int(blk.ts_ns[j]), int(digits[j]))
+               int(ifs[j]), int(blk.ts_ns[j]), int(digits[j]), int(fcss[j]))
         line = None if tcp[j] else _stateless_line(blk.first, rec, t0, None if kept[j] else flt, lenient)
         if line is None:
             records.append((j, rec))
@@ -837,6 +1116,7 @@ class _TcpBlock:
     payload: np.ndarray  # where its payload starts in the frame
     linktype: np.ndarray
     interface: np.ndarray
+    fcs: np.ndarray  # the FCS length its capture says the frame keeps (-1: it does not say)
     buf: bytes | bytearray
     # written in the worker, from the segments' bytes alone (no stream state): whether a segment's
     # payload is whole FPDUs (CRC good, not looked at: :func:`_fpdu_chains`) and, for such a segment,
@@ -895,7 +1175,7 @@ def _tcp_block(blk: RecordBlock, cols: Columns, rows: np.ndarray, t0: int) -> _T
                    blk.ts_ns[rows], blk.time_digits()[rows],
                    blk.wirelen[rows], blk.offset[rows], blk.caplen[rows], l4r + 20,
                    l4r + d["tcp.hdr_len"][rows].astype(np.int64), blk.linktype[rows], blk.interfaces()[rows],
-                   blk.buf)
+                   blk.fcs_lens()[rows], blk.buf)
     tb.dirs = _directions(ends)
     tb.wscale = np.zeros(k, dtype=np.int8)
     for i in np.flatnonzero(tb.flags & TCP.SYN).tolist():
@@ -1146,7 +1426,7 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
     # what the per-packet path says of a frame that is not TCP depends on its bytes alone (no
     # stream or window state): the same bytes again (repeated test runs, duplicated frames) are
     # not decoded again.  Bounded: emptied when full.
-    seen: dict[tuple[int, bytes, int], _Parts] = {}
+    seen: dict[tuple[int, bytes, int, int], _Parts] = {}
     if workers is None:
         workers = default_workers()
     if (workers > 1 and parallel_capture(p, own_times=True) and os.path.getsize(p) >= parallel_min_bytes
@@ -1184,11 +1464,12 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
                         if stop is not None:
                             raise stop
                         continue
-                    j, ts, lt, data, wire, iface, ns, digits = piece
-                    key = (lt, data, wire)
+                    j, ts, lt, data, wire, iface, ns, digits, fcs = piece
+                    key = (lt, data, wire, fcs)
                     parts = seen.get(key) if flt is None else None
                     if parts is None:
-                        cp = decode_record(RawRecord(bt.first + j, ts, lt, data, wire, iface, ns, digits), lenient=lenient,
+                        cp = decode_record(RawRecord(bt.first + j, ts, lt, data, wire, iface, ns, digits, fcs),
+                                           lenient=lenient,
                                            tracker=tracker)
                         if cp.packet.encap == "tcp":
                             if not cp.pdus:
@@ -1888,7 +2169,8 @@ def _run_text(first: int, tb: _TcpBlock, run: _Run, t0: int, tracker: Any, windo
             err = errors[i]
             o = int(base[i])
             cp = decode_record(RawRecord(frame, ts, int(tb.linktype[lo + i]), bytes(buf[o:o + int(tb.caplen[lo + i])]),
-                                         wire, int(tb.interface[lo + i]), ns, digits), lenient=lenient)
+                                         wire, int(tb.interface[lo + i]), ns, digits, int(tb.fcs[lo + i])),
+                               lenient=lenient)
             cp.packet.internal_error = f"iWARP tracker: {type(err).__name__}: {err}"
             lines.append((summary_line(cp, t0, _Given(int(scaled[i]))) + "\n").encode())
         at2 = np.zeros(len(lines) + 1, dtype=np.int64)

@@ -1,0 +1,109 @@
+"""Summary lines of the frames that carry nothing the lab decodes further, written from the columns
+(columnar_summary._plain_rows, _plain_text): UDP to other ports than RoCEv2's, IP datagrams of other
+protocols, Ethernet frames of other EtherTypes, ARP, ICMP and ICMPv6 messages that are neither errors nor
+echoes.  Their text is the per-packet path's (``--no-columnar``) byte for byte, on frames of every such
+shape with random fields, behind tags and not, cut by a snap length, damaged, and with display filters."""
+
+from __future__ import annotations
+
+import random
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hostile import background_frames as _frames  # tests/hostile.py
+
+from rdmalab.capture import columnar_summary
+from rdmalab.capture.pcapwriter import write_capture
+from rdmalab.cli import main
+
+
+def _write(path: Path, frames: list[tuple[int, bytes, int]]) -> Path:
+    # (the records' wire lengths: write_capture takes (time, bytes); cut frames keep their length on the wire)
+    write_capture(path, [(t, d) for t, d, _w in frames])
+    raw = bytearray(path.read_bytes())
+    pos = 24
+    for _t, d, w in frames:
+        struct.pack_into("<I", raw, pos + 12, w)
+        pos += 16 + len(d)
+    path.write_bytes(bytes(raw))
+    return path
+
+
+def _both(args: list[str], capsys: Any) -> tuple[str, str]:
+    assert main(["decode", *args]) == 0
+    fast = capsys.readouterr().out
+    assert main(["decode", "--no-columnar", *args]) == 0
+    return fast, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_plain_frames_are_written_from_the_columns_as_per_packet(seed: int, tmp_path: Path, capsys: Any,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every kind, in every shape, with random fields, cut and damaged: the per-packet path's lines; and
+    most frames (the whole, undamaged ones at least) were written from the columns."""
+    frames = _frames(seed, 1500)
+    path = _write(tmp_path / "plain.pcap", frames)
+    taken: list[int] = []
+    real = columnar_summary._plain_text
+
+    def counting(*a: Any) -> Any:
+        got = real(*a)
+        taken.append(len(a[2]) - int(got[1].sum()))
+        return got
+
+    monkeypatch.setattr(columnar_summary, "_plain_text", counting)
+    fast, ref = _both(["-r", str(path)], capsys)
+    assert fast == ref
+    assert fast.count("\n") == len(frames)
+    assert sum(taken) >= 0.6 * len(frames), sum(taken)
+
+
+@pytest.mark.parametrize("flt", ["udp", "arp", "icmpv6", "icmp", "eth.type == 0x88cc", "udp.length > 20",
+                                 "vlan", "ip.ttl < 100", "!ip"])
+def test_plain_frames_filtered(flt: str, tmp_path: Path, capsys: Any) -> None:
+    path = _write(tmp_path / "plain.pcap", _frames(7, 800))
+    fast, ref = _both(["-r", str(path), "-Y", flt], capsys)
+    assert fast == ref
+    assert fast  # (each filter keeps some)
+
+
+def test_a_shape_the_columns_misread_is_left_to_the_decoder(tmp_path: Path, capsys: Any,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shape whose frame the per-packet decoder writes otherwise than the columns would (here: made so
+    by an Info that says more) is written by the decoder whole, not from the columns."""
+    path = _write(tmp_path / "plain.pcap", _frames(5, 300))
+    real_info, real_text = columnar_summary.info, columnar_summary._plain_text
+    left: list[bool] = []
+
+    def text(*a: Any) -> Any:
+        got = real_text(*a)
+        left.extend(got[1].tolist())
+        return got
+
+    monkeypatch.setattr(columnar_summary, "info", lambda cp, *a: real_info(cp, *a) + " (changed)")
+    monkeypatch.setattr(columnar_summary, "_plain_text", text)
+    assert main(["decode", "-r", str(path)]) == 0
+    fast = capsys.readouterr().out
+    assert main(["decode", "--no-columnar", "-r", str(path)]) == 0
+    ref = capsys.readouterr().out
+    assert left and all(left)  # every shape's frame disagreed: all its rows left to the decoder
+    assert fast.replace(" (changed)", "") == ref
+    assert fast.count(" (changed)") >= len(left)  # (their lines the decoder's, through the changed Info)
+
+
+@pytest.mark.parametrize("fcs", [0, 4])
+def test_plain_frames_of_a_capture_that_says_they_keep_their_fcs(fcs: int, tmp_path: Path, capsys: Any) -> None:
+    """A pcap whose header says its frames keep 4 octets of FCS, or none (pcap-savefile(5): the F bit
+    and bits 28-31 of the link type word): where each frame's payload ends, and a datagram said to run
+    into the FCS, as the per-packet path has them."""
+    rng = random.Random(fcs)
+    frames = [(t, d + rng.randbytes(fcs), w + fcs) for t, d, w in _frames(11, 600)]
+    path = _write(tmp_path / "fcs.pcap", frames)
+    raw = bytearray(path.read_bytes())
+    struct.pack_into("<I", raw, 20, 1 | 0x04000000 | (fcs // 2) << 28)
+    path.write_bytes(bytes(raw))
+    fast, ref = _both(["-r", str(path)], capsys)
+    assert fast == ref
+    assert fast.count("\n") == len(frames)
