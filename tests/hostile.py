@@ -249,7 +249,8 @@ def background_frame(rng: random.Random) -> bytes:
     ICMPv6 messages that are neither errors nor echoes (router and neighbour discovery, MLD, timestamps),
     ARP (requests, replies, probes, announcements), other EtherTypes (LLDP, IEEE 802.3 lengths, MAC
     Control, IPX); a fifth behind an 802.1Q tag or an 802.1ad S-TAG and a tag; most padded to 60 octets."""
-    kind = rng.choice(["udp4", "udp6", "ip4", "ip6", "icmp", "icmp6", "arp", "eth", "eth"])
+    kind = rng.choice(["udp4", "udp6", "ip4", "ip6", "icmp", "icmp6", "arp", "eth", "eth"] * 10
+                      + ["icmp6_in_4", "icmp_in_6"])  # (now and then a message of the other IP version's ICMP)
     if kind == "udp4":
         ethertype, body = 0x0800, _ipv4(17, _udp(rng), rng, rng.choice([b"", b"", b"\x01\x01\x01\x00"]))
     elif kind == "udp6":
@@ -262,6 +263,10 @@ def background_frame(rng: random.Random) -> bytes:
         ethertype, body = 0x0800, _ipv4(1, _icmp(rng, False), rng)
     elif kind == "icmp6":
         ethertype, body = 0x86DD, _ipv6(58, _icmp(rng, True), rng)
+    elif kind == "icmp6_in_4":
+        ethertype, body = 0x0800, _ipv4(58, _icmp(rng, True), rng)
+    elif kind == "icmp_in_6":
+        ethertype, body = 0x86DD, _ipv6(1, _icmp(rng, False), rng)
     elif kind == "arp":
         ethertype, body = 0x0806, _arp(rng)
     else:  # LLDP, an IEEE 802.3 length, MAC Control (a PAUSE; a PFC frame is read), IPX, a made-up one
@@ -278,14 +283,57 @@ def background_frame(rng: random.Random) -> bytes:
     return frame.ljust(60, b"\0") if rng.random() < 0.7 else frame  # (padded as a NIC sends it, or not)
 
 
+def _ones(a: int, b: int) -> int:
+    s = a + b  # 16-bit one's complement addition (RFC 1071)
+    return (s & 0xFFFF) + (s >> 16)
+
+
+def _echo(rng: random.Random, six: bool, request: tuple[bytes, bytes, bytes, int] | None = None,
+          ) -> tuple[bytes, tuple[bytes, bytes, bytes, int]]:
+    """An echo request (``request`` None) between random addresses, or the reply to ``request`` (its
+    addresses swapped, its identifier, sequence number and data, its checksum the request's with the type
+    changed: RFC 1624 3); the frame and what a reply to it needs."""
+    req_type, rep_type = (128, 129) if six else (8, 0)
+    if request is None:
+        src, dst = rng.randbytes(16 if six else 4), rng.randbytes(16 if six else 4)
+        body, checksum, kind = rng.randbytes(4) + rng.randbytes(rng.choice([0, 8, 56])), rng.randrange(65536), req_type
+    else:
+        dst, src, body, req_checksum = request
+        checksum, kind = _ones(req_checksum, _ones(req_type << 8, 0xFFFF ^ (rep_type << 8))), rep_type
+    msg = bytes([kind, 0]) + struct.pack("!H", checksum) + body
+    if six:
+        ip = struct.pack("!IHBB", 0x60000000, len(msg), 58, 64) + src + dst
+        ethertype = 0x86DD
+    else:
+        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(msg), 0, 0x4000, 64, 1, 0, src, dst)
+        ethertype = 0x0800
+    frame = rng.randbytes(12) + struct.pack("!H", ethertype) + ip + msg
+    return frame.ljust(60, b"\0"), (src, dst, body, checksum)
+
+
 def background_frames(seed: int, n: int, damaged: bool = True) -> list[Frame]:
-    """``n`` frames of the traffic a host's capture holds beside its RDMA (:func:`background_frame`), as
-    (time, captured bytes, length on the wire); ``damaged``: some cut by a snap length, some with octets
-    changed (lengths past the frame, versions, types, ports ...)."""
+    """``n`` frames of the traffic a host's capture holds beside its RDMA (:func:`background_frame`), and
+    pings (ICMP and ICMPv6 echo requests, most answered a few frames later, some twice, some replies to
+    nothing), as (time, captured bytes, length on the wire); ``damaged``: some cut by a snap length, some
+    with octets changed (lengths past the frame, versions, types, ports ...)."""
     rng = random.Random(seed)
     out = []
+    waiting: list[tuple[bool, tuple[bytes, bytes, bytes, int]]] = []
     for i in range(n):
-        data = bytearray(background_frame(rng))
+        roll = rng.random()
+        if roll < 0.06:
+            six = rng.random() < 0.4
+            frame, request = _echo(rng, six)
+            waiting.append((six, request))
+        elif roll < 0.11 and waiting:
+            six, request = waiting.pop(rng.randrange(len(waiting))) if rng.random() < 0.9 else rng.choice(waiting)
+            frame, _r = _echo(rng, six, request)
+        elif roll < 0.115:
+            six = rng.random() < 0.5
+            frame, _r = _echo(rng, six, _echo(rng, six)[1])  # (a reply whose request was not captured)
+        else:
+            frame = background_frame(rng)
+        data = bytearray(frame)
         wire = len(data)
         roll = rng.random() if damaged else 1.0
         if roll < 0.1:

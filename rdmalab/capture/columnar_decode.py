@@ -777,10 +777,13 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     # datagram as captured; control.decode_arp: 8 octets at least); ICMPv6 after a Hop-by-Hop header too
     # (MLD: the one extension header a block the columns read holds, columnar.ipv6_extensions)
     avail = np.minimum(np.where(~ip6 & (iplen == 0), caplen, l3 + iplen), caplen)
-    L["icmp"] = l4ok & ~ip6 & (proto == IPPROTO_ICMP) & (avail >= l4 + 4)
+    # (the message's protocol is the datagram's, whatever the IP version: wire.frame._ip reads an ICMPv6
+    # message in an IPv4 datagram as ICMPv6, an ICMP one in IPv6 as ICMP, as tshark does)
+    L["icmp"] = l4ok & (proto == IPPROTO_ICMP) & (avail >= l4 + 4)
     after_hbh = l4 + 8 + 8 * T[:, 1].astype(np.int64)
-    L["icmpv6"] = ip6 & (((nxt6 == IPPROTO_ICMPV6) & (avail >= l4 + 4))
-                         | ((nxt6 == 0) & (T[:, 0] == IPPROTO_ICMPV6) & (caplen >= l4 + 2) & (avail >= after_hbh + 4)))
+    L["icmpv6"] = l4ok & (((proto == IPPROTO_ICMPV6) & (avail >= l4 + 4))
+                          | (ip6 & (nxt6 == 0) & (T[:, 0] == IPPROTO_ICMPV6) & (caplen >= l4 + 2)
+                             & (avail >= after_hbh + 4)))
     L["arp"] = link & (etype == ETHERTYPE_ARP) & (caplen >= l3 + 8)
     if need("tcp"):
         data["tcp.srcport"] = data["udp.srcport"]

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -58,6 +58,7 @@ from rdmalab.capture.columnar_tcp import (
     clean_tcp,
     fpdu_chains,
     ip_end,
+    split_rows,
     tcp_offsets,
 )
 from rdmalab.capture.fields import frame_fields
@@ -218,11 +219,14 @@ def _quoting_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: int) -> tu
 # frames seen (_SEEN) does not help them.
 
 #: the kinds of :func:`_plain_rows`
-_UDP, _IP_OTHER, _ETH_OTHER, _ARP, _ICMP = 1, 2, 3, 4, 5
-#: ICMP and ICMPv6 types that are not :data:`_ICMP` rows: errors and echoes
-_NOT_PLAIN_ICMP = np.zeros(256, dtype=bool), np.zeros(256, dtype=bool)
-_NOT_PLAIN_ICMP[0][[*ICMP_ERRORS, *ECHO_TYPES[4]]] = True
-_NOT_PLAIN_ICMP[1][[*ICMPV6_ERRORS, *ECHO_TYPES[6]]] = True
+_UDP, _IP_OTHER, _ETH_OTHER, _ARP, _ICMP, _ECHO = 1, 2, 3, 4, 5, 6
+#: ICMP and ICMPv6 types that are errors (:func:`_quoting_rows`), and that are echoes (paired in order)
+_ICMP_ERROR = np.zeros(256, dtype=bool), np.zeros(256, dtype=bool)
+_ICMP_ERROR[0][sorted(ICMP_ERRORS)] = True
+_ICMP_ERROR[1][sorted(ICMPV6_ERRORS)] = True
+_ICMP_ECHO = np.zeros(256, dtype=bool), np.zeros(256, dtype=bool)
+_ICMP_ECHO[0][list(ECHO_TYPES[4])] = True
+_ICMP_ECHO[1][list(ECHO_TYPES[6])] = True
 #: EtherTypes the per-packet decoder reads what follows of (wire.frame._after_ethertype); any other's
 #: octets are the frame's payload
 _READ_ETHERTYPES = (ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_ARP, ETHERTYPE_ROCE, ETHERTYPE_VLAN, ETHERTYPE_QINQ,
@@ -236,8 +240,8 @@ def _plain_rows(blk: RecordBlock, c: Columns) -> np.ndarray:
     """The kind of each row (0: none) whose line the columns give as the per-packet decoder writes it
     (:func:`_plain_text`), read by it without a problem: a UDP datagram not to RoCEv2's port, within the
     capture and within its IP datagram; a datagram of another protocol (not ICMP, TCP or UDP, no IPv6
-    extension header), within the capture; an ICMP or ICMPv6 message of 4 octets or more, neither an error
-    nor an echo, within the capture; an Ethernet frame of an EtherType the decoder does not read (after
+    extension header), within the capture; an ICMP or ICMPv6 message of 4 octets or more, not an error,
+    within the capture (an echo request or reply: :data:`_ECHO`, paired in order); an Ethernet frame of an EtherType the decoder does not read (after
     the columns' tags); an ARP packet for Ethernet and IPv4, whole.  Never a fragment."""
     d, L = c.data, c.layers
     n = len(blk)
@@ -265,7 +269,12 @@ def _plain_rows(blk: RecordBlock, c: Columns) -> np.ndarray:
         buf = np.frombuffer(blk.buf, dtype=np.uint8)
         msg_type = buf[blk.offset[icmp] + l4[icmp]]
         six = proto[icmp] == IPPROTO_ICMPV6
-        kind[icmp[~np.where(six, _NOT_PLAIN_ICMP[1][msg_type], _NOT_PLAIN_ICMP[0][msg_type])]] = _ICMP
+        echo = np.where(six, _ICMP_ECHO[1][msg_type], _ICMP_ECHO[0][msg_type])
+        error = np.where(six, _ICMP_ERROR[1][msg_type], _ICMP_ERROR[0][msg_type])
+        # (an echo of fewer than 8 octets has no identifier: wire.control.decode_icmp, no pair either)
+        paired = echo & (l4[icmp] + 8 <= end[icmp])
+        kind[icmp[~error & ~paired]] = _ICMP
+        kind[icmp[paired]] = _ECHO
     # the EtherType after the tags (a raw IP record has none): read where the network header starts
     eth = L["eth"] & (cap >= l3)
     rows = np.flatnonzero(eth & ~(v4 | v6))
@@ -370,21 +379,24 @@ def _icmp_infos(blk: RecordBlock, c: Columns, rows: np.ndarray, l3: np.ndarray, 
 
 
 def _plain_text(blk: RecordBlock, c: Columns, rows: np.ndarray, kinds: np.ndarray, t0: int,
-                shown: np.ndarray | None) -> tuple[tuple[np.ndarray, bytes, np.ndarray], np.ndarray]:
+                shown: np.ndarray | None,
+                ) -> tuple[tuple[np.ndarray, bytes, np.ndarray], np.ndarray, list[tuple[int, _Echo]]]:
     """The lines of ``rows`` (their kinds ``kinds``: :func:`_plain_rows`; those a display filter shows,
-    ``shown``, None: all) as a source for :func:`_merge`, and which of ``rows`` are left to the per-packet
-    decoder.  A frame's layers, and so its protocol column and the names
+    ``shown``, None: all) as a source for :func:`_merge`, which of ``rows`` are left to the per-packet
+    decoder, and the echoes among them (their rows and :class:`_Echo`: paired in order by the caller).  A frame's layers, and so its protocol column and the names
     its Info lists, follow from its link type, tags, IP version and kind alone: one frame of each such
     shape is decoded per packet, which gives them, and a shape whose frame the decoder reads otherwise than
     the columns do (a problem, another protocol) is left to it whole."""
     L = c.layers
     l3, l4 = tcp_offsets(c)
     v6 = L["ipv6"][rows]
-    # (the FCS a capture says its frames keep: where a frame's payload ends)
+    # (the FCS a capture says its frames keep: where a frame's payload ends; ICMPv6 or ICMP, whatever the IP
+    # version: the protocol column)
+    icmpv6 = np.where(v6, c.data["ipv6.nxt"][rows], c.data["ip.proto"][rows]) == IPPROTO_ICMPV6
     shape = ((blk.fcs_lens()[rows].astype(np.int64) + 1) << 48 | blk.linktype[rows].astype(np.int64) << 16
              | L["ieee8021ad"][rows].astype(np.int64) << 12
              | L["vlan"][rows].astype(np.int64) << 11 | L["sll.ifindex"][rows].astype(np.int64) << 10
-             | v6.astype(np.int64) << 8 | kinds)
+             | v6.astype(np.int64) << 8 | icmpv6.astype(np.int64) << 9 | kinds)
     shapes, first, inv = np.unique(shape, return_index=True, return_inverse=True)
     inv = inv.reshape(-1)
     d = c.data
@@ -402,7 +414,7 @@ def _plain_text(blk: RecordBlock, c: Columns, rows: np.ndarray, kinds: np.ndarra
         layers = " / ".join(layer.name for layer in pkt.layers if not layer.header.PSEUDO)
         said = info(cp)
         n = int(size[first[i]])
-        if shapes[i] & 0xFF in (_ARP, _ICMP):
+        if shapes[i] & 0xFF in (_ARP, _ICMP, _ECHO):
             ok = pkt.info is not None and said == pkt.info
         else:
             ok = said == layers + (f" ({n} bytes)" if n else "") and pkt.payload_length == n
@@ -414,7 +426,7 @@ def _plain_text(blk: RecordBlock, c: Columns, rows: np.ndarray, kinds: np.ndarra
     rows, kinds, inv, size = rows[keep], kinds[keep], inv[keep], size[keep]
     n = len(rows)
     src, dst = np.zeros((n, 1), dtype=np.uint8), np.zeros((n, 1), dtype=np.uint8)
-    on_ip = np.isin(kinds, (_UDP, _IP_OTHER, _ICMP))
+    on_ip = np.isin(kinds, (_UDP, _IP_OTHER, _ICMP, _ECHO))
     if on_ip.any():
         src, dst = _addresses(c, rows, "src"), _addresses(c, rows, "dst")
     mac = np.flatnonzero(~on_ip)
@@ -432,7 +444,7 @@ def _plain_text(blk: RecordBlock, c: Columns, rows: np.ndarray, kinds: np.ndarra
         info_text = np.hstack([info_text, np.zeros((n, w - info_text.shape[1]), dtype=np.uint8)])
         info_text[arp] = 0
         info_text[arp, :asked.shape[1]] = asked
-    icmp = np.flatnonzero(kinds == _ICMP)
+    icmp = np.flatnonzero((kinds == _ICMP) | (kinds == _ECHO))
     if len(icmp):
         words = _strings(_icmp_infos(blk, c, rows[icmp], l3[rows[icmp]], l4[rows[icmp]], ip_end(c, l3)[rows[icmp]]))
         w = max(info_text.shape[1], words.shape[1])
@@ -440,10 +452,59 @@ def _plain_text(blk: RecordBlock, c: Columns, rows: np.ndarray, kinds: np.ndarra
         info_text[icmp] = 0
         info_text[icmp, :words.shape[1]] = words
     sized = np.hstack([_const(" (", n), _dec(np.maximum(size, 0).astype(np.uint64)), _const(" bytes)", n)])
-    sized[(size <= 0) | (kinds == _ARP) | (kinds == _ICMP)] = 0
-    lines = np.hstack([_lead(blk, c, rows, t0, src, dst), _strings(protos)[inv], _length(blk, rows), info_text, sized,
-                       _const("\n", n)])
-    return _lines(rows, lines), left
+    sized[(size <= 0) | (kinds == _ARP) | (kinds == _ICMP) | (kinds == _ECHO)] = 0
+    lines = np.hstack([_lead(blk, c, rows, t0, src, dst), _strings(protos)[inv], _length(blk, rows), info_text, sized])
+    echo = kinds == _ECHO
+    echoes: list[tuple[int, _Echo]] = []
+    if echo.any():
+        at = np.flatnonzero(echo)
+        texts = split_rows(lines[at])
+        shown_at = np.ones(len(at), dtype=bool) if shown is None else shown[np.flatnonzero(keep)[at]]
+        echoes = [(j, _Echo(blk.first + j, text if on else None, *key)) for j, text, on, key in
+                  zip(rows[at].tolist(), texts, shown_at.tolist(), _echo_keys(blk, c, rows[at], l4[rows[at]]), strict=True)]
+        rows, lines = rows[~echo], lines[~echo]
+    return _lines(rows, np.hstack([lines, _const("\n", len(rows))])), left, echoes
+
+
+class _Echo(NamedTuple):
+    """An echo request or reply a block wrote from its columns (:data:`_ECHO`): its line without the
+    newline (None: a display filter does not show it; it is paired all the same), its frame and what
+    :meth:`rdmalab.capture.render.EchoPairs.pair` pairs it by.  The loop that follows the blocks in order
+    pairs it and says a reply's request after its Info, as :func:`rdmalab.capture.render.info` does."""
+
+    frame: int
+    line: bytes | None
+    version: int
+    kind: int
+    ident_seq: int
+    checksum: int
+    src: int
+    dst: int
+
+
+def _echo_keys(blk: RecordBlock, c: Columns, rows: np.ndarray, l4: np.ndarray) -> list[tuple[int, ...]]:
+    """(ICMP version, type, identifier and sequence number, checksum, source, destination) of the echoes
+    ``rows``, their ICMP header at ``l4``, as :func:`rdmalab.capture.render.echo_message` and the IP header
+    give them (addresses as integers)."""
+    d = c.data
+    v6 = c.layers["ipv6"][rows]
+    version = np.where(np.where(v6, d["ipv6.nxt"][rows], d["ip.proto"][rows]) == IPPROTO_ICMPV6, 6, 4)
+    buf = np.frombuffer(blk.buf, dtype=np.uint8)
+    at = blk.offset[rows] + l4
+
+    def be(off: int, size: int) -> list[int]:
+        v = np.zeros(len(rows), dtype=np.uint64)
+        for b in range(size):
+            v = v << np.uint64(8) | buf[at + off + b].astype(np.uint64)
+        out: list[int] = v.tolist()
+        return out
+
+    src: list[int] = d["ip.src"][rows].tolist()
+    dst: list[int] = d["ip.dst"][rows].tolist()
+    for i in np.flatnonzero(v6).tolist():
+        src[i] = int.from_bytes(bytes(d["ipv6.src"][rows[i]]).ljust(16, b"\0"), "big")
+        dst[i] = int.from_bytes(bytes(d["ipv6.dst"][rows[i]]).ljust(16, b"\0"), "big")
+    return list(zip(version.tolist(), buf[at].tolist(), be(4, 4), be(2, 2), src, dst, strict=True))
 
 
 # ---------------------------------------------------------------------------- text as byte matrices
@@ -902,7 +963,7 @@ class _BlockText:
     whole capture)."""
 
     first: int
-    pieces: list[bytes | _Record | _Run]
+    pieces: list[bytes | _Record | _Run | _Echo]
     tcp: _TcpBlock | None = None
 
 
@@ -996,6 +1057,7 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
         clean = _quoting_rows(blk, cols)[others] & (kept[others] if flt is not None else True)
         quotes, others = others[clean], others[~clean]
     plain = np.zeros(0, dtype=np.int64)
+    echoes: list[tuple[int, _Echo]] = []
     if len(others):
         kinds = _plain_rows(blk, cols)[others]
         plain, others = others[kinds != 0], others[kinds == 0]
@@ -1006,12 +1068,13 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
         if len(quotes):
             sources.append(_quoting_text(blk, cols, quotes, t0))
         if len(plain):
-            source, left = _plain_text(blk, cols, plain, kinds[kinds != 0], t0, None if mask is None else mask[plain])
+            source, left, echoes = _plain_text(blk, cols, plain, kinds[kinds != 0], t0,
+                                               None if mask is None else mask[plain])
             sources.append(source)
             if left.any():
                 others = np.sort(np.concatenate([others, plain[left]]))
         text, rows, starts = _merge(sources)
-    if not len(others):
+    if not len(others) and not echoes:
         return _BlockText(blk.first, [text] if text else [])
     assert starts is not None
     if flt is None or stateless:
@@ -1023,7 +1086,7 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
     tcp = cols.layers["tcp"]
     line_rows: list[int] = []
     lines: list[bytes] = []
-    records: list[tuple[int, _Record]] = []
+    records: list[tuple[int, _Record | _Echo]] = []
     for j in others.tolist():
         off, cap = int(blk.offset[j]), int(blk.caplen[j])
         rec = (j, float(secs[j]), int(blk.linktype[j]), bytes(blk.buf[off:off + cap]), int(blk.wirelen[j]),
@@ -1041,9 +1104,11 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
     tb = _tcp_block(blk, cols, tcp_rows, t0) if len(tcp_rows) else None
     if tb is not None and mask is not None:
         tb.keep = mask[tcp_rows]
-    pieces: list[bytes | _Record | _Run] = []
+    pieces: list[bytes | _Record | _Run | _Echo] = []
     lo = t_lo = 0  # the next static line and the next TCP segment
-    ends: list[tuple[int, _Record | None]] = [*records, (len(blk), None)]
+    if echoes:
+        records = sorted([*records, *echoes], key=lambda r: r[0])
+    ends: list[tuple[int, _Record | _Echo | None]] = [*records, (len(blk), None)]
     for j, record in ends:
         hi = int(np.searchsorted(rows, j))
         t_hi = int(np.searchsorted(tcp_rows, j))
@@ -1463,6 +1528,12 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
                         out.append(text)
                         if stop is not None:
                             raise stop
+                        continue
+                    if isinstance(piece, _Echo):  # an echo request or reply written from the columns
+                        request_in = echoes.pair(piece.frame, piece.version, piece.kind, piece.ident_seq, piece.checksum,
+                                                 piece.src, piece.dst)
+                        if piece.line is not None:
+                            out.append(piece.line + (b"\n" if request_in is None else f" (request in {request_in})\n".encode()))
                         continue
                     j, ts, lt, data, wire, iface, ns, digits, fcs = piece
                     key = (lt, data, wire, fcs)

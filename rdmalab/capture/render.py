@@ -633,8 +633,11 @@ class EchoPairs:
         echo = echo_message(pkt)
         if echo is None:
             return None
-        version, kind, ident_seq, checksum = echo
-        src, dst = _ip_pair(pkt)
+        return self.pair(frame, *echo, *_ip_pair(pkt))
+
+    def pair(self, frame: int, version: int, kind: int, ident_seq: int, checksum: int, src: int, dst: int) -> int | None:
+        """:meth:`note` of an echo given by its values (:func:`echo_message`'s, and the IP addresses as
+        integers), as the summary lines' columns give them."""
         req = _ECHO_REQUESTS.get((version, kind))
         if req is not None:
             key = (version, min(src, dst), max(src, dst), req[0], ident_seq, _ones_add(checksum, req[1]))
