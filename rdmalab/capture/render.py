@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rdmalab.capture.header_text import header_int_fn, header_lines, header_text_fn, templatable
 from rdmalab.capture.linktypes import LINKTYPE_NAMES, SLL, SLL2
 from rdmalab.capture.pcapio import epoch_ns
 from rdmalab.capture.tcp_analysis import TcpAnalysis
@@ -865,37 +866,68 @@ class TimeColumn:
         return f"{when:%Y-%m-%d %H:%M:%S}{frac}" if fmt in ("ad", "ud") else f"{when:%H:%M:%S}{frac}"
 
 
-#: (header, offset, indent) -> its lines: a header's lines depend on its values, where it starts
-#: and the indentation alone, and most headers repeat from frame to frame.  Bounded.
+#: (header class, offset, indent) -> its template (:func:`~rdmalab.capture.header_text.header_text_fn`) and
+#: the fields' places in the header's integer (None: the class spells a field its own way, or its
+#: template did not give a header's lines as :func:`~rdmalab.capture.header_text.header_lines` does)
+_TEMPLATES: dict[tuple[type[Header], int, str], tuple[Callable[[int], str], Callable[[Header], int | None]] | None] = {}
+
+
+def _template(cls: type[Header], offset: int, indent: str,
+              ) -> tuple[Callable[[int], str], Callable[[Header], int | None]] | None:
+    key = (cls, offset, indent)
+    try:
+        return _TEMPLATES[key]
+    except KeyError:
+        pass
+    made = None
+    if templatable(cls):
+        made = (header_text_fn(cls, offset, indent), header_int_fn(cls))
+    if len(_TEMPLATES) >= 4096:
+        _TEMPLATES.clear()
+    _TEMPLATES[key] = made
+    return made
+
+
+def _header_lines(h: Header, offset: int, indent: str) -> list[str]:
+    """:func:`~rdmalab.capture.header_text.header_lines`, by the header class's template where it has
+    one (most headers: a call over the header's integer instead of a span and a ``describe`` per
+    field), checked against the spans on the first header of each class, offset and indentation."""
+    cls = type(h)
+    made = _template(cls, offset, indent)
+    if made is None:
+        return list(_remembered_lines(h, offset, indent))
+    text, value = made
+    v = value(h)
+    if v is None:  # (a value the field cannot hold: a header made by hand)
+        return header_lines(h, offset, indent)
+    lines = text(v).split("\n")
+    if not _CHECKED.get((cls, offset, indent)):
+        _CHECKED[(cls, offset, indent)] = True
+        if lines != header_lines(h, offset, indent):
+            _TEMPLATES[(cls, offset, indent)] = None
+            return header_lines(h, offset, indent)
+    return lines
+
+
+_CHECKED: dict[tuple[type[Header], int, str], bool] = {}
+
+#: (header, offset, indent) -> its lines, for the classes without a template: a header's lines depend on
+#: its values, where it starts and the indentation alone, and most headers repeat from frame to frame.
+#: Bounded.
 _LINES: dict[tuple[Header, int, str], tuple[str, ...]] = {}
 
 
-def _header_lines(h: Header, offset: int, indent: str) -> tuple[str, ...]:
+def _remembered_lines(h: Header, offset: int, indent: str) -> tuple[str, ...]:
     key = (h, offset, indent)
     try:
         hit = _LINES.get(key)
     except TypeError:  # a header with an unhashable field: not remembered
-        return tuple(_make_header_lines(h, offset, indent))
+        return tuple(header_lines(h, offset, indent))
     if hit is None:
         if len(_LINES) >= 8192:
             _LINES.clear()
-        hit = _LINES[key] = tuple(_make_header_lines(h, offset, indent))
+        hit = _LINES[key] = tuple(header_lines(h, offset, indent))
     return hit
-
-
-def _make_header_lines(h: Header, offset: int, indent: str) -> list[str]:
-    lay = h.LAYOUT
-    out = [f"{indent}{lay.name}  [{lay.spec}]  bytes {offset}-{offset + lay.size - 1}"]
-    docs = {f.name: f.doc for f in lay.fields}
-    for sp in h.spans(offset):
-        where = f"byte {sp.start}" if sp.end - sp.start == 1 else f"bytes {sp.start}-{sp.end - 1}"
-        if sp.bits % 8 or sp.bit_offset % 8:
-            first = sp.bit_offset % 8
-            where += f" (bits {first}-{first + sp.bits - 1} from the MSB)" if sp.bits > 1 else f" (bit {first})"
-        ws = f"  {{{sp.ws}}}" if sp.ws else ""
-        doc = f"  -- {docs[sp.field]}" if docs.get(sp.field) else ""
-        out.append(f"{indent}    {sp.field}: {sp.text}{ws}  @ {where}{doc}")
-    return out
 
 
 def packet_tree(pkt: Packet, indent: str = "    ") -> list[str]:

@@ -39,6 +39,7 @@ from rdmalab.capture.blockpool import JSON_PARALLEL_MIN_BYTES, blocks_in_workers
 from rdmalab.capture.columnar_decode import erf_ethernet_view
 from rdmalab.capture.columnar_summary import AnalysisFeed, fpdu_words
 from rdmalab.capture.columnar_tcp import FPDU_KINDS, READ_REQUEST_KIND, fpdu_chains
+from rdmalab.capture.header_text import SPECIAL, header_text_fn, templatable
 from rdmalab.capture.iwarp import IwarpTracker, _address_text
 from rdmalab.capture.linktypes import (
     ERF,
@@ -54,7 +55,6 @@ from rdmalab.capture.reader import CapturedPacket, RawRecord, decode_record
 from rdmalab.capture.render import (
     TCP_HEADING,
     _header_lines,
-    _make_header_lines,
     crc_line,
     frame_line,
     frame_tree,
@@ -67,8 +67,8 @@ from rdmalab.capture.render import (
 )
 from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_rocev2
 from rdmalab.wire.errors import DecodeError
-from rdmalab.wire.header import Header, _fmt, compile_decoder
-from rdmalab.wire.ib import AETH, BTH, DETH, Transport
+from rdmalab.wire.header import Header, compile_decoder
+from rdmalab.wire.ib import BTH, DETH, Transport
 from rdmalab.wire.iwarp import DDP_TAGGED_SIZE, DDP_UNTAGGED_SIZE
 from rdmalab.wire.mad import carries_mad
 from rdmalab.wire.mpa import MPA, MPA_CRC_SIZE, MPA_HEADER_SIZE, pad_length
@@ -101,97 +101,7 @@ from rdmalab.wire.rdmap import (
 
 __all__ = ["SPECIAL", "fast_frame", "header_text_fn", "templatable", "tree_blocks"]
 
-#: Per header class, the fields its ``describe`` spells its own way, each with the fields that text
-#: depends on; every other field is shown as :func:`rdmalab.wire.header._fmt` shows it.  A class
-#: that overrides ``describe`` and is not here gets no template (its frames go the per-packet way).
-#: (tests/capture/test_tree_templates.py holds every other field's text to ``describe``.)
-SPECIAL: dict[type[Header], dict[str, tuple[str, ...]]] = {
-    BTH: {"opcode": ("opcode",)},
-    AETH: {"type": ("type",), "value": ("type", "value")},
-}
-
-
 _REMEMBERED = 4096  # entries of each table of remembered texts and ICRC terms (emptied when full)
-
-
-def _ipv4_text(x: int) -> str:
-    return f"{x >> 24}.{x >> 16 & 255}.{x >> 8 & 255}.{x & 255}"
-
-
-def _mac_text(x: int) -> str:
-    return x.to_bytes(6, "big").hex(":")
-
-
-def templatable(cls: type[Header]) -> bool:
-    """Whether a header class gets a template: its ``describe`` is the generic one or its own
-    spellings are listed in :data:`SPECIAL`."""
-    return cls.describe is Header.describe or cls in SPECIAL
-
-
-def _special_fn(cls: type[Header], name: str, deps: tuple[str, ...]) -> Callable[[int], str]:
-    """The text of field ``name`` given the header's integer: the class's ``describe`` on a header
-    holding only the fields the text depends on, remembered per value of those."""
-    lay = cls.LAYOUT
-    specs = [lay.field(d) for d in deps]
-    memo: dict[tuple[int, ...], str] = {}
-
-    def text(v: int) -> str:
-        key = tuple(v >> f.shift & f.mask for f in specs)
-        hit = memo.get(key)
-        if hit is None:
-            only = sum(val << f.shift for val, f in zip(key, specs, strict=True))
-            hit = memo[key] = cls.decode(only.to_bytes(lay.size, "big")).describe(name)
-        return hit
-
-    return text
-
-
-def header_text_fn(cls: type[Header], offset: int, indent: str) -> Callable[[int], str]:
-    """``text(v)``: the lines (joined by newlines) that :func:`rdmalab.capture.render.packet_tree`
-    writes for a ``cls`` header at ``offset`` with ``indent``, given the header's bytes read as one
-    big-endian integer ``v``.  The literal text is taken from the renderer's own lines for a header
-    of zeros, so both keep one layout."""
-    if not templatable(cls):
-        raise ValueError(f"{cls.__name__}: its describe spells fields its own way and none is listed in SPECIAL")
-    lay = cls.LAYOUT
-    zero = cls.decode(bytes(lay.size))
-    lines = _make_header_lines(zero, offset, indent)
-    pieces = [lines[0].replace("{", "{{").replace("}", "}}")]
-    args: list[str] = []
-    ns: dict[str, Any] = {"_fmt": _fmt, "_ip4": _ipv4_text, "_mac": _mac_text}
-    special = SPECIAL.get(cls, {})
-    for i, (f, line) in enumerate(zip(lay.fields, lines[1:], strict=True)):
-        head = f"{indent}    {f.name}: "
-        shown = zero.describe(f.name)
-        if not line.startswith(head + shown):
-            raise ValueError(f"{cls.__name__}.{f.name}: the renderer's line {line!r} is not laid out as expected")
-        tail = line[len(head) + len(shown):]
-        x = f"v >> {f.shift} & {f.mask}" if f.shift else f"v & {f.mask}"
-        if f.name in special:
-            ns[f"_s{i}"] = _special_fn(cls, f.name, special[f.name])
-            slot, arg = "{}", f"_s{i}(v)"
-        elif f.fmt == "dec":
-            slot, arg = "{}", x
-        elif f.fmt == "hex":
-            slot, arg = f"0x{{:0{(f.bits + 3) // 4}x}}", x
-        elif f.fmt == "ipv4":
-            slot, arg = "{}", f"_ip4({x})"
-        elif f.fmt == "mac":
-            slot, arg = "{}", f"_mac({x})"
-        else:
-            slot, arg = "{}", f"_fmt({f.fmt!r}, {f.bits}, {x})"
-        pieces.append(head.replace("{", "{{").replace("}", "}}") + slot + tail.replace("{", "{{").replace("}", "}}"))
-        args.append(arg)
-    ns["_T"] = "\n".join(pieces)
-    # most headers repeat from frame to frame (the Ethernet and IP addresses, a QP's UDP ports):
-    # a text is remembered by the header's value (bounded: emptied when full)
-    seen: dict[int, str] = {}
-    ns["_seen"], ns["_get"] = seen, seen.get
-    src = (f"def text(v):\n    t = _get(v)\n    if t is None:\n        if len(_seen) >= {_REMEMBERED}:\n"
-           f"            _seen.clear()\n        t = _seen[v] = _T.format({', '.join(args)})\n    return t\n")
-    exec(src, ns)  # noqa: S102 - source built above from the layout, no outside input
-    fn: Callable[[int], str] = ns["text"]
-    return fn
 
 
 _TEXT: dict[tuple[type[Header], int, str], Callable[[int], str]] = {}

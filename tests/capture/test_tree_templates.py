@@ -6,7 +6,9 @@ ERF, iWARP with markers and CRCs, CM, UD, losses), on damaged frames, and in blo
 from __future__ import annotations
 
 import glob
+import importlib
 import os
+import pkgutil
 import random
 import struct
 from collections.abc import Callable
@@ -18,8 +20,10 @@ import hostile  # tests/hostile.py: frames made hostile, or sent another way
 import numpy as np
 import pytest
 
+from rdmalab import wire
 from rdmalab.capture import read, render, tree_templates
 from rdmalab.capture.fields import frame_fields
+from rdmalab.capture.header_text import header_int_fn, header_lines
 from rdmalab.capture.iwarp import IwarpTracker
 from rdmalab.capture.pcapwriter import write_capture
 from rdmalab.capture.reader import records
@@ -251,11 +255,14 @@ def test_damaged_frames(tmp_path: Path) -> None:
 
 
 def _header_classes() -> list[type[Header]]:
+    """Every header class the wire package declares (the renderer writes each templatable one's lines by
+    its template: render._header_lines)."""
     out: dict[str, type[Header]] = {}
-    for mod in (ib, net):
+    for info in pkgutil.iter_modules(wire.__path__):
+        mod = importlib.import_module(f"rdmalab.wire.{info.name}")
         for v in vars(mod).values():
             if isinstance(v, type) and issubclass(v, Header) and v is not Header and hasattr(v, "LAYOUT"):
-                out[v.__name__] = v
+                out[f"{v.__module__}.{v.__name__}"] = v
     return list(out.values())
 
 
@@ -270,9 +277,46 @@ def test_header_template_is_the_renderer(cls: type[Header]) -> None:
         for _ in range(300):
             raw = bytes(rng.randrange(256) for _ in range(size))
             h = cls.decode(raw)
-            want = "\n".join(render._make_header_lines(h, offset, indent))
+            want = "\n".join(header_lines(h, offset, indent))
             assert text(int.from_bytes(raw, "big")) == want
             assert text(int.from_bytes(raw, "big")) == want  # remembered
+
+
+@pytest.mark.parametrize("cls", [c for c in _header_classes() if templatable(c)], ids=lambda c: c.__name__)
+def test_trees_write_headers_by_their_templates(cls: type[Header]) -> None:
+    """render._header_lines (every tree's header lines): a header's lines by its class's template, the
+    header's fields read as one integer (header_int_fn), for random values; and a header holding what a
+    field cannot (a value past its bits, a bool, made by hand) written from its spans, as before."""
+    rng = random.Random(cls.__name__ + "/tree")
+    size = cls.LAYOUT.size
+    value = header_int_fn(cls)
+    for _ in range(100):
+        raw = bytes(rng.randrange(256) for _ in range(size))
+        h = cls.decode(raw)
+        assert value(h) == int.from_bytes(raw, "big")
+        assert render._header_lines(h, 14, "    ") == header_lines(h, 14, "    ")
+    f = cls.LAYOUT.fields[-1]
+    made = h.replace(**{f.name: True})  # (a bool where an integer goes: "True" in its line)
+    assert value(made) is None
+    assert render._header_lines(made, 14, "    ") == header_lines(made, 14, "    ")
+
+
+def test_a_template_that_misreads_a_header_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first header of each class, offset and indentation is written both ways: a template that
+    disagrees (here: made to) is not used again, and the lines are the spans' own."""
+    monkeypatch.setattr(render, "_TEMPLATES", {})
+    monkeypatch.setattr(render, "_CHECKED", {})
+    real = render.header_text_fn
+
+    def wrong(*a: Any) -> Any:
+        text = real(*a)
+        return lambda v: text(v) + " (wrong)"
+
+    monkeypatch.setattr(render, "header_text_fn", wrong)
+    h = net.UDP(1, 2, 8, 0)
+    assert render._header_lines(h, 34, "    ") == header_lines(h, 34, "    ")
+    assert render._TEMPLATES[(net.UDP, 34, "    ")] is None
+    assert render._header_lines(net.UDP(3, 4, 9, 1), 34, "    ") == header_lines(net.UDP(3, 4, 9, 1), 34, "    ")
 
 
 def test_special_classes_override_describe() -> None:
