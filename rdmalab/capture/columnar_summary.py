@@ -57,6 +57,7 @@ from rdmalab.capture.columnar_tcp import (
     TCP_FIELDS,
     clean_tcp,
     fpdu_chains,
+    frame_end,
     ip_end,
     split_rows,
     tcp_offsets,
@@ -147,7 +148,7 @@ def _fast_rows(blk: RecordBlock, c: Columns) -> np.ndarray:
     udplen = d["udp.length"].astype(np.int64)
     ok = L["rocev2"] & (v4 | v6) & np.isin(blk.linktype, COLUMNAR_LINKTYPES)
     ok &= ~(v4 & ((d["ip.flags"] & 1) != 0))  # a fragment
-    ok &= end <= cap  # IP length within the capture (else: truncated, a problem)
+    ok &= (end <= cap) & (end <= frame_end(blk, c))  # IP length within the capture and the frame (else: a problem)
     ok &= (udplen >= 8) & (l4 + udplen <= end)
     op = d["infiniband.bth.opcode"]
     ok &= _KNOWN[op] & (d["infiniband.bth.tver"] == 0) & L["infiniband.crc"]
@@ -179,7 +180,7 @@ def _quoting_rows(blk: RecordBlock, c: Columns) -> np.ndarray:
     ok = (v4 | v6) & np.isin(blk.linktype, COLUMNAR_LINKTYPES)
     ok &= ~(v4 & (((d["ip.flags"] & 1) != 0) | (d["ip.frag_offset"] != 0)))
     ok &= np.where(v6, d["ipv6.nxt"] == IPPROTO_ICMPV6, d["ip.proto"] == IPPROTO_ICMP)
-    ok &= (end <= blk.caplen) & (l4 + 8 < end)
+    ok &= (end <= blk.caplen) & (end <= frame_end(blk, c)) & (l4 + 8 < end)
     rows = np.flatnonzero(ok)
     kind = np.frombuffer(blk.buf, dtype=np.uint8)[blk.offset[rows] + l4[rows]]
     ok[rows] = np.where(v6[rows], np.isin(kind, _ICMPV6_ERRORS), np.isin(kind, _ICMP_ERRORS))
@@ -253,10 +254,7 @@ def _plain_rows(blk: RecordBlock, c: Columns) -> np.ndarray:
     v4, v6 = L["ip.rest"], L["ipv6"]
     l3, l4 = tcp_offsets(c)
     end = ip_end(c, l3)
-    # (where the frame ends on the wire, its FCS off: a datagram said to go past it is a problem)
-    frame_end = (np.where(blk.wirelen > 0, blk.wirelen, blk.caplen).astype(np.int64)
-                 - np.where(L["eth"], np.maximum(blk.fcs_lens(), 0), 0))
-    whole = link & (v4 | v6) & (end <= cap) & (end <= frame_end)
+    whole = link & (v4 | v6) & (end <= cap) & (end <= frame_end(blk, c))
     whole &= ~(v4 & (((d["ip.flags"] & 1) != 0) | (d["ip.frag_offset"] != 0) | (d["ip.len"] < d["ip.hdr_len"])))
     udplen = d["udp.length"].astype(np.int64)
     udp = whole & L["udp"] & ~L["rocev2"] & (d["udp.dstport"] != ROCEV2_PORT) & (udplen >= 8) & (l4 + udplen <= end)

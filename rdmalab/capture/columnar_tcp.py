@@ -69,6 +69,16 @@ def ip_end(c: Columns, l3: np.ndarray) -> np.ndarray:
     return out
 
 
+def frame_end(blk: RecordBlock, c: Columns) -> np.ndarray:
+    """Per row: where its frame ends on the wire, its FCS off where the capture says its Ethernet frames
+    keep one: an IP datagram said to go past it is a problem for the per-packet decoder
+    (:func:`rdmalab.wire.frame._ip`'s ``reported``), even within what was captured (a record whose
+    captured length is more than its length on the wire)."""
+    out: np.ndarray = (np.where(blk.wirelen > 0, blk.wirelen, blk.caplen).astype(np.int64)
+                       - np.where(c.layers["eth"], np.maximum(blk.fcs_lens(), 0), 0))
+    return out
+
+
 def clean_tcp(blk: RecordBlock, c: Columns) -> np.ndarray:
     """Rows that are TCP segments the per-packet decoder reads without a problem or special case
     (the checks of :func:`rdmalab.wire.frame._ip` for TCP, as masks)."""
@@ -81,6 +91,7 @@ def clean_tcp(blk: RecordBlock, c: Columns) -> np.ndarray:
     ok &= ~(v4 & ((d["ip.flags"] & 1) != 0))  # more fragments: a fragment (an offset is already not TCP)
     ok &= ~(v6 & (d["ipv6.nxt"] != 6))
     ok &= end <= blk.caplen  # else the per-packet decoder reports the IP length truncated
+    ok &= end <= frame_end(blk, c)  # (or past the frame on the wire)
     ok &= (thl >= 20) & (l4 + thl <= end)  # a data offset below 5, or options past the packet: problems
     ok &= (d["tcp.flags"] & TCP.RES) == 0  # (reserved bits set: rare, their line by the per-packet decoder)
     result: np.ndarray = ok

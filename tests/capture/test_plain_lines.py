@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from hostile import background_frames as _frames  # tests/hostile.py
+from hostile import frames_of
 
 from rdmalab.capture import columnar_summary
 from rdmalab.capture.pcapwriter import write_capture
@@ -107,3 +108,16 @@ def test_plain_frames_of_a_capture_that_says_they_keep_their_fcs(fcs: int, tmp_p
     fast, ref = _both(["-r", str(path)], capsys)
     assert fast == ref
     assert fast.count("\n") == len(frames)
+
+
+def test_records_longer_than_their_frames(tmp_path: Path, capsys: Any) -> None:
+    """A record whose captured length is more than its length on the wire (a damaged record header): an IP
+    datagram said to run past the frame's wire length is a problem for the per-packet decoder, and the
+    columns leave such frames to it, RoCEv2 and TCP (real rxe and siw frames) as the rest."""
+    root = Path(__file__).resolve().parents[2] / "captures"
+    frames = [f for name in ("rxe_send_bw.pcap", "siw_rping.pcap") for f in frames_of(root / name)[:200]]
+    frames += _frames(13, 400, damaged=False)
+    frames = [(t, d, len(d) - 1 if i % 3 == 0 else w) for i, (t, d, w) in enumerate(frames)]
+    fast, ref = _both(["-r", str(_write(tmp_path / "longer.pcap", frames))], capsys)
+    assert fast == ref
+    assert "expected at most the" in fast
