@@ -772,11 +772,17 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
                  - np.where(eth, np.maximum(blk.fcs_lens(), 0), 0))
     iplen = np.where((ip6 | (iplen != 0)) & (l3 + iplen > frame_end) & (frame_end >= l3), frame_end - l3, iplen)
     L["tcp.len"] = tcp & ((~ip6 & (iplen == 0)) | (l3 + iplen >= l4 + thl))
+    # an IPv4 total length of 0 (left for the NIC to fill in: segmentation offload): the datagram is what
+    # was captured, up to the frame's end on the wire, as wire.frame._ip takes it (tcp.len, the analysis
+    # and the iWARP streams read the segment's payload from here)
+    tso = ~ip6 & (iplen == 0)
+    if tso.any():
+        iplen = np.where(tso, np.where((caplen > frame_end) & (frame_end >= l3), frame_end, caplen) - l3, iplen)
     # ICMP, ICMPv6 and ARP are no columns, but a filter tests that they are there (-Y icmpv6), as the
     # per-packet decoder reads them (wire.frame._ip: the 4 octets of type, code and checksum within the
     # datagram as captured; control.decode_arp: 8 octets at least); ICMPv6 after a Hop-by-Hop header too
     # (MLD: the one extension header a block the columns read holds, columnar.ipv6_extensions)
-    avail = np.minimum(np.where(~ip6 & (iplen == 0), caplen, l3 + iplen), caplen)
+    avail = np.minimum(l3 + iplen, caplen)
     # (the message's protocol is the datagram's, whatever the IP version: wire.frame._ip reads an ICMPv6
     # message in an IPv4 datagram as ICMPv6, an ICMP one in IPv6 as ICMP, as tshark does)
     L["icmp"] = l4ok & (proto == IPPROTO_ICMP) & (avail >= l4 + 4)
@@ -814,7 +820,7 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     B = T[:, 8:] if not rocev1.any() else _realign(H, bth, 12 + 48)
     # a BTH only where the datagram holds one and its ICRC (rdmalab.wire.packet.decode_transport: 16
     # octets at least), or the capture cut it: not out of the Ethernet padding after a short datagram
-    ip_end = np.where(~ip6 & (iplen == 0), caplen, l3 + iplen)  # (a length of 0: the frame's, as per packet)
+    ip_end = l3 + iplen  # (a length of 0: the frame's, as per packet, above)
     v1_end = l3 + 40 + data["ipv6.plen"].astype(np.int64)
     # (a GRH that says the packet goes on past a frame the capture holds whole: it ends with its frame,
     # as wire.frame.decode_grh_packet has it with the frame's length known)

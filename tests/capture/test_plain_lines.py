@@ -121,3 +121,24 @@ def test_records_longer_than_their_frames(tmp_path: Path, capsys: Any) -> None:
     fast, ref = _both(["-r", str(_write(tmp_path / "longer.pcap", frames))], capsys)
     assert fast == ref
     assert "expected at most the" in fast
+
+
+@pytest.mark.parametrize("args", [[], ["-V"], ["-T", "json"],
+                                  ["-T", "fields", "-e", "frame.number", "-e", "ip.len", "-e", "tcp.len", "-e",
+                                   "tcp.analysis.flags", "-e", "tcp.analysis.bytes_in_flight", "-e", "rdmalab.pdus",
+                                   "-e", "iwarp_rdma.opcode", "-e", "infiniband.bth.psn"]])
+def test_ipv4_total_length_zero(args: list[str], tmp_path: Path, capsys: Any) -> None:
+    """An IPv4 total length of 0 (left for a NIC that segments to fill in): the datagram is the frame's as
+    captured, for the TCP segment's length, its analysis and the iWARP streams it feeds, as the per-packet
+    decoder takes it (the columns took its payload for empty: no bytes in flight, an ACK of an unseen
+    segment after it, its FPDUs lost)."""
+    root = Path(__file__).resolve().parents[2] / "captures"
+    frames = [f for name in ("siw_crc_rping.pcap", "siw_write_bw.pcap", "rxe_send_bw.pcap")
+              for f in frames_of(root / name)[:150]]
+    zeroed = []
+    for i, (t, d, w) in enumerate(frames):
+        if i % 4 == 1 and d[12:14] == b"\x08\x00":
+            d = d[:16] + bytes(2) + d[18:]
+        zeroed.append((t, d, w))
+    fast, ref = _both([*args, "-r", str(_write(tmp_path / "tso.pcap", zeroed))], capsys)
+    assert fast == ref
