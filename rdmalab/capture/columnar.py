@@ -35,6 +35,7 @@ from rdmalab.capture.columnar_decode import (  # noqa: F401 - the public names o
     fill_iwarp,
     fill_tcp_analysis,
     fill_tcp_windows,
+    iter_columns_from_packets,
     wants_analysis,
     wants_analysis_values,
     wants_conversations,
@@ -215,7 +216,7 @@ def iter_columns(path: str | os.PathLike[str], *, block_bytes: int = 16 << 20, v
             blk = erf_ethernet_view(raw)  # (ERF Ethernet records: their frames, for the columns)
             if not per_packet and not _ethernet_only(blk):
                 if not stream:
-                    yield columns_from_packets(p, first=blk.first)
+                    yield from iter_columns_from_packets(p, first=blk.first)
                     return
                 per_packet = True  # a stream is not read again: this block and the rest, frame by frame
             if per_packet:

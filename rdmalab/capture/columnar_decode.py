@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from typing import Any
 
@@ -1472,24 +1472,44 @@ def _verify_icrc(blk: RecordBlock, H: np.ndarray, sel: np.ndarray, rocev1: np.nd
 
 def columns_from_packets(path: str | os.PathLike[str], *, first: int = 1, limit: int | None = None) -> Columns:
     """Columns made with the per-packet decoder (other link types, iWARP): slower, same names."""
+    got = list(iter_columns_from_packets(path, first=first, limit=limit, rows=None))
+    return got[0] if got else columns_from_dicts([], {})
+
+
+def iter_columns_from_packets(path: str | os.PathLike[str], *, first: int = 1, limit: int | None = None,
+                              rows: int | None = 1 << 16) -> Iterator[Columns]:
+    """:func:`columns_from_packets` of the frames from ``first`` on, ``rows`` frames at a time (None: all in
+    one), so that memory does not grow with the file and the frames before a damaged record (a file cut
+    mid-record) are given before its error is raised.  Every frame is followed, in order, from the file's
+    first: the handshakes and conversations before ``first`` too."""
     n_max = limit
-    rows: list[dict[str, Any]] = []
+    got: list[dict[str, Any]] = []
     windows = TcpWindowScaling()
     conversations = Conversations(analysis=True)
     quoting: dict[int, dict[str, Any]] = {}
-    for cp in read(path):
-        # every frame, in order: the handshakes and conversations before ``first`` too
-        row, entry = per_packet_row(cp, conversations, windows)
-        if cp.frame_number < first:
-            continue
-        if "ipv6.version" in row and "ip.version" not in row:
-            row["ip.version"] = row["ipv6.version"]  # as the fast path and tshark: ip.version of an IPv6 packet is 6
-        rows.append(row)
-        if entry is not None:
-            quoting[cp.frame_number] = entry
-        if n_max is not None and len(rows) >= n_max:
-            break
-    return columns_from_dicts(rows, quoting)
+    taken = 0
+    try:
+        for cp in read(path):
+            row, entry = per_packet_row(cp, conversations, windows)
+            if cp.frame_number < first:
+                continue
+            if "ipv6.version" in row and "ip.version" not in row:
+                row["ip.version"] = row["ipv6.version"]  # as the fast path and tshark: ip.version of an IPv6 packet is 6
+            got.append(row)
+            taken += 1
+            if entry is not None:
+                quoting[cp.frame_number] = entry
+            if n_max is not None and taken >= n_max:
+                break
+            if rows is not None and len(got) >= rows:
+                yield columns_from_dicts(got, quoting)
+                got, quoting = [], {}
+    except Exception:
+        if got:  # (the frames before the error, then the error)
+            yield columns_from_dicts(got, quoting)
+        raise
+    if got or taken == 0:
+        yield columns_from_dicts(got, quoting)
 
 
 def columns_from_block(blk: RecordBlock, *, tracker: Any = None, windows: TcpWindowScaling | None = None,

@@ -26,9 +26,9 @@ from rdmalab.capture.columnar_decode import (
     CONVERSATION_INPUTS,
     QUOTED,
     QUOTING,
-    columns_from_packets,
     decode_block,
     fill_conversations,
+    iter_columns_from_packets,
     wants_conversations,
     wants_iwarp,
     wants_windows,
@@ -720,8 +720,8 @@ def field_text(path: str | os.PathLike[str], names: Sequence[str], *, filter_exp
                 blocks.close()
                 if clock is not None:
                     clock = Clock(t0, last, last)
-                yield _block_text(columns_from_packets(p, first=got), names, flt, separator, quote, occurrence,
-                                  aggregator, clock)
+                for cols in iter_columns_from_packets(p, first=got):
+                    yield _block_text(cols, names, flt, separator, quote, occurrence, aggregator, clock)
                 return
             text, last = got
             yield text
@@ -771,8 +771,8 @@ def _conversations_text(p: str, names: Sequence[str], flt: Any, needed: set[str]
         for got, _t0 in blocks:
             if isinstance(got, int):  # frames of other link types from this frame on: as iter_columns reads them
                 blocks.close()
-                yield _block_text(columns_from_packets(p, first=got), names, flt, separator, quote, occurrence,
-                                  aggregator, clock, meta)
+                for cols in iter_columns_from_packets(p, first=got):
+                    yield _block_text(cols, names, flt, separator, quote, occurrence, aggregator, clock, meta)
                 return
             got.path = p
             if conversations is not None:

@@ -283,12 +283,19 @@ class _Ascending:
     """Frame numbers given in ascending order, asked in ascending order (``frame in shown``): read as they are
     asked, so that memory does not grow with the capture."""
 
-    def __init__(self, numbers: Any) -> None:
-        self._numbers = numbers
-        self._next: int | None = next(numbers, None)
+    def __init__(self, numbers: Any, source: Any = None) -> None:
+        self._numbers, self._source = numbers, source
+        self._next: int | None = 0  # (read when first asked: an error reading them comes after the output's start)
+
+    def close(self) -> None:
+        """Stop reading the numbers (and their source, whose worker processes end now, not when the
+        interpreter ends)."""
+        for gen in (self._numbers, self._source):
+            if gen is not None and hasattr(gen, "close"):
+                gen.close()
 
     def __contains__(self, frame: int) -> bool:
-        while self._next is not None and self._next < frame:
+        while self._next is not None and self._next < frame:  # (frame numbers begin at 1)
             self._next = next(self._numbers, None)
         return self._next == frame
 
@@ -301,10 +308,10 @@ def _shown_and_decoded(path: str, args: argparse.Namespace, flt: Any) -> tuple[_
     from rdmalab.capture.reader import read_selected  # lazy: keeps `rdmalab --help` fast
 
     verify = any(n.startswith("rdmalab.icrc") for n in flt.fields)  # (as run_fields: the ICRC checked if asked)
-    numbers = (int(x) for text in field_text(path, ["frame.number"], filter_expr=args.filter, count=args.count,
-                                             verify_icrc=verify, workers=args.workers, progress=False)
-               for x in text.split())
-    shown = _Ascending(numbers)
+    texts = field_text(path, ["frame.number"], filter_expr=args.filter, count=args.count, verify_icrc=verify,
+                       workers=args.workers, progress=False)
+    numbers = (int(x) for text in texts for x in text.split())
+    shown = _Ascending(numbers, texts)
     return shown, read_selected(path, shown, lenient=not args.strict, iwarp=not args.no_iwarp, count=args.count)
 
 
@@ -323,6 +330,7 @@ def _trees_shown(path: str, args: argparse.Namespace, flt: Any, out: TextIO) -> 
             if cp.frame_number in shown:
                 _write_bytes(out, feed.apply_tree(cp.frame_number, frame_tree(cp).encode()) + b"\n\n")
     finally:
+        shown.close()
         feed.close()
     return 0
 
@@ -342,6 +350,7 @@ def _json_shown(path: str, args: argparse.Namespace, flt: Any, meta: Any, out: T
         for piece in iter_json(packets, lambda cp: cp.frame_number in shown, meta):
             out.write(feed.apply_json(piece))
     finally:
+        shown.close()
         feed.close()
     return 0
 

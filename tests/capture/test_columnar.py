@@ -240,3 +240,30 @@ def test_decode_block_fields_asked_are_all_decoded(name: str) -> None:
             assert one.data[col][has].tolist() == every.data[col][has].tolist(), col
             shown += int(has.any() and every.data[col][has].any())
     assert shown > 10
+
+
+def test_frames_of_other_link_types_in_bounded_blocks(tmp_path: Path, capsys: Any) -> None:
+    """A file with frames the columns do not read (native InfiniBand ERF records) is decoded frame by frame
+    from there on, in blocks of a bounded number of rows (iter_columns_from_packets), the same columns as in
+    one piece; and when it ends mid-record, -T fields prints the frames before the damaged record, then the
+    error, as --no-columnar does (it printed nothing: the rows were all held until the file's end)."""
+    from rdmalab.capture.columnar_decode import columns_from_packets, iter_columns_from_packets
+    from rdmalab.cli import main
+
+    erf = CAPTURES / "hw_ib_connectx_erf.pcap"
+    whole = columns_from_packets(erf)
+    parts = list(iter_columns_from_packets(erf, rows=5))
+    assert len(parts) == -(-whole.n // 5) and sum(c.n for c in parts) == whole.n
+    for name in ("frame.number", "infiniband.bth.opcode", "infiniband.lrh.dlid"):
+        if name in whole.data:
+            got = np.concatenate([c.data[name][c.present(name)] for c in parts])
+            assert got.tolist() == whole.data[name][whole.present(name)].tolist(), name
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(erf.read_bytes()[:-1])
+    args = ["decode", "-T", "fields", "-e", "frame.number", "-e", "infiniband.bth.opcode", "-r", str(cut)]
+    assert main(args) == 1
+    fast = capsys.readouterr()
+    assert main([*args[:1], "--no-columnar", *args[1:]]) == 1
+    ref = capsys.readouterr()
+    assert fast.out == ref.out and fast.out.count("\n") == whole.n - 1
+    assert "truncated mid-record" in fast.err
