@@ -288,14 +288,14 @@ def _ones(a: int, b: int) -> int:
     return (s & 0xFFFF) + (s >> 16)
 
 
-def _echo(rng: random.Random, six: bool, request: tuple[bytes, bytes, bytes, int] | None = None,
-          ) -> tuple[bytes, tuple[bytes, bytes, bytes, int]]:
-    """An echo request (``request`` None) between random addresses, or the reply to ``request`` (its
-    addresses swapped, its identifier, sequence number and data, its checksum the request's with the type
-    changed: RFC 1624 3); the frame and what a reply to it needs."""
+def echo_frame(rng: random.Random, six: bool, request: tuple[bytes, bytes, bytes, int] | None = None,
+               ends: tuple[bytes, bytes] | None = None) -> tuple[bytes, tuple[bytes, bytes, bytes, int]]:
+    """An echo request (``request`` None) between ``ends`` (source, destination; None: random addresses),
+    or the reply to ``request`` (its addresses swapped, its identifier, sequence number and data, its
+    checksum the request's with the type changed: RFC 1624 3); the frame and what a reply to it needs."""
     req_type, rep_type = (128, 129) if six else (8, 0)
     if request is None:
-        src, dst = rng.randbytes(16 if six else 4), rng.randbytes(16 if six else 4)
+        src, dst = ends or (rng.randbytes(16 if six else 4), rng.randbytes(16 if six else 4))
         body, checksum, kind = rng.randbytes(4) + rng.randbytes(rng.choice([0, 8, 56])), rng.randrange(65536), req_type
     else:
         dst, src, body, req_checksum = request
@@ -323,14 +323,14 @@ def background_frames(seed: int, n: int, damaged: bool = True) -> list[Frame]:
         roll = rng.random()
         if roll < 0.06:
             six = rng.random() < 0.4
-            frame, request = _echo(rng, six)
+            frame, request = echo_frame(rng, six)
             waiting.append((six, request))
         elif roll < 0.11 and waiting:
             six, request = waiting.pop(rng.randrange(len(waiting))) if rng.random() < 0.9 else rng.choice(waiting)
-            frame, _r = _echo(rng, six, request)
+            frame, _r = echo_frame(rng, six, request)
         elif roll < 0.115:
             six = rng.random() < 0.5
-            frame, _r = _echo(rng, six, _echo(rng, six)[1])  # (a reply whose request was not captured)
+            frame, _r = echo_frame(rng, six, echo_frame(rng, six)[1])  # (a reply whose request was not captured)
         else:
             frame = background_frame(rng)
         data = bytearray(frame)

@@ -25,7 +25,7 @@ import re
 import sys
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -59,7 +59,6 @@ from rdmalab.capture.columnar_tcp import (
     fpdu_chains,
     frame_end,
     ip_end,
-    split_rows,
     tcp_offsets,
 )
 from rdmalab.capture.fields import frame_fields
@@ -313,20 +312,20 @@ def _arp_info(blk: RecordBlock, rows: np.ndarray, l3: np.ndarray) -> np.ndarray:
     buf = np.frombuffer(blk.buf, dtype=np.uint8)
     at = blk.offset[rows] + l3
 
-    def field(name: str) -> tuple[int, int]:
+    def place(name: str) -> tuple[int, int]:
         f = ARP.LAYOUT.field(name)
         return f.byte_start, f.bits // 8
 
     def value(name: str) -> np.ndarray:
-        off, size = field(name)
+        off, size = place(name)
         v = np.zeros(n, dtype=np.uint64)
         for b in range(size):
             v = v << np.uint64(8) | buf[at + off + b].astype(np.uint64)
         return v
 
     op, spa, tpa, tha = value("opcode"), value("src_ip"), value("dst_ip"), value("dst_hw")
-    src_ip, dst_ip = _ipv4s(blk, rows, l3 + field("src_ip")[0]), _ipv4s(blk, rows, l3 + field("dst_ip")[0])
-    src_hw = _macs(blk, rows, l3 + field("src_hw")[0])
+    src_ip, dst_ip = _ipv4s(blk, rows, l3 + place("src_ip")[0]), _ipv4s(blk, rows, l3 + place("dst_ip")[0])
+    src_hw = _macs(blk, rows, l3 + place("src_hw")[0])
     request, reply, same = op == ARP_REQUEST, op == ARP_REPLY, spa == tpa
     parts: list[np.ndarray] = []
 
@@ -420,6 +419,13 @@ def _plain_text(blk: RecordBlock, c: Columns, rows: np.ndarray, kinds: np.ndarra
         protos.append(f" {protocol(cp):<10} ")
         names.append(layers)
     left = ~good[inv]
+    # the echoes: each paired in order by the caller, shown or not (as the per-packet path feeds EchoPairs)
+    echo = np.flatnonzero(~left & (kinds == _ECHO))
+    echoes: list[tuple[int, _Echo]] = []
+    if len(echo):
+        on = np.ones(len(echo), dtype=bool) if shown is None else shown[echo]
+        echoes = [(j, _Echo(blk.first + j, seen, *key)) for j, seen, key in
+                  zip(rows[echo].tolist(), on.tolist(), _echo_keys(blk, c, rows[echo], l4[rows[echo]]), strict=True)]
     keep = ~left if shown is None else ~left & shown
     rows, kinds, inv, size = rows[keep], kinds[keep], inv[keep], size[keep]
     n = len(rows)
@@ -451,27 +457,20 @@ def _plain_text(blk: RecordBlock, c: Columns, rows: np.ndarray, kinds: np.ndarra
         info_text[icmp, :words.shape[1]] = words
     sized = np.hstack([_const(" (", n), _dec(np.maximum(size, 0).astype(np.uint64)), _const(" bytes)", n)])
     sized[(size <= 0) | (kinds == _ARP) | (kinds == _ICMP) | (kinds == _ECHO)] = 0
-    lines = np.hstack([_lead(blk, c, rows, t0, src, dst), _strings(protos)[inv], _length(blk, rows), info_text, sized])
-    echo = kinds == _ECHO
-    echoes: list[tuple[int, _Echo]] = []
-    if echo.any():
-        at = np.flatnonzero(echo)
-        texts = split_rows(lines[at])
-        shown_at = np.ones(len(at), dtype=bool) if shown is None else shown[np.flatnonzero(keep)[at]]
-        echoes = [(j, _Echo(blk.first + j, text if on else None, *key)) for j, text, on, key in
-                  zip(rows[at].tolist(), texts, shown_at.tolist(), _echo_keys(blk, c, rows[at], l4[rows[at]]), strict=True)]
-        rows, lines = rows[~echo], lines[~echo]
-    return _lines(rows, np.hstack([lines, _const("\n", len(rows))])), left, echoes
+    lines = np.hstack([_lead(blk, c, rows, t0, src, dst), _strings(protos)[inv], _length(blk, rows), info_text, sized,
+                       _const("\n", n)])
+    return _lines(rows, lines), left, echoes
 
 
 class _Echo(NamedTuple):
-    """An echo request or reply a block wrote from its columns (:data:`_ECHO`): its line without the
-    newline (None: a display filter does not show it; it is paired all the same), its frame and what
+    """An echo request or reply a block wrote from its columns (:data:`_ECHO`): its frame, whether its
+    line is shown (a display filter may drop it: it is paired all the same) and what
     :meth:`rdmalab.capture.render.EchoPairs.pair` pairs it by.  The loop that follows the blocks in order
-    pairs it and says a reply's request after its Info, as :func:`rdmalab.capture.render.info` does."""
+    pairs it and says a reply's request after its Info, as :func:`rdmalab.capture.render.info` does
+    (:func:`_paired`)."""
 
     frame: int
-    line: bytes | None
+    shown: bool
     version: int
     kind: int
     ident_seq: int
@@ -961,7 +960,7 @@ class _BlockText:
     whole capture)."""
 
     first: int
-    pieces: list[bytes | _Record | _Run | _Echo]
+    pieces: list[bytes | _Record | _Run]
     tcp: _TcpBlock | None = None
 
 
@@ -1084,7 +1083,7 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
     tcp = cols.layers["tcp"]
     line_rows: list[int] = []
     lines: list[bytes] = []
-    records: list[tuple[int, _Record | _Echo]] = []
+    records: list[tuple[int, _Record]] = []
     for j in others.tolist():
         off, cap = int(blk.offset[j]), int(blk.caplen[j])
         rec = (j, float(secs[j]), int(blk.linktype[j]), bytes(blk.buf[off:off + cap]), int(blk.wirelen[j]),
@@ -1102,22 +1101,47 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
     tb = _tcp_block(blk, cols, tcp_rows, t0) if len(tcp_rows) else None
     if tb is not None and mask is not None:
         tb.keep = mask[tcp_rows]
-    pieces: list[bytes | _Record | _Run | _Echo] = []
-    lo = t_lo = 0  # the next static line and the next TCP segment
-    if echoes:
-        records = sorted([*records, *echoes], key=lambda r: r[0])
-    ends: list[tuple[int, _Record | _Echo | None]] = [*records, (len(blk), None)]
+    pieces: list[bytes | _Record | _Run] = []
+    lo = t_lo = e_lo = 0  # the next static line, the next TCP segment and the next echo
+    echo_rows = np.array([j for j, _e in echoes], dtype=np.int64)
+    ends: list[tuple[int, _Record | None]] = [*records, (len(blk), None)]
     for j, record in ends:
         hi = int(np.searchsorted(rows, j))
         t_hi = int(np.searchsorted(tcp_rows, j))
-        if t_hi > t_lo:
-            pieces.append(_Run(text[starts[lo]:starts[hi]], rows[lo:hi], starts[lo:hi + 1] - starts[lo], t_lo, t_hi))
+        e_hi = int(np.searchsorted(echo_rows, j))
+        if t_hi > t_lo or e_hi > e_lo:  # (the echoes among the lines: paired in order by the caller)
+            pieces.append(_Run(text[starts[lo]:starts[hi]], rows[lo:hi], starts[lo:hi + 1] - starts[lo], t_lo, t_hi,
+                               echoes[e_lo:e_hi]))
         elif hi > lo:
             pieces.append(text[starts[lo]:starts[hi]])
-        lo, t_lo = hi, t_hi
+        lo, t_lo, e_lo = hi, t_hi, e_hi
         if record is not None:
             pieces.append(record)
     return _BlockText(blk.first, pieces, tb)
+
+
+def _paired(run: _Run, pairs: EchoPairs) -> None:
+    """The echoes of ``run`` paired in order (each, shown or not, fed to ``pairs``), and a reply's line
+    given the request it answers (`` (request in N)`` after its Info, as render.info says it) in the
+    run's text, its lines' starts moved past it."""
+    cuts: list[tuple[int, int, bytes]] = []  # (the line, where its newline is, what goes before it)
+    for j, e in run.echoes:
+        request_in = pairs.pair(e.frame, e.version, e.kind, e.ident_seq, e.checksum, e.src, e.dst)
+        if request_in is not None and e.shown:
+            i = int(np.searchsorted(run.rows, j))
+            cuts.append((i, int(run.at[i + 1]) - 1, f" (request in {request_in})".encode()))
+    if not cuts:
+        return
+    out: list[bytes] = []
+    before = 0
+    grown = np.zeros(len(run.at), dtype=np.int64)
+    for i, at, said in cuts:
+        out += (run.text[before:at], said)
+        before = at
+        grown[i + 1] += len(said)
+    out.append(run.text[before:])
+    run.text = b"".join(out)
+    run.at = run.at + np.cumsum(grown)
 
 
 def _merge(parts: list[tuple[np.ndarray, bytes, np.ndarray]],
@@ -1207,14 +1231,16 @@ class _TcpBlock:
 @dataclass(slots=True)
 class _Run:
     """Lines in a block between two records: some written already (``text``, the block rows
-    ``rows``, each line's start in ``at``, one more: the end), and the clean TCP segments
-    ``lo:hi`` of the block's :class:`_TcpBlock`, which go between them by row."""
+    ``rows``, each line's start in ``at``, one more: the end), the clean TCP segments
+    ``lo:hi`` of the block's :class:`_TcpBlock`, which go between them by row (none: ``lo == hi``), and
+    the echoes among the lines (their rows and :class:`_Echo`, shown or not), paired in order."""
 
     text: bytes
     rows: np.ndarray
     at: np.ndarray
     lo: int
     hi: int
+    echoes: list[tuple[int, _Echo]] = field(default_factory=list)
 
 
 def _tcp_block(blk: RecordBlock, cols: Columns, rows: np.ndarray, t0: int) -> _TcpBlock:
@@ -1521,17 +1547,16 @@ def summary_bytes(path: str | os.PathLike[str], *, count: int | None = None, flt
                         out.append(piece)
                         continue
                     if isinstance(piece, _Run):  # clean TCP segments, their text formatted from the columns
+                        if piece.echoes:
+                            _paired(piece, echoes)
+                        if piece.lo == piece.hi:  # (no segment: the lines of echoes among others)
+                            out.append(piece.text)
+                            continue
                         assert bt.tcp is not None
                         text, stop = _run_text(bt.first, bt.tcp, piece, t0, tracker, windows, lenient)
                         out.append(text)
                         if stop is not None:
                             raise stop
-                        continue
-                    if isinstance(piece, _Echo):  # an echo request or reply written from the columns
-                        request_in = echoes.pair(piece.frame, piece.version, piece.kind, piece.ident_seq, piece.checksum,
-                                                 piece.src, piece.dst)
-                        if piece.line is not None:
-                            out.append(piece.line + (b"\n" if request_in is None else f" (request in {request_in})\n".encode()))
                         continue
                     j, ts, lt, data, wire, iface, ns, digits, fcs = piece
                     key = (lt, data, wire, fcs)
@@ -1982,8 +2007,8 @@ def fpdu_words(buf: np.ndarray, fpdus: tuple[np.ndarray, ...]) -> np.ndarray:
     _seg, at, ul, tagged, kind, ctl = fpdus
     n = len(at)
 
-    def word(field: tuple[int, int], where: np.ndarray) -> np.ndarray:
-        off, size = field
+    def word(place: tuple[int, int], where: np.ndarray) -> np.ndarray:
+        off, size = place
         out = np.zeros(n, dtype=np.uint64)
         idx = at[where]
         for b in range(size):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from hostile import background_frames as _frames  # tests/hostile.py
-from hostile import frames_of
+from hostile import echo_frame, frames_of
 
 from rdmalab.capture import columnar_summary
 from rdmalab.capture.pcapwriter import write_capture
@@ -142,3 +142,23 @@ def test_ipv4_total_length_zero(args: list[str], tmp_path: Path, capsys: Any) ->
         zeroed.append((t, d, w))
     fast, ref = _both([*args, "-r", str(_write(tmp_path / "tso.pcap", zeroed))], capsys)
     assert fast == ref
+
+
+@pytest.mark.parametrize("six", [False, True])
+def test_echo_replies_shown_alone_still_name_their_requests(six: bool, tmp_path: Path, capsys: Any) -> None:
+    """A filter that shows the replies alone (their source): the requests it drops are paired all the
+    same, in order, and each reply's line names its request, as the per-packet path has it."""
+    rng = random.Random(3)
+    a, b = (bytes(15) + b"\1", bytes(15) + b"\2") if six else (bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
+    frames = []
+    for i in range(40):
+        req_frame, req = echo_frame(rng, six, ends=(a, b))
+        frames.append((1_700_000_000_000_000_000 + i * 2_000_000, req_frame, len(req_frame)))
+        frames += [(1_700_000_000_000_000_000 + i * 2_000_000 + (k + 1) * 100_000, d, w) for k, (_t, d, w) in enumerate(_frames(i, 3, damaged=False))]
+        rep_frame, _r = echo_frame(rng, six, req)
+        frames.append((1_700_000_000_000_000_000 + i * 2_000_000 + 1_000_000, rep_frame, len(rep_frame)))
+    frames.sort(key=lambda f: f[0])
+    src = "ipv6.src == ::2" if six else "ip.src == 10.0.0.2"
+    fast, ref = _both(["-r", str(_write(tmp_path / "pings.pcap", frames)), "-Y", src], capsys)
+    assert fast == ref
+    assert fast.count("(request in ") >= 30
