@@ -74,6 +74,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [p for p in (_ROOT, os.path.dirname(os.path.abspath(__file__)), os.path.join(_ROOT, "tests"))
@@ -317,13 +318,22 @@ def main_ipv6(args: argparse.Namespace, tmp: str) -> None:
     """The mixed capture with its RoCEv2 sent to IPv6 GIDs (what perftest and rdma_cm send on GID index 0, a
     RoCE port's IPv6 link-local GID) and its TCP between the same addresses: summaries, -T fields, -T json and
     -V against tshark."""
+    _derived(args, tmp, build_ipv6, "ipv6", "IPv6", "its RoCEv2 and TCP over IPv6",
+             "mixed capture, RoCEv2 and TCP over IPv6", FIELDS_IPV6)
+
+
+def _derived(args: argparse.Namespace, tmp: str, build: Any, name: str, label: str, what: str, title: str,
+             fields: list[str]) -> None:
+    """A capture ``build`` makes of the mixed one (``build(mixed, n, path)``): its protocols, the fast paths'
+    text against the per-packet path's on its first 5,000 frames, then summaries and -T fields (``fields``) of
+    all of it, -T json and -V of its first ``--json-packets``, against tshark."""
     n_all = args.packets if args.packets_given else 200_000
     mixed = os.path.join(tmp, "mixed_big.pcapng")
     build_mixed(mixed, n_all)
-    big, small = os.path.join(tmp, "mixed_ipv6.pcap"), os.path.join(tmp, "mixed_small_ipv6.pcap")
-    n = build_ipv6(mixed, n_all, big)
-    m = build_ipv6(mixed, args.json_packets, small)
-    print(f"{big}: {n:,} packets of the mixed capture, its RoCEv2 and TCP over IPv6, {os.path.getsize(big) / 2**20:.0f} MiB")
+    big, small = os.path.join(tmp, f"mixed_{name}.pcap"), os.path.join(tmp, f"mixed_small_{name}.pcap")
+    n = build(mixed, n_all, big)
+    m = build(mixed, args.json_packets, small)
+    print(f"{big}: {n:,} packets of the mixed capture, {what}, {os.path.getsize(big) / 2**20:.0f} MiB")
     print(f"  {protocols(big)}")
     py = [sys.executable, "-m", "rdmalab", "decode"]
     for opt in ([], ["-T", "json"], ["-V"]):
@@ -332,18 +342,18 @@ def main_ipv6(args: argparse.Namespace, tmp: str) -> None:
         print(f"  {' '.join(opt) or 'summary lines'} of the first 5,000, fast vs per-packet path: "
               f"{'identical' if same[0] == same[1] else 'DIFFERENT'}")
     tshark = None if args.no_tshark or not shutil.which("tshark") else "tshark"
-    ef = [a for f in FIELDS_IPV6 for a in ("-e", f)]
+    ef = [a for f in fields for a in ("-e", f)]
     rows: list[str] = []
-    rows += compare("IPv6: summary lines", n, [("rdmalab decode -r FILE", [*py, "-r", big])],
+    rows += compare(f"{label}: summary lines", n, [("rdmalab decode -r FILE", [*py, "-r", big])],
                     [tshark, "-n", "-r", big] if tshark else None)
-    rows += compare("IPv6: -T fields", n, [("rdmalab decode -T fields", [*py, "-r", big, "-T", "fields", *ef])],
+    rows += compare(f"{label}: -T fields", n, [("rdmalab decode -T fields", [*py, "-r", big, "-T", "fields", *ef])],
                     [tshark, "-n", "-r", big, "-T", "fields", *ef] if tshark else None)
-    rows += compare("IPv6: -T json", m, [("rdmalab decode -T json", [*py, "-T", "json", "-r", small])],
+    rows += compare(f"{label}: -T json", m, [("rdmalab decode -T json", [*py, "-T", "json", "-r", small])],
                     [tshark, "-n", "-r", small, "-T", "json"] if tshark else None)
-    rows += compare("IPv6: -V", m, [("rdmalab decode -V", [*py, "-V", "-r", small])],
+    rows += compare(f"{label}: -V", m, [("rdmalab decode -V", [*py, "-V", "-r", small])],
                     [tshark, "-n", "-r", small, "-V"] if tshark else None)
     if rows:
-        print("\n| command (mixed capture, RoCEv2 and TCP over IPv6) | rdmalab (peak RSS) | tshark (peak RSS) | "
+        print(f"\n| command ({title}) | rdmalab (peak RSS) | tshark (peak RSS) | "
               "rdmalab packets/s over tshark's | over tshark's CPU time |")
         print("|---|---|---|---|---|")
         print("\n".join(rows))
@@ -377,36 +387,8 @@ def build_background(src: str, n: int, path: str) -> int:
 def main_background(args: argparse.Namespace, tmp: str) -> None:
     """The mixed capture with background traffic between its frames: summaries, -T fields, -T json and -V
     against tshark."""
-    n_all = args.packets if args.packets_given else 200_000
-    mixed = os.path.join(tmp, "mixed_big.pcapng")
-    build_mixed(mixed, n_all)
-    big, small = os.path.join(tmp, "mixed_background.pcap"), os.path.join(tmp, "mixed_small_background.pcap")
-    n = build_background(mixed, n_all, big)
-    m = build_background(mixed, args.json_packets, small)
-    print(f"{big}: {n:,} packets, the mixed capture's with background traffic, {os.path.getsize(big) / 2**20:.0f} MiB")
-    print(f"  {protocols(big)}")
-    py = [sys.executable, "-m", "rdmalab", "decode"]
-    for opt in ([], ["-T", "json"], ["-V"]):
-        same = [subprocess.run([*py, *opt, *extra, "-r", small, "-c", "5000"], capture_output=True, check=True).stdout
-                for extra in ([], ["--no-columnar"])]
-        print(f"  {' '.join(opt) or 'summary lines'} of the first 5,000, fast vs per-packet path: "
-              f"{'identical' if same[0] == same[1] else 'DIFFERENT'}")
-    tshark = None if args.no_tshark or not shutil.which("tshark") else "tshark"
-    ef = [a for f in FIELDS for a in ("-e", f)]
-    rows: list[str] = []
-    rows += compare("background: summary lines", n, [("rdmalab decode -r FILE", [*py, "-r", big])],
-                    [tshark, "-n", "-r", big] if tshark else None)
-    rows += compare("background: -T fields", n, [("rdmalab decode -T fields", [*py, "-r", big, "-T", "fields", *ef])],
-                    [tshark, "-n", "-r", big, "-T", "fields", *ef] if tshark else None)
-    rows += compare("background: -T json", m, [("rdmalab decode -T json", [*py, "-T", "json", "-r", small])],
-                    [tshark, "-n", "-r", small, "-T", "json"] if tshark else None)
-    rows += compare("background: -V", m, [("rdmalab decode -V", [*py, "-V", "-r", small])],
-                    [tshark, "-n", "-r", small, "-V"] if tshark else None)
-    if rows:
-        print("\n| command (mixed capture, background traffic between) | rdmalab (peak RSS) | tshark (peak RSS) | "
-              "rdmalab packets/s over tshark's | over tshark's CPU time |")
-        print("|---|---|---|---|---|")
-        print("\n".join(rows))
+    _derived(args, tmp, build_background, "background", "background", "background traffic between its frames",
+             "mixed capture, background traffic between", FIELDS)
 
 
 #: bench_columnar.FIELDS with the IPv6 addresses instead of the IPv4 ones
