@@ -22,3 +22,17 @@ def rdmalab_modules() -> list[ModuleType]:
         except ImportError:
             continue
     return out
+
+
+def wire_header_classes() -> list[type]:
+    """Every header class the wire package declares (a subclass of ``Header`` with a ``LAYOUT``), once each."""
+    from rdmalab import wire
+    from rdmalab.wire.header import Header
+
+    out: dict[str, type] = {}
+    for info in pkgutil.iter_modules(wire.__path__):
+        mod = importlib.import_module(f"rdmalab.wire.{info.name}")
+        for v in vars(mod).values():
+            if isinstance(v, type) and issubclass(v, Header) and v is not Header and hasattr(v, "LAYOUT"):
+                out[f"{v.__module__}.{v.__name__}"] = v
+    return list(out.values())

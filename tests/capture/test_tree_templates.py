@@ -6,9 +6,7 @@ ERF, iWARP with markers and CRCs, CM, UD, losses), on damaged frames, and in blo
 from __future__ import annotations
 
 import glob
-import importlib
 import os
-import pkgutil
 import random
 import struct
 from collections.abc import Callable
@@ -19,8 +17,8 @@ from typing import Any
 import hostile  # tests/hostile.py: frames made hostile, or sent another way
 import numpy as np
 import pytest
+from rdmalab_modules import wire_header_classes  # tests/rdmalab_modules.py
 
-from rdmalab import wire
 from rdmalab.capture import read, render, tree_templates
 from rdmalab.capture.fields import frame_fields
 from rdmalab.capture.header_text import header_int_fn, header_lines
@@ -254,19 +252,7 @@ def test_damaged_frames(tmp_path: Path) -> None:
         assert f"Problem: {problem}" in got, problem
 
 
-def _header_classes() -> list[type[Header]]:
-    """Every header class the wire package declares (the renderer writes each templatable one's lines by
-    its template: render._header_lines)."""
-    out: dict[str, type[Header]] = {}
-    for info in pkgutil.iter_modules(wire.__path__):
-        mod = importlib.import_module(f"rdmalab.wire.{info.name}")
-        for v in vars(mod).values():
-            if isinstance(v, type) and issubclass(v, Header) and v is not Header and hasattr(v, "LAYOUT"):
-                out[f"{v.__module__}.{v.__name__}"] = v
-    return list(out.values())
-
-
-@pytest.mark.parametrize("cls", [c for c in _header_classes() if templatable(c)], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [c for c in wire_header_classes() if templatable(c)], ids=lambda c: c.__name__)
 def test_header_template_is_the_renderer(cls: type[Header]) -> None:
     """A header's template gives the renderer's lines, for random values of every field (and so the
     fields SPECIAL does not list are shown as the generic describe shows them)."""
@@ -282,7 +268,7 @@ def test_header_template_is_the_renderer(cls: type[Header]) -> None:
             assert text(int.from_bytes(raw, "big")) == want  # remembered
 
 
-@pytest.mark.parametrize("cls", [c for c in _header_classes() if templatable(c)], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [c for c in wire_header_classes() if templatable(c)], ids=lambda c: c.__name__)
 def test_trees_write_headers_by_their_templates(cls: type[Header]) -> None:
     """render._header_lines (every tree's header lines): a header's lines by its class's template, the
     header's fields read as one integer (header_int_fn), for random values; and a header holding what a

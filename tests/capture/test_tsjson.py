@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rdmalab_modules import wire_header_classes  # tests/rdmalab_modules.py
 
 from rdmalab.capture import read
 from rdmalab.capture.columnar import COLUMN_BY_NAME
@@ -331,23 +332,7 @@ def test_data_fields_of_every_capture_as_tshark(name: str, capsys: Any) -> None:
     assert not differ, (len(differ), differ[:3])
 
 
-def _wire_header_classes() -> list[type]:
-    import importlib
-    import pkgutil
-
-    from rdmalab import wire
-    from rdmalab.wire.header import Header
-
-    out: dict[str, type] = {}
-    for info in pkgutil.iter_modules(wire.__path__):
-        mod = importlib.import_module(f"rdmalab.wire.{info.name}")
-        for v in vars(mod).values():
-            if isinstance(v, type) and issubclass(v, Header) and v is not Header and hasattr(v, "LAYOUT"):
-                out[f"{v.__module__}.{v.__name__}"] = v
-    return list(out.values())
-
-
-@pytest.mark.parametrize("cls", _wire_header_classes(), ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", wire_header_classes(), ids=lambda c: c.__name__)
 def test_a_headers_json_by_its_plan_is_header_layer_of(cls: type) -> None:
     """The JSON of a header the per-packet writer makes (tsjson._make_header_layer, each class and set of
     field names by a plan made once: tsjson._Plan) is what header_layer_of makes of its texts, for random
