@@ -238,86 +238,9 @@ _FOREIGN = frozenset({"ieee8021ah.etype"})
 
 
 def _make_header_layer(h: Header, data: bytes, offset: int) -> _LayerParts:
-    texts = {name: value_text(name, v) for name, v in header_fields(h).items()}
-    raw = _hexbytes(data[offset:offset + h.LAYOUT.size])
-    cls = type(h)
-    key = (cls, tuple(texts))
-    if key in _PLANS:
-        plan = _PLANS[key]
-    else:
-        if len(_PLANS) >= 4096:
-            _PLANS.clear()
-        plan = _PLANS[key] = _Plan.make(cls, key[1], texts, raw)
-    if plan is None:
-        return header_layer_of(cls, texts, raw)
-    return plan.parts(texts, raw)
-
-
-_MARK = "\ue001"  # (a private-use character: no field's text holds one)
-#: (header class, its Wireshark fields' names) -> its :class:`_Plan` (None: none; bounded)
-_PLANS: dict[tuple[type[Header], tuple[str, ...]], _Plan | None] = {}
-
-
-class _Plan:
-    """What :func:`header_layer_of` makes of the headers of one class whose Wireshark fields have given
-    names, whatever their texts: the layer, the fields' nesting, rdmalab's own fields and the entries' JSON
-    text as a ``str.format`` template, made once from the names with marks in the place of the texts, then
-    filled from each header's texts.  Checked against :func:`header_layer_of` when made (a plan that does
-    not give its text is not made: the headers go that way)."""
-
-    __slots__ = ("fields", "ours", "proto", "slots", "template")
-
-    def __init__(self, proto: str, template: str, slots: list[str], fields: list[tuple[str, Any]],
-                 ours: list[str]) -> None:
-        self.proto, self.template, self.slots, self.fields, self.ours = proto, template, slots, fields, ours
-
-    @staticmethod
-    def make(cls: type[Header], names: tuple[str, ...], texts: dict[str, str], raw: str) -> _Plan | None:
-        marks = {name: f"{_MARK}{i}{_MARK}" for i, name in enumerate(names)}
-        raw_mark = f"{_MARK}raw{_MARK}"
-        proto, fields, ours, text = header_layer_of(cls, marks, raw_mark)
-        if not proto:
-            return None
-        back = {m: name for name, m in marks.items()} | {raw_mark: ""}  # ("": the header's bytes)
-
-        def shape(tree: dict[str, Any]) -> list[tuple[str, Any]] | None:
-            out: list[tuple[str, Any]] = []
-            for k, v in tree.items():
-                if isinstance(v, dict):
-                    sub = shape(v)
-                    if sub is None:
-                        return None
-                    out.append((k, sub))
-                elif isinstance(v, str) and v in back:
-                    out.append((k, back[v]))
-                else:
-                    return None
-            return out
-
-        placed = shape(fields)
-        if placed is None or any(v not in back for v in ours.values()):
-            return None
-        pieces = text.replace("{", "{{").replace("}", "}}").split(_MARK)
-        slots: list[str] = []
-        for i in range(1, len(pieces), 2):  # (each slot inside a JSON string: the text escaped, unquoted)
-            slots.append("" if pieces[i] == "raw" else names[int(pieces[i])])
-            pieces[i] = "{}"
-        plan = _Plan(proto, "".join(pieces), slots, placed, [back[v] for v in ours.values()])
-        if plan.parts(texts, raw) != header_layer_of(cls, texts, raw):
-            return None
-        return plan
-
-    def parts(self, texts: dict[str, str], raw: str) -> _LayerParts:
-        def value(name: str) -> str:
-            return texts[name] if name else raw
-
-        def tree(placed: list[tuple[str, Any]]) -> dict[str, Any]:
-            return {k: (value(v) if type(v) is str else _Shared(tree(v))) for k, v in placed}
-
-        fields = tree(self.fields)
-        ours = {name: value(name) for name in self.ours}
-        text = self.template.format(*[_quote(value(name))[1:-1] for name in self.slots])
-        return self.proto, fields, ours, text
+    vals = header_fields(h)
+    return header_layer_of(type(h), {name: value_text(name, v) for name, v in vals.items()},
+                           _hexbytes(data[offset:offset + h.LAYOUT.size]))
 
 
 def header_layer_of(cls: type[Header], texts: dict[str, str], raw: str) -> _LayerParts:

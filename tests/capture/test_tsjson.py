@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rdmalab_modules import wire_header_classes  # tests/rdmalab_modules.py
 
 from rdmalab.capture import read
 from rdmalab.capture.columnar import COLUMN_BY_NAME
@@ -330,34 +329,3 @@ def test_data_fields_of_every_capture_as_tshark(name: str, capsys: Any) -> None:
             continue
         differ.append((g[:60], w[:60]))
     assert not differ, (len(differ), differ[:3])
-
-
-@pytest.mark.parametrize("cls", wire_header_classes(), ids=lambda c: c.__name__)
-def test_a_headers_json_by_its_plan_is_header_layer_of(cls: type) -> None:
-    """The JSON of a header the per-packet writer makes (tsjson._make_header_layer, each class and set of
-    field names by a plan made once: tsjson._Plan) is what header_layer_of makes of its texts, for random
-    values of every header class of the wire package."""
-    import random
-
-    from rdmalab.capture import tsjson
-    from rdmalab.capture.fields import header_fields
-
-    rng = random.Random(cls.__name__ + "/json")
-    for _ in range(60):
-        raw = bytes(rng.randrange(256) for _ in range(cls.LAYOUT.size))
-        h = cls.decode(raw)
-        texts = {name: tsjson.value_text(name, v) for name, v in header_fields(h).items()}
-        assert tsjson._make_header_layer(h, raw, 0) == tsjson.header_layer_of(cls, texts, tsjson._hexbytes(raw))
-
-
-def test_a_plan_escapes_what_it_fills_in() -> None:
-    """A text a plan fills in is written as JSON writes a string (quotes, backslashes, control characters
-    escaped), as header_layer_of's entries have it."""
-    from rdmalab.capture import tsjson
-    from rdmalab.wire.net import UDP
-
-    names = ("udp.srcport", "udp.dstport", "udp.length", "udp.checksum")
-    texts = {n: t for n, t in zip(names, ['a"b', 'c\\d', 'e\nf', '\x01\t'], strict=True)}
-    plan = tsjson._Plan.make(UDP, names, {n: str(i) for i, n in enumerate(names)}, "00:01")
-    assert plan is not None
-    assert plan.parts(texts, "ab:cd") == tsjson.header_layer_of(UDP, texts, "ab:cd")
