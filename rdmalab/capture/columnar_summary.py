@@ -62,7 +62,16 @@ from rdmalab.capture.columnar_tcp import (
     tcp_offsets,
 )
 from rdmalab.capture.fields import frame_fields
-from rdmalab.capture.fieldtext import _OCTET_DOT32, Clock, _dec, _hex, _join, _strings, filter_mask, relative_matrix
+from rdmalab.capture.fieldtext import (
+    _OCTET_DOT32,
+    Clock,
+    _dec,
+    _hex,
+    _numeric_text,
+    _strings,
+    filter_mask,
+    relative_matrix,
+)
 from rdmalab.capture.filter import compile_filter
 from rdmalab.capture.iwarp import IwarpTracker
 from rdmalab.capture.linktypes import COLUMNAR_LINKTYPES, LINKTYPE_ERF, erf_frame
@@ -288,21 +297,28 @@ def _plain_rows(blk: RecordBlock, c: Columns) -> np.ndarray:
     return kind
 
 
-def _macs(blk: RecordBlock, rows: np.ndarray, at: int | np.ndarray) -> np.ndarray:
-    """The MAC addresses at octet ``at`` of the frames ``rows`` (as tshark writes one, aa:bb:...)."""
-    buf = np.frombuffer(blk.buf, dtype=np.uint8)
-    octets = buf[(blk.offset[rows] + at)[:, None] + np.arange(6)]
-    out: np.ndarray = _join([_hex(octets[:, i].astype(np.uint64), 2, prefix=False) for i in range(6)], b":")
-    return out
+def _be_words(buf: np.ndarray, at: np.ndarray, size: int) -> np.ndarray:
+    """The big-endian integers of ``size`` octets (8 at most) at each of the offsets ``at`` in ``buf`` (uint8)."""
+    v = np.zeros(len(at), dtype=np.uint64)
+    for b in range(size):
+        v = v << np.uint64(8) | buf[at + b].astype(np.uint64)
+    return v
 
 
-def _ipv4s(blk: RecordBlock, rows: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """The IPv4 addresses at octet ``at`` (one per row) of the frames ``rows``, dotted."""
-    buf = np.frombuffer(blk.buf, dtype=np.uint8)
-    octets = buf[(blk.offset[rows] + at)[:, None] + np.arange(4)]
-    m: np.ndarray = _OCTET_DOT32[octets].view(np.uint8).reshape(len(rows), 16).copy()
-    m[:, 15] = 0  # no dot after the last octet
-    return m
+def _where_text(parts: list[np.ndarray], n: int, where: np.ndarray, *pieces: np.ndarray | str) -> None:
+    """Append to ``parts`` (byte matrices of ``n`` rows) the ``pieces`` side by side on the rows ``where``, and
+    nothing on the others."""
+    if where.any():
+        m = np.hstack([_const(p, n) if isinstance(p, str) else p for p in pieces])
+        if not where.all():
+            m[~where] = 0
+        parts.append(m)
+
+
+def _frame_words(blk: RecordBlock, rows: np.ndarray, at: np.ndarray | int, size: int, fmt: str) -> np.ndarray:
+    """The ``size`` octets at octet ``at`` of the frames ``rows``, as the column format ``fmt`` writes them
+    (``mac``, ``ipv4``: :func:`rdmalab.capture.fieldtext._numeric_text`)."""
+    return _numeric_text(_be_words(np.frombuffer(blk.buf, dtype=np.uint8), blk.offset[rows] + at, size), fmt)
 
 
 def _arp_info(blk: RecordBlock, rows: np.ndarray, l3: np.ndarray) -> np.ndarray:
@@ -312,30 +328,19 @@ def _arp_info(blk: RecordBlock, rows: np.ndarray, l3: np.ndarray) -> np.ndarray:
     buf = np.frombuffer(blk.buf, dtype=np.uint8)
     at = blk.offset[rows] + l3
 
-    def place(name: str) -> tuple[int, int]:
-        f = ARP.LAYOUT.field(name)
-        return f.byte_start, f.bits // 8
-
     def value(name: str) -> np.ndarray:
-        off, size = place(name)
-        v = np.zeros(n, dtype=np.uint64)
-        for b in range(size):
-            v = v << np.uint64(8) | buf[at + off + b].astype(np.uint64)
-        return v
+        f = ARP.LAYOUT.field(name)
+        return _be_words(buf, at + f.byte_start, f.bits // 8)
+
+    def words(name: str, fmt: str) -> np.ndarray:
+        f = ARP.LAYOUT.field(name)
+        return _frame_words(blk, rows, l3 + f.byte_start, f.bits // 8, fmt)
 
     op, spa, tpa, tha = value("opcode"), value("src_ip"), value("dst_ip"), value("dst_hw")
-    src_ip, dst_ip = _ipv4s(blk, rows, l3 + place("src_ip")[0]), _ipv4s(blk, rows, l3 + place("dst_ip")[0])
-    src_hw = _macs(blk, rows, l3 + place("src_hw")[0])
+    src_ip, dst_ip, src_hw = words("src_ip", "ipv4"), words("dst_ip", "ipv4"), words("src_hw", "mac")
     request, reply, same = op == ARP_REQUEST, op == ARP_REPLY, spa == tpa
     parts: list[np.ndarray] = []
-
-    def text(where: np.ndarray, *pieces: np.ndarray | str) -> None:
-        if where.any():
-            m = np.hstack([_const(p, n) if isinstance(p, str) else p for p in pieces])
-            if not where.all():
-                m = m.copy()
-                m[~where] = 0
-            parts.append(m)
+    text = partial(_where_text, parts, n)
 
     probe = request & (spa == 0)
     asks = request & ~probe
@@ -438,8 +443,8 @@ def _plain_text(blk: RecordBlock, c: Columns, rows: np.ndarray, kinds: np.ndarra
         src, dst = (np.hstack([m, np.zeros((n, max(0, 17 - m.shape[1])), dtype=np.uint8)]) for m in (src, dst))
         src[mac] = 0
         dst[mac] = 0
-        src[mac, :17] = _macs(blk, rows[mac], 6)
-        dst[mac, :17] = _macs(blk, rows[mac], 0)
+        src[mac, :17] = _frame_words(blk, rows[mac], 6, 6, "mac")
+        dst[mac, :17] = _frame_words(blk, rows[mac], 0, 6, "mac")
     info_text = _strings(names)[inv]
     arp = np.flatnonzero(kinds == _ARP)
     if len(arp):
@@ -490,10 +495,7 @@ def _echo_keys(blk: RecordBlock, c: Columns, rows: np.ndarray, l4: np.ndarray) -
     at = blk.offset[rows] + l4
 
     def be(off: int, size: int) -> list[int]:
-        v = np.zeros(len(rows), dtype=np.uint64)
-        for b in range(size):
-            v = v << np.uint64(8) | buf[at + off + b].astype(np.uint64)
-        out: list[int] = v.tolist()
+        out: list[int] = _be_words(buf, at + off, size).tolist()
         return out
 
     src: list[int] = d["ip.src"][rows].tolist()
@@ -653,13 +655,7 @@ def _column_text(blk: RecordBlock, c: Columns, rows: np.ndarray, t0: int) -> tup
              _const(" QP=0x", n), _hex(get["infiniband.bth.destqp"].astype(np.uint64), 6, prefix=False),
              _const(" PSN=", n), _dec(get["infiniband.bth.psn"])]
 
-    def seg(where: np.ndarray, *pieces: np.ndarray | str) -> None:
-        """Pieces of text that only the rows ``where`` show."""
-        if where.any():
-            m = np.hstack([_const(p, n) if isinstance(p, str) else p for p in pieces])
-            if not where.all():
-                m[~where] = 0
-            parts.append(m)
+    seg = partial(_where_text, parts, n)  # (pieces of text that only some rows show)
 
     for name, word in (("infiniband.bth.a", " A"), ("infiniband.bth.se", " SE"), ("rdmalab.bth.fecn", " FECN"),
                        ("rdmalab.bth.becn", " BECN")):
@@ -2010,20 +2006,12 @@ def fpdu_words(buf: np.ndarray, fpdus: tuple[np.ndarray, ...]) -> np.ndarray:
     def word(place: tuple[int, int], where: np.ndarray) -> np.ndarray:
         off, size = place
         out = np.zeros(n, dtype=np.uint64)
-        idx = at[where]
-        for b in range(size):
-            out[where] = out[where] << np.uint64(8) | buf[idx + off + b].astype(np.uint64)
+        out[where] = _be_words(buf, at[where] + off, size)  # (only where the field is: the others may end before)
         return out
 
     t, u = tagged == 1, tagged == 0
     parts: list[np.ndarray] = [_FPDU_NAMES[kind]]
-
-    def text(where: np.ndarray, *pieces: np.ndarray | str) -> None:
-        if where.any():
-            m = np.hstack([_const(p, n) if isinstance(p, str) else p for p in pieces])
-            if not where.all():
-                m[~where] = 0
-            parts.append(m)
+    text = partial(_where_text, parts, n)
 
     text(t, " STag=0x", _hex(word(_STAG, t), 8, prefix=False), " TO=0x", _varhex(word(_TO, t)))
     text(u, " QN=", _dec(word(_QN, u)), " MSN=", _dec(word(_MSN, u)), " MO=", _dec(word(_MO, u)))
