@@ -867,7 +867,7 @@ class TimeColumn:
 
 
 #: (header class, offset, indent) -> its template (:func:`~rdmalab.capture.header_text.header_text_fn`) and
-#: the fields' places in the header's integer (None: the class spells a field its own way, or its
+#: the reader of a header's integer (:func:`~rdmalab.capture.header_text.header_int_fn`; None: the class spells a field its own way, or its
 #: template did not give a header's lines as :func:`~rdmalab.capture.header_text.header_lines` does)
 _TEMPLATES: dict[tuple[type[Header], int, str], tuple[Callable[[int], str], Callable[[Header], int | None]] | None] = {}
 
@@ -884,6 +884,7 @@ def _template(cls: type[Header], offset: int, indent: str,
         made = (header_text_fn(cls, offset, indent), header_int_fn(cls))
     if len(_TEMPLATES) >= 4096:
         _TEMPLATES.clear()
+        _CHECKED.clear()  # (a template dropped as wrong is made, and checked, again)
     _TEMPLATES[key] = made
     return made
 
