@@ -643,7 +643,9 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     data["frame.number"] = np.arange(blk.first, blk.first + n, dtype=np.uint64)
     data["frame.time_ns"] = blk.ts_ns
     data["frame.time_epoch"] = blk.seconds()  # as the per-packet reader has them (float seconds)
-    data["frame.len"] = blk.wirelen.astype(np.uint32)
+    # a record without a length on the wire (0): its captured length, as the per-packet reader, the summary
+    # lines, the trees and the JSON take it (linktypes.decode_frame, fields.frame_fields)
+    data["frame.len"] = np.where(blk.wirelen != 0, blk.wirelen, caplen).astype(np.uint32)
     data["frame.cap_len"] = caplen.astype(np.uint32)
     L["frame"] = np.ones(n, dtype=bool)
     eth = (blk.linktype == LINKTYPE_ETHERNET) & (caplen >= 14)

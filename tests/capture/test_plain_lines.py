@@ -123,6 +123,23 @@ def test_records_longer_than_their_frames(tmp_path: Path, capsys: Any) -> None:
     assert "expected at most the" in fast
 
 
+@pytest.mark.parametrize("args", [[], ["-V"], ["-T", "json"], ["-T", "fields", "-e", "frame.number", "-e", "frame.len",
+                                                               "-e", "frame.cap_len", "-e", "tcp.len"],
+                                  ["-Y", "frame.len == 74"]])
+def test_records_without_a_wire_length(args: list[str], tmp_path: Path, capsys: Any) -> None:
+    """A record whose length on the wire is 0 (a damaged record header): its length is its captured one in
+    every output and in filters, from the columns as from the per-packet decoder (the columns' frame.len
+    was 0 while the lines, trees and JSON said the captured length)."""
+    root = Path(__file__).resolve().parents[2] / "captures"
+    frames = [f for name in ("rxe_send_bw.pcap", "siw_rping.pcap") for f in frames_of(root / name)[:120]]
+    frames += _frames(17, 300, damaged=False)
+    frames = [(t, d, 0 if i % 3 == 0 else w) for i, (t, d, w) in enumerate(frames)]
+    fast, ref = _both([*args, "-r", str(_write(tmp_path / "nowire.pcap", frames))], capsys)
+    assert fast == ref
+    if args[:1] == ["-Y"]:
+        assert fast.count("\n") >= 10
+
+
 @pytest.mark.parametrize("args", [[], ["-V"], ["-T", "json"],
                                   ["-T", "fields", "-e", "frame.number", "-e", "ip.len", "-e", "tcp.len", "-e",
                                    "tcp.analysis.flags", "-e", "tcp.analysis.bytes_in_flight", "-e", "rdmalab.pdus",
