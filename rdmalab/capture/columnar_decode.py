@@ -77,7 +77,7 @@ from rdmalab.wire.crc import ICRC_SEED, crc32, icrc_masks
 from rdmalab.wire.errors import DecodeError
 from rdmalab.wire.ib import GRH_NXTHDR_IBA
 from rdmalab.wire.iwarp import decode_fpdu
-from rdmalab.wire.net import ETHERTYPE_QINQ, ETHERTYPE_VLAN, ROCEV2_PORT, TCP, IPv4
+from rdmalab.wire.net import ETHERTYPE_QINQ, ETHERTYPE_VLAN, MIN_ETHERTYPE, ROCEV2_PORT, TCP, IPv4
 from rdmalab.wire.opcodes import CNP_OPCODE, OPCODES
 
 
@@ -655,6 +655,8 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
         data["eth.src"] = _be(H, 6, 6)
     etype = _be(H, 12, 2)
     data["eth.type"] = etype.astype(np.uint16)
+    # (a length (eth.len) or neither is no type; 0 is one all the same: wire.frame._eth)
+    L["eth.type"] = eth & ((etype >= MIN_ETHERTYPE) | (etype == 0))
     # a Linux cooked capture (tcpdump -i any): its header, then what its EtherType says, as after Ethernet
     sll1 = (blk.linktype == LINKTYPE_LINUX_SLL) & (caplen >= 16)
     sll2 = (blk.linktype == LINKTYPE_LINUX_SLL2) & (caplen >= 20)

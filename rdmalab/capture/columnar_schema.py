@@ -52,7 +52,7 @@ COLUMNS: tuple[Col, ...] = (
     Col("frame.cap_len", "u4", "frame"),
     Col("eth.dst", "u8", "eth", "mac"),
     Col("eth.src", "u8", "eth", "mac"),
-    Col("eth.type", "u2", "eth", "hex4"),
+    Col("eth.type", "u2", "eth.type", "hex4"),
     # a Linux cooked capture's header (v1 and v2; the interface index is v2's alone)
     Col("sll.pkttype", "u2", "sll"),
     Col("sll.hatype", "u2", "sll"),

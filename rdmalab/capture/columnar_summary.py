@@ -130,6 +130,7 @@ from rdmalab.wire.net import (
     IPPROTO_TCP,
     IPPROTO_UDP,
     IPV6_EXTENSIONS,
+    MIN_ETHERTYPE,
     ROCEV2_PORT,
     TCP,
 )
@@ -288,7 +289,8 @@ def _plain_rows(blk: RecordBlock, c: Columns) -> np.ndarray:
         buf = np.frombuffer(blk.buf, dtype=np.uint8)
         at = blk.offset[rows] + l3[rows]
         etype = buf[at - 2].astype(np.int64) << 8 | buf[at - 1]
-        kind[rows[~np.isin(etype, _READ_ETHERTYPES)]] = _ETH_OTHER
+        # (a length, not a type, or neither: left to the decoder, which bounds the LLC PDU by it; 0 is a type)
+        kind[rows[~np.isin(etype, _READ_ETHERTYPES) & ((etype >= MIN_ETHERTYPE) | (etype == 0))]] = _ETH_OTHER
         arp = rows[(etype == ETHERTYPE_ARP) & (cap[rows] >= l3[rows] + ARP.LAYOUT.size)]
         if len(arp):
             at = blk.offset[arp] + l3[arp]

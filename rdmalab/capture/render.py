@@ -18,7 +18,7 @@ from rdmalab.wire.control import ECHO_TYPES, ICMPEcho, ICMPv6Echo
 from rdmalab.wire.frame import tcp_segment_length
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import GRH, LRH, IPoIB
-from rdmalab.wire.net import TCP, Ethernet, EthernetTrailer, IPv4, IPv6, tcp_flag_names
+from rdmalab.wire.net import TCP, Ethernet, EthernetBadType, EthernetLength, EthernetTrailer, IPv4, IPv6, tcp_flag_names
 from rdmalab.wire.packet import Packet, SendMessage
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def endpoints(pkt: Packet) -> tuple[str, str]:
     lrh = pkt.get(LRH)
     if lrh is not None:
         return f"LID {lrh.slid}", f"LID {lrh.dlid}"
-    eth = pkt.get(Ethernet)
+    eth = pkt.get(Ethernet) or pkt.get(EthernetLength) or pkt.get(EthernetBadType)  # (its type, a length or neither)
     if eth is not None:
         return eth.src.to_bytes(6, "big").hex(":"), eth.dst.to_bytes(6, "big").hex(":")
     cooked = pkt.get(SLL) or pkt.get(SLL2)

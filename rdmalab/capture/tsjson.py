@@ -48,6 +48,7 @@ from rdmalab.capture.pcapio import FrameMeta
 from rdmalab.capture.reader import CapturedPacket
 from rdmalab.capture.render import echo_message
 from rdmalab.wire.mad import MADHeader
+from rdmalab.wire.net import EthernetBadType, EthernetLength, VLANLength
 from rdmalab.wire.rdmap import DDPTagged, DDPUntagged
 
 if TYPE_CHECKING:
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
 
 # tshark's frame.protocols names for our header classes' protocols ("ethertype" follows eth)
 _PROTO_CHAIN = {"eth": "eth:ethertype", "vlan": "vlan:ethertype", "ieee8021ad": "ieee8021ad:ethertype"}
+# headers whose type/length field is no type: tshark hands what follows to no EtherType ("eth:llc", "eth:data")
+_NO_TYPE = frozenset({EthernetLength, EthernetBadType, VLANLength})
 # Wireshark's dissector (layer) names where one dissector decodes several of our protocols
 _LAYER = {"iwarp_ddp": "iwarp_ddp_rdmap", "iwarp_rdma": "iwarp_ddp_rdmap"}
 # subtrees of a protocol that frame.protocols names after it (the IPv6 extension headers: packet-ipv6.c
@@ -295,6 +298,7 @@ def _protocol_chain(pkt: Packet, skip: frozenset[type] = frozenset(), frame_ns: 
     payload as data (:func:`_echo_data`, :func:`_payload_is_data`)."""
     count: dict[str, int] = {}
     sub: dict[str, list[str]] = {}
+    bare: set[str] = set()
     for layer in pkt.layers:
         h = layer.header
         if type(h) in skip:
@@ -302,6 +306,8 @@ def _protocol_chain(pkt: Packet, skip: frozenset[type] = frozenset(), frame_ns: 
         proto = _protocol_of(type(h))
         if not proto:
             continue
+        if type(h) in _NO_TYPE:
+            bare.add(proto)
         count[proto] = count.get(proto, 0) + 1
         step = _CHAIN_SUBTREES.get(h.LAYOUT.ws_proto or "")
         if step is not None:
@@ -314,7 +320,7 @@ def _protocol_chain(pkt: Packet, skip: frozenset[type] = frozenset(), frame_ns: 
         count["data"] = 1
     chain: list[str] = []
     for proto, n in count.items():
-        chain.extend([_PROTO_CHAIN.get(proto, proto)] * (n if proto in _EACH_TIME else 1))
+        chain.extend([proto if proto in bare else _PROTO_CHAIN.get(proto, proto)] * (n if proto in _EACH_TIME else 1))
         chain.extend(sub.get(proto, ()))
     return chain
 

@@ -60,11 +60,15 @@ from rdmalab.wire.net import (
     IPPROTO_TCP,
     IPPROTO_UDP,
     IPV6_EXTENSIONS,
+    MAX_8023_LENGTH,
+    MIN_ETHERTYPE,
     ROCEV2_PORT,
     TCP,
     UDP,
     VLAN,
     Ethernet,
+    EthernetBadType,
+    EthernetLength,
     IPv4,
     IPv4Bogus,
     IPv4BogusLength,
@@ -75,6 +79,7 @@ from rdmalab.wire.net import (
     IPv6Routing,
     QinQ,
     TCPQuoted,
+    VLANLength,
     ethernet_trailer,
     tcp_checksum,
 )
@@ -140,12 +145,19 @@ def decode_after_ethertype(
 def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...], frame_len: int, fcs_len: int,
          reported: int | None) -> None:
     eth = Ethernet.decode(data, 0)
-    pkt.layers.append(Layer(eth, 0))
     try:
-        _after_ethertype(data, pkt, eth.ethertype, 14, lenient, ports, reported)
+        if eth.ethertype > MAX_8023_LENGTH and eth.ethertype < MIN_ETHERTYPE:  # (neither: nothing more read)
+            pkt.layers.append(Layer(EthernetBadType.decode(data, 0), 0))
+            pkt.payload_offset, pkt.payload_length = 14, len(data) - 14
+        elif 0 < eth.ethertype <= MAX_8023_LENGTH:
+            pkt.layers.append(Layer(EthernetLength.decode(data, 0), 0))
+            _client_data(data, pkt, 14, eth.ethertype, "Ethernet", lenient, reported)
+        else:
+            pkt.layers.append(Layer(eth, 0))
+            _after_ethertype(data, pkt, eth.ethertype, 14, lenient, ports, reported)
     finally:  # (a datagram the decoder gave up on part way has its length all the same)
         if pkt.datagram_end is not None:
-            tagged = any(type(layer.header) is VLAN for layer in pkt.layers)
+            tagged = any(type(layer.header) in (VLAN, VLANLength) for layer in pkt.layers)
             pkt.eth_trailer = ethernet_trailer(data, pkt.datagram_end, frame_len, fcs_len, tagged=tagged)
 
 
@@ -153,6 +165,10 @@ def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient
                      reported: int | None = None) -> None:
     while ethertype in (ETHERTYPE_VLAN, ETHERTYPE_QINQ):
         tag: VLAN | QinQ = (VLAN if ethertype == ETHERTYPE_VLAN else QinQ).decode(data, pos)
+        if type(tag) is VLAN and tag.ethertype <= MAX_8023_LENGTH:  # (a length after the tag: its LLC PDU)
+            pkt.layers.append(Layer(VLANLength.decode(data, pos), pos))
+            _client_data(data, pkt, pos + 4, tag.ethertype, "VLAN", lenient, reported)
+            return
         pkt.layers.append(Layer(tag, pos))
         ethertype = tag.ethertype
         pos += 4
@@ -189,6 +205,22 @@ def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient
         pkt.payload_offset, pkt.payload_length = end, 0
     else:
         pkt.payload_offset, pkt.payload_length = pos, len(data) - pos
+
+
+def _client_data(data: bytes, pkt: Packet, pos: int, length: int, layer: str, lenient: bool,
+                 reported: int | None) -> None:
+    """The MAC client data of ``length`` octets at ``pos`` after a length field (IEEE 802.3 3.2.6: an LLC
+    PDU, left as bytes), then padding or a trailer; a length past where the frame ends on the wire
+    (``reported``, its FCS off) is a problem, and the data ends there (Wireshark 4.0, packet-ieee8023.c:
+    "Length field value goes past the end of the payload")."""
+    end = pos + length
+    limit = len(data) if reported is None else reported
+    if end > limit:
+        _problem(pkt, MalformedError(layer, "length", pos - 2, length,
+                                     f"at most the {max(limit - pos, 0)} bytes the frame holds"), lenient)
+        end = max(limit, pos)
+    pkt.datagram_end = end
+    pkt.payload_offset, pkt.payload_length = pos, max(0, min(end, len(data)) - pos)
 
 
 def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...], quote: bool = False,

@@ -58,6 +58,74 @@ class VLAN(Header):
     )
 
 
+#: the type/length field after the addresses (and after an 802.1Q tag): a value up to 1500 is a length,
+#: the octets of MAC client data that follow (an LLC PDU, IEEE 802.3 3.2.6), 0x0600 and up a type;
+#: the values between are neither (Wireshark 4.0, packet-eth.c: ``eth.invalid_lentype``).  After the
+#: addresses 0 is a type all the same (packet-eth.c: Cisco MDS switches' "Vegas" frames); after an 802.1Q
+#: tag, a length (packet-vlan.c).  Wireshark 4.0 takes what follows an 802.1ad tag for a type whatever it is.
+MAX_8023_LENGTH = 1500
+MIN_ETHERTYPE = 0x0600
+
+
+@dataclass(frozen=True, slots=True)
+class EthernetLength(Header):
+    """An Ethernet frame whose type/length field is a length (IEEE 802.3 3.2.6; Wireshark's ``eth.len``):
+    the MAC client data (an IEEE 802.2 LLC PDU) is that many octets; what follows it is padding or a
+    trailer.  The decoder reads no further than the addresses and the length."""
+
+    dst: int = 0
+    src: int = 0
+    length: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "Ethernet",
+        "IEEE 802.3 3.2.6",
+        F("dst", 48, "eth.dst", fmt="mac"),
+        F("src", 48, "eth.src", fmt="mac"),
+        F("length", 16, "eth.len"),
+        ws="eth",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EthernetBadType(Header):
+    """An Ethernet frame whose type/length field is neither a length nor a type (1501 to 1535; Wireshark's
+    ``eth.invalid_lentype``).  Nothing after it is read."""
+
+    dst: int = 0
+    src: int = 0
+    type_length: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "Ethernet",
+        "IEEE 802.3 3.2.6",
+        F("dst", 48, "eth.dst", fmt="mac"),
+        F("src", 48, "eth.src", fmt="mac"),
+        F("type_length", 16, "eth.invalid_lentype", fmt="hex"),
+        ws="eth",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class VLANLength(Header):
+    """An 802.1Q tag followed by a length, not a type (:class:`EthernetLength`; Wireshark's ``vlan.len``)."""
+
+    pcp: int = 0
+    dei: int = 0
+    vid: int = 0
+    length: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout(
+        "VLAN",
+        "IEEE 802.1Q 9.6",
+        F("pcp", 3, "vlan.priority"),
+        F("dei", 1, "vlan.dei"),
+        F("vid", 12, "vlan.id"),
+        F("length", 16, "vlan.len"),
+        ws="vlan",
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class QinQ(Header):
     """An IEEE 802.1ad service tag (S-TAG, TPID 0x88A8: a provider's tag outside the customer's
