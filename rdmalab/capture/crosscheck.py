@@ -298,11 +298,17 @@ def compare_packet(cp: CapturedPacket, ws: dict[str, list[WsField]], report: Cro
     frame = cp.frame_number
     choice = dissector_choice(cp, view, tables) if tables is not None else None
 
+    inside = choice.inside if choice is not None else None
+
+    def outer(key: str, theirs: list[Any]) -> list[Any]:
+        """tshark's values of ``key`` before the payload it dissected and rdmalab did not (``inside``)."""
+        return [x for x, f in zip(theirs, ws[key], strict=True) if f.pos is None or inside is None or f.pos < inside]
+
     def add(r: FieldResult) -> None:
         if r.status != "agree":
             if choice is not None and choice.covers(r.key):
                 r.cause = choice
-            else:
+            elif r.cause is None:
                 r.defect = explain(cp, view, r.key, r.status)
             report.results.append(r)
 
@@ -331,6 +337,9 @@ def compare_packet(cp: CapturedPacket, ws: dict[str, list[WsField]], report: Cro
                 report.agreements += 1
             else:
                 add(FieldResult(frame, key, status, mine, theirs, note=note))
+        elif inside is not None and outer(key, theirs) == mine:
+            # (tshark's values of the frame's own headers agree; the others are of what it found in the payload)
+            add(FieldResult(frame, key, "value", mine[0] if len(mine) == 1 else mine, theirs, cause=choice))
         elif len(theirs) == 2 * len(mine) and theirs[::2] == mine and theirs[1::2] == mine:
             add(FieldResult(frame, key, "repeated", mine, theirs))
         else:
@@ -341,7 +350,8 @@ def compare_packet(cp: CapturedPacket, ws: dict[str, list[WsField]], report: Cro
         if (key in known or key in present) and key not in ours:
             fmt = fmts.get(key, "dec")
             theirs = [parse_ws_value(f.show, fmt) for f in ws[key]]
-            add(FieldResult(frame, key, "only_wireshark", None, theirs[0] if len(theirs) == 1 else theirs))
+            add(FieldResult(frame, key, "only_wireshark", None, theirs[0] if len(theirs) == 1 else theirs,
+                            cause=choice if inside is not None and not outer(key, theirs) else None))
     # CRC32c verdicts: Wireshark validates the MPA CRC ("Good CRC32" / "Bad CRC32" in the label)
     ws_verdicts = ["good" if "Good CRC32" in f.showname else "bad" if "Bad CRC32" in f.showname else "?"
                    for f in ws.get("iwarp_mpa.crc_check", [])]

@@ -695,11 +695,14 @@ class DissectorChoice:
     because ``port`` is ``theirs`` in its port table, or (``port`` None) a heuristic claimed it."""
 
     carrier: str  # "udp" or "tcp"
-    ours: str  # the Wireshark name of the protocol rdmalab decoded: "infiniband" or "iwarp_mpa"
+    ours: str  # the Wireshark name of the protocol rdmalab decoded: "infiniband" or "iwarp_mpa" ("": none)
     theirs: str  # the protocol tshark chose, as frame.protocols names it
     name: str  # its short name ("TFTP")
     port: int | None
     held: bool = False  # the chosen dissector kept the bytes as a TCP segment to reassemble
+    #: where the payload rdmalab leaves as bytes starts, as tshark counts a field's position (``ours`` ""):
+    #: tshark's fields from there are of what it dissected inside (an encapsulated frame's eth.*, ip.* ...)
+    inside: int | None = None
 
     @property
     def text(self) -> str:
@@ -710,8 +713,9 @@ class DissectorChoice:
 
     def covers(self, key: str) -> bool:
         """Whether a difference on ``key`` follows from the choice: a field of the protocol rdmalab
-        decoded, which tshark never looked at."""
-        return key.startswith(_OURS[self.ours])
+        decoded, which tshark never looked at.  (A payload rdmalab left as bytes: no key as such, but the
+        fields tshark found in it, :attr:`inside`.)"""
+        return bool(self.ours) and key.startswith(_OURS[self.ours])
 
 
 def dissector_choice(cp: CapturedPacket, ws: WiresharkView,
@@ -722,7 +726,8 @@ def dissector_choice(cp: CapturedPacket, ws: WiresharkView,
     ``tcp.segment_data`` (nothing after ``tcp``) was kept for reassembly by the dissector its port
     table names for one of the ports (HTTP for port 80 waits for the end of a header).  None when
     the protocols agree, the view has no ``frame.protocols``, or neither table backs tshark's
-    choice (then it is unexplained).  ``tables`` is called only when the protocols differ."""
+    choice (then it is unexplained).  ``tables`` is called only when tshark's protocols go on past
+    the last one rdmalab decoded (:func:`_inside_choice`: a payload rdmalab leaves as bytes)."""
     chain_v = ws.get("frame.protocols")
     if not chain_v:
         return None
@@ -733,7 +738,7 @@ def dissector_choice(cp: CapturedPacket, ws: WiresharkView,
     elif cp.pdus:
         carrier, ours = "tcp", "iwarp_mpa"
     else:
-        return None
+        return _inside_choice(cp, chain, tables)
     if ours in chain or carrier not in chain:
         return None
     at = len(chain) - 1 - chain[::-1].index(carrier)
@@ -756,4 +761,36 @@ def dissector_choice(cp: CapturedPacket, ws: WiresharkView,
     name = t.names.get(theirs, theirs)
     if theirs in t.heuristics.get(carrier, frozenset()):
         return DissectorChoice(carrier, ours, theirs, name, None)
+    return None
+
+
+def _inside_choice(cp: CapturedPacket, chain: list[str],
+                   tables: Callable[[], DissectorTables]) -> DissectorChoice | None:
+    """:func:`dissector_choice` for a UDP datagram or TCP segment whose payload rdmalab leaves as bytes
+    (DNS, a tunnel: VXLAN to port 4789, VXLAN-GPE to 4790, Geneve to 6081 ...), which tshark dissected
+    further: its fields from there on (an encapsulated frame's ``eth.*``, ``ip.*`` ...) are repeated names
+    rdmalab has once.  The port table or heuristic that made tshark's choice, with where the payload starts
+    (:attr:`DissectorChoice.inside`); None when tshark shows the payload as data or nothing backs its choice."""
+    pkt = cp.packet
+    last = pkt.layers[-1] if pkt.layers else None
+    if last is None or last.name not in ("UDP", "TCP") or not pkt.payload_length:
+        return None
+    carrier = last.name.lower()
+    if carrier not in chain:
+        return None
+    at = len(chain) - 1 - chain[::-1].index(carrier)
+    theirs = chain[at + 1] if at + 1 < len(chain) else ""
+    if not theirs:
+        return None
+    # (by its port: frame.protocols may end in "data" after a tunnel's dissector, which names no layer of
+    # its own there (VXLAN-GPE: "udp:data", "udp:ip") and still shows the fields of what it carries)
+    t = tables()
+    inside = pkt.payload_offset - cp.frame_start
+    hdr: Any = last.header
+    for port in sorted({hdr.sport, hdr.dport}):
+        owner = t.ports.get((f"{carrier}.port", port))
+        if owner is not None:
+            return DissectorChoice(carrier, "", owner, t.names.get(owner, owner), port, inside=inside)
+    if theirs in t.heuristics.get(carrier, frozenset()):
+        return DissectorChoice(carrier, "", theirs, t.names.get(theirs, theirs), None, inside=inside)
     return None

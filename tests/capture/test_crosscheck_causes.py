@@ -404,3 +404,72 @@ def test_tsharks_sequence_analysis_after_a_damaged_sequence_number_is_named(tmp_
         ours = [[la.header for la in p.layers] for p in damaged[n - 1].pdus]
         assert ours and ours == [[la.header for la in p.layers] for p in original[n - 1].pdus]
     assert not crosscheck(CAPTURES / "siw_rping.pcap").unexplained
+
+
+# ----------------------------------------------------------------------------- a payload rdmalab leaves as bytes
+
+
+def _tunnelled() -> list[bytes]:
+    """UDP datagrams whose payload rdmalab leaves as bytes and tshark dissects by its port: VXLAN (4789)
+    carrying an Ethernet frame, VXLAN-GPE (4790) carrying an IPv4 datagram, Geneve (6081) carrying an
+    Ethernet frame; then one to a port no table names."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.layers.vxlan import VXLAN
+    from scapy.packet import Raw
+
+    inner = bytes(Ether(src="02:00:00:00:00:09", dst="02:00:00:00:00:0a") / IP(src="192.168.7.1", dst="192.168.7.2", ttl=3)
+                  / UDP(sport=1111, dport=2222) / (b"x" * 20))
+    outer = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(src="10.0.0.1", dst="10.0.0.2", ttl=64)
+    gpe = bytes([0x0C, 0, 0, 0x01, 0, 0, 0x2A, 0])  # (flags: next protocol present; next protocol 1: IPv4)
+    geneve = bytes([0, 0, 0x65, 0x58, 0, 0, 0x2A, 0])  # (no options; protocol 0x6558: an Ethernet frame)
+    return [bytes(outer / UDP(sport=50000, dport=4789) / VXLAN(vni=42) / Raw(inner)),
+            bytes(outer / UDP(sport=50001, dport=4790) / Raw(gpe + inner[14:])),
+            bytes(outer / UDP(sport=50002, dport=6081) / Raw(geneve + inner)),
+            bytes(outer / UDP(sport=50003, dport=40000) / Raw(inner))]
+
+
+@requires_tshark
+@pytest.mark.tshark
+def test_crosscheck_names_the_tunnel_tshark_opened(tmp_path: Path) -> None:
+    """tshark dissects what a tunnel carries, and repeats the names of the outer headers' fields (eth.src,
+    ip.ttl, udp.srcport ...) for the inner ones; rdmalab reads the outer ones alone.  The outer values agree,
+    and the difference is named as tshark's port table's choice, not left unexplained."""
+    path = tmp_path / "tunnels.pcap"
+    write_pcap(path, _tunnelled())
+    report = crosscheck(path)
+    assert report.packets == report.wireshark_packets == 4
+    assert not report.unexplained, report.text()
+    assert report.dissector_choices == {
+        "tshark dissected UDP port 4789 as VXLAN (its port table)": [1],
+        "tshark dissected UDP port 4790 as VXLAN (GPE) (its port table)": [2],
+        "tshark dissected UDP port 6081 as Geneve (its port table)": [3],
+    }
+    keys = {r.key for r in report.results}
+    assert {"eth.src", "ip.ttl", "udp.srcport"} <= keys
+
+
+def test_a_tunnel_explains_only_the_fields_inside_it(tmp_path: Path) -> None:
+    """The fields tshark found inside the payload are explained by its choice; a difference in the frame's
+    own headers is not (the outer IPv4 TTL said otherwise stays unexplained)."""
+    cp = _cp(_tunnelled()[0], tmp_path)
+    tables = DissectorTables(ports={("udp.port", 4789): "vxlan"}, heuristics={}, names={"vxlan": "VXLAN"})
+    inside = cp.packet.payload_offset
+    assert inside == 42
+
+    def view(outer_ttl: str) -> dict[str, list[cc.WsField]]:
+        def f(name: str, show: str, pos: int | None, size: int = 1) -> cc.WsField:
+            return cc.WsField(name, show, "", pos, size)
+
+        return {"frame.protocols": [f("frame.protocols", "eth:ethertype:ip:udp:vxlan:eth:ethertype:ip:udp:data", None)],
+                "ip.ttl": [f("ip.ttl", outer_ttl, 22), f("ip.ttl", "3", inside + 8 + 14 + 8)],
+                "udp.dstport": [f("udp.dstport", "4789", 36, 2), f("udp.dstport", "2222", inside + 8 + 14 + 22, 2)],
+                "vxlan.vni": [f("vxlan.vni", "42", inside + 4, 3)]}
+
+    def compared(outer_ttl: str) -> dict[str, bool]:  # (the fields in the view: explained or not)
+        report = cc.CrosscheckReport("tunnel")
+        cc.compare_packet(cp, view(outer_ttl), report, cc.known_ws_names(), lambda: tables)
+        return {r.key: r.explained for r in report.results if r.key in ("ip.ttl", "udp.dstport")}
+
+    assert compared("64") == {"ip.ttl": True, "udp.dstport": True}
+    assert compared("65") == {"ip.ttl": False, "udp.dstport": True}
