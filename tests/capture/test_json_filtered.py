@@ -160,3 +160,43 @@ def test_hostile_segments_not_shown_give_the_per_packet_text(expr: str, tmp_path
     path = str(_hostile_segments(CAPTURES / "siw_crc_rping.pcap", tmp_path / "hostile.pcap"))
     assert _json("-Y", expr, "-r", path) == _json("--no-columnar", "-Y", expr, "-r", path)
     assert _trees(Path(path), "-Y", expr) == _trees(Path(path), "--no-columnar", "-Y", expr)
+
+
+@pytest.mark.parametrize("out", [["-V"], ["-T", "json"]])
+def test_the_frame_numbers_reader_ends_with_the_command(out: list[str], tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The frame numbers found in worker processes are read by a generator that holds the workers; the command
+    closes it when done.  Left to be collected, a TCP header said to run past its segment (its decode error kept
+    in a reference cycle) held it, and the workers, until the interpreter's exit, which printed a traceback
+    (EBADF: multiprocessing had closed its pipes first).  The garbage collector is off here, as at that exit."""
+    import functools
+    import gc
+    import multiprocessing
+
+    from hostile import frames_of, write  # tests/hostile.py
+
+    import rdmalab.capture.blockpool as blockpool
+    import rdmalab.capture.fieldtext as fieldtext
+
+    frames = [f for name in ("siw_crc_read_bw.pcap", "siw_crc_rping.pcap") for f in frames_of(CAPTURES / name)] * 4
+    t, d, w = frames[300]
+    assert d[12:14] == b"\x08\x00" and d[23] == 6  # (an IPv4 TCP segment: its header length made 60 octets)
+    frames[300] = (t, d[:46] + bytes([0xF0 | d[46] & 0x0F]) + d[47:], w)
+    path = tmp_path / "long_header.pcap"
+    write(path, frames)
+    monkeypatch.setattr(blockpool, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(fieldtext, "BLOCK_BYTES", 16384)
+    monkeypatch.setattr(fieldtext, "WORKER_BLOCK_BYTES", 16384)
+    monkeypatch.setattr(fieldtext, "field_text", functools.partial(fieldtext.field_text, parallel_min_bytes=0,
+                                                                   block_bytes=16384))
+    gc.collect()
+    gc.disable()
+    try:
+        with redirect_stdout(io.StringIO()) as buf:
+            assert main(["decode", *out, "-Y", "tcp", "-j", "2", "-r", str(path)]) == 0
+        left = multiprocessing.active_children()
+    finally:
+        gc.enable()
+        gc.collect()
+    assert "truncated TCP.data_offset" in buf.getvalue()
+    assert not left, left
