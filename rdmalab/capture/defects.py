@@ -764,6 +764,11 @@ def dissector_choice(cp: CapturedPacket, ws: WiresharkView,
     return None
 
 
+def _rdma(proto: str) -> bool:
+    """Whether tshark's protocol ``proto`` is one rdmalab decodes (InfiniBand over UDP, iWARP over TCP)."""
+    return proto in _OURS or proto.startswith(("infiniband", "iwarp"))
+
+
 def _inside_choice(cp: CapturedPacket, chain: list[str],
                    tables: Callable[[], DissectorTables]) -> DissectorChoice | None:
     """:func:`dissector_choice` for a UDP datagram or TCP segment whose payload rdmalab leaves as bytes
@@ -780,8 +785,8 @@ def _inside_choice(cp: CapturedPacket, chain: list[str],
         return None
     at = len(chain) - 1 - chain[::-1].index(carrier)
     theirs = chain[at + 1] if at + 1 < len(chain) else ""
-    if not theirs:
-        return None
+    if not theirs or _rdma(theirs):
+        return None  # (RDMA that rdmalab did not read there: its own miss, or a defect's signature, not a choice)
     # (by its port: frame.protocols may end in "data" after a tunnel's dissector, which names no layer of
     # its own there (VXLAN-GPE: "udp:data", "udp:ip") and still shows the fields of what it carries)
     t = tables()
@@ -790,6 +795,8 @@ def _inside_choice(cp: CapturedPacket, chain: list[str],
     for port in sorted({hdr.sport, hdr.dport}):
         owner = t.ports.get((f"{carrier}.port", port))
         if owner is not None:
+            if _rdma(owner):
+                return None
             return DissectorChoice(carrier, "", owner, t.names.get(owner, owner), port, inside=inside)
     if theirs in t.heuristics.get(carrier, frozenset()):
         return DissectorChoice(carrier, "", theirs, t.names.get(theirs, theirs), None, inside=inside)
