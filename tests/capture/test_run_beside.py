@@ -68,8 +68,10 @@ def test_the_child_runs_only_a_little_ahead_and_ends_when_not_wanted(tmp_path) -
     mark = tmp_path / "made"
 
     def many():
+        made = tmp_path / "made.new"
         for i in range(10**6):
-            mark.write_text(str(i))
+            made.write_text(str(i))
+            os.replace(made, mark)  # (whole: a read never finds the file emptied for the next number)
             yield b"x" * 1000  # (a pipe holds about 64 KiB: the child waits after a few dozen)
 
     it = run_beside(many)
