@@ -45,6 +45,7 @@ import stat
 import struct
 import sys
 import weakref
+import zlib
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -256,6 +257,46 @@ def _widen_pipe(fd: int) -> None:
         pass
 
 
+class _Gzip(gzip.GzipFile):
+    """A gzip-compressed capture whose damage (the stream cut short, a bad CRC or length, bad deflate data)
+    is a :class:`CaptureError` naming the file and how much of it was read, as damage in a plain capture is,
+    not the gzip module's own exception."""
+
+    def __init__(self, path: str, fileobj: Any = None) -> None:
+        super().__init__(filename=None if fileobj is not None else path, mode="rb", fileobj=fileobj)
+        self._capture = path
+
+    def _damaged(self, err: Exception) -> CaptureError:
+        done = self._buffer.raw._pos if hasattr(self._buffer, "raw") else 0  # type: ignore[attr-defined]
+        what = ("the gzip stream ends before its end-of-stream marker" if isinstance(err, EOFError)
+                else f"the gzip stream is damaged ({err})")
+        return CaptureError(self._capture, f"{what}, after {done} decompressed bytes", offset=done)
+
+    def read(self, size: int | None = -1) -> bytes:
+        try:
+            return super().read(size)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+            raise self._damaged(err) from None
+
+    def read1(self, size: int = -1) -> bytes:
+        try:
+            return super().read1(size)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+            raise self._damaged(err) from None
+
+    def readinto(self, b: Any) -> int:
+        try:
+            return super().readinto(b)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+            raise self._damaged(err) from None
+
+    def peek(self, n: int) -> bytes:
+        try:
+            return super().peek(n)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+            raise self._damaged(err) from None
+
+
 def _open_stream(p: str) -> StreamReader:
     """Standard input or a FIFO/pipe/device, unbuffered, through gzip when it is compressed."""
     if p == STDIN:
@@ -277,7 +318,7 @@ def _open_stream(p: str) -> StreamReader:
         out = StreamReader(raw, head, fd=raw.fileno())
     else:
         inner: Any = StreamReader(raw, head, fd=raw.fileno())  # GzipFile reads it through read(n)
-        out = StreamReader(gzip.GzipFile(fileobj=inner, mode="rb"))
+        out = StreamReader(_Gzip(p, fileobj=inner))
     out.tap = _TAPS.pop(p, None)
     return out
 
@@ -336,7 +377,7 @@ def open_capture(path: str | os.PathLike[str]) -> IO[bytes]:
         raise CaptureError(p, f"cannot be opened ({err.strerror or err})") from None
     if f.read(2) == b"\x1f\x8b":
         f.close()
-        return gzip.open(p, "rb")  # type: ignore[return-value]
+        return _Gzip(p)  # type: ignore[return-value]
     f.seek(0)
     return f
 
