@@ -25,6 +25,7 @@ import importlib
 import ipaddress
 import os
 import re
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from rdmalab.capture.analysis import Analysis, analyze
 from rdmalab.capture.analysis_rows import FIELDS
 from rdmalab.capture.blockpool import worker_pool
 from rdmalab.capture.columnar import COLUMN_BY_NAME, Columns, empty_columns, iter_columns
+from rdmalab.wire.errors import RdmalabError
 
 
 @dataclass
@@ -63,23 +65,38 @@ def partition_dir(path: str, root: str, partition: str) -> str:
     return os.path.join(root, *parts)
 
 
+class DatasetError(RdmalabError):
+    """Captures that cannot go into one dataset as asked (two of them to the same partition)."""
+
+
 def convert_file(path: str, root: str, partition: str = "file", block_bytes: int = 32 << 20) -> Converted:
-    """Decode one capture and write its blocks as Parquet files under the dataset ``root``."""
+    """Decode one capture and write its blocks as Parquet files under the dataset ``root``.  The parts are
+    written aside first (a directory the dataset's readers skip: its name starts with a dot) and take the
+    place of the file's earlier parts only when the whole capture was read: a capture that fails part way
+    (damaged, cut short) leaves the dataset as it was, not a partial capture that reads as a whole one."""
     import pyarrow.parquet as pq  # optional dependency (the "analysis" extra)
 
     out_dir = partition_dir(path, root, partition)
-    os.makedirs(out_dir, exist_ok=True)
-    for old in os.listdir(out_dir):  # converting again replaces the file's earlier parts
-        if old.startswith("part-") and old.endswith(".parquet"):
-            os.remove(os.path.join(out_dir, old))
-    rows = parts = 0
-    for cols in iter_columns(path, block_bytes=block_bytes):
-        if cols.n == 0:
-            continue
-        table = cols.to_arrow()
-        pq.write_table(table, os.path.join(out_dir, f"part-{parts:05d}.parquet"), compression="zstd")
-        rows += cols.n
-        parts += 1
+    aside = os.path.join(root, f".converting-{os.getpid()}-{os.path.basename(out_dir)}")
+    shutil.rmtree(aside, ignore_errors=True)
+    os.makedirs(aside)
+    try:
+        rows = parts = 0
+        for cols in iter_columns(path, block_bytes=block_bytes):
+            if cols.n == 0:
+                continue
+            table = cols.to_arrow()
+            pq.write_table(table, os.path.join(aside, f"part-{parts:05d}.parquet"), compression="zstd")
+            rows += cols.n
+            parts += 1
+        os.makedirs(out_dir, exist_ok=True)
+        for old in os.listdir(out_dir):  # converting again replaces the file's earlier parts
+            if old.startswith("part-") and old.endswith(".parquet"):
+                os.remove(os.path.join(out_dir, old))
+        for name in sorted(os.listdir(aside)):
+            os.replace(os.path.join(aside, name), os.path.join(out_dir, name))
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
     return Converted(path, rows, parts, out_dir)
 
 
@@ -96,8 +113,24 @@ def convert(paths: Sequence[str | os.PathLike[str]], root: str | os.PathLike[str
     """
     files = [os.path.abspath(os.fspath(p)) for p in paths]
     out = os.path.abspath(os.fspath(root))
-    os.makedirs(out, exist_ok=True)
-    partition_dir(files[0] if files else "x.pcap", out, partition)  # check the partition name early
+    given: dict[str, str] = {}
+    for p, f in zip(paths, files, strict=True):  # (each capture its own partition, or one would replace another)
+        where = partition_dir(f, out, partition)
+        if where in given:
+            first = given[where]
+            said = (f"{p} is given twice" if os.path.realpath(first) == os.path.realpath(f) else
+                    f"{first} and {p} would both be written to {os.path.relpath(where, out)} (a partition is named "
+                    f"after the capture's file name{' and directory' if partition == 'host' else ''})"
+                    + ("; rename one, or --partition host to name it after its directory too"
+                       if partition == "file" else "; rename one"))
+            raise DatasetError(said)
+        given[where] = os.fspath(p)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise DatasetError(f"{root}: is not a directory (the dataset is a directory of Parquet files)")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as err:
+        raise DatasetError(f"{root}: the dataset directory cannot be made ({err.strerror or err})") from None
     if dask:
         return _convert_dask(files, out, partition, dask, dask_workers)
     if workers > 1 and len(files) > 1:

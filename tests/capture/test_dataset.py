@@ -118,3 +118,52 @@ def test_analyze_many_pcaps_on_dask(tmp_path: Path, capsys: pytest.CaptureFixtur
         remote = analyze_many(FILES, dask=cl.scheduler_address)
     assert cl.scheduler_address.startswith("tcp://")
     assert _summary(remote) == _summary(here) and remote.counts() == here.counts()
+
+
+def _parts(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*.parquet"))
+
+
+def test_two_captures_never_share_a_partition(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two captures of the same file name (from two hosts' directories, or x.pcap and x.pcapng) would go to one
+    partition, and the second replaced the first's parts while convert counted both: refused before anything
+    is written, in words that name both files; by host they are apart."""
+    for host in ("h1", "h2"):
+        (tmp_path / host).mkdir()
+        (tmp_path / host / "x.pcap").write_bytes((CAPTURES / f"rxe_{'send' if host == 'h1' else 'write'}_bw.pcap").read_bytes())
+    one, two = str(tmp_path / "h1" / "x.pcap"), str(tmp_path / "h2" / "x.pcap")
+    ds = tmp_path / "ds"
+    assert main(["convert", one, two, "-o", str(ds)]) == 1
+    err = capsys.readouterr().err
+    assert f"{one} and {two} would both be written to capture=x" in err and "--partition host" in err
+    assert not ds.exists() or _parts(ds) == []
+    assert main(["convert", one, one, "-o", str(ds)]) == 1
+    assert f"{one} is given twice" in capsys.readouterr().err
+    assert main(["convert", one, two, "-o", str(ds), "--partition", "host"]) == 0
+    assert _parts(ds) == ["host=h1/capture=x/part-00000.parquet", "host=h2/capture=x/part-00000.parquet"]
+    total = len(read_columns(one)) + len(read_columns(two))
+    assert f"2 capture(s), {total} packets" in capsys.readouterr().out
+
+
+def test_a_capture_that_fails_leaves_the_dataset_as_it_was(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A capture cut mid-record is an error, and no part of it is written (a partial capture read later as a
+    whole one); a conversion of the same name before it stays."""
+    src = (CAPTURES / "rxe_send_bw.pcap").read_bytes()
+    cap = tmp_path / "c.pcap"
+    cap.write_bytes(src)
+    ds = tmp_path / "ds"
+    assert main(["convert", str(cap), "-o", str(ds)]) == 0
+    before = {p: (ds / p).read_bytes() for p in _parts(ds)}
+    cap.write_bytes(src[:len(src) // 2])
+    assert main(["convert", str(cap), "-o", str(ds)]) == 1
+    assert "is truncated mid-record" in capsys.readouterr().err
+    assert {p: (ds / p).read_bytes() for p in _parts(ds)} == before
+    assert not [p for p in ds.iterdir() if p.name.startswith(".")]
+    fresh = tmp_path / "fresh"
+    assert main(["convert", str(cap), "-o", str(fresh)]) == 1
+    assert _parts(fresh) == []
+
+
+def test_the_dataset_must_be_a_directory(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["convert", str(CAPTURES / "rxe_send_bw.pcap"), "-o", "/dev/null"]) == 1
+    assert "/dev/null: is not a directory" in capsys.readouterr().err
