@@ -130,6 +130,7 @@ from rdmalab.wire.net import (
     IPPROTO_TCP,
     IPPROTO_UDP,
     IPV6_EXTENSIONS,
+    MAX_8023_LENGTH,
     MIN_ETHERTYPE,
     ROCEV2_PORT,
     TCP,
@@ -289,8 +290,12 @@ def _plain_rows(blk: RecordBlock, c: Columns) -> np.ndarray:
         buf = np.frombuffer(blk.buf, dtype=np.uint8)
         at = blk.offset[rows] + l3[rows]
         etype = buf[at - 2].astype(np.int64) << 8 | buf[at - 1]
-        # (a length, not a type, or neither: left to the decoder, which bounds the LLC PDU by it; 0 is a type)
-        kind[rows[~np.isin(etype, _READ_ETHERTYPES) & ((etype >= MIN_ETHERTYPE) | (etype == 0))]] = _ETH_OTHER
+        # (a length, not a type, or neither: left to the decoder, which bounds the LLC PDU by it. After the
+        # addresses 0 is a type; after an 802.1Q tag anything up to 1500 is a length; after an 802.1ad tag
+        # everything is a type: wire.frame._eth, _after_ethertype)
+        vlan, qinq = L["vlan"][rows], L["ieee8021ad"][rows]
+        typed = np.where(vlan, etype > MAX_8023_LENGTH, qinq | (etype >= MIN_ETHERTYPE) | (etype == 0))
+        kind[rows[~np.isin(etype, _READ_ETHERTYPES) & typed]] = _ETH_OTHER
         arp = rows[(etype == ETHERTYPE_ARP) & (cap[rows] >= l3[rows] + ARP.LAYOUT.size)]
         if len(arp):
             at = blk.offset[arp] + l3[arp]
