@@ -926,10 +926,11 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     L["infiniband.crc"] = crc_ok
     status = np.zeros(n, dtype=np.int8)
     if need("infiniband.invariant", "rdmalab.icrc") or verify_icrc:
-        crc_at = blk.offset + np.maximum(ib_end - 4, 0)
-        crc_at = np.minimum(crc_at, len(bufnp) - 4)
-        wire = ((bufnp[crc_at].astype(np.uint32) << 24) | (bufnp[crc_at + 1].astype(np.uint32) << 16)
-                | (bufnp[crc_at + 2].astype(np.uint32) << 8) | bufnp[crc_at + 3])
+        # (a block whose frames hold fewer than 4 octets in all, empty records: no RoCE packet, nothing to read)
+        src = bufnp if len(bufnp) >= 4 else np.zeros(4, dtype=np.uint8)
+        crc_at = np.clip(blk.offset + np.maximum(ib_end - 4, 0), 0, len(src) - 4)
+        wire = ((src[crc_at].astype(np.uint32) << 24) | (src[crc_at + 1].astype(np.uint32) << 16)
+                | (src[crc_at + 2].astype(np.uint32) << 8) | src[crc_at + 3])
         data["infiniband.invariant.crc"] = wire
     if verify_icrc and crc_ok.any():
         status = _verify_icrc(blk, H, crc_ok, rocev1, l3, bth, ib_end, wire)

@@ -380,3 +380,22 @@ def test_a_capture_cut_short_shows_what_was_read_and_says_where_it_stops(tmp_pat
                          text=True, timeout=120)
     assert bad.returncode == 1 and bad.stdout == ""
     assert "is not a pcap or pcapng file" in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr
+
+
+def test_empty_records_are_counted_not_a_crash(tmp_path: Path) -> None:
+    """Records with no octets captured (a damaged capture), alone or among RoCE frames: counted as frames, as
+    analyze counts them (the ICRC was read at a negative place in a batch of fewer than 4 octets: IndexError)."""
+    from hostile import frames_of, write  # tests/hostile.py
+
+    real = frames_of(CAPTURES[0].parent / "rxe_send_bw.pcap")[:40]
+    for name, frames in (("empty", [(1_700_000_000_000_000_000, b"", 60)]),
+                         ("mixed", [f if i % 7 else (f[0], b"", f[2]) for i, f in enumerate(real)])):
+        path = tmp_path / f"{name}.pcap"
+        write(path, frames)
+        run = subprocess.run([sys.executable, "-m", "rdmalab", "top", "-r", str(path), "--once", "-T", "json",
+                              "--speed", "max"], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+        a = analyze(path)
+        got = json.loads(run.stdout)
+        assert got["totals"]["frames"] == len(frames)
+        assert got["totals"]["rdma_packets"] == a.rdma_packets, (got["totals"], a.rdma_packets)
