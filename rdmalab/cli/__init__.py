@@ -59,6 +59,28 @@ class Fail(Exception):
     """A user-facing error: printed as ``rdmalab: <message>``, exit status 1."""
 
 
+def number(kind: type[int] | type[float], *, least: float | None = None, above: float | None = None) -> Any:
+    """An argparse ``type``: a finite number of ``kind`` (``int`` or ``float``) of at least ``least`` or more
+    than ``above``; anything else (``nan``, ``inf``, ``-1`` for a count) is refused in words naming it."""
+    import argparse  # (argparse is loaded already by the parser that calls this)
+    import math
+
+    def conv(text: str) -> Any:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'a whole number' if kind is int else 'a number'}") from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if least is not None and v < least:
+            raise argparse.ArgumentTypeError(f"{text} is less than {least:g}")
+        if above is not None and v <= above:
+            raise argparse.ArgumentTypeError(f"{text} must be more than {above:g}")
+        return v
+
+    return conv
+
+
 class Args:
     """The arguments of a command that argparse did not parse: what ``rdmalab.cli.main`` hands a
     pass-through command (``command``, ``func``, ``lab_args``), and the options :func:`quick_parse`

@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from rdmalab.cli import Fail, settled
+from rdmalab.cli import Fail, number, settled
 
 
 def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
@@ -43,7 +43,8 @@ def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
             if args.annotate:  # while the copy of a stream is there
                 annotated = _annotate(path, args, a)
     for f in a.of_kind("capture_damaged"):
-        print(f"rdmalab: warning: {paths[0]}: {f.text}", file=sys.stderr)
+        said = f.capture or ("standard input" if paths[0] == "-" else paths[0])
+        print(f"rdmalab: warning: {said}: {f.text}", file=sys.stderr)
     rxe_rows = None
     if args.counters and len(args.counters) > 2:
         raise Fail(f"--counters takes NAME.counters.json or two dumps BEFORE AFTER, not {len(args.counters)} files")
@@ -54,6 +55,9 @@ def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
             ctr = load_counters_json(args.counters[0])
         except OSError as err:
             raise Fail(f"--counters {args.counters[0]}: {err.strerror}") from None
+        except UnicodeDecodeError as err:
+            raise Fail(f"--counters {args.counters[0]}: is not text (byte 0x{err.object[err.start]:02x} at {err.start}), "
+                       "not a counters dump") from None
         except ValueError as err:
             raise Fail(str(err)) from None
         try:
@@ -102,14 +106,20 @@ def _seekable(path: str) -> Iterator[str]:
     """``path``, or for a stream (``-``, a FIFO) a temporary file it was copied into: the analysis
     reads a capture more than once (its CM exchanges and iWARP streams again, --annotate), which a
     stream cannot be.  Memory stays bounded: the copy is on disk (TMPDIR)."""
-    from rdmalab.capture.pcapio import is_stream, spool  # lazy: keeps `rdmalab --help` fast
+    from rdmalab.capture.pcapio import CaptureError, is_stream, spool  # lazy: keeps `rdmalab --help` fast
 
     if not is_stream(path):
         yield path
         return
     with tempfile.NamedTemporaryFile(prefix="rdmalab-stdin-", suffix=".pcap") as tmp:
         spool(path, tmp)
-        yield tmp.name
+        try:
+            yield tmp.name
+        except CaptureError as err:  # (named as the user named it, not after the copy)
+            if err.path != tmp.name:
+                raise
+            raise CaptureError("standard input" if path == "-" else path, err.reason, offset=err.offset,
+                               frames_read=err.frames_read) from None
 
 
 def _annotate(path: str, args: argparse.Namespace, a: Any) -> int:
@@ -160,7 +170,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "and after the capture, shown side by side with what the capture shows; or one "
                         "NAME.counters.json written by `rdmalab capture` (both rxe devices, before and after): every "
                         "rxe counter of each device beside the capture, with the reason where they differ")
-    p.add_argument("--cnp-gap", type=float, default=4.0, metavar="US",
+    p.add_argument("--cnp-gap", type=number(float, least=0), default=4.0, metavar="US",
                    help="the notification point's minimum time between CNPs, for the pacing check "
                         "(default 4 us, mlx5's np_min_time_between_cnps)")
     p.add_argument("--annotate", metavar="OUT.pcapng",
@@ -169,7 +179,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--dask", metavar="SCHEDULER", default="local",
                    help="for several captures: a Dask scheduler address (tcp://host:8786), 'none' (here, one after the other), or 'local' (default: "
                         "a local cluster of worker processes)")
-    p.add_argument("--dask-workers", type=int, default=2, metavar="N", help="workers of the local Dask cluster")
+    p.add_argument("--dask-workers", type=number(int, least=1), default=2, metavar="N", help="workers of the local Dask cluster")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--limit", type=int, default=200, help="findings listed in the text output (default 200)")
+    p.add_argument("--limit", type=number(int, least=0), default=200, help="findings listed in the text output (default 200)")
     p.set_defaults(func=run_analyze)

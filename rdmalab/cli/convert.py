@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import TextIO
 
-from rdmalab.cli import Fail
+from rdmalab.cli import Fail, number
 
 
 def run_convert(args: argparse.Namespace, out: TextIO) -> int:
@@ -50,9 +50,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("-o", "--output", required=True, metavar="DATASET", help="the dataset directory")
     p.add_argument("--partition", choices=("file", "host"), default="file")
-    p.add_argument("-j", "--workers", type=int, default=1, help="local worker processes (one file each)")
+    p.add_argument("-j", "--workers", type=number(int, least=1), default=1, help="local worker processes (one file each)")
     p.add_argument("--dask", metavar="SCHEDULER",
                    help="run on a Dask cluster: its scheduler address (tcp://host:8786), or 'local' for a "
                         "LocalCluster of worker processes on this machine")
-    p.add_argument("--dask-workers", type=int, default=2, help="worker processes of --dask local (default 2)")
+    p.add_argument("--dask-workers", type=number(int, least=1), default=2, help="worker processes of --dask local (default 2)")
     p.set_defaults(func=run_convert)

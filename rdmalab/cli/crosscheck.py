@@ -14,6 +14,8 @@ def run_crosscheck(args: argparse.Namespace, out: TextIO) -> int:
 
     status = 0
     for path in args.files:
+        if os.path.isdir(path):
+            raise Fail(f"{path}: is a directory, not a capture file")
         if path == "-" or (os.path.exists(path) and not os.path.isfile(path)):
             raise Fail(f"{'standard input' if path == '-' else path}: crosscheck has tshark and rdmalab each read "
                        "the capture, which a stream cannot give twice: write it to a file first")

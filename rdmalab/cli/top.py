@@ -19,7 +19,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, TextIO
 
-from rdmalab.cli import Fail
+from rdmalab.cli import Fail, number
 
 if TYPE_CHECKING:
     from rdmalab.capture.top import LiveTop
@@ -253,8 +253,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-conns", type=int, default=4096, metavar="N",
                    help="connections kept (default 4096): past that the least recently active is retired into "
                         "the totals")
-    p.add_argument("--idle", type=float, default=60.0, metavar="S",
+    p.add_argument("--idle", type=number(float, least=0), default=60.0, metavar="S",
                    help="retire a connection idle this long in capture time (default 60; 0: never)")
     p.add_argument("--findings", type=int, default=200, metavar="N", help="recent findings kept (default 200)")
-    p.add_argument("--width", type=int, default=200, metavar="COLS", help="--once text width (default 200)")
+    p.add_argument("--width", type=number(int, least=20), default=200, metavar="COLS", help="--once text width (default 200)")
     p.set_defaults(func=run_top)
