@@ -43,7 +43,7 @@ from rdmalab.capture.fieldtext import (
 )
 from rdmalab.capture.fieldtext import value_text as _value_text
 from rdmalab.capture.filter import declared_fields
-from rdmalab.capture.linktypes import ERF, LINKTYPE_ETHERNET
+from rdmalab.capture.linktypes import ERF, LINKTYPE_DLT_RAW12, LINKTYPE_DLT_RAW14, LINKTYPE_ETHERNET, LINKTYPE_RAW
 from rdmalab.capture.pcapio import FrameMeta
 from rdmalab.capture.reader import CapturedPacket
 from rdmalab.capture.render import echo_message
@@ -56,7 +56,11 @@ if TYPE_CHECKING:
     from rdmalab.wire.packet import Packet
 
 # tshark's frame.protocols names for our header classes' protocols ("ethertype" follows eth)
-_PROTO_CHAIN = {"eth": "eth:ethertype", "vlan": "vlan:ethertype", "ieee8021ad": "ieee8021ad:ethertype"}
+_PROTO_CHAIN = {"eth": "eth:ethertype", "vlan": "vlan:ethertype", "ieee8021ad": "ieee8021ad:ethertype",
+                "sll": "sll:ethertype"}
+#: the link types of raw IP that tshark shows as a ``raw`` protocol before the IP header ("Raw packet data":
+#: packet-raw.c; LINKTYPE_IPV4 and LINKTYPE_IPV6 go to the IP dissector straight, without it)
+_RAW_LAYER = frozenset({LINKTYPE_RAW, LINKTYPE_DLT_RAW12, LINKTYPE_DLT_RAW14})
 # headers whose type/length field is no type: tshark hands what follows to no EtherType ("eth:llc", "eth:data")
 _NO_TYPE = frozenset({EthernetLength, EthernetBadType, VLANLength})
 # Wireshark's dissector (layer) names where one dissector decodes several of our protocols
@@ -415,6 +419,8 @@ def frame_protocols(cp: CapturedPacket) -> str:
     packet-iwarp-mpa.c dissects the segment's FPDUs in one call)."""
     pkt = cp.packet
     chain = _protocol_chain(pkt, frozenset(), cp.epoch_ns)
+    if cp.linktype in _RAW_LAYER:
+        chain.insert(0, "raw")
     q = pkt.quoted
     while q is not None:  # an ICMP error's quoted datagram (packet-icmp.c: ip:udp:... after icmp), and its quote
         chain.extend(_protocol_chain(q))
@@ -628,6 +634,8 @@ def _packet_json(cp: CapturedPacket, first_ns: int, prev_ns: int, prev_displayed
         keys, head = _head_of(meta)
         frame = keys | frame
     layers["frame"] = frame
+    if cp.linktype in _RAW_LAYER:
+        layers["raw"] = "Raw packet data"
     extras: dict[str, Any] = {}
     _packet_layers(pkt, layers, extras, frame_ns=ns)
     if pkt.quoted is not None:
@@ -725,8 +733,9 @@ def _tail_layers(layers: dict[str, Any], extras: dict[str, Any], tcp_data: bytes
 
 
 def _encap_type(linktype: int) -> int:
-    """Wireshark's WTAP_ENCAP number for the pcap link types rdmalab reads (wtap.h)."""
-    return {1: 1, 113: 25, 276: 210, 197: 98, 247: 98}.get(linktype, linktype)
+    """Wireshark's WTAP_ENCAP number for the pcap link types rdmalab reads (wtap.h: raw IP is
+    WTAP_ENCAP_RAW_IP 7, LINKTYPE_IPV4 and LINKTYPE_IPV6 WTAP_ENCAP_RAW_IP4 129 and _IP6 130)."""
+    return {1: 1, 113: 25, 276: 210, 197: 98, 247: 98, 101: 7, 12: 7, 14: 7, 228: 129, 229: 130}.get(linktype, linktype)
 
 
 

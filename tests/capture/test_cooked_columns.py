@@ -109,7 +109,8 @@ def test_worker_processes_give_the_same_fields(tmp_path: Path) -> None:
 @pytest.mark.parametrize("version", [1, 2])
 def test_tshark_reads_the_cooked_header_so(tmp_path: Path, capsys: Any, version: int) -> None:
     path = cooked_copy(tmp_path, "rxe_rping.pcap", version)
-    names = ["frame.number", "sll.pkttype", "sll.hatype", "sll.halen", "sll.etype", "ip.src", "infiniband.bth.psn"]
+    names = ["frame.number", "sll.pkttype", "sll.hatype", "sll.halen", "sll.etype", "ip.src", "infiniband.bth.psn",
+             "frame.protocols"]
     if version == 2:
         names.append("sll.ifindex")
     args = ["-r", str(path), "-T", "fields", *(a for n in names for a in ("-e", n))]

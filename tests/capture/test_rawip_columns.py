@@ -7,6 +7,7 @@ header taken off, and the frames that carry no IP (ARP, RoCEv1) left out."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +108,15 @@ def test_tshark_reads_them_so(tmp_path: Path, capsys: Any) -> None:
                  "iwarp_ddp.stag"]
         args = ["-r", str(path), "-T", "fields", *(a for n in names for a in ("-e", n))]
         assert decode(capsys, *args) == tshark(*args)
+    # the link type's own protocol and encapsulation as tshark names them ("raw", WTAP_ENCAP_RAW_IP 7; the IPv4
+    # and IPv6 link types go to IP straight, WTAP_ENCAP_RAW_IP4 129): frame.protocols, and the JSON's raw layer
+    for linktype in (101, 12, 14, 228):
+        path = rawip_copy(tmp_path, "rxe_rping.pcap", linktype)
+        args = ["-r", str(path), "-T", "fields", "-e", "frame.protocols"]
+        assert decode(capsys, *args) == tshark(*args), linktype
+        ours = json.loads(decode(capsys, "-r", str(path), "-T", "json", "-c", "3"))
+        theirs = json.loads(tshark("-r", str(path), "-T", "json", "-c", "3"))
+        def head(doc: list[Any]) -> list[Any]:
+            return [(list(p["_source"]["layers"])[:2], p["_source"]["layers"]["frame"]["frame.encap_type"]) for p in doc]
+
+        assert head(ours) == head(theirs)
