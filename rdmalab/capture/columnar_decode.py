@@ -714,6 +714,7 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
         data["ip.hdr_len"] = (ihl * 4).astype(np.uint8)
     if need("ip.dsfield"):
         tos = IP[:, 1]
+        data["ip.dsfield"] = tos
         data["ip.dsfield.dscp"] = tos >> 2
         data["ip.dsfield.ecn"] = tos & 3
     if need("ip.id"):

@@ -67,6 +67,7 @@ COLUMNS: tuple[Col, ...] = (
     Col("ip.hdr_len", "u1", "ip"),
     # (a bogus header: "ip.front" its first 4 octets where its header length is 20 or more, "ip.rest"
     # the others where its total length is too: columnar_decode, as wire.net.IPv4Bogus, IPv4BogusLength)
+    Col("ip.dsfield", "u1", "ip.front", "hex2"),
     Col("ip.dsfield.dscp", "u1", "ip.front"),
     Col("ip.dsfield.ecn", "u1", "ip.front"),
     Col("ip.len", "u2", "ip.front"),

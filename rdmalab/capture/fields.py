@@ -206,6 +206,10 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
         if isinstance(flags, int):  # each flag bit as its own field (tcp.flags.syn == 1)
             for name, bit in TCP.FLAG_FIELDS:
                 out[name] = 1 if flags & bit else 0
+    dscp, ecn = out.get("ip.dsfield.dscp"), out.get("ip.dsfield.ecn")
+    if dscp is not None and ecn is not None:  # the whole octet too (tshark's ip.dsfield; a quote: a second value)
+        out["ip.dsfield"] = ([d << 2 | e for d, e in zip(dscp, ecn, strict=True)] if isinstance(dscp, list)
+                             else dscp << 2 | ecn)
     ip_flags = out.get("ip.flags")
     if ip_flags is not None:  # each bit as its own field (an ICMP error's quoted header: a second value)
         for name, bit in IPv4.FLAG_FIELDS:

@@ -20,6 +20,7 @@ from rdmalab.wire.net import TCP, IPv4
 #: columns that are not one declared header field, and why
 COMPUTED = {
     "tcp.len": "segment length: IP total length minus the IP and TCP headers",
+    "ip.dsfield": "the whole octet of DSCP and ECN; the declaration splits it in two (RFC 2474 3, RFC 3168 5)",
     "infiniband.aeth.syndrome": "the whole syndrome byte; the declaration splits it into reserved/opcode/value",
     "infiniband.invariant.crc": "the ICRC trailer, not a header field",
     "iwarp_mpa.crc": "the MPA CRC32c trailer, not a header field",
