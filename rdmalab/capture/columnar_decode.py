@@ -302,7 +302,8 @@ def fill_conversations(cols: Columns, conversations: Conversations, *, udp: bool
         conversations.analysis.syns.clear()  # (those of the block before: analysed, or never to be)
     stream_of = np.full(n, -1, dtype=np.int64)
     for proto in ("tcp", "udp") if udp else ("tcp",):
-        mine = np.flatnonzero(L[proto] & (ip | ip6) & (stream_of < 0))
+        # (a UDP header its datagram cut is in no conversation: udp.rest, as Conversations.add)
+        mine = np.flatnonzero(L[proto if proto == "tcp" else "udp.rest"] & (ip | ip6) & (stream_of < 0))
         quotes: list[tuple[int, dict[str, Any]]] = []
         for r, got in quoting.items():
             raw = got[QUOTED]
@@ -783,6 +784,12 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     tso = ~ip6 & (iplen == 0)
     if tso.any():
         iplen = np.where(tso, np.where((caplen > frame_end) & (frame_end >= l3), frame_end, caplen) - l3, iplen)
+    # a UDP header its datagram ends inside: the fields it holds whole (wire.net.UDPPorts, UDPNoChecksum), as
+    # tshark shows it; fewer than 4 octets, no UDP header
+    dgram = l3 + iplen
+    L["udp"] = udp = udp & (dgram >= l4 + 4)
+    L["udp.length"] = udp & (dgram >= l4 + 6)
+    L["udp.rest"] = udp & (dgram >= l4 + 8)
     # ICMP, ICMPv6 and ARP are no columns, but a filter tests that they are there (-Y icmpv6), as the
     # per-packet decoder reads them (wire.frame._ip: the 4 octets of type, code and checksum within the
     # datagram as captured; control.decode_arp: 8 octets at least); ICMPv6 after a Hop-by-Hop header too

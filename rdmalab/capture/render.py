@@ -169,6 +169,8 @@ class Conversations:
             if proto == "tcp" and "tcp.flags" not in fields and "tcp.hdr_len" not in fields:  # a quote of 8 octets:
                 fields["tcp.seq"] = fields["tcp.seq_raw"]  # no conversation, the number as it is (as tshark)
                 return
+            if proto == "udp" and "udp.checksum" not in fields:  # a header its datagram cut (wire.net.UDPPorts):
+                return  # no conversation (tshark counts none)
             six = "ip.src" not in fields
             src = fields.get("ip.src", fields.get("ipv6.src"))
             dst = fields.get("ip.dst", fields.get("ipv6.dst"))

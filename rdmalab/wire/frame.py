@@ -79,6 +79,8 @@ from rdmalab.wire.net import (
     IPv6Routing,
     QinQ,
     TCPQuoted,
+    UDPNoChecksum,
+    UDPPorts,
     VLANLength,
     ethernet_trailer,
     tcp_checksum,
@@ -301,7 +303,16 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
                                      f"{' after the header' if head else ''}"),
                  lenient)
         end = len(data)
-    if proto == IPPROTO_UDP:
+    if proto == IPPROTO_UDP and end < pos + 8 <= len(data):
+        # the datagram ends inside the UDP header (octets after it captured: a trailer): the ports when it
+        # holds them, then a problem, as tshark shows it; nothing read past the datagram
+        if end >= pos + 4:
+            part = UDPNoChecksum if end >= pos + 6 else UDPPorts
+            pkt.layers.append(Layer(part.decode(data, pos), pos))
+        _problem(pkt, TruncatedError("UDP", "length", pos, max(end - pos, 0),
+                                     "the 8 bytes of a UDP header within the datagram"), lenient)
+        pkt.payload_offset, pkt.payload_length = max(end, pos), 0
+    elif proto == IPPROTO_UDP:
         udp = UDP.decode(data, pos)
         pkt.layers.append(Layer(udp, pos))
         udp_end = min(end, pos + udp.length) if udp.length >= 8 else end

@@ -487,6 +487,31 @@ class UDP(Header):
     )
 
 
+@dataclass(frozen=True, slots=True)
+class UDPPorts(Header):
+    """The ports of a UDP header whose datagram ends before its length (an IP length too short for the
+    header: RFC 768's 8 octets), as Wireshark shows it: the fields the datagram holds whole, then a
+    malformed packet (:class:`UDPNoChecksum`: the length too)."""
+
+    sport: int = 0
+    dport: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout("UDP", "RFC 768 (the ports)", F("sport", 16, "udp.srcport"),
+                                      F("dport", 16, "udp.dstport"), ws="udp")
+
+
+@dataclass(frozen=True, slots=True)
+class UDPNoChecksum(Header):
+    """A UDP header whose datagram ends inside its checksum (:class:`UDPPorts`): ports and length."""
+
+    sport: int = 0
+    dport: int = 0
+    length: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout("UDP", "RFC 768 (without the checksum)", F("sport", 16, "udp.srcport"),
+                                      F("dport", 16, "udp.dstport"), F("length", 16, "udp.length"), ws="udp")
+
+
 #: a TCP header's first 8 octets: ports and sequence number (RFC 9293 3.1), all an ICMP error must quote
 _TCP_FIRST_8 = (F("sport", 16, "tcp.srcport"), F("dport", 16, "tcp.dstport"), F("seq", 32, "tcp.seq_raw"))
 
