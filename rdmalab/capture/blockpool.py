@@ -630,7 +630,10 @@ def _walk_ng(task: tuple[Any, ...]) -> _Walked:
         tw = w[timed]
         iface = words[tw + 2].astype(np.int64)
         iface = np.where(btype[timed] == 2, _pb_interface(iface, order), iface)
-        whole = bool(((iface < nifs) & (28 + words[tw + 5].astype(np.int64) <= words[tw + 1] - 4)).all())
+        blen_w = words[w + 1].astype(np.int64)
+        whole = bool(((iface < nifs) & (28 + words[tw + 5].astype(np.int64) <= words[tw + 1] - 4)).all()
+                     # (each block ends with its length again: one that does not is the reader's to name)
+                     and (words[w + (blen_w >> 2) - 1] == blen_w).all())
     if not whole:
         return _Walked(lo + first, at + lo, lo + q, False, _NO_TIME, _NO_TIME)
     if len(at):

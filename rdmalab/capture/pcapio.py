@@ -731,7 +731,8 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int, *, or
                         blen_a = words[at + 1].astype(np.int64)
                         iface = words[at + 2].astype(np.int64)
                         cap = words[at + 5].astype(np.int64)
-                        bad = (28 + cap > blen_a - 4) | (iface >= len(ifaces.rows))
+                        trail = words[at + (blen_a >> 2) - 1].astype(np.int64)  # (the block's length again, at its end)
+                        bad = (28 + cap > blen_a - 4) | (iface >= len(ifaces.rows)) | (trail != blen_a)
                         if bad.any():  # the block-by-block rules say what is wrong with it
                             k = int(np.argmax(bad))
                             at, blen_a, iface, cap = at[:k], blen_a[:k], iface[:k], cap[:k]
@@ -767,6 +768,12 @@ def _pcapng_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int, *, or
                                        frames_read=frame - 1 + count)
                     break
                 if pos + blen > end:
+                    break
+                trail = struct.unpack_from(order + "I", buf, pos + blen - 4)[0]
+                if trail != blen:  # (a block ends with its length again: pcapng 3.1; tshark refuses a file so)
+                    err = CaptureError(path, f"is damaged: the pcapng {name} block at byte {at_file} has length "
+                                             f"{blen} at its start and {trail} at its end", offset=at_file,
+                                       frames_read=frame - 1 + count)
                     break
                 if btype == PCAPNG_SHB:
                     ifaces.clear()

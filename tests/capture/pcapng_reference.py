@@ -58,6 +58,11 @@ def reference_blocks(path: str, f: IO[bytes], head: bytes, block_bytes: int) -> 
                 break
             if pos + blen > end:
                 break
+            trail = struct.unpack_from(order + "I", buf, pos + blen - 4)[0]
+            if trail != blen:  # (pcapng 3.1: the block's length again at its end)
+                err = CaptureError(path, f"is damaged: the pcapng {name} block at byte {at} has length {blen} at its "
+                                         f"start and {trail} at its end", offset=at, frames_read=frame - 1 + len(offs))
+                break
             if btype == PCAPNG_SHB:
                 ifaces = []
             elif btype == PCAPNG_IDB:

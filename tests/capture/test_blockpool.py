@@ -922,3 +922,34 @@ def test_summaries_filtered_on_the_conversations_in_workers(tmp_path: Path, expr
         assert one[0].count("\n") > 2
         assert ("truncated mid-record" in one[1]) == (path == cut)
     assert used == [2, 2, 2, 2]
+
+
+def test_a_pcapng_block_whose_lengths_disagree_in_workers(tmp_path: Path) -> None:
+    """A packet block in the middle whose length at its end is not the one at its start (pcapng 3.1; tshark
+    refuses such a file): every frame before it, then the reader's error naming it, from two workers as from
+    one process (a worker's walk took the block as sound)."""
+    import struct
+
+    import hostile  # tests/hostile.py
+    from test_pcapio import _to_pcapng  # (the walker's own tests' conversion)
+
+    frames = hostile.frames_of(ROOT / "captures" / "rxe_write_bw_loss.pcap")
+    plain = tmp_path / "twice.pcap"
+    hostile.write(plain, frames + frames)
+    p = _to_pcapng(str(plain), tmp_path / "damaged.pcapng")
+    data = bytearray(p.read_bytes())
+    pos, n = 0, 0
+    while True:  # the enhanced packet block of frame len(frames) + 38
+        btype, blen = struct.unpack_from("<II", data, pos)
+        n += btype == 6
+        if n == len(frames) + 38:
+            break
+        pos += blen
+    struct.pack_into("<I", data, pos + blen - 4, blen + 8)
+    p.write_bytes(bytes(data))
+    from rdmalab.capture.columnar_summary import summary_bytes
+
+    one = _until_error(summary_bytes(str(p), workers=1, block_bytes=4096))
+    assert f"block at byte {pos} has length {blen} at its start and {blen + 8} at its end" in one[1], one[1]
+    assert one[0].count("\n") == len(frames) + 37
+    _all_ways(str(p), 4096)

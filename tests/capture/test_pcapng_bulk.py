@@ -135,7 +135,7 @@ def test_a_file_cut_anywhere(tmp_path: Path) -> None:
     assert errors > 100
 
 
-@pytest.mark.parametrize("what", ["length", "short_epb", "caplen", "iface", "bom", "idb"])
+@pytest.mark.parametrize("what", ["length", "short_epb", "caplen", "iface", "bom", "idb", "trailing"])
 def test_damage_stops_both_at_the_same_place(what: str, tmp_path: Path) -> None:
     raw = bytearray(_handmade())
     pos, seen = 0, 0
@@ -147,14 +147,19 @@ def test_damage_stops_both_at_the_same_place(what: str, tmp_path: Path) -> None:
         pos += blen
     if what == "length":
         struct.pack_into("<I", raw, pos + 4, 0x7FFFFFF0)
-    elif what == "short_epb":
+    elif what == "short_epb":  # (its length at both ends: a block too short for an EPB, not one that disagrees)
         struct.pack_into("<I", raw, pos + 4, 28)
+        struct.pack_into("<I", raw, pos + 24, 28)
     elif what == "caplen":
         struct.pack_into("<I", raw, pos + 20, 5000)
     elif what == "iface":
         struct.pack_into("<I", raw, pos + 8, 9)
     elif what == "idb":
         struct.pack_into("<I", raw, pos + 4, 16)
+        struct.pack_into("<I", raw, pos + 12, 16)
+    elif what == "trailing":  # (its length again at its end, as tshark checks it: "total block lengths don't match")
+        blen = struct.unpack_from("<I", raw, pos + 4)[0]
+        struct.pack_into("<I", raw, pos + blen - 4, blen + 4)
     else:  # the second section's byte-order magic
         pos = raw.index(b"\x0a\x0d\x0d\x0a", 8)
         raw[pos + 8:pos + 12] = b"\1\2\3\4"
