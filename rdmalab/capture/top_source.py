@@ -25,10 +25,14 @@ Frame = tuple[int, bytes, int, int]
 
 
 def replay(path: str | os.PathLike[str], speed: float | None = 1.0, *, clock: Callable[[], float] = time.monotonic,
-           sleep: Callable[[float], None] = time.sleep, wait_max: float = 0.25) -> Iterator[Frame | None]:
+           sleep: Callable[[float], None] = time.sleep, wait_max: float = 0.25,
+           max_gap: float | None = 60.0) -> Iterator[Frame | None]:
     """The frames of a capture file, each when its time comes: at ``speed`` times the capture's
     pace (``None``: no waiting).  While a frame's time has not come it yields ``None`` every
-    ``wait_max`` seconds at most, so that a view can refresh during a long pause of the capture."""
+    ``wait_max`` seconds at most, so that a view can refresh during a long pause of the capture.
+    A frame more than ``max_gap`` seconds (of waiting, at ``speed``) after the one before comes at once,
+    and the pace goes on from it (tcpreplay's ``--maxsleep``): a capture that sat idle for an hour, or
+    one frame stamped decades ahead, does not stall the replay.  None: every pause waited through."""
     start_wall: float | None = None
     start_ts = 0
     for rec in records(path):
@@ -36,6 +40,8 @@ def replay(path: str | os.PathLike[str], speed: float | None = 1.0, *, clock: Ca
         if speed is not None:
             if start_wall is None:
                 start_wall, start_ts = clock(), ts
+            if max_gap is not None and start_wall + (ts - start_ts) / 1e9 / speed - clock() > max_gap:
+                start_wall, start_ts = clock(), ts  # (the pause skipped: the pace again from this frame)
             while True:
                 due = start_wall + (ts - start_ts) / 1e9 / speed - clock()
                 if due <= 0:

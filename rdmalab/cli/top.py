@@ -162,7 +162,7 @@ def run_top(args: argparse.Namespace, out: TextIO) -> int:
     stats = {"dropped": 0}
     src = live_frames(args.interface, bpf=args.capture_filter, timeout=min(0.25, args.interval), stats=stats) \
         if args.interface else \
-        replay(args.read, args.speed)
+        replay(args.read, args.speed, max_gap=args.max_gap or None)
     stop_after = dict(args.autostop or [])
     live = None
     if not args.once:
@@ -243,6 +243,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("-r", "--read", metavar="FILE", help="replay a capture file (pcap/pcapng, also .gz)")
     p.add_argument("--speed", type=_speed, default=1.0, metavar="N|max",
                    help="replay at N times the capture's pace (default 1), or max: as fast as it decodes")
+    p.add_argument("--max-gap", type=number(float, least=0), default=60.0, metavar="S",
+                   help="-r: a pause of the capture longer than S seconds (at --speed) is skipped, the pace going on "
+                        "from the frame after it (default 60; 0: every pause waited through)")
     p.add_argument("--interval", type=float, default=1.0, metavar="S", help="refresh every S seconds (default 1)")
     p.add_argument("--once", action="store_true",
                    help="no live display: run to the end (of the file, of -a, or Ctrl-C / SIGTERM) and print the final "

@@ -399,3 +399,30 @@ def test_empty_records_are_counted_not_a_crash(tmp_path: Path) -> None:
         got = json.loads(run.stdout)
         assert got["totals"]["frames"] == len(frames)
         assert got["totals"]["rdma_packets"] == a.rdma_packets, (got["totals"], a.rdma_packets)
+
+
+def test_a_replay_skips_a_pause_longer_than_max_gap(tmp_path: Path) -> None:
+    """``top -r`` paces frames by their times; a pause longer than ``max_gap`` (a frame stamped decades ahead
+    stalled the replay for decades) comes at once, and the pace goes on from there; shorter pauses are waited."""
+    from hostile import write  # tests/hostile.py
+
+    from rdmalab.capture.top_source import replay
+
+    t0 = 1_700_000_000_000_000_000
+    times = [t0, t0 + 2 * 10**9, t0 + 80 * 365 * 86400 * 10**9, t0 + 80 * 365 * 86400 * 10**9 + 3 * 10**9, t0 + 10**9]
+    path = tmp_path / "gap.pcap"
+    write(path, [(t, bytes(60), 60) for t in times])
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    got = [f for f in replay(path, 1.0, clock=lambda: now[0], sleep=sleep, wait_max=10.0) if f is not None]
+    assert [f[0] for f in got] == times
+    assert now[0] == pytest.approx(2 + 3)  # 2 s waited, the 80 years skipped, 3 s waited, a frame in the past at once
+    now[0] = 0.0
+    gen = replay(path, 1.0, clock=lambda: now[0], sleep=sleep, wait_max=10.0, max_gap=None)
+    assert [next(gen) for _ in range(3)][1][0] == times[1] and now[0] >= 12  # (waited through: no end in sight)
+    run = subprocess.run([sys.executable, "-m", "rdmalab", "top", "-r", str(path), "--once", "-T", "json",
+                          "--max-gap", "1"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and json.loads(run.stdout)["totals"]["frames"] == 5, run.stderr
