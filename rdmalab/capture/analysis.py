@@ -77,8 +77,8 @@ from rdmalab.capture.analysis_iwarp import _iwarp_findings, iwarp_connections, i
 from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Findings, Message
 from rdmalab.capture.analysis_rows import Rows, load_rows, unreachable_text
 from rdmalab.capture.analysis_trust import _capture_gaps, _capture_trust
-from rdmalab.capture.columnar import Columns, read_columns
-from rdmalab.capture.pcapio import seconds_ns
+from rdmalab.capture.columnar import Columns, iter_columns, read_columns
+from rdmalab.capture.pcapio import CaptureError, seconds_ns
 from rdmalab.wire.ib import IB_MTUS, PSN_MOD
 from rdmalab.wire.opcodes import opcode_name
 
@@ -170,6 +170,18 @@ def _unreachable(r: Rows, conns: list[Connection]) -> list[Finding]:
     return out
 
 
+def _columns_before_damage(path: str) -> tuple[Columns, bool]:
+    """The columns of a capture's frames before any damage in it (a cut, a damaged record): the frames the
+    analysis covers, its ``capture_damaged`` finding saying where it stopped; and whether it had damage."""
+    parts: list[Columns] = []
+    try:
+        for cols in iter_columns(path):
+            parts.append(cols)
+    except CaptureError:
+        return Columns.concat(parts), True
+    return Columns.concat(parts), False
+
+
 def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Columns | None = None,
                  cnp_window_us: float = 1000.0, cnp_min_gap_us: float = 4.0, progress: bool = False,
                  read_file: bool = True, cols: Columns | None = None) -> Analysis:
@@ -216,8 +228,12 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
     findings.extend(_capture_gaps(findings))
     if sent is not None:
         before = sent if isinstance(sent, Columns) else read_columns(sent)
-        after = cols if cols is not None else read_columns(path) if path is not None and read_file else None
-        if after is not None:
+        after, cut = (cols, False) if cols is not None else _columns_before_damage(path) if path is not None \
+            and read_file else (None, False)
+        # (a capture that stops part way: what was still on its way when it stopped cannot be told from a
+        # loss, so nothing is compared; the command says so)
+        cut = cut or any(f.kind == "capture_damaged" for f in findings)
+        if after is not None and not cut:
             findings.extend(_lost(after, before, conns))
     # by time, then first frame: two stable sorts with one number a key each (a (time, frame) tuple a
     # finding is 100 MB more at a million findings)

@@ -45,6 +45,9 @@ def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
     for f in a.of_kind("capture_damaged"):
         said = f.capture or ("standard input" if paths[0] == "-" else paths[0])
         print(f"rdmalab: warning: {said}: {f.text}", file=sys.stderr)
+        if args.sent:
+            print(f"rdmalab: warning: --sent {args.sent}: no packet is called lost: the capture stops part way, "
+                  "and what was on its way then cannot be told from a loss", file=sys.stderr)
     rxe_rows = None
     if args.counters and len(args.counters) > 2:
         raise Fail(f"--counters takes NAME.counters.json or two dumps BEFORE AFTER, not {len(args.counters)} files")

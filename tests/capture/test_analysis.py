@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -367,3 +368,21 @@ def test_read_losses_found_exactly_on_either_link(tmp_path: Path, seed: int, dir
     assert Counter((f.detail["psn"], f.detail["opcode"]) for f in a.of_kind("lost")) == \
         Counter((d.psn, d.opcode) for d in dropped)
     assert len(a.messages) == 8 and all(m.result == "ok" for m in a.messages)
+
+
+def test_sent_beside_a_receivers_capture_cut_short(tmp_path: Path) -> None:
+    """``--sent`` beside a receiver's capture cut mid-record: the frames before the damage analysed (the
+    command failed on the damage), and no packet called lost (what was on its way when the capture stopped
+    cannot be told from a loss: compared, a third of the run's packets came out lost), in words on stderr."""
+    sender, receiver, _dropped = _fabric_run(tmp_path, 5, 0.05, "write")
+    assert analyze(receiver, sent=sender).of_kind("lost")
+    raw = receiver.read_bytes()
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(raw[:len(raw) * 2 // 3])
+    a = analyze(cut, sent=sender)
+    (damage,) = a.of_kind("capture_damaged")
+    assert damage.detail["frames_read"] > 0 and not a.of_kind("lost")
+    run = subprocess.run([sys.executable, "-m", "rdmalab", "analyze", "-q", str(cut), "--sent", str(sender)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "capture_damaged" in run.stdout, run.stderr
+    assert f"--sent {sender}: no packet is called lost: the capture stops part way" in run.stderr
