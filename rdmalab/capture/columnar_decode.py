@@ -789,7 +789,10 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     dgram = l3 + iplen
     L["udp"] = udp = udp & (dgram >= l4 + 4)
     L["udp.length"] = udp & (dgram >= l4 + 6)
-    L["udp.rest"] = udp & (dgram >= l4 + 8)
+    # (a length field under 8 but to RoCEv2's port, or IPv6's 0 of a jumbogram: a header without its checksum
+    # nor a conversation, as wire.frame._ip)
+    L["udp.rest"] = udp & (dgram >= l4 + 8) & ((udplen >= 8) | (ip6 & (udplen == 0))
+                                               | (data["udp.dstport"] == ROCEV2_PORT))
     # ICMP, ICMPv6 and ARP are no columns, but a filter tests that they are there (-Y icmpv6), as the
     # per-packet decoder reads them (wire.frame._ip: the 4 octets of type, code and checksum within the
     # datagram as captured; control.decode_arp: 8 octets at least); ICMPv6 after a Hop-by-Hop header too

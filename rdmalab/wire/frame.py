@@ -327,6 +327,12 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
             pkt.crc = int.from_bytes(data[crc_at : crc_at + 4], "little")
             pkt.crc_expected = _crc.icrc_rocev2(data[ip_start:crc_at])
         else:
+            if udp.length < 8 and not (version == 6 and udp.length == 0):  # (IPv6's 0: a jumbogram's, RFC 2675 4)
+                # a length shorter than the header: ports and length, a problem, no checksum nor conversation,
+                # as tshark stops there ("Bad length value")
+                pkt.layers[-1] = Layer(UDPNoChecksum.decode(data, pos), pos)
+                _problem(pkt, MalformedError("UDP", "length", pos + 4, udp.length, "at least 8 (the header's)"),
+                         lenient)
             pkt.payload_offset, pkt.payload_length = pos + 8, udp_end - pos - 8
     elif proto in (IPPROTO_ICMP, IPPROTO_ICMPV6) and end - pos >= 4:
         six = proto == IPPROTO_ICMPV6

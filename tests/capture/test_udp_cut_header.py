@@ -48,3 +48,27 @@ def test_no_negative_payload(tmp_path: Path, capsys: Any) -> None:
     lines = decode(capsys, "-r", path).splitlines()
     assert sum("truncated UDP.length" in line for line in lines) == 5
     assert lines == decode(capsys, "--no-columnar", "-r", path).splitlines()
+
+
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("path_args", [[], ["--no-columnar"]])
+def test_a_length_field_under_eight(path_args: list[str], tmp_path: Path, capsys: Any) -> None:
+    """A UDP length field under 8 (the header's own): ports and length, no checksum, no conversation (each
+    such datagram shifted every later udp.stream by one), a problem; IPv6's 0 is a jumbogram's, a whole header."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.inet6 import IPv6
+    from scapy.layers.l2 import Ether
+
+    frames = []
+    for i, (six, length) in enumerate([(False, 0), (False, 1), (False, 7), (False, 8), (False, 9), (True, 0),
+                                       (True, 5), (False, 20)]):
+        ip = IPv6(src="fe80::1", dst="fe80::2") if six else IP(src="10.0.0.1", dst="10.0.0.2")
+        pkt = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / ip / UDP(sport=5000 + i, dport=6000, len=length)
+        frames.append((1_700_000_000_000_000_000 + i * 1000, bytes(pkt / (b"x" * 12))))
+    path = tmp_path / "lengths.pcap"
+    write_capture(path, frames)
+    fields = ["-T", "fields", *(a for f in ("udp.srcport", "udp.length", "udp.checksum", "udp.stream")
+                                for a in ("-e", f))]
+    assert decode(capsys, *path_args, "-r", str(path), *fields) == tshark("-r", str(path), *fields)
+    assert decode(capsys, *path_args, "-r", str(path)).count("malformed UDP.length") == 4
