@@ -24,20 +24,20 @@ IPPROTO_UDP = 17
 ROCEV2_PORT = 4791  # IANA "roce", IBA Annex A17.2
 
 
+#: an Ethernet frame's addresses, and an 802.1Q tag's control information: the fields before the type/length
+#: field that the type and the length forms share (:class:`EthernetLength`, :class:`VLANLength`)
+_ETH_ADDRESSES = (F("dst", 48, "eth.dst", fmt="mac"), F("src", 48, "eth.src", fmt="mac"))
+_VLAN_TCI = (F("pcp", 3, "vlan.priority"), F("dei", 1, "vlan.dei"), F("vid", 12, "vlan.id"))
+
+
 @dataclass(frozen=True, slots=True)
 class Ethernet(Header):
     dst: int = 0
     src: int = 0
     ethertype: int = ETHERTYPE_IPV4
 
-    LAYOUT: ClassVar[Layout] = layout(
-        "Ethernet",
-        "IEEE 802.3 clause 3",
-        F("dst", 48, "eth.dst", fmt="mac"),
-        F("src", 48, "eth.src", fmt="mac"),
-        F("ethertype", 16, "eth.type", fmt="hex"),
-        ws="eth",
-    )
+    LAYOUT: ClassVar[Layout] = layout("Ethernet", "IEEE 802.3 clause 3", *_ETH_ADDRESSES,
+                                      F("ethertype", 16, "eth.type", fmt="hex"), ws="eth")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,15 +47,8 @@ class VLAN(Header):
     vid: int = 0
     ethertype: int = ETHERTYPE_IPV4
 
-    LAYOUT: ClassVar[Layout] = layout(
-        "VLAN",
-        "IEEE 802.1Q 9.6",
-        F("pcp", 3, "vlan.priority"),
-        F("dei", 1, "vlan.dei"),
-        F("vid", 12, "vlan.id"),
-        F("ethertype", 16, "vlan.etype", fmt="hex"),
-        ws="vlan",
-    )
+    LAYOUT: ClassVar[Layout] = layout("VLAN", "IEEE 802.1Q 9.6", *_VLAN_TCI,
+                                      F("ethertype", 16, "vlan.etype", fmt="hex"), ws="vlan")
 
 
 #: the type/length field after the addresses (and after an 802.1Q tag): a value up to 1500 is a length,
@@ -77,14 +70,8 @@ class EthernetLength(Header):
     src: int = 0
     length: int = 0
 
-    LAYOUT: ClassVar[Layout] = layout(
-        "Ethernet",
-        "IEEE 802.3 3.2.6",
-        F("dst", 48, "eth.dst", fmt="mac"),
-        F("src", 48, "eth.src", fmt="mac"),
-        F("length", 16, "eth.len"),
-        ws="eth",
-    )
+    LAYOUT: ClassVar[Layout] = layout("Ethernet", "IEEE 802.3 3.2.6", *_ETH_ADDRESSES, F("length", 16, "eth.len"),
+                                      ws="eth")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,14 +83,8 @@ class EthernetBadType(Header):
     src: int = 0
     type_length: int = 0
 
-    LAYOUT: ClassVar[Layout] = layout(
-        "Ethernet",
-        "IEEE 802.3 3.2.6",
-        F("dst", 48, "eth.dst", fmt="mac"),
-        F("src", 48, "eth.src", fmt="mac"),
-        F("type_length", 16, "eth.invalid_lentype", fmt="hex"),
-        ws="eth",
-    )
+    LAYOUT: ClassVar[Layout] = layout("Ethernet", "IEEE 802.3 3.2.6", *_ETH_ADDRESSES,
+                                      F("type_length", 16, "eth.invalid_lentype", fmt="hex"), ws="eth")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,15 +96,7 @@ class VLANLength(Header):
     vid: int = 0
     length: int = 0
 
-    LAYOUT: ClassVar[Layout] = layout(
-        "VLAN",
-        "IEEE 802.1Q 9.6",
-        F("pcp", 3, "vlan.priority"),
-        F("dei", 1, "vlan.dei"),
-        F("vid", 12, "vlan.id"),
-        F("length", 16, "vlan.len"),
-        ws="vlan",
-    )
+    LAYOUT: ClassVar[Layout] = layout("VLAN", "IEEE 802.1Q 9.6", *_VLAN_TCI, F("length", 16, "vlan.len"), ws="vlan")
 
 
 @dataclass(frozen=True, slots=True)
@@ -469,6 +442,10 @@ class IPv6Fragment(Header):
 IPV6_EXTENSIONS: dict[int, type[Header]] = {0: IPv6HopByHop, 43: IPv6Routing, 44: IPv6Fragment, 60: IPv6DestOptions}
 
 
+#: a UDP header's ports (RFC 768), all of it a datagram that ends after 4 octets holds (:class:`UDPPorts`)
+_UDP_PORTS = (F("sport", 16, "udp.srcport"), F("dport", 16, "udp.dstport"))
+
+
 @dataclass(frozen=True, slots=True)
 class UDP(Header):
     sport: int = 0
@@ -476,15 +453,8 @@ class UDP(Header):
     length: int = 0
     checksum: int = 0
 
-    LAYOUT: ClassVar[Layout] = layout(
-        "UDP",
-        "RFC 768",
-        F("sport", 16, "udp.srcport"),
-        F("dport", 16, "udp.dstport"),
-        F("length", 16, "udp.length"),
-        F("checksum", 16, "udp.checksum", fmt="hex"),
-        ws="udp",
-    )
+    LAYOUT: ClassVar[Layout] = layout("UDP", "RFC 768", *_UDP_PORTS, F("length", 16, "udp.length"),
+                                      F("checksum", 16, "udp.checksum", fmt="hex"), ws="udp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,8 +466,7 @@ class UDPPorts(Header):
     sport: int = 0
     dport: int = 0
 
-    LAYOUT: ClassVar[Layout] = layout("UDP", "RFC 768 (the ports)", F("sport", 16, "udp.srcport"),
-                                      F("dport", 16, "udp.dstport"), ws="udp")
+    LAYOUT: ClassVar[Layout] = layout("UDP", "RFC 768 (the ports)", *_UDP_PORTS, ws="udp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,8 +477,8 @@ class UDPNoChecksum(Header):
     dport: int = 0
     length: int = 0
 
-    LAYOUT: ClassVar[Layout] = layout("UDP", "RFC 768 (without the checksum)", F("sport", 16, "udp.srcport"),
-                                      F("dport", 16, "udp.dstport"), F("length", 16, "udp.length"), ws="udp")
+    LAYOUT: ClassVar[Layout] = layout("UDP", "RFC 768 (without the checksum)", *_UDP_PORTS,
+                                      F("length", 16, "udp.length"), ws="udp")
 
 
 #: a TCP header's first 8 octets: ports and sequence number (RFC 9293 3.1), all an ICMP error must quote
