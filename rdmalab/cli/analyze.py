@@ -24,6 +24,12 @@ def run_analyze(args: argparse.Namespace, out: TextIO) -> int:
         raise Fail("analyze needs a capture file: rdmalab analyze FILE (or several, or a `rdmalab convert` dataset)")
     if args.cnp_gap < 0:
         raise Fail(f"--cnp-gap {args.cnp_gap}: the minimum time between CNPs cannot be negative")
+    seen: dict[str, str] = {}
+    for p in paths:  # (each capture once: a file given twice would be two captures of one name, "[.]")
+        real = os.path.realpath(p) if p != "-" else p
+        if real in seen:
+            raise Fail(f"{p} is given twice" + (f" (as {seen[real]})" if seen[real] != p else ""))
+        seen[real] = p
     many = len(paths) > 1 or os.path.isdir(paths[0])
     annotated = 0
     if many:

@@ -54,3 +54,5 @@ def test_errors_name_what_the_user_gave(tmp_path: Path) -> None:
     assert run.returncode == 1 and f"--counters {CAP}: is not text (byte 0xd4 at 0)" in run.stderr.decode()
     run = _run("crosscheck", str(tmp_path))
     assert run.returncode == 1 and f"{tmp_path}: is a directory, not a capture file" in run.stderr.decode()
+    run = _run("analyze", "-q", CAP, CAP)
+    assert run.returncode == 1 and f"{CAP} is given twice" in run.stderr.decode()
