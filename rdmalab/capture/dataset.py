@@ -89,6 +89,9 @@ def convert_file(path: str, root: str, partition: str = "file", block_bytes: int
             pq.write_table(table, os.path.join(aside, f"part-{parts:05d}.parquet"), compression="zstd")
             rows += cols.n
             parts += 1
+        if not parts:  # (a capture of no frame is one all the same: its part holds the columns and no row)
+            pq.write_table(empty_columns().to_arrow(), os.path.join(aside, "part-00000.parquet"), compression="zstd")
+            parts = 1
         os.makedirs(out_dir, exist_ok=True)
         for old in os.listdir(out_dir):  # converting again replaces the file's earlier parts
             if old.startswith("part-") and old.endswith(".parquet"):

@@ -167,3 +167,21 @@ def test_a_capture_that_fails_leaves_the_dataset_as_it_was(tmp_path: Path, capsy
 def test_the_dataset_must_be_a_directory(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["convert", str(CAPTURES / "rxe_send_bw.pcap"), "-o", "/dev/null"]) == 1
     assert "/dev/null: is not a directory" in capsys.readouterr().err
+
+
+def test_a_capture_of_no_frame_is_in_the_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A capture with no frame is converted to a part with the columns and no row: the dataset holds it (analyze
+    refused a dataset of such captures as no dataset at all), and DuckDB reads it beside the others."""
+    from rdmalab.capture.pcapwriter import write_capture
+
+    empty = tmp_path / "empty.pcap"
+    write_capture(empty, [])
+    ds = tmp_path / "ds"
+    assert main(["convert", str(empty), "-o", str(ds)]) == 0
+    assert _parts(ds) == ["capture=empty/part-00000.parquet"]
+    capsys.readouterr()
+    assert main(["analyze", "-q", str(ds), "--dask", "none"]) == 0
+    assert capsys.readouterr().out.startswith("1 captures: 0 frames")
+    assert main(["convert", str(empty), str(FILES[1]), "-o", str(ds)]) == 0
+    rows = _query(ds, "SELECT capture, count(*) FROM DS GROUP BY capture ORDER BY capture")
+    assert rows == [("rxe_read_bw", len(read_columns(FILES[1])))]
