@@ -77,7 +77,7 @@ from rdmalab.capture.analysis_iwarp import _iwarp_findings, iwarp_connections, i
 from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Findings, Message
 from rdmalab.capture.analysis_rows import Rows, load_rows, unreachable_text
 from rdmalab.capture.analysis_trust import _capture_gaps, _capture_trust
-from rdmalab.capture.columnar import Columns, iter_columns, read_columns
+from rdmalab.capture.columnar import Columns, iter_columns
 from rdmalab.capture.pcapio import CaptureError, seconds_ns
 from rdmalab.wire.ib import IB_MTUS, PSN_MOD
 from rdmalab.wire.opcodes import opcode_name
@@ -170,14 +170,22 @@ def _unreachable(r: Rows, conns: list[Connection]) -> list[Finding]:
     return out
 
 
-def _columns_before_damage(path: str) -> tuple[Columns, bool]:
-    """The columns of a capture's frames before any damage in it (a cut, a damaged record): the frames the
-    analysis covers, its ``capture_damaged`` finding saying where it stopped; and whether it had damage."""
+#: what the comparison with a sender's capture reads of each capture (analysis_compare._packet_keys, _lost)
+_SENT_FIELDS = ("frame.number", "frame.time_ns", "frame.time_epoch", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst",
+                "infiniband.bth.destqp", "infiniband.bth.psn", "infiniband.bth.opcode", "rdmalab.payload.len")
+
+
+def _rdma_columns(path: str | os.PathLike[str], *, to_damage: bool = False) -> tuple[Columns, bool]:
+    """The few columns :func:`_lost` reads of a capture's RDMA packets alone, block by block (memory grows
+    with the RDMA packets, not every frame's every column); ``to_damage``: the frames before any damage (a
+    cut, a damaged record), and whether there was some, else the damage raised."""
     parts: list[Columns] = []
     try:
-        for cols in iter_columns(path):
-            parts.append(cols)
+        for cols in iter_columns(path, fields=_SENT_FIELDS):
+            parts.append(cols.take(cols.present("infiniband.bth")))
     except CaptureError:
+        if not to_damage:
+            raise
         return Columns.concat(parts), True
     return Columns.concat(parts), False
 
@@ -227,9 +235,9 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
     findings.extend(_unreachable(r, conns))
     findings.extend(_capture_gaps(findings))
     if sent is not None:
-        before = sent if isinstance(sent, Columns) else read_columns(sent)
-        after, cut = (cols, False) if cols is not None else _columns_before_damage(path) if path is not None \
-            and read_file else (None, False)
+        before = sent if isinstance(sent, Columns) else _rdma_columns(sent)[0]
+        after, cut = (cols, False) if cols is not None else _rdma_columns(path, to_damage=True) \
+            if path is not None and read_file else (None, False)
         # (a capture that stops part way: what was still on its way when it stopped cannot be told from a
         # loss, so nothing is compared; the command says so)
         cut = cut or any(f.kind == "capture_damaged" for f in findings)
