@@ -57,6 +57,7 @@ from rdmalab.capture.linktypes import (
 from rdmalab.capture.pcapio import RecordBlock
 from rdmalab.capture.reader import CapturedPacket, RawRecord, decode_record, read
 from rdmalab.capture.render import (
+    HIDDEN_UDP_CUT,
     Conversations,
     TcpWindowScaling,
     conversation_key,
@@ -302,8 +303,9 @@ def fill_conversations(cols: Columns, conversations: Conversations, *, udp: bool
         conversations.analysis.syns.clear()  # (those of the block before: analysed, or never to be)
     stream_of = np.full(n, -1, dtype=np.int64)
     for proto in ("tcp", "udp") if udp else ("tcp",):
-        # (a UDP header its datagram cut is in no conversation: udp.rest, as Conversations.add)
-        mine = np.flatnonzero(L[proto if proto == "tcp" else "udp.rest"] & (ip | ip6) & (stream_of < 0))
+        # (a UDP header tshark stops in is in no conversation: udp.cut, as Conversations.add)
+        counted = L[proto] & ~L["udp.cut"] if proto == "udp" and "udp.cut" in L else L[proto]
+        mine = np.flatnonzero(counted & (ip | ip6) & (stream_of < 0))
         quotes: list[tuple[int, dict[str, Any]]] = []
         for r, got in quoting.items():
             raw = got[QUOTED]
@@ -793,6 +795,7 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     # nor a conversation, as wire.frame._ip)
     L["udp.rest"] = udp & (dgram >= l4 + 8) & ((udplen >= 8) | (ip6 & (udplen == 0))
                                                | (data["udp.dstport"] == ROCEV2_PORT))
+    L["udp.cut"] = udp & ~L["udp.rest"]  # (fields.HIDDEN_UDP_CUT: in no conversation)
     # ICMP, ICMPv6 and ARP are no columns, but a filter tests that they are there (-Y icmpv6), as the
     # per-packet decoder reads them (wire.frame._ip: the 4 octets of type, code and checksum within the
     # datagram as captured; control.decode_arp: 8 octets at least); ICMPv6 after a Hop-by-Hop header too
@@ -1588,6 +1591,8 @@ def columns_from_dicts(rows: list[dict[str, Any]], quoting: dict[int, dict[str, 
         enc = row.get("rdmalab.encap")
         if enc in ("rocev1", "rocev2"):
             L[enc][i] = True
+        if row.get(HIDDEN_UDP_CUT):  # (a UDP header tshark stops in: in no conversation)
+            L["udp.cut"][i] = True
         if "iwarp_ddp.qn" in row or "iwarp_ddp.stag" in row:
             L["iwarp"][i] = True
         st = row.get("rdmalab.icrc.status")

@@ -428,7 +428,7 @@ def empty_columns() -> Columns:
 
 
 _LAYER_NAMES = sorted({c.layer for c in COLUMNS} | {"rocev1", "rocev2", "infiniband.reth", "rawip", "icmp", "icmpv6", "arp",
-                                                    *IWARP_LAYERS})
+                                                    "udp.cut", *IWARP_LAYERS})
 
 
 # ============================================================================ printing like tshark

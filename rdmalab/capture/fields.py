@@ -28,13 +28,13 @@ import json
 import socket
 from typing import TYPE_CHECKING, Any
 
-from rdmalab.capture.render import HIDDEN_TCP_ACK, HIDDEN_TCP_FLAGS
+from rdmalab.capture.render import HIDDEN_TCP_ACK, HIDDEN_TCP_FLAGS, HIDDEN_UDP_CUT
 from rdmalab.wire.frame import tcp_segment_length
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import BTH
 from rdmalab.wire.mad import MADHeader
 from rdmalab.wire.mpa import MPA, MPA_HEADER_SIZE
-from rdmalab.wire.net import FCS_UNVERIFIED, TCP, UDP, IPv4, IPv6
+from rdmalab.wire.net import FCS_UNVERIFIED, TCP, UDP, IPv4, IPv6, UDPNoChecksum, UDPPorts
 from rdmalab.wire.opcodes import CNP_OPCODE, opcode_name
 from rdmalab.wire.rdmap import DDPTagged, DDPUntagged
 
@@ -198,6 +198,8 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
         seg_len = tcp_segment_length(pkt)
         if seg_len is not None:  # (a header longer than its datagram: no length, as tshark)
             out["tcp.len"] = seg_len
+    if pkt.get(UDPPorts) is not None or pkt.get(UDPNoChecksum) is not None:
+        out[HIDDEN_UDP_CUT] = 1  # (for Conversations: no udp.stream)
     tcp = pkt.get(TCP)
     if tcp is not None and tcp.data_offset < 5:  # (a bogus header length: not shown, but counted)
         out[HIDDEN_TCP_FLAGS], out[HIDDEN_TCP_ACK] = tcp.all_flags, tcp.ack

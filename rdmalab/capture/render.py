@@ -169,8 +169,8 @@ class Conversations:
             if proto == "tcp" and "tcp.flags" not in fields and "tcp.hdr_len" not in fields:  # a quote of 8 octets:
                 fields["tcp.seq"] = fields["tcp.seq_raw"]  # no conversation, the number as it is (as tshark)
                 return
-            if proto == "udp" and "udp.checksum" not in fields:  # a header its datagram cut (wire.net.UDPPorts):
-                return  # no conversation (tshark counts none)
+            if proto == "udp" and fields.get(HIDDEN_UDP_CUT):  # a header its datagram cut, or a length under 8
+                return  # (wire.net.UDPPorts, UDPNoChecksum): no conversation, tshark counts none
             six = "ip.src" not in fields
             src = fields.get("ip.src", fields.get("ipv6.src"))
             dst = fields.get("ip.dst", fields.get("ipv6.dst"))
@@ -700,6 +700,8 @@ _FLAG_TEXT: dict[int, str] = {}
 #: them under these names (rdmalab's own, no field's), for :class:`Conversations`
 HIDDEN_TCP_FLAGS = "rdmalab.tcp_flags_unshown"
 HIDDEN_TCP_ACK = "rdmalab.tcp_ack_unshown"
+#: a UDP header tshark stops in (its datagram ends inside it, or its length is under 8): in no conversation
+HIDDEN_UDP_CUT = "rdmalab.udp_header_cut"
 
 
 def tcp_info_text(sport: int, dport: int, flags: int, seq: int, ack: int, window: int, length: int | None) -> str:
