@@ -78,7 +78,7 @@ from rdmalab.capture.analysis_model import Analysis, Connection, Finding, Findin
 from rdmalab.capture.analysis_rows import Rows, load_rows, unreachable_text
 from rdmalab.capture.analysis_trust import _capture_gaps, _capture_trust
 from rdmalab.capture.columnar import Columns, iter_columns
-from rdmalab.capture.pcapio import CaptureError, seconds_ns
+from rdmalab.capture.pcapio import seconds_ns
 from rdmalab.wire.ib import IB_MTUS, PSN_MOD
 from rdmalab.wire.opcodes import opcode_name
 
@@ -175,19 +175,10 @@ _SENT_FIELDS = ("frame.number", "frame.time_ns", "frame.time_epoch", "ip.src", "
                 "infiniband.bth.destqp", "infiniband.bth.psn", "infiniband.bth.opcode", "rdmalab.payload.len")
 
 
-def _rdma_columns(path: str | os.PathLike[str], *, to_damage: bool = False) -> tuple[Columns, bool]:
+def _rdma_columns(path: str | os.PathLike[str]) -> Columns:
     """The few columns :func:`_lost` reads of a capture's RDMA packets alone, block by block (memory grows
-    with the RDMA packets, not every frame's every column); ``to_damage``: the frames before any damage (a
-    cut, a damaged record), and whether there was some, else the damage raised."""
-    parts: list[Columns] = []
-    try:
-        for cols in iter_columns(path, fields=_SENT_FIELDS):
-            parts.append(cols.take(cols.present("infiniband.bth")))
-    except CaptureError:
-        if not to_damage:
-            raise
-        return Columns.concat(parts), True
-    return Columns.concat(parts), False
+    with the RDMA packets, not every frame's every column)."""
+    return Columns.concat([cols.take(cols.present("infiniband.bth")) for cols in iter_columns(path, fields=_SENT_FIELDS)])
 
 
 def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Columns | None = None,
@@ -235,14 +226,13 @@ def analyze_rows(r: Rows, path: str | None, *, sent: str | os.PathLike[str] | Co
     findings.extend(_unreachable(r, conns))
     findings.extend(_capture_gaps(findings))
     if sent is not None:
-        before = sent if isinstance(sent, Columns) else _rdma_columns(sent)[0]
-        after, cut = (cols, False) if cols is not None else _rdma_columns(path, to_damage=True) \
-            if path is not None and read_file else (None, False)
+        before = sent if isinstance(sent, Columns) else _rdma_columns(sent)
         # (a capture that stops part way: what was still on its way when it stopped cannot be told from a
-        # loss, so nothing is compared; the command says so)
-        cut = cut or any(f.kind == "capture_damaged" for f in findings)
-        if after is not None and not cut:
-            findings.extend(_lost(after, before, conns))
+        # loss, so nothing is compared, nor read again; the command says so)
+        if not any(f.kind == "capture_damaged" for f in findings):
+            after = cols if cols is not None else _rdma_columns(path) if path is not None and read_file else None
+            if after is not None:
+                findings.extend(_lost(after, before, conns))
     # by time, then first frame: two stable sorts with one number a key each (a (time, frame) tuple a
     # finding is 100 MB more at a million findings)
     findings.sort(key=lambda f: f.frames[0] if f.frames else 0)

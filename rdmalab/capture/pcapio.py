@@ -37,6 +37,7 @@ block-by-block rules for all its blocks.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import gzip
 import os
@@ -272,29 +273,28 @@ class _Gzip(gzip.GzipFile):
                 else f"the gzip stream is damaged ({err})")
         return CaptureError(self._capture, f"{what}, after {done} decompressed bytes", offset=done)
 
-    def read(self, size: int | None = -1) -> bytes:
+    @contextlib.contextmanager
+    def _told(self) -> Iterator[None]:
         try:
-            return super().read(size)
+            yield
         except (EOFError, gzip.BadGzipFile, zlib.error) as err:
             raise self._damaged(err) from None
+
+    def read(self, size: int | None = -1) -> bytes:
+        with self._told():
+            return super().read(size)
 
     def read1(self, size: int = -1) -> bytes:
-        try:
+        with self._told():
             return super().read1(size)
-        except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-            raise self._damaged(err) from None
 
     def readinto(self, b: Any) -> int:
-        try:
+        with self._told():
             return super().readinto(b)
-        except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-            raise self._damaged(err) from None
 
     def peek(self, n: int) -> bytes:
-        try:
+        with self._told():
             return super().peek(n)
-        except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-            raise self._damaged(err) from None
 
 
 def _open_stream(p: str) -> StreamReader:

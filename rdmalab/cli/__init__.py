@@ -69,7 +69,7 @@ def number(kind: type[int] | type[float], *, least: float | None = None, above: 
         try:
             v = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {'a whole number' if kind is int else 'a number'}") from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         if not math.isfinite(v):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
         if least is not None and v < least:

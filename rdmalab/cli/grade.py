@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
-from rdmalab.cli import Fail
+from rdmalab.cli import Fail, number
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
@@ -21,19 +20,6 @@ def _size(text: str) -> int:
                                          "(e.g. 2G, 512M)")
     unit = m.group(2).lower()
     return int(float(m.group(1)) * (1024 ** ("_kmgt".index(unit)) if unit else 1))
-
-
-def _positive(kind: Callable[[str], float]) -> Callable[[str], Any]:
-    def conv(text: str) -> Any:
-        try:
-            v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if v <= 0:
-            raise argparse.ArgumentTypeError(f"{text} must be more than 0")
-        return v
-
-    return conv
 
 
 def run_grade(args: argparse.Namespace, out: TextIO) -> int:
@@ -88,15 +74,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                               "named <student>_NN-name.ipynb")
     p.add_argument("-o", "--output", metavar="OUT", help="where to write grades.csv, .jsonl and .html "
                                                          "(default DIR/grades)")
-    p.add_argument("-j", "--jobs", type=_positive(int), default=None, metavar="N",
+    p.add_argument("-j", "--jobs", type=number(int, above=0), default=None, metavar="N",
                    help="submissions graded at once (default: this machine's cores)")
-    p.add_argument("--cell-timeout", type=_positive(int), default=60, metavar="S",
+    p.add_argument("--cell-timeout", type=number(int, above=0), default=60, metavar="S",
                    help="seconds a cell may run before it is interrupted (default 60)")
     p.add_argument("--memory", type=_size, default=2 << 30, metavar="SIZE",
                    help="memory each submission may use, e.g. 2G or 512M (default 2G)")
-    p.add_argument("--cpu-limit", type=_positive(int), default=900, metavar="S",
+    p.add_argument("--cpu-limit", type=number(int, above=0), default=900, metavar="S",
                    help="CPU seconds a notebook's kernel may use in all (default 900)")
-    p.add_argument("--time-limit", type=_positive(float), default=3600.0, metavar="S",
+    p.add_argument("--time-limit", type=number(float, above=0), default=3600.0, metavar="S",
                    help="seconds a whole notebook may take, start to end (default 3600)")
     p.add_argument("--resume", action="store_true",
                    help="keep the rows already in OUT/grades.jsonl and grade only the submissions not in it")

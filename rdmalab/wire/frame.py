@@ -148,7 +148,7 @@ def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...], frame_
          reported: int | None) -> None:
     eth = Ethernet.decode(data, 0)
     try:
-        if eth.ethertype > MAX_8023_LENGTH and eth.ethertype < MIN_ETHERTYPE:  # (neither: nothing more read)
+        if MAX_8023_LENGTH < eth.ethertype < MIN_ETHERTYPE:  # (neither: nothing more read)
             pkt.layers.append(Layer(EthernetBadType.decode(data, 0), 0))
             pkt.payload_offset, pkt.payload_length = 14, len(data) - 14
         elif 0 < eth.ethertype <= MAX_8023_LENGTH:
