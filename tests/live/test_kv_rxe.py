@@ -4,7 +4,7 @@ In the VM: the store's server, ``python -m rdmalab.tools.kvnet serve``, on the s
 namespace ``peer`` (10.0.0.2), with a concurrent writer rewriting the key ``hot`` in two halves; its client
 is pyverbs on rxe0 (``tests/live/kv_rxe_client.py``, Debian's python3): PUTs by RPC (an RC WRITE of the
 request, a UD SEND back from the engine), GETs both ways, and GETs of ``hot`` by READs with and without the
-CRC check.  The kernel is the client's NIC: its READs, WRITEs and UD receives are rxe's.
+CRC check, alternating.  The kernel is the client's NIC: its READs, WRITEs and UD receives are rxe's.
 """
 
 from __future__ import annotations
@@ -45,5 +45,7 @@ def test_pyverbs_on_rxe_gets_and_puts_against_the_engines_store(lab_vm: VM) -> N
     assert len(got["reads"]) == 12 and min(got["reads"]) >= 1
     served = got["server"]["served"]
     assert served["put"] == 20 and served["get"] == 12 + 1
+    # checked and unchecked READs alternate (kv_rxe_client.py), at least 100 of each
+    assert min(got["hot_unchecked"]["reads"], got["hot_checked"]["reads"]) >= 100, got
     assert got["hot_unchecked"]["torn_returned"] > 0 and got["hot_unchecked"]["retries"] == 0, got
     assert got["hot_checked"]["torn_returned"] == 0 and got["hot_checked"]["retries"] > 0, got

@@ -89,3 +89,4 @@ def test_the_live_tests_pyverbs_client_against_the_server(namespaces: tuple[str,
     assert got["server"]["served"]["put"] == 20 and got["server"]["served"]["get"] == 13
     assert got["hot_unchecked"]["torn_returned"] > 0 and got["hot_checked"]["torn_returned"] == 0
     assert got["hot_checked"]["retries"] > 0
+    assert min(got["hot_unchecked"]["reads"], got["hot_checked"]["reads"]) >= 100
