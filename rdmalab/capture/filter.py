@@ -290,6 +290,36 @@ def _as_address(v: Any, version: int) -> int | None:
     return None
 
 
+class Octets(str):
+    """A filter's octets for a field of bytes, as the hex text the field's values are held in: equal as text;
+    ordered as Wireshark orders bytes (``epan/ftypes/ftype-bytes.c``, ``cmp_order``): the shorter first, then
+    octet by octet (``eth.trailer > 11:22`` holds for 01:02:03).  Being a ``str`` subclass, its reflected
+    comparisons are the ones Python calls for ``value < Octets(...)``."""
+
+    __slots__ = ()
+
+    def _key(self, other: object) -> tuple[int, str] | None:
+        return (len(other), other) if isinstance(other, str) else None
+
+    def __lt__(self, other: object) -> bool:
+        k = self._key(other)
+        return NotImplemented if k is None else (len(self), str(self)) < k
+
+    def __le__(self, other: object) -> bool:
+        k = self._key(other)
+        return NotImplemented if k is None else (len(self), str(self)) <= k
+
+    def __gt__(self, other: object) -> bool:
+        k = self._key(other)
+        return NotImplemented if k is None else (len(self), str(self)) > k
+
+    def __ge__(self, other: object) -> bool:
+        k = self._key(other)
+        return NotImplemented if k is None else (len(self), str(self)) >= k
+
+    __hash__ = str.__hash__
+
+
 def _cmp(op: str, a: Any, b: Any) -> bool:
     if isinstance(b, Net):
         addr = _as_address(a, b.version)
@@ -493,6 +523,18 @@ class _Parser:
         except ValueError as err:
             raise FilterError(self.expr, str(err), pos) from None
 
+    def bytes_value(self) -> Octets:
+        """The next token as the octets of a field of bytes (``data.data``, ``eth.trailer``: hex pairs, or a
+        quoted string's octets, as Wireshark reads them), in the hex text its values are held as."""
+        kind, text, pos = self.take()
+        self.value_at = pos
+        if kind == "op":
+            raise FilterError(self.expr, f"expected a value, found {text!r}", pos)
+        try:
+            return Octets(_frame_bytes_literal(kind, text).hex())
+        except ValueError as err:
+            raise FilterError(self.expr, str(err), pos) from None
+
     def members(self, at: int, value: Callable[[], Any]) -> tuple[Any, ...]:
         """After ``in`` (at character ``at``, the next token): the set's members, each read by ``value``."""
         self.take()
@@ -573,6 +615,11 @@ class _Parser:
         if name in LABEL_FIELDS and (op in _COMPARISONS or t[1] in ("in", "contains", "matches", "~")):
             raise FilterError(self.expr, f"{name} is a label, present or not (as in tshark): test it alone "
                               f"({name}, !{name}), not with {t[1]!r}", t[2])
+        if op in _COMPARISONS and name in _BYTES_FIELDS:  # octets, held as hex text
+            self.take()
+            return Compare(name, op, self.bytes_value())
+        if t[1] == "in" and name in _BYTES_FIELDS:
+            return In(name, self.members(t[2], self.bytes_value))
         if op in _COMPARISONS:
             self.take()
             v = self.value()

@@ -159,3 +159,31 @@ def test_trees_from_templates_show_the_trailer_as_the_per_packet_trees(tmp_path:
     assert fast == decode(capsys, "-r", str(path), "-V", "--no-columnar")
     assert fast.count("Ethernet FCS: ") == 2 and fast.count("(good)") == 4  # (an ICRC twice, two FCSs)
     assert "Ethernet padding: 6 byte(s) @ bytes 54-59" in fast and "Ethernet trailer: 2 byte(s)" in fast
+
+
+#: filters comparing the octets of the trailer fields (and of data.data): -> the frame numbers tshark shows
+BYTE_FILTERS = {
+    "eth.trailer == ab:cd": "5",
+    "eth.trailer == abcd": "5",
+    "eth.trailer == ab-cd": "5",
+    "eth.trailer != ab:cd": "3 8 10 14",
+    "eth.trailer > 11:22": "3 5 8 14",  # (a longer value is the greater; of one length, octet by octet)
+    "eth.trailer < 11:22:33": "5 10 14",
+    "eth.trailer in {11:22:33:44, 01:02:03}": "8 14",
+    "vlan.trailer == 49:e1:49:2c": "12",
+    "eth.padding == 00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00": "1 2 5 6",
+    "eth.trailer == \"\\x11\\x22\"": "10",
+}
+
+
+@requires_tshark
+def test_filters_compare_the_octets_of_byte_fields(tmp_path: Path, capsys: Any) -> None:
+    """``eth.trailer == ab:cd`` compares octets, written as tshark takes them (hex pairs with or without
+    separators, a quoted string), on both paths: only a 6-octet value matched before (read as a MAC address),
+    others matched nothing, silently."""
+    path = _pcap(tmp_path / "t.pcap", [f for f, _cells in CASES.values()])
+    for flt, want in BYTE_FILTERS.items():
+        args = ["-r", str(path), "-Y", flt, "-T", "fields", "-e", "frame.number"]
+        assert tshark(*args).split() == want.split(), flt
+        assert decode(capsys, *args).split() == want.split(), flt
+        assert decode(capsys, *args, "--no-columnar").split() == want.split(), flt
