@@ -47,7 +47,7 @@ _ADDRESS_FMTS = ("mac", "ipv4", "ipv6")
 
 #: the octets after an Ethernet frame's datagram (``Packet.eth_trailer``), as hex text: ``-T fields``
 #: writes them as tshark does (``0000...``), the JSON colon-separated
-TRAILER_BYTES = ("eth.padding", "eth.trailer", "vlan.trailer")
+TRAILER_BYTES = ("eth.padding", "eth.trailer", "vlan.trailer", "sll.trailer")
 #: The names :func:`frame_fields` adds besides those the headers declare (display filters accept
 #: exactly the declared names plus these: :func:`rdmalab.capture.filter.known_fields`).
 EXTRA_FIELDS: tuple[str, ...] = (

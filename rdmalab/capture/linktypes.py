@@ -429,7 +429,8 @@ def _cooked(cls: type[SLL] | type[SLL2], data: bytes, lenient: bool, frame_len: 
         pkt.payload_offset, pkt.payload_length = 0, len(data)
         pkt.problems.append(err)
         return pkt
-    return decode_after_ethertype(data, hdr.protocol, size, lenient=lenient, prefix=(hdr,), frame_len=frame_len)
+    return decode_after_ethertype(data, hdr.protocol, size, lenient=lenient, prefix=(hdr,), frame_len=frame_len,
+                                  trailer="sll.trailer")
 
 
 def _guard(fn: object, data: bytes, lenient: bool) -> Packet:

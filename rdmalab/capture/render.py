@@ -975,7 +975,8 @@ def trailer_lines(indent: str, t: EthernetTrailer) -> list[str]:
                    f"{t.padding_at + len(t.padding) - 1}  {{eth.padding}}")
     if t.trailer:
         more = " ..." if len(t.trailer) > 32 else ""
-        out.append(f"{indent}Ethernet trailer: {len(t.trailer)} byte(s) @ bytes {t.trailer_at}-"
+        label = "Linux cooked trailer" if t.trailer_name == "sll.trailer" else "Ethernet trailer"
+        out.append(f"{indent}{label}: {len(t.trailer)} byte(s) @ bytes {t.trailer_at}-"
                    f"{t.trailer_at + len(t.trailer) - 1}: {t.trailer[:32].hex(' ')}{more}  {{{t.trailer_name}}}")
     if t.fcs is not None and t.fcs_at is not None:
         if t.fcs_expected is None:

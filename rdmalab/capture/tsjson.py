@@ -480,15 +480,17 @@ def _packet_layers(pkt: Packet, layers: dict[str, Any], extras: dict[str, Any],
     # what the packet adds besides its headers (CRCs, rdmalab's own fields)
     flat: dict[str, Any] = {}
     packet_fields(pkt, flat, skip=frozenset(type(layer.header) for layer in pkt.layers), quotes=False)
-    tagged_trailer = pkt.eth_trailer is not None and pkt.eth_trailer.trailer_name == "vlan.trailer"
+    # after an 802.1Q tag or a Linux cooked header, that header's dissector's tree holds the padding and the
+    # trailer (packet-vlan.c, packet-sll.c); an FCS the capture says it keeps stays in eth's
+    trailer_layer = "eth" if pkt.eth_trailer is None else pkt.eth_trailer.trailer_name.split(".", 1)[0]
     for name, v in flat.items():
         proto = name.split(".", 1)[0]
         proto = _LAYER.get(proto, proto)
         values = v if isinstance(v, list) else [v]
         if name in TRAILER_BYTES:  # (hex text: colon-separated, as the JSON writes bytes)
             values = [_hexbytes(bytes.fromhex(x)) for x in values]
-        if proto == "eth" and tagged_trailer and name in TRAILER_BYTES:  # after an 802.1Q tag its dissector's
-            proto = "vlan"  # tree holds the trailer (packet-vlan.c); an FCS the capture says it keeps stays in eth's
+        if proto == "eth" and name in TRAILER_BYTES:
+            proto = trailer_layer
         shown: Any = [value_text(name, x) for x in values] if len(values) > 1 else value_text(name, values[0])
         if proto in current and proto != "rdmalab":
             dest = current[proto]

@@ -131,17 +131,29 @@ def decode_after_ethertype(
     prefix: Sequence[Header] = (),
     rocev2_ports: Sequence[int] = (ROCEV2_PORT,),
     frame_len: int | None = None,
+    trailer: str | None = None,
 ) -> Packet:
     """Decode what follows an EtherType at ``offset`` (e.g. after a Linux cooked header); ``frame_len``:
-    the frame's length on the wire (None: not known), past which an IP datagram does not go."""
+    the frame's length on the wire (None: not known), past which an IP datagram does not go.  With
+    ``trailer`` (the link layer's name for it, ``sll.trailer``) and ``frame_len``, the octets after the
+    datagram are divided into padding and that trailer, with no FCS, as
+    :func:`~rdmalab.wire.net.ethernet_trailer` divides them."""
     raw = bytes(data)
     pkt = Packet(raw, encap="eth")
     pos = 0
     for h in prefix:
         pkt.layers.append(Layer(h, pos))
         pos += h.LAYOUT.size
-    return guarded(pkt, lenient, lambda: _after_ethertype(raw, pkt, ethertype, offset, lenient, tuple(rocev2_ports),
-                                                          frame_len))
+
+    def decode() -> None:
+        try:
+            _after_ethertype(raw, pkt, ethertype, offset, lenient, tuple(rocev2_ports), frame_len)
+        finally:
+            if trailer is not None and frame_len is not None and pkt.datagram_end is not None:
+                tagged = any(type(layer.header) in (VLAN, VLANLength) for layer in pkt.layers)
+                pkt.eth_trailer = ethernet_trailer(raw, pkt.datagram_end, frame_len, 0, tagged=tagged, name=trailer)
+
+    return guarded(pkt, lenient, decode)
 
 
 def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...], frame_len: int, fcs_len: int,

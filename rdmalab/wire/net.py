@@ -161,7 +161,8 @@ class EthernetTrailer:
     fcs: int | None = None
     #: what the FCS should be (the CRC-32 of the frame before it), when all of the frame was captured
     fcs_expected: int | None = None
-    #: Wireshark's name for the trailer: ``eth.trailer``, or ``vlan.trailer`` after an 802.1Q tag
+    #: Wireshark's name for the trailer: ``eth.trailer``, ``vlan.trailer`` after an 802.1Q tag, ``sll.trailer``
+    #: after a Linux cooked header
     trailer_name: str = "eth.trailer"
 
     def shifted(self, by: int) -> EthernetTrailer:
@@ -172,7 +173,7 @@ class EthernetTrailer:
 
 
 def ethernet_trailer(data: bytes, datagram_end: int, frame_len: int, fcs_len: int = -1, *,
-                     tagged: bool = False) -> EthernetTrailer | None:
+                     tagged: bool = False, name: str = "eth.trailer") -> EthernetTrailer | None:
     """What follows the datagram that ends at ``datagram_end`` in the Ethernet frame ``data`` (as
     captured; ``frame_len`` octets long on the wire), as Wireshark 4.0 divides it, or None when nothing
     of it was captured.
@@ -183,7 +184,9 @@ def ethernet_trailer(data: bytes, datagram_end: int, frame_len: int, fcs_len: in
     whose trailer (after any padding) has 4 octets or more is taken to end in one.
     Padding is counted only where the frame had to be padded (the datagram with its headers under 60
     octets, the frame 60 or more) and only when those octets are all zero.  After an 802.1Q tag
-    (``tagged``) Wireshark looks for no FCS in the trailer and names it ``vlan.trailer``.
+    (``tagged``) Wireshark looks for no FCS in the trailer and names it ``vlan.trailer``; otherwise the
+    trailer is called ``name`` (a Linux cooked header's dissector gives ``sll.trailer`` and an
+    ``fcs_len`` of 0: ``epan/dissectors/packet-sll.c``, its call of ``ethertype``).
 
     When the capture says 4, Wireshark (``epan/dissectors/packet-eth.c``) takes the FCS off the frame's
     end before it reads what the EtherType names (measured with tshark 4.0.17,
@@ -197,7 +200,7 @@ def ethernet_trailer(data: bytes, datagram_end: int, frame_len: int, fcs_len: in
     captured = min(len(data), frame_len) - datagram_end
     declared = fcs_len == 4
     if declared and reported <= 4:  # the datagram reaches into the FCS: the FCS, nothing else
-        return _fcs_only(data, datagram_end, frame_len, "vlan.trailer" if tagged else "eth.trailer")
+        return _fcs_only(data, datagram_end, frame_len, "vlan.trailer" if tagged else name)
     if reported <= 0 or captured <= 0:
         return None
     fcs_outside = tagged and declared  # (the FCS off the end before the tag's trailer is divided)
@@ -225,7 +228,7 @@ def ethernet_trailer(data: bytes, datagram_end: int, frame_len: int, fcs_len: in
     fcs_at = frame_len - 4 if fcs and 4 <= frame_len <= len(data) else None  # (captured whole)
     value, expected = _fcs_of(data, fcs_at, frame_len)
     return EthernetTrailer(datagram_end, bytes(data[datagram_end:at]), at, bytes(data[at:at + max(0, captured)]),
-                           fcs_at, value, expected, "vlan.trailer" if tagged else "eth.trailer")
+                           fcs_at, value, expected, "vlan.trailer" if tagged else name)
 
 
 def _fcs_of(data: bytes, fcs_at: int | None, frame_len: int) -> tuple[int | None, int | None]:

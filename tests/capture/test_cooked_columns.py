@@ -148,3 +148,64 @@ def test_a_frame_without_ip_shows_the_senders_address(tmp_path: Path, capsys: An
     for a, e in zip(arp, eth, strict=True):
         src = e.split()[2]  # (frame, time, source, arrow, destination, ...)
         assert a.split()[2:4] == [src, "→"] and a.split()[4] == "ARP"
+
+
+def _padded_frames(version: int) -> list[tuple[int, bytes]]:
+    """Cooked frames whose datagram is followed by octets: zeros (padding up to the 60 octets of the cooked
+    frame, as an incoming frame the NIC padded keeps them), other octets (a trailer), both, none, after an
+    IPv4 TCP ACK, a UDP datagram, an ARP packet, an IPv6 datagram and an 802.1Q tag."""
+    import random
+
+    from scapy.layers.inet import IP, TCP, UDP
+    from scapy.layers.inet6 import IPv6
+    from scapy.layers.l2 import ARP, Dot1Q, Ether
+
+    rnd = random.Random(version)
+    bodies = [Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(src="10.0.0.1", dst="10.0.0.2") / TCP(flags="A", sport=40000, dport=40001),
+              Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=40000, dport=40001),
+              Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / ARP(psrc="10.0.0.1", pdst="10.0.0.2"),
+              Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IPv6(src="fe80::1", dst="fe80::2") / UDP(sport=40000, dport=40001),
+              Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / Dot1Q(vlan=5) / IP(src="10.0.0.1", dst="10.0.0.2") / TCP(flags="A", sport=40000, dport=40001)]
+    out = []
+    for i in range(200):
+        eth = bytes(bodies[i % len(bodies)])
+        n = rnd.choice([0, 1, 2, 4, 5, 6, 8, 12, 20])
+        tail = bytes(n) if i % 3 else bytes(rnd.randrange(256) for _ in range(n))
+        if i % 7 == 0:
+            tail = bytes(max(0, 60 - 16 - (len(eth) - 14))) + b"\x12\x34\x56\x78"  # padding, then a trailer
+        out.append((1_000_000_000 + i * 1000, _cooked(eth + tail, version)))
+    return out
+
+
+def _trailer_key(k: str) -> bool:
+    """A padding or trailer field of the JSON (not tshark's expert info under it, ``sll.trailer_tree``)."""
+    return ("padding" in k or "trailer" in k) and not k.endswith("_tree")
+
+
+@requires_tshark
+@pytest.mark.parametrize("version", [1, 2])
+def test_padding_and_trailers_after_the_datagram_as_tshark_divides_them(tmp_path: Path, capsys: Any,
+                                                                         version: int) -> None:
+    """The octets after a cooked frame's datagram: ``eth.padding`` (zeros up to the 60-octet minimum, counted
+    from the cooked header's start) and ``sll.trailer`` (the rest: Linux cooked captures say no FCS is
+    there; ``vlan.trailer`` after a tag), in fields, filters and the JSON's ``sll`` layer, as tshark has them
+    (it showed no padding or trailer before, on either path)."""
+    path = _write(tmp_path / f"padded{version}.pcap", 113 if version == 1 else 276, _padded_frames(version))
+    names = ["frame.number", "frame.protocols", "eth.padding", "sll.trailer", "vlan.trailer", "eth.fcs"]
+    args = ["-r", str(path), "-T", "fields", *(a for n in names for a in ("-e", n))]
+    want = tshark(*args)
+    assert "\t\t00000000" in want and "12345678" in want  # (both kinds are there)
+    assert decode(capsys, *args) == want
+    assert decode(capsys, *args, "--no-columnar") == want
+    for flt in ("sll.trailer", "eth.padding", "vlan.trailer", "sll.trailer == 12:34:56:78"):
+        sel = ["-r", str(path), "-Y", flt, "-T", "fields", "-e", "frame.number"]
+        assert decode(capsys, *sel) == tshark(*sel), flt
+    import json
+
+    mine = json.loads(decode(capsys, "-r", str(path), "-T", "json"))
+    theirs = json.loads(tshark("-r", str(path), "-T", "json"))
+    for m, t in zip(mine, theirs, strict=True):
+        for layer in ("sll", "vlan"):
+            got = {k: v for k, v in m["_source"]["layers"].get(layer, {}).items() if _trailer_key(k)}
+            exp = {k: v for k, v in t["_source"]["layers"].get(layer, {}).items() if _trailer_key(k)}
+            assert got == exp, (m["_source"]["layers"]["frame"]["frame.number"], layer)
