@@ -648,16 +648,17 @@ class _Parser:
                 except ValueError as err:
                     raise FilterError(self.expr, str(err), pos) from None
                 try:  # Wireshark's matches is PCRE2 without case (wireshark-filter(4)): the same in Python's re
-                    octets = name == "frame" or name in _OCTETS or field_kind(name) == "mac"  # (octets)
+                    octets = (name == "frame" or name in _OCTETS or field_kind(name) == "mac"
+                              or name in _BYTES_FIELDS)  # (octets)
                     pattern = re.compile(raw if octets else raw.decode("utf-8", "surrogateescape"),
                                          re.IGNORECASE | re.DOTALL)
                 except re.error as err:
                     raise FilterError(self.expr, f"{source!r} is not a regular expression: {err}", pos) from None
                 return Matches(name, pattern)
-            if name != "frame" and name not in _OCTETS and field_kind(name) != "mac":  # a text field
-                self.i -= 1
+            if name != "frame" and name not in _OCTETS and field_kind(name) != "mac" and name not in _BYTES_FIELDS:
+                self.i -= 1  # (a text field)
                 return Contains(name, self.value())
-            try:  # the frame's or a MAC address's octets (tshark compares bytes)
+            try:  # the frame's, a MAC address's or a field of bytes' octets (tshark compares bytes)
                 return Contains(name, _frame_bytes_literal(kind, text))
             except ValueError as err:
                 raise FilterError(self.expr, str(err), pos) from None
@@ -724,8 +725,6 @@ def _text_test_error(name: str, op: str) -> str | None:
     if name in ("iwarp_ddp", "iwarp_rdma"):  # (Wireshark's labels in the iwarp_ddp_rdmap tree)
         return (f"'{op}' on {name}, a label without bytes in Wireshark: the DDP and RDMAP headers and payload "
                 f"are iwarp_ddp_rdmap's (iwarp_ddp_rdmap {op} ...), the MPA frame iwarp_mpa's")
-    if name in _BYTES_FIELDS:
-        return f"'{op}' on {name}: rdmalab tests the bytes of the whole frame (frame {op} ...)"
     if name in known_fields() and declared_fields().get(name, ("", 0))[0] == "proto" or name not in declared_fields() \
             and name not in COLUMN_BY_NAME and name not in EXTRA_FIELDS and name not in EITHER_FIELDS \
             and name not in ASKED_FIELDS and name not in FRAME_META_FIELDS:
@@ -904,7 +903,7 @@ def _eval(node: Any, fields: Mapping[str, Any]) -> bool:
             return node.value in _frame(fields)
         if node.field in _OCTETS:
             return any(node.value in g for g in _protocol(fields, node.field))
-        if isinstance(node.value, bytes):  # a MAC address's octets
+        if isinstance(node.value, bytes):  # a MAC address's octets, a field of bytes' (hex text)
             return any(node.value in _mac_bytes(x) for x in _values(fields, node.field))
         return any(isinstance(x, str) and str(node.value) in x for x in _values(fields, node.field))
     if t is Matches:
@@ -919,7 +918,8 @@ def _eval(node: Any, fields: Mapping[str, Any]) -> bool:
 
 
 def _mac_bytes(x: Any) -> bytes:
-    """A MAC address (its text ``52:54:00:00:01:01`` or its integer) as its six octets."""
+    """A MAC address (its text ``52:54:00:00:01:01`` or its integer) as its six octets; a field of bytes'
+    hex text (``data.data``) as its octets."""
     if isinstance(x, str):
         return bytes.fromhex(x.replace(":", "").replace("-", ""))
     return int(x).to_bytes(6, "big")

@@ -173,6 +173,9 @@ BYTE_FILTERS = {
     "vlan.trailer == 49:e1:49:2c": "12",
     "eth.padding == 00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00": "1 2 5 6",
     "eth.trailer == \"\\x11\\x22\"": "10",
+    "eth.trailer contains 22:33": "8",
+    "eth.trailer contains 10:20": "",  # (not across octets: 01:02:03's hex text holds 1020)
+    "eth.trailer matches \"^\\x01\\x02\"": "14",
 }
 
 
@@ -180,7 +183,7 @@ BYTE_FILTERS = {
 def test_filters_compare_the_octets_of_byte_fields(tmp_path: Path, capsys: Any) -> None:
     """``eth.trailer == ab:cd`` compares octets, written as tshark takes them (hex pairs with or without
     separators, a quoted string), on both paths: only a 6-octet value matched before (read as a MAC address),
-    others matched nothing, silently."""
+    others matched nothing, silently; ``contains`` and ``matches`` read the octets (they were refused)."""
     path = _pcap(tmp_path / "t.pcap", [f for f, _cells in CASES.values()])
     for flt, want in BYTE_FILTERS.items():
         args = ["-r", str(path), "-Y", flt, "-T", "fields", "-e", "frame.number"]
