@@ -48,7 +48,7 @@ from rdmalab.capture.pcapio import FrameMeta
 from rdmalab.capture.reader import CapturedPacket
 from rdmalab.capture.render import echo_message
 from rdmalab.wire.mad import MADHeader
-from rdmalab.wire.net import EthernetBadType, EthernetLength, VLANLength
+from rdmalab.wire.net import UDP, EthernetBadType, EthernetLength, VLANLength
 from rdmalab.wire.rdmap import DDPTagged, DDPUntagged
 
 if TYPE_CHECKING:
@@ -356,8 +356,16 @@ def _echo_data(pkt: Packet, frame_ns: int | None) -> tuple[str, bytes, tuple[int
 def _payload_is_data(pkt: Packet, protocols: Collection[str]) -> bool:
     """Whether tshark shows the payload after a packet's headers as ``data``: an RDMA packet's (RoCE,
     InfiniBand, an iWARP FPDU's: :func:`_whole_message`), not a MAD's (its bytes are its fields in
-    tshark's tree) nor an ICMP message's other than an echo's (tshark reads its body)."""
-    return (bool(pkt.payload_length) and pkt.encap in ("rocev2", "rocev1", "ib", "iwarp")
+    tshark's tree) nor an ICMP message's other than an echo's (tshark reads its body); a UDP datagram's
+    that rdmalab reads no protocol in (packet-udp.c hands what no port or heuristic dissector takes to
+    the data dissector; one it has a dissector for is not data in tshark: DNS, a tunnel ..., where rdmalab
+    reads none: :mod:`rdmalab.capture.crosscheck` names that choice).  A TCP segment's is
+    :attr:`CapturedPacket.tcp_data`."""
+    if not pkt.payload_length:
+        return False
+    if pkt.layers and type(pkt.layers[-1].header) is UDP and pkt.encap not in ("rocev2", "rocev1", "ib", "iwarp"):
+        return True
+    return (pkt.encap in ("rocev2", "rocev1", "ib", "iwarp")
             and not any(isinstance(layer.header, MADHeader) for layer in pkt.layers)
             and "icmp" not in protocols and "icmpv6" not in protocols and _whole_message(pkt))
 
