@@ -150,8 +150,8 @@ def decode_after_ethertype(
             _after_ethertype(raw, pkt, ethertype, offset, lenient, tuple(rocev2_ports), frame_len)
         finally:
             if trailer is not None and frame_len is not None and pkt.datagram_end is not None:
-                tagged = any(type(layer.header) in (VLAN, VLANLength) for layer in pkt.layers)
-                pkt.eth_trailer = ethernet_trailer(raw, pkt.datagram_end, frame_len, 0, tagged=tagged, name=trailer)
+                pkt.eth_trailer = ethernet_trailer(raw, pkt.datagram_end, frame_len, 0, tagged=_tagged(pkt),
+                                                   name=trailer)
 
     return guarded(pkt, lenient, decode)
 
@@ -171,8 +171,12 @@ def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...], frame_
             _after_ethertype(data, pkt, eth.ethertype, 14, lenient, ports, reported)
     finally:  # (a datagram the decoder gave up on part way has its length all the same)
         if pkt.datagram_end is not None:
-            tagged = any(type(layer.header) in (VLAN, VLANLength) for layer in pkt.layers)
-            pkt.eth_trailer = ethernet_trailer(data, pkt.datagram_end, frame_len, fcs_len, tagged=tagged)
+            pkt.eth_trailer = ethernet_trailer(data, pkt.datagram_end, frame_len, fcs_len, tagged=_tagged(pkt))
+
+
+def _tagged(pkt: Packet) -> bool:
+    """Whether an 802.1Q tag is among a packet's headers (its dissector names the trailer after it)."""
+    return any(type(layer.header) in (VLAN, VLANLength) for layer in pkt.layers)
 
 
 def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient: bool, ports: tuple[int, ...],
