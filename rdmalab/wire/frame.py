@@ -66,6 +66,7 @@ from rdmalab.wire.net import (
     TCP,
     UDP,
     VLAN,
+    VLAN_TPIDS,
     Ethernet,
     EthernetBadType,
     EthernetLength,
@@ -177,8 +178,8 @@ def _eth(data: bytes, pkt: Packet, lenient: bool, ports: tuple[int, ...], frame_
 
 def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient: bool, ports: tuple[int, ...],
                      reported: int | None = None) -> None:
-    while ethertype in (ETHERTYPE_VLAN, ETHERTYPE_QINQ):
-        tag: VLAN | QinQ = (VLAN if ethertype == ETHERTYPE_VLAN else QinQ).decode(data, pos)
+    while ethertype in VLAN_TPIDS or ethertype == ETHERTYPE_QINQ:
+        tag: VLAN | QinQ = (VLAN if ethertype in VLAN_TPIDS else QinQ).decode(data, pos)
         if type(tag) is VLAN and tag.ethertype <= MAX_8023_LENGTH:  # (a length after the tag: its LLC PDU)
             pkt.layers.append(Layer(VLANLength.decode(data, pos), pos))
             _client_data(data, pkt, pos + 4, tag.ethertype, "VLAN", lenient, reported)

@@ -18,6 +18,12 @@ ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_IPV6 = 0x86DD
 ETHERTYPE_VLAN = 0x8100
 ETHERTYPE_QINQ = 0x88A8
+#: the TPID of pre-802.1ad stacked tags (Cisco's and others' "QinQ" before IEEE gave 0x88A8): Wireshark 4.0
+#: reads it as an 802.1Q tag (packet-vlan.c registers its ``vlan.qinq_ethertype`` preference, 0x9100 by
+#: default, in the ``ethertype`` table beside 0x8100): the same ``vlan`` layer and fields
+ETHERTYPE_VLAN_9100 = 0x9100
+#: the EtherTypes an 802.1Q tag (:class:`VLAN`) follows
+VLAN_TPIDS = (ETHERTYPE_VLAN, ETHERTYPE_VLAN_9100)
 ETHERTYPE_ROCE = 0x8915  # RoCEv1 (IBA Annex A16)
 IPPROTO_TCP = 6
 IPPROTO_UDP = 17
