@@ -226,7 +226,8 @@ class Conversations:
         tcp.relative_sequence_numbers): counted from each direction's SYN (0), or, a direction whose SYN
         the capture missed, from one before its first sequence number (1); the acknowledgment from the
         other direction's (without the ACK flag: the field as it is); the next sequence number after the segment's length,
-        SYN and FIN counting one each."""
+        and one more for a SYN or a FIN: one, not two, for a segment with both (packet-tcp.c tests the two flags
+        together)."""
         # (a bogus header length: its flags and acknowledgment number not shown, but counted, as tshark)
         flags, seq = fields.get("tcp.flags", fields.get(HIDDEN_TCP_FLAGS, 0)), fields.get("tcp.seq_raw")
         ack = fields.get("tcp.ack_raw", fields.get(HIDDEN_TCP_ACK))
@@ -262,7 +263,7 @@ class Conversations:
             rel_ack = (ack - theirs) % (1 << 32)
         else:  # (no acknowledgment: the field as it is, tshark shows it raw)
             rel_ack = ack
-        return rel, rel_ack, (rel + length + (flags & 0x02 != 0) + (flags & 0x01 != 0)) % (1 << 32)
+        return rel, rel_ack, (rel + length + (flags & 0x03 != 0)) % (1 << 32)
 
     def _remember(self, key: tuple[Any, ...], base: int) -> None:
         if len(self._base) >= 2 * self._most:
@@ -447,7 +448,7 @@ class Conversations:
         if values:
             rel = np.where(has_len, (sq - base_at(sdir, 2 * rows)) % (1 << 32), sq)
             rel_ack = np.where(acked, (ak - base_at(rdir, 2 * rows + 1)) % (1 << 32), ak)
-            nxt = (rel + ln + is_syn + ((fl & 0x01) != 0)) % (1 << 32)
+            nxt = (rel + ln + ((fl & 0x03) != 0)) % (1 << 32)  # (SYN or FIN: one, as _relative_one)
         else:  # (the state alone: follow_bases)
             rel = rel_ack = nxt = empty
         # the state the rows one by one leave: each direction's last firm base, else its prior, else its first
