@@ -261,6 +261,10 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
             return
         if ip4.total_length == 0:  # left for the NIC to fill in (segmentation offload): the frame's length,
             end = len(data)        # as Wireshark presumes it (packet-ip.c)
+            # ip.len is the length presumed, the rest of the frame on the wire (packet-ip.c: the IP tvb's
+            # reported length, not what was captured; "reported as 0, presumed to be because of TSO")
+            presumed = (len(data) if reported is None else reported) - pos
+            pkt.layers[-1] = Layer(ip4.replace(total_length=presumed), pos)
         elif ip4.total_length < hl:  # nothing after the header can be trusted (Wireshark: "Bogus IP length")
             pkt.layers[-1] = Layer(IPv4BogusLength.decode(data, pos), pos)  # (up to its length: all tshark shows)
             pkt.info = f"Bogus IP length ({ip4.total_length}, less than header length {hl})"
