@@ -18,13 +18,30 @@ from rdmalab.wire.control import ECHO_TYPES, ICMPEcho, ICMPv6Echo
 from rdmalab.wire.frame import tcp_segment_length
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import GRH, LRH, IPoIB
-from rdmalab.wire.net import TCP, Ethernet, EthernetBadType, EthernetLength, EthernetTrailer, IPv4, IPv6, tcp_flag_names
+from rdmalab.wire.net import (
+    TCP,
+    Ethernet,
+    EthernetBadType,
+    EthernetLength,
+    EthernetTrailer,
+    IPv4,
+    IPv4RouteDestination,
+    IPv6,
+    tcp_flag_names,
+)
 from rdmalab.wire.packet import Packet, SendMessage
 
 if TYPE_CHECKING:
     from rdmalab.capture.reader import CapturedPacket
 
 _PROTOCOL = {"rocev2": "RRoCE", "rocev1": "RoCE", "ib": "InfiniBand", "iwarp": "iWARP", "tcp": "TCP", "pfc": "MAC CTRL"}
+
+
+def _ipv4_dst(pkt: Packet) -> int:
+    """The destination of a packet's IPv4 datagram: a source route's last address where its options hold one
+    with addresses left (wire.net.IPv4RouteDestination), as tshark's ip.dst, else the header's."""
+    route = pkt.get(IPv4RouteDestination)
+    return route.dst if route is not None else pkt[IPv4].dst
 
 
 def endpoints(pkt: Packet) -> tuple[str, str]:
@@ -34,7 +51,7 @@ def endpoints(pkt: Packet) -> tuple[str, str]:
         ip = pkt.get(cls)
         if ip is not None:
             if cls is IPv4:
-                return str(ipaddress.IPv4Address(ip.src)), str(ipaddress.IPv4Address(ip.dst))  # type: ignore[attr-defined]
+                return str(ipaddress.IPv4Address(ip.src)), str(ipaddress.IPv4Address(_ipv4_dst(pkt)))  # type: ignore[attr-defined]
             return str(ipaddress.IPv6Address(ip.src)), str(ipaddress.IPv6Address(ip.dst))  # type: ignore[attr-defined]
     grh = pkt.get(GRH)
     if grh is not None:
@@ -672,7 +689,7 @@ def _ip_pair(pkt: Packet) -> tuple[int, int]:
     for cls in (IPv4, IPv6):
         ip = pkt.get(cls)
         if ip is not None:
-            return ip.src, ip.dst  # type: ignore[attr-defined]
+            return ip.src, _ipv4_dst(pkt) if cls is IPv4 else ip.dst  # type: ignore[attr-defined]
     return 0, 0
 
 

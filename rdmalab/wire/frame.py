@@ -73,6 +73,8 @@ from rdmalab.wire.net import (
     IPv4,
     IPv4Bogus,
     IPv4BogusLength,
+    IPv4Routed,
+    IPv4RouteDestination,
     IPv6,
     IPv6DestOptions,
     IPv6Fragment,
@@ -84,6 +86,7 @@ from rdmalab.wire.net import (
     UDPPorts,
     VLANLength,
     ethernet_trailer,
+    source_route_destination,
     tcp_checksum,
 )
 from rdmalab.wire.packet import Layer, Packet, _problem, decode_transport, encode_ib, encode_transport, guarded
@@ -274,6 +277,13 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
             return
         else:
             end = pkt.datagram_end = pos + ip4.total_length
+        if hl > 20 and (route := source_route_destination(data, pos, hl)) is not None:
+            # a source route with addresses left: the header's destination is the next hop (ip.cur_rt), the
+            # route's last address the datagram's destination (ip.dst, ip.addr, the conversation's), as
+            # packet-ip.c shows them
+            shown = pkt.layers[-1].header
+            pkt.layers[-1] = Layer(IPv4Routed(**{f.name: getattr(shown, f.name) for f in IPv4.LAYOUT.fields}), pos)
+            pkt.layers.append(Layer(IPv4RouteDestination.decode(data, route), route))
         proto, hops = ip4.protocol, ip4.ttl
         if ip4.frag_offset or ip4.flags & 1:
             pkt.payload_offset, pkt.payload_length = pos + hl, max(0, min(end, len(data)) - pos - hl)
