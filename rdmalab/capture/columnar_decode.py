@@ -779,13 +779,13 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     frame_end = (np.where(blk.wirelen > 0, blk.wirelen, caplen).astype(np.int64)
                  - np.where(eth, np.maximum(blk.fcs_lens(), 0), 0))
     iplen = np.where((ip6 | (iplen != 0)) & (l3 + iplen > frame_end) & (frame_end >= l3), frame_end - l3, iplen)
-    L["tcp.len"] = tcp & ((~ip6 & (iplen == 0)) | (l3 + iplen >= l4 + thl))
-    # an IPv4 total length of 0 (left for the NIC to fill in: segmentation offload): the datagram is what
-    # was captured, up to the frame's end on the wire, as wire.frame._ip takes it (tcp.len, the analysis
-    # and the iWARP streams read the segment's payload from here)
-    tso = ~ip6 & (iplen == 0)
+    # an IPv4 total length of 0 (left for the NIC to fill in: segmentation offload): the datagram is the rest
+    # of the frame on the wire, and ip.len that length, as tshark presumes it (packet-ip.c) and wire.frame._ip
+    tso = ip & ~ip6 & (iplen == 0) & (frame_end >= l3)
     if tso.any():
-        iplen = np.where(tso, np.where((caplen > frame_end) & (frame_end >= l3), frame_end, caplen) - l3, iplen)
+        iplen = np.where(tso, frame_end - l3, iplen)
+        data["ip.len"] = np.where(tso, iplen, data["ip.len"]).astype(np.uint16)
+    L["tcp.len"] = tcp & ((~ip6 & (iplen == 0)) | (l3 + iplen >= l4 + thl))
     # a UDP header its datagram ends inside: the fields it holds whole (wire.net.UDPPorts, UDPNoChecksum), as
     # tshark shows it; fewer than 4 octets, no UDP header
     dgram = l3 + iplen

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rdmalab.capture.blockpool import blocks_in_workers, default_workers, parallel_capture, run_beside
-from rdmalab.capture.columnar import _ethernet_only
+from rdmalab.capture.columnar import _ethernet_only, source_routes
 from rdmalab.capture.columnar_decode import (
     _TCP_INPUTS,
     CONVERSATION_INPUTS,
@@ -1036,7 +1036,10 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
     wanted = (*_FIELDS, *TCP_FIELDS) if flt is None else (*_FIELDS, *TCP_FIELDS, *flt.fields) if stateless \
         else (*_FIELDS, *flt.fields)
     cols = decode_block(blk, verify_icrc=True, fields=wanted, quotes=flt is not None and lenient)
-    fast = _fast_rows(blk, cols)
+    # (an IPv4 source route's destination is the per-packet decoder's, not the columns': those frames' lines
+    # are its, columnar.source_routes)
+    routed = source_routes(blk)
+    fast = _fast_rows(blk, cols) & ~routed
     fast[n:] = False
     mask = None
     if flt is not None:
@@ -1054,12 +1057,13 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
         others = others[~quoting | passed]
     quotes = np.zeros(0, dtype=np.int64)
     if len(others) and (flt is None or kept.any()):
-        clean = _quoting_rows(blk, cols)[others] & (kept[others] if flt is not None else True)
+        clean = _quoting_rows(blk, cols)[others] & ~routed[others] & (kept[others] if flt is not None else True)
         quotes, others = others[clean], others[~clean]
     plain = np.zeros(0, dtype=np.int64)
     echoes: list[tuple[int, _Echo]] = []
     if len(others):
         kinds = _plain_rows(blk, cols)[others]
+        kinds[routed[others]] = 0
         plain, others = others[kinds != 0], others[kinds == 0]
     text, starts = _fast_text(blk, cols, rows, t0, starts=len(others) > 0 or len(quotes) > 0 or len(plain) > 0)
     if len(quotes) or len(plain):
@@ -1078,7 +1082,7 @@ def _render_block(blk: RecordBlock, t0: int, flt: Any, n: int, lenient: bool = T
         return _BlockText(blk.first, [text] if text else [])
     assert starts is not None
     if flt is None or stateless:
-        clean = clean_tcp(blk, cols)[others]
+        clean = clean_tcp(blk, cols)[others] & ~routed[others]
         tcp_rows, others = others[clean], others[~clean]
     else:
         tcp_rows = others[:0]

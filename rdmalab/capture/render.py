@@ -18,13 +18,30 @@ from rdmalab.wire.control import ECHO_TYPES, ICMPEcho, ICMPv6Echo
 from rdmalab.wire.frame import tcp_segment_length
 from rdmalab.wire.header import Header
 from rdmalab.wire.ib import GRH, LRH, IPoIB
-from rdmalab.wire.net import TCP, Ethernet, EthernetBadType, EthernetLength, EthernetTrailer, IPv4, IPv6, tcp_flag_names
+from rdmalab.wire.net import (
+    TCP,
+    Ethernet,
+    EthernetBadType,
+    EthernetLength,
+    EthernetTrailer,
+    IPv4,
+    IPv4RouteDestination,
+    IPv6,
+    tcp_flag_names,
+)
 from rdmalab.wire.packet import Packet, SendMessage
 
 if TYPE_CHECKING:
     from rdmalab.capture.reader import CapturedPacket
 
 _PROTOCOL = {"rocev2": "RRoCE", "rocev1": "RoCE", "ib": "InfiniBand", "iwarp": "iWARP", "tcp": "TCP", "pfc": "MAC CTRL"}
+
+
+def _ipv4_dst(pkt: Packet) -> int:
+    """The destination of a packet's IPv4 datagram: a source route's last address where its options hold one
+    with addresses left (wire.net.IPv4RouteDestination), as tshark's ip.dst, else the header's."""
+    route = pkt.get(IPv4RouteDestination)
+    return route.dst if route is not None else pkt[IPv4].dst
 
 
 def endpoints(pkt: Packet) -> tuple[str, str]:
@@ -34,7 +51,7 @@ def endpoints(pkt: Packet) -> tuple[str, str]:
         ip = pkt.get(cls)
         if ip is not None:
             if cls is IPv4:
-                return str(ipaddress.IPv4Address(ip.src)), str(ipaddress.IPv4Address(ip.dst))  # type: ignore[attr-defined]
+                return str(ipaddress.IPv4Address(ip.src)), str(ipaddress.IPv4Address(_ipv4_dst(pkt)))  # type: ignore[attr-defined]
             return str(ipaddress.IPv6Address(ip.src)), str(ipaddress.IPv6Address(ip.dst))  # type: ignore[attr-defined]
     grh = pkt.get(GRH)
     if grh is not None:
@@ -226,7 +243,8 @@ class Conversations:
         tcp.relative_sequence_numbers): counted from each direction's SYN (0), or, a direction whose SYN
         the capture missed, from one before its first sequence number (1); the acknowledgment from the
         other direction's (without the ACK flag: the field as it is); the next sequence number after the segment's length,
-        SYN and FIN counting one each."""
+        and one more for a SYN or a FIN: one, not two, for a segment with both (packet-tcp.c tests the two flags
+        together)."""
         # (a bogus header length: its flags and acknowledgment number not shown, but counted, as tshark)
         flags, seq = fields.get("tcp.flags", fields.get(HIDDEN_TCP_FLAGS, 0)), fields.get("tcp.seq_raw")
         ack = fields.get("tcp.ack_raw", fields.get(HIDDEN_TCP_ACK))
@@ -262,7 +280,7 @@ class Conversations:
             rel_ack = (ack - theirs) % (1 << 32)
         else:  # (no acknowledgment: the field as it is, tshark shows it raw)
             rel_ack = ack
-        return rel, rel_ack, (rel + length + (flags & 0x02 != 0) + (flags & 0x01 != 0)) % (1 << 32)
+        return rel, rel_ack, (rel + length + (flags & 0x03 != 0)) % (1 << 32)
 
     def _remember(self, key: tuple[Any, ...], base: int) -> None:
         if len(self._base) >= 2 * self._most:
@@ -447,7 +465,7 @@ class Conversations:
         if values:
             rel = np.where(has_len, (sq - base_at(sdir, 2 * rows)) % (1 << 32), sq)
             rel_ack = np.where(acked, (ak - base_at(rdir, 2 * rows + 1)) % (1 << 32), ak)
-            nxt = (rel + ln + is_syn + ((fl & 0x01) != 0)) % (1 << 32)
+            nxt = (rel + ln + ((fl & 0x03) != 0)) % (1 << 32)  # (SYN or FIN: one, as _relative_one)
         else:  # (the state alone: follow_bases)
             rel = rel_ack = nxt = empty
         # the state the rows one by one leave: each direction's last firm base, else its prior, else its first
@@ -671,7 +689,7 @@ def _ip_pair(pkt: Packet) -> tuple[int, int]:
     for cls in (IPv4, IPv6):
         ip = pkt.get(cls)
         if ip is not None:
-            return ip.src, ip.dst  # type: ignore[attr-defined]
+            return ip.src, _ipv4_dst(pkt) if cls is IPv4 else ip.dst  # type: ignore[attr-defined]
     return 0, 0
 
 

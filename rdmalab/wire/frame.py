@@ -66,12 +66,15 @@ from rdmalab.wire.net import (
     TCP,
     UDP,
     VLAN,
+    VLAN_TPIDS,
     Ethernet,
     EthernetBadType,
     EthernetLength,
     IPv4,
     IPv4Bogus,
     IPv4BogusLength,
+    IPv4Routed,
+    IPv4RouteDestination,
     IPv6,
     IPv6DestOptions,
     IPv6Fragment,
@@ -83,6 +86,7 @@ from rdmalab.wire.net import (
     UDPPorts,
     VLANLength,
     ethernet_trailer,
+    source_route_destination,
     tcp_checksum,
 )
 from rdmalab.wire.packet import Layer, Packet, _problem, decode_transport, encode_ib, encode_transport, guarded
@@ -181,8 +185,8 @@ def _tagged(pkt: Packet) -> bool:
 
 def _after_ethertype(data: bytes, pkt: Packet, ethertype: int, pos: int, lenient: bool, ports: tuple[int, ...],
                      reported: int | None = None) -> None:
-    while ethertype in (ETHERTYPE_VLAN, ETHERTYPE_QINQ):
-        tag: VLAN | QinQ = (VLAN if ethertype == ETHERTYPE_VLAN else QinQ).decode(data, pos)
+    while ethertype in VLAN_TPIDS or ethertype == ETHERTYPE_QINQ:
+        tag: VLAN | QinQ = (VLAN if ethertype in VLAN_TPIDS else QinQ).decode(data, pos)
         if type(tag) is VLAN and tag.ethertype <= MAX_8023_LENGTH:  # (a length after the tag: its LLC PDU)
             pkt.layers.append(Layer(VLANLength.decode(data, pos), pos))
             _client_data(data, pkt, pos + 4, tag.ethertype, "VLAN", lenient, reported)
@@ -264,6 +268,10 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
             return
         if ip4.total_length == 0:  # left for the NIC to fill in (segmentation offload): the frame's length,
             end = len(data)        # as Wireshark presumes it (packet-ip.c)
+            # ip.len is the length presumed, the rest of the frame on the wire (packet-ip.c: the IP tvb's
+            # reported length, not what was captured; "reported as 0, presumed to be because of TSO")
+            presumed = (len(data) if reported is None else reported) - pos
+            pkt.layers[-1] = Layer(ip4.replace(total_length=presumed), pos)
         elif ip4.total_length < hl:  # nothing after the header can be trusted (Wireshark: "Bogus IP length")
             pkt.layers[-1] = Layer(IPv4BogusLength.decode(data, pos), pos)  # (up to its length: all tshark shows)
             pkt.info = f"Bogus IP length ({ip4.total_length}, less than header length {hl})"
@@ -273,6 +281,13 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
             return
         else:
             end = pkt.datagram_end = pos + ip4.total_length
+        if hl > 20 and (route := source_route_destination(data, pos, hl)) is not None:
+            # a source route with addresses left: the header's destination is the next hop (ip.cur_rt), the
+            # route's last address the datagram's destination (ip.dst, ip.addr, the conversation's), as
+            # packet-ip.c shows them
+            shown = pkt.layers[-1].header
+            pkt.layers[-1] = Layer(IPv4Routed(**{f.name: getattr(shown, f.name) for f in IPv4.LAYOUT.fields}), pos)
+            pkt.layers.append(Layer(IPv4RouteDestination.decode(data, route), route))
         proto, hops = ip4.protocol, ip4.ttl
         if ip4.frag_offset or ip4.flags & 1:
             pkt.payload_offset, pkt.payload_length = pos + hl, max(0, min(end, len(data)) - pos - hl)

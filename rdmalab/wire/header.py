@@ -152,8 +152,8 @@ class Header:
 
     __slots__ = ()
     LAYOUT: ClassVar[Layout]
-    #: a capture's pseudo-header (an ERF record's headers), not part of the frame: a packet's summary
-    #: does not name it among the frame's headers
+    #: a capture's pseudo-header (an ERF record's headers), not part of the frame, or a part of a header shown
+    #: apart (an IPv4 source route's destination): a packet's summary does not name it among the frame's headers
     PSEUDO: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ decode

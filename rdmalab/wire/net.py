@@ -18,6 +18,12 @@ ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_IPV6 = 0x86DD
 ETHERTYPE_VLAN = 0x8100
 ETHERTYPE_QINQ = 0x88A8
+#: the TPID of pre-802.1ad stacked tags (Cisco's and others' "QinQ" before IEEE gave 0x88A8): Wireshark 4.0
+#: reads it as an 802.1Q tag (packet-vlan.c registers its ``vlan.qinq_ethertype`` preference, 0x9100 by
+#: default, in the ``ethertype`` table beside 0x8100): the same ``vlan`` layer and fields
+ETHERTYPE_VLAN_9100 = 0x9100
+#: the EtherTypes an 802.1Q tag (:class:`VLAN`) follows
+VLAN_TPIDS = (ETHERTYPE_VLAN, ETHERTYPE_VLAN_9100)
 ETHERTYPE_ROCE = 0x8915  # RoCEv1 (IBA Annex A16)
 IPPROTO_TCP = 6
 IPPROTO_UDP = 17
@@ -256,6 +262,12 @@ _IPV4_FIRST_4 = (*_IPV4_FIRST_2, F("dscp", 6, "ip.dsfield.dscp"),
                  F("ecn", 2, "ip.dsfield.ecn", doc="RFC 3168 5: 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE (Congestion Experienced)"), F("total_length", 16, "ip.len"))
 
 
+#: an IPv4 header's fields up to its source address (:class:`IPv4`, :class:`IPv4Routed`)
+_IPV4_TO_SRC = (*_IPV4_FIRST_4, F("identification", 16, "ip.id", fmt="hex"), F("flags", 3, "ip.flags", fmt="hex"),
+                F("frag_offset", 13, "ip.frag_offset"), F("ttl", 8, "ip.ttl"), F("protocol", 8, "ip.proto"),
+                F("checksum", 16, "ip.checksum", fmt="hex"), F("src", 32, "ip.src", fmt="ipv4"))
+
+
 @dataclass(frozen=True, slots=True)
 class IPv4(Header):
     version: int = 4
@@ -272,20 +284,7 @@ class IPv4(Header):
     src: int = 0
     dst: int = 0
 
-    LAYOUT: ClassVar[Layout] = layout(
-        "IPv4",
-        "RFC 791 3.1",
-        *_IPV4_FIRST_4,
-        F("identification", 16, "ip.id", fmt="hex"),
-        F("flags", 3, "ip.flags", fmt="hex"),
-        F("frag_offset", 13, "ip.frag_offset"),
-        F("ttl", 8, "ip.ttl"),
-        F("protocol", 8, "ip.proto"),
-        F("checksum", 16, "ip.checksum", fmt="hex"),
-        F("src", 32, "ip.src", fmt="ipv4"),
-        F("dst", 32, "ip.dst", fmt="ipv4"),
-        ws="ip",
-    )
+    LAYOUT: ClassVar[Layout] = layout("IPv4", "RFC 791 3.1", *_IPV4_TO_SRC, F("dst", 32, "ip.dst", fmt="ipv4"), ws="ip")
 
     #: each flag bit's own Wireshark field (FT_BOOLEAN within the 3-bit ip.flags: reserved, Don't
     #: Fragment, More Fragments, RFC 791 3.1; packet-ip.c's hf_ip_flags_rf/df/mf), as display
@@ -307,6 +306,60 @@ class IPv4(Header):
     def with_checksum(self) -> IPv4:
         """The same header with its checksum computed (RFC 791, one's complement sum)."""
         return self.replace(checksum=internet_checksum(self.replace(checksum=0).encode()))
+
+
+#: the IPv4 options (RFC 791 3.1) that name the route a datagram is to take: Loose and Strict Source and Record Route
+IPOPT_LSRR, IPOPT_SSRR = 131, 137
+
+
+def source_route_destination(data: bytes, pos: int, header_len: int) -> int | None:
+    """Where the final destination of the IPv4 header at ``pos`` (``header_len`` octets) is, when its
+    options hold a loose or strict source route that has addresses left (its pointer at one of them):
+    the route's last address (RFC 791 3.1: the header's destination is only the next hop); None when there
+    is none, as Wireshark 4.0 finds it (packet-ip.c ``get_dst_offset``: the first such option, the options
+    walked by their lengths, stopping at an end-of-list option or a length that does not fit)."""
+    at, end = pos + 20, min(pos + header_len, len(data))
+    while at < end:
+        kind = data[at]
+        if kind == 0:  # (end of the option list)
+            return None
+        if kind == 1:  # (no operation: one octet)
+            at += 1
+            continue
+        if at + 1 >= end:
+            return None
+        length = data[at + 1]
+        if length < 2 or at + length > end:
+            return None
+        if kind in (IPOPT_LSRR, IPOPT_SSRR):
+            pointer = data[at + 2] if at + 2 < end else 0
+            if pointer < 4 or pointer & 3 or pointer > length:  # (the route used up: the header's destination)
+                return None
+            return at + length - 4
+        at += length
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class IPv4Routed(IPv4):
+    """An IPv4 header whose options hold a source route with addresses left (:func:`source_route_destination`):
+    its destination field is the route's current hop, which Wireshark names ``ip.cur_rt``; ``ip.dst`` (the
+    summary's, the conversations') is the route's last address, :class:`IPv4RouteDestination` after it."""
+
+    LAYOUT: ClassVar[Layout] = layout("IPv4", "RFC 791 3.1", *_IPV4_TO_SRC, F("dst", 32, "ip.cur_rt", fmt="ipv4"),
+                                      ws="ip")
+
+
+@dataclass(frozen=True, slots=True)
+class IPv4RouteDestination(Header):
+    """The last address of an IPv4 source route option, the datagram's final destination: Wireshark's
+    ``ip.dst`` (and ``ip.addr``) of such a datagram, shown in the option (packet-ip.c)."""
+
+    dst: int = 0
+
+    PSEUDO: ClassVar[bool] = True  # (an address within the IPv4 header's options: a summary names no header for it)
+    LAYOUT: ClassVar[Layout] = layout("IPv4 source route destination", "RFC 791 3.1 (Source and Record Route)",
+                                      F("dst", 32, "ip.dst", fmt="ipv4"), ws="ip")
 
 
 @dataclass(frozen=True, slots=True)
