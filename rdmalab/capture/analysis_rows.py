@@ -40,7 +40,10 @@ from rdmalab.capture.columnar import (
     columns_from_dicts,
     cooked_tags,
     decode_block,
+    ipv6_extensions,
     record_blocks,
+    source_routes,
+    stacked_tags,
 )
 from rdmalab.capture.columnar_decode import QUOTED, QUOTING, erf_ethernet_view, per_packet_row
 from rdmalab.capture.iwarp_conns import IWARP_FIELDS, SEQ_POINTS_MAX, IwarpConns
@@ -365,7 +368,10 @@ def block_columns(blk: RecordBlock, fields: tuple[str, ...], tracker: Any) -> Co
     :mod:`rdmalab.capture.top`)."""
     blk = erf_ethernet_view(blk)
     cols = decode_block(blk, fields=fields, tracker=tracker)
-    eth = np.isin(blk.linktype, COLUMNAR_LINKTYPES) & ~cooked_tags(blk)
+    # (the frames the columns do not read whole go one by one, as :func:`~rdmalab.capture.columnar._ethernet_only`
+    # says of a block: tags past an 802.1ad one and an 802.1Q one, IPv6 extension headers, IPv4 source routes)
+    eth = (np.isin(blk.linktype, COLUMNAR_LINKTYPES) & ~cooked_tags(blk) & ~stacked_tags(blk)
+           & ~ipv6_extensions(blk) & ~source_routes(blk))
     if not eth.all():
         other = np.nonzero(~eth)[0].tolist()
         dicts = []

@@ -80,3 +80,30 @@ def test_the_json_vlan_layers_and_lines(tmp_path: Path, capsys: Any) -> None:
     lines = decode(capsys, "-r", path)
     assert lines == decode(capsys, "--no-columnar", "-r", path)
     assert lines.count("40000 → 5001 [ACK]") == 6
+
+
+@pytest.mark.parametrize("tpids", [(0x9100,), (0x8100, 0x8100), (0x9100, 0x8100), (0x88A8, 0x8100, 0x8100)],
+                         ids=["9100", "two 802.1Q", "9100 then 802.1Q", "three tags"])
+def test_analyze_and_top_read_the_frames_behind_the_tags(tmp_path: Path, capsys: Any, tpids: tuple[int, ...]) -> None:
+    """``analyze`` and ``top`` find in a real rxe capture whose every frame carries tags the columns do not
+    read (0x9100, two 802.1Q tags, three tags) what they find in the untagged capture (the connections,
+    messages, NAKs and retransmissions): such frames go to the per-packet decoder, as ``decode``'s do.  They
+    found no RDMA packet at all before."""
+    import json
+    import struct
+
+    from rdmalab.capture import records
+    from rdmalab.cli import main
+
+    src = Path(__file__).resolve().parents[2] / "captures" / "rxe_write_bw_loss.pcap"
+    tags = b"".join(struct.pack(">HH", tp, 5 + i) for i, tp in enumerate(tpids))
+    path = tmp_path / "tagged.pcap"
+    write_capture(path, [(r.ns, bytes(r.data)[:12] + tags + bytes(r.data)[12:]) for r in records(src)], nano=False)
+    outs = []
+    for p in (path, src):
+        assert main(["analyze", str(p)]) == 0
+        outs.append(capsys.readouterr().out.splitlines()[1:])
+        assert main(["top", "-r", str(p), "--once", "--speed", "max", "-T", "json"]) == 0
+        outs.append(json.loads(capsys.readouterr().out))
+    assert outs[0] == outs[2] and len(outs[0]) > 10 and "retransmission" in "\n".join(outs[0])
+    assert outs[1] == outs[3]
