@@ -61,6 +61,7 @@ from rdmalab.capture.render import (
     Conversations,
     TcpWindowScaling,
     conversation_key,
+    quoted_seq,
     sack_delivered,
     window_shift_option,
 )
@@ -311,9 +312,8 @@ def fill_conversations(cols: Columns, conversations: Conversations, *, udp: bool
             raw = got[QUOTED]
             if not isinstance(raw.get(proto + ".srcport"), int) or not isinstance(raw.get(proto + ".dstport"), int):
                 continue
-            if proto == "tcp" and "tcp.flags" not in raw and "tcp.hdr_len" not in raw:  # a quote of 8 octets: no conversation
-                got["tcp.seq"] = raw["tcp.seq_raw"]
-                continue
+            if proto == "tcp" and "tcp.flags" not in raw and "tcp.hdr_len" not in raw:  # a quote of 8 to 15 octets:
+                continue  # no conversation (an IPv4 quote's tcp.seq: its header's own, wire.net.TCPQuoted)
             quotes.append((r, raw))
         if not len(mine) and not quotes:
             continue
@@ -354,7 +354,7 @@ def fill_conversations(cols: Columns, conversations: Conversations, *, udp: bool
                 ends[q, j, 17:19] = np.frombuffer(int(raw[f"{proto}.{which}port"]).to_bytes(2, "big"), dtype=np.uint8)
             if proto == "tcp":
                 # (a quote cut after its ports and sequence number, as an ICMP error may carry it, has no flags)
-                flags[q], seq[q] = raw.get("tcp.flags", 0), raw.get("tcp.seq_raw", 0)
+                flags[q], seq[q] = raw.get("tcp.flags", 0), quoted_seq(raw) or 0
                 ack[q], hdr[q] = raw.get("tcp.ack_raw", 0), raw.get("tcp.hdr_len", 20)
         ends[:, :, 0] = six[:, None]
         flat = ends.reshape(-1, 19)
@@ -982,7 +982,7 @@ QUOTING = "\0quoting"
 
 #: the fields :meth:`Conversations.add` reads (addresses as integers, as the columns key conversations)
 _CONVERSATION_INPUT = ("tcp.srcport", "tcp.dstport", "udp.srcport", "udp.dstport", "tcp.flags", "tcp.seq_raw",
-                       "tcp.ack_raw", "tcp.len", "tcp.hdr_len")
+                       "tcp.seq", "tcp.ack_raw", "tcp.len", "tcp.hdr_len")
 
 
 def _conversation_fields(got: dict[str, Any], addresses: dict[str, Any] | None = None) -> dict[str, Any]:
