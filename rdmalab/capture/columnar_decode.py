@@ -754,9 +754,11 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     l4 = np.where(ip6, l3 + 40, l3 + ihl * 4)
     proto = np.where(ip6, nxt6, proto4)
     # (a total length shorter than the header: nothing after it is read, as per packet; 0: the frame's;
-    # a first fragment, More Fragments set: its payload is not read either, as per packet)
+    # a first fragment, More Fragments set: its payload is not read either, as per packet, unless the capture
+    # cut it (a snap length): tshark then reads its headers, as wire.frame._ip; such a segment has no tcp.len)
     len4 = data["ip.len"].astype(np.int64)
-    l4ok = (ip & (frag == 0) & ((ff >> u64(13)) & u64(1) == 0) & (ihl >= 5) & ((len4 == 0) | (len4 >= ihl * 4))) | ip6
+    mf = ip & ((ff >> u64(13)) & u64(1) != 0)
+    l4ok = (ip & (frag == 0) & (~mf | (l3 + len4 > caplen)) & (ihl >= 5) & ((len4 == 0) | (len4 >= ihl * 4))) | ip6
     udp = l4ok & (proto == 17) & (caplen >= l4 + 8)
     tcp = l4ok & (proto == 6) & (caplen >= l4 + 20)
     L["udp"], L["tcp"] = udp, tcp
@@ -779,7 +781,7 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     frame_end = (np.where(blk.wirelen > 0, blk.wirelen, caplen).astype(np.int64)
                  - np.where(eth, np.maximum(blk.fcs_lens(), 0), 0))
     iplen = np.where((ip6 | (iplen != 0)) & (l3 + iplen > frame_end) & (frame_end >= l3), frame_end - l3, iplen)
-    L["tcp.len"] = tcp & ((~ip6 & (iplen == 0)) | (l3 + iplen >= l4 + thl))
+    L["tcp.len"] = tcp & ~mf & ((~ip6 & (iplen == 0)) | (l3 + iplen >= l4 + thl))
     # an IPv4 total length of 0 (left for the NIC to fill in: segmentation offload): the datagram is what
     # was captured, up to the frame's end on the wire, as wire.frame._ip takes it (tcp.len, the analysis
     # and the iWARP streams read the segment's payload from here)

@@ -274,7 +274,9 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         else:
             end = pkt.datagram_end = pos + ip4.total_length
         proto, hops = ip4.protocol, ip4.ttl
-        if ip4.frag_offset or ip4.flags & 1:
+        if ip4.frag_offset or ip4.flags & 1 and end <= len(data):  # a fragment: its payload is not read; but a
+            # first fragment the capture cut (a snap length) is read as far as it goes, as tshark does (packet-ip.c
+            # reassembles only fragments captured whole, and hands the first one of any other datagram on)
             pkt.payload_offset, pkt.payload_length = pos + hl, max(0, min(end, len(data)) - pos - hl)
             pkt.ip_fragment = True
             return
@@ -423,6 +425,8 @@ def tcp_segment_length(pkt: Packet) -> int | None:
     ip, tcp = ip_layer.header, pkt.layers[at]
     assert isinstance(tcp.header, TCP)
     if isinstance(ip, IPv4):
+        if ip.flags & 1:  # the first fragment of a datagram (cut, or its segment is not read): packet-tcp.c
+            return None  # counts no segment length in a fragment (raw sequence numbers, no Len=)
         if ip.total_length == 0:  # left for the NIC to fill in: the frame's length
             return pkt.payload_length
         wire_end = ip_layer.offset + ip.total_length
