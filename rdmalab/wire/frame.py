@@ -83,6 +83,7 @@ from rdmalab.wire.net import (
     TCPQuoted6,
     TCPQuotedHead,
     TCPQuotedHead4,
+    TCPQuotedPorts,
     UDPNoChecksum,
     UDPPorts,
     VLANLength,
@@ -362,11 +363,11 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         pkt.payload_offset, pkt.payload_length = pos + size, end - pos - size
         if end - pos > 8 and data[pos] in (ICMPV6_ERRORS if six else ICMP_ERRORS):  # (a quote's own: nested)
             pkt.quoted = _quoted(data[:end], pos + 8, ports)
-    elif proto == IPPROTO_TCP and quote and pos + 20 > end >= pos + 8:  # a quote of part of the header:
-        # as tshark shows it (packet-tcp.c): 8 to 15 octets, the ports and (IPv4) the sequence number; 16 to 19,
-        # up to the window (wire.net.TCPQuoted ...)
+    elif proto == IPPROTO_TCP and quote and pos + 20 > end >= pos + 4:  # a quote of part of the header:
+        # as tshark shows it (packet-tcp.c): 4 to 7 octets, the ports; 8 to 15, the ports and (IPv4) the sequence
+        # number; 16 to 19, up to the window (wire.net.TCPQuoted ...)
         kind = (TCPQuotedHead4 if version == 4 else TCPQuotedHead) if end >= pos + 16 else \
-            TCPQuoted if version == 4 else TCPQuoted6
+            TCPQuotedPorts if end < pos + 8 else TCPQuoted if version == 4 else TCPQuoted6
         pkt.layers.append(Layer(kind.decode(data, pos), pos))
     elif proto == IPPROTO_TCP:
         # (a quote of an IPv4 datagram: its sequence number as tshark shows it there, wire.net.TCPQuoted4)

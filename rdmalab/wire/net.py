@@ -584,6 +584,17 @@ class TCPQuoted(Header):
 
 
 @dataclass(frozen=True, slots=True)
+class TCPQuotedPorts(Header):
+    """The first 4 to 7 octets of a TCP header in an ICMP error's quote (shorter than RFC 792 asks): the
+    ports alone, as tshark 4.0.17 shows them (packet-tcp.c), in no conversation."""
+
+    sport: int = 0
+    dport: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout("TCP", "RFC 9293 3.1 (the ports)", *_TCP_FIRST_8[:2], ws="tcp")
+
+
+@dataclass(frozen=True, slots=True)
 class TCPQuoted6(Header):
     """:class:`TCPQuoted` in the quote of an IPv6 datagram (an ICMPv6 error's): the ports alone, as
     tshark 4.0.17 shows 8 to 15 octets of TCP header there (packet-tcp.c reads the sequence number of

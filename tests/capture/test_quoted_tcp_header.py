@@ -91,3 +91,42 @@ def test_json_and_lines(tmp_path: Path, capsys: Any) -> None:
     tree = decode(capsys, "-V", "-r", path)
     assert tree == decode(capsys, "-V", "--no-columnar", "-r", path)
     assert "seq: 1001  {tcp.seq}" in tree and "window: 8192  {tcp.window_size_value}" in tree
+
+
+def _edges(path: Path) -> Path:
+    """Quotes of 4 and 6 octets of TCP header (the ports alone), of a header with options cut inside them,
+    and of a header whose length is bogus (under 20 octets: no window); IPv4 and IPv6."""
+    from scapy.layers.inet import ICMP, IP, TCP
+    from scapy.layers.inet6 import ICMPv6DestUnreach, IPv6
+    from scapy.layers.l2 import Ether
+
+    eth = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+    frames = []
+    syn = bytes(IP(src="10.0.0.1", dst="10.0.0.2", id=7) / TCP(
+        sport=3333, dport=4444, seq=1001, ack=5, flags="S", window=8192,
+        options=[("MSS", 1460), ("WScale", 7), ("NOP", None), ("NOP", None)]) / b"abc")
+    bogus = bytearray(bytes(IP(src="10.0.0.1", dst="10.0.0.2") / TCP(sport=3333, dport=4444, seq=1001, ack=5,
+                                                                       flags="PA")))
+    bogus[32] = 0x30  # a data offset of 3 (12 octets)
+    for quote in (*(syn[:20 + n] for n in (4, 6, 22, 28, 31)), *(bytes(bogus[:20 + n]) for n in (16, 20))):
+        frames.append(bytes(eth / IP(src="10.0.0.2", dst="10.0.0.1") / ICMP(type=3, code=4) / quote))
+    syn6 = bytes(IPv6(src="fe80::1", dst="fe80::2") / TCP(sport=3333, dport=4444, seq=1001, ack=5, flags="S",
+                                                         options=[("MSS", 1460)]))
+    for n in (4, 16, 22):
+        frames.append(bytes(eth / IPv6(src="fe80::2", dst="fe80::1") / ICMPv6DestUnreach() / syn6[:40 + n]))
+    write_capture(path, [((10 + i) * 10**9, f) for i, f in enumerate(frames)], nano=False)
+    return path
+
+
+@requires_tshark
+@pytest.mark.tshark
+@pytest.mark.parametrize("path_args", [[], ["--no-columnar"]])
+def test_short_and_odd_quotes(path_args: list[str], tmp_path: Path, capsys: Any) -> None:
+    """Before: a quote of 4 to 7 octets of TCP header had no TCP layer (tshark: the ports), and one of a
+    bogus header length showed a tcp.window_size (tshark: none)."""
+    path = str(_edges(tmp_path / "edges.pcap"))
+    fields = ["-T", "fields", *(a for f in FIELDS for a in ("-e", f))]
+    assert decode(capsys, *path_args, "-r", path, *fields) == tshark("-r", path, *fields)
+    for expr in ("tcp", "tcp.window_size", "tcp.port == 4444", "tcp.seq == 1001", "tcp.stream == 0"):
+        frames = ["-Y", expr, "-T", "fields", "-e", "frame.number"]
+        assert decode(capsys, *path_args, "-r", path, *frames) == tshark("-r", path, *frames), expr
