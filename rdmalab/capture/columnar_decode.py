@@ -61,6 +61,7 @@ from rdmalab.capture.render import (
     Conversations,
     TcpWindowScaling,
     conversation_key,
+    quoted_seq,
     sack_delivered,
     window_shift_option,
 )
@@ -311,9 +312,8 @@ def fill_conversations(cols: Columns, conversations: Conversations, *, udp: bool
             raw = got[QUOTED]
             if not isinstance(raw.get(proto + ".srcport"), int) or not isinstance(raw.get(proto + ".dstport"), int):
                 continue
-            if proto == "tcp" and "tcp.flags" not in raw and "tcp.hdr_len" not in raw:  # a quote of 8 octets: no conversation
-                got["tcp.seq"] = raw["tcp.seq_raw"]
-                continue
+            if proto == "tcp" and "tcp.flags" not in raw and "tcp.hdr_len" not in raw:  # a quote of 8 to 15 octets:
+                continue  # no conversation (an IPv4 quote's tcp.seq: its header's own, wire.net.TCPQuoted)
             quotes.append((r, raw))
         if not len(mine) and not quotes:
             continue
@@ -354,7 +354,7 @@ def fill_conversations(cols: Columns, conversations: Conversations, *, udp: bool
                 ends[q, j, 17:19] = np.frombuffer(int(raw[f"{proto}.{which}port"]).to_bytes(2, "big"), dtype=np.uint8)
             if proto == "tcp":
                 # (a quote cut after its ports and sequence number, as an ICMP error may carry it, has no flags)
-                flags[q], seq[q] = raw.get("tcp.flags", 0), raw.get("tcp.seq_raw", 0)
+                flags[q], seq[q] = raw.get("tcp.flags", 0), quoted_seq(raw) or 0
                 ack[q], hdr[q] = raw.get("tcp.ack_raw", 0), raw.get("tcp.hdr_len", 20)
         ends[:, :, 0] = six[:, None]
         flat = ends.reshape(-1, 19)
@@ -754,9 +754,11 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     l4 = np.where(ip6, l3 + 40, l3 + ihl * 4)
     proto = np.where(ip6, nxt6, proto4)
     # (a total length shorter than the header: nothing after it is read, as per packet; 0: the frame's;
-    # a first fragment, More Fragments set: its payload is not read either, as per packet)
+    # a first fragment, More Fragments set: its payload is not read either, as per packet, unless the capture
+    # cut it (a snap length): tshark then reads its headers, as wire.frame._ip; such a segment has no tcp.len)
     len4 = data["ip.len"].astype(np.int64)
-    l4ok = (ip & (frag == 0) & ((ff >> u64(13)) & u64(1) == 0) & (ihl >= 5) & ((len4 == 0) | (len4 >= ihl * 4))) | ip6
+    mf = ip & ((ff >> u64(13)) & u64(1) != 0)
+    l4ok = (ip & (frag == 0) & (~mf | (l3 + len4 > caplen)) & (ihl >= 5) & ((len4 == 0) | (len4 >= ihl * 4))) | ip6
     udp = l4ok & (proto == 17) & (caplen >= l4 + 8)
     tcp = l4ok & (proto == 6) & (caplen >= l4 + 20)
     L["udp"], L["tcp"] = udp, tcp
@@ -785,7 +787,7 @@ def _decode(blk: RecordBlock, verify_icrc: bool, wanted: frozenset[str] | None, 
     if tso.any():
         iplen = np.where(tso, frame_end - l3, iplen)
         data["ip.len"] = np.where(tso, iplen, data["ip.len"]).astype(np.uint16)
-    L["tcp.len"] = tcp & ((~ip6 & (iplen == 0)) | (l3 + iplen >= l4 + thl))
+    L["tcp.len"] = tcp & ~mf & ((~ip6 & (iplen == 0)) | (l3 + iplen >= l4 + thl))
     # a UDP header its datagram ends inside: the fields it holds whole (wire.net.UDPPorts, UDPNoChecksum), as
     # tshark shows it; fewer than 4 octets, no UDP header
     dgram = l3 + iplen
@@ -982,7 +984,7 @@ QUOTING = "\0quoting"
 
 #: the fields :meth:`Conversations.add` reads (addresses as integers, as the columns key conversations)
 _CONVERSATION_INPUT = ("tcp.srcport", "tcp.dstport", "udp.srcport", "udp.dstport", "tcp.flags", "tcp.seq_raw",
-                       "tcp.ack_raw", "tcp.len", "tcp.hdr_len")
+                       "tcp.seq", "tcp.ack_raw", "tcp.len", "tcp.hdr_len")
 
 
 def _conversation_fields(got: dict[str, Any], addresses: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -69,13 +69,18 @@ class WsField:
 
 def wireshark_packets(path: str | os.PathLike[str], *, tshark: str | None = None,
                       extra_args: Sequence[str] = ()) -> Iterator[tuple[int, dict[str, list[WsField]]]]:
-    """(frame number, {field name: [fields in tree order]}) for each packet, as tshark decodes it."""
+    """(frame number, {field name: [fields in tree order]}) for each packet, as tshark decodes it.
+
+    tshark 4.0 counts a pcapng custom block (block types 0x00000BAD and 0x40000BAD: its ``frame.cb_pen``) as a
+    frame, rdmalab reads none: such a record is left out here, and the frames after it numbered as rdmalab
+    numbers them (one less for each custom block before), so that the packets pair up."""
     exe = tshark or tshark_path()
     if exe is None:
         raise TsharkError("tshark is not installed (Debian/Ubuntu: apt-get install tshark)")
     cmd = [exe, *TSHARK_ARGS, *extra_args, "-r", os.fspath(path), "-T", "pdml"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None
+    custom = 0  # the custom blocks read so far (pcapng.c's records, tshark's frames; no packets to rdmalab)
     try:
         for _event, elem in ET.iterparse(proc.stdout, events=("end",)):
             if elem.tag != "packet":
@@ -93,7 +98,10 @@ def wireshark_packets(path: str | os.PathLike[str], *, tshark: str | None = None
                 if name == "frame.number":
                     number = int(wf.show)
             elem.clear()
-            yield number, fields
+            if "frame.cb_pen" in fields:
+                custom += 1
+                continue
+            yield number - custom, fields
     except ET.ParseError as err:
         stderr = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
         raise TsharkError(f"tshark output for {os.fspath(path)} could not be parsed ({err}); {stderr}") from None

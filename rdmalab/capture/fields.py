@@ -234,7 +234,8 @@ def frame_fields(cp: CapturedPacket, *, raw: bool = False, windows: TcpWindowSca
         if w is not None and "tcp.window_size_value" in out:  # (a bogus header length: a window in the line alone)
             out["tcp.window_size"] = shown_window(out, w)
         q = pkt.quoted.get(TCP) if pkt.quoted is not None and quotes else None
-        if q is not None:  # a quoted segment's window, unscaled (tshark knows no scale in a quote)
+        if q is not None and q.data_offset >= 5:  # a quoted segment's window, unscaled (tshark knows no scale in
+            # a quote; a bogus header length: no window shown)
             _add(out, "tcp.window_size", q.window)
     return out
 

@@ -183,9 +183,8 @@ class Conversations:
             sport, dport = fields.get(proto + ".srcport"), fields.get(proto + ".dstport")
             if not isinstance(sport, int) or not isinstance(dport, int):
                 continue  # (none, or an ICMP error's quoted header as well: not counted)
-            if proto == "tcp" and "tcp.flags" not in fields and "tcp.hdr_len" not in fields:  # a quote of 8 octets:
-                fields["tcp.seq"] = fields["tcp.seq_raw"]  # no conversation, the number as it is (as tshark)
-                return
+            if proto == "tcp" and "tcp.flags" not in fields and "tcp.hdr_len" not in fields:  # a quote of 8 to 15
+                return  # octets: no conversation (its tcp.seq, an IPv4 quote's, the header's own: wire.net.TCPQuoted)
             if proto == "udp" and fields.get(HIDDEN_UDP_CUT):  # a header its datagram cut, or a length under 8
                 return  # (wire.net.UDPPorts, UDPNoChecksum): no conversation, tshark counts none
             six = "ip.src" not in fields
@@ -199,7 +198,7 @@ class Conversations:
                 return
             a, b = (src, sport), (dst, dport)
             flags = fields.get("tcp.flags", fields.get(HIDDEN_TCP_FLAGS, 0)) if proto == "tcp" else 0
-            seq = fields.get("tcp.seq_raw")
+            seq = quoted_seq(fields)
             stream, mark = self._stream(conversation_key(proto, six, a, b), flags if isinstance(flags, int) else 0,
                                         seq if isinstance(seq, int) else 0, a, self._base.get)
             fields[proto + ".stream"] = stream
@@ -246,7 +245,7 @@ class Conversations:
         and one more for a SYN or a FIN: one, not two, for a segment with both (packet-tcp.c tests the two flags
         together)."""
         # (a bogus header length: its flags and acknowledgment number not shown, but counted, as tshark)
-        flags, seq = fields.get("tcp.flags", fields.get(HIDDEN_TCP_FLAGS, 0)), fields.get("tcp.seq_raw")
+        flags, seq = fields.get("tcp.flags", fields.get(HIDDEN_TCP_FLAGS, 0)), quoted_seq(fields)
         ack = fields.get("tcp.ack_raw", fields.get(HIDDEN_TCP_ACK))
         if not isinstance(seq, int) or not isinstance(ack, int) or not isinstance(flags, int):
             return
@@ -720,6 +719,13 @@ HIDDEN_TCP_FLAGS = "rdmalab.tcp_flags_unshown"
 HIDDEN_TCP_ACK = "rdmalab.tcp_ack_unshown"
 #: a UDP header tshark stops in (its datagram ends inside it, or its length is under 8): in no conversation
 HIDDEN_UDP_CUT = "rdmalab.udp_header_cut"
+
+
+def quoted_seq(fields: dict[str, Any]) -> Any:
+    """A TCP header's raw sequence number in its fields: tcp.seq_raw, or for the header of an ICMP error's
+    quote of an IPv4 datagram, which tshark shows as tcp.seq alone (wire.net.TCPQuoted4), tcp.seq (None:
+    neither)."""
+    return fields.get("tcp.seq_raw", fields.get("tcp.seq"))
 
 
 def tcp_info_text(sport: int, dport: int, flags: int, seq: int, ack: int, window: int, length: int | None) -> str:

@@ -82,6 +82,11 @@ from rdmalab.wire.net import (
     IPv6Routing,
     QinQ,
     TCPQuoted,
+    TCPQuoted4,
+    TCPQuoted6,
+    TCPQuotedHead,
+    TCPQuotedHead4,
+    TCPQuotedPorts,
     UDPNoChecksum,
     UDPPorts,
     VLANLength,
@@ -289,7 +294,9 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
             pkt.layers[-1] = Layer(IPv4Routed(**{f.name: getattr(shown, f.name) for f in IPv4.LAYOUT.fields}), pos)
             pkt.layers.append(Layer(IPv4RouteDestination.decode(data, route), route))
         proto, hops = ip4.protocol, ip4.ttl
-        if ip4.frag_offset or ip4.flags & 1:
+        if ip4.frag_offset or ip4.flags & 1 and end <= len(data):  # a fragment: its payload is not read; but a
+            # first fragment the capture cut (a snap length) is read as far as it goes, as tshark does (packet-ip.c
+            # reassembles only fragments captured whole, and hands the first one of any other datagram on)
             pkt.payload_offset, pkt.payload_length = pos + hl, max(0, min(end, len(data)) - pos - hl)
             pkt.ip_fragment = True
             return
@@ -375,10 +382,15 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
         pkt.payload_offset, pkt.payload_length = pos + size, end - pos - size
         if end - pos > 8 and data[pos] in (ICMPV6_ERRORS if six else ICMP_ERRORS):  # (a quote's own: nested)
             pkt.quoted = _quoted(data[:end], pos + 8, ports)
-    elif proto == IPPROTO_TCP and quote and pos + 20 > end >= pos + 8:  # (a quote of the ports and seq alone)
-        pkt.layers.append(Layer(TCPQuoted.decode(data, pos), pos))
+    elif proto == IPPROTO_TCP and quote and pos + 20 > end >= pos + 4:  # a quote of part of the header:
+        # as tshark shows it (packet-tcp.c): 4 to 7 octets, the ports; 8 to 15, the ports and (IPv4) the sequence
+        # number; 16 to 19, up to the window (wire.net.TCPQuoted ...)
+        kind = (TCPQuotedHead4 if version == 4 else TCPQuotedHead) if end >= pos + 16 else \
+            TCPQuotedPorts if end < pos + 8 else TCPQuoted if version == 4 else TCPQuoted6
+        pkt.layers.append(Layer(kind.decode(data, pos), pos))
     elif proto == IPPROTO_TCP:
-        tcp = TCP.decode(data, pos)
+        # (a quote of an IPv4 datagram: its sequence number as tshark shows it there, wire.net.TCPQuoted4)
+        tcp = (TCPQuoted4 if quote and version == 4 else TCP).decode(data, pos)
         pkt.layers.append(Layer(tcp, pos))
         for p in tcp.check(pos):
             _problem(pkt, p, lenient)
@@ -433,6 +445,8 @@ def tcp_segment_length(pkt: Packet) -> int | None:
     ip, tcp = ip_layer.header, pkt.layers[at]
     assert isinstance(tcp.header, TCP)
     if isinstance(ip, IPv4):
+        if ip.flags & 1:  # the first fragment of a datagram (cut, or its segment is not read): packet-tcp.c
+            return None  # counts no segment length in a fragment (raw sequence numbers, no Len=)
         if ip.total_length == 0:  # left for the NIC to fill in: the frame's length
             return pkt.payload_length
         wire_end = ip_layer.offset + ip.total_length

@@ -398,6 +398,8 @@ def compile_constructor(cls: type[Header]) -> Any:
     frozen dataclass's ``__init__`` would build it but without its per-field ``object.__setattr__``
     lookups (for the engine, which builds an AETH for every ACK)."""
     names = [f.name for f in cls.LAYOUT.fields]
+    if dataclasses.is_dataclass(cls) and [f.name for f in dataclasses.fields(cls)] != names:
+        return cls  # fields its layout leaves out (a quote's part of a header, wire.net.TCPQuotedHead): their defaults
     ns: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
     for i, n in enumerate(names):
         ns[f"_set{i}"] = getattr(cls, n).__set__  # the slot's own descriptor: no __setattr__

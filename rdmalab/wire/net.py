@@ -539,6 +539,12 @@ class UDPNoChecksum(Header):
 
 #: a TCP header's first 8 octets: ports and sequence number (RFC 9293 3.1), all an ICMP error must quote
 _TCP_FIRST_8 = (F("sport", 16, "tcp.srcport"), F("dport", 16, "tcp.dstport"), F("seq", 32, "tcp.seq_raw"))
+#: the octets 8 to 16 of a TCP header: acknowledgment number, header length, flags and window (RFC 9293 3.1)
+_TCP_ACK_TO_WINDOW = (F("ack", 32, "tcp.ack_raw"), F("data_offset", 4, "tcp.hdr_len"),
+                      F("reserved", 3, None, reserved=True), F("flags", 9, "tcp.flags", fmt="hex"),
+                      F("window", 16, "tcp.window_size_value"))
+#: the last 4 octets of a TCP header without options: checksum and urgent pointer
+_TCP_LAST_4 = (F("checksum", 16, "tcp.checksum", fmt="hex"), F("urgent", 16, "tcp.urgent_pointer"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -558,13 +564,8 @@ class TCP(Header):
         "TCP",
         "RFC 9293 3.1",
         *_TCP_FIRST_8,
-        F("ack", 32, "tcp.ack_raw"),
-        F("data_offset", 4, "tcp.hdr_len"),
-        F("reserved", 3, None, reserved=True),
-        F("flags", 9, "tcp.flags", fmt="hex"),
-        F("window", 16, "tcp.window_size_value"),
-        F("checksum", 16, "tcp.checksum", fmt="hex"),
-        F("urgent", 16, "tcp.urgent_pointer"),
+        *_TCP_ACK_TO_WINDOW,
+        *_TCP_LAST_4,
         ws="tcp",
     )
 
@@ -613,20 +614,80 @@ class TCP(Header):
 
 #: what tshark 4.0.17 shows of a TCP header whose data offset is under 5 (packet-tcp.c: "Bogus TCP header
 #: length"): the fields before the data offset, and it; no acknowledgment number, flags or window
-_TCP_BOGUS_SHOWN = frozenset({"tcp.srcport", "tcp.dstport", "tcp.seq_raw", "tcp.hdr_len"})
+_TCP_BOGUS_SHOWN = frozenset({"tcp.srcport", "tcp.dstport", "tcp.seq_raw", "tcp.seq", "tcp.hdr_len"})
 
 
+#: a quoted TCP header's sequence number as tshark 4.0.17 shows it in an ICMP error's quote of an IPv4
+#: datagram (packet-tcp.c, for a TCP header inside an error packet whose addresses are IPv4: the number
+#: as it is, under tcp.seq, and no tcp.seq_raw, however much of the header the quote holds)
+_TCP_SEQ_IN_QUOTE = F("seq", 32, "tcp.seq")
 @dataclass(frozen=True, slots=True)
 class TCPQuoted(Header):
     """The first 8 octets of a TCP header, all that an ICMP error must quote of the segment that caused it
-    (RFC 792: "64 bits of Data Datagram"; RFC 9293 3.1): ports and sequence number, as Wireshark shows a
-    quote that short.  Only :attr:`rdmalab.wire.packet.Packet.quoted` holds it."""
+    (RFC 792: "64 bits of Data Datagram"; RFC 9293 3.1), in the quote of an IPv4 datagram: ports and
+    sequence number (tcp.seq, the number as it is), as tshark 4.0.17 shows a quote of 8 to 15 octets of
+    TCP header (packet-tcp.c).  Only :attr:`rdmalab.wire.packet.Packet.quoted` holds it."""
 
     sport: int = 0
     dport: int = 0
     seq: int = 0
 
-    LAYOUT: ClassVar[Layout] = layout("TCP", "RFC 9293 3.1 (the first 8 octets)", *_TCP_FIRST_8, ws="tcp")
+    LAYOUT: ClassVar[Layout] = layout("TCP", "RFC 9293 3.1 (the first 8 octets)", *_TCP_FIRST_8[:2],
+                                      _TCP_SEQ_IN_QUOTE, ws="tcp")
+
+
+@dataclass(frozen=True, slots=True)
+class TCPQuotedPorts(Header):
+    """The first 4 to 7 octets of a TCP header in an ICMP error's quote (shorter than RFC 792 asks): the
+    ports alone, as tshark 4.0.17 shows them (packet-tcp.c), in no conversation."""
+
+    sport: int = 0
+    dport: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout("TCP", "RFC 9293 3.1 (the ports)", *_TCP_FIRST_8[:2], ws="tcp")
+
+
+@dataclass(frozen=True, slots=True)
+class TCPQuoted6(Header):
+    """:class:`TCPQuoted` in the quote of an IPv6 datagram (an ICMPv6 error's): the ports alone, as
+    tshark 4.0.17 shows 8 to 15 octets of TCP header there (packet-tcp.c reads the sequence number of
+    an IPv6 quote in its ordinary place, after the header's first 16 octets: none shown)."""
+
+    sport: int = 0
+    dport: int = 0
+    seq: int = 0
+
+    LAYOUT: ClassVar[Layout] = layout("TCP", "RFC 9293 3.1 (the first 8 octets)", *_TCP_FIRST_8[:2],
+                                      F("seq", 32, None), ws="tcp")
+
+
+@dataclass(frozen=True, slots=True)
+class TCPQuotedHead(TCP):
+    """The first 16 octets of a TCP header in an ICMP error's quote of an IPv6 datagram: everything up to
+    the window, as tshark 4.0.17 shows a quote of 16 to 19 octets of TCP header (packet-tcp.c stops
+    before the checksum; the header's conversation is counted, tcp.stream).  A :class:`TCP` whose
+    checksum and urgent pointer were not quoted (0, not shown).  Only a quote holds it."""
+
+    LAYOUT: ClassVar[Layout] = layout("TCP", "RFC 9293 3.1 (the first 16 octets)", *_TCP_FIRST_8,
+                                      *_TCP_ACK_TO_WINDOW, ws="tcp")
+
+
+@dataclass(frozen=True, slots=True)
+class TCPQuotedHead4(TCP):
+    """:class:`TCPQuotedHead` in the quote of an IPv4 datagram: its sequence number as tcp.seq, as it is
+    (no tcp.seq_raw)."""
+
+    LAYOUT: ClassVar[Layout] = layout("TCP", "RFC 9293 3.1 (the first 16 octets)", *_TCP_FIRST_8[:2],
+                                      _TCP_SEQ_IN_QUOTE, *_TCP_ACK_TO_WINDOW, ws="tcp")
+
+
+@dataclass(frozen=True, slots=True)
+class TCPQuoted4(TCP):
+    """A whole TCP header in an ICMP error's quote of an IPv4 datagram: a :class:`TCP` whose sequence
+    number shows as tcp.seq, as it is (no tcp.seq_raw), as tshark 4.0.17 shows it (packet-tcp.c)."""
+
+    LAYOUT: ClassVar[Layout] = layout("TCP", "RFC 9293 3.1", *_TCP_FIRST_8[:2], _TCP_SEQ_IN_QUOTE,
+                                      *_TCP_ACK_TO_WINDOW, *_TCP_LAST_4, ws="tcp")
 
 
 #: The TCP flag bits and their names, lowest bit first (RFC 9293 3.1; ECE and CWR RFC 3168 6.1, AE
