@@ -621,6 +621,8 @@ _TCP_BOGUS_SHOWN = frozenset({"tcp.srcport", "tcp.dstport", "tcp.seq_raw", "tcp.
 #: datagram (packet-tcp.c, for a TCP header inside an error packet whose addresses are IPv4: the number
 #: as it is, under tcp.seq, and no tcp.seq_raw, however much of the header the quote holds)
 _TCP_SEQ_IN_QUOTE = F("seq", 32, "tcp.seq")
+
+
 @dataclass(frozen=True, slots=True)
 class TCPQuoted(Header):
     """The first 8 octets of a TCP header, all that an ICMP error must quote of the segment that caused it
