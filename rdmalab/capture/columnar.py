@@ -136,6 +136,46 @@ def cooked_tags(blk: RecordBlock) -> np.ndarray:
 _IPV6_EXTENSIONS = tuple(IPV6_EXTENSIONS)
 
 
+class _FrameOctets:
+    """Octets of a block's frames read a row at a time, vectorised: ``at(rows, pos)`` the octet at ``pos`` of
+    each row's frame (0 past what was captured), ``u16`` a big-endian word."""
+
+    def __init__(self, blk: RecordBlock) -> None:
+        self.blk = blk
+        self.buf = np.frombuffer(blk.buf, dtype=np.uint8)
+        self.top = len(self.buf) - 1
+
+    def at(self, rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        got = self.buf[np.minimum(self.blk.offset[rows] + pos, self.top)].astype(np.int64)
+        octet: np.ndarray = np.where(pos < self.blk.caplen[rows], got, 0)
+        return octet
+
+    def u16(self, rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        word: np.ndarray = self.at(rows, pos) << 8 | self.at(rows, pos + 1)
+        return word
+
+    def ip_start(self, ethertype: int, version: int) -> np.ndarray:
+        """Per frame: where the IP header of ``ethertype`` starts as the columns find it (after an Ethernet
+        header and up to two tags, a Linux cooked header, or at 0 in a raw IP record of that ``version``),
+        -1 where there is none."""
+        blk = self.blk
+        n = len(blk.offset)
+        rows = np.arange(n)
+        eth = blk.linktype == LINKTYPE_ETHERNET
+        etype = np.where(eth, self.u16(rows, np.full(n, 12)), 0)
+        pos = np.full(n, 14, dtype=np.int64)
+        for _ in range(2):  # (an 802.1ad tag, an 802.1Q tag: the columns read two at most)
+            tagged = eth & np.isin(etype, (ETHERTYPE_VLAN, ETHERTYPE_QINQ))
+            etype = np.where(tagged, self.u16(rows, pos + 2), etype)
+            pos = np.where(tagged, pos + 4, pos)
+        l3 = np.where(eth & (etype == ethertype), pos, -1)
+        for lt, type_at, start in ((LINKTYPE_LINUX_SLL, 14, 16), (LINKTYPE_LINUX_SLL2, 0, 20)):
+            l3 = np.where((blk.linktype == lt) & (self.u16(rows, np.full(n, type_at)) == ethertype), start, l3)
+        raw = np.isin(blk.linktype, RAW_IP_LINKTYPES) & (self.at(rows, np.zeros(n, dtype=np.int64)) >> 4 == version)
+        found: np.ndarray = np.where(raw, 0, l3)
+        return found
+
+
 def ipv6_extensions(blk: RecordBlock) -> np.ndarray:
     """Per frame: an IPv6 datagram whose first next header is an extension header the per-packet decoder reads
     past (Hop-by-Hop, Routing, Fragment, Destination Options) to what the columns do not follow (UDP or TCP
@@ -145,31 +185,9 @@ def ipv6_extensions(blk: RecordBlock) -> np.ndarray:
     out = np.zeros(n, dtype=bool)
     if n == 0 or len(blk.buf) == 0 or (b"\x86\xdd" not in blk.buf and not np.isin(blk.linktype, RAW_IP_LINKTYPES).any()):
         return out  # (no IPv6 EtherType anywhere in the block: most blocks, looked through at memchr's speed)
-    buf = np.frombuffer(blk.buf, dtype=np.uint8)
-    top = len(buf) - 1
-
-    def at(rows: np.ndarray, pos: np.ndarray) -> np.ndarray:  # the octet at pos of each row's frame (0: past it)
-        got = buf[np.minimum(blk.offset[rows] + pos, top)].astype(np.int64)
-        octet: np.ndarray = np.where(pos < blk.caplen[rows], got, 0)
-        return octet
-
-    def u16(rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        word: np.ndarray = at(rows, pos) << 8 | at(rows, pos + 1)
-        return word
-
-    rows = np.arange(n)
-    eth = blk.linktype == LINKTYPE_ETHERNET
-    etype = np.where(eth, u16(rows, np.full(n, 12)), 0)
-    pos = np.full(n, 14, dtype=np.int64)
-    for _ in range(2):  # (an 802.1ad tag, an 802.1Q tag: the columns read two at most)
-        tagged = eth & np.isin(etype, (ETHERTYPE_VLAN, ETHERTYPE_QINQ))
-        etype = np.where(tagged, u16(rows, pos + 2), etype)
-        pos = np.where(tagged, pos + 4, pos)
-    l3 = np.where(eth & (etype == 0x86DD), pos, -1)
-    for lt, type_at, start in ((LINKTYPE_LINUX_SLL, 14, 16), (LINKTYPE_LINUX_SLL2, 0, 20)):
-        mine = blk.linktype == lt
-        l3 = np.where(mine & (u16(rows, np.full(n, type_at)) == 0x86DD), start, l3)
-    l3 = np.where(np.isin(blk.linktype, RAW_IP_LINKTYPES) & (at(rows, np.zeros(n, dtype=np.int64)) >> 4 == 6), 0, l3)
+    octets = _FrameOctets(blk)
+    at = octets.at
+    l3 = octets.ip_start(0x86DD, 6)
     six = np.flatnonzero(l3 >= 0)
     if not len(six):
         return out
@@ -195,30 +213,9 @@ def source_routes(blk: RecordBlock) -> np.ndarray:
     out = np.zeros(n, dtype=bool)
     if n == 0 or len(blk.buf) == 0 or (b"\x83" not in blk.buf and b"\x89" not in blk.buf):
         return out
-    buf = np.frombuffer(blk.buf, dtype=np.uint8)
-    top = len(buf) - 1
-
-    def at(rows: np.ndarray, pos: np.ndarray) -> np.ndarray:  # the octet at pos of each row's frame (0: past it)
-        got = buf[np.minimum(blk.offset[rows] + pos, top)].astype(np.int64)
-        octet: np.ndarray = np.where(pos < blk.caplen[rows], got, 0)
-        return octet
-
-    def u16(rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        word: np.ndarray = at(rows, pos) << 8 | at(rows, pos + 1)
-        return word
-
-    rows = np.arange(n)
-    eth = blk.linktype == LINKTYPE_ETHERNET
-    etype = np.where(eth, u16(rows, np.full(n, 12)), 0)
-    pos = np.full(n, 14, dtype=np.int64)
-    for _ in range(2):  # (an 802.1ad tag, an 802.1Q tag: the columns read two at most)
-        tagged = eth & np.isin(etype, (ETHERTYPE_VLAN, ETHERTYPE_QINQ))
-        etype = np.where(tagged, u16(rows, pos + 2), etype)
-        pos = np.where(tagged, pos + 4, pos)
-    l3 = np.where(eth & (etype == 0x0800), pos, -1)
-    for lt, type_at, start in ((LINKTYPE_LINUX_SLL, 14, 16), (LINKTYPE_LINUX_SLL2, 0, 20)):
-        l3 = np.where((blk.linktype == lt) & (u16(rows, np.full(n, type_at)) == 0x0800), start, l3)
-    l3 = np.where(np.isin(blk.linktype, RAW_IP_LINKTYPES), 0, l3)
+    octets = _FrameOctets(blk)
+    at = octets.at
+    l3 = octets.ip_start(0x0800, 4)
     four = np.flatnonzero(l3 >= 0)
     first = at(four, l3[four])
     opts = (first >> 4 == 4) & ((first & 0x0F) > 5)
