@@ -294,7 +294,7 @@ def _ip(data: bytes, pkt: Packet, pos: int, lenient: bool, ports: tuple[int, ...
             pkt.layers[-1] = Layer(IPv4Routed(**{f.name: getattr(shown, f.name) for f in IPv4.LAYOUT.fields}), pos)
             pkt.layers.append(Layer(IPv4RouteDestination.decode(data, route), route))
         proto, hops = ip4.protocol, ip4.ttl
-        if ip4.frag_offset or ip4.flags & 1 and end <= len(data):  # a fragment: its payload is not read; but a
+        if ip4.frag_offset or (ip4.flags & 1 and end <= len(data)):  # a fragment: its payload is not read; but a
             # first fragment the capture cut (a snap length) is read as far as it goes, as tshark does (packet-ip.c
             # reassembles only fragments captured whole, and hands the first one of any other datagram on)
             pkt.payload_offset, pkt.payload_length = pos + hl, max(0, min(end, len(data)) - pos - hl)
